@@ -1,0 +1,43 @@
+// The compiler's phases in order and the one function that runs them; the
+// `pipec` tool is a thin command line around it.
+#ifndef PIPEC_COMPILER_DRIVER_COMPILER_H
+#define PIPEC_COMPILER_DRIVER_COMPILER_H
+
+#include "compiler/Import/OnnxImporter.h"
+
+#include <optional>
+#include <string>
+
+namespace llvm {
+class raw_ostream;
+}
+
+namespace pipec {
+
+/// Phases in the order they run; `--emit=<phase>` stops after one and prints
+/// its IR. Later phases (costs, partition, stages, schedule, code) append here.
+enum class Phase { NN };
+
+std::optional<Phase> parsePhase(const std::string &name);
+const char *phaseName(Phase phase);
+
+struct CompileOptions {
+  std::string inputPath;
+  import::ImportOptions importOptions;
+  /// Print the IR after this phase and stop; none prints the summary.
+  std::optional<Phase> emit;
+  /// Where to write the IR after every phase (NN-<name>.mlir), if set.
+  std::string dumpIrDirectory;
+  /// Output file for --emit ("-" is standard output).
+  std::string outputPath = "-";
+  /// Elide constants with more elements than this when printing (0 = never).
+  int64_t elideConstantsLargerThan = 0;
+};
+
+/// Runs the compiler; errors go to `errs` as one paragraph each. Returns the
+/// process exit code.
+int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::raw_ostream &errs);
+
+} // namespace pipec
+
+#endif // PIPEC_COMPILER_DRIVER_COMPILER_H

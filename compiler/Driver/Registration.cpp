@@ -1,0 +1,20 @@
+#include "compiler/Driver/Registration.h"
+
+#include "dialects/nn/NNDialect.h"
+#include "dialects/pipe/PipeDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/Transforms/Passes.h"
+
+void pipec::registerPipecDialects(mlir::DialectRegistry &registry) {
+  registry.insert<nn::NNDialect, pipe::PipeDialect, mlir::func::FuncDialect>();
+}
+
+void pipec::registerPipecPasses() {
+  // Generic clean-ups that our pipelines use; pipec's own passes are added
+  // here as they are written.
+  mlir::registerCanonicalizerPass();
+  mlir::registerCSEPass();
+  mlir::registerSymbolDCEPass();
+}

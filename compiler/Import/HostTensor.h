@@ -1,0 +1,81 @@
+// Tensors known at import time (initializers, Constant nodes and the results
+// of shape computations) and the ONNX ops the importer folds on them.
+// Plain C++: no MLIR, no ONNX headers, so it is cheap to include and test.
+#ifndef PIPEC_COMPILER_IMPORT_HOSTTENSOR_H
+#define PIPEC_COMPILER_IMPORT_HOSTTENSOR_H
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pipec::import {
+
+/// Element kinds the importer keeps; ONNX's element types map onto them
+/// (see docs/importer.md). Integers are kept exactly in int64, floating
+/// point in double (exact for float32, float16 and bfloat16 values).
+enum class ElementKind { Float32, Float64, Float16, BFloat16, Int64, Int32, Int8, UInt8, Bool };
+
+bool isFloating(ElementKind kind);
+const char *elementKindName(ElementKind kind);
+
+/// Raised by the fold kernels on operands they cannot handle; the importer
+/// turns it into an error naming the node.
+struct FoldError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct HostTensor {
+  ElementKind kind = ElementKind::Float32;
+  std::vector<int64_t> shape;
+  std::vector<double> floats; // when isFloating(kind)
+  std::vector<int64_t> ints;  // otherwise (Bool as 0/1)
+
+  int64_t numElements() const;
+  double asDouble(int64_t index) const;
+  int64_t asInt(int64_t index) const;
+  /// The values as integers; for shape-like operands (Reshape, Slice, ...).
+  std::vector<int64_t> toInts() const;
+
+  static HostTensor ofInts(ElementKind kind, std::vector<int64_t> shape,
+                           std::vector<int64_t> values);
+  static HostTensor ofFloats(ElementKind kind, std::vector<int64_t> shape,
+                             std::vector<double> values);
+};
+
+/// The fold kernels, one per ONNX operator that shape sub-graphs use. Each
+/// takes the node's inputs (absent optional inputs as nullptr) and its
+/// attributes already decoded, and follows the ONNX specification.
+namespace fold {
+HostTensor cast(const HostTensor &input, ElementKind to);
+HostTensor binary(const std::string &op, const HostTensor &lhs, const HostTensor &rhs);
+HostTensor unary(const std::string &op, const HostTensor &input);
+HostTensor where(const HostTensor &condition, const HostTensor &x, const HostTensor &y);
+HostTensor gather(const HostTensor &data, const HostTensor &indices, int64_t axis);
+HostTensor concat(const std::vector<const HostTensor *> &inputs, int64_t axis);
+HostTensor reshape(const HostTensor &input, std::vector<int64_t> shape);
+HostTensor transpose(const HostTensor &input, const std::vector<int64_t> &perm);
+HostTensor slice(const HostTensor &input, const std::vector<int64_t> &starts,
+                 const std::vector<int64_t> &ends, const std::vector<int64_t> &steps);
+HostTensor expand(const HostTensor &input, const std::vector<int64_t> &shape);
+HostTensor range(const HostTensor &start, const HostTensor &limit, const HostTensor &delta);
+} // namespace fold
+
+/// Numpy broadcast of two shapes; throws FoldError when incompatible.
+std::vector<int64_t> broadcastShape(const std::vector<int64_t> &lhs,
+                                    const std::vector<int64_t> &rhs);
+
+/// ONNX Reshape's target resolution: 0 copies the input dimension (unless
+/// allowZero), one -1 is inferred. Throws FoldError with the reason.
+std::vector<int64_t> resolveReshape(const std::vector<int64_t> &input,
+                                    const std::vector<int64_t> &target, bool allowZero);
+
+/// ONNX Slice's clamping of one axis: returns normalized {start, end} for
+/// the given step (end -1 means "past the first element" for negative steps).
+std::pair<int64_t, int64_t> normalizeSliceBounds(int64_t start, int64_t end,
+                                                 int64_t step, int64_t dim);
+
+} // namespace pipec::import
+
+#endif // PIPEC_COMPILER_IMPORT_HOSTTENSOR_H

@@ -1,0 +1,37 @@
+// Imports an ONNX model (binary .onnx or ONNX text format .onnxtext) into a
+// module holding `func.func @forward` of `nn` ops on static shapes.
+#ifndef PIPEC_COMPILER_IMPORT_ONNXIMPORTER_H
+#define PIPEC_COMPILER_IMPORT_ONNXIMPORTER_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace pipec::import {
+
+struct ImportOptions {
+  /// Static shapes for graph inputs (`--input-shape name=d0,d1,...`); they
+  /// replace the model's symbolic or unknown dimensions.
+  std::map<std::string, std::vector<int64_t>> inputShapes;
+};
+
+/// Parses `name=d0,d1,...`; returns false and sets `error` when malformed.
+bool parseInputShape(const std::string &text, ImportOptions &options, std::string &error);
+
+/// Imports the model at `path`. On bad input, returns null and reports one
+/// error paragraph per problem through `errors` (file, node, op type, reason).
+mlir::OwningOpRef<mlir::ModuleOp> importOnnxModel(mlir::MLIRContext &context,
+                                                  const std::string &path,
+                                                  const ImportOptions &options,
+                                                  std::vector<std::string> &errors);
+
+/// Op types (default ONNX domain) the importer can translate, sorted.
+std::vector<std::string> supportedOnnxOps();
+
+} // namespace pipec::import
+
+#endif // PIPEC_COMPILER_IMPORT_ONNXIMPORTER_H

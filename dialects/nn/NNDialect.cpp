@@ -1,0 +1,724 @@
+// Verifiers and result-type inference of the `nn` ops. Each op's shape rule
+// lives here, beside its definition, so the importer never repeats it: the
+// importer asks the op to infer its result types.
+#include "dialects/nn/NNDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/ScopedPrinter.h"
+
+using namespace mlir;
+using namespace pipec::nn;
+
+#include "dialects/nn/NNOpsDialect.cpp.inc"
+
+void NNDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "dialects/nn/NNOps.cpp.inc"
+      >();
+}
+
+Operation *NNDialect::materializeConstant(OpBuilder &builder, Attribute value,
+                                          Type type, Location loc) {
+  auto elements = llvm::dyn_cast<ElementsAttr>(value);
+  if (!elements || elements.getType() != type)
+    return nullptr;
+  return ConstantOp::create(builder, loc, elements);
+}
+
+//===----------------------------------------------------------------------===//
+// Shape helpers
+//===----------------------------------------------------------------------===//
+
+namespace {
+std::string shapeString(ArrayRef<int64_t> shape) {
+  std::string text = "[";
+  for (auto [index, dim] : llvm::enumerate(shape)) {
+    if (index)
+      text += ",";
+    text += std::to_string(dim);
+  }
+  return text + "]";
+}
+
+RankedTensorType rankedType(Value value) {
+  return llvm::cast<RankedTensorType>(value.getType());
+}
+
+LogicalResult fail(std::optional<Location> loc, const Twine &message) {
+  return emitOptionalError(loc, message);
+}
+
+int64_t product(ArrayRef<int64_t> dims) {
+  int64_t result = 1;
+  for (int64_t dim : dims)
+    result *= dim;
+  return result;
+}
+
+/// Output size of a sliding window, as ONNX's Conv/MaxPool/AveragePool define it.
+int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride,
+                         int64_t padBegin, int64_t padEnd, int64_t dilation,
+                         bool ceilMode) {
+  int64_t effectiveKernel = (kernel - 1) * dilation + 1;
+  int64_t span = input + padBegin + padEnd - effectiveKernel;
+  if (span < 0)
+    return 0;
+  int64_t size = ceilMode ? (span + stride - 1) / stride + 1 : span / stride + 1;
+  // ONNX: with ceil_mode the last window must start inside the (begin-padded) input.
+  if (ceilMode && (size - 1) * stride >= input + padBegin)
+    --size;
+  return size;
+}
+
+/// Checks the window attributes of Conv and the pools and computes the
+/// spatial output sizes.
+FailureOr<SmallVector<int64_t>>
+inferWindowedShape(std::optional<Location> loc, StringRef opName,
+                   ArrayRef<int64_t> inputShape, ArrayRef<int64_t> kernel,
+                   ArrayRef<int64_t> strides, ArrayRef<int64_t> pads,
+                   ArrayRef<int64_t> dilations, bool ceilMode) {
+  size_t spatial = inputShape.size() - 2;
+  if (kernel.size() != spatial || strides.size() != spatial ||
+      dilations.size() != spatial || pads.size() != 2 * spatial) {
+    (void)fail(loc, opName + ": kernel_shape, strides and dilations need " +
+                        Twine(spatial) + " entries and pads " +
+                        Twine(2 * spatial) + " for input " +
+                        shapeString(inputShape));
+    return failure();
+  }
+  SmallVector<int64_t> outputs;
+  for (size_t axis = 0; axis < spatial; ++axis) {
+    if (kernel[axis] <= 0 || strides[axis] <= 0 || dilations[axis] <= 0 ||
+        pads[axis] < 0 || pads[axis + spatial] < 0) {
+      (void)fail(loc, opName + ": kernel, strides and dilations must be "
+                               "positive and pads non-negative");
+      return failure();
+    }
+    int64_t size = windowOutputSize(inputShape[axis + 2], kernel[axis],
+                                    strides[axis], pads[axis],
+                                    pads[axis + spatial], dilations[axis],
+                                    ceilMode);
+    if (size <= 0) {
+      (void)fail(loc, opName + ": window larger than the padded input " +
+                          shapeString(inputShape));
+      return failure();
+    }
+    outputs.push_back(size);
+  }
+  return outputs;
+}
+} // namespace
+
+FailureOr<SmallVector<int64_t>> pipec::nn::broadcastShapes(ArrayRef<int64_t> lhs,
+                                                           ArrayRef<int64_t> rhs) {
+  size_t rank = std::max(lhs.size(), rhs.size());
+  SmallVector<int64_t> result(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t l = i < rank - lhs.size() ? 1 : lhs[i - (rank - lhs.size())];
+    int64_t r = i < rank - rhs.size() ? 1 : rhs[i - (rank - rhs.size())];
+    if (l != r && l != 1 && r != 1)
+      return failure();
+    result[i] = l == 1 ? r : l;
+  }
+  return result;
+}
+
+FailureOr<int64_t> pipec::nn::normalizeAxis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank)
+    return failure();
+  return axis < 0 ? axis + rank : axis;
+}
+
+//===----------------------------------------------------------------------===//
+// Element-wise
+//===----------------------------------------------------------------------===//
+
+namespace {
+LogicalResult inferBroadcast(std::optional<Location> loc, StringRef opName,
+                             Value lhs, Value rhs, Type resultElement,
+                             SmallVectorImpl<Type> &types) {
+  auto lhsType = rankedType(lhs), rhsType = rankedType(rhs);
+  if (lhsType.getElementType() != rhsType.getElementType())
+    return fail(loc, opName + ": operand element types differ (" +
+                         llvm::to_string(lhsType.getElementType()) + " vs " +
+                         llvm::to_string(rhsType.getElementType()) + ")");
+  auto shape = broadcastShapes(lhsType.getShape(), rhsType.getShape());
+  if (failed(shape))
+    return fail(loc, opName + ": shapes " + shapeString(lhsType.getShape()) +
+                         " and " + shapeString(rhsType.getShape()) +
+                         " are not broadcast-compatible");
+  types.push_back(RankedTensorType::get(
+      *shape, resultElement ? resultElement : lhsType.getElementType()));
+  return success();
+}
+} // namespace
+
+#define PIPEC_BROADCAST_INFER(OP, NAME)                                        \
+  LogicalResult OP::inferReturnTypes(MLIRContext *, std::optional<Location> loc, \
+                                     Adaptor adaptor,                          \
+                                     SmallVectorImpl<Type> &types) {           \
+    return inferBroadcast(loc, NAME, adaptor.getLhs(), adaptor.getRhs(),       \
+                          Type(), types);                                      \
+  }
+PIPEC_BROADCAST_INFER(AddOp, "nn.add")
+PIPEC_BROADCAST_INFER(SubOp, "nn.sub")
+PIPEC_BROADCAST_INFER(MulOp, "nn.mul")
+PIPEC_BROADCAST_INFER(DivOp, "nn.div")
+PIPEC_BROADCAST_INFER(PowOp, "nn.pow")
+#undef PIPEC_BROADCAST_INFER
+
+LogicalResult EqualOp::inferReturnTypes(MLIRContext *context,
+                                        std::optional<Location> loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &types) {
+  return inferBroadcast(loc, "nn.equal", adaptor.getLhs(), adaptor.getRhs(),
+                        IntegerType::get(context, 1), types);
+}
+
+LogicalResult WhereOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &types) {
+  SmallVector<Type> valueType;
+  if (failed(inferBroadcast(loc, "nn.where", adaptor.getX(), adaptor.getY(),
+                            Type(), valueType)))
+    return failure();
+  auto valueShape = llvm::cast<RankedTensorType>(valueType[0]).getShape();
+  auto shape =
+      broadcastShapes(rankedType(adaptor.getCondition()).getShape(), valueShape);
+  if (failed(shape))
+    return fail(loc, "nn.where: condition shape " +
+                         shapeString(rankedType(adaptor.getCondition()).getShape()) +
+                         " does not broadcast with " + shapeString(valueShape));
+  types.push_back(RankedTensorType::get(
+      *shape, rankedType(adaptor.getX()).getElementType()));
+  return success();
+}
+
+LogicalResult GeluOp::verify() {
+  if (getApproximate() != "none" && getApproximate() != "tanh")
+    return emitOpError("approximate must be \"none\" or \"tanh\", got \"")
+           << getApproximate() << "\"";
+  return success();
+}
+
+LogicalResult CastOp::verify() {
+  if (getInput().getType().getShape() != getResult().getType().getShape())
+    return emitOpError("changes the shape from ")
+           << shapeString(getInput().getType().getShape()) << " to "
+           << shapeString(getResult().getType().getShape());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+LogicalResult GemmOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                       Adaptor adaptor,
+                                       SmallVectorImpl<Type> &types) {
+  auto aType = rankedType(adaptor.getA()), bType = rankedType(adaptor.getB());
+  if (aType.getRank() != 2 || bType.getRank() != 2)
+    return fail(loc, "nn.gemm: A and B must be 2-D, got " +
+                         shapeString(aType.getShape()) + " and " +
+                         shapeString(bType.getShape()));
+  if (aType.getElementType() != bType.getElementType())
+    return fail(loc, "nn.gemm: A and B element types differ");
+  bool transA = adaptor.getTransA(), transB = adaptor.getTransB();
+  int64_t m = aType.getDimSize(transA ? 1 : 0), k = aType.getDimSize(transA ? 0 : 1);
+  int64_t kb = bType.getDimSize(transB ? 1 : 0), n = bType.getDimSize(transB ? 0 : 1);
+  if (k != kb)
+    return fail(loc, "nn.gemm: inner dimensions differ (" + Twine(k) + " vs " +
+                         Twine(kb) + ") for A " + shapeString(aType.getShape()) +
+                         (transA ? " (transposed)" : "") + " and B " +
+                         shapeString(bType.getShape()) +
+                         (transB ? " (transposed)" : ""));
+  if (Value c = adaptor.getC()) {
+    auto cType = rankedType(c);
+    SmallVector<int64_t> outShape{m, n};
+    auto shape = broadcastShapes(cType.getShape(), outShape);
+    if (failed(shape) || ArrayRef<int64_t>(*shape) != ArrayRef<int64_t>(outShape))
+      return fail(loc, "nn.gemm: C of shape " + shapeString(cType.getShape()) +
+                           " does not broadcast to " + shapeString(outShape));
+    if (cType.getElementType() != aType.getElementType())
+      return fail(loc, "nn.gemm: C element type differs from A");
+  }
+  types.push_back(RankedTensorType::get({m, n}, aType.getElementType()));
+  return success();
+}
+
+LogicalResult MatMulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  auto aType = rankedType(adaptor.getA()), bType = rankedType(adaptor.getB());
+  if (aType.getRank() == 0 || bType.getRank() == 0)
+    return fail(loc, "nn.matmul: operands must have rank >= 1");
+  if (aType.getElementType() != bType.getElementType())
+    return fail(loc, "nn.matmul: operand element types differ");
+  // Numpy: a 1-D operand is promoted to a matrix and the added axis removed.
+  SmallVector<int64_t> a(aType.getShape()), b(bType.getShape());
+  bool vectorA = a.size() == 1, vectorB = b.size() == 1;
+  if (vectorA)
+    a.insert(a.begin(), 1);
+  if (vectorB)
+    b.push_back(1);
+  if (a.back() != b[b.size() - 2])
+    return fail(loc, "nn.matmul: inner dimensions differ for " +
+                         shapeString(aType.getShape()) + " x " +
+                         shapeString(bType.getShape()));
+  auto batch = broadcastShapes(ArrayRef<int64_t>(a).drop_back(2),
+                               ArrayRef<int64_t>(b).drop_back(2));
+  if (failed(batch))
+    return fail(loc, "nn.matmul: batch dimensions of " +
+                         shapeString(aType.getShape()) + " and " +
+                         shapeString(bType.getShape()) + " do not broadcast");
+  SmallVector<int64_t> shape(*batch);
+  if (!vectorA)
+    shape.push_back(a[a.size() - 2]);
+  if (!vectorB)
+    shape.push_back(b.back());
+  types.push_back(RankedTensorType::get(shape, aType.getElementType()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Convolution, normalization, pooling
+//===----------------------------------------------------------------------===//
+
+LogicalResult ConvOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                       Adaptor adaptor,
+                                       SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  auto weightType = rankedType(adaptor.getWeight());
+  if (inputType.getRank() < 3 || weightType.getRank() != inputType.getRank())
+    return fail(loc, "nn.conv: input (N,C,spatial...) and weight (M,C/group,kernel...) "
+                     "need the same rank >= 3, got " +
+                         shapeString(inputType.getShape()) + " and " +
+                         shapeString(weightType.getShape()));
+  int64_t group = adaptor.getGroup();
+  int64_t channels = inputType.getDimSize(1), filters = weightType.getDimSize(0);
+  if (group <= 0 || channels % group || filters % group ||
+      weightType.getDimSize(1) * group != channels)
+    return fail(loc, "nn.conv: " + Twine(channels) + " input channels, group " +
+                         Twine(group) + " and weight " +
+                         shapeString(weightType.getShape()) + " do not match");
+  if (Value bias = adaptor.getBias()) {
+    auto biasType = rankedType(bias);
+    if (biasType.getRank() != 1 || biasType.getDimSize(0) != filters)
+      return fail(loc, "nn.conv: bias must have shape [" + Twine(filters) +
+                           "], got " + shapeString(biasType.getShape()));
+  }
+  auto spatial = inferWindowedShape(
+      loc, "nn.conv", inputType.getShape(), weightType.getShape().drop_front(2),
+      adaptor.getStrides(), adaptor.getPads(), adaptor.getDilations(), false);
+  if (failed(spatial))
+    return failure();
+  SmallVector<int64_t> shape{inputType.getDimSize(0), filters};
+  shape.append(spatial->begin(), spatial->end());
+  types.push_back(RankedTensorType::get(shape, inputType.getElementType()));
+  return success();
+}
+
+LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  if (inputType.getRank() < 2)
+    return fail(loc, "nn.batch_norm: input must be (N,C,...), got " +
+                         shapeString(inputType.getShape()));
+  int64_t channels = inputType.getDimSize(1);
+  for (Value stat : {adaptor.getScale(), adaptor.getBias(),
+                     adaptor.getRunningMean(), adaptor.getRunningVar()}) {
+    auto type = rankedType(stat);
+    if (type.getRank() != 1 || type.getDimSize(0) != channels)
+      return fail(loc, "nn.batch_norm: scale, bias, mean and variance must have "
+                       "shape [" + Twine(channels) + "], got " +
+                           shapeString(type.getShape()));
+  }
+  types.push_back(inputType);
+  types.push_back(adaptor.getRunningMean().getType());
+  types.push_back(adaptor.getRunningVar().getType());
+  return success();
+}
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  auto axis = normalizeAxis(adaptor.getAxis(), inputType.getRank());
+  if (failed(axis))
+    return fail(loc, "nn.layer_norm: axis " + Twine(adaptor.getAxis()) +
+                         " out of range for rank " + Twine(inputType.getRank()));
+  auto normalized = inputType.getShape().drop_front(*axis);
+  for (Value param : {adaptor.getScale(), adaptor.getBias()}) {
+    if (!param)
+      continue;
+    auto shape = broadcastShapes(rankedType(param).getShape(), normalized);
+    if (failed(shape) || ArrayRef<int64_t>(*shape) != normalized)
+      return fail(loc, "nn.layer_norm: scale/bias of shape " +
+                           shapeString(rankedType(param).getShape()) +
+                           " does not broadcast to " + shapeString(normalized));
+  }
+  types.push_back(inputType);
+  return success();
+}
+
+LogicalResult MaxPoolOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  if (inputType.getRank() < 3)
+    return fail(loc, "nn.max_pool: input must be (N,C,spatial...), got " +
+                         shapeString(inputType.getShape()));
+  auto spatial = inferWindowedShape(loc, "nn.max_pool", inputType.getShape(),
+                                    adaptor.getKernelShape(), adaptor.getStrides(),
+                                    adaptor.getPads(), adaptor.getDilations(),
+                                    adaptor.getCeilMode());
+  if (failed(spatial))
+    return failure();
+  SmallVector<int64_t> shape(inputType.getShape().take_front(2));
+  shape.append(spatial->begin(), spatial->end());
+  types.push_back(RankedTensorType::get(shape, inputType.getElementType()));
+  return success();
+}
+
+LogicalResult AveragePoolOp::inferReturnTypes(MLIRContext *,
+                                              std::optional<Location> loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  if (inputType.getRank() < 3)
+    return fail(loc, "nn.average_pool: input must be (N,C,spatial...), got " +
+                         shapeString(inputType.getShape()));
+  SmallVector<int64_t> dilations(inputType.getRank() - 2, 1);
+  auto spatial = inferWindowedShape(loc, "nn.average_pool", inputType.getShape(),
+                                    adaptor.getKernelShape(), adaptor.getStrides(),
+                                    adaptor.getPads(), dilations,
+                                    adaptor.getCeilMode());
+  if (failed(spatial))
+    return failure();
+  SmallVector<int64_t> shape(inputType.getShape().take_front(2));
+  shape.append(spatial->begin(), spatial->end());
+  types.push_back(RankedTensorType::get(shape, inputType.getElementType()));
+  return success();
+}
+
+LogicalResult GlobalAveragePoolOp::inferReturnTypes(MLIRContext *,
+                                                    std::optional<Location> loc,
+                                                    Adaptor adaptor,
+                                                    SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  if (inputType.getRank() < 3)
+    return fail(loc, "nn.global_average_pool: input must be (N,C,spatial...), got " +
+                         shapeString(inputType.getShape()));
+  SmallVector<int64_t> shape(inputType.getRank(), 1);
+  shape[0] = inputType.getDimSize(0);
+  shape[1] = inputType.getDimSize(1);
+  types.push_back(RankedTensorType::get(shape, inputType.getElementType()));
+  return success();
+}
+
+LogicalResult DropoutOp::inferReturnTypes(MLIRContext *context,
+                                          std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  float ratio = adaptor.getRatio().convertToFloat();
+  if (!(ratio >= 0.0f && ratio < 1.0f))
+    return fail(loc, "nn.dropout: ratio must be in [0, 1), got " + Twine(std::to_string(ratio)));
+  auto inputType = rankedType(adaptor.getInput());
+  types.push_back(inputType);
+  types.push_back(RankedTensorType::get(inputType.getShape(),
+                                        IntegerType::get(context, 1)));
+  return success();
+}
+
+LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  if (failed(normalizeAxis(adaptor.getAxis(), inputType.getRank())))
+    return fail(loc, "nn.softmax: axis " + Twine(adaptor.getAxis()) +
+                         " out of range for rank " + Twine(inputType.getRank()));
+  types.push_back(inputType);
+  return success();
+}
+
+LogicalResult SoftmaxCrossEntropyLossOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  auto scoresType = rankedType(adaptor.getScores());
+  auto labelsType = rankedType(adaptor.getLabels());
+  if (scoresType.getRank() < 2)
+    return fail(loc, "nn.softmax_cross_entropy_loss: scores must be (N,C,...), got " +
+                         shapeString(scoresType.getShape()));
+  SmallVector<int64_t> expectedLabels{scoresType.getDimSize(0)};
+  expectedLabels.append(scoresType.getShape().begin() + 2, scoresType.getShape().end());
+  if (labelsType.getShape() != ArrayRef<int64_t>(expectedLabels))
+    return fail(loc, "nn.softmax_cross_entropy_loss: labels must have shape " +
+                         shapeString(expectedLabels) + ", got " +
+                         shapeString(labelsType.getShape()));
+  if (Value weights = adaptor.getWeights()) {
+    auto weightsType = rankedType(weights);
+    if (weightsType.getRank() != 1 || weightsType.getDimSize(0) != scoresType.getDimSize(1))
+      return fail(loc, "nn.softmax_cross_entropy_loss: weights must have shape [" +
+                           Twine(scoresType.getDimSize(1)) + "]");
+  }
+  StringRef reduction = adaptor.getReduction();
+  if (reduction != "mean" && reduction != "sum" && reduction != "none")
+    return fail(loc, "nn.softmax_cross_entropy_loss: reduction must be mean, sum "
+                     "or none, got " + reduction);
+  Type element = scoresType.getElementType();
+  types.push_back(reduction == "none" ? RankedTensorType::get(expectedLabels, element)
+                                      : RankedTensorType::get({}, element));
+  types.push_back(scoresType);
+  return success();
+}
+
+LogicalResult ReduceMeanOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  ArrayRef<int64_t> axes = adaptor.getAxes();
+  for (auto [index, axis] : llvm::enumerate(axes))
+    if (axis < 0 || axis >= inputType.getRank() || (index && axes[index - 1] >= axis))
+      return fail(loc, "nn.reduce_mean: axes must be sorted, unique and in [0, " +
+                           Twine(inputType.getRank()) + ")");
+  SmallVector<int64_t> shape;
+  for (int64_t dim = 0; dim < inputType.getRank(); ++dim) {
+    bool reduced = axes.empty() || llvm::is_contained(axes, dim);
+    if (!reduced)
+      shape.push_back(inputType.getDimSize(dim));
+    else if (adaptor.getKeepdims())
+      shape.push_back(1);
+  }
+  types.push_back(RankedTensorType::get(shape, inputType.getElementType()));
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+LogicalResult GatherOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  auto dataType = rankedType(adaptor.getData());
+  auto axis = normalizeAxis(adaptor.getAxis(), dataType.getRank());
+  if (failed(axis))
+    return fail(loc, "nn.gather: axis " + Twine(adaptor.getAxis()) +
+                         " out of range for rank " + Twine(dataType.getRank()));
+  SmallVector<int64_t> shape(dataType.getShape().take_front(*axis));
+  auto indices = rankedType(adaptor.getIndices()).getShape();
+  shape.append(indices.begin(), indices.end());
+  auto rest = dataType.getShape().drop_front(*axis + 1);
+  shape.append(rest.begin(), rest.end());
+  types.push_back(RankedTensorType::get(shape, dataType.getElementType()));
+  return success();
+}
+
+LogicalResult ReshapeOp::verify() {
+  auto in = getInput().getType(), out = getResult().getType();
+  if (in.getElementType() != out.getElementType())
+    return emitOpError("changes the element type");
+  if (in.getNumElements() != out.getNumElements())
+    return emitOpError("cannot reshape ")
+           << shapeString(in.getShape()) << " (" << in.getNumElements()
+           << " elements) into " << shapeString(out.getShape()) << " ("
+           << out.getNumElements() << " elements)";
+  return success();
+}
+
+LogicalResult FlattenOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  int64_t rank = inputType.getRank();
+  int64_t axis = adaptor.getAxis();
+  if (axis < -rank || axis > rank)
+    return fail(loc, "nn.flatten: axis " + Twine(axis) + " out of range for rank " +
+                         Twine(rank));
+  if (axis < 0)
+    axis += rank;
+  int64_t outer = product(inputType.getShape().take_front(axis));
+  int64_t inner = product(inputType.getShape().drop_front(axis));
+  types.push_back(RankedTensorType::get({outer, inner}, inputType.getElementType()));
+  return success();
+}
+
+LogicalResult UnsqueezeOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  ArrayRef<int64_t> axes = adaptor.getAxes();
+  int64_t outRank = inputType.getRank() + axes.size();
+  SmallVector<bool> inserted(outRank, false);
+  for (int64_t axis : axes) {
+    if (axis < 0 || axis >= outRank || inserted[axis])
+      return fail(loc, "nn.unsqueeze: axes must be unique and in [0, " +
+                           Twine(outRank) + ")");
+    inserted[axis] = true;
+  }
+  SmallVector<int64_t> shape;
+  auto next = inputType.getShape().begin();
+  for (int64_t dim = 0; dim < outRank; ++dim)
+    shape.push_back(inserted[dim] ? 1 : *next++);
+  types.push_back(RankedTensorType::get(shape, inputType.getElementType()));
+  return success();
+}
+
+LogicalResult SqueezeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  ArrayRef<int64_t> axes = adaptor.getAxes();
+  for (int64_t axis : axes)
+    if (axis < 0 || axis >= inputType.getRank() || inputType.getDimSize(axis) != 1)
+      return fail(loc, "nn.squeeze: axis " + Twine(axis) + " of " +
+                           shapeString(inputType.getShape()) +
+                           " is not a size-1 axis");
+  SmallVector<int64_t> shape;
+  for (int64_t dim = 0; dim < inputType.getRank(); ++dim)
+    if (!llvm::is_contained(axes, dim))
+      shape.push_back(inputType.getDimSize(dim));
+  types.push_back(RankedTensorType::get(shape, inputType.getElementType()));
+  return success();
+}
+
+LogicalResult ExpandOp::verify() {
+  auto in = getInput().getType(), out = getResult().getType();
+  if (in.getElementType() != out.getElementType())
+    return emitOpError("changes the element type");
+  auto shape = broadcastShapes(in.getShape(), out.getShape());
+  if (failed(shape) || ArrayRef<int64_t>(*shape) != out.getShape())
+    return emitOpError("cannot expand ")
+           << shapeString(in.getShape()) << " to " << shapeString(out.getShape());
+  return success();
+}
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  ArrayRef<int64_t> perm = adaptor.getPerm();
+  SmallVector<bool> seen(inputType.getRank(), false);
+  if (static_cast<int64_t>(perm.size()) != inputType.getRank())
+    return fail(loc, "nn.transpose: perm has " + Twine(perm.size()) +
+                         " entries for rank " + Twine(inputType.getRank()));
+  SmallVector<int64_t> shape;
+  for (int64_t axis : perm) {
+    if (axis < 0 || axis >= inputType.getRank() || seen[axis])
+      return fail(loc, "nn.transpose: perm is not a permutation");
+    seen[axis] = true;
+    shape.push_back(inputType.getDimSize(axis));
+  }
+  types.push_back(RankedTensorType::get(shape, inputType.getElementType()));
+  return success();
+}
+
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  ValueRange inputs = adaptor.getInputs();
+  if (inputs.empty())
+    return fail(loc, "nn.concat: needs at least one input");
+  auto firstType = rankedType(inputs.front());
+  auto axis = normalizeAxis(adaptor.getAxis(), firstType.getRank());
+  if (failed(axis))
+    return fail(loc, "nn.concat: axis " + Twine(adaptor.getAxis()) +
+                         " out of range for rank " + Twine(firstType.getRank()));
+  SmallVector<int64_t> shape(firstType.getShape());
+  shape[*axis] = 0;
+  for (Value input : inputs) {
+    auto type = rankedType(input);
+    if (type.getElementType() != firstType.getElementType() ||
+        type.getRank() != firstType.getRank())
+      return fail(loc, "nn.concat: inputs differ in element type or rank");
+    for (int64_t dim = 0; dim < type.getRank(); ++dim)
+      if (dim != *axis && type.getDimSize(dim) != firstType.getDimSize(dim))
+        return fail(loc, "nn.concat: input shapes " + shapeString(firstType.getShape()) +
+                             " and " + shapeString(type.getShape()) +
+                             " differ outside axis " + Twine(*axis));
+    shape[*axis] += type.getDimSize(*axis);
+  }
+  types.push_back(RankedTensorType::get(shape, firstType.getElementType()));
+  return success();
+}
+
+LogicalResult SplitOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  auto axis = normalizeAxis(adaptor.getAxis(), inputType.getRank());
+  if (failed(axis))
+    return fail(loc, "nn.split: axis out of range");
+  ArrayRef<int64_t> sizes = adaptor.getSizes();
+  int64_t total = 0;
+  for (int64_t size : sizes) {
+    if (size < 0)
+      return fail(loc, "nn.split: negative piece size");
+    total += size;
+  }
+  if (total != inputType.getDimSize(*axis))
+    return fail(loc, "nn.split: piece sizes sum to " + Twine(total) +
+                         " but axis " + Twine(*axis) + " has size " +
+                         Twine(inputType.getDimSize(*axis)));
+  for (int64_t size : sizes) {
+    SmallVector<int64_t> shape(inputType.getShape());
+    shape[*axis] = size;
+    types.push_back(RankedTensorType::get(shape, inputType.getElementType()));
+  }
+  return success();
+}
+
+LogicalResult SliceOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                        Adaptor adaptor,
+                                        SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  ArrayRef<int64_t> starts = adaptor.getStarts(), ends = adaptor.getEnds(),
+                    steps = adaptor.getSteps();
+  int64_t rank = inputType.getRank();
+  if (static_cast<int64_t>(starts.size()) != rank ||
+      static_cast<int64_t>(ends.size()) != rank ||
+      static_cast<int64_t>(steps.size()) != rank)
+    return fail(loc, "nn.slice: starts, ends and steps need one entry per axis (" +
+                         Twine(rank) + ")");
+  SmallVector<int64_t> shape;
+  for (int64_t axis = 0; axis < rank; ++axis) {
+    int64_t dim = inputType.getDimSize(axis);
+    int64_t start = starts[axis], end = ends[axis], step = steps[axis];
+    if (step == 0)
+      return fail(loc, "nn.slice: step 0 on axis " + Twine(axis));
+    bool valid = step > 0 ? (start >= 0 && start <= dim && end >= 0 && end <= dim)
+                          : (start >= -1 && start < dim && end >= -1 && end < dim);
+    if (!valid)
+      return fail(loc, "nn.slice: bounds of axis " + Twine(axis) +
+                           " are not normalized for size " + Twine(dim));
+    int64_t size = step > 0 ? (end - start + step - 1) / step
+                            : (start - end + (-step) - 1) / (-step);
+    shape.push_back(std::max<int64_t>(size, 0));
+  }
+  types.push_back(RankedTensorType::get(shape, inputType.getElementType()));
+  return success();
+}
+
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+
+LogicalResult ConstantOp::inferReturnTypes(MLIRContext *, std::optional<Location>,
+                                           Adaptor adaptor,
+                                           SmallVectorImpl<Type> &types) {
+  types.push_back(adaptor.getValue().getType());
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "dialects/nn/NNOps.cpp.inc"

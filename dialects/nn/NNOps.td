@@ -1,0 +1,286 @@
+#ifndef PIPEC_NN_OPS_TD
+#define PIPEC_NN_OPS_TD
+
+include "dialects/nn/NNBase.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Op classes
+//===----------------------------------------------------------------------===//
+
+// Element-wise ops with numpy (multidirectional) broadcasting.
+class NN_BroadcastBinaryOp<string mnemonic, string onnxName>
+    : NN_Op<mnemonic, [Pure, InferTypeOpAdaptor]> {
+  let summary = "ONNX " # onnxName # " with numpy broadcasting";
+  let arguments = (ins NN_Tensor:$lhs, NN_Tensor:$rhs);
+  let results = (outs NN_Tensor:$result);
+  let assemblyFormat =
+      "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+class NN_UnaryFloatOp<string mnemonic, string onnxName>
+    : NN_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+  let summary = "ONNX " # onnxName # ", element-wise";
+  let arguments = (ins NN_FloatTensor:$input);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+class NN_InferredOp<string mnemonic, list<Trait> traits = []>
+    : NN_Op<mnemonic, !listconcat([Pure, InferTypeOpAdaptor], traits)> {
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Element-wise
+//===----------------------------------------------------------------------===//
+
+def NN_AddOp : NN_BroadcastBinaryOp<"add", "Add">;
+def NN_SubOp : NN_BroadcastBinaryOp<"sub", "Sub">;
+def NN_MulOp : NN_BroadcastBinaryOp<"mul", "Mul">;
+def NN_DivOp : NN_BroadcastBinaryOp<"div", "Div">;
+def NN_PowOp : NN_BroadcastBinaryOp<"pow", "Pow">;
+def NN_EqualOp : NN_BroadcastBinaryOp<"equal", "Equal"> {
+  let results = (outs NN_BoolTensor:$result);
+}
+
+def NN_WhereOp : NN_InferredOp<"where"> {
+  let summary = "ONNX Where: select x where condition else y, with broadcasting";
+  let arguments = (ins NN_BoolTensor:$condition, NN_Tensor:$x, NN_Tensor:$y);
+  let results = (outs NN_Tensor:$result);
+}
+
+def NN_ReluOp : NN_UnaryFloatOp<"relu", "Relu">;
+def NN_TanhOp : NN_UnaryFloatOp<"tanh", "Tanh">;
+def NN_SigmoidOp : NN_UnaryFloatOp<"sigmoid", "Sigmoid">;
+def NN_ErfOp : NN_UnaryFloatOp<"erf", "Erf">;
+def NN_SqrtOp : NN_UnaryFloatOp<"sqrt", "Sqrt">;
+def NN_GeluOp : NN_UnaryFloatOp<"gelu", "Gelu"> {
+  let arguments = (ins NN_FloatTensor:$input,
+                       DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let hasVerifier = 1;
+}
+
+def NN_CastOp : NN_Op<"cast", [Pure]> {
+  let summary = "ONNX Cast: convert the element type, shape unchanged";
+  let arguments = (ins NN_Tensor:$input);
+  let results = (outs NN_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+def NN_GemmOp : NN_InferredOp<"gemm"> {
+  let summary = "ONNX Gemm: alpha * op(A) * op(B) + beta * C";
+  let arguments = (ins NN_FloatTensor:$a, NN_FloatTensor:$b,
+                       Optional<NN_FloatTensor>:$c,
+                       DefaultValuedAttr<F32Attr, "1.0">:$alpha,
+                       DefaultValuedAttr<F32Attr, "1.0">:$beta,
+                       DefaultValuedAttr<BoolAttr, "false">:$transA,
+                       DefaultValuedAttr<BoolAttr, "false">:$transB);
+  let results = (outs NN_FloatTensor:$result);
+}
+
+def NN_MatMulOp : NN_InferredOp<"matmul"> {
+  let summary = "ONNX MatMul: numpy matmul with batch broadcasting";
+  let arguments = (ins NN_FloatTensor:$a, NN_FloatTensor:$b);
+  let results = (outs NN_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Convolution, normalization, pooling
+//===----------------------------------------------------------------------===//
+
+def NN_ConvOp : NN_InferredOp<"conv"> {
+  let summary = "ONNX Conv (N, C, spatial...) with explicit pads";
+  let description = [{
+    `pads` holds the begin pads of every spatial axis followed by the end pads,
+    as in ONNX; `auto_pad` is resolved into explicit pads by the importer.
+  }];
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
+                       Optional<NN_FloatTensor>:$bias,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                       DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<I64Attr, "1">:$group);
+  let results = (outs NN_FloatTensor:$result);
+}
+
+def NN_BatchNormOp : NN_InferredOp<"batch_norm"> {
+  let summary = "ONNX BatchNormalization";
+  let description = [{
+    In training mode the output is normalized with the statistics of the
+    batch and the running statistics are updated with `momentum`
+    (running = momentum * running + (1 - momentum) * batch); in inference
+    mode the running statistics are used and returned unchanged.
+  }];
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$scale,
+                       NN_FloatTensor:$bias, NN_FloatTensor:$running_mean,
+                       NN_FloatTensor:$running_var,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
+                       DefaultValuedAttr<F32Attr, "0.9">:$momentum,
+                       DefaultValuedAttr<BoolAttr, "false">:$training);
+  let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$new_running_mean,
+                      NN_FloatTensor:$new_running_var);
+}
+
+def NN_LayerNormOp : NN_InferredOp<"layer_norm"> {
+  let summary = "ONNX LayerNormalization over the axes from `axis` on";
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$scale,
+                       Optional<NN_FloatTensor>:$bias,
+                       DefaultValuedAttr<I64Attr, "-1">:$axis,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs NN_FloatTensor:$result);
+}
+
+def NN_MaxPoolOp : NN_InferredOp<"max_pool"> {
+  let summary = "ONNX MaxPool with explicit pads (begin pads, then end pads)";
+  let arguments = (ins NN_FloatTensor:$input,
+                       DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
+                       DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+  let results = (outs NN_FloatTensor:$result);
+}
+
+def NN_AveragePoolOp : NN_InferredOp<"average_pool"> {
+  let summary = "ONNX AveragePool with explicit pads (begin pads, then end pads)";
+  let arguments = (ins NN_FloatTensor:$input,
+                       DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
+                       DenseI64ArrayAttr:$pads,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
+                       DefaultValuedAttr<BoolAttr, "false">:$count_include_pad);
+  let results = (outs NN_FloatTensor:$result);
+}
+
+def NN_GlobalAveragePoolOp : NN_InferredOp<"global_average_pool"> {
+  let summary = "ONNX GlobalAveragePool: mean over all spatial axes";
+  let arguments = (ins NN_FloatTensor:$input);
+  let results = (outs NN_FloatTensor:$result);
+}
+
+def NN_DropoutOp : NN_InferredOp<"dropout"> {
+  let summary = "ONNX Dropout; the mask is drawn from a counter-based generator";
+  let description = [{
+    In training mode elements are zeroed with probability `ratio` and the rest
+    scaled by 1/(1-ratio). The mask comes from a counter-based generator keyed
+    by (seed, step, micro-batch, op) so that pipelined and single-device runs
+    drop the same elements. Outside training mode it is the identity.
+  }];
+  let arguments = (ins NN_FloatTensor:$input,
+                       DefaultValuedAttr<F32Attr, "0.5">:$ratio,
+                       DefaultValuedAttr<BoolAttr, "false">:$training,
+                       OptionalAttr<I64Attr>:$seed);
+  let results = (outs NN_FloatTensor:$result, NN_BoolTensor:$mask);
+}
+
+def NN_SoftmaxOp : NN_InferredOp<"softmax"> {
+  let summary = "ONNX Softmax (opset 13 semantics: along one axis)";
+  let arguments = (ins NN_FloatTensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis);
+  let results = (outs NN_FloatTensor:$result);
+}
+
+def NN_SoftmaxCrossEntropyLossOp : NN_InferredOp<"softmax_cross_entropy_loss"> {
+  let summary = "ONNX SoftmaxCrossEntropyLoss";
+  let arguments = (ins NN_FloatTensor:$scores, NN_IntegerTensor:$labels,
+                       Optional<NN_FloatTensor>:$weights,
+                       DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
+                       OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs NN_FloatTensor:$loss, NN_FloatTensor:$log_prob);
+}
+
+def NN_ReduceMeanOp : NN_InferredOp<"reduce_mean"> {
+  let summary = "ONNX ReduceMean over normalized (non-negative, sorted) axes";
+  let arguments = (ins NN_FloatTensor:$input, DenseI64ArrayAttr:$axes,
+                       DefaultValuedAttr<BoolAttr, "true">:$keepdims);
+  let results = (outs NN_FloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+def NN_GatherOp : NN_InferredOp<"gather"> {
+  let summary = "ONNX Gather (embedding lookup when axis = 0)";
+  let arguments = (ins NN_Tensor:$data, NN_IntegerTensor:$indices,
+                       DefaultValuedAttr<I64Attr, "0">:$axis);
+  let results = (outs NN_Tensor:$result);
+}
+
+def NN_ReshapeOp : NN_Op<"reshape", [Pure]> {
+  let summary = "ONNX Reshape with the target shape folded into the result type";
+  let arguments = (ins NN_Tensor:$input);
+  let results = (outs NN_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def NN_FlattenOp : NN_InferredOp<"flatten"> {
+  let summary = "ONNX Flatten: 2-D view [prod(dims[:axis]), prod(dims[axis:])]";
+  let arguments = (ins NN_Tensor:$input, DefaultValuedAttr<I64Attr, "1">:$axis);
+  let results = (outs NN_Tensor:$result);
+}
+
+def NN_UnsqueezeOp : NN_InferredOp<"unsqueeze"> {
+  let summary = "ONNX Unsqueeze; axes refer to the output rank";
+  let arguments = (ins NN_Tensor:$input, DenseI64ArrayAttr:$axes);
+  let results = (outs NN_Tensor:$result);
+}
+
+def NN_SqueezeOp : NN_InferredOp<"squeeze"> {
+  let summary = "ONNX Squeeze of the given size-1 axes";
+  let arguments = (ins NN_Tensor:$input, DenseI64ArrayAttr:$axes);
+  let results = (outs NN_Tensor:$result);
+}
+
+def NN_ExpandOp : NN_Op<"expand", [Pure]> {
+  let summary = "ONNX Expand with the target shape folded into the result type";
+  let arguments = (ins NN_Tensor:$input);
+  let results = (outs NN_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def NN_TransposeOp : NN_InferredOp<"transpose"> {
+  let summary = "ONNX Transpose";
+  let arguments = (ins NN_Tensor:$input, DenseI64ArrayAttr:$perm);
+  let results = (outs NN_Tensor:$result);
+}
+
+def NN_ConcatOp : NN_InferredOp<"concat"> {
+  let summary = "ONNX Concat";
+  let arguments = (ins Variadic<NN_Tensor>:$inputs, I64Attr:$axis);
+  let results = (outs NN_Tensor:$result);
+}
+
+def NN_SplitOp : NN_InferredOp<"split"> {
+  let summary = "ONNX Split into pieces of the given sizes along one axis";
+  let arguments = (ins NN_Tensor:$input, I64Attr:$axis, DenseI64ArrayAttr:$sizes);
+  let results = (outs Variadic<NN_Tensor>:$results);
+}
+
+def NN_SliceOp : NN_InferredOp<"slice"> {
+  let summary = "ONNX Slice with bounds folded into attributes, one entry per axis";
+  let description = [{
+    `starts`, `ends` and `steps` have one entry per input axis and are
+    normalized by the importer: starts are in [0, dim) (or equal dim for an
+    empty slice), ends are in [0, dim] for positive steps and in [-1, dim)
+    for negative steps, where -1 means "past the first element".
+  }];
+  let arguments = (ins NN_Tensor:$input, DenseI64ArrayAttr:$starts,
+                       DenseI64ArrayAttr:$ends, DenseI64ArrayAttr:$steps);
+  let results = (outs NN_Tensor:$result);
+}
+
+def NN_ConstantOp : NN_Op<"constant", [Pure, ConstantLike, InferTypeOpAdaptor]> {
+  let summary = "A constant tensor (ONNX Constant, and folded shape computations)";
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs NN_Tensor:$result);
+  let assemblyFormat = "attr-dict $value";
+  let hasFolder = 1;
+}
+
+#endif // PIPEC_NN_OPS_TD

@@ -1,0 +1,84 @@
+#include "dialects/pipe/PipeDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+using namespace pipec::pipe;
+
+#include "dialects/pipe/PipeOpsDialect.cpp.inc"
+
+void PipeDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "dialects/pipe/PipeOps.cpp.inc"
+      >();
+}
+
+LogicalResult StageOp::verify() {
+  if (getId() < 0)
+    return emitOpError("stage id must be non-negative, got ") << getId();
+  if (getReplicas() < 1)
+    return emitOpError("replicas must be at least 1, got ") << getReplicas();
+  if (auto ranks = getRanks()) {
+    if (static_cast<int64_t>(ranks->size()) != getReplicas())
+      return emitOpError("lists ") << ranks->size() << " ranks for "
+                                   << getReplicas() << " replicas";
+    for (int64_t rank : *ranks)
+      if (rank < 0)
+        return emitOpError("rank ") << rank << " is negative";
+  }
+  return success();
+}
+
+/// Shared check of send/recv: a peer is another stage of the pipeline.
+static LogicalResult verifyPeer(Operation *op, int64_t peer, int64_t tag) {
+  if (peer < 0)
+    return op->emitOpError("peer stage must be non-negative, got ") << peer;
+  if (tag < 0)
+    return op->emitOpError("tag must be non-negative, got ") << tag;
+  if (auto stage = op->getParentOfType<StageOp>())
+    if (stage.getId() == peer)
+      return op->emitOpError("stage ") << peer << " cannot communicate with itself";
+  return success();
+}
+
+LogicalResult SendOp::verify() { return verifyPeer(*this, getPeer(), getTag()); }
+LogicalResult RecvOp::verify() { return verifyPeer(*this, getPeer(), getTag()); }
+
+LogicalResult AllReduceOp::verify() {
+  if (getReduction() != "mean" && getReduction() != "sum")
+    return emitOpError("reduction must be \"mean\" or \"sum\", got \"")
+           << getReduction() << "\"";
+  return success();
+}
+
+LogicalResult StashOp::verify() {
+  if (getSlots() < 1)
+    return emitOpError("needs at least one slot, got ") << getSlots();
+  return success();
+}
+
+LogicalResult RestoreOp::verify() {
+  if (getSlots() < 1)
+    return emitOpError("needs at least one slot, got ") << getSlots();
+  return success();
+}
+
+LogicalResult RecomputeOp::verify() {
+  Block &body = getBody().front();
+  if (body.getNumArguments() != getInputs().size())
+    return emitOpError("body takes ") << body.getNumArguments()
+                                      << " arguments for " << getInputs().size()
+                                      << " inputs";
+  for (auto [argument, input] : llvm::zip(body.getArguments(), getInputs()))
+    if (argument.getType() != input.getType())
+      return emitOpError("body argument types differ from the input types");
+  auto yield = llvm::cast<YieldOp>(body.getTerminator());
+  if (yield.getValues().getTypes() != getResults().getTypes())
+    return emitOpError("yields types that differ from its result types");
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "dialects/pipe/PipeOps.cpp.inc"

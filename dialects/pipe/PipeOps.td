@@ -1,0 +1,96 @@
+#ifndef PIPEC_PIPE_OPS_TD
+#define PIPEC_PIPE_OPS_TD
+
+include "dialects/pipe/PipeBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/RegionKindInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+def Pipe_StageOp : Pipe_Op<"stage", [IsolatedFromAbove, SymbolTable,
+    SingleBlock, NoTerminator, Symbol]> {
+  let summary = "One pipeline stage: its entry points and where it runs";
+  let description = [{
+    Holds the functions of one stage (`fwd`, `bwd_input`, `bwd_weight`,
+    `step`, and per-chunk variants for virtual stages). `id` is the stage's
+    position in the pipeline, `replicas` its data-parallel width and `ranks`
+    (when assigned) the global ranks that run it, one per replica.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$id,
+                       DefaultValuedAttr<I64Attr, "1">:$replicas,
+                       OptionalAttr<DenseI64ArrayAttr>:$ranks);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
+  let hasVerifier = 1;
+}
+
+def Pipe_SendOp : Pipe_Op<"send"> {
+  let summary = "Send a tensor to another stage (matched with pipe.recv by tag)";
+  let arguments = (ins AnyRankedTensor:$value, I64Attr:$peer, I64Attr:$tag);
+  let assemblyFormat = "$value `to` $peer `tag` $tag attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
+def Pipe_RecvOp : Pipe_Op<"recv"> {
+  let summary = "Receive a tensor from another stage (matched with pipe.send by tag)";
+  let arguments = (ins I64Attr:$peer, I64Attr:$tag);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = "`from` $peer `tag` $tag attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Pipe_AllReduceOp : Pipe_Op<"allreduce", [SameOperandsAndResultType]> {
+  let summary = "Sum (or average) a gradient over the replicas of a stage";
+  let arguments = (ins AnyStaticShapeTensor:$value,
+                       DefaultValuedStrAttr<StrAttr, "mean">:$reduction);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = "$value attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
+def Pipe_StashOp : Pipe_Op<"stash"> {
+  let summary = "Keep the weight version a micro-batch's forward used";
+  let description = [{
+    Asynchronous schedules (PipeDream 1F1B-RR) update weights while older
+    micro-batches are still in flight; the backward of a micro-batch must use
+    the weights its forward used. `slots` is the number of versions kept (the
+    in-flight count of the plan); `name` identifies the weight.
+  }];
+  let arguments = (ins AnyStaticShapeTensor:$weight, Index:$microbatch,
+                       StrAttr:$name, I64Attr:$slots);
+  let assemblyFormat = "$weight `for` $microbatch attr-dict `:` type($weight)";
+  let hasVerifier = 1;
+}
+
+def Pipe_RestoreOp : Pipe_Op<"restore"> {
+  let summary = "Fetch the weight version stashed for a micro-batch";
+  let arguments = (ins Index:$microbatch, StrAttr:$name, I64Attr:$slots);
+  let results = (outs AnyStaticShapeTensor:$result);
+  let assemblyFormat = "$microbatch attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Pipe_RecomputeOp : Pipe_Op<"recompute", [SingleBlockImplicitTerminator<"YieldOp">,
+    RecursiveMemoryEffects]> {
+  let summary = "Re-materialize activations before the backward (GPipe)";
+  let description = [{
+    The body re-runs forward ops from the stage-boundary activations it takes
+    as operands; its results replace the activations that were not kept.
+  }];
+  let arguments = (ins Variadic<AnyType>:$inputs);
+  let results = (outs Variadic<AnyType>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "`(` $inputs `)` attr-dict-with-keyword `:` functional-type($inputs, $results) $body";
+  let hasVerifier = 1;
+}
+
+def Pipe_YieldOp : Pipe_Op<"yield", [Pure, Terminator, ReturnLike,
+    HasParent<"RecomputeOp">]> {
+  let summary = "Terminates a pipe.recompute body";
+  let arguments = (ins Variadic<AnyType>:$values);
+  let assemblyFormat = "attr-dict ($values^ `:` type($values))?";
+  let builders = [OpBuilder<(ins), [{ build($_builder, $_state, mlir::ValueRange()); }]>];
+}
+
+#endif // PIPEC_PIPE_OPS_TD

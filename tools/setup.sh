@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what pipec needs to build and test on Debian 12, only when missing.
+# Safe to run repeatedly; used by tools/test.sh, tools/demo.sh and .ci/run.
+set -euo pipefail
+
+DEBIAN_PACKAGES=(
+  cmake ninja-build g++ pkg-config python3 python3-venv
+  llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
+  libonnx-dev libprotobuf-dev protobuf-compiler
+  libopenmpi-dev openmpi-bin libopenblas-dev
+  libgtest-dev googletest nlohmann-json3-dev
+  libonnx-testdata python3-torch python3-numpy
+)
+
+missing=()
+for package in "${DEBIAN_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Test oracles from PyPI (onnx, onnxruntime) live in a venv that also sees Debian's torch.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${PIPEC_VENV:-$ROOT/.venv}"
+if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c "import onnx, onnxruntime, torch" 2>/dev/null; then
+  echo "setup: preparing Python test oracles in $VENV"
+  /usr/bin/python3 -m venv --system-site-packages "$VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "onnx==1.16.2" "onnxruntime==1.19.2" "numpy<2"
+fi
