@@ -36,6 +36,8 @@ mlir::OpPrintingFlags printingFlags(const CompileOptions &options) {
   mlir::OpPrintingFlags flags;
   if (options.elideConstantsLargerThan > 0)
     flags.elideLargeElementsAttrs(options.elideConstantsLargerThan);
+  if (options.printLocations)
+    flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false).useLocalScope();
   return flags;
 }
 

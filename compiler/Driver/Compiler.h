@@ -32,6 +32,8 @@ struct CompileOptions {
   std::string outputPath = "-";
   /// Elide constants with more elements than this when printing (0 = never).
   int64_t elideConstantsLargerThan = 0;
+  /// Print each op's location (the ONNX node it came from) with the IR.
+  bool printLocations = false;
 };
 
 /// Runs the compiler; errors go to `errs` as one paragraph each. Returns the

@@ -156,6 +156,7 @@ public:
   void convertExpand(const onnx::NodeProto &node);
   void convertTranspose(const onnx::NodeProto &node);
   void convertConcat(const onnx::NodeProto &node);
+  void convertPad(const onnx::NodeProto &node);
   void convertSplit(const onnx::NodeProto &node);
   void convertSlice(const onnx::NodeProto &node);
   void convertIdentity(const onnx::NodeProto &node);
@@ -300,6 +301,7 @@ const std::vector<OpRule> &opRules() {
       {"Expand", &OnnxImporter::convertExpand, {0}},
       {"Transpose", &OnnxImporter::convertTranspose, {0}},
       {"Concat", &OnnxImporter::convertConcat, kAll},
+      {"Pad", &OnnxImporter::convertPad, {0}},
       {"Split", &OnnxImporter::convertSplit, {0}},
       {"Slice", &OnnxImporter::convertSlice, {0}},
       {"Identity", &OnnxImporter::convertIdentity, {0}},
@@ -1336,6 +1338,45 @@ void OnnxImporter::convertConcat(const onnx::NodeProto &node) {
                 1);
 }
 
+void OnnxImporter::convertPad(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  int64_t rank = typeOf(input).getRank();
+  std::string mode = stringAttr(node, "mode", "constant");
+  if (mode != "constant")
+    fail(node, "mode '" + mode + "' is not supported (only constant padding)");
+  std::vector<int64_t> pads = constantInput(node, 1, "pads").toInts();
+  double value = 0.0;
+  if (auto given = optionalConstantInput(node, 2, "constant_value"))
+    value = given->asDouble(0);
+  if (auto axesInput = optionalConstantInput(node, 3, "axes")) {
+    // Opset 18: pads cover only the listed axes.
+    std::vector<int64_t> axes = normalizedAxes(node, axesInput->toInts(), rank, false);
+    if (pads.size() != 2 * axes.size())
+      fail(node, "pads needs two entries per listed axis");
+    std::vector<int64_t> full(2 * rank, 0);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      full[axes[i]] = pads[i];
+      full[axes[i] + rank] = pads[i + axes.size()];
+    }
+    pads = full;
+  }
+  if (static_cast<int64_t>(pads.size()) != 2 * rank)
+    fail(node, "pads has " + std::to_string(pads.size()) + " entries for rank " +
+                   std::to_string(rank));
+  if (llvm::any_of(pads, [](int64_t pad) { return pad < 0; }))
+    fail(node, "negative pads (cropping) are not supported");
+  if (llvm::all_of(pads, [](int64_t pad) { return pad == 0; })) {
+    define(node, 0, input);
+    return;
+  }
+  defineResults(node,
+                createInferred<nn::PadOp>(
+                    node, {input},
+                    {builder.getNamedAttr("pads", builder.getDenseI64ArrayAttr(pads)),
+                     builder.getNamedAttr("value", builder.getF64FloatAttr(value))}),
+                1);
+}
+
 void OnnxImporter::convertSplit(const onnx::NodeProto &node) {
   Value input = operand(node, 0);
   auto shape = typeOf(input).getShape();
@@ -1677,6 +1718,8 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
     for (auto [index, argument] : llvm::enumerate(arguments)) {
       function.setArgAttr(index, "nn.name", builder.getStringAttr(argument.first));
       function.setArgAttr(index, "nn.role", builder.getStringAttr(argument.second));
+      body->getArgument(index).setLoc(
+          NameLoc::get(builder.getStringAttr(argument.first), fileLoc));
       values[argument.first] = body->getArgument(index);
     }
     builder.setInsertionPointToEnd(body);

@@ -354,7 +354,7 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
   auto inputType = rankedType(adaptor.getInput());
   auto axis = normalizeAxis(adaptor.getAxis(), inputType.getRank());
   if (failed(axis))
-    return fail(loc, "nn.layer_norm: axis " + Twine(adaptor.getAxis()) +
+    return fail(loc, "nn.layer_norm: axis " + Twine(static_cast<int64_t>(adaptor.getAxis())) +
                          " out of range for rank " + Twine(inputType.getRank()));
   auto normalized = inputType.getShape().drop_front(*axis);
   for (Value param : {adaptor.getScale(), adaptor.getBias()}) {
@@ -444,7 +444,7 @@ LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *, std::optional<Location>
                                           SmallVectorImpl<Type> &types) {
   auto inputType = rankedType(adaptor.getInput());
   if (failed(normalizeAxis(adaptor.getAxis(), inputType.getRank())))
-    return fail(loc, "nn.softmax: axis " + Twine(adaptor.getAxis()) +
+    return fail(loc, "nn.softmax: axis " + Twine(static_cast<int64_t>(adaptor.getAxis())) +
                          " out of range for rank " + Twine(inputType.getRank()));
   types.push_back(inputType);
   return success();
@@ -513,7 +513,7 @@ LogicalResult GatherOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   auto dataType = rankedType(adaptor.getData());
   auto axis = normalizeAxis(adaptor.getAxis(), dataType.getRank());
   if (failed(axis))
-    return fail(loc, "nn.gather: axis " + Twine(adaptor.getAxis()) +
+    return fail(loc, "nn.gather: axis " + Twine(static_cast<int64_t>(adaptor.getAxis())) +
                          " out of range for rank " + Twine(dataType.getRank()));
   SmallVector<int64_t> shape(dataType.getShape().take_front(*axis));
   auto indices = rankedType(adaptor.getIndices()).getShape();
@@ -625,6 +625,24 @@ LogicalResult TransposeOp::inferReturnTypes(MLIRContext *,
   return success();
 }
 
+LogicalResult PadOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                      Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  ArrayRef<int64_t> pads = adaptor.getPads();
+  int64_t rank = inputType.getRank();
+  if (static_cast<int64_t>(pads.size()) != 2 * rank)
+    return fail(loc, "nn.pad: pads needs " + Twine(2 * rank) + " entries for rank " +
+                         Twine(rank));
+  SmallVector<int64_t> shape(inputType.getShape());
+  for (int64_t axis = 0; axis < rank; ++axis) {
+    if (pads[axis] < 0 || pads[axis + rank] < 0)
+      return fail(loc, "nn.pad: pads must be non-negative");
+    shape[axis] += pads[axis] + pads[axis + rank];
+  }
+  types.push_back(RankedTensorType::get(shape, inputType.getElementType()));
+  return success();
+}
+
 LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &types) {
@@ -634,7 +652,7 @@ LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   auto firstType = rankedType(inputs.front());
   auto axis = normalizeAxis(adaptor.getAxis(), firstType.getRank());
   if (failed(axis))
-    return fail(loc, "nn.concat: axis " + Twine(adaptor.getAxis()) +
+    return fail(loc, "nn.concat: axis " + Twine(static_cast<int64_t>(adaptor.getAxis())) +
                          " out of range for rank " + Twine(firstType.getRank()));
   SmallVector<int64_t> shape(firstType.getShape());
   shape[*axis] = 0;

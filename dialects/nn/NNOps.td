@@ -250,6 +250,18 @@ def NN_TransposeOp : NN_InferredOp<"transpose"> {
   let results = (outs NN_Tensor:$result);
 }
 
+def NN_PadOp : NN_InferredOp<"pad"> {
+  let summary = "ONNX Pad in constant mode with non-negative pads";
+  let description = [{
+    `pads` holds the begin pads of every axis followed by the end pads, as in
+    ONNX; new elements take `value`. PyTorch exports padded average pooling as
+    Pad followed by AveragePool.
+  }];
+  let arguments = (ins NN_Tensor:$input, DenseI64ArrayAttr:$pads,
+                       DefaultValuedAttr<F64Attr, "0.0">:$value);
+  let results = (outs NN_Tensor:$result);
+}
+
 def NN_ConcatOp : NN_InferredOp<"concat"> {
   let summary = "ONNX Concat";
   let arguments = (ins Variadic<NN_Tensor>:$inputs, I64Attr:$axis);

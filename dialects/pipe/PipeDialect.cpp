@@ -16,14 +16,16 @@ void PipeDialect::initialize() {
 }
 
 LogicalResult StageOp::verify() {
-  if (getId() < 0)
-    return emitOpError("stage id must be non-negative, got ") << getId();
-  if (getReplicas() < 1)
-    return emitOpError("replicas must be at least 1, got ") << getReplicas();
+  // I64Attr getters return uint64_t; compare as signed.
+  int64_t id = getId(), replicas = getReplicas();
+  if (id < 0)
+    return emitOpError("stage id must be non-negative, got ") << id;
+  if (replicas < 1)
+    return emitOpError("replicas must be at least 1, got ") << replicas;
   if (auto ranks = getRanks()) {
-    if (static_cast<int64_t>(ranks->size()) != getReplicas())
-      return emitOpError("lists ") << ranks->size() << " ranks for "
-                                   << getReplicas() << " replicas";
+    if (static_cast<int64_t>(ranks->size()) != replicas)
+      return emitOpError("lists ") << ranks->size() << " ranks for " << replicas
+                                   << " replicas";
     for (int64_t rank : *ranks)
       if (rank < 0)
         return emitOpError("rank ") << rank << " is negative";
@@ -38,7 +40,7 @@ static LogicalResult verifyPeer(Operation *op, int64_t peer, int64_t tag) {
   if (tag < 0)
     return op->emitOpError("tag must be non-negative, got ") << tag;
   if (auto stage = op->getParentOfType<StageOp>())
-    if (stage.getId() == peer)
+    if (static_cast<int64_t>(stage.getId()) == peer)
       return op->emitOpError("stage ") << peer << " cannot communicate with itself";
   return success();
 }
@@ -54,14 +56,16 @@ LogicalResult AllReduceOp::verify() {
 }
 
 LogicalResult StashOp::verify() {
-  if (getSlots() < 1)
-    return emitOpError("needs at least one slot, got ") << getSlots();
+  if (static_cast<int64_t>(getSlots()) < 1)
+    return emitOpError("needs at least one slot, got ")
+           << static_cast<int64_t>(getSlots());
   return success();
 }
 
 LogicalResult RestoreOp::verify() {
-  if (getSlots() < 1)
-    return emitOpError("needs at least one slot, got ") << getSlots();
+  if (static_cast<int64_t>(getSlots()) < 1)
+    return emitOpError("needs at least one slot, got ")
+           << static_cast<int64_t>(getSlots());
   return success();
 }
 

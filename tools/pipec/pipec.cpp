@@ -30,6 +30,9 @@ int main(int argc, char **argv) {
       "elide-constants",
       cl::desc("When printing IR, elide constants with more elements than this (0: never)"),
       cl::value_desc("n"), cl::init(0), cl::cat(category));
+  cl::opt<bool> printLocations(
+      "print-locations", cl::desc("Print the ONNX node each op comes from (its location)"),
+      cl::cat(category));
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv,
@@ -43,6 +46,7 @@ int main(int argc, char **argv) {
   options.outputPath = output;
   options.dumpIrDirectory = dumpIr;
   options.elideConstantsLargerThan = elide;
+  options.printLocations = printLocations;
   if (!emit.empty()) {
     options.emit = pipec::parsePhase(emit);
     if (!options.emit) {

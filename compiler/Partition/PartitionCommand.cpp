@@ -1,0 +1,177 @@
+#include "compiler/Partition/PartitionCommand.h"
+
+#include "compiler/Partition/Error.h"
+#include "compiler/Partition/PlanJson.h"
+
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+
+namespace pipec::partition {
+
+Topology PartitionCliOptions::topology() const {
+  if (!gpus.empty() && !clusterFile.empty())
+    throw Error("give --gpus or --cluster, not both");
+  if (gpus.empty() && clusterFile.empty())
+    throw Error("missing --gpus NxG or --cluster FILE");
+  if (!clusterFile.empty()) {
+    if (intraBytesPerSecond > 0 || interBytesPerSecond > 0)
+      throw Error("--intra-bw/--inter-bw apply to --gpus; set bandwidths in the cluster file");
+    Topology t = readClusterJsonFile(clusterFile);
+    if (deviceGiven) {
+      const DevicePreset &p = requireDevicePreset(device, "--device");
+      if (!t.device.empty() && t.device != p.name)
+        throw Error("--device " + device + " disagrees with \"device\": \"" + t.device + "\" in " + clusterFile);
+      t.device = std::string(p.name);
+    }
+    return t;
+  }
+  return makeGpusTopology(parseGpusSpec(gpus), requireDevicePreset(device, "--device"),
+                          intraBytesPerSecond, interBytesPerSecond);
+}
+
+static int parsePositive(const std::string &flag, const std::string &value, int max) {
+  size_t used = 0;
+  long v = 0;
+  try {
+    v = std::stol(value, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used != value.size() || value.empty() || v < 1 || v > max)
+    throw Error(flag + " '" + value + "': expected a positive integer");
+  return static_cast<int>(v);
+}
+
+void parsePartitionFlags(std::vector<std::string> &args, PartitionCliOptions &o) {
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i], value;
+    bool inlineValue = false;
+    if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
+      value = arg.substr(arg.find('=') + 1);
+      arg = arg.substr(0, arg.find('='));
+      inlineValue = true;
+    }
+    auto takeValue = [&]() -> std::string {
+      if (inlineValue)
+        return value;
+      if (i + 1 >= args.size())
+        throw Error(arg + ": missing value");
+      return args[++i];
+    };
+    auto noValue = [&]() {
+      if (inlineValue)
+        throw Error(arg + " takes no value");
+    };
+    if (arg == "--gpus")
+      o.gpus = takeValue();
+    else if (arg == "--cluster")
+      o.clusterFile = takeValue();
+    else if (arg == "--device") {
+      o.device = takeValue();
+      o.deviceGiven = true;
+      requireDevicePreset(o.device, "--device");
+    } else if (arg == "--intra-bw")
+      o.intraBytesPerSecond = parseGigabytesPerSecond(takeValue(), "--intra-bw");
+    else if (arg == "--inter-bw")
+      o.interBytesPerSecond = parseGigabytesPerSecond(takeValue(), "--inter-bw");
+    else if (arg == "--memory-limit")
+      o.options.memoryLimitBytes = parseByteSize(takeValue(), "--memory-limit");
+    else if (arg == "--stages")
+      o.options.forcedStages = parsePositive(arg, takeValue(), 65536);
+    else if (arg == "--microbatches")
+      o.options.microbatches = parsePositive(arg, takeValue(), 1 << 20);
+    else if (arg == "--no-replication") {
+      noValue();
+      o.options.allowReplication = false;
+    } else if (arg == "--async") {
+      noValue();
+      o.options.asynchronous = true;
+    } else if (arg == "--recompute") {
+      noValue();
+      o.options.recompute = true;
+    } else if (arg == "--partition")
+      o.partitionFile = takeValue();
+    else if (arg == "--json") {
+      noValue();
+      o.json = true;
+    } else if (arg == "--out")
+      o.outDir = takeValue();
+    else
+      rest.push_back(args[i]);
+  }
+  args = std::move(rest);
+}
+
+const char *partitionFlagsHelp() {
+  return "  --gpus NxG            N servers of G devices (NVLink inside, network between)\n"
+         "  --cluster FILE        any number of levels (docs/cluster-json.md)\n"
+         "  --device NAME         device preset: V100, A100, H100 (default H100)\n"
+         "  --intra-bw GB/s       override the preset's NVLink bandwidth (with --gpus)\n"
+         "  --inter-bw GB/s       override the preset's network bandwidth (with --gpus)\n"
+         "  --memory-limit SIZE   per-device memory, e.g. 16GiB, 80GB (default: the device's)\n"
+         "  --stages N            exactly N pipeline stages\n"
+         "  --no-replication      a straight pipeline: no stage is replicated\n"
+         "  --microbatches M      micro-batches per mini-batch (default 1)\n"
+         "  --async               PipeDream 1F1B-RR: weight stashing, no flush\n"
+         "  --recompute           keep only stage inputs; recompute activations in backward\n"
+         "  --partition FILE      evaluate the stages of FILE (plan.json schema) instead of searching\n"
+         "  --json                print the summary as JSON\n"
+         "  --out DIR             write DIR/plan.json\n";
+}
+
+void runPartition(const CostTable &table, const PartitionCliOptions &o, std::ostream &out) {
+  Topology topo = o.topology();
+  PartitionResult result =
+      o.partitionFile.empty()
+          ? partition(table, topo, o.options)
+          : evaluatePartition(table, topo, o.options, readStageSpecsFile(o.partitionFile, table));
+  result.verify(table, topo);
+  if (!o.outDir.empty())
+    writePlanFile(planToJson(table, topo, result), o.outDir);
+  if (o.json)
+    out << summaryToJson(table, result).dump(2) << "\n";
+  else
+    printPlanTable(out, table, topo, result);
+}
+
+int runPartitionCommand(int argc, char **argv) {
+  std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
+  const std::string usage = "usage: pipec partition --costs costs.csv (--gpus NxG | --cluster FILE) [options]\n";
+  for (const std::string &a : args)
+    if (a == "--help" || a == "-h") {
+      std::cout << usage << "\nPartitions a cost table (docs/cost-table.md) with PipeDream's hierarchical DP\n"
+                << "and prints the plan (docs/partition.md).\n\n"
+                << "  --costs FILE          the cost table (CSV)\n"
+                << partitionFlagsHelp();
+      return 0;
+    }
+  try {
+    PartitionCliOptions o;
+    parsePartitionFlags(args, o);
+    std::string costs;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--costs" && i + 1 < args.size())
+        costs = args[++i];
+      else if (args[i].rfind("--costs=", 0) == 0)
+        costs = args[i].substr(8);
+      else {
+        std::cerr << "pipec partition: unknown argument '" << args[i] << "'\n" << usage;
+        return 2;
+      }
+    }
+    if (costs.empty()) {
+      std::cerr << "pipec partition: missing --costs FILE\n" << usage;
+      return 2;
+    }
+    CostTable table = readCostTableCsvFile(costs);
+    runPartition(table, o, std::cout);
+    return 0;
+  } catch (const Error &e) {
+    std::cerr << "pipec partition: error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+} // namespace pipec::partition

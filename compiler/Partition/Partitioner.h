@@ -1,0 +1,153 @@
+#ifndef PIPEC_PARTITION_PARTITIONER_H
+#define PIPEC_PARTITION_PARTITIONER_H
+
+#include "compiler/Partition/CostTable.h"
+#include "compiler/Partition/Topology.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pipec::partition {
+
+struct PartitionOptions {
+  int forcedStages = 0;          ///< --stages N: exactly N pipeline stages (0: the DP chooses)
+  bool allowReplication = true;  ///< false: --no-replication, a straight pipeline
+  int64_t memoryLimitBytes = 0;  ///< 0: the topology's device memory; < 0: unlimited
+  bool asynchronous = false;     ///< PipeDream 1F1B-RR: weight stashing, no flush
+  bool recompute = false;        ///< keep only stage inputs of in-flight micro-batches
+  int microbatches = 1;          ///< micro-batches per mini-batch
+  int maxLayers = 0;             ///< group ops into at most this many layers (0: as many as the time budget allows)
+};
+
+/// A hierarchical partition, as PipeDream's DP builds it: at the outermost level a
+/// pipeline of stages; each stage is replicated over `replicas` components of the
+/// next level down, and each replica runs the same inner pipeline (`inner`,
+/// empty at level 0 where the replicas are devices). Op indices are inclusive.
+struct TreeStage {
+  int firstOp = 0, lastOp = 0;
+  int replicas = 1;
+  std::vector<TreeStage> inner;
+};
+struct PartitionTree {
+  std::vector<TreeStage> stages; ///< the pipeline at the outermost level
+};
+
+/// A flat stage as a user writes it (--partition): op range, replicas, and
+/// optionally the ranks (when absent, stages take consecutive ranks in order).
+struct StageSpec {
+  int firstOp = 0, lastOp = 0;
+  int replicas = 1;
+  std::vector<int> ranks;
+};
+
+/// One pipeline stage of the flattened plan, with what the table prints.
+struct StagePlan {
+  int firstOp = 0, lastOp = 0;
+  int replicas = 1;
+  std::vector<int> replicasPerLevel; ///< innermost first; their product is `replicas`
+  std::vector<int> ranks;
+  double computeSeconds = 0;   ///< fwd + B + W of one micro-batch on one replica
+  double sendSeconds = 0;      ///< 2·a/B: activations out and gradients back over the cut after it
+  int sendLevel = -1;          ///< topology level carrying that cut (-1: last stage)
+  int64_t sendBytes = 0;       ///< a: bytes of all tensors crossing the cut after the stage
+  double allreduceSeconds = 0; ///< Σ_k 2(r_k-1)/r_k·|w|/B_k, the gradient all-reduce of this stage
+  int inflight = 1;            ///< micro-batches in flight on one replica (memory model)
+  int64_t parameterBytes = 0, optimizerStateBytes = 0;
+  int64_t stashBytes = 0;      ///< stashed weight versions (asynchronous)
+  int64_t activationBytes = 0; ///< activations kept for the in-flight micro-batches
+  int64_t memoryBytes = 0;     ///< total per device
+};
+
+struct PartitionResult {
+  std::vector<StagePlan> stages;
+  PartitionTree tree;
+  bool fromSearch = true;            ///< false: evaluatePartition of a given partition
+  int layers = 0;                    ///< units the DP ran on (ops grouped into layers)
+  int devicesUsed = 0;
+  int64_t memoryLimitBytes = -1;     ///< -1: unlimited
+  int microbatches = 1;
+  bool asynchronous = false, recompute = false;
+  double timePerMicrobatch = 0;      ///< PipeDream's objective: the slowest stage or link
+  double timePerMinibatch = 0;
+  double throughput = 0;             ///< micro-batches per second
+  double bubbleSeconds = 0;          ///< fill and drain per mini-batch (synchronous)
+  double bubbleFraction = 0;         ///< bubble / time per mini-batch
+  int inflightMicrobatches = 1;      ///< of the input stage (≈ workers / its replicas)
+  bool dataParallelFits = false;
+  double dataParallelTimePerMicrobatch = 0; ///< all devices replicate the whole model
+  double speedupOverDataParallel = 0;       ///< 0 when data parallelism does not fit
+
+  /// Checks the invariants (contiguous cover, replicas and ranks, memory within the
+  /// limit, predicted times consistent); throws Error("internal: ...") on violation.
+  void verify(const CostTable &table, const Topology &topology) const;
+};
+
+/// The numbers of design.md §2 for a cost table on a topology, shared by the DP,
+/// the evaluation of given partitions and the exhaustive search in the tests.
+class CostModel {
+public:
+  CostModel(const CostTable &table, const Topology &topology, const PartitionOptions &options);
+
+  int numOps() const { return static_cast<int>(computePrefix_.size()) - 1; }
+  double compute(int i, int j) const { return computePrefix_[j + 1] - computePrefix_[i]; }
+  double parameters(int i, int j) const { return paramPrefix_[j + 1] - paramPrefix_[i]; }
+  double optimizerState(int i, int j) const { return optPrefix_[j + 1] - optPrefix_[i]; }
+  double activations(int i, int j) const { return actPrefix_[j + 1] - actPrefix_[i]; }
+  /// a_s: bytes of every tensor produced at or before op s and read after it.
+  int64_t cutBytes(int s) const { return s < 0 || s + 1 >= numOps() ? 0 : cutBytes_[s]; }
+  /// Micro-batches in flight for a device stage with r replicas, x devices after it
+  /// in its innermost pipeline and `outer` from enclosing levels (see docs/partition.md).
+  int inflight(int r, int x, int64_t outer) const;
+  /// Per-device memory of ops i..j with f micro-batches in flight.
+  double memory(int i, int j, int f) const;
+  double memoryLimit() const { return limit_; } ///< infinity when unlimited
+  /// T at level 0 (a device stage): (1/r)·max(compute, 2(r-1)|w|/B_0), or infinity if it
+  /// does not fit in memory.
+  double deviceStageTime(int i, int j, int r, int f) const;
+  double allreduceTime(int level, int i, int j, int r) const;
+  double cutTime(int level, int s) const;
+
+  /// PipeDream's objective for a tree (infinity if some stage does not fit);
+  /// validates the shape and throws Error when the tree is malformed.
+  double evaluate(const PartitionTree &tree) const;
+  PartitionResult describe(const PartitionTree &tree, bool fromSearch) const;
+
+  const Topology &topology() const { return topology_; }
+  const PartitionOptions &options() const { return options_; }
+  const CostTable &table() const { return table_; }
+
+private:
+  double evaluatePipeline(int level, const std::vector<TreeStage> &stages, int first, int last,
+                          int64_t outer) const;
+  const CostTable &table_;
+  Topology topology_;
+  PartitionOptions options_;
+  double limit_;
+  std::vector<double> computePrefix_, paramPrefix_, optPrefix_, actPrefix_;
+  std::vector<int64_t> cutBytes_;
+};
+
+/// Ends (last op index, inclusive) of the layers the DP runs on: the identity
+/// when the table has at most maxLayers ops; otherwise compute-balanced layers
+/// whose boundaries sit at the cheapest cuts nearby (docs/partition.md).
+std::vector<int> groupIntoLayers(const CostModel &model, int maxLayers);
+
+/// PipeDream's hierarchical DP (design.md §2). Throws Error when no partition fits
+/// in memory, naming the stage and how much more it needs.
+PartitionResult partition(const CostTable &table, const Topology &topology,
+                          const PartitionOptions &options);
+
+/// The same predictions for a given partition. Throws Error when the stages do not
+/// cover the ops in order, use too many devices, or do not fit the hierarchy.
+PartitionResult evaluatePartition(const CostTable &table, const Topology &topology,
+                                  const PartitionOptions &options,
+                                  const std::vector<StageSpec> &stages);
+
+/// Rebuilds the hierarchy PipeDream's model needs from flat stages and their
+/// ranks (assigning consecutive ranks where none are given).
+PartitionTree treeFromStages(const Topology &topology, int numOps, std::vector<StageSpec> stages);
+
+} // namespace pipec::partition
+
+#endif

@@ -1,0 +1,239 @@
+#include "compiler/Partition/Topology.h"
+
+#include "compiler/Partition/Error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace pipec::partition {
+
+static constexpr int64_t GiB = int64_t(1) << 30;
+
+const std::vector<DevicePreset> &devicePresets() {
+  // Dense datasheet peaks of the SXM parts; link numbers are per direction:
+  // NVLink 2/3/4 (300/600/900 GB/s both ways) and one 100/200/400 Gb/s NIC per GPU.
+  static const std::vector<DevicePreset> presets = {
+      {"V100", 15.7e12, 15.7e12, 125e12, 900e9, 32 * GiB, 150e9, 12.5e9},
+      {"A100", 19.5e12, 156e12, 312e12, 2039e9, 80 * GiB, 300e9, 25e9},
+      {"H100", 67e12, 494.7e12, 989.4e12, 3350e9, 80 * GiB, 450e9, 50e9},
+  };
+  return presets;
+}
+
+static bool equalsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size())
+    return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  return true;
+}
+
+const DevicePreset *findDevicePreset(std::string_view name) {
+  for (const DevicePreset &p : devicePresets())
+    if (equalsIgnoreCase(p.name, name))
+      return &p;
+  return nullptr;
+}
+
+const DevicePreset &requireDevicePreset(std::string_view name, std::string_view flag) {
+  if (const DevicePreset *p = findDevicePreset(name))
+    return *p;
+  std::string known;
+  for (const DevicePreset &p : devicePresets())
+    known += (known.empty() ? "" : ", ") + std::string(p.name);
+  throw Error(std::string(flag) + ": unknown device '" + std::string(name) + "' (known: " + known + ")");
+}
+
+int64_t Topology::totalDevices() const { return devicesPerComponent(static_cast<int>(levels.size()) - 1); }
+
+int64_t Topology::devicesPerComponent(int k) const {
+  int64_t n = 1;
+  for (int i = 0; i <= k && i < static_cast<int>(levels.size()); ++i)
+    n *= levels[i].fanout;
+  return n;
+}
+
+std::string Topology::describe() const {
+  std::ostringstream os;
+  for (size_t i = levels.size(); i-- > 0;)
+    os << levels[i].fanout << (i ? "x" : "");
+  os << " " << (device.empty() ? "devices" : device) << " (";
+  for (size_t i = levels.size(); i-- > 0;)
+    os << levels[i].name << " " << levels[i].bandwidthBytesPerSecond / 1e9 << " GB/s"
+       << (i ? ", " : "");
+  os << "; " << formatBytes(static_cast<double>(deviceMemoryBytes)) << " per device)";
+  return os.str();
+}
+
+void Topology::verify(const std::string &source) const {
+  if (levels.empty())
+    throw Error(source + ": the topology has no levels");
+  for (size_t i = 0; i < levels.size(); ++i) {
+    if (levels[i].fanout < 1)
+      throw Error(source + ": level " + std::to_string(i) + " ('" + levels[i].name +
+                  "') has fan-out " + std::to_string(levels[i].fanout) + " (must be >= 1)");
+    if (!(levels[i].bandwidthBytesPerSecond > 0) || !std::isfinite(levels[i].bandwidthBytesPerSecond))
+      throw Error(source + ": level " + std::to_string(i) + " ('" + levels[i].name +
+                  "') has a non-positive bandwidth");
+  }
+  if (deviceMemoryBytes <= 0)
+    throw Error(source + ": device memory must be positive");
+  if (totalDevices() > 65536)
+    throw Error(source + ": more than 65536 devices");
+}
+
+static bool parsePositiveInt(std::string_view s, int &out) {
+  if (s.empty() || s.size() > 6)
+    return false;
+  int v = 0;
+  for (char c : s) {
+    if (!std::isdigit(static_cast<unsigned char>(c)))
+      return false;
+    v = v * 10 + (c - '0');
+  }
+  out = v;
+  return v > 0;
+}
+
+GpusSpec parseGpusSpec(std::string_view text) {
+  size_t x = text.find_first_of("xX");
+  GpusSpec spec;
+  if (x == std::string_view::npos || !parsePositiveInt(text.substr(0, x), spec.servers) ||
+      !parsePositiveInt(text.substr(x + 1), spec.devicesPerServer))
+    throw Error("--gpus '" + std::string(text) +
+                "': expected NxG with N servers and G devices per server, both positive integers "
+                "(e.g. 2x8)");
+  return spec;
+}
+
+Topology makeGpusTopology(GpusSpec spec, const DevicePreset &device, double intra, double inter) {
+  Topology t;
+  t.device = std::string(device.name);
+  t.deviceMemoryBytes = device.memoryBytes;
+  t.levels.push_back({spec.devicesPerServer, intra > 0 ? intra : device.intraServerBytesPerSecond, "nvlink"});
+  t.levels.push_back({spec.servers, inter > 0 ? inter : device.interServerBytesPerSecond, "network"});
+  t.verify("--gpus");
+  return t;
+}
+
+int64_t parseByteSize(std::string_view text, std::string_view what) {
+  std::string s(text);
+  char *end = nullptr;
+  errno = 0;
+  double v = std::strtod(s.c_str(), &end);
+  std::string unit(end ? end : "");
+  while (!unit.empty() && unit.front() == ' ')
+    unit.erase(unit.begin());
+  double scale = 0;
+  static const struct { const char *unit; double scale; } units[] = {
+      {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  for (const auto &u : units)
+    if (equalsIgnoreCase(unit, u.unit) && (unit.size() < 3 || unit[1] == 'i' || unit[1] == 'I'))
+      scale = u.scale;
+  if (s.empty() || end == s.c_str() || errno == ERANGE || !std::isfinite(v) || scale == 0)
+    throw Error(std::string(what) + " '" + s + "': expected a size such as 16GiB, 80GB or 1000000 (bytes)");
+  double bytes = v * scale;
+  if (!(bytes > 0) || bytes > 9.0e18)
+    throw Error(std::string(what) + " '" + s + "': the size must be positive");
+  return static_cast<int64_t>(std::llround(bytes));
+}
+
+double parseGigabytesPerSecond(std::string_view text, std::string_view what) {
+  std::string s(text);
+  char *end = nullptr;
+  errno = 0;
+  double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
+    throw Error(std::string(what) + " '" + s + "': expected a number of GB/s");
+  if (!(v > 0))
+    throw Error(std::string(what) + " '" + s + "': the bandwidth must be positive");
+  return v * 1e9;
+}
+
+std::string formatBytes(double bytes) {
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(bytes) >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(u == 0 ? 0 : 1);
+  os << bytes << " " << units[u];
+  return os.str();
+}
+
+Topology readClusterJson(std::istream &in, const std::string &file) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception &e) {
+    throw Error(file + ": malformed JSON: " + e.what());
+  }
+  auto fail = [&](const std::string &why) -> Error { return Error(file + ": " + why); };
+  if (!j.is_object())
+    throw fail("expected a JSON object with \"levels\"");
+  Topology t;
+  const DevicePreset *preset = nullptr;
+  if (j.contains("device")) {
+    if (!j["device"].is_string())
+      throw fail("\"device\" must be a string");
+    t.device = j["device"].get<std::string>();
+    preset = &requireDevicePreset(t.device, file + ": \"device\"");
+    t.device = std::string(preset->name);
+  }
+  if (j.contains("device_memory")) {
+    const nlohmann::json &m = j["device_memory"];
+    if (m.is_number_integer() && m.get<int64_t>() > 0)
+      t.deviceMemoryBytes = m.get<int64_t>();
+    else if (m.is_string())
+      t.deviceMemoryBytes = parseByteSize(m.get<std::string>(), file + ": \"device_memory\"");
+    else
+      throw fail("\"device_memory\" must be a positive number of bytes or a string such as \"80GiB\"");
+  } else if (preset) {
+    t.deviceMemoryBytes = preset->memoryBytes;
+  } else {
+    throw fail("missing \"device_memory\" (or a \"device\" preset that implies it)");
+  }
+  if (!j.contains("levels") || !j["levels"].is_array() || j["levels"].empty())
+    throw fail("missing \"levels\": a non-empty array, innermost level first");
+  for (size_t i = 0; i < j["levels"].size(); ++i) {
+    const nlohmann::json &l = j["levels"][i];
+    std::string where = "levels[" + std::to_string(i) + "]";
+    if (!l.is_object())
+      throw fail(where + " must be an object");
+    Level level;
+    level.name = l.value("name", "level" + std::to_string(i));
+    if (!l.contains("fanout"))
+      throw fail(where + ": missing \"fanout\"");
+    if (!l["fanout"].is_number_integer() || l["fanout"].get<int64_t>() < 1 || l["fanout"].get<int64_t>() > 65536)
+      throw fail(where + ": \"fanout\" must be a positive integer");
+    level.fanout = l["fanout"].get<int>();
+    if (!l.contains("bandwidth_GBps"))
+      throw fail(where + ": missing \"bandwidth_GBps\"");
+    if (!l["bandwidth_GBps"].is_number() || !(l["bandwidth_GBps"].get<double>() > 0))
+      throw fail(where + ": \"bandwidth_GBps\" must be a positive number");
+    level.bandwidthBytesPerSecond = l["bandwidth_GBps"].get<double>() * 1e9;
+    t.levels.push_back(level);
+  }
+  t.verify(file);
+  return t;
+}
+
+Topology readClusterJsonFile(const std::string &path) {
+  std::ifstream in(path);
+  if (!in)
+    throw Error(path + ": cannot open cluster file");
+  return readClusterJson(in, path);
+}
+
+} // namespace pipec::partition

@@ -1,0 +1,78 @@
+#ifndef PIPEC_PARTITION_TOPOLOGY_H
+#define PIPEC_PARTITION_TOPOLOGY_H
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pipec::partition {
+
+/// Datasheet numbers of one accelerator (dense peaks, SXM parts). Links are
+/// per device and per direction: NVLink to the other devices of the server,
+/// the NIC to other servers.
+struct DevicePreset {
+  std::string_view name;
+  double fp32FlopsPerSecond;
+  double tf32FlopsPerSecond; ///< V100 has no TF32: equals fp32
+  double bf16FlopsPerSecond; ///< V100 has no bf16: its fp16 tensor-core peak
+  double memoryBytesPerSecond;
+  int64_t memoryBytes;
+  double intraServerBytesPerSecond; ///< default NVLink bandwidth (level 1 of --gpus)
+  double interServerBytesPerSecond; ///< default network bandwidth (level 2 of --gpus)
+};
+
+const std::vector<DevicePreset> &devicePresets();
+/// Case-insensitive; nullptr when unknown.
+const DevicePreset *findDevicePreset(std::string_view name);
+/// Like findDevicePreset but throws Error naming `flag` and listing the presets.
+const DevicePreset &requireDevicePreset(std::string_view name, std::string_view flag);
+
+/// One level of the hierarchy: `fanout` children connected by links of
+/// `bandwidthBytesPerSecond` (level 0: devices in a server).
+struct Level {
+  int fanout = 1;
+  double bandwidthBytesPerSecond = 0;
+  std::string name;
+};
+
+struct Topology {
+  std::vector<Level> levels; ///< innermost first
+  int64_t deviceMemoryBytes = 0;
+  std::string device; ///< preset name, may be empty for cluster files without one
+
+  int64_t totalDevices() const;
+  /// Devices in one component of level k (product of fan-outs 0..k); 1 for k = -1.
+  int64_t devicesPerComponent(int k) const;
+  /// "2x8 H100 (network 50 GB/s, NVLink 450 GB/s)" style summary.
+  std::string describe() const;
+  /// Throws Error when a level has fan-out < 1 or a non-positive bandwidth.
+  void verify(const std::string &source) const;
+};
+
+struct GpusSpec {
+  int servers = 0, devicesPerServer = 0;
+};
+/// Parses "NxG" (N servers × G devices). Throws Error mentioning --gpus.
+GpusSpec parseGpusSpec(std::string_view text);
+
+/// Two levels: G devices over NVLink, N servers over the network. Bandwidths
+/// <= 0 take the preset's defaults.
+Topology makeGpusTopology(GpusSpec spec, const DevicePreset &device,
+                          double intraBytesPerSecond = 0, double interBytesPerSecond = 0);
+
+/// cluster.json (docs/cluster-json.md). Throws Error("FILE: reason").
+Topology readClusterJson(std::istream &in, const std::string &fileName);
+Topology readClusterJsonFile(const std::string &path);
+
+/// "16GiB", "80GB", "1.5TB", "123" (bytes). Throws Error naming `what`.
+int64_t parseByteSize(std::string_view text, std::string_view what);
+/// A positive number of GB/s (10^9 bytes/s) → bytes/s. Throws Error naming `what`.
+double parseGigabytesPerSecond(std::string_view text, std::string_view what);
+/// 80 GiB → "80 GiB", 1.5e6 → "1.4 MiB".
+std::string formatBytes(double bytes);
+
+} // namespace pipec::partition
+
+#endif

@@ -1,0 +1,270 @@
+// `pipec schedule`: explore schedules without a model.
+#include "Schedule/Schedule.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+namespace pipec::schedule {
+
+namespace {
+const char *kUsage =
+    R"(usage: pipec schedule --stages P --microbatches M --schedule NAME [options]
+       pipec schedule --stages P --microbatches M --compare [options]
+
+Generates, validates and simulates a pipeline schedule (design.md section 3).
+
+  --stages P            pipeline stages (ranks per pipeline)
+  --microbatches M      micro-batches per optimizer step (over all replicas)
+  --schedule NAME       gpipe, 1f1b, 1f1b-rr, interleaved, zb-h1, zb-h2, zb-v, auto
+  --chunks V            model chunks per rank (interleaved; default 1, 2 in --compare)
+  --replicas R          replicas per stage: one number or a comma list per stage
+  --in-flight N         1f1b-rr: micro-batches admitted per stage-0 replica
+  --cost-f F --cost-b B --cost-w W
+                        time of forward, input-gradient and weight-gradient
+                        backward of one micro-batch on one stage: one number or a
+                        comma list per stage (default 1 each)
+  --comm C              time of one point-to-point transfer (default 0)
+  --allreduce-cost A    time of one ALLREDUCE / VALIDATE (default 0)
+  --memory-limit K      activation memory per rank in units of one micro-batch on
+                        one stage (1F1B peaks at p); a 'p' suffix multiplies by
+                        P: 2p = twice 1F1B. Default: unlimited (auto and zb-v: 1p)
+  --w-mem-frac X        share of a micro-batch's activations still held after B
+                        until its W completes (default 1)
+  --compare             all schedules side by side
+  --json                one JSON object per schedule instead of the table
+  --out DIR             write rank_<r>.json, schedule.json, schedule.txt,
+                        timeline.json (Perfetto) and timeline.svg (DIR/<name>/ with --compare)
+  --print               print the instruction streams
+  --help                this text
+)";
+
+struct Args {
+  Problem problem;
+  std::string schedule;
+  bool compare = false, json = false, print = false, help = false;
+  std::string out, memoryLimit;
+  bool chunksGiven = false;
+};
+
+double parseNumber(const std::string &opt, const std::string &text) {
+  char *end = nullptr;
+  const double x = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0')
+    throw ScheduleError(opt + ": '" + text + "' is not a number");
+  return x;
+}
+
+int parseInt(const std::string &opt, const std::string &text) {
+  const double x = parseNumber(opt, text);
+  if (x != (int)x)
+    throw ScheduleError(opt + ": '" + text + "' is not an integer");
+  return (int)x;
+}
+
+std::vector<double> parseList(const std::string &opt, const std::string &text) {
+  std::vector<double> v;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');)
+    v.push_back(parseNumber(opt, item));
+  if (v.empty())
+    throw ScheduleError(opt + ": empty list");
+  return v;
+}
+
+Args parseArgs(int argc, char **argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string opt = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc)
+        throw ScheduleError(opt + " needs a value");
+      return argv[++i];
+    };
+    if (opt == "--help" || opt == "-h")
+      a.help = true;
+    else if (opt == "--stages")
+      a.problem.stages = parseInt(opt, value());
+    else if (opt == "--microbatches")
+      a.problem.microbatches = parseInt(opt, value());
+    else if (opt == "--schedule")
+      a.schedule = value();
+    else if (opt == "--chunks")
+      a.problem.chunks = parseInt(opt, value()), a.chunksGiven = true;
+    else if (opt == "--replicas") {
+      a.problem.replicas.clear();
+      for (double x : parseList(opt, value()))
+        a.problem.replicas.push_back((int)x);
+    } else if (opt == "--in-flight")
+      a.problem.inFlight = parseInt(opt, value());
+    else if (opt == "--cost-f")
+      a.problem.costF = parseList(opt, value());
+    else if (opt == "--cost-b")
+      a.problem.costB = parseList(opt, value());
+    else if (opt == "--cost-w")
+      a.problem.costW = parseList(opt, value());
+    else if (opt == "--comm")
+      a.problem.comm = parseNumber(opt, value());
+    else if (opt == "--allreduce-cost")
+      a.problem.allreduceCost = parseNumber(opt, value());
+    else if (opt == "--memory-limit")
+      a.memoryLimit = value();
+    else if (opt == "--w-mem-frac")
+      a.problem.wMemFrac = parseNumber(opt, value());
+    else if (opt == "--compare")
+      a.compare = true;
+    else if (opt == "--json")
+      a.json = true;
+    else if (opt == "--print")
+      a.print = true;
+    else if (opt == "--out")
+      a.out = value();
+    else
+      throw ScheduleError("unknown option '" + opt + "' (see --help)");
+  }
+  if (a.help)
+    return a;
+  if (!a.memoryLimit.empty()) {
+    std::string t = a.memoryLimit;
+    const bool perStage = !t.empty() && (t.back() == 'p' || t.back() == 'P');
+    if (perStage)
+      t.pop_back();
+    const double k = t.empty() ? 1.0 : parseNumber("--memory-limit", t);
+    a.problem.memoryLimit = perStage ? k * a.problem.stages : k;
+    if (!(a.problem.memoryLimit > 0))
+      throw ScheduleError("--memory-limit must be positive");
+  }
+  // A single replica count applies to every stage.
+  if (a.problem.replicas.size() == 1)
+    a.problem.replicas.assign(a.problem.stages, a.problem.replicas[0]);
+  if (!a.compare && a.schedule.empty())
+    throw ScheduleError("--schedule NAME or --compare is required (see --help)");
+  a.problem.check();
+  return a;
+}
+
+struct Row {
+  std::string name;
+  bool ok = false;
+  std::string error;
+  Schedule schedule;
+  SimResult sim;
+};
+
+Row run(const std::string &name, Problem problem, const Args &args) {
+  Row row;
+  row.name = name;
+  if (args.compare) {
+    // Side by side, each schedule gets the chunk count it is defined for.
+    if (name == "interleaved")
+      problem.chunks = args.chunksGiven ? problem.chunks : 2;
+    else
+      problem.chunks = 1;
+    if (name != "1f1b-rr")
+      problem.replicas.clear(); // replication only where it is round-robin
+  }
+  try {
+    row.schedule = generate(name, problem);
+    row.sim = simulate(row.schedule);
+    row.ok = true;
+  } catch (const ScheduleError &e) {
+    row.error = e.what();
+  }
+  return row;
+}
+
+std::string pct(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%6.2f%%", 100 * x);
+  return b;
+}
+
+void printTable(const std::vector<Row> &rows, const Problem &P, std::ostream &out) {
+  char line[256];
+  out << "p=" << P.stages << " m=" << P.microbatches << " F=" << P.costF[0] << " B=" << P.costB[0]
+      << " W=" << P.costW[0] << " C=" << P.comm << " memory limit="
+      << (P.memoryLimit > 0 ? std::to_string(P.memoryLimit) : std::string("none")) << " w-mem-frac=" << P.wMemFrac
+      << "\n";
+  std::snprintf(line, sizeof line, "%-12s %3s %10s %13s %13s %12s %9s\n", "schedule", "v", "makespan",
+                "bubble:flush", "bubble:steady", "over-ideal", "peak-mem");
+  out << line;
+  for (const Row &r : rows) {
+    if (!r.ok) {
+      std::string e = r.error.substr(0, r.error.find('\n'));
+      out << r.name << std::string(r.name.size() < 13 ? 13 - r.name.size() : 1, ' ') << "-- " << e << "\n";
+      continue;
+    }
+    std::snprintf(line, sizeof line, "%-12s %3d %10.2f %13s %13s %12s %9.2f\n", r.name.c_str(),
+                  r.schedule.problem.chunks, r.sim.makespan, pct(r.sim.bubbleFlush).c_str(),
+                  pct(r.sim.bubbleSteady).c_str(), pct(r.sim.bubbleOverIdeal).c_str(), r.sim.maxPeakMemory);
+    out << line;
+  }
+}
+
+void printJson(const Row &r, const Problem &P, std::ostream &out) {
+  nlohmann::json j{{"schedule", r.name}, {"stages", P.stages}, {"microbatches", P.microbatches}, {"valid", r.ok}};
+  if (!r.ok) {
+    j["error"] = r.error;
+  } else {
+    j["chunks"] = r.schedule.problem.chunks;
+    j["ranks"] = r.schedule.ranks.size();
+    j["makespan"] = r.sim.makespan;
+    j["bubble_flush"] = r.sim.bubbleFlush;
+    j["bubble_steady"] = r.sim.bubbleSteady;
+    j["bubble_over_ideal"] = r.sim.bubbleOverIdeal;
+    j["peak_memory"] = r.sim.maxPeakMemory;
+    j["peak_memory_per_rank"] = r.sim.peakMemory;
+    if (r.schedule.asynchronous)
+      j["peak_stashed_versions"] = r.sim.peakStashed;
+  }
+  j["memory_limit"] = P.memoryLimit;
+  out << j.dump() << "\n";
+}
+} // namespace
+
+int runScheduleCommand(int argc, char **argv, std::ostream &out, std::ostream &err) {
+  Args args;
+  try {
+    args = parseArgs(argc, argv);
+  } catch (const ScheduleError &e) {
+    err << "pipec schedule: " << e.what() << "\n";
+    return 2;
+  }
+  if (args.help) {
+    out << kUsage;
+    return 0;
+  }
+  std::vector<std::string> names = args.compare ? scheduleNames() : std::vector<std::string>{args.schedule};
+  std::vector<Row> rows;
+  for (const std::string &n : names)
+    rows.push_back(run(n, args.problem, args));
+  int status = 0;
+  for (const Row &r : rows) {
+    if (!r.ok && !args.compare) {
+      err << "pipec schedule: " << r.error << "\n";
+      return 1;
+    }
+    if (args.json)
+      printJson(r, args.problem, out);
+    if (r.ok && args.print)
+      out << toText(r.schedule);
+    if (r.ok && !args.out.empty()) {
+      try {
+        writeScheduleDir(r.schedule, r.sim, args.compare ? args.out + "/" + r.name : args.out);
+      } catch (const ScheduleError &e) {
+        err << "pipec schedule: " << e.what() << "\n";
+        status = 1;
+      }
+    }
+  }
+  if (!args.json)
+    printTable(rows, args.problem, out);
+  return status;
+}
+
+int runScheduleCommand(int argc, char **argv) { return runScheduleCommand(argc, argv, std::cout, std::cerr); }
+
+} // namespace pipec::schedule

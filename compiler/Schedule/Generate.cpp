@@ -1,0 +1,744 @@
+// Schedule generators.
+//
+// Every generator first decides the order of the compute instructions on each
+// rank (FWD/BWD/BWD_INPUT/BWD_WEIGHT plus the optimizer tail). lower() then
+// inserts LOAD, the point-to-point transfers and STASH/RESTORE. To make the
+// transfers deadlock-free under blocking rendezvous semantics, lower() times
+// the compute order once and sorts every rank's stream by one global key
+// (time, class, id) that a send and its receive share: the pending
+// instruction with the smallest key is then always at the head of its rank,
+// and so is its partner, so some instruction can always proceed.
+#include "Schedule/Schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <queue>
+#include <tuple>
+
+namespace pipec::schedule {
+
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kEps = 1e-9;
+
+using Orders = std::vector<std::vector<Instr>>; // per rank or per stage position
+
+Instr mk(Op op, int mb = -1, int chunk = -1, int peer = -1) { return Instr{op, mb, chunk, peer}; }
+
+// ------------------------------------------------------------ timing an order
+struct Timing {
+  std::vector<std::vector<double>> start, end; // per rank, per instruction
+  double makespan = 0;
+};
+
+// Times a compute-only order (sends asynchronous, `comm` per transfer between
+// ranks). `zeroCost` replaces zero durations (steps, free collectives) so that
+// starts strictly increase on a rank; lower() relies on it for its keys.
+Timing timeOrder(const Schedule &s, const Orders &orders, double zeroCost) {
+  const Problem &P = s.problem;
+  const int V = s.virtualStages(), m = P.microbatches, R = (int)orders.size();
+  std::vector<double> fEnd((size_t)m * V, kNaN), bEnd((size_t)m * V, kNaN);
+  auto at = [V](int mb, int vs) { return (size_t)mb * V + vs; };
+  Timing T;
+  T.start.resize(R);
+  T.end.resize(R);
+  std::vector<size_t> pc(R, 0);
+  std::vector<double> now(R, 0.0);
+  // Collective state keyed by (group, sequence): group = stage for ALLREDUCE,
+  // -1 for VALIDATE (all ranks).
+  struct Coll {
+    int arrived = 0;
+    double maxT = 0;
+  };
+  std::map<std::pair<int, int>, Coll> colls;
+  std::vector<int> arSeq(R, 0), valSeq(R, 0);
+  std::vector<int> registeredPc(R, -1);
+  auto dur = [&](double c) { return c > 0 ? c : zeroCost; };
+
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int r = 0; r < R; ++r) {
+      const int stage = P.stageOfRank(r);
+      while (pc[r] < orders[r].size()) {
+        const Instr &in = orders[r][pc[r]];
+        double ready = now[r], cost = 0;
+        bool ok = true;
+        int vs = in.chunk >= 0 ? s.virtualStage(stage, in.chunk) : -1;
+        auto need = [&](double t, bool remote) {
+          if (std::isnan(t))
+            ok = false;
+          else
+            ready = std::max(ready, t + (remote ? P.comm : 0.0));
+        };
+        switch (in.op) {
+        case Op::Fwd:
+          if (vs > 0)
+            need(fEnd[at(in.mb, vs - 1)], s.rankFor(vs - 1, in.mb) != r);
+          cost = P.costOf(Op::Fwd, stage, in.chunk);
+          break;
+        case Op::Bwd:
+        case Op::BwdInput:
+          need(fEnd[at(in.mb, vs)], false);
+          if (vs + 1 < V)
+            need(bEnd[at(in.mb, vs + 1)], s.rankFor(vs + 1, in.mb) != r);
+          cost = P.costOf(in.op, stage, in.chunk);
+          break;
+        case Op::BwdWeight:
+          need(bEnd[at(in.mb, vs)], false);
+          cost = P.costOf(in.op, stage, in.chunk);
+          break;
+        case Op::AllReduce:
+        case Op::Validate: {
+          const bool ar = in.op == Op::AllReduce;
+          auto key = std::make_pair(ar ? stage : -1, ar ? arSeq[r] : valSeq[r]);
+          Coll &c = colls[key];
+          if (registeredPc[r] != (int)pc[r]) {
+            registeredPc[r] = (int)pc[r];
+            c.arrived++;
+            c.maxT = std::max(c.maxT, now[r]);
+          }
+          const int size = ar ? P.replicasOf(stage) : R;
+          if (c.arrived < size) {
+            ok = false;
+            break;
+          }
+          ready = c.maxT;
+          cost = dur(P.allreduceCost);
+          break;
+        }
+        case Op::Step:
+        case Op::SpecStep:
+          cost = dur(P.stepCost);
+          break;
+        default:
+          cost = dur(0);
+          break;
+        }
+        if (!ok)
+          break;
+        if (in.op == Op::AllReduce)
+          arSeq[r]++;
+        if (in.op == Op::Validate)
+          valSeq[r]++;
+        T.start[r].push_back(ready);
+        now[r] = ready + cost;
+        T.end[r].push_back(now[r]);
+        if (in.op == Op::Fwd)
+          fEnd[at(in.mb, vs)] = now[r];
+        if (in.op == Op::Bwd || in.op == Op::BwdInput)
+          bEnd[at(in.mb, vs)] = now[r];
+        T.makespan = std::max(T.makespan, now[r]);
+        pc[r]++;
+        progress = true;
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    if (pc[r] < orders[r].size())
+      throw ScheduleError(s.name + ": compute order cannot execute: rank " + std::to_string(r) +
+                          " waits forever at #" + std::to_string(pc[r]) + " " +
+                          toString(orders[r][pc[r]]));
+  return T;
+}
+
+// ------------------------------------------------------------ lowering
+void lower(Schedule &s, const Orders &orders) {
+  const Problem &P = s.problem;
+  const int V = s.virtualStages(), m = P.microbatches, R = (int)orders.size();
+  double minCost = std::numeric_limits<double>::infinity();
+  for (int st = 0; st < P.stages; ++st)
+    for (int c = 0; c < P.chunks; ++c)
+      minCost = std::min({minCost, P.costOf(Op::Fwd, st, c), P.costOf(Op::BwdInput, st, c),
+                          P.costOf(Op::BwdWeight, st, c)});
+  const Timing T = timeOrder(s, orders, minCost * 1e-6);
+
+  // End time of every F and B, the keys of their messages.
+  std::vector<double> fEnd((size_t)m * V, kNaN), bEnd((size_t)m * V, kNaN);
+  for (int r = 0; r < R; ++r)
+    for (size_t i = 0; i < orders[r].size(); ++i) {
+      const Instr &in = orders[r][i];
+      if (in.op != Op::Fwd && in.op != Op::Bwd && in.op != Op::BwdInput)
+        continue;
+      const int vs = s.virtualStage(P.stageOfRank(r), in.chunk);
+      (in.op == Op::Fwd ? fEnd : bEnd)[(size_t)in.mb * V + vs] = T.end[r][i];
+    }
+
+  struct Entry {
+    double key;
+    int cls; // 0: rendezvous (p2p, collective), 1: local
+    long id; // message / collective id (global) or local sequence
+    Instr in;
+  };
+  const long msgBase = 0, collBase = 2L * m * V;
+  auto msgId = [&](bool grad, int mb, int vsRecv) { return msgBase + ((grad ? m : 0) + mb) * (long)V + vsRecv; };
+
+  s.ranks.assign(R, {});
+  for (int r = 0; r < R; ++r) {
+    const int stage = P.stageOfRank(r);
+    std::vector<Entry> entries;
+    long seq = 0;
+    int arSeq = 0, valSeq = 0;
+    auto local = [&](double key, Instr in) { entries.push_back({key, 1, seq++, in}); };
+    for (size_t i = 0; i < orders[r].size(); ++i) {
+      const Instr &in = orders[r][i];
+      const double st = T.start[r][i], en = T.end[r][i];
+      const int vs = in.chunk >= 0 ? s.virtualStage(stage, in.chunk) : -1;
+      switch (in.op) {
+      case Op::Fwd: {
+        if (vs == 0)
+          local(st, mk(Op::Load, in.mb));
+        else if (int pr = s.rankFor(vs - 1, in.mb); pr != r)
+          entries.push_back({fEnd[(size_t)in.mb * V + vs - 1], 0, msgId(false, in.mb, vs),
+                             mk(Op::RecvAct, in.mb, in.chunk, pr)});
+        local(st, in);
+        if (s.asynchronous)
+          local(en, mk(Op::Stash, in.mb));
+        if (vs + 1 < V)
+          if (int cr = s.rankFor(vs + 1, in.mb); cr != r)
+            entries.push_back({en, 0, msgId(false, in.mb, vs + 1), mk(Op::SendAct, in.mb, in.chunk, cr)});
+        break;
+      }
+      case Op::Bwd:
+      case Op::BwdInput: {
+        if (vs + 1 < V)
+          if (int pr = s.rankFor(vs + 1, in.mb); pr != r)
+            entries.push_back({bEnd[(size_t)in.mb * V + vs + 1], 0, msgId(true, in.mb, vs),
+                               mk(Op::RecvGrad, in.mb, in.chunk, pr)});
+        if (s.asynchronous)
+          local(st, mk(Op::Restore, in.mb));
+        local(st, in);
+        if (vs > 0)
+          if (int cr = s.rankFor(vs - 1, in.mb); cr != r)
+            entries.push_back({en, 0, msgId(true, in.mb, vs - 1), mk(Op::SendGrad, in.mb, in.chunk, cr)});
+        break;
+      }
+      case Op::AllReduce:
+        entries.push_back({st, 0, collBase + (long)(arSeq++) * (P.stages + 1) + stage, in});
+        break;
+      case Op::Validate:
+        entries.push_back({st, 0, collBase + (long)(valSeq++) * (P.stages + 1) + P.stages, in});
+        break;
+      default:
+        local(st, in);
+      }
+    }
+    std::stable_sort(entries.begin(), entries.end(), [](const Entry &a, const Entry &b) {
+      return std::tie(a.key, a.cls, a.id) < std::tie(b.key, b.cls, b.id);
+    });
+    for (const Entry &e : entries)
+      s.ranks[r].push_back(e.in);
+  }
+}
+
+// ------------------------------------------------------------ shapes
+Schedule shell(const std::string &name, const Problem &problem, Placement placement, bool split,
+               bool async) {
+  Schedule s;
+  s.name = name;
+  s.problem = problem;
+  s.placement = placement;
+  s.splitBackward = split;
+  s.asynchronous = async;
+  return s;
+}
+
+void requireUniformReplicas(const Problem &P, const std::string &name) {
+  for (int st = 1; st < P.stages; ++st)
+    if (P.replicasOf(st) != P.replicasOf(0))
+      throw ScheduleError(name + " needs the same replica count on every stage (replicated "
+                                 "pipelines); use 1f1b-rr for per-stage replication");
+}
+
+// A synchronous schedule is one pipeline order per replica (data-parallel
+// pipelines over the micro-batches mb % R == r), then the optimizer tail.
+using PipelineGen = std::function<Orders(int n)>; // per stage position, local micro-batches
+
+Orders assemble(const Schedule &s, const PipelineGen &gen, bool speculativeStep) {
+  const Problem &P = s.problem;
+  const int R = P.replicasOf(0);
+  Orders orders(P.numRanks());
+  for (int rep = 0; rep < R; ++rep) {
+    const int n = (P.microbatches - rep + R - 1) / R;
+    if (n == 0)
+      continue;
+    Orders local = gen(n);
+    for (int st = 0; st < P.stages; ++st)
+      for (Instr in : local[st]) {
+        in.mb = in.mb * R + rep;
+        orders[P.rankOf(st, rep)].push_back(in);
+      }
+  }
+  for (int r = 0; r < P.numRanks(); ++r) {
+    const int st = P.stageOfRank(r);
+    if (R > 1)
+      orders[r].push_back(mk(Op::AllReduce, -1, -1, st));
+    if (speculativeStep) {
+      // ZB-H2: step as soon as this stage's gradients are ready; a global
+      // post-validation decides afterwards whether to roll the step back.
+      orders[r].push_back(mk(Op::SpecStep));
+      orders[r].push_back(mk(Op::Validate));
+      orders[r].push_back(mk(Op::Rollback));
+    } else {
+      orders[r].push_back(mk(Op::Step));
+    }
+  }
+  return orders;
+}
+
+Orders gpipeOrder(int p, int n) {
+  Orders o(p);
+  for (int st = 0; st < p; ++st) {
+    for (int i = 0; i < n; ++i)
+      o[st].push_back(mk(Op::Fwd, i, 0));
+    for (int i = 0; i < n; ++i)
+      o[st].push_back(mk(Op::Bwd, i, 0));
+  }
+  return o;
+}
+
+Orders oneF1BOrder(int p, int n) {
+  Orders o(p);
+  for (int st = 0; st < p; ++st) {
+    const int warm = std::min(n, p - st - 1);
+    int f = 0, b = 0;
+    while (f < warm)
+      o[st].push_back(mk(Op::Fwd, f++, 0));
+    while (f < n) {
+      o[st].push_back(mk(Op::Fwd, f++, 0));
+      o[st].push_back(mk(Op::Bwd, b++, 0));
+    }
+    while (b < n)
+      o[st].push_back(mk(Op::Bwd, b++, 0));
+  }
+  return o;
+}
+
+// Megatron-LM's interleaved 1F1B: micro-batches in groups of p, each group
+// runs through chunk 0, then chunk 1, ...; backward visits chunks in reverse.
+Orders interleavedOrder(int p, int v, int n) {
+  if (n % p != 0)
+    throw ScheduleError("interleaved: micro-batches per pipeline (" + std::to_string(n) +
+                        ") must be a multiple of the stage count (" + std::to_string(p) + ")");
+  Orders o(p);
+  const int total = n * v;
+  auto mbOf = [&](int k) { return (k / (p * v)) * p + k % p; };
+  for (int st = 0; st < p; ++st) {
+    const int warm = std::min(total, (p - st - 1) * 2 + (v - 1) * p);
+    auto fwd = [&](int k) { return mk(Op::Fwd, mbOf(k), (k / p) % v); };
+    auto bwd = [&](int k) { return mk(Op::Bwd, mbOf(k), v - 1 - (k / p) % v); };
+    int f = 0, b = 0;
+    while (f < warm)
+      o[st].push_back(fwd(f++));
+    while (f < total) {
+      o[st].push_back(fwd(f++));
+      o[st].push_back(bwd(b++));
+    }
+    while (b < total)
+      o[st].push_back(bwd(b++));
+  }
+  return o;
+}
+
+// ------------------------------------------------------------ greedy engine
+// A list scheduler in the spirit of the zero-bubble paper's heuristic: ranks
+// are simulated in time; a free rank runs a ready B (critical path) first,
+// else the next F if admission allows (in-flight cap, memory), else a pending
+// W (filling what would be a bubble), else waits. Memory of the later chunks of
+// an admitted micro-batch is reserved on admission, so an F is never blocked
+// by memory that only the same micro-batch could free (no memory deadlock).
+struct Policy {
+  std::vector<int> cap; // per stage: admitted micro-batches whose backward is unfinished
+  double memLimit = 0;  // units; <= 0 unlimited
+  bool split = true;    // B and W separate
+  bool eagerW = false;  // pending W before a new F
+  bool alternate = true; // when both an F and a B are ready, alternate like 1F1B
+};
+
+struct GreedyResult {
+  Orders order; // per stage position, local micro-batches
+  double makespan = 0;
+  double maxSpan = 0; // largest (last end - first start) of a stage: the steady-state bubble
+  bool betterThan(const GreedyResult &o) const {
+    return makespan < o.makespan - kEps || (makespan < o.makespan + kEps && maxSpan < o.maxSpan - kEps);
+  }
+};
+
+GreedyResult greedy(const Schedule &shape, int n, const Policy &pol) {
+  const Problem &P = shape.problem;
+  const int p = P.stages, v = P.chunks, V = shape.virtualStages();
+  const double frac = P.wMemFrac;
+  auto at = [V](int mb, int vs) { return (size_t)mb * V + vs; };
+  std::vector<double> fEnd((size_t)n * V, kNaN);
+  std::vector<int> nextF(V, 0);
+  std::vector<double> held(p, 0), reserved(p, 0), perMb(p, 0);
+  for (int st = 0; st < p; ++st)
+    for (int c = 0; c < v; ++c)
+      perMb[st] += P.activationOf(st, c);
+  // Per stage and local micro-batch: chunks started / backwarded.
+  std::vector<std::vector<int>> started(p, std::vector<int>(n, 0)), bdone(p, std::vector<int>(n, 0));
+  std::vector<int> inflight(p, 0);
+  using BItem = std::tuple<double, int, int>; // ready, mb, -vs
+  std::vector<std::priority_queue<BItem, std::vector<BItem>, std::greater<BItem>>> bReady(p);
+  std::vector<std::vector<std::pair<int, int>>> wPending(p); // (mb, vs), FIFO via index
+  std::vector<size_t> wHead(p, 0);
+  using Ev = std::pair<double, int>;
+  std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> events;
+  std::vector<double> busyUntil(p, 0);
+  std::vector<char> lastWasF(p, 0);
+  std::vector<double> firstStart(p, 0), lastEnd(p, 0);
+  GreedyResult res;
+  res.order.assign(p, {});
+  long remaining = (long)n * V * (pol.split ? 3 : 2);
+  for (int st = 0; st < p; ++st)
+    events.push({0.0, st});
+
+  auto stageOf = [&](int vs) {
+    int st, c;
+    shape.locate(vs, st, c);
+    return st;
+  };
+  auto fReady = [&](int vs) -> double {
+    const int mb = nextF[vs];
+    if (vs == 0)
+      return 0.0;
+    const double e = fEnd[at(mb, vs - 1)];
+    return std::isnan(e) ? kNaN : e + (stageOf(vs - 1) != stageOf(vs) ? P.comm : 0.0);
+  };
+
+  while (remaining > 0) {
+    if (events.empty())
+      throw ScheduleError(shape.name + ": greedy scheduler stalled (memory limit too small?)");
+    auto [t, st] = events.top();
+    events.pop();
+    if (t < busyUntil[st] - kEps)
+      continue; // stale: the rank is busy
+    Instr chosen{};
+    bool have = false;
+    auto takeW = [&]() {
+      if (!have && wHead[st] < wPending[st].size()) {
+        auto [mb, vs] = wPending[st][wHead[st]++];
+        int s2, c;
+        shape.locate(vs, s2, c);
+        chosen = mk(Op::BwdWeight, mb, c);
+        have = true;
+      }
+    };
+    auto takeB = [&]() {
+      if (!have && !bReady[st].empty() && std::get<0>(bReady[st].top()) <= t + kEps) {
+        auto [rt, mb, nvs] = bReady[st].top();
+        bReady[st].pop();
+        int s2, c;
+        shape.locate(-nvs, s2, c);
+        chosen = mk(pol.split ? Op::BwdInput : Op::Bwd, mb, c);
+        lastWasF[st] = false;
+        have = true;
+      }
+    };
+    double wake = std::numeric_limits<double>::infinity();
+    // The deepest ready, admissible F (with W first when eager).
+    auto takeF = [&]() {
+      if (have)
+        return;
+      for (int c = v - 1; c >= 0; --c) {
+        const int vs = shape.virtualStage(st, c);
+        const int mb = nextF[vs];
+        if (mb >= n)
+          continue;
+        const double rt = fReady(vs);
+        if (std::isnan(rt))
+          continue;
+        if (rt > t + kEps) {
+          wake = std::min(wake, rt);
+          continue;
+        }
+        if (started[st][mb] == 0) { // admission of a new micro-batch
+          if (inflight[st] >= pol.cap[st])
+            continue;
+          if (pol.memLimit > 0 && held[st] + reserved[st] + perMb[st] > pol.memLimit + kEps)
+            continue;
+        }
+        if (pol.eagerW) {
+          takeW();
+          if (have)
+            return;
+        }
+        chosen = mk(Op::Fwd, mb, c);
+        lastWasF[st] = true;
+        have = true;
+        return;
+      }
+    };
+    // A ready B goes first (critical path) unless we alternate and the last was a B.
+    if (pol.alternate && !lastWasF[st]) {
+      takeF();
+      takeB();
+    } else {
+      takeB();
+      takeF();
+    }
+    takeW(); // 4. fill the gap with a W
+    if (!have) {
+      if (!bReady[st].empty())
+        wake = std::min(wake, std::get<0>(bReady[st].top()));
+      busyUntil[st] = t;
+      if (wake < std::numeric_limits<double>::infinity())
+        events.push({wake, st});
+      continue; // otherwise woken by a neighbour's progress
+    }
+    // Execute `chosen` at time t.
+    const int vs = shape.virtualStage(st, chosen.chunk);
+    const int mb = chosen.mb;
+    const double a = P.activationOf(st, chosen.chunk);
+    const double end = t + P.costOf(chosen.op, st, chosen.chunk);
+    if (res.order[st].empty())
+      firstStart[st] = t;
+    lastEnd[st] = end;
+    res.order[st].push_back(chosen);
+    busyUntil[st] = end;
+    res.makespan = std::max(res.makespan, end);
+    remaining--;
+    events.push({end, st});
+    auto notify = [&](int st2, double when) { events.push({when, st2}); };
+    switch (chosen.op) {
+    case Op::Fwd:
+      if (started[st][mb]++ == 0) {
+        inflight[st]++;
+        reserved[st] += perMb[st];
+      }
+      reserved[st] -= a;
+      held[st] += a;
+      fEnd[at(mb, vs)] = end;
+      nextF[vs]++;
+      if (vs + 1 < V) {
+        const int s2 = stageOf(vs + 1);
+        notify(s2, end + (s2 != st ? P.comm : 0.0));
+      } else {
+        bReady[st].push({end, mb, -vs});
+      }
+      break;
+    case Op::Bwd:
+    case Op::BwdInput:
+      held[st] -= chosen.op == Op::Bwd ? a : a * (1 - frac);
+      if (++bdone[st][mb] == v)
+        inflight[st]--;
+      if (chosen.op == Op::BwdInput)
+        wPending[st].push_back({mb, vs});
+      if (vs > 0) {
+        const int s2 = stageOf(vs - 1);
+        const double rt = end + (s2 != st ? P.comm : 0.0);
+        bReady[s2].push({rt, mb, -(vs - 1)});
+        notify(s2, rt);
+      }
+      break;
+    case Op::BwdWeight:
+      held[st] -= a * frac;
+      break;
+    default:
+      break;
+    }
+  }
+  for (int st = 0; st < p; ++st)
+    res.maxSpan = std::max(res.maxSpan, lastEnd[st] - firstStart[st]);
+  return res;
+}
+
+std::vector<int> capsLinear(int p, int n, double a, int b) {
+  std::vector<int> cap(p);
+  for (int st = 0; st < p; ++st)
+    cap[st] = std::clamp((int)std::lround(a * (p - st) + b), 1, std::max(1, n));
+  return cap;
+}
+
+double peakOf1F1B(const Problem &P) {
+  // Units of memory 1F1B needs on its fullest rank (the zero-bubble paper's "p").
+  double peak = 0;
+  for (int st = 0; st < P.stages; ++st)
+    peak = std::max(peak, std::min(P.stages - st, P.microbatches) * [&] {
+      double a = 0;
+      for (int c = 0; c < P.chunks; ++c)
+        a += P.activationOf(st, c);
+      return a;
+    }());
+  return peak;
+}
+
+// The automatic schedule: search greedy policies (in-flight caps, W
+// placement), keep the lowest makespan; then improve per-stage caps by
+// coordinate descent. Every candidate obeys the memory limit by construction.
+Orders autoOrder(const Schedule &shape, int n, double limit) {
+  const int p = shape.problem.stages;
+  GreedyResult best;
+  best.makespan = std::numeric_limits<double>::infinity();
+  Policy bestPol;
+  auto tryPolicy = [&](const Policy &pol) {
+    GreedyResult r = greedy(shape, n, pol);
+    if (r.betterThan(best)) {
+      best = std::move(r);
+      bestPol = pol;
+    }
+  };
+  for (bool alternate : {true, false})
+    for (bool eager : {false, true}) {
+      for (double a : {1.0, 1.5, 2.0, 3.0})
+        for (int b : {-1, 0, 1})
+          tryPolicy(Policy{capsLinear(p, n, a, b), limit, true, eager, alternate});
+      tryPolicy(Policy{std::vector<int>(p, std::max(1, n)), limit, true, eager, alternate});
+    }
+  // Coordinate descent on the caps, bounded so that large problems stay fast.
+  const long budget = std::max<long>(8, 4000000L / std::max<long>(1, (long)n * p * 3));
+  long tries = 0;
+  for (bool improved = true; improved && tries < budget;) {
+    improved = false;
+    for (int st = 0; st < p && tries < budget; ++st)
+      for (int d : {+1, -1}) {
+        Policy pol = bestPol;
+        pol.cap[st] = std::clamp(pol.cap[st] + d, 1, std::max(1, n));
+        if (pol.cap[st] == bestPol.cap[st])
+          continue;
+        const Policy before = bestPol;
+        tryPolicy(pol);
+        ++tries;
+        if (bestPol.cap != before.cap)
+          improved = true;
+      }
+  }
+  return best.order;
+}
+
+// ------------------------------------------------------------ 1F1B-RR
+Orders pipedreamOrder(const Schedule &s) {
+  const Problem &P = s.problem;
+  Orders orders(P.numRanks());
+  for (int st = 0; st < P.stages; ++st) {
+    const int R = P.replicasOf(st);
+    if (R > 1 && P.microbatches % R != 0)
+      throw ScheduleError("1f1b-rr: micro-batches (" + std::to_string(P.microbatches) +
+                          ") must be a multiple of stage " + std::to_string(st) + "'s replicas (" +
+                          std::to_string(R) + ") so that replicas all-reduce in lock step");
+    int downstream = 0;
+    for (int t = st; t < P.stages; ++t)
+      downstream += P.replicasOf(t);
+    // Stage 0 admits inFlight micro-batches per replica; a later stage needs
+    // at most one per worker downstream of it, shared by its replicas.
+    const int cap = std::max(1, std::min(P.inFlight, (downstream + R - 1) / R));
+    for (int rep = 0; rep < R; ++rep) {
+      std::vector<int> mine;
+      for (int mb = rep; mb < P.microbatches; mb += R)
+        mine.push_back(mb);
+      auto &o = orders[P.rankOf(st, rep)];
+      const int warm = std::min<int>(st == 0 ? P.inFlight : cap, (int)mine.size());
+      size_t f = 0;
+      while ((int)f < warm)
+        o.push_back(mk(Op::Fwd, mine[f++], 0));
+      for (size_t b = 0; b < mine.size(); ++b) {
+        o.push_back(mk(Op::Bwd, mine[b], 0));
+        if (R > 1)
+          o.push_back(mk(Op::AllReduce, -1, -1, st));
+        o.push_back(mk(Op::Step)); // asynchronous: update per micro-batch
+        if (f < mine.size())
+          o.push_back(mk(Op::Fwd, mine[f++], 0));
+      }
+    }
+  }
+  return orders;
+}
+
+} // namespace
+
+std::vector<std::string> scheduleNames() {
+  return {"gpipe", "1f1b", "1f1b-rr", "interleaved", "zb-h1", "zb-h2", "zb-v", "auto"};
+}
+
+Schedule generate(const std::string &name, const Problem &problemIn) {
+  Problem problem = problemIn;
+  const int p = problem.stages;
+  Schedule s;
+  auto linear = [&](bool split, bool async) {
+    if (problem.chunks != 1)
+      throw ScheduleError(name + " has one chunk per rank; --chunks " +
+                          std::to_string(problem.chunks) + " applies to interleaved");
+    problem.check();
+    return shell(name, problem, Placement::Interleaved, split, async);
+  };
+  Orders orders;
+  if (name == "gpipe" || name == "1f1b") {
+    s = linear(false, false);
+    requireUniformReplicas(problem, name);
+    orders = assemble(s, [&](int n) { return name == "gpipe" ? gpipeOrder(p, n) : oneF1BOrder(p, n); },
+                      false);
+  } else if (name == "interleaved") {
+    problem.check();
+    requireUniformReplicas(problem, name);
+    s = shell(name, problem, Placement::Interleaved, false, false);
+    orders = assemble(s, [&](int n) { return interleavedOrder(p, problem.chunks, n); }, false);
+  } else if (name == "1f1b-rr") {
+    if (problem.inFlight == 0)
+      problem.inFlight = problem.defaultInFlight();
+    s = linear(false, true);
+    orders = pipedreamOrder(s);
+  } else if (name == "zb-h1" || name == "zb-h2") {
+    s = linear(true, false);
+    requireUniformReplicas(problem, name);
+    const bool h2 = name == "zb-h2";
+    double unit = 0; // largest activation of one micro-batch on one stage
+    for (int st = 0; st < p; ++st) {
+      double a = 0;
+      for (int c = 0; c < problem.chunks; ++c)
+        a += problem.activationOf(st, c);
+      unit = std::max(unit, a);
+    }
+    orders = assemble(
+        s,
+        [&](int n) {
+          // H1: 1F1B's in-flight counts and memory (p); H2: 2(p-s)-1 and 2p-1.
+          Policy pol{h2 ? capsLinear(p, n, 2.0, -1) : capsLinear(p, n, 1.0, 0),
+                     h2 ? (2 * p - 1) * unit : peakOf1F1B(problem), true, false, true};
+          return greedy(s, n, pol).order;
+        },
+        h2);
+  } else if (name == "zb-v") {
+    if (problem.chunks != 1 && problem.chunks != 2)
+      throw ScheduleError("zb-v places exactly two chunks per rank");
+    problem.chunks = 2;
+    problem.check();
+    requireUniformReplicas(problem, name);
+    s = shell(name, problem, Placement::VShape, true, false);
+    const double limit = problem.memoryLimit > 0 ? problem.memoryLimit : peakOf1F1B(problem);
+    orders = assemble(
+        s,
+        [&](int n) {
+          // Memory is the only admission rule; keep the better F/B/W priority.
+          GreedyResult best;
+          best.makespan = std::numeric_limits<double>::infinity();
+          for (bool alternate : {true, false})
+            for (bool eager : {false, true}) {
+              GreedyResult r = greedy(s, n, Policy{std::vector<int>(p, std::max(1, n)), limit, true, eager, alternate});
+              if (r.betterThan(best))
+                best = std::move(r);
+            }
+          return best.order;
+        },
+        false);
+  } else if (name == "auto") {
+    s = linear(true, false);
+    requireUniformReplicas(problem, name);
+    const double limit = problem.memoryLimit > 0 ? problem.memoryLimit : peakOf1F1B(problem);
+    orders = assemble(s, [&](int n) { return autoOrder(s, n, limit); }, false);
+  } else {
+    std::string all;
+    for (const auto &n : scheduleNames())
+      all += (all.empty() ? "" : ", ") + n;
+    throw ScheduleError("unknown schedule '" + name + "' (known: " + all + ")");
+  }
+  lower(s, orders);
+  ValidationReport rep = validate(s);
+  if (!rep.ok())
+    throw ScheduleError(name + ": generated schedule is invalid:\n" + rep.summary());
+  return s;
+}
+
+} // namespace pipec::schedule

@@ -1,0 +1,321 @@
+// Instruction model, problem description, text/JSON serialization.
+#include "Schedule/Schedule.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <sstream>
+
+namespace pipec::schedule {
+
+namespace {
+struct OpInfo {
+  Op op;
+  const char *name;
+};
+constexpr OpInfo kOps[] = {
+    {Op::Load, "LOAD"},           {Op::Fwd, "FWD"},
+    {Op::Bwd, "BWD"},             {Op::BwdInput, "BWD_INPUT"},
+    {Op::BwdWeight, "BWD_WEIGHT"}, {Op::Recompute, "RECOMPUTE"},
+    {Op::SendAct, "SEND_ACT"},    {Op::RecvAct, "RECV_ACT"},
+    {Op::SendGrad, "SEND_GRAD"},  {Op::RecvGrad, "RECV_GRAD"},
+    {Op::Stash, "STASH"},         {Op::Restore, "RESTORE"},
+    {Op::AllReduce, "ALLREDUCE"}, {Op::Step, "STEP"},
+    {Op::SpecStep, "SPEC_STEP"},  {Op::Validate, "VALIDATE"},
+    {Op::Rollback, "ROLLBACK"},
+};
+
+double pick(const std::vector<double> &v, int stage, int chunk, int p, int chunks,
+            const char *what) {
+  // One entry: uniform stage value; p entries: per stage; p*v: per (stage, chunk).
+  if (v.size() == 1)
+    return v[0] / chunks;
+  if ((int)v.size() == p)
+    return v[stage] / chunks;
+  if ((int)v.size() == p * chunks)
+    return v[stage * chunks + chunk];
+  throw ScheduleError(std::string("cost vector ") + what + " has " + std::to_string(v.size()) +
+                      " entries; expected 1, stages or stages*chunks");
+}
+} // namespace
+
+const char *opName(Op op) { return kOps[(int)op].name; }
+
+bool parseOp(const std::string &text, Op &op) {
+  for (const auto &info : kOps)
+    if (text == info.name) {
+      op = info.op;
+      return true;
+    }
+  return false;
+}
+
+bool isCompute(Op op) {
+  return op == Op::Fwd || op == Op::Bwd || op == Op::BwdInput || op == Op::BwdWeight ||
+         op == Op::Recompute;
+}
+bool isP2P(Op op) {
+  return op == Op::SendAct || op == Op::RecvAct || op == Op::SendGrad || op == Op::RecvGrad;
+}
+bool isCollective(Op op) { return op == Op::AllReduce || op == Op::Validate; }
+
+std::string toString(const Instr &in) {
+  std::string s = opName(in.op);
+  if (in.mb >= 0)
+    s += " mb=" + std::to_string(in.mb);
+  if (in.chunk >= 0)
+    s += " chunk=" + std::to_string(in.chunk);
+  if (in.peer >= 0)
+    s += (in.op == Op::AllReduce ? " stage=" : " peer=") + std::to_string(in.peer);
+  return s;
+}
+
+// ---------------------------------------------------------------- Problem
+void Problem::check() const {
+  auto fail = [](const std::string &m) { throw ScheduleError("invalid problem: " + m); };
+  if (stages < 1)
+    fail("--stages must be >= 1");
+  if (microbatches < 1)
+    fail("--microbatches must be >= 1");
+  if (chunks < 1)
+    fail("--chunks must be >= 1");
+  if (!replicas.empty() && (int)replicas.size() != stages)
+    fail("replicas must have one entry per stage");
+  for (int r : replicas)
+    if (r < 1)
+      fail("replicas must be >= 1");
+  for (int s = 0; s < stages; ++s)
+    for (int c = 0; c < chunks; ++c) {
+      for (Op op : {Op::Fwd, Op::BwdInput, Op::BwdWeight})
+        if (!(costOf(op, s, c) > 0) || !std::isfinite(costOf(op, s, c)))
+          fail(std::string("costs must be positive and finite (") + opName(op) + ")");
+      if (!(activationOf(s, c) >= 0))
+        fail("activation memory must be >= 0");
+    }
+  if (!(comm >= 0) || !(allreduceCost >= 0) || !(stepCost >= 0))
+    fail("communication, all-reduce and step costs must be >= 0");
+  if (!(wMemFrac >= 0 && wMemFrac <= 1))
+    fail("--w-mem-frac must be in [0, 1]");
+  if (inFlight < 0)
+    fail("in-flight count must be >= 0");
+}
+
+int Problem::replicasOf(int stage) const { return replicas.empty() ? 1 : replicas[stage]; }
+
+int Problem::numRanks() const {
+  int n = 0;
+  for (int s = 0; s < stages; ++s)
+    n += replicasOf(s);
+  return n;
+}
+
+int Problem::rankOf(int stage, int replica) const {
+  int r = 0;
+  for (int s = 0; s < stage; ++s)
+    r += replicasOf(s);
+  return r + replica;
+}
+
+int Problem::stageOfRank(int rank) const {
+  for (int s = 0; s < stages; ++s) {
+    if (rank < replicasOf(s))
+      return s;
+    rank -= replicasOf(s);
+  }
+  return -1;
+}
+
+int Problem::replicaOfRank(int rank) const { return rank - rankOf(stageOfRank(rank), 0); }
+
+double Problem::costOf(Op op, int stage, int chunk) const {
+  switch (op) {
+  case Op::Fwd:
+  case Op::Recompute:
+    return pick(costF, stage, chunk, stages, chunks, "F");
+  case Op::BwdInput:
+    return pick(costB, stage, chunk, stages, chunks, "B");
+  case Op::BwdWeight:
+    return pick(costW, stage, chunk, stages, chunks, "W");
+  case Op::Bwd:
+    return pick(costB, stage, chunk, stages, chunks, "B") +
+           pick(costW, stage, chunk, stages, chunks, "W");
+  default:
+    return 0;
+  }
+}
+
+double Problem::activationOf(int stage, int chunk) const {
+  return pick(activation, stage, chunk, stages, chunks, "activation");
+}
+
+int Problem::defaultInFlight() const {
+  // PipeDream's NOAM: ceil(#workers / #replicas of the input stage).
+  return (numRanks() + replicasOf(0) - 1) / replicasOf(0);
+}
+
+// ---------------------------------------------------------------- Schedule
+int Schedule::virtualStage(int stage, int chunk) const {
+  const int p = problem.stages;
+  if (placement == Placement::VShape)
+    return chunk == 0 ? stage : 2 * p - 1 - stage;
+  return chunk * p + stage;
+}
+
+void Schedule::locate(int vs, int &stage, int &chunk) const {
+  const int p = problem.stages;
+  if (placement == Placement::VShape) {
+    chunk = vs < p ? 0 : 1;
+    stage = vs < p ? vs : 2 * p - 1 - vs;
+    return;
+  }
+  chunk = vs / p;
+  stage = vs % p;
+}
+
+int Schedule::rankFor(int vs, int mb) const {
+  int stage, chunk;
+  locate(vs, stage, chunk);
+  return problem.rankOf(stage, problem.replicaFor(stage, mb));
+}
+
+// ---------------------------------------------------------------- text / JSON
+std::string toText(const Schedule &s) {
+  std::ostringstream os;
+  os << "# pipec schedule " << s.name << ": stages=" << s.problem.stages
+     << " microbatches=" << s.problem.microbatches << " chunks=" << s.problem.chunks
+     << " placement=" << (s.placement == Placement::VShape ? "v" : "interleaved")
+     << (s.asynchronous ? " asynchronous" : "") << "\n";
+  for (size_t r = 0; r < s.ranks.size(); ++r) {
+    os << "rank " << r << " stage=" << s.problem.stageOfRank((int)r)
+       << " replica=" << s.problem.replicaOfRank((int)r) << "\n";
+    for (size_t i = 0; i < s.ranks[r].size(); ++i)
+      os << "  " << i << ": " << toString(s.ranks[r][i]) << "\n";
+  }
+  return os.str();
+}
+
+namespace {
+using nlohmann::json;
+
+json instrJson(const Instr &in) {
+  json j;
+  j["op"] = opName(in.op);
+  if (in.mb >= 0)
+    j["mb"] = in.mb;
+  if (in.chunk >= 0)
+    j["chunk"] = in.chunk;
+  if (in.peer >= 0)
+    j[in.op == Op::AllReduce ? "stage" : "peer"] = in.peer;
+  return j;
+}
+
+Instr instrFromJson(const json &j) {
+  Instr in;
+  if (!parseOp(j.at("op").get<std::string>(), in.op))
+    throw ScheduleError("unknown instruction " + j.at("op").dump());
+  in.mb = j.value("mb", -1);
+  in.chunk = j.value("chunk", -1);
+  in.peer = j.value(in.op == Op::AllReduce ? "stage" : "peer", -1);
+  return in;
+}
+
+json problemJson(const Problem &p) {
+  return json{{"stages", p.stages},
+              {"microbatches", p.microbatches},
+              {"chunks", p.chunks},
+              {"replicas", p.replicas},
+              {"cost_f", p.costF},
+              {"cost_b", p.costB},
+              {"cost_w", p.costW},
+              {"comm", p.comm},
+              {"allreduce_cost", p.allreduceCost},
+              {"step_cost", p.stepCost},
+              {"activation", p.activation},
+              {"memory_limit", p.memoryLimit},
+              {"w_mem_frac", p.wMemFrac},
+              {"in_flight", p.inFlight}};
+}
+
+Problem problemFromJson(const json &j) {
+  Problem p;
+  p.stages = j.at("stages");
+  p.microbatches = j.at("microbatches");
+  p.chunks = j.at("chunks");
+  p.replicas = j.at("replicas").get<std::vector<int>>();
+  p.costF = j.at("cost_f").get<std::vector<double>>();
+  p.costB = j.at("cost_b").get<std::vector<double>>();
+  p.costW = j.at("cost_w").get<std::vector<double>>();
+  p.comm = j.at("comm");
+  p.allreduceCost = j.at("allreduce_cost");
+  p.stepCost = j.at("step_cost");
+  p.activation = j.at("activation").get<std::vector<double>>();
+  p.memoryLimit = j.at("memory_limit");
+  p.wMemFrac = j.at("w_mem_frac");
+  p.inFlight = j.at("in_flight");
+  return p;
+}
+
+json rankJson(const Schedule &s, int r) {
+  json instrs = json::array();
+  for (const Instr &in : s.ranks[r])
+    instrs.push_back(instrJson(in));
+  return json{{"format", "pipec.schedule.rank/1"},
+              {"schedule", s.name},
+              {"rank", r},
+              {"stage", s.problem.stageOfRank(r)},
+              {"replica", s.problem.replicaOfRank(r)},
+              {"chunks", s.problem.chunks},
+              {"placement", s.placement == Placement::VShape ? "v" : "interleaved"},
+              {"asynchronous", s.asynchronous},
+              {"instructions", std::move(instrs)}};
+}
+} // namespace
+
+std::string rankToJson(const Schedule &s, int rank) { return rankJson(s, rank).dump(1) + "\n"; }
+
+std::string toJson(const Schedule &s) {
+  json ranks = json::array();
+  for (int r = 0; r < (int)s.ranks.size(); ++r)
+    ranks.push_back(rankJson(s, r)["instructions"]);
+  json j{{"format", "pipec.schedule/1"},
+         {"schedule", s.name},
+         {"placement", s.placement == Placement::VShape ? "v" : "interleaved"},
+         {"asynchronous", s.asynchronous},
+         {"split_backward", s.splitBackward},
+         {"problem", problemJson(s.problem)},
+         {"ranks", std::move(ranks)}};
+  return j.dump(1) + "\n";
+}
+
+Schedule fromJson(const std::string &text) {
+  try {
+    json j = json::parse(text);
+    if (j.at("format") != "pipec.schedule/1")
+      throw ScheduleError("not a pipec.schedule/1 document");
+    Schedule s;
+    s.name = j.at("schedule");
+    s.placement = j.at("placement") == "v" ? Placement::VShape : Placement::Interleaved;
+    s.asynchronous = j.at("asynchronous");
+    s.splitBackward = j.at("split_backward");
+    s.problem = problemFromJson(j.at("problem"));
+    for (const json &rank : j.at("ranks")) {
+      s.ranks.emplace_back();
+      for (const json &in : rank)
+        s.ranks.back().push_back(instrFromJson(in));
+    }
+    return s;
+  } catch (const nlohmann::json::exception &e) {
+    throw ScheduleError(std::string("bad schedule JSON: ") + e.what());
+  }
+}
+
+std::string ValidationReport::summary(size_t maxErrors) const {
+  std::string s;
+  for (size_t i = 0; i < errors.size() && i < maxErrors; ++i)
+    s += (i ? "\n" : "") + errors[i];
+  if (errors.size() > maxErrors)
+    s += "\n... and " + std::to_string(errors.size() - maxErrors) + " more";
+  return s;
+}
+
+} // namespace pipec::schedule

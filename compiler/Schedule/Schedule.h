@@ -1,0 +1,171 @@
+// Pipeline-parallel training schedules: instruction model, generators,
+// validator, simulator and timeline pictures (design.md section 3).
+//
+// Plain C++17, no MLIR: the compiler feeds plan-derived costs in through
+// Problem, and `pipec schedule` explores schedules without a model.
+#pragma once
+
+#include <iosfwd>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pipec::schedule {
+
+class ScheduleError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+// ---------------------------------------------------------------- instructions
+enum class Op : unsigned char {
+  Load,      // LOAD(mb): read the micro-batch's inputs (first virtual stage)
+  Fwd,       // FWD(mb, chunk)
+  Bwd,       // BWD(mb, chunk): input and weight gradients together
+  BwdInput,  // BWD_INPUT(mb, chunk): "B" of the zero-bubble paper
+  BwdWeight, // BWD_WEIGHT(mb, chunk): "W" of the zero-bubble paper
+  Recompute, // RECOMPUTE(mb, chunk): re-run the forward before a backward
+  SendAct, RecvAct, SendGrad, RecvGrad, // (mb, chunk, peer rank)
+  Stash,     // STASH(mb): keep the weight version this forward used
+  Restore,   // RESTORE(mb): use the stashed version for the backward
+  AllReduce, // ALLREDUCE(stage): gradients over the replicas of a stage
+  Step,      // STEP: optimizer update
+  SpecStep,  // SPEC_STEP: speculative update, pre-step weights kept (ZB-H2)
+  Validate,  // VALIDATE: global all-reduce of grad norm / non-finite flags
+  Rollback,  // ROLLBACK: if VALIDATE failed, restore and redo the step
+};
+const char *opName(Op op);
+bool parseOp(const std::string &text, Op &op);
+bool isCompute(Op op);   // Fwd, Bwd, BwdInput, BwdWeight, Recompute
+bool isP2P(Op op);       // Send*/Recv*
+bool isCollective(Op op); // AllReduce, Validate
+
+struct Instr {
+  Op op = Op::Step;
+  int mb = -1;    // micro-batch (global index); -1 where not applicable
+  int chunk = -1; // model chunk on this rank; -1 where not applicable
+  int peer = -1;  // peer rank (Send/Recv) or stage (AllReduce)
+  bool operator==(const Instr &o) const {
+    return op == o.op && mb == o.mb && chunk == o.chunk && peer == o.peer;
+  }
+};
+std::string toString(const Instr &instr); // "FWD mb=3 chunk=0"
+
+// ---------------------------------------------------------------- problem
+// Costs are per pipeline stage (all chunks of that stage together) or per
+// (stage, chunk) when the vector has stages*chunks entries; one entry means
+// uniform. Memory is counted in units of one micro-batch's activations on
+// one stage (the zero-bubble paper's M_B): 1F1B peaks at p units on stage 0.
+struct Problem {
+  int stages = 4;                  // p: pipeline positions
+  int microbatches = 8;            // m: micro-batches per step (all replicas)
+  int chunks = 1;                  // v: model chunks per rank
+  std::vector<int> replicas;       // per stage; empty = 1 each
+  std::vector<double> costF{1.0}, costB{1.0}, costW{1.0};
+  double comm = 0.0;               // C: time of one point-to-point transfer
+  double allreduceCost = 0.0;      // time of one ALLREDUCE / VALIDATE
+  double stepCost = 0.0;           // time of one optimizer step
+  std::vector<double> activation{1.0}; // per stage, per micro-batch (units)
+  double memoryLimit = 0.0;        // units per rank; <= 0: unlimited
+  double wMemFrac = 1.0;           // share of activations W still holds after B
+  int inFlight = 0;                // 1F1B-RR: admitted per stage-0 replica; 0 = PipeDream's NOAM
+
+  void check() const; // throws ScheduleError on an inconsistent problem
+  int replicasOf(int stage) const;
+  int numRanks() const;
+  int rankOf(int stage, int replica) const;
+  int stageOfRank(int rank) const;
+  int replicaOfRank(int rank) const;
+  // Replica of `stage` that processes micro-batch `mb` (round-robin).
+  int replicaFor(int stage, int mb) const { return mb % replicasOf(stage); }
+  double costOf(Op op, int stage, int chunk) const; // F, B, W, BW, RECOMPUTE
+  double activationOf(int stage, int chunk) const;  // one micro-batch, one chunk
+  int defaultInFlight() const;                       // PipeDream NOAM
+};
+
+// Where virtual stage k (0 .. p*v-1, in model order) lives.
+enum class Placement {
+  Interleaved, // vs = chunk * p + stage (Megatron; v = 1 is the plain pipeline)
+  VShape,      // v = 2: chunk 0 down the ranks, chunk 1 back up (ZB-V)
+};
+
+struct Schedule {
+  std::string name;
+  Problem problem; // as generated (chunks possibly forced, e.g. 2 for ZB-V)
+  Placement placement = Placement::Interleaved;
+  bool asynchronous = false; // 1F1B-RR: per-micro-batch updates, weight stashing
+  bool splitBackward = false; // BWD_INPUT/BWD_WEIGHT instead of BWD
+  std::vector<std::vector<Instr>> ranks; // per rank, in execution order
+
+  int virtualStages() const { return problem.stages * problem.chunks; }
+  int virtualStage(int stage, int chunk) const;
+  void locate(int vs, int &stage, int &chunk) const;
+  // Rank that runs virtual stage `vs` of micro-batch `mb`.
+  int rankFor(int vs, int mb) const;
+};
+
+// ---------------------------------------------------------------- generators
+// Names: gpipe, 1f1b, 1f1b-rr, interleaved, zb-h1, zb-h2, zb-v, auto.
+std::vector<std::string> scheduleNames();
+// Generates and validates; throws ScheduleError (naming the rank and the
+// instruction) when the problem is unsupported or the result is invalid,
+// including a peak memory above problem.memoryLimit.
+Schedule generate(const std::string &name, const Problem &problem);
+
+// ---------------------------------------------------------------- validator
+struct ValidationReport {
+  std::vector<std::string> errors; // "rank 2 #17 RECV_GRAD mb=3 chunk=0 peer=3: ..."
+  bool ok() const { return errors.empty(); }
+  std::string summary(size_t maxErrors = 8) const;
+};
+ValidationReport validate(const Schedule &schedule);
+
+// ---------------------------------------------------------------- simulator
+struct Interval {
+  int rank;
+  Instr instr;
+  double start, end;
+};
+struct Transfer {
+  int src, dst, mb;
+  bool grad;
+  double sent, arrived;
+};
+struct SimResult {
+  double makespan = 0;
+  double totalCompute = 0;    // sum over ranks of F/B/W/recompute time
+  double maxRankCompute = 0;  // the ideal time: busiest rank's compute
+  double maxSpan = 0;         // largest (last end - first start) over ranks
+  // Flush-to-flush: 1 - totalCompute / (ranks * makespan).
+  double bubbleFlush = 0;
+  // Zero-bubble paper's steady-state rate: (maxSpan - ideal) / maxSpan.
+  double bubbleSteady = 0;
+  // Overhead against the ideal: makespan / ideal - 1; (p-1)/m for 1F1B.
+  double bubbleOverIdeal = 0;
+  std::vector<double> peakMemory; // per rank, units
+  double maxPeakMemory = 0;
+  std::vector<int> peakStashed;   // per rank: weight versions held (1F1B-RR)
+  std::vector<double> rankCompute, rankFirst, rankLast;
+  std::vector<Interval> intervals; // compute, collectives, steps
+  std::vector<Transfer> transfers;
+};
+// Sends are asynchronous (a separate communication stream): a receive waits
+// until the data arrived, `comm` after the matching send. Throws on deadlock.
+SimResult simulate(const Schedule &schedule);
+
+// ---------------------------------------------------------------- output
+std::string toText(const Schedule &schedule);
+std::string toJson(const Schedule &schedule);     // whole schedule + problem
+Schedule fromJson(const std::string &text);       // inverse of toJson
+std::string rankToJson(const Schedule &schedule, int rank); // rank_<r>.json
+void writeChromeTrace(const Schedule &schedule, const SimResult &sim, std::ostream &os);
+void writeSvg(const Schedule &schedule, const SimResult &sim, std::ostream &os);
+// Writes rank_<r>.json, schedule.json, schedule.txt, timeline.json, timeline.svg.
+void writeScheduleDir(const Schedule &schedule, const SimResult &sim, const std::string &dir);
+
+// ---------------------------------------------------------------- CLI
+// `pipec schedule ...`; argv[0] is "schedule". Returns the exit status.
+int runScheduleCommand(int argc, char **argv);
+int runScheduleCommand(int argc, char **argv, std::ostream &out, std::ostream &err);
+
+} // namespace pipec::schedule

@@ -1,0 +1,236 @@
+// The verifiers reject wrong ranks, shapes and element types, naming the op.
+// RUN: pipec-opt %s -split-input-file -verify-diagnostics
+
+func.func @broadcast(%a: tensor<4x3xf32>, %b: tensor<4xf32>) {
+  // expected-error @+2 {{nn.add: shapes [4,3] and [4] are not broadcast-compatible}}
+  // expected-error @+1 {{'nn.add' op failed to infer returned types}}
+  %0 = nn.add %a, %b : (tensor<4x3xf32>, tensor<4xf32>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @element_types(%a: tensor<3xf32>, %b: tensor<3xf64>) {
+  // expected-error @+2 {{nn.mul: operand element types differ (f32 vs f64)}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.mul %a, %b : (tensor<3xf32>, tensor<3xf64>) -> tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @wrong_result(%a: tensor<3xf32>, %b: tensor<3xf32>) {
+  // expected-error @+2 {{'nn.sub' op inferred type(s) 'tensor<3xf32>' are incompatible with return type(s) of operation 'tensor<4xf32>'}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.sub %a, %b : (tensor<3xf32>, tensor<3xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @dynamic(%a: tensor<?xf32>) {
+  // expected-error @+1 {{'nn.relu' op operand #0 must be statically shaped tensor of floating-point values}}
+  %0 = nn.relu %a : tensor<?xf32>
+  return
+}
+
+// -----
+
+func.func @integer_relu(%a: tensor<3xi64>) {
+  // expected-error @+1 {{'nn.relu' op operand #0 must be statically shaped tensor of floating-point values}}
+  %0 = nn.relu %a : tensor<3xi64>
+  return
+}
+
+// -----
+
+func.func @gemm_inner(%a: tensor<8x32xf32>, %b: tensor<64x16xf32>) {
+  // expected-error @+2 {{nn.gemm: inner dimensions differ (32 vs 16) for A [8,32] and B [64,16] (transposed)}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.gemm %a, %b {transB = true} : (tensor<8x32xf32>, tensor<64x16xf32>) -> tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @gemm_rank(%a: tensor<2x8x32xf32>, %b: tensor<32x16xf32>) {
+  // expected-error @+2 {{nn.gemm: A and B must be 2-D, got [2,8,32] and [32,16]}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.gemm %a, %b : (tensor<2x8x32xf32>, tensor<32x16xf32>) -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_inner(%a: tensor<2x8x32xf32>, %b: tensor<16x4xf32>) {
+  // expected-error @+2 {{nn.matmul: inner dimensions differ for [2,8,32] x [16,4]}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.matmul %a, %b : (tensor<2x8x32xf32>, tensor<16x4xf32>) -> tensor<2x8x4xf32>
+  return
+}
+
+// -----
+
+func.func @conv_channels(%x: tensor<1x3x8x8xf32>, %w: tensor<4x2x3x3xf32>) {
+  // expected-error @+2 {{nn.conv: 3 input channels, group 1 and weight [4,2,3,3] do not match}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<1x3x8x8xf32>, tensor<4x2x3x3xf32>) -> tensor<1x4x6x6xf32>
+  return
+}
+
+// -----
+
+func.func @conv_pads(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) {
+  // expected-error @+2 {{nn.conv: kernel_shape, strides and dilations need 2 entries and pads 4 for input [1,3,8,8]}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0>, dilations = array<i64: 1, 1>} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x6x6xf32>
+  return
+}
+
+// -----
+
+func.func @batch_norm_stats(%x: tensor<4x8x2x2xf32>, %s: tensor<8xf32>, %m: tensor<4xf32>) {
+  // expected-error @+2 {{nn.batch_norm: scale, bias, mean and variance must have shape [8], got [4]}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0:3 = nn.batch_norm %x, %s, %s, %m, %s : (tensor<4x8x2x2xf32>, tensor<8xf32>, tensor<8xf32>, tensor<4xf32>, tensor<8xf32>) -> (tensor<4x8x2x2xf32>, tensor<4xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
+func.func @pool_window(%x: tensor<1x3x2x2xf32>) {
+  // expected-error @+2 {{nn.max_pool: window larger than the padded input [1,3,2,2]}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.max_pool %x {kernel_shape = array<i64: 3, 3>, strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<1x3x2x2xf32>) -> tensor<1x3x1x1xf32>
+  return
+}
+
+// -----
+
+func.func @reshape_count(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{'nn.reshape' op cannot reshape [2,3] (6 elements) into [4,2] (8 elements)}}
+  %0 = nn.reshape %x : tensor<2x3xf32> -> tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @expand_shape(%x: tensor<2x3xf32>) {
+  // expected-error @+1 {{'nn.expand' op cannot expand [2,3] to [4,3]}}
+  %0 = nn.expand %x : tensor<2x3xf32> -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @transpose_perm(%x: tensor<2x3xf32>) {
+  // expected-error @+2 {{nn.transpose: perm is not a permutation}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.transpose %x {perm = array<i64: 0, 0>} : (tensor<2x3xf32>) -> tensor<2x2xf32>
+  return
+}
+
+// -----
+
+func.func @split_sizes(%x: tensor<2x6xf32>) {
+  // expected-error @+2 {{nn.split: piece sizes sum to 5 but axis 1 has size 6}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0:2 = nn.split %x {axis = 1 : i64, sizes = array<i64: 2, 3>} : (tensor<2x6xf32>) -> (tensor<2x2xf32>, tensor<2x3xf32>)
+  return
+}
+
+// -----
+
+func.func @squeeze_size(%x: tensor<2x6xf32>) {
+  // expected-error @+2 {{nn.squeeze: axis 1 of [2,6] is not a size-1 axis}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.squeeze %x {axes = array<i64: 1>} : (tensor<2x6xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @concat_shapes(%a: tensor<2x6xf32>, %b: tensor<3x6xf32>) {
+  // expected-error @+2 {{nn.concat: input shapes [2,6] and [3,6] differ outside axis 1}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.concat %a, %b {axis = 1 : i64} : (tensor<2x6xf32>, tensor<3x6xf32>) -> tensor<2x12xf32>
+  return
+}
+
+// -----
+
+func.func @slice_bounds(%x: tensor<4xf32>) {
+  // expected-error @+2 {{nn.slice: bounds of axis 0 are not normalized for size 4}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.slice %x {starts = array<i64: 0>, ends = array<i64: 9>, steps = array<i64: 1>} : (tensor<4xf32>) -> tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @gather_axis(%x: tensor<4x2xf32>, %i: tensor<3xi64>) {
+  // expected-error @+2 {{nn.gather: axis 2 out of range for rank 2}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.gather %x, %i {axis = 2 : i64} : (tensor<4x2xf32>, tensor<3xi64>) -> tensor<4x3xf32>
+  return
+}
+
+// -----
+
+func.func @gather_float_indices(%x: tensor<4x2xf32>, %i: tensor<3xf32>) {
+  // expected-error @+1 {{'nn.gather' op operand #1 must be statically shaped tensor of 32-bit signless integer or 64-bit signless integer values}}
+  %0 = nn.gather %x, %i : (tensor<4x2xf32>, tensor<3xf32>) -> tensor<3x2xf32>
+  return
+}
+
+// -----
+
+func.func @layer_norm_scale(%x: tensor<2x8xf32>, %g: tensor<4xf32>) {
+  // expected-error @+2 {{nn.layer_norm: scale/bias of shape [4] does not broadcast to [8]}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.layer_norm %x, %g : (tensor<2x8xf32>, tensor<4xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @dropout_ratio(%x: tensor<2x8xf32>) {
+  // expected-error @+2 {{nn.dropout: ratio must be in [0, 1), got 1.5}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0:2 = nn.dropout %x {ratio = 1.5 : f32} : (tensor<2x8xf32>) -> (tensor<2x8xf32>, tensor<2x8xi1>)
+  return
+}
+
+// -----
+
+func.func @loss_labels(%s: tensor<4x10xf32>, %l: tensor<5xi64>) {
+  // expected-error @+2 {{nn.softmax_cross_entropy_loss: labels must have shape [4], got [5]}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0:2 = nn.softmax_cross_entropy_loss %s, %l : (tensor<4x10xf32>, tensor<5xi64>) -> (tensor<f32>, tensor<4x10xf32>)
+  return
+}
+
+// -----
+
+func.func @gelu_mode(%x: tensor<2xf32>) {
+  // expected-error @+1 {{'nn.gelu' op approximate must be "none" or "tanh", got "erf"}}
+  %0 = nn.gelu %x {approximate = "erf"} : tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @cast_shape(%x: tensor<2xf32>) {
+  // expected-error @+1 {{'nn.cast' op changes the shape from [2] to [3]}}
+  %0 = nn.cast %x : tensor<2xf32> -> tensor<3xf64>
+  return
+}
+
+// -----
+
+func.func @reduce_axes(%x: tensor<2x3xf32>) {
+  // expected-error @+2 {{nn.reduce_mean: axes must be sorted, unique and in [0, 2)}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.reduce_mean %x {axes = array<i64: 1, 0>} : (tensor<2x3xf32>) -> tensor<1x1xf32>
+  return
+}

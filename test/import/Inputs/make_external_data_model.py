@@ -1,0 +1,31 @@
+"""Writes y = x * w with w stored as external data at LOCATION (relative to
+the model's folder, or absolute). The data file is written where the location
+points unless --no-data is given."""
+import argparse
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+parser = argparse.ArgumentParser()
+parser.add_argument("model")
+parser.add_argument("location")
+parser.add_argument("--no-data", action="store_true")
+args = parser.parse_args()
+
+weights = np.arange(1, 5, dtype=np.float32)
+tensor = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4])
+tensor.data_location = TensorProto.EXTERNAL
+for key, value in (("location", args.location), ("length", str(weights.nbytes))):
+    entry = tensor.external_data.add()
+    entry.key, entry.value = key, value
+graph = helper.make_graph(
+    [helper.make_node("Mul", ["x", "w"], ["y"], name="scale")], "external",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [tensor])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+onnx.save(model, args.model)
+target = os.path.join(os.path.dirname(os.path.abspath(args.model)), args.location)
+if not args.no_data:
+    weights.tofile(target)

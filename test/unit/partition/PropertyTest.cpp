@@ -1,0 +1,130 @@
+// The DP against exhaustive search on many small random DAGs, topologies and
+// options (seeded, deterministic): same optimum value, and a tree that attains it.
+
+#include "Exhaustive.h"
+#include "TestGraphs.h"
+
+#include "compiler/Partition/Error.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+using namespace pipec::partition;
+using namespace pipec::partition::testing;
+
+namespace {
+
+Topology randomTopology(std::mt19937_64 &rng) {
+  std::uniform_int_distribution<int> levels(1, 3);
+  Topology t;
+  int L = levels(rng);
+  int devices = 1;
+  for (int k = 0; k < L; ++k) {
+    // keep the exhaustive enumeration small: at most 6 devices in all
+    int maxFan = std::max(1, std::min(3, 6 / devices));
+    int fan = std::uniform_int_distribution<int>(1, maxFan)(rng);
+    devices *= fan;
+    // outer levels are slower, as in real clusters (not required by the DP)
+    double bw = std::uniform_real_distribution<double>(1e9, 5e10)(rng) / (k + 1);
+    t.levels.push_back({fan, bw, "level" + std::to_string(k)});
+  }
+  t.deviceMemoryBytes = int64_t(1) << 40;
+  return t;
+}
+
+struct Case {
+  CostTable table;
+  Topology topology;
+  PartitionOptions options;
+};
+
+Case randomCase(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> unit(0, 1);
+  Case c;
+  c.topology = randomTopology(rng);
+  int devices = static_cast<int>(c.topology.totalDevices());
+  int n = std::uniform_int_distribution<int>(1, devices >= 4 ? 5 : 6)(rng);
+  c.table = randomDag(rng, n);
+  c.options.allowReplication = unit(rng) < 0.75;
+  c.options.asynchronous = unit(rng) < 0.5;
+  c.options.recompute = unit(rng) < 0.3;
+  c.options.microbatches = std::uniform_int_distribution<int>(1, 4)(rng);
+  if (unit(rng) < 0.25)
+    c.options.forcedStages = std::uniform_int_distribution<int>(1, std::min(n, devices))(rng);
+  // A memory limit that binds often: between the heaviest op alone and everything.
+  CostModel probe(c.table, c.topology, PartitionOptions{});
+  double lo = 0, hi = probe.memory(0, n - 1, 1) * 2;
+  for (int i = 0; i < n; ++i)
+    lo = std::max(lo, probe.memory(i, i, 1));
+  double r = unit(rng);
+  c.options.memoryLimitBytes = r < 0.3 ? -1 : static_cast<int64_t>(lo + (hi - lo) * unit(rng) * unit(rng));
+  c.options.maxLayers = 1000; // exact
+  return c;
+}
+
+} // namespace
+
+TEST(PartitionProperty, DpMatchesExhaustiveOnRandomDags) {
+  int compared = 0, infeasible = 0, replicatedOptima = 0, multiLevel = 0;
+  for (uint64_t seed = 1; seed <= 400; ++seed) {
+    Case c = randomCase(seed);
+    SCOPED_TRACE("seed " + std::to_string(seed) + ", " + c.topology.describe() + ", " +
+                 std::to_string(c.table.ops.size()) + " ops");
+    CostModel model(c.table, c.topology, c.options);
+    Exhaustive::Best best = Exhaustive(model).solve();
+    if (!std::isfinite(best.value)) {
+      ++infeasible;
+      try {
+        partition(c.table, c.topology, c.options);
+        ADD_FAILURE() << "the DP found a partition where exhaustive search found none";
+      } catch (const Error &e) {
+        EXPECT_NE(std::string(e.what()).find("no partition"), std::string::npos) << e.what();
+      }
+      continue;
+    }
+    PartitionResult r = partition(c.table, c.topology, c.options);
+    EXPECT_NEAR(r.timePerMicrobatch, best.value, 1e-9 * best.value) << "candidates " << best.candidates;
+    // The DP's tree attains its value under the independent evaluator.
+    EXPECT_NEAR(model.evaluate(r.tree), r.timePerMicrobatch, 1e-12 * r.timePerMicrobatch);
+    EXPECT_NO_THROW(r.verify(c.table, c.topology));
+    if (c.options.forcedStages > 0)
+      EXPECT_EQ(static_cast<int>(r.stages.size()), c.options.forcedStages);
+    ++compared;
+    for (const StagePlan &s : r.stages)
+      if (s.replicas > 1) {
+        ++replicatedOptima;
+        break;
+      }
+    multiLevel += c.topology.levels.size() > 1 && r.devicesUsed > c.topology.levels[0].fanout;
+  }
+  // The generator must exercise every regime, or the comparison proves little.
+  EXPECT_GT(compared, 250);
+  EXPECT_GT(infeasible, 10);
+  EXPECT_GT(replicatedOptima, 30);
+  EXPECT_GT(multiLevel, 30);
+}
+
+TEST(PartitionProperty, PartitionOfTheDpEvaluatesToTheSameNumbers) {
+  // Round trip through flat stages and ranks (what plan.json stores).
+  for (uint64_t seed = 1000; seed < 1100; ++seed) {
+    Case c = randomCase(seed);
+    c.options.memoryLimitBytes = -1;
+    c.options.forcedStages = 0;
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    PartitionResult r = partition(c.table, c.topology, c.options);
+    std::vector<StageSpec> specs;
+    for (const StagePlan &s : r.stages)
+      specs.push_back(StageSpec{s.firstOp, s.lastOp, s.replicas, s.ranks});
+    PartitionResult e = evaluatePartition(c.table, c.topology, c.options, specs);
+    EXPECT_DOUBLE_EQ(e.timePerMicrobatch, r.timePerMicrobatch);
+    EXPECT_DOUBLE_EQ(e.timePerMinibatch, r.timePerMinibatch);
+    ASSERT_EQ(e.stages.size(), r.stages.size());
+    for (size_t k = 0; k < e.stages.size(); ++k) {
+      EXPECT_EQ(e.stages[k].memoryBytes, r.stages[k].memoryBytes);
+      EXPECT_EQ(e.stages[k].inflight, r.stages[k].inflight);
+    }
+  }
+}

@@ -1,0 +1,473 @@
+// Tests of the schedule library: closed-form bubbles, validator (accepting
+// every generated schedule, rejecting mutated ones), memory limits, 1F1B-RR
+// stashing, serialization and the CLI.
+#include "Schedule/Schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <unistd.h>
+
+using namespace pipec::schedule;
+
+namespace {
+Problem uniform(int p, int m, double f = 1, double b = 1, double w = 1) {
+  Problem P;
+  P.stages = p;
+  P.microbatches = m;
+  P.costF = {f};
+  P.costB = {b};
+  P.costW = {w};
+  return P;
+}
+
+bool anyErrorContains(const ValidationReport &r, const std::string &needle) {
+  return std::any_of(r.errors.begin(), r.errors.end(),
+                     [&](const std::string &e) { return e.find(needle) != std::string::npos; });
+}
+
+int run(std::vector<std::string> args, std::string &out, std::string &err) {
+  std::vector<char *> argv;
+  for (auto &a : args)
+    argv.push_back(a.data());
+  std::ostringstream o, e;
+  int rc = runScheduleCommand((int)argv.size(), argv.data(), o, e);
+  out = o.str();
+  err = e.str();
+  return rc;
+}
+} // namespace
+
+// ------------------------------------------------------------ closed forms
+TEST(ClosedForm, OneF1BBubbleIsPMinus1OverM) {
+  for (int p : {2, 4, 8})
+    for (int m : {p, 2 * p, 8 * p}) {
+      // B here is the whole backward (B+W); 1F1B does not split it.
+      Schedule s = generate("1f1b", uniform(p, m, 1, 1.5, 0.5));
+      SimResult r = simulate(s);
+      EXPECT_NEAR(r.bubbleOverIdeal, double(p - 1) / m, 1e-9) << "p=" << p << " m=" << m;
+      EXPECT_NEAR(r.bubbleFlush, double(p - 1) / (m + p - 1), 1e-9);
+      EXPECT_DOUBLE_EQ(r.maxPeakMemory, std::min(p, m));
+    }
+}
+
+TEST(ClosedForm, GPipeSameBubbleMoreMemory) {
+  Schedule s = generate("gpipe", uniform(4, 12));
+  SimResult r = simulate(s);
+  EXPECT_NEAR(r.bubbleOverIdeal, 3.0 / 12, 1e-9);
+  EXPECT_DOUBLE_EQ(r.maxPeakMemory, 12);
+}
+
+TEST(ClosedForm, InterleavedBubbleIsPMinus1OverVM) {
+  for (int p : {2, 4})
+    for (int v : {2, 3, 4})
+      for (int m : {p, 4 * p}) {
+        Problem P = uniform(p, m, 1, 2, 0.5);
+        P.chunks = v;
+        SimResult r = simulate(generate("interleaved", P));
+        EXPECT_NEAR(r.bubbleOverIdeal, double(p - 1) / (v * m), 1e-9) << "p=" << p << " v=" << v << " m=" << m;
+      }
+}
+
+TEST(ClosedForm, ZbH1IsAThirdOf1F1BAndH2NearZero) {
+  for (int p : {4, 8})
+    for (int m : {2 * p, 4 * p}) {
+      Problem P = uniform(p, m);
+      SimResult f1b = simulate(generate("1f1b", P));
+      SimResult h1 = simulate(generate("zb-h1", P));
+      SimResult h2 = simulate(generate("zb-h2", P));
+      const double ideal = m * 3.0;
+      const double bubble1f1b = f1b.makespan - ideal; // (p-1)(F+B+W)
+      const double bubbleH1 = h1.makespan - ideal;    // (p-1)(F+B-W)
+      EXPECT_NEAR(bubble1f1b, 3.0 * (p - 1), 1e-9);
+      EXPECT_NEAR(bubbleH1 / bubble1f1b, 1.0 / 3, 0.02) << "p=" << p << " m=" << m;
+      EXPECT_LE(h1.maxPeakMemory, p + 1e-9); // same memory as 1F1B
+      EXPECT_LT(h2.bubbleSteady, 0.01) << "p=" << p << " m=" << m;
+      EXPECT_LE(h2.maxPeakMemory, 2 * p - 1 + 1e-9);
+    }
+}
+
+TEST(ClosedForm, ZbVBeats1F1BAtTheSameMemory) {
+  Problem P = uniform(4, 16);
+  SimResult v = simulate(generate("zb-v", P));
+  SimResult f = simulate(generate("1f1b", P));
+  EXPECT_LE(v.maxPeakMemory, 4 + 1e-9);
+  EXPECT_LT(v.bubbleOverIdeal, 0.5 * f.bubbleOverIdeal);
+}
+
+// ------------------------------------------------------------ property tests
+TEST(Property, ValidatorAcceptsEveryGeneratedScheduleOverRandomCosts) {
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<double> cost(0.2, 3.0), comm(0.0, 0.5);
+  for (int trial = 0; trial < 12; ++trial) {
+    const int p = 2 + trial % 4;
+    const int m = p * (1 + trial % 3);
+    Problem P = uniform(p, m);
+    P.costF.clear(), P.costB.clear(), P.costW.clear();
+    for (int s = 0; s < p; ++s) {
+      P.costF.push_back(cost(rng));
+      P.costB.push_back(cost(rng));
+      P.costW.push_back(cost(rng));
+    }
+    P.comm = comm(rng);
+    for (const std::string &name : scheduleNames()) {
+      Problem Q = P;
+      if (name == "interleaved")
+        Q.chunks = 2;
+      Schedule s = generate(name, Q); // validates inside; throws if invalid
+      ValidationReport rep = validate(s);
+      EXPECT_TRUE(rep.ok()) << name << " trial " << trial << ": " << rep.summary();
+      SimResult r = simulate(s);
+      EXPECT_GT(r.makespan, 0);
+      EXPECT_GE(r.makespan + 1e-9, r.maxRankCompute);
+    }
+  }
+}
+
+TEST(Property, MutatedSchedulesAreRejected) {
+  std::mt19937 rng(99);
+  for (const std::string &name : scheduleNames()) {
+    Problem P = uniform(4, 8, 1, 1.3, 0.8);
+    P.comm = 0.1;
+    if (name == "interleaved")
+      P.chunks = 2;
+    const Schedule good = generate(name, P);
+    // Collect candidate positions of each mutation kind.
+    for (int trial = 0; trial < 6; ++trial) {
+      const int r = std::uniform_int_distribution<int>(0, (int)good.ranks.size() - 1)(rng);
+      const auto &rank = good.ranks[r];
+      std::vector<size_t> recvs, computes;
+      for (size_t i = 0; i < rank.size(); ++i) {
+        if (rank[i].op == Op::RecvAct || rank[i].op == Op::RecvGrad)
+          recvs.push_back(i);
+        if (rank[i].op == Op::BwdInput || rank[i].op == Op::Bwd || rank[i].op == Op::BwdWeight)
+          computes.push_back(i);
+      }
+      if (!recvs.empty()) { // dropped receive
+        Schedule bad = good;
+        const size_t i = recvs[rng() % recvs.size()];
+        const std::string text = toString(bad.ranks[r][i]);
+        bad.ranks[r].erase(bad.ranks[r].begin() + i);
+        ValidationReport rep = validate(bad);
+        EXPECT_FALSE(rep.ok()) << name << ": dropped " << text;
+        EXPECT_TRUE(anyErrorContains(rep, "rank ")) << rep.summary();
+      }
+      if (!computes.empty()) { // swapped pair: a backward and the instruction before its dependency
+        Schedule bad = good;
+        const size_t i = computes[rng() % computes.size()];
+        // Move the backward to the front of the stream: it now precedes its forward.
+        Instr moved = bad.ranks[r][i];
+        bad.ranks[r].erase(bad.ranks[r].begin() + i);
+        bad.ranks[r].insert(bad.ranks[r].begin(), moved);
+        ValidationReport rep = validate(bad);
+        EXPECT_FALSE(rep.ok()) << name << ": reordered " << toString(moved);
+        EXPECT_TRUE(anyErrorContains(rep, "rank " + std::to_string(r) + " #0 " + toString(moved))) << rep.summary();
+      }
+    }
+  }
+}
+
+TEST(Validator, NamesRankAndInstructionOfDroppedReceive) {
+  Schedule s = generate("1f1b", uniform(2, 2));
+  auto &r1 = s.ranks[1];
+  auto it = std::find_if(r1.begin(), r1.end(), [](const Instr &i) { return i.op == Op::RecvAct && i.mb == 1; });
+  ASSERT_NE(it, r1.end());
+  r1.erase(it);
+  ValidationReport rep = validate(s);
+  ASSERT_FALSE(rep.ok());
+  EXPECT_TRUE(anyErrorContains(rep, "rank 1 #")) << rep.summary();
+  EXPECT_TRUE(anyErrorContains(rep, "FWD mb=1 chunk=0: forward before its input activation arrived")) << rep.summary();
+  EXPECT_TRUE(anyErrorContains(rep, "rank 0 #")) << rep.summary(); // the orphaned send
+  EXPECT_TRUE(anyErrorContains(rep, "send without a matching receive")) << rep.summary();
+}
+
+TEST(Validator, DetectsDeadlockOfSwappedCommunication) {
+  // Classic blocking deadlock: both ranks send before they receive.
+  Schedule s = generate("1f1b", uniform(2, 4));
+  // Find on rank 0 a SEND_ACT followed later by a RECV_GRAD, swap them so that
+  // rank 0 waits for a gradient rank 1 can only produce after the activation.
+  auto &r0 = s.ranks[0];
+  auto send = std::find_if(r0.begin(), r0.end(), [](const Instr &i) { return i.op == Op::SendAct && i.mb == 1; });
+  auto recv = std::find_if(r0.begin(), r0.end(), [](const Instr &i) { return i.op == Op::RecvGrad && i.mb == 0; });
+  ASSERT_TRUE(send != r0.end() && recv != r0.end());
+  ASSERT_LT(send - r0.begin(), recv - r0.begin());
+  // RECV_GRAD(0) now comes before SEND_ACT(1); rank 1 must first receive act 1
+  // before it computes and sends grad 0 -> deadlock.
+  std::iter_swap(send, recv);
+  ValidationReport rep = validate(s);
+  // Dependencies within rank 0 still hold (the grad is used later), so the
+  // error must come from the rendezvous simulation.
+  ASSERT_FALSE(rep.ok());
+  EXPECT_TRUE(anyErrorContains(rep, "deadlock")) << rep.summary();
+}
+
+TEST(Validator, RejectsDependencyReorderWithinRank) {
+  Schedule s = generate("zb-h1", uniform(3, 6));
+  auto &r = s.ranks[2];
+  auto b = std::find_if(r.begin(), r.end(), [](const Instr &i) { return i.op == Op::BwdInput && i.mb == 2; });
+  auto w = std::find_if(r.begin(), r.end(), [](const Instr &i) { return i.op == Op::BwdWeight && i.mb == 2; });
+  ASSERT_TRUE(b != r.end() && w != r.end());
+  std::iter_swap(b, w);
+  ValidationReport rep = validate(s);
+  EXPECT_TRUE(anyErrorContains(rep, "rank 2 #")) << rep.summary();
+  EXPECT_TRUE(anyErrorContains(rep, "BWD_WEIGHT before BWD_INPUT")) << rep.summary();
+}
+
+TEST(Validator, RejectsMissingWork) {
+  Schedule s = generate("gpipe", uniform(2, 3));
+  auto &r = s.ranks[0];
+  r.erase(std::find_if(r.begin(), r.end(), [](const Instr &i) { return i.op == Op::Bwd && i.mb == 2; }));
+  ValidationReport rep = validate(s);
+  EXPECT_TRUE(anyErrorContains(rep, "missing backward of micro-batch 2")) << rep.summary();
+}
+
+// ------------------------------------------------------------ memory
+TEST(Memory, FixedSchedulesOverTheLimitAreRejected) {
+  Problem P = uniform(4, 8);
+  P.memoryLimit = 4;
+  EXPECT_NO_THROW(generate("1f1b", P));
+  try {
+    generate("gpipe", P);
+    FAIL() << "gpipe needs 8 units";
+  } catch (const ScheduleError &e) {
+    EXPECT_NE(std::string(e.what()).find("exceeds the limit"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 0 #"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Memory, AutoNeverExceedsLimitAndIsNoWorseThanZbH1) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> cost(0.3, 2.5);
+  for (int trial = 0; trial < 10; ++trial) {
+    const int p = 3 + trial % 4, m = 3 * p;
+    Problem P = uniform(p, m, cost(rng), cost(rng), cost(rng));
+    P.comm = trial % 2 ? 0.15 : 0.0;
+    P.wMemFrac = trial % 3 ? 1.0 : 0.5;
+    // H1 needs p units; give auto the same, and 1.5p.
+    for (double limit : {double(p), 1.5 * p}) {
+      P.memoryLimit = limit;
+      Schedule a = generate("auto", P);
+      SimResult ra = simulate(a);
+      EXPECT_LE(ra.maxPeakMemory, limit + 1e-9) << "trial " << trial;
+      Problem H = P;
+      H.memoryLimit = 0;
+      SimResult rh = simulate(generate("zb-h1", H));
+      ASSERT_LE(rh.maxPeakMemory, p + 1e-9);
+      EXPECT_LE(ra.makespan, rh.makespan + 1e-9) << "trial " << trial << " limit " << limit;
+    }
+  }
+}
+
+TEST(Memory, AutoUsesMoreMemoryForLessBubble) {
+  Problem P = uniform(4, 16);
+  P.memoryLimit = 4;
+  SimResult tight = simulate(generate("auto", P));
+  P.memoryLimit = 8;
+  SimResult loose = simulate(generate("auto", P));
+  EXPECT_LE(loose.makespan, tight.makespan);
+  EXPECT_LT(loose.bubbleSteady, 0.01);
+  EXPECT_LE(loose.maxPeakMemory, 8 + 1e-9);
+}
+
+TEST(Memory, WMemFracLowersPeakOfSplitSchedules) {
+  // The same order holds less while W waits when W keeps only part of the activations.
+  // (Rank 0's peak is its warm-up forwards; the later ranks defer W's.)
+  Schedule s = generate("zb-h1", uniform(4, 8));
+  auto total = [](const SimResult &r) {
+    double t = 0;
+    for (double x : r.peakMemory)
+      t += x;
+    return t;
+  };
+  const double full = total(simulate(s));
+  s.problem.wMemFrac = 0.25;
+  EXPECT_LT(total(simulate(s)), full);
+  // And the automatic search turns the freed memory into a shorter schedule.
+  Problem P = uniform(4, 8);
+  P.memoryLimit = 4;
+  const double tight = simulate(generate("auto", P)).makespan;
+  P.wMemFrac = 0.25;
+  EXPECT_LE(simulate(generate("auto", P)).makespan, tight + 1e-9);
+}
+
+// ------------------------------------------------------------ 1F1B-RR
+TEST(PipeDream, StashedVersionsBoundedByInFlight) {
+  for (int inflight : {1, 2, 4}) {
+    Problem P = uniform(4, 12);
+    P.inFlight = inflight;
+    Schedule s = generate("1f1b-rr", P);
+    EXPECT_TRUE(s.asynchronous);
+    SimResult r = simulate(s);
+    for (int rank = 0; rank < 4; ++rank) {
+      EXPECT_LE(r.peakStashed[rank], inflight) << "rank " << rank;
+      // Count from the stream as well: STASH minus RESTORE.
+      int live = 0, peak = 0, steps = 0;
+      for (const Instr &in : s.ranks[rank]) {
+        live += in.op == Op::Stash ? 1 : in.op == Op::Restore ? -1 : 0;
+        peak = std::max(peak, live);
+        steps += in.op == Op::Step;
+      }
+      EXPECT_LE(peak, inflight);
+      EXPECT_EQ(steps, 12); // asynchronous: one update per micro-batch
+    }
+  }
+}
+
+TEST(PipeDream, RoundRobinOverReplicas) {
+  Problem P = uniform(3, 8);
+  P.replicas = {1, 2, 1};
+  Schedule s = generate("1f1b-rr", P);
+  ASSERT_EQ(s.ranks.size(), 4u);
+  // Rank 1 = stage 1 replica 0: even micro-batches; rank 2: odd ones.
+  for (int rank : {1, 2})
+    for (const Instr &in : s.ranks[rank])
+      if (in.op == Op::Fwd)
+        EXPECT_EQ(in.mb % 2, rank - 1);
+  // Stage 0 sends micro-batch 3 to rank 2.
+  bool found = false;
+  for (const Instr &in : s.ranks[0])
+    found |= in.op == Op::SendAct && in.mb == 3 && in.peer == 2;
+  EXPECT_TRUE(found);
+  EXPECT_TRUE(validate(s).ok());
+}
+
+TEST(PipeDream, TooManyStashesRejected) {
+  Problem P = uniform(3, 6);
+  P.inFlight = 3;
+  Schedule s = generate("1f1b-rr", P);
+  s.problem.inFlight = 2; // now rank 0 holds more versions than allowed
+  ValidationReport rep = validate(s);
+  EXPECT_TRUE(anyErrorContains(rep, "stashed weight versions")) << rep.summary();
+}
+
+// ------------------------------------------------------------ ZB-H2 / replicas
+TEST(Structure, ZbH2StepsSpeculativelyWithRollback) {
+  Schedule s = generate("zb-h2", uniform(3, 6));
+  for (const auto &rank : s.ranks) {
+    ASSERT_GE(rank.size(), 3u);
+    EXPECT_EQ(rank[rank.size() - 3].op, Op::SpecStep);
+    EXPECT_EQ(rank[rank.size() - 2].op, Op::Validate);
+    EXPECT_EQ(rank[rank.size() - 1].op, Op::Rollback);
+  }
+}
+
+TEST(Structure, DataParallelReplicasAllReduce) {
+  Problem P = uniform(2, 8);
+  P.replicas = {2, 2};
+  Schedule s = generate("1f1b", P);
+  ASSERT_EQ(s.ranks.size(), 4u);
+  for (int r = 0; r < 4; ++r) {
+    const auto &rank = s.ranks[r];
+    EXPECT_EQ(rank[rank.size() - 2].op, Op::AllReduce);
+    EXPECT_EQ(rank.back().op, Op::Step);
+  }
+  EXPECT_NO_THROW(simulate(s));
+}
+
+TEST(Structure, VShapePlacesChunksInAV) {
+  Schedule s = generate("zb-v", uniform(4, 8));
+  EXPECT_EQ(s.problem.chunks, 2);
+  // Rank 0 holds the first and the last virtual stage: it loads and computes the loss.
+  EXPECT_EQ(s.rankFor(0, 0), 0);
+  EXPECT_EQ(s.rankFor(7, 0), 0);
+  EXPECT_EQ(s.rankFor(3, 0), 3);
+  EXPECT_EQ(s.rankFor(4, 0), 3);
+  // No transfer between the two chunks of rank 3 (the tip of the V).
+  for (const Instr &in : s.ranks[3])
+    if (isP2P(in.op))
+      EXPECT_NE(in.peer, 3);
+}
+
+// ------------------------------------------------------------ serialization
+TEST(Serialization, JsonRoundTrip) {
+  Problem P = uniform(3, 6, 1, 2, 0.5);
+  P.comm = 0.25;
+  for (const std::string &name : {"zb-h2", "1f1b-rr", "zb-v"}) {
+    Schedule s = generate(name, P);
+    Schedule back = fromJson(toJson(s));
+    EXPECT_EQ(back.name, s.name);
+    EXPECT_EQ(back.ranks, s.ranks);
+    EXPECT_EQ(back.placement, s.placement);
+    EXPECT_DOUBLE_EQ(simulate(back).makespan, simulate(s).makespan);
+  }
+  EXPECT_THROW(fromJson("{\"format\":\"other\"}"), ScheduleError);
+}
+
+TEST(Serialization, TextNamesEveryInstruction) {
+  Schedule s = generate("1f1b", uniform(2, 2));
+  const std::string t = toText(s);
+  EXPECT_NE(t.find("rank 1 stage=1 replica=0"), std::string::npos);
+  EXPECT_NE(t.find("RECV_ACT mb=0 chunk=0 peer=0"), std::string::npos);
+  EXPECT_NE(t.find("SEND_GRAD mb=1 chunk=0 peer=0"), std::string::npos);
+}
+
+// ------------------------------------------------------------ CLI and pictures
+TEST(Cli, CompareTableListsAllSchedules) {
+  std::string out, err;
+  ASSERT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--compare"}, out, err), 0) << err;
+  for (const std::string &name : scheduleNames())
+    EXPECT_NE(out.find("\n" + name + " "), std::string::npos) << name << "\n" << out;
+  EXPECT_NE(out.find("bubble:flush"), std::string::npos);
+  EXPECT_NE(out.find("bubble:steady"), std::string::npos);
+}
+
+TEST(Cli, JsonAndMemoryLimitSuffix) {
+  std::string out, err;
+  ASSERT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "auto", "--memory-limit", "2p",
+                 "--json"},
+                out, err),
+            0)
+      << err;
+  EXPECT_NE(out.find("\"memory_limit\":8.0"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"schedule\":\"auto\""), std::string::npos) << out;
+}
+
+TEST(Cli, ErrorsAreClearAndNonZero) {
+  std::string out, err;
+  EXPECT_EQ(run({"schedule", "--stages", "4"}, out, err), 2);
+  EXPECT_NE(err.find("--schedule NAME or --compare"), std::string::npos) << err;
+  EXPECT_EQ(run({"schedule", "--stages", "x", "--compare"}, out, err), 2);
+  EXPECT_NE(err.find("not a number"), std::string::npos) << err;
+  EXPECT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "nope"}, out, err), 1);
+  EXPECT_NE(err.find("unknown schedule 'nope'"), std::string::npos) << err;
+  EXPECT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "gpipe", "--memory-limit", "1p"},
+                out, err),
+            1);
+  EXPECT_NE(err.find("exceeds the limit"), std::string::npos) << err;
+  EXPECT_EQ(run({"schedule", "--help"}, out, err), 0);
+  EXPECT_NE(out.find("usage: pipec schedule"), std::string::npos);
+}
+
+TEST(Cli, OutWritesStreamsTraceAndSvg) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("pipec_schedule_test_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  std::string out, err;
+  ASSERT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "zb-h1", "--comm", "0.1", "--out",
+                 dir.string()},
+                out, err),
+            0)
+      << err;
+  for (const char *f : {"rank_0.json", "rank_3.json", "schedule.json", "schedule.txt", "timeline.json", "timeline.svg"})
+    EXPECT_TRUE(fs::exists(dir / f)) << f;
+  std::ifstream rank0(dir / "rank_0.json");
+  std::string text((std::istreambuf_iterator<char>(rank0)), {});
+  EXPECT_NE(text.find("\"format\": \"pipec.schedule.rank/1\""), std::string::npos);
+  std::ifstream svg(dir / "timeline.svg");
+  std::string svgText((std::istreambuf_iterator<char>(svg)), {});
+  EXPECT_EQ(svgText.rfind("<svg", 0), 0u);
+  EXPECT_NE(svgText.find("</svg>"), std::string::npos);
+  // If rsvg-convert is installed, the SVG must render.
+  if (std::system("command -v rsvg-convert >/dev/null 2>&1") == 0) {
+    const std::string cmd = "rsvg-convert " + (dir / "timeline.svg").string() + " -o " + (dir / "t.png").string();
+    EXPECT_EQ(std::system(cmd.c_str()), 0);
+    EXPECT_GT(fs::file_size(dir / "t.png"), 1000u);
+  }
+  fs::remove_all(dir);
+}
