@@ -29,8 +29,51 @@ namespace fs = std::filesystem;
 namespace pipec::import {
 namespace {
 
-constexpr int64_t kMinOpset = 13;
+// Models may declare any opset up to the newest one pipec knows; each node is
+// then checked against the operator versions pipec translates (see
+// operatorVersions below). 13 and newer are the exporters' usual choice.
+constexpr int64_t kMinOpset = 1;
 constexpr int64_t kMaxOpset = 20;
+
+/// The opsets at which an operator's definition changed, and the oldest
+/// version pipec translates. The version a node follows is the newest change
+/// at or below the model's opset.
+struct OperatorVersions {
+  std::vector<int64_t> changes;
+  int64_t oldestSupported;
+};
+
+const std::map<std::string, OperatorVersions> &operatorVersions() {
+  static const std::map<std::string, OperatorVersions> table = {
+      {"Add", {{1, 6, 7, 13, 14}, 7}},        {"Sub", {{1, 6, 7, 13, 14}, 7}},
+      {"Mul", {{1, 6, 7, 13, 14}, 7}},        {"Div", {{1, 6, 7, 13, 14}, 7}},
+      {"Pow", {{1, 7, 12, 13, 15}, 7}},       {"Equal", {{1, 7, 11, 13, 19}, 7}},
+      {"Gemm", {{1, 6, 7, 9, 11, 13}, 7}},    {"BatchNormalization", {{1, 6, 7, 9, 14, 15}, 9}},
+      {"Dropout", {{1, 6, 7, 10, 12, 13}, 7}}, {"Softmax", {{1, 11, 13}, 1}},
+      {"Split", {{1, 2, 11, 13, 18}, 2}},     {"Squeeze", {{1, 11, 13}, 1}},
+      {"Unsqueeze", {{1, 11, 13}, 1}},        {"ReduceMean", {{1, 11, 13, 18}, 1}},
+      {"Slice", {{1, 10, 11, 13}, 10}},       {"Pad", {{1, 2, 11, 13, 18, 19}, 11}},
+      {"Reshape", {{1, 5, 13, 14, 19}, 5}},   {"Concat", {{1, 4, 11, 13}, 4}},
+      {"Where", {{9, 16}, 9}},                {"Expand", {{8, 13}, 8}},
+      {"ConstantOfShape", {{9}, 9}},          {"LayerNormalization", {{17}, 17}},
+      {"Gelu", {{20}, 20}},                   {"SoftmaxCrossEntropyLoss", {{12, 13}, 12}},
+      {"Erf", {{9, 13}, 9}},                  {"Range", {{11}, 11}},
+  };
+  return table;
+}
+
+/// The version of `opType` a model at `opset` uses; 0 when the operator does
+/// not exist yet at that opset.
+int64_t resolvedVersion(const std::string &opType, int64_t opset) {
+  auto it = operatorVersions().find(opType);
+  if (it == operatorVersions().end())
+    return opset;
+  int64_t version = 0;
+  for (int64_t change : it->second.changes)
+    if (change <= opset)
+      version = change;
+  return version;
+}
 
 /// Thrown to abandon the import after the errors have been recorded.
 struct ImportAborted {};
@@ -221,6 +264,8 @@ private:
                          const std::string &fallback) const;
   std::optional<std::vector<int64_t>> intsAttr(const onnx::NodeProto &node,
                                                const char *name) const;
+  /// Squeeze/Unsqueeze axes: an attribute before version 13, an input since.
+  std::optional<std::vector<int64_t>> squeezeAxes(const onnx::NodeProto &node);
   std::vector<int64_t> normalizedAxes(const onnx::NodeProto &node, std::vector<int64_t> axes,
                                       int64_t rank, bool sortAndCheckUnique = true);
 
@@ -245,6 +290,8 @@ private:
 
   onnx::ModelProto model;
   int64_t opset = 0;
+  /// Version of the operator of the node being translated (resolvedVersion).
+  int64_t nodeVersion = 0;
   fs::path modelDirectory;
   std::string capturedDiagnostics;
 
@@ -427,8 +474,8 @@ bool OnnxImporter::checkOpsets() {
     failFile("imports no opset of the default ONNX domain");
   if (opset < kMinOpset || opset > kMaxOpset)
     failFile("uses opset " + std::to_string(opset) +
-             " of the default ONNX domain; pipec supports opsets " +
-             std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) +
+             " of the default ONNX domain, which pipec does not know; pipec supports "
+             "opsets up to " + std::to_string(kMaxOpset) +
              " (re-export the model with an opset in that range)");
   return true;
 }
@@ -498,6 +545,21 @@ bool OnnxImporter::analyzeGraph() {
         knownAtImport.insert(output);
       continue;
     }
+    if (isDefaultDomain(node.domain()) && operatorVersions().count(node.op_type())) {
+      int64_t version = resolvedVersion(node.op_type(), opset);
+      int64_t oldest = operatorVersions().at(node.op_type()).oldestSupported;
+      if (version < oldest) {
+        unsupported.push_back(
+            "node '" + (node.name().empty() ? "#" + std::to_string(i) : node.name()) + "' (" +
+            node.op_type() +
+            (version == 0 ? " does not exist at opset " + std::to_string(opset)
+                          : " version " + std::to_string(version) + " of opset " +
+                                std::to_string(opset) + "; pipec translates version " +
+                                std::to_string(oldest) + " and newer") +
+            ")");
+        continue;
+      }
+    }
     bool hasSubgraph = llvm::any_of(node.attribute(), [](const onnx::AttributeProto &a) {
       return a.has_g() || a.graphs_size() > 0;
     });
@@ -513,7 +575,8 @@ bool OnnxImporter::analyzeGraph() {
   }
   if (!unsupported.empty()) {
     std::string message = path + ": " + std::to_string(unsupported.size()) +
-                          " unsupported operator node(s): ";
+                          " unsupported operator node(s) (opset " + std::to_string(opset) +
+                          "): ";
     for (size_t i = 0; i < unsupported.size(); ++i)
       message += (i ? "; " : "") + unsupported[i];
     message += ". pipec translates: ";
@@ -571,7 +634,7 @@ bool OnnxImporter::resolveInputTypes() {
     } else {
       std::vector<std::string> symbolic;
       for (int d = 0; d < dims.size(); ++d) {
-        if (dims[d].has_dim_value() && dims[d].dim_value() > 0)
+        if (dims[d].has_dim_value() && dims[d].dim_value() >= 0)
           shape.push_back(dims[d].dim_value());
         else
           symbolic.push_back(dims[d].has_dim_param() ? "'" + dims[d].dim_param() + "'"
@@ -910,6 +973,14 @@ std::vector<int64_t> OnnxImporter::normalizedAxes(const onnx::NodeProto &node,
   return axes;
 }
 
+std::optional<std::vector<int64_t>> OnnxImporter::squeezeAxes(const onnx::NodeProto &node) {
+  if (nodeVersion < 13)
+    return intsAttr(node, "axes");
+  if (auto given = optionalConstantInput(node, 1, "axes"))
+    return given->toInts();
+  return std::nullopt;
+}
+
 template <typename OpT>
 Operation *OnnxImporter::createInferred(const onnx::NodeProto &node, ValueRange operands,
                                         ArrayRef<NamedAttribute> attributes) {
@@ -963,6 +1034,11 @@ template <typename OpT> void OnnxImporter::convertBinary(const onnx::NodeProto &
       rhs = *converted;
     else if (auto converted = convertConstant(0, rhsElement))
       lhs = *converted;
+    else if (node.op_type() == "Pow" && llvm::isa<FloatType>(lhsElement))
+      // Pow(float, integer): the exponent converts exactly enough to float.
+      rhs = createVerified(node, nn::CastOp::getOperationName(), {rhs},
+                           {RankedTensorType::get(typeOf(rhs).getShape(), lhsElement)}, {})
+                ->getResult(0);
   }
   defineResults(node, createInferred<OpT>(node, {lhs, rhs}, {}), 1);
 }
@@ -1090,7 +1166,7 @@ void OnnxImporter::convertBatchNorm(const onnx::NodeProto &node) {
     operands.push_back(operand(node, i));
   // Opset 14+ says training_mode; before, training is signalled by the
   // optional running-statistics outputs (PyTorch's 5-output form).
-  bool training = opset >= 14 ? intAttr(node, "training_mode", 0) != 0
+  bool training = nodeVersion >= 14 ? intAttr(node, "training_mode", 0) != 0
                               : node.output_size() > 1;
   rejectUsedOutputs(node, 3, "saved batch statistics");
   SmallVector<NamedAttribute> attributes{
@@ -1101,14 +1177,13 @@ void OnnxImporter::convertBatchNorm(const onnx::NodeProto &node) {
 }
 
 void OnnxImporter::convertLayerNorm(const onnx::NodeProto &node) {
-  rejectUsedOutputs(node, 1, "mean / inverse standard deviation");
   SmallVector<Value> operands{operand(node, 0), operand(node, 1)};
   if (hasInput(node, 2))
     operands.push_back(operand(node, 2));
   SmallVector<NamedAttribute> attributes{
       builder.getNamedAttr("axis", builder.getI64IntegerAttr(intAttr(node, "axis", -1))),
       builder.getNamedAttr("epsilon", builder.getF32FloatAttr(floatAttr(node, "epsilon", 1e-5f)))};
-  defineResults(node, createInferred<nn::LayerNormOp>(node, operands, attributes), 1);
+  defineResults(node, createInferred<nn::LayerNormOp>(node, operands, attributes), 3);
 }
 
 void OnnxImporter::convertMaxPool(const onnx::NodeProto &node) {
@@ -1152,11 +1227,17 @@ void OnnxImporter::convertGlobalAveragePool(const onnx::NodeProto &node) {
 
 void OnnxImporter::convertDropout(const onnx::NodeProto &node) {
   float ratio = 0.5f;
-  if (auto given = optionalConstantInput(node, 1, "ratio"))
-    ratio = static_cast<float>(given->asDouble(0));
   bool training = false;
-  if (auto given = optionalConstantInput(node, 2, "training_mode"))
-    training = given->asInt(0) != 0;
+  if (nodeVersion < 12) {
+    // Before opset 12 the ratio is an attribute and Dropout only runs in
+    // inference mode (is_test), where it is the identity.
+    ratio = floatAttr(node, "ratio", 0.5f);
+  } else {
+    if (auto given = optionalConstantInput(node, 1, "ratio"))
+      ratio = static_cast<float>(given->asDouble(0));
+    if (auto given = optionalConstantInput(node, 2, "training_mode"))
+      training = given->asInt(0) != 0;
+  }
   SmallVector<NamedAttribute> attributes{
       builder.getNamedAttr("ratio", builder.getF32FloatAttr(ratio)),
       builder.getNamedAttr("training", builder.getBoolAttr(training))};
@@ -1166,6 +1247,26 @@ void OnnxImporter::convertDropout(const onnx::NodeProto &node) {
 }
 
 void OnnxImporter::convertSoftmax(const onnx::NodeProto &node) {
+  if (nodeVersion < 13) {
+    // Versions 1 and 11 normalize over all axes from `axis` on (default 1):
+    // flatten to 2-D, softmax the rows, restore the shape.
+    Value input = operand(node, 0);
+    auto type = typeOf(input);
+    int64_t axis = normalizedAxes(node, {intAttr(node, "axis", 1)}, type.getRank())[0];
+    int64_t outer = 1;
+    for (int64_t d = 0; d < axis; ++d)
+      outer *= type.getDimSize(d);
+    auto flatType = RankedTensorType::get({outer, type.getNumElements() / std::max<int64_t>(outer, 1)},
+                                          type.getElementType());
+    Value flat = createVerified(node, nn::ReshapeOp::getOperationName(), {input}, {flatType}, {})
+                     ->getResult(0);
+    Value soft = createInferred<nn::SoftmaxOp>(
+                     node, {flat}, {builder.getNamedAttr("axis", builder.getI64IntegerAttr(1))})
+                     ->getResult(0);
+    defineResults(node, createVerified(node, nn::ReshapeOp::getOperationName(), {soft}, {type}, {}),
+                  1);
+    return;
+  }
   defineResults(node,
                 createInferred<nn::SoftmaxOp>(
                     node, {operand(node, 0)},
@@ -1190,7 +1291,7 @@ void OnnxImporter::convertReduceMean(const onnx::NodeProto &node) {
   Value input = operand(node, 0);
   int64_t rank = typeOf(input).getRank();
   std::vector<int64_t> axes;
-  if (opset >= 18) {
+  if (nodeVersion >= 18) {
     if (auto given = optionalConstantInput(node, 1, "axes"))
       axes = given->toInts();
   } else {
@@ -1265,7 +1366,10 @@ void OnnxImporter::convertFlatten(const onnx::NodeProto &node) {
 
 void OnnxImporter::convertUnsqueeze(const onnx::NodeProto &node) {
   Value input = operand(node, 0);
-  std::vector<int64_t> axes = constantInput(node, 1, "axes").toInts();
+  auto given = squeezeAxes(node);
+  if (!given)
+    fail(node, "axes are required");
+  std::vector<int64_t> axes = *given;
   int64_t outRank = typeOf(input).getRank() + static_cast<int64_t>(axes.size());
   axes = normalizedAxes(node, axes, outRank);
   defineResults(node,
@@ -1278,8 +1382,8 @@ void OnnxImporter::convertSqueeze(const onnx::NodeProto &node) {
   Value input = operand(node, 0);
   auto shape = typeOf(input).getShape();
   std::vector<int64_t> axes;
-  if (auto given = optionalConstantInput(node, 1, "axes")) {
-    axes = normalizedAxes(node, given->toInts(), shape.size());
+  if (auto given = squeezeAxes(node)) {
+    axes = normalizedAxes(node, *given, shape.size());
   } else {
     for (size_t axis = 0; axis < shape.size(); ++axis)
       if (shape[axis] == 1)
@@ -1382,11 +1486,14 @@ void OnnxImporter::convertSplit(const onnx::NodeProto &node) {
   auto shape = typeOf(input).getShape();
   int64_t axis = normalizedAxes(node, {intAttr(node, "axis", 0)}, shape.size())[0];
   std::vector<int64_t> sizes;
-  if (auto given = optionalConstantInput(node, 1, "split")) {
+  if (auto given = nodeVersion < 13 ? intsAttr(node, "split") : std::nullopt) {
+    sizes = *given;
+  } else if (auto given = nodeVersion >= 13 ? optionalConstantInput(node, 1, "split")
+                                            : std::nullopt) {
     sizes = given->toInts();
   } else {
     // Equal pieces, the last one smaller when the size does not divide (opset 18).
-    int64_t pieces = opset >= 18 && attribute(node, "num_outputs")
+    int64_t pieces = nodeVersion >= 18 && attribute(node, "num_outputs")
                          ? intAttr(node, "num_outputs", 1)
                          : node.output_size();
     int64_t chunk = (shape[axis] + pieces - 1) / pieces;
@@ -1526,7 +1633,10 @@ std::vector<HostTensor> OnnxImporter::foldConcat(const onnx::NodeProto &node) {
 
 std::vector<HostTensor> OnnxImporter::foldUnsqueeze(const onnx::NodeProto &node) {
   const HostTensor &input = constantInput(node, 0, "data");
-  std::vector<int64_t> axes = constantInput(node, 1, "axes").toInts();
+  auto given = squeezeAxes(node);
+  if (!given)
+    fail(node, "axes are required");
+  std::vector<int64_t> axes = *given;
   int64_t outRank = input.shape.size() + axes.size();
   axes = normalizedAxes(node, axes, outRank);
   std::vector<int64_t> shape;
@@ -1539,8 +1649,8 @@ std::vector<HostTensor> OnnxImporter::foldUnsqueeze(const onnx::NodeProto &node)
 std::vector<HostTensor> OnnxImporter::foldSqueeze(const onnx::NodeProto &node) {
   const HostTensor &input = constantInput(node, 0, "data");
   std::vector<int64_t> axes;
-  if (auto given = optionalConstantInput(node, 1, "axes"))
-    axes = normalizedAxes(node, given->toInts(), input.shape.size());
+  if (auto given = squeezeAxes(node))
+    axes = normalizedAxes(node, *given, input.shape.size());
   std::vector<int64_t> shape;
   for (size_t d = 0; d < input.shape.size(); ++d) {
     bool squeezed = axes.empty() ? input.shape[d] == 1 : llvm::is_contained(axes, d);
@@ -1727,6 +1837,7 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
     for (int i = 0; i < graph.node_size(); ++i) {
       const auto &node = graph.node(i);
       currentNodeIndex = i;
+      nodeVersion = resolvedVersion(node.op_type(), opset);
       bool folded = llvm::all_of(node.output(), [&](const std::string &name) {
         return name.empty() || knownAtImport.count(name) > 0;
       });

@@ -367,6 +367,12 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
                            " does not broadcast to " + shapeString(normalized));
   }
   types.push_back(inputType);
+  SmallVector<int64_t> statsShape(inputType.getShape());
+  for (int64_t dim = *axis; dim < inputType.getRank(); ++dim)
+    statsShape[dim] = 1;
+  auto statsType = RankedTensorType::get(statsShape, inputType.getElementType());
+  types.push_back(statsType);
+  types.push_back(statsType);
   return success();
 }
 

@@ -130,11 +130,17 @@ def NN_BatchNormOp : NN_InferredOp<"batch_norm"> {
 
 def NN_LayerNormOp : NN_InferredOp<"layer_norm"> {
   let summary = "ONNX LayerNormalization over the axes from `axis` on";
+  let description = [{
+    Besides the normalized result it returns, as ONNX does, the mean and the
+    inverse standard deviation, shaped like the input with the normalized
+    axes set to 1.
+  }];
   let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$scale,
                        Optional<NN_FloatTensor>:$bias,
                        DefaultValuedAttr<I64Attr, "-1">:$axis,
                        DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
-  let results = (outs NN_FloatTensor:$result);
+  let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$mean,
+                      NN_FloatTensor:$inv_std_dev);
 }
 
 def NN_MaxPoolOp : NN_InferredOp<"max_pool"> {

@@ -188,7 +188,7 @@ func.func @gather_float_indices(%x: tensor<4x2xf32>, %i: tensor<3xf32>) {
 func.func @layer_norm_scale(%x: tensor<2x8xf32>, %g: tensor<4xf32>) {
   // expected-error @+2 {{nn.layer_norm: scale/bias of shape [4] does not broadcast to [8]}}
   // expected-error @+1 {{failed to infer returned types}}
-  %0 = nn.layer_norm %x, %g : (tensor<2x8xf32>, tensor<4xf32>) -> tensor<2x8xf32>
+  %0:3 = nn.layer_norm %x, %g : (tensor<2x8xf32>, tensor<4xf32>) -> (tensor<2x8xf32>, tensor<2x1xf32>, tensor<2x1xf32>)
   return
 }
 

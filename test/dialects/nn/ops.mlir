@@ -63,14 +63,14 @@ func.func @cnn(%x: tensor<4x3x16x16xf32>, %w: tensor<8x3x3x3xf32>, %b: tensor<8x
 // CHECK-LABEL: func @transformer
 func.func @transformer(%x: tensor<2x16x32xf32>, %g: tensor<32xf32>, %tokens: tensor<2x16xi64>,
                        %emb: tensor<64x32xf32>, %labels: tensor<32xi64>) -> tensor<f32> {
-  // CHECK: nn.layer_norm %{{.*}}, %{{.*}}, %{{.*}} {epsilon = 1.000000e-03 : f32}
-  %0 = nn.layer_norm %x, %g, %g {epsilon = 1.0e-3 : f32} : (tensor<2x16x32xf32>, tensor<32xf32>, tensor<32xf32>) -> tensor<2x16x32xf32>
+  // CHECK: nn.layer_norm %{{.*}}, %{{.*}}, %{{.*}} {epsilon = 1.000000e-03 : f32} : (tensor<2x16x32xf32>, tensor<32xf32>, tensor<32xf32>) -> (tensor<2x16x32xf32>, tensor<2x16x1xf32>, tensor<2x16x1xf32>)
+  %0:3 = nn.layer_norm %x, %g, %g {epsilon = 1.0e-3 : f32} : (tensor<2x16x32xf32>, tensor<32xf32>, tensor<32xf32>) -> (tensor<2x16x32xf32>, tensor<2x16x1xf32>, tensor<2x16x1xf32>)
   // CHECK: nn.gather {{.*}} -> tensor<2x16x32xf32>
   %1 = nn.gather %emb, %tokens : (tensor<64x32xf32>, tensor<2x16xi64>) -> tensor<2x16x32xf32>
   // CHECK: nn.reduce_mean {{.*}} {axes = array<i64: 2>} : (tensor<2x16x32xf32>) -> tensor<2x16x1xf32>
   %2 = nn.reduce_mean %1 {axes = array<i64: 2>} : (tensor<2x16x32xf32>) -> tensor<2x16x1xf32>
   // CHECK: nn.reshape %{{.*}} : tensor<2x16x32xf32> -> tensor<2x16x2x16xf32>
-  %3 = nn.reshape %0 : tensor<2x16x32xf32> -> tensor<2x16x2x16xf32>
+  %3 = nn.reshape %0#0 : tensor<2x16x32xf32> -> tensor<2x16x2x16xf32>
   // CHECK: nn.transpose {{.*}} {perm = array<i64: 0, 2, 1, 3>}
   %4 = nn.transpose %3 {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x2x16xf32>) -> tensor<2x2x16x16xf32>
   // CHECK: nn.softmax
@@ -93,7 +93,7 @@ func.func @transformer(%x: tensor<2x16x32xf32>, %g: tensor<32xf32>, %tokens: ten
   %13 = nn.flatten %12 {axis = 3 : i64} : (tensor<3x2x8x16xf32>) -> tensor<48x16xf32>
   // CHECK: nn.constant dense<[1, 2]> : tensor<2xi64>
   %14 = nn.constant dense<[1, 2]> : tensor<2xi64>
-  %15 = nn.reshape %0 : tensor<2x16x32xf32> -> tensor<32x32xf32>
+  %15 = nn.reshape %0#0 : tensor<2x16x32xf32> -> tensor<32x32xf32>
   // CHECK: nn.softmax_cross_entropy_loss {{.*}} -> (tensor<f32>, tensor<32x32xf32>)
   %16:2 = nn.softmax_cross_entropy_loss %15, %labels : (tensor<32x32xf32>, tensor<32xi64>) -> (tensor<f32>, tensor<32x32xf32>)
   return %16#0 : tensor<f32>
