@@ -1,5 +1,6 @@
 // pipec: compiles an ONNX model into a pipeline-parallel training job.
 #include "compiler/Driver/Compiler.h"
+#include "compiler/Schedule/Schedule.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
@@ -11,6 +12,10 @@ namespace cl = llvm::cl;
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  // Subcommands that work without a model.
+  if (argc > 1 && std::strcmp(argv[1], "schedule") == 0)
+    return pipec::schedule::runScheduleCommand(argc - 1, argv + 1);
+
   cl::OptionCategory category("pipec options");
   cl::opt<std::string> input(cl::Positional, cl::desc("<model.onnx | model.onnxtext>"),
                              cl::Required, cl::cat(category));
@@ -37,6 +42,7 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(
       argc, argv,
       "pipec: compile an ONNX model into a pipeline-parallel training job\n\n"
+      "  pipec schedule --help            explore pipeline schedules without a model\n"
       "  pipec model.onnx                 import and print a summary\n"
       "  pipec model.onnx --emit=nn       print the imported `nn` IR\n"
       "  pipec model.onnx --dump-ir DIR   write the IR after every phase into DIR\n");
