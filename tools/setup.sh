@@ -9,7 +9,7 @@ DEBIAN_PACKAGES=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   libopenmpi-dev openmpi-bin libopenblas-dev
   libgtest-dev googletest nlohmann-json3-dev
-  libonnx-testdata python3-torch python3-numpy
+  libonnx-testdata python3-torch python3-numpy librsvg2-bin
 )
 
 missing=()

@@ -4,6 +4,7 @@
 #define PIPEC_COMPILER_DRIVER_COMPILER_H
 
 #include "compiler/Import/OnnxImporter.h"
+#include "compiler/Partition/PartitionCommand.h"
 
 #include <optional>
 #include <string>
@@ -15,8 +16,12 @@ class raw_ostream;
 namespace pipec {
 
 /// Phases in the order they run; `--emit=<phase>` stops after one and prints
-/// its IR. Later phases (costs, partition, stages, schedule, code) append here.
-enum class Phase { NN };
+/// its IR. Later phases (stages, schedule, code) append here.
+enum class Phase {
+  NN,        ///< the imported model
+  Costs,     ///< every op annotated with its times and bytes (pipe.cost)
+  Partition, ///< every op assigned to a stage (pipe.stage), plan printed
+};
 
 std::optional<Phase> parsePhase(const std::string &name);
 const char *phaseName(Phase phase);
@@ -34,6 +39,19 @@ struct CompileOptions {
   int64_t elideConstantsLargerThan = 0;
   /// Print each op's location (the ONNX node it came from) with the IR.
   bool printLocations = false;
+
+  /// Cost model (pipec-estimate-costs options).
+  std::string precision = "fp32";
+  std::string optimizer = "adamw";
+  std::string profilePath;
+  /// Write the cost table (CSV, docs/cost-table.md) here, if set.
+  std::string dumpCostsPath;
+  /// Topology and partition flags (--gpus, --cluster, --stages, ... --out, --json).
+  partition::PartitionCliOptions partition;
+  /// True when a topology was given: the partition phase runs.
+  bool partitionRequested() const {
+    return !partition.gpus.empty() || !partition.clusterFile.empty();
+  }
 };
 
 /// Runs the compiler; errors go to `errs` as one paragraph each. Returns the

@@ -2,6 +2,7 @@
 
 #include "dialects/nn/NNDialect.h"
 #include "dialects/pipe/PipeDialect.h"
+#include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -12,9 +13,9 @@ void pipec::registerPipecDialects(mlir::DialectRegistry &registry) {
 }
 
 void pipec::registerPipecPasses() {
-  // Generic clean-ups that our pipelines use; pipec's own passes are added
-  // here as they are written.
+  // Generic clean-ups that our pipelines use, then pipec's own passes.
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();
+  passes::registerPipecPasses();
 }

@@ -121,7 +121,8 @@ const char *partitionFlagsHelp() {
          "  --out DIR             write DIR/plan.json\n";
 }
 
-void runPartition(const CostTable &table, const PartitionCliOptions &o, std::ostream &out) {
+PartitionResult runPartition(const CostTable &table, const PartitionCliOptions &o,
+                             std::ostream &out) {
   Topology topo = o.topology();
   PartitionResult result =
       o.partitionFile.empty()
@@ -134,6 +135,7 @@ void runPartition(const CostTable &table, const PartitionCliOptions &o, std::ost
     out << summaryToJson(table, result).dump(2) << "\n";
   else
     printPlanTable(out, table, topo, result);
+  return result;
 }
 
 int runPartitionCommand(int argc, char **argv) {

@@ -34,8 +34,9 @@ void parsePartitionFlags(std::vector<std::string> &args, PartitionCliOptions &op
 const char *partitionFlagsHelp();
 
 /// Partitions (or evaluates --partition) and prints the table or --json summary
-/// to `out`, writing DIR/plan.json for --out. Throws Error.
-void runPartition(const CostTable &table, const PartitionCliOptions &options, std::ostream &out);
+/// to `out`, writing DIR/plan.json for --out. Returns the partition. Throws Error.
+PartitionResult runPartition(const CostTable &table, const PartitionCliOptions &options,
+                             std::ostream &out);
 
 /// `pipec partition --costs costs.csv ...`; argv[0] is "partition". Errors go to
 /// stderr; returns 0 on success, 1 on errors, 2 on usage errors.

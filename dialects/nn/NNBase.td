@@ -2,6 +2,7 @@
 #define PIPEC_NN_BASE_TD
 
 include "mlir/IR/OpBase.td"
+include "dialects/nn/NNInterfaces.td"
 
 def NN_Dialect : Dialect {
   let name = "nn";
@@ -25,7 +26,9 @@ def NN_FloatTensor : StaticShapeTensorOf<[AnyFloat]>;
 def NN_IntegerTensor : StaticShapeTensorOf<[I32, I64]>;
 def NN_BoolTensor : StaticShapeTensorOf<[I1]>;
 
+// Every op answers the cost model itself (dialects/nn/NNCost.cpp).
 class NN_Op<string mnemonic, list<Trait> traits = []>
-    : Op<NN_Dialect, mnemonic, traits>;
+    : Op<NN_Dialect, mnemonic,
+         !listconcat(traits, [DeclareOpInterfaceMethods<NN_CostOpInterface>])>;
 
 #endif // PIPEC_NN_BASE_TD

@@ -15,6 +15,7 @@ using namespace mlir;
 using namespace pipec::nn;
 
 #include "dialects/nn/NNOpsDialect.cpp.inc"
+#include "dialects/nn/NNInterfaces.cpp.inc"
 
 void NNDialect::initialize() {
   addOperations<

@@ -9,7 +9,10 @@
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+#include "dialects/nn/NNWork.h"
+
 #include "dialects/nn/NNOpsDialect.h.inc"
+#include "dialects/nn/NNInterfaces.h.inc"
 
 #define GET_OP_CLASSES
 #include "dialects/nn/NNOps.h.inc"

@@ -1,5 +1,7 @@
 // pipec: compiles an ONNX model into a pipeline-parallel training job.
 #include "compiler/Driver/Compiler.h"
+#include "compiler/Partition/Error.h"
+#include "compiler/Partition/PartitionCommand.h"
 #include "compiler/Schedule/Schedule.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -15,12 +17,38 @@ int main(int argc, char **argv) {
   // Subcommands that work without a model.
   if (argc > 1 && std::strcmp(argv[1], "schedule") == 0)
     return pipec::schedule::runScheduleCommand(argc - 1, argv + 1);
+  if (argc > 1 && std::strcmp(argv[1], "partition") == 0)
+    return pipec::partition::runPartitionCommand(argc - 1, argv + 1);
+
+  // The topology and partition flags are shared with `pipec partition`;
+  // take them out first and leave the rest to llvm::cl.
+  pipec::CompileOptions options;
+  std::vector<std::string> arguments(argv + 1, argv + argc);
+  try {
+    pipec::partition::parsePartitionFlags(arguments, options.partition);
+  } catch (const pipec::partition::Error &error) {
+    llvm::errs() << "error: " << error.what() << "\n";
+    return 2;
+  }
+  std::vector<char *> remaining{argv[0]};
+  for (std::string &argument : arguments)
+    remaining.push_back(argument.data());
+  std::string overview =
+      std::string("pipec: compile an ONNX model into a pipeline-parallel training job\n\n"
+                  "  pipec model.onnx                      import and print a summary\n"
+                  "  pipec model.onnx --gpus 2x8           partition: print the plan\n"
+                  "  pipec model.onnx --emit=<phase>       print the IR after a phase\n"
+                  "  pipec model.onnx --dump-ir DIR        write the IR after every phase\n"
+                  "  pipec partition --costs costs.csv ... partition a cost table alone\n"
+                  "  pipec schedule --help                 explore pipeline schedules\n\n"
+                  "Topology and partition options:\n") +
+      pipec::partition::partitionFlagsHelp();
 
   cl::OptionCategory category("pipec options");
   cl::opt<std::string> input(cl::Positional, cl::desc("<model.onnx | model.onnxtext>"),
                              cl::Required, cl::cat(category));
   cl::opt<std::string> emit(
-      "emit", cl::desc("Print the IR after this phase and stop (phases: nn)"),
+      "emit", cl::desc("Print the IR after this phase and stop (phases: nn, costs, partition)"),
       cl::value_desc("phase"), cl::cat(category));
   cl::opt<std::string> output("o", cl::desc("Output file for --emit (default: stdout)"),
                               cl::value_desc("file"), cl::init("-"), cl::cat(category));
@@ -38,25 +66,36 @@ int main(int argc, char **argv) {
   cl::opt<bool> printLocations(
       "print-locations", cl::desc("Print the ONNX node each op comes from (its location)"),
       cl::cat(category));
+  cl::opt<std::string> precision(
+      "precision", cl::desc("Compute precision of matrix products: fp32, tf32 or bf16"),
+      cl::init("fp32"), cl::cat(category));
+  cl::opt<std::string> optimizer(
+      "optimizer", cl::desc("Optimizer whose state counts in memory: adamw, sgd-momentum, sgd"),
+      cl::init("adamw"), cl::cat(category));
+  cl::opt<std::string> profile(
+      "profile", cl::desc("Measured per-op times (docs/profile-json.md) overriding estimates"),
+      cl::value_desc("profile.json"), cl::cat(category));
+  cl::opt<std::string> dumpCosts(
+      "dump-costs", cl::desc("Write the cost table, one row per op (docs/cost-table.md)"),
+      cl::value_desc("costs.csv"), cl::cat(category));
   cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(
-      argc, argv,
-      "pipec: compile an ONNX model into a pipeline-parallel training job\n\n"
-      "  pipec schedule --help            explore pipeline schedules without a model\n"
-      "  pipec model.onnx                 import and print a summary\n"
-      "  pipec model.onnx --emit=nn       print the imported `nn` IR\n"
-      "  pipec model.onnx --dump-ir DIR   write the IR after every phase into DIR\n");
+  cl::ParseCommandLineOptions(static_cast<int>(remaining.size()), remaining.data(),
+                              overview);
 
-  pipec::CompileOptions options;
   options.inputPath = input;
   options.outputPath = output;
   options.dumpIrDirectory = dumpIr;
   options.elideConstantsLargerThan = elide;
   options.printLocations = printLocations;
+  options.precision = precision;
+  options.optimizer = optimizer;
+  options.profilePath = profile;
+  options.dumpCostsPath = dumpCosts;
   if (!emit.empty()) {
     options.emit = pipec::parsePhase(emit);
     if (!options.emit) {
-      llvm::errs() << "error: unknown phase '" << emit << "' for --emit (phases: nn)\n";
+      llvm::errs() << "error: unknown phase '" << emit
+                   << "' for --emit (phases: nn, costs, partition)\n";
       return 1;
     }
   }

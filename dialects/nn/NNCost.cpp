@@ -1,0 +1,206 @@
+// Each `nn` op's work for one micro-batch (NNCostInterface): forward FLOPs
+// and bytes, and the FLOPs and bytes of the gradient with respect to each
+// operand. Counting conventions (docs/cost-model.md): a multiply-add is two
+// FLOPs; transcendental functions count as a few FLOPs per element; bytes are
+// every operand read once and every result written once.
+#include "dialects/nn/NNDialect.h"
+
+using namespace mlir;
+using namespace pipec::nn;
+
+namespace {
+
+double elementsOf(Value value) {
+  return static_cast<double>(llvm::cast<ShapedType>(value.getType()).getNumElements());
+}
+
+double bytesOf(Value value) {
+  auto type = llvm::cast<ShapedType>(value.getType());
+  unsigned bits = type.getElementType().getIntOrFloatBitWidth();
+  return static_cast<double>(type.getNumElements()) * std::max(1u, bits / 8);
+}
+
+bool hasGradient(Value value) {
+  return llvm::isa<FloatType>(llvm::cast<ShapedType>(value.getType()).getElementType());
+}
+
+double operandBytes(Operation *op) {
+  double bytes = 0;
+  for (Value operand : op->getOperands())
+    bytes += bytesOf(operand);
+  return bytes;
+}
+
+double resultBytes(Operation *op) {
+  double bytes = 0;
+  for (Value result : op->getResults())
+    bytes += bytesOf(result);
+  return bytes;
+}
+
+/// Forward reads the operands and writes the results; the gradient of a
+/// float operand reads the result gradients and the operands and writes one
+/// tensor of the operand's size, at `gradientFlopsPerElement` per output
+/// element (plus the reduction over broadcast axes, one add per element).
+OpWork elementwise(Operation *op, double flopsPerElement, double gradientFlopsPerElement) {
+  OpWork work;
+  double outputs = elementsOf(op->getResult(0));
+  work.forwardFlops = outputs * flopsPerElement;
+  work.forwardBytes = operandBytes(op) + resultBytes(op);
+  for (Value operand : op->getOperands()) {
+    bool differentiable = hasGradient(operand);
+    double reduction = outputs > elementsOf(operand) ? outputs : 0;
+    work.gradientFlops.push_back(differentiable ? outputs * gradientFlopsPerElement + reduction
+                                                : 0);
+    work.gradientBytes.push_back(differentiable ? resultBytes(op) + operandBytes(op) +
+                                                      bytesOf(operand)
+                                                : 0);
+  }
+  return work;
+}
+
+/// Data movement: no arithmetic; copies (or, for views, nothing).
+OpWork movement(Operation *op, bool isView) {
+  OpWork work;
+  work.launchesKernel = !isView;
+  work.forwardBytes = isView ? 0 : operandBytes(op) + resultBytes(op);
+  for (Value operand : op->getOperands()) {
+    bool differentiable = hasGradient(operand);
+    work.gradientFlops.push_back(0);
+    work.gradientBytes.push_back(differentiable && !isView ? resultBytes(op) + bytesOf(operand)
+                                                           : 0);
+  }
+  return work;
+}
+
+/// A product of an m×k and a k×n operand (batch times): 2mnk FLOPs forward
+/// and for each operand's gradient.
+OpWork matrixProduct(Operation *op, double batch, double m, double n, double k) {
+  OpWork work;
+  double flops = 2 * batch * m * n * k;
+  work.forwardFlops = flops;
+  work.forwardBytes = operandBytes(op) + resultBytes(op);
+  for (Value operand : op->getOperands()) {
+    bool differentiable = hasGradient(operand);
+    bool isBias = op->getNumOperands() == 3 && operand == op->getOperand(2);
+    work.gradientFlops.push_back(!differentiable ? 0 : isBias ? batch * m * n : flops);
+    work.gradientBytes.push_back(differentiable ? resultBytes(op) + operandBytes(op) +
+                                                      bytesOf(operand)
+                                                : 0);
+  }
+  return work;
+}
+
+/// Normalizations, softmax, loss: a few passes over the input.
+OpWork reduction(Operation *op, double flopsPerElement, double gradientFlopsPerElement) {
+  OpWork work;
+  double elements = elementsOf(op->getOperand(0));
+  work.forwardFlops = elements * flopsPerElement;
+  work.forwardBytes = operandBytes(op) + resultBytes(op);
+  for (Value operand : op->getOperands()) {
+    bool differentiable = hasGradient(operand);
+    work.gradientFlops.push_back(differentiable ? elements * gradientFlopsPerElement : 0);
+    work.gradientBytes.push_back(differentiable ? 2 * bytesOf(op->getOperand(0)) +
+                                                      bytesOf(op->getResult(0)) +
+                                                      bytesOf(operand)
+                                                : 0);
+  }
+  return work;
+}
+
+double windowVolume(ArrayRef<int64_t> kernel) {
+  double volume = 1;
+  for (int64_t size : kernel)
+    volume *= size;
+  return volume;
+}
+
+} // namespace
+
+// Element-wise (transcendentals count as 8 FLOPs: a polynomial each).
+OpWork AddOp::estimateWork() { return elementwise(*this, 1, 1); }
+OpWork SubOp::estimateWork() { return elementwise(*this, 1, 1); }
+OpWork MulOp::estimateWork() { return elementwise(*this, 1, 2); }
+OpWork DivOp::estimateWork() { return elementwise(*this, 1, 4); }
+OpWork PowOp::estimateWork() { return elementwise(*this, 8, 10); }
+OpWork EqualOp::estimateWork() { return elementwise(*this, 1, 0); }
+OpWork WhereOp::estimateWork() { return elementwise(*this, 1, 1); }
+OpWork ReluOp::estimateWork() { return elementwise(*this, 1, 1); }
+OpWork TanhOp::estimateWork() { return elementwise(*this, 8, 3); }
+OpWork SigmoidOp::estimateWork() { return elementwise(*this, 8, 3); }
+OpWork ErfOp::estimateWork() { return elementwise(*this, 8, 10); }
+OpWork SqrtOp::estimateWork() { return elementwise(*this, 4, 2); }
+OpWork GeluOp::estimateWork() { return elementwise(*this, 16, 20); }
+OpWork CastOp::estimateWork() { return elementwise(*this, 1, 1); }
+OpWork DropoutOp::estimateWork() { return elementwise(*this, 4, 1); }
+
+OpWork GemmOp::estimateWork() {
+  auto a = getA().getType(), b = getB().getType();
+  int64_t m = a.getDimSize(getTransA() ? 1 : 0), k = a.getDimSize(getTransA() ? 0 : 1);
+  int64_t n = b.getDimSize(getTransB() ? 0 : 1);
+  return matrixProduct(*this, 1, m, n, k);
+}
+
+OpWork MatMulOp::estimateWork() {
+  auto a = getA().getType(), b = getB().getType();
+  auto result = getResult().getType();
+  double k = a.getShape().back();
+  double m = a.getRank() >= 2 ? a.getDimSize(a.getRank() - 2) : 1;
+  double n = b.getRank() >= 2 ? b.getShape().back() : 1;
+  double batch = elementsOf(getResult()) / std::max(1.0, m * n);
+  (void)result;
+  return matrixProduct(*this, batch, m, n, k);
+}
+
+OpWork ConvOp::estimateWork() {
+  auto weight = getWeight().getType();
+  // Each output element is a dot product over C/group × kernel inputs.
+  double perOutput = static_cast<double>(weight.getNumElements()) / weight.getDimSize(0);
+  OpWork work = matrixProduct(*this, 1, elementsOf(getResult()), 1, perOutput);
+  return work;
+}
+
+OpWork BatchNormOp::estimateWork() { return reduction(*this, 6, 10); }
+OpWork LayerNormOp::estimateWork() { return reduction(*this, 8, 12); }
+OpWork SoftmaxOp::estimateWork() { return reduction(*this, 12, 4); }
+OpWork SoftmaxCrossEntropyLossOp::estimateWork() { return reduction(*this, 14, 4); }
+OpWork ReduceMeanOp::estimateWork() { return reduction(*this, 1, 1); }
+OpWork GlobalAveragePoolOp::estimateWork() { return reduction(*this, 1, 1); }
+
+OpWork MaxPoolOp::estimateWork() {
+  OpWork work = elementwise(*this, windowVolume(getKernelShape()), 1);
+  return work;
+}
+
+OpWork AveragePoolOp::estimateWork() {
+  return elementwise(*this, windowVolume(getKernelShape()), windowVolume(getKernelShape()));
+}
+
+OpWork GatherOp::estimateWork() {
+  // The gradient of an embedding is a scatter-add of the result gradient.
+  OpWork work = movement(*this, /*isView=*/false);
+  if (hasGradient(getData()))
+    work.gradientFlops[0] = elementsOf(getResult());
+  return work;
+}
+
+OpWork ReshapeOp::estimateWork() { return movement(*this, true); }
+OpWork FlattenOp::estimateWork() { return movement(*this, true); }
+OpWork UnsqueezeOp::estimateWork() { return movement(*this, true); }
+OpWork SqueezeOp::estimateWork() { return movement(*this, true); }
+OpWork ExpandOp::estimateWork() {
+  OpWork work = movement(*this, false);
+  if (hasGradient(getInput()))
+    work.gradientFlops[0] = elementsOf(getResult()); // sum over the expanded axes
+  return work;
+}
+OpWork TransposeOp::estimateWork() { return movement(*this, false); }
+OpWork PadOp::estimateWork() { return movement(*this, false); }
+OpWork ConcatOp::estimateWork() { return movement(*this, false); }
+OpWork SplitOp::estimateWork() { return movement(*this, false); }
+OpWork SliceOp::estimateWork() { return movement(*this, false); }
+OpWork ConstantOp::estimateWork() {
+  OpWork work;
+  work.launchesKernel = false;
+  return work;
+}
