@@ -34,6 +34,15 @@ Generates, validates and simulates a pipeline schedule (design.md section 3).
                         P: 2p = twice 1F1B. Default: unlimited (auto and zb-v: 1p)
   --w-mem-frac X        share of a micro-batch's activations still held after B
                         until its W completes (default 1)
+  --recompute           activation recompute on every stage: a micro-batch keeps
+                        only its boundary activation after F; RECOMPUTE (cost F)
+                        runs right before its backward
+  --recompute-stages L  recompute on the listed stages only (comma list)
+  --boundary-activation X
+                        share of a stage's activation a recomputed micro-batch
+                        keeps (one number or one per stage; default 0.1)
+  --vertical-sync       1f1b-rr: every stage computes a micro-batch with the
+                        weight version current when it entered stage 0
   --compare             all schedules side by side
   --json                one JSON object per schedule instead of the table
   --out DIR             write rank_<r>.json, schedule.json, schedule.txt,
@@ -48,6 +57,7 @@ struct Args {
   bool compare = false, json = false, print = false, help = false;
   std::string out, memoryLimit;
   bool chunksGiven = false;
+  std::vector<int> recomputeStages;
 };
 
 double parseNumber(const std::string &opt, const std::string &text) {
@@ -114,6 +124,19 @@ Args parseArgs(int argc, char **argv) {
       a.memoryLimit = value();
     else if (opt == "--w-mem-frac")
       a.problem.wMemFrac = parseNumber(opt, value());
+    else if (opt == "--recompute")
+      a.problem.recompute = {1};
+    else if (opt == "--recompute-stages") {
+      a.recomputeStages.clear();
+      std::stringstream ss(value());
+      for (std::string item; std::getline(ss, item, ',');)
+        a.recomputeStages.push_back(parseInt(opt, item));
+      if (a.recomputeStages.empty())
+        throw ScheduleError(opt + ": empty list");
+    } else if (opt == "--boundary-activation")
+      a.problem.boundaryActivation = parseList(opt, value());
+    else if (opt == "--vertical-sync")
+      a.problem.verticalSync = true;
     else if (opt == "--compare")
       a.compare = true;
     else if (opt == "--json")
@@ -136,6 +159,14 @@ Args parseArgs(int argc, char **argv) {
     a.problem.memoryLimit = perStage ? k * a.problem.stages : k;
     if (!(a.problem.memoryLimit > 0))
       throw ScheduleError("--memory-limit must be positive");
+  }
+  if (!a.recomputeStages.empty()) {
+    a.problem.recompute.assign(a.problem.stages, 0);
+    for (int st : a.recomputeStages) {
+      if (st < 0 || st >= a.problem.stages)
+        throw ScheduleError("--recompute-stages: stage " + std::to_string(st) + " out of range");
+      a.problem.recompute[st] = 1;
+    }
   }
   // A single replica count applies to every stage.
   if (a.problem.replicas.size() == 1)
@@ -163,8 +194,10 @@ Row run(const std::string &name, Problem problem, const Args &args) {
       problem.chunks = args.chunksGiven ? problem.chunks : 2;
     else
       problem.chunks = 1;
-    if (name != "1f1b-rr")
+    if (name != "1f1b-rr") {
       problem.replicas.clear(); // replication only where it is round-robin
+      problem.verticalSync = false;
+    }
   }
   try {
     row.schedule = generate(name, problem);
@@ -186,8 +219,20 @@ void printTable(const std::vector<Row> &rows, const Problem &P, std::ostream &ou
   char line[256];
   out << "p=" << P.stages << " m=" << P.microbatches << " F=" << P.costF[0] << " B=" << P.costB[0]
       << " W=" << P.costW[0] << " C=" << P.comm << " memory limit="
-      << (P.memoryLimit > 0 ? std::to_string(P.memoryLimit) : std::string("none")) << " w-mem-frac=" << P.wMemFrac
-      << "\n";
+      << (P.memoryLimit > 0 ? std::to_string(P.memoryLimit) : std::string("none")) << " w-mem-frac=" << P.wMemFrac;
+  if (!P.recompute.empty()) {
+    out << " recompute=";
+    if (P.recompute.size() == 1)
+      out << "all";
+    else
+      for (int st = 0, first = 1; st < P.stages; ++st)
+        if (P.recompute[st])
+          out << (first ? "" : ",") << st, first = 0;
+    out << " boundary=" << P.boundaryActivation[0] << (P.boundaryActivation.size() > 1 ? ",..." : "");
+  }
+  if (P.verticalSync)
+    out << " vertical-sync";
+  out << "\n";
   std::snprintf(line, sizeof line, "%-12s %3s %10s %13s %13s %12s %9s\n", "schedule", "v", "makespan",
                 "bubble:flush", "bubble:steady", "over-ideal", "peak-mem");
   out << line;
@@ -219,6 +264,8 @@ void printJson(const Row &r, const Problem &P, std::ostream &out) {
     j["peak_memory_per_rank"] = r.sim.peakMemory;
     if (r.schedule.asynchronous)
       j["peak_stashed_versions"] = r.sim.peakStashed;
+    j["recompute"] = r.schedule.problem.recompute;
+    j["vertical_sync"] = r.schedule.problem.verticalSync;
   }
   j["memory_limit"] = P.memoryLimit;
   out << j.dump() << "\n";

@@ -91,6 +91,10 @@ Timing timeOrder(const Schedule &s, const Orders &orders, double zeroCost) {
           need(bEnd[at(in.mb, vs)], false);
           cost = P.costOf(in.op, stage, in.chunk);
           break;
+        case Op::Recompute:
+          need(fEnd[at(in.mb, vs)], false);
+          cost = P.costOf(in.op, stage, in.chunk);
+          break;
         case Op::AllReduce:
         case Op::Validate: {
           const bool ar = in.op == Op::AllReduce;
@@ -195,7 +199,7 @@ void lower(Schedule &s, const Orders &orders) {
           entries.push_back({fEnd[(size_t)in.mb * V + vs - 1], 0, msgId(false, in.mb, vs),
                              mk(Op::RecvAct, in.mb, in.chunk, pr)});
         local(st, in);
-        if (s.asynchronous)
+        if (s.asynchronous && !P.verticalSync)
           local(en, mk(Op::Stash, in.mb));
         if (vs + 1 < V)
           if (int cr = s.rankFor(vs + 1, in.mb); cr != r)
@@ -208,7 +212,9 @@ void lower(Schedule &s, const Orders &orders) {
           if (int pr = s.rankFor(vs + 1, in.mb); pr != r)
             entries.push_back({bEnd[(size_t)in.mb * V + vs + 1], 0, msgId(true, in.mb, vs),
                                mk(Op::RecvGrad, in.mb, in.chunk, pr)});
-        if (s.asynchronous)
+        // The stashed weights are restored before the backward, or before
+        // its RECOMPUTE (which re-runs the forward with the same version).
+        if (s.asynchronous && !P.verticalSync && !P.recomputes(stage))
           local(st, mk(Op::Restore, in.mb));
         local(st, in);
         if (vs > 0)
@@ -216,6 +222,11 @@ void lower(Schedule &s, const Orders &orders) {
             entries.push_back({en, 0, msgId(true, in.mb, vs - 1), mk(Op::SendGrad, in.mb, in.chunk, cr)});
         break;
       }
+      case Op::Recompute:
+        if (s.asynchronous && !P.verticalSync)
+          local(st, mk(Op::Restore, in.mb));
+        local(st, in);
+        break;
       case Op::AllReduce:
         entries.push_back({st, 0, collBase + (long)(arSeq++) * (P.stages + 1) + stage, in});
         break;
@@ -343,6 +354,93 @@ Orders interleavedOrder(int p, int v, int n) {
   return o;
 }
 
+// The zero-bubble paper's handcrafted ZB-H1 (section 2.1, figure 3 top): 1F1B
+// with B and W split; stage s runs 1F1B's p-1-s warm-up forwards, then
+// F,B pairs, and starts its W's s steps late (a W follows a B once s+1 B's
+// are done), so every stage keeps p micro-batches in flight like stage 0;
+// the W's left over fill the drain. Bubble (p-1)(F+B-W), memory p.
+Orders zbH1Order(int p, int n) {
+  Orders o(p);
+  for (int st = 0; st < p; ++st) {
+    const int warm = std::min(n, p - st - 1);
+    int f = 0, b = 0, w = 0;
+    auto backward = [&] {
+      o[st].push_back(mk(Op::BwdInput, b++, 0));
+      if (b > st)
+        o[st].push_back(mk(Op::BwdWeight, w++, 0));
+    };
+    while (f < warm)
+      o[st].push_back(mk(Op::Fwd, f++, 0));
+    while (f < n) {
+      o[st].push_back(mk(Op::Fwd, f++, 0));
+      backward();
+    }
+    while (b < n)
+      backward();
+    while (w < n)
+      o[st].push_back(mk(Op::BwdWeight, w++, 0));
+  }
+  return o;
+}
+
+// Inserts RECOMPUTE(mb, chunk) right before every backward of a stage that
+// recomputes (orders indexed by rank of `s`).
+Orders withRecompute(const Schedule &s, Orders orders) {
+  const Problem &P = s.problem;
+  for (size_t r = 0; r < orders.size(); ++r) {
+    if (!P.recomputes(P.stageOfRank((int)r)))
+      continue;
+    std::vector<Instr> out;
+    out.reserve(orders[r].size() * 4 / 3 + 1);
+    for (const Instr &in : orders[r]) {
+      if (in.op == Op::Bwd || in.op == Op::BwdInput)
+        out.push_back(mk(Op::Recompute, in.mb, in.chunk));
+      out.push_back(in);
+    }
+    orders[r] = std::move(out);
+  }
+  return orders;
+}
+
+// Times one pipeline's order (per stage position, n local micro-batches) and
+// returns its makespan, largest per-stage span and peak activation memory.
+struct OrderEval {
+  double makespan = 0, maxSpan = 0, peak = 0;
+};
+OrderEval evalOrder(const Schedule &shape, int n, const Orders &order) {
+  Schedule tmp = shape;
+  tmp.problem.microbatches = n;
+  tmp.problem.replicas.clear();
+  const Problem &P = tmp.problem;
+  const Orders full = withRecompute(tmp, order);
+  const Timing T = timeOrder(tmp, full, 0.0);
+  OrderEval e;
+  e.makespan = T.makespan;
+  for (int st = 0; st < P.stages; ++st) {
+    double first = std::numeric_limits<double>::infinity(), last = 0, mem = 0;
+    for (size_t i = 0; i < full[st].size(); ++i) {
+      const Instr &in = full[st][i];
+      if (!isCompute(in.op))
+        continue;
+      first = std::min(first, T.start[st][i]);
+      last = std::max(last, T.end[st][i]);
+      const double a = P.activationOf(st, in.chunk), rest = P.restingActivationOf(st, in.chunk);
+      switch (in.op) {
+      case Op::Fwd: mem += rest; break;
+      case Op::Recompute: mem += a - rest; break;
+      case Op::Bwd: mem -= a; break;
+      case Op::BwdInput: mem -= a * (1 - P.wMemFrac); break;
+      case Op::BwdWeight: mem -= a * P.wMemFrac; break;
+      default: break;
+      }
+      e.peak = std::max(e.peak, mem);
+    }
+    if (last > 0)
+      e.maxSpan = std::max(e.maxSpan, last - first);
+  }
+  return e;
+}
+
 // ------------------------------------------------------------ greedy engine
 // A list scheduler in the spirit of the zero-bubble paper's heuristic: ranks
 // are simulated in time; a free rank runs a ready B (critical path) first,
@@ -374,10 +472,15 @@ GreedyResult greedy(const Schedule &shape, int n, const Policy &pol) {
   auto at = [V](int mb, int vs) { return (size_t)mb * V + vs; };
   std::vector<double> fEnd((size_t)n * V, kNaN);
   std::vector<int> nextF(V, 0);
-  std::vector<double> held(p, 0), reserved(p, 0), perMb(p, 0);
+  // perMb: what an admitted micro-batch keeps on the stage between its F and
+  // its backward (the boundary share when the stage recomputes); headroom:
+  // room kept free for one RECOMPUTE to re-materialize the rest.
+  std::vector<double> held(p, 0), reserved(p, 0), perMb(p, 0), headroom(p, 0);
   for (int st = 0; st < p; ++st)
-    for (int c = 0; c < v; ++c)
-      perMb[st] += P.activationOf(st, c);
+    for (int c = 0; c < v; ++c) {
+      perMb[st] += P.restingActivationOf(st, c);
+      headroom[st] = std::max(headroom[st], P.activationOf(st, c) - P.restingActivationOf(st, c));
+    }
   // Per stage and local micro-batch: chunks started / backwarded.
   std::vector<std::vector<int>> started(p, std::vector<int>(n, 0)), bdone(p, std::vector<int>(n, 0));
   std::vector<int> inflight(p, 0);
@@ -430,9 +533,12 @@ GreedyResult greedy(const Schedule &shape, int n, const Policy &pol) {
     auto takeB = [&]() {
       if (!have && !bReady[st].empty() && std::get<0>(bReady[st].top()) <= t + kEps) {
         auto [rt, mb, nvs] = bReady[st].top();
-        bReady[st].pop();
         int s2, c;
         shape.locate(-nvs, s2, c);
+        if (pol.memLimit > 0 && P.recomputes(st) &&
+            held[st] + P.activationOf(st, c) - P.restingActivationOf(st, c) > pol.memLimit + kEps)
+          return; // a pending W frees the room the RECOMPUTE needs
+        bReady[st].pop();
         chosen = mk(pol.split ? Op::BwdInput : Op::Bwd, mb, c);
         lastWasF[st] = false;
         have = true;
@@ -458,8 +564,12 @@ GreedyResult greedy(const Schedule &shape, int n, const Policy &pol) {
         if (started[st][mb] == 0) { // admission of a new micro-batch
           if (inflight[st] >= pol.cap[st])
             continue;
-          if (pol.memLimit > 0 && held[st] + reserved[st] + perMb[st] > pol.memLimit + kEps)
+          if (pol.memLimit > 0 && held[st] + reserved[st] + perMb[st] + headroom[st] > pol.memLimit + kEps)
             continue;
+        } else if (pol.memLimit > 0 && held[st] + P.restingActivationOf(st, c) > pol.memLimit + kEps) {
+          // Reserved, but a RECOMPUTE's re-materialized activations are still
+          // held until their W: wait for the W (it fills the gap).
+          continue;
         }
         if (pol.eagerW) {
           takeW();
@@ -492,8 +602,11 @@ GreedyResult greedy(const Schedule &shape, int n, const Policy &pol) {
     // Execute `chosen` at time t.
     const int vs = shape.virtualStage(st, chosen.chunk);
     const int mb = chosen.mb;
-    const double a = P.activationOf(st, chosen.chunk);
-    const double end = t + P.costOf(chosen.op, st, chosen.chunk);
+    const double a = P.activationOf(st, chosen.chunk), rest = P.restingActivationOf(st, chosen.chunk);
+    const bool recompute = P.recomputes(st) && (chosen.op == Op::Bwd || chosen.op == Op::BwdInput);
+    // A recomputed backward runs RECOMPUTE (cost F) right before it.
+    const double end = t + P.costOf(chosen.op, st, chosen.chunk) +
+                       (recompute ? P.costOf(Op::Recompute, st, chosen.chunk) : 0.0);
     if (res.order[st].empty())
       firstStart[st] = t;
     lastEnd[st] = end;
@@ -509,8 +622,8 @@ GreedyResult greedy(const Schedule &shape, int n, const Policy &pol) {
         inflight[st]++;
         reserved[st] += perMb[st];
       }
-      reserved[st] -= a;
-      held[st] += a;
+      reserved[st] -= rest;
+      held[st] += rest;
       fEnd[at(mb, vs)] = end;
       nextF[vs]++;
       if (vs + 1 < V) {
@@ -522,6 +635,7 @@ GreedyResult greedy(const Schedule &shape, int n, const Policy &pol) {
       break;
     case Op::Bwd:
     case Op::BwdInput:
+      held[st] += a - rest; // re-materialized by RECOMPUTE (0 without recompute)
       held[st] -= chosen.op == Op::Bwd ? a : a * (1 - frac);
       if (++bdone[st][mb] == v)
         inflight[st]--;
@@ -606,6 +720,15 @@ Orders autoOrder(const Schedule &shape, int n, double limit) {
           improved = true;
       }
   }
+  // The handcrafted ZB-H1 is a candidate too, so auto is never worse than
+  // ZB-H1 under a limit ZB-H1 fits in.
+  if (shape.problem.chunks != 1)
+    return best.order;
+  Orders h1 = zbH1Order(p, n);
+  const OrderEval e = evalOrder(shape, n, h1);
+  if ((limit <= 0 || e.peak <= limit + kEps) &&
+      (e.makespan < best.makespan - kEps || (e.makespan < best.makespan + kEps && e.maxSpan < best.maxSpan - kEps)))
+    return h1;
   return best.order;
 }
 
@@ -645,6 +768,79 @@ Orders pipedreamOrder(const Schedule &s) {
     }
   }
   return orders;
+}
+
+// ------------------------------------------------------------ vertical sync
+// PipeDream's vertical sync for 1F1B-RR. A weight version is named by the
+// number of micro-batches whose gradients it contains: a rank of a stage with
+// R replicas is at version R*k after its k-th STEP (replicas all-reduce every
+// step, so they agree). A micro-batch's entry version V(mb) is the version of
+// its stage-0 rank when its FWD runs there; stage s computes the micro-batch
+// with w(mb, s) = R_s * floor(V / R_s), its newest version containing no
+// micro-batch that stage 0 had not applied (w = V when R_s = 1).
+// Each rank's stream is rewritten:
+//  * right after the STEP that creates version k (at the start for k = 0):
+//    STASH(mb, version=k) for every micro-batch it will run with version k;
+//  * RESTORE(mb, version=w) before its FWD, and before its BWD (before its
+//    RECOMPUTE when the stage recomputes): load the kept version;
+//  * SEND_ACT/RECV_ACT carry version=V(mb), the tag travelling with the activation;
+//  * the BWD releases the micro-batch's kept version.
+void applyVerticalSync(Schedule &s) {
+  const Problem &P = s.problem;
+  const int m = P.microbatches;
+  std::vector<int> entry(m, -1);
+  for (int rep = 0; rep < P.replicasOf(0); ++rep) {
+    int steps = 0;
+    for (const Instr &in : s.ranks[P.rankOf(0, rep)]) {
+      if (in.op == Op::Step)
+        ++steps;
+      if (in.op == Op::Fwd)
+        entry[in.mb] = steps * P.replicasOf(0);
+    }
+  }
+  for (int r = 0; r < P.numRanks(); ++r) {
+    const int st = P.stageOfRank(r), R = P.replicasOf(st);
+    std::map<int, std::vector<int>> pins; // version -> micro-batches
+    std::vector<int> use(m, -1);
+    for (const Instr &in : s.ranks[r])
+      if (in.op == Op::Fwd) {
+        use[in.mb] = R * (entry[in.mb] / R);
+        pins[use[in.mb]].push_back(in.mb);
+      }
+    std::vector<Instr> out;
+    int version = 0;
+    auto pinNow = [&] {
+      for (int mb : pins[version]) {
+        Instr x = mk(Op::Stash, mb);
+        x.version = version;
+        out.push_back(x);
+      }
+      pins.erase(version);
+    };
+    auto restore = [&](int mb) {
+      Instr x = mk(Op::Restore, mb);
+      x.version = use[mb];
+      out.push_back(x);
+    };
+    pinNow();
+    for (Instr in : s.ranks[r]) {
+      if (in.op == Op::Stash || in.op == Op::Restore)
+        continue;
+      if (in.op == Op::Fwd || in.op == Op::Recompute || (in.op == Op::Bwd && !P.recomputes(st)))
+        restore(in.mb);
+      if (in.op == Op::SendAct || in.op == Op::RecvAct)
+        in.version = entry[in.mb];
+      out.push_back(in);
+      if (in.op == Op::Step) {
+        version += R;
+        pinNow();
+      }
+    }
+    if (!pins.empty())
+      throw ScheduleError("1f1b-rr vertical sync: rank " + std::to_string(r) + " needs weight version " +
+                          std::to_string(pins.begin()->first) + " that it never reaches");
+    s.ranks[r] = std::move(out);
+  }
 }
 
 } // namespace
@@ -694,9 +890,11 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
     orders = assemble(
         s,
         [&](int n) {
-          // H1: 1F1B's in-flight counts and memory (p); H2: 2(p-s)-1 and 2p-1.
-          Policy pol{h2 ? capsLinear(p, n, 2.0, -1) : capsLinear(p, n, 1.0, 0),
-                     h2 ? (2 * p - 1) * unit : peakOf1F1B(problem), true, false, true};
+          // H1: the paper's handcrafted order. H2: the list scheduler with
+          // 2(p-s)-1 in flight on stage s and memory 2p-1.
+          if (!h2)
+            return zbH1Order(p, n);
+          Policy pol{capsLinear(p, n, 2.0, -1), (2 * p - 1) * unit, true, false, true};
           return greedy(s, n, pol).order;
         },
         h2);
@@ -734,7 +932,11 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
       all += (all.empty() ? "" : ", ") + n;
     throw ScheduleError("unknown schedule '" + name + "' (known: " + all + ")");
   }
-  lower(s, orders);
+  if (problem.verticalSync && name != "1f1b-rr")
+    throw ScheduleError("--vertical-sync applies to 1f1b-rr only (" + name + " is synchronous)");
+  lower(s, withRecompute(s, orders));
+  if (problem.verticalSync)
+    applyVerticalSync(s);
   ValidationReport rep = validate(s);
   if (!rep.ok())
     throw ScheduleError(name + ": generated schedule is invalid:\n" + rep.summary());

@@ -67,6 +67,8 @@ std::string toString(const Instr &in) {
     s += " chunk=" + std::to_string(in.chunk);
   if (in.peer >= 0)
     s += (in.op == Op::AllReduce ? " stage=" : " peer=") + std::to_string(in.peer);
+  if (in.version >= 0)
+    s += " version=" + std::to_string(in.version);
   return s;
 }
 
@@ -98,6 +100,28 @@ void Problem::check() const {
     fail("--w-mem-frac must be in [0, 1]");
   if (inFlight < 0)
     fail("in-flight count must be >= 0");
+  if (!recompute.empty() && recompute.size() != 1 && (int)recompute.size() != stages)
+    fail("recompute must have one entry or one per stage");
+  if (boundaryActivation.size() != 1 && (int)boundaryActivation.size() != stages)
+    fail("--boundary-activation must have one entry or one per stage");
+  for (double b : boundaryActivation)
+    if (!(b >= 0 && b <= 1))
+      fail("--boundary-activation must be in [0, 1]");
+}
+
+bool Problem::recomputes(int stage) const {
+  if (recompute.empty())
+    return false;
+  return (recompute.size() == 1 ? recompute[0] : recompute[stage]) != 0;
+}
+
+double Problem::boundaryOf(int stage) const {
+  return boundaryActivation.size() == 1 ? boundaryActivation[0] : boundaryActivation[stage];
+}
+
+double Problem::restingActivationOf(int stage, int chunk) const {
+  const double a = activationOf(stage, chunk);
+  return recomputes(stage) ? a * boundaryOf(stage) : a;
 }
 
 int Problem::replicasOf(int stage) const { return replicas.empty() ? 1 : replicas[stage]; }
@@ -184,7 +208,7 @@ std::string toText(const Schedule &s) {
   os << "# pipec schedule " << s.name << ": stages=" << s.problem.stages
      << " microbatches=" << s.problem.microbatches << " chunks=" << s.problem.chunks
      << " placement=" << (s.placement == Placement::VShape ? "v" : "interleaved")
-     << (s.asynchronous ? " asynchronous" : "") << "\n";
+     << (s.asynchronous ? " asynchronous" : "") << (s.problem.verticalSync ? " vertical-sync" : "") << "\n";
   for (size_t r = 0; r < s.ranks.size(); ++r) {
     os << "rank " << r << " stage=" << s.problem.stageOfRank((int)r)
        << " replica=" << s.problem.replicaOfRank((int)r) << "\n";
@@ -206,6 +230,8 @@ json instrJson(const Instr &in) {
     j["chunk"] = in.chunk;
   if (in.peer >= 0)
     j[in.op == Op::AllReduce ? "stage" : "peer"] = in.peer;
+  if (in.version >= 0)
+    j["version"] = in.version;
   return j;
 }
 
@@ -216,6 +242,7 @@ Instr instrFromJson(const json &j) {
   in.mb = j.value("mb", -1);
   in.chunk = j.value("chunk", -1);
   in.peer = j.value(in.op == Op::AllReduce ? "stage" : "peer", -1);
+  in.version = j.value("version", -1);
   return in;
 }
 
@@ -233,7 +260,10 @@ json problemJson(const Problem &p) {
               {"activation", p.activation},
               {"memory_limit", p.memoryLimit},
               {"w_mem_frac", p.wMemFrac},
-              {"in_flight", p.inFlight}};
+              {"in_flight", p.inFlight},
+              {"recompute", p.recompute},
+              {"boundary_activation", p.boundaryActivation},
+              {"vertical_sync", p.verticalSync}};
 }
 
 Problem problemFromJson(const json &j) {
@@ -252,6 +282,9 @@ Problem problemFromJson(const json &j) {
   p.memoryLimit = j.at("memory_limit");
   p.wMemFrac = j.at("w_mem_frac");
   p.inFlight = j.at("in_flight");
+  p.recompute = j.value("recompute", std::vector<int>{});
+  p.boundaryActivation = j.value("boundary_activation", std::vector<double>{0.1});
+  p.verticalSync = j.value("vertical_sync", false);
   return p;
 }
 

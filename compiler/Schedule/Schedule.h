@@ -25,9 +25,9 @@ enum class Op : unsigned char {
   BwdInput,  // BWD_INPUT(mb, chunk): "B" of the zero-bubble paper
   BwdWeight, // BWD_WEIGHT(mb, chunk): "W" of the zero-bubble paper
   Recompute, // RECOMPUTE(mb, chunk): re-run the forward before a backward
-  SendAct, RecvAct, SendGrad, RecvGrad, // (mb, chunk, peer rank)
-  Stash,     // STASH(mb): keep the weight version this forward used
-  Restore,   // RESTORE(mb): use the stashed version for the backward
+  SendAct, RecvAct, SendGrad, RecvGrad, // (mb, chunk, peer rank[, version])
+  Stash,     // STASH(mb[, version]): keep a weight version for this micro-batch
+  Restore,   // RESTORE(mb[, version]): compute the micro-batch with its kept version
   AllReduce, // ALLREDUCE(stage): gradients over the replicas of a stage
   Step,      // STEP: optimizer update
   SpecStep,  // SPEC_STEP: speculative update, pre-step weights kept (ZB-H2)
@@ -45,8 +45,11 @@ struct Instr {
   int mb = -1;    // micro-batch (global index); -1 where not applicable
   int chunk = -1; // model chunk on this rank; -1 where not applicable
   int peer = -1;  // peer rank (Send/Recv) or stage (AllReduce)
+  // 1F1B-RR with vertical sync: the weight version (micro-batches applied)
+  // that STASH pins, RESTORE selects and SEND_ACT/RECV_ACT carry; else -1.
+  int version = -1;
   bool operator==(const Instr &o) const {
-    return op == o.op && mb == o.mb && chunk == o.chunk && peer == o.peer;
+    return op == o.op && mb == o.mb && chunk == o.chunk && peer == o.peer && version == o.version;
   }
 };
 std::string toString(const Instr &instr); // "FWD mb=3 chunk=0"
@@ -69,6 +72,14 @@ struct Problem {
   double memoryLimit = 0.0;        // units per rank; <= 0: unlimited
   double wMemFrac = 1.0;           // share of activations W still holds after B
   int inFlight = 0;                // 1F1B-RR: admitted per stage-0 replica; 0 = PipeDream's NOAM
+  // Activation recompute: per stage (one entry = every stage; empty = none).
+  // A recomputed micro-batch keeps only `boundaryActivation` (share of its
+  // full activation, per stage or one value) between its F and the
+  // RECOMPUTE(mb, chunk) placed right before its backward, which costs F and
+  // re-materializes the rest.
+  std::vector<int> recompute;
+  std::vector<double> boundaryActivation{0.1};
+  bool verticalSync = false;       // 1F1B-RR: every stage uses the stage-0 entry version
 
   void check() const; // throws ScheduleError on an inconsistent problem
   int replicasOf(int stage) const;
@@ -81,6 +92,11 @@ struct Problem {
   double costOf(Op op, int stage, int chunk) const; // F, B, W, BW, RECOMPUTE
   double activationOf(int stage, int chunk) const;  // one micro-batch, one chunk
   int defaultInFlight() const;                       // PipeDream NOAM
+  bool recomputes(int stage) const;
+  double boundaryOf(int stage) const; // share kept by a recomputed micro-batch
+  // Activation a micro-batch keeps from its F until its backward starts
+  // (the boundary share when the stage recomputes).
+  double restingActivationOf(int stage, int chunk) const;
 };
 
 // Where virtual stage k (0 .. p*v-1, in model order) lives.
@@ -138,7 +154,9 @@ struct SimResult {
   double maxSpan = 0;         // largest (last end - first start) over ranks
   // Flush-to-flush: 1 - totalCompute / (ranks * makespan).
   double bubbleFlush = 0;
-  // Zero-bubble paper's steady-state rate: (maxSpan - ideal) / maxSpan.
+  // Zero-bubble paper's bubble rate (Qi et al. 2023, section 5.3):
+  // (cost - m(F+B+W)) / cost, cost = the largest per-rank execution time
+  // (maxSpan); m(F+B+W) generalizes to the busiest rank's compute (ideal).
   double bubbleSteady = 0;
   // Overhead against the ideal: makespan / ideal - 1; (p-1)/m for 1F1B.
   double bubbleOverIdeal = 0;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 #include <tuple>
 
 namespace pipec::schedule {
@@ -32,6 +33,7 @@ SimResult simulate(const Schedule &s) {
   std::vector<size_t> pc(R, 0);
   std::vector<double> now(R, 0), mem(R, 0);
   std::vector<int> stash(R, 0), arSeq(R, 0), valSeq(R, 0), registered(R, -1);
+  std::vector<std::map<int, int>> pins(R); // vertical sync: mb -> kept version
 
   for (bool progress = true; progress;) {
     progress = false;
@@ -70,8 +72,11 @@ SimResult simulate(const Schedule &s) {
           res.rankFirst[r] = std::min(res.rankFirst[r], start);
           res.rankLast[r] = std::max(res.rankLast[r], start + cost);
           const double a = P.activationOf(stage, in.chunk);
+          const double rest = P.restingActivationOf(stage, in.chunk); // < a when recomputed
           if (in.op == Op::Fwd)
-            mem[r] += a;
+            mem[r] += rest;
+          else if (in.op == Op::Recompute)
+            mem[r] += a - rest;
           else if (in.op == Op::Bwd)
             mem[r] -= a;
           else if (in.op == Op::BwdInput)
@@ -81,11 +86,20 @@ SimResult simulate(const Schedule &s) {
           res.peakMemory[r] = std::max(res.peakMemory[r], mem[r]);
         } else if (in.op == Op::Step || in.op == Op::SpecStep) {
           cost = P.stepCost;
+        } else if (in.op == Op::Stash && P.verticalSync) {
+          // Vertical sync: count distinct kept versions (micro-batches share them).
+          pins[r][in.mb] = in.version;
+          std::set<int> versions;
+          for (auto &kv : pins[r])
+            versions.insert(kv.second);
+          res.peakStashed[r] = std::max(res.peakStashed[r], (int)versions.size());
         } else if (in.op == Op::Stash) {
           res.peakStashed[r] = std::max(res.peakStashed[r], ++stash[r]);
-        } else if (in.op == Op::Restore) {
+        } else if (in.op == Op::Restore && !P.verticalSync) {
           stash[r]--;
         }
+        if (in.op == Op::Bwd && P.verticalSync)
+          pins[r].erase(in.mb);
         if (isCompute(in.op) || isCollective(in.op) || in.op == Op::Step || in.op == Op::SpecStep)
           res.intervals.push_back({r, in, start, start + cost});
         now[r] = start + cost;

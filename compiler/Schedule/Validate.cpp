@@ -66,7 +66,25 @@ struct Checker {
     const int stage = P.stageOfRank(r);
     const auto &instrs = s.ranks[r];
     // Per (mb, vs): bit flags of what happened on this rank.
-    enum : unsigned { F = 1, B = 2, W = 4, ActIn = 8, GradIn = 16, Restored = 32 };
+    enum : unsigned { F = 1, B = 2, W = 4, ActIn = 8, GradIn = 16, Restored = 32, Recomputed = 64 };
+    const bool recomputes = P.recomputes(stage);
+    const bool vsync = s.asynchronous && P.verticalSync;
+    // Vertical sync: the version this rank is at (micro-batches applied),
+    // the version loaded for compute, the versions kept per micro-batch, and
+    // each micro-batch's entry version (stage 0: at its FWD; else the tag
+    // its RECV_ACT carried).
+    const int R = P.replicasOf(stage);
+    int current = 0, loadedVersion = 0, peakVersions = 0;
+    std::map<int, int> pinned; // mb -> version
+    std::vector<int> entryVersion(m, -1);
+    auto needLoaded = [&](long i, const Instr &in, const char *what) {
+      auto it = pinned.find(in.mb);
+      if (it == pinned.end())
+        error(r, i, std::string("vertical sync: ") + what + " of a micro-batch with no kept weight version");
+      else if (loadedVersion != it->second)
+        error(r, i, std::string("vertical sync: ") + what + " runs on version " + std::to_string(loadedVersion) +
+                        ", the micro-batch's version is " + std::to_string(it->second));
+    };
     std::vector<unsigned> st((size_t)m * V, 0);
     std::vector<char> loaded(m, 0);
     std::vector<int> stashed(m, 0);
@@ -105,8 +123,20 @@ struct Checker {
                                                                : (x & ActIn) != 0;
         if (!haveInput)
           error(r, i, vs == 0 ? "forward before LOAD" : "forward before its input activation arrived");
+        if (vsync) {
+          needLoaded(i, in, "FWD");
+          if (vs == 0)
+            entryVersion[in.mb] = loadedVersion;
+          if (vs == 0 && loadedVersion != current)
+            error(r, i, "vertical sync: the first stage must forward with its current version " +
+                            std::to_string(current));
+          if (vs > 0 && entryVersion[in.mb] >= 0 && loadedVersion != R * (entryVersion[in.mb] / R))
+            error(r, i, "vertical sync: forward on version " + std::to_string(loadedVersion) + ", the entry version " +
+                            std::to_string(entryVersion[in.mb]) + " requires " +
+                            std::to_string(R * (entryVersion[in.mb] / R)));
+        }
         x |= F;
-        mem += a;
+        mem += recomputes ? P.restingActivationOf(stage, in.chunk) : a;
         break;
       }
       case Op::Bwd:
@@ -122,8 +152,14 @@ struct Checker {
           if (!haveGrad)
             error(r, i, "backward before its output gradient arrived");
         }
-        if (s.asynchronous && !(x & Restored))
+        if (recomputes && !(x & Recomputed))
+          error(r, i, "backward without RECOMPUTE on a stage that recomputes");
+        if (vsync)
+          needLoaded(i, in, "backward");
+        else if (s.asynchronous && !(x & Restored))
           error(r, i, "asynchronous backward without RESTORE of the stashed weights");
+        if (vsync)
+          pinned.erase(in.mb); // the backward releases the kept version
         x |= B;
         if (in.op == Op::Bwd) {
           if (x & W)
@@ -146,9 +182,21 @@ struct Checker {
         break;
       }
       case Op::Recompute: {
-        unsigned x = at(in.mb, vs);
-        if (!(x & F) || (x & B))
+        unsigned &x = at(in.mb, vs);
+        if (!recomputes)
+          error(r, i, "RECOMPUTE on a stage that does not recompute");
+        else if (!(x & F) || (x & B))
           error(r, i, "RECOMPUTE must lie between the forward and the backward");
+        else if (x & Recomputed)
+          error(r, i, "RECOMPUTE runs twice");
+        else {
+          x |= Recomputed;
+          mem += a - P.restingActivationOf(stage, in.chunk);
+        }
+        if (vsync)
+          needLoaded(i, in, "RECOMPUTE");
+        else if (s.asynchronous && !(x & Restored))
+          error(r, i, "asynchronous RECOMPUTE without RESTORE of the stashed weights");
         break;
       }
       case Op::RecvAct:
@@ -170,6 +218,15 @@ struct Checker {
         if (send && !(x & (act ? F : B)))
           error(r, i, act ? "activation sent before the forward produced it"
                           : "gradient sent before the backward produced it");
+        if (vsync && act) {
+          if (in.version < 0)
+            error(r, i, "vertical sync: activation without its entry version");
+          else if (send && entryVersion[in.mb] >= 0 && in.version != entryVersion[in.mb])
+            error(r, i, "vertical sync: sends entry version " + std::to_string(in.version) + ", the micro-batch entered at " +
+                            std::to_string(entryVersion[in.mb]));
+          else if (!send)
+            entryVersion[in.mb] = in.version;
+        }
         if (!send) {
           const unsigned flag = act ? ActIn : GradIn;
           if (x & flag)
@@ -179,10 +236,33 @@ struct Checker {
         break;
       }
       case Op::Stash:
+        if (vsync) {
+          if (in.version != current)
+            error(r, i, "vertical sync: STASH of version " + std::to_string(in.version) +
+                            " while the rank is at version " + std::to_string(current));
+          else if (pinned.count(in.mb))
+            error(r, i, "vertical sync: micro-batch already keeps a version");
+          else
+            pinned[in.mb] = in.version;
+          std::vector<int> versions;
+          for (auto &kv : pinned)
+            versions.push_back(kv.second);
+          std::sort(versions.begin(), versions.end());
+          peakVersions = std::max(peakVersions, (int)(std::unique(versions.begin(), versions.end()) - versions.begin()));
+          break;
+        }
         stashed[in.mb]++;
         peakStash = std::max(peakStash, ++outstandingStash);
         break;
       case Op::Restore: {
+        if (vsync) {
+          auto it = pinned.find(in.mb);
+          if (it == pinned.end() || it->second != in.version)
+            error(r, i, "vertical sync: RESTORE of a version not kept for the micro-batch");
+          else
+            loadedVersion = in.version;
+          break;
+        }
         if (stashed[in.mb] <= 0) {
           error(r, i, "RESTORE without a STASH of the micro-batch");
           break;
@@ -204,8 +284,11 @@ struct Checker {
                 error(r, i, "synchronous update before the backward of micro-batch " +
                                 std::to_string(mb) + " chunk " + std::to_string(c));
             }
-        if (in.op == Op::Step)
+        if (in.op == Op::Step) {
           stepped = true;
+          current += R;
+          loadedVersion = current;
+        }
         if (in.op == Op::SpecStep)
           specStepped = true;
         break;
@@ -246,6 +329,10 @@ struct Checker {
       error(r, -1, "synchronous schedule without an optimizer step");
     if (specStepped && !validated)
       error(r, -1, "speculative step never validated");
+    if (vsync && !pinned.empty())
+      error(r, -1, std::to_string(pinned.size()) + " kept weight versions never released");
+    if (vsync)
+      peakStash = peakVersions;
     if (s.asynchronous && outstandingStash != 0)
       error(r, -1, std::to_string(outstandingStash) + " stashed weight versions never restored");
     if (s.asynchronous && P.inFlight > 0 && peakStash > P.inFlight)
@@ -255,7 +342,7 @@ struct Checker {
 
   // Every send has exactly one receive with the same message and vice versa.
   bool matching() {
-    using Key = std::tuple<bool, int, int, int, int>; // grad, mb, vsRecv, src, dst
+    using Key = std::tuple<bool, int, int, int, int, int>; // grad, mb, vsRecv, src, dst, version
     std::map<Key, std::vector<std::pair<int, long>>> sends, recvs;
     for (int r = 0; r < R; ++r)
       for (long i = 0; i < (long)s.ranks[r].size(); ++i) {
@@ -264,7 +351,7 @@ struct Checker {
           continue;
         const bool grad = in.op == Op::SendGrad || in.op == Op::RecvGrad;
         const bool send = in.op == Op::SendAct || in.op == Op::SendGrad;
-        Key k{grad, in.mb, recvVs(r, in), send ? r : in.peer, send ? in.peer : r};
+        Key k{grad, in.mb, recvVs(r, in), send ? r : in.peer, send ? in.peer : r, in.version};
         (send ? sends : recvs)[k].push_back({r, i});
       }
     bool ok = true;
@@ -302,7 +389,7 @@ struct Checker {
         while (const Instr *in = head(r)) {
           if (isP2P(in->op)) {
             const Instr *o = head(in->peer);
-            if (!o || o->op != complement(in->op) || o->peer != r || o->mb != in->mb ||
+            if (!o || o->op != complement(in->op) || o->peer != r || o->mb != in->mb || o->version != in->version ||
                 recvVs(in->peer, *o) != recvVs(r, *in))
               break;
             pc[r]++, pc[in->peer]++;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -463,11 +464,434 @@ TEST(Cli, OutWritesStreamsTraceAndSvg) {
   std::string svgText((std::istreambuf_iterator<char>(svg)), {});
   EXPECT_EQ(svgText.rfind("<svg", 0), 0u);
   EXPECT_NE(svgText.find("</svg>"), std::string::npos);
-  // If rsvg-convert is installed, the SVG must render.
-  if (std::system("command -v rsvg-convert >/dev/null 2>&1") == 0) {
-    const std::string cmd = "rsvg-convert " + (dir / "timeline.svg").string() + " -o " + (dir / "t.png").string();
-    EXPECT_EQ(std::system(cmd.c_str()), 0);
-    EXPECT_GT(fs::file_size(dir / "t.png"), 1000u);
+  fs::remove_all(dir);
+}
+
+// Renders timeline.svg headlessly with rsvg-convert (Debian: librsvg2-bin) and
+// checks the PNG: signature, IHDR size equal to the SVG's width/height, and
+// enough bytes to hold the drawn boxes. Skipped (not passed) without the tool.
+TEST(Timeline, SvgRendersToPngWithRsvgConvert) {
+  if (std::system("command -v rsvg-convert >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "rsvg-convert not installed (Debian package librsvg2-bin)";
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("pipec_schedule_svg_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const std::string name : {"zb-v", "1f1b-rr"}) {
+    Problem P = uniform(4, 8);
+    P.comm = 0.2;
+    Schedule s = generate(name, P);
+    std::ofstream(dir / "timeline.svg") << [&] {
+      std::ostringstream os;
+      writeSvg(s, simulate(s), os);
+      return os.str();
+    }();
+    std::ifstream in(dir / "timeline.svg");
+    const std::string svg((std::istreambuf_iterator<char>(in)), {});
+    auto attr = [&](const std::string &key) {
+      const size_t at = svg.find(key + "=\"");
+      return at == std::string::npos ? -1 : std::stoi(svg.substr(at + key.size() + 2));
+    };
+    const int width = attr("width"), height = attr("height");
+    ASSERT_GT(width, 600) << name;
+    ASSERT_GT(height, 100) << name;
+    const fs::path png = dir / (name + ".png");
+    const std::string cmd = "rsvg-convert " + (dir / "timeline.svg").string() + " -o " + png.string() + " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::ifstream pin(png, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(pin)), {});
+    ASSERT_GT(bytes.size(), 24u);
+    EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << name;
+    EXPECT_EQ(bytes.substr(12, 4), "IHDR");
+    auto be32 = [&](size_t at) {
+      return (int)((unsigned char)bytes[at] << 24 | (unsigned char)bytes[at + 1] << 16 |
+                   (unsigned char)bytes[at + 2] << 8 | (unsigned char)bytes[at + 3]);
+    };
+    EXPECT_EQ(be32(16), width) << name;
+    EXPECT_EQ(be32(20), height) << name;
+    // A blank or single-colour image compresses to a few hundred bytes.
+    EXPECT_GT(bytes.size(), 5000u) << name;
   }
   fs::remove_all(dir);
+}
+
+// ------------------------------------------------------------ recompute
+namespace {
+// The compute instruction right before each backward on a recomputing rank
+// is the RECOMPUTE of the same micro-batch and chunk.
+void expectRecomputeBeforeEveryBackward(const Schedule &s, const std::string &what) {
+  for (size_t r = 0; r < s.ranks.size(); ++r) {
+    const bool on = s.problem.recomputes(s.problem.stageOfRank((int)r));
+    const Instr *lastCompute = nullptr;
+    int recomputes = 0;
+    for (const Instr &in : s.ranks[r]) {
+      recomputes += in.op == Op::Recompute;
+      if ((in.op == Op::Bwd || in.op == Op::BwdInput) && on) {
+        ASSERT_NE(lastCompute, nullptr) << what;
+        EXPECT_EQ(lastCompute->op, Op::Recompute) << what << " rank " << r << " " << toString(in);
+        EXPECT_EQ(lastCompute->mb, in.mb) << what;
+        EXPECT_EQ(lastCompute->chunk, in.chunk) << what;
+      }
+      if (isCompute(in.op))
+        lastCompute = &in;
+    }
+    if (!on)
+      EXPECT_EQ(recomputes, 0) << what << " rank " << r;
+  }
+}
+} // namespace
+
+TEST(Recompute, MemoryDropsAndMakespanGrowsByTheForwardCost) {
+  for (int p : {2, 4, 8})
+    for (int m : {p, 4 * p})
+      for (const std::string name : {"gpipe", "1f1b"}) {
+        Problem P = uniform(p, m, 0.5, 1.2, 0.8);
+        const SimResult base = simulate(generate(name, P));
+        P.recompute = {1};
+        P.boundaryActivation = {0.1};
+        const Schedule s = generate(name, P);
+        EXPECT_TRUE(validate(s).ok());
+        expectRecomputeBeforeEveryBackward(s, name);
+        const SimResult r = simulate(s);
+        const std::string what = name + " p=" + std::to_string(p) + " m=" + std::to_string(m);
+        // Every rank computes m extra forwards; for uniform costs the
+        // makespan grows by exactly m*F.
+        for (int rank = 0; rank < p; ++rank)
+          EXPECT_NEAR(r.rankCompute[rank] - base.rankCompute[rank], m * 0.5, 1e-9) << what;
+        EXPECT_NEAR(r.makespan, base.makespan + m * 0.5, 1e-9) << what;
+        // Rank 0 keeps the boundary of its other in-flight micro-batches plus
+        // one full activation re-materialized for the backward.
+        const int inflight = name == "gpipe" ? m : std::min(p, m);
+        EXPECT_NEAR(r.maxPeakMemory, (inflight - 1) * 0.1 + 1.0, 1e-9) << what;
+        EXPECT_LT(r.maxPeakMemory, base.maxPeakMemory) << what;
+      }
+}
+
+TEST(Recompute, EveryScheduleAndStageSubset) {
+  Problem P = uniform(4, 8, 1, 1.5, 0.7);
+  P.comm = 0.1;
+  P.recompute = {1, 0, 1, 0};
+  P.boundaryActivation = {0.2, 0.1, 0.05, 0.3};
+  for (const std::string &name : scheduleNames()) {
+    Problem Q = P;
+    if (name == "interleaved")
+      Q.chunks = 2;
+    const Schedule s = generate(name, Q);
+    const ValidationReport rep = validate(s);
+    EXPECT_TRUE(rep.ok()) << name << ": " << rep.summary();
+    expectRecomputeBeforeEveryBackward(s, name);
+    Problem N = Q;
+    N.recompute.clear();
+    // Recompute costs compute time on stages 0 and 2 only.
+    const SimResult with = simulate(s), without = simulate(generate(name, N));
+    const int perRank = name == "interleaved" ? 2 : name == "zb-v" ? 2 : 1;
+    for (int r = 0; r < 4; ++r)
+      EXPECT_NEAR(with.rankCompute[r] - without.rankCompute[r], (r % 2 == 0) ? 8 * 1.0 : 0.0, 1e-9)
+          << name << " rank " << r << " chunks " << perRank;
+  }
+}
+
+TEST(Recompute, ValidatorRejectsBackwardWithoutRecompute) {
+  Problem P = uniform(3, 6);
+  P.recompute = {1};
+  for (const std::string name : {"1f1b", "zb-h1", "1f1b-rr"}) {
+    Schedule s = generate(name, P);
+    auto &r1 = s.ranks[1];
+    auto it = std::find_if(r1.begin(), r1.end(), [](const Instr &i) { return i.op == Op::Recompute && i.mb == 2; });
+    ASSERT_NE(it, r1.end()) << name;
+    Schedule bad = s;
+    bad.ranks[1].erase(bad.ranks[1].begin() + (it - r1.begin()));
+    ValidationReport rep = validate(bad);
+    EXPECT_TRUE(anyErrorContains(rep, "rank 1 #")) << rep.summary();
+    EXPECT_TRUE(anyErrorContains(rep, "mb=2 chunk=0: backward without RECOMPUTE")) << name << ": " << rep.summary();
+    // And a RECOMPUTE where the stage does not recompute is rejected too.
+    Schedule extra = s;
+    extra.problem.recompute = {1, 0, 1};
+    EXPECT_TRUE(anyErrorContains(validate(extra), "RECOMPUTE on a stage that does not recompute"));
+  }
+  // Asynchronous: the stashed version is restored before the RECOMPUTE.
+  Schedule rr = generate("1f1b-rr", P);
+  for (const auto &rank : rr.ranks)
+    for (size_t i = 0; i < rank.size(); ++i)
+      if (rank[i].op == Op::Recompute) {
+        ASSERT_GT(i, 0u);
+        EXPECT_EQ(rank[i - 1].op, Op::Restore);
+        EXPECT_EQ(rank[i - 1].mb, rank[i].mb);
+      }
+}
+
+TEST(Recompute, AutoUsesTheSavedMemory) {
+  // With recompute and W holding little, auto fits a limit of 2 units (half
+  // of 1F1B without recompute) and never exceeds it.
+  Problem P = uniform(4, 12);
+  P.recompute = {1};
+  P.wMemFrac = 0.2;
+  P.memoryLimit = 2;
+  const SimResult r = simulate(generate("auto", P));
+  EXPECT_LE(r.maxPeakMemory, 2 + 1e-9);
+  EXPECT_THROW(generate("1f1b", [] {
+                 Problem Q = uniform(4, 12);
+                 Q.memoryLimit = 2;
+                 return Q;
+               }()),
+               ScheduleError);
+}
+
+// ------------------------------------------------------------ vertical sync
+namespace {
+// Interprets the streams: the version a rank is at (micro-batches applied),
+// the version RESTORE loads, and records the version each F and B ran on.
+struct Used {
+  std::map<std::pair<int, int>, int> f, b; // (mb, stage) -> version
+  std::vector<int> entry;                  // stage-0 version when the mb entered
+};
+Used versionsUsed(const Schedule &s) {
+  const Problem &P = s.problem;
+  Used u;
+  u.entry.assign(P.microbatches, -1);
+  for (int r = 0; r < P.numRanks(); ++r) {
+    const int st = P.stageOfRank(r), R = P.replicasOf(st);
+    int current = 0, loaded = 0;
+    for (const Instr &in : s.ranks[r]) {
+      if (in.op == Op::Step)
+        loaded = current += R;
+      if (in.op == Op::Restore && in.version >= 0)
+        loaded = in.version;
+      if (in.op == Op::Fwd) {
+        u.f[{in.mb, st}] = loaded;
+        if (st == 0)
+          u.entry[in.mb] = current;
+      }
+      if (in.op == Op::Bwd)
+        u.b[{in.mb, st}] = loaded;
+    }
+  }
+  return u;
+}
+} // namespace
+
+TEST(VerticalSync, EveryStageUsesTheStage0EntryVersion) {
+  for (int inflight : {0, 2, 5}) {
+    Problem P = uniform(4, 12, 1, 1.5, 0.5);
+    P.comm = 0.2;
+    P.inFlight = inflight;
+    P.verticalSync = true;
+    const Schedule s = generate("1f1b-rr", P);
+    ASSERT_TRUE(validate(s).ok());
+    const Used u = versionsUsed(s);
+    int stale = 0;
+    for (int mb = 0; mb < 12; ++mb) {
+      ASSERT_GE(u.entry[mb], 0);
+      for (int st = 0; st < 4; ++st) {
+        EXPECT_EQ(u.f.at({mb, st}), u.entry[mb]) << "mb " << mb << " stage " << st;
+        EXPECT_EQ(u.b.at({mb, st}), u.entry[mb]) << "mb " << mb << " stage " << st;
+      }
+      stale += u.entry[mb] < mb; // entered before all earlier updates landed
+    }
+    EXPECT_GT(stale, 0); // the schedule really is asynchronous
+    // The tag travels with the activation.
+    for (const auto &rank : s.ranks)
+      for (const Instr &in : rank)
+        if (in.op == Op::SendAct || in.op == Op::RecvAct)
+          EXPECT_EQ(in.version, u.entry[in.mb]) << toString(in);
+    // Kept versions stay within the in-flight count.
+    const SimResult r = simulate(s);
+    for (int rank = 0; rank < 4; ++rank)
+      EXPECT_LE(r.peakStashed[rank], s.problem.inFlight);
+  }
+  // Without vertical sync the later stages run newer versions than the entry one.
+  Problem P = uniform(4, 12);
+  int differs = 0;
+  {
+    // PipeDream without vertical sync: stage s forwards with its current
+    // version (number of its STEPs so far), which is newer than stage 0's.
+    const Schedule s = generate("1f1b-rr", P);
+    std::vector<std::vector<int>> fwdVersion(4, std::vector<int>(12, -1));
+    for (int r = 0; r < 4; ++r) {
+      int steps = 0;
+      for (const Instr &in : s.ranks[r]) {
+        steps += in.op == Op::Step;
+        if (in.op == Op::Fwd)
+          fwdVersion[r][in.mb] = steps;
+      }
+    }
+    for (int mb = 0; mb < 12; ++mb)
+      for (int st = 1; st < 4; ++st)
+        differs += fwdVersion[st][mb] != fwdVersion[0][mb];
+  }
+  EXPECT_GT(differs, 0);
+}
+
+TEST(VerticalSync, ReplicatedStagesRoundDownAndRecompute) {
+  Problem P = uniform(3, 8);
+  P.replicas = {1, 2, 1};
+  P.verticalSync = true;
+  P.recompute = {1};
+  const Schedule s = generate("1f1b-rr", P);
+  ASSERT_TRUE(validate(s).ok()) << validate(s).summary();
+  const Used u = versionsUsed(s);
+  for (int mb = 0; mb < 8; ++mb) {
+    EXPECT_EQ(u.f.at({mb, 0}), u.entry[mb]);
+    EXPECT_EQ(u.f.at({mb, 1}), 2 * (u.entry[mb] / 2)) << mb; // 2 replicas: versions 0, 2, 4, ...
+    EXPECT_EQ(u.f.at({mb, 2}), u.entry[mb]);
+  }
+  expectRecomputeBeforeEveryBackward(s, "1f1b-rr vertical sync");
+}
+
+TEST(VerticalSync, ValidatorRejectsWrongVersions) {
+  Problem P = uniform(4, 8);
+  P.verticalSync = true;
+  const Schedule good = generate("1f1b-rr", P);
+  // A RESTORE of another version before a forward on stage 2.
+  {
+    Schedule bad = good;
+    auto &r = bad.ranks[2];
+    auto it = std::find_if(r.begin(), r.end(), [](const Instr &i) { return i.op == Op::Restore && i.mb == 7; });
+    ASSERT_NE(it, r.end());
+    it->version += 1;
+    EXPECT_TRUE(anyErrorContains(validate(bad), "RESTORE of a version not kept")) << validate(bad).summary();
+  }
+  // A forward without its RESTORE runs on the rank's current (newer) version.
+  {
+    Schedule bad = good;
+    auto &r = bad.ranks[3];
+    auto it = std::find_if(r.begin(), r.end(), [](const Instr &i) { return i.op == Op::Restore && i.mb == 6; });
+    ASSERT_NE(it, r.end());
+    r.erase(it);
+    EXPECT_TRUE(anyErrorContains(validate(bad), "vertical sync: FWD runs on version")) << validate(bad).summary();
+  }
+  // A wrong tag on the activation.
+  {
+    Schedule bad = good;
+    for (auto *rank : {&bad.ranks[0], &bad.ranks[1]})
+      for (Instr &in : *rank)
+        if ((in.op == Op::SendAct || in.op == Op::RecvAct) && in.mb == 5)
+          in.version += 2;
+    EXPECT_FALSE(validate(bad).ok());
+  }
+  EXPECT_THROW(generate("1f1b", P), ScheduleError); // synchronous schedules have no versions
+}
+
+// ------------------------------------------------------------ bubble definitions, ZB-H1 shape
+TEST(Bubble, SteadyStateIsTheZeroBubblePapersRate) {
+  // Qi et al. 2023, section 5.3: (cost - m(F+B+W)) / cost, cost = the largest
+  // per-stage execution time. 1F1B: cost = (m+p-1)(F+B+W) -> (p-1)/(m+p-1).
+  for (int p : {4, 8})
+    for (int m : {p, 4 * p}) {
+      const SimResult r = simulate(generate("1f1b", uniform(p, m)));
+      EXPECT_NEAR(r.bubbleSteady, double(p - 1) / (m + p - 1), 1e-9);
+      // Independently from the intervals.
+      for (const std::string name : {"zb-h1", "zb-h2", "auto"}) {
+        const SimResult z = simulate(generate(name, uniform(p, m, 1, 1.4, 0.6)));
+        double cost = 0;
+        for (int rank = 0; rank < p; ++rank) {
+          double first = 1e300, last = 0;
+          for (const Interval &iv : z.intervals)
+            if (iv.rank == rank && isCompute(iv.instr.op))
+              first = std::min(first, iv.start), last = std::max(last, iv.end);
+          cost = std::max(cost, last - first);
+        }
+        EXPECT_NEAR(z.bubbleSteady, (cost - m * 3.0) / cost, 1e-9) << name;
+      }
+    }
+}
+
+TEST(ZbH1, MatchesThePapersHandcraftedShape) {
+  const int p = 4, m = 8;
+  for (double w : {1.0, 0.5}) {
+    const Schedule s = generate("zb-h1", uniform(p, m, 1, 1, w));
+    for (int st = 0; st < p; ++st) {
+      std::string shape;
+      for (const Instr &in : s.ranks[st])
+        if (in.op == Op::Fwd || in.op == Op::BwdInput || in.op == Op::BwdWeight)
+          shape += in.op == Op::Fwd ? 'F' : in.op == Op::BwdInput ? 'B' : 'W';
+      // p-1-s warm-up forwards; then F,B pairs with a W after every B once
+      // s+1 B's are done; the remaining W's last.
+      std::string expect(p - 1 - st, 'F');
+      int b = 0, wdone = 0;
+      for (int f = p - 1 - st; f < m || b < m;) {
+        if (f < m)
+          expect += 'F', ++f;
+        expect += 'B', ++b;
+        if (b > st)
+          expect += 'W', ++wdone;
+      }
+      expect += std::string(m - wdone, 'W');
+      EXPECT_EQ(shape, expect) << "stage " << st;
+    }
+    const SimResult r = simulate(s);
+    // Table 2 of the paper: bubble (p-1)(F+B-W), peak memory p.
+    EXPECT_NEAR(r.makespan - m * (2 + w), (p - 1) * (2 - w), 1e-9) << "W=" << w;
+    EXPECT_NEAR(r.maxPeakMemory, p, 1e-9);
+  }
+}
+
+// ------------------------------------------------------------ memory limits under random costs
+TEST(Property, MemoryLimitHoldsUnderRandomCosts) {
+  std::mt19937 rng(2024);
+  std::uniform_real_distribution<double> cost(0.2, 3.0), unit(0.0, 1.0);
+  for (int trial = 0; trial < 24; ++trial) {
+    const int p = 2 + trial % 5, m = p * (1 + trial % 4);
+    Problem P = uniform(p, m);
+    P.costF.clear(), P.costB.clear(), P.costW.clear(), P.activation.clear();
+    for (int s = 0; s < p; ++s) {
+      P.costF.push_back(cost(rng));
+      P.costB.push_back(cost(rng));
+      P.costW.push_back(cost(rng));
+      P.activation.push_back(0.5 + unit(rng) * 0.5); // at most one unit
+    }
+    P.comm = unit(rng) * 0.4;
+    P.wMemFrac = unit(rng);
+    if (trial % 3 == 0) {
+      P.recompute = {1};
+      P.boundaryActivation = {0.05 + 0.3 * unit(rng)};
+    }
+    // Any limit of at least one unit: auto and zb-v must fit it.
+    P.memoryLimit = 1.0 + unit(rng) * 1.5 * p;
+    const std::string what = "trial " + std::to_string(trial) + " limit " + std::to_string(P.memoryLimit);
+    for (const std::string name : {"auto", "zb-v"}) {
+      Schedule s;
+      ASSERT_NO_THROW(s = generate(name, P)) << name << " " << what;
+      const SimResult r = simulate(s);
+      EXPECT_LE(r.maxPeakMemory, P.memoryLimit + 1e-9) << name << " " << what;
+    }
+    // Fixed schedules: generated exactly when their unlimited peak fits.
+    for (const std::string name : {"gpipe", "1f1b", "zb-h1", "zb-h2"}) {
+      Problem U = P;
+      U.memoryLimit = 0;
+      const double peak = simulate(generate(name, U)).maxPeakMemory;
+      bool ok = true;
+      try {
+        generate(name, P);
+      } catch (const ScheduleError &e) {
+        ok = false;
+        EXPECT_NE(std::string(e.what()).find("exceeds the limit"), std::string::npos) << e.what();
+      }
+      EXPECT_EQ(ok, peak <= P.memoryLimit + 1e-9) << name << " " << what << " peak " << peak;
+    }
+  }
+}
+
+TEST(Cli, RecomputeVerticalSyncAndMemoryLimitSuffix) {
+  std::string out, err;
+  ASSERT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "auto", "--memory-limit", "0.5p",
+                 "--recompute", "--boundary-activation", "0.1", "--w-mem-frac", "0.2", "--json"},
+                out, err),
+            0)
+      << err;
+  EXPECT_NE(out.find("\"memory_limit\":2.0"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"recompute\":[1]"), std::string::npos) << out;
+  ASSERT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "1f1b-rr", "--vertical-sync",
+                 "--recompute-stages", "1,3", "--print"},
+                out, err),
+            0)
+      << err;
+  EXPECT_NE(out.find("vertical-sync"), std::string::npos);
+  EXPECT_NE(out.find("RESTORE mb=0 version=0"), std::string::npos);
+  EXPECT_NE(out.find("SEND_ACT mb=4 chunk=0 peer=1 version=1"), std::string::npos) << out;
+  EXPECT_NE(out.find("RECOMPUTE mb=0 chunk=0"), std::string::npos);
+  EXPECT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "1f1b-rr", "--recompute-stages", "7"},
+                out, err),
+            2);
+  EXPECT_NE(err.find("out of range"), std::string::npos) << err;
 }
