@@ -11,13 +11,19 @@
 #include <numeric>
 #include <set>
 #include <sstream>
-#include <unordered_map>
 
 namespace pipec::partition {
 
 static constexpr double kInf = std::numeric_limits<double>::infinity();
 
-static int ceilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+static int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// The `outer` term an inner pipeline sees: the devices after a stage of r
+/// replicas with x workers (of `workerDevices` each) after it, plus what lies
+/// beyond its own pipeline, per replica (rounded up; exact, see inflight()).
+static int64_t innerOuterOf(int64_t x, int64_t r, int64_t outer, int64_t workerDevices) {
+  return ceilDiv(x * workerDevices + outer, r);
+}
 
 //===----------------------------------------------------------------------===//
 // CostModel
@@ -67,10 +73,12 @@ CostModel::CostModel(const CostTable &table, const Topology &topology, const Par
 }
 
 int CostModel::inflight(int r, int x, int64_t outer) const {
-  // ceil((r + x)/r): PipeDream 1F1B keeps one micro-batch in flight per device from
-  // this stage to the end of the pipeline, shared by the r replicas; `outer` adds the
-  // devices of later stages at enclosing levels (an upper bound, see docs).
-  int64_t f = ceilDiv(static_cast<int64_t>(r) + x, r) + outer;
+  // PipeDream 1F1B keeps one micro-batch in flight per device from this stage to the
+  // end of the pipeline, shared by the stage's replicas: ceil(D/R). Per replica of the
+  // enclosing stages, `outer` = ceil(devices after them / their replication), so
+  // ceil((r + x + outer)/r) equals ceil(D/R) of the flattened plan exactly
+  // (ceil((a + ceil(y))/r) = ceil((a + y)/r) for integers a, r).
+  int64_t f = ceilDiv(static_cast<int64_t>(r) + x + outer, r);
   if (!options_.asynchronous)
     f = std::min<int64_t>(f, options_.microbatches); // a flush bounds it by the mini-batch
   return static_cast<int>(std::min<int64_t>(f, 1 << 30));
@@ -101,20 +109,22 @@ double CostModel::deviceStageTime(int i, int j, int r, int f) const {
 
 double CostModel::evaluatePipeline(int level, const std::vector<TreeStage> &stages, int first,
                                    int last, int64_t outer) const {
-  std::string where = "partition: level " + std::to_string(level) + " (" +
-                      topology_.levels[level].name + ")";
+  // built only on failure: evaluate() runs in the refiner's inner loop
+  auto where = [&] {
+    return "partition: level " + std::to_string(level) + " (" + topology_.levels[level].name + ")";
+  };
   if (stages.empty())
-    throw Error(where + ": empty pipeline for ops " + std::to_string(first) + ".." + std::to_string(last));
+    throw Error(where() + ": empty pipeline for ops " + std::to_string(first) + ".." + std::to_string(last));
   int64_t workers = 0;
   for (const TreeStage &st : stages) {
     if (st.replicas < 1)
-      throw Error(where + ": a stage has " + std::to_string(st.replicas) + " replicas");
+      throw Error(where() + ": a stage has " + std::to_string(st.replicas) + " replicas");
     if (!options_.allowReplication && st.replicas != 1)
-      throw Error(where + ": replication is disabled but a stage has " + std::to_string(st.replicas) + " replicas");
+      throw Error(where() + ": replication is disabled but a stage has " + std::to_string(st.replicas) + " replicas");
     workers += st.replicas;
   }
   if (workers > topology_.levels[level].fanout)
-    throw Error(where + ": the stages use " + std::to_string(workers) + " workers, the level has " +
+    throw Error(where() + ": the stages use " + std::to_string(workers) + " workers, the level has " +
                 std::to_string(topology_.levels[level].fanout));
   double value = 0;
   int next = first;
@@ -122,7 +132,7 @@ double CostModel::evaluatePipeline(int level, const std::vector<TreeStage> &stag
   for (size_t q = 0; q < stages.size(); ++q) {
     const TreeStage &st = stages[q];
     if (st.firstOp != next || st.lastOp < st.firstOp || st.lastOp > last)
-      throw Error(where + ": stages do not cover ops " + std::to_string(first) + ".." +
+      throw Error(where() + ": stages do not cover ops " + std::to_string(first) + ".." +
                   std::to_string(last) + " contiguously");
     next = st.lastOp + 1;
     after -= st.replicas;
@@ -130,11 +140,10 @@ double CostModel::evaluatePipeline(int level, const std::vector<TreeStage> &stag
     double t;
     if (level == 0) {
       if (!st.inner.empty())
-        throw Error(where + ": a device stage has an inner pipeline");
+        throw Error(where() + ": a device stage has an inner pipeline");
       t = deviceStageTime(st.firstOp, st.lastOp, st.replicas, inflight(st.replicas, x, outer));
     } else {
-      int64_t innerOuter = outer + static_cast<int64_t>(ceilDiv(x, st.replicas)) *
-                                       topology_.devicesPerComponent(level - 1);
+      int64_t innerOuter = innerOuterOf(x, st.replicas, outer, topology_.devicesPerComponent(level - 1));
       double inner = evaluatePipeline(level - 1, st.inner, st.firstOp, st.lastOp, innerOuter);
       t = std::max(inner, allreduceTime(level, st.firstOp, st.lastOp, st.replicas)) / st.replicas;
     }
@@ -143,7 +152,7 @@ double CostModel::evaluatePipeline(int level, const std::vector<TreeStage> &stag
       value = std::max(value, cutTime(level, st.lastOp));
   }
   if (next != last + 1)
-    throw Error(where + ": stages do not cover ops " + std::to_string(first) + ".." + std::to_string(last));
+    throw Error(where() + ": stages do not cover ops " + std::to_string(first) + ".." + std::to_string(last));
   return value;
 }
 
@@ -186,7 +195,7 @@ void flatten(const CostModel &model, int level, const std::vector<TreeStage> &st
       plan.activationBytes = plan.memoryBytes - plan.parameterBytes - plan.optimizerStateBytes - plan.stashBytes;
       out.push_back(std::move(plan));
     } else {
-      int64_t innerOuter = outer + static_cast<int64_t>(ceilDiv(x, st.replicas)) * workerSize;
+      int64_t innerOuter = innerOuterOf(x, st.replicas, outer, workerSize);
       std::vector<StagePlan> inner;
       flatten(model, level - 1, st.inner, innerOuter, inner);
       for (StagePlan &plan : inner) {
@@ -244,15 +253,17 @@ PartitionResult CostModel::describe(const PartitionTree &tree, bool fromSearch) 
   if (options_.asynchronous) {
     // 1F1B-RR never flushes: after the start-up every stage is busy.
     result.timePerMinibatch = steady;
-    result.throughput = 1.0 / result.timePerMicrobatch;
   } else {
     // A flush drains the pipeline each mini-batch: the fill/drain is the sum of the
     // per-micro-batch stage times beyond the slowest one ((p-1)·t for p equal stages).
     result.bubbleSeconds = std::max(0.0, fill - result.timePerMicrobatch);
     result.timePerMinibatch = steady + result.bubbleSeconds;
-    result.bubbleFraction = result.bubbleSeconds / result.timePerMinibatch;
-    result.throughput = options_.microbatches / result.timePerMinibatch;
+    if (result.timePerMinibatch > 0)
+      result.bubbleFraction = result.bubbleSeconds / result.timePerMinibatch;
   }
+  // A table of zero costs predicts zero time: report throughput 0 ("unknown"), not infinity.
+  if (result.timePerMinibatch > 0)
+    result.throughput = options_.microbatches / result.timePerMinibatch;
   // Pure data parallelism replicates regardless of --no-replication or --stages.
   PartitionOptions dataParallel = options_;
   dataParallel.allowReplication = true;
@@ -261,7 +272,9 @@ PartitionResult CostModel::describe(const PartitionTree &tree, bool fromSearch) 
       CostModel(table_, topology_, dataParallel).evaluate(dataParallelTree(*this));
   result.dataParallelFits = std::isfinite(result.dataParallelTimePerMicrobatch);
   if (result.dataParallelFits && std::isfinite(result.timePerMicrobatch))
-    result.speedupOverDataParallel = result.dataParallelTimePerMicrobatch / result.timePerMicrobatch;
+    result.speedupOverDataParallel = result.timePerMicrobatch > 0
+                                         ? result.dataParallelTimePerMicrobatch / result.timePerMicrobatch
+                                         : 1.0;
   return result;
 }
 
@@ -318,8 +331,8 @@ namespace {
 
 struct Choice {
   int32_t split = -1;       ///< last unit of the first stage; -1: one stage over all
-  int16_t firstWorkers = 0; ///< workers of the first stage
-  int16_t firstStages = 0;  ///< flat stages inside the first stage (forced depth only)
+  int32_t firstWorkers = 0; ///< workers of the first stage
+  int32_t firstStages = 0;  ///< flat stages inside the first stage (forced depth only)
 };
 
 /// Suffix form of design.md §2's recurrence, on units (layers):
@@ -336,8 +349,8 @@ public:
     stagesDim_ = opts_.forcedStages > 0 ? opts_.forcedStages : 1;
     for (int u = 0; u < n_; ++u)
       firstOp_.push_back(u == 0 ? 0 : ends_[u - 1] + 1);
-    buildOuterEvents();
     precompute();
+    buildOuterEvents();
     for (size_t k = 0; k < topo_.levels.size(); ++k)
       workerDevices_.push_back(topo_.devicesPerComponent(static_cast<int>(k) - 1));
     // maxFit_[i]: the last unit a device stage starting at unit i can reach with
@@ -353,6 +366,26 @@ public:
         maxFit_[i] = s - 1; // i - 1 when unit i alone does not fit
       }
     }
+  }
+
+  /// How many memory variants of the device-level table the search may need: the
+  /// outer terms reachable from the top, mapped to their feasibility classes.
+  size_t deviceTableVariants() const {
+    std::set<int64_t> outers = {0};
+    for (int k = static_cast<int>(topo_.levels.size()) - 1; k >= 1; --k) {
+      std::set<int64_t> next;
+      int fan = topo_.levels[k].fanout;
+      for (int64_t outer : outers)
+        for (int r = 1; r <= fan; ++r)
+          for (int x = 0; r + x <= fan; ++x)
+            next.insert(innerOuterOf(x, r, outer, topo_.devicesPerComponent(k - 1)));
+      outers.clear();
+      for (int64_t o : next) // canonical classes only matter at level 0
+        outers.insert(k == 1 ? canonicalOuter(o) : o);
+      if (outers.size() > 4096)
+        return outers.size();
+    }
+    return outers.size();
   }
 
   /// Returns the optimum and its tree (in op indices); infinity if nothing fits.
@@ -375,9 +408,10 @@ private:
     std::vector<double> value;
     std::vector<Choice> choice;
     std::vector<double> use;
-    std::vector<int16_t> useWorkers;
-    std::vector<Table *> lowerByQuotient; // ceil(x/r) → the level-1 table it selects
+    std::vector<int32_t> useWorkers;
+    std::vector<Table *> lowerOf; // [r*(fanout+1)+x] → the level-1 table a stage looks into
     std::vector<int> inflightOf;          // level 0: [r*(fanout+1)+x] → in-flight count
+    std::vector<char> done;               // columns filled so far
   };
 
   size_t index(const Table &t, int i, int j, int m, int p) const {
@@ -395,34 +429,22 @@ private:
   void buildOuterEvents() {
     int f0 = topo_.levels[0].fanout;
     int64_t cap = opts_.asynchronous ? topo_.totalDevices() + f0 + 1 : opts_.microbatches;
+    // the exact largest in-flight count each segment fits with (precompute())
     std::set<int64_t> critical;
-    for (int i = 0; i < n_; ++i)
-      for (int j = i; j < n_; ++j) {
-        int a = firstOp_[i], b = ends_[j];
-        // largest f that fits: memory is affine in f
-        double m1 = model_.memory(a, b, 1), m2 = model_.memory(a, b, 2);
-        double slope = m2 - m1, limit = model_.memoryLimit();
-        if (std::isinf(limit) || m1 > limit)
-          continue;
-        if (slope <= 0)
-          continue;
-        double fc = 1 + std::floor((limit - m1) / slope);
-        if (fc < static_cast<double>(cap))
-          critical.insert(static_cast<int64_t>(fc));
-      }
+    for (int v : maxInflight_)
+      if (v >= 1 && v < cap)
+        critical.insert(v);
+    // ceil((r + x + Q)/r) <= v  <=>  Q <= v·r - r - x: the signature changes just above
     std::set<int64_t> events;
     for (int64_t v : critical)
-      for (int b = 1; b <= f0; ++b)
-        if (v - b + 1 > 0)
-          events.insert(v - b + 1);
+      for (int r = 1; r <= f0; ++r)
+        for (int x = 0; r + x <= f0; ++x)
+          if (v * r - r - x + 1 > 0)
+            events.insert(v * r - r - x + 1);
     outerEvents_.assign(events.begin(), events.end());
-    if (!opts_.asynchronous)
-      syncCap_ = opts_.microbatches;
   }
 
   int64_t canonicalOuter(int64_t outer) const {
-    if (syncCap_ > 0)
-      outer = std::min(outer, syncCap_);
     auto it = std::upper_bound(outerEvents_.begin(), outerEvents_.end(), outer);
     return it == outerEvents_.begin() ? 0 : *std::prev(it);
   }
@@ -452,25 +474,24 @@ private:
         for (int x = 0; r + x <= t.fanout; ++x)
           t.inflightOf[r * (t.fanout + 1) + x] = model_.inflight(r, x, outer);
     }
-    fill(t);
+    if (t.suffixOnly)
+      ensureColumn(t, n_ - 1);
     return t;
   }
 
-  /// The level-(k-1) table a stage with r workers and x after it looks into: its
-  /// outer term grows by ceil(x/r) components' devices.
+  /// The level-(k-1) table a stage with r workers and x after it looks into.
   Table &lower(Table &t, int x, int r) {
-    int q = ceilDiv(x, r);
-    if (t.lowerByQuotient.empty())
-      t.lowerByQuotient.assign(t.fanout + 1, nullptr);
-    Table *&l = t.lowerByQuotient[q];
+    if (t.lowerOf.empty())
+      t.lowerOf.assign((t.fanout + 1) * (t.fanout + 1), nullptr);
+    Table *&l = t.lowerOf[r * (t.fanout + 1) + x];
     if (!l)
-      l = &table(t.level - 1, t.outer + static_cast<int64_t>(q) * topo_.devicesPerComponent(t.level - 1));
+      l = &table(t.level - 1, innerOuterOf(x, r, t.outer, topo_.devicesPerComponent(t.level - 1)));
     return *l;
   }
 
   /// T_k for units i..s on r workers with x workers after it; `p` indexes the
   /// number of flat stages inside (forced depth only).
-  double stageTime(Table &t, int i, int s, int r, int x, int p) {
+  double stageTime(Table &t, int i, int s, int r, int x, int p, double cutoff = kInf) {
     size_t seg = static_cast<size_t>(i) * n_ + s;
     if (t.level == 0) {
       if (p != 0)
@@ -479,6 +500,19 @@ private:
       return f <= maxInflight_[seg] ? std::max(compute_[seg], allreduce_[0][seg] * (r - 1)) / r : kInf;
     }
     Table &l = lower(t, x, r);
+    if (cutoff < kInf) {
+      // More in flight never helps: the variant without outer in-flight devices
+      // bounds this one from below, and often shows the split cannot win, sparing
+      // the column of another memory variant.
+      Table &base = lower(t, 0, t.fanout); // the smallest outer any child sees
+      if (&base != &l) {
+        ensureColumn(base, s);
+        double bound = std::max(base.use[useIndex(base, i, s, p)], allreduce_[t.level][seg] * (r - 1)) / r;
+        if (bound >= cutoff)
+          return bound;
+      }
+    }
+    ensureColumn(l, s);
     double inner = l.use[useIndex(l, i, s, p)];
     if (!std::isfinite(inner))
       return kInf;
@@ -521,13 +555,25 @@ private:
     }
   }
 
-  void fill(Table &t) {
+  /// Columns (segments ending at unit j) are filled on first use: A_k(i..j) reads
+  /// only column j of its own table, and many memory variants of a lower table are
+  /// only ever asked for a few columns.
+  void ensureColumn(Table &t, int j) {
+    if (t.done.empty())
+      t.done.assign(n_, 0);
+    if (!t.done[j]) {
+      fillColumn(t, j);
+      t.done[j] = 1;
+    }
+  }
+
+  void fillColumn(Table &t, int j) {
     const bool repl = opts_.allowReplication;
     const bool forced = opts_.forcedStages > 0;
     const std::vector<double> &cuts = cut_[t.level];
-    int jBegin = t.suffixOnly ? n_ - 1 : 0;
-    for (int j = jBegin; j < n_; ++j) {
+    {
       for (int i = j; i >= 0; --i) {
+        bool anyFits = false;
         for (int m = 1; m <= t.fanout; ++m) {
           // every flat stage needs a device: p+1 stages need p+1 <= m·(devices per worker)
           int pEnd = std::min<int64_t>(stagesDim_, m * workerDevices_[t.level]);
@@ -536,8 +582,8 @@ private:
             Choice choice;
             if (repl || m == 1) {
               best = stageTime(t, i, j, m, 0, p);
-              choice.firstWorkers = static_cast<int16_t>(m);
-              choice.firstStages = static_cast<int16_t>(p);
+              choice.firstWorkers = static_cast<int32_t>(m);
+              choice.firstStages = static_cast<int32_t>(p);
             }
             int sEnd = t.level == 0 ? std::min(j - 1, maxFit_[i]) : j - 1;
             int maxFirst = repl ? m - 1 : std::min(1, m - 1);
@@ -555,27 +601,32 @@ private:
                   double rest = t.value[index(t, s + 1, j, m - m1, pRest)];
                   if (rest >= best)
                     continue;
-                  double first = stageTime(t, i, s, m1, m - m1, p1);
+                  double first = stageTime(t, i, s, m1, m - m1, p1, best);
                   double v = std::max(std::max(first, cut), rest);
                   if (v < best) {
                     best = v;
                     choice.split = s;
-                    choice.firstWorkers = static_cast<int16_t>(m1);
-                    choice.firstStages = static_cast<int16_t>(p1);
+                    choice.firstWorkers = static_cast<int32_t>(m1);
+                    choice.firstStages = static_cast<int32_t>(p1);
                   }
                 }
               }
             }
             size_t idx = index(t, i, j, m, p);
+            anyFits = anyFits || std::isfinite(best);
             t.value[idx] = best;
             t.choice[idx] = choice;
             size_t u = useIndex(t, i, j, p);
             if (best < t.use[u]) {
               t.use[u] = best;
-              t.useWorkers[u] = static_cast<int16_t>(m);
+              t.useWorkers[u] = static_cast<int32_t>(m);
             }
           }
         }
+        // Without recompute, a segment that fits nowhere stays unfit when it grows to
+        // the left (any partition of the longer one, cut down, would fit): stop.
+        if (!anyFits && !opts_.recompute)
+          break;
       }
     }
   }
@@ -584,6 +635,7 @@ private:
     TreeStage st{firstOp_[i], ends_[s], r, {}};
     if (t.level > 0) {
       Table &l = lower(t, x, r);
+      ensureColumn(l, s);
       st.inner = pipeline(l, i, s, l.useWorkers[useIndex(l, i, s, p)], p);
     }
     return st;
@@ -618,7 +670,6 @@ private:
   std::vector<int> maxInflight_;                // [i*n+s]: largest f that fits
   std::vector<std::vector<double>> allreduce_;  // [level][i*n+s]: 2|w|/B_k
   std::vector<std::vector<double>> cut_;        // [level][s]: 2a_s/B_k
-  int64_t syncCap_ = 0;
   std::map<std::pair<int, int64_t>, std::unique_ptr<Table>> tables_;
 };
 
@@ -626,7 +677,8 @@ private:
 /// segment (layers^3/6 split points, about two memory variants), the top only
 /// suffixes (layers^2/2); per segment, every worker split and, with a forced
 /// depth, every split of the stage count that leaves each stage a device.
-double estimatedWork(const Topology &topology, const PartitionOptions &options, int layers) {
+double estimatedWork(const Topology &topology, const PartitionOptions &options, int layers,
+                     double lowerTables = 2) {
   double L = layers, work = 0;
   for (size_t k = 0; k < topology.levels.size(); ++k) {
     int64_t fan = topology.levels[k].fanout, dev = topology.devicesPerComponent(static_cast<int>(k) - 1);
@@ -639,17 +691,116 @@ double estimatedWork(const Topology &topology, const PartitionOptions &options, 
         for (int64_t p = 0; p < pm; ++p)
           perSegment += options.forcedStages > 0 ? static_cast<double>(std::min(p, m1 * dev)) : 1.0;
     }
-    work += (k + 1 == topology.levels.size() ? L * L / 2 : 2 * L * L * L / 6) * perSegment;
+    work += (k + 1 == topology.levels.size() ? L * L / 2 : lowerTables * L * L * L / 6) * perSegment;
   }
   return work;
 }
 
-/// The most layers whose DP fits the time budget (about 1 s here for 64x8).
-int autoMaxLayers(const Topology &topology, const PartitionOptions &options) {
+/// Local search after a grouped DP: grouping allows cuts only at layer ends, so
+/// each stage boundary (at any level) is moved op by op within `window` ops while
+/// the objective does not get worse, preferring positions that balance the two
+/// device stages beside it. Moves keep the tree valid; the result is never worse
+/// than the DP's on the grouped graph.
+class BoundaryRefiner {
+public:
+  BoundaryRefiner(const CostModel &model, PartitionTree &tree) : model_(model), tree_(tree) {}
+
+  void run(int window, int maxPasses) {
+    collect(tree_.stages);
+    double best = model_.evaluate(tree_);
+    for (int pass = 0; pass < maxPasses; ++pass) {
+      bool moved = false;
+      for (const Handle &h : handles_) {
+        TreeStage &left = (*h.pipeline)[h.index], &right = (*h.pipeline)[h.index + 1];
+        int current = left.lastOp;
+        int lo = std::max(current - window, rightSpineFirst(left));
+        int hi = std::min(current + window, leftSpineLast(right) - 1);
+        int bestPos = current;
+        double bestBalance = balance(left, right);
+        for (int b = lo; b <= hi; ++b) {
+          if (b == current)
+            continue;
+          setBoundary(left, right, b);
+          double v = model_.evaluate(tree_);
+          double bal = balance(left, right);
+          if (v < best * (1 - 1e-12) || (v <= best && bal < bestBalance * (1 - 1e-12))) {
+            best = std::min(best, v);
+            bestBalance = bal;
+            bestPos = b;
+          }
+        }
+        setBoundary(left, right, bestPos);
+        moved = moved || bestPos != current;
+      }
+      if (!moved)
+        break;
+    }
+  }
+
+private:
+  struct Handle {
+    std::vector<TreeStage> *pipeline;
+    size_t index;
+  };
+
+  void collect(std::vector<TreeStage> &pipeline) {
+    for (size_t q = 0; q < pipeline.size(); ++q) {
+      if (q + 1 < pipeline.size())
+        handles_.push_back(Handle{&pipeline, q});
+      collect(pipeline[q].inner);
+    }
+  }
+  static int rightSpineFirst(const TreeStage &s) {
+    int first = s.firstOp;
+    for (const TreeStage *t = &s; !t->inner.empty(); t = &t->inner.back())
+      first = std::max(first, t->inner.back().firstOp);
+    return first;
+  }
+  static int leftSpineLast(const TreeStage &s) {
+    int last = s.lastOp;
+    for (const TreeStage *t = &s; !t->inner.empty(); t = &t->inner.front())
+      last = std::min(last, t->inner.front().lastOp);
+    return last;
+  }
+  static void setBoundary(TreeStage &left, TreeStage &right, int b) {
+    for (TreeStage *t = &left;; t = &t->inner.back()) {
+      t->lastOp = b;
+      if (t->inner.empty())
+        break;
+    }
+    for (TreeStage *t = &right;; t = &t->inner.front()) {
+      t->firstOp = b + 1;
+      if (t->inner.empty())
+        break;
+    }
+  }
+  /// The larger per-replica load of the two device stages meeting at the boundary.
+  double balance(const TreeStage &left, const TreeStage &right) const {
+    const TreeStage *l = &left, *r = &right;
+    int64_t lr = left.replicas, rr = right.replicas;
+    while (!l->inner.empty()) {
+      l = &l->inner.back();
+      lr *= l->replicas;
+    }
+    while (!r->inner.empty()) {
+      r = &r->inner.front();
+      rr *= r->replicas;
+    }
+    return std::max(model_.compute(l->firstOp, l->lastOp) / lr, model_.compute(r->firstOp, r->lastOp) / rr);
+  }
+
+  const CostModel &model_;
+  PartitionTree &tree_;
+  std::vector<Handle> handles_;
+};
+
+/// The most layers whose DP fits the time budget (about 1 s here for 64x8), with
+/// `lowerTables` memory variants of the tables below the top level.
+int autoMaxLayers(const Topology &topology, const PartitionOptions &options, double lowerTables = 2) {
   const double budget = 5e7;
   int best = 16;
   for (int layers = 16; layers <= 256; layers += 8)
-    if (estimatedWork(topology, options, layers) <= budget)
+    if (estimatedWork(topology, options, layers, lowerTables) <= budget)
       best = layers;
   // a forced depth needs at least as many layers as stages
   return std::max(best, options.forcedStages);
@@ -681,25 +832,46 @@ std::string memoryShortfall(const CostTable &table, const Topology &topology,
        << formatBytes(worstNeed - limit) << " more than the limit";
     return os.str();
   }
-  PartitionOptions unlimited = options;
-  unlimited.memoryLimitBytes = -1;
-  CostModel free(table, topology, unlimited);
-  Solver solver(free, groupIntoLayers(free, options.maxLayers > 0 ? options.maxLayers
-                                                                : autoMaxLayers(topology, options)));
+  // Bisect the limit over the DP's own feasibility (monotone in the limit) to
+  // find about the least memory any partition needs, and show that partition.
+  int layers = options.maxLayers > 0 ? options.maxLayers : autoMaxLayers(topology, options);
+  auto solveWith = [&](double memoryLimit, PartitionTree &tree) {
+    PartitionOptions o = options;
+    o.memoryLimitBytes = memoryLimit < 0 ? -1 : static_cast<int64_t>(memoryLimit);
+    CostModel m(table, topology, o);
+    return std::isfinite(Solver(m, groupIntoLayers(m, layers)).solve(tree));
+  };
   PartitionTree tree;
-  if (std::isfinite(solver.solve(tree))) {
-    PartitionResult r = model.describe(tree, true);
-    os << "; the fastest partition ignoring the limit needs";
-    const char *sep = " ";
-    for (size_t k = 0; k < r.stages.size(); ++k)
-      if (static_cast<double>(r.stages[k].memoryBytes) > limit) {
-        os << sep << "stage " << k << " (" << opRange(table, r.stages[k].firstOp, r.stages[k].lastOp)
-           << ", " << r.stages[k].inflight << " micro-batches in flight) "
-           << formatBytes(static_cast<double>(r.stages[k].memoryBytes)) << ": "
-           << formatBytes(static_cast<double>(r.stages[k].memoryBytes) - limit) << " more";
-        sep = "; ";
-      }
+  if (!solveWith(-1, tree))
+    return os.str();
+  double hi = 0, lo = limit;
+  for (const StagePlan &s : model.describe(tree, true).stages)
+    hi = std::max(hi, static_cast<double>(s.memoryBytes));
+  for (int step = 0; step < 12 && hi - lo > 0.001 * hi; ++step) {
+    double mid = (lo + hi) / 2;
+    PartitionTree t;
+    if (solveWith(mid, t)) {
+      hi = mid;
+      tree = t;
+    } else {
+      lo = mid;
+    }
   }
+  PartitionResult r = model.describe(tree, true);
+  double need = 0;
+  for (const StagePlan &s : r.stages)
+    need = std::max(need, static_cast<double>(s.memoryBytes));
+  os << "; the least any partition needs is about " << formatBytes(need) << " per device ("
+     << formatBytes(need - limit) << " more), in a partition where";
+  const char *sep = " ";
+  for (size_t k = 0; k < r.stages.size(); ++k)
+    if (static_cast<double>(r.stages[k].memoryBytes) > limit) {
+      os << sep << "stage " << k << " (" << opRange(table, r.stages[k].firstOp, r.stages[k].lastOp) << ", "
+         << r.stages[k].inflight << " in flight) needs "
+         << formatBytes(static_cast<double>(r.stages[k].memoryBytes)) << ", "
+         << formatBytes(static_cast<double>(r.stages[k].memoryBytes) - limit) << " more";
+      sep = "; ";
+    }
   os << " (try --recompute, fewer micro-batches in flight, more devices or a larger --memory-limit)";
   return os.str();
 }
@@ -710,6 +882,18 @@ PartitionResult partition(const CostTable &table, const Topology &topology, cons
   CostModel model(table, topology, options);
   std::vector<int> ends =
       groupIntoLayers(model, options.maxLayers > 0 ? options.maxLayers : autoMaxLayers(topology, options));
+  auto solver = std::make_unique<Solver>(model, ends);
+  if (options.maxLayers <= 0 && static_cast<int>(ends.size()) < model.numOps()) {
+    // When memory binds, each outer in-flight term can need its own device-level
+    // table: budget for them, regrouping coarser if needed.
+    size_t variants = solver->deviceTableVariants();
+    // (measured: lazy columns and the lower-bound pruning make a variant cost about an eighth of a table)
+    int layers = autoMaxLayers(topology, options, std::max(2.0, variants / 8.0));
+    if (layers < static_cast<int>(ends.size())) {
+      ends = groupIntoLayers(model, layers);
+      solver = std::make_unique<Solver>(model, ends);
+    }
+  }
   if (options.forcedStages > static_cast<int>(ends.size()))
     throw Error("--stages " + std::to_string(options.forcedStages) + ": the graph has only " +
                 std::to_string(ends.size()) + (ends.size() == table.ops.size() ? " ops" : " layers"));
@@ -725,11 +909,15 @@ PartitionResult partition(const CostTable &table, const Topology &topology, cons
                 " s with " + std::to_string(ends.size()) +
                 " layers; ask for fewer stages, let the DP choose the depth, or evaluate a "
                 "hand-made split with --partition");
-  Solver solver(model, ends);
   PartitionTree tree;
-  double best = solver.solve(tree);
+  double best = solver->solve(tree);
   if (!std::isfinite(best))
     throw Error(memoryShortfall(table, topology, options, model));
+  if (static_cast<int>(ends.size()) < model.numOps()) {
+    // grouped: move boundaries op by op within a layer's width of where they are
+    int window = (model.numOps() + static_cast<int>(ends.size()) - 1) / static_cast<int>(ends.size());
+    BoundaryRefiner(model, tree).run(window, 8);
+  }
   PartitionResult result = model.describe(tree, true);
   result.layers = static_cast<int>(ends.size());
   return result;

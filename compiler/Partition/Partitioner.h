@@ -83,7 +83,8 @@ struct PartitionResult {
   void verify(const CostTable &table, const Topology &topology) const;
 };
 
-/// The numbers of design.md §2 for a cost table on a topology, shared by the DP,
+/// The numbers of design.md §2 for a cost table on a topology (it keeps a reference
+/// to `table`, which must outlive it), shared by the DP,
 /// the evaluation of given partitions and the exhaustive search in the tests.
 class CostModel {
 public:

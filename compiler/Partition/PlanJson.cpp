@@ -220,10 +220,9 @@ void printPlanTable(std::ostream &os, const CostTable &table, const Topology &to
      << ", memory limit "
      << (r.memoryLimitBytes < 0 ? std::string("none") : formatBytes(static_cast<double>(r.memoryLimitBytes)))
      << "\n\n";
-  std::ostringstream head;
   os << std::left << std::setw(6) << "stage" << std::setw(42) << "ops (first .. last)" << std::setw(9)
      << "replicas" << std::setw(14) << "ranks" << std::right << std::setw(11) << "compute" << std::setw(11)
-     << "send" << std::setw(11) << "allreduce" << std::setw(11) << "params" << std::setw(11) << "activ."
+     << "send" << std::setw(11) << "allreduce" << std::setw(11) << "weights" << std::setw(11) << "activ."
      << std::setw(11) << "memory" << std::setw(9) << "inflight" << "\n";
   for (size_t k = 0; k < r.stages.size(); ++k) {
     const StagePlan &s = r.stages[k];

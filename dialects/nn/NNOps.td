@@ -301,4 +301,6 @@ def NN_ConstantOp : NN_Op<"constant", [Pure, ConstantLike, InferTypeOpAdaptor]> 
   let hasFolder = 1;
 }
 
+include "dialects/nn/NNGradOps.td"
+
 #endif // PIPEC_NN_OPS_TD

@@ -120,8 +120,19 @@ TEST(Partitioner, InfeasibleMemorySaysWhichStageNeedsHowMuchMore) {
   o.memoryLimitBytes = 1500000000; // each op fits, but 4 ops on 2 devices do not
   std::string e = errorOf([&] { partition(t, topo, o); });
   EXPECT_NE(e.find("no partition of the 4 ops over 2 devices fits in 1.4 GiB per device"), std::string::npos) << e;
-  EXPECT_NE(e.find("stage 0 (ops 'op0'..'op1', 1 micro-batches in flight) 1.9 GiB: 476.8 MiB more"),
+  // the least any partition needs: two ops per device, 2 GB each
+  EXPECT_NE(e.find("the least any partition needs is about 1.9 GiB per device (476.8 MiB more), in a partition "
+                   "where stage 0 (ops 'op0'..'op1', 1 in flight) needs 1.9 GiB, 476.8 MiB more; stage 1 "
+                   "(ops 'op2'..'op3', 1 in flight) needs 1.9 GiB, 476.8 MiB more"),
             std::string::npos) << e;
+  // Unlimited, the DP would replicate everything (4 GB per device); the message must
+  // not send the user after that much memory.
+  CostTable light = t;
+  for (OpCost &op : light.ops)
+    op.activationBytes = 100;
+  o.memoryLimitBytes = 1500000000;
+  e = errorOf([&] { partition(light, topo, o); });
+  EXPECT_NE(e.find("about 1.9 GiB per device"), std::string::npos) << e;
   o.memoryLimitBytes = 500000000; // a single op does not fit
   e = errorOf([&] { partition(t, topo, o); });
   EXPECT_NE(e.find("op 'op0' alone needs 953.7 MiB, 476.8 MiB more than the limit"), std::string::npos) << e;
@@ -261,4 +272,15 @@ TEST(EvaluatePartition, GivenStagesAndErrors) {
   EXPECT_EQ(errorOf([&] { evaluatePartition(t, topo, o, {{0, 3, 1, {}}, {4, 7, 1, {}}}); }),
             "the given partition does not fit in 7.3 KiB per device: stage 0 (ops 'op0'..'op3') needs "
             "7.8 KiB, 500 B more; stage 1 (ops 'op4'..'op7') needs 7.8 KiB, 500 B more");
+}
+
+TEST(Partitioner, ZeroCostTableGivesFiniteNumbers) {
+  CostTable t = uniformChain(5, 0.0, 0, 0);
+  Topology topo = makeGpusTopology({2, 2}, *findDevicePreset("V100"));
+  PartitionResult r = partition(t, topo, PartitionOptions{});
+  EXPECT_EQ(r.timePerMicrobatch, 0);
+  EXPECT_EQ(r.throughput, 0);
+  EXPECT_EQ(r.bubbleFraction, 0);
+  EXPECT_EQ(r.speedupOverDataParallel, 1);
+  EXPECT_NO_THROW(r.verify(t, topo));
 }

@@ -1,11 +1,17 @@
+// plan.json, the table, and `pipec partition` end to end (one file: nlohmann/json
+// is slow to compile, so it is included by as few test files as possible).
+
 #include "TestGraphs.h"
 
 #include "compiler/Partition/Error.h"
+#include "compiler/Partition/PartitionCommand.h"
 #include "compiler/Partition/PlanJson.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -108,4 +114,136 @@ TEST(PlanJson, TablePrintsStagesAndPredictions) {
   for (size_t k = 0; k < f.result.stages.size(); ++k)
     rows += text.find("\n" + std::to_string(k) + " ") != std::string::npos;
   EXPECT_EQ(rows, f.result.stages.size());
+}
+
+//===- pipec partition ----------------------------------------------------===//
+
+namespace {
+
+/// Runs `pipec partition ARGS` capturing stdout and stderr.
+struct CmdRun {
+  int rc;
+  std::string out, err;
+};
+CmdRun run(std::vector<std::string> args) {
+  args.insert(args.begin(), "partition");
+  std::vector<char *> argv;
+  for (std::string &a : args)
+    argv.push_back(a.data());
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  int rc = runPartitionCommand(static_cast<int>(argv.size()), argv.data());
+  CmdRun r{rc, ::testing::internal::GetCapturedStdout(), ::testing::internal::GetCapturedStderr()};
+  return r;
+}
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    path = std::filesystem::temp_directory_path() / ("pipec_cmd_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string write(const std::string &name, const std::string &text) {
+    std::ofstream((path / name).string()) << text;
+    return (path / name).string();
+  }
+};
+
+std::string costsCsv() {
+  std::ostringstream os;
+  writeCostTableCsv(os, uniformChain(12, 0.01, 4000000, 200000000));
+  return os.str();
+}
+
+} // namespace
+
+TEST(PartitionCommand, PrintsTableAndWritesPlan) {
+  TempDir d;
+  std::string costs = d.write("costs.csv", costsCsv());
+  CmdRun r = run({"--costs", costs, "--gpus", "2x4", "--device", "A100", "--microbatches", "4",
+               "--out", (d.path / "out").string()});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("time per mini-batch"), std::string::npos) << r.out;
+  ASSERT_TRUE(std::filesystem::exists(d.path / "out" / "plan.json"));
+  // --partition with the written plan reproduces the predictions
+  CmdRun again = run({"--costs", costs, "--gpus", "2x4", "--device", "A100", "--microbatches", "4",
+                   "--partition", (d.path / "out" / "plan.json").string(), "--json"});
+  ASSERT_EQ(again.rc, 0) << again.err;
+  nlohmann::json summary = nlohmann::json::parse(again.out);
+  std::ifstream planFile(d.path / "out" / "plan.json");
+  nlohmann::json plan = nlohmann::json::parse(planFile);
+  EXPECT_EQ(summary["partition"]["source"], "given");
+  EXPECT_DOUBLE_EQ(summary["time_per_minibatch_s"].get<double>(),
+                   plan["predictions"]["time_per_minibatch_s"].get<double>());
+}
+
+TEST(PartitionCommand, ClusterFileAndFlags) {
+  TempDir d;
+  std::string costs = d.write("costs.csv", costsCsv());
+  std::string cluster = d.write("c.json", R"({"device": "V100", "levels": [
+      {"name": "nvlink", "fanout": 2, "bandwidth_GBps": 150},
+      {"name": "rack", "fanout": 2, "bandwidth_GBps": 10},
+      {"name": "spine", "fanout": 2, "bandwidth_GBps": 5}]})");
+  CmdRun r = run({"--costs=" + costs, "--cluster", cluster, "--stages=3", "--no-replication", "--async",
+               "--recompute", "--memory-limit", "16GiB", "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  nlohmann::json s = nlohmann::json::parse(r.out);
+  EXPECT_EQ(s["stages"].size(), 3u);
+  EXPECT_EQ(s["partition"]["asynchronous"], true);
+  EXPECT_EQ(s["partition"]["memory_limit_bytes"], int64_t(16) << 30);
+}
+
+TEST(PartitionCommand, BadInputsFailWithAMessage) {
+  TempDir d;
+  std::string costs = d.write("costs.csv", costsCsv());
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  } cases[] = {
+      {{"--costs", costs, "--gpus", "0x8"}, "--gpus '0x8'"},
+      {{"--costs", costs, "--gpus", "2x"}, "--gpus '2x'"},
+      {{"--costs", costs, "--gpus", "2x8", "--device", "Z80"}, "--device: unknown device 'Z80'"},
+      {{"--costs", costs}, "missing --gpus NxG or --cluster FILE"},
+      {{"--costs", costs, "--gpus", "2x8", "--cluster", costs}, "not both"},
+      {{"--costs", costs, "--cluster", d.write("bad.json", "{levels")}, "malformed JSON"},
+      {{"--costs", costs, "--gpus", "1x2", "--memory-limit", "100MB"}, "more than the limit"},
+      {{"--costs", costs, "--gpus", "1x2", "--memory-limit", "lots"}, "--memory-limit 'lots'"},
+      {{"--costs", costs, "--gpus", "1x2", "--inter-bw", "-5"}, "--inter-bw '-5'"},
+      {{"--costs", costs, "--gpus", "1x2", "--stages", "0"}, "--stages '0'"},
+      {{"--costs", d.write("bad.csv", "name,type\n"), "--gpus", "1x2"}, "missing column 'fwd_s'"},
+      {{"--costs", "/nonexistent.csv", "--gpus", "1x2"}, "cannot open cost table"},
+      {{"--costs", costs, "--gpus", "1x2", "--partition", d.write("p.json", "{}")}, "non-empty \"stages\""},
+  };
+  for (const Case &c : cases) {
+    CmdRun r = run(c.args);
+    EXPECT_EQ(r.rc, 1) << c.message;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << "expected '" << c.message << "' in: " << r.err;
+    EXPECT_EQ(r.err.rfind("pipec partition: error: ", 0), 0u) << r.err;
+  }
+  CmdRun usage = run({"--gpus", "2x8"});
+  EXPECT_EQ(usage.rc, 2);
+  EXPECT_NE(usage.err.find("missing --costs"), std::string::npos);
+  CmdRun unknown = run({"--costs", costs, "--gpus", "2x8", "--frobnicate"});
+  EXPECT_EQ(unknown.rc, 2);
+  EXPECT_NE(unknown.err.find("unknown argument '--frobnicate'"), std::string::npos);
+  CmdRun help = run({"--help"});
+  EXPECT_EQ(help.rc, 0);
+  EXPECT_NE(help.out.find("--no-replication"), std::string::npos);
+}
+
+TEST(PartitionCommand, FlagParsingLeavesOtherArguments) {
+  std::vector<std::string> args = {"model.onnx", "--gpus", "4x4", "--dump-ir", "--memory-limit=8GiB",
+                                   "--target", "cuda", "--json"};
+  PartitionCliOptions o;
+  parsePartitionFlags(args, o);
+  EXPECT_EQ(args, (std::vector<std::string>{"model.onnx", "--dump-ir", "--target", "cuda"}));
+  EXPECT_EQ(o.gpus, "4x4");
+  EXPECT_EQ(o.options.memoryLimitBytes, int64_t(8) << 30);
+  EXPECT_TRUE(o.json);
+  EXPECT_EQ(o.topology().totalDevices(), 16);
+  std::vector<std::string> missing = {"--gpus"};
+  EXPECT_THROW(parsePartitionFlags(missing, o), Error);
+  std::vector<std::string> valued = {"--async=yes"};
+  EXPECT_THROW(parsePartitionFlags(valued, o), Error);
 }

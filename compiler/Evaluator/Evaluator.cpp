@@ -1,0 +1,361 @@
+// Dispatch from `nn` ops to the reference kernels, and function evaluation.
+// This file only decodes attributes and checks types; the arithmetic lives in
+// Kernels.cpp.
+#include "compiler/Evaluator/Evaluator.h"
+
+#include "dialects/nn/NNDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/ScopedPrinter.h"
+
+using namespace mlir;
+
+namespace pipec::eval {
+
+namespace {
+
+using kernels::BinaryOp;
+using kernels::UnaryOp;
+
+double toDouble(llvm::APFloat value) {
+  bool losesInfo = false;
+  value.convert(llvm::APFloat::IEEEdouble(), llvm::APFloat::rmNearestTiesToEven, &losesInfo);
+  return value.convertToDouble();
+}
+
+std::vector<int64_t> toVector(ArrayRef<int64_t> values) { return {values.begin(), values.end()}; }
+
+std::vector<int64_t> shapeOf(Type type) {
+  return toVector(llvm::cast<RankedTensorType>(type).getShape());
+}
+
+/// Computes the results of one op; kernels throw EvalError on bad input.
+/// `operands` match the op's operands in number, kind and shape.
+std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
+                             const EvalOptions &options) {
+  auto in = [&](unsigned index) -> const Tensor & { return operands[index]; };
+  auto optionalIn = [&](Value value) -> const Tensor * {
+    if (!value)
+      return nullptr;
+    for (unsigned i = 0; i < op->getNumOperands(); ++i)
+      if (op->getOperand(i) == value)
+        return &operands[i];
+    return nullptr;
+  };
+  auto one = [](Tensor tensor) { return std::vector<Tensor>{std::move(tensor)}; };
+  auto binary = [&](BinaryOp kind) { return one(kernels::binary(kind, in(0), in(1))); };
+  auto unary = [&](UnaryOp kind) { return one(kernels::unary(kind, in(0))); };
+
+  return llvm::TypeSwitch<Operation *, std::vector<Tensor>>(op)
+      .Case([&](nn::AddOp) { return binary(BinaryOp::Add); })
+      .Case([&](nn::SubOp) { return binary(BinaryOp::Sub); })
+      .Case([&](nn::MulOp) { return binary(BinaryOp::Mul); })
+      .Case([&](nn::DivOp) { return binary(BinaryOp::Div); })
+      .Case([&](nn::PowOp) { return binary(BinaryOp::Pow); })
+      .Case([&](nn::EqualOp) { return binary(BinaryOp::Equal); })
+      .Case([&](nn::WhereOp) { return one(kernels::where(in(0), in(1), in(2))); })
+      .Case([&](nn::ReluOp) { return unary(UnaryOp::Relu); })
+      .Case([&](nn::TanhOp) { return unary(UnaryOp::Tanh); })
+      .Case([&](nn::SigmoidOp) { return unary(UnaryOp::Sigmoid); })
+      .Case([&](nn::ErfOp) { return unary(UnaryOp::Erf); })
+      .Case([&](nn::SqrtOp) { return unary(UnaryOp::Sqrt); })
+      .Case([&](nn::GeluOp gelu) {
+        if (gelu.getApproximate() == "tanh")
+          return unary(UnaryOp::GeluTanh);
+        if (gelu.getApproximate() == "none")
+          return unary(UnaryOp::GeluExact);
+        throw EvalError("unknown approximate \"" + gelu.getApproximate().str() + "\"");
+      })
+      .Case([&](nn::CastOp cast) {
+        auto kind = elementKindOf(cast.getResult().getType().getElementType());
+        if (failed(kind))
+          throw EvalError("unsupported result element type");
+        return one(kernels::cast(in(0), *kind));
+      })
+      .Case([&](nn::GemmOp gemm) {
+        return one(kernels::gemm(in(0), in(1), optionalIn(gemm.getC()), toDouble(gemm.getAlpha()),
+                                 toDouble(gemm.getBeta()), gemm.getTransA(), gemm.getTransB()));
+      })
+      .Case([&](nn::MatMulOp) { return one(kernels::matmul(in(0), in(1))); })
+      .Case([&](nn::ConvOp conv) {
+        return one(kernels::conv(in(0), in(1), optionalIn(conv.getBias()),
+                                 toVector(conv.getStrides()), toVector(conv.getPads()),
+                                 toVector(conv.getDilations()),
+                                 static_cast<int64_t>(conv.getGroup())));
+      })
+      .Case([&](nn::BatchNormOp norm) {
+        auto results = kernels::batchNorm(in(0), in(1), in(2), in(3), in(4),
+                                          toDouble(norm.getEpsilon()),
+                                          toDouble(norm.getMomentum()), norm.getTraining());
+        return std::vector<Tensor>{std::move(results.output), std::move(results.runningMean),
+                                   std::move(results.runningVar)};
+      })
+      .Case([&](nn::LayerNormOp norm) {
+        auto results = kernels::layerNorm(in(0), in(1), optionalIn(norm.getBias()),
+                                          static_cast<int64_t>(norm.getAxis()),
+                                          toDouble(norm.getEpsilon()));
+        return std::vector<Tensor>{std::move(results.output), std::move(results.mean),
+                                   std::move(results.invStdDev)};
+      })
+      .Case([&](nn::MaxPoolOp pool) {
+        return one(kernels::maxPool(in(0), toVector(pool.getKernelShape()),
+                                    toVector(pool.getStrides()), toVector(pool.getPads()),
+                                    toVector(pool.getDilations()), pool.getCeilMode()));
+      })
+      .Case([&](nn::AveragePoolOp pool) {
+        return one(kernels::averagePool(in(0), toVector(pool.getKernelShape()),
+                                        toVector(pool.getStrides()), toVector(pool.getPads()),
+                                        pool.getCeilMode(), pool.getCountIncludePad()));
+      })
+      .Case([&](nn::GlobalAveragePoolOp) { return one(kernels::globalAveragePool(in(0))); })
+      .Case([&](nn::DropoutOp dropout) {
+        double ratio = toDouble(dropout.getRatio());
+        uint64_t key = 0;
+        // The key only matters when elements are dropped; inference-mode
+        // dropouts need no identity.
+        if (dropout.getTraining() && ratio > 0) {
+          auto opId = dropoutOpId(op);
+          if (failed(opId))
+            throw EvalError("training-mode dropout needs a `seed` attribute or a name "
+                            "location to key its mask");
+          key = kernels::dropoutStreamKey(options.seed, options.step, options.microBatch, *opId);
+        }
+        auto results = kernels::dropout(in(0), ratio, dropout.getTraining(), key);
+        return std::vector<Tensor>{std::move(results.output), std::move(results.mask)};
+      })
+      .Case([&](nn::SoftmaxOp softmax) {
+        return one(kernels::softmax(in(0), static_cast<int64_t>(softmax.getAxis())));
+      })
+      .Case([&](nn::SoftmaxCrossEntropyLossOp loss) {
+        std::optional<int64_t> ignoreIndex;
+        if (auto ignore = loss.getIgnoreIndex())
+          ignoreIndex = static_cast<int64_t>(*ignore);
+        auto results = kernels::softmaxCrossEntropyLoss(
+            in(0), in(1), optionalIn(loss.getWeights()), loss.getReduction().str(), ignoreIndex);
+        return std::vector<Tensor>{std::move(results.loss), std::move(results.logProb)};
+      })
+      .Case([&](nn::ReduceMeanOp reduce) {
+        return one(kernels::reduceMean(in(0), toVector(reduce.getAxes()), reduce.getKeepdims()));
+      })
+      .Case([&](nn::GatherOp gather) {
+        return one(kernels::gather(in(0), in(1), static_cast<int64_t>(gather.getAxis())));
+      })
+      // Reshape-like ops keep the row-major data; the target shape is the
+      // result type, which the op's verifier or shape rule has checked.
+      .Case<nn::ReshapeOp, nn::FlattenOp, nn::UnsqueezeOp, nn::SqueezeOp>([&](Operation *) {
+        return one(kernels::reshape(in(0), shapeOf(op->getResult(0).getType())));
+      })
+      .Case([&](nn::ExpandOp) {
+        return one(kernels::expand(in(0), shapeOf(op->getResult(0).getType())));
+      })
+      .Case([&](nn::TransposeOp transpose) {
+        return one(kernels::transpose(in(0), toVector(transpose.getPerm())));
+      })
+      .Case([&](nn::PadOp pad) {
+        return one(kernels::pad(in(0), toVector(pad.getPads()), toDouble(pad.getValue())));
+      })
+      .Case([&](nn::ConcatOp concat) {
+        std::vector<const Tensor *> inputs;
+        for (const Tensor &operand : operands)
+          inputs.push_back(&operand);
+        return one(kernels::concat(inputs, static_cast<int64_t>(concat.getAxis())));
+      })
+      .Case([&](nn::SplitOp split) {
+        return kernels::split(in(0), static_cast<int64_t>(split.getAxis()),
+                              toVector(split.getSizes()));
+      })
+      .Case([&](nn::SliceOp slice) {
+        return one(kernels::slice(in(0), toVector(slice.getStarts()), toVector(slice.getEnds()),
+                                  toVector(slice.getSteps())));
+      })
+      .Case([&](nn::ConstantOp constant) {
+        auto value = tensorFromAttr(constant.getValue());
+        if (failed(value))
+          throw EvalError("cannot read the constant's value");
+        return one(std::move(*value));
+      })
+      .Default([&](Operation *) -> std::vector<Tensor> {
+        throw EvalError("the reference evaluator has no rule for '" +
+                        op->getName().getStringRef().str() + "'");
+      });
+}
+
+/// Empty when `tensor` has the kind and shape of `type`, else the difference.
+std::string mismatch(const Tensor &tensor, Type type) {
+  auto ranked = llvm::dyn_cast<RankedTensorType>(type);
+  if (!ranked || !ranked.hasStaticShape())
+    return "a statically shaped tensor type is needed, got " + llvm::to_string(type);
+  auto kind = elementKindOf(ranked.getElementType());
+  if (failed(kind))
+    return "unsupported element type " + llvm::to_string(ranked.getElementType());
+  if (*kind != tensor.kind || tensor.shape != shapeOf(type))
+    return std::string("value ") + import::elementKindName(tensor.kind) +
+           shapeToString(tensor.shape) + " does not match type " + llvm::to_string(type);
+  if (static_cast<size_t>(tensor.numElements()) !=
+      (import::isFloating(tensor.kind) ? tensor.floats.size() : tensor.ints.size()))
+    return "value holds " +
+           std::to_string(import::isFloating(tensor.kind) ? tensor.floats.size()
+                                                          : tensor.ints.size()) +
+           " elements for shape " + shapeToString(tensor.shape);
+  return "";
+}
+
+} // namespace
+
+FailureOr<ElementKind> elementKindOf(Type type) {
+  if (type.isF32()) return ElementKind::Float32;
+  if (type.isF64()) return ElementKind::Float64;
+  if (type.isF16()) return ElementKind::Float16;
+  if (type.isBF16()) return ElementKind::BFloat16;
+  if (type.isSignlessInteger(64)) return ElementKind::Int64;
+  if (type.isSignlessInteger(32)) return ElementKind::Int32;
+  if (type.isSignlessInteger(8)) return ElementKind::Int8;
+  if (type.isUnsignedInteger(8)) return ElementKind::UInt8;
+  if (type.isSignlessInteger(1)) return ElementKind::Bool;
+  return failure();
+}
+
+FailureOr<Tensor> tensorFromAttr(ElementsAttr attr) {
+  auto type = llvm::cast<ShapedType>(attr.getType());
+  auto kind = elementKindOf(type.getElementType());
+  if (failed(kind) || !type.hasStaticShape())
+    return failure();
+  Tensor tensor = zeros(*kind, toVector(type.getShape()));
+  if (import::isFloating(*kind)) {
+    auto values = attr.tryGetValues<llvm::APFloat>();
+    if (!values)
+      return failure();
+    int64_t i = 0;
+    for (llvm::APFloat value : *values)
+      tensor.floats[i++] = toDouble(value);
+  } else {
+    auto values = attr.tryGetValues<llvm::APInt>();
+    if (!values)
+      return failure();
+    bool isUnsigned = *kind == ElementKind::UInt8 || *kind == ElementKind::Bool;
+    int64_t i = 0;
+    for (const llvm::APInt &value : *values)
+      tensor.ints[i++] = isUnsigned ? static_cast<int64_t>(value.getZExtValue()) : value.getSExtValue();
+  }
+  return tensor;
+}
+
+DenseElementsAttr tensorToAttr(const Tensor &tensor, RankedTensorType type) {
+  Type element = type.getElementType();
+  if (auto floatType = llvm::dyn_cast<FloatType>(element)) {
+    std::vector<llvm::APFloat> values;
+    for (double value : tensor.floats) {
+      llvm::APFloat converted(value);
+      bool losesInfo = false;
+      converted.convert(floatType.getFloatSemantics(), llvm::APFloat::rmNearestTiesToEven,
+                        &losesInfo);
+      values.push_back(converted);
+    }
+    return DenseElementsAttr::get(type, values);
+  }
+  if (element.isInteger(1)) {
+    SmallVector<bool> flags(tensor.ints.begin(), tensor.ints.end());
+    return DenseElementsAttr::get(type, llvm::ArrayRef<bool>(flags));
+  }
+  unsigned width = element.getIntOrFloatBitWidth();
+  std::vector<llvm::APInt> values;
+  for (int64_t value : tensor.ints)
+    values.emplace_back(width, static_cast<uint64_t>(value), /*isSigned=*/true,
+                        /*implicitTrunc=*/true);
+  return DenseElementsAttr::get(type, values);
+}
+
+FailureOr<uint64_t> dropoutOpId(Operation *op) {
+  if (auto seed = op->getAttrOfType<IntegerAttr>("seed"))
+    return static_cast<uint64_t>(seed.getInt());
+  std::optional<StringRef> name;
+  op->getLoc()->walk([&](Location location) {
+    if (auto named = llvm::dyn_cast<NameLoc>(location)) {
+      name = named.getName().getValue();
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  if (!name)
+    return failure();
+  uint64_t hash = 0xcbf29ce484222325ull; // FNV-1a, 64 bits
+  for (unsigned char c : *name) {
+    hash ^= c;
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+FailureOr<std::vector<Tensor>> evaluateOp(Operation *op, ArrayRef<Tensor> operands,
+                                          const EvalOptions &options) {
+  if (operands.size() != op->getNumOperands())
+    return op->emitOpError("evaluator: ") << operands.size() << " operand values for "
+                                          << op->getNumOperands() << " operands";
+  for (auto [index, operand] : llvm::enumerate(operands)) {
+    std::string problem = mismatch(operand, op->getOperand(index).getType());
+    if (!problem.empty())
+      return op->emitOpError("evaluator: operand ") << index << ": " << problem;
+  }
+  std::vector<Tensor> results;
+  try {
+    results = dispatch(op, operands, options);
+  } catch (const std::exception &error) {
+    return op->emitOpError("evaluator: ") << error.what();
+  }
+  if (results.size() != op->getNumResults())
+    return op->emitOpError("evaluator: computed ")
+           << results.size() << " results for " << op->getNumResults();
+  for (auto [index, result] : llvm::enumerate(results)) {
+    // A disagreement here is a bug in the evaluator or in the op's shape
+    // rule: the two are written independently on purpose.
+    std::string problem = mismatch(result, op->getResult(index).getType());
+    if (!problem.empty())
+      return op->emitOpError("evaluator: result ") << index << ": " << problem;
+  }
+  return results;
+}
+
+FailureOr<std::vector<Tensor>> evaluateFunction(func::FuncOp function,
+                                                ArrayRef<Tensor> arguments,
+                                                const EvalOptions &options) {
+  if (function.isExternal() || !function.getBody().hasOneBlock())
+    return function.emitOpError("evaluator: needs a body of exactly one block");
+  Block &body = function.getBody().front();
+  if (arguments.size() != body.getNumArguments())
+    return function.emitOpError("evaluator: ")
+           << arguments.size() << " argument values for " << body.getNumArguments()
+           << " arguments";
+  llvm::DenseMap<Value, Tensor> values;
+  for (auto [index, argument] : llvm::enumerate(arguments)) {
+    std::string problem = mismatch(argument, body.getArgument(index).getType());
+    if (!problem.empty())
+      return function.emitOpError("evaluator: argument ") << index << ": " << problem;
+    values[body.getArgument(index)] = argument;
+  }
+  for (Operation &op : body) {
+    std::vector<Tensor> operands;
+    for (Value operand : op.getOperands()) {
+      auto it = values.find(operand);
+      if (it == values.end())
+        return op.emitOpError("evaluator: an operand is not defined in the function's block");
+      operands.push_back(it->second);
+    }
+    if (llvm::isa<func::ReturnOp>(op))
+      return operands;
+    if (op.getNumRegions() != 0)
+      return op.emitOpError("evaluator: ops with regions are not evaluated");
+    auto results = evaluateOp(&op, operands, options);
+    if (failed(results))
+      return failure();
+    for (auto [value, result] : llvm::zip(op.getResults(), *results))
+      values[value] = std::move(result);
+  }
+  return function.emitOpError("evaluator: the body does not end in func.return");
+}
+
+} // namespace pipec::eval

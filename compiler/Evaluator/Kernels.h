@@ -1,0 +1,169 @@
+// The reference evaluator's kernels: one plain, obviously-correct loop nest
+// per `nn` op, on host tensors, following the ONNX specification.
+//
+// Plain C++ (no MLIR): the kernels can be tested and reused without a
+// context. Every kernel computes in double (int64 for integers) and rounds
+// its results to their element type before returning (float32 results hold
+// float32 values, int32 results wrap to 32 bits, ...). Attributes arrive
+// normalized as the `nn` dialect holds them (axes non-negative where the
+// dialect says so, explicit pads, per-axis slice bounds). A kernel that
+// cannot compute its result (bad shapes, an index out of range) throws
+// EvalError with the reason; the evaluator names the op.
+#ifndef PIPEC_COMPILER_EVALUATOR_KERNELS_H
+#define PIPEC_COMPILER_EVALUATOR_KERNELS_H
+
+#include "compiler/Import/HostTensor.h"
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pipec::eval {
+
+/// The evaluator shares the importer's host tensor: constants folded at
+/// import time and evaluated values are the same type, with no conversion.
+/// Floating-point data lives in `floats` (double), integers and bools in
+/// `ints` (int64, bools as 0/1).
+using ElementKind = import::ElementKind;
+using Tensor = import::HostTensor;
+
+struct EvalError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A tensor of the given kind and shape, all zeros.
+Tensor zeros(ElementKind kind, std::vector<int64_t> shape);
+
+/// Rounds every element to what `tensor.kind` can hold: float32, float16 and
+/// bfloat16 round to nearest even, integers wrap to their width (two's
+/// complement, as C++ and numpy do), bools become 0/1.
+void roundToElementType(Tensor &tensor);
+
+/// "[2,3]": shapes in error messages.
+std::string shapeToString(const std::vector<int64_t> &shape);
+
+namespace kernels {
+
+enum class BinaryOp { Add, Sub, Mul, Div, Pow, Equal };
+enum class UnaryOp { Relu, Tanh, Sigmoid, Erf, Sqrt, GeluExact, GeluTanh };
+
+/// Element-wise with numpy broadcasting. Integer Div truncates toward zero
+/// (C++ and ONNX's reference implementation); integer division by zero and
+/// integer Pow with a negative exponent throw. Equal returns Bool.
+Tensor binary(BinaryOp op, const Tensor &lhs, const Tensor &rhs);
+Tensor unary(UnaryOp op, const Tensor &input);
+Tensor where(const Tensor &condition, const Tensor &x, const Tensor &y);
+/// ONNX Cast. Floating point to integer truncates toward zero, saturating at
+/// the target's range (NaN becomes 0: ONNX leaves both undefined); anything
+/// to Bool is "!= 0".
+Tensor cast(const Tensor &input, ElementKind to);
+
+/// alpha * op(A) * op(B) + beta * C, C broadcast to [M, N].
+Tensor gemm(const Tensor &a, const Tensor &b, const Tensor *c, double alpha,
+            double beta, bool transA, bool transB);
+/// numpy.matmul: 1-D operands are promoted and the added axis removed; batch
+/// dimensions broadcast.
+Tensor matmul(const Tensor &a, const Tensor &b);
+
+/// N-d convolution; `pads` holds the begin pads of every spatial axis, then
+/// the end pads.
+Tensor conv(const Tensor &input, const Tensor &weight, const Tensor *bias,
+            const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
+            const std::vector<int64_t> &dilations, int64_t group);
+
+/// Output length of a sliding window along one axis (ONNX Conv and pools):
+/// floor or ceil of (input + pads - effective kernel) / stride, plus one; in
+/// ceil mode a last window starting in the end padding is dropped.
+int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride,
+                         int64_t padBegin, int64_t padEnd, int64_t dilation,
+                         bool ceilMode);
+
+struct BatchNormResults {
+  Tensor output, runningMean, runningVar;
+};
+/// Training: normalizes with the batch mean and population variance (over N
+/// and the spatial axes) and returns running = momentum * running +
+/// (1 - momentum) * batch, the batch variance being the population variance
+/// as in ONNX's reference (PyTorch uses the unbiased one). Inference: uses
+/// and returns the running statistics.
+BatchNormResults batchNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
+                           const Tensor &runningMean, const Tensor &runningVar,
+                           double epsilon, double momentum, bool training);
+
+struct LayerNormResults {
+  Tensor output, mean, invStdDev;
+};
+/// Normalizes over the axes from `axis` on (negative counts from the end);
+/// scale and bias broadcast to those axes.
+LayerNormResults layerNorm(const Tensor &input, const Tensor &scale, const Tensor *bias,
+                           int64_t axis, double epsilon);
+
+/// Padding never wins the max (it is -infinity).
+Tensor maxPool(const Tensor &input, const std::vector<int64_t> &kernel,
+               const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
+               const std::vector<int64_t> &dilations, bool ceilMode);
+/// The divisor counts the window's positions inside the input, or with
+/// count_include_pad inside the padded input (positions past the end padding,
+/// which only ceil mode creates, never count).
+Tensor averagePool(const Tensor &input, const std::vector<int64_t> &kernel,
+                   const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
+                   bool ceilMode, bool countIncludePad);
+Tensor globalAveragePool(const Tensor &input);
+
+struct DropoutResults {
+  Tensor output, mask;
+};
+/// Identity with an all-true mask unless training with ratio > 0; then an
+/// element is kept when dropoutUniform(streamKey, index) >= ratio, and kept
+/// elements are scaled by 1 / (1 - ratio).
+DropoutResults dropout(const Tensor &input, double ratio, bool training, uint64_t streamKey);
+
+/// The dropout generator (docs/evaluator.md): SplitMix64, stateless and
+/// counter-based, so generated code reproduces it with a few integer ops.
+/// mix64 is SplitMix64's finalizer; the stream key chains it over the key
+/// parts; element i of a stream is mix64(key + (i + 1) * golden gamma),
+/// i.e. the i-th output of SplitMix64 seeded with the key.
+uint64_t mix64(uint64_t value);
+uint64_t dropoutStreamKey(uint64_t seed, uint64_t step, uint64_t microBatch, uint64_t opId);
+/// A uniform double in [0, 1) from the top 53 bits of element `index`.
+double dropoutUniform(uint64_t streamKey, uint64_t index);
+
+Tensor softmax(const Tensor &input, int64_t axis);
+
+struct SoftmaxCrossEntropyResults {
+  Tensor loss, logProb;
+};
+/// scores [N, C, d...], labels [N, d...]. Elements whose label equals
+/// ignoreIndex contribute 0 and weigh nothing; "mean" divides by the summed
+/// weights of the other elements (their count without weights).
+SoftmaxCrossEntropyResults softmaxCrossEntropyLoss(const Tensor &scores, const Tensor &labels,
+                                                   const Tensor *weights,
+                                                   const std::string &reduction,
+                                                   std::optional<int64_t> ignoreIndex);
+
+/// Mean over sorted, non-negative axes (all axes when empty).
+Tensor reduceMean(const Tensor &input, const std::vector<int64_t> &axes, bool keepdims);
+
+/// ONNX Gather; negative indices count from the end of the axis.
+Tensor gather(const Tensor &data, const Tensor &indices, int64_t axis);
+/// Same data in row-major order under another shape of the same size
+/// (Reshape, Flatten, Squeeze, Unsqueeze).
+Tensor reshape(const Tensor &input, const std::vector<int64_t> &shape);
+/// Numpy broadcast of the input to `shape`.
+Tensor expand(const Tensor &input, const std::vector<int64_t> &shape);
+Tensor transpose(const Tensor &input, const std::vector<int64_t> &perm);
+Tensor concat(const std::vector<const Tensor *> &inputs, int64_t axis);
+std::vector<Tensor> split(const Tensor &input, int64_t axis, const std::vector<int64_t> &sizes);
+/// Per-axis normalized bounds as `nn.slice` holds them: for a negative step
+/// an end of -1 means "past the first element".
+Tensor slice(const Tensor &input, const std::vector<int64_t> &starts,
+             const std::vector<int64_t> &ends, const std::vector<int64_t> &steps);
+/// Constant padding; `pads` holds the begin pads of every axis, then the end pads.
+Tensor pad(const Tensor &input, const std::vector<int64_t> &pads, double value);
+
+} // namespace kernels
+} // namespace pipec::eval
+
+#endif // PIPEC_COMPILER_EVALUATOR_KERNELS_H

@@ -1,0 +1,174 @@
+// Verifiers, result-type inference and work estimates of the gradient and
+// optimizer ops (NNGradOps.td).
+#include "dialects/nn/NNDialect.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+using namespace pipec::nn;
+
+namespace {
+RankedTensorType rankedType(Value value) {
+  return llvm::cast<RankedTensorType>(value.getType());
+}
+
+LogicalResult fail(std::optional<Location> loc, const Twine &message) {
+  return emitOptionalError(loc, message);
+}
+
+double elementsOf(Value value) {
+  return static_cast<double>(rankedType(value).getNumElements());
+}
+
+double bytesOf(Value value) {
+  auto type = rankedType(value);
+  return static_cast<double>(type.getNumElements()) *
+         std::max(1u, type.getElementType().getIntOrFloatBitWidth() / 8);
+}
+
+/// A gradient op is itself never differentiated: its work is its forward.
+OpWork streamingWork(Operation *op, double flopsPerElement) {
+  OpWork work;
+  double elements = 0, bytes = 0;
+  for (Value operand : op->getOperands()) {
+    elements = std::max(elements, elementsOf(operand));
+    bytes += bytesOf(operand);
+  }
+  for (Value result : op->getResults())
+    bytes += bytesOf(result);
+  work.forwardFlops = elements * flopsPerElement;
+  work.forwardBytes = bytes;
+  work.gradientFlops.assign(op->getNumOperands(), 0);
+  work.gradientBytes.assign(op->getNumOperands(), 0);
+  return work;
+}
+
+LogicalResult verifyConvGrad(Operation *op, RankedTensorType dy, RankedTensorType other,
+                             ArrayRef<int64_t> strides, ArrayRef<int64_t> pads,
+                             ArrayRef<int64_t> dilations) {
+  size_t spatial = dy.getRank() - 2;
+  if (dy.getRank() < 3 || other.getRank() != dy.getRank())
+    return op->emitOpError("dy and the other operand need the same rank >= 3");
+  if (strides.size() != spatial || dilations.size() != spatial || pads.size() != 2 * spatial)
+    return op->emitOpError("strides and dilations need ")
+           << spatial << " entries and pads " << 2 * spatial;
+  return success();
+}
+} // namespace
+
+LogicalResult ReduceSumOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  ArrayRef<int64_t> axes = adaptor.getAxes();
+  for (auto [index, axis] : llvm::enumerate(axes))
+    if (axis < 0 || axis >= inputType.getRank() || (index && axes[index - 1] >= axis))
+      return fail(loc, "nn.reduce_sum: axes must be sorted, unique and in [0, " +
+                           Twine(inputType.getRank()) + ")");
+  SmallVector<int64_t> shape;
+  for (int64_t dim = 0; dim < inputType.getRank(); ++dim) {
+    if (!llvm::is_contained(axes, dim))
+      shape.push_back(inputType.getDimSize(dim));
+    else if (adaptor.getKeepdims())
+      shape.push_back(1);
+  }
+  types.push_back(RankedTensorType::get(shape, inputType.getElementType()));
+  return success();
+}
+
+LogicalResult UnaryGradOp::verify() {
+  static const char *const kinds[] = {"relu", "tanh", "sigmoid", "erf",
+                                      "sqrt", "gelu", "gelu_tanh"};
+  if (!llvm::is_contained(kinds, getKind()))
+    return emitOpError("unknown kind '")
+           << getKind() << "' (relu, tanh, sigmoid, erf, sqrt, gelu, gelu_tanh)";
+  return success();
+}
+
+LogicalResult BinaryGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                             Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  StringRef kind = adaptor.getKind();
+  if (kind != "sub_rhs" && kind != "div_rhs" && kind != "pow_lhs" && kind != "pow_rhs")
+    return fail(loc, "nn.binary_grad: unknown kind '" + kind +
+                         "' (sub_rhs, div_rhs, pow_lhs, pow_rhs)");
+  auto shape = broadcastShapes(rankedType(adaptor.getLhs()).getShape(),
+                               rankedType(adaptor.getRhs()).getShape());
+  auto dyType = rankedType(adaptor.getDy());
+  if (failed(shape) || ArrayRef<int64_t>(*shape) != dyType.getShape())
+    return fail(loc, "nn.binary_grad: dy must have the broadcast shape of lhs and rhs");
+  types.push_back(dyType);
+  return success();
+}
+
+LogicalResult ConvInputGradOp::verify() {
+  return verifyConvGrad(*this, getDy().getType(), getWeight().getType(), getStrides(), getPads(),
+                        getDilations());
+}
+
+LogicalResult ConvWeightGradOp::verify() {
+  return verifyConvGrad(*this, getDy().getType(), getInput().getType(), getStrides(), getPads(),
+                        getDilations());
+}
+
+LogicalResult BatchNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  if (adaptor.getDy().getType() != adaptor.getInput().getType())
+    return fail(loc, "nn.batch_norm_grad: dy and input types differ");
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult BatchNormParamGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                     Adaptor adaptor,
+                                                     SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  if (adaptor.getDy().getType() != inputType || inputType.getRank() < 2)
+    return fail(loc, "nn.batch_norm_param_grad: dy and input must be the same (N,C,...) type");
+  auto channels = RankedTensorType::get({inputType.getDimSize(1)}, inputType.getElementType());
+  types.push_back(channels);
+  types.push_back(channels);
+  return success();
+}
+
+LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  if (adaptor.getDy().getType() != adaptor.getInput().getType())
+    return fail(loc, "nn.layer_norm_grad: dy and input types differ");
+  if (failed(normalizeAxis(adaptor.getAxis(), rankedType(adaptor.getInput()).getRank())))
+    return fail(loc, "nn.layer_norm_grad: axis out of range");
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+// Work estimates: gradient ops are scheduled as B or W work by autodiff's
+// placement, and their own work is their forward.
+OpWork ReduceSumOp::estimateWork() { return streamingWork(*this, 1); }
+OpWork UnaryGradOp::estimateWork() { return streamingWork(*this, 10); }
+OpWork BinaryGradOp::estimateWork() { return streamingWork(*this, 10); }
+OpWork ConvInputGradOp::estimateWork() {
+  OpWork work = streamingWork(*this, 0);
+  auto weight = getWeight().getType();
+  work.forwardFlops = 2 * elementsOf(getDy()) *
+                      static_cast<double>(weight.getNumElements()) / weight.getDimSize(0);
+  return work;
+}
+OpWork ConvWeightGradOp::estimateWork() {
+  OpWork work = streamingWork(*this, 0);
+  auto weight = getResult().getType();
+  work.forwardFlops = 2 * elementsOf(getDy()) *
+                      static_cast<double>(weight.getNumElements()) / weight.getDimSize(0);
+  return work;
+}
+OpWork BatchNormGradOp::estimateWork() { return streamingWork(*this, 10); }
+OpWork BatchNormParamGradOp::estimateWork() { return streamingWork(*this, 6); }
+OpWork LayerNormGradOp::estimateWork() { return streamingWork(*this, 12); }
+OpWork LayerNormParamGradOp::estimateWork() { return streamingWork(*this, 6); }
+OpWork MaxPoolGradOp::estimateWork() { return streamingWork(*this, 2); }
+OpWork AveragePoolGradOp::estimateWork() { return streamingWork(*this, 2); }
+OpWork DropoutGradOp::estimateWork() { return streamingWork(*this, 1); }
+OpWork SoftmaxGradOp::estimateWork() { return streamingWork(*this, 4); }
+OpWork SoftmaxCrossEntropyLossGradOp::estimateWork() { return streamingWork(*this, 4); }
+OpWork GatherGradOp::estimateWork() { return streamingWork(*this, 1); }
+OpWork SliceGradOp::estimateWork() { return streamingWork(*this, 0); }
+OpWork SgdUpdateOp::estimateWork() { return streamingWork(*this, 4); }
+OpWork AdamWUpdateOp::estimateWork() { return streamingWork(*this, 12); }

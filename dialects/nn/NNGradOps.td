@@ -1,0 +1,215 @@
+#ifndef PIPEC_NN_GRAD_OPS_TD
+#define PIPEC_NN_GRAD_OPS_TD
+
+// Gradient and optimizer ops that autodiff emits. Gradients that are plain
+// tensor algebra reuse the forward ops (nn.gemm, nn.matmul, nn.mul,
+// nn.transpose, nn.reshape, nn.where, ...); the ops here are the ones that
+// need a kernel of their own. Each takes the gradient of the forward result
+// ("dy") first and produces the gradient of one forward operand (or, for
+// the *_param_grad ops, of the op's parameters), so input gradients (B) and
+// weight gradients (W) are separate ops a schedule can run at different
+// times.
+
+def NN_ReduceSumOp : NN_InferredOp<"reduce_sum"> {
+  let summary = "Sum over normalized (sorted, unique) axes";
+  let description = [{
+    Used to reduce a gradient over the axes an operand was broadcast along
+    and for bias gradients. With `keepdims` the reduced axes stay as size 1.
+  }];
+  let arguments = (ins NN_FloatTensor:$input, DenseI64ArrayAttr:$axes,
+                       DefaultValuedAttr<BoolAttr, "true">:$keepdims);
+  let results = (outs NN_FloatTensor:$result);
+}
+
+def NN_UnaryGradOp : NN_Op<"unary_grad", [Pure, AllTypesMatch<["dy", "x", "y", "result"]>]> {
+  let summary = "Gradient of an element-wise unary op";
+  let description = [{
+    dx = dy * f'(x), where `kind` names f: relu (1 where x > 0, else 0),
+    tanh (1 - y²), sigmoid (y(1 - y)), erf (2/√π · exp(-x²)), sqrt (1/(2y)),
+    gelu (exact: Φ(x) + x·φ(x)), gelu_tanh (derivative of the tanh
+    approximation). `x` is the forward input and `y` the forward result;
+    each kind reads the one it needs.
+  }];
+  let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$x, NN_FloatTensor:$y, StrAttr:$kind);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$kind $dy `,` $x `,` $y attr-dict `:` type($dy)";
+  let hasVerifier = 1;
+}
+
+def NN_BinaryGradOp : NN_InferredOp<"binary_grad"> {
+  let summary = "Gradient of an element-wise binary op for one operand, before broadcast reduction";
+  let description = [{
+    The gradient, on the broadcast result shape, with respect to one operand
+    of `lhs op rhs`; autodiff then sums it down to the operand's shape with
+    nn.reduce_sum and nn.reshape. Kinds: sub_rhs (-dy), div_rhs
+    (-dy·lhs/rhs²), pow_lhs (dy·rhs·lhs^(rhs-1)), pow_rhs (dy·lhs^rhs·ln lhs).
+  }];
+  let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$lhs, NN_FloatTensor:$rhs,
+                       StrAttr:$kind);
+  let results = (outs NN_FloatTensor:$result);
+}
+
+def NN_ConvInputGradOp : NN_Op<"conv_input_grad", [Pure]> {
+  let summary = "Gradient of nn.conv with respect to its input (transposed convolution)";
+  let description = [{ Same window attributes as the forward conv; the result type is the input's. }];
+  let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$weight,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                       DenseI64ArrayAttr:$dilations, DefaultValuedAttr<I64Attr, "1">:$group);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def NN_ConvWeightGradOp : NN_Op<"conv_weight_grad", [Pure]> {
+  let summary = "Gradient of nn.conv with respect to its weight";
+  let description = [{ Same window attributes as the forward conv; the result type is the weight's. }];
+  let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$input,
+                       DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
+                       DenseI64ArrayAttr:$dilations, DefaultValuedAttr<I64Attr, "1">:$group);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def NN_BatchNormGradOp : NN_InferredOp<"batch_norm_grad"> {
+  let summary = "Gradient of nn.batch_norm with respect to its input";
+  let description = [{
+    In training mode the statistics are the batch's (recomputed from x), and
+    the gradient flows through them; otherwise the running statistics are
+    constants.
+  }];
+  let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$input, NN_FloatTensor:$scale,
+                       NN_FloatTensor:$running_mean, NN_FloatTensor:$running_var,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
+                       DefaultValuedAttr<BoolAttr, "false">:$training);
+  let results = (outs NN_FloatTensor:$result);
+}
+
+def NN_BatchNormParamGradOp : NN_InferredOp<"batch_norm_param_grad"> {
+  let summary = "Gradients of nn.batch_norm with respect to scale and bias";
+  let description = [{ dscale = Σ dy·x̂ and dbias = Σ dy over all axes but the channel axis 1. }];
+  let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$input,
+                       NN_FloatTensor:$running_mean, NN_FloatTensor:$running_var,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
+                       DefaultValuedAttr<BoolAttr, "false">:$training);
+  let results = (outs NN_FloatTensor:$scale_grad, NN_FloatTensor:$bias_grad);
+}
+
+def NN_LayerNormGradOp : NN_InferredOp<"layer_norm_grad"> {
+  let summary = "Gradient of nn.layer_norm with respect to its input";
+  let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$input, NN_FloatTensor:$scale,
+                       DefaultValuedAttr<I64Attr, "-1">:$axis,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs NN_FloatTensor:$result);
+}
+
+def NN_LayerNormParamGradOp : NN_Op<"layer_norm_param_grad", [Pure]> {
+  let summary = "Gradients of nn.layer_norm with respect to scale and bias";
+  let description = [{
+    dscale = Σ dy·x̂ and dbias = Σ dy over the leading (not normalized) axes,
+    each shaped like the normalized axes; the result types are those of the
+    forward op's scale (and bias).
+  }];
+  let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$input,
+                       DefaultValuedAttr<I64Attr, "-1">:$axis,
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+  let results = (outs NN_FloatTensor:$scale_grad, NN_FloatTensor:$bias_grad);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_MaxPoolGradOp : NN_Op<"max_pool_grad", [Pure]> {
+  let summary = "Gradient of nn.max_pool: dy routed to the first maximum of each window";
+  let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$input,
+                       DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
+                       DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$dilations,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_AveragePoolGradOp : NN_Op<"average_pool_grad", [Pure]> {
+  let summary = "Gradient of nn.average_pool; the result type is the forward input's";
+  let arguments = (ins NN_FloatTensor:$dy,
+                       DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
+                       DenseI64ArrayAttr:$pads,
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
+                       DefaultValuedAttr<BoolAttr, "false">:$count_include_pad);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_DropoutGradOp : NN_Op<"dropout_grad", [Pure]> {
+  let summary = "Gradient of nn.dropout: dy·mask/(1-ratio) in training, dy otherwise";
+  let arguments = (ins NN_FloatTensor:$dy, NN_BoolTensor:$mask,
+                       DefaultValuedAttr<F32Attr, "0.5">:$ratio,
+                       DefaultValuedAttr<BoolAttr, "false">:$training);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_SoftmaxGradOp : NN_Op<"softmax_grad", [Pure, AllTypesMatch<["dy", "y", "result"]>]> {
+  let summary = "Gradient of nn.softmax from its result: y·(dy - Σ dy·y)";
+  let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$y,
+                       DefaultValuedAttr<I64Attr, "-1">:$axis);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "operands attr-dict `:` type($dy)";
+}
+
+def NN_SoftmaxCrossEntropyLossGradOp : NN_Op<"softmax_cross_entropy_loss_grad", [Pure]> {
+  let summary = "Gradient of nn.softmax_cross_entropy_loss with respect to the scores";
+  let arguments = (ins NN_FloatTensor:$dloss, NN_FloatTensor:$scores,
+                       NN_IntegerTensor:$labels, Optional<NN_FloatTensor>:$weights,
+                       DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
+                       OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_GatherGradOp : NN_Op<"gather_grad", [Pure]> {
+  let summary = "Gradient of nn.gather with respect to its data: scatter-add of dy";
+  let arguments = (ins NN_FloatTensor:$dy, NN_IntegerTensor:$indices,
+                       DefaultValuedAttr<I64Attr, "0">:$axis);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_SliceGradOp : NN_Op<"slice_grad", [Pure]> {
+  let summary = "Gradient of nn.slice: dy scattered into zeros of the input's shape";
+  let arguments = (ins NN_FloatTensor:$dy, DenseI64ArrayAttr:$starts,
+                       DenseI64ArrayAttr:$ends, DenseI64ArrayAttr:$steps);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_SgdUpdateOp : NN_Op<"sgd_update", [Pure, AllTypesMatch<["param", "grad", "momentum_buffer", "new_param", "new_momentum_buffer"]>]> {
+  let summary = "SGD with momentum and weight decay (PyTorch's torch.optim.SGD)";
+  let description = [{
+    g = grad + weight_decay·param; buf = momentum·buf + g (buf = g at step 1);
+    param = param - lr·buf. With momentum 0, buf is g.
+  }];
+  let arguments = (ins NN_FloatTensor:$param, NN_FloatTensor:$grad,
+                       NN_FloatTensor:$momentum_buffer, I64:$step,
+                       F32Attr:$lr, DefaultValuedAttr<F32Attr, "0.0">:$momentum,
+                       DefaultValuedAttr<F32Attr, "0.0">:$weight_decay);
+  let results = (outs NN_FloatTensor:$new_param, NN_FloatTensor:$new_momentum_buffer);
+  let assemblyFormat = "operands attr-dict `:` type($param)";
+}
+
+def NN_AdamWUpdateOp : NN_Op<"adamw_update", [Pure, AllTypesMatch<["param", "grad", "m", "v", "new_param", "new_m", "new_v"]>]> {
+  let summary = "AdamW (PyTorch's torch.optim.AdamW)";
+  let description = [{
+    param = param·(1 - lr·weight_decay); m = β1·m + (1-β1)·g;
+    v = β2·v + (1-β2)·g²; param = param - lr·(m/(1-β1^t)) / (√(v/(1-β2^t)) + ε),
+    with t = step (1 for the first update).
+  }];
+  let arguments = (ins NN_FloatTensor:$param, NN_FloatTensor:$grad, NN_FloatTensor:$m,
+                       NN_FloatTensor:$v, I64:$step, F32Attr:$lr,
+                       DefaultValuedAttr<F32Attr, "0.9">:$beta1,
+                       DefaultValuedAttr<F32Attr, "0.999">:$beta2,
+                       DefaultValuedAttr<F32Attr, "1.0e-8">:$epsilon,
+                       DefaultValuedAttr<F32Attr, "0.01">:$weight_decay);
+  let results = (outs NN_FloatTensor:$new_param, NN_FloatTensor:$new_m, NN_FloatTensor:$new_v);
+  let assemblyFormat = "operands attr-dict `:` type($param)";
+}
+
+#endif // PIPEC_NN_GRAD_OPS_TD

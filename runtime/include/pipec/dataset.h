@@ -1,0 +1,184 @@
+// Data sets for piperun (docs/dataset-format.md): a reader and a writer of
+// the binary format, and the synthetic data set used when no --data file is
+// given. Header-only, plain C++17 (no MPI).
+//
+// Layout (little-endian):
+//   "PIPECDS1"                     8-byte magic (format pipec.dataset/1)
+//   u32 num_fields, u64 num_samples
+//   num_fields times: u32 name_len, name, u32 dtype, u32 rank, i64 dims[rank]
+//     (the shape of ONE sample, without the batch dimension)
+//   then, field by field in header order, num_samples samples of that field,
+//   each product(dims) * dtype-size bytes, row-major.
+// Field-major storage lets a rank read only the fields its stage uses
+// (stage 0 the inputs, the last stage the labels) with one read per field.
+#pragma once
+
+#include "pipec/tensor_file.h"
+
+#include <cmath>
+#include <memory>
+
+namespace pipec::io {
+
+struct FieldSpec {
+  std::string name;
+  int dtype = PIPEC_F32;
+  std::vector<int64_t> shape; // one sample
+  // Synthetic values: floats uniform in [low, high), integers uniform in
+  // [low, high) (e.g. class labels [0, classes)), bools 0/1.
+  double low = -1.0, high = 1.0;
+  size_t sampleBytes() const { return (size_t)numElements(shape) * dtypeSize(dtype); }
+};
+
+inline constexpr char kDatasetMagic[8] = {'P', 'I', 'P', 'E', 'C', 'D', 'S', '1'};
+
+// A source of samples; `read` copies samples [first, first+count) of field
+// `field` (indices wrap modulo numSamples()) into dst.
+class DataSource {
+public:
+  virtual ~DataSource() = default;
+  virtual const std::vector<FieldSpec> &fields() const = 0;
+  virtual uint64_t numSamples() const = 0;
+  virtual void read(size_t field, uint64_t first, uint64_t count, void *dst) = 0;
+  virtual std::string describe() const = 0;
+  int fieldIndex(const std::string &name) const {
+    for (size_t i = 0; i < fields().size(); ++i)
+      if (fields()[i].name == name) return (int)i;
+    return -1;
+  }
+};
+
+class DatasetFile : public DataSource {
+public:
+  explicit DatasetFile(const std::string &path) : path_(path), in_(path, std::ios::binary | std::ios::ate) {
+    if (!in_) throw FormatError(path + ": cannot open data set (" + std::strerror(errno) + ")");
+    const uint64_t size = (uint64_t)in_.tellg();
+    in_.seekg(0);
+    detail::Cursor c{path_, in_, size};
+    char magic[8];
+    c.get(magic, 8, "the magic");
+    if (std::memcmp(magic, kDatasetMagic, 8) != 0)
+      throw FormatError(path + ": not a pipec data set (bad magic; expected PIPECDS1)");
+    const uint32_t nf = c.getv<uint32_t>("the field count");
+    samples_ = c.getv<uint64_t>("the sample count");
+    if (nf == 0 || nf > 4096) throw FormatError(path + ": bad field count " + std::to_string(nf));
+    if (samples_ == 0) throw FormatError(path + ": the data set has no samples");
+    for (uint32_t i = 0; i < nf; ++i) {
+      FieldSpec f;
+      const uint32_t len = c.getv<uint32_t>("a field name length");
+      f.name.resize(len);
+      c.get(f.name.data(), len, "a field name");
+      f.dtype = (int)c.getv<uint32_t>("a field dtype");
+      if (dtypeSize(f.dtype) == 0)
+        throw FormatError(path + ": field " + f.name + ": unknown dtype " + std::to_string(f.dtype));
+      const uint32_t rank = c.getv<uint32_t>("a field rank");
+      if (rank > 16) throw FormatError(path + ": field " + f.name + ": rank > 16");
+      for (uint32_t d = 0; d < rank; ++d) f.shape.push_back(c.getv<int64_t>("a field dimension"));
+      fields_.push_back(f);
+    }
+    uint64_t offset = size - c.remaining, need = 0;
+    for (const FieldSpec &f : fields_) {
+      offsets_.push_back(offset + need);
+      need += f.sampleBytes() * samples_;
+    }
+    if (need != c.remaining)
+      throw FormatError(path + ": " + std::to_string(c.remaining) + " data bytes after the header, the fields need " +
+                        std::to_string(need) + " for " + std::to_string(samples_) + " samples");
+  }
+  const std::vector<FieldSpec> &fields() const override { return fields_; }
+  uint64_t numSamples() const override { return samples_; }
+  std::string describe() const override { return path_; }
+  void read(size_t field, uint64_t first, uint64_t count, void *dst) override {
+    const size_t sb = fields_[field].sampleBytes();
+    char *out = (char *)dst;
+    while (count > 0) { // one contiguous read per run of samples up to the wrap
+      const uint64_t start = first % samples_, run = std::min<uint64_t>(count, samples_ - start);
+      in_.seekg((std::streamoff)(offsets_[field] + start * sb));
+      if (!in_.read(out, (std::streamsize)(run * sb)))
+        throw FormatError(path_ + ": read failed in field " + fields_[field].name);
+      out += run * sb;
+      first += run;
+      count -= run;
+    }
+  }
+
+private:
+  std::string path_;
+  std::ifstream in_;
+  uint64_t samples_ = 0;
+  std::vector<FieldSpec> fields_;
+  std::vector<uint64_t> offsets_;
+};
+
+// Counter-based generator: the value of element e of sample s of field f
+// depends only on (seed, f, s, e), so every rank produces the same sample
+// without coordination, in any order.
+inline uint64_t mix64(uint64_t x) { // splitmix64 finalizer
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+class SyntheticData : public DataSource {
+public:
+  SyntheticData(std::vector<FieldSpec> fields, uint64_t samples, uint64_t seed)
+      : fields_(std::move(fields)), samples_(samples), seed_(seed) {
+    if (samples_ == 0) throw FormatError("synthetic data set: 0 samples");
+  }
+  const std::vector<FieldSpec> &fields() const override { return fields_; }
+  uint64_t numSamples() const override { return samples_; }
+  std::string describe() const override {
+    return "synthetic data (" + std::to_string(samples_) + " samples, seed " + std::to_string(seed_) + ")";
+  }
+  void read(size_t field, uint64_t first, uint64_t count, void *dst) override {
+    const FieldSpec &f = fields_[field];
+    const int64_t n = numElements(f.shape);
+    for (uint64_t i = 0; i < count; ++i) {
+      const uint64_t s = (first + i) % samples_;
+      for (int64_t e = 0; e < n; ++e) {
+        const uint64_t h = mix64(mix64(mix64(seed_ ^ (field * 0x1000193ULL)) ^ s) ^ (uint64_t)e);
+        const double u = (double)(h >> 11) * (1.0 / 9007199254740992.0); // [0, 1)
+        const size_t k = (size_t)(i * n + e);
+        switch (f.dtype) {
+        case PIPEC_F32: ((float *)dst)[k] = (float)(f.low + u * (f.high - f.low)); break;
+        case PIPEC_F64: ((double *)dst)[k] = f.low + u * (f.high - f.low); break;
+        case PIPEC_I64: ((int64_t *)dst)[k] = (int64_t)std::floor(f.low + u * (f.high - f.low)); break;
+        case PIPEC_I32: ((int32_t *)dst)[k] = (int32_t)std::floor(f.low + u * (f.high - f.low)); break;
+        case PIPEC_BOOL: ((uint8_t *)dst)[k] = (uint8_t)(u < 0.5 ? 0 : 1); break;
+        }
+      }
+    }
+  }
+
+private:
+  std::vector<FieldSpec> fields_;
+  uint64_t samples_;
+  uint64_t seed_;
+};
+
+// Writes a data set; data[i] holds numSamples samples of fields[i].
+inline void writeDataset(const std::string &path, const std::vector<FieldSpec> &fields, uint64_t numSamples,
+                         const std::vector<std::vector<char>> &data) {
+  if (fields.size() != data.size()) throw FormatError(path + ": one data array per field expected");
+  std::string out;
+  detail::put(out, kDatasetMagic, 8);
+  detail::putv<uint32_t>(out, (uint32_t)fields.size());
+  detail::putv<uint64_t>(out, numSamples);
+  for (const FieldSpec &f : fields) {
+    detail::putv<uint32_t>(out, (uint32_t)f.name.size());
+    detail::put(out, f.name.data(), f.name.size());
+    detail::putv<uint32_t>(out, (uint32_t)f.dtype);
+    detail::putv<uint32_t>(out, (uint32_t)f.shape.size());
+    for (int64_t d : f.shape) detail::putv<int64_t>(out, d);
+  }
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (data[i].size() != fields[i].sampleBytes() * numSamples)
+      throw FormatError(path + ": field " + fields[i].name + " has " + std::to_string(data[i].size()) +
+                        " bytes, expected " + std::to_string(fields[i].sampleBytes() * numSamples));
+    detail::put(out, data[i].data(), data[i].size());
+  }
+  detail::writeFileAtomically(path, out);
+}
+
+} // namespace pipec::io

@@ -1,0 +1,260 @@
+// The evaluator on `nn` IR: whole functions, errors that name the op, the
+// dropout key, and constants in and out of attributes.
+#include "compiler/Evaluator/Evaluator.h"
+#include "dialects/nn/NNDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+using namespace pipec::eval;
+
+namespace {
+
+class EvaluatorTest : public ::testing::Test {
+protected:
+  EvaluatorTest()
+      : handler(&context, [this](mlir::Diagnostic &diagnostic) {
+          diagnostics += diagnostic.str() + "\n";
+          return mlir::success();
+        }) {
+    context.loadDialect<pipec::nn::NNDialect, mlir::func::FuncDialect>();
+    context.allowUnregisteredDialects();
+  }
+
+  mlir::func::FuncOp parse(const std::string &text) {
+    module = mlir::parseSourceString<mlir::ModuleOp>(text, &context);
+    EXPECT_TRUE(module) << diagnostics;
+    return module ? module->lookupSymbol<mlir::func::FuncOp>("forward") : nullptr;
+  }
+
+  /// The first op of @forward's body.
+  mlir::Operation *firstOp(mlir::func::FuncOp function) {
+    return &function.getBody().front().front();
+  }
+
+  mlir::MLIRContext context;
+  std::string diagnostics;
+  mlir::ScopedDiagnosticHandler handler;
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+};
+
+Tensor f32(std::vector<int64_t> shape, std::vector<double> values) {
+  return Tensor::ofFloats(ElementKind::Float32, std::move(shape), std::move(values));
+}
+
+TEST_F(EvaluatorTest, EvaluatesAFunction) {
+  auto forward = parse(R"mlir(
+    func.func @forward(%x: tensor<2x3xf32>, %w: tensor<3x2xf32>) -> tensor<2x2xf32> {
+      %b = nn.constant dense<[1.0, -100.0]> : tensor<2xf32>
+      %0 = nn.matmul %x, %w : (tensor<2x3xf32>, tensor<3x2xf32>) -> tensor<2x2xf32>
+      %1 = nn.add %0, %b : (tensor<2x2xf32>, tensor<2xf32>) -> tensor<2x2xf32>
+      %2 = nn.relu %1 : tensor<2x2xf32>
+      return %2 : tensor<2x2xf32>
+    })mlir");
+  ASSERT_TRUE(forward);
+  // x * w = [[1*1+2*0+3*1, 1*0+2*1+3*1], [4+6, 5+6]] = [[4, 5], [10, 11]].
+  auto results = evaluateFunction(forward, {f32({2, 3}, {1, 2, 3, 4, 5, 6}),
+                                            f32({3, 2}, {1, 0, 0, 1, 1, 1})});
+  ASSERT_TRUE(mlir::succeeded(results)) << diagnostics;
+  ASSERT_EQ(results->size(), 1u);
+  EXPECT_EQ((*results)[0].shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ((*results)[0].floats, (std::vector<double>{5, 0, 11, 0}));
+}
+
+TEST_F(EvaluatorTest, UnknownOpIsAnErrorNamingIt) {
+  auto forward = parse(R"mlir(
+    func.func @forward(%x: tensor<2xf32>) -> tensor<2xf32> {
+      %0 = "mystery.op"(%x) : (tensor<2xf32>) -> tensor<2xf32>
+      return %0 : tensor<2xf32>
+    })mlir");
+  ASSERT_TRUE(forward);
+  auto results = evaluateFunction(forward, {f32({2}, {1, 2})});
+  EXPECT_TRUE(mlir::failed(results));
+  EXPECT_NE(diagnostics.find("has no rule for 'mystery.op'"), std::string::npos) << diagnostics;
+}
+
+TEST_F(EvaluatorTest, ArgumentsMustMatchTheSignature) {
+  auto forward = parse(R"mlir(
+    func.func @forward(%x: tensor<2xf32>) -> tensor<2xf32> {
+      %0 = nn.sqrt %x : tensor<2xf32>
+      return %0 : tensor<2xf32>
+    })mlir");
+  ASSERT_TRUE(forward);
+  EXPECT_TRUE(mlir::failed(evaluateFunction(forward, {f32({3}, {1, 2, 3})})));
+  EXPECT_NE(diagnostics.find("argument 0: value float32[3] does not match type tensor<2xf32>"),
+            std::string::npos)
+      << diagnostics;
+  diagnostics.clear();
+  EXPECT_TRUE(mlir::failed(evaluateFunction(forward, {})));
+  EXPECT_NE(diagnostics.find("0 argument values for 1 arguments"), std::string::npos)
+      << diagnostics;
+}
+
+TEST_F(EvaluatorTest, KernelErrorsNameTheOp) {
+  auto forward = parse(R"mlir(
+    func.func @forward(%x: tensor<3x2xf32>, %i: tensor<1xi64>) -> tensor<1x2xf32> {
+      %0 = nn.gather %x, %i : (tensor<3x2xf32>, tensor<1xi64>) -> tensor<1x2xf32>
+      return %0 : tensor<1x2xf32>
+    })mlir");
+  ASSERT_TRUE(forward);
+  auto results = evaluateFunction(
+      forward, {f32({3, 2}, {0, 1, 2, 3, 4, 5}), Tensor::ofInts(ElementKind::Int64, {1}, {7})});
+  EXPECT_TRUE(mlir::failed(results));
+  EXPECT_NE(diagnostics.find("'nn.gather' op evaluator: index 7 out of range for axis size 3"),
+            std::string::npos)
+      << diagnostics;
+}
+
+TEST_F(EvaluatorTest, EveryResultOfMultiResultOps) {
+  auto forward = parse(R"mlir(
+    func.func @forward(%x: tensor<4x3xf32>) -> (tensor<1x3xf32>, tensor<3x3xf32>, tensor<4x1xf32>) {
+      %a, %b = nn.split %x {axis = 0 : i64, sizes = array<i64: 1, 3>} : (tensor<4x3xf32>) -> (tensor<1x3xf32>, tensor<3x3xf32>)
+      %s = nn.constant dense<1.0> : tensor<3xf32>
+      %y, %mean, %inv = nn.layer_norm %x, %s {epsilon = 0.0 : f32} : (tensor<4x3xf32>, tensor<3xf32>) -> (tensor<4x3xf32>, tensor<4x1xf32>, tensor<4x1xf32>)
+      return %a, %b, %mean : tensor<1x3xf32>, tensor<3x3xf32>, tensor<4x1xf32>
+    })mlir");
+  ASSERT_TRUE(forward);
+  auto results = evaluateFunction(forward, {f32({4, 3}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11})});
+  ASSERT_TRUE(mlir::succeeded(results)) << diagnostics;
+  EXPECT_EQ((*results)[0].floats, (std::vector<double>{0, 1, 2}));
+  EXPECT_EQ((*results)[1].shape, (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ((*results)[2].floats, (std::vector<double>{1, 4, 7, 10}));
+}
+
+TEST_F(EvaluatorTest, DropoutMaskIsKeyedByOptionsAndOp) {
+  auto forward = parse(R"mlir(
+    func.func @forward(%x: tensor<256xf32>) -> (tensor<256xi1>, tensor<256xi1>, tensor<256xi1>) {
+      %y1, %m1 = nn.dropout %x {ratio = 0.5 : f32, training = true} : (tensor<256xf32>) -> (tensor<256xf32>, tensor<256xi1>) loc("dropout_1")
+      %y2, %m2 = nn.dropout %x {ratio = 0.5 : f32, training = true} : (tensor<256xf32>) -> (tensor<256xf32>, tensor<256xi1>) loc("dropout_2")
+      %y3, %m3 = nn.dropout %x {ratio = 0.5 : f32, training = true, seed = 7 : i64} : (tensor<256xf32>) -> (tensor<256xf32>, tensor<256xi1>) loc("dropout_2")
+      return %m1, %m2, %m3 : tensor<256xi1>, tensor<256xi1>, tensor<256xi1>
+    })mlir");
+  ASSERT_TRUE(forward);
+  Tensor x = f32({256}, std::vector<double>(256, 1.0));
+  EvalOptions options;
+  options.seed = 42;
+  auto first = evaluateFunction(forward, {x}, options);
+  auto again = evaluateFunction(forward, {x}, options);
+  ASSERT_TRUE(mlir::succeeded(first) && mlir::succeeded(again)) << diagnostics;
+  EXPECT_EQ((*first)[0].ints, (*again)[0].ints);
+  EXPECT_NE((*first)[0].ints, (*first)[1].ints); // two ops, two streams
+  EXPECT_NE((*first)[1].ints, (*first)[2].ints); // the seed attribute wins over the name
+  options.microBatch = 1;
+  auto otherMicroBatch = evaluateFunction(forward, {x}, options);
+  ASSERT_TRUE(mlir::succeeded(otherMicroBatch));
+  EXPECT_NE((*first)[0].ints, (*otherMicroBatch)[0].ints);
+  // The documented key: seed, step, micro-batch, FNV-1a of the node name.
+  auto opId = dropoutOpId(firstOp(forward));
+  ASSERT_TRUE(mlir::succeeded(opId));
+  uint64_t key = kernels::dropoutStreamKey(42, 0, 0, *opId);
+  for (int64_t i = 0; i < 256; ++i)
+    EXPECT_EQ((*first)[0].ints[i], kernels::dropoutUniform(key, i) >= 0.5);
+}
+
+TEST_F(EvaluatorTest, DropoutWithoutIdentityIsAnError) {
+  auto forward = parse(R"mlir(
+    func.func @forward(%x: tensor<4xf32>) -> tensor<4xf32> {
+      %y, %m = nn.dropout %x {ratio = 0.5 : f32, training = true} : (tensor<4xf32>) -> (tensor<4xf32>, tensor<4xi1>)
+      return %y : tensor<4xf32>
+    })mlir");
+  ASSERT_TRUE(forward);
+  EXPECT_TRUE(mlir::failed(evaluateFunction(forward, {f32({4}, {1, 2, 3, 4})})));
+  EXPECT_NE(diagnostics.find("needs a `seed` attribute or a name location"), std::string::npos)
+      << diagnostics;
+}
+
+TEST_F(EvaluatorTest, ConstantsRoundTripThroughAttributes) {
+  auto type = mlir::RankedTensorType::get({3}, mlir::Float16Type::get(&context));
+  Tensor half = Tensor::ofFloats(ElementKind::Float16, {3}, {0.5, -2, 65504});
+  auto attr = tensorToAttr(half, type);
+  auto back = tensorFromAttr(llvm::cast<mlir::ElementsAttr>(attr));
+  ASSERT_TRUE(mlir::succeeded(back));
+  EXPECT_EQ(back->kind, ElementKind::Float16);
+  EXPECT_EQ(back->floats, half.floats);
+
+  auto u8 = mlir::RankedTensorType::get(
+      {2}, mlir::IntegerType::get(&context, 8, mlir::IntegerType::Unsigned));
+  Tensor bytes = Tensor::ofInts(ElementKind::UInt8, {2}, {200, 7});
+  auto bytesBack = tensorFromAttr(llvm::cast<mlir::ElementsAttr>(tensorToAttr(bytes, u8)));
+  ASSERT_TRUE(mlir::succeeded(bytesBack));
+  EXPECT_EQ(bytesBack->ints, bytes.ints); // 200 stays 200, not -56
+}
+
+/// One use of every `nn` op, so that a new op without an evaluator rule (or
+/// without a test here) fails this test rather than a later user.
+TEST_F(EvaluatorTest, EveryNNOpHasARule) {
+  auto forward = parse(R"mlir(
+    func.func @forward(%x: tensor<1x2x2x2xf32>, %labels: tensor<1x2x2xi64>) -> (tensor<1x2x4x4xf32>, tensor<1x2x2x2xf32>, tensor<f32>) {
+      %c = nn.constant dense<[[1.0, -1.0]]> : tensor<1x2xf32>
+      %i = nn.constant dense<[1, 0]> : tensor<2xi64>
+      %v = nn.constant dense<[1.0, 2.0]> : tensor<2xf32>
+      %add = nn.add %x, %x : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+      %sub = nn.sub %add, %x : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+      %mul = nn.mul %sub, %x : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+      %div = nn.div %mul, %add : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+      %pow = nn.pow %div, %x : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+      %eq = nn.equal %pow, %x : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xi1>
+      %where = nn.where %eq, %x, %pow : (tensor<1x2x2x2xi1>, tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+      %relu = nn.relu %where : tensor<1x2x2x2xf32>
+      %tanh = nn.tanh %relu : tensor<1x2x2x2xf32>
+      %sigmoid = nn.sigmoid %tanh : tensor<1x2x2x2xf32>
+      %erf = nn.erf %sigmoid : tensor<1x2x2x2xf32>
+      %sqrt = nn.sqrt %erf : tensor<1x2x2x2xf32>
+      %gelu = nn.gelu %sqrt {approximate = "tanh"} : tensor<1x2x2x2xf32>
+      %cast = nn.cast %gelu : tensor<1x2x2x2xf32> -> tensor<1x2x2x2xf64>
+      %flat = nn.flatten %x {axis = 1 : i64} : (tensor<1x2x2x2xf32>) -> tensor<1x8xf32>
+      %gemm = nn.gemm %c, %c, %v {transA = true} : (tensor<1x2xf32>, tensor<1x2xf32>, tensor<2xf32>) -> tensor<2x2xf32>
+      %mm = nn.matmul %gemm, %gemm : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+      %w = nn.constant dense<1.0> : tensor<2x1x1x1xf32>
+      %conv = nn.conv %x, %w, %v {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 2 : i64} : (tensor<1x2x2x2xf32>, tensor<2x1x1x1xf32>, tensor<2xf32>) -> tensor<1x2x2x2xf32>
+      %bn:3 = nn.batch_norm %conv, %v, %v, %v, %v {training = true} : (tensor<1x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> (tensor<1x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>)
+      %ln:3 = nn.layer_norm %bn#0, %v, %v : (tensor<1x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>) -> (tensor<1x2x2x2xf32>, tensor<1x2x2x1xf32>, tensor<1x2x2x1xf32>)
+      %max = nn.max_pool %ln#0 {kernel_shape = array<i64: 2, 2>, strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 1, 1>, dilations = array<i64: 1, 1>} : (tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+      %avg = nn.average_pool %max {kernel_shape = array<i64: 2, 2>, strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 0, 0>, count_include_pad = true} : (tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+      %gap = nn.global_average_pool %avg : (tensor<1x2x2x2xf32>) -> tensor<1x2x1x1xf32>
+      %drop:2 = nn.dropout %x {ratio = 0.5 : f32, training = true, seed = 3 : i64} : (tensor<1x2x2x2xf32>) -> (tensor<1x2x2x2xf32>, tensor<1x2x2x2xi1>)
+      %soft = nn.softmax %drop#0 {axis = 1 : i64} : (tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+      %loss:2 = nn.softmax_cross_entropy_loss %soft, %labels, %v {ignore_index = 1 : i64} : (tensor<1x2x2x2xf32>, tensor<1x2x2xi64>, tensor<2xf32>) -> (tensor<f32>, tensor<1x2x2x2xf32>)
+      %mean = nn.reduce_mean %loss#1 {axes = array<i64: 1, 3>, keepdims = false} : (tensor<1x2x2x2xf32>) -> tensor<1x2xf32>
+      %gather = nn.gather %mean, %i {axis = 1 : i64} : (tensor<1x2xf32>, tensor<2xi64>) -> tensor<1x2xf32>
+      %reshape = nn.reshape %gather : tensor<1x2xf32> -> tensor<2x1xf32>
+      %unsq = nn.unsqueeze %reshape {axes = array<i64: 0>} : (tensor<2x1xf32>) -> tensor<1x2x1xf32>
+      %sq = nn.squeeze %unsq {axes = array<i64: 0>} : (tensor<1x2x1xf32>) -> tensor<2x1xf32>
+      %expand = nn.expand %sq : tensor<2x1xf32> -> tensor<2x2x2xf32>
+      %tr = nn.transpose %expand {perm = array<i64: 2, 0, 1>} : (tensor<2x2x2xf32>) -> tensor<2x2x2xf32>
+      %cat = nn.concat %tr, %tr {axis = 0 : i64} : (tensor<2x2x2xf32>, tensor<2x2x2xf32>) -> tensor<4x2x2xf32>
+      %parts:2 = nn.split %cat {axis = 0 : i64, sizes = array<i64: 1, 3>} : (tensor<4x2x2xf32>) -> (tensor<1x2x2xf32>, tensor<3x2x2xf32>)
+      %slice = nn.slice %parts#1 {starts = array<i64: 2, 0, 1>, ends = array<i64: -1, 2, -1>, steps = array<i64: -2, 1, -1>} : (tensor<3x2x2xf32>) -> tensor<2x2x2xf32>
+      %padded = nn.pad %x {pads = array<i64: 0, 0, 1, 1, 0, 0, 1, 1>, value = 7.5 : f64} : (tensor<1x2x2x2xf32>) -> tensor<1x2x4x4xf32>
+      return %padded, %where, %loss#0 : tensor<1x2x4x4xf32>, tensor<1x2x2x2xf32>, tensor<f32>
+    })mlir");
+  ASSERT_TRUE(forward);
+  std::set<std::string> used, registered;
+  forward.walk([&](mlir::Operation *op) {
+    if (op->getDialect() && op->getDialect()->getNamespace() == "nn")
+      used.insert(op->getName().getStringRef().str());
+  });
+  for (mlir::RegisteredOperationName name : context.getRegisteredOperations())
+    if (name.getDialectNamespace() == "nn")
+      registered.insert(name.getStringRef().str());
+  EXPECT_EQ(used, registered) << "add the new op to this test and to the evaluator";
+
+  Tensor x = f32({1, 2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
+  auto results = evaluateFunction(
+      forward, {x, Tensor::ofInts(ElementKind::Int64, {1, 2, 2}, {0, 1, 1, 0})});
+  ASSERT_TRUE(mlir::succeeded(results)) << diagnostics;
+  // Pad's value attribute fills the border; the centre keeps x.
+  const Tensor &padded = (*results)[0];
+  EXPECT_EQ(padded.floats[0], 7.5);
+  EXPECT_EQ(padded.floats[5], 1.0);  // [0,0,1,1]
+  EXPECT_EQ(padded.floats[10], 4.0); // [0,0,2,2]
+}
+
+} // namespace
