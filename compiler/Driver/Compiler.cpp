@@ -3,6 +3,8 @@
 #include "compiler/Partition/CostTable.h"
 #include "compiler/Partition/Error.h"
 #include "compiler/Partition/Partitioner.h"
+#include "compiler/Partition/PlanJson.h"
+#include "compiler/Schedule/Schedule.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -19,6 +21,10 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -137,6 +143,76 @@ int emitModule(const CompileOptions &options, mlir::ModuleOp module, llvm::raw_o
   return 0;
 }
 
+std::string formatSeconds(double seconds) {
+  if (seconds < 1e-3)
+    return llvm::formatv("{0:F1} us", seconds * 1e6).str();
+  if (seconds < 1)
+    return llvm::formatv("{0:F2} ms", seconds * 1e3).str();
+  return llvm::formatv("{0:F2} s", seconds).str();
+}
+
+/// The schedule problem of a partition: per-stage F, B and W are the sums
+/// of the stage's op times, communication is the slowest boundary's one-way
+/// transfer, activation memory is in units of the largest stage's
+/// activations of one micro-batch (the zero-bubble paper's M_B).
+schedule::Problem scheduleProblem(const partition::CostTable &table,
+                                  const partition::PartitionResult &result) {
+  schedule::Problem problem;
+  problem.stages = static_cast<int>(result.stages.size());
+  problem.microbatches = result.microbatches;
+  problem.costF.clear();
+  problem.costB.clear();
+  problem.costW.clear();
+  problem.activation.clear();
+  problem.comm = 0;
+  std::vector<double> activationBytes;
+  for (const auto &stage : result.stages) {
+    double forward = 0, backwardInput = 0, backwardWeight = 0, bytes = 0;
+    for (int op = stage.firstOp; op <= stage.lastOp; ++op) {
+      forward += table.ops[op].forwardSeconds;
+      backwardInput += table.ops[op].backwardInputSeconds;
+      backwardWeight += table.ops[op].backwardWeightSeconds;
+      bytes += static_cast<double>(table.ops[op].activationBytes);
+    }
+    problem.replicas.push_back(stage.replicas);
+    problem.costF.push_back(forward);
+    problem.costB.push_back(backwardInput);
+    problem.costW.push_back(backwardWeight);
+    problem.comm = std::max(problem.comm, stage.sendSeconds / 2);
+    problem.allreduceCost = std::max(problem.allreduceCost, stage.allreduceSeconds);
+    activationBytes.push_back(bytes);
+  }
+  double unit = std::max(1.0, *std::max_element(activationBytes.begin(), activationBytes.end()));
+  for (double bytes : activationBytes)
+    problem.activation.push_back(bytes / unit);
+  if (result.recompute)
+    problem.recompute = {1};
+  if (result.asynchronous)
+    problem.inFlight = result.inflightMicrobatches;
+  return problem;
+}
+
+/// The schedule library numbers ranks stage by stage; the partition may
+/// place replicas elsewhere (hierarchically). Renumber to the plan's ranks.
+schedule::Schedule toPlanRanks(const schedule::Schedule &generated,
+                               const partition::PartitionResult &result) {
+  std::vector<int> planRank(generated.ranks.size(), -1);
+  for (size_t stage = 0; stage < result.stages.size(); ++stage)
+    for (size_t replica = 0; replica < result.stages[stage].ranks.size(); ++replica)
+      planRank[generated.problem.rankOf(static_cast<int>(stage), static_cast<int>(replica))] =
+          result.stages[stage].ranks[replica];
+  schedule::Schedule renumbered = generated;
+  renumbered.ranks.assign(generated.ranks.size(), {});
+  for (size_t rank = 0; rank < generated.ranks.size(); ++rank) {
+    auto instructions = generated.ranks[rank];
+    for (auto &instruction : instructions)
+      if (schedule::isP2P(instruction.op) && instruction.peer >= 0)
+        instruction.peer = planRank[instruction.peer];
+    renumbered.ranks[planRank[rank]] = std::move(instructions);
+  }
+  return renumbered;
+}
+
 mlir::LogicalResult estimateCosts(const CompileOptions &options, mlir::ModuleOp module) {
   mlir::PassManager manager(module.getContext());
   passes::EstimateCostsOptions costOptions;
@@ -207,12 +283,58 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
 
   partition::PartitionResult result;
   try {
+    // plan.json is written below, once the schedule is known.
+    partition::PartitionCliOptions partitionOptions = options.partition;
+    partitionOptions.outDir.clear();
     std::ostringstream report;
-    result = partition::runPartition(*table, options.partition, report);
-    if (!options.emit)
-      outs << report.str();
+    result = partition::runPartition(*table, partitionOptions, report);
+
+    std::string name = options.scheduleName.empty()
+                           ? (result.asynchronous ? "1f1b-rr" : "1f1b")
+                           : options.scheduleName;
+    schedule::Schedule generated = schedule::generate(name, scheduleProblem(*table, result));
+    schedule::SimResult simulated = schedule::simulate(generated);
+    schedule::Schedule planned = toPlanRanks(generated, result);
+    double peak = *std::max_element(simulated.peakMemory.begin(), simulated.peakMemory.end());
+    nlohmann::json scheduleJson = {
+        {"name", name},
+        {"microbatches", result.microbatches},
+        {"makespan_s", simulated.makespan},
+        {"bubble_flush", simulated.bubbleFlush},
+        {"bubble_steady_state", simulated.bubbleSteady},
+        {"bubble_over_ideal", simulated.bubbleOverIdeal},
+        {"peak_activation_units", peak},
+        {"rank_files", "schedule/rank_<rank>.json"},
+    };
+    if (!options.emit) {
+      if (options.partition.json) {
+        nlohmann::json summary = nlohmann::json::parse(report.str());
+        summary["schedule"] = scheduleJson;
+        outs << summary.dump(2) << "\n";
+      } else {
+        outs << report.str();
+        outs << llvm::formatv("schedule {0}: {1} per mini-batch of {2} micro-batches (simulated), "
+                              "bubble {3:P} flush-to-flush, {4:P} steady-state, peak activations "
+                              "{5:F2} x one micro-batch of the largest stage\n",
+                              name, formatSeconds(simulated.makespan),
+                              result.microbatches, simulated.bubbleFlush,
+                              simulated.bubbleSteady, peak)
+                    .str();
+      }
+    }
+    if (!options.partition.outDir.empty()) {
+      nlohmann::json plan = partition::planToJson(*table, options.partition.topology(), result);
+      plan["schedule"] = scheduleJson;
+      partition::writePlanFile(plan, options.partition.outDir);
+      schedule::writeScheduleDir(planned, simulated,
+                                 (std::filesystem::path(options.partition.outDir) / "schedule")
+                                     .string());
+    }
   } catch (const partition::Error &error) {
     errs << "error: " << options.inputPath << ": " << error.what() << "\n";
+    return 1;
+  } catch (const schedule::ScheduleError &error) {
+    errs << "error: " << options.inputPath << ": schedule: " << error.what() << "\n";
     return 1;
   }
   passes::annotateStages(*module, *table, result);

@@ -22,6 +22,9 @@ enum class Phase {
   Costs,     ///< every op annotated with its times and bytes (pipe.cost)
   Partition, ///< every op assigned to a stage (pipe.stage), plan printed
 };
+// The schedule is generated, simulated and validated right after the
+// partition (it changes no IR); its numbers join the printed plan and
+// plan.json, its per-rank streams and timeline go to --out DIR/schedule.
 
 std::optional<Phase> parsePhase(const std::string &name);
 const char *phaseName(Phase phase);
@@ -48,6 +51,8 @@ struct CompileOptions {
   std::string dumpCostsPath;
   /// Topology and partition flags (--gpus, --cluster, --stages, ... --out, --json).
   partition::PartitionCliOptions partition;
+  /// Pipeline schedule (--schedule); empty: 1f1b, or 1f1b-rr with --async.
+  std::string scheduleName;
   /// True when a topology was given: the partition phase runs.
   bool partitionRequested() const {
     return !partition.gpus.empty() || !partition.clusterFile.empty();

@@ -47,6 +47,13 @@ std::string fmt(double x, int prec = 2) {
   return buf;
 }
 
+// Costs may be unit-less (1, 2, ...) or seconds (1e-5): keep 4 significant digits.
+std::string significant(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4g", x);
+  return buf;
+}
+
 std::string esc(const std::string &s) {
   std::string o;
   for (char c : s)
@@ -123,7 +130,7 @@ void writeSvg(const Schedule &s, const SimResult &sim, std::ostream &os) {
   os << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   os << "<text x=\"" << left << "\" y=\"18\" font-size=\"14\" font-weight=\"bold\">" << esc(s.name) << "  (p="
      << s.problem.stages << ", m=" << s.problem.microbatches << ", v=" << s.problem.chunks << ")</text>\n";
-  os << "<text x=\"" << left << "\" y=\"36\" font-size=\"11\" fill=\"#444\">makespan " << fmt(sim.makespan)
+  os << "<text x=\"" << left << "\" y=\"36\" font-size=\"11\" fill=\"#444\">makespan " << significant(sim.makespan)
      << " · bubble flush-to-flush " << fmt(100 * sim.bubbleFlush, 1) << "% · steady-state "
      << fmt(100 * sim.bubbleSteady, 1) << "% · peak memory " << fmt(sim.maxPeakMemory) << " (units of M_B)</text>\n";
   // Rows: grey background = idle.

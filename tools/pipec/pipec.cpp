@@ -78,6 +78,11 @@ int main(int argc, char **argv) {
   cl::opt<std::string> dumpCosts(
       "dump-costs", cl::desc("Write the cost table, one row per op (docs/cost-table.md)"),
       cl::value_desc("costs.csv"), cl::cat(category));
+  cl::opt<std::string> scheduleName(
+      "schedule",
+      cl::desc("Pipeline schedule: gpipe, 1f1b, 1f1b-rr, interleaved, zb-h1, zb-h2, zb-v, auto "
+               "(default 1f1b, or 1f1b-rr with --async)"),
+      cl::value_desc("name"), cl::cat(category));
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(static_cast<int>(remaining.size()), remaining.data(),
                               overview);
@@ -91,6 +96,7 @@ int main(int argc, char **argv) {
   options.optimizer = optimizer;
   options.profilePath = profile;
   options.dumpCostsPath = dumpCosts;
+  options.scheduleName = scheduleName;
   if (!emit.empty()) {
     options.emit = pipec::parsePhase(emit);
     if (!options.emit) {
