@@ -174,10 +174,13 @@ schedule::Problem scheduleProblem(const partition::CostTable &table,
       backwardWeight += table.ops[op].backwardWeightSeconds;
       bytes += static_cast<double>(table.ops[op].activationBytes);
     }
+    // The schedule library needs positive costs; a stage without weights
+    // (no W) or without a backward still runs its (empty) instructions.
+    constexpr double kEmptyWork = 1e-9;
     problem.replicas.push_back(stage.replicas);
-    problem.costF.push_back(forward);
-    problem.costB.push_back(backwardInput);
-    problem.costW.push_back(backwardWeight);
+    problem.costF.push_back(std::max(forward, kEmptyWork));
+    problem.costB.push_back(std::max(backwardInput, kEmptyWork));
+    problem.costW.push_back(std::max(backwardWeight, kEmptyWork));
     problem.comm = std::max(problem.comm, stage.sendSeconds / 2);
     problem.allreduceCost = std::max(problem.allreduceCost, stage.allreduceSeconds);
     activationBytes.push_back(bytes);
@@ -313,6 +316,15 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
         outs << summary.dump(2) << "\n";
       } else {
         outs << report.str();
+        for (const auto &stage : result.stages)
+          if (result.microbatches % stage.replicas) {
+            outs << llvm::formatv("note: {0} micro-batches do not divide among the {1} replicas "
+                                  "of a stage: some replicas idle in each mini-batch (use a "
+                                  "multiple of {1})\n",
+                                  result.microbatches, stage.replicas)
+                        .str();
+            break;
+          }
         outs << llvm::formatv("schedule {0}: {1} per mini-batch of {2} micro-batches (simulated), "
                               "bubble {3:P} flush-to-flush, {4:P} steady-state, peak activations "
                               "{5:F2} x one micro-batch of the largest stage\n",
