@@ -82,4 +82,209 @@ def AssignStages : Pass<"pipec-partition", "mlir::ModuleOp"> {
   ];
 }
 
+def AppendLoss : Pass<"pipec-append-loss", "mlir::ModuleOp"> {
+  let summary = "Make @forward end in a scalar loss (labels become an input)";
+  let description = [{
+    A model that ends in logits gets its loss appended: `softmax-cross-entropy`
+    flattens the leading axes of the first result ([..., C] → [N, C]) and
+    compares it with integer labels shaped like those leading axes (a new
+    argument, role `label`, named `labels`); `mse` takes labels shaped like
+    the result and computes mean((y - labels)²). The loss becomes the only
+    result. A model whose first result already comes from
+    nn.softmax_cross_entropy_loss is left as it is (its labels argument gets
+    the role `label`).
+
+    Before:
+      func.func @forward(..., %x {nn.role = "input"}) -> tensor<8x10xf32>
+    After (loss=softmax-cross-entropy):
+      func.func @forward(..., %x {nn.role = "input"}, %labels: tensor<8xi64> {nn.role = "label"})
+          -> (tensor<f32> {nn.role = "loss"})
+  }];
+  let options = [
+    Option<"loss", "loss", "std::string", /*default=*/"\"softmax-cross-entropy\"",
+           "softmax-cross-entropy or mse">,
+  ];
+}
+
+def Autodiff : Pass<"pipec-autodiff", "mlir::ModuleOp"> {
+  let summary = "Derive @train_step: forward, input gradients (B), weight gradients (W)";
+  let description = [{
+    Reverse-mode differentiation of @forward, whose first result is the
+    scalar loss. Each nn op knows the gradient of each operand; the result is
+    `func.func @train_step` returning the loss, the gradient of every trained
+    parameter (role `grad`, in argument order) and the new values of the
+    buffers (role `buffer_update`). Every op gets `pipe.phase`: `fwd`, or
+    `bwd_input` for gradients of activations (B), or `bwd_weight` for
+    gradients of values computed from parameters only (W), which zero-bubble
+    schedules may delay. Ops with `pipe.stage` pass it on to the gradient ops
+    they cause. Gradients of a value used several times (tied weights) are
+    summed.
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// From @train_step to per-stage programs (docs/stages.md)
+//===----------------------------------------------------------------------===//
+
+def Optimizer : Pass<"pipec-optimizer", "mlir::ModuleOp"> {
+  let summary = "Add @optimizer_step: one nn.adamw_update / nn.sgd_update per trained parameter";
+  let description = [{
+    Reads the trained parameters of @train_step (arguments with role `param`;
+    buffers are not trained) and adds a function that updates them from their
+    gradients. Its arguments are the parameters, their gradients, the
+    optimizer state (parameter-major: AdamW `exp_avg`, `exp_avg_sq`; SGD
+    `momentum_buffer`, as PyTorch names them; one SGD buffer even without
+    momentum, as the stage ABI counts it) and the step count (1 for the first
+    update); its results the new parameters and the new state. The
+    hyper-parameters are attributes of the update ops and, together, the
+    function's `pipe.optimizer` dictionary.
+
+    After (optimizer=sgd lr=0.1 momentum=0.9):
+      func.func @optimizer_step(
+          %w: tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = "param"},
+          %g: tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = "grad"},
+          %buf: tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = "optimizer_state",
+                                   pipe.state = "momentum_buffer"},
+          %step: i64 {nn.role = "step"})
+          -> (tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = "param"},
+              tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = "optimizer_state",
+                                 pipe.state = "momentum_buffer"})
+          attributes {pipe.optimizer = {kind = "sgd", lr = 1.0e-01 : f32, ...}} {
+        %0:2 = nn.sgd_update %w, %g, %buf, %step {lr = 1.0e-01 : f32, momentum = 9.0e-01 : f32,
+                                                   weight_decay = 0.0 : f32} : tensor<64x32xf32>
+        return %0#0, %0#1 : ...
+      }
+  }];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
+           "adamw or sgd">,
+    Option<"lr", "lr", "double", /*default=*/"1.0e-3", "Learning rate">,
+    Option<"momentum", "momentum", "double", /*default=*/"0.0", "SGD momentum">,
+    Option<"weightDecay", "weight-decay", "double", /*default=*/"-1.0",
+           "Weight decay (default: 0.01 for adamw, 0 for sgd, PyTorch's defaults)">,
+    Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW beta2">,
+    Option<"epsilon", "epsilon", "double", /*default=*/"1.0e-8", "AdamW epsilon">,
+  ];
+  let statistics = [
+    Statistic<"numUpdates", "updates", "Number of parameter updates created">,
+  ];
+}
+
+def OutlineStages : Pass<"pipec-outline-stages", "mlir::ModuleOp"> {
+  let summary = "Split @train_step and @optimizer_step into one pipe.stage per pipeline stage";
+  let description = [{
+    Every op of @train_step carries `pipe.stage` and `pipe.phase` (fwd,
+    bwd_input, bwd_weight); each goes to the function of its phase in its
+    stage: `@fwd`, `@bwd_input`, `@bwd_weight`, and `@step` gets the stage's
+    part of @optimizer_step. Values crossing stages become `pipe.send` /
+    `pipe.recv` pairs between neighbours (activations forward in @fwd,
+    gradients backward in @bwd_input, one tag per tensor and direction,
+    forwarded hop by hop when they skip stages). Values a later function of
+    the same stage needs are returned by the earlier one and taken as
+    arguments, both marked `pipe.saved = "<name>"` (the micro-batch's
+    workspace). Parameters, buffers and data fields are arguments
+    (`nn.role`, `nn.name`) of every function that reads them; the loss seed
+    becomes the `loss_scale` argument of the last stage's @bwd_input.
+    Replicated stages average gradients with `pipe.allreduce` in @step; a
+    parameter read by several stages (tied weights) is held by each, its
+    partial gradients summed by a `pipe.allreduce {stages = [...]}` among
+    them. The pipec-verify-pipeline checks run at the end. docs/stages.md
+    gives the full shape.
+
+    Before:
+      func.func @train_step(%w0 {nn.role = "param"}, %w1 {nn.role = "param"}, %x {nn.role = "input"}, ...)
+        %h = nn.matmul %x, %w0 {pipe.stage = 0 : i64, pipe.phase = "fwd"} ...
+        %y = nn.matmul %h, %w1 {pipe.stage = 1 : i64, pipe.phase = "fwd"} ...
+    After:
+      pipe.stage @stage_0 attributes {id = 0 : i64, ranks = array<i64: 0>, replicas = 1 : i64} {
+        func.func @fwd(%w0 {nn.role = "param", ...}, %x {nn.role = "input", ...}) {
+          %h = nn.matmul %x, %w0 ...
+          pipe.send %h to 1 tag 0 {name = "fc0"} : tensor<8x64xf32>
+          return
+        }
+        func.func @bwd_input(...)  func.func @bwd_weight(...)  func.func @step(...)
+      }
+      pipe.stage @stage_1 ... { func.func @fwd(...) { %h = pipe.recv from 0 tag 0 ... } ... }
+  }];
+  let options = [
+    Option<"keepTrainStep", "keep-train-step", "bool", /*default=*/"false",
+           "Keep @train_step and @optimizer_step for reference">,
+  ];
+  let statistics = [
+    Statistic<"numSends", "sends", "Number of pipe.send ops created">,
+    Statistic<"numSaved", "saved", "Number of values saved between a stage's functions">,
+  ];
+}
+
+def VerifyPipeline : Pass<"pipec-verify-pipeline", "mlir::ModuleOp"> {
+  let summary = "Check that the stages' communication pairs up and their functions fit together";
+  let description = [{
+    Checks the stage modules the outlining produced: stage ids are 0..n-1
+    and every stage has @fwd, @bwd_input, @bwd_weight and @step; every
+    pipe.send has exactly one pipe.recv in the peer stage's function of the
+    same phase with the same tag and type (and the reverse); peers are
+    neighbours in the direction of the phase (activations forward in @fwd,
+    gradients backward in @bwd_input); ops carrying `pipe.stage` sit in that
+    stage; every `pipe.saved` argument has one producer result of the same
+    type in an earlier function of its stage; tied-parameter all-reduces agree
+    among the stages they name. Errors name the stage, the op and the tag.
+    Reads only.
+  }];
+}
+
+def WeightStashing : Pass<"pipec-weight-stashing", "mlir::ModuleOp"> {
+  let summary = "Keep one weight version per in-flight micro-batch (asynchronous schedules)";
+  let description = [{
+    For PipeDream's asynchronous 1F1B-RR: each stage function gets the
+    micro-batch index (an `index` argument, `nn.role = "microbatch"`); @fwd
+    stashes every trained parameter (`pipe.stash`, `slots` = versions) and
+    @bwd_input / @bwd_weight read it back with `pipe.restore`, so the
+    backward of a micro-batch uses the weights its forward used. With
+    vertical sync the forward of stages after the first also reads the
+    restored version (the one current when the micro-batch entered stage 0).
+    Synchronous schedules (versions 0 or 1) are left unchanged. Run it after
+    pipec-recompute.
+
+    After (versions=4):
+      func.func @fwd(%w {nn.role = "param", nn.name = "fc.weight"}, ..., %mb: index {nn.role = "microbatch"}) {
+        pipe.stash %w for %mb {name = "fc.weight", slots = 4 : i64} : tensor<64x32xf32>
+        ...
+      func.func @bwd_weight(..., %mb: index {nn.role = "microbatch"}) {
+        %w = pipe.restore %mb {name = "fc.weight", slots = 4 : i64} : tensor<64x32xf32>
+  }];
+  let options = [
+    Option<"versions", "versions", "int", /*default=*/"0",
+           "Weight versions kept per stage (the plan's in-flight count); 0 or 1: synchronous, nothing to do">,
+    Option<"verticalSync", "vertical-sync", "bool", /*default=*/"false",
+           "Every stage uses the version current when the micro-batch entered stage 0">,
+  ];
+  let statistics = [
+    Statistic<"numStashed", "stashed", "Number of parameters stashed">,
+  ];
+}
+
+def Recompute : Pass<"pipec-recompute", "mlir::ModuleOp"> {
+  let summary = "Keep only stage-boundary activations and re-run the forward before the backward";
+  let description = [{
+    For the chosen stages, @fwd saves only what the stage received (its
+    boundary activations); @bwd_input begins with a `pipe.recompute` region
+    that re-runs the forward ops the backward needs from those, the
+    parameters and the data fields, and yields the values @fwd used to save.
+    Values @bwd_weight needs are then handed on by @bwd_input under the same
+    `pipe.saved` names. @fwd's `pipe.saved_bytes` shrinks; the value before
+    is kept as `pipe.saved_bytes_no_recompute`, and each stage's
+    `pipe.workspace_bytes` is updated. Run it before pipec-weight-stashing.
+  }];
+  let options = [
+    Option<"mode", "mode", "std::string", /*default=*/"\"none\"",
+           "none, or all (every stage); a list in `stages` overrides">,
+    ListOption<"stages", "stages", "int64_t",
+               "Stages to recompute (the driver's `auto` choice)">,
+  ];
+  let statistics = [
+    Statistic<"numRecomputed", "ops-recomputed", "Number of forward ops re-run in a backward">,
+  ];
+}
+
 #endif // PIPEC_PASSES_TD

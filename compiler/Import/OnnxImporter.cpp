@@ -172,6 +172,7 @@ public:
         errors(errors) {}
 
   OwningOpRef<ModuleOp> run();
+  bool readInitializers(std::map<std::string, HostTensor> &values);
 
   // Converters (one per supported ONNX operator).
   template <typename OpT> void convertBinary(const onnx::NodeProto &node);
@@ -1770,6 +1771,17 @@ void OnnxImporter::crossCheckShapeInference() {
   }
 }
 
+bool OnnxImporter::readInitializers(std::map<std::string, HostTensor> &values) {
+  try {
+    loadModel();
+    for (const auto &tensor : model.graph().initializer())
+      values[tensor.name()] = readTensor(tensor, "initializer '" + tensor.name() + "'");
+    return true;
+  } catch (const ImportAborted &) {
+    return false;
+  }
+}
+
 OwningOpRef<ModuleOp> OnnxImporter::run() {
   context.loadDialect<nn::NNDialect, func::FuncDialect>();
   ScopedDiagnosticHandler capture(&context, [&](Diagnostic &diagnostic) {
@@ -1919,6 +1931,13 @@ bool parseInputShape(const std::string &text, ImportOptions &options, std::strin
   }
   options.inputShapes[name] = dims;
   return true;
+}
+
+bool readInitializerValues(const std::string &path, std::map<std::string, HostTensor> &values,
+                           std::vector<std::string> &errors) {
+  MLIRContext context;
+  OnnxImporter importer(context, path, ImportOptions(), errors);
+  return importer.readInitializers(values);
 }
 
 std::vector<std::string> supportedOnnxOps() {

@@ -5,6 +5,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
+#include "compiler/Import/HostTensor.h"
 
 #include <cstdint>
 #include <map>
@@ -28,6 +29,12 @@ mlir::OwningOpRef<mlir::ModuleOp> importOnnxModel(mlir::MLIRContext &context,
                                                   const std::string &path,
                                                   const ImportOptions &options,
                                                   std::vector<std::string> &errors);
+
+/// The values of every initializer of the model at `path` (external data
+/// included, with the importer's checks): the initial weights for training
+/// and for the reference evaluator. Returns false with `errors` set on bad input.
+bool readInitializerValues(const std::string &path, std::map<std::string, HostTensor> &values,
+                           std::vector<std::string> &errors);
 
 /// Op types (default ONNX domain) the importer can translate, sorted.
 std::vector<std::string> supportedOnnxOps();

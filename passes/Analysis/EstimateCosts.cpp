@@ -2,6 +2,7 @@
 // times, activation, parameter and optimizer-state bytes of every nn op, and
 // the cost table the partitioner reads back from those annotations.
 #include "passes/Passes.h"
+#include "passes/Analysis/GradientRoles.h"
 
 #include "compiler/Partition/CostTable.h"
 #include "compiler/Partition/Error.h"
@@ -30,38 +31,6 @@ namespace pipec::passes {
 namespace {
 
 constexpr llvm::StringLiteral kCostAttr = "pipe.cost";
-
-/// Where gradients go: weight-derived values (computed from parameters and
-/// constants only) get W gradients; other values that depend on a parameter
-/// get B gradients; the rest (model inputs and what is computed from them
-/// alone) need none.
-struct GradientRoles {
-  llvm::DenseSet<Value> weightDerived, dependsOnParameter;
-
-  explicit GradientRoles(func::FuncOp function) {
-    for (BlockArgument argument : function.getArguments()) {
-      auto role = function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "nn.role");
-      if (role && role.getValue() == "param") {
-        weightDerived.insert(argument);
-        dependsOnParameter.insert(argument);
-      }
-    }
-    function.walk([&](Operation *op) {
-      bool anyParameter = false, allWeightOrConstant = true;
-      for (Value operand : op->getOperands()) {
-        anyParameter |= dependsOnParameter.contains(operand);
-        bool constant = operand.getDefiningOp<nn::ConstantOp>() != nullptr;
-        allWeightOrConstant &= weightDerived.contains(operand) || constant;
-      }
-      for (Value result : op->getResults()) {
-        if (anyParameter)
-          dependsOnParameter.insert(result);
-        if (anyParameter && allWeightOrConstant)
-          weightDerived.insert(result);
-      }
-    });
-  }
-};
 
 struct MeasuredTimes {
   double forward, backwardInput, backwardWeight;

@@ -1,0 +1,184 @@
+// pipec-optimizer: @optimizer_step, the parameter update of one optimizer
+// step, as nn.adamw_update / nn.sgd_update ops (docs/stages.md).
+#include "passes/Passes.h"
+
+#include "dialects/nn/NNDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+
+namespace pipec::passes {
+#define GEN_PASS_DEF_OPTIMIZER
+#include "passes/Passes.h.inc"
+} // namespace pipec::passes
+
+using namespace mlir;
+
+namespace pipec::passes {
+namespace {
+
+struct Optimizer : impl::OptimizerBase<Optimizer> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MLIRContext *context = module.getContext();
+    if (optimizer != "adamw" && optimizer != "sgd") {
+      module.emitError() << "pipec-optimizer: unknown optimizer '" << optimizer
+                         << "' (expected adamw or sgd)";
+      return signalPassFailure();
+    }
+    auto trainStep = module.lookupSymbol<func::FuncOp>("train_step");
+    if (!trainStep) {
+      module.emitError("pipec-optimizer: no @train_step; run pipec-autodiff first");
+      return signalPassFailure();
+    }
+    if (module.lookupSymbol("optimizer_step")) {
+      module.emitError("pipec-optimizer: the module already has @optimizer_step");
+      return signalPassFailure();
+    }
+    if (lr <= 0 || momentum < 0 || beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1 ||
+        epsilon <= 0) {
+      module.emitError() << "pipec-optimizer: invalid hyper-parameters (lr " << lr
+                         << ", momentum " << momentum << ", beta1 " << beta1 << ", beta2 "
+                         << beta2 << ", epsilon " << epsilon << ")";
+      return signalPassFailure();
+    }
+    bool adamw = optimizer == "adamw";
+    double decay = weightDecay >= 0 ? weightDecay.getValue() : (adamw ? 0.01 : 0.0);
+
+    // The trained parameters, in argument order, and their gradients among
+    // the results (matched by name).
+    Builder builder(context);
+    SmallVector<std::pair<StringAttr, Type>> params;
+    for (BlockArgument argument : trainStep.getArguments()) {
+      unsigned index = argument.getArgNumber();
+      auto role = trainStep.getArgAttrOfType<StringAttr>(index, "nn.role");
+      if (!role || role.getValue() != "param")
+        continue;
+      auto name = trainStep.getArgAttrOfType<StringAttr>(index, "nn.name");
+      if (!name) {
+        trainStep.emitError() << "pipec-optimizer: parameter argument #" << index
+                              << " has no nn.name";
+        return signalPassFailure();
+      }
+      bool hasGradient = false;
+      for (unsigned result = 0; result < trainStep.getNumResults(); ++result) {
+        auto resultRole = trainStep.getResultAttrOfType<StringAttr>(result, "nn.role");
+        auto resultName = trainStep.getResultAttrOfType<StringAttr>(result, "nn.name");
+        if (resultRole && resultRole.getValue() == "grad" && resultName == name) {
+          hasGradient = true;
+          if (trainStep.getResultTypes()[result] != argument.getType()) {
+            trainStep.emitError() << "pipec-optimizer: the gradient of '" << name.getValue()
+                                  << "' has type " << trainStep.getResultTypes()[result]
+                                  << ", the parameter " << argument.getType();
+            return signalPassFailure();
+          }
+        }
+      }
+      if (!hasGradient) {
+        trainStep.emitError() << "pipec-optimizer: parameter '" << name.getValue()
+                              << "' has no gradient among @train_step's results";
+        return signalPassFailure();
+      }
+      params.push_back({name, argument.getType()});
+    }
+
+    SmallVector<StringRef> stateNames =
+        adamw ? SmallVector<StringRef>{"exp_avg", "exp_avg_sq"}
+              : SmallVector<StringRef>{"momentum_buffer"};
+    auto attrs = [&](StringAttr name, StringRef role, StringRef state = {}) {
+      SmallVector<NamedAttribute> list{builder.getNamedAttr("nn.name", name),
+                                       builder.getNamedAttr("nn.role", builder.getStringAttr(role))};
+      if (!state.empty())
+        list.push_back(builder.getNamedAttr("pipe.state", builder.getStringAttr(state)));
+      return builder.getDictionaryAttr(list);
+    };
+    SmallVector<Type> argTypes, resultTypes;
+    SmallVector<Attribute> argAttrs, resultAttrs;
+    for (auto &[name, type] : params) {
+      argTypes.push_back(type);
+      argAttrs.push_back(attrs(name, "param"));
+    }
+    for (auto &[name, type] : params) {
+      argTypes.push_back(type);
+      argAttrs.push_back(attrs(name, "grad"));
+    }
+    for (auto &[name, type] : params)
+      for (StringRef state : stateNames) {
+        argTypes.push_back(type);
+        argAttrs.push_back(attrs(name, "optimizer_state", state));
+      }
+    argTypes.push_back(builder.getI64Type());
+    argAttrs.push_back(builder.getDictionaryAttr(
+        {builder.getNamedAttr("nn.role", builder.getStringAttr("step"))}));
+    for (auto &[name, type] : params) {
+      resultTypes.push_back(type);
+      resultAttrs.push_back(attrs(name, "param"));
+    }
+    for (auto &[name, type] : params)
+      for (StringRef state : stateNames) {
+        resultTypes.push_back(type);
+        resultAttrs.push_back(attrs(name, "optimizer_state", state));
+      }
+
+    OpBuilder moduleBuilder = OpBuilder::atBlockEnd(module.getBody());
+    Location loc = trainStep.getLoc();
+    auto function = func::FuncOp::create(moduleBuilder, loc, "optimizer_step",
+                                         builder.getFunctionType(argTypes, resultTypes));
+    function.setAllArgAttrs(argAttrs);
+    function.setAllResultAttrs(resultAttrs);
+    SmallVector<NamedAttribute> hyper{
+        builder.getNamedAttr("kind", builder.getStringAttr(optimizer)),
+        builder.getNamedAttr("lr", builder.getF32FloatAttr(lr)),
+        builder.getNamedAttr("weight_decay", builder.getF32FloatAttr(decay))};
+    if (adamw) {
+      hyper.push_back(builder.getNamedAttr("beta1", builder.getF32FloatAttr(beta1)));
+      hyper.push_back(builder.getNamedAttr("beta2", builder.getF32FloatAttr(beta2)));
+      hyper.push_back(builder.getNamedAttr("epsilon", builder.getF32FloatAttr(epsilon)));
+    } else {
+      hyper.push_back(builder.getNamedAttr("momentum", builder.getF32FloatAttr(momentum)));
+    }
+    hyper.push_back(builder.getNamedAttr(
+        "state_per_param", builder.getI64IntegerAttr(static_cast<int64_t>(stateNames.size()))));
+    function->setAttr("pipe.optimizer", builder.getDictionaryAttr(hyper));
+
+    Block *entry = function.addEntryBlock();
+    OpBuilder body = OpBuilder::atBlockEnd(entry);
+    size_t count = params.size(), perParam = stateNames.size();
+    Value step = entry->getArgument(entry->getNumArguments() - 1);
+    SmallVector<Value> newParams, newState;
+    for (size_t i = 0; i < count; ++i) {
+      Value param = entry->getArgument(i), grad = entry->getArgument(count + i);
+      Value state0 = entry->getArgument(2 * count + i * perParam);
+      if (adamw) {
+        Value state1 = entry->getArgument(2 * count + i * perParam + 1);
+        auto update = nn::AdamWUpdateOp::create(
+            body, loc, TypeRange{param.getType(), param.getType(), param.getType()}, param, grad,
+            state0, state1, step, builder.getF32FloatAttr(lr), builder.getF32FloatAttr(beta1),
+            builder.getF32FloatAttr(beta2), builder.getF32FloatAttr(epsilon),
+            builder.getF32FloatAttr(decay));
+        update->setAttr("nn.name", params[i].first);
+        newParams.push_back(update.getNewParam());
+        newState.push_back(update.getNewM());
+        newState.push_back(update.getNewV());
+      } else {
+        auto update = nn::SgdUpdateOp::create(
+            body, loc, TypeRange{param.getType(), param.getType()}, param, grad, state0, step,
+            builder.getF32FloatAttr(lr), builder.getF32FloatAttr(momentum),
+            builder.getF32FloatAttr(decay));
+        update->setAttr("nn.name", params[i].first);
+        newParams.push_back(update.getNewParam());
+        newState.push_back(update.getNewMomentumBuffer());
+      }
+      ++numUpdates;
+    }
+    SmallVector<Value> results(newParams);
+    results.append(newState);
+    func::ReturnOp::create(body, loc, results);
+  }
+};
+
+} // namespace
+} // namespace pipec::passes

@@ -1,0 +1,134 @@
+// pipec-reference: runs a model through pipec's reference evaluator, for
+// comparisons with onnxruntime (forward) and PyTorch (loss and gradients).
+//
+//   pipec-reference model.onnx --input x=x.npy [--loss softmax-cross-entropy
+//       --input labels=labels.npy] --output-dir DIR
+//
+// Forward only (no --loss): DIR/output_<name>.npy per model output.
+// With --loss: @train_step is derived (pipec-append-loss, pipec-autodiff) and
+// DIR/loss.npy, DIR/grad_<parameter>.npy and DIR/buffer_<buffer>.npy are
+// written. Parameters start from the model's initializers. Names are
+// sanitized ('/' and other non-alphanumerics become '_'); DIR/index.txt maps
+// each file to its name.
+#include "compiler/Driver/Registration.h"
+#include "compiler/Evaluator/Evaluator.h"
+#include "compiler/Import/OnnxImporter.h"
+#include "compiler/Import/Npy.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+namespace cl = llvm::cl;
+using pipec::import::HostTensor;
+
+static std::string sanitize(llvm::StringRef name) {
+  std::string text;
+  for (char c : name)
+    text += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ? c : '_';
+  return text;
+}
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::OptionCategory category("pipec-reference options");
+  cl::opt<std::string> modelPath(cl::Positional, cl::desc("<model.onnx>"), cl::Required,
+                                 cl::cat(category));
+  cl::list<std::string> inputs("input", cl::desc("A model input or the labels from a .npy file"),
+                               cl::value_desc("name=file.npy"), cl::cat(category));
+  cl::opt<std::string> loss("loss",
+                            cl::desc("Append this loss and compute gradients "
+                                     "(softmax-cross-entropy, mse); none: forward only"),
+                            cl::init(""), cl::cat(category));
+  cl::opt<std::string> outputDir("output-dir", cl::desc("Where to write the .npy results"),
+                                 cl::Required, cl::cat(category));
+  cl::opt<uint64_t> seed("seed", cl::desc("Dropout seed"), cl::init(0), cl::cat(category));
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(argc, argv, "pipec reference evaluator\n");
+
+  auto fail = [](const std::string &message) {
+    llvm::errs() << "error: " << message << "\n";
+    return 1;
+  };
+  std::map<std::string, HostTensor> given;
+  for (const std::string &spec : inputs) {
+    auto equals = spec.find('=');
+    if (equals == std::string::npos)
+      return fail("--input expects name=file.npy, got '" + spec + "'");
+    std::string error;
+    auto tensor = pipec::import::readNpy(spec.substr(equals + 1), error);
+    if (!tensor)
+      return fail(error);
+    given[spec.substr(0, equals)] = std::move(*tensor);
+  }
+
+  mlir::DialectRegistry registry;
+  pipec::registerPipecDialects(registry);
+  mlir::MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  std::vector<std::string> errors;
+  auto module = pipec::import::importOnnxModel(context, modelPath, {}, errors);
+  std::map<std::string, HostTensor> initializers;
+  if (!module || !pipec::import::readInitializerValues(modelPath, initializers, errors)) {
+    for (const auto &error : errors)
+      llvm::errs() << "error: " << error << "\n";
+    return 1;
+  }
+  const char *entry = "forward";
+  if (!loss.empty()) {
+    mlir::PassManager manager(&context);
+    pipec::passes::AppendLossOptions lossOptions;
+    lossOptions.loss = loss;
+    manager.addPass(pipec::passes::createAppendLoss(lossOptions));
+    manager.addPass(pipec::passes::createAutodiff());
+    if (failed(manager.run(*module)))
+      return 1;
+    entry = "train_step";
+  }
+  auto function = module->lookupSymbol<mlir::func::FuncOp>(entry);
+  std::vector<HostTensor> arguments;
+  for (unsigned i = 0; i < function.getNumArguments(); ++i) {
+    std::string name = function.getArgAttrOfType<mlir::StringAttr>(i, "nn.name").str();
+    auto role = function.getArgAttrOfType<mlir::StringAttr>(i, "nn.role").getValue();
+    auto source = role == "param" || role == "buffer" ? initializers.find(name) : given.find(name);
+    if (source == (role == "param" || role == "buffer" ? initializers.end() : given.end()))
+      return fail("no value for " + role.str() + " '" + name + "' (give --input " + name +
+                  "=file.npy)");
+    arguments.push_back(source->second);
+  }
+  pipec::eval::EvalOptions options;
+  options.seed = seed;
+  auto results = pipec::eval::evaluateFunction(function, arguments, options);
+  if (failed(results))
+    return 1;
+  std::filesystem::create_directories(outputDir.getValue());
+  std::ofstream index(std::filesystem::path(outputDir.getValue()) / "index.txt");
+  for (unsigned i = 0; i < function.getNumResults(); ++i) {
+    auto role = function.getResultAttrOfType<mlir::StringAttr>(i, "nn.role");
+    auto name = function.getResultAttrOfType<mlir::StringAttr>(i, "nn.name");
+    std::string file;
+    if (!role)
+      file = "output_" + sanitize(name ? name.getValue() : std::to_string(i)) + ".npy";
+    else if (role.getValue() == "loss")
+      file = "loss.npy";
+    else if (role.getValue() == "grad")
+      file = "grad_" + sanitize(name.getValue()) + ".npy";
+    else
+      file = "buffer_" + sanitize(name.getValue()) + ".npy";
+    std::string error;
+    if (!pipec::import::writeNpy((std::filesystem::path(outputDir.getValue()) / file).string(),
+                                 (*results)[i], error))
+      return fail(error);
+    index << file << " " << (name ? name.str() : std::string("loss")) << "\n";
+  }
+  return 0;
+}
