@@ -127,6 +127,7 @@ def Autodiff : Pass<"pipec-autodiff", "mlir::ModuleOp"> {
 //===----------------------------------------------------------------------===//
 
 def Optimizer : Pass<"pipec-optimizer", "mlir::ModuleOp"> {
+  let dependentDialects = ["::pipec::nn::NNDialect", "::mlir::func::FuncDialect"];
   let summary = "Add @optimizer_step: one nn.adamw_update / nn.sgd_update per trained parameter";
   let description = [{
     Reads the trained parameters of @train_step (arguments with role `param`;
@@ -172,6 +173,7 @@ def Optimizer : Pass<"pipec-optimizer", "mlir::ModuleOp"> {
 }
 
 def OutlineStages : Pass<"pipec-outline-stages", "mlir::ModuleOp"> {
+  let dependentDialects = ["::pipec::pipe::PipeDialect", "::pipec::nn::NNDialect", "::mlir::func::FuncDialect"];
   let summary = "Split @train_step and @optimizer_step into one pipe.stage per pipeline stage";
   let description = [{
     Every op of @train_step carries `pipe.stage` and `pipe.phase` (fwd,
@@ -234,6 +236,7 @@ def VerifyPipeline : Pass<"pipec-verify-pipeline", "mlir::ModuleOp"> {
 }
 
 def WeightStashing : Pass<"pipec-weight-stashing", "mlir::ModuleOp"> {
+  let dependentDialects = ["::pipec::pipe::PipeDialect"];
   let summary = "Keep one weight version per in-flight micro-batch (asynchronous schedules)";
   let description = [{
     For PipeDream's asynchronous 1F1B-RR: each stage function gets the
@@ -265,6 +268,7 @@ def WeightStashing : Pass<"pipec-weight-stashing", "mlir::ModuleOp"> {
 }
 
 def Recompute : Pass<"pipec-recompute", "mlir::ModuleOp"> {
+  let dependentDialects = ["::pipec::pipe::PipeDialect"];
   let summary = "Keep only stage-boundary activations and re-run the forward before the backward";
   let description = [{
     For the chosen stages, @fwd saves only what the stage received (its

@@ -1,5 +1,6 @@
 #include "compiler/Driver/Compiler.h"
 #include "compiler/Driver/Registration.h"
+#include "compiler/Driver/TrainingJob.h"
 #include "compiler/Partition/CostTable.h"
 #include "compiler/Partition/Error.h"
 #include "compiler/Partition/Partitioner.h"
@@ -32,7 +33,7 @@
 namespace pipec {
 
 std::optional<Phase> parsePhase(const std::string &name) {
-  for (Phase phase : {Phase::NN, Phase::Costs, Phase::Partition})
+  for (Phase phase : {Phase::NN, Phase::Costs, Phase::Partition, Phase::Autodiff, Phase::Stages})
     if (name == phaseName(phase))
       return phase;
   return std::nullopt;
@@ -43,6 +44,8 @@ const char *phaseName(Phase phase) {
   case Phase::NN: return "nn";
   case Phase::Costs: return "costs";
   case Phase::Partition: return "partition";
+  case Phase::Autodiff: return "autodiff";
+  case Phase::Stages: return "stages";
   }
   return "?";
 }
@@ -195,27 +198,6 @@ schedule::Problem scheduleProblem(const partition::CostTable &table,
   return problem;
 }
 
-/// The schedule library numbers ranks stage by stage; the partition may
-/// place replicas elsewhere (hierarchically). Renumber to the plan's ranks.
-schedule::Schedule toPlanRanks(const schedule::Schedule &generated,
-                               const partition::PartitionResult &result) {
-  std::vector<int> planRank(generated.ranks.size(), -1);
-  for (size_t stage = 0; stage < result.stages.size(); ++stage)
-    for (size_t replica = 0; replica < result.stages[stage].ranks.size(); ++replica)
-      planRank[generated.problem.rankOf(static_cast<int>(stage), static_cast<int>(replica))] =
-          result.stages[stage].ranks[replica];
-  schedule::Schedule renumbered = generated;
-  renumbered.ranks.assign(generated.ranks.size(), {});
-  for (size_t rank = 0; rank < generated.ranks.size(); ++rank) {
-    auto instructions = generated.ranks[rank];
-    for (auto &instruction : instructions)
-      if (schedule::isP2P(instruction.op) && instruction.peer >= 0)
-        instruction.peer = planRank[instruction.peer];
-    renumbered.ranks[planRank[rank]] = std::move(instructions);
-  }
-  return renumbered;
-}
-
 mlir::LogicalResult estimateCosts(const CompileOptions &options, mlir::ModuleOp module) {
   mlir::PassManager manager(module.getContext());
   passes::EstimateCostsOptions costOptions;
@@ -235,6 +217,7 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
   context.loadAllAvailableDialects();
   // Pass failures report through diagnostics: print them as errors.
   mlir::ScopedDiagnosticHandler diagnostics(&context, [&](mlir::Diagnostic &diagnostic) {
+    outs.flush();
     if (diagnostic.getSeverity() == mlir::DiagnosticSeverity::Error)
       errs << "error: " << options.inputPath << ": " << diagnostic.str() << "\n";
     return mlir::success();
@@ -257,7 +240,7 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
     printSummary(*module, options.inputPath, outs);
     return 0;
   }
-  if (failed(estimateCosts(options, *module)))
+  if (failed(appendLoss(*module, options)) || failed(estimateCosts(options, *module)))
     return 1;
   if (!dumpIr(options, *module, 1, phaseName(Phase::Costs), errs))
     return 1;
@@ -285,6 +268,9 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
   }
 
   partition::PartitionResult result;
+  nlohmann::json plan;
+  schedule::Schedule generated;
+  schedule::SimResult simulated;
   try {
     // plan.json is written below, once the schedule is known.
     partition::PartitionCliOptions partitionOptions = options.partition;
@@ -295,9 +281,8 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
     std::string name = options.scheduleName.empty()
                            ? (result.asynchronous ? "1f1b-rr" : "1f1b")
                            : options.scheduleName;
-    schedule::Schedule generated = schedule::generate(name, scheduleProblem(*table, result));
-    schedule::SimResult simulated = schedule::simulate(generated);
-    schedule::Schedule planned = toPlanRanks(generated, result);
+    generated = schedule::generate(name, scheduleProblem(*table, result));
+    simulated = schedule::simulate(generated);
     double peak = *std::max_element(simulated.peakMemory.begin(), simulated.peakMemory.end());
     nlohmann::json scheduleJson = {
         {"name", name},
@@ -334,14 +319,8 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
                     .str();
       }
     }
-    if (!options.partition.outDir.empty()) {
-      nlohmann::json plan = partition::planToJson(*table, options.partition.topology(), result);
-      plan["schedule"] = scheduleJson;
-      partition::writePlanFile(plan, options.partition.outDir);
-      schedule::writeScheduleDir(planned, simulated,
-                                 (std::filesystem::path(options.partition.outDir) / "schedule")
-                                     .string());
-    }
+    plan = partition::planToJson(*table, options.partition.topology(), result);
+    plan["schedule"] = scheduleJson;
   } catch (const partition::Error &error) {
     errs << "error: " << options.inputPath << ": " << error.what() << "\n";
     return 1;
@@ -354,6 +333,37 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
     return 1;
   if (options.emit == Phase::Partition)
     return emitModule(options, *module, errs);
+  if (!options.emit && options.partition.outDir.empty())
+    return 0;
+
+  // The training program: loss, gradients, then one program per stage.
+  if (failed(deriveTrainStep(*module, options)))
+    return 1;
+  if (!dumpIr(options, *module, 3, phaseName(Phase::Autodiff), errs))
+    return 1;
+  if (options.emit == Phase::Autodiff)
+    return emitModule(options, *module, errs);
+  if (failed(outlineStages(*module, options, result)))
+    return 1;
+  if (!dumpIr(options, *module, 4, phaseName(Phase::Stages), errs))
+    return 1;
+  if (options.emit == Phase::Stages)
+    return emitModule(options, *module, errs);
+
+  // The job directory: plan, schedule streams, stage code, initial weights.
+  std::string directory = options.partition.outDir;
+  try {
+    // Streams are numbered by schedule rank (stage-major); piperun maps
+    // them to MPI ranks through the plan's stages (docs/runtime.md).
+    schedule::writeScheduleDir(generated, simulated,
+                               (std::filesystem::path(directory) / "schedule").string());
+  } catch (const std::exception &error) {
+    errs << "error: " << directory << ": " << error.what() << "\n";
+    return 1;
+  }
+  if (failed(writeTrainingJob(*module, options, result, plan, outs, errs)))
+    return 1;
+  partition::writePlanFile(plan, directory);
   return 0;
 }
 

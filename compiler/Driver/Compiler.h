@@ -21,6 +21,8 @@ enum class Phase {
   NN,        ///< the imported model
   Costs,     ///< every op annotated with its times and bytes (pipe.cost)
   Partition, ///< every op assigned to a stage (pipe.stage), plan printed
+  Autodiff,  ///< @train_step: loss, B and W gradients (pipe.phase)
+  Stages,    ///< one pipe.stage per stage: fwd, bwd_input, bwd_weight, step
 };
 // The schedule is generated, simulated and validated right after the
 // partition (it changes no IR); its numbers join the printed plan and
@@ -53,6 +55,14 @@ struct CompileOptions {
   partition::PartitionCliOptions partition;
   /// Pipeline schedule (--schedule); empty: 1f1b, or 1f1b-rr with --async.
   std::string scheduleName;
+
+  /// Training (the phases after the partition; code is written to --out DIR).
+  std::string loss = "softmax-cross-entropy";
+  double learningRate = 1e-3, momentum = 0.0, weightDecay = -1.0; ///< -1: optimizer's default
+  bool verticalSync = false;
+  /// Compile the generated stages into DIR/stages/libstage_<k>.so.
+  bool build = false;
+  uint64_t seed = 0;
   /// True when a topology was given: the partition phase runs.
   bool partitionRequested() const {
     return !partition.gpus.empty() || !partition.clusterFile.empty();

@@ -19,6 +19,7 @@ namespace pipec::eval {
 
 namespace {
 
+using kernels::BinaryGradKind;
 using kernels::BinaryOp;
 using kernels::UnaryOp;
 
@@ -173,6 +174,113 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
         return one(kernels::slice(in(0), toVector(slice.getStarts()), toVector(slice.getEnds()),
                                   toVector(slice.getSteps())));
       })
+      // Gradients (NNGradOps.td). Result shapes that dy does not determine
+      // come from the result types.
+      .Case([&](nn::ReduceSumOp reduce) {
+        return one(kernels::reduceSum(in(0), toVector(reduce.getAxes()), reduce.getKeepdims()));
+      })
+      .Case([&](nn::UnaryGradOp grad) {
+        static const std::pair<const char *, UnaryOp> kinds[] = {
+            {"relu", UnaryOp::Relu}, {"tanh", UnaryOp::Tanh},       {"sigmoid", UnaryOp::Sigmoid},
+            {"erf", UnaryOp::Erf},   {"sqrt", UnaryOp::Sqrt},       {"gelu", UnaryOp::GeluExact},
+            {"gelu_tanh", UnaryOp::GeluTanh}};
+        for (auto [name, kind] : kinds)
+          if (grad.getKind() == name)
+            return one(kernels::unaryGrad(kind, in(0), in(1), in(2)));
+        throw EvalError("unknown kind \"" + grad.getKind().str() + "\"");
+      })
+      .Case([&](nn::BinaryGradOp grad) {
+        static const std::pair<const char *, BinaryGradKind> kinds[] = {
+            {"sub_rhs", BinaryGradKind::SubRhs},
+            {"div_rhs", BinaryGradKind::DivRhs},
+            {"pow_lhs", BinaryGradKind::PowLhs},
+            {"pow_rhs", BinaryGradKind::PowRhs}};
+        for (auto [name, kind] : kinds)
+          if (grad.getKind() == name)
+            return one(kernels::binaryGrad(kind, in(0), in(1), in(2)));
+        throw EvalError("unknown kind \"" + grad.getKind().str() + "\"");
+      })
+      .Case([&](nn::ConvInputGradOp grad) {
+        return one(kernels::convInputGrad(
+            in(0), in(1), shapeOf(grad.getResult().getType()), toVector(grad.getStrides()),
+            toVector(grad.getPads()), toVector(grad.getDilations()),
+            static_cast<int64_t>(grad.getGroup())));
+      })
+      .Case([&](nn::ConvWeightGradOp grad) {
+        return one(kernels::convWeightGrad(
+            in(0), in(1), shapeOf(grad.getResult().getType()), toVector(grad.getStrides()),
+            toVector(grad.getPads()), toVector(grad.getDilations()),
+            static_cast<int64_t>(grad.getGroup())));
+      })
+      .Case([&](nn::BatchNormGradOp grad) {
+        return one(kernels::batchNormGrad(in(0), in(1), in(2), in(3), in(4),
+                                          toDouble(grad.getEpsilon()), grad.getTraining()));
+      })
+      .Case([&](nn::BatchNormParamGradOp grad) {
+        auto grads = kernels::batchNormParamGrad(in(0), in(1), in(2), in(3),
+                                                 toDouble(grad.getEpsilon()), grad.getTraining());
+        return std::vector<Tensor>{std::move(grads.scale), std::move(grads.bias)};
+      })
+      .Case([&](nn::LayerNormGradOp grad) {
+        return one(kernels::layerNormGrad(in(0), in(1), in(2), static_cast<int64_t>(grad.getAxis()),
+                                          toDouble(grad.getEpsilon())));
+      })
+      .Case([&](nn::LayerNormParamGradOp grad) {
+        auto grads = kernels::layerNormParamGrad(
+            in(0), in(1), static_cast<int64_t>(grad.getAxis()), toDouble(grad.getEpsilon()),
+            shapeOf(grad.getScaleGrad().getType()), shapeOf(grad.getBiasGrad().getType()));
+        return std::vector<Tensor>{std::move(grads.scale), std::move(grads.bias)};
+      })
+      .Case([&](nn::MaxPoolGradOp grad) {
+        return one(kernels::maxPoolGrad(in(0), in(1), toVector(grad.getKernelShape()),
+                                        toVector(grad.getStrides()), toVector(grad.getPads()),
+                                        toVector(grad.getDilations()), grad.getCeilMode()));
+      })
+      .Case([&](nn::AveragePoolGradOp grad) {
+        return one(kernels::averagePoolGrad(
+            in(0), shapeOf(grad.getResult().getType()), toVector(grad.getKernelShape()),
+            toVector(grad.getStrides()), toVector(grad.getPads()), grad.getCeilMode(),
+            grad.getCountIncludePad()));
+      })
+      .Case([&](nn::DropoutGradOp grad) {
+        return one(kernels::dropoutGrad(in(0), in(1), toDouble(grad.getRatio()),
+                                        grad.getTraining()));
+      })
+      .Case([&](nn::SoftmaxGradOp grad) {
+        return one(kernels::softmaxGrad(in(0), in(1), static_cast<int64_t>(grad.getAxis())));
+      })
+      .Case([&](nn::SoftmaxCrossEntropyLossGradOp grad) {
+        std::optional<int64_t> ignoreIndex;
+        if (auto ignore = grad.getIgnoreIndex())
+          ignoreIndex = static_cast<int64_t>(*ignore);
+        return one(kernels::softmaxCrossEntropyLossGrad(in(0), in(1), in(2),
+                                                        optionalIn(grad.getWeights()),
+                                                        grad.getReduction().str(), ignoreIndex));
+      })
+      .Case([&](nn::GatherGradOp grad) {
+        return one(kernels::gatherGrad(in(0), in(1), static_cast<int64_t>(grad.getAxis()),
+                                       shapeOf(grad.getResult().getType())));
+      })
+      .Case([&](nn::SliceGradOp grad) {
+        return one(kernels::sliceGrad(in(0), toVector(grad.getStarts()), toVector(grad.getEnds()),
+                                      toVector(grad.getSteps()),
+                                      shapeOf(grad.getResult().getType())));
+      })
+      // Optimizers: `step` is a scalar i64, whose value is a rank-0 Int64 tensor.
+      .Case([&](nn::SgdUpdateOp update) {
+        auto results = kernels::sgdUpdate(in(0), in(1), in(2), in(3).ints.at(0),
+                                          toDouble(update.getLr()), toDouble(update.getMomentum()),
+                                          toDouble(update.getWeightDecay()));
+        return std::vector<Tensor>{std::move(results.param), std::move(results.momentumBuffer)};
+      })
+      .Case([&](nn::AdamWUpdateOp update) {
+        auto results = kernels::adamwUpdate(
+            in(0), in(1), in(2), in(3), in(4).ints.at(0), toDouble(update.getLr()),
+            toDouble(update.getBeta1()), toDouble(update.getBeta2()),
+            toDouble(update.getEpsilon()), toDouble(update.getWeightDecay()));
+        return std::vector<Tensor>{std::move(results.param), std::move(results.m),
+                                   std::move(results.v)};
+      })
       .Case([&](nn::ConstantOp constant) {
         auto value = tensorFromAttr(constant.getValue());
         if (failed(value))
@@ -186,14 +294,24 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
 }
 
 /// Empty when `tensor` has the kind and shape of `type`, else the difference.
+/// A scalar integer or float type (nn.sgd_update's `step: i64`) takes a
+/// rank-0 tensor of its element kind.
 std::string mismatch(const Tensor &tensor, Type type) {
-  auto ranked = llvm::dyn_cast<RankedTensorType>(type);
-  if (!ranked || !ranked.hasStaticShape())
-    return "a statically shaped tensor type is needed, got " + llvm::to_string(type);
-  auto kind = elementKindOf(ranked.getElementType());
+  Type elementType = type;
+  std::vector<int64_t> shape;
+  if (auto ranked = llvm::dyn_cast<RankedTensorType>(type)) {
+    if (!ranked.hasStaticShape())
+      return "a statically shaped tensor type is needed, got " + llvm::to_string(type);
+    elementType = ranked.getElementType();
+    shape = shapeOf(type);
+  } else if (!llvm::isa<IntegerType, FloatType>(type)) {
+    return "a statically shaped tensor type or a scalar is needed, got " +
+           llvm::to_string(type);
+  }
+  auto kind = elementKindOf(elementType);
   if (failed(kind))
-    return "unsupported element type " + llvm::to_string(ranked.getElementType());
-  if (*kind != tensor.kind || tensor.shape != shapeOf(type))
+    return "unsupported element type " + llvm::to_string(elementType);
+  if (*kind != tensor.kind || tensor.shape != shape)
     return std::string("value ") + import::elementKindName(tensor.kind) +
            shapeToString(tensor.shape) + " does not match type " + llvm::to_string(type);
   if (static_cast<size_t>(tensor.numElements()) !=

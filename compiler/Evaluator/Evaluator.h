@@ -49,7 +49,10 @@ struct EvalOptions {
 /// Evaluates one op on operand values (in operand order; absent optional
 /// operands are simply not there, as in the op's operand list). Checks the
 /// operands against the op's operand types and the results against its
-/// result types.
+/// result types. An operand (or function argument) of a scalar integer or
+/// float type, such as the `step: i64` of nn.sgd_update and
+/// nn.adamw_update, takes a rank-0 tensor of that element kind
+/// (Tensor::ofInts(ElementKind::Int64, {}, {step})).
 llvm::FailureOr<std::vector<Tensor>> evaluateOp(mlir::Operation *op,
                                                 llvm::ArrayRef<Tensor> operands,
                                                 const EvalOptions &options = {});

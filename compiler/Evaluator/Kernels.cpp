@@ -183,24 +183,28 @@ struct Window {
   size_t spatial() const { return kernel.size(); }
 };
 
-Window makeWindow(const Tensor &input, std::vector<int64_t> kernel, std::vector<int64_t> strides,
-                  std::vector<int64_t> pads, std::vector<int64_t> dilations, bool ceilMode) {
-  requireRank(input, 3, "pooling input (N, C, spatial...)");
+/// The window over an input of shape `inputShape` (N, C, spatial...).
+Window makeWindow(const std::vector<int64_t> &inputShape, std::vector<int64_t> kernel,
+                  std::vector<int64_t> strides, std::vector<int64_t> pads,
+                  std::vector<int64_t> dilations, bool ceilMode) {
+  if (inputShape.size() < 3)
+    throw EvalError("the input (N, C, spatial...) needs rank >= 3, got " +
+                    shapeToString(inputShape));
   Window window{std::move(kernel), std::move(strides), std::move(pads), std::move(dilations),
                 {}, {}};
-  size_t spatial = input.shape.size() - 2;
+  size_t spatial = inputShape.size() - 2;
   if (window.kernel.size() != spatial || window.strides.size() != spatial ||
       window.dilations.size() != spatial || window.pads.size() != 2 * spatial)
     throw EvalError("window attributes do not match " + std::to_string(spatial) +
                     " spatial axes");
   for (size_t axis = 0; axis < spatial; ++axis) {
-    int64_t size = input.shape[axis + 2];
+    int64_t size = inputShape[axis + 2];
     window.inputSpatial.push_back(size);
     int64_t out = windowOutputSize(size, window.kernel[axis], window.strides[axis],
                                    window.pads[axis], window.pads[axis + spatial],
                                    window.dilations[axis], ceilMode);
     if (out <= 0)
-      throw EvalError("window larger than the padded input " + shapeToString(input.shape));
+      throw EvalError("window larger than the padded input " + shapeToString(inputShape));
     window.outputSpatial.push_back(out);
   }
   return window;
@@ -461,7 +465,7 @@ Tensor conv(const Tensor &input, const Tensor &weight, const Tensor *bias,
                     std::to_string(group) + " and weight " + shapeToString(weight.shape) +
                     " do not match");
   std::vector<int64_t> kernel(weight.shape.begin() + 2, weight.shape.end());
-  Window window = makeWindow(input, kernel, strides, pads, dilations, false);
+  Window window = makeWindow(input.shape, kernel, strides, pads, dilations, false);
   size_t spatial = window.spatial();
   int64_t filtersPerGroup = filters / group;
 
@@ -582,21 +586,19 @@ LayerNormResults layerNorm(const Tensor &input, const Tensor &scale, const Tenso
 }
 
 namespace {
-/// Visits every output element of a pool: reduce(outputIndex, positions)
-/// where positions are the window's per-axis input coordinates (possibly in
-/// the padding, i.e. < 0 or >= the input size).
-template <typename Reduce>
-Tensor pool(const Tensor &input, const Window &window, Reduce reduce) {
-  std::vector<int64_t> outShape{input.shape[0], input.shape[1]};
+/// Calls visit(outputFlat, positions) for every output element of a pool
+/// over an input of shape `inputShape`, in row-major order; positions are
+/// the window's input offsets (-1 in the padding), each with whether it lies
+/// within the padded input.
+template <typename Visit>
+void forEachWindow(const std::vector<int64_t> &inputShape, const Window &window, Visit visit) {
+  std::vector<int64_t> outShape{inputShape[0], inputShape[1]};
   outShape.insert(outShape.end(), window.outputSpatial.begin(), window.outputSpatial.end());
-  Tensor out = zeros(input.kind, outShape);
-  std::vector<int64_t> inStrides = stridesOf(input.shape);
+  std::vector<int64_t> inStrides = stridesOf(inputShape);
   size_t spatial = window.spatial();
   int64_t flat = 0;
   forEachIndex(outShape, [&](const std::vector<int64_t> &o) {
     int64_t channelBase = o[0] * inStrides[0] + o[1] * inStrides[1];
-    // For each window position: its input offset, or -1 in the padding, and
-    // whether it lies within the padded input.
     std::vector<std::pair<int64_t, bool>> positions;
     forEachIndex(window.kernel, [&](const std::vector<int64_t> &k) {
       int64_t offset = channelBase;
@@ -613,8 +615,24 @@ Tensor pool(const Tensor &input, const Window &window, Reduce reduce) {
       }
       positions.push_back({inside ? offset : -1, insidePadded});
     });
-    out.floats[flat++] = reduce(positions);
+    visit(flat++, positions);
   });
+}
+
+std::vector<int64_t> pooledShape(const std::vector<int64_t> &inputShape, const Window &window) {
+  std::vector<int64_t> shape{inputShape[0], inputShape[1]};
+  shape.insert(shape.end(), window.outputSpatial.begin(), window.outputSpatial.end());
+  return shape;
+}
+
+/// out[flat] = reduce(positions) for every output element of a pool.
+template <typename Reduce>
+Tensor pool(const Tensor &input, const Window &window, Reduce reduce) {
+  Tensor out = zeros(input.kind, pooledShape(input.shape, window));
+  forEachWindow(input.shape, window,
+                [&](int64_t flat, const std::vector<std::pair<int64_t, bool>> &positions) {
+                  out.floats[flat] = reduce(positions);
+                });
   return finish(std::move(out));
 }
 } // namespace
@@ -623,7 +641,7 @@ Tensor maxPool(const Tensor &input, const std::vector<int64_t> &kernel,
                const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
                const std::vector<int64_t> &dilations, bool ceilMode) {
   requireFloating(input, "the input");
-  Window window = makeWindow(input, kernel, strides, pads, dilations, ceilMode);
+  Window window = makeWindow(input.shape, kernel, strides, pads, dilations, ceilMode);
   return pool(input, window, [&](const std::vector<std::pair<int64_t, bool>> &positions) {
     double best = -std::numeric_limits<double>::infinity();
     for (auto [offset, insidePadded] : positions)
@@ -637,7 +655,7 @@ Tensor averagePool(const Tensor &input, const std::vector<int64_t> &kernel,
                    const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
                    bool ceilMode, bool countIncludePad) {
   requireFloating(input, "the input");
-  Window window = makeWindow(input, kernel, strides, pads,
+  Window window = makeWindow(input.shape, kernel, strides, pads,
                              std::vector<int64_t>(kernel.size(), 1), ceilMode);
   return pool(input, window, [&](const std::vector<std::pair<int64_t, bool>> &positions) {
     double sum = 0;
@@ -990,15 +1008,20 @@ std::vector<Tensor> split(const Tensor &input, int64_t axis, const std::vector<i
   return pieces;
 }
 
-Tensor slice(const Tensor &input, const std::vector<int64_t> &starts,
-             const std::vector<int64_t> &ends, const std::vector<int64_t> &steps) {
-  size_t rank = input.shape.size();
+namespace {
+/// The result shape of a slice with normalized per-axis bounds; throws on
+/// bounds that are not normalized.
+std::vector<int64_t> slicedShape(const std::vector<int64_t> &inputShape,
+                                 const std::vector<int64_t> &starts,
+                                 const std::vector<int64_t> &ends,
+                                 const std::vector<int64_t> &steps) {
+  size_t rank = inputShape.size();
   if (starts.size() != rank || ends.size() != rank || steps.size() != rank)
     throw EvalError("starts, ends and steps need one entry per axis (" + std::to_string(rank) +
                     ")");
   std::vector<int64_t> outShape;
   for (size_t axis = 0; axis < rank; ++axis) {
-    int64_t dim = input.shape[axis], start = starts[axis], end = ends[axis], step = steps[axis];
+    int64_t dim = inputShape[axis], start = starts[axis], end = ends[axis], step = steps[axis];
     if (step == 0)
       throw EvalError("step 0 on axis " + std::to_string(axis));
     bool valid = step > 0 ? (start >= 0 && start <= dim && end >= 0 && end <= dim)
@@ -1009,6 +1032,14 @@ Tensor slice(const Tensor &input, const std::vector<int64_t> &starts,
     int64_t size = step > 0 ? (end - start + step - 1) / step : (start - end - step - 1) / -step;
     outShape.push_back(std::max<int64_t>(size, 0));
   }
+  return outShape;
+}
+} // namespace
+
+Tensor slice(const Tensor &input, const std::vector<int64_t> &starts,
+             const std::vector<int64_t> &ends, const std::vector<int64_t> &steps) {
+  size_t rank = input.shape.size();
+  std::vector<int64_t> outShape = slicedShape(input.shape, starts, ends, steps);
   std::vector<int64_t> inStrides = stridesOf(input.shape);
   Tensor out = zeros(input.kind, outShape);
   int64_t flat = 0;
@@ -1046,6 +1077,597 @@ Tensor pad(const Tensor &input, const std::vector<int64_t> &pads, double value) 
     copyElement(out, offset, input, flat++);
   });
   return finish(std::move(out));
+}
+
+//===----------------------------------------------------------------------===//
+// Gradients
+//===----------------------------------------------------------------------===//
+
+namespace {
+void requireSameShape(const Tensor &a, const Tensor &b, const char *what) {
+  if (a.shape != b.shape || a.kind != b.kind)
+    throw EvalError(std::string(what) + ": " + import::elementKindName(a.kind) +
+                    shapeToString(a.shape) + " vs " + import::elementKindName(b.kind) +
+                    shapeToString(b.shape));
+}
+
+/// Sums values of shape `from` down to `to`, which broadcasts to `from`
+/// (numpy style, right-aligned).
+std::vector<double> sumToShape(const std::vector<double> &values, const std::vector<int64_t> &from,
+                               const std::vector<int64_t> &to) {
+  if (to.size() > from.size() || broadcastTwo(to, from) != from)
+    throw EvalError("shape " + shapeToString(to) + " does not broadcast to " +
+                    shapeToString(from));
+  std::vector<double> out(product(to), 0.0);
+  int64_t flat = 0;
+  forEachIndex(from, [&](const std::vector<int64_t> &index) {
+    out[broadcastOffset(index, to)] += values[flat++];
+  });
+  return out;
+}
+
+/// Calls visit(outputFlat, inputOffset, weightOffset) for every product of
+/// nn.conv: the output element, the input element and the weight element it
+/// multiplies (positions in the zero padding are skipped).
+template <typename Visit>
+void forEachConvTap(const std::vector<int64_t> &inputShape, const std::vector<int64_t> &weightShape,
+                    const std::vector<int64_t> &outShape, const Window &window, int64_t group,
+                    Visit visit) {
+  size_t spatial = window.spatial();
+  int64_t groupChannels = weightShape[1], filtersPerGroup = weightShape[0] / group;
+  std::vector<int64_t> kernel(weightShape.begin() + 2, weightShape.end());
+  std::vector<int64_t> inStrides = stridesOf(inputShape), wStrides = stridesOf(weightShape);
+  int64_t flat = 0;
+  forEachIndex(outShape, [&](const std::vector<int64_t> &o) {
+    int64_t n = o[0], f = o[1], g = f / filtersPerGroup;
+    for (int64_t c = 0; c < groupChannels; ++c)
+      forEachIndex(kernel, [&](const std::vector<int64_t> &k) {
+        int64_t inOffset = n * inStrides[0] + (g * groupChannels + c) * inStrides[1];
+        for (size_t axis = 0; axis < spatial; ++axis) {
+          int64_t position = o[axis + 2] * window.strides[axis] - window.pads[axis] +
+                             k[axis] * window.dilations[axis];
+          if (position < 0 || position >= window.inputSpatial[axis])
+            return;
+          inOffset += position * inStrides[axis + 2];
+        }
+        int64_t wOffset = f * wStrides[0] + c * wStrides[1];
+        for (size_t axis = 0; axis < spatial; ++axis)
+          wOffset += k[axis] * wStrides[axis + 2];
+        visit(flat, inOffset, wOffset);
+      });
+    ++flat;
+  });
+}
+
+/// Checks the shapes of a conv gradient and returns its window.
+Window convGradWindow(const Tensor &dy, const std::vector<int64_t> &inputShape,
+                      const std::vector<int64_t> &weightShape,
+                      const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
+                      const std::vector<int64_t> &dilations, int64_t group) {
+  requireFloating(dy, "dy");
+  requireRank(dy, 3, "dy (N, F, spatial...)");
+  if (inputShape.size() != dy.shape.size() || weightShape.size() != dy.shape.size())
+    throw EvalError("dy " + shapeToString(dy.shape) + ", input " + shapeToString(inputShape) +
+                    " and weight " + shapeToString(weightShape) + " differ in rank");
+  if (group <= 0 || inputShape[1] != weightShape[1] * group || weightShape[0] % group ||
+      dy.shape[1] != weightShape[0] || dy.shape[0] != inputShape[0])
+    throw EvalError("dy " + shapeToString(dy.shape) + ", input " + shapeToString(inputShape) +
+                    ", weight " + shapeToString(weightShape) + " and group " +
+                    std::to_string(group) + " do not match");
+  std::vector<int64_t> kernel(weightShape.begin() + 2, weightShape.end());
+  Window window = makeWindow(inputShape, kernel, strides, pads, dilations, false);
+  for (size_t axis = 0; axis < window.spatial(); ++axis)
+    if (window.outputSpatial[axis] != dy.shape[axis + 2])
+      throw EvalError("dy " + shapeToString(dy.shape) + " is not the conv result of input " +
+                      shapeToString(inputShape) + " and weight " + shapeToString(weightShape));
+  return window;
+}
+
+/// Per channel of (N, C, ...): the mean and 1/sqrt(var + eps) that nn.batch_norm
+/// normalizes with (the batch's in training, else the running ones).
+std::pair<std::vector<double>, std::vector<double>>
+batchNormStats(const Tensor &input, const Tensor &runningMean, const Tensor &runningVar,
+               double epsilon, bool training) {
+  requireFloating(input, "the input");
+  requireRank(input, 2, "the input (N, C, ...)");
+  int64_t batch = input.shape[0], channels = input.shape[1];
+  int64_t inner = input.numElements() / std::max<int64_t>(batch * channels, 1);
+  for (const Tensor *stat : {&runningMean, &runningVar})
+    if (stat->shape != std::vector<int64_t>{channels})
+      throw EvalError("mean and variance must have shape [" + std::to_string(channels) +
+                      "], got " + shapeToString(stat->shape));
+  std::vector<double> means(channels), invStds(channels);
+  for (int64_t c = 0; c < channels; ++c) {
+    double mean = runningMean.floats[c], variance = runningVar.floats[c];
+    if (training) {
+      double count = static_cast<double>(batch * inner), sum = 0, squares = 0;
+      for (int64_t n = 0; n < batch; ++n)
+        for (int64_t i = 0; i < inner; ++i)
+          sum += input.floats[(n * channels + c) * inner + i];
+      mean = sum / count;
+      for (int64_t n = 0; n < batch; ++n)
+        for (int64_t i = 0; i < inner; ++i) {
+          double d = input.floats[(n * channels + c) * inner + i] - mean;
+          squares += d * d;
+        }
+      variance = squares / count;
+    }
+    means[c] = mean;
+    invStds[c] = 1.0 / std::sqrt(variance + epsilon);
+  }
+  return {means, invStds};
+}
+} // namespace
+
+Tensor reduceSum(const Tensor &input, const std::vector<int64_t> &axes, bool keepdims) {
+  requireFloating(input, "the input");
+  int64_t rank = static_cast<int64_t>(input.shape.size());
+  std::vector<bool> reduced(rank, false);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (axes[i] < 0 || axes[i] >= rank || (i && axes[i - 1] >= axes[i]))
+      throw EvalError("axes must be sorted, unique and in [0, " + std::to_string(rank) + ")");
+    reduced[axes[i]] = true;
+  }
+  std::vector<int64_t> keptShape, outShape;
+  for (int64_t axis = 0; axis < rank; ++axis) {
+    keptShape.push_back(reduced[axis] ? 1 : input.shape[axis]);
+    if (!reduced[axis] || keepdims)
+      outShape.push_back(keptShape.back());
+  }
+  return finish(
+      Tensor::ofFloats(input.kind, outShape, sumToShape(input.floats, input.shape, keptShape)));
+}
+
+Tensor unaryGrad(UnaryOp op, const Tensor &dy, const Tensor &x, const Tensor &y) {
+  requireFloating(dy, "dy");
+  requireSameShape(dy, x, "dy and x differ");
+  requireSameShape(dy, y, "dy and y differ");
+  const double pi = 3.14159265358979323846;
+  Tensor out = zeros(dy.kind, dy.shape);
+  for (size_t i = 0; i < dy.floats.size(); ++i) {
+    double xv = x.floats[i], yv = y.floats[i], derivative = 0;
+    switch (op) {
+    case UnaryOp::Relu: derivative = xv > 0 ? 1.0 : 0.0; break;
+    case UnaryOp::Tanh: derivative = 1.0 - yv * yv; break;
+    case UnaryOp::Sigmoid: derivative = yv * (1.0 - yv); break;
+    case UnaryOp::Erf: derivative = 2.0 / std::sqrt(pi) * std::exp(-xv * xv); break;
+    case UnaryOp::Sqrt: derivative = 1.0 / (2.0 * yv); break;
+    case UnaryOp::GeluExact:
+      // Phi(x) + x * phi(x)
+      derivative = 0.5 * (1.0 + std::erf(xv / std::sqrt(2.0))) +
+                   xv * std::exp(-0.5 * xv * xv) / std::sqrt(2.0 * pi);
+      break;
+    case UnaryOp::GeluTanh: {
+      double c = std::sqrt(2.0 / pi);
+      double t = std::tanh(c * (xv + 0.044715 * xv * xv * xv));
+      derivative = 0.5 * (1.0 + t) + 0.5 * xv * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * xv * xv);
+      break;
+    }
+    }
+    out.floats[i] = dy.floats[i] * derivative;
+  }
+  return finish(std::move(out));
+}
+
+Tensor binaryGrad(BinaryGradKind kind, const Tensor &dy, const Tensor &lhs, const Tensor &rhs) {
+  requireFloating(dy, "dy");
+  if (lhs.kind != dy.kind || rhs.kind != dy.kind)
+    throw EvalError("dy, lhs and rhs element types differ");
+  std::vector<int64_t> shape = broadcastTwo(lhs.shape, rhs.shape);
+  if (shape != dy.shape)
+    throw EvalError("dy " + shapeToString(dy.shape) + " is not the broadcast shape " +
+                    shapeToString(shape));
+  Tensor out = zeros(dy.kind, shape);
+  int64_t flat = 0;
+  forEachIndex(shape, [&](const std::vector<int64_t> &index) {
+    double g = dy.floats[flat], l = lhs.floats[broadcastOffset(index, lhs.shape)],
+           r = rhs.floats[broadcastOffset(index, rhs.shape)];
+    switch (kind) {
+    case BinaryGradKind::SubRhs: out.floats[flat] = -g; break;
+    case BinaryGradKind::DivRhs: out.floats[flat] = -g * l / (r * r); break;
+    case BinaryGradKind::PowLhs: out.floats[flat] = g * r * std::pow(l, r - 1); break;
+    case BinaryGradKind::PowRhs: out.floats[flat] = g * std::pow(l, r) * std::log(l); break;
+    }
+    ++flat;
+  });
+  return finish(std::move(out));
+}
+
+Tensor convInputGrad(const Tensor &dy, const Tensor &weight, const std::vector<int64_t> &inputShape,
+                     const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
+                     const std::vector<int64_t> &dilations, int64_t group) {
+  Window window = convGradWindow(dy, inputShape, weight.shape, strides, pads, dilations, group);
+  Tensor out = zeros(dy.kind, inputShape);
+  forEachConvTap(inputShape, weight.shape, dy.shape, window, group,
+                 [&](int64_t outFlat, int64_t inOffset, int64_t wOffset) {
+                   out.floats[inOffset] += dy.floats[outFlat] * weight.floats[wOffset];
+                 });
+  return finish(std::move(out));
+}
+
+Tensor convWeightGrad(const Tensor &dy, const Tensor &input,
+                      const std::vector<int64_t> &weightShape,
+                      const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
+                      const std::vector<int64_t> &dilations, int64_t group) {
+  Window window = convGradWindow(dy, input.shape, weightShape, strides, pads, dilations, group);
+  Tensor out = zeros(dy.kind, weightShape);
+  forEachConvTap(input.shape, weightShape, dy.shape, window, group,
+                 [&](int64_t outFlat, int64_t inOffset, int64_t wOffset) {
+                   out.floats[wOffset] += dy.floats[outFlat] * input.floats[inOffset];
+                 });
+  return finish(std::move(out));
+}
+
+Tensor batchNormGrad(const Tensor &dy, const Tensor &input, const Tensor &scale,
+                     const Tensor &runningMean, const Tensor &runningVar, double epsilon,
+                     bool training) {
+  requireSameShape(dy, input, "dy and input differ");
+  auto [means, invStds] = batchNormStats(input, runningMean, runningVar, epsilon, training);
+  int64_t batch = input.shape[0], channels = input.shape[1];
+  int64_t inner = input.numElements() / std::max<int64_t>(batch * channels, 1);
+  if (scale.shape != std::vector<int64_t>{channels})
+    throw EvalError("scale must have shape [" + std::to_string(channels) + "]");
+  auto at = [&](int64_t n, int64_t c, int64_t i) { return (n * channels + c) * inner + i; };
+  Tensor out = zeros(dy.kind, dy.shape);
+  for (int64_t c = 0; c < channels; ++c) {
+    double sumDy = 0, sumDyXhat = 0, count = static_cast<double>(batch * inner);
+    for (int64_t n = 0; n < batch; ++n)
+      for (int64_t i = 0; i < inner; ++i) {
+        double xhat = (input.floats[at(n, c, i)] - means[c]) * invStds[c];
+        sumDy += dy.floats[at(n, c, i)];
+        sumDyXhat += dy.floats[at(n, c, i)] * xhat;
+      }
+    for (int64_t n = 0; n < batch; ++n)
+      for (int64_t i = 0; i < inner; ++i) {
+        double g = dy.floats[at(n, c, i)];
+        if (training) {
+          // The batch statistics depend on x: d/dx of (x - mean) * invStd.
+          double xhat = (input.floats[at(n, c, i)] - means[c]) * invStds[c];
+          g = g - sumDy / count - xhat * sumDyXhat / count;
+        }
+        out.floats[at(n, c, i)] = scale.floats[c] * invStds[c] * g;
+      }
+  }
+  return finish(std::move(out));
+}
+
+ParamGrads batchNormParamGrad(const Tensor &dy, const Tensor &input, const Tensor &runningMean,
+                              const Tensor &runningVar, double epsilon, bool training) {
+  requireSameShape(dy, input, "dy and input differ");
+  auto [means, invStds] = batchNormStats(input, runningMean, runningVar, epsilon, training);
+  int64_t batch = input.shape[0], channels = input.shape[1];
+  int64_t inner = input.numElements() / std::max<int64_t>(batch * channels, 1);
+  ParamGrads grads{zeros(dy.kind, {channels}), zeros(dy.kind, {channels})};
+  for (int64_t n = 0; n < batch; ++n)
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t i = 0; i < inner; ++i) {
+        int64_t flat = (n * channels + c) * inner + i;
+        grads.scale.floats[c] += dy.floats[flat] * (input.floats[flat] - means[c]) * invStds[c];
+        grads.bias.floats[c] += dy.floats[flat];
+      }
+  roundToElementType(grads.scale);
+  roundToElementType(grads.bias);
+  return grads;
+}
+
+namespace {
+/// Rows of a layer norm: [outer, inner] around `axis`, with each row's mean
+/// and 1/sqrt(var + eps).
+struct LayerNormRows {
+  int64_t outer, inner;
+  std::vector<int64_t> normalizedShape;
+  std::vector<double> means, invStds;
+};
+LayerNormRows layerNormRows(const Tensor &input, int64_t axis, double epsilon) {
+  requireFloating(input, "the input");
+  int64_t rank = static_cast<int64_t>(input.shape.size());
+  axis = normalizeAxis(axis, rank);
+  LayerNormRows rows;
+  rows.normalizedShape.assign(input.shape.begin() + axis, input.shape.end());
+  rows.outer = product(std::vector<int64_t>(input.shape.begin(), input.shape.begin() + axis));
+  rows.inner = product(rows.normalizedShape);
+  for (int64_t row = 0; row < rows.outer; ++row) {
+    const double *x = input.floats.data() + row * rows.inner;
+    double mean = 0, variance = 0;
+    for (int64_t i = 0; i < rows.inner; ++i)
+      mean += x[i];
+    mean /= static_cast<double>(rows.inner);
+    for (int64_t i = 0; i < rows.inner; ++i)
+      variance += (x[i] - mean) * (x[i] - mean);
+    variance /= static_cast<double>(rows.inner);
+    rows.means.push_back(mean);
+    rows.invStds.push_back(1.0 / std::sqrt(variance + epsilon));
+  }
+  return rows;
+}
+} // namespace
+
+Tensor layerNormGrad(const Tensor &dy, const Tensor &input, const Tensor &scale, int64_t axis,
+                     double epsilon) {
+  requireSameShape(dy, input, "dy and input differ");
+  LayerNormRows rows = layerNormRows(input, axis, epsilon);
+  if (broadcastTwo(scale.shape, rows.normalizedShape) != rows.normalizedShape)
+    throw EvalError("scale of shape " + shapeToString(scale.shape) + " does not broadcast to " +
+                    shapeToString(rows.normalizedShape));
+  // g = dy * scale; dx = invStd * (g - mean(g) - xhat * mean(g * xhat)).
+  std::vector<double> scaleFull(rows.inner);
+  int64_t flat = 0;
+  forEachIndex(rows.normalizedShape, [&](const std::vector<int64_t> &index) {
+    scaleFull[flat++] = scale.floats[broadcastOffset(index, scale.shape)];
+  });
+  Tensor out = zeros(dy.kind, dy.shape);
+  double count = static_cast<double>(rows.inner);
+  for (int64_t row = 0; row < rows.outer; ++row) {
+    int64_t base = row * rows.inner;
+    double sumG = 0, sumGXhat = 0;
+    for (int64_t i = 0; i < rows.inner; ++i) {
+      double g = dy.floats[base + i] * scaleFull[i];
+      double xhat = (input.floats[base + i] - rows.means[row]) * rows.invStds[row];
+      sumG += g;
+      sumGXhat += g * xhat;
+    }
+    for (int64_t i = 0; i < rows.inner; ++i) {
+      double g = dy.floats[base + i] * scaleFull[i];
+      double xhat = (input.floats[base + i] - rows.means[row]) * rows.invStds[row];
+      out.floats[base + i] = rows.invStds[row] * (g - sumG / count - xhat * sumGXhat / count);
+    }
+  }
+  return finish(std::move(out));
+}
+
+ParamGrads layerNormParamGrad(const Tensor &dy, const Tensor &input, int64_t axis,
+                              double epsilon, const std::vector<int64_t> &scaleShape,
+                              const std::vector<int64_t> &biasShape) {
+  requireSameShape(dy, input, "dy and input differ");
+  LayerNormRows rows = layerNormRows(input, axis, epsilon);
+  std::vector<double> dscale(rows.inner, 0.0), dbias(rows.inner, 0.0);
+  for (int64_t row = 0; row < rows.outer; ++row)
+    for (int64_t i = 0; i < rows.inner; ++i) {
+      int64_t flat = row * rows.inner + i;
+      double xhat = (input.floats[flat] - rows.means[row]) * rows.invStds[row];
+      dscale[i] += dy.floats[flat] * xhat;
+      dbias[i] += dy.floats[flat];
+    }
+  ParamGrads grads{
+      Tensor::ofFloats(dy.kind, scaleShape, sumToShape(dscale, rows.normalizedShape, scaleShape)),
+      Tensor::ofFloats(dy.kind, biasShape, sumToShape(dbias, rows.normalizedShape, biasShape))};
+  roundToElementType(grads.scale);
+  roundToElementType(grads.bias);
+  return grads;
+}
+
+Tensor maxPoolGrad(const Tensor &dy, const Tensor &input, const std::vector<int64_t> &kernel,
+                   const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
+                   const std::vector<int64_t> &dilations, bool ceilMode) {
+  requireFloating(dy, "dy");
+  requireFloating(input, "the input");
+  Window window = makeWindow(input.shape, kernel, strides, pads, dilations, ceilMode);
+  if (dy.shape != pooledShape(input.shape, window))
+    throw EvalError("dy " + shapeToString(dy.shape) + " is not the pooled shape " +
+                    shapeToString(pooledShape(input.shape, window)));
+  Tensor out = zeros(dy.kind, input.shape);
+  forEachWindow(input.shape, window,
+                [&](int64_t flat, const std::vector<std::pair<int64_t, bool>> &positions) {
+                  int64_t best = -1;
+                  for (auto [offset, insidePadded] : positions)
+                    if (offset >= 0 && (best < 0 || input.floats[offset] > input.floats[best]))
+                      best = offset;
+                  if (best >= 0)
+                    out.floats[best] += dy.floats[flat];
+                });
+  return finish(std::move(out));
+}
+
+Tensor averagePoolGrad(const Tensor &dy, const std::vector<int64_t> &inputShape,
+                       const std::vector<int64_t> &kernel, const std::vector<int64_t> &strides,
+                       const std::vector<int64_t> &pads, bool ceilMode, bool countIncludePad) {
+  requireFloating(dy, "dy");
+  Window window = makeWindow(inputShape, kernel, strides, pads,
+                             std::vector<int64_t>(kernel.size(), 1), ceilMode);
+  if (dy.shape != pooledShape(inputShape, window))
+    throw EvalError("dy " + shapeToString(dy.shape) + " is not the pooled shape " +
+                    shapeToString(pooledShape(inputShape, window)));
+  Tensor out = zeros(dy.kind, inputShape);
+  forEachWindow(inputShape, window,
+                [&](int64_t flat, const std::vector<std::pair<int64_t, bool>> &positions) {
+                  int64_t count = 0;
+                  for (auto [offset, insidePadded] : positions)
+                    if (countIncludePad ? insidePadded : offset >= 0)
+                      ++count;
+                  for (auto [offset, insidePadded] : positions)
+                    if (offset >= 0)
+                      out.floats[offset] += dy.floats[flat] / static_cast<double>(count);
+                });
+  return finish(std::move(out));
+}
+
+Tensor dropoutGrad(const Tensor &dy, const Tensor &mask, double ratio, bool training) {
+  requireFloating(dy, "dy");
+  if (mask.kind != ElementKind::Bool || mask.shape != dy.shape)
+    throw EvalError("the mask must be bool of dy's shape " + shapeToString(dy.shape));
+  if (!(ratio >= 0.0 && ratio < 1.0))
+    throw EvalError("ratio must be in [0, 1), got " + std::to_string(ratio));
+  Tensor out = dy;
+  if (!training)
+    return out;
+  for (size_t i = 0; i < out.floats.size(); ++i)
+    out.floats[i] = mask.ints[i] ? dy.floats[i] / (1.0 - ratio) : 0.0;
+  return finish(std::move(out));
+}
+
+Tensor softmaxGrad(const Tensor &dy, const Tensor &y, int64_t axis) {
+  requireFloating(dy, "dy");
+  requireSameShape(dy, y, "dy and y differ");
+  axis = normalizeAxis(axis, static_cast<int64_t>(dy.shape.size()));
+  AxisView view = viewAround(dy.shape, axis);
+  Tensor out = zeros(dy.kind, dy.shape);
+  for (int64_t o = 0; o < view.outer; ++o)
+    for (int64_t in = 0; in < view.inner; ++in) {
+      double dot = 0;
+      for (int64_t i = 0; i < view.size; ++i)
+        dot += dy.floats[view.at(o, i, in)] * y.floats[view.at(o, i, in)];
+      for (int64_t i = 0; i < view.size; ++i)
+        out.floats[view.at(o, i, in)] =
+            y.floats[view.at(o, i, in)] * (dy.floats[view.at(o, i, in)] - dot);
+    }
+  return finish(std::move(out));
+}
+
+Tensor softmaxCrossEntropyLossGrad(const Tensor &dloss, const Tensor &scores,
+                                   const Tensor &labels, const Tensor *weights,
+                                   const std::string &reduction,
+                                   std::optional<int64_t> ignoreIndex) {
+  requireFloating(scores, "the scores");
+  requireFloating(dloss, "dloss");
+  requireRank(scores, 2, "the scores (N, C, ...)");
+  if (isFloating(labels.kind))
+    throw EvalError("labels must be integers");
+  int64_t classes = scores.shape[1];
+  std::vector<int64_t> labelShape{scores.shape[0]};
+  labelShape.insert(labelShape.end(), scores.shape.begin() + 2, scores.shape.end());
+  if (labels.shape != labelShape)
+    throw EvalError("labels must have shape " + shapeToString(labelShape) + ", got " +
+                    shapeToString(labels.shape));
+  if (weights && weights->shape != std::vector<int64_t>{classes})
+    throw EvalError("weights must have shape [" + std::to_string(classes) + "]");
+  if (reduction != "mean" && reduction != "sum" && reduction != "none")
+    throw EvalError("reduction must be mean, sum or none, got " + reduction);
+  std::vector<int64_t> lossShape = reduction == "none" ? labelShape : std::vector<int64_t>{};
+  if (dloss.shape != lossShape)
+    throw EvalError("dloss must have the loss's shape " + shapeToString(lossShape) + ", got " +
+                    shapeToString(dloss.shape));
+
+  std::vector<double> logProb = logSoftmax(scores, 1);
+  AxisView view = viewAround(scores.shape, 1);
+  // The weight of every element (0 when ignored) and, for mean, their sum.
+  std::vector<double> elementWeights(labels.numElements(), 0.0);
+  double weightSum = 0;
+  for (int64_t flat = 0; flat < labels.numElements(); ++flat) {
+    int64_t label = labels.ints[flat];
+    if (ignoreIndex && label == *ignoreIndex)
+      continue;
+    if (label < 0 || label >= classes)
+      throw EvalError("label " + std::to_string(label) + " out of range [0, " +
+                      std::to_string(classes) + ")");
+    elementWeights[flat] = weights ? weights->floats[label] : 1.0;
+    weightSum += elementWeights[flat];
+  }
+  Tensor out = zeros(scores.kind, scores.shape);
+  for (int64_t n = 0; n < view.outer; ++n)
+    for (int64_t in = 0; in < view.inner; ++in) {
+      int64_t flat = n * view.inner + in;
+      if (elementWeights[flat] == 0.0)
+        continue;
+      double upstream = reduction == "none" ? dloss.floats[flat] : dloss.floats[0];
+      double factor = upstream * elementWeights[flat] / (reduction == "mean" ? weightSum : 1.0);
+      for (int64_t c = 0; c < classes; ++c) {
+        double p = std::exp(logProb[view.at(n, c, in)]);
+        out.floats[view.at(n, c, in)] = factor * (p - (c == labels.ints[flat] ? 1.0 : 0.0));
+      }
+    }
+  return finish(std::move(out));
+}
+
+Tensor gatherGrad(const Tensor &dy, const Tensor &indices, int64_t axis,
+                  const std::vector<int64_t> &dataShape) {
+  requireFloating(dy, "dy");
+  if (isFloating(indices.kind))
+    throw EvalError("indices must be integers");
+  axis = normalizeAxis(axis, static_cast<int64_t>(dataShape.size()));
+  AxisView view = viewAround(dataShape, axis);
+  std::vector<int64_t> dyShape(dataShape.begin(), dataShape.begin() + axis);
+  dyShape.insert(dyShape.end(), indices.shape.begin(), indices.shape.end());
+  dyShape.insert(dyShape.end(), dataShape.begin() + axis + 1, dataShape.end());
+  if (dy.shape != dyShape)
+    throw EvalError("dy must have the gather's result shape " + shapeToString(dyShape) +
+                    ", got " + shapeToString(dy.shape));
+  Tensor out = zeros(dy.kind, dataShape);
+  int64_t count = indices.numElements(), flat = 0;
+  for (int64_t o = 0; o < view.outer; ++o)
+    for (int64_t j = 0; j < count; ++j) {
+      int64_t index = indices.ints[j];
+      if (index < -view.size || index >= view.size)
+        throw EvalError("index " + std::to_string(index) + " out of range for axis size " +
+                        std::to_string(view.size));
+      if (index < 0)
+        index += view.size;
+      for (int64_t in = 0; in < view.inner; ++in)
+        out.floats[view.at(o, index, in)] += dy.floats[flat++];
+    }
+  return finish(std::move(out));
+}
+
+Tensor sliceGrad(const Tensor &dy, const std::vector<int64_t> &starts,
+                 const std::vector<int64_t> &ends, const std::vector<int64_t> &steps,
+                 const std::vector<int64_t> &inputShape) {
+  requireFloating(dy, "dy");
+  std::vector<int64_t> outShape = slicedShape(inputShape, starts, ends, steps);
+  if (dy.shape != outShape)
+    throw EvalError("dy must have the slice's result shape " + shapeToString(outShape) +
+                    ", got " + shapeToString(dy.shape));
+  std::vector<int64_t> inStrides = stridesOf(inputShape);
+  Tensor out = zeros(dy.kind, inputShape);
+  int64_t flat = 0;
+  forEachIndex(outShape, [&](const std::vector<int64_t> &index) {
+    int64_t offset = 0;
+    for (size_t axis = 0; axis < inputShape.size(); ++axis)
+      offset += (starts[axis] + index[axis] * steps[axis]) * inStrides[axis];
+    out.floats[offset] += dy.floats[flat++];
+  });
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizers
+//===----------------------------------------------------------------------===//
+
+SgdResults sgdUpdate(const Tensor &param, const Tensor &grad, const Tensor &momentumBuffer,
+                     int64_t step, double lr, double momentum, double weightDecay) {
+  requireFloating(param, "the parameter");
+  requireSameShape(param, grad, "param and grad differ");
+  requireSameShape(param, momentumBuffer, "param and momentum buffer differ");
+  if (step < 1)
+    throw EvalError("step counts updates from 1, got " + std::to_string(step));
+  SgdResults results{zeros(param.kind, param.shape), zeros(param.kind, param.shape)};
+  for (size_t i = 0; i < param.floats.size(); ++i) {
+    double g = grad.floats[i] + weightDecay * param.floats[i];
+    double buffer =
+        momentum == 0.0 || step == 1 ? g : momentum * momentumBuffer.floats[i] + g;
+    results.momentumBuffer.floats[i] = buffer;
+    results.param.floats[i] = param.floats[i] - lr * buffer;
+  }
+  roundToElementType(results.param);
+  roundToElementType(results.momentumBuffer);
+  return results;
+}
+
+AdamWResults adamwUpdate(const Tensor &param, const Tensor &grad, const Tensor &m,
+                         const Tensor &v, int64_t step, double lr, double beta1, double beta2,
+                         double epsilon, double weightDecay) {
+  requireFloating(param, "the parameter");
+  requireSameShape(param, grad, "param and grad differ");
+  requireSameShape(param, m, "param and m differ");
+  requireSameShape(param, v, "param and v differ");
+  if (step < 1)
+    throw EvalError("step counts updates from 1, got " + std::to_string(step));
+  double t = static_cast<double>(step);
+  double correction1 = 1.0 - std::pow(beta1, t), correction2 = 1.0 - std::pow(beta2, t);
+  AdamWResults results{zeros(param.kind, param.shape), zeros(param.kind, param.shape),
+                       zeros(param.kind, param.shape)};
+  for (size_t i = 0; i < param.floats.size(); ++i) {
+    double g = grad.floats[i];
+    double decayed = param.floats[i] * (1.0 - lr * weightDecay);
+    double mi = beta1 * m.floats[i] + (1.0 - beta1) * g;
+    double vi = beta2 * v.floats[i] + (1.0 - beta2) * g * g;
+    results.m.floats[i] = mi;
+    results.v.floats[i] = vi;
+    results.param.floats[i] =
+        decayed - lr * (mi / correction1) / (std::sqrt(vi / correction2) + epsilon);
+  }
+  roundToElementType(results.param);
+  roundToElementType(results.m);
+  roundToElementType(results.v);
+  return results;
 }
 
 } // namespace kernels

@@ -163,6 +163,109 @@ Tensor slice(const Tensor &input, const std::vector<int64_t> &starts,
 /// Constant padding; `pads` holds the begin pads of every axis, then the end pads.
 Tensor pad(const Tensor &input, const std::vector<int64_t> &pads, double value);
 
+
+//===----------------------------------------------------------------------===//
+// Gradients (dialects/nn/NNGradOps.td). Each takes the gradient of the
+// forward result first; result shapes that dy does not determine (a conv's
+// input, a slice's source, ...) are passed explicitly, as the ops hold them
+// in their result types, and checked against dy.
+//===----------------------------------------------------------------------===//
+
+/// Sum over sorted, unique, non-negative axes; no axes is the identity
+/// (nn.reduce_sum's shape rule; nn.reduce_mean reduces all axes instead).
+Tensor reduceSum(const Tensor &input, const std::vector<int64_t> &axes, bool keepdims);
+
+/// dx = dy * f'(x); reads x or y (the forward result) as the kind needs.
+Tensor unaryGrad(UnaryOp op, const Tensor &dy, const Tensor &x, const Tensor &y);
+
+enum class BinaryGradKind { SubRhs, DivRhs, PowLhs, PowRhs };
+/// The gradient on the broadcast shape (dy's): -dy, -dy*lhs/rhs^2,
+/// dy*rhs*lhs^(rhs-1), dy*lhs^rhs*ln(lhs).
+Tensor binaryGrad(BinaryGradKind kind, const Tensor &dy, const Tensor &lhs, const Tensor &rhs);
+
+/// Transposed convolution: the gradient of conv's input of shape inputShape.
+Tensor convInputGrad(const Tensor &dy, const Tensor &weight, const std::vector<int64_t> &inputShape,
+                     const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
+                     const std::vector<int64_t> &dilations, int64_t group);
+/// The gradient of conv's weight of shape weightShape.
+Tensor convWeightGrad(const Tensor &dy, const Tensor &input,
+                      const std::vector<int64_t> &weightShape,
+                      const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
+                      const std::vector<int64_t> &dilations, int64_t group);
+
+/// Training: through the batch statistics (recomputed from the input, the
+/// population variance); inference: the running statistics are constants.
+Tensor batchNormGrad(const Tensor &dy, const Tensor &input, const Tensor &scale,
+                     const Tensor &runningMean, const Tensor &runningVar, double epsilon,
+                     bool training);
+struct ParamGrads {
+  Tensor scale, bias;
+};
+/// dscale = sum(dy * xhat), dbias = sum(dy) over all axes but 1.
+ParamGrads batchNormParamGrad(const Tensor &dy, const Tensor &input, const Tensor &runningMean,
+                              const Tensor &runningVar, double epsilon, bool training);
+Tensor layerNormGrad(const Tensor &dy, const Tensor &input, const Tensor &scale, int64_t axis,
+                     double epsilon);
+/// dscale = sum(dy * xhat), dbias = sum(dy) over the leading axes, then
+/// summed down to scaleShape and biasShape (which broadcast to the
+/// normalized axes, as the forward's scale and bias do).
+ParamGrads layerNormParamGrad(const Tensor &dy, const Tensor &input, int64_t axis,
+                              double epsilon, const std::vector<int64_t> &scaleShape,
+                              const std::vector<int64_t> &biasShape);
+
+/// dy of each window goes to the window's first maximum (row-major over the
+/// kernel positions; padding never wins), as maxPool picks it.
+Tensor maxPoolGrad(const Tensor &dy, const Tensor &input, const std::vector<int64_t> &kernel,
+                   const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
+                   const std::vector<int64_t> &dilations, bool ceilMode);
+/// dy / divisor spread over each window's input positions (the divisor of
+/// averagePool).
+Tensor averagePoolGrad(const Tensor &dy, const std::vector<int64_t> &inputShape,
+                       const std::vector<int64_t> &kernel, const std::vector<int64_t> &strides,
+                       const std::vector<int64_t> &pads, bool ceilMode, bool countIncludePad);
+/// dy * mask / (1 - ratio) in training, dy otherwise.
+Tensor dropoutGrad(const Tensor &dy, const Tensor &mask, double ratio, bool training);
+/// From the forward result: y * (dy - sum(dy * y)) along the axis.
+Tensor softmaxGrad(const Tensor &dy, const Tensor &y, int64_t axis);
+/// The gradient of softmaxCrossEntropyLoss's loss (dloss: a scalar for mean
+/// and sum, the labels' shape for none) with respect to the scores:
+/// dloss * w * (softmax - onehot) / W, W the summed weights for mean, else
+/// 1; ignored elements get 0 (and, for mean, all elements ignored give 0).
+Tensor softmaxCrossEntropyLossGrad(const Tensor &dloss, const Tensor &scores,
+                                   const Tensor &labels, const Tensor *weights,
+                                   const std::string &reduction,
+                                   std::optional<int64_t> ignoreIndex);
+/// Scatter-add of dy into zeros of dataShape (repeated indices accumulate).
+Tensor gatherGrad(const Tensor &dy, const Tensor &indices, int64_t axis,
+                  const std::vector<int64_t> &dataShape);
+/// dy scattered into zeros of inputShape at the slice's positions.
+Tensor sliceGrad(const Tensor &dy, const std::vector<int64_t> &starts,
+                 const std::vector<int64_t> &ends, const std::vector<int64_t> &steps,
+                 const std::vector<int64_t> &inputShape);
+
+//===----------------------------------------------------------------------===//
+// Optimizers: PyTorch's update rules. `step` counts updates from 1 (the
+// first update is step 1).
+//===----------------------------------------------------------------------===//
+
+struct SgdResults {
+  Tensor param, momentumBuffer;
+};
+/// torch.optim.SGD (no dampening, no Nesterov): g = grad + wd * param;
+/// buf = g at step 1, else momentum * buf + g (with momentum 0, buf = g);
+/// param -= lr * buf.
+SgdResults sgdUpdate(const Tensor &param, const Tensor &grad, const Tensor &momentumBuffer,
+                     int64_t step, double lr, double momentum, double weightDecay);
+struct AdamWResults {
+  Tensor param, m, v;
+};
+/// torch.optim.AdamW: param *= 1 - lr * wd; m = b1 m + (1 - b1) g;
+/// v = b2 v + (1 - b2) g^2; param -= lr * (m / (1 - b1^t)) /
+/// (sqrt(v / (1 - b2^t)) + eps), t = step.
+AdamWResults adamwUpdate(const Tensor &param, const Tensor &grad, const Tensor &m,
+                         const Tensor &v, int64_t step, double lr, double beta1, double beta2,
+                         double epsilon, double weightDecay);
+
 } // namespace kernels
 } // namespace pipec::eval
 

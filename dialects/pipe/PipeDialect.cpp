@@ -52,6 +52,21 @@ LogicalResult AllReduceOp::verify() {
   if (getReduction() != "mean" && getReduction() != "sum")
     return emitOpError("reduction must be \"mean\" or \"sum\", got \"")
            << getReduction() << "\"";
+  if (auto stages = getStages()) {
+    if (!getName())
+      return emitOpError("over tied stages needs the parameter's name");
+    if (stages->size() < 2)
+      return emitOpError("over tied stages needs at least two stages, got ")
+             << stages->size();
+    for (size_t i = 0; i < stages->size(); ++i) {
+      if ((*stages)[i] < 0 || (i > 0 && (*stages)[i] <= (*stages)[i - 1]))
+        return emitOpError("tied stages must be non-negative and strictly increasing");
+    }
+    if (auto stage = (*this)->getParentOfType<StageOp>())
+      if (!llvm::is_contained(*stages, static_cast<int64_t>(stage.getId())))
+        return emitOpError("tied stages do not include the enclosing stage ")
+               << static_cast<int64_t>(stage.getId());
+  }
   return success();
 }
 

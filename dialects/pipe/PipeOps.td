@@ -27,14 +27,21 @@ def Pipe_StageOp : Pipe_Op<"stage", [IsolatedFromAbove, SymbolTable,
 
 def Pipe_SendOp : Pipe_Op<"send"> {
   let summary = "Send a tensor to another stage (matched with pipe.recv by tag)";
-  let arguments = (ins AnyRankedTensor:$value, I64Attr:$peer, I64Attr:$tag);
+  let description = [{
+    `peer` is the receiving stage (a neighbour: bundles travel only between
+    adjacent stages) and `tag` identifies the tensor; the same tag is used
+    on every hop of a tensor that is forwarded through several stages.
+    `name` is a stable tensor name for the stage ABI's descriptors.
+  }];
+  let arguments = (ins AnyRankedTensor:$value, I64Attr:$peer, I64Attr:$tag,
+                       OptionalAttr<StrAttr>:$name);
   let assemblyFormat = "$value `to` $peer `tag` $tag attr-dict `:` type($value)";
   let hasVerifier = 1;
 }
 
 def Pipe_RecvOp : Pipe_Op<"recv"> {
   let summary = "Receive a tensor from another stage (matched with pipe.send by tag)";
-  let arguments = (ins I64Attr:$peer, I64Attr:$tag);
+  let arguments = (ins I64Attr:$peer, I64Attr:$tag, OptionalAttr<StrAttr>:$name);
   let results = (outs AnyStaticShapeTensor:$result);
   let assemblyFormat = "`from` $peer `tag` $tag attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -42,8 +49,17 @@ def Pipe_RecvOp : Pipe_Op<"recv"> {
 
 def Pipe_AllReduceOp : Pipe_Op<"allreduce", [SameOperandsAndResultType]> {
   let summary = "Sum (or average) a gradient over the replicas of a stage";
+  let description = [{
+    Without `stages`: reduces over the replicas of the enclosing stage (the
+    data-parallel group). With `stages` (sorted, at least two, including the
+    enclosing stage): reduces over every copy of the tied parameter `name`
+    held by those stages (all their replicas); each of them then applies the
+    same update to its own copy, so the copies stay equal.
+  }];
   let arguments = (ins AnyStaticShapeTensor:$value,
-                       DefaultValuedStrAttr<StrAttr, "mean">:$reduction);
+                       DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
+                       OptionalAttr<StrAttr>:$name,
+                       OptionalAttr<DenseI64ArrayAttr>:$stages);
   let results = (outs AnyStaticShapeTensor:$result);
   let assemblyFormat = "$value attr-dict `:` type($value)";
   let hasVerifier = 1;
@@ -55,17 +71,21 @@ def Pipe_StashOp : Pipe_Op<"stash"> {
     Asynchronous schedules (PipeDream 1F1B-RR) update weights while older
     micro-batches are still in flight; the backward of a micro-batch must use
     the weights its forward used. `slots` is the number of versions kept (the
-    in-flight count of the plan); `name` identifies the weight.
+    in-flight count of the plan); `name` identifies the weight. With
+    `vertical_sync`, the version kept (and used by the forward of later
+    stages) is the one that was current when the micro-batch entered stage 0
+    (PipeDream's vertical sync); docs/stages.md describes the runtime side.
   }];
   let arguments = (ins AnyStaticShapeTensor:$weight, Index:$microbatch,
-                       StrAttr:$name, I64Attr:$slots);
+                       StrAttr:$name, I64Attr:$slots, UnitAttr:$vertical_sync);
   let assemblyFormat = "$weight `for` $microbatch attr-dict `:` type($weight)";
   let hasVerifier = 1;
 }
 
 def Pipe_RestoreOp : Pipe_Op<"restore"> {
   let summary = "Fetch the weight version stashed for a micro-batch";
-  let arguments = (ins Index:$microbatch, StrAttr:$name, I64Attr:$slots);
+  let arguments = (ins Index:$microbatch, StrAttr:$name, I64Attr:$slots,
+                       UnitAttr:$vertical_sync);
   let results = (outs AnyStaticShapeTensor:$result);
   let assemblyFormat = "$microbatch attr-dict `:` type($result)";
   let hasVerifier = 1;

@@ -105,6 +105,11 @@ struct AppendLoss : impl::AppendLossBase<AppendLoss> {
       function.emitError("unknown --loss '") << loss << "' (softmax-cross-entropy or mse)";
       return signalPassFailure();
     }
+    // A partitioned model computes its loss on the stage of its logits.
+    if (Operation *producer = output.getDefiningOp())
+      if (Attribute stage = producer->getAttr("pipe.stage"))
+        for (Operation *op = producer->getNextNode(); op && op != returnOp; op = op->getNextNode())
+          op->setAttr("pipe.stage", stage);
     keepOnlyLoss(function, returnOp, lossValue);
   }
 

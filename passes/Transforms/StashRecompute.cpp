@@ -1,1 +1,387 @@
-// placeholder
+// pipec-weight-stashing and pipec-recompute: rewrites of the stage
+// functions that pipec-outline-stages produced (docs/stages.md).
+#include "passes/Passes.h"
+#include "passes/Transforms/OutlineStages.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/BitVector.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringSet.h"
+
+namespace pipec::passes {
+#define GEN_PASS_DEF_WEIGHTSTASHING
+#define GEN_PASS_DEF_RECOMPUTE
+#include "passes/Passes.h.inc"
+} // namespace pipec::passes
+
+using namespace mlir;
+
+namespace pipec::passes {
+namespace {
+
+using namespace stages;
+
+/// Arguments are kept in the order pipec-outline-stages gives them:
+/// parameters and buffers, data fields, saved values, the loss scale, the
+/// micro-batch index.
+int argumentCategory(DictionaryAttr attrs) {
+  if (!attrs)
+    return 2;
+  if (attrs.get(kSaved))
+    return 2;
+  auto role = attrs.getAs<StringAttr>(kRole);
+  StringRef value = role ? role.getValue() : "";
+  if (value == "param" || value == "buffer")
+    return 0;
+  if (value == "input" || value == "label")
+    return 1;
+  if (value == "loss_scale")
+    return 3;
+  if (value == "microbatch")
+    return 4;
+  return 2;
+}
+
+/// Inserts an argument after the last one of its category; returns it.
+BlockArgument insertArgument(func::FuncOp function, Type type, DictionaryAttr attrs,
+                             Location loc) {
+  int category = argumentCategory(attrs);
+  unsigned position = 0;
+  for (unsigned i = 0; i < function.getNumArguments(); ++i)
+    if (argumentCategory(function.getArgAttrDict(i)) <= category)
+      position = i + 1;
+  (void)function.insertArgument(position, type, attrs, loc);
+  return function.getArgument(position);
+}
+
+/// Appends a result (with its value in the return op).
+void appendResult(func::FuncOp function, Value value, DictionaryAttr attrs) {
+  auto returnOp = llvm::cast<func::ReturnOp>(function.getBody().front().getTerminator());
+  unsigned position = function.getNumResults();
+  (void)function.insertResult(position, value.getType(), attrs);
+  returnOp->insertOperands(position, value);
+}
+
+/// Removes results (and their return operands).
+void eraseResults(func::FuncOp function, const llvm::BitVector &erase) {
+  auto returnOp = llvm::cast<func::ReturnOp>(function.getBody().front().getTerminator());
+  (void)function.eraseResults(erase);
+  returnOp->eraseOperands(erase);
+}
+
+//===----------------------------------------------------------------------===//
+// pipec-weight-stashing
+//===----------------------------------------------------------------------===//
+
+struct WeightStashing : impl::WeightStashingBase<WeightStashing> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (versions < 0) {
+      module.emitError() << "pipec-weight-stashing: versions must be non-negative, got "
+                         << versions;
+      return signalPassFailure();
+    }
+    if (versions <= 1) // synchronous schedule: one version, nothing to keep
+      return markAllAnalysesPreserved();
+    for (pipe::StageOp stage : module.getOps<pipe::StageOp>())
+      if (failed(stash(stage)))
+        return signalPassFailure();
+    if (failed(verifyPipeline(module)))
+      return signalPassFailure();
+  }
+
+  LogicalResult stash(pipe::StageOp stage) {
+    Builder builder(stage.getContext());
+    int64_t id = static_cast<int64_t>(stage.getId());
+    bool stashed = false;
+    stage.walk([&](Operation *op) { stashed |= llvm::isa<pipe::StashOp, pipe::RestoreOp>(op); });
+    if (stashed)
+      return stage.emitError() << "pipec-weight-stashing: stage " << id
+                               << " already stashes weights",
+             failure();
+    func::FuncOp forward = stageFunction(stage, kForward);
+    if (!forward)
+      return stage.emitError() << "pipec-weight-stashing: stage " << id << " has no @fwd",
+             failure();
+    auto microbatchAttrs =
+        builder.getDictionaryAttr({builder.getNamedAttr(kRole, builder.getStringAttr("microbatch"))});
+    IntegerAttr slots = builder.getI64IntegerAttr(versions);
+    int64_t stashBytes = 0;
+
+    // @fwd: stash every trained parameter for this micro-batch.
+    Value microbatch =
+        insertArgument(forward, builder.getIndexType(), microbatchAttrs, forward.getLoc());
+    OpBuilder body = OpBuilder::atBlockBegin(&forward.getBody().front());
+    for (BlockArgument argument : forward.getArguments()) {
+      if (argRole(forward, argument.getArgNumber()) != "param")
+        continue;
+      StringAttr name = builder.getStringAttr(argName(forward, argument.getArgNumber()));
+      auto stashOp = pipe::StashOp::create(body, argument.getLoc(), argument, microbatch, name,
+                                           slots, verticalSync ? builder.getUnitAttr() : UnitAttr());
+      stashBytes += versions * tensorBytes(argument.getType());
+      ++numStashed;
+      // Vertical sync: later stages compute with the version of the
+      // micro-batch's entry into stage 0, not the newest.
+      if (verticalSync && id > 0) {
+        auto restore = pipe::RestoreOp::create(body, argument.getLoc(), argument.getType(),
+                                               microbatch, name, slots, builder.getUnitAttr());
+        argument.replaceAllUsesExcept(restore.getResult(), stashOp);
+      }
+    }
+    // @bwd_input, @bwd_weight: read the stashed version instead.
+    for (StringRef functionName : {kBackwardInput, kBackwardWeight}) {
+      func::FuncOp function = stageFunction(stage, functionName);
+      if (!function)
+        continue;
+      Value index =
+          insertArgument(function, builder.getIndexType(), microbatchAttrs, function.getLoc());
+      OpBuilder start = OpBuilder::atBlockBegin(&function.getBody().front());
+      llvm::BitVector unused(function.getNumArguments());
+      for (BlockArgument argument : function.getArguments()) {
+        if (argRole(function, argument.getArgNumber()) != "param")
+          continue;
+        auto restore = pipe::RestoreOp::create(
+            start, argument.getLoc(), argument.getType(), index,
+            builder.getStringAttr(argName(function, argument.getArgNumber())), slots,
+            verticalSync ? builder.getUnitAttr() : UnitAttr());
+        argument.replaceAllUsesWith(restore.getResult());
+        unused.set(argument.getArgNumber());
+      }
+      // The backward reads trained parameters only through pipe.restore.
+      (void)function.eraseArguments(unused);
+    }
+    stage->setAttr(kStashBytes, builder.getI64IntegerAttr(stashBytes));
+    stage->setAttr("pipe.weight_versions", slots);
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// pipec-recompute
+//===----------------------------------------------------------------------===//
+
+struct Recompute : impl::RecomputeBase<Recompute> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (mode != "none" && mode != "all") {
+      module.emitError() << "pipec-recompute: mode must be none or all, got '" << mode << "'";
+      return signalPassFailure();
+    }
+    std::map<int64_t, pipe::StageOp> byId;
+    for (pipe::StageOp stage : module.getOps<pipe::StageOp>())
+      byId[static_cast<int64_t>(stage.getId())] = stage;
+    SmallVector<pipe::StageOp> chosen;
+    if (!stages.empty()) {
+      for (int64_t id : stages) {
+        auto it = byId.find(id);
+        if (it == byId.end()) {
+          module.emitError() << "pipec-recompute: there is no stage " << id << " (the module has "
+                             << byId.size() << ")";
+          return signalPassFailure();
+        }
+        if (!llvm::is_contained(chosen, it->second))
+          chosen.push_back(it->second);
+      }
+    } else if (mode == "all") {
+      for (auto &[id, stage] : byId)
+        chosen.push_back(stage);
+    }
+    if (chosen.empty())
+      return markAllAnalysesPreserved();
+    for (pipe::StageOp stage : chosen)
+      if (failed(recompute(stage)))
+        return signalPassFailure();
+    if (failed(verifyPipeline(module)))
+      return signalPassFailure();
+  }
+
+  LogicalResult recompute(pipe::StageOp stage) {
+    Builder builder(stage.getContext());
+    int64_t id = static_cast<int64_t>(stage.getId());
+    func::FuncOp forward = stageFunction(stage, kForward);
+    func::FuncOp backwardInput = stageFunction(stage, kBackwardInput);
+    func::FuncOp backwardWeight = stageFunction(stage, kBackwardWeight);
+    if (!forward || !backwardInput || !backwardWeight)
+      return stage.emitError() << "pipec-recompute: stage " << id
+                               << " lacks @fwd, @bwd_input or @bwd_weight",
+             failure();
+    if (stage->hasAttr(kRecomputeAttr))
+      return stage.emitError() << "pipec-recompute: stage " << id << " already recomputes",
+             failure();
+    bool stashed = false;
+    stage.walk([&](Operation *op) { stashed |= llvm::isa<pipe::StashOp, pipe::RestoreOp>(op); });
+    if (stashed)
+      return stage.emitError() << "pipec-recompute: stage " << id
+                               << " already stashes weights; run pipec-recompute before "
+                                  "pipec-weight-stashing",
+             failure();
+
+    Block &forwardBody = forward.getBody().front();
+    auto forwardReturn = llvm::cast<func::ReturnOp>(forwardBody.getTerminator());
+    int64_t bytesBefore = 0;
+    for (unsigned i = 0; i < forward.getNumResults(); ++i)
+      if (forward.getResultAttr(i, kSaved))
+        bytesBefore += tensorBytes(forward.getResultTypes()[i]);
+
+    // Saved values that are not boundary inputs are recomputed.
+    llvm::StringSet<> usedNames;
+    llvm::DenseMap<Value, StringAttr> boundaryNames; // received value → its saved name
+    SmallVector<std::pair<StringAttr, Value>> recomputed;
+    llvm::BitVector dropped(forward.getNumResults());
+    for (unsigned i = 0; i < forward.getNumResults(); ++i) {
+      auto name = forward.getResultAttrOfType<StringAttr>(i, kSaved);
+      if (!name)
+        continue;
+      usedNames.insert(name.getValue());
+      Value value = forwardReturn.getOperand(i);
+      if (value.getDefiningOp<pipe::RecvOp>() || llvm::isa<BlockArgument>(value)) {
+        boundaryNames.try_emplace(value, name);
+        continue;
+      }
+      recomputed.push_back({name, value});
+      dropped.set(i);
+    }
+    if (recomputed.empty()) {
+      forward->setAttr(kSavedBytesNoRecompute, builder.getI64IntegerAttr(bytesBefore));
+      stage->setAttr(kRecomputeAttr, builder.getUnitAttr());
+      updateMemoryAttributes(stage);
+      return success();
+    }
+
+    // The forward ops to re-run, and what they read from outside.
+    llvm::SetVector<Operation *> slice;
+    llvm::SetVector<Value> inputs;
+    SmallVector<Value> worklist;
+    for (auto &[name, value] : recomputed)
+      worklist.push_back(value);
+    while (!worklist.empty()) {
+      Value value = worklist.pop_back_val();
+      if (llvm::isa<BlockArgument>(value) || value.getDefiningOp<pipe::RecvOp>()) {
+        inputs.insert(value);
+        continue;
+      }
+      Operation *op = value.getDefiningOp();
+      if (op->getNumRegions() != 0)
+        return op->emitError() << "pipec-recompute: stage " << id
+                               << ": cannot re-run an op with regions",
+               failure();
+      if (slice.insert(op))
+        worklist.append(op->operand_begin(), op->operand_end());
+    }
+    // Keep the forward order.
+    SmallVector<Operation *> ordered;
+    for (Operation &op : forwardBody.without_terminator())
+      if (slice.contains(&op))
+        ordered.push_back(&op);
+
+    // Bring each input into @bwd_input: parameters and data fields as
+    // arguments, received activations as saved values.
+    Block &backwardBody = backwardInput.getBody().front();
+    SmallVector<Value> regionInputs;
+    for (Value input : inputs) {
+      if (auto argument = llvm::dyn_cast<BlockArgument>(input)) {
+        DictionaryAttr attrs = forward.getArgAttrDict(argument.getArgNumber());
+        StringRef role = argRole(forward, argument.getArgNumber());
+        StringRef name = argName(forward, argument.getArgNumber());
+        Value found;
+        for (BlockArgument candidate : backwardInput.getArguments())
+          if (!role.empty() && argRole(backwardInput, candidate.getArgNumber()) == role &&
+              argName(backwardInput, candidate.getArgNumber()) == name)
+            found = candidate;
+        if (!found)
+          found = insertArgument(backwardInput, input.getType(), attrs, argument.getLoc());
+        regionInputs.push_back(found);
+        continue;
+      }
+      // A received activation: saved by @fwd (under a new name if need be).
+      StringAttr name = boundaryNames.lookup(input);
+      if (!name) {
+        std::string base = "input";
+        if (auto recv = input.getDefiningOp<pipe::RecvOp>(); recv && recv.getName())
+          base = recv.getName()->str();
+        std::string unique = base;
+        for (int suffix = 1; !usedNames.insert(unique).second; ++suffix)
+          unique = base + "." + std::to_string(suffix);
+        name = builder.getStringAttr(unique);
+        appendResult(forward, input, builder.getDictionaryAttr({builder.getNamedAttr(kSaved, name)}));
+        dropped.resize(forward.getNumResults());
+        boundaryNames[input] = name;
+      }
+      Value found;
+      for (BlockArgument candidate : backwardInput.getArguments())
+        if (backwardInput.getArgAttr(candidate.getArgNumber(), kSaved) == name)
+          found = candidate;
+      if (!found)
+        found = insertArgument(backwardInput, input.getType(),
+                               builder.getDictionaryAttr({builder.getNamedAttr(kSaved, name)}),
+                               input.getLoc());
+      regionInputs.push_back(found);
+    }
+
+    // The pipe.recompute region at the start of @bwd_input.
+    SmallVector<Type> resultTypes;
+    for (auto &[name, value] : recomputed)
+      resultTypes.push_back(value.getType());
+    // After the receives (and restores) that open the function.
+    OpBuilder start = OpBuilder::atBlockBegin(&backwardBody);
+    for (Operation &op : backwardBody)
+      if (llvm::isa<pipe::RecvOp, pipe::RestoreOp>(op))
+        start.setInsertionPointAfter(&op);
+      else
+        break;
+    auto region = pipe::RecomputeOp::create(start, forward.getLoc(), resultTypes, regionInputs);
+    Block *regionBody = new Block();
+    region.getBody().push_back(regionBody);
+    IRMapping mapping;
+    for (Value input : inputs)
+      mapping.map(input, regionBody->addArgument(input.getType(), input.getLoc()));
+    OpBuilder inside = OpBuilder::atBlockEnd(regionBody);
+    for (Operation *op : ordered) {
+      inside.clone(*op, mapping);
+      ++numRecomputed;
+    }
+    SmallVector<Value> yielded;
+    for (auto &[name, value] : recomputed)
+      yielded.push_back(mapping.lookup(value));
+    pipe::YieldOp::create(inside, forward.getLoc(), yielded);
+
+    // Uses: @bwd_input's saved arguments become the region's results; what
+    // @bwd_weight reads is handed on by @bwd_input under the same name.
+    llvm::BitVector unusedArgs(backwardInput.getNumArguments());
+    for (auto [index, entry] : llvm::enumerate(recomputed)) {
+      StringAttr name = entry.first;
+      Value value = region.getResult(index);
+      for (BlockArgument argument : backwardInput.getArguments())
+        if (backwardInput.getArgAttr(argument.getArgNumber(), kSaved) == name) {
+          argument.replaceAllUsesWith(value);
+          unusedArgs.set(argument.getArgNumber());
+        }
+      bool weightReads = llvm::any_of(backwardWeight.getArguments(), [&](BlockArgument argument) {
+        return backwardWeight.getArgAttr(argument.getArgNumber(), kSaved) == name;
+      });
+      if (weightReads)
+        appendResult(backwardInput, value,
+                     builder.getDictionaryAttr({builder.getNamedAttr(kSaved, name)}));
+    }
+    (void)backwardInput.eraseArguments(unusedArgs);
+    eraseResults(forward, dropped);
+    // Forward ops whose results were only saved are no longer needed there.
+    for (Operation &op : llvm::make_early_inc_range(llvm::reverse(forwardBody.without_terminator())))
+      if (isOpTriviallyDead(&op))
+        op.erase();
+
+    forward->setAttr(kSavedBytesNoRecompute, builder.getI64IntegerAttr(bytesBefore));
+    stage->setAttr(kRecomputeAttr, builder.getUnitAttr());
+    updateMemoryAttributes(stage);
+    return success();
+  }
+};
+
+} // namespace
+} // namespace pipec::passes

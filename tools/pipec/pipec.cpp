@@ -48,7 +48,8 @@ int main(int argc, char **argv) {
   cl::opt<std::string> input(cl::Positional, cl::desc("<model.onnx | model.onnxtext>"),
                              cl::Required, cl::cat(category));
   cl::opt<std::string> emit(
-      "emit", cl::desc("Print the IR after this phase and stop (phases: nn, costs, partition)"),
+      "emit",
+      cl::desc("Print the IR after this phase and stop (nn, costs, partition, autodiff, stages)"),
       cl::value_desc("phase"), cl::cat(category));
   cl::opt<std::string> output("o", cl::desc("Output file for --emit (default: stdout)"),
                               cl::value_desc("file"), cl::init("-"), cl::cat(category));
@@ -83,6 +84,22 @@ int main(int argc, char **argv) {
       cl::desc("Pipeline schedule: gpipe, 1f1b, 1f1b-rr, interleaved, zb-h1, zb-h2, zb-v, auto "
                "(default 1f1b, or 1f1b-rr with --async)"),
       cl::value_desc("name"), cl::cat(category));
+  cl::opt<std::string> loss(
+      "loss", cl::desc("Loss appended to a model ending in logits: softmax-cross-entropy, mse"),
+      cl::init("softmax-cross-entropy"), cl::cat(category));
+  cl::opt<double> learningRate("lr", cl::desc("Learning rate"), cl::init(1e-3), cl::cat(category));
+  cl::opt<double> momentum("momentum", cl::desc("SGD momentum"), cl::init(0.0), cl::cat(category));
+  cl::opt<double> weightDecay("weight-decay",
+                              cl::desc("Weight decay (default: 0.01 for AdamW, 0 for SGD)"),
+                              cl::init(-1.0), cl::cat(category));
+  cl::opt<bool> verticalSync("vertical-sync",
+                             cl::desc("With --async: every stage uses the weight version a "
+                                      "micro-batch entered stage 0 with"),
+                             cl::cat(category));
+  cl::opt<bool> build("build", cl::desc("Compile the generated stages (with --out DIR)"),
+                      cl::cat(category));
+  cl::opt<uint64_t> seed("seed", cl::desc("Seed of dropout masks and synthetic data"),
+                         cl::init(0), cl::cat(category));
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(static_cast<int>(remaining.size()), remaining.data(),
                               overview);
@@ -97,11 +114,18 @@ int main(int argc, char **argv) {
   options.profilePath = profile;
   options.dumpCostsPath = dumpCosts;
   options.scheduleName = scheduleName;
+  options.loss = loss;
+  options.learningRate = learningRate;
+  options.momentum = momentum;
+  options.weightDecay = weightDecay;
+  options.verticalSync = verticalSync;
+  options.build = build;
+  options.seed = seed;
   if (!emit.empty()) {
     options.emit = pipec::parsePhase(emit);
     if (!options.emit) {
       llvm::errs() << "error: unknown phase '" << emit
-                   << "' for --emit (phases: nn, costs, partition)\n";
+                   << "' for --emit (phases: nn, costs, partition, autodiff, stages)\n";
       return 1;
     }
   }

@@ -68,3 +68,29 @@ func.func @recompute(%x: tensor<4xf32>) {
   }
   return
 }
+
+// -----
+
+func.func @allreduce_tied_unnamed(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'pipe.allreduce' op over tied stages needs the parameter's name}}
+  %r = pipe.allreduce %g {reduction = "sum", stages = array<i64: 0, 2>} : tensor<4xf32>
+  return
+}
+
+// -----
+
+func.func @allreduce_tied_order(%g: tensor<4xf32>) {
+  // expected-error @+1 {{'pipe.allreduce' op tied stages must be non-negative and strictly increasing}}
+  %r = pipe.allreduce %g {name = "w", reduction = "sum", stages = array<i64: 2, 0>} : tensor<4xf32>
+  return
+}
+
+// -----
+
+pipe.stage @s attributes {id = 1 : i64} {
+  func.func @step(%g: tensor<4xf32>) {
+    // expected-error @+1 {{'pipe.allreduce' op tied stages do not include the enclosing stage 1}}
+    %r = pipe.allreduce %g {name = "w", reduction = "sum", stages = array<i64: 0, 2>} : tensor<4xf32>
+    return
+  }
+}

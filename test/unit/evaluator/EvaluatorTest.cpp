@@ -191,7 +191,7 @@ TEST_F(EvaluatorTest, ConstantsRoundTripThroughAttributes) {
 /// without a test here) fails this test rather than a later user.
 TEST_F(EvaluatorTest, EveryNNOpHasARule) {
   auto forward = parse(R"mlir(
-    func.func @forward(%x: tensor<1x2x2x2xf32>, %labels: tensor<1x2x2xi64>) -> (tensor<1x2x4x4xf32>, tensor<1x2x2x2xf32>, tensor<f32>) {
+    func.func @forward(%x: tensor<1x2x2x2xf32>, %labels: tensor<1x2x2xi64>, %step: i64) -> (tensor<1x2x4x4xf32>, tensor<1x2x2x2xf32>, tensor<f32>, tensor<2xf32>) {
       %c = nn.constant dense<[[1.0, -1.0]]> : tensor<1x2xf32>
       %i = nn.constant dense<[1, 0]> : tensor<2xi64>
       %v = nn.constant dense<[1.0, 2.0]> : tensor<2xf32>
@@ -233,7 +233,25 @@ TEST_F(EvaluatorTest, EveryNNOpHasARule) {
       %parts:2 = nn.split %cat {axis = 0 : i64, sizes = array<i64: 1, 3>} : (tensor<4x2x2xf32>) -> (tensor<1x2x2xf32>, tensor<3x2x2xf32>)
       %slice = nn.slice %parts#1 {starts = array<i64: 2, 0, 1>, ends = array<i64: -1, 2, -1>, steps = array<i64: -2, 1, -1>} : (tensor<3x2x2xf32>) -> tensor<2x2x2xf32>
       %padded = nn.pad %x {pads = array<i64: 0, 0, 1, 1, 0, 0, 1, 1>, value = 7.5 : f64} : (tensor<1x2x2x2xf32>) -> tensor<1x2x4x4xf32>
-      return %padded, %where, %loss#0 : tensor<1x2x4x4xf32>, tensor<1x2x2x2xf32>, tensor<f32>
+      %rsum = nn.reduce_sum %x {axes = array<i64: 0, 2>} : (tensor<1x2x2x2xf32>) -> tensor<1x2x1x2xf32>
+      %ugrad = nn.unary_grad "gelu" %x, %x, %gelu : tensor<1x2x2x2xf32>
+      %bgrad = nn.binary_grad %x, %x, %v {kind = "pow_lhs"} : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>, tensor<2xf32>) -> tensor<1x2x2x2xf32>
+      %cigrad = nn.conv_input_grad %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 2 : i64} : (tensor<1x2x2x2xf32>, tensor<2x1x1x1xf32>) -> tensor<1x2x2x2xf32>
+      %cwgrad = nn.conv_weight_grad %x, %x {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 2 : i64} : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<2x1x1x1xf32>
+      %bngrad = nn.batch_norm_grad %x, %conv, %v, %v, %v {training = true} : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> tensor<1x2x2x2xf32>
+      %bnpgrad:2 = nn.batch_norm_param_grad %x, %conv, %v, %v {training = true} : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>) -> (tensor<2xf32>, tensor<2xf32>)
+      %lngrad = nn.layer_norm_grad %x, %bn#0, %v : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>, tensor<2xf32>) -> tensor<1x2x2x2xf32>
+      %lnpgrad:2 = nn.layer_norm_param_grad %x, %bn#0 : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> (tensor<2xf32>, tensor<2xf32>)
+      %mpgrad = nn.max_pool_grad %x, %ln#0 {kernel_shape = array<i64: 2, 2>, strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 1, 1>, dilations = array<i64: 1, 1>} : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+      %apgrad = nn.average_pool_grad %x {kernel_shape = array<i64: 2, 2>, strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 0, 0>, count_include_pad = true} : (tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+      %dgrad = nn.dropout_grad %x, %drop#1 {ratio = 0.5 : f32, training = true} : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xi1>) -> tensor<1x2x2x2xf32>
+      %sgrad = nn.softmax_grad %x, %soft {axis = 1 : i64} : tensor<1x2x2x2xf32>
+      %lgrad = nn.softmax_cross_entropy_loss_grad %loss#0, %soft, %labels, %v {ignore_index = 1 : i64} : (tensor<f32>, tensor<1x2x2x2xf32>, tensor<1x2x2xi64>, tensor<2xf32>) -> tensor<1x2x2x2xf32>
+      %ggrad = nn.gather_grad %gather, %i {axis = 1 : i64} : (tensor<1x2xf32>, tensor<2xi64>) -> tensor<1x2xf32>
+      %slgrad = nn.slice_grad %slice {starts = array<i64: 2, 0, 1>, ends = array<i64: -1, 2, -1>, steps = array<i64: -2, 1, -1>} : (tensor<2x2x2xf32>) -> tensor<3x2x2xf32>
+      %sgd:2 = nn.sgd_update %v, %v, %v, %step {lr = 0.5 : f32, momentum = 0.25 : f32} : tensor<2xf32>
+      %adamw:3 = nn.adamw_update %v, %v, %v, %v, %step {lr = 0.125 : f32} : tensor<2xf32>
+      return %padded, %where, %loss#0, %sgd#0 : tensor<1x2x4x4xf32>, tensor<1x2x2x2xf32>, tensor<f32>, tensor<2xf32>
     })mlir");
   ASSERT_TRUE(forward);
   std::set<std::string> used, registered;
@@ -248,13 +266,77 @@ TEST_F(EvaluatorTest, EveryNNOpHasARule) {
 
   Tensor x = f32({1, 2, 2, 2}, {1, 2, 3, 4, 5, 6, 7, 8});
   auto results = evaluateFunction(
-      forward, {x, Tensor::ofInts(ElementKind::Int64, {1, 2, 2}, {0, 1, 1, 0})});
+      forward, {x, Tensor::ofInts(ElementKind::Int64, {1, 2, 2}, {0, 1, 1, 0}),
+                Tensor::ofInts(ElementKind::Int64, {}, {1})});
   ASSERT_TRUE(mlir::succeeded(results)) << diagnostics;
   // Pad's value attribute fills the border; the centre keeps x.
   const Tensor &padded = (*results)[0];
   EXPECT_EQ(padded.floats[0], 7.5);
   EXPECT_EQ(padded.floats[5], 1.0);  // [0,0,1,1]
   EXPECT_EQ(padded.floats[10], 4.0); // [0,0,2,2]
+  // SGD's first step: buf = grad = [1, 2]; param = [1, 2] - 0.5 * buf.
+  EXPECT_EQ((*results)[3].floats, (std::vector<double>{0.5, 1.0}));
+}
+
+TEST_F(EvaluatorTest, ScalarOperandsAreRankZeroTensors) {
+  auto forward = parse(R"mlir(
+    func.func @forward(%p: tensor<2xf64>, %g: tensor<2xf64>, %buf: tensor<2xf64>, %step: i64) -> (tensor<2xf64>, tensor<2xf64>) {
+      %new:2 = nn.sgd_update %p, %g, %buf, %step {lr = 0.5 : f32, momentum = 0.5 : f32} : tensor<2xf64>
+      return %new#0, %new#1 : tensor<2xf64>, tensor<2xf64>
+    })mlir");
+  ASSERT_TRUE(forward);
+  Tensor p = Tensor::ofFloats(ElementKind::Float64, {2}, {1, 2});
+  Tensor g = Tensor::ofFloats(ElementKind::Float64, {2}, {4, 8});
+  Tensor buf = Tensor::ofFloats(ElementKind::Float64, {2}, {2, 2});
+  // Step 2: buf = 0.5 * [2, 2] + [4, 8] = [5, 9]; p = [1, 2] - 0.5 * buf.
+  auto results = evaluateFunction(forward, {p, g, buf, Tensor::ofInts(ElementKind::Int64, {}, {2})});
+  ASSERT_TRUE(mlir::succeeded(results)) << diagnostics;
+  EXPECT_EQ((*results)[0].floats, (std::vector<double>{-1.5, -2.5}));
+  EXPECT_EQ((*results)[1].floats, (std::vector<double>{5, 9}));
+  // The step must be a rank-0 tensor of the scalar's kind.
+  EXPECT_TRUE(mlir::failed(
+      evaluateFunction(forward, {p, g, buf, Tensor::ofInts(ElementKind::Int64, {1}, {2})})));
+  EXPECT_NE(diagnostics.find("argument 3: value int64[1] does not match type i64"),
+            std::string::npos)
+      << diagnostics;
+  diagnostics.clear();
+  EXPECT_TRUE(mlir::failed(
+      evaluateFunction(forward, {p, g, buf, Tensor::ofInts(ElementKind::Int64, {}, {0})})));
+  EXPECT_NE(diagnostics.find("step counts updates from 1, got 0"), std::string::npos)
+      << diagnostics;
+}
+
+TEST_F(EvaluatorTest, GradientOpsTakeUndeterminedShapesFromTheirResultTypes) {
+  // With a 3-wide kernel and stride 2, inputs 5 and 6 wide both give 2
+  // outputs: only the result type tells which input the gradient is for.
+  auto forward = parse(R"mlir(
+    func.func @forward(%dy: tensor<1x1x2x2xf64>, %w: tensor<1x1x3x3xf64>) -> (tensor<1x1x5x5xf64>, tensor<1x1x6x6xf64>) {
+      %a = nn.conv_input_grad %dy, %w {strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<1x1x2x2xf64>, tensor<1x1x3x3xf64>) -> tensor<1x1x5x5xf64>
+      %b = nn.conv_input_grad %dy, %w {strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<1x1x2x2xf64>, tensor<1x1x3x3xf64>) -> tensor<1x1x6x6xf64>
+      return %a, %b : tensor<1x1x5x5xf64>, tensor<1x1x6x6xf64>
+    })mlir");
+  ASSERT_TRUE(forward);
+  Tensor dy = Tensor::ofFloats(ElementKind::Float64, {1, 1, 2, 2}, {1, 1, 1, 1});
+  Tensor w = Tensor::ofFloats(ElementKind::Float64, {1, 1, 3, 3}, std::vector<double>(9, 1.0));
+  auto results = evaluateFunction(forward, {dy, w});
+  ASSERT_TRUE(mlir::succeeded(results)) << diagnostics;
+  // The centre (2, 2) is under all four windows; the last row and column of
+  // the 6-wide input under none.
+  EXPECT_EQ((*results)[0].floats[2 * 5 + 2], 4.0);
+  EXPECT_EQ((*results)[1].floats[2 * 6 + 2], 4.0);
+  EXPECT_EQ((*results)[1].floats[5 * 6 + 5], 0.0);
+  // A result type that is not the conv's input is an error naming the op.
+  auto bad = parse(R"mlir(
+    func.func @forward(%dy: tensor<1x1x2x2xf64>, %w: tensor<1x1x3x3xf64>) -> tensor<1x1x7x7xf64> {
+      %a = nn.conv_input_grad %dy, %w {strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<1x1x2x2xf64>, tensor<1x1x3x3xf64>) -> tensor<1x1x7x7xf64>
+      return %a : tensor<1x1x7x7xf64>
+    })mlir");
+  ASSERT_TRUE(bad);
+  EXPECT_TRUE(mlir::failed(evaluateFunction(bad, {dy, w})));
+  EXPECT_NE(diagnostics.find("'nn.conv_input_grad' op evaluator: dy [1,1,2,2] is not the conv "
+                             "result of input [1,1,7,7]"),
+            std::string::npos)
+      << diagnostics;
 }
 
 } // namespace

@@ -312,4 +312,81 @@ TEST(Kernels, DropoutGeneratorIsPinned) {
   EXPECT_LT(u, 1.0);
 }
 
+//===----------------------------------------------------------------------===//
+// Gradients: the semantics finite differences cannot see (GradientTest.cpp
+// checks the derivatives themselves).
+//===----------------------------------------------------------------------===//
+
+TEST(Kernels, MaxPoolGradGoesToTheFirstMaximum) {
+  // One 2x2 window over [[3, 5], [5, 1]]: the tie goes to the first 5 in
+  // row-major order, (0, 1).
+  Tensor input = floats({1, 1, 2, 2}, {3, 5, 5, 1});
+  Tensor grad = maxPoolGrad(floats({1, 1, 1, 1}, {2}), input, {2, 2}, {1, 1}, {0, 0, 0, 0},
+                            {1, 1}, false);
+  EXPECT_EQ(grad.floats, (std::vector<double>{0, 2, 0, 0}));
+  // Overlapping windows accumulate: kernel 2, stride 1 over [1, 4, 2]: both
+  // windows pick the 4.
+  Tensor row = maxPoolGrad(floats({1, 1, 2}, {1, 10}), floats({1, 1, 3}, {1, 4, 2}), {2}, {1},
+                           {0, 0}, {1}, false);
+  EXPECT_EQ(row.floats, (std::vector<double>{0, 11, 0}));
+}
+
+TEST(Kernels, AveragePoolGradDividesLikeTheForward) {
+  // Kernel 2, stride 2, pads [1, 1] over 3 elements: windows {pad, 0},
+  // {1, 2}. Without count_include_pad the first divides by 1.
+  Tensor grad = averagePoolGrad(floats({1, 1, 2}, {6, 8}), {1, 1, 3}, {2}, {2}, {1, 1}, false,
+                                false);
+  EXPECT_EQ(grad.floats, (std::vector<double>{6, 4, 4}));
+  Tensor padded = averagePoolGrad(floats({1, 1, 2}, {6, 8}), {1, 1, 3}, {2}, {2}, {1, 1}, false,
+                                  true);
+  EXPECT_EQ(padded.floats, (std::vector<double>{3, 4, 4}));
+}
+
+TEST(Kernels, SoftmaxCrossEntropyGradIgnoresAndWeighs) {
+  // Two samples, two classes, equal scores (softmax 1/2); labels 1 and
+  // ignored. mean: only the first counts, with weight 3 of total 3:
+  // d = dloss * (p - onehot) = 2 * [0.5, -0.5].
+  Tensor scores = floats({2, 2}, {0, 0, 0, 0});
+  Tensor labels = ints({2}, {1, -100});
+  Tensor weights = floats({2}, {1, 3});
+  Tensor grad = softmaxCrossEntropyLossGrad(floats({}, {2}), scores, labels, &weights, "mean",
+                                            -100);
+  EXPECT_EQ(grad.floats, (std::vector<double>{1, -1, 0, 0}));
+  // sum: the weight scales the gradient: 3 * 2 * [0.5, -0.5].
+  grad = softmaxCrossEntropyLossGrad(floats({}, {2}), scores, labels, &weights, "sum", -100);
+  EXPECT_EQ(grad.floats, (std::vector<double>{3, -3, 0, 0}));
+  // Every element ignored: nothing contributes, the gradient is 0.
+  grad = softmaxCrossEntropyLossGrad(floats({}, {1}), scores, ints({2}, {-100, -100}), nullptr,
+                                     "mean", -100);
+  EXPECT_EQ(grad.floats, (std::vector<double>{0, 0, 0, 0}));
+  // dloss must have the loss's shape.
+  EXPECT_THROW(softmaxCrossEntropyLossGrad(floats({2}, {1, 1}), scores, labels, nullptr, "mean",
+                                           std::nullopt),
+               EvalError);
+}
+
+TEST(Kernels, ReduceSumWithoutAxesIsTheIdentity) {
+  Tensor x = floats({2, 2}, {1, 2, 3, 4});
+  EXPECT_EQ(reduceSum(x, {}, true).floats, x.floats);
+  EXPECT_EQ(reduceSum(x, {0}, false).floats, (std::vector<double>{4, 6}));
+  EXPECT_EQ(reduceSum(x, {0, 1}, true).shape, (std::vector<int64_t>{1, 1}));
+  EXPECT_THROW(reduceSum(x, {1, 0}, true), EvalError);
+}
+
+TEST(Kernels, GradientsScatterIntoTheSourceShape) {
+  // gather_grad: repeated and negative indices accumulate.
+  Tensor gathered = gatherGrad(floats({3}, {1, 2, 4}), ints({3}, {0, -1, 0}), 0, {2});
+  EXPECT_EQ(gathered.floats, (std::vector<double>{5, 2}));
+  // slice_grad with a negative step: x[3:0:-2] of 4 elements picks 3 and 1.
+  Tensor sliced = sliceGrad(floats({2}, {7, 9}), {3}, {0}, {-2}, {4});
+  EXPECT_EQ(sliced.floats, (std::vector<double>{0, 9, 0, 7}));
+  EXPECT_THROW(sliceGrad(floats({3}, {7, 9, 1}), {3}, {0}, {-2}, {4}), EvalError);
+  // dropout_grad: the mask and 1/(1 - ratio) in training, identity outside.
+  Tensor mask = ints({3}, {1, 0, 1}, ElementKind::Bool);
+  EXPECT_EQ(dropoutGrad(floats({3}, {1, 1, 3}), mask, 0.5, true).floats,
+            (std::vector<double>{2, 0, 6}));
+  EXPECT_EQ(dropoutGrad(floats({3}, {1, 1, 3}), mask, 0.5, false).floats,
+            (std::vector<double>{1, 1, 3}));
+}
+
 } // namespace

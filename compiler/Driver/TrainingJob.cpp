@@ -1,0 +1,259 @@
+#include "compiler/Driver/TrainingJob.h"
+
+#include "compiler/Emit/EmitCpu.h"
+#include "compiler/Import/OnnxImporter.h"
+#include "compiler/Partition/Partitioner.h"
+#include "dialects/nn/NNDialect.h"
+#include "dialects/pipe/PipeDialect.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include "pipec/tensor_file.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+using namespace mlir;
+namespace fs = std::filesystem;
+
+namespace pipec {
+
+LogicalResult appendLoss(ModuleOp module, const CompileOptions &options) {
+  PassManager manager(module.getContext());
+  passes::AppendLossOptions lossOptions;
+  lossOptions.loss = options.loss;
+  manager.addPass(passes::createAppendLoss(lossOptions));
+  return manager.run(module);
+}
+
+LogicalResult deriveTrainStep(ModuleOp module, const CompileOptions &) {
+  PassManager manager(module.getContext());
+  manager.addPass(passes::createAutodiff());
+  return manager.run(module);
+}
+
+LogicalResult outlineStages(ModuleOp module, const CompileOptions &options,
+                            const partition::PartitionResult &result) {
+  PassManager manager(module.getContext());
+  passes::OptimizerOptions optimizerOptions;
+  optimizerOptions.optimizer = options.optimizer == "adamw" ? "adamw" : "sgd";
+  optimizerOptions.lr = options.learningRate;
+  optimizerOptions.momentum = options.optimizer == "sgd-momentum" && options.momentum == 0.0
+                                  ? 0.9
+                                  : options.momentum;
+  optimizerOptions.weightDecay = options.weightDecay;
+  manager.addPass(passes::createOptimizer(optimizerOptions));
+  manager.addPass(passes::createOutlineStages());
+  if (result.recompute) {
+    passes::RecomputeOptions recomputeOptions;
+    recomputeOptions.mode = "all";
+    manager.addPass(passes::createRecompute(recomputeOptions));
+  }
+  if (result.asynchronous) {
+    passes::WeightStashingOptions stashing;
+    stashing.versions = result.inflightMicrobatches;
+    stashing.verticalSync = options.verticalSync;
+    manager.addPass(passes::createWeightStashing(stashing));
+  }
+  manager.addPass(passes::createVerifyPipeline());
+  return manager.run(module);
+}
+
+namespace {
+
+const char *dtypeName(Type element) {
+  if (element.isF32()) return "f32";
+  if (element.isF64()) return "f64";
+  if (element.isInteger(64)) return "i64";
+  if (element.isInteger(32)) return "i32";
+  return "bool";
+}
+
+int dtypeCode(Type element) {
+  if (element.isF32()) return PIPEC_F32;
+  if (element.isF64()) return PIPEC_F64;
+  if (element.isInteger(64)) return PIPEC_I64;
+  if (element.isInteger(32)) return PIPEC_I32;
+  return PIPEC_BOOL;
+}
+
+/// The values of a data field for the synthetic data set: indices into an
+/// embedding take its rows, labels the loss's classes.
+std::pair<double, double> valueRange(func::FuncOp forward, BlockArgument field) {
+  for (Operation *user : field.getUsers()) {
+    if (auto gather = llvm::dyn_cast<nn::GatherOp>(user); gather && gather.getIndices() == field)
+      return {0, static_cast<double>(gather.getData().getType().getDimSize(
+                     *nn::normalizeAxis(gather.getAxis(), gather.getData().getType().getRank())))};
+    if (auto reshape = llvm::dyn_cast<nn::ReshapeOp>(user))
+      for (Operation *next : reshape.getResult().getUsers())
+        if (auto loss = llvm::dyn_cast<nn::SoftmaxCrossEntropyLossOp>(next))
+          return {0, static_cast<double>(loss.getScores().getType().getDimSize(1))};
+    if (auto loss = llvm::dyn_cast<nn::SoftmaxCrossEntropyLossOp>(user))
+      return {0, static_cast<double>(loss.getScores().getType().getDimSize(1))};
+  }
+  if (llvm::isa<FloatType>(llvm::cast<ShapedType>(field.getType()).getElementType()))
+    return {-1, 1};
+  return {0, 2};
+}
+
+/// The C++ compiler command that turns a generated stage into a library.
+std::string buildCommand(const fs::path &source, const fs::path &library) {
+  return std::string("c++ -O2 -std=c++17 -fPIC -shared -I" PIPEC_RUNTIME_INCLUDE_DIR
+                     " -I" PIPEC_CPU_KERNELS_INCLUDE_DIR " '") +
+         source.string() + "' '" PIPEC_CPU_KERNELS_LIBRARY "' " PIPEC_BLAS_LINK_FLAGS " -o '" +
+         library.string() + "' 2>&1";
+}
+
+} // namespace
+
+LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
+                               const partition::PartitionResult &result, nlohmann::json &plan,
+                               raw_ostream &outs, raw_ostream &errs) {
+  fs::path directory = options.partition.outDir;
+  std::error_code error;
+  fs::create_directories(directory / "stages", error);
+  fs::create_directories(directory / "weights", error);
+  if (error) {
+    errs << "error: cannot create " << directory.string() << ": " << error.message() << "\n";
+    return failure();
+  }
+  std::map<std::string, import::HostTensor> initial;
+  std::vector<std::string> errors;
+  if (!import::readInitializerValues(options.inputPath, initial, errors)) {
+    for (const auto &message : errors)
+      errs << "error: " << message << "\n";
+    return failure();
+  }
+
+  SmallVector<pipe::StageOp> stages(module.getOps<pipe::StageOp>());
+  nlohmann::json stageEntries = nlohmann::json::array();
+  std::string cmake = "# Builds the stage libraries outside pipec (pipec --build does the same).\n"
+                      "cmake_minimum_required(VERSION 3.20)\nproject(pipec_stages CXX)\n"
+                      "set(CMAKE_CXX_STANDARD 17)\n"
+                      "set(PIPEC_RUNTIME_INCLUDE_DIR \"" PIPEC_RUNTIME_INCLUDE_DIR "\" CACHE PATH \"\")\n"
+                      "set(PIPEC_CPU_KERNELS_INCLUDE_DIR \"" PIPEC_CPU_KERNELS_INCLUDE_DIR "\" CACHE PATH \"\")\n"
+                      "set(PIPEC_CPU_KERNELS_LIBRARY \"" PIPEC_CPU_KERNELS_LIBRARY "\" CACHE FILEPATH \"\")\n";
+  for (pipe::StageOp stage : stages) {
+    int64_t id = stage.getId();
+    std::string stem = "stage_" + std::to_string(id);
+    fs::path source = directory / "stages" / (stem + ".cpp");
+    {
+      std::string code;
+      llvm::raw_string_ostream stream(code);
+      if (failed(emit::emitCpuStage(stage, static_cast<int>(stages.size()), stream)))
+        return failure();
+      std::ofstream(source) << code;
+    }
+    cmake += "add_library(" + stem + " SHARED " + stem + ".cpp)\n"
+             "set_target_properties(" + stem + " PROPERTIES OUTPUT_NAME " + stem + ")\n"
+             "target_include_directories(" + stem +
+             " PRIVATE ${PIPEC_RUNTIME_INCLUDE_DIR} ${PIPEC_CPU_KERNELS_INCLUDE_DIR})\n"
+             "target_link_libraries(" + stem + " PRIVATE ${PIPEC_CPU_KERNELS_LIBRARY} openblas)\n";
+
+    // Initial weights: every parameter and buffer the stage's functions read.
+    std::vector<io::Tensor> tensors;
+    std::set<std::string> seen;
+    stage.walk([&](func::FuncOp function) {
+      for (unsigned i = 0; i < function.getNumArguments(); ++i) {
+        auto role = function.getArgAttrOfType<StringAttr>(i, "nn.role");
+        auto name = function.getArgAttrOfType<StringAttr>(i, "nn.name");
+        if (!role || (role.getValue() != "param" && role.getValue() != "buffer") ||
+            !seen.insert(name.str()).second)
+          continue;
+        auto type = llvm::cast<RankedTensorType>(function.getArgument(i).getType());
+        const import::HostTensor &value = initial.at(name.str());
+        io::Tensor tensor;
+        tensor.name = name.str();
+        tensor.dtype = dtypeCode(type.getElementType());
+        tensor.shape.assign(type.getShape().begin(), type.getShape().end());
+        tensor.data.resize(tensor.bytes());
+        for (int64_t e = 0; e < value.numElements(); ++e) {
+          float converted = static_cast<float>(value.asDouble(e));
+          std::memcpy(tensor.data.data() + e * sizeof(float), &converted, sizeof(float));
+        }
+        tensors.push_back(std::move(tensor));
+      }
+    });
+    stage.walk([&](pipe::RestoreOp restore) { (void)restore; });
+    fs::path weights = directory / "weights" / (stem + ".bin");
+    try {
+      io::writeTensorFile(weights.string(), tensors);
+    } catch (const std::exception &failure) {
+      errs << "error: " << failure.what() << "\n";
+      return mlir::failure();
+    }
+    stageEntries.push_back({{"id", id},
+                            {"library", "stages/lib" + stem + ".so"},
+                            {"weights", "weights/" + stem + ".bin"}});
+    if (options.build) {
+      fs::path library = directory / "stages" / ("lib" + stem + ".so");
+      std::string command = buildCommand(source, library);
+      FILE *pipe = popen(command.c_str(), "r");
+      std::string output;
+      char buffer[512];
+      while (pipe && fgets(buffer, sizeof buffer, pipe))
+        output += buffer;
+      int status = pipe ? pclose(pipe) : -1;
+      if (status != 0) {
+        errs << "error: compiling " << source.string() << " failed:\n" << output;
+        return failure();
+      }
+    }
+  }
+  std::ofstream(directory / "stages" / "CMakeLists.txt") << cmake;
+
+  // The data set: the model's inputs and labels, one sample each.
+  auto train = module.lookupSymbol<func::FuncOp>("forward");
+  nlohmann::json fields = nlohmann::json::array();
+  int64_t microbatchSize = 0;
+  for (BlockArgument argument : train.getArguments()) {
+    auto role = train.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "nn.role");
+    if (!role || (role.getValue() != "input" && role.getValue() != "label"))
+      continue;
+    auto type = llvm::cast<RankedTensorType>(argument.getType());
+    microbatchSize = type.getRank() ? type.getDimSize(0) : 1;
+    auto [low, high] = valueRange(train, argument);
+    std::vector<int64_t> sample(type.getShape().begin() + (type.getRank() ? 1 : 0),
+                                type.getShape().end());
+    fields.push_back({{"name", train.getArgAttrOfType<StringAttr>(argument.getArgNumber(),
+                                                                   "nn.name").str()},
+                      {"dtype", dtypeName(type.getElementType())},
+                      {"shape", sample},
+                      {"low", low},
+                      {"high", high}});
+  }
+  double weightDecay = options.weightDecay >= 0 ? options.weightDecay
+                                                : (options.optimizer == "adamw" ? 0.01 : 0.0);
+  plan["runtime"] = {
+      {"format", "pipec.runtime/1"},
+      {"schedule", plan["schedule"]["name"]},
+      {"microbatch_size", microbatchSize},
+      {"microbatches", result.microbatches},
+      {"asynchronous", result.asynchronous},
+      {"seed", options.seed},
+      {"stages", stageEntries},
+      {"optimizer",
+       {{"name", options.optimizer == "adamw" ? "adamw" : "sgd"},
+        {"lr", options.learningRate},
+        {"weight_decay", weightDecay},
+        {"momentum", options.optimizer == "sgd-momentum" && options.momentum == 0.0
+                         ? 0.9
+                         : options.momentum},
+        {"beta1", 0.9},
+        {"beta2", 0.999},
+        {"epsilon", 1e-8}}},
+      {"data", {{"fields", fields}}},
+  };
+  outs << "wrote " << directory.string() << ": plan.json, schedule/, " << stages.size()
+       << " stage" << (stages.size() == 1 ? "" : "s") << " in stages/"
+       << (options.build ? " (built)" : "") << ", weights/\n";
+  return success();
+}
+
+} // namespace pipec

@@ -1,0 +1,404 @@
+// pipec's CPU kernel library: the functions that generated CPU stage code
+// (`--target cpu`, one call per `nn` op) runs. docs/cpu-kernels.md describes
+// the conventions; each kernel names the `nn` op whose semantics it
+// implements (dialects/nn/NNOps.td, NNGradOps.td).
+//
+// Conventions, in short:
+// - Tensors are dense, row-major, and owned by the caller; a kernel writes
+//   every element of its outputs (no accumulation unless it says so).
+// - A tensor is a pointer plus a `Shape` (rank <= kMaxRank); attribute lists
+//   (axes, strides, pads, perm, ...) are `Dims`. Both are built from brace
+//   lists in generated code: `Shape{8, 64}`, `Dims{1, 1, 1, 1}`.
+// - float32 data; indices and labels int64_t or int32_t; masks and Equal
+//   results uint8_t (0/1). Data-movement kernels are templates instantiated
+//   for float, double, int64_t, int32_t and uint8_t.
+// - Attributes arrive normalized as the `nn` dialect holds them (axes
+//   non-negative where the op says so, explicit pads: begin pads of every
+//   axis, then end pads).
+// - Errors (shapes that do not fit, an index out of range, an unknown kind)
+//   throw pipec::kernels::KernelError with the op's name; shapes are static,
+//   so checks cost nothing per element. Stage code catches the error and
+//   returns it through pipec_stage_last_error().
+// - Outputs must not alias inputs unless a kernel says it may.
+// - Single-threaded loops; GEMMs and convolutions go through cblas_sgemm
+//   (OpenBLAS). setBlasThreads(1) keeps one rank per core.
+#ifndef PIPEC_CPU_KERNELS_H
+#define PIPEC_CPU_KERNELS_H
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace pipec::kernels {
+
+constexpr int kMaxRank = 8;
+constexpr int kMaxDims = 2 * kMaxRank; // pads of a rank-8 pad op
+
+struct KernelError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A short list of int64: a shape or an attribute array. Fixed capacity, no
+/// allocation; constructible from a brace list or a pointer and a count.
+struct Dims {
+  int32_t size = 0;
+  int64_t v[kMaxDims] = {};
+
+  Dims() = default;
+  Dims(std::initializer_list<int64_t> values) {
+    if (values.size() > (size_t)kMaxDims) throw KernelError("Dims: more than 16 entries");
+    for (int64_t x : values) v[size++] = x;
+  }
+  Dims(const int64_t *values, int count) {
+    if (count < 0 || count > kMaxDims) throw KernelError("Dims: bad entry count");
+    for (int i = 0; i < count; ++i) v[size++] = values[i];
+  }
+  int64_t operator[](int i) const { return v[i]; }
+  int64_t &operator[](int i) { return v[i]; }
+  int rank() const { return size; }
+  /// Product of the entries (1 for an empty list: a scalar has one element).
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < size; ++i) n *= v[i];
+    return n;
+  }
+  void push(int64_t x) {
+    if (size >= kMaxDims) throw KernelError("Dims: more than 16 entries");
+    v[size++] = x;
+  }
+  bool operator==(const Dims &o) const {
+    if (size != o.size) return false;
+    for (int i = 0; i < size; ++i)
+      if (v[i] != o.v[i]) return false;
+    return true;
+  }
+  bool operator!=(const Dims &o) const { return !(*this == o); }
+  std::string str() const; // "[2,3]"
+};
+using Shape = Dims;
+
+/// Sets the number of OpenBLAS threads (piperun runs one rank per core: 1).
+/// A no-op when the library was built against another BLAS.
+void setBlasThreads(int threads);
+
+//===----------------------------------------------------------------------===//
+// Shape helpers (the same rules as the ops' result-type inference)
+//===----------------------------------------------------------------------===//
+
+/// numpy broadcast of two shapes; throws when they do not broadcast.
+Shape broadcastShape(const Shape &a, const Shape &b);
+/// numpy.matmul result shape (1-D operands promoted, the added axis removed).
+Shape matmulShape(const Shape &a, const Shape &b);
+/// Output length of a sliding window along one axis (ONNX Conv and pools):
+/// floor or ceil of (input + pads - effective kernel) / stride, plus one; in
+/// ceil mode a last window starting in the end padding is dropped.
+int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride, int64_t padBegin,
+                         int64_t padEnd, int64_t dilation, bool ceilMode);
+/// nn.conv result shape for input [N, C, d...] and weight [F, C/group, k...].
+Shape convOutputShape(const Shape &x, const Shape &w, const Dims &strides, const Dims &pads,
+                      const Dims &dilations);
+/// nn.max_pool / nn.average_pool result shape (empty dilations mean all 1).
+Shape poolOutputShape(const Shape &x, const Dims &kernel, const Dims &strides, const Dims &pads,
+                      const Dims &dilations, bool ceilMode);
+
+//===----------------------------------------------------------------------===//
+// Element-wise
+//===----------------------------------------------------------------------===//
+
+enum class Binary { Add, Sub, Mul, Div, Pow };
+/// nn.add / nn.sub / nn.mul / nn.div / nn.pow: out = a op b with numpy
+/// broadcasting; `out` has broadcastShape(as, bs). Pow is std::pow.
+void binary(Binary op, const float *a, const Shape &as, const float *b, const Shape &bs, float *out);
+/// Integer Add/Sub/Mul/Div (Div truncates toward zero; division by zero throws).
+void binary(Binary op, const int64_t *a, const Shape &as, const int64_t *b, const Shape &bs,
+            int64_t *out);
+inline void add(const float *a, const Shape &as, const float *b, const Shape &bs, float *out) {
+  binary(Binary::Add, a, as, b, bs, out);
+}
+inline void sub(const float *a, const Shape &as, const float *b, const Shape &bs, float *out) {
+  binary(Binary::Sub, a, as, b, bs, out);
+}
+inline void mul(const float *a, const Shape &as, const float *b, const Shape &bs, float *out) {
+  binary(Binary::Mul, a, as, b, bs, out);
+}
+inline void div(const float *a, const Shape &as, const float *b, const Shape &bs, float *out) {
+  binary(Binary::Div, a, as, b, bs, out);
+}
+inline void pow(const float *a, const Shape &as, const float *b, const Shape &bs, float *out) {
+  binary(Binary::Pow, a, as, b, bs, out);
+}
+
+/// nn.equal: out = (a == b) as 0/1, numpy broadcasting.
+template <class T>
+void equal(const T *a, const Shape &as, const T *b, const Shape &bs, uint8_t *out);
+/// nn.where: out = cond ? x : y, the three broadcast together.
+template <class T>
+void where(const uint8_t *cond, const Shape &cs, const T *x, const Shape &xs, const T *y,
+           const Shape &ys, T *out);
+
+enum class Unary { Relu, Tanh, Sigmoid, Erf, Sqrt, Gelu, GeluTanh };
+/// nn.relu / nn.tanh / nn.sigmoid / nn.erf / nn.sqrt / nn.gelu (Gelu is
+/// approximate="none", GeluTanh approximate="tanh"). y may alias x.
+void unary(Unary op, const float *x, int64_t n, float *y);
+/// The Unary of a unary_grad `kind` string ("relu", ..., "gelu", "gelu_tanh").
+Unary unaryKind(const std::string &kind);
+
+/// nn.cast (ONNX Cast): float to integer truncates toward zero, saturating
+/// at the target's range (NaN becomes 0); anything to bool is "!= 0"; bool
+/// is uint8_t. Instantiated for every pair of float, double, int64_t,
+/// int32_t, uint8_t.
+template <class From, class To> void cast(const From *x, int64_t n, To *y);
+
+//===----------------------------------------------------------------------===//
+// Linear algebra (cblas_sgemm)
+//===----------------------------------------------------------------------===//
+
+/// nn.gemm: Y[M,N] = alpha * op(A) * op(B) + beta * C, where op(A) is
+/// [M,K] (A stored [K,M] when transA), op(B) is [K,N] (B stored [N,K] when
+/// transB), and C (nullptr for none) of shape `cs` broadcasts to [M,N].
+void gemm(const float *A, const float *B, const float *C, const Shape &cs, float *Y, int64_t M,
+          int64_t N, int64_t K, bool transA, bool transB, float alpha, float beta);
+/// nn.matmul: numpy matmul with batch broadcasting and the 1-D cases; Y has
+/// matmulShape(as, bs).
+void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, float *Y);
+
+//===----------------------------------------------------------------------===//
+// Convolution (im2col + sgemm; N-d, groups, dilations, pads)
+//===----------------------------------------------------------------------===//
+
+/// nn.conv: x [N, C, d...], w [F, C/group, k...], bias [F] or nullptr;
+/// y has convOutputShape(...). pads: begin pads of every spatial axis, then
+/// end pads.
+void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, const float *bias,
+          float *y, const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group);
+/// nn.conv_input_grad: dx (shape xs, the forward input's) from dy and w.
+void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shape &ws, float *dx,
+                   const Shape &xs, const Dims &strides, const Dims &pads, const Dims &dilations,
+                   int64_t group);
+/// nn.conv_weight_grad: dw (shape ws, the forward weight's) from dy and x.
+void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Shape &xs, float *dw,
+                    const Shape &ws, const Dims &strides, const Dims &pads, const Dims &dilations,
+                    int64_t group);
+
+//===----------------------------------------------------------------------===//
+// Normalization
+//===----------------------------------------------------------------------===//
+
+/// nn.batch_norm on x [N, C, ...] with per-channel scale, bias, running
+/// statistics. Training: batch mean and population variance over N and the
+/// spatial axes; newMean = momentum * mean + (1 - momentum) * batchMean
+/// (same for the variance, population variance as ONNX's reference).
+/// Inference: the running statistics, copied to newMean/newVar. newMean and
+/// newVar may alias runningMean and runningVar (in-place update).
+void batchNorm(const float *x, const Shape &xs, const float *scale, const float *bias,
+               const float *runningMean, const float *runningVar, float *y, float *newMean,
+               float *newVar, float epsilon, float momentum, bool training);
+/// nn.batch_norm_grad: dx. Training: statistics recomputed from x and
+/// differentiated through; inference: dy * scale / sqrt(runningVar + eps).
+void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale,
+                   const float *runningMean, const float *runningVar, float *dx, float epsilon,
+                   bool training);
+/// nn.batch_norm_param_grad: dscale = Σ dy·x̂, dbias = Σ dy over all axes
+/// but 1 (x̂ from the batch statistics in training, the running ones otherwise).
+void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const float *runningMean,
+                        const float *runningVar, float *dscale, float *dbias, float epsilon,
+                        bool training);
+
+/// nn.layer_norm over the axes from `axis` on (negative counts from the
+/// end). scale (shape ss) and bias (shape bs, or nullptr) broadcast to the
+/// normalized shape. mean and invStd (x's shape with the normalized axes set
+/// to 1) may each be nullptr when unused.
+void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape &ss,
+               const float *bias, const Shape &bs, float *y, float *mean, float *invStd,
+               int64_t axis, float epsilon);
+/// nn.layer_norm_grad: dx = invStd * (g - mean(g) - x̂ * mean(g * x̂)), g = dy * scale.
+void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale,
+                   const Shape &ss, float *dx, int64_t axis, float epsilon);
+/// nn.layer_norm_param_grad: dscale = Σ dy·x̂ and dbias = Σ dy over the
+/// leading axes, summed down to the parameter shape ps (the forward scale's;
+/// the bias has the same shape). dbias may be nullptr.
+void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const Shape &ps,
+                        float *dscale, float *dbias, int64_t axis, float epsilon);
+
+//===----------------------------------------------------------------------===//
+// Pooling
+//===----------------------------------------------------------------------===//
+
+/// nn.max_pool: padding never wins (it is -infinity). y has poolOutputShape.
+void maxPool(const float *x, const Shape &xs, float *y, const Dims &kernel, const Dims &strides,
+             const Dims &pads, const Dims &dilations, bool ceilMode);
+/// nn.max_pool_grad: dy routed to the first maximum of each window (window
+/// positions in row-major order), accumulated where windows overlap.
+void maxPoolGrad(const float *dy, const float *x, const Shape &xs, float *dx, const Dims &kernel,
+                 const Dims &strides, const Dims &pads, const Dims &dilations, bool ceilMode);
+/// nn.average_pool: the divisor counts the window's positions inside the
+/// input, or with countIncludePad inside the padded input (positions past
+/// the end padding, which only ceil mode creates, never count).
+void averagePool(const float *x, const Shape &xs, float *y, const Dims &kernel, const Dims &strides,
+                 const Dims &pads, bool ceilMode, bool countIncludePad);
+/// nn.average_pool_grad: dx (shape xs) from dy.
+void averagePoolGrad(const float *dy, float *dx, const Shape &xs, const Dims &kernel,
+                     const Dims &strides, const Dims &pads, bool ceilMode, bool countIncludePad);
+/// nn.global_average_pool: y [N, C, 1...] = mean over the spatial axes.
+void globalAveragePool(const float *x, const Shape &xs, float *y);
+
+//===----------------------------------------------------------------------===//
+// Dropout and its generator: exactly the evaluator's (compiler/Evaluator/
+// Kernels.cpp, docs/evaluator.md), so generated code and the reference drop
+// the same elements. Header-only so that generated code can inline it.
+//===----------------------------------------------------------------------===//
+
+constexpr uint64_t kDropoutGamma = 0x9E3779B97F4A7C15ull;
+
+/// SplitMix64's finalizer (without the gamma increment).
+constexpr uint64_t dropoutMix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+/// The key of one dropout op's mask in one micro-batch of one step.
+constexpr uint64_t dropoutStreamKey(uint64_t seed, uint64_t step, uint64_t microBatch,
+                                    uint64_t opId) {
+  uint64_t key = dropoutMix64(seed + kDropoutGamma);
+  key = dropoutMix64(key ^ (step + kDropoutGamma));
+  key = dropoutMix64(key ^ (microBatch + kDropoutGamma));
+  return dropoutMix64(key ^ (opId + kDropoutGamma));
+}
+/// A uniform double in [0, 1): the top 53 bits of element `index` of the stream.
+constexpr double dropoutUniform(uint64_t streamKey, uint64_t index) {
+  return static_cast<double>(dropoutMix64(streamKey + (index + 1) * kDropoutGamma) >> 11) *
+         (1.0 / 9007199254740992.0);
+}
+/// The op part of the key when the op has no `seed` attribute: 64-bit
+/// FNV-1a of its name (the ONNX node name), as pipec::eval::dropoutOpId.
+constexpr uint64_t dropoutOpId(const char *name) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (; *name; ++name) {
+    hash ^= static_cast<unsigned char>(*name);
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+/// nn.dropout: identity with an all-ones mask unless training with ratio >
+/// 0; then element i is kept when dropoutUniform(streamKey, i) >= ratio and
+/// kept elements are scaled by 1 / (1 - ratio) (in double, rounded once, as
+/// the evaluator does). mask may be nullptr when unused.
+void dropout(const float *x, int64_t n, float *y, uint8_t *mask, float ratio, bool training,
+             uint64_t streamKey);
+/// nn.dropout_grad: dy * mask / (1 - ratio) in training, dy otherwise.
+void dropoutGrad(const float *dy, const uint8_t *mask, int64_t n, float *dx, float ratio,
+                 bool training);
+
+//===----------------------------------------------------------------------===//
+// Softmax, loss, reductions
+//===----------------------------------------------------------------------===//
+
+/// nn.softmax along `axis` (negative counts from the end), max subtracted first.
+void softmax(const float *x, const Shape &xs, int64_t axis, float *y);
+/// nn.softmax_grad: dx = y * (dy - Σ dy·y) along `axis`.
+void softmaxGrad(const float *dy, const float *y, const Shape &s, int64_t axis, float *dx);
+
+enum class Reduction { None, Sum, Mean };
+/// "none" / "sum" / "mean".
+Reduction reductionKind(const std::string &name);
+
+/// nn.softmax_cross_entropy_loss: scores [N, C, d...], labels [N, d...],
+/// weights [C] or nullptr. Elements whose label equals ignoreIndex
+/// contribute 0 and weigh nothing; Mean divides by the summed weights of the
+/// others. loss is a scalar, or [N, d...] for Reduction::None; logProb
+/// (scores' shape) may be nullptr. A label out of [0, C) throws.
+template <class L>
+void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labels,
+                             const float *weights, Reduction reduction,
+                             std::optional<int64_t> ignoreIndex, float *loss, float *logProb);
+/// nn.softmax_cross_entropy_loss_grad: dscores from dloss (a scalar, or
+/// [N, d...] for Reduction::None): (softmax - onehot) * w[label] * dloss / (Σw for Mean).
+template <class L>
+void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const Shape &ss,
+                                 const L *labels, const float *weights, Reduction reduction,
+                                 std::optional<int64_t> ignoreIndex, float *dscores);
+
+/// nn.reduce_sum over sorted, unique, non-negative axes (keepdims does not
+/// change the data). No axes: a copy.
+void reduceSum(const float *x, const Shape &xs, const Dims &axes, float *y);
+/// nn.reduce_mean over sorted, non-negative axes; no axes: all axes.
+void reduceMean(const float *x, const Shape &xs, const Dims &axes, float *y);
+
+//===----------------------------------------------------------------------===//
+// Data movement (T in float, double, int64_t, int32_t, uint8_t)
+//===----------------------------------------------------------------------===//
+
+/// nn.gather (ONNX Gather): indices (I = int64_t or int32_t) of shape is
+/// index axis `axis` of data; negative indices count from the end.
+template <class T, class I>
+void gather(const T *data, const Shape &ds, const I *indices, const Shape &is, int64_t axis,
+            T *out);
+/// nn.gather_grad: dx (shape xs, the forward data's) = zeros, then dy
+/// scatter-added at the indices (repeated indices accumulate).
+template <class I>
+void gatherGrad(const float *dy, const I *indices, const Shape &is, int64_t axis, float *dx,
+                const Shape &xs);
+
+/// nn.reshape / flatten / squeeze / unsqueeze: the same bytes; a no-op
+/// when dst == src.
+void copy(const void *src, size_t bytes, void *dst);
+/// nn.transpose: output axis i walks input axis perm[i].
+template <class T> void transpose(const T *x, const Shape &xs, const Dims &perm, T *y);
+/// nn.concat of `count` inputs along `axis`.
+template <class T>
+void concat(const T *const *inputs, const Shape *shapes, int count, int64_t axis, T *out);
+/// nn.split into pieces of `sizes` along `axis`.
+template <class T>
+void split(const T *x, const Shape &xs, int64_t axis, const Dims &sizes, T *const *outs);
+/// nn.slice with normalized per-axis starts/ends/steps (NNOps.td): for a
+/// negative step an end of -1 means "past the first element".
+template <class T>
+void slice(const T *x, const Shape &xs, const Dims &starts, const Dims &ends, const Dims &steps,
+           T *y);
+/// The shape nn.slice produces.
+Shape sliceShape(const Shape &xs, const Dims &starts, const Dims &ends, const Dims &steps);
+/// nn.slice_grad: dx (shape xs) = zeros with dy scattered at the slice.
+void sliceGrad(const float *dy, float *dx, const Shape &xs, const Dims &starts, const Dims &ends,
+               const Dims &steps);
+/// nn.pad, constant mode, non-negative pads (begin pads of every axis, then end pads).
+template <class T> void pad(const T *x, const Shape &xs, const Dims &pads, T value, T *y);
+/// nn.expand: numpy broadcast of x (shape xs) to ys.
+template <class T> void expand(const T *x, const Shape &xs, T *y, const Shape &ys);
+
+//===----------------------------------------------------------------------===//
+// Gradient helpers and optimizers
+//===----------------------------------------------------------------------===//
+
+/// nn.unary_grad: dx = dy * f'(x) for `op` (Relu: 1 where x > 0; Tanh:
+/// 1 - y²; Sigmoid: y(1 - y); Erf: 2/√π·exp(-x²); Sqrt: 1/(2y); Gelu:
+/// Φ(x) + x·φ(x); GeluTanh: the tanh approximation's derivative). x is the
+/// forward input, y the forward result; each kind reads the one it needs
+/// (the other may be nullptr).
+void unaryGrad(Unary op, const float *dy, const float *x, const float *y, int64_t n, float *dx);
+
+enum class BinaryGrad { SubRhs, DivRhs, PowLhs, PowRhs };
+/// "sub_rhs" / "div_rhs" / "pow_lhs" / "pow_rhs".
+BinaryGrad binaryGradKind(const std::string &kind);
+/// nn.binary_grad: on the broadcast shape (dy's): SubRhs -dy, DivRhs
+/// -dy·lhs/rhs², PowLhs dy·rhs·lhs^(rhs-1), PowRhs dy·lhs^rhs·ln lhs.
+void binaryGrad(BinaryGrad op, const float *dy, const float *lhs, const Shape &ls,
+                const float *rhs, const Shape &rs, float *dx);
+
+/// nn.sgd_update in place (torch.optim.SGD, dampening 0, no Nesterov):
+/// g = grad + wd·param; buf = momentum·buf + g (buf = g at step 1 or with
+/// momentum 0); param -= lr·buf.
+void sgdUpdate(float *param, const float *grad, float *momentumBuffer, int64_t n, int64_t step,
+               float lr, float momentum, float weightDecay);
+/// nn.adamw_update in place (torch.optim.AdamW, float32 operation order):
+/// param *= 1 - lr·wd; m = β1·m + (1-β1)·g; v = β2·v + (1-β2)·g²;
+/// param -= lr/(1-β1^t) · m / (√v/√(1-β2^t) + ε), t = step >= 1.
+void adamwUpdate(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step,
+                 float lr, float beta1, float beta2, float epsilon, float weightDecay);
+
+} // namespace pipec::kernels
+
+#endif // PIPEC_CPU_KERNELS_H

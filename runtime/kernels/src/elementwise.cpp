@@ -1,0 +1,314 @@
+// Element-wise kernels: broadcasting binaries, unaries, cast, where, equal,
+// their gradients, and dropout.
+#include "detail.h"
+
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+namespace pipec::kernels {
+
+using namespace detail;
+
+std::string Dims::str() const {
+  std::string s = "[";
+  for (int i = 0; i < size; ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+Shape broadcastShape(const Shape &a, const Shape &b) {
+  Shape out;
+  int rank = std::max(a.size, b.size);
+  if (rank > kMaxRank) fail("broadcast", "rank above " + std::to_string(kMaxRank));
+  for (int i = 0; i < rank; ++i) {
+    int64_t l = i < rank - a.size ? 1 : a.v[i - (rank - a.size)];
+    int64_t r = i < rank - b.size ? 1 : b.v[i - (rank - b.size)];
+    if (l != r && l != 1 && r != 1) fail("broadcast", "shapes " + a.str() + " and " + b.str() + " do not broadcast");
+    out.push(l == 1 ? r : l);
+  }
+  return out;
+}
+
+namespace {
+
+/// out[i] = f(a[.], b[.]) over the broadcast shape, with flat fast paths
+/// that the compiler vectorizes.
+template <class T, class U, class F>
+void broadcastBinary(const T *a, const Shape &as, const T *b, const Shape &bs, U *out, F f) {
+  const Shape os = broadcastShape(as, bs);
+  const int64_t n = os.numel();
+  if (as == os && bs == os) {
+    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+  } else if (as == os && bs.numel() == 1) {
+    const T s = b[0];
+    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], s);
+  } else if (bs == os && as.numel() == 1) {
+    const T s = a[0];
+    for (int64_t i = 0; i < n; ++i) out[i] = f(s, b[i]);
+  } else {
+    broadcastLoop<2>(os, {&as, &bs}, [&](int64_t i, const std::array<int64_t, 2> &o) { out[i] = f(a[o[0]], b[o[1]]); });
+  }
+}
+
+int64_t intBinary(Binary op, int64_t a, int64_t b) {
+  const uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
+  switch (op) {
+  case Binary::Add: return (int64_t)(ua + ub);
+  case Binary::Sub: return (int64_t)(ua - ub);
+  case Binary::Mul: return (int64_t)(ua * ub);
+  case Binary::Div:
+    if (b == 0) fail("nn.div", "integer division by zero");
+    if (a == std::numeric_limits<int64_t>::min() && b == -1) return a;
+    return a / b;
+  case Binary::Pow: {
+    if (b < 0) fail("nn.pow", "integer power with a negative exponent");
+    uint64_t r = 1;
+    for (int64_t i = 0; i < b; ++i) r *= ua;
+    return (int64_t)r;
+  }
+  }
+  return 0;
+}
+
+constexpr float kSqrt1_2 = 0.70710678118654752440f;
+constexpr float kTwoOverSqrtPi = 1.12837916709551257390f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+constexpr float kGeluTanhC = 0.044715f;
+
+} // namespace
+
+void binary(Binary op, const float *a, const Shape &as, const float *b, const Shape &bs, float *out) {
+  switch (op) {
+  case Binary::Add: broadcastBinary(a, as, b, bs, out, [](float x, float y) { return x + y; }); break;
+  case Binary::Sub: broadcastBinary(a, as, b, bs, out, [](float x, float y) { return x - y; }); break;
+  case Binary::Mul: broadcastBinary(a, as, b, bs, out, [](float x, float y) { return x * y; }); break;
+  case Binary::Div: broadcastBinary(a, as, b, bs, out, [](float x, float y) { return x / y; }); break;
+  case Binary::Pow:
+    broadcastBinary(a, as, b, bs, out, [](float x, float y) {
+      if (y == 2.0f) return x * x; // what PyTorch's decomposed LayerNorm uses most
+      return std::pow(x, y);
+    });
+    break;
+  }
+}
+
+void binary(Binary op, const int64_t *a, const Shape &as, const int64_t *b, const Shape &bs, int64_t *out) {
+  broadcastBinary(a, as, b, bs, out, [op](int64_t x, int64_t y) { return intBinary(op, x, y); });
+}
+
+template <class T> void equal(const T *a, const Shape &as, const T *b, const Shape &bs, uint8_t *out) {
+  broadcastBinary(a, as, b, bs, out, [](T x, T y) { return (uint8_t)(x == y); });
+}
+
+template <class T>
+void where(const uint8_t *cond, const Shape &cs, const T *x, const Shape &xs, const T *y, const Shape &ys,
+           T *out) {
+  const Shape os = broadcastShape(cs, broadcastShape(xs, ys));
+  if (cs == os && xs == os && ys == os) {
+    const int64_t n = os.numel();
+    for (int64_t i = 0; i < n; ++i) out[i] = cond[i] ? x[i] : y[i];
+    return;
+  }
+  broadcastLoop<3>(os, {&cs, &xs, &ys},
+                   [&](int64_t i, const std::array<int64_t, 3> &o) { out[i] = cond[o[0]] ? x[o[1]] : y[o[2]]; });
+}
+
+void unary(Unary op, const float *x, int64_t n, float *y) {
+  switch (op) {
+  case Unary::Relu:
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] > 0.0f || x[i] != x[i]) ? x[i] : 0.0f; // NaN propagates
+    break;
+  case Unary::Tanh:
+    for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+    break;
+  case Unary::Sigmoid:
+    for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
+    break;
+  case Unary::Erf:
+    for (int64_t i = 0; i < n; ++i) y[i] = std::erf(x[i]);
+    break;
+  case Unary::Sqrt:
+    for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
+    break;
+  case Unary::Gelu:
+    for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kSqrt1_2));
+    break;
+  case Unary::GeluTanh:
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      y[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + kGeluTanhC * v * v * v)));
+    }
+    break;
+  }
+}
+
+Unary unaryKind(const std::string &kind) {
+  if (kind == "relu") return Unary::Relu;
+  if (kind == "tanh") return Unary::Tanh;
+  if (kind == "sigmoid") return Unary::Sigmoid;
+  if (kind == "erf") return Unary::Erf;
+  if (kind == "sqrt") return Unary::Sqrt;
+  if (kind == "gelu") return Unary::Gelu;
+  if (kind == "gelu_tanh") return Unary::GeluTanh;
+  fail("nn.unary_grad", "unknown kind '" + kind + "' (relu, tanh, sigmoid, erf, sqrt, gelu, gelu_tanh)");
+}
+
+void unaryGrad(Unary op, const float *dy, const float *x, const float *y, int64_t n, float *dx) {
+  const bool needsX = op == Unary::Relu || op == Unary::Erf || op == Unary::Gelu || op == Unary::GeluTanh;
+  if (needsX ? x == nullptr : y == nullptr)
+    fail("nn.unary_grad", needsX ? "this kind needs the forward input x" : "this kind needs the forward result y");
+  switch (op) {
+  case Unary::Relu:
+    for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+    break;
+  case Unary::Tanh:
+    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+    break;
+  case Unary::Sigmoid:
+    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+    break;
+  case Unary::Erf:
+    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * kTwoOverSqrtPi * std::exp(-x[i] * x[i]);
+    break;
+  case Unary::Sqrt:
+    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] / (2.0f * y[i]);
+    break;
+  case Unary::Gelu:
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      const float cdf = 0.5f * (1.0f + std::erf(v * kSqrt1_2));
+      const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
+      dx[i] = dy[i] * (cdf + v * pdf);
+    }
+    break;
+  case Unary::GeluTanh:
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      const float t = std::tanh(kSqrt2OverPi * (v + kGeluTanhC * v * v * v));
+      const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluTanhC * v * v);
+      dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+    }
+    break;
+  }
+}
+
+BinaryGrad binaryGradKind(const std::string &kind) {
+  if (kind == "sub_rhs") return BinaryGrad::SubRhs;
+  if (kind == "div_rhs") return BinaryGrad::DivRhs;
+  if (kind == "pow_lhs") return BinaryGrad::PowLhs;
+  if (kind == "pow_rhs") return BinaryGrad::PowRhs;
+  fail("nn.binary_grad", "unknown kind '" + kind + "' (sub_rhs, div_rhs, pow_lhs, pow_rhs)");
+}
+
+void binaryGrad(BinaryGrad op, const float *dy, const float *lhs, const Shape &ls, const float *rhs,
+                const Shape &rs, float *dx) {
+  const Shape os = broadcastShape(ls, rs);
+  const Shape ds = os;
+  auto run = [&](auto f) {
+    broadcastLoop<3>(os, {&ds, &ls, &rs},
+                     [&](int64_t i, const std::array<int64_t, 3> &o) { dx[i] = f(dy[o[0]], lhs[o[1]], rhs[o[2]]); });
+  };
+  switch (op) {
+  case BinaryGrad::SubRhs:
+    for (int64_t i = 0, n = os.numel(); i < n; ++i) dx[i] = -dy[i];
+    break;
+  case BinaryGrad::DivRhs: run([](float g, float a, float b) { return -g * a / (b * b); }); break;
+  // As PyTorch: a zero exponent contributes 0 to the base's gradient (not
+  // 0 * 0^-1 = NaN), and a zero base with a non-negative exponent 0 to the
+  // exponent's (not 0 * log 0).
+  case BinaryGrad::PowLhs:
+    run([](float g, float a, float b) { return b == 0.0f ? 0.0f : g * b * std::pow(a, b - 1.0f); });
+    break;
+  case BinaryGrad::PowRhs:
+    run([](float g, float a, float b) {
+      return (a == 0.0f && b >= 0.0f) ? 0.0f : g * std::pow(a, b) * std::log(a);
+    });
+    break;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Cast
+//===----------------------------------------------------------------------===//
+
+namespace {
+template <class To, class From> To castValue(From x) {
+  if constexpr (std::is_same_v<To, uint8_t>) {
+    return (uint8_t)(x != From(0));
+  } else if constexpr (std::is_floating_point_v<To>) {
+    return static_cast<To>(x);
+  } else if constexpr (std::is_floating_point_v<From>) {
+    const double t = std::trunc((double)x);
+    if (t != t) return 0;
+    if (t >= (double)std::numeric_limits<To>::max()) return std::numeric_limits<To>::max();
+    if (t <= (double)std::numeric_limits<To>::min()) return std::numeric_limits<To>::min();
+    return static_cast<To>(t);
+  } else {
+    return static_cast<To>(x); // integer to integer wraps (two's complement)
+  }
+}
+} // namespace
+
+template <class From, class To> void cast(const From *x, int64_t n, To *y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = castValue<To>(x[i]);
+}
+
+#define PIPEC_CAST_FROM(F)                                                                                             \
+  template void cast<F, float>(const F *, int64_t, float *);                                                           \
+  template void cast<F, double>(const F *, int64_t, double *);                                                         \
+  template void cast<F, int64_t>(const F *, int64_t, int64_t *);                                                       \
+  template void cast<F, int32_t>(const F *, int64_t, int32_t *);                                                       \
+  template void cast<F, uint8_t>(const F *, int64_t, uint8_t *);
+PIPEC_CAST_FROM(float)
+PIPEC_CAST_FROM(double)
+PIPEC_CAST_FROM(int64_t)
+PIPEC_CAST_FROM(int32_t)
+PIPEC_CAST_FROM(uint8_t)
+#undef PIPEC_CAST_FROM
+
+#define PIPEC_EQ_WHERE(T)                                                                                              \
+  template void equal<T>(const T *, const Shape &, const T *, const Shape &, uint8_t *);                              \
+  template void where<T>(const uint8_t *, const Shape &, const T *, const Shape &, const T *, const Shape &, T *);
+PIPEC_EQ_WHERE(float)
+PIPEC_EQ_WHERE(double)
+PIPEC_EQ_WHERE(int64_t)
+PIPEC_EQ_WHERE(int32_t)
+PIPEC_EQ_WHERE(uint8_t)
+#undef PIPEC_EQ_WHERE
+
+//===----------------------------------------------------------------------===//
+// Dropout
+//===----------------------------------------------------------------------===//
+
+void dropout(const float *x, int64_t n, float *y, uint8_t *mask, float ratio, bool training, uint64_t streamKey) {
+  const double r = ratio; // the evaluator holds the f32 attribute as a double
+  if (!(r >= 0.0 && r < 1.0)) fail("nn.dropout", "ratio must be in [0, 1), got " + std::to_string(r));
+  if (!training || r == 0.0) {
+    if (y != x)
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i];
+    if (mask)
+      for (int64_t i = 0; i < n; ++i) mask[i] = 1;
+    return;
+  }
+  const double scale = 1.0 / (1.0 - r);
+  for (int64_t i = 0; i < n; ++i) {
+    const bool keep = dropoutUniform(streamKey, (uint64_t)i) >= r;
+    if (mask) mask[i] = keep;
+    y[i] = keep ? (float)((double)x[i] * scale) : 0.0f;
+  }
+}
+
+void dropoutGrad(const float *dy, const uint8_t *mask, int64_t n, float *dx, float ratio, bool training) {
+  const double r = ratio;
+  if (!(r >= 0.0 && r < 1.0)) fail("nn.dropout_grad", "ratio must be in [0, 1), got " + std::to_string(r));
+  if (!training || r == 0.0) {
+    if (dx != dy)
+      for (int64_t i = 0; i < n; ++i) dx[i] = dy[i];
+    return;
+  }
+  const double scale = 1.0 / (1.0 - r);
+  for (int64_t i = 0; i < n; ++i) dx[i] = mask[i] ? (float)((double)dy[i] * scale) : 0.0f;
+}
+
+} // namespace pipec::kernels

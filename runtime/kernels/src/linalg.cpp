@@ -1,0 +1,320 @@
+// GEMM, batched matmul and convolution (im2col / col2im + cblas_sgemm).
+#include "detail.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <cblas.h>
+#ifdef PIPEC_KERNELS_OPENBLAS
+extern "C" void openblas_set_num_threads(int);
+#endif
+
+namespace pipec::kernels {
+
+using namespace detail;
+
+void setBlasThreads(int threads) {
+#ifdef PIPEC_KERNELS_OPENBLAS
+  openblas_set_num_threads(threads < 1 ? 1 : threads);
+#else
+  (void)threads;
+#endif
+}
+
+namespace {
+/// Row-major C[M,N] = alpha * op(A) op(B) + beta * C with leading dimensions.
+void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+           const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) { // BLAS may not touch C then; do what the maths says
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
+  const int64_t limit = 0x7fffffff;
+  if (M > limit || N > limit || K > limit || lda > limit || ldb > limit || ldc > limit)
+    fail("sgemm", "dimensions above 2^31 - 1");
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+              (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+} // namespace
+
+void gemm(const float *A, const float *B, const float *C, const Shape &cs, float *Y, int64_t M, int64_t N, int64_t K,
+          bool transA, bool transB, float alpha, float beta) {
+  if (M < 0 || N < 0 || K < 0) fail("nn.gemm", "negative dimension");
+  const Shape ys{M, N};
+  if (C && !broadcastsTo(cs, ys)) fail("nn.gemm", "C of shape " + cs.str() + " does not broadcast to " + ys.str());
+  float b = 0.0f;
+  if (C && beta != 0.0f) {
+    expand(C, cs, Y, ys);
+    b = beta;
+  }
+  sgemm(transA, transB, M, N, K, alpha, A, transA ? M : K, B, transB ? K : N, b, Y, N);
+}
+
+Shape matmulShape(const Shape &a, const Shape &b) {
+  if (a.size < 1 || b.size < 1) fail("nn.matmul", "operands need rank >= 1");
+  Shape ap = a, bp = b;
+  if (a.size == 1) ap = Shape{1, a.v[0]};
+  if (b.size == 1) bp = Shape{b.v[0], 1};
+  const int64_t m = ap.v[ap.size - 2], k = ap.v[ap.size - 1], kb = bp.v[bp.size - 2], n = bp.v[bp.size - 1];
+  if (k != kb) fail("nn.matmul", "inner dimensions differ for " + a.str() + " x " + b.str());
+  Shape out = broadcastShape(Shape(ap.v, ap.size - 2), Shape(bp.v, bp.size - 2));
+  if (a.size != 1) out.push(m);
+  if (b.size != 1) out.push(n);
+  return out;
+}
+
+void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, float *Y) {
+  (void)matmulShape(as, bs); // checks
+  Shape ap = as.size == 1 ? Shape{1, as.v[0]} : as;
+  Shape bp = bs.size == 1 ? Shape{bs.v[0], 1} : bs;
+  const int64_t M = ap.v[ap.size - 2], K = ap.v[ap.size - 1], N = bp.v[bp.size - 1];
+  const Shape aBatch(ap.v, ap.size - 2), bBatch(bp.v, bp.size - 2);
+  const Shape batch = broadcastShape(aBatch, bBatch);
+  const int64_t count = batch.numel();
+  if (count == 0) return;
+  if (bBatch.numel() == 1 && aBatch == batch) {
+    // One weight matrix for every batch entry (Linear on 3-D input): one GEMM.
+    sgemm(false, false, count * M, N, K, 1.0f, A, K, B, N, 0.0f, Y, N);
+    return;
+  }
+  if (batch.size == 0) {
+    sgemm(false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, Y, N);
+    return;
+  }
+  broadcastLoop<2>(batch, {&aBatch, &bBatch}, [&](int64_t i, const std::array<int64_t, 2> &o) {
+    sgemm(false, false, M, N, K, 1.0f, A + o[0] * M * K, K, B + o[1] * K * N, N, 0.0f, Y + i * M * N, N);
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Convolution
+//===----------------------------------------------------------------------===//
+
+int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride, int64_t padBegin, int64_t padEnd,
+                         int64_t dilation, bool ceilMode) {
+  const int64_t effectiveKernel = (kernel - 1) * dilation + 1;
+  const int64_t span = input + padBegin + padEnd - effectiveKernel;
+  if (span < 0) return 0;
+  int64_t size = ceilMode ? (span + stride - 1) / stride + 1 : span / stride + 1;
+  if (ceilMode && (size - 1) * stride >= input + padBegin) --size;
+  return size;
+}
+
+namespace {
+/// The geometry of one convolution: per spatial axis input, output, kernel,
+/// stride, begin pad, dilation.
+struct ConvGeom {
+  int sp = 0;
+  int64_t N = 0, C = 0, F = 0, G = 1, Cg = 0, Fg = 0;
+  int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, k[kMaxRank] = {}, s[kMaxRank] = {}, pb[kMaxRank] = {},
+          d[kMaxRank] = {};
+  int64_t inSize = 1, outSize = 1, kSize = 1;
+  bool pointwise = true; // 1x1 kernel, stride 1, no pads: im2col is the identity
+};
+
+ConvGeom convGeom(const char *op, const Shape &xs, const Shape &ws, const Dims &strides, const Dims &pads,
+                  const Dims &dilations, int64_t group) {
+  checkRank(op, xs, 3, "the input (N, C, spatial...)");
+  if (ws.size != xs.size) fail(op, "weight " + ws.str() + " and input " + xs.str() + " differ in rank");
+  ConvGeom g;
+  g.sp = xs.size - 2;
+  g.N = xs.v[0];
+  g.C = xs.v[1];
+  g.F = ws.v[0];
+  g.G = group;
+  g.Cg = ws.v[1];
+  if (group <= 0 || g.C != g.Cg * group || g.F % group)
+    fail(op, std::to_string(g.C) + " input channels, group " + std::to_string(group) + " and weight " + ws.str() +
+                 " do not match");
+  g.Fg = g.F / group;
+  if (strides.size != g.sp || dilations.size != g.sp || pads.size != 2 * g.sp)
+    fail(op, "strides and dilations need " + std::to_string(g.sp) + " entries and pads " + std::to_string(2 * g.sp));
+  for (int a = 0; a < g.sp; ++a) {
+    g.in[a] = xs.v[a + 2];
+    g.k[a] = ws.v[a + 2];
+    g.s[a] = strides.v[a];
+    g.pb[a] = pads.v[a];
+    g.d[a] = dilations.v[a];
+    if (g.s[a] <= 0 || g.d[a] <= 0 || g.pb[a] < 0 || pads.v[a + g.sp] < 0)
+      fail(op, "strides and dilations must be positive and pads non-negative");
+    g.out[a] = windowOutputSize(g.in[a], g.k[a], g.s[a], g.pb[a], pads.v[a + g.sp], g.d[a], false);
+    if (g.out[a] <= 0) fail(op, "kernel larger than the padded input " + xs.str());
+    g.inSize *= g.in[a];
+    g.outSize *= g.out[a];
+    g.kSize *= g.k[a];
+    if (g.k[a] != 1 || g.s[a] != 1 || g.pb[a] != 0 || pads.v[a + g.sp] != 0) g.pointwise = false;
+  }
+  return g;
+}
+
+/// Valid output positions j in [lo, hi) of the innermost axis, for which
+/// p = j * s + base lies in [0, in).
+inline void innerRange(int64_t base, int64_t s, int64_t in, int64_t L, int64_t &lo, int64_t &hi) {
+  lo = base >= 0 ? 0 : (-base + s - 1) / s;
+  hi = in - base <= 0 ? 0 : (in - base + s - 1) / s;
+  lo = std::min(lo, L);
+  hi = std::max(lo, std::min(hi, L));
+}
+
+/// Visits every (row, outer output position) of the column matrix
+/// [Cg * kSize, outSize]: calls f(rowPointerOffset, xOffset or -1, base of
+/// the inner axis) for runs of the innermost output axis.
+template <class F> void forEachColumnRun(const ConvGeom &g, F &&f) {
+  const int sp = g.sp, last = sp - 1;
+  const int64_t L = g.out[last];
+  const int64_t outer = g.outSize / L;
+  int64_t inStr[kMaxRank];
+  {
+    int64_t acc = 1;
+    for (int a = sp - 1; a >= 0; --a) {
+      inStr[a] = acc;
+      acc *= g.in[a];
+    }
+  }
+  int64_t kidx[kMaxRank] = {};
+  for (int64_t c = 0; c < g.Cg; ++c) {
+    for (int64_t kk = 0; kk < g.kSize; ++kk) {
+      const int64_t row = c * g.kSize + kk;
+      const int64_t base = kidx[last] * g.d[last] - g.pb[last];
+      int64_t oidx[kMaxRank] = {};
+      for (int64_t o = 0; o < outer; ++o) {
+        bool valid = true;
+        int64_t off = c * g.inSize;
+        for (int a = 0; a < last; ++a) {
+          const int64_t p = oidx[a] * g.s[a] - g.pb[a] + kidx[a] * g.d[a];
+          if (p < 0 || p >= g.in[a]) {
+            valid = false;
+            break;
+          }
+          off += p * inStr[a];
+        }
+        f(row * g.outSize + o * L, valid ? off : -1, base);
+        for (int a = last - 1; a >= 0; --a) {
+          if (++oidx[a] < g.out[a]) break;
+          oidx[a] = 0;
+        }
+      }
+      for (int a = last; a >= 0; --a) { // next kernel position
+        if (++kidx[a] < g.k[a]) break;
+        kidx[a] = 0;
+      }
+    }
+  }
+}
+
+/// col[Cg*kSize, outSize] from x (the group's channels of one sample).
+void im2col(const ConvGeom &g, const float *x, float *col) {
+  const int last = g.sp - 1;
+  const int64_t L = g.out[last], s = g.s[last], in = g.in[last];
+  forEachColumnRun(g, [&](int64_t dstOff, int64_t xOff, int64_t base) {
+    float *dst = col + dstOff;
+    if (xOff < 0) {
+      std::fill(dst, dst + L, 0.0f);
+      return;
+    }
+    int64_t lo, hi;
+    innerRange(base, s, in, L, lo, hi);
+    std::fill(dst, dst + lo, 0.0f);
+    const float *src = x + xOff + base;
+    if (s == 1)
+      std::memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof(float));
+    else
+      for (int64_t j = lo; j < hi; ++j) dst[j] = src[j * s];
+    std::fill(dst + hi, dst + L, 0.0f);
+  });
+}
+
+/// x += col2im(col): the adjoint of im2col.
+void col2imAdd(const ConvGeom &g, const float *col, float *x) {
+  const int last = g.sp - 1;
+  const int64_t L = g.out[last], s = g.s[last], in = g.in[last];
+  forEachColumnRun(g, [&](int64_t srcOff, int64_t xOff, int64_t base) {
+    if (xOff < 0) return;
+    int64_t lo, hi;
+    innerRange(base, s, in, L, lo, hi);
+    const float *src = col + srcOff;
+    float *dst = x + xOff + base;
+    for (int64_t j = lo; j < hi; ++j) dst[j * s] += src[j];
+  });
+}
+
+Shape convOut(const ConvGeom &g) {
+  Shape out{g.N, g.F};
+  for (int a = 0; a < g.sp; ++a) out.push(g.out[a]);
+  return out;
+}
+} // namespace
+
+Shape convOutputShape(const Shape &x, const Shape &w, const Dims &strides, const Dims &pads, const Dims &dilations) {
+  if (x.size < 3) fail("nn.conv", "the input needs rank >= 3");
+  const int64_t group = w.size >= 2 && w.v[1] > 0 ? x.v[1] / w.v[1] : 1;
+  return convOut(convGeom("nn.conv", x, w, strides, pads, dilations, group));
+}
+
+void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, const float *bias, float *y,
+          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group) {
+  const ConvGeom g = convGeom("nn.conv", xs, ws, strides, pads, dilations, group);
+  const int64_t rows = g.Cg * g.kSize, P = g.outSize;
+  float *col = g.pointwise ? nullptr : scratch(0, (size_t)(rows * P));
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t gi = 0; gi < g.G; ++gi) {
+      const float *xg = x + (n * g.C + gi * g.Cg) * g.inSize;
+      const float *cols = xg;
+      if (!g.pointwise) {
+        im2col(g, xg, col);
+        cols = col;
+      }
+      float *yg = y + (n * g.F + gi * g.Fg) * P;
+      sgemm(false, false, g.Fg, P, rows, 1.0f, w + gi * g.Fg * rows, rows, cols, P, 0.0f, yg, P);
+      if (bias)
+        for (int64_t f = 0; f < g.Fg; ++f) {
+          const float b = bias[gi * g.Fg + f];
+          float *row = yg + f * P;
+          for (int64_t p = 0; p < P; ++p) row[p] += b;
+        }
+    }
+}
+
+void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shape &ws, float *dx, const Shape &xs,
+                   const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group) {
+  const ConvGeom g = convGeom("nn.conv_input_grad", xs, ws, strides, pads, dilations, group);
+  if (convOut(g) != dys)
+    fail("nn.conv_input_grad", "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
+  const int64_t rows = g.Cg * g.kSize, P = g.outSize;
+  if (!g.pointwise) std::fill(dx, dx + xs.numel(), 0.0f);
+  float *col = g.pointwise ? nullptr : scratch(0, (size_t)(rows * P));
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t gi = 0; gi < g.G; ++gi) {
+      float *dxg = dx + (n * g.C + gi * g.Cg) * g.inSize;
+      const float *dyg = dy + (n * g.F + gi * g.Fg) * P;
+      // dcol = W_g^T dy_g
+      sgemm(true, false, rows, P, g.Fg, 1.0f, w + gi * g.Fg * rows, rows, dyg, P, 0.0f, g.pointwise ? dxg : col, P);
+      if (!g.pointwise) col2imAdd(g, col, dxg);
+    }
+}
+
+void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Shape &xs, float *dw, const Shape &ws,
+                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group) {
+  const ConvGeom g = convGeom("nn.conv_weight_grad", xs, ws, strides, pads, dilations, group);
+  if (convOut(g) != dys)
+    fail("nn.conv_weight_grad", "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
+  const int64_t rows = g.Cg * g.kSize, P = g.outSize;
+  if (g.N == 0) std::fill(dw, dw + ws.numel(), 0.0f);
+  float *col = g.pointwise ? nullptr : scratch(0, (size_t)(rows * P));
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t gi = 0; gi < g.G; ++gi) {
+      const float *xg = x + (n * g.C + gi * g.Cg) * g.inSize;
+      const float *cols = xg;
+      if (!g.pointwise) {
+        im2col(g, xg, col);
+        cols = col;
+      }
+      // dW_g (+)= dy_g col^T
+      sgemm(false, true, g.Fg, rows, P, 1.0f, dy + (n * g.F + gi * g.Fg) * P, P, cols, P, n == 0 ? 0.0f : 1.0f,
+            dw + gi * g.Fg * rows, rows);
+    }
+}
+
+} // namespace pipec::kernels

@@ -1,0 +1,244 @@
+// Batch and layer normalization with their input and parameter gradients.
+// Statistics accumulate in double; element-wise work is float.
+#include "detail.h"
+
+#include <cmath>
+#include <vector>
+
+namespace pipec::kernels {
+
+using namespace detail;
+
+namespace {
+struct ChannelView {
+  int64_t N, C, inner;
+};
+ChannelView channelView(const char *op, const Shape &xs) {
+  checkRank(op, xs, 2, "the input (N, C, ...)");
+  return {xs.v[0], xs.v[1], productOf(xs, 2, xs.size)};
+}
+
+/// Batch mean and population variance of channel c.
+void channelStats(const float *x, const ChannelView &v, int64_t c, double &mean, double &var) {
+  const double count = (double)(v.N * v.inner);
+  double sum = 0;
+  for (int64_t n = 0; n < v.N; ++n) {
+    const float *p = x + (n * v.C + c) * v.inner;
+    for (int64_t i = 0; i < v.inner; ++i) sum += p[i];
+  }
+  mean = count > 0 ? sum / count : 0.0;
+  double sq = 0;
+  for (int64_t n = 0; n < v.N; ++n) {
+    const float *p = x + (n * v.C + c) * v.inner;
+    for (int64_t i = 0; i < v.inner; ++i) {
+      const double d = p[i] - mean;
+      sq += d * d;
+    }
+  }
+  var = count > 0 ? sq / count : 0.0;
+}
+} // namespace
+
+void batchNorm(const float *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
+               const float *runningVar, float *y, float *newMean, float *newVar, float epsilon, float momentum,
+               bool training) {
+  const ChannelView v = channelView("nn.batch_norm", xs);
+  for (int64_t c = 0; c < v.C; ++c) {
+    const double rm = runningMean[c], rv = runningVar[c];
+    double mean = rm, var = rv;
+    if (training) {
+      channelStats(x, v, c, mean, var);
+      newMean[c] = (float)(momentum * rm + (1.0 - (double)momentum) * mean);
+      newVar[c] = (float)(momentum * rv + (1.0 - (double)momentum) * var);
+    } else {
+      newMean[c] = (float)rm;
+      newVar[c] = (float)rv;
+    }
+    const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
+    const float a = (float)(invStd * scale[c]);
+    const float b = (float)(bias[c] - mean * invStd * scale[c]);
+    for (int64_t n = 0; n < v.N; ++n) {
+      const float *p = x + (n * v.C + c) * v.inner;
+      float *q = y + (n * v.C + c) * v.inner;
+      for (int64_t i = 0; i < v.inner; ++i) q[i] = p[i] * a + b;
+    }
+  }
+}
+
+void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const float *runningMean,
+                   const float *runningVar, float *dx, float epsilon, bool training) {
+  const ChannelView v = channelView("nn.batch_norm_grad", xs);
+  (void)runningMean;
+  for (int64_t c = 0; c < v.C; ++c) {
+    if (!training) {
+      const float a = (float)(scale[c] / std::sqrt((double)runningVar[c] + (double)epsilon));
+      for (int64_t n = 0; n < v.N; ++n) {
+        const int64_t base = (n * v.C + c) * v.inner;
+        for (int64_t i = 0; i < v.inner; ++i) dx[base + i] = dy[base + i] * a;
+      }
+      continue;
+    }
+    double mean, var;
+    channelStats(x, v, c, mean, var);
+    const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
+    const double count = (double)(v.N * v.inner);
+    double sumDy = 0, sumDyXhat = 0;
+    for (int64_t n = 0; n < v.N; ++n) {
+      const int64_t base = (n * v.C + c) * v.inner;
+      for (int64_t i = 0; i < v.inner; ++i) {
+        sumDy += dy[base + i];
+        sumDyXhat += dy[base + i] * ((x[base + i] - mean) * invStd);
+      }
+    }
+    // dx = scale * invStd * (dy - mean(dy) - x̂ * mean(dy * x̂))
+    const float k = (float)(scale[c] * invStd);
+    const float mDy = (float)(sumDy / count), mDyXhat = (float)(sumDyXhat / count);
+    const float fMean = (float)mean, fInv = (float)invStd;
+    for (int64_t n = 0; n < v.N; ++n) {
+      const int64_t base = (n * v.C + c) * v.inner;
+      for (int64_t i = 0; i < v.inner; ++i) {
+        const float xhat = (x[base + i] - fMean) * fInv;
+        dx[base + i] = k * (dy[base + i] - mDy - xhat * mDyXhat);
+      }
+    }
+  }
+}
+
+void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const float *runningMean,
+                        const float *runningVar, float *dscale, float *dbias, float epsilon, bool training) {
+  const ChannelView v = channelView("nn.batch_norm_param_grad", xs);
+  for (int64_t c = 0; c < v.C; ++c) {
+    double mean = runningMean[c], var = runningVar[c];
+    if (training) channelStats(x, v, c, mean, var);
+    const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
+    double sumDy = 0, sumDyXhat = 0;
+    for (int64_t n = 0; n < v.N; ++n) {
+      const int64_t base = (n * v.C + c) * v.inner;
+      for (int64_t i = 0; i < v.inner; ++i) {
+        sumDy += dy[base + i];
+        sumDyXhat += dy[base + i] * (x[base + i] - mean);
+      }
+    }
+    dscale[c] = (float)(sumDyXhat * invStd);
+    dbias[c] = (float)sumDy;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Layer normalization
+//===----------------------------------------------------------------------===//
+
+namespace {
+struct RowView {
+  int64_t rows, inner;
+  Shape normalized;
+};
+RowView rowView(const char *op, const Shape &xs, int64_t axis) {
+  checkRank(op, xs, 1, "the input");
+  const int a = (int)normalizeAxis(op, axis, xs.size);
+  return {productOf(xs, 0, a), productOf(xs, a, xs.size), Shape(xs.v + a, xs.size - a)};
+}
+
+/// A parameter of shape ps expanded to the normalized shape (the pointer
+/// itself when it already has every element).
+const float *expandedParam(const char *op, const float *p, const Shape &ps, const RowView &v, size_t slot) {
+  if (!broadcastsTo(ps, v.normalized))
+    fail(op, "scale/bias of shape " + ps.str() + " does not broadcast to " + v.normalized.str());
+  if (ps.numel() == v.inner) return p;
+  float *buf = scratch(slot, (size_t)v.inner);
+  expand(p, ps, buf, v.normalized);
+  return buf;
+}
+
+/// Σ f(i) over [0, n): eight float lanes (which the compiler vectorizes)
+/// combined in double.
+template <class F> double laneSum(int64_t n, F f) {
+  float acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += f(i + l);
+  double s = 0;
+  for (; i < n; ++i) s += f(i);
+  for (int l = 0; l < 8; ++l) s += acc[l];
+  return s;
+}
+
+void rowStats(const float *x, int64_t inner, double &mean, double &invStd, float epsilon) {
+  mean = laneSum(inner, [&](int64_t i) { return x[i]; }) / (double)inner;
+  const float fm = (float)mean;
+  const double sq = laneSum(inner, [&](int64_t i) { return (x[i] - fm) * (x[i] - fm); });
+  invStd = 1.0 / std::sqrt(sq / (double)inner + (double)epsilon);
+}
+} // namespace
+
+void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape &ss, const float *bias, const Shape &bs,
+               float *y, float *mean, float *invStd, int64_t axis, float epsilon) {
+  const RowView v = rowView("nn.layer_norm", xs, axis);
+  const float *g = expandedParam("nn.layer_norm", scale, ss, v, 1);
+  const float *b = bias ? expandedParam("nn.layer_norm", bias, bs, v, 2) : nullptr;
+  for (int64_t r = 0; r < v.rows; ++r) {
+    const float *xr = x + r * v.inner;
+    float *yr = y + r * v.inner;
+    double m, inv;
+    rowStats(xr, v.inner, m, inv, epsilon);
+    if (mean) mean[r] = (float)m;
+    if (invStd) invStd[r] = (float)inv;
+    const float fm = (float)m, fi = (float)inv;
+    if (b)
+      for (int64_t i = 0; i < v.inner; ++i) yr[i] = (xr[i] - fm) * fi * g[i] + b[i];
+    else
+      for (int64_t i = 0; i < v.inner; ++i) yr[i] = (xr[i] - fm) * fi * g[i];
+  }
+}
+
+void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const Shape &ss, float *dx,
+                   int64_t axis, float epsilon) {
+  const RowView v = rowView("nn.layer_norm_grad", xs, axis);
+  const float *g = expandedParam("nn.layer_norm_grad", scale, ss, v, 1);
+  for (int64_t r = 0; r < v.rows; ++r) {
+    const float *xr = x + r * v.inner, *dyr = dy + r * v.inner;
+    float *dxr = dx + r * v.inner;
+    double m, inv;
+    rowStats(xr, v.inner, m, inv, epsilon);
+    const float fm = (float)m, fi = (float)inv;
+    const double sumG = laneSum(v.inner, [&](int64_t i) { return dyr[i] * g[i]; });
+    const double sumGX = laneSum(v.inner, [&](int64_t i) { return dyr[i] * g[i] * ((xr[i] - fm) * fi); });
+    const float mG = (float)(sumG / (double)v.inner), mGX = (float)(sumGX / (double)v.inner);
+    for (int64_t i = 0; i < v.inner; ++i) {
+      const float xhat = (xr[i] - fm) * fi;
+      dxr[i] = fi * (dyr[i] * g[i] - mG - xhat * mGX);
+    }
+  }
+}
+
+void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const Shape &ps, float *dscale, float *dbias,
+                        int64_t axis, float epsilon) {
+  const RowView v = rowView("nn.layer_norm_param_grad", xs, axis);
+  if (!broadcastsTo(ps, v.normalized))
+    fail("nn.layer_norm_param_grad", "parameter shape " + ps.str() + " does not broadcast to " + v.normalized.str());
+  const bool full = ps.numel() == v.inner;
+  float *ds = full ? dscale : scratch(1, (size_t)v.inner);
+  float *db = full ? dbias : scratch(2, (size_t)v.inner);
+  std::fill(ds, ds + v.inner, 0.0f);
+  if (db) std::fill(db, db + v.inner, 0.0f);
+  for (int64_t r = 0; r < v.rows; ++r) {
+    const float *xr = x + r * v.inner, *dyr = dy + r * v.inner;
+    double m, inv;
+    rowStats(xr, v.inner, m, inv, epsilon);
+    const float fm = (float)m, fi = (float)inv;
+    for (int64_t i = 0; i < v.inner; ++i) ds[i] += dyr[i] * ((xr[i] - fm) * fi);
+    if (db)
+      for (int64_t i = 0; i < v.inner; ++i) db[i] += dyr[i];
+  }
+  if (!full) { // sum the broadcast axes away
+    auto sumDown = [&](const float *src, float *dst) {
+      std::fill(dst, dst + ps.numel(), 0.0f);
+      const Shape &ns = v.normalized;
+      broadcastLoop<2>(ns, {&ns, &ps}, [&](int64_t, const std::array<int64_t, 2> &o) { dst[o[1]] += src[o[0]]; });
+    };
+    sumDown(ds, dscale);
+    if (dbias) sumDown(db, dbias);
+  }
+}
+
+} // namespace pipec::kernels

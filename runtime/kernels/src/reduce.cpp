@@ -1,0 +1,195 @@
+// Softmax, softmax cross-entropy, reductions.
+#include "detail.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace pipec::kernels {
+
+using namespace detail;
+
+void softmax(const float *x, const Shape &xs, int64_t axis, float *y) {
+  checkRank("nn.softmax", xs, 1, "the input");
+  const AxisView v = viewAround(xs, (int)normalizeAxis("nn.softmax", axis, xs.size));
+  for (int64_t o = 0; o < v.outer; ++o)
+    for (int64_t in = 0; in < v.inner; ++in) {
+      const float *xr = x + o * v.size * v.inner + in;
+      float *yr = y + o * v.size * v.inner + in;
+      const int64_t st = v.inner;
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < v.size; ++i) m = xr[i * st] > m ? xr[i * st] : m;
+      double sum = 0;
+      for (int64_t i = 0; i < v.size; ++i) {
+        const float e = std::exp(xr[i * st] - m);
+        yr[i * st] = e;
+        sum += e;
+      }
+      const float inv = (float)(1.0 / sum);
+      for (int64_t i = 0; i < v.size; ++i) yr[i * st] *= inv;
+    }
+}
+
+void softmaxGrad(const float *dy, const float *y, const Shape &s, int64_t axis, float *dx) {
+  checkRank("nn.softmax_grad", s, 1, "the input");
+  const AxisView v = viewAround(s, (int)normalizeAxis("nn.softmax_grad", axis, s.size));
+  for (int64_t o = 0; o < v.outer; ++o)
+    for (int64_t in = 0; in < v.inner; ++in) {
+      const int64_t base = o * v.size * v.inner + in, st = v.inner;
+      double dot = 0;
+      for (int64_t i = 0; i < v.size; ++i) dot += (double)dy[base + i * st] * y[base + i * st];
+      const float fd = (float)dot;
+      for (int64_t i = 0; i < v.size; ++i) dx[base + i * st] = y[base + i * st] * (dy[base + i * st] - fd);
+    }
+}
+
+Reduction reductionKind(const std::string &name) {
+  if (name == "none") return Reduction::None;
+  if (name == "sum") return Reduction::Sum;
+  if (name == "mean") return Reduction::Mean;
+  fail("nn.softmax_cross_entropy_loss", "reduction must be mean, sum or none, got " + name);
+}
+
+namespace {
+/// Per (n, d...) element: the log-sum-exp of its class scores.
+void logSumExp(const float *scores, const AxisView &v, std::vector<double> &lse) {
+  lse.resize((size_t)(v.outer * v.inner));
+  for (int64_t n = 0; n < v.outer; ++n)
+    for (int64_t in = 0; in < v.inner; ++in) {
+      const float *s = scores + n * v.size * v.inner + in;
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t c = 0; c < v.size; ++c) m = s[c * v.inner] > m ? s[c * v.inner] : m;
+      double sum = 0;
+      for (int64_t c = 0; c < v.size; ++c) sum += std::exp((double)s[c * v.inner] - m);
+      lse[n * v.inner + in] = m + std::log(sum);
+    }
+}
+
+AxisView lossView(const char *op, const Shape &ss, const float *weights) {
+  (void)weights;
+  checkRank(op, ss, 2, "the scores (N, C, ...)");
+  return viewAround(ss, 1);
+}
+
+template <class L> int64_t checkedLabel(const char *op, L label, int64_t classes) {
+  if (label < 0 || (int64_t)label >= classes)
+    fail(op, "label " + std::to_string((int64_t)label) + " out of range [0, " + std::to_string(classes) + ")");
+  return (int64_t)label;
+}
+} // namespace
+
+template <class L>
+void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labels, const float *weights,
+                             Reduction reduction, std::optional<int64_t> ignoreIndex, float *loss, float *logProb) {
+  const char *op = "nn.softmax_cross_entropy_loss";
+  const AxisView v = lossView(op, ss, weights);
+  std::vector<double> lse;
+  logSumExp(scores, v, lse);
+  if (logProb)
+    for (int64_t n = 0; n < v.outer; ++n)
+      for (int64_t c = 0; c < v.size; ++c)
+        for (int64_t in = 0; in < v.inner; ++in) {
+          const int64_t i = (n * v.size + c) * v.inner + in;
+          logProb[i] = (float)(scores[i] - lse[n * v.inner + in]);
+        }
+  double lossSum = 0, weightSum = 0;
+  for (int64_t n = 0; n < v.outer; ++n)
+    for (int64_t in = 0; in < v.inner; ++in) {
+      const int64_t e = n * v.inner + in;
+      double l = 0;
+      if (!(ignoreIndex && (int64_t)labels[e] == *ignoreIndex)) {
+        const int64_t label = checkedLabel(op, labels[e], v.size);
+        const double w = weights ? weights[label] : 1.0;
+        l = -w * ((double)scores[(n * v.size + label) * v.inner + in] - lse[e]);
+        lossSum += l;
+        weightSum += w;
+      }
+      if (reduction == Reduction::None) loss[e] = (float)l;
+    }
+  // "mean" over no counted element is 0/0 = NaN, as ONNX's reference and PyTorch.
+  if (reduction == Reduction::Sum) loss[0] = (float)lossSum;
+  if (reduction == Reduction::Mean) loss[0] = (float)(lossSum / weightSum);
+}
+
+template <class L>
+void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const Shape &ss, const L *labels,
+                                 const float *weights, Reduction reduction, std::optional<int64_t> ignoreIndex,
+                                 float *dscores) {
+  const char *op = "nn.softmax_cross_entropy_loss_grad";
+  const AxisView v = lossView(op, ss, weights);
+  std::vector<double> lse;
+  logSumExp(scores, v, lse);
+  double scale = reduction == Reduction::None ? 1.0 : (double)dloss[0];
+  if (reduction == Reduction::Mean) {
+    double weightSum = 0;
+    for (int64_t e = 0; e < v.outer * v.inner; ++e)
+      if (!(ignoreIndex && (int64_t)labels[e] == *ignoreIndex))
+        weightSum += weights ? weights[checkedLabel(op, labels[e], v.size)] : 1.0;
+    scale /= weightSum;
+  }
+  for (int64_t n = 0; n < v.outer; ++n)
+    for (int64_t in = 0; in < v.inner; ++in) {
+      const int64_t e = n * v.inner + in;
+      if (ignoreIndex && (int64_t)labels[e] == *ignoreIndex) {
+        for (int64_t c = 0; c < v.size; ++c) dscores[(n * v.size + c) * v.inner + in] = 0.0f;
+        continue;
+      }
+      const int64_t label = checkedLabel(op, labels[e], v.size);
+      const double k = (weights ? weights[label] : 1.0) * scale * (reduction == Reduction::None ? dloss[e] : 1.0);
+      for (int64_t c = 0; c < v.size; ++c) {
+        const int64_t i = (n * v.size + c) * v.inner + in;
+        const double p = std::exp((double)scores[i] - lse[e]);
+        dscores[i] = (float)(k * (p - (c == label ? 1.0 : 0.0)));
+      }
+    }
+}
+
+template void softmaxCrossEntropyLoss<int64_t>(const float *, const Shape &, const int64_t *, const float *, Reduction,
+                                               std::optional<int64_t>, float *, float *);
+template void softmaxCrossEntropyLoss<int32_t>(const float *, const Shape &, const int32_t *, const float *, Reduction,
+                                               std::optional<int64_t>, float *, float *);
+template void softmaxCrossEntropyLossGrad<int64_t>(const float *, const float *, const Shape &, const int64_t *,
+                                                   const float *, Reduction, std::optional<int64_t>, float *);
+template void softmaxCrossEntropyLossGrad<int32_t>(const float *, const float *, const Shape &, const int32_t *,
+                                                   const float *, Reduction, std::optional<int64_t>, float *);
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Sums x over the marked axes into y (double accumulation); returns the
+/// number of elements summed into each output.
+int64_t sumAxes(const char *op, const float *x, const Shape &xs, const Dims &axes, bool emptyMeansAll, float *y,
+                double divide) {
+  checkRank(op, xs, 0, "the input");
+  bool reduced[kMaxRank] = {};
+  for (int i = 0; i < axes.size; ++i) {
+    if (axes.v[i] < 0 || axes.v[i] >= xs.size || (i && axes.v[i - 1] >= axes.v[i]))
+      fail(op, "axes " + axes.str() + " must be sorted, unique and in [0, " + std::to_string(xs.size) + ")");
+    reduced[axes.v[i]] = true;
+  }
+  if (axes.size == 0 && emptyMeansAll)
+    for (int a = 0; a < xs.size; ++a) reduced[a] = true;
+  Shape kept;
+  for (int a = 0; a < xs.size; ++a) kept.push(reduced[a] ? 1 : xs.v[a]);
+  const int64_t outN = kept.numel(), inN = xs.numel();
+  const int64_t count = outN ? inN / outN : 0;
+  thread_local std::vector<double> acc;
+  acc.assign((size_t)outN, 0.0);
+  broadcastLoop<2>(xs, {&xs, &kept}, [&](int64_t, const std::array<int64_t, 2> &o) { acc[o[1]] += x[o[0]]; });
+  const double k = divide ? 1.0 / ((double)count * divide) : 1.0;
+  for (int64_t i = 0; i < outN; ++i) y[i] = (float)(divide ? acc[i] * k : acc[i]);
+  return count;
+}
+} // namespace
+
+void reduceSum(const float *x, const Shape &xs, const Dims &axes, float *y) {
+  sumAxes("nn.reduce_sum", x, xs, axes, false, y, 0.0);
+}
+
+void reduceMean(const float *x, const Shape &xs, const Dims &axes, float *y) {
+  sumAxes("nn.reduce_mean", x, xs, axes, true, y, 1.0);
+}
+
+} // namespace pipec::kernels

@@ -1,0 +1,86 @@
+// The parts of a plan directory that piperun reads: plan.json (its
+// "stages[].ranks" and its "runtime" member, docs/runtime.md) and the
+// per-rank instruction streams schedule/rank_<r>.json (docs/schedules.md).
+// No MPI here: the sequential reference (pipeseq) reads the same plan.
+#pragma once
+
+#include "pipec/dataset.h"
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pipec::rt {
+
+// Errors found while reading or checking inputs; the message names the file
+// and the reason (the caller prefixes the rank).
+class Error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct VirtualStage {
+  int id = 0;    // model order 0 .. stages*chunks-1
+  int stage = 0; // pipeline position (rank group) that runs it
+  int chunk = 0; // which of that rank's chunks
+  std::string library, weights; // absolute paths
+};
+
+struct OptimizerConfig {
+  std::string name = "sgd"; // sgd | adamw
+  float lr = 0.01f, weightDecay = 0.0f, momentum = 0.0f;
+  float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+  float maxGradNorm = 0.0f; // 0: no clipping
+};
+
+struct Plan {
+  std::string dir, planPath;
+  std::string schedule;     // informative: the streams decide what runs
+  int stages = 1;           // pipeline positions p
+  int chunks = 1;           // virtual stages per rank
+  bool vPlacement = false;  // ZB-V: chunk 1 runs back up the ranks
+  bool asynchronous = false;
+  int microbatchSize = 1;   // samples per micro-batch (the model's batch dimension)
+  int microbatches = 1;     // per optimizer step (iteration), over all replicas
+  uint64_t seed = 0;
+  std::vector<std::vector<int>> ranks; // per pipeline stage: MPI rank of each replica
+  std::vector<VirtualStage> vstages;   // by id
+  OptimizerConfig optimizer;
+  std::vector<io::FieldSpec> dataFields;
+  uint64_t syntheticSamples = 0;
+
+  int numRanks() const;
+  int replicasOf(int stage) const { return (int)ranks[stage].size(); }
+  // Schedule rank numbering (docs/schedules.md): stage-major, replica fastest.
+  int scheduleRank(int stage, int replica) const;
+  int stageOfScheduleRank(int r) const;
+  int replicaOfScheduleRank(int r) const;
+  int mpiRankOf(int scheduleRank) const;
+  int virtualStage(int stage, int chunk) const;
+  std::string scheduleFile(int scheduleRank) const;
+};
+
+// Reads PLAN_DIR/plan.json; throws Error naming the file and the member.
+Plan loadPlan(const std::string &dir);
+
+enum class Op {
+  Load, Fwd, Bwd, BwdInput, BwdWeight, Recompute, SendAct, RecvAct, SendGrad, RecvGrad,
+  Stash, Restore, AllReduce, Step, SpecStep, Validate, Rollback,
+};
+const char *opName(Op op);
+
+struct Instr {
+  Op op = Op::Step;
+  int mb = -1, chunk = -1, peer = -1, version = -1; // peer: schedule rank (stage for ALLREDUCE)
+};
+std::string toString(const Instr &in);
+
+struct RankStream {
+  std::string path, schedule, placement;
+  int rank = 0, stage = 0, replica = 0, chunks = 1;
+  bool asynchronous = false;
+  std::vector<Instr> instrs;
+};
+RankStream loadRankStream(const std::string &path);
+
+} // namespace pipec::rt

@@ -1,0 +1,281 @@
+#include "StageModel.h"
+
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace pipec::rt {
+
+void Buffer::resize(size_t bytes) {
+  n_ = bytes;
+  const size_t alloc = ((bytes + 63) / 64) * 64;
+  p_.reset(alloc ? (char *)std::aligned_alloc(64, alloc) : nullptr);
+  if (alloc && !p_) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+  if (alloc) std::memset(p_.get(), 0, alloc);
+}
+void Buffer::zero() {
+  if (n_) std::memset(p_.get(), 0, n_);
+}
+void Buffer::copyFrom(const Buffer &o) {
+  if (n_ != o.n_) resize(o.n_);
+  if (n_) std::memcpy(p_.get(), o.p_.get(), n_);
+}
+
+std::vector<int64_t> shapeOf(const pipec_tensor_desc &d) { return std::vector<int64_t>(d.shape, d.shape + d.rank); }
+std::string describeTensor(const pipec_tensor_desc &d) {
+  return std::string(d.name ? d.name : "?") + " " + io::dtypeName(d.dtype) + io::shapeString(shapeOf(d));
+}
+
+Layout Layout::of(const pipec_tensor_desc *descs, int n, size_t header) {
+  Layout l;
+  size_t off = header;
+  uint64_t h = 1469598103934665603ULL; // FNV-1a over dtypes and shapes (names may differ across stages)
+  auto mixIn = [&](const void *p, size_t k) {
+    for (size_t i = 0; i < k; ++i) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ULL;
+  };
+  for (int i = 0; i < n; ++i) {
+    const size_t bytes = (size_t)io::numElements(shapeOf(descs[i])) * io::dtypeSize(descs[i].dtype);
+    off = (off + 63) / 64 * 64;
+    l.offsets.push_back(off);
+    l.bytes.push_back(bytes);
+    off += bytes;
+    mixIn(&descs[i].dtype, sizeof descs[i].dtype);
+    mixIn(descs[i].shape, sizeof(int64_t) * descs[i].rank);
+  }
+  l.total = (off + 63) / 64 * 64;
+  l.hash = h;
+  return l;
+}
+
+std::vector<void *> Layout::pointers(char *base) const {
+  std::vector<void *> p;
+  for (size_t o : offsets) p.push_back(base + o);
+  return p;
+}
+
+// ---------------------------------------------------------------- library
+StageLibrary::StageLibrary(const std::string &path, int expectStage, int expectStages) : path_(path) {
+  handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle_) throw Error(path + ": cannot load stage library: " + dlerror());
+  auto sym = [&](const char *name) {
+    void *s = dlsym(handle_, name);
+    if (!s) throw Error(path + ": stage library does not export " + name);
+    return s;
+  };
+  auto describe = (const pipec_stage_desc *(*)())sym("pipec_stage_describe");
+  fwd_ = (int (*)(const pipec_call *))sym("pipec_stage_forward");
+  bwdI_ = (int (*)(const pipec_call *))sym("pipec_stage_backward_input");
+  bwdW_ = (int (*)(const pipec_call *))sym("pipec_stage_backward_weight");
+  step_ = (int (*)(const pipec_optimizer_call *))sym("pipec_stage_step");
+  lastError_ = (const char *(*)())sym("pipec_stage_last_error");
+  desc_ = describe();
+  if (!desc_) throw Error(path + ": pipec_stage_describe() returned NULL");
+  if (desc_->abi_version != PIPEC_STAGE_ABI_VERSION)
+    throw Error(path + ": stage ABI version " + std::to_string(desc_->abi_version) + ", piperun speaks version " +
+                std::to_string(PIPEC_STAGE_ABI_VERSION) + " (rebuild the stage with this pipec)");
+  if (desc_->stage != expectStage || desc_->num_stages != expectStages)
+    throw Error(path + ": library is stage " + std::to_string(desc_->stage) + " of " +
+                std::to_string(desc_->num_stages) + ", the plan expects stage " + std::to_string(expectStage) +
+                " of " + std::to_string(expectStages));
+}
+
+StageLibrary::~StageLibrary() {
+  if (handle_) dlclose(handle_);
+}
+
+void StageLibrary::check(int rc, const char *fn) const {
+  if (rc == 0) return;
+  const char *msg = lastError_ ? lastError_() : nullptr;
+  throw Error(path_ + ": " + fn + " failed (code " + std::to_string(rc) + "): " + (msg && *msg ? msg : "no message"));
+}
+
+// ---------------------------------------------------------------- model
+namespace {
+constexpr size_t kBundleHeader = 64; // see Executor.h: BundleHeader
+}
+
+StageModel::StageModel(const Plan &plan, const VirtualStage &vs) : vs_(vs) {
+  lib_ = std::make_unique<StageLibrary>(vs.library, vs.id, plan.stages * plan.chunks);
+  const pipec_stage_desc &d = lib_->desc();
+  std::vector<pipec_tensor_desc> pd, sd;
+  for (int i = 0; i < d.num_params; ++i) {
+    pd.push_back(d.params[i].tensor);
+    if (d.params[i].role == PIPEC_TRAINED) {
+      ++numTrained_;
+      for (int k = 0; k < d.optimizer_state_per_param; ++k) sd.push_back(d.params[i].tensor);
+    }
+  }
+  const std::string want = plan.optimizer.name;
+  if ((want == "sgd") != (d.optimizer == PIPEC_SGD))
+    throw Error(vs.library + ": library was generated for optimizer " +
+                (d.optimizer == PIPEC_SGD ? std::string("sgd") : std::string("adamw")) + ", the plan says " + want);
+  paramLayout_ = Layout::of(pd.data(), (int)pd.size());
+  stateLayout_ = Layout::of(sd.data(), (int)sd.size());
+  inputLayout_ = Layout::of(d.inputs, d.num_inputs, kBundleHeader);
+  outputLayout_ = Layout::of(d.outputs, d.num_outputs, kBundleHeader);
+  dataLayout_ = Layout::of(d.data, d.num_data);
+  params_.resize(paramLayout_.total);
+  grads_.resize(paramLayout_.total);
+  state_.resize(stateLayout_.total);
+}
+
+std::vector<void *> StageModel::gradPtrs() {
+  auto p = paramLayout_.pointers(grads_.data());
+  for (int i = 0; i < desc().num_params; ++i)
+    if (desc().params[i].role != PIPEC_TRAINED) p[i] = nullptr;
+  return p;
+}
+std::vector<void *> StageModel::statePtrs() { return stateLayout_.pointers(state_.data()); }
+
+void StageModel::loadWeights(const std::string &path) {
+  const auto tensors = io::readTensorFile(path);
+  const pipec_stage_desc &d = desc();
+  std::vector<bool> used(tensors.size(), false);
+  for (int i = 0; i < d.num_params; ++i) {
+    const pipec_tensor_desc &td = d.params[i].tensor;
+    size_t k = 0;
+    while (k < tensors.size() && tensors[k].name != td.name) ++k;
+    if (k == tensors.size()) throw Error(path + ": no tensor named " + td.name + " (stage parameter " + describeTensor(td) + ")");
+    if (tensors[k].dtype != td.dtype || tensors[k].shape != shapeOf(td))
+      throw Error(path + ": tensor " + td.name + " is " + io::dtypeName(tensors[k].dtype) +
+                  io::shapeString(tensors[k].shape) + ", the stage expects " + describeTensor(td));
+    std::memcpy(params_.data() + paramLayout_.offsets[i], tensors[k].data.data(), paramLayout_.bytes[i]);
+    used[k] = true;
+  }
+  for (size_t k = 0; k < tensors.size(); ++k)
+    if (!used[k]) throw Error(path + ": tensor " + tensors[k].name + " is not a parameter of stage " + std::to_string(vs_.id));
+}
+
+std::vector<io::Tensor> StageModel::weightTensors() const {
+  std::vector<io::Tensor> out;
+  const pipec_stage_desc &d = desc();
+  for (int i = 0; i < d.num_params; ++i) {
+    io::Tensor t;
+    t.name = d.params[i].tensor.name;
+    t.dtype = d.params[i].tensor.dtype;
+    t.shape = shapeOf(d.params[i].tensor);
+    const char *src = params_.data() + paramLayout_.offsets[i];
+    t.data.assign(src, src + paramLayout_.bytes[i]);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<io::Tensor> StageModel::checkpointTensors() const {
+  std::vector<io::Tensor> out;
+  for (io::Tensor t : weightTensors()) {
+    t.name = "param/" + t.name;
+    out.push_back(std::move(t));
+  }
+  const pipec_stage_desc &d = desc();
+  size_t s = 0;
+  for (int i = 0; i < d.num_params; ++i) {
+    if (d.params[i].role != PIPEC_TRAINED) continue;
+    for (int k = 0; k < d.optimizer_state_per_param; ++k, ++s) {
+      io::Tensor t;
+      t.name = "state/" + std::string(d.params[i].tensor.name) + "/" + std::to_string(k);
+      t.dtype = d.params[i].tensor.dtype;
+      t.shape = shapeOf(d.params[i].tensor);
+      const char *src = state_.data() + stateLayout_.offsets[s];
+      t.data.assign(src, src + stateLayout_.bytes[s]);
+      out.push_back(std::move(t));
+    }
+  }
+  io::Tensor st;
+  st.name = "meta/steps";
+  st.dtype = PIPEC_I64;
+  st.data.resize(8);
+  std::memcpy(st.data.data(), &steps, 8);
+  out.push_back(std::move(st));
+  return out;
+}
+
+void StageModel::loadCheckpoint(const std::string &path) {
+  const auto tensors = io::readTensorFile(path);
+  auto find = [&](const std::string &name, int dtype, const std::vector<int64_t> &shape) -> const io::Tensor & {
+    for (const io::Tensor &t : tensors)
+      if (t.name == name) {
+        if (t.dtype != dtype || t.shape != shape)
+          throw Error(path + ": checkpoint tensor " + name + " is " + io::dtypeName(t.dtype) + io::shapeString(t.shape) +
+                      ", expected " + io::dtypeName(dtype) + io::shapeString(shape));
+        return t;
+      }
+    throw Error(path + ": checkpoint has no tensor " + name);
+  };
+  const pipec_stage_desc &d = desc();
+  size_t s = 0;
+  for (int i = 0; i < d.num_params; ++i) {
+    const pipec_tensor_desc &td = d.params[i].tensor;
+    std::memcpy(params_.data() + paramLayout_.offsets[i], find("param/" + std::string(td.name), td.dtype, shapeOf(td)).data.data(),
+                paramLayout_.bytes[i]);
+    if (d.params[i].role != PIPEC_TRAINED) continue;
+    for (int k = 0; k < d.optimizer_state_per_param; ++k, ++s)
+      std::memcpy(state_.data() + stateLayout_.offsets[s],
+                  find("state/" + std::string(td.name) + "/" + std::to_string(k), td.dtype, shapeOf(td)).data.data(),
+                  stateLayout_.bytes[s]);
+  }
+  std::memcpy(&steps, find("meta/steps", PIPEC_I64, {}).data.data(), 8);
+  grads_.zero();
+}
+
+WeightSnapshot StageModel::snapshot() const {
+  WeightSnapshot s;
+  s.params.copyFrom(params_);
+  s.state.copyFrom(state_);
+  s.steps = steps;
+  return s;
+}
+void StageModel::restore(const WeightSnapshot &s) {
+  params_.copyFrom(s.params);
+  state_.copyFrom(s.state);
+  steps = s.steps;
+}
+
+template <class F> static void forEachGrad(StageModel &m, Buffer &grads, const Layout &l, F f) {
+  const pipec_stage_desc &d = m.desc();
+  for (int i = 0; i < d.num_params; ++i) {
+    if (d.params[i].role != PIPEC_TRAINED) continue;
+    const size_t n = l.bytes[i] / io::dtypeSize(d.params[i].tensor.dtype);
+    char *p = grads.data() + l.offsets[i];
+    if (d.params[i].tensor.dtype == PIPEC_F32)
+      for (size_t k = 0; k < n; ++k) f(((float *)p)[k]);
+    else if (d.params[i].tensor.dtype == PIPEC_F64)
+      for (size_t k = 0; k < n; ++k) f(((double *)p)[k]);
+  }
+}
+
+void StageModel::gradStats(double &sumSq, double &nonFinite) {
+  forEachGrad(*this, grads_, paramLayout_, [&](auto &g) {
+    if (!std::isfinite((double)g))
+      nonFinite += 1;
+    else
+      sumSq += (double)g * (double)g;
+  });
+}
+
+void StageModel::scaleGrads(double factor) {
+  forEachGrad(*this, grads_, paramLayout_, [&](auto &g) { g = (std::remove_reference_t<decltype(g)>)(g * factor); });
+}
+
+void StageModel::applyStep(const OptimizerConfig &opt) {
+  auto p = paramPtrs(params_);
+  auto g = gradPtrs();
+  auto s = statePtrs();
+  pipec_optimizer_call c{};
+  c.step = steps + 1;
+  c.learning_rate = opt.lr;
+  c.weight_decay = opt.weightDecay;
+  c.momentum = opt.momentum;
+  c.beta1 = opt.beta1;
+  c.beta2 = opt.beta2;
+  c.epsilon = opt.epsilon;
+  c.params = p.data();
+  c.grads = g.data();
+  c.state = s.data();
+  c.stream = nullptr;
+  lib_->step(c);
+  ++steps;
+}
+
+} // namespace pipec::rt

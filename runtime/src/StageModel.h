@@ -1,0 +1,127 @@
+// One virtual stage on a rank: its dlopen'ed library, its descriptors, the
+// buffers it owns for the whole run (parameters, gradients, optimizer state)
+// and the layouts of its per-micro-batch bundles. No MPI.
+#pragma once
+
+#include "Plan.h"
+#include "pipec/stage_abi.h"
+#include "pipec/tensor_file.h"
+
+#include <cstdlib>
+#include <memory>
+
+namespace pipec::rt {
+
+// 64-byte aligned, zero-initialized host memory (CPU target buffers).
+class Buffer {
+public:
+  Buffer() = default;
+  explicit Buffer(size_t bytes) { resize(bytes); }
+  void resize(size_t bytes);
+  char *data() { return p_.get(); }
+  const char *data() const { return p_.get(); }
+  size_t size() const { return n_; }
+  void zero();
+  void copyFrom(const Buffer &o);
+
+private:
+  struct Free {
+    void operator()(char *p) const { std::free(p); }
+  };
+  std::unique_ptr<char, Free> p_;
+  size_t n_ = 0;
+};
+
+// Tensors packed at 64-byte aligned offsets, optionally after a header.
+struct Layout {
+  std::vector<size_t> offsets, bytes;
+  size_t total = 0;
+  uint64_t hash = 0; // of dtypes and shapes: sender and receiver must agree
+  static Layout of(const pipec_tensor_desc *descs, int n, size_t header = 0);
+  std::vector<void *> pointers(char *base) const;
+};
+
+std::vector<int64_t> shapeOf(const pipec_tensor_desc &d);
+std::string describeTensor(const pipec_tensor_desc &d); // "name f32[4x8]"
+
+class StageLibrary {
+public:
+  // dlopen + dlsym + describe + checks against the plan (ABI version,
+  // stage id, number of virtual stages). Throws Error naming the file.
+  StageLibrary(const std::string &path, int expectStage, int expectStages);
+  ~StageLibrary();
+  StageLibrary(const StageLibrary &) = delete;
+  StageLibrary &operator=(const StageLibrary &) = delete;
+
+  const pipec_stage_desc &desc() const { return *desc_; }
+  const std::string &path() const { return path_; }
+  // Call wrappers: throw Error with the library's last error on failure.
+  void forward(const pipec_call &c) const { check(fwd_(&c), "pipec_stage_forward"); }
+  void backwardInput(const pipec_call &c) const { check(bwdI_(&c), "pipec_stage_backward_input"); }
+  void backwardWeight(const pipec_call &c) const { check(bwdW_(&c), "pipec_stage_backward_weight"); }
+  void step(const pipec_optimizer_call &c) const { check(step_(&c), "pipec_stage_step"); }
+
+private:
+  void check(int rc, const char *fn) const;
+  std::string path_;
+  void *handle_ = nullptr;
+  const pipec_stage_desc *desc_ = nullptr;
+  int (*fwd_)(const pipec_call *) = nullptr;
+  int (*bwdI_)(const pipec_call *) = nullptr;
+  int (*bwdW_)(const pipec_call *) = nullptr;
+  int (*step_)(const pipec_optimizer_call *) = nullptr;
+  const char *(*lastError_)() = nullptr;
+};
+
+// A full copy of what an optimizer step changes (for stashed versions and
+// speculative-step rollback).
+struct WeightSnapshot {
+  Buffer params, state;
+  int64_t steps = 0;
+};
+
+class StageModel {
+public:
+  StageModel(const Plan &plan, const VirtualStage &vs);
+
+  const VirtualStage &vstage() const { return vs_; }
+  StageLibrary &lib() { return *lib_; }
+  const pipec_stage_desc &desc() const { return lib_->desc(); }
+  const Layout &paramLayout() const { return paramLayout_; }
+  const Layout &inputLayout() const { return inputLayout_; }
+  const Layout &outputLayout() const { return outputLayout_; }
+  const Layout &dataLayout() const { return dataLayout_; }
+  int numTrained() const { return numTrained_; }
+
+  Buffer &params() { return params_; }
+  Buffer &grads() { return grads_; }
+  Buffer &state() { return state_; }
+  std::vector<void *> paramPtrs(Buffer &b) const { return paramLayout_.pointers(b.data()); }
+  std::vector<void *> gradPtrs(); // NULL for PIPEC_BUFFER parameters
+  std::vector<void *> statePtrs();
+
+  int64_t steps = 0; // optimizer steps taken (pipec_call.step)
+
+  void loadWeights(const std::string &path);          // initial weights file
+  std::vector<io::Tensor> weightTensors() const;      // current weights, named as the ABI does
+  std::vector<io::Tensor> checkpointTensors() const;  // weights + optimizer state + step
+  void loadCheckpoint(const std::string &path);
+  WeightSnapshot snapshot() const;
+  void restore(const WeightSnapshot &s);
+
+  // Sum of squares and non-finite count of the gradients of trained params (f32/f64).
+  void gradStats(double &sumSq, double &nonFinite);
+  void scaleGrads(double factor);
+  // pipec_stage_step with the plan's hyper-parameters on the current
+  // gradients; increments `steps`.
+  void applyStep(const OptimizerConfig &opt);
+
+private:
+  VirtualStage vs_;
+  std::unique_ptr<StageLibrary> lib_;
+  Layout paramLayout_, inputLayout_, outputLayout_, dataLayout_, stateLayout_;
+  int numTrained_ = 0;
+  Buffer params_, grads_, state_;
+};
+
+} // namespace pipec::rt

@@ -1,0 +1,55 @@
+// How ranks talk. Two interfaces, so that tensor traffic can move to NCCL
+// (GPU memory) while the small control traffic stays on MPI:
+//  * Control: host-side coordination among all ranks (barriers, agreement on
+//    errors, loss/norm reductions, gathering traces). Always MPI.
+//  * Transport: the tensors of the instruction stream: point-to-point
+//    activations/gradients (SEND_*/RECV_*) and the gradient all-reduce among
+//    the replicas of a stage (ALLREDUCE). MpiTransport moves host buffers;
+//    NcclTransport (PIPEC_ENABLE_CUDA) moves device buffers.
+#pragma once
+
+#include "pipec/stage_abi.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pipec::rt {
+
+class Control {
+public:
+  virtual ~Control() = default;
+  virtual int rank() const = 0; // world rank
+  virtual int size() const = 0;
+  virtual void barrier() = 0;
+  virtual void allreduceSumWorld(double *v, int n) = 0;
+  virtual void allreduceSumStage(double *v, int n) = 0; // among the replicas of this rank's stage
+  virtual void allreduceMaxWorld(int64_t *v, int n) = 0;
+  virtual std::vector<int64_t> allgather(const std::vector<int64_t> &mine) = 0; // same length everywhere
+  // Rank 0 receives every rank's string (in rank order); others get {}.
+  virtual std::vector<std::string> gatherToRoot(const std::string &mine) = 0;
+  // Every rank gets every rank's string (used to agree on start-up errors).
+  virtual std::vector<std::string> allgatherStrings(const std::string &mine) = 0;
+  // Form the stage sub-communicator (same `color` = same stage).
+  virtual void splitStage(int color) = 0;
+  [[noreturn]] virtual void abort(int code) = 0;
+};
+
+class Transport {
+public:
+  using Request = int64_t;
+  virtual ~Transport() = default;
+  virtual const char *name() const = 0;
+  // Largest tag the transport accepts (MPI_TAG_UB).
+  virtual int64_t maxTag() const = 0;
+  // Non-blocking send/receive of `bytes` bytes to/from world rank `peer`.
+  // The buffer must stay untouched until wait() returns.
+  virtual Request isend(const void *buf, size_t bytes, int peer, int tag) = 0;
+  virtual Request irecv(void *buf, size_t bytes, int peer, int tag) = 0;
+  virtual void wait(Request r) = 0;
+  // In-place sum over the replicas of this rank's stage (Control::splitStage first).
+  virtual void allreduceSumStage(void *buf, size_t count, pipec_dtype dtype) = 0;
+};
+
+} // namespace pipec::rt

@@ -1,0 +1,212 @@
+// Finite-difference checks of every gradient kernel against its forward kernel.
+#include "TestUtil.h"
+
+using namespace kt;
+
+namespace {
+
+using Fwd = std::function<void(const std::vector<float> &, std::vector<float> &)>;
+
+TEST(Gradients, UnaryGradEveryKind) {
+  const pk::Unary kinds[] = {pk::Unary::Relu, pk::Unary::Tanh, pk::Unary::Sigmoid, pk::Unary::Erf,
+                             pk::Unary::Sqrt, pk::Unary::Gelu, pk::Unary::GeluTanh};
+  const char *names[] = {"relu", "tanh", "sigmoid", "erf", "sqrt", "gelu", "gelu_tanh"};
+  for (int k = 0; k < 7; ++k) {
+    const pk::Unary op = kinds[k];
+    EXPECT_EQ(pk::unaryKind(names[k]), op);
+    auto x = op == pk::Unary::Sqrt ? randomVec(40, 3, 0.5f, 3.0f) : randomVec(40, 3, -3.0f, 3.0f);
+    if (op == pk::Unary::Relu)
+      for (float &v : x) v = v < 0 ? v - 0.1f : v + 0.1f; // away from the kink
+    std::vector<float> y(40), dx(40);
+    pk::unary(op, x.data(), 40, y.data());
+    auto dy = randomVec(40, 4);
+    pk::unaryGrad(op, dy.data(), x.data(), y.data(), 40, dx.data());
+    checkGradient(x, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
+      pk::unary(op, in.data(), 40, out.data());
+    }, dx, 1e-3f, 2e-3, 1e-2, names[k]);
+  }
+  // Each kind reads only what it needs.
+  const float x = 1.0f, y = 0.5f, dy = 2.0f;
+  float dx;
+  pk::unaryGrad(pk::Unary::Tanh, &dy, nullptr, &y, 1, &dx);
+  EXPECT_FLOAT_EQ(dx, 1.5f);
+  pk::unaryGrad(pk::Unary::Relu, &dy, &x, nullptr, 1, &dx);
+  EXPECT_EQ(dx, 2.0f);
+  EXPECT_THROW(pk::unaryGrad(pk::Unary::Sqrt, &dy, &x, nullptr, 1, &dx), pk::KernelError);
+}
+
+TEST(Gradients, BinaryGradWithBroadcastReduction) {
+  const pk::Shape ls{2, 3}, rs{3};
+  auto lhs = randomVec(6, 7, 0.5f, 2.0f), rhs = randomVec(3, 8, 0.5f, 2.0f), dy = randomVec(6, 9);
+  struct Case { pk::BinaryGrad kind; pk::Binary op; bool wrtRhs; const char *name; };
+  const Case cases[] = {{pk::BinaryGrad::SubRhs, pk::Binary::Sub, true, "sub_rhs"},
+                        {pk::BinaryGrad::DivRhs, pk::Binary::Div, true, "div_rhs"},
+                        {pk::BinaryGrad::PowLhs, pk::Binary::Pow, false, "pow_lhs"},
+                        {pk::BinaryGrad::PowRhs, pk::Binary::Pow, true, "pow_rhs"}};
+  for (const Case &c : cases) {
+    EXPECT_EQ(pk::binaryGradKind(c.name), c.kind);
+    std::vector<float> full(6);
+    pk::binaryGrad(c.kind, dy.data(), lhs.data(), ls, rhs.data(), rs, full.data());
+    std::vector<float> grad(c.wrtRhs ? 3 : 6);
+    if (c.wrtRhs)
+      pk::reduceSum(full.data(), {2, 3}, {0}, grad.data()); // what autodiff appends
+    else
+      grad = full;
+    Fwd f = [&](const std::vector<float> &in, std::vector<float> &out) {
+      if (c.wrtRhs)
+        pk::binary(c.op, lhs.data(), ls, in.data(), rs, out.data());
+      else
+        pk::binary(c.op, in.data(), ls, rhs.data(), rs, out.data());
+    };
+    checkGradient(c.wrtRhs ? rhs : lhs, dy, f, grad, 1e-3f, 2e-3, 1e-2, c.name);
+  }
+  // PyTorch's conventions at the singular points.
+  const float zero = 0.0f, two = 2.0f, g = 1.0f;
+  float out;
+  pk::binaryGrad(pk::BinaryGrad::PowRhs, &g, &zero, {}, &two, {}, &out);
+  EXPECT_EQ(out, 0.0f);
+  pk::binaryGrad(pk::BinaryGrad::PowLhs, &g, &zero, {}, &zero, {}, &out);
+  EXPECT_EQ(out, 0.0f);
+  EXPECT_THROW(pk::binaryGradKind("add_rhs"), pk::KernelError);
+}
+
+TEST(Gradients, BatchNormInputAndParams) {
+  const pk::Shape xs{4, 3, 2, 2};
+  auto x = randomVec(xs.numel(), 12, -2.0f, 2.0f), dy = randomVec(xs.numel(), 13);
+  auto scale = randomVec(3, 14, 0.5f, 1.5f), bias = randomVec(3, 15);
+  const std::vector<float> rm{0.1f, -0.2f, 0.3f}, rv{0.9f, 1.1f, 0.7f};
+  for (bool training : {true, false}) {
+    std::vector<float> dx(x.size()), ds(3), db(3), nm(3), nv(3);
+    pk::batchNormGrad(dy.data(), x.data(), xs, scale.data(), rm.data(), rv.data(), dx.data(), 1e-5f, training);
+    pk::batchNormParamGrad(dy.data(), x.data(), xs, rm.data(), rv.data(), ds.data(), db.data(), 1e-5f, training);
+    auto fwd = [&](const float *xp, const float *sp, const float *bp, std::vector<float> &out) {
+      pk::batchNorm(xp, xs, sp, bp, rm.data(), rv.data(), out.data(), nm.data(), nv.data(), 1e-5f, 0.9f, training);
+    };
+    const char *mode = training ? "training" : "inference";
+    checkGradient(x, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
+      fwd(in.data(), scale.data(), bias.data(), out);
+    }, dx, 1e-2f, 3e-3, 1e-2, mode);
+    checkGradient(scale, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
+      fwd(x.data(), in.data(), bias.data(), out);
+    }, ds, 1e-2f, 3e-3, 1e-2, mode);
+    checkGradient(bias, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
+      fwd(x.data(), scale.data(), in.data(), out);
+    }, db, 1e-2f, 3e-3, 1e-2, mode);
+  }
+}
+
+TEST(Gradients, LayerNormInputAndParams) {
+  struct Case { pk::Shape xs; int64_t axis; pk::Shape ps; };
+  const Case cases[] = {{{3, 2, 8}, -1, {8}}, {{2, 3, 4}, 1, {3, 4}}, {{2, 3, 4}, 1, {1, 4}}, {{5, 6}, 0, {5, 6}}};
+  int seed = 30;
+  for (const Case &c : cases) {
+    auto x = randomVec(c.xs.numel(), seed++, -2.0f, 3.0f), dy = randomVec(c.xs.numel(), seed++);
+    auto g = randomVec(c.ps.numel(), seed++, 0.5f, 1.5f), b = randomVec(c.ps.numel(), seed++);
+    std::vector<float> dx(x.size()), dg(g.size()), db(b.size());
+    pk::layerNormGrad(dy.data(), x.data(), c.xs, g.data(), c.ps, dx.data(), c.axis, 1e-5f);
+    pk::layerNormParamGrad(dy.data(), x.data(), c.xs, c.ps, dg.data(), db.data(), c.axis, 1e-5f);
+    auto fwd = [&](const float *xp, const float *gp, const float *bp, std::vector<float> &out) {
+      pk::layerNorm(xp, c.xs, gp, c.ps, bp, c.ps, out.data(), nullptr, nullptr, c.axis, 1e-5f);
+    };
+    const std::string what = c.xs.str() + " axis " + std::to_string(c.axis) + " params " + c.ps.str();
+    checkGradient(x, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
+      fwd(in.data(), g.data(), b.data(), out);
+    }, dx, 1e-2f, 3e-3, 1e-2, ("dx " + what).c_str());
+    checkGradient(g, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
+      fwd(x.data(), in.data(), b.data(), out);
+    }, dg, 1e-2f, 3e-3, 1e-2, ("dscale " + what).c_str());
+    checkGradient(b, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
+      fwd(x.data(), g.data(), in.data(), out);
+    }, db, 1e-2f, 3e-3, 1e-2, ("dbias " + what).c_str());
+  }
+}
+
+TEST(Gradients, SoftmaxGrad) {
+  const pk::Shape xs{2, 5, 3};
+  auto x = randomVec(xs.numel(), 50, -2.0f, 2.0f), dy = randomVec(xs.numel(), 51);
+  for (int64_t axis : {1, -1}) {
+    std::vector<float> y(x.size()), dx(x.size());
+    pk::softmax(x.data(), xs, axis, y.data());
+    pk::softmaxGrad(dy.data(), y.data(), xs, axis, dx.data());
+    checkGradient(x, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
+      pk::softmax(in.data(), xs, axis, out.data());
+    }, dx, 1e-2f, 1e-3, 1e-2, "softmax");
+  }
+}
+
+TEST(Gradients, SoftmaxCrossEntropyLossGrad) {
+  const pk::Shape ss{4, 5, 2}; // [N, C, d]
+  auto scores = randomVec(ss.numel(), 60, -2.0f, 2.0f);
+  const int64_t labels[8] = {0, 4, 2, -1, 1, 3, 3, 0};
+  const float weights[5] = {0.5f, 1.0f, 2.0f, 1.5f, 0.25f};
+  for (pk::Reduction red : {pk::Reduction::Mean, pk::Reduction::Sum, pk::Reduction::None})
+    for (const float *w : {static_cast<const float *>(nullptr), weights}) {
+      const int64_t outN = red == pk::Reduction::None ? 8 : 1;
+      auto dloss = randomVec(outN, 61);
+      std::vector<float> ds(scores.size(), 1e30f);
+      pk::softmaxCrossEntropyLossGrad(dloss.data(), scores.data(), ss, labels, w, red, int64_t(-1), ds.data());
+      checkGradient(scores, dloss, [&](const std::vector<float> &in, std::vector<float> &out) {
+        pk::softmaxCrossEntropyLoss(in.data(), ss, labels, w, red, int64_t(-1), out.data(), nullptr);
+      }, ds, 1e-2f, 1e-3, 1e-2, "softmax_cross_entropy_loss_grad");
+      // The ignored element (n = 1, d = 1) gets no gradient.
+      for (int c = 0; c < 5; ++c) EXPECT_EQ(ds[(1 * 5 + c) * 2 + 1], 0.0f);
+    }
+  // int32 labels, no ignore index, 2-D scores
+  const int32_t l32[2] = {2, 0};
+  auto s2 = randomVec(6, 62);
+  const float one = 1.0f;
+  std::vector<float> d2(6);
+  pk::softmaxCrossEntropyLossGrad(&one, s2.data(), {2, 3}, l32, nullptr, pk::Reduction::Mean, std::nullopt, d2.data());
+  checkGradient(s2, {1.0f}, [&](const std::vector<float> &in, std::vector<float> &out) {
+    pk::softmaxCrossEntropyLoss(in.data(), {2, 3}, l32, nullptr, pk::Reduction::Mean, std::nullopt, out.data(), nullptr);
+  }, d2, 1e-2f, 1e-3, 1e-2, "int32 labels");
+}
+
+TEST(Gradients, GatherGradScatterAddsRepeats) {
+  const pk::Shape ds{5, 3};
+  auto data = randomVec(ds.numel(), 70);
+  const int64_t idx[6] = {1, 4, 1, -1, 0, 1}; // repeats and a negative index
+  const pk::Shape is{2, 3};
+  auto dy = randomVec(6 * 3, 71);
+  std::vector<float> dx(data.size(), 1e30f);
+  pk::gatherGrad(dy.data(), idx, is, 0, dx.data(), ds);
+  checkGradient(data, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
+    pk::gather(in.data(), ds, idx, is, 0, out.data());
+  }, dx, 1e-2f, 1e-4, 1e-4, "gather_grad axis 0");
+  // Row 2 is never gathered; row 1 collects three rows of dy.
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(dx[2 * 3 + k], 0.0f);
+    EXPECT_NEAR(dx[1 * 3 + k], dy[0 * 3 + k] + dy[2 * 3 + k] + dy[5 * 3 + k], 1e-6);
+  }
+  // axis 1 with int32 indices
+  const int32_t i32[3] = {2, 2, 0};
+  auto dy1 = randomVec(5 * 3, 72);
+  pk::gatherGrad(dy1.data(), i32, {3}, 1, dx.data(), ds);
+  checkGradient(data, dy1, [&](const std::vector<float> &in, std::vector<float> &out) {
+    pk::gather(in.data(), ds, i32, {3}, 1, out.data());
+  }, dx, 1e-2f, 1e-4, 1e-4, "gather_grad axis 1");
+}
+
+TEST(Gradients, SliceGradAndReduceSumAreAdjoints) {
+  const pk::Shape xs{4, 6};
+  auto x = randomVec(xs.numel(), 80);
+  const pk::Dims starts{3, 1}, ends{0, 6}, steps{-2, 2};
+  const pk::Shape ys = pk::sliceShape(xs, starts, ends, steps);
+  auto dy = randomVec(ys.numel(), 81);
+  std::vector<float> dx(x.size(), 1e30f);
+  pk::sliceGrad(dy.data(), dx.data(), xs, starts, ends, steps);
+  checkGradient(x, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
+    pk::slice(in.data(), xs, starts, ends, steps, out.data());
+  }, dx, 1e-2f, 1e-4, 1e-4, "slice_grad");
+  // reduce_sum is the adjoint of expand: <expand(a), b> = <a, reduce_sum(b)>.
+  auto a = randomVec(3, 82), b = randomVec(24, 83);
+  std::vector<float> ea(24), rb(3);
+  pk::expand(a.data(), {1, 3, 1}, ea.data(), {2, 3, 4});
+  pk::reduceSum(b.data(), {2, 3, 4}, {0, 2}, rb.data());
+  double lhs = 0, rhs = 0;
+  for (int i = 0; i < 24; ++i) lhs += (double)ea[i] * b[i];
+  for (int i = 0; i < 3; ++i) rhs += (double)a[i] * rb[i];
+  EXPECT_NEAR(lhs, rhs, 1e-5);
+}
+
+} // namespace

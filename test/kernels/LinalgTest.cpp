@@ -1,0 +1,184 @@
+#include "TestUtil.h"
+
+using namespace kt;
+
+namespace {
+
+std::vector<float> naiveGemm(const std::vector<float> &A, const std::vector<float> &B, const float *C,
+                             const pk::Shape &cs, int64_t M, int64_t N, int64_t K, bool ta, bool tb, float alpha,
+                             float beta) {
+  std::vector<float> Y((size_t)(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < K; ++p) s += (double)A[ta ? p * M + i : i * K + p] * B[tb ? j * K + p : p * N + j];
+      double v = alpha * s;
+      if (C) v += beta * C[bcastOffset({i, j}, vecOf(cs))];
+      Y[i * N + j] = (float)v;
+    }
+  return Y;
+}
+
+TEST(Linalg, GemmAllTransposesAndCBroadcasts) {
+  const int64_t M = 7, N = 5, K = 9;
+  int seed = 10;
+  const pk::Shape cshapes[] = {{M, N}, {N}, {M, 1}, {}, {1, N}};
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (const pk::Shape &cs : cshapes) {
+        auto A = randomVec(M * K, seed++), B = randomVec(K * N, seed++), C = randomVec(cs.numel(), seed++);
+        std::vector<float> Y(M * N);
+        pk::gemm(A.data(), B.data(), C.data(), cs, Y.data(), M, N, K, ta, tb, 0.75f, -1.5f);
+        expectAllNear(Y, naiveGemm(A, B, C.data(), cs, M, N, K, ta, tb, 0.75f, -1.5f), 1e-5, cs.str().c_str());
+      }
+  // No C; Y's previous contents are ignored.
+  auto A = randomVec(M * K, 1), B = randomVec(K * N, 2);
+  std::vector<float> Y(M * N, 1e30f);
+  pk::gemm(A.data(), B.data(), nullptr, {}, Y.data(), M, N, K, false, true, 1.0f, 1.0f);
+  expectAllNear(Y, naiveGemm(A, B, nullptr, {}, M, N, K, false, true, 1.0f, 1.0f), 1e-5);
+  float C[3] = {};
+  EXPECT_THROW(pk::gemm(A.data(), B.data(), C, {3}, Y.data(), M, N, K, false, false, 1, 1), pk::KernelError);
+}
+
+std::vector<float> naiveMatmul(const std::vector<float> &A, pk::Shape as, const std::vector<float> &B, pk::Shape bs) {
+  const pk::Shape os = pk::matmulShape(as, bs);
+  const bool va = as.size == 1, vb = bs.size == 1;
+  if (va) as = pk::Shape{1, as[0]};
+  if (vb) bs = pk::Shape{bs[0], 1};
+  const int64_t M = as[as.size - 2], K = as[as.size - 1], N = bs[bs.size - 1];
+  auto aB = vecOf(pk::Shape(as.v, as.size - 2)), bB = vecOf(pk::Shape(bs.v, bs.size - 2));
+  auto batch = vecOf(pk::broadcastShape(pk::Shape(as.v, as.size - 2), pk::Shape(bs.v, bs.size - 2)));
+  std::vector<float> Y;
+  auto one = [&](const std::vector<int64_t> &idx) {
+    const int64_t ao = bcastOffset(idx, aB) * M * K, bo = bcastOffset(idx, bB) * K * N;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < K; ++p) s += (double)A[ao + i * K + p] * B[bo + p * N + j];
+        Y.push_back((float)s);
+      }
+  };
+  if (batch.empty())
+    one({});
+  else
+    forEachIndex(batch, one);
+  EXPECT_EQ((int64_t)Y.size(), os.numel());
+  return Y;
+}
+
+TEST(Linalg, MatmulBatchBroadcastAndVectors) {
+  struct Case { pk::Shape a, b, out; };
+  const Case cases[] = {
+      {{3, 4}, {4, 5}, {3, 5}},          {{2, 3, 4}, {4, 5}, {2, 3, 5}},       {{4, 5}, {2, 5, 3}, {2, 4, 3}},
+      {{2, 1, 3, 4}, {5, 4, 6}, {2, 5, 3, 6}}, {{4}, {4, 5}, {5}},               {{3, 4}, {4}, {3}},
+      {{4}, {4}, {}},                    {{2, 3, 4}, {4}, {2, 3}},             {{4}, {2, 4, 3}, {2, 3}},
+      {{2, 3, 4}, {2, 4, 5}, {2, 3, 5}}, {{1, 3, 4}, {2, 4, 5}, {2, 3, 5}}};
+  int seed = 100;
+  for (const Case &c : cases) {
+    EXPECT_EQ(pk::matmulShape(c.a, c.b), c.out) << c.a.str() << " x " << c.b.str();
+    auto A = randomVec(c.a.numel(), seed++), B = randomVec(c.b.numel(), seed++);
+    std::vector<float> Y(c.out.numel());
+    pk::matmul(A.data(), c.a, B.data(), c.b, Y.data());
+    expectAllNear(Y, naiveMatmul(A, c.a, B, c.b), 1e-5, (c.a.str() + " x " + c.b.str()).c_str());
+  }
+  EXPECT_THROW(pk::matmulShape({3, 4}, {5, 6}), pk::KernelError);
+  EXPECT_THROW(pk::matmulShape({2, 3, 4}, {3, 4, 5}), pk::KernelError);
+}
+
+/// Direct N-d convolution, the textbook loop nest.
+std::vector<float> naiveConv(const std::vector<float> &x, const pk::Shape &xs, const std::vector<float> &w,
+                             const pk::Shape &ws, const float *bias, const pk::Dims &strides, const pk::Dims &pads,
+                             const pk::Dims &dil, int64_t group) {
+  const pk::Shape os = pk::convOutputShape(xs, ws, strides, pads, dil);
+  const int sp = xs.size - 2;
+  const int64_t Cg = ws[1], Fg = ws[0] / group;
+  std::vector<int64_t> kshape(ws.v + 2, ws.v + ws.size);
+  std::vector<float> y;
+  forEachIndex(vecOf(os), [&](const std::vector<int64_t> &o) {
+    const int64_t n = o[0], f = o[1], g = f / Fg;
+    double s = bias ? bias[f] : 0.0;
+    for (int64_t c = 0; c < Cg; ++c)
+      forEachIndex(kshape, [&](const std::vector<int64_t> &k) {
+        int64_t xo = n * xs[1] + g * Cg + c;
+        for (int a = 0; a < sp; ++a) {
+          const int64_t p = o[a + 2] * strides[a] - pads[a] + k[a] * dil[a];
+          if (p < 0 || p >= xs[a + 2]) return;
+          xo = xo * xs[a + 2] + p;
+        }
+        int64_t wo = f * Cg + c;
+        for (int a = 0; a < sp; ++a) wo = wo * ws[a + 2] + k[a];
+        s += (double)x[xo] * w[wo];
+      });
+    y.push_back((float)s);
+  });
+  return y;
+}
+
+struct ConvCase {
+  pk::Shape xs, ws;
+  pk::Dims strides, pads, dil;
+  int64_t group;
+};
+
+const ConvCase kConvCases[] = {
+    {{2, 3, 11}, {4, 3, 3}, {1}, {1, 1}, {1}, 1},                          // 1-D
+    {{1, 4, 13}, {6, 2, 4}, {2}, {0, 3}, {2}, 2},                          // 1-D, groups, dilation, asymmetric pads
+    {{2, 3, 7, 8}, {5, 3, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1},         // 2-D "same"
+    {{1, 4, 9, 7}, {4, 1, 3, 2}, {2, 1}, {1, 0, 2, 1}, {1, 2}, 4},         // depthwise, strides, dilations
+    {{2, 6, 5, 5}, {4, 3, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 2},         // pointwise, grouped
+    {{2, 3, 6, 6}, {8, 3, 1, 1}, {2, 2}, {0, 0, 0, 0}, {1, 1}, 1},         // 1x1 stride 2 (not pointwise)
+    {{1, 2, 5, 4, 6}, {3, 2, 2, 3, 2}, {1, 2, 1}, {1, 0, 1, 0, 1, 1}, {1, 1, 2}, 1}, // 3-D
+    {{3, 2, 8, 8}, {4, 2, 7, 7}, {3, 3}, {3, 3, 3, 3}, {1, 1}, 1},         // 7x7 stride 3 (ResNet stem-like)
+};
+
+TEST(Conv, MatchesDirectConvolution) {
+  int seed = 200;
+  for (const ConvCase &c : kConvCases) {
+    auto x = randomVec(c.xs.numel(), seed++), w = randomVec(c.ws.numel(), seed++), b = randomVec(c.ws[0], seed++);
+    const pk::Shape os = pk::convOutputShape(c.xs, c.ws, c.strides, c.pads, c.dil);
+    std::vector<float> y(os.numel(), 1e30f);
+    pk::conv(x.data(), c.xs, w.data(), c.ws, b.data(), y.data(), c.strides, c.pads, c.dil, c.group);
+    expectAllNear(y, naiveConv(x, c.xs, w, c.ws, b.data(), c.strides, c.pads, c.dil, c.group), 1e-5,
+                  c.xs.str().c_str());
+    pk::conv(x.data(), c.xs, w.data(), c.ws, nullptr, y.data(), c.strides, c.pads, c.dil, c.group);
+    expectAllNear(y, naiveConv(x, c.xs, w, c.ws, nullptr, c.strides, c.pads, c.dil, c.group), 1e-5);
+  }
+}
+
+TEST(Conv, ShapesAndErrors) {
+  EXPECT_EQ(pk::convOutputShape({1, 3, 224, 224}, {64, 3, 7, 7}, {2, 2}, {3, 3, 3, 3}, {1, 1}),
+            (pk::Shape{1, 64, 112, 112}));
+  float x[1] = {}, y[1] = {};
+  // 4 channels do not split into groups of 3
+  EXPECT_THROW(pk::conv(x, {1, 4, 5}, x, {2, 3, 1}, nullptr, y, {1}, {0, 0}, {1}, 1), pk::KernelError);
+  // kernel larger than the padded input
+  EXPECT_THROW(pk::conv(x, {1, 1, 2}, x, {1, 1, 5}, nullptr, y, {1}, {0, 0}, {1}, 1), pk::KernelError);
+  // pads of the wrong length
+  EXPECT_THROW(pk::conv(x, {1, 1, 5, 5}, x, {1, 1, 1, 1}, nullptr, y, {1, 1}, {0, 0}, {1, 1}, 1), pk::KernelError);
+}
+
+// conv_input_grad and conv_weight_grad are the adjoints of conv: checked by
+// finite differences of the forward kernel, for every geometry above.
+TEST(Conv, GradientsMatchFiniteDifferences) {
+  int seed = 300;
+  for (const ConvCase &c : kConvCases) {
+    if (c.xs.numel() > 400) continue; // keep the FD loop fast; geometry is covered by the smaller cases
+    auto x = randomVec(c.xs.numel(), seed++), w = randomVec(c.ws.numel(), seed++);
+    const pk::Shape os = pk::convOutputShape(c.xs, c.ws, c.strides, c.pads, c.dil);
+    auto dy = randomVec(os.numel(), seed++);
+    std::vector<float> dx(x.size(), 1e30f), dw(w.size(), 1e30f);
+    pk::convInputGrad(dy.data(), os, w.data(), c.ws, dx.data(), c.xs, c.strides, c.pads, c.dil, c.group);
+    pk::convWeightGrad(dy.data(), os, x.data(), c.xs, dw.data(), c.ws, c.strides, c.pads, c.dil, c.group);
+    checkGradient(x, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
+      pk::conv(in.data(), c.xs, w.data(), c.ws, nullptr, out.data(), c.strides, c.pads, c.dil, c.group);
+    }, dx, 1e-2f, 1e-3, 1e-3, ("dx " + c.xs.str()).c_str());
+    checkGradient(w, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
+      pk::conv(x.data(), c.xs, in.data(), c.ws, nullptr, out.data(), c.strides, c.pads, c.dil, c.group);
+    }, dw, 1e-2f, 1e-3, 1e-3, ("dw " + c.ws.str()).c_str());
+  }
+  float dy[4] = {};
+  float dx[8];
+  EXPECT_THROW(pk::convInputGrad(dy, {1, 1, 3}, dy, {1, 1, 2}, dx, {1, 1, 8}, {1}, {0, 0}, {1}, 1), pk::KernelError);
+}
+
+} // namespace

@@ -1,0 +1,139 @@
+#!/bin/bash
+# One runtime test case: run_case.sh NAME MODE NP CONFIG [make_test_plan args...]
+# Environment (set by CMake): BIN (piperun, pipeseq), TOOLS (make_test_plan,
+# compare_weights), LIBS (tiny stage libraries), WORK (scratch directory).
+set -uo pipefail
+name=$1 mode=$2 np=$3 cfg=$4
+shift 4
+dir=$WORK/$name
+rm -rf "$dir" && mkdir -p "$dir"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+MPIRUN=(timeout -k 5 30 mpirun --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none -np)
+ITERS=3
+# Layer widths of each tiny stage-library configuration (CMakeLists.txt).
+case $cfg in
+mlp2 | badabi) dims=6,8,4 ;;
+mlp3) dims=6,8,8,4 ;;
+mlp4) dims=6,8,8,8,4 ;;
+esac
+die() { echo "run_case $name: FAIL: $*" >&2; exit 1; }
+
+"$TOOLS/make_test_plan" --out "$dir/plan" --libs "$LIBS/libtiny_${cfg}_stage_" --dims $dims "$@" || die "make_test_plan"
+
+piperun() { "${MPIRUN[@]}" "$np" "$BIN/piperun" "$dir/plan" --watchdog 20 "$@"; }
+
+expect_error() { # expect_error PATTERN piperun-args...
+  local pattern=$1
+  shift
+  local start=$SECONDS
+  piperun "$@" >"$dir/out.txt" 2>"$dir/err.txt"
+  local rc=$?
+  cat "$dir/out.txt" "$dir/err.txt"
+  [ $rc -ne 0 ] || die "piperun succeeded, expected an error"
+  [ $rc -ne 124 ] && [ $rc -ne 137 ] || die "piperun hung (timeout)"
+  grep -q -- "$pattern" "$dir/err.txt" || die "stderr lacks \"$pattern\""
+  grep -q "piperun: rank [0-9]" "$dir/err.txt" || die "the message does not name the rank"
+  [ $((SECONDS - start)) -le 15 ] || die "took $((SECONDS - start)) s"
+  echo "run_case $name: OK (exit $rc)"
+  exit 0
+}
+
+case $mode in
+eq | eq-data)
+  data=()
+  if [ "$mode" = eq-data ]; then
+    "$TOOLS/make_test_plan" --out "$dir/plan" --libs "$LIBS/libtiny_${cfg}_stage_" --dims $dims "$@" --write-dataset "$dir/data.bin" 40 ||
+      die "dataset"
+    data=(--data "$dir/data.bin")
+  fi
+  piperun --iters $ITERS "${data[@]}" --export-weights "$dir/pipe" || die "piperun failed"
+  "$BIN/pipeseq" "$dir/plan" --iters $ITERS "${data[@]}" --export-weights "$dir/ref" || die "pipeseq failed"
+  "$TOOLS/compare_weights" "$dir/pipe" "$dir/ref" --rtol 1e-4 --atol 1e-6 --differs-from "$dir/plan/weights" ||
+    die "weights differ from the reference"
+  ;;
+resume)
+  piperun --iters 4 --export-weights "$dir/straight" --quiet || die "uninterrupted run"
+  piperun --iters 2 --checkpoint "$dir/ckpt" --save-every 2 --quiet || die "first half"
+  [ -f "$dir/ckpt/latest" ] && [ -f "$dir/ckpt/iter_2/manifest.json" ] || die "no checkpoint written"
+  ls "$dir/ckpt" | grep -q tmp && die "temporary checkpoint left behind"
+  piperun --iters 4 --resume "$dir/ckpt" --export-weights "$dir/resumed" || die "resumed run"
+  "$TOOLS/compare_weights" "$dir/resumed" "$dir/straight" --rtol 0 --atol 0 --differs-from "$dir/plan/weights" ||
+    die "resume differs from the uninterrupted run"
+  "$BIN/pipeseq" "$dir/plan" --iters 4 --export-weights "$dir/ref" >/dev/null || die "pipeseq"
+  "$TOOLS/compare_weights" "$dir/resumed" "$dir/ref" --rtol 1e-4 --atol 1e-6 || die "resume differs from the reference"
+  ;;
+trace)
+  piperun --iters 3 --trace "$dir/trace.json" --profile "$dir/profile.json" >"$dir/out.txt" || die "piperun"
+  cat "$dir/out.txt"
+  grep -q "iter 3/3  loss" "$dir/out.txt" || die "no loss line"
+  python3 - "$dir/trace.json" "$dir/profile.json" "$np" <<'PY' || die "trace/profile check"
+import json, sys
+trace, prof, np = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
+ev = trace["traceEvents"]
+tids = {e["tid"] for e in ev if e.get("ph") == "X"}
+assert tids == set(range(np)), tids
+for r in range(np):
+    f = [e for e in ev if e.get("ph") == "X" and e["tid"] == r and e["cat"] == "FWD"]
+    assert len(f) == 3 * 4, (r, len(f))  # 3 iterations x 4 micro-batches
+    assert all(e["dur"] >= 0 for e in f)
+flows = [e for e in ev if e.get("ph") in ("s", "f")]
+assert len(flows) == 2 * 2 * 3 * 4, len(flows)  # act + grad per micro-batch, s+f each
+assert prof["format"] == "pipec.profile/1"
+names = sorted(o["name"] for o in prof["ops"])
+assert names == ["fc0", "fc1"], names
+for o in prof["ops"]:
+    assert o["fwd_s"] > 0 and o["bwd_input_s"] > 0 and o["bwd_weight_s"] > 0, o
+print("trace and profile OK")
+PY
+  ;;
+export)
+  { [ -x "$PYTHON" ] && "$PYTHON" -c "import onnx" 2>/dev/null; } || { echo "SKIP: no python with onnx at $PYTHON"; exit 77; }
+  piperun --iters 2 --export-weights "$dir/trained" --quiet || die "piperun"
+  "$PYTHON" - "$dir" "$EXPORT_TO_ONNX" <<'PY' || die "export_to_onnx check"
+import subprocess, sys
+import numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto
+d, script = sys.argv[1], sys.argv[2]
+sys.path.insert(0, script.rsplit("/", 1)[0])
+from export_to_onnx import read_tensor_file
+init = read_tensor_file(f"{d}/plan/weights/stage_0.bin") | read_tensor_file(f"{d}/plan/weights/stage_1.bin")
+# The tiny MLP as ONNX: Gemm(transB=1) + Tanh, Gemm; initializers = the plan's initial weights.
+nodes = [helper.make_node("Gemm", ["x", "fc0.weight", "fc0.bias"], ["z0"], transB=1), helper.make_node("Tanh", ["z0"], ["h1"]),
+         helper.make_node("Gemm", ["h1", "fc1.weight", "fc1.bias"], ["out"], transB=1)]
+g = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])],
+                      [helper.make_tensor_value_info("out", TensorProto.FLOAT, [4, 4])],
+                      [numpy_helper.from_array(v, k) for k, v in init.items()])
+onnx.save(helper.make_model(g), f"{d}/model.onnx")
+subprocess.run([sys.executable, script, f"{d}/model.onnx", f"{d}/trained", f"{d}/trained.onnx"], check=True)
+trained = read_tensor_file(f"{d}/trained/stage_0.bin") | read_tensor_file(f"{d}/trained/stage_1.bin")
+m = onnx.load(f"{d}/trained.onnx")
+got = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+assert got.keys() == trained.keys()
+for k in got:
+    assert np.array_equal(got[k], trained[k]), k
+    assert not np.array_equal(got[k], init[k]), k + " did not train"
+# A mismatching model is refused.
+bad = helper.make_graph(nodes, "tiny", g.input, g.output, [numpy_helper.from_array(np.zeros((3, 3), np.float32), "fc0.weight")])
+onnx.save(helper.make_model(bad), f"{d}/bad.onnx")
+r = subprocess.run([sys.executable, script, f"{d}/bad.onnx", f"{d}/trained", f"{d}/x.onnx"], capture_output=True, text=True)
+assert r.returncode == 1 and "fc0.weight" in r.stderr, r.stderr
+print("export_to_onnx OK")
+PY
+  ;;
+err-ranks) expect_error "the plan needs 2 ranks" --iters 1 ;;
+err-lib)
+  sed -i 's#libtiny_[a-z0-9]*_stage_1.so#does-not-exist/libstage_1.so#' "$dir/plan/plan.json"
+  expect_error "cannot load stage library" --iters 1
+  ;;
+err-abi) expect_error "stage ABI version 99" --iters 1 ;;
+err-data)
+  head -c 100 /dev/urandom >"$dir/garbage.bin"
+  expect_error "not a pipec data set" --iters 1 --data "$dir/garbage.bin"
+  ;;
+err-weights)
+  truncate -s 60 "$dir/plan/weights/stage_1.bin"
+  expect_error "truncated file" --iters 1
+  ;;
+*) die "unknown mode $mode" ;;
+esac
+echo "run_case $name: OK"
