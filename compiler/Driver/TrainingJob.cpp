@@ -201,7 +201,12 @@ LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
         output += buffer;
       int status = pipe ? pclose(pipe) : -1;
       if (status != 0) {
-        errs << "error: compiling " << source.string() << " failed:\n" << output;
+        // The first lines say what went wrong; the rest repeats it.
+        size_t cut = 0;
+        for (int line = 0; line < 12 && cut != std::string::npos; ++line)
+          cut = output.find('\n', cut + 1);
+        errs << "error: compiling " << source.string() << " failed (" << command << "):\n"
+             << output.substr(0, cut) << "\n";
         return failure();
       }
     }
@@ -228,6 +233,19 @@ LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
                       {"low", low},
                       {"high", high}});
   }
+  // Parameters held by several stages (tied weights): the runtime sums their
+  // partial gradients over the holders before the step (docs/stages.md).
+  std::map<std::string, std::vector<int64_t>> tied;
+  module.walk([&](pipe::AllReduceOp reduce) {
+    auto stagesAttr = reduce->getAttrOfType<DenseI64ArrayAttr>("stages");
+    auto nameAttr = reduce->getAttrOfType<StringAttr>("name");
+    if (stagesAttr && nameAttr)
+      tied[nameAttr.str()] = std::vector<int64_t>(stagesAttr.asArrayRef().begin(),
+                                                  stagesAttr.asArrayRef().end());
+  });
+  nlohmann::json tiedJson = nlohmann::json::array();
+  for (const auto &[name, holders] : tied)
+    tiedJson.push_back({{"name", name}, {"stages", holders}});
   double weightDecay = options.weightDecay >= 0 ? options.weightDecay
                                                 : (options.optimizer == "adamw" ? 0.01 : 0.0);
   plan["runtime"] = {
@@ -249,6 +267,7 @@ LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
         {"beta2", 0.999},
         {"epsilon", 1e-8}}},
       {"data", {{"fields", fields}}},
+      {"tied", tiedJson},
   };
   outs << "wrote " << directory.string() << ": plan.json, schedule/, " << stages.size()
        << " stage" << (stages.size() == 1 ? "" : "s") << " in stages/"

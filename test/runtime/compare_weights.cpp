@@ -12,11 +12,21 @@
 namespace fs = std::filesystem;
 using pipec::io::Tensor;
 
+// A name in several stage files is a tied parameter: its copies must be
+// bitwise equal (the runtime gives every holder the same summed gradient).
 static std::map<std::string, Tensor> readDir(const std::string &dir) {
   std::map<std::string, Tensor> all;
   for (const auto &e : fs::directory_iterator(dir))
     if (e.path().extension() == ".bin")
-      for (Tensor &t : pipec::io::readTensorFile(e.path().string())) all[t.name] = std::move(t);
+      for (Tensor &t : pipec::io::readTensorFile(e.path().string())) {
+        auto it = all.find(t.name);
+        if (it != all.end()) {
+          if (it->second.shape != t.shape || it->second.data != t.data)
+            throw std::runtime_error(dir + ": the copies of tied parameter " + t.name + " differ between stage files");
+          std::cout << "compare_weights: " << dir << ": tied copies of " << t.name << " are equal\n";
+        }
+        all[t.name] = std::move(t);
+      }
   if (all.empty()) throw std::runtime_error(dir + ": no tensors (*.bin)");
   return all;
 }

@@ -6,6 +6,11 @@
 //     [--replicas 2,1] [--vertical-sync] [--recompute] [--in-flight N]
 //     [--optimizer sgd|adamw] [--lr X] [--momentum X] [--max-grad-norm X]
 //     [--reverse-ranks] [--seed S] [--no-data-fields]
+//     [--tied [--tied-plan-name NAME]]
+// --tied: the tiny libraries built with TINY_TIED share "tied.weight"
+// between the first and last virtual stage: both weights files get the same
+// initial value and runtime.tied lists it (under NAME if given, to test the
+// error for a parameter the libraries lack).
 #include "Schedule/Schedule.h"
 #include "pipec/dataset.h"
 
@@ -43,7 +48,8 @@ int main(int argc, char **argv) {
   std::vector<int> dims{6, 8, 4};
   int batch = 4;
   double lr = 0.05, momentum = 0.9, clip = 0;
-  bool reverse = false, dataFields = true;
+  bool reverse = false, dataFields = true, tied = false;
+  std::string tiedPlanName = "tied.weight";
   uint64_t seed = 7;
   std::string datasetPath;
   int datasetSamples = 0;
@@ -69,6 +75,8 @@ int main(int argc, char **argv) {
     else if (a == "--reverse-ranks") reverse = true;
     else if (a == "--seed") seed = std::stoull(v());
     else if (a == "--no-data-fields") dataFields = false;
+    else if (a == "--tied") tied = true;
+    else if (a == "--tied-plan-name") tiedPlanName = v();
     else if (a == "--write-dataset") datasetPath = v(), datasetSamples = std::stoi(v());
     else {
       std::cerr << "make_test_plan: unknown option " << a << "\n";
@@ -95,10 +103,14 @@ int main(int argc, char **argv) {
       stages.push_back({{"id", st}, {"replicas", s.problem.replicasOf(st)}, {"ranks", ranks}});
     }
     json vstages = json::array();
+    if (tied && (dims.back() != dims.front() || dims[V - 1] != dims[1]))
+      throw std::runtime_error("--tied needs widths d0,d1,...,d1,d0");
+    pipec::io::Tensor tiedInit;
     for (int vs = 0; vs < V; ++vs) {
       // Deterministic initial weights, uniform in +-1/sqrt(fan_in).
       const int din = dims[vs], dout = dims[vs + 1];
-      pipec::io::Tensor w{"fc" + std::to_string(vs) + ".weight", PIPEC_F32, {dout, din}, {}};
+      const bool isTied = tied && (vs == 0 || vs == V - 1);
+      pipec::io::Tensor w{isTied ? "tied.weight" : "fc" + std::to_string(vs) + ".weight", PIPEC_F32, {dout, din}, {}};
       pipec::io::Tensor b{"fc" + std::to_string(vs) + ".bias", PIPEC_F32, {dout}, {}};
       w.data.resize(w.bytes());
       b.data.resize(b.bytes());
@@ -108,6 +120,8 @@ int main(int argc, char **argv) {
         if (k < dout * din) ((float *)w.data.data())[k] = x;
         else ((float *)b.data.data())[k - dout * din] = x;
       }
+      if (isTied && vs == 0) tiedInit = w;
+      if (isTied && vs == V - 1) w = tiedInit; // the last stage holds the same [d1, d0] tensor, used transposed
       pipec::io::writeTensorFile((fs::path(out) / "weights" / ("stage_" + std::to_string(vs) + ".bin")).string(), {w, b});
       vstages.push_back({{"id", vs},
                          {"library", libs + std::to_string(vs) + ".so"},
@@ -135,6 +149,7 @@ int main(int argc, char **argv) {
                 {"stages", vstages},
                 {"optimizer", opt},
                 {"data", {{"synthetic_samples", 64}, {"fields", fields}}}}}};
+    if (tied) plan["runtime"]["tied"] = json::array({{{"name", tiedPlanName}, {"stages", {0, V - 1}}}});
     std::ofstream(fs::path(out) / "plan.json") << plan.dump(1) << "\n";
     if (!datasetPath.empty()) {
       // A data set file whose values differ from the synthetic default.

@@ -15,6 +15,9 @@ case $cfg in
 mlp2 | badabi) dims=6,8,4 ;;
 mlp3) dims=6,8,8,4 ;;
 mlp4) dims=6,8,8,8,4 ;;
+tied2) dims=6,8,6 ;;
+tied3) dims=6,8,8,6 ;;
+tied4) dims=6,8,8,8,6 ;;
 esac
 die() { echo "run_case $name: FAIL: $*" >&2; exit 1; }
 
@@ -134,6 +137,8 @@ err-weights)
   truncate -s 60 "$dir/plan/weights/stage_1.bin"
   expect_error "truncated file" --iters 1
   ;;
+err-tied-async) expect_error "not supported with an asynchronous schedule" --iters 1 ;;
+err-tied-missing) expect_error "has no parameter of that name" --iters 1 ;;
 *) die "unknown mode $mode" ;;
 esac
 echo "run_case $name: OK"

@@ -3,12 +3,18 @@
 // stage with compile definitions:
 //   TINY_STAGE (virtual stage id), TINY_NUM_STAGES, TINY_DIMS (layer widths,
 //   TINY_NUM_STAGES+1 values), TINY_BATCH (micro-batch size), TINY_ADAMW
-//   (0: SGD with momentum, 1: AdamW), TINY_ABI (ABI version it claims).
+//   (0: SGD with momentum, 1: AdamW), TINY_ABI (ABI version it claims),
+//   TINY_TIED (1: the first and last stages share "tied.weight", below).
 // Stage k is fc_k: h_{k+1} = tanh(h_k W_k^T + b_k); the first stage reads the
 // data field "x" through a dropout keyed by (seed, step, micro-batch), the
 // last stage outputs no activation, reads "y" and returns the loss
 // 0.5 * mean((z - y)^2). So a test checks that the runtime passes the right
 // step/micro-batch/seed and re-runs forwards (RECOMPUTE) with the same keys.
+// With TINY_TIED (widths d0,d1,...,d1,d0) the first stage's weight and the
+// last stage's weight are one tied parameter "tied.weight" of shape [d1, d0]
+// (like GPT's token embedding and output head): the first stage computes
+// x E^T, the last h E, and each stage's backward_weight returns only its own
+// partial gradient; the runtime sums them (runtime.tied).
 #include "pipec/stage_abi.h"
 
 #include <chrono>
@@ -26,9 +32,20 @@ constexpr int S = TINY_STAGE, P = TINY_NUM_STAGES, B = TINY_BATCH;
 constexpr int Din = kDims[S], Dout = kDims[S + 1];
 constexpr bool kFirst = S == 0, kLast = S == P - 1;
 static_assert(sizeof(kDims) / sizeof(int) == P + 1, "TINY_DIMS needs TINY_NUM_STAGES+1 widths");
+#ifndef TINY_TIED
+#define TINY_TIED 0
+#endif
+constexpr bool kTied = TINY_TIED && (kFirst || kLast);
+// The last stage of a tied model stores its weight as [Din, Dout] (= the
+// first stage's [Dout, Din]) and uses it transposed.
+constexpr bool kTransposed = TINY_TIED && kLast && !kFirst;
+static_assert(!kTransposed || (Din == kDims[1] && Dout == kDims[0]), "TINY_TIED needs widths d0,d1,...,d1,d0");
+inline int widx(int o, int i) { return kTransposed ? i * Dout + o : o * Din + i; }
 
-const int64_t wShape[] = {Dout, Din}, bShape[] = {Dout}, inShape[] = {B, Din}, outShape[] = {B, Dout};
-const std::string wName = "fc" + std::to_string(S) + ".weight", bName = "fc" + std::to_string(S) + ".bias";
+const int64_t wShape[] = {kTransposed ? Din : Dout, kTransposed ? Dout : Din}, bShape[] = {Dout}, inShape[] = {B, Din},
+              outShape[] = {B, Dout};
+const std::string wName = kTied ? "tied.weight" : "fc" + std::to_string(S) + ".weight",
+                  bName = "fc" + std::to_string(S) + ".bias";
 const std::string inName = "h" + std::to_string(S), outName = "h" + std::to_string(S + 1);
 const std::string opName = "fc" + std::to_string(S);
 
@@ -105,7 +122,7 @@ int pipec_stage_forward(const pipec_call *c) {
   for (int n = 0; n < B; ++n)
     for (int o = 0; o < Dout; ++o) {
       float z = b[o];
-      for (int i = 0; i < Din; ++i) z += ws->xin[n * Din + i] * W[o * Din + i];
+      for (int i = 0; i < Din; ++i) z += ws->xin[n * Din + i] * W[widx(o, i)];
       ws->act[n * Dout + o] = kLast ? z : std::tanh(z);
     }
   if (kLast) {
@@ -138,7 +155,7 @@ int pipec_stage_backward_input(const pipec_call *c) {
     for (int n = 0; n < B; ++n)
       for (int i = 0; i < Din; ++i) {
         float s = 0;
-        for (int o = 0; o < Dout; ++o) s += ws->dz[n * Dout + o] * W[o * Din + i];
+        for (int o = 0; o < Dout; ++o) s += ws->dz[n * Dout + o] * W[widx(o, i)];
         gin[n * Din + i] = s;
       }
   }
@@ -154,7 +171,7 @@ int pipec_stage_backward_weight(const pipec_call *c) {
     for (int o = 0; o < Dout; ++o) {
       const float d = ws->dz[n * Dout + o];
       gb[o] += d;
-      for (int i = 0; i < Din; ++i) gW[o * Din + i] += d * ws->xin[n * Din + i];
+      for (int i = 0; i < Din; ++i) gW[widx(o, i)] += d * ws->xin[n * Din + i];
     }
   timed(c, 2, t0);
   return 0;

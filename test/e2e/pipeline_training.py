@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""End-to-end: pipec compiles the example models into CPU stage libraries and
+piperun trains them as pipelines on 2-3 MPI ranks. Checks, after N steps:
+
+1. every synchronous schedule (GPipe, 1F1B, ZB-H1, ZB-H2) reaches the same weights as the
+   1-rank run of the same generated code (dropout on: masks are keyed by
+   (seed, step, micro-batch, op), so all runs drop the same elements), and
+   PipeDream's 1F1B-RR on a plan whose first stage has two replicas (3 ranks)
+   equals the single-process reference of its semantics (pipeseq);
+2. the 1-rank run equals PyTorch (Debian's python3-torch) training the same
+   model (dropout off, as PyTorch draws other masks) on the same micro-batches
+   with the same AdamW, within fp32 tolerance;
+3. bad inputs (a plan run with the wrong number of ranks, a missing stage
+   library) exit non-zero quickly on every rank.
+"""
+import argparse
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, os.path.join(ROOT, "runtime", "tools"))
+import make_examples  # noqa: E402
+from export_to_onnx import read_tensor_file  # noqa: E402
+
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OPENBLAS_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+STEPS, MICROBATCHES, LR = 3, 4, 0.01
+DTYPE_CODES = {np.dtype(np.float32): 1, np.dtype(np.float64): 2, np.dtype(np.int64): 3,
+               np.dtype(np.int32): 4}
+
+
+def run(command, timeout=300, check=True):
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=MPI_ENV)
+    if check and result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}):\n"
+                           f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
+
+
+def write_dataset(path, fields):
+    """docs/dataset-format.md: fields {name: array [N, per-sample...]}."""
+    samples = len(next(iter(fields.values())))
+    with open(path, "wb") as stream:
+        stream.write(b"PIPECDS1")
+        stream.write(struct.pack("<IQ", len(fields), samples))
+        for name, array in fields.items():
+            encoded = name.encode()
+            stream.write(struct.pack("<I", len(encoded)) + encoded)
+            stream.write(struct.pack("<II", DTYPE_CODES[array.dtype], array.ndim - 1))
+            stream.write(struct.pack(f"<{array.ndim - 1}q", *array.shape[1:]))
+        for array in fields.values():
+            stream.write(np.ascontiguousarray(array).tobytes())
+
+
+def export(example, workdir, dropout):
+    model_class, make_input, input_names = make_examples.examples()[example]
+    torch.manual_seed(0)
+    model = model_class()
+    if not dropout:
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+    model.train()
+    sample = make_input()
+    path = os.path.join(workdir, f"{example}{'' if dropout else '-nodrop'}.onnx")
+    torch.onnx.export(model, (sample,), path, opset_version=13,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                      input_names=input_names, output_names=["logits"])
+    return model, sample, input_names[0], path
+
+
+def make_data(model, sample, input_name, workdir):
+    """STEPS·MICROBATCHES micro-batches of inputs and labels."""
+    torch.manual_seed(2)
+    count = STEPS * MICROBATCHES
+    batch = sample.shape[0]
+    if sample.dtype == torch.int64:
+        inputs = torch.randint(0, int(sample.max()) + 1 if False else 64, (count * batch,) + tuple(sample.shape[1:]))
+    else:
+        inputs = torch.randn((count * batch,) + tuple(sample.shape[1:]))
+    with torch.no_grad():
+        logits = model(inputs[:batch])
+    classes = logits.shape[-1]
+    labels = torch.randint(0, classes, (count * batch,) + tuple(logits.shape[1:-1]))
+    path = os.path.join(workdir, "data.bin")
+    write_dataset(path, {input_name: inputs.numpy(), "labels": labels.numpy()})
+    return inputs, labels, path
+
+
+def compile_and_train(pipec, piperun, model_path, data, job, ranks, flags):
+    run([pipec, model_path, "--microbatches", str(MICROBATCHES), "--lr", str(LR),
+         "--out", job, "--build"] + flags)
+    run(["mpirun", "-np", str(ranks), "--oversubscribe", piperun, job, "--iters", str(STEPS),
+         "--data", data, "--export-weights", os.path.join(job, "trained")])
+    weights = {}
+    for name in sorted(os.listdir(os.path.join(job, "trained"))):
+        weights.update(read_tensor_file(os.path.join(job, "trained", name)))
+    return weights
+
+
+def compare(label, weights, reference, failures, rtol=1e-4, atol=1e-5, only=None):
+    worst = 0.0
+    for name, expected in reference.items():
+        if only is not None and name not in only:
+            continue
+        if name not in weights:
+            failures.append(f"{label}: no weight {name}")
+            continue
+        error = float(np.abs(weights[name] - expected).max() / max(1.0, np.abs(expected).max()))
+        worst = max(worst, error)
+    ok = worst <= rtol + atol
+    print(f"  {'ok  ' if ok else 'FAIL'} {label}: max relative weight error {worst:.3g}")
+    if not ok:
+        failures.append(label)
+
+
+def torch_reference(model, inputs, labels):
+    """SGD with momentum on the same micro-batches: the gradient of a
+    mini-batch is the mean over its micro-batches of each micro-batch's mean
+    loss. (SGD, not AdamW: AdamW turns gradients that are rounding noise —
+    a convolution bias before BatchNorm has a zero gradient in exact
+    arithmetic — into full-size steps, which no two implementations share.)"""
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    batch = inputs.shape[0] // (STEPS * MICROBATCHES)
+    for step in range(STEPS):
+        optimizer.zero_grad()
+        for micro in range(MICROBATCHES):
+            index = (step * MICROBATCHES + micro) * batch
+            logits = model(inputs[index:index + batch])
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                   labels[index:index + batch].reshape(-1)) / MICROBATCHES
+            loss.backward()
+        optimizer.step()
+    return {name: tensor.detach().numpy() for name, tensor in model.state_dict().items()
+            if name in dict(model.named_parameters())}
+
+
+def replicated_partition(pipec, model_path, workdir):
+    """A plan whose first stage (the first half of the ops) has two replicas."""
+    costs = os.path.join(workdir, "costs.csv")
+    run([pipec, model_path, "--gpus", "1x1", "--dump-costs", costs])
+    ops = sum(1 for _ in open(costs)) - 1
+    path = os.path.join(workdir, "replicated.json")
+    with open(path, "w") as stream:
+        stream.write('{"stages": [{"first_op_index": 0, "last_op_index": %d, "replicas": 2},'
+                     ' {"first_op_index": %d, "last_op_index": %d, "replicas": 1}]}'
+                     % (ops // 2 - 1, ops // 2, ops - 1))
+    return path
+
+
+def check(example, args, workdir, failures):
+    print(f"{example}:")
+    model, sample, input_name, path = export(example, workdir, dropout=True)
+    inputs, labels, data = make_data(model, sample, input_name, workdir)
+    single = compile_and_train(args.pipec, args.piperun, path, data,
+                               os.path.join(workdir, f"{example}-1rank"), 1, ["--gpus", "1x1"])
+    for schedule in args.schedules:
+        weights = compile_and_train(
+            args.pipec, args.piperun, path, data, os.path.join(workdir, f"{example}-{schedule}"), 2,
+            ["--gpus", "1x2", "--stages", "2", "--no-replication", "--schedule", schedule])
+        compare(f"{schedule} on 2 ranks vs 1 rank", weights, single, failures)
+    # PipeDream's 1F1B-RR with a replicated first stage against the
+    # single-process reference of its semantics (pipeseq, same plan). Tied
+    # weights across stages (the GPT's embedding) cannot be asynchronous.
+    if example == "gpt":
+        print("  skip 1f1b-rr replicated: its tied embedding spans both stages")
+        return torch_check(example, args, workdir, inputs, labels, data, failures)
+    job = os.path.join(workdir, f"{example}-replicated")
+    weights = compile_and_train(args.pipec, args.piperun, path, data, job, 3,
+                                ["--gpus", "1x3", "--async", "--schedule", "1f1b-rr",
+                                 "--partition", replicated_partition(args.pipec, path, workdir)])
+    run([args.pipeseq, job, "--iters", str(STEPS), "--data", data, "--export-weights",
+         os.path.join(job, "sequential")])
+    sequential = {}
+    for name in sorted(os.listdir(os.path.join(job, "sequential"))):
+        sequential.update(read_tensor_file(os.path.join(job, "sequential", name)))
+    # Trained parameters only: each replica keeps BatchNorm statistics of the
+    # micro-batches it saw (docs/runtime.md), which the sequential run merges.
+    compare("1f1b-rr, first stage replicated twice (3 ranks) vs its sequential reference",
+            weights, sequential, failures, only=dict(model.named_parameters()))
+    torch_check(example, args, workdir, inputs, labels, data, failures)
+
+
+def torch_check(example, args, workdir, inputs, labels, data, failures):
+    # PyTorch: the same model without dropout.
+    model, sample, input_name, path = export(example, workdir, dropout=False)
+    reference = torch_reference(model, inputs, labels)
+    weights = compile_and_train(args.pipec, args.piperun, path, data,
+                                os.path.join(workdir, f"{example}-nodrop"), 2,
+                                ["--gpus", "1x2", "--stages", "2", "--no-replication",
+                                 "--optimizer", "sgd-momentum", "--momentum", "0.9"])
+    compare("1f1b on 2 ranks vs PyTorch (SGD, momentum 0.9)", weights, reference, failures)
+
+
+def check_errors(args, workdir, failures):
+    print("errors:")
+    _, _, _, path = export("mlp", workdir, dropout=True)
+    job = os.path.join(workdir, "errors")
+    run([args.pipec, path, "--gpus", "1x2", "--stages", "2", "--no-replication", "--out", job,
+         "--build"])
+    wrong = run(["mpirun", "-np", "3", "--oversubscribe", args.piperun, job, "--iters", "1"],
+                timeout=60, check=False)
+    ok = wrong.returncode != 0 and "rank" in (wrong.stderr + wrong.stdout)
+    print(f"  {'ok  ' if ok else 'FAIL'} plan for 2 ranks run on 3 exits {wrong.returncode}")
+    if not ok:
+        failures.append("wrong rank count")
+    os.remove(os.path.join(job, "stages", "libstage_1.so"))
+    missing = run(["mpirun", "-np", "2", "--oversubscribe", args.piperun, job, "--iters", "1"],
+                  timeout=60, check=False)
+    ok = missing.returncode != 0 and "libstage_1.so" in (missing.stderr + missing.stdout)
+    print(f"  {'ok  ' if ok else 'FAIL'} missing stage library exits {missing.returncode}")
+    if not ok:
+        failures.append("missing library")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipec", required=True)
+    parser.add_argument("--piperun", required=True)
+    parser.add_argument("--pipeseq", required=True)
+    parser.add_argument("--only", action="append")
+    parser.add_argument("--schedules", nargs="+", default=["gpipe", "1f1b", "zb-h1", "zb-h2"])
+    args = parser.parse_args()
+    failures = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for example in args.only or ["mlp", "cnn", "gpt"]:
+            check(example, args, workdir, failures)
+        check_errors(args, workdir, failures)
+    print(f"{len(failures)} failed: {failures}" if failures else "all checks passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
