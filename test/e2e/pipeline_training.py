@@ -11,7 +11,8 @@ piperun trains them as pipelines on 2-3 MPI ranks. Checks, after N steps:
    model (dropout off, as PyTorch draws other masks) on the same micro-batches
    with the same AdamW, within fp32 tolerance;
 3. bad inputs (a plan run with the wrong number of ranks, a missing stage
-   library) exit non-zero quickly on every rank.
+   library) exit non-zero quickly on every rank, and the profile piperun
+   measures is one pipec reads.
 """
 import argparse
 import os
@@ -214,6 +215,18 @@ def check_errors(args, workdir, failures):
     print(f"  {'ok  ' if ok else 'FAIL'} plan for 2 ranks run on 3 exits {wrong.returncode}")
     if not ok:
         failures.append("wrong rank count")
+    # piperun --profile measures the generated code op by op; pipec --profile
+    # plans with those times.
+    profile = os.path.join(workdir, "profile.json")
+    run(["mpirun", "-np", "2", "--oversubscribe", args.piperun, job, "--iters", "2",
+         "--profile", profile])
+    costs = run([args.pipec, path, "--gpus", "1x2", "--stages", "2", "--profile", profile,
+                 "--emit=costs"]).stdout
+    measured = costs.count('source = "profile"')
+    ok = measured >= 5
+    print(f"  {'ok  ' if ok else 'FAIL'} piperun --profile feeds pipec --profile: {measured} ops measured")
+    if not ok:
+        failures.append("profile round trip")
     os.remove(os.path.join(job, "stages", "libstage_1.so"))
     missing = run(["mpirun", "-np", "2", "--oversubscribe", args.piperun, job, "--iters", "1"],
                   timeout=60, check=False)
