@@ -14,7 +14,9 @@ import sys
 import tempfile
 
 import numpy as np
+import onnx
 import onnxruntime
+from onnx import numpy_helper
 import torch
 import torch.nn.functional as F
 
@@ -78,6 +80,7 @@ def check(example, pipec_reference, workdir, failures):
                     "--output-dir", out], check=True)
     close("loss vs pytorch", np.load(os.path.join(out, "loss.npy")),
           loss.detach().numpy(), 1e-5, 1e-5, failures)
+    finite_differences(path, inputs, input_names[0], workdir, out, failures)
     for name, parameter in model.named_parameters():
         grad_file = os.path.join(out, f"grad_{sanitize(name)}.npy")
         if not os.path.exists(grad_file):
@@ -87,11 +90,53 @@ def check(example, pipec_reference, workdir, failures):
         close(f"grad {name}", np.load(grad_file), parameter.grad.numpy(), 1e-4, 1e-5, failures)
 
 
+def finite_differences(path, inputs, input_name, workdir, out, failures, entries=2):
+    """Central differences of the loss pipec's evaluator computes, for a few
+    entries of every parameter, against pipec's own gradients."""
+    model = onnx.load(path)
+    rng = np.random.default_rng(0)
+    data = ["--input", f"{input_name}=" + os.path.join(workdir, "input.npy"),
+            "--input", "labels=" + os.path.join(workdir, "labels.npy")]
+    worst = 0.0
+    for initializer in model.graph.initializer:
+        grad_file = os.path.join(out, f"grad_{sanitize(initializer.name)}.npy")
+        if not os.path.exists(grad_file):
+            continue
+        gradient = np.load(grad_file)
+        values = numpy_helper.to_array(initializer).copy()
+        for flat in rng.choice(values.size, size=min(entries, values.size), replace=False):
+            losses = []
+            for sign in (1, -1):
+                perturbed = values.copy()
+                eps = 1e-2 * max(1.0, abs(float(perturbed.flat[flat])))
+                perturbed.flat[flat] += sign * eps
+                initializer.CopyFrom(numpy_helper.from_array(perturbed, initializer.name))
+                probe = os.path.join(workdir, "probe.onnx")
+                onnx.save(model, probe)
+                result = os.path.join(workdir, "probe-out")
+                subprocess.run([PIPEC_REFERENCE, probe, "--loss", "softmax-cross-entropy",
+                                "--output-dir", result] + data, check=True)
+                losses.append(float(np.load(os.path.join(result, "loss.npy"))))
+            initializer.CopyFrom(numpy_helper.from_array(values, initializer.name))
+            numeric = (losses[0] - losses[1]) / (2 * eps)
+            worst = max(worst, abs(numeric - float(gradient.flat[flat])))
+    ok = worst <= 2e-3
+    print(f"  {'ok  ' if ok else 'FAIL'} finite differences of the loss vs pipec's gradients: "
+          f"max abs error {worst:.3g}")
+    if not ok:
+        failures.append("finite differences")
+
+
+PIPEC_REFERENCE = None
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipec-reference", required=True)
     parser.add_argument("--only", action="append")
     args = parser.parse_args()
+    global PIPEC_REFERENCE
+    PIPEC_REFERENCE = args.pipec_reference
     failures = []
     with tempfile.TemporaryDirectory() as workdir:
         for example in args.only or ["mlp", "cnn", "gpt"]:
