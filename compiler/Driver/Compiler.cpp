@@ -159,9 +159,11 @@ std::string formatSeconds(double seconds) {
 /// transfer, activation memory is in units of the largest stage's
 /// activations of one micro-batch (the zero-bubble paper's M_B).
 schedule::Problem scheduleProblem(const partition::CostTable &table,
-                                  const partition::PartitionResult &result) {
+                                  const partition::PartitionResult &result, int chunks,
+                                  bool vPlacement) {
   schedule::Problem problem;
-  problem.stages = static_cast<int>(result.stages.size());
+  problem.stages = static_cast<int>(result.stages.size()) / chunks;
+  problem.chunks = chunks;
   problem.microbatches = result.microbatches;
   problem.costF.clear();
   problem.costB.clear();
@@ -191,6 +193,27 @@ schedule::Problem scheduleProblem(const partition::CostTable &table,
   double unit = std::max(1.0, *std::max_element(activationBytes.begin(), activationBytes.end()));
   for (double bytes : activationBytes)
     problem.activation.push_back(bytes / unit);
+  if (chunks > 1) {
+    // The partition is in model order (virtual stage k); the schedule
+    // library wants (stage, chunk) order: chunk c of rank s is virtual
+    // stage c·p + s (interleaved) or, for the V, s then 2p-1-s.
+    int p = problem.stages;
+    auto reorder = [&](std::vector<double> &values) {
+      std::vector<double> ordered(values.size());
+      for (int stage = 0; stage < p; ++stage)
+        for (int chunk = 0; chunk < chunks; ++chunk) {
+          int virtualStage = vPlacement ? (chunk == 0 ? stage : 2 * p - 1 - stage)
+                                        : chunk * p + stage;
+          ordered[stage * chunks + chunk] = values[virtualStage];
+        }
+      values = ordered;
+    };
+    reorder(problem.costF);
+    reorder(problem.costB);
+    reorder(problem.costW);
+    reorder(problem.activation);
+    problem.replicas.assign(p, 1);
+  }
   if (result.recompute)
     problem.recompute = {1};
   if (result.asynchronous)
@@ -275,17 +298,43 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
     // plan.json is written below, once the schedule is known.
     partition::PartitionCliOptions partitionOptions = options.partition;
     partitionOptions.outDir.clear();
+    std::string name = options.scheduleName.empty()
+                           ? (options.partition.options.asynchronous ? "1f1b-rr" : "1f1b")
+                           : options.scheduleName;
+    int chunks = options.chunks ? options.chunks : (name == "zb-v" ? 2 : 1);
+    bool vPlacement = name == "zb-v";
+    int pipelineStages = 0;
+    if (chunks > 1) {
+      // Virtual stages: partition into p·v stages as if on p·v devices, then
+      // place v of them on each of the p devices (docs/partition.md).
+      if (name != "interleaved" && name != "zb-v")
+        throw schedule::ScheduleError("--chunks " + std::to_string(chunks) +
+                                      " needs --schedule interleaved or zb-v");
+      if (vPlacement && chunks != 2)
+        throw schedule::ScheduleError("zb-v places exactly 2 chunks per rank");
+      pipelineStages = static_cast<int>(partitionOptions.topology().totalDevices());
+      if (partitionOptions.options.forcedStages)
+        pipelineStages = partitionOptions.options.forcedStages;
+      partitionOptions.gpus = "1x" + std::to_string(pipelineStages * chunks);
+      partitionOptions.clusterFile.clear();
+      partitionOptions.options.forcedStages = pipelineStages * chunks;
+      partitionOptions.options.allowReplication = false;
+    }
     std::ostringstream report;
     result = partition::runPartition(*table, partitionOptions, report);
-
-    std::string name = options.scheduleName.empty()
-                           ? (result.asynchronous ? "1f1b-rr" : "1f1b")
-                           : options.scheduleName;
-    generated = schedule::generate(name, scheduleProblem(*table, result));
+    generated = schedule::generate(name, scheduleProblem(*table, result, chunks, vPlacement));
+    if (chunks > 1) {
+      report << "virtual stages: " << chunks << " chunks on each of " << pipelineStages
+             << " ranks (" << (vPlacement ? "V placement: rank r runs stages r and "
+                                          : "interleaved: rank r runs stages r, r+p, ...")
+             << (vPlacement ? std::to_string(2 * pipelineStages - 1) + "-r" : std::string())
+             << ")\n";
+    }
     simulated = schedule::simulate(generated);
     double peak = *std::max_element(simulated.peakMemory.begin(), simulated.peakMemory.end());
     nlohmann::json scheduleJson = {
         {"name", name},
+        {"chunks", chunks},
         {"microbatches", result.microbatches},
         {"makespan_s", simulated.makespan},
         {"bubble_flush", simulated.bubbleFlush},
@@ -319,8 +368,19 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
                     .str();
       }
     }
-    plan = partition::planToJson(*table, options.partition.topology(), result);
+    plan = partition::planToJson(*table, partitionOptions.topology(), result);
     plan["schedule"] = scheduleJson;
+    if (chunks > 1) {
+      // piperun reads one entry per rank position; the model-order stages
+      // (virtual stages) stay under their own key.
+      plan["virtual_stages"] = plan["stages"];
+      nlohmann::json positions = nlohmann::json::array();
+      for (int stage = 0; stage < pipelineStages; ++stage)
+        positions.push_back({{"id", stage}, {"ranks", {stage}}});
+      plan["stages"] = positions;
+      plan["chunks"] = chunks;
+      plan["placement"] = vPlacement ? "v" : "interleaved";
+    }
   } catch (const partition::Error &error) {
     errs << "error: " << options.inputPath << ": " << error.what() << "\n";
     return 1;

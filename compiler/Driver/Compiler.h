@@ -55,6 +55,9 @@ struct CompileOptions {
   partition::PartitionCliOptions partition;
   /// Pipeline schedule (--schedule); empty: 1f1b, or 1f1b-rr with --async.
   std::string scheduleName;
+  /// Model chunks per rank (virtual stages): interleaved 1F1B takes any,
+  /// zb-v two; 0 picks the schedule's default (1, or 2 for zb-v).
+  int chunks = 0;
 
   /// Training (the phases after the partition; code is written to --out DIR).
   std::string loss = "softmax-cross-entropy";

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -107,6 +108,38 @@ Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Tr
   for (const Instr &in : stream_.instrs)
     if (in.op == Op::Recompute) chunks_[in.chunk].recomputes[in.mb] = true;
 
+  // Tied parameters: every holder chunk on this rank must have the
+  // parameter, trained and floating-point (shapes are compared across ranks
+  // in checkNeighbours).
+  if (!plan.tied.empty() && plan.asynchronous)
+    fail(plan.planPath + ": runtime.tied: tied parameters across stages (" + plan.tied[0].name +
+         ") are not supported with an asynchronous schedule (" + plan.schedule +
+         "): the holders step at different times, so their copies would diverge");
+  normSkip_.assign(plan.chunks, {});
+  for (int c = 0; c < plan.chunks; ++c) normSkip_[c].assign(chunks_[c].model->desc().num_params, false);
+  for (size_t t = 0; t < plan.tied.size(); ++t) {
+    const TiedParam &tp = plan.tied[t];
+    TiedHolding h;
+    h.tied = (int)t;
+    for (int c = 0; c < plan.chunks; ++c) {
+      ChunkState &cs = chunks_[c];
+      if (std::find(tp.stages.begin(), tp.stages.end(), cs.vs) == tp.stages.end()) continue;
+      const int i = cs.model->paramIndex(tp.name);
+      const std::string lib = cs.model->vstage().library;
+      if (i < 0)
+        fail(lib + ": runtime.tied lists stage " + std::to_string(cs.vs) + " as a holder of " + tp.name +
+             ", but the stage library has no parameter of that name");
+      const pipec_param_desc &pd = cs.model->desc().params[i];
+      if (pd.role != PIPEC_TRAINED)
+        fail(lib + ": tied parameter " + tp.name + " is a buffer, not a trained parameter");
+      if (pd.tensor.dtype != PIPEC_F32 && pd.tensor.dtype != PIPEC_F64)
+        fail(lib + ": tied parameter " + tp.name + " must be f32 or f64, is " + io::dtypeName(pd.tensor.dtype));
+      h.copies.push_back({c, i});
+      normSkip_[c][i] = cs.vs != tp.stages.front(); // the global norm counts the first holder's copy
+    }
+    if (!h.copies.empty()) tied_.push_back(h);
+  }
+
   // Data: every field a stage reads must exist with the stage's dtype and
   // per-sample shape (the stage's shape without the micro-batch dimension).
   bool needData = false;
@@ -163,23 +196,45 @@ Executor::~Executor() {
 
 void Executor::checkNeighbours() {
   control_.splitStage(stage_);
+  // One communicator per tied parameter: all ranks of all its holders.
+  // Collective over every rank, in plan order.
+  for (size_t t = 0, k = 0; t < plan_.tied.size(); ++t) {
+    const bool member = k < tied_.size() && tied_[k].tied == (int)t;
+    const int g = control_.splitGroup(member);
+    if (member) tied_[k++].group = g;
+  }
   // What each virtual stage sends and expects, so that a plan whose stage
   // libraries disagree fails at start-up instead of mid-run.
   json mine = json::array();
   for (auto &cs : chunks_) {
     const pipec_stage_desc &d = cs.model->desc();
+    json tiedDescs = json::object(); // tied parameter name -> "f32[4x8]"
+    for (const TiedParam &tp : plan_.tied) {
+      const int i = cs.model->paramIndex(tp.name);
+      if (i >= 0 && std::find(tp.stages.begin(), tp.stages.end(), cs.vs) != tp.stages.end())
+        tiedDescs[tp.name] = tensorList(&d.params[i].tensor, 1);
+    }
     mine.push_back({cs.vs, tensorList(d.inputs, d.num_inputs), tensorList(d.outputs, d.num_outputs),
-                    cs.model->vstage().library});
+                    cs.model->vstage().library, tiedDescs});
   }
   std::vector<std::string> ins(V_), outs(V_), libs(V_);
+  std::vector<json> tiedOf(V_);
   for (const std::string &s : control_.allgatherStrings(mine.dump()))
     for (const json &e : json::parse(s)) {
       const int vs = e[0];
-      ins[vs] = e[1], outs[vs] = e[2], libs[vs] = e[3];
+      ins[vs] = e[1], outs[vs] = e[2], libs[vs] = e[3], tiedOf[vs] = e[4];
     }
   for (int vs = 0; vs + 1 < V_; ++vs)
     if (outs[vs] != ins[vs + 1])
       fail(libs[vs] + " outputs " + outs[vs] + " but " + libs[vs + 1] + " expects inputs " + ins[vs + 1]);
+  // Every holder of a tied parameter has it with the same dtype and shape.
+  for (const TiedParam &tp : plan_.tied) {
+    const int first = tp.stages.front();
+    for (int vs : tp.stages)
+      if (tiedOf[vs].value(tp.name, "") != tiedOf[first].value(tp.name, ""))
+        fail(plan_.planPath + ": runtime.tied: " + tp.name + " is " + tiedOf[first].value(tp.name, "?") + " in " +
+             libs[first] + " but " + tiedOf[vs].value(tp.name, "?") + " in " + libs[vs]);
+  }
 }
 
 // ---------------------------------------------------------------- buffers
@@ -450,16 +505,52 @@ double Executor::finishGradients() {
   return count;
 }
 
+void Executor::reduceTied() {
+  // Each rank holds its stage's gradient averaged over micro-batches and
+  // replicas; it contributes 1/R_s of it, so the sum over the group is
+  // sum over holder stages of their gradients = the single model's gradient.
+  const double share = 1.0 / plan_.replicasOf(stage_);
+  for (const TiedHolding &h : tied_) {
+    const auto [c0, i0] = h.copies[0];
+    StageModel &m0 = *chunks_[c0].model;
+    const pipec_dtype dt = m0.desc().params[i0].tensor.dtype;
+    const size_t bytes = m0.paramLayout().bytes[i0], n = bytes / io::dtypeSize(dt);
+    char *g0 = m0.grads().data() + m0.paramLayout().offsets[i0];
+    auto each = [&](auto *x, auto f) {
+      for (size_t k = 0; k < n; ++k) f(x[k], k);
+    };
+    for (size_t j = 1; j < h.copies.size(); ++j) { // several holders on this rank (ZB-V)
+      StageModel &m = *chunks_[h.copies[j].first].model;
+      const char *g = m.grads().data() + m.paramLayout().offsets[h.copies[j].second];
+      if (dt == PIPEC_F32) each((float *)g0, [&](float &x, size_t k) { x += ((const float *)g)[k]; });
+      else each((double *)g0, [&](double &x, size_t k) { x += ((const double *)g)[k]; });
+    }
+    if (share != 1.0) {
+      if (dt == PIPEC_F32) each((float *)g0, [&](float &x, size_t) { x = (float)(x * share); });
+      else each((double *)g0, [&](double &x, size_t) { x *= share; });
+    }
+    transport_.allreduceSumGroup(h.group, g0, n, dt);
+    for (size_t j = 1; j < h.copies.size(); ++j) {
+      StageModel &m = *chunks_[h.copies[j].first].model;
+      std::memcpy(m.grads().data() + m.paramLayout().offsets[h.copies[j].second], g0, bytes);
+    }
+  }
+}
+
+void Executor::gradStats(double &sumSq, double &nonFinite) {
+  for (size_t c = 0; c < chunks_.size(); ++c) chunks_[c].model->gradStats(sumSq, nonFinite, &normSkip_[c]);
+}
+
 void Executor::step() {
   finishGradients();
+  reduceTied();
   bool skip = false;
   if (optimizer_.maxGradNorm > 0) {
     // Synchronous schedules: every rank runs exactly one STEP per iteration,
     // so a world reduction of the gradient norm is safe here. Replicas hold
     // identical reduced gradients: only replica 0 contributes.
     double v[2] = {0, 0};
-    if (replica_ == 0)
-      for (auto &cs : chunks_) cs.model->gradStats(v[0], v[1]);
+    if (replica_ == 0) gradStats(v[0], v[1]);
     control_.allreduceSumWorld(v, 2);
     const double norm = std::sqrt(v[0]);
     if (v[1] > 0)
@@ -537,9 +628,9 @@ void Executor::execute(const Instr &in, int64_t it) {
     // ZB-H2: update now, keep the pre-step weights until VALIDATE/ROLLBACK
     // decide; the gradients stay until then (a clipped redo needs them).
     finishGradients();
+    reduceTied();
     double v[2] = {0, 0};
-    if (replica_ == 0)
-      for (auto &cs : chunks_) cs.model->gradStats(v[0], v[1]);
+    if (replica_ == 0) gradStats(v[0], v[1]);
     validatedSumSq_ = v[0], validatedNonFinite_ = v[1];
     preStep_.clear();
     for (auto &cs : chunks_) {

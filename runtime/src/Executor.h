@@ -86,6 +86,8 @@ private:
   int tagOf(int mb, bool grad, int vsDest) const;
   void allreduceGrads();
   double finishGradients(); // scale by 1/count; returns the number of micro-batches
+  void reduceTied();        // sum tied parameters' gradients over their holders
+  void gradStats(double &sumSq, double &nonFinite); // replica 0's share of the global norm
   void clipForSyncStep();
   void step();
   void endIteration(int64_t it, double seconds);
@@ -109,6 +111,16 @@ private:
   std::unique_ptr<io::DataSource> data_;
   std::vector<std::vector<int>> dataFieldIndex_; // per chunk: data-source field of each desc.data
   int64_t startIteration_ = 0;
+
+  // Tied parameters this rank holds (runtime.tied): per entry of plan.tied
+  // with a holder chunk here, its communicator group and the (chunk, param
+  // index) of each copy on this rank (two with ZB-V placement).
+  struct TiedHolding {
+    int tied = 0, group = -1;
+    std::vector<std::pair<int, int>> copies;
+  };
+  std::vector<TiedHolding> tied_;
+  std::vector<std::vector<bool>> normSkip_; // per chunk: tied copies the norm counts at another holder
 
   // Gradient bookkeeping between steps.
   double mbSinceStep_ = 0, reducedCount_ = -1;

@@ -35,6 +35,7 @@ MpiControl::MpiControl() {
 }
 MpiControl::~MpiControl() {
   if (stage_ != MPI_COMM_NULL) MPI_Comm_free(&stage_);
+  for (MPI_Comm &c : groups_) MPI_Comm_free(&c);
 }
 void MpiControl::barrier() { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 void MpiControl::allreduceSumWorld(double *v, int n) {
@@ -86,6 +87,18 @@ std::vector<std::string> MpiControl::allgatherStrings(const std::string &mine) {
 void MpiControl::splitStage(int color) {
   check(MPI_Comm_split(MPI_COMM_WORLD, color, rank_, &stage_), "MPI_Comm_split");
   MPI_Comm_set_errhandler(stage_, MPI_ERRORS_RETURN);
+}
+int MpiControl::splitGroup(bool member) {
+  MPI_Comm c = MPI_COMM_NULL;
+  check(MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, rank_, &c), "MPI_Comm_split (group)");
+  if (!member) return -1;
+  MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+  groups_.push_back(c);
+  return (int)groups_.size() - 1;
+}
+MPI_Comm MpiControl::groupComm(int group) const {
+  if (group < 0 || group >= (int)groups_.size()) throw Error("internal: unknown communicator group");
+  return groups_[group];
 }
 void MpiControl::abort(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);
@@ -142,4 +155,19 @@ void MpiTransport::allreduceSumStage(void *buf, size_t count, pipec_dtype dtype)
         "MPI_Allreduce (gradients)");
 }
 
+} // namespace pipec::rt
+
+namespace pipec::rt {
+void MpiTransport::allreduceSumGroup(int group, void *buf, size_t count, pipec_dtype dtype) {
+  // Reduce to the group's first rank, then broadcast: MPI_Allreduce may sum
+  // in a different order on different ranks, and tied copies must stay
+  // bitwise equal.
+  if (count > (size_t)INT_MAX) throw Error("all-reduce of more than INT_MAX elements");
+  const MPI_Comm comm = control_.groupComm(group);
+  int me = 0;
+  MPI_Comm_rank(comm, &me);
+  check(MPI_Reduce(me == 0 ? MPI_IN_PLACE : buf, me == 0 ? buf : nullptr, (int)count, mpiType(dtype), MPI_SUM, 0, comm),
+        "MPI_Reduce (tied gradients)");
+  check(MPI_Bcast(buf, (int)count, mpiType(dtype), 0, comm), "MPI_Bcast (tied gradients)");
+}
 } // namespace pipec::rt

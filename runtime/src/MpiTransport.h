@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <unordered_map>
+#include <vector>
 
 namespace pipec::rt {
 
@@ -23,12 +24,15 @@ public:
   std::vector<std::string> gatherToRoot(const std::string &mine) override;
   std::vector<std::string> allgatherStrings(const std::string &mine) override;
   void splitStage(int color) override;
+  int splitGroup(bool member) override;
   [[noreturn]] void abort(int code) override;
   MPI_Comm stageComm() const { return stage_; }
+  MPI_Comm groupComm(int group) const;
 
 private:
   int rank_ = 0, size_ = 1;
   MPI_Comm stage_ = MPI_COMM_NULL;
+  std::vector<MPI_Comm> groups_; // splitGroup, by handle
 };
 
 class MpiTransport : public Transport {
@@ -41,6 +45,7 @@ public:
   Request irecv(void *buf, size_t bytes, int peer, int tag) override;
   void wait(Request r) override;
   void allreduceSumStage(void *buf, size_t count, pipec_dtype dtype) override;
+  void allreduceSumGroup(int group, void *buf, size_t count, pipec_dtype dtype) override;
 
 private:
   Request add(MPI_Request r);

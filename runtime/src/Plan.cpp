@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -156,6 +157,27 @@ Plan loadPlan(const std::string &dirIn) {
   p.optimizer.beta2 = R.opt<float>(opt, "beta2", ow, 0.999f);
   p.optimizer.epsilon = R.opt<float>(opt, "epsilon", ow, 1e-8f);
   p.optimizer.maxGradNorm = R.opt<float>(opt, "max_grad_norm", ow, 0.0f);
+
+  // Tied parameters: [{"name": "wte.weight", "stages": [0, 3]}, ...]
+  const json tied = rt.contains("tied") && !rt.at("tied").is_null() ? rt.at("tied") : json::array();
+  if (!tied.is_array()) throw Error(p.planPath + ": runtime.tied must be an array");
+  for (size_t i = 0; i < tied.size(); ++i) {
+    const std::string where = "runtime.tied[" + std::to_string(i) + "]";
+    TiedParam t;
+    t.name = R.get<std::string>(tied[i], "name", where);
+    t.stages = R.get<std::vector<int>>(tied[i], "stages", where);
+    if (t.name.empty()) throw Error(p.planPath + ": " + where + ".name is empty");
+    std::sort(t.stages.begin(), t.stages.end());
+    if (t.stages.size() < 2 || std::adjacent_find(t.stages.begin(), t.stages.end()) != t.stages.end())
+      throw Error(p.planPath + ": " + where + ".stages must list at least two different stages");
+    for (int s : t.stages)
+      if (s < 0 || s >= V)
+        throw Error(p.planPath + ": " + where + ".stages: stage " + std::to_string(s) + " is not a virtual stage (0.." +
+                    std::to_string(V - 1) + ")");
+    for (const TiedParam &o : p.tied)
+      if (o.name == t.name) throw Error(p.planPath + ": " + where + ": parameter " + t.name + " is listed twice");
+    p.tied.push_back(t);
+  }
 
   const json data = rt.contains("data") ? rt.at("data") : json();
   p.syntheticSamples = R.opt<uint64_t>(data, "synthetic_samples", "runtime.data",

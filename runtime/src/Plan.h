@@ -26,6 +26,13 @@ struct VirtualStage {
   std::string library, weights; // absolute paths
 };
 
+// A parameter held by several virtual stages (a tied embedding): their
+// partial gradients are summed over all ranks of all holders before STEP.
+struct TiedParam {
+  std::string name;        // ONNX name, as in the holders' stage descriptors
+  std::vector<int> stages; // holder virtual-stage ids, ascending, >= 2 of them
+};
+
 struct OptimizerConfig {
   std::string name = "sgd"; // sgd | adamw
   float lr = 0.01f, weightDecay = 0.0f, momentum = 0.0f;
@@ -48,6 +55,7 @@ struct Plan {
   OptimizerConfig optimizer;
   std::vector<io::FieldSpec> dataFields;
   uint64_t syntheticSamples = 0;
+  std::vector<TiedParam> tied; // runtime.tied (optional)
 
   int numRanks() const;
   int replicasOf(int stage) const { return (int)ranks[stage].size(); }

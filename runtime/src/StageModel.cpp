@@ -232,10 +232,12 @@ void StageModel::restore(const WeightSnapshot &s) {
   steps = s.steps;
 }
 
-template <class F> static void forEachGrad(StageModel &m, Buffer &grads, const Layout &l, F f) {
+template <class F>
+static void forEachGrad(StageModel &m, Buffer &grads, const Layout &l, F f, const std::vector<bool> *skip = nullptr) {
   const pipec_stage_desc &d = m.desc();
   for (int i = 0; i < d.num_params; ++i) {
     if (d.params[i].role != PIPEC_TRAINED) continue;
+    if (skip && i < (int)skip->size() && (*skip)[i]) continue;
     const size_t n = l.bytes[i] / io::dtypeSize(d.params[i].tensor.dtype);
     char *p = grads.data() + l.offsets[i];
     if (d.params[i].tensor.dtype == PIPEC_F32)
@@ -245,13 +247,23 @@ template <class F> static void forEachGrad(StageModel &m, Buffer &grads, const L
   }
 }
 
-void StageModel::gradStats(double &sumSq, double &nonFinite) {
-  forEachGrad(*this, grads_, paramLayout_, [&](auto &g) {
-    if (!std::isfinite((double)g))
-      nonFinite += 1;
-    else
-      sumSq += (double)g * (double)g;
-  });
+int StageModel::paramIndex(const std::string &name) const {
+  const pipec_stage_desc &d = desc();
+  for (int i = 0; i < d.num_params; ++i)
+    if (name == d.params[i].tensor.name) return i;
+  return -1;
+}
+
+void StageModel::gradStats(double &sumSq, double &nonFinite, const std::vector<bool> *skip) {
+  forEachGrad(
+      *this, grads_, paramLayout_,
+      [&](auto &g) {
+        if (!std::isfinite((double)g))
+          nonFinite += 1;
+        else
+          sumSq += (double)g * (double)g;
+      },
+      skip);
 }
 
 void StageModel::scaleGrads(double factor) {

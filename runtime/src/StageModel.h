@@ -109,8 +109,12 @@ public:
   WeightSnapshot snapshot() const;
   void restore(const WeightSnapshot &s);
 
-  // Sum of squares and non-finite count of the gradients of trained params (f32/f64).
-  void gradStats(double &sumSq, double &nonFinite);
+  // Index of the parameter named `name` in desc().params, -1 if none.
+  int paramIndex(const std::string &name) const;
+  // Sum of squares and non-finite count of the gradients of trained params
+  // (f32/f64); params with skip[i] set are left out (tied copies counted by
+  // another stage).
+  void gradStats(double &sumSq, double &nonFinite, const std::vector<bool> *skip = nullptr);
   void scaleGrads(double factor);
   // pipec_stage_step with the plan's hyper-parameters on the current
   // gradients; increments `steps`.

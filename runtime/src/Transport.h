@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ public:
   virtual std::vector<std::string> allgatherStrings(const std::string &mine) = 0;
   // Form the stage sub-communicator (same `color` = same stage).
   virtual void splitStage(int color) = 0;
+  // Form a sub-communicator of the ranks passing member = true. Collective
+  // over all ranks, called in the same order everywhere (a rank may belong
+  // to several groups). Returns the group's handle on members, -1 elsewhere.
+  virtual int splitGroup(bool member) = 0;
   [[noreturn]] virtual void abort(int code) = 0;
 };
 
@@ -50,6 +55,12 @@ public:
   virtual void wait(Request r) = 0;
   // In-place sum over the replicas of this rank's stage (Control::splitStage first).
   virtual void allreduceSumStage(void *buf, size_t count, pipec_dtype dtype) = 0;
+  // In-place sum over a group of Control::splitGroup (tied parameters); every
+  // member gets the bitwise same result, so tied copies stay equal.
+  virtual void allreduceSumGroup(int group, void *buf, size_t count, pipec_dtype dtype) {
+    (void)group, (void)buf, (void)count, (void)dtype;
+    throw std::runtime_error(std::string("the ") + name() + " transport does not support tied parameters yet");
+  }
 };
 
 } // namespace pipec::rt

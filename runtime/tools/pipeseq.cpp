@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -121,18 +122,53 @@ struct Runner {
     std::memcpy(dst.data() + 64, src.data() + 64, src.size() - 64);
   }
 
+  // Tied parameters (runtime.tied): the single model's gradient is the sum
+  // of every holder's partial gradient; each holder then steps its copy.
+  // Returns, per model, the tied copies the global norm must not count again.
+  std::vector<std::vector<bool>> sumTied(const std::vector<StageModel *> &models) {
+    std::vector<std::vector<bool>> skip;
+    for (StageModel *m : models) skip.emplace_back(m->desc().num_params, false);
+    for (const TiedParam &tp : plan.tied) {
+      std::vector<std::pair<StageModel *, int>> holders;
+      for (size_t k = 0; k < models.size(); ++k)
+        if (std::find(tp.stages.begin(), tp.stages.end(), models[k]->vstage().id) != tp.stages.end()) {
+          const int i = models[k]->paramIndex(tp.name);
+          if (i < 0) throw Error(models[k]->vstage().library + ": runtime.tied lists stage " +
+                                 std::to_string(models[k]->vstage().id) + " as a holder of " + tp.name +
+                                 ", but the stage library has no parameter of that name");
+          const pipec_tensor_desc &td = models[k]->desc().params[i].tensor;
+          if (td.dtype != PIPEC_F32) throw Error("pipeseq: tied parameter " + tp.name + " must be f32");
+          if (!holders.empty()) {
+            const pipec_tensor_desc &t0 = holders[0].first->desc().params[holders[0].second].tensor;
+            if (shapeOf(td) != shapeOf(t0)) throw Error("pipeseq: runtime.tied: " + tp.name + " has different shapes");
+            skip[k][i] = true;
+          }
+          holders.push_back({models[k], i});
+        }
+      auto ptr = [](std::pair<StageModel *, int> h) {
+        return (float *)(h.first->grads().data() + h.first->paramLayout().offsets[h.second]);
+      };
+      const size_t n = holders[0].first->paramLayout().bytes[holders[0].second] / 4;
+      float *g0 = ptr(holders[0]);
+      for (size_t j = 1; j < holders.size(); ++j)
+        for (size_t e = 0; e < n; ++e) g0[e] += ptr(holders[j])[e];
+      for (size_t j = 1; j < holders.size(); ++j) std::memcpy(ptr(holders[j]), g0, n * 4);
+    }
+    return skip;
+  }
+
   void step(std::vector<StageModel *> models, double count) {
     bool skip = false;
+    for (StageModel *m : models) m->scaleGrads(1.0 / count);
+    const auto noNorm = sumTied(models);
     if (plan.optimizer.maxGradNorm > 0) {
       double sumSq = 0, nonFinite = 0;
-      for (StageModel *m : models) m->scaleGrads(1.0 / count), m->gradStats(sumSq, nonFinite);
+      for (size_t k = 0; k < models.size(); ++k) models[k]->gradStats(sumSq, nonFinite, &noNorm[k]);
       const double norm = std::sqrt(sumSq);
       if (nonFinite > 0)
         skip = true;
       else if (norm > plan.optimizer.maxGradNorm)
         for (StageModel *m : models) m->scaleGrads(plan.optimizer.maxGradNorm / norm);
-    } else {
-      for (StageModel *m : models) m->scaleGrads(1.0 / count);
     }
     for (StageModel *m : models) {
       if (!skip) m->applyStep(plan.optimizer);
@@ -197,6 +233,7 @@ struct Runner {
   // ------------------------------------------------------------ asynchronous
   void runAsync() {
     if (plan.chunks != 1) throw Error("pipeseq: asynchronous plans have one chunk per rank");
+    if (!plan.tied.empty()) throw Error("pipeseq: tied parameters (runtime.tied) are not supported with asynchronous schedules");
     const int R = plan.numRanks();
     std::vector<RankStream> streams;
     std::vector<std::unique_ptr<StageModel>> models;

@@ -2,7 +2,8 @@
 """End-to-end: pipec compiles the example models into CPU stage libraries and
 piperun trains them as pipelines on 2-3 MPI ranks. Checks, after N steps:
 
-1. every synchronous schedule (GPipe, 1F1B, ZB-H1, ZB-H2) reaches the same weights as the
+1. every synchronous schedule (GPipe, 1F1B, interleaved 1F1B and ZB-V with
+   two chunks per rank, ZB-H1, ZB-H2) reaches the same weights as the
    1-rank run of the same generated code (dropout on: masks are keyed by
    (seed, step, micro-batch, op), so all runs drop the same elements), and
    PipeDream's 1F1B-RR on a plan whose first stage has two replicas (3 ranks)
@@ -166,9 +167,11 @@ def check(example, args, workdir, failures):
     single = compile_and_train(args.pipec, args.piperun, path, data,
                                os.path.join(workdir, f"{example}-1rank"), 1, ["--gpus", "1x1"])
     for schedule in args.schedules:
+        # Interleaved 1F1B and ZB-V run two model chunks (virtual stages) per rank.
+        extra = ["--chunks", "2"] if schedule == "interleaved" else []
         weights = compile_and_train(
             args.pipec, args.piperun, path, data, os.path.join(workdir, f"{example}-{schedule}"), 2,
-            ["--gpus", "1x2", "--stages", "2", "--no-replication", "--schedule", schedule])
+            ["--gpus", "1x2", "--stages", "2", "--no-replication", "--schedule", schedule] + extra)
         compare(f"{schedule} on 2 ranks vs 1 rank", weights, single, failures)
     # PipeDream's 1F1B-RR with a replicated first stage against the
     # single-process reference of its semantics (pipeseq, same plan). Tied
@@ -242,7 +245,8 @@ def main():
     parser.add_argument("--piperun", required=True)
     parser.add_argument("--pipeseq", required=True)
     parser.add_argument("--only", action="append")
-    parser.add_argument("--schedules", nargs="+", default=["gpipe", "1f1b", "zb-h1", "zb-h2"])
+    parser.add_argument("--schedules", nargs="+",
+                        default=["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"])
     args = parser.parse_args()
     failures = []
     with tempfile.TemporaryDirectory() as workdir:

@@ -100,6 +100,11 @@ int main(int argc, char **argv) {
                       cl::cat(category));
   cl::opt<uint64_t> seed("seed", cl::desc("Seed of dropout masks and synthetic data"),
                          cl::init(0), cl::cat(category));
+  cl::opt<int> chunks(
+      "chunks",
+      cl::desc("Model chunks per rank for --schedule interleaved (zb-v: 2); the model is "
+               "split into ranks x chunks virtual stages"),
+      cl::init(0), cl::cat(category));
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(static_cast<int>(remaining.size()), remaining.data(),
                               overview);
@@ -114,6 +119,7 @@ int main(int argc, char **argv) {
   options.profilePath = profile;
   options.dumpCostsPath = dumpCosts;
   options.scheduleName = scheduleName;
+  options.chunks = chunks;
   options.loss = loss;
   options.learningRate = learningRate;
   options.momentum = momentum;
