@@ -1,6 +1,7 @@
 // pipec-partition: PipeDream's DP on the costed graph, recorded as stage
 // attributes (the driver runs the same partition and also writes plan.json).
 #include "passes/Passes.h"
+#include "passes/Analysis/GradientRoles.h"
 
 #include "compiler/Partition/CostTable.h"
 #include "compiler/Partition/Error.h"
@@ -8,6 +9,7 @@
 #include "compiler/Partition/Topology.h"
 #include "dialects/nn/NNDialect.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
 
@@ -46,6 +48,26 @@ void annotateStages(ModuleOp module, const partition::CostTable &table,
     auto it = stageOfOp.find(cost.getAs<StringAttr>("name").getValue());
     if (it != stageOfOp.end())
       op->setAttr("pipe.stage", builder.getI64IntegerAttr(it->second));
+  });
+  // Values computed from parameters only (a transposed weight) are computed
+  // in the stage that uses them: their gradients are weight gradients, which
+  // stay in the stage that owns the weight (docs/stages.md).
+  module.walk([&](mlir::func::FuncOp function) {
+    GradientRoles roles(function);
+    SmallVector<Operation *> ops;
+    function.walk([&](Operation *op) { ops.push_back(op); });
+    for (Operation *op : llvm::reverse(ops)) {
+      auto stage = op->getAttrOfType<IntegerAttr>("pipe.stage");
+      if (!stage || op->getNumResults() == 0 ||
+          !llvm::all_of(op->getResults(), [&](Value v) { return roles.isWeightGradient(v); }))
+        continue;
+      int64_t first = std::numeric_limits<int64_t>::max();
+      for (Operation *user : op->getUsers())
+        if (auto userStage = user->getAttrOfType<IntegerAttr>("pipe.stage"))
+          first = std::min(first, userStage.getInt());
+      if (first != std::numeric_limits<int64_t>::max() && first > stage.getInt())
+        op->setAttr("pipe.stage", builder.getI64IntegerAttr(first));
+    }
   });
 }
 
