@@ -181,6 +181,14 @@ def check(example, args, workdir, failures):
             ["--gpus", "1x2", "--stages", "2", "--no-replication", "--schedule", schedule] + extra +
             optimizer)
         compare(f"{schedule} on 2 ranks vs 1 rank", weights, single, failures)
+    # Four stages: gradients crossing several boundaries (the GPT's residual
+    # stream and layer-norm pieces) and a weight-derived value moved to the
+    # stage that uses it.
+    weights = compile_and_train(
+        args.pipec, args.piperun, path, data, os.path.join(workdir, f"{example}-4stages"), 4,
+        ["--gpus", "1x4", "--stages", "4", "--no-replication"] + optimizer)
+    compare("1f1b on 4 ranks (4 stages) vs 1 rank", weights, single, failures)
+
     # PipeDream's 1F1B-RR with a replicated first stage against the
     # single-process reference of its semantics (pipeseq, same plan). Tied
     # weights across stages (the GPT's embedding) cannot be asynchronous.
