@@ -214,8 +214,13 @@ schedule::Problem scheduleProblem(const partition::CostTable &table,
     reorder(problem.activation);
     problem.replicas.assign(p, 1);
   }
-  if (result.recompute)
-    problem.recompute = {1};
+  if (!result.recomputedStages.empty()) {
+    // Per pipeline stage; with virtual stages, a rank recomputes all its
+    // chunks when any of them does.
+    problem.recompute.assign(problem.stages, 0);
+    for (int stage : result.recomputedStages)
+      problem.recompute[chunks > 1 ? stage % problem.stages : stage] = 1;
+  }
   if (result.asynchronous)
     problem.inFlight = result.inflightMicrobatches;
   return problem;

@@ -50,9 +50,10 @@ LogicalResult outlineStages(ModuleOp module, const CompileOptions &options,
   optimizerOptions.weightDecay = options.weightDecay;
   manager.addPass(passes::createOptimizer(optimizerOptions));
   manager.addPass(passes::createOutlineStages());
-  if (result.recompute) {
+  if (!result.recomputedStages.empty()) {
     passes::RecomputeOptions recomputeOptions;
-    recomputeOptions.mode = "all";
+    recomputeOptions.stages = SmallVector<int64_t>(result.recomputedStages.begin(),
+                                                   result.recomputedStages.end());
     manager.addPass(passes::createRecompute(recomputeOptions));
   }
   if (result.asynchronous) {

@@ -89,8 +89,13 @@ void parsePartitionFlags(std::vector<std::string> &args, PartitionCliOptions &o)
       noValue();
       o.options.asynchronous = true;
     } else if (arg == "--recompute") {
-      noValue();
-      o.options.recompute = true;
+      // Bare: every stage. With a value: none, all, or auto (only the stages
+      // that do not fit otherwise; decided by `pipec MODEL`).
+      std::string mode = inlineValue ? value : "all";
+      if (mode != "none" && mode != "all" && mode != "auto")
+        throw Error("--recompute: expected none, all or auto, got '" + mode + "'");
+      o.recomputeMode = mode;
+      o.options.recompute = mode == "all";
     } else if (arg == "--partition")
       o.partitionFile = takeValue();
     else if (arg == "--json") {
@@ -115,7 +120,9 @@ const char *partitionFlagsHelp() {
          "  --no-replication      a straight pipeline: no stage is replicated\n"
          "  --microbatches M      micro-batches per mini-batch (default 1)\n"
          "  --async               PipeDream 1F1B-RR: weight stashing, no flush\n"
-         "  --recompute           keep only stage inputs; recompute activations in backward\n"
+         "  --recompute[=MODE]    keep only stage inputs and recompute activations in the\n"
+         "                        backward: all (bare flag), none, or auto (the stages that\n"
+         "                        need it to fit the memory limit; pipec MODEL only)\n"
          "  --partition FILE      evaluate the stages of FILE (plan.json schema) instead of searching\n"
          "  --json                print the summary as JSON\n"
          "  --out DIR             write DIR/plan.json\n";
@@ -124,10 +131,37 @@ const char *partitionFlagsHelp() {
 PartitionResult runPartition(const CostTable &table, const PartitionCliOptions &o,
                              std::ostream &out) {
   Topology topo = o.topology();
-  PartitionResult result =
-      o.partitionFile.empty()
-          ? partition(table, topo, o.options)
-          : evaluatePartition(table, topo, o.options, readStageSpecsFile(o.partitionFile, table));
+  auto run = [&](const PartitionOptions &options) {
+    return o.partitionFile.empty()
+               ? partition(table, topo, options)
+               : evaluatePartition(table, topo, options,
+                                   readStageSpecsFile(o.partitionFile, table));
+  };
+  PartitionResult result;
+  if (o.recomputeMode == "auto") {
+    // Recompute only when nothing fits without it, and then only in the
+    // stages whose activations would not fit (the others keep theirs).
+    try {
+      result = run(o.options);
+    } catch (const Error &) {
+      PartitionOptions withRecompute = o.options;
+      withRecompute.recompute = true;
+      result = run(withRecompute);
+      PartitionOptions plain = o.options;
+      plain.recompute = false;
+      CostModel model(table, topo, plain);
+      for (size_t s = 0; s < result.stages.size(); ++s) {
+        const StagePlan &stage = result.stages[s];
+        if (model.memory(stage.firstOp, stage.lastOp, stage.inflight) > model.memoryLimit())
+          result.recomputedStages.push_back(static_cast<int>(s));
+      }
+    }
+  } else {
+    result = run(o.options);
+    if (result.recompute)
+      for (size_t s = 0; s < result.stages.size(); ++s)
+        result.recomputedStages.push_back(static_cast<int>(s));
+  }
   result.verify(table, topo);
   if (!o.outDir.empty())
     writePlanFile(planToJson(table, topo, result), o.outDir);
@@ -135,6 +169,16 @@ PartitionResult runPartition(const CostTable &table, const PartitionCliOptions &
     out << summaryToJson(table, result).dump(2) << "\n";
   else
     printPlanTable(out, table, topo, result);
+  if (o.recomputeMode == "auto" && !o.json) {
+    out << "recompute (auto): ";
+    if (result.recomputedStages.empty())
+      out << "no stage needs it\n";
+    for (size_t i = 0; i < result.recomputedStages.size(); ++i)
+      out << (i ? ", " : "stages ") << result.recomputedStages[i]
+          << (i + 1 == result.recomputedStages.size()
+                  ? " (the table's memory assumes recompute in every stage)\n"
+                  : "");
+  }
   return result;
 }
 

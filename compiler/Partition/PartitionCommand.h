@@ -21,6 +21,7 @@ struct PartitionCliOptions {
   bool json = false;         ///< --json
   std::string outDir;        ///< --out DIR
   PartitionOptions options;  ///< --stages --no-replication --memory-limit --microbatches --async --recompute
+  std::string recomputeMode = "none"; ///< --recompute[=none|all|auto]
 
   /// The topology the flags describe (exactly one of --gpus and --cluster).
   Topology topology() const;

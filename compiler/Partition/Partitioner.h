@@ -68,6 +68,9 @@ struct PartitionResult {
   int64_t memoryLimitBytes = -1;     ///< -1: unlimited
   int microbatches = 1;
   bool asynchronous = false, recompute = false;
+  /// Stages that recompute their activations (all with --recompute, the ones
+  /// that need it to fit with --recompute=auto; empty without).
+  std::vector<int> recomputedStages;
   double timePerMicrobatch = 0;      ///< PipeDream's objective: the slowest stage or link
   double timePerMinibatch = 0;
   double throughput = 0;             ///< micro-batches per second
