@@ -327,7 +327,9 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
     }
     std::ostringstream report;
     result = partition::runPartition(*table, partitionOptions, report);
-    generated = schedule::generate(name, scheduleProblem(*table, result, chunks, vPlacement));
+    schedule::Problem problem = scheduleProblem(*table, result, chunks, vPlacement);
+    problem.verticalSync = options.verticalSync && result.asynchronous;
+    generated = schedule::generate(name, problem);
     if (chunks > 1) {
       report << "virtual stages: " << chunks << " chunks on each of " << pipelineStages
              << " ranks (" << (vPlacement ? "V placement: rank r runs stages r and "

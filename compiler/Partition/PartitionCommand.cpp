@@ -90,7 +90,7 @@ void parsePartitionFlags(std::vector<std::string> &args, PartitionCliOptions &o)
       o.options.asynchronous = true;
     } else if (arg == "--recompute") {
       // Bare: every stage. With a value: none, all, or auto (only the stages
-      // that do not fit otherwise; decided by `pipec MODEL`).
+      // that do not fit otherwise; decided in runPartition).
       std::string mode = inlineValue ? value : "all";
       if (mode != "none" && mode != "all" && mode != "auto")
         throw Error("--recompute: expected none, all or auto, got '" + mode + "'");
@@ -121,8 +121,8 @@ const char *partitionFlagsHelp() {
          "  --microbatches M      micro-batches per mini-batch (default 1)\n"
          "  --async               PipeDream 1F1B-RR: weight stashing, no flush\n"
          "  --recompute[=MODE]    keep only stage inputs and recompute activations in the\n"
-         "                        backward: all (bare flag), none, or auto (the stages that\n"
-         "                        need it to fit the memory limit; pipec MODEL only)\n"
+         "                        backward: all (bare flag), none, or auto (only the stages\n"
+         "                        that need it to fit the memory limit)\n"
          "  --partition FILE      evaluate the stages of FILE (plan.json schema) instead of searching\n"
          "  --json                print the summary as JSON\n"
          "  --out DIR             write DIR/plan.json\n";

@@ -208,6 +208,19 @@ def check(example, args, workdir, failures):
     # micro-batches it saw (docs/runtime.md), which the sequential run merges.
     compare("1f1b-rr, first stage replicated twice (3 ranks) vs its sequential reference",
             weights, sequential, failures, only=dict(model.named_parameters()))
+    # PipeDream's vertical sync: every stage uses the version a micro-batch
+    # entered stage 0 with.
+    job = os.path.join(workdir, f"{example}-vsync")
+    weights = compile_and_train(args.pipec, args.piperun, path, data, job, 2,
+                                ["--gpus", "1x2", "--stages", "2", "--no-replication", "--async",
+                                 "--vertical-sync"])
+    run([args.pipeseq, job, "--iters", str(STEPS), "--data", data, "--export-weights",
+         os.path.join(job, "sequential")])
+    sequential = {}
+    for name in sorted(os.listdir(os.path.join(job, "sequential"))):
+        sequential.update(read_tensor_file(os.path.join(job, "sequential", name)))
+    compare("1f1b-rr with vertical sync (2 ranks) vs its sequential reference", weights,
+            sequential, failures, only=dict(model.named_parameters()))
     torch_check(example, args, workdir, inputs, labels, data, failures)
 
 
