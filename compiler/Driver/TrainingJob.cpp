@@ -181,7 +181,6 @@ LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
         tensors.push_back(std::move(tensor));
       }
     });
-    stage.walk([&](pipe::RestoreOp restore) { (void)restore; });
     fs::path weights = directory / "weights" / (stem + ".bin");
     try {
       io::writeTensorFile(weights.string(), tensors);

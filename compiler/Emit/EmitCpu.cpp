@@ -129,7 +129,8 @@ private:
   pipe::StageOp stage;
   int numStages;
   raw_ostream &os;
-  std::string body; // the function being emitted
+  std::string body;      // the function being emitted
+  std::string functions; // the functions emitted so far, written after the tables
   llvm::raw_string_ostream out{body};
   llvm::DenseMap<Value, std::string> names;
   int counter = 0;
@@ -824,7 +825,7 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
     }
   }
   out << "}\n\n";
-  os << body;
+  functions += body;
   return success();
 }
 
@@ -849,38 +850,20 @@ LogicalResult StageEmitter::run() {
 
   // Functions are generated first (they collect the constant tables), then
   // written after the tables they use.
-  std::string code;
-  llvm::raw_string_ostream codeStream(code);
   for (auto [name, cName] : {std::pair<StringRef, StringRef>{"fwd", "forward"},
                              {"bwd_input", "backwardInput"},
                              {"bwd_weight", "backwardWeight"},
                              {"step", "step"}}) {
     func::FuncOp f = function(name);
     if (!f) {
-      codeStream << "void " << cName << "(const "
-                 << (name == "step" ? "pipec_optimizer_call *" : "pipec_call *") << ") {}\n\n";
+      functions += ("void " + cName + "(const " +
+                    (name == "step" ? "pipec_optimizer_call *" : "pipec_call *") + ") {}\n\n")
+                       .str();
       continue;
     }
-    std::string functionCode;
-    llvm::raw_string_ostream functionOut(functionCode);
-    StageEmitter nested(stage, numStages, functionOut);
-    nested.params = params;
-    nested.data = data;
-    nested.inputs = inputs;
-    nested.outputs = outputs;
-    nested.inputIndex = inputIndex;
-    nested.outputIndex = outputIndex;
-    nested.gradOutputIndex = gradOutputIndex;
-    nested.gradInputIndex = gradInputIndex;
-    nested.savedOffsets = savedOffsets;
-    nested.statePerParam = statePerParam;
-    nested.counter = counter;
-    nested.phase = name == "bwd_input" ? 1 : name == "bwd_weight" ? 2 : 0;
-    if (failed(nested.emitFunction(f, cName, name == "step")))
+    phase = name == "bwd_input" ? 1 : name == "bwd_weight" ? 2 : 0;
+    if (failed(emitFunction(f, cName, name == "step")))
       return failure();
-    counter = nested.counter;
-    constants += nested.constants;
-    codeStream << functionCode;
   }
   os << constants << "\n";
 
@@ -916,7 +899,7 @@ LogicalResult StageEmitter::run() {
      << data.size() << ", dataFields, " << inputs.size() << ", inputTensors, " << outputs.size()
      << ", outputTensors, " << (computesLoss ? 1 : 0) << ", " << workspaceBytes << ", "
      << optimizer << ", " << statePerParam << "};\n\n";
-  os << code;
+  os << functions;
   os << "template <class F> int guarded(F &&body) {\n"
      << "  try {\n    body();\n    return 0;\n  } catch (const std::exception &error) {\n"
      << "    lastError = error.what();\n    return 1;\n  }\n}\n\n} // namespace\n\n"

@@ -64,19 +64,15 @@ int64_t broadcastOffset(const std::vector<int64_t> &index, const std::vector<int
   return offset;
 }
 
+/// The importer's numpy broadcast, reporting failures as evaluator errors.
 std::vector<int64_t> broadcastTwo(const std::vector<int64_t> &lhs,
                                   const std::vector<int64_t> &rhs) {
-  size_t rank = std::max(lhs.size(), rhs.size());
-  std::vector<int64_t> result(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    int64_t l = i < rank - lhs.size() ? 1 : lhs[i - (rank - lhs.size())];
-    int64_t r = i < rank - rhs.size() ? 1 : rhs[i - (rank - rhs.size())];
-    if (l != r && l != 1 && r != 1)
-      throw EvalError("shapes " + shapeToString(lhs) + " and " + shapeToString(rhs) +
-                      " do not broadcast");
-    result[i] = l == 1 ? r : l;
+  try {
+    return import::broadcastShape(lhs, rhs);
+  } catch (const import::FoldError &) {
+    throw EvalError("shapes " + shapeToString(lhs) + " and " + shapeToString(rhs) +
+                    " do not broadcast");
   }
-  return result;
 }
 
 double get(const Tensor &tensor, int64_t index) { return tensor.asDouble(index); }
@@ -789,10 +785,10 @@ Tensor softmax(const Tensor &input, int64_t axis) {
   return finish(std::move(out));
 }
 
-SoftmaxCrossEntropyResults softmaxCrossEntropyLoss(const Tensor &scores, const Tensor &labels,
-                                                   const Tensor *weights,
-                                                   const std::string &reduction,
-                                                   std::optional<int64_t> ignoreIndex) {
+/// The operand checks softmax_cross_entropy_loss and its gradient share;
+/// returns the labels' shape (N, d1, ...).
+std::vector<int64_t> checkLossOperands(const Tensor &scores, const Tensor &labels,
+                                       const Tensor *weights, const std::string &reduction) {
   requireFloating(scores, "the scores");
   requireRank(scores, 2, "the scores (N, C, ...)");
   if (isFloating(labels.kind))
@@ -807,6 +803,15 @@ SoftmaxCrossEntropyResults softmaxCrossEntropyLoss(const Tensor &scores, const T
     throw EvalError("weights must have shape [" + std::to_string(classes) + "]");
   if (reduction != "mean" && reduction != "sum" && reduction != "none")
     throw EvalError("reduction must be mean, sum or none, got " + reduction);
+  return labelShape;
+}
+
+SoftmaxCrossEntropyResults softmaxCrossEntropyLoss(const Tensor &scores, const Tensor &labels,
+                                                   const Tensor *weights,
+                                                   const std::string &reduction,
+                                                   std::optional<int64_t> ignoreIndex) {
+  std::vector<int64_t> labelShape = checkLossOperands(scores, labels, weights, reduction);
+  int64_t classes = scores.shape[1];
 
   std::vector<double> logProb = logSoftmax(scores, 1);
   AxisView view = viewAround(scores.shape, 1); // outer = N, inner = d1*d2*...
@@ -1517,21 +1522,9 @@ Tensor softmaxCrossEntropyLossGrad(const Tensor &dloss, const Tensor &scores,
                                    const Tensor &labels, const Tensor *weights,
                                    const std::string &reduction,
                                    std::optional<int64_t> ignoreIndex) {
-  requireFloating(scores, "the scores");
-  requireFloating(dloss, "dloss");
-  requireRank(scores, 2, "the scores (N, C, ...)");
-  if (isFloating(labels.kind))
-    throw EvalError("labels must be integers");
+  std::vector<int64_t> labelShape = checkLossOperands(scores, labels, weights, reduction);
   int64_t classes = scores.shape[1];
-  std::vector<int64_t> labelShape{scores.shape[0]};
-  labelShape.insert(labelShape.end(), scores.shape.begin() + 2, scores.shape.end());
-  if (labels.shape != labelShape)
-    throw EvalError("labels must have shape " + shapeToString(labelShape) + ", got " +
-                    shapeToString(labels.shape));
-  if (weights && weights->shape != std::vector<int64_t>{classes})
-    throw EvalError("weights must have shape [" + std::to_string(classes) + "]");
-  if (reduction != "mean" && reduction != "sum" && reduction != "none")
-    throw EvalError("reduction must be mean, sum or none, got " + reduction);
+  requireFloating(dloss, "dloss");
   std::vector<int64_t> lossShape = reduction == "none" ? labelShape : std::vector<int64_t>{};
   if (dloss.shape != lossShape)
     throw EvalError("dloss must have the loss's shape " + shapeToString(lossShape) + ", got " +
