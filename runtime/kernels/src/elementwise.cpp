@@ -10,24 +10,7 @@ namespace pipec::kernels {
 
 using namespace detail;
 
-std::string Dims::str() const {
-  std::string s = "[";
-  for (int i = 0; i < size; ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
-}
 
-Shape broadcastShape(const Shape &a, const Shape &b) {
-  Shape out;
-  int rank = std::max(a.size, b.size);
-  if (rank > kMaxRank) fail("broadcast", "rank above " + std::to_string(kMaxRank));
-  for (int i = 0; i < rank; ++i) {
-    int64_t l = i < rank - a.size ? 1 : a.v[i - (rank - a.size)];
-    int64_t r = i < rank - b.size ? 1 : b.v[i - (rank - b.size)];
-    if (l != r && l != 1 && r != 1) fail("broadcast", "shapes " + a.str() + " and " + b.str() + " do not broadcast");
-    out.push(l == 1 ? r : l);
-  }
-  return out;
-}
 
 namespace {
 
@@ -143,16 +126,6 @@ void unary(Unary op, const float *x, int64_t n, float *y) {
   }
 }
 
-Unary unaryKind(const std::string &kind) {
-  if (kind == "relu") return Unary::Relu;
-  if (kind == "tanh") return Unary::Tanh;
-  if (kind == "sigmoid") return Unary::Sigmoid;
-  if (kind == "erf") return Unary::Erf;
-  if (kind == "sqrt") return Unary::Sqrt;
-  if (kind == "gelu") return Unary::Gelu;
-  if (kind == "gelu_tanh") return Unary::GeluTanh;
-  fail("nn.unary_grad", "unknown kind '" + kind + "' (relu, tanh, sigmoid, erf, sqrt, gelu, gelu_tanh)");
-}
 
 void unaryGrad(Unary op, const float *dy, const float *x, const float *y, int64_t n, float *dx) {
   const bool needsX = op == Unary::Relu || op == Unary::Erf || op == Unary::Gelu || op == Unary::GeluTanh;
@@ -193,13 +166,6 @@ void unaryGrad(Unary op, const float *dy, const float *x, const float *y, int64_
   }
 }
 
-BinaryGrad binaryGradKind(const std::string &kind) {
-  if (kind == "sub_rhs") return BinaryGrad::SubRhs;
-  if (kind == "div_rhs") return BinaryGrad::DivRhs;
-  if (kind == "pow_lhs") return BinaryGrad::PowLhs;
-  if (kind == "pow_rhs") return BinaryGrad::PowRhs;
-  fail("nn.binary_grad", "unknown kind '" + kind + "' (sub_rhs, div_rhs, pow_lhs, pow_rhs)");
-}
 
 void binaryGrad(BinaryGrad op, const float *dy, const float *lhs, const Shape &ls, const float *rhs,
                 const Shape &rs, float *dx) {

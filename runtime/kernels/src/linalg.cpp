@@ -52,18 +52,6 @@ void gemm(const float *A, const float *B, const float *C, const Shape &cs, float
   sgemm(transA, transB, M, N, K, alpha, A, transA ? M : K, B, transB ? K : N, b, Y, N);
 }
 
-Shape matmulShape(const Shape &a, const Shape &b) {
-  if (a.size < 1 || b.size < 1) fail("nn.matmul", "operands need rank >= 1");
-  Shape ap = a, bp = b;
-  if (a.size == 1) ap = Shape{1, a.v[0]};
-  if (b.size == 1) bp = Shape{b.v[0], 1};
-  const int64_t m = ap.v[ap.size - 2], k = ap.v[ap.size - 1], kb = bp.v[bp.size - 2], n = bp.v[bp.size - 1];
-  if (k != kb) fail("nn.matmul", "inner dimensions differ for " + a.str() + " x " + b.str());
-  Shape out = broadcastShape(Shape(ap.v, ap.size - 2), Shape(bp.v, bp.size - 2));
-  if (a.size != 1) out.push(m);
-  if (b.size != 1) out.push(n);
-  return out;
-}
 
 void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, float *Y) {
   (void)matmulShape(as, bs); // checks
@@ -92,15 +80,6 @@ void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, fl
 // Convolution
 //===----------------------------------------------------------------------===//
 
-int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride, int64_t padBegin, int64_t padEnd,
-                         int64_t dilation, bool ceilMode) {
-  const int64_t effectiveKernel = (kernel - 1) * dilation + 1;
-  const int64_t span = input + padBegin + padEnd - effectiveKernel;
-  if (span < 0) return 0;
-  int64_t size = ceilMode ? (span + stride - 1) / stride + 1 : span / stride + 1;
-  if (ceilMode && (size - 1) * stride >= input + padBegin) --size;
-  return size;
-}
 
 namespace {
 /// The geometry of one convolution: per spatial axis input, output, kernel,

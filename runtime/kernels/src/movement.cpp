@@ -128,22 +128,6 @@ template <class T> void split(const T *x, const Shape &xs, int64_t axis, const D
   }
 }
 
-Shape sliceShape(const Shape &xs, const Dims &starts, const Dims &ends, const Dims &steps) {
-  const int r = xs.size;
-  if (starts.size != r || ends.size != r || steps.size != r)
-    fail("nn.slice", "starts, ends and steps need one entry per axis (" + std::to_string(r) + ")");
-  Shape out;
-  for (int a = 0; a < r; ++a) {
-    const int64_t dim = xs.v[a], start = starts.v[a], end = ends.v[a], step = steps.v[a];
-    if (step == 0) fail("nn.slice", "step 0 on axis " + std::to_string(a));
-    const bool valid = step > 0 ? (start >= 0 && start <= dim && end >= 0 && end <= dim)
-                                : (start >= -1 && start < dim && end >= -1 && end < dim);
-    if (!valid) fail("nn.slice", "bounds of axis " + std::to_string(a) + " are not normalized for size " + std::to_string(dim));
-    const int64_t size = step > 0 ? (end - start + step - 1) / step : (start - end - step - 1) / -step;
-    out.push(std::max<int64_t>(size, 0));
-  }
-  return out;
-}
 
 namespace {
 /// Calls f(outBase, inOffset, innerCount, innerStride) for runs of the

@@ -43,12 +43,6 @@ void softmaxGrad(const float *dy, const float *y, const Shape &s, int64_t axis, 
     }
 }
 
-Reduction reductionKind(const std::string &name) {
-  if (name == "none") return Reduction::None;
-  if (name == "sum") return Reduction::Sum;
-  if (name == "mean") return Reduction::Mean;
-  fail("nn.softmax_cross_entropy_loss", "reduction must be mean, sum or none, got " + name);
-}
 
 namespace {
 /// Per (n, d...) element: the log-sum-exp of its class scores.

@@ -25,78 +25,19 @@
 #ifndef PIPEC_CPU_KERNELS_H
 #define PIPEC_CPU_KERNELS_H
 
+#include "pipec/kernel_types.h"
+
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
 #include <optional>
-#include <stdexcept>
 #include <string>
 
 namespace pipec::kernels {
 
-constexpr int kMaxRank = 8;
-constexpr int kMaxDims = 2 * kMaxRank; // pads of a rank-8 pad op
-
-struct KernelError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-/// A short list of int64: a shape or an attribute array. Fixed capacity, no
-/// allocation; constructible from a brace list or a pointer and a count.
-struct Dims {
-  int32_t size = 0;
-  int64_t v[kMaxDims] = {};
-
-  Dims() = default;
-  Dims(std::initializer_list<int64_t> values) {
-    if (values.size() > (size_t)kMaxDims) throw KernelError("Dims: more than 16 entries");
-    for (int64_t x : values) v[size++] = x;
-  }
-  Dims(const int64_t *values, int count) {
-    if (count < 0 || count > kMaxDims) throw KernelError("Dims: bad entry count");
-    for (int i = 0; i < count; ++i) v[size++] = values[i];
-  }
-  int64_t operator[](int i) const { return v[i]; }
-  int64_t &operator[](int i) { return v[i]; }
-  int rank() const { return size; }
-  /// Product of the entries (1 for an empty list: a scalar has one element).
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int i = 0; i < size; ++i) n *= v[i];
-    return n;
-  }
-  void push(int64_t x) {
-    if (size >= kMaxDims) throw KernelError("Dims: more than 16 entries");
-    v[size++] = x;
-  }
-  bool operator==(const Dims &o) const {
-    if (size != o.size) return false;
-    for (int i = 0; i < size; ++i)
-      if (v[i] != o.v[i]) return false;
-    return true;
-  }
-  bool operator!=(const Dims &o) const { return !(*this == o); }
-  std::string str() const; // "[2,3]"
-};
-using Shape = Dims;
 
 /// Sets the number of OpenBLAS threads (piperun runs one rank per core: 1).
 /// A no-op when the library was built against another BLAS.
 void setBlasThreads(int threads);
-
-//===----------------------------------------------------------------------===//
-// Shape helpers (the same rules as the ops' result-type inference)
-//===----------------------------------------------------------------------===//
-
-/// numpy broadcast of two shapes; throws when they do not broadcast.
-Shape broadcastShape(const Shape &a, const Shape &b);
-/// numpy.matmul result shape (1-D operands promoted, the added axis removed).
-Shape matmulShape(const Shape &a, const Shape &b);
-/// Output length of a sliding window along one axis (ONNX Conv and pools):
-/// floor or ceil of (input + pads - effective kernel) / stride, plus one; in
-/// ceil mode a last window starting in the end padding is dropped.
-int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride, int64_t padBegin,
-                         int64_t padEnd, int64_t dilation, bool ceilMode);
 /// nn.conv result shape for input [N, C, d...] and weight [F, C/group, k...].
 Shape convOutputShape(const Shape &x, const Shape &w, const Dims &strides, const Dims &pads,
                       const Dims &dilations);
@@ -107,8 +48,6 @@ Shape poolOutputShape(const Shape &x, const Dims &kernel, const Dims &strides, c
 //===----------------------------------------------------------------------===//
 // Element-wise
 //===----------------------------------------------------------------------===//
-
-enum class Binary { Add, Sub, Mul, Div, Pow };
 /// nn.add / nn.sub / nn.mul / nn.div / nn.pow: out = a op b with numpy
 /// broadcasting; `out` has broadcastShape(as, bs). Pow is std::pow.
 void binary(Binary op, const float *a, const Shape &as, const float *b, const Shape &bs, float *out);
@@ -138,14 +77,9 @@ void equal(const T *a, const Shape &as, const T *b, const Shape &bs, uint8_t *ou
 template <class T>
 void where(const uint8_t *cond, const Shape &cs, const T *x, const Shape &xs, const T *y,
            const Shape &ys, T *out);
-
-enum class Unary { Relu, Tanh, Sigmoid, Erf, Sqrt, Gelu, GeluTanh };
 /// nn.relu / nn.tanh / nn.sigmoid / nn.erf / nn.sqrt / nn.gelu (Gelu is
 /// approximate="none", GeluTanh approximate="tanh"). y may alias x.
 void unary(Unary op, const float *x, int64_t n, float *y);
-/// The Unary of a unary_grad `kind` string ("relu", ..., "gelu", "gelu_tanh").
-Unary unaryKind(const std::string &kind);
-
 /// nn.cast (ONNX Cast): float to integer truncates toward zero, saturating
 /// at the target's range (NaN becomes 0); anything to bool is "!= 0"; bool
 /// is uint8_t. Instantiated for every pair of float, double, int64_t,
@@ -246,42 +180,8 @@ void averagePoolGrad(const float *dy, float *dx, const Shape &xs, const Dims &ke
 void globalAveragePool(const float *x, const Shape &xs, float *y);
 
 //===----------------------------------------------------------------------===//
-// Dropout and its generator: exactly the evaluator's (compiler/Evaluator/
-// Kernels.cpp, docs/evaluator.md), so generated code and the reference drop
-// the same elements. Header-only so that generated code can inline it.
+// Dropout (masks from dropoutUniform, pipec/kernel_types.h)
 //===----------------------------------------------------------------------===//
-
-constexpr uint64_t kDropoutGamma = 0x9E3779B97F4A7C15ull;
-
-/// SplitMix64's finalizer (without the gamma increment).
-constexpr uint64_t dropoutMix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-/// The key of one dropout op's mask in one micro-batch of one step.
-constexpr uint64_t dropoutStreamKey(uint64_t seed, uint64_t step, uint64_t microBatch,
-                                    uint64_t opId) {
-  uint64_t key = dropoutMix64(seed + kDropoutGamma);
-  key = dropoutMix64(key ^ (step + kDropoutGamma));
-  key = dropoutMix64(key ^ (microBatch + kDropoutGamma));
-  return dropoutMix64(key ^ (opId + kDropoutGamma));
-}
-/// A uniform double in [0, 1): the top 53 bits of element `index` of the stream.
-constexpr double dropoutUniform(uint64_t streamKey, uint64_t index) {
-  return static_cast<double>(dropoutMix64(streamKey + (index + 1) * kDropoutGamma) >> 11) *
-         (1.0 / 9007199254740992.0);
-}
-/// The op part of the key when the op has no `seed` attribute: 64-bit
-/// FNV-1a of its name (the ONNX node name), as pipec::eval::dropoutOpId.
-constexpr uint64_t dropoutOpId(const char *name) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (; *name; ++name) {
-    hash ^= static_cast<unsigned char>(*name);
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
 
 /// nn.dropout: identity with an all-ones mask unless training with ratio >
 /// 0; then element i is kept when dropoutUniform(streamKey, i) >= ratio and
@@ -301,10 +201,6 @@ void dropoutGrad(const float *dy, const uint8_t *mask, int64_t n, float *dx, flo
 void softmax(const float *x, const Shape &xs, int64_t axis, float *y);
 /// nn.softmax_grad: dx = y * (dy - Σ dy·y) along `axis`.
 void softmaxGrad(const float *dy, const float *y, const Shape &s, int64_t axis, float *dx);
-
-enum class Reduction { None, Sum, Mean };
-/// "none" / "sum" / "mean".
-Reduction reductionKind(const std::string &name);
 
 /// nn.softmax_cross_entropy_loss: scores [N, C, d...], labels [N, d...],
 /// weights [C] or nullptr. Elements whose label equals ignoreIndex
@@ -358,10 +254,7 @@ void split(const T *x, const Shape &xs, int64_t axis, const Dims &sizes, T *cons
 /// negative step an end of -1 means "past the first element".
 template <class T>
 void slice(const T *x, const Shape &xs, const Dims &starts, const Dims &ends, const Dims &steps,
-           T *y);
-/// The shape nn.slice produces.
-Shape sliceShape(const Shape &xs, const Dims &starts, const Dims &ends, const Dims &steps);
-/// nn.slice_grad: dx (shape xs) = zeros with dy scattered at the slice.
+           T *y);/// nn.slice_grad: dx (shape xs) = zeros with dy scattered at the slice.
 void sliceGrad(const float *dy, float *dx, const Shape &xs, const Dims &starts, const Dims &ends,
                const Dims &steps);
 /// nn.pad, constant mode, non-negative pads (begin pads of every axis, then end pads).
@@ -379,10 +272,6 @@ template <class T> void expand(const T *x, const Shape &xs, T *y, const Shape &y
 /// forward input, y the forward result; each kind reads the one it needs
 /// (the other may be nullptr).
 void unaryGrad(Unary op, const float *dy, const float *x, const float *y, int64_t n, float *dx);
-
-enum class BinaryGrad { SubRhs, DivRhs, PowLhs, PowRhs };
-/// "sub_rhs" / "div_rhs" / "pow_lhs" / "pow_rhs".
-BinaryGrad binaryGradKind(const std::string &kind);
 /// nn.binary_grad: on the broadcast shape (dy's): SubRhs -dy, DivRhs
 /// -dy·lhs/rhs², PowLhs dy·rhs·lhs^(rhs-1), PowRhs dy·lhs^rhs·ln lhs.
 void binaryGrad(BinaryGrad op, const float *dy, const float *lhs, const Shape &ls,

@@ -1,0 +1,136 @@
+// The host-side vocabulary shared by pipec's kernel libraries (CPU:
+// pipec/cpu_kernels.h, CUDA: pipec/cuda_kernels.h) and the code generated
+// for them: shapes and attribute lists, the error type, op kinds, the shape
+// rules of the ops, and the dropout mask generator. Implemented in
+// runtime/kernels/src/shapes.cpp (library pipec_kernel_types).
+#ifndef PIPEC_KERNEL_TYPES_H
+#define PIPEC_KERNEL_TYPES_H
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+
+namespace pipec::kernels {
+
+constexpr int kMaxRank = 8;
+constexpr int kMaxDims = 2 * kMaxRank; // pads of a rank-8 pad op
+
+struct KernelError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// A short list of int64: a shape or an attribute array. Fixed capacity, no
+/// allocation; constructible from a brace list or a pointer and a count.
+struct Dims {
+  int32_t size = 0;
+  int64_t v[kMaxDims] = {};
+
+  Dims() = default;
+  Dims(std::initializer_list<int64_t> values) {
+    if (values.size() > (size_t)kMaxDims) throw KernelError("Dims: more than 16 entries");
+    for (int64_t x : values) v[size++] = x;
+  }
+  Dims(const int64_t *values, int count) {
+    if (count < 0 || count > kMaxDims) throw KernelError("Dims: bad entry count");
+    for (int i = 0; i < count; ++i) v[size++] = values[i];
+  }
+  int64_t operator[](int i) const { return v[i]; }
+  int64_t &operator[](int i) { return v[i]; }
+  int rank() const { return size; }
+  /// Product of the entries (1 for an empty list: a scalar has one element).
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < size; ++i) n *= v[i];
+    return n;
+  }
+  void push(int64_t x) {
+    if (size >= kMaxDims) throw KernelError("Dims: more than 16 entries");
+    v[size++] = x;
+  }
+  bool operator==(const Dims &o) const {
+    if (size != o.size) return false;
+    for (int i = 0; i < size; ++i)
+      if (v[i] != o.v[i]) return false;
+    return true;
+  }
+  bool operator!=(const Dims &o) const { return !(*this == o); }
+  std::string str() const; // "[2,3]"
+};
+using Shape = Dims;
+
+//===----------------------------------------------------------------------===//
+// Shape helpers (the same rules as the ops' result-type inference)
+//===----------------------------------------------------------------------===//
+
+/// numpy broadcast of two shapes; throws when they do not broadcast.
+Shape broadcastShape(const Shape &a, const Shape &b);
+/// numpy.matmul result shape (1-D operands promoted, the added axis removed).
+Shape matmulShape(const Shape &a, const Shape &b);
+/// Output length of a sliding window along one axis (ONNX Conv and pools):
+/// floor or ceil of (input + pads - effective kernel) / stride, plus one; in
+/// ceil mode a last window starting in the end padding is dropped.
+int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride, int64_t padBegin,
+                         int64_t padEnd, int64_t dilation, bool ceilMode);
+
+/// The element-wise binaries (nn.add, nn.sub, nn.mul, nn.div, nn.pow).
+enum class Binary { Add, Sub, Mul, Div, Pow };
+
+/// The element-wise unaries (Gelu: approximate="none"; GeluTanh: "tanh").
+enum class Unary { Relu, Tanh, Sigmoid, Erf, Sqrt, Gelu, GeluTanh };
+
+/// The Unary of a unary_grad `kind` string ("relu", ..., "gelu", "gelu_tanh").
+Unary unaryKind(const std::string &kind);
+
+enum class Reduction { None, Sum, Mean };
+/// "none" / "sum" / "mean".
+Reduction reductionKind(const std::string &name);
+
+enum class BinaryGrad { SubRhs, DivRhs, PowLhs, PowRhs };
+/// "sub_rhs" / "div_rhs" / "pow_lhs" / "pow_rhs".
+BinaryGrad binaryGradKind(const std::string &kind);
+
+/// The shape nn.slice produces.
+Shape sliceShape(const Shape &xs, const Dims &starts, const Dims &ends, const Dims &steps);
+
+// Dropout masks: exactly the evaluator's generator (compiler/Evaluator/
+// Kernels.cpp, docs/evaluator.md), so generated code on every target and
+// the reference drop the same elements. Header-only so that generated code
+// (and device code) can inline it.
+
+constexpr uint64_t kDropoutGamma = 0x9E3779B97F4A7C15ull;
+
+/// SplitMix64's finalizer (without the gamma increment).
+constexpr uint64_t dropoutMix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+/// The key of one dropout op's mask in one micro-batch of one step.
+constexpr uint64_t dropoutStreamKey(uint64_t seed, uint64_t step, uint64_t microBatch,
+                                    uint64_t opId) {
+  uint64_t key = dropoutMix64(seed + kDropoutGamma);
+  key = dropoutMix64(key ^ (step + kDropoutGamma));
+  key = dropoutMix64(key ^ (microBatch + kDropoutGamma));
+  return dropoutMix64(key ^ (opId + kDropoutGamma));
+}
+/// A uniform double in [0, 1): the top 53 bits of element `index` of the stream.
+constexpr double dropoutUniform(uint64_t streamKey, uint64_t index) {
+  return static_cast<double>(dropoutMix64(streamKey + (index + 1) * kDropoutGamma) >> 11) *
+         (1.0 / 9007199254740992.0);
+}
+/// The op part of the key when the op has no `seed` attribute: 64-bit
+/// FNV-1a of its name (the ONNX node name), as pipec::eval::dropoutOpId.
+constexpr uint64_t dropoutOpId(const char *name) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (; *name; ++name) {
+    hash ^= static_cast<unsigned char>(*name);
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+} // namespace pipec::kernels
+
+#endif // PIPEC_KERNEL_TYPES_H

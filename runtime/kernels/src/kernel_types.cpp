@@ -1,0 +1,99 @@
+// The host-side shape rules and kind names of pipec/kernel_types.h, shared
+// by the CPU and CUDA kernel libraries.
+#include "pipec/kernel_types.h"
+
+#include <algorithm>
+
+namespace pipec::kernels {
+namespace {
+[[noreturn]] void fail(const char *op, const std::string &message) {
+  throw KernelError(std::string(op) + ": " + message);
+}
+} // namespace
+
+std::string Dims::str() const {
+  std::string s = "[";
+  for (int i = 0; i < size; ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+Shape broadcastShape(const Shape &a, const Shape &b) {
+  Shape out;
+  int rank = std::max(a.size, b.size);
+  if (rank > kMaxRank) fail("broadcast", "rank above " + std::to_string(kMaxRank));
+  for (int i = 0; i < rank; ++i) {
+    int64_t l = i < rank - a.size ? 1 : a.v[i - (rank - a.size)];
+    int64_t r = i < rank - b.size ? 1 : b.v[i - (rank - b.size)];
+    if (l != r && l != 1 && r != 1) fail("broadcast", "shapes " + a.str() + " and " + b.str() + " do not broadcast");
+    out.push(l == 1 ? r : l);
+  }
+  return out;
+}
+
+Shape matmulShape(const Shape &a, const Shape &b) {
+  if (a.size < 1 || b.size < 1) fail("nn.matmul", "operands need rank >= 1");
+  Shape ap = a, bp = b;
+  if (a.size == 1) ap = Shape{1, a.v[0]};
+  if (b.size == 1) bp = Shape{b.v[0], 1};
+  const int64_t m = ap.v[ap.size - 2], k = ap.v[ap.size - 1], kb = bp.v[bp.size - 2], n = bp.v[bp.size - 1];
+  if (k != kb) fail("nn.matmul", "inner dimensions differ for " + a.str() + " x " + b.str());
+  Shape out = broadcastShape(Shape(ap.v, ap.size - 2), Shape(bp.v, bp.size - 2));
+  if (a.size != 1) out.push(m);
+  if (b.size != 1) out.push(n);
+  return out;
+}
+
+int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride, int64_t padBegin, int64_t padEnd,
+                         int64_t dilation, bool ceilMode) {
+  const int64_t effectiveKernel = (kernel - 1) * dilation + 1;
+  const int64_t span = input + padBegin + padEnd - effectiveKernel;
+  if (span < 0) return 0;
+  int64_t size = ceilMode ? (span + stride - 1) / stride + 1 : span / stride + 1;
+  if (ceilMode && (size - 1) * stride >= input + padBegin) --size;
+  return size;
+}
+
+Unary unaryKind(const std::string &kind) {
+  if (kind == "relu") return Unary::Relu;
+  if (kind == "tanh") return Unary::Tanh;
+  if (kind == "sigmoid") return Unary::Sigmoid;
+  if (kind == "erf") return Unary::Erf;
+  if (kind == "sqrt") return Unary::Sqrt;
+  if (kind == "gelu") return Unary::Gelu;
+  if (kind == "gelu_tanh") return Unary::GeluTanh;
+  fail("nn.unary_grad", "unknown kind '" + kind + "' (relu, tanh, sigmoid, erf, sqrt, gelu, gelu_tanh)");
+}
+
+Reduction reductionKind(const std::string &name) {
+  if (name == "none") return Reduction::None;
+  if (name == "sum") return Reduction::Sum;
+  if (name == "mean") return Reduction::Mean;
+  fail("nn.softmax_cross_entropy_loss", "reduction must be mean, sum or none, got " + name);
+}
+
+BinaryGrad binaryGradKind(const std::string &kind) {
+  if (kind == "sub_rhs") return BinaryGrad::SubRhs;
+  if (kind == "div_rhs") return BinaryGrad::DivRhs;
+  if (kind == "pow_lhs") return BinaryGrad::PowLhs;
+  if (kind == "pow_rhs") return BinaryGrad::PowRhs;
+  fail("nn.binary_grad", "unknown kind '" + kind + "' (sub_rhs, div_rhs, pow_lhs, pow_rhs)");
+}
+
+Shape sliceShape(const Shape &xs, const Dims &starts, const Dims &ends, const Dims &steps) {
+  const int r = xs.size;
+  if (starts.size != r || ends.size != r || steps.size != r)
+    fail("nn.slice", "starts, ends and steps need one entry per axis (" + std::to_string(r) + ")");
+  Shape out;
+  for (int a = 0; a < r; ++a) {
+    const int64_t dim = xs.v[a], start = starts.v[a], end = ends.v[a], step = steps.v[a];
+    if (step == 0) fail("nn.slice", "step 0 on axis " + std::to_string(a));
+    const bool valid = step > 0 ? (start >= 0 && start <= dim && end >= 0 && end <= dim)
+                                : (start >= -1 && start < dim && end >= -1 && end < dim);
+    if (!valid) fail("nn.slice", "bounds of axis " + std::to_string(a) + " are not normalized for size " + std::to_string(dim));
+    const int64_t size = step > 0 ? (end - start + step - 1) / step : (start - end - step - 1) / -step;
+    out.push(std::max<int64_t>(size, 0));
+  }
+  return out;
+}
+
+} // namespace pipec::kernels
