@@ -1,0 +1,62 @@
+// Internal helpers of the CUDA kernels (runtime/kernels/cuda/src): error
+// reporting, the execution context a StreamScope binds, launch geometry.
+// Implemented in context.cu.
+#ifndef PIPEC_CUDA_KERNELS_DETAIL_CUH
+#define PIPEC_CUDA_KERNELS_DETAIL_CUH
+
+#include "pipec/cuda_kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+namespace pipec::kernels::cuda::detail {
+
+[[noreturn]] void fail(const char *op, const std::string &message);
+/// Throws KernelError "op: <CUDA error string>" unless status is cudaSuccess.
+void check(cudaError_t status, const char *op);
+void checkBlas(cublasStatus_t status, const char *op);
+/// After a launch: reports a launch failure (cudaGetLastError) for `op`.
+void checkLaunch(const char *op);
+
+/// The innermost StreamScope's stream and precision (default stream, F32
+/// outside any scope).
+cudaStream_t stream();
+Precision precision();
+/// This thread's cuBLAS handle for the current device, bound to stream().
+cublasHandle_t blas();
+
+/// Errors only device code can see. A kernel writes the first one it meets
+/// with raiseDevice(flag, code); raiseDeviceErrors() turns it into a
+/// KernelError naming the op. The flag lives in mapped pinned host memory,
+/// so reading it never synchronizes.
+enum DeviceError : int {
+  kNoError = 0,
+  kGatherIndexOutOfRange = 1,     // nn.gather
+  kGatherGradIndexOutOfRange = 2, // nn.gather_grad
+  kLossLabelOutOfRange = 3,       // nn.softmax_cross_entropy_loss(_grad)
+  kIntegerDivisionByZero = 4,     // nn.div on integers
+};
+/// Device pointer of the error flag of the current device.
+int *errorFlag();
+__device__ inline void raiseDevice(int *flag, int code) { atomicCAS(flag, 0, code); }
+
+/// 1-D launch geometry: `threads` per block, enough blocks for n elements
+/// (grid-stride loops cover the rest; at least one block).
+constexpr int kThreads = 256;
+unsigned blocksFor(int64_t n);
+
+/// Scratch device memory for one kernel call (stream-ordered).
+struct Scratch {
+  explicit Scratch(size_t bytes) : p(deviceAllocate(bytes ? bytes : 1)) {}
+  ~Scratch() { deviceFree(p); }
+  Scratch(const Scratch &) = delete;
+  Scratch &operator=(const Scratch &) = delete;
+  template <class T> T *as() const { return static_cast<T *>(p); }
+  void *p;
+};
+
+} // namespace pipec::kernels::cuda::detail
+
+#endif // PIPEC_CUDA_KERNELS_DETAIL_CUH
