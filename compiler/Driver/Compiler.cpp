@@ -239,6 +239,8 @@ mlir::LogicalResult estimateCosts(const CompileOptions &options, mlir::ModuleOp 
 } // namespace
 
 int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::raw_ostream &errs) {
+  if (failed(checkTargetOptions(options, errs)))
+    return 1;
   mlir::DialectRegistry registry;
   registerPipecDialects(registry);
   mlir::MLIRContext context(registry);

@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace llvm {
 class raw_ostream;
@@ -65,6 +66,10 @@ struct CompileOptions {
   bool verticalSync = false;
   /// Compile the generated stages into DIR/stages/libstage_<k>.so.
   bool build = false;
+  /// Stage code target: "cpu" or "cuda" (--target).
+  std::string target = "cpu";
+  /// GPU architectures of the CUDA stages (--cuda-arch), e.g. "sm_80".
+  std::vector<std::string> cudaArchs = {"sm_80", "sm_90"};
   uint64_t seed = 0;
   /// True when a topology was given: the partition phase runs.
   bool partitionRequested() const {

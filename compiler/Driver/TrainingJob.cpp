@@ -1,6 +1,6 @@
 #include "compiler/Driver/TrainingJob.h"
 
-#include "compiler/Emit/EmitCpu.h"
+#include "compiler/Emit/EmitStage.h"
 #include "compiler/Import/OnnxImporter.h"
 #include "compiler/Partition/Partitioner.h"
 #include "dialects/nn/NNDialect.h"
@@ -15,9 +15,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <sstream>
 
 using namespace mlir;
 namespace fs = std::filesystem;
@@ -103,12 +106,62 @@ std::pair<double, double> valueRange(func::FuncOp forward, BlockArgument field) 
   return {0, 2};
 }
 
-/// The C++ compiler command that turns a generated stage into a library.
-std::string buildCommand(const fs::path &source, const fs::path &library) {
-  return std::string("c++ -O2 -std=c++17 -fPIC -shared -I" PIPEC_RUNTIME_INCLUDE_DIR
-                     " -I" PIPEC_CPU_KERNELS_INCLUDE_DIR " '") +
-         source.string() + "' '" PIPEC_CPU_KERNELS_LIBRARY "' " PIPEC_BLAS_LINK_FLAGS " -o '" +
-         library.string() + "' 2>&1";
+bool cudaTarget(const CompileOptions &options) { return options.target == "cuda"; }
+
+/// nvcc's -gencode for each architecture ("sm_90" -> compute_90 / sm_90).
+std::string gencodeFlags(const std::vector<std::string> &archs) {
+  std::string flags;
+  for (const auto &arch : archs) {
+    std::string number = arch.substr(3);
+    flags += " -gencode arch=compute_" + number + ",code=" + arch;
+  }
+  return flags;
+}
+
+/// The compiler command that turns a generated stage into a library.
+std::string buildCommand(const CompileOptions &options, const fs::path &source,
+                         const fs::path &library) {
+  if (!cudaTarget(options))
+    return std::string("c++ -O2 -std=c++17 -fPIC -shared -I" PIPEC_RUNTIME_INCLUDE_DIR
+                       " -I" PIPEC_CPU_KERNELS_INCLUDE_DIR " '") +
+           source.string() + "' '" PIPEC_CPU_KERNELS_LIBRARY "' " PIPEC_BLAS_LINK_FLAGS " -o '" +
+           library.string() + "' 2>&1";
+#ifdef PIPEC_CUDA_KERNELS_LIBRARY
+  return std::string(PIPEC_NVCC " -O2 -std=c++17 --expt-relaxed-constexpr -Xcompiler -fPIC "
+                     "-shared -I" PIPEC_RUNTIME_INCLUDE_DIR " -I" PIPEC_CPU_KERNELS_INCLUDE_DIR
+                     " -I" PIPEC_CUDA_KERNELS_INCLUDE_DIR) +
+         gencodeFlags(options.cudaArchs) + " '" + source.string() +
+         "' '" PIPEC_CUDA_KERNELS_LIBRARY "' -L" PIPEC_CUDA_LIBRARY_DIR
+         " -lcublas -lcudart -o '" + library.string() + "' 2>&1";
+#else
+  return "";
+#endif
+}
+
+/// The stages' CMakeLists.txt for building them outside pipec.
+std::string stagesCMakePrologue(const CompileOptions &options) {
+  std::string cmake = "# Builds the stage libraries outside pipec (pipec --build does the same).\n"
+                      "cmake_minimum_required(VERSION 3.20)\n";
+  if (!cudaTarget(options))
+    return cmake + "project(pipec_stages CXX)\nset(CMAKE_CXX_STANDARD 17)\n"
+                   "set(PIPEC_RUNTIME_INCLUDE_DIR \"" PIPEC_RUNTIME_INCLUDE_DIR "\" CACHE PATH \"\")\n"
+                   "set(PIPEC_CPU_KERNELS_INCLUDE_DIR \"" PIPEC_CPU_KERNELS_INCLUDE_DIR "\" CACHE PATH \"\")\n"
+                   "set(PIPEC_CPU_KERNELS_LIBRARY \"" PIPEC_CPU_KERNELS_LIBRARY "\" CACHE FILEPATH \"\")\n";
+  std::string archs;
+  for (const auto &arch : options.cudaArchs)
+    archs += (archs.empty() ? "" : ";") + arch.substr(3);
+  return cmake + "project(pipec_stages CXX CUDA)\nset(CMAKE_CXX_STANDARD 17)\n"
+                 "set(CMAKE_CUDA_STANDARD 17)\nset(CMAKE_CUDA_ARCHITECTURES \"" + archs + "\")\n"
+                 "find_package(CUDAToolkit REQUIRED)\n"
+                 "set(PIPEC_RUNTIME_INCLUDE_DIR \"" PIPEC_RUNTIME_INCLUDE_DIR "\" CACHE PATH \"\")\n"
+                 "set(PIPEC_KERNELS_INCLUDE_DIRS \"" PIPEC_CPU_KERNELS_INCLUDE_DIR ";"
+#ifdef PIPEC_CUDA_KERNELS_LIBRARY
+                 PIPEC_CUDA_KERNELS_INCLUDE_DIR "\" CACHE STRING \"\")\n"
+                 "set(PIPEC_CUDA_KERNELS_LIBRARY \"" PIPEC_CUDA_KERNELS_LIBRARY "\" CACHE FILEPATH \"\")\n";
+#else
+                 "\" CACHE STRING \"\")\n"
+                 "set(PIPEC_CUDA_KERNELS_LIBRARY \"libpipec_cuda_kernels.a\" CACHE FILEPATH \"\")\n";
+#endif
 }
 
 } // namespace
@@ -134,28 +187,36 @@ LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
 
   SmallVector<pipe::StageOp> stages(module.getOps<pipe::StageOp>());
   nlohmann::json stageEntries = nlohmann::json::array();
-  std::string cmake = "# Builds the stage libraries outside pipec (pipec --build does the same).\n"
-                      "cmake_minimum_required(VERSION 3.20)\nproject(pipec_stages CXX)\n"
-                      "set(CMAKE_CXX_STANDARD 17)\n"
-                      "set(PIPEC_RUNTIME_INCLUDE_DIR \"" PIPEC_RUNTIME_INCLUDE_DIR "\" CACHE PATH \"\")\n"
-                      "set(PIPEC_CPU_KERNELS_INCLUDE_DIR \"" PIPEC_CPU_KERNELS_INCLUDE_DIR "\" CACHE PATH \"\")\n"
-                      "set(PIPEC_CPU_KERNELS_LIBRARY \"" PIPEC_CPU_KERNELS_LIBRARY "\" CACHE FILEPATH \"\")\n";
+  std::string cmake = stagesCMakePrologue(options);
+  emit::StageTarget stageTarget;
+  stageTarget.target = cudaTarget(options) ? emit::Target::Cuda : emit::Target::Cpu;
+  stageTarget.precision = options.precision;
+  const std::string extension = cudaTarget(options) ? ".cu" : ".cpp";
   for (pipe::StageOp stage : stages) {
     int64_t id = stage.getId();
     std::string stem = "stage_" + std::to_string(id);
-    fs::path source = directory / "stages" / (stem + ".cpp");
+    fs::path source = directory / "stages" / (stem + extension);
     {
       std::string code;
       llvm::raw_string_ostream stream(code);
-      if (failed(emit::emitCpuStage(stage, static_cast<int>(stages.size()), stream)))
+      if (failed(emit::emitStage(stage, static_cast<int>(stages.size()), stageTarget, stream)))
         return failure();
       std::ofstream(source) << code;
     }
-    cmake += "add_library(" + stem + " SHARED " + stem + ".cpp)\n"
-             "set_target_properties(" + stem + " PROPERTIES OUTPUT_NAME " + stem + ")\n"
-             "target_include_directories(" + stem +
-             " PRIVATE ${PIPEC_RUNTIME_INCLUDE_DIR} ${PIPEC_CPU_KERNELS_INCLUDE_DIR})\n"
-             "target_link_libraries(" + stem + " PRIVATE ${PIPEC_CPU_KERNELS_LIBRARY} openblas)\n";
+    if (cudaTarget(options))
+      cmake += "add_library(" + stem + " SHARED " + stem + ".cu)\n"
+               "set_target_properties(" + stem + " PROPERTIES OUTPUT_NAME " + stem + ")\n"
+               "target_compile_options(" + stem + " PRIVATE --expt-relaxed-constexpr)\n"
+               "target_include_directories(" + stem +
+               " PRIVATE ${PIPEC_RUNTIME_INCLUDE_DIR} ${PIPEC_KERNELS_INCLUDE_DIRS})\n"
+               "target_link_libraries(" + stem +
+               " PRIVATE ${PIPEC_CUDA_KERNELS_LIBRARY} CUDA::cublas CUDA::cudart)\n";
+    else
+      cmake += "add_library(" + stem + " SHARED " + stem + ".cpp)\n"
+               "set_target_properties(" + stem + " PROPERTIES OUTPUT_NAME " + stem + ")\n"
+               "target_include_directories(" + stem +
+               " PRIVATE ${PIPEC_RUNTIME_INCLUDE_DIR} ${PIPEC_CPU_KERNELS_INCLUDE_DIR})\n"
+               "target_link_libraries(" + stem + " PRIVATE ${PIPEC_CPU_KERNELS_LIBRARY} openblas)\n";
 
     // Initial weights: every parameter and buffer the stage's functions read.
     std::vector<io::Tensor> tensors;
@@ -193,7 +254,7 @@ LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
                             {"weights", "weights/" + stem + ".bin"}});
     if (options.build) {
       fs::path library = directory / "stages" / ("lib" + stem + ".so");
-      std::string command = buildCommand(source, library);
+      std::string command = buildCommand(options, source, library);
       FILE *pipe = popen(command.c_str(), "r");
       std::string output;
       char buffer[512];
@@ -270,11 +331,60 @@ LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
         {"epsilon", 1e-8}}},
       {"data", {{"fields", fields}}},
       {"tied", tiedJson},
+      {"target", options.target},
+      {"precision", cudaTarget(options) ? options.precision : std::string("fp32")},
   };
+  if (cudaTarget(options)) {
+    plan["runtime"]["cuda_arch"] = options.cudaArchs;
+    plan["runtime"]["gpu"] = options.partition.device;
+  }
   outs << "wrote " << directory.string() << ": plan.json, schedule/, " << stages.size()
        << " stage" << (stages.size() == 1 ? "" : "s") << " in stages/"
        << (options.build ? " (built)" : "") << ", weights/\n";
   return success();
+}
+
+LogicalResult checkTargetOptions(const CompileOptions &options, raw_ostream &errs) {
+  if (options.target != "cpu" && options.target != "cuda") {
+    errs << "error: unknown --target '" << options.target << "' (cpu, cuda)\n";
+    return failure();
+  }
+  if (!cudaTarget(options))
+    return success();
+  if (options.cudaArchs.empty()) {
+    errs << "error: --cuda-arch names no architecture (e.g. sm_80,sm_90)\n";
+    return failure();
+  }
+  static const std::regex archPattern("sm_[0-9]{2,3}");
+  for (const auto &arch : options.cudaArchs)
+    if (!std::regex_match(arch, archPattern)) {
+      errs << "error: --cuda-arch: '" << arch << "' is not an architecture like sm_80 or sm_90\n";
+      return failure();
+    }
+  if (!options.build)
+    return success();
+#ifdef PIPEC_CUDA_KERNELS_LIBRARY
+  // The stages link the prebuilt kernel library: it must hold code for every
+  // architecture asked for.
+  std::vector<std::string> built;
+  std::stringstream list(PIPEC_CUDA_KERNEL_ARCHS);
+  for (std::string entry; std::getline(list, entry, ',');)
+    built.push_back("sm_" + entry.substr(0, entry.find('-')));
+  for (const auto &arch : options.cudaArchs)
+    if (std::find(built.begin(), built.end(), arch) == built.end()) {
+      errs << "error: --cuda-arch " << arch << ": the CUDA kernel library was built for "
+           << PIPEC_CUDA_KERNEL_ARCHS << " only; reconfigure pipec with "
+           << "-DCMAKE_CUDA_ARCHITECTURES=\"<the list>;" << arch.substr(3)
+           << "\" to add it\n";
+      return failure();
+    }
+  return success();
+#else
+  errs << "error: --target cuda --build: this pipec was built without the CUDA kernel library "
+          "(nvcc, cuBLAS or NCCL were not found when it was configured); drop --build to write "
+          "the .cu sources only, or rebuild pipec where the CUDA toolkit is installed\n";
+  return failure();
+#endif
 }
 
 } // namespace pipec

@@ -24,7 +24,11 @@ mlir::LogicalResult deriveTrainStep(mlir::ModuleOp module, const CompileOptions 
 mlir::LogicalResult outlineStages(mlir::ModuleOp module, const CompileOptions &options,
                                   const partition::PartitionResult &result);
 
-/// Writes DIR/stages/stage_<k>.cpp (+ CMakeLists.txt, and the libraries with
+/// Checks --target, --cuda-arch and, with --build, that this pipec can
+/// build for them (errors name the flag). Runs before anything else.
+mlir::LogicalResult checkTargetOptions(const CompileOptions &options, llvm::raw_ostream &errs);
+
+/// Writes DIR/stages/stage_<k>.cpp (.cu for --target cuda) (+ CMakeLists.txt, and the libraries with
 /// --build), DIR/weights/stage_<k>.bin, and adds "runtime" to `plan`.
 mlir::LogicalResult writeTrainingJob(mlir::ModuleOp module, const CompileOptions &options,
                                      const partition::PartitionResult &result,

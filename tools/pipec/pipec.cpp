@@ -98,6 +98,15 @@ int main(int argc, char **argv) {
                              cl::cat(category));
   cl::opt<bool> build("build", cl::desc("Compile the generated stages (with --out DIR)"),
                       cl::cat(category));
+  cl::opt<std::string> target(
+      "target",
+      cl::desc("Stage code: cpu (C++ on the CPU kernels) or cuda (CUDA C++ on cuBLAS and the "
+               "CUDA kernels, NCCL between ranks)"),
+      cl::init("cpu"), cl::cat(category));
+  cl::opt<std::string> cudaArch(
+      "cuda-arch",
+      cl::desc("GPU architectures the CUDA stages are built for, comma-separated"),
+      cl::value_desc("sm_80,sm_90"), cl::init("sm_80,sm_90"), cl::cat(category));
   cl::opt<uint64_t> seed("seed", cl::desc("Seed of dropout masks and synthetic data"),
                          cl::init(0), cl::cat(category));
   cl::opt<int> chunks(
@@ -127,6 +136,14 @@ int main(int argc, char **argv) {
   options.verticalSync = verticalSync;
   options.build = build;
   options.seed = seed;
+  options.target = target;
+  options.cudaArchs.clear();
+  for (llvm::StringRef rest = cudaArch; !rest.empty();) {
+    auto [arch, tail] = rest.split(',');
+    if (!arch.trim().empty())
+      options.cudaArchs.push_back(arch.trim().str());
+    rest = tail;
+  }
   if (!emit.empty()) {
     options.emit = pipec::parsePhase(emit);
     if (!options.emit) {

@@ -1,7 +1,10 @@
-// The CPU code generator: one C++ translation unit per stage, one kernel
-// call per op (runtime/kernels), storage for every value in the function
-// that computes it, and the stage ABI around it (docs/codegen.md).
-#include "compiler/Emit/EmitCpu.h"
+// The stage code generator: one translation unit per stage, one kernel call
+// per op, storage for every value in the function that computes it, and the
+// stage ABI around it (docs/codegen.md). The CPU and CUDA kernel libraries
+// share one API, so both targets share this emitter; they differ only in
+// where storage and constants live, how results reach the host, and the
+// stream each entry point binds (docs/cuda-codegen.md).
+#include "compiler/Emit/EmitStage.h"
 
 #include "dialects/nn/NNDialect.h"
 #include "dialects/pipe/PipeDialect.h"
@@ -94,8 +97,8 @@ struct ParamInfo {
 
 class StageEmitter {
 public:
-  StageEmitter(pipe::StageOp stage, int numStages, raw_ostream &os)
-      : stage(stage), numStages(numStages), os(os) {}
+  StageEmitter(pipe::StageOp stage, int numStages, const StageTarget &target, raw_ostream &os)
+      : stage(stage), numStages(numStages), target(target), os(os) {}
 
   LogicalResult run();
 
@@ -126,8 +129,19 @@ private:
     return -1;
   }
 
+  bool cuda() const { return target.target == Target::Cuda; }
+  const char *targetName() const { return cuda() ? "CUDA" : "CPU"; }
+  std::string precisionEnum() const {
+    if (target.precision == "bf16")
+      return "pk::Precision::BF16";
+    if (target.precision == "tf32")
+      return "pk::Precision::TF32";
+    return "pk::Precision::F32";
+  }
+
   pipe::StageOp stage;
   int numStages;
+  StageTarget target;
   raw_ostream &os;
   std::string body;      // the function being emitted
   std::string functions; // the functions emitted so far, written after the tables
@@ -276,8 +290,8 @@ std::string StageEmitter::bind(Value value, std::string expression) {
 std::string StageEmitter::allocate(Value value) {
   auto type = tensorType(value);
   std::string storage = "b" + std::to_string(counter);
-  out << "  std::vector<" << cType(type.getElementType()) << "> " << storage << "("
-      << std::max<int64_t>(1, type.getNumElements()) << ");\n";
+  out << (cuda() ? "  pk::DeviceBuffer<" : "  std::vector<") << cType(type.getElementType()) << "> "
+      << storage << "(" << std::max<int64_t>(1, type.getNumElements()) << ");\n";
   return bind(value, storage + ".data()");
 }
 
@@ -664,7 +678,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         auto type = tensorType(constant.getResult());
         auto dense = llvm::dyn_cast<DenseElementsAttr>(constant.getValue());
         if (!dense) {
-          result = constant.emitOpError("CPU code generation needs a dense constant");
+          result = constant.emitOpError(targetName()) << " code generation needs a dense constant";
           return;
         }
         std::string name = "c" + std::to_string(counter);
@@ -684,7 +698,14 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             decl << dense.getValues<APInt>()[dense.isSplat() ? 0 : i].getSExtValue();
         }
         decl << "};\n";
-        bind(constant.getResult(), name);
+        if (!cuda()) {
+          bind(constant.getResult(), name);
+          return;
+        }
+        // Uploaded once, on the first call (the device is the rank's for the whole run).
+        out << "  static const pk::DeviceConstant " << name << "Device(" << name << ", sizeof "
+            << name << ");\n";
+        bind(constant.getResult(), "static_cast<" + t + " *>(" + name + "Device.get())");
       })
       .Case([&](nn::SgdUpdateOp update) {
         out << "  pk::sgdUpdate(" << ptr(update.getParam()) << ", " << ptr(update.getGrad()) << ", "
@@ -715,8 +736,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         bool forward = llvm::cast<func::FuncOp>(send->getParentOp()).getSymName() == "fwd";
         int index = forward ? outputIndex[send.getTag()] : gradInputIndex[send.getTag()];
         auto type = tensorType(send.getValue());
-        out << "  std::memcpy(call->" << (forward ? "outputs[" : "grad_inputs[") << index << "], "
-            << ptr(send.getValue()) << ", "
+        out << "  copyIfDistinct(call->" << (forward ? "outputs[" : "grad_inputs[") << index
+            << "], " << ptr(send.getValue()) << ", "
             << type.getNumElements() * elementBytes(type.getElementType()) << ");\n";
       })
       .Case([&](pipe::AllReduceOp reduce) {
@@ -741,7 +762,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
           names[value] = ptr(yielded);
       })
       .Default([&](Operation *op) {
-        result = op->emitOpError("has no CPU lowering");
+        result = op->emitOpError("has no ") << targetName() << " lowering";
       });
   return result;
 }
@@ -751,6 +772,9 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
   names.clear();
   out << "void " << cName << "(const " << (isStep ? "pipec_optimizer_call *opt" : "pipec_call *call")
       << ") {\n";
+  if (cuda())
+    out << "  pk::StreamScope streamScope(" << (isStep ? "opt" : "call") << "->stream, "
+        << precisionEnum() << ");\n";
   if (!isStep)
     out << "  char *workspace = static_cast<char *>(call->workspace);\n  (void)workspace;\n";
   for (unsigned i = 0; i < f.getNumArguments(); ++i) {
@@ -783,12 +807,18 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
           index = static_cast<int>(j);
       bind(argument, "static_cast<" + t + " *>(const_cast<void *>(call->data[" +
                          std::to_string(index) + "]))");
+    } else if (r == "loss_scale" && cuda()) {
+      std::string storage = "lossScale" + std::to_string(counter);
+      out << "  pk::DeviceBuffer<float> " << storage << "(1);\n  pk::copyFromHost(" << storage
+          << ".data(), &call->loss_scale, sizeof(float));\n";
+      bind(argument, storage + ".data()");
     } else if (r == "loss_scale") {
       bind(argument, "const_cast<float *>(&call->loss_scale)");
     } else if (r == "microbatch" || r == "step") {
       continue; // scalars the ops read from the call directly
     } else if (tensor) {
-      return f.emitOpError("argument #") << i << " has no role the CPU code generator knows";
+      return f.emitOpError("argument #") << i << " has no role the " << targetName()
+                                         << " code generator knows";
     }
   }
   if (failed(emitOps(f.getBody().front(), isStep)))
@@ -804,6 +834,10 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
     if (saved) {
       out << "  copyIfDistinct(workspace + " << savedOffsets.lookup(saved.getValue()) << ", "
           << ptr(value) << ", " << bytes << ");\n";
+    } else if (r == "loss" && cuda()) {
+      if (!type || !type.getElementType().isF32())
+        return f.emitOpError("result #") << i << ": the loss must be a float32 scalar";
+      out << "  if (call->loss) pk::copyToHost(call->loss, " << ptr(value) << ", sizeof(float));\n";
     } else if (r == "loss") {
       out << "  if (call->loss) *call->loss = static_cast<float>(" << ptr(value) << "[0]);\n";
     } else if (r == "buffer_update") {
@@ -821,9 +855,12 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
       out << "  copyIfDistinct(opt->state[" << trainedIndex(name.getValue()) * statePerParam + within
           << "], " << ptr(value) << ", " << bytes << ");\n";
     } else {
-      return f.emitOpError("result #") << i << " has no role the CPU code generator knows";
+      return f.emitOpError("result #") << i << " has no role the " << targetName()
+                                       << " code generator knows";
     }
   }
+  if (cuda()) // data errors (bad indices, labels) surface from the call that met them
+    out << "  pk::raiseDeviceErrors();\n";
   out << "}\n\n";
   functions += body;
   return success();
@@ -834,19 +871,35 @@ LogicalResult StageEmitter::run() {
   if (interfaceError)
     return failure();
   os << "// Generated by pipec: pipeline stage " << stage.getId() << " of " << numStages
-     << " for the CPU target. Do not edit.\n"
-     << "#include \"pipec/cpu_kernels.h\"\n#include \"pipec/stage_abi.h\"\n\n"
-     << "#include <chrono>\n#include <cmath>\n#include <cstring>\n#include <optional>\n#include <string>\n#include <vector>\n\n"
-     << "namespace pk = pipec::kernels;\n\nnamespace {\n\n"
-     << "thread_local std::string lastError;\n\n"
-     << "void copyIfDistinct(void *to, const void *from, size_t bytes) {\n"
-     << "  if (to != from) std::memcpy(to, from, bytes);\n}\n\n"
-     << "double secondsNow() {\n"
-     << "  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())"
-        ".count();\n}\n\n"
-     << "void accumulate(void *to, const float *from, int64_t n) {\n"
-     << "  float *target = static_cast<float *>(to);\n"
-     << "  for (int64_t i = 0; i < n; ++i) target[i] += from[i];\n}\n\n";
+     << " for the " << targetName() << " target";
+  if (cuda())
+    os << " (matrix products in " << target.precision << ")";
+  os << ". Do not edit.\n";
+  if (cuda()) {
+    // Tensors are device memory; every call runs on the stream the runtime
+    // passes, and only the loss is copied back to the host.
+    os << "#include \"pipec/cuda_kernels.h\"\n#include \"pipec/stage_abi.h\"\n\n"
+       << "#include <cmath>\n#include <optional>\n#include <string>\n\n"
+       << "namespace pk = pipec::kernels::cuda;\n\nnamespace {\n\n"
+       << "thread_local std::string lastError;\n\n"
+       << "void copyIfDistinct(void *to, const void *from, size_t bytes) { pk::copy(from, bytes, to); }\n\n"
+       << "double secondsNow() { return pk::profileClock(); }\n\n"
+       << "void accumulate(void *to, const float *from, int64_t n) {\n"
+       << "  pk::accumulate(static_cast<float *>(to), from, n);\n}\n\n";
+  } else {
+    os << "#include \"pipec/cpu_kernels.h\"\n#include \"pipec/stage_abi.h\"\n\n"
+       << "#include <chrono>\n#include <cmath>\n#include <cstring>\n#include <optional>\n#include <string>\n#include <vector>\n\n"
+       << "namespace pk = pipec::kernels;\n\nnamespace {\n\n"
+       << "thread_local std::string lastError;\n\n"
+       << "void copyIfDistinct(void *to, const void *from, size_t bytes) {\n"
+       << "  if (to != from) std::memcpy(to, from, bytes);\n}\n\n"
+       << "double secondsNow() {\n"
+       << "  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())"
+          ".count();\n}\n\n"
+       << "void accumulate(void *to, const float *from, int64_t n) {\n"
+       << "  float *target = static_cast<float *>(to);\n"
+       << "  for (int64_t i = 0; i < n; ++i) target[i] += from[i];\n}\n\n";
+  }
 
   // Functions are generated first (they collect the constant tables), then
   // written after the tables they use.
@@ -918,8 +971,9 @@ LogicalResult StageEmitter::run() {
 
 } // namespace
 
-LogicalResult emitCpuStage(pipe::StageOp stage, int numStages, raw_ostream &os) {
-  return StageEmitter(stage, numStages, os).run();
+LogicalResult emitStage(pipe::StageOp stage, int numStages, const StageTarget &target,
+                        raw_ostream &os) {
+  return StageEmitter(stage, numStages, target, os).run();
 }
 
 } // namespace pipec::emit

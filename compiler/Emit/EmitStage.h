@@ -1,0 +1,40 @@
+// Lowers one pipe.stage (docs/stages.md) to the source of a stage library
+// implementing the stage ABI (runtime/include/pipec/stage_abi.h): C++ calling
+// the CPU kernels (runtime/kernels/include/pipec/cpu_kernels.h), or CUDA C++
+// calling the CUDA kernels (runtime/kernels/cuda/include/pipec/cuda_kernels.h,
+// same API on device memory). One kernel call per op either way
+// (docs/codegen.md, docs/cuda-codegen.md).
+#ifndef PIPEC_COMPILER_EMIT_EMITSTAGE_H
+#define PIPEC_COMPILER_EMIT_EMITSTAGE_H
+
+#include "llvm/Support/LogicalResult.h"
+
+#include <string>
+
+namespace llvm {
+class raw_ostream;
+}
+namespace pipec::pipe {
+class StageOp;
+}
+
+namespace pipec::emit {
+
+enum class Target { Cpu, Cuda };
+
+struct StageTarget {
+  Target target = Target::Cpu;
+  /// Matrix-product precision on the CUDA target: "fp32", "tf32" or "bf16"
+  /// (storage and master weights stay float32). The CPU target computes fp32.
+  std::string precision = "fp32";
+};
+
+/// Writes the source of libstage_<k>.so for `stage` (stage_<k>.cpp for the
+/// CPU, stage_<k>.cu for CUDA); `numStages` is the pipeline depth recorded
+/// in the descriptor. Errors (an op without a lowering) are emitted on the op.
+llvm::LogicalResult emitStage(pipe::StageOp stage, int numStages, const StageTarget &target,
+                              llvm::raw_ostream &os);
+
+} // namespace pipec::emit
+
+#endif // PIPEC_COMPILER_EMIT_EMITSTAGE_H
