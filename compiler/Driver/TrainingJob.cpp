@@ -132,7 +132,8 @@ std::string buildCommand(const CompileOptions &options, const fs::path &source,
                      " -I" PIPEC_CUDA_KERNELS_INCLUDE_DIR) +
          gencodeFlags(options.cudaArchs) + " '" + source.string() +
          "' '" PIPEC_CUDA_KERNELS_LIBRARY "' -L" PIPEC_CUDA_LIBRARY_DIR
-         " -lcublas -lcudart -o '" + library.string() + "' 2>&1";
+         " -Xlinker -rpath -Xlinker " PIPEC_CUDA_LIBRARY_DIR
+         " -Xlinker --no-undefined -lcublas -lcudart -o '" + library.string() + "' 2>&1";
 #else
   return "";
 #endif
