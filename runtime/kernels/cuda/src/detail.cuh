@@ -37,6 +37,7 @@ enum DeviceError : int {
   kGatherGradIndexOutOfRange = 2, // nn.gather_grad
   kLossLabelOutOfRange = 3,       // nn.softmax_cross_entropy_loss(_grad)
   kIntegerDivisionByZero = 4,     // nn.div on integers
+  kIntegerNegativeExponent = 5,   // nn.pow on integers
 };
 /// Device pointer of the error flag of the current device.
 int *errorFlag();

@@ -17,7 +17,8 @@
 //   every entry point; the bad element is skipped (written as 0).
 // - Math: float32 storage everywhere. With Precision::BF16, GEMMs and
 //   convolutions run on tensor cores with bfloat16 inputs and float32
-//   accumulation (CUBLAS_COMPUTE_32F_FAST_16BF); element-wise, reduction,
+//   accumulation (CUBLAS_COMPUTE_32F_FAST_16BF), with Precision::TF32 with
+//   TF32 inputs (CUBLAS_COMPUTE_32F_FAST_TF32); element-wise, reduction,
 //   normalization, softmax, loss and optimizer kernels stay float32, so the
 //   master weights and optimizer state are float32. With Precision::F32 the
 //   GEMMs are plain float32 (no TF32).
@@ -60,7 +61,7 @@ using kernels::windowOutputSize;
 // Execution context
 //===----------------------------------------------------------------------===//
 
-enum class Precision { F32, BF16 };
+enum class Precision { F32, TF32, BF16 };
 
 /// Binds `stream` (a cudaStream_t; nullptr is the legacy default stream) and
 /// the GEMM precision for the kernels this thread launches until the scope

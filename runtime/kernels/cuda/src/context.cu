@@ -1,0 +1,207 @@
+// The execution context of the CUDA kernels: the stream and precision a
+// StreamScope binds, stream-ordered memory, host/device copies, the device
+// error flag, cuBLAS handles, and the error helpers of detail.cuh.
+#include "detail.cuh"
+#include "index_map.cuh"
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+
+namespace pipec::kernels::cuda {
+
+namespace {
+thread_local cudaStream_t currentStream = nullptr;
+thread_local Precision currentPrecision = Precision::F32;
+
+/// The per-device error flag: mapped pinned host memory, so the host reads
+/// it without synchronizing and kernels write it through `device`.
+struct ErrorFlag {
+  std::atomic<int *> host{nullptr};
+  int *device = nullptr;
+};
+constexpr int kMaxDevices = 64;
+ErrorFlag errorFlags[kMaxDevices];
+std::mutex errorFlagMutex;
+
+int currentDevice(const char *op) {
+  int device = 0;
+  detail::check(cudaGetDevice(&device), op);
+  if (device < 0 || device >= kMaxDevices)
+    detail::fail(op, "device " + std::to_string(device) + " beyond the " + std::to_string(kMaxDevices) +
+                         " supported");
+  return device;
+}
+
+ErrorFlag &flagOf(int device, const char *op) {
+  ErrorFlag &flag = errorFlags[device];
+  if (flag.host.load(std::memory_order_acquire)) return flag;
+  std::lock_guard<std::mutex> lock(errorFlagMutex);
+  if (flag.host.load(std::memory_order_relaxed)) return flag;
+  void *host = nullptr;
+  detail::check(cudaHostAlloc(&host, sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable), op);
+  *static_cast<volatile int *>(host) = 0;
+  void *mapped = nullptr;
+  const cudaError_t status = cudaHostGetDevicePointer(&mapped, host, 0);
+  if (status != cudaSuccess) {
+    cudaFreeHost(host);
+    detail::check(status, op);
+  }
+  flag.device = static_cast<int *>(mapped);
+  flag.host.store(static_cast<int *>(host), std::memory_order_release);
+  return flag;
+}
+
+const char *deviceErrorMessage(int code) {
+  switch (code) {
+  case detail::kGatherIndexOutOfRange: return "nn.gather: an index is out of range for the gathered axis";
+  case detail::kGatherGradIndexOutOfRange:
+    return "nn.gather_grad: an index is out of range for the gathered axis";
+  case detail::kLossLabelOutOfRange:
+    return "nn.softmax_cross_entropy_loss: a label is out of range [0, classes)";
+  case detail::kIntegerDivisionByZero: return "nn.div: integer division by zero";
+  case detail::kIntegerNegativeExponent: return "nn.pow: integer power with a negative exponent";
+  default: return "a CUDA kernel reported an unknown device error";
+  }
+}
+
+/// This thread's cuBLAS handles, one per device, destroyed when the thread ends.
+struct BlasHandles {
+  cublasHandle_t handles[kMaxDevices] = {};
+  ~BlasHandles() {
+    for (cublasHandle_t h : handles)
+      if (h) cublasDestroy(h); // may fail when the driver is already gone at exit: ignored
+  }
+};
+thread_local BlasHandles blasHandles;
+
+__global__ void accumulateKernel(float *to, const float *from, int64_t n) {
+  for (int64_t i = detail::firstIndex(); i < n; i += detail::gridStride()) to[i] += from[i];
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// detail
+//===----------------------------------------------------------------------===//
+
+namespace detail {
+
+void fail(const char *op, const std::string &message) { throw KernelError(std::string(op) + ": " + message); }
+
+void check(cudaError_t status, const char *op) {
+  if (status == cudaSuccess) return;
+  (void)cudaGetLastError(); // reported here, not again by raiseDeviceErrors
+  fail(op, cudaGetErrorString(status));
+}
+
+void checkBlas(cublasStatus_t status, const char *op) {
+  if (status != CUBLAS_STATUS_SUCCESS) fail(op, std::string("cuBLAS: ") + cublasGetStatusString(status));
+}
+
+void checkLaunch(const char *op) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) fail(op, std::string("kernel launch failed: ") + cudaGetErrorString(status));
+}
+
+cudaStream_t stream() { return currentStream; }
+Precision precision() { return currentPrecision; }
+
+cublasHandle_t blas() {
+  const int device = currentDevice("cuBLAS");
+  cublasHandle_t &handle = blasHandles.handles[device];
+  if (!handle) checkBlas(cublasCreate(&handle), "cuBLAS"); // default math mode: no TF32
+  checkBlas(cublasSetStream(handle, currentStream), "cuBLAS");
+  return handle;
+}
+
+int *errorFlag() { return flagOf(currentDevice("device error flag"), "device error flag").device; }
+
+unsigned blocksFor(int64_t n) {
+  constexpr int64_t kMaxBlocks = 65536; // grid-stride loops cover the rest
+  if (n <= 0) return 1;
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return (unsigned)(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+}
+
+} // namespace detail
+
+//===----------------------------------------------------------------------===//
+// Public context API
+//===----------------------------------------------------------------------===//
+
+StreamScope::StreamScope(void *stream, Precision precision)
+    : previousStream_(currentStream), previousPrecision_(currentPrecision) {
+  currentStream = static_cast<cudaStream_t>(stream);
+  currentPrecision = precision;
+}
+
+StreamScope::~StreamScope() {
+  currentStream = static_cast<cudaStream_t>(previousStream_);
+  currentPrecision = previousPrecision_;
+}
+
+void *deviceAllocate(size_t bytes) {
+  void *pointer = nullptr;
+  detail::check(cudaMallocAsync(&pointer, bytes ? bytes : 1, currentStream), "deviceAllocate");
+  return pointer;
+}
+
+void deviceFree(void *pointer) {
+  // Called from destructors: never throws. A failure stays in the runtime's
+  // last-error state and is reported by the next checkLaunch or raiseDeviceErrors.
+  if (pointer) (void)cudaFreeAsync(pointer, currentStream);
+}
+
+DeviceConstant::DeviceConstant(const void *host, size_t bytes) {
+  detail::check(cudaMalloc(&device_, bytes ? bytes : 1), "DeviceConstant");
+  if (bytes) {
+    const cudaError_t status = cudaMemcpy(device_, host, bytes, cudaMemcpyHostToDevice);
+    if (status != cudaSuccess) {
+      cudaFree(device_);
+      device_ = nullptr;
+      detail::check(status, "DeviceConstant");
+    }
+  }
+}
+
+DeviceConstant::~DeviceConstant() {
+  // Static objects die after the CUDA runtime may have shut down
+  // (cudaErrorCudartUnloading): tolerated, and not left as the last error.
+  if (device_ && cudaFree(device_) != cudaSuccess) (void)cudaGetLastError();
+}
+
+void copyToHost(void *host, const void *device, size_t bytes) {
+  if (!bytes) return;
+  detail::check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, currentStream), "copyToHost");
+  detail::check(cudaStreamSynchronize(currentStream), "copyToHost");
+}
+
+void copyFromHost(void *device, const void *host, size_t bytes) {
+  if (!bytes) return;
+  detail::check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, currentStream), "copyFromHost");
+}
+
+void accumulate(float *to, const float *from, int64_t n) {
+  if (n <= 0) return;
+  accumulateKernel<<<detail::blocksFor(n), detail::kThreads, 0, currentStream>>>(to, from, n);
+  detail::checkLaunch("accumulate");
+}
+
+double profileClock() {
+  detail::check(cudaStreamSynchronize(currentStream), "profileClock");
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void raiseDeviceErrors() {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) detail::fail("CUDA", cudaGetErrorString(status));
+  // No flag yet on this device: no kernel that can raise has run on it.
+  volatile int *host = errorFlags[currentDevice("raiseDeviceErrors")].host.load(std::memory_order_acquire);
+  if (!host) return;
+  const int code = *host;
+  if (code == detail::kNoError) return;
+  *host = detail::kNoError;
+  throw KernelError(deviceErrorMessage(code));
+}
+
+} // namespace pipec::kernels::cuda

@@ -1,0 +1,265 @@
+// N-d convolution with groups, strides, pads and dilations: im2col + cuBLAS
+// GEMMs (batched over samples or groups), col2im as a gather (each input
+// element sums its own contributions: no atomics, deterministic), weight
+// gradient accumulated over samples with beta = 1 GEMMs.
+#include "gemm.cuh"
+#include "nn_common.cuh"
+
+#include <algorithm>
+
+namespace pipec::kernels::cuda {
+
+namespace {
+
+using namespace nn;
+
+/// The geometry of one convolution (as runtime/kernels/src/linalg.cpp):
+/// per spatial axis input, output, kernel, stride, begin pad, dilation.
+/// Passed to the kernels by value.
+struct ConvGeom {
+  int sp = 0;
+  int64_t N = 0, C = 0, F = 0, G = 1, Cg = 0, Fg = 0;
+  int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, k[kMaxRank] = {}, s[kMaxRank] = {}, pb[kMaxRank] = {},
+          d[kMaxRank] = {};
+  int64_t inSize = 1, outSize = 1, kSize = 1;
+  bool pointwise = true; // 1x1 kernel, stride 1, no pads: im2col is the identity
+};
+
+ConvGeom convGeom(const char *op, const Shape &xs, const Shape &ws, const Dims &strides, const Dims &pads,
+                  const Dims &dilations, int64_t group) {
+  checkRank(op, xs, 3, "the input (N, C, spatial...)");
+  if (ws.size != xs.size) fail(op, "weight " + ws.str() + " and input " + xs.str() + " differ in rank");
+  ConvGeom g;
+  g.sp = xs.size - 2;
+  g.N = xs.v[0];
+  g.C = xs.v[1];
+  g.F = ws.v[0];
+  g.G = group;
+  g.Cg = ws.v[1];
+  if (group <= 0 || g.C != g.Cg * group || g.F % group)
+    fail(op, std::to_string(g.C) + " input channels, group " + std::to_string(group) + " and weight " + ws.str() +
+                 " do not match");
+  g.Fg = g.F / group;
+  if (strides.size != g.sp || dilations.size != g.sp || pads.size != 2 * g.sp)
+    fail(op, "strides and dilations need " + std::to_string(g.sp) + " entries and pads " + std::to_string(2 * g.sp));
+  for (int a = 0; a < g.sp; ++a) {
+    g.in[a] = xs.v[a + 2];
+    g.k[a] = ws.v[a + 2];
+    g.s[a] = strides.v[a];
+    g.pb[a] = pads.v[a];
+    g.d[a] = dilations.v[a];
+    if (g.s[a] <= 0 || g.d[a] <= 0 || g.pb[a] < 0 || pads.v[a + g.sp] < 0)
+      fail(op, "strides and dilations must be positive and pads non-negative");
+    g.out[a] = windowOutputSize(g.in[a], g.k[a], g.s[a], g.pb[a], pads.v[a + g.sp], g.d[a], false);
+    if (g.out[a] <= 0) fail(op, "kernel larger than the padded input " + xs.str());
+    g.inSize *= g.in[a];
+    g.outSize *= g.out[a];
+    g.kSize *= g.k[a];
+    if (g.k[a] != 1 || g.s[a] != 1 || g.pb[a] != 0 || pads.v[a + g.sp] != 0) g.pointwise = false;
+  }
+  return g;
+}
+
+Shape convOut(const ConvGeom &g) {
+  Shape out{g.N, g.F};
+  for (int a = 0; a < g.sp; ++a) out.push(g.out[a]);
+  return out;
+}
+
+/// Samples per im2col chunk: the column buffer [samples, C * kSize, P] stays
+/// under 128 MiB (at least one sample).
+int64_t chunkSamples(const ConvGeom &g) {
+  constexpr int64_t kBudget = int64_t(1) << 25; // floats
+  const int64_t perSample = g.C * g.kSize * g.outSize;
+  if (perSample <= 0) return std::max<int64_t>(g.N, 1);
+  return std::max<int64_t>(1, std::min<int64_t>(g.N, kBudget / perSample));
+}
+
+/// col[s, c * kSize + kk, o] = x[s, c, o * stride - pad + kidx * dilation]
+/// (0 in the padding) for `samples` samples of all C channels: each group's
+/// rows [Cg * kSize, P] are contiguous, group after group.
+__global__ void im2colKernel(ConvGeom g, const float *x, float *col, int64_t samples) {
+  const int64_t P = g.outSize, rows = g.C * g.kSize, total = samples * rows * P;
+  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+    const int64_t o = i % P, t = i / P, kk = t % g.kSize, sc = t / g.kSize; // sc = s * C + c
+    int64_t ro = o, rk = kk, off = 0, str = 1;
+    bool valid = true;
+    for (int a = g.sp - 1; a >= 0; --a) {
+      const int64_t oa = ro % g.out[a], ka = rk % g.k[a];
+      ro /= g.out[a];
+      rk /= g.k[a];
+      const int64_t p = oa * g.s[a] - g.pb[a] + ka * g.d[a];
+      if (p < 0 || p >= g.in[a]) valid = false;
+      off += p * str;
+      str *= g.in[a];
+    }
+    col[i] = valid ? x[sc * g.inSize + off] : 0.0f;
+  }
+}
+
+/// The adjoint of im2col as a gather: dx[s, c, q] = Σ over kernel positions
+/// kk (row-major, the CPU kernel's order) of col[s, c * kSize + kk, o] for
+/// the output position o, if any, whose window puts kk on q.
+__global__ void col2imKernel(ConvGeom g, const float *col, float *dx, int64_t samples) {
+  const int64_t P = g.outSize, total = samples * g.C * g.inSize;
+  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+    const int64_t q = i % g.inSize, sc = i / g.inSize;
+    int64_t pos[kMaxRank];
+    {
+      int64_t rq = q;
+      for (int a = g.sp - 1; a >= 0; --a) {
+        pos[a] = rq % g.in[a];
+        rq /= g.in[a];
+      }
+    }
+    const float *colRows = col + sc * g.kSize * P;
+    float sum = 0.0f;
+    for (int64_t kk = 0; kk < g.kSize; ++kk) {
+      int64_t rk = kk, o = 0, str = 1;
+      bool valid = true;
+      for (int a = g.sp - 1; a >= 0; --a) {
+        const int64_t ka = rk % g.k[a];
+        rk /= g.k[a];
+        const int64_t t = pos[a] + g.pb[a] - ka * g.d[a]; // = oa * s
+        const int64_t oa = t / g.s[a];
+        if (t < 0 || oa * g.s[a] != t || oa >= g.out[a]) {
+          valid = false;
+          break;
+        }
+        o += oa * str;
+        str *= g.out[a];
+      }
+      if (valid) sum += colRows[kk * P + o];
+    }
+    dx[i] = sum;
+  }
+}
+
+/// y[n, f, p] += bias[f].
+__global__ void addBiasKernel(float *y, const float *bias, int64_t total, int64_t F, int64_t P) {
+  for (int64_t i = globalThread(); i < total; i += globalThreads()) y[i] += bias[(i / P) % F];
+}
+
+/// The group GEMMs of `samples` samples: for every (s, g),
+/// C(s,g) = op(A(g)) op(B(s,g)), where X(s,g) = X.base + s * X.sample + g * X.group
+/// (A has no sample stride). Batched over groups (one call per sample) or
+/// over samples (one call per group), whichever makes fewer calls.
+struct Operand {
+  const float *base;
+  int64_t ld, sample, group;
+};
+void groupGemms(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K, Operand A,
+                Operand B, float *Cbase, int64_t ldc, int64_t cSample, int64_t cGroup, int64_t samples,
+                int64_t groups) {
+  if (groups <= samples && groups > 1) {
+    for (int64_t gi = 0; gi < groups; ++gi)
+      sgemmStridedBatched(op, transA, transB, M, N, K, 1.0f, A.base + gi * A.group, A.ld, 0,
+                          B.base + gi * B.group, B.ld, B.sample, 0.0f, Cbase + gi * cGroup, ldc, cSample,
+                          samples);
+    return;
+  }
+  if (groups == 1) {
+    sgemmStridedBatched(op, transA, transB, M, N, K, 1.0f, A.base, A.ld, 0, B.base, B.ld, B.sample, 0.0f, Cbase,
+                        ldc, cSample, samples);
+    return;
+  }
+  for (int64_t s = 0; s < samples; ++s)
+    sgemmStridedBatched(op, transA, transB, M, N, K, 1.0f, A.base, A.ld, A.group, B.base + s * B.sample, B.ld,
+                        B.group, 0.0f, Cbase + s * cSample, ldc, cGroup, groups);
+}
+
+void im2col(const char *op, const ConvGeom &g, const float *x, float *col, int64_t samples) {
+  const int64_t total = samples * g.C * g.kSize * g.outSize;
+  if (total <= 0) return;
+  im2colKernel<<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(g, x, col, samples);
+  detail::checkLaunch(op);
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// nn.conv, nn.conv_input_grad, nn.conv_weight_grad
+//===----------------------------------------------------------------------===//
+
+void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, const float *bias, float *y,
+          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group) {
+  const char *op = "nn.conv";
+  const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
+  const int64_t rows = g.Cg * g.kSize, P = g.outSize;
+  if (g.N == 0 || g.F == 0) return;
+  const int64_t chunk = g.pointwise ? g.N : chunkSamples(g);
+  Buffer col(g.pointwise ? 0 : (size_t)(chunk * g.G * rows * P) * sizeof(float));
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t samples = std::min(chunk, g.N - n0);
+    const float *cols = x + n0 * g.C * g.inSize; // pointwise: the columns are x
+    if (!g.pointwise) {
+      im2col(op, g, cols, col.as<float>(), samples);
+      cols = col.as<float>();
+    }
+    // y_(s,g) [Fg, P] = W_g [Fg, rows] col_(s,g) [rows, P]
+    groupGemms(op, false, false, g.Fg, P, rows, Operand{w, rows, 0, g.Fg * rows},
+               Operand{cols, P, g.G * rows * P, rows * P}, y + n0 * g.F * P, P, g.F * P, g.Fg * P, samples, g.G);
+  }
+  if (bias) {
+    const int64_t total = g.N * g.F * P;
+    addBiasKernel<<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(y, bias, total, g.F, P);
+    detail::checkLaunch(op);
+  }
+}
+
+void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shape &ws, float *dx, const Shape &xs,
+                   const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group) {
+  const char *op = "nn.conv_input_grad";
+  const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
+  if (convOut(g) != dys) fail(op, "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
+  const int64_t rows = g.Cg * g.kSize, P = g.outSize;
+  if (g.N == 0 || g.C == 0 || g.inSize == 0) return;
+  const int64_t chunk = g.pointwise ? g.N : chunkSamples(g);
+  Buffer col(g.pointwise ? 0 : (size_t)(chunk * g.G * rows * P) * sizeof(float));
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t samples = std::min(chunk, g.N - n0);
+    float *dxChunk = dx + n0 * g.C * g.inSize;
+    // dcol_(s,g) [rows, P] = W_g^T [rows, Fg] dy_(s,g) [Fg, P]; pointwise: dx itself
+    float *dcol = g.pointwise ? dxChunk : col.as<float>();
+    groupGemms(op, true, false, rows, P, g.Fg, Operand{w, rows, 0, g.Fg * rows},
+               Operand{dy + n0 * g.F * P, P, g.F * P, g.Fg * P}, dcol, P, g.G * rows * P, rows * P, samples, g.G);
+    if (!g.pointwise) {
+      const int64_t total = samples * g.C * g.inSize;
+      col2imKernel<<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(g, dcol, dxChunk,
+                                                                                        samples);
+      detail::checkLaunch(op);
+    }
+  }
+}
+
+void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Shape &xs, float *dw, const Shape &ws,
+                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group) {
+  const char *op = "nn.conv_weight_grad";
+  const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
+  if (convOut(g) != dys) fail(op, "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
+  const int64_t rows = g.Cg * g.kSize, P = g.outSize;
+  if (ws.numel() == 0) return;
+  if (g.N == 0) {
+    detail::check(cudaMemsetAsync(dw, 0, (size_t)ws.numel() * sizeof(float), detail::stream()), op);
+    return;
+  }
+  const int64_t chunk = g.pointwise ? g.N : chunkSamples(g);
+  Buffer col(g.pointwise ? 0 : (size_t)(chunk * g.G * rows * P) * sizeof(float));
+  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+    const int64_t samples = std::min(chunk, g.N - n0);
+    const float *cols = x + n0 * g.C * g.inSize;
+    if (!g.pointwise) {
+      im2col(op, g, cols, col.as<float>(), samples);
+      cols = col.as<float>();
+    }
+    // dW_g [Fg, rows] (+)= dy_(n,g) [Fg, P] col_(n,g)^T [P, rows]: batched over
+    // groups (distinct outputs), samples in order with beta = 1 after the first.
+    for (int64_t s = 0; s < samples; ++s) {
+      const int64_t n = n0 + s;
+      sgemmStridedBatched(op, false, true, g.Fg, rows, P, 1.0f, dy + n * g.F * P, P, g.Fg * P,
+                          cols + s * g.G * rows * P, P, rows * P, n == 0 ? 0.0f : 1.0f, dw, rows, g.Fg * rows, g.G);
+    }
+  }
+}
+
+} // namespace pipec::kernels::cuda

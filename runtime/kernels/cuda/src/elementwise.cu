@@ -1,0 +1,369 @@
+// Element-wise kernels: broadcasting binaries, unaries, cast, where, equal,
+// their gradients, and dropout. The formulas are those of the CPU library
+// (runtime/kernels/src/elementwise.cpp) expression by expression.
+#include "detail.cuh"
+#include "index_map.cuh"
+
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+namespace pipec::kernels::cuda {
+
+using namespace detail;
+
+namespace {
+
+constexpr float kSqrt1_2 = 0.70710678118654752440f;
+constexpr float kTwoOverSqrtPi = 1.12837916709551257390f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+constexpr float kGeluTanhC = 0.044715f;
+
+template <class K, class... Args> void launch(const char *op, int64_t n, K kernel, Args... args) {
+  if (n <= 0) return;
+  kernel<<<blocksFor(n), kThreads, 0, stream()>>>(args...);
+  checkLaunch(op);
+}
+
+//===----------------------------------------------------------------------===//
+// Broadcasting binaries
+//===----------------------------------------------------------------------===//
+
+template <class T, class U, class F>
+__global__ void binaryKernel(const T *a, const T *b, U *out, int64_t n, IndexMap<2> map, F f) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) {
+    int64_t o[2];
+    map.offsets(i, o);
+    out[i] = f(a[o[0]], b[o[1]]);
+  }
+}
+
+/// out = f(a, b) over broadcastShape(as, bs).
+template <class T, class U, class F>
+void broadcastBinary(const char *op, const T *a, const Shape &as, const T *b, const Shape &bs, U *out, F f) {
+  const Shape os = broadcastShape(as, bs);
+  const IndexMap<2> map = makeIndexMap<2>(os, {broadcastStrides(as, os), broadcastStrides(bs, os)});
+  launch(op, os.numel(), binaryKernel<T, U, F>, a, b, out, os.numel(), map, f);
+}
+
+struct AddF {
+  __device__ float operator()(float x, float y) const { return x + y; }
+};
+struct SubF {
+  __device__ float operator()(float x, float y) const { return x - y; }
+};
+struct MulF {
+  __device__ float operator()(float x, float y) const { return x * y; }
+};
+struct DivF {
+  __device__ float operator()(float x, float y) const { return x / y; }
+};
+struct PowF {
+  __device__ float operator()(float x, float y) const {
+    if (y == 2.0f) return x * x; // as the CPU kernel
+    return powf(x, y);
+  }
+};
+
+/// Integer Add/Sub/Mul/Div/Pow with the CPU kernel's semantics: wrapping
+/// arithmetic, Div truncating (INT64_MIN / -1 = INT64_MIN); division by zero
+/// and negative exponents are device errors and give 0.
+struct IntBinaryF {
+  Binary op;
+  int *flag;
+  __device__ int64_t operator()(int64_t a, int64_t b) const {
+    const uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
+    switch (op) {
+    case Binary::Add: return (int64_t)(ua + ub);
+    case Binary::Sub: return (int64_t)(ua - ub);
+    case Binary::Mul: return (int64_t)(ua * ub);
+    case Binary::Div:
+      if (b == 0) {
+        raiseDevice(flag, kIntegerDivisionByZero);
+        return 0;
+      }
+      if (a == INT64_MIN && b == -1) return a;
+      return a / b;
+    case Binary::Pow: {
+      if (b < 0) {
+        raiseDevice(flag, kIntegerNegativeExponent);
+        return 0;
+      }
+      // Square-and-multiply: the same product modulo 2^64 as b repeated
+      // multiplications.
+      uint64_t r = 1, base = ua;
+      for (uint64_t e = (uint64_t)b; e; e >>= 1) {
+        if (e & 1) r *= base;
+        base *= base;
+      }
+      return (int64_t)r;
+    }
+    }
+    return 0;
+  }
+};
+
+const char *binaryName(Binary op) {
+  switch (op) {
+  case Binary::Add: return "nn.add";
+  case Binary::Sub: return "nn.sub";
+  case Binary::Mul: return "nn.mul";
+  case Binary::Div: return "nn.div";
+  case Binary::Pow: return "nn.pow";
+  }
+  return "nn.binary";
+}
+
+template <class T> struct EqualF {
+  __device__ uint8_t operator()(T x, T y) const { return (uint8_t)(x == y); }
+};
+
+template <class T>
+__global__ void whereKernel(const uint8_t *cond, const T *x, const T *y, T *out, int64_t n, IndexMap<3> map) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) {
+    int64_t o[3];
+    map.offsets(i, o);
+    out[i] = cond[o[0]] ? x[o[1]] : y[o[2]];
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Unaries and their gradients
+//===----------------------------------------------------------------------===//
+
+__global__ void unaryKernel(Unary op, const float *x, int64_t n, float *y) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) {
+    const float v = x[i];
+    float r = 0.0f;
+    switch (op) {
+    case Unary::Relu: r = (v > 0.0f || v != v) ? v : 0.0f; break; // NaN propagates
+    case Unary::Tanh: r = tanhf(v); break;
+    case Unary::Sigmoid: r = 1.0f / (1.0f + expf(-v)); break;
+    case Unary::Erf: r = erff(v); break;
+    case Unary::Sqrt: r = sqrtf(v); break;
+    case Unary::Gelu: r = 0.5f * v * (1.0f + erff(v * kSqrt1_2)); break;
+    case Unary::GeluTanh: r = 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kGeluTanhC * v * v * v))); break;
+    }
+    y[i] = r;
+  }
+}
+
+__global__ void unaryGradKernel(Unary op, const float *dy, const float *x, const float *y, int64_t n,
+                                float *dx) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) {
+    const float g = dy[i];
+    float r = 0.0f;
+    switch (op) {
+    case Unary::Relu: r = x[i] > 0.0f ? g : 0.0f; break;
+    case Unary::Tanh: r = g * (1.0f - y[i] * y[i]); break;
+    case Unary::Sigmoid: r = g * y[i] * (1.0f - y[i]); break;
+    case Unary::Erf: r = g * kTwoOverSqrtPi * expf(-x[i] * x[i]); break;
+    case Unary::Sqrt: r = g / (2.0f * y[i]); break;
+    case Unary::Gelu: {
+      const float v = x[i];
+      const float cdf = 0.5f * (1.0f + erff(v * kSqrt1_2));
+      const float pdf = kInvSqrt2Pi * expf(-0.5f * v * v);
+      r = g * (cdf + v * pdf);
+      break;
+    }
+    case Unary::GeluTanh: {
+      const float v = x[i];
+      const float t = tanhf(kSqrt2OverPi * (v + kGeluTanhC * v * v * v));
+      const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluTanhC * v * v);
+      r = g * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+      break;
+    }
+    }
+    dx[i] = r;
+  }
+}
+
+__global__ void negateKernel(const float *x, int64_t n, float *y) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) y[i] = -x[i];
+}
+
+__global__ void binaryGradKernel(BinaryGrad op, const float *dy, const float *lhs, const float *rhs, int64_t n,
+                                 IndexMap<3> map, float *dx) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) {
+    int64_t o[3];
+    map.offsets(i, o);
+    const float g = dy[o[0]], a = lhs[o[1]], b = rhs[o[2]];
+    float r = 0.0f;
+    switch (op) {
+    case BinaryGrad::SubRhs: r = -g; break;
+    case BinaryGrad::DivRhs: r = -g * a / (b * b); break;
+    // As PyTorch: a zero exponent contributes 0 to the base's gradient, and
+    // a zero base with a non-negative exponent 0 to the exponent's.
+    case BinaryGrad::PowLhs: r = b == 0.0f ? 0.0f : g * b * powf(a, b - 1.0f); break;
+    case BinaryGrad::PowRhs: r = (a == 0.0f && b >= 0.0f) ? 0.0f : g * powf(a, b) * logf(a); break;
+    }
+    dx[i] = r;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Cast
+//===----------------------------------------------------------------------===//
+
+template <class To, class From> __host__ __device__ To castValue(From x) {
+  if constexpr (std::is_same_v<To, uint8_t>) {
+    return (uint8_t)(x != From(0));
+  } else if constexpr (std::is_floating_point_v<To>) {
+    return static_cast<To>(x);
+  } else if constexpr (std::is_floating_point_v<From>) {
+    const double t = trunc((double)x);
+    if (t != t) return 0;
+    if (t >= (double)std::numeric_limits<To>::max()) return std::numeric_limits<To>::max();
+    if (t <= (double)std::numeric_limits<To>::min()) return std::numeric_limits<To>::min();
+    return static_cast<To>(t);
+  } else {
+    return static_cast<To>(x); // integer to integer wraps (two's complement)
+  }
+}
+
+template <class From, class To> __global__ void castKernel(const From *x, int64_t n, To *y) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) y[i] = castValue<To>(x[i]);
+}
+
+//===----------------------------------------------------------------------===//
+// Dropout
+//===----------------------------------------------------------------------===//
+
+/// The keep test and the double-precision scaling of the CPU kernel; the
+/// explicit _rn intrinsics keep nvcc from contracting anything.
+__global__ void dropoutKernel(const float *x, int64_t n, float *y, uint8_t *mask, double ratio, double scale,
+                              uint64_t streamKey) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) {
+    const bool keep = kernels::dropoutUniform(streamKey, (uint64_t)i) >= ratio;
+    const float v = x[i];
+    if (mask) mask[i] = keep;
+    y[i] = keep ? (float)__dmul_rn((double)v, scale) : 0.0f;
+  }
+}
+
+__global__ void dropoutGradKernel(const float *dy, const uint8_t *mask, int64_t n, float *dx, double scale) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride())
+    dx[i] = mask[i] ? (float)__dmul_rn((double)dy[i], scale) : 0.0f;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Public entry points
+//===----------------------------------------------------------------------===//
+
+void binary(Binary op, const float *a, const Shape &as, const float *b, const Shape &bs, float *out) {
+  const char *name = binaryName(op);
+  switch (op) {
+  case Binary::Add: broadcastBinary(name, a, as, b, bs, out, AddF{}); break;
+  case Binary::Sub: broadcastBinary(name, a, as, b, bs, out, SubF{}); break;
+  case Binary::Mul: broadcastBinary(name, a, as, b, bs, out, MulF{}); break;
+  case Binary::Div: broadcastBinary(name, a, as, b, bs, out, DivF{}); break;
+  case Binary::Pow: broadcastBinary(name, a, as, b, bs, out, PowF{}); break;
+  }
+}
+
+void binary(Binary op, const int64_t *a, const Shape &as, const int64_t *b, const Shape &bs, int64_t *out) {
+  const Shape os = broadcastShape(as, bs);
+  if (os.numel() == 0) return;
+  const bool canFail = op == Binary::Div || op == Binary::Pow;
+  broadcastBinary(binaryName(op), a, as, b, bs, out, IntBinaryF{op, canFail ? errorFlag() : nullptr});
+}
+
+template <class T> void equal(const T *a, const Shape &as, const T *b, const Shape &bs, uint8_t *out) {
+  broadcastBinary("nn.equal", a, as, b, bs, out, EqualF<T>{});
+}
+
+template <class T>
+void where(const uint8_t *cond, const Shape &cs, const T *x, const Shape &xs, const T *y, const Shape &ys,
+           T *out) {
+  const Shape os = broadcastShape(cs, broadcastShape(xs, ys));
+  const IndexMap<3> map =
+      makeIndexMap<3>(os, {broadcastStrides(cs, os), broadcastStrides(xs, os), broadcastStrides(ys, os)});
+  launch("nn.where", os.numel(), whereKernel<T>, cond, x, y, out, os.numel(), map);
+}
+
+void unary(Unary op, const float *x, int64_t n, float *y) { launch("nn.unary", n, unaryKernel, op, x, n, y); }
+
+void unaryGrad(Unary op, const float *dy, const float *x, const float *y, int64_t n, float *dx) {
+  const bool needsX = op == Unary::Relu || op == Unary::Erf || op == Unary::Gelu || op == Unary::GeluTanh;
+  if (needsX ? x == nullptr : y == nullptr)
+    fail("nn.unary_grad", needsX ? "this kind needs the forward input x" : "this kind needs the forward result y");
+  launch("nn.unary_grad", n, unaryGradKernel, op, dy, x, y, n, dx);
+}
+
+void binaryGrad(BinaryGrad op, const float *dy, const float *lhs, const Shape &ls, const float *rhs,
+                const Shape &rs, float *dx) {
+  const Shape os = broadcastShape(ls, rs);
+  const int64_t n = os.numel();
+  if (op == BinaryGrad::SubRhs) {
+    launch("nn.binary_grad", n, negateKernel, dy, n, dx);
+    return;
+  }
+  const IndexMap<3> map =
+      makeIndexMap<3>(os, {stridesOf(os), broadcastStrides(ls, os), broadcastStrides(rs, os)});
+  launch("nn.binary_grad", n, binaryGradKernel, op, dy, lhs, rhs, n, map, dx);
+}
+
+template <class From, class To> void cast(const From *x, int64_t n, To *y) {
+  launch("nn.cast", n, castKernel<From, To>, x, n, y);
+}
+
+void dropout(const float *x, int64_t n, float *y, uint8_t *mask, float ratio, bool training, uint64_t streamKey) {
+  const double r = ratio; // the evaluator holds the f32 attribute as a double
+  if (!(r >= 0.0 && r < 1.0)) fail("nn.dropout", "ratio must be in [0, 1), got " + std::to_string(r));
+  if (n <= 0) return;
+  if (!training || r == 0.0) {
+    if (y != x)
+      check(cudaMemcpyAsync(y, x, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, stream()), "nn.dropout");
+    if (mask) check(cudaMemsetAsync(mask, 1, (size_t)n, stream()), "nn.dropout");
+    return;
+  }
+  const double scale = 1.0 / (1.0 - r);
+  launch("nn.dropout", n, dropoutKernel, x, n, y, mask, r, scale, streamKey);
+}
+
+void dropoutGrad(const float *dy, const uint8_t *mask, int64_t n, float *dx, float ratio, bool training) {
+  const double r = ratio;
+  if (!(r >= 0.0 && r < 1.0)) fail("nn.dropout_grad", "ratio must be in [0, 1), got " + std::to_string(r));
+  if (n <= 0) return;
+  if (!training || r == 0.0) {
+    if (dx != dy)
+      check(cudaMemcpyAsync(dx, dy, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, stream()),
+            "nn.dropout_grad");
+    return;
+  }
+  if (!mask) fail("nn.dropout_grad", "training needs the mask");
+  const double scale = 1.0 / (1.0 - r);
+  launch("nn.dropout_grad", n, dropoutGradKernel, dy, mask, n, dx, scale);
+}
+
+//===----------------------------------------------------------------------===//
+// Instantiations (the CPU library's set)
+//===----------------------------------------------------------------------===//
+
+#define PIPEC_CAST_FROM(F)                                                                                             \
+  template void cast<F, float>(const F *, int64_t, float *);                                                           \
+  template void cast<F, double>(const F *, int64_t, double *);                                                         \
+  template void cast<F, int64_t>(const F *, int64_t, int64_t *);                                                       \
+  template void cast<F, int32_t>(const F *, int64_t, int32_t *);                                                       \
+  template void cast<F, uint8_t>(const F *, int64_t, uint8_t *);
+PIPEC_CAST_FROM(float)
+PIPEC_CAST_FROM(double)
+PIPEC_CAST_FROM(int64_t)
+PIPEC_CAST_FROM(int32_t)
+PIPEC_CAST_FROM(uint8_t)
+#undef PIPEC_CAST_FROM
+
+#define PIPEC_EQ_WHERE(T)                                                                                              \
+  template void equal<T>(const T *, const Shape &, const T *, const Shape &, uint8_t *);                              \
+  template void where<T>(const uint8_t *, const Shape &, const T *, const Shape &, const T *, const Shape &, T *);
+PIPEC_EQ_WHERE(float)
+PIPEC_EQ_WHERE(double)
+PIPEC_EQ_WHERE(int64_t)
+PIPEC_EQ_WHERE(int32_t)
+PIPEC_EQ_WHERE(uint8_t)
+#undef PIPEC_EQ_WHERE
+
+} // namespace pipec::kernels::cuda

@@ -1,0 +1,36 @@
+// Row-major GEMM wrappers over cuBLAS for the linear-algebra and convolution
+// kernels (linalg.cu, conv.cu); defined in linalg.cu. The precision is the
+// innermost StreamScope's: BF16 runs CUBLAS_COMPUTE_32F_FAST_16BF (float32
+// storage, bfloat16 tensor-core inputs, float32 accumulation), F32 plain
+// CUBLAS_COMPUTE_32F (no TF32).
+#ifndef PIPEC_CUDA_KERNELS_GEMM_CUH
+#define PIPEC_CUDA_KERNELS_GEMM_CUH
+
+#include "detail.cuh"
+
+#include <cstdint>
+
+namespace pipec::kernels::cuda::nn {
+
+/// Row-major C[M,N] = alpha * op(A) op(B) + beta * C with leading dimensions
+/// (op(A) is [M,K]: A stored [K,M] when transA; op(B) is [K,N]: B stored
+/// [N,K] when transB). With beta == 0, C is not read. K == 0 gives beta * C.
+void sgemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+           const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+           int64_t ldc);
+
+/// `batch` independent GEMMs as sgemm, matrix i at A + i * strideA, B + i *
+/// strideB, C + i * strideC (a stride of 0 shares one A or B; C's batch
+/// entries must not overlap).
+void sgemmStridedBatched(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                         float alpha, const float *A, int64_t lda, int64_t strideA, const float *B,
+                         int64_t ldb, int64_t strideB, float beta, float *C, int64_t ldc,
+                         int64_t strideC, int64_t batch);
+
+/// y (shape ys) = numpy broadcast of x (shape xs, which must broadcast to
+/// ys); one launch on the current stream, nothing for an empty ys.
+void expandTo(const char *op, const float *x, const Shape &xs, float *y, const Shape &ys);
+
+} // namespace pipec::kernels::cuda::nn
+
+#endif // PIPEC_CUDA_KERNELS_GEMM_CUH

@@ -1,0 +1,147 @@
+// Index arithmetic shared by the element-wise, data-movement and reduction
+// kernels (elementwise.cu, movement.cu, reduce.cu): host-side shape checks
+// mirroring the CPU library's (runtime/kernels/src/detail.h), and IndexMap,
+// which maps the flat row-major index of an output to offsets into N
+// operands through per-axis strides (0 on broadcast axes).
+#ifndef PIPEC_CUDA_KERNELS_INDEX_MAP_CUH
+#define PIPEC_CUDA_KERNELS_INDEX_MAP_CUH
+
+#include "detail.cuh"
+
+#include <array>
+#include <string>
+
+// `#pragma unroll` for device code only (host compilers warn about it).
+#ifdef __CUDA_ARCH__
+#define PIPEC_UNROLL _Pragma("unroll")
+#else
+#define PIPEC_UNROLL
+#endif
+
+namespace pipec::kernels::cuda::detail {
+
+using Strides = std::array<int64_t, kMaxRank>;
+
+inline void checkRank(const char *op, const Shape &s, int atLeast, const char *what) {
+  if (s.size < atLeast || s.size > kMaxRank)
+    fail(op, std::string(what) + " " + s.str() + " needs rank in [" + std::to_string(atLeast) + ", " +
+                 std::to_string(kMaxRank) + "]");
+  for (int i = 0; i < s.size; ++i)
+    if (s.v[i] < 0) fail(op, std::string(what) + " " + s.str() + " has a negative dimension");
+}
+
+inline int64_t normalizeAxis(const char *op, int64_t axis, int rank) {
+  if (axis < -rank || axis >= rank)
+    fail(op, "axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+/// Row-major strides.
+inline Strides stridesOf(const Shape &s) {
+  Strides st{};
+  int64_t acc = 1;
+  for (int i = s.size - 1; i >= 0; --i) {
+    st[i] = acc;
+    acc *= s.v[i];
+  }
+  return st;
+}
+
+inline int64_t productOf(const Shape &s, int from, int to) {
+  int64_t n = 1;
+  for (int i = from; i < to; ++i) n *= s.v[i];
+  return n;
+}
+
+/// Broadcast strides of `in` (right-aligned) against the output shape `out`:
+/// 0 along axes where `in` has size 1 or is missing.
+inline Strides broadcastStrides(const Shape &in, const Shape &out) {
+  Strides st{};
+  const Strides own = stridesOf(in);
+  const int lead = out.size - in.size;
+  for (int i = 0; i < out.size; ++i) {
+    if (i < lead) continue;
+    st[i] = in.v[i - lead] == 1 ? 0 : own[i - lead];
+  }
+  return st;
+}
+
+/// Does `in` broadcast to exactly `out`?
+inline bool broadcastsTo(const Shape &in, const Shape &out) {
+  if (in.size > out.size) return false;
+  const int lead = out.size - in.size;
+  for (int i = 0; i < in.size; ++i)
+    if (in.v[i] != 1 && in.v[i] != out.v[i + lead]) return false;
+  return true;
+}
+
+/// The flat row-major index i of a tensor of shape `dims` seen as offsets
+/// sum_a idx[a] * st[k][a] into N operands. Passed to kernels by value.
+/// Built by makeIndexMap, which drops size-1 axes and merges adjacent axes
+/// that every operand walks contiguously, so that the common cases (same
+/// shapes, a trailing bias) cost at most one division per element.
+template <int N> struct IndexMap {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t st[N][kMaxRank] = {};
+
+  /// Requires 0 <= i < the product of dims.
+  __host__ __device__ __forceinline__ void offsets(int64_t i, int64_t (&off)[N]) const {
+PIPEC_UNROLL
+    for (int k = 0; k < N; ++k) off[k] = 0;
+    // Fully unrolled so that every index into the (kernel parameter) arrays
+    // is a constant.
+PIPEC_UNROLL
+    for (int a = kMaxRank - 1; a > 0; --a) {
+      if (a < rank) {
+        const int64_t q = i / dims[a], r = i - q * dims[a];
+        i = q;
+PIPEC_UNROLL
+        for (int k = 0; k < N; ++k) off[k] += r * st[k][a];
+      }
+    }
+    if (rank > 0) {
+PIPEC_UNROLL
+      for (int k = 0; k < N; ++k) off[k] += i * st[k][0];
+    }
+  }
+};
+
+template <int N>
+IndexMap<N> makeIndexMap(const Shape &dims, const std::array<Strides, N> &strides) {
+  IndexMap<N> m;
+  // Walk from the innermost axis outwards, appending to the map in reverse.
+  int64_t rdims[kMaxRank];
+  int64_t rst[N][kMaxRank];
+  int count = 0;
+  for (int a = dims.size - 1; a >= 0; --a) {
+    if (dims.v[a] == 1) continue;
+    if (count > 0) {
+      bool merge = true;
+      for (int k = 0; k < N; ++k)
+        if (strides[k][a] != rst[k][count - 1] * rdims[count - 1]) merge = false;
+      if (merge) {
+        rdims[count - 1] *= dims.v[a];
+        continue;
+      }
+    }
+    rdims[count] = dims.v[a];
+    for (int k = 0; k < N; ++k) rst[k][count] = strides[k][a];
+    ++count;
+  }
+  m.rank = count;
+  for (int j = 0; j < count; ++j) {
+    m.dims[j] = rdims[count - 1 - j];
+    for (int k = 0; k < N; ++k) m.st[k][j] = rst[k][count - 1 - j];
+  }
+  return m;
+}
+
+__device__ __forceinline__ int64_t firstIndex() {
+  return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t gridStride() { return (int64_t)gridDim.x * blockDim.x; }
+
+} // namespace pipec::kernels::cuda::detail
+
+#endif // PIPEC_CUDA_KERNELS_INDEX_MAP_CUH

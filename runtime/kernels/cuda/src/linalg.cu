@@ -1,0 +1,183 @@
+// GEMM and batched matmul on cuBLAS (row-major through the column-major
+// transpose identity: Y^T = op(B)^T op(A)^T), and the GEMM wrappers of
+// gemm.cuh that the convolutions share.
+#include "gemm.cuh"
+#include "nn_common.cuh"
+
+
+namespace pipec::kernels::cuda {
+
+namespace nn {
+namespace {
+
+/// C = beta * C (0 when beta == 0, whatever C held) for `batch` row-major
+/// [M,N] matrices: the GEMM with K == 0, which cuBLAS may not handle.
+__global__ void scaleMatricesKernel(float *C, int64_t M, int64_t N, int64_t ldc, int64_t strideC,
+                                    int64_t batch, float beta) {
+  const int64_t per = M * N, total = batch * per;
+  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+    const int64_t b = i / per, r = i - b * per, m = r / N, n = r - m * N;
+    float &c = C[b * strideC + m * ldc + n];
+    c = beta == 0.0f ? 0.0f : beta * c;
+  }
+}
+
+/// Broadcast gather: y[i] = x[offset of i], the offset walking `st` (0 on
+/// broadcast axes) over the output dims.
+struct ExpandMap {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t st[kMaxRank] = {};
+};
+
+__global__ void expandKernel(const float *x, float *y, int64_t n, ExpandMap m) {
+  for (int64_t i = globalThread(); i < n; i += globalThreads()) {
+    int64_t rest = i, off = 0;
+    for (int a = m.rank - 1; a >= 0; --a) {
+      const int64_t q = rest / m.dims[a];
+      off += (rest - q * m.dims[a]) * m.st[a];
+      rest = q;
+    }
+    y[i] = x[off];
+  }
+}
+
+cublasComputeType_t computeType() {
+  switch (detail::precision()) {
+  case Precision::BF16: return CUBLAS_COMPUTE_32F_FAST_16BF;
+  case Precision::TF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+  case Precision::F32: break;
+  }
+  return CUBLAS_COMPUTE_32F;
+}
+
+} // namespace
+
+void sgemmStridedBatched(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                         float alpha, const float *A, int64_t lda, int64_t strideA, const float *B,
+                         int64_t ldb, int64_t strideB, float beta, float *C, int64_t ldc,
+                         int64_t strideC, int64_t batch) {
+  if (M < 0 || N < 0 || K < 0 || batch < 0) fail(op, "negative GEMM dimension");
+  if (M == 0 || N == 0 || batch == 0) return;
+  if (K == 0) { // what the maths says: C = beta * C
+    scaleMatricesKernel<<<detail::blocksFor(batch * M * N), detail::kThreads, 0, detail::stream()>>>(
+        C, M, N, ldc, strideC, batch, beta);
+    detail::checkLaunch(op);
+    return;
+  }
+  cublasHandle_t handle = detail::blas();
+  detail::checkBlas(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST), op);
+  // Row-major X is column-major X^T: compute C^T[N,M] = op(B)^T[N,K] op(A)^T[K,M].
+  const cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (batch == 1) {
+    detail::checkBlas(cublasGemmEx_64(handle, opB, opA, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F,
+                                      lda, &beta, C, CUDA_R_32F, ldc, computeType(), CUBLAS_GEMM_DEFAULT),
+                      op);
+    return;
+  }
+  detail::checkBlas(cublasGemmStridedBatchedEx_64(handle, opB, opA, N, M, K, &alpha, B, CUDA_R_32F, ldb,
+                                                  (long long)strideB, A, CUDA_R_32F, lda, (long long)strideA,
+                                                  &beta, C, CUDA_R_32F, ldc, (long long)strideC, batch,
+                                                  computeType(), CUBLAS_GEMM_DEFAULT),
+                    op);
+}
+
+void sgemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+           const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+           int64_t ldc) {
+  sgemmStridedBatched(op, transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+void expandTo(const char *op, const float *x, const Shape &xs, float *y, const Shape &ys) {
+  if (!broadcastsTo(xs, ys)) fail(op, "shape " + xs.str() + " does not broadcast to " + ys.str());
+  if (ys.size > kMaxRank) fail(op, "rank above " + std::to_string(kMaxRank));
+  const int64_t n = ys.numel();
+  if (n <= 0) return;
+  ExpandMap m;
+  m.rank = ys.size;
+  const int lead = ys.size - xs.size;
+  int64_t acc = 1;
+  for (int a = ys.size - 1; a >= 0; --a) {
+    m.dims[a] = ys.v[a];
+    if (a >= lead) {
+      const int64_t d = xs.v[a - lead];
+      m.st[a] = d == 1 ? 0 : acc;
+      acc *= d;
+    }
+  }
+  expandKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(x, y, n, m);
+  detail::checkLaunch(op);
+}
+
+} // namespace nn
+
+//===----------------------------------------------------------------------===//
+// nn.gemm, nn.matmul
+//===----------------------------------------------------------------------===//
+
+void gemm(const float *A, const float *B, const float *C, const Shape &cs, float *Y, int64_t M,
+          int64_t N, int64_t K, bool transA, bool transB, float alpha, float beta) {
+  const char *op = "nn.gemm";
+  if (M < 0 || N < 0 || K < 0) nn::fail(op, "negative dimension");
+  const Shape ys{M, N};
+  if (C && !nn::broadcastsTo(cs, ys))
+    nn::fail(op, "C of shape " + cs.str() + " does not broadcast to " + ys.str());
+  float b = 0.0f;
+  if (C && beta != 0.0f) {
+    nn::expandTo(op, C, cs, Y, ys);
+    b = beta;
+  }
+  nn::sgemm(op, transA, transB, M, N, K, alpha, A, transA ? M : K, B, transB ? K : N, b, Y, N);
+}
+
+void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, float *Y) {
+  const char *op = "nn.matmul";
+  (void)matmulShape(as, bs); // checks
+  const Shape ap = as.size == 1 ? Shape{1, as.v[0]} : as;
+  const Shape bp = bs.size == 1 ? Shape{bs.v[0], 1} : bs;
+  const int64_t M = ap.v[ap.size - 2], K = ap.v[ap.size - 1], N = bp.v[bp.size - 1];
+  const Shape aBatch(ap.v, ap.size - 2), bBatch(bp.v, bp.size - 2);
+  const Shape batch = broadcastShape(aBatch, bBatch);
+  const int64_t count = batch.numel();
+  if (count == 0 || M == 0 || N == 0) return;
+  const int64_t aCount = aBatch.numel(), bCount = bBatch.numel();
+  if (bCount == 1 && aBatch == batch) {
+    // One weight matrix for every batch entry (Linear on 3-D input): one GEMM.
+    nn::sgemm(op, false, false, count * M, N, K, 1.0f, A, K, B, N, 0.0f, Y, N);
+    return;
+  }
+  // A batch that has every entry (its count is the broadcast batch's, so no
+  // axis is broadcast and its flat layout is the output's) or a single matrix
+  // (stride 0): one strided-batched GEMM.
+  if ((aCount == count || aCount == 1) && (bCount == count || bCount == 1)) {
+    nn::sgemmStridedBatched(op, false, false, M, N, K, 1.0f, A, K, aCount == count ? M * K : 0, B, N,
+                            bCount == count ? K * N : 0, 0.0f, Y, N, M * N, count);
+    return;
+  }
+  // General broadcast: one GEMM per output batch entry, offsets on the host.
+  int64_t aSt[kMaxRank] = {}, bSt[kMaxRank] = {};
+  auto strides = [&](const Shape &in, int64_t *st) {
+    const int lead = batch.size - in.size;
+    int64_t acc = 1;
+    for (int a = in.size - 1; a >= 0; --a) {
+      st[a + lead] = in.v[a] == 1 ? 0 : acc;
+      acc *= in.v[a];
+    }
+  };
+  strides(aBatch, aSt);
+  strides(bBatch, bSt);
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t rest = i, aOff = 0, bOff = 0;
+    for (int a = batch.size - 1; a >= 0; --a) {
+      const int64_t q = rest / batch.v[a], r = rest - q * batch.v[a];
+      aOff += r * aSt[a];
+      bOff += r * bSt[a];
+      rest = q;
+    }
+    nn::sgemm(op, false, false, M, N, K, 1.0f, A + aOff * M * K, K, B + bOff * K * N, N, 0.0f, Y + i * M * N,
+              N);
+  }
+}
+
+} // namespace pipec::kernels::cuda

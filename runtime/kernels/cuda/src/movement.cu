@@ -1,0 +1,289 @@
+// Data movement: gather (and its scatter-add gradient), copy, transpose,
+// concat, split, slice (and its gradient), pad, expand. The checks and
+// index rules are the CPU library's (runtime/kernels/src/movement.cpp).
+#include "detail.cuh"
+#include "index_map.cuh"
+
+namespace pipec::kernels::cuda {
+
+using namespace detail;
+
+namespace {
+
+template <class K, class... Args> void launch(const char *op, int64_t n, K kernel, Args... args) {
+  if (n <= 0) return;
+  kernel<<<blocksFor(n), kThreads, 0, stream()>>>(args...);
+  checkLaunch(op);
+}
+
+void zero(void *p, size_t bytes, const char *op) {
+  if (bytes) check(cudaMemsetAsync(p, 0, bytes, stream()), op);
+}
+
+/// out is [outer, count, inner], data [outer, size, inner].
+template <class T, class I>
+__global__ void gatherKernel(const T *data, const I *indices, T *out, int64_t total, int64_t count, int64_t size,
+                             int64_t inner, int *flag) {
+  for (int64_t i = firstIndex(); i < total; i += gridStride()) {
+    const int64_t t = i / inner, in = i - t * inner;
+    const int64_t o = t / count, j = t - o * count;
+    int64_t index = (int64_t)indices[j];
+    if (index < -size || index >= size) {
+      raiseDevice(flag, kGatherIndexOutOfRange);
+      out[i] = T(0);
+      continue;
+    }
+    if (index < 0) index += size;
+    out[i] = data[(o * size + index) * inner + in];
+  }
+}
+
+/// dx [outer, size, inner] += dy [outer, count, inner] at the indices.
+template <class I>
+__global__ void gatherGradKernel(const float *dy, const I *indices, float *dx, int64_t total, int64_t count,
+                                 int64_t size, int64_t inner, int *flag) {
+  for (int64_t i = firstIndex(); i < total; i += gridStride()) {
+    const int64_t t = i / inner, in = i - t * inner;
+    const int64_t o = t / count, j = t - o * count;
+    int64_t index = (int64_t)indices[j];
+    if (index < -size || index >= size) {
+      raiseDevice(flag, kGatherGradIndexOutOfRange);
+      continue;
+    }
+    if (index < 0) index += size;
+    atomicAdd(dx + (o * size + index) * inner + in, dy[i]);
+  }
+}
+
+/// y[i] = x[base + offset of i].
+template <class T>
+__global__ void stridedCopyKernel(const T *x, int64_t base, T *y, int64_t n, IndexMap<1> map) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) {
+    int64_t o[1];
+    map.offsets(i, o);
+    y[i] = x[base + o[0]];
+  }
+}
+
+/// y[base + offset of i] = x[i].
+template <class T>
+__global__ void stridedScatterKernel(const T *x, T *y, int64_t base, int64_t n, IndexMap<1> map) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) {
+    int64_t o[1];
+    map.offsets(i, o);
+    y[base + o[0]] = x[i];
+  }
+}
+
+/// rows x width elements: dst[r * dstRow + dstOffset + c] = src[r * srcRow + srcOffset + c].
+template <class T>
+__global__ void copyRowsKernel(const T *src, int64_t srcRow, int64_t srcOffset, T *dst, int64_t dstRow,
+                               int64_t dstOffset, int64_t total, int64_t width) {
+  for (int64_t i = firstIndex(); i < total; i += gridStride()) {
+    const int64_t r = i / width, c = i - r * width;
+    dst[r * dstRow + dstOffset + c] = src[r * srcRow + srcOffset + c];
+  }
+}
+
+struct PadParams {
+  int rank;
+  int64_t ydims[kMaxRank];
+  int64_t xdims[kMaxRank];
+  int64_t begin[kMaxRank];
+  int64_t xst[kMaxRank];
+};
+
+template <class T> __global__ void padKernel(const T *x, T *y, int64_t n, PadParams p, T value) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) {
+    int64_t rest = i, off = 0;
+    bool inside = true;
+#pragma unroll
+    for (int a = kMaxRank - 1; a >= 0; --a) {
+      if (a < p.rank) {
+        const int64_t q = rest / p.ydims[a], c = rest - q * p.ydims[a] - p.begin[a];
+        rest = q;
+        if (c < 0 || c >= p.xdims[a]) inside = false;
+        off += c * p.xst[a];
+      }
+    }
+    y[i] = inside ? x[off] : value;
+  }
+}
+
+/// The map from a slice's output index to the input offset (minus `base`).
+IndexMap<1> sliceMap(const Shape &xs, const Dims &starts, const Dims &steps, const Shape &ys, int64_t &base) {
+  const Strides xst = stridesOf(xs);
+  Strides st{};
+  base = 0;
+  for (int a = 0; a < xs.size; ++a) {
+    base += starts.v[a] * xst[a];
+    st[a] = steps.v[a] * xst[a];
+  }
+  return makeIndexMap<1>(ys, {st});
+}
+
+} // namespace
+
+template <class T, class I>
+void gather(const T *data, const Shape &ds, const I *indices, const Shape &is, int64_t axis, T *out) {
+  checkRank("nn.gather", ds, 1, "the data");
+  const int a = (int)normalizeAxis("nn.gather", axis, ds.size);
+  const int64_t outer = productOf(ds, 0, a), size = ds.v[a], inner = productOf(ds, a + 1, ds.size);
+  const int64_t count = is.numel(), total = outer * count * inner;
+  if (total <= 0) return;
+  launch("nn.gather", total, gatherKernel<T, I>, data, indices, out, total, count, size, inner, errorFlag());
+}
+
+template <class I>
+void gatherGrad(const float *dy, const I *indices, const Shape &is, int64_t axis, float *dx, const Shape &xs) {
+  checkRank("nn.gather_grad", xs, 1, "the data");
+  const int a = (int)normalizeAxis("nn.gather_grad", axis, xs.size);
+  const int64_t outer = productOf(xs, 0, a), size = xs.v[a], inner = productOf(xs, a + 1, xs.size);
+  const int64_t count = is.numel(), total = outer * count * inner;
+  zero(dx, (size_t)xs.numel() * sizeof(float), "nn.gather_grad");
+  if (total <= 0) return;
+  launch("nn.gather_grad", total, gatherGradKernel<I>, dy, indices, dx, total, count, size, inner, errorFlag());
+}
+
+void copy(const void *src, size_t bytes, void *dst) {
+  if (src != dst && bytes)
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()), "nn.copy");
+}
+
+template <class T> void transpose(const T *x, const Shape &xs, const Dims &perm, T *y) {
+  checkRank("nn.transpose", xs, 0, "the input");
+  const int r = xs.size;
+  if (perm.size != r) fail("nn.transpose", "perm " + perm.str() + " for rank " + std::to_string(r));
+  bool seen[kMaxRank] = {};
+  Shape ys;
+  for (int i = 0; i < r; ++i) {
+    if (perm.v[i] < 0 || perm.v[i] >= r || seen[perm.v[i]]) fail("nn.transpose", perm.str() + " is not a permutation");
+    seen[perm.v[i]] = true;
+    ys.push(xs.v[perm.v[i]]);
+  }
+  const int64_t total = xs.numel();
+  if (total == 0) return;
+  const Strides xst = stridesOf(xs);
+  Strides st{};
+  for (int i = 0; i < r; ++i) st[i] = xst[perm.v[i]];
+  launch("nn.transpose", total, stridedCopyKernel<T>, x, int64_t(0), y, total, makeIndexMap<1>(ys, {st}));
+}
+
+template <class T> void concat(const T *const *inputs, const Shape *shapes, int count, int64_t axis, T *out) {
+  if (count <= 0) fail("nn.concat", "needs at least one input");
+  const Shape &first = shapes[0];
+  checkRank("nn.concat", first, 1, "an input");
+  const int a = (int)normalizeAxis("nn.concat", axis, first.size);
+  int64_t total = 0;
+  for (int i = 0; i < count; ++i) {
+    Shape expected = first;
+    expected.v[a] = shapes[i].size == first.size ? shapes[i].v[a] : -1;
+    if (shapes[i] != expected)
+      fail("nn.concat", "inputs " + first.str() + " and " + shapes[i].str() + " differ outside axis " + std::to_string(a));
+    total += shapes[i].v[a];
+  }
+  const int64_t outer = productOf(first, 0, a), inner = productOf(first, a + 1, first.size);
+  int64_t offset = 0;
+  for (int i = 0; i < count; ++i) {
+    const int64_t chunk = shapes[i].v[a] * inner;
+    if (chunk > 0)
+      launch("nn.concat", outer * chunk, copyRowsKernel<T>, inputs[i], chunk, int64_t(0), out, total * inner, offset,
+             outer * chunk, chunk);
+    offset += chunk;
+  }
+}
+
+template <class T> void split(const T *x, const Shape &xs, int64_t axis, const Dims &sizes, T *const *outs) {
+  checkRank("nn.split", xs, 1, "the input");
+  const int a = (int)normalizeAxis("nn.split", axis, xs.size);
+  int64_t sum = 0;
+  for (int i = 0; i < sizes.size; ++i) {
+    if (sizes.v[i] < 0) fail("nn.split", "negative piece size");
+    sum += sizes.v[i];
+  }
+  if (sum != xs.v[a])
+    fail("nn.split", "piece sizes " + sizes.str() + " do not sum to axis size " + std::to_string(xs.v[a]));
+  const int64_t outer = productOf(xs, 0, a), inner = productOf(xs, a + 1, xs.size);
+  int64_t offset = 0;
+  for (int i = 0; i < sizes.size; ++i) {
+    const int64_t chunk = sizes.v[i] * inner;
+    if (chunk > 0)
+      launch("nn.split", outer * chunk, copyRowsKernel<T>, x, xs.v[a] * inner, offset, outs[i], chunk, int64_t(0),
+             outer * chunk, chunk);
+    offset += chunk;
+  }
+}
+
+template <class T>
+void slice(const T *x, const Shape &xs, const Dims &starts, const Dims &ends, const Dims &steps, T *y) {
+  const Shape ys = sliceShape(xs, starts, ends, steps);
+  const int64_t total = ys.numel();
+  if (total == 0) return;
+  int64_t base = 0;
+  const IndexMap<1> map = sliceMap(xs, starts, steps, ys, base);
+  launch("nn.slice", total, stridedCopyKernel<T>, x, base, y, total, map);
+}
+
+void sliceGrad(const float *dy, float *dx, const Shape &xs, const Dims &starts, const Dims &ends, const Dims &steps) {
+  const Shape ys = sliceShape(xs, starts, ends, steps);
+  zero(dx, (size_t)xs.numel() * sizeof(float), "nn.slice_grad");
+  const int64_t total = ys.numel();
+  if (total == 0) return;
+  int64_t base = 0;
+  const IndexMap<1> map = sliceMap(xs, starts, steps, ys, base);
+  launch("nn.slice_grad", total, stridedScatterKernel<float>, dy, dx, base, total, map);
+}
+
+template <class T> void pad(const T *x, const Shape &xs, const Dims &pads, T value, T *y) {
+  checkRank("nn.pad", xs, 0, "the input");
+  const int r = xs.size;
+  if (pads.size != 2 * r) fail("nn.pad", "pads needs " + std::to_string(2 * r) + " entries for rank " + std::to_string(r));
+  PadParams p{};
+  p.rank = r;
+  Shape ys;
+  for (int a = 0; a < r; ++a) {
+    if (pads.v[a] < 0 || pads.v[a + r] < 0) fail("nn.pad", "pads must be non-negative");
+    ys.push(xs.v[a] + pads.v[a] + pads.v[a + r]);
+  }
+  const Strides xst = stridesOf(xs);
+  for (int a = 0; a < r; ++a) {
+    p.ydims[a] = ys.v[a];
+    p.xdims[a] = xs.v[a];
+    p.begin[a] = pads.v[a];
+    p.xst[a] = xst[a];
+  }
+  const int64_t total = ys.numel();
+  launch("nn.pad", total, padKernel<T>, x, y, total, p, value);
+}
+
+template <class T> void expand(const T *x, const Shape &xs, T *y, const Shape &ys) {
+  if (!broadcastsTo(xs, ys)) fail("nn.expand", xs.str() + " does not broadcast to " + ys.str());
+  if (xs.numel() == ys.numel()) {
+    copy(x, (size_t)ys.numel() * sizeof(T), y);
+    return;
+  }
+  const int64_t total = ys.numel();
+  launch("nn.expand", total, stridedCopyKernel<T>, x, int64_t(0), y, total,
+         makeIndexMap<1>(ys, {broadcastStrides(xs, ys)}));
+}
+
+#define PIPEC_MOVEMENT(T)                                                                                              \
+  template void gather<T, int64_t>(const T *, const Shape &, const int64_t *, const Shape &, int64_t, T *);           \
+  template void gather<T, int32_t>(const T *, const Shape &, const int32_t *, const Shape &, int64_t, T *);           \
+  template void transpose<T>(const T *, const Shape &, const Dims &, T *);                                             \
+  template void concat<T>(const T *const *, const Shape *, int, int64_t, T *);                                        \
+  template void split<T>(const T *, const Shape &, int64_t, const Dims &, T *const *);                                \
+  template void slice<T>(const T *, const Shape &, const Dims &, const Dims &, const Dims &, T *);                     \
+  template void pad<T>(const T *, const Shape &, const Dims &, T, T *);                                                \
+  template void expand<T>(const T *, const Shape &, T *, const Shape &);
+PIPEC_MOVEMENT(float)
+PIPEC_MOVEMENT(double)
+PIPEC_MOVEMENT(int64_t)
+PIPEC_MOVEMENT(int32_t)
+PIPEC_MOVEMENT(uint8_t)
+#undef PIPEC_MOVEMENT
+
+template void gatherGrad<int64_t>(const float *, const int64_t *, const Shape &, int64_t, float *, const Shape &);
+template void gatherGrad<int32_t>(const float *, const int32_t *, const Shape &, int64_t, float *, const Shape &);
+
+} // namespace pipec::kernels::cuda

@@ -1,0 +1,426 @@
+// Batch and layer normalization with their input and parameter gradients.
+// As the CPU kernels (runtime/kernels/src/norm.cpp): statistics accumulate in
+// double, element-wise work is float. Every reduction is a fixed-order tree
+// (one block per channel or row, or per-chunk partial sums combined in a
+// fixed order): deterministic, no atomics.
+#include "gemm.cuh"
+#include "nn_common.cuh"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pipec::kernels::cuda {
+
+namespace {
+
+using namespace nn;
+
+//===----------------------------------------------------------------------===//
+// Batch normalization: one block per channel
+//===----------------------------------------------------------------------===//
+
+struct ChannelView {
+  int64_t N, C, inner;
+};
+ChannelView channelView(const char *op, const Shape &xs) {
+  checkRank(op, xs, 2, "the input (N, C, ...)");
+  return {xs.v[0], xs.v[1], productOf(xs, 2, xs.size)};
+}
+
+unsigned channelThreads(const ChannelView &v) { return segmentThreads(v.N * v.inner); }
+
+/// Flat position j in [0, N * inner) of channel c.
+__device__ __forceinline__ int64_t channelOffset(const ChannelView &v, int64_t c, int64_t j) {
+  const int64_t n = j / v.inner, i = j - n * v.inner;
+  return (n * v.C + c) * v.inner + i;
+}
+
+/// Batch mean and population variance of channel c (block-collective).
+__device__ void channelStats(const float *x, const ChannelView &v, int64_t c, double &mean, double &var) {
+  const int64_t count = v.N * v.inner;
+  double sum = 0;
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) sum += x[channelOffset(v, c, j)];
+  sum = blockSum(sum);
+  mean = count > 0 ? sum / (double)count : 0.0;
+  double sq = 0;
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+    const double d = x[channelOffset(v, c, j)] - mean;
+    sq += d * d;
+  }
+  sq = blockSum(sq);
+  var = count > 0 ? sq / (double)count : 0.0;
+}
+
+__global__ void batchNormKernel(const float *x, ChannelView v, const float *scale, const float *bias,
+                                const float *runningMean, const float *runningVar, float *y, float *newMean,
+                                float *newVar, float epsilon, float momentum, bool training) {
+  const int64_t count = v.N * v.inner;
+  for (int64_t c = blockIdx.x; c < v.C; c += gridDim.x) {
+    const double rm = runningMean[c], rv = runningVar[c];
+    double mean = rm, var = rv;
+    if (training) channelStats(x, v, c, mean, var);
+    __syncthreads(); // every thread has read the running statistics (newMean/newVar may alias them)
+    if (threadIdx.x == 0) {
+      if (training) {
+        newMean[c] = (float)(momentum * rm + (1.0 - (double)momentum) * mean);
+        newVar[c] = (float)(momentum * rv + (1.0 - (double)momentum) * var);
+      } else {
+        newMean[c] = (float)rm;
+        newVar[c] = (float)rv;
+      }
+    }
+    const double invStd = 1.0 / sqrt(var + (double)epsilon);
+    const float a = (float)(invStd * scale[c]);
+    const float b = (float)(bias[c] - mean * invStd * scale[c]);
+    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+      const int64_t i = channelOffset(v, c, j);
+      y[i] = x[i] * a + b;
+    }
+  }
+}
+
+__global__ void batchNormGradTrainingKernel(const float *dy, const float *x, ChannelView v, const float *scale,
+                                            float *dx, float epsilon) {
+  const int64_t count = v.N * v.inner;
+  for (int64_t c = blockIdx.x; c < v.C; c += gridDim.x) {
+    double mean, var;
+    channelStats(x, v, c, mean, var);
+    const double invStd = 1.0 / sqrt(var + (double)epsilon);
+    double sumDy = 0, sumDyXhat = 0;
+    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+      const int64_t i = channelOffset(v, c, j);
+      sumDy += dy[i];
+      sumDyXhat += dy[i] * ((x[i] - mean) * invStd);
+    }
+    sumDy = blockSum(sumDy);
+    sumDyXhat = blockSum(sumDyXhat);
+    // dx = scale * invStd * (dy - mean(dy) - x̂ * mean(dy * x̂))
+    const float k = (float)(scale[c] * invStd);
+    const float mDy = (float)(sumDy / (double)count), mDyXhat = (float)(sumDyXhat / (double)count);
+    const float fMean = (float)mean, fInv = (float)invStd;
+    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+      const int64_t i = channelOffset(v, c, j);
+      const float xhat = (x[i] - fMean) * fInv;
+      dx[i] = k * (dy[i] - mDy - xhat * mDyXhat);
+    }
+  }
+}
+
+/// Inference: dx = dy * scale / sqrt(runningVar + eps), element-wise.
+__global__ void batchNormGradInferenceKernel(const float *dy, ChannelView v, const float *scale,
+                                             const float *runningVar, float *dx, float epsilon) {
+  const int64_t total = v.N * v.C * v.inner;
+  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+    const int64_t c = (i / v.inner) % v.C;
+    const float a = (float)(scale[c] / sqrt((double)runningVar[c] + (double)epsilon));
+    dx[i] = dy[i] * a;
+  }
+}
+
+__global__ void batchNormParamGradKernel(const float *dy, const float *x, ChannelView v, const float *runningMean,
+                                         const float *runningVar, float *dscale, float *dbias, float epsilon,
+                                         bool training) {
+  const int64_t count = v.N * v.inner;
+  for (int64_t c = blockIdx.x; c < v.C; c += gridDim.x) {
+    double mean = runningMean[c], var = runningVar[c];
+    if (training) channelStats(x, v, c, mean, var);
+    const double invStd = 1.0 / sqrt(var + (double)epsilon);
+    double sumDy = 0, sumDyXhat = 0;
+    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+      const int64_t i = channelOffset(v, c, j);
+      sumDy += dy[i];
+      sumDyXhat += dy[i] * (x[i] - mean);
+    }
+    sumDy = blockSum(sumDy);
+    sumDyXhat = blockSum(sumDyXhat);
+    if (threadIdx.x == 0) {
+      dscale[c] = (float)(sumDyXhat * invStd);
+      dbias[c] = (float)sumDy;
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Layer normalization: one block per row
+//===----------------------------------------------------------------------===//
+
+struct RowView {
+  int64_t rows, inner;
+  Shape normalized;
+};
+RowView rowView(const char *op, const Shape &xs, int64_t axis) {
+  checkRank(op, xs, 1, "the input");
+  const int a = (int)normalizeAxis(op, axis, xs.size);
+  return {productOf(xs, 0, a), productOf(xs, a, xs.size), Shape(xs.v + a, xs.size - a)};
+}
+
+/// A parameter of shape ps expanded to the normalized shape: the pointer
+/// itself when it already has every element, else a copy in `buffer`.
+const float *expandedParam(const char *op, const float *p, const Shape &ps, const RowView &v,
+                           Buffer &buffer) {
+  if (!broadcastsTo(ps, v.normalized))
+    fail(op, "scale/bias of shape " + ps.str() + " does not broadcast to " + v.normalized.str());
+  if (ps.numel() == v.inner) return p;
+  expandTo(op, p, ps, buffer.as<float>(), v.normalized);
+  return buffer.as<float>();
+}
+
+/// Mean and 1/sqrt(var + eps) of one row (block-collective), as the CPU's
+/// rowStats: the squares are float (x - (float)mean)², sums in double.
+__device__ void rowStats(const float *x, int64_t inner, float epsilon, double &mean, double &invStd) {
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) sum += x[i];
+  sum = blockSum(sum);
+  mean = sum / (double)inner;
+  const float fm = (float)mean;
+  double sq = 0;
+  for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
+    const float d = x[i] - fm;
+    sq += (double)(d * d);
+  }
+  sq = blockSum(sq);
+  invStd = 1.0 / sqrt(sq / (double)inner + (double)epsilon);
+}
+
+__global__ void layerNormKernel(const float *x, int64_t rows, int64_t inner, const float *g, const float *b,
+                                float *y, float *mean, float *invStd, float epsilon) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float *xr = x + r * inner;
+    float *yr = y + r * inner;
+    double m, inv;
+    rowStats(xr, inner, epsilon, m, inv);
+    if (threadIdx.x == 0) {
+      if (mean) mean[r] = (float)m;
+      if (invStd) invStd[r] = (float)inv;
+    }
+    const float fm = (float)m, fi = (float)inv;
+    if (b)
+      for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) yr[i] = (xr[i] - fm) * fi * g[i] + b[i];
+    else
+      for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) yr[i] = (xr[i] - fm) * fi * g[i];
+  }
+}
+
+__global__ void layerNormGradKernel(const float *dy, const float *x, int64_t rows, int64_t inner, const float *g,
+                                    float *dx, float epsilon) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float *xr = x + r * inner, *dyr = dy + r * inner;
+    float *dxr = dx + r * inner;
+    double m, inv;
+    rowStats(xr, inner, epsilon, m, inv);
+    const float fm = (float)m, fi = (float)inv;
+    double sumG = 0, sumGX = 0;
+    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
+      sumG += (double)(dyr[i] * g[i]);
+      sumGX += (double)(dyr[i] * g[i] * ((xr[i] - fm) * fi));
+    }
+    sumG = blockSum(sumG);
+    sumGX = blockSum(sumGX);
+    const float mG = (float)(sumG / (double)inner), mGX = (float)(sumGX / (double)inner);
+    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
+      const float xhat = (xr[i] - fm) * fi;
+      dxr[i] = fi * (dyr[i] * g[i] - mG - xhat * mGX);
+    }
+  }
+}
+
+/// Per row: (float)mean and (float)invStd, the values the CPU's parameter
+/// gradient uses.
+__global__ void rowStatsKernel(const float *x, int64_t rows, int64_t inner, float *fmean, float *finv,
+                               float epsilon) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    double m, inv;
+    rowStats(x + r * inner, inner, epsilon, m, inv);
+    if (threadIdx.x == 0) {
+      fmean[r] = (float)m;
+      finv[r] = (float)inv;
+    }
+  }
+}
+
+/// Column sums over a chunk of rows: partial[k, i] = Σ_{r in chunk k} of
+/// dy·x̂ (and dy), in row order, in double.
+__global__ void layerNormPartialKernel(const float *dy, const float *x, const float *fmean, const float *finv,
+                                       int64_t rows, int64_t inner, int64_t rowsPerChunk, int64_t chunks,
+                                       double *partialScale, double *partialBias) {
+  const int64_t total = chunks * inner;
+  for (int64_t t = globalThread(); t < total; t += globalThreads()) {
+    const int64_t k = t / inner, i = t - k * inner;
+    const int64_t r0 = k * rowsPerChunk, r1 = r0 + rowsPerChunk < rows ? r0 + rowsPerChunk : rows;
+    double s = 0, b = 0;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t e = r * inner + i;
+      s += (double)(dy[e] * ((x[e] - fmean[r]) * finv[r]));
+      b += dy[e];
+    }
+    partialScale[t] = s;
+    if (partialBias) partialBias[t] = b;
+  }
+}
+
+/// How the normalized shape sums down to the parameter shape: output j (a
+/// row-major index of the parameter shape aligned to the normalized rank)
+/// sums the normalized positions that broadcast to it.
+struct SumDown {
+  int rank = 0;
+  int64_t nDims[kMaxRank] = {}, nStr[kMaxRank] = {}, pDims[kMaxRank] = {};
+  bool reduced[kMaxRank] = {};
+  int64_t reducedCount = 1;
+};
+
+/// out[j] = Σ over chunks k (in order) and the positions q of j (row-major)
+/// of partial[k, q].
+__global__ void layerNormFinishKernel(const double *partialScale, const double *partialBias, int64_t chunks,
+                                      int64_t inner, SumDown m, int64_t outCount, float *dscale, float *dbias) {
+  for (int64_t j = globalThread(); j < outCount; j += globalThreads()) {
+    int64_t base = 0;
+    {
+      int64_t rest = j;
+      for (int a = m.rank - 1; a >= 0; --a) {
+        const int64_t q = rest / m.pDims[a];
+        base += (rest - q * m.pDims[a]) * m.nStr[a];
+        rest = q;
+      }
+    }
+    double s = 0, b = 0;
+    for (int64_t t = 0; t < m.reducedCount; ++t) {
+      int64_t rest = t, off = base;
+      for (int a = m.rank - 1; a >= 0; --a) {
+        if (!m.reduced[a]) continue;
+        const int64_t q = rest / m.nDims[a];
+        off += (rest - q * m.nDims[a]) * m.nStr[a];
+        rest = q;
+      }
+      for (int64_t k = 0; k < chunks; ++k) {
+        s += partialScale[k * inner + off];
+        if (dbias) b += partialBias[k * inner + off];
+      }
+    }
+    dscale[j] = (float)s;
+    if (dbias) dbias[j] = (float)b;
+  }
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Batch normalization
+//===----------------------------------------------------------------------===//
+
+void batchNorm(const float *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
+               const float *runningVar, float *y, float *newMean, float *newVar, float epsilon, float momentum,
+               bool training) {
+  const char *op = "nn.batch_norm";
+  const ChannelView v = channelView(op, xs);
+  if (v.C == 0) return;
+  batchNormKernel<<<segmentBlocks(v.C), channelThreads(v), 0, detail::stream()>>>(
+      x, v, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training);
+  detail::checkLaunch(op);
+}
+
+void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const float *runningMean,
+                   const float *runningVar, float *dx, float epsilon, bool training) {
+  const char *op = "nn.batch_norm_grad";
+  const ChannelView v = channelView(op, xs);
+  (void)runningMean;
+  const int64_t total = v.N * v.C * v.inner;
+  if (total == 0) return;
+  if (training)
+    batchNormGradTrainingKernel<<<segmentBlocks(v.C), channelThreads(v), 0, detail::stream()>>>(dy, x, v, scale,
+                                                                                               dx, epsilon);
+  else
+    batchNormGradInferenceKernel<<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(
+        dy, v, scale, runningVar, dx, epsilon);
+  detail::checkLaunch(op);
+}
+
+void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const float *runningMean,
+                        const float *runningVar, float *dscale, float *dbias, float epsilon, bool training) {
+  const char *op = "nn.batch_norm_param_grad";
+  const ChannelView v = channelView(op, xs);
+  if (v.C == 0) return;
+  batchNormParamGradKernel<<<segmentBlocks(v.C), channelThreads(v), 0, detail::stream()>>>(
+      dy, x, v, runningMean, runningVar, dscale, dbias, epsilon, training);
+  detail::checkLaunch(op);
+}
+
+//===----------------------------------------------------------------------===//
+// Layer normalization
+//===----------------------------------------------------------------------===//
+
+void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape &ss, const float *bias, const Shape &bs,
+               float *y, float *mean, float *invStd, int64_t axis, float epsilon) {
+  const char *op = "nn.layer_norm";
+  const RowView v = rowView(op, xs, axis);
+  Buffer gBuffer(ss.numel() == v.inner ? 0 : (size_t)v.inner * sizeof(float));
+  Buffer bBuffer(!bias || bs.numel() == v.inner ? 0 : (size_t)v.inner * sizeof(float));
+  const float *g = expandedParam(op, scale, ss, v, gBuffer);
+  const float *b = bias ? expandedParam(op, bias, bs, v, bBuffer) : nullptr;
+  if (v.rows == 0) return;
+  layerNormKernel<<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(
+      x, v.rows, v.inner, g, b, y, mean, invStd, epsilon);
+  detail::checkLaunch(op);
+}
+
+void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const Shape &ss, float *dx,
+                   int64_t axis, float epsilon) {
+  const char *op = "nn.layer_norm_grad";
+  const RowView v = rowView(op, xs, axis);
+  Buffer gBuffer(ss.numel() == v.inner ? 0 : (size_t)v.inner * sizeof(float));
+  const float *g = expandedParam(op, scale, ss, v, gBuffer);
+  if (v.rows == 0 || v.inner == 0) return;
+  layerNormGradKernel<<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(
+      dy, x, v.rows, v.inner, g, dx, epsilon);
+  detail::checkLaunch(op);
+}
+
+void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const Shape &ps, float *dscale, float *dbias,
+                        int64_t axis, float epsilon) {
+  const char *op = "nn.layer_norm_param_grad";
+  const RowView v = rowView(op, xs, axis);
+  if (!broadcastsTo(ps, v.normalized))
+    fail(op, "parameter shape " + ps.str() + " does not broadcast to " + v.normalized.str());
+  const int64_t outCount = ps.numel();
+  if (outCount == 0) return;
+
+  // How the normalized shape sums down to ps (no reduced axis when ps has
+  // every element).
+  SumDown m;
+  m.rank = v.normalized.size;
+  {
+    const int lead = v.normalized.size - ps.size;
+    int64_t acc = 1;
+    for (int a = m.rank - 1; a >= 0; --a) {
+      m.nDims[a] = v.normalized.v[a];
+      m.nStr[a] = acc;
+      acc *= m.nDims[a];
+      m.pDims[a] = a >= lead ? ps.v[a - lead] : 1;
+      m.reduced[a] = m.pDims[a] == 1 && m.nDims[a] != 1;
+      if (m.reduced[a]) m.reducedCount *= m.nDims[a];
+    }
+  }
+
+  // Rows in about sqrt(rows) chunks of about sqrt(rows) rows: partial column
+  // sums per chunk, then the chunks combined in order.
+  const int64_t rowsPerChunk = std::max<int64_t>(1, (int64_t)std::ceil(std::sqrt((double)v.rows)));
+  const int64_t chunks = (v.rows + rowsPerChunk - 1) / rowsPerChunk;
+  const int64_t partials = chunks * v.inner;
+  Buffer stats(partials > 0 ? (size_t)(2 * v.rows) * sizeof(float) : 0);
+  Buffer partialScale((size_t)partials * sizeof(double));
+  Buffer partialBias(dbias ? (size_t)partials * sizeof(double) : 0);
+  float *fmean = stats.as<float>(), *finv = fmean ? fmean + v.rows : nullptr;
+  double *pBias = dbias ? partialBias.as<double>() : nullptr;
+  if (partials > 0) {
+    rowStatsKernel<<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(x, v.rows, v.inner,
+                                                                                           fmean, finv, epsilon);
+    detail::checkLaunch(op);
+    layerNormPartialKernel<<<detail::blocksFor(partials), detail::kThreads, 0, detail::stream()>>>(
+        dy, x, fmean, finv, v.rows, v.inner, rowsPerChunk, chunks, partialScale.as<double>(), pBias);
+    detail::checkLaunch(op);
+  }
+  layerNormFinishKernel<<<detail::blocksFor(outCount), detail::kThreads, 0, detail::stream()>>>(
+      partialScale.as<double>(), pBias, partials > 0 ? chunks : 0, v.inner, m, outCount, dscale, dbias);
+  detail::checkLaunch(op);
+}
+
+} // namespace pipec::kernels::cuda

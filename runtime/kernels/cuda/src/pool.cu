@@ -1,0 +1,318 @@
+// Max, average and global average pooling with their gradients (N-d), as
+// the CPU kernels (runtime/kernels/src/pool.cpp). Forward: one thread per
+// output element walking its window in row-major order. Gradients: one
+// thread per input element gathering from the windows that contain it, in
+// row-major output order (the CPU kernel's accumulation order): no atomics,
+// deterministic. Global average pooling: one block per plane, double sum.
+#include "nn_common.cuh"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pipec::kernels::cuda {
+
+namespace {
+
+using namespace nn;
+
+/// The geometry of one pooling (passed to the kernels by value).
+struct PoolGeom {
+  int sp = 0;
+  int64_t planes = 0, inSize = 1, outSize = 1;
+  int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, k[kMaxRank] = {}, s[kMaxRank] = {}, d[kMaxRank] = {},
+          pb[kMaxRank] = {}, pe[kMaxRank] = {}, inStr[kMaxRank] = {}, outStr[kMaxRank] = {};
+};
+
+PoolGeom poolGeom(const char *op, const Shape &xs, const Dims &kernel, const Dims &strides, const Dims &pads,
+                  const Dims &dilations, bool ceilMode) {
+  checkRank(op, xs, 3, "the input (N, C, spatial...)");
+  PoolGeom g;
+  g.sp = xs.size - 2;
+  g.planes = xs.v[0] * xs.v[1];
+  if (kernel.size != g.sp || strides.size != g.sp || pads.size != 2 * g.sp ||
+      (dilations.size != 0 && dilations.size != g.sp))
+    fail(op, "window attributes do not match " + std::to_string(g.sp) + " spatial axes");
+  for (int a = g.sp - 1; a >= 0; --a) {
+    g.inStr[a] = g.inSize;
+    g.inSize *= xs.v[a + 2];
+  }
+  for (int a = 0; a < g.sp; ++a) {
+    g.in[a] = xs.v[a + 2];
+    g.k[a] = kernel.v[a];
+    g.s[a] = strides.v[a];
+    g.d[a] = dilations.size ? dilations.v[a] : 1;
+    g.pb[a] = pads.v[a];
+    g.pe[a] = pads.v[a + g.sp];
+    if (g.k[a] <= 0 || g.s[a] <= 0 || g.d[a] <= 0 || g.pb[a] < 0 || g.pe[a] < 0)
+      fail(op, "kernel, strides and dilations must be positive and pads non-negative");
+    g.out[a] = windowOutputSize(g.in[a], g.k[a], g.s[a], g.pb[a], g.pe[a], g.d[a], ceilMode);
+    if (g.out[a] <= 0) fail(op, "window larger than the padded input " + xs.str());
+  }
+  for (int a = g.sp - 1; a >= 0; --a) {
+    g.outStr[a] = g.outSize;
+    g.outSize *= g.out[a];
+  }
+  return g;
+}
+
+/// Window `o` along axis a: its start in the input (begin pad subtracted),
+/// the kernel indices [lo, hi) inside the input, and how many kernel
+/// indices lie inside the padded input (CPU poolGeom).
+__device__ __forceinline__ void windowAxis(const PoolGeom &g, int a, int64_t o, int64_t &st, int64_t &lo,
+                                           int64_t &hi, int64_t &padded) {
+  st = o * g.s[a] - g.pb[a];
+  const int64_t d = g.d[a], k = g.k[a], start = st;
+  auto firstAtLeast = [&](int64_t bound) -> int64_t { // smallest k with st + k*d >= bound
+    return start >= bound ? 0 : (bound - start + d - 1) / d;
+  };
+  lo = min(firstAtLeast(0), k);
+  hi = max(lo, min(firstAtLeast(g.in[a]), k));
+  padded = min(firstAtLeast(g.in[a] + g.pe[a]), k);
+}
+
+/// The window of flat output position o (within a plane).
+struct Window {
+  int64_t st[kMaxRank], lo[kMaxRank], hi[kMaxRank], padded[kMaxRank];
+};
+__device__ __forceinline__ void outputWindow(const PoolGeom &g, int64_t o, Window &w) {
+  for (int a = g.sp - 1; a >= 0; --a) {
+    const int64_t oa = o % g.out[a];
+    o /= g.out[a];
+    windowAxis(g, a, oa, w.st[a], w.lo[a], w.hi[a], w.padded[a]);
+  }
+}
+
+/// Calls f(input offset) for the window positions inside the input, in
+/// row-major kernel order (CPU forEachInWindow).
+template <class F> __device__ void forEachInWindow(const PoolGeom &g, const Window &w, F &&f) {
+  int64_t kidx[kMaxRank];
+  for (int a = 0; a < g.sp; ++a) {
+    if (w.lo[a] >= w.hi[a]) return;
+    kidx[a] = w.lo[a];
+  }
+  const int last = g.sp - 1;
+  for (;;) {
+    int64_t base = 0;
+    for (int a = 0; a < last; ++a) base += (w.st[a] + kidx[a] * g.d[a]) * g.inStr[a];
+    base += w.st[last];
+    for (int64_t kk = w.lo[last]; kk < w.hi[last]; ++kk) f(base + kk * g.d[last]);
+    int a = last - 1;
+    for (; a >= 0; --a) {
+      if (++kidx[a] < w.hi[a]) break;
+      kidx[a] = w.lo[a];
+    }
+    if (a < 0) return;
+  }
+}
+
+/// The divisor of one average-pool window (CPU windowCount).
+__device__ __forceinline__ int64_t windowCount(const PoolGeom &g, const Window &w, bool countIncludePad) {
+  int64_t count = 1;
+  for (int a = 0; a < g.sp; ++a) count *= countIncludePad ? w.padded[a] : w.hi[a] - w.lo[a];
+  return count;
+}
+
+/// The output positions whose windows may contain input position q of a
+/// plane: per axis [first, last] (both inside [0, out)); false when none.
+struct OutputRange {
+  int64_t pos[kMaxRank], first[kMaxRank], last[kMaxRank];
+};
+__device__ __forceinline__ bool outputRange(const PoolGeom &g, int64_t q, OutputRange &r) {
+  bool any = true;
+  for (int a = g.sp - 1; a >= 0; --a) {
+    const int64_t p = q % g.in[a];
+    q /= g.in[a];
+    r.pos[a] = p;
+    // Window o covers o*s - pb + kk*d, kk in [0, k): o*s in [p + pb - (k-1)*d, p + pb].
+    const int64_t lowest = p + g.pb[a] - (g.k[a] - 1) * g.d[a];
+    const int64_t first = lowest <= 0 ? 0 : (lowest + g.s[a] - 1) / g.s[a];
+    const int64_t last = min((p + g.pb[a]) / g.s[a], g.out[a] - 1);
+    r.first[a] = first;
+    r.last[a] = last;
+    if (first > last) any = false;
+  }
+  return any;
+}
+
+/// Calls f(flat output position, per-axis output index) for every output
+/// position of the range, in row-major order.
+template <class F> __device__ void forEachInRange(const PoolGeom &g, const OutputRange &r, F &&f) {
+  int64_t oidx[kMaxRank];
+  for (int a = 0; a < g.sp; ++a) oidx[a] = r.first[a];
+  for (;;) {
+    int64_t o = 0;
+    for (int a = 0; a < g.sp; ++a) o += oidx[a] * g.outStr[a];
+    f(o, oidx);
+    int a = g.sp - 1;
+    for (; a >= 0; --a) {
+      if (++oidx[a] <= r.last[a]) break;
+      oidx[a] = r.first[a];
+    }
+    if (a < 0) return;
+  }
+}
+
+__global__ void maxPoolKernel(PoolGeom g, const float *x, float *y) {
+  const int64_t total = g.planes * g.outSize;
+  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+    const int64_t p = i / g.outSize, o = i - p * g.outSize;
+    const float *xp = x + p * g.inSize;
+    Window w;
+    outputWindow(g, o, w);
+    float best = -INFINITY;
+    forEachInWindow(g, w, [&](int64_t off) {
+      const float v = xp[off];
+      best = v > best ? v : best;
+    });
+    y[i] = best;
+  }
+}
+
+/// The first maximum of each window (in-plane input offset, -1 for a window
+/// with no position inside the input), as the CPU gradient picks it.
+__global__ void maxPoolArgKernel(PoolGeom g, const float *x, int64_t *args) {
+  const int64_t total = g.planes * g.outSize;
+  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+    const int64_t p = i / g.outSize, o = i - p * g.outSize;
+    const float *xp = x + p * g.inSize;
+    Window w;
+    outputWindow(g, o, w);
+    int64_t arg = -1;
+    float best = 0.0f;
+    forEachInWindow(g, w, [&](int64_t off) {
+      const float v = xp[off];
+      if (arg < 0 || v > best) {
+        arg = off;
+        best = v;
+      }
+    });
+    args[i] = arg;
+  }
+}
+
+/// dx[p, q] = Σ dy[p, o] over the windows o (row-major) whose first maximum is q.
+__global__ void maxPoolGradKernel(PoolGeom g, const float *dy, const int64_t *args, float *dx) {
+  const int64_t total = g.planes * g.inSize;
+  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+    const int64_t p = i / g.inSize, q = i - p * g.inSize;
+    const float *dyp = dy + p * g.outSize;
+    const int64_t *argp = args + p * g.outSize;
+    float sum = 0.0f;
+    OutputRange r;
+    if (outputRange(g, q, r))
+      forEachInRange(g, r, [&](int64_t o, const int64_t *) {
+        if (argp[o] == q) sum += dyp[o];
+      });
+    dx[i] = sum;
+  }
+}
+
+__global__ void averagePoolKernel(PoolGeom g, const float *x, float *y, bool countIncludePad) {
+  const int64_t total = g.planes * g.outSize;
+  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+    const int64_t p = i / g.outSize, o = i - p * g.outSize;
+    const float *xp = x + p * g.inSize;
+    Window w;
+    outputWindow(g, o, w);
+    float sum = 0.0f;
+    forEachInWindow(g, w, [&](int64_t off) { sum += xp[off]; });
+    y[i] = sum / (float)windowCount(g, w, countIncludePad);
+  }
+}
+
+/// dx[p, q] = Σ dy[p, o] / count(o) over the windows o (row-major) that
+/// contain q.
+__global__ void averagePoolGradKernel(PoolGeom g, const float *dy, float *dx, bool countIncludePad) {
+  const int64_t total = g.planes * g.inSize;
+  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+    const int64_t p = i / g.inSize, q = i - p * g.inSize;
+    const float *dyp = dy + p * g.outSize;
+    float sum = 0.0f;
+    OutputRange r;
+    if (outputRange(g, q, r))
+      forEachInRange(g, r, [&](int64_t o, const int64_t *oidx) {
+        Window w;
+        bool inside = true;
+        for (int a = 0; a < g.sp; ++a) {
+          windowAxis(g, a, oidx[a], w.st[a], w.lo[a], w.hi[a], w.padded[a]);
+          const int64_t t = r.pos[a] - w.st[a]; // = kk * d for a kernel index kk
+          if (t < 0 || t % g.d[a] != 0 || t / g.d[a] >= g.k[a]) inside = false;
+        }
+        if (inside) sum += dyp[o] / (float)windowCount(g, w, countIncludePad);
+      });
+    dx[i] = sum;
+  }
+}
+
+__global__ void globalAveragePoolKernel(const float *x, float *y, int64_t planes, int64_t inner) {
+  for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
+    const float *xp = x + p * inner;
+    double sum = 0;
+    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) sum += xp[i];
+    sum = blockSum(sum);
+    if (threadIdx.x == 0) y[p] = (float)(sum / (double)inner);
+  }
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// nn.max_pool, nn.average_pool (+ _grad), nn.global_average_pool
+//===----------------------------------------------------------------------===//
+
+void maxPool(const float *x, const Shape &xs, float *y, const Dims &kernel, const Dims &strides, const Dims &pads,
+             const Dims &dilations, bool ceilMode) {
+  const char *op = "nn.max_pool";
+  const PoolGeom g = poolGeom(op, xs, kernel, strides, pads, dilations, ceilMode);
+  const int64_t total = g.planes * g.outSize;
+  if (total == 0) return;
+  maxPoolKernel<<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(g, x, y);
+  detail::checkLaunch(op);
+}
+
+void maxPoolGrad(const float *dy, const float *x, const Shape &xs, float *dx, const Dims &kernel, const Dims &strides,
+                 const Dims &pads, const Dims &dilations, bool ceilMode) {
+  const char *op = "nn.max_pool_grad";
+  const PoolGeom g = poolGeom(op, xs, kernel, strides, pads, dilations, ceilMode);
+  const int64_t outputs = g.planes * g.outSize, inputs = g.planes * g.inSize;
+  if (inputs == 0) return;
+  Buffer args((size_t)outputs * sizeof(int64_t));
+  maxPoolArgKernel<<<detail::blocksFor(outputs), detail::kThreads, 0, detail::stream()>>>(g, x, args.as<int64_t>());
+  detail::checkLaunch(op);
+  maxPoolGradKernel<<<detail::blocksFor(inputs), detail::kThreads, 0, detail::stream()>>>(g, dy, args.as<int64_t>(),
+                                                                                         dx);
+  detail::checkLaunch(op);
+}
+
+void averagePool(const float *x, const Shape &xs, float *y, const Dims &kernel, const Dims &strides, const Dims &pads,
+                 bool ceilMode, bool countIncludePad) {
+  const char *op = "nn.average_pool";
+  const PoolGeom g = poolGeom(op, xs, kernel, strides, pads, Dims{}, ceilMode);
+  const int64_t total = g.planes * g.outSize;
+  if (total == 0) return;
+  averagePoolKernel<<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(g, x, y, countIncludePad);
+  detail::checkLaunch(op);
+}
+
+void averagePoolGrad(const float *dy, float *dx, const Shape &xs, const Dims &kernel, const Dims &strides,
+                     const Dims &pads, bool ceilMode, bool countIncludePad) {
+  const char *op = "nn.average_pool_grad";
+  const PoolGeom g = poolGeom(op, xs, kernel, strides, pads, Dims{}, ceilMode);
+  const int64_t total = g.planes * g.inSize;
+  if (total == 0) return;
+  averagePoolGradKernel<<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(g, dy, dx,
+                                                                                            countIncludePad);
+  detail::checkLaunch(op);
+}
+
+void globalAveragePool(const float *x, const Shape &xs, float *y) {
+  const char *op = "nn.global_average_pool";
+  checkRank(op, xs, 3, "the input (N, C, spatial...)");
+  const int64_t planes = xs.v[0] * xs.v[1], inner = productOf(xs, 2, xs.size);
+  if (planes == 0) return;
+  globalAveragePoolKernel<<<segmentBlocks(planes), segmentThreads(inner), 0, detail::stream()>>>(x, y, planes,
+                                                                                                 inner);
+  detail::checkLaunch(op);
+}
+
+} // namespace pipec::kernels::cuda

@@ -1,0 +1,158 @@
+// Reductions (nn.reduce_sum, nn.reduce_mean): deterministic, without
+// atomics, accumulating in double like the CPU kernels
+// (runtime/kernels/src/reduce.cpp).
+//
+// Two schedules, chosen from the shapes alone (so a given call always
+// rounds the same way):
+// - one thread per output element, summing its inputs in row-major order:
+//   the CPU kernel's order exactly, hence the same float result; used when
+//   there are many outputs and the reduced axes are not innermost (reads
+//   coalesce across neighbouring outputs);
+// - one block per output element with a fixed tree reduction: used when
+//   the reduced axes include the innermost one or there are few outputs
+//   with long reductions. Its double sum may differ from the CPU's in the
+//   last bits of the double, which almost never changes the float result.
+#include "detail.cuh"
+#include "index_map.cuh"
+
+namespace pipec::kernels::cuda {
+
+using namespace detail;
+
+namespace {
+
+/// The sum of the `count` elements x[base + offset of j] in row-major order
+/// of the reduced axes (the CPU kernel's order), in double.
+__host__ __device__ inline double sumInOrder(const float *x, int64_t base, const IndexMap<1> &reduced,
+                                             int64_t count) {
+  const int rank = reduced.rank;
+  const int64_t inner = rank ? reduced.dims[rank - 1] : 1, innerSt = rank ? reduced.st[0][rank - 1] : 0;
+  int64_t off = base;
+  int64_t idx[kMaxRank] = {};
+  double acc = 0;
+  for (int64_t done = 0; done < count; done += inner) {
+    for (int64_t j = 0; j < inner; ++j) acc += x[off + j * innerSt];
+    for (int a = rank - 2; a >= 0; --a) {
+      off += reduced.st[0][a];
+      if (++idx[a] < reduced.dims[a]) break;
+      off -= reduced.st[0][a] * reduced.dims[a];
+      idx[a] = 0;
+    }
+  }
+  return acc;
+}
+
+/// y[i] = (float)(scale ? sum * k : sum), the sum over the reduced axes of
+/// output i in row-major order.
+__global__ void reduceThreadKernel(const float *x, float *y, int64_t outN, int64_t count, IndexMap<1> kept,
+                                   IndexMap<1> reduced, bool scale, double k) {
+  for (int64_t i = firstIndex(); i < outN; i += gridStride()) {
+    int64_t base[1];
+    kept.offsets(i, base);
+    const double acc = sumInOrder(x, base[0], reduced, count);
+    y[i] = (float)(scale ? acc * k : acc);
+  }
+}
+
+constexpr int kReduceBlock = 256;
+
+__global__ void __launch_bounds__(kReduceBlock)
+    reduceBlockKernel(const float *x, float *y, int64_t outN, int64_t count, IndexMap<1> kept, IndexMap<1> reduced,
+                      bool scale, double k) {
+  __shared__ double partial[kReduceBlock];
+  for (int64_t i = blockIdx.x; i < outN; i += gridDim.x) {
+    int64_t base[1];
+    kept.offsets(i, base);
+    double acc = 0;
+    for (int64_t j = threadIdx.x; j < count; j += kReduceBlock) {
+      int64_t off[1];
+      reduced.offsets(j, off);
+      acc += x[base[0] + off[0]];
+    }
+    partial[threadIdx.x] = acc;
+    __syncthreads();
+    for (int width = kReduceBlock / 2; width > 0; width /= 2) {
+      if ((int)threadIdx.x < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      const double sum = partial[0];
+      y[i] = (float)(scale ? sum * k : sum);
+    }
+    __syncthreads(); // partial[0] is read before the next output reuses the buffer
+  }
+}
+
+/// How one reduction runs, from the shapes alone.
+struct ReducePlan {
+  int64_t outN = 0, count = 0; // outputs; inputs summed into each
+  IndexMap<1> kept, reduced;   // output index -> base offset; j -> offset
+  double k = 1.0;              // the mean's factor
+  bool copy = false;           // nothing summed: y = x
+  bool perBlock = false;       // reduceBlockKernel, else reduceThreadKernel
+};
+
+/// Checks as the CPU kernel; with `mean`, the factor divides by the number
+/// of elements summed into each output.
+ReducePlan planReduce(const char *op, const Shape &xs, const Dims &axes, bool emptyMeansAll, bool mean) {
+  checkRank(op, xs, 0, "the input");
+  bool reduced[kMaxRank] = {};
+  for (int i = 0; i < axes.size; ++i) {
+    if (axes.v[i] < 0 || axes.v[i] >= xs.size || (i && axes.v[i - 1] >= axes.v[i]))
+      fail(op, "axes " + axes.str() + " must be sorted, unique and in [0, " + std::to_string(xs.size) + ")");
+    reduced[axes.v[i]] = true;
+  }
+  if (axes.size == 0 && emptyMeansAll)
+    for (int a = 0; a < xs.size; ++a) reduced[a] = true;
+  Shape keptShape, reducedShape;
+  for (int a = 0; a < xs.size; ++a) {
+    keptShape.push(reduced[a] ? 1 : xs.v[a]);
+    reducedShape.push(reduced[a] ? xs.v[a] : 1);
+  }
+  ReducePlan plan;
+  plan.outN = keptShape.numel();
+  if (plan.outN == 0) return plan;
+  plan.count = xs.numel() / plan.outN;
+  plan.copy = plan.count == 1; // exactly what the division by 1 gives
+  // CPU: k = 1 / (count * divide) with divide = 1 for the mean (1/0 = inf
+  // when nothing is summed, so the mean of nothing is 0 * inf = NaN).
+  plan.k = mean ? 1.0 / ((double)plan.count * 1.0) : 1.0;
+  const Strides xst = stridesOf(xs);
+  plan.kept = makeIndexMap<1>(keptShape, {xst});
+  plan.reduced = makeIndexMap<1>(reducedShape, {xst});
+  int lastAxis = xs.size - 1; // the innermost axis that is not 1
+  while (lastAxis >= 0 && xs.v[lastAxis] == 1) --lastAxis;
+  const bool innermostReduced = lastAxis >= 0 && reduced[lastAxis];
+  plan.perBlock = plan.count >= 256 && (innermostReduced || plan.outN < 1024);
+  return plan;
+}
+
+void sumAxes(const char *op, const float *x, const Shape &xs, const Dims &axes, bool emptyMeansAll, float *y,
+             bool mean) {
+  const ReducePlan p = planReduce(op, xs, axes, emptyMeansAll, mean);
+  if (p.outN == 0) return;
+  if (p.copy) {
+    check(cudaMemcpyAsync(y, x, (size_t)p.outN * sizeof(float), cudaMemcpyDeviceToDevice, stream()), op);
+    return;
+  }
+  if (p.perBlock) {
+    const unsigned blocks = (unsigned)(p.outN < 65536 ? p.outN : 65536);
+    reduceBlockKernel<<<blocks, kReduceBlock, 0, stream()>>>(x, y, p.outN, p.count, p.kept, p.reduced, mean, p.k);
+  } else {
+    reduceThreadKernel<<<blocksFor(p.outN), kThreads, 0, stream()>>>(x, y, p.outN, p.count, p.kept, p.reduced, mean,
+                                                                    p.k);
+  }
+  checkLaunch(op);
+}
+
+} // namespace
+
+void reduceSum(const float *x, const Shape &xs, const Dims &axes, float *y) {
+  sumAxes("nn.reduce_sum", x, xs, axes, false, y, false);
+}
+
+void reduceMean(const float *x, const Shape &xs, const Dims &axes, float *y) {
+  sumAxes("nn.reduce_mean", x, xs, axes, true, y, true);
+}
+
+} // namespace pipec::kernels::cuda

@@ -1,0 +1,303 @@
+// Softmax, its gradient, and softmax cross-entropy with its gradient, as the
+// CPU kernels (runtime/kernels/src/reduce.cpp): the max in float, the
+// softmax's exponentials in float summed in double, the loss's log-sum-exp
+// and the gradient dot products in double. A segment (the values along the
+// axis of one position) is walked by one block (contiguous rows, or few
+// segments) or one thread (strided segments); scalar losses are reduced by
+// a single block. All reductions are fixed-order: deterministic.
+#include "nn_common.cuh"
+
+#include <cmath>
+
+namespace pipec::kernels::cuda {
+
+namespace {
+
+using namespace nn;
+
+//===----------------------------------------------------------------------===//
+// Softmax
+//===----------------------------------------------------------------------===//
+
+template <class P> __global__ void softmaxKernel(const float *x, float *y, int64_t segments, int64_t size, int64_t inner) {
+  for (int64_t seg = P::first(); seg < segments; seg += P::step()) {
+    const int64_t o = seg / inner, in = seg - o * inner;
+    const float *xr = x + o * size * inner + in;
+    float *yr = y + o * size * inner + in;
+    float m = -INFINITY;
+    for (int64_t i = P::lane(); i < size; i += P::lanes()) m = xr[i * inner] > m ? xr[i * inner] : m;
+    m = P::reduce(m, MaxOp{});
+    double sum = 0;
+    for (int64_t i = P::lane(); i < size; i += P::lanes()) {
+      const float e = expf(xr[i * inner] - m);
+      yr[i * inner] = e;
+      sum += e;
+    }
+    sum = P::reduce(sum, SumOp{});
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = P::lane(); i < size; i += P::lanes()) yr[i * inner] *= inv;
+  }
+}
+
+template <class P>
+__global__ void softmaxGradKernel(const float *dy, const float *y, float *dx, int64_t segments, int64_t size,
+                                  int64_t inner) {
+  for (int64_t seg = P::first(); seg < segments; seg += P::step()) {
+    const int64_t o = seg / inner, in = seg - o * inner;
+    const int64_t base = o * size * inner + in;
+    double dot = 0;
+    for (int64_t i = P::lane(); i < size; i += P::lanes()) {
+      const int64_t j = base + i * inner;
+      dot += (double)dy[j] * y[j];
+    }
+    dot = P::reduce(dot, SumOp{});
+    const float fd = (float)dot;
+    for (int64_t i = P::lane(); i < size; i += P::lanes()) {
+      const int64_t j = base + i * inner;
+      dx[j] = y[j] * (dy[j] - fd);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax cross-entropy
+//===----------------------------------------------------------------------===//
+
+/// The log-sum-exp of one element's class scores s[c * inner], c in [0, C)
+/// (every lane of P gets it): max in float, exponentials and sum in double.
+template <class P> __device__ double logSumExp(const float *s, int64_t C, int64_t inner) {
+  float m = -INFINITY;
+  for (int64_t c = P::lane(); c < C; c += P::lanes()) m = s[c * inner] > m ? s[c * inner] : m;
+  m = P::reduce(m, MaxOp{});
+  double sum = 0;
+  for (int64_t c = P::lane(); c < C; c += P::lanes()) sum += exp((double)s[c * inner] - m);
+  sum = P::reduce(sum, SumOp{});
+  return m + log(sum);
+}
+
+/// ignoreIndex as the kernels see it.
+struct Ignore {
+  bool has;
+  int64_t value;
+};
+
+/// Per element e = (n, d...): lossE[e] = -w[label] * logProb[label] and
+/// weightE[e] = w[label] (0 for an ignored element or a label out of
+/// range, which is reported); loss[e] = (float)lossE[e] for Reduction::None.
+/// logProb (optional) gets every class's score - lse.
+template <class P, class L>
+__global__ void lossKernel(const float *scores, const L *labels, const float *weights, int64_t segments, int64_t C,
+                           int64_t inner, Ignore ignore, int *errorFlag, float *loss, double *lossE,
+                           double *weightE, float *logProb) {
+  for (int64_t e = P::first(); e < segments; e += P::step()) {
+    const int64_t n = e / inner, in = e - n * inner;
+    const float *s = scores + n * C * inner + in;
+    const double lse = logSumExp<P>(s, C, inner);
+    if (logProb) {
+      float *lp = logProb + n * C * inner + in;
+      for (int64_t c = P::lane(); c < C; c += P::lanes()) lp[c * inner] = (float)(s[c * inner] - lse);
+    }
+    if (P::leader()) {
+      double l = 0, w = 0;
+      const int64_t label = (int64_t)labels[e];
+      if (!(ignore.has && label == ignore.value)) {
+        if (label < 0 || label >= C) {
+          detail::raiseDevice(errorFlag, detail::kLossLabelOutOfRange);
+        } else {
+          w = weights ? (double)weights[label] : 1.0;
+          l = -w * ((double)s[label * inner] - lse);
+        }
+      }
+      if (loss) loss[e] = (float)l;
+      if (lossE) {
+        lossE[e] = l;
+        weightE[e] = w;
+      }
+    }
+  }
+}
+
+/// Single block: loss[0] = Σ lossE (Sum) or Σ lossE / Σ weightE (Mean; 0/0 =
+/// NaN when nothing counted, as the CPU kernel).
+__global__ void lossReduceKernel(const double *lossE, const double *weightE, int64_t count, bool mean, float *loss) {
+  double l = 0, w = 0;
+  for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
+    l += lossE[e];
+    w += weightE[e];
+  }
+  l = blockSum(l);
+  w = blockSum(w);
+  if (threadIdx.x == 0) loss[0] = mean ? (float)(l / w) : (float)l;
+}
+
+/// Single block: *weightSum = Σ w[label] over the counted elements (labels
+/// out of range are reported and count 0).
+template <class L>
+__global__ void weightSumKernel(const L *labels, const float *weights, int64_t count, int64_t C, Ignore ignore,
+                                int *errorFlag, double *weightSum) {
+  double w = 0;
+  for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
+    const int64_t label = (int64_t)labels[e];
+    if (ignore.has && label == ignore.value) continue;
+    if (label < 0 || label >= C) {
+      detail::raiseDevice(errorFlag, detail::kLossLabelOutOfRange);
+      continue;
+    }
+    w += weights ? (double)weights[label] : 1.0;
+  }
+  w = blockSum(w);
+  if (threadIdx.x == 0) *weightSum = w;
+}
+
+/// dscores = (softmax - onehot(label)) * w[label] * scale * (dloss[e] for
+/// None); 0 for ignored elements and labels out of range (reported).
+template <class P, class L>
+__global__ void lossGradKernel(const float *dloss, const float *scores, const L *labels, const float *weights,
+                               int64_t segments, int64_t C, int64_t inner, Ignore ignore, int *errorFlag,
+                               bool none, const double *weightSum, float *dscores) {
+  double scale = none ? 1.0 : (double)dloss[0];
+  if (weightSum) scale /= *weightSum;
+  for (int64_t e = P::first(); e < segments; e += P::step()) {
+    const int64_t n = e / inner, in = e - n * inner;
+    const float *s = scores + n * C * inner + in;
+    float *ds = dscores + n * C * inner + in;
+    const int64_t label = (int64_t)labels[e]; // the same for every lane: uniform branches
+    const bool ignored = ignore.has && label == ignore.value;
+    const bool bad = !ignored && (label < 0 || label >= C);
+    if (ignored || bad) {
+      if (bad && P::leader()) detail::raiseDevice(errorFlag, detail::kLossLabelOutOfRange);
+      for (int64_t c = P::lane(); c < C; c += P::lanes()) ds[c * inner] = 0.0f;
+      continue;
+    }
+    const double lse = logSumExp<P>(s, C, inner);
+    const double k = (weights ? (double)weights[label] : 1.0) * scale * (none ? (double)dloss[e] : 1.0);
+    for (int64_t c = P::lane(); c < C; c += P::lanes()) {
+      const double p = exp((double)s[c * inner] - lse);
+      ds[c * inner] = (float)(k * (p - (c == label ? 1.0 : 0.0)));
+    }
+  }
+}
+
+AxisView lossView(const char *op, const Shape &ss) {
+  checkRank(op, ss, 2, "the scores (N, C, ...)");
+  return viewAround(ss, 1);
+}
+
+Ignore ignoreOf(const std::optional<int64_t> &ignoreIndex) {
+  return ignoreIndex ? Ignore{true, *ignoreIndex} : Ignore{false, 0};
+}
+
+constexpr unsigned kReduceThreads = 1024;
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// nn.softmax, nn.softmax_grad
+//===----------------------------------------------------------------------===//
+
+void softmax(const float *x, const Shape &xs, int64_t axis, float *y) {
+  const char *op = "nn.softmax";
+  checkRank(op, xs, 1, "the input");
+  const AxisView v = viewAround(xs, (int)normalizeAxis(op, axis, xs.size));
+  const int64_t segments = v.outer * v.inner;
+  if (segments == 0 || v.size == 0) return;
+  if (blockPerSegment(segments, v.inner))
+    softmaxKernel<BlockLanes><<<segmentBlocks(segments), segmentThreads(v.size), 0, detail::stream()>>>(
+        x, y, segments, v.size, v.inner);
+  else
+    softmaxKernel<ThreadLanes><<<detail::blocksFor(segments), detail::kThreads, 0, detail::stream()>>>(
+        x, y, segments, v.size, v.inner);
+  detail::checkLaunch(op);
+}
+
+void softmaxGrad(const float *dy, const float *y, const Shape &s, int64_t axis, float *dx) {
+  const char *op = "nn.softmax_grad";
+  checkRank(op, s, 1, "the input");
+  const AxisView v = viewAround(s, (int)normalizeAxis(op, axis, s.size));
+  const int64_t segments = v.outer * v.inner;
+  if (segments == 0 || v.size == 0) return;
+  if (blockPerSegment(segments, v.inner))
+    softmaxGradKernel<BlockLanes><<<segmentBlocks(segments), segmentThreads(v.size), 0, detail::stream()>>>(
+        dy, y, dx, segments, v.size, v.inner);
+  else
+    softmaxGradKernel<ThreadLanes><<<detail::blocksFor(segments), detail::kThreads, 0, detail::stream()>>>(
+        dy, y, dx, segments, v.size, v.inner);
+  detail::checkLaunch(op);
+}
+
+//===----------------------------------------------------------------------===//
+// nn.softmax_cross_entropy_loss (+ _grad)
+//===----------------------------------------------------------------------===//
+
+template <class L>
+void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labels, const float *weights,
+                             Reduction reduction, std::optional<int64_t> ignoreIndex, float *loss, float *logProb) {
+  const char *op = "nn.softmax_cross_entropy_loss";
+  const AxisView v = lossView(op, ss);
+  const int64_t segments = v.outer * v.inner; // loss elements (n, d...)
+  const bool none = reduction == Reduction::None;
+  if (segments == 0) {
+    if (!none) { // an empty sum is 0, an empty mean 0/0
+      lossReduceKernel<<<1, 32, 0, detail::stream()>>>(nullptr, nullptr, 0, reduction == Reduction::Mean, loss);
+      detail::checkLaunch(op);
+    }
+    return;
+  }
+  Buffer perElement(none ? 0 : (size_t)(2 * segments) * sizeof(double));
+  double *lossE = none ? nullptr : perElement.as<double>();
+  double *weightE = none ? nullptr : lossE + segments;
+  int *flag = detail::errorFlag();
+  if (blockPerSegment(segments, v.inner))
+    lossKernel<BlockLanes, L><<<segmentBlocks(segments), segmentThreads(v.size), 0, detail::stream()>>>(
+        scores, labels, weights, segments, v.size, v.inner, ignoreOf(ignoreIndex), flag, none ? loss : nullptr,
+        lossE, weightE, logProb);
+  else
+    lossKernel<ThreadLanes, L><<<detail::blocksFor(segments), detail::kThreads, 0, detail::stream()>>>(
+        scores, labels, weights, segments, v.size, v.inner, ignoreOf(ignoreIndex), flag, none ? loss : nullptr,
+        lossE, weightE, logProb);
+  detail::checkLaunch(op);
+  if (!none) {
+    lossReduceKernel<<<1, kReduceThreads, 0, detail::stream()>>>(lossE, weightE, segments,
+                                                                 reduction == Reduction::Mean, loss);
+    detail::checkLaunch(op);
+  }
+}
+
+template <class L>
+void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const Shape &ss, const L *labels,
+                                 const float *weights, Reduction reduction, std::optional<int64_t> ignoreIndex,
+                                 float *dscores) {
+  const char *op = "nn.softmax_cross_entropy_loss_grad";
+  const AxisView v = lossView(op, ss);
+  const int64_t segments = v.outer * v.inner;
+  if (segments == 0) return;
+  const Ignore ignore = ignoreOf(ignoreIndex);
+  int *flag = detail::errorFlag();
+  Buffer weightSum(reduction == Reduction::Mean ? sizeof(double) : 0);
+  if (reduction == Reduction::Mean) {
+    weightSumKernel<L><<<1, kReduceThreads, 0, detail::stream()>>>(labels, weights, segments, v.size, ignore, flag,
+                                                                   weightSum.as<double>());
+    detail::checkLaunch(op);
+  }
+  const bool none = reduction == Reduction::None;
+  if (blockPerSegment(segments, v.inner))
+    lossGradKernel<BlockLanes, L><<<segmentBlocks(segments), segmentThreads(v.size), 0, detail::stream()>>>(
+        dloss, scores, labels, weights, segments, v.size, v.inner, ignore, flag, none, weightSum.as<double>(),
+        dscores);
+  else
+    lossGradKernel<ThreadLanes, L><<<detail::blocksFor(segments), detail::kThreads, 0, detail::stream()>>>(
+        dloss, scores, labels, weights, segments, v.size, v.inner, ignore, flag, none, weightSum.as<double>(),
+        dscores);
+  detail::checkLaunch(op);
+}
+
+template void softmaxCrossEntropyLoss<int64_t>(const float *, const Shape &, const int64_t *, const float *, Reduction,
+                                               std::optional<int64_t>, float *, float *);
+template void softmaxCrossEntropyLoss<int32_t>(const float *, const Shape &, const int32_t *, const float *, Reduction,
+                                               std::optional<int64_t>, float *, float *);
+template void softmaxCrossEntropyLossGrad<int64_t>(const float *, const float *, const Shape &, const int64_t *,
+                                                   const float *, Reduction, std::optional<int64_t>, float *);
+template void softmaxCrossEntropyLossGrad<int32_t>(const float *, const float *, const Shape &, const int32_t *,
+                                                   const float *, Reduction, std::optional<int64_t>, float *);
+
+} // namespace pipec::kernels::cuda
