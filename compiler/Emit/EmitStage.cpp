@@ -965,6 +965,8 @@ LogicalResult StageEmitter::run() {
      << "  return guarded([&] { backwardWeight(call); });\n}\n"
      << "int pipec_stage_step(const pipec_optimizer_call *opt) { return guarded([&] { step(opt); }); }\n"
      << "const char *pipec_stage_last_error(void) { return lastError.c_str(); }\n"
+     << "const char *pipec_stage_target(void) { return \"" << (cuda() ? "cuda" : "cpu")
+     << "\"; }\n"
      << "}\n";
   return success();
 }

@@ -1,25 +1,30 @@
-# PIPEC_ENABLE_CUDA: AUTO builds the NCCL transport when nvcc, the CUDA
-# runtime and NCCL are found; ON requires them; OFF skips them.
-set(PIPEC_RUNTIME_CUDA OFF)
-if(NOT PIPEC_ENABLE_CUDA STREQUAL "OFF")
-  if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda/bin/nvcc)
-    set(CUDAToolkit_ROOT /usr/local/cuda)
-  endif()
-  find_package(CUDAToolkit QUIET)
-  find_path(PIPEC_NCCL_INCLUDE nccl.h HINTS /usr/local/cuda/include /usr/include)
-  find_library(PIPEC_NCCL_LIBRARY nccl HINTS /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu)
-  if(CUDAToolkit_FOUND AND PIPEC_NCCL_INCLUDE AND PIPEC_NCCL_LIBRARY)
-    set(PIPEC_RUNTIME_CUDA ON)
-  elseif(PIPEC_ENABLE_CUDA STREQUAL "ON")
-    message(FATAL_ERROR "PIPEC_ENABLE_CUDA=ON but the CUDA toolkit or NCCL was not found")
-  endif()
-endif()
-if(PIPEC_RUNTIME_CUDA AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/src/NcclTransport.cpp)
-  message(STATUS "pipec runtime: building the NCCL transport (${PIPEC_NCCL_LIBRARY})")
-  add_library(pipec_runtime_nccl STATIC src/NcclTransport.cpp)
-  target_include_directories(pipec_runtime_nccl PRIVATE ${PIPEC_NCCL_INCLUDE})
-  target_link_libraries(pipec_runtime_nccl PUBLIC pipec_runtime_mpi CUDA::cudart ${PIPEC_NCCL_LIBRARY})
-  target_compile_options(pipec_runtime_nccl PRIVATE -Wall -Wextra)
+# The CUDA target of piperun (issue 7, docs/runtime.md "The CUDA target"):
+# CudaDevice (device memory, the compute stream, events, a few small kernels)
+# and NcclTransport, in pipec_runtime_cuda, linked into piperun with
+# PIPEC_HAVE_CUDA defined. Built only when cuda_detect.cmake (shared with the
+# CUDA kernels) finds nvcc, the CUDA runtime, cuBLAS and NCCL
+# (PIPEC_CUDA_FOUND); otherwise piperun refuses plans whose runtime.target is
+# "cuda" at start-up. Included from runtime/CMakeLists.txt after piperun.
+include(${CMAKE_CURRENT_LIST_DIR}/cuda_detect.cmake)
+set(PIPEC_RUNTIME_CUDA ${PIPEC_CUDA_FOUND})
+if(PIPEC_CUDA_FOUND)
+  message(STATUS "pipec runtime: building the CUDA target (NCCL: ${PIPEC_NCCL_LIBRARY})")
+  add_library(pipec_runtime_cuda STATIC
+    ${CMAKE_CURRENT_LIST_DIR}/../src/CudaDevice.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/../src/CudaKernels.cu
+    ${CMAKE_CURRENT_LIST_DIR}/../src/NcclTransport.cpp)
+  target_include_directories(pipec_runtime_cuda PUBLIC ${PIPEC_NCCL_INCLUDE})
+  target_link_libraries(pipec_runtime_cuda PUBLIC pipec_runtime_mpi CUDA::cudart ${PIPEC_NCCL_LIBRARY})
+  target_compile_options(pipec_runtime_cuda PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
+  set_target_properties(pipec_runtime_cuda PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
+                                                      POSITION_INDEPENDENT_CODE ON)
+  # One CUDA runtime in the process: the shared one the stage libraries
+  # (nvcc ... -lcudart) load too, so streams, events and the current device
+  # are the same objects on both sides of the stage ABI.
+  set_target_properties(pipec_runtime_cuda piperun PROPERTIES CUDA_RUNTIME_LIBRARY Shared)
+  target_link_libraries(piperun PRIVATE pipec_runtime_cuda)
+  target_compile_definitions(piperun PRIVATE PIPEC_HAVE_CUDA=1)
 else()
-  message(STATUS "pipec runtime: NCCL transport not built (PIPEC_ENABLE_CUDA=${PIPEC_ENABLE_CUDA})")
+  message(STATUS "pipec runtime: CUDA target not built (PIPEC_ENABLE_CUDA=${PIPEC_ENABLE_CUDA}); "
+                 "piperun refuses plans for target cuda")
 endif()

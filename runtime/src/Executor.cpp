@@ -36,7 +36,20 @@ struct Executor::Slot {
   bool dataLoaded = false, haveInputs = false, haveGradOutputs = false, fwdDone = false, bDone = false,
        wDone = false, gradHandedOff = false;
   int64_t fwdStep = 0;
+  // Sends from this slot's buffers. MPI: waited for before the slot is
+  // returned. CUDA: kept when it is returned, and the next micro-batch's
+  // writers wait for them on the device (no host sync).
   std::vector<Transport::Request> sends;
+  // CUDA target. On the compute stream: `ready` (the slot's buffers may be
+  // written: after their previous readers and the pending sends),
+  // `outputsDone` / `gradInputsDone` (after the FWD / BWD_INPUT that filled
+  // the bundle a SEND waits for), `dataStaged` (after the upload of the
+  // data fields from `dataStage`). On a receiving stream: `inputsIn` /
+  // `gradOutputsIn` (after the RECV that filled the bundle a compute waits for).
+  Event ready = nullptr, outputsDone = nullptr, gradInputsDone = nullptr, dataStaged = nullptr, inputsIn = nullptr,
+        gradOutputsIn = nullptr;
+  bool inputsReceived = false, gradOutputsReceived = false;
+  HostBuffer dataStage; // pinned
 };
 
 std::string Executor::who() const {
@@ -46,9 +59,13 @@ std::string Executor::who() const {
 
 void Executor::fail(const std::string &msg) const { throw Error(msg); }
 
-Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Transport &transport)
-    : plan_(plan), opt_(opt), optimizer_(plan.optimizer), control_(control), transport_(transport) {
+Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Transport &transport, Device &device)
+    : plan_(plan), opt_(opt), optimizer_(plan.optimizer), control_(control), transport_(transport), device_(device),
+      gpu_(!device.host()) {
   const int rank = control.rank();
+  if (gpu_ != transport.streamOrdered())
+    fail(std::string("internal: the ") + transport.name() + " transport cannot move buffers of the " + device.name() +
+         " device");
   if (plan.numRanks() != control.size())
     fail(plan.planPath + ": the plan needs " + std::to_string(plan.numRanks()) + " ranks (stages[].ranks), mpirun started " +
          std::to_string(control.size()));
@@ -96,11 +113,12 @@ Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Tr
   for (int c = 0; c < plan.chunks; ++c) {
     ChunkState &cs = chunks_[c];
     cs.vs = plan.virtualStage(stage_, c);
-    cs.model = std::make_unique<StageModel>(plan, plan.vstages[cs.vs]);
+    cs.model = std::make_unique<StageModel>(plan, plan.vstages[cs.vs], device_);
     cs.model->loadWeights(plan.vstages[cs.vs].weights);
     cs.recomputes.assign(plan.microbatches, false);
     const pipec_stage_desc &d = cs.model->desc();
-    cs.scratchOutputs.resize(cs.model->outputLayout().total);
+    cs.scratchOutputs = Buffer(device_, cs.model->outputLayout().total);
+    cs.scratchWorkspace = Buffer(device_);
     if ((cs.vs == V_ - 1) != (d.computes_loss != 0))
       fail(cs.model->vstage().library + ": computes_loss is " + std::to_string(d.computes_loss) +
            " but the stage is " + (cs.vs == V_ - 1 ? "the last" : "not the last"));
@@ -192,6 +210,16 @@ Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Tr
 Executor::~Executor() {
   stopWatchdog_ = true;
   if (watchdog_.joinable()) watchdog_.join();
+  if (gpu_) {
+    // Normally drained by run(); after a start-up error nothing is in flight.
+    for (auto &cs : chunks_)
+      for (auto &s : cs.slots) {
+        for (Event e : {s->ready, s->outputsDone, s->gradInputsDone, s->dataStaged, s->inputsIn, s->gradOutputsIn})
+          if (e) device_.deleteEvent(e);
+        s->ready = s->outputsDone = s->gradInputsDone = s->dataStaged = s->inputsIn = s->gradOutputsIn = nullptr;
+      }
+    for (Event e : allEvents_) device_.deleteEvent(e);
+  }
 }
 
 void Executor::checkNeighbours() {
@@ -201,7 +229,7 @@ void Executor::checkNeighbours() {
   for (size_t t = 0, k = 0; t < plan_.tied.size(); ++t) {
     const bool member = k < tied_.size() && tied_[k].tied == (int)t;
     const int g = control_.splitGroup(member);
-    if (member) tied_[k++].group = g;
+    if (member) tied_[k++].group = g, connections_.groups.push_back(g);
   }
   // What each virtual stage sends and expects, so that a plan whose stage
   // libraries disagree fails at start-up instead of mid-run.
@@ -217,13 +245,32 @@ void Executor::checkNeighbours() {
     mine.push_back({cs.vs, tensorList(d.inputs, d.num_inputs), tensorList(d.outputs, d.num_outputs),
                     cs.model->vstage().library, tiedDescs});
   }
+  // And the point-to-point transfers of its stream, in order.
+  json transfers = json::array();
+  for (const Transfer &t : transfersOf(stream_)) transfers.push_back({(int)t.op, t.mb, t.chunk, t.peer, t.index});
+  const json me{{"rank", scheduleRank_}, {"path", stream_.path}, {"chunks", mine}, {"transfers", transfers}};
   std::vector<std::string> ins(V_), outs(V_), libs(V_);
   std::vector<json> tiedOf(V_);
-  for (const std::string &s : control_.allgatherStrings(mine.dump()))
-    for (const json &e : json::parse(s)) {
+  const int R = plan_.numRanks();
+  std::vector<std::vector<Transfer>> transfersOfRank(R);
+  std::vector<std::string> paths(R);
+  for (const std::string &s : control_.allgatherStrings(me.dump())) {
+    const json r = json::parse(s);
+    for (const json &e : r["chunks"]) {
       const int vs = e[0];
       ins[vs] = e[1], outs[vs] = e[2], libs[vs] = e[3], tiedOf[vs] = e[4];
     }
+    const int sr = r["rank"];
+    paths[sr] = r["path"];
+    for (const json &t : r["transfers"]) transfersOfRank[sr].push_back({(Op)t[0].get<int>(), t[1], t[2], t[3], t[4]});
+  }
+  // Who sends to whom (world ranks): the NCCL transport's communicators.
+  connections_.pairs.clear();
+  for (int r = 0; r < R; ++r)
+    for (const Transfer &t : transfersOfRank[r])
+      if (t.op == Op::SendAct || t.op == Op::SendGrad) connections_.pairs.push_back({plan_.mpiRankOf(r), plan_.mpiRankOf(t.peer)});
+  std::sort(connections_.pairs.begin(), connections_.pairs.end());
+  connections_.pairs.erase(std::unique(connections_.pairs.begin(), connections_.pairs.end()), connections_.pairs.end());
   for (int vs = 0; vs + 1 < V_; ++vs)
     if (outs[vs] != ins[vs + 1])
       fail(libs[vs] + " outputs " + outs[vs] + " but " + libs[vs + 1] + " expects inputs " + ins[vs + 1]);
@@ -235,7 +282,15 @@ void Executor::checkNeighbours() {
         fail(plan_.planPath + ": runtime.tied: " + tp.name + " is " + tiedOf[first].value(tp.name, "?") + " in " +
              libs[first] + " but " + tiedOf[vs].value(tp.name, "?") + " in " + libs[vs]);
   }
+  // Every pair of ranks sends and receives the same bundles in the same order
+  // (NCCL needs it; under MPI's blocking rendezvous semantics, which the
+  // schedules are validated for, it is implied). Each rank checks the pairs
+  // it receives on, so a mismatch is reported once, by the receiver.
+  const std::string order = checkTransferOrder(plan_, transfersOfRank, paths, scheduleRank_);
+  if (!order.empty()) fail(order);
 }
+
+void Executor::connect() { transport_.connect(connections_); }
 
 // ---------------------------------------------------------------- buffers
 Executor::Slot &Executor::slot(int chunk, int mb, bool create) {
@@ -250,14 +305,33 @@ Executor::Slot &Executor::slot(int chunk, int mb, bool create) {
   } else {
     auto fresh = std::make_unique<Slot>();
     const StageModel &m = *cs.model;
+    for (Buffer *b : {&fresh->data, &fresh->inputs, &fresh->outputs, &fresh->gradOutputs, &fresh->gradInputs})
+      *b = Buffer(device_);
     fresh->data.resize(m.dataLayout().total);
     if (m.desc().num_inputs) fresh->inputs.resize(m.inputLayout().total), fresh->gradInputs.resize(m.inputLayout().total);
     if (m.desc().num_outputs) fresh->outputs.resize(m.outputLayout().total), fresh->gradOutputs.resize(m.outputLayout().total);
+    if (gpu_) {
+      fresh->dataStage = HostBuffer(device_, m.dataLayout().total);
+      for (Event *e : {&fresh->ready, &fresh->outputsDone, &fresh->gradInputsDone, &fresh->dataStaged, &fresh->inputsIn,
+                       &fresh->gradOutputsIn})
+        *e = device_.newEvent();
+    }
     s = fresh.get();
     cs.slots.push_back(std::move(fresh));
   }
   s->mb = mb;
   s->dataLoaded = s->haveInputs = s->haveGradOutputs = s->fwdDone = s->bDone = s->wDone = s->gradHandedOff = false;
+  if (gpu_) {
+    // The new micro-batch's writers (compute, receives) wait until the sends
+    // of the previous one left the buffers; `ready` marks that point (and the
+    // allocation of a fresh slot) on the compute stream.
+    for (Transport::Request r : s->sends) {
+      device_.streamWait(nullptr, transport_.event(r));
+      transport_.release(r);
+    }
+    device_.record(s->ready);
+    s->inputsReceived = s->gradOutputsReceived = false;
+  }
   s->sends.clear();
   cs.active[mb] = s;
   return *s;
@@ -270,14 +344,16 @@ std::unique_ptr<Buffer> Executor::takeWorkspace(int chunk) {
     cs.freeWorkspaces.pop_back();
     return w;
   }
-  return std::make_unique<Buffer>((size_t)cs.model->desc().workspace_bytes);
+  return std::make_unique<Buffer>(device_, (size_t)cs.model->desc().workspace_bytes);
 }
 
 void Executor::maybeRelease(int chunk, Slot &s) {
   ChunkState &cs = chunks_[chunk];
   if (!s.wDone || !(cs.vs == 0 || s.gradHandedOff)) return;
-  for (auto r : s.sends) transport_.wait(r);
-  s.sends.clear();
+  if (!gpu_) { // CUDA: the sends stay with the slot (see slot())
+    for (auto r : s.sends) transport_.wait(r);
+    s.sends.clear();
+  }
   if (s.workspace) cs.freeWorkspaces.push_back(std::move(s.workspace));
   cs.active.erase(s.mb);
   cs.freeSlots.push_back(&s);
@@ -287,8 +363,19 @@ void Executor::loadData(int chunk, Slot &s, int mb, int64_t it) {
   if (s.dataLoaded) return;
   const StageModel &m = *chunks_[chunk].model;
   const uint64_t first = (uint64_t)(it * plan_.microbatches + mb) * (uint64_t)plan_.microbatchSize;
-  for (int i = 0; i < m.desc().num_data; ++i)
-    data_->read(dataFieldIndex_[chunk][i], first, plan_.microbatchSize, s.data.data() + m.dataLayout().offsets[i]);
+  if (!gpu_) {
+    for (int i = 0; i < m.desc().num_data; ++i)
+      data_->read(dataFieldIndex_[chunk][i], first, plan_.microbatchSize, s.data.data() + m.dataLayout().offsets[i]);
+  } else if (m.dataLayout().total) {
+    // Read into the slot's pinned staging copy (once its previous upload is
+    // done), upload on the compute stream: ordered after the slot's previous
+    // readers and before this micro-batch's stage calls.
+    device_.hostWait(s.dataStaged);
+    for (int i = 0; i < m.desc().num_data; ++i)
+      data_->read(dataFieldIndex_[chunk][i], first, plan_.microbatchSize, s.dataStage.data() + m.dataLayout().offsets[i]);
+    device_.uploadAsync(s.data.data(), s.dataStage.data(), m.dataLayout().total);
+    device_.record(s.dataStaged);
+  }
   s.dataLoaded = true;
 }
 
@@ -337,7 +424,7 @@ void Executor::compute(const Instr &in, int64_t it) {
   c.grad_params = gradParams.data();
   c.loss = &loss;
   c.loss_scale = 1.0f; // gradients of the sum of micro-batch losses; STEP divides by their count
-  c.stream = nullptr;
+  c.stream = device_.computeStream();
   if (profiling_ && in.op != Op::Recompute) c.timer = &Executor::onOpTime, c.timer_user = this;
 
   // A neighbouring virtual stage on this same rank (interleaved/V placement)
@@ -352,10 +439,11 @@ void Executor::compute(const Instr &in, int64_t it) {
     if (localPrev()) {
       Slot &p = slot(chunkOf(vs - 1), in.mb, false);
       if (!p.fwdDone) fail(what + ": forward before the previous chunk's forward");
-      std::memcpy(s.inputs.data() + 64, p.outputs.data() + 64, m.inputLayout().total - 64);
+      device_.copy(s.inputs.data() + 64, p.outputs.data() + 64, m.inputLayout().total - 64);
       s.haveInputs = true;
     }
     if (vs > 0 && !s.haveInputs) fail(what + ": forward before its input activation arrived");
+    if (gpu_ && s.inputsReceived) device_.streamWait(nullptr, s.inputsIn); // the RECV_ACT, on the device
     if (d.num_data) loadData(in.chunk, s, in.mb, it);
     std::unique_ptr<Buffer> scratchHolder;
     if (cs.recomputes[in.mb]) {
@@ -368,6 +456,7 @@ void Executor::compute(const Instr &in, int64_t it) {
     s.fwdStep = m.steps;
     c.step = s.fwdStep;
     m.lib().forward(c);
+    if (gpu_) device_.record(s.outputsDone); // what SEND_ACT waits for
     s.fwdDone = true;
     if (d.computes_loss) lossSum_ += loss, lossCount_ += 1;
     if (profiling_) ++fwdCalls_[in.chunk];
@@ -397,14 +486,16 @@ void Executor::compute(const Instr &in, int64_t it) {
       if (localNext()) {
         Slot &n = slot(chunkOf(vs + 1), in.mb, false);
         if (!n.bDone) fail(what + ": backward before the next chunk's backward");
-        std::memcpy(s.gradOutputs.data() + 64, n.gradInputs.data() + 64, m.outputLayout().total - 64);
+        device_.copy(s.gradOutputs.data() + 64, n.gradInputs.data() + 64, m.outputLayout().total - 64);
         s.haveGradOutputs = true;
         n.gradHandedOff = true;
         maybeRelease(chunkOf(vs + 1), n);
       }
       if (d.num_outputs && !s.haveGradOutputs) fail(what + ": backward before its output gradient arrived");
+      if (gpu_ && s.gradOutputsReceived) device_.streamWait(nullptr, s.gradOutputsIn); // the RECV_GRAD
       c.workspace = s.workspace->data();
       m.lib().backwardInput(c);
+      if (gpu_) device_.record(s.gradInputsDone); // what SEND_GRAD waits for
       s.bDone = true;
     }
     if (in.op != Op::BwdInput) {
@@ -445,8 +536,14 @@ void Executor::send(const Instr &in, int64_t it, bool grad) {
   h.version = in.version;
   h.layoutHash = layout.hash;
   h.bytes = layout.total;
-  std::memcpy(buf.data(), &h, sizeof h);
-  s.sends.push_back(transport_.isend(buf.data(), layout.total, plan_.mpiRankOf(in.peer), tagOf(in.mb, grad, vsDest)));
+  const int peer = plan_.mpiRankOf(in.peer);
+  // CUDA: the send's stream waits for the compute that filled the bundle
+  // (not for whatever was enqueued after it), then writes the header and
+  // sends, overlapping the compute stream's next work. Host: at once.
+  const Stream st = transport_.stream(peer, true);
+  if (gpu_) device_.streamWait(st, grad ? s.gradInputsDone : s.outputsDone);
+  device_.writeSmall(buf.data(), &h, sizeof h, st);
+  s.sends.push_back(transport_.isend(buf.data(), layout.total, peer, tagOf(in.mb, grad, vsDest)));
   if (grad) {
     s.gradHandedOff = true;
     maybeRelease(in.chunk, s);
@@ -461,18 +558,86 @@ void Executor::recv(const Instr &in, int64_t it, bool grad) {
   Slot &s = slot(in.chunk, in.mb, !grad);
   Buffer &buf = grad ? s.gradOutputs : s.inputs;
   const Layout &layout = grad ? cs.model->outputLayout() : cs.model->inputLayout();
-  transport_.wait(transport_.irecv(buf.data(), layout.total, plan_.mpiRankOf(in.peer), tagOf(in.mb, grad, cs.vs)));
-  BundleHeader h;
-  std::memcpy(&h, buf.data(), sizeof h);
-  if (h.magic != kBundleMagic || h.iteration != it || h.mb != in.mb || h.vs != cs.vs || h.kind != (grad ? 1 : 0) ||
-      h.layoutHash != layout.hash)
-    fail(toString(in) + ": received a bundle for iteration " + std::to_string(h.iteration) + " micro-batch " +
-         std::to_string(h.mb) + " stage " + std::to_string(h.vs) + (h.layoutHash != layout.hash ? " with another tensor layout" : "") +
-         "; the ranks' schedules disagree");
-  if (h.version != in.version)
-    fail(toString(in) + ": activation carries weight version " + std::to_string(h.version) + ", the stream expects " +
-         std::to_string(in.version));
+  const int peer = plan_.mpiRankOf(in.peer);
+  if (!gpu_) {
+    transport_.wait(transport_.irecv(buf.data(), layout.total, peer, tagOf(in.mb, grad, cs.vs)));
+    BundleHeader h;
+    std::memcpy(&h, buf.data(), sizeof h);
+    const std::string e = headerError(h, in, it, grad, cs.vs, layout.hash);
+    if (!e.empty()) fail(e);
+  } else {
+    // Enqueued on the receiving stream once the slot may be written; the
+    // consuming compute waits for `inputsIn`/`gradOutputsIn` on the device.
+    // The header travels to pinned host memory behind the bundle and is
+    // checked when it is there (pollHeaders), without stalling the host.
+    const Stream st = transport_.stream(peer, false);
+    device_.streamWait(st, s.ready);
+    transport_.release(transport_.irecv(buf.data(), layout.total, peer, tagOf(in.mb, grad, cs.vs)));
+    PendingHeader p;
+    p.host = takePinnedHeader();
+    p.event = takeEvent();
+    device_.downloadAsync(p.host, buf.data(), sizeof(BundleHeader), st);
+    device_.record(p.event, st);
+    device_.record(grad ? s.gradOutputsIn : s.inputsIn, st);
+    (grad ? s.gradOutputsReceived : s.inputsReceived) = true;
+    p.in = in, p.iteration = it, p.grad = grad, p.vs = cs.vs, p.layoutHash = layout.hash;
+    p.context = stream_.path + " #" + std::to_string(currentIndex_) + " " + toString(in) + " (iteration " +
+                std::to_string(it) + ")";
+    pending_.push_back(std::move(p));
+  }
   (grad ? s.haveGradOutputs : s.haveInputs) = true;
+}
+
+std::string Executor::headerError(const BundleHeader &h, const Instr &in, int64_t it, bool grad, int vs,
+                                  uint64_t layoutHash) const {
+  if (h.magic != kBundleMagic || h.iteration != it || h.mb != in.mb || h.vs != vs || h.kind != (grad ? 1 : 0) ||
+      h.layoutHash != layoutHash)
+    return toString(in) + ": received a bundle for iteration " + std::to_string(h.iteration) + " micro-batch " +
+           std::to_string(h.mb) + " stage " + std::to_string(h.vs) + (h.layoutHash != layoutHash ? " with another tensor layout" : "") +
+           "; the ranks' schedules disagree";
+  if (h.version != in.version)
+    return toString(in) + ": activation carries weight version " + std::to_string(h.version) + ", the stream expects " +
+           std::to_string(in.version);
+  return "";
+}
+
+void Executor::pollHeaders(bool block) {
+  for (size_t k = 0; k < pending_.size();) {
+    PendingHeader &p = pending_[k];
+    if (!block && !device_.query(p.event)) {
+      ++k;
+      continue;
+    }
+    device_.hostWait(p.event);
+    BundleHeader h;
+    std::memcpy(&h, p.host, sizeof h);
+    const std::string e = headerError(h, p.in, p.iteration, p.grad, p.vs, p.layoutHash);
+    const std::string context = p.context;
+    freeHeaders_.push_back(p.host);
+    freeEvents_.push_back(p.event);
+    pending_.erase(pending_.begin() + k);
+    if (!e.empty()) throw Error(context + ": " + e);
+  }
+}
+
+char *Executor::takePinnedHeader() {
+  if (freeHeaders_.empty()) { // blocks of 256 headers: pinned memory is allocated in pages
+    headerBlocks_.emplace_back(device_, 256 * sizeof(BundleHeader));
+    for (int k = 255; k >= 0; --k) freeHeaders_.push_back(headerBlocks_.back().data() + k * sizeof(BundleHeader));
+  }
+  char *p = freeHeaders_.back();
+  freeHeaders_.pop_back();
+  return p;
+}
+
+Event Executor::takeEvent() {
+  if (freeEvents_.empty()) {
+    allEvents_.push_back(device_.newEvent());
+    return allEvents_.back();
+  }
+  Event e = freeEvents_.back();
+  freeEvents_.pop_back();
+  return e;
 }
 
 // ---------------------------------------------------------------- optimizer
@@ -516,23 +681,15 @@ void Executor::reduceTied() {
     const pipec_dtype dt = m0.desc().params[i0].tensor.dtype;
     const size_t bytes = m0.paramLayout().bytes[i0], n = bytes / io::dtypeSize(dt);
     char *g0 = m0.grads().data() + m0.paramLayout().offsets[i0];
-    auto each = [&](auto *x, auto f) {
-      for (size_t k = 0; k < n; ++k) f(x[k], k);
-    };
     for (size_t j = 1; j < h.copies.size(); ++j) { // several holders on this rank (ZB-V)
       StageModel &m = *chunks_[h.copies[j].first].model;
-      const char *g = m.grads().data() + m.paramLayout().offsets[h.copies[j].second];
-      if (dt == PIPEC_F32) each((float *)g0, [&](float &x, size_t k) { x += ((const float *)g)[k]; });
-      else each((double *)g0, [&](double &x, size_t k) { x += ((const double *)g)[k]; });
+      device_.add(g0, m.grads().data() + m.paramLayout().offsets[h.copies[j].second], n, dt);
     }
-    if (share != 1.0) {
-      if (dt == PIPEC_F32) each((float *)g0, [&](float &x, size_t) { x = (float)(x * share); });
-      else each((double *)g0, [&](double &x, size_t) { x *= share; });
-    }
+    if (share != 1.0) device_.scale(g0, n, dt, share);
     transport_.allreduceSumGroup(h.group, g0, n, dt);
     for (size_t j = 1; j < h.copies.size(); ++j) {
       StageModel &m = *chunks_[h.copies[j].first].model;
-      std::memcpy(m.grads().data() + m.paramLayout().offsets[h.copies[j].second], g0, bytes);
+      device_.copy(m.grads().data() + m.paramLayout().offsets[h.copies[j].second], g0, bytes);
     }
   }
 }
@@ -599,12 +756,12 @@ void Executor::execute(const Instr &in, int64_t it) {
           fail(toString(in) + ": this rank is at weight version " + std::to_string(current));
         pin.params = cs.versionCopies[in.version].lock();
         if (!pin.params) {
-          pin.params = std::make_shared<Buffer>();
+          pin.params = std::make_shared<Buffer>(device_);
           pin.params->copyFrom(cs.model->params());
           cs.versionCopies[in.version] = pin.params;
         }
       } else {
-        pin.params = std::make_shared<Buffer>();
+        pin.params = std::make_shared<Buffer>(device_);
         pin.params->copyFrom(cs.model->params());
       }
       cs.pins[in.mb] = pin;
@@ -681,6 +838,10 @@ void Executor::iteration(int64_t it) {
       std::lock_guard<std::mutex> lock(currentMutex_);
       current_ = "iteration " + std::to_string(it) + " #" + std::to_string(i) + " " + toString(in);
     }
+    // CUDA: check the headers of the bundles that arrived so far (their
+    // errors name their own RECV instruction).
+    if (gpu_ && (in.op == Op::RecvAct || in.op == Op::RecvGrad)) pollHeaders(false);
+    currentIndex_ = i;
     const double t0 = now();
     try {
       execute(in, it);
@@ -692,6 +853,7 @@ void Executor::iteration(int64_t it) {
     lastProgress_ = t1;
     if (!opt_.traceFile.empty()) trace_.push_back({t0 - t0_, t1 - t0_, in, it});
   }
+  if (gpu_) pollHeaders(true); // every receive of the iteration is enqueued: wait for them and check
   for (int c = 0; c < plan_.chunks; ++c) {
     ChunkState &cs = chunks_[c];
     if (!cs.active.empty())
@@ -746,6 +908,15 @@ void Executor::run() {
                     ? (", " + std::to_string(rollbacks_) + " clipped redo(s), " + std::to_string(skippedSteps_) + " skipped step(s)").c_str()
                     : "");
     std::fflush(stdout);
+  }
+  if (gpu_) {
+    // Nothing may be in flight when the buffers and communicators go.
+    for (auto &cs : chunks_)
+      for (auto &s : cs.slots) {
+        for (Transport::Request r : s->sends) transport_.wait(r);
+        s->sends.clear();
+      }
+    device_.synchronize();
   }
   if (!opt_.traceFile.empty()) writeTrace();
   if (!opt_.profileFile.empty()) writeProfile();
@@ -901,7 +1072,9 @@ void Executor::writeProfile() {
   json merged = json::array();
   for (const std::string &s : all)
     for (const json &o : json::parse(s)) merged.push_back(o);
-  json doc{{"format", "pipec.profile/1"}, {"device", "cpu"}, {"ops", merged}};
+  json doc{{"format", "pipec.profile/1"},
+           {"device", !gpu_ ? std::string("cpu") : plan_.gpu.empty() ? std::string(device_.name()) : plan_.gpu},
+           {"ops", merged}};
   std::ofstream os(opt_.profileFile);
   os << doc.dump(1) << "\n";
   if (!os) fail(opt_.profileFile + ": cannot write the profile");

@@ -46,10 +46,16 @@ static_assert(sizeof(BundleHeader) == 64, "the bundle header occupies the 64 byt
 
 class Executor {
 public:
-  Executor(const Plan &plan, const RunOptions &opt, Control &control, Transport &transport);
+  // `device` holds every buffer (the host for target cpu); a stream-ordered
+  // transport (NCCL) needs a device that is not the host, and vice versa.
+  Executor(const Plan &plan, const RunOptions &opt, Control &control, Transport &transport,
+           Device &device = hostDevice());
   ~Executor();
-  // Start-up checks that need every rank (neighbour layouts); throws Error.
+  // Start-up checks that need every rank (neighbour layouts, the order of
+  // transfers between each pair of ranks); throws Error.
   void checkNeighbours();
+  // Collective: the transport's communicators (after checkNeighbours).
+  void connect();
   void run();
   std::string who() const; // "rank 2 (stage 1, replica 0)"
 
@@ -70,6 +76,18 @@ private:
     int64_t stepsAtIterationStart = 0;         // vertical-sync versions are relative to it
   };
   struct TraceEvent { double t0, t1; Instr in; int64_t iteration; };
+  // CUDA target: a received bundle header on its way to the host, checked
+  // once `event` completed (pollHeaders).
+  struct PendingHeader {
+    Event event = nullptr;
+    char *host = nullptr; // 64 pinned bytes
+    Instr in;
+    int64_t iteration = 0;
+    bool grad = false;
+    int vs = 0;
+    uint64_t layoutHash = 0;
+    std::string context; // "schedule/rank_1.json #5 RECV_ACT mb=2 chunk=0 peer=0 (iteration 0)"
+  };
   struct OpTime { double f = 0, b = 0, w = 0; };
 
   void iteration(int64_t it);
@@ -84,6 +102,10 @@ private:
   void send(const Instr &in, int64_t it, bool grad);
   void recv(const Instr &in, int64_t it, bool grad);
   int tagOf(int mb, bool grad, int vsDest) const;
+  std::string headerError(const BundleHeader &h, const Instr &in, int64_t it, bool grad, int vs, uint64_t layoutHash) const;
+  void pollHeaders(bool block); // CUDA target: check the received headers that arrived (all of them when block)
+  char *takePinnedHeader();
+  Event takeEvent();
   void allreduceGrads();
   double finishGradients(); // scale by 1/count; returns the number of micro-batches
   void reduceTied();        // sum tied parameters' gradients over their holders
@@ -104,6 +126,14 @@ private:
   OptimizerConfig optimizer_;
   Control &control_;
   Transport &transport_;
+  Device &device_;
+  const bool gpu_; // device buffers, stream-ordered transport
+  Connections connections_;
+  std::vector<PendingHeader> pending_;
+  std::vector<char *> freeHeaders_;
+  std::vector<HostBuffer> headerBlocks_;
+  std::vector<Event> freeEvents_, allEvents_;
+  size_t currentIndex_ = 0; // of the instruction being executed
   int scheduleRank_ = 0, stage_ = 0, replica_ = 0, V_ = 1;
   uint64_t seed_ = 0;
   RankStream stream_;

@@ -32,6 +32,14 @@ MpiControl::MpiControl() {
   // Errors come back as codes and become exceptions with a message naming
   // the rank (instead of OpenMPI's generic abort).
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  // The node-local rank (collective: every rank constructs a control first).
+  MPI_Comm local = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local) == MPI_SUCCESS &&
+      local != MPI_COMM_NULL) {
+    MPI_Comm_rank(local, &localRank_);
+    MPI_Comm_size(local, &localSize_);
+    MPI_Comm_free(&local);
+  }
 }
 MpiControl::~MpiControl() {
   if (stage_ != MPI_COMM_NULL) MPI_Comm_free(&stage_);

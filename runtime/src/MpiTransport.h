@@ -16,6 +16,9 @@ public:
   ~MpiControl() override;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  // Rank among the ranks of this node (MPI_COMM_TYPE_SHARED): picks the GPU.
+  int localRank() const { return localRank_; }
+  int localSize() const { return localSize_; }
   void barrier() override;
   void allreduceSumWorld(double *v, int n) override;
   void allreduceSumStage(double *v, int n) override;
@@ -30,7 +33,7 @@ public:
   MPI_Comm groupComm(int group) const;
 
 private:
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, localRank_ = 0, localSize_ = 1;
   MPI_Comm stage_ = MPI_COMM_NULL;
   std::vector<MPI_Comm> groups_; // splitGroup, by handle
 };

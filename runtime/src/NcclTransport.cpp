@@ -4,14 +4,25 @@
 
 #include <mpi.h>
 
+#include <thread>
+
 namespace pipec::rt {
 
 namespace {
 void cuda(cudaError_t e, const char *what) {
-  if (e != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess) throw Error(std::string(what) + " failed: " + cudaGetErrorString(e));
 }
-void nccl(ncclResult_t r, const char *what) {
-  if (r != ncclSuccess) throw Error(std::string(what) + ": " + ncclGetErrorString(r));
+void nccl(ncclResult_t r, const std::string &what) {
+  if (r == ncclSuccess) return;
+  const char *detail = ncclGetLastError(nullptr);
+  throw Error(what + " failed: " + ncclGetErrorString(r) + (detail && *detail ? std::string(" (") + detail + ")" : ""));
+}
+void mpi(int rc, const char *what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw Error(std::string(what) + " failed: " + std::string(msg, len));
 }
 ncclDataType_t ncclType(pipec_dtype t) {
   switch (t) {
@@ -22,75 +33,234 @@ ncclDataType_t ncclType(pipec_dtype t) {
   default: throw Error("NCCL all-reduce of an unsupported dtype");
   }
 }
-// Unique id from the communicator's rank 0, broadcast over MPI.
-ncclComm_t makeComm(MPI_Comm comm) {
+
+// The id a communicator's first rank made, broadcast with whether it could.
+struct IdMessage {
+  int ok = 0;
+  ncclUniqueId id{};
+};
+
+// A communicator of the members of `comm` (collective over them), or null
+// when `comm` has one member (nothing to reduce).
+ncclComm_t makeComm(MPI_Comm comm, const char *what) {
   int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  ncclUniqueId id;
-  if (rank == 0) nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm);
-  ncclComm_t c;
-  nccl(ncclCommInitRank(&c, size, id, rank), "ncclCommInitRank");
+  mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  if (size == 1) return nullptr;
+  IdMessage m;
+  std::string error;
+  if (rank == 0) {
+    const ncclResult_t r = ncclGetUniqueId(&m.id);
+    m.ok = r == ncclSuccess;
+    if (!m.ok) error = std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r);
+  }
+  mpi(MPI_Bcast(&m, sizeof m, MPI_BYTE, 0, comm), "MPI_Bcast (NCCL id)");
+  if (!m.ok) throw Error(std::string("NCCL communicator for the ") + what + ": " +
+                         (error.empty() ? "its first rank could not create an id" : error));
+  ncclComm_t c = nullptr;
+  nccl(ncclCommInitRank(&c, size, m.id, rank), std::string("ncclCommInitRank (") + what + ")");
   return c;
 }
 } // namespace
 
-NcclTransport::NcclTransport(const MpiControl &control, int stageColor) {
-  // Device = node-local rank modulo the visible devices.
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, control.rank(), MPI_INFO_NULL, &local);
-  int localRank = 0, devices = 0;
-  MPI_Comm_rank(local, &localRank);
-  MPI_Comm_free(&local);
-  cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-  if (devices == 0) throw Error("no CUDA device");
-  cuda(cudaSetDevice(localRank % devices), "cudaSetDevice");
-  cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  world_ = makeComm(MPI_COMM_WORLD);
-  MPI_Comm stage;
-  MPI_Comm_split(MPI_COMM_WORLD, stageColor, control.rank(), &stage);
-  stage_ = makeComm(stage);
-  MPI_Comm_free(&stage);
-}
+NcclTransport::NcclTransport(const MpiControl &control, CudaDevice &device) : control_(control), device_(device) {}
 
 NcclTransport::~NcclTransport() {
-  for (auto &[id, e] : events_) cudaEventDestroy(e);
-  if (stage_) ncclCommDestroy(stage_);
-  if (world_) ncclCommDestroy(world_);
-  if (stream_) cudaStreamDestroy(stream_);
+  // The executor drained its transfers; make sure, then free everything.
+  for (auto &[key, l] : links_)
+    if (l.stream) cudaStreamSynchronize(l.stream);
+  cudaStreamSynchronize((cudaStream_t)device_.computeStream());
+  for (ncclComm_t c : order_) ncclCommDestroy(c); // in creation order, the same on every rank
+  for (auto &[key, l] : links_)
+    if (l.stream) cudaStreamDestroy(l.stream);
+  for (auto &[r, e] : pending_) cudaEventDestroy(e);
+  for (cudaEvent_t e : freeEvents_) cudaEventDestroy(e);
 }
 
-NcclTransport::Request NcclTransport::record() {
-  cudaEvent_t e;
-  cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-  cuda(cudaEventRecord(e, stream_), "cudaEventRecord");
-  events_[next_] = e;
+void NcclTransport::connect(const Connections &c) {
+  const int me = control_.rank();
+  // NCCL refuses two ranks of one communicator on the same GPU ("duplicate
+  // GPU"), and a refused rank would leave others waiting in ncclCommInitRank:
+  // every rank checks every rank's GPU first and all fail alike.
+  {
+    const int R = control_.size();
+    std::string all(16 * (size_t)R, '\0'), mine = device_.uuid();
+    mine.resize(16, '\0');
+    mpi(MPI_Allgather(mine.data(), 16, MPI_BYTE, all.data(), 16, MPI_BYTE, MPI_COMM_WORLD), "MPI_Allgather (GPU ids)");
+    for (int a = 0; a < R; ++a)
+      for (int b = a + 1; b < R; ++b)
+        if (all.compare(16 * (size_t)a, 16, all, 16 * (size_t)b, 16) == 0)
+          throw Error("ranks " + std::to_string(a) + " and " + std::to_string(b) +
+                      " use the same GPU; NCCL needs one GPU per rank: start at most as many ranks per node as it has "
+                      "GPUs (ranks take GPU node-local rank mod the visible GPUs)");
+  }
+  // 1. The replicas of this stage (every rank is in exactly one such group).
+  stage_ = makeComm(control_.stageComm(), "replicas of the stage");
+  if (stage_) order_.push_back(stage_);
+  // 2. Tied-parameter groups, in the order Control::splitGroup made them.
+  for (int g : c.groups) {
+    ncclComm_t x = makeComm(control_.groupComm(g), "tied parameter group");
+    groups_[g] = x;
+    if (x) order_.push_back(x);
+  }
+  // 3. One 2-rank communicator per ordered pair with traffic: the sender
+  // makes the id and sends it to the receiver (all ids at once; one message
+  // per ordered pair, so tag 0 on a private communicator), then the pairs
+  // are initialized in the global sorted order.
+  std::vector<IdMessage> ids(c.pairs.size());
+  std::vector<MPI_Request> requests;
+  MPI_Comm world = MPI_COMM_NULL; // private tags
+  mpi(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
+  std::string error;
+  for (size_t k = 0; k < c.pairs.size(); ++k) {
+    const auto [from, to] = c.pairs[k];
+    if (from == me) {
+      const ncclResult_t r = ncclGetUniqueId(&ids[k].id);
+      ids[k].ok = r == ncclSuccess;
+      if (!ids[k].ok && error.empty()) error = std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r);
+      requests.emplace_back();
+      mpi(MPI_Isend(&ids[k], sizeof(IdMessage), MPI_BYTE, to, 0, world, &requests.back()), "MPI_Isend (NCCL id)");
+    } else if (to == me) {
+      requests.emplace_back();
+      mpi(MPI_Irecv(&ids[k], sizeof(IdMessage), MPI_BYTE, from, 0, world, &requests.back()), "MPI_Irecv (NCCL id)");
+    }
+  }
+  const int rc = MPI_Waitall((int)requests.size(), requests.data(), MPI_STATUSES_IGNORE);
+  MPI_Comm_free(&world);
+  mpi(rc, "MPI_Waitall (NCCL ids)");
+  if (!error.empty()) throw Error(error);
+  // Transfers on high-priority streams: a send or receive starts as soon as
+  // its bundle is ready instead of queueing behind compute kernels.
+  int least = 0, greatest = 0;
+  cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+  for (size_t k = 0; k < c.pairs.size(); ++k) {
+    const auto [from, to] = c.pairs[k];
+    if (from != me && to != me) continue;
+    const bool send = from == me;
+    const int peer = send ? to : from;
+    if (!ids[k].ok)
+      throw Error("rank " + std::to_string(from) + " could not create the NCCL id of its link to rank " + std::to_string(to));
+    Link l;
+    nccl(ncclCommInitRank(&l.comm, 2, ids[k].id, send ? 0 : 1),
+         "ncclCommInitRank (rank " + std::to_string(from) + " -> rank " + std::to_string(to) + ")");
+    order_.push_back(l.comm);
+    l.peerInComm = send ? 1 : 0;
+    cuda(cudaStreamCreateWithPriority(&l.stream, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority");
+    links_[{peer, send}] = l;
+  }
+  // NCCL connects point-to-point peers at their first transfer, on the host,
+  // together with the peer: do it now, one 64-byte transfer per link in the
+  // same global order (so a failure is a start-up error and the first SEND of
+  // the run does not wait on the host for its receiver).
+  void *scratch = nullptr;
+  cuda(cudaMalloc(&scratch, 64), "cudaMalloc");
+  try {
+    for (const auto &[from, to] : c.pairs) {
+      if (from != me && to != me) continue;
+      Link &l = link(from == me ? to : from, from == me);
+      if (from == me)
+        nccl(ncclSend(scratch, 64, ncclUint8, l.peerInComm, l.comm, l.stream), "ncclSend (connecting)");
+      else
+        nccl(ncclRecv(scratch, 64, ncclUint8, l.peerInComm, l.comm, l.stream), "ncclRecv (connecting)");
+      cuda(cudaStreamSynchronize(l.stream), "connecting NCCL links");
+    }
+  } catch (...) {
+    cudaFree(scratch);
+    throw;
+  }
+  cudaFree(scratch);
+}
+
+NcclTransport::Link &NcclTransport::link(int peer, bool send) {
+  auto it = links_.find({peer, send});
+  if (it == links_.end())
+    throw Error("internal: no NCCL link " + std::string(send ? "to" : "from") + " rank " + std::to_string(peer) +
+                " (a transfer the start-up check did not see)");
+  return it->second;
+}
+
+Stream NcclTransport::stream(int peer, bool send) { return link(peer, send).stream; }
+
+NcclTransport::Request NcclTransport::enqueued(cudaStream_t s) {
+  cudaEvent_t e = nullptr;
+  if (!freeEvents_.empty()) {
+    e = freeEvents_.back();
+    freeEvents_.pop_back();
+  } else {
+    cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  const cudaError_t rc = cudaEventRecord(e, s);
+  if (rc != cudaSuccess) {
+    freeEvents_.push_back(e);
+    cuda(rc, "cudaEventRecord");
+  }
+  pending_[next_] = e;
   return next_++;
 }
 
-// NCCL matches point-to-point operations by issue order per peer pair, not
-// by tag; the executor issues them in stream order on both sides, which the
-// schedule validator guarantees consistent.
+cudaEvent_t NcclTransport::take(Request r) {
+  auto it = pending_.find(r);
+  if (it == pending_.end()) throw Error("internal: unknown NCCL request");
+  cudaEvent_t e = it->second;
+  pending_.erase(it);
+  return e;
+}
+
+Event NcclTransport::event(Request r) {
+  auto it = pending_.find(r);
+  if (it == pending_.end()) throw Error("internal: unknown NCCL request");
+  return it->second;
+}
+
+// Streams that waited on the event keep waiting for the recorded work; the
+// event may be recorded again (CUDA: a wait binds to the record before it).
+void NcclTransport::release(Request r) { freeEvents_.push_back(take(r)); }
+
 NcclTransport::Request NcclTransport::isend(const void *buf, size_t bytes, int peer, int) {
-  nccl(ncclSend(buf, bytes, ncclUint8, peer, world_, stream_), "ncclSend");
-  return record();
+  Link &l = link(peer, true);
+  nccl(ncclSend(buf, bytes, ncclUint8, l.peerInComm, l.comm, l.stream), "ncclSend to rank " + std::to_string(peer));
+  return enqueued(l.stream);
 }
+
 NcclTransport::Request NcclTransport::irecv(void *buf, size_t bytes, int peer, int) {
-  nccl(ncclRecv(buf, bytes, ncclUint8, peer, world_, stream_), "ncclRecv");
-  return record();
+  Link &l = link(peer, false);
+  nccl(ncclRecv(buf, bytes, ncclUint8, l.peerInComm, l.comm, l.stream), "ncclRecv from rank " + std::to_string(peer));
+  return enqueued(l.stream);
 }
+
 void NcclTransport::wait(Request r) {
-  auto it = events_.find(r);
-  if (it == events_.end()) throw Error("internal: wait on an unknown request");
-  const cudaError_t e = cudaEventSynchronize(it->second);
-  cudaEventDestroy(it->second);
-  events_.erase(it);
-  cuda(e, "cudaEventSynchronize");
+  cudaEvent_t e = take(r);
+  // Poll rather than block, so that an asynchronous NCCL error (a peer gone)
+  // surfaces instead of waiting forever.
+  cudaError_t rc;
+  while ((rc = cudaEventQuery(e)) == cudaErrorNotReady) {
+    for (auto &[key, l] : links_) {
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(l.comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
+        freeEvents_.push_back(e);
+        nccl(async, "NCCL transfer with rank " + std::to_string(key.first));
+      }
+    }
+    std::this_thread::yield();
+  }
+  freeEvents_.push_back(e);
+  cuda(rc, "waiting for an NCCL transfer");
 }
+
 void NcclTransport::allreduceSumStage(void *buf, size_t count, pipec_dtype dtype) {
-  nccl(ncclAllReduce(buf, buf, count, ncclType(dtype), ncclSum, stage_, stream_), "ncclAllReduce");
-  cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  if (!stage_ || count == 0) return; // one replica: nothing to sum
+  nccl(ncclAllReduce(buf, buf, count, ncclType(dtype), ncclSum, stage_, (cudaStream_t)device_.computeStream()),
+       "ncclAllReduce (gradients)");
+}
+
+void NcclTransport::allreduceSumGroup(int group, void *buf, size_t count, pipec_dtype dtype) {
+  auto it = groups_.find(group);
+  if (it == groups_.end()) throw Error("internal: unknown tied-parameter group");
+  if (!it->second || count == 0) return;
+  // Reduce to the group's first rank, broadcast: every copy gets the same bits.
+  const cudaStream_t s = (cudaStream_t)device_.computeStream();
+  nccl(ncclReduce(buf, buf, count, ncclType(dtype), ncclSum, 0, it->second, s), "ncclReduce (tied gradients)");
+  nccl(ncclBroadcast(buf, buf, count, ncclType(dtype), 0, it->second, s), "ncclBroadcast (tied gradients)");
 }
 
 } // namespace pipec::rt

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -99,6 +100,19 @@ Plan loadPlan(const std::string &dirIn) {
   if (p.microbatchSize < 1 || p.microbatches < 1 || p.chunks < 1)
     throw Error(p.planPath + ": runtime.microbatch_size, microbatches and chunks must be >= 1");
   if (p.vPlacement && p.chunks != 2) throw Error(p.planPath + ": runtime.placement \"v\" needs chunks = 2");
+  p.target = R.opt<std::string>(rt, "target", "runtime", "cpu");
+  if (p.target != "cpu" && p.target != "cuda")
+    throw Error(p.planPath + ": runtime.target must be \"cpu\" or \"cuda\", is \"" + p.target + "\"");
+  p.precision = R.opt<std::string>(rt, "precision", "runtime", "fp32");
+  if (p.precision.empty()) throw Error(p.planPath + ": runtime.precision is empty");
+  p.cudaArch = R.opt<std::vector<std::string>>(rt, "cuda_arch", "runtime", {});
+  for (const std::string &a : p.cudaArch) {
+    size_t k = 3;
+    while (k < a.size() && std::isdigit((unsigned char)a[k])) ++k;
+    if (a.compare(0, 3, "sm_") != 0 || k < 5 || (k < a.size() && !(k + 1 == a.size() && std::isalpha((unsigned char)a[k]))))
+      throw Error(p.planPath + ": runtime.cuda_arch: \"" + a + "\" is not an architecture like sm_80 or sm_90");
+  }
+  p.gpu = R.opt<std::string>(rt, "gpu", "runtime", "");
 
   // Pipeline stages and their ranks come from the partition part of the plan.
   const json &stages = j.contains("stages") ? j.at("stages") : json();
@@ -258,6 +272,67 @@ RankStream loadRankStream(const std::string &path) {
     rs.instrs.push_back(in);
   }
   return rs;
+}
+
+// ---------------------------------------------------------------- transfer order
+std::vector<Transfer> transfersOf(const RankStream &s) {
+  std::vector<Transfer> t;
+  for (size_t i = 0; i < s.instrs.size(); ++i) {
+    const Instr &in = s.instrs[i];
+    if (in.op == Op::SendAct || in.op == Op::SendGrad || in.op == Op::RecvAct || in.op == Op::RecvGrad)
+      t.push_back({in.op, in.mb, in.chunk, in.peer, (int)i});
+  }
+  return t;
+}
+
+std::string checkTransferOrder(const Plan &plan, const std::vector<std::vector<Transfer>> &transfers,
+                               const std::vector<std::string> &paths, int receiver) {
+  const int R = (int)transfers.size();
+  auto isSend = [](Op op) { return op == Op::SendAct || op == Op::SendGrad; };
+  auto isGrad = [](Op op) { return op == Op::SendGrad || op == Op::RecvGrad; };
+  // The bundle a transfer moves: (gradient?, micro-batch, receiving virtual stage).
+  auto key = [&](int rank, const Transfer &t) {
+    const int vs = plan.virtualStage(plan.stageOfScheduleRank(rank), t.chunk);
+    const int dest = isSend(t.op) ? (isGrad(t.op) ? vs - 1 : vs + 1) : vs;
+    return std::make_tuple(isGrad(t.op), t.mb, dest);
+  };
+  auto describe = [&](int rank, const Transfer &t) {
+    const auto [grad, mb, dest] = key(rank, t);
+    Instr in;
+    in.op = t.op, in.mb = t.mb, in.chunk = t.chunk, in.peer = t.peer;
+    return std::string(grad ? "the gradient" : "the activation") + " of micro-batch " + std::to_string(mb) +
+           " for virtual stage " + std::to_string(dest) + " (#" + std::to_string(t.index) + " " + toString(in) + ")";
+  };
+  auto name = [&](int r) {
+    const int mpi = plan.mpiRankOf(r);
+    return "rank " + std::to_string(r) + (mpi != r ? " (MPI rank " + std::to_string(mpi) + ")" : "");
+  };
+  auto fileOf = [&](int r) { return r < (int)paths.size() ? paths[r] : "schedule rank " + std::to_string(r); };
+  for (int to = 0; to < R; ++to) {
+    if (receiver >= 0 && to != receiver) continue;
+    for (int from = 0; from < R; ++from) {
+      if (from == to) continue;
+      std::vector<const Transfer *> sends, recvs;
+      for (const Transfer &t : transfers[from])
+        if (isSend(t.op) && t.peer == to) sends.push_back(&t);
+      for (const Transfer &t : transfers[to])
+        if (!isSend(t.op) && t.peer == from) recvs.push_back(&t);
+      const std::string pair = "transfers from " + name(from) + " to " + name(to) + " (" + fileOf(from) + " -> " +
+                               fileOf(to) + ")";
+      const std::string why = "; NCCL matches the transfers between two ranks by order, so the ranks would deadlock "
+                              "or exchange the wrong bundles";
+      const size_t n = std::min(sends.size(), recvs.size());
+      for (size_t k = 0; k < n; ++k)
+        if (key(from, *sends[k]) != key(to, *recvs[k]))
+          return pair + " are out of order: transfer " + std::to_string(k + 1) + " is " + describe(from, *sends[k]) +
+                 " on the sender but " + describe(to, *recvs[k]) + " on the receiver" + why;
+      if (sends.size() != recvs.size())
+        return pair + " do not match: the sender sends " + std::to_string(sends.size()) + " bundles per iteration, the receiver receives " +
+               std::to_string(recvs.size()) + "; the first unmatched is " +
+               (sends.size() > n ? describe(from, *sends[n]) + " on the sender" : describe(to, *recvs[n]) + " on the receiver") + why;
+    }
+  }
+  return "";
 }
 
 } // namespace pipec::rt

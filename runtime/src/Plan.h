@@ -56,6 +56,13 @@ struct Plan {
   std::vector<io::FieldSpec> dataFields;
   uint64_t syntheticSamples = 0;
   std::vector<TiedParam> tied; // runtime.tied (optional)
+  // Where the stages run (issue 7): runtime.target "cpu" (host buffers, MPI)
+  // or "cuda" (device buffers, CUDA streams, NCCL); the rest informs checks
+  // and the start-up banner.
+  std::string target = "cpu";        // runtime.target
+  std::string precision = "fp32";    // runtime.precision (fp32, tf32, bf16: the stages' matrix products)
+  std::vector<std::string> cudaArch; // runtime.cuda_arch: "sm_80", ... (what the stage libraries contain)
+  std::string gpu;                   // runtime.gpu: the GPU kind the plan was made for ("H100"), may be empty
 
   int numRanks() const;
   int replicasOf(int stage) const { return (int)ranks[stage].size(); }
@@ -90,5 +97,24 @@ struct RankStream {
   std::vector<Instr> instrs;
 };
 RankStream loadRankStream(const std::string &path);
+
+// A point-to-point transfer of a stream (SEND_ACT/SEND_GRAD/RECV_ACT/RECV_GRAD),
+// with its index in the stream.
+struct Transfer {
+  Op op = Op::SendAct;
+  int mb = -1, chunk = -1, peer = -1, index = -1;
+};
+std::vector<Transfer> transfersOf(const RankStream &s);
+
+// NCCL matches the point-to-point calls between two ranks by issue order, not
+// by tag: for every ordered pair (sender, receiver) of schedule ranks, the
+// sender's sends to the receiver must be the receiver's receives from the
+// sender, bundle for bundle (direction, micro-batch, receiving virtual stage),
+// in the same order. transfers[r] and paths[r]: schedule rank r's transfers
+// and stream file. Checks the pairs whose receiver is `receiver` (all pairs
+// when -1); returns "" or an error naming the pair, the position and the
+// first differing micro-batch.
+std::string checkTransferOrder(const Plan &plan, const std::vector<std::vector<Transfer>> &transfers,
+                               const std::vector<std::string> &paths, int receiver = -1);
 
 } // namespace pipec::rt

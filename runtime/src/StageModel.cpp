@@ -7,19 +7,30 @@
 
 namespace pipec::rt {
 
+Buffer &Buffer::operator=(Buffer &&o) noexcept {
+  if (this != &o) {
+    free();
+    dev_ = o.dev_, p_ = o.p_, n_ = o.n_;
+    o.p_ = nullptr, o.n_ = 0;
+  }
+  return *this;
+}
+void Buffer::free() noexcept {
+  if (p_) dev_->release(p_);
+  p_ = nullptr, n_ = 0;
+}
 void Buffer::resize(size_t bytes) {
+  free();
+  p_ = (char *)dev_->allocate(bytes);
   n_ = bytes;
-  const size_t alloc = ((bytes + 63) / 64) * 64;
-  p_.reset(alloc ? (char *)std::aligned_alloc(64, alloc) : nullptr);
-  if (alloc && !p_) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
-  if (alloc) std::memset(p_.get(), 0, alloc);
 }
 void Buffer::zero() {
-  if (n_) std::memset(p_.get(), 0, n_);
+  if (n_) dev_->zero(p_, n_);
 }
 void Buffer::copyFrom(const Buffer &o) {
+  if (dev_ != o.dev_) throw Error("internal: copy between buffers of different devices");
   if (n_ != o.n_) resize(o.n_);
-  if (n_) std::memcpy(p_.get(), o.p_.get(), n_);
+  if (n_) dev_->copy(p_, o.p_, n_);
 }
 
 std::vector<int64_t> shapeOf(const pipec_tensor_desc &d) { return std::vector<int64_t>(d.shape, d.shape + d.rank); }
@@ -55,7 +66,8 @@ std::vector<void *> Layout::pointers(char *base) const {
 }
 
 // ---------------------------------------------------------------- library
-StageLibrary::StageLibrary(const std::string &path, int expectStage, int expectStages) : path_(path) {
+StageLibrary::StageLibrary(const std::string &path, int expectStage, int expectStages, const std::string &expectTarget)
+    : path_(path) {
   handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle_) throw Error(path + ": cannot load stage library: " + dlerror());
   auto sym = [&](const char *name) {
@@ -78,6 +90,14 @@ StageLibrary::StageLibrary(const std::string &path, int expectStage, int expectS
     throw Error(path + ": library is stage " + std::to_string(desc_->stage) + " of " +
                 std::to_string(desc_->num_stages) + ", the plan expects stage " + std::to_string(expectStage) +
                 " of " + std::to_string(expectStages));
+  // Optional: `const char *pipec_stage_target(void)` ("cpu" | "cuda") lets a
+  // library generated for the other target fail here instead of crashing on
+  // pointers of the wrong memory.
+  if (auto target = (const char *(*)())dlsym(handle_, "pipec_stage_target")) {
+    const char *t = target();
+    if (t && expectTarget != t)
+      throw Error(path + ": library was generated for target " + t + ", the plan's runtime.target is " + expectTarget);
+  }
 }
 
 StageLibrary::~StageLibrary() {
@@ -95,8 +115,8 @@ namespace {
 constexpr size_t kBundleHeader = 64; // see Executor.h: BundleHeader
 }
 
-StageModel::StageModel(const Plan &plan, const VirtualStage &vs) : vs_(vs) {
-  lib_ = std::make_unique<StageLibrary>(vs.library, vs.id, plan.stages * plan.chunks);
+StageModel::StageModel(const Plan &plan, const VirtualStage &vs, Device &device) : vs_(vs), dev_(device) {
+  lib_ = std::make_unique<StageLibrary>(vs.library, vs.id, plan.stages * plan.chunks, plan.target);
   const pipec_stage_desc &d = lib_->desc();
   std::vector<pipec_tensor_desc> pd, sd;
   for (int i = 0; i < d.num_params; ++i) {
@@ -115,9 +135,9 @@ StageModel::StageModel(const Plan &plan, const VirtualStage &vs) : vs_(vs) {
   inputLayout_ = Layout::of(d.inputs, d.num_inputs, kBundleHeader);
   outputLayout_ = Layout::of(d.outputs, d.num_outputs, kBundleHeader);
   dataLayout_ = Layout::of(d.data, d.num_data);
-  params_.resize(paramLayout_.total);
-  grads_.resize(paramLayout_.total);
-  state_.resize(stateLayout_.total);
+  params_ = Buffer(dev_, paramLayout_.total);
+  grads_ = Buffer(dev_, paramLayout_.total);
+  state_ = Buffer(dev_, stateLayout_.total);
 }
 
 std::vector<void *> StageModel::gradPtrs() {
@@ -140,7 +160,7 @@ void StageModel::loadWeights(const std::string &path) {
     if (tensors[k].dtype != td.dtype || tensors[k].shape != shapeOf(td))
       throw Error(path + ": tensor " + td.name + " is " + io::dtypeName(tensors[k].dtype) +
                   io::shapeString(tensors[k].shape) + ", the stage expects " + describeTensor(td));
-    std::memcpy(params_.data() + paramLayout_.offsets[i], tensors[k].data.data(), paramLayout_.bytes[i]);
+    dev_.upload(params_.data() + paramLayout_.offsets[i], tensors[k].data.data(), paramLayout_.bytes[i]);
     used[k] = true;
   }
   for (size_t k = 0; k < tensors.size(); ++k)
@@ -155,8 +175,8 @@ std::vector<io::Tensor> StageModel::weightTensors() const {
     t.name = d.params[i].tensor.name;
     t.dtype = d.params[i].tensor.dtype;
     t.shape = shapeOf(d.params[i].tensor);
-    const char *src = params_.data() + paramLayout_.offsets[i];
-    t.data.assign(src, src + paramLayout_.bytes[i]);
+    t.data.resize(paramLayout_.bytes[i]);
+    dev_.download(t.data.data(), params_.data() + paramLayout_.offsets[i], paramLayout_.bytes[i]);
     out.push_back(std::move(t));
   }
   return out;
@@ -177,8 +197,8 @@ std::vector<io::Tensor> StageModel::checkpointTensors() const {
       t.name = "state/" + std::string(d.params[i].tensor.name) + "/" + std::to_string(k);
       t.dtype = d.params[i].tensor.dtype;
       t.shape = shapeOf(d.params[i].tensor);
-      const char *src = state_.data() + stateLayout_.offsets[s];
-      t.data.assign(src, src + stateLayout_.bytes[s]);
+      t.data.resize(stateLayout_.bytes[s]);
+      dev_.download(t.data.data(), state_.data() + stateLayout_.offsets[s], stateLayout_.bytes[s]);
       out.push_back(std::move(t));
     }
   }
@@ -207,11 +227,11 @@ void StageModel::loadCheckpoint(const std::string &path) {
   size_t s = 0;
   for (int i = 0; i < d.num_params; ++i) {
     const pipec_tensor_desc &td = d.params[i].tensor;
-    std::memcpy(params_.data() + paramLayout_.offsets[i], find("param/" + std::string(td.name), td.dtype, shapeOf(td)).data.data(),
+    dev_.upload(params_.data() + paramLayout_.offsets[i], find("param/" + std::string(td.name), td.dtype, shapeOf(td)).data.data(),
                 paramLayout_.bytes[i]);
     if (d.params[i].role != PIPEC_TRAINED) continue;
     for (int k = 0; k < d.optimizer_state_per_param; ++k, ++s)
-      std::memcpy(state_.data() + stateLayout_.offsets[s],
+      dev_.upload(state_.data() + stateLayout_.offsets[s],
                   find("state/" + std::string(td.name) + "/" + std::to_string(k), td.dtype, shapeOf(td)).data.data(),
                   stateLayout_.bytes[s]);
   }
@@ -221,6 +241,8 @@ void StageModel::loadCheckpoint(const std::string &path) {
 
 WeightSnapshot StageModel::snapshot() const {
   WeightSnapshot s;
+  s.params = Buffer(dev_);
+  s.state = Buffer(dev_);
   s.params.copyFrom(params_);
   s.state.copyFrom(state_);
   s.steps = steps;
@@ -232,19 +254,18 @@ void StageModel::restore(const WeightSnapshot &s) {
   steps = s.steps;
 }
 
-template <class F>
-static void forEachGrad(StageModel &m, Buffer &grads, const Layout &l, F f, const std::vector<bool> *skip = nullptr) {
+// The gradients of trained f32/f64 parameters, minus those with skip[i] set.
+static std::vector<Span> gradSpans(StageModel &m, Buffer &grads, const Layout &l, const std::vector<bool> *skip = nullptr) {
+  std::vector<Span> spans;
   const pipec_stage_desc &d = m.desc();
   for (int i = 0; i < d.num_params; ++i) {
     if (d.params[i].role != PIPEC_TRAINED) continue;
     if (skip && i < (int)skip->size() && (*skip)[i]) continue;
-    const size_t n = l.bytes[i] / io::dtypeSize(d.params[i].tensor.dtype);
-    char *p = grads.data() + l.offsets[i];
-    if (d.params[i].tensor.dtype == PIPEC_F32)
-      for (size_t k = 0; k < n; ++k) f(((float *)p)[k]);
-    else if (d.params[i].tensor.dtype == PIPEC_F64)
-      for (size_t k = 0; k < n; ++k) f(((double *)p)[k]);
+    const pipec_dtype t = d.params[i].tensor.dtype;
+    if (t != PIPEC_F32 && t != PIPEC_F64) continue;
+    spans.push_back({grads.data() + l.offsets[i], l.bytes[i] / io::dtypeSize(t), t});
   }
+  return spans;
 }
 
 int StageModel::paramIndex(const std::string &name) const {
@@ -255,19 +276,11 @@ int StageModel::paramIndex(const std::string &name) const {
 }
 
 void StageModel::gradStats(double &sumSq, double &nonFinite, const std::vector<bool> *skip) {
-  forEachGrad(
-      *this, grads_, paramLayout_,
-      [&](auto &g) {
-        if (!std::isfinite((double)g))
-          nonFinite += 1;
-        else
-          sumSq += (double)g * (double)g;
-      },
-      skip);
+  dev_.sumSquares(gradSpans(*this, grads_, paramLayout_, skip), sumSq, nonFinite);
 }
 
 void StageModel::scaleGrads(double factor) {
-  forEachGrad(*this, grads_, paramLayout_, [&](auto &g) { g = (std::remove_reference_t<decltype(g)>)(g * factor); });
+  for (const Span &s : gradSpans(*this, grads_, paramLayout_)) dev_.scale((void *)s.p, s.n, s.dtype, factor);
 }
 
 void StageModel::applyStep(const OptimizerConfig &opt) {
@@ -285,7 +298,7 @@ void StageModel::applyStep(const OptimizerConfig &opt) {
   c.params = p.data();
   c.grads = g.data();
   c.state = s.data();
-  c.stream = nullptr;
+  c.stream = dev_.computeStream();
   lib_->step(c);
   ++steps;
 }

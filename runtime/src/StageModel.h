@@ -3,6 +3,7 @@
 // and the layouts of its per-micro-batch bundles. No MPI.
 #pragma once
 
+#include "Device.h"
 #include "Plan.h"
 #include "pipec/stage_abi.h"
 #include "pipec/tensor_file.h"
@@ -12,23 +13,30 @@
 
 namespace pipec::rt {
 
-// 64-byte aligned, zero-initialized host memory (CPU target buffers).
+// 64-byte aligned, zero-initialized memory of a Device (host memory unless
+// given another device): the buffers the stage functions see.
 class Buffer {
 public:
-  Buffer() = default;
+  Buffer() = default; // empty, host
   explicit Buffer(size_t bytes) { resize(bytes); }
-  void resize(size_t bytes);
-  char *data() { return p_.get(); }
-  const char *data() const { return p_.get(); }
+  explicit Buffer(Device &d, size_t bytes = 0) : dev_(&d) { resize(bytes); }
+  Buffer(Buffer &&o) noexcept : dev_(o.dev_), p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+  Buffer &operator=(Buffer &&o) noexcept;
+  Buffer(const Buffer &) = delete;
+  Buffer &operator=(const Buffer &) = delete;
+  ~Buffer() { free(); }
+  void resize(size_t bytes); // new zeroed memory (the old contents are dropped)
+  char *data() { return p_; }
+  const char *data() const { return p_; }
   size_t size() const { return n_; }
+  Device &device() const { return *dev_; }
   void zero();
-  void copyFrom(const Buffer &o);
+  void copyFrom(const Buffer &o); // same device
 
 private:
-  struct Free {
-    void operator()(char *p) const { std::free(p); }
-  };
-  std::unique_ptr<char, Free> p_;
+  void free() noexcept;
+  Device *dev_ = &hostDevice();
+  char *p_ = nullptr;
   size_t n_ = 0;
 };
 
@@ -48,7 +56,7 @@ class StageLibrary {
 public:
   // dlopen + dlsym + describe + checks against the plan (ABI version,
   // stage id, number of virtual stages). Throws Error naming the file.
-  StageLibrary(const std::string &path, int expectStage, int expectStages);
+  StageLibrary(const std::string &path, int expectStage, int expectStages, const std::string &expectTarget = "cpu");
   ~StageLibrary();
   StageLibrary(const StageLibrary &) = delete;
   StageLibrary &operator=(const StageLibrary &) = delete;
@@ -82,7 +90,9 @@ struct WeightSnapshot {
 
 class StageModel {
 public:
-  StageModel(const Plan &plan, const VirtualStage &vs);
+  // Buffers on `device` (the plan's target).
+  StageModel(const Plan &plan, const VirtualStage &vs, Device &device = hostDevice());
+  Device &device() const { return dev_; }
 
   const VirtualStage &vstage() const { return vs_; }
   StageLibrary &lib() { return *lib_; }
@@ -122,6 +132,7 @@ public:
 
 private:
   VirtualStage vs_;
+  Device &dev_;
   std::unique_ptr<StageLibrary> lib_;
   Layout paramLayout_, inputLayout_, outputLayout_, dataLayout_, stateLayout_;
   int numTrained_ = 0;

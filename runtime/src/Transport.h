@@ -4,10 +4,13 @@
 //    errors, loss/norm reductions, gathering traces). Always MPI.
 //  * Transport: the tensors of the instruction stream: point-to-point
 //    activations/gradients (SEND_*/RECV_*) and the gradient all-reduce among
-//    the replicas of a stage (ALLREDUCE). MpiTransport moves host buffers;
-//    NcclTransport (PIPEC_ENABLE_CUDA) moves device buffers.
+//    the replicas of a stage (ALLREDUCE). MpiTransport moves host buffers and
+//    completes requests on wait(); NcclTransport (built with CUDA) moves
+//    device buffers and is stream-ordered: transfers are enqueued on CUDA
+//    streams and the executor orders them with Device events.
 #pragma once
 
+#include "Device.h"
 #include "pipec/stage_abi.h"
 
 #include <cstddef>
@@ -41,11 +44,37 @@ public:
   [[noreturn]] virtual void abort(int code) = 0;
 };
 
+// Who talks to whom, known once every rank's stream was read (Executor::
+// checkNeighbours): the same on every rank.
+struct Connections {
+  std::vector<std::pair<int, int>> pairs; // (sender, receiver) world ranks with point-to-point traffic, sorted
+  std::vector<int> groups;                // this rank's Control::splitGroup handles, in creation order
+};
+
 class Transport {
 public:
   using Request = int64_t;
   virtual ~Transport() = default;
   virtual const char *name() const = 0;
+  // Collective over all ranks, after Control::splitStage/splitGroup and the
+  // start-up checks: create what the transport needs (NCCL communicators).
+  virtual void connect(const Connections &) {}
+
+  // Stream-ordered transports (NCCL): isend/irecv to/from `peer` are enqueued
+  // on stream(peer, send) and run when that stream gets there; the caller
+  // makes the stream wait for the buffer (Device::streamWait) before the call,
+  // and event(request) completes with the transfer. Host transports (MPI)
+  // return false / nullptr: the transfer runs from the call and completes by
+  // wait().
+  virtual bool streamOrdered() const { return false; }
+  virtual Stream stream(int peer, bool send) {
+    (void)peer, (void)send;
+    return nullptr;
+  }
+  virtual Event event(Request) { return nullptr; }
+  // Forget a request without waiting on the host (stream-ordered transports
+  // only: the caller ordered its users after event(r) first).
+  virtual void release(Request r) { wait(r); }
   // Largest tag the transport accepts (MPI_TAG_UB).
   virtual int64_t maxTag() const = 0;
   // Non-blocking send/receive of `bytes` bytes to/from world rank `peer`.
@@ -53,7 +82,9 @@ public:
   virtual Request isend(const void *buf, size_t bytes, int peer, int tag) = 0;
   virtual Request irecv(void *buf, size_t bytes, int peer, int tag) = 0;
   virtual void wait(Request r) = 0;
-  // In-place sum over the replicas of this rank's stage (Control::splitStage first).
+  // In-place sum over the replicas of this rank's stage (Control::splitStage
+  // first). Stream-ordered transports enqueue it on the device's compute
+  // stream (no host sync).
   virtual void allreduceSumStage(void *buf, size_t count, pipec_dtype dtype) = 0;
   // In-place sum over a group of Control::splitGroup (tied parameters); every
   // member gets the bitwise same result, so tied copies stay equal.

@@ -1,7 +1,14 @@
 // piperun: runs a pipec plan directory on MPI ranks.
 //   mpirun -np R piperun PLAN_DIR [options]      (docs/runtime.md)
+// The plan's runtime.target picks where buffers live and how tensors move:
+// cpu: host memory + MPI; cuda: the rank's GPU (CudaDevice) + NCCL
+// (NcclTransport), built when CUDA and NCCL were found (PIPEC_HAVE_CUDA).
 #include "../src/Executor.h"
 #include "../src/MpiTransport.h"
+#ifdef PIPEC_HAVE_CUDA
+#include "../src/CudaDevice.h"
+#include "../src/NcclTransport.h"
+#endif
 
 #include <mpi.h>
 
@@ -22,7 +29,7 @@ const char *kUsage =
     "  --save-every K       ... every K iterations\n"
     "  --resume DIR         continue from a checkpoint (DIR or DIR/latest)\n"
     "  --export-weights DIR write the trained weights, one file per stage (docs/weights-format.md)\n"
-    "  --trace FILE         measured timeline as a Chrome trace (merged on rank 0)\n"
+    "  --trace FILE         measured timeline as a Chrome trace (merged on rank 0; target cpu)\n"
     "  --profile FILE       per-op times (pipec.profile/1) measured with the stages' op timers\n"
     "  --seed S             override runtime.seed (synthetic data, dropout)\n"
     "  --lr X --weight-decay X --momentum X --max-grad-norm X   override runtime.optimizer\n"
@@ -95,6 +102,48 @@ bool agree(Control &control, const std::string &who, const std::string &error) {
                  control.size(), first);
   return failed == 0;
 }
+
+// The device and transport of the plan's target; throws Error (with the
+// reason and the way out) when this piperun or this machine cannot run it.
+void makeTarget(const Plan &plan, const RunOptions &opt, MpiControl &control, std::unique_ptr<Device> &device,
+                std::unique_ptr<Transport> &transport) {
+  if (plan.target == "cpu") {
+    transport = std::make_unique<MpiTransport>(control);
+    return;
+  }
+#ifndef PIPEC_HAVE_CUDA
+  (void)opt, (void)device;
+  throw Error(plan.planPath + ": runtime.target is \"cuda\", but this piperun was built without CUDA; rebuild with nvcc "
+              "and NCCL present, or compile the model with --target cpu");
+#else
+  // Flags whose CPU meaning does not carry over to stream-ordered execution.
+  if (!opt.traceFile.empty())
+    throw Error("--trace times instructions on the host, which on the CUDA target only enqueues them; it is not "
+                "supported with runtime.target \"cuda\" (use Nsight Systems: nsys profile mpirun ... piperun)");
+  auto cuda = std::make_unique<CudaDevice>(control.localRank()); // the first CUDA call
+  cuda->checkArchitectures(plan.cudaArch);
+  transport = std::make_unique<NcclTransport>(control, *cuda);
+  device = std::move(cuda);
+#endif
+}
+
+void banner(const Plan &plan, const Device &device, const Transport &transport, int ranks) {
+  std::string target = plan.target + " (" + plan.precision;
+  if (plan.target == "cuda") {
+    std::string archs;
+    for (const std::string &a : plan.cudaArch) archs += (archs.empty() ? "" : ",") + a;
+    if (!archs.empty()) target += ", " + archs;
+    if (!plan.gpu.empty()) target += ", planned for " + plan.gpu;
+  }
+  target += ")";
+  std::printf("piperun: %s: schedule %s, %d stage%s x %d chunk%s, %d micro-batches of %d, %d rank%s, target %s, "
+              "transport %s%s\n",
+              plan.dir.c_str(), plan.schedule.c_str(), plan.stages, plan.stages == 1 ? "" : "s", plan.chunks,
+              plan.chunks == 1 ? "" : "s", plan.microbatches, plan.microbatchSize, ranks, ranks == 1 ? "" : "s",
+              target.c_str(), transport.name(),
+              device.host() ? "" : (", rank 0 on " + device.describe()).c_str());
+  std::fflush(stdout);
+}
 } // namespace
 
 int main(int argc, char **argv) {
@@ -115,12 +164,16 @@ int main(int argc, char **argv) {
       MPI_Finalize();
       return *e.what() ? 2 : 0;
     }
-    MpiTransport transport(control);
+    // Destroyed in reverse: the executor's buffers, then the transport's
+    // communicators, then the device (its streams).
     std::unique_ptr<Plan> plan;
+    std::unique_ptr<Device> device; // null: the host device
+    std::unique_ptr<Transport> transport;
     std::unique_ptr<Executor> exec;
     try {
       plan = std::make_unique<Plan>(loadPlan(opt.planDir));
-      exec = std::make_unique<Executor>(*plan, opt, control, transport);
+      makeTarget(*plan, opt, control, device, transport);
+      exec = std::make_unique<Executor>(*plan, opt, control, *transport, device ? *device : hostDevice());
     } catch (const std::exception &e) {
       error = e.what();
     }
@@ -136,6 +189,16 @@ int main(int argc, char **argv) {
     }
     if (status == 0) {
       try {
+        exec->connect(); // NCCL communicators (collective)
+      } catch (const std::exception &e) {
+        error = e.what();
+      }
+      if (!agree(control, who, error)) status = 1;
+    }
+    if (status == 0 && control.rank() == 0 && !opt.quiet)
+      banner(*plan, device ? *device : hostDevice(), *transport, control.size());
+    if (status == 0) {
+      try {
         exec->run();
       } catch (const std::exception &e) {
         // Mid-run the other ranks may be blocked on this one: abort the job.
@@ -145,6 +208,8 @@ int main(int argc, char **argv) {
       }
     }
     exec.reset();
+    transport.reset();
+    device.reset();
   }
   MPI_Finalize();
   return status;

@@ -367,6 +367,10 @@ int main(int argc, char **argv) {
     }
     if (o.planDir.empty()) throw Error("usage: pipeseq PLAN_DIR --iters N [--data FILE] [--export-weights DIR] [--resume DIR]");
     const Plan plan = loadPlan(o.planDir);
+    if (plan.target != "cpu") // its stage libraries take device pointers and a CUDA stream
+      throw Error(plan.planPath + ": runtime.target is \"" + plan.target +
+                  "\"; pipeseq runs stage libraries on the CPU only: compile the model with --target cpu for the "
+                  "reference");
     Runner run(plan, o);
     if (plan.asynchronous)
       run.runAsync();

@@ -69,6 +69,8 @@ trace)
   piperun --iters 3 --trace "$dir/trace.json" --profile "$dir/profile.json" >"$dir/out.txt" || die "piperun"
   cat "$dir/out.txt"
   grep -q "iter 3/3  loss" "$dir/out.txt" || die "no loss line"
+  grep -q "piperun: .*: schedule zb-h1, 2 stages x 1 chunk, 4 micro-batches of 4, 2 ranks, target cpu (fp32), transport mpi" \
+    "$dir/out.txt" || die "no start-up banner"
   python3 - "$dir/trace.json" "$dir/profile.json" "$np" <<'PY' || die "trace/profile check"
 import json, sys
 trace, prof, np = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
@@ -138,6 +140,31 @@ err-weights)
   expect_error "truncated file" --iters 1
   ;;
 err-tied-async) expect_error "not supported with an asynchronous schedule" --iters 1 ;;
+err-order)
+  # Rank 1 receives micro-batch 1's activation before micro-batch 0's.
+  python3 - "$dir/plan/schedule/rank_1.json" <<'PY' || die "editing the stream"
+import json, sys
+s = json.load(open(sys.argv[1]))
+recv = [i for i, x in enumerate(s["instructions"]) if x["op"] == "RECV_ACT"]
+a, b = recv[0], recv[1]
+s["instructions"][a]["mb"], s["instructions"][b]["mb"] = s["instructions"][b]["mb"], s["instructions"][a]["mb"]
+json.dump(s, open(sys.argv[1], "w"))
+PY
+  expect_error "transfers from rank 0 to rank 1 .* are out of order: transfer 1 is the activation of micro-batch 0 .* but the activation of micro-batch 1" --iters 1
+  ;;
+err-cuda | err-cuda-trace)
+  python3 - "$dir/plan/plan.json" <<'PY' || die "editing the plan"
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["runtime"].update(target="cuda", precision="bf16", cuda_arch=["sm_80", "sm_90"], gpu="H100")
+json.dump(p, open(sys.argv[1], "w"))
+PY
+  if [ "$mode" = err-cuda ]; then
+    expect_error "built without CUDA\|no usable CUDA device\|generated for target cpu" --iters 1
+  else
+    expect_error "built without CUDA\|--trace .* not supported with runtime.target \"cuda\"" --iters 1 --trace "$dir/t.json"
+  fi
+  ;;
 err-tied-missing) expect_error "has no parameter of that name" --iters 1 ;;
 *) die "unknown mode $mode" ;;
 esac

@@ -110,6 +110,8 @@ struct Init {
 
 extern "C" {
 const pipec_stage_desc *pipec_stage_describe(void) { return &desc; }
+// Optional symbol: piperun refuses a plan of another runtime.target.
+const char *pipec_stage_target(void) { return "cpu"; }
 const char *pipec_stage_last_error(void) { return lastError.c_str(); }
 
 int pipec_stage_forward(const pipec_call *c) {

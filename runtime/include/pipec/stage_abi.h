@@ -123,6 +123,9 @@ int pipec_stage_backward_input(const pipec_call *call);
 int pipec_stage_backward_weight(const pipec_call *call);
 int pipec_stage_step(const pipec_optimizer_call *call);
 const char *pipec_stage_last_error(void);
+/* Generated stages also export `const char *pipec_stage_target(void)`
+ * ("cpu" or "cuda"): piperun refuses a library built for the other target.
+ * Optional for hand-written stages. */
 
 #ifdef __cplusplus
 }

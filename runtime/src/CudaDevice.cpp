@@ -1,0 +1,196 @@
+#include "CudaDevice.h"
+
+#include "CudaKernels.h"
+#include "Plan.h" // Error
+
+#include <cctype>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+namespace pipec::rt {
+
+namespace {
+void check(cudaError_t e, const char *what) {
+  if (e != cudaSuccess)
+    throw Error(std::string(what) + " failed: " + cudaGetErrorString(e) + " (" + cudaGetErrorName(e) + ")");
+}
+} // namespace
+
+CudaDevice::CudaDevice(int localRank) : Device(false) {
+  // The compute stream and one stream per communicating peer must not share
+  // a hardware queue (CUDA's default is 8): an NCCL kernel waiting for its
+  // peer would hold back unrelated work queued behind it. Read when CUDA
+  // initializes, so before the first call; a value the user set wins.
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count <= 0)
+    throw Error(std::string("runtime.target is \"cuda\" but this node has no usable CUDA device (") +
+                (e != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e) : std::string("no device")) +
+                "); run on GPU nodes, or compile the model with --target cpu");
+  count_ = count;
+  ordinal_ = localRank % count;
+  check(cudaSetDevice(ordinal_), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, ordinal_), "cudaGetDeviceProperties");
+  gpuName_ = prop.name, major_ = prop.major, minor_ = prop.minor;
+  uuid_.assign(prop.uuid.bytes, prop.uuid.bytes + sizeof prop.uuid.bytes);
+  // A blocking stream (default flags): work a stage library might put on the
+  // legacy default stream stays ordered with it.
+  check(cudaStreamCreate(&compute_), "cudaStreamCreate");
+  // Freed memory (stashed versions, snapshots) stays in the stream-ordered
+  // pool for the next allocation instead of going back to the driver.
+  cudaMemPool_t pool;
+  check(cudaDeviceGetDefaultMemPool(&pool, ordinal_), "cudaDeviceGetDefaultMemPool");
+  uint64_t keep = UINT64_MAX;
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
+  check(cudaMallocHost((void **)&result_, 2 * sizeof(double)), "cudaMallocHost");
+}
+
+CudaDevice::~CudaDevice() {
+  if (partials_) cudaFreeAsync(partials_, compute_);
+  if (compute_) cudaStreamSynchronize(compute_);
+  if (result_) cudaFreeHost(result_);
+  if (compute_) cudaStreamDestroy(compute_);
+}
+
+std::string CudaDevice::describe() const {
+  return gpuName_ + " (sm_" + std::to_string(major_) + std::to_string(minor_) + ", device " + std::to_string(ordinal_) +
+         " of " + std::to_string(count_) + ")";
+}
+
+void CudaDevice::checkArchitectures(const std::vector<std::string> &archs) const {
+  if (archs.empty()) return;
+  std::string list;
+  for (const std::string &a : archs) {
+    list += (list.empty() ? "" : ", ") + a;
+    // "sm_XY" (Plan checked the form): major X..., minor the last digit.
+    std::string digits;
+    for (size_t k = 3; k < a.size() && std::isdigit((unsigned char)a[k]); ++k) digits += a[k];
+    if (digits.size() < 2) continue;
+    const int major = std::atoi(digits.substr(0, digits.size() - 1).c_str()), minor = digits.back() - '0';
+    if (major == major_ && minor <= minor_) return;
+  }
+  throw Error("the stage libraries contain code for " + list + " (runtime.cuda_arch), which does not run on device " +
+              std::to_string(ordinal_) + ", " + gpuName_ + " (sm_" + std::to_string(major_) + std::to_string(minor_) +
+              "); compile the model with --cuda-arch sm_" + std::to_string(major_) + std::to_string(minor_));
+}
+
+// ---------------------------------------------------------------- memory
+void *CudaDevice::allocate(size_t bytes) {
+  if (!bytes) return nullptr;
+  const size_t alloc = (bytes + 63) / 64 * 64;
+  void *p = nullptr;
+  check(cudaMallocAsync(&p, alloc, compute_), ("cudaMallocAsync of " + std::to_string(bytes) + " bytes").c_str());
+  if ((uintptr_t)p % 64) { // CUDA allocations are 256-byte aligned; the layouts rely on 64
+    cudaFreeAsync(p, compute_);
+    throw Error("cudaMallocAsync returned memory that is not 64-byte aligned");
+  }
+  check(cudaMemsetAsync(p, 0, alloc, compute_), "cudaMemsetAsync");
+  return p;
+}
+void CudaDevice::release(void *p) noexcept {
+  if (p) (void)cudaFreeAsync(p, compute_);
+}
+void *CudaDevice::allocateHost(size_t bytes) {
+  if (!bytes) return nullptr;
+  void *p = nullptr;
+  check(cudaMallocHost(&p, bytes), "cudaMallocHost");
+  std::memset(p, 0, bytes);
+  return p;
+}
+void CudaDevice::releaseHost(void *p) noexcept {
+  if (p) (void)cudaFreeHost(p);
+}
+
+void CudaDevice::zero(void *p, size_t bytes, Stream s) {
+  if (bytes) check(cudaMemsetAsync(p, 0, bytes, streamOf(s)), "cudaMemsetAsync");
+}
+void CudaDevice::copy(void *dst, const void *src, size_t bytes, Stream s) {
+  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, streamOf(s)), "cudaMemcpyAsync");
+}
+void CudaDevice::writeSmall(void *dst, const void *src, size_t bytes, Stream s) {
+  check(cudakernels::writeBytes(dst, src, bytes, streamOf(s)), "writing a bundle header");
+}
+void CudaDevice::uploadAsync(void *dst, const void *src, size_t bytes, Stream s) {
+  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, streamOf(s)), "cudaMemcpyAsync (upload)");
+}
+void CudaDevice::downloadAsync(void *dst, const void *src, size_t bytes, Stream s) {
+  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, streamOf(s)), "cudaMemcpyAsync (download)");
+}
+void CudaDevice::upload(void *dst, const void *src, size_t bytes) {
+  if (!bytes) return;
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute_), "cudaMemcpyAsync (upload)");
+  check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize (upload)");
+}
+void CudaDevice::download(void *dst, const void *src, size_t bytes) {
+  if (!bytes) return;
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_), "cudaMemcpyAsync (download)");
+  check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize (download)");
+}
+
+// ---------------------------------------------------------------- arithmetic
+namespace {
+void needFloat(pipec_dtype t, const char *what) {
+  if (t != PIPEC_F32 && t != PIPEC_F64) throw Error(std::string(what) + " of a tensor that is neither f32 nor f64");
+}
+} // namespace
+
+void CudaDevice::scale(void *p, size_t n, pipec_dtype t, double factor) {
+  needFloat(t, "scale");
+  check(cudakernels::scale(p, n, t, factor, compute_), "scaling gradients");
+}
+void CudaDevice::add(void *dst, const void *src, size_t n, pipec_dtype t) {
+  needFloat(t, "add");
+  check(cudakernels::add(dst, src, n, t, compute_), "adding gradients");
+}
+void CudaDevice::sumSquares(const std::vector<Span> &spans, double &sumSq, double &nonFinite) {
+  size_t blocks = 0;
+  for (const Span &s : spans) needFloat(s.dtype, "sum of squares"), blocks += cudakernels::sumSquaresBlocks(s.n);
+  if (blocks == 0) return;
+  if (blocks + 1 > partialsCap_) { // one extra pair for the result
+    if (partials_) check(cudaFreeAsync(partials_, compute_), "cudaFreeAsync");
+    partials_ = nullptr, partialsCap_ = 0;
+    check(cudaMallocAsync((void **)&partials_, 2 * sizeof(double) * (blocks + 1), compute_), "cudaMallocAsync");
+    partialsCap_ = blocks + 1;
+  }
+  size_t at = 0;
+  for (const Span &s : spans) {
+    check(cudakernels::sumSquares(s.p, s.n, s.dtype, partials_ + 2 * at, compute_), "gradient norm");
+    at += cudakernels::sumSquaresBlocks(s.n);
+  }
+  double *out = partials_ + 2 * blocks;
+  check(cudakernels::sumPartials(partials_, blocks, out, compute_), "gradient norm");
+  check(cudaMemcpyAsync(result_, out, 2 * sizeof(double), cudaMemcpyDeviceToHost, compute_), "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize (gradient norm)");
+  sumSq += result_[0];
+  nonFinite += result_[1];
+}
+
+// ---------------------------------------------------------------- events
+Event CudaDevice::newEvent() {
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  return e;
+}
+void CudaDevice::deleteEvent(Event e) noexcept {
+  if (e) (void)cudaEventDestroy((cudaEvent_t)e);
+}
+void CudaDevice::record(Event e, Stream s) { check(cudaEventRecord((cudaEvent_t)e, streamOf(s)), "cudaEventRecord"); }
+void CudaDevice::streamWait(Stream s, Event e) {
+  if (e) check(cudaStreamWaitEvent(streamOf(s), (cudaEvent_t)e, 0), "cudaStreamWaitEvent");
+}
+void CudaDevice::hostWait(Event e) {
+  if (e) check(cudaEventSynchronize((cudaEvent_t)e), "cudaEventSynchronize");
+}
+bool CudaDevice::query(Event e) {
+  if (!e) return true;
+  const cudaError_t r = cudaEventQuery((cudaEvent_t)e);
+  if (r == cudaErrorNotReady) return false;
+  check(r, "cudaEventQuery");
+  return true;
+}
+void CudaDevice::synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+} // namespace pipec::rt

@@ -1,0 +1,71 @@
+// The CUDA target's Device (issue 7): the rank's GPU, its compute stream
+// (pipec_call.stream), stream-ordered memory and a few small kernels
+// (CudaKernels.cu). Built only with CUDA (runtime/cmake/cuda.cmake).
+#pragma once
+
+#include "Device.h"
+
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+namespace pipec::rt {
+
+class CudaDevice final : public Device {
+public:
+  // Must be the process's first CUDA call: uses device localRank modulo the
+  // visible devices (node-local rank: one GPU per rank when the ranks of a
+  // node are as many as its GPUs) and creates the compute stream. Throws
+  // Error naming the reason when no device is usable.
+  explicit CudaDevice(int localRank);
+  ~CudaDevice() override;
+  CudaDevice(const CudaDevice &) = delete;
+  CudaDevice &operator=(const CudaDevice &) = delete;
+
+  const char *name() const override { return "cuda"; }
+  std::string describe() const override; // "NVIDIA H100 80GB HBM3 (sm_90, device 0 of 8)"
+  int ordinal() const { return ordinal_; }
+  // The GPU's UUID (cudaDeviceProp::uuid): the same physical GPU seen by two
+  // ranks has the same one, whatever CUDA_VISIBLE_DEVICES says.
+  const std::string &uuid() const { return uuid_; }
+  Stream computeStream() const override { return compute_; }
+  cudaStream_t streamOf(Stream s) const { return s ? (cudaStream_t)s : compute_; }
+  // runtime.cuda_arch lists what the stage libraries contain (machine code
+  // only, no PTX: pipec compiles with -gencode arch=compute_XY,code=sm_XY),
+  // which runs on a GPU of the same major version and an equal or higher
+  // minor one. Throws when nothing fits this GPU; no-op for an empty list.
+  void checkArchitectures(const std::vector<std::string> &archs) const;
+
+  void *allocate(size_t bytes) override;
+  void release(void *p) noexcept override;
+  void *allocateHost(size_t bytes) override;
+  void releaseHost(void *p) noexcept override;
+  void zero(void *p, size_t bytes, Stream s) override;
+  void copy(void *dst, const void *src, size_t bytes, Stream s) override;
+  void writeSmall(void *dst, const void *src, size_t bytes, Stream s) override;
+  void uploadAsync(void *dst, const void *src, size_t bytes, Stream s) override;
+  void downloadAsync(void *dst, const void *src, size_t bytes, Stream s) override;
+  void upload(void *dst, const void *src, size_t bytes) override;
+  void download(void *dst, const void *src, size_t bytes) override;
+  void scale(void *p, size_t n, pipec_dtype t, double factor) override;
+  void add(void *dst, const void *src, size_t n, pipec_dtype t) override;
+  void sumSquares(const std::vector<Span> &spans, double &sumSq, double &nonFinite) override;
+  Event newEvent() override;
+  void deleteEvent(Event e) noexcept override;
+  void record(Event e, Stream s) override;
+  void streamWait(Stream s, Event e) override;
+  void hostWait(Event e) override;
+  bool query(Event e) override;
+  void synchronize() override;
+
+private:
+  int ordinal_ = 0, count_ = 0, major_ = 0, minor_ = 0;
+  std::string gpuName_, uuid_;
+  cudaStream_t compute_ = nullptr;
+  double *partials_ = nullptr; // sumSquares: per-block partial sums, then the two results
+  size_t partialsCap_ = 0;     // pairs
+  double *result_ = nullptr;   // pinned host copy of the two results
+};
+
+} // namespace pipec::rt

@@ -1,0 +1,87 @@
+// The host device: what the CPU target always did, behind the Device interface.
+#include "Device.h"
+
+#include "Plan.h" // Error
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace pipec::rt {
+
+namespace {
+template <class F> void forType(pipec_dtype t, const char *what, F f) {
+  if (t == PIPEC_F32) f(float{});
+  else if (t == PIPEC_F64) f(double{});
+  else throw Error(std::string(what) + " of a tensor that is neither f32 nor f64");
+}
+
+class HostDevice final : public Device {
+public:
+  HostDevice() : Device(true) {}
+  const char *name() const override { return "cpu"; }
+  std::string describe() const override { return "host memory"; }
+
+  void *allocate(size_t bytes) override {
+    const size_t alloc = (bytes + 63) / 64 * 64;
+    if (!alloc) return nullptr;
+    void *p = std::aligned_alloc(64, alloc);
+    if (!p) throw Error("out of memory allocating " + std::to_string(bytes) + " bytes");
+    std::memset(p, 0, alloc);
+    return p;
+  }
+  void release(void *p) noexcept override { std::free(p); }
+  void *allocateHost(size_t bytes) override { return allocate(bytes); }
+  void releaseHost(void *p) noexcept override { std::free(p); }
+
+  void zero(void *p, size_t bytes, Stream) override {
+    if (bytes) std::memset(p, 0, bytes);
+  }
+  void copy(void *dst, const void *src, size_t bytes, Stream) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void writeSmall(void *dst, const void *src, size_t bytes, Stream) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  void uploadAsync(void *dst, const void *src, size_t bytes, Stream) override { copy(dst, src, bytes, nullptr); }
+  void downloadAsync(void *dst, const void *src, size_t bytes, Stream) override { copy(dst, src, bytes, nullptr); }
+  void upload(void *dst, const void *src, size_t bytes) override { copy(dst, src, bytes, nullptr); }
+  void download(void *dst, const void *src, size_t bytes) override { copy(dst, src, bytes, nullptr); }
+
+  void scale(void *p, size_t n, pipec_dtype t, double factor) override {
+    forType(t, "scale", [&](auto zero) {
+      using T = decltype(zero);
+      T *x = (T *)p;
+      for (size_t k = 0; k < n; ++k) x[k] = (T)(x[k] * factor);
+    });
+  }
+  void add(void *dst, const void *src, size_t n, pipec_dtype t) override {
+    forType(t, "add", [&](auto zero) {
+      using T = decltype(zero);
+      T *x = (T *)dst;
+      const T *y = (const T *)src;
+      for (size_t k = 0; k < n; ++k) x[k] += y[k];
+    });
+  }
+  void sumSquares(const std::vector<Span> &spans, double &sumSq, double &nonFinite) override {
+    for (const Span &s : spans)
+      forType(s.dtype, "sum of squares", [&](auto zero) {
+        using T = decltype(zero);
+        const T *x = (const T *)s.p;
+        for (size_t k = 0; k < s.n; ++k) {
+          if (!std::isfinite((double)x[k]))
+            nonFinite += 1;
+          else
+            sumSq += (double)x[k] * (double)x[k];
+        }
+      });
+  }
+};
+} // namespace
+
+Device &hostDevice() {
+  static HostDevice d;
+  return d;
+}
+
+} // namespace pipec::rt

@@ -1,0 +1,291 @@
+// Unit tests of the runtime pieces that need neither MPI nor a GPU:
+//  * plan.json's runtime.target / precision / cuda_arch / gpu (defaults,
+//    values, errors);
+//  * the transfer-order check NCCL needs (checkTransferOrder): hand-made
+//    streams whose orders differ are refused with a message naming the pair
+//    and the micro-batches, and every schedule the schedule library generates
+//    passes;
+//  * the host Device and Buffer (what the CPU target's numbers rest on).
+// Plain asserts with messages: runs in the standalone runtime build too.
+#include "Device.h"
+#include "Plan.h"
+#include "Schedule/Schedule.h"
+#include "StageModel.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+
+#include <unistd.h>
+
+using namespace pipec::rt;
+namespace fs = std::filesystem;
+namespace sch = pipec::schedule;
+using nlohmann::json;
+
+namespace {
+int failures = 0;
+#define CHECK(cond, msg)                                                                                                 \
+  do {                                                                                                                   \
+    if (!(cond)) {                                                                                                       \
+      std::cerr << "FAIL " << __LINE__ << ": " << msg << "\n";                                                           \
+      ++failures;                                                                                                        \
+    }                                                                                                                    \
+  } while (0)
+
+bool contains(const std::string &s, const std::string &part) { return s.find(part) != std::string::npos; }
+
+fs::path scratch() {
+  const fs::path d = fs::temp_directory_path() / ("pipec_runtime_unit_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  return d;
+}
+
+// A two-stage plan.json with `extra` merged into its runtime member.
+std::string writePlan(const fs::path &dir, const json &extra) {
+  fs::create_directories(dir);
+  json rt{{"format", "pipec.runtime/1"},
+          {"schedule", "1f1b"},
+          {"microbatch_size", 4},
+          {"microbatches", 4},
+          {"stages", {{{"id", 0}, {"library", "a.so"}, {"weights", "a.bin"}}, {{"id", 1}, {"library", "b.so"}, {"weights", "b.bin"}}}},
+          {"optimizer", {{"name", "sgd"}, {"lr", 0.1}}}};
+  for (auto it = extra.begin(); it != extra.end(); ++it) rt[it.key()] = it.value();
+  json plan{{"stages", {{{"id", 0}, {"ranks", {0}}}, {{"id", 1}, {"ranks", {1}}}}}, {"runtime", rt}};
+  std::ofstream(dir / "plan.json") << plan.dump(1);
+  return dir.string();
+}
+
+std::string loadError(const std::string &dir) {
+  try {
+    loadPlan(dir);
+  } catch (const Error &e) {
+    return e.what();
+  }
+  return "";
+}
+
+void testPlanKeys(const fs::path &root) {
+  // Absent: the CPU target.
+  Plan p = loadPlan(writePlan(root / "defaults", json::object()));
+  CHECK(p.target == "cpu" && p.precision == "fp32" && p.cudaArch.empty() && p.gpu.empty(),
+        "defaults: " << p.target << " " << p.precision << " " << p.cudaArch.size() << " " << p.gpu);
+  // What pipec --target cuda writes.
+  p = loadPlan(writePlan(root / "cuda",
+                         {{"target", "cuda"}, {"precision", "bf16"}, {"cuda_arch", {"sm_80", "sm_90a"}}, {"gpu", "H100"}}));
+  CHECK(p.target == "cuda" && p.precision == "bf16" && p.cudaArch == std::vector<std::string>({"sm_80", "sm_90a"}) &&
+            p.gpu == "H100",
+        "cuda keys: " << p.target << " " << p.precision << " " << p.gpu);
+  // The CPU plan pipec writes today (target and precision present).
+  p = loadPlan(writePlan(root / "cpu", {{"target", "cpu"}, {"precision", "fp32"}}));
+  CHECK(p.target == "cpu", "explicit cpu");
+  // Errors name the file and the member.
+  std::string e = loadError(writePlan(root / "bad-target", {{"target", "rocm"}}));
+  CHECK(contains(e, "plan.json") && contains(e, "runtime.target must be \"cpu\" or \"cuda\"") && contains(e, "rocm"),
+        "bad target: " << e);
+  e = loadError(writePlan(root / "bad-arch", {{"target", "cuda"}, {"cuda_arch", {"compute_80"}}}));
+  CHECK(contains(e, "runtime.cuda_arch") && contains(e, "compute_80"), "bad arch: " << e);
+  e = loadError(writePlan(root / "bad-arch-type", {{"cuda_arch", "sm_80"}}));
+  CHECK(contains(e, "runtime.cuda_arch") && contains(e, "wrong type"), "arch not a list: " << e);
+  e = loadError(writePlan(root / "bad-precision", {{"precision", 16}}));
+  CHECK(contains(e, "runtime.precision") && contains(e, "wrong type"), "precision not a string: " << e);
+}
+
+Plan twoStagePlan() {
+  Plan p;
+  p.stages = 2;
+  p.ranks = {{0}, {1}};
+  return p;
+}
+
+Transfer t(Op op, int mb, int peer, int index) { return {op, mb, 0, peer, index}; }
+
+void testTransferOrder() {
+  const Plan plan = twoStagePlan();
+  const std::vector<std::string> paths{"schedule/rank_0.json", "schedule/rank_1.json"};
+  // GPipe-like: two activations down, two gradients up.
+  std::vector<std::vector<Transfer>> ok{
+      {t(Op::SendAct, 0, 1, 1), t(Op::SendAct, 1, 1, 3), t(Op::RecvGrad, 1, 1, 4), t(Op::RecvGrad, 0, 1, 6)},
+      {t(Op::RecvAct, 0, 0, 0), t(Op::RecvAct, 1, 0, 2), t(Op::SendGrad, 1, 0, 5), t(Op::SendGrad, 0, 0, 7)}};
+  CHECK(checkTransferOrder(plan, ok, paths).empty(), "matching orders refused: " << checkTransferOrder(plan, ok, paths));
+
+  // The receiver takes micro-batch 1 before 0.
+  auto swapped = ok;
+  std::swap(swapped[1][0].mb, swapped[1][1].mb);
+  std::string e = checkTransferOrder(plan, swapped, paths);
+  CHECK(contains(e, "transfers from rank 0 to rank 1") && contains(e, "rank_0.json -> schedule/rank_1.json") &&
+            contains(e, "out of order") && contains(e, "transfer 1 is the activation of micro-batch 0") &&
+            contains(e, "the activation of micro-batch 1 for virtual stage 1 (#0 RECV_ACT mb=1 chunk=0 peer=0)") &&
+            contains(e, "NCCL"),
+        "swapped receives: " << e);
+  // Checked by the receiver only.
+  CHECK(checkTransferOrder(plan, swapped, paths, 0).empty(), "the sender reported a pair it does not receive on");
+  CHECK(!checkTransferOrder(plan, swapped, paths, 1).empty(), "the receiver did not report its pair");
+
+  // Gradients: the sender sends micro-batch 0 first, the receiver expects 1.
+  auto grads = ok;
+  std::swap(grads[1][2].mb, grads[1][3].mb);
+  e = checkTransferOrder(plan, grads, paths);
+  CHECK(contains(e, "transfers from rank 1 to rank 0") && contains(e, "the gradient of micro-batch 0 for virtual stage 0") &&
+            contains(e, "the gradient of micro-batch 1 for virtual stage 0"),
+        "swapped gradient sends: " << e);
+
+  // A send without its receive.
+  auto missing = ok;
+  missing[1].erase(missing[1].begin() + 1);
+  e = checkTransferOrder(plan, missing, paths);
+  CHECK(contains(e, "do not match") && contains(e, "sends 2 bundles per iteration, the receiver receives 1") &&
+            contains(e, "micro-batch 1"),
+        "missing receive: " << e);
+
+  // Gradient vs activation at the same position.
+  auto kinds = ok;
+  kinds[0][0].op = Op::SendGrad; // to virtual stage -1: a different bundle
+  e = checkTransferOrder(plan, kinds, paths);
+  CHECK(contains(e, "out of order") && contains(e, "the gradient of micro-batch 0"), "kind mismatch: " << e);
+
+  // MPI ranks named when they differ from schedule ranks.
+  Plan reversed = plan;
+  reversed.ranks = {{1}, {0}};
+  e = checkTransferOrder(reversed, swapped, paths);
+  CHECK(contains(e, "rank 0 (MPI rank 1) to rank 1 (MPI rank 0)"), "MPI ranks: " << e);
+}
+
+// Every generated schedule satisfies the order NCCL needs, so the start-up
+// check never refuses a plan the compiler writes.
+void testGeneratedSchedules(const fs::path &root) {
+  struct Case {
+    std::string name;
+    int stages, microbatches, chunks;
+    std::vector<int> replicas;
+    bool recompute, vsync;
+  };
+  std::vector<Case> cases;
+  for (const std::string &n : sch::scheduleNames())
+    for (int p : {2, 3, 4})
+      for (int m : {4, 8}) {
+        cases.push_back({n, p, m, n == "interleaved" ? 2 : 1, {}, false, false});
+        cases.push_back({n, p, m, n == "interleaved" ? 2 : 1, {}, true, false});
+      }
+  cases.push_back({"1f1b", 2, 4, 1, {2, 2}, false, false});
+  cases.push_back({"1f1b-rr", 3, 4, 1, {2, 1, 1}, false, false});
+  cases.push_back({"1f1b-rr", 3, 6, 1, {}, false, true});
+  cases.push_back({"zb-h2", 2, 4, 1, {2, 2}, false, false});
+  int checked = 0;
+  for (const Case &c : cases) {
+    sch::Problem prob;
+    prob.stages = c.stages, prob.microbatches = c.microbatches, prob.chunks = c.chunks, prob.replicas = c.replicas;
+    prob.verticalSync = c.vsync;
+    if (c.recompute) prob.recompute = {1};
+    sch::Schedule s;
+    try {
+      s = sch::generate(c.name, prob);
+    } catch (const std::exception &) {
+      continue; // a combination the generator does not support
+    }
+    Plan plan;
+    plan.stages = s.problem.stages, plan.chunks = s.problem.chunks;
+    plan.vPlacement = s.placement == sch::Placement::VShape;
+    plan.ranks.assign(plan.stages, {});
+    for (int st = 0; st < plan.stages; ++st)
+      for (int q = 0; q < s.problem.replicasOf(st); ++q) plan.ranks[st].push_back(s.problem.rankOf(st, q));
+    const int R = s.problem.numRanks();
+    std::vector<std::vector<Transfer>> transfers;
+    std::vector<std::string> paths;
+    for (int r = 0; r < R; ++r) {
+      const fs::path f = root / ("rank_" + std::to_string(r) + ".json");
+      std::ofstream(f) << sch::rankToJson(s, r);
+      transfers.push_back(transfersOf(loadRankStream(f.string())));
+      paths.push_back(f.string());
+    }
+    const std::string e = checkTransferOrder(plan, transfers, paths);
+    CHECK(e.empty(), c.name << " p=" << c.stages << " m=" << c.microbatches << (c.recompute ? " recompute" : "") << ": " << e);
+    ++checked;
+  }
+  CHECK(checked >= 30, "only " << checked << " generated schedules checked");
+  std::cout << "runtime_unit: transfer order of " << checked << " generated schedules OK\n";
+}
+
+void testHostDevice() {
+  Device &d = hostDevice();
+  CHECK(d.host() && std::string(d.name()) == "cpu" && d.computeStream() == nullptr, "host device identity");
+  Buffer b(d, 100);
+  CHECK(b.size() == 100 && (uintptr_t)b.data() % 64 == 0, "alignment");
+  bool zero = true;
+  for (size_t k = 0; k < 100; ++k) zero &= b.data()[k] == 0;
+  CHECK(zero, "allocate zeroes");
+  Buffer empty(d, 0);
+  CHECK(empty.data() == nullptr && empty.size() == 0, "empty buffer");
+
+  // scale / add / sumSquares: the same operations, in the same order, as the
+  // loops the CPU path always ran (bitwise).
+  std::vector<float> f{1.5f, -2.25f, 3.0f, 1e-3f};
+  std::vector<double> g{0.1, -0.2, 0.3};
+  std::vector<float> fr = f;
+  const double factor = 1.0 / 3.0;
+  for (float &x : fr) x = (float)(x * factor);
+  d.scale(f.data(), f.size(), PIPEC_F32, factor);
+  CHECK(std::memcmp(f.data(), fr.data(), f.size() * 4) == 0, "scale f32");
+  std::vector<double> gr = g;
+  for (double &x : gr) x *= 0.5;
+  d.scale(g.data(), g.size(), PIPEC_F64, 0.5);
+  CHECK(g == gr, "scale f64");
+  std::vector<float> y{1, 2, 3, 4};
+  d.add(f.data(), y.data(), 4, PIPEC_F32);
+  for (int k = 0; k < 4; ++k) fr[k] += y[k];
+  CHECK(std::memcmp(f.data(), fr.data(), 16) == 0, "add f32");
+  std::vector<float> bad{1.0f, std::numeric_limits<float>::infinity(), 2.0f, std::nanf("")};
+  double sumSq = 0.5, nonFinite = 1;
+  d.sumSquares({{bad.data(), 4, PIPEC_F32}, {g.data(), 3, PIPEC_F64}}, sumSq, nonFinite);
+  double want = 0.5 + 1.0 + 4.0;
+  for (double x : g) want += x * x;
+  CHECK(sumSq == want && nonFinite == 3, "sumSquares " << sumSq << " " << nonFinite);
+  bool threw = false;
+  try {
+    int32_t i[2] = {1, 2};
+    d.scale(i, 2, PIPEC_I32, 2.0);
+  } catch (const Error &) {
+    threw = true;
+  }
+  CHECK(threw, "scale of an i32 tensor accepted");
+
+  // writeSmall, copy, zero, copyFrom.
+  Buffer c(d, 128);
+  const char header[64] = "PBUNDLE1 header";
+  d.writeSmall(c.data(), header, 64);
+  CHECK(std::memcmp(c.data(), header, 64) == 0, "writeSmall");
+  Buffer e(d);
+  e.copyFrom(c);
+  CHECK(e.size() == 128 && std::memcmp(e.data(), c.data(), 128) == 0, "copyFrom");
+  c.zero();
+  CHECK(c.data()[0] == 0 && e.data()[0] == 'P', "zero");
+  Buffer moved = std::move(e);
+  CHECK(moved.size() == 128 && e.size() == 0 && e.data() == nullptr, "move");
+}
+} // namespace
+
+int main() {
+  const fs::path root = scratch();
+  try {
+    testPlanKeys(root);
+    testTransferOrder();
+    testGeneratedSchedules(root);
+    testHostDevice();
+  } catch (const std::exception &e) {
+    std::cerr << "FAIL: unexpected exception: " << e.what() << "\n";
+    ++failures;
+  }
+  fs::remove_all(root);
+  if (failures) {
+    std::cerr << "runtime_unit: " << failures << " failure(s)\n";
+    return 1;
+  }
+  std::cout << "runtime_unit: OK\n";
+  return 0;
+}
