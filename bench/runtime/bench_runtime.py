@@ -28,8 +28,14 @@ first layer computes no input gradient: 11 vs 12 GEMMs per micro-batch). Needs t
 mpirun, and a built tree (build/bin/pipec, build/bin/piperun). Never run by
 ctest: it takes about a minute and wants an otherwise idle machine.
 
+With --target cuda (a machine with 2 GPUs, pipec built with nvcc) the same
+runs use CUDA stages, one GPU per rank and NCCL; the control row is skipped
+(GPUs are not shared) and PyTorch runs on one GPU when its CUDA build is
+installed (else that row is skipped).
+
     /usr/bin/python3 bench/runtime/bench_runtime.py [--build DIR] [--width 1024]
         [--layers 8] [--batch 64] [--microbatches 16] [--iters 3] [--warmup 1] [--keep DIR]
+        [--target cpu|cuda] [--precision fp32|tf32|bf16]
 """
 import argparse
 import os
@@ -76,9 +82,9 @@ def run(cmd, env=None, what=""):
     return r.stdout
 
 
-def compile_plan(build, model, out, gpus, microbatches, stages):
+def compile_plan(build, model, out, gpus, microbatches, stages, target="cpu", precision="fp32"):
     cmd = [os.path.join(build, "bin", "pipec"), model, "--gpus", gpus, "--microbatches", str(microbatches),
-           "--out", out, "--build"]
+           "--out", out, "--build", "--target", target, "--precision", precision]
     if stages > 1:
         cmd += ["--stages", str(stages), "--no-replication"]
     text = run(cmd, what=f"pipec ({gpus})")
@@ -118,25 +124,29 @@ def piperun_twice_at_once(build, plan, iters, warmup):
     return max(parse(o, iters, warmup)[0] for o in outs)
 
 
-def torch_time(width, layers, batch, microbatches, iters, warmup):
+def torch_time(width, layers, batch, microbatches, iters, warmup, device="cpu"):
     import torch
     import torch.nn.functional as F
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = make_model(width, layers)
+    model = make_model(width, layers).to(device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
-    xs = [torch.rand(batch, width) * 2 - 1 for _ in range(microbatches)]
-    ys = [torch.randint(0, width, (batch,)) for _ in range(microbatches)]
+    xs = [(torch.rand(batch, width) * 2 - 1).to(device) for _ in range(microbatches)]
+    ys = [torch.randint(0, width, (batch,)).to(device) for _ in range(microbatches)]
     times = []
     for _ in range(iters + warmup):
+        if device != "cpu":
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=False)
         for x, y in zip(xs, ys):
             loss = F.cross_entropy(model(x), y) / microbatches
             loss.backward()
         opt.step()
+        if device != "cpu":
+            torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times[warmup:])
 
@@ -150,6 +160,8 @@ def main():
     ap.add_argument("--microbatches", type=int, default=16)
     ap.add_argument("--iters", type=int, default=3, help="measured iterations")
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--target", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32")
     ap.add_argument("--keep", help="build the plans here and keep them (default: a temporary directory)")
     a = ap.parse_args()
 
@@ -159,12 +171,19 @@ def main():
         model = os.path.join(work, "mlp.onnx")
         export_model(model, a.width, a.layers, a.batch)
         M = a.microbatches
-        rows2 = compile_plan(a.build, model, os.path.join(work, "p2"), "1x2", M, 2)
-        compile_plan(a.build, model, os.path.join(work, "p1"), "1x1", M, 1)
+        rows2 = compile_plan(a.build, model, os.path.join(work, "p2"), "1x2", M, 2, a.target, a.precision)
+        compile_plan(a.build, model, os.path.join(work, "p1"), "1x1", M, 1, a.target, a.precision)
         t1, loss1 = piperun(a.build, os.path.join(work, "p1"), 1, a.iters, a.warmup)
         t2, loss2 = piperun(a.build, os.path.join(work, "p2"), 2, a.iters, a.warmup)
-        tc = piperun_twice_at_once(a.build, os.path.join(work, "p1"), a.iters, a.warmup)
-        tt = torch_time(a.width, a.layers, a.batch, M, a.iters, a.warmup)
+        gpu = a.target == "cuda"
+        tc = None if gpu else piperun_twice_at_once(a.build, os.path.join(work, "p1"), a.iters, a.warmup)
+        tt = None
+        try:
+            import torch
+            if not gpu or torch.cuda.is_available():
+                tt = torch_time(a.width, a.layers, a.batch, M, a.iters, a.warmup, "cuda" if gpu else "cpu")
+        except ImportError:
+            pass
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -182,17 +201,22 @@ def main():
     sp = t1 / t2
     print(f"{'piperun 2 ranks (2-stage 1F1B pipeline)':44} {t2:9.1f} {samples / t2 * 1e3:10.1f} {flops / t2 / 1e6:8.1f} "
           f"{sp:6.2f}x")
-    print(f"{'control: two 1-rank runs at once (each)':44} {tc:9.1f} {samples / tc * 1e3:10.1f} {flops / tc / 1e6:8.1f} "
-          f"{2 * t1 / tc:6.2f}x")
-    print(f"{'PyTorch 1 thread (fwd+bwd+AdamW)':44} {tt:9.1f} {samples / tt * 1e3:10.1f} {flops / tt / 1e6:8.1f} "
-          f"{tt / t1:6.2f}x")
+    if tc is not None:
+        print(f"{'control: two 1-rank runs at once (each)':44} {tc:9.1f} {samples / tc * 1e3:10.1f} "
+              f"{flops / tc / 1e6:8.1f} {2 * t1 / tc:6.2f}x")
+    if tt is not None:
+        label = "PyTorch 1 GPU (fwd+bwd+AdamW)" if gpu else "PyTorch 1 thread (fwd+bwd+AdamW)"
+        print(f"{label:44} {tt:9.1f} {samples / tt * 1e3:10.1f} {flops / tt / 1e6:8.1f} {tt / t1:6.2f}x")
     print()
     ideal = 2.0 * M / (M + 1)
     print(f"pipeline speed-up 2 ranks / 1 rank: {sp:.2f}x (goal >= 1.70x; 1F1B ideal {ideal:.2f}x) "
           f"{'OK' if sp >= 1.7 else 'BELOW GOAL'}")
-    print(f"machine's parallel capacity now (control): {2 * t1 / tc:.2f}x; pipeline efficiency vs it: "
-          f"{sp / (2 * t1 / tc) * 100:.0f}%")
-    print(f"generated code / PyTorch time per iteration (1 core): {t1 / tt:.2f} (< 1: pipec faster)")
+    if tc is not None:
+        print(f"machine's parallel capacity now (control): {2 * t1 / tc:.2f}x; pipeline efficiency vs it: "
+              f"{sp / (2 * t1 / tc) * 100:.0f}%")
+    if tt is not None:
+        print(f"generated code / PyTorch time per iteration ({'1 GPU' if gpu else '1 core'}): {t1 / tt:.2f} "
+              f"(< 1: pipec faster)")
     print(f"final losses: 1 rank {loss1}, 2 ranks {loss2}")
 
 
