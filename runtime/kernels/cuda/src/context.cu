@@ -155,7 +155,10 @@ void deviceFree(void *pointer) {
 DeviceConstant::DeviceConstant(const void *host, size_t bytes) {
   detail::check(cudaMalloc(&device_, bytes ? bytes : 1), "DeviceConstant");
   if (bytes) {
-    const cudaError_t status = cudaMemcpy(device_, host, bytes, cudaMemcpyHostToDevice);
+    // On the scope's stream and waited for, so that kernels on any stream
+    // (blocking or not, per-thread default streams) see the whole table.
+    cudaError_t status = cudaMemcpyAsync(device_, host, bytes, cudaMemcpyHostToDevice, detail::stream());
+    if (status == cudaSuccess) status = cudaStreamSynchronize(detail::stream());
     if (status != cudaSuccess) {
       cudaFree(device_);
       device_ = nullptr;

@@ -80,7 +80,7 @@ int64_t chunkSamples(const ConvGeom &g) {
 /// rows [Cg * kSize, P] are contiguous, group after group.
 __global__ void im2colKernel(ConvGeom g, const float *x, float *col, int64_t samples) {
   const int64_t P = g.outSize, rows = g.C * g.kSize, total = samples * rows * P;
-  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+  for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t o = i % P, t = i / P, kk = t % g.kSize, sc = t / g.kSize; // sc = s * C + c
     int64_t ro = o, rk = kk, off = 0, str = 1;
     bool valid = true;
@@ -102,7 +102,7 @@ __global__ void im2colKernel(ConvGeom g, const float *x, float *col, int64_t sam
 /// the output position o, if any, whose window puts kk on q.
 __global__ void col2imKernel(ConvGeom g, const float *col, float *dx, int64_t samples) {
   const int64_t P = g.outSize, total = samples * g.C * g.inSize;
-  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+  for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t q = i % g.inSize, sc = i / g.inSize;
     int64_t pos[kMaxRank];
     {
@@ -137,7 +137,7 @@ __global__ void col2imKernel(ConvGeom g, const float *col, float *dx, int64_t sa
 
 /// y[n, f, p] += bias[f].
 __global__ void addBiasKernel(float *y, const float *bias, int64_t total, int64_t F, int64_t P) {
-  for (int64_t i = globalThread(); i < total; i += globalThreads()) y[i] += bias[(i / P) % F];
+  for (int64_t i = firstIndex(); i < total; i += gridStride()) y[i] += bias[(i / P) % F];
 }
 
 /// The group GEMMs of `samples` samples: for every (s, g),

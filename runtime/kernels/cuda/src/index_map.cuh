@@ -1,8 +1,9 @@
-// Index arithmetic shared by the element-wise, data-movement and reduction
-// kernels (elementwise.cu, movement.cu, reduce.cu): host-side shape checks
-// mirroring the CPU library's (runtime/kernels/src/detail.h), and IndexMap,
-// which maps the flat row-major index of an output to offsets into N
-// operands through per-axis strides (0 on broadcast axes).
+// Index arithmetic shared by all the kernels (included directly by
+// context.cu, elementwise.cu, movement.cu, reduce.cu and optim.cu, through
+// nn_common.cuh by the others): host-side shape checks mirroring the CPU
+// library's (runtime/kernels/src/detail.h), grid-stride indices, and
+// IndexMap, which maps the flat row-major index of an output to offsets
+// into N operands through per-axis strides (0 on broadcast axes).
 #ifndef PIPEC_CUDA_KERNELS_INDEX_MAP_CUH
 #define PIPEC_CUDA_KERNELS_INDEX_MAP_CUH
 

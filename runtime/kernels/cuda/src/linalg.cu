@@ -15,7 +15,7 @@ namespace {
 __global__ void scaleMatricesKernel(float *C, int64_t M, int64_t N, int64_t ldc, int64_t strideC,
                                     int64_t batch, float beta) {
   const int64_t per = M * N, total = batch * per;
-  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+  for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t b = i / per, r = i - b * per, m = r / N, n = r - m * N;
     float &c = C[b * strideC + m * ldc + n];
     c = beta == 0.0f ? 0.0f : beta * c;
@@ -31,7 +31,7 @@ struct ExpandMap {
 };
 
 __global__ void expandKernel(const float *x, float *y, int64_t n, ExpandMap m) {
-  for (int64_t i = globalThread(); i < n; i += globalThreads()) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) {
     int64_t rest = i, off = 0;
     for (int a = m.rank - 1; a >= 0; --a) {
       const int64_t q = rest / m.dims[a];

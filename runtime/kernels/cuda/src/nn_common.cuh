@@ -1,52 +1,24 @@
 // Helpers shared by the linear-algebra, convolution, normalization, pooling
 // and softmax kernels (linalg.cu, conv.cu, norm.cu, pool.cu, softmax.cu):
-// host-side shape checks mirroring the CPU library's
-// (runtime/kernels/src/detail.h), deterministic block reductions, and the
+// stream-ordered scratch buffers, deterministic block reductions, and the
 // two ways a kernel walks "segments" (a row of classes, a normalized row):
-// one block per segment or one thread per segment.
+// one block per segment or one thread per segment. The host-side shape
+// checks and the grid-stride indices are index_map.cuh's.
 #ifndef PIPEC_CUDA_KERNELS_NN_COMMON_CUH
 #define PIPEC_CUDA_KERNELS_NN_COMMON_CUH
 
 #include "detail.cuh"
-
-#include <string>
+#include "index_map.cuh"
 
 namespace pipec::kernels::cuda::nn {
 
+using detail::broadcastsTo;
+using detail::checkRank;
 using detail::fail;
-
-//===----------------------------------------------------------------------===//
-// Host-side checks (as runtime/kernels/src/detail.h)
-//===----------------------------------------------------------------------===//
-
-inline void checkRank(const char *op, const Shape &s, int atLeast, const char *what) {
-  if (s.size < atLeast || s.size > kMaxRank)
-    fail(op, std::string(what) + " " + s.str() + " needs rank in [" + std::to_string(atLeast) + ", " +
-                 std::to_string(kMaxRank) + "]");
-  for (int i = 0; i < s.size; ++i)
-    if (s.v[i] < 0) fail(op, std::string(what) + " " + s.str() + " has a negative dimension");
-}
-
-inline int64_t normalizeAxis(const char *op, int64_t axis, int rank) {
-  if (axis < -rank || axis >= rank)
-    fail(op, "axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
-  return axis < 0 ? axis + rank : axis;
-}
-
-inline int64_t productOf(const Shape &s, int from, int to) {
-  int64_t n = 1;
-  for (int i = from; i < to; ++i) n *= s.v[i];
-  return n;
-}
-
-/// Does `in` broadcast to exactly `out`?
-inline bool broadcastsTo(const Shape &in, const Shape &out) {
-  if (in.size > out.size) return false;
-  const int lead = out.size - in.size;
-  for (int i = 0; i < in.size; ++i)
-    if (in.v[i] != 1 && in.v[i] != out.v[i + lead]) return false;
-  return true;
-}
+using detail::firstIndex;
+using detail::gridStride;
+using detail::normalizeAxis;
+using detail::productOf;
 
 /// Stream-ordered scratch memory for one kernel call; nothing allocated
 /// (a null pointer) for 0 bytes.
@@ -122,11 +94,6 @@ template <class T, class Op> __device__ T blockReduce(T v, Op op) {
 
 template <class T> __device__ __forceinline__ T blockSum(T v) { return blockReduce(v, SumOp{}); }
 
-__device__ __forceinline__ int64_t globalThread() {
-  return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ int64_t globalThreads() { return (int64_t)gridDim.x * blockDim.x; }
-
 //===----------------------------------------------------------------------===//
 // Device: segment walks
 //===----------------------------------------------------------------------===//
@@ -143,8 +110,8 @@ struct BlockLanes {
 };
 /// One thread per segment: a single lane, reductions are the identity.
 struct ThreadLanes {
-  __device__ static int64_t first() { return globalThread(); }
-  __device__ static int64_t step() { return globalThreads(); }
+  __device__ static int64_t first() { return firstIndex(); }
+  __device__ static int64_t step() { return gridStride(); }
   __device__ static int64_t lane() { return 0; }
   __device__ static int64_t lanes() { return 1; }
   __device__ static bool leader() { return true; }

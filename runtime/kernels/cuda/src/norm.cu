@@ -110,7 +110,7 @@ __global__ void batchNormGradTrainingKernel(const float *dy, const float *x, Cha
 __global__ void batchNormGradInferenceKernel(const float *dy, ChannelView v, const float *scale,
                                              const float *runningVar, float *dx, float epsilon) {
   const int64_t total = v.N * v.C * v.inner;
-  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+  for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t c = (i / v.inner) % v.C;
     const float a = (float)(scale[c] / sqrt((double)runningVar[c] + (double)epsilon));
     dx[i] = dy[i] * a;
@@ -244,7 +244,7 @@ __global__ void layerNormPartialKernel(const float *dy, const float *x, const fl
                                        int64_t rows, int64_t inner, int64_t rowsPerChunk, int64_t chunks,
                                        double *partialScale, double *partialBias) {
   const int64_t total = chunks * inner;
-  for (int64_t t = globalThread(); t < total; t += globalThreads()) {
+  for (int64_t t = firstIndex(); t < total; t += gridStride()) {
     const int64_t k = t / inner, i = t - k * inner;
     const int64_t r0 = k * rowsPerChunk, r1 = r0 + rowsPerChunk < rows ? r0 + rowsPerChunk : rows;
     double s = 0, b = 0;
@@ -272,7 +272,7 @@ struct SumDown {
 /// of partial[k, q].
 __global__ void layerNormFinishKernel(const double *partialScale, const double *partialBias, int64_t chunks,
                                       int64_t inner, SumDown m, int64_t outCount, float *dscale, float *dbias) {
-  for (int64_t j = globalThread(); j < outCount; j += globalThreads()) {
+  for (int64_t j = firstIndex(); j < outCount; j += gridStride()) {
     int64_t base = 0;
     {
       int64_t rest = j;

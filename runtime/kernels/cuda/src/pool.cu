@@ -154,7 +154,7 @@ template <class F> __device__ void forEachInRange(const PoolGeom &g, const Outpu
 
 __global__ void maxPoolKernel(PoolGeom g, const float *x, float *y) {
   const int64_t total = g.planes * g.outSize;
-  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+  for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t p = i / g.outSize, o = i - p * g.outSize;
     const float *xp = x + p * g.inSize;
     Window w;
@@ -172,7 +172,7 @@ __global__ void maxPoolKernel(PoolGeom g, const float *x, float *y) {
 /// with no position inside the input), as the CPU gradient picks it.
 __global__ void maxPoolArgKernel(PoolGeom g, const float *x, int64_t *args) {
   const int64_t total = g.planes * g.outSize;
-  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+  for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t p = i / g.outSize, o = i - p * g.outSize;
     const float *xp = x + p * g.inSize;
     Window w;
@@ -193,7 +193,7 @@ __global__ void maxPoolArgKernel(PoolGeom g, const float *x, int64_t *args) {
 /// dx[p, q] = Σ dy[p, o] over the windows o (row-major) whose first maximum is q.
 __global__ void maxPoolGradKernel(PoolGeom g, const float *dy, const int64_t *args, float *dx) {
   const int64_t total = g.planes * g.inSize;
-  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+  for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t p = i / g.inSize, q = i - p * g.inSize;
     const float *dyp = dy + p * g.outSize;
     const int64_t *argp = args + p * g.outSize;
@@ -209,7 +209,7 @@ __global__ void maxPoolGradKernel(PoolGeom g, const float *dy, const int64_t *ar
 
 __global__ void averagePoolKernel(PoolGeom g, const float *x, float *y, bool countIncludePad) {
   const int64_t total = g.planes * g.outSize;
-  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+  for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t p = i / g.outSize, o = i - p * g.outSize;
     const float *xp = x + p * g.inSize;
     Window w;
@@ -224,7 +224,7 @@ __global__ void averagePoolKernel(PoolGeom g, const float *x, float *y, bool cou
 /// contain q.
 __global__ void averagePoolGradKernel(PoolGeom g, const float *dy, float *dx, bool countIncludePad) {
   const int64_t total = g.planes * g.inSize;
-  for (int64_t i = globalThread(); i < total; i += globalThreads()) {
+  for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t p = i / g.inSize, q = i - p * g.inSize;
     const float *dyp = dy + p * g.outSize;
     float sum = 0.0f;
