@@ -1,0 +1,677 @@
+// cuda-kernels-emulated: every public kernel of pipec's CUDA library
+// (runtime/kernels/cuda, pipec/cuda_kernels.h) against the CPU library
+// (pipec/cpu_kernels.h) on random and edge-case shapes, with the CUDA sources
+// translated by prep.py and run on the host under emu.h (no GPU, no nvcc).
+//
+// What it proves: the kernels' indexing, grid-stride loops, launch
+// configurations (grid/block limits are checked), block reductions
+// (__syncthreads and __shfl_down_sync really wait; blocks and threads run in
+// orders that vary by launch and block, so a missing barrier shows as a wrong
+// result and a divergent or partial one aborts), the host-side plans
+// (broadcasting, axes, empty tensors, cuBLAS argument checks and transposes), device error flags, that all work goes to
+// the scope's stream (inc/cuda_runtime.h aborts otherwise), and that no kernel
+// reads scratch it did not write (cudaMallocAsync memory is NaN-filled).
+//
+// What it cannot: real warp scheduling and memory ordering (threads of a block
+// interleave only at barriers, so races between barriers and missing
+// __syncwarp/fences go unseen), FMA contraction and the device's math
+// library (everything is host float, -ffp-contract=off), TF32/BF16 numerics
+// (the fake cuBLAS computes in double), real device memory (no coalescing,
+// alignment, out-of-bounds faults beyond what the host would see), and
+// timing. A GPU run of the library is still the final word.
+//
+// usage: cuda_kernels_emulated_test [group]   (group: empty, elementwise, ...)
+#include "pipec/cuda_kernels.h"
+#include "pipec/cpu_kernels.h"
+#include "cuda_runtime.h"
+#include "emu.h"
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace pk = pipec::kernels;
+namespace pc = pipec::kernels::cuda;
+using pk::Dims;
+using pk::Shape;
+
+static std::mt19937_64 rng(12345);
+static int failures = 0, checks = 0;
+static std::string ctx;
+
+static std::vector<float> randv(int64_t n, float lo = -2, float hi = 2) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v((size_t)n);
+  for (auto &x : v) x = d(rng);
+  return v;
+}
+static int64_t ri(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
+
+template <class T>
+static void cmp(const std::vector<T> &cpu, const std::vector<T> &gpu, double tol, const char *what) {
+  ++checks;
+  if (cpu.size() != gpu.size()) { std::printf("FAIL %s %s: size\n", ctx.c_str(), what); ++failures; return; }
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double a = (double)cpu[i], b = (double)gpu[i];
+    const bool bothNan = std::isnan(a) && std::isnan(b);
+    if (bothNan) continue;
+    if (std::isinf(a) && a == b) continue;
+    if (!(std::fabs(a - b) <= tol * (1 + std::fabs(a)))) {
+      std::printf("FAIL %s %s: [%zu] cpu %.9g gpu %.9g (n=%zu)\n", ctx.c_str(), what, i, a, b, cpu.size());
+      ++failures;
+      return;
+    }
+  }
+}
+
+// Expect a thrown error (either side)
+template <class F> static bool throws(F f) { try { f(); } catch (const pk::KernelError &) { return true; } return false; }
+
+static Shape randShape(int rank, int64_t maxDim) { Shape s; for (int i = 0; i < rank; ++i) s.push(ri(1, maxDim)); return s; }
+static Shape bcastOf(const Shape &s) { // random broadcast-compatible shape
+  Shape r; int drop = (int)ri(0, s.size);
+  for (int i = drop; i < s.size; ++i) r.push(ri(0, 2) == 0 ? 1 : s.v[i]);
+  return r;
+}
+
+static void testElementwise() {
+  for (int it = 0; it < 60; ++it) {
+    Shape os = randShape((int)ri(0, 4), 5);
+    Shape as = ri(0, 1) ? os : bcastOf(os), bs = bcastOf(os);
+    if (ri(0, 1)) std::swap(as, bs);
+    Shape rs = pk::broadcastShape(as, bs);
+    auto a = randv(as.numel(), 0.1f, 2), b = randv(bs.numel(), -2, 2);
+    for (int op = 0; op < 5; ++op) {
+      ctx = "binary op " + std::to_string(op) + " " + as.str() + bs.str();
+      std::vector<float> c(rs.numel()), g(rs.numel());
+      pk::binary((pk::Binary)op, a.data(), as, b.data(), bs, c.data());
+      pc::binary((pk::Binary)op, a.data(), as, b.data(), bs, g.data());
+      cmp(c, g, 1e-6, "out");
+    }
+    std::vector<int64_t> ia(as.numel()), ib(bs.numel());
+    for (auto &x : ia) x = ri(-50, 50);
+    for (auto &x : ib) { x = ri(-5, 5); if (!x) x = 3; }
+    for (int op = 0; op < 4; ++op) {
+      ctx = "ibinary op " + std::to_string(op);
+      std::vector<int64_t> c(rs.numel()), g(rs.numel());
+      pk::binary((pk::Binary)op, ia.data(), as, ib.data(), bs, c.data());
+      pc::binary((pk::Binary)op, ia.data(), as, ib.data(), bs, g.data());
+      cmp(c, g, 0, "out");
+    }
+    { // equal / where
+      std::vector<float> ea(as.numel()), eb(bs.numel());
+      for (auto &x : ea) x = (float)ri(0, 2);
+      for (auto &x : eb) x = (float)ri(0, 2);
+      std::vector<uint8_t> c(rs.numel()), g(rs.numel());
+      ctx = "equal";
+      pk::equal(ea.data(), as, eb.data(), bs, c.data());
+      pc::equal(ea.data(), as, eb.data(), bs, g.data());
+      cmp(c, g, 0, "eq");
+      Shape cs = bcastOf(rs);
+      std::vector<uint8_t> cond(cs.numel());
+      for (auto &x : cond) x = (uint8_t)ri(0, 1);
+      Shape ws = pk::broadcastShape(cs, rs);
+      std::vector<float> wc(ws.numel()), wg(ws.numel());
+      ctx = "where";
+      pk::where(cond.data(), cs, a.data(), as, b.data(), bs, wc.data());
+      pc::where(cond.data(), cs, a.data(), as, b.data(), bs, wg.data());
+      cmp(wc, wg, 0, "where");
+    }
+    { // binaryGrad
+      for (int op = 0; op < 4; ++op) {
+        ctx = "binaryGrad " + std::to_string(op) + as.str() + bs.str();
+        auto dy = randv(rs.numel());
+        std::vector<float> c(rs.numel()), g(rs.numel());
+        pk::binaryGrad((pk::BinaryGrad)op, dy.data(), a.data(), as, b.data(), bs, c.data());
+        pc::binaryGrad((pk::BinaryGrad)op, dy.data(), a.data(), as, b.data(), bs, g.data());
+        cmp(c, g, 1e-5, "dx");
+      }
+    }
+  }
+  for (int op = 0; op < 7; ++op) {
+    int64_t n = ri(1, 3000);
+    auto x = randv(n, op == 4 ? 0.f : -3.f, 3), dy = randv(n);
+    std::vector<float> c(n), g(n), dc(n), dg(n);
+    ctx = "unary " + std::to_string(op);
+    pk::unary((pk::Unary)op, x.data(), n, c.data());
+    pc::unary((pk::Unary)op, x.data(), n, g.data());
+    cmp(c, g, 1e-6, "y");
+    pk::unaryGrad((pk::Unary)op, dy.data(), x.data(), c.data(), n, dc.data());
+    pc::unaryGrad((pk::Unary)op, dy.data(), x.data(), c.data(), n, dg.data());
+    cmp(dc, dg, 1e-5, "dx");
+  }
+  {
+    int64_t n = 777;
+    auto x = randv(n, -300, 300);
+    std::vector<int32_t> c(n), g(n);
+    ctx = "cast";
+    pk::cast(x.data(), n, c.data());
+    pc::cast(x.data(), n, g.data());
+    cmp(c, g, 0, "cast f->i32");
+    std::vector<uint8_t> c8(n), g8(n);
+    pk::cast(x.data(), n, c8.data());
+    pc::cast(x.data(), n, g8.data());
+    cmp(c8, g8, 0, "cast f->u8");
+  }
+  for (int t = 0; t < 2; ++t) {
+    int64_t n = 5000;
+    auto x = randv(n), dy = randv(n);
+    std::vector<float> c(n), g(n), dc(n), dg(n);
+    std::vector<uint8_t> mc(n), mg(n);
+    ctx = "dropout";
+    pk::dropout(x.data(), n, c.data(), mc.data(), 0.3f, t, 777);
+    pc::dropout(x.data(), n, g.data(), mg.data(), 0.3f, t, 777);
+    cmp(c, g, 0, "y");
+    cmp(mc, mg, 0, "mask");
+    pk::dropoutGrad(dy.data(), mc.data(), n, dc.data(), 0.3f, t);
+    pc::dropoutGrad(dy.data(), mg.data(), n, dg.data(), 0.3f, t);
+    cmp(dc, dg, 0, "dx");
+  }
+}
+
+static void testMovement() {
+  for (int it = 0; it < 40; ++it) {
+    Shape ds = randShape((int)ri(1, 4), 5);
+    int axis = (int)ri(0, ds.size - 1);
+    Shape is = randShape((int)ri(0, 2), 4);
+    std::vector<int64_t> idx(is.numel());
+    for (auto &x : idx) x = ri(-ds.v[axis], ds.v[axis] - 1);
+    Shape os;
+    for (int i = 0; i < axis; ++i) os.push(ds.v[i]);
+    for (int i = 0; i < is.size; ++i) os.push(is.v[i]);
+    for (int i = axis + 1; i < ds.size; ++i) os.push(ds.v[i]);
+    auto d = randv(ds.numel());
+    std::vector<float> c(os.numel()), g(os.numel());
+    ctx = "gather " + ds.str() + is.str() + " axis " + std::to_string(axis);
+    pk::gather(d.data(), ds, idx.data(), is, axis - (int)ri(0, 1) * ds.size, c.data());
+    pc::gather(d.data(), ds, idx.data(), is, axis, g.data());
+    cmp(c, g, 0, "out");
+    auto dy = randv(os.numel());
+    std::vector<float> dc(ds.numel()), dg(ds.numel());
+    pk::gatherGrad(dy.data(), idx.data(), is, axis, dc.data(), ds);
+    pc::gatherGrad(dy.data(), idx.data(), is, axis, dg.data(), ds);
+    cmp(dc, dg, 1e-6, "dx");
+    // transpose
+    Dims perm;
+    for (int i = 0; i < ds.size; ++i) perm.push(i);
+    std::shuffle(perm.v, perm.v + perm.size, rng);
+    std::vector<float> tc(ds.numel()), tg(ds.numel());
+    ctx = "transpose";
+    pk::transpose(d.data(), ds, perm, tc.data());
+    pc::transpose(d.data(), ds, perm, tg.data());
+    cmp(tc, tg, 0, "y");
+    // concat/split
+    int cnt = (int)ri(1, 3);
+    std::vector<Shape> shapes;
+    std::vector<std::vector<float>> ins;
+    std::vector<const float *> ptrs;
+    Dims sizes;
+    int64_t tot = 0;
+    for (int i = 0; i < cnt; ++i) {
+      Shape s = ds;
+      s.v[axis] = ri(0, 3);
+      sizes.push(s.v[axis]);
+      tot += s.v[axis];
+      shapes.push_back(s);
+      ins.push_back(randv(s.numel()));
+    }
+    for (auto &v : ins) ptrs.push_back(v.data());
+    Shape cs = ds;
+    cs.v[axis] = tot;
+    std::vector<float> cc(cs.numel()), cg(cs.numel());
+    ctx = "concat";
+    pk::concat(ptrs.data(), shapes.data(), cnt, axis, cc.data());
+    pc::concat(ptrs.data(), shapes.data(), cnt, axis, cg.data());
+    cmp(cc, cg, 0, "y");
+    std::vector<std::vector<float>> oc, og;
+    std::vector<float *> pcs, pgs;
+    for (auto &s : shapes) { oc.emplace_back(s.numel()); og.emplace_back(s.numel()); }
+    for (int i = 0; i < cnt; ++i) { pcs.push_back(oc[i].data()); pgs.push_back(og[i].data()); }
+    ctx = "split";
+    pk::split(cc.data(), cs, axis, sizes, pcs.data());
+    pc::split(cc.data(), cs, axis, sizes, pgs.data());
+    for (int i = 0; i < cnt; ++i) cmp(oc[i], og[i], 0, "piece");
+    // slice
+    Dims st, en, sp;
+    for (int a = 0; a < ds.size; ++a) {
+      int64_t dim = ds.v[a], step = ri(1, 3) * (ri(0, 1) ? 1 : -1);
+      if (step > 0) { int64_t s0 = ri(0, dim), e0 = ri(0, dim); st.push(s0); en.push(e0); }
+      else { int64_t s0 = ri(-1, dim - 1), e0 = ri(-1, dim - 1); st.push(s0); en.push(e0); }
+      sp.push(step);
+    }
+    Shape ss = pk::sliceShape(ds, st, en, sp);
+    std::vector<float> sc(ss.numel()), sg(ss.numel());
+    ctx = "slice " + ds.str() + st.str() + en.str() + sp.str();
+    pk::slice(d.data(), ds, st, en, sp, sc.data());
+    pc::slice(d.data(), ds, st, en, sp, sg.data());
+    cmp(sc, sg, 0, "y");
+    auto sdy = randv(ss.numel());
+    std::vector<float> sdc(ds.numel()), sdg(ds.numel());
+    pk::sliceGrad(sdy.data(), sdc.data(), ds, st, en, sp);
+    pc::sliceGrad(sdy.data(), sdg.data(), ds, st, en, sp);
+    cmp(sdc, sdg, 0, "dx");
+    // pad
+    Dims pads;
+    Shape ps;
+    for (int a = 0; a < 2 * ds.size; ++a) pads.push(ri(0, 2));
+    for (int a = 0; a < ds.size; ++a) ps.push(ds.v[a] + pads.v[a] + pads.v[a + ds.size]);
+    std::vector<float> pcv(ps.numel()), pgv(ps.numel());
+    ctx = "pad";
+    pk::pad(d.data(), ds, pads, 1.5f, pcv.data());
+    pc::pad(d.data(), ds, pads, 1.5f, pgv.data());
+    cmp(pcv, pgv, 0, "y");
+    // expand
+    Shape xs = bcastOf(ds);
+    auto xv = randv(xs.numel());
+    std::vector<float> ec(ds.numel()), eg(ds.numel());
+    ctx = "expand";
+    pk::expand(xv.data(), xs, ec.data(), ds);
+    pc::expand(xv.data(), xs, eg.data(), ds);
+    cmp(ec, eg, 0, "y");
+  }
+}
+
+static void testReduce2() {
+  std::vector<std::pair<Shape, Dims>> cases = {{Shape{3, 300}, Dims{1}}, {Shape{300, 5}, Dims{0}}, {Shape{2, 20, 30}, Dims{1, 2}},
+      {Shape{2000, 300}, Dims{0}}, {Shape{1100, 260}, Dims{1}}, {Shape{4, 300, 3}, Dims{1}}, {Shape{20, 20, 3}, Dims{0, 1}}, {Shape{300}, Dims{}}};
+  for (auto &[xs, axes] : cases) {
+    Shape ys = xs; for (int i = 0; i < axes.size; ++i) ys.v[axes.v[i]] = 1;
+    if (axes.size == 0) for (int a = 0; a < xs.size; ++a) ys.v[a] = 1;
+    auto x = randv(xs.numel());
+    std::vector<float> c(ys.numel()), g(ys.numel());
+    ctx = "reduceMean2 " + xs.str() + axes.str();
+    pk::reduceMean(x.data(), xs, axes, c.data());
+    pc::reduceMean(x.data(), xs, axes, g.data());
+    cmp(c, g, 1e-6, "y");
+  }
+}
+
+static void testReduce() {
+  for (int it = 0; it < 60; ++it) {
+    int rank = (int)ri(0, 4);
+    Shape xs = randShape(rank, it % 3 == 0 ? 40 : 6);
+    if (it % 7 == 0 && rank) xs.v[ri(0, rank - 1)] = 1;
+    Dims axes;
+    for (int a = 0; a < rank; ++a) if (ri(0, 1)) axes.push(a);
+    Shape ys;
+    for (int a = 0; a < rank; ++a) { bool r = false; for (int i = 0; i < axes.size; ++i) r |= axes.v[i] == a; ys.push(r ? 1 : xs.v[a]); }
+    auto x = randv(xs.numel());
+    std::vector<float> c(ys.numel()), g(ys.numel());
+    ctx = "reduceSum " + xs.str() + axes.str();
+    pk::reduceSum(x.data(), xs, axes, c.data());
+    pc::reduceSum(x.data(), xs, axes, g.data());
+    cmp(c, g, 1e-6, "y");
+    Shape ms = ys;
+    if (axes.size == 0) for (int a = 0; a < rank; ++a) ms.v[a] = 1;
+    std::vector<float> mc(ms.numel()), mg(ms.numel());
+    ctx = "reduceMean " + xs.str() + axes.str();
+    pk::reduceMean(x.data(), xs, axes, mc.data());
+    pc::reduceMean(x.data(), xs, axes, mg.data());
+    cmp(mc, mg, 1e-6, "y");
+  }
+}
+
+static void testSoftmax() {
+  std::vector<Shape> shapes = {Shape{4, 7}, Shape{3, 600}, Shape{2, 5, 3}, Shape{3, 1100, 2}, Shape{2, 3, 4, 5}, Shape{2100, 3}, Shape{5, 3, 1000}, Shape{1, 1}};
+  for (auto &xs : shapes)
+    for (int axis = -xs.size; axis < xs.size; ++axis) {
+      auto x = randv(xs.numel(), -5, 5), dy = randv(xs.numel());
+      std::vector<float> c(xs.numel()), g(xs.numel()), dc(xs.numel()), dg(xs.numel());
+      ctx = "softmax " + xs.str() + " axis " + std::to_string(axis);
+      pk::softmax(x.data(), xs, axis, c.data());
+      pc::softmax(x.data(), xs, axis, g.data());
+      cmp(c, g, 1e-6, "y");
+      pk::softmaxGrad(dy.data(), c.data(), xs, axis, dc.data());
+      pc::softmaxGrad(dy.data(), c.data(), xs, axis, dg.data());
+      cmp(dc, dg, 1e-5, "dx");
+    }
+  std::vector<Shape> ls = {Shape{8, 5}, Shape{3, 700}, Shape{2, 4, 3}, Shape{3, 4, 700}, Shape{2, 3, 2, 2}, Shape{0, 3}};
+  for (auto &ss : ls)
+    for (int red = 0; red < 3; ++red)
+      for (int variant = 0; variant < 4; ++variant) {
+        const int64_t C = ss.v[1];
+        Shape lshape{ss.v[0]};
+        for (int a = 2; a < ss.size; ++a) lshape.push(ss.v[a]);
+        auto s = randv(ss.numel(), -4, 4);
+        std::vector<int64_t> lab(lshape.numel());
+        for (auto &l : lab) l = ri(0, C - 1);
+        std::optional<int64_t> ign;
+        if (variant & 1) { ign = 1; for (auto &l : lab) if (ri(0, 2) == 0) l = 1; }
+        std::vector<float> w;
+        if (variant & 2) w = randv(C, 0.1f, 2);
+        const float *wp = w.empty() ? nullptr : w.data();
+        const int64_t ln = red == 0 ? lshape.numel() : 1;
+        std::vector<float> lc(ln), lg(ln), pc_(ss.numel()), pg(ss.numel());
+        ctx = "sce " + ss.str() + " red " + std::to_string(red) + " var " + std::to_string(variant);
+        pk::softmaxCrossEntropyLoss(s.data(), ss, lab.data(), wp, (pk::Reduction)red, ign, lc.data(), pc_.data());
+        pc::softmaxCrossEntropyLoss(s.data(), ss, lab.data(), wp, (pk::Reduction)red, ign, lg.data(), pg.data());
+        cmp(lc, lg, 1e-5, "loss");
+        cmp(pc_, pg, 1e-6, "logprob");
+        auto dl = randv(ln);
+        std::vector<float> dc(ss.numel()), dg(ss.numel());
+        pk::softmaxCrossEntropyLossGrad(dl.data(), s.data(), ss, lab.data(), wp, (pk::Reduction)red, ign, dc.data());
+        pc::softmaxCrossEntropyLossGrad(dl.data(), s.data(), ss, lab.data(), wp, (pk::Reduction)red, ign, dg.data());
+        cmp(dc, dg, 1e-5, "dscores");
+      }
+}
+
+static void testNorm() {
+  std::vector<Shape> shapes = {Shape{2, 3}, Shape{4, 3, 5}, Shape{2, 5, 3, 4}, Shape{3, 2, 700}, Shape{1, 4, 1, 1}};
+  for (auto &xs : shapes)
+    for (int training = 0; training < 2; ++training) {
+      const int64_t C = xs.v[1];
+      auto x = randv(xs.numel()), sc = randv(C), bi = randv(C), rm = randv(C), rv = randv(C, 0.5, 2), dy = randv(xs.numel());
+      std::vector<float> yc(xs.numel()), yg(xs.numel()), nmc(C), nvc(C), nmg(C), nvg(C);
+      ctx = "batchNorm " + xs.str() + " training " + std::to_string(training);
+      pk::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yc.data(), nmc.data(), nvc.data(), 1e-5f, 0.9f, training);
+      pc::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yg.data(), nmg.data(), nvg.data(), 1e-5f, 0.9f, training);
+      cmp(yc, yg, 1e-5, "y");
+      cmp(nmc, nmg, 1e-6, "mean");
+      cmp(nvc, nvg, 1e-6, "var");
+      // in-place running stats
+      auto rm2 = rm, rv2 = rv;
+      pc::batchNorm(x.data(), xs, sc.data(), bi.data(), rm2.data(), rv2.data(), yg.data(), rm2.data(), rv2.data(), 1e-5f, 0.9f, training);
+      cmp(nmc, rm2, 1e-6, "mean inplace");
+      cmp(nvc, rv2, 1e-6, "var inplace");
+      std::vector<float> dc(xs.numel()), dg(xs.numel());
+      pk::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dc.data(), 1e-5f, training);
+      pc::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dg.data(), 1e-5f, training);
+      cmp(dc, dg, 1e-4, "dx");
+      std::vector<float> dsc(C), dbc(C), dsg(C), dbg(C);
+      pk::batchNormParamGrad(dy.data(), x.data(), xs, rm.data(), rv.data(), dsc.data(), dbc.data(), 1e-5f, training);
+      pc::batchNormParamGrad(dy.data(), x.data(), xs, rm.data(), rv.data(), dsg.data(), dbg.data(), 1e-5f, training);
+      cmp(dsc, dsg, 1e-5, "dscale");
+      cmp(dbc, dbg, 1e-5, "dbias");
+    }
+  std::vector<Shape> lshapes = {Shape{4, 6}, Shape{2, 3, 5}, Shape{3, 700}, Shape{50, 4, 3}, Shape{7}};
+  for (auto &xs : lshapes)
+    for (int axis = -xs.size; axis < xs.size; ++axis) {
+      const int a = axis < 0 ? axis + xs.size : axis;
+      Shape ns(xs.v + a, xs.size - a);
+      for (int pv = 0; pv < 3; ++pv) {
+        Shape ps = pv == 0 ? ns : bcastOf(ns);
+        auto x = randv(xs.numel()), g = randv(ps.numel()), b = randv(ps.numel()), dy = randv(xs.numel());
+        const int64_t rows = pk::Shape(xs.v, a).numel();
+        std::vector<float> yc(xs.numel()), yg(xs.numel()), mc(rows), mg(rows), ic(rows), ig(rows);
+        ctx = "layerNorm " + xs.str() + " axis " + std::to_string(axis) + " ps " + ps.str();
+        pk::layerNorm(x.data(), xs, g.data(), ps, b.data(), ps, yc.data(), mc.data(), ic.data(), axis, 1e-5f);
+        pc::layerNorm(x.data(), xs, g.data(), ps, b.data(), ps, yg.data(), mg.data(), ig.data(), axis, 1e-5f);
+        cmp(yc, yg, 1e-4, "y");
+        cmp(mc, mg, 1e-5, "mean");
+        cmp(ic, ig, 1e-4, "invstd");
+        std::vector<float> dc(xs.numel()), dg(xs.numel());
+        pk::layerNormGrad(dy.data(), x.data(), xs, g.data(), ps, dc.data(), axis, 1e-5f);
+        pc::layerNormGrad(dy.data(), x.data(), xs, g.data(), ps, dg.data(), axis, 1e-5f);
+        cmp(dc, dg, 1e-3, "dx");
+        std::vector<float> dsc(ps.numel()), dbc(ps.numel()), dsg(ps.numel()), dbg(ps.numel());
+        pk::layerNormParamGrad(dy.data(), x.data(), xs, ps, dsc.data(), dbc.data(), axis, 1e-5f);
+        pc::layerNormParamGrad(dy.data(), x.data(), xs, ps, dsg.data(), dbg.data(), axis, 1e-5f);
+        cmp(dsc, dsg, 1e-4, "dscale");
+        cmp(dbc, dbg, 1e-4, "dbias");
+      }
+    }
+}
+
+static void testLinalg() {
+  for (int it = 0; it < 40; ++it) {
+    int64_t M = ri(1, 6), N = ri(1, 6), K = ri(it % 10 == 0 ? 0 : 1, 6);
+    bool ta = ri(0, 1), tb = ri(0, 1);
+    auto A = randv(M * K), B = randv(K * N);
+    Shape ys{M, N};
+    Shape cs = bcastOf(ys);
+    auto C = randv(cs.numel());
+    float alpha = 0.7f, beta = ri(0, 1) ? 0.0f : 1.3f;
+    bool useC = ri(0, 1);
+    std::vector<float> yc(M * N), yg(M * N, NAN);
+    ctx = "gemm M" + std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K) + " ta" + std::to_string(ta) + " tb" + std::to_string(tb);
+    pk::gemm(A.data(), B.data(), useC ? C.data() : nullptr, cs, yc.data(), M, N, K, ta, tb, alpha, beta);
+    pc::gemm(A.data(), B.data(), useC ? C.data() : nullptr, cs, yg.data(), M, N, K, ta, tb, alpha, beta);
+    cmp(yc, yg, 1e-5, "y");
+  }
+  std::vector<std::pair<Shape, Shape>> mm = {
+      {Shape{3, 4}, Shape{4, 5}}, {Shape{4}, Shape{4, 5}}, {Shape{3, 4}, Shape{4}}, {Shape{4}, Shape{4}},
+      {Shape{2, 3, 4}, Shape{4, 5}}, {Shape{2, 3, 4}, Shape{2, 4, 5}}, {Shape{3, 4}, Shape{2, 4, 5}},
+      {Shape{2, 1, 3, 4}, Shape{3, 4, 5}}, {Shape{1, 2, 3, 4}, Shape{2, 1, 4, 5}}, {Shape{2, 3, 0}, Shape{0, 5}},
+      {Shape{4}, Shape{2, 4, 5}}, {Shape{2, 3, 4}, Shape{4}}, {Shape{3, 2, 3, 4}, Shape{1, 4, 5}}};
+  for (auto &[as, bs] : mm) {
+    Shape ys = pk::matmulShape(as, bs);
+    auto A = randv(as.numel()), B = randv(bs.numel());
+    std::vector<float> yc(ys.numel()), yg(ys.numel(), NAN);
+    ctx = "matmul " + as.str() + bs.str();
+    pk::matmul(A.data(), as, B.data(), bs, yc.data());
+    pc::matmul(A.data(), as, B.data(), bs, yg.data());
+    cmp(yc, yg, 1e-5, "y");
+  }
+}
+
+static void testConv() {
+  struct Case { Shape xs, ws; Dims s, p, d; int64_t g; };
+  std::vector<Case> cases = {
+      {Shape{2, 3, 7}, Shape{4, 3, 3}, Dims{1}, Dims{1, 1}, Dims{1}, 1},
+      {Shape{2, 4, 9}, Shape{6, 2, 3}, Dims{2}, Dims{0, 2}, Dims{2}, 2},
+      {Shape{2, 3, 6, 5}, Shape{4, 3, 3, 2}, Dims{1, 2}, Dims{1, 0, 2, 1}, Dims{1, 1}, 1},
+      {Shape{3, 4, 5, 5}, Shape{4, 1, 3, 3}, Dims{2, 1}, Dims{1, 1, 1, 1}, Dims{2, 1}, 4},
+      {Shape{2, 4, 5, 5}, Shape{6, 4, 1, 1}, Dims{1, 1}, Dims{0, 0, 0, 0}, Dims{1, 1}, 1},
+      {Shape{2, 4, 5, 5}, Shape{6, 2, 1, 1}, Dims{1, 1}, Dims{0, 0, 0, 0}, Dims{1, 1}, 2},
+      {Shape{1, 2, 4, 3, 5}, Shape{2, 2, 2, 2, 3}, Dims{1, 2, 1}, Dims{0, 1, 1, 1, 0, 1}, Dims{1, 1, 2}, 1},
+      {Shape{5, 6, 4}, Shape{6, 2, 2}, Dims{3}, Dims{2, 2}, Dims{3}, 3},
+  };
+  for (auto &c : cases) {
+    Shape ys = pk::convOutputShape(c.xs, c.ws, c.s, c.p, c.d);
+    auto x = randv(c.xs.numel()), w = randv(c.ws.numel()), b = randv(c.ws.v[0]), dy = randv(ys.numel());
+    std::vector<float> yc(ys.numel()), yg(ys.numel(), NAN);
+    ctx = "conv " + c.xs.str() + c.ws.str();
+    pk::conv(x.data(), c.xs, w.data(), c.ws, b.data(), yc.data(), c.s, c.p, c.d, c.g);
+    pc::conv(x.data(), c.xs, w.data(), c.ws, b.data(), yg.data(), c.s, c.p, c.d, c.g);
+    cmp(yc, yg, 1e-5, "y");
+    std::vector<float> dxc(c.xs.numel()), dxg(c.xs.numel(), NAN);
+    pk::convInputGrad(dy.data(), ys, w.data(), c.ws, dxc.data(), c.xs, c.s, c.p, c.d, c.g);
+    pc::convInputGrad(dy.data(), ys, w.data(), c.ws, dxg.data(), c.xs, c.s, c.p, c.d, c.g);
+    cmp(dxc, dxg, 1e-5, "dx");
+    std::vector<float> dwc(c.ws.numel()), dwg(c.ws.numel(), NAN);
+    pk::convWeightGrad(dy.data(), ys, x.data(), c.xs, dwc.data(), c.ws, c.s, c.p, c.d, c.g);
+    pc::convWeightGrad(dy.data(), ys, x.data(), c.xs, dwg.data(), c.ws, c.s, c.p, c.d, c.g);
+    cmp(dwc, dwg, 1e-5, "dw");
+  }
+}
+
+static void testPool() {
+  struct Case { Shape xs; Dims k, s, p, d; };
+  std::vector<Case> cases = {
+      {Shape{2, 3, 7}, Dims{3}, Dims{2}, Dims{1, 1}, Dims{}},
+      {Shape{2, 3, 8}, Dims{3}, Dims{2}, Dims{1, 0}, Dims{2}},
+      {Shape{1, 2, 6, 7}, Dims{3, 2}, Dims{2, 2}, Dims{1, 0, 1, 1}, Dims{1, 1}},
+      {Shape{2, 2, 7, 5}, Dims{2, 3}, Dims{3, 1}, Dims{0, 1, 1, 1}, Dims{2, 1}},
+      {Shape{1, 1, 5, 4, 6}, Dims{2, 2, 3}, Dims{2, 1, 2}, Dims{1, 0, 1, 0, 1, 1}, Dims{1, 2, 1}},
+      {Shape{2, 2, 4, 4}, Dims{2, 2}, Dims{2, 2}, Dims{0, 0, 0, 0}, Dims{}},
+  };
+  for (auto &c : cases)
+    for (int ceil = 0; ceil < 2; ++ceil) {
+      Shape ys = pk::poolOutputShape(c.xs, c.k, c.s, c.p, c.d, ceil);
+      auto x = randv(c.xs.numel()), dy = randv(ys.numel());
+      // ties for max pool
+      for (auto &v : x) if (ri(0, 3) == 0) v = 1.0f;
+      std::vector<float> yc(ys.numel()), yg(ys.numel());
+      ctx = "maxPool " + c.xs.str() + " ceil " + std::to_string(ceil);
+      pk::maxPool(x.data(), c.xs, yc.data(), c.k, c.s, c.p, c.d, ceil);
+      pc::maxPool(x.data(), c.xs, yg.data(), c.k, c.s, c.p, c.d, ceil);
+      cmp(yc, yg, 0, "y");
+      std::vector<float> dc(c.xs.numel()), dg(c.xs.numel(), NAN);
+      pk::maxPoolGrad(dy.data(), x.data(), c.xs, dc.data(), c.k, c.s, c.p, c.d, ceil);
+      pc::maxPoolGrad(dy.data(), x.data(), c.xs, dg.data(), c.k, c.s, c.p, c.d, ceil);
+      cmp(dc, dg, 0, "dx");
+      Shape ays = pk::poolOutputShape(c.xs, c.k, c.s, c.p, Dims{}, ceil);
+      auto ady = randv(ays.numel());
+      for (int cip = 0; cip < 2; ++cip) {
+        std::vector<float> ac(ays.numel()), ag(ays.numel());
+        ctx = "avgPool " + c.xs.str() + " ceil " + std::to_string(ceil) + " cip " + std::to_string(cip);
+        pk::averagePool(x.data(), c.xs, ac.data(), c.k, c.s, c.p, ceil, cip);
+        pc::averagePool(x.data(), c.xs, ag.data(), c.k, c.s, c.p, ceil, cip);
+        cmp(ac, ag, 0, "y");
+        std::vector<float> adc(c.xs.numel()), adg(c.xs.numel(), NAN);
+        pk::averagePoolGrad(ady.data(), adc.data(), c.xs, c.k, c.s, c.p, ceil, cip);
+        pc::averagePoolGrad(ady.data(), adg.data(), c.xs, c.k, c.s, c.p, ceil, cip);
+        cmp(adc, adg, 0, "dx");
+      }
+    }
+  for (auto xs : {Shape{2, 3, 5}, Shape{2, 2, 30, 30}}) {
+    auto x = randv(xs.numel());
+    std::vector<float> c(xs.v[0] * xs.v[1]), g(xs.v[0] * xs.v[1]);
+    ctx = "gap";
+    pk::globalAveragePool(x.data(), xs, c.data());
+    pc::globalAveragePool(x.data(), xs, g.data());
+    cmp(c, g, 1e-6, "y");
+  }
+}
+
+static void testOptim() {
+  for (int step = 1; step <= 3; ++step) {
+    int64_t n = 1000;
+    auto p = randv(n), gr = randv(n), m = randv(n), v = randv(n, 0, 1), buf = randv(n);
+    auto p2 = p, m2 = m, v2 = v, buf2 = buf;
+    ctx = "adamw";
+    pk::adamwUpdate(p.data(), gr.data(), m.data(), v.data(), n, step, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f);
+    pc::adamwUpdate(p2.data(), gr.data(), m2.data(), v2.data(), n, step, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f);
+    cmp(p, p2, 0, "p"); cmp(m, m2, 0, "m"); cmp(v, v2, 0, "v");
+    ctx = "sgd";
+    pk::sgdUpdate(p.data(), gr.data(), buf.data(), n, step, 0.1f, 0.9f, 0.01f);
+    pc::sgdUpdate(p2.data(), gr.data(), buf2.data(), n, step, 0.1f, 0.9f, 0.01f);
+    cmp(p, p2, 0, "p"); cmp(buf, buf2, 0, "buf");
+  }
+}
+
+static void testMini() {
+  Shape xs{4, 7};
+  auto x = randv(xs.numel());
+  std::vector<float> c(xs.numel()), g(xs.numel());
+  ctx = "mini softmax";
+  pk::softmax(x.data(), xs, 1, c.data());
+  pc::softmax(x.data(), xs, 1, g.data());
+  cmp(c, g, 1e-6, "y");
+  Shape ls{2, 100};
+  auto lx = randv(ls.numel());
+  c.assign(ls.numel(), 0); g.assign(ls.numel(), 0);
+  std::vector<float> gm(100, 1.0f);
+  ctx = "mini layernorm";
+  pk::layerNorm(lx.data(), ls, gm.data(), Shape{100}, nullptr, Shape{}, c.data(), nullptr, nullptr, 1, 1e-5f);
+  pc::layerNorm(lx.data(), ls, gm.data(), Shape{100}, nullptr, Shape{}, g.data(), nullptr, nullptr, 1, 1e-5f);
+  cmp(c, g, 1e-5, "y");
+}
+
+static void testEmpty() {
+  { Shape as{0, 3}, bs{3}; std::vector<float> a(1), b(3), c(1), g(1);
+    ctx = "empty binary"; pk::binary(pk::Binary::Add, a.data(), as, b.data(), bs, c.data()); pc::binary(pk::Binary::Add, a.data(), as, b.data(), bs, g.data()); }
+  for (auto axesv : {Dims{1}, Dims{0}, Dims{}}) {
+    Shape xs{3, 0, 2}; std::vector<float> x(1);
+    Shape ys{3, 1, 2};
+    for (int i = 0; i < axesv.size; ++i) ys.v[axesv.v[i]] = 1;
+    if (axesv.size == 0) ys = Shape{1, 1, 1};
+    std::vector<float> c(ys.numel() ? ys.numel() : 1), g(c.size());
+    ctx = "empty reduceMean " + axesv.str();
+    pk::reduceMean(x.data(), xs, axesv, c.data()); pc::reduceMean(x.data(), xs, axesv, g.data());
+    if (ys.numel()) cmp(c, g, 0, "y");
+    std::vector<float> c2(c.size()), g2(c.size());
+    ctx = "empty reduceSum " + axesv.str();
+    Shape ss = xs; for (int i = 0; i < axesv.size; ++i) ss.v[axesv.v[i]] = 1;
+    pk::reduceSum(x.data(), xs, axesv, c2.data()); pc::reduceSum(x.data(), xs, axesv, g2.data());
+    if (ss.numel() && ss.numel() <= (int64_t)c2.size()) { c2.resize(ss.numel()); g2.resize(ss.numel()); cmp(c2, g2, 0, "y"); }
+  }
+  { Shape xs{0, 5}; std::vector<float> x(1), c(1), g(1);
+    ctx = "empty softmax"; pk::softmax(x.data(), xs, 1, c.data()); pc::softmax(x.data(), xs, 1, g.data());
+    Shape x2{3, 0}; pk::softmax(x.data(), x2, 1, c.data()); pc::softmax(x.data(), x2, 1, g.data()); }
+  { Shape xs{0, 3, 4}; std::vector<float> x(1), sc(3, 1), bi(3, 0), rm(3, 0.5), rv(3, 2), y(1), nmc(3), nvc(3), nmg(3), nvg(3);
+    ctx = "empty batchNorm";
+    pk::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), y.data(), nmc.data(), nvc.data(), 1e-5f, 0.9f, true);
+    pc::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), y.data(), nmg.data(), nvg.data(), 1e-5f, 0.9f, true);
+    cmp(nmc, nmg, 0, "mean"); cmp(nvc, nvg, 0, "var");
+    std::vector<float> dsc(3), dbc(3), dsg(3, 7), dbg(3, 7);
+    pk::batchNormParamGrad(x.data(), x.data(), xs, rm.data(), rv.data(), dsc.data(), dbc.data(), 1e-5f, true);
+    pc::batchNormParamGrad(x.data(), x.data(), xs, rm.data(), rv.data(), dsg.data(), dbg.data(), 1e-5f, true);
+    cmp(dsc, dsg, 0, "dscale"); cmp(dbc, dbg, 0, "dbias"); }
+  { Shape xs{0, 4}; std::vector<float> x(1), gm(4, 1), y(1), dsc(4), dbc(4), dsg(4, 7), dbg(4, 7);
+    ctx = "empty layerNorm";
+    pk::layerNorm(x.data(), xs, gm.data(), Shape{4}, gm.data(), Shape{4}, y.data(), nullptr, nullptr, 1, 1e-5f);
+    pc::layerNorm(x.data(), xs, gm.data(), Shape{4}, gm.data(), Shape{4}, y.data(), nullptr, nullptr, 1, 1e-5f);
+    pk::layerNormParamGrad(x.data(), x.data(), xs, Shape{4}, dsc.data(), dbc.data(), 1, 1e-5f);
+    pc::layerNormParamGrad(x.data(), x.data(), xs, Shape{4}, dsg.data(), dbg.data(), 1, 1e-5f);
+    cmp(dsc, dsg, 0, "dscale"); cmp(dbc, dbg, 0, "dbias");
+    Shape ps{1}; std::vector<float> a1(1), b1(1), a2(1, 7), b2(1, 7);
+    pk::layerNormParamGrad(x.data(), x.data(), xs, ps, a1.data(), b1.data(), 1, 1e-5f);
+    pc::layerNormParamGrad(x.data(), x.data(), xs, ps, a2.data(), b2.data(), 1, 1e-5f);
+    cmp(a1, a2, 0, "dscale1"); cmp(b1, b2, 0, "dbias1"); }
+  { Shape xs{0, 2, 5}, ws{3, 2, 2}; std::vector<float> x(1), w(12), dy(1), dwc(12), dwg(12, 7);
+    ctx = "empty conv";
+    pk::convWeightGrad(dy.data(), Shape{0, 3, 4}, x.data(), xs, dwc.data(), ws, Dims{1}, Dims{0, 0}, Dims{1}, 1);
+    pc::convWeightGrad(dy.data(), Shape{0, 3, 4}, x.data(), xs, dwg.data(), ws, Dims{1}, Dims{0, 0}, Dims{1}, 1);
+    cmp(dwc, dwg, 0, "dw"); }
+  { Shape xs{2, 0, 5}, ws{3, 0, 2}; std::vector<float> x(1), w(1), b{1, 2, 3}, yc(24), yg(24, 7);
+    ctx = "C=0 conv";
+    pk::conv(x.data(), xs, w.data(), ws, b.data(), yc.data(), Dims{1}, Dims{0, 0}, Dims{1}, 1);
+    pc::conv(x.data(), xs, w.data(), ws, b.data(), yg.data(), Dims{1}, Dims{0, 0}, Dims{1}, 1);
+    cmp(yc, yg, 0, "y"); }
+  { Shape as{2, 3, 0}, bs{0, 4}; std::vector<float> a(1), b(1), yc(24), yg(24, 7);
+    ctx = "K=0 matmul"; pk::matmul(a.data(), as, b.data(), bs, yc.data()); pc::matmul(a.data(), as, b.data(), bs, yg.data()); cmp(yc, yg, 0, "y");
+    std::vector<float> C{1, 2, 3, 4}, gc(12), gg(12, 7);
+    ctx = "K=0 gemm"; pk::gemm(a.data(), b.data(), C.data(), Shape{4}, gc.data(), 3, 4, 0, false, false, 1.f, 2.f);
+    pc::gemm(a.data(), b.data(), C.data(), Shape{4}, gg.data(), 3, 4, 0, false, false, 1.f, 2.f); cmp(gc, gg, 0, "y"); }
+  { Shape ss{0, 3}; std::vector<float> s(1), lc(1), lg(1, 7); std::vector<int64_t> lab(1);
+    for (int red = 1; red < 3; ++red) {
+      ctx = "empty loss " + std::to_string(red);
+      pk::softmaxCrossEntropyLoss(s.data(), ss, lab.data(), nullptr, (pk::Reduction)red, std::nullopt, lc.data(), nullptr);
+      pc::softmaxCrossEntropyLoss(s.data(), ss, lab.data(), nullptr, (pk::Reduction)red, std::nullopt, lg.data(), nullptr);
+      cmp(lc, lg, 0, "loss"); } }
+  { // all ignored mean -> NaN; gradient with all ignored
+    Shape ss{2, 3}; std::vector<float> s = randv(6), lc(1), lg(1, 7); std::vector<int64_t> lab{1, 1};
+    ctx = "all-ignored loss";
+    pk::softmaxCrossEntropyLoss(s.data(), ss, lab.data(), nullptr, pk::Reduction::Mean, 1, lc.data(), nullptr);
+    pc::softmaxCrossEntropyLoss(s.data(), ss, lab.data(), nullptr, pk::Reduction::Mean, 1, lg.data(), nullptr);
+    cmp(lc, lg, 0, "loss");
+    std::vector<float> dl{1}, dc(6), dg(6, 7);
+    pk::softmaxCrossEntropyLossGrad(dl.data(), s.data(), ss, lab.data(), nullptr, pk::Reduction::Mean, 1, dc.data());
+    pc::softmaxCrossEntropyLossGrad(dl.data(), s.data(), ss, lab.data(), nullptr, pk::Reduction::Mean, 1, dg.data());
+    cmp(dc, dg, 0, "dscores"); }
+  { // device errors
+    Shape ds{4, 3}; std::vector<float> d = randv(12), o(6); std::vector<int64_t> idx{1, 9};
+    ctx = "gather oob";
+    pc::gather(d.data(), ds, idx.data(), Shape{2}, 0, o.data());
+    bool got = throws([] { pc::raiseDeviceErrors(); });
+    ++checks; if (!got) { ++failures; std::printf("FAIL gather oob not reported\n"); }
+    std::vector<int64_t> a{5, 6}, b{1, 0}, r(2);
+    pc::binary(pk::Binary::Div, a.data(), Shape{2}, b.data(), Shape{2}, r.data());
+    got = throws([] { pc::raiseDeviceErrors(); });
+    ++checks; if (!got || r[1] != 0 || r[0] != 5) { ++failures; std::printf("FAIL div0\n"); }
+    got = throws([] { pc::raiseDeviceErrors(); });
+    ++checks; if (got) { ++failures; std::printf("FAIL flag not reset\n"); }
+  }
+}
+
+int main(int argc, char **argv) {
+  void *fakeStream = (void *)0x5150;
+  emu::expectedStream = (cudaStream_t)fakeStream;
+  pc::StreamScope scope(fakeStream, pc::Precision::F32);
+  std::string only = argc > 1 ? argv[1] : "";
+  auto run = [&](const char *name, void (*f)()) {
+    if (!only.empty() && only != name) return;
+    try { f(); } catch (const std::exception &e) { std::printf("EXCEPTION in %s (%s): %s\n", name, ctx.c_str(), e.what()); ++failures; }
+    std::printf("%s done (failures so far %d)\n", name, failures);
+    std::fflush(stdout);
+  };
+  if (only == "mini") run("mini", testMini);
+  run("empty", testEmpty);
+  run("elementwise", testElementwise);
+  run("movement", testMovement);
+  run("reduce", testReduce);
+  run("reduce2", testReduce2);
+  run("softmax", testSoftmax);
+  run("norm", testNorm);
+  run("linalg", testLinalg);
+  run("conv", testConv);
+  run("pool", testPool);
+  run("optim", testOptim);
+  try { pc::raiseDeviceErrors(); } catch (const std::exception &e) { std::printf("device error: %s\n", e.what()); ++failures; }
+  std::printf("%d checks, %d failures, %d launches, %lld CUDA threads, %lld fiber switches, %d gemms\n", checks, failures,
+              emu::launches, emu::sched().threadsRun, emu::sched().switches, emu::gemmCalls);
+  return failures != 0;
+}
