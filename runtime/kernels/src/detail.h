@@ -14,20 +14,6 @@ namespace pipec::kernels::detail {
   throw KernelError(std::string(op) + ": " + message);
 }
 
-inline void checkRank(const char *op, const Shape &s, int atLeast, const char *what) {
-  if (s.size < atLeast || s.size > kMaxRank)
-    fail(op, std::string(what) + " " + s.str() + " needs rank in [" + std::to_string(atLeast) + ", " +
-                 std::to_string(kMaxRank) + "]");
-  for (int i = 0; i < s.size; ++i)
-    if (s.v[i] < 0) fail(op, std::string(what) + " " + s.str() + " has a negative dimension");
-}
-
-inline int64_t normalizeAxis(const char *op, int64_t axis, int rank) {
-  if (axis < -rank || axis >= rank)
-    fail(op, "axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
-  return axis < 0 ? axis + rank : axis;
-}
-
 /// Row-major strides.
 inline std::array<int64_t, kMaxRank> stridesOf(const Shape &s) {
   std::array<int64_t, kMaxRank> st{};

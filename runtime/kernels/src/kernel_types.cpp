@@ -96,4 +96,59 @@ Shape sliceShape(const Shape &xs, const Dims &starts, const Dims &ends, const Di
   return out;
 }
 
+
+void checkRank(const char *op, const Shape &s, int atLeast, const char *what) {
+  if (s.size < atLeast || s.size > kMaxRank)
+    fail(op, std::string(what) + " " + s.str() + " needs rank in [" + std::to_string(atLeast) + ", " +
+                 std::to_string(kMaxRank) + "]");
+  for (int i = 0; i < s.size; ++i)
+    if (s.v[i] < 0) fail(op, std::string(what) + " " + s.str() + " has a negative dimension");
+}
+
+int64_t normalizeAxis(const char *op, int64_t axis, int rank) {
+  if (axis < -rank || axis >= rank)
+    fail(op, "axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+ConvGeom convGeom(const char *op, const Shape &xs, const Shape &ws, const Dims &strides, const Dims &pads,
+                  const Dims &dilations, int64_t group) {
+  checkRank(op, xs, 3, "the input (N, C, spatial...)");
+  if (ws.size != xs.size) fail(op, "weight " + ws.str() + " and input " + xs.str() + " differ in rank");
+  ConvGeom g;
+  g.sp = xs.size - 2;
+  g.N = xs.v[0];
+  g.C = xs.v[1];
+  g.F = ws.v[0];
+  g.G = group;
+  g.Cg = ws.v[1];
+  if (group <= 0 || g.C != g.Cg * group || g.F % group)
+    fail(op, std::to_string(g.C) + " input channels, group " + std::to_string(group) + " and weight " + ws.str() +
+                 " do not match");
+  g.Fg = g.F / group;
+  if (strides.size != g.sp || dilations.size != g.sp || pads.size != 2 * g.sp)
+    fail(op, "strides and dilations need " + std::to_string(g.sp) + " entries and pads " + std::to_string(2 * g.sp));
+  for (int a = 0; a < g.sp; ++a) {
+    g.in[a] = xs.v[a + 2];
+    g.k[a] = ws.v[a + 2];
+    g.s[a] = strides.v[a];
+    g.pb[a] = pads.v[a];
+    g.d[a] = dilations.v[a];
+    if (g.s[a] <= 0 || g.d[a] <= 0 || g.pb[a] < 0 || pads.v[a + g.sp] < 0)
+      fail(op, "strides and dilations must be positive and pads non-negative");
+    g.out[a] = windowOutputSize(g.in[a], g.k[a], g.s[a], g.pb[a], pads.v[a + g.sp], g.d[a], false);
+    if (g.out[a] <= 0) fail(op, "kernel larger than the padded input " + xs.str());
+    g.inSize *= g.in[a];
+    g.outSize *= g.out[a];
+    g.kSize *= g.k[a];
+    if (g.k[a] != 1 || g.s[a] != 1 || g.pb[a] != 0 || pads.v[a + g.sp] != 0) g.pointwise = false;
+  }
+  return g;
+}
+
+Shape convOut(const ConvGeom &g) {
+  Shape out{g.N, g.F};
+  for (int a = 0; a < g.sp; ++a) out.push(g.out[a]);
+  return out;
+}
 } // namespace pipec::kernels

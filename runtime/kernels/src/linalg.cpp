@@ -82,51 +82,6 @@ void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, fl
 
 
 namespace {
-/// The geometry of one convolution: per spatial axis input, output, kernel,
-/// stride, begin pad, dilation.
-struct ConvGeom {
-  int sp = 0;
-  int64_t N = 0, C = 0, F = 0, G = 1, Cg = 0, Fg = 0;
-  int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, k[kMaxRank] = {}, s[kMaxRank] = {}, pb[kMaxRank] = {},
-          d[kMaxRank] = {};
-  int64_t inSize = 1, outSize = 1, kSize = 1;
-  bool pointwise = true; // 1x1 kernel, stride 1, no pads: im2col is the identity
-};
-
-ConvGeom convGeom(const char *op, const Shape &xs, const Shape &ws, const Dims &strides, const Dims &pads,
-                  const Dims &dilations, int64_t group) {
-  checkRank(op, xs, 3, "the input (N, C, spatial...)");
-  if (ws.size != xs.size) fail(op, "weight " + ws.str() + " and input " + xs.str() + " differ in rank");
-  ConvGeom g;
-  g.sp = xs.size - 2;
-  g.N = xs.v[0];
-  g.C = xs.v[1];
-  g.F = ws.v[0];
-  g.G = group;
-  g.Cg = ws.v[1];
-  if (group <= 0 || g.C != g.Cg * group || g.F % group)
-    fail(op, std::to_string(g.C) + " input channels, group " + std::to_string(group) + " and weight " + ws.str() +
-                 " do not match");
-  g.Fg = g.F / group;
-  if (strides.size != g.sp || dilations.size != g.sp || pads.size != 2 * g.sp)
-    fail(op, "strides and dilations need " + std::to_string(g.sp) + " entries and pads " + std::to_string(2 * g.sp));
-  for (int a = 0; a < g.sp; ++a) {
-    g.in[a] = xs.v[a + 2];
-    g.k[a] = ws.v[a + 2];
-    g.s[a] = strides.v[a];
-    g.pb[a] = pads.v[a];
-    g.d[a] = dilations.v[a];
-    if (g.s[a] <= 0 || g.d[a] <= 0 || g.pb[a] < 0 || pads.v[a + g.sp] < 0)
-      fail(op, "strides and dilations must be positive and pads non-negative");
-    g.out[a] = windowOutputSize(g.in[a], g.k[a], g.s[a], g.pb[a], pads.v[a + g.sp], g.d[a], false);
-    if (g.out[a] <= 0) fail(op, "kernel larger than the padded input " + xs.str());
-    g.inSize *= g.in[a];
-    g.outSize *= g.out[a];
-    g.kSize *= g.k[a];
-    if (g.k[a] != 1 || g.s[a] != 1 || g.pb[a] != 0 || pads.v[a + g.sp] != 0) g.pointwise = false;
-  }
-  return g;
-}
 
 /// Valid output positions j in [lo, hi) of the innermost axis, for which
 /// p = j * s + base lies in [0, in).
@@ -219,11 +174,6 @@ void col2imAdd(const ConvGeom &g, const float *col, float *x) {
   });
 }
 
-Shape convOut(const ConvGeom &g) {
-  Shape out{g.N, g.F};
-  for (int a = 0; a < g.sp; ++a) out.push(g.out[a]);
-  return out;
-}
 } // namespace
 
 Shape convOutputShape(const Shape &x, const Shape &w, const Dims &strides, const Dims &pads, const Dims &dilations) {

@@ -23,19 +23,8 @@ namespace pipec::kernels::cuda::detail {
 
 using Strides = std::array<int64_t, kMaxRank>;
 
-inline void checkRank(const char *op, const Shape &s, int atLeast, const char *what) {
-  if (s.size < atLeast || s.size > kMaxRank)
-    fail(op, std::string(what) + " " + s.str() + " needs rank in [" + std::to_string(atLeast) + ", " +
-                 std::to_string(kMaxRank) + "]");
-  for (int i = 0; i < s.size; ++i)
-    if (s.v[i] < 0) fail(op, std::string(what) + " " + s.str() + " has a negative dimension");
-}
-
-inline int64_t normalizeAxis(const char *op, int64_t axis, int rank) {
-  if (axis < -rank || axis >= rank)
-    fail(op, "axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));
-  return axis < 0 ? axis + rank : axis;
-}
+using kernels::checkRank;
+using kernels::normalizeAxis;
 
 /// Row-major strides.
 inline Strides stridesOf(const Shape &s) {

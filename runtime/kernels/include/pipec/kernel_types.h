@@ -74,6 +74,30 @@ Shape matmulShape(const Shape &a, const Shape &b);
 int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride, int64_t padBegin,
                          int64_t padEnd, int64_t dilation, bool ceilMode);
 
+/// Shape checks shared by the kernel libraries: throw KernelError("op: ...")
+/// unless rank is in [atLeast, kMaxRank] and no dimension is negative /
+/// unless axis is in [-rank, rank) (returned non-negative).
+void checkRank(const char *op, const Shape &s, int atLeast, const char *what);
+int64_t normalizeAxis(const char *op, int64_t axis, int rank);
+
+/// The geometry of one convolution (nn.conv and its gradients, both
+/// libraries): per spatial axis input, output, kernel, stride, begin pad,
+/// dilation. A plain struct, passed to CUDA kernels by value.
+struct ConvGeom {
+  int sp = 0;
+  int64_t N = 0, C = 0, F = 0, G = 1, Cg = 0, Fg = 0;
+  int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, k[kMaxRank] = {}, s[kMaxRank] = {}, pb[kMaxRank] = {},
+          d[kMaxRank] = {};
+  int64_t inSize = 1, outSize = 1, kSize = 1;
+  bool pointwise = true; // 1x1 kernel, stride 1, no pads: im2col is the identity
+};
+/// Checks x [N, C, d...] against w [F, C/group, k...] and the attributes
+/// (errors name `op`) and computes the geometry.
+ConvGeom convGeom(const char *op, const Shape &xs, const Shape &ws, const Dims &strides,
+                  const Dims &pads, const Dims &dilations, int64_t group);
+/// The output shape [N, F, out...] of a geometry.
+Shape convOut(const ConvGeom &g);
+
 /// The element-wise binaries (nn.add, nn.sub, nn.mul, nn.div, nn.pow).
 enum class Binary { Add, Sub, Mul, Div, Pow };
 
