@@ -10,60 +10,37 @@ namespace pipec::kernels {
 using namespace detail;
 
 namespace {
-/// Per spatial axis and output index: where the window starts in the input
-/// (begin pad subtracted), the kernel indices [lo, hi) that land inside the
-/// input, and how many land inside the padded input.
-struct PoolGeom {
-  int sp = 0;
-  int64_t planes = 0, inSize = 1, outSize = 1;
-  int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, k[kMaxRank] = {}, s[kMaxRank] = {}, d[kMaxRank] = {},
-          inStr[kMaxRank] = {};
+/// The shared geometry plus, per spatial axis and output index: where the
+/// window starts in the input (begin pad subtracted), the kernel indices
+/// [lo, hi) that land inside the input, and how many land inside the padded
+/// input.
+struct PoolWindows : PoolGeom {
   std::vector<int64_t> start[kMaxRank], lo[kMaxRank], hi[kMaxRank], padded[kMaxRank];
 };
 
-PoolGeom poolGeom(const char *op, const Shape &xs, const Dims &kernel, const Dims &strides, const Dims &pads,
-                  const Dims &dilations, bool ceilMode) {
-  checkRank(op, xs, 3, "the input (N, C, spatial...)");
-  PoolGeom g;
-  g.sp = xs.size - 2;
-  g.planes = xs.v[0] * xs.v[1];
-  if (kernel.size != g.sp || strides.size != g.sp || pads.size != 2 * g.sp ||
-      (dilations.size != 0 && dilations.size != g.sp))
-    fail(op, "window attributes do not match " + std::to_string(g.sp) + " spatial axes");
-  for (int a = g.sp - 1; a >= 0; --a) {
-    g.inStr[a] = g.inSize;
-    g.inSize *= xs.v[a + 2];
-  }
-  for (int a = 0; a < g.sp; ++a) {
-    g.in[a] = xs.v[a + 2];
-    g.k[a] = kernel.v[a];
-    g.s[a] = strides.v[a];
-    g.d[a] = dilations.size ? dilations.v[a] : 1;
-    const int64_t pb = pads.v[a], pe = pads.v[a + g.sp];
-    if (g.k[a] <= 0 || g.s[a] <= 0 || g.d[a] <= 0 || pb < 0 || pe < 0)
-      fail(op, "kernel, strides and dilations must be positive and pads non-negative");
-    g.out[a] = windowOutputSize(g.in[a], g.k[a], g.s[a], pb, pe, g.d[a], ceilMode);
-    if (g.out[a] <= 0) fail(op, "window larger than the padded input " + xs.str());
-    g.outSize *= g.out[a];
+PoolWindows poolWindows(const char *op, const Shape &xs, const Dims &kernel, const Dims &strides, const Dims &pads,
+                        const Dims &dilations, bool ceilMode) {
+  PoolWindows g;
+  static_cast<PoolGeom &>(g) = poolGeom(op, xs, kernel, strides, pads, dilations, ceilMode);
+  for (int a = 0; a < g.sp; ++a)
     for (int64_t o = 0; o < g.out[a]; ++o) {
-      const int64_t st = o * g.s[a] - pb;
+      const int64_t st = o * g.s[a] - g.pb[a];
       auto firstAtLeast = [&](int64_t bound) { // smallest k with st + k*d >= bound
         return st >= bound ? 0 : (bound - st + g.d[a] - 1) / g.d[a];
       };
       const int64_t l = std::min(firstAtLeast(0), g.k[a]);
       const int64_t h = std::max(l, std::min(firstAtLeast(g.in[a]), g.k[a]));
-      const int64_t p = std::min(firstAtLeast(g.in[a] + pe), g.k[a]); // from k = 0: st >= -pb
+      const int64_t p = std::min(firstAtLeast(g.in[a] + g.pe[a]), g.k[a]); // from k = 0: st >= -pb
       g.start[a].push_back(st);
       g.lo[a].push_back(l);
       g.hi[a].push_back(h);
       g.padded[a].push_back(p);
     }
-  }
   return g;
 }
 
 /// Calls f(outFlat, oidx) for every output position of one plane.
-template <class F> void forEachOutput(const PoolGeom &g, F &&f) {
+template <class F> void forEachOutput(const PoolWindows &g, F &&f) {
   int64_t oidx[kMaxRank] = {};
   for (int64_t o = 0; o < g.outSize; ++o) {
     f(o, oidx);
@@ -76,7 +53,7 @@ template <class F> void forEachOutput(const PoolGeom &g, F &&f) {
 
 /// Calls f(inputOffset) for the window positions of output oidx that lie in
 /// the input, in row-major kernel order.
-template <class F> void forEachInWindow(const PoolGeom &g, const int64_t *oidx, F &&f) {
+template <class F> void forEachInWindow(const PoolWindows &g, const int64_t *oidx, F &&f) {
   int64_t kidx[kMaxRank], lo[kMaxRank], hi[kMaxRank], st[kMaxRank];
   for (int a = 0; a < g.sp; ++a) {
     lo[a] = g.lo[a][oidx[a]];
@@ -101,7 +78,7 @@ template <class F> void forEachInWindow(const PoolGeom &g, const int64_t *oidx, 
 }
 
 /// The divisor of one average-pool window.
-int64_t windowCount(const PoolGeom &g, const int64_t *oidx, bool countIncludePad) {
+int64_t windowCount(const PoolWindows &g, const int64_t *oidx, bool countIncludePad) {
   int64_t count = 1;
   for (int a = 0; a < g.sp; ++a)
     count *= countIncludePad ? g.padded[a][oidx[a]] : g.hi[a][oidx[a]] - g.lo[a][oidx[a]];
@@ -122,7 +99,7 @@ Shape poolOutputShape(const Shape &x, const Dims &kernel, const Dims &strides, c
 
 void maxPool(const float *x, const Shape &xs, float *y, const Dims &kernel, const Dims &strides, const Dims &pads,
              const Dims &dilations, bool ceilMode) {
-  const PoolGeom g = poolGeom("nn.max_pool", xs, kernel, strides, pads, dilations, ceilMode);
+  const PoolWindows g = poolWindows("nn.max_pool", xs, kernel, strides, pads, dilations, ceilMode);
   for (int64_t p = 0; p < g.planes; ++p) {
     const float *xp = x + p * g.inSize;
     float *yp = y + p * g.outSize;
@@ -136,7 +113,7 @@ void maxPool(const float *x, const Shape &xs, float *y, const Dims &kernel, cons
 
 void maxPoolGrad(const float *dy, const float *x, const Shape &xs, float *dx, const Dims &kernel, const Dims &strides,
                  const Dims &pads, const Dims &dilations, bool ceilMode) {
-  const PoolGeom g = poolGeom("nn.max_pool_grad", xs, kernel, strides, pads, dilations, ceilMode);
+  const PoolWindows g = poolWindows("nn.max_pool_grad", xs, kernel, strides, pads, dilations, ceilMode);
   std::fill(dx, dx + xs.numel(), 0.0f);
   for (int64_t p = 0; p < g.planes; ++p) {
     const float *xp = x + p * g.inSize;
@@ -158,7 +135,7 @@ void maxPoolGrad(const float *dy, const float *x, const Shape &xs, float *dx, co
 
 void averagePool(const float *x, const Shape &xs, float *y, const Dims &kernel, const Dims &strides, const Dims &pads,
                  bool ceilMode, bool countIncludePad) {
-  const PoolGeom g = poolGeom("nn.average_pool", xs, kernel, strides, pads, Dims{}, ceilMode);
+  const PoolWindows g = poolWindows("nn.average_pool", xs, kernel, strides, pads, Dims{}, ceilMode);
   for (int64_t p = 0; p < g.planes; ++p) {
     const float *xp = x + p * g.inSize;
     float *yp = y + p * g.outSize;
@@ -172,7 +149,7 @@ void averagePool(const float *x, const Shape &xs, float *y, const Dims &kernel, 
 
 void averagePoolGrad(const float *dy, float *dx, const Shape &xs, const Dims &kernel, const Dims &strides,
                      const Dims &pads, bool ceilMode, bool countIncludePad) {
-  const PoolGeom g = poolGeom("nn.average_pool_grad", xs, kernel, strides, pads, Dims{}, ceilMode);
+  const PoolWindows g = poolWindows("nn.average_pool_grad", xs, kernel, strides, pads, Dims{}, ceilMode);
   std::fill(dx, dx + xs.numel(), 0.0f);
   for (int64_t p = 0; p < g.planes; ++p) {
     const float *dyp = dy + p * g.outSize;

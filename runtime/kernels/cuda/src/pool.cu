@@ -15,45 +15,8 @@ namespace {
 
 using namespace nn;
 
-/// The geometry of one pooling (passed to the kernels by value).
-struct PoolGeom {
-  int sp = 0;
-  int64_t planes = 0, inSize = 1, outSize = 1;
-  int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, k[kMaxRank] = {}, s[kMaxRank] = {}, d[kMaxRank] = {},
-          pb[kMaxRank] = {}, pe[kMaxRank] = {}, inStr[kMaxRank] = {}, outStr[kMaxRank] = {};
-};
-
-PoolGeom poolGeom(const char *op, const Shape &xs, const Dims &kernel, const Dims &strides, const Dims &pads,
-                  const Dims &dilations, bool ceilMode) {
-  checkRank(op, xs, 3, "the input (N, C, spatial...)");
-  PoolGeom g;
-  g.sp = xs.size - 2;
-  g.planes = xs.v[0] * xs.v[1];
-  if (kernel.size != g.sp || strides.size != g.sp || pads.size != 2 * g.sp ||
-      (dilations.size != 0 && dilations.size != g.sp))
-    fail(op, "window attributes do not match " + std::to_string(g.sp) + " spatial axes");
-  for (int a = g.sp - 1; a >= 0; --a) {
-    g.inStr[a] = g.inSize;
-    g.inSize *= xs.v[a + 2];
-  }
-  for (int a = 0; a < g.sp; ++a) {
-    g.in[a] = xs.v[a + 2];
-    g.k[a] = kernel.v[a];
-    g.s[a] = strides.v[a];
-    g.d[a] = dilations.size ? dilations.v[a] : 1;
-    g.pb[a] = pads.v[a];
-    g.pe[a] = pads.v[a + g.sp];
-    if (g.k[a] <= 0 || g.s[a] <= 0 || g.d[a] <= 0 || g.pb[a] < 0 || g.pe[a] < 0)
-      fail(op, "kernel, strides and dilations must be positive and pads non-negative");
-    g.out[a] = windowOutputSize(g.in[a], g.k[a], g.s[a], g.pb[a], g.pe[a], g.d[a], ceilMode);
-    if (g.out[a] <= 0) fail(op, "window larger than the padded input " + xs.str());
-  }
-  for (int a = g.sp - 1; a >= 0; --a) {
-    g.outStr[a] = g.outSize;
-    g.outSize *= g.out[a];
-  }
-  return g;
-}
+using kernels::PoolGeom;
+using kernels::poolGeom;
 
 /// Window `o` along axis a: its start in the input (begin pad subtracted),
 /// the kernel indices [lo, hi) inside the input, and how many kernel

@@ -98,6 +98,20 @@ ConvGeom convGeom(const char *op, const Shape &xs, const Shape &ws, const Dims &
 /// The output shape [N, F, out...] of a geometry.
 Shape convOut(const ConvGeom &g);
 
+/// The geometry of one pooling (nn.max_pool, nn.average_pool and their
+/// gradients, both libraries): per spatial axis input, output, kernel,
+/// stride, dilation, begin/end pads, and row-major strides of a plane.
+struct PoolGeom {
+  int sp = 0;
+  int64_t planes = 0, inSize = 1, outSize = 1;
+  int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, k[kMaxRank] = {}, s[kMaxRank] = {}, d[kMaxRank] = {},
+          pb[kMaxRank] = {}, pe[kMaxRank] = {}, inStr[kMaxRank] = {}, outStr[kMaxRank] = {};
+};
+/// Checks x [N, C, d...] and the window attributes (empty dilations mean 1;
+/// errors name `op`) and computes the geometry.
+PoolGeom poolGeom(const char *op, const Shape &xs, const Dims &kernel, const Dims &strides,
+                  const Dims &pads, const Dims &dilations, bool ceilMode);
+
 /// The element-wise binaries (nn.add, nn.sub, nn.mul, nn.div, nn.pow).
 enum class Binary { Add, Sub, Mul, Div, Pow };
 
