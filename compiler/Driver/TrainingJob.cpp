@@ -204,20 +204,16 @@ LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
         return failure();
       std::ofstream(source) << code;
     }
-    if (cudaTarget(options))
-      cmake += "add_library(" + stem + " SHARED " + stem + ".cu)\n"
-               "set_target_properties(" + stem + " PROPERTIES OUTPUT_NAME " + stem + ")\n"
-               "target_compile_options(" + stem + " PRIVATE --expt-relaxed-constexpr)\n"
-               "target_include_directories(" + stem +
-               " PRIVATE ${PIPEC_RUNTIME_INCLUDE_DIR} ${PIPEC_KERNELS_INCLUDE_DIRS})\n"
-               "target_link_libraries(" + stem +
-               " PRIVATE ${PIPEC_CUDA_KERNELS_LIBRARY} CUDA::cublas CUDA::cudart)\n";
-    else
-      cmake += "add_library(" + stem + " SHARED " + stem + ".cpp)\n"
-               "set_target_properties(" + stem + " PROPERTIES OUTPUT_NAME " + stem + ")\n"
-               "target_include_directories(" + stem +
-               " PRIVATE ${PIPEC_RUNTIME_INCLUDE_DIR} ${PIPEC_CPU_KERNELS_INCLUDE_DIR})\n"
-               "target_link_libraries(" + stem + " PRIVATE ${PIPEC_CPU_KERNELS_LIBRARY} openblas)\n";
+    const bool cuda = cudaTarget(options);
+    cmake += "add_library(" + stem + " SHARED " + stem + extension + ")\n"
+             "set_target_properties(" + stem + " PROPERTIES OUTPUT_NAME " + stem + ")\n";
+    if (cuda)
+      cmake += "target_compile_options(" + stem + " PRIVATE --expt-relaxed-constexpr)\n";
+    cmake += "target_include_directories(" + stem + " PRIVATE ${PIPEC_RUNTIME_INCLUDE_DIR} " +
+             (cuda ? "${PIPEC_KERNELS_INCLUDE_DIRS})\n" : "${PIPEC_CPU_KERNELS_INCLUDE_DIR})\n") +
+             "target_link_libraries(" + stem + " PRIVATE " +
+             (cuda ? "${PIPEC_CUDA_KERNELS_LIBRARY} CUDA::cublas CUDA::cudart)\n"
+                   : "${PIPEC_CPU_KERNELS_LIBRARY} openblas)\n");
 
     // Initial weights: every parameter and buffer the stage's functions read.
     std::vector<io::Tensor> tensors;
