@@ -34,7 +34,10 @@ const char *kUsage =
     "  --seed S             override runtime.seed (synthetic data, dropout)\n"
     "  --lr X --weight-decay X --momentum X --max-grad-norm X   override runtime.optimizer\n"
     "  --watchdog SECONDS   exit with an error naming the instruction if one takes longer\n"
-    "  --quiet              no progress lines\n";
+    "  --quiet              no progress lines\n"
+    "The plan's runtime.target picks the path: cpu (host memory, MPI) or cuda (one GPU\n"
+    "per rank, chosen by node-local rank; NCCL between ranks; needs a piperun built\n"
+    "with CUDA and NCCL). docs/runtime.md.\n";
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
