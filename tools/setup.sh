@@ -10,6 +10,7 @@ DEBIAN_PACKAGES=(
   libopenmpi-dev openmpi-bin libopenblas-dev
   libgtest-dev googletest nlohmann-json3-dev
   libonnx-testdata python3-torch python3-numpy librsvg2-bin
+  clang-22 libclang-rt-22-dev libfuzzer-22-dev
 )
 
 missing=()

@@ -32,6 +32,9 @@
 
 namespace pipec {
 
+static_assert(partition::kMaxMicrobatches == schedule::kMaxMicrobatches,
+              "--microbatches has one bound for the partition and the schedule");
+
 std::optional<Phase> parsePhase(const std::string &name) {
   for (Phase phase : {Phase::NN, Phase::Costs, Phase::Partition, Phase::Autodiff, Phase::Stages})
     if (name == phaseName(phase))
@@ -322,6 +325,13 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
       pipelineStages = static_cast<int>(partitionOptions.topology().totalDevices());
       if (partitionOptions.options.forcedStages)
         pipelineStages = partitionOptions.options.forcedStages;
+      if (chunks > schedule::kMaxChunks ||
+          static_cast<int64_t>(pipelineStages) * chunks > partition::kMaxDevices)
+        throw schedule::ScheduleError(
+            "--chunks " + std::to_string(chunks) + " on " + std::to_string(pipelineStages) +
+            " ranks: " + std::to_string(static_cast<int64_t>(pipelineStages) * chunks) +
+            " virtual stages, over the limit of " + std::to_string(partition::kMaxDevices) +
+            " (and at most " + std::to_string(schedule::kMaxChunks) + " chunks)");
       partitionOptions.gpus = "1x" + std::to_string(pipelineStages * chunks);
       partitionOptions.clusterFile.clear();
       partitionOptions.options.forcedStages = pipelineStages * chunks;
@@ -395,6 +405,9 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
     return 1;
   } catch (const schedule::ScheduleError &error) {
     errs << "error: " << options.inputPath << ": schedule: " << error.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc &) {
+    errs << "error: " << options.inputPath << ": out of memory while planning\n";
     return 1;
   }
   passes::annotateStages(*module, *table, result);

@@ -118,22 +118,35 @@ std::string gencodeFlags(const std::vector<std::string> &archs) {
   return flags;
 }
 
+/// A path as one word of a POSIX shell command: single-quoted, each `'`
+/// closed, escaped and reopened, so that no byte of --out reaches the shell;
+/// and never read as an option (`--out -fplugin=...`).
+std::string shellWord(const fs::path &path) {
+  std::string text = path.string();
+  if (!text.empty() && text[0] == '-')
+    text = "./" + text;
+  std::string word = "'";
+  for (char c : text)
+    word += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return word + "'";
+}
+
 /// The compiler command that turns a generated stage into a library.
 std::string buildCommand(const CompileOptions &options, const fs::path &source,
                          const fs::path &library) {
   if (!cudaTarget(options))
     return std::string("c++ -O2 -std=c++17 -fPIC -shared -I" PIPEC_RUNTIME_INCLUDE_DIR
-                       " -I" PIPEC_CPU_KERNELS_INCLUDE_DIR " '") +
-           source.string() + "' '" PIPEC_CPU_KERNELS_LIBRARY "' " PIPEC_BLAS_LINK_FLAGS " -o '" +
-           library.string() + "' 2>&1";
+                       " -I" PIPEC_CPU_KERNELS_INCLUDE_DIR " ") +
+           shellWord(source) + " '" PIPEC_CPU_KERNELS_LIBRARY "' " PIPEC_BLAS_LINK_FLAGS " -o " +
+           shellWord(library) + " 2>&1";
 #ifdef PIPEC_CUDA_KERNELS_LIBRARY
   return std::string(PIPEC_NVCC " -O2 -std=c++17 --expt-relaxed-constexpr -Xcompiler -fPIC "
                      "-shared -I" PIPEC_RUNTIME_INCLUDE_DIR " -I" PIPEC_CPU_KERNELS_INCLUDE_DIR
                      " -I" PIPEC_CUDA_KERNELS_INCLUDE_DIR) +
-         gencodeFlags(options.cudaArchs) + " '" + source.string() +
-         "' '" PIPEC_CUDA_KERNELS_LIBRARY "' -L" PIPEC_CUDA_LIBRARY_DIR
+         gencodeFlags(options.cudaArchs) + " " + shellWord(source) +
+         " '" PIPEC_CUDA_KERNELS_LIBRARY "' -L" PIPEC_CUDA_LIBRARY_DIR
          " -Xlinker -rpath -Xlinker " PIPEC_CUDA_LIBRARY_DIR
-         " -Xlinker --no-undefined -lcublas -lcudart -o '" + library.string() + "' 2>&1";
+         " -Xlinker --no-undefined -lcublas -lcudart -o " + shellWord(library) + " 2>&1";
 #else
   return "";
 #endif

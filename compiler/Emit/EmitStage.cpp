@@ -14,6 +14,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
@@ -66,11 +67,9 @@ std::string shapeOf(Value value) {
 
 std::string dims(ArrayRef<int64_t> values) { return "pk::Dims{" + list(values) + "}"; }
 
-std::string cString(StringRef text) {
-  std::string out = "\"";
-  for (char c : text)
-    out += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
-  return out + "\"";
+/// A name as diagnostics show it: the literal, cut after 200 bytes.
+std::string shownName(StringRef text) {
+  return cStringLiteral(text.take_front(200)) + (text.size() > 200 ? "..." : "");
 }
 
 std::string floatLiteral(double value) {
@@ -129,6 +128,20 @@ private:
     return -1;
   }
 
+  /// The string literal of a name bound for a `const char *` of the stage
+  /// ABI (a tensor, parameter or node name); refuses a NUL byte, which the
+  /// C string would silently cut (`what` says whose name, `where` the op).
+  std::string literal(StringRef text, StringRef what, Operation *where = nullptr) {
+    if (text.contains('\0')) {
+      InFlightDiagnostic diagnostic = where ? where->emitError() : stage.emitError();
+      diagnostic << "stage " << stage.getId() << ": the name of " << what << " "
+                 << shownName(text)
+                 << " contains a NUL byte, which the stage library's C strings cannot hold";
+      nameError = true;
+    }
+    return cStringLiteral(text);
+  }
+
   bool cuda() const { return target.target == Target::Cuda; }
   const char *targetName() const { return cuda() ? "CUDA" : "CPU"; }
   std::string precisionEnum() const {
@@ -157,6 +170,7 @@ private:
   int64_t workspaceBytes = 0;
   bool computesLoss = false;
   bool interfaceError = false;
+  bool nameError = false; // a name literal() refused
   int phase = 0; // of the function being emitted: 0 F, 1 B, 2 W (the profile's)
   std::string optimizer = "PIPEC_ADAMW";
   int statePerParam = 2;
@@ -312,10 +326,11 @@ LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
     std::string started = "started" + std::to_string(counter++);
     if (timed)
       out << "  const double " << started << " = call->timer ? secondsNow() : 0.0;\n";
-    if (failed(emitOp(&op, isStep)))
+    if (failed(emitOp(&op, isStep)) || nameError)
       return failure();
     if (timed)
-      out << "  if (call->timer) call->timer(call->timer_user, " << cString(name) << ", "
+      out << "  if (call->timer) call->timer(call->timer_user, "
+          << literal(name, "node", &op) << ", "
           << phase << ", secondsNow() - " << started << ");\n";
   }
   return success();
@@ -332,22 +347,33 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         .Case([](nn::DivOp) { return "pk::Binary::Div"; })
         .Default([](Operation *) { return "pk::Binary::Pow"; });
   };
-  auto unaryKind = [](StringRef kind) -> std::string {
-    if (kind == "gelu_tanh")
-      return "pk::Unary::GeluTanh";
-    std::string name = kind.str();
-    name[0] = static_cast<char>(std::toupper(name[0]));
-    return "pk::Unary::" + name;
+  LogicalResult result = success();
+  // Kinds become identifiers: only the kernels' own names pass.
+  auto unaryKind = [&](StringRef kind) -> std::string {
+    const char *name = llvm::StringSwitch<const char *>(kind)
+                           .Case("relu", "Relu")
+                           .Case("tanh", "Tanh")
+                           .Case("sigmoid", "Sigmoid")
+                           .Case("erf", "Erf")
+                           .Case("sqrt", "Sqrt")
+                           .Case("gelu", "Gelu")
+                           .Case("gelu_tanh", "GeluTanh")
+                           .Default(nullptr);
+    if (!name) {
+      result = op->emitOpError("has no ") << targetName() << " lowering for the unary kind "
+                                          << shownName(kind);
+      return "pk::Unary::Relu";
+    }
+    return std::string("pk::Unary::") + name;
   };
-  auto opId = [](Operation *op) -> std::string {
+  auto opId = [&](Operation *op) -> std::string {
     if (auto seed = op->getAttrOfType<IntegerAttr>("seed"))
       return std::to_string(seed.getValue().getZExtValue()) + "ull";
     if (auto name = llvm::dyn_cast<NameLoc>(op->getLoc()))
-      return "pk::dropoutOpId(" + cString(name.getName().getValue()) + ")";
+      return "pk::dropoutOpId(" + literal(name.getName().getValue(), "node", op) + ")";
     return "0ull";
   };
 
-  LogicalResult result = success();
   llvm::TypeSwitch<Operation *>(op)
       .Case<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::PowOp>([&](Operation *op) {
         Value lhs = op->getOperand(0), rhs = op->getOperand(1);
@@ -558,7 +584,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << ptr(loss.getScores()) << ", " << shapeOf(loss.getScores()) << ", "
             << ptr(loss.getLabels()) << ", "
             << (loss.getWeights() ? ptr(loss.getWeights()) : "nullptr") << ", pk::reductionKind("
-            << cString(loss.getReduction()) << "), "
+            << literal(loss.getReduction(), "the reduction", loss) << "), "
             << (loss.getIgnoreIndex() ? "std::optional<int64_t>(" +
                                             std::to_string(*loss.getIgnoreIndex()) + ")"
                                       : "std::nullopt")
@@ -570,7 +596,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << ptr(grad.getDloss()) << ", " << ptr(grad.getScores()) << ", "
             << shapeOf(grad.getScores()) << ", " << ptr(grad.getLabels()) << ", "
             << (grad.getWeights() ? ptr(grad.getWeights()) : "nullptr") << ", pk::reductionKind("
-            << cString(grad.getReduction()) << "), "
+            << literal(grad.getReduction(), "the reduction", grad) << "), "
             << (grad.getIgnoreIndex() ? "std::optional<int64_t>(" +
                                             std::to_string(*grad.getIgnoreIndex()) + ")"
                                       : "std::nullopt")
@@ -670,7 +696,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
       })
       .Case([&](nn::BinaryGradOp grad) {
         std::string y = allocate(grad.getResult());
-        out << "  pk::binaryGrad(pk::binaryGradKind(" << cString(grad.getKind()) << "), "
+        out << "  pk::binaryGrad(pk::binaryGradKind(" << literal(grad.getKind(), "the kind", grad)
+            << "), "
             << ptr(grad.getDy()) << ", " << ptr(grad.getLhs()) << ", " << shapeOf(grad.getLhs())
             << ", " << ptr(grad.getRhs()) << ", " << shapeOf(grad.getRhs()) << ", " << y << ");\n";
       })
@@ -870,10 +897,23 @@ LogicalResult StageEmitter::run() {
   collectInterface();
   if (interfaceError)
     return failure();
+  // Every name the descriptor tables carry, checked before anything is written.
+  for (const ParamInfo &param : params)
+    literal(param.name, param.trained ? "parameter" : "buffer");
+  for (const TensorInfo &field : data)
+    literal(field.name, "data field");
+  for (const TensorInfo &tensor : inputs)
+    literal(tensor.name, "received tensor");
+  for (const TensorInfo &tensor : outputs)
+    literal(tensor.name, "sent tensor");
+  if (nameError)
+    return failure();
   os << "// Generated by pipec: pipeline stage " << stage.getId() << " of " << numStages
      << " for the " << targetName() << " target";
   if (cuda())
-    os << " (matrix products in " << target.precision << ")";
+    os << " (matrix products in "
+       << (target.precision == "bf16" ? "bf16" : target.precision == "tf32" ? "tf32" : "fp32")
+       << ")";
   os << ". Do not edit.\n";
   if (cuda()) {
     // Tensors are device memory; every call runs on the stream the runtime
@@ -915,7 +955,7 @@ LogicalResult StageEmitter::run() {
       continue;
     }
     phase = name == "bwd_input" ? 1 : name == "bwd_weight" ? 2 : 0;
-    if (failed(emitFunction(f, cName, name == "step")))
+    if (failed(emitFunction(f, cName, name == "step")) || nameError)
       return failure();
   }
   os << constants << "\n";
@@ -926,7 +966,7 @@ LogicalResult StageEmitter::run() {
          << (info.type.getRank() ? list(info.type.getShape()) : "0") << "};\n";
     os << "const pipec_tensor_desc " << table << "[] = {";
     for (auto [i, info] : llvm::enumerate(infos))
-      os << (i ? ",\n    " : "\n    ") << "{" << cString(info.name) << ", "
+      os << (i ? ",\n    " : "\n    ") << "{" << cStringLiteral(info.name) << ", "
          << abiDtype(info.type.getElementType()) << ", " << info.type.getRank() << ", " << table
          << "Shape" << i << "}";
     if (infos.empty())
@@ -938,7 +978,7 @@ LogicalResult StageEmitter::run() {
        << (param.type.getRank() ? list(param.type.getShape()) : "0") << "};\n";
   os << "const pipec_param_desc params[] = {";
   for (auto [i, param] : llvm::enumerate(params))
-    os << (i ? ",\n    " : "\n    ") << "{{" << cString(param.name) << ", "
+    os << (i ? ",\n    " : "\n    ") << "{{" << cStringLiteral(param.name) << ", "
        << abiDtype(param.type.getElementType()) << ", " << param.type.getRank() << ", paramShape"
        << i << "}, " << (param.trained ? "PIPEC_TRAINED" : "PIPEC_BUFFER") << "}";
   if (params.empty())
@@ -972,6 +1012,25 @@ LogicalResult StageEmitter::run() {
 }
 
 } // namespace
+
+std::string cStringLiteral(StringRef bytes) {
+  std::string literal;
+  literal.reserve(bytes.size() + 2);
+  literal += '"';
+  for (char c : bytes) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7f && c != '"' && c != '\\' && c != '?') {
+      literal += c;
+    } else {
+      literal += '\\';
+      literal += static_cast<char>('0' + (byte >> 6));
+      literal += static_cast<char>('0' + ((byte >> 3) & 7));
+      literal += static_cast<char>('0' + (byte & 7));
+    }
+  }
+  literal += '"';
+  return literal;
+}
 
 LogicalResult emitStage(pipe::StageOp stage, int numStages, const StageTarget &target,
                         raw_ostream &os) {

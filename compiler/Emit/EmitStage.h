@@ -7,6 +7,7 @@
 #ifndef PIPEC_COMPILER_EMIT_EMITSTAGE_H
 #define PIPEC_COMPILER_EMIT_EMITSTAGE_H
 
+#include "llvm/ADT/StringRef.h"
 #include "llvm/Support/LogicalResult.h"
 
 #include <string>
@@ -28,6 +29,15 @@ struct StageTarget {
   /// (storage and master weights stay float32). The CPU target computes fp32.
   std::string precision = "fp32";
 };
+
+/// The C, C++ and CUDA string literal, quotes included, whose bytes are
+/// exactly `bytes`: printable ASCII other than `"`, `\` and `?` stays as it is,
+/// every other byte (newline, control bytes, bytes >= 0x80, and `?`, so that no
+/// trigraph can form) becomes a 3-digit octal escape, which never takes in the
+/// characters after it as `\x` would. The only way text from a model reaches
+/// generated source (docs/security.md). A NUL byte is escaped too, but a
+/// string bound for a `const char *` must not contain one (emitStage refuses).
+std::string cStringLiteral(llvm::StringRef bytes);
 
 /// Writes the source of libstage_<k>.so for `stage` (stage_<k>.cpp for the
 /// CPU, stage_<k>.cu for CUDA); `numStages` is the pipeline depth recorded

@@ -143,9 +143,13 @@ int64_t integerBinary(BinaryOp op, int64_t a, int64_t b) {
   case BinaryOp::Pow: {
     if (b < 0)
       throw EvalError("integer power with a negative exponent");
-    uint64_t result = 1;
-    for (int64_t i = 0; i < b; ++i)
-      result *= ua;
+    // By repeated squaring: at most 63 steps whatever the exponent.
+    uint64_t result = 1, base = ua;
+    for (uint64_t e = ub; e; e >>= 1) {
+      if (e & 1)
+        result *= base;
+      base *= base;
+    }
     return static_cast<int64_t>(result);
   }
   case BinaryOp::Equal: return a == b;

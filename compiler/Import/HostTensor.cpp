@@ -1,9 +1,11 @@
 #include "compiler/Import/HostTensor.h"
+#include "pipec/input_file.h"
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 
 namespace pipec::import {
 
@@ -36,12 +38,45 @@ static int64_t productOf(const std::vector<int64_t> &shape) {
 
 int64_t HostTensor::numElements() const { return productOf(shape); }
 
+static std::string shapeText(const std::vector<int64_t> &shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    text += (i ? "," : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+int64_t foldedElementCount(const std::vector<int64_t> &shape, const std::string &op) {
+  for (int64_t dim : shape)
+    if (dim < 0)
+      throw FoldError(op + ": negative dimension " + std::to_string(dim) + " in shape " +
+                      shapeText(shape));
+  auto count = pipec::io::checkedElementCount(shape, kMaxFoldedElements);
+  if (!count)
+    throw FoldError(op + " would compute a tensor of shape " + shapeText(shape) +
+                    ", more than " + std::to_string(kMaxFoldedElements) +
+                    " elements (the limit for values computed at import time)");
+  return *count;
+}
+
 double HostTensor::asDouble(int64_t index) const {
   return isFloating(kind) ? floats[index] : static_cast<double>(ints[index]);
 }
 
+/// A double truncated to int64: NaN as 0, saturated at int64's range (a plain
+/// cast of NaN or of an out-of-range value is undefined behaviour).
+static int64_t truncateToInt64(double value) {
+  value = std::trunc(value);
+  if (std::isnan(value))
+    return 0;
+  if (value >= 9.2233720368547758e18)
+    return std::numeric_limits<int64_t>::max();
+  if (value <= -9.2233720368547758e18)
+    return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(value);
+}
+
 int64_t HostTensor::asInt(int64_t index) const {
-  return isFloating(kind) ? static_cast<int64_t>(floats[index]) : ints[index];
+  return isFloating(kind) ? truncateToInt64(floats[index]) : ints[index];
 }
 
 std::vector<int64_t> HostTensor::toInts() const {
@@ -76,6 +111,8 @@ std::vector<int64_t> broadcastShape(const std::vector<int64_t> &lhs,
   for (size_t i = 0; i < rank; ++i) {
     int64_t l = i < rank - lhs.size() ? 1 : lhs[i - (rank - lhs.size())];
     int64_t r = i < rank - rhs.size() ? 1 : rhs[i - (rank - rhs.size())];
+    if (l < 0 || r < 0)
+      throw FoldError("negative dimension in shapes " + shapeText(lhs) + " and " + shapeText(rhs));
     if (l != r && l != 1 && r != 1)
       throw FoldError("shapes do not broadcast");
     result[i] = l == 1 ? r : l;
@@ -110,13 +147,13 @@ int64_t broadcastSourceIndex(int64_t flat, const std::vector<int64_t> &to,
 }
 
 /// Builds a tensor of `kind` and `shape` whose element i is copied from
-/// element source(i) of `input`.
-HostTensor gatherElements(const HostTensor &input, std::vector<int64_t> shape,
+/// element source(i) of `input`; `op` names the operator in errors.
+HostTensor gatherElements(const char *op, const HostTensor &input, std::vector<int64_t> shape,
                           const std::function<int64_t(int64_t)> &source) {
   HostTensor out;
   out.kind = input.kind;
   out.shape = std::move(shape);
-  int64_t count = out.numElements();
+  int64_t count = foldedElementCount(out.shape, op);
   if (isFloating(input.kind)) {
     out.floats.resize(count);
     for (int64_t i = 0; i < count; ++i)
@@ -138,11 +175,112 @@ int64_t normalizedAxis(int64_t axis, int64_t rank) {
 
 int64_t wrapInteger(ElementKind kind, int64_t value) {
   switch (kind) {
-  case ElementKind::Int32: return static_cast<int32_t>(value);
-  case ElementKind::Int8: return static_cast<int8_t>(value);
+  case ElementKind::Int32: return static_cast<int32_t>(static_cast<uint32_t>(value));
+  case ElementKind::Int8: return static_cast<int8_t>(static_cast<uint8_t>(value));
   case ElementKind::UInt8: return static_cast<uint8_t>(value);
   case ElementKind::Bool: return value != 0;
   default: return value;
+  }
+}
+
+/// The result of integer arithmetic `op` (nullopt: it overflowed int64) in
+/// the element type `kind`; an overflow of either is a FoldError, never a
+/// silently wrapped value.
+int64_t checkedResult(ElementKind kind, std::optional<int64_t> value, const std::string &op,
+                      int64_t a, int64_t b) {
+  int64_t low = std::numeric_limits<int64_t>::min(), high = std::numeric_limits<int64_t>::max();
+  switch (kind) {
+  case ElementKind::Int32: low = INT32_MIN; high = INT32_MAX; break;
+  case ElementKind::Int8: low = INT8_MIN; high = INT8_MAX; break;
+  case ElementKind::UInt8: low = 0; high = UINT8_MAX; break;
+  case ElementKind::Bool: return value.value_or(1) != 0;
+  default: break;
+  }
+  if (!value || *value < low || *value > high)
+    throw FoldError(std::string(elementKindName(kind)) + " overflow in " + op + " of " +
+                    std::to_string(a) + " and " + std::to_string(b));
+  return *value;
+}
+
+/// a^b on integers by repeated squaring, nullopt on overflow; b >= 0.
+std::optional<int64_t> checkedPower(int64_t a, int64_t b) {
+  int64_t result = 1, base = a;
+  while (true) {
+    if (b & 1) {
+      auto next = pipec::io::checkedMul(result, base);
+      if (!next) return std::nullopt;
+      result = *next;
+    }
+    b >>= 1;
+    if (!b) return result;
+    auto squared = pipec::io::checkedMul(base, base);
+    if (!squared) return std::nullopt;
+    base = *squared;
+  }
+}
+
+/// One element of integer binary arithmetic, checked.
+int64_t integerBinary(const std::string &op, ElementKind kind, int64_t a, int64_t b) {
+  using pipec::io::checkedAdd;
+  using pipec::io::checkedMul;
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  if (op == "Add") return checkedResult(kind, checkedAdd(a, b), op, a, b);
+  if (op == "Sub") {
+    int64_t out;
+    return checkedResult(kind, __builtin_sub_overflow(a, b, &out) ? std::nullopt
+                                                                  : std::optional<int64_t>(out),
+                         op, a, b);
+  }
+  if (op == "Mul") return checkedResult(kind, checkedMul(a, b), op, a, b);
+  if (op == "Div") {
+    if (b == 0)
+      throw FoldError("integer division by zero (" + std::to_string(a) + " / 0)");
+    if (a == kMin && b == -1)
+      return checkedResult(kind, std::nullopt, op, a, b);
+    return checkedResult(kind, a / b, op, a, b); // ONNX integer Div truncates like C
+  }
+  if (op == "Mod" || op == "FMod") {
+    if (b == 0)
+      throw FoldError("integer modulo by zero (" + std::to_string(a) + " mod 0)");
+    int64_t r = b == -1 ? 0 : a % b; // INT64_MIN % -1 traps in C
+    // fmod=0 (Mod): the result takes the sign of the divisor; fmod=1 (FMod)
+    // that of the dividend, like C. r and b have opposite signs here, so
+    // r + b cannot overflow.
+    if (op == "Mod" && r != 0 && (r < 0) != (b < 0))
+      r += b;
+    return r;
+  }
+  if (op == "Pow") {
+    if (b < 0) {
+      if (a == 1) return 1;
+      if (a == -1) return (b % 2) ? -1 : 1;
+      throw FoldError("integer Pow with the negative exponent " + std::to_string(b));
+    }
+    return checkedResult(kind, checkedPower(a, b), op, a, b);
+  }
+  if (op == "Max") return std::max(a, b);
+  if (op == "Min") return std::min(a, b);
+  if (op == "Equal") return a == b;
+  if (op == "Less") return a < b;
+  if (op == "Greater") return a > b;
+  if (op == "LessOrEqual") return a <= b;
+  if (op == "GreaterOrEqual") return a >= b;
+  if (op == "And") return a && b;
+  if (op == "Or") return a || b;
+  throw FoldError("cannot fold " + op + " on integers");
+}
+
+/// A floating-point value converted to an integer element type: truncated,
+/// NaN as 0, saturated at the type's range (as the reference evaluator does).
+int64_t floatToInteger(double value, ElementKind to) {
+  if (to == ElementKind::Bool)
+    return value != 0.0;
+  int64_t out = truncateToInt64(value);
+  switch (to) {
+  case ElementKind::Int32: return std::clamp<int64_t>(out, INT32_MIN, INT32_MAX);
+  case ElementKind::Int8: return std::clamp<int64_t>(out, INT8_MIN, INT8_MAX);
+  case ElementKind::UInt8: return std::clamp<int64_t>(out, 0, UINT8_MAX);
+  default: return out;
   }
 }
 } // namespace
@@ -164,9 +302,7 @@ HostTensor cast(const HostTensor &input, ElementKind to) {
     out.ints.resize(count);
     for (int64_t i = 0; i < count; ++i) {
       if (isFloating(input.kind)) {
-        double value = input.floats[i];
-        out.ints[i] = to == ElementKind::Bool ? value != 0.0
-                                              : wrapInteger(to, static_cast<int64_t>(value));
+        out.ints[i] = floatToInteger(input.floats[i], to);
       } else {
         out.ints[i] = wrapInteger(to, input.ints[i]);
       }
@@ -186,8 +322,12 @@ HostTensor binary(const std::string &op, const HostTensor &lhs, const HostTensor
   HostTensor out;
   out.shape = shape;
   out.kind = comparison || logical ? ElementKind::Bool : lhs.kind;
-  int64_t count = productOf(shape);
+  int64_t count = foldedElementCount(shape, op);
   bool floating = isFloating(lhs.kind);
+  if (floating && !comparison)
+    out.floats.reserve(count);
+  else
+    out.ints.reserve(count);
   for (int64_t i = 0; i < count; ++i) {
     int64_t li = broadcastSourceIndex(i, shape, lhs.shape);
     int64_t ri = broadcastSourceIndex(i, shape, rhs.shape);
@@ -199,6 +339,7 @@ HostTensor binary(const std::string &op, const HostTensor &lhs, const HostTensor
       else if (op == "Mul") value = a * b;
       else if (op == "Div") value = a / b;
       else if (op == "Pow") value = std::pow(a, b);
+      else if (op == "FMod") value = std::fmod(a, b);
       else if (op == "Max") value = std::max(a, b);
       else if (op == "Min") value = std::min(a, b);
       else if (op == "Equal") { out.ints.push_back(a == b); continue; }
@@ -211,30 +352,7 @@ HostTensor binary(const std::string &op, const HostTensor &lhs, const HostTensor
                                                              : static_cast<float>(value));
     } else {
       int64_t a = lhs.ints[li], b = rhs.asInt(ri);
-      int64_t value;
-      if (op == "Add") value = a + b;
-      else if (op == "Sub") value = a - b;
-      else if (op == "Mul") value = a * b;
-      else if (op == "Div") {
-        if (b == 0)
-          throw FoldError("integer division by zero");
-        value = a / b; // ONNX integer Div truncates like C
-      } else if (op == "Mod") {
-        if (b == 0)
-          throw FoldError("integer modulo by zero");
-        value = ((a % b) + b) % b; // fmod=0: sign of the divisor
-      } else if (op == "Pow") value = static_cast<int64_t>(std::pow(a, b));
-      else if (op == "Max") value = std::max(a, b);
-      else if (op == "Min") value = std::min(a, b);
-      else if (op == "Equal") value = a == b;
-      else if (op == "Less") value = a < b;
-      else if (op == "Greater") value = a > b;
-      else if (op == "LessOrEqual") value = a <= b;
-      else if (op == "GreaterOrEqual") value = a >= b;
-      else if (op == "And") value = a && b;
-      else if (op == "Or") value = a || b;
-      else throw FoldError("cannot fold " + op + " on integers");
-      out.ints.push_back(wrapInteger(out.kind, value));
+      out.ints.push_back(wrapInteger(out.kind, integerBinary(op, out.kind, a, b)));
     }
   }
   return out;
@@ -268,8 +386,8 @@ HostTensor unary(const std::string &op, const HostTensor &input) {
   } else {
     for (int64_t i = 0; i < count; ++i) {
       int64_t x = input.ints[i];
-      if (op == "Neg") out.ints[i] = wrapInteger(input.kind, -x);
-      else if (op == "Abs") out.ints[i] = wrapInteger(input.kind, x < 0 ? -x : x);
+      if (op == "Neg") out.ints[i] = integerBinary("Sub", input.kind, 0, x);
+      else if (op == "Abs") out.ints[i] = x < 0 ? integerBinary("Sub", input.kind, 0, x) : x;
       else if (op == "Relu") out.ints[i] = std::max<int64_t>(x, 0);
       else if (op == "Floor" || op == "Ceil") out.ints[i] = x;
       else throw FoldError("cannot fold " + op + " on integers");
@@ -286,7 +404,7 @@ HostTensor where(const HostTensor &condition, const HostTensor &x, const HostTen
   HostTensor out;
   out.kind = x.kind;
   out.shape = shape;
-  int64_t count = productOf(shape);
+  int64_t count = foldedElementCount(shape, "Where");
   for (int64_t i = 0; i < count; ++i) {
     bool pick = condition.asInt(broadcastSourceIndex(i, shape, condition.shape)) != 0;
     const HostTensor &from = pick ? x : y;
@@ -309,6 +427,9 @@ HostTensor gather(const HostTensor &data, const HostTensor &indices, int64_t axi
   int64_t inner = 1;
   for (int64_t d = axis + 1; d < rank; ++d)
     inner *= data.shape[d];
+  if (isFloating(indices.kind))
+    throw FoldError("Gather indices must be integers, not " +
+                    std::string(elementKindName(indices.kind)));
   int64_t indexCount = indices.numElements();
   std::vector<int64_t> resolved(indexCount);
   for (int64_t i = 0; i < indexCount; ++i) {
@@ -318,7 +439,7 @@ HostTensor gather(const HostTensor &data, const HostTensor &indices, int64_t axi
                       std::to_string(axisSize));
     resolved[i] = index < 0 ? index + axisSize : index;
   }
-  return gatherElements(data, shape, [&](int64_t flat) {
+  return gatherElements("Gather", data, shape, [&](int64_t flat) {
     int64_t innerIndex = flat % inner;
     int64_t rest = flat / inner;
     int64_t indexPosition = rest % indexCount;
@@ -341,11 +462,19 @@ HostTensor concat(const std::vector<const HostTensor *> &inputs, int64_t axis) {
     for (int64_t d = 0; d < rank; ++d)
       if (d != axis && input->shape[d] != first.shape[d])
         throw FoldError("Concat inputs differ outside the axis");
-    shape[axis] += input->shape[axis];
+    auto sum = pipec::io::checkedAdd(shape[axis], input->shape[axis]);
+    if (!sum)
+      throw FoldError("Concat result size overflows");
+    shape[axis] = *sum;
   }
   HostTensor out;
   out.kind = first.kind;
   out.shape = shape;
+  int64_t count = foldedElementCount(shape, "Concat");
+  if (isFloating(out.kind))
+    out.floats.reserve(count);
+  else
+    out.ints.reserve(count);
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < axis; ++d)
     outer *= shape[d];
@@ -365,8 +494,10 @@ HostTensor concat(const std::vector<const HostTensor *> &inputs, int64_t axis) {
 }
 
 HostTensor reshape(const HostTensor &input, std::vector<int64_t> shape) {
-  if (productOf(shape) != input.numElements())
-    throw FoldError("Reshape changes the element count");
+  auto count = pipec::io::checkedElementCount(shape);
+  if (!count || *count != input.numElements())
+    throw FoldError("Reshape of " + shapeText(input.shape) + " to " + shapeText(shape) +
+                    " changes the element count");
   HostTensor out = input;
   out.shape = std::move(shape);
   return out;
@@ -376,11 +507,17 @@ HostTensor transpose(const HostTensor &input, const std::vector<int64_t> &perm) 
   size_t rank = input.shape.size();
   if (perm.size() != rank)
     throw FoldError("Transpose perm has the wrong length");
+  std::vector<bool> seen(rank, false);
+  for (int64_t axis : perm) {
+    if (axis < 0 || axis >= static_cast<int64_t>(rank) || seen[axis])
+      throw FoldError("Transpose perm " + shapeText(perm) + " is not a permutation");
+    seen[axis] = true;
+  }
   std::vector<int64_t> shape(rank);
   for (size_t d = 0; d < rank; ++d)
     shape[d] = input.shape[perm[d]];
   std::vector<int64_t> inStrides = stridesOf(input.shape);
-  return gatherElements(input, shape, [&](int64_t flat) {
+  return gatherElements("Transpose", input, shape, [&](int64_t flat) {
     int64_t source = 0;
     for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
       source += (flat % shape[d]) * inStrides[perm[d]];
@@ -393,14 +530,22 @@ HostTensor transpose(const HostTensor &input, const std::vector<int64_t> &perm) 
 HostTensor slice(const HostTensor &input, const std::vector<int64_t> &starts,
                  const std::vector<int64_t> &ends, const std::vector<int64_t> &steps) {
   size_t rank = input.shape.size();
+  if (starts.size() != rank || ends.size() != rank || steps.size() != rank)
+    throw FoldError("Slice bounds do not match the rank");
   std::vector<int64_t> shape(rank);
   for (size_t d = 0; d < rank; ++d) {
-    int64_t size = steps[d] > 0 ? (ends[d] - starts[d] + steps[d] - 1) / steps[d]
-                                : (starts[d] - ends[d] - steps[d] - 1) / (-steps[d]);
-    shape[d] = std::max<int64_t>(size, 0);
+    if (steps[d] == 0)
+      throw FoldError("Slice step 0");
+    // In 128 bits: a step near INT64_MIN or bounds far apart must not overflow.
+    __int128 start = starts[d], end = ends[d], step = steps[d];
+    __int128 size = step > 0 ? (end - start + step - 1) / step : (start - end - step - 1) / (-step);
+    if (size > 0 && (start < 0 || start >= input.shape[d] || start + (size - 1) * step < 0 ||
+                     start + (size - 1) * step >= input.shape[d]))
+      throw FoldError("Slice bounds lie outside dimension " + std::to_string(d));
+    shape[d] = size > 0 ? static_cast<int64_t>(size) : 0;
   }
   std::vector<int64_t> inStrides = stridesOf(input.shape);
-  return gatherElements(input, shape, [&](int64_t flat) {
+  return gatherElements("Slice", input, shape, [&](int64_t flat) {
     int64_t source = 0;
     for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
       source += (starts[d] + (flat % shape[d]) * steps[d]) * inStrides[d];
@@ -411,8 +556,12 @@ HostTensor slice(const HostTensor &input, const std::vector<int64_t> &starts,
 }
 
 HostTensor expand(const HostTensor &input, const std::vector<int64_t> &shape) {
+  for (int64_t dim : shape)
+    if (dim < 0)
+      throw FoldError("Expand to the negative dimension " + std::to_string(dim) + " in " +
+                      shapeText(shape));
   std::vector<int64_t> out = broadcastShape(input.shape, shape);
-  return gatherElements(input, out, [&](int64_t flat) {
+  return gatherElements("Expand", input, out, [&](int64_t flat) {
     return broadcastSourceIndex(flat, out, input.shape);
   });
 }
@@ -420,19 +569,48 @@ HostTensor expand(const HostTensor &input, const std::vector<int64_t> &shape) {
 HostTensor range(const HostTensor &start, const HostTensor &limit, const HostTensor &delta) {
   if (start.numElements() != 1 || limit.numElements() != 1 || delta.numElements() != 1)
     throw FoldError("Range needs scalar operands");
-  double first = start.asDouble(0), last = limit.asDouble(0), step = delta.asDouble(0);
-  if (step == 0)
-    throw FoldError("Range with delta 0");
-  int64_t count = std::max<int64_t>(static_cast<int64_t>(std::ceil((last - first) / step)), 0);
+  if (start.kind != limit.kind || start.kind != delta.kind)
+    throw FoldError("Range operands differ in element type");
+  auto tooMany = [](const std::string &count) {
+    return FoldError("Range would compute " + count + " elements, more than " +
+                     std::to_string(kMaxFoldedElements) +
+                     " (the limit for values computed at import time)");
+  };
   HostTensor out;
   out.kind = start.kind;
-  out.shape = {count};
-  for (int64_t i = 0; i < count; ++i) {
-    if (isFloating(start.kind))
+  int64_t count = 0;
+  if (isFloating(start.kind)) {
+    double first = start.floats[0], last = limit.floats[0], step = delta.floats[0];
+    if (step == 0)
+      throw FoldError("Range with delta 0");
+    double size = std::ceil((last - first) / step);
+    if (!std::isfinite(size) && !(size < 0))
+      throw FoldError("Range(" + std::to_string(first) + ", " + std::to_string(last) + ", " +
+                      std::to_string(step) + ") has no finite size");
+    if (size > static_cast<double>(kMaxFoldedElements))
+      throw tooMany(std::to_string(size));
+    count = size > 0 ? static_cast<int64_t>(size) : 0;
+    out.floats.reserve(count);
+    for (int64_t i = 0; i < count; ++i)
       out.floats.push_back(first + i * step);
-    else
-      out.ints.push_back(start.ints[0] + i * delta.ints[0]);
+  } else {
+    // Exactly, in 128 bits: ceil((limit - start) / delta).
+    __int128 first = start.ints[0], last = limit.ints[0], step = delta.ints[0];
+    if (step == 0)
+      throw FoldError("Range with delta 0");
+    __int128 distance = last - first;
+    __int128 size = step > 0 ? (distance + step - 1) / step : (distance + step + 1) / step;
+    if (size > kMaxFoldedElements)
+      throw tooMany(size > std::numeric_limits<int64_t>::max()
+                        ? "more than 2^63"
+                        : std::to_string(static_cast<int64_t>(size)));
+    count = size > 0 ? static_cast<int64_t>(size) : 0;
+    out.ints.reserve(count);
+    // Every value lies between start and limit, so it fits the element type.
+    for (int64_t i = 0; i < count; ++i)
+      out.ints.push_back(static_cast<int64_t>(first + i * step));
   }
+  out.shape = {count};
   return out;
 }
 
@@ -456,10 +634,16 @@ std::vector<int64_t> resolveReshape(const std::vector<int64_t> &input,
     } else if (shape[d] < 0) {
       throw FoldError("target dimension " + std::to_string(shape[d]) + " is negative");
     } else {
-      known *= shape[d];
+      auto product = pipec::io::checkedMul(known, shape[d]);
+      if (!product)
+        throw FoldError("target shape " + shapeText(target) + " overflows int64");
+      known = *product;
     }
   }
-  int64_t total = productOf(input);
+  auto inputCount = pipec::io::checkedElementCount(input);
+  if (!inputCount)
+    throw FoldError("input shape " + shapeText(input) + " overflows int64");
+  int64_t total = *inputCount;
   if (inferred >= 0) {
     if (known == 0 || total % known)
       throw FoldError("cannot infer the -1 dimension: " + std::to_string(total) +
@@ -474,6 +658,8 @@ std::vector<int64_t> resolveReshape(const std::vector<int64_t> &input,
 
 std::pair<int64_t, int64_t> normalizeSliceBounds(int64_t start, int64_t end, int64_t step,
                                                  int64_t dim) {
+  if (dim <= 0)
+    return {0, 0}; // nothing to take (and no valid clamp range for a negative step)
   if (start < 0)
     start += dim;
   if (end < 0)

@@ -26,6 +26,19 @@ struct FoldError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// The most elements a tensor computed at import time may have: the results
+/// of folded shape computations (ConstantOfShape, Expand, Range, Concat,
+/// Gather, broadcasting arithmetic, ...). The host keeps 8 bytes per element,
+/// so this bounds one folded value to 512 MiB; a model asking for more (e.g.
+/// `Range(0, 2^40)`) is refused with an error naming the node instead of
+/// being materialised (docs/security.md). Integer folding is checked too: an
+/// overflow, a division by zero or `INT64_MIN / -1` is a FoldError.
+inline constexpr int64_t kMaxFoldedElements = int64_t(1) << 26;
+
+/// The element count of `shape` for a value computed at import time by `op`:
+/// throws FoldError on a negative dimension or beyond kMaxFoldedElements.
+int64_t foldedElementCount(const std::vector<int64_t> &shape, const std::string &op);
+
 struct HostTensor {
   ElementKind kind = ElementKind::Float32;
   std::vector<int64_t> shape;

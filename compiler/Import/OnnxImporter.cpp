@@ -6,7 +6,9 @@
 // cross-check against ONNX's own shape inference and a final verify.
 #include "compiler/Import/OnnxImporter.h"
 #include "compiler/Import/HostTensor.h"
+#include "compiler/Import/ModelValidation.h"
 #include "dialects/nn/NNDialect.h"
+#include "pipec/input_file.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -232,10 +234,15 @@ private:
   bool checkOpsets();
   bool analyzeGraph();
   bool resolveInputTypes();
-  void checkTensorData(const onnx::TensorProto &tensor, const std::string &what);
+  /// Checks an initializer's type, shape and data size (external data
+  /// included, without reading it); returns its element count.
+  int64_t checkTensorData(const onnx::TensorProto &tensor, const std::string &what);
   HostTensor readTensor(const onnx::TensorProto &tensor, const std::string &what);
+  /// Checks the external data of `tensor` (location inside the model's
+  /// folder, a regular file, offset and length inside it, length equal to
+  /// `expectedBytes`) and, when `read`, returns its bytes.
   std::string readExternalData(const onnx::TensorProto &tensor, const std::string &what,
-                               int64_t expectedBytes);
+                               uint64_t expectedBytes, bool read);
   void crossCheckShapeInference();
 
   // Errors.
@@ -250,6 +257,9 @@ private:
   const HostTensor &constantInput(const onnx::NodeProto &node, int index, const char *role);
   std::optional<HostTensor> optionalConstantInput(const onnx::NodeProto &node, int index,
                                                   const char *role);
+  /// An optional operand known at import time that must hold one value.
+  std::optional<HostTensor> optionalScalarInput(const onnx::NodeProto &node, int index,
+                                                const char *role);
   RankedTensorType typeOf(Value value) { return llvm::cast<RankedTensorType>(value.getType()); }
   std::vector<int64_t> shapeOfInput(const onnx::NodeProto &node, int index);
   Value materialize(const HostTensor &tensor, Location loc);
@@ -444,11 +454,18 @@ bool OnnxImporter::loadModel() {
   if (fs::is_directory(path, error))
     failFile("is a directory, not an ONNX model");
   modelDirectory = fs::absolute(path).parent_path();
-  std::ifstream stream(path, std::ios::binary);
-  if (!stream)
-    failFile("cannot be opened for reading");
-  std::string bytes((std::istreambuf_iterator<char>(stream)), std::istreambuf_iterator<char>());
   bool text = llvm::StringRef(path).ends_with(".onnxtext");
+  // A regular file of bounded size, opened without blocking: a FIFO, a device
+  // such as /dev/zero or an oversized file is refused before anything is read.
+  std::string bytes;
+  try {
+    bytes = pipec::io::readInputFile(path, text ? "ONNX text model" : "ONNX model",
+                                     text ? pipec::io::kMaxTextFileBytes
+                                          : pipec::io::kMaxModelFileBytes);
+  } catch (const pipec::io::InputError &problem) {
+    errors.push_back(problem.what());
+    throw ImportAborted{};
+  }
   if (text) {
     onnx::OnnxParser parser(bytes.c_str());
     auto status = parser.Parse(model);
@@ -667,16 +684,31 @@ bool OnnxImporter::resolveInputTypes() {
 }
 
 std::string OnnxImporter::readExternalData(const onnx::TensorProto &tensor,
-                                           const std::string &what, int64_t expectedBytes) {
+                                           const std::string &what, uint64_t expectedBytes,
+                                           bool read) {
   std::string location;
-  int64_t offset = 0, length = -1;
+  std::optional<uint64_t> offset, length;
   for (const auto &entry : tensor.external_data()) {
-    if (entry.key() == "location")
+    std::optional<uint64_t> *field = entry.key() == "offset" ? &offset
+                                     : entry.key() == "length" ? &length
+                                                               : nullptr;
+    if (entry.key() == "location") {
+      if (!location.empty())
+        failFile(what + " names its external data location twice");
       location = entry.value();
-    else if (entry.key() == "offset")
-      offset = std::stoll(entry.value());
-    else if (entry.key() == "length")
-      length = std::stoll(entry.value());
+    } else if (field) {
+      // A non-negative decimal integer that fits int64 (ONNX stores it as text).
+      const std::string &text = entry.value();
+      bool digits = !text.empty() && text.size() <= 19 &&
+                    llvm::all_of(text, [](char c) { return c >= '0' && c <= '9'; });
+      unsigned long long value = digits ? std::strtoull(text.c_str(), nullptr, 10) : 0;
+      if (!digits || value > static_cast<unsigned long long>(INT64_MAX))
+        failFile(what + " has external data " + entry.key() + " '" + text +
+                 "', which is not a non-negative 64-bit integer");
+      if (*field)
+        failFile(what + " gives its external data " + entry.key() + " twice");
+      *field = value;
+    }
   }
   if (location.empty())
     failFile(what + " is stored externally but names no location");
@@ -696,71 +728,102 @@ std::string OnnxImporter::readExternalData(const onnx::TensorProto &tensor,
     failFile(what + " refers to external data '" + location +
              "' outside the model's folder; only files in or below " +
              modelDirectory.string() + " are read");
-  std::ifstream stream(full, std::ios::binary);
-  if (!stream)
+  if (!fs::exists(full, error))
     failFile(what + " refers to external data file '" + location + "', which is missing");
-  stream.seekg(0, std::ios::end);
-  int64_t size = stream.tellg();
-  if (length < 0)
-    length = size - offset;
-  if (offset < 0 || offset + length > size || length != expectedBytes)
-    failFile(what + " expects " + std::to_string(expectedBytes) + " bytes at offset " +
-             std::to_string(offset) + " of '" + location + "' (" + std::to_string(size) +
-             " bytes, length " + std::to_string(length) + ")");
-  std::string bytes(length, '\0');
-  stream.seekg(offset);
-  stream.read(bytes.data(), length);
+  // A regular file only (a FIFO would block, a device never ends), opened
+  // without blocking; offset and length checked without overflow.
+  std::optional<pipec::io::InputFile> file;
+  try {
+    file.emplace(full.string(), "external data file", pipec::io::kMaxTensorFileBytes);
+  } catch (const pipec::io::InputError &problem) {
+    failFile(what + " refers to external data file '" + location + "': " + problem.what());
+  }
+  uint64_t size = file->size();
+  uint64_t start = offset.value_or(0);
+  auto describe = [&] {
+    return what + " expects " + std::to_string(expectedBytes) + " bytes of external data at offset " +
+           std::to_string(start) + " of '" + location + "' (" + std::to_string(size) + " bytes)";
+  };
+  if (start > size)
+    failFile(describe() + ", but the offset lies past the end of the file");
+  if (length && *length != expectedBytes)
+    failFile(describe() + ", but its external data length is " + std::to_string(*length));
+  // Without a length the data runs to the end of the file (as ONNX reads it).
+  if (!length && size - start != expectedBytes)
+    failFile(describe() + ", but it gives no length and the file holds " +
+             std::to_string(size - start) + " bytes from that offset");
+  if (!pipec::io::rangeWithin(start, expectedBytes, size))
+    failFile(describe() + ", but the file ends " +
+             std::to_string(expectedBytes - (size - start)) + " bytes short of that");
+  if (!read)
+    return {};
+  std::string bytes(static_cast<size_t>(expectedBytes), '\0');
+  try {
+    file->readAt(start, bytes.data(), expectedBytes, "external data");
+  } catch (const pipec::io::InputError &problem) {
+    failFile(what + ": " + problem.what());
+  }
   return bytes;
 }
 
-void OnnxImporter::checkTensorData(const onnx::TensorProto &tensor, const std::string &what) {
+int64_t OnnxImporter::checkTensorData(const onnx::TensorProto &tensor, const std::string &what) {
   auto kind = elementKindOf(tensor.data_type());
   if (!kind)
     failFile(what + " has an unsupported element type (" + std::to_string(tensor.data_type()) +
              ")");
-  int64_t count = 1;
-  for (int64_t dim : tensor.dims()) {
+  std::vector<int64_t> dims(tensor.dims().begin(), tensor.dims().end());
+  for (int64_t dim : dims)
     if (dim < 0)
-      failFile(what + " has a negative dimension");
-    count *= dim;
-  }
-  int64_t bytes = count * byteWidth(*kind);
+      failFile(what + " has a negative dimension (shape [" + join(dims) + "])");
+  auto count = pipec::io::checkedElementCount(dims);
+  auto bytes = count ? pipec::io::checkedMul<int64_t>(*count, byteWidth(*kind)) : std::nullopt;
+  if (!bytes)
+    failFile(what + " has the shape [" + join(dims) + "], whose size overflows 64 bits");
   if (tensor.data_location() == onnx::TensorProto_DataLocation_EXTERNAL) {
-    (void)readExternalData(tensor, what, bytes);
-    return;
+    (void)readExternalData(tensor, what, static_cast<uint64_t>(*bytes), /*read=*/false);
+    return *count;
   }
-  int64_t stored = tensor.has_raw_data() ? static_cast<int64_t>(tensor.raw_data().size())
-                                         : -1;
-  if (stored >= 0 ? stored != bytes : false)
-    failFile(what + " holds " + std::to_string(stored) + " bytes of data for " +
-             std::to_string(count) + " elements (" + std::to_string(bytes) + " expected)");
-  if (stored < 0) {
-    int64_t fields = tensor.float_data_size() + tensor.int32_data_size() +
-                     tensor.int64_data_size() + tensor.double_data_size() +
-                     tensor.uint64_data_size();
-    if (fields != count)
-      failFile(what + " holds " + std::to_string(fields) + " values for " +
-               std::to_string(count) + " elements");
+  if (tensor.has_raw_data()) {
+    int64_t stored = static_cast<int64_t>(tensor.raw_data().size());
+    if (stored != *bytes)
+      failFile(what + " holds " + std::to_string(stored) + " bytes of data for " +
+               std::to_string(*count) + " elements (" + std::to_string(*bytes) + " expected)");
+    return *count;
   }
+  // Typed fields: each element type has its own (float16 and the small
+  // integers travel in int32_data).
+  int64_t fields = 0;
+  const char *field = "int32_data";
+  switch (*kind) {
+  case ElementKind::Float32: fields = tensor.float_data_size(); field = "float_data"; break;
+  case ElementKind::Float64: fields = tensor.double_data_size(); field = "double_data"; break;
+  case ElementKind::Int64: fields = tensor.int64_data_size(); field = "int64_data"; break;
+  default: fields = tensor.int32_data_size(); break;
+  }
+  if (fields != *count)
+    failFile(what + " holds " + std::to_string(fields) + " values in " + field + " for " +
+             std::to_string(*count) + " elements of shape [" + join(dims) + "]");
+  return *count;
 }
 
 HostTensor OnnxImporter::readTensor(const onnx::TensorProto &tensor, const std::string &what) {
-  checkTensorData(tensor, what);
+  int64_t count = checkTensorData(tensor, what);
   ElementKind kind = *elementKindOf(tensor.data_type());
   std::vector<int64_t> shape(tensor.dims().begin(), tensor.dims().end());
-  int64_t count = 1;
-  for (int64_t dim : shape)
-    count *= dim;
-  std::string raw;
-  bool fromBytes = tensor.has_raw_data() ||
-                   tensor.data_location() == onnx::TensorProto_DataLocation_EXTERNAL;
-  if (tensor.data_location() == onnx::TensorProto_DataLocation_EXTERNAL)
-    raw = readExternalData(tensor, what, count * byteWidth(kind));
-  else if (tensor.has_raw_data())
-    raw = tensor.raw_data();
+  std::string external;
+  bool isExternal = tensor.data_location() == onnx::TensorProto_DataLocation_EXTERNAL;
+  bool fromBytes = tensor.has_raw_data() || isExternal;
+  if (isExternal)
+    external = readExternalData(tensor, what, static_cast<uint64_t>(count * byteWidth(kind)),
+                                /*read=*/true);
+  const std::string &raw = isExternal ? external : tensor.raw_data();
   HostTensor out;
   out.kind = kind;
   out.shape = shape;
+  if (isFloating(kind))
+    out.floats.reserve(count);
+  else
+    out.ints.reserve(count);
   auto rawAt = [&](int64_t i, auto sample) {
     decltype(sample) value;
     std::memcpy(&value, raw.data() + i * sizeof(value), sizeof(value));
@@ -848,6 +911,15 @@ std::optional<HostTensor> OnnxImporter::optionalConstantInput(const onnx::NodePr
   if (!hasInput(node, index))
     return std::nullopt;
   return constantInput(node, index, role);
+}
+
+std::optional<HostTensor> OnnxImporter::optionalScalarInput(const onnx::NodeProto &node,
+                                                            int index, const char *role) {
+  auto value = optionalConstantInput(node, index, role);
+  if (value && value->numElements() != 1)
+    fail(node, std::string("the ") + role + " input must hold one value, not " +
+                   std::to_string(value->numElements()));
+  return value;
 }
 
 std::vector<int64_t> OnnxImporter::shapeOfInput(const onnx::NodeProto &node, int index) {
@@ -1115,15 +1187,25 @@ void OnnxImporter::windowAttributes(const onnx::NodeProto &node, int64_t spatial
       static_cast<int64_t>(kernel.size()) != spatial)
     fail(node, "strides, dilations, kernel_shape need " + std::to_string(spatial) +
                    " entries and pads " + std::to_string(2 * spatial));
+  for (int64_t axis = 0; axis < spatial; ++axis)
+    if (strides[axis] < 1 || dilations[axis] < 1 || kernel[axis] < 1 ||
+        pads[axis] < 0 || pads[axis + spatial] < 0)
+      fail(node, "strides [" + join(strides) + "], dilations [" + join(dilations) +
+                     "] and kernel_shape [" + join(kernel) + "] must be positive and pads [" +
+                     join(pads) + "] non-negative");
   std::string autoPad = stringAttr(node, "auto_pad", "NOTSET");
   if (autoPad == "VALID") {
     std::fill(pads.begin(), pads.end(), 0);
   } else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
     for (int64_t axis = 0; axis < spatial; ++axis) {
-      int64_t input = inputShape[axis + 2];
-      int64_t output = (input + strides[axis] - 1) / strides[axis];
-      int64_t effective = (kernel[axis] - 1) * dilations[axis] + 1;
-      int64_t total = std::max<int64_t>((output - 1) * strides[axis] + effective - input, 0);
+      // In 128 bits: the attributes are the model's and may be huge.
+      __int128 input = inputShape[axis + 2], stride = strides[axis];
+      __int128 output = (input + stride - 1) / stride;
+      __int128 effective = (__int128(kernel[axis]) - 1) * dilations[axis] + 1;
+      __int128 needed = std::max<__int128>((output - 1) * stride + effective - input, 0);
+      if (needed > INT64_MAX)
+        fail(node, "the padding auto_pad=" + autoPad + " needs overflows int64");
+      int64_t total = static_cast<int64_t>(needed);
       int64_t small = total / 2, large = total - small;
       pads[axis] = autoPad == "SAME_UPPER" ? small : large;
       pads[axis + spatial] = autoPad == "SAME_UPPER" ? large : small;
@@ -1234,9 +1316,9 @@ void OnnxImporter::convertDropout(const onnx::NodeProto &node) {
     // inference mode (is_test), where it is the identity.
     ratio = floatAttr(node, "ratio", 0.5f);
   } else {
-    if (auto given = optionalConstantInput(node, 1, "ratio"))
+    if (auto given = optionalScalarInput(node, 1, "ratio"))
       ratio = static_cast<float>(given->asDouble(0));
-    if (auto given = optionalConstantInput(node, 2, "training_mode"))
+    if (auto given = optionalScalarInput(node, 2, "training_mode"))
       training = given->asInt(0) != 0;
   }
   SmallVector<NamedAttribute> attributes{
@@ -1451,7 +1533,7 @@ void OnnxImporter::convertPad(const onnx::NodeProto &node) {
     fail(node, "mode '" + mode + "' is not supported (only constant padding)");
   std::vector<int64_t> pads = constantInput(node, 1, "pads").toInts();
   double value = 0.0;
-  if (auto given = optionalConstantInput(node, 2, "constant_value"))
+  if (auto given = optionalScalarInput(node, 2, "constant_value"))
     value = given->asDouble(0);
   if (auto axesInput = optionalConstantInput(node, 3, "axes")) {
     // Opset 18: pads cover only the listed axes.
@@ -1470,6 +1552,15 @@ void OnnxImporter::convertPad(const onnx::NodeProto &node) {
                    std::to_string(rank));
   if (llvm::any_of(pads, [](int64_t pad) { return pad < 0; }))
     fail(node, "negative pads (cropping) are not supported");
+  auto inputShape = typeOf(input).getShape();
+  for (int64_t axis = 0; axis < rank; ++axis) {
+    auto padded = pipec::io::checkedAdd(pads[axis], pads[axis + rank]);
+    if (padded)
+      padded = pipec::io::checkedAdd(*padded, inputShape[axis]);
+    if (!padded)
+      fail(node, "pads [" + join(pads) + "] make dimension " + std::to_string(axis) +
+                     " overflow int64");
+  }
   if (llvm::all_of(pads, [](int64_t pad) { return pad == 0; })) {
     define(node, 0, input);
     return;
@@ -1497,6 +1588,9 @@ void OnnxImporter::convertSplit(const onnx::NodeProto &node) {
     int64_t pieces = nodeVersion >= 18 && attribute(node, "num_outputs")
                          ? intAttr(node, "num_outputs", 1)
                          : node.output_size();
+    if (pieces < 1 || pieces != node.output_size())
+      fail(node, "splits into " + std::to_string(pieces) + " pieces but has " +
+                     std::to_string(node.output_size()) + " outputs");
     int64_t chunk = (shape[axis] + pieces - 1) / pieces;
     for (int64_t i = 0, left = shape[axis]; i < pieces; ++i, left -= chunk)
       sizes.push_back(std::min(chunk, left));
@@ -1585,14 +1679,15 @@ std::vector<HostTensor> OnnxImporter::foldShape(const onnx::NodeProto &node) {
 }
 
 std::vector<HostTensor> OnnxImporter::foldSize(const onnx::NodeProto &node) {
-  int64_t count = 1;
-  for (int64_t dim : shapeOfInput(node, 0))
-    count *= dim;
-  return {HostTensor::ofInts(ElementKind::Int64, {}, {count})};
+  auto count = pipec::io::checkedElementCount(shapeOfInput(node, 0));
+  if (!count)
+    fail(node, "the input's element count overflows int64");
+  return {HostTensor::ofInts(ElementKind::Int64, {}, {*count})};
 }
 
 std::vector<HostTensor> OnnxImporter::foldConstantOfShape(const onnx::NodeProto &node) {
   std::vector<int64_t> shape = constantInput(node, 0, "shape").toInts();
+  foldedElementCount(shape, "ConstantOfShape"); // before anything is allocated
   HostTensor fill = HostTensor::ofFloats(ElementKind::Float32, {1}, {0.0});
   if (const auto *value = attribute(node, "value"))
     fill = readTensor(value->t(), "ConstantOfShape value");
@@ -1600,8 +1695,9 @@ std::vector<HostTensor> OnnxImporter::foldConstantOfShape(const onnx::NodeProto 
 }
 
 std::vector<HostTensor> OnnxImporter::foldBinary(const onnx::NodeProto &node) {
-  return {fold::binary(node.op_type(), constantInput(node, 0, "first"),
-                       constantInput(node, 1, "second"))};
+  // Mod's fmod=1 follows C's fmod (the sign of the dividend).
+  std::string op = node.op_type() == "Mod" && intAttr(node, "fmod", 0) ? "FMod" : node.op_type();
+  return {fold::binary(op, constantInput(node, 0, "first"), constantInput(node, 1, "second"))};
 }
 
 std::vector<HostTensor> OnnxImporter::foldUnary(const onnx::NodeProto &node) {
@@ -1743,7 +1839,26 @@ std::vector<HostTensor> OnnxImporter::foldIdentity(const onnx::NodeProto &node) 
 /// Compares our static types with those ONNX's shape inference found; a
 /// disagreement means a translation bug or an inconsistent model.
 void OnnxImporter::crossCheckShapeInference() {
-  onnx::ModelProto inferred = model;
+  // A copy for ONNX to annotate, without the data of trained parameters and
+  // buffers (only their types matter to shape inference): the weights are
+  // not duplicated in memory.
+  onnx::ModelProto inferred;
+  {
+    google::protobuf::RepeatedPtrField<onnx::TensorProto> initializerList;
+    initializerList.Swap(model.mutable_graph()->mutable_initializer());
+    inferred = model;
+    initializerList.Swap(model.mutable_graph()->mutable_initializer());
+  }
+  for (const auto &tensor : model.graph().initializer()) {
+    onnx::TensorProto *copy = inferred.mutable_graph()->add_initializer();
+    if (knownAtImport.count(tensor.name())) {
+      *copy = tensor;
+    } else {
+      copy->set_name(tensor.name());
+      copy->set_data_type(tensor.data_type());
+      *copy->mutable_dims() = tensor.dims();
+    }
+  }
   try {
     onnx::ShapeInferenceOptions inferenceOptions{/*check_type=*/false, /*error_mode=*/0,
                                                  /*enable_data_propagation=*/false};
@@ -1793,6 +1908,8 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
   try {
     loadModel();
     checkOpsets();
+    if (!validateModel(model, path, opset, options.inputShapes, errors))
+      throw ImportAborted{};
     analyzeGraph();
     resolveInputTypes();
     const onnx::GraphProto &graph = model.graph();
@@ -1834,12 +1951,19 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
     }
 
     builder.setInsertionPointToEnd(module->getBody());
+    // All argument attributes at once: setting them one by one rebuilds the
+    // whole attribute array each time (quadratic in the parameter count).
+    SmallVector<DictionaryAttr> argumentAttributes;
+    argumentAttributes.reserve(arguments.size());
+    for (const auto &argument : arguments)
+      argumentAttributes.push_back(builder.getDictionaryAttr(
+          {builder.getNamedAttr("nn.name", builder.getStringAttr(argument.first)),
+           builder.getNamedAttr("nn.role", builder.getStringAttr(argument.second))}));
     auto function = func::FuncOp::create(builder, fileLoc, "forward",
-                                         builder.getFunctionType(argumentTypes, {}));
+                                         builder.getFunctionType(argumentTypes, {}),
+                                         ArrayRef<NamedAttribute>{}, argumentAttributes);
     Block *body = function.addEntryBlock();
     for (auto [index, argument] : llvm::enumerate(arguments)) {
-      function.setArgAttr(index, "nn.name", builder.getStringAttr(argument.first));
-      function.setArgAttr(index, "nn.role", builder.getStringAttr(argument.second));
       body->getArgument(index).setLoc(
           NameLoc::get(builder.getStringAttr(argument.first), fileLoc));
       values[argument.first] = body->getArgument(index);
@@ -1888,10 +2012,14 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
     }
     func::ReturnOp::create(builder, fileLoc, results);
     function.setFunctionType(builder.getFunctionType(argumentTypes, resultTypes));
-    for (auto [index, output] : llvm::enumerate(graph.output()))
-      function.setResultAttr(index, "nn.name", builder.getStringAttr(output.name()));
+    SmallVector<DictionaryAttr> resultAttributes;
+    for (const auto &output : graph.output())
+      resultAttributes.push_back(builder.getDictionaryAttr(
+          {builder.getNamedAttr("nn.name", builder.getStringAttr(output.name()))}));
+    function.setAllResultAttrs(resultAttributes);
 
     crossCheckShapeInference();
+    checkInferredModel(model, path, *module, values, constants, errors);
     if (!errors.empty())
       return nullptr;
     capturedDiagnostics.clear();

@@ -1,6 +1,7 @@
 #include "compiler/Partition/CostTable.h"
 
 #include "compiler/Partition/Error.h"
+#include "compiler/Partition/InputFiles.h"
 
 #include <cerrno>
 #include <cmath>
@@ -18,6 +19,13 @@ static const char *const kColumns[] = {
     "name",           "type",            "fwd_s",           "bwd_input_s", "bwd_weight_s",
     "activation_bytes", "parameter_bytes", "optimizer_bytes", "producers"};
 static constexpr int kNumColumns = 9;
+
+static std::string formatDouble(double v) {
+  std::ostringstream os;
+  os.precision(17);
+  os << v;
+  return os.str();
+}
 
 std::vector<std::vector<int>> CostTable::producerIndices(const std::string &source) const {
   std::unordered_map<std::string, int> index;
@@ -40,6 +48,44 @@ std::vector<std::vector<int>> CostTable::producerIndices(const std::string &sour
       throw Error(source + ": op name '" + ops[i].name + "' appears twice");
   }
   return result;
+}
+
+void validateOpCost(const OpCost &op, const std::string &where) {
+  auto fail = [&](const std::string &why) { throw Error(where + "op '" + op.name + "': " + why); };
+  const std::pair<const char *, double> times[] = {{"fwd_s", op.forwardSeconds},
+                                                   {"bwd_input_s", op.backwardInputSeconds},
+                                                   {"bwd_weight_s", op.backwardWeightSeconds}};
+  for (auto [column, seconds] : times) {
+    if (!std::isfinite(seconds) || seconds < 0)
+      fail(std::string(column) + " is " + formatDouble(seconds) + " (must be finite and >= 0)");
+    if (seconds > kMaxOpSeconds)
+      fail(std::string(column) + " is " + formatDouble(seconds) + " s, over the limit of " +
+           formatDouble(kMaxOpSeconds) + " s");
+  }
+  const std::pair<const char *, int64_t> bytes[] = {{"activation_bytes", op.activationBytes},
+                                                    {"parameter_bytes", op.parameterBytes},
+                                                    {"optimizer_bytes", op.optimizerStateBytes}};
+  for (auto [column, value] : bytes) {
+    if (value < 0)
+      fail(std::string(column) + " is " + std::to_string(value) + " (must be >= 0)");
+    if (value > kMaxOpBytes)
+      fail(std::string(column) + " is " + std::to_string(value) + ", over the limit of " +
+           std::to_string(kMaxOpBytes) + " bytes (16 TiB)");
+  }
+}
+
+void validateCostTable(const CostTable &table, const std::string &source) {
+  if (table.ops.size() > kMaxCostTableOps)
+    throw Error(source + ": " + std::to_string(table.ops.size()) + " ops, over the limit of " +
+                std::to_string(kMaxCostTableOps));
+  int64_t total = 0; // each term <= 2^44, fewer than 2^20 ops: no overflow before the check
+  for (const OpCost &op : table.ops) {
+    validateOpCost(op, source + ": ");
+    total += op.activationBytes + op.parameterBytes + op.optimizerStateBytes;
+    if (total > kMaxCostTableBytes)
+      throw Error(source + ": the ops' bytes add up to more than the limit of " +
+                  std::to_string(kMaxCostTableBytes) + " bytes (1 PiB) by op '" + op.name + "'");
+  }
 }
 
 namespace {
@@ -107,13 +153,6 @@ std::string quoteField(const std::string &s) {
   return out + "\"";
 }
 
-std::string formatDouble(double v) {
-  std::ostringstream os;
-  os.precision(17);
-  os << v;
-  return os.str();
-}
-
 } // namespace
 
 CostTable readCostTableCsv(std::istream &in, const std::string &file) {
@@ -121,6 +160,9 @@ CostTable readCostTableCsv(std::istream &in, const std::string &file) {
   int line = 0;
   if (!readRecord(in, fields, line, file))
     throw Error(file + ": empty file (expected a header row)");
+  if (fields.size() > kMaxCostTableColumns)
+    throw Error(file + ":" + std::to_string(line) + ": " + std::to_string(fields.size()) +
+                " columns, over the limit of " + std::to_string(kMaxCostTableColumns));
   int column[kNumColumns];
   for (int c = 0; c < kNumColumns; ++c) {
     column[c] = -1;
@@ -138,6 +180,8 @@ CostTable readCostTableCsv(std::istream &in, const std::string &file) {
     if (fields.size() == 1 && fields[0].empty())
       continue; // blank line
     std::string where = file + ":" + std::to_string(line) + ": ";
+    if (table.ops.size() >= kMaxCostTableOps)
+      throw Error(where + "more than " + std::to_string(kMaxCostTableOps) + " ops, over the limit");
     if (fields.size() != width)
       throw Error(where + "expected " + std::to_string(width) + " fields, found " +
                   std::to_string(fields.size()));
@@ -155,8 +199,11 @@ CostTable readCostTableCsv(std::istream &in, const std::string &file) {
     auto integer = [&](int c) -> int64_t {
       double v = number(c);
       const std::string &s = fields[column[c]];
-      if (v != std::floor(v) || v > 9.0e18)
+      if (v != std::floor(v))
         throw Error(where + "column '" + kColumns[c] + "': '" + s + "' is not a whole number of bytes");
+      if (v > static_cast<double>(kMaxOpBytes))
+        throw Error(where + "column '" + kColumns[c] + "': " + s + " is over the limit of " +
+                    std::to_string(kMaxOpBytes) + " bytes (16 TiB)");
       return static_cast<int64_t>(v);
     };
     OpCost op;
@@ -190,17 +237,17 @@ CostTable readCostTableCsv(std::istream &in, const std::string &file) {
                     "topological order)");
     if (!seen.insert(op.name).second)
       throw Error(where + "op name '" + op.name + "' appears twice");
+    validateOpCost(op, where);
     table.ops.push_back(std::move(op));
   }
   if (table.ops.empty())
     throw Error(file + ": no ops (only a header row)");
+  validateCostTable(table, file);
   return table;
 }
 
 CostTable readCostTableCsvFile(const std::string &path) {
-  std::ifstream in(path);
-  if (!in)
-    throw Error(path + ": cannot open cost table");
+  std::istringstream in(readUserFile(path, "cost table", kMaxCostTableFileBytes));
   return readCostTableCsv(in, path);
 }
 

@@ -8,6 +8,14 @@
 
 namespace pipec::partition {
 
+/// Bounds on a cost table (CSV or computed): far above any real model, low
+/// enough that every sum the partitioner forms stays finite and within int64.
+inline constexpr size_t kMaxCostTableOps = size_t(1) << 20;
+inline constexpr size_t kMaxCostTableColumns = 64;
+inline constexpr double kMaxOpSeconds = 1e6;                 ///< per op and column
+inline constexpr int64_t kMaxOpBytes = int64_t(1) << 44;     ///< 16 TiB per op and column
+inline constexpr int64_t kMaxCostTableBytes = int64_t(1) << 50; ///< 1 PiB over all ops and columns
+
 /// Costs of one op for one micro-batch (docs/cost-table.md).
 struct OpCost {
   std::string name, type;
@@ -30,6 +38,13 @@ struct CostTable {
   /// and on duplicate op names. `source` names the table in messages.
   std::vector<std::vector<int>> producerIndices(const std::string &source = "cost table") const;
 };
+
+/// Checks the bounds above (times finite, >= 0 and at most kMaxOpSeconds; bytes
+/// >= 0 and at most kMaxOpBytes; at most kMaxCostTableOps ops and
+/// kMaxCostTableBytes in all). Throws Error("SOURCE: op 'NAME': reason").
+void validateCostTable(const CostTable &table, const std::string &source);
+/// The same for one op; `where` prefixes the message ("FILE:LINE: ").
+void validateOpCost(const OpCost &op, const std::string &where);
 
 /// Reads the CSV format of docs/cost-table.md. Throws Error("FILE:LINE: reason").
 CostTable readCostTableCsv(std::istream &in, const std::string &fileName);

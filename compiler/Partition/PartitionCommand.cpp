@@ -30,16 +30,16 @@ Topology PartitionCliOptions::topology() const {
                           intraBytesPerSecond, interBytesPerSecond);
 }
 
+/// A decimal integer in [1, max]: digits only (no sign, exponent or spaces).
 static int parsePositive(const std::string &flag, const std::string &value, int max) {
-  size_t used = 0;
-  long v = 0;
-  try {
-    v = std::stol(value, &used);
-  } catch (...) {
-    used = 0;
-  }
-  if (used != value.size() || value.empty() || v < 1 || v > max)
-    throw Error(flag + " '" + value + "': expected a positive integer");
+  bool digits = !value.empty() && value.size() <= 18;
+  for (char c : value)
+    digits = digits && c >= '0' && c <= '9';
+  if (!digits)
+    throw Error(flag + " '" + value + "': expected a positive integer (at most " + std::to_string(max) + ")");
+  long long v = std::stoll(value);
+  if (v < 1 || v > max)
+    throw Error(flag + " " + value + ": must be between 1 and " + std::to_string(max));
   return static_cast<int>(v);
 }
 
@@ -79,9 +79,9 @@ void parsePartitionFlags(std::vector<std::string> &args, PartitionCliOptions &o)
     else if (arg == "--memory-limit")
       o.options.memoryLimitBytes = parseByteSize(takeValue(), "--memory-limit");
     else if (arg == "--stages")
-      o.options.forcedStages = parsePositive(arg, takeValue(), 65536);
+      o.options.forcedStages = parsePositive(arg, takeValue(), static_cast<int>(kMaxDevices));
     else if (arg == "--microbatches")
-      o.options.microbatches = parsePositive(arg, takeValue(), 1 << 20);
+      o.options.microbatches = parsePositive(arg, takeValue(), kMaxMicrobatches);
     else if (arg == "--no-replication") {
       noValue();
       o.options.allowReplication = false;
@@ -110,15 +110,16 @@ void parsePartitionFlags(std::vector<std::string> &args, PartitionCliOptions &o)
 }
 
 const char *partitionFlagsHelp() {
-  return "  --gpus NxG            N servers of G devices (NVLink inside, network between)\n"
-         "  --cluster FILE        any number of levels (docs/cluster-json.md)\n"
+  return "  --gpus NxG            N servers of G devices (NVLink inside, network between);\n"
+         "                        at most 4096 per level and 65536 in all\n"
+         "  --cluster FILE        up to 8 levels (docs/cluster-json.md)\n"
          "  --device NAME         device preset: V100, A100, H100 (default H100)\n"
          "  --intra-bw GB/s       override the preset's NVLink bandwidth (with --gpus)\n"
          "  --inter-bw GB/s       override the preset's network bandwidth (with --gpus)\n"
          "  --memory-limit SIZE   per-device memory, e.g. 16GiB, 80GB (default: the device's)\n"
-         "  --stages N            exactly N pipeline stages\n"
+         "  --stages N            exactly N pipeline stages (at most the devices)\n"
          "  --no-replication      a straight pipeline: no stage is replicated\n"
-         "  --microbatches M      micro-batches per mini-batch (default 1)\n"
+         "  --microbatches M      micro-batches per mini-batch (default 1, at most 65536)\n"
          "  --async               PipeDream 1F1B-RR: weight stashing, no flush\n"
          "  --recompute[=MODE]    keep only stage inputs and recompute activations in the\n"
          "                        backward: all (bare flag), none, or auto (only the stages\n"
@@ -215,6 +216,12 @@ int runPartitionCommand(int argc, char **argv) {
     runPartition(table, o, std::cout);
     return 0;
   } catch (const Error &e) {
+    std::cerr << "pipec partition: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc &) {
+    std::cerr << "pipec partition: error: out of memory\n";
+    return 1;
+  } catch (const std::exception &e) {
     std::cerr << "pipec partition: error: " << e.what() << "\n";
     return 1;
   }

@@ -18,6 +18,13 @@ static constexpr double kInf = std::numeric_limits<double>::infinity();
 
 static int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/// Bytes computed in double (memory of a stage, possibly with no limit) as an
+/// int64 for the plan, saturating instead of overflowing.
+static int64_t bytesOf(double bytes) {
+  constexpr double kMax = 9.0e18;
+  return bytes >= kMax ? static_cast<int64_t>(kMax) : bytes <= 0 ? 0 : static_cast<int64_t>(bytes);
+}
+
 /// The `outer` term an inner pipeline sees: the devices after a stage of r
 /// replicas with x workers (of `workerDevices` each) after it, plus what lies
 /// beyond its own pipeline, per replica (rounded up; exact, see inflight()).
@@ -34,10 +41,13 @@ CostModel::CostModel(const CostTable &table, const Topology &topology, const Par
   topology_.verify("topology");
   if (table.ops.empty())
     throw Error("cost table: no ops");
-  if (options.microbatches < 1)
-    throw Error("--microbatches must be at least 1");
-  if (options.forcedStages < 0)
-    throw Error("--stages must be positive");
+  validateCostTable(table, "cost table");
+  if (options.microbatches < 1 || options.microbatches > kMaxMicrobatches)
+    throw Error("--microbatches " + std::to_string(options.microbatches) + ": must be between 1 and " +
+                std::to_string(kMaxMicrobatches));
+  if (options.forcedStages < 0 || options.forcedStages > kMaxDevices)
+    throw Error("--stages " + std::to_string(options.forcedStages) + ": must be between 1 and " +
+                std::to_string(kMaxDevices));
   limit_ = options.memoryLimitBytes < 0   ? kInf
            : options.memoryLimitBytes > 0 ? static_cast<double>(options.memoryLimitBytes)
                                           : static_cast<double>(topology.deviceMemoryBytes);
@@ -187,12 +197,16 @@ void flatten(const CostModel &model, int level, const std::vector<TreeStage> &st
         plan.ranks.push_back(static_cast<int>(worker + r));
       plan.inflight = model.inflight(st.replicas, x, outer);
       plan.computeSeconds = model.compute(st.firstOp, st.lastOp);
-      plan.parameterBytes = static_cast<int64_t>(model.parameters(st.firstOp, st.lastOp));
-      plan.optimizerStateBytes = static_cast<int64_t>(model.optimizerState(st.firstOp, st.lastOp));
+      plan.parameterBytes = bytesOf(model.parameters(st.firstOp, st.lastOp));
+      plan.optimizerStateBytes = bytesOf(model.optimizerState(st.firstOp, st.lastOp));
       double mem = model.memory(st.firstOp, st.lastOp, plan.inflight);
-      plan.stashBytes = model.options().asynchronous ? (plan.inflight - 1) * plan.parameterBytes : 0;
-      plan.memoryBytes = static_cast<int64_t>(mem);
-      plan.activationBytes = plan.memoryBytes - plan.parameterBytes - plan.optimizerStateBytes - plan.stashBytes;
+      plan.stashBytes = model.options().asynchronous
+                            ? bytesOf(static_cast<double>(plan.inflight - 1) * static_cast<double>(plan.parameterBytes))
+                            : 0;
+      plan.memoryBytes = bytesOf(mem);
+      plan.activationBytes = bytesOf(mem - static_cast<double>(plan.parameterBytes) -
+                                     static_cast<double>(plan.optimizerStateBytes) -
+                                     static_cast<double>(plan.stashBytes));
       out.push_back(std::move(plan));
     } else {
       int64_t innerOuter = innerOuterOf(x, st.replicas, outer, workerSize);
@@ -372,9 +386,14 @@ public:
   /// outer terms reachable from the top, mapped to their feasibility classes.
   size_t deviceTableVariants() const {
     std::set<int64_t> outers = {0};
+    double steps = 0;
     for (int k = static_cast<int>(topo_.levels.size()) - 1; k >= 1; --k) {
       std::set<int64_t> next;
       int fan = topo_.levels[k].fanout;
+      // counting more than 2e7 would cost more than it saves: report "very many"
+      steps += static_cast<double>(outers.size()) * fan * (fan + 1) / 2;
+      if (steps > 2e7)
+        return size_t(1) << 20;
       for (int64_t outer : outers)
         for (int r = 1; r <= fan; ++r)
           for (int x = 0; r + x <= fan; ++x)
@@ -434,6 +453,12 @@ private:
     for (int v : maxInflight_)
       if (v >= 1 && v < cap)
         critical.insert(v);
+    // Past this many insertions (wide device levels with many thresholds) skip
+    // the sharing: every outer value keeps its own table, which is exact too.
+    if (static_cast<double>(critical.size()) * f0 * (f0 + 1) / 2 > 2e7) {
+      identityOuters_ = true;
+      return;
+    }
     // ceil((r + x + Q)/r) <= v  <=>  Q <= v·r - r - x: the signature changes just above
     std::set<int64_t> events;
     for (int64_t v : critical)
@@ -445,6 +470,8 @@ private:
   }
 
   int64_t canonicalOuter(int64_t outer) const {
+    if (identityOuters_)
+      return outer;
     auto it = std::upper_bound(outerEvents_.begin(), outerEvents_.end(), outer);
     return it == outerEvents_.begin() ? 0 : *std::prev(it);
   }
@@ -664,6 +691,7 @@ private:
   int n_;
   int stagesDim_ = 1;
   std::vector<int64_t> outerEvents_;
+  bool identityOuters_ = false; // too many thresholds: no sharing of level-0 tables
   std::vector<int> maxFit_;
   std::vector<int64_t> workerDevices_; // devices in one worker of each level
   std::vector<double> compute_;                 // [i*n+s]
@@ -673,27 +701,89 @@ private:
   std::map<std::pair<int, int64_t>, std::unique_ptr<Table>> tables_;
 };
 
-/// Inner-loop steps of the DP for `layers` units: levels below the top fill every
-/// segment (layers^3/6 split points, about two memory variants), the top only
-/// suffixes (layers^2/2); per segment, every worker split and, with a forced
-/// depth, every split of the stage count that leaves each stage a device.
-double estimatedWork(const Topology &topology, const PartitionOptions &options, int layers,
-                     double lowerTables = 2) {
-  double L = layers, work = 0;
+/// Per segment and level: every worker split and, with a forced depth, every
+/// split of the stage count that leaves each stage a device (closed forms, so
+/// that this stays O(levels * fan-out) even for the largest topologies).
+std::vector<double> perSegmentWork(const Topology &topology, const PartitionOptions &options) {
+  std::vector<double> out;
+  const bool forced = options.forcedStages > 0;
+  const int64_t P = forced ? options.forcedStages : 1;
   for (size_t k = 0; k < topology.levels.size(); ++k) {
     int64_t fan = topology.levels[k].fanout, dev = topology.devicesPerComponent(static_cast<int>(k) - 1);
-    int64_t P = options.forcedStages > 0 ? options.forcedStages : 1;
     double perSegment = 0;
-    for (int64_t m = 1; m <= fan; ++m) {
-      int64_t pm = std::min(P, m * dev);
-      perSegment += static_cast<double>(pm);
-      for (int64_t m1 = 1; m1 < m; ++m1)
-        for (int64_t p = 0; p < pm; ++p)
-          perSegment += options.forcedStages > 0 ? static_cast<double>(std::min(p, m1 * dev)) : 1.0;
+    if (!forced) {
+      // pm = 1: one stage-count column, m - 1 first-stage worker counts
+      perSegment = static_cast<double>(fan) + static_cast<double>(fan) * (fan - 1) / 2;
+    } else {
+      for (int64_t m = 1; m <= fan; ++m) {
+        const int64_t pm = std::min(P, m * dev);
+        perSegment += static_cast<double>(pm);
+        // sum over m1 < m of sum_{p < pm} min(p, c), c = m1 * dev: once c >= pm - 1
+        // every remaining m1 adds pm(pm-1)/2.
+        const double full = static_cast<double>(pm) * (pm - 1) / 2;
+        int64_t m1 = 1;
+        for (; m1 < m && m1 * dev < pm - 1; ++m1) {
+          const double c = static_cast<double>(m1 * dev);
+          perSegment += c * (c + 1) / 2 + (static_cast<double>(pm) - 1 - c) * c;
+        }
+        perSegment += static_cast<double>(m - m1) * full;
+      }
     }
-    work += (k + 1 == topology.levels.size() ? L * L / 2 : lowerTables * L * L * L / 6) * perSegment;
+    out.push_back(perSegment);
   }
+  return out;
+}
+
+/// Inner-loop steps of the DP for `layers` units: levels below the top fill every
+/// segment (layers^3/6 split points, about two memory variants), the top only
+/// suffixes (layers^2/2); per segment, perSegmentWork. Plus the set insertions
+/// of the memory-variant thresholds (Solver::buildOuterEvents), bounded there.
+double estimatedWork(const Topology &topology, const PartitionOptions &options,
+                     const std::vector<double> &perSegment, int layers, double lowerTables = 2) {
+  double L = layers, work = 0;
+  for (size_t k = 0; k < topology.levels.size(); ++k)
+    work += (k + 1 == topology.levels.size() ? L * L / 2 : lowerTables * L * L * L / 6) * perSegment[k];
   return work;
+}
+double estimatedWork(const Topology &topology, const PartitionOptions &options, int layers,
+                     double lowerTables = 2) {
+  return estimatedWork(topology, options, perSegmentWork(topology, options), layers, lowerTables);
+}
+
+/// Bytes of the DP's tables for `layers` units: a value and a choice per
+/// (segment, workers, stage count) and level, `lowerTables` variants below the top.
+double estimatedTableBytes(const Topology &topology, const PartitionOptions &options, int layers,
+                           double lowerTables = 2) {
+  const double L = layers, stagesDim = options.forcedStages > 0 ? options.forcedStages : 1;
+  const double perEntry = sizeof(double) + sizeof(Choice), perUse = sizeof(double) + sizeof(int32_t);
+  double bytes = 0;
+  for (size_t k = 0; k < topology.levels.size(); ++k) {
+    const bool top = k + 1 == topology.levels.size();
+    const double segs = top ? L : L * L, fan = topology.levels[k].fanout;
+    bytes += (top ? 1 : lowerTables) * segs * stagesDim * (fan * perEntry + perUse);
+  }
+  return bytes;
+}
+
+/// Refuses a search that would run for minutes or allocate gigabytes (about
+/// 10 ns per step), naming what to change. `layers` is the depth it would run at.
+void checkSearchSize(const Topology &topology, const PartitionOptions &options, int layers,
+                     size_t numOps, double lowerTables) {
+  constexpr double kMaxWork = 3e9, kMaxBytes = 2.0 * (1 << 30);
+  const double work = estimatedWork(topology, options, layers, lowerTables);
+  const double bytes = estimatedTableBytes(topology, options, layers, lowerTables);
+  if (work <= kMaxWork && bytes <= kMaxBytes)
+    return;
+  std::ostringstream os;
+  os << (options.forcedStages > 0 ? "--stages " + std::to_string(options.forcedStages) + " on " : std::string())
+     << topology.totalDevices() << " devices (" << topology.describe() << "): the partition search would take about "
+     << static_cast<int64_t>(std::min(work * 1e-8, 1e12)) << " s and " << formatBytes(bytes) << " with " << layers
+     << (static_cast<size_t>(layers) == numOps ? " ops" : " layers")
+     << " (limits: about " << static_cast<int>(kMaxWork * 1e-8) << " s, " << formatBytes(kMaxBytes) << "); "
+     << (options.forcedStages > 0 ? "ask for fewer stages, let the DP choose the depth, "
+                                  : "use fewer devices per level (or more levels in a --cluster file), ")
+     << "or evaluate a hand-made split with --partition";
+  throw Error(os.str());
 }
 
 /// Local search after a grouped DP: grouping allows cuts only at layer ends, so
@@ -799,8 +889,9 @@ private:
 int autoMaxLayers(const Topology &topology, const PartitionOptions &options, double lowerTables = 2) {
   const double budget = 5e7;
   int best = 16;
+  const std::vector<double> perSegment = perSegmentWork(topology, options);
   for (int layers = 16; layers <= 256; layers += 8)
-    if (estimatedWork(topology, options, layers, lowerTables) <= budget)
+    if (estimatedWork(topology, options, perSegment, layers, lowerTables) <= budget)
       best = layers;
   // a forced depth needs at least as many layers as stages
   return std::max(best, options.forcedStages);
@@ -880,35 +971,31 @@ std::string memoryShortfall(const CostTable &table, const Topology &topology,
 
 PartitionResult partition(const CostTable &table, const Topology &topology, const PartitionOptions &options) {
   CostModel model(table, topology, options);
+  if (options.forcedStages > topology.totalDevices())
+    throw Error("--stages " + std::to_string(options.forcedStages) + ": only " +
+                std::to_string(topology.totalDevices()) + " devices");
   std::vector<int> ends =
       groupIntoLayers(model, options.maxLayers > 0 ? options.maxLayers : autoMaxLayers(topology, options));
+  if (options.forcedStages > static_cast<int>(ends.size()))
+    throw Error("--stages " + std::to_string(options.forcedStages) + ": the graph has only " +
+                std::to_string(ends.size()) + (ends.size() == table.ops.size() ? " ops" : " layers"));
+  // Refuse what would run for minutes or exhaust memory rather than hang; the
+  // stage-count dimension and wide levels multiply the DP's work.
+  checkSearchSize(topology, options, static_cast<int>(ends.size()), table.ops.size(), 2);
   auto solver = std::make_unique<Solver>(model, ends);
   if (options.maxLayers <= 0 && static_cast<int>(ends.size()) < model.numOps()) {
     // When memory binds, each outer in-flight term can need its own device-level
     // table: budget for them, regrouping coarser if needed.
     size_t variants = solver->deviceTableVariants();
     // (measured: lazy columns and the lower-bound pruning make a variant cost about an eighth of a table)
-    int layers = autoMaxLayers(topology, options, std::max(2.0, variants / 8.0));
+    double lowerTables = std::max(2.0, variants / 8.0);
+    int layers = autoMaxLayers(topology, options, lowerTables);
     if (layers < static_cast<int>(ends.size())) {
       ends = groupIntoLayers(model, layers);
+      checkSearchSize(topology, options, static_cast<int>(ends.size()), table.ops.size(), lowerTables);
       solver = std::make_unique<Solver>(model, ends);
     }
   }
-  if (options.forcedStages > static_cast<int>(ends.size()))
-    throw Error("--stages " + std::to_string(options.forcedStages) + ": the graph has only " +
-                std::to_string(ends.size()) + (ends.size() == table.ops.size() ? " ops" : " layers"));
-  if (options.forcedStages > topology.totalDevices())
-    throw Error("--stages " + std::to_string(options.forcedStages) + ": only " +
-                std::to_string(topology.totalDevices()) + " devices");
-  // The stage-count dimension multiplies the DP's work; refuse what would run for
-  // minutes rather than hang (about 10 ns per step).
-  double work = estimatedWork(topology, options, static_cast<int>(ends.size()));
-  if (options.forcedStages > 0 && work > 3e9)
-    throw Error("--stages " + std::to_string(options.forcedStages) + " on " + std::to_string(topology.totalDevices()) +
-                " devices: the DP would take about " + std::to_string(static_cast<int>(work * 1e-8)) +
-                " s with " + std::to_string(ends.size()) +
-                " layers; ask for fewer stages, let the DP choose the depth, or evaluate a "
-                "hand-made split with --partition");
   PartitionTree tree;
   double best = solver->solve(tree);
   if (!std::isfinite(best))

@@ -10,6 +10,10 @@
 
 namespace pipec::partition {
 
+/// Micro-batches per mini-batch at most (--microbatches); the schedule
+/// library has the same bound (schedule::kMaxMicrobatches).
+inline constexpr int kMaxMicrobatches = 65536;
+
 struct PartitionOptions {
   int forcedStages = 0;          ///< --stages N: exactly N pipeline stages (0: the DP chooses)
   bool allowReplication = true;  ///< false: --no-replication, a straight pipeline

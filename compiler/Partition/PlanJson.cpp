@@ -1,6 +1,7 @@
 #include "compiler/Partition/PlanJson.h"
 
 #include "compiler/Partition/Error.h"
+#include "compiler/Partition/InputFiles.h"
 
 #include <nlohmann/json.hpp>
 
@@ -109,15 +110,22 @@ void writePlanFile(const json &plan, const std::string &directory) {
     throw Error(path + ": cannot write");
 }
 
+static std::vector<StageSpec> stageSpecsFromJson(const json &j, const std::string &file,
+                                                 const CostTable &table);
+
 std::vector<StageSpec> readStageSpecs(std::istream &in, const std::string &file, const CostTable &table) {
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception &e) {
-    throw Error(file + ": malformed JSON: " + e.what());
-  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return stageSpecsFromJson(parseUserJson(text.str(), file), file, table);
+}
+
+static std::vector<StageSpec> stageSpecsFromJson(const json &j, const std::string &file,
+                                                 const CostTable &table) {
   if (!j.is_object() || !j.contains("stages") || !j["stages"].is_array() || j["stages"].empty())
     throw Error(file + ": expected an object with a non-empty \"stages\" array");
+  if (j["stages"].size() > static_cast<size_t>(kMaxDevices))
+    throw Error(file + ": " + std::to_string(j["stages"].size()) + " stages, over the limit of " +
+                std::to_string(kMaxDevices) + " (one device each at least)");
   std::unordered_map<std::string, int> index;
   for (size_t i = 0; i < table.ops.size(); ++i)
     index.emplace(table.ops[i].name, static_cast<int>(i));
@@ -139,8 +147,8 @@ std::vector<StageSpec> readStageSpecs(std::istream &in, const std::string &file,
         return it->second;
       }
       if (st.contains(indexKey)) {
-        if (!st[indexKey].is_number_integer() || st[indexKey].get<int64_t>() < 0 ||
-            st[indexKey].get<int64_t>() >= static_cast<int64_t>(table.ops.size()))
+        if (!st[indexKey].is_number_unsigned() ||
+            st[indexKey].get<uint64_t>() >= static_cast<uint64_t>(table.ops.size()))
           throw Error(where + ": \"" + indexKey + "\" must be an op index below " + std::to_string(table.ops.size()));
         return st[indexKey].get<int>();
       }
@@ -150,16 +158,21 @@ std::vector<StageSpec> readStageSpecs(std::istream &in, const std::string &file,
     spec.firstOp = op("first_op", "first_op_index");
     spec.lastOp = op("last_op", "last_op_index");
     if (st.contains("replicas")) {
-      if (!st["replicas"].is_number_integer() || st["replicas"].get<int64_t>() < 1 || st["replicas"].get<int64_t>() > 65536)
-        throw Error(where + ": \"replicas\" must be a positive integer");
+      if (!st["replicas"].is_number_unsigned() || st["replicas"].get<uint64_t>() < 1 ||
+          st["replicas"].get<uint64_t>() > static_cast<uint64_t>(kMaxDevices))
+        throw Error(where + ": \"replicas\" must be a positive integer at most " + std::to_string(kMaxDevices));
       spec.replicas = st["replicas"].get<int>();
     }
     if (st.contains("ranks")) {
       if (!st["ranks"].is_array())
         throw Error(where + ": \"ranks\" must be an array of integers");
+      if (st["ranks"].size() > static_cast<size_t>(kMaxDevices))
+        throw Error(where + ": \"ranks\" has " + std::to_string(st["ranks"].size()) +
+                    " entries, over the limit of " + std::to_string(kMaxDevices));
       for (const json &r : st["ranks"]) {
-        if (!r.is_number_integer() || r.get<int64_t>() < 0 || r.get<int64_t>() > 1 << 30)
-          throw Error(where + ": \"ranks\" must be an array of non-negative integers");
+        if (!r.is_number_unsigned() || r.get<uint64_t>() >= static_cast<uint64_t>(kMaxDevices))
+          throw Error(where + ": \"ranks\" must be an array of non-negative integers below " +
+                    std::to_string(kMaxDevices));
         spec.ranks.push_back(r.get<int>());
       }
       if (!st.contains("replicas"))
@@ -171,10 +184,7 @@ std::vector<StageSpec> readStageSpecs(std::istream &in, const std::string &file,
 }
 
 std::vector<StageSpec> readStageSpecsFile(const std::string &path, const CostTable &table) {
-  std::ifstream in(path);
-  if (!in)
-    throw Error(path + ": cannot open partition file");
-  return readStageSpecs(in, path, table);
+  return stageSpecsFromJson(readUserJsonFile(path, "partition file"), path, table);
 }
 
 static std::string seconds(double s) {

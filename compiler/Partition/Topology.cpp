@@ -1,6 +1,7 @@
 #include "compiler/Partition/Topology.h"
 
 #include "compiler/Partition/Error.h"
+#include "compiler/Partition/InputFiles.h"
 
 #include <nlohmann/json.hpp>
 
@@ -51,12 +52,27 @@ const DevicePreset &requireDevicePreset(std::string_view name, std::string_view 
   throw Error(std::string(flag) + ": unknown device '" + std::string(name) + "' (known: " + known + ")");
 }
 
+static std::string formatNumber(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+/// "4096 x 4096" style product of the fan-outs (outermost first), for messages.
+static std::string describeProduct(const std::vector<Level> &levels) {
+  std::string out;
+  for (size_t i = levels.size(); i-- > 0;)
+    out += std::to_string(levels[i].fanout) + (i ? " x " : "");
+  return out;
+}
+
 int64_t Topology::totalDevices() const { return devicesPerComponent(static_cast<int>(levels.size()) - 1); }
 
 int64_t Topology::devicesPerComponent(int k) const {
+  // Saturates instead of overflowing: verify() refuses anything over kMaxDevices.
   int64_t n = 1;
   for (int i = 0; i <= k && i < static_cast<int>(levels.size()); ++i)
-    n *= levels[i].fanout;
+    n = std::min<int64_t>(n * std::max(levels[i].fanout, 0), kMaxDevices + 1);
   return n;
 }
 
@@ -75,22 +91,33 @@ std::string Topology::describe() const {
 void Topology::verify(const std::string &source) const {
   if (levels.empty())
     throw Error(source + ": the topology has no levels");
+  if (levels.size() > static_cast<size_t>(kMaxLevels))
+    throw Error(source + ": " + std::to_string(levels.size()) + " levels, over the limit of " +
+                std::to_string(kMaxLevels));
   for (size_t i = 0; i < levels.size(); ++i) {
+    std::string level = source + ": level " + std::to_string(i) + " ('" + levels[i].name + "')";
     if (levels[i].fanout < 1)
-      throw Error(source + ": level " + std::to_string(i) + " ('" + levels[i].name +
-                  "') has fan-out " + std::to_string(levels[i].fanout) + " (must be >= 1)");
-    if (!(levels[i].bandwidthBytesPerSecond > 0) || !std::isfinite(levels[i].bandwidthBytesPerSecond))
-      throw Error(source + ": level " + std::to_string(i) + " ('" + levels[i].name +
-                  "') has a non-positive bandwidth");
+      throw Error(level + " has fan-out " + std::to_string(levels[i].fanout) + " (must be >= 1)");
+    if (levels[i].fanout > kMaxFanout)
+      throw Error(level + " has fan-out " + std::to_string(levels[i].fanout) + ", over the limit of " +
+                  std::to_string(kMaxFanout));
+    double gbps = levels[i].bandwidthBytesPerSecond / 1e9;
+    if (!(gbps >= kMinBandwidthGBps && gbps <= kMaxBandwidthGBps))
+      throw Error(level + " has bandwidth " + formatNumber(gbps) + " GB/s (must be between " +
+                  formatNumber(kMinBandwidthGBps) + " and " + formatNumber(kMaxBandwidthGBps) + " GB/s)");
   }
   if (deviceMemoryBytes <= 0)
     throw Error(source + ": device memory must be positive");
-  if (totalDevices() > 65536)
-    throw Error(source + ": more than 65536 devices");
+  if (deviceMemoryBytes > kMaxDeviceMemoryBytes)
+    throw Error(source + ": device memory of " + std::to_string(deviceMemoryBytes) +
+                " bytes is over the limit of " + std::to_string(kMaxDeviceMemoryBytes) + " (1 PiB)");
+  if (totalDevices() > kMaxDevices)
+    throw Error(source + ": " + describeProduct(levels) + " devices, over the limit of " +
+                std::to_string(kMaxDevices));
 }
 
 static bool parsePositiveInt(std::string_view s, int &out) {
-  if (s.empty() || s.size() > 6)
+  if (s.empty() || s.size() > 9)
     return false;
   int v = 0;
   for (char c : s) {
@@ -110,6 +137,15 @@ GpusSpec parseGpusSpec(std::string_view text) {
     throw Error("--gpus '" + std::string(text) +
                 "': expected NxG with N servers and G devices per server, both positive integers "
                 "(e.g. 2x8)");
+  for (auto [count, what] : {std::pair<int, const char *>{spec.servers, "servers"},
+                             {spec.devicesPerServer, "devices per server"}})
+    if (count > kMaxFanout)
+      throw Error("--gpus '" + std::string(text) + "': " + std::to_string(count) + " " + what +
+                  " is over the limit of " + std::to_string(kMaxFanout));
+  if (static_cast<int64_t>(spec.servers) * spec.devicesPerServer > kMaxDevices)
+    throw Error("--gpus '" + std::string(text) + "': " +
+                std::to_string(static_cast<int64_t>(spec.servers) * spec.devicesPerServer) +
+                " devices, over the limit of " + std::to_string(kMaxDevices));
   return spec;
 }
 
@@ -141,8 +177,10 @@ int64_t parseByteSize(std::string_view text, std::string_view what) {
   if (s.empty() || end == s.c_str() || errno == ERANGE || !std::isfinite(v) || scale == 0)
     throw Error(std::string(what) + " '" + s + "': expected a size such as 16GiB, 80GB or 1000000 (bytes)");
   double bytes = v * scale;
-  if (!(bytes > 0) || bytes > 9.0e18)
+  if (!(bytes > 0))
     throw Error(std::string(what) + " '" + s + "': the size must be positive");
+  if (bytes > static_cast<double>(kMaxDeviceMemoryBytes))
+    throw Error(std::string(what) + " '" + s + "': over the limit of 1 PiB");
   return static_cast<int64_t>(std::llround(bytes));
 }
 
@@ -155,6 +193,9 @@ double parseGigabytesPerSecond(std::string_view text, std::string_view what) {
     throw Error(std::string(what) + " '" + s + "': expected a number of GB/s");
   if (!(v > 0))
     throw Error(std::string(what) + " '" + s + "': the bandwidth must be positive");
+  if (v < kMinBandwidthGBps || v > kMaxBandwidthGBps)
+    throw Error(std::string(what) + " '" + s + "': the bandwidth must be between " +
+                formatNumber(kMinBandwidthGBps) + " and " + formatNumber(kMaxBandwidthGBps) + " GB/s");
   return v * 1e9;
 }
 
@@ -172,13 +213,15 @@ std::string formatBytes(double bytes) {
   return os.str();
 }
 
+static Topology clusterFromJson(const nlohmann::json &j, const std::string &file);
+
 Topology readClusterJson(std::istream &in, const std::string &file) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception &e) {
-    throw Error(file + ": malformed JSON: " + e.what());
-  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return clusterFromJson(parseUserJson(text.str(), file), file);
+}
+
+static Topology clusterFromJson(const nlohmann::json &j, const std::string &file) {
   auto fail = [&](const std::string &why) -> Error { return Error(file + ": " + why); };
   if (!j.is_object())
     throw fail("expected a JSON object with \"levels\"");
@@ -193,6 +236,9 @@ Topology readClusterJson(std::istream &in, const std::string &file) {
   }
   if (j.contains("device_memory")) {
     const nlohmann::json &m = j["device_memory"];
+    if (m.is_number_unsigned() && m.get<uint64_t>() > static_cast<uint64_t>(kMaxDeviceMemoryBytes))
+      throw fail("\"device_memory\" " + m.dump() + " is over the limit of " +
+                 std::to_string(kMaxDeviceMemoryBytes) + " bytes (1 PiB)");
     if (m.is_number_integer() && m.get<int64_t>() > 0)
       t.deviceMemoryBytes = m.get<int64_t>();
     else if (m.is_string())
@@ -206,23 +252,37 @@ Topology readClusterJson(std::istream &in, const std::string &file) {
   }
   if (!j.contains("levels") || !j["levels"].is_array() || j["levels"].empty())
     throw fail("missing \"levels\": a non-empty array, innermost level first");
+  if (j["levels"].size() > static_cast<size_t>(kMaxLevels))
+    throw fail("\"levels\" has " + std::to_string(j["levels"].size()) + " entries, over the limit of " +
+               std::to_string(kMaxLevels));
   for (size_t i = 0; i < j["levels"].size(); ++i) {
     const nlohmann::json &l = j["levels"][i];
     std::string where = "levels[" + std::to_string(i) + "]";
     if (!l.is_object())
       throw fail(where + " must be an object");
     Level level;
+    if (l.contains("name") && !l["name"].is_string())
+      throw fail(where + ": \"name\" must be a string");
     level.name = l.value("name", "level" + std::to_string(i));
+    if (level.name.size() > 64)
+      throw fail(where + ": \"name\" is longer than 64 characters");
     if (!l.contains("fanout"))
       throw fail(where + ": missing \"fanout\"");
-    if (!l["fanout"].is_number_integer() || l["fanout"].get<int64_t>() < 1 || l["fanout"].get<int64_t>() > 65536)
+    if (!l["fanout"].is_number_unsigned() || l["fanout"].get<uint64_t>() < 1)
       throw fail(where + ": \"fanout\" must be a positive integer");
+    if (l["fanout"].get<uint64_t>() > static_cast<uint64_t>(kMaxFanout))
+      throw fail(where + ": \"fanout\" " + l["fanout"].dump() + " is over the limit of " +
+                 std::to_string(kMaxFanout));
     level.fanout = l["fanout"].get<int>();
     if (!l.contains("bandwidth_GBps"))
       throw fail(where + ": missing \"bandwidth_GBps\"");
     if (!l["bandwidth_GBps"].is_number() || !(l["bandwidth_GBps"].get<double>() > 0))
       throw fail(where + ": \"bandwidth_GBps\" must be a positive number");
-    level.bandwidthBytesPerSecond = l["bandwidth_GBps"].get<double>() * 1e9;
+    double gbps = l["bandwidth_GBps"].get<double>();
+    if (!(gbps >= kMinBandwidthGBps && gbps <= kMaxBandwidthGBps))
+      throw fail(where + ": \"bandwidth_GBps\" " + l["bandwidth_GBps"].dump() + " must be between " +
+                 formatNumber(kMinBandwidthGBps) + " and " + formatNumber(kMaxBandwidthGBps));
+    level.bandwidthBytesPerSecond = gbps * 1e9;
     t.levels.push_back(level);
   }
   t.verify(file);
@@ -230,10 +290,7 @@ Topology readClusterJson(std::istream &in, const std::string &file) {
 }
 
 Topology readClusterJsonFile(const std::string &path) {
-  std::ifstream in(path);
-  if (!in)
-    throw Error(path + ": cannot open cluster file");
-  return readClusterJson(in, path);
+  return clusterFromJson(readUserJsonFile(path, "cluster file"), path);
 }
 
 } // namespace pipec::partition

@@ -37,6 +37,16 @@ struct Level {
   std::string name;
 };
 
+/// What a topology may describe (--gpus, --cluster): beyond these the
+/// partition search's tables could not be built in reasonable time and memory.
+/// Topology::verify enforces them; the partitioner also checks its estimated
+/// work for the chosen depth before starting (docs/partition.md).
+inline constexpr int kMaxLevels = 8;
+inline constexpr int kMaxFanout = 4096;       ///< children of one component, any level
+inline constexpr int64_t kMaxDevices = 65536; ///< product of the fan-outs
+inline constexpr double kMinBandwidthGBps = 1e-3, kMaxBandwidthGBps = 1e6;
+inline constexpr int64_t kMaxDeviceMemoryBytes = int64_t(1) << 50; ///< 1 PiB
+
 struct Topology {
   std::vector<Level> levels; ///< innermost first
   int64_t deviceMemoryBytes = 0;
@@ -47,7 +57,8 @@ struct Topology {
   int64_t devicesPerComponent(int k) const;
   /// "2x8 H100 (network 50 GB/s, NVLink 450 GB/s)" style summary.
   std::string describe() const;
-  /// Throws Error when a level has fan-out < 1 or a non-positive bandwidth.
+  /// Throws Error when a level has fan-out < 1 or a non-positive bandwidth, or
+  /// when a bound above is exceeded.
   void verify(const std::string &source) const;
 };
 

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -17,16 +18,19 @@ const char *kUsage =
 
 Generates, validates and simulates a pipeline schedule (design.md section 3).
 
-  --stages P            pipeline stages (ranks per pipeline)
-  --microbatches M      micro-batches per optimizer step (over all replicas)
+  --stages P            pipeline stages (ranks per pipeline; at most 4096)
+  --microbatches M      micro-batches per optimizer step (over all replicas;
+                        at most 65536, and P x V x M at most 1048576)
   --schedule NAME       gpipe, 1f1b, 1f1b-rr, interleaved, zb-h1, zb-h2, zb-v, auto
-  --chunks V            model chunks per rank (interleaved; default 1, 2 in --compare)
+  --chunks V            model chunks per rank (interleaved; default 1, 2 in --compare;
+                        at most 64)
   --replicas R          replicas per stage: one number or a comma list per stage
   --in-flight N         1f1b-rr: micro-batches admitted per stage-0 replica
   --cost-f F --cost-b B --cost-w W
                         time of forward, input-gradient and weight-gradient
                         backward of one micro-batch on one stage: one number or a
-                        comma list per stage (default 1 each)
+                        comma list per stage (default 1 each); every time
+                        (also --comm, --allreduce-cost) finite, at most 1e12
   --comm C              time of one point-to-point transfer (default 0)
   --allreduce-cost A    time of one ALLREDUCE / VALIDATE (default 0)
   --memory-limit K      activation memory per rank in units of one micro-batch on
@@ -65,13 +69,23 @@ double parseNumber(const std::string &opt, const std::string &text) {
   const double x = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0')
     throw ScheduleError(opt + ": '" + text + "' is not a number");
+  if (!std::isfinite(x))
+    throw ScheduleError(opt + ": '" + text + "' is not a finite number");
   return x;
 }
 
-int parseInt(const std::string &opt, const std::string &text) {
-  const double x = parseNumber(opt, text);
-  if (x != (int)x)
+// A decimal integer in [lo, hi]: digits only, an optional '-' where lo < 0.
+int parseInt(const std::string &opt, const std::string &text, long lo, long hi) {
+  size_t first = !text.empty() && text[0] == '-' ? 1 : 0;
+  bool digits = text.size() > first && text.size() - first <= 12;
+  for (size_t i = first; i < text.size(); ++i)
+    digits = digits && text[i] >= '0' && text[i] <= '9';
+  if (!digits)
     throw ScheduleError(opt + ": '" + text + "' is not an integer");
+  const long long x = std::stoll(text);
+  if (x < lo || x > hi)
+    throw ScheduleError(opt + " " + text + ": must be between " + std::to_string(lo) + " and " +
+                        std::to_string(hi));
   return (int)x;
 }
 
@@ -97,19 +111,22 @@ Args parseArgs(int argc, char **argv) {
     if (opt == "--help" || opt == "-h")
       a.help = true;
     else if (opt == "--stages")
-      a.problem.stages = parseInt(opt, value());
+      a.problem.stages = parseInt(opt, value(), 1, kMaxStages);
     else if (opt == "--microbatches")
-      a.problem.microbatches = parseInt(opt, value());
+      a.problem.microbatches = parseInt(opt, value(), 1, kMaxMicrobatches);
     else if (opt == "--schedule")
       a.schedule = value();
     else if (opt == "--chunks")
-      a.problem.chunks = parseInt(opt, value()), a.chunksGiven = true;
+      a.problem.chunks = parseInt(opt, value(), 1, kMaxChunks), a.chunksGiven = true;
     else if (opt == "--replicas") {
       a.problem.replicas.clear();
-      for (double x : parseList(opt, value()))
-        a.problem.replicas.push_back((int)x);
+      std::stringstream ss(value());
+      for (std::string item; std::getline(ss, item, ',');)
+        a.problem.replicas.push_back(parseInt(opt, item, 1, kMaxRanks));
+      if (a.problem.replicas.empty())
+        throw ScheduleError(opt + ": empty list");
     } else if (opt == "--in-flight")
-      a.problem.inFlight = parseInt(opt, value());
+      a.problem.inFlight = parseInt(opt, value(), 0, kMaxMicrobatches);
     else if (opt == "--cost-f")
       a.problem.costF = parseList(opt, value());
     else if (opt == "--cost-b")
@@ -130,7 +147,7 @@ Args parseArgs(int argc, char **argv) {
       a.recomputeStages.clear();
       std::stringstream ss(value());
       for (std::string item; std::getline(ss, item, ',');)
-        a.recomputeStages.push_back(parseInt(opt, item));
+        a.recomputeStages.push_back(parseInt(opt, item, 0, kMaxStages - 1));
       if (a.recomputeStages.empty())
         throw ScheduleError(opt + ": empty list");
     } else if (opt == "--boundary-activation")
@@ -157,8 +174,8 @@ Args parseArgs(int argc, char **argv) {
       t.pop_back();
     const double k = t.empty() ? 1.0 : parseNumber("--memory-limit", t);
     a.problem.memoryLimit = perStage ? k * a.problem.stages : k;
-    if (!(a.problem.memoryLimit > 0))
-      throw ScheduleError("--memory-limit must be positive");
+    if (!(a.problem.memoryLimit > 0) || !std::isfinite(a.problem.memoryLimit))
+      throw ScheduleError("--memory-limit must be positive and finite");
   }
   if (!a.recomputeStages.empty()) {
     a.problem.recompute.assign(a.problem.stages, 0);
@@ -312,6 +329,16 @@ int runScheduleCommand(int argc, char **argv, std::ostream &out, std::ostream &e
   return status;
 }
 
-int runScheduleCommand(int argc, char **argv) { return runScheduleCommand(argc, argv, std::cout, std::cerr); }
+int runScheduleCommand(int argc, char **argv) {
+  // Whatever escapes (out of memory, a file system error) is an error, never an abort.
+  try {
+    return runScheduleCommand(argc, argv, std::cout, std::cerr);
+  } catch (const std::bad_alloc &) {
+    std::cerr << "pipec schedule: error: out of memory\n";
+  } catch (const std::exception &e) {
+    std::cerr << "pipec schedule: error: " << e.what() << "\n";
+  }
+  return 1;
+}
 
 } // namespace pipec::schedule

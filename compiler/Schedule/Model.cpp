@@ -37,6 +37,11 @@ double pick(const std::vector<double> &v, int stage, int chunk, int p, int chunk
   throw ScheduleError(std::string("cost vector ") + what + " has " + std::to_string(v.size()) +
                       " entries; expected 1, stages or stages*chunks");
 }
+std::string formatValue(double x) {
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
 } // namespace
 
 const char *opName(Op op) { return kOps[(int)op].name; }
@@ -75,17 +80,43 @@ std::string toString(const Instr &in) {
 // ---------------------------------------------------------------- Problem
 void Problem::check() const {
   auto fail = [](const std::string &m) { throw ScheduleError("invalid problem: " + m); };
-  if (stages < 1)
-    fail("--stages must be >= 1");
-  if (microbatches < 1)
-    fail("--microbatches must be >= 1");
-  if (chunks < 1)
-    fail("--chunks must be >= 1");
+  auto within = [&](const char *option, long value, long lo, long hi) {
+    if (value < lo || value > hi)
+      fail(std::string(option) + " " + std::to_string(value) + ": must be between " + std::to_string(lo) +
+           " and " + std::to_string(hi));
+  };
+  within("--stages", stages, 1, kMaxStages);
+  within("--microbatches", microbatches, 1, kMaxMicrobatches);
+  within("--chunks", chunks, 1, kMaxChunks);
+  if ((long)stages * chunks * microbatches > kMaxComputeSlots)
+    fail("--stages " + std::to_string(stages) + " x --chunks " + std::to_string(chunks) + " x --microbatches " +
+         std::to_string(microbatches) + " = " + std::to_string((long)stages * chunks * microbatches) +
+         " compute slots, over the limit of " + std::to_string(kMaxComputeSlots));
   if (!replicas.empty() && (int)replicas.size() != stages)
     fail("replicas must have one entry per stage");
-  for (int r : replicas)
-    if (r < 1)
-      fail("replicas must be >= 1");
+  long ranks = 0;
+  for (int r : replicas) {
+    if (r < 1 || r > kMaxRanks)
+      fail("--replicas " + std::to_string(r) + ": must be between 1 and " + std::to_string(kMaxRanks));
+    ranks += r;
+  }
+  if (ranks > kMaxRanks)
+    fail("--replicas: " + std::to_string(ranks) + " ranks in all, over the limit of " + std::to_string(kMaxRanks));
+  within("--in-flight", inFlight, 0, kMaxMicrobatches);
+  // The per-stage vectors first, so that costOf() below cannot throw on them.
+  for (auto [option, values] : {std::pair<const char *, const std::vector<double> *>{"--cost-f", &costF},
+                                {"--cost-b", &costB},
+                                {"--cost-w", &costW},
+                                {"activation", &activation}}) {
+    const size_t n = values->size();
+    if (n != 1 && n != (size_t)stages && n != (size_t)stages * chunks)
+      fail(std::string(option) + " has " + std::to_string(n) + " entries; expected 1, stages (" +
+           std::to_string(stages) + ") or stages*chunks (" + std::to_string((long)stages * chunks) + ")");
+    for (double x : *values)
+      if (!std::isfinite(x) || x < 0 || x > kMaxCost || (values != &activation && !(x > 0)))
+        fail(std::string(option) + " " + formatValue(x) + ": must be " +
+             (values == &activation ? ">= 0" : "positive") + ", finite and at most " + formatValue(kMaxCost));
+  }
   for (int s = 0; s < stages; ++s)
     for (int c = 0; c < chunks; ++c) {
       for (Op op : {Op::Fwd, Op::BwdInput, Op::BwdWeight})
@@ -94,14 +125,23 @@ void Problem::check() const {
       if (!(activationOf(s, c) >= 0))
         fail("activation memory must be >= 0");
     }
-  if (!(comm >= 0) || !(allreduceCost >= 0) || !(stepCost >= 0))
-    fail("communication, all-reduce and step costs must be >= 0");
+  for (auto [option, value] : {std::pair<const char *, double>{"--comm", comm},
+                               {"--allreduce-cost", allreduceCost},
+                               {"step cost", stepCost}})
+    if (!(value >= 0 && value <= kMaxCost))
+      fail(std::string(option) + " " + formatValue(value) + ": must be >= 0, finite and at most " +
+           formatValue(kMaxCost));
+  if (std::isnan(memoryLimit))
+    fail("--memory-limit must be a number");
   if (!(wMemFrac >= 0 && wMemFrac <= 1))
     fail("--w-mem-frac must be in [0, 1]");
   if (inFlight < 0)
     fail("in-flight count must be >= 0");
   if (!recompute.empty() && recompute.size() != 1 && (int)recompute.size() != stages)
     fail("recompute must have one entry or one per stage");
+  for (int r : recompute)
+    if (r != 0 && r != 1)
+      fail("recompute entries must be 0 or 1");
   if (boundaryActivation.size() != 1 && (int)boundaryActivation.size() != stages)
     fail("--boundary-activation must have one entry or one per stage");
   for (double b : boundaryActivation)

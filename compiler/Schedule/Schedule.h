@@ -54,6 +54,19 @@ struct Instr {
 };
 std::string toString(const Instr &instr); // "FWD mb=3 chunk=0"
 
+// ---------------------------------------------------------------- limits
+// Bounds on a problem (Problem::check), so that no option value makes the
+// generators run for minutes or allocate without bound: every schedule holds
+// O(stages * chunks * microbatches) instructions and the searches (auto, zb-v)
+// simulate that many a few dozen times. Costs are bounded so that no sum of
+// them can overflow to infinity.
+inline constexpr int kMaxStages = 4096;
+inline constexpr int kMaxChunks = 64;
+inline constexpr int kMaxMicrobatches = 65536;
+inline constexpr int kMaxRanks = 65536;             // sum of the replicas
+inline constexpr long kMaxComputeSlots = 1L << 20;  // stages * chunks * microbatches
+inline constexpr double kMaxCost = 1e12;            // any one time (F, B, W, comm, ...)
+
 // ---------------------------------------------------------------- problem
 // Costs are per pipeline stage (all chunks of that stage together) or per
 // (stage, chunk) when the vector has stages*chunks entries; one entry means

@@ -2,6 +2,8 @@
 // PipeDream / zero-bubble papers; and the output directory writer.
 #include "Schedule/Schedule.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -54,11 +56,50 @@ std::string significant(double x) {
   return buf;
 }
 
+// The length of the well-formed UTF-8 sequence of an XML character at
+// s[i] (no surrogates, U+FFFE or U+FFFF), or 0.
+size_t utf8Length(const std::string &s, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char lead = byte(i);
+  const size_t length = lead >= 0xf0 && lead <= 0xf4 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc2 && lead < 0xe0 ? 2 : 0;
+  if (length == 0 || lead > 0xf4 || i + length > s.size())
+    return 0;
+  uint32_t code = lead & (0x7f >> length);
+  for (size_t k = 1; k < length; ++k) {
+    if ((byte(i + k) & 0xc0) != 0x80)
+      return 0;
+    code = code << 6 | (byte(i + k) & 0x3f);
+  }
+  const uint32_t least = length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;
+  if (code < least || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff) || code == 0xfffe || code == 0xffff)
+    return 0;
+  return length;
+}
+
+// Text and attribute values of the SVG: markup escaped, and whatever XML 1.0
+// cannot carry (control bytes, malformed UTF-8) shown as U+FFFD, so that a
+// schedule name read from a file keeps the document well-formed.
 std::string esc(const std::string &s) {
   std::string o;
-  for (char c : s)
-    o += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : c == '"' ? "&quot;" : std::string(1, c);
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      const size_t length = utf8Length(s, i);
+      o += length ? s.substr(i, length) : std::string("\xEF\xBF\xBD");
+      i += length ? length : 1;
+      continue;
+    }
+    o += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : c == '"' ? "&quot;" : c == '\'' ? "&apos;"
+         : c < 0x20 && c != '\t' && c != '\n' && c != '\r' ? "\xEF\xBF\xBD" : std::string(1, static_cast<char>(c));
+    ++i;
+  }
   return o;
+}
+
+// A JSON string (quotes included) for the Chrome trace: nlohmann's escaping,
+// malformed UTF-8 replaced rather than thrown on.
+std::string jsonString(const std::string &s) {
+  return nlohmann::json(s).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
 }
 
 std::string label(const Interval &iv) {
@@ -74,10 +115,10 @@ std::string label(const Interval &iv) {
 void writeChromeTrace(const Schedule &s, const SimResult &sim, std::ostream &os) {
   // One cost unit is shown as one millisecond (Chrome traces count in µs).
   const double us = 1000.0;
-  os << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"schedule\":\"" << esc(s.name)
-     << "\",\"makespan\":" << sim.makespan << ",\"bubble_flush\":" << sim.bubbleFlush
+  os << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"schedule\":" << jsonString(s.name)
+     << ",\"makespan\":" << sim.makespan << ",\"bubble_flush\":" << sim.bubbleFlush
      << ",\"bubble_steady\":" << sim.bubbleSteady << "},\"traceEvents\":[\n";
-  os << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"" << esc(s.name) << "\"}}";
+  os << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":" << jsonString(s.name) << "}}";
   for (int r = 0; r < (int)s.ranks.size(); ++r)
     os << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" << r << ",\"args\":{\"name\":\"rank " << r
        << " (stage " << s.problem.stageOfRank(r) << ", replica " << s.problem.replicaOfRank(r) << ")\"}}";

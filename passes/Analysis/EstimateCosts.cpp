@@ -6,6 +6,7 @@
 
 #include "compiler/Partition/CostTable.h"
 #include "compiler/Partition/Error.h"
+#include "compiler/Partition/InputFiles.h"
 #include "compiler/Partition/Topology.h"
 #include "dialects/nn/NNDialect.h"
 
@@ -18,7 +19,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
+#include "runtime/include/pipec/input_file.h"
+
+#include <cmath>
+#include <optional>
 
 namespace pipec::passes {
 #define GEN_PASS_DEF_ESTIMATECOSTS
@@ -39,28 +43,45 @@ struct MeasuredTimes {
 /// docs/profile-json.md: {"format": "pipec.profile/1", "device": ..., "ops":
 /// [{"name", "fwd_s", "bwd_input_s", "bwd_weight_s"}]}.
 FailureOr<llvm::StringMap<MeasuredTimes>> readProfile(const std::string &path, Location loc) {
-  std::ifstream stream(path);
-  if (!stream)
-    return emitError(loc) << "cannot read profile '" << path << "'", failure();
   llvm::StringMap<MeasuredTimes> times;
+  std::string text;
   try {
-    nlohmann::json profile = nlohmann::json::parse(stream);
-    if (profile.value("format", "") != "pipec.profile/1")
-      return emitError(loc) << "profile '" << path
-                            << "': \"format\" must be \"pipec.profile/1\"",
-             failure();
-    for (const auto &op : profile.at("ops")) {
-      MeasuredTimes measured{op.at("fwd_s").get<double>(), op.at("bwd_input_s").get<double>(),
-                             op.at("bwd_weight_s").get<double>()};
-      if (measured.forward < 0 || measured.backwardInput < 0 || measured.backwardWeight < 0)
-        return emitError(loc) << "profile '" << path << "': op '"
-                              << op.at("name").get<std::string>() << "' has a negative time",
-               failure();
-      times[op.at("name").get<std::string>()] = measured;
+    text = partition::readUserFile(path, "profile", partition::kMaxJsonFileBytes);
+  } catch (const partition::Error &error) {
+    return emitError(loc) << "cannot read profile '" << path << "': " << error.what(), failure();
+  }
+  try {
+    nlohmann::json profile = partition::parseUserJson(text, path);
+    auto fail = [&](const std::string &why) { return emitError(loc) << "profile '" << path << "': " << why, failure(); };
+    auto malformed = [&](const std::string &why) {
+      return emitError(loc) << "profile '" << path << "' is malformed: " << why, failure();
+    };
+    if (!profile.is_object() || profile.value("format", "") != "pipec.profile/1")
+      return fail("\"format\" must be \"pipec.profile/1\"");
+    if (!profile.contains("ops") || !profile["ops"].is_array())
+      return malformed("\"ops\" must be an array");
+    for (const auto &op : profile["ops"]) {
+      if (!op.is_object() || !op.contains("name") || !op["name"].is_string())
+        return malformed("every entry of \"ops\" needs a \"name\" string");
+      std::string name = op["name"].get<std::string>();
+      double values[3];
+      const char *keys[3] = {"fwd_s", "bwd_input_s", "bwd_weight_s"};
+      for (int k = 0; k < 3; ++k) {
+        if (!op.contains(keys[k]) || !op[keys[k]].is_number())
+          return malformed("op '" + name + "': \"" + keys[k] + "\" must be a number");
+        values[k] = op[keys[k]].get<double>();
+        if (values[k] < 0)
+          return fail("op '" + name + "' has a negative time");
+        if (!std::isfinite(values[k]) || values[k] > partition::kMaxOpSeconds)
+          return fail("op '" + name + "': \"" + keys[k] + "\" " + op[keys[k]].dump() + " is over the limit of " +
+                      std::to_string(static_cast<int64_t>(partition::kMaxOpSeconds)) + " s");
+      }
+      times[name] = MeasuredTimes{values[0], values[1], values[2]};
     }
+  } catch (const partition::Error &error) {
+    return emitError(loc) << "profile '" << path << "' is malformed: " << error.what(), failure();
   } catch (const nlohmann::json::exception &error) {
-    return emitError(loc) << "profile '" << path << "' is malformed: " << error.what(),
-           failure();
+    return emitError(loc) << "profile '" << path << "' is malformed: " << error.what(), failure();
   }
   return times;
 }
@@ -71,6 +92,35 @@ std::string baseName(Operation *op) {
   if (auto name = llvm::dyn_cast<NameLoc>(op->getLoc()))
     return name.getName().str();
   return op->getName().getStringRef().str();
+}
+
+/// Bytes of one tensor of `type` (elements × element bytes × `scale`), with
+/// checked arithmetic: nullopt, and `why` set, when the type has no static
+/// shape or a non-numeric element type, or when the size exceeds the cost
+/// table's per-op limit (a batch dimension of 2^62 must not wrap around).
+std::optional<int64_t> tensorBytes(Type type, double scale, std::string &why) {
+  auto shaped = llvm::dyn_cast<ShapedType>(type);
+  if (!shaped || !shaped.hasStaticShape()) {
+    why = "has no static shape";
+    return std::nullopt;
+  }
+  Type element = shaped.getElementType();
+  if (!element.isIntOrFloat()) {
+    why = "has a non-numeric element type";
+    return std::nullopt;
+  }
+  const int64_t elementBytes = std::max(1u, element.getIntOrFloatBitWidth() / 8);
+  auto count = io::checkedElementCount(shaped.getShape());
+  std::optional<int64_t> bytes = count ? io::checkedMul<int64_t>(*count, elementBytes) : std::nullopt;
+  if (!bytes || static_cast<double>(*bytes) * scale > static_cast<double>(partition::kMaxOpBytes)) {
+    std::string dims;
+    for (int64_t d : shaped.getShape())
+      dims += (dims.empty() ? "" : "x") + std::to_string(d);
+    why = "of shape " + dims + " needs " + (bytes ? std::to_string(*bytes) : std::string("more than 2^63")) +
+          " bytes, over the limit of " + std::to_string(partition::kMaxOpBytes) + " (16 TiB)";
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(static_cast<double>(*bytes) * scale);
 }
 
 struct EstimateCosts : impl::EstimateCostsBase<EstimateCosts> {
@@ -111,6 +161,11 @@ struct EstimateCosts : impl::EstimateCostsBase<EstimateCosts> {
                          << "' (adamw, sgd-momentum or sgd)";
       return signalPassFailure();
     }
+    if (!std::isfinite(static_cast<double>(launchOverhead)) || launchOverhead < 0 || launchOverhead > 1) {
+      module.emitError() << "launch-overhead " << static_cast<double>(launchOverhead)
+                         << " must be between 0 and 1 s";
+      return signalPassFailure();
+    }
     llvm::StringMap<MeasuredTimes> measured;
     if (!profile.empty()) {
       auto read = readProfile(profile, module.getLoc());
@@ -130,8 +185,15 @@ struct EstimateCosts : impl::EstimateCostsBase<EstimateCosts> {
       GradientRoles roles(function);
       llvm::DenseSet<Value> parametersSeen;
       Builder builder(&getContext());
+      bool tooLarge = false;
       function.walk([&](nn::CostOpInterface op) {
         Operation *operation = op.getOperation();
+        if (tooLarge)
+          return;
+        auto refuse = [&](const std::string &what, const std::string &why) {
+          operation->emitOpError() << "(node '" << baseName(operation) << "'): " << what << " " << why;
+          tooLarge = true;
+        };
         nn::OpWork work = op.estimateWork();
         bool matrix = llvm::isa<nn::GemmOp, nn::MatMulOp, nn::ConvOp>(operation);
         double overhead = work.launchesKernel ? static_cast<double>(launchOverhead) : 0.0;
@@ -151,9 +213,12 @@ struct EstimateCosts : impl::EstimateCostsBase<EstimateCosts> {
               parametersSeen.insert(operand).second) {
             auto role = function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "nn.role");
             if (role && role.getValue() != "input") {
-              auto type = llvm::cast<ShapedType>(operand.getType());
-              parameterBytes += type.getNumElements() *
-                                std::max(1u, type.getElementType().getIntOrFloatBitWidth() / 8);
+              std::string why;
+              auto bytes = tensorBytes(operand.getType(), 1.0, why);
+              auto sum = bytes ? io::checkedAdd<int64_t>(parameterBytes, *bytes) : std::nullopt;
+              if (!sum || *sum > partition::kMaxOpBytes)
+                return refuse("parameter operand " + std::to_string(index), why.empty() ? "is too large" : why);
+              parameterBytes = *sum;
             }
           }
         }
@@ -167,12 +232,24 @@ struct EstimateCosts : impl::EstimateCostsBase<EstimateCosts> {
           if (roles.weightDerived.contains(operand) && llvm::isa<BlockArgument>(operand))
             trainedBytes = parameterBytes;
         int64_t activationBytes = 0;
-        for (Value result : operation->getResults()) {
-          auto type = llvm::cast<ShapedType>(result.getType());
-          activationBytes += static_cast<int64_t>(
-              type.getNumElements() * std::max(1u, type.getElementType().getIntOrFloatBitWidth() / 8) *
-              (llvm::isa<FloatType>(type.getElementType()) ? activationScale : 1.0));
+        for (auto [index, result] : llvm::enumerate(operation->getResults())) {
+          auto type = llvm::dyn_cast<ShapedType>(result.getType());
+          std::string why;
+          auto bytes = tensorBytes(result.getType(), type && llvm::isa<FloatType>(type.getElementType()) ? activationScale : 1.0,
+                                   why);
+          auto sum = bytes ? io::checkedAdd<int64_t>(activationBytes, *bytes) : std::nullopt;
+          if (!sum || *sum > partition::kMaxOpBytes)
+            return refuse("result " + std::to_string(index), why.empty() ? "is too large" : why);
+          activationBytes = *sum;
         }
+        for (auto [what, seconds] : {std::pair<const char *, double>{"forward", forward},
+                                     {"input-gradient", backwardInput},
+                                     {"weight-gradient", backwardWeight}})
+          if (!std::isfinite(seconds) || seconds < 0 || seconds > partition::kMaxOpSeconds)
+            return refuse(std::string("estimated ") + what + " time", std::to_string(seconds) +
+                                                                       " s is over the limit of " +
+                                                                       std::to_string(static_cast<int64_t>(partition::kMaxOpSeconds)) +
+                                                                       " s (absurd dimensions?)");
         if (llvm::isa<nn::ConstantOp>(operation))
           activationBytes = 0; // rematerialized wherever it is used
 
@@ -209,6 +286,8 @@ struct EstimateCosts : impl::EstimateCostsBase<EstimateCosts> {
                 builder.getNamedAttr("source", builder.getStringAttr(source)),
             }));
       });
+      if (tooLarge)
+        return signalPassFailure();
     }
     std::string unknown;
     for (const auto &entry : measured)
@@ -240,15 +319,38 @@ FailureOr<partition::CostTable> costTableFromModule(ModuleOp module) {
     }
     if (llvm::isa<nn::ConstantOp>(op))
       return; // constants are rematerialized in every stage that reads them
+    // pipe.cost may come from hand-written IR (pipec-opt): every entry is
+    // checked, and the row against the cost table's bounds.
+    auto name = cost.getAs<StringAttr>("name");
+    auto fwd = cost.getAs<FloatAttr>("fwd"), bwdInput = cost.getAs<FloatAttr>("bwd_input"),
+         bwdWeight = cost.getAs<FloatAttr>("bwd_weight");
+    auto activation = cost.getAs<IntegerAttr>("activation_bytes"),
+         parameters = cost.getAs<IntegerAttr>("param_bytes"),
+         optimizerState = cost.getAs<IntegerAttr>("optimizer_bytes");
+    auto fitsInt64 = [](IntegerAttr attr) { return attr.getValue().isSignedIntN(64); };
+    if (!name || !fwd || !bwdInput || !bwdWeight || !activation || !parameters || !optimizerState ||
+        !fitsInt64(activation) || !fitsInt64(parameters) || !fitsInt64(optimizerState)) {
+      op->emitOpError("has a malformed pipe.cost (needs name, fwd, bwd_input, bwd_weight, "
+                      "activation_bytes, param_bytes and optimizer_bytes, the bytes within int64)");
+      missing = true;
+      return;
+    }
     partition::OpCost row;
-    row.name = cost.getAs<StringAttr>("name").str();
+    row.name = name.str();
     row.type = op->getName().getStringRef().str();
-    row.forwardSeconds = cost.getAs<FloatAttr>("fwd").getValueAsDouble();
-    row.backwardInputSeconds = cost.getAs<FloatAttr>("bwd_input").getValueAsDouble();
-    row.backwardWeightSeconds = cost.getAs<FloatAttr>("bwd_weight").getValueAsDouble();
-    row.activationBytes = cost.getAs<IntegerAttr>("activation_bytes").getInt();
-    row.parameterBytes = cost.getAs<IntegerAttr>("param_bytes").getInt();
-    row.optimizerStateBytes = cost.getAs<IntegerAttr>("optimizer_bytes").getInt();
+    row.forwardSeconds = fwd.getValueAsDouble();
+    row.backwardInputSeconds = bwdInput.getValueAsDouble();
+    row.backwardWeightSeconds = bwdWeight.getValueAsDouble();
+    row.activationBytes = activation.getValue().getSExtValue();
+    row.parameterBytes = parameters.getValue().getSExtValue();
+    row.optimizerStateBytes = optimizerState.getValue().getSExtValue();
+    try {
+      partition::validateOpCost(row, "pipe.cost: ");
+    } catch (const partition::Error &error) {
+      op->emitOpError() << error.what();
+      missing = true;
+      return;
+    }
     for (Value operand : op->getOperands()) {
       Operation *producer = operand.getDefiningOp();
       auto it = producer ? names.find(producer) : names.end();

@@ -1,5 +1,7 @@
 #include "Executor.h"
 
+#include "JobCheck.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -75,38 +77,25 @@ Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Tr
   scheduleRank_ = plan.scheduleRank(stage_, replica_);
   V_ = plan.stages * plan.chunks;
   seed_ = opt.seedSet ? opt.seed : plan.seed;
-  if (opt.lrSet) optimizer_.lr = opt.lr;
-  if (opt.wdSet) optimizer_.weightDecay = opt.weightDecay;
-  if (opt.momentumSet) optimizer_.momentum = opt.momentum;
-  if (opt.clipSet) optimizer_.maxGradNorm = opt.maxGradNorm;
+  // The plan's optimizer with the command line's overrides, every value
+  // checked (the same code as pipeseq's).
+  OptimizerOverrides overrides;
+  if (opt.lrSet) overrides.lr = opt.lr;
+  if (opt.wdSet) overrides.weightDecay = opt.weightDecay;
+  if (opt.momentumSet) overrides.momentum = opt.momentum;
+  if (opt.clipSet) overrides.maxGradNorm = opt.maxGradNorm;
+  optimizer_ = resolveOptimizer(plan, overrides);
   if (plan.asynchronous && optimizer_.maxGradNorm > 0)
     fail(plan.planPath + ": max_grad_norm needs a global gradient norm, which an asynchronous schedule (" +
          plan.schedule + ") never has; set it to 0");
 
   // The instruction stream, checked against the plan before anything runs.
-  stream_ = loadRankStream(plan.scheduleFile(scheduleRank_));
-  const std::string &sf = stream_.path;
-  if (stream_.rank != scheduleRank_ || stream_.stage != stage_ || stream_.replica != replica_)
-    fail(sf + ": stream is for rank " + std::to_string(stream_.rank) + " (stage " + std::to_string(stream_.stage) +
-         ", replica " + std::to_string(stream_.replica) + "), the plan maps this rank to stage " +
-         std::to_string(stage_) + ", replica " + std::to_string(replica_));
-  if (stream_.chunks != plan.chunks || stream_.asynchronous != plan.asynchronous ||
-      (stream_.placement == "v") != plan.vPlacement)
-    fail(sf + ": chunks/placement/asynchronous disagree with plan.json's runtime member");
+  // (loadPlanStream: rank, stage, replica, chunks, placement, schedule,
+  // micro-batches, chunks and peers against plan.json and schedule.json.)
+  stream_ = loadPlanStream(plan, scheduleRank_);
   if ((int64_t)plan.microbatches * 2 * V_ > transport.maxTag())
     fail(plan.planPath + ": " + std::to_string(plan.microbatches) + " micro-batches x " + std::to_string(V_) +
          " virtual stages exceed the transport's tag range");
-  for (size_t i = 0; i < stream_.instrs.size(); ++i) {
-    const Instr &in = stream_.instrs[i];
-    if (in.mb >= plan.microbatches || (in.chunk >= plan.chunks) ||
-        ((in.op == Op::Fwd || in.op == Op::Bwd || in.op == Op::BwdInput || in.op == Op::BwdWeight ||
-          in.op == Op::Recompute || in.op == Op::SendAct || in.op == Op::RecvAct || in.op == Op::SendGrad ||
-          in.op == Op::RecvGrad) &&
-         (in.mb < 0 || in.chunk < 0)) ||
-        ((in.op == Op::SendAct || in.op == Op::RecvAct || in.op == Op::SendGrad || in.op == Op::RecvGrad) &&
-         (in.peer < 0 || in.peer >= plan.numRanks())))
-      fail(sf + ": #" + std::to_string(i) + " " + toString(in) + ": micro-batch, chunk or peer out of range for this plan");
-  }
 
   // Stage libraries, buffers, weights.
   chunks_.resize(plan.chunks);
@@ -190,26 +179,9 @@ Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Tr
     }
   }
   if (!opt.resumeDir.empty()) loadCheckpoint(opt.resumeDir);
-  if (opt.watchdogSeconds > 0) {
-    lastProgress_ = now();
-    watchdog_ = std::thread([this] {
-      while (!stopWatchdog_) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        if (now() - lastProgress_.load() > opt_.watchdogSeconds) {
-          std::lock_guard<std::mutex> lock(currentMutex_);
-          std::fprintf(stderr, "piperun: %s: error: no progress for %.1f s in %s; exiting (--watchdog)\n", who().c_str(),
-                       opt_.watchdogSeconds, current_.c_str());
-          std::fflush(stderr);
-          std::_Exit(3);
-        }
-      }
-    });
-  }
 }
 
 Executor::~Executor() {
-  stopWatchdog_ = true;
-  if (watchdog_.joinable()) watchdog_.join();
   if (gpu_) {
     // Normally drained by run(); after a start-up error nothing is in flight.
     for (auto &cs : chunks_)
@@ -288,6 +260,10 @@ void Executor::checkNeighbours() {
   // it receives on, so a mismatch is reported once, by the receiver.
   const std::string order = checkTransferOrder(plan_, transfersOfRank, paths, scheduleRank_);
   if (!order.empty()) fail(order);
+  // A stream order that cannot complete is a start-up error instead of a
+  // hang (every rank finds it; rank 0 reports it, and all exit).
+  const std::string deadlock = findTransferDeadlock(plan_, transfersOfRank, paths);
+  if (!deadlock.empty() && control_.rank() == 0) fail(deadlock);
 }
 
 void Executor::connect() { transport_.connect(connections_); }
@@ -458,7 +434,14 @@ void Executor::compute(const Instr &in, int64_t it) {
     m.lib().forward(c);
     if (gpu_) device_.record(s.outputsDone); // what SEND_ACT waits for
     s.fwdDone = true;
-    if (d.computes_loss) lossSum_ += loss, lossCount_ += 1;
+    if (d.computes_loss) {
+      if (!std::isfinite(loss))
+        nonFinite("the loss of micro-batch " + std::to_string(in.mb) + " (global micro-batch " +
+                      std::to_string(c.microbatch) + ") is " + (std::isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf") +
+                      " on stage " + std::to_string(vs),
+                  it);
+      lossSum_ += loss, lossCount_ += 1;
+    }
     if (profiling_) ++fwdCalls_[in.chunk];
     break;
   }
@@ -698,7 +681,7 @@ void Executor::gradStats(double &sumSq, double &nonFinite) {
   for (size_t c = 0; c < chunks_.size(); ++c) chunks_[c].model->gradStats(sumSq, nonFinite, &normSkip_[c]);
 }
 
-void Executor::step() {
+void Executor::step(int64_t it) {
   finishGradients();
   reduceTied();
   bool skip = false;
@@ -708,12 +691,22 @@ void Executor::step() {
     // identical reduced gradients: only replica 0 contributes.
     double v[2] = {0, 0};
     if (replica_ == 0) gradStats(v[0], v[1]);
+    const double local = v[1];
     control_.allreduceSumWorld(v, 2);
     const double norm = std::sqrt(v[0]);
+    // Non-finite gradients: the rank that has them stops the job unless
+    // allowed (the others skip the step and are ended by its abort).
+    if (local > 0) nonFinite(nonFiniteGradients(), it);
     if (v[1] > 0)
       skip = true, ++skippedSteps_;
     else if (norm > optimizer_.maxGradNorm)
       for (auto &cs : chunks_) cs.model->scaleGrads(optimizer_.maxGradNorm / norm);
+  } else if (!opt_.allowNonFinite) {
+    // Without clipping, one pass over this rank's gradients (the optimizer
+    // step makes several): a NaN or inf stops training here.
+    double sumSq = 0, bad = 0;
+    gradStats(sumSq, bad);
+    if (bad > 0) nonFinite(nonFiniteGradients(), it);
   }
   for (auto &cs : chunks_) {
     if (!skip) cs.model->applyStep(optimizer_);
@@ -780,7 +773,7 @@ void Executor::execute(const Instr &in, int64_t it) {
     if (in.peer != stage_) fail(toString(in) + ": all-reduce of another stage");
     allreduceGrads();
     break;
-  case Op::Step: step(); break;
+  case Op::Step: step(it); break;
   case Op::SpecStep: {
     // ZB-H2: update now, keep the pre-step weights until VALIDATE/ROLLBACK
     // decide; the gradients stay until then (a clipped redo needs them).
@@ -789,6 +782,7 @@ void Executor::execute(const Instr &in, int64_t it) {
     double v[2] = {0, 0};
     if (replica_ == 0) gradStats(v[0], v[1]);
     validatedSumSq_ = v[0], validatedNonFinite_ = v[1];
+    localNonFinite_ = v[1];
     preStep_.clear();
     for (auto &cs : chunks_) {
       preStep_.push_back(cs.model->snapshot());
@@ -809,6 +803,9 @@ void Executor::execute(const Instr &in, int64_t it) {
     if (!validated_) fail("ROLLBACK before VALIDATE");
     const double norm = std::sqrt(validatedSumSq_);
     if (validatedNonFinite_ > 0) { // skip the step: back to the pre-step weights
+      // Unless allowed, the rank whose gradients are not finite stops the
+      // job (the others skip the step and are ended by its abort).
+      if (localNonFinite_ > 0) nonFinite(nonFiniteGradients(), it);
       for (size_t c = 0; c < chunks_.size(); ++c) chunks_[c].model->restore(preStep_[c]);
       ++skippedSteps_;
     } else if (optimizer_.maxGradNorm > 0 && norm > optimizer_.maxGradNorm) { // redo it clipped
@@ -834,10 +831,8 @@ void Executor::iteration(int64_t it) {
   for (auto &cs : chunks_) cs.stepsAtIterationStart = cs.model->steps;
   for (size_t i = 0; i < stream_.instrs.size(); ++i) {
     const Instr &in = stream_.instrs[i];
-    if (opt_.watchdogSeconds > 0) {
-      std::lock_guard<std::mutex> lock(currentMutex_);
-      current_ = "iteration " + std::to_string(it) + " #" + std::to_string(i) + " " + toString(in);
-    }
+    watchIteration_.store(it, std::memory_order_relaxed);
+    watchIndex_.store((int64_t)i, std::memory_order_relaxed);
     // CUDA: check the headers of the bundles that arrived so far (their
     // errors name their own RECV instruction).
     if (gpu_ && (in.op == Op::RecvAct || in.op == Op::RecvGrad)) pollHeaders(false);
@@ -850,9 +845,10 @@ void Executor::iteration(int64_t it) {
                   "): " + e.what());
     }
     const double t1 = now();
-    lastProgress_ = t1;
+    if (watchdog_) watchdog_->progress();
     if (!opt_.traceFile.empty()) trace_.push_back({t0 - t0_, t1 - t0_, in, it});
   }
+  watchIndex_.store(-1, std::memory_order_relaxed);
   if (gpu_) pollHeaders(true); // every receive of the iteration is enqueued: wait for them and check
   for (int c = 0; c < plan_.chunks; ++c) {
     ChunkState &cs = chunks_[c];
@@ -867,9 +863,9 @@ void Executor::iteration(int64_t it) {
 }
 
 void Executor::run() {
+  if (watchdog_) watchdog_->phase("start-up: the barrier before the first iteration (MPI_Barrier)");
   control_.barrier();
   t0_ = now();
-  lastProgress_ = t0_;
   fwdCalls_.assign(plan_.chunks, 0);
   bool computesLoss = false;
   for (auto &cs : chunks_) computesLoss |= cs.model->desc().computes_loss != 0;
@@ -879,8 +875,10 @@ void Executor::run() {
   for (int64_t it = startIteration_; it < opt_.iters; ++it) {
     profiling_ = !opt_.profileFile.empty() && (it > startIteration_ || opt_.iters - startIteration_ == 1);
     const double start = now();
+    if (watchdog_) watchdog_->iterations([this] { return describeCurrent(); });
     iteration(it);
     const double seconds = now() - start;
+    if (watchdog_) watchdog_->iterationDone(seconds);
     total += seconds;
     ++done;
     if (computesLoss) {
@@ -898,8 +896,12 @@ void Executor::run() {
       }
       if (log) windowStart = now();
     }
-    if (!opt_.checkpointDir.empty() && opt_.saveEvery > 0 && (it + 1) % opt_.saveEvery == 0) saveCheckpoint(it + 1);
+    if (!opt_.checkpointDir.empty() && opt_.saveEvery > 0 && (it + 1) % opt_.saveEvery == 0) {
+      if (watchdog_) watchdog_->phase("the checkpoint of iteration " + std::to_string(it + 1));
+      saveCheckpoint(it + 1);
+    }
   }
+  if (watchdog_) watchdog_->phase("the end of the run (sends, trace, profile, export)");
   if (computesLoss && replica_ == 0 && done > 0 && !opt_.quiet) {
     std::printf("piperun: done: %lld iterations in %.3f s, %.2f ms/iter, %.1f samples/s, final loss %.6f%s\n",
                 (long long)done, total, total / done * 1e3, plan_.microbatchSize * plan_.microbatches * done / total,
@@ -921,6 +923,72 @@ void Executor::run() {
   if (!opt_.traceFile.empty()) writeTrace();
   if (!opt_.profileFile.empty()) writeProfile();
   if (!opt_.exportDir.empty()) exportWeights();
+}
+
+// ---------------------------------------------------------------- checks
+void Executor::nonFinite(const std::string &what, int64_t it) {
+  if (!opt_.allowNonFinite)
+    fail(what + " in iteration " + std::to_string(it) + "; training stopped (--allow-nonfinite continues)");
+  if (warnedNonFinite_) return;
+  warnedNonFinite_ = true;
+  std::fprintf(stderr, "piperun: %s: warning: %s in iteration %lld; continuing (--allow-nonfinite; later ones are "
+               "not reported)\n",
+               who().c_str(), what.c_str(), (long long)it);
+  std::fflush(stderr);
+}
+
+std::string Executor::nonFiniteGradients() {
+  // Rare (training is about to stop): one statistics call per parameter.
+  std::string found;
+  int count = 0;
+  for (auto &cs : chunks_) {
+    const pipec_stage_desc &d = cs.model->desc();
+    std::vector<bool> only(d.num_params, true);
+    for (int i = 0; i < d.num_params; ++i) {
+      if (d.params[i].role != PIPEC_TRAINED) continue;
+      only[i] = false;
+      double sumSq = 0, bad = 0;
+      cs.model->gradStats(sumSq, bad, &only);
+      only[i] = true;
+      if (bad <= 0) continue;
+      if (++count <= 3)
+        found += std::string(found.empty() ? "" : ", ") + d.params[i].tensor.name + " (stage " + std::to_string(cs.vs) +
+                 ", " + std::to_string((long long)bad) + " NaN/inf elements)";
+    }
+  }
+  if (count > 3) found += " and " + std::to_string(count - 3) + " more";
+  return "non-finite gradients at the optimizer step: " + (found.empty() ? std::string("(not located)") : found);
+}
+
+std::string Executor::describeCurrent() const {
+  const int64_t it = watchIteration_.load(std::memory_order_relaxed), i = watchIndex_.load(std::memory_order_relaxed);
+  auto rankName = [&](int scheduleRank) {
+    return "rank " + std::to_string(plan_.mpiRankOf(scheduleRank)) + " (stage " +
+           std::to_string(plan_.stageOfScheduleRank(scheduleRank)) + ", replica " +
+           std::to_string(plan_.replicaOfScheduleRank(scheduleRank)) + ")";
+  };
+  if (i < 0 || i >= (int64_t)stream_.instrs.size())
+    return "the end of iteration " + std::to_string(it) + " (waiting for the other replicas of stage " +
+           std::to_string(stage_) + " or the next iteration)";
+  const Instr &in = stream_.instrs[(size_t)i];
+  std::string s = stream_.path + " #" + std::to_string(i) + " " + toString(in) + " (iteration " + std::to_string(it) + ")";
+  switch (in.op) {
+  case Op::RecvAct:
+  case Op::RecvGrad: s += ", waiting for " + rankName(in.peer); break;
+  case Op::AllReduce: {
+    std::string others;
+    for (int q = 0; q < plan_.replicasOf(stage_); ++q)
+      if (q != replica_) others += (others.empty() ? "" : ", ") + std::to_string(plan_.ranks[stage_][q]);
+    s += ", waiting for the other replicas of stage " + std::to_string(stage_) + " (rank " + others + ")";
+    break;
+  }
+  case Op::Step:
+  case Op::Validate:
+    if (in.op == Op::Validate || optimizer_.maxGradNorm > 0) s += ", waiting for every rank (gradient norm all-reduce)";
+    break;
+  default: break;
+  }
+  return s;
 }
 
 // ---------------------------------------------------------------- files
@@ -951,28 +1019,10 @@ void Executor::saveCheckpoint(int64_t it) {
 }
 
 void Executor::loadCheckpoint(const std::string &dirIn) {
-  fs::path dir(dirIn);
-  if (!fs::exists(dir / "manifest.json")) {
-    std::ifstream latest(dir / "latest");
-    std::string name;
-    if (!latest || !(latest >> name)) fail(dirIn + ": neither a checkpoint (manifest.json) nor a checkpoint directory (latest)");
-    dir /= name;
-  }
-  const std::string mpath = (dir / "manifest.json").string();
-  std::ifstream in(mpath);
-  if (!in) fail(mpath + ": cannot open");
-  json m;
-  try {
-    m = json::parse(in);
-  } catch (const json::exception &e) {
-    fail(mpath + ": not valid JSON: " + e.what());
-  }
-  if (m.value("format", "") != "pipec.checkpoint/1") fail(mpath + ": format must be pipec.checkpoint/1");
-  if (m.value("virtual_stages", -1) != V_ || m.value("microbatches", -1) != plan_.microbatches ||
-      m.value("microbatch_size", -1) != plan_.microbatchSize)
-    fail(mpath + ": checkpoint of another plan (stages, micro-batches or micro-batch size differ)");
-  startIteration_ = m.value("iteration", (int64_t)0);
-  for (auto &cs : chunks_) cs.model->loadCheckpoint((dir / ("stage_" + std::to_string(cs.vs) + ".bin")).string());
+  // The manifest checked against the plan, --iters and the seed (Plan.cpp).
+  const CheckpointManifest m = readCheckpointManifest(dirIn, plan_, opt_.iters, seed_);
+  startIteration_ = m.iteration;
+  for (auto &cs : chunks_) cs.model->loadCheckpoint(m.stageFile(cs.vs));
 }
 
 void Executor::exportWeights() {

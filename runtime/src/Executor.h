@@ -4,6 +4,7 @@
 #include "Plan.h"
 #include "StageModel.h"
 #include "Transport.h"
+#include "Watchdog.h"
 
 #include <atomic>
 #include <map>
@@ -25,8 +26,9 @@ struct RunOptions {
   bool seedSet = false;
   uint64_t seed = 0;
   bool lrSet = false, wdSet = false, momentumSet = false, clipSet = false;
-  float lr = 0, weightDecay = 0, momentum = 0, maxGradNorm = 0;
-  double watchdogSeconds = 0; // 0: off
+  double lr = 0, weightDecay = 0, momentum = 0, maxGradNorm = 0; // checked by resolveOptimizer (JobCheck.h)
+  double watchdogSeconds = -1; // > 0: fixed limit, 0: off, < 0: the default policy (Watchdog.h)
+  bool allowNonFinite = false;  // --allow-nonfinite: a NaN/inf loss or gradient does not stop training
   bool quiet = false;
 };
 
@@ -58,6 +60,8 @@ public:
   void connect();
   void run();
   std::string who() const; // "rank 2 (stage 1, replica 0)"
+  // The watchdog that watches run() (piperun's; it also watches start-up).
+  void setWatchdog(Watchdog *w) { watchdog_ = w; }
 
 private:
   struct Slot; // per (chunk, micro-batch) buffers
@@ -111,7 +115,7 @@ private:
   void reduceTied();        // sum tied parameters' gradients over their holders
   void gradStats(double &sumSq, double &nonFinite); // replica 0's share of the global norm
   void clipForSyncStep();
-  void step();
+  void step(int64_t it);
   void endIteration(int64_t it, double seconds);
   void saveCheckpoint(int64_t it);
   void loadCheckpoint(const std::string &dir);
@@ -119,6 +123,12 @@ private:
   void writeProfile();
   void exportWeights();
   [[noreturn]] void fail(const std::string &msg) const;
+  // A non-finite loss or gradient: stops training (Error) unless --allow-nonfinite.
+  void nonFinite(const std::string &what, int64_t it);
+  // Which trained parameters of this rank have non-finite gradients ("" if none).
+  std::string nonFiniteGradients();
+  // The watchdog's message while iterating: the instruction and whom it waits for.
+  std::string describeCurrent() const;
   static void onOpTime(void *user, const char *op, int32_t phase, double seconds);
 
   const Plan &plan_;
@@ -171,11 +181,12 @@ private:
   std::vector<int64_t> fwdCalls_;
 
   // Watchdog: reports the instruction a rank is stuck in, then exits.
-  std::atomic<double> lastProgress_{0};
-  std::mutex currentMutex_;
-  std::string current_;
-  std::atomic<bool> stopWatchdog_{false};
-  std::thread watchdog_;
+  Watchdog *watchdog_ = nullptr;
+  std::atomic<int64_t> watchIteration_{0}, watchIndex_{-1}; // -1: between iterations
+
+  // Non-finite values (--allow-nonfinite): reported once when allowed.
+  bool warnedNonFinite_ = false;
+  double localNonFinite_ = 0; // SPEC_STEP: this rank's share of the non-finite count
 };
 
 } // namespace pipec::rt

@@ -1,9 +1,14 @@
 #include "Plan.h"
 
+#include "pipec/input_file.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <limits>
+#include <type_traits>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -13,26 +18,81 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-json readJson(const std::string &path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open");
+// A JSON file piperun reads (plan.json, the rank streams, a checkpoint's
+// manifest): a regular file of bounded size (pipec/input_file.h), parsed
+// from memory.
+json readJson(const std::string &path, const char *what) {
+  std::string text;
   try {
-    return json::parse(in);
+    text = io::readInputFile(path, what, io::kMaxTextFileBytes);
+  } catch (const io::InputError &e) {
+    throw Error(e.what());
+  }
+  try {
+    return json::parse(text);
   } catch (const json::exception &e) {
     throw Error(path + ": not valid JSON: " + e.what());
   }
 }
 
 // Typed member access with errors that name the file and the JSON path.
+// Integers must be JSON integers that fit the C++ type (nlohmann's get<int>
+// would wrap 2^32+2 to 2 and truncate 2.5 to 2), floats must be finite in
+// the C++ type.
+template <class T> struct IsVector : std::false_type {};
+template <class E> struct IsVector<std::vector<E>> : std::true_type {};
+
+// A JSON value for a message: scalars as written (at most 80 characters),
+// arrays and objects by kind (dumping them could recurse as deep as the file
+// nests, or quote megabytes).
+std::string brief(const json &v) {
+  if (v.is_array()) return "an array of " + std::to_string(v.size()) + " elements";
+  if (v.is_object()) return "an object";
+  std::string s = v.dump();
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+
 struct Reader {
   std::string file;
-  template <class T> T get(const json &j, const char *key, const std::string &where) const {
-    if (!j.is_object() || !j.contains(key)) throw Error(file + ": missing member " + where + "." + key);
-    try {
-      return j.at(key).get<T>();
-    } catch (const json::exception &) {
-      throw Error(file + ": member " + where + "." + key + " has the wrong type (" + j.at(key).dump() + ")");
+  template <class T> T convert(const json &v, const std::string &name) const {
+    auto wrong = [&]() { return Error(file + ": member " + name + " has the wrong type (" + brief(v) + ")"); };
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      if (!v.is_number_integer()) throw wrong();
+      bool fits;
+      if (v.is_number_unsigned())
+        fits = v.get<uint64_t>() <= (uint64_t)std::numeric_limits<T>::max();
+      else {
+        const int64_t i = v.get<int64_t>();
+        fits = std::is_signed_v<T> ? i >= (int64_t)std::numeric_limits<T>::min() &&
+                                         (uint64_t)std::max<int64_t>(i, 0) <= (uint64_t)std::numeric_limits<T>::max()
+                                   : i >= 0;
+      }
+      if (!fits) throw Error(file + ": member " + name + " is out of range (" + brief(v) + ")");
+      return v.get<T>();
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (!v.is_number()) throw wrong();
+      const double d = v.get<double>();
+      if (!std::isfinite(d) || std::fabs(d) > (double)std::numeric_limits<T>::max())
+        throw Error(file + ": member " + name + " is out of range (" + brief(v) + ")");
+      return (T)d;
+    } else if constexpr (IsVector<T>::value) {
+      if (!v.is_array()) throw wrong();
+      T out;
+      for (size_t i = 0; i < v.size(); ++i)
+        out.push_back(convert<typename T::value_type>(v[i], name + "[" + std::to_string(i) + "]"));
+      return out;
+    } else {
+      try {
+        return v.get<T>();
+      } catch (const json::exception &) {
+        throw wrong();
+      }
     }
+  }
+  template <class T> T get(const json &j, const char *key, const std::string &where) const {
+    const std::string name = where.empty() ? std::string(key) : where + "." + key;
+    if (!j.is_object() || !j.contains(key)) throw Error(file + ": missing member " + name);
+    return convert<T>(j.at(key), name);
   }
   template <class T> T opt(const json &j, const char *key, const std::string &where, T dflt) const {
     if (!j.is_object() || !j.contains(key) || j.at(key).is_null()) return dflt;
@@ -80,7 +140,7 @@ Plan loadPlan(const std::string &dirIn) {
   p.dir = dirIn;
   p.planPath = (fs::path(dirIn) / "plan.json").string();
   if (!fs::is_directory(dirIn)) throw Error(dirIn + ": plan directory does not exist");
-  const json j = readJson(p.planPath);
+  const json j = readJson(p.planPath, "plan");
   const Reader R{p.planPath};
   if (!j.contains("runtime"))
     throw Error(p.planPath + ": no \"runtime\" member (the plan was not compiled for piperun; see docs/runtime.md)");
@@ -99,6 +159,10 @@ Plan loadPlan(const std::string &dirIn) {
   p.seed = R.opt<uint64_t>(rt, "seed", "runtime", 0);
   if (p.microbatchSize < 1 || p.microbatches < 1 || p.chunks < 1)
     throw Error(p.planPath + ": runtime.microbatch_size, microbatches and chunks must be >= 1");
+  if (p.microbatches > kMaxMicrobatches || p.chunks > kMaxChunks)
+    throw Error(p.planPath + ": runtime.microbatches (" + std::to_string(p.microbatches) + ") or chunks (" +
+                std::to_string(p.chunks) + ") over the limit (" + std::to_string(kMaxMicrobatches) + ", " +
+                std::to_string(kMaxChunks) + ")");
   if (p.vPlacement && p.chunks != 2) throw Error(p.planPath + ": runtime.placement \"v\" needs chunks = 2");
   p.target = R.opt<std::string>(rt, "target", "runtime", "cpu");
   if (p.target != "cpu" && p.target != "cuda")
@@ -117,6 +181,9 @@ Plan loadPlan(const std::string &dirIn) {
   // Pipeline stages and their ranks come from the partition part of the plan.
   const json &stages = j.contains("stages") ? j.at("stages") : json();
   if (!stages.is_array() || stages.empty()) throw Error(p.planPath + ": missing or empty member stages");
+  if (stages.size() > (size_t)kMaxStages)
+    throw Error(p.planPath + ": " + std::to_string(stages.size()) + " stages, over the limit of " +
+                std::to_string(kMaxStages));
   p.stages = (int)stages.size();
   std::vector<int> seen;
   for (int s = 0; s < p.stages; ++s) {
@@ -196,7 +263,9 @@ Plan loadPlan(const std::string &dirIn) {
   const json data = rt.contains("data") ? rt.at("data") : json();
   p.syntheticSamples = R.opt<uint64_t>(data, "synthetic_samples", "runtime.data",
                                        (uint64_t)p.microbatchSize * p.microbatches * 16);
+  if (p.syntheticSamples == 0) throw Error(p.planPath + ": runtime.data.synthetic_samples must be >= 1");
   const json fields = data.contains("fields") ? data.at("fields") : json::array();
+  if (!fields.is_array()) throw Error(p.planPath + ": runtime.data.fields must be an array");
   for (size_t i = 0; i < fields.size(); ++i) {
     const std::string where = "runtime.data.fields[" + std::to_string(i) + "]";
     io::FieldSpec f;
@@ -205,6 +274,9 @@ Plan loadPlan(const std::string &dirIn) {
     f.dtype = io::dtypeFromName(dt);
     if (!f.dtype) throw Error(p.planPath + ": " + where + ".dtype \"" + dt + "\" is not f32, f64, i64, i32 or bool");
     f.shape = R.get<std::vector<int64_t>>(fields[i], "shape", where);
+    if (f.shape.size() > 16 || !io::checkedElementCount(f.shape, std::numeric_limits<int64_t>::max() / 8))
+      throw Error(p.planPath + ": " + where + ".shape " + io::shapeString(f.shape) +
+                  " has a negative dimension, more than 16 dimensions or too many elements");
     const bool isFloat = f.dtype == PIPEC_F32 || f.dtype == PIPEC_F64;
     f.low = R.opt<double>(fields[i], "low", where, isFloat ? -1.0 : 0.0);
     f.high = R.opt<double>(fields[i], "high", where, isFloat ? 1.0 : 2.0);
@@ -232,6 +304,30 @@ constexpr OpName kOps[] = {
 
 const char *opName(Op op) { return kOps[(int)op].name; }
 
+namespace {
+// An instruction list (a rank file's "instructions", schedule.json's ranks[r]).
+std::vector<Instr> parseInstructions(const Reader &R, const json &list, const std::string &where) {
+  if (!list.is_array()) throw Error(R.file + ": missing member " + where);
+  std::vector<Instr> out;
+  out.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = where + "[" + std::to_string(i) + "]";
+    const std::string name = R.get<std::string>(list[i], "op", at);
+    Instr in;
+    bool known = false;
+    for (const auto &o : kOps)
+      if (name == o.name) in.op = o.op, known = true;
+    if (!known) throw Error(R.file + ": " + at + ": unknown instruction \"" + name + "\"");
+    in.mb = R.opt<int>(list[i], "mb", at, -1);
+    in.chunk = R.opt<int>(list[i], "chunk", at, -1);
+    in.peer = R.opt<int>(list[i], in.op == Op::AllReduce ? "stage" : "peer", at, -1);
+    in.version = R.opt<int>(list[i], "version", at, -1);
+    out.push_back(in);
+  }
+  return out;
+}
+} // namespace
+
 std::string toString(const Instr &in) {
   std::string s = opName(in.op);
   if (in.mb >= 0) s += " mb=" + std::to_string(in.mb);
@@ -242,7 +338,7 @@ std::string toString(const Instr &in) {
 }
 
 RankStream loadRankStream(const std::string &path) {
-  const json j = readJson(path);
+  const json j = readJson(path, "schedule file");
   const Reader R{path};
   RankStream rs;
   rs.path = path;
@@ -255,23 +351,209 @@ RankStream loadRankStream(const std::string &path) {
   rs.chunks = R.opt<int>(j, "chunks", "", 1);
   rs.placement = R.opt<std::string>(j, "placement", "", "interleaved");
   rs.asynchronous = R.opt<bool>(j, "asynchronous", "", false);
-  const json &list = j.contains("instructions") ? j.at("instructions") : json();
-  if (!list.is_array()) throw Error(path + ": missing member instructions");
-  for (size_t i = 0; i < list.size(); ++i) {
-    const std::string where = "instructions[" + std::to_string(i) + "]";
-    const std::string name = R.get<std::string>(list[i], "op", where);
-    Instr in;
-    bool known = false;
-    for (const auto &o : kOps)
-      if (name == o.name) in.op = o.op, known = true;
-    if (!known) throw Error(path + ": " + where + ": unknown instruction \"" + name + "\"");
-    in.mb = R.opt<int>(list[i], "mb", where, -1);
-    in.chunk = R.opt<int>(list[i], "chunk", where, -1);
-    in.peer = R.opt<int>(list[i], in.op == Op::AllReduce ? "stage" : "peer", where, -1);
-    in.version = R.opt<int>(list[i], "version", where, -1);
-    rs.instrs.push_back(in);
-  }
+  rs.instrs = parseInstructions(R, j.contains("instructions") ? j.at("instructions") : json(), "instructions");
   return rs;
+}
+
+// ---------------------------------------------------------------- plan vs schedule files
+namespace {
+bool isCompute(Op op) {
+  return op == Op::Fwd || op == Op::Bwd || op == Op::BwdInput || op == Op::BwdWeight || op == Op::Recompute;
+}
+bool isTransfer(Op op) { return op == Op::SendAct || op == Op::RecvAct || op == Op::SendGrad || op == Op::RecvGrad; }
+
+std::string listMicrobatches(const std::vector<int> &mbs) {
+  std::string s;
+  for (size_t i = 0; i < mbs.size() && i < 8; ++i) s += (i ? ", " : "") + std::to_string(mbs[i]);
+  if (mbs.size() > 8) s += ", ... (" + std::to_string(mbs.size()) + " in all)";
+  return mbs.empty() ? "none" : s;
+}
+} // namespace
+
+void checkRankStream(const Plan &plan, const RankStream &s, int r) {
+  const std::string &sf = s.path;
+  const int stage = plan.stageOfScheduleRank(r), replica = plan.replicaOfScheduleRank(r);
+  const int replicas = plan.replicasOf(stage);
+  if (s.rank != r || s.stage != stage || s.replica != replica)
+    throw Error(sf + ": stream is for rank " + std::to_string(s.rank) + " (stage " + std::to_string(s.stage) +
+                ", replica " + std::to_string(s.replica) + "), " + plan.planPath + " maps schedule rank " +
+                std::to_string(r) + " to stage " + std::to_string(stage) + ", replica " + std::to_string(replica));
+  auto disagree = [&](const char *what, const std::string &stream, const std::string &planned) {
+    return Error(sf + ": " + what + " is " + stream + ", but " + plan.planPath + " says runtime." + what + " = " +
+                 planned + " (the plan and its schedule files are from different compilations)");
+  };
+  if (s.chunks != plan.chunks) throw disagree("chunks", std::to_string(s.chunks), std::to_string(plan.chunks));
+  if ((s.placement == "v") != plan.vPlacement || (s.placement != "v" && s.placement != "interleaved"))
+    throw disagree("placement", "\"" + s.placement + "\"", plan.vPlacement ? "\"v\"" : "\"interleaved\"");
+  if (s.asynchronous != plan.asynchronous)
+    throw disagree("asynchronous", s.asynchronous ? "true" : "false", plan.asynchronous ? "true" : "false");
+  if (s.schedule != plan.schedule) throw disagree("schedule", "\"" + s.schedule + "\"", "\"" + plan.schedule + "\"");
+  const int m = plan.microbatches;
+  for (size_t i = 0; i < s.instrs.size(); ++i) {
+    const Instr &in = s.instrs[i];
+    const std::string at = sf + ": #" + std::to_string(i) + " " + toString(in) + ": ";
+    if (in.mb < -1 || in.chunk < -1 || in.peer < -1 || in.version < -1)
+      throw Error(at + "a negative micro-batch, chunk, peer or version");
+    if (in.mb >= m)
+      throw Error(at + "micro-batch " + std::to_string(in.mb) + " is out of range: " + plan.planPath +
+                  " says runtime.microbatches = " + std::to_string(m));
+    if (in.chunk >= plan.chunks)
+      throw Error(at + "chunk " + std::to_string(in.chunk) + " is out of range: " + plan.planPath +
+                  " says runtime.chunks = " + std::to_string(plan.chunks));
+    if ((isCompute(in.op) || isTransfer(in.op)) && (in.mb < 0 || in.chunk < 0))
+      throw Error(at + "needs a micro-batch and a chunk");
+    if (in.op == Op::Load && in.mb < 0) throw Error(at + "needs a micro-batch");
+    if (isTransfer(in.op) && (in.peer < 0 || in.peer >= plan.numRanks()))
+      throw Error(at + "peer " + std::to_string(in.peer) + " is not a rank of the plan (0.." +
+                  std::to_string(plan.numRanks() - 1) + ")");
+    if (in.op == Op::AllReduce && in.peer >= 0 && in.peer != stage)
+      throw Error(at + "all-reduces stage " + std::to_string(in.peer) + ", but this rank runs stage " +
+                  std::to_string(stage));
+  }
+  // Micro-batch mb runs on replica mb mod R of every stage (docs/schedules.md):
+  // each chunk of this rank must run the forward of exactly those micro-batches
+  // of the plan's m, once each. A plan whose m disagrees with the schedule's
+  // would otherwise train on other samples with another gradient scale.
+  for (int c = 0; c < plan.chunks; ++c) {
+    std::vector<int> got, want;
+    for (const Instr &in : s.instrs)
+      if (in.op == Op::Fwd && in.chunk == c) got.push_back(in.mb);
+    for (int mb = replica; mb < m; mb += replicas) want.push_back(mb);
+    std::vector<int> sorted = got;
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted != want)
+      throw Error(sf + ": chunk " + std::to_string(c) + " runs the forward of micro-batches " + listMicrobatches(got) +
+                  ", but " + plan.planPath + " says runtime.microbatches = " + std::to_string(m) +
+                  ", which gives this rank (stage " + std::to_string(stage) + ", replica " + std::to_string(replica) +
+                  " of " + std::to_string(replicas) + ") micro-batches " + listMicrobatches(want) +
+                  " (the plan and its schedule files disagree)");
+  }
+}
+
+void checkScheduleSummary(const Plan &plan, const std::string &path, const RankStream *stream, int r) {
+  const json j = readJson(path, "schedule summary");
+  const Reader R{path};
+  if (R.get<std::string>(j, "format", "") != "pipec.schedule/1")
+    throw Error(path + ": format must be \"pipec.schedule/1\"");
+  auto disagree = [&](const std::string &what, const std::string &here, const std::string &planned) {
+    return Error(path + ": " + what + " is " + here + ", but " + plan.planPath + " says " + planned +
+                 " (the plan and its schedule files are from different compilations)");
+  };
+  const std::string name = R.get<std::string>(j, "schedule", "");
+  if (name != plan.schedule)
+    throw disagree("schedule", "\"" + name + "\"", "runtime.schedule = \"" + plan.schedule + "\"");
+  if (R.get<bool>(j, "asynchronous", "") != plan.asynchronous)
+    throw disagree("asynchronous", plan.asynchronous ? "false" : "true",
+                   std::string("runtime.asynchronous = ") + (plan.asynchronous ? "true" : "false"));
+  if ((R.get<std::string>(j, "placement", "") == "v") != plan.vPlacement)
+    throw disagree("placement", "\"" + R.get<std::string>(j, "placement", "") + "\"",
+                   std::string("runtime.placement = \"") + (plan.vPlacement ? "v" : "interleaved") + "\"");
+  const json problem = j.contains("problem") ? j.at("problem") : json();
+  const int m = R.get<int>(problem, "microbatches", "problem");
+  if (m != plan.microbatches)
+    throw disagree("problem.microbatches", std::to_string(m), "runtime.microbatches = " + std::to_string(plan.microbatches));
+  const int stages = R.get<int>(problem, "stages", "problem");
+  if (stages != plan.stages)
+    throw disagree("problem.stages", std::to_string(stages), std::to_string(plan.stages) + " stages (stages[])");
+  const int chunks = R.opt<int>(problem, "chunks", "problem", 1);
+  if (chunks != plan.chunks)
+    throw disagree("problem.chunks", std::to_string(chunks), "runtime.chunks = " + std::to_string(plan.chunks));
+  const auto replicas = R.opt<std::vector<int>>(problem, "replicas", "problem", {});
+  for (int st = 0; st < plan.stages; ++st) {
+    const int k = replicas.empty() ? 1 : (st < (int)replicas.size() ? replicas[st] : -1);
+    if (k != plan.replicasOf(st))
+      throw disagree("problem.replicas", "[" + [&] {
+        std::string v;
+        for (size_t i = 0; i < replicas.size(); ++i) v += (i ? "," : "") + std::to_string(replicas[i]);
+        return v;
+      }() + "]", "stage " + std::to_string(st) + " has " + std::to_string(plan.replicasOf(st)) + " replica(s) (stages[" +
+                 std::to_string(st) + "].ranks)");
+  }
+  const json ranks = j.contains("ranks") ? j.at("ranks") : json();
+  if (!ranks.is_array() || (int)ranks.size() != plan.numRanks())
+    throw disagree("the number of rank streams", std::to_string(ranks.is_array() ? ranks.size() : 0),
+                   std::to_string(plan.numRanks()) + " ranks (stages[].ranks)");
+  if (stream) {
+    const std::vector<Instr> instrs = parseInstructions(R, ranks[r], "ranks[" + std::to_string(r) + "]");
+    const auto same = [](const Instr &a, const Instr &b) {
+      return a.op == b.op && a.mb == b.mb && a.chunk == b.chunk && a.peer == b.peer && a.version == b.version;
+    };
+    const size_t n = std::min(instrs.size(), stream->instrs.size());
+    size_t k = 0;
+    while (k < n && same(instrs[k], stream->instrs[k])) ++k;
+    if (k < n || instrs.size() != stream->instrs.size())
+      throw Error(stream->path + ": the stream differs from " + path + "'s ranks[" + std::to_string(r) +
+                  "] at instruction #" + std::to_string(k) + " (" +
+                  (k < stream->instrs.size() ? toString(stream->instrs[k]) : std::string("end of stream")) + " vs " +
+                  (k < instrs.size() ? toString(instrs[k]) : std::string("end of stream")) + ")");
+  }
+}
+
+RankStream loadPlanStream(const Plan &plan, int r) {
+  RankStream s = loadRankStream(plan.scheduleFile(r));
+  checkRankStream(plan, s, r);
+  const std::string summary = (fs::path(plan.dir) / "schedule" / "schedule.json").string();
+  std::error_code ec;
+  if (fs::symlink_status(summary, ec).type() != fs::file_type::not_found) checkScheduleSummary(plan, summary, &s, r);
+  return s;
+}
+
+// ---------------------------------------------------------------- checkpoints
+CheckpointManifest readCheckpointManifest(const std::string &dirIn, const Plan &plan, int64_t iters, uint64_t seed) {
+  CheckpointManifest c;
+  fs::path dir(dirIn);
+  std::error_code ec;
+  if (fs::symlink_status(dir / "manifest.json", ec).type() == fs::file_type::not_found) {
+    const std::string latestPath = (dir / "latest").string();
+    if (fs::symlink_status(latestPath, ec).type() == fs::file_type::not_found)
+      throw Error(dirIn + ": neither a checkpoint (manifest.json) nor a checkpoint directory (latest)");
+    std::string name;
+    try {
+      name = io::readInputFile(latestPath, "checkpoint pointer", 4096);
+    } catch (const io::InputError &e) {
+      throw Error(e.what());
+    }
+    while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
+    // One directory name beside `latest` (what piperun writes: iter_<n>).
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+        name.find('\0') != std::string::npos || name.find('\n') != std::string::npos)
+      throw Error(latestPath + ": does not name a checkpoint directory beside it (\"" +
+                  name.substr(0, 64) + "\"; expected one line like iter_<n>)");
+    dir /= name;
+  }
+  c.dir = dir.string();
+  c.path = (dir / "manifest.json").string();
+  const json m = readJson(c.path, "checkpoint manifest");
+  const Reader R{c.path};
+  if (!m.is_object() || m.value("format", json()) != "pipec.checkpoint/1")
+    throw Error(c.path + ": format must be pipec.checkpoint/1");
+  c.iteration = R.get<int64_t>(m, "iteration", "");
+  if (c.iteration < 0)
+    throw Error(c.path + ": iteration " + std::to_string(c.iteration) + " is negative");
+  if (c.iteration > iters)
+    throw Error(c.path + ": the checkpoint is at iteration " + std::to_string(c.iteration) + ", beyond --iters " +
+                std::to_string(iters) + " (the iteration count to reach)");
+  const int V = plan.stages * plan.chunks;
+  const int vs = R.get<int>(m, "virtual_stages", ""), mbs = R.get<int>(m, "microbatches", ""),
+            mbSize = R.get<int>(m, "microbatch_size", "");
+  if (vs != V || mbs != plan.microbatches || mbSize != plan.microbatchSize)
+    throw Error(c.path + ": checkpoint of another plan: " + std::to_string(vs) + " virtual stages, " +
+                std::to_string(mbs) + " micro-batches of " + std::to_string(mbSize) + "; " + plan.planPath + " has " +
+                std::to_string(V) + ", " + std::to_string(plan.microbatches) + " of " +
+                std::to_string(plan.microbatchSize));
+  if (m.contains("seed")) {
+    c.seed = R.get<uint64_t>(m, "seed", "");
+    if (c.seed != seed)
+      throw Error(c.path + ": the checkpoint was trained with seed " + std::to_string(c.seed) + ", this run uses seed " +
+                  std::to_string(seed) + " (pass --seed " + std::to_string(c.seed) + " to continue it)");
+  } else {
+    c.seed = seed;
+  }
+  return c;
+}
+
+std::string CheckpointManifest::stageFile(int vs) const {
+  return (fs::path(dir) / ("stage_" + std::to_string(vs) + ".bin")).string();
 }
 
 // ---------------------------------------------------------------- transfer order

@@ -19,6 +19,12 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+// Ceilings on plan.json's counts (far above any real job), so that nothing
+// sized from them overflows or allocates without bound.
+inline constexpr int kMaxStages = 1 << 16;
+inline constexpr int kMaxChunks = 64;
+inline constexpr int kMaxMicrobatches = 1 << 20;
+
 struct VirtualStage {
   int id = 0;    // model order 0 .. stages*chunks-1
   int stage = 0; // pipeline position (rank group) that runs it
@@ -97,6 +103,36 @@ struct RankStream {
   std::vector<Instr> instrs;
 };
 RankStream loadRankStream(const std::string &path);
+
+// Checks schedule rank r's stream against plan.json (file, rank, stage and
+// replica, chunks, placement, asynchronous, schedule name; every micro-batch,
+// chunk and peer in range; each chunk runs the forward of exactly the
+// micro-batches mb < runtime.microbatches with mb mod R = replica, R the
+// stage's replicas). Throws Error naming the stream file, plan.json and the
+// disagreeing values.
+void checkRankStream(const Plan &plan, const RankStream &s, int scheduleRank);
+// Checks PLAN_DIR/schedule/schedule.json (the schedule library's summary)
+// against plan.json: schedule name, placement, asynchronous, the problem's
+// micro-batches, stages, chunks and replicas, the number of rank streams,
+// and, when `stream` is given, that ranks[r] is that stream's instruction list.
+void checkScheduleSummary(const Plan &plan, const std::string &path, const RankStream *stream, int scheduleRank);
+// Schedule rank r's stream, checked against the plan and against
+// schedule.json when the plan directory has one. What piperun and pipeseq use.
+RankStream loadPlanStream(const Plan &plan, int scheduleRank);
+
+// A checkpoint to resume from (docs/checkpoint-format.md).
+struct CheckpointManifest {
+  std::string dir, path; // the iter_<n> directory and its manifest.json
+  int64_t iteration = 0;
+  uint64_t seed = 0;
+  std::string stageFile(int virtualStage) const; // DIR/stage_<k>.bin
+};
+// Resolves DIR (a checkpoint) or DIR/latest (one line naming a directory
+// beside it), reads the manifest (a bounded regular file) and checks it
+// against the plan and the run: format, an integer iteration in 0..iters,
+// virtual stages, micro-batches and micro-batch size equal to the plan's, and
+// the seed (when recorded) equal to the run's. Throws Error naming the file.
+CheckpointManifest readCheckpointManifest(const std::string &dir, const Plan &plan, int64_t iters, uint64_t seed);
 
 // A point-to-point transfer of a stream (SEND_ACT/SEND_GRAD/RECV_ACT/RECV_GRAD),
 // with its index in the stream.

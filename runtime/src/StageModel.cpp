@@ -1,6 +1,9 @@
 #include "StageModel.h"
 
+#include "pipec/input_file.h"
+
 #include <dlfcn.h>
+#include <elf.h>
 
 #include <cmath>
 #include <cstring>
@@ -66,8 +69,120 @@ std::vector<void *> Layout::pointers(char *base) const {
 }
 
 // ---------------------------------------------------------------- library
+namespace {
+#if UINTPTR_MAX == 0xffffffffffffffffu
+using Ehdr = Elf64_Ehdr;
+using Phdr = Elf64_Phdr;
+using Shdr = Elf64_Shdr;
+constexpr unsigned char kElfClass = ELFCLASS64;
+#else
+using Ehdr = Elf32_Ehdr;
+using Phdr = Elf32_Phdr;
+using Shdr = Elf32_Shdr;
+constexpr unsigned char kElfClass = ELFCLASS32;
+#endif
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+constexpr unsigned char kElfData = ELFDATA2LSB;
+#else
+constexpr unsigned char kElfData = ELFDATA2MSB;
+#endif
+#if defined(__x86_64__)
+constexpr int kElfMachine = EM_X86_64;
+#elif defined(__aarch64__)
+constexpr int kElfMachine = EM_AARCH64;
+#elif defined(__powerpc64__)
+constexpr int kElfMachine = EM_PPC64;
+#elif defined(__riscv)
+constexpr int kElfMachine = EM_RISCV;
+#else
+constexpr int kElfMachine = -1; // not checked
+#endif
+constexpr uint64_t kMaxLibraryBytes = 16ull << 30;
+
+// [offset, offset + count * entry) inside the file, without overflow.
+bool tableWithin(uint64_t offset, uint64_t count, uint64_t entry, uint64_t size) {
+  const auto bytes = io::checkedMul<uint64_t>(count, entry);
+  return bytes && io::rangeWithin(offset, *bytes, size);
+}
+} // namespace
+
+std::string checkStageLibraryFile(const std::string &path) {
+  try {
+    const io::InputFile f(path, "stage library", kMaxLibraryBytes);
+    const uint64_t size = f.size();
+    if (size < sizeof(Ehdr)) return "not an ELF shared object (" + std::to_string(size) + " bytes, shorter than an ELF header)";
+    Ehdr eh;
+    f.readAt(0, &eh, sizeof eh, "the ELF header");
+    if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) return "not an ELF file (bad magic)";
+    if (eh.e_ident[EI_CLASS] != kElfClass)
+      return std::string("ELF class ") + std::to_string(eh.e_ident[EI_CLASS]) + ", this machine loads " +
+             (kElfClass == ELFCLASS64 ? "64-bit (ELFCLASS64)" : "32-bit (ELFCLASS32)") + " objects";
+    if (eh.e_ident[EI_DATA] != kElfData) return "ELF byte order " + std::to_string(eh.e_ident[EI_DATA]) + " is not this machine's";
+    if (eh.e_ident[EI_VERSION] != EV_CURRENT || eh.e_version != EV_CURRENT) return "unknown ELF version";
+    if (eh.e_type != ET_DYN) return "ELF type " + std::to_string(eh.e_type) + " is not a shared object (ET_DYN)";
+    if (kElfMachine >= 0 && eh.e_machine != kElfMachine)
+      return "ELF machine " + std::to_string(eh.e_machine) + " is not this machine's (" + std::to_string(kElfMachine) + ")";
+    if (eh.e_ehsize < sizeof(Ehdr)) return "ELF header size " + std::to_string(eh.e_ehsize) + " is too small";
+    // Program headers: every segment's bytes inside the file (a truncated
+    // library would otherwise be mapped past its end: SIGBUS in dlopen).
+    if (eh.e_phnum == 0 || eh.e_phnum == PN_XNUM) return "no program headers (or an extended count)";
+    if (eh.e_phentsize != sizeof(Phdr)) return "program header entry size " + std::to_string(eh.e_phentsize) + " is wrong";
+    if (!tableWithin(eh.e_phoff, eh.e_phnum, sizeof(Phdr), size))
+      return "the program header table (offset " + std::to_string(eh.e_phoff) + ", " + std::to_string(eh.e_phnum) +
+             " entries) lies outside the file (" + std::to_string(size) + " bytes; truncated?)";
+    bool haveLoad = false;
+    for (unsigned i = 0; i < eh.e_phnum; ++i) {
+      Phdr ph;
+      f.readAt(eh.e_phoff + (uint64_t)i * sizeof(Phdr), &ph, sizeof ph, "a program header");
+      if (ph.p_type == PT_LOAD) {
+        haveLoad = true;
+        if (ph.p_filesz > ph.p_memsz)
+          return "segment " + std::to_string(i) + " has more file bytes than memory bytes";
+      }
+      if (ph.p_filesz > 0 && !io::rangeWithin(ph.p_offset, ph.p_filesz, size))
+        return "segment " + std::to_string(i) + " (offset " + std::to_string(ph.p_offset) + ", " +
+               std::to_string(ph.p_filesz) + " bytes) lies outside the file (" + std::to_string(size) +
+               " bytes; truncated?)";
+    }
+    if (!haveLoad) return "no loadable segment";
+    // Section headers (not used by the loader, but a table past the end is
+    // the surest sign of a truncated file).
+    if (eh.e_shoff != 0 || eh.e_shnum != 0) {
+      if (eh.e_shentsize != sizeof(Shdr)) return "section header entry size " + std::to_string(eh.e_shentsize) + " is wrong";
+      uint64_t shnum = eh.e_shnum;
+      if (shnum == 0) { // extended numbering: the count is section 0's sh_size
+        if (!tableWithin(eh.e_shoff, 1, sizeof(Shdr), size))
+          return "the section header table lies outside the file (truncated?)";
+        Shdr s0;
+        f.readAt(eh.e_shoff, &s0, sizeof s0, "section header 0");
+        shnum = s0.sh_size;
+      }
+      if (!tableWithin(eh.e_shoff, shnum, sizeof(Shdr), size))
+        return "the section header table (offset " + std::to_string(eh.e_shoff) + ", " + std::to_string(shnum) +
+               " entries) lies outside the file (" + std::to_string(size) + " bytes; truncated?)";
+      for (uint64_t i = 0; i < shnum; ++i) {
+        Shdr sh;
+        f.readAt(eh.e_shoff + i * sizeof(Shdr), &sh, sizeof sh, "a section header");
+        if (sh.sh_type != SHT_NOBITS && sh.sh_type != SHT_NULL && !io::rangeWithin(sh.sh_offset, sh.sh_size, size))
+          return "section " + std::to_string(i) + " (offset " + std::to_string(sh.sh_offset) + ", " +
+                 std::to_string(sh.sh_size) + " bytes) lies outside the file (" + std::to_string(size) +
+                 " bytes; truncated?)";
+      }
+    }
+  } catch (const io::InputError &e) {
+    std::string m = e.what();
+    if (m.compare(0, path.size() + 2, path + ": ") == 0) m.erase(0, path.size() + 2);
+    return m;
+  }
+  return "";
+}
+
 StageLibrary::StageLibrary(const std::string &path, int expectStage, int expectStages, const std::string &expectTarget)
     : path_(path) {
+  // Checked before dlopen: the loader maps the file as it finds it, and a
+  // truncated or malformed library crashes inside dlopen (SIGBUS).
+  const std::string bad = checkStageLibraryFile(path);
+  if (!bad.empty()) throw Error(path + ": cannot load stage library: " + bad);
   handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle_) throw Error(path + ": cannot load stage library: " + dlerror());
   auto sym = [&](const char *name) {
@@ -149,7 +264,7 @@ std::vector<void *> StageModel::gradPtrs() {
 std::vector<void *> StageModel::statePtrs() { return stateLayout_.pointers(state_.data()); }
 
 void StageModel::loadWeights(const std::string &path) {
-  const auto tensors = io::readTensorFile(path);
+  const auto tensors = io::readTensorFile(path, "weights file");
   const pipec_stage_desc &d = desc();
   std::vector<bool> used(tensors.size(), false);
   for (int i = 0; i < d.num_params; ++i) {
@@ -212,7 +327,7 @@ std::vector<io::Tensor> StageModel::checkpointTensors() const {
 }
 
 void StageModel::loadCheckpoint(const std::string &path) {
-  const auto tensors = io::readTensorFile(path);
+  const auto tensors = io::readTensorFile(path, "checkpoint file");
   auto find = [&](const std::string &name, int dtype, const std::vector<int64_t> &shape) -> const io::Tensor & {
     for (const io::Tensor &t : tensors)
       if (t.name == name) {
@@ -235,7 +350,10 @@ void StageModel::loadCheckpoint(const std::string &path) {
                   find("state/" + std::string(td.name) + "/" + std::to_string(k), td.dtype, shapeOf(td)).data.data(),
                   stateLayout_.bytes[s]);
   }
-  std::memcpy(&steps, find("meta/steps", PIPEC_I64, {}).data.data(), 8);
+  int64_t stored = 0;
+  std::memcpy(&stored, find("meta/steps", PIPEC_I64, {}).data.data(), 8);
+  if (stored < 0) throw Error(path + ": checkpoint tensor meta/steps is " + std::to_string(stored) + ", negative");
+  steps = stored;
   grads_.zero();
 }
 

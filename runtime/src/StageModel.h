@@ -52,6 +52,12 @@ struct Layout {
 std::vector<int64_t> shapeOf(const pipec_tensor_desc &d);
 std::string describeTensor(const pipec_tensor_desc &d); // "name f32[4x8]"
 
+// Checks, before dlopen, that `path` is a regular file of bounded size and a
+// well-formed ELF shared object for this machine (magic, class, byte order,
+// machine, type; program and section header tables, every segment and
+// section inside the file). Returns "" or the reason it is not.
+std::string checkStageLibraryFile(const std::string &path);
+
 class StageLibrary {
 public:
   // dlopen + dlsym + describe + checks against the plan (ABI version,

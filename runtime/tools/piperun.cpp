@@ -4,6 +4,8 @@
 // cpu: host memory + MPI; cuda: the rank's GPU (CudaDevice) + NCCL
 // (NcclTransport), built when CUDA and NCCL were found (PIPEC_HAVE_CUDA).
 #include "../src/Executor.h"
+#include "../src/JobCheck.h"
+#include "pipec/input_file.h"
 #include "../src/MpiTransport.h"
 #ifdef PIPEC_HAVE_CUDA
 #include "../src/CudaDevice.h"
@@ -12,10 +14,15 @@
 
 #include <mpi.h>
 
+#include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+
+#include <nlohmann/json.hpp>
 
 using namespace pipec::rt;
 
@@ -23,6 +30,7 @@ namespace {
 const char *kUsage =
     "usage: mpirun -np R piperun PLAN_DIR [options]\n"
     "  --iters N            iterations (optimizer steps of m micro-batches) to reach; default 1\n"
+    "                       (1 .. 1000000000; --log-every and --save-every likewise)\n"
     "  --data FILE          data set (docs/dataset-format.md); default: synthetic data from the plan\n"
     "  --log-every K        progress line every K iterations (default 1)\n"
     "  --checkpoint DIR     write checkpoints to DIR ...\n"
@@ -31,10 +39,20 @@ const char *kUsage =
     "  --export-weights DIR write the trained weights, one file per stage (docs/weights-format.md)\n"
     "  --trace FILE         measured timeline as a Chrome trace (merged on rank 0; target cpu)\n"
     "  --profile FILE       per-op times (pipec.profile/1) measured with the stages' op timers\n"
-    "  --seed S             override runtime.seed (synthetic data, dropout)\n"
+    "  --seed S             override runtime.seed (synthetic data, dropout); an integer in [0, 2^64)\n"
     "  --lr X --weight-decay X --momentum X --max-grad-norm X   override runtime.optimizer\n"
-    "  --watchdog SECONDS   exit with an error naming the instruction if one takes longer\n"
+    "                       (checked: lr, weight decay >= 0, momentum in [0, 1), max-grad-norm >= 0,\n"
+    "                       0 = no clipping; NaN and inf refused, as in plan.json)\n"
+    "  --watchdog SECONDS   exit with an error naming the instruction and the rank it waits for if a\n"
+    "                       rank makes no progress for that long; 0 turns it off. Default: 600 s during\n"
+    "                       start-up, the first iteration and checkpoints, then max(60 s, 10x the\n"
+    "                       slowest iteration)\n"
+    "  --allow-nonfinite    keep training after a NaN/inf loss or gradient (default: stop, naming the\n"
+    "                       iteration, micro-batch and stage)\n"
     "  --quiet              no progress lines\n"
+    "All ranks must run the same job: at start-up they compare plan.json, the schedule files, every\n"
+    "stage's library and weights, the piperun executable and the options above (not --log-every,\n"
+    "--quiet, --watchdog), and refuse to start when they differ.\n"
     "The plan's runtime.target picks the path: cpu (host memory, MPI) or cuda (one GPU\n"
     "per rank, chosen by node-local rank; NCCL between ranks; needs a piperun built\n"
     "with CUDA and NCCL). docs/runtime.md.\n";
@@ -49,36 +67,46 @@ RunOptions parseArgs(int argc, char **argv) {
     if (i + 1 >= argc) throw UsageError(std::string(argv[i]) + " needs a value");
     return argv[++i];
   };
+  // Numbers are checked here (JobCheck.h: one place for piperun and
+  // pipeseq); the optimizer's values are range-checked with plan.json's.
+  auto checked = [&](auto parse) {
+    try {
+      return parse();
+    } catch (const Error &e) {
+      throw UsageError(e.what());
+    }
+  };
   auto number = [&](int &i) -> double {
     const std::string flag = argv[i], v = value(i);
-    char *end = nullptr;
-    const double d = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end) throw UsageError(flag + ": \"" + v + "\" is not a number");
-    return d;
+    return checked([&] { return parseReal(flag, v); });
   };
-  auto integer = [&](int &i, long lo) -> long {
-    const std::string flag = argv[i];
-    const double d = number(i);
-    if (d != (double)(long)d || d < lo) throw UsageError(flag + " needs an integer >= " + std::to_string(lo));
-    return (long)d;
+  auto count = [&](int &i) -> int {
+    const std::string flag = argv[i], v = value(i);
+    return (int)checked([&] { return parseCount(flag, v, 1, kMaxIterations); });
   };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--iters") o.iters = (int)integer(i, 0);
+    if (a == "--iters") o.iters = count(i);
     else if (a == "--data") o.dataFile = value(i);
-    else if (a == "--log-every") o.logEvery = (int)integer(i, 1);
+    else if (a == "--log-every") o.logEvery = count(i);
     else if (a == "--checkpoint") o.checkpointDir = value(i);
-    else if (a == "--save-every") o.saveEvery = (int)integer(i, 1);
+    else if (a == "--save-every") o.saveEvery = count(i);
     else if (a == "--resume") o.resumeDir = value(i);
     else if (a == "--export-weights") o.exportDir = value(i);
     else if (a == "--trace") o.traceFile = value(i);
     else if (a == "--profile") o.profileFile = value(i);
-    else if (a == "--seed") o.seed = (uint64_t)integer(i, 0), o.seedSet = true;
-    else if (a == "--lr") o.lr = (float)number(i), o.lrSet = true;
-    else if (a == "--weight-decay") o.weightDecay = (float)number(i), o.wdSet = true;
-    else if (a == "--momentum") o.momentum = (float)number(i), o.momentumSet = true;
-    else if (a == "--max-grad-norm") o.maxGradNorm = (float)number(i), o.clipSet = true;
-    else if (a == "--watchdog") o.watchdogSeconds = number(i);
+    else if (a == "--seed") {
+      const std::string v = value(i);
+      o.seed = checked([&] { return parseSeed(a, v); }), o.seedSet = true;
+    } else if (a == "--lr") o.lr = number(i), o.lrSet = true;
+    else if (a == "--weight-decay") o.weightDecay = number(i), o.wdSet = true;
+    else if (a == "--momentum") o.momentum = number(i), o.momentumSet = true;
+    else if (a == "--max-grad-norm") o.maxGradNorm = number(i), o.clipSet = true;
+    else if (a == "--watchdog") {
+      o.watchdogSeconds = number(i);
+      if (!std::isfinite(o.watchdogSeconds) || o.watchdogSeconds < 0)
+        throw UsageError("--watchdog: \"" + std::string(argv[i]) + "\" must be a number of seconds >= 0 (0: off)");
+    } else if (a == "--allow-nonfinite") o.allowNonFinite = true;
     else if (a == "--quiet") o.quiet = true;
     else if (a == "--help" || a == "-h") throw UsageError("");
     else if (!a.empty() && a[0] == '-') throw UsageError("unknown option " + a);
@@ -104,6 +132,121 @@ bool agree(Control &control, const std::string &who, const std::string &error) {
     std::fprintf(stderr, "piperun: %d of %d ranks failed to start (first: rank %d); all ranks exit\n", failed,
                  control.size(), first);
   return failed == 0;
+}
+
+// What this rank was started with, as digests all ranks compare
+// (docs/runtime.md, "Job identity"). Also checks the hyper-parameters
+// (throws Error naming the option or file and the value).
+JobIdentity jobIdentity(const Plan &plan, const RunOptions &o) {
+  namespace fs = std::filesystem;
+  checkPlanSeed(plan);
+  OptimizerOverrides ov;
+  if (o.lrSet) ov.lr = o.lr;
+  if (o.wdSet) ov.weightDecay = o.weightDecay;
+  if (o.momentumSet) ov.momentum = o.momentum;
+  if (o.clipSet) ov.maxGradNorm = o.maxGradNorm;
+  const OptimizerConfig opt = resolveOptimizer(plan, ov);
+
+  JobIdentity id;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  addFile(id, "the piperun executable", "", ec ? std::string("/proc/self/exe") : exe.string(), "executable");
+  addPlanFiles(id, plan);
+  auto option = [&](const std::string &name, const std::string &value, const std::string &shown) {
+    id[name] = {value, shown};
+  };
+  option("--iters", std::to_string(o.iters), "was started with --iters " + std::to_string(o.iters));
+  const uint64_t seed = o.seedSet ? o.seed : plan.seed;
+  option("the seed", std::to_string(seed),
+         "runs with seed " + std::to_string(seed) + (o.seedSet ? " (--seed)" : " (plan.json runtime.seed)"));
+  auto real = [](double v) {
+    char b[40];
+    std::snprintf(b, sizeof b, "%.9g", v);
+    return std::string(b);
+  };
+  const struct { const char *name, *flag; double value; bool set; } hyper[] = {
+      {"lr", "--lr", opt.lr, o.lrSet},
+      {"weight decay", "--weight-decay", opt.weightDecay, o.wdSet},
+      {"momentum", "--momentum", opt.momentum, o.momentumSet},
+      {"max grad norm", "--max-grad-norm", opt.maxGradNorm, o.clipSet}};
+  for (const auto &h : hyper)
+    option(std::string("the ") + h.name, real(h.value),
+           std::string("runs with ") + h.name + " " + real(h.value) +
+               (h.set ? std::string(" (") + h.flag + ")" : std::string(" (plan.json)")));
+  if (o.dataFile.empty())
+    option("--data", "synthetic", "was started without --data (the plan's synthetic data)");
+  else
+    addFile(id, "--data", "--data", o.dataFile, "data set");
+  if (o.resumeDir.empty()) {
+    option("--resume", "none", "was started without --resume");
+  } else {
+    // The checkpoint it resumes from: its manifest (iteration, seed, plan
+    // shape), found as loadCheckpoint finds it (DIR or DIR/latest).
+    fs::path dir(o.resumeDir);
+    if (!fs::exists(dir / "manifest.json")) {
+      try {
+        std::string name = pipec::io::readInputFile((dir / "latest").string(), "checkpoint pointer", 4096);
+        while (!name.empty() && std::isspace((unsigned char)name.back())) name.pop_back();
+        dir /= name;
+      } catch (const pipec::io::InputError &) {
+      }
+    }
+    addFile(id, "--resume", "--resume", (dir / "manifest.json").string(), "checkpoint manifest");
+  }
+  option("--checkpoint", o.checkpointDir.empty() ? "none" : o.checkpointDir + " every " + std::to_string(o.saveEvery),
+         o.checkpointDir.empty() ? "was started without --checkpoint"
+                                 : "was started with --checkpoint " + o.checkpointDir + " --save-every " +
+                                       std::to_string(o.saveEvery));
+  for (const auto &[flag, value] : {std::pair<const char *, const std::string &>{"--trace", o.traceFile},
+                                    {"--profile", o.profileFile},
+                                    {"--export-weights", o.exportDir}})
+    option(flag, value.empty() ? "off" : "on",
+           std::string(value.empty() ? "was started without " : "was started with ") + flag);
+  option("--allow-nonfinite", o.allowNonFinite ? "on" : "off",
+         std::string(o.allowNonFinite ? "was started with" : "was started without") + " --allow-nonfinite");
+  return id;
+}
+
+// The first collective of the job: every rank sends its job identity (or
+// its start-up error). Returns false, with the reasons printed, when any
+// rank failed or the ranks disagree; then every rank exits 1.
+bool agreeOnJob(Control &control, const std::string &who, const std::string &error, const JobIdentity &id) {
+  using nlohmann::json;
+  if (!error.empty()) std::fprintf(stderr, "piperun: %s: error: %s\n", who.c_str(), error.c_str()), std::fflush(stderr);
+  const auto all = control.allgatherStrings(json{{"error", error}, {"identity", encodeIdentity(id)}}.dump());
+  std::vector<std::string> identities;
+  int failed = 0, first = -1;
+  for (size_t r = 0; r < all.size(); ++r) {
+    json j;
+    try {
+      j = json::parse(all[r]);
+    } catch (const json::exception &) {
+      j = json{{"error", "unreadable start-up message"}, {"identity", "{}"}};
+    }
+    if (!j.value("error", std::string()).empty()) ++failed, first = first < 0 ? (int)r : first;
+    identities.push_back(j.value("identity", std::string("{}")));
+  }
+  if (failed) {
+    if (control.rank() == 0)
+      std::fprintf(stderr, "piperun: %d of %d ranks failed to start (first: rank %d); all ranks exit\n", failed,
+                   control.size(), first);
+    return false;
+  }
+  const std::string differ = compareIdentities(identities);
+  if (differ.empty()) return true;
+  if (control.rank() == 0) {
+    std::string lines;
+    for (size_t b = 0, e; b < differ.size(); b = e + 1) {
+      e = differ.find('\n', b);
+      if (e == std::string::npos) e = differ.size();
+      lines += "piperun: error: job identity: " + differ.substr(b, e - b) + "\n";
+    }
+    std::fprintf(stderr, "%spiperun: the %d ranks were not started on the same job (a stale copy of the job directory "
+                 "or different options?); all ranks exit\n",
+                 lines.c_str(), control.size());
+    std::fflush(stderr);
+  }
+  return false;
 }
 
 // The device and transport of the plan's target; throws Error (with the
@@ -157,32 +300,63 @@ int main(int argc, char **argv) {
     const std::string rankName = "rank " + std::to_string(control.rank());
     RunOptions opt;
     std::string error;
+    // The command line first, agreed by all ranks (an MPMD launch may give
+    // ranks different ones): "" fine, "h" --help, "e..." an error.
+    std::string parsed;
     try {
       opt = parseArgs(argc, argv);
     } catch (const UsageError &e) {
-      if (control.rank() == 0) {
-        if (*e.what()) std::fprintf(stderr, "piperun: error: %s\n", e.what());
-        std::fputs(kUsage, *e.what() ? stderr : stdout);
-      }
-      MPI_Finalize();
-      return *e.what() ? 2 : 0;
+      parsed = *e.what() ? std::string("e") + e.what() : "h";
     }
+    {
+      bool anyError = false, anyHelp = false;
+      for (const std::string &p : control.allgatherStrings(parsed))
+        anyError |= !p.empty() && p[0] == 'e', anyHelp |= p == "h";
+      if (anyError || anyHelp) {
+        if (!parsed.empty() && parsed[0] == 'e')
+          std::fprintf(stderr, "piperun: %serror: %s\n", control.rank() == 0 ? "" : (rankName + ": ").c_str(),
+                       parsed.c_str() + 1);
+        if (control.rank() == 0) std::fputs(kUsage, anyError ? stderr : stdout);
+        MPI_Finalize();
+        return anyError ? 2 : 0;
+      }
+    }
+    // On from here (start-up collectives included) unless --watchdog 0.
+    Watchdog watchdog(opt.watchdogSeconds);
+    watchdog.setWho(rankName);
     // Destroyed in reverse: the executor's buffers, then the transport's
     // communicators, then the device (its streams).
     std::unique_ptr<Plan> plan;
     std::unique_ptr<Device> device; // null: the host device
     std::unique_ptr<Transport> transport;
     std::unique_ptr<Executor> exec;
+    // Job identity before anything that could wait on another rank: every
+    // rank checks its options and digests its files, and all compare.
+    JobIdentity identity;
+    watchdog.phase("start-up: reading the plan, then comparing the job identity with the other ranks (MPI_Allgather)");
     try {
       plan = std::make_unique<Plan>(loadPlan(opt.planDir));
-      makeTarget(*plan, opt, control, device, transport);
-      exec = std::make_unique<Executor>(*plan, opt, control, *transport, device ? *device : hostDevice());
+      identity = jobIdentity(*plan, opt);
     } catch (const std::exception &e) {
       error = e.what();
     }
-    std::string who = exec ? exec->who() : rankName;
-    if (!agree(control, who, error)) status = 1;
+    if (!agreeOnJob(control, rankName, error, identity)) status = 1;
     if (status == 0) {
+      watchdog.phase("start-up: loading the stage libraries, weights and data, then waiting for the other ranks "
+                     "(MPI_Allgather)");
+      try {
+        makeTarget(*plan, opt, control, device, transport);
+        exec = std::make_unique<Executor>(*plan, opt, control, *transport, device ? *device : hostDevice());
+        exec->setWatchdog(&watchdog);
+        watchdog.setWho(exec->who());
+      } catch (const std::exception &e) {
+        error = e.what();
+      }
+      if (!agree(control, exec ? exec->who() : rankName, error)) status = 1;
+    }
+    const std::string who = exec ? exec->who() : rankName;
+    if (status == 0) {
+      watchdog.phase("start-up: comparing neighbouring stages and transfer orders (MPI_Allgather)");
       try {
         exec->checkNeighbours();
       } catch (const std::exception &e) {
@@ -191,6 +365,7 @@ int main(int argc, char **argv) {
       if (!agree(control, who, error)) status = 1;
     }
     if (status == 0) {
+      watchdog.phase("start-up: creating the transport's communicators");
       try {
         exec->connect(); // NCCL communicators (collective)
       } catch (const std::exception &e) {

@@ -13,6 +13,9 @@
 //    stage uses the version current when the micro-batch entered stage 0),
 //    never from the STASH/RESTORE instructions piperun executes.
 // Usage: pipeseq PLAN_DIR --iters N [--data FILE] [--export-weights DIR] [--resume DIR] [--seed S]
+//          [--lr X] [--weight-decay X] [--momentum X] [--max-grad-norm X] [--allow-nonfinite]
+// Options and hyper-parameters are checked by the same code as piperun's (JobCheck.h).
+#include "JobCheck.h"
 #include "Plan.h"
 #include "StageModel.h"
 
@@ -36,6 +39,8 @@ struct Options {
   int iters = 1;
   bool seedSet = false;
   uint64_t seed = 0;
+  OptimizerOverrides overrides;
+  bool allowNonFinite = false;
 };
 
 // One micro-batch's buffers on one stage.
@@ -49,10 +54,13 @@ struct Runner {
   const Plan &plan;
   Options opt;
   uint64_t seed;
+  OptimizerConfig optimizer; // plan.json's with the overrides, checked
   std::unique_ptr<io::DataSource> data;
   int V;
 
   Runner(const Plan &p, const Options &o) : plan(p), opt(o), V(p.stages * p.chunks) {
+    checkPlanSeed(p);
+    optimizer = resolveOptimizer(p, o.overrides);
     seed = o.seedSet ? o.seed : p.seed;
     if (!o.dataFile.empty())
       data = std::make_unique<io::DatasetFile>(o.dataFile);
@@ -157,38 +165,44 @@ struct Runner {
     return skip;
   }
 
-  void step(std::vector<StageModel *> models, double count) {
+  // A NaN/inf loss or gradient stops the reference too, unless allowed.
+  void checkLoss(float loss, int64_t it, int mb) const {
+    if (!std::isfinite(loss) && !opt.allowNonFinite)
+      throw Error("the loss of micro-batch " + std::to_string(mb) + " is not finite in iteration " +
+                  std::to_string(it) + "; training stopped (--allow-nonfinite continues)");
+  }
+
+  void step(std::vector<StageModel *> models, double count, int64_t it) {
     bool skip = false;
     for (StageModel *m : models) m->scaleGrads(1.0 / count);
     const auto noNorm = sumTied(models);
-    if (plan.optimizer.maxGradNorm > 0) {
+    if (!opt.allowNonFinite) {
+      double sumSq = 0, bad = 0;
+      for (size_t k = 0; k < models.size(); ++k) models[k]->gradStats(sumSq, bad);
+      if (bad > 0)
+        throw Error("non-finite gradients at the optimizer step of iteration " + std::to_string(it) +
+                    "; training stopped (--allow-nonfinite continues)");
+    }
+    if (optimizer.maxGradNorm > 0) {
       double sumSq = 0, nonFinite = 0;
       for (size_t k = 0; k < models.size(); ++k) models[k]->gradStats(sumSq, nonFinite, &noNorm[k]);
       const double norm = std::sqrt(sumSq);
       if (nonFinite > 0)
         skip = true;
-      else if (norm > plan.optimizer.maxGradNorm)
-        for (StageModel *m : models) m->scaleGrads(plan.optimizer.maxGradNorm / norm);
+      else if (norm > optimizer.maxGradNorm)
+        for (StageModel *m : models) m->scaleGrads(optimizer.maxGradNorm / norm);
     }
     for (StageModel *m : models) {
-      if (!skip) m->applyStep(plan.optimizer);
+      if (!skip) m->applyStep(optimizer);
       m->grads().zero();
     }
   }
 
   int64_t resume(std::vector<StageModel *> models) {
     if (opt.resumeDir.empty()) return 0;
-    fs::path dir(opt.resumeDir);
-    if (!fs::exists(dir / "manifest.json")) {
-      std::ifstream latest(dir / "latest");
-      std::string name;
-      latest >> name;
-      dir /= name;
-    }
-    std::ifstream in(dir / "manifest.json");
-    const auto m = nlohmann::json::parse(in);
-    for (StageModel *s : models) s->loadCheckpoint((dir / ("stage_" + std::to_string(s->vstage().id) + ".bin")).string());
-    return m.at("iteration").get<int64_t>();
+    const CheckpointManifest m = readCheckpointManifest(opt.resumeDir, plan, opt.iters, seed);
+    for (StageModel *s : models) s->loadCheckpoint(m.stageFile(s->vstage().id));
+    return m.iteration;
   }
 
   void exportWeights(const std::vector<StageModel *> &models) {
@@ -217,14 +231,14 @@ struct Runner {
           load(m, st[vs], g);
           if (vs > 0) copyPayload(st[vs].inputs, st[vs - 1].outputs);
           const float loss = call(m, st[vs], 0, g, m.params().data());
-          if (vs == V - 1) lossSum += loss;
+          if (vs == V - 1) checkLoss(loss, it, mb), lossSum += loss;
         }
         for (int vs = V - 1; vs >= 0; --vs) {
           if (vs < V - 1) copyPayload(st[vs].gradOutputs, st[vs + 1].gradInputs);
           call(*models[vs], st[vs], 1, g, models[vs]->params().data());
         }
       }
-      step(models, plan.microbatches);
+      step(models, plan.microbatches, it);
       std::printf("pipeseq: iter %lld/%d  loss %.6f\n", (long long)(it + 1), opt.iters, lossSum / plan.microbatches);
     }
     exportWeights(models);
@@ -238,7 +252,7 @@ struct Runner {
     std::vector<RankStream> streams;
     std::vector<std::unique_ptr<StageModel>> models;
     for (int r = 0; r < R; ++r) {
-      streams.push_back(loadRankStream(plan.scheduleFile(r)));
+      streams.push_back(loadPlanStream(plan, r));
       models.push_back(makeModel(plan.stageOfScheduleRank(r)));
     }
     std::vector<StageModel *> replica0;
@@ -292,7 +306,7 @@ struct Runner {
               load(m, s, g);
               if (st > 0) copyPayload(s.inputs, act.at({in.mb, st - 1}));
               const float loss = call(m, s, 0, g, s.weights->data());
-              if (st == plan.stages - 1) lossSum += loss;
+              if (st == plan.stages - 1) checkLoss(loss, it, in.mb), lossSum += loss;
               act[{in.mb, st}].copyFrom(s.outputs);
             } else if (in.op == Op::Bwd) {
               if (st < plan.stages - 1 && !grad.count({in.mb, st + 1})) break;
@@ -329,7 +343,7 @@ struct Runner {
               progress = true;
               continue;
             } else if (in.op == Op::Step) {
-              step({&m}, reduced[r] >= 0 ? reduced[r] : count[r]);
+              step({&m}, reduced[r] >= 0 ? reduced[r] : count[r], it);
               count[r] = 0, reduced[r] = -1;
               if (vsync) versions[r][(int)(Rs * m.steps)] = current(r);
             }
@@ -357,12 +371,17 @@ int main(int argc, char **argv) {
         if (i + 1 >= argc) throw Error(a + " needs a value");
         return argv[++i];
       };
-      if (a == "--iters") o.iters = std::stoi(value());
+      if (a == "--iters") o.iters = (int)parseCount(a, value(), 1, kMaxIterations);
       else if (a == "--data") o.dataFile = value();
       else if (a == "--export-weights") o.exportDir = value();
       else if (a == "--resume") o.resumeDir = value();
-      else if (a == "--seed") o.seed = std::stoull(value()), o.seedSet = true;
-      else if (a[0] == '-') throw Error("unknown option " + a);
+      else if (a == "--seed") o.seed = parseSeed(a, value()), o.seedSet = true;
+      else if (a == "--lr") o.overrides.lr = parseReal(a, value());
+      else if (a == "--weight-decay") o.overrides.weightDecay = parseReal(a, value());
+      else if (a == "--momentum") o.overrides.momentum = parseReal(a, value());
+      else if (a == "--max-grad-norm") o.overrides.maxGradNorm = parseReal(a, value());
+      else if (a == "--allow-nonfinite") o.allowNonFinite = true;
+      else if (a.empty() || a[0] == '-') throw Error("unknown option " + a);
       else o.planDir = a;
     }
     if (o.planDir.empty()) throw Error("usage: pipeseq PLAN_DIR --iters N [--data FILE] [--export-weights DIR] [--resume DIR]");
@@ -371,6 +390,9 @@ int main(int argc, char **argv) {
       throw Error(plan.planPath + ": runtime.target is \"" + plan.target +
                   "\"; pipeseq runs stage libraries on the CPU only: compile the model with --target cpu for the "
                   "reference");
+    // The streams must agree with plan.json even where the sequential
+    // reference does not follow them (synchronous plans).
+    for (int r = 0; r < plan.numRanks(); ++r) loadPlanStream(plan, r);
     Runner run(plan, o);
     if (plan.asynchronous)
       run.runAsync();

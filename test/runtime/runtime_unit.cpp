@@ -5,12 +5,17 @@
 //    streams whose orders differ are refused with a message naming the pair
 //    and the micro-batches, and every schedule the schedule library generates
 //    passes;
-//  * the host Device and Buffer (what the CPU target's numbers rest on).
+//  * the host Device and Buffer (what the CPU target's numbers rest on);
+//  * the file readers on hostile input (issue 11): tensor files and data sets
+//    (lengths checked before allocating, overflow, FIFOs), the ELF check
+//    before dlopen, plan.json against the schedule files (every generated
+//    schedule passes), checkpoint manifests.
 // Plain asserts with messages: runs in the standalone runtime build too.
 #include "Device.h"
 #include "Plan.h"
 #include "Schedule/Schedule.h"
 #include "StageModel.h"
+#include "pipec/dataset.h"
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +27,7 @@
 #include <iostream>
 #include <limits>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace pipec::rt;
@@ -195,14 +201,27 @@ void testGeneratedSchedules(const fs::path &root) {
     plan.ranks.assign(plan.stages, {});
     for (int st = 0; st < plan.stages; ++st)
       for (int q = 0; q < s.problem.replicasOf(st); ++q) plan.ranks[st].push_back(s.problem.rankOf(st, q));
+    plan.microbatches = s.problem.microbatches, plan.schedule = s.name, plan.asynchronous = s.asynchronous;
+    plan.planPath = "plan.json";
     const int R = s.problem.numRanks();
     std::vector<std::vector<Transfer>> transfers;
     std::vector<std::string> paths;
+    const fs::path summary = root / "schedule.json";
+    std::ofstream(summary) << sch::toJson(s);
     for (int r = 0; r < R; ++r) {
       const fs::path f = root / ("rank_" + std::to_string(r) + ".json");
       std::ofstream(f) << sch::rankToJson(s, r);
-      transfers.push_back(transfersOf(loadRankStream(f.string())));
+      const RankStream stream = loadRankStream(f.string());
+      transfers.push_back(transfersOf(stream));
       paths.push_back(f.string());
+      // Every generated stream agrees with the plan made from its problem
+      // (micro-batch mb on replica mb mod R) and with schedule.json.
+      try {
+        checkRankStream(plan, stream, r);
+        checkScheduleSummary(plan, summary.string(), &stream, r);
+      } catch (const Error &e) {
+        CHECK(false, c.name << " p=" << c.stages << " m=" << c.microbatches << " rank " << r << ": " << e.what());
+      }
     }
     const std::string e = checkTransferOrder(plan, transfers, paths);
     CHECK(e.empty(), c.name << " p=" << c.stages << " m=" << c.microbatches << (c.recompute ? " recompute" : "") << ": " << e);
@@ -210,6 +229,195 @@ void testGeneratedSchedules(const fs::path &root) {
   }
   CHECK(checked >= 30, "only " << checked << " generated schedules checked");
   std::cout << "runtime_unit: transfer order of " << checked << " generated schedules OK\n";
+}
+
+// ---------------------------------------------------------------- file readers (issue 11)
+template <class F> std::string errorOf(F &&f) {
+  try {
+    f();
+  } catch (const std::exception &e) {
+    return e.what();
+  }
+  return "";
+}
+template <class T> void put(std::string &out, T v) { out.append((const char *)&v, sizeof v); }
+void writeBytes(const fs::path &p, const std::string &bytes) { std::ofstream(p, std::ios::binary) << bytes; }
+
+void testTensorAndDataReaders(const fs::path &root) {
+  namespace io = pipec::io;
+  const fs::path dir = root / "readers";
+  fs::create_directories(dir);
+  // A valid file round-trips.
+  io::Tensor t;
+  t.name = "w", t.dtype = PIPEC_F32, t.shape = {2, 3}, t.data.assign(24, 1);
+  io::writeTensorFile((dir / "ok.bin").string(), {t});
+  CHECK(io::readTensorFile((dir / "ok.bin").string()).at(0).shape == t.shape, "tensor round trip");
+  // A name length of 2^32-1 is refused before allocating 4 GiB.
+  std::string b = "PIPECTS1";
+  put<uint64_t>(b, 1), put<uint32_t>(b, 0xFFFFFFFFu), b += "abc";
+  writeBytes(dir / "name.bin", b);
+  std::string e = errorOf([&] { io::readTensorFile((dir / "name.bin").string(), "weights file"); });
+  CHECK(contains(e, "name.bin: truncated file: the name of tensor #0 is 4294967295 bytes long"), "name length: " << e);
+  // A tensor count the file cannot hold.
+  b = "PIPECTS1", put<uint64_t>(b, ~0ull), b += std::string(30, '\0');
+  writeBytes(dir / "count.bin", b);
+  e = errorOf([&] { io::readTensorFile((dir / "count.bin").string()); });
+  CHECK(contains(e, "truncated file: the tensor count 18446744073709551615"), "tensor count: " << e);
+  // Dimensions whose product wraps to 0 bytes.
+  b = "PIPECTS1", put<uint64_t>(b, 1), put<uint32_t>(b, 1), b += "w";
+  put<uint32_t>(b, PIPEC_F32), put<uint32_t>(b, 2), put<int64_t>(b, 1ll << 32), put<int64_t>(b, 1ll << 32), put<uint64_t>(b, 0);
+  writeBytes(dir / "dims.bin", b);
+  e = errorOf([&] { io::readTensorFile((dir / "dims.bin").string()); });
+  CHECK(contains(e, "shape [4294967296x4294967296] f32 has more than 2^63 elements"), "dims overflow: " << e);
+  // Duplicate names.
+  io::writeTensorFile((dir / "dup.bin").string(), {t, t});
+  e = errorOf([&] { io::readTensorFile((dir / "dup.bin").string()); });
+  CHECK(contains(e, "tensor w appears twice"), "duplicate: " << e);
+  // Not a regular file: refused without blocking.
+  ::mkfifo((dir / "fifo").c_str(), 0600);
+  e = errorOf([&] { io::readTensorFile((dir / "fifo").string(), "weights file"); });
+  CHECK(contains(e, "fifo: weights file is a FIFO, not a regular file"), "fifo: " << e);
+  e = errorOf([&] { io::DatasetFile((dir / "fifo").string()); });
+  CHECK(contains(e, "fifo: data set is a FIFO"), "data fifo: " << e);
+  e = errorOf([&] { io::readTensorFile(dir.string()); });
+  CHECK(contains(e, "is a directory"), "directory: " << e);
+
+  // Data sets: a valid one, then hostile headers.
+  io::FieldSpec f;
+  f.name = "x", f.dtype = PIPEC_F32, f.shape = {4};
+  io::writeDataset((dir / "data.bin").string(), {f}, 3, {std::vector<char>(48, 2)});
+  io::DatasetFile ds((dir / "data.bin").string());
+  std::vector<float> got(8);
+  ds.read(0, 2, 2, got.data()); // wraps: samples 2, 0
+  CHECK(ds.numSamples() == 3 && got[0] == got[7], "data set read");
+  b = "PIPECDS1", put<uint32_t>(b, 1), put<uint64_t>(b, 1), put<uint32_t>(b, 0xFFFFFFFFu), b += "x";
+  writeBytes(dir / "dname.bin", b);
+  e = errorOf([&] { io::DatasetFile((dir / "dname.bin").string()); });
+  CHECK(contains(e, "truncated file: the name of field #0 is 4294967295 bytes long"), "field name length: " << e);
+  // 16 bytes a sample x (2^60 + 1) samples wraps to the 16 bytes present.
+  b = "PIPECDS1", put<uint32_t>(b, 1), put<uint64_t>(b, (1ull << 60) + 1), put<uint32_t>(b, 1), b += "x";
+  put<uint32_t>(b, PIPEC_F32), put<uint32_t>(b, 1), put<int64_t>(b, 4), b += std::string(16, '\0');
+  writeBytes(dir / "wrap.bin", b);
+  e = errorOf([&] { io::DatasetFile((dir / "wrap.bin").string()); });
+  CHECK(contains(e, "field x: 1152921504606846977 samples of f32[4] need over 2^64 bytes"), "sample overflow: " << e);
+  b = "PIPECDS1", put<uint32_t>(b, 4096), put<uint64_t>(b, 1), b += std::string(20, '\0');
+  writeBytes(dir / "fields.bin", b);
+  e = errorOf([&] { io::DatasetFile((dir / "fields.bin").string()); });
+  CHECK(contains(e, "truncated file: 4096 field headers need"), "field count: " << e);
+}
+
+void testStageLibraryCheck(const fs::path &root) {
+  // This test binary is a PIE (ET_DYN) of this machine: accepted. Copies
+  // truncated or with a patched header are refused with the reason.
+  const fs::path dir = root / "elf";
+  fs::create_directories(dir);
+  const fs::path self = fs::read_symlink("/proc/self/exe");
+  std::ifstream in(self, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() < 64 || bytes[16] != 3 /* ET_DYN */) {
+    std::cout << "runtime_unit: not a PIE, ELF checks skipped\n";
+    return;
+  }
+  writeBytes(dir / "ok.so", bytes);
+  std::string e = checkStageLibraryFile((dir / "ok.so").string());
+  CHECK(e.empty(), "a good ELF refused: " << e);
+  writeBytes(dir / "half.so", bytes.substr(0, bytes.size() / 2));
+  e = checkStageLibraryFile((dir / "half.so").string());
+  CHECK(contains(e, "lies outside the file") && contains(e, "truncated?"), "half: " << e);
+  writeBytes(dir / "header.so", bytes.substr(0, 40));
+  e = checkStageLibraryFile((dir / "header.so").string());
+  CHECK(contains(e, "shorter than an ELF header"), "header only: " << e);
+  std::string patched = bytes;
+  const uint64_t far = ~0ull - 8;
+  std::memcpy(&patched[32], &far, 8); // e_phoff: offset + size overflows
+  writeBytes(dir / "phoff.so", patched);
+  e = checkStageLibraryFile((dir / "phoff.so").string());
+  CHECK(contains(e, "program header table"), "phoff: " << e);
+  patched = bytes, patched[18] = (char)(patched[18] ^ 0x40); // e_machine
+  writeBytes(dir / "machine.so", patched);
+  e = checkStageLibraryFile((dir / "machine.so").string());
+  CHECK(contains(e, "is not this machine's"), "machine: " << e);
+  patched = bytes, patched[4] = 1; // ELFCLASS32
+  writeBytes(dir / "class.so", patched);
+  e = checkStageLibraryFile((dir / "class.so").string());
+  CHECK(contains(e, "ELF class 1"), "class: " << e);
+  writeBytes(dir / "text.so", "not an ELF file at all, but long enough for a header........");
+  e = checkStageLibraryFile((dir / "text.so").string());
+  CHECK(contains(e, "bad magic"), "text: " << e);
+  ::mkfifo((dir / "fifo.so").c_str(), 0600);
+  e = checkStageLibraryFile((dir / "fifo.so").string());
+  CHECK(contains(e, "stage library is a FIFO"), "fifo: " << e);
+  e = errorOf([&] { StageLibrary((dir / "half.so").string(), 0, 1); });
+  CHECK(contains(e, "half.so: cannot load stage library: ") && contains(e, "lies outside the file"), "StageLibrary: " << e);
+}
+
+void testPlanAgainstSchedule(const fs::path &root) {
+  // gpipe, 2 stages, 4 micro-batches; the plan claims 4, 2 or 8.
+  sch::Problem prob;
+  prob.stages = 2, prob.microbatches = 4;
+  const sch::Schedule s = sch::generate("gpipe", prob);
+  auto planFor = [&](int m) {
+    Plan p = twoStagePlan();
+    p.microbatches = m, p.schedule = "gpipe", p.planPath = "plan.json";
+    return p;
+  };
+  const fs::path f = root / "rank_0.json", summary = root / "schedule.json";
+  std::ofstream(f) << sch::rankToJson(s, 0);
+  std::ofstream(summary) << sch::toJson(s);
+  const RankStream stream = loadRankStream(f.string());
+  CHECK(errorOf([&] { checkRankStream(planFor(4), stream, 0); }).empty(), "matching plan refused");
+  std::string e = errorOf([&] { checkRankStream(planFor(8), stream, 0); });
+  CHECK(contains(e, "rank_0.json: chunk 0 runs the forward of micro-batches 0, 1, 2, 3, but plan.json says "
+                    "runtime.microbatches = 8"), "m=8: " << e);
+  e = errorOf([&] { checkRankStream(planFor(2), stream, 0); });
+  CHECK(contains(e, "micro-batch 2 is out of range: plan.json says runtime.microbatches = 2"), "m=2: " << e);
+  Plan other = planFor(4);
+  other.schedule = "1f1b";
+  e = errorOf([&] { checkRankStream(other, stream, 0); });
+  CHECK(contains(e, "schedule is \"gpipe\", but plan.json says runtime.schedule = \"1f1b\""), "name: " << e);
+  e = errorOf([&] { checkScheduleSummary(planFor(8), summary.string(), nullptr, 0); });
+  CHECK(contains(e, "schedule.json: problem.microbatches is 4, but plan.json says runtime.microbatches = 8"),
+        "summary: " << e);
+  RankStream edited = stream;
+  edited.instrs.pop_back();
+  e = errorOf([&] { checkScheduleSummary(planFor(4), summary.string(), &edited, 0); });
+  CHECK(contains(e, "the stream differs from") && contains(e, "ranks[0]"), "edited stream: " << e);
+}
+
+void testCheckpointManifest(const fs::path &root) {
+  const fs::path dir = root / "ckpt";
+  fs::create_directories(dir / "iter_2");
+  Plan p = twoStagePlan();
+  p.microbatches = 4, p.microbatchSize = 3, p.planPath = "plan.json";
+  auto manifest = [&](const json &change) {
+    json m{{"format", "pipec.checkpoint/1"}, {"iteration", 2}, {"virtual_stages", 2}, {"microbatches", 4},
+           {"microbatch_size", 3}, {"seed", 7}};
+    for (auto it = change.begin(); it != change.end(); ++it) m[it.key()] = it.value();
+    std::ofstream(dir / "iter_2" / "manifest.json") << m.dump();
+  };
+  std::ofstream(dir / "latest") << "iter_2\n";
+  manifest(json::object());
+  const CheckpointManifest m = readCheckpointManifest(dir.string(), p, 4, 7);
+  CHECK(m.iteration == 2 && contains(m.stageFile(1), "iter_2/stage_1.bin"), "manifest via latest");
+  std::string e;
+  manifest({{"iteration", -5}});
+  e = errorOf([&] { readCheckpointManifest(dir.string(), p, 4, 7); });
+  CHECK(contains(e, "iter_2/manifest.json: iteration -5 is negative"), "negative: " << e);
+  manifest({{"iteration", 9}});
+  e = errorOf([&] { readCheckpointManifest(dir.string(), p, 4, 7); });
+  CHECK(contains(e, "at iteration 9, beyond --iters 4"), "beyond: " << e);
+  manifest({{"iteration", "2"}});
+  e = errorOf([&] { readCheckpointManifest(dir.string(), p, 4, 7); });
+  CHECK(contains(e, "member iteration has the wrong type"), "string: " << e);
+  manifest({{"microbatch_size", 5}});
+  e = errorOf([&] { readCheckpointManifest(dir.string(), p, 4, 7); });
+  CHECK(contains(e, "checkpoint of another plan"), "other plan: " << e);
+  manifest(json::object());
+  e = errorOf([&] { readCheckpointManifest(dir.string(), p, 4, 8); });
+  CHECK(contains(e, "trained with seed 7, this run uses seed 8 (pass --seed 7"), "seed: " << e);
+  std::ofstream(dir / "latest") << "../elsewhere\n";
+  e = errorOf([&] { readCheckpointManifest(dir.string(), p, 4, 7); });
+  CHECK(contains(e, "latest: does not name a checkpoint directory beside it"), "latest escape: " << e);
 }
 
 void testHostDevice() {
@@ -277,6 +485,10 @@ int main() {
     testTransferOrder();
     testGeneratedSchedules(root);
     testHostDevice();
+    testTensorAndDataReaders(root);
+    testStageLibraryCheck(root);
+    testPlanAgainstSchedule(root);
+    testCheckpointManifest(root);
   } catch (const std::exception &e) {
     std::cerr << "FAIL: unexpected exception: " << e.what() << "\n";
     ++failures;

@@ -8,12 +8,14 @@
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
 #include <cstring>
+#include <new>
 
 namespace cl = llvm::cl;
 
-int main(int argc, char **argv) {
-  llvm::InitLLVM init(argc, argv);
+namespace {
+int runPipec(int argc, char **argv) {
   // Subcommands that work without a model.
   if (argc > 1 && std::strcmp(argv[1], "schedule") == 0)
     return pipec::schedule::runScheduleCommand(argc - 1, argv + 1);
@@ -159,5 +161,41 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  if (!std::isfinite(learningRate) || !(learningRate > 0) || learningRate > 1e6) {
+    llvm::errs() << "error: --lr " << learningRate << ": must be positive, finite and at most 1e6\n";
+    return 1;
+  }
+  if (!(momentum >= 0 && momentum < 1)) {
+    llvm::errs() << "error: --momentum " << momentum << ": must be in [0, 1)\n";
+    return 1;
+  }
+  if (weightDecay != -1.0 && !(weightDecay >= 0 && weightDecay <= 1e6)) {
+    llvm::errs() << "error: --weight-decay " << weightDecay << ": must be >= 0, finite and at most 1e6\n";
+    return 1;
+  }
+  if (chunks < 0 || chunks > pipec::schedule::kMaxChunks) {
+    llvm::errs() << "error: --chunks " << chunks << ": must be between 1 and "
+                 << pipec::schedule::kMaxChunks << " (0: the schedule's default)\n";
+    return 1;
+  }
+  if (elide < 0) {
+    llvm::errs() << "error: --elide-constants " << elide << ": must be >= 0\n";
+    return 1;
+  }
   return pipec::runCompiler(options, llvm::outs(), llvm::errs());
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  // Every error is a message and exit status 1, never an abort: the phases
+  // report their own errors; this catches whatever escapes them.
+  try {
+    return runPipec(argc, argv);
+  } catch (const std::bad_alloc &) {
+    llvm::errs() << "error: out of memory\n";
+  } catch (const std::exception &error) {
+    llvm::errs() << "error: " << error.what() << "\n";
+  }
+  return 1;
 }

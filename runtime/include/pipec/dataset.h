@@ -50,52 +50,77 @@ public:
 
 class DatasetFile : public DataSource {
 public:
-  explicit DatasetFile(const std::string &path) : path_(path), in_(path, std::ios::binary | std::ios::ate) {
-    if (!in_) throw FormatError(path + ": cannot open data set (" + std::strerror(errno) + ")");
-    const uint64_t size = (uint64_t)in_.tellg();
-    in_.seekg(0);
-    detail::Cursor c{path_, in_, size};
+  // Opens a data set (a regular file of bounded size, pipec/input_file.h),
+  // checks its header against the file size before allocating anything
+  // (name lengths, field count, ranks), computes each field's bytes with
+  // overflow checks and requires the data to fill the file exactly.
+  explicit DatasetFile(const std::string &path)
+      : path_(path), file_(new InputFile(detail::openInput(path, "data set", kMaxTensorFileBytes))) {
+    detail::FileCursor c{*file_};
     char magic[8];
     c.get(magic, 8, "the magic");
     if (std::memcmp(magic, kDatasetMagic, 8) != 0)
       throw FormatError(path + ": not a pipec data set (bad magic; expected PIPECDS1)");
     const uint32_t nf = c.getv<uint32_t>("the field count");
     samples_ = c.getv<uint64_t>("the sample count");
-    if (nf == 0 || nf > 4096) throw FormatError(path + ": bad field count " + std::to_string(nf));
+    if (nf == 0 || nf > 4096) throw FormatError(path + ": bad field count " + std::to_string(nf) + " (1..4096)");
+    // A field header takes at least name_len + dtype + rank = 12 bytes.
+    if (nf > c.remaining() / 12)
+      throw FormatError(path + ": truncated file: " + std::to_string(nf) + " field headers need at least " +
+                        std::to_string(uint64_t(nf) * 12) + " bytes, the file has " + std::to_string(c.remaining()) +
+                        " left");
     if (samples_ == 0) throw FormatError(path + ": the data set has no samples");
     for (uint32_t i = 0; i < nf; ++i) {
       FieldSpec f;
-      const uint32_t len = c.getv<uint32_t>("a field name length");
-      f.name.resize(len);
-      c.get(f.name.data(), len, "a field name");
+      f.name = c.getString(c.getv<uint32_t>("a field name length"), ("the name of field #" + std::to_string(i)).c_str());
+      for (const FieldSpec &o : fields_)
+        if (o.name == f.name) throw FormatError(path + ": field " + f.name + " appears twice");
       f.dtype = (int)c.getv<uint32_t>("a field dtype");
       if (dtypeSize(f.dtype) == 0)
         throw FormatError(path + ": field " + f.name + ": unknown dtype " + std::to_string(f.dtype));
       const uint32_t rank = c.getv<uint32_t>("a field rank");
-      if (rank > 16) throw FormatError(path + ": field " + f.name + ": rank > 16");
-      for (uint32_t d = 0; d < rank; ++d) f.shape.push_back(c.getv<int64_t>("a field dimension"));
+      if (rank > 16) throw FormatError(path + ": field " + f.name + ": rank " + std::to_string(rank) + " > 16");
+      for (uint32_t d = 0; d < rank; ++d) {
+        f.shape.push_back(c.getv<int64_t>("a field dimension"));
+        if (f.shape.back() < 0)
+          throw FormatError(path + ": field " + f.name + ": negative dimension " + std::to_string(f.shape.back()));
+      }
       fields_.push_back(f);
     }
-    uint64_t offset = size - c.remaining, need = 0;
+    // The data must fill the rest of the file exactly: every product checked
+    // (sample bytes x samples may exceed 2^64 in a hostile header).
+    const uint64_t dataStart = c.offset, dataBytes = c.remaining();
+    uint64_t need = 0;
     for (const FieldSpec &f : fields_) {
-      offsets_.push_back(offset + need);
-      need += f.sampleBytes() * samples_;
+      offsets_.push_back(dataStart + need);
+      const auto elements = checkedElementCount(f.shape);
+      const auto sampleBytes = elements ? checkedMul<uint64_t>((uint64_t)*elements, dtypeSize(f.dtype)) : std::nullopt;
+      const auto fieldBytes = sampleBytes ? checkedMul<uint64_t>(*sampleBytes, samples_) : std::nullopt;
+      const auto total = fieldBytes ? checkedAdd<uint64_t>(need, *fieldBytes) : std::nullopt;
+      if (!total || *total > dataBytes)
+        throw FormatError(path + ": field " + f.name + ": " + std::to_string(samples_) + " samples of " +
+                          dtypeName(f.dtype) + shapeString(f.shape) + " need " +
+                          (fieldBytes ? std::to_string(*fieldBytes) + " bytes" : std::string("over 2^64 bytes")) +
+                          ", more than the " + std::to_string(dataBytes) + " data bytes after the header");
+      need = *total;
     }
-    if (need != c.remaining)
-      throw FormatError(path + ": " + std::to_string(c.remaining) + " data bytes after the header, the fields need " +
+    if (need != dataBytes)
+      throw FormatError(path + ": " + std::to_string(dataBytes) + " data bytes after the header, the fields need " +
                         std::to_string(need) + " for " + std::to_string(samples_) + " samples");
   }
   const std::vector<FieldSpec> &fields() const override { return fields_; }
   uint64_t numSamples() const override { return samples_; }
   std::string describe() const override { return path_; }
   void read(size_t field, uint64_t first, uint64_t count, void *dst) override {
-    const size_t sb = fields_[field].sampleBytes();
+    const uint64_t sb = fields_[field].sampleBytes(); // sb x samples_ fits in the file (constructor)
     char *out = (char *)dst;
     while (count > 0) { // one contiguous read per run of samples up to the wrap
       const uint64_t start = first % samples_, run = std::min<uint64_t>(count, samples_ - start);
-      in_.seekg((std::streamoff)(offsets_[field] + start * sb));
-      if (!in_.read(out, (std::streamsize)(run * sb)))
-        throw FormatError(path_ + ": read failed in field " + fields_[field].name);
+      try {
+        file_->readAt(offsets_[field] + start * sb, out, run * sb, ("field " + fields_[field].name).c_str());
+      } catch (const InputError &e) {
+        throw FormatError(e.what());
+      }
       out += run * sb;
       first += run;
       count -= run;
@@ -104,7 +129,7 @@ public:
 
 private:
   std::string path_;
-  std::ifstream in_;
+  std::unique_ptr<InputFile> file_;
   uint64_t samples_ = 0;
   std::vector<FieldSpec> fields_;
   std::vector<uint64_t> offsets_;

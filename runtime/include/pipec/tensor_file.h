@@ -17,17 +17,21 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "pipec/input_file.h"
 #include "pipec/stage_abi.h"
 
 namespace pipec::io {
 
-class FormatError : public std::runtime_error {
+// A malformed file (and, through detail::openInput, one that is not a
+// regular file of bounded size): the message names the file and the reason.
+class FormatError : public InputError {
 public:
-  using std::runtime_error::runtime_error;
+  using InputError::InputError;
 };
 
 inline size_t dtypeSize(int dtype) {
@@ -86,19 +90,48 @@ namespace detail {
 inline void put(std::string &out, const void *p, size_t n) { out.append((const char *)p, n); }
 template <class T> void putv(std::string &out, T v) { put(out, &v, sizeof v); }
 
-struct Cursor {
-  const std::string &path;
-  std::ifstream &in;
-  uint64_t remaining; // bytes left in the file; bounds every length read
-  void get(void *p, size_t n, const char *what) {
-    if (n > remaining || !in.read((char *)p, (std::streamsize)n))
-      throw FormatError(path + ": truncated file while reading " + what);
-    remaining -= n;
+// Opens a user-supplied binary file (regular, bounded: pipec/input_file.h);
+// its refusals become FormatError, the error of these readers.
+inline InputFile openInput(const std::string &path, const char *what, uint64_t maxBytes) {
+  try {
+    return InputFile(path, what, maxBytes);
+  } catch (const FormatError &) {
+    throw;
+  } catch (const InputError &e) {
+    throw FormatError(e.what());
+  }
+}
+
+// Sequential reads of an InputFile; every length is checked against the bytes
+// left before the caller allocates for it.
+struct FileCursor {
+  const InputFile &file;
+  uint64_t offset = 0;
+  uint64_t remaining() const { return file.size() - offset; }
+  void get(void *p, uint64_t n, const char *what) {
+    if (n > remaining())
+      throw FormatError(file.path() + ": truncated file while reading " + what + " (" + std::to_string(n) +
+                        " bytes at offset " + std::to_string(offset) + ", " + std::to_string(remaining()) + " left)");
+    try {
+      file.readAt(offset, p, n, what);
+    } catch (const InputError &e) {
+      throw FormatError(e.what());
+    }
+    offset += n;
   }
   template <class T> T getv(const char *what) {
     T v;
     get(&v, sizeof v, what);
     return v;
+  }
+  // A length-prefixed string: the length is checked before allocating.
+  std::string getString(uint32_t len, const char *what) {
+    if (len > remaining())
+      throw FormatError(file.path() + ": truncated file: " + what + " is " + std::to_string(len) +
+                        " bytes long, the file has " + std::to_string(remaining()) + " left");
+    std::string s(len, '\0');
+    get(s.data(), len, what);
+    return s;
   }
 };
 
@@ -144,23 +177,32 @@ inline void writeTensorFile(const std::string &path, const std::vector<Tensor> &
   detail::writeFileAtomically(path, encodeTensors(tensors));
 }
 
-inline std::vector<Tensor> readTensorFile(const std::string &path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw FormatError(path + ": cannot open (" + std::strerror(errno) + ")");
-  const uint64_t size = (uint64_t)in.tellg();
-  in.seekg(0);
-  detail::Cursor c{path, in, size};
+// Reads a tensor file: a regular file of bounded size (pipec/input_file.h),
+// every header length and count checked against the bytes left in the file
+// before anything is allocated, element counts and byte counts computed with
+// overflow checks. `what` names the file's role in messages ("weights file",
+// "checkpoint file"). Throws FormatError naming the file (and the tensor).
+inline std::vector<Tensor> readTensorFile(const std::string &path, const char *what = "tensor file") {
+  const InputFile file = detail::openInput(path, what, kMaxTensorFileBytes);
+  detail::FileCursor c{file};
   char magic[8];
   c.get(magic, 8, "the magic");
   if (std::memcmp(magic, kTensorMagic, 8) != 0)
     throw FormatError(path + ": not a pipec tensor file (bad magic; expected PIPECTS1)");
   const uint64_t count = c.getv<uint64_t>("the tensor count");
+  // Each tensor takes at least name_len + dtype + rank + nbytes = 20 bytes.
+  if (count > c.remaining() / 20)
+    throw FormatError(path + ": truncated file: the tensor count " + std::to_string(count) + " needs at least " +
+                      (count > UINT64_MAX / 20 ? std::string("2^64") : std::to_string(count * 20)) +
+                      " more bytes, the file has " + std::to_string(c.remaining()) + " left");
   std::vector<Tensor> out;
+  out.reserve(static_cast<size_t>(count));
+  std::set<std::string> names;
   for (uint64_t i = 0; i < count; ++i) {
     Tensor t;
-    const uint32_t nameLen = c.getv<uint32_t>("a name length");
-    t.name.resize(nameLen);
-    c.get(t.name.data(), nameLen, "a name");
+    const std::string index = "tensor #" + std::to_string(i);
+    t.name = c.getString(c.getv<uint32_t>("a name length"), ("the name of " + index).c_str());
+    if (!names.insert(t.name).second) throw FormatError(path + ": tensor " + t.name + " appears twice");
     t.dtype = (int)c.getv<uint32_t>("a dtype");
     if (dtypeSize(t.dtype) == 0)
       throw FormatError(path + ": tensor " + t.name + ": unknown dtype " + std::to_string(t.dtype));
@@ -171,15 +213,23 @@ inline std::vector<Tensor> readTensorFile(const std::string &path) {
       if (t.shape.back() < 0) throw FormatError(path + ": tensor " + t.name + ": negative dimension");
     }
     const uint64_t nbytes = c.getv<uint64_t>("a byte count");
-    if (nbytes != t.bytes())
+    const auto elements = checkedElementCount(t.shape);
+    const auto need = elements ? checkedMul<uint64_t>((uint64_t)*elements, dtypeSize(t.dtype)) : std::nullopt;
+    if (!need)
+      throw FormatError(path + ": tensor " + t.name + ": shape " + shapeString(t.shape) + " " + dtypeName(t.dtype) +
+                        " has more than 2^63 elements or bytes");
+    if (nbytes != *need)
       throw FormatError(path + ": tensor " + t.name + ": " + std::to_string(nbytes) + " bytes stored, shape " +
-                        shapeString(t.shape) + " " + dtypeName(t.dtype) + " needs " + std::to_string(t.bytes()));
-    t.data.resize(nbytes);
+                        shapeString(t.shape) + " " + dtypeName(t.dtype) + " needs " + std::to_string(*need));
+    if (nbytes > c.remaining())
+      throw FormatError(path + ": truncated file: tensor " + t.name + " needs " + std::to_string(nbytes) +
+                        " data bytes, the file has " + std::to_string(c.remaining()) + " left");
+    t.data.resize(static_cast<size_t>(nbytes));
     c.get(t.data.data(), nbytes, ("the data of " + t.name).c_str());
     out.push_back(std::move(t));
   }
-  if (c.remaining != 0)
-    throw FormatError(path + ": " + std::to_string(c.remaining) + " trailing bytes after " + std::to_string(count) +
+  if (c.remaining() != 0)
+    throw FormatError(path + ": " + std::to_string(c.remaining()) + " trailing bytes after " + std::to_string(count) +
                       " tensors");
   return out;
 }

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 
 using namespace pipec::import;
@@ -91,4 +92,98 @@ TEST(HostTensor, WhereSelectsWithBroadcasting) {
   HostTensor condition = HostTensor::ofInts(ElementKind::Bool, {3}, {1, 0, 1});
   HostTensor w = fold::where(condition, ints({3}, {1, 2, 3}), ints({}, {-1}));
   EXPECT_EQ(w.ints, (std::vector<int64_t>{1, -1, 3}));
+}
+
+// ---- checked integer arithmetic and the folded-size limit (docs/security.md)
+
+namespace {
+constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+} // namespace
+
+TEST(HostTensorChecked, DivisionAndModuloNeverTrap) {
+  EXPECT_THROW(fold::binary("Div", ints({1}, {kInt64Min}), ints({1}, {-1})), FoldError);
+  EXPECT_THROW(fold::binary("Mod", ints({1}, {5}), ints({1}, {0})), FoldError);
+  EXPECT_EQ(fold::binary("Mod", ints({1}, {kInt64Min}), ints({1}, {-1})).ints,
+            (std::vector<int64_t>{0}));
+  EXPECT_EQ(fold::binary("Mod", ints({4}, {-7, 7, -7, 7}), ints({4}, {2, -2, -2, 2})).ints,
+            (std::vector<int64_t>{1, -1, -1, 1}));
+  EXPECT_EQ(fold::binary("FMod", ints({4}, {-7, 7, -7, 7}), ints({4}, {2, -2, -2, 2})).ints,
+            (std::vector<int64_t>{-1, 1, -1, 1}));
+  // No overflow in the sign fix-up of a divisor near INT64_MIN.
+  EXPECT_EQ(fold::binary("Mod", ints({1}, {-1}), ints({1}, {kInt64Min})).ints,
+            (std::vector<int64_t>{-1}));
+  EXPECT_EQ(fold::binary("Mod", ints({1}, {1}), ints({1}, {kInt64Min})).ints,
+            (std::vector<int64_t>{kInt64Min + 1}));
+}
+
+TEST(HostTensorChecked, OverflowIsAnErrorNotAWrappedValue) {
+  EXPECT_THROW(fold::binary("Add", ints({1}, {kInt64Max}), ints({1}, {1})), FoldError);
+  EXPECT_THROW(fold::binary("Sub", ints({1}, {kInt64Min}), ints({1}, {1})), FoldError);
+  EXPECT_THROW(fold::binary("Mul", ints({1}, {kInt64Max}), ints({1}, {2})), FoldError);
+  EXPECT_THROW(fold::unary("Neg", ints({1}, {kInt64Min})), FoldError);
+  EXPECT_THROW(fold::unary("Abs", ints({1}, {kInt64Min})), FoldError);
+  EXPECT_EQ(fold::unary("Abs", ints({2}, {-3, kInt64Max})).ints,
+            (std::vector<int64_t>{3, kInt64Max}));
+  HostTensor int32Max = HostTensor::ofInts(ElementKind::Int32, {1}, {2147483647});
+  HostTensor int32One = HostTensor::ofInts(ElementKind::Int32, {1}, {1});
+  EXPECT_THROW(fold::binary("Add", int32Max, int32One), FoldError);
+  EXPECT_EQ(fold::binary("Pow", ints({2}, {2, -3}), ints({2}, {62, 3})).ints,
+            (std::vector<int64_t>{int64_t(1) << 62, -27}));
+  EXPECT_THROW(fold::binary("Pow", ints({1}, {2}), ints({1}, {63})), FoldError);
+  EXPECT_THROW(fold::binary("Pow", ints({1}, {3}), ints({1}, {kInt64Max})), FoldError);
+  EXPECT_THROW(fold::binary("Pow", ints({1}, {2}), ints({1}, {-1})), FoldError);
+  EXPECT_EQ(fold::binary("Pow", ints({2}, {1, -1}), ints({2}, {-5, -5})).ints,
+            (std::vector<int64_t>{1, -1}));
+}
+
+TEST(HostTensorChecked, FloatToIntegerCastsSaturate) {
+  HostTensor c = fold::cast(floats({4}, {std::nan(""), 1e30, -1e30, 3.9}), ElementKind::Int64);
+  EXPECT_EQ(c.ints, (std::vector<int64_t>{0, kInt64Max, kInt64Min, 3}));
+  HostTensor narrow = fold::cast(floats({2}, {1e10, -1e10}), ElementKind::Int32);
+  EXPECT_EQ(narrow.ints, (std::vector<int64_t>{2147483647, -2147483648LL}));
+}
+
+TEST(HostTensorChecked, FoldedValuesAreBounded) {
+  // Refused from the shape alone, before anything is allocated.
+  EXPECT_THROW(fold::range(ints({}, {0}), ints({}, {int64_t(1) << 40}), ints({}, {1})), FoldError);
+  EXPECT_THROW(fold::range(ints({}, {kInt64Min}), ints({}, {kInt64Max}), ints({}, {1})), FoldError);
+  EXPECT_THROW(fold::range(floats({}, {0}), floats({}, {INFINITY}), floats({}, {1})), FoldError);
+  EXPECT_THROW(fold::range(floats({}, {0}), floats({}, {NAN}), floats({}, {1})), FoldError);
+  EXPECT_THROW(fold::range(ints({}, {0}), floats({}, {3}), ints({}, {1})), FoldError);
+  EXPECT_EQ(fold::range(ints({}, {kInt64Max - 2}), ints({}, {kInt64Max}), ints({}, {1})).ints,
+            (std::vector<int64_t>{kInt64Max - 2, kInt64Max - 1}));
+  EXPECT_EQ(fold::range(ints({}, {5}), ints({}, {0}), ints({}, {-2})).ints,
+            (std::vector<int64_t>{5, 3, 1}));
+  EXPECT_THROW(fold::expand(floats({1}, {1}), {1 << 20, 1 << 20}), FoldError);
+  EXPECT_THROW(fold::expand(floats({1}, {1}), {2, -3}), FoldError);
+  EXPECT_THROW(fold::expand(floats({1}, {1}), {kInt64Max, kInt64Max}), FoldError);
+  EXPECT_THROW(fold::binary("Add", floats({1 << 14, 1}, std::vector<double>(1 << 14)),
+                            floats({1, 1 << 14}, std::vector<double>(1 << 14))),
+               FoldError);
+  HostTensor big = floats({1 << 22}, std::vector<double>(1 << 22));
+  std::vector<const HostTensor *> copies(20, &big);
+  EXPECT_THROW(fold::concat(copies, 0), FoldError);
+  EXPECT_THROW(fold::gather(floats({2, 1 << 21}, std::vector<double>(1 << 22)),
+                            ints({64}, std::vector<int64_t>(64)), 0),
+               FoldError);
+  EXPECT_THROW(foldedElementCount({kMaxFoldedElements + 1}, "test"), FoldError);
+  EXPECT_EQ(foldedElementCount({kMaxFoldedElements}, "test"), kMaxFoldedElements);
+}
+
+TEST(HostTensorChecked, ShapesAndBoundsAreChecked) {
+  EXPECT_THROW(fold::transpose(ints({2, 3}, {1, 2, 3, 4, 5, 6}), {0, 0}), FoldError);
+  EXPECT_THROW(resolveReshape({2, 3}, {kInt64Max, 2, -1}, false), FoldError);
+  EXPECT_THROW(resolveReshape({int64_t(1) << 32, int64_t(1) << 32}, {-1}, false), FoldError);
+  EXPECT_THROW(fold::reshape(ints({2}, {1, 2}), {int64_t(1) << 32, int64_t(1) << 32, 0}),
+               FoldError);
+  // A step of INT64_MIN takes one element, without overflow.
+  auto [start, end] = normalizeSliceBounds(4, -kInt64Max, kInt64Min, 5);
+  HostTensor one = fold::slice(ints({5}, {0, 1, 2, 3, 4}), {start}, {end}, {kInt64Min});
+  EXPECT_EQ(one.ints, (std::vector<int64_t>{4}));
+  HostTensor first = fold::slice(ints({5}, {0, 1, 2, 3, 4}), {0}, {5}, {kInt64Max});
+  EXPECT_EQ(first.ints, (std::vector<int64_t>{0}));
+  EXPECT_THROW(fold::slice(ints({5}, {0, 1, 2, 3, 4}), {7}, {9}, {1}), FoldError);
+  auto empty = normalizeSliceBounds(0, -1, -1, 0);
+  EXPECT_EQ(empty, (std::pair<int64_t, int64_t>{0, 0}));
 }

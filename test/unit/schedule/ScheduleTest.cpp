@@ -434,7 +434,7 @@ TEST(Cli, ErrorsAreClearAndNonZero) {
   EXPECT_EQ(run({"schedule", "--stages", "4"}, out, err), 2);
   EXPECT_NE(err.find("--schedule NAME or --compare"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--stages", "x", "--compare"}, out, err), 2);
-  EXPECT_NE(err.find("not a number"), std::string::npos) << err;
+  EXPECT_NE(err.find("--stages: 'x' is not an integer"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "nope"}, out, err), 1);
   EXPECT_NE(err.find("unknown schedule 'nope'"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "gpipe", "--memory-limit", "1p"},
@@ -894,4 +894,78 @@ TEST(Cli, RecomputeVerticalSyncAndMemoryLimitSuffix) {
                 out, err),
             2);
   EXPECT_NE(err.find("out of range"), std::string::npos) << err;
+}
+
+// ---------------------------------------------------------------- bounds
+// Every option that sizes a schedule is bounded, integers are parsed strictly
+// and costs are finite and bounded (docs/security.md): errors name the option.
+TEST(Limits, IntegersAreStrictAndBounded) {
+  std::string out, err;
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--stages", "1000000000"}, "--stages 1000000000: must be between 1 and 4096"},
+      {{"--stages", "1e9"}, "--stages: '1e9' is not an integer"},
+      {{"--stages", "-3"}, "--stages -3: must be between 1 and 4096"},
+      {{"--stages", "99999999999999999999"}, "--stages: '99999999999999999999' is not an integer"},
+      {{"--stages", "2.5"}, "--stages: '2.5' is not an integer"},
+      {{"--microbatches", "1000000000"}, "--microbatches 1000000000: must be between 1 and 65536"},
+      {{"--microbatches", "0"}, "--microbatches 0: must be between 1 and 65536"},
+      {{"--chunks", "100000"}, "--chunks 100000: must be between 1 and 64"},
+      {{"--in-flight", "-1"}, "--in-flight -1: must be between 0 and 65536"},
+      {{"--replicas", "1,1e20"}, "--replicas: '1e20' is not an integer"},
+      {{"--recompute-stages", "5000"}, "--recompute-stages 5000: must be between 0 and 4095"},
+      {{"--stages", "4096", "--microbatches", "65536"}, "compute slots, over the limit of 1048576"},
+      {{"--stages", "4", "--replicas", "60000"}, "--replicas: 240000 ranks in all, over the limit of 65536"},
+  };
+  for (const auto &[args, message] : bad) {
+    std::vector<std::string> argv = {"schedule", "--schedule", "1f1b-rr"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    EXPECT_EQ(run(argv, out, err), 2) << args[0];
+    EXPECT_NE(err.find(message), std::string::npos) << err;
+  }
+}
+
+TEST(Limits, CostsAreFiniteAndBounded) {
+  std::string out, err;
+  // The reported crash: 1e308 costs made B+W and every sum of times infinite.
+  EXPECT_EQ(run({"schedule", "--schedule", "auto", "--cost-f", "1e308", "--cost-b", "1e308", "--cost-w", "1e308"},
+                out, err),
+            2);
+  EXPECT_NE(err.find("--cost-f 1e+308: must be positive, finite and at most 1e+12"), std::string::npos) << err;
+  for (const char *value : {"inf", "nan", "1e999", "-inf"}) {
+    EXPECT_EQ(run({"schedule", "--schedule", "1f1b", "--cost-b", value}, out, err), 2) << value;
+    EXPECT_NE(err.find("--cost-b: '" + std::string(value) + "' is not a finite number"), std::string::npos) << err;
+  }
+  EXPECT_EQ(run({"schedule", "--schedule", "1f1b", "--cost-w", "1,0,1,1"}, out, err), 2);
+  EXPECT_NE(err.find("--cost-w 0: must be positive"), std::string::npos) << err;
+  EXPECT_EQ(run({"schedule", "--schedule", "auto", "--comm", "1e300"}, out, err), 2);
+  EXPECT_NE(err.find("--comm 1e+300: must be >= 0, finite and at most 1e+12"), std::string::npos) << err;
+  EXPECT_EQ(run({"schedule", "--schedule", "1f1b", "--cost-f", "1,2,3"}, out, err), 2);
+  EXPECT_NE(err.find("--cost-f has 3 entries; expected 1, stages (4)"), std::string::npos) << err;
+  // At the bounds every schedule still generates, validates and simulates.
+  for (const std::string &name : scheduleNames()) {
+    Problem P = uniform(4, 8, kMaxCost, kMaxCost, kMaxCost);
+    P.comm = kMaxCost;
+    if (name == "1f1b-rr")
+      P.inFlight = 4;
+    Schedule s = generate(name, P);
+    SimResult sim = simulate(s);
+    EXPECT_TRUE(std::isfinite(sim.makespan)) << name;
+    P = uniform(4, 8, 1e-9, 2e-9, 1e-9);
+    EXPECT_NO_THROW(simulate(generate(name, P))) << name;
+  }
+}
+
+TEST(Limits, ProblemCheckGuardsLibraryCallers) {
+  Problem P = uniform(4, 8);
+  P.stages = kMaxStages + 1;
+  EXPECT_THROW(P.check(), ScheduleError);
+  P = uniform(4, 8, std::numeric_limits<double>::infinity());
+  EXPECT_THROW(generate("1f1b", P), ScheduleError);
+  P = uniform(4, 8);
+  P.activation = {std::nan("")};
+  EXPECT_THROW(generate("auto", P), ScheduleError);
+  P = uniform(4, kMaxMicrobatches);
+  EXPECT_NO_THROW(P.check());
+  P = uniform(kMaxStages, 256);
+  EXPECT_NO_THROW(P.check());
 }
