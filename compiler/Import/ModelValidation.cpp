@@ -206,7 +206,7 @@ using AttributeTypes = std::map<std::string, onnx::AttributeProto::AttributeType
 /// holds (17 for Debian's ONNX 1.12; pipec reads models up to opset 20).
 int libraryOpsetLimit() {
   const auto &ranges = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
-  auto it = ranges.find(ONNX_DOMAIN);
+  auto it = ranges.find(onnx::ONNX_DOMAIN);
   return it == ranges.end() ? 0 : it->second.second;
 }
 

@@ -300,7 +300,8 @@ std::string compareIdentities(const std::vector<std::string> &encoded, size_t ma
   std::vector<JobIdentity> ids(R);
   for (size_t r = 0; r < R; ++r) {
     try {
-      for (const auto &[name, v] : json::parse(encoded[r]).items()) ids[r][name] = {v.at(0), v.at(1)};
+      const json j = json::parse(encoded[r]);
+      for (const auto &[name, v] : j.items()) ids[r][name] = {v.at(0).get<std::string>(), v.at(1).get<std::string>()};
     } catch (const json::exception &) {
       return "rank " + std::to_string(r) + " sent an unreadable job identity (a different piperun build?)";
     }

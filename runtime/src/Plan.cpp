@@ -499,8 +499,7 @@ RankStream loadPlanStream(const Plan &plan, int r) {
 }
 
 // ---------------------------------------------------------------- checkpoints
-CheckpointManifest readCheckpointManifest(const std::string &dirIn, const Plan &plan, int64_t iters, uint64_t seed) {
-  CheckpointManifest c;
+std::string resolveCheckpointDir(const std::string &dirIn) {
   fs::path dir(dirIn);
   std::error_code ec;
   if (fs::symlink_status(dir / "manifest.json", ec).type() == fs::file_type::not_found) {
@@ -516,11 +515,21 @@ CheckpointManifest readCheckpointManifest(const std::string &dirIn, const Plan &
     while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
     // One directory name beside `latest` (what piperun writes: iter_<n>).
     if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
-        name.find('\0') != std::string::npos || name.find('\n') != std::string::npos)
-      throw Error(latestPath + ": does not name a checkpoint directory beside it (\"" +
-                  name.substr(0, 64) + "\"; expected one line like iter_<n>)");
+        std::any_of(name.begin(), name.end(), [](char ch) { return (unsigned char)ch < 0x20 || ch == 0x7f; })) {
+      std::string shown = name.substr(0, 64);
+      for (char &ch : shown)
+        if ((unsigned char)ch < 0x20 || ch == 0x7f) ch = '?';
+      throw Error(latestPath + ": does not name a checkpoint directory beside it (\"" + shown +
+                  "\"; expected one line like iter_<n>)");
+    }
     dir /= name;
   }
+  return dir.string();
+}
+
+CheckpointManifest readCheckpointManifest(const std::string &dirIn, const Plan &plan, int64_t iters, uint64_t seed) {
+  CheckpointManifest c;
+  const fs::path dir = resolveCheckpointDir(dirIn);
   c.dir = dir.string();
   c.path = (dir / "manifest.json").string();
   const json m = readJson(c.path, "checkpoint manifest");

@@ -127,6 +127,10 @@ struct CheckpointManifest {
   uint64_t seed = 0;
   std::string stageFile(int virtualStage) const; // DIR/stage_<k>.bin
 };
+// The checkpoint directory --resume DIR names: DIR itself when it has a
+// manifest.json, else the directory beside it that DIR/latest names (one
+// line, one path component: iter_<n>). Throws Error naming the file.
+std::string resolveCheckpointDir(const std::string &dir);
 // Resolves DIR (a checkpoint) or DIR/latest (one line naming a directory
 // beside it), reads the manifest (a bounded regular file) and checks it
 // against the plan and the run: format, an integer iteration in 0..iters,

@@ -140,6 +140,7 @@ def build_model(names, exploit_only=None):
             name = name.replace(placeholder, replacement)
         return name
     return {"data": data, "params": {patched(t.name) for t in inits},
+            "timed": {patched(node.name) for node in nodes},
             "input": patched(graph_input.name), "nodes": len(nodes), "initializers": len(inits),
             # node, initializer, value and graph input/output names
             "names": len(nodes) + len(inits) + len(nodes) + 1}
@@ -238,7 +239,56 @@ class StageDesc(ctypes.Structure):
     _fields_ = [("abi_version", ctypes.c_int32), ("stage", ctypes.c_int32),
                 ("num_stages", ctypes.c_int32), ("num_params", ctypes.c_int32),
                 ("params", ctypes.POINTER(ParamDesc)), ("num_data", ctypes.c_int32),
-                ("data", ctypes.POINTER(TensorDesc))]
+                ("data", ctypes.POINTER(TensorDesc)), ("num_inputs", ctypes.c_int32),
+                ("inputs", ctypes.POINTER(TensorDesc)), ("num_outputs", ctypes.c_int32),
+                ("outputs", ctypes.POINTER(TensorDesc)), ("computes_loss", ctypes.c_int32),
+                ("workspace_bytes", ctypes.c_int64)]
+
+
+TIMER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32, ctypes.c_double)
+
+
+class Call(ctypes.Structure):
+    """pipec_call of runtime/include/pipec/stage_abi.h."""
+    _fields_ = [("step", ctypes.c_int64), ("microbatch", ctypes.c_int64), ("seed", ctypes.c_uint64)] + \
+        [(name, ctypes.c_void_p) for name in ("params", "data", "inputs", "outputs", "grad_outputs",
+                                               "grad_inputs", "grad_params", "workspace", "loss")] + \
+        [("loss_scale", ctypes.c_float), ("stream", ctypes.c_void_p), ("timer", TIMER),
+         ("timer_user", ctypes.c_void_p)]
+
+
+def run_forward(library):
+    """Calls the stage's forward once on zeroed tensors with a profile timer,
+    outside piperun: what the generated code runs. Returns (status, the timer
+    names it reported, as bytes)."""
+    handle = ctypes.CDLL(os.path.abspath(library))
+    handle.pipec_stage_describe.restype = ctypes.POINTER(StageDesc)
+    d = handle.pipec_stage_describe().contents
+    keep = []
+
+    def table(descs):
+        pointers = (ctypes.c_void_p * max(1, len(descs)))()
+        for i, t in enumerate(descs):
+            elements = int(np.prod([t.shape[k] for k in range(t.rank)], dtype=np.int64))
+            storage = ctypes.create_string_buffer(8 * max(1, elements))
+            keep.append(storage)
+            pointers[i] = ctypes.addressof(storage)
+        keep.append(pointers)
+        return ctypes.cast(pointers, ctypes.c_void_p)
+
+    names = []
+    timer = TIMER(lambda user, name, phase, seconds: names.append(name))
+    loss = ctypes.c_float(0)
+    workspace = ctypes.create_string_buffer(max(1, d.workspace_bytes))
+    call = Call(params=table([d.params[i].tensor for i in range(d.num_params)]),
+                data=table([d.data[i] for i in range(d.num_data)]),
+                inputs=table([d.inputs[i] for i in range(d.num_inputs)]),
+                outputs=table([d.outputs[i] for i in range(d.num_outputs)]),
+                workspace=ctypes.addressof(workspace), loss=ctypes.addressof(loss),
+                loss_scale=1.0, timer=timer)
+    handle.pipec_stage_forward.argtypes = [ctypes.POINTER(Call)]
+    status = handle.pipec_stage_forward(ctypes.byref(call))
+    return status, names
 
 
 def descriptor_names(library):
@@ -288,7 +338,8 @@ class Checker:
     def marker_absent(self, label):
         self.check(not os.path.exists(self.marker), f"{label}: no injected code ran (marker absent)")
 
-    def compile_and_train(self, label, model, initializer_names, names_in_code, may_refuse=None):
+    def compile_and_train(self, label, model, initializer_names, names_in_code, node_names,
+                          may_refuse=None):
         """Returns whether pipec built the job."""
         job = os.path.join(self.workdir, label + "-job")
         built = run([self.args.pipec, model, "--gpus", "1x2", "--stages", "2", "--microbatches", "2",
@@ -323,6 +374,15 @@ class Checker:
         self.check(names_in_code <= data | params,
                    f"{label}: the input name reaches the descriptor's data fields byte for byte",
                    f"data fields {sorted(data)[:3]}")
+        timed = []
+        for library in sorted(f for f in os.listdir(os.path.join(job, "stages")) if f.endswith(".so")):
+            status, names = run_forward(os.path.join(job, "stages", library))
+            self.check(status == 0, f"{label} {library}: forward runs outside piperun (ctypes)")
+            timed += names
+        self.marker_absent(f"{label} forward")
+        self.check(node_names <= set(timed),
+                   f"{label}: the profile timer reports the {len(node_names)} forward node names "
+                   "byte for byte", f"missing {sorted(node_names - set(timed))[:2]}")
         trained = os.path.join(job, "trained")
         training = run(["mpirun", "--oversubscribe", "-np", "2", self.args.piperun, job, "--iters", "2",
                         "--export-weights", trained], timeout=300)
@@ -439,7 +499,7 @@ def main():
             print(f"{label}: {model['nodes']} nodes, {model['initializers']} initializers, "
                   f"{len(model['data'])} bytes", flush=True)
             # Malformed UTF-8 may also be refused at import, with the reason.
-            if checker.compile_and_train(label, path, model["params"], {model["input"]},
+            if checker.compile_and_train(label, path, model["params"], {model["input"]}, model["timed"],
                                          may_refuse=r"UTF-8" if label == "bytes" else None):
                 checker.cuda_source(label, path, model["params"])
         for where in ("node", "initializer"):
