@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/) in build-fuzz/ with clang-22, ASan and
 # UBSan, then fuzzes every target for SECONDS (default 60) from its seed
-# corpus, one after the other (PIPEC_FUZZ_PARALLEL=N runs N at a time).
-#   tools/fuzz.sh [SECONDS] [TARGET...]
+# corpus, one after the other (PIPEC_FUZZ_PARALLEL=N runs N at a time;
+# PIPEC_FUZZ_NICE=N lowers their priority). SECONDS=0 only builds.
+#   tools/fuzz.sh [SECONDS] [TARGET...]      (default: every target)
 # New corpus entries go to build-fuzz/fuzz/campaign/<target>/corpus, findings
 # (crash-*, leak-*, timeout-*, oom-*) and logs next to them; the script exits
 # non-zero when any target found something. Minimize a finding with
@@ -29,13 +30,14 @@ if [[ ! -f "$BUILD/build.ninja" ]]; then
     -DPIPEC_BUILD_FUZZERS=ON -DPIPEC_BUILD_TESTS=OFF -DPIPEC_ENABLE_CUDA=OFF \
     -DPIPEC_PYTHON="${PIPEC_PYTHON:-$ROOT/.venv/bin/python}"
 fi
-ninja -C "$BUILD" -j "${PIPEC_JOBS:-2}" fuzz_targets
-[[ "$SECONDS_EACH" == 0 ]] && exit 0
-
 targets=("$@")
-if ((${#targets[@]} == 0)); then
+if ((${#targets[@]})); then
+  ninja -C "$BUILD" -j "${PIPEC_JOBS:-2}" "${targets[@]}"
+else
+  ninja -C "$BUILD" -j "${PIPEC_JOBS:-2}" fuzz_targets
   for bin in "$BUILD"/fuzz/bin/fuzz_*; do targets+=("$(basename "$bin")"); done
 fi
+[[ "$SECONDS_EACH" == 0 ]] && exit 0
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 status=0
@@ -49,7 +51,7 @@ run_one() {
   d=$(sed -n "s/^ *pipec_add_fuzzer($t [^ ]* \\([^ )]*\\)).*/\\1/p" "$ROOT/fuzz/CMakeLists.txt")
   [[ -n "$d" && -f "$ROOT/fuzz/dicts/$d" ]] && dict=(-dict="$ROOT/fuzz/dicts/$d")
   echo "fuzz: $t for ${SECONDS_EACH}s (log $dir/fuzz.log)"
-  if "$BUILD/fuzz/bin/$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
+  if nice -n "${PIPEC_FUZZ_NICE:-0}" "$BUILD/fuzz/bin/$t" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
       -print_final_stats=1 -close_fd_mask=3 "${dict[@]}" -artifact_prefix="$dir/" \
       "$dir/corpus" "${seeds[@]}" >"$dir/fuzz.log" 2>&1; then
     echo "fuzz: $t: $(grep -Eo 'stat::number_of_executed_units: [0-9]+' "$dir/fuzz.log" | tail -1), no finding"

@@ -10,7 +10,7 @@ namespace pipec::partition {
 
 /// Bounds on a cost table (CSV or computed): far above any real model, low
 /// enough that every sum the partitioner forms stays finite and within int64.
-inline constexpr size_t kMaxCostTableOps = size_t(1) << 20;
+inline constexpr size_t kMaxCostTableOps = size_t(1) << 18;
 inline constexpr size_t kMaxCostTableColumns = 64;
 inline constexpr double kMaxOpSeconds = 1e6;                 ///< per op and column
 inline constexpr int64_t kMaxOpBytes = int64_t(1) << 44;     ///< 16 TiB per op and column

@@ -15,21 +15,30 @@ std::string readUserFile(const std::string &path, const char *what, uint64_t max
   }
 }
 
-namespace {
-struct TooDeep {};
-} // namespace
-
 nlohmann::json parseUserJson(const std::string &text, const std::string &file) {
-  nlohmann::json::parser_callback_t limitDepth = [](int depth, nlohmann::json::parse_event_t,
-                                                     nlohmann::json &) -> bool {
-    if (depth > kMaxJsonDepth)
-      throw TooDeep{};
-    return true;
-  };
+  // Nesting is checked by a linear scan first: nlohmann's parse callback would
+  // do it too, but its DOM builder then turns quadratic on long arrays of objects.
+  int depth = 0;
+  bool inString = false, escaped = false;
+  for (char c : text) {
+    if (inString) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        throw Error(file + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
   try {
-    return nlohmann::json::parse(text, limitDepth);
-  } catch (const TooDeep &) {
-    throw Error(file + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception &e) {
     throw Error(file + ": malformed JSON: " + e.what());
   }

@@ -765,11 +765,12 @@ double estimatedTableBytes(const Topology &topology, const PartitionOptions &opt
   return bytes;
 }
 
-/// Refuses a search that would run for minutes or allocate gigabytes (about
-/// 10 ns per step), naming what to change. `layers` is the depth it would run at.
+/// Refuses a search that would run for more than a few seconds or allocate
+/// gigabytes (measured: about 2.5 ns per step), naming what to change.
+/// `layers` is the depth it would run at.
 void checkSearchSize(const Topology &topology, const PartitionOptions &options, int layers,
                      size_t numOps, double lowerTables) {
-  constexpr double kMaxWork = 3e9, kMaxBytes = 2.0 * (1 << 30);
+  constexpr double kMaxWork = 1e9, kMaxBytes = 2.0 * (1 << 30), kSecondsPerStep = 3e-9;
   const double work = estimatedWork(topology, options, layers, lowerTables);
   const double bytes = estimatedTableBytes(topology, options, layers, lowerTables);
   if (work <= kMaxWork && bytes <= kMaxBytes)
@@ -777,9 +778,9 @@ void checkSearchSize(const Topology &topology, const PartitionOptions &options, 
   std::ostringstream os;
   os << (options.forcedStages > 0 ? "--stages " + std::to_string(options.forcedStages) + " on " : std::string())
      << topology.totalDevices() << " devices (" << topology.describe() << "): the partition search would take about "
-     << static_cast<int64_t>(std::min(work * 1e-8, 1e12)) << " s and " << formatBytes(bytes) << " with " << layers
-     << (static_cast<size_t>(layers) == numOps ? " ops" : " layers")
-     << " (limits: about " << static_cast<int>(kMaxWork * 1e-8) << " s, " << formatBytes(kMaxBytes) << "); "
+     << static_cast<int64_t>(std::min(work * kSecondsPerStep, 1e12)) << " s and " << formatBytes(bytes) << " with "
+     << layers << (static_cast<size_t>(layers) == numOps ? " ops" : " layers") << " (limits: about "
+     << static_cast<int>(kMaxWork * kSecondsPerStep) << " s, " << formatBytes(kMaxBytes) << "); "
      << (options.forcedStages > 0 ? "ask for fewer stages, let the DP choose the depth, "
                                   : "use fewer devices per level (or more levels in a --cluster file), ")
      << "or evaluate a hand-made split with --partition";

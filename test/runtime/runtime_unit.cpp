@@ -254,7 +254,7 @@ void testTensorAndDataReaders(const fs::path &root) {
   CHECK(io::readTensorFile((dir / "ok.bin").string()).at(0).shape == t.shape, "tensor round trip");
   // A name length of 2^32-1 is refused before allocating 4 GiB.
   std::string b = "PIPECTS1";
-  put<uint64_t>(b, 1), put<uint32_t>(b, 0xFFFFFFFFu), b += "abc";
+  put<uint64_t>(b, 1), put<uint32_t>(b, 0xFFFFFFFFu), b += std::string(40, 'a');
   writeBytes(dir / "name.bin", b);
   std::string e = errorOf([&] { io::readTensorFile((dir / "name.bin").string(), "weights file"); });
   CHECK(contains(e, "name.bin: truncated file: the name of tensor #0 is 4294967295 bytes long"), "name length: " << e);
@@ -290,7 +290,7 @@ void testTensorAndDataReaders(const fs::path &root) {
   std::vector<float> got(8);
   ds.read(0, 2, 2, got.data()); // wraps: samples 2, 0
   CHECK(ds.numSamples() == 3 && got[0] == got[7], "data set read");
-  b = "PIPECDS1", put<uint32_t>(b, 1), put<uint64_t>(b, 1), put<uint32_t>(b, 0xFFFFFFFFu), b += "x";
+  b = "PIPECDS1", put<uint32_t>(b, 1), put<uint64_t>(b, 1), put<uint32_t>(b, 0xFFFFFFFFu), b += std::string(40, 'x');
   writeBytes(dir / "dname.bin", b);
   e = errorOf([&] { io::DatasetFile((dir / "dname.bin").string()); });
   CHECK(contains(e, "truncated file: the name of field #0 is 4294967295 bytes long"), "field name length: " << e);
@@ -341,7 +341,7 @@ void testStageLibraryCheck(const fs::path &root) {
   writeBytes(dir / "class.so", patched);
   e = checkStageLibraryFile((dir / "class.so").string());
   CHECK(contains(e, "ELF class 1"), "class: " << e);
-  writeBytes(dir / "text.so", "not an ELF file at all, but long enough for a header........");
+  writeBytes(dir / "text.so", "not an ELF file at all, but long enough for an ELF header: 64 bytes or more .....");
   e = checkStageLibraryFile((dir / "text.so").string());
   CHECK(contains(e, "bad magic"), "text: " << e);
   ::mkfifo((dir / "fifo.so").c_str(), 0600);

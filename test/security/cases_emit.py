@@ -34,7 +34,7 @@ if os.path.exists(marker):
     sys.exit("the marker exists: a shell command from --out ran")
 if r.returncode != 0:
     sys.exit(f"pipec failed with exit {r.returncode}")
-library = os.path.join(cwd, out, "stages", "libstage_1.so")
+library = os.path.join(cwd, out, "stages", "libstage_0.so")
 if not os.path.exists(library):
     sys.exit(f"no {library}")
 print("built, no marker")
@@ -63,7 +63,7 @@ def cases(ctx):
             ("dash", "-fplugin=MARKER"),
     ]:
         out.append(Case(f"out-dir-{label}",
-                        [ctx.python, "-c", OUT_DIR_SCRIPT, ctx.pipec,
+                        [ctx.python, "-c", OUT_DIR_SCRIPT, os.path.abspath(ctx.pipec),
                          os.path.join(ctx.examples, "mlp.onnx"), directory, marker, cwd],
                         ok=True, timeout=180))
     return out

@@ -338,8 +338,8 @@ def cases(ctx):
             sys.path.insert(0, os.path.join(ctx.root, "test", "import", "Inputs"))
             from make_add_chain import make_add_chain
             make_add_chain(chain, nodes=20000, width=16)
-    out.append(Case("add-chain-20000-import", [pipec, chain], ok=True, timeout=30,
+    out.append(Case("add-chain-20000-import", [pipec, chain], ok=True, timeout=60,
                     memory_gib=1.5, setup=make_chain))
-    out.append(Case("add-chain-20000-emit-nn", [pipec, chain, "--emit=nn"], ok=True, timeout=30,
+    out.append(Case("add-chain-20000-emit-nn", [pipec, chain, "--emit=nn"], ok=True, timeout=60,
                     memory_gib=1.5, setup=make_chain))
     return out

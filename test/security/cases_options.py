@@ -202,8 +202,8 @@ def cases(ctx):
     costs("bytes-sum", H + "".join(f"o{i},Gemm,1,0,0,{1 << 44},0,0,\n" for i in range(100)),
           [r"add up", r"limit"])
     costs("columns-many", ",".join(f"c{i}" for i in range(100000)) + "\n", [r"columns", r"limit of 64"])
-    costs("rows-many", H + "".join(f"o{i},Relu,0,0,0,0,0,0,\n" for i in range((1 << 20) + 1)),
-          [r"more than 1048576 ops"])
+    costs("rows-many", H + "".join(f"o{i},Relu,0,0,0,0,0,0,\n" for i in range((1 << 18) + 1)),
+          [r"more than 262144 ops"])
     costs("unterminated-quote", H + 'a,"Gemm,1,0,0,1,0,0,\n', [r"unterminated"])
 
     # ---- partition files and profiles ------------------------------------------

@@ -50,7 +50,7 @@ def cases(ctx):
     # ---------------------------------------------------------------- 1. job identity
     out.append(Case("identity-iters", mpmd([job_dir, "--iters", "3"], [job_dir, "--iters", "5"]),
                     expect=[r"ranks disagree on --iters", r"rank 1 was started with --iters 5",
-                            r"rank 0 was started with --iters 3"], setup=base, timeout=60))
+                            r"rank 0 was started with --iters 3"], setup=base, timeout=90))
     out.append(Case("identity-seed", mpmd([job_dir, "--seed", "1"], [job_dir, "--seed", "2"]),
                     expect=[r"ranks disagree on the seed", r"rank 1 runs with seed 2 \(--seed\)"], setup=base))
     out.append(Case("identity-lr", mpmd([job_dir, "--lr", "0.01"], [job_dir, "--lr", "0.02"]),
@@ -141,7 +141,7 @@ def cases(ctx):
                      piperun, job_dir, "--iters", "1000000", "--watchdog", "5"],
                     expect=[r"rank 0 \(stage 0, replica 0\): error: no progress for [0-9.]+ s in .*rank_0\.json #\d+ "
                             r"RECV_\w+ .*waiting for rank 1", r"--watchdog 5", r"\(in time\)"],
-                    setup=base, timeout=60))
+                    setup=base, timeout=90))
     # The default watchdog (no --watchdog): after the first iteration, 60 s.
     out.append(Case("stopped-rank-default-watchdog",
                     [*signal_rank, "--signal", "STOP", "--rank", "1", "--max-seconds", "100", "--",
@@ -154,7 +154,7 @@ def cases(ctx):
                     [*signal_rank, "--signal", "KILL", "--rank", "1", "--max-seconds", "10", "--",
                      piperun, job_dir, "--iters", "1000000"],
                     expect=[r"the job ended [0-9.]+ s after SIGKILL to rank 1 \(mpirun exit [1-9]\d*\) \(in time\)"],
-                    setup=base, timeout=60))
+                    setup=base, timeout=90))
 
     # A stream order that deadlocks: rank 0 waits for the gradient of
     # micro-batch 0 before sending its activation (pairwise orders agree).
@@ -217,7 +217,7 @@ def cases(ctx):
     ]
     for name, args, expect in bad_options:
         args = [ctx.path("ckpt-" + name) if a == "CKPT" else a for a in args]
-        out.append(Case("option-" + name, run2(job_dir, *args), expect=expect, setup=base, timeout=30))
+        out.append(Case("option-" + name, run2(job_dir, *args), expect=expect, setup=base, timeout=90))
 
     def plan_edit(member, value):
         def edit(d):
@@ -245,12 +245,15 @@ def cases(ctx):
     for member, value, pattern in bad_plans:
         name = "plan-%s-%s" % (member.replace("_", "-"), value.replace(".", "p").replace("+", ""))
         d, setup = copy(name, plan_edit(member, value))
-        out.append(Case(name, run2(d, "--iters", "1"), expect=[pattern], setup=setup, timeout=30))
-        out.append(Case(name + "-pipeseq", [pipeseq, d, "--iters", "1"], expect=[pattern], setup=setup, timeout=30))
+        out.append(Case(name, run2(d, "--iters", "1"), expect=[pattern], setup=setup, timeout=90))
+        out.append(Case(name + "-pipeseq", [pipeseq, d, "--iters", "1"], expect=[pattern], setup=setup, timeout=90))
     for name, args, pattern in [("lr-nan", ["--lr", "nan"], r"--lr is nan"),
                                 ("momentum-one", ["--momentum", "1"], r"--momentum is 1"),
                                 ("iters-zero", ["--iters", "0"], r"--iters: \"0\" is out of range"),
                                 ("seed-negative", ["--seed", "-5"], r"--seed: \"-5\" is not a seed")]:
         full = args if "--iters" in args else ["--iters", "1", *args]
-        out.append(Case("pipeseq-option-" + name, [pipeseq, job_dir, *full], expect=[pattern], setup=base, timeout=30))
+        out.append(Case("pipeseq-option-" + name, [pipeseq, job_dir, *full], expect=[pattern], setup=base, timeout=90))
+    # mpirun alone takes 10-15 s to start on a loaded 2-core machine.
+    for case in out:
+        case.timeout = max(case.timeout, 90)
     return out
