@@ -5,6 +5,7 @@
 #include "compiler/Schedule/Schedule.h"
 
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -162,11 +163,11 @@ int runPipec(int argc, char **argv) {
     }
   }
   if (!std::isfinite(learningRate) || !(learningRate > 0) || learningRate > 1e6) {
-    llvm::errs() << "error: --lr " << learningRate << ": must be positive, finite and at most 1e6\n";
+    llvm::errs() << "error: --lr " << llvm::format("%g", double(learningRate)) << ": must be positive, finite and at most 1e6\n";
     return 1;
   }
   if (!(momentum >= 0 && momentum < 1)) {
-    llvm::errs() << "error: --momentum " << momentum << ": must be in [0, 1)\n";
+    llvm::errs() << "error: --momentum " << llvm::format("%g", double(momentum)) << ": must be in [0, 1)\n";
     return 1;
   }
   if (weightDecay != -1.0 && !(weightDecay >= 0 && weightDecay <= 1e6)) {

@@ -107,7 +107,7 @@ TEST(Limits, ClusterFilesAreBounded) {
 TEST(Limits, CostValuesAreFiniteAndBounded) {
   std::string h = kHeader;
   EXPECT_EQ(costsError(h + "a,T,1e308,0,0,1,0,0,\n"),
-            "costs.csv:2: op 'a': fwd_s is 1.0000000000000001e+308 s, over the limit of 1000000 s");
+            "costs.csv:2: op 'a': fwd_s is 1e+308 s, over the limit of 1000000 s");
   EXPECT_EQ(costsError(h + "a,T,inf,0,0,1,0,0,\n"), "costs.csv:2: column 'fwd_s': 'inf' is not a number");
   EXPECT_EQ(costsError(h + "a,T,1,0,0,1e30,0,0,\n"),
             "costs.csv:2: column 'activation_bytes': 1e30 is over the limit of 17592186044416 bytes (16 TiB)");
@@ -166,10 +166,10 @@ TEST(Limits, TooLargeSearchesAreRefusedQuickly) {
   EXPECT_TRUE(contains(error, "the partition search would take about")) << error;
   // A forced depth multiplies the work by the stage count.
   PartitionOptions forced;
-  forced.forcedStages = 512;
+  forced.forcedStages = 60;
   Topology big = makeGpusTopology({64, 64}, *findDevicePreset("H100"));
   error = timed(big, forced);
-  EXPECT_TRUE(contains(error, "--stages 512 on 4096 devices")) << error;
+  EXPECT_TRUE(contains(error, "--stages 60 on 4096 devices")) << error;
   // Large but reasonable topologies still partition.
   EXPECT_EQ(timed(makeGpusTopology({512, 8}, *findDevicePreset("H100")), PartitionOptions{}), "no error");
 }

@@ -157,7 +157,9 @@ TEST(Partitioner, ForcedStagesAndNoReplication) {
   o.forcedStages = 9;
   EXPECT_EQ(errorOf([&] { partition(t, topo, o); }), "--stages 9: only 8 devices");
   o.forcedStages = 21;
-  EXPECT_EQ(errorOf([&] { partition(t, topo, o); }), "--stages 21: the graph has only 20 ops");
+  EXPECT_EQ(errorOf([&] { partition(t, topo, o); }), "--stages 21: only 8 devices");
+  EXPECT_EQ(errorOf([&] { partition(t, makeGpusTopology({4, 8}, *findDevicePreset("A100")), o); }),
+            "--stages 21: the graph has only 20 ops");
 }
 
 TEST(Partitioner, HierarchicalRanksAndReplicasPerLevel) {

@@ -91,7 +91,7 @@ TEST(PlanJson, BadPartitionFiles) {
   EXPECT_EQ(err(R"({"stages": [{"first_op": "op0", "first_op_index": 1, "last_op": "op3"}]})"),
             "p.json: stages[0]: \"first_op\" and \"first_op_index\" disagree");
   EXPECT_EQ(err(R"({"stages": [{"first_op": "op0", "last_op": "op3", "replicas": 0}]})"),
-            "p.json: stages[0]: \"replicas\" must be a positive integer");
+            "p.json: stages[0]: \"replicas\" must be a positive integer at most 65536");
   std::istringstream ok(R"({"stages": [{"first_op": "op0", "last_op_index": 1, "ranks": [3, 2]},
                                        {"first_op_index": 2, "last_op": "op3"}]})");
   std::vector<StageSpec> specs = readStageSpecs(ok, "p.json", t);
@@ -210,7 +210,7 @@ TEST(PartitionCommand, BadInputsFailWithAMessage) {
       {{"--costs", costs, "--gpus", "1x2", "--memory-limit", "100MB"}, "more than the limit"},
       {{"--costs", costs, "--gpus", "1x2", "--memory-limit", "lots"}, "--memory-limit 'lots'"},
       {{"--costs", costs, "--gpus", "1x2", "--inter-bw", "-5"}, "--inter-bw '-5'"},
-      {{"--costs", costs, "--gpus", "1x2", "--stages", "0"}, "--stages '0'"},
+      {{"--costs", costs, "--gpus", "1x2", "--stages", "0"}, "--stages 0: must be between 1 and 65536"},
       {{"--costs", d.write("bad.csv", "name,type\n"), "--gpus", "1x2"}, "missing column 'fwd_s'"},
       {{"--costs", "/nonexistent.csv", "--gpus", "1x2"}, "cannot open cost table"},
       {{"--costs", costs, "--gpus", "1x2", "--partition", d.write("p.json", "{}")}, "non-empty \"stages\""},
