@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -435,6 +436,20 @@ private:
       report.add(where + " of shape " + shapeText(tensor.dims()) + " has " + tooLarge());
   }
 
+  /// Input and output counts outside the schema's range (a Split without
+  /// outputs, a Gemm with one input) are refused before any translation sees them.
+  void checkArity(const std::string &label, const std::string &op, const char *what, int count,
+                  int minimum, int maximum) {
+    if (count >= minimum && count <= maximum)
+      return;
+    std::string range = maximum == std::numeric_limits<int>::max()
+                            ? std::to_string(minimum) + " or more"
+                        : minimum == maximum ? std::to_string(minimum)
+                                             : std::to_string(minimum) + " to " + std::to_string(maximum);
+    report.add(label + ": " + op + " takes " + range + " " + what + "s, but the node has " +
+               std::to_string(count));
+  }
+
   void checkAttributes() {
     for (int i = 0; i < graph.node_size(); ++i) {
       const auto &node = graph.node(i);
@@ -463,6 +478,10 @@ private:
                        (beyondLibrary || !schema
                             ? " (opset " + std::to_string(opset) + ")"
                             : " (version " + std::to_string(schema->SinceVersion()) + ")");
+      if (schema && !beyondLibrary) {
+        checkArity(label, op, "input", node.input_size(), schema->min_input(), schema->max_input());
+        checkArity(label, op, "output", node.output_size(), schema->min_output(), schema->max_output());
+      }
       std::set<std::string> seen;
       for (const auto &attribute : node.attribute()) {
         std::string name = displayName(attribute.name());

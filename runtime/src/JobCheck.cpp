@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -81,11 +82,17 @@ FileDigest digestFile(const std::string &path, const char *what) {
 
 // ---------------------------------------------------------------- hyper-parameters
 namespace {
-std::string num(double v) {
+template <typename T> std::string shortest(T v) {
   char b[64];
-  std::snprintf(b, sizeof b, "%.9g", v);
-  return b;
+  auto [end, ec] = std::to_chars(b, b + sizeof b, v);
+  return ec == std::errc() ? std::string(b, end) : std::string("?");
 }
+} // namespace
+
+std::string shortestText(float v) { return shortest(v); }
+std::string shortestText(double v) { return shortest(v); }
+
+namespace {
 
 // Range of one optimizer value: [lo, hi) or [lo, hi], lo excluded when `openLo`.
 struct Range {
@@ -138,9 +145,9 @@ OptimizerConfig resolveOptimizer(const Plan &plan, const OptimizerOverrides &o) 
       if (!j.is_number()) throw Error(source + " is " + j.dump() + ", not a number");
       v = j.get<double>();
     }
-    if (!inRange(r, v)) throw Error(source + " is " + num(v) + "; it must be " + r.meaning);
+    if (!inRange(r, v)) throw Error(source + " is " + shortestText(v) + "; it must be " + r.meaning);
     if (std::fabs(v) > (double)std::numeric_limits<float>::max())
-      throw Error(source + " is " + num(v) + ", beyond the range of a float");
+      throw Error(source + " is " + shortestText(v) + ", beyond the range of a float");
     *fields[k] = (float)v;
   }
   return c;

@@ -67,6 +67,11 @@ uint64_t parseSeed(const std::string &option, const std::string &text);
 // caller decides); throws Error when the text is not a number.
 double parseReal(const std::string &option, const std::string &text);
 
+/// The shortest decimal text that reads back as exactly `v` ("0.02", not
+/// "0.0199999996"), for messages that show hyper-parameters.
+std::string shortestText(float v);
+std::string shortestText(double v);
+
 inline constexpr int64_t kMaxIterations = 1000000000; // --iters, --log-every, --save-every
 
 // ---------------------------------------------------------------- deadlock

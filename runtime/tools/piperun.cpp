@@ -159,19 +159,14 @@ JobIdentity jobIdentity(const Plan &plan, const RunOptions &o) {
   const uint64_t seed = o.seedSet ? o.seed : plan.seed;
   option("the seed", std::to_string(seed),
          "runs with seed " + std::to_string(seed) + (o.seedSet ? " (--seed)" : " (plan.json runtime.seed)"));
-  auto real = [](double v) {
-    char b[40];
-    std::snprintf(b, sizeof b, "%.9g", v);
-    return std::string(b);
-  };
-  const struct { const char *name, *flag; double value; bool set; } hyper[] = {
+  const struct { const char *name, *flag; float value; bool set; } hyper[] = {
       {"lr", "--lr", opt.lr, o.lrSet},
       {"weight decay", "--weight-decay", opt.weightDecay, o.wdSet},
       {"momentum", "--momentum", opt.momentum, o.momentumSet},
       {"max grad norm", "--max-grad-norm", opt.maxGradNorm, o.clipSet}};
   for (const auto &h : hyper)
-    option(std::string("the ") + h.name, real(h.value),
-           std::string("runs with ") + h.name + " " + real(h.value) +
+    option(std::string("the ") + h.name, shortestText(h.value),
+           std::string("runs with ") + h.name + " " + shortestText(h.value) +
                (h.set ? std::string(" (") + h.flag + ")" : std::string(" (plan.json)")));
   if (o.dataFile.empty())
     option("--data", "synthetic", "was started without --data (the plan's synthetic data)");

@@ -4,7 +4,7 @@ watchdog (stopped ranks, deadlocking stream orders), NaN/inf loss and
 gradients, hyper-parameter validation (command line and plan.json, piperun
 and pipeseq), and kill -9 of a rank still ending the job in about a second.
 
-Jobs are the mlp example on 2 ranks (1x2, 2 micro-batches); each case that
+Jobs are the mlp example as a 2-stage pipeline (1x2 --stages 2, 2 micro-batches); each case that
 changes one copies it first (setup)."""
 import json
 import os
@@ -27,7 +27,7 @@ def cases(ctx):
         # the job when the first case runs).
         if not os.path.exists(os.path.join(job_dir, "plan.json")):
             shutil.rmtree(job_dir, ignore_errors=True)
-            shutil.copytree(ctx.job(), job_dir, symlinks=True)
+            shutil.copytree(ctx.job(extra=("--stages", "2")), job_dir, symlinks=True)
 
     def copy(name, edit=None):
         dst = ctx.path("cases", "runtime_job-" + name)
@@ -54,7 +54,7 @@ def cases(ctx):
     out.append(Case("identity-seed", mpmd([job_dir, "--seed", "1"], [job_dir, "--seed", "2"]),
                     expect=[r"ranks disagree on the seed", r"rank 1 runs with seed 2 \(--seed\)"], setup=base))
     out.append(Case("identity-lr", mpmd([job_dir, "--lr", "0.01"], [job_dir, "--lr", "0.02"]),
-                    expect=[r"ranks disagree on the lr", r"lr 0.0200000", r"lr 0.00999999"], setup=base))
+                    expect=[r"ranks disagree on the lr", r"rank 1 runs with lr 0\.02 \(--lr\)", r"rank 0 runs with lr 0\.01 \(--lr\)"], setup=base))
     out.append(Case("identity-momentum", mpmd([job_dir], [job_dir, "--momentum", "0.5"]),
                     expect=[r"ranks disagree on the momentum", r"rank 1 runs with momentum 0.5 \(--momentum\)"],
                     setup=base))
@@ -158,14 +158,20 @@ def cases(ctx):
 
     # A stream order that deadlocks: rank 0 waits for the gradient of
     # micro-batch 0 before sending its activation (pairwise orders agree).
+    # Both copies of the stream are edited alike (rank_0.json and
+    # schedule.json's ranks[0]), so that the start-up cross-check passes and
+    # the deadlock check itself is what refuses the job.
     def deadlock(d):
-        p = os.path.join(d, "schedule", "rank_0.json")
-        s = json.load(open(p))
-        ins = s["instructions"]
-        send = next(i for i, x in enumerate(ins) if x["op"] == "SEND_ACT" and x.get("mb") == 0)
-        recv = next(i for i, x in enumerate(ins) if x["op"] == "RECV_GRAD" and x.get("mb") == 0)
-        ins.insert(send, ins.pop(recv))
-        json.dump(s, open(p, "w"), indent=1)
+        def swap(ins):
+            send = next(i for i, x in enumerate(ins) if x["op"] == "SEND_ACT" and x.get("mb") == 0)
+            recv = next(i for i, x in enumerate(ins) if x["op"] == "RECV_GRAD" and x.get("mb") == 0)
+            ins.insert(send, ins.pop(recv))
+        for name, streams in (("rank_0.json", lambda s: s["instructions"]),
+                              ("schedule.json", lambda s: s["ranks"][0])):
+            p = os.path.join(d, "schedule", name)
+            s = json.load(open(p))
+            swap(streams(s))
+            json.dump(s, open(p, "w"), indent=1)
     dl_dir, dl_setup = copy("deadlock", deadlock)
     out.append(Case("deadlocking-schedule", run2(dl_dir, "--iters", "2"),
                     expect=[r"schedule deadlocks", r"rank 0 \(stage 0, replica 0\) waits in .*rank_0\.json #\d+ RECV_GRAD",
@@ -233,14 +239,14 @@ def cases(ctx):
         return edit
     bad_plans = [
         ("lr", "-1", r"plan\.json: runtime\.optimizer\.lr is -1; it must be a finite learning rate"),
-        ("lr", "1e39", r"plan\.json: runtime\.optimizer\.lr is 1e\+39"),
+        ("lr", "1e39", r"plan\.json: member runtime\.optimizer\.lr is out of range \(1e\+39\)"),
         ("momentum", "1.5", r"plan\.json: runtime\.optimizer\.momentum is 1\.5"),
         ("weight_decay", "-0.01", r"plan\.json: runtime\.optimizer\.weight_decay is -0\.01"),
         ("beta2", "1", r"plan\.json: runtime\.optimizer\.beta2 is 1"),
         ("epsilon", "0", r"plan\.json: runtime\.optimizer\.epsilon is 0"),
         ("max_grad_norm", "-2", r"plan\.json: runtime\.optimizer\.max_grad_norm is -2"),
-        ("seed", "-3", r"plan\.json: runtime\.seed is -3"),
-        ("seed", "1.5", r"plan\.json: runtime\.seed is 1\.5"),
+        ("seed", "-3", r"plan\.json: member runtime\.seed is out of range \(-3\)"),
+        ("seed", "1.5", r"plan\.json: member runtime\.seed has the wrong type \(1\.5\)"),
     ]
     for member, value, pattern in bad_plans:
         name = "plan-%s-%s" % (member.replace("_", "-"), value.replace(".", "p").replace("+", ""))

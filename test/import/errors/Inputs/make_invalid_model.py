@@ -103,7 +103,10 @@ def build(kind):
     if kind == "attribute_without_type":
         return _softmax(axis=(UNDEFINED, None))
     if kind == "output_shape_mismatch":
-        return _model(_linear(out_shape=(2, 5)))
+        # Only the declaration changes: the weights still give [2, 4].
+        graph = _linear()
+        graph.output[0].type.tensor_type.shape.dim[1].dim_value = 5
+        return _model(graph)
     if kind == "output_type_mismatch":
         return _model(_linear(y_type=TensorProto.INT64))
     if kind == "value_info_mismatch":
