@@ -38,13 +38,6 @@ static int64_t productOf(const std::vector<int64_t> &shape) {
 
 int64_t HostTensor::numElements() const { return productOf(shape); }
 
-static std::string shapeText(const std::vector<int64_t> &shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    text += (i ? "," : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 int64_t foldedElementCount(const std::vector<int64_t> &shape, const std::string &op) {
   for (int64_t dim : shape)
     if (dim < 0)

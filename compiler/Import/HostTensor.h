@@ -5,6 +5,7 @@
 #define PIPEC_COMPILER_IMPORT_HOSTTENSOR_H
 
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -74,6 +75,27 @@ HostTensor slice(const HostTensor &input, const std::vector<int64_t> &starts,
 HostTensor expand(const HostTensor &input, const std::vector<int64_t> &shape);
 HostTensor range(const HostTensor &start, const HostTensor &limit, const HostTensor &delta);
 } // namespace fold
+
+/// A shape for messages, "[2,3,4]". A hostile file can give a tensor millions
+/// of dimensions, so at most the first 16 are written ("[1,1,...] (2000000
+/// dimensions)"): a message must stay short and cheap to build.
+template <typename Dims> std::string shapeText(const Dims &dims) {
+  constexpr size_t kShown = 16;
+  std::string text = "[";
+  size_t count = 0;
+  for (auto d : dims) {
+    if (count == kShown) {
+      text += ",...";
+      break;
+    }
+    text += (count++ ? "," : "") + std::to_string(static_cast<int64_t>(d));
+  }
+  text += "]";
+  const size_t rank = static_cast<size_t>(std::distance(std::begin(dims), std::end(dims)));
+  if (rank > kShown)
+    text += " (" + std::to_string(rank) + " dimensions)";
+  return text;
+}
 
 /// Numpy broadcast of two shapes; throws FoldError when incompatible.
 std::vector<int64_t> broadcastShape(const std::vector<int64_t> &lhs,

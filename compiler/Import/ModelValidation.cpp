@@ -1,5 +1,6 @@
 // Strict model validation; see ModelValidation.h for what is checked and why.
 #include "compiler/Import/ModelValidation.h"
+#include "compiler/Import/HostTensor.h"
 #include "runtime/include/pipec/input_file.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -148,16 +149,6 @@ int32_t onnxTypeOf(ElementKind kind) {
   case ElementKind::Bool: return T::TensorProto_DataType_BOOL;
   }
   return T::TensorProto_DataType_UNDEFINED;
-}
-
-template <typename Dims> std::string shapeText(const Dims &dims) {
-  std::string text = "[";
-  bool first = true;
-  for (auto d : dims) {
-    text += (first ? "" : ",") + std::to_string(static_cast<int64_t>(d));
-    first = false;
-  }
-  return text + "]";
 }
 
 /// A declared type in ONNX text syntax: float[2,batch,?].

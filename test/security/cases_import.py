@@ -243,6 +243,20 @@ def cases(ctx):
                lambda p: fill_model(p, [1 << 40, 1 << 40]),
                [r"node 'fill'", r"67108864 elements"])
 
+    # A shape of two million dimensions (computed by Range, so the file is
+    # small): refused, and the message shows only the first dimensions
+    # (fuzz_onnx once timed out building a 25 MB message).
+    def many_dims_model(p):
+        onnx, TensorProto, helper = _onnx()
+        nodes = [_int_constant("start", [2], dims=[]), _int_constant("limit", [2000002], dims=[]),
+                 _int_constant("delta", [1], dims=[]),
+                 helper.make_node("Range", ["start", "limit", "delta"], ["shape"], name="range"),
+                 helper.make_node("ConstantOfShape", ["shape"], ["y"], name="fill")]
+        _save(p, nodes, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model_case("fold-constant-of-shape-2M-dims", many_dims_model,
+               [r"node 'fill'", r"\[2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,\.\.\.\] \(2000000 dimensions\)"],
+               timeout=20, memory_gib=2.0)
+
     def expand_model(p, dims):
         onnx, TensorProto, helper = _onnx()
         nodes = [_int_constant("one", [1]), _int_constant("shape", dims),
