@@ -1,6 +1,7 @@
 // Strict model validation; see ModelValidation.h for what is checked and why.
 #include "compiler/Import/ModelValidation.h"
 #include "compiler/Import/HostTensor.h"
+#include "compiler/Import/OnnxImporter.h"
 #include "runtime/include/pipec/input_file.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -121,20 +122,6 @@ int64_t elementBytes(int32_t onnxType) {
   }
 }
 
-std::optional<int32_t> onnxTypeOf(mlir::Type type) {
-  using T = onnx::TensorProto_DataType;
-  if (type.isF32()) return T::TensorProto_DataType_FLOAT;
-  if (type.isF64()) return T::TensorProto_DataType_DOUBLE;
-  if (type.isF16()) return T::TensorProto_DataType_FLOAT16;
-  if (type.isBF16()) return T::TensorProto_DataType_BFLOAT16;
-  if (type.isInteger(1)) return T::TensorProto_DataType_BOOL;
-  if (type.isUnsignedInteger(8)) return T::TensorProto_DataType_UINT8;
-  if (type.isInteger(8)) return T::TensorProto_DataType_INT8;
-  if (type.isInteger(32)) return T::TensorProto_DataType_INT32;
-  if (type.isInteger(64)) return T::TensorProto_DataType_INT64;
-  return std::nullopt;
-}
-
 int32_t onnxTypeOf(ElementKind kind) {
   using T = onnx::TensorProto_DataType;
   switch (kind) {
@@ -149,6 +136,12 @@ int32_t onnxTypeOf(ElementKind kind) {
   case ElementKind::Bool: return T::TensorProto_DataType_BOOL;
   }
   return T::TensorProto_DataType_UNDEFINED;
+}
+
+std::optional<int32_t> onnxTypeOf(mlir::Type type) {
+  if (auto kind = elementKindOf(type))
+    return onnxTypeOf(*kind);
+  return std::nullopt;
 }
 
 /// A declared type in ONNX text syntax: float[2,batch,?].

@@ -128,6 +128,8 @@ Type mlirElementType(MLIRContext &context, ElementKind kind) {
   return {};
 }
 
+} // namespace
+
 std::optional<ElementKind> elementKindOf(Type type) {
   if (type.isF32()) return ElementKind::Float32;
   if (type.isF64()) return ElementKind::Float64;
@@ -140,6 +142,8 @@ std::optional<ElementKind> elementKindOf(Type type) {
   if (type.isInteger(8)) return ElementKind::Int8;
   return std::nullopt;
 }
+
+namespace {
 
 float halfBitsToFloat(uint16_t bits, bool bfloat) {
   if (bfloat) {
@@ -1098,7 +1102,7 @@ template <typename OpT> void OnnxImporter::convertBinary(const onnx::NodeProto &
   if (lhsElement != rhsElement) {
     auto convertConstant = [&](int index, Type to) -> std::optional<Value> {
       auto it = constants.find(node.input(index));
-      auto kind = elementKindOf(to);
+      auto kind = pipec::import::elementKindOf(to); // the public overload (Type)
       if (it == constants.end() || !kind)
         return std::nullopt;
       return materialize(fold::cast(it->second, *kind), locationOf(node));

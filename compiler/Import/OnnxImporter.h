@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ mlir::OwningOpRef<mlir::ModuleOp> importOnnxModel(mlir::MLIRContext &context,
 /// and for the reference evaluator. Returns false with `errors` set on bad input.
 bool readInitializerValues(const std::string &path, std::map<std::string, HostTensor> &values,
                            std::vector<std::string> &errors);
+
+/// The element kind of an MLIR element type the importer creates (nullopt
+/// for any other type).
+std::optional<ElementKind> elementKindOf(mlir::Type type);
 
 /// Op types (default ONNX domain) the importer can translate, sorted.
 std::vector<std::string> supportedOnnxOps();
