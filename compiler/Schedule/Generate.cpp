@@ -15,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <queue>
 #include <tuple>
 
@@ -260,12 +261,53 @@ Schedule shell(const std::string &name, const Problem &problem, Placement placem
 void requireUniformReplicas(const Problem &P, const std::string &name) {
   for (int st = 1; st < P.stages; ++st)
     if (P.replicasOf(st) != P.replicasOf(0))
-      throw ScheduleError(name + " needs the same replica count on every stage (replicated "
-                                 "pipelines); use 1f1b-rr for per-stage replication");
+      throw ScheduleError(name + " needs the same replica count on every stage (its chunks "
+                                 "place every virtual stage on every pipeline); gpipe, 1f1b, "
+                                 "zb-h1, zb-h2, auto and 1f1b-rr take per-stage replicas");
+}
+
+// Micro-batch mb runs on replica mb mod R of every stage (docs/schedules.md).
+std::vector<int> microbatchesOfReplica(const Problem &P, int st, int rep) {
+  std::vector<int> mine;
+  for (int mb = rep; mb < P.microbatches; mb += P.replicasOf(st))
+    mine.push_back(mb);
+  return mine;
+}
+
+// Forwards a replica of stage st runs before its first backward: PipeDream's
+// NOAM, enough micro-batches to keep every worker at and after the stage
+// busy, ceil(sum_{t>=st} R_t / R_st) - 1. With one replica per stage (or the
+// same count on all) it is 1F1B's p - st - 1.
+int warmupOf(const Problem &P, int st) {
+  long downstream = 0;
+  for (int t = st; t < P.stages; ++t)
+    downstream += P.replicasOf(t);
+  const long r = P.replicasOf(st);
+  return (int)((downstream + r - 1) / r) - 1;
+}
+
+// Every rank's optimizer tail: the all-reduce over its stage's replicas, then
+// the step (ZB-H2: speculative step, global validation, possible rollback).
+void appendOptimizerTail(const Problem &P, Orders &orders, bool speculativeStep) {
+  for (int r = 0; r < P.numRanks(); ++r) {
+    const int st = P.stageOfRank(r);
+    if (P.replicasOf(st) > 1)
+      orders[r].push_back(mk(Op::AllReduce, -1, -1, st));
+    if (speculativeStep) {
+      // ZB-H2: step as soon as this stage's gradients are ready; a global
+      // post-validation decides afterwards whether to roll the step back.
+      orders[r].push_back(mk(Op::SpecStep));
+      orders[r].push_back(mk(Op::Validate));
+      orders[r].push_back(mk(Op::Rollback));
+    } else {
+      orders[r].push_back(mk(Op::Step));
+    }
+  }
 }
 
 // A synchronous schedule is one pipeline order per replica (data-parallel
 // pipelines over the micro-batches mb % R == r), then the optimizer tail.
+// Needs the same replica count on every stage.
 using PipelineGen = std::function<Orders(int n)>; // per stage position, local micro-batches
 
 Orders assemble(const Schedule &s, const PipelineGen &gen, bool speculativeStep) {
@@ -283,48 +325,96 @@ Orders assemble(const Schedule &s, const PipelineGen &gen, bool speculativeStep)
         orders[P.rankOf(st, rep)].push_back(in);
       }
   }
-  for (int r = 0; r < P.numRanks(); ++r) {
-    const int st = P.stageOfRank(r);
-    if (R > 1)
-      orders[r].push_back(mk(Op::AllReduce, -1, -1, st));
-    if (speculativeStep) {
-      // ZB-H2: step as soon as this stage's gradients are ready; a global
-      // post-validation decides afterwards whether to roll the step back.
-      orders[r].push_back(mk(Op::SpecStep));
-      orders[r].push_back(mk(Op::Validate));
-      orders[r].push_back(mk(Op::Rollback));
-    } else {
-      orders[r].push_back(mk(Op::Step));
-    }
-  }
+  appendOptimizerTail(P, orders, speculativeStep);
   return orders;
 }
 
-Orders gpipeOrder(int p, int n) {
-  Orders o(p);
-  for (int st = 0; st < p; ++st) {
-    for (int i = 0; i < n; ++i)
-      o[st].push_back(mk(Op::Fwd, i, 0));
-    for (int i = 0; i < n; ++i)
-      o[st].push_back(mk(Op::Bwd, i, 0));
-  }
+// Per-stage replica counts that differ: every replica runs the stage's
+// pattern over its own micro-batches (`pattern(stage, n)` in local indices),
+// with the stage's warm-up from warmupOf. Replicas with fewer micro-batches
+// idle; the all-reduce sums all of them.
+using StagePattern = std::function<std::vector<Instr>(int stage, int n)>;
+Orders assemblePerReplica(const Schedule &s, const StagePattern &pattern, bool speculativeStep) {
+  const Problem &P = s.problem;
+  Orders orders(P.numRanks());
+  for (int st = 0; st < P.stages; ++st)
+    for (int rep = 0; rep < P.replicasOf(st); ++rep) {
+      const std::vector<int> mine = microbatchesOfReplica(P, st, rep);
+      if (mine.empty())
+        continue;
+      for (Instr in : pattern(st, (int)mine.size())) {
+        in.mb = mine[in.mb];
+        orders[P.rankOf(st, rep)].push_back(in);
+      }
+    }
+  appendOptimizerTail(P, orders, speculativeStep);
+  return orders;
+}
+
+bool uniformReplicas(const Problem &P) {
+  for (int st = 1; st < P.stages; ++st)
+    if (P.replicasOf(st) != P.replicasOf(0))
+      return false;
+  return true;
+}
+
+std::vector<Instr> gpipeStage(int n) {
+  std::vector<Instr> o;
+  for (int i = 0; i < n; ++i)
+    o.push_back(mk(Op::Fwd, i, 0));
+  for (int i = 0; i < n; ++i)
+    o.push_back(mk(Op::Bwd, i, 0));
   return o;
 }
 
-Orders oneF1BOrder(int p, int n) {
-  Orders o(p);
-  for (int st = 0; st < p; ++st) {
-    const int warm = std::min(n, p - st - 1);
-    int f = 0, b = 0;
-    while (f < warm)
-      o[st].push_back(mk(Op::Fwd, f++, 0));
-    while (f < n) {
-      o[st].push_back(mk(Op::Fwd, f++, 0));
-      o[st].push_back(mk(Op::Bwd, b++, 0));
-    }
-    while (b < n)
-      o[st].push_back(mk(Op::Bwd, b++, 0));
+// `warm` forwards, then forward/backward pairs, then the remaining backwards.
+std::vector<Instr> oneF1BStage(int warm, int n) {
+  std::vector<Instr> o;
+  warm = std::min(warm, n);
+  int f = 0, b = 0;
+  while (f < warm)
+    o.push_back(mk(Op::Fwd, f++, 0));
+  while (f < n) {
+    o.push_back(mk(Op::Fwd, f++, 0));
+    o.push_back(mk(Op::Bwd, b++, 0));
   }
+  while (b < n)
+    o.push_back(mk(Op::Bwd, b++, 0));
+  return o;
+}
+
+// The zero-bubble paper's handcrafted ZB-H1 (section 2.1, figure 3 top) for
+// one stage: 1F1B with B and W split; the stage runs `warm` warm-up forwards,
+// then F,B pairs, and starts its W's `wDelay` steps late (a W follows a B
+// once wDelay+1 B's are done), so every stage keeps as many micro-batches in
+// flight as stage 0; the W's left over fill the drain. With one replica per
+// stage (warm p-1-s, delay s): bubble (p-1)(F+B-W), memory p.
+std::vector<Instr> zbH1Stage(int warm, int wDelay, int n) {
+  std::vector<Instr> o;
+  warm = std::min(warm, n);
+  int f = 0, b = 0, w = 0;
+  auto backward = [&] {
+    o.push_back(mk(Op::BwdInput, b++, 0));
+    if (b > wDelay)
+      o.push_back(mk(Op::BwdWeight, w++, 0));
+  };
+  while (f < warm)
+    o.push_back(mk(Op::Fwd, f++, 0));
+  while (f < n) {
+    o.push_back(mk(Op::Fwd, f++, 0));
+    backward();
+  }
+  while (b < n)
+    backward();
+  while (w < n)
+    o.push_back(mk(Op::BwdWeight, w++, 0));
+  return o;
+}
+
+Orders zbH1Order(int p, int n) {
+  Orders o(p);
+  for (int st = 0; st < p; ++st)
+    o[st] = zbH1Stage(p - st - 1, st, n);
   return o;
 }
 
@@ -350,35 +440,6 @@ Orders interleavedOrder(int p, int v, int n) {
     }
     while (b < total)
       o[st].push_back(bwd(b++));
-  }
-  return o;
-}
-
-// The zero-bubble paper's handcrafted ZB-H1 (section 2.1, figure 3 top): 1F1B
-// with B and W split; stage s runs 1F1B's p-1-s warm-up forwards, then
-// F,B pairs, and starts its W's s steps late (a W follows a B once s+1 B's
-// are done), so every stage keeps p micro-batches in flight like stage 0;
-// the W's left over fill the drain. Bubble (p-1)(F+B-W), memory p.
-Orders zbH1Order(int p, int n) {
-  Orders o(p);
-  for (int st = 0; st < p; ++st) {
-    const int warm = std::min(n, p - st - 1);
-    int f = 0, b = 0, w = 0;
-    auto backward = [&] {
-      o[st].push_back(mk(Op::BwdInput, b++, 0));
-      if (b > st)
-        o[st].push_back(mk(Op::BwdWeight, w++, 0));
-    };
-    while (f < warm)
-      o[st].push_back(mk(Op::Fwd, f++, 0));
-    while (f < n) {
-      o[st].push_back(mk(Op::Fwd, f++, 0));
-      backward();
-    }
-    while (b < n)
-      backward();
-    while (w < n)
-      o[st].push_back(mk(Op::BwdWeight, w++, 0));
   }
   return o;
 }
@@ -738,10 +799,19 @@ Orders pipedreamOrder(const Schedule &s) {
   Orders orders(P.numRanks());
   for (int st = 0; st < P.stages; ++st) {
     const int R = P.replicasOf(st);
-    if (R > 1 && P.microbatches % R != 0)
+    if (R > 1 && P.microbatches % R != 0) {
+      // The nearest valid counts: multiples of every stage's replica count.
+      long all = 1;
+      for (int t = 0; t < P.stages; ++t)
+        all = std::lcm(all, (long)P.replicasOf(t));
+      const long below = P.microbatches / all * all, above = below + all;
       throw ScheduleError("1f1b-rr: micro-batches (" + std::to_string(P.microbatches) +
                           ") must be a multiple of stage " + std::to_string(st) + "'s replicas (" +
-                          std::to_string(R) + ") so that replicas all-reduce in lock step");
+                          std::to_string(R) + ") so that replicas all-reduce in lock step; " +
+                          "nearest valid counts: " +
+                          (below > 0 ? std::to_string(below) + " or " : std::string()) +
+                          std::to_string(above));
+    }
     int downstream = 0;
     for (int t = st; t < P.stages; ++t)
       downstream += P.replicasOf(t);
@@ -861,11 +931,21 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
     return shell(name, problem, Placement::Interleaved, split, async);
   };
   Orders orders;
-  if (name == "gpipe" || name == "1f1b") {
-    s = linear(false, false);
-    requireUniformReplicas(problem, name);
-    orders = assemble(s, [&](int n) { return name == "gpipe" ? gpipeOrder(p, n) : oneF1BOrder(p, n); },
-                      false);
+  if (name == "gpipe" || name == "1f1b" || name == "zb-h1") {
+    const bool h1 = name == "zb-h1";
+    s = linear(h1, false);
+    // One pattern per stage for every replica: with the same replica count
+    // on every stage this is the textbook schedule on each replica pipeline.
+    const int warm0 = warmupOf(problem, 0);
+    orders = assemblePerReplica(
+        s,
+        [&](int st, int n) {
+          if (name == "gpipe")
+            return gpipeStage(n);
+          const int warm = warmupOf(problem, st);
+          return h1 ? zbH1Stage(warm, std::max(0, warm0 - warm), n) : oneF1BStage(warm, n);
+        },
+        false);
   } else if (name == "interleaved") {
     problem.check();
     requireUniformReplicas(problem, name);
@@ -876,10 +956,8 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
       problem.inFlight = problem.defaultInFlight();
     s = linear(false, true);
     orders = pipedreamOrder(s);
-  } else if (name == "zb-h1" || name == "zb-h2") {
+  } else if (name == "zb-h2") {
     s = linear(true, false);
-    requireUniformReplicas(problem, name);
-    const bool h2 = name == "zb-h2";
     double unit = 0; // largest activation of one micro-batch on one stage
     for (int st = 0; st < p; ++st) {
       double a = 0;
@@ -887,17 +965,27 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
         a += problem.activationOf(st, c);
       unit = std::max(unit, a);
     }
-    orders = assemble(
-        s,
-        [&](int n) {
-          // H1: the paper's handcrafted order. H2: the list scheduler with
-          // 2(p-s)-1 in flight on stage s and memory 2p-1.
-          if (!h2)
-            return zbH1Order(p, n);
-          Policy pol{capsLinear(p, n, 2.0, -1), (2 * p - 1) * unit, true, false, true};
-          return greedy(s, n, pol).order;
-        },
-        h2);
+    if (uniformReplicas(problem)) {
+      // The list scheduler with 2(p-s)-1 in flight on stage s and memory 2p-1.
+      orders = assemble(
+          s,
+          [&](int n) {
+            Policy pol{capsLinear(p, n, 2.0, -1), (2 * p - 1) * unit, true, false, true};
+            return greedy(s, n, pol).order;
+          },
+          true);
+    } else {
+      // Per-stage replicas: ZB-H1's pattern with twice its warm-up on every
+      // replica (H2's 2(p-s)-1 in flight for one replica per stage).
+      const int warm0 = 2 * warmupOf(problem, 0);
+      orders = assemblePerReplica(
+          s,
+          [&](int st, int n) {
+            const int warm = 2 * warmupOf(problem, st);
+            return zbH1Stage(warm, warm0 - warm, n);
+          },
+          true);
+    }
   } else if (name == "zb-v") {
     if (problem.chunks != 1 && problem.chunks != 2)
       throw ScheduleError("zb-v places exactly two chunks per rank");
@@ -923,9 +1011,21 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
         false);
   } else if (name == "auto") {
     s = linear(true, false);
-    requireUniformReplicas(problem, name);
     const double limit = problem.memoryLimit > 0 ? problem.memoryLimit : peakOf1F1B(problem);
-    orders = assemble(s, [&](int n) { return autoOrder(s, n, limit); }, false);
+    if (uniformReplicas(problem)) {
+      orders = assemble(s, [&](int n) { return autoOrder(s, n, limit); }, false);
+    } else {
+      // Per-stage replicas: the list scheduler models one pipeline; ZB-H1's
+      // pattern on every replica (auto's fallback candidate) instead.
+      const int warm0 = warmupOf(problem, 0);
+      orders = assemblePerReplica(
+          s,
+          [&](int st, int n) {
+            const int warm = warmupOf(problem, st);
+            return zbH1Stage(warm, warm0 - warm, n);
+          },
+          false);
+    }
   } else {
     std::string all;
     for (const auto &n : scheduleNames())

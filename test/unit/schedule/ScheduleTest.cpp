@@ -371,6 +371,86 @@ TEST(Structure, DataParallelReplicasAllReduce) {
   EXPECT_NO_THROW(simulate(s));
 }
 
+// Per-stage replica counts that differ (PipeDream's replicated stages) under
+// every synchronous family, with any micro-batch count, fewer micro-batches
+// than replicas included: each replica of stage s runs exactly the
+// micro-batches mb with mb % R_s == its index, once forward and once
+// backward, the streams validate and simulate, and every rank all-reduces
+// and steps once.
+TEST(Property, SynchronousSchedulesRunPerStageReplicas) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 60; ++trial) {
+    Problem P;
+    P.stages = 1 + (int)(rng() % 4);
+    P.microbatches = 1 + (int)(rng() % 24);
+    P.replicas.clear();
+    P.costF.clear();
+    P.costB.clear();
+    P.costW.clear();
+    for (int st = 0; st < P.stages; ++st) {
+      P.replicas.push_back(1 + (int)(rng() % 5));
+      P.costF.push_back(0.5 + (rng() % 8));
+      P.costB.push_back(0.5 + (rng() % 8));
+      P.costW.push_back(0.5 + (rng() % 8));
+    }
+    P.comm = (rng() % 3) * 0.25;
+    for (const char *name : {"gpipe", "1f1b", "zb-h1", "zb-h2", "auto"}) {
+      SCOPED_TRACE(std::string(name) + " trial " + std::to_string(trial));
+      Schedule s;
+      ASSERT_NO_THROW(s = generate(name, P));
+      ASSERT_TRUE(validate(s).ok()) << validate(s).summary();
+      ASSERT_NO_THROW(simulate(s));
+      for (int r = 0; r < P.numRanks(); ++r) {
+        const int st = P.stageOfRank(r), rep = P.replicaOfRank(r), R = P.replicasOf(st);
+        std::map<int, int> forwards, backwards;
+        int steps = 0, allreduces = 0;
+        for (const Instr &in : s.ranks[r]) {
+          if (in.op == Op::Fwd) {
+            EXPECT_EQ(in.mb % R, rep) << toString(in);
+            ++forwards[in.mb];
+          }
+          if (in.op == Op::Bwd || in.op == Op::BwdInput)
+            ++backwards[in.mb];
+          steps += in.op == Op::Step || in.op == Op::SpecStep;
+          allreduces += in.op == Op::AllReduce;
+        }
+        int mine = 0;
+        for (int mb = rep; mb < P.microbatches; mb += R)
+          ++mine;
+        EXPECT_EQ((int)forwards.size(), mine);
+        EXPECT_EQ(forwards, backwards);
+        EXPECT_EQ(steps, 1);
+        EXPECT_EQ(allreduces, R > 1 ? 1 : 0);
+      }
+    }
+  }
+}
+
+// With the same count on every stage the per-replica warm-up is 1F1B's.
+TEST(Structure, PerStageReplicaWarmupMatchesOneF1B) {
+  Problem P = uniform(3, 12);
+  P.replicas = {2, 2, 2};
+  Schedule s = generate("1f1b", P);
+  for (int st = 0; st < 3; ++st) {
+    int warm = 0;
+    for (const Instr &in : s.ranks[P.rankOf(st, 1)]) {
+      if (in.op == Op::Bwd)
+        break;
+      warm += in.op == Op::Fwd;
+    }
+    EXPECT_EQ(warm, 3 - st) << "stage " << st; // p-s-1 warm-up forwards, then one more F before B
+  }
+  // 1F1B-RR names the nearest micro-batch counts it accepts.
+  P.replicas = {2, 3, 1};
+  P.microbatches = 8;
+  try {
+    generate("1f1b-rr", P);
+    FAIL() << "8 micro-batches over 3 replicas accepted";
+  } catch (const ScheduleError &e) {
+    EXPECT_NE(std::string(e.what()).find("nearest valid counts: 6 or 12"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Structure, VShapePlacesChunksInAV) {
   Schedule s = generate("zb-v", uniform(4, 8));
   EXPECT_EQ(s.problem.chunks, 2);
