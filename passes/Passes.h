@@ -26,6 +26,11 @@ namespace pipec::passes {
 /// the module) when an nn op has no cost.
 mlir::FailureOr<partition::CostTable> costTableFromModule(mlir::ModuleOp module);
 
+/// Rows of that table that read the same parameter, as [first, last] row
+/// ranges (a parameter read by one op has none): cutting inside one puts a
+/// parameter in two stages (tied weights).
+std::vector<std::pair<int, int>> tiedParameterRanges(mlir::ModuleOp module);
+
 /// Records a partition on the module: `pipe.stage` on every costed op and
 /// `pipe.stages` on the module (op ranges by name, replicas, ranks).
 void annotateStages(mlir::ModuleOp module, const partition::CostTable &table,

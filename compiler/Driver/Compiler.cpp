@@ -4,6 +4,7 @@
 #include "compiler/Partition/CostTable.h"
 #include "compiler/Partition/Error.h"
 #include "compiler/Partition/Partitioner.h"
+#include "compiler/Planner/Planner.h"
 #include "compiler/Partition/PlanJson.h"
 #include "compiler/Schedule/Schedule.h"
 #include "passes/Passes.h"
@@ -157,78 +158,6 @@ std::string formatSeconds(double seconds) {
   return llvm::formatv("{0:F2} s", seconds).str();
 }
 
-/// The schedule problem of a partition: per-stage F, B and W are the sums
-/// of the stage's op times, communication is the slowest boundary's one-way
-/// transfer, activation memory is in units of the largest stage's
-/// activations of one micro-batch (the zero-bubble paper's M_B).
-schedule::Problem scheduleProblem(const partition::CostTable &table,
-                                  const partition::PartitionResult &result, int chunks,
-                                  bool vPlacement) {
-  schedule::Problem problem;
-  problem.stages = static_cast<int>(result.stages.size()) / chunks;
-  problem.chunks = chunks;
-  problem.microbatches = result.microbatches;
-  problem.costF.clear();
-  problem.costB.clear();
-  problem.costW.clear();
-  problem.activation.clear();
-  problem.comm = 0;
-  std::vector<double> activationBytes;
-  for (const auto &stage : result.stages) {
-    double forward = 0, backwardInput = 0, backwardWeight = 0, bytes = 0;
-    for (int op = stage.firstOp; op <= stage.lastOp; ++op) {
-      forward += table.ops[op].forwardSeconds;
-      backwardInput += table.ops[op].backwardInputSeconds;
-      backwardWeight += table.ops[op].backwardWeightSeconds;
-      bytes += static_cast<double>(table.ops[op].activationBytes);
-    }
-    // The schedule library needs positive costs; a stage without weights
-    // (no W) or without a backward still runs its (empty) instructions.
-    constexpr double kEmptyWork = 1e-9;
-    problem.replicas.push_back(stage.replicas);
-    problem.costF.push_back(std::max(forward, kEmptyWork));
-    problem.costB.push_back(std::max(backwardInput, kEmptyWork));
-    problem.costW.push_back(std::max(backwardWeight, kEmptyWork));
-    problem.comm = std::max(problem.comm, stage.sendSeconds / 2);
-    problem.allreduceCost = std::max(problem.allreduceCost, stage.allreduceSeconds);
-    activationBytes.push_back(bytes);
-  }
-  double unit = std::max(1.0, *std::max_element(activationBytes.begin(), activationBytes.end()));
-  for (double bytes : activationBytes)
-    problem.activation.push_back(bytes / unit);
-  if (chunks > 1) {
-    // The partition is in model order (virtual stage k); the schedule
-    // library wants (stage, chunk) order: chunk c of rank s is virtual
-    // stage c·p + s (interleaved) or, for the V, s then 2p-1-s.
-    int p = problem.stages;
-    auto reorder = [&](std::vector<double> &values) {
-      std::vector<double> ordered(values.size());
-      for (int stage = 0; stage < p; ++stage)
-        for (int chunk = 0; chunk < chunks; ++chunk) {
-          int virtualStage = vPlacement ? (chunk == 0 ? stage : 2 * p - 1 - stage)
-                                        : chunk * p + stage;
-          ordered[stage * chunks + chunk] = values[virtualStage];
-        }
-      values = ordered;
-    };
-    reorder(problem.costF);
-    reorder(problem.costB);
-    reorder(problem.costW);
-    reorder(problem.activation);
-    problem.replicas.assign(p, 1);
-  }
-  if (!result.recomputedStages.empty()) {
-    // Per pipeline stage; with virtual stages, a rank recomputes all its
-    // chunks when any of them does.
-    problem.recompute.assign(problem.stages, 0);
-    for (int stage : result.recomputedStages)
-      problem.recompute[chunks > 1 ? stage % problem.stages : stage] = 1;
-  }
-  if (result.asynchronous)
-    problem.inFlight = result.inflightMicrobatches;
-  return problem;
-}
-
 mlir::LogicalResult estimateCosts(const CompileOptions &options, mlir::ModuleOp module) {
   mlir::PassManager manager(module.getContext());
   passes::EstimateCostsOptions costOptions;
@@ -281,6 +210,11 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
   if (failed(table))
     return 1;
   if (!options.dumpCostsPath.empty()) {
+    // The file may live in a folder not created yet (e.g. inside --out DIR).
+    std::error_code folderError;
+    auto folder = std::filesystem::path(options.dumpCostsPath).parent_path();
+    if (!folder.empty())
+      std::filesystem::create_directories(folder, folderError);
     std::ofstream csv(options.dumpCostsPath);
     if (!csv) {
       errs << "error: cannot write --dump-costs file '" << options.dumpCostsPath << "'\n";
@@ -300,106 +234,22 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
     return 0;
   }
 
-  partition::PartitionResult result;
-  nlohmann::json plan;
-  schedule::Schedule generated;
-  schedule::SimResult simulated;
+  // The planner's joint search (docs/planner.md); plan.json is written
+  // below, once the stages are built.
+  planner::Plan plan;
+  partition::Topology topology;
   try {
-    // plan.json is written below, once the schedule is known.
-    partition::PartitionCliOptions partitionOptions = options.partition;
-    partitionOptions.outDir.clear();
-    std::string name = options.scheduleName.empty()
-                           ? (options.partition.options.asynchronous ? "1f1b-rr" : "1f1b")
-                           : options.scheduleName;
-    int chunks = options.chunks ? options.chunks : (name == "zb-v" ? 2 : 1);
-    bool vPlacement = name == "zb-v";
-    int pipelineStages = 0;
-    if (chunks > 1) {
-      // Virtual stages: partition into p·v stages as if on p·v devices, then
-      // place v of them on each of the p devices (docs/partition.md).
-      if (name != "interleaved" && name != "zb-v")
-        throw schedule::ScheduleError("--chunks " + std::to_string(chunks) +
-                                      " needs --schedule interleaved or zb-v");
-      if (vPlacement && chunks != 2)
-        throw schedule::ScheduleError("zb-v places exactly 2 chunks per rank");
-      pipelineStages = static_cast<int>(partitionOptions.topology().totalDevices());
-      if (partitionOptions.options.forcedStages)
-        pipelineStages = partitionOptions.options.forcedStages;
-      if (chunks > schedule::kMaxChunks ||
-          static_cast<int64_t>(pipelineStages) * chunks > partition::kMaxDevices)
-        throw schedule::ScheduleError(
-            "--chunks " + std::to_string(chunks) + " on " + std::to_string(pipelineStages) +
-            " ranks: " + std::to_string(static_cast<int64_t>(pipelineStages) * chunks) +
-            " virtual stages, over the limit of " + std::to_string(partition::kMaxDevices) +
-            " (and at most " + std::to_string(schedule::kMaxChunks) + " chunks)");
-      partitionOptions.gpus = "1x" + std::to_string(pipelineStages * chunks);
-      partitionOptions.clusterFile.clear();
-      partitionOptions.options.forcedStages = pipelineStages * chunks;
-      partitionOptions.options.allowReplication = false;
-    }
-    std::ostringstream report;
-    result = partition::runPartition(*table, partitionOptions, report);
-    schedule::Problem problem = scheduleProblem(*table, result, chunks, vPlacement);
-    problem.verticalSync = options.verticalSync && result.asynchronous;
-    generated = schedule::generate(name, problem);
-    if (chunks > 1) {
-      report << "virtual stages: " << chunks << " chunks on each of " << pipelineStages
-             << " ranks (" << (vPlacement ? "V placement: rank r runs stages r and "
-                                          : "interleaved: rank r runs stages r, r+p, ...")
-             << (vPlacement ? std::to_string(2 * pipelineStages - 1) + "-r" : std::string())
-             << ")\n";
-    }
-    simulated = schedule::simulate(generated);
-    double peak = *std::max_element(simulated.peakMemory.begin(), simulated.peakMemory.end());
-    nlohmann::json scheduleJson = {
-        {"name", name},
-        {"chunks", chunks},
-        {"microbatches", result.microbatches},
-        {"makespan_s", simulated.makespan},
-        {"bubble_flush", simulated.bubbleFlush},
-        {"bubble_steady_state", simulated.bubbleSteady},
-        {"bubble_over_ideal", simulated.bubbleOverIdeal},
-        {"peak_activation_units", peak},
-        {"rank_files", "schedule/rank_<rank>.json"},
-    };
-    if (!options.emit) {
-      if (options.partition.json) {
-        nlohmann::json summary = nlohmann::json::parse(report.str());
-        summary["schedule"] = scheduleJson;
-        outs << summary.dump(2) << "\n";
-      } else {
-        outs << report.str();
-        for (const auto &stage : result.stages)
-          if (result.microbatches % stage.replicas) {
-            outs << llvm::formatv("note: {0} micro-batches do not divide among the {1} replicas "
-                                  "of a stage: some replicas idle in each mini-batch (use a "
-                                  "multiple of {1})\n",
-                                  result.microbatches, stage.replicas)
-                        .str();
-            break;
-          }
-        outs << llvm::formatv("schedule {0}: {1} per mini-batch of {2} micro-batches (simulated), "
-                              "bubble {3:P} flush-to-flush, {4:P} steady-state, peak activations "
-                              "{5:F2} x one micro-batch of the largest stage\n",
-                              name, formatSeconds(simulated.makespan),
-                              result.microbatches, simulated.bubbleFlush,
-                              simulated.bubbleSteady, peak)
-                    .str();
-      }
-    }
-    plan = partition::planToJson(*table, partitionOptions.topology(), result);
-    plan["schedule"] = scheduleJson;
-    if (chunks > 1) {
-      // piperun reads one entry per rank position; the model-order stages
-      // (virtual stages) stay under their own key.
-      plan["virtual_stages"] = plan["stages"];
-      nlohmann::json positions = nlohmann::json::array();
-      for (int stage = 0; stage < pipelineStages; ++stage)
-        positions.push_back({{"id", stage}, {"ranks", {stage}}});
-      plan["stages"] = positions;
-      plan["chunks"] = chunks;
-      plan["placement"] = vPlacement ? "v" : "interleaved";
-    }
+    planner::Request request;
+    request.partition = options.partition;
+    request.partition.outDir.clear();
+    request.schedule = options.scheduleName;
+    request.chunks = options.chunks;
+    request.verticalSync = options.verticalSync;
+    request.candidates = options.candidates;
+    if (options.partition.options.asynchronous || options.scheduleName == "1f1b-rr")
+      request.unsplittable = passes::tiedParameterRanges(*module);
+    topology = request.partition.topology();
+    plan = planner::plan(*table, request);
   } catch (const partition::Error &error) {
     errs << "error: " << options.inputPath << ": " << error.what() << "\n";
     return 1;
@@ -409,6 +259,16 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
   } catch (const std::bad_alloc &) {
     errs << "error: " << options.inputPath << ": out of memory while planning\n";
     return 1;
+  }
+  const partition::PartitionResult &result = plan.chosen.partition;
+  if (!options.emit) {
+    if (options.partition.json) {
+      outs << planner::planSummaryJson(*table, plan).dump(2) << "\n";
+    } else {
+      std::ostringstream text;
+      planner::printPlan(text, *table, topology, plan);
+      outs << text.str();
+    }
   }
   passes::annotateStages(*module, *table, result);
   if (!dumpIr(options, *module, 2, phaseName(Phase::Partition), errs))
@@ -437,15 +297,23 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
   try {
     // Streams are numbered by schedule rank (stage-major); piperun maps
     // them to MPI ranks through the plan's stages (docs/runtime.md).
-    schedule::writeScheduleDir(generated, simulated,
+    schedule::writeScheduleDir(plan.schedule, plan.simulated,
                                (std::filesystem::path(directory) / "schedule").string());
   } catch (const std::exception &error) {
     errs << "error: " << directory << ": " << error.what() << "\n";
     return 1;
   }
-  if (failed(writeTrainingJob(*module, options, result, plan, outs, errs)))
+  nlohmann::json planFile = planner::planFileJson(*table, topology, plan);
+  // With --json, standard output carries the one JSON document only.
+  if (failed(writeTrainingJob(*module, options, result, planFile,
+                              options.partition.json ? errs : outs, errs)))
     return 1;
-  partition::writePlanFile(plan, directory);
+  try {
+    partition::writePlanFile(planFile, directory);
+  } catch (const partition::Error &error) {
+    errs << "error: " << error.what() << "\n";
+    return 1;
+  }
   return 0;
 }
 

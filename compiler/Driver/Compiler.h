@@ -54,8 +54,11 @@ struct CompileOptions {
   std::string dumpCostsPath;
   /// Topology and partition flags (--gpus, --cluster, --stages, ... --out, --json).
   partition::PartitionCliOptions partition;
-  /// Pipeline schedule (--schedule); empty: 1f1b, or 1f1b-rr with --async.
+  /// Pipeline schedule (--schedule); empty: the planner searches every
+  /// synchronous family (1f1b-rr with --async).
   std::string scheduleName;
+  /// Plans the printout ranks (--candidates): the chosen one and runner-ups.
+  int candidates = 3;
   /// Model chunks per rank (virtual stages): interleaved 1F1B takes any,
   /// zb-v two; 0 picks the schedule's default (1, or 2 for zb-v).
   int chunks = 0;

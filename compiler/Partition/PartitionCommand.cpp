@@ -80,9 +80,10 @@ void parsePartitionFlags(std::vector<std::string> &args, PartitionCliOptions &o)
       o.options.memoryLimitBytes = parseByteSize(takeValue(), "--memory-limit");
     else if (arg == "--stages")
       o.options.forcedStages = parsePositive(arg, takeValue(), static_cast<int>(kMaxDevices));
-    else if (arg == "--microbatches")
+    else if (arg == "--microbatches") {
       o.options.microbatches = parsePositive(arg, takeValue(), kMaxMicrobatches);
-    else if (arg == "--no-replication") {
+      o.microbatchesGiven = true;
+    } else if (arg == "--no-replication") {
       noValue();
       o.options.allowReplication = false;
     } else if (arg == "--async") {
@@ -95,6 +96,7 @@ void parsePartitionFlags(std::vector<std::string> &args, PartitionCliOptions &o)
       if (mode != "none" && mode != "all" && mode != "auto")
         throw Error("--recompute: expected none, all or auto, got '" + mode + "'");
       o.recomputeMode = mode;
+      o.recomputeGiven = true;
       o.options.recompute = mode == "all";
     } else if (arg == "--partition")
       o.partitionFile = takeValue();
@@ -119,7 +121,8 @@ const char *partitionFlagsHelp() {
          "  --memory-limit SIZE   per-device memory, e.g. 16GiB, 80GB (default: the device's)\n"
          "  --stages N            exactly N pipeline stages (at most the devices)\n"
          "  --no-replication      a straight pipeline: no stage is replicated\n"
-         "  --microbatches M      micro-batches per mini-batch (default 1, at most 65536)\n"
+         "  --microbatches M      micro-batches per mini-batch (at most 65536; pipec MODEL: default\n"
+         "                        chosen by the planner, pipec partition: default 1)\n"
          "  --async               PipeDream 1F1B-RR: weight stashing, no flush\n"
          "  --recompute[=MODE]    keep only stage inputs and recompute activations in the\n"
          "                        backward: all (bare flag), none, or auto (only the stages\n"
@@ -129,9 +132,8 @@ const char *partitionFlagsHelp() {
          "  --out DIR             write DIR/plan.json\n";
 }
 
-PartitionResult runPartition(const CostTable &table, const PartitionCliOptions &o,
-                             std::ostream &out) {
-  Topology topo = o.topology();
+PartitionResult partitionWithRecompute(const CostTable &table, const Topology &topo,
+                                       const PartitionCliOptions &o) {
   auto run = [&](const PartitionOptions &options) {
     return o.partitionFile.empty()
                ? partition(table, topo, options)
@@ -164,6 +166,13 @@ PartitionResult runPartition(const CostTable &table, const PartitionCliOptions &
         result.recomputedStages.push_back(static_cast<int>(s));
   }
   result.verify(table, topo);
+  return result;
+}
+
+PartitionResult runPartition(const CostTable &table, const PartitionCliOptions &o,
+                             std::ostream &out) {
+  Topology topo = o.topology();
+  PartitionResult result = partitionWithRecompute(table, topo, o);
   if (!o.outDir.empty())
     writePlanFile(planToJson(table, topo, result), o.outDir);
   if (o.json)

@@ -22,6 +22,8 @@ struct PartitionCliOptions {
   std::string outDir;        ///< --out DIR
   PartitionOptions options;  ///< --stages --no-replication --memory-limit --microbatches --async --recompute
   std::string recomputeMode = "none"; ///< --recompute[=none|all|auto]
+  bool recomputeGiven = false;        ///< --recompute was passed (else the planner tries auto)
+  bool microbatchesGiven = false;     ///< --microbatches was passed (else the planner chooses)
 
   /// The topology the flags describe (exactly one of --gpus and --cluster).
   Topology topology() const;
@@ -33,6 +35,11 @@ void parsePartitionFlags(std::vector<std::string> &args, PartitionCliOptions &op
 
 /// Help text for the flags parsePartitionFlags understands.
 const char *partitionFlagsHelp();
+
+/// Partitions (or evaluates --partition) under the flags, recompute=auto
+/// included; checks the result's invariants. Throws Error.
+PartitionResult partitionWithRecompute(const CostTable &table, const Topology &topology,
+                                       const PartitionCliOptions &options);
 
 /// Partitions (or evaluates --partition) and prints the table or --json summary
 /// to `out`, writing DIR/plan.json for --out. Returns the partition. Throws Error.

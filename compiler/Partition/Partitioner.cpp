@@ -80,6 +80,10 @@ CostModel::CostModel(const CostTable &table, const Topology &topology, const Par
   int64_t running = 0;
   for (size_t s = 0; s < n; ++s)
     cutBytes_[s] = running += delta[s];
+  forbiddenCut_.assign(n, 0);
+  for (auto [first, last] : options.unsplittable)
+    for (int s = std::max(0, first); s < last && s < static_cast<int>(n); ++s)
+      forbiddenCut_[s] = 1;
 }
 
 int CostModel::inflight(int r, int x, int64_t outer) const {
@@ -108,6 +112,8 @@ double CostModel::allreduceTime(int level, int i, int j, int r) const {
 }
 
 double CostModel::cutTime(int level, int s) const {
+  if (s >= 0 && s < static_cast<int>(forbiddenCut_.size()) && forbiddenCut_[s])
+    return kInf; // inside an unsplittable range (PartitionOptions::unsplittable)
   return 2.0 * static_cast<double>(cutBytes(s)) / topology_.levels[level].bandwidthBytesPerSecond;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pipec::partition {
@@ -22,6 +23,9 @@ struct PartitionOptions {
   bool recompute = false;        ///< keep only stage inputs of in-flight micro-batches
   int microbatches = 1;          ///< micro-batches per mini-batch
   int maxLayers = 0;             ///< group ops into at most this many layers (0: as many as the time budget allows)
+  /// Inclusive op ranges that must stay in one stage (no cut inside): the
+  /// users of a tied parameter under --async.
+  std::vector<std::pair<int, int>> unsplittable;
 };
 
 /// A hierarchical partition, as PipeDream's DP builds it: at the outermost level a
@@ -76,7 +80,9 @@ struct PartitionResult {
   /// that need it to fit with --recompute=auto; empty without).
   std::vector<int> recomputedStages;
   double timePerMicrobatch = 0;      ///< PipeDream's objective: the slowest stage or link
-  double timePerMinibatch = 0;
+  double timePerMinibatch = 0;       ///< the simulated schedule's when `simulated`, else analytic
+  double analyticTimePerMinibatch = 0; ///< PipeDream's estimate, kept beside a simulated one
+  bool simulated = false;            ///< timePerMinibatch, throughput and bubble come from the schedule
   double throughput = 0;             ///< micro-batches per second
   double bubbleSeconds = 0;          ///< fill and drain per mini-batch (synchronous)
   double bubbleFraction = 0;         ///< bubble / time per mini-batch
@@ -134,6 +140,7 @@ private:
   double limit_;
   std::vector<double> computePrefix_, paramPrefix_, optPrefix_, actPrefix_;
   std::vector<int64_t> cutBytes_;
+  std::vector<char> forbiddenCut_; ///< 1: cut s falls inside an unsplittable range
 };
 
 /// Ends (last op index, inclusive) of the layers the DP runs on: the identity

@@ -51,6 +51,7 @@ static json predictionsJson(const PartitionResult &r) {
   json p = {
       {"time_per_microbatch_s", r.timePerMicrobatch},
       {"time_per_minibatch_s", r.timePerMinibatch},
+      {"time_per_minibatch_source", r.simulated ? "simulated schedule" : "analytic (PipeDream's model)"},
       {"throughput_microbatches_per_s", r.throughput},
       {"bubble_s", r.bubbleSeconds},
       {"bubble_fraction", r.bubbleFraction},
@@ -58,6 +59,8 @@ static json predictionsJson(const PartitionResult &r) {
       {"devices_used", r.devicesUsed},
       {"data_parallel_fits", r.dataParallelFits},
   };
+  if (r.simulated)
+    p["dp_estimate_time_per_minibatch_s"] = r.analyticTimePerMinibatch;
   p["data_parallel_time_per_microbatch_s"] =
       r.dataParallelFits ? json(r.dataParallelTimePerMicrobatch) : json(nullptr);
   p["speedup_over_data_parallel"] = r.dataParallelFits ? json(r.speedupOverDataParallel) : json(nullptr);
@@ -248,16 +251,27 @@ void printPlanTable(std::ostream &os, const CostTable &table, const Topology &to
   }
   os << "\n";
   os << "time per micro-batch    " << seconds(r.timePerMicrobatch) << " (slowest stage or link)\n";
-  os << "time per mini-batch     " << seconds(r.timePerMinibatch);
-  if (!r.asynchronous)
-    os << " (" << r.microbatches << " x " << seconds(r.timePerMicrobatch) << " + bubble)";
-  os << "\n";
-  os << "throughput              " << std::setprecision(4) << r.throughput << " micro-batches/s\n";
-  if (r.asynchronous)
-    os << "pipeline bubble         none in steady state (no flush)\n";
-  else
-    os << "pipeline bubble         " << seconds(r.bubbleSeconds) << " per mini-batch (" << std::fixed
-       << std::setprecision(1) << 100 * r.bubbleFraction << "%)\n" << std::defaultfloat;
+  if (r.simulated) {
+    // The planner's prediction: the emitted schedule, simulated.
+    os << "time per mini-batch     " << seconds(r.timePerMinibatch) << " (" << r.microbatches
+       << " micro-batches, the simulated schedule below)\n";
+    os << "DP estimate             " << seconds(r.analyticTimePerMinibatch)
+       << " per mini-batch (PipeDream's analytic model, not the prediction)\n";
+    os << "throughput              " << std::setprecision(4) << r.throughput << " micro-batches/s\n";
+    os << "pipeline bubble         " << std::fixed << std::setprecision(1) << 100 * r.bubbleFraction
+       << "% of a mini-batch from an empty pipeline (simulated)\n" << std::defaultfloat;
+  } else {
+    os << "time per mini-batch     " << seconds(r.timePerMinibatch);
+    if (!r.asynchronous)
+      os << " (" << r.microbatches << " x " << seconds(r.timePerMicrobatch) << " + bubble)";
+    os << "\n";
+    os << "throughput              " << std::setprecision(4) << r.throughput << " micro-batches/s\n";
+    if (r.asynchronous)
+      os << "pipeline bubble         none in steady state (no flush)\n";
+    else
+      os << "pipeline bubble         " << seconds(r.bubbleSeconds) << " per mini-batch (" << std::fixed
+         << std::setprecision(1) << 100 * r.bubbleFraction << "%)\n" << std::defaultfloat;
+  }
   os << "in-flight micro-batches " << r.inflightMicrobatches << " (input stage)\n";
   if (r.dataParallelFits)
     os << "speedup over pure data parallelism on " << topology.totalDevices() << " devices: "

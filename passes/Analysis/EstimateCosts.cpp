@@ -365,4 +365,33 @@ FailureOr<partition::CostTable> costTableFromModule(ModuleOp module) {
   return table;
 }
 
+std::vector<std::pair<int, int>> tiedParameterRanges(ModuleOp module) {
+  // Rows in costTableFromModule's order: costed ops other than constants.
+  llvm::DenseMap<Value, std::pair<int, int>> users;
+  int row = 0;
+  module.walk([&](Operation *op) {
+    if (!llvm::isa<nn::CostOpInterface>(op) || llvm::isa<nn::ConstantOp>(op))
+      return;
+    for (Value operand : op->getOperands()) {
+      auto argument = llvm::dyn_cast<BlockArgument>(operand);
+      auto function = argument ? llvm::dyn_cast<func::FuncOp>(argument.getOwner()->getParentOp()) : nullptr;
+      if (!function)
+        continue;
+      auto role = function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "nn.role");
+      if (!role || role.getValue() != "param")
+        continue;
+      auto [it, inserted] = users.try_emplace(operand, row, row);
+      if (!inserted)
+        it->second = {std::min(it->second.first, row), std::max(it->second.second, row)};
+    }
+    ++row;
+  });
+  std::vector<std::pair<int, int>> ranges;
+  for (const auto &entry : users)
+    if (entry.second.first != entry.second.second)
+      ranges.push_back(entry.second);
+  std::sort(ranges.begin(), ranges.end());
+  return ranges;
+}
+
 } // namespace pipec::passes

@@ -39,7 +39,8 @@ int runPipec(int argc, char **argv) {
   std::string overview =
       std::string("pipec: compile an ONNX model into a pipeline-parallel training job\n\n"
                   "  pipec model.onnx                      import and print a summary\n"
-                  "  pipec model.onnx --gpus 2x8           partition: print the plan\n"
+                  "  pipec model.onnx --gpus 2x8           plan: partition, schedule and\n"
+                  "                                        micro-batches chosen jointly\n"
                   "  pipec model.onnx --emit=<phase>       print the IR after a phase\n"
                   "  pipec model.onnx --dump-ir DIR        write the IR after every phase\n"
                   "  pipec partition --costs costs.csv ... partition a cost table alone\n"
@@ -85,7 +86,7 @@ int runPipec(int argc, char **argv) {
   cl::opt<std::string> scheduleName(
       "schedule",
       cl::desc("Pipeline schedule: gpipe, 1f1b, 1f1b-rr, interleaved, zb-h1, zb-h2, zb-v, auto "
-               "(default 1f1b, or 1f1b-rr with --async)"),
+               "(default: the planner picks among the synchronous ones; 1f1b-rr with --async)"),
       cl::value_desc("name"), cl::cat(category));
   cl::opt<std::string> loss(
       "loss", cl::desc("Loss appended to a model ending in logits: softmax-cross-entropy, mse"),
@@ -117,6 +118,10 @@ int runPipec(int argc, char **argv) {
       cl::desc("Model chunks per rank for --schedule interleaved (zb-v: 2); the model is "
                "split into ranks x chunks virtual stages"),
       cl::init(0), cl::cat(category));
+  cl::opt<int> candidates(
+      "candidates",
+      cl::desc("Print the best N plans the planner evaluated, with their simulated times"),
+      cl::value_desc("n"), cl::init(3), cl::cat(category));
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(static_cast<int>(remaining.size()), remaining.data(),
                               overview);
@@ -132,6 +137,7 @@ int runPipec(int argc, char **argv) {
   options.dumpCostsPath = dumpCosts;
   options.scheduleName = scheduleName;
   options.chunks = chunks;
+  options.candidates = candidates;
   options.loss = loss;
   options.learningRate = learningRate;
   options.momentum = momentum;
@@ -177,6 +183,10 @@ int runPipec(int argc, char **argv) {
   if (chunks < 0 || chunks > pipec::schedule::kMaxChunks) {
     llvm::errs() << "error: --chunks " << chunks << ": must be between 1 and "
                  << pipec::schedule::kMaxChunks << " (0: the schedule's default)\n";
+    return 1;
+  }
+  if (candidates < 0 || candidates > 1000) {
+    llvm::errs() << "error: --candidates " << candidates << ": must be between 0 and 1000\n";
     return 1;
   }
   if (elide < 0) {
