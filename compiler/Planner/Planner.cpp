@@ -150,6 +150,8 @@ struct Search {
       Partitioned p{partition::partitionWithRecompute(table, topo, o), origin, topo};
       return p;
     } catch (const Error &e) {
+      if (!request.partition.partitionFile.empty())
+        throw; // the given partition is the only one: its error is the answer
       reject(origin + ": " + e.what());
       return std::nullopt;
     }
@@ -237,7 +239,8 @@ struct Search {
     const int p = chunks > 1 ? static_cast<int>(part.result.stages.size()) / chunks
                              : static_cast<int>(part.result.stages.size());
     const bool explicitAll = explicitFamily && request.partition.microbatchesGiven;
-    for (int m : only.empty() ? microbatchChoices(part.result, name, p) : only) {
+    const bool any = only.empty() || request.partition.microbatchesGiven;
+    for (int m : any ? microbatchChoices(part.result, name, p) : only) {
       if (name == "interleaved" && m % p != 0) {
         if (explicitAll) {
           const int below = m / p * p;
@@ -377,7 +380,7 @@ struct Search {
     // holds `chunks` times the devices (same bandwidths), so transfers cost
     // what they cost between those ranks.
     for (const auto &f : fams) {
-      if (!chunkedFamily(f))
+      if (!chunkedFamily(f) || (!explicitFamily && !request.partition.partitionFile.empty()))
         continue;
       const int p = opts.forcedStages ? opts.forcedStages : static_cast<int>(devices);
       std::vector<int> chunkChoices;
@@ -490,9 +493,13 @@ Plan plan(const partition::CostTable &table, const Request &request) {
   search.run();
   Plan &out = search.plan;
   if (search.all.empty()) {
-    std::string why = "no plan fits the constraints";
-    for (const auto &r : out.rejections)
-      why += "\n  " + r;
+    // The first reason is the broadest attempt's (the DP's own choice).
+    std::string why = out.rejections.empty() ? "no plan fits the constraints" : out.rejections.front();
+    if (out.rejections.size() > 1) {
+      why += "\nother plans tried:";
+      for (size_t i = 1; i < out.rejections.size(); ++i)
+        why += "\n  " + out.rejections[i];
+    }
     throw Error(why);
   }
   // Lowest simulated time per sample; ties: fewer micro-batches (a smaller
@@ -536,6 +543,12 @@ void printPlan(std::ostream &os, const partition::CostTable &table,
                         : std::string("interleaved: rank r runs stages r, r+p, ..."))
        << ")\n";
   }
+  os << "recompute: ";
+  if (c.partition.recomputedStages.empty())
+    os << "none (every stage fits without it)\n";
+  for (size_t i = 0; i < c.partition.recomputedStages.size(); ++i)
+    os << (i ? ", " : "stages ") << c.partition.recomputedStages[i]
+       << (i + 1 == c.partition.recomputedStages.size() ? "\n" : "");
   const auto &sim = plan.simulated;
   os << std::fixed << std::setprecision(2);
   os << "schedule " << c.schedule << ": " << secondsText(c.timePerMinibatch) << " per mini-batch of "
