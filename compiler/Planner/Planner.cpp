@@ -275,6 +275,13 @@ struct Search {
   std::vector<std::string> families() const {
     const bool async = request.partition.options.asynchronous;
     if (!request.schedule.empty()) {
+      const auto known = schedule::scheduleNames();
+      if (std::find(known.begin(), known.end(), request.schedule) == known.end()) {
+        std::string all;
+        for (const auto &n : known)
+          all += (all.empty() ? "" : ", ") + n;
+        throw schedule::ScheduleError("unknown schedule '" + request.schedule + "' (known: " + all + ")");
+      }
       if (async && !asynchronousFamily(request.schedule))
         throw schedule::ScheduleError("--async runs 1f1b-rr (weight stashing); --schedule " +
                                       request.schedule + " is synchronous");
@@ -380,7 +387,10 @@ struct Search {
     // holds `chunks` times the devices (same bandwidths), so transfers cost
     // what they cost between those ranks.
     for (const auto &f : fams) {
-      if (!chunkedFamily(f) || (!explicitFamily && !request.partition.partitionFile.empty()))
+      // --stages N alone asks for N model stages: chunks only when named.
+      const bool chunksNamed = explicitFamily || request.chunks > 1;
+      if (!chunkedFamily(f) ||
+          (!chunksNamed && (!request.partition.partitionFile.empty() || opts.forcedStages)))
         continue;
       const int p = opts.forcedStages ? opts.forcedStages : static_cast<int>(devices);
       std::vector<int> chunkChoices;
