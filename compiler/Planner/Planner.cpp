@@ -35,6 +35,9 @@ constexpr int kMicrobatchDoublings = 6;
 /// Instructions one evaluation may simulate (ranks x micro-batches x chunks),
 /// so that the search on the largest topologies stays within seconds.
 constexpr long kEvaluationBudget = 1L << 14;
+/// The simulator's work also grows with ranks x micro-batches (thousands of
+/// replicas): past this only the smallest count is tried.
+constexpr long kRankMicrobatchBudget = 1L << 22;
 /// Mini-batches simulated back to back for the steady-state prediction.
 constexpr int kSteadyStateMinibatches = 2;
 
@@ -159,7 +162,7 @@ struct Search {
 
   /// Generates, simulates and scores one (partition, family, chunks, m).
   std::optional<Candidate> evaluate(const Partitioned &part, const std::string &name, int chunks,
-                                    int microbatches, bool explicitRequest) {
+                                    int microbatches, bool explicitRequest, bool firstChoice) {
     const bool v = name == "zb-v";
     Candidate c;
     c.schedule = name;
@@ -173,8 +176,9 @@ struct Search {
     c.problem.microbatches = microbatches;
     c.problem.verticalSync = request.verticalSync && asynchronousFamily(name);
     c.pipelineStages = c.problem.stages;
-    if (static_cast<long>(c.problem.stages) * chunks * microbatches > kEvaluationBudget &&
-        !explicitRequest)
+    if (!firstChoice && !explicitRequest &&
+        (static_cast<long>(c.problem.stages) * chunks * microbatches > kEvaluationBudget ||
+         static_cast<long>(c.problem.numRanks()) * microbatches > kRankMicrobatchBudget))
       return std::nullopt;
     schedule::Schedule s;
     schedule::SimResult sim;
@@ -252,7 +256,7 @@ struct Search {
         }
         continue;
       }
-      if (auto c = evaluate(part, name, chunks, m, explicitAll)) {
+      if (auto c = evaluate(part, name, chunks, m, explicitAll, tried.empty())) {
         // Doubling the count stops paying once it gains under 1% per sample.
         const bool flat = !tried.empty() && c->timePerSample() > 0.99 * tried.back().timePerSample();
         tried.push_back(std::move(*c));
@@ -403,7 +407,7 @@ struct Search {
           throw schedule::ScheduleError("zb-v places exactly 2 chunks per rank");
         if (p < 2 || static_cast<int64_t>(p) * v > ops ||
             static_cast<int64_t>(p) * v > partition::kMaxDevices || !request.partition.partitionFile.empty()) {
-          std::string why = f + " with " + std::to_string(v) + " chunks on " + std::to_string(p) +
+          std::string why = f + " --chunks " + std::to_string(v) + " on " + std::to_string(p) +
                             " ranks needs " + std::to_string(static_cast<int64_t>(p) * v) +
                             " virtual stages" +
                             (!request.partition.partitionFile.empty() ? " (not with --partition)"
