@@ -6,11 +6,26 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${PIPEC_BUILD_DIR:-$ROOT/build}"
 "$ROOT/tools/build.sh"
-ctest --test-dir "$BUILD" --output-on-failure -j "${PIPEC_JOBS:-2}"
 
 # A short fuzz run (docs/security.md): the libFuzzer targets, built by
 # tools/fuzz.sh with clang-22, ASan and UBSan in build-fuzz/, replay every saved
 # regression input and then fuzz PIPEC_FUZZ_SECONDS (default 15) each.
 # Longer campaigns: tools/fuzz.sh SECONDS.
-"$ROOT/tools/fuzz.sh" 0
+# The fuzz targets build while the tests run, at the lowest priority: it gets
+# the cores the tests leave idle (mpirun start-up, watchdog waits) and little
+# else. PIPEC_FUZZ_BUILD_NICE=0 builds them at normal priority.
+fuzz_log="$(mktemp "${TMPDIR:-/tmp}/pipec-fuzz-build.XXXXXX")"
+nice -n "${PIPEC_FUZZ_BUILD_NICE:-19}" "$ROOT/tools/fuzz.sh" 0 >"$fuzz_log" 2>&1 &
+fuzz_build=$!
+
+status=0
+ctest --test-dir "$BUILD" --output-on-failure -j "${PIPEC_JOBS:-2}" || status=$?
+
+fuzz_status=0
+wait "$fuzz_build" || fuzz_status=$?
+cat "$fuzz_log"
+rm -f "$fuzz_log"
+((fuzz_status == 0)) || echo "test.sh: building the fuzz targets (tools/fuzz.sh 0) failed ($fuzz_status)" >&2
+((status == 0)) || exit "$status"
+((fuzz_status == 0)) || exit "$fuzz_status"
 ctest --test-dir "$ROOT/build-fuzz" -L fuzz --output-on-failure -j "${PIPEC_JOBS:-2}"

@@ -14,14 +14,24 @@ piperun trains them as pipelines on 2-3 MPI ranks. Checks, after N steps:
 3. bad inputs (a plan run with the wrong number of ranks, a missing stage
    library) exit non-zero quickly on every rank, and the profile piperun
    measures is one pipec reads.
+
+The examples (and the error checks) run in parallel worker processes, one per
+core; the stage libraries of the jobs go through stage_compile_cache.py, so
+that a generated stage identical to one already built (every 2-stage
+schedule of a model shares its stage sources) is compiled once.
 """
 import argparse
+import concurrent.futures
+import contextlib
+import io
+import multiprocessing
 import os
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
+import traceback
 
 import numpy as np
 import torch
@@ -32,17 +42,29 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "runtime", "tools"))
 import make_examples  # noqa: E402
+import stage_compile_cache  # noqa: E402
 from export_to_onnx import read_tensor_file  # noqa: E402
 
-MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+# Ranks on one machine: the ob1 PML over shared memory, as Open MPI picks
+# here anyway (and as test/runtime/run_case.sh names it); naming it skips
+# probing the cm/ucx PMLs and the TCP BTL, seconds of every mpirun. A rank
+# waiting for another yields its core (ranks and tests share two cores).
+MPI_ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader",
+                "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMPI_MCA_mpi_yield_when_idle": "1"},
+                **os.environ)
+MPI_ENV.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OPENBLAS_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+ENV = MPI_ENV  # a worker's: MPI_ENV with the stage compile cache on PATH
 STEPS, MICROBATCHES, LR = 3, 4, 0.01
+# pipec --build of the GPT's 1-rank stage is a minute of g++ on an idle core;
+# the workers and the other tests share two.
+BUILD_TIMEOUT = 900
 DTYPE_CODES = {np.dtype(np.float32): 1, np.dtype(np.float64): 2, np.dtype(np.int64): 3,
                np.dtype(np.int32): 4}
 
 
 def run(command, timeout=300, check=True):
-    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=MPI_ENV)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=ENV)
     if check and result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}):\n"
                            f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
@@ -101,7 +123,7 @@ def make_data(model, sample, input_name, workdir):
 
 def compile_and_train(pipec, piperun, model_path, data, job, ranks, flags):
     run([pipec, model_path, "--microbatches", str(MICROBATCHES), "--lr", str(LR),
-         "--out", job, "--build"] + flags)
+         "--out", job, "--build"] + flags, timeout=BUILD_TIMEOUT)
     run(["mpirun", "-np", str(ranks), "--oversubscribe", piperun, job, "--iters", str(STEPS),
          "--data", data, "--export-weights", os.path.join(job, "trained")])
     weights = {}
@@ -240,7 +262,7 @@ def check_errors(args, workdir, failures):
     _, _, _, path = export("mlp", workdir, dropout=True)
     job = os.path.join(workdir, "errors")
     run([args.pipec, path, "--gpus", "1x2", "--stages", "2", "--no-replication", "--out", job,
-         "--build"])
+         "--build"], timeout=BUILD_TIMEOUT)
     wrong = run(["mpirun", "-np", "3", "--oversubscribe", args.piperun, job, "--iters", "1"],
                 timeout=60, check=False)
     ok = wrong.returncode != 0 and "rank" in (wrong.stderr + wrong.stdout)
@@ -268,20 +290,56 @@ def check_errors(args, workdir, failures):
         failures.append("missing library")
 
 
+def task(name, args, workdir, env):
+    """One worker's share: an example's checks, or the error checks. Returns
+    (printed output, failures); an exception is a failure."""
+    global ENV
+    ENV = env
+    torch.set_num_threads(1)  # the workers share the cores
+    failures = []
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        try:
+            if name == "errors":
+                check_errors(args, os.path.join(workdir, name), failures)
+            else:
+                check(name, args, os.path.join(workdir, name), failures)
+        except Exception:  # noqa: BLE001 (reported with its traceback)
+            print(traceback.format_exc())
+            failures.append(f"{name}: exception")
+    return output.getvalue(), failures
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipec", required=True)
     parser.add_argument("--piperun", required=True)
     parser.add_argument("--pipeseq", required=True)
     parser.add_argument("--only", action="append")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
+                        help="worker processes (default: one per core)")
     parser.add_argument("--schedules", nargs="+",
                         default=["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"])
     args = parser.parse_args()
     failures = []
     with tempfile.TemporaryDirectory() as workdir:
-        for example in args.only or ["mlp", "cnn", "gpt"]:
-            check(example, args, workdir, failures)
-        check_errors(args, workdir, failures)
+        env = stage_compile_cache.install(os.path.join(workdir, "cxx"), MPI_ENV)
+        # The largest model first, so that the workers finish together.
+        largest = ["gpt", "cnn"]
+        names = sorted(args.only or ["mlp", "cnn", "gpt"],
+                       key=lambda name: largest.index(name) if name in largest else len(largest))
+        names.append("errors")
+        for name in names:
+            os.makedirs(os.path.join(workdir, name), exist_ok=True)
+        context = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(max(1, args.jobs), mp_context=context) as pool:
+            futures = [pool.submit(task, name, args, workdir, env) for name in names]
+            for name, future in zip(names, futures):
+                output, failed = future.result()
+                sys.stdout.write(output)
+                sys.stdout.flush()
+                failures += failed
+        print(stage_compile_cache.summary(os.path.join(workdir, "cxx")))
     print(f"{len(failures)} failed: {failures}" if failures else "all checks passed")
     return 1 if failures else 0
 

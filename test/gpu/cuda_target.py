@@ -16,10 +16,15 @@
     precision's tolerance (fp32: 1e-3 relative to the largest weight, bf16:
     3e-2).
 
+`build` checks the examples side by side (one worker per core); the CPU
+stages go through test/e2e/stage_compile_cache.py (the GPT's fp32 and bf16
+CPU stages are the same source, compiled once).
+
 Exit code 77 means "skipped" (ctest's SKIP_RETURN_CODE): no nvcc / no CUDA
 kernel library for `build`, no GPU for `train`. A skip is never a pass.
 """
 import argparse
+import concurrent.futures
 import ctypes
 import os
 import shutil
@@ -33,6 +38,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "runtime", "tools"))
 from export_to_onnx import read_tensor_file  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
+import stage_compile_cache  # noqa: E402
 
 SKIP = 77
 EXAMPLES = ["mlp", "cnn", "gpt"]
@@ -93,47 +100,65 @@ def describe(library):
     }
 
 
-def compile_job(pipec, example, job, target, precision, stages=2):
+def compile_job(pipec, example, job, target, precision, stages=2, env=ENV):
     """The same plan for both targets: the partition sees the same precision
     (the CPU target computes fp32 whatever the cost model assumed)."""
     command = [pipec, os.path.join(ROOT, "examples", f"{example}.onnx"), "--gpus", f"1x{stages}",
                "--stages", str(stages), "--microbatches", str(MICROBATCHES),
                "--optimizer", "sgd-momentum", "--lr", "0.01", "--seed", "3", "--target", target,
                "--precision", precision, "--out", job, "--build"]
-    return subprocess.run(command, capture_output=True, text=True, timeout=900, env=ENV)
+    return subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
+
+
+def build_pair(args, workdir, env, example, precision):
+    """One example and precision: (skip message or None, failures, lines)."""
+    failures, lines = [], []
+    label = f"{example} ({precision})"
+    cuda_job = os.path.join(workdir, f"{example}-{precision}-cuda")
+    result = compile_job(args.pipec, example, cuda_job, "cuda", precision, env=env)
+    if result.returncode != 0 and NO_CUDA_LIBRARY in result.stderr:
+        return result.stderr.strip(), failures, lines
+    if result.returncode != 0:
+        failures.append(f"{label}: --target cuda --build failed:\n{result.stderr[-4000:]}")
+        return None, failures, lines
+    cpu_job = os.path.join(workdir, f"{example}-{precision}-cpu")
+    result = compile_job(args.pipec, example, cpu_job, "cpu", precision, env=env)
+    if result.returncode != 0:
+        failures.append(f"{label}: --target cpu --build failed:\n{result.stderr[-4000:]}")
+        return None, failures, lines
+    stages = sorted(f for f in os.listdir(os.path.join(cuda_job, "stages")) if f.endswith(".so"))
+    if len(stages) != 2:
+        failures.append(f"{label}: expected 2 CUDA stage libraries, found {stages}")
+        return None, failures, lines
+    for stage in stages:
+        cuda_desc = describe(os.path.join(cuda_job, "stages", stage))
+        cpu_desc = describe(os.path.join(cpu_job, "stages", stage))
+        if cuda_desc != cpu_desc:
+            differing = [k for k in cuda_desc if cuda_desc[k] != cpu_desc[k]]
+            failures.append(f"{label} {stage}: descriptors differ in {differing}")
+        else:
+            lines.append(f"  ok   {label} {stage}: built with nvcc, {len(cuda_desc['params'])} "
+                         f"parameters, descriptor equals the CPU stage's")
+    return None, failures, lines
 
 
 def check_build(args, workdir):
+    # The largest model first, so that the workers finish together.
+    pairs = [(example, precision) for example in reversed(EXAMPLES)
+             for precision in (["fp32", "bf16"] if example == "gpt" else ["fp32"])]
+    env = stage_compile_cache.install(os.path.join(workdir, "cxx"), ENV)
     failures = []
-    for example in EXAMPLES:
-        for precision in (["fp32", "bf16"] if example == "gpt" else ["fp32"]):
-            label = f"{example} ({precision})"
-            cuda_job = os.path.join(workdir, f"{example}-{precision}-cuda")
-            result = compile_job(args.pipec, example, cuda_job, "cuda", precision)
-            if result.returncode != 0 and NO_CUDA_LIBRARY in result.stderr:
-                print(f"SKIPPED: {result.stderr.strip()}")
-                return SKIP
-            if result.returncode != 0:
-                failures.append(f"{label}: --target cuda --build failed:\n{result.stderr[-4000:]}")
-                continue
-            cpu_job = os.path.join(workdir, f"{example}-{precision}-cpu")
-            result = compile_job(args.pipec, example, cpu_job, "cpu", precision)
-            if result.returncode != 0:
-                failures.append(f"{label}: --target cpu --build failed:\n{result.stderr[-4000:]}")
-                continue
-            stages = sorted(f for f in os.listdir(os.path.join(cuda_job, "stages")) if f.endswith(".so"))
-            if len(stages) != 2:
-                failures.append(f"{label}: expected 2 CUDA stage libraries, found {stages}")
-                continue
-            for stage in stages:
-                cuda_desc = describe(os.path.join(cuda_job, "stages", stage))
-                cpu_desc = describe(os.path.join(cpu_job, "stages", stage))
-                if cuda_desc != cpu_desc:
-                    differing = [k for k in cuda_desc if cuda_desc[k] != cpu_desc[k]]
-                    failures.append(f"{label} {stage}: descriptors differ in {differing}")
-                else:
-                    print(f"  ok   {label} {stage}: built with nvcc, {len(cuda_desc['params'])} "
-                          f"parameters, descriptor equals the CPU stage's")
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        outcomes = list(pool.map(lambda pair: build_pair(args, workdir, env, *pair), pairs))
+    for skipped, failed, lines in outcomes:
+        if skipped is not None:
+            print(f"SKIPPED: {skipped}")
+            return SKIP
+    for skipped, failed, lines in outcomes:
+        for line in lines:
+            print(line)
+        failures += failed
+    print(stage_compile_cache.summary(os.path.join(workdir, "cxx")))
     for failure in failures:
         print(f"FAIL {failure}")
     return 1 if failures else 0
@@ -198,6 +223,8 @@ def main():
     parser.add_argument("--pipec", required=True)
     parser.add_argument("--piperun", required=True)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
+                        help="builds side by side (--check build; default: one per core)")
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix=f"pipec-cuda-{args.check}-")
     try:

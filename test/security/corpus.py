@@ -8,9 +8,15 @@ Cases live in `cases_<area>.py` beside this file; each module defines
 `cases(ctx)` returning a list of `Case`. `ctx` builds shared fixtures once
 (a compiled job, a model file) in a scratch directory.
 
-    corpus.py --pipec P --piperun R --pipeseq S [--only SUBSTRING] [-v]
+Each area (cases_<area>.py) runs its cases in order, in its own lane; the
+lanes run side by side (--jobs, default 3): most cases wait on mpirun rather
+than compute, and the areas share nothing but the fixtures of `ctx`, which
+are built once under a lock.
+
+    corpus.py --pipec P --piperun R --pipeseq S [--only SUBSTRING] [--jobs N] [-v]
 """
 import argparse
+import concurrent.futures
 import glob
 import importlib.util
 import os
@@ -20,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
@@ -27,7 +34,14 @@ from typing import Callable, List, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
-MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+# Ranks on one machine: the ob1 PML over shared memory, as Open MPI picks
+# here anyway (and as test/runtime/run_case.sh names it); naming it skips
+# probing the cm/ucx PMLs and the TCP BTL, seconds of every mpirun. A rank
+# waiting for another yields its core (ranks and tests share two cores).
+MPI_ENV = dict({"OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader",
+                "OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMPI_MCA_mpi_yield_when_idle": "1"},
+                **os.environ)
+MPI_ENV.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OPENBLAS_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1")
 
 
@@ -57,6 +71,7 @@ class Context:
         self.examples = os.path.join(ROOT, "examples")
         self.env = MPI_ENV
         self._cache = {}
+        self._lock = threading.RLock()  # lanes build fixtures one at a time
 
     def path(self, *parts):
         p = os.path.join(self.scratch, *parts)
@@ -64,9 +79,10 @@ class Context:
         return p
 
     def once(self, key, build):
-        if key not in self._cache:
-            self._cache[key] = build()
-        return self._cache[key]
+        with self._lock:
+            if key not in self._cache:
+                self._cache[key] = build()
+            return self._cache[key]
 
     def run(self, argv, timeout=600, check=True):
         r = subprocess.run(argv, capture_output=True, timeout=timeout, env=self.env)
@@ -108,6 +124,7 @@ def load_cases(ctx, only):
         area = os.path.basename(path)[len("cases_"):-3]
         for case in module.cases(ctx):
             case.name = f"{area}/{case.name}"
+            case.area = area
             if not only or only in case.name:
                 cases.append(case)
     names = [c.name for c in cases]
@@ -117,12 +134,22 @@ def load_cases(ctx, only):
     return cases
 
 
-def limit_memory(gib):
+PRLIMIT = shutil.which("prlimit")
+
+
+def limited(argv, gib):
+    """ARGV run with an address-space limit of GIB, in its own process group
+    (so that a timeout kills every rank): through util-linux's prlimit, which
+    sets the limit and execs the command (same pid), as a preexec_fn is not
+    safe with the lanes' threads; without prlimit, a preexec_fn."""
+    limit = int(gib * (1 << 30))
+    if PRLIMIT:
+        return [PRLIMIT, f"--as={limit}:{limit}", "--", *argv], {"start_new_session": True}
+
     def apply():
-        limit = int(gib * (1 << 30))
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        os.setsid()  # its own process group, so a timeout kills every rank
-    return apply
+        os.setsid()
+    return list(argv), {"preexec_fn": apply}
 
 
 def run_case(ctx, case):
@@ -131,9 +158,10 @@ def run_case(ctx, case):
     if case.setup:
         case.setup()
     start = time.monotonic()
-    process = subprocess.Popen(case.argv, stdin=subprocess.PIPE if case.stdin is not None else subprocess.DEVNULL,
+    argv, session = limited(case.argv, case.memory_gib)
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE if case.stdin is not None else subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               env=case.env or ctx.env, preexec_fn=limit_memory(case.memory_gib))
+                               env=case.env or ctx.env, **session)
     try:
         output, _ = process.communicate(case.stdin, timeout=case.timeout)
     except subprocess.TimeoutExpired:
@@ -167,25 +195,41 @@ def main():
     parser.add_argument("--pipeseq", required=True)
     parser.add_argument("--only", default="")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    parser.add_argument("--jobs", type=int, default=3, help="areas run side by side (default 3)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args()
     scratch = tempfile.mkdtemp(prefix="pipec-security-")
     ctx = Context(args, scratch)
     failures = 0
-    try:
-        cases = load_cases(ctx, args.only)
+    printing = threading.Lock()
+
+    def lane(cases):
+        failed = 0
         for case in cases:
             try:
                 problem, text = run_case(ctx, case)
             except Exception as error:  # a fixture that could not be built
                 problem, text = f"setup failed: {error}", ""
             status = "ok  " if problem is None else "FAIL"
-            print(f"{status} {case.name}" + ("" if problem is None else f": {problem}"), flush=True)
-            if problem is not None or args.verbose:
-                tail = text.strip().splitlines()[-8:]
-                for line in tail:
-                    print(f"       | {line[:300]}")
-            failures += problem is not None
+            with printing:
+                print(f"{status} {case.name}" + ("" if problem is None else f": {problem}"), flush=True)
+                if problem is not None or args.verbose:
+                    tail = text.strip().splitlines()[-8:]
+                    for line in tail:
+                        print(f"       | {line[:300]}")
+                sys.stdout.flush()
+            failed += problem is not None
+        return failed
+
+    try:
+        cases = load_cases(ctx, args.only)
+        lanes = {}
+        for case in cases:
+            lanes.setdefault(case.area, []).append(case)
+        # The longest lanes (mpirun cases) start first.
+        order = sorted(lanes, key=lambda area: (not area.startswith("runtime"), -len(lanes[area])))
+        with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            failures = sum(pool.map(lambda area: lane(lanes[area]), order))
         print(f"{len(cases) - failures}/{len(cases)} cases hold")
     finally:
         if not args.keep:
