@@ -367,24 +367,40 @@ FailureOr<partition::CostTable> costTableFromModule(ModuleOp module) {
 
 std::vector<std::pair<int, int>> tiedParameterRanges(ModuleOp module) {
   // Rows in costTableFromModule's order: costed ops other than constants.
+  // A value computed from parameters alone (a transposed weight) stands for
+  // them: the stages rematerialize it where it is read, so its readers hold
+  // the parameter too.
+  llvm::DenseMap<Value, llvm::SmallVector<Value, 2>> parametersOf;
   llvm::DenseMap<Value, std::pair<int, int>> users;
   int row = 0;
   module.walk([&](Operation *op) {
-    if (!llvm::isa<nn::CostOpInterface>(op) || llvm::isa<nn::ConstantOp>(op))
-      return;
+    bool costed = llvm::isa<nn::CostOpInterface>(op) && !llvm::isa<nn::ConstantOp>(op);
+    llvm::SmallVector<Value, 2> held;
+    bool onlyParameters = op->getNumOperands() > 0;
     for (Value operand : op->getOperands()) {
+      if (auto it = parametersOf.find(operand); it != parametersOf.end()) {
+        held.append(it->second.begin(), it->second.end());
+        continue;
+      }
       auto argument = llvm::dyn_cast<BlockArgument>(operand);
       auto function = argument ? llvm::dyn_cast<func::FuncOp>(argument.getOwner()->getParentOp()) : nullptr;
-      if (!function)
-        continue;
-      auto role = function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "nn.role");
-      if (!role || role.getValue() != "param")
-        continue;
-      auto [it, inserted] = users.try_emplace(operand, row, row);
-      if (!inserted)
-        it->second = {std::min(it->second.first, row), std::max(it->second.second, row)};
+      auto role = function ? function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "nn.role") : nullptr;
+      if (role && role.getValue() == "param")
+        held.push_back(operand);
+      else if (!(operand.getDefiningOp() && llvm::isa<nn::ConstantOp>(operand.getDefiningOp())))
+        onlyParameters = false;
     }
-    ++row;
+    if (costed) {
+      for (Value parameter : held) {
+        auto [it, inserted] = users.try_emplace(parameter, row, row);
+        if (!inserted)
+          it->second = {std::min(it->second.first, row), std::max(it->second.second, row)};
+      }
+      ++row;
+    }
+    if (onlyParameters && !held.empty())
+      for (Value result : op->getResults())
+        parametersOf[result] = held;
   });
   std::vector<std::pair<int, int>> ranges;
   for (const auto &entry : users)
