@@ -209,8 +209,17 @@ struct Search {
     }
     c.makespan = sim.makespan;
     c.bubble = sim.bubbleFlush;
-    const schedule::SimResult runs = schedule::simulate(repeated(s, kSteadyStateMinibatches));
-    c.timePerMinibatch = (runs.makespan - sim.makespan) / (kSteadyStateMinibatches - 1);
+    try {
+      const schedule::SimResult runs = schedule::simulate(repeated(s, kSteadyStateMinibatches));
+      c.timePerMinibatch = (runs.makespan - sim.makespan) / (kSteadyStateMinibatches - 1);
+    } catch (const schedule::ScheduleError &e) {
+      // Back-to-back mini-batches past the schedule library's bounds.
+      if (explicitRequest)
+        throw;
+      reject(name + " on " + part.origin + ", " + std::to_string(microbatches) +
+             " micro-batches back to back: " + e.what());
+      return std::nullopt;
+    }
     ++plan.evaluated;
     return c;
   }
