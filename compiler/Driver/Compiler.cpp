@@ -150,14 +150,6 @@ int emitModule(const CompileOptions &options, mlir::ModuleOp module, llvm::raw_o
   return 0;
 }
 
-std::string formatSeconds(double seconds) {
-  if (seconds < 1e-3)
-    return llvm::formatv("{0:F1} us", seconds * 1e6).str();
-  if (seconds < 1)
-    return llvm::formatv("{0:F2} ms", seconds * 1e3).str();
-  return llvm::formatv("{0:F2} s", seconds).str();
-}
-
 mlir::LogicalResult estimateCosts(const CompileOptions &options, mlir::ModuleOp module) {
   mlir::PassManager manager(module.getContext());
   passes::EstimateCostsOptions costOptions;

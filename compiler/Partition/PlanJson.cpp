@@ -190,7 +190,7 @@ std::vector<StageSpec> readStageSpecsFile(const std::string &path, const CostTab
   return stageSpecsFromJson(readUserJsonFile(path, "partition file"), path, table);
 }
 
-static std::string seconds(double s) {
+std::string formatSeconds(double s) {
   std::ostringstream os;
   os << std::setprecision(3);
   if (s == 0)
@@ -243,40 +243,40 @@ void printPlanTable(std::ostream &os, const CostTable &table, const Topology &to
                         std::to_string(s.lastOp - s.firstOp + 1) + ")";
     os << std::left << std::setw(6) << k << std::setw(42) << ellipsize(range, 41) << std::setw(9) << s.replicas
        << std::setw(14) << ellipsize(ranksText(s.ranks), 13) << std::right << std::setw(11)
-       << seconds(s.computeSeconds) << std::setw(11) << seconds(s.sendSeconds) << std::setw(11)
-       << seconds(s.allreduceSeconds) << std::setw(11)
+       << formatSeconds(s.computeSeconds) << std::setw(11) << formatSeconds(s.sendSeconds) << std::setw(11)
+       << formatSeconds(s.allreduceSeconds) << std::setw(11)
        << formatBytes(static_cast<double>(s.parameterBytes + s.optimizerStateBytes + s.stashBytes))
        << std::setw(11) << formatBytes(static_cast<double>(s.activationBytes)) << std::setw(11)
        << formatBytes(static_cast<double>(s.memoryBytes)) << std::setw(9) << s.inflight << "\n";
   }
   os << "\n";
-  os << "time per micro-batch    " << seconds(r.timePerMicrobatch) << " (slowest stage or link)\n";
+  os << "time per micro-batch    " << formatSeconds(r.timePerMicrobatch) << " (slowest stage or link)\n";
   if (r.simulated) {
     // The planner's prediction: the emitted schedule, simulated.
-    os << "time per mini-batch     " << seconds(r.timePerMinibatch) << " (" << r.microbatches
+    os << "time per mini-batch     " << formatSeconds(r.timePerMinibatch) << " (" << r.microbatches
        << " micro-batches, the simulated schedule below)\n";
-    os << "DP estimate             " << seconds(r.analyticTimePerMinibatch)
+    os << "DP estimate             " << formatSeconds(r.analyticTimePerMinibatch)
        << " per mini-batch (PipeDream's analytic model, not the prediction)\n";
     os << "throughput              " << std::setprecision(4) << r.throughput << " micro-batches/s\n";
     os << "pipeline bubble         " << std::fixed << std::setprecision(1) << 100 * r.bubbleFraction
        << "% of a mini-batch from an empty pipeline (simulated)\n" << std::defaultfloat;
   } else {
-    os << "time per mini-batch     " << seconds(r.timePerMinibatch);
+    os << "time per mini-batch     " << formatSeconds(r.timePerMinibatch);
     if (!r.asynchronous)
-      os << " (" << r.microbatches << " x " << seconds(r.timePerMicrobatch) << " + bubble)";
+      os << " (" << r.microbatches << " x " << formatSeconds(r.timePerMicrobatch) << " + bubble)";
     os << "\n";
     os << "throughput              " << std::setprecision(4) << r.throughput << " micro-batches/s\n";
     if (r.asynchronous)
       os << "pipeline bubble         none in steady state (no flush)\n";
     else
-      os << "pipeline bubble         " << seconds(r.bubbleSeconds) << " per mini-batch (" << std::fixed
+      os << "pipeline bubble         " << formatSeconds(r.bubbleSeconds) << " per mini-batch (" << std::fixed
          << std::setprecision(1) << 100 * r.bubbleFraction << "%)\n" << std::defaultfloat;
   }
   os << "in-flight micro-batches " << r.inflightMicrobatches << " (input stage)\n";
   if (r.dataParallelFits)
     os << "speedup over pure data parallelism on " << topology.totalDevices() << " devices: "
        << std::setprecision(3) << r.speedupOverDataParallel << "x (data parallel: "
-       << seconds(r.dataParallelTimePerMicrobatch) << " per micro-batch)\n";
+       << formatSeconds(r.dataParallelTimePerMicrobatch) << " per micro-batch)\n";
   else
     os << "speedup over pure data parallelism: n/a (the whole model does not fit on one device)\n";
 }

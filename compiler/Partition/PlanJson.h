@@ -29,6 +29,9 @@ std::vector<StageSpec> readStageSpecs(std::istream &in, const std::string &fileN
 std::vector<StageSpec> readStageSpecsFile(const std::string &path, const CostTable &table);
 
 /// The human-readable table: one row per stage, then the predictions.
+/// A time as the plan prints it: 3 significant digits in us, ms or s ("0" for zero).
+std::string formatSeconds(double seconds);
+
 void printPlanTable(std::ostream &os, const CostTable &table, const Topology &topology,
                     const PartitionResult &result);
 
