@@ -1,7 +1,12 @@
-// bench_partition: time to partition synthetic chains and DAGs of 100, 1,000 and
-// 10,000 ops on 2x8, 16x8 and 64x8 H100 servers (issue 3's goal: 10,000 ops on
-// 64x8 in under 2 s). Usage: bench_partition [--repeat N] [--max-layers L]
+// bench_partition: first PipeDream's published VGG-16 profile on its 2x8 cluster
+// (25 GB/s inside a server, 3.125 GB/s between), searched with PipeDream's tree
+// alone and with stages that share servers (docs/planner.md); then the time to
+// partition synthetic chains and DAGs of 100, 1,000 and 10,000 ops on 2x8, 16x8
+// and 64x8 H100 servers (goal: 10,000 ops on 64x8 in under 2 s).
+// Usage: bench_partition [--repeat N] [--max-layers L] [--vgg16 CSV] [--tree-only]
+// (--tree-only: the synthetic cases without the device-range search)
 
+#include "compiler/Partition/CostTable.h"
 #include "compiler/Partition/Error.h"
 #include "compiler/Partition/Partitioner.h"
 
@@ -48,19 +53,73 @@ CostTable synthetic(int n, bool dag, uint64_t seed) {
   return t;
 }
 
+/// One partition search, timed (best of `repeat`).
+PartitionResult timedPartition(const CostTable &table, const Topology &topo, const PartitionOptions &options,
+                               int repeat, double &seconds) {
+  PartitionResult r;
+  seconds = 1e30;
+  for (int k = 0; k < repeat; ++k) {
+    auto start = std::chrono::steady_clock::now();
+    r = partition(table, topo, options);
+    seconds = std::min(seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return r;
+}
+
+void printStages(const PartitionResult &r) {
+  for (size_t k = 0; k < r.stages.size(); ++k) {
+    const StagePlan &s = r.stages[k];
+    std::printf("    stage %zu: ops %d..%d on %d device%s (ranks %d..%d)\n", k, s.firstOp, s.lastOp, s.replicas,
+                s.replicas == 1 ? "" : "s", s.ranks.front(), s.ranks.back());
+  }
+}
+
+/// PipeDream's VGG-16 profile (bench/partition/vgg16_pipedream.csv: its
+/// per-layer times in ms and bytes, as a cost table) on 2 servers x 8 V100.
+void vgg16Case(const std::string &csv, int repeat) {
+  CostTable table = readCostTableCsvFile(csv);
+  Topology topo = makeGpusTopology({2, 8}, *findDevicePreset("V100"), 25e9, 3.125e9);
+  PartitionOptions options;
+  options.memoryLimitBytes = -1; // PipeDream's comparison: time only
+  std::printf("VGG-16 (PipeDream's profile, %zu layers) on 2x8, 25 GB/s in a server, 3.125 GB/s between\n",
+              table.ops.size());
+  for (bool ranges : {false, true}) {
+    options.deviceRangeSearch = ranges;
+    double seconds = 0;
+    PartitionResult r = timedPartition(table, topo, options, repeat, seconds);
+    std::printf("  %-44s %8.2f ms per micro-batch, search %.3f s\n",
+                ranges ? "with stages that share servers:" : "PipeDream's hierarchical search:",
+                r.timePerMicrobatch * 1e3, seconds);
+    printStages(r);
+  }
+  std::printf("\n");
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   int repeat = 1, maxLayers = PartitionOptions{}.maxLayers;
+  bool deviceRanges = true;
+  std::string vgg16 = PIPEC_BENCH_VGG16_CSV;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc)
       repeat = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--max-layers") && i + 1 < argc)
       maxLayers = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--vgg16") && i + 1 < argc)
+      vgg16 = argv[++i];
+    else if (!std::strcmp(argv[i], "--tree-only"))
+      deviceRanges = false;
     else {
-      std::fprintf(stderr, "usage: bench_partition [--repeat N] [--max-layers L]\n");
+      std::fprintf(stderr, "usage: bench_partition [--repeat N] [--max-layers L] [--vgg16 CSV] [--tree-only]\n");
       return 2;
     }
+  }
+  try {
+    vgg16Case(vgg16, repeat);
+  } catch (const Error &e) {
+    std::fprintf(stderr, "bench_partition: %s\n", e.what());
+    return 1;
   }
   // bound: total compute / devices, what perfect balance without communication would give
   std::printf("%-6s %7s %6s %7s %7s %8s %13s %11s %9s %10s\n", "graph", "ops", "gpus", "layers", "stages",
@@ -73,15 +132,11 @@ int main(int argc, char **argv) {
         PartitionOptions options;
         options.microbatches = 8;
         options.maxLayers = maxLayers;
+        options.deviceRangeSearch = deviceRanges;
         double best = 1e30;
         PartitionResult r;
         try {
-          for (int k = 0; k < repeat; ++k) {
-            auto start = std::chrono::steady_clock::now();
-            r = partition(table, topo, options);
-            double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-            best = std::min(best, s);
-          }
+          r = timedPartition(table, topo, options, repeat, best);
         } catch (const Error &e) {
           std::printf("%-6s %7d %3dx8  error: %s\n", shape, n, servers, e.what());
           continue;

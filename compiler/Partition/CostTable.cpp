@@ -50,6 +50,24 @@ std::vector<std::vector<int>> CostTable::producerIndices(const std::string &sour
   return result;
 }
 
+CostTable reorderedCostTable(const CostTable &table, const std::vector<int> &order, const std::string &source) {
+  if (order.size() != table.ops.size())
+    throw Error(source + ": the op order names " + std::to_string(order.size()) + " ops, the table has " +
+                std::to_string(table.ops.size()));
+  std::vector<char> seen(table.ops.size(), 0);
+  CostTable out;
+  out.ops.reserve(order.size());
+  for (int index : order) {
+    if (index < 0 || index >= static_cast<int>(table.ops.size()) || seen[index])
+      throw Error(source + ": the op order is not a permutation of the table's ops (index " +
+                  std::to_string(index) + ")");
+    seen[index] = 1;
+    out.ops.push_back(table.ops[index]);
+  }
+  out.producerIndices(source); // every producer first, or Error
+  return out;
+}
+
 void validateOpCost(const OpCost &op, const std::string &where) {
   auto fail = [&](const std::string &why) { throw Error(where + "op '" + op.name + "': " + why); };
   const std::pair<const char *, double> times[] = {{"fwd_s", op.forwardSeconds},

@@ -46,6 +46,10 @@ void validateCostTable(const CostTable &table, const std::string &source);
 /// The same for one op; `where` prefixes the message ("FILE:LINE: ").
 void validateOpCost(const OpCost &op, const std::string &where);
 
+/// The table with its ops in `order` (indices into `table`). Throws Error naming
+/// `source` unless `order` is a permutation in which every producer comes first.
+CostTable reorderedCostTable(const CostTable &table, const std::vector<int> &order, const std::string &source);
+
 /// Reads the CSV format of docs/cost-table.md. Throws Error("FILE:LINE: reason").
 CostTable readCostTableCsv(std::istream &in, const std::string &fileName);
 CostTable readCostTableCsvFile(const std::string &path);

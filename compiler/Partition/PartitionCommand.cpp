@@ -132,13 +132,18 @@ const char *partitionFlagsHelp() {
          "  --out DIR             write DIR/plan.json\n";
 }
 
+static PartitionResult evaluatePartitionFile(const CostTable &table, const Topology &topo,
+                                             const PartitionOptions &options, const std::string &path) {
+  StageSpecs specs = readStageSpecsFile(path, table);
+  return evaluatePartition(table, topo, options, specs.stages, specs.opOrder);
+}
+
 PartitionResult partitionWithRecompute(const CostTable &table, const Topology &topo,
                                        const PartitionCliOptions &o) {
   auto run = [&](const PartitionOptions &options) {
     return o.partitionFile.empty()
                ? partition(table, topo, options)
-               : evaluatePartition(table, topo, options,
-                                   readStageSpecsFile(o.partitionFile, table));
+               : evaluatePartitionFile(table, topo, options, o.partitionFile);
   };
   PartitionResult result;
   if (o.recomputeMode == "auto") {
@@ -152,7 +157,9 @@ PartitionResult partitionWithRecompute(const CostTable &table, const Topology &t
       result = run(withRecompute);
       PartitionOptions plain = o.options;
       plain.recompute = false;
-      CostModel model(table, topo, plain);
+      // the stages' op indices count in the result's op order
+      CostTable ordered = result.opOrder.empty() ? table : reorderedCostTable(table, result.opOrder, "partition");
+      CostModel model(ordered, topo, plain);
       for (size_t s = 0; s < result.stages.size(); ++s) {
         const StagePlan &stage = result.stages[s];
         if (model.memory(stage.firstOp, stage.lastOp, stage.inflight) > model.memoryLimit())

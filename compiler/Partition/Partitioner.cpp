@@ -1,4 +1,5 @@
 #include "compiler/Partition/Partitioner.h"
+#include "compiler/Partition/DeviceRanges.h"
 
 #include "compiler/Partition/Error.h"
 
@@ -99,11 +100,14 @@ int CostModel::inflight(int r, int x, int64_t outer) const {
 }
 
 double CostModel::memory(int i, int j, int f) const {
-  double params = parameters(i, j);
-  double fixed = params + optimizerState(i, j);
+  return memoryOf(parameters(i, j), optimizerState(i, j), activations(i, j), static_cast<double>(cutBytes(i - 1)), f);
+}
+
+double CostModel::memoryOf(double params, double optimizerStateBytes, double activationBytes, double inputBytes,
+                           int f) const {
+  double fixed = params + optimizerStateBytes;
   double stash = options_.asynchronous ? (f - 1) * params : 0; // the live version serves one
-  double acts = options_.recompute ? f * static_cast<double>(cutBytes(i - 1)) + activations(i, j)
-                                   : f * activations(i, j);
+  double acts = options_.recompute ? f * inputBytes + activationBytes : f * activationBytes;
   return fixed + stash + acts;
 }
 
@@ -114,7 +118,52 @@ double CostModel::allreduceTime(int level, int i, int j, int r) const {
 double CostModel::cutTime(int level, int s) const {
   if (s >= 0 && s < static_cast<int>(forbiddenCut_.size()) && forbiddenCut_[s])
     return kInf; // inside an unsplittable range (PartitionOptions::unsplittable)
-  return 2.0 * static_cast<double>(cutBytes(s)) / topology_.levels[level].bandwidthBytesPerSecond;
+  return linkTime(level, static_cast<double>(cutBytes(s)));
+}
+
+double CostModel::linkTime(int level, double bytes) const {
+  return level < 0 ? 0 : 2.0 * bytes / topology_.levels[level].bandwidthBytesPerSecond;
+}
+
+double CostModel::rangeAllreduceCoefficient(int64_t firstRank, int64_t ranks) const {
+  std::vector<int64_t> touched = topology_.workersTouched(firstRank, ranks);
+  double coefficient = 0, below = 1; // below: c_0···c_{k-1}
+  for (size_t k = 0; k < touched.size(); ++k) {
+    coefficient = std::max(coefficient, 2.0 * static_cast<double>(touched[k] - 1) * below /
+                                            topology_.levels[k].bandwidthBytesPerSecond);
+    below *= static_cast<double>(touched[k]);
+  }
+  return coefficient;
+}
+
+double CostModel::rangeStageTime(double compute, double params, int64_t firstRank, int64_t ranks) const {
+  return rangeStageTime(compute, params, rangeAllreduceCoefficient(firstRank, ranks), ranks);
+}
+
+double CostModel::rangeStageTime(double compute, double params, double allreduceCoefficient, int64_t ranks) {
+  return std::max(compute, allreduceCoefficient * params) / static_cast<double>(ranks);
+}
+
+double CostModel::rangeAllreduceSeconds(double params, int64_t firstRank, int64_t ranks) const {
+  std::vector<int64_t> touched = topology_.workersTouched(firstRank, ranks);
+  double seconds = 0;
+  for (size_t k = 0; k < touched.size(); ++k)
+    seconds += 2.0 * static_cast<double>(touched[k] - 1) / static_cast<double>(touched[k]) * params /
+               topology_.levels[k].bandwidthBytesPerSecond;
+  return seconds;
+}
+
+int CostModel::rangeCutLevel(int64_t firstRank, int64_t ranks, int64_t nextRanks) const {
+  return topology_.linkLevel(firstRank, firstRank + ranks + nextRanks - 1);
+}
+
+double CostModel::rangeCutTime(int s, int64_t firstRank, int64_t ranks, int64_t nextRanks) const {
+  // The sender side (the stage and the next's first device) and the receiver side
+  // (the stage's last device and the next stage) separately, so that the search
+  // can charge each when it places that stage.
+  int sender = topology_.linkLevel(firstRank, firstRank + ranks);
+  int receiver = topology_.linkLevel(firstRank + ranks - 1, firstRank + ranks + nextRanks - 1);
+  return std::max(cutTime(sender, s), cutTime(receiver, s));
 }
 
 double CostModel::deviceStageTime(int i, int j, int r, int f) const {
@@ -172,12 +221,101 @@ double CostModel::evaluatePipeline(int level, const std::vector<TreeStage> &stag
   return value;
 }
 
+double CostModel::evaluateDeviceRanges(const std::vector<TreeStage> &stages) const {
+  auto where = [&] { return std::string("partition (stages on device ranges)"); };
+  if (stages.empty())
+    throw Error(where() + ": no stages");
+  int64_t devices = 0;
+  for (const TreeStage &st : stages) {
+    if (st.replicas < 1 || !st.inner.empty())
+      throw Error(where() + ": a stage has " + std::to_string(st.replicas) + " replicas or an inner pipeline");
+    if (!options_.allowReplication && st.replicas != 1)
+      throw Error(where() + ": replication is disabled but a stage has " + std::to_string(st.replicas) + " replicas");
+    devices += st.replicas;
+  }
+  if (devices > topology_.totalDevices())
+    throw Error(where() + ": the stages use " + std::to_string(devices) + " devices, the topology has " +
+                std::to_string(topology_.totalDevices()));
+  double value = 0;
+  int next = 0;
+  int64_t rank = 0;
+  for (size_t q = 0; q < stages.size(); ++q) {
+    const TreeStage &st = stages[q];
+    if (st.firstOp != next || st.lastOp < st.firstOp || st.lastOp >= numOps())
+      throw Error(where() + ": stages do not cover the ops contiguously");
+    next = st.lastOp + 1;
+    int x = static_cast<int>(devices - rank - st.replicas);
+    if (memory(st.firstOp, st.lastOp, inflight(st.replicas, x, 0)) > limit_)
+      return kInf;
+    value = std::max(value, rangeStageTime(compute(st.firstOp, st.lastOp), parameters(st.firstOp, st.lastOp), rank,
+                                           st.replicas));
+    if (q + 1 < stages.size())
+      value = std::max(value, rangeCutTime(st.lastOp, rank, st.replicas, stages[q + 1].replicas));
+    rank += st.replicas;
+  }
+  if (next != numOps())
+    throw Error(where() + ": stages do not cover every op");
+  return value;
+}
+
 double CostModel::evaluate(const PartitionTree &tree) const {
+  if (tree.deviceRanges)
+    return evaluateDeviceRanges(tree.stages);
   return evaluatePipeline(static_cast<int>(topology_.levels.size()) - 1, tree.stages, 0,
                           numOps() - 1, 0);
 }
 
 namespace {
+
+/// A device stage on ranks firstRank.. with f micro-batches in flight: its
+/// compute and memory (communication is the caller's).
+StagePlan deviceStagePlan(const CostModel &model, const TreeStage &st, int64_t firstRank, int f) {
+  StagePlan plan;
+  plan.firstOp = st.firstOp;
+  plan.lastOp = st.lastOp;
+  plan.replicas = st.replicas;
+  for (int r = 0; r < st.replicas; ++r)
+    plan.ranks.push_back(static_cast<int>(firstRank + r));
+  plan.inflight = f;
+  plan.computeSeconds = model.compute(st.firstOp, st.lastOp);
+  plan.parameterBytes = bytesOf(model.parameters(st.firstOp, st.lastOp));
+  plan.optimizerStateBytes = bytesOf(model.optimizerState(st.firstOp, st.lastOp));
+  double mem = model.memory(st.firstOp, st.lastOp, plan.inflight);
+  plan.stashBytes = model.options().asynchronous
+                        ? bytesOf(static_cast<double>(plan.inflight - 1) * static_cast<double>(plan.parameterBytes))
+                        : 0;
+  plan.memoryBytes = bytesOf(mem);
+  plan.activationBytes = bytesOf(mem - static_cast<double>(plan.parameterBytes) -
+                                 static_cast<double>(plan.optimizerStateBytes) - static_cast<double>(plan.stashBytes));
+  return plan;
+}
+
+/// Device-range stages (PartitionTree::deviceRanges) on consecutive ranks.
+void flattenDeviceRanges(const CostModel &model, const std::vector<TreeStage> &stages, std::vector<StagePlan> &out) {
+  const Topology &topo = model.topology();
+  int64_t devices = 0;
+  for (const TreeStage &st : stages)
+    devices += st.replicas;
+  int64_t rank = 0;
+  for (size_t q = 0; q < stages.size(); ++q) {
+    const TreeStage &st = stages[q];
+    StagePlan plan = deviceStagePlan(model, st, rank, model.inflight(st.replicas, static_cast<int>(devices - rank - st.replicas), 0));
+    std::vector<int64_t> touched = topo.workersTouched(rank, st.replicas);
+    int64_t product = 1;
+    for (int64_t c : touched)
+      product *= c;
+    if (product == st.replicas)
+      plan.replicasPerLevel.assign(touched.begin(), touched.end());
+    plan.allreduceSeconds = model.rangeAllreduceSeconds(model.parameters(st.firstOp, st.lastOp), rank, st.replicas);
+    if (q + 1 < stages.size()) {
+      plan.sendLevel = model.rangeCutLevel(rank, st.replicas, stages[q + 1].replicas);
+      plan.sendBytes = model.cutBytes(st.lastOp);
+      plan.sendSeconds = model.rangeCutTime(st.lastOp, rank, st.replicas, stages[q + 1].replicas);
+    }
+    out.push_back(std::move(plan));
+    rank += st.replicas;
+  }
+}
 
 /// Flattens a level's pipeline into device stages with ranks relative to the
 /// component holding it ([0, devicesPerComponent(level))).
@@ -194,25 +332,8 @@ void flatten(const CostModel &model, int level, const std::vector<TreeStage> &st
     int x = static_cast<int>(total - worker - st.replicas);
     size_t begin = out.size();
     if (level == 0) {
-      StagePlan plan;
-      plan.firstOp = st.firstOp;
-      plan.lastOp = st.lastOp;
-      plan.replicas = st.replicas;
+      StagePlan plan = deviceStagePlan(model, st, worker, model.inflight(st.replicas, x, outer));
       plan.replicasPerLevel = {st.replicas};
-      for (int r = 0; r < st.replicas; ++r)
-        plan.ranks.push_back(static_cast<int>(worker + r));
-      plan.inflight = model.inflight(st.replicas, x, outer);
-      plan.computeSeconds = model.compute(st.firstOp, st.lastOp);
-      plan.parameterBytes = bytesOf(model.parameters(st.firstOp, st.lastOp));
-      plan.optimizerStateBytes = bytesOf(model.optimizerState(st.firstOp, st.lastOp));
-      double mem = model.memory(st.firstOp, st.lastOp, plan.inflight);
-      plan.stashBytes = model.options().asynchronous
-                            ? bytesOf(static_cast<double>(plan.inflight - 1) * static_cast<double>(plan.parameterBytes))
-                            : 0;
-      plan.memoryBytes = bytesOf(mem);
-      plan.activationBytes = bytesOf(mem - static_cast<double>(plan.parameterBytes) -
-                                     static_cast<double>(plan.optimizerStateBytes) -
-                                     static_cast<double>(plan.stashBytes));
       out.push_back(std::move(plan));
     } else {
       int64_t innerOuter = innerOuterOf(x, st.replicas, outer, workerSize);
@@ -262,7 +383,10 @@ PartitionResult CostModel::describe(const PartitionTree &tree, bool fromSearch) 
   result.recompute = options_.recompute;
   result.memoryLimitBytes = std::isinf(limit_) ? -1 : static_cast<int64_t>(limit_);
   result.timePerMicrobatch = evaluate(tree);
-  flatten(*this, static_cast<int>(topology_.levels.size()) - 1, tree.stages, 0, result.stages);
+  if (tree.deviceRanges)
+    flattenDeviceRanges(*this, tree.stages, result.stages);
+  else
+    flatten(*this, static_cast<int>(topology_.levels.size()) - 1, tree.stages, 0, result.stages);
   double fill = 0;
   for (const StagePlan &s : result.stages) {
     result.devicesUsed += s.replicas;
@@ -974,6 +1098,45 @@ std::string memoryShortfall(const CostTable &table, const Topology &topology,
   return os.str();
 }
 
+bool isIdentityOrder(const std::vector<int> &order) {
+  for (size_t k = 0; k < order.size(); ++k)
+    if (order[k] != static_cast<int>(k))
+      return false;
+  return true;
+}
+
+/// The options with unsplittable op ranges moved to the ops' positions in
+/// `order`. A partition keeps each range in one stage, and ops of one stage stay
+/// in table order, so a range stays contiguous.
+PartitionOptions optionsInOrder(const PartitionOptions &options, const std::vector<int> &order) {
+  std::vector<int> position(order.size());
+  for (size_t k = 0; k < order.size(); ++k)
+    position[order[k]] = static_cast<int>(k);
+  PartitionOptions o = options;
+  for (auto &[first, last] : o.unsplittable) {
+    int lo = static_cast<int>(order.size()), hi = -1;
+    for (int op = std::max(0, first); op <= last && op < static_cast<int>(order.size()); ++op) {
+      lo = std::min(lo, position[op]);
+      hi = std::max(hi, position[op]);
+    }
+    first = lo;
+    last = hi;
+  }
+  return o;
+}
+
+/// describe() of a tree whose op indices are positions in `order` (table
+/// indices; identity or empty: the table's order).
+PartitionResult describeInOrder(const CostTable &table, const Topology &topology, const PartitionOptions &options,
+                                const PartitionTree &tree, const std::vector<int> &order, bool fromSearch) {
+  if (isIdentityOrder(order))
+    return CostModel(table, topology, options).describe(tree, fromSearch);
+  CostTable ordered = reorderedCostTable(table, order, "partition");
+  PartitionResult result = CostModel(ordered, topology, optionsInOrder(options, order)).describe(tree, fromSearch);
+  result.opOrder = order;
+  return result;
+}
+
 } // namespace
 
 PartitionResult partition(const CostTable &table, const Topology &topology, const PartitionOptions &options) {
@@ -1005,13 +1168,22 @@ PartitionResult partition(const CostTable &table, const Topology &topology, cons
   }
   PartitionTree tree;
   double best = solver->solve(tree);
-  if (!std::isfinite(best))
-    throw Error(memoryShortfall(table, topology, options, model));
-  if (static_cast<int>(ends.size()) < model.numOps()) {
+  if (std::isfinite(best) && static_cast<int>(ends.size()) < model.numOps()) {
     // grouped: move boundaries op by op within a layer's width of where they are
     int window = (model.numOps() + static_cast<int>(ends.size()) - 1) / static_cast<int>(ends.size());
     BoundaryRefiner(model, tree).run(window, 8);
+    best = model.evaluate(tree);
   }
+  // Stages on device ranges that share servers, cut at antichains: taken only
+  // when strictly better, so PipeDream's tree stays the answer on a tie.
+  DeviceRangePlan ranges = options.deviceRangeSearch ? searchDeviceRangesWithinBudget(model) : DeviceRangePlan{};
+  if (ranges.value < best * (1 - 1e-9)) {
+    PartitionResult result = describeInOrder(table, topology, options, ranges.tree, ranges.order, true);
+    result.layers = ranges.units;
+    return result;
+  }
+  if (!std::isfinite(best))
+    throw Error(memoryShortfall(table, topology, options, model));
   PartitionResult result = model.describe(tree, true);
   result.layers = static_cast<int>(ends.size());
   return result;
@@ -1136,11 +1308,32 @@ PartitionTree treeFromStages(const Topology &topology, int numOps, std::vector<S
   std::vector<Local> top;
   for (size_t k = 0; k < stages.size(); ++k)
     top.push_back(Local{static_cast<int>(k), std::vector<int64_t>(stages[k].ranks.begin(), stages[k].ranks.end())});
-  return PartitionTree{build(static_cast<int>(topology.levels.size()) - 1, top)};
+  try {
+    return PartitionTree{build(static_cast<int>(topology.levels.size()) - 1, top)};
+  } catch (const Error &) {
+    // Stages on consecutive ranks from 0, in order, are device ranges even where
+    // no hierarchy holds them (stages that share a server).
+    PartitionTree ranges{{}, true};
+    int expected = 0;
+    for (const StageSpec &s : stages) {
+      for (int r : s.ranks)
+        if (r != expected++)
+          throw;
+      ranges.stages.push_back(TreeStage{s.firstOp, s.lastOp, s.replicas, {}});
+    }
+    return ranges;
+  }
 }
 
 PartitionResult evaluatePartition(const CostTable &table, const Topology &topology,
-                                  const PartitionOptions &options, const std::vector<StageSpec> &stages) {
+                                  const PartitionOptions &options, const std::vector<StageSpec> &stages,
+                                  const std::vector<int> &opOrder) {
+  if (!opOrder.empty() && !isIdentityOrder(opOrder)) {
+    CostTable ordered = reorderedCostTable(table, opOrder, "partition");
+    PartitionResult result = evaluatePartition(ordered, topology, optionsInOrder(options, opOrder), stages);
+    result.opOrder = opOrder;
+    return result;
+  }
   PartitionOptions opts = options;
   opts.forcedStages = 0;
   opts.allowReplication = true; // the given replicas are what they are
@@ -1184,7 +1377,9 @@ void PartitionResult::verify(const CostTable &table, const Topology &topology) c
     int product = 1;
     for (int r : s.replicasPerLevel)
       product *= r;
-    if (s.replicas < 1 || product != s.replicas || s.replicasPerLevel.size() != topology.levels.size())
+    bool sharesServer = tree.deviceRanges && s.replicasPerLevel.empty();
+    if (s.replicas < 1 ||
+        (!sharesServer && (product != s.replicas || s.replicasPerLevel.size() != topology.levels.size())))
       fail("stage " + std::to_string(k) + ": replicas per level do not multiply to its replicas");
     if (static_cast<int>(s.ranks.size()) != s.replicas)
       fail("stage " + std::to_string(k) + ": rank count differs from replicas");
@@ -1205,6 +1400,21 @@ void PartitionResult::verify(const CostTable &table, const Topology &topology) c
   }
   if (next != static_cast<int>(table.ops.size()))
     fail("stages do not cover every op");
+  if (!opOrder.empty()) {
+    if (opOrder.size() != table.ops.size())
+      fail("the op order does not name every op");
+    std::vector<int> position(table.ops.size(), -1);
+    for (size_t k = 0; k < opOrder.size(); ++k) {
+      if (opOrder[k] < 0 || opOrder[k] >= static_cast<int>(table.ops.size()) || position[opOrder[k]] >= 0)
+        fail("the op order is not a permutation");
+      position[opOrder[k]] = static_cast<int>(k);
+    }
+    std::vector<std::vector<int>> producers = table.producerIndices();
+    for (size_t c = 0; c < producers.size(); ++c)
+      for (int p : producers[c])
+        if (position[p] > position[c])
+          fail("the op order puts '" + table.ops[c].name + "' before its producer '" + table.ops[p].name + "'");
+  }
   if (used != devicesUsed || used > topology.totalDevices())
     fail("device count inconsistent");
   if (!(timePerMicrobatch >= 0) || !std::isfinite(timePerMicrobatch))

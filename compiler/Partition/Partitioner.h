@@ -23,6 +23,9 @@ struct PartitionOptions {
   bool recompute = false;        ///< keep only stage inputs of in-flight micro-batches
   int microbatches = 1;          ///< micro-batches per mini-batch
   int maxLayers = 0;             ///< group ops into at most this many layers (0: as many as the time budget allows)
+  /// Also search stages on device ranges that share servers, cut at antichains
+  /// (DeviceRanges.h); false: PipeDream's hierarchical search alone.
+  bool deviceRangeSearch = true;
   /// Inclusive op ranges that must stay in one stage (no cut inside): the
   /// users of a tied parameter under --async.
   std::vector<std::pair<int, int>> unsplittable;
@@ -37,8 +40,13 @@ struct TreeStage {
   int replicas = 1;
   std::vector<TreeStage> inner;
 };
+/// With `deviceRanges`, the stages are device stages (no inner pipelines) that
+/// take consecutive ranks in order, `replicas` each, whatever servers those
+/// ranks fall in: consecutive stages may share a server (docs/partition.md,
+/// "Stages that share servers"). PipeDream's tree cannot express those.
 struct PartitionTree {
   std::vector<TreeStage> stages; ///< the pipeline at the outermost level
+  bool deviceRanges = false;
 };
 
 /// A flat stage as a user writes it (--partition): op range, replicas, and
@@ -53,7 +61,9 @@ struct StageSpec {
 struct StagePlan {
   int firstOp = 0, lastOp = 0;
   int replicas = 1;
-  std::vector<int> replicasPerLevel; ///< innermost first; their product is `replicas`
+  /// Innermost first; their product is `replicas`. Empty for a device-range stage
+  /// whose devices are not a product of whole components (it shares a server).
+  std::vector<int> replicasPerLevel;
   std::vector<int> ranks;
   double computeSeconds = 0;   ///< fwd + B + W of one micro-batch on one replica
   double sendSeconds = 0;      ///< 2·a/B: activations out and gradients back over the cut after it
@@ -70,6 +80,11 @@ struct StagePlan {
 struct PartitionResult {
   std::vector<StagePlan> stages;
   PartitionTree tree;
+  /// The topological order the stages' op ranges index: opOrder[k] is the table
+  /// index of the k-th op. Empty: the table's own order. A partition cut at an
+  /// antichain of the DAG that no prefix of the table's order reaches has one.
+  std::vector<int> opOrder;
+  int op(int position) const { return opOrder.empty() ? position : opOrder[position]; }
   bool fromSearch = true;            ///< false: evaluatePartition of a given partition
   int layers = 0;                    ///< units the DP ran on (ops grouped into layers)
   int devicesUsed = 0;
@@ -115,12 +130,37 @@ public:
   int inflight(int r, int x, int64_t outer) const;
   /// Per-device memory of ops i..j with f micro-batches in flight.
   double memory(int i, int j, int f) const;
+  /// The same from a stage's sums; `inputBytes` is what crosses into the stage
+  /// (what --recompute keeps per micro-batch).
+  double memoryOf(double parameterBytes, double optimizerStateBytes, double activationBytes,
+                  double inputBytes, int f) const;
   double memoryLimit() const { return limit_; } ///< infinity when unlimited
   /// T at level 0 (a device stage): (1/r)·max(compute, 2(r-1)|w|/B_0), or infinity if it
   /// does not fit in memory.
   double deviceStageTime(int i, int j, int r, int f) const;
   double allreduceTime(int level, int i, int j, int r) const;
   double cutTime(int level, int s) const;
+  /// 2·bytes/B_level: activations out and gradients back over a level's link.
+  double linkTime(int level, double bytes) const;
+
+  /// Device-range stages (PartitionTree::deviceRanges) on `ranks` devices from
+  /// `firstRank`, with c_k = Topology::workersTouched: PipeDream's T unrolled,
+  /// (1/r)·max(compute, max_k 2(c_k-1)·c_0···c_{k-1}·|w|/B_k), which equals the
+  /// tree's T when the range is a product of whole components.
+  double rangeStageTime(double compute, double parameterBytes, int64_t firstRank, int64_t ranks) const;
+  /// max_k 2(c_k-1)·c_0···c_{k-1}/B_k: rangeStageTime's all-reduce seconds per byte.
+  double rangeAllreduceCoefficient(int64_t firstRank, int64_t ranks) const;
+  static double rangeStageTime(double compute, double parameterBytes, double allreduceCoefficient, int64_t ranks);
+  /// Σ_k 2(c_k-1)/c_k·|w|/B_k: the hierarchical all-reduce the schedule simulates.
+  double rangeAllreduceSeconds(double parameterBytes, int64_t firstRank, int64_t ranks) const;
+  /// The link a cut between a stage on firstRank.. (ranks devices) and the next
+  /// stage (nextRanks devices) crosses: some replica pair spans it.
+  int rangeCutLevel(int64_t firstRank, int64_t ranks, int64_t nextRanks) const;
+  /// The cut after op s between such stages: the slower of the sender's side (its
+  /// devices and the next stage's first) and the receiver's (its last device and
+  /// the next stage's devices); the time of rangeCutLevel's link when outer links
+  /// are slower.
+  double rangeCutTime(int s, int64_t firstRank, int64_t ranks, int64_t nextRanks) const;
 
   /// PipeDream's objective for a tree (infinity if some stage does not fit);
   /// validates the shape and throws Error when the tree is malformed.
@@ -134,6 +174,7 @@ public:
 private:
   double evaluatePipeline(int level, const std::vector<TreeStage> &stages, int first, int last,
                           int64_t outer) const;
+  double evaluateDeviceRanges(const std::vector<TreeStage> &stages) const;
   const CostTable &table_;
   Topology topology_;
   PartitionOptions options_;
@@ -155,12 +196,16 @@ PartitionResult partition(const CostTable &table, const Topology &topology,
 
 /// The same predictions for a given partition. Throws Error when the stages do not
 /// cover the ops in order, use too many devices, or do not fit the hierarchy.
+/// `opOrder` (table indices in a topological order, empty: the table's order) is
+/// what the stages' op indices refer to, as in PartitionResult::opOrder.
 PartitionResult evaluatePartition(const CostTable &table, const Topology &topology,
                                   const PartitionOptions &options,
-                                  const std::vector<StageSpec> &stages);
+                                  const std::vector<StageSpec> &stages,
+                                  const std::vector<int> &opOrder = {});
 
 /// Rebuilds the hierarchy PipeDream's model needs from flat stages and their
-/// ranks (assigning consecutive ranks where none are given).
+/// ranks (assigning consecutive ranks where none are given); stages on
+/// consecutive rank ranges that no hierarchy holds become a deviceRanges tree.
 PartitionTree treeFromStages(const Topology &topology, int numOps, std::vector<StageSpec> stages);
 
 } // namespace pipec::partition

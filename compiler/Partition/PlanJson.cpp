@@ -23,8 +23,8 @@ static json stagesJson(const CostTable &table, const PartitionResult &r) {
     const StagePlan &s = r.stages[k];
     json st = {
         {"id", k},
-        {"first_op", table.ops[s.firstOp].name},
-        {"last_op", table.ops[s.lastOp].name},
+        {"first_op", table.ops[r.op(s.firstOp)].name},
+        {"last_op", table.ops[r.op(s.lastOp)].name},
         {"first_op_index", s.firstOp},
         {"last_op_index", s.lastOp},
         {"replicas", s.replicas},
@@ -45,6 +45,14 @@ static json stagesJson(const CostTable &table, const PartitionResult &r) {
     stages.push_back(std::move(st));
   }
   return stages;
+}
+
+/// The op names in the order the stages' op indices count (cuts at antichains).
+static json opOrderJson(const CostTable &table, const PartitionResult &r) {
+  json order = json::array();
+  for (int index : r.opOrder)
+    order.push_back(table.ops[index].name);
+  return order;
 }
 
 static json predictionsJson(const PartitionResult &r) {
@@ -89,6 +97,8 @@ json planToJson(const CostTable &table, const Topology &topology, const Partitio
                       {"levels", levels}};
   plan["partition"] = optionsJson(result);
   plan["stages"] = stagesJson(table, result);
+  if (!result.opOrder.empty())
+    plan["op_order"] = opOrderJson(table, result);
   plan["predictions"] = predictionsJson(result);
   plan["schedule"] = json::object();
   return plan;
@@ -98,6 +108,8 @@ json summaryToJson(const CostTable &table, const PartitionResult &result) {
   json s = predictionsJson(result);
   s["partition"] = optionsJson(result);
   s["stages"] = stagesJson(table, result);
+  if (!result.opOrder.empty())
+    s["op_order"] = opOrderJson(table, result);
   return s;
 }
 
@@ -113,17 +125,15 @@ void writePlanFile(const json &plan, const std::string &directory) {
     throw Error(path + ": cannot write");
 }
 
-static std::vector<StageSpec> stageSpecsFromJson(const json &j, const std::string &file,
-                                                 const CostTable &table);
+static StageSpecs stageSpecsFromJson(const json &j, const std::string &file, const CostTable &table);
 
-std::vector<StageSpec> readStageSpecs(std::istream &in, const std::string &file, const CostTable &table) {
+StageSpecs readStageSpecs(std::istream &in, const std::string &file, const CostTable &table) {
   std::ostringstream text;
   text << in.rdbuf();
   return stageSpecsFromJson(parseUserJson(text.str(), file), file, table);
 }
 
-static std::vector<StageSpec> stageSpecsFromJson(const json &j, const std::string &file,
-                                                 const CostTable &table) {
+static StageSpecs stageSpecsFromJson(const json &j, const std::string &file, const CostTable &table) {
   if (!j.is_object() || !j.contains("stages") || !j["stages"].is_array() || j["stages"].empty())
     throw Error(file + ": expected an object with a non-empty \"stages\" array");
   if (j["stages"].size() > static_cast<size_t>(kMaxDevices))
@@ -132,7 +142,25 @@ static std::vector<StageSpec> stageSpecsFromJson(const json &j, const std::strin
   std::unordered_map<std::string, int> index;
   for (size_t i = 0; i < table.ops.size(); ++i)
     index.emplace(table.ops[i].name, static_cast<int>(i));
-  std::vector<StageSpec> specs;
+  StageSpecs specs;
+  if (j.contains("op_order")) {
+    // Stage op names and indices then count in this order (a partition cut at antichains).
+    const json &order = j["op_order"];
+    if (!order.is_array() || order.size() != table.ops.size())
+      throw Error(file + ": \"op_order\" must list each of the " + std::to_string(table.ops.size()) +
+                  " ops once");
+    for (const json &name : order) {
+      auto it = name.is_string() ? index.find(name.get<std::string>()) : index.end();
+      if (it == index.end())
+        throw Error(file + ": \"op_order\" names " +
+                    (name.is_string() ? "an unknown op '" + name.get<std::string>() + "'" : std::string("a non-string")));
+      specs.opOrder.push_back(it->second);
+    }
+    CostTable ordered = reorderedCostTable(table, specs.opOrder, file + ": \"op_order\"");
+    index.clear();
+    for (size_t i = 0; i < ordered.ops.size(); ++i)
+      index.emplace(ordered.ops[i].name, static_cast<int>(i));
+  }
   for (size_t k = 0; k < j["stages"].size(); ++k) {
     const json &st = j["stages"][k];
     std::string where = file + ": stages[" + std::to_string(k) + "]";
@@ -181,12 +209,12 @@ static std::vector<StageSpec> stageSpecsFromJson(const json &j, const std::strin
       if (!st.contains("replicas"))
         spec.replicas = static_cast<int>(spec.ranks.size());
     }
-    specs.push_back(std::move(spec));
+    specs.stages.push_back(std::move(spec));
   }
   return specs;
 }
 
-std::vector<StageSpec> readStageSpecsFile(const std::string &path, const CostTable &table) {
+StageSpecs readStageSpecsFile(const std::string &path, const CostTable &table) {
   return stageSpecsFromJson(readUserJsonFile(path, "partition file"), path, table);
 }
 
@@ -239,7 +267,7 @@ void printPlanTable(std::ostream &os, const CostTable &table, const Topology &to
      << std::setw(11) << "memory" << std::setw(9) << "inflight" << "\n";
   for (size_t k = 0; k < r.stages.size(); ++k) {
     const StagePlan &s = r.stages[k];
-    std::string range = table.ops[s.firstOp].name + " .. " + table.ops[s.lastOp].name + " (" +
+    std::string range = table.ops[r.op(s.firstOp)].name + " .. " + table.ops[r.op(s.lastOp)].name + " (" +
                         std::to_string(s.lastOp - s.firstOp + 1) + ")";
     os << std::left << std::setw(6) << k << std::setw(42) << ellipsize(range, 41) << std::setw(9) << s.replicas
        << std::setw(14) << ellipsize(ranksText(s.ranks), 13) << std::right << std::setw(11)

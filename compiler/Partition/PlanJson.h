@@ -21,12 +21,19 @@ nlohmann::json summaryToJson(const CostTable &table, const PartitionResult &resu
 /// Writes `plan` to DIR/plan.json (creating DIR). Throws Error on I/O failure.
 void writePlanFile(const nlohmann::json &plan, const std::string &directory);
 
+/// Stages read from a plan file, with the op order their op indices count in
+/// (empty: the table's own order).
+struct StageSpecs {
+  std::vector<StageSpec> stages;
+  std::vector<int> opOrder;
+};
 /// Reads the "stages" of a plan.json (or a file holding only {"stages": [...]}):
 /// each stage names its ops by "first_op"/"last_op" (names) or
 /// "first_op_index"/"last_op_index", its "replicas", and optionally "ranks".
-std::vector<StageSpec> readStageSpecs(std::istream &in, const std::string &fileName,
-                                      const CostTable &table);
-std::vector<StageSpec> readStageSpecsFile(const std::string &path, const CostTable &table);
+/// An "op_order" (every op name once, a topological order) makes the ranges
+/// count in that order, as a plan cut at antichains writes it.
+StageSpecs readStageSpecs(std::istream &in, const std::string &fileName, const CostTable &table);
+StageSpecs readStageSpecsFile(const std::string &path, const CostTable &table);
 
 /// The human-readable table: one row per stage, then the predictions.
 /// A time as the plan prints it: 3 significant digits in us, ms or s ("0" for zero).

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -74,6 +75,35 @@ int64_t Topology::devicesPerComponent(int k) const {
   for (int i = 0; i <= k && i < static_cast<int>(levels.size()); ++i)
     n = std::min<int64_t>(n * std::max(levels[i].fanout, 0), kMaxDevices + 1);
   return n;
+}
+
+int Topology::linkLevel(int64_t a, int64_t b) const {
+  if (a == b)
+    return -1;
+  for (int k = 0; k < static_cast<int>(levels.size()); ++k)
+    if (a / devicesPerComponent(k) == b / devicesPerComponent(k))
+      return k;
+  return static_cast<int>(levels.size()) - 1; // out of range: the outermost link
+}
+
+std::vector<int64_t> Topology::workersTouched(int64_t first, int64_t count) const {
+  std::vector<int64_t> touched(levels.size(), 1);
+  if (count < 1)
+    return touched;
+  int64_t last = first + count - 1;
+  for (int k = 0; k < static_cast<int>(levels.size()); ++k) {
+    int64_t size = devicesPerComponent(k), worker = devicesPerComponent(k - 1);
+    int64_t firstComponent = first / size, lastComponent = last / size;
+    auto within = [&](int64_t component) {
+      int64_t lo = std::max(first, component * size), hi = std::min(last, component * size + size - 1);
+      return hi / worker - lo / worker + 1;
+    };
+    int64_t most = std::max(within(firstComponent), within(lastComponent));
+    if (lastComponent - firstComponent >= 2)
+      most = std::max<int64_t>(most, levels[k].fanout); // a whole component in between
+    touched[k] = most;
+  }
+  return touched;
 }
 
 std::string Topology::describe() const {

@@ -55,6 +55,14 @@ struct Topology {
   int64_t totalDevices() const;
   /// Devices in one component of level k (product of fan-outs 0..k); 1 for k = -1.
   int64_t devicesPerComponent(int k) const;
+  /// The level of the link between devices a and b (ranks): the innermost k whose
+  /// components (devicesPerComponent(k) devices each) hold both; -1 when a == b.
+  int linkLevel(int64_t a, int64_t b) const;
+  /// For the devices first..first+count-1, per level k (innermost first): the most
+  /// level-k workers (components of level k-1) the range touches inside any one
+  /// level-k component. For a range that is a product of whole components, these
+  /// are its replica counts per level.
+  std::vector<int64_t> workersTouched(int64_t first, int64_t count) const;
   /// "2x8 H100 (network 50 GB/s, NVLink 450 GB/s)" style summary.
   std::string describe() const;
   /// Throws Error when a level has fan-out < 1 or a non-positive bandwidth, or

@@ -54,10 +54,11 @@ std::string joinInts(const std::vector<int> &values) {
 }
 
 /// Activations one micro-batch leaves on a stage (its ops' outputs).
-double stageActivationBytes(const partition::CostTable &table, const partition::StagePlan &stage) {
+double stageActivationBytes(const partition::CostTable &table, const PartitionResult &result,
+                            const partition::StagePlan &stage) {
   double bytes = 0;
   for (int op = stage.firstOp; op <= stage.lastOp; ++op)
-    bytes += static_cast<double>(table.ops[op].activationBytes);
+    bytes += static_cast<double>(table.ops[result.op(op)].activationBytes);
   return bytes;
 }
 
@@ -183,7 +184,7 @@ struct Search {
     }
     double unitBytes = 1;
     for (const auto &st : c.partition.stages)
-      unitBytes = std::max(unitBytes, stageActivationBytes(table, st));
+      unitBytes = std::max(unitBytes, stageActivationBytes(table, c.partition, st));
     c.peakDeviceBytes = peakDeviceBytes(c.partition, s, sim, unitBytes);
     const double limit = c.partition.memoryLimitBytes < 0 ? kInf
                                                           : static_cast<double>(c.partition.memoryLimitBytes);
@@ -335,7 +336,7 @@ struct Search {
         auto part = partitionUnder(topology, stages, replication, async, origin);
         if (!part)
           continue;
-        std::vector<int> key;
+        std::vector<int> key = part->result.opOrder;
         for (const auto &st : part->result.stages)
           key.insert(key.end(), {st.firstOp, st.lastOp, st.replicas});
         if (!seen.insert(key).second)
@@ -435,9 +436,10 @@ schedule::Problem scheduleProblem(const partition::CostTable &table, const Parti
   for (const auto &stage : result.stages) {
     double forward = 0, backwardInput = 0, backwardWeight = 0;
     for (int op = stage.firstOp; op <= stage.lastOp; ++op) {
-      forward += table.ops[op].forwardSeconds;
-      backwardInput += table.ops[op].backwardInputSeconds;
-      backwardWeight += table.ops[op].backwardWeightSeconds;
+      const partition::OpCost &cost = table.ops[result.op(op)];
+      forward += cost.forwardSeconds;
+      backwardInput += cost.backwardInputSeconds;
+      backwardWeight += cost.backwardWeightSeconds;
     }
     // The schedule library needs positive costs; a stage without weights
     // (no W) or without a backward still runs its (empty) instructions.
@@ -448,7 +450,7 @@ schedule::Problem scheduleProblem(const partition::CostTable &table, const Parti
     problem.costW.push_back(std::max(backwardWeight, kEmptyWork));
     problem.comm = std::max(problem.comm, stage.sendSeconds / 2);
     problem.allreduceCost = std::max(problem.allreduceCost, stage.allreduceSeconds);
-    activationBytes.push_back(stageActivationBytes(table, stage));
+    activationBytes.push_back(stageActivationBytes(table, result, stage));
   }
   double unit = std::max(1.0, *std::max_element(activationBytes.begin(), activationBytes.end()));
   for (double bytes : activationBytes)

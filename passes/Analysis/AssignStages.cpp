@@ -29,12 +29,12 @@ void annotateStages(ModuleOp module, const partition::CostTable &table,
   SmallVector<Attribute> stages;
   for (auto [index, stage] : llvm::enumerate(result.stages)) {
     for (int op = stage.firstOp; op <= stage.lastOp; ++op)
-      stageOfOp[table.ops[op].name] = static_cast<int64_t>(index);
+      stageOfOp[table.ops[result.op(op)].name] = static_cast<int64_t>(index);
     SmallVector<int64_t> ranks(stage.ranks.begin(), stage.ranks.end());
     stages.push_back(builder.getDictionaryAttr({
         builder.getNamedAttr("id", builder.getI64IntegerAttr(index)),
-        builder.getNamedAttr("first_op", builder.getStringAttr(table.ops[stage.firstOp].name)),
-        builder.getNamedAttr("last_op", builder.getStringAttr(table.ops[stage.lastOp].name)),
+        builder.getNamedAttr("first_op", builder.getStringAttr(table.ops[result.op(stage.firstOp)].name)),
+        builder.getNamedAttr("last_op", builder.getStringAttr(table.ops[result.op(stage.lastOp)].name)),
         builder.getNamedAttr("replicas", builder.getI64IntegerAttr(stage.replicas)),
         builder.getNamedAttr("ranks", builder.getDenseI64ArrayAttr(ranks)),
     }));

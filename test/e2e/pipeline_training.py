@@ -23,7 +23,9 @@ schedule of a model shares its stage sources) is compiled once.
 import argparse
 import concurrent.futures
 import contextlib
+import csv
 import io
+import json
 import multiprocessing
 import os
 import shutil
@@ -122,8 +124,12 @@ def make_data(model, sample, input_name, workdir):
 
 
 def compile_and_train(pipec, piperun, model_path, data, job, ranks, flags):
+    """ranks=None: as many as the plan pipec chose uses."""
     run([pipec, model_path, "--microbatches", str(MICROBATCHES), "--lr", str(LR),
          "--out", job, "--build"] + flags, timeout=BUILD_TIMEOUT)
+    if ranks is None:
+        with open(os.path.join(job, "plan.json")) as stream:
+            ranks = json.load(stream)["predictions"]["devices_used"]
     run(["mpirun", "-np", str(ranks), "--oversubscribe", piperun, job, "--iters", str(STEPS),
          "--data", data, "--export-weights", os.path.join(job, "trained")])
     weights = {}
@@ -169,6 +175,51 @@ def torch_reference(model, inputs, labels):
             if name in dict(model.named_parameters())}
 
 
+def sequential_reference(args, job, data):
+    """The weights pipeseq (the single-process reference of the plan's
+    semantics) reaches on the job's plan."""
+    run([args.pipeseq, job, "--iters", str(STEPS), "--data", data, "--export-weights",
+         os.path.join(job, "sequential")])
+    weights = {}
+    for name in sorted(os.listdir(os.path.join(job, "sequential"))):
+        weights.update(read_tensor_file(os.path.join(job, "sequential", name)))
+    return weights
+
+
+def plan_summary(job):
+    """'<schedule>, stages x replicas' of the plan pipec wrote."""
+    with open(os.path.join(job, "plan.json")) as stream:
+        plan = json.load(stream)
+    replicas = "+".join(str(stage["replicas"]) for stage in plan["stages"])
+    return f"{plan['schedule'].get('name', '?')}, replicas {replicas}"
+
+
+def antichain_partition(pipec, model_path, workdir):
+    """Two stages cut at an antichain that no prefix of the table's order is:
+    the first half of the ops plus a later op all of whose producers are in
+    that half (a parallel branch), listed in "op_order". None when the graph
+    has no such op."""
+    costs = os.path.join(workdir, "costs.csv")
+    run([pipec, model_path, "--gpus", "1x1", "--dump-costs", costs])
+    with open(costs) as stream:
+        rows = list(csv.DictReader(stream))
+    names = [row["name"] for row in rows]
+    producers = [[p for p in row["producers"].split(";") if p] for row in rows]
+    half = len(rows) // 2
+    first = set(names[:half])
+    for index in range(half + 1, len(rows)):
+        if producers[index] and all(p in first for p in producers[index]):
+            order = names[:half] + [names[index]] + names[half:index] + names[index + 1:]
+            path = os.path.join(workdir, "antichain.json")
+            with open(path, "w") as stream:
+                json.dump({"op_order": order,
+                           "stages": [{"first_op_index": 0, "last_op_index": half},
+                                      {"first_op_index": half + 1, "last_op_index": len(order) - 1}]},
+                          stream)
+            return path, names[index]
+    return None, None
+
+
 def replicated_partition(pipec, model_path, workdir):
     """A plan whose first stage (the first half of the ops) has two replicas."""
     costs = os.path.join(workdir, "costs.csv")
@@ -210,6 +261,30 @@ def check(example, args, workdir, failures):
         args.pipec, args.piperun, path, data, os.path.join(workdir, f"{example}-4stages"), 4,
         ["--gpus", "1x4", "--stages", "4", "--no-replication"] + optimizer)
     compare("1f1b on 4 ranks (4 stages) vs 1 rank", weights, single, failures)
+    # A cut at an antichain: stage 0 holds an op of a parallel branch that the
+    # table lists after ops of stage 1 (plan.json's op_order).
+    plan, moved = antichain_partition(args.pipec, path, workdir)
+    if plan:
+        weights = compile_and_train(args.pipec, args.piperun, path, data,
+                                    os.path.join(workdir, f"{example}-antichain"), 2,
+                                    ["--gpus", "1x2", "--partition", plan] + optimizer)
+        compare(f"2 stages cut at an antichain ({moved} in stage 0) vs 1 rank", weights, single, failures)
+    if example == "cnn":
+        # The planner's own choice on 1x4 (partition, replicas, schedule): what
+        # `pipec MODEL --gpus 1x4` gives a user. Replicas keep BatchNorm
+        # statistics of their own micro-batches: trained parameters only.
+        job = os.path.join(workdir, f"{example}-default-1x4")
+        weights = compile_and_train(args.pipec, args.piperun, path, data, job, None, ["--gpus", "1x4"])
+        compare(f"default plan on 1x4 ({plan_summary(job)}) vs 1 rank", weights, single, failures,
+                only=dict(model.named_parameters()))
+    if example == "gpt":
+        # --async alone on 1x4: the planner keeps the tied embedding in one
+        # stage, and piperun runs the plan it wrote (checked against pipeseq).
+        job = os.path.join(workdir, f"{example}-async-1x4")
+        weights = compile_and_train(args.pipec, args.piperun, path, data, job, None,
+                                    ["--gpus", "1x4", "--async"] + optimizer)
+        compare(f"--async plan on 1x4 ({plan_summary(job)}) vs its sequential reference", weights,
+                sequential_reference(args, job, data), failures)
 
     # PipeDream's 1F1B-RR with a replicated first stage against the
     # single-process reference of its semantics (pipeseq, same plan). Tied
@@ -221,28 +296,18 @@ def check(example, args, workdir, failures):
     weights = compile_and_train(args.pipec, args.piperun, path, data, job, 3,
                                 ["--gpus", "1x3", "--async", "--schedule", "1f1b-rr",
                                  "--partition", replicated_partition(args.pipec, path, workdir)])
-    run([args.pipeseq, job, "--iters", str(STEPS), "--data", data, "--export-weights",
-         os.path.join(job, "sequential")])
-    sequential = {}
-    for name in sorted(os.listdir(os.path.join(job, "sequential"))):
-        sequential.update(read_tensor_file(os.path.join(job, "sequential", name)))
     # Trained parameters only: each replica keeps BatchNorm statistics of the
     # micro-batches it saw (docs/runtime.md), which the sequential run merges.
     compare("1f1b-rr, first stage replicated twice (3 ranks) vs its sequential reference",
-            weights, sequential, failures, only=dict(model.named_parameters()))
+            weights, sequential_reference(args, job, data), failures, only=dict(model.named_parameters()))
     # PipeDream's vertical sync: every stage uses the version a micro-batch
     # entered stage 0 with.
     job = os.path.join(workdir, f"{example}-vsync")
     weights = compile_and_train(args.pipec, args.piperun, path, data, job, 2,
                                 ["--gpus", "1x2", "--stages", "2", "--no-replication", "--async",
                                  "--vertical-sync"])
-    run([args.pipeseq, job, "--iters", str(STEPS), "--data", data, "--export-weights",
-         os.path.join(job, "sequential")])
-    sequential = {}
-    for name in sorted(os.listdir(os.path.join(job, "sequential"))):
-        sequential.update(read_tensor_file(os.path.join(job, "sequential", name)))
     compare("1f1b-rr with vertical sync (2 ranks) vs its sequential reference", weights,
-            sequential, failures, only=dict(model.named_parameters()))
+            sequential_reference(args, job, data), failures, only=dict(model.named_parameters()))
     torch_check(example, args, workdir, inputs, labels, data, failures)
 
 

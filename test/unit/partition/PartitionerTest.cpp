@@ -265,7 +265,17 @@ TEST(EvaluatePartition, GivenStagesAndErrors) {
             "partition: the stages end at op 3 but the table has 8 ops");
   EXPECT_EQ(errorOf([&] { evaluatePartition(t, topo, o, {{0, 3, 6, {}}, {4, 7, 6, {}}}); }),
             "partition: the stages need more than the 8 devices");
-  EXPECT_NE(errorOf([&] { evaluatePartition(t, topo, o, {{0, 3, 2, {}}, {4, 7, 6, {}}}); })
+  // 2 + 6 devices: stage 1 shares server 0 with stage 0, which no hierarchy holds;
+  // on consecutive ranks it is a pipeline of device ranges.
+  PartitionResult shared = evaluatePartition(t, topo, o, {{0, 3, 2, {}}, {4, 7, 6, {}}});
+  EXPECT_TRUE(shared.tree.deviceRanges);
+  EXPECT_EQ(shared.stages[1].ranks, (std::vector<int>{2, 3, 4, 5, 6, 7}));
+  EXPECT_TRUE(shared.stages[1].replicasPerLevel.empty());
+  EXPECT_EQ(shared.stages[0].replicasPerLevel, (std::vector<int>{2, 1}));
+  EXPECT_EQ(shared.stages[0].sendLevel, 1); // stage 1's replicas on server 1 receive over the network
+  EXPECT_NO_THROW(shared.verify(t, topo));
+  // Not consecutive and not a hierarchy: refused.
+  EXPECT_NE(errorOf([&] { evaluatePartition(t, topo, o, {{0, 3, 3, {0, 1, 4}}, {4, 7, 5, {2, 3, 5, 6, 7}}}); })
                 .find("do not all hold the same stages"),
             std::string::npos);
   EXPECT_EQ(errorOf([&] { evaluatePartition(t, topo, o, {{0, 3, 1, {0}}, {4, 7, 1, {0}}}); }),

@@ -52,7 +52,7 @@ TEST(PlanJson, PlanHasTopologyStagesPredictionsAndAScheduleSlot) {
 TEST(PlanJson, StagesReadBackGiveTheSamePredictions) {
   Fixture f;
   std::stringstream text(planToJson(f.table, f.topology, f.result).dump());
-  std::vector<StageSpec> specs = readStageSpecs(text, "plan.json", f.table);
+  std::vector<StageSpec> specs = readStageSpecs(text, "plan.json", f.table).stages;
   PartitionOptions o;
   o.microbatches = 8;
   PartitionResult again = evaluatePartition(f.table, f.topology, o, specs);
@@ -94,11 +94,45 @@ TEST(PlanJson, BadPartitionFiles) {
             "p.json: stages[0]: \"replicas\" must be a positive integer at most 65536");
   std::istringstream ok(R"({"stages": [{"first_op": "op0", "last_op_index": 1, "ranks": [3, 2]},
                                        {"first_op_index": 2, "last_op": "op3"}]})");
-  std::vector<StageSpec> specs = readStageSpecs(ok, "p.json", t);
+  std::vector<StageSpec> specs = readStageSpecs(ok, "p.json", t).stages;
   ASSERT_EQ(specs.size(), 2u);
   EXPECT_EQ(specs[0].replicas, 2);
   EXPECT_EQ(specs[1].replicas, 1);
   EXPECT_EQ(specs[1].lastOp, 3);
+}
+
+TEST(PlanJson, OpOrderOfAnAntichainCutRoundTrips) {
+  // A diamond a -> {b, c} -> d: stages {a, c} and {b, d} are contiguous only in
+  // the order a, c, b, d, which the plan writes as "op_order".
+  CostTable t = uniformChain(4, 1, 1000, 10);
+  t.ops[2].producers = {"op0"};
+  t.ops[3].producers = {"op1", "op2"};
+  Topology topo = flatTopology(2, 1e9);
+  PartitionOptions o;
+  o.memoryLimitBytes = -1;
+  PartitionResult r = evaluatePartition(t, topo, o, {{0, 1, 1, {}}, {2, 3, 1, {}}}, {0, 2, 1, 3});
+  EXPECT_EQ(r.opOrder, (std::vector<int>{0, 2, 1, 3}));
+  EXPECT_NO_THROW(r.verify(t, topo));
+  nlohmann::json plan = planToJson(t, topo, r);
+  EXPECT_EQ(plan["op_order"], (nlohmann::json{"op0", "op2", "op1", "op3"}));
+  EXPECT_EQ(plan["stages"][0]["last_op"], "op2");
+  EXPECT_EQ(plan["stages"][1]["first_op"], "op1");
+  std::istringstream in(plan.dump());
+  StageSpecs back = readStageSpecs(in, "plan.json", t);
+  EXPECT_EQ(back.opOrder, r.opOrder);
+  PartitionResult again = evaluatePartition(t, topo, o, back.stages, back.opOrder);
+  EXPECT_DOUBLE_EQ(again.timePerMicrobatch, r.timePerMicrobatch);
+  // The cut after {a, c} carries a's output (read by b) and c's (read by d).
+  EXPECT_EQ(r.stages[0].sendBytes, 2000);
+  // An order that puts an op before its producer is refused, naming both.
+  std::istringstream bad(R"({"op_order": ["op0", "op3", "op1", "op2"], "stages": [{"first_op": "op0", "last_op": "op2"}]})");
+  try {
+    readStageSpecs(bad, "p.json", t);
+    ADD_FAILURE() << "no error";
+  } catch (const Error &e) {
+    EXPECT_EQ(std::string(e.what()), "p.json: \"op_order\": op 'op3' reads 'op1', which comes later (the ops are not in a "
+                                     "topological order)");
+  }
 }
 
 TEST(PlanJson, TablePrintsStagesAndPredictions) {
