@@ -290,16 +290,23 @@ StagePlan deviceStagePlan(const CostModel &model, const TreeStage &st, int64_t f
   return plan;
 }
 
+/// Workers a pipeline's stages use together.
+int64_t workersOf(const std::vector<TreeStage> &stages) {
+  int64_t workers = 0;
+  for (const TreeStage &st : stages)
+    workers += st.replicas;
+  return workers;
+}
+
 /// Device-range stages (PartitionTree::deviceRanges) on consecutive ranks.
 void flattenDeviceRanges(const CostModel &model, const std::vector<TreeStage> &stages, std::vector<StagePlan> &out) {
   const Topology &topo = model.topology();
-  int64_t devices = 0;
-  for (const TreeStage &st : stages)
-    devices += st.replicas;
+  const int64_t devices = workersOf(stages);
   int64_t rank = 0;
   for (size_t q = 0; q < stages.size(); ++q) {
     const TreeStage &st = stages[q];
-    StagePlan plan = deviceStagePlan(model, st, rank, model.inflight(st.replicas, static_cast<int>(devices - rank - st.replicas), 0));
+    int after = static_cast<int>(devices - rank - st.replicas);
+    StagePlan plan = deviceStagePlan(model, st, rank, model.inflight(st.replicas, after, 0));
     std::vector<int64_t> touched = topo.workersTouched(rank, st.replicas);
     int64_t product = 1;
     for (int64_t c : touched)
@@ -323,9 +330,7 @@ void flatten(const CostModel &model, int level, const std::vector<TreeStage> &st
              std::vector<StagePlan> &out) {
   const Topology &topo = model.topology();
   int64_t workerSize = topo.devicesPerComponent(level - 1);
-  int64_t total = 0;
-  for (const TreeStage &st : stages)
-    total += st.replicas;
+  const int64_t total = workersOf(stages);
   int64_t worker = 0;
   for (size_t q = 0; q < stages.size(); ++q) {
     const TreeStage &st = stages[q];
