@@ -4,7 +4,7 @@
 set -euo pipefail
 
 DEBIAN_PACKAGES=(
-  cmake ninja-build g++ pkg-config python3 python3-venv
+  cmake ninja-build g++ lld pkg-config python3 python3-venv
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
   libonnx-dev libprotobuf-dev protobuf-compiler
   libopenmpi-dev openmpi-bin libopenblas-dev
