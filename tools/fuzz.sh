@@ -23,12 +23,13 @@ fi
 if [[ ! -f "$BUILD/build.ninja" ]]; then
   # -O1 with line tables: fast enough to fuzz, readable stack traces. No PCH
   # (docs/build.md): few MLIR sources here, and clang refuses a mismatched one.
+  # The system linker: Debian's lld is older than clang-22's sanitizer runtimes.
   cmake -S "$ROOT" -B "$BUILD" -G Ninja \
     -DCMAKE_C_COMPILER="$CLANG" -DCMAKE_CXX_COMPILER="$CLANGXX" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-    -DPIPEC_BUILD_FUZZERS=ON -DPIPEC_BUILD_TESTS=OFF -DPIPEC_ENABLE_CUDA=OFF -DPIPEC_PCH=OFF \
+    -DPIPEC_BUILD_FUZZERS=ON -DPIPEC_BUILD_TESTS=OFF -DPIPEC_ENABLE_CUDA=OFF -DPIPEC_PCH=OFF -DPIPEC_USE_LLD=OFF \
     -DPIPEC_PYTHON="${PIPEC_PYTHON:-$ROOT/.venv/bin/python}"
 fi
 targets=("$@")
