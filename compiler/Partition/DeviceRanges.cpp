@@ -183,27 +183,6 @@ DeviceRangePlan searchDeviceRanges(const CostModel &model, const std::vector<int
   };
   std::vector<double> value(static_cast<size_t>(count_) * devices * depth, kInf);
   std::vector<Choice> choice(value.size());
-  // The most micro-batches in flight a stage from one ideal to a larger one fits
-  // with (memory is affine in that count), as the tree's search computes it.
-  const double limit = model.memoryLimit();
-  auto maxInflight = [&](const Ideal &from, const Ideal &to) {
-    auto memory = [&](int f) {
-      return model.memoryOf(to.parameters - from.parameters, to.optimizerState - from.optimizerState,
-                            to.activations - from.activations, from.cutBytes, f);
-    };
-    constexpr int kMany = 1 << 30;
-    double one = memory(1), slope = memory(2) - one;
-    if (one > limit)
-      return 0;
-    if (slope <= 0 || std::isinf(limit))
-      return kMany;
-    int f = static_cast<int>(std::min(1.0 + std::floor((limit - one) / slope), 1.0 * kMany));
-    while (f > 0 && f < kMany && memory(f) > limit) // floor() may round across the limit
-      --f;
-    while (f < kMany && memory(f + 1) <= limit)
-      ++f;
-    return f;
-  };
   for (int i = full - 1; i >= 0; --i) {
     const Ideal &from = ideals[i];
     for (int64_t d = 0; d < devices; ++d)
@@ -221,7 +200,8 @@ DeviceRangePlan searchDeviceRanges(const CostModel &model, const std::vector<int
           int64_t rLast = last ? devices - d : 1;
           if (rFirst < 1 || rFirst > maxReplicas || compute / static_cast<double>(rFirst) >= best)
             continue;
-          int fits = maxInflight(from, to);
+          int fits = model.mostInflightFitting(params, to.optimizerState - from.optimizerState,
+                                               to.activations - from.activations, from.cutBytes);
           // fewer replicas keep more micro-batches in flight (once one does not fit, fewer
           // never do) and take longer per micro-batch (once one is too slow, fewer are too)
           for (int64_t r = rFirst; r >= rLast; --r) {

@@ -103,6 +103,26 @@ double CostModel::memory(int i, int j, int f) const {
   return memoryOf(parameters(i, j), optimizerState(i, j), activations(i, j), static_cast<double>(cutBytes(i - 1)), f);
 }
 
+int CostModel::mostInflightFitting(double params, double optimizerStateBytes, double activationBytes,
+                                   double inputBytes) const {
+  auto memoryWith = [&](int f) { return memoryOf(params, optimizerStateBytes, activationBytes, inputBytes, f); };
+  // memory is affine in the in-flight count f: the largest f that fits
+  double m1 = memoryWith(1), slope = memoryWith(2) - m1;
+  int f;
+  if (m1 > limit_)
+    f = 0;
+  else if (slope <= 0 || std::isinf(limit_))
+    f = std::numeric_limits<int>::max();
+  else
+    f = static_cast<int>(std::min(1.0 + std::floor((limit_ - m1) / slope), 2.0e9));
+  // floor() can round across the limit: settle on the exact comparison
+  while (f > 0 && f < (1 << 30) && memoryWith(f) > limit_)
+    --f;
+  while (f < (1 << 30) && memoryWith(f + 1) <= limit_)
+    ++f;
+  return f;
+}
+
 double CostModel::memoryOf(double params, double optimizerStateBytes, double activationBytes, double inputBytes,
                            int f) const {
   double fixed = params + optimizerStateBytes;
@@ -689,7 +709,6 @@ private:
     maxInflight_.assign(segs, 0);
     allreduce_.assign(L, std::vector<double>(segs, 0));
     cut_.assign(L, std::vector<double>(n_, 0));
-    double limit = model_.memoryLimit();
     for (int i = 0; i < n_; ++i) {
       for (int s = i; s < n_; ++s) {
         size_t seg = static_cast<size_t>(i) * n_ + s;
@@ -697,20 +716,9 @@ private:
         compute_[seg] = model_.compute(a, b);
         for (size_t k = 0; k < L; ++k)
           allreduce_[k][seg] = model_.allreduceTime(static_cast<int>(k), a, b, 2); // 2|w|/B_k
-        // memory is affine in the in-flight count f: the largest f that fits
-        double m1 = model_.memory(a, b, 1), slope = model_.memory(a, b, 2) - m1;
-        if (m1 > limit)
-          maxInflight_[seg] = 0;
-        else if (slope <= 0 || std::isinf(limit))
-          maxInflight_[seg] = std::numeric_limits<int>::max();
-        else
-          maxInflight_[seg] = static_cast<int>(std::min(1.0 + std::floor((limit - m1) / slope), 2.0e9));
-        // floor() can round across the limit: settle on the exact comparison
-        while (maxInflight_[seg] > 0 && maxInflight_[seg] < (1 << 30) &&
-               model_.memory(a, b, maxInflight_[seg]) > limit)
-          --maxInflight_[seg];
-        while (maxInflight_[seg] < (1 << 30) && model_.memory(a, b, maxInflight_[seg] + 1) <= limit)
-          ++maxInflight_[seg];
+        maxInflight_[seg] = model_.mostInflightFitting(model_.parameters(a, b), model_.optimizerState(a, b),
+                                                       model_.activations(a, b),
+                                                       static_cast<double>(model_.cutBytes(a - 1)));
       }
       for (size_t k = 0; k < L; ++k)
         cut_[k][i] = model_.cutTime(static_cast<int>(k), ends_[i]);

@@ -134,6 +134,10 @@ public:
   /// (what --recompute keeps per micro-batch).
   double memoryOf(double parameterBytes, double optimizerStateBytes, double activationBytes,
                   double inputBytes, int f) const;
+  /// The most micro-batches in flight such a stage fits with under the limit
+  /// (0: not even one; INT_MAX: any number).
+  int mostInflightFitting(double parameterBytes, double optimizerStateBytes, double activationBytes,
+                          double inputBytes) const;
   double memoryLimit() const { return limit_; } ///< infinity when unlimited
   /// T at level 0 (a device stage): (1/r)·max(compute, 2(r-1)|w|/B_0), or infinity if it
   /// does not fit in memory.
