@@ -36,6 +36,8 @@ struct Ideal {
   double compute = 0, parameters = 0, optimizerState = 0, activations = 0;
   double cutBytes = 0; ///< bytes of its ops' outputs read outside it
   std::vector<int> supersets; ///< indices of the ideals that strictly contain it
+  /// Per superset: the most micro-batches in flight the stage between them fits with.
+  std::vector<int> inflightFits;
 };
 
 } // namespace
@@ -158,6 +160,13 @@ DeviceRangePlan searchDeviceRanges(const CostModel &model, const std::vector<int
               break;
             }
       }
+  for (Ideal &from : ideals)
+    for (int j : from.supersets) {
+      const Ideal &to = ideals[j];
+      from.inflightFits.push_back(model.mostInflightFitting(to.parameters - from.parameters,
+                                                            to.optimizerState - from.optimizerState,
+                                                            to.activations - from.activations, from.cutBytes));
+    }
 
   // Per device range [d, d+r): the all-reduce coefficient and the links its cuts cross.
   auto rangeIndex = [&](int64_t d, int64_t r) { return static_cast<size_t>(d * (devices + 1) + r); };
@@ -189,7 +198,8 @@ DeviceRangePlan searchDeviceRanges(const CostModel &model, const std::vector<int
       for (int p = 0; p < depth; ++p) {
         double best = kInf;
         Choice bestChoice;
-        for (int j : from.supersets) {
+        for (size_t k = 0; k < from.supersets.size(); ++k) {
+          const int j = from.supersets[k];
           const Ideal &to = ideals[j];
           bool last = j == full;
           if (forced && (last != (p == 0)))
@@ -200,8 +210,7 @@ DeviceRangePlan searchDeviceRanges(const CostModel &model, const std::vector<int
           int64_t rLast = last ? devices - d : 1;
           if (rFirst < 1 || rFirst > maxReplicas || compute / static_cast<double>(rFirst) >= best)
             continue;
-          int fits = model.mostInflightFitting(params, to.optimizerState - from.optimizerState,
-                                               to.activations - from.activations, from.cutBytes);
+          const int fits = from.inflightFits[k];
           // fewer replicas keep more micro-batches in flight (once one does not fit, fewer
           // never do) and take longer per micro-batch (once one is too slow, fewer are too)
           for (int64_t r = rFirst; r >= rLast; --r) {
