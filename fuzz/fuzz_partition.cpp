@@ -9,7 +9,7 @@
 // else escaping it would terminate pipec, so it is a finding here too.
 #include "FuzzSupport.h"
 
-#include "compiler/Partition/PartitionCommand.h"
+#include "analysis/Partition/PartitionCommand.h"
 
 #include <string>
 #include <vector>

@@ -3,15 +3,13 @@
 #ifndef PIPEC_PASSES_PASSES_H
 #define PIPEC_PASSES_PASSES_H
 
+#include "analysis/Planner/Planner.h"
+#include "runtime/include/pipec/vocabulary.h" // OptimizerDefaults in the options
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 
 #include <memory>
-
-namespace pipec::partition {
-struct CostTable;
-struct PartitionResult;
-} // namespace pipec::partition
 
 namespace pipec::passes {
 
@@ -20,6 +18,20 @@ namespace pipec::passes {
 
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
+
+/// What pipec-partition decided, in full, for the driver: it prints the plan,
+/// writes the schedule streams and plan.json. The module records the part
+/// the later passes follow (pipe.stage, pipe.stages, pipe.plan).
+struct PlanningResult {
+  partition::CostTable table;
+  partition::Topology topology;
+  planner::Plan plan;
+};
+
+/// pipec-partition on a request built by the driver from every planner flag
+/// (the textual options cover the common ones); fills `result` if given.
+std::unique_ptr<mlir::Pass> createPlanning(const planner::Request &request,
+                                           PlanningResult *result);
 
 /// The cost table of a module annotated by pipec-estimate-costs: one row per
 /// costed op in program order, with its producers. Fails (with an error on

@@ -4,6 +4,7 @@
 include "mlir/Pass/PassBase.td"
 
 def EstimateCosts : Pass<"pipec-estimate-costs", "mlir::ModuleOp"> {
+  let dependentDialects = ["::pipec::pipe::PipeDialect"];
   let summary = "Annotate every nn op with its forward, B and W times and memory";
   let description = [{
     Asks each `nn` op for its work (NNCostInterface: FLOPs and bytes of the
@@ -26,14 +27,14 @@ def EstimateCosts : Pass<"pipec-estimate-costs", "mlir::ModuleOp"> {
     Before:
       %0 = nn.gemm %x, %w, %b {transB = true} : (...) -> tensor<8x64xf32>
     After:
-      %0 = nn.gemm %x, %w, %b {pipe.cost = {activation_bytes = 2048 : i64,
-             bwd_input = 0.0 : f64, bwd_weight = 4.1e-06 : f64, fwd = 4.1e-06 : f64,
-             name = "fc1", optimizer_bytes = 16896 : i64, param_bytes = 8448 : i64,
-             source = "estimate"}, transB = true} : (...) -> tensor<8x64xf32>
+      %0 = nn.gemm %x, %w, %b {pipe.cost = #pipe.cost<name = "fc1", fwd = 4.1e-06,
+             bwd_input = 0.0, bwd_weight = 4.1e-06, fwd_flops = 32768.0,
+             activation_bytes = 2048, param_bytes = 8448, optimizer_bytes = 16896,
+             source = "estimate">, transB = true} : (...) -> tensor<8x64xf32>
   }];
   let options = [
     Option<"device", "device", "std::string", /*default=*/"\"H100\"",
-           "Device preset (V100, A100, H100)">,
+           "Device preset (pipec --help lists them)">,
     Option<"precision", "precision", "std::string", /*default=*/"\"fp32\"",
            "Compute precision of matrix products: fp32, tf32 or bf16">,
     Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
@@ -43,6 +44,8 @@ def EstimateCosts : Pass<"pipec-estimate-costs", "mlir::ModuleOp"> {
            "Measured profile (JSON) overriding the estimates op by op">,
     Option<"launchOverhead", "launch-overhead", "double", /*default=*/"4.0e-6",
            "Seconds added for each kernel an op runs">,
+    Option<"dumpCosts", "dump-costs", "std::string", /*default=*/"\"\"",
+           "Also write the cost table here (CSV, docs/cost-table.md)">,
   ];
   let statistics = [
     Statistic<"numOpsCosted", "ops-costed", "Number of ops annotated">,
@@ -51,18 +54,25 @@ def EstimateCosts : Pass<"pipec-estimate-costs", "mlir::ModuleOp"> {
 }
 
 def AssignStages : Pass<"pipec-partition", "mlir::ModuleOp"> {
-  let summary = "Partition the costed graph over a cluster (PipeDream's DP)";
+  let dependentDialects = ["::pipec::pipe::PipeDialect"];
+  let summary = "Plan the pipeline: stages, replicas, schedule and micro-batches chosen jointly";
   let description = [{
-    Runs PipeDream's hierarchical dynamic program (docs/partition.md) on the
-    ops annotated by `pipec-estimate-costs`, in program order, and records
-    the result: each op gets `pipe.stage` (its pipeline stage) and the module
-    `pipe.stages`, one dictionary per stage with its op range, replicas and
-    ranks.
+    Runs the planner (docs/planner.md) on the ops annotated by
+    `pipec-estimate-costs`, in program order: PipeDream's hierarchical DP and
+    the device-range search for the stages, every schedule family the
+    options allow, simulated, and the micro-batch count. It records the
+    chosen plan on the module: each op gets `pipe.stage` (its pipeline
+    stage), the module `pipe.stages` (one dictionary per stage with its op
+    range, replicas and ranks) and `pipe.plan` (schedule, chunks, placement,
+    micro-batches, asynchronous updates, recomputed stages), which
+    `pipec-recompute mode=plan` and `pipec-weight-stashing from-plan=true`
+    follow. `pipec` runs it with every command-line flag of the planner.
 
     Before:
       %0 = nn.gemm ... {pipe.cost = {...}}
       %1 = nn.relu %0 {pipe.cost = {...}}
-    After (gpus=1x2):
+    After (gpus=1x2 stages=2):
+      module attributes {pipe.plan = #pipe.plan<schedule = "1f1b", ...>, pipe.stages = [...]}
       %0 = nn.gemm ... {pipe.cost = {...}, pipe.stage = 0 : i64}
       %1 = nn.relu %0 {pipe.cost = {...}, pipe.stage = 1 : i64}
   }];
@@ -72,13 +82,26 @@ def AssignStages : Pass<"pipec-partition", "mlir::ModuleOp"> {
     Option<"device", "device", "std::string", /*default=*/"\"H100\"",
            "Device preset for memory and link bandwidths">,
     Option<"stages", "stages", "int", /*default=*/"0",
-           "Force this many stages (0: the DP chooses)">,
+           "Force this many stages (0: the planner chooses)">,
     Option<"noReplication", "no-replication", "bool", /*default=*/"false",
            "A straight pipeline without data-parallel stages">,
-    Option<"microbatches", "microbatches", "int", /*default=*/"1",
-           "Micro-batches per mini-batch">,
+    Option<"microbatches", "microbatches", "int", /*default=*/"0",
+           "Micro-batches per mini-batch (0: the planner chooses)">,
     Option<"memoryLimit", "memory-limit", "std::string", /*default=*/"\"\"",
            "Memory per device (e.g. 16GiB); default: the preset's">,
+    Option<"schedule", "schedule", "std::string", /*default=*/"\"\"",
+           "Schedule family (empty: the planner searches the synchronous ones)">,
+    Option<"chunks", "chunks", "int", /*default=*/"0",
+           "Model chunks per rank (0: the schedule's default)">,
+    Option<"asynchronous", "async", "bool", /*default=*/"false",
+           "PipeDream's asynchronous 1F1B-RR with weight stashing">,
+    Option<"verticalSync", "vertical-sync", "bool", /*default=*/"false",
+           "With async: every stage uses the version a micro-batch entered stage 0 with">,
+    Option<"recompute", "recompute", "std::string", /*default=*/"\"\"",
+           "none, all or auto (empty: the planner tries none and auto)">,
+  ];
+  let statistics = [
+    Statistic<"numPlansEvaluated", "plans-evaluated", "Number of plans the planner simulated">,
   ];
 }
 
@@ -163,9 +186,9 @@ def Optimizer : Pass<"pipec-optimizer", "mlir::ModuleOp"> {
     Option<"momentum", "momentum", "double", /*default=*/"0.0", "SGD momentum">,
     Option<"weightDecay", "weight-decay", "double", /*default=*/"-1.0",
            "Weight decay (default: 0.01 for adamw, 0 for sgd, PyTorch's defaults)">,
-    Option<"beta1", "beta1", "double", /*default=*/"0.9", "AdamW beta1">,
-    Option<"beta2", "beta2", "double", /*default=*/"0.999", "AdamW beta2">,
-    Option<"epsilon", "epsilon", "double", /*default=*/"1.0e-8", "AdamW epsilon">,
+    Option<"beta1", "beta1", "double", /*default=*/"::pipec::OptimizerDefaults::beta1", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", /*default=*/"::pipec::OptimizerDefaults::beta2", "AdamW beta2">,
+    Option<"epsilon", "epsilon", "double", /*default=*/"::pipec::OptimizerDefaults::epsilon", "AdamW epsilon">,
   ];
   let statistics = [
     Statistic<"numUpdates", "updates", "Number of parameter updates created">,
@@ -261,6 +284,8 @@ def WeightStashing : Pass<"pipec-weight-stashing", "mlir::ModuleOp"> {
            "Weight versions kept per stage (the plan's in-flight count); 0 or 1: synchronous, nothing to do">,
     Option<"verticalSync", "vertical-sync", "bool", /*default=*/"false",
            "Every stage uses the version current when the micro-batch entered stage 0">,
+    Option<"fromPlan", "from-plan", "bool", /*default=*/"false",
+           "Take versions and vertical sync from the module's pipe.plan (nothing to do when it is synchronous)">,
   ];
   let statistics = [
     Statistic<"numStashed", "stashed", "Number of parameters stashed">,
@@ -282,7 +307,7 @@ def Recompute : Pass<"pipec-recompute", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"mode", "mode", "std::string", /*default=*/"\"none\"",
-           "none, or all (every stage); a list in `stages` overrides">,
+           "none, all (every stage), or plan (the stages pipe.plan lists); a list in `stages` overrides">,
     ListOption<"stages", "stages", "int64_t",
                "Stages to recompute (the driver's `auto` choice)">,
   ];

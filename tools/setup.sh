@@ -8,7 +8,7 @@ DEBIAN_PACKAGES=(
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
   libonnx-dev libprotobuf-dev protobuf-compiler
   libopenmpi-dev openmpi-bin libopenblas-dev
-  libgtest-dev googletest nlohmann-json3-dev
+  libgtest-dev googletest nlohmann-json3-dev libcli11-dev
   libonnx-testdata python3-torch python3-numpy librsvg2-bin
   clang-22 libclang-rt-22-dev libfuzzer-22-dev
 )

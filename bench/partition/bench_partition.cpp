@@ -6,9 +6,9 @@
 // Usage: bench_partition [--repeat N] [--max-layers L] [--vgg16 CSV] [--tree-only]
 // (--tree-only: the synthetic cases without the device-range search)
 
-#include "compiler/Partition/CostTable.h"
-#include "compiler/Partition/Error.h"
-#include "compiler/Partition/Partitioner.h"
+#include "analysis/Partition/CostTable.h"
+#include "analysis/Partition/Error.h"
+#include "analysis/Partition/Partitioner.h"
 
 #include <algorithm>
 #include <chrono>

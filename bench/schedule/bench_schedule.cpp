@@ -1,7 +1,7 @@
 // Schedule benchmark: generation (+validation) and simulation time for large
 // pipelines, and the automatic search against ZB-H1/ZB-H2 on a grid of costs.
 // Prints tables; built with the tests, never run by ctest.
-#include "Schedule/Schedule.h"
+#include "analysis/Schedule/Schedule.h"
 
 #include <chrono>
 #include <cstdio>

@@ -1,6 +1,6 @@
 // Stand-alone driver for `pipec schedule` (until the lead's pipec main
 // dispatches to it): pipec-schedule --stages 4 --microbatches 8 --compare
-#include "Schedule/Schedule.h"
+#include "analysis/Schedule/Schedule.h"
 
 #include <string>
 #include <vector>

@@ -1,12 +1,12 @@
 #include "compiler/Driver/Compiler.h"
 #include "compiler/Driver/Registration.h"
 #include "compiler/Driver/TrainingJob.h"
-#include "compiler/Partition/CostTable.h"
-#include "compiler/Partition/Error.h"
-#include "compiler/Partition/Partitioner.h"
-#include "compiler/Planner/Planner.h"
-#include "compiler/Partition/PlanJson.h"
-#include "compiler/Schedule/Schedule.h"
+#include "analysis/Partition/CostTable.h"
+#include "analysis/Partition/Error.h"
+#include "analysis/Partition/Partitioner.h"
+#include "analysis/Planner/Planner.h"
+#include "analysis/Partition/PlanJson.h"
+#include "analysis/Schedule/Schedule.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -16,6 +16,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/OperationSupport.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Support/Timing.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -36,24 +37,6 @@ namespace pipec {
 static_assert(partition::kMaxMicrobatches == schedule::kMaxMicrobatches,
               "--microbatches has one bound for the partition and the schedule");
 
-std::optional<Phase> parsePhase(const std::string &name) {
-  for (Phase phase : {Phase::NN, Phase::Costs, Phase::Partition, Phase::Autodiff, Phase::Stages})
-    if (name == phaseName(phase))
-      return phase;
-  return std::nullopt;
-}
-
-const char *phaseName(Phase phase) {
-  switch (phase) {
-  case Phase::NN: return "nn";
-  case Phase::Costs: return "costs";
-  case Phase::Partition: return "partition";
-  case Phase::Autodiff: return "autodiff";
-  case Phase::Stages: return "stages";
-  }
-  return "?";
-}
-
 namespace {
 mlir::OpPrintingFlags printingFlags(const CompileOptions &options) {
   mlir::OpPrintingFlags flags;
@@ -64,27 +47,57 @@ mlir::OpPrintingFlags printingFlags(const CompileOptions &options) {
   return flags;
 }
 
-/// Writes the IR after a phase into the dump folder, numbered in order.
-bool dumpIr(const CompileOptions &options, mlir::ModuleOp module, int index, const char *name,
-            llvm::raw_ostream &errs) {
-  if (options.dumpIrDirectory.empty())
-    return true;
-  if (auto error = llvm::sys::fs::create_directories(options.dumpIrDirectory)) {
-    errs << "error: cannot create --dump-ir folder '" << options.dumpIrDirectory
-         << "': " << error.message() << "\n";
-    return false;
+/// --dump-ir DIR: the imported IR as 00-nn.mlir, then the IR after every
+/// pass of the pipeline as NN-<pass argument>.mlir, numbered in order.
+class IrDumpFolder : public mlir::PassManager::IRPrinterConfig {
+public:
+  IrDumpFolder(std::string folder, mlir::OpPrintingFlags flags)
+      // Every pass of the pipeline runs on the module: printing the op it ran
+      // on prints the whole module.
+      : IRPrinterConfig(/*printModuleScope=*/false, /*printAfterOnlyOnChange=*/false,
+                        /*printAfterOnlyOnFailure=*/false, flags),
+        folder(std::move(folder)) {}
+
+  /// Creates the folder and writes the imported IR; errors go to `errs`.
+  bool start(mlir::ModuleOp module, llvm::raw_ostream &errs) {
+    if (auto error = llvm::sys::fs::create_directories(folder)) {
+      errs << "error: cannot create --dump-ir folder '" << folder << "': " << error.message()
+           << "\n";
+      return false;
+    }
+    write("nn", [&](llvm::raw_ostream &out) { module->print(out, getOpPrintingFlags()); });
+    return report(errs);
   }
-  llvm::SmallString<256> path(options.dumpIrDirectory);
-  llvm::sys::path::append(path, llvm::formatv("{0:D2}-{1}.mlir", index, name).str());
-  std::error_code error;
-  llvm::raw_fd_ostream file(path, error);
-  if (error) {
-    errs << "error: cannot write '" << path << "': " << error.message() << "\n";
-    return false;
+
+  void printAfterIfEnabled(mlir::Pass *pass, mlir::Operation *, PrintCallbackFn print) override {
+    write(pass->getArgument(), print);
   }
-  module->print(file, printingFlags(options));
-  return true;
-}
+
+  /// Prints the first write error, if any; true when there was none.
+  bool report(llvm::raw_ostream &errs) const {
+    if (!firstError.empty())
+      errs << "error: " << firstError << "\n";
+    return firstError.empty();
+  }
+
+private:
+  void write(llvm::StringRef name, llvm::function_ref<void(llvm::raw_ostream &)> print) {
+    llvm::SmallString<256> path(folder);
+    llvm::sys::path::append(path, llvm::formatv("{0:D2}-{1}.mlir", next++, name).str());
+    std::error_code error;
+    llvm::raw_fd_ostream file(path, error);
+    if (error) {
+      if (firstError.empty())
+        firstError = "cannot write '" + path.str().str() + "': " + error.message();
+      return;
+    }
+    print(file);
+  }
+
+  std::string folder;
+  int next = 0;
+  std::string firstError;
+};
 
 /// What `pipec model.onnx` prints when no phase is asked for.
 void printSummary(mlir::ModuleOp module, const std::string &path, llvm::raw_ostream &outs) {
@@ -150,15 +163,39 @@ int emitModule(const CompileOptions &options, mlir::ModuleOp module, llvm::raw_o
   return 0;
 }
 
-mlir::LogicalResult estimateCosts(const CompileOptions &options, mlir::ModuleOp module) {
-  mlir::PassManager manager(module.getContext());
-  passes::EstimateCostsOptions costOptions;
-  costOptions.device = options.partition.device;
-  costOptions.precision = options.precision;
-  costOptions.optimizer = options.optimizer;
-  costOptions.profile = options.profilePath;
-  manager.addPass(passes::createEstimateCosts(costOptions));
-  return manager.run(module);
+/// The pipeline's phase that a command line asks for: --emit's, else as far
+/// as the outputs need (costs for --dump-costs, the plan to print it, the
+/// stages to write --out DIR).
+Phase lastPhase(const CompileOptions &options) {
+  if (options.emit)
+    return *options.emit;
+  if (!options.partitionRequested())
+    return Phase::Costs;
+  return options.partition.outDir.empty() ? Phase::Partition : Phase::Stages;
+}
+
+passes::PipelineConfig pipelineConfig(const CompileOptions &options,
+                                      passes::PlanningResult *planning) {
+  passes::PipelineConfig config;
+  config.last = lastPhase(options);
+  config.loss.loss = options.loss;
+  config.costs.device = options.partition.device;
+  config.costs.precision = options.precision;
+  config.costs.optimizer = options.optimizer;
+  config.costs.profile = options.profilePath;
+  config.costs.dumpCosts = options.dumpCostsPath;
+  planner::Request request;
+  request.partition = options.partition;
+  request.partition.outDir.clear(); // plan.json is written once the stages are built
+  request.schedule = options.scheduleName;
+  request.chunks = options.chunks;
+  request.verticalSync = options.verticalSync;
+  request.candidates = options.candidates;
+  config.planning = request;
+  config.planningResult = planning;
+  config.optimizer = passes::optimizerOptions(options.optimizer, options.learningRate,
+                                              options.momentum, options.weightDecay);
+  return config;
 }
 } // namespace
 
@@ -184,105 +221,56 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
       errs << "error: " << error << "\n";
     return 1;
   }
-  if (!dumpIr(options, *module, 0, phaseName(Phase::NN), errs))
-    return 1;
+  std::unique_ptr<IrDumpFolder> dump;
+  if (!options.dumpIrDirectory.empty()) {
+    dump = std::make_unique<IrDumpFolder>(options.dumpIrDirectory, printingFlags(options));
+    if (!dump->start(*module, errs))
+      return 1;
+  }
   if (options.emit == Phase::NN)
     return emitModule(options, *module, errs);
-
   bool wantCosts = options.emit || options.partitionRequested() || !options.dumpCostsPath.empty();
   if (!wantCosts) {
     printSummary(*module, options.inputPath, outs);
     return 0;
   }
-  if (failed(appendLoss(*module, options)) || failed(estimateCosts(options, *module)))
+  if (options.emit && *options.emit > Phase::Costs && !options.partitionRequested()) {
+    errs << "error: --emit=" << phaseName(*options.emit)
+         << " needs a topology: give --gpus NxG or --cluster FILE\n";
     return 1;
-  if (!dumpIr(options, *module, 1, phaseName(Phase::Costs), errs))
-    return 1;
-  auto table = passes::costTableFromModule(*module);
-  if (failed(table))
-    return 1;
-  if (!options.dumpCostsPath.empty()) {
-    // The file may live in a folder not created yet (e.g. inside --out DIR).
-    std::error_code folderError;
-    auto folder = std::filesystem::path(options.dumpCostsPath).parent_path();
-    if (!folder.empty())
-      std::filesystem::create_directories(folder, folderError);
-    std::ofstream csv(options.dumpCostsPath);
-    if (!csv) {
-      errs << "error: cannot write --dump-costs file '" << options.dumpCostsPath << "'\n";
-      return 1;
-    }
-    partition::writeCostTableCsv(csv, *table);
   }
-  if (options.emit == Phase::Costs)
+
+  // The compilation proper: one pass pipeline (passes/Pipeline.h), with
+  // --mlir-timing, --mlir-pass-statistics and --mlir-print-ir-* as given.
+  passes::PlanningResult planning;
+  mlir::PassManager manager(&context);
+  if (failed(mlir::applyPassManagerCLOptions(manager)))
+    return 1;
+  mlir::applyDefaultTimingPassManagerCLOptions(manager);
+  const IrDumpFolder *dumpFolder = dump.get(); // owned by the pass manager from here
+  if (dump)
+    manager.enableIRPrinting(std::move(dump));
+  passes::buildPipecPipeline(manager, pipelineConfig(options, &planning));
+  bool passed = succeeded(manager.run(*module));
+  if ((dumpFolder && !dumpFolder->report(errs)) || !passed)
+    return 1;
+  if (options.emit)
     return emitModule(options, *module, errs);
   if (!options.partitionRequested()) {
-    if (options.emit) {
-      errs << "error: --emit=" << phaseName(*options.emit)
-           << " needs a topology: give --gpus NxG or --cluster FILE\n";
-      return 1;
-    }
     printSummary(*module, options.inputPath, outs);
     return 0;
   }
 
-  // The planner's joint search (docs/planner.md); plan.json is written
-  // below, once the stages are built.
-  planner::Plan plan;
-  partition::Topology topology;
-  try {
-    planner::Request request;
-    request.partition = options.partition;
-    request.partition.outDir.clear();
-    request.schedule = options.scheduleName;
-    request.chunks = options.chunks;
-    request.verticalSync = options.verticalSync;
-    request.candidates = options.candidates;
-    if (options.partition.options.asynchronous || options.scheduleName == "1f1b-rr")
-      request.unsplittable = passes::tiedParameterRanges(*module);
-    topology = request.partition.topology();
-    plan = planner::plan(*table, request);
-  } catch (const partition::Error &error) {
-    errs << "error: " << options.inputPath << ": " << error.what() << "\n";
-    return 1;
-  } catch (const schedule::ScheduleError &error) {
-    errs << "error: " << options.inputPath << ": schedule: " << error.what() << "\n";
-    return 1;
-  } catch (const std::bad_alloc &) {
-    errs << "error: " << options.inputPath << ": out of memory while planning\n";
-    return 1;
+  const planner::Plan &plan = planning.plan;
+  if (options.partition.json) {
+    outs << planner::planSummaryJson(planning.table, plan).dump(2) << "\n";
+  } else {
+    std::ostringstream text;
+    planner::printPlan(text, planning.table, planning.topology, plan);
+    outs << text.str();
   }
-  const partition::PartitionResult &result = plan.chosen.partition;
-  if (!options.emit) {
-    if (options.partition.json) {
-      outs << planner::planSummaryJson(*table, plan).dump(2) << "\n";
-    } else {
-      std::ostringstream text;
-      planner::printPlan(text, *table, topology, plan);
-      outs << text.str();
-    }
-  }
-  passes::annotateStages(*module, *table, result);
-  if (!dumpIr(options, *module, 2, phaseName(Phase::Partition), errs))
-    return 1;
-  if (options.emit == Phase::Partition)
-    return emitModule(options, *module, errs);
-  if (!options.emit && options.partition.outDir.empty())
+  if (options.partition.outDir.empty())
     return 0;
-
-  // The training program: loss, gradients, then one program per stage.
-  if (failed(deriveTrainStep(*module, options)))
-    return 1;
-  if (!dumpIr(options, *module, 3, phaseName(Phase::Autodiff), errs))
-    return 1;
-  if (options.emit == Phase::Autodiff)
-    return emitModule(options, *module, errs);
-  if (failed(outlineStages(*module, options, result)))
-    return 1;
-  if (!dumpIr(options, *module, 4, phaseName(Phase::Stages), errs))
-    return 1;
-  if (options.emit == Phase::Stages)
-    return emitModule(options, *module, errs);
 
   // The job directory: plan, schedule streams, stage code, initial weights.
   std::string directory = options.partition.outDir;
@@ -295,9 +283,9 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
     errs << "error: " << directory << ": " << error.what() << "\n";
     return 1;
   }
-  nlohmann::json planFile = planner::planFileJson(*table, topology, plan);
+  nlohmann::json planFile = planner::planFileJson(planning.table, planning.topology, plan);
   // With --json, standard output carries the one JSON document only.
-  if (failed(writeTrainingJob(*module, options, result, planFile,
+  if (failed(writeTrainingJob(*module, options, plan.chosen, planFile,
                               options.partition.json ? errs : outs, errs)))
     return 1;
   try {

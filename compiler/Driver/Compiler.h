@@ -4,7 +4,8 @@
 #define PIPEC_COMPILER_DRIVER_COMPILER_H
 
 #include "compiler/Import/OnnxImporter.h"
-#include "compiler/Partition/PartitionCommand.h"
+#include "analysis/Partition/PartitionCommand.h"
+#include "passes/Pipeline.h"
 
 #include <optional>
 #include <string>
@@ -16,28 +17,19 @@ class raw_ostream;
 
 namespace pipec {
 
-/// Phases in the order they run; `--emit=<phase>` stops after one and prints
-/// its IR. Later phases (stages, schedule, code) append here.
-enum class Phase {
-  NN,        ///< the imported model
-  Costs,     ///< every op annotated with its times and bytes (pipe.cost)
-  Partition, ///< every op assigned to a stage (pipe.stage), plan printed
-  Autodiff,  ///< @train_step: loss, B and W gradients (pipe.phase)
-  Stages,    ///< one pipe.stage per stage: fwd, bwd_input, bwd_weight, step
-};
-// The schedule is generated, simulated and validated right after the
-// partition (it changes no IR); its numbers join the printed plan and
-// plan.json, its per-rank streams and timeline go to --out DIR/schedule.
-
-std::optional<Phase> parsePhase(const std::string &name);
-const char *phaseName(Phase phase);
+/// The pipeline's phases (passes/Pipeline.h); `--emit=<phase>` stops after
+/// one and prints its IR. The schedule is chosen with the partition (it
+/// changes no IR but pipe.plan); its streams and timeline go to --out DIR/schedule.
+using passes::Phase;
+using passes::parsePhase;
+using passes::phaseName;
 
 struct CompileOptions {
   std::string inputPath;
   import::ImportOptions importOptions;
   /// Print the IR after this phase and stop; none prints the summary.
   std::optional<Phase> emit;
-  /// Where to write the IR after every phase (NN-<name>.mlir), if set.
+  /// Where to write the IR after every pass (NN-<pass>.mlir), if set.
   std::string dumpIrDirectory;
   /// Output file for --emit ("-" is standard output).
   std::string outputPath = "-";

@@ -3,6 +3,7 @@
 #include "dialects/nn/NNDialect.h"
 #include "dialects/pipe/PipeDialect.h"
 #include "passes/Passes.h"
+#include "passes/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -18,4 +19,5 @@ void pipec::registerPipecPasses() {
   mlir::registerCSEPass();
   mlir::registerSymbolDCEPass();
   passes::registerPipecPasses();
+  passes::registerPipecPipeline();
 }

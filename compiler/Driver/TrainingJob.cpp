@@ -2,10 +2,11 @@
 
 #include "compiler/Emit/EmitStage.h"
 #include "compiler/Import/OnnxImporter.h"
-#include "compiler/Partition/Partitioner.h"
+#include "analysis/Partition/Partitioner.h"
 #include "dialects/nn/NNDialect.h"
+#include "runtime/include/pipec/vocabulary.h"
 #include "dialects/pipe/PipeDialect.h"
-#include "passes/Passes.h"
+#include "passes/Pipeline.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/PassManager.h"
@@ -26,48 +27,6 @@ using namespace mlir;
 namespace fs = std::filesystem;
 
 namespace pipec {
-
-LogicalResult appendLoss(ModuleOp module, const CompileOptions &options) {
-  PassManager manager(module.getContext());
-  passes::AppendLossOptions lossOptions;
-  lossOptions.loss = options.loss;
-  manager.addPass(passes::createAppendLoss(lossOptions));
-  return manager.run(module);
-}
-
-LogicalResult deriveTrainStep(ModuleOp module, const CompileOptions &) {
-  PassManager manager(module.getContext());
-  manager.addPass(passes::createAutodiff());
-  return manager.run(module);
-}
-
-LogicalResult outlineStages(ModuleOp module, const CompileOptions &options,
-                            const partition::PartitionResult &result) {
-  PassManager manager(module.getContext());
-  passes::OptimizerOptions optimizerOptions;
-  optimizerOptions.optimizer = options.optimizer == "adamw" ? "adamw" : "sgd";
-  optimizerOptions.lr = options.learningRate;
-  optimizerOptions.momentum = options.optimizer == "sgd-momentum" && options.momentum == 0.0
-                                  ? 0.9
-                                  : options.momentum;
-  optimizerOptions.weightDecay = options.weightDecay;
-  manager.addPass(passes::createOptimizer(optimizerOptions));
-  manager.addPass(passes::createOutlineStages());
-  if (!result.recomputedStages.empty()) {
-    passes::RecomputeOptions recomputeOptions;
-    recomputeOptions.stages = SmallVector<int64_t>(result.recomputedStages.begin(),
-                                                   result.recomputedStages.end());
-    manager.addPass(passes::createRecompute(recomputeOptions));
-  }
-  if (result.asynchronous) {
-    passes::WeightStashingOptions stashing;
-    stashing.versions = result.inflightMicrobatches;
-    stashing.verticalSync = options.verticalSync;
-    manager.addPass(passes::createWeightStashing(stashing));
-  }
-  manager.addPass(passes::createVerifyPipeline());
-  return manager.run(module);
-}
 
 namespace {
 
@@ -181,8 +140,9 @@ std::string stagesCMakePrologue(const CompileOptions &options) {
 } // namespace
 
 LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
-                               const partition::PartitionResult &result, nlohmann::json &plan,
+                               const planner::Candidate &chosen, nlohmann::json &plan,
                                raw_ostream &outs, raw_ostream &errs) {
+  const partition::PartitionResult &result = chosen.partition;
   fs::path directory = options.partition.outDir;
   std::error_code error;
   fs::create_directories(directory / "stages", error);
@@ -317,28 +277,30 @@ LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
   nlohmann::json tiedJson = nlohmann::json::array();
   for (const auto &[name, holders] : tied)
     tiedJson.push_back({{"name", name}, {"stages", holders}});
-  double weightDecay = options.weightDecay >= 0 ? options.weightDecay
-                                                : (options.optimizer == "adamw" ? 0.01 : 0.0);
+  // The values pipec-optimizer was given (passes/Pipeline.h).
+  const passes::OptimizerOptions optimizer = passes::optimizerOptions(
+      options.optimizer, options.learningRate, options.momentum, options.weightDecay);
+  double weightDecay = optimizer.weightDecay >= 0
+                           ? optimizer.weightDecay
+                           : OptimizerDefaults::weightDecay(optimizer.optimizer == "adamw");
   plan["runtime"] = {
       {"format", "pipec.runtime/1"},
-      {"schedule", plan["schedule"]["name"]},
+      {"schedule", chosen.schedule},
       {"microbatch_size", microbatchSize},
       {"microbatches", result.microbatches},
       {"asynchronous", result.asynchronous},
-      {"chunks", plan.value("chunks", 1)},
-      {"placement", plan.value("placement", std::string("interleaved"))},
+      {"chunks", chosen.chunks},
+      {"placement", placementName(chosen.placement)},
       {"seed", options.seed},
       {"stages", stageEntries},
       {"optimizer",
        {{"name", options.optimizer == "adamw" ? "adamw" : "sgd"},
         {"lr", options.learningRate},
         {"weight_decay", weightDecay},
-        {"momentum", options.optimizer == "sgd-momentum" && options.momentum == 0.0
-                         ? 0.9
-                         : options.momentum},
-        {"beta1", 0.9},
-        {"beta2", 0.999},
-        {"epsilon", 1e-8}}},
+        {"momentum", optimizer.momentum},
+        {"beta1", OptimizerDefaults::beta1},
+        {"beta2", OptimizerDefaults::beta2},
+        {"epsilon", OptimizerDefaults::epsilon}}},
       {"data", {{"fields", fields}}},
       {"tied", tiedJson},
       {"target", options.target},

@@ -1,6 +1,6 @@
 // Dispatch from `nn` ops to the reference kernels, and function evaluation.
 // This file only decodes attributes and checks types; the arithmetic lives in
-// Kernels.cpp.
+// the kernels (Kernels.h).
 #include "compiler/Evaluator/Evaluator.h"
 
 #include "dialects/nn/NNDialect.h"
@@ -33,6 +33,15 @@ std::vector<int64_t> toVector(ArrayRef<int64_t> values) { return {values.begin()
 
 std::vector<int64_t> shapeOf(Type type) {
   return toVector(llvm::cast<RankedTensorType>(type).getShape());
+}
+
+/// The kernel enum that `table` pairs with `name` (an op's kind attribute).
+template <typename Kind, size_t N>
+Kind kindNamed(const std::pair<const char *, Kind> (&table)[N], StringRef name) {
+  for (auto [entry, kind] : table)
+    if (name == entry)
+      return kind;
+  throw EvalError("unknown kind \"" + name.str() + "\"");
 }
 
 /// Computes the results of one op; kernels throw EvalError on bad input.
@@ -184,10 +193,7 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
             {"relu", UnaryOp::Relu}, {"tanh", UnaryOp::Tanh},       {"sigmoid", UnaryOp::Sigmoid},
             {"erf", UnaryOp::Erf},   {"sqrt", UnaryOp::Sqrt},       {"gelu", UnaryOp::GeluExact},
             {"gelu_tanh", UnaryOp::GeluTanh}};
-        for (auto [name, kind] : kinds)
-          if (grad.getKind() == name)
-            return one(kernels::unaryGrad(kind, in(0), in(1), in(2)));
-        throw EvalError("unknown kind \"" + grad.getKind().str() + "\"");
+        return one(kernels::unaryGrad(kindNamed(kinds, grad.getKind()), in(0), in(1), in(2)));
       })
       .Case([&](nn::BinaryGradOp grad) {
         static const std::pair<const char *, BinaryGradKind> kinds[] = {
@@ -195,10 +201,7 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
             {"div_rhs", BinaryGradKind::DivRhs},
             {"pow_lhs", BinaryGradKind::PowLhs},
             {"pow_rhs", BinaryGradKind::PowRhs}};
-        for (auto [name, kind] : kinds)
-          if (grad.getKind() == name)
-            return one(kernels::binaryGrad(kind, in(0), in(1), in(2)));
-        throw EvalError("unknown kind \"" + grad.getKind().str() + "\"");
+        return one(kernels::binaryGrad(kindNamed(kinds, grad.getKind()), in(0), in(1), in(2)));
       })
       .Case([&](nn::ConvInputGradOp grad) {
         return one(kernels::convInputGrad(

@@ -9,9 +9,19 @@
 // dialect says so, explicit pads, per-axis slice bounds). A kernel that
 // cannot compute its result (bad shapes, an index out of range) throws
 // EvalError with the reason; the evaluator names the op.
+//
+// Gradients (dialects/nn/NNGradOps.td) sit beside their forward kernels.
+// Each takes the gradient of the forward result first; result shapes that
+// dy does not determine (a conv's input, a slice's source, ...) are passed
+// explicitly, as the ops hold them in their result types, and checked
+// against dy.
+//
+// The kernels are defined one file per op family, named in each section
+// below; Kernels.cpp holds the tensor basics.
 #ifndef PIPEC_COMPILER_EVALUATOR_KERNELS_H
 #define PIPEC_COMPILER_EVALUATOR_KERNELS_H
 
+#include "runtime/include/pipec/vocabulary.h"
 #include "compiler/Import/HostTensor.h"
 
 #include <cstdint>
@@ -46,6 +56,10 @@ std::string shapeToString(const std::vector<int64_t> &shape);
 
 namespace kernels {
 
+//===----------------------------------------------------------------------===//
+// Element-wise (ElementwiseKernels.cpp)
+//===----------------------------------------------------------------------===//
+
 enum class BinaryOp { Add, Sub, Mul, Div, Pow, Equal };
 enum class UnaryOp { Relu, Tanh, Sigmoid, Erf, Sqrt, GeluExact, GeluTanh };
 
@@ -60,6 +74,38 @@ Tensor where(const Tensor &condition, const Tensor &x, const Tensor &y);
 /// to Bool is "!= 0".
 Tensor cast(const Tensor &input, ElementKind to);
 
+/// dx = dy * f'(x); reads x or y (the forward result) as the kind needs.
+Tensor unaryGrad(UnaryOp op, const Tensor &dy, const Tensor &x, const Tensor &y);
+
+enum class BinaryGradKind { SubRhs, DivRhs, PowLhs, PowRhs };
+/// The gradient on the broadcast shape (dy's): -dy, -dy*lhs/rhs^2,
+/// dy*rhs*lhs^(rhs-1), dy*lhs^rhs*ln(lhs).
+Tensor binaryGrad(BinaryGradKind kind, const Tensor &dy, const Tensor &lhs, const Tensor &rhs);
+
+struct DropoutResults {
+  Tensor output, mask;
+};
+/// Identity with an all-true mask unless training with ratio > 0; then an
+/// element is kept when dropoutUniform(streamKey, index) >= ratio, and kept
+/// elements are scaled by 1 / (1 - ratio).
+DropoutResults dropout(const Tensor &input, double ratio, bool training, uint64_t streamKey);
+/// dy * mask / (1 - ratio) in training, dy otherwise.
+Tensor dropoutGrad(const Tensor &dy, const Tensor &mask, double ratio, bool training);
+
+/// The dropout generator (docs/evaluator.md): SplitMix64, stateless and
+/// counter-based, so generated code reproduces it with a few integer ops.
+/// mix64 is SplitMix64's finalizer; the stream key chains it over the key
+/// parts; element i of a stream is mix64(key + (i + 1) * golden gamma),
+/// i.e. the i-th output of SplitMix64 seeded with the key.
+uint64_t mix64(uint64_t value);
+uint64_t dropoutStreamKey(uint64_t seed, uint64_t step, uint64_t microBatch, uint64_t opId);
+/// A uniform double in [0, 1) from the top 53 bits of element `index`.
+double dropoutUniform(uint64_t streamKey, uint64_t index);
+
+//===----------------------------------------------------------------------===//
+// Linear algebra (LinalgKernels.cpp)
+//===----------------------------------------------------------------------===//
+
 /// alpha * op(A) * op(B) + beta * C, C broadcast to [M, N].
 Tensor gemm(const Tensor &a, const Tensor &b, const Tensor *c, double alpha,
             double beta, bool transA, bool transB);
@@ -67,38 +113,26 @@ Tensor gemm(const Tensor &a, const Tensor &b, const Tensor *c, double alpha,
 /// dimensions broadcast.
 Tensor matmul(const Tensor &a, const Tensor &b);
 
+//===----------------------------------------------------------------------===//
+// Convolution and pooling (ConvPoolKernels.cpp)
+//===----------------------------------------------------------------------===//
+
+using ::pipec::windowOutputSize; // runtime/include/pipec/vocabulary.h
+
 /// N-d convolution; `pads` holds the begin pads of every spatial axis, then
 /// the end pads.
 Tensor conv(const Tensor &input, const Tensor &weight, const Tensor *bias,
             const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
             const std::vector<int64_t> &dilations, int64_t group);
-
-/// Output length of a sliding window along one axis (ONNX Conv and pools):
-/// floor or ceil of (input + pads - effective kernel) / stride, plus one; in
-/// ceil mode a last window starting in the end padding is dropped.
-int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride,
-                         int64_t padBegin, int64_t padEnd, int64_t dilation,
-                         bool ceilMode);
-
-struct BatchNormResults {
-  Tensor output, runningMean, runningVar;
-};
-/// Training: normalizes with the batch mean and population variance (over N
-/// and the spatial axes) and returns running = momentum * running +
-/// (1 - momentum) * batch, the batch variance being the population variance
-/// as in ONNX's reference (PyTorch uses the unbiased one). Inference: uses
-/// and returns the running statistics.
-BatchNormResults batchNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
-                           const Tensor &runningMean, const Tensor &runningVar,
-                           double epsilon, double momentum, bool training);
-
-struct LayerNormResults {
-  Tensor output, mean, invStdDev;
-};
-/// Normalizes over the axes from `axis` on (negative counts from the end);
-/// scale and bias broadcast to those axes.
-LayerNormResults layerNorm(const Tensor &input, const Tensor &scale, const Tensor *bias,
-                           int64_t axis, double epsilon);
+/// Transposed convolution: the gradient of conv's input of shape inputShape.
+Tensor convInputGrad(const Tensor &dy, const Tensor &weight, const std::vector<int64_t> &inputShape,
+                     const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
+                     const std::vector<int64_t> &dilations, int64_t group);
+/// The gradient of conv's weight of shape weightShape.
+Tensor convWeightGrad(const Tensor &dy, const Tensor &input,
+                      const std::vector<int64_t> &weightShape,
+                      const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
+                      const std::vector<int64_t> &dilations, int64_t group);
 
 /// Padding never wins the max (it is -infinity).
 Tensor maxPool(const Tensor &input, const std::vector<int64_t> &kernel,
@@ -112,86 +146,32 @@ Tensor averagePool(const Tensor &input, const std::vector<int64_t> &kernel,
                    bool ceilMode, bool countIncludePad);
 Tensor globalAveragePool(const Tensor &input);
 
-struct DropoutResults {
-  Tensor output, mask;
-};
-/// Identity with an all-true mask unless training with ratio > 0; then an
-/// element is kept when dropoutUniform(streamKey, index) >= ratio, and kept
-/// elements are scaled by 1 / (1 - ratio).
-DropoutResults dropout(const Tensor &input, double ratio, bool training, uint64_t streamKey);
-
-/// The dropout generator (docs/evaluator.md): SplitMix64, stateless and
-/// counter-based, so generated code reproduces it with a few integer ops.
-/// mix64 is SplitMix64's finalizer; the stream key chains it over the key
-/// parts; element i of a stream is mix64(key + (i + 1) * golden gamma),
-/// i.e. the i-th output of SplitMix64 seeded with the key.
-uint64_t mix64(uint64_t value);
-uint64_t dropoutStreamKey(uint64_t seed, uint64_t step, uint64_t microBatch, uint64_t opId);
-/// A uniform double in [0, 1) from the top 53 bits of element `index`.
-double dropoutUniform(uint64_t streamKey, uint64_t index);
-
-Tensor softmax(const Tensor &input, int64_t axis);
-
-struct SoftmaxCrossEntropyResults {
-  Tensor loss, logProb;
-};
-/// scores [N, C, d...], labels [N, d...]. Elements whose label equals
-/// ignoreIndex contribute 0 and weigh nothing; "mean" divides by the summed
-/// weights of the other elements (their count without weights).
-SoftmaxCrossEntropyResults softmaxCrossEntropyLoss(const Tensor &scores, const Tensor &labels,
-                                                   const Tensor *weights,
-                                                   const std::string &reduction,
-                                                   std::optional<int64_t> ignoreIndex);
-
-/// Mean over sorted, non-negative axes (all axes when empty).
-Tensor reduceMean(const Tensor &input, const std::vector<int64_t> &axes, bool keepdims);
-
-/// ONNX Gather; negative indices count from the end of the axis.
-Tensor gather(const Tensor &data, const Tensor &indices, int64_t axis);
-/// Same data in row-major order under another shape of the same size
-/// (Reshape, Flatten, Squeeze, Unsqueeze).
-Tensor reshape(const Tensor &input, const std::vector<int64_t> &shape);
-/// Numpy broadcast of the input to `shape`.
-Tensor expand(const Tensor &input, const std::vector<int64_t> &shape);
-Tensor transpose(const Tensor &input, const std::vector<int64_t> &perm);
-Tensor concat(const std::vector<const Tensor *> &inputs, int64_t axis);
-std::vector<Tensor> split(const Tensor &input, int64_t axis, const std::vector<int64_t> &sizes);
-/// Per-axis normalized bounds as `nn.slice` holds them: for a negative step
-/// an end of -1 means "past the first element".
-Tensor slice(const Tensor &input, const std::vector<int64_t> &starts,
-             const std::vector<int64_t> &ends, const std::vector<int64_t> &steps);
-/// Constant padding; `pads` holds the begin pads of every axis, then the end pads.
-Tensor pad(const Tensor &input, const std::vector<int64_t> &pads, double value);
-
+/// dy of each window goes to the window's first maximum (row-major over the
+/// kernel positions; padding never wins), as maxPool picks it.
+Tensor maxPoolGrad(const Tensor &dy, const Tensor &input, const std::vector<int64_t> &kernel,
+                   const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
+                   const std::vector<int64_t> &dilations, bool ceilMode);
+/// dy / divisor spread over each window's input positions (the divisor of
+/// averagePool).
+Tensor averagePoolGrad(const Tensor &dy, const std::vector<int64_t> &inputShape,
+                       const std::vector<int64_t> &kernel, const std::vector<int64_t> &strides,
+                       const std::vector<int64_t> &pads, bool ceilMode, bool countIncludePad);
 
 //===----------------------------------------------------------------------===//
-// Gradients (dialects/nn/NNGradOps.td). Each takes the gradient of the
-// forward result first; result shapes that dy does not determine (a conv's
-// input, a slice's source, ...) are passed explicitly, as the ops hold them
-// in their result types, and checked against dy.
+// Normalization (NormalizationKernels.cpp)
 //===----------------------------------------------------------------------===//
 
-/// Sum over sorted, unique, non-negative axes; no axes is the identity
-/// (nn.reduce_sum's shape rule; nn.reduce_mean reduces all axes instead).
-Tensor reduceSum(const Tensor &input, const std::vector<int64_t> &axes, bool keepdims);
-
-/// dx = dy * f'(x); reads x or y (the forward result) as the kind needs.
-Tensor unaryGrad(UnaryOp op, const Tensor &dy, const Tensor &x, const Tensor &y);
-
-enum class BinaryGradKind { SubRhs, DivRhs, PowLhs, PowRhs };
-/// The gradient on the broadcast shape (dy's): -dy, -dy*lhs/rhs^2,
-/// dy*rhs*lhs^(rhs-1), dy*lhs^rhs*ln(lhs).
-Tensor binaryGrad(BinaryGradKind kind, const Tensor &dy, const Tensor &lhs, const Tensor &rhs);
-
-/// Transposed convolution: the gradient of conv's input of shape inputShape.
-Tensor convInputGrad(const Tensor &dy, const Tensor &weight, const std::vector<int64_t> &inputShape,
-                     const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
-                     const std::vector<int64_t> &dilations, int64_t group);
-/// The gradient of conv's weight of shape weightShape.
-Tensor convWeightGrad(const Tensor &dy, const Tensor &input,
-                      const std::vector<int64_t> &weightShape,
-                      const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
-                      const std::vector<int64_t> &dilations, int64_t group);
+struct BatchNormResults {
+  Tensor output, runningMean, runningVar;
+};
+/// Training: normalizes with the batch mean and population variance (over N
+/// and the spatial axes) and returns running = momentum * running +
+/// (1 - momentum) * batch, the batch variance being the population variance
+/// as in ONNX's reference (PyTorch uses the unbiased one). Inference: uses
+/// and returns the running statistics.
+BatchNormResults batchNorm(const Tensor &input, const Tensor &scale, const Tensor &bias,
+                           const Tensor &runningMean, const Tensor &runningVar,
+                           double epsilon, double momentum, bool training);
 
 /// Training: through the batch statistics (recomputed from the input, the
 /// population variance); inference: the running statistics are constants.
@@ -204,6 +184,14 @@ struct ParamGrads {
 /// dscale = sum(dy * xhat), dbias = sum(dy) over all axes but 1.
 ParamGrads batchNormParamGrad(const Tensor &dy, const Tensor &input, const Tensor &runningMean,
                               const Tensor &runningVar, double epsilon, bool training);
+
+struct LayerNormResults {
+  Tensor output, mean, invStdDev;
+};
+/// Normalizes over the axes from `axis` on (negative counts from the end);
+/// scale and bias broadcast to those axes.
+LayerNormResults layerNorm(const Tensor &input, const Tensor &scale, const Tensor *bias,
+                           int64_t axis, double epsilon);
 Tensor layerNormGrad(const Tensor &dy, const Tensor &input, const Tensor &scale, int64_t axis,
                      double epsilon);
 /// dscale = sum(dy * xhat), dbias = sum(dy) over the leading axes, then
@@ -213,20 +201,24 @@ ParamGrads layerNormParamGrad(const Tensor &dy, const Tensor &input, int64_t axi
                               double epsilon, const std::vector<int64_t> &scaleShape,
                               const std::vector<int64_t> &biasShape);
 
-/// dy of each window goes to the window's first maximum (row-major over the
-/// kernel positions; padding never wins), as maxPool picks it.
-Tensor maxPoolGrad(const Tensor &dy, const Tensor &input, const std::vector<int64_t> &kernel,
-                   const std::vector<int64_t> &strides, const std::vector<int64_t> &pads,
-                   const std::vector<int64_t> &dilations, bool ceilMode);
-/// dy / divisor spread over each window's input positions (the divisor of
-/// averagePool).
-Tensor averagePoolGrad(const Tensor &dy, const std::vector<int64_t> &inputShape,
-                       const std::vector<int64_t> &kernel, const std::vector<int64_t> &strides,
-                       const std::vector<int64_t> &pads, bool ceilMode, bool countIncludePad);
-/// dy * mask / (1 - ratio) in training, dy otherwise.
-Tensor dropoutGrad(const Tensor &dy, const Tensor &mask, double ratio, bool training);
+//===----------------------------------------------------------------------===//
+// Softmax, loss and reductions (ReductionKernels.cpp)
+//===----------------------------------------------------------------------===//
+
+Tensor softmax(const Tensor &input, int64_t axis);
 /// From the forward result: y * (dy - sum(dy * y)) along the axis.
 Tensor softmaxGrad(const Tensor &dy, const Tensor &y, int64_t axis);
+
+struct SoftmaxCrossEntropyResults {
+  Tensor loss, logProb;
+};
+/// scores [N, C, d...], labels [N, d...]. Elements whose label equals
+/// ignoreIndex contribute 0 and weigh nothing; "mean" divides by the summed
+/// weights of the other elements (their count without weights).
+SoftmaxCrossEntropyResults softmaxCrossEntropyLoss(const Tensor &scores, const Tensor &labels,
+                                                   const Tensor *weights,
+                                                   const std::string &reduction,
+                                                   std::optional<int64_t> ignoreIndex);
 /// The gradient of softmaxCrossEntropyLoss's loss (dloss: a scalar for mean
 /// and sum, the labels' shape for none) with respect to the scores:
 /// dloss * w * (softmax - onehot) / W, W the summed weights for mean, else
@@ -235,17 +227,44 @@ Tensor softmaxCrossEntropyLossGrad(const Tensor &dloss, const Tensor &scores,
                                    const Tensor &labels, const Tensor *weights,
                                    const std::string &reduction,
                                    std::optional<int64_t> ignoreIndex);
+
+/// Mean over sorted, non-negative axes (all axes when empty).
+Tensor reduceMean(const Tensor &input, const std::vector<int64_t> &axes, bool keepdims);
+/// Sum over sorted, unique, non-negative axes; no axes is the identity
+/// (nn.reduce_sum's shape rule; nn.reduce_mean reduces all axes instead).
+Tensor reduceSum(const Tensor &input, const std::vector<int64_t> &axes, bool keepdims);
+
+//===----------------------------------------------------------------------===//
+// Data movement and indexing (DataMovementKernels.cpp)
+//===----------------------------------------------------------------------===//
+
+/// ONNX Gather; negative indices count from the end of the axis.
+Tensor gather(const Tensor &data, const Tensor &indices, int64_t axis);
 /// Scatter-add of dy into zeros of dataShape (repeated indices accumulate).
 Tensor gatherGrad(const Tensor &dy, const Tensor &indices, int64_t axis,
                   const std::vector<int64_t> &dataShape);
+/// Same data in row-major order under another shape of the same size
+/// (Reshape, Flatten, Squeeze, Unsqueeze).
+Tensor reshape(const Tensor &input, const std::vector<int64_t> &shape);
+/// Numpy broadcast of the input to `shape`.
+Tensor expand(const Tensor &input, const std::vector<int64_t> &shape);
+Tensor transpose(const Tensor &input, const std::vector<int64_t> &perm);
+Tensor concat(const std::vector<const Tensor *> &inputs, int64_t axis);
+std::vector<Tensor> split(const Tensor &input, int64_t axis, const std::vector<int64_t> &sizes);
+/// Per-axis normalized bounds as `nn.slice` holds them: for a negative step
+/// an end of -1 means "past the first element".
+Tensor slice(const Tensor &input, const std::vector<int64_t> &starts,
+             const std::vector<int64_t> &ends, const std::vector<int64_t> &steps);
 /// dy scattered into zeros of inputShape at the slice's positions.
 Tensor sliceGrad(const Tensor &dy, const std::vector<int64_t> &starts,
                  const std::vector<int64_t> &ends, const std::vector<int64_t> &steps,
                  const std::vector<int64_t> &inputShape);
+/// Constant padding; `pads` holds the begin pads of every axis, then the end pads.
+Tensor pad(const Tensor &input, const std::vector<int64_t> &pads, double value);
 
 //===----------------------------------------------------------------------===//
-// Optimizers: PyTorch's update rules. `step` counts updates from 1 (the
-// first update is step 1).
+// Optimizers (OptimizerKernels.cpp): PyTorch's update rules. `step` counts
+// updates from 1 (the first update is step 1).
 //===----------------------------------------------------------------------===//
 
 struct SgdResults {

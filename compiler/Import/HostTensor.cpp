@@ -166,6 +166,8 @@ int64_t normalizedAxis(int64_t axis, int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
+} // namespace
+
 int64_t wrapInteger(ElementKind kind, int64_t value) {
   switch (kind) {
   case ElementKind::Int32: return static_cast<int32_t>(static_cast<uint32_t>(value));
@@ -175,6 +177,8 @@ int64_t wrapInteger(ElementKind kind, int64_t value) {
   default: return value;
   }
 }
+
+namespace {
 
 /// The result of integer arithmetic `op` (nullopt: it overflowed int64) in
 /// the element type `kind`; an overflow of either is a FoldError, never a

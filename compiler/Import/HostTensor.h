@@ -97,6 +97,10 @@ template <typename Dims> std::string shapeText(const Dims &dims) {
   return text;
 }
 
+/// `value` wrapped to the width of integer kind `kind` (two's complement, as
+/// C++ and numpy do); Bool becomes 0/1, Int64 stays as it is.
+int64_t wrapInteger(ElementKind kind, int64_t value);
+
 /// Numpy broadcast of two shapes; throws FoldError when incompatible.
 std::vector<int64_t> broadcastShape(const std::vector<int64_t> &lhs,
                                     const std::vector<int64_t> &rhs);

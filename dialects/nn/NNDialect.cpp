@@ -2,6 +2,7 @@
 // lives here, beside its definition, so the importer never repeats it: the
 // importer asks the op to infer its result types.
 #include "dialects/nn/NNDialect.h"
+#include "runtime/include/pipec/vocabulary.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -13,6 +14,7 @@
 
 using namespace mlir;
 using namespace pipec::nn;
+using pipec::windowOutputSize;
 
 #include "dialects/nn/NNOpsDialect.cpp.inc"
 #include "dialects/nn/NNInterfaces.cpp.inc"
@@ -60,21 +62,6 @@ int64_t product(ArrayRef<int64_t> dims) {
   for (int64_t dim : dims)
     result *= dim;
   return result;
-}
-
-/// Output size of a sliding window, as ONNX's Conv/MaxPool/AveragePool define it.
-int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride,
-                         int64_t padBegin, int64_t padEnd, int64_t dilation,
-                         bool ceilMode) {
-  int64_t effectiveKernel = (kernel - 1) * dilation + 1;
-  int64_t span = input + padBegin + padEnd - effectiveKernel;
-  if (span < 0)
-    return 0;
-  int64_t size = ceilMode ? (span + stride - 1) / stride + 1 : span / stride + 1;
-  // ONNX: with ceil_mode the last window must start inside the (begin-padded) input.
-  if (ceilMode && (size - 1) * stride >= input + padBegin)
-    --size;
-  return size;
 }
 
 /// Checks the window attributes of Conv and the pools and computes the

@@ -15,6 +15,7 @@ def Pipe_Dialect : Dialect {
     (`pipe.stash`/`pipe.restore`) and re-materialized activations
     (`pipe.recompute`).
   }];
+  let useDefaultAttributePrinterParser = 1;
 }
 
 class Pipe_Op<string mnemonic, list<Trait> traits = []>

@@ -1,6 +1,13 @@
 #include "dialects/pipe/PipeDialect.h"
 
+#include "runtime/include/pipec/vocabulary.h"
+
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+
+#include <cmath>
+#include <cstdio>
+#include <string>
 #include "mlir/IR/OpImplementation.h"
 
 using namespace mlir;
@@ -8,11 +15,69 @@ using namespace pipec::pipe;
 
 #include "dialects/pipe/PipeOpsDialect.cpp.inc"
 
+#define GET_ATTRDEF_CLASSES
+#include "dialects/pipe/PipeAttrs.cpp.inc"
+
 void PipeDialect::initialize() {
   addOperations<
 #define GET_OP_LIST
 #include "dialects/pipe/PipeOps.cpp.inc"
       >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dialects/pipe/PipeAttrs.cpp.inc"
+      >();
+}
+
+std::string pipec::pipe::formatDouble(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  std::string result = text;
+  if (result.find_first_of(".eEn") == std::string::npos)
+    result += ".0";
+  return result;
+}
+
+LogicalResult CostAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef name,
+                               APFloat fwd, APFloat bwdInput, APFloat bwdWeight,
+                               APFloat fwdFlops,
+                               int64_t activationBytes, int64_t paramBytes,
+                               int64_t optimizerBytes, StringRef source) {
+  if (name.empty())
+    return emitError() << "pipe.cost: name is empty";
+  for (const APFloat *value : {&fwd, &bwdInput, &bwdWeight, &fwdFlops})
+    if (!value->isFinite() || value->isNegative() ||
+        &value->getSemantics() != &APFloat::IEEEdouble())
+      return emitError() << "pipe.cost '" << name
+                         << "': times and FLOPs must be finite, non-negative doubles";
+  for (int64_t bytes : {activationBytes, paramBytes, optimizerBytes})
+    if (bytes < 0)
+      return emitError() << "pipe.cost '" << name << "': byte counts must be non-negative";
+  if (source != "estimate" && source != "profile")
+    return emitError() << "pipe.cost '" << name << "': source must be \"estimate\" or \"profile\"";
+  return success();
+}
+
+LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef schedule,
+                               int64_t chunks, StringRef placement, int64_t microbatches,
+                               bool asynchronous, int64_t inflight, bool verticalSync,
+                               DenseI64ArrayAttr recompute) {
+  pipec::Placement parsed;
+  if (schedule.empty())
+    return emitError() << "pipe.plan: schedule is empty";
+  if (chunks < 1 || microbatches < 1 || inflight < 1)
+    return emitError() << "pipe.plan: chunks, microbatches and inflight must be at least 1";
+  if (!pipec::parsePlacement(placement.str(), parsed))
+    return emitError() << "pipe.plan: placement must be \"interleaved\" or \"v\", got \""
+                       << placement << "\"";
+  if (verticalSync && !asynchronous)
+    return emitError() << "pipe.plan: vertical_sync needs asynchronous updates";
+  if (!recompute)
+    return emitError() << "pipe.plan: recompute is missing";
+  for (int64_t stage : recompute.asArrayRef())
+    if (stage < 0)
+      return emitError() << "pipe.plan: recompute lists a negative stage " << stage;
+  return success();
 }
 
 LogicalResult StageOp::verify() {

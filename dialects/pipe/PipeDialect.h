@@ -3,6 +3,7 @@
 #define PIPEC_DIALECTS_PIPE_PIPEDIALECT_H
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/OpDefinition.h"
@@ -13,6 +14,21 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "dialects/pipe/PipeOpsDialect.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/pipe/PipeAttrs.h.inc"
+
+namespace pipec::pipe {
+/// Attributes the passes record: pipec-partition's chosen plan (a PlanAttr)
+/// and stages' op ranges, replicas and ranks on the module (docs/planner.md).
+inline constexpr llvm::StringLiteral kPlanAttrName = "pipe.plan";
+/// pipec-estimate-costs' CostAttr on every costed nn op.
+inline constexpr llvm::StringLiteral kCostAttrName = "pipe.cost";
+inline constexpr llvm::StringLiteral kStagesAttrName = "pipe.stages";
+/// A double as the pipe attributes print it: the shortest "%.17g" text,
+/// which reads back exactly, with ".0" when it would look like an integer.
+std::string formatDouble(double value);
+} // namespace pipec::pipe
 
 #define GET_OP_CLASSES
 #include "dialects/pipe/PipeOps.h.inc"

@@ -2,6 +2,7 @@
 #define PIPEC_PIPE_OPS_TD
 
 include "dialects/pipe/PipeBase.td"
+include "dialects/pipe/PipeAttrs.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/IR/RegionKindInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"

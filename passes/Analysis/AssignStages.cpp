@@ -1,13 +1,16 @@
-// pipec-partition: PipeDream's DP on the costed graph, recorded as stage
-// attributes (the driver runs the same partition and also writes plan.json).
+// pipec-partition: the planner's joint search on the costed graph, recorded
+// on the module (pipe.stage, pipe.stages, pipe.plan); the driver reads the
+// full plan through PlanningResult to print it and write plan.json.
 #include "passes/Passes.h"
 #include "passes/Analysis/GradientRoles.h"
 
-#include "compiler/Partition/CostTable.h"
-#include "compiler/Partition/Error.h"
-#include "compiler/Partition/Partitioner.h"
-#include "compiler/Partition/Topology.h"
+#include "analysis/Partition/CostTable.h"
+#include "analysis/Partition/Error.h"
+#include "analysis/Partition/Partitioner.h"
+#include "analysis/Planner/Planner.h"
+#include "analysis/Partition/Topology.h"
 #include "dialects/nn/NNDialect.h"
+#include "dialects/pipe/PipeDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -39,13 +42,13 @@ void annotateStages(ModuleOp module, const partition::CostTable &table,
         builder.getNamedAttr("ranks", builder.getDenseI64ArrayAttr(ranks)),
     }));
   }
-  module->setAttr("pipe.stages", builder.getArrayAttr(stages));
+  module->setAttr(pipe::kStagesAttrName, builder.getArrayAttr(stages));
   // Constants carry no stage: every stage that reads one rematerializes it.
   module.walk([&](Operation *op) {
-    auto cost = op->getAttrOfType<DictionaryAttr>("pipe.cost");
+    auto cost = op->getAttrOfType<pipe::CostAttr>(pipe::kCostAttrName);
     if (!cost)
       return;
-    auto it = stageOfOp.find(cost.getAs<StringAttr>("name").getValue());
+    auto it = stageOfOp.find(cost.getName());
     if (it != stageOfOp.end())
       op->setAttr("pipe.stage", builder.getI64IntegerAttr(it->second));
   });
@@ -75,6 +78,8 @@ namespace {
 
 struct AssignStages : impl::AssignStagesBase<AssignStages> {
   using Base::Base;
+  AssignStages(const planner::Request &request, PlanningResult *result)
+      : given(request), result(result) {}
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -82,23 +87,74 @@ struct AssignStages : impl::AssignStagesBase<AssignStages> {
     if (failed(table))
       return signalPassFailure();
     try {
-      const partition::DevicePreset &preset = partition::requireDevicePreset(device, "device");
-      partition::Topology topology =
-          partition::makeGpusTopology(partition::parseGpusSpec(gpus), preset);
-      partition::PartitionOptions options;
-      options.forcedStages = stages;
-      options.allowReplication = !noReplication;
-      options.microbatches = microbatches;
-      if (!memoryLimit.empty())
-        options.memoryLimitBytes = partition::parseByteSize(memoryLimit, "memory-limit");
-      partition::PartitionResult result = partition::partition(*table, topology, options);
-      annotateStages(module, *table, result);
+      planner::Request request = given ? *given : requestFromOptions();
+      if (request.partition.options.asynchronous || request.schedule == "1f1b-rr")
+        request.unsplittable = tiedParameterRanges(module);
+      partition::Topology topology = request.partition.topology();
+      planner::Plan plan = planner::plan(*table, request);
+      numPlansEvaluated = plan.evaluated;
+      annotateStages(module, *table, plan.chosen.partition);
+      module->setAttr(pipe::kPlanAttrName, planAttr(plan, request));
+      if (result)
+        *result = PlanningResult{std::move(*table), std::move(topology), std::move(plan)};
     } catch (const partition::Error &error) {
       module.emitError() << error.what();
       return signalPassFailure();
+    } catch (const schedule::ScheduleError &error) {
+      module.emitError() << "schedule: " << error.what();
+      return signalPassFailure();
+    } catch (const std::bad_alloc &) {
+      module.emitError() << "out of memory while planning";
+      return signalPassFailure();
     }
   }
+
+private:
+  /// The textual options, read by the same parser as pipec's flags.
+  planner::Request requestFromOptions() {
+    std::vector<std::string> flags = {"--gpus", gpus, "--device", device};
+    if (stages > 0)
+      flags.insert(flags.end(), {"--stages", std::to_string(stages)});
+    if (microbatches > 0)
+      flags.insert(flags.end(), {"--microbatches", std::to_string(microbatches)});
+    if (noReplication)
+      flags.push_back("--no-replication");
+    if (!memoryLimit.empty())
+      flags.insert(flags.end(), {"--memory-limit", memoryLimit});
+    if (asynchronous)
+      flags.push_back("--async");
+    if (!recompute.empty())
+      flags.push_back("--recompute=" + recompute);
+    planner::Request request;
+    partition::parsePartitionFlags(flags, request.partition);
+    if (!flags.empty())
+      throw partition::Error("unexpected option '" + flags.front() + "'");
+    request.schedule = schedule;
+    request.chunks = chunks;
+    request.verticalSync = verticalSync;
+    return request;
+  }
+
+  Attribute planAttr(const planner::Plan &plan, const planner::Request &request) {
+    const planner::Candidate &chosen = plan.chosen;
+    const partition::PartitionResult &partition = chosen.partition;
+    SmallVector<int64_t> recomputed(partition.recomputedStages.begin(),
+                                    partition.recomputedStages.end());
+    return pipe::PlanAttr::get(
+        &getContext(), chosen.schedule, chosen.chunks, placementName(chosen.placement),
+        chosen.microbatches, partition.asynchronous, std::max(1, partition.inflightMicrobatches),
+        partition.asynchronous && request.verticalSync,
+        DenseI64ArrayAttr::get(&getContext(), recomputed));
+  }
+
+  std::optional<planner::Request> given;
+  PlanningResult *result = nullptr;
 };
 
 } // namespace
 } // namespace pipec::passes
+
+std::unique_ptr<mlir::Pass> pipec::passes::createPlanning(const planner::Request &request,
+                                                          PlanningResult *result) {
+  return std::make_unique<AssignStages>(request, result);
+}

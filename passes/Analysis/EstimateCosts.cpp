@@ -4,11 +4,12 @@
 #include "passes/Passes.h"
 #include "passes/Analysis/GradientRoles.h"
 
-#include "compiler/Partition/CostTable.h"
-#include "compiler/Partition/Error.h"
-#include "compiler/Partition/InputFiles.h"
-#include "compiler/Partition/Topology.h"
+#include "analysis/Partition/CostTable.h"
+#include "analysis/Partition/Error.h"
+#include "analysis/Partition/InputFiles.h"
+#include "analysis/Partition/Topology.h"
 #include "dialects/nn/NNDialect.h"
+#include "dialects/pipe/PipeDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -22,6 +23,8 @@
 #include "runtime/include/pipec/input_file.h"
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 
 namespace pipec::passes {
@@ -34,7 +37,7 @@ using namespace mlir;
 namespace pipec::passes {
 namespace {
 
-constexpr llvm::StringLiteral kCostAttr = "pipe.cost";
+using pipe::kCostAttrName;
 
 struct MeasuredTimes {
   double forward, backwardInput, backwardWeight;
@@ -270,21 +273,13 @@ struct EstimateCosts : impl::EstimateCostsBase<EstimateCosts> {
           ++numOpsProfiled;
         }
         ++numOpsCosted;
-        operation->setAttr(
-            kCostAttr,
-            builder.getDictionaryAttr({
-                builder.getNamedAttr("name", builder.getStringAttr(name)),
-                builder.getNamedAttr("fwd", builder.getF64FloatAttr(forward)),
-                builder.getNamedAttr("bwd_input", builder.getF64FloatAttr(backwardInput)),
-                builder.getNamedAttr("bwd_weight", builder.getF64FloatAttr(backwardWeight)),
-                builder.getNamedAttr("fwd_flops", builder.getF64FloatAttr(work.forwardFlops)),
-                builder.getNamedAttr("activation_bytes", builder.getI64IntegerAttr(activationBytes)),
-                builder.getNamedAttr("param_bytes", builder.getI64IntegerAttr(parameterBytes)),
-                builder.getNamedAttr(
-                    "optimizer_bytes",
-                    builder.getI64IntegerAttr(static_cast<int64_t>(trainedBytes * optimizerFactor))),
-                builder.getNamedAttr("source", builder.getStringAttr(source)),
-            }));
+        operation->setAttr(kCostAttrName,
+                           pipe::CostAttr::get(&getContext(), name, APFloat(forward),
+                                               APFloat(backwardInput), APFloat(backwardWeight),
+                                               APFloat(work.forwardFlops), activationBytes,
+                                               parameterBytes,
+                                               static_cast<int64_t>(trainedBytes * optimizerFactor),
+                                               source));
       });
       if (tooLarge)
         return signalPassFailure();
@@ -298,7 +293,26 @@ struct EstimateCosts : impl::EstimateCostsBase<EstimateCosts> {
                          << unknown << " (a profile of another model?)";
       return signalPassFailure();
     }
+    if (!dumpCosts.empty() && failed(writeCostTable(module)))
+      return signalPassFailure();
     markAllAnalysesPreserved();
+  }
+
+  /// The table as the partition will read it, kept even when planning fails.
+  LogicalResult writeCostTable(ModuleOp module) {
+    auto table = costTableFromModule(module);
+    if (failed(table))
+      return failure();
+    // The file may live in a folder not created yet (e.g. inside --out DIR).
+    std::error_code folderError;
+    auto folder = std::filesystem::path(dumpCosts.getValue()).parent_path();
+    if (!folder.empty())
+      std::filesystem::create_directories(folder, folderError);
+    std::ofstream csv(dumpCosts.getValue());
+    if (!csv)
+      return module.emitError() << "cannot write --dump-costs file '" << dumpCosts << "'";
+    partition::writeCostTableCsv(csv, *table);
+    return success();
   }
 };
 
@@ -311,7 +325,7 @@ FailureOr<partition::CostTable> costTableFromModule(ModuleOp module) {
   module.walk([&](Operation *op) {
     if (!llvm::isa<nn::CostOpInterface>(op))
       return;
-    auto cost = op->getAttrOfType<DictionaryAttr>(kCostAttr);
+    auto cost = op->getAttrOfType<pipe::CostAttr>(kCostAttrName);
     if (!cost) {
       op->emitOpError("has no pipe.cost; run pipec-estimate-costs first");
       missing = true;
@@ -319,31 +333,17 @@ FailureOr<partition::CostTable> costTableFromModule(ModuleOp module) {
     }
     if (llvm::isa<nn::ConstantOp>(op))
       return; // constants are rematerialized in every stage that reads them
-    // pipe.cost may come from hand-written IR (pipec-opt): every entry is
-    // checked, and the row against the cost table's bounds.
-    auto name = cost.getAs<StringAttr>("name");
-    auto fwd = cost.getAs<FloatAttr>("fwd"), bwdInput = cost.getAs<FloatAttr>("bwd_input"),
-         bwdWeight = cost.getAs<FloatAttr>("bwd_weight");
-    auto activation = cost.getAs<IntegerAttr>("activation_bytes"),
-         parameters = cost.getAs<IntegerAttr>("param_bytes"),
-         optimizerState = cost.getAs<IntegerAttr>("optimizer_bytes");
-    auto fitsInt64 = [](IntegerAttr attr) { return attr.getValue().isSignedIntN(64); };
-    if (!name || !fwd || !bwdInput || !bwdWeight || !activation || !parameters || !optimizerState ||
-        !fitsInt64(activation) || !fitsInt64(parameters) || !fitsInt64(optimizerState)) {
-      op->emitOpError("has a malformed pipe.cost (needs name, fwd, bwd_input, bwd_weight, "
-                      "activation_bytes, param_bytes and optimizer_bytes, the bytes within int64)");
-      missing = true;
-      return;
-    }
+    // pipe.cost may come from hand-written IR (pipec-opt): its verifier
+    // checked the fields, the row is checked against the cost table's bounds.
     partition::OpCost row;
-    row.name = name.str();
+    row.name = cost.getName().str();
     row.type = op->getName().getStringRef().str();
-    row.forwardSeconds = fwd.getValueAsDouble();
-    row.backwardInputSeconds = bwdInput.getValueAsDouble();
-    row.backwardWeightSeconds = bwdWeight.getValueAsDouble();
-    row.activationBytes = activation.getValue().getSExtValue();
-    row.parameterBytes = parameters.getValue().getSExtValue();
-    row.optimizerStateBytes = optimizerState.getValue().getSExtValue();
+    row.forwardSeconds = cost.getFwd().convertToDouble();
+    row.backwardInputSeconds = cost.getBwdInput().convertToDouble();
+    row.backwardWeightSeconds = cost.getBwdWeight().convertToDouble();
+    row.activationBytes = cost.getActivationBytes();
+    row.parameterBytes = cost.getParamBytes();
+    row.optimizerStateBytes = cost.getOptimizerBytes();
     try {
       partition::validateOpCost(row, "pipe.cost: ");
     } catch (const partition::Error &error) {

@@ -46,7 +46,7 @@ struct Optimizer : impl::OptimizerBase<Optimizer> {
       return signalPassFailure();
     }
     bool adamw = optimizer == "adamw";
-    double decay = weightDecay >= 0 ? weightDecay.getValue() : (adamw ? 0.01 : 0.0);
+    double decay = weightDecay >= 0 ? weightDecay.getValue() : OptimizerDefaults::weightDecay(adamw);
 
     // The trained parameters, in argument order, and their gradients among
     // the results (matched by name).

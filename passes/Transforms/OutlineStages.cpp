@@ -177,9 +177,8 @@ struct Outliner {
       return argName(trainStep, argument.getArgNumber()).str();
     Operation *op = value.getDefiningOp();
     std::string base;
-    if (auto cost = op->getAttrOfType<DictionaryAttr>("pipe.cost"))
-      if (auto name = cost.getAs<StringAttr>("name"))
-        base = name.str();
+    if (auto cost = op->getAttrOfType<pipe::CostAttr>(pipe::kCostAttrName))
+      base = cost.getName().str();
     if (base.empty())
       if (auto loc = llvm::dyn_cast<NameLoc>(op->getLoc()))
         base = loc.getName().str();

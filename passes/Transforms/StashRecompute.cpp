@@ -80,6 +80,16 @@ struct WeightStashing : impl::WeightStashingBase<WeightStashing> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    if (fromPlan) {
+      auto plan = module->getAttrOfType<pipe::PlanAttr>(pipe::kPlanAttrName);
+      if (!plan) {
+        module.emitError() << "pipec-weight-stashing: from-plan needs the module's pipe.plan "
+                              "(run pipec-partition first)";
+        return signalPassFailure();
+      }
+      versions = plan.getAsynchronous() ? plan.getInflight() : 0;
+      verticalSync = plan.getVerticalSync();
+    }
     if (versions < 0) {
       module.emitError() << "pipec-weight-stashing: versions must be non-negative, got "
                          << versions;
@@ -169,16 +179,27 @@ struct Recompute : impl::RecomputeBase<Recompute> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (mode != "none" && mode != "all") {
-      module.emitError() << "pipec-recompute: mode must be none or all, got '" << mode << "'";
+    if (mode != "none" && mode != "all" && mode != "plan") {
+      module.emitError() << "pipec-recompute: mode must be none, all or plan, got '" << mode
+                         << "'";
       return signalPassFailure();
+    }
+    SmallVector<int64_t> listed(stages.begin(), stages.end());
+    if (listed.empty() && mode == "plan") {
+      auto plan = module->getAttrOfType<pipe::PlanAttr>(pipe::kPlanAttrName);
+      if (!plan) {
+        module.emitError() << "pipec-recompute: mode=plan needs the module's pipe.plan (run "
+                              "pipec-partition first)";
+        return signalPassFailure();
+      }
+      llvm::append_range(listed, plan.getRecompute().asArrayRef());
     }
     std::map<int64_t, pipe::StageOp> byId;
     for (pipe::StageOp stage : module.getOps<pipe::StageOp>())
       byId[static_cast<int64_t>(stage.getId())] = stage;
     SmallVector<pipe::StageOp> chosen;
-    if (!stages.empty()) {
-      for (int64_t id : stages) {
+    if (!listed.empty()) {
+      for (int64_t id : listed) {
         auto it = byId.find(id);
         if (it == byId.end()) {
           module.emitError() << "pipec-recompute: there is no stage " << id << " (the module has "

@@ -128,8 +128,7 @@ int Plan::mpiRankOf(int r) const {
   return s < 0 ? -1 : ranks[s][replicaOfScheduleRank(r)];
 }
 int Plan::virtualStage(int stage, int chunk) const {
-  if (vPlacement) return chunk == 0 ? stage : 2 * stages - 1 - stage;
-  return chunk * stages + stage;
+  return ::pipec::virtualStage(placement, stages, stage, chunk);
 }
 std::string Plan::scheduleFile(int r) const {
   return (fs::path(dir) / "schedule" / ("rank_" + std::to_string(r) + ".json")).string();
@@ -152,9 +151,8 @@ Plan loadPlan(const std::string &dirIn) {
   p.microbatches = R.get<int>(rt, "microbatches", "runtime");
   p.chunks = R.opt<int>(rt, "chunks", "runtime", 1);
   const std::string placement = R.opt<std::string>(rt, "placement", "runtime", "interleaved");
-  if (placement != "interleaved" && placement != "v")
+  if (!parsePlacement(placement, p.placement))
     throw Error(p.planPath + ": runtime.placement must be \"interleaved\" or \"v\"");
-  p.vPlacement = placement == "v";
   p.asynchronous = R.opt<bool>(rt, "asynchronous", "runtime", false);
   p.seed = R.opt<uint64_t>(rt, "seed", "runtime", 0);
   if (p.microbatchSize < 1 || p.microbatches < 1 || p.chunks < 1)
@@ -163,7 +161,7 @@ Plan loadPlan(const std::string &dirIn) {
     throw Error(p.planPath + ": runtime.microbatches (" + std::to_string(p.microbatches) + ") or chunks (" +
                 std::to_string(p.chunks) + ") over the limit (" + std::to_string(kMaxMicrobatches) + ", " +
                 std::to_string(kMaxChunks) + ")");
-  if (p.vPlacement && p.chunks != 2) throw Error(p.planPath + ": runtime.placement \"v\" needs chunks = 2");
+  if (p.placement == Placement::VShape && p.chunks != 2) throw Error(p.planPath + ": runtime.placement \"v\" needs chunks = 2");
   p.target = R.opt<std::string>(rt, "target", "runtime", "cpu");
   if (p.target != "cpu" && p.target != "cuda")
     throw Error(p.planPath + ": runtime.target must be \"cpu\" or \"cuda\", is \"" + p.target + "\"");
@@ -234,9 +232,9 @@ Plan loadPlan(const std::string &dirIn) {
   p.optimizer.lr = R.get<float>(opt, "lr", ow);
   p.optimizer.weightDecay = R.opt<float>(opt, "weight_decay", ow, 0.0f);
   p.optimizer.momentum = R.opt<float>(opt, "momentum", ow, 0.0f);
-  p.optimizer.beta1 = R.opt<float>(opt, "beta1", ow, 0.9f);
-  p.optimizer.beta2 = R.opt<float>(opt, "beta2", ow, 0.999f);
-  p.optimizer.epsilon = R.opt<float>(opt, "epsilon", ow, 1e-8f);
+  p.optimizer.beta1 = R.opt<float>(opt, "beta1", ow, float(OptimizerDefaults::beta1));
+  p.optimizer.beta2 = R.opt<float>(opt, "beta2", ow, float(OptimizerDefaults::beta2));
+  p.optimizer.epsilon = R.opt<float>(opt, "epsilon", ow, float(OptimizerDefaults::epsilon));
   p.optimizer.maxGradNorm = R.opt<float>(opt, "max_grad_norm", ow, 0.0f);
 
   // Tied parameters: [{"name": "wte.weight", "stages": [0, 3]}, ...]
@@ -287,22 +285,6 @@ Plan loadPlan(const std::string &dirIn) {
 }
 
 // ---------------------------------------------------------------- streams
-namespace {
-struct OpName {
-  Op op;
-  const char *name;
-};
-constexpr OpName kOps[] = {
-    {Op::Load, "LOAD"},         {Op::Fwd, "FWD"},           {Op::Bwd, "BWD"},
-    {Op::BwdInput, "BWD_INPUT"}, {Op::BwdWeight, "BWD_WEIGHT"}, {Op::Recompute, "RECOMPUTE"},
-    {Op::SendAct, "SEND_ACT"},  {Op::RecvAct, "RECV_ACT"},  {Op::SendGrad, "SEND_GRAD"},
-    {Op::RecvGrad, "RECV_GRAD"}, {Op::Stash, "STASH"},       {Op::Restore, "RESTORE"},
-    {Op::AllReduce, "ALLREDUCE"}, {Op::Step, "STEP"},        {Op::SpecStep, "SPEC_STEP"},
-    {Op::Validate, "VALIDATE"}, {Op::Rollback, "ROLLBACK"},
-};
-} // namespace
-
-const char *opName(Op op) { return kOps[(int)op].name; }
 
 namespace {
 // An instruction list (a rank file's "instructions", schedule.json's ranks[r]).
@@ -314,10 +296,7 @@ std::vector<Instr> parseInstructions(const Reader &R, const json &list, const st
     const std::string at = where + "[" + std::to_string(i) + "]";
     const std::string name = R.get<std::string>(list[i], "op", at);
     Instr in;
-    bool known = false;
-    for (const auto &o : kOps)
-      if (name == o.name) in.op = o.op, known = true;
-    if (!known) throw Error(R.file + ": " + at + ": unknown instruction \"" + name + "\"");
+    if (!parseOp(name, in.op)) throw Error(R.file + ": " + at + ": unknown instruction \"" + name + "\"");
     in.mb = R.opt<int>(list[i], "mb", at, -1);
     in.chunk = R.opt<int>(list[i], "chunk", at, -1);
     in.peer = R.opt<int>(list[i], in.op == Op::AllReduce ? "stage" : "peer", at, -1);
@@ -327,15 +306,6 @@ std::vector<Instr> parseInstructions(const Reader &R, const json &list, const st
   return out;
 }
 } // namespace
-
-std::string toString(const Instr &in) {
-  std::string s = opName(in.op);
-  if (in.mb >= 0) s += " mb=" + std::to_string(in.mb);
-  if (in.chunk >= 0) s += " chunk=" + std::to_string(in.chunk);
-  if (in.peer >= 0) s += (in.op == Op::AllReduce ? " stage=" : " peer=") + std::to_string(in.peer);
-  if (in.version >= 0) s += " version=" + std::to_string(in.version);
-  return s;
-}
 
 RankStream loadRankStream(const std::string &path) {
   const json j = readJson(path, "schedule file");
@@ -357,10 +327,6 @@ RankStream loadRankStream(const std::string &path) {
 
 // ---------------------------------------------------------------- plan vs schedule files
 namespace {
-bool isCompute(Op op) {
-  return op == Op::Fwd || op == Op::Bwd || op == Op::BwdInput || op == Op::BwdWeight || op == Op::Recompute;
-}
-bool isTransfer(Op op) { return op == Op::SendAct || op == Op::RecvAct || op == Op::SendGrad || op == Op::RecvGrad; }
 
 std::string listMicrobatches(const std::vector<int> &mbs) {
   std::string s;
@@ -383,8 +349,8 @@ void checkRankStream(const Plan &plan, const RankStream &s, int r) {
                  planned + " (the plan and its schedule files are from different compilations)");
   };
   if (s.chunks != plan.chunks) throw disagree("chunks", std::to_string(s.chunks), std::to_string(plan.chunks));
-  if ((s.placement == "v") != plan.vPlacement || (s.placement != "v" && s.placement != "interleaved"))
-    throw disagree("placement", "\"" + s.placement + "\"", plan.vPlacement ? "\"v\"" : "\"interleaved\"");
+  if (s.placement != placementName(plan.placement))
+    throw disagree("placement", "\"" + s.placement + "\"", std::string("\"") + placementName(plan.placement) + "\"");
   if (s.asynchronous != plan.asynchronous)
     throw disagree("asynchronous", s.asynchronous ? "true" : "false", plan.asynchronous ? "true" : "false");
   if (s.schedule != plan.schedule) throw disagree("schedule", "\"" + s.schedule + "\"", "\"" + plan.schedule + "\"");
@@ -400,10 +366,10 @@ void checkRankStream(const Plan &plan, const RankStream &s, int r) {
     if (in.chunk >= plan.chunks)
       throw Error(at + "chunk " + std::to_string(in.chunk) + " is out of range: " + plan.planPath +
                   " says runtime.chunks = " + std::to_string(plan.chunks));
-    if ((isCompute(in.op) || isTransfer(in.op)) && (in.mb < 0 || in.chunk < 0))
+    if ((isCompute(in.op) || isP2P(in.op)) && (in.mb < 0 || in.chunk < 0))
       throw Error(at + "needs a micro-batch and a chunk");
     if (in.op == Op::Load && in.mb < 0) throw Error(at + "needs a micro-batch");
-    if (isTransfer(in.op) && (in.peer < 0 || in.peer >= plan.numRanks()))
+    if (isP2P(in.op) && (in.peer < 0 || in.peer >= plan.numRanks()))
       throw Error(at + "peer " + std::to_string(in.peer) + " is not a rank of the plan (0.." +
                   std::to_string(plan.numRanks() - 1) + ")");
     if (in.op == Op::AllReduce && in.peer >= 0 && in.peer != stage)
@@ -445,9 +411,9 @@ void checkScheduleSummary(const Plan &plan, const std::string &path, const RankS
   if (R.get<bool>(j, "asynchronous", "") != plan.asynchronous)
     throw disagree("asynchronous", plan.asynchronous ? "false" : "true",
                    std::string("runtime.asynchronous = ") + (plan.asynchronous ? "true" : "false"));
-  if ((R.get<std::string>(j, "placement", "") == "v") != plan.vPlacement)
+  if (R.get<std::string>(j, "placement", "") != placementName(plan.placement))
     throw disagree("placement", "\"" + R.get<std::string>(j, "placement", "") + "\"",
-                   std::string("runtime.placement = \"") + (plan.vPlacement ? "v" : "interleaved") + "\"");
+                   std::string("runtime.placement = \"") + placementName(plan.placement) + "\"");
   const json problem = j.contains("problem") ? j.at("problem") : json();
   const int m = R.get<int>(problem, "microbatches", "problem");
   if (m != plan.microbatches)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "pipec/dataset.h"
+#include "pipec/vocabulary.h"
 
 #include <stdexcept>
 #include <string>
@@ -42,7 +43,8 @@ struct TiedParam {
 struct OptimizerConfig {
   std::string name = "sgd"; // sgd | adamw
   float lr = 0.01f, weightDecay = 0.0f, momentum = 0.0f;
-  float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+  float beta1 = float(OptimizerDefaults::beta1), beta2 = float(OptimizerDefaults::beta2),
+        epsilon = float(OptimizerDefaults::epsilon);
   float maxGradNorm = 0.0f; // 0: no clipping
 };
 
@@ -51,7 +53,7 @@ struct Plan {
   std::string schedule;     // informative: the streams decide what runs
   int stages = 1;           // pipeline positions p
   int chunks = 1;           // virtual stages per rank
-  bool vPlacement = false;  // ZB-V: chunk 1 runs back up the ranks
+  Placement placement = Placement::Interleaved; // VShape (ZB-V): chunk 1 runs back up the ranks
   bool asynchronous = false;
   int microbatchSize = 1;   // samples per micro-batch (the model's batch dimension)
   int microbatches = 1;     // per optimizer step (iteration), over all replicas
@@ -84,17 +86,12 @@ struct Plan {
 // Reads PLAN_DIR/plan.json; throws Error naming the file and the member.
 Plan loadPlan(const std::string &dir);
 
-enum class Op {
-  Load, Fwd, Bwd, BwdInput, BwdWeight, Recompute, SendAct, RecvAct, SendGrad, RecvGrad,
-  Stash, Restore, AllReduce, Step, SpecStep, Validate, Rollback,
-};
-const char *opName(Op op);
-
-struct Instr {
-  Op op = Op::Step;
-  int mb = -1, chunk = -1, peer = -1, version = -1; // peer: schedule rank (stage for ALLREDUCE)
-};
-std::string toString(const Instr &in);
+// The instruction set is the compiler's (pipec/vocabulary.h).
+using ::pipec::Instr;
+using ::pipec::Op;
+using ::pipec::Placement;
+using ::pipec::opName;
+using ::pipec::toString;
 
 struct RankStream {
   std::string path, schedule, placement;

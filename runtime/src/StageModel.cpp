@@ -227,7 +227,7 @@ void StageLibrary::check(int rc, const char *fn) const {
 
 // ---------------------------------------------------------------- model
 namespace {
-constexpr size_t kBundleHeader = 64; // see Executor.h: BundleHeader
+constexpr size_t kBundleHeader = 64; // see Bundle.h: BundleHeader
 }
 
 StageModel::StageModel(const Plan &plan, const VirtualStage &vs, Device &device) : vs_(vs), dev_(device) {

@@ -3,6 +3,7 @@
 // The plan's runtime.target picks where buffers live and how tensors move:
 // cpu: host memory + MPI; cuda: the rank's GPU (CudaDevice) + NCCL
 // (NcclTransport), built when CUDA and NCCL were found (PIPEC_HAVE_CUDA).
+#include "CommandLine.h"
 #include "../src/Executor.h"
 #include "../src/JobCheck.h"
 #include "pipec/input_file.h"
@@ -15,11 +16,8 @@
 #include <mpi.h>
 
 #include <cctype>
-#include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <iostream>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -27,98 +25,6 @@
 using namespace pipec::rt;
 
 namespace {
-const char *kUsage =
-    "usage: mpirun -np R piperun PLAN_DIR [options]\n"
-    "  --iters N            iterations (optimizer steps of m micro-batches) to reach; default 1\n"
-    "                       (1 .. 1000000000; --log-every and --save-every likewise)\n"
-    "  --data FILE          data set (docs/dataset-format.md); default: synthetic data from the plan\n"
-    "  --log-every K        progress line every K iterations (default 1)\n"
-    "  --checkpoint DIR     write checkpoints to DIR ...\n"
-    "  --save-every K       ... every K iterations\n"
-    "  --resume DIR         continue from a checkpoint (DIR or DIR/latest)\n"
-    "  --export-weights DIR write the trained weights, one file per stage (docs/weights-format.md)\n"
-    "  --trace FILE         measured timeline as a Chrome trace (merged on rank 0; target cpu)\n"
-    "  --profile FILE       per-op times (pipec.profile/1) measured with the stages' op timers\n"
-    "  --seed S             override runtime.seed (synthetic data, dropout); an integer in [0, 2^64)\n"
-    "  --lr X --weight-decay X --momentum X --max-grad-norm X   override runtime.optimizer\n"
-    "                       (checked: lr, weight decay >= 0, momentum in [0, 1), max-grad-norm >= 0,\n"
-    "                       0 = no clipping; NaN and inf refused, as in plan.json)\n"
-    "  --watchdog SECONDS   exit with an error naming the instruction and the rank it waits for if a\n"
-    "                       rank makes no progress for that long; 0 turns it off. Default: 600 s during\n"
-    "                       start-up, the first iteration and checkpoints, then max(60 s, 10x the\n"
-    "                       slowest iteration)\n"
-    "  --allow-nonfinite    keep training after a NaN/inf loss or gradient (default: stop, naming the\n"
-    "                       iteration, micro-batch and stage)\n"
-    "  --quiet              no progress lines\n"
-    "All ranks must run the same job: at start-up they compare plan.json, the schedule files, every\n"
-    "stage's library and weights, the piperun executable and the options above (not --log-every,\n"
-    "--quiet, --watchdog), and refuse to start when they differ.\n"
-    "The plan's runtime.target picks the path: cpu (host memory, MPI) or cuda (one GPU\n"
-    "per rank, chosen by node-local rank; NCCL between ranks; needs a piperun built\n"
-    "with CUDA and NCCL). docs/runtime.md.\n";
-
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-RunOptions parseArgs(int argc, char **argv) {
-  RunOptions o;
-  auto value = [&](int &i) -> std::string {
-    if (i + 1 >= argc) throw UsageError(std::string(argv[i]) + " needs a value");
-    return argv[++i];
-  };
-  // Numbers are checked here (JobCheck.h: one place for piperun and
-  // pipeseq); the optimizer's values are range-checked with plan.json's.
-  auto checked = [&](auto parse) {
-    try {
-      return parse();
-    } catch (const Error &e) {
-      throw UsageError(e.what());
-    }
-  };
-  auto number = [&](int &i) -> double {
-    const std::string flag = argv[i], v = value(i);
-    return checked([&] { return parseReal(flag, v); });
-  };
-  auto count = [&](int &i) -> int {
-    const std::string flag = argv[i], v = value(i);
-    return (int)checked([&] { return parseCount(flag, v, 1, kMaxIterations); });
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--iters") o.iters = count(i);
-    else if (a == "--data") o.dataFile = value(i);
-    else if (a == "--log-every") o.logEvery = count(i);
-    else if (a == "--checkpoint") o.checkpointDir = value(i);
-    else if (a == "--save-every") o.saveEvery = count(i);
-    else if (a == "--resume") o.resumeDir = value(i);
-    else if (a == "--export-weights") o.exportDir = value(i);
-    else if (a == "--trace") o.traceFile = value(i);
-    else if (a == "--profile") o.profileFile = value(i);
-    else if (a == "--seed") {
-      const std::string v = value(i);
-      o.seed = checked([&] { return parseSeed(a, v); }), o.seedSet = true;
-    } else if (a == "--lr") o.lr = number(i), o.lrSet = true;
-    else if (a == "--weight-decay") o.weightDecay = number(i), o.wdSet = true;
-    else if (a == "--momentum") o.momentum = number(i), o.momentumSet = true;
-    else if (a == "--max-grad-norm") o.maxGradNorm = number(i), o.clipSet = true;
-    else if (a == "--watchdog") {
-      o.watchdogSeconds = number(i);
-      if (!std::isfinite(o.watchdogSeconds) || o.watchdogSeconds < 0)
-        throw UsageError("--watchdog: \"" + std::string(argv[i]) + "\" must be a number of seconds >= 0 (0: off)");
-    } else if (a == "--allow-nonfinite") o.allowNonFinite = true;
-    else if (a == "--quiet") o.quiet = true;
-    else if (a == "--help" || a == "-h") throw UsageError("");
-    else if (!a.empty() && a[0] == '-') throw UsageError("unknown option " + a);
-    else if (o.planDir.empty()) o.planDir = a;
-    else throw UsageError("unexpected argument " + a);
-  }
-  if (o.planDir.empty()) throw UsageError("missing PLAN_DIR");
-  if (!o.checkpointDir.empty() && o.saveEvery == 0) throw UsageError("--checkpoint needs --save-every K");
-  if (o.checkpointDir.empty() && o.saveEvery) throw UsageError("--save-every needs --checkpoint DIR");
-  return o;
-}
-
 // Start-up errors are agreed on by all ranks: each rank reports its own
 // error (naming itself, the file and the reason), then every rank exits
 // non-zero, so nothing waits for a rank that gave up.
@@ -140,12 +46,7 @@ bool agree(Control &control, const std::string &who, const std::string &error) {
 JobIdentity jobIdentity(const Plan &plan, const RunOptions &o) {
   namespace fs = std::filesystem;
   checkPlanSeed(plan);
-  OptimizerOverrides ov;
-  if (o.lrSet) ov.lr = o.lr;
-  if (o.wdSet) ov.weightDecay = o.weightDecay;
-  if (o.momentumSet) ov.momentum = o.momentum;
-  if (o.clipSet) ov.maxGradNorm = o.maxGradNorm;
-  const OptimizerConfig opt = resolveOptimizer(plan, ov);
+  const OptimizerConfig opt = resolveOptimizer(plan, o.optimizer);
 
   JobIdentity id;
   std::error_code ec;
@@ -160,10 +61,10 @@ JobIdentity jobIdentity(const Plan &plan, const RunOptions &o) {
   option("the seed", std::to_string(seed),
          "runs with seed " + std::to_string(seed) + (o.seedSet ? " (--seed)" : " (plan.json runtime.seed)"));
   const struct { const char *name, *flag; float value; bool set; } hyper[] = {
-      {"lr", "--lr", opt.lr, o.lrSet},
-      {"weight decay", "--weight-decay", opt.weightDecay, o.wdSet},
-      {"momentum", "--momentum", opt.momentum, o.momentumSet},
-      {"max grad norm", "--max-grad-norm", opt.maxGradNorm, o.clipSet}};
+      {"lr", "--lr", opt.lr, o.optimizer.lr.has_value()},
+      {"weight decay", "--weight-decay", opt.weightDecay, o.optimizer.weightDecay.has_value()},
+      {"momentum", "--momentum", opt.momentum, o.optimizer.momentum.has_value()},
+      {"max grad norm", "--max-grad-norm", opt.maxGradNorm, o.optimizer.maxGradNorm.has_value()}};
   for (const auto &h : hyper)
     option(std::string("the ") + h.name, shortestText(h.value),
            std::string("runs with ") + h.name + " " + shortestText(h.value) +
@@ -297,12 +198,10 @@ int main(int argc, char **argv) {
     std::string error;
     // The command line first, agreed by all ranks (an MPMD launch may give
     // ranks different ones): "" fine, "h" --help, "e..." an error.
-    std::string parsed;
-    try {
-      opt = parseArgs(argc, argv);
-    } catch (const UsageError &e) {
-      parsed = *e.what() ? std::string("e") + e.what() : "h";
-    }
+    const CommandLine line = parseCommandLine(Tool::Piperun, argc, argv, opt);
+    const std::string parsed = line.outcome == CommandLine::Invalid ? "e" + line.error
+                               : line.outcome == CommandLine::Help  ? "h"
+                                                                    : "";
     {
       bool anyError = false, anyHelp = false;
       for (const std::string &p : control.allgatherStrings(parsed))
@@ -311,7 +210,7 @@ int main(int argc, char **argv) {
         if (!parsed.empty() && parsed[0] == 'e')
           std::fprintf(stderr, "piperun: %serror: %s\n", control.rank() == 0 ? "" : (rankName + ": ").c_str(),
                        parsed.c_str() + 1);
-        if (control.rank() == 0) std::fputs(kUsage, anyError ? stderr : stdout);
+        if (control.rank() == 0) std::fputs(line.help.c_str(), anyError ? stderr : stdout);
         MPI_Finalize();
         return anyError ? 2 : 0;
       }

@@ -14,7 +14,9 @@
 //    never from the STASH/RESTORE instructions piperun executes.
 // Usage: pipeseq PLAN_DIR --iters N [--data FILE] [--export-weights DIR] [--resume DIR] [--seed S]
 //          [--lr X] [--weight-decay X] [--momentum X] [--max-grad-norm X] [--allow-nonfinite]
-// Options and hyper-parameters are checked by the same code as piperun's (JobCheck.h).
+// Options and hyper-parameters are read and checked by the same code as
+// piperun's (CommandLine.h, JobCheck.h).
+#include "CommandLine.h"
 #include "JobCheck.h"
 #include "Plan.h"
 #include "StageModel.h"
@@ -34,15 +36,6 @@ using namespace pipec::rt;
 namespace fs = std::filesystem;
 
 namespace {
-struct Options {
-  std::string planDir, dataFile, exportDir, resumeDir;
-  int iters = 1;
-  bool seedSet = false;
-  uint64_t seed = 0;
-  OptimizerOverrides overrides;
-  bool allowNonFinite = false;
-};
-
 // One micro-batch's buffers on one stage.
 struct MbState {
   Buffer data, inputs, outputs, gradOutputs, gradInputs, workspace;
@@ -52,15 +45,15 @@ struct MbState {
 
 struct Runner {
   const Plan &plan;
-  Options opt;
+  RunOptions opt;
   uint64_t seed;
   OptimizerConfig optimizer; // plan.json's with the overrides, checked
   std::unique_ptr<io::DataSource> data;
   int V;
 
-  Runner(const Plan &p, const Options &o) : plan(p), opt(o), V(p.stages * p.chunks) {
+  Runner(const Plan &p, const RunOptions &o) : plan(p), opt(o), V(p.stages * p.chunks) {
     checkPlanSeed(p);
-    optimizer = resolveOptimizer(p, o.overrides);
+    optimizer = resolveOptimizer(p, o.optimizer);
     seed = o.seedSet ? o.seed : p.seed;
     if (!o.dataFile.empty())
       data = std::make_unique<io::DatasetFile>(o.dataFile);
@@ -363,28 +356,17 @@ struct Runner {
 } // namespace
 
 int main(int argc, char **argv) {
-  Options o;
+  RunOptions o;
+  const CommandLine line = parseCommandLine(Tool::Pipeseq, argc, argv, o);
+  if (line.outcome == CommandLine::Help) {
+    std::fputs(line.help.c_str(), stdout);
+    return 0;
+  }
+  if (line.outcome == CommandLine::Invalid) {
+    std::fprintf(stderr, "pipeseq: error: %s\n%s", line.error.c_str(), line.help.c_str());
+    return 1;
+  }
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      auto value = [&]() -> std::string {
-        if (i + 1 >= argc) throw Error(a + " needs a value");
-        return argv[++i];
-      };
-      if (a == "--iters") o.iters = (int)parseCount(a, value(), 1, kMaxIterations);
-      else if (a == "--data") o.dataFile = value();
-      else if (a == "--export-weights") o.exportDir = value();
-      else if (a == "--resume") o.resumeDir = value();
-      else if (a == "--seed") o.seed = parseSeed(a, value()), o.seedSet = true;
-      else if (a == "--lr") o.overrides.lr = parseReal(a, value());
-      else if (a == "--weight-decay") o.overrides.weightDecay = parseReal(a, value());
-      else if (a == "--momentum") o.overrides.momentum = parseReal(a, value());
-      else if (a == "--max-grad-norm") o.overrides.maxGradNorm = parseReal(a, value());
-      else if (a == "--allow-nonfinite") o.allowNonFinite = true;
-      else if (a.empty() || a[0] == '-') throw Error("unknown option " + a);
-      else o.planDir = a;
-    }
-    if (o.planDir.empty()) throw Error("usage: pipeseq PLAN_DIR --iters N [--data FILE] [--export-weights DIR] [--resume DIR]");
     const Plan plan = loadPlan(o.planDir);
     if (plan.target != "cpu") // its stage libraries take device pointers and a CUDA stream
       throw Error(plan.planPath + ": runtime.target is \"" + plan.target +

@@ -12,7 +12,7 @@
 // PRECISION: error: unknown precision 'fp8' (fp32, tf32 or bf16)
 // MISSING: error: cannot read profile '{{.*}}missing.json'
 // OTHER: error: profile '{{.*}}other.json' names ops this model does not have: 'conv9' (a profile of another model?)
-// PROFILE: nn.relu %{{.*}} {pipe.cost = {activation_bytes = 128 : i64, bwd_input = 2.500000e+00 : f64, bwd_weight = 0.000000e+00 : f64, fwd = 1.500000e+00 : f64, {{.*}}source = "profile"}}
+// PROFILE: nn.relu %{{.*}} {pipe.cost = #pipe.cost<name = {{"[^"]*"}}, fwd = 1.5, bwd_input = 2.5, bwd_weight = 0.0, {{.*}}activation_bytes = 128, {{.*}}source = "profile">}
 // MALFORMED: error: profile '{{.*}}bad.json' is malformed:
 
 func.func @f(%x: tensor<32xf32> {nn.name = "x", nn.role = "input"}, %w: tensor<32xf32> {nn.name = "w", nn.role = "param"}) -> tensor<32xf32> {

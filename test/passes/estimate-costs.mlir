@@ -9,16 +9,16 @@
 func.func @mlp(%w1: tensor<64x32xf32> {nn.name = "w1", nn.role = "param"},
                %w2: tensor<10x64xf32> {nn.name = "w2", nn.role = "param"},
                %x: tensor<8x32xf32> {nn.name = "x", nn.role = "input"}) -> tensor<8x10xf32> {
-  // CHECK: nn.gemm {{.*}}pipe.cost = {activation_bytes = 2048 : i64, bwd_input = 0.000000e+00 : f64, bwd_weight = [[W1:.*]] : f64, fwd = {{.*}}, fwd_flops = 3.276800e+04 : f64, name = "nn.gemm", optimizer_bytes = 16384 : i64, param_bytes = 8192 : i64, source = "estimate"}
+  // CHECK: nn.gemm {{.*}}pipe.cost = #pipe.cost<name = "nn.gemm", fwd = {{.*}}, bwd_input = 0.0, bwd_weight = [[W1:[^,]*]], fwd_flops = 32768.0, activation_bytes = 2048, param_bytes = 8192, optimizer_bytes = 16384, source = "estimate">
   %0 = nn.gemm %x, %w1 {transB = true} : (tensor<8x32xf32>, tensor<64x32xf32>) -> tensor<8x64xf32>
-  // CHECK: nn.relu {{.*}}pipe.cost = {activation_bytes = 2048 : i64, bwd_input = {{[1-9].*}} : f64, bwd_weight = 0.000000e+00 : f64
+  // CHECK: nn.relu {{.*}}pipe.cost = #pipe.cost<name = "nn.relu", fwd = {{[^,]*}}, bwd_input = {{[1-9][^,]*}}, bwd_weight = 0.0, {{.*}}activation_bytes = 2048,
   %1 = nn.relu %0 : tensor<8x64xf32>
-  // CHECK: nn.gemm {{.*}}pipe.cost = {activation_bytes = 320 : i64, bwd_input = {{[1-9].*}} : f64, bwd_weight = {{[1-9].*}} : f64, fwd = {{.*}}, fwd_flops = 1.024000e+04 : f64, name = "nn.gemm#1", optimizer_bytes = 5120 : i64, param_bytes = 2560 : i64
+  // CHECK: nn.gemm {{.*}}pipe.cost = #pipe.cost<name = "nn.gemm#1", fwd = {{[^,]*}}, bwd_input = {{[1-9][^,]*}}, bwd_weight = {{[1-9][^,]*}}, fwd_flops = 10240.0, activation_bytes = 320, param_bytes = 2560, optimizer_bytes = 5120
   %2 = nn.gemm %1, %w2 {transB = true} : (tensor<8x64xf32>, tensor<10x64xf32>) -> tensor<8x10xf32>
   return %2 : tensor<8x10xf32>
 }
 // V100-LABEL: func @mlp
-// V100: nn.gemm {{.*}}optimizer_bytes = 0 : i64, param_bytes = 8192 : i64
+// V100: nn.gemm {{.*}}param_bytes = 8192, optimizer_bytes = 0,
 
 // -----
 
@@ -27,7 +27,7 @@ func.func @mlp(%w1: tensor<64x32xf32> {nn.name = "w1", nn.role = "param"},
 // CHECK-LABEL: func @big
 func.func @big(%a: tensor<1024x1024xf32> {nn.name = "a", nn.role = "input"},
                %w: tensor<1024x1024xf32> {nn.name = "w", nn.role = "param"}) -> tensor<1024x1024xf32> {
-  // CHECK: nn.matmul {{.*}}fwd = 3.6{{[0-9]*}}E-5 : f64
+  // CHECK: nn.matmul {{.*}}fwd = 3.6{{[0-9]*}}e-05,
   %0 = nn.matmul %a, %w : (tensor<1024x1024xf32>, tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
   return %0 : tensor<1024x1024xf32>
 }
@@ -39,11 +39,11 @@ func.func @big(%a: tensor<1024x1024xf32> {nn.name = "a", nn.role = "input"},
 // CHECK-LABEL: func @views
 func.func @views(%x: tensor<2x4x8xf32> {nn.name = "x", nn.role = "input"},
                  %w: tensor<16x8xf32> {nn.name = "w", nn.role = "param"}) -> tensor<8x16xf32> {
-  // CHECK: nn.transpose {{.*}}bwd_input = 0.000000e+00 : f64, bwd_weight = {{[1-9].*}} : f64
+  // CHECK: nn.transpose {{.*}}bwd_input = 0.0, bwd_weight = {{[1-9][^,]*}},
   %t = nn.transpose %w {perm = array<i64: 1, 0>} : (tensor<16x8xf32>) -> tensor<8x16xf32>
-  // CHECK: nn.matmul {{.*}}bwd_input = 0.000000e+00 : f64, bwd_weight = {{[1-9].*}} : f64
+  // CHECK: nn.matmul {{.*}}bwd_input = 0.0, bwd_weight = {{[1-9][^,]*}},
   %m = nn.matmul %x, %t : (tensor<2x4x8xf32>, tensor<8x16xf32>) -> tensor<2x4x16xf32>
-  // CHECK: nn.reshape {{.*}}pipe.cost = {activation_bytes = 512 : i64, bwd_input = 0.000000e+00 : f64, bwd_weight = 0.000000e+00 : f64, fwd = 0.000000e+00 : f64
+  // CHECK: nn.reshape {{.*}}pipe.cost = #pipe.cost<name = "{{[^"]*}}", fwd = 0.0, bwd_input = 0.0, bwd_weight = 0.0, {{.*}}activation_bytes = 512,
   %r = nn.reshape %m : tensor<2x4x16xf32> -> tensor<8x16xf32>
   return %r : tensor<8x16xf32>
 }

@@ -4,7 +4,7 @@
 // RUN: not pipec-opt %s --pipec-partition="gpus=1x2" 2>&1 | FileCheck %s --check-prefix=UNCOSTED
 
 // Four equal layers on two devices: two per stage.
-// CHECK: module attributes {pipe.stages = [{first_op = "nn.matmul", id = 0 : i64, last_op = "nn.relu#1", ranks = array<i64: 0>, replicas = 1 : i64}, {first_op = "nn.matmul#2", id = 1 : i64, last_op = "nn.relu#3", ranks = array<i64: 1>, replicas = 1 : i64}]}
+// CHECK: module attributes {pipe.plan = #pipe.plan<{{.*}}>, pipe.stages = [{first_op = "nn.matmul", id = 0 : i64, last_op = "nn.relu#1", ranks = array<i64: 0>, replicas = 1 : i64}, {first_op = "nn.matmul#2", id = 1 : i64, last_op = "nn.relu#3", ranks = array<i64: 1>, replicas = 1 : i64}]}
 // CHECK-COUNT-4: pipe.stage = 0 : i64
 // CHECK-COUNT-4: pipe.stage = 1 : i64
 // AUTO: pipe.stages = [{{.*}}]

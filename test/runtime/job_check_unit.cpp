@@ -7,7 +7,7 @@
 //  * the command-line number parsers and the file digest.
 #include "JobCheck.h"
 #include "Plan.h"
-#include "Schedule/Schedule.h"
+#include "analysis/Schedule/Schedule.h"
 
 #include <cmath>
 #include <filesystem>

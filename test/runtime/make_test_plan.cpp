@@ -11,7 +11,7 @@
 // between the first and last virtual stage: both weights files get the same
 // initial value and runtime.tied lists it (under NAME if given, to test the
 // error for a parameter the libraries lack).
-#include "Schedule/Schedule.h"
+#include "analysis/Schedule/Schedule.h"
 #include "pipec/dataset.h"
 
 #include <nlohmann/json.hpp>

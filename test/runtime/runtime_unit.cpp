@@ -13,7 +13,7 @@
 // Plain asserts with messages: runs in the standalone runtime build too.
 #include "Device.h"
 #include "Plan.h"
-#include "Schedule/Schedule.h"
+#include "analysis/Schedule/Schedule.h"
 #include "StageModel.h"
 #include "pipec/dataset.h"
 
@@ -197,7 +197,7 @@ void testGeneratedSchedules(const fs::path &root) {
     }
     Plan plan;
     plan.stages = s.problem.stages, plan.chunks = s.problem.chunks;
-    plan.vPlacement = s.placement == sch::Placement::VShape;
+    plan.placement = s.placement;
     plan.ranks.assign(plan.stages, {});
     for (int st = 0; st < plan.stages; ++st)
       for (int q = 0; q < s.problem.replicasOf(st); ++q) plan.ranks[st].push_back(s.problem.rankOf(st, q));

@@ -1,9 +1,11 @@
 // pipec: compiles an ONNX model into a pipeline-parallel training job.
 #include "compiler/Driver/Compiler.h"
-#include "compiler/Partition/Error.h"
-#include "compiler/Partition/PartitionCommand.h"
-#include "compiler/Schedule/Schedule.h"
+#include "analysis/Partition/Error.h"
+#include "analysis/Partition/PartitionCommand.h"
+#include "analysis/Schedule/Schedule.h"
 
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/Timing.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
@@ -42,7 +44,7 @@ int runPipec(int argc, char **argv) {
                   "  pipec model.onnx --gpus 2x8           plan: partition, schedule and\n"
                   "                                        micro-batches chosen jointly\n"
                   "  pipec model.onnx --emit=<phase>       print the IR after a phase\n"
-                  "  pipec model.onnx --dump-ir DIR        write the IR after every phase\n"
+                  "  pipec model.onnx --dump-ir DIR        write the IR after every pass\n"
                   "  pipec partition --costs costs.csv ... partition a cost table alone\n"
                   "  pipec schedule --help                 explore pipeline schedules\n\n"
                   "Topology and partition options:\n") +
@@ -51,14 +53,18 @@ int runPipec(int argc, char **argv) {
   cl::OptionCategory category("pipec options");
   cl::opt<std::string> input(cl::Positional, cl::desc("<model.onnx | model.onnxtext>"),
                              cl::Required, cl::cat(category));
+  // cl::desc keeps a pointer: the text must outlive the option.
+  const std::string emitHelp =
+      std::string("Print the IR after this phase and stop (") + pipec::passes::phaseNames() + ")";
   cl::opt<std::string> emit(
       "emit",
-      cl::desc("Print the IR after this phase and stop (nn, costs, partition, autodiff, stages)"),
+      cl::desc(emitHelp),
       cl::value_desc("phase"), cl::cat(category));
   cl::opt<std::string> output("o", cl::desc("Output file for --emit (default: stdout)"),
                               cl::value_desc("file"), cl::init("-"), cl::cat(category));
   cl::opt<std::string> dumpIr(
-      "dump-ir", cl::desc("Write the IR after every phase into this folder, numbered in order"),
+      "dump-ir", cl::desc("Write the IR after import and after every pass into this folder, "
+                          "numbered in order"),
       cl::value_desc("dir"), cl::cat(category));
   cl::list<std::string> inputShapes(
       "input-shape",
@@ -83,11 +89,25 @@ int runPipec(int argc, char **argv) {
   cl::opt<std::string> dumpCosts(
       "dump-costs", cl::desc("Write the cost table, one row per op (docs/cost-table.md)"),
       cl::value_desc("costs.csv"), cl::cat(category));
-  cl::opt<std::string> scheduleName(
-      "schedule",
-      cl::desc("Pipeline schedule: gpipe, 1f1b, 1f1b-rr, interleaved, zb-h1, zb-h2, zb-v, auto "
-               "(default: the planner picks among the synchronous ones; 1f1b-rr with --async)"),
-      cl::value_desc("name"), cl::cat(category));
+  // The schedule families' names and chunk counts come from their table
+  // (analysis/Schedule/Families.cpp); cl::desc keeps a pointer to the text.
+  using pipec::schedule::ScheduleFamily;
+  using pipec::schedule::scheduleFamilyNames;
+  const std::string scheduleHelp =
+      "Pipeline schedule: " + scheduleFamilyNames() +
+      " (default: the planner picks among the synchronous ones; " +
+      scheduleFamilyNames([](const ScheduleFamily &f) { return f.asynchronous; }, " or ") + " with --async)";
+  std::string fixedChunks;
+  for (const ScheduleFamily &f : pipec::schedule::scheduleFamilies())
+    if (!f.anyChunks && f.chunks > 1)
+      fixedChunks += (fixedChunks.empty() ? "" : ", ") + std::string(f.name) + ": " + std::to_string(f.chunks);
+  const std::string chunksHelp =
+      "Model chunks per rank for --schedule " +
+      scheduleFamilyNames([](const ScheduleFamily &f) { return f.anyChunks; }, " or ") +
+      (fixedChunks.empty() ? "" : " (" + fixedChunks + ")") +
+      "; the model is split into ranks x chunks virtual stages";
+  cl::opt<std::string> scheduleName("schedule", cl::desc(scheduleHelp), cl::value_desc("name"),
+                                    cl::cat(category));
   cl::opt<std::string> loss(
       "loss", cl::desc("Loss appended to a model ending in logits: softmax-cross-entropy, mse"),
       cl::init("softmax-cross-entropy"), cl::cat(category));
@@ -113,16 +133,20 @@ int runPipec(int argc, char **argv) {
       cl::value_desc("sm_80,sm_90"), cl::init("sm_80,sm_90"), cl::cat(category));
   cl::opt<uint64_t> seed("seed", cl::desc("Seed of dropout masks and synthetic data"),
                          cl::init(0), cl::cat(category));
-  cl::opt<int> chunks(
-      "chunks",
-      cl::desc("Model chunks per rank for --schedule interleaved (zb-v: 2); the model is "
-               "split into ranks x chunks virtual stages"),
-      cl::init(0), cl::cat(category));
+  cl::opt<int> chunks("chunks", cl::desc(chunksHelp), cl::init(0), cl::cat(category));
   cl::opt<int> candidates(
       "candidates",
       cl::desc("Print the best N plans the planner evaluated, with their simulated times"),
       cl::value_desc("n"), cl::init(3), cl::cat(category));
-  cl::HideUnrelatedOptions(category);
+  // The pass manager's own options: --mlir-timing, --mlir-pass-statistics,
+  // --mlir-print-ir-after-all and the rest, listed by --help under their category.
+  cl::OptionCategory mlirCategory("MLIR pass manager options");
+  mlir::registerPassManagerCLOptions();
+  mlir::registerDefaultTimingManagerCLOptions();
+  for (auto &entry : cl::getRegisteredOptions())
+    if (entry.first.starts_with("mlir-"))
+      entry.second->addCategory(mlirCategory);
+  cl::HideUnrelatedOptions({&category, &mlirCategory});
   cl::ParseCommandLineOptions(static_cast<int>(remaining.size()), remaining.data(),
                               overview);
 
@@ -157,7 +181,7 @@ int runPipec(int argc, char **argv) {
     options.emit = pipec::parsePhase(emit);
     if (!options.emit) {
       llvm::errs() << "error: unknown phase '" << emit
-                   << "' for --emit (phases: nn, costs, partition, autodiff, stages)\n";
+                   << "' for --emit (phases: " << pipec::passes::phaseNames() << ")\n";
       return 1;
     }
   }

@@ -43,16 +43,6 @@ Shape matmulShape(const Shape &a, const Shape &b) {
   return out;
 }
 
-int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride, int64_t padBegin, int64_t padEnd,
-                         int64_t dilation, bool ceilMode) {
-  const int64_t effectiveKernel = (kernel - 1) * dilation + 1;
-  const int64_t span = input + padBegin + padEnd - effectiveKernel;
-  if (span < 0) return 0;
-  int64_t size = ceilMode ? (span + stride - 1) / stride + 1 : span / stride + 1;
-  if (ceilMode && (size - 1) * stride >= input + padBegin) --size;
-  return size;
-}
-
 Unary unaryKind(const std::string &kind) {
   if (kind == "relu") return Unary::Relu;
   if (kind == "tanh") return Unary::Tanh;

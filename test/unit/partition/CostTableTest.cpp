@@ -1,5 +1,5 @@
-#include "compiler/Partition/CostTable.h"
-#include "compiler/Partition/Error.h"
+#include "analysis/Partition/CostTable.h"
+#include "analysis/Partition/Error.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 // inner pipeline of every stage) and evaluates each one with CostModel::evaluate,
 // which walks an explicit tree and shares no code with the DP's tables.
 
-#include "compiler/Partition/Partitioner.h"
+#include "analysis/Partition/Partitioner.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -3,13 +3,13 @@
 // search too large to finish is refused up front instead of hanging.
 #include "TestGraphs.h"
 
-#include "compiler/Partition/CostTable.h"
-#include "compiler/Partition/Error.h"
-#include "compiler/Partition/InputFiles.h"
-#include "compiler/Partition/PartitionCommand.h"
-#include "compiler/Partition/Partitioner.h"
-#include "compiler/Partition/PlanJson.h"
-#include "compiler/Partition/Topology.h"
+#include "analysis/Partition/CostTable.h"
+#include "analysis/Partition/Error.h"
+#include "analysis/Partition/InputFiles.h"
+#include "analysis/Partition/PartitionCommand.h"
+#include "analysis/Partition/Partitioner.h"
+#include "analysis/Partition/PlanJson.h"
+#include "analysis/Partition/Topology.h"
 
 #include <gtest/gtest.h>
 

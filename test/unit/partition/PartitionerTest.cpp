@@ -1,7 +1,7 @@
 #include "TestGraphs.h"
 
-#include "compiler/Partition/Error.h"
-#include "compiler/Partition/Partitioner.h"
+#include "analysis/Partition/Error.h"
+#include "analysis/Partition/Partitioner.h"
 
 #include <gtest/gtest.h>
 

@@ -3,9 +3,9 @@
 
 #include "TestGraphs.h"
 
-#include "compiler/Partition/Error.h"
-#include "compiler/Partition/PartitionCommand.h"
-#include "compiler/Partition/PlanJson.h"
+#include "analysis/Partition/Error.h"
+#include "analysis/Partition/PartitionCommand.h"
+#include "analysis/Partition/PlanJson.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

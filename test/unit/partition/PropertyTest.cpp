@@ -4,8 +4,8 @@
 #include "Exhaustive.h"
 #include "TestGraphs.h"
 
-#include "compiler/Partition/DeviceRanges.h"
-#include "compiler/Partition/Error.h"
+#include "analysis/Partition/DeviceRanges.h"
+#include "analysis/Partition/Error.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 #ifndef PIPEC_TEST_PARTITION_TESTGRAPHS_H
 #define PIPEC_TEST_PARTITION_TESTGRAPHS_H
 
-#include "compiler/Partition/CostTable.h"
-#include "compiler/Partition/Topology.h"
+#include "analysis/Partition/CostTable.h"
+#include "analysis/Partition/Topology.h"
 
 #include <random>
 #include <string>

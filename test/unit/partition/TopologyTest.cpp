@@ -1,5 +1,5 @@
-#include "compiler/Partition/Error.h"
-#include "compiler/Partition/Topology.h"
+#include "analysis/Partition/Error.h"
+#include "analysis/Partition/Topology.h"
 
 #include <gtest/gtest.h>
 

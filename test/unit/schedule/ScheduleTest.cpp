@@ -1,7 +1,7 @@
 // Tests of the schedule library: closed-form bubbles, validator (accepting
 // every generated schedule, rejecting mutated ones), memory limits, 1F1B-RR
 // stashing, serialization and the CLI.
-#include "Schedule/Schedule.h"
+#include "analysis/Schedule/Schedule.h"
 
 #include <gtest/gtest.h>
 
@@ -489,6 +489,48 @@ TEST(Serialization, TextNamesEveryInstruction) {
 }
 
 // ------------------------------------------------------------ CLI and pictures
+// Each family's row (analysis/Schedule/Families.cpp) states what its
+// generator does, and `pipec schedule --help` lists every family.
+TEST(Families, RowsAgreeWithTheGeneratorsAndHelp) {
+  std::string help, err;
+  ASSERT_EQ(run({"schedule", "--help"}, help, err), 0) << err;
+  std::vector<std::string> names;
+  for (const ScheduleFamily &f : scheduleFamilies()) {
+    const std::string name(f.name);
+    SCOPED_TRACE(name);
+    names.push_back(name);
+    EXPECT_EQ(findScheduleFamily(name), &f);
+    EXPECT_NE(help.find("\n  " + name + " "), std::string::npos) << help;
+    Problem P = uniform(4, 8);
+    const Schedule s = generate(name, P); // Problem's default: one chunk
+    EXPECT_EQ(s.problem.chunks, f.anyChunks ? 1 : f.chunks);
+    EXPECT_EQ(s.placement, f.placement);
+    EXPECT_EQ(s.asynchronous, f.asynchronous);
+    EXPECT_EQ(s.splitBackward, f.splitBackward);
+    const auto generates = [&](const Problem &Q) {
+      try {
+        generate(name, Q);
+        return true;
+      } catch (const ScheduleError &) {
+        return false;
+      }
+    };
+    Problem other = P;
+    other.chunks = 3;
+    EXPECT_EQ(generates(other), f.anyChunks);
+    Problem replicated = P;
+    replicated.replicas = {1, 2, 1, 1};
+    EXPECT_EQ(generates(replicated), f.perStageReplicas);
+    Problem odd = P;
+    odd.chunks = f.chunks;
+    odd.microbatches = 6;
+    EXPECT_EQ(generates(odd), !f.microbatchesPerStage);
+  }
+  EXPECT_EQ(names, scheduleNames());
+  EXPECT_EQ(findScheduleFamily("nope"), nullptr);
+  EXPECT_THROW(requireScheduleFamily("nope"), ScheduleError);
+}
+
 TEST(Cli, CompareTableListsAllSchedules) {
   std::string out, err;
   ASSERT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--compare"}, out, err), 0) << err;
@@ -515,7 +557,7 @@ TEST(Cli, ErrorsAreClearAndNonZero) {
   EXPECT_NE(err.find("--schedule NAME or --compare"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--stages", "x", "--compare"}, out, err), 2);
   EXPECT_NE(err.find("--stages: 'x' is not an integer"), std::string::npos) << err;
-  EXPECT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "nope"}, out, err), 1);
+  EXPECT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "nope"}, out, err), 2);
   EXPECT_NE(err.find("unknown schedule 'nope'"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "gpipe", "--memory-limit", "1p"},
                 out, err),

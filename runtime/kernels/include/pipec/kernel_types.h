@@ -6,6 +6,8 @@
 #ifndef PIPEC_KERNEL_TYPES_H
 #define PIPEC_KERNEL_TYPES_H
 
+#include "pipec/vocabulary.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -68,11 +70,7 @@ using Shape = Dims;
 Shape broadcastShape(const Shape &a, const Shape &b);
 /// numpy.matmul result shape (1-D operands promoted, the added axis removed).
 Shape matmulShape(const Shape &a, const Shape &b);
-/// Output length of a sliding window along one axis (ONNX Conv and pools):
-/// floor or ceil of (input + pads - effective kernel) / stride, plus one; in
-/// ceil mode a last window starting in the end padding is dropped.
-int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride, int64_t padBegin,
-                         int64_t padEnd, int64_t dilation, bool ceilMode);
+using ::pipec::windowOutputSize; // pipec/vocabulary.h
 
 /// Shape checks shared by the kernel libraries: throw KernelError("op: ...")
 /// unless rank is in [atLeast, kMaxRank] and no dimension is negative /

@@ -1,0 +1,230 @@
+// partition() and evaluatePartition(): PipeDream's hierarchical DP
+// (HierarchicalDp.cpp) and the device-range search (DeviceRanges.cpp) on a
+// cost table, the better plan described (Describe.cpp), and the messages when
+// nothing fits (docs/partition.md).
+#include "analysis/Partition/Partitioner.h"
+
+#include "analysis/Partition/DeviceRanges.h"
+#include "analysis/Partition/Error.h"
+#include "analysis/Partition/HierarchicalDp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace pipec::partition {
+
+using detail::autoMaxLayers;
+using detail::checkSearchSize;
+using detail::HierarchicalDp;
+using detail::refineBoundaries;
+
+namespace {
+
+std::string opRange(const CostTable &table, int first, int last) {
+  return "ops '" + table.ops[first].name + "'..'" + table.ops[last].name + "'";
+}
+
+/// " stage k (ops 'a'..'b') needs X, Y more" for each stage over `limit`, joined
+/// by "; ", with the stage's in-flight count when `withInflight`.
+void listStagesOverLimit(std::ostream &os, const CostTable &table, const std::vector<StagePlan> &stages,
+                         double limit, bool withInflight) {
+  const char *sep = " ";
+  for (size_t k = 0; k < stages.size(); ++k) {
+    const StagePlan &s = stages[k];
+    const double need = static_cast<double>(s.memoryBytes);
+    if (need > limit) {
+      os << sep << "stage " << k << " (" << opRange(table, s.firstOp, s.lastOp);
+      if (withInflight)
+        os << ", " << s.inflight << " in flight";
+      os << ") needs " << formatBytes(need) << ", " << formatBytes(need - limit) << " more";
+      sep = "; ";
+    }
+  }
+}
+
+/// The message when nothing fits: what the fastest unconstrained partition would
+/// need per stage, and whether some op cannot fit on any device at all.
+std::string memoryShortfall(const CostTable &table, const Topology &topology,
+                            const PartitionOptions &options, const CostModel &model) {
+  std::ostringstream os;
+  double limit = model.memoryLimit();
+  os << "no partition of the " << table.ops.size() << " ops over " << topology.totalDevices()
+     << " devices fits in " << formatBytes(limit) << " per device";
+  int worst = -1;
+  double worstNeed = 0;
+  for (int i = 0; i < model.numOps(); ++i) {
+    double need = model.memory(i, i, 1);
+    if (need > worstNeed) {
+      worstNeed = need;
+      worst = i;
+    }
+  }
+  if (worst >= 0 && worstNeed > limit) {
+    os << ": op '" << table.ops[worst].name << "' alone needs " << formatBytes(worstNeed) << ", "
+       << formatBytes(worstNeed - limit) << " more than the limit";
+    return os.str();
+  }
+  // Bisect the limit over the DP's own feasibility (monotone in the limit) to
+  // find about the least memory any partition needs, and show that partition.
+  int layers = options.maxLayers > 0 ? options.maxLayers : autoMaxLayers(topology, options);
+  auto solveWith = [&](double memoryLimit, PartitionTree &tree) {
+    PartitionOptions o = options;
+    o.memoryLimitBytes = memoryLimit < 0 ? -1 : static_cast<int64_t>(memoryLimit);
+    CostModel m(table, topology, o);
+    return std::isfinite(HierarchicalDp(m, groupIntoLayers(m, layers)).solve(tree));
+  };
+  PartitionTree tree;
+  if (!solveWith(-1, tree))
+    return os.str();
+  double hi = 0, lo = limit;
+  for (const StagePlan &s : model.describe(tree, true).stages)
+    hi = std::max(hi, static_cast<double>(s.memoryBytes));
+  for (int step = 0; step < 12 && hi - lo > 0.001 * hi; ++step) {
+    double mid = (lo + hi) / 2;
+    PartitionTree t;
+    if (solveWith(mid, t)) {
+      hi = mid;
+      tree = t;
+    } else {
+      lo = mid;
+    }
+  }
+  PartitionResult r = model.describe(tree, true);
+  double need = 0;
+  for (const StagePlan &s : r.stages)
+    need = std::max(need, static_cast<double>(s.memoryBytes));
+  os << "; the least any partition needs is about " << formatBytes(need) << " per device ("
+     << formatBytes(need - limit) << " more), in a partition where";
+  listStagesOverLimit(os, table, r.stages, limit, true);
+  os << " (try --recompute, fewer micro-batches in flight, more devices or a larger --memory-limit)";
+  return os.str();
+}
+
+bool isIdentityOrder(const std::vector<int> &order) {
+  for (size_t k = 0; k < order.size(); ++k)
+    if (order[k] != static_cast<int>(k))
+      return false;
+  return true;
+}
+
+/// The options with unsplittable op ranges moved to the ops' positions in
+/// `order`. A partition keeps each range in one stage, and ops of one stage stay
+/// in table order, so a range stays contiguous.
+PartitionOptions optionsInOrder(const PartitionOptions &options, const std::vector<int> &order) {
+  std::vector<int> position(order.size());
+  for (size_t k = 0; k < order.size(); ++k)
+    position[order[k]] = static_cast<int>(k);
+  PartitionOptions o = options;
+  for (auto &[first, last] : o.unsplittable) {
+    int lo = static_cast<int>(order.size()), hi = -1;
+    for (int op = std::max(0, first); op <= last && op < static_cast<int>(order.size()); ++op) {
+      lo = std::min(lo, position[op]);
+      hi = std::max(hi, position[op]);
+    }
+    first = lo;
+    last = hi;
+  }
+  return o;
+}
+
+/// `run(table, options)` on the ops in `order` (table indices; identity or
+/// empty: the table's order), its result recording the order.
+template <typename Run>
+PartitionResult inOrder(const CostTable &table, const PartitionOptions &options, const std::vector<int> &order,
+                        Run run) {
+  if (isIdentityOrder(order))
+    return run(table, options);
+  CostTable ordered = reorderedCostTable(table, order, "partition");
+  PartitionResult result = run(ordered, optionsInOrder(options, order));
+  result.opOrder = order;
+  return result;
+}
+
+/// evaluatePartition() with the stages' op indices in table order.
+PartitionResult evaluateInTableOrder(const CostTable &table, const Topology &topology,
+                                     const PartitionOptions &options, const std::vector<StageSpec> &stages) {
+  PartitionOptions opts = options;
+  opts.forcedStages = 0;
+  opts.allowReplication = true; // the given replicas are what they are
+  CostModel model(table, topology, opts);
+  PartitionTree tree = treeFromStages(topology, model.numOps(), stages);
+  PartitionResult result = model.describe(tree, false);
+  result.layers = model.numOps();
+  if (!std::isfinite(result.timePerMicrobatch)) {
+    std::ostringstream os;
+    os << "the given partition does not fit in " << formatBytes(model.memoryLimit()) << " per device:";
+    listStagesOverLimit(os, table, result.stages, model.memoryLimit(), false);
+    throw Error(os.str());
+  }
+  return result;
+}
+
+} // namespace
+
+PartitionResult partition(const CostTable &table, const Topology &topology, const PartitionOptions &options) {
+  CostModel model(table, topology, options);
+  if (options.forcedStages > topology.totalDevices())
+    throw Error("--stages " + std::to_string(options.forcedStages) + ": only " +
+                std::to_string(topology.totalDevices()) + " devices");
+  std::vector<int> ends =
+      groupIntoLayers(model, options.maxLayers > 0 ? options.maxLayers : autoMaxLayers(topology, options));
+  if (options.forcedStages > static_cast<int>(ends.size()))
+    throw Error("--stages " + std::to_string(options.forcedStages) + ": the graph has only " +
+                std::to_string(ends.size()) + (ends.size() == table.ops.size() ? " ops" : " layers"));
+  // Refuse what would run for minutes or exhaust memory rather than hang; the
+  // stage-count dimension and wide levels multiply the DP's work.
+  checkSearchSize(topology, options, static_cast<int>(ends.size()), table.ops.size(), 2);
+  auto solver = std::make_unique<HierarchicalDp>(model, ends);
+  if (options.maxLayers <= 0 && static_cast<int>(ends.size()) < model.numOps()) {
+    // When memory binds, each outer in-flight term can need its own device-level
+    // table: budget for them, regrouping coarser if needed.
+    size_t variants = solver->deviceTableVariants();
+    // (measured: lazy columns and the lower-bound pruning make a variant cost about an eighth of a table)
+    double lowerTables = std::max(2.0, variants / 8.0);
+    int layers = autoMaxLayers(topology, options, lowerTables);
+    if (layers < static_cast<int>(ends.size())) {
+      ends = groupIntoLayers(model, layers);
+      checkSearchSize(topology, options, static_cast<int>(ends.size()), table.ops.size(), lowerTables);
+      solver = std::make_unique<HierarchicalDp>(model, ends);
+    }
+  }
+  PartitionTree tree;
+  double best = solver->solve(tree);
+  if (std::isfinite(best) && static_cast<int>(ends.size()) < model.numOps()) {
+    // grouped: move boundaries op by op within a layer's width of where they are
+    int window = (model.numOps() + static_cast<int>(ends.size()) - 1) / static_cast<int>(ends.size());
+    refineBoundaries(model, tree, window, 8);
+    best = model.evaluate(tree);
+  }
+  // Stages on device ranges that share servers, cut at antichains: taken only
+  // when strictly better, so PipeDream's tree stays the answer on a tie.
+  DeviceRangePlan ranges = options.deviceRangeSearch ? searchDeviceRangesWithinBudget(model) : DeviceRangePlan{};
+  if (ranges.value < best * (1 - 1e-9)) {
+    PartitionResult result =
+        inOrder(table, options, ranges.order, [&](const CostTable &t, const PartitionOptions &o) {
+          return CostModel(t, topology, o).describe(ranges.tree, true);
+        });
+    result.layers = ranges.units;
+    return result;
+  }
+  if (!std::isfinite(best))
+    throw Error(memoryShortfall(table, topology, options, model));
+  PartitionResult result = model.describe(tree, true);
+  result.layers = static_cast<int>(ends.size());
+  return result;
+}
+
+PartitionResult evaluatePartition(const CostTable &table, const Topology &topology,
+                                  const PartitionOptions &options, const std::vector<StageSpec> &stages,
+                                  const std::vector<int> &opOrder) {
+  return inOrder(table, options, opOrder, [&](const CostTable &t, const PartitionOptions &o) {
+    return evaluateInTableOrder(t, topology, o, stages);
+  });
+}
+
+} // namespace pipec::partition

@@ -1,0 +1,312 @@
+#include "analysis/Partition/PlanJson.h"
+
+#include "analysis/Partition/Error.h"
+#include "analysis/Partition/InputFiles.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+#include <unordered_map>
+
+namespace pipec::partition {
+
+using nlohmann::json;
+
+static json stagesJson(const CostTable &table, const PartitionResult &r) {
+  json stages = json::array();
+  for (size_t k = 0; k < r.stages.size(); ++k) {
+    const StagePlan &s = r.stages[k];
+    json st = {
+        {"id", k},
+        {"first_op", table.ops[r.op(s.firstOp)].name},
+        {"last_op", table.ops[r.op(s.lastOp)].name},
+        {"first_op_index", s.firstOp},
+        {"last_op_index", s.lastOp},
+        {"replicas", s.replicas},
+        {"replicas_per_level", s.replicasPerLevel},
+        {"ranks", s.ranks},
+        {"compute_s", s.computeSeconds},
+        {"send_s", s.sendSeconds},
+        {"send_bytes", s.sendBytes},
+        {"send_level", s.sendLevel},
+        {"allreduce_s", s.allreduceSeconds},
+        {"inflight_microbatches", s.inflight},
+        {"parameter_bytes", s.parameterBytes},
+        {"optimizer_bytes", s.optimizerStateBytes},
+        {"stash_bytes", s.stashBytes},
+        {"activation_bytes", s.activationBytes},
+        {"memory_bytes", s.memoryBytes},
+    };
+    stages.push_back(std::move(st));
+  }
+  return stages;
+}
+
+/// The op names in the order the stages' op indices count (cuts at antichains).
+static json opOrderJson(const CostTable &table, const PartitionResult &r) {
+  json order = json::array();
+  for (int index : r.opOrder)
+    order.push_back(table.ops[index].name);
+  return order;
+}
+
+static json predictionsJson(const PartitionResult &r) {
+  json p = {
+      {"time_per_microbatch_s", r.timePerMicrobatch},
+      {"time_per_minibatch_s", r.timePerMinibatch},
+      {"time_per_minibatch_source", r.simulated ? "simulated schedule" : "analytic (PipeDream's model)"},
+      {"throughput_microbatches_per_s", r.throughput},
+      {"bubble_s", r.bubbleSeconds},
+      {"bubble_fraction", r.bubbleFraction},
+      {"inflight_microbatches", r.inflightMicrobatches},
+      {"devices_used", r.devicesUsed},
+      {"data_parallel_fits", r.dataParallelFits},
+  };
+  if (r.simulated)
+    p["dp_estimate_time_per_minibatch_s"] = r.analyticTimePerMinibatch;
+  p["data_parallel_time_per_microbatch_s"] =
+      r.dataParallelFits ? json(r.dataParallelTimePerMicrobatch) : json(nullptr);
+  p["speedup_over_data_parallel"] = r.dataParallelFits ? json(r.speedupOverDataParallel) : json(nullptr);
+  return p;
+}
+
+static json optionsJson(const PartitionResult &r) {
+  return {{"microbatches", r.microbatches},
+          {"asynchronous", r.asynchronous},
+          {"recompute", r.recompute},
+          {"memory_limit_bytes", r.memoryLimitBytes < 0 ? json(nullptr) : json(r.memoryLimitBytes)},
+          {"layers", r.layers},
+          {"source", r.fromSearch ? "search" : "given"}};
+}
+
+json planToJson(const CostTable &table, const Topology &topology, const PartitionResult &result) {
+  json levels = json::array();
+  for (const Level &l : topology.levels)
+    levels.push_back({{"name", l.name}, {"fanout", l.fanout}, {"bandwidth_GBps", l.bandwidthBytesPerSecond / 1e9}});
+  json plan;
+  plan["format"] = "pipec-plan";
+  plan["version"] = 1;
+  plan["topology"] = {{"device", topology.device},
+                      {"device_memory", topology.deviceMemoryBytes},
+                      {"devices", topology.totalDevices()},
+                      {"levels", levels}};
+  plan["partition"] = optionsJson(result);
+  plan["stages"] = stagesJson(table, result);
+  if (!result.opOrder.empty())
+    plan["op_order"] = opOrderJson(table, result);
+  plan["predictions"] = predictionsJson(result);
+  plan["schedule"] = json::object();
+  return plan;
+}
+
+json summaryToJson(const CostTable &table, const PartitionResult &result) {
+  json s = predictionsJson(result);
+  s["partition"] = optionsJson(result);
+  s["stages"] = stagesJson(table, result);
+  if (!result.opOrder.empty())
+    s["op_order"] = opOrderJson(table, result);
+  return s;
+}
+
+void writePlanFile(const json &plan, const std::string &directory) {
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  if (ec)
+    throw Error(directory + ": cannot create the output directory: " + ec.message());
+  std::string path = (std::filesystem::path(directory) / "plan.json").string();
+  std::ofstream out(path);
+  out << plan.dump(2) << "\n";
+  if (!out)
+    throw Error(path + ": cannot write");
+}
+
+static StageSpecs stageSpecsFromJson(const json &j, const std::string &file, const CostTable &table);
+
+StageSpecs readStageSpecs(std::istream &in, const std::string &file, const CostTable &table) {
+  std::ostringstream text;
+  text << in.rdbuf();
+  return stageSpecsFromJson(parseUserJson(text.str(), file), file, table);
+}
+
+static StageSpecs stageSpecsFromJson(const json &j, const std::string &file, const CostTable &table) {
+  if (!j.is_object() || !j.contains("stages") || !j["stages"].is_array() || j["stages"].empty())
+    throw Error(file + ": expected an object with a non-empty \"stages\" array");
+  if (j["stages"].size() > static_cast<size_t>(kMaxDevices))
+    throw Error(file + ": " + std::to_string(j["stages"].size()) + " stages, over the limit of " +
+                std::to_string(kMaxDevices) + " (one device each at least)");
+  std::unordered_map<std::string, int> index;
+  for (size_t i = 0; i < table.ops.size(); ++i)
+    index.emplace(table.ops[i].name, static_cast<int>(i));
+  StageSpecs specs;
+  if (j.contains("op_order")) {
+    // Stage op names and indices then count in this order (a partition cut at antichains).
+    const json &order = j["op_order"];
+    if (!order.is_array() || order.size() != table.ops.size())
+      throw Error(file + ": \"op_order\" must list each of the " + std::to_string(table.ops.size()) +
+                  " ops once");
+    for (const json &name : order) {
+      auto it = name.is_string() ? index.find(name.get<std::string>()) : index.end();
+      if (it == index.end())
+        throw Error(file + ": \"op_order\" names " +
+                    (name.is_string() ? "an unknown op '" + name.get<std::string>() + "'" : std::string("a non-string")));
+      specs.opOrder.push_back(it->second);
+    }
+    CostTable ordered = reorderedCostTable(table, specs.opOrder, file + ": \"op_order\"");
+    index.clear();
+    for (size_t i = 0; i < ordered.ops.size(); ++i)
+      index.emplace(ordered.ops[i].name, static_cast<int>(i));
+  }
+  for (size_t k = 0; k < j["stages"].size(); ++k) {
+    const json &st = j["stages"][k];
+    std::string where = file + ": stages[" + std::to_string(k) + "]";
+    if (!st.is_object())
+      throw Error(where + " must be an object");
+    auto op = [&](const char *nameKey, const char *indexKey) -> int {
+      if (st.contains(nameKey)) {
+        if (!st[nameKey].is_string())
+          throw Error(where + ": \"" + nameKey + "\" must be an op name");
+        auto it = index.find(st[nameKey].get<std::string>());
+        if (it == index.end())
+          throw Error(where + ": unknown op '" + st[nameKey].get<std::string>() + "'");
+        if (st.contains(indexKey) && st[indexKey] != it->second)
+          throw Error(where + ": \"" + nameKey + "\" and \"" + indexKey + "\" disagree");
+        return it->second;
+      }
+      if (st.contains(indexKey)) {
+        if (!st[indexKey].is_number_unsigned() ||
+            st[indexKey].get<uint64_t>() >= static_cast<uint64_t>(table.ops.size()))
+          throw Error(where + ": \"" + indexKey + "\" must be an op index below " + std::to_string(table.ops.size()));
+        return st[indexKey].get<int>();
+      }
+      throw Error(where + ": missing \"" + nameKey + "\" (or \"" + indexKey + "\")");
+    };
+    StageSpec spec;
+    spec.firstOp = op("first_op", "first_op_index");
+    spec.lastOp = op("last_op", "last_op_index");
+    if (st.contains("replicas")) {
+      if (!st["replicas"].is_number_unsigned() || st["replicas"].get<uint64_t>() < 1 ||
+          st["replicas"].get<uint64_t>() > static_cast<uint64_t>(kMaxDevices))
+        throw Error(where + ": \"replicas\" must be a positive integer at most " + std::to_string(kMaxDevices));
+      spec.replicas = st["replicas"].get<int>();
+    }
+    if (st.contains("ranks")) {
+      if (!st["ranks"].is_array())
+        throw Error(where + ": \"ranks\" must be an array of integers");
+      if (st["ranks"].size() > static_cast<size_t>(kMaxDevices))
+        throw Error(where + ": \"ranks\" has " + std::to_string(st["ranks"].size()) +
+                    " entries, over the limit of " + std::to_string(kMaxDevices));
+      for (const json &r : st["ranks"]) {
+        if (!r.is_number_unsigned() || r.get<uint64_t>() >= static_cast<uint64_t>(kMaxDevices))
+          throw Error(where + ": \"ranks\" must be an array of non-negative integers below " +
+                    std::to_string(kMaxDevices));
+        spec.ranks.push_back(r.get<int>());
+      }
+      if (!st.contains("replicas"))
+        spec.replicas = static_cast<int>(spec.ranks.size());
+    }
+    specs.stages.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+StageSpecs readStageSpecsFile(const std::string &path, const CostTable &table) {
+  return stageSpecsFromJson(readUserJsonFile(path, "partition file"), path, table);
+}
+
+std::string formatSeconds(double s) {
+  std::ostringstream os;
+  os << std::setprecision(3);
+  if (s == 0)
+    os << "0";
+  else if (s < 1e-3)
+    os << s * 1e6 << " us";
+  else if (s < 1)
+    os << s * 1e3 << " ms";
+  else
+    os << s << " s";
+  return os.str();
+}
+
+static std::string ranksText(const std::vector<int> &ranks) {
+  // Compress runs: 0-7,16-23
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1)
+      ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(ranks[i]);
+    if (j > i)
+      out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+static std::string ellipsize(const std::string &s, size_t width) {
+  return s.size() <= width ? s : s.substr(0, width - 3) + "...";
+}
+
+void printPlanTable(std::ostream &os, const CostTable &table, const Topology &topology, const PartitionResult &r) {
+  os << (r.fromSearch ? "Partition" : "Given partition") << " of " << table.ops.size() << " ops";
+  if (r.fromSearch && r.layers != static_cast<int>(table.ops.size()))
+    os << " (searched as " << r.layers << " layers)";
+  os << " on " << topology.describe() << "\n";
+  os << (r.asynchronous ? "asynchronous (weight stashing)" : "synchronous (flush)") << ", "
+     << r.microbatches << " micro-batches per mini-batch" << (r.recompute ? ", recompute" : "")
+     << ", memory limit "
+     << (r.memoryLimitBytes < 0 ? std::string("none") : formatBytes(static_cast<double>(r.memoryLimitBytes)))
+     << "\n\n";
+  os << std::left << std::setw(6) << "stage" << std::setw(42) << "ops (first .. last)" << std::setw(9)
+     << "replicas" << std::setw(14) << "ranks" << std::right << std::setw(11) << "compute" << std::setw(11)
+     << "send" << std::setw(11) << "allreduce" << std::setw(11) << "weights" << std::setw(11) << "activ."
+     << std::setw(11) << "memory" << std::setw(9) << "inflight" << "\n";
+  for (size_t k = 0; k < r.stages.size(); ++k) {
+    const StagePlan &s = r.stages[k];
+    std::string range = table.ops[r.op(s.firstOp)].name + " .. " + table.ops[r.op(s.lastOp)].name + " (" +
+                        std::to_string(s.lastOp - s.firstOp + 1) + ")";
+    os << std::left << std::setw(6) << k << std::setw(42) << ellipsize(range, 41) << std::setw(9) << s.replicas
+       << std::setw(14) << ellipsize(ranksText(s.ranks), 13) << std::right << std::setw(11)
+       << formatSeconds(s.computeSeconds) << std::setw(11) << formatSeconds(s.sendSeconds) << std::setw(11)
+       << formatSeconds(s.allreduceSeconds) << std::setw(11)
+       << formatBytes(static_cast<double>(s.parameterBytes + s.optimizerStateBytes + s.stashBytes))
+       << std::setw(11) << formatBytes(static_cast<double>(s.activationBytes)) << std::setw(11)
+       << formatBytes(static_cast<double>(s.memoryBytes)) << std::setw(9) << s.inflight << "\n";
+  }
+  os << "\n";
+  os << "time per micro-batch    " << formatSeconds(r.timePerMicrobatch) << " (slowest stage or link)\n";
+  if (r.simulated) {
+    // The planner's prediction: the emitted schedule, simulated.
+    os << "time per mini-batch     " << formatSeconds(r.timePerMinibatch) << " (" << r.microbatches
+       << " micro-batches, the simulated schedule below)\n";
+    os << "DP estimate             " << formatSeconds(r.analyticTimePerMinibatch)
+       << " per mini-batch (PipeDream's analytic model, not the prediction)\n";
+    os << "throughput              " << std::setprecision(4) << r.throughput << " micro-batches/s\n";
+    os << "pipeline bubble         " << std::fixed << std::setprecision(1) << 100 * r.bubbleFraction
+       << "% of a mini-batch from an empty pipeline (simulated)\n" << std::defaultfloat;
+  } else {
+    os << "time per mini-batch     " << formatSeconds(r.timePerMinibatch);
+    if (!r.asynchronous)
+      os << " (" << r.microbatches << " x " << formatSeconds(r.timePerMicrobatch) << " + bubble)";
+    os << "\n";
+    os << "throughput              " << std::setprecision(4) << r.throughput << " micro-batches/s\n";
+    if (r.asynchronous)
+      os << "pipeline bubble         none in steady state (no flush)\n";
+    else
+      os << "pipeline bubble         " << formatSeconds(r.bubbleSeconds) << " per mini-batch (" << std::fixed
+         << std::setprecision(1) << 100 * r.bubbleFraction << "%)\n" << std::defaultfloat;
+  }
+  os << "in-flight micro-batches " << r.inflightMicrobatches << " (input stage)\n";
+  if (r.dataParallelFits)
+    os << "speedup over pure data parallelism on " << topology.totalDevices() << " devices: "
+       << std::setprecision(3) << r.speedupOverDataParallel << "x (data parallel: "
+       << formatSeconds(r.dataParallelTimePerMicrobatch) << " per micro-batch)\n";
+  else
+    os << "speedup over pure data parallelism: n/a (the whole model does not fit on one device)\n";
+}
+
+} // namespace pipec::partition

@@ -1,0 +1,87 @@
+// The planner: one joint search over stage boundaries, replicas, schedule
+// family, chunks, micro-batch count and recompute, scored by the simulated
+// time per sample of the schedule that will be emitted (docs/planner.md).
+//
+// Plain C++17 below the passes and the driver: it calls the partition DP and
+// the schedule library and knows nothing of MLIR.
+#ifndef PIPEC_COMPILER_PLANNER_PLANNER_H
+#define PIPEC_COMPILER_PLANNER_PLANNER_H
+
+#include "analysis/Partition/PartitionCommand.h"
+#include "analysis/Schedule/Schedule.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace pipec::planner {
+
+/// What the user asked for; every field left at its default is searched.
+struct Request {
+  /// Topology and the partition constraints (--stages, --no-replication,
+  /// --memory-limit, --microbatches, --async, --recompute, --partition).
+  partition::PartitionCliOptions partition;
+  std::string schedule; ///< --schedule; empty: every family (1f1b-rr only with --async)
+  int chunks = 0;       ///< --chunks; 0: any
+  bool verticalSync = false;
+  int candidates = 3;   ///< runner-up plans to report (--candidates)
+  /// Ops that must share a stage: [first, last] ranges (tied parameters
+  /// under --async, whose copies the runtime cannot keep consistent).
+  std::vector<std::pair<int, int>> unsplittable;
+};
+
+/// One evaluated plan.
+struct Candidate {
+  std::string schedule;
+  int chunks = 1;
+  Placement placement = Placement::Interleaved;
+  int pipelineStages = 0; ///< stage positions of the emitted schedule (ranks per pipeline)
+  int microbatches = 0;
+  partition::PartitionResult partition; ///< in model order (virtual stages when chunks > 1)
+  schedule::Problem problem;
+  double makespan = 0;         ///< one mini-batch from an empty pipeline (simulated)
+  double timePerMinibatch = 0; ///< back-to-back mini-batches (simulated), the prediction
+  double bubble = 0;           ///< flush-to-flush bubble of one mini-batch
+  double peakDeviceBytes = 0;  ///< weights, optimizer state, stashes and simulated activations
+  std::string origin;          ///< which partition search produced it
+  double timePerSample() const { return timePerMinibatch / microbatches; }
+};
+
+struct Plan {
+  Candidate chosen;
+  schedule::Schedule schedule;     ///< the emitted schedule
+  schedule::SimResult simulated;   ///< of one mini-batch
+  std::vector<Candidate> ranked;   ///< best first; ranked[0] is `chosen`
+  int evaluated = 0, rejected = 0;
+  std::vector<std::string> rejections; ///< the first few reasons, for the report
+  double searchSeconds = 0;
+  int candidatesShown = 3; ///< runner-ups printed (Request::candidates)
+};
+
+/// Runs the search. Throws partition::Error or schedule::ScheduleError when
+/// nothing satisfies the constraints (naming the constraint and, for
+/// explicit requests, the nearest valid values).
+Plan plan(const partition::CostTable &table, const Request &request);
+
+/// The schedule problem of a partition: per-stage F, B and W are the sums of
+/// the stage's op times, communication is the slowest boundary's one-way
+/// transfer, activation memory is in units of the largest stage's
+/// activations of one micro-batch (the zero-bubble paper's M_B).
+schedule::Problem scheduleProblem(const partition::CostTable &table,
+                                  const partition::PartitionResult &result, int chunks,
+                                  Placement placement);
+
+/// The printed plan: partition table, the chosen schedule and why, runner-ups.
+void printPlan(std::ostream &os, const partition::CostTable &table,
+               const partition::Topology &topology, const Plan &plan);
+/// The same as one JSON document (--json).
+nlohmann::json planSummaryJson(const partition::CostTable &table, const Plan &plan);
+/// plan.json's content (piperun's input) for the chosen plan.
+nlohmann::json planFileJson(const partition::CostTable &table,
+                            const partition::Topology &topology, const Plan &plan);
+
+} // namespace pipec::planner
+
+#endif

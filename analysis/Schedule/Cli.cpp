@@ -1,0 +1,359 @@
+// `pipec schedule`: explore schedules without a model.
+#include "analysis/Schedule/Schedule.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+namespace pipec::schedule {
+
+namespace {
+const char *kUsageHead =
+    R"(usage: pipec schedule --stages P --microbatches M --schedule NAME [options]
+       pipec schedule --stages P --microbatches M --compare [options]
+
+Generates, validates and simulates a pipeline schedule (design.md section 3).
+
+  --stages P            pipeline stages (ranks per pipeline; at most 4096)
+  --microbatches M      micro-batches per optimizer step (over all replicas;
+                        at most 65536, and P x V x M at most 1048576)
+  --schedule NAME       one of the schedules listed below
+  --chunks V            model chunks per rank (interleaved; default 1, 2 in --compare;
+                        at most 64)
+  --replicas R          replicas per stage: one number or a comma list per stage
+  --in-flight N         1f1b-rr: micro-batches admitted per stage-0 replica
+  --cost-f F --cost-b B --cost-w W
+                        time of forward, input-gradient and weight-gradient
+                        backward of one micro-batch on one stage: one number or a
+                        comma list per stage (default 1 each); every time
+                        (also --comm, --allreduce-cost) finite, at most 1e12
+  --comm C              time of one point-to-point transfer (default 0)
+  --allreduce-cost A    time of one ALLREDUCE / VALIDATE (default 0)
+  --memory-limit K      activation memory per rank in units of one micro-batch on
+                        one stage (1F1B peaks at p); a 'p' suffix multiplies by
+                        P: 2p = twice 1F1B. Default: unlimited (auto and zb-v: 1p)
+  --w-mem-frac X        share of a micro-batch's activations still held after B
+                        until its W completes (default 1)
+  --recompute           activation recompute on every stage: a micro-batch keeps
+                        only its boundary activation after F; RECOMPUTE (cost F)
+                        runs right before its backward
+  --recompute-stages L  recompute on the listed stages only (comma list)
+  --boundary-activation X
+                        share of a stage's activation a recomputed micro-batch
+                        keeps (one number or one per stage; default 0.1)
+  --vertical-sync       1f1b-rr: every stage computes a micro-batch with the
+                        weight version current when it entered stage 0
+  --compare             all schedules side by side
+  --json                one JSON object per schedule instead of the table
+  --out DIR             write rank_<r>.json, schedule.json, schedule.txt,
+                        timeline.json (Perfetto) and timeline.svg (DIR/<name>/ with --compare)
+  --print               print the instruction streams
+  --help                this text
+
+Schedules:
+)";
+
+// The options, then one line per family from its row (Families.cpp).
+std::string usage() {
+  std::string text = kUsageHead;
+  for (const ScheduleFamily &f : scheduleFamilies()) {
+    const std::string name(f.name);
+    text += "  " + name + std::string(name.size() < 20 ? 22 - name.size() : 2, ' ') + std::string(f.summary) + "\n";
+  }
+  return text;
+}
+
+struct Args {
+  Problem problem;
+  std::string schedule;
+  bool compare = false, json = false, print = false, help = false;
+  std::string out, memoryLimit;
+  bool chunksGiven = false;
+  std::vector<int> recomputeStages;
+};
+
+double parseNumber(const std::string &opt, const std::string &text) {
+  char *end = nullptr;
+  const double x = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0')
+    throw ScheduleError(opt + ": '" + text + "' is not a number");
+  if (!std::isfinite(x))
+    throw ScheduleError(opt + ": '" + text + "' is not a finite number");
+  return x;
+}
+
+// A decimal integer in [lo, hi]: digits only, an optional '-' where lo < 0.
+int parseInt(const std::string &opt, const std::string &text, long lo, long hi) {
+  size_t first = !text.empty() && text[0] == '-' ? 1 : 0;
+  bool digits = text.size() > first && text.size() - first <= 12;
+  for (size_t i = first; i < text.size(); ++i)
+    digits = digits && text[i] >= '0' && text[i] <= '9';
+  if (!digits)
+    throw ScheduleError(opt + ": '" + text + "' is not an integer");
+  const long long x = std::stoll(text);
+  if (x < lo || x > hi)
+    throw ScheduleError(opt + " " + text + ": must be between " + std::to_string(lo) + " and " +
+                        std::to_string(hi));
+  return (int)x;
+}
+
+std::vector<double> parseList(const std::string &opt, const std::string &text) {
+  std::vector<double> v;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');)
+    v.push_back(parseNumber(opt, item));
+  if (v.empty())
+    throw ScheduleError(opt + ": empty list");
+  return v;
+}
+
+Args parseArgs(int argc, char **argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string opt = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc)
+        throw ScheduleError(opt + " needs a value");
+      return argv[++i];
+    };
+    if (opt == "--help" || opt == "-h")
+      a.help = true;
+    else if (opt == "--stages")
+      a.problem.stages = parseInt(opt, value(), 1, kMaxStages);
+    else if (opt == "--microbatches")
+      a.problem.microbatches = parseInt(opt, value(), 1, kMaxMicrobatches);
+    else if (opt == "--schedule")
+      a.schedule = requireScheduleFamily(value()).name;
+    else if (opt == "--chunks")
+      a.problem.chunks = parseInt(opt, value(), 1, kMaxChunks), a.chunksGiven = true;
+    else if (opt == "--replicas") {
+      a.problem.replicas.clear();
+      std::stringstream ss(value());
+      for (std::string item; std::getline(ss, item, ',');)
+        a.problem.replicas.push_back(parseInt(opt, item, 1, kMaxRanks));
+      if (a.problem.replicas.empty())
+        throw ScheduleError(opt + ": empty list");
+    } else if (opt == "--in-flight")
+      a.problem.inFlight = parseInt(opt, value(), 0, kMaxMicrobatches);
+    else if (opt == "--cost-f")
+      a.problem.costF = parseList(opt, value());
+    else if (opt == "--cost-b")
+      a.problem.costB = parseList(opt, value());
+    else if (opt == "--cost-w")
+      a.problem.costW = parseList(opt, value());
+    else if (opt == "--comm")
+      a.problem.comm = parseNumber(opt, value());
+    else if (opt == "--allreduce-cost")
+      a.problem.allreduceCost = parseNumber(opt, value());
+    else if (opt == "--memory-limit")
+      a.memoryLimit = value();
+    else if (opt == "--w-mem-frac")
+      a.problem.wMemFrac = parseNumber(opt, value());
+    else if (opt == "--recompute")
+      a.problem.recompute = {1};
+    else if (opt == "--recompute-stages") {
+      a.recomputeStages.clear();
+      std::stringstream ss(value());
+      for (std::string item; std::getline(ss, item, ',');)
+        a.recomputeStages.push_back(parseInt(opt, item, 0, kMaxStages - 1));
+      if (a.recomputeStages.empty())
+        throw ScheduleError(opt + ": empty list");
+    } else if (opt == "--boundary-activation")
+      a.problem.boundaryActivation = parseList(opt, value());
+    else if (opt == "--vertical-sync")
+      a.problem.verticalSync = true;
+    else if (opt == "--compare")
+      a.compare = true;
+    else if (opt == "--json")
+      a.json = true;
+    else if (opt == "--print")
+      a.print = true;
+    else if (opt == "--out")
+      a.out = value();
+    else
+      throw ScheduleError("unknown option '" + opt + "' (see --help)");
+  }
+  if (a.help)
+    return a;
+  if (!a.memoryLimit.empty()) {
+    std::string t = a.memoryLimit;
+    const bool perStage = !t.empty() && (t.back() == 'p' || t.back() == 'P');
+    if (perStage)
+      t.pop_back();
+    const double k = t.empty() ? 1.0 : parseNumber("--memory-limit", t);
+    a.problem.memoryLimit = perStage ? k * a.problem.stages : k;
+    if (!(a.problem.memoryLimit > 0) || !std::isfinite(a.problem.memoryLimit))
+      throw ScheduleError("--memory-limit must be positive and finite");
+  }
+  if (!a.recomputeStages.empty()) {
+    a.problem.recompute.assign(a.problem.stages, 0);
+    for (int st : a.recomputeStages) {
+      if (st < 0 || st >= a.problem.stages)
+        throw ScheduleError("--recompute-stages: stage " + std::to_string(st) + " out of range");
+      a.problem.recompute[st] = 1;
+    }
+  }
+  // A single replica count applies to every stage.
+  if (a.problem.replicas.size() == 1)
+    a.problem.replicas.assign(a.problem.stages, a.problem.replicas[0]);
+  if (!a.compare && a.schedule.empty())
+    throw ScheduleError("--schedule NAME or --compare is required (see --help)");
+  a.problem.check();
+  return a;
+}
+
+struct Row {
+  std::string name;
+  bool ok = false;
+  std::string error;
+  Schedule schedule;
+  SimResult sim;
+};
+
+Row run(const std::string &name, Problem problem, const Args &args) {
+  Row row;
+  row.name = name;
+  if (args.compare) {
+    // Side by side, each schedule gets the chunk count it is defined for.
+    const ScheduleFamily &family = requireScheduleFamily(name);
+    problem.chunks = family.anyChunks && args.chunksGiven ? problem.chunks : family.chunks;
+    if (!family.asynchronous) {
+      problem.replicas.clear(); // replication only where it is round-robin
+      problem.verticalSync = false;
+    }
+  }
+  try {
+    row.schedule = generate(name, problem);
+    row.sim = simulate(row.schedule);
+    row.ok = true;
+  } catch (const ScheduleError &e) {
+    row.error = e.what();
+  }
+  return row;
+}
+
+std::string pct(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%6.2f%%", 100 * x);
+  return b;
+}
+
+void printTable(const std::vector<Row> &rows, const Problem &P, std::ostream &out) {
+  char line[256];
+  out << "p=" << P.stages << " m=" << P.microbatches << " F=" << P.costF[0] << " B=" << P.costB[0]
+      << " W=" << P.costW[0] << " C=" << P.comm << " memory limit="
+      << (P.memoryLimit > 0 ? std::to_string(P.memoryLimit) : std::string("none")) << " w-mem-frac=" << P.wMemFrac;
+  if (!P.recompute.empty()) {
+    out << " recompute=";
+    if (P.recompute.size() == 1)
+      out << "all";
+    else
+      for (int st = 0, first = 1; st < P.stages; ++st)
+        if (P.recompute[st])
+          out << (first ? "" : ",") << st, first = 0;
+    out << " boundary=" << P.boundaryActivation[0] << (P.boundaryActivation.size() > 1 ? ",..." : "");
+  }
+  if (P.verticalSync)
+    out << " vertical-sync";
+  out << "\n";
+  std::snprintf(line, sizeof line, "%-12s %3s %10s %13s %13s %12s %9s\n", "schedule", "v", "makespan",
+                "bubble:flush", "bubble:steady", "over-ideal", "peak-mem");
+  out << line;
+  for (const Row &r : rows) {
+    if (!r.ok) {
+      std::string e = r.error.substr(0, r.error.find('\n'));
+      out << r.name << std::string(r.name.size() < 13 ? 13 - r.name.size() : 1, ' ') << "-- " << e << "\n";
+      continue;
+    }
+    std::snprintf(line, sizeof line, "%-12s %3d %10.2f %13s %13s %12s %9.2f\n", r.name.c_str(),
+                  r.schedule.problem.chunks, r.sim.makespan, pct(r.sim.bubbleFlush).c_str(),
+                  pct(r.sim.bubbleSteady).c_str(), pct(r.sim.bubbleOverIdeal).c_str(), r.sim.maxPeakMemory);
+    out << line;
+  }
+}
+
+void printJson(const Row &r, const Problem &P, std::ostream &out) {
+  nlohmann::json j{{"schedule", r.name}, {"stages", P.stages}, {"microbatches", P.microbatches}, {"valid", r.ok}};
+  if (!r.ok) {
+    j["error"] = r.error;
+  } else {
+    j["chunks"] = r.schedule.problem.chunks;
+    j["ranks"] = r.schedule.ranks.size();
+    j["makespan"] = r.sim.makespan;
+    j["bubble_flush"] = r.sim.bubbleFlush;
+    j["bubble_steady"] = r.sim.bubbleSteady;
+    j["bubble_over_ideal"] = r.sim.bubbleOverIdeal;
+    j["peak_memory"] = r.sim.maxPeakMemory;
+    j["peak_memory_per_rank"] = r.sim.peakMemory;
+    if (r.schedule.asynchronous)
+      j["peak_stashed_versions"] = r.sim.peakStashed;
+    j["recompute"] = r.schedule.problem.recompute;
+    j["vertical_sync"] = r.schedule.problem.verticalSync;
+  }
+  j["memory_limit"] = P.memoryLimit;
+  out << j.dump() << "\n";
+}
+} // namespace
+
+int runScheduleCommand(int argc, char **argv, std::ostream &out, std::ostream &err) {
+  Args args;
+  try {
+    args = parseArgs(argc, argv);
+  } catch (const ScheduleError &e) {
+    err << "pipec schedule: " << e.what() << "\n";
+    return 2;
+  }
+  if (args.help) {
+    out << usage();
+    return 0;
+  }
+  std::vector<std::string> names{args.schedule};
+  if (args.compare) {
+    names.clear();
+    for (const ScheduleFamily &f : scheduleFamilies())
+      names.emplace_back(f.name);
+  }
+  std::vector<Row> rows;
+  for (const std::string &n : names)
+    rows.push_back(run(n, args.problem, args));
+  int status = 0;
+  for (const Row &r : rows) {
+    if (!r.ok && !args.compare) {
+      err << "pipec schedule: " << r.error << "\n";
+      return 1;
+    }
+    if (args.json)
+      printJson(r, args.problem, out);
+    if (r.ok && args.print)
+      out << toText(r.schedule);
+    if (r.ok && !args.out.empty()) {
+      try {
+        writeScheduleDir(r.schedule, r.sim, args.compare ? args.out + "/" + r.name : args.out);
+      } catch (const ScheduleError &e) {
+        err << "pipec schedule: " << e.what() << "\n";
+        status = 1;
+      }
+    }
+  }
+  if (!args.json)
+    printTable(rows, args.problem, out);
+  return status;
+}
+
+int runScheduleCommand(int argc, char **argv) {
+  // Whatever escapes (out of memory, a file system error) is an error, never an abort.
+  try {
+    return runScheduleCommand(argc, argv, std::cout, std::cerr);
+  } catch (const std::bad_alloc &) {
+    std::cerr << "pipec schedule: error: out of memory\n";
+  } catch (const std::exception &e) {
+    std::cerr << "pipec schedule: error: " << e.what() << "\n";
+  }
+  return 1;
+}
+
+} // namespace pipec::schedule

@@ -1,0 +1,67 @@
+#include "analysis/Schedule/Families.h"
+
+#include "analysis/Schedule/Schedule.h"
+
+namespace pipec::schedule {
+
+const std::vector<ScheduleFamily> &scheduleFamilies() {
+  constexpr Placement I = Placement::Interleaved, V = Placement::VShape;
+  static const std::vector<ScheduleFamily> families = {
+    // name, summary,
+    //   chunks, any chunks, placement, async, split B/W, per-stage replicas,
+    //   m multiple of p, list-scheduled, search order
+    {"gpipe", "all forwards, then all backwards (GPipe)",
+       1, false, I, false, false, true, false, false, 5},
+    {"1f1b", "p-s-1 warm-up forwards, then one forward, one backward",
+       1, false, I, false, false, true, false, false, 1},
+    {"1f1b-rr", "asynchronous 1F1B: weight stashing, no flush, replicas round-robin (PipeDream)",
+       1, false, I, true, false, true, false, false, 0},
+    {"interleaved", "1F1B over --chunks model chunks per rank (Megatron)",
+       2, true, I, false, false, false, true, false, 6},
+    {"zb-h1", "zero bubble H1: W's fill the drain at 1F1B's memory",
+       1, false, I, false, true, true, false, false, 2},
+    {"zb-h2", "zero bubble H2: memory 2p-1, speculative optimizer step",
+       1, false, I, false, true, true, false, true, 3},
+    {"zb-v", "zero bubble V: 2 chunks per rank, down the ranks and back",
+       2, false, V, false, true, false, false, true, 7},
+    {"auto", "list-scheduled zero-bubble order under the memory limit",
+       1, false, I, false, true, true, false, true, 4},
+  };
+  return families;
+}
+
+const ScheduleFamily *findScheduleFamily(std::string_view name) {
+  for (const ScheduleFamily &f : scheduleFamilies())
+    if (f.name == name)
+      return &f;
+  return nullptr;
+}
+
+const ScheduleFamily &requireScheduleFamily(std::string_view name) {
+  if (const ScheduleFamily *f = findScheduleFamily(name))
+    return *f;
+  throw ScheduleError("unknown schedule '" + std::string(name) + "' (known: " + scheduleFamilyNames() + ")");
+}
+
+std::string scheduleFamilyNames(bool (*keep)(const ScheduleFamily &), std::string_view last) {
+  std::vector<std::string_view> names;
+  for (const ScheduleFamily &f : scheduleFamilies())
+    if (!keep || keep(f))
+      names.push_back(f.name);
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += std::string(i == 0 ? "" : i + 1 == names.size() ? last : ", ") + std::string(names[i]);
+  return out;
+}
+
+void checkChunks(const ScheduleFamily &family, int chunks) {
+  if (family.anyChunks || chunks == family.chunks)
+    return;
+  const std::string name(family.name);
+  if (family.chunks == 1)
+    throw ScheduleError(name + " has one chunk per rank; --chunks " + std::to_string(chunks) + " applies to " +
+                        scheduleFamilyNames([](const ScheduleFamily &f) { return f.anyChunks; }, " or "));
+  throw ScheduleError(name + " places exactly " + std::to_string(family.chunks) + " chunks per rank");
+}
+
+} // namespace pipec::schedule

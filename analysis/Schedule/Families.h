@@ -1,0 +1,45 @@
+// The schedule families: one row per name --schedule accepts, with the facts
+// the generators, the planner, `pipec schedule` and pipec's --help need, so
+// that none of them tests a family by its name (docs/schedules.md). Adding a
+// family is one row in Families.cpp plus its branch in generate().
+#pragma once
+
+#include "runtime/include/pipec/vocabulary.h"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pipec::schedule {
+
+struct ScheduleFamily {
+  std::string_view name;
+  std::string_view summary; // one line for --help
+  int chunks;               // model chunks per rank it runs by default
+  bool anyChunks;           // --chunks may ask for another count (interleaved)
+  Placement placement;      // of the virtual stages over the ranks
+  bool asynchronous;        // per-micro-batch updates with weight stashing (PipeDream)
+  bool splitBackward;       // BWD_INPUT / BWD_WEIGHT instead of BWD
+  bool perStageReplicas;    // runs different replica counts per stage
+  bool microbatchesPerStage; // micro-batches per pipeline a multiple of the stages
+  bool listScheduled;       // its order comes from the list scheduler: costly to generate
+  // The planner's search without --schedule: 0 leaves the family out (the
+  // asynchronous one changes the training); otherwise the order it is tried
+  // in, which breaks ties between equally fast plans (docs/planner.md).
+  int searchOrder;
+};
+
+// Every family, in the order of --help and `pipec schedule --compare`.
+const std::vector<ScheduleFamily> &scheduleFamilies();
+// nullptr when `name` is no family (names are case-sensitive).
+const ScheduleFamily *findScheduleFamily(std::string_view name);
+// Like findScheduleFamily but throws ScheduleError listing the families.
+const ScheduleFamily &requireScheduleFamily(std::string_view name);
+// The names of the families `keep` accepts (all without one), in table order:
+// "a, b, c", or "a, b or c" with last = " or ".
+std::string scheduleFamilyNames(bool (*keep)(const ScheduleFamily &) = nullptr,
+                                std::string_view last = ", ");
+// Throws ScheduleError unless `family` runs `chunks` model chunks per rank.
+void checkChunks(const ScheduleFamily &family, int chunks);
+
+} // namespace pipec::schedule

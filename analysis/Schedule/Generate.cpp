@@ -1,0 +1,213 @@
+// Schedule generators: generate() picks a family's compute order
+// (Patterns.cpp, ListScheduler.cpp), replicates it over the data-parallel
+// pipelines, adds the optimizer tail and lowers it to instruction streams
+// (Lower.cpp), then validates the result.
+#include "analysis/Schedule/Orders.h"
+
+#include <algorithm>
+#include <cassert>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace pipec::schedule {
+
+using detail::applyVerticalSync;
+using detail::autoOrder;
+using detail::gpipeStage;
+using detail::interleavedOrder;
+using detail::limitOr1F1BPeak;
+using detail::lower;
+using detail::microbatchesOfReplica;
+using detail::mk;
+using detail::oneF1BStage;
+using detail::Orders;
+using detail::pipedreamOrder;
+using detail::warmupOf;
+using detail::withRecompute;
+using detail::zbH1Stage;
+using detail::zbH2Order;
+using detail::zbVOrder;
+
+namespace {
+
+// ------------------------------------------------------------ shapes
+Schedule shell(const ScheduleFamily &family, const Problem &problem) {
+  Schedule s;
+  s.name = family.name;
+  s.problem = problem;
+  s.placement = family.placement;
+  s.splitBackward = family.splitBackward;
+  s.asynchronous = family.asynchronous;
+  return s;
+}
+
+bool uniformReplicas(const Problem &P) {
+  for (int st = 1; st < P.stages; ++st)
+    if (P.replicasOf(st) != P.replicasOf(0))
+      return false;
+  return true;
+}
+
+void requireUniformReplicas(const Problem &P, const std::string &name) {
+  if (!uniformReplicas(P))
+    throw ScheduleError(name + " needs the same replica count on every stage (its chunks "
+                               "place every virtual stage on every pipeline); " +
+                        scheduleFamilyNames([](const ScheduleFamily &f) { return f.perStageReplicas; }, " and ") +
+                        " take per-stage replicas");
+}
+
+// Every rank's optimizer tail: the all-reduce over its stage's replicas, then
+// the step (ZB-H2: speculative step, global validation, possible rollback).
+void appendOptimizerTail(const Problem &P, Orders &orders, bool speculativeStep) {
+  for (int r = 0; r < P.numRanks(); ++r) {
+    const int st = P.stageOfRank(r);
+    if (P.replicasOf(st) > 1)
+      orders[r].push_back(mk(Op::AllReduce, -1, -1, st));
+    if (speculativeStep) {
+      // ZB-H2: step as soon as this stage's gradients are ready; a global
+      // post-validation decides afterwards whether to roll the step back.
+      orders[r].push_back(mk(Op::SpecStep));
+      orders[r].push_back(mk(Op::Validate));
+      orders[r].push_back(mk(Op::Rollback));
+    } else {
+      orders[r].push_back(mk(Op::Step));
+    }
+  }
+}
+
+// A synchronous schedule is one pipeline order per replica (data-parallel
+// pipelines over the micro-batches mb % R == r), then the optimizer tail.
+// Needs the same replica count on every stage.
+using PipelineGen = std::function<Orders(int n)>; // per stage position, local micro-batches
+
+Orders assemble(const Schedule &s, const PipelineGen &gen, bool speculativeStep) {
+  const Problem &P = s.problem;
+  const int R = P.replicasOf(0);
+  Orders orders(P.numRanks());
+  for (int rep = 0; rep < R; ++rep) {
+    const int n = (P.microbatches - rep + R - 1) / R;
+    if (n == 0)
+      continue;
+    Orders local = gen(n);
+    for (int st = 0; st < P.stages; ++st)
+      for (Instr in : local[st]) {
+        in.mb = in.mb * R + rep;
+        orders[P.rankOf(st, rep)].push_back(in);
+      }
+  }
+  appendOptimizerTail(P, orders, speculativeStep);
+  return orders;
+}
+
+// Per-stage replica counts that differ: every replica runs the stage's
+// pattern over its own micro-batches (`pattern(stage, n)` in local indices),
+// with the stage's warm-up from warmupOf. Replicas with fewer micro-batches
+// idle; the all-reduce sums all of them.
+using StagePattern = std::function<std::vector<Instr>(int stage, int n)>;
+Orders assemblePerReplica(const Schedule &s, const StagePattern &pattern, bool speculativeStep) {
+  const Problem &P = s.problem;
+  Orders orders(P.numRanks());
+  for (int st = 0; st < P.stages; ++st)
+    for (int rep = 0; rep < P.replicasOf(st); ++rep) {
+      const std::vector<int> mine = microbatchesOfReplica(P, st, rep);
+      if (mine.empty())
+        continue;
+      for (Instr in : pattern(st, (int)mine.size())) {
+        in.mb = mine[in.mb];
+        orders[P.rankOf(st, rep)].push_back(in);
+      }
+    }
+  appendOptimizerTail(P, orders, speculativeStep);
+  return orders;
+}
+
+// ZB-H1's pattern on every replica, with `scale` times the stage's warm-up
+// (warmupOf) and its W's as late as stage 0's warm-up allows.
+Orders zbH1PerReplica(const Schedule &s, int scale, bool speculativeStep) {
+  const Problem &P = s.problem;
+  const int warm0 = scale * warmupOf(P, 0);
+  return assemblePerReplica(
+      s,
+      [&](int st, int n) {
+        const int warm = scale * warmupOf(P, st);
+        return zbH1Stage(warm, std::max(0, warm0 - warm), n);
+      },
+      speculativeStep);
+}
+
+} // namespace
+
+std::vector<std::string> scheduleNames() {
+  std::vector<std::string> names;
+  for (const ScheduleFamily &f : scheduleFamilies())
+    names.emplace_back(f.name);
+  return names;
+}
+
+Schedule generate(const std::string &name, const Problem &problemIn) {
+  // The family's row (Families.cpp) fixes chunks, placement, split backward
+  // and replicas; the branches below only pick the compute order.
+  const ScheduleFamily &family = requireScheduleFamily(name);
+  Problem problem = problemIn;
+  if (!family.anyChunks && problem.chunks == 1)
+    problem.chunks = family.chunks; // Problem's default stands for the family's count
+  checkChunks(family, problem.chunks);
+  if (family.asynchronous && problem.inFlight == 0)
+    problem.inFlight = problem.defaultInFlight();
+  problem.check();
+  if (!family.perStageReplicas)
+    requireUniformReplicas(problem, name);
+  const int p = problem.stages;
+  Schedule s = shell(family, problem);
+  Orders orders;
+  if (name == "gpipe" || name == "1f1b") {
+    // One pattern per stage for every replica: with the same replica count
+    // on every stage this is the textbook schedule on each replica pipeline.
+    orders = assemblePerReplica(
+        s,
+        [&](int st, int n) { return name == "gpipe" ? gpipeStage(n) : oneF1BStage(warmupOf(problem, st), n); },
+        false);
+  } else if (name == "zb-h1") {
+    orders = zbH1PerReplica(s, 1, false);
+  } else if (name == "interleaved") {
+    orders = assemble(s, [&](int n) { return interleavedOrder(p, problem.chunks, n); }, false);
+  } else if (name == "1f1b-rr") {
+    orders = pipedreamOrder(s);
+  } else if (name == "zb-h2") {
+    if (uniformReplicas(problem)) {
+      orders = assemble(s, [&](int n) { return zbH2Order(s, n); }, true);
+    } else {
+      // Per-stage replicas: ZB-H1's pattern with twice its warm-up on every
+      // replica (H2's 2(p-s)-1 in flight for one replica per stage).
+      orders = zbH1PerReplica(s, 2, true);
+    }
+  } else if (name == "zb-v") {
+    const double limit = limitOr1F1BPeak(problem);
+    orders = assemble(s, [&](int n) { return zbVOrder(s, n, limit); }, false);
+  } else if (name == "auto") {
+    const double limit = limitOr1F1BPeak(problem);
+    if (uniformReplicas(problem)) {
+      orders = assemble(s, [&](int n) { return autoOrder(s, n, limit); }, false);
+    } else {
+      // Per-stage replicas: the list scheduler models one pipeline; ZB-H1's
+      // pattern on every replica (auto's fallback candidate) instead.
+      orders = zbH1PerReplica(s, 1, false);
+    }
+  } else {
+    assert(false && "every family of Families.cpp has its branch here");
+  }
+  if (problem.verticalSync && !family.asynchronous)
+    throw ScheduleError("--vertical-sync applies to " +
+                        scheduleFamilyNames([](const ScheduleFamily &f) { return f.asynchronous; }, " or ") +
+                        " only (" + name + " is synchronous)");
+  lower(s, withRecompute(s, orders));
+  if (problem.verticalSync)
+    applyVerticalSync(s);
+  ValidationReport rep = validate(s);
+  if (!rep.ok())
+    throw ScheduleError(name + ": generated schedule is invalid:\n" + rep.summary());
+  return s;
+}
+
+} // namespace pipec::schedule

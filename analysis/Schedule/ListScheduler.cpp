@@ -1,0 +1,393 @@
+// The zero-bubble list scheduler (after Qi et al. 2023's heuristic) and the
+// searches over its policies behind zb-h2, zb-v and auto (docs/schedules.md).
+#include "analysis/Schedule/Orders.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <queue>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace pipec::schedule::detail {
+
+namespace {
+
+constexpr double kEps = 1e-9;
+
+// Lower makespan first, then the smaller largest per-stage span, within kEps.
+bool finishesBetter(double makespan, double maxSpan, double otherMakespan, double otherMaxSpan) {
+  return makespan < otherMakespan - kEps || (makespan < otherMakespan + kEps && maxSpan < otherMaxSpan - kEps);
+}
+
+// Activation of one micro-batch on a stage, all its chunks together.
+double stageActivation(const Problem &P, int st) {
+  double a = 0;
+  for (int c = 0; c < P.chunks; ++c)
+    a += P.activationOf(st, c);
+  return a;
+}
+
+// Times one pipeline's order (per stage position, n local micro-batches) and
+// returns its makespan, largest per-stage span and peak activation memory.
+struct OrderEval {
+  double makespan = 0, maxSpan = 0, peak = 0;
+};
+OrderEval evalOrder(const Schedule &shape, int n, const Orders &order) {
+  Schedule tmp = shape;
+  tmp.problem.microbatches = n;
+  tmp.problem.replicas.clear();
+  const Problem &P = tmp.problem;
+  const Orders full = withRecompute(tmp, order);
+  const Timing T = timeOrder(tmp, full, 0.0);
+  OrderEval e;
+  e.makespan = T.makespan;
+  for (int st = 0; st < P.stages; ++st) {
+    double first = std::numeric_limits<double>::infinity(), last = 0, mem = 0;
+    for (size_t i = 0; i < full[st].size(); ++i) {
+      const Instr &in = full[st][i];
+      if (!isCompute(in.op))
+        continue;
+      first = std::min(first, T.start[st][i]);
+      last = std::max(last, T.end[st][i]);
+      const double a = P.activationOf(st, in.chunk), rest = P.restingActivationOf(st, in.chunk);
+      switch (in.op) {
+      case Op::Fwd: mem += rest; break;
+      case Op::Recompute: mem += a - rest; break;
+      case Op::Bwd: mem -= a; break;
+      case Op::BwdInput: mem -= a * (1 - P.wMemFrac); break;
+      case Op::BwdWeight: mem -= a * P.wMemFrac; break;
+      default: break;
+      }
+      e.peak = std::max(e.peak, mem);
+    }
+    if (last > 0)
+      e.maxSpan = std::max(e.maxSpan, last - first);
+  }
+  return e;
+}
+
+// ------------------------------------------------------------ greedy engine
+// A list scheduler in the spirit of the zero-bubble paper's heuristic: ranks
+// are simulated in time; a free rank runs a ready B (critical path) first,
+// else the next F if admission allows (in-flight cap, memory), else a pending
+// W (filling what would be a bubble), else waits. Memory of the later chunks of
+// an admitted micro-batch is reserved on admission, so an F is never blocked
+// by memory that only the same micro-batch could free (no memory deadlock).
+struct Policy {
+  std::vector<int> cap; // per stage: admitted micro-batches whose backward is unfinished
+  double memLimit = 0;  // units; <= 0 unlimited
+  bool split = true;    // B and W separate
+  bool eagerW = false;  // pending W before a new F
+  bool alternate = true; // when both an F and a B are ready, alternate like 1F1B
+};
+
+struct GreedyResult {
+  Orders order; // per stage position, local micro-batches
+  double makespan = 0;
+  double maxSpan = 0; // largest (last end - first start) of a stage: the steady-state bubble
+  bool betterThan(const GreedyResult &o) const { return finishesBetter(makespan, maxSpan, o.makespan, o.maxSpan); }
+};
+
+GreedyResult greedy(const Schedule &shape, int n, const Policy &pol) {
+  const Problem &P = shape.problem;
+  const int p = P.stages, v = P.chunks, V = shape.virtualStages();
+  const double frac = P.wMemFrac;
+  auto at = [V](int mb, int vs) { return (size_t)mb * V + vs; };
+  std::vector<double> fEnd((size_t)n * V, kNaN);
+  std::vector<int> nextF(V, 0);
+  // perMb: what an admitted micro-batch keeps on the stage between its F and
+  // its backward (the boundary share when the stage recomputes); headroom:
+  // room kept free for one RECOMPUTE to re-materialize the rest.
+  std::vector<double> held(p, 0), reserved(p, 0), perMb(p, 0), headroom(p, 0);
+  for (int st = 0; st < p; ++st)
+    for (int c = 0; c < v; ++c) {
+      perMb[st] += P.restingActivationOf(st, c);
+      headroom[st] = std::max(headroom[st], P.activationOf(st, c) - P.restingActivationOf(st, c));
+    }
+  // Per stage and local micro-batch: chunks started / backwarded.
+  std::vector<std::vector<int>> started(p, std::vector<int>(n, 0)), bdone(p, std::vector<int>(n, 0));
+  std::vector<int> inflight(p, 0);
+  using BItem = std::tuple<double, int, int>; // ready, mb, -vs
+  std::vector<std::priority_queue<BItem, std::vector<BItem>, std::greater<BItem>>> bReady(p);
+  std::vector<std::vector<std::pair<int, int>>> wPending(p); // (mb, vs), FIFO via index
+  std::vector<size_t> wHead(p, 0);
+  using Ev = std::pair<double, int>;
+  std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> events;
+  std::vector<double> busyUntil(p, 0);
+  std::vector<char> lastWasF(p, 0);
+  std::vector<double> firstStart(p, 0), lastEnd(p, 0);
+  GreedyResult res;
+  res.order.assign(p, {});
+  long remaining = (long)n * V * (pol.split ? 3 : 2);
+  for (int st = 0; st < p; ++st)
+    events.push({0.0, st});
+
+  auto stageOf = [&](int vs) {
+    int st, c;
+    shape.locate(vs, st, c);
+    return st;
+  };
+  auto fReady = [&](int vs) -> double {
+    const int mb = nextF[vs];
+    if (vs == 0)
+      return 0.0;
+    const double e = fEnd[at(mb, vs - 1)];
+    return std::isnan(e) ? kNaN : e + (stageOf(vs - 1) != stageOf(vs) ? P.comm : 0.0);
+  };
+
+  while (remaining > 0) {
+    if (events.empty())
+      throw ScheduleError(shape.name + ": greedy scheduler stalled (memory limit too small?)");
+    auto [t, st] = events.top();
+    events.pop();
+    if (t < busyUntil[st] - kEps)
+      continue; // stale: the rank is busy
+    Instr chosen{};
+    bool have = false;
+    auto takeW = [&]() {
+      if (!have && wHead[st] < wPending[st].size()) {
+        auto [mb, vs] = wPending[st][wHead[st]++];
+        int s2, c;
+        shape.locate(vs, s2, c);
+        chosen = mk(Op::BwdWeight, mb, c);
+        have = true;
+      }
+    };
+    auto takeB = [&]() {
+      if (!have && !bReady[st].empty() && std::get<0>(bReady[st].top()) <= t + kEps) {
+        auto [rt, mb, nvs] = bReady[st].top();
+        int s2, c;
+        shape.locate(-nvs, s2, c);
+        if (pol.memLimit > 0 && P.recomputes(st) &&
+            held[st] + P.activationOf(st, c) - P.restingActivationOf(st, c) > pol.memLimit + kEps)
+          return; // a pending W frees the room the RECOMPUTE needs
+        bReady[st].pop();
+        chosen = mk(pol.split ? Op::BwdInput : Op::Bwd, mb, c);
+        lastWasF[st] = false;
+        have = true;
+      }
+    };
+    double wake = std::numeric_limits<double>::infinity();
+    // The deepest ready, admissible F (with W first when eager).
+    auto takeF = [&]() {
+      if (have)
+        return;
+      for (int c = v - 1; c >= 0; --c) {
+        const int vs = shape.virtualStage(st, c);
+        const int mb = nextF[vs];
+        if (mb >= n)
+          continue;
+        const double rt = fReady(vs);
+        if (std::isnan(rt))
+          continue;
+        if (rt > t + kEps) {
+          wake = std::min(wake, rt);
+          continue;
+        }
+        if (started[st][mb] == 0) { // admission of a new micro-batch
+          if (inflight[st] >= pol.cap[st])
+            continue;
+          if (pol.memLimit > 0 && held[st] + reserved[st] + perMb[st] + headroom[st] > pol.memLimit + kEps)
+            continue;
+        } else if (pol.memLimit > 0 && held[st] + P.restingActivationOf(st, c) > pol.memLimit + kEps) {
+          // Reserved, but a RECOMPUTE's re-materialized activations are still
+          // held until their W: wait for the W (it fills the gap).
+          continue;
+        }
+        if (pol.eagerW) {
+          takeW();
+          if (have)
+            return;
+        }
+        chosen = mk(Op::Fwd, mb, c);
+        lastWasF[st] = true;
+        have = true;
+        return;
+      }
+    };
+    // A ready B goes first (critical path) unless we alternate and the last was a B.
+    if (pol.alternate && !lastWasF[st]) {
+      takeF();
+      takeB();
+    } else {
+      takeB();
+      takeF();
+    }
+    takeW(); // 4. fill the gap with a W
+    if (!have) {
+      if (!bReady[st].empty())
+        wake = std::min(wake, std::get<0>(bReady[st].top()));
+      busyUntil[st] = t;
+      if (wake < std::numeric_limits<double>::infinity())
+        events.push({wake, st});
+      continue; // otherwise woken by a neighbour's progress
+    }
+    // Execute `chosen` at time t.
+    const int vs = shape.virtualStage(st, chosen.chunk);
+    const int mb = chosen.mb;
+    const double a = P.activationOf(st, chosen.chunk), rest = P.restingActivationOf(st, chosen.chunk);
+    const bool recompute = P.recomputes(st) && (chosen.op == Op::Bwd || chosen.op == Op::BwdInput);
+    // A recomputed backward runs RECOMPUTE (cost F) right before it.
+    const double end = t + P.costOf(chosen.op, st, chosen.chunk) +
+                       (recompute ? P.costOf(Op::Recompute, st, chosen.chunk) : 0.0);
+    if (res.order[st].empty())
+      firstStart[st] = t;
+    lastEnd[st] = end;
+    res.order[st].push_back(chosen);
+    busyUntil[st] = end;
+    res.makespan = std::max(res.makespan, end);
+    remaining--;
+    events.push({end, st});
+    auto notify = [&](int st2, double when) { events.push({when, st2}); };
+    switch (chosen.op) {
+    case Op::Fwd:
+      if (started[st][mb]++ == 0) {
+        inflight[st]++;
+        reserved[st] += perMb[st];
+      }
+      reserved[st] -= rest;
+      held[st] += rest;
+      fEnd[at(mb, vs)] = end;
+      nextF[vs]++;
+      if (vs + 1 < V) {
+        const int s2 = stageOf(vs + 1);
+        notify(s2, end + (s2 != st ? P.comm : 0.0));
+      } else {
+        bReady[st].push({end, mb, -vs});
+      }
+      break;
+    case Op::Bwd:
+    case Op::BwdInput:
+      held[st] += a - rest; // re-materialized by RECOMPUTE (0 without recompute)
+      held[st] -= chosen.op == Op::Bwd ? a : a * (1 - frac);
+      if (++bdone[st][mb] == v)
+        inflight[st]--;
+      if (chosen.op == Op::BwdInput)
+        wPending[st].push_back({mb, vs});
+      if (vs > 0) {
+        const int s2 = stageOf(vs - 1);
+        const double rt = end + (s2 != st ? P.comm : 0.0);
+        bReady[s2].push({rt, mb, -(vs - 1)});
+        notify(s2, rt);
+      }
+      break;
+    case Op::BwdWeight:
+      held[st] -= a * frac;
+      break;
+    default:
+      break;
+    }
+  }
+  for (int st = 0; st < p; ++st)
+    res.maxSpan = std::max(res.maxSpan, lastEnd[st] - firstStart[st]);
+  return res;
+}
+
+// The best of the policies tried on one pipeline: the first with the lowest
+// makespan, then the smallest largest per-stage span.
+struct PolicySearch {
+  PolicySearch(const Schedule &shape, int n) : shape(shape), n(n) {
+    best.makespan = std::numeric_limits<double>::infinity();
+  }
+  void tryPolicy(const Policy &pol) {
+    GreedyResult r = greedy(shape, n, pol);
+    if (r.betterThan(best)) {
+      best = std::move(r);
+      bestPol = pol;
+    }
+  }
+  const Schedule &shape;
+  const int n;
+  GreedyResult best;
+  Policy bestPol;
+};
+
+std::vector<int> capsLinear(int p, int n, double a, int b) {
+  std::vector<int> cap(p);
+  for (int st = 0; st < p; ++st)
+    cap[st] = std::clamp((int)std::lround(a * (p - st) + b), 1, std::max(1, n));
+  return cap;
+}
+
+// Units of memory 1F1B needs on its fullest rank (the zero-bubble paper's "p").
+double peakOf1F1B(const Problem &P) {
+  double peak = 0;
+  for (int st = 0; st < P.stages; ++st)
+    peak = std::max(peak, std::min(P.stages - st, P.microbatches) * stageActivation(P, st));
+  return peak;
+}
+
+} // namespace
+
+double limitOr1F1BPeak(const Problem &P) { return P.memoryLimit > 0 ? P.memoryLimit : peakOf1F1B(P); }
+
+// The automatic schedule: search greedy policies (in-flight caps, W
+// placement), keep the lowest makespan; then improve per-stage caps by
+// coordinate descent. Every candidate obeys the memory limit by construction.
+Orders autoOrder(const Schedule &shape, int n, double limit) {
+  const int p = shape.problem.stages;
+  PolicySearch search(shape, n);
+  const GreedyResult &best = search.best;
+  const Policy &bestPol = search.bestPol;
+  for (bool alternate : {true, false})
+    for (bool eager : {false, true}) {
+      for (double a : {1.0, 1.5, 2.0, 3.0})
+        for (int b : {-1, 0, 1})
+          search.tryPolicy(Policy{capsLinear(p, n, a, b), limit, true, eager, alternate});
+      search.tryPolicy(Policy{std::vector<int>(p, std::max(1, n)), limit, true, eager, alternate});
+    }
+  // Coordinate descent on the caps, bounded so that large problems stay fast.
+  const long budget = std::max<long>(8, 4000000L / std::max<long>(1, (long)n * p * 3));
+  long tries = 0;
+  for (bool improved = true; improved && tries < budget;) {
+    improved = false;
+    for (int st = 0; st < p && tries < budget; ++st)
+      for (int d : {+1, -1}) {
+        Policy pol = bestPol;
+        pol.cap[st] = std::clamp(pol.cap[st] + d, 1, std::max(1, n));
+        if (pol.cap[st] == bestPol.cap[st])
+          continue;
+        const Policy before = bestPol;
+        search.tryPolicy(pol);
+        ++tries;
+        if (bestPol.cap != before.cap)
+          improved = true;
+      }
+  }
+  // The handcrafted ZB-H1 is a candidate too, so auto is never worse than
+  // ZB-H1 under a limit ZB-H1 fits in.
+  if (shape.problem.chunks != 1)
+    return best.order;
+  Orders h1 = zbH1Order(p, n);
+  const OrderEval e = evalOrder(shape, n, h1);
+  if ((limit <= 0 || e.peak <= limit + kEps) && finishesBetter(e.makespan, e.maxSpan, best.makespan, best.maxSpan))
+    return h1;
+  return best.order;
+}
+
+// ZB-H2: the list scheduler with 2(p-s)-1 in flight on stage s and memory
+// 2p-1 times the largest stage's activation.
+Orders zbH2Order(const Schedule &shape, int n) {
+  const Problem &P = shape.problem;
+  const int p = P.stages;
+  double unit = 0; // largest activation of one micro-batch on one stage
+  for (int st = 0; st < p; ++st)
+    unit = std::max(unit, stageActivation(P, st));
+  Policy pol{capsLinear(p, n, 2.0, -1), (2 * p - 1) * unit, true, false, true};
+  return greedy(shape, n, pol).order;
+}
+
+// ZB-V: memory is the only admission rule; keep the better F/B/W priority.
+Orders zbVOrder(const Schedule &shape, int n, double limit) {
+  const int p = shape.problem.stages;
+  PolicySearch search(shape, n);
+  for (bool alternate : {true, false})
+    for (bool eager : {false, true})
+      search.tryPolicy(Policy{std::vector<int>(p, std::max(1, n)), limit, true, eager, alternate});
+  return search.best.order;
+}
+
+} // namespace pipec::schedule::detail

@@ -1,0 +1,336 @@
+// Instruction model, problem description, text/JSON serialization.
+#include "analysis/Schedule/Schedule.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <sstream>
+
+namespace pipec::schedule {
+
+namespace {
+double pick(const std::vector<double> &v, int stage, int chunk, int p, int chunks,
+            const char *what) {
+  // One entry: uniform stage value; p entries: per stage; p*v: per (stage, chunk).
+  if (v.size() == 1)
+    return v[0] / chunks;
+  if ((int)v.size() == p)
+    return v[stage] / chunks;
+  if ((int)v.size() == p * chunks)
+    return v[stage * chunks + chunk];
+  throw ScheduleError(std::string("cost vector ") + what + " has " + std::to_string(v.size()) +
+                      " entries; expected 1, stages or stages*chunks");
+}
+std::string formatValue(double x) {
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
+} // namespace
+
+// ---------------------------------------------------------------- Problem
+void Problem::check() const {
+  auto fail = [](const std::string &m) { throw ScheduleError("invalid problem: " + m); };
+  auto within = [&](const char *option, long value, long lo, long hi) {
+    if (value < lo || value > hi)
+      fail(std::string(option) + " " + std::to_string(value) + ": must be between " + std::to_string(lo) +
+           " and " + std::to_string(hi));
+  };
+  within("--stages", stages, 1, kMaxStages);
+  within("--microbatches", microbatches, 1, kMaxMicrobatches);
+  within("--chunks", chunks, 1, kMaxChunks);
+  if ((long)stages * chunks * microbatches > kMaxComputeSlots)
+    fail("--stages " + std::to_string(stages) + " x --chunks " + std::to_string(chunks) + " x --microbatches " +
+         std::to_string(microbatches) + " = " + std::to_string((long)stages * chunks * microbatches) +
+         " compute slots, over the limit of " + std::to_string(kMaxComputeSlots));
+  if (!replicas.empty() && (int)replicas.size() != stages)
+    fail("replicas must have one entry per stage");
+  long ranks = 0;
+  for (int r : replicas) {
+    if (r < 1 || r > kMaxRanks)
+      fail("--replicas " + std::to_string(r) + ": must be between 1 and " + std::to_string(kMaxRanks));
+    ranks += r;
+  }
+  if (ranks > kMaxRanks)
+    fail("--replicas: " + std::to_string(ranks) + " ranks in all, over the limit of " + std::to_string(kMaxRanks));
+  within("--in-flight", inFlight, 0, kMaxMicrobatches);
+  // The per-stage vectors first, so that costOf() below cannot throw on them.
+  for (auto [option, values] : {std::pair<const char *, const std::vector<double> *>{"--cost-f", &costF},
+                                {"--cost-b", &costB},
+                                {"--cost-w", &costW},
+                                {"activation", &activation}}) {
+    const size_t n = values->size();
+    if (n != 1 && n != (size_t)stages && n != (size_t)stages * chunks)
+      fail(std::string(option) + " has " + std::to_string(n) + " entries; expected 1, stages (" +
+           std::to_string(stages) + ") or stages*chunks (" + std::to_string((long)stages * chunks) + ")");
+    for (double x : *values)
+      if (!std::isfinite(x) || x < 0 || x > kMaxCost || (values != &activation && !(x > 0)))
+        fail(std::string(option) + " " + formatValue(x) + ": must be " +
+             (values == &activation ? ">= 0" : "positive") + ", finite and at most " + formatValue(kMaxCost));
+  }
+  for (int s = 0; s < stages; ++s)
+    for (int c = 0; c < chunks; ++c) {
+      for (Op op : {Op::Fwd, Op::BwdInput, Op::BwdWeight})
+        if (!(costOf(op, s, c) > 0) || !std::isfinite(costOf(op, s, c)))
+          fail(std::string("costs must be positive and finite (") + opName(op) + ")");
+      if (!(activationOf(s, c) >= 0))
+        fail("activation memory must be >= 0");
+    }
+  for (auto [option, value] : {std::pair<const char *, double>{"--comm", comm},
+                               {"--allreduce-cost", allreduceCost},
+                               {"step cost", stepCost}})
+    if (!(value >= 0 && value <= kMaxCost))
+      fail(std::string(option) + " " + formatValue(value) + ": must be >= 0, finite and at most " +
+           formatValue(kMaxCost));
+  if (std::isnan(memoryLimit))
+    fail("--memory-limit must be a number");
+  if (!(wMemFrac >= 0 && wMemFrac <= 1))
+    fail("--w-mem-frac must be in [0, 1]");
+  if (inFlight < 0)
+    fail("in-flight count must be >= 0");
+  if (!recompute.empty() && recompute.size() != 1 && (int)recompute.size() != stages)
+    fail("recompute must have one entry or one per stage");
+  for (int r : recompute)
+    if (r != 0 && r != 1)
+      fail("recompute entries must be 0 or 1");
+  if (boundaryActivation.size() != 1 && (int)boundaryActivation.size() != stages)
+    fail("--boundary-activation must have one entry or one per stage");
+  for (double b : boundaryActivation)
+    if (!(b >= 0 && b <= 1))
+      fail("--boundary-activation must be in [0, 1]");
+}
+
+bool Problem::recomputes(int stage) const {
+  if (recompute.empty())
+    return false;
+  return (recompute.size() == 1 ? recompute[0] : recompute[stage]) != 0;
+}
+
+double Problem::boundaryOf(int stage) const {
+  return boundaryActivation.size() == 1 ? boundaryActivation[0] : boundaryActivation[stage];
+}
+
+double Problem::restingActivationOf(int stage, int chunk) const {
+  const double a = activationOf(stage, chunk);
+  return recomputes(stage) ? a * boundaryOf(stage) : a;
+}
+
+int Problem::replicasOf(int stage) const { return replicas.empty() ? 1 : replicas[stage]; }
+
+int Problem::numRanks() const {
+  int n = 0;
+  for (int s = 0; s < stages; ++s)
+    n += replicasOf(s);
+  return n;
+}
+
+int Problem::rankOf(int stage, int replica) const {
+  int r = 0;
+  for (int s = 0; s < stage; ++s)
+    r += replicasOf(s);
+  return r + replica;
+}
+
+int Problem::stageOfRank(int rank) const {
+  for (int s = 0; s < stages; ++s) {
+    if (rank < replicasOf(s))
+      return s;
+    rank -= replicasOf(s);
+  }
+  return -1;
+}
+
+int Problem::replicaOfRank(int rank) const { return rank - rankOf(stageOfRank(rank), 0); }
+
+double Problem::costOf(Op op, int stage, int chunk) const {
+  switch (op) {
+  case Op::Fwd:
+  case Op::Recompute:
+    return pick(costF, stage, chunk, stages, chunks, "F");
+  case Op::BwdInput:
+    return pick(costB, stage, chunk, stages, chunks, "B");
+  case Op::BwdWeight:
+    return pick(costW, stage, chunk, stages, chunks, "W");
+  case Op::Bwd:
+    return pick(costB, stage, chunk, stages, chunks, "B") +
+           pick(costW, stage, chunk, stages, chunks, "W");
+  default:
+    return 0;
+  }
+}
+
+double Problem::activationOf(int stage, int chunk) const {
+  return pick(activation, stage, chunk, stages, chunks, "activation");
+}
+
+int Problem::defaultInFlight() const {
+  // PipeDream's NOAM: ceil(#workers / #replicas of the input stage).
+  return (numRanks() + replicasOf(0) - 1) / replicasOf(0);
+}
+
+// ---------------------------------------------------------------- Schedule
+int Schedule::virtualStage(int stage, int chunk) const {
+  return ::pipec::virtualStage(placement, problem.stages, stage, chunk);
+}
+
+void Schedule::locate(int vs, int &stage, int &chunk) const {
+  locateVirtualStage(placement, problem.stages, vs, stage, chunk);
+}
+
+int Schedule::rankFor(int vs, int mb) const {
+  int stage, chunk;
+  locate(vs, stage, chunk);
+  return problem.rankOf(stage, problem.replicaFor(stage, mb));
+}
+
+// ---------------------------------------------------------------- text / JSON
+std::string toText(const Schedule &s) {
+  std::ostringstream os;
+  os << "# pipec schedule " << s.name << ": stages=" << s.problem.stages
+     << " microbatches=" << s.problem.microbatches << " chunks=" << s.problem.chunks
+     << " placement=" << placementName(s.placement)
+     << (s.asynchronous ? " asynchronous" : "") << (s.problem.verticalSync ? " vertical-sync" : "") << "\n";
+  for (size_t r = 0; r < s.ranks.size(); ++r) {
+    os << "rank " << r << " stage=" << s.problem.stageOfRank((int)r)
+       << " replica=" << s.problem.replicaOfRank((int)r) << "\n";
+    for (size_t i = 0; i < s.ranks[r].size(); ++i)
+      os << "  " << i << ": " << toString(s.ranks[r][i]) << "\n";
+  }
+  return os.str();
+}
+
+namespace {
+using nlohmann::json;
+
+json instrJson(const Instr &in) {
+  json j;
+  j["op"] = opName(in.op);
+  if (in.mb >= 0)
+    j["mb"] = in.mb;
+  if (in.chunk >= 0)
+    j["chunk"] = in.chunk;
+  if (in.peer >= 0)
+    j[in.op == Op::AllReduce ? "stage" : "peer"] = in.peer;
+  if (in.version >= 0)
+    j["version"] = in.version;
+  return j;
+}
+
+Instr instrFromJson(const json &j) {
+  Instr in;
+  if (!parseOp(j.at("op").get<std::string>(), in.op))
+    throw ScheduleError("unknown instruction " + j.at("op").dump());
+  in.mb = j.value("mb", -1);
+  in.chunk = j.value("chunk", -1);
+  in.peer = j.value(in.op == Op::AllReduce ? "stage" : "peer", -1);
+  in.version = j.value("version", -1);
+  return in;
+}
+
+json problemJson(const Problem &p) {
+  return json{{"stages", p.stages},
+              {"microbatches", p.microbatches},
+              {"chunks", p.chunks},
+              {"replicas", p.replicas},
+              {"cost_f", p.costF},
+              {"cost_b", p.costB},
+              {"cost_w", p.costW},
+              {"comm", p.comm},
+              {"allreduce_cost", p.allreduceCost},
+              {"step_cost", p.stepCost},
+              {"activation", p.activation},
+              {"memory_limit", p.memoryLimit},
+              {"w_mem_frac", p.wMemFrac},
+              {"in_flight", p.inFlight},
+              {"recompute", p.recompute},
+              {"boundary_activation", p.boundaryActivation},
+              {"vertical_sync", p.verticalSync}};
+}
+
+Problem problemFromJson(const json &j) {
+  Problem p;
+  p.stages = j.at("stages");
+  p.microbatches = j.at("microbatches");
+  p.chunks = j.at("chunks");
+  p.replicas = j.at("replicas").get<std::vector<int>>();
+  p.costF = j.at("cost_f").get<std::vector<double>>();
+  p.costB = j.at("cost_b").get<std::vector<double>>();
+  p.costW = j.at("cost_w").get<std::vector<double>>();
+  p.comm = j.at("comm");
+  p.allreduceCost = j.at("allreduce_cost");
+  p.stepCost = j.at("step_cost");
+  p.activation = j.at("activation").get<std::vector<double>>();
+  p.memoryLimit = j.at("memory_limit");
+  p.wMemFrac = j.at("w_mem_frac");
+  p.inFlight = j.at("in_flight");
+  p.recompute = j.value("recompute", std::vector<int>{});
+  p.boundaryActivation = j.value("boundary_activation", std::vector<double>{0.1});
+  p.verticalSync = j.value("vertical_sync", false);
+  return p;
+}
+
+json rankJson(const Schedule &s, int r) {
+  json instrs = json::array();
+  for (const Instr &in : s.ranks[r])
+    instrs.push_back(instrJson(in));
+  return json{{"format", "pipec.schedule.rank/1"},
+              {"schedule", s.name},
+              {"rank", r},
+              {"stage", s.problem.stageOfRank(r)},
+              {"replica", s.problem.replicaOfRank(r)},
+              {"chunks", s.problem.chunks},
+              {"placement", placementName(s.placement)},
+              {"asynchronous", s.asynchronous},
+              {"instructions", std::move(instrs)}};
+}
+} // namespace
+
+std::string rankToJson(const Schedule &s, int rank) { return rankJson(s, rank).dump(1) + "\n"; }
+
+std::string toJson(const Schedule &s) {
+  json ranks = json::array();
+  for (int r = 0; r < (int)s.ranks.size(); ++r)
+    ranks.push_back(rankJson(s, r)["instructions"]);
+  json j{{"format", "pipec.schedule/1"},
+         {"schedule", s.name},
+         {"placement", placementName(s.placement)},
+         {"asynchronous", s.asynchronous},
+         {"split_backward", s.splitBackward},
+         {"problem", problemJson(s.problem)},
+         {"ranks", std::move(ranks)}};
+  return j.dump(1) + "\n";
+}
+
+Schedule fromJson(const std::string &text) {
+  try {
+    json j = json::parse(text);
+    if (j.at("format") != "pipec.schedule/1")
+      throw ScheduleError("not a pipec.schedule/1 document");
+    Schedule s;
+    s.name = j.at("schedule");
+    if (!::pipec::parsePlacement(j.at("placement").get<std::string>(), s.placement))
+      throw ScheduleError("placement must be \"interleaved\" or \"v\"");
+    s.asynchronous = j.at("asynchronous");
+    s.splitBackward = j.at("split_backward");
+    s.problem = problemFromJson(j.at("problem"));
+    for (const json &rank : j.at("ranks")) {
+      s.ranks.emplace_back();
+      for (const json &in : rank)
+        s.ranks.back().push_back(instrFromJson(in));
+    }
+    return s;
+  } catch (const nlohmann::json::exception &e) {
+    throw ScheduleError(std::string("bad schedule JSON: ") + e.what());
+  }
+}
+
+std::string ValidationReport::summary(size_t maxErrors) const {
+  std::string s;
+  for (size_t i = 0; i < errors.size() && i < maxErrors; ++i)
+    s += (i ? "\n" : "") + errors[i];
+  if (errors.size() > maxErrors)
+    s += "\n... and " + std::to_string(errors.size() - maxErrors) + " more";
+  return s;
+}
+
+} // namespace pipec::schedule

@@ -1,0 +1,176 @@
+// Pipeline-parallel training schedules: instruction model, generators,
+// validator, simulator and timeline pictures (design.md section 3).
+//
+// Plain C++17, no MLIR: the compiler feeds plan-derived costs in through
+// Problem, and `pipec schedule` explores schedules without a model.
+#pragma once
+
+#include "analysis/Schedule/Families.h"
+#include "runtime/include/pipec/vocabulary.h"
+
+#include <iosfwd>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pipec::schedule {
+
+class ScheduleError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+// ---------------------------------------------------------------- instructions
+// The instruction set and placements are shared with the runtime
+// (runtime/include/pipec/vocabulary.h).
+using ::pipec::Instr;
+using ::pipec::isCollective;
+using ::pipec::isCompute;
+using ::pipec::isP2P;
+using ::pipec::Op;
+using ::pipec::opName;
+using ::pipec::parseOp;
+using ::pipec::Placement;
+using ::pipec::placementName;
+using ::pipec::toString;
+
+// ---------------------------------------------------------------- limits
+// Bounds on a problem (Problem::check), so that no option value makes the
+// generators run for minutes or allocate without bound: every schedule holds
+// O(stages * chunks * microbatches) instructions and the searches (auto, zb-v)
+// simulate that many a few dozen times. Costs are bounded so that no sum of
+// them can overflow to infinity.
+inline constexpr int kMaxStages = 4096;
+inline constexpr int kMaxChunks = 64;
+inline constexpr int kMaxMicrobatches = 65536;
+inline constexpr int kMaxRanks = 65536;             // sum of the replicas
+inline constexpr long kMaxComputeSlots = 1L << 20;  // stages * chunks * microbatches
+inline constexpr double kMaxCost = 1e12;            // any one time (F, B, W, comm, ...)
+
+// ---------------------------------------------------------------- problem
+// Costs are per pipeline stage (all chunks of that stage together) or per
+// (stage, chunk) when the vector has stages*chunks entries; one entry means
+// uniform. Memory is counted in units of one micro-batch's activations on
+// one stage (the zero-bubble paper's M_B): 1F1B peaks at p units on stage 0.
+struct Problem {
+  int stages = 4;                  // p: pipeline positions
+  int microbatches = 8;            // m: micro-batches per step (all replicas)
+  int chunks = 1;                  // v: model chunks per rank
+  std::vector<int> replicas;       // per stage; empty = 1 each
+  std::vector<double> costF{1.0}, costB{1.0}, costW{1.0};
+  double comm = 0.0;               // C: time of one point-to-point transfer
+  double allreduceCost = 0.0;      // time of one ALLREDUCE / VALIDATE
+  double stepCost = 0.0;           // time of one optimizer step
+  std::vector<double> activation{1.0}; // per stage, per micro-batch (units)
+  double memoryLimit = 0.0;        // units per rank; <= 0: unlimited
+  double wMemFrac = 1.0;           // share of activations W still holds after B
+  int inFlight = 0;                // 1F1B-RR: admitted per stage-0 replica; 0 = PipeDream's NOAM
+  // Activation recompute: per stage (one entry = every stage; empty = none).
+  // A recomputed micro-batch keeps only `boundaryActivation` (share of its
+  // full activation, per stage or one value) between its F and the
+  // RECOMPUTE(mb, chunk) placed right before its backward, which costs F and
+  // re-materializes the rest.
+  std::vector<int> recompute;
+  std::vector<double> boundaryActivation{0.1};
+  bool verticalSync = false;       // 1F1B-RR: every stage uses the stage-0 entry version
+
+  void check() const; // throws ScheduleError on an inconsistent problem
+  int replicasOf(int stage) const;
+  int numRanks() const;
+  int rankOf(int stage, int replica) const;
+  int stageOfRank(int rank) const;
+  int replicaOfRank(int rank) const;
+  // Replica of `stage` that processes micro-batch `mb` (round-robin).
+  int replicaFor(int stage, int mb) const { return mb % replicasOf(stage); }
+  double costOf(Op op, int stage, int chunk) const; // F, B, W, BW, RECOMPUTE
+  double activationOf(int stage, int chunk) const;  // one micro-batch, one chunk
+  int defaultInFlight() const;                       // PipeDream NOAM
+  bool recomputes(int stage) const;
+  double boundaryOf(int stage) const; // share kept by a recomputed micro-batch
+  // Activation a micro-batch keeps from its F until its backward starts
+  // (the boundary share when the stage recomputes).
+  double restingActivationOf(int stage, int chunk) const;
+};
+
+struct Schedule {
+  std::string name;
+  Problem problem; // as generated (chunks possibly forced, e.g. 2 for ZB-V)
+  Placement placement = Placement::Interleaved;
+  bool asynchronous = false; // 1F1B-RR: per-micro-batch updates, weight stashing
+  bool splitBackward = false; // BWD_INPUT/BWD_WEIGHT instead of BWD
+  std::vector<std::vector<Instr>> ranks; // per rank, in execution order
+
+  int virtualStages() const { return problem.stages * problem.chunks; }
+  int virtualStage(int stage, int chunk) const;
+  void locate(int vs, int &stage, int &chunk) const;
+  // Rank that runs virtual stage `vs` of micro-batch `mb`.
+  int rankFor(int vs, int mb) const;
+};
+
+// ---------------------------------------------------------------- generators
+// The families of Families.h, by name (scheduleFamilies(), in their order).
+std::vector<std::string> scheduleNames();
+// Generates and validates; throws ScheduleError (naming the rank and the
+// instruction) when the problem is unsupported or the result is invalid,
+// including a peak memory above problem.memoryLimit.
+Schedule generate(const std::string &name, const Problem &problem);
+
+// ---------------------------------------------------------------- validator
+struct ValidationReport {
+  std::vector<std::string> errors; // "rank 2 #17 RECV_GRAD mb=3 chunk=0 peer=3: ..."
+  bool ok() const { return errors.empty(); }
+  std::string summary(size_t maxErrors = 8) const;
+};
+ValidationReport validate(const Schedule &schedule);
+
+// ---------------------------------------------------------------- simulator
+struct Interval {
+  int rank;
+  Instr instr;
+  double start, end;
+};
+struct Transfer {
+  int src, dst, mb;
+  bool grad;
+  double sent, arrived;
+};
+struct SimResult {
+  double makespan = 0;
+  double totalCompute = 0;    // sum over ranks of F/B/W/recompute time
+  double maxRankCompute = 0;  // the ideal time: busiest rank's compute
+  double maxSpan = 0;         // largest (last end - first start) over ranks
+  // Flush-to-flush: 1 - totalCompute / (ranks * makespan).
+  double bubbleFlush = 0;
+  // Zero-bubble paper's bubble rate (Qi et al. 2023, section 5.3):
+  // (cost - m(F+B+W)) / cost, cost = the largest per-rank execution time
+  // (maxSpan); m(F+B+W) generalizes to the busiest rank's compute (ideal).
+  double bubbleSteady = 0;
+  // Overhead against the ideal: makespan / ideal - 1; (p-1)/m for 1F1B.
+  double bubbleOverIdeal = 0;
+  std::vector<double> peakMemory; // per rank, units
+  double maxPeakMemory = 0;
+  std::vector<int> peakStashed;   // per rank: weight versions held (1F1B-RR)
+  std::vector<double> rankCompute, rankFirst, rankLast;
+  std::vector<Interval> intervals; // compute, collectives, steps
+  std::vector<Transfer> transfers;
+};
+// Sends are asynchronous (a separate communication stream): a receive waits
+// until the data arrived, `comm` after the matching send. Throws on deadlock.
+SimResult simulate(const Schedule &schedule);
+
+// ---------------------------------------------------------------- output
+std::string toText(const Schedule &schedule);
+std::string toJson(const Schedule &schedule);     // whole schedule + problem
+Schedule fromJson(const std::string &text);       // inverse of toJson
+std::string rankToJson(const Schedule &schedule, int rank); // rank_<r>.json
+void writeChromeTrace(const Schedule &schedule, const SimResult &sim, std::ostream &os);
+void writeSvg(const Schedule &schedule, const SimResult &sim, std::ostream &os);
+// Writes rank_<r>.json, schedule.json, schedule.txt, timeline.json, timeline.svg.
+void writeScheduleDir(const Schedule &schedule, const SimResult &sim, const std::string &dir);
+
+// ---------------------------------------------------------------- CLI
+// `pipec schedule ...`; argv[0] is "schedule". Returns the exit status.
+int runScheduleCommand(int argc, char **argv);
+int runScheduleCommand(int argc, char **argv, std::ostream &out, std::ostream &err);
+
+} // namespace pipec::schedule

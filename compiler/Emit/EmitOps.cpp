@@ -1,0 +1,473 @@
+// One kernel call per op: the lowering of every nn and pipe op a stage
+// holds to the CPU / CUDA kernel API (docs/codegen.md, docs/cuda-codegen.md).
+#include "compiler/Emit/StageEmitter.h"
+
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Format.h"
+
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+namespace pipec::emit::detail {
+
+LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
+  auto n = [](Value value) { return tensorType(value).getNumElements(); };
+  auto elem = [](Value value) { return cType(tensorType(value).getElementType()); };
+  auto binaryKind = [](Operation *op) {
+    return llvm::TypeSwitch<Operation *, const char *>(op)
+        .Case([](nn::AddOp) { return "pk::Binary::Add"; })
+        .Case([](nn::SubOp) { return "pk::Binary::Sub"; })
+        .Case([](nn::MulOp) { return "pk::Binary::Mul"; })
+        .Case([](nn::DivOp) { return "pk::Binary::Div"; })
+        .Default([](Operation *) { return "pk::Binary::Pow"; });
+  };
+  LogicalResult result = success();
+  // Kinds become identifiers: only the kernels' own names pass.
+  auto unaryKind = [&](StringRef kind) -> std::string {
+    const char *name = llvm::StringSwitch<const char *>(kind)
+                           .Case("relu", "Relu")
+                           .Case("tanh", "Tanh")
+                           .Case("sigmoid", "Sigmoid")
+                           .Case("erf", "Erf")
+                           .Case("sqrt", "Sqrt")
+                           .Case("gelu", "Gelu")
+                           .Case("gelu_tanh", "GeluTanh")
+                           .Default(nullptr);
+    if (!name) {
+      result = op->emitOpError("has no ") << targetName() << " lowering for the unary kind "
+                                          << shownName(kind);
+      return "pk::Unary::Relu";
+    }
+    return std::string("pk::Unary::") + name;
+  };
+  auto opId = [&](Operation *op) -> std::string {
+    if (auto seed = op->getAttrOfType<IntegerAttr>("seed"))
+      return std::to_string(seed.getValue().getZExtValue()) + "ull";
+    if (auto name = llvm::dyn_cast<NameLoc>(op->getLoc()))
+      return "pk::dropoutOpId(" + literal(name.getName().getValue(), "node", op) + ")";
+    return "0ull";
+  };
+
+  llvm::TypeSwitch<Operation *>(op)
+      .Case<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::PowOp>([&](Operation *op) {
+        Value lhs = op->getOperand(0), rhs = op->getOperand(1);
+        std::string y = allocate(op->getResult(0));
+        out << "  pk::binary(" << binaryKind(op) << ", " << ptr(lhs) << ", " << shapeOf(lhs)
+            << ", " << ptr(rhs) << ", " << shapeOf(rhs) << ", " << y << ");\n";
+      })
+      .Case([&](nn::EqualOp eq) {
+        std::string y = allocate(eq.getResult());
+        out << "  pk::equal<" << elem(eq.getLhs()) << ">(" << ptr(eq.getLhs()) << ", "
+            << shapeOf(eq.getLhs()) << ", " << ptr(eq.getRhs()) << ", " << shapeOf(eq.getRhs())
+            << ", " << y << ");\n";
+      })
+      .Case([&](nn::WhereOp where) {
+        std::string y = allocate(where.getResult());
+        out << "  pk::where<" << elem(where.getX()) << ">(" << ptr(where.getCondition()) << ", "
+            << shapeOf(where.getCondition()) << ", " << ptr(where.getX()) << ", "
+            << shapeOf(where.getX()) << ", " << ptr(where.getY()) << ", " << shapeOf(where.getY())
+            << ", " << y << ");\n";
+      })
+      .Case<nn::ReluOp, nn::TanhOp, nn::SigmoidOp, nn::ErfOp, nn::SqrtOp, nn::GeluOp>(
+          [&](Operation *op) {
+            std::string kind = llvm::TypeSwitch<Operation *, std::string>(op)
+                                   .Case([](nn::ReluOp) { return "relu"; })
+                                   .Case([](nn::TanhOp) { return "tanh"; })
+                                   .Case([](nn::SigmoidOp) { return "sigmoid"; })
+                                   .Case([](nn::ErfOp) { return "erf"; })
+                                   .Case([](nn::SqrtOp) { return "sqrt"; })
+                                   .Case([](nn::GeluOp gelu) {
+                                     return gelu.getApproximate() == "tanh" ? "gelu_tanh" : "gelu";
+                                   })
+                                   .Default([](Operation *) { return ""; });
+            std::string y = allocate(op->getResult(0));
+            out << "  pk::unary(" << unaryKind(kind) << ", " << ptr(op->getOperand(0)) << ", "
+                << n(op->getResult(0)) << ", " << y << ");\n";
+          })
+      .Case([&](nn::CastOp cast) {
+        std::string y = allocate(cast.getResult());
+        out << "  pk::cast<" << elem(cast.getInput()) << ", " << elem(cast.getResult()) << ">("
+            << ptr(cast.getInput()) << ", " << n(cast.getResult()) << ", " << y << ");\n";
+      })
+      .Case([&](nn::GemmOp gemm) {
+        auto a = tensorType(gemm.getA());
+        int64_t m = a.getDimSize(gemm.getTransA() ? 1 : 0), k = a.getDimSize(gemm.getTransA() ? 0 : 1);
+        int64_t cols = tensorType(gemm.getResult()).getDimSize(1);
+        std::string y = allocate(gemm.getResult());
+        out << "  pk::gemm(" << ptr(gemm.getA()) << ", " << ptr(gemm.getB()) << ", "
+            << (gemm.getC() ? ptr(gemm.getC()) : "nullptr") << ", "
+            << (gemm.getC() ? shapeOf(gemm.getC()) : "pk::Shape{}") << ", " << y << ", " << m
+            << ", " << cols << ", " << k << ", " << (gemm.getTransA() ? "true" : "false") << ", "
+            << (gemm.getTransB() ? "true" : "false") << ", "
+            << floatLiteral(gemm.getAlpha().convertToFloat()) << "f, "
+            << floatLiteral(gemm.getBeta().convertToFloat()) << "f);\n";
+      })
+      .Case([&](nn::MatMulOp matmul) {
+        std::string y = allocate(matmul.getResult());
+        out << "  pk::matmul(" << ptr(matmul.getA()) << ", " << shapeOf(matmul.getA()) << ", "
+            << ptr(matmul.getB()) << ", " << shapeOf(matmul.getB()) << ", " << y << ");\n";
+      })
+      .Case([&](nn::ConvOp conv) {
+        std::string y = allocate(conv.getResult());
+        out << "  pk::conv(" << ptr(conv.getInput()) << ", " << shapeOf(conv.getInput()) << ", "
+            << ptr(conv.getWeight()) << ", " << shapeOf(conv.getWeight()) << ", "
+            << (conv.getBias() ? ptr(conv.getBias()) : "nullptr") << ", " << y << ", "
+            << dims(conv.getStrides()) << ", " << dims(conv.getPads()) << ", "
+            << dims(conv.getDilations()) << ", " << conv.getGroup() << ");\n";
+      })
+      .Case([&](nn::ConvInputGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        out << "  pk::convInputGrad(" << ptr(grad.getDy()) << ", " << shapeOf(grad.getDy()) << ", "
+            << ptr(grad.getWeight()) << ", " << shapeOf(grad.getWeight()) << ", " << y << ", "
+            << shapeOf(grad.getResult()) << ", " << dims(grad.getStrides()) << ", "
+            << dims(grad.getPads()) << ", " << dims(grad.getDilations()) << ", "
+            << grad.getGroup() << ");\n";
+      })
+      .Case([&](nn::ConvWeightGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        out << "  pk::convWeightGrad(" << ptr(grad.getDy()) << ", " << shapeOf(grad.getDy())
+            << ", " << ptr(grad.getInput()) << ", " << shapeOf(grad.getInput()) << ", " << y
+            << ", " << shapeOf(grad.getResult()) << ", " << dims(grad.getStrides()) << ", "
+            << dims(grad.getPads()) << ", " << dims(grad.getDilations()) << ", "
+            << grad.getGroup() << ");\n";
+      })
+      .Case([&](nn::BatchNormOp norm) {
+        std::string y = allocate(norm.getResult());
+        std::string mean = allocate(norm.getNewRunningMean());
+        std::string var = allocate(norm.getNewRunningVar());
+        out << "  pk::batchNorm(" << ptr(norm.getInput()) << ", " << shapeOf(norm.getInput())
+            << ", " << ptr(norm.getScale()) << ", " << ptr(norm.getBias()) << ", "
+            << ptr(norm.getRunningMean()) << ", " << ptr(norm.getRunningVar()) << ", " << y
+            << ", " << mean << ", " << var << ", "
+            << floatLiteral(norm.getEpsilon().convertToFloat()) << "f, "
+            << floatLiteral(norm.getMomentum().convertToFloat()) << "f, "
+            << (norm.getTraining() ? "true" : "false") << ");\n";
+      })
+      .Case([&](nn::BatchNormGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        out << "  pk::batchNormGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getInput()) << ", "
+            << shapeOf(grad.getInput()) << ", " << ptr(grad.getScale()) << ", "
+            << ptr(grad.getRunningMean()) << ", " << ptr(grad.getRunningVar()) << ", " << y
+            << ", " << floatLiteral(grad.getEpsilon().convertToFloat()) << "f, "
+            << (grad.getTraining() ? "true" : "false") << ");\n";
+      })
+      .Case([&](nn::BatchNormParamGradOp grad) {
+        std::string scale = allocate(grad.getScaleGrad());
+        std::string bias = allocate(grad.getBiasGrad());
+        out << "  pk::batchNormParamGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getInput())
+            << ", " << shapeOf(grad.getInput()) << ", " << ptr(grad.getRunningMean()) << ", "
+            << ptr(grad.getRunningVar()) << ", " << scale << ", " << bias << ", "
+            << floatLiteral(grad.getEpsilon().convertToFloat()) << "f, "
+            << (grad.getTraining() ? "true" : "false") << ");\n";
+      })
+      .Case([&](nn::LayerNormOp norm) {
+        std::string y = allocate(norm.getResult());
+        std::string mean = allocate(norm.getMean());
+        std::string inv = allocate(norm.getInvStdDev());
+        out << "  pk::layerNorm(" << ptr(norm.getInput()) << ", " << shapeOf(norm.getInput())
+            << ", " << ptr(norm.getScale()) << ", " << shapeOf(norm.getScale()) << ", "
+            << (norm.getBias() ? ptr(norm.getBias()) : "nullptr") << ", "
+            << (norm.getBias() ? shapeOf(norm.getBias()) : "pk::Shape{}") << ", " << y << ", "
+            << mean << ", " << inv << ", " << static_cast<int64_t>(norm.getAxis()) << ", "
+            << floatLiteral(norm.getEpsilon().convertToFloat()) << "f);\n";
+      })
+      .Case([&](nn::LayerNormGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        out << "  pk::layerNormGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getInput()) << ", "
+            << shapeOf(grad.getInput()) << ", " << ptr(grad.getScale()) << ", "
+            << shapeOf(grad.getScale()) << ", " << y << ", "
+            << static_cast<int64_t>(grad.getAxis()) << ", "
+            << floatLiteral(grad.getEpsilon().convertToFloat()) << "f);\n";
+      })
+      .Case([&](nn::LayerNormParamGradOp grad) {
+        std::string scale = allocate(grad.getScaleGrad());
+        std::string bias = allocate(grad.getBiasGrad());
+        out << "  pk::layerNormParamGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getInput())
+            << ", " << shapeOf(grad.getInput()) << ", " << shapeOf(grad.getScaleGrad()) << ", "
+            << scale << ", " << bias << ", " << static_cast<int64_t>(grad.getAxis()) << ", "
+            << floatLiteral(grad.getEpsilon().convertToFloat()) << "f);\n";
+      })
+      .Case([&](nn::MaxPoolOp pool) {
+        std::string y = allocate(pool.getResult());
+        out << "  pk::maxPool(" << ptr(pool.getInput()) << ", " << shapeOf(pool.getInput()) << ", "
+            << y << ", " << dims(pool.getKernelShape()) << ", " << dims(pool.getStrides()) << ", "
+            << dims(pool.getPads()) << ", " << dims(pool.getDilations()) << ", "
+            << (pool.getCeilMode() ? "true" : "false") << ");\n";
+      })
+      .Case([&](nn::MaxPoolGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        out << "  pk::maxPoolGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getInput()) << ", "
+            << shapeOf(grad.getInput()) << ", " << y << ", " << dims(grad.getKernelShape())
+            << ", " << dims(grad.getStrides()) << ", " << dims(grad.getPads()) << ", "
+            << dims(grad.getDilations()) << ", " << (grad.getCeilMode() ? "true" : "false")
+            << ");\n";
+      })
+      .Case([&](nn::AveragePoolOp pool) {
+        std::string y = allocate(pool.getResult());
+        out << "  pk::averagePool(" << ptr(pool.getInput()) << ", " << shapeOf(pool.getInput())
+            << ", " << y << ", " << dims(pool.getKernelShape()) << ", " << dims(pool.getStrides())
+            << ", " << dims(pool.getPads()) << ", " << (pool.getCeilMode() ? "true" : "false")
+            << ", " << (pool.getCountIncludePad() ? "true" : "false") << ");\n";
+      })
+      .Case([&](nn::AveragePoolGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        out << "  pk::averagePoolGrad(" << ptr(grad.getDy()) << ", " << y << ", "
+            << shapeOf(grad.getResult()) << ", " << dims(grad.getKernelShape()) << ", "
+            << dims(grad.getStrides()) << ", " << dims(grad.getPads()) << ", "
+            << (grad.getCeilMode() ? "true" : "false") << ", "
+            << (grad.getCountIncludePad() ? "true" : "false") << ");\n";
+      })
+      .Case([&](nn::GlobalAveragePoolOp pool) {
+        std::string y = allocate(pool.getResult());
+        out << "  pk::globalAveragePool(" << ptr(pool.getInput()) << ", "
+            << shapeOf(pool.getInput()) << ", " << y << ");\n";
+      })
+      .Case([&](nn::DropoutOp dropout) {
+        std::string y = allocate(dropout.getResult());
+        std::string mask = allocate(dropout.getMask());
+        out << "  pk::dropout(" << ptr(dropout.getInput()) << ", " << n(dropout.getResult()) << ", "
+            << y << ", " << mask << ", " << floatLiteral(dropout.getRatio().convertToFloat())
+            << "f, " << (dropout.getTraining() ? "true" : "false")
+            << ", pk::dropoutStreamKey(call->seed, call->step, call->microbatch, " << opId(dropout)
+            << "));\n";
+      })
+      .Case([&](nn::DropoutGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        out << "  pk::dropoutGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getMask()) << ", "
+            << n(grad.getResult()) << ", " << y << ", "
+            << floatLiteral(grad.getRatio().convertToFloat()) << "f, "
+            << (grad.getTraining() ? "true" : "false") << ");\n";
+      })
+      .Case([&](nn::SoftmaxOp softmax) {
+        std::string y = allocate(softmax.getResult());
+        out << "  pk::softmax(" << ptr(softmax.getInput()) << ", " << shapeOf(softmax.getInput())
+            << ", " << *nn::normalizeAxis(softmax.getAxis(), tensorType(softmax.getInput()).getRank())
+            << ", " << y << ");\n";
+      })
+      .Case([&](nn::SoftmaxGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        out << "  pk::softmaxGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getY()) << ", "
+            << shapeOf(grad.getY()) << ", "
+            << *nn::normalizeAxis(grad.getAxis(), tensorType(grad.getY()).getRank()) << ", " << y
+            << ");\n";
+      })
+      .Case([&](nn::SoftmaxCrossEntropyLossOp loss) {
+        std::string value = allocate(loss.getLoss());
+        std::string logProb = allocate(loss.getLogProb());
+        out << "  pk::softmaxCrossEntropyLoss<" << elem(loss.getLabels()) << ">("
+            << ptr(loss.getScores()) << ", " << shapeOf(loss.getScores()) << ", "
+            << ptr(loss.getLabels()) << ", "
+            << (loss.getWeights() ? ptr(loss.getWeights()) : "nullptr") << ", pk::reductionKind("
+            << literal(loss.getReduction(), "the reduction", loss) << "), "
+            << (loss.getIgnoreIndex() ? "std::optional<int64_t>(" +
+                                            std::to_string(*loss.getIgnoreIndex()) + ")"
+                                      : "std::nullopt")
+            << ", " << value << ", " << logProb << ");\n";
+      })
+      .Case([&](nn::SoftmaxCrossEntropyLossGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        out << "  pk::softmaxCrossEntropyLossGrad<" << elem(grad.getLabels()) << ">("
+            << ptr(grad.getDloss()) << ", " << ptr(grad.getScores()) << ", "
+            << shapeOf(grad.getScores()) << ", " << ptr(grad.getLabels()) << ", "
+            << (grad.getWeights() ? ptr(grad.getWeights()) : "nullptr") << ", pk::reductionKind("
+            << literal(grad.getReduction(), "the reduction", grad) << "), "
+            << (grad.getIgnoreIndex() ? "std::optional<int64_t>(" +
+                                            std::to_string(*grad.getIgnoreIndex()) + ")"
+                                      : "std::nullopt")
+            << ", " << y << ");\n";
+      })
+      .Case([&](nn::ReduceMeanOp mean) {
+        std::string y = allocate(mean.getResult());
+        out << "  pk::reduceMean(" << ptr(mean.getInput()) << ", " << shapeOf(mean.getInput())
+            << ", " << dims(mean.getAxes()) << ", " << y << ");\n";
+      })
+      .Case([&](nn::ReduceSumOp sum) {
+        std::string y = allocate(sum.getResult());
+        out << "  pk::reduceSum(" << ptr(sum.getInput()) << ", " << shapeOf(sum.getInput())
+            << ", " << dims(sum.getAxes()) << ", " << y << ");\n";
+      })
+      .Case([&](nn::GatherOp gather) {
+        std::string y = allocate(gather.getResult());
+        int64_t axis = *nn::normalizeAxis(gather.getAxis(), tensorType(gather.getData()).getRank());
+        out << "  pk::gather<" << elem(gather.getData()) << ", " << elem(gather.getIndices())
+            << ">(" << ptr(gather.getData()) << ", " << shapeOf(gather.getData()) << ", "
+            << ptr(gather.getIndices()) << ", " << shapeOf(gather.getIndices()) << ", " << axis
+            << ", " << y << ");\n";
+      })
+      .Case([&](nn::GatherGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        int64_t axis = *nn::normalizeAxis(grad.getAxis(), tensorType(grad.getResult()).getRank());
+        out << "  pk::gatherGrad<" << elem(grad.getIndices()) << ">(" << ptr(grad.getDy()) << ", "
+            << ptr(grad.getIndices()) << ", " << shapeOf(grad.getIndices()) << ", " << axis
+            << ", " << y << ", " << shapeOf(grad.getResult()) << ");\n";
+      })
+      .Case<nn::ReshapeOp, nn::FlattenOp, nn::SqueezeOp, nn::UnsqueezeOp>([&](Operation *op) {
+        // Row-major views: the same bytes under another shape.
+        bind(op->getResult(0), ptr(op->getOperand(0)));
+      })
+      .Case([&](nn::ExpandOp expand) {
+        std::string y = allocate(expand.getResult());
+        out << "  pk::expand<" << elem(expand.getInput()) << ">(" << ptr(expand.getInput()) << ", "
+            << shapeOf(expand.getInput()) << ", " << y << ", " << shapeOf(expand.getResult())
+            << ");\n";
+      })
+      .Case([&](nn::TransposeOp transpose) {
+        std::string y = allocate(transpose.getResult());
+        out << "  pk::transpose<" << elem(transpose.getInput()) << ">(" << ptr(transpose.getInput())
+            << ", " << shapeOf(transpose.getInput()) << ", " << dims(transpose.getPerm()) << ", "
+            << y << ");\n";
+      })
+      .Case([&](nn::ConcatOp concat) {
+        std::string y = allocate(concat.getResult());
+        std::string t = elem(concat.getResult());
+        int64_t axis = *nn::normalizeAxis(concat.getAxis(), tensorType(concat.getResult()).getRank());
+        out << "  { const " << t << " *pieces[] = {";
+        for (auto [i, input] : llvm::enumerate(concat.getInputs()))
+          out << (i ? ", " : "") << ptr(input);
+        out << "};\n    const pk::Shape shapes[] = {";
+        for (auto [i, input] : llvm::enumerate(concat.getInputs()))
+          out << (i ? ", " : "") << shapeOf(input);
+        out << "};\n    pk::concat<" << t << ">(pieces, shapes, " << concat.getInputs().size()
+            << ", " << axis << ", " << y << "); }\n";
+      })
+      .Case([&](nn::SplitOp split) {
+        std::string t = elem(split.getInput());
+        SmallVector<std::string> pieces;
+        for (Value piece : split.getResults())
+          pieces.push_back(allocate(piece));
+        int64_t axis = *nn::normalizeAxis(split.getAxis(), tensorType(split.getInput()).getRank());
+        out << "  { " << t << " *pieces[] = {";
+        for (auto [i, piece] : llvm::enumerate(pieces))
+          out << (i ? ", " : "") << piece;
+        out << "};\n    pk::split<" << t << ">(" << ptr(split.getInput()) << ", "
+            << shapeOf(split.getInput()) << ", " << axis << ", " << dims(split.getSizes())
+            << ", pieces); }\n";
+      })
+      .Case([&](nn::SliceOp slice) {
+        std::string y = allocate(slice.getResult());
+        out << "  pk::slice<" << elem(slice.getInput()) << ">(" << ptr(slice.getInput()) << ", "
+            << shapeOf(slice.getInput()) << ", " << dims(slice.getStarts()) << ", "
+            << dims(slice.getEnds()) << ", " << dims(slice.getSteps()) << ", " << y << ");\n";
+      })
+      .Case([&](nn::SliceGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        out << "  pk::sliceGrad(" << ptr(grad.getDy()) << ", " << y << ", "
+            << shapeOf(grad.getResult()) << ", " << dims(grad.getStarts()) << ", "
+            << dims(grad.getEnds()) << ", " << dims(grad.getSteps()) << ");\n";
+      })
+      .Case([&](nn::PadOp pad) {
+        std::string y = allocate(pad.getResult());
+        std::string t = elem(pad.getInput());
+        out << "  pk::pad<" << t << ">(" << ptr(pad.getInput()) << ", " << shapeOf(pad.getInput())
+            << ", " << dims(pad.getPads()) << ", static_cast<" << t << ">("
+            << floatLiteral(pad.getValue().convertToDouble()) << "), " << y << ");\n";
+      })
+      .Case([&](nn::UnaryGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        out << "  pk::unaryGrad(" << unaryKind(grad.getKind()) << ", " << ptr(grad.getDy()) << ", "
+            << ptr(grad.getX()) << ", " << ptr(grad.getY()) << ", " << n(grad.getResult()) << ", "
+            << y << ");\n";
+      })
+      .Case([&](nn::BinaryGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        out << "  pk::binaryGrad(pk::binaryGradKind(" << literal(grad.getKind(), "the kind", grad)
+            << "), "
+            << ptr(grad.getDy()) << ", " << ptr(grad.getLhs()) << ", " << shapeOf(grad.getLhs())
+            << ", " << ptr(grad.getRhs()) << ", " << shapeOf(grad.getRhs()) << ", " << y << ");\n";
+      })
+      .Case([&](nn::ConstantOp constant) {
+        auto type = tensorType(constant.getResult());
+        auto dense = llvm::dyn_cast<DenseElementsAttr>(constant.getValue());
+        if (!dense) {
+          result = constant.emitOpError(targetName()) << " code generation needs a dense constant";
+          return;
+        }
+        std::string name = "c" + std::to_string(counter);
+        std::string t = cType(type.getElementType());
+        llvm::raw_string_ostream decl(constants);
+        decl << t << " " << name << "[] = {";
+        int64_t count = std::max<int64_t>(1, type.getNumElements());
+        for (int64_t i = 0; i < count; ++i) {
+          if (i)
+            decl << ", ";
+          if (llvm::isa<FloatType>(type.getElementType()))
+            decl << floatLiteral(dense.getValues<APFloat>()[dense.isSplat() ? 0 : i]
+                                     .convertToDouble());
+          else if (type.getElementType().isInteger(1) || type.getElementType().isUnsignedInteger())
+            decl << dense.getValues<APInt>()[dense.isSplat() ? 0 : i].getZExtValue();
+          else
+            decl << dense.getValues<APInt>()[dense.isSplat() ? 0 : i].getSExtValue();
+        }
+        decl << "};\n";
+        if (!cuda()) {
+          bind(constant.getResult(), name);
+          return;
+        }
+        // Uploaded once, on the first call (the device is the rank's for the whole run).
+        out << "  static const pk::DeviceConstant " << name << "Device(" << name << ", sizeof "
+            << name << ");\n";
+        bind(constant.getResult(), "static_cast<" + t + " *>(" + name + "Device.get())");
+      })
+      .Case([&](nn::SgdUpdateOp update) {
+        out << "  pk::sgdUpdate(" << ptr(update.getParam()) << ", " << ptr(update.getGrad()) << ", "
+            << ptr(update.getMomentumBuffer()) << ", " << n(update.getParam())
+            << ", opt->step, opt->learning_rate, opt->momentum, opt->weight_decay);\n";
+        names[update.getNewParam()] = ptr(update.getParam());
+        names[update.getNewMomentumBuffer()] = ptr(update.getMomentumBuffer());
+      })
+      .Case([&](nn::AdamWUpdateOp update) {
+        out << "  pk::adamwUpdate(" << ptr(update.getParam()) << ", " << ptr(update.getGrad())
+            << ", " << ptr(update.getM()) << ", " << ptr(update.getV()) << ", "
+            << n(update.getParam())
+            << ", opt->step, opt->learning_rate, opt->beta1, opt->beta2, opt->epsilon, "
+               "opt->weight_decay);\n";
+        names[update.getNewParam()] = ptr(update.getParam());
+        names[update.getNewM()] = ptr(update.getM());
+        names[update.getNewV()] = ptr(update.getV());
+      })
+      .Case([&](pipe::RecvOp recv) {
+        bool forward = llvm::cast<func::FuncOp>(recv->getParentOp()).getSymName() == "fwd";
+        int index = forward ? inputIndex[recv.getTag()] : gradOutputIndex[recv.getTag()];
+        bind(recv.getResult(), "static_cast<" + cType(recv.getType().getElementType()) + " *>(" +
+                                   std::string(forward ? "const_cast<void *>(call->inputs["
+                                                       : "const_cast<void *>(call->grad_outputs[") +
+                                   std::to_string(index) + "]))");
+      })
+      .Case([&](pipe::SendOp send) {
+        bool forward = llvm::cast<func::FuncOp>(send->getParentOp()).getSymName() == "fwd";
+        int index = forward ? outputIndex[send.getTag()] : gradInputIndex[send.getTag()];
+        auto type = tensorType(send.getValue());
+        out << "  copyIfDistinct(call->" << (forward ? "outputs[" : "grad_inputs[") << index
+            << "], " << ptr(send.getValue()) << ", "
+            << type.getNumElements() * elementBytes(type.getElementType()) << ");\n";
+      })
+      .Case([&](pipe::AllReduceOp reduce) {
+        // The runtime reduces gradients before calling step (stage ABI).
+        names[reduce.getResult()] = ptr(reduce.getValue());
+      })
+      .Case([&](pipe::StashOp) {}) // weight versions are the runtime's
+      .Case([&](pipe::RestoreOp restore) {
+        bind(restore.getResult(), "static_cast<float *>(call->params[" +
+                                      std::to_string(paramIndex(restore.getName())) + "])");
+      })
+      .Case([&](pipe::RecomputeOp recompute) {
+        Block &block = recompute.getBody().front();
+        for (auto [argument, input] : llvm::zip(block.getArguments(), recompute.getInputs()))
+          names[argument] = ptr(input);
+        if (failed(emitOps(block, isStep))) {
+          result = failure();
+          return;
+        }
+        auto yield = llvm::cast<pipe::YieldOp>(block.getTerminator());
+        for (auto [value, yielded] : llvm::zip(recompute.getResults(), yield.getValues()))
+          names[value] = ptr(yielded);
+      })
+      .Default([&](Operation *op) {
+        result = op->emitOpError("has no ") << targetName() << " lowering";
+      });
+  return result;
+}
+
+} // namespace pipec::emit::detail

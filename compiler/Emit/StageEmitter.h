@@ -1,0 +1,174 @@
+// The stage code generator's state and helpers, shared by EmitStage.cpp
+// (the stage ABI: interface, entry points, descriptors) and EmitOps.cpp (one
+// kernel call per op). Internal to compiler/Emit.
+#ifndef PIPEC_COMPILER_EMIT_STAGEEMITTER_H
+#define PIPEC_COMPILER_EMIT_STAGEEMITTER_H
+
+#include "compiler/Emit/EmitStage.h"
+
+#include "dialects/nn/NNDialect.h"
+#include "dialects/pipe/PipeDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <map>
+#include <string>
+
+namespace pipec::emit::detail {
+using namespace mlir;
+
+inline RankedTensorType tensorType(Value value) { return llvm::cast<RankedTensorType>(value.getType()); }
+
+inline std::string cType(Type element) {
+  if (element.isF32()) return "float";
+  if (element.isF64()) return "double";
+  if (element.isInteger(64)) return "int64_t";
+  if (element.isInteger(32)) return "int32_t";
+  if (element.isUnsignedInteger(8)) return "uint8_t";
+  if (element.isInteger(8)) return "int8_t";
+  if (element.isInteger(1)) return "uint8_t";
+  return "";
+}
+
+inline const char *abiDtype(Type element) {
+  if (element.isF32()) return "PIPEC_F32";
+  if (element.isF64()) return "PIPEC_F64";
+  if (element.isInteger(64)) return "PIPEC_I64";
+  if (element.isInteger(32)) return "PIPEC_I32";
+  return "PIPEC_BOOL";
+}
+
+inline int64_t elementBytes(Type element) {
+  return std::max<int64_t>(1, element.getIntOrFloatBitWidth() / 8);
+}
+
+inline std::string list(ArrayRef<int64_t> values) {
+  std::string text;
+  for (auto [i, value] : llvm::enumerate(values))
+    text += (i ? ", " : "") + std::to_string(value);
+  return text;
+}
+
+inline std::string shapeOf(Value value) {
+  return "pk::Shape{" + list(tensorType(value).getShape()) + "}";
+}
+
+inline std::string dims(ArrayRef<int64_t> values) { return "pk::Dims{" + list(values) + "}"; }
+
+/// A name as diagnostics show it: the literal, cut after 200 bytes.
+inline std::string shownName(StringRef text) {
+  return cStringLiteral(text.take_front(200)) + (text.size() > 200 ? "..." : "");
+}
+
+inline std::string floatLiteral(double value) {
+  if (std::isinf(value))
+    return value < 0 ? "-HUGE_VALF" : "HUGE_VALF";
+  if (std::isnan(value))
+    return "NAN"; // float; widens exactly to double
+  // Hexadecimal floating point: exact, so generated code matches the IR bit for bit.
+  char text[64];
+  std::snprintf(text, sizeof text, "%a", value);
+  return text;
+}
+
+struct TensorInfo {
+  std::string name;
+  RankedTensorType type;
+};
+
+struct ParamInfo {
+  std::string name;
+  RankedTensorType type;
+  bool trained;
+};
+
+class StageEmitter {
+public:
+  StageEmitter(pipe::StageOp stage, int numStages, const StageTarget &target, raw_ostream &os)
+      : stage(stage), numStages(numStages), target(target), os(os) {}
+
+  LogicalResult run();
+
+private:
+  func::FuncOp function(StringRef name) {
+    return llvm::dyn_cast_or_null<func::FuncOp>(SymbolTable::lookupSymbolIn(stage, name));
+  }
+  void collectInterface();
+  LogicalResult emitFunction(func::FuncOp function, StringRef cName, bool isStep);
+  LogicalResult emitOp(Operation *op, bool isStep);
+  LogicalResult emitOps(Block &block, bool isStep);
+  std::string bind(Value value, std::string expression);
+  std::string allocate(Value value);
+  std::string ptr(Value value) { return names.lookup(value); }
+  int paramIndex(StringRef name) const {
+    for (auto [i, param] : llvm::enumerate(params))
+      if (param.name == name)
+        return static_cast<int>(i);
+    return -1;
+  }
+  int trainedIndex(StringRef name) const {
+    int index = 0;
+    for (const auto &param : params) {
+      if (param.name == name)
+        return index;
+      index += param.trained;
+    }
+    return -1;
+  }
+
+  /// The string literal of a name bound for a `const char *` of the stage
+  /// ABI (a tensor, parameter or node name); refuses a NUL byte, which the
+  /// C string would silently cut (`what` says whose name, `where` the op).
+  std::string literal(StringRef text, StringRef what, Operation *where = nullptr) {
+    if (text.contains('\0')) {
+      InFlightDiagnostic diagnostic = where ? where->emitError() : stage.emitError();
+      diagnostic << "stage " << stage.getId() << ": the name of " << what << " "
+                 << shownName(text)
+                 << " contains a NUL byte, which the stage library's C strings cannot hold";
+      nameError = true;
+    }
+    return cStringLiteral(text);
+  }
+
+  bool cuda() const { return target.target == Target::Cuda; }
+  const char *targetName() const { return cuda() ? "CUDA" : "CPU"; }
+  std::string precisionEnum() const {
+    if (target.precision == "bf16")
+      return "pk::Precision::BF16";
+    if (target.precision == "tf32")
+      return "pk::Precision::TF32";
+    return "pk::Precision::F32";
+  }
+
+  pipe::StageOp stage;
+  int numStages;
+  StageTarget target;
+  raw_ostream &os;
+  std::string body;      // the function being emitted
+  std::string functions; // the functions emitted so far, written after the tables
+  llvm::raw_string_ostream out{body};
+  llvm::DenseMap<Value, std::string> names;
+  int counter = 0;
+  std::string constants;
+
+  SmallVector<ParamInfo> params;
+  SmallVector<TensorInfo> data, inputs, outputs;
+  std::map<int64_t, int> inputIndex, outputIndex, gradOutputIndex, gradInputIndex;
+  llvm::StringMap<int64_t> savedOffsets;
+  int64_t workspaceBytes = 0;
+  bool computesLoss = false;
+  bool interfaceError = false;
+  bool nameError = false; // a name literal() refused
+  int phase = 0; // of the function being emitted: 0 F, 1 B, 2 W (the profile's)
+  std::string optimizer = "PIPEC_ADAMW";
+  int statePerParam = 2;
+};
+
+} // namespace pipec::emit::detail
+
+#endif // PIPEC_COMPILER_EMIT_STAGEEMITTER_H

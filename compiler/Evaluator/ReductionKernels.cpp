@@ -1,0 +1,253 @@
+// Reference kernels that reduce along axes, and their gradients: softmax,
+// softmax cross-entropy loss, ReduceMean and ReduceSum.
+#include "compiler/Evaluator/KernelsInternal.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace pipec::eval::kernels {
+
+using namespace detail;
+using import::isFloating;
+
+//===----------------------------------------------------------------------===//
+// Softmax
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Along the axis at (o, in): the maximum and the sum of exp(x - maximum).
+/// Subtracting the maximum keeps exp() finite; softmax is unchanged by it.
+std::pair<double, double> maxAndExpSum(const Tensor &input, const AxisView &view, int64_t o,
+                                       int64_t in) {
+  double maximum = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < view.size; ++i)
+    maximum = std::max(maximum, input.floats[view.at(o, i, in)]);
+  double sum = 0;
+  for (int64_t i = 0; i < view.size; ++i)
+    sum += std::exp(input.floats[view.at(o, i, in)] - maximum);
+  return {maximum, sum};
+}
+
+/// log(softmax(x)) along `axis`, in double, unrounded.
+std::vector<double> logSoftmax(const Tensor &input, int64_t axis) {
+  AxisView view = viewAround(input.shape, axis);
+  std::vector<double> out(input.floats.size());
+  for (int64_t o = 0; o < view.outer; ++o)
+    for (int64_t in = 0; in < view.inner; ++in) {
+      auto [maximum, sum] = maxAndExpSum(input, view, o, in);
+      double logSum = maximum + std::log(sum);
+      for (int64_t i = 0; i < view.size; ++i)
+        out[view.at(o, i, in)] = input.floats[view.at(o, i, in)] - logSum;
+    }
+  return out;
+}
+
+} // namespace
+
+Tensor softmax(const Tensor &input, int64_t axis) {
+  requireFloating(input, "the input");
+  axis = normalizeAxis(axis, static_cast<int64_t>(input.shape.size()));
+  AxisView view = viewAround(input.shape, axis);
+  Tensor out = zeros(input.kind, input.shape);
+  for (int64_t o = 0; o < view.outer; ++o)
+    for (int64_t in = 0; in < view.inner; ++in) {
+      auto [maximum, sum] = maxAndExpSum(input, view, o, in);
+      for (int64_t i = 0; i < view.size; ++i)
+        out.floats[view.at(o, i, in)] = std::exp(input.floats[view.at(o, i, in)] - maximum) / sum;
+    }
+  return finish(std::move(out));
+}
+
+Tensor softmaxGrad(const Tensor &dy, const Tensor &y, int64_t axis) {
+  requireFloating(dy, "dy");
+  requireSameShape(dy, y, "dy and y differ");
+  axis = normalizeAxis(axis, static_cast<int64_t>(dy.shape.size()));
+  AxisView view = viewAround(dy.shape, axis);
+  Tensor out = zeros(dy.kind, dy.shape);
+  for (int64_t o = 0; o < view.outer; ++o)
+    for (int64_t in = 0; in < view.inner; ++in) {
+      double dot = 0;
+      for (int64_t i = 0; i < view.size; ++i)
+        dot += dy.floats[view.at(o, i, in)] * y.floats[view.at(o, i, in)];
+      for (int64_t i = 0; i < view.size; ++i)
+        out.floats[view.at(o, i, in)] =
+            y.floats[view.at(o, i, in)] * (dy.floats[view.at(o, i, in)] - dot);
+    }
+  return finish(std::move(out));
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax cross-entropy loss
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The operand checks softmax_cross_entropy_loss and its gradient share;
+/// returns the labels' shape (N, d1, ...).
+std::vector<int64_t> checkLossOperands(const Tensor &scores, const Tensor &labels,
+                                       const Tensor *weights, const std::string &reduction) {
+  requireFloating(scores, "the scores");
+  requireRank(scores, 2, "the scores (N, C, ...)");
+  if (isFloating(labels.kind))
+    throw EvalError("labels must be integers");
+  int64_t classes = scores.shape[1];
+  std::vector<int64_t> labelShape{scores.shape[0]};
+  labelShape.insert(labelShape.end(), scores.shape.begin() + 2, scores.shape.end());
+  if (labels.shape != labelShape)
+    throw EvalError("labels must have shape " + shapeToString(labelShape) + ", got " +
+                    shapeToString(labels.shape));
+  if (weights && weights->shape != std::vector<int64_t>{classes})
+    throw EvalError("weights must have shape [" + std::to_string(classes) + "]");
+  if (reduction != "mean" && reduction != "sum" && reduction != "none")
+    throw EvalError("reduction must be mean, sum or none, got " + reduction);
+  return labelShape;
+}
+
+/// The weight of every element of the labels (its class's weight, 1 without
+/// weights; 0 when its label is ignoreIndex) and the sum over the elements
+/// not ignored. Throws on a label out of range.
+struct LabelWeights {
+  std::vector<double> weights;
+  double sum = 0;
+};
+
+LabelWeights labelWeights(const Tensor &labels, int64_t classes, const Tensor *weights,
+                          std::optional<int64_t> ignoreIndex) {
+  LabelWeights result{std::vector<double>(labels.numElements(), 0.0), 0};
+  for (int64_t flat = 0; flat < labels.numElements(); ++flat) {
+    int64_t label = labels.ints[flat];
+    if (ignoreIndex && label == *ignoreIndex)
+      continue; // contributes 0 and weighs nothing
+    if (label < 0 || label >= classes)
+      throw EvalError("label " + std::to_string(label) + " out of range [0, " +
+                      std::to_string(classes) + ")");
+    result.weights[flat] = weights ? weights->floats[label] : 1.0;
+    result.sum += result.weights[flat];
+  }
+  return result;
+}
+
+} // namespace
+
+SoftmaxCrossEntropyResults softmaxCrossEntropyLoss(const Tensor &scores, const Tensor &labels,
+                                                   const Tensor *weights,
+                                                   const std::string &reduction,
+                                                   std::optional<int64_t> ignoreIndex) {
+  std::vector<int64_t> labelShape = checkLossOperands(scores, labels, weights, reduction);
+  LabelWeights weighted = labelWeights(labels, scores.shape[1], weights, ignoreIndex);
+
+  std::vector<double> logProb = logSoftmax(scores, 1);
+  AxisView view = viewAround(scores.shape, 1); // outer = N, inner = d1*d2*...
+  std::vector<double> losses(labels.numElements());
+  double lossSum = 0;
+  for (int64_t n = 0; n < view.outer; ++n)
+    for (int64_t in = 0; in < view.inner; ++in) {
+      int64_t flat = n * view.inner + in;
+      int64_t label = labels.ints[flat];
+      if (ignoreIndex && label == *ignoreIndex)
+        continue;
+      losses[flat] = -weighted.weights[flat] * logProb[view.at(n, label, in)];
+      lossSum += losses[flat];
+    }
+
+  SoftmaxCrossEntropyResults results;
+  if (reduction == "none") {
+    results.loss = Tensor::ofFloats(scores.kind, labelShape, losses);
+  } else {
+    // "mean" over no counted element is 0/0 = NaN, as in ONNX's reference
+    // and PyTorch.
+    double value = reduction == "sum" ? lossSum : lossSum / weighted.sum;
+    results.loss = Tensor::ofFloats(scores.kind, {}, {value});
+  }
+  results.logProb = Tensor::ofFloats(scores.kind, scores.shape, logProb);
+  roundToElementType(results.loss);
+  roundToElementType(results.logProb);
+  return results;
+}
+
+Tensor softmaxCrossEntropyLossGrad(const Tensor &dloss, const Tensor &scores,
+                                   const Tensor &labels, const Tensor *weights,
+                                   const std::string &reduction,
+                                   std::optional<int64_t> ignoreIndex) {
+  std::vector<int64_t> labelShape = checkLossOperands(scores, labels, weights, reduction);
+  int64_t classes = scores.shape[1];
+  requireFloating(dloss, "dloss");
+  std::vector<int64_t> lossShape = reduction == "none" ? labelShape : std::vector<int64_t>{};
+  if (dloss.shape != lossShape)
+    throw EvalError("dloss must have the loss's shape " + shapeToString(lossShape) + ", got " +
+                    shapeToString(dloss.shape));
+
+  std::vector<double> logProb = logSoftmax(scores, 1);
+  AxisView view = viewAround(scores.shape, 1);
+  LabelWeights weighted = labelWeights(labels, classes, weights, ignoreIndex);
+  Tensor out = zeros(scores.kind, scores.shape);
+  for (int64_t n = 0; n < view.outer; ++n)
+    for (int64_t in = 0; in < view.inner; ++in) {
+      int64_t flat = n * view.inner + in;
+      if (weighted.weights[flat] == 0.0)
+        continue;
+      double upstream = reduction == "none" ? dloss.floats[flat] : dloss.floats[0];
+      double factor =
+          upstream * weighted.weights[flat] / (reduction == "mean" ? weighted.sum : 1.0);
+      for (int64_t c = 0; c < classes; ++c) {
+        double p = std::exp(logProb[view.at(n, c, in)]);
+        out.floats[view.at(n, c, in)] = factor * (p - (c == labels.ints[flat] ? 1.0 : 0.0));
+      }
+    }
+  return finish(std::move(out));
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The result shape with keepdims (reduced axes as 1) and without.
+std::pair<std::vector<int64_t>, std::vector<int64_t>>
+reducedShapes(const std::vector<int64_t> &shape, const std::vector<bool> &reduced, bool keepdims) {
+  std::vector<int64_t> keptShape, outShape;
+  for (size_t axis = 0; axis < shape.size(); ++axis) {
+    keptShape.push_back(reduced[axis] ? 1 : shape[axis]);
+    if (!reduced[axis] || keepdims)
+      outShape.push_back(keptShape.back());
+  }
+  return {keptShape, outShape};
+}
+} // namespace
+
+Tensor reduceMean(const Tensor &input, const std::vector<int64_t> &axes, bool keepdims) {
+  requireFloating(input, "the input");
+  int64_t rank = static_cast<int64_t>(input.shape.size());
+  std::vector<bool> reduced(rank, axes.empty());
+  for (int64_t axis : axes) {
+    if (axis < 0 || axis >= rank)
+      throw EvalError("axis " + std::to_string(axis) + " out of range for rank " +
+                      std::to_string(rank));
+    reduced[axis] = true;
+  }
+  auto [keptShape, outShape] = reducedShapes(input.shape, reduced, keepdims);
+  std::vector<double> sums = sumToShape(input.floats, input.shape, keptShape);
+  double count = static_cast<double>(input.numElements()) /
+                 static_cast<double>(std::max<int64_t>(product(keptShape), 1));
+  for (double &sum : sums)
+    sum /= count;
+  return finish(Tensor::ofFloats(input.kind, outShape, sums));
+}
+
+Tensor reduceSum(const Tensor &input, const std::vector<int64_t> &axes, bool keepdims) {
+  requireFloating(input, "the input");
+  int64_t rank = static_cast<int64_t>(input.shape.size());
+  std::vector<bool> reduced(rank, false);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (axes[i] < 0 || axes[i] >= rank || (i && axes[i - 1] >= axes[i]))
+      throw EvalError("axes must be sorted, unique and in [0, " + std::to_string(rank) + ")");
+    reduced[axes[i]] = true;
+  }
+  auto [keptShape, outShape] = reducedShapes(input.shape, reduced, keepdims);
+  return finish(
+      Tensor::ofFloats(input.kind, outShape, sumToShape(input.floats, input.shape, keptShape)));
+}
+
+} // namespace pipec::eval::kernels

@@ -1,0 +1,234 @@
+// Analysis of the graph before anything is translated (docs/importer.md):
+// the operator version each node follows, which initializers are trained
+// parameters or buffers, which values are known at import time, the nodes
+// nothing can translate, and the static types of the graph inputs.
+#include "compiler/Import/ImporterImpl.h"
+
+using namespace mlir;
+
+namespace pipec::import::detail {
+namespace {
+
+/// The opsets at which an operator's definition changed, and the oldest
+/// version pipec translates. The version a node follows is the newest change
+/// at or below the model's opset.
+struct OperatorVersions {
+  std::vector<int64_t> changes;
+  int64_t oldestSupported;
+};
+
+const std::map<std::string, OperatorVersions> &operatorVersions() {
+  static const std::map<std::string, OperatorVersions> table = {
+      {"Add", {{1, 6, 7, 13, 14}, 7}},        {"Sub", {{1, 6, 7, 13, 14}, 7}},
+      {"Mul", {{1, 6, 7, 13, 14}, 7}},        {"Div", {{1, 6, 7, 13, 14}, 7}},
+      {"Pow", {{1, 7, 12, 13, 15}, 7}},       {"Equal", {{1, 7, 11, 13, 19}, 7}},
+      {"Gemm", {{1, 6, 7, 9, 11, 13}, 7}},    {"BatchNormalization", {{1, 6, 7, 9, 14, 15}, 9}},
+      {"Dropout", {{1, 6, 7, 10, 12, 13}, 7}}, {"Softmax", {{1, 11, 13}, 1}},
+      {"Split", {{1, 2, 11, 13, 18}, 2}},     {"Squeeze", {{1, 11, 13}, 1}},
+      {"Unsqueeze", {{1, 11, 13}, 1}},        {"ReduceMean", {{1, 11, 13, 18}, 1}},
+      {"Slice", {{1, 10, 11, 13}, 10}},       {"Pad", {{1, 2, 11, 13, 18, 19}, 11}},
+      {"Reshape", {{1, 5, 13, 14, 19}, 5}},   {"Concat", {{1, 4, 11, 13}, 4}},
+      {"Where", {{9, 16}, 9}},                {"Expand", {{8, 13}, 8}},
+      {"ConstantOfShape", {{9}, 9}},          {"LayerNormalization", {{17}, 17}},
+      {"Gelu", {{20}, 20}},                   {"SoftmaxCrossEntropyLoss", {{12, 13}, 12}},
+      {"Erf", {{9, 13}, 9}},                  {"Range", {{11}, 11}},
+  };
+  return table;
+}
+
+} // namespace
+
+int64_t resolvedVersion(const std::string &opType, int64_t opset) {
+  auto it = operatorVersions().find(opType);
+  if (it == operatorVersions().end())
+    return opset;
+  int64_t version = 0;
+  for (int64_t change : it->second.changes)
+    if (change <= opset)
+      version = change;
+  return version;
+}
+
+/// Decides, before translating anything, which initializers are trained
+/// parameters, which are buffers (BatchNormalization statistics) and which
+/// values are known at import time; then lists every unsupported node.
+void OnnxImporter::analyzeGraph() {
+  const onnx::GraphProto &graph = model.graph();
+  for (const auto &tensor : graph.initializer())
+    initializers[tensor.name()] = &tensor;
+  for (const auto &node : graph.node())
+    for (const auto &input : node.input())
+      if (!input.empty())
+        ++useCounts[input];
+  for (const auto &output : graph.output())
+    ++useCounts[output.name()];
+
+  // Gradient flow, from the graph outputs backwards through differentiable inputs.
+  std::set<std::string> carriesGradient;
+  for (const auto &output : graph.output())
+    carriesGradient.insert(output.name());
+  for (int i = graph.node_size() - 1; i >= 0; --i) {
+    const auto &node = graph.node(i);
+    bool needed = llvm::any_of(node.output(), [&](const std::string &name) {
+      return carriesGradient.count(name) > 0;
+    });
+    if (!needed)
+      continue;
+    const OpRule *rule = findRule(node);
+    for (int index = 0; index < node.input_size(); ++index) {
+      bool differentiable = !rule || llvm::is_contained(rule->differentiableInputs, index);
+      if (differentiable && !node.input(index).empty())
+        carriesGradient.insert(node.input(index));
+    }
+  }
+  for (const auto &node : graph.node())
+    if (node.op_type() == "BatchNormalization" && isDefaultDomain(node.domain()))
+      for (int index : {3, 4})
+        if (index < node.input_size() && initializers.count(node.input(index)))
+          bufferNames.insert(node.input(index));
+  for (const auto &tensor : graph.initializer()) {
+    auto kind = elementKindOf(tensor.data_type());
+    bool floating = kind && isFloating(*kind);
+    // A scalar is a constant (eps, scale factors), never a trained weight.
+    bool scalar = tensor.dims_size() == 0;
+    if (floating && !scalar && carriesGradient.count(tensor.name()) &&
+        !bufferNames.count(tensor.name()))
+      parameterNames.insert(tensor.name());
+  }
+  for (const auto &tensor : graph.initializer())
+    if (!parameterNames.count(tensor.name()) && !bufferNames.count(tensor.name()))
+      knownAtImport.insert(tensor.name());
+
+  // Values known at import time, and the nodes nothing can translate.
+  std::vector<std::string> unsupported;
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const auto &node = graph.node(i);
+    currentNodeIndex = i;
+    bool foldable = isDefaultDomain(node.domain()) && folders().count(node.op_type()) &&
+                    (node.op_type() == "Shape" ||
+                     llvm::all_of(node.input(), [&](const std::string &name) {
+                       return name.empty() || knownAtImport.count(name) > 0;
+                     }));
+    if (foldable) {
+      for (const auto &output : node.output())
+        knownAtImport.insert(output);
+      continue;
+    }
+    if (isDefaultDomain(node.domain()) && operatorVersions().count(node.op_type())) {
+      int64_t version = resolvedVersion(node.op_type(), opset);
+      int64_t oldest = operatorVersions().at(node.op_type()).oldestSupported;
+      if (version < oldest) {
+        unsupported.push_back(
+            "node '" + (node.name().empty() ? "#" + std::to_string(i) : node.name()) + "' (" +
+            node.op_type() +
+            (version == 0 ? " does not exist at opset " + std::to_string(opset)
+                          : " version " + std::to_string(version) + " of opset " +
+                                std::to_string(opset) + "; pipec translates version " +
+                                std::to_string(oldest) + " and newer") +
+            ")");
+        continue;
+      }
+    }
+    bool hasSubgraph = llvm::any_of(node.attribute(), [](const onnx::AttributeProto &a) {
+      return a.has_g() || a.graphs_size() > 0;
+    });
+    if (!findRule(node) || hasSubgraph) {
+      std::string domain = isDefaultDomain(node.domain()) ? "" : node.domain() + "::";
+      std::string reason = folders().count(node.op_type()) && isDefaultDomain(node.domain())
+                               ? " (only supported when its inputs are known at import time)"
+                               : "";
+      unsupported.push_back("node '" + (node.name().empty() ? "#" + std::to_string(i)
+                                                            : node.name()) +
+                            "' (" + domain + node.op_type() + ")" + reason);
+    }
+  }
+  if (!unsupported.empty()) {
+    std::string message = std::to_string(unsupported.size()) +
+                          " unsupported operator node(s) (opset " + std::to_string(opset) +
+                          "): ";
+    for (size_t i = 0; i < unsupported.size(); ++i)
+      message += (i ? "; " : "") + unsupported[i];
+    message += ". pipec translates: ";
+    auto supported = supportedOnnxOps();
+    for (size_t i = 0; i < supported.size(); ++i)
+      message += (i ? ", " : "") + supported[i];
+    message += " (and folds shape computations known at import time).";
+    failFile(message);
+  }
+}
+
+void OnnxImporter::resolveInputTypes() {
+  std::vector<std::string> problems;
+  std::set<std::string> graphInputs;
+  for (const auto &input : model.graph().input()) {
+    if (initializers.count(input.name()))
+      continue; // older exporters list initializers as inputs too
+    graphInputs.insert(input.name());
+    const auto &type = input.type();
+    if (!type.has_tensor_type()) {
+      problems.push_back("input '" + input.name() + "' is not a tensor");
+      continue;
+    }
+    auto kind = elementKindOf(type.tensor_type().elem_type());
+    if (!kind) {
+      problems.push_back("input '" + input.name() + "' has an unsupported element type (" +
+                         std::to_string(type.tensor_type().elem_type()) + ")");
+      continue;
+    }
+    auto given = options.inputShapes.find(input.name());
+    std::vector<int64_t> shape;
+    if (!type.tensor_type().has_shape() && given == options.inputShapes.end()) {
+      problems.push_back("input '" + input.name() +
+                         "' has no shape; give one with --input-shape " + input.name() +
+                         "=d0,d1,...");
+      continue;
+    }
+    const auto &dims = type.tensor_type().shape().dim();
+    if (given != options.inputShapes.end()) {
+      shape = given->second;
+      if (type.tensor_type().has_shape() && dims.size() != static_cast<int>(shape.size())) {
+        problems.push_back("--input-shape gives rank " + std::to_string(shape.size()) +
+                           " for input '" + input.name() + "' of rank " +
+                           std::to_string(dims.size()));
+        continue;
+      }
+      for (int d = 0; d < dims.size() && type.tensor_type().has_shape(); ++d)
+        if (dims[d].has_dim_value() && dims[d].dim_value() != shape[d])
+          problems.push_back("--input-shape sets dimension " + std::to_string(d) +
+                             " of input '" + input.name() + "' to " +
+                             std::to_string(shape[d]) + " but the model fixes it to " +
+                             std::to_string(dims[d].dim_value()));
+    } else {
+      std::vector<std::string> symbolic;
+      for (int d = 0; d < dims.size(); ++d) {
+        if (dims[d].has_dim_value() && dims[d].dim_value() >= 0)
+          shape.push_back(dims[d].dim_value());
+        else
+          symbolic.push_back(dims[d].has_dim_param() ? "'" + dims[d].dim_param() + "'"
+                                                     : "dimension " + std::to_string(d));
+      }
+      if (!symbolic.empty()) {
+        std::string list;
+        for (size_t i = 0; i < symbolic.size(); ++i)
+          list += (i ? ", " : "") + symbolic[i];
+        problems.push_back("input '" + input.name() + "' has dynamic dimensions (" + list +
+                           "); give static ones with --input-shape " + input.name() +
+                           "=d0,d1,...");
+        continue;
+      }
+    }
+    inputTypes[input.name()] =
+        RankedTensorType::get(shape, mlirElementType(context, *kind));
+  }
+  for (const auto &[name, shape] : options.inputShapes)
+    if (!graphInputs.count(name))
+      problems.push_back("--input-shape names '" + name + "', which is not an input of the "
+                         "model");
+  if (!problems.empty()) {
+    for (const auto &problem : problems)
+      report(problem);
+    abandon();
+  }
+}
+
+} // namespace pipec::import::detail

@@ -1,0 +1,203 @@
+// Converters of operators that move data (gather, reshape, squeeze, expand,
+// transpose, concat, pad, split, slice): shapes, axes and sizes arguments
+// must be known at import time, as `nn` works on static shapes.
+#include "compiler/Import/ImporterImpl.h"
+#include "pipec/input_file.h"
+
+using namespace mlir;
+
+namespace pipec::import::detail {
+
+void OnnxImporter::convertGather(const onnx::NodeProto &node) {
+  Value data = operand(node, 0);
+  int64_t rank = typeOf(data).getRank();
+  int64_t axis = normalizedAxes(node, {intAttr(node, "axis", 0)}, rank)[0];
+  Value indices;
+  // Constant indices are normalized here (ONNX allows negative ones).
+  if (auto it = constants.find(node.input(1)); it != constants.end()) {
+    HostTensor normalized = fold::cast(it->second, ElementKind::Int64);
+    int64_t size = typeOf(data).getDimSize(axis);
+    for (int64_t &index : normalized.ints) {
+      if (index < -size || index >= size)
+        fail(node, "index " + std::to_string(index) + " is out of range for axis size " +
+                       std::to_string(size));
+      if (index < 0)
+        index += size;
+    }
+    indices = materialize(normalized, locationOf(node));
+  } else {
+    indices = operand(node, 1);
+  }
+  defineInferred<nn::GatherOp>(node, {data, indices},
+                               {builder.getNamedAttr("axis", builder.getI64IntegerAttr(axis))});
+}
+
+void OnnxImporter::convertReshape(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  std::vector<int64_t> shape;
+  try {
+    shape = resolveReshape(shapeOfInput(node, 0), constantInput(node, 1, "shape").toInts(),
+                           intAttr(node, "allowzero", 0) != 0);
+  } catch (const FoldError &error) {
+    fail(node, error.what());
+  }
+  auto type = RankedTensorType::get(shape, typeOf(input).getElementType());
+  defineResults(node, createVerified(node, nn::ReshapeOp::getOperationName(), {input}, {type}, {}),
+                1);
+}
+
+void OnnxImporter::convertFlatten(const onnx::NodeProto &node) {
+  defineInferred<nn::FlattenOp>(
+      node, {operand(node, 0)},
+      {builder.getNamedAttr("axis", builder.getI64IntegerAttr(intAttr(node, "axis", 1)))});
+}
+
+void OnnxImporter::convertUnsqueeze(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  std::vector<int64_t> axes = unsqueezeAxes(node, typeOf(input).getRank());
+  defineInferred<nn::UnsqueezeOp>(
+      node, {input}, {builder.getNamedAttr("axes", builder.getDenseI64ArrayAttr(axes))});
+}
+
+void OnnxImporter::convertSqueeze(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  auto shape = typeOf(input).getShape();
+  std::vector<int64_t> axes;
+  if (auto given = squeezeAxes(node)) {
+    axes = normalizedAxes(node, *given, shape.size());
+  } else {
+    for (size_t axis = 0; axis < shape.size(); ++axis)
+      if (shape[axis] == 1)
+        axes.push_back(axis);
+  }
+  defineInferred<nn::SqueezeOp>(node, {input},
+                                {builder.getNamedAttr("axes", builder.getDenseI64ArrayAttr(axes))});
+}
+
+void OnnxImporter::convertExpand(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  std::vector<int64_t> shape;
+  try {
+    shape = broadcastShape(shapeOfInput(node, 0), constantInput(node, 1, "shape").toInts());
+  } catch (const FoldError &) {
+    fail(node, "cannot expand [" + join(shapeOfInput(node, 0)) + "] to [" +
+                   join(constantInput(node, 1, "shape").toInts()) + "]");
+  }
+  auto type = RankedTensorType::get(shape, typeOf(input).getElementType());
+  if (type == input.getType()) {
+    define(node, 0, input);
+    return;
+  }
+  defineResults(node, createVerified(node, nn::ExpandOp::getOperationName(), {input}, {type}, {}),
+                1);
+}
+
+void OnnxImporter::convertTranspose(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  std::vector<int64_t> perm = transposePerm(node, typeOf(input).getRank());
+  defineInferred<nn::TransposeOp>(
+      node, {input}, {builder.getNamedAttr("perm", builder.getDenseI64ArrayAttr(perm))});
+}
+
+void OnnxImporter::convertConcat(const onnx::NodeProto &node) {
+  SmallVector<Value> inputs;
+  for (int i = 0; i < node.input_size(); ++i)
+    inputs.push_back(operand(node, i));
+  if (!attribute(node, "axis"))
+    fail(node, "axis is required");
+  defineInferred<nn::ConcatOp>(
+      node, inputs,
+      {builder.getNamedAttr("axis", builder.getI64IntegerAttr(intAttr(node, "axis", 0)))});
+}
+
+void OnnxImporter::convertPad(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  int64_t rank = typeOf(input).getRank();
+  std::string mode = stringAttr(node, "mode", "constant");
+  if (mode != "constant")
+    fail(node, "mode '" + mode + "' is not supported (only constant padding)");
+  std::vector<int64_t> pads = constantInput(node, 1, "pads").toInts();
+  double value = 0.0;
+  if (auto given = optionalScalarInput(node, 2, "constant_value"))
+    value = given->asDouble(0);
+  if (auto axesInput = optionalConstantInput(node, 3, "axes")) {
+    // Opset 18: pads cover only the listed axes.
+    std::vector<int64_t> axes = normalizedAxes(node, axesInput->toInts(), rank, false);
+    if (pads.size() != 2 * axes.size())
+      fail(node, "pads needs two entries per listed axis");
+    std::vector<int64_t> full(2 * rank, 0);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      full[axes[i]] = pads[i];
+      full[axes[i] + rank] = pads[i + axes.size()];
+    }
+    pads = full;
+  }
+  if (static_cast<int64_t>(pads.size()) != 2 * rank)
+    fail(node, "pads has " + std::to_string(pads.size()) + " entries for rank " +
+                   std::to_string(rank));
+  if (llvm::any_of(pads, [](int64_t pad) { return pad < 0; }))
+    fail(node, "negative pads (cropping) are not supported");
+  auto inputShape = typeOf(input).getShape();
+  for (int64_t axis = 0; axis < rank; ++axis) {
+    auto padded = pipec::io::checkedAdd(pads[axis], pads[axis + rank]);
+    if (padded)
+      padded = pipec::io::checkedAdd(*padded, inputShape[axis]);
+    if (!padded)
+      fail(node, "pads [" + join(pads) + "] make dimension " + std::to_string(axis) +
+                     " overflow int64");
+  }
+  if (llvm::all_of(pads, [](int64_t pad) { return pad == 0; })) {
+    define(node, 0, input);
+    return;
+  }
+  defineInferred<nn::PadOp>(node, {input},
+                            {builder.getNamedAttr("pads", builder.getDenseI64ArrayAttr(pads)),
+                             builder.getNamedAttr("value", builder.getF64FloatAttr(value))});
+}
+
+void OnnxImporter::convertSplit(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  auto shape = typeOf(input).getShape();
+  int64_t axis = normalizedAxes(node, {intAttr(node, "axis", 0)}, shape.size())[0];
+  std::vector<int64_t> sizes;
+  if (auto given = nodeVersion < 13 ? intsAttr(node, "split") : std::nullopt) {
+    sizes = *given;
+  } else if (auto given = nodeVersion >= 13 ? optionalConstantInput(node, 1, "split")
+                                            : std::nullopt) {
+    sizes = given->toInts();
+  } else {
+    // Equal pieces, the last one smaller when the size does not divide (opset 18).
+    int64_t pieces = nodeVersion >= 18 && attribute(node, "num_outputs")
+                         ? intAttr(node, "num_outputs", 1)
+                         : node.output_size();
+    if (pieces < 1 || pieces != node.output_size())
+      fail(node, "splits into " + std::to_string(pieces) + " pieces but has " +
+                     std::to_string(node.output_size()) + " outputs");
+    int64_t chunk = (shape[axis] + pieces - 1) / pieces;
+    for (int64_t i = 0, left = shape[axis]; i < pieces; ++i, left -= chunk)
+      sizes.push_back(std::min(chunk, left));
+  }
+  if (static_cast<int>(sizes.size()) != node.output_size())
+    fail(node, "splits into " + std::to_string(sizes.size()) + " pieces but has " +
+                   std::to_string(node.output_size()) + " outputs");
+  defineInferred<nn::SplitOp>(node, {input},
+                              {builder.getNamedAttr("axis", builder.getI64IntegerAttr(axis)),
+                               builder.getNamedAttr("sizes", builder.getDenseI64ArrayAttr(sizes))},
+                              sizes.size());
+}
+
+void OnnxImporter::convertSlice(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  SliceWindow window = sliceWindow(node, typeOf(input).getShape(), /*folding=*/false);
+  defineInferred<nn::SliceOp>(
+      node, {input},
+      {builder.getNamedAttr("starts", builder.getDenseI64ArrayAttr(window.starts)),
+       builder.getNamedAttr("ends", builder.getDenseI64ArrayAttr(window.ends)),
+       builder.getNamedAttr("steps", builder.getDenseI64ArrayAttr(window.steps))});
+}
+
+void OnnxImporter::convertIdentity(const onnx::NodeProto &node) {
+  define(node, 0, operand(node, 0));
+}
+
+} // namespace pipec::import::detail

@@ -1,0 +1,162 @@
+// Folders: shape sub-graphs whose inputs are all known at import time are
+// evaluated on the host (HostTensor.cpp) instead of becoming `nn` ops.
+#include "compiler/Import/ImporterImpl.h"
+#include "pipec/input_file.h"
+
+using namespace mlir;
+
+namespace pipec::import::detail {
+
+std::vector<HostTensor> OnnxImporter::foldConstant(const onnx::NodeProto &node) {
+  for (const auto &attr : node.attribute()) {
+    const std::string &name = attr.name();
+    if (name == "value")
+      return {readTensor(attr.t(), "Constant '" + node.name() + "'")};
+    if (name == "value_float")
+      return {HostTensor::ofFloats(ElementKind::Float32, {}, {attr.f()})};
+    if (name == "value_floats")
+      return {HostTensor::ofFloats(ElementKind::Float32, {attr.floats_size()},
+                                   {attr.floats().begin(), attr.floats().end()})};
+    if (name == "value_int")
+      return {HostTensor::ofInts(ElementKind::Int64, {}, {attr.i()})};
+    if (name == "value_ints")
+      return {HostTensor::ofInts(ElementKind::Int64, {attr.ints_size()},
+                                 {attr.ints().begin(), attr.ints().end()})};
+  }
+  fail(node, "has no supported value attribute (value, value_float(s), value_int(s))");
+}
+
+std::vector<HostTensor> OnnxImporter::foldShape(const onnx::NodeProto &node) {
+  std::vector<int64_t> shape = shapeOfInput(node, 0);
+  int64_t rank = shape.size();
+  int64_t start = intAttr(node, "start", 0), end = intAttr(node, "end", rank);
+  start = std::clamp<int64_t>(start < 0 ? start + rank : start, 0, rank);
+  end = std::clamp<int64_t>(end < 0 ? end + rank : end, 0, rank);
+  std::vector<int64_t> dims(shape.begin() + start, shape.begin() + std::max(start, end));
+  int64_t count = dims.size();
+  return {HostTensor::ofInts(ElementKind::Int64, {count}, dims)};
+}
+
+std::vector<HostTensor> OnnxImporter::foldSize(const onnx::NodeProto &node) {
+  auto count = pipec::io::checkedElementCount(shapeOfInput(node, 0));
+  if (!count)
+    fail(node, "the input's element count overflows int64");
+  return {HostTensor::ofInts(ElementKind::Int64, {}, {*count})};
+}
+
+std::vector<HostTensor> OnnxImporter::foldConstantOfShape(const onnx::NodeProto &node) {
+  std::vector<int64_t> shape = constantInput(node, 0, "shape").toInts();
+  foldedElementCount(shape, "ConstantOfShape"); // before anything is allocated
+  HostTensor fill = HostTensor::ofFloats(ElementKind::Float32, {1}, {0.0});
+  if (const auto *value = attribute(node, "value"))
+    fill = readTensor(value->t(), "ConstantOfShape value");
+  return {fold::expand(fold::reshape(fill, {}), shape)};
+}
+
+std::vector<HostTensor> OnnxImporter::foldBinary(const onnx::NodeProto &node) {
+  // Mod's fmod=1 follows C's fmod (the sign of the dividend).
+  std::string op = node.op_type() == "Mod" && intAttr(node, "fmod", 0) ? "FMod" : node.op_type();
+  return {fold::binary(op, constantInput(node, 0, "first"), constantInput(node, 1, "second"))};
+}
+
+std::vector<HostTensor> OnnxImporter::foldUnary(const onnx::NodeProto &node) {
+  return {fold::unary(node.op_type(), constantInput(node, 0, "first"))};
+}
+
+std::vector<HostTensor> OnnxImporter::foldCast(const onnx::NodeProto &node) {
+  auto kind = elementKindOf(static_cast<int32_t>(intAttr(node, "to", 0)));
+  if (!kind)
+    fail(node, "casts to an unsupported element type");
+  return {fold::cast(constantInput(node, 0, "first"), *kind)};
+}
+
+std::vector<HostTensor> OnnxImporter::foldWhere(const onnx::NodeProto &node) {
+  return {fold::where(constantInput(node, 0, "condition"), constantInput(node, 1, "X"),
+                      constantInput(node, 2, "Y"))};
+}
+
+std::vector<HostTensor> OnnxImporter::foldGather(const onnx::NodeProto &node) {
+  return {fold::gather(constantInput(node, 0, "data"), constantInput(node, 1, "indices"),
+                       intAttr(node, "axis", 0))};
+}
+
+std::vector<HostTensor> OnnxImporter::foldConcat(const onnx::NodeProto &node) {
+  std::vector<const HostTensor *> inputs;
+  for (int i = 0; i < node.input_size(); ++i)
+    inputs.push_back(&constantInput(node, i, "concatenated"));
+  return {fold::concat(inputs, intAttr(node, "axis", 0))};
+}
+
+std::vector<HostTensor> OnnxImporter::foldUnsqueeze(const onnx::NodeProto &node) {
+  const HostTensor &input = constantInput(node, 0, "data");
+  std::vector<int64_t> axes = unsqueezeAxes(node, input.shape.size());
+  int64_t outRank = input.shape.size() + axes.size();
+  std::vector<int64_t> shape;
+  auto next = input.shape.begin();
+  for (int64_t d = 0; d < outRank; ++d)
+    shape.push_back(std::binary_search(axes.begin(), axes.end(), d) ? 1 : *next++);
+  return {fold::reshape(input, shape)};
+}
+
+std::vector<HostTensor> OnnxImporter::foldSqueeze(const onnx::NodeProto &node) {
+  const HostTensor &input = constantInput(node, 0, "data");
+  std::vector<int64_t> axes;
+  if (auto given = squeezeAxes(node))
+    axes = normalizedAxes(node, *given, input.shape.size());
+  std::vector<int64_t> shape;
+  for (size_t d = 0; d < input.shape.size(); ++d) {
+    bool squeezed = axes.empty() ? input.shape[d] == 1 : llvm::is_contained(axes, d);
+    if (squeezed && input.shape[d] != 1)
+      fail(node, "axis " + std::to_string(d) + " has size " + std::to_string(input.shape[d]) +
+                     ", not 1");
+    if (!squeezed)
+      shape.push_back(input.shape[d]);
+  }
+  return {fold::reshape(input, shape)};
+}
+
+std::vector<HostTensor> OnnxImporter::foldReshape(const onnx::NodeProto &node) {
+  const HostTensor &input = constantInput(node, 0, "data");
+  return {fold::reshape(input, resolveReshape(input.shape, constantInput(node, 1, "shape").toInts(),
+                                              intAttr(node, "allowzero", 0) != 0))};
+}
+
+std::vector<HostTensor> OnnxImporter::foldFlatten(const onnx::NodeProto &node) {
+  const HostTensor &input = constantInput(node, 0, "data");
+  int64_t rank = input.shape.size();
+  int64_t axis = intAttr(node, "axis", 1);
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis > rank)
+    fail(node, "axis out of range");
+  int64_t outer = 1;
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= input.shape[d];
+  return {fold::reshape(input, {outer, input.numElements() / std::max<int64_t>(outer, 1)})};
+}
+
+std::vector<HostTensor> OnnxImporter::foldExpand(const onnx::NodeProto &node) {
+  return {fold::expand(constantInput(node, 0, "data"), constantInput(node, 1, "shape").toInts())};
+}
+
+std::vector<HostTensor> OnnxImporter::foldTranspose(const onnx::NodeProto &node) {
+  const HostTensor &input = constantInput(node, 0, "data");
+  return {fold::transpose(input, transposePerm(node, input.shape.size()))};
+}
+
+std::vector<HostTensor> OnnxImporter::foldSlice(const onnx::NodeProto &node) {
+  const HostTensor &input = constantInput(node, 0, "data");
+  SliceWindow window = sliceWindow(node, input.shape, /*folding=*/true);
+  return {fold::slice(input, window.starts, window.ends, window.steps)};
+}
+
+std::vector<HostTensor> OnnxImporter::foldRange(const onnx::NodeProto &node) {
+  return {fold::range(constantInput(node, 0, "start"), constantInput(node, 1, "limit"),
+                      constantInput(node, 2, "delta"))};
+}
+
+std::vector<HostTensor> OnnxImporter::foldIdentity(const onnx::NodeProto &node) {
+  return {constantInput(node, 0, "input")};
+}
+
+} // namespace pipec::import::detail

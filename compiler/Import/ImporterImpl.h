@@ -1,0 +1,326 @@
+// Internal to the ONNX importer: the state one import shares between its
+// phases (docs/importer.md), and the helpers its pieces have in common. Each
+// responsibility has its own file:
+//   OnnxImporter.cpp  the driver, the public entry points and the operator
+//                     tables (which op is translated or folded, and how);
+//   LoadModel.cpp     the file, its protobuf or text, the opset, initializer
+//                     data (external data included) and the error path;
+//   AnalyzeGraph.cpp  operator versions, trained parameters and buffers,
+//                     values known at import time, unsupported nodes, input
+//                     types;
+//   NodeOperands.cpp  operands, results, attributes and op creation;
+//   ConvertNN.cpp     converters of arithmetic and network layers;
+//   ConvertShape.cpp  converters that move data (reshape, gather, slice...);
+//   FoldShape.cpp     folders of shape sub-graphs on the host.
+#ifndef PIPEC_COMPILER_IMPORT_IMPORTERIMPL_H
+#define PIPEC_COMPILER_IMPORT_IMPORTERIMPL_H
+
+#include "compiler/Import/HostTensor.h"
+#include "compiler/Import/OnnxImporter.h"
+#include "dialects/nn/NNDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace pipec::import::detail {
+
+/// Thrown to abandon the import after the errors have been recorded.
+struct ImportAborted {};
+
+class OnnxImporter;
+/// Translates one node into `nn` ops.
+using Converter = void (OnnxImporter::*)(const onnx::NodeProto &);
+/// Folds one node whose inputs are known at import time, on the host.
+using Folder = std::vector<HostTensor> (OnnxImporter::*)(const onnx::NodeProto &);
+
+/// One ONNX operator the importer translates into `nn`.
+struct OpRule {
+  const char *opType;
+  Converter convert;
+  /// Input positions through which gradients flow; decides which
+  /// initializers are trained. Empty means none (e.g. Equal).
+  std::vector<int> differentiableInputs;
+};
+
+// The operator tables (OnnxImporter.cpp).
+const std::vector<OpRule> &opRules();
+/// Shape sub-graph operators folded on the host when all inputs are known.
+const std::map<std::string, Folder> &folders();
+/// The rule translating `node`; null for other domains and unknown ops.
+const OpRule *findRule(const onnx::NodeProto &node);
+
+inline bool isDefaultDomain(const std::string &domain) {
+  return domain.empty() || domain == "ai.onnx";
+}
+
+/// The version of `opType` a model at `opset` uses; 0 when the operator does
+/// not exist yet at that opset (AnalyzeGraph.cpp).
+int64_t resolvedVersion(const std::string &opType, int64_t opset);
+
+// Element types (LoadModel.cpp, NodeOperands.cpp).
+std::optional<ElementKind> elementKindOf(int32_t onnxType);
+mlir::Type mlirElementType(mlir::MLIRContext &context, ElementKind kind);
+
+std::string join(const std::vector<int64_t> &values, const char *separator = ",");
+
+// Attributes of a node; the fallback (or nullopt / null) when absent.
+const onnx::AttributeProto *attribute(const onnx::NodeProto &node, const char *name);
+int64_t intAttr(const onnx::NodeProto &node, const char *name, int64_t fallback);
+float floatAttr(const onnx::NodeProto &node, const char *name, float fallback);
+std::string stringAttr(const onnx::NodeProto &node, const char *name, const std::string &fallback);
+std::optional<std::vector<int64_t>> intsAttr(const onnx::NodeProto &node, const char *name);
+bool hasInput(const onnx::NodeProto &node, int index);
+
+/// Collects the MLIR diagnostics emitted while it lives, joined by "; ", so
+/// that an op or a module that does not build or verify becomes one import
+/// error with the verifier's words.
+class DiagnosticCapture {
+public:
+  explicit DiagnosticCapture(mlir::MLIRContext &context);
+  const std::string &text() const { return captured; }
+
+private:
+  std::string captured;
+  mlir::ScopedDiagnosticHandler handler;
+};
+
+/// One import: the model, what the analysis decided about it and the values
+/// translated so far.
+class OnnxImporter {
+public:
+  OnnxImporter(mlir::MLIRContext &context, std::string path, const ImportOptions &options,
+               std::vector<std::string> &errors)
+      : context(context), builder(&context), path(std::move(path)), options(options),
+        errors(errors) {}
+
+  mlir::OwningOpRef<mlir::ModuleOp> run();
+  bool readInitializers(std::map<std::string, HostTensor> &values);
+
+  // Converters (one per supported ONNX operator).
+  template <typename OpT> void convertBinary(const onnx::NodeProto &node);
+  template <typename OpT> void convertUnary(const onnx::NodeProto &node);
+  void convertWhere(const onnx::NodeProto &node);
+  void convertGelu(const onnx::NodeProto &node);
+  void convertCast(const onnx::NodeProto &node);
+  void convertGemm(const onnx::NodeProto &node);
+  void convertMatMul(const onnx::NodeProto &node);
+  void convertConv(const onnx::NodeProto &node);
+  void convertBatchNorm(const onnx::NodeProto &node);
+  void convertLayerNorm(const onnx::NodeProto &node);
+  void convertMaxPool(const onnx::NodeProto &node);
+  void convertAveragePool(const onnx::NodeProto &node);
+  void convertGlobalAveragePool(const onnx::NodeProto &node);
+  void convertDropout(const onnx::NodeProto &node);
+  void convertSoftmax(const onnx::NodeProto &node);
+  void convertSoftmaxCrossEntropyLoss(const onnx::NodeProto &node);
+  void convertReduceMean(const onnx::NodeProto &node);
+  void convertGather(const onnx::NodeProto &node);
+  void convertReshape(const onnx::NodeProto &node);
+  void convertFlatten(const onnx::NodeProto &node);
+  void convertUnsqueeze(const onnx::NodeProto &node);
+  void convertSqueeze(const onnx::NodeProto &node);
+  void convertExpand(const onnx::NodeProto &node);
+  void convertTranspose(const onnx::NodeProto &node);
+  void convertConcat(const onnx::NodeProto &node);
+  void convertPad(const onnx::NodeProto &node);
+  void convertSplit(const onnx::NodeProto &node);
+  void convertSlice(const onnx::NodeProto &node);
+  void convertIdentity(const onnx::NodeProto &node);
+
+  // Folders (shape computations).
+  std::vector<HostTensor> foldConstant(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldShape(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldSize(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldConstantOfShape(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldBinary(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldUnary(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldCast(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldWhere(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldGather(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldConcat(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldUnsqueeze(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldSqueeze(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldReshape(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldFlatten(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldExpand(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldTranspose(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldSlice(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldRange(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldIdentity(const onnx::NodeProto &node);
+
+private:
+  // Loading and analysis.
+  void loadModel();
+  void checkOpsets();
+  void analyzeGraph();
+  void resolveInputTypes();
+  /// Checks an initializer's type, shape and data size (external data
+  /// included, without reading it); returns its element count.
+  int64_t checkTensorData(const onnx::TensorProto &tensor, const std::string &what);
+  HostTensor readTensor(const onnx::TensorProto &tensor, const std::string &what);
+  /// Checks the external data of `tensor` (location inside the model's
+  /// folder, a regular file, offset and length inside it, length equal to
+  /// `expectedBytes`) and, when `read`, returns its bytes.
+  std::string readExternalData(const onnx::TensorProto &tensor, const std::string &what,
+                               uint64_t expectedBytes, bool read);
+  void crossCheckShapeInference();
+
+  // Errors: every problem becomes one entry of `errors`; the fail functions
+  // then abandon the import (ImportAborted, caught by the entry points).
+  /// Records "<file>: <problem>" and goes on.
+  void report(const std::string &problem);
+  [[noreturn]] void abandon();
+  [[noreturn]] void fail(const onnx::NodeProto &node, const std::string &reason);
+  [[noreturn]] void failFile(const std::string &reason);
+  std::string nodeLabel(const onnx::NodeProto &node) const;
+
+  // Operands.
+  mlir::Location locationOf(const onnx::NodeProto &node);
+  mlir::Value operand(const onnx::NodeProto &node, int index);
+  const HostTensor &constantInput(const onnx::NodeProto &node, int index, const char *role);
+  std::optional<HostTensor> optionalConstantInput(const onnx::NodeProto &node, int index,
+                                                  const char *role);
+  /// An optional operand known at import time that must hold one value.
+  std::optional<HostTensor> optionalScalarInput(const onnx::NodeProto &node, int index,
+                                                const char *role);
+  mlir::RankedTensorType typeOf(mlir::Value value) {
+    return llvm::cast<mlir::RankedTensorType>(value.getType());
+  }
+  std::vector<int64_t> shapeOfInput(const onnx::NodeProto &node, int index);
+  mlir::Value materialize(const HostTensor &tensor, mlir::Location loc);
+  void define(const onnx::NodeProto &node, int index, mlir::Value value);
+  void defineResults(const onnx::NodeProto &node, mlir::Operation *op, size_t count);
+  void rejectUsedOutputs(const onnx::NodeProto &node, size_t from, const char *what);
+
+  // Axes arguments, read alike by converters and folders.
+  /// Squeeze/Unsqueeze axes: an attribute before version 13, an input since.
+  std::optional<std::vector<int64_t>> squeezeAxes(const onnx::NodeProto &node);
+  std::vector<int64_t> normalizedAxes(const onnx::NodeProto &node, std::vector<int64_t> axes,
+                                      int64_t rank, bool sortAndCheckUnique = true);
+  /// Unsqueeze's axes (required), normalized for the output rank.
+  std::vector<int64_t> unsqueezeAxes(const onnx::NodeProto &node, int64_t inputRank);
+  /// Transpose's perm, reversing the axes by default.
+  std::vector<int64_t> transposePerm(const onnx::NodeProto &node, int64_t rank);
+  /// Slice's starts, ends, axes and steps (inputs 1 to 4) resolved against
+  /// `shape`: one start, end and step per axis.
+  struct SliceWindow {
+    std::vector<int64_t> starts, ends, steps;
+  };
+  SliceWindow sliceWindow(const onnx::NodeProto &node, mlir::ArrayRef<int64_t> shape, bool folding);
+
+  /// Creates an op whose result types the op infers; a shape or type error
+  /// becomes an import error naming the node.
+  template <typename OpT>
+  mlir::Operation *createInferred(const onnx::NodeProto &node, mlir::ValueRange operands,
+                                  mlir::ArrayRef<mlir::NamedAttribute> attributes);
+  /// createInferred, then defines the node's first `count` outputs.
+  template <typename OpT>
+  void defineInferred(const onnx::NodeProto &node, mlir::ValueRange operands,
+                      mlir::ArrayRef<mlir::NamedAttribute> attributes, size_t count = 1) {
+    defineResults(node, createInferred<OpT>(node, operands, attributes), count);
+  }
+  /// Creates an op with given result types and verifies it.
+  mlir::Operation *createVerified(const onnx::NodeProto &node, mlir::StringRef name,
+                                  mlir::ValueRange operands, mlir::TypeRange types,
+                                  mlir::ArrayRef<mlir::NamedAttribute> attributes);
+  void verifyCreated(const onnx::NodeProto &node, mlir::Operation *op);
+  void windowAttributes(const onnx::NodeProto &node, int64_t spatial,
+                        mlir::ArrayRef<int64_t> inputShape, mlir::ArrayRef<int64_t> kernel,
+                        mlir::SmallVectorImpl<mlir::NamedAttribute> &attributes,
+                        bool withDilations);
+  /// MaxPool and AveragePool: the input, kernel_shape, ceil_mode, then
+  /// `extra`, then the window attributes.
+  template <typename OpT>
+  mlir::Operation *createPool(const onnx::NodeProto &node,
+                              mlir::ArrayRef<mlir::NamedAttribute> extra, bool withDilations);
+
+  mlir::MLIRContext &context;
+  mlir::OpBuilder builder;
+  std::string path;
+  const ImportOptions &options;
+  std::vector<std::string> &errors;
+
+  onnx::ModelProto model;
+  int64_t opset = 0;
+  /// Version of the operator of the node being translated (resolvedVersion).
+  int64_t nodeVersion = 0;
+  std::filesystem::path modelDirectory;
+
+  std::map<std::string, const onnx::TensorProto *> initializers;
+  std::set<std::string> parameterNames, bufferNames;
+  std::set<std::string> knownAtImport; // values folded on the host
+  std::map<std::string, mlir::RankedTensorType> inputTypes;
+  std::map<std::string, HostTensor> constants;
+  std::map<std::string, mlir::Value> values;
+  std::map<std::string, mlir::Value> materializedConstants;
+  std::map<std::string, int> useCounts;
+  int currentNodeIndex = 0;
+};
+
+//===----------------------------------------------------------------------===//
+// Templates: here so that the operator tables can name their instances.
+//===----------------------------------------------------------------------===//
+
+template <typename OpT>
+mlir::Operation *OnnxImporter::createInferred(const onnx::NodeProto &node,
+                                              mlir::ValueRange operands,
+                                              mlir::ArrayRef<mlir::NamedAttribute> attributes) {
+  mlir::Location loc = locationOf(node);
+  mlir::DictionaryAttr dictionary = builder.getDictionaryAttr(attributes);
+  typename OpT::Properties properties;
+  DiagnosticCapture diagnostics(context);
+  if (mlir::failed(
+          OpT::setPropertiesFromAttr(properties, dictionary, [&] { return mlir::emitError(loc); })))
+    fail(node, "invalid attributes: " + diagnostics.text());
+  mlir::SmallVector<mlir::Type> types;
+  if (mlir::failed(OpT::inferReturnTypes(&context, loc, operands, dictionary,
+                                         mlir::OpaqueProperties(&properties), {}, types)))
+    fail(node, diagnostics.text().empty() ? "invalid operands" : diagnostics.text());
+  return createVerified(node, OpT::getOperationName(), operands, types, attributes);
+}
+
+template <typename OpT> void OnnxImporter::convertBinary(const onnx::NodeProto &node) {
+  mlir::Value lhs = operand(node, 0), rhs = operand(node, 1);
+  // ONNX allows Pow's exponent (and constant operands of exporters) in another
+  // type; a constant operand is converted so that both sides agree.
+  mlir::Type lhsElement = typeOf(lhs).getElementType(), rhsElement = typeOf(rhs).getElementType();
+  if (lhsElement != rhsElement) {
+    auto convertConstant = [&](int index, mlir::Type to) -> std::optional<mlir::Value> {
+      auto it = constants.find(node.input(index));
+      auto kind = pipec::import::elementKindOf(to); // the public overload (Type)
+      if (it == constants.end() || !kind)
+        return std::nullopt;
+      return materialize(fold::cast(it->second, *kind), locationOf(node));
+    };
+    if (auto converted = convertConstant(1, lhsElement))
+      rhs = *converted;
+    else if (auto converted = convertConstant(0, rhsElement))
+      lhs = *converted;
+    else if (node.op_type() == "Pow" && llvm::isa<mlir::FloatType>(lhsElement))
+      // Pow(float, integer): the exponent converts exactly enough to float.
+      rhs = createVerified(node, nn::CastOp::getOperationName(), {rhs},
+                           {mlir::RankedTensorType::get(typeOf(rhs).getShape(), lhsElement)}, {})
+                ->getResult(0);
+  }
+  defineResults(node, createInferred<OpT>(node, {lhs, rhs}, {}), 1);
+}
+
+template <typename OpT> void OnnxImporter::convertUnary(const onnx::NodeProto &node) {
+  mlir::Value input = operand(node, 0);
+  defineResults(node, createVerified(node, OpT::getOperationName(), {input}, {input.getType()}, {}),
+                1);
+}
+
+} // namespace pipec::import::detail
+
+#endif // PIPEC_COMPILER_IMPORT_IMPORTERIMPL_H

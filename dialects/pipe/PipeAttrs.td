@@ -1,0 +1,88 @@
+#ifndef PIPEC_PIPE_ATTRS_TD
+#define PIPEC_PIPE_ATTRS_TD
+
+include "dialects/pipe/PipeBase.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/BuiltinAttributes.td"
+
+class Pipe_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<Pipe_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+// A double-precision parameter (an APFloat, which attribute storage can
+// hash), printed in decimal so that it reads back to the same value.
+class Pipe_DoubleParameter<string desc> : APFloatParameter<desc> {
+  let parser = [{ [&]() -> ::mlir::FailureOr<::llvm::APFloat> {
+    double value;
+    if ($_parser.parseFloat(value))
+      return ::mlir::failure();
+    return ::llvm::APFloat(value);
+  }() }];
+  let printer = [{ $_printer.getStream() << ::pipec::pipe::formatDouble($_self.convertToDouble()); }];
+}
+
+def Pipe_CostAttr : Pipe_Attr<"Cost", "cost"> {
+  let summary = "An op's times and bytes, as the partition reads them";
+  let description = [{
+    Set on every costed `nn` op by `pipec-estimate-costs` (docs/cost-model.md)
+    as `pipe.cost`: its name in the cost table and profiles, the seconds of
+    its forward (`fwd`), input gradient (`bwd_input`, B) and weight gradient
+    (`bwd_weight`, W), the forward's FLOPs, the bytes of the activation it
+    keeps for the backward, of the parameters it reads first and of their
+    optimizer state, and where the times came from (`estimate` or
+    `profile`).
+
+    Example:
+      nn.relu %0 {pipe.cost = #pipe.cost<name = "fc1_relu", fwd = 1.5e-06,
+          bwd_input = 2.5e-06, bwd_weight = 0.0, fwd_flops = 512.0,
+          activation_bytes = 2048, param_bytes = 0, optimizer_bytes = 0,
+          source = "estimate">}
+  }];
+  let parameters = (ins
+    StringRefParameter<"name in the cost table">:$name,
+    Pipe_DoubleParameter<"forward seconds">:$fwd,
+    Pipe_DoubleParameter<"input-gradient seconds (B)">:$bwd_input,
+    Pipe_DoubleParameter<"weight-gradient seconds (W)">:$bwd_weight,
+    Pipe_DoubleParameter<"forward FLOPs">:$fwd_flops,
+    "int64_t":$activation_bytes,
+    "int64_t":$param_bytes,
+    "int64_t":$optimizer_bytes,
+    StringRefParameter<"estimate or profile">:$source
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def Pipe_PlanAttr : Pipe_Attr<"Plan", "plan"> {
+  let summary = "The planner's choices that the passes after the partition follow";
+  let description = [{
+    Recorded on the module as `pipe.plan` by `pipec-partition` (with the
+    stage ranges in `pipe.stages`): the schedule family, model chunks per
+    rank and their placement (`interleaved` or `v`), micro-batches per
+    mini-batch, whether updates are asynchronous (1F1B-RR) with `inflight`
+    weight versions and vertical sync, and the stages whose activations are
+    recomputed. `pipec-recompute mode=plan` and `pipec-weight-stashing
+    from-plan=true` read it, so that the pipeline needs no option the
+    planner decides (docs/planner.md).
+
+    Example:
+      module attributes {pipe.plan = #pipe.plan<schedule = "1f1b", chunks = 1,
+          placement = "interleaved", microbatches = 8, asynchronous = false,
+          inflight = 4, vertical_sync = false, recompute = array<i64>>}
+  }];
+  let parameters = (ins
+    StringRefParameter<"schedule family">:$schedule,
+    "int64_t":$chunks,
+    StringRefParameter<"interleaved or v">:$placement,
+    "int64_t":$microbatches,
+    "bool":$asynchronous,
+    "int64_t":$inflight,
+    "bool":$vertical_sync,
+    "::mlir::DenseI64ArrayAttr":$recompute
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+#endif // PIPEC_PIPE_ATTRS_TD

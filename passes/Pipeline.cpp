@@ -1,0 +1,153 @@
+#include "passes/Pipeline.h"
+
+#include "mlir/Pass/PassOptions.h"
+#include "mlir/Pass/PassRegistry.h"
+
+namespace pipec::passes {
+
+namespace {
+constexpr Phase kPhases[] = {Phase::NN, Phase::Costs, Phase::Partition, Phase::Autodiff,
+                             Phase::Stages};
+} // namespace
+
+std::optional<Phase> parsePhase(llvm::StringRef name) {
+  for (Phase phase : kPhases)
+    if (name == phaseName(phase))
+      return phase;
+  return std::nullopt;
+}
+
+const char *phaseName(Phase phase) {
+  switch (phase) {
+  case Phase::NN: return "nn";
+  case Phase::Costs: return "costs";
+  case Phase::Partition: return "partition";
+  case Phase::Autodiff: return "autodiff";
+  case Phase::Stages: return "stages";
+  }
+  llvm_unreachable("every phase has a name");
+}
+
+const char *phaseNames() { return "nn, costs, partition, autodiff, stages"; }
+
+OptimizerOptions optimizerOptions(llvm::StringRef optimizer, double learningRate,
+                                  double momentum, double weightDecay) {
+  OptimizerOptions options;
+  options.optimizer = optimizer == "adamw" ? "adamw" : "sgd";
+  options.lr = learningRate;
+  options.momentum =
+      optimizer == "sgd-momentum" && momentum == 0.0 ? OptimizerDefaults::sgdMomentum : momentum;
+  options.weightDecay = weightDecay;
+  return options;
+}
+
+void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
+  if (config.last == Phase::NN)
+    return;
+  // The loss is part of the model that is costed and partitioned (it runs
+  // on the last stage).
+  pm.addPass(createAppendLoss(config.loss));
+  pm.addPass(createEstimateCosts(config.costs));
+  if (config.last == Phase::Costs)
+    return;
+  pm.addPass(config.planning ? createPlanning(*config.planning, config.planningResult)
+                             : createAssignStages(config.partitionOptions));
+  if (config.last == Phase::Partition)
+    return;
+  pm.addPass(createAutodiff());
+  if (config.last == Phase::Autodiff)
+    return;
+  pm.addPass(createOptimizer(config.optimizer));
+  pm.addPass(createOutlineStages());
+  RecomputeOptions recompute;
+  recompute.mode = "plan";
+  pm.addPass(createRecompute(recompute));
+  WeightStashingOptions stashing;
+  stashing.fromPlan = true;
+  pm.addPass(createWeightStashing(stashing));
+  pm.addPass(createVerifyPipeline());
+}
+
+namespace {
+/// `--pipec-pipeline="..."`: pipec's flags of the same names.
+struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
+  Option<Phase> phase{
+      *this, "phase", llvm::cl::desc("Stop after this phase"), llvm::cl::init(Phase::Stages),
+      llvm::cl::values(clEnumValN(Phase::Costs, "costs", "costs annotated"),
+                       clEnumValN(Phase::Partition, "partition", "the plan recorded"),
+                       clEnumValN(Phase::Autodiff, "autodiff", "@train_step derived"),
+                       clEnumValN(Phase::Stages, "stages", "one pipe.stage per stage"))};
+  Option<std::string> loss{*this, "loss",
+                           llvm::cl::desc("Loss for a model ending in logits: "
+                                          "softmax-cross-entropy, mse"),
+                           llvm::cl::init("softmax-cross-entropy")};
+  Option<std::string> device{*this, "device", llvm::cl::desc("Device preset"),
+                             llvm::cl::init("H100")};
+  Option<std::string> precision{*this, "precision",
+                                llvm::cl::desc("Matrix products: fp32, tf32 or bf16"),
+                                llvm::cl::init("fp32")};
+  Option<std::string> optimizer{*this, "optimizer",
+                                llvm::cl::desc("adamw, sgd-momentum or sgd"),
+                                llvm::cl::init("adamw")};
+  Option<double> lr{*this, "lr", llvm::cl::desc("Learning rate"), llvm::cl::init(1e-3)};
+  Option<double> momentum{*this, "momentum", llvm::cl::desc("SGD momentum"),
+                          llvm::cl::init(0.0)};
+  Option<double> weightDecay{*this, "weight-decay",
+                             llvm::cl::desc("Weight decay (-1: the optimizer's default)"),
+                             llvm::cl::init(-1.0)};
+  Option<std::string> gpus{*this, "gpus", llvm::cl::desc("Topology: N servers x G devices"),
+                           llvm::cl::init("1x1")};
+  Option<int> stages{*this, "stages", llvm::cl::desc("Pipeline stages (0: the planner's)"),
+                     llvm::cl::init(0)};
+  Option<int> microbatches{*this, "microbatches",
+                           llvm::cl::desc("Micro-batches (0: the planner's)"),
+                           llvm::cl::init(0)};
+  Option<bool> noReplication{*this, "no-replication",
+                             llvm::cl::desc("No data-parallel stage"), llvm::cl::init(false)};
+  Option<std::string> memoryLimit{*this, "memory-limit",
+                                  llvm::cl::desc("Memory per device, e.g. 16GiB")};
+  Option<std::string> schedule{*this, "schedule",
+                               llvm::cl::desc("Schedule family (empty: the planner's)")};
+  Option<int> chunks{*this, "chunks", llvm::cl::desc("Model chunks per rank (0: default)"),
+                     llvm::cl::init(0)};
+  Option<bool> asynchronous{*this, "async", llvm::cl::desc("PipeDream's 1F1B-RR"),
+                            llvm::cl::init(false)};
+  Option<bool> verticalSync{*this, "vertical-sync",
+                            llvm::cl::desc("With async: vertical sync"), llvm::cl::init(false)};
+  Option<std::string> recompute{*this, "recompute",
+                                llvm::cl::desc("none, all or auto (empty: the planner's)")};
+};
+} // namespace
+
+void registerPipecPipeline() {
+  mlir::PassPipelineRegistration<PipelineOptions>(
+      "pipec-pipeline",
+      "The whole compilation after import, as `pipec MODEL --gpus ... --emit=stages` runs it: "
+      "append-loss, estimate-costs, partition (the planner), autodiff, optimizer, "
+      "outline-stages, recompute and weight-stashing as planned, verify-pipeline",
+      [](mlir::OpPassManager &pm, const PipelineOptions &options) {
+        PipelineConfig config;
+        config.last = options.phase;
+        config.loss.loss = options.loss;
+        config.costs.device = options.device;
+        config.costs.precision = options.precision;
+        config.costs.optimizer = options.optimizer;
+        AssignStagesOptions &partition = config.partitionOptions;
+        partition.gpus = options.gpus;
+        partition.device = options.device;
+        partition.stages = options.stages;
+        partition.microbatches = options.microbatches;
+        partition.noReplication = options.noReplication;
+        partition.memoryLimit = options.memoryLimit;
+        partition.schedule = options.schedule;
+        partition.chunks = options.chunks;
+        partition.asynchronous = options.asynchronous;
+        partition.verticalSync = options.verticalSync;
+        partition.recompute = options.recompute;
+        config.optimizer =
+            optimizerOptions(options.optimizer, options.lr, options.momentum, options.weightDecay);
+        buildPipecPipeline(pm, config);
+      });
+}
+
+} // namespace pipec::passes

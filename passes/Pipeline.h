@@ -1,0 +1,56 @@
+// The whole compilation after import as one pass pipeline, registered as
+// `pipec-pipeline` (pipec-opt runs it; lit tests it) and built by the pipec
+// driver with every planner flag (docs/layers.md).
+#ifndef PIPEC_PASSES_PIPELINE_H
+#define PIPEC_PASSES_PIPELINE_H
+
+#include "passes/Passes.h"
+
+#include "mlir/Pass/PassManager.h"
+
+#include <optional>
+
+namespace pipec::passes {
+
+/// Where the pipeline stops; `pipec --emit=<phase>` prints the IR there.
+enum class Phase {
+  NN,        ///< the imported model (no pass runs)
+  Costs,     ///< loss appended, every op annotated with its times and bytes (pipe.cost)
+  Partition, ///< the plan chosen: pipe.stage on every op, pipe.stages and pipe.plan
+  Autodiff,  ///< @train_step: loss, B and W gradients (pipe.phase)
+  Stages,    ///< one pipe.stage per stage: fwd, bwd_input, bwd_weight, step
+};
+std::optional<Phase> parsePhase(llvm::StringRef name);
+const char *phaseName(Phase phase);
+/// "nn, costs, partition, autodiff, stages": for messages and --help.
+const char *phaseNames();
+
+struct PipelineConfig {
+  Phase last = Phase::Stages;
+  AppendLossOptions loss;
+  EstimateCostsOptions costs;
+  /// The planner's request as the driver builds it from every flag; when
+  /// unset, pipec-partition reads `partitionOptions` (the textual ones).
+  std::optional<planner::Request> planning;
+  AssignStagesOptions partitionOptions;
+  /// Receives the full plan (pipec prints it and writes plan.json).
+  PlanningResult *planningResult = nullptr;
+  OptimizerOptions optimizer;
+};
+
+/// Appends the passes up to `config.last`: append-loss, estimate-costs,
+/// partition, autodiff, optimizer, outline-stages, recompute (mode=plan),
+/// weight-stashing (from-plan), verify-pipeline.
+void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config);
+
+/// pipec-optimizer's options from the user's words: `sgd-momentum` is SGD
+/// with the default momentum unless one is given.
+OptimizerOptions optimizerOptions(llvm::StringRef optimizer, double learningRate,
+                                  double momentum, double weightDecay);
+
+/// Registers `pipec-pipeline` with its textual options.
+void registerPipecPipeline();
+
+} // namespace pipec::passes
+
+#endif // PIPEC_PASSES_PIPELINE_H

@@ -1,0 +1,150 @@
+// The words the compiler and the runtime share (docs/layers.md): the
+// instruction set of rank streams, where a virtual stage lives, the output
+// size of a sliding window and the optimizer's defaults. Dtype codes are the
+// stage ABI's (stage_abi.h).
+//
+// Plain C++17, header-only and dependency-free: the runtime builds alone with
+// it, and the compiler's libraries include this file instead of keeping copies.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace pipec {
+
+// ---------------------------------------------------------------- instructions
+// One instruction of a rank's stream (docs/schedule-json.md).
+enum class Op : unsigned char {
+  Load,      // LOAD(mb): read the micro-batch's inputs (first virtual stage)
+  Fwd,       // FWD(mb, chunk)
+  Bwd,       // BWD(mb, chunk): input and weight gradients together
+  BwdInput,  // BWD_INPUT(mb, chunk): "B" of the zero-bubble paper
+  BwdWeight, // BWD_WEIGHT(mb, chunk): "W" of the zero-bubble paper
+  Recompute, // RECOMPUTE(mb, chunk): re-run the forward before a backward
+  SendAct, RecvAct, SendGrad, RecvGrad, // (mb, chunk, peer rank[, version])
+  Stash,     // STASH(mb[, version]): keep a weight version for this micro-batch
+  Restore,   // RESTORE(mb[, version]): compute the micro-batch with its kept version
+  AllReduce, // ALLREDUCE(stage): gradients over the replicas of a stage
+  Step,      // STEP: optimizer update
+  SpecStep,  // SPEC_STEP: speculative update, pre-step weights kept (ZB-H2)
+  Validate,  // VALIDATE: global all-reduce of grad norm / non-finite flags
+  Rollback,  // ROLLBACK: if VALIDATE failed, restore and redo the step
+};
+
+// The spelling of each instruction in schedule files, in enum order.
+inline constexpr const char *kOpSpellings[] = {
+    "LOAD",      "FWD",       "BWD",       "BWD_INPUT", "BWD_WEIGHT", "RECOMPUTE",
+    "SEND_ACT",  "RECV_ACT",  "SEND_GRAD", "RECV_GRAD", "STASH",      "RESTORE",
+    "ALLREDUCE", "STEP",      "SPEC_STEP", "VALIDATE",  "ROLLBACK",
+};
+inline constexpr int kNumOps = int(sizeof(kOpSpellings) / sizeof(kOpSpellings[0]));
+static_assert(kNumOps == int(Op::Rollback) + 1, "every instruction has one spelling");
+
+inline const char *opName(Op op) { return kOpSpellings[int(op)]; }
+
+inline bool parseOp(std::string_view text, Op &op) {
+  for (int i = 0; i < kNumOps; ++i)
+    if (text == kOpSpellings[i]) {
+      op = Op(i);
+      return true;
+    }
+  return false;
+}
+
+inline bool isCompute(Op op) {
+  return op == Op::Fwd || op == Op::Bwd || op == Op::BwdInput || op == Op::BwdWeight ||
+         op == Op::Recompute;
+}
+inline bool isP2P(Op op) {
+  return op == Op::SendAct || op == Op::RecvAct || op == Op::SendGrad || op == Op::RecvGrad;
+}
+inline bool isCollective(Op op) { return op == Op::AllReduce || op == Op::Validate; }
+
+struct Instr {
+  Op op = Op::Step;
+  int mb = -1;    // micro-batch (global index); -1 where not applicable
+  int chunk = -1; // model chunk on this rank; -1 where not applicable
+  int peer = -1;  // peer rank (Send/Recv) or stage (AllReduce)
+  // 1F1B-RR with vertical sync: the weight version (micro-batches applied)
+  // that STASH pins, RESTORE selects and SEND_ACT/RECV_ACT carry; else -1.
+  int version = -1;
+  bool operator==(const Instr &o) const {
+    return op == o.op && mb == o.mb && chunk == o.chunk && peer == o.peer && version == o.version;
+  }
+};
+
+// "FWD mb=3 chunk=0": how logs, traces and errors show an instruction.
+inline std::string toString(const Instr &in) {
+  std::string s = opName(in.op);
+  if (in.mb >= 0) s += " mb=" + std::to_string(in.mb);
+  if (in.chunk >= 0) s += " chunk=" + std::to_string(in.chunk);
+  if (in.peer >= 0) s += (in.op == Op::AllReduce ? " stage=" : " peer=") + std::to_string(in.peer);
+  if (in.version >= 0) s += " version=" + std::to_string(in.version);
+  return s;
+}
+
+// ---------------------------------------------------------------- placement
+// Where virtual stage k (0 .. p*v-1, in model order) lives.
+enum class Placement : unsigned char {
+  Interleaved, // vs = chunk * p + stage (Megatron; v = 1 is the plain pipeline)
+  VShape,      // v = 2: chunk 0 down the ranks, chunk 1 back up (ZB-V)
+};
+
+// plan.json's and schedule files' spelling: "interleaved" or "v".
+inline const char *placementName(Placement p) {
+  return p == Placement::VShape ? "v" : "interleaved";
+}
+inline bool parsePlacement(std::string_view text, Placement &p) {
+  if (text == "interleaved") return p = Placement::Interleaved, true;
+  if (text == "v") return p = Placement::VShape, true;
+  return false;
+}
+
+// The virtual stage that pipeline stage `stage` (of `stages`) runs as chunk `chunk`.
+inline int virtualStage(Placement p, int stages, int stage, int chunk) {
+  if (p == Placement::VShape) return chunk == 0 ? stage : 2 * stages - 1 - stage;
+  return chunk * stages + stage;
+}
+
+// The inverse of virtualStage.
+inline void locateVirtualStage(Placement p, int stages, int vs, int &stage, int &chunk) {
+  if (p == Placement::VShape) {
+    chunk = vs < stages ? 0 : 1;
+    stage = vs < stages ? vs : 2 * stages - 1 - vs;
+    return;
+  }
+  chunk = vs / stages;
+  stage = vs % stages;
+}
+
+// ---------------------------------------------------------------- windows
+// Output length of a sliding window along one axis, as ONNX's Conv, MaxPool
+// and AveragePool define it: floor or ceil of (input + pads - effective
+// kernel) / stride, plus one; in ceil mode a last window that would start in
+// the end padding is dropped. 0 when the window does not fit.
+inline int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride, int64_t padBegin,
+                                int64_t padEnd, int64_t dilation, bool ceilMode) {
+  const int64_t effectiveKernel = (kernel - 1) * dilation + 1;
+  const int64_t span = input + padBegin + padEnd - effectiveKernel;
+  if (span < 0) return 0;
+  int64_t size = ceilMode ? (span + stride - 1) / stride + 1 : span / stride + 1;
+  if (ceilMode && (size - 1) * stride >= input + padBegin) --size;
+  return size;
+}
+
+// ---------------------------------------------------------------- optimizer
+// Defaults of the optimizer options (pipec's --optimizer flags, the
+// pipec-optimizer pass and plan.json's runtime.optimizer).
+// Weight decay and momentum follow PyTorch's AdamW and SGD.
+struct OptimizerDefaults {
+  static constexpr double beta1 = 0.9;
+  static constexpr double beta2 = 0.999;
+  static constexpr double epsilon = 1e-8;
+  static constexpr double adamwWeightDecay = 0.01;
+  static constexpr double sgdWeightDecay = 0.0;
+  static constexpr double sgdMomentum = 0.9; // what --optimizer sgd-momentum means without --momentum
+  static double weightDecay(bool adamw) { return adamw ? adamwWeightDecay : sgdWeightDecay; }
+};
+
+} // namespace pipec

@@ -1,0 +1,60 @@
+#include "Checkpoint.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+
+namespace pipec::rt {
+namespace fs = std::filesystem;
+
+namespace {
+// Replicas hold the same weights: replica 0 writes each chunk's file.
+void writeStageFiles(const fs::path &dir, const std::vector<Chunk> &chunks, int replica, bool checkpoint) {
+  if (replica != 0) return;
+  for (const Chunk &ch : chunks)
+    io::writeTensorFile((dir / ("stage_" + std::to_string(ch.vs) + ".bin")).string(),
+                        checkpoint ? ch.model->checkpointTensors() : ch.model->weightTensors());
+}
+} // namespace
+
+void saveCheckpoint(Control &control, const Plan &plan, const std::vector<Chunk> &chunks, int replica,
+                    const std::string &dir, int64_t it, uint64_t seed, bool quiet) {
+  const fs::path root(dir);
+  const fs::path tmp = root / ("iter_" + std::to_string(it) + ".tmp"), final = root / ("iter_" + std::to_string(it));
+  if (control.rank() == 0) {
+    fs::create_directories(root);
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+  }
+  control.barrier();
+  writeStageFiles(tmp, chunks, replica, true);
+  control.barrier();
+  if (control.rank() == 0) {
+    nlohmann::json manifest{{"format", "pipec.checkpoint/1"}, {"iteration", it},   {"schedule", plan.schedule},
+                            {"virtual_stages", plan.stages * plan.chunks},    {"microbatches", plan.microbatches},
+                            {"microbatch_size", plan.microbatchSize},         {"seed", seed}};
+    io::detail::writeFileAtomically((tmp / "manifest.json").string(), manifest.dump(1) + "\n");
+    fs::remove_all(final);
+    fs::rename(tmp, final); // the checkpoint appears complete or not at all
+    io::detail::writeFileAtomically((root / "latest").string(), final.filename().string() + "\n");
+    if (!quiet) std::printf("piperun: checkpoint %s\n", final.string().c_str()), std::fflush(stdout);
+  }
+  control.barrier();
+}
+
+int64_t loadCheckpoint(const Plan &plan, const std::string &dir, int iters, uint64_t seed, std::vector<Chunk> &chunks) {
+  // The manifest checked against the plan, --iters and the seed (Plan.cpp).
+  const CheckpointManifest m = readCheckpointManifest(dir, plan, iters, seed);
+  for (Chunk &ch : chunks) ch.model->loadCheckpoint(m.stageFile(ch.vs));
+  return m.iteration;
+}
+
+void exportWeights(Control &control, const std::vector<Chunk> &chunks, int replica, const std::string &dir) {
+  if (control.rank() == 0) fs::create_directories(dir);
+  control.barrier();
+  writeStageFiles(dir, chunks, replica, false);
+  control.barrier();
+}
+
+} // namespace pipec::rt

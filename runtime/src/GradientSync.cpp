@@ -1,0 +1,230 @@
+#include "GradientSync.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace pipec::rt {
+
+GradientSync::GradientSync(const Plan &plan, const OptimizerConfig &optimizer, bool allowNonFinite, Control &control,
+                           Transport &transport, Device &device, std::vector<Chunk> &chunks, int stage, int replica,
+                           std::string who)
+    : plan_(plan), optimizer_(optimizer), allowNonFinite_(allowNonFinite), control_(control), transport_(transport),
+      device_(device), chunks_(chunks), stage_(stage), replica_(replica), who_(std::move(who)) {
+  // Tied parameters: every holder chunk on this rank must have the
+  // parameter, trained and floating-point (shapes are compared across ranks
+  // in Executor::checkNeighbours).
+  if (!plan.tied.empty() && plan.asynchronous)
+    throw Error(plan.planPath + ": runtime.tied: tied parameters across stages (" + plan.tied[0].name +
+                ") are not supported with an asynchronous schedule (" + plan.schedule +
+                "): the holders step at different times, so their copies would diverge");
+  normSkip_.assign(chunks.size(), {});
+  for (size_t c = 0; c < chunks.size(); ++c) normSkip_[c].assign(chunks[c].model->desc().num_params, false);
+  for (size_t t = 0; t < plan.tied.size(); ++t) {
+    const TiedParam &tp = plan.tied[t];
+    TiedHolding h;
+    h.tied = (int)t;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const Chunk &ch = chunks[c];
+      if (std::find(tp.stages.begin(), tp.stages.end(), ch.vs) == tp.stages.end()) continue;
+      const int i = ch.model->paramIndex(tp.name);
+      const std::string lib = ch.model->vstage().library;
+      if (i < 0)
+        throw Error(lib + ": runtime.tied lists stage " + std::to_string(ch.vs) + " as a holder of " + tp.name +
+                    ", but the stage library has no parameter of that name");
+      const pipec_param_desc &pd = ch.model->desc().params[i];
+      if (pd.role != PIPEC_TRAINED)
+        throw Error(lib + ": tied parameter " + tp.name + " is a buffer, not a trained parameter");
+      if (pd.tensor.dtype != PIPEC_F32 && pd.tensor.dtype != PIPEC_F64)
+        throw Error(lib + ": tied parameter " + tp.name + " must be f32 or f64, is " + io::dtypeName(pd.tensor.dtype));
+      h.copies.push_back({(int)c, i});
+      normSkip_[c][i] = ch.vs != tp.stages.front(); // the global norm counts the first holder's copy
+    }
+    if (!h.copies.empty()) tied_.push_back(h);
+  }
+}
+
+void GradientSync::splitTiedGroups(Connections &connections) {
+  for (size_t t = 0, k = 0; t < plan_.tied.size(); ++t) {
+    const bool member = k < tied_.size() && tied_[k].tied == (int)t;
+    const int g = control_.splitGroup(member);
+    if (member) tied_[k++].group = g, connections.groups.push_back(g);
+  }
+}
+
+void GradientSync::allreduce() {
+  for (auto &ch : chunks_) {
+    StageModel &m = *ch.model;
+    const pipec_stage_desc &d = m.desc();
+    bool allF32 = true;
+    for (int i = 0; i < d.num_params; ++i) allF32 &= d.params[i].tensor.dtype == PIPEC_F32;
+    if (allF32) {
+      // One call over the whole buffer: padding and buffer slots are zeros.
+      transport_.allreduceSumStage(m.grads().data(), m.grads().size() / 4, PIPEC_F32);
+    } else {
+      for (int i = 0; i < d.num_params; ++i)
+        if (d.params[i].role == PIPEC_TRAINED)
+          transport_.allreduceSumStage(m.grads().data() + m.paramLayout().offsets[i],
+                                       m.paramLayout().bytes[i] / io::dtypeSize(d.params[i].tensor.dtype),
+                                       d.params[i].tensor.dtype);
+    }
+  }
+  double count = mbSinceStep_;
+  control_.allreduceSumStage(&count, 1);
+  reducedCount_ = count;
+}
+
+double GradientSync::finishGradients() {
+  const double count = reducedCount_ >= 0 ? reducedCount_ : mbSinceStep_;
+  if (count <= 0) throw Error("STEP without any gradient since the previous step");
+  for (auto &ch : chunks_) ch.model->scaleGrads(1.0 / count);
+  return count;
+}
+
+void GradientSync::reduceTied() {
+  // Each rank holds its stage's gradient averaged over micro-batches and
+  // replicas; it contributes 1/R_s of it, so the sum over the group is
+  // sum over holder stages of their gradients = the single model's gradient.
+  const double share = 1.0 / plan_.replicasOf(stage_);
+  for (const TiedHolding &h : tied_) {
+    const auto [c0, i0] = h.copies[0];
+    StageModel &m0 = *chunks_[c0].model;
+    const pipec_dtype dt = m0.desc().params[i0].tensor.dtype;
+    const size_t bytes = m0.paramLayout().bytes[i0], n = bytes / io::dtypeSize(dt);
+    char *g0 = m0.grads().data() + m0.paramLayout().offsets[i0];
+    for (size_t j = 1; j < h.copies.size(); ++j) { // several holders on this rank (ZB-V)
+      StageModel &m = *chunks_[h.copies[j].first].model;
+      device_.add(g0, m.grads().data() + m.paramLayout().offsets[h.copies[j].second], n, dt);
+    }
+    if (share != 1.0) device_.scale(g0, n, dt, share);
+    transport_.allreduceSumGroup(h.group, g0, n, dt);
+    for (size_t j = 1; j < h.copies.size(); ++j) {
+      StageModel &m = *chunks_[h.copies[j].first].model;
+      device_.copy(m.grads().data() + m.paramLayout().offsets[h.copies[j].second], g0, bytes);
+    }
+  }
+}
+
+void GradientSync::gradStats(double &sumSq, double &nonFinite) {
+  for (size_t c = 0; c < chunks_.size(); ++c) chunks_[c].model->gradStats(sumSq, nonFinite, &normSkip_[c]);
+}
+
+void GradientSync::step(int64_t it) {
+  finishGradients();
+  reduceTied();
+  bool skip = false;
+  if (optimizer_.maxGradNorm > 0) {
+    // Synchronous schedules: every rank runs exactly one STEP per iteration,
+    // so a world reduction of the gradient norm is safe here. Replicas hold
+    // identical reduced gradients: only replica 0 contributes.
+    double v[2] = {0, 0};
+    if (replica_ == 0) gradStats(v[0], v[1]);
+    const double local = v[1];
+    control_.allreduceSumWorld(v, 2);
+    const double norm = std::sqrt(v[0]);
+    // Non-finite gradients: the rank that has them stops the job unless
+    // allowed (the others skip the step and are ended by its abort).
+    if (local > 0) nonFinite(nonFiniteGradients(), it);
+    if (v[1] > 0)
+      skip = true, ++skippedSteps_;
+    else if (norm > optimizer_.maxGradNorm)
+      for (auto &ch : chunks_) ch.model->scaleGrads(optimizer_.maxGradNorm / norm);
+  } else if (!allowNonFinite_) {
+    // Without clipping, one pass over this rank's gradients (the optimizer
+    // step makes several): a NaN or inf stops training here.
+    double sumSq = 0, bad = 0;
+    gradStats(sumSq, bad);
+    if (bad > 0) nonFinite(nonFiniteGradients(), it);
+  }
+  for (auto &ch : chunks_) {
+    if (!skip) ch.model->applyStep(optimizer_);
+    ch.model->grads().zero();
+  }
+  mbSinceStep_ = 0;
+  reducedCount_ = -1;
+}
+
+void GradientSync::specStep() {
+  // ZB-H2: update now, keep the pre-step weights until VALIDATE/ROLLBACK
+  // decide; the gradients stay until then (a clipped redo needs them).
+  finishGradients();
+  reduceTied();
+  double v[2] = {0, 0};
+  if (replica_ == 0) gradStats(v[0], v[1]);
+  validatedSumSq_ = v[0], validatedNonFinite_ = v[1];
+  localNonFinite_ = v[1];
+  preStep_.clear();
+  for (auto &ch : chunks_) {
+    preStep_.push_back(ch.model->snapshot());
+    ch.model->applyStep(optimizer_);
+  }
+  validated_ = false;
+}
+
+void GradientSync::validate() {
+  if (preStep_.empty()) throw Error("VALIDATE without a SPEC_STEP");
+  double v[2] = {validatedSumSq_, validatedNonFinite_};
+  control_.allreduceSumWorld(v, 2);
+  validatedSumSq_ = v[0], validatedNonFinite_ = v[1];
+  validated_ = true;
+}
+
+void GradientSync::rollback(int64_t it) {
+  if (!validated_) throw Error("ROLLBACK before VALIDATE");
+  const double norm = std::sqrt(validatedSumSq_);
+  if (validatedNonFinite_ > 0) { // skip the step: back to the pre-step weights
+    // Unless allowed, the rank whose gradients are not finite stops the
+    // job (the others skip the step and are ended by its abort).
+    if (localNonFinite_ > 0) nonFinite(nonFiniteGradients(), it);
+    for (size_t c = 0; c < chunks_.size(); ++c) chunks_[c].model->restore(preStep_[c]);
+    ++skippedSteps_;
+  } else if (optimizer_.maxGradNorm > 0 && norm > optimizer_.maxGradNorm) { // redo it clipped
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      chunks_[c].model->restore(preStep_[c]);
+      chunks_[c].model->scaleGrads(optimizer_.maxGradNorm / norm);
+      chunks_[c].model->applyStep(optimizer_);
+    }
+    ++rollbacks_;
+  }
+  for (auto &ch : chunks_) ch.model->grads().zero();
+  preStep_.clear();
+  validated_ = false;
+  mbSinceStep_ = 0;
+  reducedCount_ = -1;
+}
+
+void GradientSync::nonFinite(const std::string &what, int64_t it) {
+  if (!allowNonFinite_)
+    throw Error(what + " in iteration " + std::to_string(it) + "; training stopped (--allow-nonfinite continues)");
+  if (warnedNonFinite_) return;
+  warnedNonFinite_ = true;
+  std::fprintf(stderr, "piperun: %s: warning: %s in iteration %lld; continuing (--allow-nonfinite; later ones are "
+               "not reported)\n",
+               who_.c_str(), what.c_str(), (long long)it);
+  std::fflush(stderr);
+}
+
+std::string GradientSync::nonFiniteGradients() {
+  // Rare (training is about to stop): one statistics call per parameter.
+  std::string found;
+  int count = 0;
+  for (auto &ch : chunks_) {
+    const pipec_stage_desc &d = ch.model->desc();
+    std::vector<bool> only(d.num_params, true);
+    for (int i = 0; i < d.num_params; ++i) {
+      if (d.params[i].role != PIPEC_TRAINED) continue;
+      only[i] = false;
+      double sumSq = 0, bad = 0;
+      ch.model->gradStats(sumSq, bad, &only);
+      only[i] = true;
+      if (bad <= 0) continue;
+      if (++count <= 3)
+        found += std::string(found.empty() ? "" : ", ") + d.params[i].tensor.name + " (stage " + std::to_string(ch.vs) +
+                 ", " + std::to_string((long long)bad) + " NaN/inf elements)";
+    }
+  }
+  if (count > 3) found += " and " + std::to_string(count - 3) + " more";
+  return "non-finite gradients at the optimizer step: " + (found.empty() ? std::string("(not located)") : found);
+}
+
+} // namespace pipec::rt

@@ -1,0 +1,30 @@
+// What piperun and pipeseq are started with (docs/runtime.md): filled by the
+// tools' one command-line parser (runtime/tools/CommandLine.h), read by the
+// executor. pipeseq uses the options it shares with piperun.
+#pragma once
+
+#include "JobCheck.h"
+
+#include <cstdint>
+#include <string>
+
+namespace pipec::rt {
+
+struct RunOptions {
+  std::string planDir;
+  int iters = 1;         // total iterations (optimizer steps of a synchronous schedule); resume continues to it
+  int logEvery = 1;
+  std::string dataFile;  // empty: synthetic data from runtime.data
+  std::string checkpointDir;
+  int saveEvery = 0;
+  std::string resumeDir;
+  std::string traceFile, profileFile, exportDir;
+  bool seedSet = false;
+  uint64_t seed = 0;
+  OptimizerOverrides optimizer; // --lr, --weight-decay, --momentum, --max-grad-norm; checked by resolveOptimizer
+  double watchdogSeconds = -1; // > 0: fixed limit, 0: off, < 0: the default policy (Watchdog.h)
+  bool allowNonFinite = false;  // --allow-nonfinite: a NaN/inf loss or gradient does not stop training
+  bool quiet = false;
+};
+
+} // namespace pipec::rt

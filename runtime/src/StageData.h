@@ -1,0 +1,30 @@
+// The data fields a rank's chunks read (docs/dataset-format.md): from
+// --data FILE, else synthetic data from plan.json's runtime.data.
+#pragma once
+
+#include "Chunk.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pipec::rt {
+
+class StageData {
+public:
+  // Checks that every field a chunk reads exists with the stage's dtype and
+  // per-sample shape (the stage's shape without the micro-batch dimension);
+  // throws Error.
+  StageData(const Plan &plan, const std::string &dataFile, uint64_t seed, const std::vector<Chunk> &chunks);
+  // The fields of `chunk` for one micro-batch, from sample `first` on, each
+  // at its offset of the chunk's data layout in `dst` (host memory).
+  void read(int chunk, uint64_t first, char *dst);
+
+private:
+  const Plan &plan_;
+  const std::vector<Chunk> &chunks_;
+  std::unique_ptr<io::DataSource> source_;
+  std::vector<std::vector<int>> fieldIndex_; // per chunk: data-source field of each desc.data
+};
+
+} // namespace pipec::rt
