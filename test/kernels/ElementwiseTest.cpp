@@ -166,7 +166,7 @@ TEST(Elementwise, CastTruncatesSaturatesAndBools) {
 }
 
 // The generator must be bit-identical to the evaluator's
-// (compiler/Evaluator/Kernels.cpp). The values below were produced by the
+// (compiler/Evaluator/ElementwiseKernels.cpp). The values below were produced by the
 // evaluator's own functions (pipec::eval::kernels::mix64, dropoutStreamKey,
 // dropoutUniform, dropout); test/unit/evaluator/KernelsTest.cpp pins the
 // first of them there.

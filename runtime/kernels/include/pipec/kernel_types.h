@@ -131,7 +131,7 @@ BinaryGrad binaryGradKind(const std::string &kind);
 Shape sliceShape(const Shape &xs, const Dims &starts, const Dims &ends, const Dims &steps);
 
 // Dropout masks: exactly the evaluator's generator (compiler/Evaluator/
-// Kernels.cpp, docs/evaluator.md), so generated code on every target and
+// ElementwiseKernels.cpp, docs/evaluator.md), so generated code on every target and
 // the reference drop the same elements. Header-only so that generated code
 // (and device code) can inline it.
 
