@@ -88,7 +88,9 @@ struct AssignStages : impl::AssignStagesBase<AssignStages> {
       return signalPassFailure();
     try {
       planner::Request request = given ? *given : requestFromOptions();
-      if (request.partition.options.asynchronous || request.schedule == "1f1b-rr")
+      // Asynchronous schedules keep tied parameters in one stage (Families.h).
+      const schedule::ScheduleFamily *family = schedule::findScheduleFamily(request.schedule);
+      if (request.partition.options.asynchronous || (family && family->asynchronous))
         request.unsplittable = tiedParameterRanges(module);
       partition::Topology topology = request.partition.topology();
       planner::Plan plan = planner::plan(*table, request);

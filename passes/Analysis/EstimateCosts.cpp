@@ -133,10 +133,8 @@ struct EstimateCosts : impl::EstimateCostsBase<EstimateCosts> {
     ModuleOp module = getOperation();
     const partition::DevicePreset *preset = partition::findDevicePreset(device);
     if (!preset) {
-      std::string known;
-      for (const auto &candidate : partition::devicePresets())
-        known += (known.empty() ? "" : ", ") + std::string(candidate.name);
-      module.emitError() << "unknown device preset '" << device << "' (known: " << known << ")";
+      module.emitError() << "unknown device preset '" << device
+                         << "' (known: " << partition::devicePresetNames() << ")";
       return signalPassFailure();
     }
     double matrixPeak;
