@@ -15,8 +15,9 @@
 namespace {
 // The smallest valid plan (fuzz/corpus/fuzz_plan/job0-minimal-plan.json).
 const char *const kPlan =
-    R"({"stages": [{"ranks": [0, 1]}], "runtime": {"format": "pipec.runtime/1", "schedule": "1f1b",)"
-    R"( "microbatch_size": 8, "microbatches": 2, "stages": [{"id": 0, "library": "stages/libstage_0.so",)"
+    R"({"format": "pipec-plan", "version": 2, "pipeline": {"schedule": "1f1b", "microbatches": 2},)"
+    R"( "stages": [{"ranks": [0, 1]}], "runtime": {)"
+    R"( "microbatch_size": 8, "stages": [{"id": 0, "library": "stages/libstage_0.so",)"
     R"( "weights": "weights/stage_0.bin"}], "optimizer": {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-08,)"
     R"( "lr": 0.001, "momentum": 0.0, "name": "adamw", "weight_decay": 0.01}}})";
 constexpr int64_t kIters = 100;

@@ -203,17 +203,20 @@ def job_seeds(job, tag):
     # The plan without its optional members, and with tied parameters and data fields.
     plan = json.loads((job / "plan.json").read_text())
     rt = plan["runtime"]
-    small = {"stages": [{"ranks": s["ranks"]} for s in plan["stages"]],
-             "runtime": {k: rt[k] for k in ["format", "schedule", "microbatch_size", "microbatches", "stages", "optimizer"]}}
+    small = {"format": plan["format"], "version": plan["version"],
+             "pipeline": {k: plan["pipeline"][k] for k in ["schedule", "microbatches"]},
+             "stages": [{"ranks": s["ranks"]} for s in plan["stages"]],
+             "runtime": {k: rt[k] for k in ["microbatch_size", "stages", "optimizer"]}}
     put("fuzz_plan", tag + "-minimal-plan.json", json.dumps(small))
     rich = json.loads(json.dumps(small))
     rich["runtime"].update({"tied": [{"name": "w", "stages": [0, 1]}], "target": "cuda", "precision": "bf16",
-                            "cuda_arch": ["sm_80", "sm_90a"], "seed": 5, "placement": "interleaved",
+                            "cuda_arch": ["sm_80", "sm_90a"], "seed": 5,
                             "data": {"synthetic_samples": 8, "fields": [
                                 {"name": "x", "dtype": "f32", "shape": [4], "low": -2, "high": 2},
                                 {"name": "labels", "dtype": "i64", "shape": [], "low": 0, "high": 10}]},
                             "optimizer": {"name": "adamw", "lr": 0.001, "weight_decay": 0.01, "beta1": 0.9,
                                           "beta2": 0.99, "epsilon": 1e-8, "max_grad_norm": 1.0}})
+    rich["pipeline"].update({"placement": "interleaved", "asynchronous": False, "chunks": 1})
     put("fuzz_plan", tag + "-rich-plan.json", json.dumps(rich))
 
 

@@ -17,99 +17,81 @@ namespace pipec::partition {
 
 using nlohmann::json;
 
-static json stagesJson(const CostTable &table, const PartitionResult &r) {
-  json stages = json::array();
+plan::PlanFile planFile(const CostTable &table, const Topology &topology, const PartitionResult &r) {
+  plan::PlanFile file;
+  file.pipeline.microbatches = r.microbatches;
+  file.pipeline.asynchronous = r.asynchronous;
+  file.topology.device = topology.device;
+  file.topology.deviceMemory = topology.deviceMemoryBytes;
+  file.topology.devices = topology.totalDevices();
+  for (const Level &l : topology.levels)
+    file.topology.levels.push_back({l.name, l.fanout, l.bandwidthBytesPerSecond / 1e9});
+  file.partition.source = r.fromSearch ? "search" : "given";
+  file.partition.layers = r.layers;
+  file.partition.recompute = r.recompute;
+  if (r.memoryLimitBytes >= 0)
+    file.partition.memoryLimitBytes = r.memoryLimitBytes;
   for (size_t k = 0; k < r.stages.size(); ++k) {
     const StagePlan &s = r.stages[k];
-    json st = {
-        {"id", k},
-        {"first_op", table.ops[r.op(s.firstOp)].name},
-        {"last_op", table.ops[r.op(s.lastOp)].name},
-        {"first_op_index", s.firstOp},
-        {"last_op_index", s.lastOp},
-        {"replicas", s.replicas},
-        {"replicas_per_level", s.replicasPerLevel},
-        {"ranks", s.ranks},
-        {"compute_s", s.computeSeconds},
-        {"send_s", s.sendSeconds},
-        {"send_bytes", s.sendBytes},
-        {"send_level", s.sendLevel},
-        {"allreduce_s", s.allreduceSeconds},
-        {"inflight_microbatches", s.inflight},
-        {"parameter_bytes", s.parameterBytes},
-        {"optimizer_bytes", s.optimizerStateBytes},
-        {"stash_bytes", s.stashBytes},
-        {"activation_bytes", s.activationBytes},
-        {"memory_bytes", s.memoryBytes},
-    };
-    stages.push_back(std::move(st));
+    plan::Stage st;
+    st.id = static_cast<int64_t>(k);
+    st.firstOp = table.ops[r.op(s.firstOp)].name;
+    st.lastOp = table.ops[r.op(s.lastOp)].name;
+    st.firstOpIndex = s.firstOp;
+    st.lastOpIndex = s.lastOp;
+    st.replicas = s.replicas;
+    st.replicasPerLevel = s.replicasPerLevel;
+    st.ranks = s.ranks;
+    st.computeSeconds = s.computeSeconds;
+    st.sendSeconds = s.sendSeconds;
+    st.sendBytes = s.sendBytes;
+    st.sendLevel = s.sendLevel;
+    st.allreduceSeconds = s.allreduceSeconds;
+    st.inflight = s.inflight;
+    st.parameterBytes = s.parameterBytes;
+    st.optimizerBytes = s.optimizerStateBytes;
+    st.stashBytes = s.stashBytes;
+    st.activationBytes = s.activationBytes;
+    st.memoryBytes = s.memoryBytes;
+    file.stages.push_back(std::move(st));
   }
-  return stages;
-}
-
-/// The op names in the order the stages' op indices count (cuts at antichains).
-static json opOrderJson(const CostTable &table, const PartitionResult &r) {
-  json order = json::array();
   for (int index : r.opOrder)
-    order.push_back(table.ops[index].name);
-  return order;
-}
-
-static json predictionsJson(const PartitionResult &r) {
-  json p = {
-      {"time_per_microbatch_s", r.timePerMicrobatch},
-      {"time_per_minibatch_s", r.timePerMinibatch},
-      {"time_per_minibatch_source", r.simulated ? "simulated schedule" : "analytic (PipeDream's model)"},
-      {"throughput_microbatches_per_s", r.throughput},
-      {"bubble_s", r.bubbleSeconds},
-      {"bubble_fraction", r.bubbleFraction},
-      {"inflight_microbatches", r.inflightMicrobatches},
-      {"devices_used", r.devicesUsed},
-      {"data_parallel_fits", r.dataParallelFits},
-  };
+    file.opOrder.push_back(table.ops[index].name);
+  plan::Predictions &p = file.predictions;
+  p.timePerMicrobatch = r.timePerMicrobatch;
+  p.timePerMinibatch = r.timePerMinibatch;
+  p.simulated = r.simulated;
   if (r.simulated)
-    p["dp_estimate_time_per_minibatch_s"] = r.analyticTimePerMinibatch;
-  p["data_parallel_time_per_microbatch_s"] =
-      r.dataParallelFits ? json(r.dataParallelTimePerMicrobatch) : json(nullptr);
-  p["speedup_over_data_parallel"] = r.dataParallelFits ? json(r.speedupOverDataParallel) : json(nullptr);
-  return p;
-}
-
-static json optionsJson(const PartitionResult &r) {
-  return {{"microbatches", r.microbatches},
-          {"asynchronous", r.asynchronous},
-          {"recompute", r.recompute},
-          {"memory_limit_bytes", r.memoryLimitBytes < 0 ? json(nullptr) : json(r.memoryLimitBytes)},
-          {"layers", r.layers},
-          {"source", r.fromSearch ? "search" : "given"}};
+    p.analyticTimePerMinibatch = r.analyticTimePerMinibatch;
+  p.throughput = r.throughput;
+  p.bubbleSeconds = r.bubbleSeconds;
+  p.bubbleFraction = r.bubbleFraction;
+  p.inflightMicrobatches = r.inflightMicrobatches;
+  p.devicesUsed = r.devicesUsed;
+  p.dataParallelFits = r.dataParallelFits;
+  p.dataParallelTimePerMicrobatch = r.dataParallelTimePerMicrobatch;
+  p.speedupOverDataParallel = r.speedupOverDataParallel;
+  return file;
 }
 
 json planToJson(const CostTable &table, const Topology &topology, const PartitionResult &result) {
-  json levels = json::array();
-  for (const Level &l : topology.levels)
-    levels.push_back({{"name", l.name}, {"fanout", l.fanout}, {"bandwidth_GBps", l.bandwidthBytesPerSecond / 1e9}});
-  json plan;
-  plan["format"] = "pipec-plan";
-  plan["version"] = 1;
-  plan["topology"] = {{"device", topology.device},
-                      {"device_memory", topology.deviceMemoryBytes},
-                      {"devices", topology.totalDevices()},
-                      {"levels", levels}};
-  plan["partition"] = optionsJson(result);
-  plan["stages"] = stagesJson(table, result);
-  if (!result.opOrder.empty())
-    plan["op_order"] = opOrderJson(table, result);
-  plan["predictions"] = predictionsJson(result);
-  plan["schedule"] = json::object();
-  return plan;
+  return plan::toJson(planFile(table, topology, result));
 }
 
 json summaryToJson(const CostTable &table, const PartitionResult &result) {
-  json s = predictionsJson(result);
-  s["partition"] = optionsJson(result);
-  s["stages"] = stagesJson(table, result);
-  if (!result.opOrder.empty())
-    s["op_order"] = opOrderJson(table, result);
+  // Not plan.json: one document on standard output, whose "partition" also
+  // says how many micro-batches and whether asynchronous.
+  const plan::PlanFile file = planFile(table, Topology{}, result);
+  json s = plan::toJson(file.predictions);
+  s["partition"] = plan::toJson(file.partition);
+  s["partition"]["microbatches"] = file.pipeline.microbatches;
+  s["partition"]["asynchronous"] = file.pipeline.asynchronous;
+  json stages = json::array();
+  for (const plan::Stage &st : file.stages)
+    stages.push_back(plan::toJson(st));
+  s["stages"] = stages;
+  if (!file.opOrder.empty())
+    s["op_order"] = file.opOrder;
   return s;
 }
 

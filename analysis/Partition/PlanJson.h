@@ -2,6 +2,7 @@
 #define PIPEC_PARTITION_PLANJSON_H
 
 #include "analysis/Partition/Partitioner.h"
+#include "runtime/include/pipec/job_plan.h"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -11,12 +12,17 @@
 
 namespace pipec::partition {
 
-/// plan.json (docs/plan-json.md): format, topology, options, stages, predictions,
-/// and an empty "schedule" object the schedule library fills. Returned as JSON so
-/// callers can add members before writing it.
+/// plan.json's typed content for a partition (docs/plan-json.md): pipeline
+/// (micro-batches, asynchronous), topology, partition, stages, op_order and
+/// predictions; the planner and the driver fill the rest
+/// (planner::planFile, compiler/Driver/TrainingJob.cpp).
+plan::PlanFile planFile(const CostTable &table, const Topology &topology,
+                        const PartitionResult &result);
+/// plan::toJson(planFile(...)): the partition-only plan.json of `pipec partition --out`.
 nlohmann::json planToJson(const CostTable &table, const Topology &topology,
                           const PartitionResult &result);
-/// The summary `--json` prints: predictions and stages without the topology.
+/// The summary `--json` prints: predictions, partition (with micro-batches and
+/// asynchronous) and stages, without the topology. Not plan.json.
 nlohmann::json summaryToJson(const CostTable &table, const PartitionResult &result);
 /// Writes `plan` to DIR/plan.json (creating DIR). Throws Error on I/O failure.
 void writePlanFile(const nlohmann::json &plan, const std::string &directory);

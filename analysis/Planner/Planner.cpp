@@ -661,23 +661,56 @@ json planSummaryJson(const partition::CostTable &table, const Plan &plan) {
   return summary;
 }
 
-json planFileJson(const partition::CostTable &table, const partition::Topology &topology,
-                  const Plan &plan) {
+plan::PlanFile planFile(const partition::CostTable &table, const partition::Topology &topology,
+                        const Plan &plan) {
   const Candidate &c = plan.chosen;
-  json file = partition::planToJson(table, topology, c.partition);
-  file["schedule"] = scheduleJson(plan);
-  file["planner"] = plannerJson(plan);
+  plan::PlanFile file = partition::planFile(table, topology, c.partition);
+  file.pipeline.schedule = c.schedule;
+  file.pipeline.microbatches = c.microbatches;
+  file.pipeline.chunks = c.chunks;
+  file.pipeline.placement = c.placement;
   if (c.chunks > 1) {
-    // piperun reads one entry per rank position; the model-order stages
-    // (virtual stages) stay under their own key.
-    file["virtual_stages"] = file["stages"];
-    json positions = json::array();
-    for (int stage = 0; stage < c.pipelineStages; ++stage)
-      positions.push_back({{"id", stage}, {"ranks", {stage}}});
-    file["stages"] = positions;
-    file["chunks"] = c.chunks;
-    file["placement"] = placementName(c.placement);
+    // The stages are the virtual stages in model order, partitioned on a
+    // topology with `chunks` times the devices; each runs on the rank of its
+    // pipeline position (docs/plan-json.md).
+    for (plan::Stage &st : file.stages) {
+      int position = 0, chunk = 0;
+      locateVirtualStage(c.placement, c.pipelineStages, static_cast<int>(st.id), position, chunk);
+      st.ranks = {position};
+    }
   }
+  const auto &sim = plan.simulated;
+  plan::ScheduleReport schedule;
+  schedule.makespan = c.makespan;
+  schedule.bubbleFlush = sim.bubbleFlush;
+  schedule.bubbleSteadyState = sim.bubbleSteady;
+  schedule.bubbleOverIdeal = sim.bubbleOverIdeal;
+  schedule.peakActivationUnits = sim.maxPeakMemory;
+  file.schedule = schedule;
+  plan::PlannerReport report;
+  report.evaluated = plan.evaluated;
+  report.rejected = plan.rejected;
+  report.rejections = plan.rejections;
+  report.searchSeconds = plan.searchSeconds;
+  // The chosen plan is the file itself; the runner-ups as printed.
+  const size_t shown = std::min(plan.ranked.size(), static_cast<size_t>(std::max(1, plan.candidatesShown)));
+  for (size_t i = 1; i < shown; ++i) {
+    const Candidate &k = plan.ranked[i];
+    plan::RunnerUp r;
+    r.schedule = k.schedule;
+    r.origin = k.origin;
+    r.chunks = k.chunks;
+    r.microbatches = k.microbatches;
+    for (const auto &st : k.partition.stages)
+      r.replicas.push_back(st.replicas);
+    r.timePerMinibatch = k.timePerMinibatch;
+    r.timePerSample = k.timePerSample();
+    r.makespan = k.makespan;
+    r.bubbleFlush = k.bubble;
+    r.peakDeviceBytes = k.peakDeviceBytes;
+    report.runnerUps.push_back(std::move(r));
+  }
+  file.planner = report;
   return file;
 }
 

@@ -9,6 +9,7 @@
 
 #include "analysis/Partition/PartitionCommand.h"
 #include "analysis/Schedule/Schedule.h"
+#include "runtime/include/pipec/job_plan.h"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -78,9 +79,12 @@ void printPlan(std::ostream &os, const partition::CostTable &table,
                const partition::Topology &topology, const Plan &plan);
 /// The same as one JSON document (--json).
 nlohmann::json planSummaryJson(const partition::CostTable &table, const Plan &plan);
-/// plan.json's content (piperun's input) for the chosen plan.
-nlohmann::json planFileJson(const partition::CostTable &table,
-                            const partition::Topology &topology, const Plan &plan);
+/// plan.json's typed content for the chosen plan, without its `runtime`
+/// section (the driver adds it once the stages are written): the pipeline
+/// (schedule, chunks, placement, micro-batches, asynchronous), the partition,
+/// the simulated schedule and the runner-ups (docs/plan-json.md).
+plan::PlanFile planFile(const partition::CostTable &table, const partition::Topology &topology,
+                        const Plan &plan);
 
 } // namespace pipec::planner
 

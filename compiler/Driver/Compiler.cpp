@@ -283,13 +283,18 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
     errs << "error: " << directory << ": " << error.what() << "\n";
     return 1;
   }
-  nlohmann::json planFile = planner::planFileJson(planning.table, planning.topology, plan);
+  // plan.json, built once: the planner's part (the pipeline it chose, the
+  // partition, the predictions, the runner-ups) and how piperun runs the
+  // stages written here; one writer (pipec/job_plan.h, docs/plan-json.md).
+  plan::PlanFile planFile = planner::planFile(planning.table, planning.topology, plan);
   // With --json, standard output carries the one JSON document only.
-  if (failed(writeTrainingJob(*module, options, plan.chosen, planFile,
-                              options.partition.json ? errs : outs, errs)))
+  mlir::FailureOr<plan::Runtime> runtime =
+      writeTrainingJob(*module, options, options.partition.json ? errs : outs, errs);
+  if (failed(runtime))
     return 1;
   try {
-    partition::writePlanFile(planFile, directory);
+  planFile.runtime = std::move(*runtime);
+    partition::writePlanFile(plan::toJson(planFile), directory);
   } catch (const partition::Error &error) {
     errs << "error: " << error.what() << "\n";
     return 1;

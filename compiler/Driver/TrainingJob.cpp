@@ -14,13 +14,14 @@
 
 #include "pipec/tensor_file.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 using namespace mlir;
@@ -139,10 +140,9 @@ std::string stagesCMakePrologue(const CompileOptions &options) {
 
 } // namespace
 
-LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
-                               const planner::Candidate &chosen, nlohmann::json &plan,
-                               raw_ostream &outs, raw_ostream &errs) {
-  const partition::PartitionResult &result = chosen.partition;
+FailureOr<plan::Runtime> writeTrainingJob(ModuleOp module, const CompileOptions &options,
+                                          raw_ostream &outs, raw_ostream &errs) {
+  plan::Runtime runtime;
   fs::path directory = options.partition.outDir;
   std::error_code error;
   fs::create_directories(directory / "stages", error);
@@ -160,7 +160,6 @@ LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
   }
 
   SmallVector<pipe::StageOp> stages(module.getOps<pipe::StageOp>());
-  nlohmann::json stageEntries = nlohmann::json::array();
   std::string cmake = stagesCMakePrologue(options);
   emit::StageTarget stageTarget;
   stageTarget.target = cudaTarget(options) ? emit::Target::Cuda : emit::Target::Cpu;
@@ -193,9 +192,9 @@ LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
     std::set<std::string> seen;
     stage.walk([&](func::FuncOp function) {
       for (unsigned i = 0; i < function.getNumArguments(); ++i) {
-        auto role = function.getArgAttrOfType<StringAttr>(i, "nn.role");
+        std::optional<nn::Role> role = nn::argumentRole(function, i);
         auto name = function.getArgAttrOfType<StringAttr>(i, "nn.name");
-        if (!role || (role.getValue() != "param" && role.getValue() != "buffer") ||
+        if ((role != nn::Role::Param && role != nn::Role::Buffer) ||
             !seen.insert(name.str()).second)
           continue;
         auto type = llvm::cast<RankedTensorType>(function.getArgument(i).getType());
@@ -219,9 +218,7 @@ LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
       errs << "error: " << failure.what() << "\n";
       return mlir::failure();
     }
-    stageEntries.push_back({{"id", id},
-                            {"library", "stages/lib" + stem + ".so"},
-                            {"weights", "weights/" + stem + ".bin"}});
+    runtime.stages.push_back({id, "stages/lib" + stem + ".so", "weights/" + stem + ".bin"});
     if (options.build) {
       fs::path library = directory / "stages" / ("lib" + stem + ".so");
       std::string command = buildCommand(options, source, library);
@@ -246,23 +243,19 @@ LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
 
   // The data set: the model's inputs and labels, one sample each.
   auto train = module.lookupSymbol<func::FuncOp>("forward");
-  nlohmann::json fields = nlohmann::json::array();
   int64_t microbatchSize = 0;
   for (BlockArgument argument : train.getArguments()) {
-    auto role = train.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "nn.role");
-    if (!role || (role.getValue() != "input" && role.getValue() != "label"))
+    std::optional<nn::Role> role = nn::argumentRole(train, argument.getArgNumber());
+    if (role != nn::Role::Input && role != nn::Role::Label)
       continue;
     auto type = llvm::cast<RankedTensorType>(argument.getType());
     microbatchSize = type.getRank() ? type.getDimSize(0) : 1;
     auto [low, high] = valueRange(train, argument);
     std::vector<int64_t> sample(type.getShape().begin() + (type.getRank() ? 1 : 0),
                                 type.getShape().end());
-    fields.push_back({{"name", train.getArgAttrOfType<StringAttr>(argument.getArgNumber(),
-                                                                   "nn.name").str()},
-                      {"dtype", dtypeName(type.getElementType())},
-                      {"shape", sample},
-                      {"low", low},
-                      {"high", high}});
+    runtime.dataFields.push_back(
+        {train.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "nn.name").str(),
+         dtypeName(type.getElementType()), sample, low, high});
   }
   // Parameters held by several stages (tied weights): the runtime sums their
   // partial gradients over the holders before the step (docs/stages.md).
@@ -274,46 +267,30 @@ LogicalResult writeTrainingJob(ModuleOp module, const CompileOptions &options,
       tied[nameAttr.str()] = std::vector<int64_t>(stagesAttr.asArrayRef().begin(),
                                                   stagesAttr.asArrayRef().end());
   });
-  nlohmann::json tiedJson = nlohmann::json::array();
   for (const auto &[name, holders] : tied)
-    tiedJson.push_back({{"name", name}, {"stages", holders}});
+    runtime.tied.push_back({name, holders});
   // The values pipec-optimizer was given (passes/Pipeline.h).
   const passes::OptimizerOptions optimizer = passes::optimizerOptions(
       options.optimizer, options.learningRate, options.momentum, options.weightDecay);
   double weightDecay = optimizer.weightDecay >= 0
                            ? optimizer.weightDecay
                            : OptimizerDefaults::weightDecay(optimizer.optimizer == "adamw");
-  plan["runtime"] = {
-      {"format", "pipec.runtime/1"},
-      {"schedule", chosen.schedule},
-      {"microbatch_size", microbatchSize},
-      {"microbatches", result.microbatches},
-      {"asynchronous", result.asynchronous},
-      {"chunks", chosen.chunks},
-      {"placement", placementName(chosen.placement)},
-      {"seed", options.seed},
-      {"stages", stageEntries},
-      {"optimizer",
-       {{"name", options.optimizer == "adamw" ? "adamw" : "sgd"},
-        {"lr", options.learningRate},
-        {"weight_decay", weightDecay},
-        {"momentum", optimizer.momentum},
-        {"beta1", OptimizerDefaults::beta1},
-        {"beta2", OptimizerDefaults::beta2},
-        {"epsilon", OptimizerDefaults::epsilon}}},
-      {"data", {{"fields", fields}}},
-      {"tied", tiedJson},
-      {"target", options.target},
-      {"precision", cudaTarget(options) ? options.precision : std::string("fp32")},
-  };
+  runtime.microbatchSize = microbatchSize;
+  runtime.seed = options.seed;
+  runtime.optimizer.name = options.optimizer == "adamw" ? "adamw" : "sgd";
+  runtime.optimizer.lr = options.learningRate;
+  runtime.optimizer.weightDecay = weightDecay;
+  runtime.optimizer.momentum = optimizer.momentum;
+  runtime.target = options.target;
+  runtime.precision = cudaTarget(options) ? options.precision : std::string("fp32");
   if (cudaTarget(options)) {
-    plan["runtime"]["cuda_arch"] = options.cudaArchs;
-    plan["runtime"]["gpu"] = options.partition.device;
+    runtime.cudaArch = options.cudaArchs;
+    runtime.gpu = options.partition.device;
   }
   outs << "wrote " << directory.string() << ": plan.json, schedule/, " << stages.size()
        << " stage" << (stages.size() == 1 ? "" : "s") << " in stages/"
        << (options.build ? " (built)" : "") << ", weights/\n";
-  return success();
+  return runtime;
 }
 
 LogicalResult checkTargetOptions(const CompileOptions &options, raw_ostream &errs) {

@@ -1,14 +1,13 @@
 // What follows the pass pipeline: the job directory piperun runs
-// (plan.json's "runtime" section, stage code and libraries, initial weights).
+// (stage code and libraries, initial weights, and plan.json's "runtime" section).
 #ifndef PIPEC_COMPILER_DRIVER_TRAININGJOB_H
 #define PIPEC_COMPILER_DRIVER_TRAININGJOB_H
 
 #include "compiler/Driver/Compiler.h"
-#include "analysis/Planner/Planner.h"
+#include "runtime/include/pipec/job_plan.h"
 
 #include "mlir/IR/BuiltinOps.h"
-
-#include <nlohmann/json_fwd.hpp>
+#include "mlir/Support/LLVM.h"
 
 namespace pipec {
 
@@ -17,12 +16,12 @@ namespace pipec {
 mlir::LogicalResult checkTargetOptions(const CompileOptions &options, llvm::raw_ostream &errs);
 
 /// Writes DIR/stages/stage_<k>.cpp (.cu for --target cuda) (+ CMakeLists.txt, and the libraries with
-/// --build), DIR/weights/stage_<k>.bin, and adds "runtime" to `plan`.
-/// `chosen` is the planner's plan; its typed fields (schedule, chunks,
-/// placement, micro-batches) are what the "runtime" section repeats.
-mlir::LogicalResult writeTrainingJob(mlir::ModuleOp module, const CompileOptions &options,
-                                     const planner::Candidate &chosen, nlohmann::json &plan,
-                                     llvm::raw_ostream &outs, llvm::raw_ostream &errs);
+/// --build) and DIR/weights/stage_<k>.bin, and returns plan.json's "runtime"
+/// section: how piperun runs them (stage files, data, optimizer, target). The
+/// pipeline it runs (schedule, micro-batches, chunks, ...) is the planner's
+/// section of the same file, not repeated here (docs/plan-json.md).
+mlir::FailureOr<plan::Runtime> writeTrainingJob(mlir::ModuleOp module, const CompileOptions &options,
+                                                llvm::raw_ostream &outs, llvm::raw_ostream &errs);
 
 } // namespace pipec
 

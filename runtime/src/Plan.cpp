@@ -1,6 +1,7 @@
 #include "Plan.h"
 
 #include "pipec/input_file.h"
+#include "pipec/job_plan.h"
 
 #include <nlohmann/json.hpp>
 
@@ -141,27 +142,37 @@ Plan loadPlan(const std::string &dirIn) {
   if (!fs::is_directory(dirIn)) throw Error(dirIn + ": plan directory does not exist");
   const json j = readJson(p.planPath, "plan");
   const Reader R{p.planPath};
+  // The file's one version (docs/plan-json.md, "Versions"): an older pipec's
+  // plan keeps its facts elsewhere, so it is refused, not half read.
+  if (!j.is_object() || R.get<std::string>(j, "format", "") != plan::kFormat)
+    throw Error(p.planPath + ": format must be \"" + plan::kFormat + "\"");
+  const json version = j.contains("version") ? j.at("version") : json();
+  if (version != plan::kVersion)
+    throw Error(p.planPath + ": plan.json version " + (version.is_null() ? std::string("(none)") : brief(version)) +
+                ", this piperun reads version " + std::to_string(plan::kVersion) +
+                "; re-run pipec to compile the job again (docs/plan-json.md, \"Versions\")");
   if (!j.contains("runtime"))
-    throw Error(p.planPath + ": no \"runtime\" member (the plan was not compiled for piperun; see docs/runtime.md)");
+    throw Error(p.planPath + ": no \"runtime\" member (the plan was not compiled for piperun; see docs/plan-json.md)");
   const json &rt = j.at("runtime");
-  if (R.get<std::string>(rt, "format", "runtime") != "pipec.runtime/1")
-    throw Error(p.planPath + ": runtime.format must be \"pipec.runtime/1\"");
-  p.schedule = R.get<std::string>(rt, "schedule", "runtime");
-  p.microbatchSize = R.get<int>(rt, "microbatch_size", "runtime");
-  p.microbatches = R.get<int>(rt, "microbatches", "runtime");
-  p.chunks = R.opt<int>(rt, "chunks", "runtime", 1);
-  const std::string placement = R.opt<std::string>(rt, "placement", "runtime", "interleaved");
+  // The pipeline the streams implement: each fact once, in "pipeline".
+  const json pl = j.contains("pipeline") ? j.at("pipeline") : json();
+  p.schedule = R.get<std::string>(pl, "schedule", "pipeline");
+  p.microbatches = R.get<int>(pl, "microbatches", "pipeline");
+  p.chunks = R.opt<int>(pl, "chunks", "pipeline", 1);
+  const std::string placement = R.opt<std::string>(pl, "placement", "pipeline", "interleaved");
   if (!parsePlacement(placement, p.placement))
-    throw Error(p.planPath + ": runtime.placement must be \"interleaved\" or \"v\"");
-  p.asynchronous = R.opt<bool>(rt, "asynchronous", "runtime", false);
+    throw Error(p.planPath + ": pipeline.placement must be \"interleaved\" or \"v\"");
+  p.asynchronous = R.opt<bool>(pl, "asynchronous", "pipeline", false);
+  p.microbatchSize = R.get<int>(rt, "microbatch_size", "runtime");
   p.seed = R.opt<uint64_t>(rt, "seed", "runtime", 0);
-  if (p.microbatchSize < 1 || p.microbatches < 1 || p.chunks < 1)
-    throw Error(p.planPath + ": runtime.microbatch_size, microbatches and chunks must be >= 1");
+  if (p.microbatchSize < 1) throw Error(p.planPath + ": runtime.microbatch_size must be >= 1");
+  if (p.microbatches < 1 || p.chunks < 1)
+    throw Error(p.planPath + ": pipeline.microbatches and chunks must be >= 1");
   if (p.microbatches > kMaxMicrobatches || p.chunks > kMaxChunks)
-    throw Error(p.planPath + ": runtime.microbatches (" + std::to_string(p.microbatches) + ") or chunks (" +
+    throw Error(p.planPath + ": pipeline.microbatches (" + std::to_string(p.microbatches) + ") or chunks (" +
                 std::to_string(p.chunks) + ") over the limit (" + std::to_string(kMaxMicrobatches) + ", " +
                 std::to_string(kMaxChunks) + ")");
-  if (p.placement == Placement::VShape && p.chunks != 2) throw Error(p.planPath + ": runtime.placement \"v\" needs chunks = 2");
+  if (p.placement == Placement::VShape && p.chunks != 2) throw Error(p.planPath + ": pipeline.placement \"v\" needs chunks = 2");
   p.target = R.opt<std::string>(rt, "target", "runtime", "cpu");
   if (p.target != "cpu" && p.target != "cuda")
     throw Error(p.planPath + ": runtime.target must be \"cpu\" or \"cuda\", is \"" + p.target + "\"");
@@ -176,18 +187,31 @@ Plan loadPlan(const std::string &dirIn) {
   }
   p.gpu = R.opt<std::string>(rt, "gpu", "runtime", "");
 
-  // Pipeline stages and their ranks come from the partition part of the plan.
+  // The ranks of each stage (a virtual stage when chunks > 1, in model
+  // order) are its stages[].ranks; a pipeline position's are those of the
+  // virtual stages it runs, which must name the same ranks.
   const json &stages = j.contains("stages") ? j.at("stages") : json();
   if (!stages.is_array() || stages.empty()) throw Error(p.planPath + ": missing or empty member stages");
   if (stages.size() > (size_t)kMaxStages)
     throw Error(p.planPath + ": " + std::to_string(stages.size()) + " stages, over the limit of " +
                 std::to_string(kMaxStages));
-  p.stages = (int)stages.size();
+  if (stages.size() % p.chunks != 0)
+    throw Error(p.planPath + ": " + std::to_string(stages.size()) + " stages are not pipeline.chunks = " +
+                std::to_string(p.chunks) + " virtual stages on each pipeline position");
+  p.stages = (int)stages.size() / p.chunks;
   std::vector<int> seen;
   for (int s = 0; s < p.stages; ++s) {
-    const std::string where = "stages[" + std::to_string(s) + "]";
-    auto ranks = R.get<std::vector<int>>(stages[s], "ranks", where);
+    const int first = p.virtualStage(s, 0);
+    const std::string where = "stages[" + std::to_string(first) + "]";
+    auto ranks = R.get<std::vector<int>>(stages[first], "ranks", where);
     if (ranks.empty()) throw Error(p.planPath + ": " + where + ".ranks is empty");
+    for (int c = 1; c < p.chunks; ++c) {
+      const int other = p.virtualStage(s, c);
+      const std::string at = "stages[" + std::to_string(other) + "]";
+      if (R.get<std::vector<int>>(stages[other], "ranks", at) != ranks)
+        throw Error(p.planPath + ": " + at + ".ranks differ from " + where + ".ranks, but both virtual stages run on "
+                    "pipeline position " + std::to_string(s) + " (" + placementName(p.placement) + " placement)");
+    }
     for (int r : ranks) {
       if (r < 0) throw Error(p.planPath + ": " + where + ".ranks has a negative rank");
       for (int q : seen)
@@ -345,7 +369,7 @@ void checkRankStream(const Plan &plan, const RankStream &s, int r) {
                 ", replica " + std::to_string(s.replica) + "), " + plan.planPath + " maps schedule rank " +
                 std::to_string(r) + " to stage " + std::to_string(stage) + ", replica " + std::to_string(replica));
   auto disagree = [&](const char *what, const std::string &stream, const std::string &planned) {
-    return Error(sf + ": " + what + " is " + stream + ", but " + plan.planPath + " says runtime." + what + " = " +
+    return Error(sf + ": " + what + " is " + stream + ", but " + plan.planPath + " says pipeline." + what + " = " +
                  planned + " (the plan and its schedule files are from different compilations)");
   };
   if (s.chunks != plan.chunks) throw disagree("chunks", std::to_string(s.chunks), std::to_string(plan.chunks));
@@ -362,10 +386,10 @@ void checkRankStream(const Plan &plan, const RankStream &s, int r) {
       throw Error(at + "a negative micro-batch, chunk, peer or version");
     if (in.mb >= m)
       throw Error(at + "micro-batch " + std::to_string(in.mb) + " is out of range: " + plan.planPath +
-                  " says runtime.microbatches = " + std::to_string(m));
+                  " says pipeline.microbatches = " + std::to_string(m));
     if (in.chunk >= plan.chunks)
       throw Error(at + "chunk " + std::to_string(in.chunk) + " is out of range: " + plan.planPath +
-                  " says runtime.chunks = " + std::to_string(plan.chunks));
+                  " says pipeline.chunks = " + std::to_string(plan.chunks));
     if ((isCompute(in.op) || isP2P(in.op)) && (in.mb < 0 || in.chunk < 0))
       throw Error(at + "needs a micro-batch and a chunk");
     if (in.op == Op::Load && in.mb < 0) throw Error(at + "needs a micro-batch");
@@ -389,7 +413,7 @@ void checkRankStream(const Plan &plan, const RankStream &s, int r) {
     std::sort(sorted.begin(), sorted.end());
     if (sorted != want)
       throw Error(sf + ": chunk " + std::to_string(c) + " runs the forward of micro-batches " + listMicrobatches(got) +
-                  ", but " + plan.planPath + " says runtime.microbatches = " + std::to_string(m) +
+                  ", but " + plan.planPath + " says pipeline.microbatches = " + std::to_string(m) +
                   ", which gives this rank (stage " + std::to_string(stage) + ", replica " + std::to_string(replica) +
                   " of " + std::to_string(replicas) + ") micro-batches " + listMicrobatches(want) +
                   " (the plan and its schedule files disagree)");
@@ -407,23 +431,23 @@ void checkScheduleSummary(const Plan &plan, const std::string &path, const RankS
   };
   const std::string name = R.get<std::string>(j, "schedule", "");
   if (name != plan.schedule)
-    throw disagree("schedule", "\"" + name + "\"", "runtime.schedule = \"" + plan.schedule + "\"");
+    throw disagree("schedule", "\"" + name + "\"", "pipeline.schedule = \"" + plan.schedule + "\"");
   if (R.get<bool>(j, "asynchronous", "") != plan.asynchronous)
     throw disagree("asynchronous", plan.asynchronous ? "false" : "true",
-                   std::string("runtime.asynchronous = ") + (plan.asynchronous ? "true" : "false"));
+                   std::string("pipeline.asynchronous = ") + (plan.asynchronous ? "true" : "false"));
   if (R.get<std::string>(j, "placement", "") != placementName(plan.placement))
     throw disagree("placement", "\"" + R.get<std::string>(j, "placement", "") + "\"",
-                   std::string("runtime.placement = \"") + placementName(plan.placement) + "\"");
+                   std::string("pipeline.placement = \"") + placementName(plan.placement) + "\"");
   const json problem = j.contains("problem") ? j.at("problem") : json();
   const int m = R.get<int>(problem, "microbatches", "problem");
   if (m != plan.microbatches)
-    throw disagree("problem.microbatches", std::to_string(m), "runtime.microbatches = " + std::to_string(plan.microbatches));
+    throw disagree("problem.microbatches", std::to_string(m), "pipeline.microbatches = " + std::to_string(plan.microbatches));
   const int stages = R.get<int>(problem, "stages", "problem");
   if (stages != plan.stages)
-    throw disagree("problem.stages", std::to_string(stages), std::to_string(plan.stages) + " stages (stages[])");
+    throw disagree("problem.stages", std::to_string(stages), std::to_string(plan.stages) + " pipeline positions (stages[] over pipeline.chunks)");
   const int chunks = R.opt<int>(problem, "chunks", "problem", 1);
   if (chunks != plan.chunks)
-    throw disagree("problem.chunks", std::to_string(chunks), "runtime.chunks = " + std::to_string(plan.chunks));
+    throw disagree("problem.chunks", std::to_string(chunks), "pipeline.chunks = " + std::to_string(plan.chunks));
   const auto replicas = R.opt<std::vector<int>>(problem, "replicas", "problem", {});
   for (int st = 0; st < plan.stages; ++st) {
     const int k = replicas.empty() ? 1 : (st < (int)replicas.size() ? replicas[st] : -1);
@@ -433,7 +457,7 @@ void checkScheduleSummary(const Plan &plan, const std::string &path, const RankS
         for (size_t i = 0; i < replicas.size(); ++i) v += (i ? "," : "") + std::to_string(replicas[i]);
         return v;
       }() + "]", "stage " + std::to_string(st) + " has " + std::to_string(plan.replicasOf(st)) + " replica(s) (stages[" +
-                 std::to_string(st) + "].ranks)");
+                 std::to_string(plan.virtualStage(st, 0)) + "].ranks)");
   }
   const json ranks = j.contains("ranks") ? j.at("ranks") : json();
   if (!ranks.is_array() || (int)ranks.size() != plan.numRanks())

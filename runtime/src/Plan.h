@@ -1,5 +1,6 @@
 // The parts of a plan directory that piperun reads: plan.json (its
-// "stages[].ranks" and its "runtime" member, docs/runtime.md) and the
+// "pipeline", "stages[].ranks" and "runtime" members, pipec/job_plan.h and
+// docs/plan-json.md; an older version is refused) and the
 // per-rank instruction streams schedule/rank_<r>.json (docs/schedules.md).
 // No MPI here: the sequential reference (pipeseq) reads the same plan.
 #pragma once
@@ -50,8 +51,9 @@ struct OptimizerConfig {
 
 struct Plan {
   std::string dir, planPath;
+  // pipeline.* (each once in plan.json; the schedule files carry their own copy, checked)
   std::string schedule;     // informative: the streams decide what runs
-  int stages = 1;           // pipeline positions p
+  int stages = 1;           // pipeline positions p (plan.json's stages[] / chunks)
   int chunks = 1;           // virtual stages per rank
   Placement placement = Placement::Interleaved; // VShape (ZB-V): chunk 1 runs back up the ranks
   bool asynchronous = false;
@@ -104,7 +106,7 @@ RankStream loadRankStream(const std::string &path);
 // Checks schedule rank r's stream against plan.json (file, rank, stage and
 // replica, chunks, placement, asynchronous, schedule name; every micro-batch,
 // chunk and peer in range; each chunk runs the forward of exactly the
-// micro-batches mb < runtime.microbatches with mb mod R = replica, R the
+// micro-batches mb < pipeline.microbatches with mb mod R = replica, R the
 // stage's replicas). Throws Error naming the stream file, plan.json and the
 // disagreeing values.
 void checkRankStream(const Plan &plan, const RankStream &s, int scheduleRank);

@@ -191,7 +191,7 @@ def plan_summary(job):
     with open(os.path.join(job, "plan.json")) as stream:
         plan = json.load(stream)
     replicas = "+".join(str(stage["replicas"]) for stage in plan["stages"])
-    return f"{plan['schedule'].get('name', '?')}, replicas {replicas}"
+    return f"{plan['pipeline'].get('schedule', '?')}, replicas {replicas}"
 
 
 def antichain_partition(pipec, model_path, workdir):

@@ -118,14 +118,20 @@ def check_job(pipec, model, topology, extra):
         except json.JSONDecodeError:
             return f"{where}: stdout is not one JSON document with --out:\n{out[-300:]}"
         plan = json.load(open(os.path.join(d, "plan.json")))
-        ranks = sum(len(s["ranks"]) for s in plan["stages"])
+        # stages[] are virtual stages when chunks > 1: a position's share its ranks.
+        ranks = len({r for s in plan["stages"] for r in s["ranks"]})
         files = [f for f in os.listdir(os.path.join(d, "schedule")) if re.fullmatch(r"rank_\d+\.json", f)]
         if len(files) != ranks:
             return f"{where}: {len(files)} rank streams for {ranks} ranks"
-        if plan["predictions"]["time_per_minibatch_s"] != plan["schedule"]["time_per_minibatch_s"]:
-            return f"{where}: plan.json's predictions disagree with its schedule"
-        if plan["runtime"]["microbatches"] != plan["schedule"]["microbatches"]:
-            return f"{where}: runtime and schedule micro-batch counts differ"
+        # Each fact once in plan.json (docs/plan-json.md): the pipeline's facts
+        # nowhere else; schedule/schedule.json (its own file) agrees with them.
+        for section in ("partition", "schedule", "runtime", "predictions"):
+            for fact in ("microbatches", "asynchronous", "chunks", "placement", "name", "schedule"):
+                if fact in plan.get(section, {}):
+                    return f"{where}: plan.json repeats pipeline.{fact} in {section}"
+        problem = json.load(open(os.path.join(d, "schedule", "schedule.json")))["problem"]
+        if plan["pipeline"]["microbatches"] != problem["microbatches"]:
+            return f"{where}: plan.json's and schedule.json's micro-batch counts differ"
     return None
 
 

@@ -1,5 +1,6 @@
 // Writes a plan directory for the tiny MLP stage libraries: plan.json (the
-// partition part piperun reads plus the "runtime" member of docs/runtime.md),
+// pipeline, stages[].ranks and runtime members of docs/plan-json.md, through
+// pipec's writer, pipec/job_plan.h),
 // schedule/rank_<r>.json from the schedule library, and initial weights.
 //   make_test_plan --out DIR --libs DIR/libtiny_<cfg>_stage_ --schedule NAME
 //     --stages P --microbatches M --dims 6,8,4 --batch 4 [--chunks V]
@@ -13,6 +14,7 @@
 // error for a parameter the libraries lack).
 #include "analysis/Schedule/Schedule.h"
 #include "pipec/dataset.h"
+#include "pipec/job_plan.h"
 
 #include <nlohmann/json.hpp>
 
@@ -91,18 +93,31 @@ int main(int argc, char **argv) {
     fs::create_directories(fs::path(out) / "weights");
     for (int r = 0; r < R; ++r) std::ofstream(fs::path(out) / "schedule" / ("rank_" + std::to_string(r) + ".json")) << sch::rankToJson(s, r);
 
+    // plan.json through pipec's own writer (pipec/job_plan.h).
+    pipec::plan::PlanFile plan;
+    plan.pipeline.schedule = s.name;
+    plan.pipeline.microbatches = s.problem.microbatches;
+    plan.pipeline.chunks = s.problem.chunks;
+    plan.pipeline.placement = s.placement;
+    plan.pipeline.asynchronous = s.asynchronous;
     // MPI rank of schedule rank r: identity, or reversed to check that piperun
     // maps through stages[].ranks instead of assuming the schedule's numbering.
-    json stages = json::array();
+    // One entry per virtual stage (model order), with its position's ranks.
+    plan.stages.resize(V);
     for (int st = 0; st < p; ++st) {
-      json ranks = json::array();
+      std::vector<int> ranks;
       for (int q = 0; q < s.problem.replicasOf(st); ++q) {
         const int r = s.problem.rankOf(st, q);
         ranks.push_back(reverse ? R - 1 - r : r);
       }
-      stages.push_back({{"id", st}, {"replicas", s.problem.replicasOf(st)}, {"ranks", ranks}});
+      for (int c = 0; c < s.problem.chunks; ++c) {
+        const int vs = pipec::virtualStage(plan.pipeline.placement, p, st, c);
+        plan.stages[vs].id = vs;
+        plan.stages[vs].replicas = s.problem.replicasOf(st);
+        plan.stages[vs].ranks = ranks;
+      }
     }
-    json vstages = json::array();
+    pipec::plan::Runtime runtime;
     if (tied && (dims.back() != dims.front() || dims[V - 1] != dims[1]))
       throw std::runtime_error("--tied needs widths d0,d1,...,d1,d0");
     pipec::io::Tensor tiedInit;
@@ -123,34 +138,23 @@ int main(int argc, char **argv) {
       if (isTied && vs == 0) tiedInit = w;
       if (isTied && vs == V - 1) w = tiedInit; // the last stage holds the same [d1, d0] tensor, used transposed
       pipec::io::writeTensorFile((fs::path(out) / "weights" / ("stage_" + std::to_string(vs) + ".bin")).string(), {w, b});
-      vstages.push_back({{"id", vs},
-                         {"library", libs + std::to_string(vs) + ".so"},
-                         {"weights", "weights/stage_" + std::to_string(vs) + ".bin"}});
+      runtime.stages.push_back({vs, libs + std::to_string(vs) + ".so", "weights/stage_" + std::to_string(vs) + ".bin"});
     }
-    json fields = json::array();
     if (dataFields) {
-      fields.push_back({{"name", "x"}, {"dtype", "f32"}, {"shape", {dims.front()}}});
-      fields.push_back({{"name", "y"}, {"dtype", "f32"}, {"shape", {dims.back()}}, {"low", -0.5}, {"high", 0.5}});
+      runtime.dataFields.push_back({"x", "f32", {dims.front()}, -1.0, 1.0});
+      runtime.dataFields.push_back({"y", "f32", {dims.back()}, -0.5, 0.5});
     }
-    json opt{{"name", optimizer}, {"lr", lr}, {"momentum", momentum}, {"weight_decay", 0.01}};
-    if (clip > 0) opt["max_grad_norm"] = clip;
-    json plan{{"format", "pipec-plan"},
-              {"version", 1},
-              {"stages", stages},
-              {"runtime",
-               {{"format", "pipec.runtime/1"},
-                {"schedule", s.name},
-                {"microbatch_size", batch},
-                {"microbatches", s.problem.microbatches},
-                {"chunks", s.problem.chunks},
-                {"placement", s.placement == sch::Placement::VShape ? "v" : "interleaved"},
-                {"asynchronous", s.asynchronous},
-                {"seed", 11},
-                {"stages", vstages},
-                {"optimizer", opt},
-                {"data", {{"synthetic_samples", 64}, {"fields", fields}}}}}};
-    if (tied) plan["runtime"]["tied"] = json::array({{{"name", tiedPlanName}, {"stages", {0, V - 1}}}});
-    std::ofstream(fs::path(out) / "plan.json") << plan.dump(1) << "\n";
+    runtime.optimizer.name = optimizer;
+    runtime.optimizer.lr = lr;
+    runtime.optimizer.momentum = momentum;
+    runtime.optimizer.weightDecay = 0.01;
+    if (clip > 0) runtime.optimizer.maxGradNorm = clip;
+    runtime.microbatchSize = batch;
+    runtime.seed = 11;
+    runtime.syntheticSamples = 64;
+    if (tied) runtime.tied.push_back({tiedPlanName, {0, V - 1}});
+    plan.runtime = runtime;
+    std::ofstream(fs::path(out) / "plan.json") << pipec::plan::toJson(plan).dump(1) << "\n";
     if (!datasetPath.empty()) {
       // A data set file whose values differ from the synthetic default.
       std::vector<pipec::io::FieldSpec> f(2);

@@ -1,5 +1,6 @@
 // Unit tests of the runtime pieces that need neither MPI nor a GPU:
-//  * plan.json's runtime.target / precision / cuda_arch / gpu (defaults,
+//  * plan.json's version, pipeline and stages[].ranks, runtime.target /
+//    precision / cuda_arch / gpu (defaults,
 //    values, errors);
 //  * the transfer-order check NCCL needs (checkTransferOrder): hand-made
 //    streams whose orders differ are refused with a message naming the pair
@@ -53,17 +54,20 @@ fs::path scratch() {
   return d;
 }
 
-// A two-stage plan.json with `extra` merged into its runtime member.
-std::string writePlan(const fs::path &dir, const json &extra) {
+// A two-stage plan.json (version 2, docs/plan-json.md) with `extra` merged
+// into its runtime member and `top` into the file.
+std::string writePlan(const fs::path &dir, const json &extra, const json &top = json::object()) {
   fs::create_directories(dir);
-  json rt{{"format", "pipec.runtime/1"},
-          {"schedule", "1f1b"},
-          {"microbatch_size", 4},
-          {"microbatches", 4},
+  json rt{{"microbatch_size", 4},
           {"stages", {{{"id", 0}, {"library", "a.so"}, {"weights", "a.bin"}}, {{"id", 1}, {"library", "b.so"}, {"weights", "b.bin"}}}},
           {"optimizer", {{"name", "sgd"}, {"lr", 0.1}}}};
   for (auto it = extra.begin(); it != extra.end(); ++it) rt[it.key()] = it.value();
-  json plan{{"stages", {{{"id", 0}, {"ranks", {0}}}, {{"id", 1}, {"ranks", {1}}}}}, {"runtime", rt}};
+  json plan{{"format", "pipec-plan"},
+            {"version", 2},
+            {"pipeline", {{"schedule", "1f1b"}, {"microbatches", 4}}},
+            {"stages", {{{"id", 0}, {"ranks", {0}}}, {{"id", 1}, {"ranks", {1}}}}},
+            {"runtime", rt}};
+  for (auto it = top.begin(); it != top.end(); ++it) plan[it.key()] = it.value();
   std::ofstream(dir / "plan.json") << plan.dump(1);
   return dir.string();
 }
@@ -101,6 +105,24 @@ void testPlanKeys(const fs::path &root) {
   CHECK(contains(e, "runtime.cuda_arch") && contains(e, "wrong type"), "arch not a list: " << e);
   e = loadError(writePlan(root / "bad-precision", {{"precision", 16}}));
   CHECK(contains(e, "runtime.precision") && contains(e, "wrong type"), "precision not a string: " << e);
+  // An older plan.json (version 1: the facts under "runtime") is refused, naming the version.
+  e = loadError(writePlan(root / "version-1", json::object(), {{"version", 1}}));
+  CHECK(contains(e, "plan.json: plan.json version 1, this piperun reads version 2; re-run pipec"), "v1: " << e);
+  e = loadError(writePlan(root / "no-version", json::object(), {{"version", nullptr}}));
+  CHECK(contains(e, "plan.json version (none)") && contains(e, "re-run pipec"), "no version: " << e);
+  // Chunked: one stages[] entry per virtual stage; a position's virtual stages share its ranks.
+  const json chunked{{"schedule", "interleaved"}, {"microbatches", 4}, {"chunks", 2}};
+  const json vstages = {{{"id", 0}, {"library", "a.so"}, {"weights", "a.bin"}}, {{"id", 1}, {"library", "b.so"}, {"weights", "b.bin"}},
+                        {{"id", 2}, {"library", "c.so"}, {"weights", "c.bin"}}, {{"id", 3}, {"library", "d.so"}, {"weights", "d.bin"}}};
+  const json four = {{{"id", 0}, {"ranks", {0}}}, {{"id", 1}, {"ranks", {1}}}, {{"id", 2}, {"ranks", {0}}}, {{"id", 3}, {"ranks", {1}}}};
+  p = loadPlan(writePlan(root / "chunked", {{"stages", vstages}}, {{"pipeline", chunked}, {"stages", four}}));
+  CHECK(p.stages == 2 && p.chunks == 2 && p.ranks == std::vector<std::vector<int>>({{0}, {1}}) && p.vstages[3].stage == 1 &&
+            p.vstages[3].chunk == 1,
+        "chunked: " << p.stages << " positions");
+  json crossed = four;
+  crossed[3]["ranks"] = {0};
+  e = loadError(writePlan(root / "chunked-ranks", {{"stages", vstages}}, {{"pipeline", chunked}, {"stages", crossed}}));
+  CHECK(contains(e, "stages[3].ranks differ from stages[1].ranks") && contains(e, "pipeline position 1"), "chunked ranks: " << e);
 }
 
 Plan twoStagePlan() {
@@ -368,15 +390,15 @@ void testPlanAgainstSchedule(const fs::path &root) {
   CHECK(errorOf([&] { checkRankStream(planFor(4), stream, 0); }).empty(), "matching plan refused");
   std::string e = errorOf([&] { checkRankStream(planFor(8), stream, 0); });
   CHECK(contains(e, "rank_0.json: chunk 0 runs the forward of micro-batches 0, 1, 2, 3, but plan.json says "
-                    "runtime.microbatches = 8"), "m=8: " << e);
+                    "pipeline.microbatches = 8"), "m=8: " << e);
   e = errorOf([&] { checkRankStream(planFor(2), stream, 0); });
-  CHECK(contains(e, "micro-batch 2 is out of range: plan.json says runtime.microbatches = 2"), "m=2: " << e);
+  CHECK(contains(e, "micro-batch 2 is out of range: plan.json says pipeline.microbatches = 2"), "m=2: " << e);
   Plan other = planFor(4);
   other.schedule = "1f1b";
   e = errorOf([&] { checkRankStream(other, stream, 0); });
-  CHECK(contains(e, "schedule is \"gpipe\", but plan.json says runtime.schedule = \"1f1b\""), "name: " << e);
+  CHECK(contains(e, "schedule is \"gpipe\", but plan.json says pipeline.schedule = \"1f1b\""), "name: " << e);
   e = errorOf([&] { checkScheduleSummary(planFor(8), summary.string(), nullptr, 0); });
-  CHECK(contains(e, "schedule.json: problem.microbatches is 4, but plan.json says runtime.microbatches = 8"),
+  CHECK(contains(e, "schedule.json: problem.microbatches is 4, but plan.json says pipeline.microbatches = 8"),
         "summary: " << e);
   RankStream edited = stream;
   edited.instrs.pop_back();

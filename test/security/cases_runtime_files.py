@@ -299,44 +299,49 @@ def cases(ctx):
     # ---------------------------------------------------------------- 3. plan.json against the schedule files
     def plan_microbatches(value):
         return lambda d: edit_json(os.path.join(d, "plan.json"),
-                                   lambda j: j["runtime"].__setitem__("microbatches", value))
+                                   lambda j: j["pipeline"].__setitem__("microbatches", value))
     d, s = copy("plan-microbatches-4", plan_microbatches(4))
     out.append(Case("plan-microbatches-disagree", run2(d, "--iters", "1"),
                     expect=[r"rank_[01]\.json: chunk 0 runs the forward of micro-batches 0, 1, but .*plan\.json says "
-                            r"runtime\.microbatches = 4"], setup=s, timeout=30))
+                            r"pipeline\.microbatches = 4"], setup=s, timeout=30))
     out.append(Case("plan-microbatches-disagree-pipeseq", [pipeseq, d, "--iters", "1"],
                     expect=[r"rank_0\.json: chunk 0 runs the forward of micro-batches 0, 1, but .*plan\.json says "
-                            r"runtime\.microbatches = 4"], setup=s, timeout=30))
+                            r"pipeline\.microbatches = 4"], setup=s, timeout=30))
     d, s = copy("plan-microbatches-1", plan_microbatches(1))
     out.append(Case("plan-microbatches-fewer", run2(d, "--iters", "1"),
                     expect=[r"rank_[01]\.json: #\d+ .*mb=1.*: micro-batch 1 is out of range: .*plan\.json says "
-                            r"runtime\.microbatches = 1"], setup=s, timeout=30))
+                            r"pipeline\.microbatches = 1"], setup=s, timeout=30))
     d, s = copy("plan-microbatches-wrap", plan_microbatches((1 << 32) + 2))
     out.append(Case("plan-microbatches-int-wrap", run2(d, "--iters", "1"),
-                    expect=[r"plan\.json: member runtime\.microbatches is out of range \(4294967298\)"], setup=s,
+                    expect=[r"plan\.json: member pipeline\.microbatches is out of range \(4294967298\)"], setup=s,
                     timeout=30))
     d, s = copy("plan-microbatches-float", plan_microbatches(2.5))
     out.append(Case("plan-microbatches-fraction", run2(d, "--iters", "1"),
-                    expect=[r"plan\.json: member runtime\.microbatches has the wrong type \(2\.5\)"], setup=s,
+                    expect=[r"plan\.json: member pipeline\.microbatches has the wrong type \(2\.5\)"], setup=s,
                     timeout=30))
     d, s = copy("plan-chunks", lambda d: edit_json(os.path.join(d, "plan.json"),
-                                                   lambda j: j["runtime"].__setitem__("chunks", 1 << 30)))
+                                                   lambda j: j["pipeline"].__setitem__("chunks", 1 << 30)))
     out.append(Case("plan-chunks-huge", run2(d, "--iters", "1"),
-                    expect=[r"plan\.json: runtime\.microbatches \(2\) or chunks \(1073741824\) over the limit"],
+                    expect=[r"plan\.json: pipeline\.microbatches \(2\) or chunks \(1073741824\) over the limit"],
                     setup=s, timeout=30))
     def deep(d):
         with open(os.path.join(d, "plan.json")) as f:
             j = json.load(f)
-        text = json.dumps(j).replace('"pipec.runtime/1"', "[" * 1000000 + "]" * 1000000, 1)
+        text = json.dumps(j).replace('"pipec-plan"', "[" * 1000000 + "]" * 1000000, 1)
         write(os.path.join(d, "plan.json"), text.encode())
     d, s = copy("plan-deep", deep)
     out.append(Case("plan-deeply-nested-member", run2(d, "--iters", "1"),
-                    expect=[r"plan\.json: member runtime\.format has the wrong type \(an array of 1 elements\)"],
+                    expect=[r"plan\.json: member format has the wrong type \(an array of 1 elements\)"],
                     setup=s, timeout=60))
+    d, s = copy("plan-version-1", lambda d: edit_json(os.path.join(d, "plan.json"),
+                                                      lambda j: j.__setitem__("version", 1)))
+    out.append(Case("plan-older-version", run2(d, "--iters", "1"),
+                    expect=[r"plan\.json: plan\.json version 1, this piperun reads version 2; re-run pipec"],
+                    setup=s, timeout=30))
     d, s = copy("plan-schedule-name", lambda d: edit_json(os.path.join(d, "plan.json"),
-                                                          lambda j: j["runtime"].__setitem__("schedule", "gpipe-x")))
+                                                          lambda j: j["pipeline"].__setitem__("schedule", "gpipe-x")))
     out.append(Case("plan-schedule-name-disagree", run2(d, "--iters", "1"),
-                    expect=[r"rank_[01]\.json: schedule is \".*\", but .*plan\.json says runtime\.schedule = "
+                    expect=[r"rank_[01]\.json: schedule is \".*\", but .*plan\.json says pipeline\.schedule = "
                             r"\"gpipe-x\""], setup=s, timeout=30))
 
     def summary_microbatches(d):
@@ -344,7 +349,7 @@ def cases(ctx):
     d, s = copy("summary-microbatches", summary_microbatches)
     out.append(Case("schedule-summary-disagree", run2(d, "--iters", "1"),
                     expect=[r"schedule\.json: problem\.microbatches is 4, but .*plan\.json says "
-                            r"runtime\.microbatches = 2"], setup=s, timeout=30))
+                            r"pipeline\.microbatches = 2"], setup=s, timeout=30))
 
     def stream_edited(d):
         # Rank 1's stream loses its STEP: it would never update its weights.

@@ -32,20 +32,26 @@ struct Fixture {
 };
 } // namespace
 
-TEST(PlanJson, PlanHasTopologyStagesPredictionsAndAScheduleSlot) {
+TEST(PlanJson, PlanHasPipelineTopologyStagesAndPredictions) {
   Fixture f;
   nlohmann::json plan = planToJson(f.table, f.topology, f.result);
   EXPECT_EQ(plan["format"], "pipec-plan");
+  EXPECT_EQ(plan["version"], 2);
   EXPECT_EQ(plan["topology"]["devices"], 8);
   EXPECT_EQ(plan["topology"]["levels"][1]["bandwidth_GBps"], 0.1);
-  EXPECT_TRUE(plan["schedule"].is_object());
-  EXPECT_TRUE(plan["schedule"].empty());
+  // Partition-only (pipec partition --out): no schedule, planner or runtime.
+  EXPECT_FALSE(plan.contains("schedule"));
+  EXPECT_FALSE(plan.contains("runtime"));
   ASSERT_EQ(plan["stages"].size(), f.result.stages.size());
   const nlohmann::json &s0 = plan["stages"][0];
   EXPECT_EQ(s0["first_op"], "op0");
   EXPECT_EQ(s0["ranks"].get<std::vector<int>>(), f.result.stages[0].ranks);
   EXPECT_EQ(plan["predictions"]["time_per_minibatch_s"], f.result.timePerMinibatch);
-  EXPECT_EQ(plan["partition"]["microbatches"], 8);
+  // Each fact once: the micro-batch count and asynchronous flag in "pipeline" only.
+  EXPECT_EQ(plan["pipeline"]["microbatches"], 8);
+  EXPECT_EQ(plan["pipeline"]["asynchronous"], false);
+  EXPECT_FALSE(plan["partition"].contains("microbatches"));
+  EXPECT_FALSE(plan["partition"].contains("asynchronous"));
   EXPECT_EQ(plan["partition"]["memory_limit_bytes"], int64_t(80) << 30);
 }
 
