@@ -292,9 +292,9 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
       writeTrainingJob(*module, options, options.partition.json ? errs : outs, errs);
   if (failed(runtime))
     return 1;
-  try {
   planFile.runtime = std::move(*runtime);
     partition::writePlanFile(plan::toJson(planFile), directory);
+  try {
   } catch (const partition::Error &error) {
     errs << "error: " << error.what() << "\n";
     return 1;
