@@ -293,8 +293,8 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
   if (failed(runtime))
     return 1;
   planFile.runtime = std::move(*runtime);
-    partition::writePlanFile(plan::toJson(planFile), directory);
   try {
+    partition::writePlanFile(plan::toJson(planFile), directory);
   } catch (const partition::Error &error) {
     errs << "error: " << error.what() << "\n";
     return 1;
