@@ -1,7 +1,7 @@
 // libFuzzer targets for the files `pipec partition` (and `pipec MODEL
 // --gpus/--cluster/--partition`) reads, through runPartitionCommand, the
-// function behind `pipec partition`: it parses the flags, reads the files
-// and partitions. Built three times (PIPEC_FUZZ_MODE):
+// function behind `pipec partition`: it reads the files and partitions. The
+// flags go through applyPartitionFlag, as pipec's command line hands them over. Built three times (PIPEC_FUZZ_MODE):
 //   1 fuzz_cost_table:  the input is the --costs CSV        (--gpus 2x2)
 //   2 fuzz_cluster:     the input is the --cluster JSON     (a fixed cost table)
 //   3 fuzz_stage_specs: the input is the --partition JSON   (a fixed cost table, --gpus 1x4)
@@ -11,6 +11,7 @@
 
 #include "analysis/Partition/PartitionCommand.h"
 
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -32,11 +33,13 @@ const char *const kCostTable =
     "loss,SoftmaxCrossEntropyLoss,1e-06,1e-06,0,4,0,0,fc3\n";
 
 int runPartition(std::vector<std::string> args) {
-  std::vector<char *> argv;
-  for (std::string &a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  // args: "partition", "--costs", FILE, then flag/value pairs
+  pipec::partition::PartitionCliOptions options;
+  options.costsFile = args.at(2);
+  for (size_t i = 3; i + 1 < args.size(); i += 2)
+    pipec::partition::applyPartitionFlag(options, args[i], args[i + 1]);
   pipec::fuzz::QuietStreams quiet;
-  return pipec::partition::runPartitionCommand((int)args.size(), argv.data());
+  return pipec::partition::runPartitionCommand(options, std::cout, std::cerr);
 }
 } // namespace
 

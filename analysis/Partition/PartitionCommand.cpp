@@ -5,7 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include <iostream>
+#include <new>
+#include <ostream>
 
 namespace pipec::partition {
 
@@ -43,99 +44,91 @@ static int parsePositive(const std::string &flag, const std::string &value, int 
   return static_cast<int>(v);
 }
 
+const char *const kPartitionFlags[] = {
+    "--gpus", "--cluster", "--device", "--intra-bw", "--inter-bw", "--memory-limit", "--stages",
+    "--microbatches", "--no-replication", "--async", "--recompute", "--partition", "--json", "--out",
+    nullptr};
+const char *const kPartitionBareFlags[] = {"--no-replication", "--async", "--json", nullptr};
+
+static bool listed(const char *const *flags, const std::string &flag) {
+  for (; *flags; ++flags)
+    if (flag == *flags)
+      return true;
+  return false;
+}
+
+void applyPartitionFlag(PartitionCliOptions &o, const std::string &flag, const std::string &value) {
+  if (flag == "--gpus") {
+    if (!value.empty())
+      parseGpusSpec(value); // its syntax and bounds now; topology() builds it
+    o.gpus = value;
+  } else if (flag == "--cluster")
+    o.clusterFile = value;
+  else if (flag == "--device") {
+    requireDevicePreset(value, "--device");
+    o.device = value;
+    o.deviceGiven = true;
+  } else if (flag == "--intra-bw")
+    o.intraBytesPerSecond = parseGigabytesPerSecond(value, "--intra-bw");
+  else if (flag == "--inter-bw")
+    o.interBytesPerSecond = parseGigabytesPerSecond(value, "--inter-bw");
+  else if (flag == "--memory-limit")
+    o.options.memoryLimitBytes = parseByteSize(value, "--memory-limit");
+  else if (flag == "--stages")
+    o.options.forcedStages = parsePositive(flag, value, static_cast<int>(kMaxDevices));
+  else if (flag == "--microbatches") {
+    o.options.microbatches = parsePositive(flag, value, kMaxMicrobatches);
+    o.microbatchesGiven = true;
+  } else if (flag == "--no-replication")
+    o.options.allowReplication = false;
+  else if (flag == "--async")
+    o.options.asynchronous = true;
+  else if (flag == "--recompute") {
+    // Bare: every stage. With a value: none, all, or auto (only the stages
+    // that do not fit otherwise; decided in runPartition).
+    std::string mode = value.empty() ? "all" : value;
+    if (mode != "none" && mode != "all" && mode != "auto")
+      throw Error("--recompute: expected none, all or auto, got '" + mode + "'");
+    o.recomputeMode = mode;
+    o.recomputeGiven = true;
+    o.options.recompute = mode == "all";
+  } else if (flag == "--partition")
+    o.partitionFile = value;
+  else if (flag == "--json")
+    o.json = true;
+  else if (flag == "--out")
+    o.outDir = value;
+  else
+    throw Error("unknown option '" + flag + "'");
+}
+
 void parsePartitionFlags(std::vector<std::string> &args, PartitionCliOptions &o) {
   std::vector<std::string> rest;
   for (size_t i = 0; i < args.size(); ++i) {
-    std::string arg = args[i], value;
-    bool inlineValue = false;
-    if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
-      value = arg.substr(arg.find('=') + 1);
-      arg = arg.substr(0, arg.find('='));
-      inlineValue = true;
+    std::string flag = args[i], value;
+    const size_t equals = flag.rfind("--", 0) == 0 ? flag.find('=') : std::string::npos;
+    if (equals != std::string::npos) {
+      value = flag.substr(equals + 1);
+      flag = flag.substr(0, equals);
     }
-    auto takeValue = [&]() -> std::string {
-      if (inlineValue)
-        return value;
-      if (i + 1 >= args.size())
-        throw Error(arg + ": missing value");
-      return args[++i];
-    };
-    auto noValue = [&]() {
-      if (inlineValue)
-        throw Error(arg + " takes no value");
-    };
-    if (arg == "--gpus")
-      o.gpus = takeValue();
-    else if (arg == "--cluster")
-      o.clusterFile = takeValue();
-    else if (arg == "--device") {
-      o.device = takeValue();
-      o.deviceGiven = true;
-      requireDevicePreset(o.device, "--device");
-    } else if (arg == "--intra-bw")
-      o.intraBytesPerSecond = parseGigabytesPerSecond(takeValue(), "--intra-bw");
-    else if (arg == "--inter-bw")
-      o.interBytesPerSecond = parseGigabytesPerSecond(takeValue(), "--inter-bw");
-    else if (arg == "--memory-limit")
-      o.options.memoryLimitBytes = parseByteSize(takeValue(), "--memory-limit");
-    else if (arg == "--stages")
-      o.options.forcedStages = parsePositive(arg, takeValue(), static_cast<int>(kMaxDevices));
-    else if (arg == "--microbatches") {
-      o.options.microbatches = parsePositive(arg, takeValue(), kMaxMicrobatches);
-      o.microbatchesGiven = true;
-    } else if (arg == "--no-replication") {
-      noValue();
-      o.options.allowReplication = false;
-    } else if (arg == "--async") {
-      noValue();
-      o.options.asynchronous = true;
-    } else if (arg == "--recompute") {
-      // Bare: every stage. With a value: none, all, or auto (only the stages
-      // that do not fit otherwise; decided in runPartition).
-      std::string mode = inlineValue ? value : "all";
-      if (mode != "none" && mode != "all" && mode != "auto")
-        throw Error("--recompute: expected none, all or auto, got '" + mode + "'");
-      o.recomputeMode = mode;
-      o.recomputeGiven = true;
-      o.options.recompute = mode == "all";
-    } else if (arg == "--partition")
-      o.partitionFile = takeValue();
-    else if (arg == "--json") {
-      noValue();
-      o.json = true;
-    } else if (arg == "--out")
-      o.outDir = takeValue();
-    else
+    if (!listed(kPartitionFlags, flag)) {
       rest.push_back(args[i]);
+      continue;
+    }
+    if (listed(kPartitionBareFlags, flag)) {
+      if (equals != std::string::npos)
+        throw Error(flag + " takes no value");
+    } else if (flag == "--recompute") {
+      if (equals != std::string::npos && value.empty())
+        throw Error("--recompute: expected none, all or auto, got ''");
+    } else if (equals == std::string::npos) {
+      if (i + 1 >= args.size())
+        throw Error(flag + ": missing value");
+      value = args[++i];
+    }
+    applyPartitionFlag(o, flag, value);
   }
   args = std::move(rest);
-}
-
-const char *partitionFlagsHelp() {
-  // The device presets and the default come from their one place (Topology.cpp,
-  // PartitionCliOptions); built once, as callers keep the pointer.
-  static const std::string help =
-      "  --gpus NxG            N servers of G devices (NVLink inside, network between);\n"
-      "                        at most 4096 per level and 65536 in all\n"
-      "  --cluster FILE        up to 8 levels (docs/cluster-json.md)\n"
-      "  --device NAME         device preset: " +
-      devicePresetNames() + " (default " + PartitionCliOptions().device +
-      ")\n"
-      "  --intra-bw GB/s       override the preset's NVLink bandwidth (with --gpus)\n"
-      "  --inter-bw GB/s       override the preset's network bandwidth (with --gpus)\n"
-      "  --memory-limit SIZE   per-device memory, e.g. 16GiB, 80GB (default: the device's)\n"
-      "  --stages N            exactly N pipeline stages (at most the devices)\n"
-      "  --no-replication      a straight pipeline: no stage is replicated\n"
-      "  --microbatches M      micro-batches per mini-batch (at most 65536; pipec MODEL: default\n"
-      "                        chosen by the planner, pipec partition: default 1)\n"
-      "  --async               PipeDream 1F1B-RR: weight stashing, no flush\n"
-      "  --recompute[=MODE]    keep only stage inputs and recompute activations in the\n"
-      "                        backward: all (bare flag), none, or auto (only the stages\n"
-      "                        that need it to fit the memory limit)\n"
-      "  --partition FILE      evaluate the stages of FILE (plan.json schema) instead of searching\n"
-      "  --json                print the summary as JSON\n"
-      "  --out DIR             write DIR/plan.json\n";
-  return help.c_str();
 }
 
 static PartitionResult evaluatePartitionFile(const CostTable &table, const Topology &topo,
@@ -205,48 +198,21 @@ PartitionResult runPartition(const CostTable &table, const PartitionCliOptions &
   return result;
 }
 
-int runPartitionCommand(int argc, char **argv) {
-  std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
-  const std::string usage = "usage: pipec partition --costs costs.csv (--gpus NxG | --cluster FILE) [options]\n";
-  for (const std::string &a : args)
-    if (a == "--help" || a == "-h") {
-      std::cout << usage << "\nPartitions a cost table (docs/cost-table.md) with PipeDream's hierarchical DP\n"
-                << "and prints the plan (docs/partition.md).\n\n"
-                << "  --costs FILE          the cost table (CSV)\n"
-                << partitionFlagsHelp();
-      return 0;
-    }
-  try {
-    PartitionCliOptions o;
-    parsePartitionFlags(args, o);
-    std::string costs;
-    for (size_t i = 0; i < args.size(); ++i) {
-      if (args[i] == "--costs" && i + 1 < args.size())
-        costs = args[++i];
-      else if (args[i].rfind("--costs=", 0) == 0)
-        costs = args[i].substr(8);
-      else {
-        std::cerr << "pipec partition: unknown argument '" << args[i] << "'\n" << usage;
-        return 2;
-      }
-    }
-    if (costs.empty()) {
-      std::cerr << "pipec partition: missing --costs FILE\n" << usage;
-      return 2;
-    }
-    CostTable table = readCostTableCsvFile(costs);
-    runPartition(table, o, std::cout);
-    return 0;
-  } catch (const Error &e) {
-    std::cerr << "pipec partition: error: " << e.what() << "\n";
-    return 1;
-  } catch (const std::bad_alloc &) {
-    std::cerr << "pipec partition: error: out of memory\n";
-    return 1;
-  } catch (const std::exception &e) {
-    std::cerr << "pipec partition: error: " << e.what() << "\n";
-    return 1;
+int runPartitionCommand(const PartitionCliOptions &o, std::ostream &out, std::ostream &err) {
+  if (o.costsFile.empty()) {
+    err << "pipec partition: missing --costs FILE (see pipec partition --help)\n";
+    return 2;
   }
+  try {
+    CostTable table = readCostTableCsvFile(o.costsFile);
+    runPartition(table, o, out);
+    return 0;
+  } catch (const std::bad_alloc &) {
+    err << "pipec partition: error: out of memory\n";
+  } catch (const std::exception &e) {
+    err << "pipec partition: error: " << e.what() << "\n";
+  }
+  return 1;
 }
 
 } // namespace pipec::partition

@@ -11,7 +11,10 @@
 namespace pipec::partition {
 
 /// The topology and partition flags shared by `pipec partition` and `pipec MODEL`.
+/// pipec's command line fills it through llvm::cl (tools/pipec/PartitionOptions.cpp),
+/// which hands every given flag's text to applyPartitionFlag.
 struct PartitionCliOptions {
+  std::string costsFile;   ///< --costs FILE (`pipec partition` only)
   std::string gpus;        ///< --gpus NxG
   std::string clusterFile; ///< --cluster FILE
   std::string device = "H100"; ///< --device
@@ -29,12 +32,23 @@ struct PartitionCliOptions {
   Topology topology() const;
 };
 
-/// Consumes the flags above from `args` (both "--flag value" and "--flag=value"),
-/// leaving every other argument in place, in order. Throws Error on a bad value.
-void parsePartitionFlags(std::vector<std::string> &args, PartitionCliOptions &options);
+/// The flags applyPartitionFlag knows, with "--"; the bare ones (no value) are
+/// --no-replication, --async, --json, and --recompute without "=MODE".
+extern const char *const kPartitionFlags[];
+extern const char *const kPartitionBareFlags[];
 
-/// Help text for the flags parsePartitionFlags understands.
-const char *partitionFlagsHelp();
+/// Sets the member of `options` behind `flag` ("--stages") from its text value,
+/// checking its syntax and range: the one definition of each flag's values.
+/// Bare flags ignore `value`, except --recompute, where "" means all. Throws
+/// Error naming the flag on a bad value or an unknown flag.
+void applyPartitionFlag(PartitionCliOptions &options, const std::string &flag,
+                        const std::string &value);
+
+/// Applies the flags above found in `args` ("--flag value" and "--flag=value"),
+/// leaving every other argument in place, in order. Throws Error on a bad value.
+/// Only for the pass options of pipec-partition (passes/Analysis/AssignStages.cpp),
+/// which hand their values over as flags; command lines use llvm::cl instead.
+void parsePartitionFlags(std::vector<std::string> &args, PartitionCliOptions &options);
 
 /// Partitions (or evaluates --partition) under the flags, recompute=auto
 /// included; checks the result's invariants. Throws Error.
@@ -46,9 +60,11 @@ PartitionResult partitionWithRecompute(const CostTable &table, const Topology &t
 PartitionResult runPartition(const CostTable &table, const PartitionCliOptions &options,
                              std::ostream &out);
 
-/// `pipec partition --costs costs.csv ...`; argv[0] is "partition". Errors go to
-/// stderr; returns 0 on success, 1 on errors, 2 on usage errors.
-int runPartitionCommand(int argc, char **argv);
+/// `pipec partition --costs costs.csv ...` on its filled options: reads the cost
+/// table and runs runPartition, printing to `out`. Errors go to `err` as
+/// "pipec partition: error: ..."; returns 0 on success, 1 on errors (a file, the
+/// topology, no feasible partition), 2 when --costs is missing.
+int runPartitionCommand(const PartitionCliOptions &options, std::ostream &out, std::ostream &err);
 
 } // namespace pipec::partition
 

@@ -6,76 +6,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
+#include <new>
+#include <ostream>
 #include <sstream>
 
 namespace pipec::schedule {
 
 namespace {
-const char *kUsageHead =
-    R"(usage: pipec schedule --stages P --microbatches M --schedule NAME [options]
-       pipec schedule --stages P --microbatches M --compare [options]
-
-Generates, validates and simulates a pipeline schedule (design.md section 3).
-
-  --stages P            pipeline stages (ranks per pipeline; at most 4096)
-  --microbatches M      micro-batches per optimizer step (over all replicas;
-                        at most 65536, and P x V x M at most 1048576)
-  --schedule NAME       one of the schedules listed below
-  --chunks V            model chunks per rank (interleaved; default 1, 2 in --compare;
-                        at most 64)
-  --replicas R          replicas per stage: one number or a comma list per stage
-  --in-flight N         1f1b-rr: micro-batches admitted per stage-0 replica
-  --cost-f F --cost-b B --cost-w W
-                        time of forward, input-gradient and weight-gradient
-                        backward of one micro-batch on one stage: one number or a
-                        comma list per stage (default 1 each); every time
-                        (also --comm, --allreduce-cost) finite, at most 1e12
-  --comm C              time of one point-to-point transfer (default 0)
-  --allreduce-cost A    time of one ALLREDUCE / VALIDATE (default 0)
-  --memory-limit K      activation memory per rank in units of one micro-batch on
-                        one stage (1F1B peaks at p); a 'p' suffix multiplies by
-                        P: 2p = twice 1F1B. Default: unlimited (auto and zb-v: 1p)
-  --w-mem-frac X        share of a micro-batch's activations still held after B
-                        until its W completes (default 1)
-  --recompute           activation recompute on every stage: a micro-batch keeps
-                        only its boundary activation after F; RECOMPUTE (cost F)
-                        runs right before its backward
-  --recompute-stages L  recompute on the listed stages only (comma list)
-  --boundary-activation X
-                        share of a stage's activation a recomputed micro-batch
-                        keeps (one number or one per stage; default 0.1)
-  --vertical-sync       1f1b-rr: every stage computes a micro-batch with the
-                        weight version current when it entered stage 0
-  --compare             all schedules side by side
-  --json                one JSON object per schedule instead of the table
-  --out DIR             write rank_<r>.json, schedule.json, schedule.txt,
-                        timeline.json (Perfetto) and timeline.svg (DIR/<name>/ with --compare)
-  --print               print the instruction streams
-  --help                this text
-
-Schedules:
-)";
-
-// The options, then one line per family from its row (Families.cpp).
-std::string usage() {
-  std::string text = kUsageHead;
-  for (const ScheduleFamily &f : scheduleFamilies()) {
-    const std::string name(f.name);
-    text += "  " + name + std::string(name.size() < 20 ? 22 - name.size() : 2, ' ') + std::string(f.summary) + "\n";
-  }
-  return text;
-}
-
-struct Args {
-  Problem problem;
-  std::string schedule;
-  bool compare = false, json = false, print = false, help = false;
-  std::string out, memoryLimit;
-  bool chunksGiven = false;
-  std::vector<int> recomputeStages;
-};
-
 double parseNumber(const std::string &opt, const std::string &text) {
   char *end = nullptr;
   const double x = std::strtod(text.c_str(), &end);
@@ -111,74 +48,84 @@ std::vector<double> parseList(const std::string &opt, const std::string &text) {
   return v;
 }
 
-Args parseArgs(int argc, char **argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string opt = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc)
-        throw ScheduleError(opt + " needs a value");
-      return argv[++i];
-    };
-    if (opt == "--help" || opt == "-h")
-      a.help = true;
-    else if (opt == "--stages")
-      a.problem.stages = parseInt(opt, value(), 1, kMaxStages);
-    else if (opt == "--microbatches")
-      a.problem.microbatches = parseInt(opt, value(), 1, kMaxMicrobatches);
-    else if (opt == "--schedule")
-      a.schedule = requireScheduleFamily(value()).name;
-    else if (opt == "--chunks")
-      a.problem.chunks = parseInt(opt, value(), 1, kMaxChunks), a.chunksGiven = true;
-    else if (opt == "--replicas") {
-      a.problem.replicas.clear();
-      std::stringstream ss(value());
-      for (std::string item; std::getline(ss, item, ',');)
-        a.problem.replicas.push_back(parseInt(opt, item, 1, kMaxRanks));
-      if (a.problem.replicas.empty())
-        throw ScheduleError(opt + ": empty list");
-    } else if (opt == "--in-flight")
-      a.problem.inFlight = parseInt(opt, value(), 0, kMaxMicrobatches);
-    else if (opt == "--cost-f")
-      a.problem.costF = parseList(opt, value());
-    else if (opt == "--cost-b")
-      a.problem.costB = parseList(opt, value());
-    else if (opt == "--cost-w")
-      a.problem.costW = parseList(opt, value());
-    else if (opt == "--comm")
-      a.problem.comm = parseNumber(opt, value());
-    else if (opt == "--allreduce-cost")
-      a.problem.allreduceCost = parseNumber(opt, value());
-    else if (opt == "--memory-limit")
-      a.memoryLimit = value();
-    else if (opt == "--w-mem-frac")
-      a.problem.wMemFrac = parseNumber(opt, value());
-    else if (opt == "--recompute")
-      a.problem.recompute = {1};
-    else if (opt == "--recompute-stages") {
-      a.recomputeStages.clear();
-      std::stringstream ss(value());
-      for (std::string item; std::getline(ss, item, ',');)
-        a.recomputeStages.push_back(parseInt(opt, item, 0, kMaxStages - 1));
-      if (a.recomputeStages.empty())
-        throw ScheduleError(opt + ": empty list");
-    } else if (opt == "--boundary-activation")
-      a.problem.boundaryActivation = parseList(opt, value());
-    else if (opt == "--vertical-sync")
-      a.problem.verticalSync = true;
-    else if (opt == "--compare")
-      a.compare = true;
-    else if (opt == "--json")
-      a.json = true;
-    else if (opt == "--print")
-      a.print = true;
-    else if (opt == "--out")
-      a.out = value();
-    else
-      throw ScheduleError("unknown option '" + opt + "' (see --help)");
-  }
-  if (a.help)
-    return a;
+} // namespace
+
+const char *const kScheduleFlags[] = {
+    "--stages", "--microbatches", "--schedule", "--chunks", "--replicas", "--in-flight", "--cost-f",
+    "--cost-b", "--cost-w", "--comm", "--allreduce-cost", "--memory-limit", "--w-mem-frac", "--recompute",
+    "--recompute-stages", "--boundary-activation", "--vertical-sync", "--compare", "--json", "--print",
+    "--out", nullptr};
+const char *const kScheduleBareFlags[] = {"--recompute", "--vertical-sync", "--compare", "--json", "--print",
+                                          nullptr};
+
+void applyScheduleFlag(ScheduleCliOptions &a, const std::string &opt, const std::string &value) {
+  if (opt == "--stages")
+    a.problem.stages = parseInt(opt, value, 1, kMaxStages);
+  else if (opt == "--microbatches")
+    a.problem.microbatches = parseInt(opt, value, 1, kMaxMicrobatches);
+  else if (opt == "--schedule")
+    a.schedule = requireScheduleFamily(value).name;
+  else if (opt == "--chunks")
+    a.problem.chunks = parseInt(opt, value, 1, kMaxChunks), a.chunksGiven = true;
+  else if (opt == "--replicas") {
+    a.problem.replicas.clear();
+    std::stringstream ss(value);
+    for (std::string item; std::getline(ss, item, ',');)
+      a.problem.replicas.push_back(parseInt(opt, item, 1, kMaxRanks));
+    if (a.problem.replicas.empty())
+      throw ScheduleError(opt + ": empty list");
+  } else if (opt == "--in-flight")
+    a.problem.inFlight = parseInt(opt, value, 0, kMaxMicrobatches);
+  else if (opt == "--cost-f")
+    a.problem.costF = parseList(opt, value);
+  else if (opt == "--cost-b")
+    a.problem.costB = parseList(opt, value);
+  else if (opt == "--cost-w")
+    a.problem.costW = parseList(opt, value);
+  else if (opt == "--comm")
+    a.problem.comm = parseNumber(opt, value);
+  else if (opt == "--allreduce-cost")
+    a.problem.allreduceCost = parseNumber(opt, value);
+  else if (opt == "--memory-limit") {
+    // K, or Kp: K times the stage count (resolved when run, as --stages may follow)
+    std::string t = value;
+    if (!t.empty() && (t.back() == 'p' || t.back() == 'P'))
+      t.pop_back();
+    const double k = t.empty() ? 1.0 : parseNumber(opt, t);
+    if (!(k > 0))
+      throw ScheduleError("--memory-limit must be positive and finite");
+    a.memoryLimit = value;
+  } else if (opt == "--w-mem-frac")
+    a.problem.wMemFrac = parseNumber(opt, value);
+  else if (opt == "--recompute")
+    a.problem.recompute = {1};
+  else if (opt == "--recompute-stages") {
+    a.recomputeStages.clear();
+    std::stringstream ss(value);
+    for (std::string item; std::getline(ss, item, ',');)
+      a.recomputeStages.push_back(parseInt(opt, item, 0, kMaxStages - 1));
+    if (a.recomputeStages.empty())
+      throw ScheduleError(opt + ": empty list");
+  } else if (opt == "--boundary-activation")
+    a.problem.boundaryActivation = parseList(opt, value);
+  else if (opt == "--vertical-sync")
+    a.problem.verticalSync = true;
+  else if (opt == "--compare")
+    a.compare = true;
+  else if (opt == "--json")
+    a.json = true;
+  else if (opt == "--print")
+    a.print = true;
+  else if (opt == "--out")
+    a.out = value;
+  else
+    throw ScheduleError("unknown option '" + opt + "'");
+}
+
+namespace {
+// What depends on several flags: the memory limit's 'p' suffix, the recompute
+// stages and a single replica count against --stages; then the problem's bounds.
+ScheduleCliOptions resolve(ScheduleCliOptions a) {
   if (!a.memoryLimit.empty()) {
     std::string t = a.memoryLimit;
     const bool perStage = !t.empty() && (t.back() == 'p' || t.back() == 'P');
@@ -214,7 +161,7 @@ struct Row {
   SimResult sim;
 };
 
-Row run(const std::string &name, Problem problem, const Args &args) {
+Row run(const std::string &name, Problem problem, const ScheduleCliOptions &args) {
   Row row;
   row.name = name;
   if (args.compare) {
@@ -299,18 +246,7 @@ void printJson(const Row &r, const Problem &P, std::ostream &out) {
 }
 } // namespace
 
-int runScheduleCommand(int argc, char **argv, std::ostream &out, std::ostream &err) {
-  Args args;
-  try {
-    args = parseArgs(argc, argv);
-  } catch (const ScheduleError &e) {
-    err << "pipec schedule: " << e.what() << "\n";
-    return 2;
-  }
-  if (args.help) {
-    out << usage();
-    return 0;
-  }
+static int runResolved(const ScheduleCliOptions &args, std::ostream &out, std::ostream &err) {
   std::vector<std::string> names{args.schedule};
   if (args.compare) {
     names.clear();
@@ -344,14 +280,21 @@ int runScheduleCommand(int argc, char **argv, std::ostream &out, std::ostream &e
   return status;
 }
 
-int runScheduleCommand(int argc, char **argv) {
+int runScheduleCommand(const ScheduleCliOptions &options, std::ostream &out, std::ostream &err) {
+  ScheduleCliOptions args;
+  try {
+    args = resolve(options);
+  } catch (const ScheduleError &e) {
+    err << "pipec schedule: " << e.what() << "\n";
+    return 2;
+  }
   // Whatever escapes (out of memory, a file system error) is an error, never an abort.
   try {
-    return runScheduleCommand(argc, argv, std::cout, std::cerr);
+    return runResolved(args, out, err);
   } catch (const std::bad_alloc &) {
-    std::cerr << "pipec schedule: error: out of memory\n";
+    err << "pipec schedule: error: out of memory\n";
   } catch (const std::exception &e) {
-    std::cerr << "pipec schedule: error: " << e.what() << "\n";
+    err << "pipec schedule: error: " << e.what() << "\n";
   }
   return 1;
 }

@@ -169,8 +169,34 @@ void writeSvg(const Schedule &schedule, const SimResult &sim, std::ostream &os);
 void writeScheduleDir(const Schedule &schedule, const SimResult &sim, const std::string &dir);
 
 // ---------------------------------------------------------------- CLI
-// `pipec schedule ...`; argv[0] is "schedule". Returns the exit status.
-int runScheduleCommand(int argc, char **argv);
-int runScheduleCommand(int argc, char **argv, std::ostream &out, std::ostream &err);
+// The options of `pipec schedule`. pipec's command line fills them through
+// llvm::cl (tools/pipec/ScheduleOptions.cpp), which hands every given flag's
+// text to applyScheduleFlag.
+struct ScheduleCliOptions {
+  Problem problem;
+  std::string schedule;           // --schedule NAME (a family's name)
+  bool compare = false;           // --compare
+  bool json = false;              // --json
+  bool print = false;             // --print
+  std::string out;                // --out DIR
+  std::string memoryLimit;        // --memory-limit K or Kp (resolved against --stages when run)
+  bool chunksGiven = false;       // --chunks was passed
+  std::vector<int> recomputeStages; // --recompute-stages L
+};
+// The flags applyScheduleFlag knows, with "--"; the bare ones take no value.
+extern const char *const kScheduleFlags[];
+extern const char *const kScheduleBareFlags[];
+// Sets the member of `options` behind `flag` ("--stages") from its text value,
+// checking its syntax and range (integers strictly, numbers finite): the one
+// definition of each flag's values. Bare flags ignore `value`. Throws
+// ScheduleError naming the flag.
+void applyScheduleFlag(ScheduleCliOptions &options, const std::string &flag, const std::string &value);
+// `pipec schedule` on its filled options: generates, validates and simulates
+// --schedule (or every family with --compare) and prints the table, --json or
+// --print, writing --out. Returns the exit status: 0, 1 when the schedule
+// fails (or a file cannot be written), 2 when the options together are not a
+// valid problem (no --schedule or --compare, a list of the wrong length, a
+// value over a bound). Errors go to `err` as "pipec schedule: ...".
+int runScheduleCommand(const ScheduleCliOptions &options, std::ostream &out, std::ostream &err);
 
 } // namespace pipec::schedule

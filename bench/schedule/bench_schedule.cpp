@@ -34,14 +34,16 @@ int main(int argc, char **argv) {
               "makespan", "bubble");
   const std::vector<int> ps = quick ? std::vector<int>{4, 16} : std::vector<int>{4, 8, 16, 32, 64};
   const std::vector<int> ms = quick ? std::vector<int>{64} : std::vector<int>{64, 256, 1024};
-  for (const char *name : {"1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "auto"})
+  // Every family of the registry (Families.cpp), at the chunk count it runs by default.
+  for (const ScheduleFamily &family : scheduleFamilies())
     for (int p : ps)
       for (int m : ms) {
         if (m < p)
           continue;
+        const std::string nameText(family.name);
+        const char *name = nameText.c_str();
         Problem P = problem(p, m, 1, 1, 1, 0);
-        if (std::string(name) == "interleaved")
-          P.chunks = 2;
+        P.chunks = family.chunks;
         auto t0 = std::chrono::steady_clock::now();
         Schedule s;
         try {

@@ -1,7 +1,9 @@
 // pipec: compiles an ONNX model into a pipeline-parallel training job.
+#include "PartitionOptions.h"
+#include "ScheduleOptions.h"
+
 #include "compiler/Driver/Compiler.h"
 #include "analysis/Partition/Error.h"
-#include "analysis/Partition/PartitionCommand.h"
 #include "analysis/Schedule/Schedule.h"
 
 #include "mlir/Pass/PassManager.h"
@@ -12,45 +14,31 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
-#include <cstring>
 #include <new>
 
 namespace cl = llvm::cl;
+using namespace pipec::tools;
 
 namespace {
 int runPipec(int argc, char **argv) {
-  // Subcommands that work without a model.
-  if (argc > 1 && std::strcmp(argv[1], "schedule") == 0)
-    return pipec::schedule::runScheduleCommand(argc - 1, argv + 1);
-  if (argc > 1 && std::strcmp(argv[1], "partition") == 0)
-    return pipec::partition::runPartitionCommand(argc - 1, argv + 1);
+  // One command line, three commands (llvm::cl subcommands): `pipec MODEL`
+  // (the top level), `pipec partition` and `pipec schedule`. The topology and
+  // partition flags are declared once for the top level and `pipec partition`
+  // (PartitionOptions.cpp).
+  registerPartitionOptions();
+  registerScheduleOptions();
+  const char *overview = "pipec: compile an ONNX model into a pipeline-parallel training job\n";
 
-  // The topology and partition flags are shared with `pipec partition`;
-  // take them out first and leave the rest to llvm::cl.
   pipec::CompileOptions options;
-  std::vector<std::string> arguments(argv + 1, argv + argc);
-  try {
-    pipec::partition::parsePartitionFlags(arguments, options.partition);
-  } catch (const pipec::partition::Error &error) {
-    llvm::errs() << "error: " << error.what() << "\n";
-    return 2;
-  }
-  std::vector<char *> remaining{argv[0]};
-  for (std::string &argument : arguments)
-    remaining.push_back(argument.data());
-  std::string overview =
-      std::string("pipec: compile an ONNX model into a pipeline-parallel training job\n\n"
-                  "  pipec model.onnx                      import and print a summary\n"
-                  "  pipec model.onnx --gpus 2x8           plan: partition, schedule and\n"
-                  "                                        micro-batches chosen jointly\n"
-                  "  pipec model.onnx --emit=<phase>       print the IR after a phase\n"
-                  "  pipec model.onnx --dump-ir DIR        write the IR after every pass\n"
-                  "  pipec partition --costs costs.csv ... partition a cost table alone\n"
-                  "  pipec schedule --help                 explore pipeline schedules\n\n"
-                  "Topology and partition options:\n") +
-      pipec::partition::partitionFlagsHelp();
-
-  cl::OptionCategory category("pipec options");
+  cl::OptionCategory category(
+      "Compile options",
+      "  pipec model.onnx                      import and print a summary\n"
+      "  pipec model.onnx --gpus 2x8           plan: partition, schedule and\n"
+      "                                        micro-batches chosen jointly\n"
+      "  pipec model.onnx --emit=<phase>       print the IR after a phase\n"
+      "  pipec model.onnx --dump-ir DIR        write the IR after every pass\n"
+      "  pipec partition --help                partition a cost table alone\n"
+      "  pipec schedule --help                 explore pipeline schedules");
   cl::opt<std::string> input(cl::Positional, cl::desc("<model.onnx | model.onnxtext>"),
                              cl::Required, cl::cat(category));
   // cl::desc keeps a pointer: the text must outlive the option.
@@ -146,9 +134,22 @@ int runPipec(int argc, char **argv) {
   for (auto &entry : cl::getRegisteredOptions())
     if (entry.first.starts_with("mlir-"))
       entry.second->addCategory(mlirCategory);
-  cl::HideUnrelatedOptions({&category, &mlirCategory});
-  cl::ParseCommandLineOptions(static_cast<int>(remaining.size()), remaining.data(),
-                              overview);
+  cl::HideUnrelatedOptions({&category, &partitionCategory(), &mlirCategory});
+  // A malformed command line (an unknown option, a missing value) is a usage
+  // error: llvm::cl's message and exit 2, in every subcommand.
+  if (!cl::ParseCommandLineOptions(argc, argv, overview, &llvm::errs()))
+    return 2;
+  if (partitionSubcommand())
+    return runPartitionSubcommand();
+  if (scheduleSubcommand())
+    return runScheduleSubcommand();
+
+  try {
+    readPartitionOptions(options.partition);
+  } catch (const pipec::partition::Error &error) {
+    llvm::errs() << "error: " << error.what() << "\n";
+    return 2;
+  }
 
   options.inputPath = input;
   options.outputPath = output;
