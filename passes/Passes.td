@@ -118,10 +118,10 @@ def AppendLoss : Pass<"pipec-append-loss", "mlir::ModuleOp"> {
     the role `label`).
 
     Before:
-      func.func @forward(..., %x {nn.role = "input"}) -> tensor<8x10xf32>
+      func.func @forward(..., %x {nn.role = #nn.role<input>}) -> tensor<8x10xf32>
     After (loss=softmax-cross-entropy):
-      func.func @forward(..., %x {nn.role = "input"}, %labels: tensor<8xi64> {nn.role = "label"})
-          -> (tensor<f32> {nn.role = "loss"})
+      func.func @forward(..., %x {nn.role = #nn.role<input>}, %labels: tensor<8xi64> {nn.role = #nn.role<label>})
+          -> (tensor<f32> {nn.role = #nn.role<loss>})
   }];
   let options = [
     Option<"loss", "loss", "std::string", /*default=*/"\"softmax-cross-entropy\"",
@@ -165,13 +165,13 @@ def Optimizer : Pass<"pipec-optimizer", "mlir::ModuleOp"> {
 
     After (optimizer=sgd lr=0.1 momentum=0.9):
       func.func @optimizer_step(
-          %w: tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = "param"},
-          %g: tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = "grad"},
-          %buf: tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = "optimizer_state",
+          %w: tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = #nn.role<param>},
+          %g: tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = #nn.role<grad>},
+          %buf: tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = #nn.role<optimizer_state>,
                                    pipe.state = "momentum_buffer"},
-          %step: i64 {nn.role = "step"})
-          -> (tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = "param"},
-              tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = "optimizer_state",
+          %step: i64 {nn.role = #nn.role<step>})
+          -> (tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = #nn.role<param>},
+              tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = #nn.role<optimizer_state>,
                                  pipe.state = "momentum_buffer"})
           attributes {pipe.optimizer = {kind = "sgd", lr = 1.0e-01 : f32, ...}} {
         %0:2 = nn.sgd_update %w, %g, %buf, %step {lr = 1.0e-01 : f32, momentum = 9.0e-01 : f32,
@@ -218,12 +218,12 @@ def OutlineStages : Pass<"pipec-outline-stages", "mlir::ModuleOp"> {
     gives the full shape.
 
     Before:
-      func.func @train_step(%w0 {nn.role = "param"}, %w1 {nn.role = "param"}, %x {nn.role = "input"}, ...)
+      func.func @train_step(%w0 {nn.role = #nn.role<param>}, %w1 {nn.role = #nn.role<param>}, %x {nn.role = #nn.role<input>}, ...)
         %h = nn.matmul %x, %w0 {pipe.stage = 0 : i64, pipe.phase = "fwd"} ...
         %y = nn.matmul %h, %w1 {pipe.stage = 1 : i64, pipe.phase = "fwd"} ...
     After:
       pipe.stage @stage_0 attributes {id = 0 : i64, ranks = array<i64: 0>, replicas = 1 : i64} {
-        func.func @fwd(%w0 {nn.role = "param", ...}, %x {nn.role = "input", ...}) {
+        func.func @fwd(%w0 {nn.role = #nn.role<param>, ...}, %x {nn.role = #nn.role<input>, ...}) {
           %h = nn.matmul %x, %w0 ...
           pipe.send %h to 1 tag 0 {name = "fc0"} : tensor<8x64xf32>
           return
@@ -263,7 +263,7 @@ def WeightStashing : Pass<"pipec-weight-stashing", "mlir::ModuleOp"> {
   let summary = "Keep one weight version per in-flight micro-batch (asynchronous schedules)";
   let description = [{
     For PipeDream's asynchronous 1F1B-RR: each stage function gets the
-    micro-batch index (an `index` argument, `nn.role = "microbatch"`); @fwd
+    micro-batch index (an `index` argument, `nn.role = #nn.role<microbatch>`); @fwd
     stashes every trained parameter (`pipe.stash`, `slots` = versions) and
     @bwd_input / @bwd_weight read it back with `pipe.restore`, so the
     backward of a micro-batch uses the weights its forward used. With
@@ -273,10 +273,10 @@ def WeightStashing : Pass<"pipec-weight-stashing", "mlir::ModuleOp"> {
     pipec-recompute.
 
     After (versions=4):
-      func.func @fwd(%w {nn.role = "param", nn.name = "fc.weight"}, ..., %mb: index {nn.role = "microbatch"}) {
+      func.func @fwd(%w {nn.role = #nn.role<param>, nn.name = "fc.weight"}, ..., %mb: index {nn.role = #nn.role<microbatch>}) {
         pipe.stash %w for %mb {name = "fc.weight", slots = 4 : i64} : tensor<64x32xf32>
         ...
-      func.func @bwd_weight(..., %mb: index {nn.role = "microbatch"}) {
+      func.func @bwd_weight(..., %mb: index {nn.role = #nn.role<microbatch>}) {
         %w = pipe.restore %mb {name = "fc.weight", slots = 4 : i64} : tensor<64x32xf32>
   }];
   let options = [

@@ -7,6 +7,7 @@
 #include "analysis/Planner/Planner.h"
 #include "analysis/Partition/PlanJson.h"
 #include "analysis/Schedule/Schedule.h"
+#include "dialects/nn/NNDialect.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -105,13 +106,13 @@ void printSummary(mlir::ModuleOp module, const std::string &path, llvm::raw_ostr
   int64_t parameterElements = 0, parameters = 0, buffers = 0;
   std::vector<std::string> inputs;
   for (unsigned i = 0; i < function.getNumArguments(); ++i) {
-    auto role = function.getArgAttrOfType<mlir::StringAttr>(i, "nn.role").getValue();
+    std::optional<nn::Role> role = nn::argumentRole(function, i);
     auto name = function.getArgAttrOfType<mlir::StringAttr>(i, "nn.name").getValue();
     auto type = llvm::cast<mlir::RankedTensorType>(function.getArgument(i).getType());
-    if (role == "param") {
+    if (role == nn::Role::Param) {
       ++parameters;
       parameterElements += type.getNumElements();
-    } else if (role == "buffer") {
+    } else if (role == nn::Role::Buffer) {
       ++buffers;
     } else {
       std::string text;

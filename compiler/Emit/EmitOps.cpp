@@ -2,8 +2,8 @@
 // holds to the CPU / CUDA kernel API (docs/codegen.md, docs/cuda-codegen.md).
 #include "compiler/Emit/StageEmitter.h"
 
-#include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/Format.h"
 
 #include <cmath>
@@ -21,26 +21,15 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         .Case([](nn::SubOp) { return "pk::Binary::Sub"; })
         .Case([](nn::MulOp) { return "pk::Binary::Mul"; })
         .Case([](nn::DivOp) { return "pk::Binary::Div"; })
-        .Default([](Operation *) { return "pk::Binary::Pow"; });
+        .Case([](nn::PowOp) { return "pk::Binary::Pow"; })
+        .Default([](Operation *) -> const char * {
+          llvm_unreachable("binaryKind is called on nn.add, nn.sub, nn.mul, nn.div and nn.pow only");
+        });
   };
   LogicalResult result = success();
-  // Kinds become identifiers: only the kernels' own names pass.
-  auto unaryKind = [&](StringRef kind) -> std::string {
-    const char *name = llvm::StringSwitch<const char *>(kind)
-                           .Case("relu", "Relu")
-                           .Case("tanh", "Tanh")
-                           .Case("sigmoid", "Sigmoid")
-                           .Case("erf", "Erf")
-                           .Case("sqrt", "Sqrt")
-                           .Case("gelu", "Gelu")
-                           .Case("gelu_tanh", "GeluTanh")
-                           .Default(nullptr);
-    if (!name) {
-      result = op->emitOpError("has no ") << targetName() << " lowering for the unary kind "
-                                          << shownName(kind);
-      return "pk::Unary::Relu";
-    }
-    return std::string("pk::Unary::") + name;
+  // Kinds are enumerators of pipec/vocabulary.h's tables, which the kernels share.
+  auto unaryKind = [](Unary unary) {
+    return std::string("pk::Unary::") + unaryFunction(unary).enumerator;
   };
   auto opId = [&](Operation *op) -> std::string {
     if (auto seed = op->getAttrOfType<IntegerAttr>("seed"))
@@ -70,22 +59,11 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << shapeOf(where.getX()) << ", " << ptr(where.getY()) << ", " << shapeOf(where.getY())
             << ", " << y << ");\n";
       })
-      .Case<nn::ReluOp, nn::TanhOp, nn::SigmoidOp, nn::ErfOp, nn::SqrtOp, nn::GeluOp>(
-          [&](Operation *op) {
-            std::string kind = llvm::TypeSwitch<Operation *, std::string>(op)
-                                   .Case([](nn::ReluOp) { return "relu"; })
-                                   .Case([](nn::TanhOp) { return "tanh"; })
-                                   .Case([](nn::SigmoidOp) { return "sigmoid"; })
-                                   .Case([](nn::ErfOp) { return "erf"; })
-                                   .Case([](nn::SqrtOp) { return "sqrt"; })
-                                   .Case([](nn::GeluOp gelu) {
-                                     return gelu.getApproximate() == "tanh" ? "gelu_tanh" : "gelu";
-                                   })
-                                   .Default([](Operation *) { return ""; });
-            std::string y = allocate(op->getResult(0));
-            out << "  pk::unary(" << unaryKind(kind) << ", " << ptr(op->getOperand(0)) << ", "
-                << n(op->getResult(0)) << ", " << y << ");\n";
-          })
+      .Case([&](nn::UnaryElementwiseOpInterface unary) {
+        std::string y = allocate(op->getResult(0));
+        out << "  pk::unary(" << unaryKind(unary.getUnaryFunction()) << ", "
+            << ptr(op->getOperand(0)) << ", " << n(op->getResult(0)) << ", " << y << ");\n";
+      })
       .Case([&](nn::CastOp cast) {
         std::string y = allocate(cast.getResult());
         out << "  pk::cast<" << elem(cast.getInput()) << ", " << elem(cast.getResult()) << ">("
@@ -372,9 +350,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
       })
       .Case([&](nn::BinaryGradOp grad) {
         std::string y = allocate(grad.getResult());
-        out << "  pk::binaryGrad(pk::binaryGradKind(" << literal(grad.getKind(), "the kind", grad)
-            << "), "
-            << ptr(grad.getDy()) << ", " << ptr(grad.getLhs()) << ", " << shapeOf(grad.getLhs())
+        out << "  pk::binaryGrad(pk::BinaryGrad::" << binaryGradientKind(grad.getKind()).enumerator
+            << ", " << ptr(grad.getDy()) << ", " << ptr(grad.getLhs()) << ", " << shapeOf(grad.getLhs())
             << ", " << ptr(grad.getRhs()) << ", " << shapeOf(grad.getRhs()) << ", " << y << ");\n";
       })
       .Case([&](nn::ConstantOp constant) {

@@ -8,6 +8,7 @@
 
 #include "llvm/Support/Format.h"
 
+#include <cassert>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -23,17 +24,17 @@ void StageEmitter::collectInterface() {
     if (!f)
       continue;
     for (unsigned i = 0; i < f.getNumArguments(); ++i) {
-      auto role = f.getArgAttrOfType<StringAttr>(i, "nn.role");
+      std::optional<nn::Role> role = nn::argumentRole(f, i);
       auto argName = f.getArgAttrOfType<StringAttr>(i, "nn.name");
       if (!role || !argName)
         continue;
       auto type = llvm::dyn_cast<RankedTensorType>(f.getArgument(i).getType());
       if (!type)
         continue;
-      if ((role.getValue() == "param" || role.getValue() == "buffer") &&
+      if ((*role == nn::Role::Param || *role == nn::Role::Buffer) &&
           paramIndex(argName.getValue()) < 0)
-        params.push_back({argName.str(), type, role.getValue() == "param"});
-      if ((role.getValue() == "input" || role.getValue() == "label") &&
+        params.push_back({argName.str(), type, *role == nn::Role::Param});
+      if ((*role == nn::Role::Input || *role == nn::Role::Label) &&
           llvm::none_of(data, [&](const TensorInfo &t) { return t.name == argName.getValue(); }))
         data.push_back({argName.str(), type});
     }
@@ -121,8 +122,7 @@ void StageEmitter::collectInterface() {
         int64_t bytes = type.getNumElements() * elementBytes(type.getElementType());
         workspaceBytes += (bytes + 63) / 64 * 64; // keep every slot 64-byte aligned
       }
-      auto role = f.getResultAttrOfType<StringAttr>(i, "nn.role");
-      if (role && role.getValue() == "loss")
+      if (nn::resultRole(f, i) == nn::Role::Loss)
         computesLoss = true;
     }
   }
@@ -189,42 +189,43 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
     out << "  char *workspace = static_cast<char *>(call->workspace);\n  (void)workspace;\n";
   for (unsigned i = 0; i < f.getNumArguments(); ++i) {
     Value argument = f.getArgument(i);
-    auto role = f.getArgAttrOfType<StringAttr>(i, "nn.role");
+    std::optional<nn::Role> r = nn::argumentRole(f, i);
     auto name = f.getArgAttrOfType<StringAttr>(i, "nn.name");
     auto saved = f.getArgAttrOfType<StringAttr>(i, "pipe.saved");
-    StringRef r = role ? role.getValue() : "";
     auto tensor = llvm::dyn_cast<RankedTensorType>(argument.getType());
     std::string t = tensor ? cType(tensor.getElementType()) : "";
     if (saved) {
+      assert(savedOffsets.count(saved.getValue()) &&
+             "pipec-verify-pipeline gives every pipe.saved argument a producer in @fwd or @bwd_input");
       bind(argument, "reinterpret_cast<" + t + " *>(workspace + " +
                          std::to_string(savedOffsets.lookup(saved.getValue())) + ")");
-    } else if (r == "param" || r == "buffer") {
+    } else if (r == nn::Role::Param || r == nn::Role::Buffer) {
       bind(argument, "static_cast<" + t + " *>(" + (isStep ? "opt" : "call") + "->params[" +
                          std::to_string(paramIndex(name.getValue())) + "])");
-    } else if (r == "grad") {
+    } else if (r == nn::Role::Grad) {
       bind(argument, "static_cast<" + t + " *>(const_cast<void *>(opt->grads[" +
                          std::to_string(paramIndex(name.getValue())) + "]))");
-    } else if (r == "optimizer_state") {
+    } else if (r == nn::Role::OptimizerState) {
       auto state = f.getArgAttrOfType<StringAttr>(i, "pipe.state");
       int within = state && (state.getValue() == "exp_avg_sq") ? 1 : 0;
       bind(argument, "static_cast<" + t + " *>(opt->state[" +
                          std::to_string(trainedIndex(name.getValue()) * statePerParam + within) +
                          "])");
-    } else if (r == "input" || r == "label") {
+    } else if (r == nn::Role::Input || r == nn::Role::Label) {
       int index = 0;
       for (auto [j, field] : llvm::enumerate(data))
         if (field.name == name.getValue())
           index = static_cast<int>(j);
       bind(argument, "static_cast<" + t + " *>(const_cast<void *>(call->data[" +
                          std::to_string(index) + "]))");
-    } else if (r == "loss_scale" && cuda()) {
+    } else if (r == nn::Role::LossScale && cuda()) {
       std::string storage = "lossScale" + std::to_string(counter);
       out << "  pk::DeviceBuffer<float> " << storage << "(1);\n  pk::copyFromHost(" << storage
           << ".data(), &call->loss_scale, sizeof(float));\n";
       bind(argument, storage + ".data()");
-    } else if (r == "loss_scale") {
+    } else if (r == nn::Role::LossScale) {
       bind(argument, "const_cast<float *>(&call->loss_scale)");
-    } else if (r == "microbatch" || r == "step") {
+    } else if (r == nn::Role::Microbatch || r == nn::Role::Step) {
       continue; // scalars the ops read from the call directly
     } else if (tensor) {
       return f.emitOpError("argument #") << i << " has no role the " << targetName()
@@ -235,31 +236,31 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
     return failure();
   auto ret = llvm::cast<func::ReturnOp>(f.getBody().front().getTerminator());
   for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
-    auto role = f.getResultAttrOfType<StringAttr>(i, "nn.role");
+    std::optional<nn::Role> r = nn::resultRole(f, i);
     auto name = f.getResultAttrOfType<StringAttr>(i, "nn.name");
     auto saved = f.getResultAttrOfType<StringAttr>(i, "pipe.saved");
     auto type = llvm::dyn_cast<RankedTensorType>(value.getType());
     int64_t bytes = type ? type.getNumElements() * elementBytes(type.getElementType()) : 0;
-    StringRef r = role ? role.getValue() : "";
     if (saved) {
+      assert(savedOffsets.count(saved.getValue()) && "only @fwd and @bwd_input return pipe.saved values, and collectInterface gave each a slot");
       out << "  copyIfDistinct(workspace + " << savedOffsets.lookup(saved.getValue()) << ", "
           << ptr(value) << ", " << bytes << ");\n";
-    } else if (r == "loss" && cuda()) {
+    } else if (r == nn::Role::Loss && cuda()) {
       if (!type || !type.getElementType().isF32())
         return f.emitOpError("result #") << i << ": the loss must be a float32 scalar";
       out << "  if (call->loss) pk::copyToHost(call->loss, " << ptr(value) << ", sizeof(float));\n";
-    } else if (r == "loss") {
+    } else if (r == nn::Role::Loss) {
       out << "  if (call->loss) *call->loss = static_cast<float>(" << ptr(value) << "[0]);\n";
-    } else if (r == "buffer_update") {
+    } else if (r == nn::Role::BufferUpdate) {
       out << "  copyIfDistinct(call->params[" << paramIndex(name.getValue()) << "], " << ptr(value)
           << ", " << bytes << ");\n";
-    } else if (r == "grad") {
+    } else if (r == nn::Role::Grad) {
       out << "  accumulate(call->grad_params[" << paramIndex(name.getValue()) << "], "
           << ptr(value) << ", " << type.getNumElements() << ");\n";
-    } else if (r == "param" && isStep) {
+    } else if (r == nn::Role::Param && isStep) {
       out << "  copyIfDistinct(opt->params[" << paramIndex(name.getValue()) << "], " << ptr(value)
           << ", " << bytes << ");\n";
-    } else if (r == "optimizer_state" && isStep) {
+    } else if (r == nn::Role::OptimizerState && isStep) {
       auto state = f.getResultAttrOfType<StringAttr>(i, "pipe.state");
       int within = state && state.getValue() == "exp_avg_sq" ? 1 : 0;
       out << "  copyIfDistinct(opt->state[" << trainedIndex(name.getValue()) * statePerParam + within

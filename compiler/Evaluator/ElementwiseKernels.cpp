@@ -2,6 +2,8 @@
 // broadcasting, activations, where, cast, and dropout with its generator.
 #include "compiler/Evaluator/KernelsInternal.h"
 
+#include "llvm/Support/ErrorHandling.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -43,7 +45,7 @@ int64_t integerBinary(BinaryOp op, int64_t a, int64_t b) {
   }
   case BinaryOp::Equal: return a == b;
   }
-  return 0;
+  llvm_unreachable("every BinaryOp has its case in integerBinary");
 }
 
 double floatBinary(BinaryOp op, double a, double b) {
@@ -55,7 +57,7 @@ double floatBinary(BinaryOp op, double a, double b) {
   case BinaryOp::Pow: return std::pow(a, b);
   case BinaryOp::Equal: return a == b;
   }
-  return 0;
+  llvm_unreachable("every BinaryOp has its case in floatBinary");
 }
 
 double geluExact(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
@@ -103,7 +105,7 @@ Tensor unary(UnaryOp op, const Tensor &input) {
     case UnaryOp::Sigmoid: out.floats[i] = 1.0 / (1.0 + std::exp(-x)); break;
     case UnaryOp::Erf: out.floats[i] = std::erf(x); break;
     case UnaryOp::Sqrt: out.floats[i] = std::sqrt(x); break;
-    case UnaryOp::GeluExact: out.floats[i] = geluExact(x); break;
+    case UnaryOp::Gelu: out.floats[i] = geluExact(x); break;
     case UnaryOp::GeluTanh: out.floats[i] = geluTanh(x); break;
     }
     // NaN propagates through Relu as numpy's maximum does.
@@ -175,7 +177,7 @@ Tensor unaryGrad(UnaryOp op, const Tensor &dy, const Tensor &x, const Tensor &y)
     case UnaryOp::Sigmoid: derivative = yv * (1.0 - yv); break;
     case UnaryOp::Erf: derivative = 2.0 / std::sqrt(kPi) * std::exp(-xv * xv); break;
     case UnaryOp::Sqrt: derivative = 1.0 / (2.0 * yv); break;
-    case UnaryOp::GeluExact:
+    case UnaryOp::Gelu:
       // Phi(x) + x * phi(x)
       derivative = 0.5 * (1.0 + std::erf(xv / std::sqrt(2.0))) +
                    xv * std::exp(-0.5 * xv * xv) / std::sqrt(2.0 * kPi);

@@ -19,9 +19,7 @@ namespace pipec::eval {
 
 namespace {
 
-using kernels::BinaryGradKind;
 using kernels::BinaryOp;
-using kernels::UnaryOp;
 
 double toDouble(llvm::APFloat value) {
   bool losesInfo = false;
@@ -35,14 +33,6 @@ std::vector<int64_t> shapeOf(Type type) {
   return toVector(llvm::cast<RankedTensorType>(type).getShape());
 }
 
-/// The kernel enum that `table` pairs with `name` (an op's kind attribute).
-template <typename Kind, size_t N>
-Kind kindNamed(const std::pair<const char *, Kind> (&table)[N], StringRef name) {
-  for (auto [entry, kind] : table)
-    if (name == entry)
-      return kind;
-  throw EvalError("unknown kind \"" + name.str() + "\"");
-}
 
 /// Computes the results of one op; kernels throw EvalError on bad input.
 /// `operands` match the op's operands in number, kind and shape.
@@ -59,8 +49,9 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
   };
   auto one = [](Tensor tensor) { return std::vector<Tensor>{std::move(tensor)}; };
   auto binary = [&](BinaryOp kind) { return one(kernels::binary(kind, in(0), in(1))); };
-  auto unary = [&](UnaryOp kind) { return one(kernels::unary(kind, in(0))); };
 
+  if (auto unary = llvm::dyn_cast<nn::UnaryElementwiseOpInterface>(op))
+    return one(kernels::unary(unary.getUnaryFunction(), in(0)));
   return llvm::TypeSwitch<Operation *, std::vector<Tensor>>(op)
       .Case([&](nn::AddOp) { return binary(BinaryOp::Add); })
       .Case([&](nn::SubOp) { return binary(BinaryOp::Sub); })
@@ -69,18 +60,6 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
       .Case([&](nn::PowOp) { return binary(BinaryOp::Pow); })
       .Case([&](nn::EqualOp) { return binary(BinaryOp::Equal); })
       .Case([&](nn::WhereOp) { return one(kernels::where(in(0), in(1), in(2))); })
-      .Case([&](nn::ReluOp) { return unary(UnaryOp::Relu); })
-      .Case([&](nn::TanhOp) { return unary(UnaryOp::Tanh); })
-      .Case([&](nn::SigmoidOp) { return unary(UnaryOp::Sigmoid); })
-      .Case([&](nn::ErfOp) { return unary(UnaryOp::Erf); })
-      .Case([&](nn::SqrtOp) { return unary(UnaryOp::Sqrt); })
-      .Case([&](nn::GeluOp gelu) {
-        if (gelu.getApproximate() == "tanh")
-          return unary(UnaryOp::GeluTanh);
-        if (gelu.getApproximate() == "none")
-          return unary(UnaryOp::GeluExact);
-        throw EvalError("unknown approximate \"" + gelu.getApproximate().str() + "\"");
-      })
       .Case([&](nn::CastOp cast) {
         auto kind = elementKindOf(cast.getResult().getType().getElementType());
         if (failed(kind))
@@ -189,19 +168,10 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
         return one(kernels::reduceSum(in(0), toVector(reduce.getAxes()), reduce.getKeepdims()));
       })
       .Case([&](nn::UnaryGradOp grad) {
-        static const std::pair<const char *, UnaryOp> kinds[] = {
-            {"relu", UnaryOp::Relu}, {"tanh", UnaryOp::Tanh},       {"sigmoid", UnaryOp::Sigmoid},
-            {"erf", UnaryOp::Erf},   {"sqrt", UnaryOp::Sqrt},       {"gelu", UnaryOp::GeluExact},
-            {"gelu_tanh", UnaryOp::GeluTanh}};
-        return one(kernels::unaryGrad(kindNamed(kinds, grad.getKind()), in(0), in(1), in(2)));
+        return one(kernels::unaryGrad(grad.getKind(), in(0), in(1), in(2)));
       })
       .Case([&](nn::BinaryGradOp grad) {
-        static const std::pair<const char *, BinaryGradKind> kinds[] = {
-            {"sub_rhs", BinaryGradKind::SubRhs},
-            {"div_rhs", BinaryGradKind::DivRhs},
-            {"pow_lhs", BinaryGradKind::PowLhs},
-            {"pow_rhs", BinaryGradKind::PowRhs}};
-        return one(kernels::binaryGrad(kindNamed(kinds, grad.getKind()), in(0), in(1), in(2)));
+        return one(kernels::binaryGrad(grad.getKind(), in(0), in(1), in(2)));
       })
       .Case([&](nn::ConvInputGradOp grad) {
         return one(kernels::convInputGrad(

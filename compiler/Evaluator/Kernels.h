@@ -61,7 +61,8 @@ namespace kernels {
 //===----------------------------------------------------------------------===//
 
 enum class BinaryOp { Add, Sub, Mul, Div, Pow, Equal };
-enum class UnaryOp { Relu, Tanh, Sigmoid, Erf, Sqrt, GeluExact, GeluTanh };
+/// The element-wise unary functions: pipec/vocabulary.h's table.
+using UnaryOp = ::pipec::Unary;
 
 /// Element-wise with numpy broadcasting. Integer Div truncates toward zero
 /// (C++ and ONNX's reference implementation); integer division by zero and
@@ -77,7 +78,8 @@ Tensor cast(const Tensor &input, ElementKind to);
 /// dx = dy * f'(x); reads x or y (the forward result) as the kind needs.
 Tensor unaryGrad(UnaryOp op, const Tensor &dy, const Tensor &x, const Tensor &y);
 
-enum class BinaryGradKind { SubRhs, DivRhs, PowLhs, PowRhs };
+/// nn.binary_grad's kinds: pipec/vocabulary.h's table.
+using BinaryGradKind = ::pipec::BinaryGradient;
 /// The gradient on the broadcast shape (dy's): -dy, -dy*lhs/rhs^2,
 /// dy*rhs*lhs^(rhs-1), dy*lhs^rhs*ln(lhs).
 Tensor binaryGrad(BinaryGradKind kind, const Tensor &dy, const Tensor &lhs, const Tensor &rhs);

@@ -15,6 +15,7 @@
 
 #include <onnx/shape_inference/implementation.h>
 
+#include <cassert>
 #include <sstream>
 
 using namespace mlir;
@@ -241,20 +242,24 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
           builder.getStringAttr(model.producer_name() + " " + model.producer_version()));
 
     SmallVector<Type> argumentTypes;
-    SmallVector<std::pair<std::string, const char *>> arguments;
+    SmallVector<std::pair<std::string, nn::Role>> arguments;
     for (const auto &tensor : graph.initializer()) {
       if (knownAtImport.count(tensor.name()))
         continue;
       std::vector<int64_t> shape(tensor.dims().begin(), tensor.dims().end());
       argumentTypes.push_back(RankedTensorType::get(
           shape, mlirElementType(context, *elementKindOf(tensor.data_type()))));
-      arguments.push_back({tensor.name(), bufferNames.count(tensor.name()) ? "buffer" : "param"});
+      arguments.push_back(
+          {tensor.name(), bufferNames.count(tensor.name()) ? nn::Role::Buffer : nn::Role::Param});
     }
     for (const auto &input : graph.input()) {
       if (initializers.count(input.name()))
         continue;
-      argumentTypes.push_back(inputTypes.at(input.name()));
-      arguments.push_back({input.name(), "input"});
+      auto type = inputTypes.find(input.name());
+      assert(type != inputTypes.end() &&
+             "resolveInputTypes gave every graph input that is not an initializer a type, or abandoned");
+      argumentTypes.push_back(type->second);
+      arguments.push_back({input.name(), nn::Role::Input});
     }
 
     builder.setInsertionPointToEnd(module->getBody());
@@ -265,7 +270,7 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
     for (const auto &argument : arguments)
       argumentAttributes.push_back(builder.getDictionaryAttr(
           {builder.getNamedAttr("nn.name", builder.getStringAttr(argument.first)),
-           builder.getNamedAttr("nn.role", builder.getStringAttr(argument.second))}));
+           nn::roleAttribute(&context, argument.second)}));
     auto function = func::FuncOp::create(builder, fileLoc, "forward",
                                          builder.getFunctionType(argumentTypes, {}),
                                          ArrayRef<NamedAttribute>{}, argumentAttributes);
@@ -296,7 +301,9 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
             constants[node.output(r)] = std::move(results[r]);
         continue;
       }
-      (this->*findRule(node)->convert)(node);
+      const OpRule *rule = findRule(node);
+      assert(rule && "analyzeGraph abandoned the import on a node that is neither folded nor has a rule");
+      (this->*rule->convert)(node);
       for (const auto &output : node.output())
         if (!output.empty() && !values.count(output) && useCounts[output] > 0)
           fail(node, "output '" + output + "' is used but this translation does not produce it");

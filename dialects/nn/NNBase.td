@@ -18,6 +18,14 @@ def NN_Dialect : Dialect {
     ranks, shapes and element types with a message naming the op.
   }];
   let hasConstantMaterializer = 1;
+  let useDefaultAttributePrinterParser = 1;
+  // `nn.role` on function arguments and results must be a #nn.role.
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
+  let extraClassDeclaration = [{
+    /// Registers the attributes of NNAttrs.td (NNAttrs.cpp).
+    void registerAttributes();
+  }];
 }
 
 // Static shapes everywhere: the partitioner and code generators need sizes.
@@ -30,5 +38,8 @@ def NN_BoolTensor : StaticShapeTensorOf<[I1]>;
 class NN_Op<string mnemonic, list<Trait> traits = []>
     : Op<NN_Dialect, mnemonic,
          !listconcat(traits, [DeclareOpInterfaceMethods<NN_CostOpInterface>])>;
+
+// A forward op with a gradient rule (dialects/nn/NNGradient.cpp).
+defvar NN_Differentiable = DeclareOpInterfaceMethods<NN_GradientOpInterface>;
 
 #endif // PIPEC_NN_BASE_TD

@@ -117,6 +117,12 @@ double windowVolume(ArrayRef<int64_t> kernel) {
 
 } // namespace
 
+OpWork pipec::nn::unaryWork(Operation *op) {
+  const UnaryFunction &function =
+      unaryFunction(llvm::cast<UnaryElementwiseOpInterface>(op).getUnaryFunction());
+  return elementwise(op, function.flops, function.derivativeFlops);
+}
+
 // Element-wise (transcendentals count as 8 FLOPs: a polynomial each).
 OpWork AddOp::estimateWork() { return elementwise(*this, 1, 1); }
 OpWork SubOp::estimateWork() { return elementwise(*this, 1, 1); }
@@ -125,12 +131,6 @@ OpWork DivOp::estimateWork() { return elementwise(*this, 1, 4); }
 OpWork PowOp::estimateWork() { return elementwise(*this, 8, 10); }
 OpWork EqualOp::estimateWork() { return elementwise(*this, 1, 0); }
 OpWork WhereOp::estimateWork() { return elementwise(*this, 1, 1); }
-OpWork ReluOp::estimateWork() { return elementwise(*this, 1, 1); }
-OpWork TanhOp::estimateWork() { return elementwise(*this, 8, 3); }
-OpWork SigmoidOp::estimateWork() { return elementwise(*this, 8, 3); }
-OpWork ErfOp::estimateWork() { return elementwise(*this, 8, 10); }
-OpWork SqrtOp::estimateWork() { return elementwise(*this, 4, 2); }
-OpWork GeluOp::estimateWork() { return elementwise(*this, 16, 20); }
 OpWork CastOp::estimateWork() { return elementwise(*this, 1, 1); }
 OpWork DropoutOp::estimateWork() { return elementwise(*this, 4, 1); }
 

@@ -2,6 +2,7 @@
 // lives here, beside its definition, so the importer never repeats it: the
 // importer asks the op to infer its result types.
 #include "dialects/nn/NNDialect.h"
+#include "dialects/nn/NNGradient.h"
 #include "runtime/include/pipec/vocabulary.h"
 
 #include "mlir/IR/Builders.h"
@@ -20,6 +21,7 @@ using pipec::windowOutputSize;
 #include "dialects/nn/NNInterfaces.cpp.inc"
 
 void NNDialect::initialize() {
+  registerAttributes();
   addOperations<
 #define GET_OP_LIST
 #include "dialects/nn/NNOps.cpp.inc"

@@ -10,14 +10,45 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "dialects/nn/NNWork.h"
+#include "runtime/include/pipec/vocabulary.h"
+
+#include <optional>
+
+namespace mlir {
+class FunctionOpInterface;
+} // namespace mlir
+
+namespace pipec::nn {
+/// Builds gradient ops (dialects/nn/NNGradient.h); the gradient interface's
+/// methods take it.
+class GradientBuilder;
+} // namespace pipec::nn
 
 #include "dialects/nn/NNOpsDialect.h.inc"
+#include "dialects/nn/NNEnums.h.inc"
+#define GET_ATTRDEF_CLASSES
+#include "dialects/nn/NNAttrs.h.inc"
 #include "dialects/nn/NNInterfaces.h.inc"
 
 #define GET_OP_CLASSES
 #include "dialects/nn/NNOps.h.inc"
 
 namespace pipec::nn {
+
+/// The attribute that says what a function argument or result is.
+inline constexpr llvm::StringLiteral kRoleAttrName = "nn.role";
+
+/// The role of argument / result `index` of `function`, if it has one.
+std::optional<Role> argumentRole(mlir::FunctionOpInterface function, unsigned index);
+std::optional<Role> resultRole(mlir::FunctionOpInterface function, unsigned index);
+void setArgumentRole(mlir::FunctionOpInterface function, unsigned index, Role role);
+void setResultRole(mlir::FunctionOpInterface function, unsigned index, Role role);
+/// `nn.role = #nn.role<...>`, for building an attribute dictionary.
+mlir::NamedAttribute roleAttribute(mlir::MLIRContext *context, Role role);
+
+/// The work of an element-wise unary op (NN_UnaryFloatOp), from the
+/// per-element FLOPs of its function in pipec/vocabulary.h's table.
+OpWork unaryWork(mlir::Operation *op);
 
 /// Numpy (multidirectional) broadcast of two static shapes; failure when a
 /// pair of dimensions differs and neither is 1.

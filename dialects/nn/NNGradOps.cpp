@@ -76,21 +76,8 @@ LogicalResult ReduceSumOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
   return success();
 }
 
-LogicalResult UnaryGradOp::verify() {
-  static const char *const kinds[] = {"relu", "tanh", "sigmoid", "erf",
-                                      "sqrt", "gelu", "gelu_tanh"};
-  if (!llvm::is_contained(kinds, getKind()))
-    return emitOpError("unknown kind '")
-           << getKind() << "' (relu, tanh, sigmoid, erf, sqrt, gelu, gelu_tanh)";
-  return success();
-}
-
 LogicalResult BinaryGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                              Adaptor adaptor, SmallVectorImpl<Type> &types) {
-  StringRef kind = adaptor.getKind();
-  if (kind != "sub_rhs" && kind != "div_rhs" && kind != "pow_lhs" && kind != "pow_rhs")
-    return fail(loc, "nn.binary_grad: unknown kind '" + kind +
-                         "' (sub_rhs, div_rhs, pow_lhs, pow_rhs)");
   auto shape = broadcastShapes(rankedType(adaptor.getLhs()).getShape(),
                                rankedType(adaptor.getRhs()).getShape());
   auto dyType = rankedType(adaptor.getDy());

@@ -24,16 +24,17 @@ def NN_ReduceSumOp : NN_InferredOp<"reduce_sum"> {
 def NN_UnaryGradOp : NN_Op<"unary_grad", [Pure, AllTypesMatch<["dy", "x", "y", "result"]>]> {
   let summary = "Gradient of an element-wise unary op";
   let description = [{
-    dx = dy * f'(x), where `kind` names f: relu (1 where x > 0, else 0),
-    tanh (1 - y²), sigmoid (y(1 - y)), erf (2/√π · exp(-x²)), sqrt (1/(2y)),
-    gelu (exact: Φ(x) + x·φ(x)), gelu_tanh (derivative of the tanh
-    approximation). `x` is the forward input and `y` the forward result;
-    each kind reads the one it needs.
+    dx = dy * f'(x), where `kind` names f, a function of
+    pipec/vocabulary.h's table: relu (1 where x > 0, else 0), tanh (1 - y²),
+    sigmoid (y(1 - y)), erf (2/√π · exp(-x²)), sqrt (1/(2y)), gelu (exact:
+    Φ(x) + x·φ(x)), gelu_tanh (derivative of the tanh approximation). `x` is
+    the forward input and `y` the forward result; each kind reads the one
+    the table names.
   }];
-  let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$x, NN_FloatTensor:$y, StrAttr:$kind);
+  let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$x, NN_FloatTensor:$y,
+                       NN_UnaryFunctionAttr:$kind);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = "$kind $dy `,` $x `,` $y attr-dict `:` type($dy)";
-  let hasVerifier = 1;
 }
 
 def NN_BinaryGradOp : NN_InferredOp<"binary_grad"> {
@@ -41,12 +42,13 @@ def NN_BinaryGradOp : NN_InferredOp<"binary_grad"> {
   let description = [{
     The gradient, on the broadcast result shape, with respect to one operand
     of `lhs op rhs`; autodiff then sums it down to the operand's shape with
-    nn.reduce_sum and nn.reshape. Kinds: sub_rhs (-dy), div_rhs
+    nn.reduce_sum and nn.reshape. Kinds (pipec/vocabulary.h): sub_rhs (-dy), div_rhs
     (-dy·lhs/rhs²), pow_lhs (dy·rhs·lhs^(rhs-1)), pow_rhs (dy·lhs^rhs·ln lhs).
   }];
   let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$lhs, NN_FloatTensor:$rhs,
-                       StrAttr:$kind);
+                       NN_BinaryGradientAttr:$kind);
   let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$kind operands attr-dict `:` functional-type(operands, results)";
 }
 
 def NN_ConvInputGradOp : NN_Op<"conv_input_grad", [Pure]> {

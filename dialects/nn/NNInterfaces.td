@@ -18,4 +18,39 @@ def NN_CostOpInterface : OpInterface<"CostOpInterface"> {
   ];
 }
 
+def NN_GradientOpInterface : OpInterface<"GradientOpInterface"> {
+  let cppNamespace = "::pipec::nn";
+  let description = [{
+    The gradient rule of a forward op (dialects/nn/NNGradient.cpp):
+    pipec-autodiff walks @train_step backwards and asks each op for the
+    gradient of each operand that needs one, given the gradients of its
+    results. An op without this interface has no gradient; autodiff refuses
+    it when a gradient reaches it.
+  }];
+  let methods = [
+    InterfaceMethod<[{
+      The gradient of operand `index`, built with `builder` at its insertion
+      point, given the gradients `dys` of the op's results (null where a
+      result has none; the first is never null for single-result ops). Null
+      when the operand has no gradient (an integer or a boolean operand, or
+      one the op does not differentiate, like Where's condition).
+    }], "::mlir::Value", "buildGradient",
+      (ins "::pipec::nn::GradientBuilder &":$builder, "::llvm::ArrayRef<::mlir::Value>":$dys,
+           "unsigned":$index)>,
+  ];
+}
+
+def NN_UnaryElementwiseOpInterface : OpInterface<"UnaryElementwiseOpInterface"> {
+  let cppNamespace = "::pipec::nn";
+  let description = [{
+    An element-wise unary op: the function of pipec/vocabulary.h's table it
+    computes. The cost, the gradient (nn.unary_grad), the reference
+    evaluator and the emitters read the function, not the op
+    (docs/adding-an-op.md).
+  }];
+  let methods = [
+    InterfaceMethod<"The function this op computes.", "::pipec::Unary", "getUnaryFunction">,
+  ];
+}
+
 #endif // PIPEC_NN_INTERFACES_TD

@@ -2,6 +2,7 @@
 #define PIPEC_NN_OPS_TD
 
 include "dialects/nn/NNBase.td"
+include "dialects/nn/NNAttrs.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
@@ -11,8 +12,9 @@ include "mlir/IR/BuiltinAttributeInterfaces.td"
 //===----------------------------------------------------------------------===//
 
 // Element-wise ops with numpy (multidirectional) broadcasting.
-class NN_BroadcastBinaryOp<string mnemonic, string onnxName>
-    : NN_Op<mnemonic, [Pure, InferTypeOpAdaptor]> {
+class NN_BroadcastBinaryOp<string mnemonic, string onnxName,
+                           list<Trait> traits = [NN_Differentiable]>
+    : NN_Op<mnemonic, !listconcat([Pure, InferTypeOpAdaptor], traits)> {
   let summary = "ONNX " # onnxName # " with numpy broadcasting";
   let arguments = (ins NN_Tensor:$lhs, NN_Tensor:$rhs);
   let results = (outs NN_Tensor:$result);
@@ -20,12 +22,26 @@ class NN_BroadcastBinaryOp<string mnemonic, string onnxName>
       "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
 }
 
-class NN_UnaryFloatOp<string mnemonic, string onnxName>
-    : NN_Op<mnemonic, [Pure, SameOperandsAndResultType]> {
+// An element-wise unary function of pipec/vocabulary.h's table (`function`
+// names its enumerator): its cost and gradient come from the table
+// (docs/adding-an-op.md). An op whose function depends on its attributes
+// leaves `function` empty and defines getUnaryFunction itself.
+class NN_UnaryFloatOp<string mnemonic, string onnxName, string function = "">
+    : NN_Op<mnemonic, [Pure, SameOperandsAndResultType, NN_UnaryElementwiseOpInterface,
+                       NN_Differentiable]> {
   let summary = "ONNX " # onnxName # ", element-wise";
   let arguments = (ins NN_FloatTensor:$input);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
+  let extraClassDeclaration = !if(!empty(function), "",
+      "::pipec::Unary getUnaryFunction() { return ::pipec::Unary::" # function # "; }");
+  let extraClassDefinition = [{
+    ::pipec::nn::OpWork $cppClass::estimateWork() { return unaryWork(*this); }
+    ::mlir::Value $cppClass::buildGradient(::pipec::nn::GradientBuilder &builder,
+                                           ::llvm::ArrayRef<::mlir::Value> dys, unsigned) {
+      return builder.unaryGradient(*this, dys[0]);
+    }
+  }];
 }
 
 class NN_InferredOp<string mnemonic, list<Trait> traits = []>
@@ -42,28 +58,33 @@ def NN_SubOp : NN_BroadcastBinaryOp<"sub", "Sub">;
 def NN_MulOp : NN_BroadcastBinaryOp<"mul", "Mul">;
 def NN_DivOp : NN_BroadcastBinaryOp<"div", "Div">;
 def NN_PowOp : NN_BroadcastBinaryOp<"pow", "Pow">;
-def NN_EqualOp : NN_BroadcastBinaryOp<"equal", "Equal"> {
+def NN_EqualOp : NN_BroadcastBinaryOp<"equal", "Equal", /*traits=*/[]> {
   let results = (outs NN_BoolTensor:$result);
 }
 
-def NN_WhereOp : NN_InferredOp<"where"> {
+def NN_WhereOp : NN_InferredOp<"where", [NN_Differentiable]> {
   let summary = "ONNX Where: select x where condition else y, with broadcasting";
   let arguments = (ins NN_BoolTensor:$condition, NN_Tensor:$x, NN_Tensor:$y);
   let results = (outs NN_Tensor:$result);
 }
 
-def NN_ReluOp : NN_UnaryFloatOp<"relu", "Relu">;
-def NN_TanhOp : NN_UnaryFloatOp<"tanh", "Tanh">;
-def NN_SigmoidOp : NN_UnaryFloatOp<"sigmoid", "Sigmoid">;
-def NN_ErfOp : NN_UnaryFloatOp<"erf", "Erf">;
-def NN_SqrtOp : NN_UnaryFloatOp<"sqrt", "Sqrt">;
+def NN_ReluOp : NN_UnaryFloatOp<"relu", "Relu", "Relu">;
+def NN_TanhOp : NN_UnaryFloatOp<"tanh", "Tanh", "Tanh">;
+def NN_SigmoidOp : NN_UnaryFloatOp<"sigmoid", "Sigmoid", "Sigmoid">;
+def NN_ErfOp : NN_UnaryFloatOp<"erf", "Erf", "Erf">;
+def NN_SqrtOp : NN_UnaryFloatOp<"sqrt", "Sqrt", "Sqrt">;
 def NN_GeluOp : NN_UnaryFloatOp<"gelu", "Gelu"> {
   let arguments = (ins NN_FloatTensor:$input,
                        DefaultValuedStrAttr<StrAttr, "none">:$approximate);
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    ::pipec::Unary getUnaryFunction() {
+      return getApproximate() == "tanh" ? ::pipec::Unary::GeluTanh : ::pipec::Unary::Gelu;
+    }
+  }];
 }
 
-def NN_CastOp : NN_Op<"cast", [Pure]> {
+def NN_CastOp : NN_Op<"cast", [Pure, NN_Differentiable]> {
   let summary = "ONNX Cast: convert the element type, shape unchanged";
   let arguments = (ins NN_Tensor:$input);
   let results = (outs NN_Tensor:$result);
@@ -75,7 +96,7 @@ def NN_CastOp : NN_Op<"cast", [Pure]> {
 // Linear algebra
 //===----------------------------------------------------------------------===//
 
-def NN_GemmOp : NN_InferredOp<"gemm"> {
+def NN_GemmOp : NN_InferredOp<"gemm", [NN_Differentiable]> {
   let summary = "ONNX Gemm: alpha * op(A) * op(B) + beta * C";
   let arguments = (ins NN_FloatTensor:$a, NN_FloatTensor:$b,
                        Optional<NN_FloatTensor>:$c,
@@ -86,7 +107,7 @@ def NN_GemmOp : NN_InferredOp<"gemm"> {
   let results = (outs NN_FloatTensor:$result);
 }
 
-def NN_MatMulOp : NN_InferredOp<"matmul"> {
+def NN_MatMulOp : NN_InferredOp<"matmul", [NN_Differentiable]> {
   let summary = "ONNX MatMul: numpy matmul with batch broadcasting";
   let arguments = (ins NN_FloatTensor:$a, NN_FloatTensor:$b);
   let results = (outs NN_FloatTensor:$result);
@@ -96,7 +117,7 @@ def NN_MatMulOp : NN_InferredOp<"matmul"> {
 // Convolution, normalization, pooling
 //===----------------------------------------------------------------------===//
 
-def NN_ConvOp : NN_InferredOp<"conv"> {
+def NN_ConvOp : NN_InferredOp<"conv", [NN_Differentiable]> {
   let summary = "ONNX Conv (N, C, spatial...) with explicit pads";
   let description = [{
     `pads` holds the begin pads of every spatial axis followed by the end pads,
@@ -110,7 +131,7 @@ def NN_ConvOp : NN_InferredOp<"conv"> {
   let results = (outs NN_FloatTensor:$result);
 }
 
-def NN_BatchNormOp : NN_InferredOp<"batch_norm"> {
+def NN_BatchNormOp : NN_InferredOp<"batch_norm", [NN_Differentiable]> {
   let summary = "ONNX BatchNormalization";
   let description = [{
     In training mode the output is normalized with the statistics of the
@@ -128,7 +149,7 @@ def NN_BatchNormOp : NN_InferredOp<"batch_norm"> {
                       NN_FloatTensor:$new_running_var);
 }
 
-def NN_LayerNormOp : NN_InferredOp<"layer_norm"> {
+def NN_LayerNormOp : NN_InferredOp<"layer_norm", [NN_Differentiable]> {
   let summary = "ONNX LayerNormalization over the axes from `axis` on";
   let description = [{
     Besides the normalized result it returns, as ONNX does, the mean and the
@@ -143,7 +164,7 @@ def NN_LayerNormOp : NN_InferredOp<"layer_norm"> {
                       NN_FloatTensor:$inv_std_dev);
 }
 
-def NN_MaxPoolOp : NN_InferredOp<"max_pool"> {
+def NN_MaxPoolOp : NN_InferredOp<"max_pool", [NN_Differentiable]> {
   let summary = "ONNX MaxPool with explicit pads (begin pads, then end pads)";
   let arguments = (ins NN_FloatTensor:$input,
                        DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
@@ -152,7 +173,7 @@ def NN_MaxPoolOp : NN_InferredOp<"max_pool"> {
   let results = (outs NN_FloatTensor:$result);
 }
 
-def NN_AveragePoolOp : NN_InferredOp<"average_pool"> {
+def NN_AveragePoolOp : NN_InferredOp<"average_pool", [NN_Differentiable]> {
   let summary = "ONNX AveragePool with explicit pads (begin pads, then end pads)";
   let arguments = (ins NN_FloatTensor:$input,
                        DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
@@ -162,13 +183,13 @@ def NN_AveragePoolOp : NN_InferredOp<"average_pool"> {
   let results = (outs NN_FloatTensor:$result);
 }
 
-def NN_GlobalAveragePoolOp : NN_InferredOp<"global_average_pool"> {
+def NN_GlobalAveragePoolOp : NN_InferredOp<"global_average_pool", [NN_Differentiable]> {
   let summary = "ONNX GlobalAveragePool: mean over all spatial axes";
   let arguments = (ins NN_FloatTensor:$input);
   let results = (outs NN_FloatTensor:$result);
 }
 
-def NN_DropoutOp : NN_InferredOp<"dropout"> {
+def NN_DropoutOp : NN_InferredOp<"dropout", [NN_Differentiable]> {
   let summary = "ONNX Dropout; the mask is drawn from a counter-based generator";
   let description = [{
     In training mode elements are zeroed with probability `ratio` and the rest
@@ -183,13 +204,13 @@ def NN_DropoutOp : NN_InferredOp<"dropout"> {
   let results = (outs NN_FloatTensor:$result, NN_BoolTensor:$mask);
 }
 
-def NN_SoftmaxOp : NN_InferredOp<"softmax"> {
+def NN_SoftmaxOp : NN_InferredOp<"softmax", [NN_Differentiable]> {
   let summary = "ONNX Softmax (opset 13 semantics: along one axis)";
   let arguments = (ins NN_FloatTensor:$input, DefaultValuedAttr<I64Attr, "-1">:$axis);
   let results = (outs NN_FloatTensor:$result);
 }
 
-def NN_SoftmaxCrossEntropyLossOp : NN_InferredOp<"softmax_cross_entropy_loss"> {
+def NN_SoftmaxCrossEntropyLossOp : NN_InferredOp<"softmax_cross_entropy_loss", [NN_Differentiable]> {
   let summary = "ONNX SoftmaxCrossEntropyLoss";
   let arguments = (ins NN_FloatTensor:$scores, NN_IntegerTensor:$labels,
                        Optional<NN_FloatTensor>:$weights,
@@ -198,7 +219,7 @@ def NN_SoftmaxCrossEntropyLossOp : NN_InferredOp<"softmax_cross_entropy_loss"> {
   let results = (outs NN_FloatTensor:$loss, NN_FloatTensor:$log_prob);
 }
 
-def NN_ReduceMeanOp : NN_InferredOp<"reduce_mean"> {
+def NN_ReduceMeanOp : NN_InferredOp<"reduce_mean", [NN_Differentiable]> {
   let summary = "ONNX ReduceMean over normalized (non-negative, sorted) axes";
   let arguments = (ins NN_FloatTensor:$input, DenseI64ArrayAttr:$axes,
                        DefaultValuedAttr<BoolAttr, "true">:$keepdims);
@@ -209,14 +230,14 @@ def NN_ReduceMeanOp : NN_InferredOp<"reduce_mean"> {
 // Data movement
 //===----------------------------------------------------------------------===//
 
-def NN_GatherOp : NN_InferredOp<"gather"> {
+def NN_GatherOp : NN_InferredOp<"gather", [NN_Differentiable]> {
   let summary = "ONNX Gather (embedding lookup when axis = 0)";
   let arguments = (ins NN_Tensor:$data, NN_IntegerTensor:$indices,
                        DefaultValuedAttr<I64Attr, "0">:$axis);
   let results = (outs NN_Tensor:$result);
 }
 
-def NN_ReshapeOp : NN_Op<"reshape", [Pure]> {
+def NN_ReshapeOp : NN_Op<"reshape", [Pure, NN_Differentiable]> {
   let summary = "ONNX Reshape with the target shape folded into the result type";
   let arguments = (ins NN_Tensor:$input);
   let results = (outs NN_Tensor:$result);
@@ -224,25 +245,25 @@ def NN_ReshapeOp : NN_Op<"reshape", [Pure]> {
   let hasVerifier = 1;
 }
 
-def NN_FlattenOp : NN_InferredOp<"flatten"> {
+def NN_FlattenOp : NN_InferredOp<"flatten", [NN_Differentiable]> {
   let summary = "ONNX Flatten: 2-D view [prod(dims[:axis]), prod(dims[axis:])]";
   let arguments = (ins NN_Tensor:$input, DefaultValuedAttr<I64Attr, "1">:$axis);
   let results = (outs NN_Tensor:$result);
 }
 
-def NN_UnsqueezeOp : NN_InferredOp<"unsqueeze"> {
+def NN_UnsqueezeOp : NN_InferredOp<"unsqueeze", [NN_Differentiable]> {
   let summary = "ONNX Unsqueeze; axes refer to the output rank";
   let arguments = (ins NN_Tensor:$input, DenseI64ArrayAttr:$axes);
   let results = (outs NN_Tensor:$result);
 }
 
-def NN_SqueezeOp : NN_InferredOp<"squeeze"> {
+def NN_SqueezeOp : NN_InferredOp<"squeeze", [NN_Differentiable]> {
   let summary = "ONNX Squeeze of the given size-1 axes";
   let arguments = (ins NN_Tensor:$input, DenseI64ArrayAttr:$axes);
   let results = (outs NN_Tensor:$result);
 }
 
-def NN_ExpandOp : NN_Op<"expand", [Pure]> {
+def NN_ExpandOp : NN_Op<"expand", [Pure, NN_Differentiable]> {
   let summary = "ONNX Expand with the target shape folded into the result type";
   let arguments = (ins NN_Tensor:$input);
   let results = (outs NN_Tensor:$result);
@@ -250,13 +271,13 @@ def NN_ExpandOp : NN_Op<"expand", [Pure]> {
   let hasVerifier = 1;
 }
 
-def NN_TransposeOp : NN_InferredOp<"transpose"> {
+def NN_TransposeOp : NN_InferredOp<"transpose", [NN_Differentiable]> {
   let summary = "ONNX Transpose";
   let arguments = (ins NN_Tensor:$input, DenseI64ArrayAttr:$perm);
   let results = (outs NN_Tensor:$result);
 }
 
-def NN_PadOp : NN_InferredOp<"pad"> {
+def NN_PadOp : NN_InferredOp<"pad", [NN_Differentiable]> {
   let summary = "ONNX Pad in constant mode with non-negative pads";
   let description = [{
     `pads` holds the begin pads of every axis followed by the end pads, as in
@@ -268,19 +289,19 @@ def NN_PadOp : NN_InferredOp<"pad"> {
   let results = (outs NN_Tensor:$result);
 }
 
-def NN_ConcatOp : NN_InferredOp<"concat"> {
+def NN_ConcatOp : NN_InferredOp<"concat", [NN_Differentiable]> {
   let summary = "ONNX Concat";
   let arguments = (ins Variadic<NN_Tensor>:$inputs, I64Attr:$axis);
   let results = (outs NN_Tensor:$result);
 }
 
-def NN_SplitOp : NN_InferredOp<"split"> {
+def NN_SplitOp : NN_InferredOp<"split", [NN_Differentiable]> {
   let summary = "ONNX Split into pieces of the given sizes along one axis";
   let arguments = (ins NN_Tensor:$input, I64Attr:$axis, DenseI64ArrayAttr:$sizes);
   let results = (outs Variadic<NN_Tensor>:$results);
 }
 
-def NN_SliceOp : NN_InferredOp<"slice"> {
+def NN_SliceOp : NN_InferredOp<"slice", [NN_Differentiable]> {
   let summary = "ONNX Slice with bounds folded into attributes, one entry per axis";
   let description = [{
     `starts`, `ends` and `steps` have one entry per input axis and are

@@ -212,8 +212,8 @@ struct EstimateCosts : impl::EstimateCostsBase<EstimateCosts> {
           auto argument = llvm::dyn_cast<BlockArgument>(operand);
           if (argument && argument.getOwner()->getParentOp() == function &&
               parametersSeen.insert(operand).second) {
-            auto role = function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "nn.role");
-            if (role && role.getValue() != "input") {
+            std::optional<nn::Role> role = nn::argumentRole(function, argument.getArgNumber());
+            if (role && *role != nn::Role::Input) {
               std::string why;
               auto bytes = tensorBytes(operand.getType(), 1.0, why);
               auto sum = bytes ? io::checkedAdd<int64_t>(parameterBytes, *bytes) : std::nullopt;
@@ -382,8 +382,7 @@ std::vector<std::pair<int, int>> tiedParameterRanges(ModuleOp module) {
       }
       auto argument = llvm::dyn_cast<BlockArgument>(operand);
       auto function = argument ? llvm::dyn_cast<func::FuncOp>(argument.getOwner()->getParentOp()) : nullptr;
-      auto role = function ? function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "nn.role") : nullptr;
-      if (role && role.getValue() == "param")
+      if (function && nn::argumentRole(function, argument.getArgNumber()) == nn::Role::Param)
         held.push_back(operand);
       else if (!(operand.getDefiningOp() && llvm::isa<nn::ConstantOp>(operand.getDefiningOp())))
         onlyParameters = false;

@@ -8,8 +8,7 @@ namespace pipec::passes {
 
 GradientRoles::GradientRoles(func::FuncOp function) {
   for (BlockArgument argument : function.getArguments()) {
-    auto role = function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "nn.role");
-    if (role && role.getValue() == "param" &&
+    if (nn::argumentRole(function, argument.getArgNumber()) == nn::Role::Param &&
         llvm::isa<FloatType>(llvm::cast<ShapedType>(argument.getType()).getElementType())) {
       weightDerived.insert(argument);
       dependsOnParameter.insert(argument);

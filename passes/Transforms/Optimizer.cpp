@@ -54,8 +54,7 @@ struct Optimizer : impl::OptimizerBase<Optimizer> {
     SmallVector<std::pair<StringAttr, Type>> params;
     for (BlockArgument argument : trainStep.getArguments()) {
       unsigned index = argument.getArgNumber();
-      auto role = trainStep.getArgAttrOfType<StringAttr>(index, "nn.role");
-      if (!role || role.getValue() != "param")
+      if (nn::argumentRole(trainStep, index) != nn::Role::Param)
         continue;
       auto name = trainStep.getArgAttrOfType<StringAttr>(index, "nn.name");
       if (!name) {
@@ -65,9 +64,8 @@ struct Optimizer : impl::OptimizerBase<Optimizer> {
       }
       bool hasGradient = false;
       for (unsigned result = 0; result < trainStep.getNumResults(); ++result) {
-        auto resultRole = trainStep.getResultAttrOfType<StringAttr>(result, "nn.role");
         auto resultName = trainStep.getResultAttrOfType<StringAttr>(result, "nn.name");
-        if (resultRole && resultRole.getValue() == "grad" && resultName == name) {
+        if (nn::resultRole(trainStep, result) == nn::Role::Grad && resultName == name) {
           hasGradient = true;
           if (trainStep.getResultTypes()[result] != argument.getType()) {
             trainStep.emitError() << "pipec-optimizer: the gradient of '" << name.getValue()
@@ -88,9 +86,9 @@ struct Optimizer : impl::OptimizerBase<Optimizer> {
     SmallVector<StringRef> stateNames =
         adamw ? SmallVector<StringRef>{"exp_avg", "exp_avg_sq"}
               : SmallVector<StringRef>{"momentum_buffer"};
-    auto attrs = [&](StringAttr name, StringRef role, StringRef state = {}) {
+    auto attrs = [&](StringAttr name, nn::Role role, StringRef state = {}) {
       SmallVector<NamedAttribute> list{builder.getNamedAttr("nn.name", name),
-                                       builder.getNamedAttr("nn.role", builder.getStringAttr(role))};
+                                       nn::roleAttribute(context, role)};
       if (!state.empty())
         list.push_back(builder.getNamedAttr("pipe.state", builder.getStringAttr(state)));
       return builder.getDictionaryAttr(list);
@@ -99,28 +97,28 @@ struct Optimizer : impl::OptimizerBase<Optimizer> {
     SmallVector<Attribute> argAttrs, resultAttrs;
     for (auto &[name, type] : params) {
       argTypes.push_back(type);
-      argAttrs.push_back(attrs(name, "param"));
+      argAttrs.push_back(attrs(name, nn::Role::Param));
     }
     for (auto &[name, type] : params) {
       argTypes.push_back(type);
-      argAttrs.push_back(attrs(name, "grad"));
+      argAttrs.push_back(attrs(name, nn::Role::Grad));
     }
     for (auto &[name, type] : params)
       for (StringRef state : stateNames) {
         argTypes.push_back(type);
-        argAttrs.push_back(attrs(name, "optimizer_state", state));
+        argAttrs.push_back(attrs(name, nn::Role::OptimizerState, state));
       }
     argTypes.push_back(builder.getI64Type());
     argAttrs.push_back(builder.getDictionaryAttr(
-        {builder.getNamedAttr("nn.role", builder.getStringAttr("step"))}));
+        {nn::roleAttribute(context, nn::Role::Step)}));
     for (auto &[name, type] : params) {
       resultTypes.push_back(type);
-      resultAttrs.push_back(attrs(name, "param"));
+      resultAttrs.push_back(attrs(name, nn::Role::Param));
     }
     for (auto &[name, type] : params)
       for (StringRef state : stateNames) {
         resultTypes.push_back(type);
-        resultAttrs.push_back(attrs(name, "optimizer_state", state));
+        resultAttrs.push_back(attrs(name, nn::Role::OptimizerState, state));
       }
 
     OpBuilder moduleBuilder = OpBuilder::atBlockEnd(module.getBody());

@@ -34,11 +34,6 @@ int64_t tensorBytes(Type type) {
   return tensor.getNumElements() * std::max<int64_t>(1, (bits + 7) / 8);
 }
 
-StringRef argRole(func::FuncOp function, unsigned index) {
-  auto role = function.getArgAttrOfType<StringAttr>(index, kRole);
-  return role ? role.getValue() : StringRef();
-}
-
 StringRef argName(func::FuncOp function, unsigned index) {
   auto name = function.getArgAttrOfType<StringAttr>(index, kName);
   return name ? name.getValue() : StringRef();
@@ -239,14 +234,15 @@ struct Outliner {
     Value result;
     if (auto argument = llvm::dyn_cast<BlockArgument>(value)) {
       unsigned index = argument.getArgNumber();
-      StringRef role = argRole(trainStep, index);
+      std::optional<nn::Role> role = nn::argumentRole(trainStep, index);
       int category;
-      if (role == "param" || role == "buffer")
+      if (role == nn::Role::Param || role == nn::Role::Buffer)
         category = ArgParam;
-      else if (role == "input" || role == "label")
+      else if (role == nn::Role::Input || role == nn::Role::Label)
         category = ArgData;
       else
-        return error(user) << "argument #" << index << " of @train_step has role '" << role
+        return error(user) << "argument #" << index << " of @train_step has role '"
+                           << (role ? nn::stringifyRole(*role) : StringRef())
                            << "' (expected param, buffer, input or label)",
                failure();
       result = addArgument(function, value.getType(), argument.getLoc(),
@@ -392,8 +388,8 @@ struct Outliner {
                failure();
       for (Value operand : op.getOperands())
         if (auto argument = llvm::dyn_cast<BlockArgument>(operand)) {
-          StringRef role = argRole(trainStep, argument.getArgNumber());
-          if (role == "param" || role == "buffer") {
+          std::optional<nn::Role> role = nn::argumentRole(trainStep, argument.getArgNumber());
+          if (role == nn::Role::Param || role == nn::Role::Buffer) {
             auto &list = holders[operand];
             if (!llvm::is_contained(list, *stage))
               list.push_back(*stage);
@@ -509,9 +505,10 @@ struct Outliner {
       if (&op == lossSeed) {
         if (function.phase != BackwardInput)
           return error(&op) << "the loss seed must be in phase bwd_input", failure();
+        auto lossScale = nn::RoleAttr::get(builder.getContext(), nn::Role::LossScale);
         function.local[op.getResult(0)] =
             addArgument(function, op.getResult(0).getType(), op.getLoc(),
-                        {ArgLossScale, 0, dict({{kRole, builder.getStringAttr("loss_scale")}})});
+                        {ArgLossScale, 0, dict({{nn::kRoleAttrName, lossScale}})});
         continue;
       }
       IRMapping mapping;
@@ -534,16 +531,16 @@ struct Outliner {
     // Trained parameters: each holder stage returns its (partial) gradient.
     llvm::StringMap<Value> parameterByName;
     for (BlockArgument argument : trainStep.getArguments())
-      if (argRole(trainStep, argument.getArgNumber()) == "param")
+      if (nn::argumentRole(trainStep, argument.getArgNumber()) == nn::Role::Param)
         parameterByName[argName(trainStep, argument.getArgNumber())] = argument;
 
     for (auto [index, value] : llvm::enumerate(returnOp.getOperands())) {
-      auto role = trainStep.getResultAttrOfType<StringAttr>(index, kRole);
+      std::optional<nn::Role> role = nn::resultRole(trainStep, index);
       auto name = trainStep.getResultAttrOfType<StringAttr>(index, kName);
       if (!role)
         return error(returnOp) << "result #" << index << " of @train_step has no nn.role",
                failure();
-      if (role.getValue() == "loss") {
+      if (*role == nn::Role::Loss) {
         Operation *producer = value.getDefiningOp();
         auto stage = producer ? stageOf(producer) : std::nullopt;
         if (!stage)
@@ -553,7 +550,7 @@ struct Outliner {
         if (failed(local))
           return failure();
         function.results.push_back({ResultLoss, 0, *local, trainStep.getResultAttrDict(index)});
-      } else if (role.getValue() == "buffer_update") {
+      } else if (*role == nn::Role::BufferUpdate) {
         int64_t stage = 0;
         if (Operation *producer = value.getDefiningOp(); producer && stageOf(producer))
           stage = *stageOf(producer);
@@ -567,7 +564,7 @@ struct Outliner {
         function.results.push_back(
             {ResultBufferUpdate, static_cast<int64_t>(index), *local,
              trainStep.getResultAttrDict(index)});
-      } else if (role.getValue() == "grad") {
+      } else if (*role == nn::Role::Grad) {
         Value parameter = name ? parameterByName.lookup(name.getValue()) : Value();
         if (!parameter)
           return error(returnOp) << "gradient result #" << index
@@ -576,8 +573,9 @@ struct Outliner {
         if (failed(addGradient(llvm::cast<BlockArgument>(parameter), value, index, returnOp)))
           return failure();
       } else {
-        return error(returnOp) << "result #" << index << " of @train_step has the unknown role '"
-                               << role.getValue() << "'",
+        return error(returnOp) << "result #" << index << " of @train_step has role '"
+                               << nn::stringifyRole(*role)
+                               << "' (expected loss, buffer_update or grad)",
                failure();
       }
     }
@@ -714,16 +712,16 @@ struct Outliner {
     // The stage's trained parameters, in @train_step's order.
     SmallVector<BlockArgument> parameters;
     for (BlockArgument argument : trainStep.getArguments())
-      if (argRole(trainStep, argument.getArgNumber()) == "param" &&
+      if (nn::argumentRole(trainStep, argument.getArgNumber()) == nn::Role::Param &&
           llvm::is_contained(holders[argument], stage))
         parameters.push_back(argument);
 
     // Their arguments and results in @optimizer_step.
-    auto optimizerArgs = [&](StringRef name, StringRef role) {
+    auto optimizerArgs = [&](StringRef name, nn::Role role) {
       SmallVector<BlockArgument> found;
       for (BlockArgument argument : optimizerStep.getArguments())
-        if (argRole(optimizerStep, argument.getArgNumber()) == role &&
-            (role == "step" || argName(optimizerStep, argument.getArgNumber()) == name))
+        if (nn::argumentRole(optimizerStep, argument.getArgNumber()) == role &&
+            (role == nn::Role::Step || argName(optimizerStep, argument.getArgNumber()) == name))
           found.push_back(argument);
       return found;
     };
@@ -733,24 +731,25 @@ struct Outliner {
     SmallVector<unsigned> paramResults, stateResults;
     for (BlockArgument parameter : parameters) {
       StringRef name = argName(trainStep, parameter.getArgNumber());
-      auto params = optimizerArgs(name, "param"), grads = optimizerArgs(name, "grad");
+      auto params = optimizerArgs(name, nn::Role::Param),
+           grads = optimizerArgs(name, nn::Role::Grad);
       if (params.size() != 1 || grads.size() != 1)
         return error(optimizerStep) << "@optimizer_step has no parameter and gradient '" << name
                                     << "' (run pipec-optimizer after pipec-autodiff)",
                failure();
       paramArgs.push_back(params.front());
       gradArgs.push_back(grads.front());
-      for (BlockArgument state : optimizerArgs(name, "optimizer_state"))
+      for (BlockArgument state : optimizerArgs(name, nn::Role::OptimizerState))
         stateArgs.push_back(state);
       for (unsigned i = 0; i < optimizerStep.getNumResults(); ++i) {
         auto resultName = optimizerStep.getResultAttrOfType<StringAttr>(i, kName);
-        auto resultRole = optimizerStep.getResultAttrOfType<StringAttr>(i, kRole);
+        std::optional<nn::Role> resultRole = nn::resultRole(optimizerStep, i);
         if (!resultName || resultName.getValue() != name || !resultRole)
           continue;
-        (resultRole.getValue() == "param" ? paramResults : stateResults).push_back(i);
+        (*resultRole == nn::Role::Param ? paramResults : stateResults).push_back(i);
       }
     }
-    SmallVector<BlockArgument> stepArgs = optimizerArgs("", "step");
+    SmallVector<BlockArgument> stepArgs = optimizerArgs("", nn::Role::Step);
     if (stepArgs.size() != 1)
       return error(optimizerStep) << "@optimizer_step needs one argument with role 'step'",
              failure();
@@ -838,15 +837,15 @@ struct Outliner {
     // they are skipped.
     auto returnOp = llvm::cast<func::ReturnOp>(trainStep.getBody().front().getTerminator());
     for (auto [index, value] : llvm::enumerate(returnOp.getOperands())) {
-      auto role = trainStep.getResultAttrOfType<StringAttr>(index, kRole);
       auto name = trainStep.getResultAttrOfType<StringAttr>(index, kName);
-      if (!role || role.getValue() != "grad" || !name)
+      if (nn::resultRole(trainStep, index) != nn::Role::Grad || !name)
         continue;
       for (auto &[parameter, stages] : holders)
         if (stages.size() > 1 &&
             argName(trainStep, llvm::cast<BlockArgument>(parameter).getArgNumber()) ==
                 name.getValue() &&
-            argRole(trainStep, llvm::cast<BlockArgument>(parameter).getArgNumber()) == "param") {
+            nn::argumentRole(trainStep, llvm::cast<BlockArgument>(parameter).getArgNumber()) ==
+                nn::Role::Param) {
           SmallVector<Value> leaves;
           collectContributions(value, leaves);
         }

@@ -18,7 +18,6 @@ inline constexpr llvm::StringLiteral kBackwardWeight = "bwd_weight";
 inline constexpr llvm::StringLiteral kStep = "step";
 
 // Argument and result attributes.
-inline constexpr llvm::StringLiteral kRole = "nn.role";   // param, buffer, input, label, grad, ...
 inline constexpr llvm::StringLiteral kName = "nn.name";   // ONNX name of params and data fields
 inline constexpr llvm::StringLiteral kSaved = "pipe.saved"; // workspace value, by name
 // Function and stage attributes.
@@ -32,8 +31,8 @@ inline constexpr llvm::StringLiteral kRecomputeAttr = "pipe.recompute";
 /// stage ABI); 0 for other types.
 int64_t tensorBytes(mlir::Type type);
 
-/// The role / name attribute of argument `index` (empty when absent).
-llvm::StringRef argRole(mlir::func::FuncOp function, unsigned index);
+/// The name attribute of argument `index` (empty when absent). Roles:
+/// nn::argumentRole / nn::resultRole (dialects/nn/NNDialect.h).
 llvm::StringRef argName(mlir::func::FuncOp function, unsigned index);
 
 /// Recomputes `pipe.saved_bytes` of @fwd and @bwd_input (bytes of their

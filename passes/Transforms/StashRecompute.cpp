@@ -3,6 +3,8 @@
 #include "passes/Passes.h"
 #include "passes/Transforms/OutlineStages.h"
 
+#include "dialects/nn/NNDialect.h"
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
@@ -31,17 +33,23 @@ int argumentCategory(DictionaryAttr attrs) {
     return 2;
   if (attrs.get(kSaved))
     return 2;
-  auto role = attrs.getAs<StringAttr>(kRole);
-  StringRef value = role ? role.getValue() : "";
-  if (value == "param" || value == "buffer")
+  auto role = attrs.getAs<nn::RoleAttr>(nn::kRoleAttrName);
+  if (!role)
+    return 2;
+  switch (role.getValue()) {
+  case nn::Role::Param:
+  case nn::Role::Buffer:
     return 0;
-  if (value == "input" || value == "label")
+  case nn::Role::Input:
+  case nn::Role::Label:
     return 1;
-  if (value == "loss_scale")
+  case nn::Role::LossScale:
     return 3;
-  if (value == "microbatch")
+  case nn::Role::Microbatch:
     return 4;
-  return 2;
+  default:
+    return 2;
+  }
 }
 
 /// Inserts an argument after the last one of its category; returns it.
@@ -118,7 +126,7 @@ struct WeightStashing : impl::WeightStashingBase<WeightStashing> {
       return stage.emitError() << "pipec-weight-stashing: stage " << id << " has no @fwd",
              failure();
     auto microbatchAttrs =
-        builder.getDictionaryAttr({builder.getNamedAttr(kRole, builder.getStringAttr("microbatch"))});
+        builder.getDictionaryAttr({nn::roleAttribute(builder.getContext(), nn::Role::Microbatch)});
     IntegerAttr slots = builder.getI64IntegerAttr(versions);
     int64_t stashBytes = 0;
 
@@ -127,7 +135,7 @@ struct WeightStashing : impl::WeightStashingBase<WeightStashing> {
         insertArgument(forward, builder.getIndexType(), microbatchAttrs, forward.getLoc());
     OpBuilder body = OpBuilder::atBlockBegin(&forward.getBody().front());
     for (BlockArgument argument : forward.getArguments()) {
-      if (argRole(forward, argument.getArgNumber()) != "param")
+      if (nn::argumentRole(forward, argument.getArgNumber()) != nn::Role::Param)
         continue;
       StringAttr name = builder.getStringAttr(argName(forward, argument.getArgNumber()));
       auto stashOp = pipe::StashOp::create(body, argument.getLoc(), argument, microbatch, name,
@@ -152,7 +160,7 @@ struct WeightStashing : impl::WeightStashingBase<WeightStashing> {
       OpBuilder start = OpBuilder::atBlockBegin(&function.getBody().front());
       llvm::BitVector unused(function.getNumArguments());
       for (BlockArgument argument : function.getArguments()) {
-        if (argRole(function, argument.getArgNumber()) != "param")
+        if (nn::argumentRole(function, argument.getArgNumber()) != nn::Role::Param)
           continue;
         auto restore = pipe::RestoreOp::create(
             start, argument.getLoc(), argument.getType(), index,
@@ -308,11 +316,11 @@ struct Recompute : impl::RecomputeBase<Recompute> {
     for (Value input : inputs) {
       if (auto argument = llvm::dyn_cast<BlockArgument>(input)) {
         DictionaryAttr attrs = forward.getArgAttrDict(argument.getArgNumber());
-        StringRef role = argRole(forward, argument.getArgNumber());
+        std::optional<nn::Role> role = nn::argumentRole(forward, argument.getArgNumber());
         StringRef name = argName(forward, argument.getArgNumber());
         Value found;
         for (BlockArgument candidate : backwardInput.getArguments())
-          if (!role.empty() && argRole(backwardInput, candidate.getArgNumber()) == role &&
+          if (role && nn::argumentRole(backwardInput, candidate.getArgNumber()) == role &&
               argName(backwardInput, candidate.getArgNumber()) == name)
             found = candidate;
         if (!found)

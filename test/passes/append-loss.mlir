@@ -5,18 +5,18 @@
 // Logits of shape [B, T, V] are flattened to [B·T, V]; the labels [B, T]
 // become an argument.
 // CHECK-LABEL: func.func @forward
-// CHECK-SAME: %[[LABELS:arg[0-9]+]]: tensor<2x4xi64> {nn.name = "labels", nn.role = "label"}) -> (tensor<f32> {nn.name = "loss", nn.role = "loss"})
+// CHECK-SAME: %[[LABELS:arg[0-9]+]]: tensor<2x4xi64> {nn.name = "labels", nn.role = #nn.role<label>}) -> (tensor<f32> {nn.name = "loss", nn.role = #nn.role<loss>})
 // CHECK: %[[SCORES:.*]] = nn.reshape %{{.*}} : tensor<2x4x10xf32> -> tensor<8x10xf32>
 // CHECK: %[[FLAT:.*]] = nn.reshape %[[LABELS]] : tensor<2x4xi64> -> tensor<8xi64>
 // CHECK: %[[LOSS:.*]], %{{.*}} = nn.softmax_cross_entropy_loss %[[SCORES]], %[[FLAT]]
 // CHECK: return %[[LOSS]] : tensor<f32>
 // MSE-LABEL: func.func @forward
-// MSE-SAME: %[[LABELS:arg[0-9]+]]: tensor<2x4x10xf32> {nn.name = "labels", nn.role = "label"})
+// MSE-SAME: %[[LABELS:arg[0-9]+]]: tensor<2x4x10xf32> {nn.name = "labels", nn.role = #nn.role<label>})
 // MSE: %[[D:.*]] = nn.sub %{{.*}}, %[[LABELS]]
 // MSE: %[[S:.*]] = nn.mul %[[D]], %[[D]]
 // MSE: nn.reduce_mean %[[S]] {axes = array<i64: 0, 1, 2>, keepdims = false} : (tensor<2x4x10xf32>) -> tensor<f32>
 // UNKNOWN: error: unknown --loss 'hinge' (softmax-cross-entropy or mse)
-func.func @forward(%x: tensor<2x4x10xf32> {nn.name = "x", nn.role = "input"}) -> tensor<2x4x10xf32> {
+func.func @forward(%x: tensor<2x4x10xf32> {nn.name = "x", nn.role = #nn.role<input>}) -> tensor<2x4x10xf32> {
   %0 = nn.relu %x : tensor<2x4x10xf32>
   return %0 : tensor<2x4x10xf32>
 }
@@ -25,10 +25,10 @@ func.func @forward(%x: tensor<2x4x10xf32> {nn.name = "x", nn.role = "input"}) ->
 
 // A model that computes its own loss keeps it; its labels get the role.
 // CHECK-LABEL: func.func @forward
-// CHECK-SAME: %{{.*}}: tensor<8xi64> {nn.name = "y", nn.role = "label"}
+// CHECK-SAME: %{{.*}}: tensor<8xi64> {nn.name = "y", nn.role = #nn.role<label>}
 // CHECK-NOT: nn.reshape
 // CHECK: return %{{.*}} : tensor<f32>
-func.func @forward(%x: tensor<8x10xf32> {nn.name = "x", nn.role = "input"}, %y: tensor<8xi64> {nn.name = "y", nn.role = "input"}) -> tensor<f32> {
+func.func @forward(%x: tensor<8x10xf32> {nn.name = "x", nn.role = #nn.role<input>}, %y: tensor<8xi64> {nn.name = "y", nn.role = #nn.role<input>}) -> tensor<f32> {
   %0:2 = nn.softmax_cross_entropy_loss %x, %y : (tensor<8x10xf32>, tensor<8xi64>) -> (tensor<f32>, tensor<8x10xf32>)
   return %0#0 : tensor<f32>
 }

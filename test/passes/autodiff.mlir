@@ -4,7 +4,7 @@
 // Linear layer + loss: the weight gradient is W work, the activation
 // gradient B; the first layer's input needs no gradient at all.
 // CHECK-LABEL: func.func @train_step
-// CHECK-SAME: -> (tensor<f32> {nn.name = "loss", nn.role = "loss"}, tensor<4x3xf32> {nn.name = "w", nn.role = "grad"}, tensor<4xf32> {nn.name = "b", nn.role = "grad"})
+// CHECK-SAME: -> (tensor<f32> {nn.name = "loss", nn.role = #nn.role<loss>}, tensor<4x3xf32> {nn.name = "w", nn.role = #nn.role<grad>}, tensor<4xf32> {nn.name = "b", nn.role = #nn.role<grad>})
 // CHECK: %[[Y:.*]] = nn.gemm %[[X:.*]], %[[W:.*]], %{{.*}} {pipe.phase = "fwd", pipe.stage = 0 : i64, transB = true}
 // CHECK: %[[LOSS:.*]], %{{.*}} = nn.softmax_cross_entropy_loss %[[Y]]{{.*}}pipe.phase = "fwd", pipe.stage = 1 : i64
 // CHECK: %[[SEED:.*]] = nn.constant {pipe.phase = "bwd_input", pipe.stage = 1 : i64} dense<1.000000e+00> : tensor<f32>
@@ -15,8 +15,8 @@
 // CHECK: %[[DBR:.*]] = nn.reshape %[[DB]]
 // CHECK: return %[[LOSS]], %[[DW]], %[[DBR]]
 // ROUNDTRIP: func.func @train_step
-func.func @forward(%w: tensor<4x3xf32> {nn.name = "w", nn.role = "param"}, %b: tensor<4xf32> {nn.name = "b", nn.role = "param"},
-                   %x: tensor<2x3xf32> {nn.name = "x", nn.role = "input"}, %t: tensor<2xi64> {nn.name = "t", nn.role = "label"}) -> tensor<f32> {
+func.func @forward(%w: tensor<4x3xf32> {nn.name = "w", nn.role = #nn.role<param>}, %b: tensor<4xf32> {nn.name = "b", nn.role = #nn.role<param>},
+                   %x: tensor<2x3xf32> {nn.name = "x", nn.role = #nn.role<input>}, %t: tensor<2xi64> {nn.name = "t", nn.role = #nn.role<label>}) -> tensor<f32> {
   %0 = nn.gemm %x, %w, %b {transB = true, pipe.stage = 0 : i64} : (tensor<2x3xf32>, tensor<4x3xf32>, tensor<4xf32>) -> tensor<2x4xf32>
   %1:2 = nn.softmax_cross_entropy_loss %0, %t {pipe.stage = 1 : i64} : (tensor<2x4xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2x4xf32>)
   return %1#0 : tensor<f32>
@@ -31,8 +31,8 @@ func.func @forward(%w: tensor<4x3xf32> {nn.name = "w", nn.role = "param"}, %b: t
 // CHECK-DAG: %[[EMB:.*]] = nn.gather_grad %{{.*}} {pipe.phase = "bwd_weight"} : (tensor<2x3x4xf32>, tensor<2x3xi64>) -> tensor<10x4xf32>
 // CHECK: %[[SUM:.*]] = nn.add %{{.*}}, %{{.*}} {pipe.phase = "bwd_weight"} : (tensor<10x4xf32>, tensor<10x4xf32>) -> tensor<10x4xf32>
 // CHECK: return %{{.*}}, %[[SUM]] : tensor<f32>, tensor<10x4xf32>
-func.func @forward(%e: tensor<10x4xf32> {nn.name = "e", nn.role = "param"}, %tok: tensor<2x3xi64> {nn.name = "tok", nn.role = "input"},
-                   %t: tensor<6xi64> {nn.name = "t", nn.role = "label"}) -> tensor<f32> {
+func.func @forward(%e: tensor<10x4xf32> {nn.name = "e", nn.role = #nn.role<param>}, %tok: tensor<2x3xi64> {nn.name = "tok", nn.role = #nn.role<input>},
+                   %t: tensor<6xi64> {nn.name = "t", nn.role = #nn.role<label>}) -> tensor<f32> {
   %0 = nn.gather %e, %tok : (tensor<10x4xf32>, tensor<2x3xi64>) -> tensor<2x3x4xf32>
   %1 = nn.transpose %e {perm = array<i64: 1, 0>} : (tensor<10x4xf32>) -> tensor<4x10xf32>
   %2 = nn.matmul %0, %1 : (tensor<2x3x4xf32>, tensor<4x10xf32>) -> tensor<2x3x10xf32>
@@ -45,13 +45,13 @@ func.func @forward(%e: tensor<10x4xf32> {nn.name = "e", nn.role = "param"}, %tok
 
 // BatchNormalization in training mode: its updated statistics are results.
 // CHECK-LABEL: func.func @train_step
-// CHECK-SAME: tensor<3xf32> {nn.name = "mean", nn.role = "buffer_update"}, tensor<3xf32> {nn.name = "var", nn.role = "buffer_update"})
+// CHECK-SAME: tensor<3xf32> {nn.name = "mean", nn.role = #nn.role<buffer_update>}, tensor<3xf32> {nn.name = "var", nn.role = #nn.role<buffer_update>})
 // CHECK: nn.batch_norm_grad {{.*}}pipe.phase = "bwd_input"
 // CHECK: nn.batch_norm_param_grad {{.*}}pipe.phase = "bwd_weight"
-func.func @forward(%s: tensor<3xf32> {nn.name = "s", nn.role = "param"}, %b: tensor<3xf32> {nn.name = "b", nn.role = "param"},
-                   %m: tensor<3xf32> {nn.name = "mean", nn.role = "buffer"}, %v: tensor<3xf32> {nn.name = "var", nn.role = "buffer"},
-                   %w: tensor<3x3x1x1xf32> {nn.name = "w", nn.role = "param"},
-                   %x: tensor<2x3x4x4xf32> {nn.name = "x", nn.role = "input"}) -> tensor<f32> {
+func.func @forward(%s: tensor<3xf32> {nn.name = "s", nn.role = #nn.role<param>}, %b: tensor<3xf32> {nn.name = "b", nn.role = #nn.role<param>},
+                   %m: tensor<3xf32> {nn.name = "mean", nn.role = #nn.role<buffer>}, %v: tensor<3xf32> {nn.name = "var", nn.role = #nn.role<buffer>},
+                   %w: tensor<3x3x1x1xf32> {nn.name = "w", nn.role = #nn.role<param>},
+                   %x: tensor<2x3x4x4xf32> {nn.name = "x", nn.role = #nn.role<input>}) -> tensor<f32> {
   %c = nn.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<2x3x4x4xf32>, tensor<3x3x1x1xf32>) -> tensor<2x3x4x4xf32>
   %0:3 = nn.batch_norm %c, %s, %b, %m, %v {training = true} : (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x4x4xf32>, tensor<3xf32>, tensor<3xf32>)
   %1 = nn.reduce_mean %0#0 {axes = array<i64: 0, 1, 2, 3>, keepdims = false} : (tensor<2x3x4x4xf32>) -> tensor<f32>

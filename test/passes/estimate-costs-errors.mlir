@@ -15,7 +15,7 @@
 // PROFILE: nn.relu %{{.*}} {pipe.cost = #pipe.cost<name = {{"[^"]*"}}, fwd = 1.5, bwd_input = 2.5, bwd_weight = 0.0, {{.*}}activation_bytes = 128, {{.*}}source = "profile">}
 // MALFORMED: error: profile '{{.*}}bad.json' is malformed:
 
-func.func @f(%x: tensor<32xf32> {nn.name = "x", nn.role = "input"}, %w: tensor<32xf32> {nn.name = "w", nn.role = "param"}) -> tensor<32xf32> {
+func.func @f(%x: tensor<32xf32> {nn.name = "x", nn.role = #nn.role<input>}, %w: tensor<32xf32> {nn.name = "w", nn.role = #nn.role<param>}) -> tensor<32xf32> {
   %0 = nn.mul %x, %w : (tensor<32xf32>, tensor<32xf32>) -> tensor<32xf32>
   %1 = nn.relu %0 : tensor<32xf32>
   return %1 : tensor<32xf32>

@@ -6,14 +6,14 @@
 // state is parameter-major (w.m, w.v, b.m, b.v), the step count comes last.
 
 // ADAMW-LABEL: func.func @optimizer_step(
-// ADAMW-SAME: %[[W:.*]]: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = "param"}, %[[B:.*]]: tensor<8xf32> {nn.name = "fc.bias", nn.role = "param"},
-// ADAMW-SAME: %[[GW:.*]]: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = "grad"}, %[[GB:.*]]: tensor<8xf32> {nn.name = "fc.bias", nn.role = "grad"},
-// ADAMW-SAME: %[[MW:.*]]: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = "optimizer_state", pipe.state = "exp_avg"}, %[[VW:.*]]: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = "optimizer_state", pipe.state = "exp_avg_sq"},
-// ADAMW-SAME: %[[MB:.*]]: tensor<8xf32> {nn.name = "fc.bias", nn.role = "optimizer_state", pipe.state = "exp_avg"}, %[[VB:.*]]: tensor<8xf32> {nn.name = "fc.bias", nn.role = "optimizer_state", pipe.state = "exp_avg_sq"},
-// ADAMW-SAME: %[[STEP:.*]]: i64 {nn.role = "step"})
-// ADAMW-SAME: -> (tensor<4x8xf32> {nn.name = "fc.weight", nn.role = "param"}, tensor<8xf32> {nn.name = "fc.bias", nn.role = "param"},
-// ADAMW-SAME: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = "optimizer_state", pipe.state = "exp_avg"}, tensor<4x8xf32> {nn.name = "fc.weight", nn.role = "optimizer_state", pipe.state = "exp_avg_sq"},
-// ADAMW-SAME: tensor<8xf32> {nn.name = "fc.bias", nn.role = "optimizer_state", pipe.state = "exp_avg"}, tensor<8xf32> {nn.name = "fc.bias", nn.role = "optimizer_state", pipe.state = "exp_avg_sq"})
+// ADAMW-SAME: %[[W:.*]]: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = #nn.role<param>}, %[[B:.*]]: tensor<8xf32> {nn.name = "fc.bias", nn.role = #nn.role<param>},
+// ADAMW-SAME: %[[GW:.*]]: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = #nn.role<grad>}, %[[GB:.*]]: tensor<8xf32> {nn.name = "fc.bias", nn.role = #nn.role<grad>},
+// ADAMW-SAME: %[[MW:.*]]: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = #nn.role<optimizer_state>, pipe.state = "exp_avg"}, %[[VW:.*]]: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = #nn.role<optimizer_state>, pipe.state = "exp_avg_sq"},
+// ADAMW-SAME: %[[MB:.*]]: tensor<8xf32> {nn.name = "fc.bias", nn.role = #nn.role<optimizer_state>, pipe.state = "exp_avg"}, %[[VB:.*]]: tensor<8xf32> {nn.name = "fc.bias", nn.role = #nn.role<optimizer_state>, pipe.state = "exp_avg_sq"},
+// ADAMW-SAME: %[[STEP:.*]]: i64 {nn.role = #nn.role<step>})
+// ADAMW-SAME: -> (tensor<4x8xf32> {nn.name = "fc.weight", nn.role = #nn.role<param>}, tensor<8xf32> {nn.name = "fc.bias", nn.role = #nn.role<param>},
+// ADAMW-SAME: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = #nn.role<optimizer_state>, pipe.state = "exp_avg"}, tensor<4x8xf32> {nn.name = "fc.weight", nn.role = #nn.role<optimizer_state>, pipe.state = "exp_avg_sq"},
+// ADAMW-SAME: tensor<8xf32> {nn.name = "fc.bias", nn.role = #nn.role<optimizer_state>, pipe.state = "exp_avg"}, tensor<8xf32> {nn.name = "fc.bias", nn.role = #nn.role<optimizer_state>, pipe.state = "exp_avg_sq"})
 // ADAMW-SAME: pipe.optimizer = {beta1 = 8.000000e-01 : f32, beta2 = 9.990000e-01 : f32, epsilon = 9.99999993E-9 : f32, kind = "adamw", lr = 0.00999999977 : f32, state_per_param = 2 : i64, weight_decay = 0.00999999977 : f32}
 // ADAMW: %[[PW:.*]], %[[NMW:.*]], %[[NVW:.*]] = nn.adamw_update %[[W]], %[[GW]], %[[MW]], %[[VW]], %[[STEP]] {beta1 = 8.000000e-01 : f32, lr = 0.00999999977 : f32, nn.name = "fc.weight"} : tensor<4x8xf32>
 // ADAMW: %[[PB:.*]], %[[NMB:.*]], %[[NVB:.*]] = nn.adamw_update %[[B]], %[[GB]], %[[MB]], %[[VB]], %[[STEP]] {{.*}}nn.name = "fc.bias"
@@ -21,10 +21,10 @@
 // ADAMW-NOT: running_mean
 
 // SGD-LABEL: func.func @optimizer_step(
-// SGD-SAME: %[[W:.*]]: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = "param"}, %[[B:.*]]: tensor<8xf32> {nn.name = "fc.bias", nn.role = "param"},
-// SGD-SAME: %[[GW:.*]]: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = "grad"}, %[[GB:.*]]: tensor<8xf32> {nn.name = "fc.bias", nn.role = "grad"},
-// SGD-SAME: %[[SW:.*]]: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = "optimizer_state", pipe.state = "momentum_buffer"}, %[[SB:.*]]: tensor<8xf32> {nn.name = "fc.bias", nn.role = "optimizer_state", pipe.state = "momentum_buffer"},
-// SGD-SAME: %[[STEP:.*]]: i64 {nn.role = "step"})
+// SGD-SAME: %[[W:.*]]: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = #nn.role<param>}, %[[B:.*]]: tensor<8xf32> {nn.name = "fc.bias", nn.role = #nn.role<param>},
+// SGD-SAME: %[[GW:.*]]: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = #nn.role<grad>}, %[[GB:.*]]: tensor<8xf32> {nn.name = "fc.bias", nn.role = #nn.role<grad>},
+// SGD-SAME: %[[SW:.*]]: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = #nn.role<optimizer_state>, pipe.state = "momentum_buffer"}, %[[SB:.*]]: tensor<8xf32> {nn.name = "fc.bias", nn.role = #nn.role<optimizer_state>, pipe.state = "momentum_buffer"},
+// SGD-SAME: %[[STEP:.*]]: i64 {nn.role = #nn.role<step>})
 // SGD-SAME: pipe.optimizer = {kind = "sgd", lr = 1.000000e-01 : f32, momentum = 0.899999976 : f32, state_per_param = 1 : i64, weight_decay = 5.000000e-04 : f32}
 // SGD: %[[PW:.*]], %[[NSW:.*]] = nn.sgd_update %[[W]], %[[GW]], %[[SW]], %[[STEP]] {lr = 1.000000e-01 : f32, momentum = 0.899999976 : f32, nn.name = "fc.weight", weight_decay = 5.000000e-04 : f32} : tensor<4x8xf32>
 // SGD: %[[PB:.*]], %[[NSB:.*]] = nn.sgd_update %[[B]], %[[GB]], %[[SB]], %[[STEP]] {{.*}}nn.name = "fc.bias"
@@ -32,13 +32,13 @@
 
 // UNKNOWN: error: pipec-optimizer: unknown optimizer 'lion' (expected adamw or sgd)
 
-func.func @train_step(%w: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = "param"},
-                      %b: tensor<8xf32> {nn.name = "fc.bias", nn.role = "param"},
-                      %mean: tensor<8xf32> {nn.name = "bn.running_mean", nn.role = "buffer"},
-                      %x: tensor<2x4xf32> {nn.name = "x", nn.role = "input"})
-    -> (tensor<f32> {nn.name = "loss", nn.role = "loss"},
-        tensor<4x8xf32> {nn.name = "fc.weight", nn.role = "grad"},
-        tensor<8xf32> {nn.name = "fc.bias", nn.role = "grad"}) {
+func.func @train_step(%w: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = #nn.role<param>},
+                      %b: tensor<8xf32> {nn.name = "fc.bias", nn.role = #nn.role<param>},
+                      %mean: tensor<8xf32> {nn.name = "bn.running_mean", nn.role = #nn.role<buffer>},
+                      %x: tensor<2x4xf32> {nn.name = "x", nn.role = #nn.role<input>})
+    -> (tensor<f32> {nn.name = "loss", nn.role = #nn.role<loss>},
+        tensor<4x8xf32> {nn.name = "fc.weight", nn.role = #nn.role<grad>},
+        tensor<8xf32> {nn.name = "fc.bias", nn.role = #nn.role<grad>}) {
   %l = nn.constant dense<0.0> : tensor<f32>
   return %l, %w, %b : tensor<f32>, tensor<4x8xf32>, tensor<8xf32>
 }

@@ -11,11 +11,11 @@
 // MEMORY: error: {{.*}}
 // UNCOSTED: error: 'nn.matmul' op has no pipe.cost; run pipec-estimate-costs first
 
-func.func @forward(%x: tensor<256x1024xf32> {nn.name = "x", nn.role = "input"},
-                   %w0: tensor<1024x1024xf32> {nn.name = "w0", nn.role = "param"},
-                   %w1: tensor<1024x1024xf32> {nn.name = "w1", nn.role = "param"},
-                   %w2: tensor<1024x1024xf32> {nn.name = "w2", nn.role = "param"},
-                   %w3: tensor<1024x1024xf32> {nn.name = "w3", nn.role = "param"}) -> tensor<256x1024xf32> {
+func.func @forward(%x: tensor<256x1024xf32> {nn.name = "x", nn.role = #nn.role<input>},
+                   %w0: tensor<1024x1024xf32> {nn.name = "w0", nn.role = #nn.role<param>},
+                   %w1: tensor<1024x1024xf32> {nn.name = "w1", nn.role = #nn.role<param>},
+                   %w2: tensor<1024x1024xf32> {nn.name = "w2", nn.role = #nn.role<param>},
+                   %w3: tensor<1024x1024xf32> {nn.name = "w3", nn.role = #nn.role<param>}) -> tensor<256x1024xf32> {
   %0 = nn.matmul %x, %w0 : (tensor<256x1024xf32>, tensor<1024x1024xf32>) -> tensor<256x1024xf32>
   %1 = nn.relu %0 : tensor<256x1024xf32>
   %2 = nn.matmul %1, %w1 : (tensor<256x1024xf32>, tensor<1024x1024xf32>) -> tensor<256x1024xf32>

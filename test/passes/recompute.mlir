@@ -10,7 +10,7 @@
 // ONE-LABEL: pipe.stage @stage_0
 // ONE-NOT: pipe.recompute
 // ONE-LABEL: pipe.stage @stage_1 attributes {id = 1 : i64, pipe.recompute, pipe.workspace_bytes = 1024 : i64
-// ONE: func.func @fwd(%{{.*}}: tensor<16x16xf32> {nn.name = "w1", nn.role = "param"}) -> (tensor<8x16xf32> {pipe.saved = "relu0"})
+// ONE: func.func @fwd(%{{.*}}: tensor<16x16xf32> {nn.name = "w1", nn.role = #nn.role<param>}) -> (tensor<8x16xf32> {pipe.saved = "relu0"})
 // ONE-SAME: attributes {pipe.saved_bytes = 512 : i64, pipe.saved_bytes_no_recompute = 1536 : i64}
 // ONE-NEXT: %[[IN:.*]] = pipe.recv from 0 tag 0
 // ONE-NEXT: %[[H:.*]] = nn.matmul %[[IN]]
@@ -18,7 +18,7 @@
 // ONE-NEXT: pipe.send %[[IN]] to 2 tag 0
 // ONE-NEXT: pipe.send %[[R]] to 2 tag 1
 // ONE-NEXT: return %[[IN]] : tensor<8x16xf32>
-// ONE: func.func @bwd_input(%[[W:.*]]: tensor<16x16xf32> {nn.name = "w1", nn.role = "param"}, %[[SAVED:.*]]: tensor<8x16xf32> {pipe.saved = "relu0"})
+// ONE: func.func @bwd_input(%[[W:.*]]: tensor<16x16xf32> {nn.name = "w1", nn.role = #nn.role<param>}, %[[SAVED:.*]]: tensor<8x16xf32> {pipe.saved = "relu0"})
 // ONE-SAME: -> (tensor<8x16xf32> {pipe.saved = "unary_grad"})
 // ONE-NEXT: %[[G:.*]] = pipe.recv from 2 tag 2
 // ONE-NEXT: pipe.recv from 2 tag 3
@@ -28,7 +28,7 @@
 // ONE-NEXT: %[[RR:.*]] = nn.relu %[[RH]]
 // ONE-NEXT: pipe.yield %[[RH]], %[[RR]]
 // ONE-NEXT: }
-// ONE-NEXT: nn.unary_grad "relu" %[[G]], %[[RE]]#0, %[[RE]]#1
+// ONE-NEXT: nn.unary_grad <relu> %[[G]], %[[RE]]#0, %[[RE]]#1
 // ONE: func.func @bwd_weight(%{{.*}}: tensor<8x16xf32> {pipe.saved = "relu0"}, %{{.*}}: tensor<8x16xf32> {pipe.saved = "unary_grad"})
 // ONE-LABEL: pipe.stage @stage_2
 // ONE-NOT: pipe.recompute
@@ -37,13 +37,13 @@
 // from the parameter and the data field, which @bwd_input now takes.
 // ALL-LABEL: pipe.stage @stage_0 attributes {id = 0 : i64, pipe.recompute, pipe.workspace_bytes = 512 : i64
 // ALL: func.func @fwd({{.*}}) attributes {pipe.saved_bytes = 0 : i64, pipe.saved_bytes_no_recompute = 1024 : i64}
-// ALL: func.func @bwd_input(%[[W0:.*]]: tensor<16x16xf32> {nn.name = "w0", nn.role = "param"}, %[[X:.*]]: tensor<8x16xf32> {nn.name = "x", nn.role = "input"})
+// ALL: func.func @bwd_input(%[[W0:.*]]: tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<param>}, %[[X:.*]]: tensor<8x16xf32> {nn.name = "x", nn.role = #nn.role<input>})
 // ALL: pipe.recompute(%[[W0]], %[[X]])
 // ALL-LABEL: pipe.stage @stage_1 attributes {id = 1 : i64, pipe.recompute
 // ALL-LABEL: pipe.stage @stage_2 attributes {id = 2 : i64, pipe.recompute, pipe.workspace_bytes = 1536 : i64
-// ALL: func.func @fwd({{.*}}) -> (tensor<f32> {nn.name = "loss", nn.role = "loss"}, tensor<8x16xf32> {pipe.saved = "relu1"}, tensor<8x16xf32> {pipe.saved = "relu0"})
+// ALL: func.func @fwd({{.*}}) -> (tensor<f32> {nn.name = "loss", nn.role = #nn.role<loss>}, tensor<8x16xf32> {pipe.saved = "relu1"}, tensor<8x16xf32> {pipe.saved = "relu0"})
 // ALL-SAME: pipe.saved_bytes = 1024 : i64, pipe.saved_bytes_no_recompute = 1024 : i64
-// ALL: func.func @bwd_input({{.*}}%[[S0:.*]]: tensor<8x16xf32> {pipe.saved = "relu0"}, %[[S1:.*]]: tensor<8x16xf32> {pipe.saved = "relu1"}, %{{.*}}: tensor<f32> {nn.role = "loss_scale"})
+// ALL: func.func @bwd_input({{.*}}%[[S0:.*]]: tensor<8x16xf32> {pipe.saved = "relu0"}, %[[S1:.*]]: tensor<8x16xf32> {pipe.saved = "relu1"}, %{{.*}}: tensor<f32> {nn.role = #nn.role<loss_scale>})
 // ALL-NEXT: pipe.recompute(%[[S0]], %{{.*}}, %[[S1]]) : (tensor<8x16xf32>, tensor<16x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
 
 // NONE-NOT: pipe.recompute

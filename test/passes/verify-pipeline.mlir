@@ -3,7 +3,7 @@
 // A well-formed pipeline: no diagnostics.
 module {
   pipe.stage @stage_0 attributes {id = 0 : i64} {
-    func.func @fwd(%x: tensor<4xf32> {nn.name = "x", nn.role = "input"}) -> (tensor<4xf32> {pipe.saved = "x"}) {
+    func.func @fwd(%x: tensor<4xf32> {nn.name = "x", nn.role = #nn.role<input>}) -> (tensor<4xf32> {pipe.saved = "x"}) {
       pipe.send %x to 1 tag 0 : tensor<4xf32>
       return %x : tensor<4xf32>
     }

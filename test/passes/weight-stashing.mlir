@@ -6,23 +6,23 @@
 
 // Three versions (an asynchronous schedule with three micro-batches in flight).
 // CHECK-LABEL: pipe.stage @stage_0 attributes {id = 0 : i64, pipe.stash_bytes = 3072 : i64, pipe.weight_versions = 3 : i64
-// CHECK: func.func @fwd(%[[W0:.*]]: tensor<16x16xf32> {nn.name = "w0", nn.role = "param"}, %{{.*}}: tensor<8x16xf32> {nn.name = "x", nn.role = "input"}, %[[MB:.*]]: index {nn.role = "microbatch"})
+// CHECK: func.func @fwd(%[[W0:.*]]: tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<param>}, %{{.*}}: tensor<8x16xf32> {nn.name = "x", nn.role = #nn.role<input>}, %[[MB:.*]]: index {nn.role = #nn.role<microbatch>})
 // CHECK-NEXT: pipe.stash %[[W0]] for %[[MB]] {name = "w0", slots = 3 : i64} : tensor<16x16xf32>
 // CHECK-NEXT: nn.matmul %{{.*}}, %[[W0]]
-// CHECK: func.func @bwd_input(%{{.*}}: tensor<8x16xf32> {pipe.saved = "fc0"}, %{{.*}}: tensor<8x16xf32> {pipe.saved = "relu0"}, %{{.*}}: index {nn.role = "microbatch"})
+// CHECK: func.func @bwd_input(%{{.*}}: tensor<8x16xf32> {pipe.saved = "fc0"}, %{{.*}}: tensor<8x16xf32> {pipe.saved = "relu0"}, %{{.*}}: index {nn.role = #nn.role<microbatch>})
 // CHECK-NOT: pipe.restore
-// CHECK: func.func @bwd_weight({{.*}}, %{{.*}}: index {nn.role = "microbatch"})
-// CHECK: func.func @step(%{{.*}}: tensor<16x16xf32> {nn.name = "w0", nn.role = "param"}
+// CHECK: func.func @bwd_weight({{.*}}, %{{.*}}: index {nn.role = #nn.role<microbatch>})
+// CHECK: func.func @step(%{{.*}}: tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<param>}
 // CHECK-NOT: pipe.restore
 // CHECK-LABEL: pipe.stage @stage_1
-// CHECK: func.func @fwd(%[[W1:.*]]: tensor<16x16xf32> {nn.name = "w1", nn.role = "param"}, %[[MB1:.*]]: index {nn.role = "microbatch"})
+// CHECK: func.func @fwd(%[[W1:.*]]: tensor<16x16xf32> {nn.name = "w1", nn.role = #nn.role<param>}, %[[MB1:.*]]: index {nn.role = #nn.role<microbatch>})
 // CHECK-NEXT: pipe.stash %[[W1]] for %[[MB1]] {name = "w1", slots = 3 : i64}
 // The backward reads the parameter only through the restored version.
-// CHECK: func.func @bwd_input(%{{.*}}: tensor<8x16xf32> {pipe.saved = "fc1"}, %{{.*}}: tensor<8x16xf32> {pipe.saved = "relu1"}, %[[MB2:.*]]: index {nn.role = "microbatch"})
+// CHECK: func.func @bwd_input(%{{.*}}: tensor<8x16xf32> {pipe.saved = "fc1"}, %{{.*}}: tensor<8x16xf32> {pipe.saved = "relu1"}, %[[MB2:.*]]: index {nn.role = #nn.role<microbatch>})
 // CHECK-NEXT: %[[V:.*]] = pipe.restore %[[MB2]] {name = "w1", slots = 3 : i64} : tensor<16x16xf32>
 // CHECK: nn.transpose %[[V]]
 // CHECK-LABEL: pipe.stage @stage_2
-// CHECK: func.func @bwd_input(%{{.*}}: tensor<8xi64> {nn.name = "labels", nn.role = "label"}, %{{.*}}: tensor<8x16xf32> {pipe.saved = "skip"}, %{{.*}}: tensor<f32> {nn.role = "loss_scale"}, %[[MB3:.*]]: index {nn.role = "microbatch"})
+// CHECK: func.func @bwd_input(%{{.*}}: tensor<8xi64> {nn.name = "labels", nn.role = #nn.role<label>}, %{{.*}}: tensor<8x16xf32> {pipe.saved = "skip"}, %{{.*}}: tensor<f32> {nn.role = #nn.role<loss_scale>}, %[[MB3:.*]]: index {nn.role = #nn.role<microbatch>})
 // CHECK-NEXT: pipe.restore %[[MB3]] {name = "w0", slots = 3 : i64}
 
 // Vertical sync: stage 0 computes with the current weights, later stages
@@ -31,7 +31,7 @@
 // VSYNC: pipe.stash %[[W0:.*]] for %{{.*}} {name = "w0", slots = 3 : i64, vertical_sync}
 // VSYNC-NEXT: nn.matmul %{{.*}}, %[[W0]]
 // VSYNC-LABEL: pipe.stage @stage_1
-// VSYNC: func.func @fwd(%[[W1:.*]]: tensor<16x16xf32> {{.*}}, %[[MB:.*]]: index {nn.role = "microbatch"})
+// VSYNC: func.func @fwd(%[[W1:.*]]: tensor<16x16xf32> {{.*}}, %[[MB:.*]]: index {nn.role = #nn.role<microbatch>})
 // VSYNC-NEXT: pipe.stash %[[W1]] for %[[MB]] {name = "w1", slots = 3 : i64, vertical_sync}
 // VSYNC-NEXT: %[[V:.*]] = pipe.restore %[[MB]] {name = "w1", slots = 3 : i64, vertical_sync}
 // VSYNC: nn.matmul %{{.*}}, %[[V]]

@@ -249,8 +249,8 @@ huge (float[4611686018427387904,4] x) => (float[4611686018427387904,4] y)
     out.append(Case("batch-2^62", [ctx.pipec, huge_batch, "--gpus", "1x2"],
                     expect=[r"huge-batch", r"4611686018427387904"], setup=setup, timeout=30, memory_gib=2))
     ir, setup = write("huge-batch.mlir", """module {
-  func.func @forward(%w: tensor<4x4xf32> {nn.name = "w", nn.role = "param"},
-                     %x: tensor<4611686018427387904x4xf32> {nn.name = "x", nn.role = "input"})
+  func.func @forward(%w: tensor<4x4xf32> {nn.name = "w", nn.role = #nn.role<param>},
+                     %x: tensor<4611686018427387904x4xf32> {nn.name = "x", nn.role = #nn.role<input>})
       -> tensor<4611686018427387904x4xf32> {
     %0 = nn.matmul %x, %w : (tensor<4611686018427387904x4xf32>, tensor<4x4xf32>) -> tensor<4611686018427387904x4xf32> loc("big_matmul")
     return %0 : tensor<4611686018427387904x4xf32>

@@ -14,6 +14,7 @@
 #include "compiler/Evaluator/Evaluator.h"
 #include "compiler/Import/OnnxImporter.h"
 #include "compiler/Import/Npy.h"
+#include "dialects/nn/NNDialect.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -98,11 +99,14 @@ int main(int argc, char **argv) {
   std::vector<HostTensor> arguments;
   for (unsigned i = 0; i < function.getNumArguments(); ++i) {
     std::string name = function.getArgAttrOfType<mlir::StringAttr>(i, "nn.name").str();
-    auto role = function.getArgAttrOfType<mlir::StringAttr>(i, "nn.role").getValue();
-    auto source = role == "param" || role == "buffer" ? initializers.find(name) : given.find(name);
-    if (source == (role == "param" || role == "buffer" ? initializers.end() : given.end()))
-      return fail("no value for " + role.str() + " '" + name + "' (give --input " + name +
-                  "=file.npy)");
+    std::optional<pipec::nn::Role> role = pipec::nn::argumentRole(function, i);
+    if (!role)
+      return fail("argument '" + name + "' of @" + entry + " has no nn.role");
+    bool initializer = role == pipec::nn::Role::Param || role == pipec::nn::Role::Buffer;
+    auto source = initializer ? initializers.find(name) : given.find(name);
+    if (source == (initializer ? initializers.end() : given.end()))
+      return fail("no value for " + pipec::nn::stringifyRole(*role).str() + " '" + name +
+                  "' (give --input " + name + "=file.npy)");
     arguments.push_back(source->second);
   }
   pipec::eval::EvalOptions options;
@@ -113,14 +117,14 @@ int main(int argc, char **argv) {
   std::filesystem::create_directories(outputDir.getValue());
   std::ofstream index(std::filesystem::path(outputDir.getValue()) / "index.txt");
   for (unsigned i = 0; i < function.getNumResults(); ++i) {
-    auto role = function.getResultAttrOfType<mlir::StringAttr>(i, "nn.role");
+    std::optional<pipec::nn::Role> role = pipec::nn::resultRole(function, i);
     auto name = function.getResultAttrOfType<mlir::StringAttr>(i, "nn.name");
     std::string file;
     if (!role)
       file = "output_" + sanitize(name ? name.getValue() : std::to_string(i)) + ".npy";
-    else if (role.getValue() == "loss")
+    else if (*role == pipec::nn::Role::Loss)
       file = "loss.npy";
-    else if (role.getValue() == "grad")
+    else if (*role == pipec::nn::Role::Grad)
       file = "grad_" + sanitize(name.getValue()) + ".npy";
     else
       file = "buffer_" + sanitize(name.getValue()) + ".npy";

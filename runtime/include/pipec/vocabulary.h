@@ -1,7 +1,7 @@
 // The words the compiler and the runtime share (docs/layers.md): the
 // instruction set of rank streams, where a virtual stage lives, the output
-// size of a sliding window and the optimizer's defaults. Dtype codes are the
-// stage ABI's (stage_abi.h).
+// size of a sliding window, the element-wise functions and the optimizer's
+// defaults. Dtype codes are the stage ABI's (stage_abi.h).
 //
 // Plain C++17, header-only and dependency-free: the runtime builds alone with
 // it, and the compiler's libraries include this file instead of keeping copies.
@@ -131,6 +131,94 @@ inline int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride, i
   int64_t size = ceilMode ? (span + stride - 1) / stride + 1 : span / stride + 1;
   if (ceilMode && (size - 1) * stride >= input + padBegin) --size;
   return size;
+}
+
+// ---------------------------------------------------------------- element-wise functions
+// The element-wise unary functions: the one list that the nn dialect (the ops'
+// getUnaryFunction and nn.unary_grad's kind), the cost model, the reference
+// evaluator, the emitters and the CPU/CUDA kernels read (docs/adding-an-op.md).
+// Columns: enumerator, spelling in the IR, the forward value the derivative
+// reads (Input: x, Result: y), forward and derivative FLOPs per element.
+#define PIPEC_UNARY_FUNCTIONS(X)                                                                   \
+  X(Relu, "relu", Input, 1, 1)                                                                     \
+  X(Tanh, "tanh", Result, 8, 3)                                                                    \
+  X(Sigmoid, "sigmoid", Result, 8, 3)                                                              \
+  X(Erf, "erf", Input, 8, 10)                                                                      \
+  X(Sqrt, "sqrt", Result, 4, 2)                                                                    \
+  X(Gelu, "gelu", Input, 16, 20)          /* ONNX Gelu, approximate = "none" */                    \
+  X(GeluTanh, "gelu_tanh", Input, 16, 20) /* ONNX Gelu, approximate = "tanh" */
+
+enum class Unary : unsigned char {
+#define PIPEC_ENUMERATOR(name, spelling, reads, flops, derivativeFlops) name,
+  PIPEC_UNARY_FUNCTIONS(PIPEC_ENUMERATOR)
+#undef PIPEC_ENUMERATOR
+};
+
+/// Which forward value a derivative reads.
+enum class ForwardValue : unsigned char { Input, Result };
+
+struct UnaryFunction {
+  const char *enumerator; // the C++ name, as generated code spells it (pk::Unary::<enumerator>)
+  const char *spelling;   // the IR's and plan files' name
+  ForwardValue derivativeReads;
+  double flops, derivativeFlops; // per element, for the cost model
+};
+
+inline constexpr UnaryFunction kUnaryFunctions[] = {
+#define PIPEC_ROW(name, spelling, reads, flops, derivativeFlops)                                   \
+  {#name, spelling, ForwardValue::reads, flops, derivativeFlops},
+    PIPEC_UNARY_FUNCTIONS(PIPEC_ROW)
+#undef PIPEC_ROW
+};
+inline constexpr int kNumUnaryFunctions = int(sizeof(kUnaryFunctions) / sizeof(kUnaryFunctions[0]));
+
+inline const UnaryFunction &unaryFunction(Unary u) { return kUnaryFunctions[int(u)]; }
+inline const char *unaryName(Unary u) { return unaryFunction(u).spelling; }
+inline bool parseUnary(std::string_view text, Unary &u) {
+  for (int i = 0; i < kNumUnaryFunctions; ++i)
+    if (text == kUnaryFunctions[i].spelling) return u = Unary(i), true;
+  return false;
+}
+
+// The gradient of one operand of an element-wise binary op that is not itself
+// an element-wise op (nn.binary_grad's kind); the others (add, mul, the
+// numerator of div) are built from nn ops. Columns: enumerator, spelling.
+#define PIPEC_BINARY_GRADIENTS(X)                                                                  \
+  X(SubRhs, "sub_rhs") /* -dy */                                                                   \
+  X(DivRhs, "div_rhs") /* -dy * lhs / rhs^2 */                                                     \
+  X(PowLhs, "pow_lhs") /* dy * rhs * lhs^(rhs - 1) */                                              \
+  X(PowRhs, "pow_rhs") /* dy * lhs^rhs * ln(lhs) */
+
+enum class BinaryGradient : unsigned char {
+#define PIPEC_ENUMERATOR(name, spelling) name,
+  PIPEC_BINARY_GRADIENTS(PIPEC_ENUMERATOR)
+#undef PIPEC_ENUMERATOR
+};
+
+struct BinaryGradientKind {
+  const char *enumerator; // pk::BinaryGrad::<enumerator> in generated code
+  const char *spelling;
+};
+inline constexpr BinaryGradientKind kBinaryGradients[] = {
+#define PIPEC_ROW(name, spelling) {#name, spelling},
+    PIPEC_BINARY_GRADIENTS(PIPEC_ROW)
+#undef PIPEC_ROW
+};
+inline constexpr int kNumBinaryGradients = int(sizeof(kBinaryGradients) / sizeof(kBinaryGradients[0]));
+
+inline const BinaryGradientKind &binaryGradientKind(BinaryGradient g) { return kBinaryGradients[int(g)]; }
+inline const char *binaryGradientName(BinaryGradient g) { return binaryGradientKind(g).spelling; }
+inline bool parseBinaryGradient(std::string_view text, BinaryGradient &g) {
+  for (int i = 0; i < kNumBinaryGradients; ++i)
+    if (text == kBinaryGradients[i].spelling) return g = BinaryGradient(i), true;
+  return false;
+}
+
+/// "relu, tanh, ..." or "sub_rhs, ...": the accepted spellings, for messages.
+template <typename Row, int N> std::string spellingList(const Row (&rows)[N]) {
+  std::string list;
+  for (const Row &row : rows) list += (list.empty() ? "" : ", ") + std::string(row.spelling);
+  return list;
 }
 
 // ---------------------------------------------------------------- optimizer

@@ -1,7 +1,9 @@
 // Element-wise kernels: broadcasting binaries, unaries, cast, where, equal,
 // their gradients, and dropout.
 #include "detail.h"
+#include "pipec/unary_math.h"
 
+#include <cassert>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -50,14 +52,10 @@ int64_t intBinary(Binary op, int64_t a, int64_t b) {
     return (int64_t)r;
   }
   }
+  assert(false && "every Binary has its case in intBinary");
   return 0;
 }
 
-constexpr float kSqrt1_2 = 0.70710678118654752440f;
-constexpr float kTwoOverSqrtPi = 1.12837916709551257390f;
-constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
-constexpr float kSqrt2OverPi = 0.79788456080286535588f;
-constexpr float kGeluTanhC = 0.044715f;
 
 } // namespace
 
@@ -98,72 +96,21 @@ void where(const uint8_t *cond, const Shape &cs, const T *x, const Shape &xs, co
 }
 
 void unary(Unary op, const float *x, int64_t n, float *y) {
-  switch (op) {
-  case Unary::Relu:
-    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] > 0.0f || x[i] != x[i]) ? x[i] : 0.0f; // NaN propagates
-    break;
-  case Unary::Tanh:
-    for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
-    break;
-  case Unary::Sigmoid:
-    for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
-    break;
-  case Unary::Erf:
-    for (int64_t i = 0; i < n; ++i) y[i] = std::erf(x[i]);
-    break;
-  case Unary::Sqrt:
-    for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
-    break;
-  case Unary::Gelu:
-    for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kSqrt1_2));
-    break;
-  case Unary::GeluTanh:
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      y[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + kGeluTanhC * v * v * v)));
-    }
-    break;
-  }
+  dispatchUnary(op, [&](auto kind) {
+    for (int64_t i = 0; i < n; ++i) y[i] = unaryValue<decltype(kind)::value>(x[i]);
+  });
 }
 
-
 void unaryGrad(Unary op, const float *dy, const float *x, const float *y, int64_t n, float *dx) {
-  const bool needsX = op == Unary::Relu || op == Unary::Erf || op == Unary::Gelu || op == Unary::GeluTanh;
-  if (needsX ? x == nullptr : y == nullptr)
-    fail("nn.unary_grad", needsX ? "this kind needs the forward input x" : "this kind needs the forward result y");
-  switch (op) {
-  case Unary::Relu:
-    for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
-    break;
-  case Unary::Tanh:
-    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
-    break;
-  case Unary::Sigmoid:
-    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
-    break;
-  case Unary::Erf:
-    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * kTwoOverSqrtPi * std::exp(-x[i] * x[i]);
-    break;
-  case Unary::Sqrt:
-    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] / (2.0f * y[i]);
-    break;
-  case Unary::Gelu:
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      const float cdf = 0.5f * (1.0f + std::erf(v * kSqrt1_2));
-      const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
-      dx[i] = dy[i] * (cdf + v * pdf);
-    }
-    break;
-  case Unary::GeluTanh:
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      const float t = std::tanh(kSqrt2OverPi * (v + kGeluTanhC * v * v * v));
-      const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluTanhC * v * v);
-      dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
-    }
-    break;
-  }
+  if (const char *missing = missingForwardValue(op, x, y)) fail("nn.unary_grad", missing);
+  dispatchUnary(op, [&](auto kind) {
+    constexpr Unary U = decltype(kind)::value;
+    // Only the forward value the derivative reads is read (the other may be null).
+    if constexpr (derivativeReadsInput<U>())
+      for (int64_t i = 0; i < n; ++i) dx[i] = unaryGradient<U>(dy[i], x[i], 0.0f);
+    else
+      for (int64_t i = 0; i < n; ++i) dx[i] = unaryGradient<U>(dy[i], 0.0f, y[i]);
+  });
 }
 
 

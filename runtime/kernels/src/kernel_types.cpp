@@ -44,14 +44,10 @@ Shape matmulShape(const Shape &a, const Shape &b) {
 }
 
 Unary unaryKind(const std::string &kind) {
-  if (kind == "relu") return Unary::Relu;
-  if (kind == "tanh") return Unary::Tanh;
-  if (kind == "sigmoid") return Unary::Sigmoid;
-  if (kind == "erf") return Unary::Erf;
-  if (kind == "sqrt") return Unary::Sqrt;
-  if (kind == "gelu") return Unary::Gelu;
-  if (kind == "gelu_tanh") return Unary::GeluTanh;
-  fail("nn.unary_grad", "unknown kind '" + kind + "' (relu, tanh, sigmoid, erf, sqrt, gelu, gelu_tanh)");
+  Unary unary;
+  if (!parseUnary(kind, unary))
+    fail("nn.unary_grad", "unknown kind '" + kind + "' (" + spellingList(kUnaryFunctions) + ")");
+  return unary;
 }
 
 Reduction reductionKind(const std::string &name) {
@@ -62,11 +58,10 @@ Reduction reductionKind(const std::string &name) {
 }
 
 BinaryGrad binaryGradKind(const std::string &kind) {
-  if (kind == "sub_rhs") return BinaryGrad::SubRhs;
-  if (kind == "div_rhs") return BinaryGrad::DivRhs;
-  if (kind == "pow_lhs") return BinaryGrad::PowLhs;
-  if (kind == "pow_rhs") return BinaryGrad::PowRhs;
-  fail("nn.binary_grad", "unknown kind '" + kind + "' (sub_rhs, div_rhs, pow_lhs, pow_rhs)");
+  BinaryGrad gradient;
+  if (!parseBinaryGradient(kind, gradient))
+    fail("nn.binary_grad", "unknown kind '" + kind + "' (" + spellingList(kBinaryGradients) + ")");
+  return gradient;
 }
 
 Shape sliceShape(const Shape &xs, const Dims &starts, const Dims &ends, const Dims &steps) {

@@ -234,3 +234,22 @@ func.func @reduce_axes(%x: tensor<2x3xf32>) {
   %0 = nn.reduce_mean %x {axes = array<i64: 1, 0>} : (tensor<2x3xf32>) -> tensor<1x1xf32>
   return
 }
+
+// -----
+
+// Kinds are pipec/vocabulary.h's spellings; the parser names the accepted ones.
+func.func @unknown_unary_function(%dy: tensor<3xf32>) {
+  // expected-error @+2 {{unknown unary function 'softplus' (relu, tanh, sigmoid, erf, sqrt, gelu, gelu_tanh)}}
+  // expected-error @+1 {{failed to parse NN_UnaryFunctionAttr parameter 'value'}}
+  %0 = nn.unary_grad <softplus> %dy, %dy, %dy : tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @unknown_binary_gradient(%dy: tensor<3xf32>) {
+  // expected-error @+2 {{unknown binary gradient 'add_rhs' (sub_rhs, div_rhs, pow_lhs, pow_rhs)}}
+  // expected-error @+1 {{failed to parse NN_BinaryGradientAttr parameter 'value'}}
+  %0 = nn.binary_grad <add_rhs> %dy, %dy, %dy : (tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  return
+}

@@ -1,8 +1,10 @@
 // Element-wise kernels: broadcasting binaries, unaries, cast, where, equal,
 // their gradients, and dropout. The formulas are those of the CPU library
-// (runtime/kernels/src/elementwise.cpp) expression by expression.
+// (runtime/kernels/src/elementwise.cpp) expression by expression; the unary
+// functions' are shared with it (pipec/unary_math.h).
 #include "detail.cuh"
 #include "index_map.cuh"
+#include "pipec/unary_math.h"
 
 #include <cmath>
 #include <limits>
@@ -13,12 +15,6 @@ namespace pipec::kernels::cuda {
 using namespace detail;
 
 namespace {
-
-constexpr float kSqrt1_2 = 0.70710678118654752440f;
-constexpr float kTwoOverSqrtPi = 1.12837916709551257390f;
-constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
-constexpr float kSqrt2OverPi = 0.79788456080286535588f;
-constexpr float kGeluTanhC = 0.044715f;
 
 template <class K, class... Args> void launch(const char *op, int64_t n, K kernel, Args... args) {
   if (n <= 0) return;
@@ -132,51 +128,15 @@ __global__ void whereKernel(const uint8_t *cond, const T *x, const T *y, T *out,
 // Unaries and their gradients
 //===----------------------------------------------------------------------===//
 
-__global__ void unaryKernel(Unary op, const float *x, int64_t n, float *y) {
-  for (int64_t i = firstIndex(); i < n; i += gridStride()) {
-    const float v = x[i];
-    float r = 0.0f;
-    switch (op) {
-    case Unary::Relu: r = (v > 0.0f || v != v) ? v : 0.0f; break; // NaN propagates
-    case Unary::Tanh: r = tanhf(v); break;
-    case Unary::Sigmoid: r = 1.0f / (1.0f + expf(-v)); break;
-    case Unary::Erf: r = erff(v); break;
-    case Unary::Sqrt: r = sqrtf(v); break;
-    case Unary::Gelu: r = 0.5f * v * (1.0f + erff(v * kSqrt1_2)); break;
-    case Unary::GeluTanh: r = 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kGeluTanhC * v * v * v))); break;
-    }
-    y[i] = r;
-  }
+template <Unary U> __global__ void unaryKernel(const float *x, int64_t n, float *y) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) y[i] = unaryValue<U>(x[i]);
 }
 
-__global__ void unaryGradKernel(Unary op, const float *dy, const float *x, const float *y, int64_t n,
-                                float *dx) {
-  for (int64_t i = firstIndex(); i < n; i += gridStride()) {
-    const float g = dy[i];
-    float r = 0.0f;
-    switch (op) {
-    case Unary::Relu: r = x[i] > 0.0f ? g : 0.0f; break;
-    case Unary::Tanh: r = g * (1.0f - y[i] * y[i]); break;
-    case Unary::Sigmoid: r = g * y[i] * (1.0f - y[i]); break;
-    case Unary::Erf: r = g * kTwoOverSqrtPi * expf(-x[i] * x[i]); break;
-    case Unary::Sqrt: r = g / (2.0f * y[i]); break;
-    case Unary::Gelu: {
-      const float v = x[i];
-      const float cdf = 0.5f * (1.0f + erff(v * kSqrt1_2));
-      const float pdf = kInvSqrt2Pi * expf(-0.5f * v * v);
-      r = g * (cdf + v * pdf);
-      break;
-    }
-    case Unary::GeluTanh: {
-      const float v = x[i];
-      const float t = tanhf(kSqrt2OverPi * (v + kGeluTanhC * v * v * v));
-      const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluTanhC * v * v);
-      r = g * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
-      break;
-    }
-    }
-    dx[i] = r;
-  }
+// Only the forward value the derivative reads is read (the other may be null).
+template <Unary U>
+__global__ void unaryGradKernel(const float *dy, const float *x, const float *y, int64_t n, float *dx) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride())
+    dx[i] = derivativeReadsInput<U>() ? unaryGradient<U>(dy[i], x[i], 0.0f) : unaryGradient<U>(dy[i], 0.0f, y[i]);
 }
 
 __global__ void negateKernel(const float *x, int64_t n, float *y) {
@@ -284,13 +244,15 @@ void where(const uint8_t *cond, const Shape &cs, const T *x, const Shape &xs, co
   launch("nn.where", os.numel(), whereKernel<T>, cond, x, y, out, os.numel(), map);
 }
 
-void unary(Unary op, const float *x, int64_t n, float *y) { launch("nn.unary", n, unaryKernel, op, x, n, y); }
+void unary(Unary op, const float *x, int64_t n, float *y) {
+  dispatchUnary(op, [&](auto kind) { launch("nn.unary", n, unaryKernel<decltype(kind)::value>, x, n, y); });
+}
 
 void unaryGrad(Unary op, const float *dy, const float *x, const float *y, int64_t n, float *dx) {
-  const bool needsX = op == Unary::Relu || op == Unary::Erf || op == Unary::Gelu || op == Unary::GeluTanh;
-  if (needsX ? x == nullptr : y == nullptr)
-    fail("nn.unary_grad", needsX ? "this kind needs the forward input x" : "this kind needs the forward result y");
-  launch("nn.unary_grad", n, unaryGradKernel, op, dy, x, y, n, dx);
+  if (const char *missing = missingForwardValue(op, x, y)) fail("nn.unary_grad", missing);
+  dispatchUnary(op, [&](auto kind) {
+    launch("nn.unary_grad", n, unaryGradKernel<decltype(kind)::value>, dy, x, y, n, dx);
+  });
 }
 
 void binaryGrad(BinaryGrad op, const float *dy, const float *lhs, const Shape &ls, const float *rhs,

@@ -113,18 +113,20 @@ PoolGeom poolGeom(const char *op, const Shape &xs, const Dims &kernel, const Dim
 /// The element-wise binaries (nn.add, nn.sub, nn.mul, nn.div, nn.pow).
 enum class Binary { Add, Sub, Mul, Div, Pow };
 
-/// The element-wise unaries (Gelu: approximate="none"; GeluTanh: "tanh").
-enum class Unary { Relu, Tanh, Sigmoid, Erf, Sqrt, Gelu, GeluTanh };
+/// The element-wise unaries and their spellings: pipec/vocabulary.h's table.
+using Unary = ::pipec::Unary;
 
-/// The Unary of a unary_grad `kind` string ("relu", ..., "gelu", "gelu_tanh").
+/// The Unary spelled `kind` ("relu", ..., "gelu", "gelu_tanh"); throws
+/// KernelError naming the accepted spellings otherwise.
 Unary unaryKind(const std::string &kind);
 
 enum class Reduction { None, Sum, Mean };
 /// "none" / "sum" / "mean".
 Reduction reductionKind(const std::string &name);
 
-enum class BinaryGrad { SubRhs, DivRhs, PowLhs, PowRhs };
-/// "sub_rhs" / "div_rhs" / "pow_lhs" / "pow_rhs".
+/// nn.binary_grad's kinds (pipec/vocabulary.h).
+using BinaryGrad = ::pipec::BinaryGradient;
+/// The BinaryGrad spelled `kind` ("sub_rhs", ...); throws KernelError otherwise.
 BinaryGrad binaryGradKind(const std::string &kind);
 
 /// The shape nn.slice produces.

@@ -1,0 +1,93 @@
+// The element-wise unary functions' formulas in fp32, shared by the CPU
+// kernels (elementwise.cpp) and the CUDA kernels (elementwise.cu), so that a
+// new function is written once for both (docs/adding-an-op.md). The list of
+// functions, their spellings and which forward value a derivative reads are
+// pipec/vocabulary.h's table.
+#pragma once
+
+#include "pipec/vocabulary.h"
+
+#include <math.h>
+#include <type_traits>
+
+#ifdef __CUDACC__
+#define PIPEC_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define PIPEC_HOST_DEVICE inline
+#endif
+
+namespace pipec::kernels {
+
+namespace unary_constants {
+constexpr float kSqrt1_2 = 0.70710678118654752440f;
+constexpr float kTwoOverSqrtPi = 1.12837916709551257390f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+constexpr float kGeluTanhC = 0.044715f;
+} // namespace unary_constants
+
+template <Unary> struct UnaryWithoutFormula : std::false_type {};
+
+/// f(v).
+template <Unary U> PIPEC_HOST_DEVICE float unaryValue(float v) {
+  using namespace unary_constants;
+  if constexpr (U == Unary::Relu) return (v > 0.0f || v != v) ? v : 0.0f; // NaN propagates
+  else if constexpr (U == Unary::Tanh) return tanhf(v);
+  else if constexpr (U == Unary::Sigmoid) return 1.0f / (1.0f + expf(-v));
+  else if constexpr (U == Unary::Erf) return erff(v);
+  else if constexpr (U == Unary::Sqrt) return sqrtf(v);
+  else if constexpr (U == Unary::Gelu) return 0.5f * v * (1.0f + erff(v * kSqrt1_2));
+  else if constexpr (U == Unary::GeluTanh)
+    return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kGeluTanhC * v * v * v)));
+  else static_assert(UnaryWithoutFormula<U>::value, "a unary function of vocabulary.h has no formula here");
+}
+
+/// dy * f'(x), where y = f(x); each function reads the forward value
+/// vocabulary.h's table names (the other may be anything).
+template <Unary U> PIPEC_HOST_DEVICE float unaryGradient(float g, float x, float y) {
+  using namespace unary_constants;
+  if constexpr (U == Unary::Relu) return x > 0.0f ? g : 0.0f;
+  else if constexpr (U == Unary::Tanh) return g * (1.0f - y * y);
+  else if constexpr (U == Unary::Sigmoid) return g * y * (1.0f - y);
+  else if constexpr (U == Unary::Erf) return g * kTwoOverSqrtPi * expf(-x * x);
+  else if constexpr (U == Unary::Sqrt) return g / (2.0f * y);
+  else if constexpr (U == Unary::Gelu) {
+    const float cdf = 0.5f * (1.0f + erff(x * kSqrt1_2));
+    const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
+    return g * (cdf + x * pdf);
+  } else if constexpr (U == Unary::GeluTanh) {
+    const float t = tanhf(kSqrt2OverPi * (x + kGeluTanhC * x * x * x));
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluTanhC * x * x);
+    return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+  } else static_assert(UnaryWithoutFormula<U>::value, "a unary function of vocabulary.h has no derivative here");
+}
+
+/// Calls f(std::integral_constant<Unary, op>{}): one switch over the table,
+/// so that the loop (or kernel launch) inside f is compiled once per function.
+/// Host code.
+template <class F> auto dispatchUnary(Unary op, F &&f) {
+  switch (op) {
+#define PIPEC_CASE(name, spelling, reads, flops, derivativeFlops)                                  \
+  case Unary::name:                                                                                \
+    return f(std::integral_constant<Unary, Unary::name>{});
+    PIPEC_UNARY_FUNCTIONS(PIPEC_CASE)
+#undef PIPEC_CASE
+  }
+  return f(std::integral_constant<Unary, Unary::Relu>{}); // not reached: every enumerator has a case
+}
+
+/// Whether function U's derivative reads the forward input x (else the result y).
+template <Unary U> constexpr bool derivativeReadsInput() {
+  return kUnaryFunctions[int(U)].derivativeReads == ForwardValue::Input;
+}
+
+/// Refuses a missing forward value the function's derivative reads (null x
+/// or y); the message names the one it needs.
+inline const char *missingForwardValue(Unary op, const float *x, const float *y) {
+  const bool readsInput = unaryFunction(op).derivativeReads == ForwardValue::Input;
+  if (readsInput ? x == nullptr : y == nullptr)
+    return readsInput ? "this kind needs the forward input x" : "this kind needs the forward result y";
+  return nullptr;
+}
+
+} // namespace pipec::kernels
