@@ -4,7 +4,9 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${PIPEC_BUILD_DIR:-$ROOT/build}"
-"$ROOT/tools/setup.sh"
+# PIPEC_SETUP=debian: tools/test.sh installs the Python test oracles itself,
+# while this builds.
+"$ROOT/tools/setup.sh" "${PIPEC_SETUP:-all}"
 if [[ ! -f "$BUILD/build.ninja" ]]; then
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
 fi

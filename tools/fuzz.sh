@@ -20,7 +20,13 @@ if ! command -v "$CLANGXX" >/dev/null; then
   echo "fuzz: $CLANGXX not found; tools/setup.sh installs clang-22, libclang-rt-22-dev and libfuzzer-22-dev" >&2
   exit 2
 fi
-if [[ ! -f "$BUILD/build.ninja" ]]; then
+# PIPEC_FUZZ_PLAIN_OPT=-O0 builds the non-MLIR code at -O0: about half the
+# CPU time, slower fuzzing (tools/test.sh's short CI run; fuzz/CMakeLists.txt,
+# docs/build.md). A build tree made with another value is reconfigured (and
+# what it changes rebuilt).
+PLAIN_OPT="${PIPEC_FUZZ_PLAIN_OPT:-}"
+if [[ ! -f "$BUILD/build.ninja" ]] ||
+   ! grep -qxF "PIPEC_FUZZ_PLAIN_OPT:STRING=$PLAIN_OPT" "$BUILD/CMakeCache.txt"; then
   # -O1 with line tables: fast enough to fuzz, readable stack traces. No PCH
   # (docs/build.md): few MLIR sources here, and clang refuses a mismatched one.
   # The system linker: Debian's lld is older than clang-22's sanitizer runtimes.
@@ -29,6 +35,7 @@ if [[ ! -f "$BUILD/build.ninja" ]]; then
     -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
+    -DPIPEC_FUZZ_PLAIN_OPT="$PLAIN_OPT" \
     -DPIPEC_BUILD_FUZZERS=ON -DPIPEC_BUILD_TESTS=OFF -DPIPEC_ENABLE_CUDA=OFF -DPIPEC_PCH=OFF -DPIPEC_USE_LLD=OFF \
     -DPIPEC_PYTHON="${PIPEC_PYTHON:-$ROOT/.venv/bin/python}"
 fi

@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # Installs what pipec needs to build and test on Debian 12, only when missing.
 # Safe to run repeatedly; used by tools/test.sh, tools/demo.sh and .ci/run.
+#   tools/setup.sh [all|debian|python]
+# debian: the Debian packages (compilers, LLVM/MLIR, libraries: what the build
+# needs); python: the venv with the test oracles (only ctest needs it, so
+# tools/test.sh installs it while pipec builds); all (default): both.
 set -euo pipefail
+PART="${1:-all}"
+case "$PART" in
+  all|debian|python) ;;
+  *) echo "usage: tools/setup.sh [all|debian|python]" >&2; exit 2 ;;
+esac
 
 DEBIAN_PACKAGES=(
   cmake ninja-build g++ lld pkg-config python3 python3-venv
@@ -13,16 +22,21 @@ DEBIAN_PACKAGES=(
   clang-22 libclang-rt-22-dev libfuzzer-22-dev
 )
 
-missing=()
-for package in "${DEBIAN_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
-done
-if ((${#missing[@]})); then
-  echo "setup: installing Debian packages: ${missing[*]}"
-  SUDO=""
-  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [[ "$PART" != python ]]; then
+  missing=()
+  for package in "${DEBIAN_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+  done
+  if ((${#missing[@]})); then
+    echo "setup: installing Debian packages: ${missing[*]}"
+    SUDO=""
+    if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+fi
+if [[ "$PART" == debian ]]; then
+  exit 0
 fi
 
 # Test oracles from PyPI (onnx, onnxruntime) live in a venv that also sees Debian's torch.

@@ -5,7 +5,22 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${PIPEC_BUILD_DIR:-$ROOT/build}"
-"$ROOT/tools/build.sh"
+# The Debian packages first (the build needs them); the Python test oracles
+# (tools/setup.sh python: a pip download into .venv, which only ctest uses)
+# install while pipec builds.
+"$ROOT/tools/setup.sh" debian
+venv_log="$(mktemp "${TMPDIR:-/tmp}/pipec-venv-setup.XXXXXX")"
+"$ROOT/tools/setup.sh" python >"$venv_log" 2>&1 &
+venv_setup=$!
+PIPEC_SETUP=debian "$ROOT/tools/build.sh"
+venv_status=0
+wait "$venv_setup" || venv_status=$?
+cat "$venv_log"
+rm -f "$venv_log"
+if ((venv_status != 0)); then
+  echo "test.sh: installing the Python test oracles (tools/setup.sh python) failed ($venv_status)" >&2
+  exit "$venv_status"
+fi
 
 # A short fuzz run (docs/security.md): the libFuzzer targets, built by
 # tools/fuzz.sh with clang-22, ASan and UBSan in build-fuzz/, replay every saved
@@ -14,8 +29,11 @@ BUILD="${PIPEC_BUILD_DIR:-$ROOT/build}"
 # The fuzz targets build while the tests run, at the lowest priority: it gets
 # the cores the tests leave idle (mpirun start-up, watchdog waits) and little
 # else. PIPEC_FUZZ_BUILD_NICE=0 builds them at normal priority.
+# Its plain C++ code at -O0 (PIPEC_FUZZ_PLAIN_OPT, docs/build.md): about half
+# the CPU time of -O1, and a 15-second run needs no more speed; the regression
+# inputs replay the same. Campaigns (tools/fuzz.sh SECONDS) build it at -O1.
 fuzz_log="$(mktemp "${TMPDIR:-/tmp}/pipec-fuzz-build.XXXXXX")"
-nice -n "${PIPEC_FUZZ_BUILD_NICE:-19}" "$ROOT/tools/fuzz.sh" 0 >"$fuzz_log" 2>&1 &
+PIPEC_FUZZ_PLAIN_OPT="${PIPEC_FUZZ_PLAIN_OPT--O0}" nice -n "${PIPEC_FUZZ_BUILD_NICE:-19}" "$ROOT/tools/fuzz.sh" 0 >"$fuzz_log" 2>&1 &
 fuzz_build=$!
 
 status=0
