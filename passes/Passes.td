@@ -130,13 +130,15 @@ def AppendLoss : Pass<"pipec-append-loss", "mlir::ModuleOp"> {
 }
 
 def Autodiff : Pass<"pipec-autodiff", "mlir::ModuleOp"> {
+  let dependentDialects = ["::pipec::pipe::PipeDialect"];
   let summary = "Derive @train_step: forward, input gradients (B), weight gradients (W)";
   let description = [{
     Reverse-mode differentiation of @forward, whose first result is the
     scalar loss. Each nn op knows the gradient of each operand; the result is
     `func.func @train_step` returning the loss, the gradient of every trained
     parameter (role `grad`, in argument order) and the new values of the
-    buffers (role `buffer_update`). Every op gets `pipe.phase`: `fwd`, or
+    buffers (role `buffer_update`). Every op gets `pipe.phase`:
+    `#pipe.phase<fwd>`, or
     `bwd_input` for gradients of activations (B), or `bwd_weight` for
     gradients of values computed from parameters only (W), which zero-bubble
     schedules may delay. Ops with `pipe.stage` pass it on to the gradient ops
@@ -150,7 +152,8 @@ def Autodiff : Pass<"pipec-autodiff", "mlir::ModuleOp"> {
 //===----------------------------------------------------------------------===//
 
 def Optimizer : Pass<"pipec-optimizer", "mlir::ModuleOp"> {
-  let dependentDialects = ["::pipec::nn::NNDialect", "::mlir::func::FuncDialect"];
+  let dependentDialects = ["::pipec::nn::NNDialect", "::pipec::pipe::PipeDialect",
+                           "::mlir::func::FuncDialect"];
   let summary = "Add @optimizer_step: one nn.adamw_update / nn.sgd_update per trained parameter";
   let description = [{
     Reads the trained parameters of @train_step (arguments with role `param`;
@@ -161,19 +164,20 @@ def Optimizer : Pass<"pipec-optimizer", "mlir::ModuleOp"> {
     momentum, as the stage ABI counts it) and the step count (1 for the first
     update); its results the new parameters and the new state. The
     hyper-parameters are attributes of the update ops and, together, the
-    function's `pipe.optimizer` dictionary.
+    function's `pipe.optimizer` (a `#pipe.optimizer<...>`; each state
+    tensor is marked by its `pipe.state`, a `#pipe.state<...>`).
 
     After (optimizer=sgd lr=0.1 momentum=0.9):
       func.func @optimizer_step(
           %w: tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = #nn.role<param>},
           %g: tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = #nn.role<grad>},
           %buf: tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = #nn.role<optimizer_state>,
-                                   pipe.state = "momentum_buffer"},
+                                   pipe.state = #pipe.state<momentum_buffer>},
           %step: i64 {nn.role = #nn.role<step>})
           -> (tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = #nn.role<param>},
               tensor<64x32xf32> {nn.name = "fc1.weight", nn.role = #nn.role<optimizer_state>,
-                                 pipe.state = "momentum_buffer"})
-          attributes {pipe.optimizer = {kind = "sgd", lr = 1.0e-01 : f32, ...}} {
+                                 pipe.state = #pipe.state<momentum_buffer>})
+          attributes {pipe.optimizer = #pipe.optimizer<kind = sgd, lr = 0.10000000000000001, ...>} {
         %0:2 = nn.sgd_update %w, %g, %buf, %step {lr = 1.0e-01 : f32, momentum = 9.0e-01 : f32,
                                                    weight_decay = 0.0 : f32} : tensor<64x32xf32>
         return %0#0, %0#1 : ...
@@ -199,8 +203,8 @@ def OutlineStages : Pass<"pipec-outline-stages", "mlir::ModuleOp"> {
   let dependentDialects = ["::pipec::pipe::PipeDialect", "::pipec::nn::NNDialect", "::mlir::func::FuncDialect"];
   let summary = "Split @train_step and @optimizer_step into one pipe.stage per pipeline stage";
   let description = [{
-    Every op of @train_step carries `pipe.stage` and `pipe.phase` (fwd,
-    bwd_input, bwd_weight); each goes to the function of its phase in its
+    Every op of @train_step carries `pipe.stage` and `pipe.phase`
+    (`#pipe.phase<fwd>`, `<bwd_input>`, `<bwd_weight>`); each goes to the function of its phase in its
     stage: `@fwd`, `@bwd_input`, `@bwd_weight`, and `@step` gets the stage's
     part of @optimizer_step. Values crossing stages become `pipe.send` /
     `pipe.recv` pairs between neighbours (activations forward in @fwd,
@@ -219,8 +223,8 @@ def OutlineStages : Pass<"pipec-outline-stages", "mlir::ModuleOp"> {
 
     Before:
       func.func @train_step(%w0 {nn.role = #nn.role<param>}, %w1 {nn.role = #nn.role<param>}, %x {nn.role = #nn.role<input>}, ...)
-        %h = nn.matmul %x, %w0 {pipe.stage = 0 : i64, pipe.phase = "fwd"} ...
-        %y = nn.matmul %h, %w1 {pipe.stage = 1 : i64, pipe.phase = "fwd"} ...
+        %h = nn.matmul %x, %w0 {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<fwd>} ...
+        %y = nn.matmul %h, %w1 {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<fwd>} ...
     After:
       pipe.stage @stage_0 attributes {id = 0 : i64, ranks = array<i64: 0>, replicas = 1 : i64} {
         func.func @fwd(%w0 {nn.role = #nn.role<param>, ...}, %x {nn.role = #nn.role<input>, ...}) {

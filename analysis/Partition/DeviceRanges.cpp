@@ -1,6 +1,7 @@
 #include "analysis/Partition/DeviceRanges.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -265,8 +266,10 @@ DeviceRangePlan searchDeviceRanges(const CostModel &model, const std::vector<int
     int first = position;
     while (position < ops && stageOfUnit[unitOf[plan.order[position]]] == s)
       ++position;
+    assert(position > first && "every step of the chain of ideals adds at least one unit");
     plan.tree.stages.push_back(TreeStage{first, position - 1, replicas[s], {}});
   }
+  assert(position == ops && "the chain of ideals ends at the full set, so every op has a stage");
   return plan;
 }
 

@@ -50,12 +50,6 @@ const char *const kPartitionFlags[] = {
     nullptr};
 const char *const kPartitionBareFlags[] = {"--no-replication", "--async", "--json", nullptr};
 
-static bool listed(const char *const *flags, const std::string &flag) {
-  for (; *flags; ++flags)
-    if (flag == *flags)
-      return true;
-  return false;
-}
 
 void applyPartitionFlag(PartitionCliOptions &o, const std::string &flag, const std::string &value) {
   if (flag == "--gpus") {
@@ -100,35 +94,6 @@ void applyPartitionFlag(PartitionCliOptions &o, const std::string &flag, const s
     o.outDir = value;
   else
     throw Error("unknown option '" + flag + "'");
-}
-
-void parsePartitionFlags(std::vector<std::string> &args, PartitionCliOptions &o) {
-  std::vector<std::string> rest;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i], value;
-    const size_t equals = flag.rfind("--", 0) == 0 ? flag.find('=') : std::string::npos;
-    if (equals != std::string::npos) {
-      value = flag.substr(equals + 1);
-      flag = flag.substr(0, equals);
-    }
-    if (!listed(kPartitionFlags, flag)) {
-      rest.push_back(args[i]);
-      continue;
-    }
-    if (listed(kPartitionBareFlags, flag)) {
-      if (equals != std::string::npos)
-        throw Error(flag + " takes no value");
-    } else if (flag == "--recompute") {
-      if (equals != std::string::npos && value.empty())
-        throw Error("--recompute: expected none, all or auto, got ''");
-    } else if (equals == std::string::npos) {
-      if (i + 1 >= args.size())
-        throw Error(flag + ": missing value");
-      value = args[++i];
-    }
-    applyPartitionFlag(o, flag, value);
-  }
-  args = std::move(rest);
 }
 
 static PartitionResult evaluatePartitionFile(const CostTable &table, const Topology &topo,

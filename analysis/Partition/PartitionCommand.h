@@ -44,11 +44,6 @@ extern const char *const kPartitionBareFlags[];
 void applyPartitionFlag(PartitionCliOptions &options, const std::string &flag,
                         const std::string &value);
 
-/// Applies the flags above found in `args` ("--flag value" and "--flag=value"),
-/// leaving every other argument in place, in order. Throws Error on a bad value.
-/// Only for the pass options of pipec-partition (passes/Analysis/AssignStages.cpp),
-/// which hand their values over as flags; command lines use llvm::cl instead.
-void parsePartitionFlags(std::vector<std::string> &args, PartitionCliOptions &options);
 
 /// Partitions (or evaluates --partition) under the flags, recompute=auto
 /// included; checks the result's invariants. Throws Error.

@@ -3,6 +3,7 @@
 #include "analysis/Schedule/Orders.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -59,7 +60,7 @@ OrderEval evalOrder(const Schedule &shape, int n, const Orders &order) {
       case Op::Bwd: mem -= a; break;
       case Op::BwdInput: mem -= a * (1 - P.wMemFrac); break;
       case Op::BwdWeight: mem -= a * P.wMemFrac; break;
-      default: break;
+      default: assert(false && "isCompute() admits the five ops above only"); break;
       }
       e.peak = std::max(e.peak, mem);
     }
@@ -278,6 +279,7 @@ GreedyResult greedy(const Schedule &shape, int n, const Policy &pol) {
       held[st] -= a * frac;
       break;
     default:
+      assert(false && "the greedy engine chooses a FWD, BWD, BWD_INPUT or BWD_WEIGHT only");
       break;
     }
   }

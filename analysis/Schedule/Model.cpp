@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cassert>
 #include <cmath>
 #include <sstream>
 
@@ -155,6 +156,7 @@ double Problem::costOf(Op op, int stage, int chunk) const {
     return pick(costB, stage, chunk, stages, chunks, "B") +
            pick(costW, stage, chunk, stages, chunks, "W");
   default:
+    assert(false && "costOf() is asked of compute ops only (isCompute)");
     return 0;
   }
 }

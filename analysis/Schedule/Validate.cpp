@@ -3,6 +3,7 @@
 #include "analysis/Schedule/Schedule.h"
 
 #include <algorithm>
+#include <cassert>
 #include <map>
 #include <tuple>
 
@@ -380,7 +381,9 @@ struct Checker {
       case Op::SendAct: return Op::RecvAct;
       case Op::RecvAct: return Op::SendAct;
       case Op::SendGrad: return Op::RecvGrad;
-      default: return Op::SendGrad;
+      default:
+        assert(op == Op::RecvGrad && "complement() is asked of point-to-point ops only");
+        return Op::SendGrad;
       }
     };
     for (bool progress = true; progress;) {

@@ -127,8 +127,8 @@ void StageEmitter::collectInterface() {
     }
   }
   if (func::FuncOp step = function("step"))
-    if (auto config = step->getAttrOfType<DictionaryAttr>("pipe.optimizer"))
-      if (auto kind = config.getAs<StringAttr>("kind"); kind && kind.getValue() == "sgd") {
+    if (auto config = step->getAttrOfType<pipe::OptimizerAttr>(pipe::kOptimizerAttrName))
+      if (config.getKind() == pipe::OptimizerKind::Sgd) {
         optimizer = "PIPEC_SGD";
         statePerParam = 1;
       }
@@ -206,8 +206,7 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
       bind(argument, "static_cast<" + t + " *>(const_cast<void *>(opt->grads[" +
                          std::to_string(paramIndex(name.getValue())) + "]))");
     } else if (r == nn::Role::OptimizerState) {
-      auto state = f.getArgAttrOfType<StringAttr>(i, "pipe.state");
-      int within = state && (state.getValue() == "exp_avg_sq") ? 1 : 0;
+      int within = pipe::argStateOf(f, i) == pipe::OptimizerState::ExpAvgSq ? 1 : 0;
       bind(argument, "static_cast<" + t + " *>(opt->state[" +
                          std::to_string(trainedIndex(name.getValue()) * statePerParam + within) +
                          "])");
@@ -261,8 +260,7 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
       out << "  copyIfDistinct(opt->params[" << paramIndex(name.getValue()) << "], " << ptr(value)
           << ", " << bytes << ");\n";
     } else if (r == nn::Role::OptimizerState && isStep) {
-      auto state = f.getResultAttrOfType<StringAttr>(i, "pipe.state");
-      int within = state && state.getValue() == "exp_avg_sq" ? 1 : 0;
+      int within = pipe::resultStateOf(f, i) == pipe::OptimizerState::ExpAvgSq ? 1 : 0;
       out << "  copyIfDistinct(opt->state[" << trainedIndex(name.getValue()) * statePerParam + within
           << "], " << ptr(value) << ", " << bytes << ");\n";
     } else {

@@ -2,6 +2,7 @@
 #include "pipec/input_file.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -26,6 +27,7 @@ const char *elementKindName(ElementKind kind) {
   case ElementKind::UInt8: return "uint8";
   case ElementKind::Bool: return "bool";
   }
+  assert(false && "every ElementKind has its case in elementKindName");
   return "?";
 }
 

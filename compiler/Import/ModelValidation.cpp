@@ -9,6 +9,7 @@
 #include "mlir/IR/Location.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/ErrorHandling.h"
 
 #include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
@@ -135,7 +136,7 @@ int32_t onnxTypeOf(ElementKind kind) {
   case ElementKind::UInt8: return T::TensorProto_DataType_UINT8;
   case ElementKind::Bool: return T::TensorProto_DataType_BOOL;
   }
-  return T::TensorProto_DataType_UNDEFINED;
+  llvm_unreachable("every ElementKind has its case in onnxTypeOf");
 }
 
 std::optional<int32_t> onnxTypeOf(mlir::Type type) {

@@ -5,6 +5,7 @@
 #include "compiler/Import/ImporterImpl.h"
 
 #include "mlir/IR/Verifier.h"
+#include "llvm/Support/ErrorHandling.h"
 
 using namespace mlir;
 
@@ -30,7 +31,7 @@ Type mlirElementType(MLIRContext &context, ElementKind kind) {
   case ElementKind::UInt8: return b.getIntegerType(8, /*isSigned=*/false);
   case ElementKind::Bool: return b.getI1Type();
   }
-  return {};
+  llvm_unreachable("every ElementKind has its case in mlirElementType");
 }
 
 DiagnosticCapture::DiagnosticCapture(MLIRContext &context)

@@ -1,6 +1,7 @@
 #include "compiler/Import/Npy.h"
 #include "pipec/input_file.h"
 
+#include <cassert>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -115,7 +116,8 @@ std::optional<HostTensor> readNpy(const std::string &path, std::string &error) {
       case ElementKind::Int32: { int32_t v; std::memcpy(&v, at, 4); tensor.ints.push_back(v); break; }
       case ElementKind::Int8: tensor.ints.push_back(static_cast<int8_t>(*at)); break;
       case ElementKind::Bool: tensor.ints.push_back(*at != 0); break;
-      default: tensor.ints.push_back(static_cast<uint8_t>(*at)); break;
+      case ElementKind::UInt8: tensor.ints.push_back(static_cast<uint8_t>(*at)); break;
+      default: assert(false && "kDescriptors names no other element kind"); break;
       }
     }
     return tensor;
@@ -160,7 +162,13 @@ bool writeNpy(const std::string &path, const HostTensor &tensor, std::string &er
     case ElementKind::Float64: stream.write(reinterpret_cast<const char *>(&tensor.floats[i]), 8); break;
     case ElementKind::Int64: stream.write(reinterpret_cast<const char *>(&tensor.ints[i]), 8); break;
     case ElementKind::Int32: { int32_t v = static_cast<int32_t>(tensor.ints[i]); stream.write(reinterpret_cast<char *>(&v), 4); break; }
-    default: { char v = static_cast<char>(tensor.ints[i]); stream.write(&v, 1); break; }
+    default: {
+      // One byte: Int8, UInt8 and Bool, the other kinds of kDescriptors.
+      assert(descriptor->bytes == 1 && "kDescriptors names no other element kind");
+      char v = static_cast<char>(tensor.ints[i]);
+      stream.write(&v, 1);
+      break;
+    }
     }
   }
   return static_cast<bool>(stream);

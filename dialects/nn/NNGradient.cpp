@@ -280,28 +280,25 @@ Value GatherOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned 
                                   getAxis());
 }
 
+/// A view (reshape, flatten, squeeze, unsqueeze): dy in the operand's shape.
+static Value viewGradient(GradientBuilder &g, Operation *op, ArrayRef<Value> dys, unsigned index) {
+  return g.reshape(dys[0], tensorType(op->getOperand(index)));
+}
+
 Value ReshapeOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
-  Value dy = dys[0];
-  RankedTensorType operandType = tensorType(getOperation()->getOperand(index));
-  return g.reshape(dy, operandType);
+  return viewGradient(g, *this, dys, index);
 }
 
 Value FlattenOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
-  Value dy = dys[0];
-  RankedTensorType operandType = tensorType(getOperation()->getOperand(index));
-  return g.reshape(dy, operandType);
+  return viewGradient(g, *this, dys, index);
 }
 
 Value SqueezeOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
-  Value dy = dys[0];
-  RankedTensorType operandType = tensorType(getOperation()->getOperand(index));
-  return g.reshape(dy, operandType);
+  return viewGradient(g, *this, dys, index);
 }
 
 Value UnsqueezeOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
-  Value dy = dys[0];
-  RankedTensorType operandType = tensorType(getOperation()->getOperand(index));
-  return g.reshape(dy, operandType);
+  return viewGradient(g, *this, dys, index);
 }
 
 Value ExpandOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {

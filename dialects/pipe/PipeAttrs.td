@@ -4,6 +4,7 @@
 include "dialects/pipe/PipeBase.td"
 include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/BuiltinAttributes.td"
+include "mlir/IR/EnumAttr.td"
 
 class Pipe_Attr<string name, string attrMnemonic, list<Trait> traits = []>
     : AttrDef<Pipe_Dialect, name, traits> {
@@ -80,6 +81,75 @@ def Pipe_PlanAttr : Pipe_Attr<"Plan", "plan"> {
     "int64_t":$inflight,
     "bool":$vertical_sync,
     "::mlir::DenseI64ArrayAttr":$recompute
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+// Which part of the training step an op of @train_step belongs to
+// (`pipe.phase`), set by pipec-autodiff and read by pipec-outline-stages.
+def Pipe_Phase : I32EnumAttr<"Phase", "the part of the training step an op belongs to", [
+    I32EnumAttrCase<"Fwd", 0, "fwd">,               // the forward
+    I32EnumAttrCase<"BwdInput", 1, "bwd_input">,    // the input gradient (B)
+    I32EnumAttrCase<"BwdWeight", 2, "bwd_weight">,  // the weight gradient (W)
+  ]> {
+  let cppNamespace = "::pipec::pipe";
+  let genSpecializedAttr = 0;
+}
+
+def Pipe_PhaseAttr : EnumAttr<Pipe_Dialect, Pipe_Phase, "phase"> {
+  let summary = "The phase of an op of @train_step (`#pipe.phase<fwd>`)";
+  let assemblyFormat = "`<` $value `>`";
+}
+
+// The optimizer of the step function (`pipe.optimizer`'s kind).
+def Pipe_OptimizerKind : I32EnumAttr<"OptimizerKind", "the optimizer of the step", [
+    I32EnumAttrCase<"Sgd", 0, "sgd">,
+    I32EnumAttrCase<"AdamW", 1, "adamw">,
+  ]> {
+  let cppNamespace = "::pipec::pipe";
+  let genSpecializedAttr = 0;
+}
+
+// Which optimizer state an argument or result of the step is (`pipe.state`).
+def Pipe_OptimizerState : I32EnumAttr<"OptimizerState", "an optimizer state tensor", [
+    I32EnumAttrCase<"MomentumBuffer", 0, "momentum_buffer">, // SGD's momentum
+    I32EnumAttrCase<"ExpAvg", 1, "exp_avg">,                 // AdamW's first moment
+    I32EnumAttrCase<"ExpAvgSq", 2, "exp_avg_sq">,            // AdamW's second moment
+  ]> {
+  let cppNamespace = "::pipec::pipe";
+  let genSpecializedAttr = 0;
+}
+
+def Pipe_StateAttr : EnumAttr<Pipe_Dialect, Pipe_OptimizerState, "state"> {
+  let summary = "Which optimizer state a step argument or result is (`#pipe.state<exp_avg>`)";
+  let assemblyFormat = "`<` $value `>`";
+}
+
+def Pipe_OptimizerAttr : Pipe_Attr<"Optimizer", "optimizer"> {
+  let summary = "The optimizer and its hyper-parameters";
+  let description = [{
+    Set on the step function by `pipec-optimizer` as `pipe.optimizer` and
+    copied to every stage's `step` by `pipec-outline-stages`: the kind
+    (`sgd` or `adamw`), the learning rate, SGD's momentum (0 for AdamW),
+    the weight decay, AdamW's beta1, beta2 and epsilon (0 for SGD) and the
+    number of state tensors per trained parameter.
+
+    Example:
+      func.func @optimizer_step(...) attributes {pipe.optimizer =
+          #pipe.optimizer<kind = sgd, lr = 0.10000000000000001, momentum = 0.9,
+          weight_decay = 0.0, beta1 = 0.0, beta2 = 0.0, epsilon = 0.0,
+          state_per_param = 1>}
+  }];
+  let parameters = (ins
+    EnumParameter<Pipe_OptimizerKind>:$kind,
+    Pipe_DoubleParameter<"learning rate">:$lr,
+    Pipe_DoubleParameter<"SGD momentum">:$momentum,
+    Pipe_DoubleParameter<"weight decay">:$weight_decay,
+    Pipe_DoubleParameter<"AdamW beta1">:$beta1,
+    Pipe_DoubleParameter<"AdamW beta2">:$beta2,
+    Pipe_DoubleParameter<"AdamW epsilon">:$epsilon,
+    "int64_t":$state_per_param
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;

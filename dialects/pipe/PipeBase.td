@@ -16,6 +16,9 @@ def Pipe_Dialect : Dialect {
     (`pipe.recompute`).
   }];
   let useDefaultAttributePrinterParser = 1;
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
 }
 
 class Pipe_Op<string mnemonic, list<Trait> traits = []>

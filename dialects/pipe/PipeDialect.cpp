@@ -4,6 +4,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <cmath>
@@ -16,6 +17,7 @@ using namespace pipec::pipe;
 
 #include "dialects/pipe/PipeOpsDialect.cpp.inc"
 
+#include "dialects/pipe/PipeEnums.cpp.inc"
 #define GET_ATTRDEF_CLASSES
 #include "dialects/pipe/PipeAttrs.cpp.inc"
 
@@ -36,6 +38,8 @@ std::string pipec::pipe::formatDouble(double value) {
   std::string result = text;
   if (result.find_first_of(".eEn") == std::string::npos)
     result += ".0";
+  else if (result.find('.') == std::string::npos && result.find_first_of("eE") != std::string::npos)
+    result.insert(result.find_first_of("eE"), ".0"); // "1e-08" does not read back as a float
   return result;
 }
 
@@ -79,6 +83,81 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, Str
     if (stage < 0)
       return emitError() << "pipe.plan: recompute lists a negative stage " << stage;
   return success();
+}
+
+LogicalResult OptimizerAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                    OptimizerKind kind, APFloat lr, APFloat momentum,
+                                    APFloat weightDecay, APFloat beta1, APFloat beta2,
+                                    APFloat epsilon, int64_t statePerParam) {
+  for (const APFloat *value : {&lr, &momentum, &weightDecay, &beta1, &beta2, &epsilon})
+    if (!value->isFinite() || value->isNegative() ||
+        &value->getSemantics() != &APFloat::IEEEdouble())
+      return emitError() << "pipe.optimizer: hyper-parameters must be finite, non-negative doubles";
+  int64_t expected = kind == OptimizerKind::AdamW ? 2 : 1;
+  if (statePerParam != expected)
+    return emitError() << "pipe.optimizer: " << stringifyOptimizerKind(kind) << " keeps "
+                       << expected << " state tensors per parameter, got " << statePerParam;
+  return success();
+}
+
+std::optional<Phase> pipec::pipe::phaseOf(Operation *op) {
+  if (auto phase = op->getAttrOfType<PhaseAttr>(kPhaseAttrName))
+    return phase.getValue();
+  return std::nullopt;
+}
+
+void pipec::pipe::setPhase(Operation *op, Phase phase) {
+  op->setAttr(kPhaseAttrName, PhaseAttr::get(op->getContext(), phase));
+}
+
+std::optional<OptimizerState> pipec::pipe::argStateOf(Operation *function, unsigned index) {
+  if (auto interface = llvm::dyn_cast<FunctionOpInterface>(function))
+    if (auto state = interface.getArgAttrOfType<OptimizerStateAttr>(index, kStateAttrName))
+      return state.getValue();
+  return std::nullopt;
+}
+
+std::optional<OptimizerState> pipec::pipe::resultStateOf(Operation *function, unsigned index) {
+  if (auto interface = llvm::dyn_cast<FunctionOpInterface>(function))
+    if (auto state = interface.getResultAttrOfType<OptimizerStateAttr>(index, kStateAttrName))
+      return state.getValue();
+  return std::nullopt;
+}
+
+/// `pipe.phase` on an op must be a #pipe.phase<...> and `pipe.optimizer` a
+/// #pipe.optimizer<...>; the other discardable pipe attributes are checked
+/// by the passes that read them.
+LogicalResult PipeDialect::verifyOperationAttribute(Operation *op, NamedAttribute attribute) {
+  if (attribute.getName() == kPhaseAttrName && !llvm::isa<PhaseAttr>(attribute.getValue()))
+    return op->emitOpError() << "pipe.phase must be a #pipe.phase<...> (fwd, bwd_input, "
+                                "bwd_weight), got "
+                             << attribute.getValue();
+  if (attribute.getName() == kOptimizerAttrName &&
+      !llvm::isa<OptimizerAttr>(attribute.getValue()))
+    return op->emitOpError() << "pipe.optimizer must be a #pipe.optimizer<...>, got "
+                             << attribute.getValue();
+  return success();
+}
+
+static LogicalResult verifyStateAttribute(Operation *op, StringRef what, unsigned index,
+                                          NamedAttribute attribute) {
+  if (attribute.getName() == kStateAttrName &&
+      !llvm::isa<OptimizerStateAttr>(attribute.getValue()))
+    return op->emitOpError() << what << " #" << index
+                             << ": pipe.state must be a #pipe.state<...> (momentum_buffer, "
+                                "exp_avg, exp_avg_sq), got "
+                             << attribute.getValue();
+  return success();
+}
+
+LogicalResult PipeDialect::verifyRegionArgAttribute(Operation *op, unsigned, unsigned index,
+                                                    NamedAttribute attribute) {
+  return verifyStateAttribute(op, "argument", index, attribute);
+}
+
+LogicalResult PipeDialect::verifyRegionResultAttribute(Operation *op, unsigned, unsigned index,
+                                                       NamedAttribute attribute) {
+  return verifyStateAttribute(op, "result", index, attribute);
 }
 
 LogicalResult StageOp::verify() {

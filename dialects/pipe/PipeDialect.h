@@ -15,6 +15,10 @@
 
 #include "dialects/pipe/PipeOpsDialect.h.inc"
 
+#include "dialects/pipe/PipeEnums.h.inc"
+
+#include <optional>
+
 #define GET_ATTRDEF_CLASSES
 #include "dialects/pipe/PipeAttrs.h.inc"
 
@@ -25,8 +29,23 @@ inline constexpr llvm::StringLiteral kPlanAttrName = "pipe.plan";
 /// pipec-estimate-costs' CostAttr on every costed nn op.
 inline constexpr llvm::StringLiteral kCostAttrName = "pipe.cost";
 inline constexpr llvm::StringLiteral kStagesAttrName = "pipe.stages";
+/// pipec-autodiff's PhaseAttr on every op of @train_step.
+inline constexpr llvm::StringLiteral kPhaseAttrName = "pipe.phase";
+/// pipec-optimizer's OptimizerAttr on the step function (and every stage's step).
+inline constexpr llvm::StringLiteral kOptimizerAttrName = "pipe.optimizer";
+/// pipec-optimizer's StateAttr on the step's optimizer-state arguments and results.
+inline constexpr llvm::StringLiteral kStateAttrName = "pipe.state";
+
+/// The op's `pipe.phase`, if it has a PhaseAttr one.
+std::optional<Phase> phaseOf(mlir::Operation *op);
+/// Sets the op's `pipe.phase`.
+void setPhase(mlir::Operation *op, Phase phase);
+/// The `pipe.state` of a function's argument or result, if it has one.
+std::optional<OptimizerState> argStateOf(mlir::Operation *function, unsigned index);
+std::optional<OptimizerState> resultStateOf(mlir::Operation *function, unsigned index);
 /// A double as the pipe attributes print it: the shortest "%.17g" text,
-/// which reads back exactly, with ".0" when it would look like an integer.
+/// which reads back exactly, with ".0" when it would look like an integer
+/// (before the exponent of "1e-08", which would not read back as a float).
 std::string formatDouble(double value);
 } // namespace pipec::pipe
 

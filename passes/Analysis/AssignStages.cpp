@@ -112,25 +112,25 @@ struct AssignStages : impl::AssignStagesBase<AssignStages> {
   }
 
 private:
-  /// The textual options, read by the same parser as pipec's flags.
+  /// The textual options, checked by the same definitions as pipec's flags
+  /// (partition::applyPartitionFlag).
   planner::Request requestFromOptions() {
-    std::vector<std::string> flags = {"--gpus", gpus, "--device", device};
-    if (stages > 0)
-      flags.insert(flags.end(), {"--stages", std::to_string(stages)});
-    if (microbatches > 0)
-      flags.insert(flags.end(), {"--microbatches", std::to_string(microbatches)});
-    if (noReplication)
-      flags.push_back("--no-replication");
-    if (!memoryLimit.empty())
-      flags.insert(flags.end(), {"--memory-limit", memoryLimit});
-    if (asynchronous)
-      flags.push_back("--async");
-    if (!recompute.empty())
-      flags.push_back("--recompute=" + recompute);
     planner::Request request;
-    partition::parsePartitionFlags(flags, request.partition);
-    if (!flags.empty())
-      throw partition::Error("unexpected option '" + flags.front() + "'");
+    partition::PartitionCliOptions &flags = request.partition;
+    partition::applyPartitionFlag(flags, "--gpus", gpus);
+    partition::applyPartitionFlag(flags, "--device", device);
+    if (stages > 0)
+      partition::applyPartitionFlag(flags, "--stages", std::to_string(stages));
+    if (microbatches > 0)
+      partition::applyPartitionFlag(flags, "--microbatches", std::to_string(microbatches));
+    if (noReplication)
+      partition::applyPartitionFlag(flags, "--no-replication", "");
+    if (!memoryLimit.empty())
+      partition::applyPartitionFlag(flags, "--memory-limit", memoryLimit);
+    if (asynchronous)
+      partition::applyPartitionFlag(flags, "--async", "");
+    if (!recompute.empty())
+      partition::applyPartitionFlag(flags, "--recompute", recompute);
     request.schedule = schedule;
     request.chunks = chunks;
     request.verticalSync = verticalSync;

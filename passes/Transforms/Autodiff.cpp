@@ -6,6 +6,7 @@
 #include "passes/Analysis/GradientRoles.h"
 
 #include "dialects/nn/NNGradient.h"
+#include "dialects/pipe/PipeDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -171,7 +172,7 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
 
     MLIRContext *context = &getContext();
     for (Operation &op : body.without_terminator())
-      op.setAttr("pipe.phase", StringAttr::get(context, "fwd"));
+      pipe::setPhase(&op, pipe::Phase::Fwd);
 
     GradientRoles roles(function);
     OpBuilder builder(returnOp);
@@ -179,19 +180,19 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
     auto stageOf = [](Operation *op) { return op ? op->getAttr("pipe.stage") : Attribute(); };
 
     /// Runs `emit` and marks every op it created with the phase and stage.
-    auto tagged = [&](StringRef phase, Attribute stage, llvm::function_ref<Value()> emit) {
+    auto tagged = [&](pipe::Phase phase, Attribute stage, llvm::function_ref<Value()> emit) {
       Operation *before = returnOp->getPrevNode();
       Value value = emit();
       for (Operation *op = before ? before->getNextNode() : &body.front(); op != returnOp;
            op = op->getNextNode()) {
-        op->setAttr("pipe.phase", StringAttr::get(context, phase));
+        pipe::setPhase(op, phase);
         if (stage)
           op->setAttr("pipe.stage", stage);
       }
       return value;
     };
     auto phaseOf = [&](Value value) {
-      return roles.isWeightGradient(value) ? "bwd_weight" : "bwd_input";
+      return roles.isWeightGradient(value) ? pipe::Phase::BwdWeight : pipe::Phase::BwdInput;
     };
     auto accumulate = [&](Value target, Value contribution, Attribute stage) {
       auto [it, inserted] = gradients.try_emplace(target, contribution);
@@ -202,7 +203,7 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
     };
 
     Operation *lossProducer = loss.getDefiningOp();
-    Value seed = tagged("bwd_input", stageOf(lossProducer), [&] {
+    Value seed = tagged(pipe::Phase::BwdInput, stageOf(lossProducer), [&] {
       return Value(nn::ConstantOp::create(
           builder, NameLoc::get(builder.getStringAttr("loss_seed"), function.getLoc()),
           DenseElementsAttr::get(lossType, builder.getFloatAttr(lossType.getElementType(), 1.0))));
@@ -211,7 +212,7 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
 
     SmallVector<Operation *> forwardOps;
     for (Operation &op : body.without_terminator())
-      if (op.getAttrOfType<StringAttr>("pipe.phase").getValue() == "fwd")
+      if (pipe::phaseOf(&op) == pipe::Phase::Fwd)
         forwardOps.push_back(&op);
     for (Operation *op : llvm::reverse(forwardOps)) {
       SmallVector<Value> dys;
@@ -253,7 +254,7 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
       if (!grad) {
         // Unused by the loss: a zero gradient keeps the optimizer uniform.
         auto type = tensorType(argument);
-        grad = tagged("bwd_weight", Attribute(), [&] {
+        grad = tagged(pipe::Phase::BwdWeight, Attribute(), [&] {
           return Value(nn::ConstantOp::create(
               builder, function.getLoc(),
               DenseElementsAttr::get(type, builder.getFloatAttr(type.getElementType(), 0.0))));

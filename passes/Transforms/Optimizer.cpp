@@ -3,6 +3,7 @@
 #include "passes/Passes.h"
 
 #include "dialects/nn/NNDialect.h"
+#include "dialects/pipe/PipeDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -83,14 +84,17 @@ struct Optimizer : impl::OptimizerBase<Optimizer> {
       params.push_back({name, argument.getType()});
     }
 
-    SmallVector<StringRef> stateNames =
-        adamw ? SmallVector<StringRef>{"exp_avg", "exp_avg_sq"}
-              : SmallVector<StringRef>{"momentum_buffer"};
-    auto attrs = [&](StringAttr name, nn::Role role, StringRef state = {}) {
+    SmallVector<pipe::OptimizerState> stateNames =
+        adamw ? SmallVector<pipe::OptimizerState>{pipe::OptimizerState::ExpAvg,
+                                                  pipe::OptimizerState::ExpAvgSq}
+              : SmallVector<pipe::OptimizerState>{pipe::OptimizerState::MomentumBuffer};
+    auto attrs = [&](StringAttr name, nn::Role role,
+                     std::optional<pipe::OptimizerState> state = std::nullopt) {
       SmallVector<NamedAttribute> list{builder.getNamedAttr("nn.name", name),
                                        nn::roleAttribute(context, role)};
-      if (!state.empty())
-        list.push_back(builder.getNamedAttr("pipe.state", builder.getStringAttr(state)));
+      if (state)
+        list.push_back(builder.getNamedAttr(pipe::kStateAttrName,
+                                            pipe::OptimizerStateAttr::get(context, *state)));
       return builder.getDictionaryAttr(list);
     };
     SmallVector<Type> argTypes, resultTypes;
@@ -104,7 +108,7 @@ struct Optimizer : impl::OptimizerBase<Optimizer> {
       argAttrs.push_back(attrs(name, nn::Role::Grad));
     }
     for (auto &[name, type] : params)
-      for (StringRef state : stateNames) {
+      for (pipe::OptimizerState state : stateNames) {
         argTypes.push_back(type);
         argAttrs.push_back(attrs(name, nn::Role::OptimizerState, state));
       }
@@ -116,7 +120,7 @@ struct Optimizer : impl::OptimizerBase<Optimizer> {
       resultAttrs.push_back(attrs(name, nn::Role::Param));
     }
     for (auto &[name, type] : params)
-      for (StringRef state : stateNames) {
+      for (pipe::OptimizerState state : stateNames) {
         resultTypes.push_back(type);
         resultAttrs.push_back(attrs(name, nn::Role::OptimizerState, state));
       }
@@ -127,20 +131,16 @@ struct Optimizer : impl::OptimizerBase<Optimizer> {
                                          builder.getFunctionType(argTypes, resultTypes));
     function.setAllArgAttrs(argAttrs);
     function.setAllResultAttrs(resultAttrs);
-    SmallVector<NamedAttribute> hyper{
-        builder.getNamedAttr("kind", builder.getStringAttr(optimizer)),
-        builder.getNamedAttr("lr", builder.getF32FloatAttr(lr)),
-        builder.getNamedAttr("weight_decay", builder.getF32FloatAttr(decay))};
-    if (adamw) {
-      hyper.push_back(builder.getNamedAttr("beta1", builder.getF32FloatAttr(beta1)));
-      hyper.push_back(builder.getNamedAttr("beta2", builder.getF32FloatAttr(beta2)));
-      hyper.push_back(builder.getNamedAttr("epsilon", builder.getF32FloatAttr(epsilon)));
-    } else {
-      hyper.push_back(builder.getNamedAttr("momentum", builder.getF32FloatAttr(momentum)));
-    }
-    hyper.push_back(builder.getNamedAttr(
-        "state_per_param", builder.getI64IntegerAttr(static_cast<int64_t>(stateNames.size()))));
-    function->setAttr("pipe.optimizer", builder.getDictionaryAttr(hyper));
+    // SGD has no betas or epsilon and AdamW no momentum: those read 0.
+    function->setAttr(
+        pipe::kOptimizerAttrName,
+        pipe::OptimizerAttr::get(
+            context, adamw ? pipe::OptimizerKind::AdamW : pipe::OptimizerKind::Sgd,
+            APFloat(static_cast<double>(lr)), APFloat(adamw ? 0.0 : static_cast<double>(momentum)),
+            APFloat(decay), APFloat(adamw ? static_cast<double>(beta1) : 0.0),
+            APFloat(adamw ? static_cast<double>(beta2) : 0.0),
+            APFloat(adamw ? static_cast<double>(epsilon) : 0.0),
+            static_cast<int64_t>(stateNames.size())));
 
     Block *entry = function.addEntryBlock();
     OpBuilder body = OpBuilder::atBlockEnd(entry);

@@ -74,13 +74,17 @@ namespace {
 
 using namespace stages;
 
+/// The op's pipe.phase, which also names its stage function (@fwd,
+/// @bwd_input, @bwd_weight); the values follow pipe::Phase's.
 enum Phase { Forward = 0, BackwardInput = 1, BackwardWeight = 2 };
-constexpr StringLiteral kPhaseNames[] = {"fwd", "bwd_input", "bwd_weight"};
+static_assert(static_cast<int>(pipe::Phase::Fwd) == Forward &&
+              static_cast<int>(pipe::Phase::BwdInput) == BackwardInput &&
+              static_cast<int>(pipe::Phase::BwdWeight) == BackwardWeight);
+constexpr StringLiteral kPhaseNames[] = {kForward, kBackwardInput, kBackwardWeight};
 
-std::optional<Phase> parsePhase(StringRef phase) {
-  for (int i = 0; i < 3; ++i)
-    if (phase == kPhaseNames[i])
-      return static_cast<Phase>(i);
+std::optional<Phase> phaseOfOp(Operation *op) {
+  if (std::optional<pipe::Phase> phase = pipe::phaseOf(op))
+    return static_cast<Phase>(*phase);
   return std::nullopt;
 }
 
@@ -269,8 +273,7 @@ struct Outliner {
   }
 
   std::optional<Phase> phaseOf(Operation *op) {
-    auto phase = op->getAttrOfType<StringAttr>("pipe.phase");
-    return phase ? parsePhase(phase.getValue()) : std::nullopt;
+    return phaseOfOp(op);
   }
 
   /// A value produced by another function (of this stage or another).
@@ -382,9 +385,9 @@ struct Outliner {
         return error(&op) << "pipe.stage " << *stage << " is not one of the " << numStages
                           << " stages in pipe.stages",
                failure();
-      auto phase = op.getAttrOfType<StringAttr>("pipe.phase");
-      if (!phase || !parsePhase(phase.getValue()))
-        return error(&op) << "op needs pipe.phase = \"fwd\", \"bwd_input\" or \"bwd_weight\"",
+      if (!pipe::phaseOf(&op))
+        return error(&op) << "op needs pipe.phase = #pipe.phase<fwd>, <bwd_input> or "
+                             "<bwd_weight>",
                failure();
       for (Value operand : op.getOperands())
         if (auto argument = llvm::dyn_cast<BlockArgument>(operand)) {
@@ -410,8 +413,7 @@ struct Outliner {
       if (!llvm::isa<nn::ConstantOp>(op) || op.getNumResults() != 1)
         continue;
       auto type = llvm::dyn_cast<RankedTensorType>(op.getResult(0).getType());
-      auto phase = op.getAttrOfType<StringAttr>("pipe.phase");
-      if (!type || type.getNumElements() != 1 || !phase || phase.getValue() != "bwd_input")
+      if (!type || type.getNumElements() != 1 || pipe::phaseOf(&op) != pipe::Phase::BwdInput)
         continue;
       auto nameLoc = llvm::dyn_cast<NameLoc>(op.getLoc());
       if (op.hasAttr("pipe.loss_seed") || (nameLoc && nameLoc.getName() == "loss_seed"))
@@ -628,7 +630,7 @@ struct Outliner {
         }
         auto add = nn::AddOp::create(local, leaf.getLoc(), sum, *value);
         add->setAttr("pipe.stage", builder.getI64IntegerAttr(stage));
-        add->setAttr("pipe.phase", builder.getStringAttr("bwd_weight"));
+        pipe::setPhase(add, pipe::Phase::BwdWeight);
         sum = add;
       }
       if (!sum) {
@@ -776,8 +778,8 @@ struct Outliner {
                                      builder.getFunctionType(argTypes, resultTypes));
     step.setAllArgAttrs(argAttrs);
     step.setAllResultAttrs(resultAttrs);
-    if (auto hyper = optimizerStep->getAttr("pipe.optimizer"))
-      step->setAttr("pipe.optimizer", hyper);
+    if (auto hyper = optimizerStep->getAttrOfType<pipe::OptimizerAttr>(pipe::kOptimizerAttrName))
+      step->setAttr(pipe::kOptimizerAttrName, hyper);
     Block *block = step.addEntryBlock();
     OpBuilder body = OpBuilder::atBlockEnd(block);
     IRMapping mapping;

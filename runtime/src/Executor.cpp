@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 
@@ -31,9 +32,8 @@ Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Tr
     : plan_(plan), opt_(opt), control_(control), transport_(transport), device_(device), gpu_(!device.host()),
       slots_(device, transport), stash_(device, plan.chunks), headers_(device), recorder_(opt) {
   const int rank = control.rank();
-  if (gpu_ != transport.streamOrdered())
-    fail(std::string("internal: the ") + transport.name() + " transport cannot move buffers of the " + device.name() +
-         " device");
+  assert(gpu_ == transport.streamOrdered() &&
+         "piperun pairs the host device with MPI and a GPU with NCCL (a transport that moves that device's buffers)");
   if (plan.numRanks() != control.size())
     fail(plan.planPath + ": the plan needs " + std::to_string(plan.numRanks()) + " ranks (stages[].ranks), mpirun started " +
          std::to_string(control.size()));

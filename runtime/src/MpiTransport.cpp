@@ -2,6 +2,7 @@
 
 #include "Plan.h" // Error
 
+#include <cassert>
 #include <climits>
 
 namespace pipec::rt {
@@ -105,7 +106,7 @@ int MpiControl::splitGroup(bool member) {
   return (int)groups_.size() - 1;
 }
 MPI_Comm MpiControl::groupComm(int group) const {
-  if (group < 0 || group >= (int)groups_.size()) throw Error("internal: unknown communicator group");
+  assert(group >= 0 && group < (int)groups_.size() && "group ids come from splitGroup");
   return groups_[group];
 }
 void MpiControl::abort(int code) {
@@ -142,7 +143,7 @@ MpiTransport::Request MpiTransport::irecv(void *buf, size_t bytes, int peer, int
 }
 void MpiTransport::wait(Request id) {
   auto it = pending_.find(id);
-  if (it == pending_.end()) throw Error("internal: wait on an unknown request");
+  assert(it != pending_.end() && "a request is waited on once, after isend or irecv returned it");
   MPI_Status st;
   const int rc = MPI_Wait(&it->second, &st);
   pending_.erase(it);

@@ -4,6 +4,8 @@
 
 #include <mpi.h>
 
+#include <cassert>
+
 #include <thread>
 
 namespace pipec::rt {
@@ -200,7 +202,7 @@ NcclTransport::Request NcclTransport::enqueued(cudaStream_t s) {
 
 cudaEvent_t NcclTransport::take(Request r) {
   auto it = pending_.find(r);
-  if (it == pending_.end()) throw Error("internal: unknown NCCL request");
+  assert(it != pending_.end() && "a request is taken once, after isend or irecv returned it");
   cudaEvent_t e = it->second;
   pending_.erase(it);
   return e;
@@ -208,7 +210,7 @@ cudaEvent_t NcclTransport::take(Request r) {
 
 Event NcclTransport::event(Request r) {
   auto it = pending_.find(r);
-  if (it == pending_.end()) throw Error("internal: unknown NCCL request");
+  assert(it != pending_.end() && "an event is asked of a request isend or irecv returned and nobody took yet");
   return it->second;
 }
 
@@ -255,7 +257,7 @@ void NcclTransport::allreduceSumStage(void *buf, size_t count, pipec_dtype dtype
 
 void NcclTransport::allreduceSumGroup(int group, void *buf, size_t count, pipec_dtype dtype) {
   auto it = groups_.find(group);
-  if (it == groups_.end()) throw Error("internal: unknown tied-parameter group");
+  assert(it != groups_.end() && "connect() made a communicator for every group of splitGroup");
   if (!it->second || count == 0) return;
   // Reduce to the group's first rank, broadcast: every copy gets the same bits.
   const cudaStream_t s = (cudaStream_t)device_.computeStream();

@@ -5,13 +5,13 @@
 // gradient B; the first layer's input needs no gradient at all.
 // CHECK-LABEL: func.func @train_step
 // CHECK-SAME: -> (tensor<f32> {nn.name = "loss", nn.role = #nn.role<loss>}, tensor<4x3xf32> {nn.name = "w", nn.role = #nn.role<grad>}, tensor<4xf32> {nn.name = "b", nn.role = #nn.role<grad>})
-// CHECK: %[[Y:.*]] = nn.gemm %[[X:.*]], %[[W:.*]], %{{.*}} {pipe.phase = "fwd", pipe.stage = 0 : i64, transB = true}
-// CHECK: %[[LOSS:.*]], %{{.*}} = nn.softmax_cross_entropy_loss %[[Y]]{{.*}}pipe.phase = "fwd", pipe.stage = 1 : i64
-// CHECK: %[[SEED:.*]] = nn.constant {pipe.phase = "bwd_input", pipe.stage = 1 : i64} dense<1.000000e+00> : tensor<f32>
-// CHECK: %[[DY:.*]] = nn.softmax_cross_entropy_loss_grad %[[SEED]], %[[Y]], %{{.*}} {pipe.phase = "bwd_input", pipe.stage = 1 : i64}
-// CHECK-NOT: pipe.phase = "bwd_input", pipe.stage = 0
-// CHECK: %[[DW:.*]] = nn.gemm %[[DY]], %[[X]] {pipe.phase = "bwd_weight", pipe.stage = 0 : i64, transA = true} : (tensor<2x4xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>
-// CHECK: %[[DB:.*]] = nn.reduce_sum %[[DY]] {axes = array<i64: 0>, pipe.phase = "bwd_weight", pipe.stage = 0 : i64}
+// CHECK: %[[Y:.*]] = nn.gemm %[[X:.*]], %[[W:.*]], %{{.*}} {pipe.phase = #pipe.phase<fwd>, pipe.stage = 0 : i64, transB = true}
+// CHECK: %[[LOSS:.*]], %{{.*}} = nn.softmax_cross_entropy_loss %[[Y]]{{.*}}pipe.phase = #pipe.phase<fwd>, pipe.stage = 1 : i64
+// CHECK: %[[SEED:.*]] = nn.constant {pipe.phase = #pipe.phase<bwd_input>, pipe.stage = 1 : i64} dense<1.000000e+00> : tensor<f32>
+// CHECK: %[[DY:.*]] = nn.softmax_cross_entropy_loss_grad %[[SEED]], %[[Y]], %{{.*}} {pipe.phase = #pipe.phase<bwd_input>, pipe.stage = 1 : i64}
+// CHECK-NOT: pipe.phase = #pipe.phase<bwd_input>, pipe.stage = 0
+// CHECK: %[[DW:.*]] = nn.gemm %[[DY]], %[[X]] {pipe.phase = #pipe.phase<bwd_weight>, pipe.stage = 0 : i64, transA = true} : (tensor<2x4xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>
+// CHECK: %[[DB:.*]] = nn.reduce_sum %[[DY]] {axes = array<i64: 0>, pipe.phase = #pipe.phase<bwd_weight>, pipe.stage = 0 : i64}
 // CHECK: %[[DBR:.*]] = nn.reshape %[[DB]]
 // CHECK: return %[[LOSS]], %[[DW]], %[[DBR]]
 // ROUNDTRIP: func.func @train_step
@@ -27,9 +27,9 @@ func.func @forward(%w: tensor<4x3xf32> {nn.name = "w", nn.role = #nn.role<param>
 // A tied weight (embedding and output head) gets the sum of both uses; the
 // transposed weight's gradient stays W work.
 // CHECK-LABEL: func.func @train_step
-// CHECK-DAG: %[[HEAD:.*]] = nn.transpose %{{.*}} {{.*}}pipe.phase = "bwd_weight"
-// CHECK-DAG: %[[EMB:.*]] = nn.gather_grad %{{.*}} {pipe.phase = "bwd_weight"} : (tensor<2x3x4xf32>, tensor<2x3xi64>) -> tensor<10x4xf32>
-// CHECK: %[[SUM:.*]] = nn.add %{{.*}}, %{{.*}} {pipe.phase = "bwd_weight"} : (tensor<10x4xf32>, tensor<10x4xf32>) -> tensor<10x4xf32>
+// CHECK-DAG: %[[HEAD:.*]] = nn.transpose %{{.*}} {{.*}}pipe.phase = #pipe.phase<bwd_weight>
+// CHECK-DAG: %[[EMB:.*]] = nn.gather_grad %{{.*}} {pipe.phase = #pipe.phase<bwd_weight>} : (tensor<2x3x4xf32>, tensor<2x3xi64>) -> tensor<10x4xf32>
+// CHECK: %[[SUM:.*]] = nn.add %{{.*}}, %{{.*}} {pipe.phase = #pipe.phase<bwd_weight>} : (tensor<10x4xf32>, tensor<10x4xf32>) -> tensor<10x4xf32>
 // CHECK: return %{{.*}}, %[[SUM]] : tensor<f32>, tensor<10x4xf32>
 func.func @forward(%e: tensor<10x4xf32> {nn.name = "e", nn.role = #nn.role<param>}, %tok: tensor<2x3xi64> {nn.name = "tok", nn.role = #nn.role<input>},
                    %t: tensor<6xi64> {nn.name = "t", nn.role = #nn.role<label>}) -> tensor<f32> {
@@ -46,8 +46,8 @@ func.func @forward(%e: tensor<10x4xf32> {nn.name = "e", nn.role = #nn.role<param
 // BatchNormalization in training mode: its updated statistics are results.
 // CHECK-LABEL: func.func @train_step
 // CHECK-SAME: tensor<3xf32> {nn.name = "mean", nn.role = #nn.role<buffer_update>}, tensor<3xf32> {nn.name = "var", nn.role = #nn.role<buffer_update>})
-// CHECK: nn.batch_norm_grad {{.*}}pipe.phase = "bwd_input"
-// CHECK: nn.batch_norm_param_grad {{.*}}pipe.phase = "bwd_weight"
+// CHECK: nn.batch_norm_grad {{.*}}pipe.phase = #pipe.phase<bwd_input>
+// CHECK: nn.batch_norm_param_grad {{.*}}pipe.phase = #pipe.phase<bwd_weight>
 func.func @forward(%s: tensor<3xf32> {nn.name = "s", nn.role = #nn.role<param>}, %b: tensor<3xf32> {nn.name = "b", nn.role = #nn.role<param>},
                    %m: tensor<3xf32> {nn.name = "mean", nn.role = #nn.role<buffer>}, %v: tensor<3xf32> {nn.name = "var", nn.role = #nn.role<buffer>},
                    %w: tensor<3x3x1x1xf32> {nn.name = "w", nn.role = #nn.role<param>},

@@ -10,7 +10,7 @@
 // CHECK-LABEL: pipe.stage @stage_0 attributes {id = 0 : i64, pipe.workspace_bytes = 1536 : i64, ranks = array<i64: 0>}
 // CHECK: func.func @fwd(%[[W0:.*]]: tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<param>}, %[[X:.*]]: tensor<8x16xf32> {nn.name = "x", nn.role = #nn.role<input>})
 // CHECK-SAME: -> (tensor<8x16xf32> {pipe.saved = "fc0"}, tensor<8x16xf32> {pipe.saved = "relu0"}) attributes {pipe.saved_bytes = 1024 : i64}
-// CHECK-NEXT: %[[H0:.*]] = nn.matmul %[[X]], %[[W0]] {pipe.phase = "fwd", pipe.stage = 0 : i64}
+// CHECK-NEXT: %[[H0:.*]] = nn.matmul %[[X]], %[[W0]] {pipe.phase = #pipe.phase<fwd>, pipe.stage = 0 : i64}
 // CHECK-NEXT: %[[R0:.*]] = nn.relu %[[H0]]
 // CHECK-NEXT: pipe.send %[[R0]] to 1 tag 0 {name = "relu0"} : tensor<8x16xf32>
 // CHECK-NEXT: return %[[H0]], %[[R0]]
@@ -24,9 +24,9 @@
 // CHECK-NEXT: %[[XT:.*]] = nn.transpose %[[X2]]
 // CHECK-NEXT: %[[DW0A:.*]] = nn.matmul %[[XT]], %[[SDH0]]
 // CHECK-NEXT: return %[[DW0A]]
-// CHECK: func.func @step(%[[P:.*]]: tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<param>}, %[[G:.*]]: tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<grad>}, %[[M:.*]]: tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<optimizer_state>, pipe.state = "momentum_buffer"}, %[[STEP:.*]]: i64 {nn.role = #nn.role<step>})
-// CHECK-SAME: -> (tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<param>}, tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<optimizer_state>, pipe.state = "momentum_buffer"})
-// CHECK-SAME: pipe.optimizer = {kind = "sgd"
+// CHECK: func.func @step(%[[P:.*]]: tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<param>}, %[[G:.*]]: tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<grad>}, %[[M:.*]]: tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<optimizer_state>, pipe.state = #pipe.state<momentum_buffer>}, %[[STEP:.*]]: i64 {nn.role = #nn.role<step>})
+// CHECK-SAME: -> (tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<param>}, tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<optimizer_state>, pipe.state = #pipe.state<momentum_buffer>})
+// CHECK-SAME: pipe.optimizer = #pipe.optimizer<kind = sgd, lr = 0.10000000000000001,
 // CHECK-NEXT: %[[SUM:.*]] = pipe.allreduce %[[G]] {name = "w0", reduction = "sum", stages = array<i64: 0, 2>} : tensor<16x16xf32>
 // CHECK-NEXT: %[[NP:.*]], %[[NM:.*]] = nn.sgd_update %[[P]], %[[SUM]], %[[M]], %[[STEP]]
 // CHECK-NEXT: return %[[NP]], %[[NM]]
@@ -43,7 +43,7 @@
 // CHECK: func.func @bwd_input(%{{.*}}: tensor<16x16xf32> {nn.name = "w1", nn.role = #nn.role<param>}, %{{.*}}: tensor<8x16xf32> {pipe.saved = "fc1"}, %{{.*}}: tensor<8x16xf32> {pipe.saved = "relu1"})
 // CHECK-NEXT: %[[G1:.*]] = pipe.recv from 2 tag 2 {name = "grad:matmul"}
 // CHECK-NEXT: %[[G2:.*]] = pipe.recv from 2 tag 3 {name = "grad:softmax_cross_entropy_loss_grad"}
-// CHECK: %[[SUM1:.*]] = nn.add %[[G2]], %{{.*}} {pipe.phase = "bwd_input", pipe.stage = 1 : i64}
+// CHECK: %[[SUM1:.*]] = nn.add %[[G2]], %{{.*}} {pipe.phase = #pipe.phase<bwd_input>, pipe.stage = 1 : i64}
 // CHECK-NEXT: pipe.send %[[SUM1]] to 0 tag 4 {name = "grad:add"} : tensor<8x16xf32>
 // CHECK: func.func @bwd_weight(%{{.*}}: tensor<8x16xf32> {pipe.saved = "relu0"}, %{{.*}}: tensor<8x16xf32> {pipe.saved = "unary_grad"}) -> (tensor<16x16xf32> {nn.name = "w1", nn.role = #nn.role<grad>})
 // CHECK: func.func @step(
@@ -82,29 +82,29 @@ module attributes {pipe.stages = [
       -> (tensor<f32> {nn.name = "loss", nn.role = #nn.role<loss>},
           tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<grad>},
           tensor<16x16xf32> {nn.name = "w1", nn.role = #nn.role<grad>}) {
-    %h0 = nn.matmul %x, %w0 {pipe.stage = 0 : i64, pipe.phase = "fwd"} : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32> loc("fc0")
-    %r0 = nn.relu %h0 {pipe.stage = 0 : i64, pipe.phase = "fwd"} : tensor<8x16xf32> loc("relu0")
-    %h1 = nn.matmul %r0, %w1 {pipe.stage = 1 : i64, pipe.phase = "fwd"} : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32> loc("fc1")
-    %r1 = nn.relu %h1 {pipe.stage = 1 : i64, pipe.phase = "fwd"} : tensor<8x16xf32> loc("relu1")
-    %h2 = nn.matmul %r1, %w0 {pipe.stage = 2 : i64, pipe.phase = "fwd"} : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32> loc("head")
-    %y = nn.add %h2, %r0 {pipe.stage = 2 : i64, pipe.phase = "fwd"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32> loc("skip")
-    %loss, %logp = nn.softmax_cross_entropy_loss %y, %labels {pipe.stage = 2 : i64, pipe.phase = "fwd"} : (tensor<8x16xf32>, tensor<8xi64>) -> (tensor<f32>, tensor<8x16xf32>) loc("loss")
-    %seed = nn.constant {pipe.stage = 2 : i64, pipe.phase = "bwd_input"} dense<1.0> : tensor<f32> loc("loss_seed")
-    %dy = nn.softmax_cross_entropy_loss_grad %seed, %y, %labels {pipe.stage = 2 : i64, pipe.phase = "bwd_input"} : (tensor<f32>, tensor<8x16xf32>, tensor<8xi64>) -> tensor<8x16xf32>
-    %w0t = nn.transpose %w0 {perm = array<i64: 1, 0>, pipe.stage = 2 : i64, pipe.phase = "bwd_input"} : (tensor<16x16xf32>) -> tensor<16x16xf32>
-    %dr1 = nn.matmul %dy, %w0t {pipe.stage = 2 : i64, pipe.phase = "bwd_input"} : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>
-    %r1t = nn.transpose %r1 {perm = array<i64: 1, 0>, pipe.stage = 2 : i64, pipe.phase = "bwd_weight"} : (tensor<8x16xf32>) -> tensor<16x8xf32>
-    %dw0b = nn.matmul %r1t, %dy {pipe.stage = 2 : i64, pipe.phase = "bwd_weight"} : (tensor<16x8xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
-    %dh1 = nn.unary_grad <relu> %dr1, %h1, %r1 {pipe.stage = 1 : i64, pipe.phase = "bwd_input"} : tensor<8x16xf32>
-    %w1t = nn.transpose %w1 {perm = array<i64: 1, 0>, pipe.stage = 1 : i64, pipe.phase = "bwd_input"} : (tensor<16x16xf32>) -> tensor<16x16xf32>
-    %dr0a = nn.matmul %dh1, %w1t {pipe.stage = 1 : i64, pipe.phase = "bwd_input"} : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>
-    %r0t = nn.transpose %r0 {perm = array<i64: 1, 0>, pipe.stage = 1 : i64, pipe.phase = "bwd_weight"} : (tensor<8x16xf32>) -> tensor<16x8xf32>
-    %dw1 = nn.matmul %r0t, %dh1 {pipe.stage = 1 : i64, pipe.phase = "bwd_weight"} : (tensor<16x8xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
-    %dr0 = nn.add %dy, %dr0a {pipe.stage = 1 : i64, pipe.phase = "bwd_input"} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
-    %dh0 = nn.unary_grad <relu> %dr0, %h0, %r0 {pipe.stage = 0 : i64, pipe.phase = "bwd_input"} : tensor<8x16xf32>
-    %xt = nn.transpose %x {perm = array<i64: 1, 0>, pipe.stage = 0 : i64, pipe.phase = "bwd_weight"} : (tensor<8x16xf32>) -> tensor<16x8xf32>
-    %dw0a = nn.matmul %xt, %dh0 {pipe.stage = 0 : i64, pipe.phase = "bwd_weight"} : (tensor<16x8xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
-    %dw0 = nn.add %dw0b, %dw0a {pipe.stage = 0 : i64, pipe.phase = "bwd_weight"} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+    %h0 = nn.matmul %x, %w0 {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<fwd>} : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32> loc("fc0")
+    %r0 = nn.relu %h0 {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<fwd>} : tensor<8x16xf32> loc("relu0")
+    %h1 = nn.matmul %r0, %w1 {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<fwd>} : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32> loc("fc1")
+    %r1 = nn.relu %h1 {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<fwd>} : tensor<8x16xf32> loc("relu1")
+    %h2 = nn.matmul %r1, %w0 {pipe.stage = 2 : i64, pipe.phase = #pipe.phase<fwd>} : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32> loc("head")
+    %y = nn.add %h2, %r0 {pipe.stage = 2 : i64, pipe.phase = #pipe.phase<fwd>} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32> loc("skip")
+    %loss, %logp = nn.softmax_cross_entropy_loss %y, %labels {pipe.stage = 2 : i64, pipe.phase = #pipe.phase<fwd>} : (tensor<8x16xf32>, tensor<8xi64>) -> (tensor<f32>, tensor<8x16xf32>) loc("loss")
+    %seed = nn.constant {pipe.stage = 2 : i64, pipe.phase = #pipe.phase<bwd_input>} dense<1.0> : tensor<f32> loc("loss_seed")
+    %dy = nn.softmax_cross_entropy_loss_grad %seed, %y, %labels {pipe.stage = 2 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<f32>, tensor<8x16xf32>, tensor<8xi64>) -> tensor<8x16xf32>
+    %w0t = nn.transpose %w0 {perm = array<i64: 1, 0>, pipe.stage = 2 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<16x16xf32>) -> tensor<16x16xf32>
+    %dr1 = nn.matmul %dy, %w0t {pipe.stage = 2 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>
+    %r1t = nn.transpose %r1 {perm = array<i64: 1, 0>, pipe.stage = 2 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<8x16xf32>) -> tensor<16x8xf32>
+    %dw0b = nn.matmul %r1t, %dy {pipe.stage = 2 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<16x8xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
+    %dh1 = nn.unary_grad <relu> %dr1, %h1, %r1 {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} : tensor<8x16xf32>
+    %w1t = nn.transpose %w1 {perm = array<i64: 1, 0>, pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<16x16xf32>) -> tensor<16x16xf32>
+    %dr0a = nn.matmul %dh1, %w1t {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>
+    %r0t = nn.transpose %r0 {perm = array<i64: 1, 0>, pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<8x16xf32>) -> tensor<16x8xf32>
+    %dw1 = nn.matmul %r0t, %dh1 {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<16x8xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
+    %dr0 = nn.add %dy, %dr0a {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
+    %dh0 = nn.unary_grad <relu> %dr0, %h0, %r0 {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_input>} : tensor<8x16xf32>
+    %xt = nn.transpose %x {perm = array<i64: 1, 0>, pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<8x16xf32>) -> tensor<16x8xf32>
+    %dw0a = nn.matmul %xt, %dh0 {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<16x8xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
+    %dw0 = nn.add %dw0b, %dw0a {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
     return %loss, %dw0, %dw1 : tensor<f32>, tensor<16x16xf32>, tensor<16x16xf32>
   }
 }
@@ -145,15 +145,15 @@ module attributes {pipe.stages = [
           tensor<4x4xf32> {nn.name = "w", nn.role = #nn.role<grad>},
           tensor<4xf32> {nn.name = "bn.running_mean", nn.role = #nn.role<buffer_update>}) {
     %c = nn.constant dense<2.0> : tensor<2x4xf32>
-    %h = nn.matmul %x, %w {pipe.stage = 0 : i64, pipe.phase = "fwd"} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32> loc("fc")
-    %s = nn.mul %h, %c {pipe.stage = 1 : i64, pipe.phase = "fwd"} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32> loc("scale")
-    %newm = nn.add %m, %m {pipe.stage = 1 : i64, pipe.phase = "fwd"} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
-    %l = nn.reduce_mean %s {axes = array<i64: 0, 1>, keepdims = false, pipe.stage = 1 : i64, pipe.phase = "fwd"} : (tensor<2x4xf32>) -> tensor<f32> loc("loss")
-    %seed = nn.constant {pipe.stage = 1 : i64, pipe.phase = "bwd_input"} dense<1.0> : tensor<f32> loc("loss_seed")
-    %ds = nn.mul %seed, %c {pipe.stage = 1 : i64, pipe.phase = "bwd_input"} : (tensor<f32>, tensor<2x4xf32>) -> tensor<2x4xf32>
-    %dh = nn.mul %ds, %c {pipe.stage = 1 : i64, pipe.phase = "bwd_input"} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32> loc("grad_in")
-    %xt = nn.transpose %x {perm = array<i64: 1, 0>, pipe.stage = 0 : i64, pipe.phase = "bwd_weight"} : (tensor<2x4xf32>) -> tensor<4x2xf32>
-    %dw = nn.matmul %xt, %dh {pipe.stage = 0 : i64, pipe.phase = "bwd_weight"} : (tensor<4x2xf32>, tensor<2x4xf32>) -> tensor<4x4xf32>
+    %h = nn.matmul %x, %w {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<fwd>} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32> loc("fc")
+    %s = nn.mul %h, %c {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<fwd>} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32> loc("scale")
+    %newm = nn.add %m, %m {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<fwd>} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %l = nn.reduce_mean %s {axes = array<i64: 0, 1>, keepdims = false, pipe.stage = 1 : i64, pipe.phase = #pipe.phase<fwd>} : (tensor<2x4xf32>) -> tensor<f32> loc("loss")
+    %seed = nn.constant {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} dense<1.0> : tensor<f32> loc("loss_seed")
+    %ds = nn.mul %seed, %c {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<f32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+    %dh = nn.mul %ds, %c {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32> loc("grad_in")
+    %xt = nn.transpose %x {perm = array<i64: 1, 0>, pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<2x4xf32>) -> tensor<4x2xf32>
+    %dw = nn.matmul %xt, %dh {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<4x2xf32>, tensor<2x4xf32>) -> tensor<4x4xf32>
     return %l, %dw, %newm : tensor<f32>, tensor<4x4xf32>, tensor<4xf32>
   }
 }
