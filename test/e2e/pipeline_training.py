@@ -65,8 +65,22 @@ DTYPE_CODES = {np.dtype(np.float32): 1, np.dtype(np.float64): 2, np.dtype(np.int
                np.dtype(np.int32): 4}
 
 
+def launcher_exit_race(command, result):
+    """Open MPI 4.1's mpirun, on a loaded machine, now and then reports a rank
+    that finished (printed its last line, called MPI_Finalize) as "rank N with
+    PID 0 ... exiting improperly": PID 0 means the launcher lost track of the
+    process, not that the process failed. Such a launch is run again once."""
+    text = result.stdout + result.stderr
+    return (command[0] == "mpirun" and result.returncode != 0 and "with PID 0 on" in text
+            and "exiting improperly" in text)
+
+
 def run(command, timeout=300, check=True):
     result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=ENV)
+    if launcher_exit_race(command, result):
+        print(f"  note: mpirun lost track of a finished rank (PID 0); running it again: "
+              f"{' '.join(command)}", flush=True)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=ENV)
     if check and result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}):\n"
                            f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
