@@ -74,19 +74,11 @@ namespace {
 
 using namespace stages;
 
-/// The op's pipe.phase, which also names its stage function (@fwd,
-/// @bwd_input, @bwd_weight); the values follow pipe::Phase's.
-enum Phase { Forward = 0, BackwardInput = 1, BackwardWeight = 2 };
-static_assert(static_cast<int>(pipe::Phase::Fwd) == Forward &&
-              static_cast<int>(pipe::Phase::BwdInput) == BackwardInput &&
-              static_cast<int>(pipe::Phase::BwdWeight) == BackwardWeight);
-constexpr StringLiteral kPhaseNames[] = {kForward, kBackwardInput, kBackwardWeight};
-
-std::optional<Phase> phaseOfOp(Operation *op) {
-  if (std::optional<pipe::Phase> phase = pipe::phaseOf(op))
-    return static_cast<Phase>(*phase);
-  return std::nullopt;
-}
+/// The op's pipe.phase also names its stage function (@fwd, @bwd_input,
+/// @bwd_weight: stringifyPhase) and indexes the stage's functions.
+using pipe::Phase;
+constexpr int kNumPhases = 3;
+int phaseIndex(Phase phase) { return static_cast<int>(phase); }
 
 /// Where an argument or result goes in the final signature: by category,
 /// then by order within it.
@@ -134,7 +126,7 @@ struct Outliner {
   Builder builder;
   int64_t numStages = 0;
   SmallVector<DictionaryAttr> stageInfo;
-  std::vector<std::array<StageFunction, 3>> functions;
+  std::vector<std::array<StageFunction, kNumPhases>> functions;
   SmallVector<pipe::StageOp> stageOps;
 
   llvm::DenseSet<Operation *> skipped;         // tied-gradient sums, replaced by all-reduces
@@ -221,7 +213,7 @@ struct Outliner {
     return builder.getDictionaryAttr(list);
   }
 
-  StageFunction &fn(int64_t stage, Phase phase) { return functions[stage][phase]; }
+  StageFunction &fn(int64_t stage, Phase phase) { return functions[stage][phaseIndex(phase)]; }
 
   Value addArgument(StageFunction &function, Type type, Location loc, Slot slot) {
     function.args.push_back(slot);
@@ -258,7 +250,7 @@ struct Outliner {
         result = local.clone(*producer)->getResult(llvm::cast<OpResult>(value).getResultNumber());
       } else {
         auto producerStage = stageOf(producer);
-        auto producerPhase = phaseOf(producer);
+        auto producerPhase = pipe::phaseOf(producer);
         if (!producerStage || !producerPhase)
           return error(producer) << "op has no pipe.stage or pipe.phase", failure();
         FailureOr<Value> fetched =
@@ -272,10 +264,6 @@ struct Outliner {
     return result;
   }
 
-  std::optional<Phase> phaseOf(Operation *op) {
-    return phaseOfOp(op);
-  }
-
   /// A value produced by another function (of this stage or another).
   FailureOr<Value> fetch(StageFunction &function, Value value, int64_t producerStage,
                          Phase producerPhase, Operation *producer, Operation *user) {
@@ -283,37 +271,37 @@ struct Outliner {
     Phase phase = function.phase;
     if (producerStage == stage) {
       if (producerPhase == phase)
-        return error(user) << "uses a value of stage " << stage << " (" << kPhaseNames[phase]
+        return error(user) << "uses a value of stage " << stage << " (" << pipe::stringifyPhase(phase)
                            << ") before it is defined",
                failure();
       if (producerPhase > phase)
-        return error(user) << "the " << kPhaseNames[phase] << " op of stage " << stage
-                           << " uses a value of the later phase " << kPhaseNames[producerPhase],
+        return error(user) << "the " << pipe::stringifyPhase(phase) << " op of stage " << stage
+                           << " uses a value of the later phase " << pipe::stringifyPhase(producerPhase),
                failure();
       return saved(function, value, fn(stage, producerPhase), user);
     }
     // Another stage: activations travel forward in @fwd, gradients
     // backward in @bwd_input, one neighbour at a time.
     bool forward = producerStage < stage;
-    if (forward && producerPhase != Forward)
-      return error(user) << "stage " << stage << " uses a " << kPhaseNames[producerPhase]
+    if (forward && producerPhase != Phase::Fwd)
+      return error(user) << "stage " << stage << " uses a " << pipe::stringifyPhase(producerPhase)
                          << " value of the earlier stage " << producerStage
                          << " (gradients flow only towards earlier stages)",
              failure();
-    if (!forward && producerPhase == Forward)
+    if (!forward && producerPhase == Phase::Fwd)
       return error(user) << "stage " << stage << " uses a forward value of the later stage "
                          << producerStage,
              failure();
-    if (!forward && producerPhase == BackwardWeight)
+    if (!forward && producerPhase == Phase::BwdWeight)
       return error(user) << "stage " << stage << " uses a weight-gradient (bwd_weight) value of "
                          << "stage " << producerStage
                          << "; weight gradients cannot cross stages (a value computed from "
                          << "parameters only is used by a later stage: compute it there)",
              failure();
-    Phase entry = forward ? Forward : BackwardInput;
+    Phase entry = forward ? Phase::Fwd : Phase::BwdInput;
     if (phase != entry) {
       if (phase < entry)
-        return error(user) << "the " << kPhaseNames[phase] << " op of stage " << stage
+        return error(user) << "the " << pipe::stringifyPhase(phase) << " op of stage " << stage
                            << " uses a gradient from stage " << producerStage,
                failure();
       return saved(function, value, fn(stage, entry), user);
@@ -486,12 +474,13 @@ struct Outliner {
       stageOp.getBody().emplaceBlock();
       stageOps.push_back(stageOp);
       OpBuilder stageBuilder = OpBuilder::atBlockEnd(&stageOp.getBody().front());
-      for (int phase = 0; phase < 3; ++phase) {
-        auto function = func::FuncOp::create(stageBuilder, loc, kPhaseNames[phase],
+      for (int index = 0; index < kNumPhases; ++index) {
+        const Phase phase = static_cast<Phase>(index);
+        auto function = func::FuncOp::create(stageBuilder, loc, pipe::stringifyPhase(phase),
                                              builder.getFunctionType({}, {}));
-        StageFunction &entry = functions[stage][phase];
+        StageFunction &entry = functions[stage][index];
         entry.stage = stage;
-        entry.phase = static_cast<Phase>(phase);
+        entry.phase = phase;
         entry.op = function;
         entry.block = function.addEntryBlock();
       }
@@ -503,9 +492,9 @@ struct Outliner {
     for (Operation &op : trainStep.getBody().front().without_terminator()) {
       if (isFloating(&op) || skipped.contains(&op))
         continue;
-      StageFunction &function = fn(*stageOf(&op), *phaseOf(&op));
+      StageFunction &function = fn(*stageOf(&op), *pipe::phaseOf(&op));
       if (&op == lossSeed) {
-        if (function.phase != BackwardInput)
+        if (function.phase != Phase::BwdInput)
           return error(&op) << "the loss seed must be in phase bwd_input", failure();
         auto lossScale = nn::RoleAttr::get(builder.getContext(), nn::Role::LossScale);
         function.local[op.getResult(0)] =
@@ -547,7 +536,7 @@ struct Outliner {
         auto stage = producer ? stageOf(producer) : std::nullopt;
         if (!stage)
           return error(returnOp) << "the loss is not computed by an op of a stage", failure();
-        StageFunction &function = fn(*stage, Forward);
+        StageFunction &function = fn(*stage, Phase::Fwd);
         FailureOr<Value> local = get(function, value, returnOp);
         if (failed(local))
           return failure();
@@ -559,7 +548,7 @@ struct Outliner {
         else if (auto argument = llvm::dyn_cast<BlockArgument>(value);
                  argument && holders.count(argument))
           stage = holders[argument].front();
-        StageFunction &function = fn(stage, Forward);
+        StageFunction &function = fn(stage, Phase::Fwd);
         FailureOr<Value> local = get(function, value, returnOp);
         if (failed(local))
           return failure();
@@ -592,7 +581,7 @@ struct Outliner {
     DictionaryAttr attrs = trainStep.getResultAttrDict(resultIndex);
     int64_t order = parameter.getArgNumber();
     if (stages.size() == 1) {
-      StageFunction &function = fn(stages.front(), BackwardWeight);
+      StageFunction &function = fn(stages.front(), Phase::BwdWeight);
       FailureOr<Value> local = get(function, gradient, returnOp);
       if (failed(local))
         return failure();
@@ -617,7 +606,7 @@ struct Outliner {
       byStage[target].push_back(leaf);
     }
     for (int64_t stage : stages) {
-      StageFunction &function = fn(stage, BackwardWeight);
+      StageFunction &function = fn(stage, Phase::BwdWeight);
       OpBuilder local = OpBuilder::atBlockEnd(function.block);
       Value sum;
       for (Value leaf : byStage[stage]) {
