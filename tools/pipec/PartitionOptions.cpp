@@ -1,4 +1,5 @@
 #include "PartitionOptions.h"
+#include "GivenFlags.h"
 
 #include "analysis/Partition/Error.h"
 #include "analysis/Partition/Topology.h"
@@ -113,12 +114,9 @@ void registerPartitionOptions() {
 
 void readPartitionOptions(partition::PartitionCliOptions &options) {
   PartitionFlags &f = flags();
-  for (cl::opt<std::string> *option : f.valued())
-    if (option->getNumOccurrences() > 0)
-      partition::applyPartitionFlag(options, "--" + option->ArgStr.str(), *option);
-  for (cl::opt<bool> *option : f.bare())
-    if (option->getNumOccurrences() > 0)
-      partition::applyPartitionFlag(options, "--" + option->ArgStr.str(), "");
+  applyGivenFlags(f.valued(), f.bare(), [&](const std::string &flag, const std::string &value) {
+    partition::applyPartitionFlag(options, flag, value);
+  });
 }
 
 int runPartitionSubcommand() {

@@ -1,4 +1,5 @@
 #include "ScheduleOptions.h"
+#include "GivenFlags.h"
 
 #include "analysis/Schedule/Schedule.h"
 
@@ -137,12 +138,9 @@ int runScheduleSubcommand() {
   ScheduleFlags &f = flags();
   schedule::ScheduleCliOptions options;
   try {
-    for (cl::opt<std::string> *option : f.valued())
-      if (option->getNumOccurrences() > 0)
-        schedule::applyScheduleFlag(options, "--" + option->ArgStr.str(), *option);
-    for (cl::opt<bool> *option : f.bare())
-      if (option->getNumOccurrences() > 0)
-        schedule::applyScheduleFlag(options, "--" + option->ArgStr.str(), "");
+    applyGivenFlags(f.valued(), f.bare(), [&](const std::string &flag, const std::string &value) {
+      schedule::applyScheduleFlag(options, flag, value);
+    });
   } catch (const schedule::ScheduleError &error) {
     std::cerr << "pipec schedule: " << error.what() << "\n";
     return 2;
