@@ -11,31 +11,34 @@ using namespace mlir;
 using namespace pipec::nn;
 
 // A vocabulary kind reads and prints as its table spelling.
+namespace {
+/// Parses a keyword or string that `parse` knows; the error lists the table's
+/// spellings.
+template <typename Kind, typename Row, int N>
+FailureOr<Kind> parseTableKind(AsmParser &parser, const char *what, const Row (&rows)[N],
+                               bool (*parse)(std::string_view, Kind &)) {
+  SMLoc where = parser.getCurrentLocation();
+  std::string spelling;
+  if (failed(parser.parseKeywordOrString(&spelling)))
+    return failure();
+  Kind kind;
+  if (!parse(spelling, kind))
+    return parser.emitError(where, "unknown ")
+           << what << " '" << spelling << "' (" << ::pipec::spellingList(rows) << ")";
+  return kind;
+}
+} // namespace
+
 namespace mlir {
 template <> struct FieldParser<::pipec::Unary> {
   static FailureOr<::pipec::Unary> parse(AsmParser &parser) {
-    SMLoc where = parser.getCurrentLocation();
-    std::string spelling;
-    if (failed(parser.parseKeywordOrString(&spelling)))
-      return failure();
-    ::pipec::Unary unary;
-    if (!::pipec::parseUnary(spelling, unary))
-      return parser.emitError(where, "unknown unary function '")
-             << spelling << "' (" << ::pipec::spellingList(::pipec::kUnaryFunctions) << ")";
-    return unary;
+    return parseTableKind(parser, "unary function", ::pipec::kUnaryFunctions, ::pipec::parseUnary);
   }
 };
 template <> struct FieldParser<::pipec::BinaryGradient> {
   static FailureOr<::pipec::BinaryGradient> parse(AsmParser &parser) {
-    SMLoc where = parser.getCurrentLocation();
-    std::string spelling;
-    if (failed(parser.parseKeywordOrString(&spelling)))
-      return failure();
-    ::pipec::BinaryGradient gradient;
-    if (!::pipec::parseBinaryGradient(spelling, gradient))
-      return parser.emitError(where, "unknown binary gradient '")
-             << spelling << "' (" << ::pipec::spellingList(::pipec::kBinaryGradients) << ")";
-    return gradient;
+    return parseTableKind(parser, "binary gradient", ::pipec::kBinaryGradients,
+                          ::pipec::parseBinaryGradient);
   }
 };
 } // namespace mlir
