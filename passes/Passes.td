@@ -320,4 +320,110 @@ def Recompute : Pass<"pipec-recompute", "mlir::ModuleOp"> {
   ];
 }
 
+//===----------------------------------------------------------------------===//
+// Optimisation (pipec -O2; docs/optimization.md)
+//===----------------------------------------------------------------------===//
+
+def RecognizeComposites : Pass<"pipec-recognize-composites", "mlir::ModuleOp"> {
+  let dependentDialects = ["::pipec::nn::NNDialect"];
+  let summary = "Decomposed LayerNorm and erf-GELU as exporters write them become nn.layer_norm and nn.gelu";
+  let description = [{
+    Recognises, in every function:
+    - `(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * w (+ b)`, both
+      means over the same trailing axes with keepdims, the square a `pow`
+      by 2 or a self-multiply, `w` and `b` of the normalized shape: one
+      `nn.layer_norm` (axis = the first normalized axis, epsilon = eps);
+    - `x * 0.5 * (1 + erf(x / sqrt 2))`, in any association of the
+      products: one `nn.gelu`.
+    Intermediate values must have no other use and every op of the chain
+    the same `pipe.stage`; the new op keeps the root's `pipe.stage`,
+    `pipe.phase` and `pipe.cost`. Runs with pipec-canonicalize-gemm after
+    the partition, so that autodiff derives one gradient op per composite.
+  }];
+  let statistics = [
+    Statistic<"numRecognized", "recognized", "Number of composites replaced by one op">,
+  ];
+}
+
+def CanonicalizeGemm : Pass<"pipec-canonicalize-gemm", "mlir::ModuleOp"> {
+  let dependentDialects = ["::pipec::nn::NNDialect"];
+  let summary = "Matrix products as GEMMs: transposes folded, batch rows flattened, bias added by the GEMM";
+  let description = [{
+    Rewrites, until none applies, in every function of the module:
+    - `nn.matmul` of a rank >= 2 operand against a 2-D one: one `nn.gemm`
+      over the flattened rows (views reshape around it); its weight gradient
+      is then one GEMM with the batch in K;
+    - `nn.gemm` of a 2-D `nn.transpose` (perm [1, 0]): the transpose folds
+      into transA / transB;
+    - `nn.transpose` (perm [1, 0]) of an `nn.gemm` without C:
+      (op(A) op(B))^T = op(B)^T op(A)^T, another gemm;
+    - `nn.add` of a bias and a C-less `nn.gemm` (directly or through a view
+      that keeps the last dimension): the bias becomes C with beta = 1.
+    Only fp32 tensors, and only when the rewritten value has no other use.
+    New ops keep the replaced op's `pipe.stage`, `pipe.phase` and
+    `pipe.cost`, so it runs after pipec-partition (before autodiff, whose
+    gradients then are GEMMs too) or on outlined stages.
+
+    Before:
+      %t = nn.transpose %w {perm = array<i64: 1, 0>} : tensor<96x32xf32> -> tensor<32x96xf32>
+      %y = nn.matmul %x, %t : tensor<2x16x32xf32>, tensor<32x96xf32> -> tensor<2x16x96xf32>
+      %z = nn.add %bias, %y : tensor<96xf32>, tensor<2x16x96xf32> -> tensor<2x16x96xf32>
+    After:
+      %x2 = nn.reshape %x : tensor<2x16x32xf32> -> tensor<32x32xf32>
+      %g = nn.gemm %x2, %w, %bias {transB = true} : ... -> tensor<32x96xf32>
+      %z = nn.reshape %g : tensor<32x96xf32> -> tensor<2x16x96xf32>
+  }];
+  let statistics = [
+    Statistic<"numRewrites", "rewrites", "Number of matrix-product rewrites applied">,
+  ];
+}
+
+def FuseElementwise : Pass<"pipec-fuse-elementwise", "mlir::ModuleOp"> {
+  let dependentDialects = ["::pipec::pipe::PipeDialect"];
+  let summary = "Chains of element-wise ops of one shape become one pipe.fused loop";
+  let description = [{
+    In every function of every pipe.stage, element-wise fp32 ops (unary
+    functions and their gradients, add, sub, mul, div, pow, binary_grad)
+    whose results have the same shape are grouped in program order: an op
+    joins the group of an operand's producer when no op outside the group
+    uses a group value before it. Groups of two or more ops move into a
+    `pipe.fused` op at the position of their last op; it yields only the
+    values used outside it (or returned), so intermediates of, e.g., an
+    exported erf-GELU or the normalising tail of a decomposed LayerNorm
+    never reach memory. Code generation emits one loop (CPU) or one kernel
+    (CUDA) per pipe.fused.
+  }];
+  let statistics = [
+    Statistic<"numFused", "fused-groups", "Number of pipe.fused ops created">,
+    Statistic<"numFusedOps", "fused-ops", "Number of ops moved into pipe.fused bodies">,
+  ];
+}
+
+def PlanMemory : Pass<"pipec-plan-memory", "mlir::ModuleOp"> {
+  let dependentDialects = ["::pipec::pipe::PipeDialect"];
+  let summary = "Static memory plan: every stage function's values in one arena, offsets from liveness";
+  let description = [{
+    For every function of every pipe.stage, gives each op result a place,
+    recorded as `pipe.storage` (one #pipe.storage<kind, offset> per result):
+    - `saved`: a value the function returns as `pipe.saved` is computed
+      directly into its workspace slot (no copy, no arena space);
+    - `gradient`: a C-less `nn.gemm` whose only use is returning a
+      parameter's gradient accumulates into that gradient buffer (beta = 1);
+    - `arena`: every other value that needs storage gets a 64-byte aligned
+      offset into the stage's arena. Live ranges come from the op order
+      (views, all-reduces, optimizer updates and recompute / fused bodies
+      alias their operands); values whose live ranges overlap never share
+      bytes, and an op's results never share bytes with its operands.
+      Offsets are assigned largest first, each at the lowest offset that
+      fits (best fit in a greedy-by-size order).
+    The function gets `pipe.arena_size` (bytes); the stage's arena is the
+    largest of its functions', allocated once on the first call.
+  }];
+  let statistics = [
+    Statistic<"numArenaValues", "arena-values", "Number of values placed in an arena">,
+    Statistic<"numSavedInPlace", "saved-in-place", "Number of values computed directly into their workspace slot">,
+    Statistic<"numAccumulated", "gradients-in-place", "Number of GEMMs accumulating into a gradient buffer">,
+  ];
+}
+
 #endif // PIPEC_PASSES_TD

@@ -6,8 +6,8 @@
 namespace pipec::passes {
 
 namespace {
-constexpr Phase kPhases[] = {Phase::NN, Phase::Costs, Phase::Partition, Phase::Autodiff,
-                             Phase::Stages};
+constexpr Phase kPhases[] = {Phase::NN,       Phase::Costs,  Phase::Partition,
+                             Phase::Autodiff, Phase::Stages, Phase::Optimized};
 } // namespace
 
 std::optional<Phase> parsePhase(llvm::StringRef name) {
@@ -24,11 +24,12 @@ const char *phaseName(Phase phase) {
   case Phase::Partition: return "partition";
   case Phase::Autodiff: return "autodiff";
   case Phase::Stages: return "stages";
+  case Phase::Optimized: return "optimized";
   }
   llvm_unreachable("every phase has a name");
 }
 
-const char *phaseNames() { return "nn, costs, partition, autodiff, stages"; }
+const char *phaseNames() { return "nn, costs, partition, autodiff, stages, optimized"; }
 
 OptimizerOptions optimizerOptions(llvm::StringRef optimizer, double learningRate,
                                   double momentum, double weightDecay) {
@@ -54,6 +55,13 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
                              : createAssignStages(config.partitionOptions));
   if (config.last == Phase::Partition)
     return;
+  const bool optimize = config.optLevel == OptLevel::O2;
+  // Before autodiff, so that the gradients of the canonical GEMMs are GEMMs
+  // (batch in K, no transposed weights saved); the plan is already chosen.
+  if (optimize) {
+    pm.addPass(createRecognizeComposites());
+    pm.addPass(createCanonicalizeGemm());
+  }
   pm.addPass(createAutodiff());
   if (config.last == Phase::Autodiff)
     return;
@@ -66,6 +74,11 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
   stashing.fromPlan = true;
   pm.addPass(createWeightStashing(stashing));
   pm.addPass(createVerifyPipeline());
+  if (config.last == Phase::Stages || !optimize)
+    return;
+  pm.addPass(createCanonicalizeGemm()); // the gradients' own transposes
+  pm.addPass(createFuseElementwise());
+  pm.addPass(createPlanMemory());
 }
 
 namespace {
@@ -76,7 +89,13 @@ struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
       llvm::cl::values(clEnumValN(Phase::Costs, "costs", "costs annotated"),
                        clEnumValN(Phase::Partition, "partition", "the plan recorded"),
                        clEnumValN(Phase::Autodiff, "autodiff", "@train_step derived"),
-                       clEnumValN(Phase::Stages, "stages", "one pipe.stage per stage"))};
+                       clEnumValN(Phase::Stages, "stages", "one pipe.stage per stage"),
+                       clEnumValN(Phase::Optimized, "optimized",
+                                  "as code generation takes them (-O2: fused, memory planned)"))};
+  Option<int> optLevel{*this, "opt-level",
+                       llvm::cl::desc("0: one kernel per op; 2: GEMM canonicalisation, fusion, "
+                                      "memory plan (pipec's -O2)"),
+                       llvm::cl::init(2)};
   Option<std::string> loss{*this, "loss",
                            llvm::cl::desc("Loss for a model ending in logits: "
                                           "softmax-cross-entropy, mse"),
@@ -122,12 +141,15 @@ struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
 void registerPipecPipeline() {
   mlir::PassPipelineRegistration<PipelineOptions>(
       "pipec-pipeline",
-      "The whole compilation after import, as `pipec MODEL --gpus ... --emit=stages` runs it: "
-      "append-loss, estimate-costs, partition (the planner), autodiff, optimizer, "
-      "outline-stages, recompute and weight-stashing as planned, verify-pipeline",
+      "The whole compilation after import, as `pipec MODEL --gpus ... --emit=optimized` runs it: "
+      "append-loss, estimate-costs, partition (the planner), [-O2: recognize-composites, "
+      "canonicalize-gemm], autodiff, "
+      "optimizer, outline-stages, recompute and weight-stashing as planned, verify-pipeline, "
+      "[-O2: canonicalize-gemm, fuse-elementwise, plan-memory]",
       [](mlir::OpPassManager &pm, const PipelineOptions &options) {
         PipelineConfig config;
         config.last = options.phase;
+        config.optLevel = options.optLevel >= 2 ? OptLevel::O2 : OptLevel::O0;
         config.loss.loss = options.loss;
         config.costs.device = options.device;
         config.costs.precision = options.precision;

@@ -19,11 +19,18 @@ enum class Phase {
   Partition, ///< the plan chosen: pipe.stage on every op, pipe.stages and pipe.plan
   Autodiff,  ///< @train_step: loss, B and W gradients (pipe.phase)
   Stages,    ///< one pipe.stage per stage: fwd, bwd_input, bwd_weight, step
+  Optimized, ///< the stages as code generation takes them (-O2: fused, memory planned)
 };
 std::optional<Phase> parsePhase(llvm::StringRef name);
 const char *phaseName(Phase phase);
 /// "nn, costs, partition, autodiff, stages": for messages and --help.
 const char *phaseNames();
+
+/// -O0: one kernel call per op and storage per value, as the stages are.
+/// -O2 (pipec's default): GEMM canonicalisation (on the partitioned model,
+/// so that autodiff derives GEMM gradients), element-wise fusion and the
+/// static memory plan (docs/optimization.md).
+enum class OptLevel { O0, O2 };
 
 struct PipelineConfig {
   Phase last = Phase::Stages;
@@ -36,11 +43,14 @@ struct PipelineConfig {
   /// Receives the full plan (pipec prints it and writes plan.json).
   PlanningResult *planningResult = nullptr;
   OptimizerOptions optimizer;
+  OptLevel optLevel = OptLevel::O2;
 };
 
 /// Appends the passes up to `config.last`: append-loss, estimate-costs,
-/// partition, autodiff, optimizer, outline-stages, recompute (mode=plan),
-/// weight-stashing (from-plan), verify-pipeline.
+/// partition, [-O2: canonicalize-gemm,] autodiff, optimizer, outline-stages,
+/// recompute (mode=plan), weight-stashing (from-plan), verify-pipeline, and
+/// for the optimized phase at -O2 canonicalize-gemm, fuse-elementwise and
+/// plan-memory.
 void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config);
 
 /// pipec-optimizer's options from the user's words: `sgd-momentum` is SGD

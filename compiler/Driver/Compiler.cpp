@@ -172,13 +172,14 @@ Phase lastPhase(const CompileOptions &options) {
     return *options.emit;
   if (!options.partitionRequested())
     return Phase::Costs;
-  return options.partition.outDir.empty() ? Phase::Partition : Phase::Stages;
+  return options.partition.outDir.empty() ? Phase::Partition : Phase::Optimized;
 }
 
 passes::PipelineConfig pipelineConfig(const CompileOptions &options,
                                       passes::PlanningResult *planning) {
   passes::PipelineConfig config;
   config.last = lastPhase(options);
+  config.optLevel = options.optLevel;
   config.loss.loss = options.loss;
   config.costs.device = options.partition.device;
   config.costs.precision = options.precision;
@@ -216,7 +217,10 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
   });
 
   std::vector<std::string> errors;
-  auto module = import::importOnnxModel(context, options.inputPath, options.importOptions, errors);
+  // The initial weights of a job are read with the model, not parsed again.
+  std::map<std::string, import::HostTensor> initialValues;
+  auto module = import::importOnnxModel(context, options.inputPath, options.importOptions, errors,
+                                        options.partition.outDir.empty() ? nullptr : &initialValues);
   if (!module) {
     for (const auto &error : errors)
       errs << "error: " << error << "\n";
@@ -290,7 +294,7 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
   plan::PlanFile planFile = planner::planFile(planning.table, planning.topology, plan);
   // With --json, standard output carries the one JSON document only.
   mlir::FailureOr<plan::Runtime> runtime =
-      writeTrainingJob(*module, options, options.partition.json ? errs : outs, errs);
+      writeTrainingJob(*module, options, initialValues, options.partition.json ? errs : outs, errs);
   if (failed(runtime))
     return 1;
   planFile.runtime = std::move(*runtime);

@@ -61,6 +61,8 @@ struct CompileOptions {
   bool verticalSync = false;
   /// Compile the generated stages into DIR/stages/libstage_<k>.so.
   bool build = false;
+  /// -O0 or -O2 (passes/Pipeline.h).
+  passes::OptLevel optLevel = passes::OptLevel::O2;
   /// Stage code target: "cpu" or "cuda" (--target).
   std::string target = "cpu";
   /// GPU architectures of the CUDA stages (--cuda-arch), e.g. "sm_80".

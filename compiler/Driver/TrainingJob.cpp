@@ -91,19 +91,28 @@ std::string shellWord(const fs::path &path) {
   return word + "'";
 }
 
+/// `-DPIPEC_STAGE_DIR="<the source's folder>"`, one shell word: where the
+/// source's `.incbin` finds its constants file (docs/optimization.md).
+std::string stageDirDefine(const fs::path &source) {
+  std::string word = "'-DPIPEC_STAGE_DIR=\"";
+  for (char c : fs::absolute(source).parent_path().string())
+    word += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return word + "\"'";
+}
+
 /// The compiler command that turns a generated stage into a library.
 std::string buildCommand(const CompileOptions &options, const fs::path &source,
                          const fs::path &library) {
   if (!cudaTarget(options))
     return std::string("c++ -O2 -std=c++17 -fPIC -shared -I" PIPEC_RUNTIME_INCLUDE_DIR
                        " -I" PIPEC_CPU_KERNELS_INCLUDE_DIR " ") +
-           shellWord(source) + " '" PIPEC_CPU_KERNELS_LIBRARY "' " PIPEC_BLAS_LINK_FLAGS " -o " +
+           stageDirDefine(source) + " " + shellWord(source) + " '" PIPEC_CPU_KERNELS_LIBRARY "' " PIPEC_BLAS_LINK_FLAGS " -fopenmp -o " +
            shellWord(library) + " 2>&1";
 #ifdef PIPEC_CUDA_KERNELS_LIBRARY
   return std::string(PIPEC_NVCC " -O2 -std=c++17 --expt-relaxed-constexpr -Xcompiler -fPIC "
                      "-shared -I" PIPEC_RUNTIME_INCLUDE_DIR " -I" PIPEC_CPU_KERNELS_INCLUDE_DIR
                      " -I" PIPEC_CUDA_KERNELS_INCLUDE_DIR) +
-         gencodeFlags(options.cudaArchs) + " " + shellWord(source) +
+         gencodeFlags(options.cudaArchs) + " " + stageDirDefine(source) + " " + shellWord(source) +
          " '" PIPEC_CUDA_KERNELS_LIBRARY "' -L" PIPEC_CUDA_LIBRARY_DIR
          " -Xlinker -rpath -Xlinker " PIPEC_CUDA_LIBRARY_DIR
          " -Xlinker --no-undefined -lcublas -lcudart -o " + shellWord(library) + " 2>&1";
@@ -118,6 +127,7 @@ std::string stagesCMakePrologue(const CompileOptions &options) {
                       "cmake_minimum_required(VERSION 3.20)\n";
   if (!cudaTarget(options))
     return cmake + "project(pipec_stages CXX)\nset(CMAKE_CXX_STANDARD 17)\n"
+                   "find_package(OpenMP REQUIRED COMPONENTS CXX) # the kernels' parallel loops\n"
                    "set(PIPEC_RUNTIME_INCLUDE_DIR \"" PIPEC_RUNTIME_INCLUDE_DIR "\" CACHE PATH \"\")\n"
                    "set(PIPEC_CPU_KERNELS_INCLUDE_DIR \"" PIPEC_CPU_KERNELS_INCLUDE_DIR "\" CACHE PATH \"\")\n"
                    "set(PIPEC_CPU_KERNELS_LIBRARY \"" PIPEC_CPU_KERNELS_LIBRARY "\" CACHE FILEPATH \"\")\n";
@@ -141,6 +151,7 @@ std::string stagesCMakePrologue(const CompileOptions &options) {
 } // namespace
 
 FailureOr<plan::Runtime> writeTrainingJob(ModuleOp module, const CompileOptions &options,
+                                          const std::map<std::string, import::HostTensor> &initialValues,
                                           raw_ostream &outs, raw_ostream &errs) {
   plan::Runtime runtime;
   fs::path directory = options.partition.outDir;
@@ -151,13 +162,7 @@ FailureOr<plan::Runtime> writeTrainingJob(ModuleOp module, const CompileOptions 
     errs << "error: cannot create " << directory.string() << ": " << error.message() << "\n";
     return failure();
   }
-  std::map<std::string, import::HostTensor> initial;
-  std::vector<std::string> errors;
-  if (!import::readInitializerValues(options.inputPath, initial, errors)) {
-    for (const auto &message : errors)
-      errs << "error: " << message << "\n";
-    return failure();
-  }
+  const std::map<std::string, import::HostTensor> &initial = initialValues;
 
   SmallVector<pipe::StageOp> stages(module.getOps<pipe::StageOp>());
   std::string cmake = stagesCMakePrologue(options);
@@ -169,23 +174,34 @@ FailureOr<plan::Runtime> writeTrainingJob(ModuleOp module, const CompileOptions 
     int64_t id = stage.getId();
     std::string stem = "stage_" + std::to_string(id);
     fs::path source = directory / "stages" / (stem + extension);
+    stageTarget.constantsFile = stem + ".constants.bin";
     {
-      std::string code;
+      std::string code, constantBytes;
       llvm::raw_string_ostream stream(code);
-      if (failed(emit::emitStage(stage, static_cast<int>(stages.size()), stageTarget, stream)))
+      if (failed(emit::emitStage(stage, static_cast<int>(stages.size()), stageTarget, stream,
+                                 &constantBytes)))
         return failure();
       std::ofstream(source) << code;
+      // Always written (maybe empty), so the build's dependency on it holds.
+      std::ofstream(directory / "stages" / stageTarget.constantsFile, std::ios::binary)
+          << constantBytes;
     }
     const bool cuda = cudaTarget(options);
     cmake += "add_library(" + stem + " SHARED " + stem + extension + ")\n"
              "set_target_properties(" + stem + " PROPERTIES OUTPUT_NAME " + stem + ")\n";
     if (cuda)
       cmake += "target_compile_options(" + stem + " PRIVATE --expt-relaxed-constexpr)\n";
+    // The source embeds its large constants from the file beside it (.incbin).
+    cmake += "target_compile_definitions(" + stem +
+             " PRIVATE \"PIPEC_STAGE_DIR=\\\"${CMAKE_CURRENT_SOURCE_DIR}\\\"\")\n"
+             "set_source_files_properties(" + stem + extension +
+             " PROPERTIES OBJECT_DEPENDS \"${CMAKE_CURRENT_SOURCE_DIR}/" + stageTarget.constantsFile +
+             "\")\n";
     cmake += "target_include_directories(" + stem + " PRIVATE ${PIPEC_RUNTIME_INCLUDE_DIR} " +
              (cuda ? "${PIPEC_KERNELS_INCLUDE_DIRS})\n" : "${PIPEC_CPU_KERNELS_INCLUDE_DIR})\n") +
              "target_link_libraries(" + stem + " PRIVATE " +
              (cuda ? "${PIPEC_CUDA_KERNELS_LIBRARY} CUDA::cublas CUDA::cudart)\n"
-                   : "${PIPEC_CPU_KERNELS_LIBRARY} openblas)\n");
+                   : "${PIPEC_CPU_KERNELS_LIBRARY} openblas OpenMP::OpenMP_CXX)\n");
 
     // Initial weights: every parameter and buffer the stage's functions read.
     std::vector<io::Tensor> tensors;
@@ -218,9 +234,24 @@ FailureOr<plan::Runtime> writeTrainingJob(ModuleOp module, const CompileOptions 
       errs << "error: " << failure.what() << "\n";
       return mlir::failure();
     }
-    runtime.stages.push_back({id, "stages/lib" + stem + ".so", "weights/" + stem + ".bin"});
+    plan::StageFiles files{id, "stages/lib" + stem + ".so", "weights/" + stem + ".bin"};
+    // The static memory plan, as pipec-plan-memory recorded it (-O2 only).
+    stage.walk([&](func::FuncOp function) {
+      if (auto size = function->getAttrOfType<IntegerAttr>(pipe::kArenaSizeAttrName)) {
+        files.entryArenaBytes[function.getSymName().str()] = size.getInt();
+        files.arenaBytes = std::max<int64_t>(files.arenaBytes.value_or(0), size.getInt());
+      }
+    });
+    runtime.stages.push_back(std::move(files));
     if (options.build) {
       fs::path library = directory / "stages" / ("lib" + stem + ".so");
+      std::string folder = fs::absolute(source).parent_path().string();
+      if (folder.find_first_of("\"\\\n") != std::string::npos) {
+        errs << "error: --out " << directory.string()
+             << ": the path holds a double quote, a backslash or a newline, which the stage "
+                "source's .incbin of its constants file cannot name\n";
+        return mlir::failure();
+      }
       std::string command = buildCommand(options, source, library);
       FILE *pipe = popen(command.c_str(), "r");
       std::string output;

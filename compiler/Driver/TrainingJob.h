@@ -20,8 +20,11 @@ mlir::LogicalResult checkTargetOptions(const CompileOptions &options, llvm::raw_
 /// section: how piperun runs them (stage files, data, optimizer, target). The
 /// pipeline it runs (schedule, micro-batches, chunks, ...) is the planner's
 /// section of the same file, not repeated here (docs/plan-json.md).
-mlir::FailureOr<plan::Runtime> writeTrainingJob(mlir::ModuleOp module, const CompileOptions &options,
-                                                llvm::raw_ostream &outs, llvm::raw_ostream &errs);
+/// `initialValues` are the model's initializers (importOnnxModel's).
+mlir::FailureOr<plan::Runtime>
+writeTrainingJob(mlir::ModuleOp module, const CompileOptions &options,
+                 const std::map<std::string, import::HostTensor> &initialValues,
+                 llvm::raw_ostream &outs, llvm::raw_ostream &errs);
 
 } // namespace pipec
 

@@ -3,7 +3,6 @@
 #include "compiler/Emit/StageEmitter.h"
 
 #include "llvm/ADT/TypeSwitch.h"
-#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/Format.h"
 
 #include <cmath>
@@ -15,17 +14,6 @@ namespace pipec::emit::detail {
 LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
   auto n = [](Value value) { return tensorType(value).getNumElements(); };
   auto elem = [](Value value) { return cType(tensorType(value).getElementType()); };
-  auto binaryKind = [](Operation *op) {
-    return llvm::TypeSwitch<Operation *, const char *>(op)
-        .Case([](nn::AddOp) { return "pk::Binary::Add"; })
-        .Case([](nn::SubOp) { return "pk::Binary::Sub"; })
-        .Case([](nn::MulOp) { return "pk::Binary::Mul"; })
-        .Case([](nn::DivOp) { return "pk::Binary::Div"; })
-        .Case([](nn::PowOp) { return "pk::Binary::Pow"; })
-        .Default([](Operation *) -> const char * {
-          llvm_unreachable("binaryKind is called on nn.add, nn.sub, nn.mul, nn.div and nn.pow only");
-        });
-  };
   LogicalResult result = success();
   // Kinds are enumerators of pipec/vocabulary.h's tables, which the kernels share.
   auto unaryKind = [](Unary unary) {
@@ -43,7 +31,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
       .Case<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::PowOp>([&](Operation *op) {
         Value lhs = op->getOperand(0), rhs = op->getOperand(1);
         std::string y = allocate(op->getResult(0));
-        out << "  pk::binary(" << binaryKind(op) << ", " << ptr(lhs) << ", " << shapeOf(lhs)
+        out << "  pk::binary(pk::Binary::" << binaryEnumerator(op) << ", " << ptr(lhs) << ", " << shapeOf(lhs)
             << ", " << ptr(rhs) << ", " << shapeOf(rhs) << ", " << y << ");\n";
       })
       .Case([&](nn::EqualOp eq) {
@@ -74,13 +62,21 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         int64_t m = a.getDimSize(gemm.getTransA() ? 1 : 0), k = a.getDimSize(gemm.getTransA() ? 0 : 1);
         int64_t cols = tensorType(gemm.getResult()).getDimSize(1);
         std::string y = allocate(gemm.getResult());
-        out << "  pk::gemm(" << ptr(gemm.getA()) << ", " << ptr(gemm.getB()) << ", "
-            << (gemm.getC() ? ptr(gemm.getC()) : "nullptr") << ", "
-            << (gemm.getC() ? shapeOf(gemm.getC()) : "pk::Shape{}") << ", " << y << ", " << m
-            << ", " << cols << ", " << k << ", " << (gemm.getTransA() ? "true" : "false") << ", "
+        // Accumulating into a gradient buffer: C is the result itself, beta 1
+        // (pk::gemm's in-place form).
+        pipe::StorageAttr place = storageOf(gemm.getResult());
+        bool accumulate = place && place.getKind() == pipe::StorageKind::Gradient;
+        std::string c = accumulate ? y : gemm.getC() ? ptr(gemm.getC()) : "nullptr";
+        std::string cShape = accumulate    ? shapeOf(gemm.getResult())
+                             : gemm.getC() ? shapeOf(gemm.getC())
+                                           : "pk::Shape{}";
+        float beta = accumulate ? 1.0f : gemm.getBeta().convertToFloat();
+        out << "  pk::gemm(" << ptr(gemm.getA()) << ", " << ptr(gemm.getB()) << ", " << c << ", "
+            << cShape << ", " << y << ", " << m << ", " << cols << ", " << k << ", "
+            << (gemm.getTransA() ? "true" : "false") << ", "
             << (gemm.getTransB() ? "true" : "false") << ", "
-            << floatLiteral(gemm.getAlpha().convertToFloat()) << "f, "
-            << floatLiteral(gemm.getBeta().convertToFloat()) << "f);\n";
+            << floatLiteral(gemm.getAlpha().convertToFloat()) << "f, " << floatLiteral(beta)
+            << "f);\n";
       })
       .Case([&](nn::MatMulOp matmul) {
         std::string y = allocate(matmul.getResult());
@@ -363,9 +359,48 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         }
         std::string name = "c" + std::to_string(counter);
         std::string t = cType(type.getElementType());
+        int64_t count = std::max<int64_t>(1, type.getNumElements());
+        if (constantBytes && count > kInlineConstantElements) {
+          // Into the constants file, at a 64-byte aligned offset.
+          constantBytes->resize((constantBytes->size() + 63) / 64 * 64, '\0');
+          size_t offset = constantBytes->size();
+          auto append = [&](auto value) {
+            constantBytes->append(reinterpret_cast<const char *>(&value), sizeof value);
+          };
+          Type element = type.getElementType();
+          for (int64_t i = 0; i < count; ++i) {
+            int64_t at = dense.isSplat() ? 0 : i;
+            if (element.isF32())
+              append(dense.getValues<APFloat>()[at].convertToFloat());
+            else if (element.isF64())
+              append(dense.getValues<APFloat>()[at].convertToDouble());
+            else if (element.isInteger(64))
+              append(static_cast<int64_t>(dense.getValues<APInt>()[at].getSExtValue()));
+            else if (element.isInteger(32))
+              append(static_cast<int32_t>(dense.getValues<APInt>()[at].getSExtValue()));
+            else if (element.isInteger(1) || element.isUnsignedInteger(8))
+              append(static_cast<uint8_t>(dense.getValues<APInt>()[at].getZExtValue()));
+            else if (element.isInteger(8))
+              append(static_cast<int8_t>(dense.getValues<APInt>()[at].getSExtValue()));
+            else {
+              result = constant.emitOpError(targetName())
+                       << " code generation has no storage for constants of " << element;
+              return;
+            }
+          }
+          std::string pointer = "reinterpret_cast<const " + t + " *>(pipecStageConstants + " +
+                                std::to_string(offset) + ")";
+          if (!cuda()) {
+            bind(constant.getResult(), "const_cast<" + t + " *>(" + pointer + ")");
+            return;
+          }
+          out << "  static const pk::DeviceConstant " << name << "Device(" << pointer << ", "
+              << count * elementBytes(element) << ");\n";
+          bind(constant.getResult(), "static_cast<" + t + " *>(" + name + "Device.get())");
+          return;
+        }
         llvm::raw_string_ostream decl(constants);
         decl << t << " " << name << "[] = {";
-        int64_t count = std::max<int64_t>(1, type.getNumElements());
         for (int64_t i = 0; i < count; ++i) {
           if (i)
             decl << ", ";
@@ -429,6 +464,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         bind(restore.getResult(), "static_cast<float *>(call->params[" +
                                       std::to_string(paramIndex(restore.getName())) + "])");
       })
+      .Case([&](pipe::FusedOp fused) { result = emitFused(fused); })
       .Case([&](pipe::RecomputeOp recompute) {
         Block &block = recompute.getBody().front();
         for (auto [argument, input] : llvm::zip(block.getArguments(), recompute.getInputs()))

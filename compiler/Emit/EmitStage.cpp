@@ -6,6 +6,7 @@
 // stream each entry point binds (docs/cuda-codegen.md).
 #include "compiler/Emit/StageEmitter.h"
 
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/Format.h"
 
 #include <cassert>
@@ -142,11 +143,47 @@ std::string StageEmitter::bind(Value value, std::string expression) {
   return name;
 }
 
+pipe::StorageAttr StageEmitter::storageOf(Value value) const {
+  auto result = llvm::dyn_cast<OpResult>(value);
+  if (!result)
+    return {};
+  auto places = result.getOwner()->getAttrOfType<ArrayAttr>(pipe::kStorageAttrName);
+  if (!places)
+    return {};
+  return llvm::cast<pipe::StorageAttr>(places[result.getResultNumber()]);
+}
+
 std::string StageEmitter::allocate(Value value) {
   auto type = tensorType(value);
+  std::string t = cType(type.getElementType());
+  if (pipe::StorageAttr place = storageOf(value)) {
+    switch (place.getKind()) {
+    case pipe::StorageKind::Arena:
+      return bind(value, "reinterpret_cast<" + t + " *>(arena + " +
+                             std::to_string(place.getOffset()) + ")");
+    case pipe::StorageKind::Saved: {
+      auto ret = llvm::cast<func::ReturnOp>(current.getBody().front().getTerminator());
+      for (auto [i, returned] : llvm::enumerate(ret.getOperands()))
+        if (returned == value)
+          if (auto saved = current.getResultAttrOfType<StringAttr>(i, "pipe.saved"))
+            return bind(value, "reinterpret_cast<" + t + " *>(workspace + " +
+                                   std::to_string(savedOffsets.lookup(saved.getValue())) + ")");
+      llvm_unreachable("pipec-plan-memory places a value in its saved slot only when the "
+                       "function returns it as pipe.saved");
+    }
+    case pipe::StorageKind::Gradient: {
+      auto name = current.getResultAttrOfType<StringAttr>(place.getOffset(), "nn.name");
+      assert(name && "a gradient result names its parameter (nn.name)");
+      return bind(value, "static_cast<" + t + " *>(call->grad_params[" +
+                             std::to_string(paramIndex(name.getValue())) + "])");
+    }
+    }
+  }
+  assert(!current->hasAttr(pipe::kArenaSizeAttrName) &&
+         "pipec-plan-memory places every result code generation stores");
   std::string storage = "b" + std::to_string(counter);
-  out << (cuda() ? "  pk::DeviceBuffer<" : "  std::vector<") << cType(type.getElementType()) << "> "
-      << storage << "(" << std::max<int64_t>(1, type.getNumElements()) << ");\n";
+  out << (cuda() ? "  pk::DeviceBuffer<" : "  std::vector<") << t << "> " << storage << "("
+      << std::max<int64_t>(1, type.getNumElements()) << ");\n";
   return bind(value, storage + ".data()");
 }
 
@@ -180,6 +217,7 @@ LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
 LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool isStep) {
   body.clear();
   names.clear();
+  current = f;
   out << "void " << cName << "(const " << (isStep ? "pipec_optimizer_call *opt" : "pipec_call *call")
       << ") {\n";
   if (cuda())
@@ -187,6 +225,8 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
         << precisionEnum() << ");\n";
   if (!isStep)
     out << "  char *workspace = static_cast<char *>(call->workspace);\n  (void)workspace;\n";
+  if (f->hasAttr(pipe::kArenaSizeAttrName))
+    out << "  char *arena = stageArena();\n  (void)arena;\n";
   for (unsigned i = 0; i < f.getNumArguments(); ++i) {
     Value argument = f.getArgument(i);
     std::optional<nn::Role> r = nn::argumentRole(f, i);
@@ -218,9 +258,10 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
       bind(argument, "static_cast<" + t + " *>(const_cast<void *>(call->data[" +
                          std::to_string(index) + "]))");
     } else if (r == nn::Role::LossScale && cuda()) {
+      // Allocated on the first call, like the arena: no allocation per call.
       std::string storage = "lossScale" + std::to_string(counter);
-      out << "  pk::DeviceBuffer<float> " << storage << "(1);\n  pk::copyFromHost(" << storage
-          << ".data(), &call->loss_scale, sizeof(float));\n";
+      out << "  static pk::DeviceBuffer<float> " << storage << "(1);\n  pk::copyFromHost("
+          << storage << ".data(), &call->loss_scale, sizeof(float));\n";
       bind(argument, storage + ".data()");
     } else if (r == nn::Role::LossScale) {
       bind(argument, "const_cast<float *>(&call->loss_scale)");
@@ -254,6 +295,9 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
       out << "  copyIfDistinct(call->params[" << paramIndex(name.getValue()) << "], " << ptr(value)
           << ", " << bytes << ");\n";
     } else if (r == nn::Role::Grad) {
+      pipe::StorageAttr place = storageOf(value);
+      if (place && place.getKind() == pipe::StorageKind::Gradient)
+        continue; // its producer accumulated into the gradient buffer
       out << "  accumulate(call->grad_params[" << paramIndex(name.getValue()) << "], "
           << ptr(value) << ", " << type.getNumElements() << ");\n";
     } else if (r == nn::Role::Param && isStep) {
@@ -300,8 +344,8 @@ LogicalResult StageEmitter::run() {
   if (cuda()) {
     // Tensors are device memory; every call runs on the stream the runtime
     // passes, and only the loss is copied back to the host.
-    os << "#include \"pipec/cuda_kernels.h\"\n#include \"pipec/stage_abi.h\"\n\n"
-       << "#include <cmath>\n#include <optional>\n#include <string>\n\n"
+    os << "#include \"pipec/cuda_kernels.h\"\n#include \"pipec/binary_math.h\"\n#include \"pipec/stage_abi.h\"\n\n"
+       << "#include <algorithm>\n#include <cmath>\n#include <optional>\n#include <stdexcept>\n#include <string>\n\n"
        << "namespace pk = pipec::kernels::cuda;\n\nnamespace {\n\n"
        << "thread_local std::string lastError;\n\n"
        << "void copyIfDistinct(void *to, const void *from, size_t bytes) { pk::copy(from, bytes, to); }\n\n"
@@ -309,8 +353,8 @@ LogicalResult StageEmitter::run() {
        << "void accumulate(void *to, const float *from, int64_t n) {\n"
        << "  pk::accumulate(static_cast<float *>(to), from, n);\n}\n\n";
   } else {
-    os << "#include \"pipec/cpu_kernels.h\"\n#include \"pipec/stage_abi.h\"\n\n"
-       << "#include <chrono>\n#include <cmath>\n#include <cstring>\n#include <optional>\n#include <string>\n#include <vector>\n\n"
+    os << "#include \"pipec/cpu_kernels.h\"\n#include \"pipec/binary_math.h\"\n#include \"pipec/stage_abi.h\"\n\n"
+       << "#include <chrono>\n#include <cmath>\n#include <cstring>\n#include <new>\n#include <optional>\n#include <string>\n#include <vector>\n\n"
        << "namespace pk = pipec::kernels;\n\nnamespace {\n\n"
        << "thread_local std::string lastError;\n\n"
        << "void copyIfDistinct(void *to, const void *from, size_t bytes) {\n"
@@ -323,6 +367,10 @@ LogicalResult StageEmitter::run() {
        << "  for (int64_t i = 0; i < n; ++i) target[i] += from[i];\n}\n\n";
   }
 
+  for (StringRef name : {"fwd", "bwd_input", "bwd_weight", "step"})
+    if (func::FuncOp f = function(name))
+      if (auto size = f->getAttrOfType<IntegerAttr>(pipe::kArenaSizeAttrName))
+        arenaBytes = std::max<int64_t>(arenaBytes, size.getInt());
   // Functions are generated first (they collect the constant tables), then
   // written after the tables they use.
   for (auto [name, cName] : {std::pair<StringRef, StringRef>{"fwd", "forward"},
@@ -340,7 +388,26 @@ LogicalResult StageEmitter::run() {
     if (failed(emitFunction(f, cName, name == "step")) || nameError)
       return failure();
   }
-  os << constants << "\n";
+  if (constantBytes && !constantBytes->empty())
+    // The file's bytes, aligned for any element type; the label is local
+    // to this object file and the C++ declaration hidden, so the reference
+    // stays inside the library.
+    // PIPEC_STAGE_DIR is the source's folder (pipec --build and the
+    // generated CMakeLists.txt define it; else the assembler's directory).
+    os << "#ifndef PIPEC_STAGE_DIR\n#define PIPEC_STAGE_DIR \".\"\n#endif\n"
+       << "extern \"C\" __attribute__((visibility(\"hidden\"))) const char pipecStageConstants[];\n"
+       << "__asm__(\".section .rodata\\n.balign 64\\npipecStageConstants:\\n.incbin \\\"\" PIPEC_STAGE_DIR \"/"
+       << target.constantsFile << "\\\"\\n.previous\\n\");\n\n";
+  os << constants << "\n" << kernels;
+  // One arena for every entry point (they never run at the same time on a
+  // rank: one thread, one stream), allocated on the first call and kept.
+  os << "char *stageArena() {\n";
+  if (cuda())
+    os << "  static pk::DeviceBuffer<char> arena(" << std::max<int64_t>(64, arenaBytes)
+       << ");\n  return arena.data();\n}\n\n";
+  else
+    os << "  static char *arena = static_cast<char *>(::operator new("
+       << std::max<int64_t>(64, arenaBytes) << ", std::align_val_t(64)));\n  return arena;\n}\n\n";
 
   auto tensorDescs = [&](StringRef table, ArrayRef<TensorInfo> infos) {
     for (auto [i, info] : llvm::enumerate(infos))
@@ -415,8 +482,10 @@ std::string cStringLiteral(StringRef bytes) {
 }
 
 LogicalResult emitStage(pipe::StageOp stage, int numStages, const StageTarget &target,
-                        raw_ostream &os) {
-  return detail::StageEmitter(stage, numStages, target, os).run();
+                        raw_ostream &os, std::string *constantBytes) {
+  assert((target.constantsFile.empty() || constantBytes) &&
+         "a constants file needs somewhere to put its bytes");
+  return detail::StageEmitter(stage, numStages, target, os, constantBytes).run();
 }
 
 } // namespace pipec::emit

@@ -10,6 +10,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/LogicalResult.h"
 
+#include <cstdint>
 #include <string>
 
 namespace llvm {
@@ -28,7 +29,15 @@ struct StageTarget {
   /// Matrix-product precision on the CUDA target: "fp32", "tf32" or "bf16"
   /// (storage and master weights stay float32). The CPU target computes fp32.
   std::string precision = "fp32";
+  /// Where constants larger than kInlineConstantElements go: a file beside
+  /// the source (this name, found on the assembler's include path) that the
+  /// source embeds with `.incbin`, so that a large constant (a causal mask)
+  /// never becomes a source literal (docs/optimization.md). Empty: literals.
+  std::string constantsFile;
 };
+
+/// Constants with at most this many elements stay literals in the source.
+inline constexpr int64_t kInlineConstantElements = 64;
 
 /// The C, C++ and CUDA string literal, quotes included, whose bytes are
 /// exactly `bytes`: printable ASCII other than `"`, `\` and `?` stays as it is,
@@ -42,8 +51,10 @@ std::string cStringLiteral(llvm::StringRef bytes);
 /// Writes the source of libstage_<k>.so for `stage` (stage_<k>.cpp for the
 /// CPU, stage_<k>.cu for CUDA); `numStages` is the pipeline depth recorded
 /// in the descriptor. Errors (an op without a lowering) are emitted on the op.
+/// The bytes of target.constantsFile go to `constantBytes` (required when
+/// target.constantsFile is set; the caller writes the file).
 llvm::LogicalResult emitStage(pipe::StageOp stage, int numStages, const StageTarget &target,
-                              llvm::raw_ostream &os);
+                              llvm::raw_ostream &os, std::string *constantBytes = nullptr);
 
 } // namespace pipec::emit
 

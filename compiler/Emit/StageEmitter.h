@@ -76,6 +76,17 @@ inline std::string floatLiteral(double value) {
   return text;
 }
 
+/// pk::Binary's enumerator for nn.add, nn.sub, nn.mul, nn.div and nn.pow;
+/// null for any other op.
+inline const char *binaryEnumerator(Operation *op) {
+  if (llvm::isa<nn::AddOp>(op)) return "Add";
+  if (llvm::isa<nn::SubOp>(op)) return "Sub";
+  if (llvm::isa<nn::MulOp>(op)) return "Mul";
+  if (llvm::isa<nn::DivOp>(op)) return "Div";
+  if (llvm::isa<nn::PowOp>(op)) return "Pow";
+  return nullptr;
+}
+
 struct TensorInfo {
   std::string name;
   RankedTensorType type;
@@ -89,8 +100,10 @@ struct ParamInfo {
 
 class StageEmitter {
 public:
-  StageEmitter(pipe::StageOp stage, int numStages, const StageTarget &target, raw_ostream &os)
-      : stage(stage), numStages(numStages), target(target), os(os) {}
+  StageEmitter(pipe::StageOp stage, int numStages, const StageTarget &target, raw_ostream &os,
+               std::string *constantBytes)
+      : stage(stage), numStages(numStages), target(target), os(os),
+        constantBytes(target.constantsFile.empty() ? nullptr : constantBytes) {}
 
   LogicalResult run();
 
@@ -104,6 +117,10 @@ private:
   LogicalResult emitOps(Block &block, bool isStep);
   std::string bind(Value value, std::string expression);
   std::string allocate(Value value);
+  /// pipec-plan-memory's place for `value` (an op result), if it planned one.
+  pipe::StorageAttr storageOf(Value value) const;
+  /// The loop (CPU) or kernel (CUDA) of a pipe.fused (EmitFused.cpp).
+  LogicalResult emitFused(pipe::FusedOp fused);
   std::string ptr(Value value) { return names.lookup(value); }
   int paramIndex(StringRef name) const {
     for (auto [i, param] : llvm::enumerate(params))
@@ -149,12 +166,16 @@ private:
   int numStages;
   StageTarget target;
   raw_ostream &os;
+  std::string *constantBytes; // the constants file's bytes, if there is one
   std::string body;      // the function being emitted
   std::string functions; // the functions emitted so far, written after the tables
   llvm::raw_string_ostream out{body};
   llvm::DenseMap<Value, std::string> names;
   int counter = 0;
   std::string constants;
+  std::string kernels;   // CUDA: the __global__ functions of pipe.fused ops
+  func::FuncOp current;  // the function being emitted
+  int64_t arenaBytes = 0; // the largest pipe.arena_size of the stage's functions
 
   SmallVector<ParamInfo> params;
   SmallVector<TensorInfo> data, inputs, outputs;

@@ -104,7 +104,8 @@ public:
         errors(errors) {}
 
   mlir::OwningOpRef<mlir::ModuleOp> run();
-  bool readInitializers(std::map<std::string, HostTensor> &values);
+  /// Every initializer's value; `load` false: from the model run() loaded.
+  bool readInitializers(std::map<std::string, HostTensor> &values, bool load = true);
 
   // Converters (one per supported ONNX operator).
   template <typename OpT> void convertBinary(const onnx::NodeProto &node);

@@ -196,9 +196,10 @@ void OnnxImporter::crossCheckShapeInference() {
   }
 }
 
-bool OnnxImporter::readInitializers(std::map<std::string, HostTensor> &values) {
+bool OnnxImporter::readInitializers(std::map<std::string, HostTensor> &values, bool load) {
   try {
-    loadModel();
+    if (load)
+      loadModel();
     for (const auto &tensor : model.graph().initializer())
       values[tensor.name()] = readTensor(tensor, "initializer '" + tensor.name() + "'");
     return true;
@@ -392,9 +393,14 @@ std::vector<std::string> supportedOnnxOps() {
 
 OwningOpRef<ModuleOp> importOnnxModel(MLIRContext &context, const std::string &path,
                                       const ImportOptions &options,
-                                      std::vector<std::string> &errors) {
+                                      std::vector<std::string> &errors,
+                                      std::map<std::string, HostTensor> *initializerValues) {
   detail::OnnxImporter importer(context, path, options, errors);
-  return importer.run();
+  OwningOpRef<ModuleOp> module = importer.run();
+  if (module && initializerValues &&
+      !importer.readInitializers(*initializerValues, /*load=*/false))
+    return nullptr;
+  return module;
 }
 
 } // namespace pipec::import

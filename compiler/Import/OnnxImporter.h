@@ -26,10 +26,12 @@ bool parseInputShape(const std::string &text, ImportOptions &options, std::strin
 
 /// Imports the model at `path`. On bad input, returns null and reports one
 /// error paragraph per problem through `errors` (file, node, op type, reason).
-mlir::OwningOpRef<mlir::ModuleOp> importOnnxModel(mlir::MLIRContext &context,
-                                                  const std::string &path,
-                                                  const ImportOptions &options,
-                                                  std::vector<std::string> &errors);
+/// With `initializerValues`, also fills it as readInitializerValues does, from
+/// the same parse (a large model is read once).
+mlir::OwningOpRef<mlir::ModuleOp>
+importOnnxModel(mlir::MLIRContext &context, const std::string &path, const ImportOptions &options,
+                std::vector<std::string> &errors,
+                std::map<std::string, HostTensor> *initializerValues = nullptr);
 
 /// The values of every initializer of the model at `path` (external data
 /// included, with the importer's checks): the initial weights for training

@@ -155,4 +155,30 @@ def Pipe_OptimizerAttr : Pipe_Attr<"Optimizer", "optimizer"> {
   let genVerifyDecl = 1;
 }
 
+// Where generated code keeps an op's result (`pipe.storage`, one entry per
+// result), chosen by pipec-plan-memory (docs/optimization.md).
+def Pipe_StorageKind : I32EnumAttr<"StorageKind", "where a result is stored", [
+    I32EnumAttrCase<"Arena", 0, "arena">,       // the stage's arena, at `offset` bytes
+    I32EnumAttrCase<"Saved", 1, "saved">,       // its pipe.saved slot of the call's workspace
+    I32EnumAttrCase<"Gradient", 2, "gradient">, // accumulated into the gradient buffer of result `offset`
+  ]> {
+  let cppNamespace = "::pipec::pipe";
+  let genSpecializedAttr = 0;
+}
+
+def Pipe_StorageAttr : Pipe_Attr<"Storage", "storage"> {
+  let summary = "Where an op result lives: `#pipe.storage<arena, 4096>`";
+  let description = [{
+    `arena`: at `offset` bytes into the stage's arena, which is allocated on
+    the first call and reused by every entry point (the function's
+    `pipe.arena_size` bounds it). `saved`: directly in the workspace slot of
+    the pipe.saved result that returns it (offset 0). `gradient`: the op
+    accumulates (beta = 1) into the gradient buffer of the parameter whose
+    gradient is function result `offset`.
+  }];
+  let parameters = (ins EnumParameter<Pipe_StorageKind>:$kind, "int64_t":$offset);
+  let assemblyFormat = "`<` $kind `,` $offset `>`";
+  let genVerifyDecl = 1;
+}
+
 #endif // PIPEC_PIPE_ATTRS_TD

@@ -136,6 +136,30 @@ LogicalResult PipeDialect::verifyOperationAttribute(Operation *op, NamedAttribut
       !llvm::isa<OptimizerAttr>(attribute.getValue()))
     return op->emitOpError() << "pipe.optimizer must be a #pipe.optimizer<...>, got "
                              << attribute.getValue();
+  if (attribute.getName() == kStorageAttrName) {
+    auto entries = llvm::dyn_cast<ArrayAttr>(attribute.getValue());
+    if (!entries || !llvm::all_of(entries, [](Attribute a) { return llvm::isa<StorageAttr>(a); }))
+      return op->emitOpError() << "pipe.storage must be an array of #pipe.storage<...>, got "
+                               << attribute.getValue();
+    if (entries.size() != op->getNumResults())
+      return op->emitOpError() << "pipe.storage lists " << entries.size() << " places for "
+                               << op->getNumResults() << " results";
+  }
+  if (attribute.getName() == kArenaSizeAttrName) {
+    auto size = llvm::dyn_cast<IntegerAttr>(attribute.getValue());
+    if (!size || size.getValue().isNegative())
+      return op->emitOpError() << "pipe.arena_size must be a non-negative integer, got "
+                               << attribute.getValue();
+  }
+  return success();
+}
+
+LogicalResult StorageAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitError,
+                                  StorageKind kind, int64_t offset) {
+  if (offset < 0)
+    return emitError() << "pipe.storage: the offset must be non-negative, got " << offset;
+  if (kind == StorageKind::Arena && offset % 64 != 0)
+    return emitError() << "pipe.storage: arena offsets are 64-byte aligned, got " << offset;
   return success();
 }
 
@@ -229,18 +253,36 @@ LogicalResult RestoreOp::verify() {
   return success();
 }
 
-LogicalResult RecomputeOp::verify() {
-  Block &body = getBody().front();
-  if (body.getNumArguments() != getInputs().size())
-    return emitOpError("body takes ") << body.getNumArguments()
-                                      << " arguments for " << getInputs().size()
-                                      << " inputs";
-  for (auto [argument, input] : llvm::zip(body.getArguments(), getInputs()))
+/// A region op whose body takes its inputs and yields its results (pipe.recompute, pipe.fused).
+static LogicalResult verifyBodySignature(Operation *op, Block &body, ValueRange inputs,
+                                         ValueRange results) {
+  if (body.getNumArguments() != inputs.size())
+    return op->emitOpError("body takes ") << body.getNumArguments() << " arguments for "
+                                          << inputs.size() << " inputs";
+  for (auto [argument, input] : llvm::zip(body.getArguments(), inputs))
     if (argument.getType() != input.getType())
-      return emitOpError("body argument types differ from the input types");
+      return op->emitOpError("body argument types differ from the input types");
   auto yield = llvm::cast<YieldOp>(body.getTerminator());
-  if (yield.getValues().getTypes() != getResults().getTypes())
-    return emitOpError("yields types that differ from its result types");
+  if (yield.getValues().getTypes() != results.getTypes())
+    return op->emitOpError("yields types that differ from its result types");
+  return success();
+}
+
+LogicalResult RecomputeOp::verify() {
+  return verifyBodySignature(*this, getBody().front(), getInputs(), getResults());
+}
+
+LogicalResult FusedOp::verify() {
+  Block &body = getBody().front();
+  if (failed(verifyBodySignature(*this, body, getInputs(), getResults())))
+    return failure();
+  if (getResults().empty())
+    return emitOpError("computes no result");
+  auto space = llvm::cast<RankedTensorType>(getResults()[0].getType()).getShape();
+  for (Operation &op : body.without_terminator())
+    for (Type type : op.getResultTypes())
+      if (llvm::cast<RankedTensorType>(type).getShape() != space)
+        return op.emitOpError("in a pipe.fused body has a result shape other than the loop's");
   return success();
 }
 

@@ -36,6 +36,11 @@ inline constexpr llvm::StringLiteral kOptimizerAttrName = "pipe.optimizer";
 /// pipec-optimizer's StateAttr on the step's optimizer-state arguments and results.
 inline constexpr llvm::StringLiteral kStateAttrName = "pipe.state";
 
+/// pipec-plan-memory's storage of each op result (an array of StorageAttr,
+/// one per result) and the arena bytes a function needs (an i64 on it).
+inline constexpr llvm::StringLiteral kStorageAttrName = "pipe.storage";
+inline constexpr llvm::StringLiteral kArenaSizeAttrName = "pipe.arena_size";
+
 /// The op's `pipe.phase`, if it has a PhaseAttr one.
 std::optional<Phase> phaseOf(mlir::Operation *op);
 /// Sets the op's `pipe.phase`.

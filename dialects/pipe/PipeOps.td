@@ -106,9 +106,26 @@ def Pipe_RecomputeOp : Pipe_Op<"recompute", [SingleBlockImplicitTerminator<"Yiel
   let hasVerifier = 1;
 }
 
+def Pipe_FusedOp : Pipe_Op<"fused", [SingleBlockImplicitTerminator<"YieldOp">,
+    RecursiveMemoryEffects]> {
+  let summary = "Element-wise ops computed in one loop (pipec-fuse-elementwise)";
+  let description = [{
+    The body holds element-wise nn ops whose results all have the shape of
+    the first result (the loop's iteration space); operands broadcast to it.
+    Code generation emits one loop (CPU) or one kernel (CUDA) that computes
+    every body op per element and stores only the yielded values, which are
+    the values used outside the body (docs/optimization.md).
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$inputs);
+  let results = (outs Variadic<AnyRankedTensor>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "`(` $inputs `)` attr-dict-with-keyword `:` functional-type($inputs, $results) $body";
+  let hasVerifier = 1;
+}
+
 def Pipe_YieldOp : Pipe_Op<"yield", [Pure, Terminator, ReturnLike,
-    HasParent<"RecomputeOp">]> {
-  let summary = "Terminates a pipe.recompute body";
+    ParentOneOf<["RecomputeOp", "FusedOp"]>]> {
+  let summary = "Terminates a pipe.recompute or pipe.fused body";
   let arguments = (ins Variadic<AnyType>:$values);
   let assemblyFormat = "attr-dict ($values^ `:` type($values))?";
   let builders = [OpBuilder<(ins), [{ build($_builder, $_state, mlir::ValueRange()); }]>];

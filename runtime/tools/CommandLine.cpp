@@ -29,6 +29,7 @@ CLI::Option *checked(CLI::App &app, const std::string &name, const std::string &
 
 CommandLine parseCommandLine(Tool tool, int argc, char **argv, RunOptions &o) {
   const bool piperun = tool == Tool::Piperun;
+  CommandLine result;
   CLI::App app(piperun ? "piperun: runs a pipec plan directory on MPI ranks (docs/runtime.md)."
                        : "pipeseq: the single-process reference for piperun (docs/runtime.md, \"The reference "
                          "pipeseq\").",
@@ -87,6 +88,15 @@ CommandLine parseCommandLine(Tool tool, int argc, char **argv, RunOptions &o) {
               if (!std::isfinite(o.watchdogSeconds) || o.watchdogSeconds < 0)
                 throw Error(name + ": \"" + v + "\" must be a number of seconds >= 0 (0: off)");
             });
+  if (piperun)
+    checked(app, "--threads", "N",
+            "threads per rank for the CPU kernels (OpenBLAS and OpenMP loops; 1 .. 1024).\n"
+            "Default: OMP_NUM_THREADS, else OPENBLAS_NUM_THREADS, else the cores this\n"
+            "rank may run on divided by the ranks of this node sharing them (at least 1).\n"
+            "Results do not depend on it",
+            [&result](const std::string &name, const std::string &v) {
+              result.threads = (int)parseCount(name, v, 1, kMaxThreads);
+            });
   app.add_flag("--allow-nonfinite", o.allowNonFinite,
                "keep training after a NaN/inf loss or gradient (default: stop, naming the\n"
                "iteration, micro-batch and stage)");
@@ -94,7 +104,7 @@ CommandLine parseCommandLine(Tool tool, int argc, char **argv, RunOptions &o) {
     app.add_flag("--quiet", o.quiet, "no progress lines");
     app.footer("All ranks must run the same job: at start-up they compare plan.json, the schedule files, every\n"
                "stage's library and weights, the piperun executable and the options above (not --log-every,\n"
-               "--quiet, --watchdog), and refuse to start when they differ.\n"
+               "--quiet, --watchdog, --threads), and refuse to start when they differ.\n"
                "The plan's runtime.target picks the path: cpu (host memory, MPI) or cuda (one GPU\n"
                "per rank, chosen by node-local rank; NCCL between ranks; needs a piperun built\n"
                "with CUDA and NCCL). docs/runtime.md.");
@@ -102,7 +112,6 @@ CommandLine parseCommandLine(Tool tool, int argc, char **argv, RunOptions &o) {
     app.footer("Options and hyper-parameters are checked by the same code as piperun's.");
   }
 
-  CommandLine result;
   result.help = app.help();
   try {
     app.parse(argc, argv);

@@ -18,7 +18,10 @@ struct CommandLine {
   enum Outcome { Run, Help, Invalid } outcome = Run;
   std::string error; // Invalid: what is wrong, naming the option ("--iters: \"0\" is out of range ...")
   std::string help;  // the --help text (also shown after an error)
+  int threads = 0;   // piperun's --threads N (1 .. kMaxThreads); 0: not given (docs/runtime.md, "Threads")
 };
+
+inline constexpr int kMaxThreads = 1024;
 
 // Fills `opt` from argv; prints nothing and throws nothing.
 CommandLine parseCommandLine(Tool tool, int argc, char **argv, RunOptions &opt);

@@ -15,10 +15,17 @@
 
 #include <mpi.h>
 
+#include <dlfcn.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -169,7 +176,88 @@ void makeTarget(const Plan &plan, const RunOptions &opt, MpiControl &control, st
 #endif
 }
 
-void banner(const Plan &plan, const Device &device, const Transport &transport, int ranks) {
+// The threads of this rank's CPU kernels (docs/runtime.md, "Threads").
+struct Threads {
+  int count = 1;
+  std::string why; // where the count came from, for the start-up line
+};
+
+// A thread count from the environment: a whole number in 1 .. kMaxThreads
+// (OMP_NUM_THREADS may list one per nesting level: its first). 0 otherwise.
+int threadsFromEnv(const char *name) {
+  const char *text = std::getenv(name);
+  if (!text || !*text) return 0;
+  char *end = nullptr;
+  const long n = std::strtol(text, &end, 10);
+  if (end == text || (*end && *end != ',') || n < 1 || n > kMaxThreads) return 0;
+  return (int)n;
+}
+
+// --threads N, else OMP_NUM_THREADS, else OPENBLAS_NUM_THREADS, else the
+// cores in this rank's affinity mask divided by the ranks on this node whose
+// masks overlap it: ranks bound to their own cores (mpirun's default binding,
+// --map-by slot:PE=n) get all of theirs, unbound ranks share the node's.
+// Collective: every rank calls it, whatever it was given.
+Threads chooseThreads(int given) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  const bool haveMask = sched_getaffinity(0, sizeof mine, &mine) == 0;
+  if (!haveMask) CPU_ZERO(&mine);
+  MPI_Comm node = MPI_COMM_NULL;
+  int nodeSize = 1;
+  std::vector<cpu_set_t> masks(1, mine);
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS &&
+      node != MPI_COMM_NULL) {
+    MPI_Comm_size(node, &nodeSize);
+    masks.resize((size_t)nodeSize);
+    MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, masks.data(), (int)sizeof mine, MPI_BYTE, node);
+    MPI_Comm_free(&node);
+  }
+  if (given > 0) return {given, "--threads"};
+  for (const char *name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"})
+    if (int n = threadsFromEnv(name)) return {n, name};
+  long cores = haveMask ? CPU_COUNT(&mine) : 0;
+  int sharers = 0;
+  if (cores > 0) {
+    for (cpu_set_t &m : masks) {
+      cpu_set_t both;
+      CPU_AND(&both, &m, &mine);
+      sharers += CPU_COUNT(&both) > 0;
+    }
+  } else { // no mask: the node's online cores, shared by all its ranks
+    cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    sharers = nodeSize;
+  }
+  sharers = std::max(1, sharers);
+  const int count = (int)std::max(1L, std::min<long>(cores / sharers, kMaxThreads));
+  return {count, "default: " + std::to_string(cores) + " core" + (cores == 1 ? "" : "s") + " / " +
+                     std::to_string(sharers) + " rank" + (sharers == 1 ? "" : "s") + " sharing them"};
+}
+
+// Before the stage libraries are loaded: the kernels' OpenMP runtime reads
+// these when it starts (it is loaded with the first stage library, after
+// this). The CPU kernels run every parallel loop, GEMM panels included, on
+// OpenMP threads and keep OpenBLAS on one (docs/cpu-kernels.md, "Threads"):
+// OPENBLAS_NUM_THREADS=1 spares its idle thread pool. OpenMP's idle threads
+// sleep instead of spinning (unless the user chose otherwise): ranks share
+// cores, and spinning takes them from the others.
+void exportThreads(int count) {
+  setenv("OMP_NUM_THREADS", std::to_string(count).c_str(), 1);
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+}
+
+// After loading: set the count again through libgomp itself, in case it was
+// already running before exportThreads (preloaded). The kernels run on this
+// (the main) thread, whose OpenMP team size this sets.
+void applyThreads(int count) {
+  if (void *handle = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD)) {
+    if (void *f = dlsym(handle, "omp_set_num_threads")) reinterpret_cast<void (*)(int)>(f)(count);
+    dlclose(handle);
+  }
+}
+
+void banner(const Plan &plan, const Device &device, const Transport &transport, int ranks, const Threads &threads) {
   std::string target = plan.target + " (" + plan.precision;
   if (plan.target == "cuda") {
     std::string archs;
@@ -178,12 +266,18 @@ void banner(const Plan &plan, const Device &device, const Transport &transport, 
     if (!plan.gpu.empty()) target += ", planned for " + plan.gpu;
   }
   target += ")";
+  std::string cpu = std::to_string(threads.count) + (threads.count == 1 ? " thread" : " threads") + " per rank (" +
+                    threads.why + ")";
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0 && CPU_COUNT(&mask) < threads.count)
+    cpu += " on " + std::to_string(CPU_COUNT(&mask)) + " core" + (CPU_COUNT(&mask) == 1 ? "" : "s") +
+           " (rank 0's affinity; mpirun binds each rank to a core unless --bind-to none or --map-by slot:PE=N)";
   std::printf("piperun: %s: schedule %s, %d stage%s x %d chunk%s, %d micro-batches of %d, %d rank%s, target %s, "
-              "transport %s%s\n",
+              "transport %s%s, %s\n",
               plan.dir.c_str(), plan.schedule.c_str(), plan.stages, plan.stages == 1 ? "" : "s", plan.chunks,
               plan.chunks == 1 ? "" : "s", plan.microbatches, plan.microbatchSize, ranks, ranks == 1 ? "" : "s",
               target.c_str(), transport.name(),
-              device.host() ? "" : (", rank 0 on " + device.describe()).c_str());
+              device.host() ? "" : (", rank 0 on " + device.describe()).c_str(), cpu.c_str());
   std::fflush(stdout);
 }
 } // namespace
@@ -218,6 +312,10 @@ int main(int argc, char **argv) {
     // On from here (start-up collectives included) unless --watchdog 0.
     Watchdog watchdog(opt.watchdogSeconds);
     watchdog.setWho(rankName);
+    // Not part of the job identity: results do not depend on it.
+    watchdog.phase("start-up: choosing the thread count (MPI_Allgather of the node's affinity masks)");
+    const Threads threads = chooseThreads(line.threads);
+    exportThreads(threads.count);
     // Destroyed in reverse: the executor's buffers, then the transport's
     // communicators, then the device (its streams).
     std::unique_ptr<Plan> plan;
@@ -241,6 +339,7 @@ int main(int argc, char **argv) {
       try {
         makeTarget(*plan, opt, control, device, transport);
         exec = std::make_unique<Executor>(*plan, opt, control, *transport, device ? *device : hostDevice());
+        applyThreads(threads.count);
         exec->setWatchdog(&watchdog);
         watchdog.setWho(exec->who());
       } catch (const std::exception &e) {
@@ -268,7 +367,7 @@ int main(int argc, char **argv) {
       if (!agree(control, who, error)) status = 1;
     }
     if (status == 0 && control.rank() == 0 && !opt.quiet)
-      banner(*plan, device ? *device : hostDevice(), *transport, control.size());
+      banner(*plan, device ? *device : hostDevice(), *transport, control.size(), threads);
     if (status == 0) {
       try {
         exec->run();

@@ -58,6 +58,7 @@ MPI_ENV.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OPENBLAS_NUM_THREADS="1", OMPI_MCA_rmaps_base_oversubscribe="1")
 ENV = MPI_ENV  # a worker's: MPI_ENV with the stage compile cache on PATH
 STEPS, MICROBATCHES, LR = 3, 4, 0.01
+OPT_LEVEL = "-O2"  # a worker's: pipec's -O0 or -O2 (--opt)
 # pipec --build of the GPT's 1-rank stage is a minute of g++ on an idle core;
 # the workers and the other tests share two.
 BUILD_TIMEOUT = 900
@@ -140,7 +141,7 @@ def make_data(model, sample, input_name, workdir):
 def compile_and_train(pipec, piperun, model_path, data, job, ranks, flags):
     """ranks=None: as many as the plan pipec chose uses."""
     run([pipec, model_path, "--microbatches", str(MICROBATCHES), "--lr", str(LR),
-         "--out", job, "--build"] + flags, timeout=BUILD_TIMEOUT)
+         "--out", job, "--build", OPT_LEVEL] + flags, timeout=BUILD_TIMEOUT)
     if ranks is None:
         with open(os.path.join(job, "plan.json")) as stream:
             ranks = json.load(stream)["predictions"]["devices_used"]
@@ -348,7 +349,7 @@ def check_errors(args, workdir, failures):
     _, _, _, path = export("mlp", workdir, dropout=True)
     job = os.path.join(workdir, "errors")
     run([args.pipec, path, "--gpus", "1x2", "--stages", "2", "--no-replication", "--out", job,
-         "--build"], timeout=BUILD_TIMEOUT)
+         "--build", args.opt], timeout=BUILD_TIMEOUT)
     wrong = run(["mpirun", "-np", "3", "--oversubscribe", args.piperun, job, "--iters", "1"],
                 timeout=60, check=False)
     ok = wrong.returncode != 0 and "rank" in (wrong.stderr + wrong.stdout)
@@ -379,8 +380,9 @@ def check_errors(args, workdir, failures):
 def task(name, args, workdir, env):
     """One worker's share: an example's checks, or the error checks. Returns
     (printed output, failures); an exception is a failure."""
-    global ENV
+    global ENV, OPT_LEVEL
     ENV = env
+    OPT_LEVEL = args.opt
     torch.set_num_threads(1)  # the workers share the cores
     failures = []
     output = io.StringIO()
@@ -402,6 +404,8 @@ def main():
     parser.add_argument("--piperun", required=True)
     parser.add_argument("--pipeseq", required=True)
     parser.add_argument("--only", action="append")
+    parser.add_argument("--opt", default="-O2", choices=["-O0", "-O2"],
+                        help="pipec's optimisation level for every job (default -O2)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
                         help="worker processes (default: one per core)")
     parser.add_argument("--schedules", nargs="+",

@@ -110,6 +110,12 @@ int runPipec(int argc, char **argv) {
                              cl::cat(category));
   cl::opt<bool> build("build", cl::desc("Compile the generated stages (with --out DIR)"),
                       cl::cat(category));
+  cl::opt<unsigned> optLevel(
+      "O", cl::Prefix,
+      cl::desc("Stage code optimisation: -O0 one kernel call and one buffer per op; -O2 "
+               "(default) GEMM canonicalisation, element-wise fusion and a static memory plan "
+               "(docs/optimization.md)"),
+      cl::value_desc("level"), cl::init(2), cl::cat(category));
   cl::opt<std::string> target(
       "target",
       cl::desc("Stage code: cpu (C++ on the CPU kernels) or cuda (CUDA C++ on cuBLAS and the "
@@ -169,6 +175,11 @@ int runPipec(int argc, char **argv) {
   options.weightDecay = weightDecay;
   options.verticalSync = verticalSync;
   options.build = build;
+  if (optLevel != 0 && optLevel != 2) {
+    llvm::errs() << "error: -O" << optLevel << ": the levels are -O0 and -O2\n";
+    return 2;
+  }
+  options.optLevel = optLevel == 0 ? pipec::passes::OptLevel::O0 : pipec::passes::OptLevel::O2;
   options.seed = seed;
   options.target = target;
   options.cudaArchs.clear();

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +49,11 @@ struct Pipeline {
 struct StageFiles {
   int64_t id = 0;
   std::string library, weights;
+  /// The static memory plan (-O2, docs/optimization.md): the bytes of the
+  /// stage's one arena (the largest entry point's) and each entry point's
+  /// (function name -> pipe.arena_size). Absent at -O0 (written as null / {}).
+  std::optional<int64_t> arenaBytes;
+  std::map<std::string, int64_t> entryArenaBytes;
 };
 
 struct DataField {
@@ -179,7 +185,11 @@ inline nlohmann::json toJson(const Pipeline &p) {
 inline nlohmann::json toJson(const Runtime &r) {
   nlohmann::json stages = nlohmann::json::array();
   for (const StageFiles &s : r.stages)
-    stages.push_back({{"id", s.id}, {"library", s.library}, {"weights", s.weights}});
+    stages.push_back({{"id", s.id},
+                      {"library", s.library},
+                      {"weights", s.weights},
+                      {"arena_bytes", s.arenaBytes ? nlohmann::json(*s.arenaBytes) : nlohmann::json(nullptr)},
+                      {"entry_arena_bytes", s.entryArenaBytes}});
   nlohmann::json fields = nlohmann::json::array();
   for (const DataField &f : r.dataFields)
     fields.push_back({{"name", f.name}, {"dtype", f.dtype}, {"shape", f.shape}, {"low", f.low},

@@ -5,8 +5,13 @@
 
 #include "pipec/cpu_kernels.h"
 
+#include <algorithm>
 #include <array>
 #include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace pipec::kernels::detail {
 
@@ -52,6 +57,39 @@ inline std::array<int64_t, kMaxRank> broadcastStrides(const Shape &in, const Sha
   return st;
 }
 
+/// broadcastLoop over the output rows (units of the innermost axis)
+/// [rowBegin, rowEnd): the same calls, in the same order, as the part of the
+/// full loop that writes those rows.
+template <size_t NOP, class F>
+void broadcastRows(const Shape &out, const std::array<std::array<int64_t, kMaxRank>, NOP> &st, int64_t rowBegin,
+                   int64_t rowEnd, F &f) {
+  const int r = out.size;
+  const int64_t inner = out.v[r - 1];
+  int64_t idx[kMaxRank] = {};
+  std::array<int64_t, NOP> off{};
+  for (int64_t rest = rowBegin, axis = r - 2; axis >= 0; --axis) { // the row's multi-index
+    idx[axis] = rest % out.v[axis];
+    rest /= out.v[axis];
+    for (size_t k = 0; k < NOP; ++k) off[k] += idx[axis] * st[k][axis];
+  }
+  std::array<int64_t, NOP> innerSt;
+  for (size_t k = 0; k < NOP; ++k) innerSt[k] = st[k][r - 1];
+  for (int64_t row = rowBegin; row < rowEnd; ++row) {
+    std::array<int64_t, NOP> o = off;
+    const int64_t base = row * inner;
+    for (int64_t j = 0; j < inner; ++j) {
+      f(base + j, o);
+      for (size_t k = 0; k < NOP; ++k) o[k] += innerSt[k];
+    }
+    for (int axis = r - 2; axis >= 0; --axis) {
+      for (size_t k = 0; k < NOP; ++k) off[k] += st[k][axis];
+      if (++idx[axis] < out.v[axis]) break;
+      for (size_t k = 0; k < NOP; ++k) off[k] -= st[k][axis] * out.v[axis];
+      idx[axis] = 0;
+    }
+  }
+}
+
 /// Calls f(outIndex, offsets) for every element of `out` in row-major
 /// order, offsets[k] being the flat offset into operand k (broadcast).
 template <size_t NOP, class F>
@@ -65,24 +103,74 @@ void broadcastLoop(const Shape &out, const std::array<const Shape *, NOP> &ins, 
   }
   std::array<std::array<int64_t, kMaxRank>, NOP> st;
   for (size_t k = 0; k < NOP; ++k) st[k] = broadcastStrides(*ins[k], out);
-  const int r = out.size;
-  const int64_t inner = out.v[r - 1];
-  std::array<int64_t, NOP> innerSt;
-  for (size_t k = 0; k < NOP; ++k) innerSt[k] = st[k][r - 1];
-  int64_t idx[kMaxRank] = {};
-  for (int64_t base = 0; base < total; base += inner) {
-    std::array<int64_t, NOP> o = off;
-    for (int64_t j = 0; j < inner; ++j) {
-      f(base + j, o);
-      for (size_t k = 0; k < NOP; ++k) o[k] += innerSt[k];
-    }
-    for (int axis = r - 2; axis >= 0; --axis) {
-      for (size_t k = 0; k < NOP; ++k) off[k] += st[k][axis];
-      if (++idx[axis] < out.v[axis]) break;
-      for (size_t k = 0; k < NOP; ++k) off[k] -= st[k][axis] * out.v[axis];
-      idx[axis] = 0;
-    }
+  broadcastRows<NOP>(out, st, 0, total / out.v[out.size - 1], f);
+}
+
+//===----------------------------------------------------------------------===//
+// Threads (docs/cpu-kernels.md, "Threads")
+//===----------------------------------------------------------------------===//
+// Kernels split work over OpenMP threads only where the pieces are
+// independent: each output element is computed by one thread with the same
+// operations in the same order as with one thread, so results are bitwise
+// the same for every thread count. No floating-point sum is ever split
+// across threads. Bodies run inside a parallel region and must not throw:
+// kernels check their inputs before.
+
+/// Work (elements touched) below which a kernel stays on the calling thread:
+/// starting the team costs a few microseconds.
+constexpr int64_t kParallelMin = 32768;
+
+/// Threads worth using for `work` elements split into `pieces` independent
+/// pieces: 1 below kParallelMin, else at most one per kParallelMin / 2
+/// elements, the pieces, and the thread count in force (setThreads).
+inline int threadsFor(int64_t work, int64_t pieces) {
+#ifdef _OPENMP
+  if (work < kParallelMin || pieces < 2 || omp_in_parallel()) return 1;
+  const int64_t t = std::min<int64_t>({(int64_t)omp_get_max_threads(), pieces, work / (kParallelMin / 2)});
+  return t < 1 ? 1 : (int)t;
+#else
+  (void)work, (void)pieces;
+  return 1;
+#endif
+}
+
+/// Calls f(begin, end) on contiguous, disjoint ranges that cover [0, n),
+/// one per thread (one call [0, n) when work < kParallelMin). `work` is the
+/// elements the whole loop touches (n itself for an element-wise loop).
+template <class F> void parallelRanges(int64_t n, int64_t work, F &&f) {
+  const int t = threadsFor(work, n);
+  if (t <= 1) {
+    if (n > 0) f(int64_t(0), n);
+    return;
   }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(t)
+  {
+    const int64_t id = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t b = n * id / nt, e = n * (id + 1) / nt;
+    if (b < e) f(b, e);
+  }
+#endif
+}
+
+/// Element-wise: f(begin, end) over [0, n) in parallel ranges.
+template <class F> void parallelElements(int64_t n, F &&f) { parallelRanges(n, n, std::forward<F>(f)); }
+
+/// broadcastLoop for loops whose calls are independent (each writes only
+/// output element i and throws nothing): split over rows across threads.
+template <size_t NOP, class F>
+void parallelBroadcastLoop(const Shape &out, const std::array<const Shape *, NOP> &ins, F &&f) {
+  const int64_t total = out.numel();
+  if (total == 0) return;
+  if (out.size == 0) {
+    std::array<int64_t, NOP> off{};
+    f(int64_t(0), off);
+    return;
+  }
+  std::array<std::array<int64_t, kMaxRank>, NOP> st;
+  for (size_t k = 0; k < NOP; ++k) st[k] = broadcastStrides(*ins[k], out);
+  const int64_t rows = total / out.v[out.size - 1];
+  parallelRanges(rows, total, [&](int64_t b, int64_t e) { broadcastRows<NOP>(out, st, b, e, f); });
 }
 
 /// Does `in` broadcast to exactly `out`?

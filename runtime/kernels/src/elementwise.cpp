@@ -1,6 +1,7 @@
 // Element-wise kernels: broadcasting binaries, unaries, cast, where, equal,
 // their gradients, and dropout.
 #include "detail.h"
+#include "pipec/binary_math.h"
 #include "pipec/unary_math.h"
 
 #include <cassert>
@@ -17,21 +18,37 @@ using namespace detail;
 namespace {
 
 /// out[i] = f(a[.], b[.]) over the broadcast shape, with flat fast paths
-/// that the compiler vectorizes.
-template <class T, class U, class F>
+/// that the compiler vectorizes. Parallel (f must not throw) or not.
+template <bool Parallel, class T, class U, class F>
 void broadcastBinary(const T *a, const Shape &as, const T *b, const Shape &bs, U *out, F f) {
   const Shape os = broadcastShape(as, bs);
   const int64_t n = os.numel();
+  auto ranges = [&](auto body) {
+    if constexpr (Parallel)
+      parallelElements(n, body);
+    else if (n > 0)
+      body(int64_t(0), n);
+  };
   if (as == os && bs == os) {
-    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
+    ranges([&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) out[i] = f(a[i], b[i]);
+    });
   } else if (as == os && bs.numel() == 1) {
     const T s = b[0];
-    for (int64_t i = 0; i < n; ++i) out[i] = f(a[i], s);
+    ranges([&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) out[i] = f(a[i], s);
+    });
   } else if (bs == os && as.numel() == 1) {
     const T s = a[0];
-    for (int64_t i = 0; i < n; ++i) out[i] = f(s, b[i]);
+    ranges([&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) out[i] = f(s, b[i]);
+    });
   } else {
-    broadcastLoop<2>(os, {&as, &bs}, [&](int64_t i, const std::array<int64_t, 2> &o) { out[i] = f(a[o[0]], b[o[1]]); });
+    auto body = [&](int64_t i, const std::array<int64_t, 2> &o) { out[i] = f(a[o[0]], b[o[1]]); };
+    if constexpr (Parallel)
+      parallelBroadcastLoop<2>(os, {&as, &bs}, body);
+    else
+      broadcastLoop<2>(os, {&as, &bs}, body);
   }
 }
 
@@ -61,25 +78,23 @@ int64_t intBinary(Binary op, int64_t a, int64_t b) {
 
 void binary(Binary op, const float *a, const Shape &as, const float *b, const Shape &bs, float *out) {
   switch (op) {
-  case Binary::Add: broadcastBinary(a, as, b, bs, out, [](float x, float y) { return x + y; }); break;
-  case Binary::Sub: broadcastBinary(a, as, b, bs, out, [](float x, float y) { return x - y; }); break;
-  case Binary::Mul: broadcastBinary(a, as, b, bs, out, [](float x, float y) { return x * y; }); break;
-  case Binary::Div: broadcastBinary(a, as, b, bs, out, [](float x, float y) { return x / y; }); break;
-  case Binary::Pow:
-    broadcastBinary(a, as, b, bs, out, [](float x, float y) {
-      if (y == 2.0f) return x * x; // what PyTorch's decomposed LayerNorm uses most
-      return std::pow(x, y);
-    });
-    break;
+  // The formulas are pipec/binary_math.h's, shared with the CUDA kernels and
+  // the generated fused loops.
+  case Binary::Add: broadcastBinary<true>(a, as, b, bs, out, [](float x, float y) { return binaryValue<Binary::Add>(x, y); }); break;
+  case Binary::Sub: broadcastBinary<true>(a, as, b, bs, out, [](float x, float y) { return binaryValue<Binary::Sub>(x, y); }); break;
+  case Binary::Mul: broadcastBinary<true>(a, as, b, bs, out, [](float x, float y) { return binaryValue<Binary::Mul>(x, y); }); break;
+  case Binary::Div: broadcastBinary<true>(a, as, b, bs, out, [](float x, float y) { return binaryValue<Binary::Div>(x, y); }); break;
+  case Binary::Pow: broadcastBinary<true>(a, as, b, bs, out, [](float x, float y) { return binaryValue<Binary::Pow>(x, y); }); break;
   }
 }
 
 void binary(Binary op, const int64_t *a, const Shape &as, const int64_t *b, const Shape &bs, int64_t *out) {
-  broadcastBinary(a, as, b, bs, out, [op](int64_t x, int64_t y) { return intBinary(op, x, y); });
+  // Serial: intBinary throws (division by zero), which must not leave a parallel region.
+  broadcastBinary<false>(a, as, b, bs, out, [op](int64_t x, int64_t y) { return intBinary(op, x, y); });
 }
 
 template <class T> void equal(const T *a, const Shape &as, const T *b, const Shape &bs, uint8_t *out) {
-  broadcastBinary(a, as, b, bs, out, [](T x, T y) { return (uint8_t)(x == y); });
+  broadcastBinary<true>(a, as, b, bs, out, [](T x, T y) { return (uint8_t)(x == y); });
 }
 
 template <class T>
@@ -87,17 +102,20 @@ void where(const uint8_t *cond, const Shape &cs, const T *x, const Shape &xs, co
            T *out) {
   const Shape os = broadcastShape(cs, broadcastShape(xs, ys));
   if (cs == os && xs == os && ys == os) {
-    const int64_t n = os.numel();
-    for (int64_t i = 0; i < n; ++i) out[i] = cond[i] ? x[i] : y[i];
+    parallelElements(os.numel(), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) out[i] = cond[i] ? x[i] : y[i];
+    });
     return;
   }
-  broadcastLoop<3>(os, {&cs, &xs, &ys},
+  parallelBroadcastLoop<3>(os, {&cs, &xs, &ys},
                    [&](int64_t i, const std::array<int64_t, 3> &o) { out[i] = cond[o[0]] ? x[o[1]] : y[o[2]]; });
 }
 
 void unary(Unary op, const float *x, int64_t n, float *y) {
   dispatchUnary(op, [&](auto kind) {
-    for (int64_t i = 0; i < n; ++i) y[i] = unaryValue<decltype(kind)::value>(x[i]);
+    parallelElements(n, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) y[i] = unaryValue<decltype(kind)::value>(x[i]);
+    });
   });
 }
 
@@ -106,10 +124,12 @@ void unaryGrad(Unary op, const float *dy, const float *x, const float *y, int64_
   dispatchUnary(op, [&](auto kind) {
     constexpr Unary U = decltype(kind)::value;
     // Only the forward value the derivative reads is read (the other may be null).
-    if constexpr (derivativeReadsInput<U>())
-      for (int64_t i = 0; i < n; ++i) dx[i] = unaryGradient<U>(dy[i], x[i], 0.0f);
-    else
-      for (int64_t i = 0; i < n; ++i) dx[i] = unaryGradient<U>(dy[i], 0.0f, y[i]);
+    parallelElements(n, [&](int64_t lo, int64_t hi) {
+      if constexpr (derivativeReadsInput<U>())
+        for (int64_t i = lo; i < hi; ++i) dx[i] = unaryGradient<U>(dy[i], x[i], 0.0f);
+      else
+        for (int64_t i = lo; i < hi; ++i) dx[i] = unaryGradient<U>(dy[i], 0.0f, y[i]);
+    });
   });
 }
 
@@ -119,25 +139,19 @@ void binaryGrad(BinaryGrad op, const float *dy, const float *lhs, const Shape &l
   const Shape os = broadcastShape(ls, rs);
   const Shape ds = os;
   auto run = [&](auto f) {
-    broadcastLoop<3>(os, {&ds, &ls, &rs},
-                     [&](int64_t i, const std::array<int64_t, 3> &o) { dx[i] = f(dy[o[0]], lhs[o[1]], rhs[o[2]]); });
+    parallelBroadcastLoop<3>(os, {&ds, &ls, &rs}, [&](int64_t i, const std::array<int64_t, 3> &o) {
+      dx[i] = f(dy[o[0]], lhs[o[1]], rhs[o[2]]);
+    });
   };
   switch (op) {
   case BinaryGrad::SubRhs:
-    for (int64_t i = 0, n = os.numel(); i < n; ++i) dx[i] = -dy[i];
-    break;
-  case BinaryGrad::DivRhs: run([](float g, float a, float b) { return -g * a / (b * b); }); break;
-  // As PyTorch: a zero exponent contributes 0 to the base's gradient (not
-  // 0 * 0^-1 = NaN), and a zero base with a non-negative exponent 0 to the
-  // exponent's (not 0 * log 0).
-  case BinaryGrad::PowLhs:
-    run([](float g, float a, float b) { return b == 0.0f ? 0.0f : g * b * std::pow(a, b - 1.0f); });
-    break;
-  case BinaryGrad::PowRhs:
-    run([](float g, float a, float b) {
-      return (a == 0.0f && b >= 0.0f) ? 0.0f : g * std::pow(a, b) * std::log(a);
+    parallelElements(os.numel(), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) dx[i] = -dy[i];
     });
     break;
+  case BinaryGrad::DivRhs: run([](float g, float a, float b) { return binaryGradient<BinaryGrad::DivRhs>(g, a, b); }); break;
+  case BinaryGrad::PowLhs: run([](float g, float a, float b) { return binaryGradient<BinaryGrad::PowLhs>(g, a, b); }); break;
+  case BinaryGrad::PowRhs: run([](float g, float a, float b) { return binaryGradient<BinaryGrad::PowRhs>(g, a, b); }); break;
   }
 }
 
@@ -164,7 +178,9 @@ template <class To, class From> To castValue(From x) {
 } // namespace
 
 template <class From, class To> void cast(const From *x, int64_t n, To *y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = castValue<To>(x[i]);
+  parallelElements(n, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) y[i] = castValue<To>(x[i]);
+  });
 }
 
 #define PIPEC_CAST_FROM(F)                                                                                             \
@@ -205,11 +221,14 @@ void dropout(const float *x, int64_t n, float *y, uint8_t *mask, float ratio, bo
     return;
   }
   const double scale = 1.0 / (1.0 - r);
-  for (int64_t i = 0; i < n; ++i) {
-    const bool keep = dropoutUniform(streamKey, (uint64_t)i) >= r;
-    if (mask) mask[i] = keep;
-    y[i] = keep ? (float)((double)x[i] * scale) : 0.0f;
-  }
+  // Element i's draw depends on (key, i) only, so any split is the same mask.
+  parallelElements(n, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const bool keep = dropoutUniform(streamKey, (uint64_t)i) >= r;
+      if (mask) mask[i] = keep;
+      y[i] = keep ? (float)((double)x[i] * scale) : 0.0f;
+    }
+  });
 }
 
 void dropoutGrad(const float *dy, const uint8_t *mask, int64_t n, float *dx, float ratio, bool training) {
@@ -221,7 +240,9 @@ void dropoutGrad(const float *dy, const uint8_t *mask, int64_t n, float *dx, flo
     return;
   }
   const double scale = 1.0 / (1.0 - r);
-  for (int64_t i = 0; i < n; ++i) dx[i] = mask[i] ? (float)((double)dy[i] * scale) : 0.0f;
+  parallelElements(n, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) dx[i] = mask[i] ? (float)((double)dy[i] * scale) : 0.0f;
+  });
 }
 
 } // namespace pipec::kernels

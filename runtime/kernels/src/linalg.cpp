@@ -13,15 +13,54 @@ namespace pipec::kernels {
 
 using namespace detail;
 
-void setBlasThreads(int threads) {
+void setThreads(int threads) {
+  threads = threads < 1 ? 1 : threads;
 #ifdef PIPEC_KERNELS_OPENBLAS
-  openblas_set_num_threads(threads < 1 ? 1 : threads);
+  // OpenBLAS itself stays on one thread: sgemm below splits a product into
+  // panels fixed by its shape and runs them on OpenMP threads, so that the
+  // result does not depend on the thread count (OpenBLAS's own split does:
+  // docs/cpu-kernels.md, "Threads").
+  openblas_set_num_threads(1);
+#endif
+#ifdef _OPENMP
+  omp_set_num_threads(threads);
+#endif
+}
+
+void setBlasThreads(int threads) { setThreads(threads); }
+
+int threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
 #else
-  (void)threads;
+  return 1;
 #endif
 }
 
 namespace {
+/// How sgemm splits C[M, N] into independent panels (a function of the
+/// shape only). A product under kGemmPanelWork multiply-adds is one panel;
+/// larger ones get up to kGemmMaxPanels panels of rows (M >= 2 *
+/// kGemmMinPanel), else of columns, each at least kGemmMinPanel wide and a
+/// multiple of 16 (whole OpenBLAS micro-tiles), so that every panel is a
+/// GEMM big enough to run at full speed.
+constexpr int64_t kGemmPanelWork = int64_t(1) << 22, kGemmMaxPanels = 16, kGemmMinPanel = 64;
+struct GemmPanels {
+  bool byRows = true;
+  int64_t extent = 1, size = 1; // the split axis's length and a panel's width along it (the last: less)
+  int64_t count() const { return (extent + size - 1) / size; }
+};
+GemmPanels gemmPanels(int64_t M, int64_t N, int64_t K) {
+  const GemmPanels whole{true, M, M};
+  const double work = double(M) * double(N) * double(K);
+  const bool byRows = M >= 2 * kGemmMinPanel || M >= N;
+  const int64_t extent = byRows ? M : N;
+  if (work < double(kGemmPanelWork) || extent < 2 * kGemmMinPanel) return whole;
+  const int64_t wanted = std::clamp<int64_t>((int64_t)(work / double(kGemmPanelWork)), 2, kGemmMaxPanels);
+  const int64_t size = std::max(kGemmMinPanel, ((extent + wanted - 1) / wanted + 15) / 16 * 16);
+  return size >= extent ? whole : GemmPanels{byRows, extent, size};
+}
+
 /// Row-major C[M,N] = alpha * op(A) op(B) + beta * C with leading dimensions.
 void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
            const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
@@ -34,8 +73,34 @@ void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alph
   const int64_t limit = 0x7fffffff;
   if (M > limit || N > limit || K > limit || lda > limit || ldb > limit || ldc > limit)
     fail("sgemm", "dimensions above 2^31 - 1");
-  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, (int)M, (int)N,
-              (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+  // Panels of C fixed by the shape alone (never by the thread count): rows
+  // when M is tall enough, else columns. Each panel is one single-threaded
+  // cblas_sgemm whose every output element is summed over all of K, so the
+  // same calls run whatever the thread count and give the same bits.
+#ifdef PIPEC_KERNELS_OPENBLAS
+  static const bool blasOnOneThread = (openblas_set_num_threads(1), true); // whoever set it before
+  (void)blasOnOneThread;
+#endif
+  const GemmPanels panels = gemmPanels(M, N, K);
+  const int64_t count = panels.count();
+  auto panel = [&](int64_t p) {
+    const int64_t r0 = panels.byRows ? p * panels.size : 0, c0 = panels.byRows ? 0 : p * panels.size;
+    const int64_t rows = panels.byRows ? std::min(panels.size, M - r0) : M;
+    const int64_t cols = panels.byRows ? N : std::min(panels.size, N - c0);
+    const float *a = A + (transA ? r0 : r0 * lda); // op(A)'s rows r0..: A's columns when transposed
+    const float *b = B + (transB ? c0 * ldb : c0); // op(B)'s columns c0..: B's rows when transposed
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, (int)rows,
+                (int)cols, (int)K, alpha, a, (int)lda, b, (int)ldb, beta, C + r0 * ldc + c0, (int)ldc);
+  };
+  if (count == 1) {
+    panel(0);
+    return;
+  }
+  // Only the elements' work decides the threads (each panel writes its own
+  // part of C; cblas_sgemm checks nothing that could throw here).
+  parallelRanges(count, M * N * K / 64, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) panel(p);
+  });
 }
 } // namespace
 
@@ -45,7 +110,9 @@ void gemm(const float *A, const float *B, const float *C, const Shape &cs, float
   const Shape ys{M, N};
   if (C && !broadcastsTo(cs, ys)) fail("nn.gemm", "C of shape " + cs.str() + " does not broadcast to " + ys.str());
   float b = 0.0f;
-  if (C && beta != 0.0f) {
+  if (C == Y) {
+    b = beta; // in place: Y = alpha op(A) op(B) + beta Y (a gradient accumulating)
+  } else if (C && beta != 0.0f) {
     expand(C, cs, Y, ys);
     b = beta;
   }
@@ -93,9 +160,11 @@ inline void innerRange(int64_t base, int64_t s, int64_t in, int64_t L, int64_t &
 }
 
 /// Visits every (row, outer output position) of the column matrix
-/// [Cg * kSize, outSize]: calls f(rowPointerOffset, xOffset or -1, base of
-/// the inner axis) for runs of the innermost output axis.
-template <class F> void forEachColumnRun(const ConvGeom &g, F &&f) {
+/// [Cg * kSize, outSize] for the input channels [cBegin, cEnd): calls
+/// f(rowPointerOffset, xOffset or -1, base of the inner axis) for runs of
+/// the innermost output axis. A channel's rows read (im2col) or write
+/// (col2im) only that channel of x.
+template <class F> void forEachColumnRun(const ConvGeom &g, int64_t cBegin, int64_t cEnd, F &&f) {
   const int sp = g.sp, last = sp - 1;
   const int64_t L = g.out[last];
   const int64_t outer = g.outSize / L;
@@ -108,7 +177,7 @@ template <class F> void forEachColumnRun(const ConvGeom &g, F &&f) {
     }
   }
   int64_t kidx[kMaxRank] = {};
-  for (int64_t c = 0; c < g.Cg; ++c) {
+  for (int64_t c = cBegin; c < cEnd; ++c) { // kidx is all zeros at each channel's start
     for (int64_t kk = 0; kk < g.kSize; ++kk) {
       const int64_t row = c * g.kSize + kk;
       const int64_t base = kidx[last] * g.d[last] - g.pb[last];
@@ -138,39 +207,45 @@ template <class F> void forEachColumnRun(const ConvGeom &g, F &&f) {
   }
 }
 
-/// col[Cg*kSize, outSize] from x (the group's channels of one sample).
+/// col[Cg*kSize, outSize] from x (the group's channels of one sample);
+/// parallel over channels.
 void im2col(const ConvGeom &g, const float *x, float *col) {
   const int last = g.sp - 1;
   const int64_t L = g.out[last], s = g.s[last], in = g.in[last];
-  forEachColumnRun(g, [&](int64_t dstOff, int64_t xOff, int64_t base) {
-    float *dst = col + dstOff;
-    if (xOff < 0) {
-      std::fill(dst, dst + L, 0.0f);
-      return;
-    }
-    int64_t lo, hi;
-    innerRange(base, s, in, L, lo, hi);
-    std::fill(dst, dst + lo, 0.0f);
-    const float *src = x + xOff + base;
-    if (s == 1)
-      std::memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof(float));
-    else
-      for (int64_t j = lo; j < hi; ++j) dst[j] = src[j * s];
-    std::fill(dst + hi, dst + L, 0.0f);
+  parallelRanges(g.Cg, g.Cg * g.kSize * g.outSize, [&](int64_t cBegin, int64_t cEnd) {
+    forEachColumnRun(g, cBegin, cEnd, [&](int64_t dstOff, int64_t xOff, int64_t base) {
+      float *dst = col + dstOff;
+      if (xOff < 0) {
+        std::fill(dst, dst + L, 0.0f);
+        return;
+      }
+      int64_t lo, hi;
+      innerRange(base, s, in, L, lo, hi);
+      std::fill(dst, dst + lo, 0.0f);
+      const float *src = x + xOff + base;
+      if (s == 1)
+        std::memcpy(dst + lo, src + lo, (size_t)(hi - lo) * sizeof(float));
+      else
+        for (int64_t j = lo; j < hi; ++j) dst[j] = src[j * s];
+      std::fill(dst + hi, dst + L, 0.0f);
+  });
   });
 }
 
-/// x += col2im(col): the adjoint of im2col.
+/// x += col2im(col): the adjoint of im2col. Parallel over channels: each
+/// element of x gets its terms in the same order as with one thread.
 void col2imAdd(const ConvGeom &g, const float *col, float *x) {
   const int last = g.sp - 1;
   const int64_t L = g.out[last], s = g.s[last], in = g.in[last];
-  forEachColumnRun(g, [&](int64_t srcOff, int64_t xOff, int64_t base) {
-    if (xOff < 0) return;
-    int64_t lo, hi;
-    innerRange(base, s, in, L, lo, hi);
-    const float *src = col + srcOff;
-    float *dst = x + xOff + base;
-    for (int64_t j = lo; j < hi; ++j) dst[j * s] += src[j];
+  parallelRanges(g.Cg, g.Cg * g.kSize * g.outSize, [&](int64_t cBegin, int64_t cEnd) {
+    forEachColumnRun(g, cBegin, cEnd, [&](int64_t srcOff, int64_t xOff, int64_t base) {
+      if (xOff < 0) return;
+      int64_t lo, hi;
+      innerRange(base, s, in, L, lo, hi);
+      const float *src = col + srcOff;
+      float *dst = x + xOff + base;
+      for (int64_t j = lo; j < hi; ++j) dst[j * s] += src[j];
+  });
   });
 }
 
@@ -198,11 +273,13 @@ void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, cons
       float *yg = y + (n * g.F + gi * g.Fg) * P;
       sgemm(false, false, g.Fg, P, rows, 1.0f, w + gi * g.Fg * rows, rows, cols, P, 0.0f, yg, P);
       if (bias)
-        for (int64_t f = 0; f < g.Fg; ++f) {
-          const float b = bias[gi * g.Fg + f];
-          float *row = yg + f * P;
-          for (int64_t p = 0; p < P; ++p) row[p] += b;
-        }
+        parallelRanges(g.Fg, g.Fg * P, [&](int64_t fBegin, int64_t fEnd) {
+          for (int64_t f = fBegin; f < fEnd; ++f) {
+            const float b = bias[gi * g.Fg + f];
+            float *row = yg + f * P;
+            for (int64_t p = 0; p < P; ++p) row[p] += b;
+          }
+        });
     }
 }
 

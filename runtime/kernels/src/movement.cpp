@@ -68,21 +68,29 @@ template <class T> void transpose(const T *x, const Shape &xs, const Dims &perm,
   int64_t st[kMaxRank];
   for (int i = 0; i < r; ++i) st[i] = xst[perm.v[i]];
   const int64_t inner = ys.v[r - 1], innerSt = st[r - 1];
-  int64_t idx[kMaxRank] = {}, off = 0;
-  for (int64_t base = 0; base < total; base += inner) {
-    const T *src = x + off;
-    T *dst = y + base;
-    if (innerSt == 1)
-      std::memcpy(dst, src, (size_t)inner * sizeof(T));
-    else
-      for (int64_t j = 0; j < inner; ++j) dst[j] = src[j * innerSt];
-    for (int a = r - 2; a >= 0; --a) {
-      off += st[a];
-      if (++idx[a] < ys.v[a]) break;
-      off -= st[a] * ys.v[a];
-      idx[a] = 0;
+  // Rows of y (runs of its innermost axis) in parallel ranges.
+  parallelRanges(total / inner, total, [&](int64_t rowBegin, int64_t rowEnd) {
+    int64_t idx[kMaxRank] = {}, off = 0;
+    for (int64_t rest = rowBegin, a = r - 2; a >= 0; --a) {
+      idx[a] = rest % ys.v[a];
+      rest /= ys.v[a];
+      off += idx[a] * st[a];
     }
-  }
+    for (int64_t row = rowBegin; row < rowEnd; ++row) {
+      const T *src = x + off;
+      T *dst = y + row * inner;
+      if (innerSt == 1)
+        std::memcpy(dst, src, (size_t)inner * sizeof(T));
+      else
+        for (int64_t j = 0; j < inner; ++j) dst[j] = src[j * innerSt];
+      for (int a = r - 2; a >= 0; --a) {
+        off += st[a];
+        if (++idx[a] < ys.v[a]) break;
+        off -= st[a] * ys.v[a];
+        idx[a] = 0;
+      }
+    }
+  });
 }
 
 template <class T> void concat(const T *const *inputs, const Shape *shapes, int count, int64_t axis, T *out) {
@@ -211,7 +219,7 @@ template <class T> void expand(const T *x, const Shape &xs, T *y, const Shape &y
     copy(x, (size_t)ys.numel() * sizeof(T), y);
     return;
   }
-  broadcastLoop<1>(ys, {&xs}, [&](int64_t i, const std::array<int64_t, 1> &o) { y[i] = x[o[0]]; });
+  parallelBroadcastLoop<1>(ys, {&xs}, [&](int64_t i, const std::array<int64_t, 1> &o) { y[i] = x[o[0]]; });
 }
 
 #define PIPEC_MOVEMENT(T)                                                                                              \

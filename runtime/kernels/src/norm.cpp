@@ -43,85 +43,92 @@ void batchNorm(const float *x, const Shape &xs, const float *scale, const float 
                const float *runningVar, float *y, float *newMean, float *newVar, float epsilon, float momentum,
                bool training) {
   const ChannelView v = channelView("nn.batch_norm", xs);
-  for (int64_t c = 0; c < v.C; ++c) {
-    const double rm = runningMean[c], rv = runningVar[c];
-    double mean = rm, var = rv;
-    if (training) {
-      channelStats(x, v, c, mean, var);
-      newMean[c] = (float)(momentum * rm + (1.0 - (double)momentum) * mean);
-      newVar[c] = (float)(momentum * rv + (1.0 - (double)momentum) * var);
-    } else {
-      newMean[c] = (float)rm;
-      newVar[c] = (float)rv;
+  // Channels are independent (statistics, running update, output): one thread each.
+  parallelRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
+    for (int64_t c = cBegin; c < cEnd; ++c) {
+      const double rm = runningMean[c], rv = runningVar[c];
+      double mean = rm, var = rv;
+      if (training) {
+        channelStats(x, v, c, mean, var);
+        newMean[c] = (float)(momentum * rm + (1.0 - (double)momentum) * mean);
+        newVar[c] = (float)(momentum * rv + (1.0 - (double)momentum) * var);
+      } else {
+        newMean[c] = (float)rm;
+        newVar[c] = (float)rv;
+      }
+      const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
+      const float a = (float)(invStd * scale[c]);
+      const float b = (float)(bias[c] - mean * invStd * scale[c]);
+      for (int64_t n = 0; n < v.N; ++n) {
+        const float *p = x + (n * v.C + c) * v.inner;
+        float *q = y + (n * v.C + c) * v.inner;
+        for (int64_t i = 0; i < v.inner; ++i) q[i] = p[i] * a + b;
+      }
     }
-    const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
-    const float a = (float)(invStd * scale[c]);
-    const float b = (float)(bias[c] - mean * invStd * scale[c]);
-    for (int64_t n = 0; n < v.N; ++n) {
-      const float *p = x + (n * v.C + c) * v.inner;
-      float *q = y + (n * v.C + c) * v.inner;
-      for (int64_t i = 0; i < v.inner; ++i) q[i] = p[i] * a + b;
-    }
-  }
+  });
 }
 
 void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const float *runningMean,
                    const float *runningVar, float *dx, float epsilon, bool training) {
   const ChannelView v = channelView("nn.batch_norm_grad", xs);
   (void)runningMean;
-  for (int64_t c = 0; c < v.C; ++c) {
-    if (!training) {
-      const float a = (float)(scale[c] / std::sqrt((double)runningVar[c] + (double)epsilon));
+  parallelRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
+    for (int64_t c = cBegin; c < cEnd; ++c) {
+      if (!training) {
+        const float a = (float)(scale[c] / std::sqrt((double)runningVar[c] + (double)epsilon));
+        for (int64_t n = 0; n < v.N; ++n) {
+          const int64_t base = (n * v.C + c) * v.inner;
+          for (int64_t i = 0; i < v.inner; ++i) dx[base + i] = dy[base + i] * a;
+        }
+        continue;
+      }
+      double mean, var;
+      channelStats(x, v, c, mean, var);
+      const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
+      const double count = (double)(v.N * v.inner);
+      double sumDy = 0, sumDyXhat = 0;
       for (int64_t n = 0; n < v.N; ++n) {
         const int64_t base = (n * v.C + c) * v.inner;
-        for (int64_t i = 0; i < v.inner; ++i) dx[base + i] = dy[base + i] * a;
+        for (int64_t i = 0; i < v.inner; ++i) {
+          sumDy += dy[base + i];
+          sumDyXhat += dy[base + i] * ((x[base + i] - mean) * invStd);
+        }
       }
-      continue;
-    }
-    double mean, var;
-    channelStats(x, v, c, mean, var);
-    const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
-    const double count = (double)(v.N * v.inner);
-    double sumDy = 0, sumDyXhat = 0;
-    for (int64_t n = 0; n < v.N; ++n) {
-      const int64_t base = (n * v.C + c) * v.inner;
-      for (int64_t i = 0; i < v.inner; ++i) {
-        sumDy += dy[base + i];
-        sumDyXhat += dy[base + i] * ((x[base + i] - mean) * invStd);
-      }
-    }
-    // dx = scale * invStd * (dy - mean(dy) - x̂ * mean(dy * x̂))
-    const float k = (float)(scale[c] * invStd);
-    const float mDy = (float)(sumDy / count), mDyXhat = (float)(sumDyXhat / count);
-    const float fMean = (float)mean, fInv = (float)invStd;
-    for (int64_t n = 0; n < v.N; ++n) {
-      const int64_t base = (n * v.C + c) * v.inner;
-      for (int64_t i = 0; i < v.inner; ++i) {
-        const float xhat = (x[base + i] - fMean) * fInv;
-        dx[base + i] = k * (dy[base + i] - mDy - xhat * mDyXhat);
+      // dx = scale * invStd * (dy - mean(dy) - x̂ * mean(dy * x̂))
+      const float k = (float)(scale[c] * invStd);
+      const float mDy = (float)(sumDy / count), mDyXhat = (float)(sumDyXhat / count);
+      const float fMean = (float)mean, fInv = (float)invStd;
+      for (int64_t n = 0; n < v.N; ++n) {
+        const int64_t base = (n * v.C + c) * v.inner;
+        for (int64_t i = 0; i < v.inner; ++i) {
+          const float xhat = (x[base + i] - fMean) * fInv;
+          dx[base + i] = k * (dy[base + i] - mDy - xhat * mDyXhat);
+        }
       }
     }
-  }
+  });
 }
 
 void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const float *runningMean,
                         const float *runningVar, float *dscale, float *dbias, float epsilon, bool training) {
   const ChannelView v = channelView("nn.batch_norm_param_grad", xs);
-  for (int64_t c = 0; c < v.C; ++c) {
-    double mean = runningMean[c], var = runningVar[c];
-    if (training) channelStats(x, v, c, mean, var);
-    const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
-    double sumDy = 0, sumDyXhat = 0;
-    for (int64_t n = 0; n < v.N; ++n) {
-      const int64_t base = (n * v.C + c) * v.inner;
-      for (int64_t i = 0; i < v.inner; ++i) {
-        sumDy += dy[base + i];
-        sumDyXhat += dy[base + i] * (x[base + i] - mean);
+  parallelRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
+    for (int64_t c = cBegin; c < cEnd; ++c) {
+      double mean = runningMean[c], var = runningVar[c];
+      if (training) channelStats(x, v, c, mean, var);
+      const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
+      double sumDy = 0, sumDyXhat = 0;
+      for (int64_t n = 0; n < v.N; ++n) {
+        const int64_t base = (n * v.C + c) * v.inner;
+        for (int64_t i = 0; i < v.inner; ++i) {
+          sumDy += dy[base + i];
+          sumDyXhat += dy[base + i] * (x[base + i] - mean);
+        }
       }
+      dscale[c] = (float)(sumDyXhat * invStd);
+      dbias[c] = (float)sumDy;
     }
-    dscale[c] = (float)(sumDyXhat * invStd);
-    dbias[c] = (float)sumDy;
-  }
+  });
 }
 
 //===----------------------------------------------------------------------===//
@@ -176,39 +183,43 @@ void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape 
   const RowView v = rowView("nn.layer_norm", xs, axis);
   const float *g = expandedParam("nn.layer_norm", scale, ss, v, 1);
   const float *b = bias ? expandedParam("nn.layer_norm", bias, bs, v, 2) : nullptr;
-  for (int64_t r = 0; r < v.rows; ++r) {
-    const float *xr = x + r * v.inner;
-    float *yr = y + r * v.inner;
-    double m, inv;
-    rowStats(xr, v.inner, m, inv, epsilon);
-    if (mean) mean[r] = (float)m;
-    if (invStd) invStd[r] = (float)inv;
-    const float fm = (float)m, fi = (float)inv;
-    if (b)
-      for (int64_t i = 0; i < v.inner; ++i) yr[i] = (xr[i] - fm) * fi * g[i] + b[i];
-    else
-      for (int64_t i = 0; i < v.inner; ++i) yr[i] = (xr[i] - fm) * fi * g[i];
-  }
+  parallelRanges(v.rows, v.rows * v.inner, [&](int64_t rBegin, int64_t rEnd) {
+    for (int64_t r = rBegin; r < rEnd; ++r) {
+      const float *xr = x + r * v.inner;
+      float *yr = y + r * v.inner;
+      double m, inv;
+      rowStats(xr, v.inner, m, inv, epsilon);
+      if (mean) mean[r] = (float)m;
+      if (invStd) invStd[r] = (float)inv;
+      const float fm = (float)m, fi = (float)inv;
+      if (b)
+        for (int64_t i = 0; i < v.inner; ++i) yr[i] = (xr[i] - fm) * fi * g[i] + b[i];
+      else
+        for (int64_t i = 0; i < v.inner; ++i) yr[i] = (xr[i] - fm) * fi * g[i];
+    }
+  });
 }
 
 void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const Shape &ss, float *dx,
                    int64_t axis, float epsilon) {
   const RowView v = rowView("nn.layer_norm_grad", xs, axis);
   const float *g = expandedParam("nn.layer_norm_grad", scale, ss, v, 1);
-  for (int64_t r = 0; r < v.rows; ++r) {
-    const float *xr = x + r * v.inner, *dyr = dy + r * v.inner;
-    float *dxr = dx + r * v.inner;
-    double m, inv;
-    rowStats(xr, v.inner, m, inv, epsilon);
-    const float fm = (float)m, fi = (float)inv;
-    const double sumG = laneSum(v.inner, [&](int64_t i) { return dyr[i] * g[i]; });
-    const double sumGX = laneSum(v.inner, [&](int64_t i) { return dyr[i] * g[i] * ((xr[i] - fm) * fi); });
-    const float mG = (float)(sumG / (double)v.inner), mGX = (float)(sumGX / (double)v.inner);
-    for (int64_t i = 0; i < v.inner; ++i) {
-      const float xhat = (xr[i] - fm) * fi;
-      dxr[i] = fi * (dyr[i] * g[i] - mG - xhat * mGX);
+  parallelRanges(v.rows, v.rows * v.inner, [&](int64_t rBegin, int64_t rEnd) {
+    for (int64_t r = rBegin; r < rEnd; ++r) {
+      const float *xr = x + r * v.inner, *dyr = dy + r * v.inner;
+      float *dxr = dx + r * v.inner;
+      double m, inv;
+      rowStats(xr, v.inner, m, inv, epsilon);
+      const float fm = (float)m, fi = (float)inv;
+      const double sumG = laneSum(v.inner, [&](int64_t i) { return dyr[i] * g[i]; });
+      const double sumGX = laneSum(v.inner, [&](int64_t i) { return dyr[i] * g[i] * ((xr[i] - fm) * fi); });
+      const float mG = (float)(sumG / (double)v.inner), mGX = (float)(sumGX / (double)v.inner);
+      for (int64_t i = 0; i < v.inner; ++i) {
+        const float xhat = (xr[i] - fm) * fi;
+        dxr[i] = fi * (dyr[i] * g[i] - mG - xhat * mGX);
+      }
     }
-  }
+  });
 }
 
 void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const Shape &ps, float *dscale, float *dbias,
@@ -221,14 +232,38 @@ void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
   float *db = full ? dbias : scratch(2, (size_t)v.inner);
   std::fill(ds, ds + v.inner, 0.0f);
   if (db) std::fill(db, db + v.inner, 0.0f);
-  for (int64_t r = 0; r < v.rows; ++r) {
-    const float *xr = x + r * v.inner, *dyr = dy + r * v.inner;
-    double m, inv;
-    rowStats(xr, v.inner, m, inv, epsilon);
-    const float fm = (float)m, fi = (float)inv;
-    for (int64_t i = 0; i < v.inner; ++i) ds[i] += dyr[i] * ((xr[i] - fm) * fi);
-    if (db)
-      for (int64_t i = 0; i < v.inner; ++i) db[i] += dyr[i];
+  const int64_t work = v.rows * v.inner;
+  if (threadsFor(work, v.inner) <= 1) {
+    for (int64_t r = 0; r < v.rows; ++r) {
+      const float *xr = x + r * v.inner, *dyr = dy + r * v.inner;
+      double m, inv;
+      rowStats(xr, v.inner, m, inv, epsilon);
+      const float fm = (float)m, fi = (float)inv;
+      for (int64_t i = 0; i < v.inner; ++i) ds[i] += dyr[i] * ((xr[i] - fm) * fi);
+      if (db)
+        for (int64_t i = 0; i < v.inner; ++i) db[i] += dyr[i];
+    }
+  } else {
+    // The same sums split by column: every ds[i] and db[i] still adds its
+    // rows in order 0, 1, ..., with the rows' statistics computed first (in
+    // parallel over rows, each row as above).
+    float *stats = scratch(3, (size_t)(2 * v.rows));
+    parallelRanges(v.rows, work, [&](int64_t rBegin, int64_t rEnd) {
+      for (int64_t r = rBegin; r < rEnd; ++r) {
+        double m, inv;
+        rowStats(x + r * v.inner, v.inner, m, inv, epsilon);
+        stats[2 * r] = (float)m, stats[2 * r + 1] = (float)inv;
+      }
+    });
+    parallelRanges(v.inner, work, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = 0; r < v.rows; ++r) {
+        const float *xr = x + r * v.inner, *dyr = dy + r * v.inner;
+        const float fm = stats[2 * r], fi = stats[2 * r + 1];
+        for (int64_t i = lo; i < hi; ++i) ds[i] += dyr[i] * ((xr[i] - fm) * fi);
+        if (db)
+          for (int64_t i = lo; i < hi; ++i) db[i] += dyr[i];
+      }
+    });
   }
   if (!full) { // sum the broadcast axes away
     auto sumDown = [&](const float *src, float *dst) {

@@ -14,17 +14,19 @@ using namespace detail;
 void sgdUpdate(float *param, const float *grad, float *buf, int64_t n, int64_t step, float lr, float momentum,
                float weightDecay) {
   if (step < 1) fail("nn.sgd_update", "step must be >= 1, got " + std::to_string(step));
-  for (int64_t i = 0; i < n; ++i) {
-    float g = grad[i];
-    if (weightDecay != 0.0f) g = g + weightDecay * param[i]; // d_p.add(param, alpha=wd)
-    float b;
-    if (momentum == 0.0f || step == 1)
-      b = g; // buf = clone(d_p)
-    else
-      b = buf[i] * momentum + g; // buf.mul_(momentum).add_(d_p)
-    buf[i] = b;
-    param[i] = param[i] + (-lr) * b; // param.add_(buf, alpha=-lr)
-  }
+  parallelElements(n, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      float g = grad[i];
+      if (weightDecay != 0.0f) g = g + weightDecay * param[i]; // d_p.add(param, alpha=wd)
+      float b;
+      if (momentum == 0.0f || step == 1)
+        b = g; // buf = clone(d_p)
+      else
+        b = buf[i] * momentum + g; // buf.mul_(momentum).add_(d_p)
+      buf[i] = b;
+      param[i] = param[i] + (-lr) * b; // param.add_(buf, alpha=-lr)
+    }
+  });
 }
 
 namespace {
@@ -54,17 +56,19 @@ void adamwUpdate(float *param, const float *grad, float *m, float *v, int64_t n,
   const double bias1 = 1.0 - std::pow(b1, t);
   const float stepSize = (float)(dlr / bias1);
   const float bias2Sqrt = (float)std::sqrt(1.0 - std::pow(b2, t));
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i];
-    const float p = param[i] * decay;
-    // torch.lerp: weight < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w)
-    const float mi = w1 < 0.5 ? m[i] + fw1 * (g - m[i]) : g - (g - m[i]) * (1.0f - fw1);
-    const float vi = v[i] * fb2 + w2 * g * g;
-    const float denom = std::sqrt(vi) / bias2Sqrt + epsilon;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = p + (-stepSize) * mi / denom;
-  }
+  parallelElements(n, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const float g = grad[i];
+      const float p = param[i] * decay;
+      // torch.lerp: weight < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w)
+      const float mi = w1 < 0.5 ? m[i] + fw1 * (g - m[i]) : g - (g - m[i]) * (1.0f - fw1);
+      const float vi = v[i] * fb2 + w2 * g * g;
+      const float denom = std::sqrt(vi) / bias2Sqrt + epsilon;
+      m[i] = mi;
+      v[i] = vi;
+      param[i] = p + (-stepSize) * mi / denom;
+    }
+  });
 }
 
 } // namespace pipec::kernels

@@ -18,10 +18,19 @@ struct PoolWindows : PoolGeom {
   std::vector<int64_t> start[kMaxRank], lo[kMaxRank], hi[kMaxRank], padded[kMaxRank];
 };
 
-PoolWindows poolWindows(const char *op, const Shape &xs, const Dims &kernel, const Dims &strides, const Dims &pads,
-                        const Dims &dilations, bool ceilMode) {
-  PoolWindows g;
+/// The calling thread's tables, refilled per call: their capacity stays, so
+/// that generated code allocates nothing after its first call
+/// (docs/optimization.md).
+const PoolWindows &poolWindows(const char *op, const Shape &xs, const Dims &kernel, const Dims &strides,
+                               const Dims &pads, const Dims &dilations, bool ceilMode) {
+  static thread_local PoolWindows g;
   static_cast<PoolGeom &>(g) = poolGeom(op, xs, kernel, strides, pads, dilations, ceilMode);
+  for (int a = 0; a < kMaxRank; ++a) {
+    g.start[a].clear();
+    g.lo[a].clear();
+    g.hi[a].clear();
+    g.padded[a].clear();
+  }
   for (int a = 0; a < g.sp; ++a)
     for (int64_t o = 0; o < g.out[a]; ++o) {
       const int64_t st = o * g.s[a] - g.pb[a];
@@ -99,76 +108,90 @@ Shape poolOutputShape(const Shape &x, const Dims &kernel, const Dims &strides, c
 
 void maxPool(const float *x, const Shape &xs, float *y, const Dims &kernel, const Dims &strides, const Dims &pads,
              const Dims &dilations, bool ceilMode) {
-  const PoolWindows g = poolWindows("nn.max_pool", xs, kernel, strides, pads, dilations, ceilMode);
-  for (int64_t p = 0; p < g.planes; ++p) {
-    const float *xp = x + p * g.inSize;
-    float *yp = y + p * g.outSize;
-    forEachOutput(g, [&](int64_t o, const int64_t *oidx) {
-      float best = -std::numeric_limits<float>::infinity();
-      forEachInWindow(g, oidx, [&](int64_t off) { best = xp[off] > best ? xp[off] : best; });
-      yp[o] = best;
-    });
-  }
+  const PoolWindows &g = poolWindows("nn.max_pool", xs, kernel, strides, pads, dilations, ceilMode);
+  // Planes (n, c) are independent: one thread each.
+  parallelRanges(g.planes, g.planes * (g.inSize + g.outSize), [&](int64_t pBegin, int64_t pEnd) {
+    for (int64_t p = pBegin; p < pEnd; ++p) {
+      const float *xp = x + p * g.inSize;
+      float *yp = y + p * g.outSize;
+      forEachOutput(g, [&](int64_t o, const int64_t *oidx) {
+        float best = -std::numeric_limits<float>::infinity();
+        forEachInWindow(g, oidx, [&](int64_t off) { best = xp[off] > best ? xp[off] : best; });
+        yp[o] = best;
+      });
+    }
+  });
 }
 
 void maxPoolGrad(const float *dy, const float *x, const Shape &xs, float *dx, const Dims &kernel, const Dims &strides,
                  const Dims &pads, const Dims &dilations, bool ceilMode) {
-  const PoolWindows g = poolWindows("nn.max_pool_grad", xs, kernel, strides, pads, dilations, ceilMode);
+  const PoolWindows &g = poolWindows("nn.max_pool_grad", xs, kernel, strides, pads, dilations, ceilMode);
   std::fill(dx, dx + xs.numel(), 0.0f);
-  for (int64_t p = 0; p < g.planes; ++p) {
-    const float *xp = x + p * g.inSize;
-    const float *dyp = dy + p * g.outSize;
-    float *dxp = dx + p * g.inSize;
-    forEachOutput(g, [&](int64_t o, const int64_t *oidx) {
-      int64_t arg = -1;
-      float best = 0.0f;
-      forEachInWindow(g, oidx, [&](int64_t off) {
-        if (arg < 0 || xp[off] > best) {
-          arg = off;
-          best = xp[off];
-        }
+  // Planes (n, c) are independent: one thread each.
+  parallelRanges(g.planes, g.planes * (g.inSize + g.outSize), [&](int64_t pBegin, int64_t pEnd) {
+    for (int64_t p = pBegin; p < pEnd; ++p) {
+      const float *xp = x + p * g.inSize;
+      const float *dyp = dy + p * g.outSize;
+      float *dxp = dx + p * g.inSize;
+      forEachOutput(g, [&](int64_t o, const int64_t *oidx) {
+        int64_t arg = -1;
+        float best = 0.0f;
+        forEachInWindow(g, oidx, [&](int64_t off) {
+          if (arg < 0 || xp[off] > best) {
+            arg = off;
+            best = xp[off];
+          }
+        });
+        if (arg >= 0) dxp[arg] += dyp[o];
       });
-      if (arg >= 0) dxp[arg] += dyp[o];
-    });
-  }
+    }
+  });
 }
 
 void averagePool(const float *x, const Shape &xs, float *y, const Dims &kernel, const Dims &strides, const Dims &pads,
                  bool ceilMode, bool countIncludePad) {
-  const PoolWindows g = poolWindows("nn.average_pool", xs, kernel, strides, pads, Dims{}, ceilMode);
-  for (int64_t p = 0; p < g.planes; ++p) {
-    const float *xp = x + p * g.inSize;
-    float *yp = y + p * g.outSize;
-    forEachOutput(g, [&](int64_t o, const int64_t *oidx) {
-      float sum = 0.0f;
-      forEachInWindow(g, oidx, [&](int64_t off) { sum += xp[off]; });
-      yp[o] = sum / (float)windowCount(g, oidx, countIncludePad);
-    });
-  }
+  const PoolWindows &g = poolWindows("nn.average_pool", xs, kernel, strides, pads, Dims{}, ceilMode);
+  // Planes (n, c) are independent: one thread each.
+  parallelRanges(g.planes, g.planes * (g.inSize + g.outSize), [&](int64_t pBegin, int64_t pEnd) {
+    for (int64_t p = pBegin; p < pEnd; ++p) {
+      const float *xp = x + p * g.inSize;
+      float *yp = y + p * g.outSize;
+      forEachOutput(g, [&](int64_t o, const int64_t *oidx) {
+        float sum = 0.0f;
+        forEachInWindow(g, oidx, [&](int64_t off) { sum += xp[off]; });
+        yp[o] = sum / (float)windowCount(g, oidx, countIncludePad);
+      });
+    }
+  });
 }
 
 void averagePoolGrad(const float *dy, float *dx, const Shape &xs, const Dims &kernel, const Dims &strides,
                      const Dims &pads, bool ceilMode, bool countIncludePad) {
-  const PoolWindows g = poolWindows("nn.average_pool_grad", xs, kernel, strides, pads, Dims{}, ceilMode);
+  const PoolWindows &g = poolWindows("nn.average_pool_grad", xs, kernel, strides, pads, Dims{}, ceilMode);
   std::fill(dx, dx + xs.numel(), 0.0f);
-  for (int64_t p = 0; p < g.planes; ++p) {
-    const float *dyp = dy + p * g.outSize;
-    float *dxp = dx + p * g.inSize;
-    forEachOutput(g, [&](int64_t o, const int64_t *oidx) {
-      const float share = dyp[o] / (float)windowCount(g, oidx, countIncludePad);
-      forEachInWindow(g, oidx, [&](int64_t off) { dxp[off] += share; });
-    });
-  }
+  // Planes (n, c) are independent: one thread each.
+  parallelRanges(g.planes, g.planes * (g.inSize + g.outSize), [&](int64_t pBegin, int64_t pEnd) {
+    for (int64_t p = pBegin; p < pEnd; ++p) {
+      const float *dyp = dy + p * g.outSize;
+      float *dxp = dx + p * g.inSize;
+      forEachOutput(g, [&](int64_t o, const int64_t *oidx) {
+        const float share = dyp[o] / (float)windowCount(g, oidx, countIncludePad);
+        forEachInWindow(g, oidx, [&](int64_t off) { dxp[off] += share; });
+      });
+    }
+  });
 }
 
 void globalAveragePool(const float *x, const Shape &xs, float *y) {
   checkRank("nn.global_average_pool", xs, 3, "the input (N, C, spatial...)");
   const int64_t planes = xs.v[0] * xs.v[1], inner = productOf(xs, 2, xs.size);
-  for (int64_t p = 0; p < planes; ++p) {
-    double sum = 0;
-    for (int64_t i = 0; i < inner; ++i) sum += x[p * inner + i];
-    y[p] = (float)(sum / (double)inner);
-  }
+  parallelRanges(planes, planes * inner, [&](int64_t pBegin, int64_t pEnd) {
+    for (int64_t p = pBegin; p < pEnd; ++p) {
+      double sum = 0;
+      for (int64_t i = 0; i < inner; ++i) sum += x[p * inner + i];
+      y[p] = (float)(sum / (double)inner);
+    }
+  });
 }
 
 } // namespace pipec::kernels

@@ -12,8 +12,10 @@ using namespace detail;
 void softmax(const float *x, const Shape &xs, int64_t axis, float *y) {
   checkRank("nn.softmax", xs, 1, "the input");
   const AxisView v = viewAround(xs, (int)normalizeAxis("nn.softmax", axis, xs.size));
-  for (int64_t o = 0; o < v.outer; ++o)
-    for (int64_t in = 0; in < v.inner; ++in) {
+  // One softmax per (outer, inner) pair, each on one thread as before.
+  parallelRanges(v.outer * v.inner, xs.numel(), [&](int64_t lo, int64_t hi) {
+    for (int64_t row = lo; row < hi; ++row) {
+      const int64_t o = row / v.inner, in = row % v.inner;
       const float *xr = x + o * v.size * v.inner + in;
       float *yr = y + o * v.size * v.inner + in;
       const int64_t st = v.inner;
@@ -28,19 +30,22 @@ void softmax(const float *x, const Shape &xs, int64_t axis, float *y) {
       const float inv = (float)(1.0 / sum);
       for (int64_t i = 0; i < v.size; ++i) yr[i * st] *= inv;
     }
+  });
 }
 
 void softmaxGrad(const float *dy, const float *y, const Shape &s, int64_t axis, float *dx) {
   checkRank("nn.softmax_grad", s, 1, "the input");
   const AxisView v = viewAround(s, (int)normalizeAxis("nn.softmax_grad", axis, s.size));
-  for (int64_t o = 0; o < v.outer; ++o)
-    for (int64_t in = 0; in < v.inner; ++in) {
+  parallelRanges(v.outer * v.inner, s.numel(), [&](int64_t lo, int64_t hi) {
+    for (int64_t row = lo; row < hi; ++row) {
+      const int64_t o = row / v.inner, in = row % v.inner;
       const int64_t base = o * v.size * v.inner + in, st = v.inner;
       double dot = 0;
       for (int64_t i = 0; i < v.size; ++i) dot += (double)dy[base + i * st] * y[base + i * st];
       const float fd = (float)dot;
       for (int64_t i = 0; i < v.size; ++i) dx[base + i * st] = y[base + i * st] * (dy[base + i * st] - fd);
     }
+  });
 }
 
 
@@ -48,8 +53,9 @@ namespace {
 /// Per (n, d...) element: the log-sum-exp of its class scores.
 void logSumExp(const float *scores, const AxisView &v, std::vector<double> &lse) {
   lse.resize((size_t)(v.outer * v.inner));
-  for (int64_t n = 0; n < v.outer; ++n)
-    for (int64_t in = 0; in < v.inner; ++in) {
+  parallelRanges(v.outer * v.inner, v.outer * v.size * v.inner, [&](int64_t lo, int64_t hi) {
+    for (int64_t row = lo; row < hi; ++row) {
+      const int64_t n = row / v.inner, in = row % v.inner;
       const float *s = scores + n * v.size * v.inner + in;
       float m = -std::numeric_limits<float>::infinity();
       for (int64_t c = 0; c < v.size; ++c) m = s[c * v.inner] > m ? s[c * v.inner] : m;
@@ -57,6 +63,7 @@ void logSumExp(const float *scores, const AxisView &v, std::vector<double> &lse)
       for (int64_t c = 0; c < v.size; ++c) sum += std::exp((double)s[c * v.inner] - m);
       lse[n * v.inner + in] = m + std::log(sum);
     }
+  });
 }
 
 AxisView lossView(const char *op, const Shape &ss, const float *weights) {
@@ -77,15 +84,20 @@ void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labe
                              Reduction reduction, std::optional<int64_t> ignoreIndex, float *loss, float *logProb) {
   const char *op = "nn.softmax_cross_entropy_loss";
   const AxisView v = lossView(op, ss, weights);
-  std::vector<double> lse;
+  // The calling thread's storage, reused (no allocation after the first
+  // call); a reference, so that the parallel loops below use this thread's.
+  thread_local std::vector<double> lseStorage;
+  std::vector<double> &lse = lseStorage;
   logSumExp(scores, v, lse);
   if (logProb)
-    for (int64_t n = 0; n < v.outer; ++n)
-      for (int64_t c = 0; c < v.size; ++c)
-        for (int64_t in = 0; in < v.inner; ++in) {
-          const int64_t i = (n * v.size + c) * v.inner + in;
-          logProb[i] = (float)(scores[i] - lse[n * v.inner + in]);
-        }
+    parallelRanges(v.outer, v.outer * v.size * v.inner, [&](int64_t nBegin, int64_t nEnd) {
+      for (int64_t n = nBegin; n < nEnd; ++n)
+        for (int64_t c = 0; c < v.size; ++c)
+          for (int64_t in = 0; in < v.inner; ++in) {
+            const int64_t i = (n * v.size + c) * v.inner + in;
+            logProb[i] = (float)(scores[i] - lse[n * v.inner + in]);
+          }
+    });
   double lossSum = 0, weightSum = 0;
   for (int64_t n = 0; n < v.outer; ++n)
     for (int64_t in = 0; in < v.inner; ++in) {
@@ -111,7 +123,10 @@ void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const 
                                  float *dscores) {
   const char *op = "nn.softmax_cross_entropy_loss_grad";
   const AxisView v = lossView(op, ss, weights);
-  std::vector<double> lse;
+  // The calling thread's storage, reused (no allocation after the first
+  // call); a reference, so that the parallel loops below use this thread's.
+  thread_local std::vector<double> lseStorage;
+  std::vector<double> &lse = lseStorage;
   logSumExp(scores, v, lse);
   double scale = reduction == Reduction::None ? 1.0 : (double)dloss[0];
   if (reduction == Reduction::Mean) {
@@ -121,14 +136,18 @@ void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const 
         weightSum += weights ? weights[checkedLabel(op, labels[e], v.size)] : 1.0;
     scale /= weightSum;
   }
-  for (int64_t n = 0; n < v.outer; ++n)
-    for (int64_t in = 0; in < v.inner; ++in) {
+  // Labels checked here: the loop below runs on several threads and must not throw.
+  for (int64_t e = 0; e < v.outer * v.inner; ++e)
+    if (!(ignoreIndex && (int64_t)labels[e] == *ignoreIndex)) (void)checkedLabel(op, labels[e], v.size);
+  parallelRanges(v.outer * v.inner, v.outer * v.size * v.inner, [&](int64_t lo, int64_t hi) {
+    for (int64_t row = lo; row < hi; ++row) {
+      const int64_t n = row / v.inner, in = row % v.inner;
       const int64_t e = n * v.inner + in;
       if (ignoreIndex && (int64_t)labels[e] == *ignoreIndex) {
         for (int64_t c = 0; c < v.size; ++c) dscores[(n * v.size + c) * v.inner + in] = 0.0f;
         continue;
       }
-      const int64_t label = checkedLabel(op, labels[e], v.size);
+      const int64_t label = (int64_t)labels[e];
       const double k = (weights ? weights[label] : 1.0) * scale * (reduction == Reduction::None ? dloss[e] : 1.0);
       for (int64_t c = 0; c < v.size; ++c) {
         const int64_t i = (n * v.size + c) * v.inner + in;
@@ -136,6 +155,7 @@ void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const 
         dscores[i] = (float)(k * (p - (c == label ? 1.0 : 0.0)));
       }
     }
+  });
 }
 
 template void softmaxCrossEntropyLoss<int64_t>(const float *, const Shape &, const int64_t *, const float *, Reduction,
@@ -171,7 +191,30 @@ int64_t sumAxes(const char *op, const float *x, const Shape &xs, const Dims &axe
   const int64_t count = outN ? inN / outN : 0;
   thread_local std::vector<double> acc;
   acc.assign((size_t)outN, 0.0);
-  broadcastLoop<2>(xs, {&xs, &kept}, [&](int64_t, const std::array<int64_t, 2> &o) { acc[o[1]] += x[o[0]]; });
+  // The kept axis to split across threads: the longest (the first of equals).
+  int split = -1;
+  for (int a = 0; a < xs.size; ++a)
+    if (!reduced[a] && xs.v[a] > 1 && (split < 0 || xs.v[a] > xs.v[split])) split = a;
+  if (split < 0 || threadsFor(inN, xs.v[split]) <= 1) {
+    broadcastLoop<2>(xs, {&xs, &kept}, [&](int64_t, const std::array<int64_t, 2> &o) { acc[o[1]] += x[o[0]]; });
+  } else {
+    // Each thread takes a range of the kept axis `split` and sums the
+    // elements of x in that range in row-major order, as the loop above: an
+    // output element gets the same terms in the same order (they all share
+    // its index on `split`), and no output is summed by two threads.
+    const auto xSt = stridesOf(xs), keptSt = broadcastStrides(kept, xs);
+    double *accp = acc.data();
+    parallelRanges(xs.v[split], inN, [&](int64_t lo, int64_t hi) {
+      Shape part = xs;
+      part.v[split] = hi - lo;
+      std::array<std::array<int64_t, kMaxRank>, 2> st{xSt, keptSt};
+      const float *xp = x + lo * xSt[split];
+      double *ap = accp + lo * keptSt[split];
+      const int64_t rows = part.numel() / part.v[part.size - 1];
+      auto add = [&](int64_t, const std::array<int64_t, 2> &o) { ap[o[1]] += xp[o[0]]; };
+      broadcastRows<2>(part, st, 0, rows, add);
+    });
+  }
   const double k = divide ? 1.0 / ((double)count * divide) : 1.0;
   for (int64_t i = 0; i < outN; ++i) y[i] = (float)(divide ? acc[i] * k : acc[i]);
   return count;

@@ -4,6 +4,7 @@
 // functions' are shared with it (pipec/unary_math.h).
 #include "detail.cuh"
 #include "index_map.cuh"
+#include "pipec/binary_math.h"
 #include "pipec/unary_math.h"
 
 #include <cmath>
@@ -43,23 +44,22 @@ void broadcastBinary(const char *op, const T *a, const Shape &as, const T *b, co
   launch(op, os.numel(), binaryKernel<T, U, F>, a, b, out, os.numel(), map, f);
 }
 
+// The formulas are pipec/binary_math.h's, shared with the CPU kernels and
+// the generated fused kernels.
 struct AddF {
-  __device__ float operator()(float x, float y) const { return x + y; }
+  __device__ float operator()(float x, float y) const { return binaryValue<Binary::Add>(x, y); }
 };
 struct SubF {
-  __device__ float operator()(float x, float y) const { return x - y; }
+  __device__ float operator()(float x, float y) const { return binaryValue<Binary::Sub>(x, y); }
 };
 struct MulF {
-  __device__ float operator()(float x, float y) const { return x * y; }
+  __device__ float operator()(float x, float y) const { return binaryValue<Binary::Mul>(x, y); }
 };
 struct DivF {
-  __device__ float operator()(float x, float y) const { return x / y; }
+  __device__ float operator()(float x, float y) const { return binaryValue<Binary::Div>(x, y); }
 };
 struct PowF {
-  __device__ float operator()(float x, float y) const {
-    if (y == 2.0f) return x * x; // as the CPU kernel
-    return powf(x, y);
-  }
+  __device__ float operator()(float x, float y) const { return binaryValue<Binary::Pow>(x, y); }
 };
 
 /// Integer Add/Sub/Mul/Div/Pow with the CPU kernel's semantics: wrapping
@@ -151,12 +151,10 @@ __global__ void binaryGradKernel(BinaryGrad op, const float *dy, const float *lh
     const float g = dy[o[0]], a = lhs[o[1]], b = rhs[o[2]];
     float r = 0.0f;
     switch (op) {
-    case BinaryGrad::SubRhs: r = -g; break;
-    case BinaryGrad::DivRhs: r = -g * a / (b * b); break;
-    // As PyTorch: a zero exponent contributes 0 to the base's gradient, and
-    // a zero base with a non-negative exponent 0 to the exponent's.
-    case BinaryGrad::PowLhs: r = b == 0.0f ? 0.0f : g * b * powf(a, b - 1.0f); break;
-    case BinaryGrad::PowRhs: r = (a == 0.0f && b >= 0.0f) ? 0.0f : g * powf(a, b) * logf(a); break;
+    case BinaryGrad::SubRhs: r = binaryGradient<BinaryGrad::SubRhs>(g, a, b); break;
+    case BinaryGrad::DivRhs: r = binaryGradient<BinaryGrad::DivRhs>(g, a, b); break;
+    case BinaryGrad::PowLhs: r = binaryGradient<BinaryGrad::PowLhs>(g, a, b); break;
+    case BinaryGrad::PowRhs: r = binaryGradient<BinaryGrad::PowRhs>(g, a, b); break;
     }
     dx[i] = r;
   }

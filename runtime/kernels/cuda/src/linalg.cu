@@ -124,7 +124,9 @@ void gemm(const float *A, const float *B, const float *C, const Shape &cs, float
   if (C && !nn::broadcastsTo(cs, ys))
     nn::fail(op, "C of shape " + cs.str() + " does not broadcast to " + ys.str());
   float b = 0.0f;
-  if (C && beta != 0.0f) {
+  if (C == Y) {
+    b = beta; // in place: Y = alpha op(A) op(B) + beta Y (a gradient accumulating)
+  } else if (C && beta != 0.0f) {
     nn::expandTo(op, C, cs, Y, ys);
     b = beta;
   }

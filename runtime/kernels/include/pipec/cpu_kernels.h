@@ -20,8 +20,11 @@
 //   so checks cost nothing per element. Stage code catches the error and
 //   returns it through pipec_stage_last_error().
 // - Outputs must not alias inputs unless a kernel says it may.
-// - Single-threaded loops; GEMMs and convolutions go through cblas_sgemm
-//   (OpenBLAS). setBlasThreads(1) keeps one rank per core.
+// - GEMMs and convolutions go through cblas_sgemm (OpenBLAS, kept on one
+//   thread): a large product is split into panels fixed by its shape that
+//   run on OpenMP threads, like the other hot loops when a call touches
+//   >= 32768 elements. setThreads(n) sets the team; results are bitwise the
+//   same for every n.
 #ifndef PIPEC_CPU_KERNELS_H
 #define PIPEC_CPU_KERNELS_H
 
@@ -35,8 +38,19 @@
 namespace pipec::kernels {
 
 
-/// Sets the number of OpenBLAS threads (piperun runs one rank per core: 1).
-/// A no-op when the library was built against another BLAS.
+/// Sets the threads the kernels use (values < 1 mean 1): the OpenMP team
+/// size of the calling thread (omp_set_num_threads) for the GEMM panels and
+/// the element-wise, normalization, softmax, reduction, im2col/col2im,
+/// pooling, transpose/expand and optimizer loops; OpenBLAS stays on one
+/// thread. Results do not depend on it: work is split only over independent
+/// output elements, rows or GEMM panels fixed by the shape, never inside a
+/// floating-point sum (docs/cpu-kernels.md, "Threads"). Without a call, the
+/// team size comes from OMP_NUM_THREADS (else all cores).
+void setThreads(int threads);
+/// The OpenMP team size kernels called from this thread may use (1 when
+/// the library was built without OpenMP).
+int threads();
+/// The former name of setThreads (kept for bench/kernels' `--threads N`).
 void setBlasThreads(int threads);
 /// nn.conv result shape for input [N, C, d...] and weight [F, C/group, k...].
 Shape convOutputShape(const Shape &x, const Shape &w, const Dims &strides, const Dims &pads,
@@ -93,6 +107,8 @@ template <class From, class To> void cast(const From *x, int64_t n, To *y);
 /// nn.gemm: Y[M,N] = alpha * op(A) * op(B) + beta * C, where op(A) is
 /// [M,K] (A stored [K,M] when transA), op(B) is [K,N] (B stored [N,K] when
 /// transB), and C (nullptr for none) of shape `cs` broadcasts to [M,N].
+/// C == Y is the in-place form, Y = alpha op(A) op(B) + beta Y, with which
+/// generated code accumulates a weight gradient (docs/optimization.md).
 void gemm(const float *A, const float *B, const float *C, const Shape &cs, float *Y, int64_t M,
           int64_t N, int64_t K, bool transA, bool transB, float alpha, float beta);
 /// nn.matmul: numpy matmul with batch broadcasting and the 1-D cases; Y has

@@ -1,0 +1,146 @@
+// pipe.fused: one loop (CPU) or one kernel (CUDA) computing every body op
+// per element, storing only the yielded values (docs/optimization.md). The
+// formulas are the kernels' own (pipec/unary_math.h, pipec/binary_math.h).
+#include "compiler/Emit/StageEmitter.h"
+
+
+namespace pipec::emit::detail {
+
+namespace {
+
+/// The element of an input of shape `shape` that element `index` of the
+/// iteration space `space` reads under numpy broadcasting.
+std::string broadcastIndex(ArrayRef<int64_t> shape, ArrayRef<int64_t> space,
+                           const std::string &index) {
+  while (!shape.empty() && shape.front() == 1)
+    shape = shape.drop_front(); // leading ones broadcast like missing axes
+  int64_t count = 1, spaceCount = 1;
+  for (int64_t d : shape)
+    count *= d;
+  for (int64_t d : space)
+    spaceCount *= d;
+  if (count == spaceCount)
+    return index; // same elements in the same order
+  if (count == 1)
+    return "0";
+  size_t offset = space.size() - shape.size();
+  // The trailing dimensions: index % their product.
+  if (space.take_back(shape.size()) == shape)
+    return "(" + index + " % " + std::to_string(count) + ")";
+  // Leading dimensions kept, trailing ones broadcast ([..., 1]): index / inner.
+  size_t kept = shape.size();
+  while (kept > 0 && shape[kept - 1] == 1)
+    --kept;
+  if (shape.take_front(kept) == space.slice(offset, kept)) {
+    int64_t inner = 1, outer = 1;
+    for (int64_t d : space.drop_front(offset + kept))
+      inner *= d;
+    for (int64_t d : space.take_front(offset))
+      outer *= d;
+    std::string row = "(" + index + " / " + std::to_string(inner) + ")";
+    return outer == 1 ? row : "(" + row + " % " + std::to_string(count) + ")";
+  }
+  // General: sum over the input's non-broadcast axes.
+  std::string expression;
+  int64_t spaceStride = 1, inputStride = 1;
+  for (int64_t axis = static_cast<int64_t>(space.size()) - 1; axis >= 0; --axis) {
+    int64_t inputAxis = axis - static_cast<int64_t>(offset);
+    if (inputAxis >= 0 && shape[inputAxis] != 1)
+      expression += (expression.empty() ? "" : " + ") + ("(" + index + " / " +
+                    std::to_string(spaceStride) + " % " + std::to_string(space[axis]) + ") * " +
+                    std::to_string(inputStride));
+    if (inputAxis >= 0)
+      inputStride *= shape[inputAxis];
+    spaceStride *= space[axis];
+  }
+  return "(" + (expression.empty() ? std::string("0") : expression) + ")";
+}
+
+} // namespace
+
+LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
+  Block &body = fused.getBody().front();
+  auto space = tensorType(fused.getResult(0)).getShape();
+  int64_t count = tensorType(fused.getResult(0)).getNumElements();
+  // Scalars of the loop body, by value.
+  llvm::DenseMap<Value, std::string> scalar;
+  std::string loop;
+  llvm::raw_string_ostream code(loop);
+  const std::string index = "i";
+  SmallVector<std::string> parameters, arguments;
+  for (auto [i, input] : llvm::enumerate(fused.getInputs())) {
+    std::string name = "in" + std::to_string(i);
+    parameters.push_back("const float *__restrict__ " + name);
+    arguments.push_back(ptr(input));
+    scalar[body.getArgument(i)] = name + "[" + broadcastIndex(tensorType(input).getShape(), space, index) + "]";
+  }
+  int temporary = 0;
+  for (Operation &op : body.without_terminator()) {
+    std::string expression;
+    auto operand = [&](unsigned i) { return scalar.lookup(op.getOperand(i)); };
+    if (auto unary = llvm::dyn_cast<nn::UnaryElementwiseOpInterface>(op)) {
+      expression = std::string("pipec::kernels::unaryValue<pipec::kernels::Unary::") +
+                   unaryFunction(unary.getUnaryFunction()).enumerator + ">(" + operand(0) + ")";
+    } else if (const char *binary = binaryEnumerator(&op)) {
+      expression = std::string("pipec::kernels::binaryValue<pipec::kernels::Binary::") + binary + ">(" + operand(0) +
+                   ", " + operand(1) + ")";
+    } else if (auto grad = llvm::dyn_cast<nn::UnaryGradOp>(op)) {
+      // Only the forward value the derivative reads is loaded.
+      bool readsInput = unaryFunction(grad.getKind()).derivativeReads == ForwardValue::Input;
+      expression = std::string("pipec::kernels::unaryGradient<pipec::kernels::Unary::") +
+                   unaryFunction(grad.getKind()).enumerator + ">(" + operand(0) + ", " +
+                   (readsInput ? operand(1) : "0.0f") + ", " + (readsInput ? "0.0f" : operand(2)) +
+                   ")";
+    } else if (auto grad = llvm::dyn_cast<nn::BinaryGradOp>(op)) {
+      expression = std::string("pipec::kernels::binaryGradient<pipec::kernels::BinaryGrad::") +
+                   binaryGradientKind(grad.getKind()).enumerator + ">(" + operand(0) + ", " +
+                   operand(1) + ", " + operand(2) + ")";
+    } else {
+      return op.emitOpError("in a pipe.fused body has no element-wise ")
+             << targetName() << " formula";
+    }
+    std::string name = "t" + std::to_string(temporary++);
+    code << "    const float " << name << " = " << expression << ";\n";
+    scalar[op.getResult(0)] = name;
+  }
+  auto yield = llvm::cast<pipe::YieldOp>(body.getTerminator());
+  SmallVector<std::string> stores;
+  for (auto [i, pair] : llvm::enumerate(llvm::zip(fused.getResults(), yield.getValues()))) {
+    auto [result, yielded] = pair;
+    std::string name = "out" + std::to_string(i);
+    parameters.push_back("float *__restrict__ " + name);
+    arguments.push_back(allocate(result));
+    code << "    " << name << "[" << index << "] = " << scalar.lookup(yielded) << ";\n";
+  }
+  std::string signature = "int64_t n";
+  for (const std::string &parameter : parameters)
+    signature += ", " + parameter;
+  std::string call = std::to_string(count);
+  for (const std::string &argument : arguments)
+    call += ", " + argument;
+  if (cuda()) {
+    std::string kernel = "fused" + std::to_string(counter++);
+    llvm::raw_string_ostream declarations(kernels);
+    declarations << "__global__ void " << kernel << "(" << signature << ") {\n"
+                 << "  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;"
+                    " i += (int64_t)gridDim.x * blockDim.x) {\n"
+                 << loop << "  }\n}\n\n";
+    out << "  if (" << count << " > 0) {\n    " << kernel << "<<<(unsigned)std::min<int64_t>("
+        << "(" << count << " + 255) / 256, 65535), 256, 0, static_cast<cudaStream_t>(call->stream)>>>("
+        << call << ");\n    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)\n"
+        << "      throw std::runtime_error(std::string(\"pipe.fused: \") + cudaGetErrorString(error));\n  }\n";
+    return success();
+  }
+  // One loop; OpenMP splits the iterations when there are enough (each
+  // element is independent, so results do not depend on the thread count),
+  // and small loops never enter the OpenMP runtime.
+  out << "  [](" << signature << ") {\n"
+      << "    auto element = [&](int64_t i) {\n" << loop << "    };\n"
+      << "    if (n >= 32768) {\n#pragma omp parallel for schedule(static)\n"
+      << "      for (int64_t i = 0; i < n; ++i) element(i);\n"
+      << "    } else {\n      for (int64_t i = 0; i < n; ++i) element(i);\n    }\n"
+      << "  }(" << call << ");\n";
+  return success();
+}
+
+} // namespace pipec::emit::detail

@@ -1,0 +1,181 @@
+// pipec-canonicalize-gemm: matrix products as GEMMs with the transposes,
+// the batch rows and the bias folded in (docs/optimization.md).
+#include "passes/Passes.h"
+#include "passes/Transforms/PatternRewrites.h"
+
+#include "dialects/nn/NNDialect.h"
+#include "dialects/pipe/PipeDialect.h"
+
+#include "mlir/IR/PatternMatch.h"
+
+namespace pipec::passes {
+#define GEN_PASS_DEF_CANONICALIZEGEMM
+#include "passes/Passes.h.inc"
+} // namespace pipec::passes
+
+using namespace mlir;
+
+namespace pipec::passes {
+namespace {
+
+RankedTensorType rankedF32(Value value) {
+  auto type = llvm::dyn_cast<RankedTensorType>(value.getType());
+  return type && type.hasStaticShape() && type.getElementType().isF32() ? type : RankedTensorType();
+}
+
+bool isMatrixTranspose(nn::TransposeOp transpose) {
+  return transpose && transpose.getPerm().size() == 2 && transpose.getPerm()[0] == 1 &&
+         transpose.getPerm()[1] == 0;
+}
+
+Value reshapeTo(PatternRewriter &rewriter, Operation *anchor, Value value,
+                ArrayRef<int64_t> shape) {
+  auto type = llvm::cast<RankedTensorType>(value.getType());
+  if (type.getShape() == shape)
+    return value;
+  auto reshape = nn::ReshapeOp::create(rewriter, anchor->getLoc(),
+                                       RankedTensorType::get(shape, type.getElementType()), value);
+  inheritPlacement(anchor, reshape, /*withCost=*/false);
+  return reshape;
+}
+
+/// matmul(a[..., M, K], b[K, N]) -> reshape(gemm(reshape(a)[rows, K], b)).
+struct MatMulAgainstMatrix : OpRewritePattern<nn::MatMulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::MatMulOp matmul, PatternRewriter &rewriter) const override {
+    auto a = rankedF32(matmul.getA()), b = rankedF32(matmul.getB());
+    auto result = rankedF32(matmul.getResult());
+    if (!a || !b || !result || a.getRank() < 2 || b.getRank() != 2)
+      return failure();
+    int64_t k = a.getShape().back(), n = b.getDimSize(1);
+    int64_t rows = a.getNumElements() / std::max<int64_t>(1, k);
+    if (k == 0 || b.getDimSize(0) != k)
+      return failure();
+    Value lhs = reshapeTo(rewriter, matmul, matmul.getA(), {rows, k});
+    auto gemm = nn::GemmOp::create(rewriter, matmul.getLoc(), lhs, matmul.getB(), Value(),
+                                   llvm::APFloat(1.0f), llvm::APFloat(1.0f), false, false);
+    inheritPlacement(matmul, gemm, /*withCost=*/true);
+    rewriter.replaceOp(matmul, reshapeTo(rewriter, matmul, gemm.getResult(), result.getShape()));
+    return success();
+  }
+};
+
+/// gemm(transpose(x), ...) -> gemm(x, ..., transA = !transA) (and for B).
+struct TransposeIntoGemm : OpRewritePattern<nn::GemmOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::GemmOp gemm, PatternRewriter &rewriter) const override {
+    auto ta = gemm.getA().getDefiningOp<nn::TransposeOp>();
+    auto tb = gemm.getB().getDefiningOp<nn::TransposeOp>();
+    bool foldA = isMatrixTranspose(ta) && sameStage({gemm, ta});
+    bool foldB = isMatrixTranspose(tb) && sameStage({gemm, tb});
+    if (!foldA && !foldB)
+      return failure();
+    rewriter.modifyOpInPlace(gemm, [&] {
+      if (foldA) {
+        gemm.getAMutable().assign(ta.getInput());
+        gemm.setTransA(!gemm.getTransA());
+      }
+      if (foldB) {
+        gemm.getBMutable().assign(tb.getInput());
+        gemm.setTransB(!gemm.getTransB());
+      }
+    });
+    return success();
+  }
+};
+
+/// transpose(gemm(A, B)) without C -> gemm(B, A) with the operands' flags
+/// swapped and flipped: (op(A) op(B))^T = op(B)^T op(A)^T.
+struct TransposeOfGemm : OpRewritePattern<nn::TransposeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::TransposeOp transpose,
+                                PatternRewriter &rewriter) const override {
+    auto gemm = transpose.getInput().getDefiningOp<nn::GemmOp>();
+    if (!isMatrixTranspose(transpose) || !gemm || gemm.getC() || !gemm->hasOneUse() ||
+        !rankedF32(transpose.getResult()) || !sameStage({transpose, gemm}))
+      return failure();
+    auto swapped = nn::GemmOp::create(rewriter, gemm.getLoc(), gemm.getB(), gemm.getA(), Value(),
+                                      gemm.getAlpha(), gemm.getBeta(), !gemm.getTransB(),
+                                      !gemm.getTransA());
+    inheritPlacement(gemm, swapped, /*withCost=*/true);
+    rewriter.replaceOp(transpose, swapped.getResult());
+    rewriter.eraseOp(gemm);
+    return success();
+  }
+};
+
+/// The shape a bias of `bias` must have to be gemm's C for a result of
+/// `rows` x `cols` reached through a view that keeps the last dimension:
+/// [cols] or [1] after dropping leading ones, else none.
+std::optional<SmallVector<int64_t>> rowBias(RankedTensorType bias, int64_t cols) {
+  ArrayRef<int64_t> shape = bias.getShape();
+  while (!shape.empty() && shape.front() == 1 && shape.size() > 1)
+    shape = shape.drop_front();
+  if (shape.empty())
+    return SmallVector<int64_t>{1};
+  if (shape.size() == 1 && (shape[0] == cols || shape[0] == 1))
+    return SmallVector<int64_t>{shape[0]};
+  return std::nullopt;
+}
+
+/// add(gemm(A, B), bias) -> gemm(A, B, bias) with beta = 1, also through a
+/// reshape of the gemm result that keeps its last dimension.
+struct BiasIntoGemm : OpRewritePattern<nn::AddOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::AddOp add, PatternRewriter &rewriter) const override {
+    auto result = rankedF32(add.getResult());
+    if (!result)
+      return failure();
+    for (int side = 0; side < 2; ++side) {
+      Value product = add->getOperand(side), bias = add->getOperand(1 - side);
+      auto biasType = rankedF32(bias);
+      if (!biasType || product.getType() != add.getResult().getType() || !product.hasOneUse())
+        continue;
+      auto view = product.getDefiningOp<nn::ReshapeOp>();
+      auto gemm = (view ? view.getInput() : product).getDefiningOp<nn::GemmOp>();
+      if (!gemm || gemm.getC() || !gemm->hasOneUse() ||
+          !sameStage(view ? ArrayRef<Operation *>{add, view, gemm} : ArrayRef<Operation *>{add, gemm}))
+        continue;
+      auto gemmType = llvm::cast<RankedTensorType>(gemm.getResult().getType());
+      int64_t cols = gemmType.getDimSize(1);
+      Value c;
+      if (!view && biasType.getRank() <= 2) {
+        c = bias; // the add's result is the product's shape: the bias broadcasts to it
+      } else if (result.getShape().back() == cols) {
+        auto shape = rowBias(biasType, cols);
+        if (!shape)
+          continue;
+        c = reshapeTo(rewriter, add, bias, *shape);
+      } else {
+        continue;
+      }
+      rewriter.setInsertionPoint(add);
+      auto fused = nn::GemmOp::create(rewriter, gemm.getLoc(), gemm.getA(), gemm.getB(), c,
+                                      gemm.getAlpha(), llvm::APFloat(1.0f), gemm.getTransA(),
+                                      gemm.getTransB());
+      inheritPlacement(gemm, fused, /*withCost=*/true);
+      rewriter.replaceOp(add, reshapeTo(rewriter, add, fused.getResult(), result.getShape()));
+      if (view)
+        rewriter.eraseOp(view);
+      rewriter.eraseOp(gemm);
+      return success();
+    }
+    return failure();
+  }
+};
+
+struct CanonicalizeGemm : impl::CanonicalizeGemmBase<CanonicalizeGemm> {
+  using Base::Base;
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    patterns.add<MatMulAgainstMatrix, TransposeIntoGemm, TransposeOfGemm, BiasIntoGemm>(
+        &getContext());
+    int64_t applied = 0;
+    if (failed(applyPatternsCounted(getOperation(), std::move(patterns), applied)))
+      return signalPassFailure();
+    numRewrites += applied;
+  }
+};
+
+} // namespace
+} // namespace pipec::passes

@@ -1,0 +1,54 @@
+// What the rewrite passes of -O2 share (pipec-recognize-composites,
+// pipec-canonicalize-gemm; docs/optimization.md). Internal to passes/.
+#ifndef PIPEC_PASSES_TRANSFORMS_PATTERNREWRITES_H
+#define PIPEC_PASSES_TRANSFORMS_PATTERNREWRITES_H
+
+#include "dialects/pipe/PipeDialect.h"
+
+#include "mlir/IR/PatternMatch.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+namespace pipec::passes {
+
+/// The plan's annotations a rewritten op inherits: where it runs and in
+/// which phase; the op that takes over `from`'s computation also keeps its
+/// cost (the profile's name for it).
+inline void inheritPlacement(mlir::Operation *from, mlir::Operation *to, bool withCost) {
+  for (llvm::StringRef name : {llvm::StringRef("pipe.stage"), llvm::StringRef("pipe.phase")})
+    if (mlir::Attribute attribute = from->getAttr(name))
+      to->setAttr(name, attribute);
+  if (withCost)
+    if (mlir::Attribute cost = from->getAttr(pipe::kCostAttrName))
+      to->setAttr(pipe::kCostAttrName, cost);
+}
+
+/// Every op of a rewritten chain must run on one stage: a partition may cut
+/// inside it, and a rewrite across the cut would move a computation (or a
+/// parameter's use) to a stage the plan did not give it; the chain then
+/// stays as it is. (After outline-stages every op of a function agrees.)
+inline bool sameStage(llvm::ArrayRef<mlir::Operation *> ops) {
+  mlir::Attribute stage = ops.front()->getAttr("pipe.stage");
+  return llvm::all_of(ops, [&](mlir::Operation *op) { return op->getAttr("pipe.stage") == stage; });
+}
+
+/// Applies `patterns` greedily to `root` until none applies; `applied`
+/// returns how many rewrites succeeded (for the pass's statistic).
+inline mlir::LogicalResult applyPatternsCounted(mlir::Operation *root,
+                                                mlir::RewritePatternSet &&patterns,
+                                                int64_t &applied) {
+  struct Counter : mlir::RewriterBase::Listener {
+    int64_t count = 0;
+    void notifyPatternEnd(const mlir::Pattern &, mlir::LogicalResult status) override {
+      count += mlir::succeeded(status);
+    }
+  } counter;
+  mlir::GreedyRewriteConfig config;
+  config.setListener(&counter);
+  mlir::LogicalResult result = mlir::applyPatternsGreedily(root, std::move(patterns), config);
+  applied = counter.count;
+  return result;
+}
+
+} // namespace pipec::passes
+
+#endif // PIPEC_PASSES_TRANSFORMS_PATTERNREWRITES_H

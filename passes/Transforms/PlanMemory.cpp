@@ -1,0 +1,202 @@
+// pipec-plan-memory: a static memory plan for every stage function, from
+// liveness over the op order (docs/optimization.md).
+#include "passes/Passes.h"
+
+#include "dialects/nn/NNDialect.h"
+#include "dialects/pipe/PipeDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseMap.h"
+
+#include <algorithm>
+
+namespace pipec::passes {
+#define GEN_PASS_DEF_PLANMEMORY
+#include "passes/Passes.h.inc"
+} // namespace pipec::passes
+
+using namespace mlir;
+
+namespace pipec::passes {
+namespace {
+
+constexpr int64_t kAlignment = 64;
+
+int64_t alignedBytes(Type type) {
+  auto tensor = llvm::cast<RankedTensorType>(type);
+  int64_t bytes = tensor.getNumElements() *
+                  std::max<int64_t>(1, tensor.getElementType().getIntOrFloatBitWidth() / 8);
+  return std::max<int64_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+}
+
+/// How code generation stores an op's results (compiler/Emit agrees).
+enum class Results {
+  Own,      ///< each result is new storage
+  Alias,    ///< each result is the storage of the operand `aliasOf` names
+  External, ///< storage the call provides (received, restored) or a constant table
+};
+
+Results resultsOf(Operation *op) {
+  if (llvm::isa<nn::ReshapeOp, nn::FlattenOp, nn::SqueezeOp, nn::UnsqueezeOp, pipe::AllReduceOp,
+                nn::SgdUpdateOp, nn::AdamWUpdateOp, pipe::RecomputeOp>(op))
+    return Results::Alias;
+  if (llvm::isa<pipe::RecvOp, pipe::RestoreOp, nn::ConstantOp>(op))
+    return Results::External;
+  return Results::Own;
+}
+
+/// The value whose storage result `index` of an aliasing op reuses.
+Value aliasOf(Operation *op, unsigned index) {
+  if (auto update = llvm::dyn_cast<nn::SgdUpdateOp>(op))
+    return index == 0 ? update.getParam() : update.getMomentumBuffer();
+  if (auto update = llvm::dyn_cast<nn::AdamWUpdateOp>(op))
+    return index == 0 ? update.getParam() : index == 1 ? update.getM() : update.getV();
+  if (auto recompute = llvm::dyn_cast<pipe::RecomputeOp>(op))
+    return recompute.getBody().front().getTerminator()->getOperand(index);
+  return op->getOperand(0);
+}
+
+struct Interval {
+  Value root;
+  int64_t start, end, bytes;
+  int64_t offset = -1;
+};
+
+struct PlanMemory : impl::PlanMemoryBase<PlanMemory> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    getOperation().walk([&](func::FuncOp function) {
+      if (function->getParentOfType<pipe::StageOp>() && !function.getBody().empty())
+        plan(function);
+    });
+  }
+
+  void plan(func::FuncOp function) {
+    MLIRContext *context = function.getContext();
+    Block &body = function.getBody().front();
+    auto ret = llvm::cast<func::ReturnOp>(body.getTerminator());
+
+    // The op order code generation follows: a recompute body runs inline
+    // after its op; a fused body is one loop at its op.
+    llvm::DenseMap<Value, Value> rootOf;
+    llvm::DenseMap<Operation *, int64_t> position;
+    SmallVector<Operation *> order;
+    std::function<void(Block &)> number = [&](Block &block) {
+      for (Operation &op : block) {
+        position[&op] = static_cast<int64_t>(order.size());
+        order.push_back(&op);
+        if (auto recompute = llvm::dyn_cast<pipe::RecomputeOp>(op)) {
+          Block &inner = recompute.getBody().front();
+          for (auto [argument, input] : llvm::zip(inner.getArguments(), recompute.getInputs()))
+            rootOf[argument] = rootOf.lookup(input) ? rootOf.lookup(input) : input;
+          number(inner);
+        }
+        if (resultsOf(&op) == Results::Alias)
+          for (unsigned i = 0; i < op.getNumResults(); ++i) {
+            Value source = aliasOf(&op, i);
+            rootOf[op.getResult(i)] = rootOf.lookup(source) ? rootOf.lookup(source) : source;
+          }
+      }
+    };
+    number(body);
+    auto root = [&](Value value) { return rootOf.lookup(value) ? rootOf.lookup(value) : value; };
+    const int64_t end = static_cast<int64_t>(order.size());
+
+    // Last use of every storage root, over all values that share it.
+    llvm::DenseMap<Value, int64_t> lastUse;
+    for (Operation *op : order)
+      for (Value operand : op->getOperands()) {
+        int64_t at = op == ret.getOperation() ? end : position.lookup(op);
+        int64_t &last = lastUse[root(operand)];
+        last = std::max(last, at);
+      }
+
+    // Results the function returns as pipe.saved, and the gradient each
+    // returned C-less GEMM can accumulate into.
+    llvm::DenseMap<Value, bool> savedResult;
+    llvm::DenseMap<Value, int64_t> gradientResult;
+    llvm::DenseMap<Value, int> returnCount;
+    for (Value value : ret.getOperands())
+      ++returnCount[value];
+    for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
+      if (function.getResultAttr(i, "pipe.saved"))
+        savedResult[value] = true;
+      auto gemm = value.getDefiningOp<nn::GemmOp>();
+      if (gemm && !gemm.getC() && gemm->getBlock() == &body && value.hasOneUse() &&
+          returnCount[value] == 1 && nn::resultRole(function, i) == nn::Role::Grad &&
+          llvm::cast<RankedTensorType>(value.getType()).getElementType().isF32())
+        gradientResult[value] = static_cast<int64_t>(i);
+    }
+
+    std::vector<Interval> intervals;
+    llvm::DenseMap<Operation *, SmallVector<Attribute>> storage;
+    for (Operation *op : order) {
+      if (op->getNumResults() == 0 || resultsOf(op) != Results::Own)
+        continue;
+      if (op->getParentOp() && llvm::isa<pipe::FusedOp>(op->getParentOp()))
+        continue; // computed in registers inside the loop
+      auto &places = storage[op];
+      for (Value result : op->getResults()) {
+        if (!llvm::isa<RankedTensorType>(result.getType())) {
+          places.push_back(pipe::StorageAttr::get(context, pipe::StorageKind::Arena, 0));
+          continue;
+        }
+        if (savedResult.lookup(result)) {
+          places.push_back(pipe::StorageAttr::get(context, pipe::StorageKind::Saved, 0));
+          ++numSavedInPlace;
+        } else if (auto it = gradientResult.find(result); it != gradientResult.end()) {
+          places.push_back(pipe::StorageAttr::get(context, pipe::StorageKind::Gradient, it->second));
+          ++numAccumulated;
+        } else {
+          places.push_back({}); // filled in below
+          intervals.push_back({result, position.lookup(op),
+                                std::max(position.lookup(op), lastUse.lookup(result)),
+                                alignedBytes(result.getType())});
+          ++numArenaValues;
+        }
+      }
+    }
+
+    // Greedy by size: the largest first, each at the lowest offset where it
+    // overlaps no placed value that is live at the same time.
+    std::vector<Interval *> bySize;
+    for (Interval &interval : intervals)
+      bySize.push_back(&interval);
+    std::stable_sort(bySize.begin(), bySize.end(),
+                     [](const Interval *a, const Interval *b) { return a->bytes > b->bytes; });
+    std::vector<Interval *> placed;
+    int64_t arenaBytes = 0;
+    for (Interval *interval : bySize) {
+      std::vector<std::pair<int64_t, int64_t>> busy; // [offset, offset + bytes) of live neighbours
+      for (Interval *other : placed)
+        if (other->start <= interval->end && interval->start <= other->end)
+          busy.push_back({other->offset, other->offset + other->bytes});
+      std::sort(busy.begin(), busy.end());
+      int64_t offset = 0;
+      for (auto [lo, hi] : busy) {
+        if (offset + interval->bytes <= lo)
+          break;
+        offset = std::max(offset, hi);
+      }
+      interval->offset = offset;
+      arenaBytes = std::max(arenaBytes, offset + interval->bytes);
+      placed.push_back(interval);
+    }
+    llvm::DenseMap<Value, int64_t> offsetOf;
+    for (const Interval &interval : intervals)
+      offsetOf[interval.root] = interval.offset;
+    for (auto &[op, places] : storage) {
+      for (auto [i, place] : llvm::enumerate(places))
+        if (!place)
+          place = pipe::StorageAttr::get(context, pipe::StorageKind::Arena,
+                                         offsetOf.lookup(op->getResult(i)));
+      op->setAttr(pipe::kStorageAttrName, ArrayAttr::get(context, places));
+    }
+    function->setAttr(pipe::kArenaSizeAttrName,
+                      IntegerAttr::get(IntegerType::get(context, 64), arenaBytes));
+  }
+};
+
+} // namespace
+} // namespace pipec::passes

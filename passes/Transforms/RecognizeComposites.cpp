@@ -1,0 +1,214 @@
+// pipec-recognize-composites: the decomposed LayerNorm and erf-GELU that
+// exporters emit become nn.layer_norm and nn.gelu, whose kernels and
+// gradient rules are one op each (docs/optimization.md).
+#include "passes/Passes.h"
+#include "passes/Transforms/PatternRewrites.h"
+
+#include "dialects/nn/NNDialect.h"
+#include "dialects/pipe/PipeDialect.h"
+
+#include "mlir/IR/Matchers.h"
+#include "mlir/IR/PatternMatch.h"
+
+#include <cmath>
+
+namespace pipec::passes {
+#define GEN_PASS_DEF_RECOGNIZECOMPOSITES
+#include "passes/Passes.h.inc"
+} // namespace pipec::passes
+
+using namespace mlir;
+
+namespace pipec::passes {
+namespace {
+
+/// The value of a splat fp32 constant, if `value` is one.
+std::optional<float> splatValue(Value value) {
+  auto constant = value.getDefiningOp<nn::ConstantOp>();
+  if (!constant)
+    return std::nullopt;
+  auto dense = llvm::dyn_cast<DenseFPElementsAttr>(constant.getValue());
+  if (!dense || !dense.isSplat() || !dense.getElementType().isF32())
+    return std::nullopt;
+  return dense.getSplatValue<APFloat>().convertToFloat();
+}
+
+bool near(std::optional<float> value, double expected) {
+  return value && std::fabs(*value - expected) <= 1e-6 * std::max(1.0, std::fabs(expected));
+}
+
+/// `op`'s operands as (a, b) or (b, a) such that `isFirst(a)`.
+template <class F> std::optional<std::pair<Value, Value>> orderedOperands(Operation *op, F isFirst) {
+  if (isFirst(op->getOperand(0)))
+    return std::make_pair(op->getOperand(0), op->getOperand(1));
+  if (isFirst(op->getOperand(1)))
+    return std::make_pair(op->getOperand(1), op->getOperand(0));
+  return std::nullopt;
+}
+
+bool trailingAxes(ArrayRef<int64_t> axes, int64_t rank, int64_t &first) {
+  if (axes.empty() || axes.back() != rank - 1)
+    return false;
+  for (size_t i = 1; i < axes.size(); ++i)
+    if (axes[i] != axes[i - 1] + 1)
+      return false;
+  first = axes.front();
+  return true;
+}
+
+/// y = ((x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps)) * w (+ b), means
+/// over the trailing axes, as PyTorch's exporter writes nn.LayerNorm at
+/// opsets without LayerNormalization.
+struct DecomposedLayerNorm : OpRewritePattern<nn::AddOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::AddOp root, PatternRewriter &rewriter) const override {
+    // The bias add (optional): root = mul + b.
+    auto withMul = orderedOperands(root, [](Value v) { return v.getDefiningOp<nn::MulOp>(); });
+    if (withMul)
+      if (succeeded(rewrite(root, withMul->first.getDefiningOp<nn::MulOp>(), withMul->second,
+                            rewriter)))
+        return success();
+    return failure();
+  }
+
+  LogicalResult rewrite(Operation *root, nn::MulOp scaleMul, Value bias,
+                        PatternRewriter &rewriter) const {
+    auto withDiv = orderedOperands(scaleMul, [](Value v) { return v.getDefiningOp<nn::DivOp>(); });
+    if (!withDiv || !scaleMul->hasOneUse())
+      return failure();
+    auto div = withDiv->first.getDefiningOp<nn::DivOp>();
+    Value scale = withDiv->second;
+    auto sqrt = div.getRhs().getDefiningOp<nn::SqrtOp>();
+    auto sub = div.getLhs().getDefiningOp<nn::SubOp>();
+    if (!sqrt || !sub || !div->hasOneUse() || !sqrt->hasOneUse())
+      return failure();
+    auto addEps = sqrt.getInput().getDefiningOp<nn::AddOp>();
+    if (!addEps || !addEps->hasOneUse())
+      return failure();
+    auto withVar = orderedOperands(addEps, [](Value v) { return v.getDefiningOp<nn::ReduceMeanOp>(); });
+    if (!withVar)
+      return failure();
+    std::optional<float> eps = splatValue(withVar->second);
+    auto variance = withVar->first.getDefiningOp<nn::ReduceMeanOp>();
+    if (!eps || !(*eps >= 0.0f) || !variance->hasOneUse())
+      return failure();
+    Operation *square = variance.getInput().getDefiningOp();
+    bool squares = square && square->hasOneUse() &&
+                   ((llvm::isa<nn::PowOp>(square) && square->getOperand(0) == sub.getResult() &&
+                     near(splatValue(square->getOperand(1)), 2.0)) ||
+                    (llvm::isa<nn::MulOp>(square) && square->getOperand(0) == sub.getResult() &&
+                     square->getOperand(1) == sub.getResult()));
+    auto mean = sub.getRhs().getDefiningOp<nn::ReduceMeanOp>();
+    Value x = sub.getLhs();
+    if (!squares || !mean || mean.getInput() != x || !mean->hasOneUse() ||
+        !llvm::all_of(sub->getUsers(), [&](Operation *user) { return user == square || user == div; }))
+      return failure();
+    auto inputType = llvm::dyn_cast<RankedTensorType>(x.getType());
+    if (!inputType || !inputType.hasStaticShape() || !inputType.getElementType().isF32())
+      return failure();
+    int64_t rank = inputType.getRank(), axis = 0, varianceAxis = 0;
+    if (!mean.getKeepdims() || !variance.getKeepdims() ||
+        !trailingAxes(mean.getAxes(), rank, axis) ||
+        !trailingAxes(variance.getAxes(), rank, varianceAxis) || axis != varianceAxis)
+      return failure();
+    // Scale and bias must be the normalized shape, as nn.layer_norm takes them.
+    auto normalized = inputType.getShape().drop_front(axis);
+    auto isNormalized = [&](Value v) {
+      auto type = llvm::dyn_cast<RankedTensorType>(v.getType());
+      return type && type.getShape() == normalized && type.getElementType().isF32();
+    };
+    if (!isNormalized(scale) || (bias && !isNormalized(bias)) ||
+        root->getResult(0).getType() != x.getType())
+      return failure();
+    SmallVector<Operation *> chain{root, scaleMul, div, sqrt, addEps, variance, square, sub, mean};
+    if (bias == Value())
+      chain.erase(chain.begin());
+    if (!sameStage(chain))
+      return failure();
+    auto statistics = llvm::cast<RankedTensorType>(mean.getResult().getType());
+    SmallVector<Value> operands{x, scale};
+    if (bias)
+      operands.push_back(bias);
+    auto norm = nn::LayerNormOp::create(
+        rewriter, root->getLoc(), TypeRange{x.getType(), statistics, statistics}, operands,
+        ArrayRef<NamedAttribute>{
+            rewriter.getNamedAttr("axis", rewriter.getI64IntegerAttr(axis)),
+            rewriter.getNamedAttr("epsilon", rewriter.getF32FloatAttr(*eps))});
+    inheritPlacement(root, norm, /*withCost=*/true);
+    rewriter.replaceOp(root, norm.getResult());
+    return success();
+  }
+};
+
+/// The same without a bias: the scale multiply is the root.
+struct DecomposedLayerNormNoBias : OpRewritePattern<nn::MulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::MulOp root, PatternRewriter &rewriter) const override {
+    // With a bias add after it, the add is the root (the pattern above).
+    if (root->hasOneUse() && llvm::isa<nn::AddOp>(*root->getUsers().begin()))
+      return failure();
+    return DecomposedLayerNorm(getContext()).rewrite(root, root, Value(), rewriter);
+  }
+};
+
+/// x * 0.5 * (1 + erf(x / sqrt 2)), in any association of the two products,
+/// as exporters write the exact GELU at opsets without Gelu.
+struct DecomposedGelu : OpRewritePattern<nn::MulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::MulOp root, PatternRewriter &rewriter) const override {
+    auto type = llvm::dyn_cast<RankedTensorType>(root.getType());
+    if (!type || !type.getElementType().isF32())
+      return failure();
+    // The three factors of the two products: x, 0.5 and (1 + erf(x / sqrt 2)).
+    for (int side = 0; side < 2; ++side) {
+      auto inner = root->getOperand(side).getDefiningOp<nn::MulOp>();
+      Value outer = root->getOperand(1 - side);
+      if (!inner || !inner->hasOneUse())
+        continue;
+      Value factors[3] = {outer, inner.getLhs(), inner.getRhs()};
+      for (int h = 0; h < 3; ++h) {
+        if (!near(splatValue(factors[h]), 0.5))
+          continue;
+        for (int a = 0; a < 3; ++a) {
+          if (a == h)
+            continue;
+          Value x = factors[3 - h - a];
+          auto plus = factors[a].getDefiningOp<nn::AddOp>();
+          if (!plus || !plus->hasOneUse() || x.getType() != root.getType())
+            continue;
+          auto withErf = orderedOperands(plus, [](Value v) { return v.getDefiningOp<nn::ErfOp>(); });
+          if (!withErf || !near(splatValue(withErf->second), 1.0))
+            continue;
+          auto erf = withErf->first.getDefiningOp<nn::ErfOp>();
+          auto div = erf.getInput().getDefiningOp<nn::DivOp>();
+          if (!erf->hasOneUse() || !div || !div->hasOneUse() || div.getLhs() != x ||
+              !near(splatValue(div.getRhs()), std::sqrt(2.0)))
+            continue;
+          if (!sameStage({root, inner, plus, erf, div}))
+            return failure();
+          auto gelu = nn::GeluOp::create(rewriter, root.getLoc(), TypeRange{root.getType()},
+                                         ValueRange{x});
+          inheritPlacement(root, gelu, /*withCost=*/true);
+          rewriter.replaceOp(root, gelu.getResult());
+          return success();
+        }
+      }
+    }
+    return failure();
+  }
+};
+
+struct RecognizeComposites : impl::RecognizeCompositesBase<RecognizeComposites> {
+  using Base::Base;
+  void runOnOperation() override {
+    RewritePatternSet patterns(&getContext());
+    patterns.add<DecomposedLayerNorm, DecomposedLayerNormNoBias, DecomposedGelu>(&getContext());
+    int64_t applied = 0;
+    if (failed(applyPatternsCounted(getOperation(), std::move(patterns), applied)))
+      return signalPassFailure();
+    numRecognized += applied;
+  }
+};
+
+} // namespace
+} // namespace pipec::passes

@@ -1,0 +1,35 @@
+// RUN: pipec-opt %s --split-input-file --verify-diagnostics
+
+func.func @storage_count(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{pipe.storage lists 2 places for 1 results}}
+  %a = nn.relu %x {pipe.storage = [#pipe.storage<arena, 0>, #pipe.storage<arena, 64>]} : tensor<4xf32>
+  return %a : tensor<4xf32>
+}
+
+// -----
+
+func.func @storage_aligned(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{arena offsets are 64-byte aligned, got 8}}
+  %a = nn.relu %x {pipe.storage = [#pipe.storage<arena, 8>]} : tensor<4xf32>
+  return %a : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{pipe.arena_size must be a non-negative integer}}
+func.func @arena_size(%x: tensor<4xf32>) -> tensor<4xf32> attributes {pipe.arena_size = -64 : i64} {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+func.func @fused_shapes(%x: tensor<4xf32>, %y: tensor<2xf32>) -> tensor<4xf32> {
+  %r = pipe.fused(%x, %y) : (tensor<4xf32>, tensor<2xf32>) -> tensor<4xf32> {
+  ^bb0(%a: tensor<4xf32>, %b: tensor<2xf32>):
+    // expected-error @+1 {{in a pipe.fused body has a result shape other than the loop's}}
+    %c = nn.relu %b : tensor<2xf32>
+    %d = nn.relu %a : tensor<4xf32>
+    pipe.yield %d : tensor<4xf32>
+  }
+  return %r : tensor<4xf32>
+}

@@ -1,0 +1,54 @@
+// RUN: pipec-opt %s --pipec-plan-memory | FileCheck %s
+
+pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
+  // %a dies at %b's op; %c, computed after, reuses its bytes. %h is
+  // returned as pipe.saved: it is computed into its workspace slot.
+  // CHECK-LABEL: func.func @fwd
+  // CHECK-SAME: pipe.arena_size = 512 : i64
+  // CHECK: nn.relu %arg0 {pipe.storage = [#pipe.storage<arena, 0>]}
+  // CHECK: nn.relu %{{.*}} {pipe.storage = [#pipe.storage<arena, 256>]}
+  // CHECK: nn.relu %{{.*}} {pipe.storage = [#pipe.storage<arena, 0>]}
+  // CHECK: nn.gemm %{{.*}}, %arg1 {pipe.storage = [#pipe.storage<saved, 0>]}
+  func.func @fwd(%x: tensor<4x16xf32> {nn.name = "x", nn.role = #nn.role<input>},
+                 %w: tensor<16x16xf32> {nn.name = "w", nn.role = #nn.role<param>})
+      -> (tensor<4x16xf32> {pipe.saved = "h"}) {
+    %a = nn.relu %x : tensor<4x16xf32>
+    %b = nn.relu %a : tensor<4x16xf32>
+    %c = nn.relu %b : tensor<4x16xf32>
+    %h = nn.gemm %c, %w : (tensor<4x16xf32>, tensor<16x16xf32>) -> tensor<4x16xf32>
+    return %h : tensor<4x16xf32>
+  }
+
+  // A view keeps its source alive (here to the end: it is returned); an
+  // op's result never shares bytes with its operands (%c and %b), and a
+  // result nobody reads still gets bytes.
+  // CHECK-LABEL: func.func @bwd_input
+  // CHECK-SAME: pipe.arena_size = 768 : i64
+  // CHECK: nn.relu %arg0 {pipe.storage = [#pipe.storage<arena, 0>]}
+  // CHECK-NEXT: nn.reshape
+  // CHECK-NOT: pipe.storage
+  // CHECK-SAME: -> tensor<64xf32>
+  // CHECK-NEXT: nn.relu %arg0 {pipe.storage = [#pipe.storage<arena, 256>]}
+  // CHECK-NEXT: nn.relu %{{.*}} {pipe.storage = [#pipe.storage<arena, 512>]}
+  func.func @bwd_input(%x: tensor<4x16xf32>) -> tensor<64xf32> {
+    %a = nn.relu %x : tensor<4x16xf32>
+    %v = nn.reshape %a : tensor<4x16xf32> -> tensor<64xf32>
+    %b = nn.relu %x : tensor<4x16xf32>
+    %c = nn.relu %b : tensor<4x16xf32>
+    return %v : tensor<64xf32>
+  }
+
+  // A C-less GEMM returned as a parameter's gradient accumulates into the
+  // gradient buffer (result 0); the bias gradient (a reduction) is in the arena.
+  // CHECK-LABEL: func.func @bwd_weight
+  // CHECK-SAME: pipe.arena_size = 64 : i64
+  // CHECK: nn.gemm %arg0, %arg1 {pipe.storage = [#pipe.storage<gradient, 0>], transA = true}
+  // CHECK: nn.reduce_sum %arg0 {axes = array<i64: 0>, keepdims = false, pipe.storage = [#pipe.storage<arena, 0>]}
+  func.func @bwd_weight(%dy: tensor<4x16xf32> {pipe.saved = "dy"}, %h: tensor<4x16xf32> {pipe.saved = "h"})
+      -> (tensor<16x16xf32> {nn.name = "w", nn.role = #nn.role<grad>},
+          tensor<16xf32> {nn.name = "b", nn.role = #nn.role<grad>}) {
+    %dw = nn.gemm %dy, %h {transA = true} : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<16x16xf32>
+    %db = nn.reduce_sum %dy {axes = array<i64: 0>, keepdims = false} : (tensor<4x16xf32>) -> tensor<16xf32>
+    return %dw, %db : tensor<16x16xf32>, tensor<16xf32>
+  }
+}

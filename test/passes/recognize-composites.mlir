@@ -1,0 +1,72 @@
+// RUN: pipec-opt %s --pipec-recognize-composites | FileCheck %s
+
+// nn.LayerNorm(32) as PyTorch exports it at opset 13: one nn.layer_norm.
+// CHECK-LABEL: func.func @layer_norm
+// CHECK-NEXT: %[[Y:.*]], %{{.*}}, %{{.*}} = nn.layer_norm %arg0, %arg1, %arg2 {axis = 2 : i64, epsilon = 9.99999997E-7 : f32, pipe.stage = 0 : i64}
+// CHECK-NEXT: return %[[Y]]
+func.func @layer_norm(%x: tensor<2x16x32xf32>, %w: tensor<32xf32>, %b: tensor<32xf32>) -> tensor<2x16x32xf32> {
+  %two = nn.constant {pipe.stage = 0 : i64} dense<2.0> : tensor<f32>
+  %eps = nn.constant {pipe.stage = 0 : i64} dense<1.0e-6> : tensor<f32>
+  %mean = nn.reduce_mean %x {axes = array<i64: 2>, pipe.stage = 0 : i64} : (tensor<2x16x32xf32>) -> tensor<2x16x1xf32>
+  %d = nn.sub %x, %mean {pipe.stage = 0 : i64} : (tensor<2x16x32xf32>, tensor<2x16x1xf32>) -> tensor<2x16x32xf32>
+  %p = nn.pow %d, %two {pipe.stage = 0 : i64} : (tensor<2x16x32xf32>, tensor<f32>) -> tensor<2x16x32xf32>
+  %var = nn.reduce_mean %p {axes = array<i64: 2>, pipe.stage = 0 : i64} : (tensor<2x16x32xf32>) -> tensor<2x16x1xf32>
+  %ve = nn.add %var, %eps {pipe.stage = 0 : i64} : (tensor<2x16x1xf32>, tensor<f32>) -> tensor<2x16x1xf32>
+  %s = nn.sqrt %ve {pipe.stage = 0 : i64} : tensor<2x16x1xf32>
+  %n = nn.div %d, %s {pipe.stage = 0 : i64} : (tensor<2x16x32xf32>, tensor<2x16x1xf32>) -> tensor<2x16x32xf32>
+  %m = nn.mul %n, %w {pipe.stage = 0 : i64} : (tensor<2x16x32xf32>, tensor<32xf32>) -> tensor<2x16x32xf32>
+  %y = nn.add %m, %b {pipe.stage = 0 : i64} : (tensor<2x16x32xf32>, tensor<32xf32>) -> tensor<2x16x32xf32>
+  return %y : tensor<2x16x32xf32>
+}
+
+// The exact GELU, x * 0.5 * (1 + erf(x / sqrt 2)), in the exporter's order
+// and with the half applied first.
+// CHECK-LABEL: func.func @gelu
+// CHECK: %[[G:.*]] = nn.gelu %arg0 : tensor<4x8xf32>
+// CHECK: %[[H:.*]] = nn.gelu %arg0 : tensor<4x8xf32>
+// CHECK: return %[[G]], %[[H]]
+func.func @gelu(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %s2 = nn.constant dense<1.41421354> : tensor<f32>
+  %one = nn.constant dense<1.0> : tensor<f32>
+  %half = nn.constant dense<0.5> : tensor<f32>
+  %d = nn.div %x, %s2 : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %e = nn.erf %d : tensor<4x8xf32>
+  %a = nn.add %e, %one : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %m = nn.mul %x, %a : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %g = nn.mul %m, %half : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %d2 = nn.div %x, %s2 : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+  %e2 = nn.erf %d2 : tensor<4x8xf32>
+  %a2 = nn.add %one, %e2 : (tensor<f32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %xh = nn.mul %half, %x : (tensor<f32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %h = nn.mul %xh, %a2 : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %g, %h : tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+// Left alone: a LayerNorm cut by the partition (two stages), and a GELU
+// whose erf is also read elsewhere.
+// CHECK-LABEL: func.func @unchanged
+// CHECK-NOT: nn.layer_norm
+// CHECK-NOT: nn.gelu
+// CHECK: return
+func.func @unchanged(%x: tensor<2x32xf32>, %w: tensor<32xf32>, %b: tensor<32xf32>) -> (tensor<2x32xf32>, tensor<2x32xf32>, tensor<2x32xf32>) {
+  %two = nn.constant dense<2.0> : tensor<f32>
+  %eps = nn.constant dense<1.0e-5> : tensor<f32>
+  %mean = nn.reduce_mean %x {axes = array<i64: 1>, pipe.stage = 0 : i64} : (tensor<2x32xf32>) -> tensor<2x1xf32>
+  %d = nn.sub %x, %mean {pipe.stage = 0 : i64} : (tensor<2x32xf32>, tensor<2x1xf32>) -> tensor<2x32xf32>
+  %p = nn.pow %d, %two {pipe.stage = 0 : i64} : (tensor<2x32xf32>, tensor<f32>) -> tensor<2x32xf32>
+  %var = nn.reduce_mean %p {axes = array<i64: 1>, pipe.stage = 0 : i64} : (tensor<2x32xf32>) -> tensor<2x1xf32>
+  %ve = nn.add %var, %eps {pipe.stage = 0 : i64} : (tensor<2x1xf32>, tensor<f32>) -> tensor<2x1xf32>
+  %s = nn.sqrt %ve {pipe.stage = 1 : i64} : tensor<2x1xf32>
+  %n = nn.div %d, %s {pipe.stage = 1 : i64} : (tensor<2x32xf32>, tensor<2x1xf32>) -> tensor<2x32xf32>
+  %m = nn.mul %n, %w {pipe.stage = 1 : i64} : (tensor<2x32xf32>, tensor<32xf32>) -> tensor<2x32xf32>
+  %y = nn.add %m, %b {pipe.stage = 1 : i64} : (tensor<2x32xf32>, tensor<32xf32>) -> tensor<2x32xf32>
+  %s2 = nn.constant dense<1.41421354> : tensor<f32>
+  %one = nn.constant dense<1.0> : tensor<f32>
+  %half = nn.constant dense<0.5> : tensor<f32>
+  %dv = nn.div %x, %s2 : (tensor<2x32xf32>, tensor<f32>) -> tensor<2x32xf32>
+  %e = nn.erf %dv : tensor<2x32xf32>
+  %a = nn.add %e, %one : (tensor<2x32xf32>, tensor<f32>) -> tensor<2x32xf32>
+  %mm = nn.mul %x, %a : (tensor<2x32xf32>, tensor<2x32xf32>) -> tensor<2x32xf32>
+  %g = nn.mul %mm, %half : (tensor<2x32xf32>, tensor<f32>) -> tensor<2x32xf32>
+  return %y, %g, %e : tensor<2x32xf32>, tensor<2x32xf32>, tensor<2x32xf32>
+}
