@@ -238,13 +238,13 @@ Threads chooseThreads(int given) {
 // these when it starts (it is loaded with the first stage library, after
 // this). The CPU kernels run every parallel loop, GEMM panels included, on
 // OpenMP threads and keep OpenBLAS on one (docs/cpu-kernels.md, "Threads"):
-// OPENBLAS_NUM_THREADS=1 spares its idle thread pool. OpenMP's idle threads
-// sleep instead of spinning (unless the user chose otherwise): ranks share
-// cores, and spinning takes them from the others.
+// OPENBLAS_NUM_THREADS=1 spares its idle thread pool. libgomp's own wait
+// policy stays (spin briefly, then sleep; it spins less by itself when a
+// team has more threads than cores): OMP_WAIT_POLICY=PASSIVE made a small
+// CNN 1.5x slower on 2 threads (docs/runtime.md, "Threads").
 void exportThreads(int count) {
   setenv("OMP_NUM_THREADS", std::to_string(count).c_str(), 1);
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
 }
 
 // After loading: set the count again through libgomp itself, in case it was
