@@ -78,26 +78,26 @@ std::string gencodeFlags(const std::vector<std::string> &archs) {
   return flags;
 }
 
-/// A path as one word of a POSIX shell command: single-quoted, each `'`
-/// closed, escaped and reopened, so that no byte of --out reaches the shell;
-/// and never read as an option (`--out -fplugin=...`).
-std::string shellWord(const fs::path &path) {
-  std::string text = path.string();
-  if (!text.empty() && text[0] == '-')
-    text = "./" + text;
+/// `text` as one word of a POSIX shell command: single-quoted, each `'`
+/// closed, escaped and reopened, so that no byte of it reaches the shell.
+std::string shellQuoted(const std::string &text) {
   std::string word = "'";
   for (char c : text)
     word += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return word + "'";
 }
 
+/// A path as one shell word (shellQuoted), never read as an option
+/// (`--out -fplugin=...`).
+std::string shellWord(const fs::path &path) {
+  std::string text = path.string();
+  return shellQuoted(!text.empty() && text[0] == '-' ? "./" + text : text);
+}
+
 /// `-DPIPEC_STAGE_DIR="<the source's folder>"`, one shell word: where the
 /// source's `.incbin` finds its constants file (docs/optimization.md).
 std::string stageDirDefine(const fs::path &source) {
-  std::string word = "'-DPIPEC_STAGE_DIR=\"";
-  for (char c : fs::absolute(source).parent_path().string())
-    word += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return word + "\"'";
+  return shellQuoted("-DPIPEC_STAGE_DIR=\"" + fs::absolute(source).parent_path().string() + "\"");
 }
 
 /// The compiler command that turns a generated stage into a library.

@@ -79,7 +79,8 @@ struct PlanMemory : impl::PlanMemoryBase<PlanMemory> {
 
     // The op order code generation follows: a recompute body runs inline
     // after its op; a fused body is one loop at its op.
-    llvm::DenseMap<Value, Value> rootOf;
+    llvm::DenseMap<Value, Value> rootOf; // an alias's storage root (absent: its own)
+    auto root = [&](Value value) { return rootOf.lookup(value) ? rootOf.lookup(value) : value; };
     llvm::DenseMap<Operation *, int64_t> position;
     SmallVector<Operation *> order;
     std::function<void(Block &)> number = [&](Block &block) {
@@ -89,18 +90,15 @@ struct PlanMemory : impl::PlanMemoryBase<PlanMemory> {
         if (auto recompute = llvm::dyn_cast<pipe::RecomputeOp>(op)) {
           Block &inner = recompute.getBody().front();
           for (auto [argument, input] : llvm::zip(inner.getArguments(), recompute.getInputs()))
-            rootOf[argument] = rootOf.lookup(input) ? rootOf.lookup(input) : input;
+            rootOf[argument] = root(input);
           number(inner);
         }
         if (resultsOf(&op) == Results::Alias)
-          for (unsigned i = 0; i < op.getNumResults(); ++i) {
-            Value source = aliasOf(&op, i);
-            rootOf[op.getResult(i)] = rootOf.lookup(source) ? rootOf.lookup(source) : source;
-          }
+          for (unsigned i = 0; i < op.getNumResults(); ++i)
+            rootOf[op.getResult(i)] = root(aliasOf(&op, i));
       }
     };
     number(body);
-    auto root = [&](Value value) { return rootOf.lookup(value) ? rootOf.lookup(value) : value; };
     const int64_t end = static_cast<int64_t>(order.size());
 
     // Last use of every storage root, over all values that share it.
