@@ -101,6 +101,7 @@ void OnnxImporter::analyzeGraph() {
 
   // Values known at import time, and the nodes nothing can translate.
   std::vector<std::string> unsupported;
+  foldedNodes.assign(graph.node_size(), false);
   for (int i = 0; i < graph.node_size(); ++i) {
     const auto &node = graph.node(i);
     currentNodeIndex = i;
@@ -110,6 +111,7 @@ void OnnxImporter::analyzeGraph() {
                        return name.empty() || knownAtImport.count(name) > 0;
                      }));
     if (foldable) {
+      foldedNodes[i] = true; // run() folds exactly these (a node without outputs too)
       for (const auto &output : node.output())
         knownAtImport.insert(output);
       continue;

@@ -260,6 +260,7 @@ private:
   std::map<std::string, const onnx::TensorProto *> initializers;
   std::set<std::string> parameterNames, bufferNames;
   std::set<std::string> knownAtImport; // values folded on the host
+  std::vector<bool> foldedNodes;        // by node index: analyzeGraph folds it on the host
   std::map<std::string, mlir::RankedTensorType> inputTypes;
   std::map<std::string, HostTensor> constants;
   std::map<std::string, mlir::Value> values;

@@ -287,10 +287,7 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
       const auto &node = graph.node(i);
       currentNodeIndex = i;
       nodeVersion = resolvedVersion(node.op_type(), opset);
-      bool folded = node.output_size() > 0 && llvm::all_of(node.output(), [&](const std::string &name) {
-        return name.empty() || knownAtImport.count(name) > 0;
-      });
-      if (folded) {
+      if (foldedNodes[i]) {
         std::vector<HostTensor> results;
         try {
           results = (this->*folders().at(node.op_type()))(node);
