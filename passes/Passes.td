@@ -326,7 +326,8 @@ def Recompute : Pass<"pipec-recompute", "mlir::ModuleOp"> {
 
 def RecognizeComposites : Pass<"pipec-recognize-composites", "mlir::ModuleOp"> {
   let dependentDialects = ["::pipec::nn::NNDialect"];
-  let summary = "Decomposed LayerNorm and erf-GELU as exporters write them become nn.layer_norm and nn.gelu";
+  let summary = "Decomposed LayerNorm, erf-GELU and masked softmax as exporters write them become "
+                "nn.layer_norm, nn.gelu and nn.masked_softmax";
   let description = [{
     Recognises, in every function:
     - `(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * w (+ b)`, both
@@ -334,7 +335,10 @@ def RecognizeComposites : Pass<"pipec-recognize-composites", "mlir::ModuleOp"> {
       by 2 or a self-multiply, `w` and `b` of the normalized shape: one
       `nn.layer_norm` (axis = the first normalized axis, epsilon = eps);
     - `x * 0.5 * (1 + erf(x / sqrt 2))`, in any association of the
-      products: one `nn.gelu`.
+      products: one `nn.gelu`;
+    - `softmax(where(mask, fill, x * c))` along the last axis, the fill on
+      either side of the where, `x * c`, `c * x` or `x / c` or plain `x`,
+      `fill` and `c` splat f32 constants: one `nn.masked_softmax`.
     Intermediate values must have no other use and every op of the chain
     the same `pipe.stage`; the new op keeps the root's `pipe.stage`,
     `pipe.phase` and `pipe.cost`. Runs with pipec-canonicalize-gemm after

@@ -75,8 +75,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << cShape << ", " << y << ", " << m << ", " << cols << ", " << k << ", "
             << (gemm.getTransA() ? "true" : "false") << ", "
             << (gemm.getTransB() ? "true" : "false") << ", "
-            << floatLiteral(gemm.getAlpha().convertToFloat()) << "f, " << floatLiteral(beta)
-            << "f);\n";
+            << f32Literal(gemm.getAlpha().convertToFloat()) << ", " << f32Literal(beta)
+            << ");\n";
       })
       .Case([&](nn::MatMulOp matmul) {
         std::string y = allocate(matmul.getResult());
@@ -115,8 +115,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << ", " << ptr(norm.getScale()) << ", " << ptr(norm.getBias()) << ", "
             << ptr(norm.getRunningMean()) << ", " << ptr(norm.getRunningVar()) << ", " << y
             << ", " << mean << ", " << var << ", "
-            << floatLiteral(norm.getEpsilon().convertToFloat()) << "f, "
-            << floatLiteral(norm.getMomentum().convertToFloat()) << "f, "
+            << f32Literal(norm.getEpsilon().convertToFloat()) << ", "
+            << f32Literal(norm.getMomentum().convertToFloat()) << ", "
             << (norm.getTraining() ? "true" : "false") << ");\n";
       })
       .Case([&](nn::BatchNormGradOp grad) {
@@ -124,7 +124,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         out << "  pk::batchNormGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getInput()) << ", "
             << shapeOf(grad.getInput()) << ", " << ptr(grad.getScale()) << ", "
             << ptr(grad.getRunningMean()) << ", " << ptr(grad.getRunningVar()) << ", " << y
-            << ", " << floatLiteral(grad.getEpsilon().convertToFloat()) << "f, "
+            << ", " << f32Literal(grad.getEpsilon().convertToFloat()) << ", "
             << (grad.getTraining() ? "true" : "false") << ");\n";
       })
       .Case([&](nn::BatchNormParamGradOp grad) {
@@ -133,7 +133,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         out << "  pk::batchNormParamGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getInput())
             << ", " << shapeOf(grad.getInput()) << ", " << ptr(grad.getRunningMean()) << ", "
             << ptr(grad.getRunningVar()) << ", " << scale << ", " << bias << ", "
-            << floatLiteral(grad.getEpsilon().convertToFloat()) << "f, "
+            << f32Literal(grad.getEpsilon().convertToFloat()) << ", "
             << (grad.getTraining() ? "true" : "false") << ");\n";
       })
       .Case([&](nn::LayerNormOp norm) {
@@ -145,7 +145,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << (norm.getBias() ? ptr(norm.getBias()) : "nullptr") << ", "
             << (norm.getBias() ? shapeOf(norm.getBias()) : "pk::Shape{}") << ", " << y << ", "
             << mean << ", " << inv << ", " << static_cast<int64_t>(norm.getAxis()) << ", "
-            << floatLiteral(norm.getEpsilon().convertToFloat()) << "f);\n";
+            << f32Literal(norm.getEpsilon().convertToFloat()) << ");\n";
       })
       .Case([&](nn::LayerNormGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -153,7 +153,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << shapeOf(grad.getInput()) << ", " << ptr(grad.getScale()) << ", "
             << shapeOf(grad.getScale()) << ", " << y << ", "
             << static_cast<int64_t>(grad.getAxis()) << ", "
-            << floatLiteral(grad.getEpsilon().convertToFloat()) << "f);\n";
+            << f32Literal(grad.getEpsilon().convertToFloat()) << ");\n";
       })
       .Case([&](nn::LayerNormParamGradOp grad) {
         std::string scale = allocate(grad.getScaleGrad());
@@ -161,7 +161,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         out << "  pk::layerNormParamGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getInput())
             << ", " << shapeOf(grad.getInput()) << ", " << shapeOf(grad.getScaleGrad()) << ", "
             << scale << ", " << bias << ", " << static_cast<int64_t>(grad.getAxis()) << ", "
-            << floatLiteral(grad.getEpsilon().convertToFloat()) << "f);\n";
+            << f32Literal(grad.getEpsilon().convertToFloat()) << ");\n";
       })
       .Case([&](nn::MaxPoolOp pool) {
         std::string y = allocate(pool.getResult());
@@ -202,8 +202,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         std::string y = allocate(dropout.getResult());
         std::string mask = allocate(dropout.getMask());
         out << "  pk::dropout(" << ptr(dropout.getInput()) << ", " << n(dropout.getResult()) << ", "
-            << y << ", " << mask << ", " << floatLiteral(dropout.getRatio().convertToFloat())
-            << "f, " << (dropout.getTraining() ? "true" : "false")
+            << y << ", " << mask << ", " << f32Literal(dropout.getRatio().convertToFloat())
+            << ", " << (dropout.getTraining() ? "true" : "false")
             << ", pk::dropoutStreamKey(call->seed, call->step, call->microbatch, " << opId(dropout)
             << "));\n";
       })
@@ -211,7 +211,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         std::string y = allocate(grad.getResult());
         out << "  pk::dropoutGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getMask()) << ", "
             << n(grad.getResult()) << ", " << y << ", "
-            << floatLiteral(grad.getRatio().convertToFloat()) << "f, "
+            << f32Literal(grad.getRatio().convertToFloat()) << ", "
             << (grad.getTraining() ? "true" : "false") << ");\n";
       })
       .Case([&](nn::SoftmaxOp softmax) {
@@ -226,6 +226,21 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << shapeOf(grad.getY()) << ", "
             << *nn::normalizeAxis(grad.getAxis(), tensorType(grad.getY()).getRank()) << ", " << y
             << ");\n";
+      })
+      .Case([&](nn::MaskedSoftmaxOp softmax) {
+        std::string y = allocate(softmax.getResult());
+        out << "  pk::maskedSoftmax(" << ptr(softmax.getInput()) << ", " << shapeOf(softmax.getInput()) << ", "
+            << ptr(softmax.getMask()) << ", " << shapeOf(softmax.getMask()) << ", "
+            << f32Literal(softmax.getScale().convertToFloat()) << ", " << (softmax.getDivide() ? "true" : "false")
+            << ", " << f32Literal(softmax.getFill().convertToFloat()) << ", "
+            << (softmax.getMaskedWhen() ? "true" : "false") << ", " << y << ");\n";
+      })
+      .Case([&](nn::MaskedSoftmaxGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        out << "  pk::maskedSoftmaxGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getY()) << ", "
+            << shapeOf(grad.getY()) << ", " << ptr(grad.getMask()) << ", " << shapeOf(grad.getMask()) << ", "
+            << f32Literal(grad.getScale().convertToFloat()) << ", " << (grad.getDivide() ? "true" : "false")
+            << ", " << (grad.getMaskedWhen() ? "true" : "false") << ", " << y << ");\n";
       })
       .Case([&](nn::SoftmaxCrossEntropyLossOp loss) {
         std::string value = allocate(loss.getLoss());

@@ -76,6 +76,11 @@ inline std::string floatLiteral(double value) {
   return text;
 }
 
+/// An f32 argument: floatLiteral, with the `f` suffix where one is allowed.
+inline std::string f32Literal(float value) {
+  return std::isfinite(value) ? floatLiteral(value) + "f" : floatLiteral(value);
+}
+
 /// pk::Binary's enumerator for nn.add, nn.sub, nn.mul, nn.div and nn.pow;
 /// null for any other op.
 inline const char *binaryEnumerator(Operation *op) {

@@ -120,6 +120,11 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
       .Case([&](nn::SoftmaxOp softmax) {
         return one(kernels::softmax(in(0), static_cast<int64_t>(softmax.getAxis())));
       })
+      .Case([&](nn::MaskedSoftmaxOp softmax) {
+        return one(kernels::maskedSoftmax(in(0), in(1), softmax.getScaleAttr().getValueAsDouble(),
+                                          softmax.getDivide(), softmax.getFillAttr().getValueAsDouble(),
+                                          softmax.getMaskedWhen()));
+      })
       .Case([&](nn::SoftmaxCrossEntropyLossOp loss) {
         std::optional<int64_t> ignoreIndex;
         if (auto ignore = loss.getIgnoreIndex())
@@ -221,6 +226,10 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
       })
       .Case([&](nn::SoftmaxGradOp grad) {
         return one(kernels::softmaxGrad(in(0), in(1), static_cast<int64_t>(grad.getAxis())));
+      })
+      .Case([&](nn::MaskedSoftmaxGradOp grad) {
+        return one(kernels::maskedSoftmaxGrad(in(0), in(1), in(2), grad.getScaleAttr().getValueAsDouble(),
+                                              grad.getDivide(), grad.getMaskedWhen()));
       })
       .Case([&](nn::SoftmaxCrossEntropyLossGradOp grad) {
         std::optional<int64_t> ignoreIndex;

@@ -210,6 +210,14 @@ ParamGrads layerNormParamGrad(const Tensor &dy, const Tensor &input, int64_t axi
 Tensor softmax(const Tensor &input, int64_t axis);
 /// From the forward result: y * (dy - sum(dy * y)) along the axis.
 Tensor softmaxGrad(const Tensor &dy, const Tensor &y, int64_t axis);
+/// nn.masked_softmax: softmax along the last axis of where(mask == maskedWhen,
+/// fill, divide ? input / scale : input * scale), the composite it stands for.
+Tensor maskedSoftmax(const Tensor &input, const Tensor &mask, double scale, bool divide, double fill,
+                     bool maskedWhen);
+/// Its gradient from the forward result: the softmax's, zero where masked,
+/// times (divided by) scale.
+Tensor maskedSoftmaxGrad(const Tensor &dy, const Tensor &y, const Tensor &mask, double scale, bool divide,
+                         bool maskedWhen);
 
 struct SoftmaxCrossEntropyResults {
   Tensor loss, logProb;

@@ -78,6 +78,24 @@ Tensor softmaxGrad(const Tensor &dy, const Tensor &y, int64_t axis) {
   return finish(std::move(out));
 }
 
+Tensor maskedSoftmax(const Tensor &input, const Tensor &mask, double scale, bool divide, double fill,
+                     bool maskedWhen) {
+  Tensor factor = Tensor::ofFloats(input.kind, {}, {scale});
+  Tensor filler = Tensor::ofFloats(input.kind, {}, {fill});
+  Tensor z = binary(divide ? BinaryOp::Div : BinaryOp::Mul, input, factor);
+  z = maskedWhen ? where(mask, filler, z) : where(mask, z, filler);
+  return softmax(z, -1);
+}
+
+Tensor maskedSoftmaxGrad(const Tensor &dy, const Tensor &y, const Tensor &mask, double scale, bool divide,
+                         bool maskedWhen) {
+  Tensor g = softmaxGrad(dy, y, -1);
+  Tensor zero = Tensor::ofFloats(g.kind, {}, {0.0});
+  Tensor factor = Tensor::ofFloats(g.kind, {}, {scale});
+  g = maskedWhen ? where(mask, zero, g) : where(mask, g, zero);
+  return binary(divide ? BinaryOp::Div : BinaryOp::Mul, g, factor);
+}
+
 //===----------------------------------------------------------------------===//
 // Softmax cross-entropy loss
 //===----------------------------------------------------------------------===//

@@ -163,6 +163,7 @@ OpWork ConvOp::estimateWork() {
 OpWork BatchNormOp::estimateWork() { return reduction(*this, 6, 10); }
 OpWork LayerNormOp::estimateWork() { return reduction(*this, 8, 12); }
 OpWork SoftmaxOp::estimateWork() { return reduction(*this, 12, 4); }
+OpWork MaskedSoftmaxOp::estimateWork() { return reduction(*this, 13, 4); }
 OpWork SoftmaxCrossEntropyLossOp::estimateWork() { return reduction(*this, 14, 4); }
 OpWork ReduceMeanOp::estimateWork() { return reduction(*this, 1, 1); }
 OpWork GlobalAveragePoolOp::estimateWork() { return reduction(*this, 1, 1); }

@@ -119,6 +119,15 @@ FailureOr<SmallVector<int64_t>> pipec::nn::broadcastShapes(ArrayRef<int64_t> lhs
   return result;
 }
 
+std::string pipec::nn::maskedSoftmaxShapeError(ArrayRef<int64_t> input, ArrayRef<int64_t> mask) {
+  if (input.empty())
+    return "the input must have rank >= 1";
+  auto shape = broadcastShapes(mask, input);
+  if (failed(shape) || ArrayRef<int64_t>(*shape) != input)
+    return "mask of shape " + shapeString(mask) + " does not broadcast to the input's " + shapeString(input);
+  return "";
+}
+
 FailureOr<int64_t> pipec::nn::normalizeAxis(int64_t axis, int64_t rank) {
   if (axis < -rank || axis >= rank)
     return failure();
@@ -442,6 +451,16 @@ LogicalResult SoftmaxOp::inferReturnTypes(MLIRContext *, std::optional<Location>
   if (failed(normalizeAxis(adaptor.getAxis(), inputType.getRank())))
     return fail(loc, "nn.softmax: axis " + Twine(static_cast<int64_t>(adaptor.getAxis())) +
                          " out of range for rank " + Twine(inputType.getRank()));
+  types.push_back(inputType);
+  return success();
+}
+
+LogicalResult MaskedSoftmaxOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                Adaptor adaptor, SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  std::string error = maskedSoftmaxShapeError(inputType.getShape(), rankedType(adaptor.getMask()).getShape());
+  if (!error.empty())
+    return fail(loc, "nn.masked_softmax: " + Twine(error));
   types.push_back(inputType);
   return success();
 }

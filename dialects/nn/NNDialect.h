@@ -13,6 +13,7 @@
 #include "runtime/include/pipec/vocabulary.h"
 
 #include <optional>
+#include <string>
 
 namespace mlir {
 class FunctionOpInterface;
@@ -54,6 +55,11 @@ OpWork unaryWork(mlir::Operation *op);
 /// pair of dimensions differs and neither is 1.
 mlir::FailureOr<llvm::SmallVector<int64_t>>
 broadcastShapes(llvm::ArrayRef<int64_t> lhs, llvm::ArrayRef<int64_t> rhs);
+
+/// Why nn.masked_softmax(_grad) cannot take a mask of shape `mask` with an
+/// input of shape `input` (the mask must broadcast to the input, whose rank
+/// is at least 1); empty when it can.
+std::string maskedSoftmaxShapeError(llvm::ArrayRef<int64_t> input, llvm::ArrayRef<int64_t> mask);
 
 /// Maps an ONNX-style axis (negative counts from the end) into [0, rank);
 /// failure when out of range.

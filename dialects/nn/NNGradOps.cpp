@@ -87,6 +87,13 @@ LogicalResult BinaryGradOp::inferReturnTypes(MLIRContext *, std::optional<Locati
   return success();
 }
 
+LogicalResult MaskedSoftmaxGradOp::verify() {
+  std::string error = maskedSoftmaxShapeError(getY().getType().getShape(), getMask().getType().getShape());
+  if (!error.empty())
+    return emitOpError(error);
+  return success();
+}
+
 LogicalResult ConvInputGradOp::verify() {
   return verifyConvGrad(*this, getDy().getType(), getWeight().getType(), getStrides(), getPads(),
                         getDilations());
@@ -154,6 +161,7 @@ OpWork MaxPoolGradOp::estimateWork() { return streamingWork(*this, 2); }
 OpWork AveragePoolGradOp::estimateWork() { return streamingWork(*this, 2); }
 OpWork DropoutGradOp::estimateWork() { return streamingWork(*this, 1); }
 OpWork SoftmaxGradOp::estimateWork() { return streamingWork(*this, 4); }
+OpWork MaskedSoftmaxGradOp::estimateWork() { return streamingWork(*this, 5); }
 OpWork SoftmaxCrossEntropyLossGradOp::estimateWork() { return streamingWork(*this, 4); }
 OpWork GatherGradOp::estimateWork() { return streamingWork(*this, 1); }
 OpWork SliceGradOp::estimateWork() { return streamingWork(*this, 0); }

@@ -157,6 +157,17 @@ def NN_SoftmaxGradOp : NN_Op<"softmax_grad", [Pure, AllTypesMatch<["dy", "y", "r
   let assemblyFormat = "operands attr-dict `:` type($dy)";
 }
 
+def NN_MaskedSoftmaxGradOp : NN_Op<"masked_softmax_grad", [Pure, AllTypesMatch<["dy", "y", "result"]>]> {
+  let summary = "Gradient of nn.masked_softmax from its result: 0 where masked, else "
+                "y·(dy - Σ dy·y) times (or divided by) scale";
+  let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$y, NN_BoolTensor:$mask, F32Attr:$scale,
+                       DefaultValuedAttr<BoolAttr, "false">:$divide,
+                       DefaultValuedAttr<BoolAttr, "true">:$masked_when);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def NN_SoftmaxCrossEntropyLossGradOp : NN_Op<"softmax_cross_entropy_loss_grad", [Pure]> {
   let summary = "Gradient of nn.softmax_cross_entropy_loss with respect to the scores";
   let arguments = (ins NN_FloatTensor:$dloss, NN_FloatTensor:$scores,

@@ -245,6 +245,13 @@ Value SoftmaxOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned
   return SoftmaxGradOp::create(g.b, g.loc, dy, getResult(), getAxis());
 }
 
+Value MaskedSoftmaxOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
+  if (index != 0) // the mask
+    return Value();
+  return MaskedSoftmaxGradOp::create(g.b, g.loc, dys[0], getResult(), getMask(), getScaleAttr(), getDivideAttr(),
+                                     getMaskedWhenAttr());
+}
+
 Value SoftmaxCrossEntropyLossOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
   Value dy = dys[0];
   RankedTensorType operandType = tensorType(getOperation()->getOperand(index));

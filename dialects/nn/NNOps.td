@@ -210,6 +210,18 @@ def NN_SoftmaxOp : NN_InferredOp<"softmax", [NN_Differentiable]> {
   let results = (outs NN_FloatTensor:$result);
 }
 
+// Not an ONNX op: pipec-recognize-composites writes it for the attention
+// softmax exporters decompose (docs/optimization.md). One pass over each row
+// instead of a scale, a where and a softmax, and their three gradients.
+def NN_MaskedSoftmaxOp : NN_InferredOp<"masked_softmax", [NN_Differentiable]> {
+  let summary = "softmax along the last axis of where(mask == masked_when, fill, "
+                "divide ? input / scale : input * scale), mask broadcast to the input";
+  let arguments = (ins NN_FloatTensor:$input, NN_BoolTensor:$mask, F32Attr:$scale,
+                       DefaultValuedAttr<BoolAttr, "false">:$divide, F32Attr:$fill,
+                       DefaultValuedAttr<BoolAttr, "true">:$masked_when);
+  let results = (outs NN_FloatTensor:$result);
+}
+
 def NN_SoftmaxCrossEntropyLossOp : NN_InferredOp<"softmax_cross_entropy_loss", [NN_Differentiable]> {
   let summary = "ONNX SoftmaxCrossEntropyLoss";
   let arguments = (ins NN_FloatTensor:$scores, NN_IntegerTensor:$labels,

@@ -1,6 +1,7 @@
-// pipec-recognize-composites: the decomposed LayerNorm and erf-GELU that
-// exporters emit become nn.layer_norm and nn.gelu, whose kernels and
-// gradient rules are one op each (docs/optimization.md).
+// pipec-recognize-composites: the decomposed LayerNorm, erf-GELU and masked
+// (attention) softmax that exporters emit become nn.layer_norm, nn.gelu and
+// nn.masked_softmax, whose kernels and gradient rules are one op each
+// (docs/optimization.md).
 #include "passes/Passes.h"
 #include "passes/Transforms/PatternRewrites.h"
 
@@ -198,11 +199,71 @@ struct DecomposedGelu : OpRewritePattern<nn::MulOp> {
   }
 };
 
+/// softmax(where(mask, fill, x * scale)) along the last axis, the attention
+/// softmax as exporters write it: the scale a splat constant multiplying or
+/// dividing x (optional), the fill a splat constant on either side of the
+/// where (PyTorch's masked_fill puts it first, Hugging Face's GPT-2 second).
+struct DecomposedMaskedSoftmax : OpRewritePattern<nn::SoftmaxOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::SoftmaxOp root, PatternRewriter &rewriter) const override {
+    auto type = llvm::dyn_cast<RankedTensorType>(root.getType());
+    if (!type || !type.hasStaticShape() || !type.getElementType().isF32() || type.getRank() < 1 ||
+        nn::normalizeAxis(root.getAxis(), type.getRank()) != type.getRank() - 1)
+      return failure();
+    auto where = root.getInput().getDefiningOp<nn::WhereOp>();
+    if (!where || !where->hasOneUse() || where.getType() != type)
+      return failure();
+    bool maskedWhen = true;
+    std::optional<float> fill = splatValue(where.getX());
+    Value scaled = where.getY();
+    if (!fill) {
+      maskedWhen = false;
+      fill = splatValue(where.getY());
+      scaled = where.getX();
+    }
+    if (!fill || scaled.getType() != type)
+      return failure();
+    SmallVector<Operation *> chain{root, where};
+    Value x = scaled;
+    float scale = 1.0f; // x * 1 is x, bit for bit
+    bool divide = false;
+    Operation *product = scaled.getDefiningOp();
+    if (product && product->hasOneUse() && llvm::isa<nn::MulOp, nn::DivOp>(product)) {
+      divide = llvm::isa<nn::DivOp>(product);
+      // x * c, c * x or x / c, with x of the result's type.
+      for (int side = divide ? 1 : 0; side < 2; ++side) {
+        std::optional<float> constant = splatValue(product->getOperand(side));
+        Value other = product->getOperand(1 - side);
+        if (constant && other.getType() == type && (!divide || side == 1)) {
+          scale = *constant;
+          x = other;
+          chain.push_back(product);
+          break;
+        }
+      }
+      if (x == scaled)
+        divide = false;
+    }
+    if (!sameStage(chain))
+      return failure();
+    auto softmax = nn::MaskedSoftmaxOp::create(
+        rewriter, root.getLoc(), TypeRange{type}, ValueRange{x, where.getCondition()},
+        ArrayRef<NamedAttribute>{rewriter.getNamedAttr("scale", rewriter.getF32FloatAttr(scale)),
+                                 rewriter.getNamedAttr("divide", rewriter.getBoolAttr(divide)),
+                                 rewriter.getNamedAttr("fill", rewriter.getF32FloatAttr(*fill)),
+                                 rewriter.getNamedAttr("masked_when", rewriter.getBoolAttr(maskedWhen))});
+    inheritPlacement(root, softmax, /*withCost=*/true);
+    rewriter.replaceOp(root, softmax.getResult());
+    return success();
+  }
+};
+
 struct RecognizeComposites : impl::RecognizeCompositesBase<RecognizeComposites> {
   using Base::Base;
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<DecomposedLayerNorm, DecomposedLayerNormNoBias, DecomposedGelu>(&getContext());
+    patterns.add<DecomposedLayerNorm, DecomposedLayerNormNoBias, DecomposedGelu, DecomposedMaskedSoftmax>(
+        &getContext());
     int64_t applied = 0;
     if (failed(applyPatternsCounted(getOperation(), std::move(patterns), applied)))
       return signalPassFailure();

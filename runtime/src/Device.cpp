@@ -68,11 +68,28 @@ public:
       forType(s.dtype, "sum of squares", [&](auto zero) {
         using T = decltype(zero);
         const T *x = (const T *)s.p;
-        for (size_t k = 0; k < s.n; ++k) {
-          if (!std::isfinite((double)x[k]))
-            nonFinite += 1;
+        // Eight independent sums (one running sum waits on every add),
+        // combined in a fixed order: the same bits on every run.
+        constexpr size_t kLanes = 8;
+        double lane[kLanes] = {}, bad[kLanes] = {};
+        size_t k = 0;
+        for (; k + kLanes <= s.n; k += kLanes)
+          for (size_t l = 0; l < kLanes; ++l) {
+            const double v = (double)x[k + l];
+            const bool finite = std::isfinite(v);
+            lane[l] += finite ? v * v : 0.0;
+            bad[l] += finite ? 0.0 : 1.0;
+          }
+        for (; k < s.n; ++k) {
+          const double v = (double)x[k];
+          if (std::isfinite(v))
+            sumSq += v * v;
           else
-            sumSq += (double)x[k] * (double)x[k];
+            nonFinite += 1;
+        }
+        for (size_t l = 0; l < kLanes; ++l) {
+          sumSq += lane[l];
+          nonFinite += bad[l];
         }
       });
   }

@@ -33,6 +33,46 @@ TEST(Softmax, MatchesReferenceOnEveryAxis) {
   EXPECT_EQ(out[0], 0.5f);
 }
 
+// nn.masked_softmax stands for scale, where and softmax (and its gradient for
+// their three gradients): the same bits, for both fill sides, a scale or a
+// division, a broadcast mask and fully masked rows (NaN with a -inf fill).
+TEST(MaskedSoftmax, SameBitsAsTheOpsItReplaces) {
+  const pk::Shape xs{2, 3, 4, 5}, ms{1, 1, 4, 5};
+  auto x = randomVec(xs.numel(), 11, -6.0f, 6.0f), dy = randomVec(xs.numel(), 12, -1.0f, 1.0f);
+  std::vector<uint8_t> mask(ms.numel());
+  for (size_t i = 0; i < mask.size(); ++i) mask[i] = (i * 7 % 5 == 0) || i < 5; // row 0 fully masked
+  auto bits = [](const std::vector<float> &a, const std::vector<float> &b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (bool divide : {false, true})
+    for (bool maskedWhen : {true, false})
+      for (float fill : {-std::numeric_limits<float>::infinity(), -1.0e4f}) {
+        const float scale = divide ? 8.0f : 0.125f, zero = 0.0f;
+        const pk::Shape scalar{};
+        std::vector<float> s(x.size()), z(x.size()), want(x.size()), got(x.size());
+        pk::binary(divide ? pk::Binary::Div : pk::Binary::Mul, x.data(), xs, &scale, scalar, s.data());
+        if (maskedWhen)
+          pk::where(mask.data(), ms, &fill, scalar, s.data(), xs, z.data());
+        else
+          pk::where(mask.data(), ms, s.data(), xs, &fill, scalar, z.data());
+        pk::softmax(z.data(), xs, -1, want.data());
+        pk::maskedSoftmax(x.data(), xs, mask.data(), ms, scale, divide, fill, maskedWhen, got.data());
+        EXPECT_TRUE(bits(want, got)) << "forward, divide " << divide << " masked_when " << maskedWhen;
+
+        std::vector<float> g(x.size()), kept(x.size()), dwant(x.size()), dgot(x.size());
+        pk::softmaxGrad(dy.data(), want.data(), xs, -1, g.data());
+        if (maskedWhen)
+          pk::where(mask.data(), ms, &zero, scalar, g.data(), xs, kept.data());
+        else
+          pk::where(mask.data(), ms, g.data(), xs, &zero, scalar, kept.data());
+        pk::binary(divide ? pk::Binary::Div : pk::Binary::Mul, kept.data(), xs, &scale, scalar, dwant.data());
+        pk::maskedSoftmaxGrad(dy.data(), want.data(), xs, mask.data(), ms, scale, divide, maskedWhen, dgot.data());
+        EXPECT_TRUE(bits(dwant, dgot)) << "gradient, divide " << divide << " masked_when " << maskedWhen;
+      }
+  float y[6];
+  EXPECT_THROW(pk::maskedSoftmax(x.data(), {2, 3}, mask.data(), {3, 1}, 1.0f, false, 0.0f, true, y), pk::KernelError);
+}
+
 TEST(SoftmaxCrossEntropy, KnownValuesWeightsAndIgnoreIndex) {
   // scores [2, 3]: log-softmax of [0, ln 2, ln 3]... use exact log values.
   const float scores[6] = {0.0f, 0.0f, 0.0f, 1.0f, 2.0f, 3.0f};

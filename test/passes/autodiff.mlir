@@ -57,3 +57,18 @@ func.func @forward(%s: tensor<3xf32> {nn.name = "s", nn.role = #nn.role<param>},
   %1 = nn.reduce_mean %0#0 {axes = array<i64: 0, 1, 2, 3>, keepdims = false} : (tensor<2x3x4x4xf32>) -> tensor<f32>
   return %1 : tensor<f32>
 }
+
+// -----
+
+// nn.masked_softmax (pipec-recognize-composites): one gradient op, reading
+// the result and the mask; the mask gets none.
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[Y:.*]] = nn.masked_softmax %{{.*}}, %[[M:[^ ]*]] {fill = 0xFF800000 : f32, pipe.phase = #pipe.phase<fwd>, scale = 1.250000e-01 : f32}
+// CHECK: nn.masked_softmax_grad %{{.*}}, %[[Y]], %[[M]] {pipe.phase = #pipe.phase<bwd_input>, scale = 1.250000e-01 : f32} : (tensor<2x4x4xf32>, tensor<2x4x4xf32>, tensor<1x4x4xi1>) -> tensor<2x4x4xf32>
+func.func @forward(%w: tensor<4x4xf32> {nn.name = "w", nn.role = #nn.role<param>}, %x: tensor<2x4x4xf32> {nn.name = "x", nn.role = #nn.role<input>},
+                   %mask: tensor<1x4x4xi1> {nn.name = "mask", nn.role = #nn.role<input>}) -> tensor<f32> {
+  %0 = nn.matmul %x, %w : (tensor<2x4x4xf32>, tensor<4x4xf32>) -> tensor<2x4x4xf32>
+  %1 = nn.masked_softmax %0, %mask {scale = 0.125 : f32, fill = 0xFF800000 : f32} : (tensor<2x4x4xf32>, tensor<1x4x4xi1>) -> tensor<2x4x4xf32>
+  %2 = nn.reduce_mean %1 {axes = array<i64: 0, 1, 2>, keepdims = false} : (tensor<2x4x4xf32>) -> tensor<f32>
+  return %2 : tensor<f32>
+}

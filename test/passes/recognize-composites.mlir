@@ -42,6 +42,57 @@ func.func @gelu(%x: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
   return %g, %h : tensor<4x8xf32>, tensor<4x8xf32>
 }
 
+// The attention softmax: PyTorch's masked_fill (the fill first, a scale
+// multiplying), Hugging Face's GPT-2 (the fill second, a division), and a
+// where without a scale.
+// CHECK-LABEL: func.func @masked_softmax
+// CHECK: %[[A:.*]] = nn.masked_softmax %arg0, %arg1 {fill = 0xFF800000 : f32, scale = 1.250000e-01 : f32}
+// CHECK: %[[B:.*]] = nn.masked_softmax %arg0, %arg1 {divide = true, fill = -3.40282347E+38 : f32, masked_when = false, scale = 8.000000e+00 : f32}
+// CHECK: %[[C:.*]] = nn.masked_softmax %arg0, %arg1 {fill = -1.000000e+04 : f32, scale = 1.000000e+00 : f32}
+// CHECK-NOT: nn.where
+// CHECK: return %[[A]], %[[B]], %[[C]]
+func.func @masked_softmax(%x: tensor<2x4x8x8xf32>, %mask: tensor<1x1x8x8xi1>) -> (tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>) {
+  %ninf = nn.constant dense<0xFF800000> : tensor<f32>
+  %scale = nn.constant dense<0.125> : tensor<f32>
+  %s = nn.mul %x, %scale : (tensor<2x4x8x8xf32>, tensor<f32>) -> tensor<2x4x8x8xf32>
+  %w = nn.where %mask, %ninf, %s : (tensor<1x1x8x8xi1>, tensor<f32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %a = nn.softmax %w {axis = -1 : i64} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %min = nn.constant dense<-3.40282347E+38> : tensor<f32>
+  %root = nn.constant dense<8.0> : tensor<f32>
+  %d = nn.div %x, %root : (tensor<2x4x8x8xf32>, tensor<f32>) -> tensor<2x4x8x8xf32>
+  %w2 = nn.where %mask, %d, %min : (tensor<1x1x8x8xi1>, tensor<2x4x8x8xf32>, tensor<f32>) -> tensor<2x4x8x8xf32>
+  %b = nn.softmax %w2 {axis = 3 : i64} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %big = nn.constant dense<-1.0e4> : tensor<f32>
+  %w3 = nn.where %mask, %big, %x : (tensor<1x1x8x8xi1>, tensor<f32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %c = nn.softmax %w3 {axis = -1 : i64} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  return %a, %b, %c : tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>
+}
+
+// Left alone: a softmax along another axis, a fill that is not a constant,
+// a scaled value read elsewhere (kept, the where still fused) and a where
+// cut from its softmax by the partition.
+// CHECK-LABEL: func.func @masked_softmax_unchanged
+// CHECK: nn.softmax %{{.*}} {axis = 2 : i64}
+// CHECK: nn.softmax
+// CHECK: %[[S:.*]] = nn.mul %arg0
+// CHECK: nn.masked_softmax %[[S]], %arg1 {fill = 0xFF800000 : f32, scale = 1.000000e+00 : f32}
+// CHECK: nn.softmax
+// CHECK: return
+func.func @masked_softmax_unchanged(%x: tensor<2x4x8x8xf32>, %mask: tensor<1x1x8x8xi1>, %f: tensor<f32>) -> (tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>) {
+  %ninf = nn.constant dense<0xFF800000> : tensor<f32>
+  %scale = nn.constant dense<0.125> : tensor<f32>
+  %w = nn.where %mask, %ninf, %x : (tensor<1x1x8x8xi1>, tensor<f32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %a = nn.softmax %w {axis = 2 : i64} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %w2 = nn.where %mask, %f, %x : (tensor<1x1x8x8xi1>, tensor<f32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %b = nn.softmax %w2 {axis = -1 : i64} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %s = nn.mul %x, %scale : (tensor<2x4x8x8xf32>, tensor<f32>) -> tensor<2x4x8x8xf32>
+  %w3 = nn.where %mask, %ninf, %s : (tensor<1x1x8x8xi1>, tensor<f32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %c = nn.softmax %w3 {axis = -1 : i64} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %w4 = nn.where %mask, %ninf, %x {pipe.stage = 0 : i64} : (tensor<1x1x8x8xi1>, tensor<f32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %d = nn.softmax %w4 {axis = -1 : i64, pipe.stage = 1 : i64} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  return %a, %b, %c, %s, %d : tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>
+}
+
 // Left alone: a LayerNorm cut by the partition (two stages), and a GELU
 // whose erf is also read elsewhere.
 // CHECK-LABEL: func.func @unchanged

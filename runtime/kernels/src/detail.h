@@ -6,6 +6,7 @@
 #include "pipec/cpu_kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <vector>
 
@@ -43,6 +44,11 @@ struct AxisView {
 inline AxisView viewAround(const Shape &s, int axis) {
   return {productOf(s, 0, axis), s.v[axis], productOf(s, axis + 1, s.size)};
 }
+
+/// expf(d) where it is not +0: libm takes a slow path for an underflowing
+/// result (it sets errno), which a masked softmax's -inf fill hits on every
+/// masked element. For d <= -104 expf rounds to +0 anyway: the same bits.
+inline float expOrZero(float d) { return d <= -104.0f ? 0.0f : std::exp(d); }
 
 /// Broadcast strides of `in` (right-aligned) against the output shape `out`:
 /// 0 along axes where `in` has size 1 or is missing.

@@ -10,6 +10,20 @@ namespace pipec::kernels {
 using namespace detail;
 
 namespace {
+/// Σ f(i) over [0, n): eight lanes of Acc (independent chains the compiler
+/// vectorizes, where one running sum would wait on each add) combined in
+/// double in a fixed order, so the result does not depend on threads.
+template <class Acc = float, class F> double laneSum(int64_t n, F f) {
+  Acc acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += (Acc)f(i + l);
+  double s = 0;
+  for (; i < n; ++i) s += f(i);
+  for (int l = 0; l < 8; ++l) s += acc[l];
+  return s;
+}
+
 struct ChannelView {
   int64_t N, C, inner;
 };
@@ -18,24 +32,27 @@ ChannelView channelView(const char *op, const Shape &xs) {
   return {xs.v[0], xs.v[1], productOf(xs, 2, xs.size)};
 }
 
-/// Batch mean and population variance of channel c.
+/// Σ over channel c of f(offset of an element): each sample's run in double
+/// lanes (a channel may hold 10^5 and more elements; docs/cpu-kernels.md).
+template <class F> double channelSum(const ChannelView &v, int64_t c, F f) {
+  double s = 0;
+  for (int64_t n = 0; n < v.N; ++n) {
+    const int64_t base = (n * v.C + c) * v.inner;
+    s += laneSum<double>(v.inner, [&](int64_t i) { return f(base + i); });
+  }
+  return s;
+}
+
+/// Batch mean and population variance of channel c (two passes).
 void channelStats(const float *x, const ChannelView &v, int64_t c, double &mean, double &var) {
   const double count = (double)(v.N * v.inner);
-  double sum = 0;
-  for (int64_t n = 0; n < v.N; ++n) {
-    const float *p = x + (n * v.C + c) * v.inner;
-    for (int64_t i = 0; i < v.inner; ++i) sum += p[i];
-  }
-  mean = count > 0 ? sum / count : 0.0;
-  double sq = 0;
-  for (int64_t n = 0; n < v.N; ++n) {
-    const float *p = x + (n * v.C + c) * v.inner;
-    for (int64_t i = 0; i < v.inner; ++i) {
-      const double d = p[i] - mean;
-      sq += d * d;
-    }
-  }
-  var = count > 0 ? sq / count : 0.0;
+  mean = count > 0 ? channelSum(v, c, [&](int64_t i) { return (double)x[i]; }) / count : 0.0;
+  const double m = mean;
+  var = count > 0 ? channelSum(v, c, [&](int64_t i) {
+                      const double d = x[i] - m;
+                      return d * d;
+                    }) / count
+                  : 0.0;
 }
 } // namespace
 
@@ -86,14 +103,8 @@ void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float
       channelStats(x, v, c, mean, var);
       const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
       const double count = (double)(v.N * v.inner);
-      double sumDy = 0, sumDyXhat = 0;
-      for (int64_t n = 0; n < v.N; ++n) {
-        const int64_t base = (n * v.C + c) * v.inner;
-        for (int64_t i = 0; i < v.inner; ++i) {
-          sumDy += dy[base + i];
-          sumDyXhat += dy[base + i] * ((x[base + i] - mean) * invStd);
-        }
-      }
+      const double sumDy = channelSum(v, c, [&](int64_t i) { return (double)dy[i]; });
+      const double sumDyXhat = channelSum(v, c, [&](int64_t i) { return dy[i] * ((x[i] - mean) * invStd); });
       // dx = scale * invStd * (dy - mean(dy) - x̂ * mean(dy * x̂))
       const float k = (float)(scale[c] * invStd);
       const float mDy = (float)(sumDy / count), mDyXhat = (float)(sumDyXhat / count);
@@ -117,14 +128,8 @@ void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
       double mean = runningMean[c], var = runningVar[c];
       if (training) channelStats(x, v, c, mean, var);
       const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
-      double sumDy = 0, sumDyXhat = 0;
-      for (int64_t n = 0; n < v.N; ++n) {
-        const int64_t base = (n * v.C + c) * v.inner;
-        for (int64_t i = 0; i < v.inner; ++i) {
-          sumDy += dy[base + i];
-          sumDyXhat += dy[base + i] * (x[base + i] - mean);
-        }
-      }
+      const double sumDy = channelSum(v, c, [&](int64_t i) { return (double)dy[i]; });
+      const double sumDyXhat = channelSum(v, c, [&](int64_t i) { return dy[i] * (x[i] - mean); });
       dscale[c] = (float)(sumDyXhat * invStd);
       dbias[c] = (float)sumDy;
     }
@@ -155,19 +160,6 @@ const float *expandedParam(const char *op, const float *p, const Shape &ps, cons
   float *buf = scratch(slot, (size_t)v.inner);
   expand(p, ps, buf, v.normalized);
   return buf;
-}
-
-/// Σ f(i) over [0, n): eight float lanes (which the compiler vectorizes)
-/// combined in double.
-template <class F> double laneSum(int64_t n, F f) {
-  float acc[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += f(i + l);
-  double s = 0;
-  for (; i < n; ++i) s += f(i);
-  for (int l = 0; l < 8; ++l) s += acc[l];
-  return s;
 }
 
 void rowStats(const float *x, int64_t inner, double &mean, double &invStd, float epsilon) {

@@ -23,7 +23,7 @@ void softmax(const float *x, const Shape &xs, int64_t axis, float *y) {
       for (int64_t i = 0; i < v.size; ++i) m = xr[i * st] > m ? xr[i * st] : m;
       double sum = 0;
       for (int64_t i = 0; i < v.size; ++i) {
-        const float e = std::exp(xr[i * st] - m);
+        const float e = expOrZero(xr[i * st] - m);
         yr[i * st] = e;
         sum += e;
       }
@@ -50,6 +50,83 @@ void softmaxGrad(const float *dy, const float *y, const Shape &s, int64_t axis, 
 
 
 namespace {
+/// Rows (positions but the last axis) of x and, for each, where its mask
+/// row starts; the mask broadcasts to x (maskedSoftmaxShapeError in the
+/// nn dialect checks the IR, this the call).
+struct MaskedRows {
+  int64_t rows, size, maskInner; // maskInner: the mask's stride along the last axis (0 or 1)
+  int rank;
+  int64_t dims[kMaxRank];
+  std::array<int64_t, kMaxRank> st; // the mask's broadcast strides
+  int64_t maskOffset(int64_t row) const {
+    int64_t off = 0;
+    for (int a = rank - 2; a >= 0; --a) {
+      off += (row % dims[a]) * st[a];
+      row /= dims[a];
+    }
+    return off;
+  }
+};
+
+MaskedRows maskedRows(const char *op, const Shape &xs, const Shape &ms) {
+  checkRank(op, xs, 1, "the input");
+  if (!broadcastsTo(ms, xs)) fail(op, "mask of shape " + ms.str() + " does not broadcast to " + xs.str());
+  MaskedRows r;
+  r.rank = xs.size;
+  r.size = xs.v[xs.size - 1];
+  r.rows = r.size == 0 ? 0 : xs.numel() / r.size;
+  r.st = broadcastStrides(ms, xs);
+  r.maskInner = r.st[xs.size - 1];
+  for (int a = 0; a < xs.size; ++a) r.dims[a] = xs.v[a];
+  return r;
+}
+} // namespace
+
+void maskedSoftmax(const float *x, const Shape &xs, const uint8_t *mask, const Shape &ms, float scale, bool divide,
+                   float fill, bool maskedWhen, float *y) {
+  const MaskedRows v = maskedRows("nn.masked_softmax", xs, ms);
+  parallelRanges(v.rows, xs.numel(), [&](int64_t lo, int64_t hi) {
+    for (int64_t row = lo; row < hi; ++row) {
+      const float *xr = x + row * v.size;
+      float *yr = y + row * v.size;
+      const uint8_t *mr = mask + v.maskOffset(row);
+      // z, as the unfused scale and where write it
+      for (int64_t i = 0; i < v.size; ++i)
+        yr[i] = (mr[i * v.maskInner] != 0) == maskedWhen ? fill : divide ? xr[i] / scale : xr[i] * scale;
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < v.size; ++i) m = yr[i] > m ? yr[i] : m;
+      double sum = 0;
+      for (int64_t i = 0; i < v.size; ++i) {
+        const float e = expOrZero(yr[i] - m);
+        yr[i] = e;
+        sum += e;
+      }
+      const float inv = (float)(1.0 / sum);
+      for (int64_t i = 0; i < v.size; ++i) yr[i] *= inv;
+    }
+  });
+}
+
+void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const uint8_t *mask, const Shape &ms,
+                       float scale, bool divide, bool maskedWhen, float *dx) {
+  const MaskedRows v = maskedRows("nn.masked_softmax_grad", s, ms);
+  parallelRanges(v.rows, s.numel(), [&](int64_t lo, int64_t hi) {
+    for (int64_t row = lo; row < hi; ++row) {
+      const int64_t base = row * v.size;
+      const uint8_t *mr = mask + v.maskOffset(row);
+      double dot = 0;
+      for (int64_t i = 0; i < v.size; ++i) dot += (double)dy[base + i] * y[base + i];
+      const float fd = (float)dot;
+      for (int64_t i = 0; i < v.size; ++i) {
+        const float g = (mr[i * v.maskInner] != 0) == maskedWhen ? 0.0f : y[base + i] * (dy[base + i] - fd);
+        dx[base + i] = divide ? g / scale : g * scale;
+      }
+    }
+  });
+}
+
+
+namespace {
 /// Per (n, d...) element: the log-sum-exp of its class scores.
 void logSumExp(const float *scores, const AxisView &v, std::vector<double> &lse) {
   lse.resize((size_t)(v.outer * v.inner));
@@ -60,7 +137,8 @@ void logSumExp(const float *scores, const AxisView &v, std::vector<double> &lse)
       float m = -std::numeric_limits<float>::infinity();
       for (int64_t c = 0; c < v.size; ++c) m = s[c * v.inner] > m ? s[c * v.inner] : m;
       double sum = 0;
-      for (int64_t c = 0; c < v.size; ++c) sum += std::exp((double)s[c * v.inner] - m);
+      // Each term in float (as softmax's), their sum in double.
+      for (int64_t c = 0; c < v.size; ++c) sum += expOrZero(s[c * v.inner] - m);
       lse[n * v.inner + in] = m + std::log(sum);
     }
   });
@@ -151,7 +229,7 @@ void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const 
       const double k = (weights ? weights[label] : 1.0) * scale * (reduction == Reduction::None ? dloss[e] : 1.0);
       for (int64_t c = 0; c < v.size; ++c) {
         const int64_t i = (n * v.size + c) * v.inner + in;
-        const double p = std::exp((double)scores[i] - lse[e]);
+        const double p = expOrZero((float)((double)scores[i] - lse[e]));
         dscores[i] = (float)(k * (p - (c == label ? 1.0 : 0.0)));
       }
     }

@@ -212,6 +212,23 @@ func.func @loss_labels(%s: tensor<4x10xf32>, %l: tensor<5xi64>) {
 
 // -----
 
+func.func @masked_softmax_mask(%x: tensor<2x8xf32>, %m: tensor<3x8xi1>) {
+  // expected-error @+2 {{nn.masked_softmax: mask of shape [3,8] does not broadcast to the input's [2,8]}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.masked_softmax %x, %m {scale = 1.0 : f32, fill = -1.0e4 : f32} : (tensor<2x8xf32>, tensor<3x8xi1>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @masked_softmax_grad_mask(%dy: tensor<2x8xf32>, %y: tensor<2x8xf32>, %m: tensor<8x1xi1>) {
+  // expected-error @+1 {{'nn.masked_softmax_grad' op mask of shape [8,1] does not broadcast to the input's [2,8]}}
+  %0 = nn.masked_softmax_grad %dy, %y, %m {scale = 1.0 : f32} : (tensor<2x8xf32>, tensor<2x8xf32>, tensor<8x1xi1>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
 func.func @gelu_mode(%x: tensor<2xf32>) {
   // expected-error @+1 {{'nn.gelu' op approximate must be "none" or "tanh", got "erf"}}
   %0 = nn.gelu %x {approximate = "erf"} : tensor<2xf32>

@@ -327,6 +327,35 @@ static void testSoftmax() {
       pc::softmaxGrad(dy.data(), c.data(), xs, axis, dg.data());
       cmp(dc, dg, 1e-5, "dx");
     }
+  // nn.masked_softmax(_grad): masks broadcast from random shapes, fills
+  // -inf (fully masked rows give NaN on both sides) or finite.
+  for (auto &xs : shapes)
+    for (int variant = 0; variant < 4; ++variant) {
+      const Shape ms = bcastOf(xs);
+      std::vector<uint8_t> mask(ms.numel());
+      for (auto &m : mask) m = (uint8_t)(ri(0, 3) == 0);
+      const float scale = variant % 2 ? 8.0f : 0.125f, fill = variant < 2 ? -INFINITY : -1.0e4f;
+      const bool divide = variant % 2, maskedWhen = variant != 1;
+      auto x = randv(xs.numel(), -5, 5), dy = randv(xs.numel());
+      std::vector<float> c(xs.numel()), g(xs.numel()), dc(xs.numel()), dg(xs.numel());
+      ctx = "maskedSoftmax " + xs.str() + " mask " + ms.str() + " variant " + std::to_string(variant);
+      pk::maskedSoftmax(x.data(), xs, mask.data(), ms, scale, divide, fill, maskedWhen, c.data());
+      pc::maskedSoftmax(x.data(), xs, mask.data(), ms, scale, divide, fill, maskedWhen, g.data());
+      cmp(c, g, 1e-6, "y");
+      pk::maskedSoftmaxGrad(dy.data(), c.data(), xs, mask.data(), ms, scale, divide, maskedWhen, dc.data());
+      pc::maskedSoftmaxGrad(dy.data(), c.data(), xs, mask.data(), ms, scale, divide, maskedWhen, dg.data());
+      cmp(dc, dg, 1e-5, "dx");
+    }
+  {
+    ctx = "maskedSoftmax mask not broadcasting";
+    std::vector<float> x(6), y(6);
+    std::vector<uint8_t> mask(3);
+    ++checks;
+    if (!throws([&] { pc::maskedSoftmax(x.data(), Shape{2, 3}, mask.data(), Shape{3, 1}, 1, false, 0, true, y.data()); })) {
+      std::printf("FAIL %s: no error\n", ctx.c_str());
+      ++failures;
+    }
+  }
   std::vector<Shape> ls = {Shape{8, 5}, Shape{3, 700}, Shape{2, 4, 3}, Shape{3, 4, 700}, Shape{2, 3, 2, 2}, Shape{0, 3}};
   for (auto &ss : ls)
     for (int red = 0; red < 3; ++red)

@@ -221,6 +221,8 @@ TEST_F(EvaluatorTest, EveryNNOpHasARule) {
       %gap = nn.global_average_pool %avg : (tensor<1x2x2x2xf32>) -> tensor<1x2x1x1xf32>
       %drop:2 = nn.dropout %x {ratio = 0.5 : f32, training = true, seed = 3 : i64} : (tensor<1x2x2x2xf32>) -> (tensor<1x2x2x2xf32>, tensor<1x2x2x2xi1>)
       %soft = nn.softmax %drop#0 {axis = 1 : i64} : (tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+      %msoft = nn.masked_softmax %x, %eq {scale = 0.5 : f32, fill = -1.0e4 : f32} : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xi1>) -> tensor<1x2x2x2xf32>
+      %msgrad = nn.masked_softmax_grad %x, %msoft, %eq {scale = 0.5 : f32, divide = true, masked_when = false} : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>, tensor<1x2x2x2xi1>) -> tensor<1x2x2x2xf32>
       %loss:2 = nn.softmax_cross_entropy_loss %soft, %labels, %v {ignore_index = 1 : i64} : (tensor<1x2x2x2xf32>, tensor<1x2x2xi64>, tensor<2xf32>) -> (tensor<f32>, tensor<1x2x2x2xf32>)
       %mean = nn.reduce_mean %loss#1 {axes = array<i64: 1, 3>, keepdims = false} : (tensor<1x2x2x2xf32>) -> tensor<1x2xf32>
       %gather = nn.gather %mean, %i {axis = 1 : i64} : (tensor<1x2xf32>, tensor<2xi64>) -> tensor<1x2xf32>

@@ -466,6 +466,25 @@ std::vector<GradCase> activationAndLossCases(std::mt19937_64 &rng) {
                      [=](const Tensors &in, const Tensors &dy) {
                        return Tensors{softmaxGrad(dy[0], softmax(in[0], axis), axis)};
                      }});
+  // The attention softmax (pipec-recognize-composites), a finite fill so
+  // that central differences stay finite; the mask broadcasts.
+  for (bool divide : {false, true})
+    for (bool maskedWhen : {true, false}) {
+      Tensor mask = Tensor::ofInts(ElementKind::Bool, {1, 3, 4}, {1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 1, 0});
+      const double scale = divide ? 4.0 : 0.5;
+      cases.push_back({"nn.masked_softmax",
+                       std::string("[2,3,4] mask [1,3,4]") + (divide ? " divide" : " multiply") +
+                           (maskedWhen ? " masked when true" : " masked when false"),
+                       {random(rng, {2, 3, 4}, -2, 2), mask},
+                       [=](const Tensors &in) {
+                         return Tensors{maskedSoftmax(in[0], in[1], scale, divide, -30.0, maskedWhen)};
+                       },
+                       {0},
+                       [=](const Tensors &in, const Tensors &dy) {
+                         Tensor y = maskedSoftmax(in[0], in[1], scale, divide, -30.0, maskedWhen);
+                         return Tensors{maskedSoftmaxGrad(dy[0], y, in[1], scale, divide, maskedWhen)};
+                       }});
+    }
 
   // The loss over scores [N, C, d...]; labels, weights and ignore_index as
   // ONNX defines them.
@@ -648,7 +667,7 @@ const std::set<std::string> notDifferentiated = {
     "nn.unary_grad", "nn.binary_grad", "nn.conv_input_grad", "nn.conv_weight_grad",
     "nn.batch_norm_grad", "nn.batch_norm_param_grad", "nn.layer_norm_grad",
     "nn.layer_norm_param_grad", "nn.max_pool_grad", "nn.average_pool_grad", "nn.dropout_grad",
-    "nn.softmax_grad", "nn.softmax_cross_entropy_loss_grad", "nn.gather_grad", "nn.slice_grad",
+    "nn.softmax_grad", "nn.masked_softmax_grad", "nn.softmax_cross_entropy_loss_grad", "nn.gather_grad", "nn.slice_grad",
     "nn.sgd_update", "nn.adamw_update"};
 
 TEST(GradientCheck, EveryForwardOp) {

@@ -1,7 +1,7 @@
 // Softmax, its gradient, and softmax cross-entropy with its gradient, as the
-// CPU kernels (runtime/kernels/src/reduce.cpp): the max in float, the
-// softmax's exponentials in float summed in double, the loss's log-sum-exp
-// and the gradient dot products in double. A segment (the values along the
+// CPU kernels (runtime/kernels/src/reduce.cpp): the max in float, every
+// exponential in float, their sums, the loss's log-sum-exp and the gradient
+// dot products in double. A segment (the values along the
 // axis of one position) is walked by one block (contiguous rows, or few
 // segments) or one thread (strided segments); scalar losses are reduced by
 // a single block. All reductions are fixed-order: deterministic.
@@ -59,6 +59,61 @@ __global__ void softmaxGradKernel(const float *dy, const float *y, float *dx, in
   }
 }
 
+/// Whether element j (flat, of the input) is masked: map gives its mask offset.
+__device__ __forceinline__ bool maskedAt(const uint8_t *mask, const detail::IndexMap<1> &map, int64_t j,
+                                         bool maskedWhen) {
+  int64_t off[1];
+  map.offsets(j, off);
+  return (mask[off[0]] != 0) == maskedWhen;
+}
+
+/// As softmaxKernel along the last axis (inner = 1), of z = masked ? fill :
+/// x * scale (x / scale), written to y first.
+template <class P>
+__global__ void maskedSoftmaxKernel(const float *x, const uint8_t *mask, detail::IndexMap<1> map, float scale,
+                                    bool divide, float fill, bool maskedWhen, float *y, int64_t segments,
+                                    int64_t size) {
+  for (int64_t seg = P::first(); seg < segments; seg += P::step()) {
+    const int64_t base = seg * size;
+    float m = -INFINITY;
+    for (int64_t i = P::lane(); i < size; i += P::lanes()) {
+      const float z = maskedAt(mask, map, base + i, maskedWhen) ? fill
+                      : divide                                   ? x[base + i] / scale
+                                                                 : x[base + i] * scale;
+      y[base + i] = z;
+      m = z > m ? z : m;
+    }
+    m = P::reduce(m, MaxOp{});
+    double sum = 0;
+    for (int64_t i = P::lane(); i < size; i += P::lanes()) {
+      const float e = expf(y[base + i] - m);
+      y[base + i] = e;
+      sum += e;
+    }
+    sum = P::reduce(sum, SumOp{});
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = P::lane(); i < size; i += P::lanes()) y[base + i] *= inv;
+  }
+}
+
+template <class P>
+__global__ void maskedSoftmaxGradKernel(const float *dy, const float *y, const uint8_t *mask,
+                                        detail::IndexMap<1> map, float scale, bool divide, bool maskedWhen,
+                                        float *dx, int64_t segments, int64_t size) {
+  for (int64_t seg = P::first(); seg < segments; seg += P::step()) {
+    const int64_t base = seg * size;
+    double dot = 0;
+    for (int64_t i = P::lane(); i < size; i += P::lanes()) dot += (double)dy[base + i] * y[base + i];
+    dot = P::reduce(dot, SumOp{});
+    const float fd = (float)dot;
+    for (int64_t i = P::lane(); i < size; i += P::lanes()) {
+      const int64_t j = base + i;
+      const float g = maskedAt(mask, map, j, maskedWhen) ? 0.0f : y[j] * (dy[j] - fd);
+      dx[j] = divide ? g / scale : g * scale;
+    }
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Softmax cross-entropy
 //===----------------------------------------------------------------------===//
@@ -70,7 +125,7 @@ template <class P> __device__ double logSumExp(const float *s, int64_t C, int64_
   for (int64_t c = P::lane(); c < C; c += P::lanes()) m = s[c * inner] > m ? s[c * inner] : m;
   m = P::reduce(m, MaxOp{});
   double sum = 0;
-  for (int64_t c = P::lane(); c < C; c += P::lanes()) sum += exp((double)s[c * inner] - m);
+  for (int64_t c = P::lane(); c < C; c += P::lanes()) sum += expf(s[c * inner] - m);
   sum = P::reduce(sum, SumOp{});
   return m + log(sum);
 }
@@ -172,7 +227,7 @@ __global__ void lossGradKernel(const float *dloss, const float *scores, const L 
     const double lse = logSumExp<P>(s, C, inner);
     const double k = (weights ? (double)weights[label] : 1.0) * scale * (none ? (double)dloss[e] : 1.0);
     for (int64_t c = P::lane(); c < C; c += P::lanes()) {
-      const double p = exp((double)s[c * inner] - lse);
+      const double p = expf((float)((double)s[c * inner] - lse));
       ds[c * inner] = (float)(k * (p - (c == label ? 1.0 : 0.0)));
     }
   }
@@ -222,6 +277,50 @@ void softmaxGrad(const float *dy, const float *y, const Shape &s, int64_t axis, 
   else
     softmaxGradKernel<ThreadLanes><<<detail::blocksFor(segments), detail::kThreads, 0, detail::stream()>>>(
         dy, y, dx, segments, v.size, v.inner);
+  detail::checkLaunch(op);
+}
+
+//===----------------------------------------------------------------------===//
+// nn.masked_softmax, nn.masked_softmax_grad
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The mask's offsets for every element of xs (it broadcasts to xs).
+detail::IndexMap<1> maskMap(const char *op, const Shape &xs, const Shape &ms) {
+  checkRank(op, xs, 1, "the input");
+  if (!detail::broadcastsTo(ms, xs))
+    fail(op, "mask of shape " + ms.str() + " does not broadcast to " + xs.str());
+  return detail::makeIndexMap<1>(xs, {detail::broadcastStrides(ms, xs)});
+}
+} // namespace
+
+void maskedSoftmax(const float *x, const Shape &xs, const uint8_t *mask, const Shape &ms, float scale, bool divide,
+                   float fill, bool maskedWhen, float *y) {
+  const char *op = "nn.masked_softmax";
+  const detail::IndexMap<1> map = maskMap(op, xs, ms);
+  const int64_t size = xs.v[xs.size - 1], segments = size == 0 ? 0 : xs.numel() / size;
+  if (segments == 0) return;
+  if (blockPerSegment(segments, 1))
+    maskedSoftmaxKernel<BlockLanes><<<segmentBlocks(segments), segmentThreads(size), 0, detail::stream()>>>(
+        x, mask, map, scale, divide, fill, maskedWhen, y, segments, size);
+  else
+    maskedSoftmaxKernel<ThreadLanes><<<detail::blocksFor(segments), detail::kThreads, 0, detail::stream()>>>(
+        x, mask, map, scale, divide, fill, maskedWhen, y, segments, size);
+  detail::checkLaunch(op);
+}
+
+void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const uint8_t *mask, const Shape &ms,
+                       float scale, bool divide, bool maskedWhen, float *dx) {
+  const char *op = "nn.masked_softmax_grad";
+  const detail::IndexMap<1> map = maskMap(op, s, ms);
+  const int64_t size = s.v[s.size - 1], segments = size == 0 ? 0 : s.numel() / size;
+  if (segments == 0) return;
+  if (blockPerSegment(segments, 1))
+    maskedSoftmaxGradKernel<BlockLanes><<<segmentBlocks(segments), segmentThreads(size), 0, detail::stream()>>>(
+        dy, y, mask, map, scale, divide, maskedWhen, dx, segments, size);
+  else
+    maskedSoftmaxGradKernel<ThreadLanes><<<detail::blocksFor(segments), detail::kThreads, 0, detail::stream()>>>(
+        dy, y, mask, map, scale, divide, maskedWhen, dx, segments, size);
   detail::checkLaunch(op);
 }
 

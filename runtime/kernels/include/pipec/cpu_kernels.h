@@ -217,6 +217,16 @@ void dropoutGrad(const float *dy, const uint8_t *mask, int64_t n, float *dx, flo
 void softmax(const float *x, const Shape &xs, int64_t axis, float *y);
 /// nn.softmax_grad: dx = y * (dy - Σ dy·y) along `axis`.
 void softmaxGrad(const float *dy, const float *y, const Shape &s, int64_t axis, float *dx);
+/// nn.masked_softmax: softmax along the last axis of z, where
+/// z = (mask != 0) == maskedWhen ? fill : (divide ? x / scale : x * scale) and
+/// the mask (shape ms) broadcasts to x. The same bits as the scale, the where
+/// and the softmax one after the other.
+void maskedSoftmax(const float *x, const Shape &xs, const uint8_t *mask, const Shape &ms, float scale, bool divide,
+                   float fill, bool maskedWhen, float *y);
+/// nn.masked_softmax_grad: dx = 0 where masked, else y * (dy - Σ dy·y) times
+/// (divide: divided by) scale; the same bits as the three gradients in turn.
+void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const uint8_t *mask, const Shape &ms,
+                       float scale, bool divide, bool maskedWhen, float *dx);
 
 /// nn.softmax_cross_entropy_loss: scores [N, C, d...], labels [N, d...],
 /// weights [C] or nullptr. Elements whose label equals ignoreIndex
