@@ -149,6 +149,11 @@ ScheduleCliOptions resolve(ScheduleCliOptions a) {
     a.problem.replicas.assign(a.problem.stages, a.problem.replicas[0]);
   if (!a.compare && a.schedule.empty())
     throw ScheduleError("--schedule NAME or --compare is required (see --help)");
+  // A schedule defined for a fixed chunk count (zb-v: 2) has it whether or
+  // not --chunks says so, also when the cost lists are checked.
+  if (!a.compare && !a.chunksGiven)
+    if (const ScheduleFamily *family = findScheduleFamily(a.schedule); family && !family->anyChunks)
+      a.problem.chunks = family->chunks;
   a.problem.check();
   return a;
 }

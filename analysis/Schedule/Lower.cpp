@@ -138,12 +138,22 @@ Timing timeOrder(const Schedule &s, const Orders &orders, double zeroCost) {
 void lower(Schedule &s, const Orders &orders) {
   const Problem &P = s.problem;
   const int V = s.virtualStages(), m = P.microbatches, R = (int)orders.size();
-  double minCost = std::numeric_limits<double>::infinity();
+  // Zero-cost instructions (LOAD, STEP, a W of cost 0, ...) are timed at a
+  // tiny duration so that each rank's keys keep its order: a millionth of the
+  // cheapest compute, and never so little that adding it to a time within
+  // the run (at most `horizon`) leaves the time unchanged (W = 1e-9 next to
+  // F = 1 put a VALIDATE before its SPEC_STEP).
+  double minCost = std::numeric_limits<double>::infinity(), horizon = 0;
   for (int st = 0; st < P.stages; ++st)
     for (int c = 0; c < P.chunks; ++c)
-      minCost = std::min({minCost, P.costOf(Op::Fwd, st, c), P.costOf(Op::BwdInput, st, c),
-                          P.costOf(Op::BwdWeight, st, c)});
-  const Timing T = timeOrder(s, orders, minCost * 1e-6);
+      for (Op op : {Op::Fwd, Op::BwdInput, Op::BwdWeight}) {
+        const double cost = P.costOf(op, st, c);
+        if (cost > 0)
+          minCost = std::min(minCost, cost);
+        horizon += cost * m * P.replicasOf(st);
+      }
+  horizon += (2.0 * m * V + R) * P.comm + (R + 2.0) * (P.allreduceCost + P.stepCost);
+  const Timing T = timeOrder(s, orders, std::max(minCost * 1e-6, horizon * 1e-9));
 
   // End time of every F and B, the keys of their messages.
   std::vector<double> fEnd((size_t)m * V, kNaN), bEnd((size_t)m * V, kNaN);

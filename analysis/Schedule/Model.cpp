@@ -63,17 +63,22 @@ void Problem::check() const {
     const size_t n = values->size();
     if (n != 1 && n != (size_t)stages && n != (size_t)stages * chunks)
       fail(std::string(option) + " has " + std::to_string(n) + " entries; expected 1, stages (" +
-           std::to_string(stages) + ") or stages*chunks (" + std::to_string((long)stages * chunks) + ")");
+           std::to_string(stages) + ") or stages x chunks (" + std::to_string(stages) + " x " +
+           std::to_string(chunks) + " = " + std::to_string((long)stages * chunks) + ")");
+    // W = 0 is a fused backward (B computes the weight gradients too, as
+    // GPipe and 1F1B assume); a forward or input gradient always takes time.
+    const bool zeroAllowed = values == &activation || values == &costW;
     for (double x : *values)
-      if (!std::isfinite(x) || x < 0 || x > kMaxCost || (values != &activation && !(x > 0)))
-        fail(std::string(option) + " " + formatValue(x) + ": must be " +
-             (values == &activation ? ">= 0" : "positive") + ", finite and at most " + formatValue(kMaxCost));
+      if (!std::isfinite(x) || x < 0 || x > kMaxCost || (!zeroAllowed && !(x > 0)))
+        fail(std::string(option) + " " + formatValue(x) + ": must be " + (zeroAllowed ? ">= 0" : "positive") +
+             ", finite and at most " + formatValue(kMaxCost));
   }
   for (int s = 0; s < stages; ++s)
     for (int c = 0; c < chunks; ++c) {
       for (Op op : {Op::Fwd, Op::BwdInput, Op::BwdWeight})
-        if (!(costOf(op, s, c) > 0) || !std::isfinite(costOf(op, s, c)))
-          fail(std::string("costs must be positive and finite (") + opName(op) + ")");
+        if (!(op == Op::BwdWeight ? costOf(op, s, c) >= 0 : costOf(op, s, c) > 0) ||
+            !std::isfinite(costOf(op, s, c)))
+          fail(std::string("costs must be finite, and positive but for W (") + opName(op) + ")");
       if (!(activationOf(s, c) >= 0))
         fail("activation memory must be >= 0");
     }

@@ -70,7 +70,8 @@ struct ScheduleFlags {
                              cl::desc("Time of the input-gradient backward (like --cost-f; default 1)"),
                              cl::value_desc("B"), PIPEC_SCHEDULE};
   cl::opt<std::string> costW{"cost-w",
-                             cl::desc("Time of the weight-gradient backward (like --cost-f; default 1)"),
+                             cl::desc("Time of the weight-gradient backward (like --cost-f; default 1; 0: a "
+                                      "fused backward, B computes the weight gradients too)"),
                              cl::value_desc("W"), PIPEC_SCHEDULE};
   cl::opt<std::string> comm{"comm", cl::desc("Time of one point-to-point transfer (default 0)"),
                             cl::value_desc("C"), PIPEC_SCHEDULE};

@@ -1079,8 +1079,10 @@ TEST(Limits, CostsAreFiniteAndBounded) {
     EXPECT_EQ(run({"schedule", "--schedule", "1f1b", "--cost-b", value}, out, err), 2) << value;
     EXPECT_NE(err.find("--cost-b: '" + std::string(value) + "' is not a finite number"), std::string::npos) << err;
   }
-  EXPECT_EQ(run({"schedule", "--schedule", "1f1b", "--cost-w", "1,0,1,1"}, out, err), 2);
-  EXPECT_NE(err.find("--cost-w 0: must be positive"), std::string::npos) << err;
+  EXPECT_EQ(run({"schedule", "--schedule", "1f1b", "--cost-b", "1,0,1,1"}, out, err), 2);
+  EXPECT_NE(err.find("--cost-b 0: must be positive"), std::string::npos) << err;
+  EXPECT_EQ(run({"schedule", "--schedule", "1f1b", "--cost-w", "1,-1,1,1"}, out, err), 2);
+  EXPECT_NE(err.find("--cost-w -1: must be >= 0"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--schedule", "auto", "--comm", "1e300"}, out, err), 2);
   EXPECT_NE(err.find("--comm 1e+300: must be >= 0, finite and at most 1e+12"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--schedule", "1f1b", "--cost-f", "1,2,3"}, out, err), 2);
@@ -1097,6 +1099,72 @@ TEST(Limits, CostsAreFiniteAndBounded) {
     P = uniform(4, 8, 1e-9, 2e-9, 1e-9);
     EXPECT_NO_THROW(simulate(generate(name, P))) << name;
   }
+}
+
+// W = 0 is a fused backward: every schedule takes it, and GPipe and 1F1B
+// take (p - 1 + m)(F + B), their makespan with B doing all the work.
+TEST(Costs, FusedBackwardWithZeroWEverySchedule) {
+  for (const std::string &name : scheduleNames()) {
+    Problem P = uniform(4, 8, 1, 2, 0);
+    if (name == "1f1b-rr")
+      P.inFlight = 4;
+    if (name == "interleaved" || name == "zb-v")
+      P.chunks = 2;
+    P.costW = {0.0, 0.0, 0.5, 0.0}; // zeros next to a positive W
+    Schedule s = generate(name, P);
+    ValidationReport rep = validate(s);
+    EXPECT_TRUE(rep.ok()) << name << ": " << rep.summary();
+    P.costW = {0.0};
+    SimResult sim = simulate(generate(name, P));
+    if (name == "gpipe" || name == "1f1b")
+      EXPECT_DOUBLE_EQ(sim.makespan, (4 - 1 + 8) * 3.0) << name;
+  }
+  std::string out, err;
+  EXPECT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "1f1b", "--cost-w", "0"}, out,
+                err),
+            0)
+      << err;
+}
+
+// A W far cheaper than F and B: the lowering's zero-cost steps stay
+// visible next to the run's times, so every rank keeps its order (zb-h2
+// once put VALIDATE before its SPEC_STEP).
+TEST(Costs, TinyWKeepsEveryRanksOrder) {
+  for (double w : {1e-9, 1e-12})
+    for (const std::string &name : scheduleNames()) {
+      Problem P = uniform(4, 8, 1, 1, w);
+      if (name == "1f1b-rr")
+        P.inFlight = 4;
+      if (name == "interleaved" || name == "zb-v")
+        P.chunks = 2;
+      EXPECT_NO_THROW({
+        Schedule s = generate(name, P);
+        EXPECT_TRUE(validate(s).ok()) << name;
+      }) << name << " W " << w;
+    }
+}
+
+// A schedule with a fixed chunk count takes per-(stage, chunk) cost lists
+// without --chunks; a list that fits neither says what it expected.
+TEST(Cli, CostListsFollowTheSchedulesChunks) {
+  std::string out, err;
+  EXPECT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "zb-v", "--cost-f",
+                 "1,1,1,1,1,1,1,2"},
+                out, err),
+            0)
+      << err;
+  EXPECT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "1f1b", "--cost-f",
+                 "1,1,1,1,1,1,1,2"},
+                out, err),
+            2);
+  EXPECT_NE(err.find("--cost-f has 8 entries; expected 1, stages (4) or stages x chunks (4 x 1 = 4)"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "interleaved", "--chunks", "2",
+                 "--cost-f", "1,1,1,1,1,1,1,2"},
+                out, err),
+            0)
+      << err;
 }
 
 TEST(Limits, ProblemCheckGuardsLibraryCallers) {
