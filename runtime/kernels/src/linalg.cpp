@@ -207,9 +207,51 @@ template <class F> void forEachColumnRun(const ConvGeom &g, int64_t cBegin, int6
   }
 }
 
+/// The 2-D case of forEachColumnRun, with the body inlined: per (channel,
+/// kernel row, kernel column) and output row, f(column row offset, whether
+/// the input row exists (else it is padding), the offset in x of output
+/// column 0's tap (may be negative; only [lo, hi) are read), [lo, hi) the
+/// valid output columns). The same rows in the same order as the general
+/// walk.
+template <class F> void forEachColumnRun2d(const ConvGeom &g, int64_t cBegin, int64_t cEnd, F &&f) {
+  const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
+  for (int64_t c = cBegin; c < cEnd; ++c)
+    for (int64_t kh = 0; kh < g.k[0]; ++kh)
+      for (int64_t kw = 0; kw < g.k[1]; ++kw) {
+        const int64_t row = (c * g.k[0] + kh) * g.k[1] + kw;
+        const int64_t base = kw * g.d[1] - g.pb[1];
+        int64_t lo, hi;
+        innerRange(base, g.s[1], W, OW, lo, hi);
+        for (int64_t oh = 0; oh < OH; ++oh) {
+          const int64_t ih = oh * g.s[0] - g.pb[0] + kh * g.d[0];
+          f(row * g.outSize + oh * OW, ih >= 0 && ih < H, c * g.inSize + ih * W + base, lo, hi);
+        }
+      }
+}
+
 /// col[Cg*kSize, outSize] from x (the group's channels of one sample);
 /// parallel over channels.
 void im2col(const ConvGeom &g, const float *x, float *col) {
+  if (g.sp == 2) { // images: short rows, so plain loops instead of memcpy/fill calls
+    const int64_t OW = g.out[1], sw = g.s[1];
+    parallelRanges(g.Cg, g.Cg * g.kSize * g.outSize, [&](int64_t cBegin, int64_t cEnd) {
+      forEachColumnRun2d(g, cBegin, cEnd, [&](int64_t dstOff, bool inside, int64_t xOff, int64_t lo, int64_t hi) {
+        float *dst = col + dstOff;
+        if (!inside) {
+          for (int64_t j = 0; j < OW; ++j) dst[j] = 0.0f;
+          return;
+        }
+        const float *src = x + xOff;
+        for (int64_t j = 0; j < lo; ++j) dst[j] = 0.0f;
+        if (sw == 1)
+          for (int64_t j = lo; j < hi; ++j) dst[j] = src[j];
+        else
+          for (int64_t j = lo; j < hi; ++j) dst[j] = src[j * sw];
+        for (int64_t j = hi; j < OW; ++j) dst[j] = 0.0f;
+      });
+    });
+    return;
+  }
   const int last = g.sp - 1;
   const int64_t L = g.out[last], s = g.s[last], in = g.in[last];
   parallelRanges(g.Cg, g.Cg * g.kSize * g.outSize, [&](int64_t cBegin, int64_t cEnd) {
@@ -235,6 +277,21 @@ void im2col(const ConvGeom &g, const float *x, float *col) {
 /// x += col2im(col): the adjoint of im2col. Parallel over channels: each
 /// element of x gets its terms in the same order as with one thread.
 void col2imAdd(const ConvGeom &g, const float *col, float *x) {
+  if (g.sp == 2) {
+    const int64_t sw = g.s[1];
+    parallelRanges(g.Cg, g.Cg * g.kSize * g.outSize, [&](int64_t cBegin, int64_t cEnd) {
+      forEachColumnRun2d(g, cBegin, cEnd, [&](int64_t srcOff, bool inside, int64_t xOff, int64_t lo, int64_t hi) {
+        if (!inside) return;
+        const float *src = col + srcOff;
+        float *dst = x + xOff;
+        if (sw == 1)
+          for (int64_t j = lo; j < hi; ++j) dst[j] += src[j];
+        else
+          for (int64_t j = lo; j < hi; ++j) dst[j * sw] += src[j];
+      });
+    });
+    return;
+  }
   const int last = g.sp - 1;
   const int64_t L = g.out[last], s = g.s[last], in = g.in[last];
   parallelRanges(g.Cg, g.Cg * g.kSize * g.outSize, [&](int64_t cBegin, int64_t cEnd) {
