@@ -305,7 +305,11 @@ def first_error(out):
 
 def bench_model(tools, name, work, threads_list, iters, warmup):
     desc, kwargs, batch, m = MODELS[name]
-    base = {"model": name, "description": desc, "microbatch_size": batch, "microbatches": m}
+    # OpenBLAS's kernels serve both sides' GEMMs (Debian's torch links it too);
+    # an OPENBLAS_CORETYPE in the environment chooses them (AVX2 Haswell vs
+    # AVX-512 SkylakeX changes both sides' times by 1.3-1.6x).
+    base = {"model": name, "description": desc, "microbatch_size": batch, "microbatches": m,
+            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE") or "detected"}
     onnx_path = os.path.join(work, f"{name}.onnx")
     export(name, kwargs, batch, onnx_path)
     job = os.path.join(work, f"{name}-job")
@@ -444,7 +448,7 @@ def fmt(v, spec):
 def print_table(rows, tools):
     print(f"pipec vs PyTorch, 1 rank, forward + backward + AdamW per iteration (piperun --threads: "
           f"{'yes' if tools.piperun_threads else 'not offered, OPENBLAS_NUM_THREADS only'}; pipec flags: "
-          f"{' '.join(tools.opt) or 'default'})")
+          f"{' '.join(tools.opt) or 'default'}; OPENBLAS_CORETYPE: {os.environ.get('OPENBLAS_CORETYPE') or 'unset'})")
     print(f"{'model':6} {'thr':>3} {'pipec ms':>9} {'torch ms':>9} {'ratio':>6} {'min ratio':>9} {'pipec MB':>9} {'torch MB':>9}  load")
     for r in rows:
         print(f"{r['model']:6} {r['threads']:3d} {fmt(r.get('pipec_ms'), '9.1f')} {fmt(r.get('torch_ms'), '9.1f')} "
