@@ -15,6 +15,15 @@
 
 #include <unistd.h>
 
+// ASan's defaults for every target. allow_user_poisoning=0: MLIR's uniquer
+// allocates attributes from one BumpPtrAllocator both in our instrumented
+// code (whose inlined llvm/Support/Allocator.h poisons each new slab) and in
+// Debian's uninstrumented libMLIR (which never unpoisons what it takes), so
+// libMLIR writing a StringAttr into such a slab was reported as
+// use-after-poison (fuzz/regressions/fuzz_onnx/mixed-asan-mlir-slab.onnx).
+// Heap, stack and leak checks are unaffected; ASAN_OPTIONS still overrides.
+extern "C" const char *__asan_default_options() { return "allow_user_poisoning=0"; }
+
 namespace pipec::fuzz {
 
 /// A per-process scratch directory in /dev/shm (RAM), removed at exit.
