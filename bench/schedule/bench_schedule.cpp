@@ -1,10 +1,15 @@
 // Schedule benchmark: generation (+validation) and simulation time for large
-// pipelines, and the automatic search against ZB-H1/ZB-H2 on a grid of costs.
+// pipelines, and the automatic search against ZB-H1/ZB-H2 on a grid of costs;
+// `--grid [--json]`: the best schedule under each memory limit on issue 15's
+// grid, with its ratio to the winning family's lower bound.
 // Prints tables; built with the tests, never run by ctest.
 #include "analysis/Schedule/Schedule.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,8 +32,113 @@ Problem problem(int p, int m, double f, double b, double w, double c) {
 }
 } // namespace
 
+/// The five cost sets of issue 15's comparison with the zero-bubble
+/// repository's generators (per stage, per micro-batch; c: one transfer).
+struct CostSet {
+  const char *name;
+  double f, b, w, c;
+};
+constexpr CostSet kCostSets[] = {{"F=B=W=1", 1, 1, 1, 0},
+                                 {"F1 B1.2 W0.8 c0.05", 1, 1.2, 0.8, 0.05},
+                                 {"6.2B profile", 29.718, 29.444, 19.927, 0.527},
+                                 {"B=2F W=F", 1, 2, 1, 0},
+                                 {"F1 B1.2 W0.8 c0.5", 1, 1.2, 0.8, 0.5}};
+
+/// The bound of a schedule with v chunks per rank: the first forward crosses
+/// p - 1 stages at F/v each plus a transfer, then the busiest rank computes
+/// m(F + B + W). (v = 1: (p-1)(F+c) + m(F+B+W); the V: (p-1)(F/2+c) + m(F+B+W).)
+double lowerBound(int p, int m, int v, const CostSet &k) {
+  return (p - 1) * (k.f / v + k.c) + m * (k.f + k.b + k.w);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+/// `bench_schedule --grid [--json]`: p in {4, 8, 16}, m in {p, 2p, 3p, 4p, 8p},
+/// the five cost sets, memory limits p, 2p and unlimited. Per cell every
+/// synchronous family generates under the limit; the cell reports the best
+/// makespan, the family that reached it and its ratio to that family's
+/// lower bound, then a summary per limit.
+int runGrid(bool json) {
+  struct Cell {
+    int p, m;
+    const CostSet *costs;
+    std::string limit, family;
+    double makespan, bound, ratio, peak;
+  };
+  std::vector<Cell> cells;
+  for (int p : {4, 8, 16})
+    for (int k : {1, 2, 3, 4, 8})
+      for (const CostSet &costs : kCostSets)
+        for (const char *limit : {"p", "2p", "unlimited"}) {
+          const int m = k * p;
+          Cell best{p, m, &costs, limit, "", std::numeric_limits<double>::infinity(), 0, 0, 0};
+          for (const ScheduleFamily &family : scheduleFamilies()) {
+            if (family.asynchronous)
+              continue; // PipeDream's changes the training, not only the time
+            Problem P = problem(p, m, costs.f, costs.b, costs.w, costs.c);
+            P.chunks = family.chunks;
+            P.memoryLimit = std::string(limit) == "p" ? p : std::string(limit) == "2p" ? 2.0 * p : 1e9;
+            try {
+              SimResult r = simulate(generate(std::string(family.name), P));
+              if (r.maxPeakMemory > P.memoryLimit + 1e-9 || r.makespan >= best.makespan)
+                continue;
+              best.family = std::string(family.name);
+              best.makespan = r.makespan;
+              best.bound = lowerBound(p, m, family.chunks, costs);
+              best.peak = r.maxPeakMemory;
+            } catch (const ScheduleError &) {
+              // over the limit, or not defined for this p and m
+            }
+          }
+          best.ratio = best.makespan / best.bound;
+          cells.push_back(best);
+        }
+  if (json) {
+    std::printf("[\n");
+    for (size_t i = 0; i < cells.size(); ++i) {
+      const Cell &c = cells[i];
+      std::printf("  {\"p\": %d, \"m\": %d, \"costs\": \"%s\", \"memory_limit\": \"%s\", \"family\": \"%s\", "
+                  "\"makespan\": %.4f, \"lower_bound\": %.4f, \"ratio\": %.4f, \"peak_memory\": %.2f}%s\n",
+                  c.p, c.m, c.costs->name, c.limit.c_str(), c.family.c_str(), c.makespan, c.bound, c.ratio, c.peak,
+                  i + 1 < cells.size() ? "," : "");
+    }
+    std::printf("]\n");
+    return 0;
+  }
+  std::printf("%3s %4s %-20s %-9s %-12s %10s %10s %7s %6s\n", "p", "m", "costs", "limit", "best", "makespan",
+              "bound", "ratio", "peak");
+  for (const Cell &c : cells)
+    std::printf("%3d %4d %-20s %-9s %-12s %10.2f %10.2f %7.4f %6.1f\n", c.p, c.m, c.costs->name, c.limit.c_str(),
+                c.family.c_str(), c.makespan, c.bound, c.ratio, c.peak);
+  std::printf("\nsummary per memory limit: cells, median / worst ratio to the winner's bound, cells at the bound "
+              "(ratio <= 1.0005), winners\n");
+  for (const char *limit : {"p", "2p", "unlimited"}) {
+    std::vector<double> ratios;
+    std::map<std::string, int> winners;
+    int atBound = 0;
+    for (const Cell &c : cells)
+      if (c.limit == limit) {
+        ratios.push_back(c.ratio);
+        atBound += c.ratio <= 1.0005;
+        winners[c.family]++;
+      }
+    std::string won;
+    for (const auto &[family, count] : winners)
+      won += (won.empty() ? "" : ", ") + family + " " + std::to_string(count);
+    std::printf("  %-9s %3zu cells  median %.4f  worst %.4f  at bound %d  (%s)\n", limit, ratios.size(),
+                median(ratios), *std::max_element(ratios.begin(), ratios.end()), atBound, won.c_str());
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "--grid")
+    return runGrid(argc > 2 && std::string(argv[2]) == "--json");
+  const bool quick = mode == "--quick";
   std::printf("== generation (incl. validation) and simulation time, uniform costs F=B=W=1 ==\n");
   std::printf("%-12s %4s %5s %9s %12s %10s %10s %9s\n", "schedule", "P", "M", "instrs", "generate ms", "sim ms",
               "makespan", "bubble");
