@@ -56,12 +56,16 @@ void adamwUpdate(float *param, const float *grad, float *m, float *v, int64_t n,
   const double bias1 = 1.0 - std::pow(b1, t);
   const float stepSize = (float)(dlr / bias1);
   const float bias2Sqrt = (float)std::sqrt(1.0 - std::pow(b2, t));
-  parallelElements(n, [&](int64_t lo, int64_t hi) {
+  const bool lerpFromSelf = w1 < 0.5;
+  parallelElements(n, [=](int64_t lo, int64_t hi) {
+    // Everything by value: captured by reference, each pointer and constant
+    // would be reloaded after every store (they might alias), and the loop
+    // would not vectorize.
     for (int64_t i = lo; i < hi; ++i) {
       const float g = grad[i];
       const float p = param[i] * decay;
       // torch.lerp: weight < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w)
-      const float mi = w1 < 0.5 ? m[i] + fw1 * (g - m[i]) : g - (g - m[i]) * (1.0f - fw1);
+      const float mi = lerpFromSelf ? m[i] + fw1 * (g - m[i]) : g - (g - m[i]) * (1.0f - fw1);
       const float vi = v[i] * fb2 + w2 * g * g;
       const float denom = std::sqrt(vi) / bias2Sqrt + epsilon;
       m[i] = mi;
