@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""A generated CUDA stage, run without a GPU, against the CPU stage of the
+same model (docs/optimization.md, "CUDA"). What the kernel library's own
+emulated test (cuda-kernels-emulated) cannot see: the stage's generated
+fused kernels, its memory plan (arena offsets, saved activations written in
+place, weight gradients accumulated by GEMMs with beta = 1) and the order of
+its library calls.
+
+The model, written here with onnx.helper so that it has what -O2 fuses:
+residual adds, a trained per-feature scale broadcast along the rows, a
+constant scale, ReLU/tanh chains and their gradients, an exported erf-GELU
+(recognised as nn.gelu) and three Linear layers (transposed weights, bias in
+C). pipec compiles it for both targets at -O2; the CUDA stage's .cu goes
+through the emulated kernels' translation (prep.py) and is compiled as a host
+library against pipec_cuda_kernels_emulated; stage_targets_agree then calls
+both stages with the same tensors for two micro-batches and an AdamW step and
+compares every tensor they write.
+
+    cuda_stage_emulated.py --pipec PIPEC --compare STAGE_TARGETS_AGREE
+        --emulated-library LIB --emulation-dir DIR --cxx CXX --source-root ROOT
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+ROWS, FEATURES, HIDDEN, CLASSES = 6, 12, 16, 5
+
+
+def write_model(path):
+    rng = np.random.default_rng(3)
+
+    def weight(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+
+    inits = [weight("w1", HIDDEN, FEATURES), weight("b1", HIDDEN), weight("w2", HIDDEN, HIDDEN),
+             weight("b2", HIDDEN), weight("gain", HIDDEN), weight("w3", CLASSES, HIDDEN), weight("b3", CLASSES),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(np.sqrt(2.0), np.float32), "root2")]
+    nodes = [
+        helper.make_node("Gemm", ["x", "w1", "b1"], ["h1"], transB=1, name="fc1"),
+        helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),
+        helper.make_node("Gemm", ["r1", "w2", "b2"], ["h2"], transB=1, name="fc2"),
+        # residual, per-feature gain (broadcast along rows), constant scale, tanh
+        helper.make_node("Add", ["h2", "r1"], ["res"], name="residual"),
+        helper.make_node("Mul", ["res", "gain"], ["gained"], name="gain"),
+        helper.make_node("Relu", ["gained"], ["r2"], name="relu2"),
+        helper.make_node("Mul", ["r2", "half"], ["scaled"], name="scale"),
+        helper.make_node("Tanh", ["scaled"], ["t"], name="tanh"),
+        helper.make_node("Add", ["t", "r1"], ["res2"], name="residual2"),
+        # the exact GELU as exporters write it
+        helper.make_node("Div", ["res2", "root2"], ["g_div"], name="gelu_div"),
+        helper.make_node("Erf", ["g_div"], ["g_erf"], name="gelu_erf"),
+        helper.make_node("Add", ["g_erf", "one"], ["g_add"], name="gelu_add"),
+        helper.make_node("Mul", ["res2", "g_add"], ["g_mul"], name="gelu_mul"),
+        helper.make_node("Mul", ["g_mul", "half"], ["g"], name="gelu_half"),
+        helper.make_node("Gemm", ["g", "w3", "b3"], ["logits"], transB=1, name="head"),
+    ]
+    graph = helper.make_graph(nodes, "fusable", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                               [ROWS, FEATURES])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [ROWS, CLASSES])],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+
+
+def run(cmd, **kwargs):
+    result = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    if result.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(cmd)} exited {result.returncode}\n{result.stdout}{result.stderr}")
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pipec", required=True)
+    parser.add_argument("--compare", required=True, help="the stage_targets_agree executable")
+    parser.add_argument("--emulated-library", required=True, help="libpipec_cuda_kernels_emulated.a")
+    parser.add_argument("--emulation-dir", required=True, help="test/kernels/cuda_emulation")
+    parser.add_argument("--cxx", required=True)
+    parser.add_argument("--source-root", required=True)
+    args = parser.parse_args()
+    root, emulation = args.source_root, args.emulation_dir
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    with tempfile.TemporaryDirectory(prefix="pipec-cuda-emu-") as work:
+        model = os.path.join(work, "fusable.onnx")
+        write_model(model)
+        cpu, cuda, translated = (os.path.join(work, d) for d in ("cpu", "cuda", "translated"))
+        common = [args.pipec, model, "--gpus", "1x1", "--microbatches", "2", "-O2", "--optimizer", "adamw"]
+        run(common + ["--out", cpu, "--build"], env=env)
+        run(common + ["--target", "cuda", "--out", cuda], env=env)
+        stages = os.path.join(cuda, "stages")
+        source = open(os.path.join(stages, "stage_0.cu")).read()
+        fused = source.count("__global__ void fused")
+        # The test exists for these kernels: a model that stops fusing must
+        # fail here, not pass on library calls alone.
+        if fused < 2:
+            sys.exit(f"FAIL: the CUDA stage has {fused} generated fused kernels; expected at least 2 "
+                     "(forward and backward)")
+        run([sys.executable, os.path.join(emulation, "prep.py"), stages, translated])
+        library = os.path.join(translated, "libstage_0.so")
+        run([args.cxx, "-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-w",
+             "-include", os.path.join(emulation, "emu.h"),
+             "-I", os.path.join(emulation, "inc"),
+             "-I", os.path.join(root, "runtime", "kernels", "cuda", "include"),
+             "-I", os.path.join(root, "runtime", "kernels", "include"),
+             "-I", os.path.join(root, "runtime", "include"),
+             f'-DPIPEC_STAGE_DIR="{stages}"',
+             os.path.join(translated, "stage_0.cpp"), args.emulated_library, "-o", library])
+        compared = subprocess.run([args.compare, os.path.join(cpu, "stages", "libstage_0.so"), library],
+                                  capture_output=True, text=True, env=env)
+        print(f"{fused} generated fused kernels in the CUDA stage")
+        print(compared.stdout + compared.stderr, end="")
+        return compared.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
