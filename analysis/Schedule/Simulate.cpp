@@ -1,9 +1,14 @@
 // Simulator: times the instruction streams with the cost model.
 //
 // Semantics: compute runs on one stream per rank; sends are posted to a
-// separate communication stream and do not stall compute; a receive waits
-// until the data arrived (`comm` after its send). Collectives start when
-// their last member arrives. Memory follows the order of the stream.
+// separate communication stream and do not stall compute; a receive is
+// posted where the stream has it and does not stall compute either: the
+// compute that reads the data (the FWD of a RECV_ACT, the BWD/BWD_INPUT of a
+// RECV_GRAD) waits until it arrived, `comm` after its send. So a rank idles
+// only when its next compute lacks data, never at a receive with ready work
+// behind it (piperun posts receives the same way: docs/runtime.md).
+// Collectives start when their last member arrives. Memory follows the order
+// of the stream.
 #include "analysis/Schedule/Schedule.h"
 
 #include <algorithm>
@@ -29,6 +34,7 @@ SimResult simulate(const Schedule &s) {
 
   using MsgKey = std::tuple<bool, int, int, int>; // grad, mb, vsRecv, dst
   std::map<MsgKey, std::pair<double, int>> sent; // send time, src
+  std::set<MsgKey> posted;                        // receives posted, data not yet consumed
   std::map<std::pair<int, int>, std::pair<int, double>> colls; // (group, seq) -> arrived, max time
   std::vector<size_t> pc(R, 0);
   std::vector<double> now(R, 0), mem(R, 0);
@@ -43,13 +49,22 @@ SimResult simulate(const Schedule &s) {
         const Instr &in = s.ranks[r][pc[r]];
         const int vs = in.chunk >= 0 ? s.virtualStage(stage, in.chunk) : -1;
         double start = now[r], cost = 0;
+        // The compute that reads a posted receive's data waits for it.
+        if (in.op == Op::Fwd || in.op == Op::Bwd || in.op == Op::BwdInput) {
+          const MsgKey key{in.op != Op::Fwd, in.mb, vs, r};
+          if (posted.count(key)) {
+            auto it = sent.find(key);
+            if (it == sent.end())
+              break; // the send has not been posted yet
+            const double arrival = it->second.first + P.comm;
+            start = std::max(start, arrival);
+            res.transfers.push_back({it->second.second, r, in.mb, in.op != Op::Fwd, it->second.first, arrival});
+            sent.erase(it);
+            posted.erase(key);
+          }
+        }
         if (in.op == Op::RecvAct || in.op == Op::RecvGrad) {
-          auto it = sent.find({in.op == Op::RecvGrad, in.mb, vs, r});
-          if (it == sent.end())
-            break; // the send has not been posted yet
-          start = std::max(start, it->second.first + P.comm);
-          res.transfers.push_back({it->second.second, r, in.mb, in.op == Op::RecvGrad, it->second.first, start});
-          sent.erase(it);
+          posted.insert({in.op == Op::RecvGrad, in.mb, vs, r});
         } else if (in.op == Op::SendAct || in.op == Op::SendGrad) {
           const bool grad = in.op == Op::SendGrad;
           sent[{grad, in.mb, grad ? vs - 1 : vs + 1, in.peer}] = {now[r], r};

@@ -217,6 +217,7 @@ void Executor::compute(const Instr &in, int64_t it) {
     }
     if (vs > 0 && !s.haveInputs) fail(what + ": forward before its input activation arrived");
     if (gpu_ && s.inputsReceived) device_.streamWait(nullptr, s.inputsIn); // the RECV_ACT, on the device
+    awaitBundle(s, false);
     if (d.num_data) loadData(in.chunk, s, in.mb, it);
     if (recomputes_[in.chunk][in.mb]) {
       c.workspace = slots_.scratchWorkspace(in.chunk); // kept only until RECOMPUTE re-creates it
@@ -271,6 +272,7 @@ void Executor::compute(const Instr &in, int64_t it) {
       }
       if (d.num_outputs && !s.haveGradOutputs) fail(what + ": backward before its output gradient arrived");
       if (gpu_ && s.gradOutputsReceived) device_.streamWait(nullptr, s.gradOutputsIn); // the RECV_GRAD
+      awaitBundle(s, true);
       c.workspace = s.workspace->data();
       m.lib().backwardInput(c);
       if (gpu_) device_.record(s.gradInputsDone); // what SEND_GRAD waits for
@@ -329,11 +331,12 @@ void Executor::recv(const Instr &in, int64_t it, bool grad) {
   const int peer = plan_.mpiRankOf(in.peer);
   const int tag = bundleTag(in.mb, grad, ch.vs, V_);
   if (!gpu_) {
-    transport_.wait(transport_.irecv(buf.data(), layout.total, peer, tag));
-    BundleHeader h;
-    std::memcpy(&h, buf.data(), sizeof h);
-    const std::string e = headerError(h, in, it, grad, ch.vs, layout.hash);
-    if (!e.empty()) fail(e);
+    // Posted here, where the stream's deadlock-free order has it, and waited
+    // for by the compute that reads it (awaitBundle): the transfer overlaps
+    // the work in between instead of stalling it (docs/runtime.md).
+    std::optional<Slot::Pending> &pending = grad ? s.gradOutputsPending : s.inputsPending;
+    if (pending) fail(toString(in) + ": a receive into this bundle is already pending");
+    pending = Slot::Pending{transport_.irecv(buf.data(), layout.total, peer, tag), in, it};
   } else {
     // Enqueued on the receiving stream once the slot may be written; the
     // consuming compute waits for `inputsIn`/`gradOutputsIn` on the device.
@@ -349,6 +352,19 @@ void Executor::recv(const Instr &in, int64_t it, bool grad) {
     (grad ? s.gradOutputsReceived : s.inputsReceived) = true;
   }
   (grad ? s.haveGradOutputs : s.haveInputs) = true;
+}
+
+void Executor::awaitBundle(Slot &s, bool grad) {
+  std::optional<Slot::Pending> &pending = grad ? s.gradOutputsPending : s.inputsPending;
+  if (!pending) return; // local, or already there
+  transport_.wait(pending->request);
+  const Chunk &ch = chunks_[pending->recv.chunk];
+  const Layout &layout = grad ? ch.model->outputLayout() : ch.model->inputLayout();
+  BundleHeader h;
+  std::memcpy(&h, (grad ? s.gradOutputs : s.inputs).data(), sizeof h);
+  const std::string e = headerError(h, pending->recv, pending->iteration, grad, ch.vs, layout.hash);
+  pending.reset();
+  if (!e.empty()) fail(e);
 }
 
 // ---------------------------------------------------------------- dispatch
@@ -492,7 +508,19 @@ std::string Executor::describeCurrent() const {
   std::string s = stream_.path + " #" + std::to_string(i) + " " + toString(in) + " (iteration " + std::to_string(it) + ")";
   switch (in.op) {
   case Op::RecvAct:
-  case Op::RecvGrad: s += ", waiting for " + rankName(in.peer); break;
+  case Op::RecvGrad: s += ", posting a receive from " + rankName(in.peer); break;
+  case Op::Fwd:
+  case Op::Bwd:
+  case Op::BwdInput:
+    // Host transports wait here for the bundle the stream's RECV posted.
+    for (int64_t j = i - 1; j >= 0; --j) {
+      const Instr &r = stream_.instrs[(size_t)j];
+      if (r.op == (in.op == Op::Fwd ? Op::RecvAct : Op::RecvGrad) && r.mb == in.mb && r.chunk == in.chunk) {
+        s += ", computing or waiting for its data from " + rankName(r.peer);
+        break;
+      }
+    }
+    break;
   case Op::AllReduce: {
     std::string others;
     for (int q = 0; q < plan_.replicasOf(stage_); ++q)

@@ -46,6 +46,9 @@ private:
   void compute(const Instr &in, int64_t it);
   void send(const Instr &in, int64_t it, bool grad);
   void recv(const Instr &in, int64_t it, bool grad);
+  // Host transports: the compute about to read a received bundle waits for
+  // its receive (posted by the RECV) and checks its header.
+  void awaitBundle(Slot &s, bool grad);
   [[noreturn]] void fail(const std::string &msg) const;
   // The watchdog's message while iterating: the instruction and whom it waits for.
   std::string describeCurrent() const;

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace pipec::rt {
@@ -34,6 +35,15 @@ struct Slot {
         gradOutputsIn = nullptr;
   bool inputsReceived = false, gradOutputsReceived = false;
   HostBuffer dataStage; // pinned
+  // Host transports (MPI): a RECV posts its receive and goes on; the compute
+  // that reads the bundle waits for it (Executor::awaitBundle). The RECV and
+  // its iteration, for the header check then.
+  struct Pending {
+    Transport::Request request;
+    Instr recv;
+    int64_t iteration;
+  };
+  std::optional<Pending> inputsPending, gradOutputsPending;
 };
 
 class SlotPool {

@@ -11,6 +11,8 @@ piperun trains them as pipelines on 2-3 MPI ranks. Checks, after N steps:
 2. the 1-rank run equals PyTorch (Debian's python3-torch) training the same
    model (dropout off, as PyTorch draws other masks) on the same micro-batches
    with the same AdamW, within fp32 tolerance;
+   A ZB-V plan for links so slow that its streams post receives far ahead
+   of their readers reaches the same weights too;
 3. bad inputs (a plan run with the wrong number of ranks, a missing stage
    library) exit non-zero quickly on every rank, and the profile piperun
    measures is one pipec reads.
@@ -270,6 +272,16 @@ def check(example, args, workdir, failures):
             ["--gpus", "1x2", "--stages", "2", "--no-replication", "--schedule", schedule] + extra +
             optimizer)
         compare(f"{schedule} on 2 ranks vs 1 rank", weights, single, failures)
+    # A communication-heavy stream order: links so slow (--intra-bw 0.001
+    # GB/s) that the lowering posts receives far ahead of the computes that
+    # read them (RECV_ACT of micro-batch 1 before the backward of micro-batch
+    # 0 on rank 0); MPI ranks post them there and wait at the reader
+    # (docs/runtime.md).
+    weights = compile_and_train(
+        args.pipec, args.piperun, path, data, os.path.join(workdir, f"{example}-zb-v-slow-links"), 2,
+        ["--gpus", "1x2", "--stages", "2", "--no-replication", "--schedule", "zb-v", "--intra-bw", "0.001"] +
+        optimizer)
+    compare("zb-v with comm-heavy streams (--intra-bw 0.001) on 2 ranks vs 1 rank", weights, single, failures)
     # Four stages: gradients crossing several boundaries (the GPT's residual
     # stream and layer-norm pieces) and a weight-derived value moved to the
     # stage that uses it.

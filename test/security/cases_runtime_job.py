@@ -139,14 +139,17 @@ def cases(ctx):
     out.append(Case("stopped-rank-watchdog-5",
                     [*signal_rank, "--signal", "STOP", "--rank", "1", "--max-seconds", "30", "--",
                      piperun, job_dir, "--iters", "1000000", "--watchdog", "5"],
+                    # A receive is posted and does not wait: the compute reading its
+                    # data does (docs/runtime.md).
                     expect=[r"rank 0 \(stage 0, replica 0\): error: no progress for [0-9.]+ s in .*rank_0\.json #\d+ "
-                            r"RECV_\w+ .*waiting for rank 1", r"--watchdog 5", r"\(in time\)"],
+                            r"(FWD|BWD|BWD_INPUT) .*waiting for its data from rank 1", r"--watchdog 5", r"\(in time\)"],
                     setup=base, timeout=90))
     # The default watchdog (no --watchdog): after the first iteration, 60 s.
     out.append(Case("stopped-rank-default-watchdog",
                     [*signal_rank, "--signal", "STOP", "--rank", "1", "--max-seconds", "100", "--",
                      piperun, job_dir, "--iters", "1000000"],
-                    expect=[r"rank 0 \(stage 0, replica 0\): error: no progress for 6\d\.\d s in .*waiting for rank 1",
+                    expect=[r"rank 0 \(stage 0, replica 0\): error: no progress for 6\d\.\d s in .*waiting for its data "
+                            r"from rank 1",
                             r"default watchdog", r"\(in time\)"],
                     setup=base, timeout=150))
     # kill -9 of a rank ends the job in about a second (must keep holding).
