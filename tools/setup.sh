@@ -20,6 +20,7 @@ DEBIAN_PACKAGES=(
   libgtest-dev googletest nlohmann-json3-dev libcli11-dev
   libonnx-testdata python3-torch python3-numpy librsvg2-bin
   clang-22 libclang-rt-22-dev libfuzzer-22-dev
+  coinor-libcbc-dev
 )
 
 if [[ "$PART" != python ]]; then

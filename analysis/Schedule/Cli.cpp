@@ -54,9 +54,9 @@ const char *const kScheduleFlags[] = {
     "--stages", "--microbatches", "--schedule", "--chunks", "--replicas", "--in-flight", "--cost-f",
     "--cost-b", "--cost-w", "--comm", "--allreduce-cost", "--memory-limit", "--w-mem-frac", "--recompute",
     "--recompute-stages", "--boundary-activation", "--vertical-sync", "--compare", "--json", "--print",
-    "--out", nullptr};
+    "--out", "--optimal", "--optimal-seconds", nullptr};
 const char *const kScheduleBareFlags[] = {"--recompute", "--vertical-sync", "--compare", "--json", "--print",
-                                          nullptr};
+                                          "--optimal", nullptr};
 
 void applyScheduleFlag(ScheduleCliOptions &a, const std::string &opt, const std::string &value) {
   if (opt == "--stages")
@@ -118,6 +118,13 @@ void applyScheduleFlag(ScheduleCliOptions &a, const std::string &opt, const std:
     a.print = true;
   else if (opt == "--out")
     a.out = value;
+  else if (opt == "--optimal")
+    a.optimal = true;
+  else if (opt == "--optimal-seconds") {
+    a.optimalSeconds = parseNumber(opt, value);
+    if (!(a.optimalSeconds > 0 && a.optimalSeconds <= 86400))
+      throw ScheduleError("--optimal-seconds must be in (0, 86400]");
+  }
   else
     throw ScheduleError("unknown option '" + opt + "'");
 }
@@ -147,8 +154,8 @@ ScheduleCliOptions resolve(ScheduleCliOptions a) {
   // A single replica count applies to every stage.
   if (a.problem.replicas.size() == 1)
     a.problem.replicas.assign(a.problem.stages, a.problem.replicas[0]);
-  if (!a.compare && a.schedule.empty())
-    throw ScheduleError("--schedule NAME or --compare is required (see --help)");
+  if (!a.compare && a.schedule.empty() && !a.optimal)
+    throw ScheduleError("--schedule NAME, --compare or --optimal is required (see --help)");
   // A schedule defined for a fixed chunk count (zb-v: 2) has it whether or
   // not --chunks says so, also when the cost lists are checked.
   if (!a.compare && !a.chunksGiven)
@@ -252,7 +259,9 @@ void printJson(const Row &r, const Problem &P, std::ostream &out) {
 } // namespace
 
 static int runResolved(const ScheduleCliOptions &args, std::ostream &out, std::ostream &err) {
-  std::vector<std::string> names{args.schedule};
+  std::vector<std::string> names;
+  if (!args.schedule.empty())
+    names.push_back(args.schedule);
   if (args.compare) {
     names.clear();
     for (const ScheduleFamily &f : scheduleFamilies())
@@ -261,6 +270,33 @@ static int runResolved(const ScheduleCliOptions &args, std::ostream &out, std::o
   std::vector<Row> rows;
   for (const std::string &n : names)
     rows.push_back(run(n, args.problem, args));
+  std::string certificate;
+  if (args.optimal) {
+    // The exact mode's row, and the bound it proved (the certificate).
+    Row row;
+    row.name = "optimal";
+    try {
+      OptimalResult best = optimalSchedule(args.problem, args.optimalSeconds);
+      row.schedule = best.schedule;
+      row.sim = simulate(best.schedule);
+      row.ok = true;
+      char text[320];
+      const double gap = best.makespan > 0 ? (best.makespan - best.lowerBound) / best.makespan : 0;
+      std::snprintf(text, sizeof text,
+                    "optimal: %s %.4f, proved lower bound %.4f (gap %.2f%%), %ld branch-and-bound nodes in %.2f s\n",
+                    best.proven ? "proven optimum" : "best found (not proven within --optimal-seconds)",
+                    best.makespan, best.lowerBound, 100 * gap, best.nodes, best.seconds);
+      certificate = text;
+      if (args.json) {
+        nlohmann::json j{{"schedule", "optimal"}, {"proven", best.proven}, {"makespan", best.makespan},
+                         {"lower_bound", best.lowerBound}, {"nodes", best.nodes}, {"solver_seconds", best.seconds}};
+        certificate = "certificate " + j.dump() + "\n";
+      }
+    } catch (const ScheduleError &e) {
+      row.error = e.what();
+    }
+    rows.push_back(std::move(row));
+  }
   int status = 0;
   for (const Row &r : rows) {
     if (!r.ok && !args.compare) {
@@ -282,6 +318,7 @@ static int runResolved(const ScheduleCliOptions &args, std::ostream &out, std::o
   }
   if (!args.json)
     printTable(rows, args.problem, out);
+  out << certificate;
   return status;
 }
 

@@ -138,6 +138,21 @@ Orders zbH1PerReplica(const Schedule &s, int scale, bool speculativeStep) {
 
 } // namespace
 
+namespace detail {
+Schedule scheduleFromStageOrders(const std::string &name, const Problem &problem, const Orders &perStage) {
+  // ZB-H1's shape: one chunk per rank, BWD_INPUT / BWD_WEIGHT, synchronous.
+  Schedule s = shell(requireScheduleFamily("zb-h1"), problem);
+  s.name = name;
+  Orders orders = perStage;
+  appendOptimizerTail(problem, orders, false);
+  lower(s, orders);
+  ValidationReport rep = validate(s);
+  if (!rep.ok())
+    throw ScheduleError(name + ": schedule is invalid:\n" + rep.summary());
+  return s;
+}
+} // namespace detail
+
 std::vector<std::string> scheduleNames() {
   std::vector<std::string> names;
   for (const ScheduleFamily &f : scheduleFamilies())

@@ -40,6 +40,12 @@ void lower(Schedule &s, const Orders &orders);
 // Rewrites lowered 1F1B-RR streams for PipeDream's vertical sync.
 void applyVerticalSync(Schedule &s);
 
+// ------------------------------------------------------------ Generate.cpp
+// A synchronous one-chunk schedule named `name` from one compute order per
+// stage (F, BWD_INPUT and BWD_WEIGHT, chunk 0): the optimizer tail, the
+// lowering and validation of generate() (the exact mode's result).
+Schedule scheduleFromStageOrders(const std::string &name, const Problem &problem, const Orders &perStage);
+
 // ------------------------------------------------------------ Patterns.cpp
 // Micro-batch mb runs on replica mb mod R of every stage (docs/schedules.md).
 std::vector<int> microbatchesOfReplica(const Problem &P, int st, int rep);

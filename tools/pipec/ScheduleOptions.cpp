@@ -112,13 +112,23 @@ struct ScheduleFlags {
                                     "(Perfetto) and timeline.svg (DIR/<name>/ with --compare)"),
                            cl::value_desc("dir"), PIPEC_SCHEDULE};
   cl::opt<bool> print{"print", cl::desc("Print the instruction streams"), cl::ValueDisallowed, PIPEC_SCHEDULE};
+  cl::opt<bool> optimal{"optimal",
+                        cl::desc("Also the makespan-optimal schedule of one chunk per rank (split backward) under "
+                                 "the memory limit, from an integer program (COIN-OR CBC), and the lower bound it "
+                                 "proved; at most 8 stages and 16 micro-batches"),
+                        cl::ValueDisallowed, PIPEC_SCHEDULE};
+  cl::opt<std::string> optimalSeconds{"optimal-seconds",
+                                      cl::desc("Time the --optimal solver may take (default 60); its best "
+                                               "schedule and bound are printed either way"),
+                                      cl::value_desc("S"), PIPEC_SCHEDULE};
 #undef PIPEC_SCHEDULE
 
   std::vector<cl::opt<std::string> *> valued() {
     return {&stages, &microbatches, &scheduleName, &chunks, &replicas, &inFlight, &costF, &costB, &costW,
-            &comm, &allreduceCost, &memoryLimit, &wMemFrac, &recomputeStages, &boundaryActivation, &out};
+            &comm, &allreduceCost, &memoryLimit, &wMemFrac, &recomputeStages, &boundaryActivation, &out,
+            &optimalSeconds};
   }
-  std::vector<cl::opt<bool> *> bare() { return {&recompute, &verticalSync, &compare, &json, &print}; }
+  std::vector<cl::opt<bool> *> bare() { return {&recompute, &verticalSync, &compare, &json, &print, &optimal}; }
 };
 
 ScheduleFlags &flags() {

@@ -1,0 +1,282 @@
+// The exact mode (`pipec schedule --optimal`, docs/schedules.md): a
+// disjunctive integer program over one chunk per rank with a split backward,
+// solved by COIN-OR CBC (Debian's coinor-libcbc-dev, CMake option
+// PIPEC_WITH_CBC).
+//
+// Per stage s and micro-batch b, three operations F, B, W with start times
+// (continuous) and the stage's costs as durations:
+//   F(s,b) >= F(s-1,b) + F_{s-1} + c            the activation arrives
+//   B(s,b) >= B(s+1,b) + B_{s+1} + c            the gradient arrives
+//   B(p-1,b) >= F(p-1,b) + F_{p-1};  W(s,b) >= B(s,b) + B_s
+// One binary per pair of operations on a stage orders them (big-M with M an
+// upper bound of the makespan); the memory a stage holds when an F starts,
+// a_s per admitted micro-batch less what earlier B's (share 1 - w_mem_frac)
+// and W's (share w_mem_frac) freed, is linear in those binaries and kept
+// within the limit. Minimise the makespan. The micro-batches are
+// interchangeable, so stage 0's forwards are fixed in micro-batch order.
+// The lowering and the simulator run the solution's per-stage order as soon
+// as possible, which cannot be slower than the program's start times.
+#include "analysis/Schedule/Orders.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#ifdef PIPEC_WITH_CBC
+#include <CbcModel.hpp>
+#include <CoinPackedMatrix.hpp>
+#include <CoinPackedVector.hpp>
+#include <OsiClpSolverInterface.hpp>
+#endif
+
+namespace pipec::schedule {
+
+bool optimalAvailable() {
+#ifdef PIPEC_WITH_CBC
+  return true;
+#else
+  return false;
+#endif
+}
+
+namespace {
+constexpr int kMaxStages = 8, kMaxMicrobatches = 16;
+
+void requireInScope(const Problem &P) {
+  auto out = [](const std::string &why) {
+    throw ScheduleError("--optimal: " + why);
+  };
+  if (P.chunks != 1)
+    out("one model chunk per rank only (got --chunks " + std::to_string(P.chunks) + ")");
+  if (P.numRanks() != P.stages)
+    out("no replicas (one rank per stage)");
+  for (int st = 0; st < P.stages; ++st)
+    if (P.recomputes(st))
+      out("no recompute");
+  if (P.stages > kMaxStages || P.microbatches > kMaxMicrobatches)
+    out("at most " + std::to_string(kMaxStages) + " stages and " + std::to_string(kMaxMicrobatches) +
+        " micro-batches (the program grows with the square of the micro-batches per stage)");
+}
+} // namespace
+
+#ifndef PIPEC_WITH_CBC
+OptimalResult optimalSchedule(const Problem &problem, double) {
+  requireInScope(problem);
+  throw ScheduleError("--optimal: this pipec was built without COIN-OR CBC (install coinor-libcbc-dev and "
+                      "configure with -DPIPEC_WITH_CBC=ON)");
+}
+#else
+OptimalResult optimalSchedule(const Problem &problemIn, double seconds) {
+  Problem P = problemIn;
+  P.check();
+  requireInScope(P);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int p = P.stages, m = P.microbatches;
+  enum Kind { F = 0, B = 1, W = 2 };
+  auto op = [m](int st, int mb, int k) { return (st * m + mb) * 3 + k; };
+  auto duration = [&](int st, int k) {
+    return P.costOf(k == F ? Op::Fwd : k == B ? Op::BwdInput : Op::BwdWeight, st, 0);
+  };
+  const int nOps = 3 * p * m, cmax = nOps;
+  // The incumbent: the best of the heuristics whose orders lie in this space
+  // (its start times become the solver's first solution), else the
+  // micro-batches one after another. Its makespan bounds every start (big M).
+  Schedule incumbent;
+  SimResult incumbentSim;
+  incumbentSim.makespan = std::numeric_limits<double>::infinity();
+  for (const char *name : {"zb-h1", "zb-h2", "auto", "1f1b", "gpipe"}) {
+    try {
+      Schedule s = generate(name, P);
+      SimResult sim = simulate(s);
+      if (sim.makespan < incumbentSim.makespan)
+        incumbent = std::move(s), incumbentSim = std::move(sim);
+    } catch (const ScheduleError &) {
+      // over the memory limit
+    }
+  }
+  double upper = 0;
+  for (int st = 0; st < p; ++st)
+    upper += duration(st, F) + duration(st, B) + duration(st, W);
+  upper = m * (upper + 2.0 * (p - 1) * P.comm);
+  const bool haveIncumbent = std::isfinite(incumbentSim.makespan);
+  if (haveIncumbent)
+    upper = std::min(upper, incumbentSim.makespan - P.stepCost);
+  upper += 1e-6;
+  const double M = upper;
+
+  // Columns: start times, the makespan, then one order binary per pair of a
+  // stage's operations (pair (i, j), i < j: 1 when i runs before j).
+  std::vector<std::vector<int>> pairIndex(nOps, std::vector<int>(nOps, -1));
+  int columns = nOps + 1;
+  for (int st = 0; st < p; ++st)
+    for (int i = op(st, 0, 0); i < op(st + 1, 0, 0); ++i)
+      for (int j = i + 1; j < op(st + 1, 0, 0); ++j)
+        pairIndex[i][j] = columns++;
+  std::vector<double> colLower(columns, 0.0), colUpper(columns, upper), objective(columns, 0.0);
+  objective[cmax] = 1.0;
+  for (int c = nOps + 1; c < columns; ++c)
+    colUpper[c] = 1.0;
+
+  CoinPackedMatrix rows(false, 0, 0);
+  std::vector<double> rowLower, rowUpper;
+  auto addRow = [&](const std::vector<std::pair<int, double>> &terms, double lo, double hi) {
+    CoinPackedVector v;
+    for (auto [c, a] : terms)
+      v.insert(c, a);
+    rows.appendRow(v);
+    rowLower.push_back(lo);
+    rowUpper.push_back(hi);
+  };
+  const double inf = COIN_DBL_MAX;
+  for (int mb = 0; mb < m; ++mb) {
+    for (int st = 0; st < p; ++st) {
+      if (st > 0)
+        addRow({{op(st, mb, F), 1}, {op(st - 1, mb, F), -1}}, duration(st - 1, F) + P.comm, inf);
+      if (st + 1 < p)
+        addRow({{op(st, mb, B), 1}, {op(st + 1, mb, B), -1}}, duration(st + 1, B) + P.comm, inf);
+      else
+        addRow({{op(st, mb, B), 1}, {op(st, mb, F), -1}}, duration(st, F), inf);
+      addRow({{op(st, mb, W), 1}, {op(st, mb, B), -1}}, duration(st, B), inf);
+      addRow({{cmax, 1}, {op(st, mb, W), -1}}, duration(st, W), inf);
+    }
+  }
+  // i before j (y = 1): S_i + d_i <= S_j; j before i (y = 0): S_j + d_j <= S_i.
+  for (int st = 0; st < p; ++st)
+    for (int i = op(st, 0, 0); i < op(st + 1, 0, 0); ++i)
+      for (int j = i + 1; j < op(st + 1, 0, 0); ++j) {
+        const int y = pairIndex[i][j];
+        const double di = duration(st, i % 3), dj = duration(st, j % 3);
+        addRow({{i, 1}, {j, -1}, {y, M}}, -inf, M - di);
+        addRow({{j, 1}, {i, -1}, {y, -M}}, -inf, -dj);
+      }
+  // Stage 0's forwards in micro-batch order (interchangeable micro-batches),
+  // and the orders the dependencies imply: a micro-batch's F, B, W.
+  for (int mb = 0; mb + 1 < m; ++mb)
+    for (int later = mb + 1; later < m; ++later)
+      colLower[pairIndex[op(0, mb, F)][op(0, later, F)]] = 1.0;
+  for (int st = 0; st < p; ++st)
+    for (int mb = 0; mb < m; ++mb) {
+      colLower[pairIndex[op(st, mb, F)][op(st, mb, B)]] = 1.0;
+      colLower[pairIndex[op(st, mb, F)][op(st, mb, W)]] = 1.0;
+      colLower[pairIndex[op(st, mb, B)][op(st, mb, W)]] = 1.0;
+    }
+  // A stage starts no earlier than the first forward reaches it and then has
+  // all its work to do: Cmax >= that (the bound the LP relaxation misses).
+  for (int st = 0, reach = 0; st < p; ++st) {
+    double arrival = 0, load = 0;
+    for (int t = 0; t < st; ++t)
+      arrival += duration(t, F) + P.comm;
+    for (int k : {F, B, W})
+      load += m * duration(st, k);
+    addRow({{cmax, 1}}, arrival + load, inf);
+    (void)reach;
+  }
+  // Memory when each F starts. before(x, f) as a linear term of the pair binary.
+  if (P.memoryLimit > 0)
+    for (int st = 0; st < p; ++st) {
+      const double a = P.activationOf(st, 0);
+      if (!(a > 0))
+        continue;
+      const double frac = P.wMemFrac;
+      for (int mb = 0; mb < m; ++mb) {
+        const int f = op(st, mb, F);
+        std::vector<std::pair<int, double>> terms;
+        double constant = a; // f's own activation
+        auto before = [&](int x, double weight) {
+          if (x < f) {
+            terms.push_back({pairIndex[x][f], weight});
+          } else {
+            constant += weight; // 1 - y
+            terms.push_back({pairIndex[f][x], -weight});
+          }
+        };
+        for (int other = 0; other < m; ++other) {
+          if (other != mb)
+            before(op(st, other, F), a);
+          if (1 - frac > 0)
+            before(op(st, other, B), -a * (1 - frac));
+          if (frac > 0)
+            before(op(st, other, W), -a * frac);
+        }
+        addRow(terms, -inf, P.memoryLimit - constant + 1e-9);
+      }
+    }
+
+  OsiClpSolverInterface solver;
+  solver.loadProblem(rows, colLower.data(), colUpper.data(), objective.data(), rowLower.data(), rowUpper.data());
+  for (int c = nOps + 1; c < columns; ++c)
+    solver.setInteger(c);
+  solver.messageHandler()->setLogLevel(0);
+  CbcModel model(solver);
+  model.setLogLevel(0);
+  model.messageHandler()->setLogLevel(0);
+  model.setMaximumSeconds(seconds);
+  model.setAllowableGap(1e-7);
+  model.setAllowableFractionGap(1e-9);
+  if (haveIncumbent) {
+    // The incumbent's start times and the orders they imply.
+    std::vector<double> start(columns, 0.0);
+    for (const Interval &in : incumbentSim.intervals) {
+      if (!isCompute(in.instr.op))
+        continue;
+      const int st = P.stageOfRank(in.rank), mb = in.instr.mb;
+      if (in.instr.op == Op::Fwd) {
+        start[op(st, mb, F)] = in.start;
+      } else if (in.instr.op == Op::BwdInput) {
+        start[op(st, mb, B)] = in.start;
+      } else if (in.instr.op == Op::BwdWeight) {
+        start[op(st, mb, W)] = in.start;
+      } else if (in.instr.op == Op::Bwd) { // 1F1B: B then W at once
+        start[op(st, mb, B)] = in.start;
+        start[op(st, mb, W)] = in.start + duration(st, B);
+      }
+    }
+    start[cmax] = incumbentSim.makespan - P.stepCost;
+    for (int st = 0; st < p; ++st)
+      for (int i = op(st, 0, 0); i < op(st + 1, 0, 0); ++i)
+        for (int j = i + 1; j < op(st + 1, 0, 0); ++j)
+          start[pairIndex[i][j]] = start[i] < start[j] || (start[i] == start[j] && i < j) ? 1.0 : 0.0;
+    model.setBestSolution(start.data(), columns, start[cmax], true);
+  }
+  model.branchAndBound();
+  const double *x = model.bestSolution();
+  if (!x)
+    throw ScheduleError("--optimal: no schedule found within " + std::to_string(seconds) +
+                        " s (the memory limit may admit none)");
+
+  // Each stage's operations in the order of their start times.
+  detail::Orders orders(p);
+  for (int st = 0; st < p; ++st) {
+    std::vector<int> ops(3 * m);
+    std::iota(ops.begin(), ops.end(), op(st, 0, 0));
+    std::stable_sort(ops.begin(), ops.end(), [&](int i, int j) {
+      if (x[i] < x[j] - 1e-6 || x[i] > x[j] + 1e-6)
+        return x[i] < x[j];
+      return i < j; // a zero-length W and its B: B first
+    });
+    for (int o : ops) {
+      const int mb = (o / 3) % m, k = o % 3;
+      orders[st].push_back(detail::mk(k == F ? Op::Fwd : k == B ? Op::BwdInput : Op::BwdWeight, mb, 0));
+    }
+  }
+  OptimalResult result;
+  result.schedule = detail::scheduleFromStageOrders("optimal", P, orders);
+  const SimResult sim = simulate(result.schedule);
+  result.makespan = sim.makespan;
+  result.proven = model.isProvenOptimal();
+  // Every schedule ends with a STEP after its last compute on some rank.
+  result.lowerBound = std::min(result.makespan, model.getBestPossibleObjValue() + P.stepCost);
+  result.nodes = model.getNodeCount();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (P.memoryLimit > 0 && sim.maxPeakMemory > P.memoryLimit + 1e-6)
+    throw ScheduleError("--optimal: the solution holds " + std::to_string(sim.maxPeakMemory) +
+                        " units, over the limit (a defect of the program)");
+  return result;
+}
+#endif
+
+} // namespace pipec::schedule
