@@ -175,8 +175,10 @@ struct SimResult {
   std::vector<Interval> intervals; // compute, collectives, steps
   std::vector<Transfer> transfers;
 };
-// Sends are asynchronous (a separate communication stream): a receive waits
-// until the data arrived, `comm` after the matching send. Throws on deadlock.
+// Sends are asynchronous (a separate communication stream); a receive is
+// posted without waiting, and the compute that reads its data (FWD, BWD,
+// BWD_INPUT) starts no earlier than `comm` after the matching send (as
+// piperun runs it). Throws on deadlock.
 SimResult simulate(const Schedule &schedule);
 
 // ---------------------------------------------------------------- output
