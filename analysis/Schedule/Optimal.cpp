@@ -166,14 +166,13 @@ OptimalResult optimalSchedule(const Problem &problemIn, double seconds) {
     }
   // A stage starts no earlier than the first forward reaches it and then has
   // all its work to do: Cmax >= that (the bound the LP relaxation misses).
-  for (int st = 0, reach = 0; st < p; ++st) {
+  for (int st = 0; st < p; ++st) {
     double arrival = 0, load = 0;
     for (int t = 0; t < st; ++t)
       arrival += duration(t, F) + P.comm;
     for (int k : {F, B, W})
       load += m * duration(st, k);
     addRow({{cmax, 1}}, arrival + load, inf);
-    (void)reach;
   }
   // Memory when each F starts. before(x, f) as a linear term of the pair binary.
   if (P.memoryLimit > 0)
