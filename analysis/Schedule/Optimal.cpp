@@ -13,7 +13,8 @@
 // a_s per admitted micro-batch less what earlier B's (share 1 - w_mem_frac)
 // and W's (share w_mem_frac) freed, is linear in those binaries and kept
 // within the limit. Minimise the makespan. The micro-batches are
-// interchangeable, so stage 0's forwards are fixed in micro-batch order.
+// interchangeable, so every stage's forwards are fixed in micro-batch order
+// (argued where the bounds are set).
 // The lowering and the simulator run the solution's per-stage order as soon
 // as possible, which cannot be slower than the program's start times.
 #include "analysis/Schedule/Orders.h"
@@ -153,11 +154,18 @@ OptimalResult optimalSchedule(const Problem &problemIn, double seconds) {
         addRow({{i, 1}, {j, -1}, {y, M}}, -inf, M - di);
         addRow({{j, 1}, {i, -1}, {y, -M}}, -inf, -dj);
       }
-  // Stage 0's forwards in micro-batch order (interchangeable micro-batches),
-  // and the orders the dependencies imply: a micro-batch's F, B, W.
-  for (int mb = 0; mb + 1 < m; ++mb)
-    for (int later = mb + 1; later < m; ++later)
-      colLower[pairIndex[op(0, mb, F)][op(0, later, F)]] = 1.0;
+  // Every stage's forwards in micro-batch order, and the orders the
+  // dependencies imply (a micro-batch's F, B, W). The first is no loss: the
+  // micro-batches are interchangeable, so stage 0's forwards can be numbered
+  // in order; then if a stage s >= 1 ran F(b) before F(a), a < b, swapping
+  // the labels a and b on the forwards of stages >= s and on every B and W
+  // keeps each dependency (stage s - 1 ran F(a) no later than F(b)) and each
+  // stage's memory (the same times of adding and freeing), and orders stage
+  // s's pair; stage by stage, every stage's forwards come in order.
+  for (int st = 0; st < p; ++st)
+    for (int mb = 0; mb + 1 < m; ++mb)
+      for (int later = mb + 1; later < m; ++later)
+        colLower[pairIndex[op(st, mb, F)][op(st, later, F)]] = 1.0;
   for (int st = 0; st < p; ++st)
     for (int mb = 0; mb < m; ++mb) {
       colLower[pairIndex[op(st, mb, F)][op(st, mb, B)]] = 1.0;
