@@ -172,15 +172,25 @@ OptimalResult optimalSchedule(const Problem &problemIn, double seconds) {
       colLower[pairIndex[op(st, mb, F)][op(st, mb, W)]] = 1.0;
       colLower[pairIndex[op(st, mb, B)][op(st, mb, W)]] = 1.0;
     }
-  // A stage starts no earlier than the first forward reaches it and then has
-  // all its work to do: Cmax >= that (the bound the LP relaxation misses).
+  // Bounds the LP relaxation misses: a stage has all its work to do, and
+  // it idles until the first forward reaches it and, until its first
+  // backward can start (after the round trip), can only run forwards, no
+  // more than its memory admits (k of its micro-batches, none freed yet).
   for (int st = 0; st < p; ++st) {
-    double arrival = 0, load = 0;
+    double arrival = 0, load = 0, firstBackward = 0;
     for (int t = 0; t < st; ++t)
       arrival += duration(t, F) + P.comm;
+    for (int t = 0; t < p; ++t)
+      firstBackward += duration(t, F) + (t + 1 < p ? P.comm : 0.0);
+    for (int t = st + 1; t < p; ++t)
+      firstBackward += duration(t, B) + P.comm;
     for (int k : {F, B, W})
       load += m * duration(st, k);
-    addRow({{cmax, 1}}, arrival + load, inf);
+    const double a = P.activationOf(st, 0);
+    const double admitted =
+        P.memoryLimit > 0 && a > 0 ? std::min<double>(m, std::floor(P.memoryLimit / a + 1e-9)) : m;
+    const double busyBefore = std::min(admitted * duration(st, F), firstBackward - arrival);
+    addRow({{cmax, 1}}, std::max(arrival, firstBackward - busyBefore) + load, inf);
   }
   // Memory when each F starts. before(x, f) as a linear term of the pair binary.
   if (P.memoryLimit > 0)
