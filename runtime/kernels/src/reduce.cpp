@@ -9,6 +9,23 @@ namespace pipec::kernels {
 
 using namespace detail;
 
+namespace {
+/// One softmax row: y[i·st] = softmax of z[i·st], i < n (the max subtracted
+/// first, exponentials in float, their sum in double). z may be y.
+void softmaxRow(const float *z, float *y, int64_t n, int64_t st) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = z[i * st] > m ? z[i * st] : m;
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = expOrZero(z[i * st] - m);
+    y[i * st] = e;
+    sum += e;
+  }
+  const float inv = (float)(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) y[i * st] *= inv;
+}
+} // namespace
+
 void softmax(const float *x, const Shape &xs, int64_t axis, float *y) {
   checkRank("nn.softmax", xs, 1, "the input");
   const AxisView v = viewAround(xs, (int)normalizeAxis("nn.softmax", axis, xs.size));
@@ -16,19 +33,7 @@ void softmax(const float *x, const Shape &xs, int64_t axis, float *y) {
   parallelRanges(v.outer * v.inner, xs.numel(), [&](int64_t lo, int64_t hi) {
     for (int64_t row = lo; row < hi; ++row) {
       const int64_t o = row / v.inner, in = row % v.inner;
-      const float *xr = x + o * v.size * v.inner + in;
-      float *yr = y + o * v.size * v.inner + in;
-      const int64_t st = v.inner;
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t i = 0; i < v.size; ++i) m = xr[i * st] > m ? xr[i * st] : m;
-      double sum = 0;
-      for (int64_t i = 0; i < v.size; ++i) {
-        const float e = expOrZero(xr[i * st] - m);
-        yr[i * st] = e;
-        sum += e;
-      }
-      const float inv = (float)(1.0 / sum);
-      for (int64_t i = 0; i < v.size; ++i) yr[i * st] *= inv;
+      softmaxRow(x + o * v.size * v.inner + in, y + o * v.size * v.inner + in, v.size, v.inner);
     }
   });
 }
@@ -90,19 +95,10 @@ void maskedSoftmax(const float *x, const Shape &xs, const uint8_t *mask, const S
       const float *xr = x + row * v.size;
       float *yr = y + row * v.size;
       const uint8_t *mr = mask + v.maskOffset(row);
-      // z, as the unfused scale and where write it
+      // z, as the unfused scale and where write it, then its softmax in place
       for (int64_t i = 0; i < v.size; ++i)
         yr[i] = (mr[i * v.maskInner] != 0) == maskedWhen ? fill : divide ? xr[i] / scale : xr[i] * scale;
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t i = 0; i < v.size; ++i) m = yr[i] > m ? yr[i] : m;
-      double sum = 0;
-      for (int64_t i = 0; i < v.size; ++i) {
-        const float e = expOrZero(yr[i] - m);
-        yr[i] = e;
-        sum += e;
-      }
-      const float inv = (float)(1.0 / sum);
-      for (int64_t i = 0; i < v.size; ++i) yr[i] *= inv;
+      softmaxRow(yr, yr, v.size, 1);
     }
   });
 }

@@ -125,6 +125,16 @@ struct ThreadLanes {
 /// neighbouring addresses).
 inline bool blockPerSegment(int64_t segments, int64_t inner) { return inner == 1 || segments < 2048; }
 
+/// Calls launch(P{}, grid, block) with the lanes blockPerSegment chooses:
+/// BlockLanes with a block per segment, else ThreadLanes with a thread per
+/// segment. `launch` starts the kernel instantiated for P.
+template <class Launch> void launchPerSegment(int64_t segments, int64_t size, int64_t inner, Launch &&launch) {
+  if (blockPerSegment(segments, inner))
+    launch(BlockLanes{}, segmentBlocks(segments), segmentThreads(size));
+  else
+    launch(ThreadLanes{}, detail::blocksFor(segments), (unsigned)detail::kThreads);
+}
+
 } // namespace pipec::kernels::cuda::nn
 
 #endif // PIPEC_CUDA_KERNELS_NN_COMMON_CUH

@@ -19,23 +19,27 @@ using namespace nn;
 // Softmax
 //===----------------------------------------------------------------------===//
 
+/// One segment's softmax: y[i·stride] = softmax of z[i·stride], i < size,
+/// by P's lanes (each reads only the elements it writes: z may be y).
+template <class P> __device__ void softmaxSegment(const float *z, float *y, int64_t size, int64_t stride) {
+  float m = -INFINITY;
+  for (int64_t i = P::lane(); i < size; i += P::lanes()) m = z[i * stride] > m ? z[i * stride] : m;
+  m = P::reduce(m, MaxOp{});
+  double sum = 0;
+  for (int64_t i = P::lane(); i < size; i += P::lanes()) {
+    const float e = expf(z[i * stride] - m);
+    y[i * stride] = e;
+    sum += e;
+  }
+  sum = P::reduce(sum, SumOp{});
+  const float inv = (float)(1.0 / sum);
+  for (int64_t i = P::lane(); i < size; i += P::lanes()) y[i * stride] *= inv;
+}
+
 template <class P> __global__ void softmaxKernel(const float *x, float *y, int64_t segments, int64_t size, int64_t inner) {
   for (int64_t seg = P::first(); seg < segments; seg += P::step()) {
     const int64_t o = seg / inner, in = seg - o * inner;
-    const float *xr = x + o * size * inner + in;
-    float *yr = y + o * size * inner + in;
-    float m = -INFINITY;
-    for (int64_t i = P::lane(); i < size; i += P::lanes()) m = xr[i * inner] > m ? xr[i * inner] : m;
-    m = P::reduce(m, MaxOp{});
-    double sum = 0;
-    for (int64_t i = P::lane(); i < size; i += P::lanes()) {
-      const float e = expf(xr[i * inner] - m);
-      yr[i * inner] = e;
-      sum += e;
-    }
-    sum = P::reduce(sum, SumOp{});
-    const float inv = (float)(1.0 / sum);
-    for (int64_t i = P::lane(); i < size; i += P::lanes()) yr[i * inner] *= inv;
+    softmaxSegment<P>(x + o * size * inner + in, y + o * size * inner + in, size, inner);
   }
 }
 
@@ -67,32 +71,19 @@ __device__ __forceinline__ bool maskedAt(const uint8_t *mask, const detail::Inde
   return (mask[off[0]] != 0) == maskedWhen;
 }
 
-/// As softmaxKernel along the last axis (inner = 1), of z = masked ? fill :
-/// x * scale (x / scale), written to y first.
+/// softmaxSegment along the last axis of z = masked ? fill : x * scale
+/// (x / scale), written to y first.
 template <class P>
 __global__ void maskedSoftmaxKernel(const float *x, const uint8_t *mask, detail::IndexMap<1> map, float scale,
                                     bool divide, float fill, bool maskedWhen, float *y, int64_t segments,
                                     int64_t size) {
   for (int64_t seg = P::first(); seg < segments; seg += P::step()) {
     const int64_t base = seg * size;
-    float m = -INFINITY;
-    for (int64_t i = P::lane(); i < size; i += P::lanes()) {
-      const float z = maskedAt(mask, map, base + i, maskedWhen) ? fill
-                      : divide                                   ? x[base + i] / scale
-                                                                 : x[base + i] * scale;
-      y[base + i] = z;
-      m = z > m ? z : m;
-    }
-    m = P::reduce(m, MaxOp{});
-    double sum = 0;
-    for (int64_t i = P::lane(); i < size; i += P::lanes()) {
-      const float e = expf(y[base + i] - m);
-      y[base + i] = e;
-      sum += e;
-    }
-    sum = P::reduce(sum, SumOp{});
-    const float inv = (float)(1.0 / sum);
-    for (int64_t i = P::lane(); i < size; i += P::lanes()) y[base + i] *= inv;
+    for (int64_t i = P::lane(); i < size; i += P::lanes())
+      y[base + i] = maskedAt(mask, map, base + i, maskedWhen) ? fill
+                    : divide                                   ? x[base + i] / scale
+                                                               : x[base + i] * scale;
+    softmaxSegment<P>(y + base, y + base, size, 1);
   }
 }
 
@@ -256,12 +247,10 @@ void softmax(const float *x, const Shape &xs, int64_t axis, float *y) {
   const AxisView v = viewAround(xs, (int)normalizeAxis(op, axis, xs.size));
   const int64_t segments = v.outer * v.inner;
   if (segments == 0 || v.size == 0) return;
-  if (blockPerSegment(segments, v.inner))
-    softmaxKernel<BlockLanes><<<segmentBlocks(segments), segmentThreads(v.size), 0, detail::stream()>>>(
-        x, y, segments, v.size, v.inner);
-  else
-    softmaxKernel<ThreadLanes><<<detail::blocksFor(segments), detail::kThreads, 0, detail::stream()>>>(
-        x, y, segments, v.size, v.inner);
+  launchPerSegment(segments, v.size, v.inner, [&](auto lanes, unsigned grid, unsigned block) {
+    using P = decltype(lanes);
+    softmaxKernel<P><<<grid, block, 0, detail::stream()>>>(x, y, segments, v.size, v.inner);
+  });
   detail::checkLaunch(op);
 }
 
@@ -271,12 +260,10 @@ void softmaxGrad(const float *dy, const float *y, const Shape &s, int64_t axis, 
   const AxisView v = viewAround(s, (int)normalizeAxis(op, axis, s.size));
   const int64_t segments = v.outer * v.inner;
   if (segments == 0 || v.size == 0) return;
-  if (blockPerSegment(segments, v.inner))
-    softmaxGradKernel<BlockLanes><<<segmentBlocks(segments), segmentThreads(v.size), 0, detail::stream()>>>(
-        dy, y, dx, segments, v.size, v.inner);
-  else
-    softmaxGradKernel<ThreadLanes><<<detail::blocksFor(segments), detail::kThreads, 0, detail::stream()>>>(
-        dy, y, dx, segments, v.size, v.inner);
+  launchPerSegment(segments, v.size, v.inner, [&](auto lanes, unsigned grid, unsigned block) {
+    using P = decltype(lanes);
+    softmaxGradKernel<P><<<grid, block, 0, detail::stream()>>>(dy, y, dx, segments, v.size, v.inner);
+  });
   detail::checkLaunch(op);
 }
 
@@ -300,12 +287,11 @@ void maskedSoftmax(const float *x, const Shape &xs, const uint8_t *mask, const S
   const detail::IndexMap<1> map = maskMap(op, xs, ms);
   const int64_t size = xs.v[xs.size - 1], segments = size == 0 ? 0 : xs.numel() / size;
   if (segments == 0) return;
-  if (blockPerSegment(segments, 1))
-    maskedSoftmaxKernel<BlockLanes><<<segmentBlocks(segments), segmentThreads(size), 0, detail::stream()>>>(
-        x, mask, map, scale, divide, fill, maskedWhen, y, segments, size);
-  else
-    maskedSoftmaxKernel<ThreadLanes><<<detail::blocksFor(segments), detail::kThreads, 0, detail::stream()>>>(
-        x, mask, map, scale, divide, fill, maskedWhen, y, segments, size);
+  launchPerSegment(segments, size, 1, [&](auto lanes, unsigned grid, unsigned block) {
+    using P = decltype(lanes);
+    maskedSoftmaxKernel<P><<<grid, block, 0, detail::stream()>>>(x, mask, map, scale, divide, fill, maskedWhen, y,
+                                                                  segments, size);
+  });
   detail::checkLaunch(op);
 }
 
@@ -315,12 +301,11 @@ void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const ui
   const detail::IndexMap<1> map = maskMap(op, s, ms);
   const int64_t size = s.v[s.size - 1], segments = size == 0 ? 0 : s.numel() / size;
   if (segments == 0) return;
-  if (blockPerSegment(segments, 1))
-    maskedSoftmaxGradKernel<BlockLanes><<<segmentBlocks(segments), segmentThreads(size), 0, detail::stream()>>>(
-        dy, y, mask, map, scale, divide, maskedWhen, dx, segments, size);
-  else
-    maskedSoftmaxGradKernel<ThreadLanes><<<detail::blocksFor(segments), detail::kThreads, 0, detail::stream()>>>(
-        dy, y, mask, map, scale, divide, maskedWhen, dx, segments, size);
+  launchPerSegment(segments, size, 1, [&](auto lanes, unsigned grid, unsigned block) {
+    using P = decltype(lanes);
+    maskedSoftmaxGradKernel<P><<<grid, block, 0, detail::stream()>>>(dy, y, mask, map, scale, divide, maskedWhen,
+                                                                      dx, segments, size);
+  });
   detail::checkLaunch(op);
 }
 
@@ -346,14 +331,12 @@ void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labe
   double *lossE = none ? nullptr : perElement.as<double>();
   double *weightE = none ? nullptr : lossE + segments;
   int *flag = detail::errorFlag();
-  if (blockPerSegment(segments, v.inner))
-    lossKernel<BlockLanes, L><<<segmentBlocks(segments), segmentThreads(v.size), 0, detail::stream()>>>(
-        scores, labels, weights, segments, v.size, v.inner, ignoreOf(ignoreIndex), flag, none ? loss : nullptr,
-        lossE, weightE, logProb);
-  else
-    lossKernel<ThreadLanes, L><<<detail::blocksFor(segments), detail::kThreads, 0, detail::stream()>>>(
-        scores, labels, weights, segments, v.size, v.inner, ignoreOf(ignoreIndex), flag, none ? loss : nullptr,
-        lossE, weightE, logProb);
+  launchPerSegment(segments, v.size, v.inner, [&](auto lanes, unsigned grid, unsigned block) {
+    using P = decltype(lanes);
+    lossKernel<P, L><<<grid, block, 0, detail::stream()>>>(scores, labels, weights, segments, v.size, v.inner,
+                                                           ignoreOf(ignoreIndex), flag, none ? loss : nullptr, lossE,
+                                                           weightE, logProb);
+  });
   detail::checkLaunch(op);
   if (!none) {
     lossReduceKernel<<<1, kReduceThreads, 0, detail::stream()>>>(lossE, weightE, segments,
@@ -379,14 +362,12 @@ void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const 
     detail::checkLaunch(op);
   }
   const bool none = reduction == Reduction::None;
-  if (blockPerSegment(segments, v.inner))
-    lossGradKernel<BlockLanes, L><<<segmentBlocks(segments), segmentThreads(v.size), 0, detail::stream()>>>(
-        dloss, scores, labels, weights, segments, v.size, v.inner, ignore, flag, none, weightSum.as<double>(),
-        dscores);
-  else
-    lossGradKernel<ThreadLanes, L><<<detail::blocksFor(segments), detail::kThreads, 0, detail::stream()>>>(
-        dloss, scores, labels, weights, segments, v.size, v.inner, ignore, flag, none, weightSum.as<double>(),
-        dscores);
+  launchPerSegment(segments, v.size, v.inner, [&](auto lanes, unsigned grid, unsigned block) {
+    using P = decltype(lanes);
+    lossGradKernel<P, L><<<grid, block, 0, detail::stream()>>>(dloss, scores, labels, weights, segments, v.size,
+                                                               v.inner, ignore, flag, none, weightSum.as<double>(),
+                                                               dscores);
+  });
   detail::checkLaunch(op);
 }
 
