@@ -282,7 +282,8 @@ OptimalResult optimalSchedule(const Problem &problemIn, double seconds) {
   }
   OptimalResult result;
   result.schedule = detail::scheduleFromStageOrders("optimal", P, orders);
-  const SimResult sim = simulate(result.schedule);
+  result.sim = simulate(result.schedule);
+  const SimResult &sim = result.sim;
   result.makespan = sim.makespan;
   result.proven = model.isProvenOptimal();
   // Every schedule ends with a STEP after its last compute on some rank.

@@ -107,27 +107,6 @@ struct Schedule {
   int rankFor(int vs, int mb) const;
 };
 
-// ---------------------------------------------------------------- exact mode
-// `pipec schedule --optimal` (Optimal.cpp, docs/schedules.md): the makespan-
-// optimal schedule of one model chunk per rank with a split backward (the
-// space of 1F1B, ZB-H1 and auto's orders) under the memory limit, from an
-// integer program solved by COIN-OR CBC, with the bound the solver proved.
-struct OptimalResult {
-  bool proven = false;   // the solver closed the gap within its time
-  double makespan = 0;   // simulated makespan of `schedule`, the best found
-  double lowerBound = 0; // no schedule of the space is faster: the certificate
-  double seconds = 0;
-  long nodes = 0;        // branch-and-bound nodes
-  Schedule schedule;
-};
-// Whether this build has the solver (CMake option PIPEC_WITH_CBC).
-bool optimalAvailable();
-// Throws ScheduleError without the solver, for a problem outside the space
-// (several chunks, replicas, recompute, PipeDream) or one too large
-// (more than 8 stages or 16 micro-batches), and when no schedule is found in
-// `seconds`.
-OptimalResult optimalSchedule(const Problem &problem, double seconds);
-
 // ---------------------------------------------------------------- generators
 // The families of Families.h, by name (scheduleFamilies(), in their order).
 std::vector<std::string> scheduleNames();
@@ -180,6 +159,28 @@ struct SimResult {
 // BWD_INPUT) starts no earlier than `comm` after the matching send (as
 // piperun runs it). Throws on deadlock.
 SimResult simulate(const Schedule &schedule);
+
+// ---------------------------------------------------------------- exact mode
+// `pipec schedule --optimal` (Optimal.cpp, docs/schedules.md): the makespan-
+// optimal schedule of one model chunk per rank with a split backward (the
+// space of 1F1B, ZB-H1 and auto's orders) under the memory limit, from an
+// integer program solved by COIN-OR CBC, with the bound the solver proved.
+struct OptimalResult {
+  bool proven = false;   // the solver closed the gap within its time
+  double makespan = 0;   // simulated makespan of `schedule`, the best found
+  double lowerBound = 0; // no schedule of the space is faster: the certificate
+  double seconds = 0;
+  long nodes = 0;        // branch-and-bound nodes
+  Schedule schedule;
+  SimResult sim;         // of `schedule`
+};
+// Whether this build has the solver (CMake option PIPEC_WITH_CBC).
+bool optimalAvailable();
+// Throws ScheduleError without the solver, for a problem outside the space
+// (several chunks, replicas, recompute, PipeDream) or one too large
+// (more than 8 stages or 16 micro-batches), and when no schedule is found in
+// `seconds`.
+OptimalResult optimalSchedule(const Problem &problem, double seconds);
 
 // ---------------------------------------------------------------- output
 std::string toText(const Schedule &schedule);
