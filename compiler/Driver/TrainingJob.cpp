@@ -68,6 +68,15 @@ std::pair<double, double> valueRange(func::FuncOp forward, BlockArgument field) 
 
 bool cudaTarget(const CompileOptions &options) { return options.target == "cuda"; }
 
+/// The host compiler's optimisation flags for a CPU stage (pipec --build and
+/// the stages' CMakeLists.txt alike). -O3 with -fno-trapping-math lets GCC
+/// vectorize the fused element-wise loops, whose selects (ReLU and its
+/// gradient) it otherwise keeps as branches; neither flag, nor
+/// -fno-math-errno, changes a result, and -ffp-contract=off keeps a
+/// user's -march from fusing a multiply-add (docs/optimization.md,
+/// "Compiling the stage").
+constexpr const char *kCpuStageOptimizeFlags = "-O3 -fno-math-errno -fno-trapping-math -ffp-contract=off";
+
 /// nvcc's -gencode for each architecture ("sm_90" -> compute_90 / sm_90).
 std::string gencodeFlags(const std::vector<std::string> &archs) {
   std::string flags;
@@ -104,8 +113,8 @@ std::string stageDirDefine(const fs::path &source) {
 std::string buildCommand(const CompileOptions &options, const fs::path &source,
                          const fs::path &library) {
   if (!cudaTarget(options))
-    return std::string("c++ -O2 -std=c++17 -fPIC -shared -I" PIPEC_RUNTIME_INCLUDE_DIR
-                       " -I" PIPEC_CPU_KERNELS_INCLUDE_DIR " ") +
+    return std::string("c++ ") + kCpuStageOptimizeFlags +
+           " -std=c++17 -fPIC -shared -I" PIPEC_RUNTIME_INCLUDE_DIR " -I" PIPEC_CPU_KERNELS_INCLUDE_DIR " " +
            stageDirDefine(source) + " " + shellWord(source) + " '" PIPEC_CPU_KERNELS_LIBRARY "' " PIPEC_BLAS_LINK_FLAGS " -fopenmp -o " +
            shellWord(library) + " 2>&1";
 #ifdef PIPEC_CUDA_KERNELS_LIBRARY
@@ -189,8 +198,8 @@ FailureOr<plan::Runtime> writeTrainingJob(ModuleOp module, const CompileOptions 
     const bool cuda = cudaTarget(options);
     cmake += "add_library(" + stem + " SHARED " + stem + extension + ")\n"
              "set_target_properties(" + stem + " PROPERTIES OUTPUT_NAME " + stem + ")\n";
-    if (cuda)
-      cmake += "target_compile_options(" + stem + " PRIVATE --expt-relaxed-constexpr)\n";
+    cmake += "target_compile_options(" + stem + " PRIVATE " +
+             (cuda ? std::string("--expt-relaxed-constexpr") : std::string(kCpuStageOptimizeFlags)) + ")\n";
     // The source embeds its large constants from the file beside it (.incbin).
     cmake += "target_compile_definitions(" + stem +
              " PRIVATE \"PIPEC_STAGE_DIR=\\\"${CMAKE_CURRENT_SOURCE_DIR}\\\"\")\n"

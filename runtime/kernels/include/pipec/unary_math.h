@@ -31,7 +31,9 @@ template <Unary> struct UnaryWithoutFormula : std::false_type {};
 /// f(v).
 template <Unary U> PIPEC_HOST_DEVICE float unaryValue(float v) {
   using namespace unary_constants;
-  if constexpr (U == Unary::Relu) return (v > 0.0f || v != v) ? v : 0.0f; // NaN propagates
+  // NaN propagates (it is not <= 0) and -0 becomes +0; one compare and
+  // select, which vectorizes.
+  if constexpr (U == Unary::Relu) return v <= 0.0f ? 0.0f : v;
   else if constexpr (U == Unary::Tanh) return tanhf(v);
   else if constexpr (U == Unary::Sigmoid) return 1.0f / (1.0f + expf(-v));
   else if constexpr (U == Unary::Erf) return erff(v);
