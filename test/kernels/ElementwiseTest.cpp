@@ -212,6 +212,33 @@ TEST(Dropout, MaskAndValuesMatchTheEvaluator) {
     EXPECT_EQ(y[i], mask[i] ? (float)((double)x[i] / (1.0 - (double)0.1f)) : 0.0f);
 }
 
+// The kernel's integer comparison against the evaluator's double one, on
+// ratios whose r·2^53 is an integer (the boundary) and ones that are not,
+// and a long tensor (several blocks, a ragged end) element by element.
+TEST(Dropout, IntegerThresholdAgreesWithTheUniform) {
+  const double ratios[] = {0x1p-53, 0.25, 0.5, (double)0.1f, (double)0.999f, 1.0 - 0x1p-53, 1e-300};
+  const uint64_t key = pk::dropoutStreamKey(3, 1, 4, 1);
+  for (double r : ratios) {
+    const uint64_t threshold = pk::dropoutKeepThreshold(r);
+    for (uint64_t i = 0; i < 20000; ++i) {
+      const uint64_t top = pk::dropoutMix64(key + (i + 1) * pk::kDropoutGamma) >> 11;
+      ASSERT_EQ(top >= threshold, pk::dropoutUniform(key, i) >= r) << "ratio " << r << " index " << i;
+    }
+    // Draws exactly at the threshold and one below it.
+    ASSERT_GE((double)threshold * 0x1p-53, r);
+    if (threshold > 0) ASSERT_LT((double)(threshold - 1) * 0x1p-53, r);
+  }
+  const int64_t n = 1000;
+  std::vector<float> x(n, 1.5f), y(n);
+  std::vector<uint8_t> mask(n);
+  pk::dropout(x.data(), n, y.data(), mask.data(), 0.3f, true, key);
+  for (int64_t i = 0; i < n; ++i) {
+    const bool keep = pk::dropoutUniform(key, (uint64_t)i) >= (double)0.3f;
+    ASSERT_EQ(mask[i], keep ? 1 : 0) << i;
+    ASSERT_EQ(y[i], keep ? (float)(1.5 * (1.0 / (1.0 - (double)0.3f))) : 0.0f) << i;
+  }
+}
+
 TEST(Dropout, IdentityOutsideTrainingAndRatioChecked) {
   auto x = randomVec(100, 3);
   std::vector<float> y(100);

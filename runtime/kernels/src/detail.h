@@ -45,10 +45,6 @@ inline AxisView viewAround(const Shape &s, int axis) {
   return {productOf(s, 0, axis), s.v[axis], productOf(s, axis + 1, s.size)};
 }
 
-/// expf(d) where it is not +0: libm takes a slow path for an underflowing
-/// result (it sets errno), which a masked softmax's -inf fill hits on every
-/// masked element. For d <= -104 expf rounds to +0 anyway: the same bits.
-inline float expOrZero(float d) { return d <= -104.0f ? 0.0f : std::exp(d); }
 
 /// Broadcast strides of `in` (right-aligned) against the output shape `out`:
 /// 0 along axes where `in` has size 1 or is missing.
@@ -161,6 +157,49 @@ template <class F> void parallelRanges(int64_t n, int64_t work, F &&f) {
 
 /// Element-wise: f(begin, end) over [0, n) in parallel ranges.
 template <class F> void parallelElements(int64_t n, F &&f) { parallelRanges(n, n, std::forward<F>(f)); }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/// f(lo, hi) with f and everything it calls inlined here and compiled for
+/// AVX2; only called on a CPU that has it.
+template <class F> __attribute__((target("avx2"), flatten)) void callWithAvx2(const F &f, int64_t lo, int64_t hi) {
+  f(lo, hi);
+}
+#endif
+
+/// f(lo, hi) on the widest vectors this CPU has: the library is built for
+/// the baseline x86-64 (SSE2), and a loop f runs twice as many lanes under
+/// AVX2. The results are the same bits either way: lanes are independent
+/// IEEE operations, a sum keeps its lane order, and no build fuses a
+/// multiply-add (-ffp-contract=off, runtime/kernels/CMakeLists.txt).
+template <class F> void withWidestVectors(const F &f, int64_t lo, int64_t hi) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool hasAvx2 = __builtin_cpu_supports("avx2");
+  if (hasAvx2) return callWithAvx2(f, lo, hi);
+#endif
+  f(lo, hi);
+}
+
+/// Σ f(i) over [0, n): eight lanes of Acc (independent chains the compiler
+/// vectorizes, where one running sum would wait on each add) combined in
+/// double in a fixed order, so the result does not depend on threads or on
+/// the vector width.
+template <class Acc = float, class F> double laneSum(int64_t n, F f) {
+  Acc acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += (Acc)f(i + l);
+  double s = 0;
+  for (; i < n; ++i) s += f(i);
+  for (int l = 0; l < 8; ++l) s += acc[l];
+  return s;
+}
+
+/// parallelRanges and parallelElements whose ranges run on the widest
+/// vectors (withWidestVectors).
+template <class F> void parallelVectorRanges(int64_t n, int64_t work, const F &f) {
+  parallelRanges(n, work, [&](int64_t lo, int64_t hi) { withWidestVectors(f, lo, hi); });
+}
+template <class F> void parallelVectorElements(int64_t n, const F &f) { parallelVectorRanges(n, n, f); }
 
 /// broadcastLoop for loops whose calls are independent (each writes only
 /// output element i and throws nothing): split over rows across threads.

@@ -113,7 +113,7 @@ void where(const uint8_t *cond, const Shape &cs, const T *x, const Shape &xs, co
 
 void unary(Unary op, const float *x, int64_t n, float *y) {
   dispatchUnary(op, [&](auto kind) {
-    parallelElements(n, [&](int64_t lo, int64_t hi) {
+    parallelVectorElements(n, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) y[i] = unaryValue<decltype(kind)::value>(x[i]);
     });
   });
@@ -124,7 +124,7 @@ void unaryGrad(Unary op, const float *dy, const float *x, const float *y, int64_
   dispatchUnary(op, [&](auto kind) {
     constexpr Unary U = decltype(kind)::value;
     // Only the forward value the derivative reads is read (the other may be null).
-    parallelElements(n, [&](int64_t lo, int64_t hi) {
+    parallelVectorElements(n, [&](int64_t lo, int64_t hi) {
       if constexpr (derivativeReadsInput<U>())
         for (int64_t i = lo; i < hi; ++i) dx[i] = unaryGradient<U>(dy[i], x[i], 0.0f);
       else
@@ -221,12 +221,25 @@ void dropout(const float *x, int64_t n, float *y, uint8_t *mask, float ratio, bo
     return;
   }
   const double scale = 1.0 / (1.0 - r);
+  const uint64_t threshold = dropoutKeepThreshold(r);
   // Element i's draw depends on (key, i) only, so any split is the same mask.
-  parallelElements(n, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      const bool keep = dropoutUniform(streamKey, (uint64_t)i) >= r;
-      if (mask) mask[i] = keep;
-      y[i] = keep ? (float)((double)x[i] * scale) : 0.0f;
+  // A block's draws first, as integers (1 = dropped: the top-53-bit draw
+  // minus the threshold is negative), so that each loop vectorizes.
+  parallelVectorElements(n, [&](int64_t lo, int64_t hi) {
+    constexpr int64_t kBlock = 256;
+    uint32_t dropped[kBlock]; // the width of a float: the select below vectorizes
+    for (int64_t begin = lo; begin < hi; begin += kBlock) {
+      const int64_t len = std::min(kBlock, hi - begin);
+      for (int64_t j = 0; j < len; ++j)
+        dropped[j] = (uint32_t)(((dropoutMix64(streamKey + ((uint64_t)(begin + j) + 1) * kDropoutGamma) >> 11) - threshold) >> 63);
+      const float *xb = x + begin;
+      float *yb = y + begin;
+      for (int64_t j = 0; j < len; ++j) {
+        const float kept = (float)((double)xb[j] * scale);
+        yb[j] = dropped[j] ? 0.0f : kept;
+      }
+      if (uint8_t *maskb = mask ? mask + begin : nullptr)
+        for (int64_t j = 0; j < len; ++j) maskb[j] = (uint8_t)(1 - dropped[j]);
     }
   });
 }
@@ -240,7 +253,7 @@ void dropoutGrad(const float *dy, const uint8_t *mask, int64_t n, float *dx, flo
     return;
   }
   const double scale = 1.0 / (1.0 - r);
-  parallelElements(n, [&](int64_t lo, int64_t hi) {
+  parallelVectorElements(n, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) dx[i] = mask[i] ? (float)((double)dy[i] * scale) : 0.0f;
   });
 }

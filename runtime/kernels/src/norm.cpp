@@ -10,20 +10,6 @@ namespace pipec::kernels {
 using namespace detail;
 
 namespace {
-/// Σ f(i) over [0, n): eight lanes of Acc (independent chains the compiler
-/// vectorizes, where one running sum would wait on each add) combined in
-/// double in a fixed order, so the result does not depend on threads.
-template <class Acc = float, class F> double laneSum(int64_t n, F f) {
-  Acc acc[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += (Acc)f(i + l);
-  double s = 0;
-  for (; i < n; ++i) s += f(i);
-  for (int l = 0; l < 8; ++l) s += acc[l];
-  return s;
-}
-
 struct ChannelView {
   int64_t N, C, inner;
 };
@@ -61,7 +47,7 @@ void batchNorm(const float *x, const Shape &xs, const float *scale, const float 
                bool training) {
   const ChannelView v = channelView("nn.batch_norm", xs);
   // Channels are independent (statistics, running update, output): one thread each.
-  parallelRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
+  parallelVectorRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
     for (int64_t c = cBegin; c < cEnd; ++c) {
       const double rm = runningMean[c], rv = runningVar[c];
       double mean = rm, var = rv;
@@ -89,7 +75,7 @@ void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float
                    const float *runningVar, float *dx, float epsilon, bool training) {
   const ChannelView v = channelView("nn.batch_norm_grad", xs);
   (void)runningMean;
-  parallelRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
+  parallelVectorRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
     for (int64_t c = cBegin; c < cEnd; ++c) {
       if (!training) {
         const float a = (float)(scale[c] / std::sqrt((double)runningVar[c] + (double)epsilon));
@@ -123,7 +109,7 @@ void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float
 void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const float *runningMean,
                         const float *runningVar, float *dscale, float *dbias, float epsilon, bool training) {
   const ChannelView v = channelView("nn.batch_norm_param_grad", xs);
-  parallelRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
+  parallelVectorRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
     for (int64_t c = cBegin; c < cEnd; ++c) {
       double mean = runningMean[c], var = runningVar[c];
       if (training) channelStats(x, v, c, mean, var);
@@ -175,7 +161,7 @@ void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape 
   const RowView v = rowView("nn.layer_norm", xs, axis);
   const float *g = expandedParam("nn.layer_norm", scale, ss, v, 1);
   const float *b = bias ? expandedParam("nn.layer_norm", bias, bs, v, 2) : nullptr;
-  parallelRanges(v.rows, v.rows * v.inner, [&](int64_t rBegin, int64_t rEnd) {
+  parallelVectorRanges(v.rows, v.rows * v.inner, [&](int64_t rBegin, int64_t rEnd) {
     for (int64_t r = rBegin; r < rEnd; ++r) {
       const float *xr = x + r * v.inner;
       float *yr = y + r * v.inner;
@@ -196,7 +182,7 @@ void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float
                    int64_t axis, float epsilon) {
   const RowView v = rowView("nn.layer_norm_grad", xs, axis);
   const float *g = expandedParam("nn.layer_norm_grad", scale, ss, v, 1);
-  parallelRanges(v.rows, v.rows * v.inner, [&](int64_t rBegin, int64_t rEnd) {
+  parallelVectorRanges(v.rows, v.rows * v.inner, [&](int64_t rBegin, int64_t rEnd) {
     for (int64_t r = rBegin; r < rEnd; ++r) {
       const float *xr = x + r * v.inner, *dyr = dy + r * v.inner;
       float *dxr = dx + r * v.inner;
@@ -240,14 +226,14 @@ void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
     // rows in order 0, 1, ..., with the rows' statistics computed first (in
     // parallel over rows, each row as above).
     float *stats = scratch(3, (size_t)(2 * v.rows));
-    parallelRanges(v.rows, work, [&](int64_t rBegin, int64_t rEnd) {
+    parallelVectorRanges(v.rows, work, [&](int64_t rBegin, int64_t rEnd) {
       for (int64_t r = rBegin; r < rEnd; ++r) {
         double m, inv;
         rowStats(x + r * v.inner, v.inner, m, inv, epsilon);
         stats[2 * r] = (float)m, stats[2 * r + 1] = (float)inv;
       }
     });
-    parallelRanges(v.inner, work, [&](int64_t lo, int64_t hi) {
+    parallelVectorRanges(v.inner, work, [&](int64_t lo, int64_t hi) {
       for (int64_t r = 0; r < v.rows; ++r) {
         const float *xr = x + r * v.inner, *dyr = dy + r * v.inner;
         const float fm = stats[2 * r], fi = stats[2 * r + 1];

@@ -14,7 +14,7 @@ using namespace detail;
 void sgdUpdate(float *param, const float *grad, float *buf, int64_t n, int64_t step, float lr, float momentum,
                float weightDecay) {
   if (step < 1) fail("nn.sgd_update", "step must be >= 1, got " + std::to_string(step));
-  parallelElements(n, [&](int64_t lo, int64_t hi) {
+  parallelVectorElements(n, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       float g = grad[i];
       if (weightDecay != 0.0f) g = g + weightDecay * param[i]; // d_p.add(param, alpha=wd)
@@ -57,7 +57,7 @@ void adamwUpdate(float *param, const float *grad, float *m, float *v, int64_t n,
   const float stepSize = (float)(dlr / bias1);
   const float bias2Sqrt = (float)std::sqrt(1.0 - std::pow(b2, t));
   const bool lerpFromSelf = w1 < 0.5;
-  parallelElements(n, [=](int64_t lo, int64_t hi) {
+  parallelVectorElements(n, [=](int64_t lo, int64_t hi) {
     // Everything by value: captured by reference, each pointer and constant
     // would be reloaded after every store (they might alias), and the loop
     // would not vectorize.

@@ -1,5 +1,6 @@
 // Softmax, softmax cross-entropy, reductions.
 #include "detail.h"
+#include "pipec/float_math.h"
 
 #include <cmath>
 #include <limits>
@@ -10,17 +11,38 @@ namespace pipec::kernels {
 using namespace detail;
 
 namespace {
+/// Σ e^(z[i·st] - m) over i < n, each term in float, the sum in double
+/// (laneSum per block, blocks in order); each term is also stored to
+/// terms[i·st] when terms is not null.
+/// The exponentials are taken a block at a time so that they vectorize.
+double sumOfExponentials(const float *z, int64_t n, int64_t st, float m, float *terms) {
+  constexpr int64_t kBlock = 256;
+  float block[kBlock];
+  double sum = 0;
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int64_t len = std::min(kBlock, n - begin);
+    const float *zb = z + begin * st;
+    withWidestVectors(
+        [&](int64_t lo, int64_t hi) {
+          if (st == 1) // the common case, a contiguous row
+            for (int64_t j = lo; j < hi; ++j) block[j] = expFloat(zb[j] - m);
+          else
+            for (int64_t j = lo; j < hi; ++j) block[j] = expFloat(zb[j * st] - m);
+        },
+        0, len);
+    sum += laneSum<double>(len, [&](int64_t j) { return block[j]; });
+    if (terms)
+      for (int64_t j = 0; j < len; ++j) terms[(begin + j) * st] = block[j];
+  }
+  return sum;
+}
+
 /// One softmax row: y[i·st] = softmax of z[i·st], i < n (the max subtracted
 /// first, exponentials in float, their sum in double). z may be y.
 void softmaxRow(const float *z, float *y, int64_t n, int64_t st) {
   float m = -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < n; ++i) m = z[i * st] > m ? z[i * st] : m;
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float e = expOrZero(z[i * st] - m);
-    y[i * st] = e;
-    sum += e;
-  }
+  const double sum = sumOfExponentials(z, n, st, m, y);
   const float inv = (float)(1.0 / sum);
   for (int64_t i = 0; i < n; ++i) y[i * st] *= inv;
 }
@@ -132,9 +154,8 @@ void logSumExp(const float *scores, const AxisView &v, std::vector<double> &lse)
       const float *s = scores + n * v.size * v.inner + in;
       float m = -std::numeric_limits<float>::infinity();
       for (int64_t c = 0; c < v.size; ++c) m = s[c * v.inner] > m ? s[c * v.inner] : m;
-      double sum = 0;
       // Each term in float (as softmax's), their sum in double.
-      for (int64_t c = 0; c < v.size; ++c) sum += expOrZero(s[c * v.inner] - m);
+      const double sum = sumOfExponentials(s, v.size, v.inner, m, nullptr);
       lse[n * v.inner + in] = m + std::log(sum);
     }
   });
@@ -223,11 +244,18 @@ void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const 
       }
       const int64_t label = (int64_t)labels[e];
       const double k = (weights ? weights[label] : 1.0) * scale * (reduction == Reduction::None ? dloss[e] : 1.0);
-      for (int64_t c = 0; c < v.size; ++c) {
+      // k·(p - 1) at the label, k·p elsewhere; the label's is written last.
+      const auto gradientAt = [&](int64_t c, double target) {
         const int64_t i = (n * v.size + c) * v.inner + in;
-        const double p = expOrZero((float)((double)scores[i] - lse[e]));
-        dscores[i] = (float)(k * (p - (c == label ? 1.0 : 0.0)));
-      }
+        const double p = expFloat((float)((double)scores[i] - lse[e]));
+        dscores[i] = (float)(k * (p - target));
+      };
+      withWidestVectors(
+          [&](int64_t lo, int64_t hi) {
+            for (int64_t c = lo; c < hi; ++c) gradientAt(c, 0.0);
+          },
+          0, v.size);
+      gradientAt(label, 1.0);
     }
   });
 }

@@ -8,6 +8,7 @@
 
 #include "pipec/vocabulary.h"
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -157,6 +158,12 @@ constexpr uint64_t dropoutStreamKey(uint64_t seed, uint64_t step, uint64_t micro
 constexpr double dropoutUniform(uint64_t streamKey, uint64_t index) {
   return static_cast<double>(dropoutMix64(streamKey + (index + 1) * kDropoutGamma) >> 11) *
          (1.0 / 9007199254740992.0);
+}
+/// dropoutUniform(key, i) >= ratio exactly when the draw's top 53 bits
+/// (dropoutMix64(...) >> 11) are at least this: ratio·2^53 is exact, and the
+/// bits are an integer. Lets a loop compare integers, which vectorizes.
+inline uint64_t dropoutKeepThreshold(double ratio) {
+  return static_cast<uint64_t>(std::ceil(ratio * 9007199254740992.0));
 }
 /// The op part of the key when the op has no `seed` attribute: 64-bit
 /// FNV-1a of its name (the ONNX node name), as pipec::eval::dropoutOpId.

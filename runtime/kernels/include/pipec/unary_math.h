@@ -5,6 +5,7 @@
 // pipec/vocabulary.h's table.
 #pragma once
 
+#include "pipec/float_math.h"
 #include "pipec/vocabulary.h"
 
 #include <math.h>
@@ -28,6 +29,23 @@ constexpr float kGeluTanhC = 0.044715f;
 
 template <Unary> struct UnaryWithoutFormula : std::false_type {};
 
+/// e^v and erf(v): on the host the branch-free versions of
+/// pipec/float_math.h, which vectorize; on a GPU, CUDA's.
+PIPEC_HOST_DEVICE float unaryExp(float v) {
+#ifdef __CUDA_ARCH__
+  return expf(v);
+#else
+  return expFloat(v);
+#endif
+}
+PIPEC_HOST_DEVICE float unaryErf(float v) {
+#ifdef __CUDA_ARCH__
+  return erff(v);
+#else
+  return erfFloat(v);
+#endif
+}
+
 /// f(v).
 template <Unary U> PIPEC_HOST_DEVICE float unaryValue(float v) {
   using namespace unary_constants;
@@ -35,10 +53,10 @@ template <Unary U> PIPEC_HOST_DEVICE float unaryValue(float v) {
   // select, which vectorizes.
   if constexpr (U == Unary::Relu) return v <= 0.0f ? 0.0f : v;
   else if constexpr (U == Unary::Tanh) return tanhf(v);
-  else if constexpr (U == Unary::Sigmoid) return 1.0f / (1.0f + expf(-v));
-  else if constexpr (U == Unary::Erf) return erff(v);
+  else if constexpr (U == Unary::Sigmoid) return 1.0f / (1.0f + unaryExp(-v));
+  else if constexpr (U == Unary::Erf) return unaryErf(v);
   else if constexpr (U == Unary::Sqrt) return sqrtf(v);
-  else if constexpr (U == Unary::Gelu) return 0.5f * v * (1.0f + erff(v * kSqrt1_2));
+  else if constexpr (U == Unary::Gelu) return 0.5f * v * (1.0f + unaryErf(v * kSqrt1_2));
   else if constexpr (U == Unary::GeluTanh)
     return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kGeluTanhC * v * v * v)));
   else static_assert(UnaryWithoutFormula<U>::value, "a unary function of vocabulary.h has no formula here");
@@ -51,11 +69,11 @@ template <Unary U> PIPEC_HOST_DEVICE float unaryGradient(float g, float x, float
   if constexpr (U == Unary::Relu) return x > 0.0f ? g : 0.0f;
   else if constexpr (U == Unary::Tanh) return g * (1.0f - y * y);
   else if constexpr (U == Unary::Sigmoid) return g * y * (1.0f - y);
-  else if constexpr (U == Unary::Erf) return g * kTwoOverSqrtPi * expf(-x * x);
+  else if constexpr (U == Unary::Erf) return g * kTwoOverSqrtPi * unaryExp(-x * x);
   else if constexpr (U == Unary::Sqrt) return g / (2.0f * y);
   else if constexpr (U == Unary::Gelu) {
-    const float cdf = 0.5f * (1.0f + erff(x * kSqrt1_2));
-    const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
+    const float cdf = 0.5f * (1.0f + unaryErf(x * kSqrt1_2));
+    const float pdf = kInvSqrt2Pi * unaryExp(-0.5f * x * x);
     return g * (cdf + x * pdf);
   } else if constexpr (U == Unary::GeluTanh) {
     const float t = tanhf(kSqrt2OverPi * (x + kGeluTanhC * x * x * x));
