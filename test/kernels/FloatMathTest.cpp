@@ -7,18 +7,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 
 namespace pk = pipec::kernels;
 
 namespace {
-
-float floatFromBits(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
 
 /// |got - exact| in units of the last place of exact rounded to float (the
 /// smallest denormal's spacing below the normal range).
@@ -29,12 +22,12 @@ double ulpError(float got, double exact) {
   return std::fabs(static_cast<double>(got) - exact) / spacing;
 }
 
-/// Calls check(x) on every 97th float bit pattern (both signs, every
-/// exponent) and on the sweep's own extra points.
+/// Calls check(x) on every 97th finite float bit pattern, with both signs
+/// (every exponent).
 template <typename Check> void sweepFloats(Check check) {
   for (uint64_t bits = 0; bits < 0x7f800000ull; bits += 97) {
-    check(floatFromBits(static_cast<uint32_t>(bits)));
-    check(floatFromBits(static_cast<uint32_t>(bits) | 0x80000000u));
+    check(pk::float_math_detail::fromBits(static_cast<uint32_t>(bits)));
+    check(pk::float_math_detail::fromBits(static_cast<uint32_t>(bits) | 0x80000000u));
   }
 }
 

@@ -45,7 +45,6 @@ inline AxisView viewAround(const Shape &s, int axis) {
   return {productOf(s, 0, axis), s.v[axis], productOf(s, axis + 1, s.size)};
 }
 
-
 /// Broadcast strides of `in` (right-aligned) against the output shape `out`:
 /// 0 along axes where `in` has size 1 or is missing.
 inline std::array<int64_t, kMaxRank> broadcastStrides(const Shape &in, const Shape &out) {

@@ -223,15 +223,15 @@ void dropout(const float *x, int64_t n, float *y, uint8_t *mask, float ratio, bo
   const double scale = 1.0 / (1.0 - r);
   const uint64_t threshold = dropoutKeepThreshold(r);
   // Element i's draw depends on (key, i) only, so any split is the same mask.
-  // A block's draws first, as integers (1 = dropped: the top-53-bit draw
-  // minus the threshold is negative), so that each loop vectorizes.
+  // A block's draws first, as integers (1 = dropped: the draw minus the
+  // threshold is negative), so that each loop vectorizes.
   parallelVectorElements(n, [&](int64_t lo, int64_t hi) {
     constexpr int64_t kBlock = 256;
     uint32_t dropped[kBlock]; // the width of a float: the select below vectorizes
     for (int64_t begin = lo; begin < hi; begin += kBlock) {
       const int64_t len = std::min(kBlock, hi - begin);
       for (int64_t j = 0; j < len; ++j)
-        dropped[j] = (uint32_t)(((dropoutMix64(streamKey + ((uint64_t)(begin + j) + 1) * kDropoutGamma) >> 11) - threshold) >> 63);
+        dropped[j] = (uint32_t)((dropoutDraw(streamKey, (uint64_t)(begin + j)) - threshold) >> 63);
       const float *xb = x + begin;
       float *yb = y + begin;
       for (int64_t j = 0; j < len; ++j) {

@@ -1,7 +1,7 @@
 // exp and erf in fp32 without branches, so that a loop over them vectorizes
 // (glibc's expf and erff are calls the compiler keeps scalar). Both are
 // within 1.5 ulp of the exact value over the whole float range, NaN and ±inf
-// included (test/kernels/float_math_test.cpp checks every float of a sweep
+// included (test/kernels/FloatMathTest.cpp checks every 97th float
 // against double precision). docs/cpu-kernels.md, "exp and erf", says why.
 #pragma once
 

@@ -154,14 +154,17 @@ constexpr uint64_t dropoutStreamKey(uint64_t seed, uint64_t step, uint64_t micro
   key = dropoutMix64(key ^ (microBatch + kDropoutGamma));
   return dropoutMix64(key ^ (opId + kDropoutGamma));
 }
-/// A uniform double in [0, 1): the top 53 bits of element `index` of the stream.
-constexpr double dropoutUniform(uint64_t streamKey, uint64_t index) {
-  return static_cast<double>(dropoutMix64(streamKey + (index + 1) * kDropoutGamma) >> 11) *
-         (1.0 / 9007199254740992.0);
+/// The top 53 bits of element `index` of the stream.
+constexpr uint64_t dropoutDraw(uint64_t streamKey, uint64_t index) {
+  return dropoutMix64(streamKey + (index + 1) * kDropoutGamma) >> 11;
 }
-/// dropoutUniform(key, i) >= ratio exactly when the draw's top 53 bits
-/// (dropoutMix64(...) >> 11) are at least this: ratio·2^53 is exact, and the
-/// bits are an integer. Lets a loop compare integers, which vectorizes.
+/// A uniform double in [0, 1): dropoutDraw scaled by 2^-53.
+constexpr double dropoutUniform(uint64_t streamKey, uint64_t index) {
+  return static_cast<double>(dropoutDraw(streamKey, index)) * (1.0 / 9007199254740992.0);
+}
+/// dropoutUniform(key, i) >= ratio exactly when dropoutDraw(key, i) is at
+/// least this: ratio·2^53 is exact, and the draw is an integer. Lets a loop
+/// compare integers, which vectorizes.
 inline uint64_t dropoutKeepThreshold(double ratio) {
   return static_cast<uint64_t>(std::ceil(ratio * 9007199254740992.0));
 }
