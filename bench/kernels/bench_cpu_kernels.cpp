@@ -103,6 +103,11 @@ int main(int argc, char **argv) {
   benchGemm(512, 3072, 768, false);
   benchConv({8, 64, 32, 32}, {64, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}, 1); // ResNet block, CIFAR
   benchConv({8, 3, 32, 32}, {64, 3, 3, 3}, {1, 1}, {1, 1, 1, 1}, 1);   // first layer
+  // bench/codegen's ResNet (micro-batch 16): its 3x3 layers at each width.
+  benchConv({16, 32, 32, 32}, {32, 32, 3, 3}, {1, 1}, {1, 1, 1, 1}, 1);
+  benchConv({16, 32, 32, 32}, {64, 32, 3, 3}, {2, 2}, {1, 1, 1, 1}, 1);
+  benchConv({16, 64, 16, 16}, {64, 64, 3, 3}, {1, 1}, {1, 1, 1, 1}, 1);
+  benchConv({16, 128, 8, 8}, {128, 128, 3, 3}, {1, 1}, {1, 1, 1, 1}, 1);
   benchConv({8, 128, 16, 16}, {256, 128, 1, 1}, {1, 1}, {0, 0, 0, 0}, 1); // pointwise
   benchConv({8, 64, 32, 32}, {64, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, 64); // depthwise
   benchLayerNorm(512, 768);

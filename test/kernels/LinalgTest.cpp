@@ -114,6 +114,39 @@ std::vector<float> naiveConv(const std::vector<float> &x, const pk::Shape &xs, c
   return y;
 }
 
+/// The adjoints of naiveConv, by scattering its loop nest: dx[x index] +=
+/// w * dy and dw[w index] += x * dy over every (output, channel, tap) that
+/// reads the input.
+void naiveConvGrads(const std::vector<float> &x, const pk::Shape &xs, const std::vector<float> &w, const pk::Shape &ws,
+                    const std::vector<float> &dy, const pk::Dims &strides, const pk::Dims &pads, const pk::Dims &dil,
+                    int64_t group, std::vector<float> &dx, std::vector<float> &dw) {
+  const pk::Shape os = pk::convOutputShape(xs, ws, strides, pads, dil);
+  const int sp = xs.size - 2;
+  const int64_t Cg = ws[1], Fg = ws[0] / group;
+  std::vector<int64_t> kshape(ws.v + 2, ws.v + ws.size);
+  std::vector<double> dxd(x.size()), dwd(w.size());
+  int64_t yo = 0;
+  forEachIndex(vecOf(os), [&](const std::vector<int64_t> &o) {
+    const int64_t n = o[0], f = o[1], g = f / Fg;
+    const double d = dy[yo++];
+    for (int64_t c = 0; c < Cg; ++c)
+      forEachIndex(kshape, [&](const std::vector<int64_t> &k) {
+        int64_t xo = n * xs[1] + g * Cg + c;
+        for (int a = 0; a < sp; ++a) {
+          const int64_t p = o[a + 2] * strides[a] - pads[a] + k[a] * dil[a];
+          if (p < 0 || p >= xs[a + 2]) return;
+          xo = xo * xs[a + 2] + p;
+        }
+        int64_t wo = f * Cg + c;
+        for (int a = 0; a < sp; ++a) wo = wo * ws[a + 2] + k[a];
+        dxd[xo] += (double)w[wo] * d;
+        dwd[wo] += (double)x[xo] * d;
+      });
+  });
+  dx.assign(dxd.begin(), dxd.end());
+  dw.assign(dwd.begin(), dwd.end());
+}
+
 struct ConvCase {
   pk::Shape xs, ws;
   pk::Dims strides, pads, dil;
@@ -129,6 +162,15 @@ const ConvCase kConvCases[] = {
     {{2, 3, 6, 6}, {8, 3, 1, 1}, {2, 2}, {0, 0, 0, 0}, {1, 1}, 1},         // 1x1 stride 2 (not pointwise)
     {{1, 2, 5, 4, 6}, {3, 2, 2, 3, 2}, {1, 2, 1}, {1, 0, 1, 0, 1, 1}, {1, 1, 2}, 1}, // 3-D
     {{3, 2, 8, 8}, {4, 2, 7, 7}, {3, 3}, {3, 3, 3, 3}, {1, 1}, 1},         // 7x7 stride 3 (ResNet stem-like)
+    // Unit strides, whose input gradient is a convolution of dy with the
+    // flipped kernel: dilations, groups, pads past the kernel's reach (the
+    // flipped convolution crops) and channels enough for parallel im2col.
+    {{2, 2, 9}, {3, 2, 2}, {1}, {3, 2}, {1}, 1},                           // 1-D, pads beyond K - 1
+    {{1, 4, 8, 9}, {6, 2, 3, 3}, {1, 1}, {2, 0, 1, 3}, {2, 1}, 2},         // dilation, groups, asymmetric pads
+    {{3, 16, 10, 12}, {24, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1},    // ResNet 3x3, many channels
+    {{2, 3, 6, 7}, {4, 3, 3, 3}, {1, 1}, {3, 1, 0, 3}, {1, 2}, 1},         // rows as long as x's, dilated, uneven pads
+    {{1, 2, 2, 5}, {3, 2, 5, 3}, {1, 1}, {4, 1, 0, 1}, {1, 1}, 1},         // a tap that reads no input row
+    {{1, 3, 4, 5, 6}, {2, 3, 3, 2, 3}, {1, 1, 1}, {1, 0, 2, 1, 1, 0}, {1, 2, 1}, 1}, // 3-D
 };
 
 TEST(Conv, MatchesDirectConvolution) {
@@ -155,6 +197,23 @@ TEST(Conv, ShapesAndErrors) {
   EXPECT_THROW(pk::conv(x, {1, 1, 2}, x, {1, 1, 5}, nullptr, y, {1}, {0, 0}, {1}, 1), pk::KernelError);
   // pads of the wrong length
   EXPECT_THROW(pk::conv(x, {1, 1, 5, 5}, x, {1, 1, 1, 1}, nullptr, y, {1, 1}, {0, 0}, {1, 1}, 1), pk::KernelError);
+}
+
+// conv_input_grad and conv_weight_grad against the scattered loop nest, for
+// every geometry above (whichever of the kernels' strategies it takes).
+TEST(Conv, GradientsMatchTheScatteredLoopNest) {
+  int seed = 400;
+  for (const ConvCase &c : kConvCases) {
+    auto x = randomVec(c.xs.numel(), seed++), w = randomVec(c.ws.numel(), seed++);
+    const pk::Shape os = pk::convOutputShape(c.xs, c.ws, c.strides, c.pads, c.dil);
+    auto dy = randomVec(os.numel(), seed++);
+    std::vector<float> dx(x.size(), 1e30f), dw(w.size(), 1e30f), dxRef, dwRef;
+    pk::convInputGrad(dy.data(), os, w.data(), c.ws, dx.data(), c.xs, c.strides, c.pads, c.dil, c.group);
+    pk::convWeightGrad(dy.data(), os, x.data(), c.xs, dw.data(), c.ws, c.strides, c.pads, c.dil, c.group);
+    naiveConvGrads(x, c.xs, w, c.ws, dy, c.strides, c.pads, c.dil, c.group, dxRef, dwRef);
+    expectAllNear(dx, dxRef, 1e-4, ("dx " + c.xs.str()).c_str());
+    expectAllNear(dw, dwRef, 1e-4, ("dw " + c.ws.str()).c_str());
+  }
 }
 
 // conv_input_grad and conv_weight_grad are the adjoints of conv: checked by

@@ -229,9 +229,52 @@ template <class F> void forEachColumnRun2d(const ConvGeom &g, int64_t cBegin, in
       }
 }
 
+/// im2col of a 2-D convolution with unit strides whose output rows are as
+/// long as the input's ("same" padding): a kernel tap's output rows read
+/// consecutive input rows at one shift, so the tap's whole column row is one
+/// copy of the image shifted by the tap, after which the at most pad-wide
+/// edge columns, which the shift filled from neighbouring rows, are zeroed.
+void im2colSameRows(const ConvGeom &g, const float *x, float *col) {
+  const int64_t H = g.in[0], W = g.in[1], OH = g.out[0], P = g.outSize;
+  parallelRanges(g.Cg, g.Cg * g.kSize * P, [&](int64_t cBegin, int64_t cEnd) {
+    for (int64_t c = cBegin; c < cEnd; ++c)
+      for (int64_t kh = 0; kh < g.k[0]; ++kh) {
+        // Output rows oh in [oh0, oh1) read input row oh + shift.
+        const int64_t shift = kh * g.d[0] - g.pb[0];
+        const int64_t oh0 = std::clamp<int64_t>(-shift, 0, OH), oh1 = std::clamp<int64_t>(H - shift, oh0, OH);
+        for (int64_t kw = 0; kw < g.k[1]; ++kw) {
+          float *dst = col + ((c * g.k[0] + kh) * g.k[1] + kw) * P;
+          const int64_t base = kw * g.d[1] - g.pb[1];
+          int64_t lo, hi;
+          innerRange(base, 1, W, W, lo, hi);
+          std::fill(dst, dst + oh0 * W, 0.0f);
+          std::fill(dst + oh1 * W, dst + P, 0.0f);
+          if (oh0 == oh1) continue;
+          // Elements t of the block [oh0 * W, oh1 * W) read x at
+          // start + t; those outside the channel are edge columns.
+          const int64_t start = (oh0 + shift) * W + base, n = (oh1 - oh0) * W;
+          const int64_t tLo = std::max<int64_t>(0, -start), tHi = std::min(n, g.inSize - start);
+          float *block = dst + oh0 * W;
+          if (tLo < tHi)
+            std::memcpy(block + tLo, x + c * g.inSize + start + tLo, (size_t)(tHi - tLo) * sizeof(float));
+          if (lo == 0 && hi == W) continue;
+          for (int64_t r = 0; r < oh1 - oh0; ++r) {
+            float *row = block + r * W;
+            for (int64_t j = 0; j < lo; ++j) row[j] = 0.0f;
+            for (int64_t j = hi; j < W; ++j) row[j] = 0.0f;
+          }
+        }
+      }
+  });
+}
+
 /// col[Cg*kSize, outSize] from x (the group's channels of one sample);
 /// parallel over channels.
 void im2col(const ConvGeom &g, const float *x, float *col) {
+  if (g.sp == 2 && g.s[0] == 1 && g.s[1] == 1 && g.in[1] == g.out[1]) {
+    im2colSameRows(g, x, col);
+    return;
+  }
   if (g.sp == 2) { // images: short rows, so plain loops instead of memcpy/fill calls
     const int64_t OW = g.out[1], sw = g.s[1];
     parallelRanges(g.Cg, g.Cg * g.kSize * g.outSize, [&](int64_t cBegin, int64_t cEnd) {
@@ -306,17 +349,11 @@ void col2imAdd(const ConvGeom &g, const float *col, float *x) {
   });
 }
 
-} // namespace
-
-Shape convOutputShape(const Shape &x, const Shape &w, const Dims &strides, const Dims &pads, const Dims &dilations) {
-  if (x.size < 3) fail("nn.conv", "the input needs rank >= 3");
-  const int64_t group = w.size >= 2 && w.v[1] > 0 ? x.v[1] / w.v[1] : 1;
-  return convOut(convGeom("nn.conv", x, w, strides, pads, dilations, group));
-}
-
-void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, const float *bias, float *y,
-          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group) {
-  const ConvGeom g = convGeom("nn.conv", xs, ws, strides, pads, dilations, group);
+/// y [N, F, out...] = conv(x, w) + bias (if any), w [F, Cg * kSize]: per
+/// sample and group one im2col, one GEMM and the bias while y is in cache. (Several samples' columns in
+/// one GEMM, to widen the products of small late feature maps, measured no
+/// faster: docs/cpu-kernels.md, "Convolution".)
+void convByColumns(const ConvGeom &g, const float *x, const float *w, const float *bias, float *y) {
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
   float *col = g.pointwise ? nullptr : scratch(0, (size_t)(rows * P));
   for (int64_t n = 0; n < g.N; ++n)
@@ -340,12 +377,76 @@ void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, cons
     }
 }
 
+/// The geometry of dx as a convolution of dy, for a forward convolution with
+/// every stride 1: dx[c, i] = sum_{f, k} W[f, c, k] dy[f, i + pb - k d], so
+/// with the kernel flipped (k' = K - 1 - k) it is a stride-1 convolution of
+/// dy with begin pads (K - 1) d - pb (negative: a crop, which im2col
+/// handles, since it tests every tap against the input's extent) whose
+/// output has x's extent.
+ConvGeom inputGradAsConv(const ConvGeom &g) {
+  ConvGeom t = g;
+  t.C = g.F;
+  t.F = g.C;
+  t.Cg = g.Fg;
+  t.Fg = g.Cg;
+  t.inSize = g.outSize;
+  t.outSize = g.inSize;
+  for (int a = 0; a < g.sp; ++a) {
+    t.in[a] = g.out[a];
+    t.out[a] = g.in[a];
+    t.pb[a] = (g.k[a] - 1) * g.d[a] - g.pb[a];
+  }
+  t.pointwise = false;
+  return t;
+}
+
+/// Whether dx is better computed as a convolution of dy (inputGradAsConv)
+/// than by col2im of W^T dy: every stride must be 1, and dy's column matrix
+/// [Fg * kSize, in] must not be much larger than the one col2im folds
+/// [Cg * kSize, out] (the first layer of an image model, 3 channels in and
+/// 64 out, is 8 times faster the col2im way).
+bool inputGradByFlippedConv(const ConvGeom &g) {
+  if (g.pointwise || g.Fg > 2 * g.Cg) return false;
+  for (int a = 0; a < g.sp; ++a)
+    if (g.s[a] != 1) return false;
+  return true;
+}
+} // namespace
+
+Shape convOutputShape(const Shape &x, const Shape &w, const Dims &strides, const Dims &pads, const Dims &dilations) {
+  if (x.size < 3) fail("nn.conv", "the input needs rank >= 3");
+  const int64_t group = w.size >= 2 && w.v[1] > 0 ? x.v[1] / w.v[1] : 1;
+  return convOut(convGeom("nn.conv", x, w, strides, pads, dilations, group));
+}
+
+void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, const float *bias, float *y,
+          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group) {
+  const ConvGeom g = convGeom("nn.conv", xs, ws, strides, pads, dilations, group);
+  convByColumns(g, x, w, bias, y);
+}
+
 void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shape &ws, float *dx, const Shape &xs,
                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group) {
   const ConvGeom g = convGeom("nn.conv_input_grad", xs, ws, strides, pads, dilations, group);
   if (convOut(g) != dys)
     fail("nn.conv_input_grad", "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
+  if (inputGradByFlippedConv(g)) {
+    // docs/cpu-kernels.md, "Convolution": a GEMM with K = Fg * kSize
+    // instead of one with K = Fg into a column matrix that BLAS zeroes first
+    // and col2im folds back.
+    const int64_t flippedRows = g.Fg * g.kSize;
+    float *flipped = scratch(1, (size_t)(g.G * g.Cg * flippedRows)); // [C, Fg * kSize]
+    for (int64_t gi = 0; gi < g.G; ++gi)
+      for (int64_t f = 0; f < g.Fg; ++f)
+        for (int64_t c = 0; c < g.Cg; ++c) {
+          const float *src = w + ((gi * g.Fg + f) * g.Cg + c) * g.kSize;
+          float *dst = flipped + (gi * g.Cg + c) * flippedRows + f * g.kSize;
+          for (int64_t k = 0; k < g.kSize; ++k) dst[k] = src[g.kSize - 1 - k];
+        }
+    convByColumns(inputGradAsConv(g), dy, flipped, nullptr, dx);
+    return;
+  }
   if (!g.pointwise) std::fill(dx, dx + xs.numel(), 0.0f);
   float *col = g.pointwise ? nullptr : scratch(0, (size_t)(rows * P));
   for (int64_t n = 0; n < g.N; ++n)
