@@ -409,8 +409,10 @@ def PlanMemory : Pass<"pipec-plan-memory", "mlir::ModuleOp"> {
   let description = [{
     For every function of every pipe.stage, gives each op result a place,
     recorded as `pipe.storage` (one #pipe.storage<kind, offset> per result):
-    - `saved`: a value the function returns as `pipe.saved` is computed
-      directly into its workspace slot (no copy, no arena space);
+    - `saved`: a value the function returns as `pipe.saved`, or the value
+      a returned view (reshape, flatten, squeeze, unsqueeze) reads, is
+      computed directly into that result's workspace slot (no copy, no
+      arena space; the storage's offset names the result);
     - `gradient`: a C-less `nn.gemm` whose only use is returning a
       parameter's gradient accumulates into that gradient buffer (beta = 1);
     - `arena`: every other value that needs storage gets a 64-byte aligned

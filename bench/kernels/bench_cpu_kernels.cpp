@@ -88,6 +88,26 @@ void benchLayerNorm(int64_t rows, int64_t d) {
         pk::layerNormParamGrad(dy.data(), x.data(), xs, {d}, dg.data(), db.data(), -1, 1e-5f);
       }));
 }
+
+void benchBatchNorm(pk::Shape xs) {
+  const int64_t c = xs[1], n = xs.numel();
+  auto x = rnd(n, 12), dy = rnd(n, 13), sc = rnd(c, 14), bi = rnd(c, 15);
+  std::vector<float> rm(c, 0.0f), rv(c, 1.0f), nm(c), nv(c), y(n), dx(n), ds(c), db(c);
+  const std::string shape = xs.str();
+  // forward: two statistics passes and the normalization (~5 flops per
+  // element); input gradient: statistics, two sums and dx (~12); parameter
+  // gradient: statistics and two sums (~7)
+  row("batch_norm", shape, 5.0 * n, 4.0 * 2 * n, seconds([&] {
+        pk::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), y.data(), nm.data(), nv.data(),
+                      1e-5f, 0.9f, true);
+      }));
+  row("batch_norm_grad", shape, 12.0 * n, 4.0 * 3 * n, seconds([&] {
+        pk::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dx.data(), 1e-5f, true);
+      }));
+  row("batch_norm_param_grad", shape, 7.0 * n, 4.0 * 2 * n, seconds([&] {
+        pk::batchNormParamGrad(dy.data(), x.data(), xs, rm.data(), rv.data(), ds.data(), db.data(), 1e-5f, true);
+      }));
+}
 } // namespace
 
 int main(int argc, char **argv) {
@@ -110,6 +130,9 @@ int main(int argc, char **argv) {
   benchConv({16, 128, 8, 8}, {128, 128, 3, 3}, {1, 1}, {1, 1, 1, 1}, 1);
   benchConv({8, 128, 16, 16}, {256, 128, 1, 1}, {1, 1}, {0, 0, 0, 0}, 1); // pointwise
   benchConv({8, 64, 32, 32}, {64, 1, 3, 3}, {1, 1}, {1, 1, 1, 1}, 64); // depthwise
+  benchBatchNorm({16, 32, 32, 32}); // bench/codegen's ResNet, micro-batch 16
+  benchBatchNorm({16, 64, 16, 16});
+  benchBatchNorm({16, 128, 8, 8});
   benchLayerNorm(512, 768);
   benchLayerNorm(4096, 256);
   return 0;

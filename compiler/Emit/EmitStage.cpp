@@ -162,14 +162,10 @@ std::string StageEmitter::allocate(Value value) {
       return bind(value, "reinterpret_cast<" + t + " *>(arena + " +
                              std::to_string(place.getOffset()) + ")");
     case pipe::StorageKind::Saved: {
-      auto ret = llvm::cast<func::ReturnOp>(current.getBody().front().getTerminator());
-      for (auto [i, returned] : llvm::enumerate(ret.getOperands()))
-        if (returned == value)
-          if (auto saved = current.getResultAttrOfType<StringAttr>(i, "pipe.saved"))
-            return bind(value, "reinterpret_cast<" + t + " *>(workspace + " +
-                                   std::to_string(savedOffsets.lookup(saved.getValue())) + ")");
-      llvm_unreachable("pipec-plan-memory places a value in its saved slot only when the "
-                       "function returns it as pipe.saved");
+      auto saved = current.getResultAttrOfType<StringAttr>(place.getOffset(), "pipe.saved");
+      assert(saved && "pipec-plan-memory names a pipe.saved result of the function");
+      return bind(value, "reinterpret_cast<" + t + " *>(workspace + " +
+                             std::to_string(savedOffsets.lookup(saved.getValue())) + ")");
     }
     case pipe::StorageKind::Gradient: {
       auto name = current.getResultAttrOfType<StringAttr>(place.getOffset(), "nn.name");

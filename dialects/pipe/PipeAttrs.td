@@ -159,7 +159,7 @@ def Pipe_OptimizerAttr : Pipe_Attr<"Optimizer", "optimizer"> {
 // result), chosen by pipec-plan-memory (docs/optimization.md).
 def Pipe_StorageKind : I32EnumAttr<"StorageKind", "where a result is stored", [
     I32EnumAttrCase<"Arena", 0, "arena">,       // the stage's arena, at `offset` bytes
-    I32EnumAttrCase<"Saved", 1, "saved">,       // its pipe.saved slot of the call's workspace
+    I32EnumAttrCase<"Saved", 1, "saved">,       // the workspace slot of pipe.saved result `offset`
     I32EnumAttrCase<"Gradient", 2, "gradient">, // accumulated into the gradient buffer of result `offset`
   ]> {
   let cppNamespace = "::pipec::pipe";
@@ -172,7 +172,8 @@ def Pipe_StorageAttr : Pipe_Attr<"Storage", "storage"> {
     `arena`: at `offset` bytes into the stage's arena, which is allocated on
     the first call and reused by every entry point (the function's
     `pipe.arena_size` bounds it). `saved`: directly in the workspace slot of
-    the pipe.saved result that returns it (offset 0). `gradient`: the op
+    the function's pipe.saved result `offset`, which returns it or a view
+    of it. `gradient`: the op
     accumulates (beta = 1) into the gradient buffer of the parameter whose
     gradient is function result `offset`.
   }];

@@ -110,16 +110,25 @@ struct PlanMemory : impl::PlanMemoryBase<PlanMemory> {
         last = std::max(last, at);
       }
 
-    // Results the function returns as pipe.saved, and the gradient each
-    // returned C-less GEMM can accumulate into.
-    llvm::DenseMap<Value, bool> savedResult;
+    // The values computed straight into the workspace slot of a result the
+    // function returns as pipe.saved (that result's index): the returned
+    // value's storage root, so that a view (a GEMM's rows reshaped back to
+    // [batch, tokens, width]) is saved without a copy too. A root an op of
+    // the body computes, of the slot's size, claimed by the first such
+    // result (any other copies it at the return).
+    // Also the gradient each returned C-less GEMM can accumulate into.
+    llvm::DenseMap<Value, int64_t> savedResult;
     llvm::DenseMap<Value, int64_t> gradientResult;
     llvm::DenseMap<Value, int> returnCount;
     for (Value value : ret.getOperands())
       ++returnCount[value];
     for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
-      if (function.getResultAttr(i, "pipe.saved"))
-        savedResult[value] = true;
+      Value storage = root(value);
+      Operation *producer = storage.getDefiningOp();
+      if (function.getResultAttr(i, "pipe.saved") && producer && producer->getBlock() == &body &&
+          resultsOf(producer) == Results::Own && llvm::isa<RankedTensorType>(storage.getType()) &&
+          alignedBytes(storage.getType()) == alignedBytes(value.getType()))
+        savedResult.try_emplace(storage, static_cast<int64_t>(i));
       auto gemm = value.getDefiningOp<nn::GemmOp>();
       if (gemm && !gemm.getC() && gemm->getBlock() == &body && value.hasOneUse() &&
           returnCount[value] == 1 && nn::resultRole(function, i) == nn::Role::Grad &&
@@ -140,8 +149,8 @@ struct PlanMemory : impl::PlanMemoryBase<PlanMemory> {
           places.push_back(pipe::StorageAttr::get(context, pipe::StorageKind::Arena, 0));
           continue;
         }
-        if (savedResult.lookup(result)) {
-          places.push_back(pipe::StorageAttr::get(context, pipe::StorageKind::Saved, 0));
+        if (auto it = savedResult.find(result); it != savedResult.end()) {
+          places.push_back(pipe::StorageAttr::get(context, pipe::StorageKind::Saved, it->second));
           ++numSavedInPlace;
         } else if (auto it = gradientResult.find(result); it != gradientResult.end()) {
           places.push_back(pipe::StorageAttr::get(context, pipe::StorageKind::Gradient, it->second));

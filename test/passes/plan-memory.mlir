@@ -19,6 +19,22 @@ pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
     return %h : tensor<4x16xf32>
   }
 
+  // A returned view is saved in place too: the GEMM whose rows it reshapes
+  // is computed into the view's slot (result 1). A second saved result of
+  // the same storage (result 2) is copied at the return.
+  // CHECK-LABEL: func.func @fwd_views
+  // CHECK: nn.relu %arg0 {pipe.storage = [#pipe.storage<arena, 0>]}
+  // CHECK: nn.gemm %{{.*}}, %arg1 {pipe.storage = [#pipe.storage<saved, 1>]}
+  func.func @fwd_views(%x: tensor<4x16xf32> {nn.name = "x", nn.role = #nn.role<input>},
+                       %w: tensor<16x16xf32> {nn.name = "w", nn.role = #nn.role<param>})
+      -> (tensor<4x16xf32>, tensor<2x2x16xf32> {pipe.saved = "rows"}, tensor<64xf32> {pipe.saved = "flat"}) {
+    %a = nn.relu %x : tensor<4x16xf32>
+    %h = nn.gemm %a, %w : (tensor<4x16xf32>, tensor<16x16xf32>) -> tensor<4x16xf32>
+    %v = nn.reshape %h : tensor<4x16xf32> -> tensor<2x2x16xf32>
+    %f = nn.reshape %h : tensor<4x16xf32> -> tensor<64xf32>
+    return %a, %v, %f : tensor<4x16xf32>, tensor<2x2x16xf32>, tensor<64xf32>
+  }
+
   // A view keeps its source alive (here to the end: it is returned); an
   // op's result never shares bytes with its operands (%c and %b), and a
   // result nobody reads still gets bytes.
