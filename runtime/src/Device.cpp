@@ -69,29 +69,40 @@ public:
         using T = decltype(zero);
         const T *x = (const T *)s.p;
         // Eight independent sums (one running sum waits on every add),
-        // combined in a fixed order: the same bits on every run.
-        constexpr size_t kLanes = 8;
-        double lane[kLanes] = {}, bad[kLanes] = {};
-        size_t k = 0;
-        for (; k + kLanes <= s.n; k += kLanes)
-          for (size_t l = 0; l < kLanes; ++l) {
-            const double v = (double)x[k + l];
-            const bool finite = std::isfinite(v);
-            lane[l] += finite ? v * v : 0.0;
-            bad[l] += finite ? 0.0 : 1.0;
-          }
-        for (; k < s.n; ++k) {
-          const double v = (double)x[k];
-          if (std::isfinite(v))
-            sumSq += v * v;
-          else
-            nonFinite += 1;
+        // combined in a fixed order: the same bits on every run. The
+        // branch-free pass is the answer when it is finite (then every
+        // element was finite and each lane added exactly what the
+        // counting pass adds); otherwise the counting pass runs.
+        const double fast = laneSumOfSquares(x, s.n, [](double v) { return v; });
+        if (std::isfinite(fast)) {
+          sumSq += fast;
+          return;
         }
-        for (size_t l = 0; l < kLanes; ++l) {
-          sumSq += lane[l];
-          nonFinite += bad[l];
-        }
+        sumSq += laneSumOfSquares(x, s.n, [](double v) { return std::isfinite(v) ? v : 0.0; });
+        nonFinite += laneSumOfSquares(x, s.n, [](double v) { return std::isfinite(v) ? 0.0 : 1.0; },
+                                      /*square=*/false);
       });
+  }
+
+private:
+  /// Σ term(x)², or Σ term(x) when !square, over eight lanes added in order.
+  template <class T, class Term>
+  static double laneSumOfSquares(const T *x, size_t n, Term term, bool square = true) {
+    constexpr size_t kLanes = 8;
+    double lane[kLanes] = {};
+    size_t k = 0;
+    for (; k + kLanes <= n; k += kLanes)
+      for (size_t l = 0; l < kLanes; ++l) {
+        const double v = term((double)x[k + l]);
+        lane[l] += square ? v * v : v;
+      }
+    double sum = 0;
+    for (; k < n; ++k) {
+      const double v = term((double)x[k]);
+      sum += square ? v * v : v;
+    }
+    for (size_t l = 0; l < kLanes; ++l) sum += lane[l];
+    return sum;
   }
 };
 } // namespace

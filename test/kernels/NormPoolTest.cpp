@@ -36,6 +36,55 @@ TEST(BatchNorm, TrainingUsesBatchStatisticsAndUpdatesRunning) {
   EXPECT_EQ(rv2[1], nv[1]);
 }
 
+// Statistics and gradient sums over long channels (runs longer than the
+// kernel's lanes, of uneven length, 2·10^5 elements a channel, far from
+// zero mean) against double-precision loops.
+TEST(BatchNorm, LongChannelsMatchDoublePrecision) {
+  for (const pk::Shape xs : {pk::Shape{3, 2, 37, 29}, pk::Shape{200, 2, 1000}, pk::Shape{5, 3, 31}}) {
+    const int64_t N = xs[0], C = xs[1], inner = xs.numel() / (N * C);
+    auto x = randomVec(xs.numel(), 2, 998.0f, 1003.0f), dy = randomVec(xs.numel(), 3, -1.0f, 1.0f);
+    const float scale[3] = {1.5f, -0.5f, 2.0f}, bias[3] = {0.1f, 0.2f, 0.3f}, rm[3] = {}, rv[3] = {1, 1, 1};
+    std::vector<float> y(x.size()), dx(x.size());
+    float nm[3], nv[3], ds[3], db[3];
+    pk::batchNorm(x.data(), xs, scale, bias, rm, rv, y.data(), nm, nv, 1e-5f, 0.0f, true);
+    pk::batchNormGrad(dy.data(), x.data(), xs, scale, rm, rv, dx.data(), 1e-5f, true);
+    pk::batchNormParamGrad(dy.data(), x.data(), xs, rm, rv, ds, db, 1e-5f, true);
+    for (int64_t c = 0; c < C; ++c) {
+      auto at = [&](int64_t n, int64_t i) { return (n * C + c) * inner + i; };
+      const double count = (double)(N * inner);
+      double sum = 0, sq = 0, sumDy = 0, sumDyXhat = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < inner; ++i) sum += x[at(n, i)];
+      const double mean = sum / count;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < inner; ++i) sq += (x[at(n, i)] - mean) * (x[at(n, i)] - mean);
+      const double var = sq / count, inv = 1 / std::sqrt(var + 1e-5);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < inner; ++i) {
+          sumDy += dy[at(n, i)];
+          sumDyXhat += dy[at(n, i)] * (x[at(n, i)] - mean) * inv;
+        }
+      SCOPED_TRACE(xs.str() + " channel " + std::to_string(c));
+      EXPECT_NEAR(nm[c], mean, 2e-6 * std::abs(mean));
+      EXPECT_NEAR(nv[c], var, 1e-4 * var);
+      EXPECT_NEAR(db[c], sumDy, 1e-5 * count);
+      EXPECT_NEAR(ds[c], sumDyXhat, 1e-5 * count);
+      double worstY = 0, worstDx = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < inner; ++i) {
+          const int64_t k = at(n, i);
+          const double xhat = (x[k] - mean) * inv;
+          worstY = std::max(worstY, std::abs(y[k] - (xhat * scale[c] + bias[c])));
+          worstDx = std::max(worstDx,
+                             std::abs(dx[k] - scale[c] * inv * (dy[k] - sumDy / count - xhat * sumDyXhat / count)));
+        }
+      // x is 1000 ± 3 in float: its rounding alone moves x̂ by ~4e-5
+      EXPECT_LT(worstY, 5e-4);
+      EXPECT_LT(worstDx, 5e-4);
+    }
+  }
+}
+
 TEST(BatchNorm, InferenceUsesRunningStatistics) {
   const pk::Shape xs{2, 3};
   const float x[6] = {1, 2, 3, 4, 5, 6};

@@ -476,6 +476,25 @@ void testHostDevice() {
   double want = 0.5 + 1.0 + 4.0;
   for (double x : g) want += x * x;
   CHECK(sumSq == want && nonFinite == 3, "sumSquares " << sumSq << " " << nonFinite);
+  // Spans longer than the eight lanes, finite and not (integer squares:
+  // exact in any order).
+  std::vector<float> longSpan(37);
+  for (size_t k = 0; k < longSpan.size(); ++k) longSpan[k] = (float)((int)(k % 7) - 3);
+  double longWant = 0;
+  for (float x : longSpan) longWant += (double)x * x;
+  sumSq = 0, nonFinite = 0;
+  d.sumSquares({{longSpan.data(), longSpan.size(), PIPEC_F32}}, sumSq, nonFinite);
+  CHECK(sumSq == longWant && nonFinite == 0, "sumSquares of a long span " << sumSq << " " << nonFinite);
+  longWant -= (double)longSpan[13] * longSpan[13] + (double)longSpan[35] * longSpan[35];
+  longSpan[13] = -std::numeric_limits<float>::infinity();
+  longSpan[35] = std::nanf("");
+  sumSq = 0, nonFinite = 0;
+  d.sumSquares({{longSpan.data(), longSpan.size(), PIPEC_F32}}, sumSq, nonFinite);
+  CHECK(sumSq == longWant && nonFinite == 2, "sumSquares of a long non-finite span " << sumSq << " " << nonFinite);
+  std::vector<double> huge(16, 1e200); // finite, squares overflow: not counted as non-finite
+  sumSq = 0, nonFinite = 0;
+  d.sumSquares({{huge.data(), huge.size(), PIPEC_F64}}, sumSq, nonFinite);
+  CHECK(std::isinf(sumSq) && nonFinite == 0, "sumSquares overflowing " << sumSq << " " << nonFinite);
   bool threw = false;
   try {
     int32_t i[2] = {1, 2};
