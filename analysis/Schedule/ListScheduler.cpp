@@ -83,6 +83,13 @@ struct Policy {
   bool split = true;    // B and W separate
   bool eagerW = false;  // pending W before a new F
   bool alternate = true; // when both an F and a B are ready, alternate like 1F1B
+  // Admission keeps room for the later chunks of every admitted micro-batch
+  // (safe for any chunk count). Without it, room for one micro-batch's chunks
+  // only: with two chunks and no recompute that still cannot deadlock (the
+  // oldest micro-batch not fully forwarded always finds its chunk-1 room
+  // once the older ones' backwards free theirs; docs/schedules.md), and it
+  // lets the V's first rank hold twice as many chunk-0 activations.
+  bool reserveLaterChunks = true;
 };
 
 struct GreedyResult {
@@ -191,7 +198,8 @@ GreedyResult greedy(const Schedule &shape, int n, const Policy &pol) {
         if (started[st][mb] == 0) { // admission of a new micro-batch
           if (inflight[st] >= pol.cap[st])
             continue;
-          if (pol.memLimit > 0 && held[st] + reserved[st] + perMb[st] + headroom[st] > pol.memLimit + kEps)
+          if (pol.memLimit > 0 &&
+              held[st] + (pol.reserveLaterChunks ? reserved[st] : 0.0) + perMb[st] + headroom[st] > pol.memLimit + kEps)
             continue;
         } else if (pol.memLimit > 0 && held[st] + P.restingActivationOf(st, c) > pol.memLimit + kEps) {
           // Reserved, but a RECOMPUTE's re-materialized activations are still
@@ -385,10 +393,18 @@ Orders zbH2Order(const Schedule &shape, int n) {
 // ZB-V: memory is the only admission rule; keep the better F/B/W priority.
 Orders zbVOrder(const Schedule &shape, int n, double limit) {
   const int p = shape.problem.stages;
+  const Problem &P = shape.problem;
+  bool recomputes = false;
+  for (int st = 0; st < p; ++st)
+    recomputes |= P.recomputes(st);
   PolicySearch search(shape, n);
-  for (bool alternate : {true, false})
-    for (bool eager : {false, true})
-      search.tryPolicy(Policy{std::vector<int>(p, std::max(1, n)), limit, true, eager, alternate});
+  for (bool reserve : {true, false}) {
+    if (!reserve && (P.chunks != 2 || recomputes))
+      continue; // the one-micro-batch room is proven for two chunks without recompute only
+    for (bool alternate : {true, false})
+      for (bool eager : {false, true})
+        search.tryPolicy(Policy{std::vector<int>(p, std::max(1, n)), limit, true, eager, alternate, reserve});
+  }
   return search.best.order;
 }
 

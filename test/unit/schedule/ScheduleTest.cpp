@@ -123,6 +123,20 @@ TEST(ClosedForm, ZbVBeats1F1BAtTheSameMemory) {
   EXPECT_LT(v.bubbleOverIdeal, 0.5 * f.bubbleOverIdeal);
 }
 
+// At 1F1B's memory the V reaches its bound (p-1)F/2 + m(F+B+W) once m >= 2p:
+// admission keeps room for one micro-batch's chunk 1, not every admitted
+// one's, so the first rank holds up to 2p-2 chunk-0 activations in warm-up
+// (with a chunk-1 room for every admitted micro-batch it stopped at p and
+// took 53.5, 77.5 and 101.5 on these cells).
+TEST(ClosedForm, ZbVReachesItsBoundAt1F1BsMemory) {
+  for (int m : {16, 24, 32}) {
+    const Problem P = uniform(8, m);
+    const SimResult v = simulate(generate("zb-v", P));
+    EXPECT_LE(v.maxPeakMemory, 8 + 1e-9) << m;
+    EXPECT_NEAR(v.makespan, 7 * 0.5 + m * 3.0, 1e-9) << m;
+  }
+}
+
 // ------------------------------------------------------------ property tests
 TEST(Property, ValidatorAcceptsEveryGeneratedScheduleOverRandomCosts) {
   std::mt19937 rng(1234);
