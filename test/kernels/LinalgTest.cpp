@@ -85,30 +85,44 @@ TEST(Linalg, MatmulBatchBroadcastAndVectors) {
   EXPECT_THROW(pk::matmulShape({2, 3, 4}, {3, 4, 5}), pk::KernelError);
 }
 
-/// Direct N-d convolution, the textbook loop nest.
-std::vector<float> naiveConv(const std::vector<float> &x, const pk::Shape &xs, const std::vector<float> &w,
-                             const pk::Shape &ws, const float *bias, const pk::Dims &strides, const pk::Dims &pads,
-                             const pk::Dims &dil, int64_t group) {
+/// The textbook loop nest of an N-d convolution: visit(o, terms) for every
+/// output index o (row-major), where terms(f) calls f(xo, wo) for each
+/// (channel, tap) of o that reads an input element (flat offsets of that
+/// input and weight element).
+template <class Visit>
+void forEachConvOutput(const pk::Shape &xs, const pk::Shape &ws, const pk::Dims &strides, const pk::Dims &pads,
+                       const pk::Dims &dil, int64_t group, Visit visit) {
   const pk::Shape os = pk::convOutputShape(xs, ws, strides, pads, dil);
   const int sp = xs.size - 2;
   const int64_t Cg = ws[1], Fg = ws[0] / group;
   std::vector<int64_t> kshape(ws.v + 2, ws.v + ws.size);
-  std::vector<float> y;
   forEachIndex(vecOf(os), [&](const std::vector<int64_t> &o) {
     const int64_t n = o[0], f = o[1], g = f / Fg;
-    double s = bias ? bias[f] : 0.0;
-    for (int64_t c = 0; c < Cg; ++c)
-      forEachIndex(kshape, [&](const std::vector<int64_t> &k) {
-        int64_t xo = n * xs[1] + g * Cg + c;
-        for (int a = 0; a < sp; ++a) {
-          const int64_t p = o[a + 2] * strides[a] - pads[a] + k[a] * dil[a];
-          if (p < 0 || p >= xs[a + 2]) return;
-          xo = xo * xs[a + 2] + p;
-        }
-        int64_t wo = f * Cg + c;
-        for (int a = 0; a < sp; ++a) wo = wo * ws[a + 2] + k[a];
-        s += (double)x[xo] * w[wo];
-      });
+    visit(o, [&](auto term) {
+      for (int64_t c = 0; c < Cg; ++c)
+        forEachIndex(kshape, [&](const std::vector<int64_t> &k) {
+          int64_t xo = n * xs[1] + g * Cg + c;
+          for (int a = 0; a < sp; ++a) {
+            const int64_t p = o[a + 2] * strides[a] - pads[a] + k[a] * dil[a];
+            if (p < 0 || p >= xs[a + 2]) return;
+            xo = xo * xs[a + 2] + p;
+          }
+          int64_t wo = f * Cg + c;
+          for (int a = 0; a < sp; ++a) wo = wo * ws[a + 2] + k[a];
+          term(xo, wo);
+        });
+    });
+  });
+}
+
+/// Direct N-d convolution.
+std::vector<float> naiveConv(const std::vector<float> &x, const pk::Shape &xs, const std::vector<float> &w,
+                             const pk::Shape &ws, const float *bias, const pk::Dims &strides, const pk::Dims &pads,
+                             const pk::Dims &dil, int64_t group) {
+  std::vector<float> y;
+  forEachConvOutput(xs, ws, strides, pads, dil, group, [&](const std::vector<int64_t> &o, auto terms) {
+    double s = bias ? bias[o[1]] : 0.0;
+    terms([&](int64_t xo, int64_t wo) { s += (double)x[xo] * w[wo]; });
     y.push_back((float)s);
   });
   return y;
@@ -120,28 +134,14 @@ std::vector<float> naiveConv(const std::vector<float> &x, const pk::Shape &xs, c
 void naiveConvGrads(const std::vector<float> &x, const pk::Shape &xs, const std::vector<float> &w, const pk::Shape &ws,
                     const std::vector<float> &dy, const pk::Dims &strides, const pk::Dims &pads, const pk::Dims &dil,
                     int64_t group, std::vector<float> &dx, std::vector<float> &dw) {
-  const pk::Shape os = pk::convOutputShape(xs, ws, strides, pads, dil);
-  const int sp = xs.size - 2;
-  const int64_t Cg = ws[1], Fg = ws[0] / group;
-  std::vector<int64_t> kshape(ws.v + 2, ws.v + ws.size);
   std::vector<double> dxd(x.size()), dwd(w.size());
   int64_t yo = 0;
-  forEachIndex(vecOf(os), [&](const std::vector<int64_t> &o) {
-    const int64_t n = o[0], f = o[1], g = f / Fg;
+  forEachConvOutput(xs, ws, strides, pads, dil, group, [&](const std::vector<int64_t> &, auto terms) {
     const double d = dy[yo++];
-    for (int64_t c = 0; c < Cg; ++c)
-      forEachIndex(kshape, [&](const std::vector<int64_t> &k) {
-        int64_t xo = n * xs[1] + g * Cg + c;
-        for (int a = 0; a < sp; ++a) {
-          const int64_t p = o[a + 2] * strides[a] - pads[a] + k[a] * dil[a];
-          if (p < 0 || p >= xs[a + 2]) return;
-          xo = xo * xs[a + 2] + p;
-        }
-        int64_t wo = f * Cg + c;
-        for (int a = 0; a < sp; ++a) wo = wo * ws[a + 2] + k[a];
-        dxd[xo] += (double)w[wo] * d;
-        dwd[wo] += (double)x[xo] * d;
-      });
+    terms([&](int64_t xo, int64_t wo) {
+      dxd[xo] += (double)w[wo] * d;
+      dwd[wo] += (double)x[xo] * d;
+    });
   });
   dx.assign(dxd.begin(), dxd.end());
   dw.assign(dwd.begin(), dwd.end());
