@@ -83,6 +83,13 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         out << "  pk::matmul(" << ptr(matmul.getA()) << ", " << shapeOf(matmul.getA()) << ", "
             << ptr(matmul.getB()) << ", " << shapeOf(matmul.getB()) << ", " << y << ");\n";
       })
+      .Case([&](nn::BatchedGemmOp gemm) {
+        std::string y = allocate(gemm.getResult());
+        out << "  pk::matmul(" << ptr(gemm.getA()) << ", " << shapeOf(gemm.getA()) << ", "
+            << ptr(gemm.getB()) << ", " << shapeOf(gemm.getB()) << ", " << y << ", "
+            << (gemm.getTransA() ? "true" : "false") << ", "
+            << (gemm.getTransB() ? "true" : "false") << ");\n";
+      })
       .Case([&](nn::ConvOp conv) {
         std::string y = allocate(conv.getResult());
         out << "  pk::conv(" << ptr(conv.getInput()) << ", " << shapeOf(conv.getInput()) << ", "

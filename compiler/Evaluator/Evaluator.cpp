@@ -13,6 +13,8 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/ScopedPrinter.h"
 
+#include <numeric>
+
 using namespace mlir;
 
 namespace pipec::eval {
@@ -71,6 +73,21 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
                                  toDouble(gemm.getBeta()), gemm.getTransA(), gemm.getTransB()));
       })
       .Case([&](nn::MatMulOp) { return one(kernels::matmul(in(0), in(1))); })
+      .Case([&](nn::BatchedGemmOp gemm) {
+        // op(X): X with its last two axes swapped (the reference: a
+        // materialized transpose, then numpy matmul).
+        auto op = [](const Tensor &x, bool trans) {
+          if (!trans)
+            return x;
+          std::vector<int64_t> perm(x.shape.size());
+          std::iota(perm.begin(), perm.end(), 0);
+          if (perm.size() < 2)
+            throw EvalError("a transposed operand needs rank >= 2");
+          std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+          return kernels::transpose(x, perm);
+        };
+        return one(kernels::matmul(op(in(0), gemm.getTransA()), op(in(1), gemm.getTransB())));
+      })
       .Case([&](nn::ConvOp conv) {
         return one(kernels::conv(in(0), in(1), optionalIn(conv.getBias()),
                                  toVector(conv.getStrides()), toVector(conv.getPads()),

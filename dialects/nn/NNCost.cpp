@@ -152,6 +152,16 @@ OpWork MatMulOp::estimateWork() {
   return matrixProduct(*this, batch, m, n, k);
 }
 
+OpWork BatchedGemmOp::estimateWork() {
+  auto a = getA().getType(), b = getB().getType();
+  int64_t rankA = a.getRank(), rankB = b.getRank();
+  double k = getTransA() ? a.getDimSize(rankA - 2) : a.getShape().back();
+  double m = getTransA() ? a.getShape().back() : rankA >= 2 ? a.getDimSize(rankA - 2) : 1;
+  double n = getTransB() ? b.getDimSize(rankB - 2) : rankB >= 2 ? b.getShape().back() : 1;
+  double batch = elementsOf(getResult()) / std::max(1.0, m * n);
+  return matrixProduct(*this, batch, m, n, k);
+}
+
 OpWork ConvOp::estimateWork() {
   auto weight = getWeight().getType();
   // Each output element is a dot product over C/group × kernel inputs.

@@ -251,14 +251,14 @@ LogicalResult GemmOp::inferReturnTypes(MLIRContext *, std::optional<Location> lo
   return success();
 }
 
-LogicalResult MatMulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                         Adaptor adaptor,
-                                         SmallVectorImpl<Type> &types) {
-  auto aType = rankedType(adaptor.getA()), bType = rankedType(adaptor.getB());
+/// numpy.matmul's result type for operands of types `aType` and `bType`
+/// (nn.matmul; nn.batched_gemm on op(A) and op(B)); errors name `op`.
+static LogicalResult inferMatmulType(std::optional<Location> loc, StringRef op, RankedTensorType aType,
+                                     RankedTensorType bType, SmallVectorImpl<Type> &types) {
   if (aType.getRank() == 0 || bType.getRank() == 0)
-    return fail(loc, "nn.matmul: operands must have rank >= 1");
+    return fail(loc, op + ": operands must have rank >= 1");
   if (aType.getElementType() != bType.getElementType())
-    return fail(loc, "nn.matmul: operand element types differ");
+    return fail(loc, op + ": operand element types differ");
   // Numpy: a 1-D operand is promoted to a matrix and the added axis removed.
   SmallVector<int64_t> a(aType.getShape()), b(bType.getShape());
   bool vectorA = a.size() == 1, vectorB = b.size() == 1;
@@ -267,14 +267,12 @@ LogicalResult MatMulOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   if (vectorB)
     b.push_back(1);
   if (a.back() != b[b.size() - 2])
-    return fail(loc, "nn.matmul: inner dimensions differ for " +
-                         shapeString(aType.getShape()) + " x " +
+    return fail(loc, op + ": inner dimensions differ for " + shapeString(aType.getShape()) + " x " +
                          shapeString(bType.getShape()));
   auto batch = broadcastShapes(ArrayRef<int64_t>(a).drop_back(2),
                                ArrayRef<int64_t>(b).drop_back(2));
   if (failed(batch))
-    return fail(loc, "nn.matmul: batch dimensions of " +
-                         shapeString(aType.getShape()) + " and " +
+    return fail(loc, op + ": batch dimensions of " + shapeString(aType.getShape()) + " and " +
                          shapeString(bType.getShape()) + " do not broadcast");
   SmallVector<int64_t> shape(*batch);
   if (!vectorA)
@@ -283,6 +281,31 @@ LogicalResult MatMulOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
     shape.push_back(b.back());
   types.push_back(RankedTensorType::get(shape, aType.getElementType()));
   return success();
+}
+
+LogicalResult MatMulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  return inferMatmulType(loc, "nn.matmul", rankedType(adaptor.getA()), rankedType(adaptor.getB()), types);
+}
+
+LogicalResult BatchedGemmOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  auto a = rankedType(adaptor.getA()), b = rankedType(adaptor.getB());
+  // op(X): X with its last two axes swapped when transposed.
+  auto op = [](RankedTensorType type, bool trans) {
+    if (!trans)
+      return type;
+    SmallVector<int64_t> shape(type.getShape());
+    std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+    return RankedTensorType::get(shape, type.getElementType());
+  };
+  if ((adaptor.getTransA() && a.getRank() < 2) || (adaptor.getTransB() && b.getRank() < 2))
+    return fail(loc, "nn.batched_gemm: a transposed operand needs rank >= 2, got " +
+                         shapeString(a.getShape()) + " and " + shapeString(b.getShape()));
+  return inferMatmulType(loc, "nn.batched_gemm", op(a, adaptor.getTransA()), op(b, adaptor.getTransB()),
+                         types);
 }
 
 //===----------------------------------------------------------------------===//

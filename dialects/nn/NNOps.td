@@ -113,6 +113,23 @@ def NN_MatMulOp : NN_InferredOp<"matmul", [NN_Differentiable]> {
   let results = (outs NN_FloatTensor:$result);
 }
 
+def NN_BatchedGemmOp : NN_InferredOp<"batched_gemm"> {
+  let summary = "nn.matmul of op(A) and op(B), op swapping the last two axes when transposed";
+  let description = [{
+    Numpy matmul with batch broadcasting of op(A) and op(B), where op(X) is X
+    with its last two axes swapped when `transA` (`transB`) is set and X
+    itself otherwise; a transposed operand has rank >= 2. Made by
+    pipec-canonicalize-gemm from an nn.matmul whose operand is such a
+    transpose, so that each GEMM reads the stored matrix with a trans flag
+    instead of a materialized copy (docs/optimization.md). Not
+    differentiable: it appears after autodiff only.
+  }];
+  let arguments = (ins NN_FloatTensor:$a, NN_FloatTensor:$b,
+                       DefaultValuedAttr<BoolAttr, "false">:$transA,
+                       DefaultValuedAttr<BoolAttr, "false">:$transB);
+  let results = (outs NN_FloatTensor:$result);
+}
+
 //===----------------------------------------------------------------------===//
 // Convolution, normalization, pooling
 //===----------------------------------------------------------------------===//

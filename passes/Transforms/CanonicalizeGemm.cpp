@@ -84,6 +84,56 @@ struct TransposeIntoGemm : OpRewritePattern<nn::GemmOp> {
   }
 };
 
+/// A transpose of x's last two axes (the rest in place) in `user`'s stage,
+/// of rank >= 3 (a matrix transpose feeds nn.gemm's flags instead).
+nn::TransposeOp lastTwoAxesTranspose(Value x, Operation *user) {
+  auto transpose = x.getDefiningOp<nn::TransposeOp>();
+  if (!transpose || !sameStage({user, transpose}))
+    return nn::TransposeOp();
+  ArrayRef<int64_t> perm = transpose.getPerm();
+  const size_t rank = perm.size();
+  if (rank < 3 || perm[rank - 2] != (int64_t)rank - 1 || perm[rank - 1] != (int64_t)rank - 2)
+    return nn::TransposeOp();
+  for (size_t axis = 0; axis + 2 < rank; ++axis)
+    if (perm[axis] != (int64_t)axis)
+      return nn::TransposeOp();
+  return transpose;
+}
+
+/// matmul(transpose(x), y) with x's last two axes swapped ->
+/// batched_gemm(x, y, transA) (likewise for B), and a batched_gemm's
+/// operand transposed that way toggles its flag: each batch entry's GEMM
+/// reads the stored matrix. Inside outlined stages only, that is after
+/// autodiff (nn.batched_gemm has no gradient rule), where the gradients of
+/// batched products create these transposes. A matmul against a matrix is
+/// left to MatMulAgainstMatrix (one GEMM over the flattened rows), one with
+/// a vector operand stays a matmul.
+template <class Op> struct TransposeIntoBatchedGemm : OpRewritePattern<Op> {
+  using OpRewritePattern<Op>::OpRewritePattern;
+  LogicalResult matchAndRewrite(Op op, PatternRewriter &rewriter) const override {
+    auto a = rankedF32(op.getA()), b = rankedF32(op.getB());
+    if (!a || !b || !rankedF32(op.getResult()) || a.getRank() < 2 || b.getRank() < 2 ||
+        !op->template getParentOfType<pipe::StageOp>())
+      return failure();
+    bool transA = false, transB = false;
+    if constexpr (std::is_same_v<Op, nn::BatchedGemmOp>) {
+      transA = op.getTransA();
+      transB = op.getTransB();
+    } else if (a.getRank() >= 2 && b.getRank() == 2) {
+      return failure();
+    }
+    nn::TransposeOp ta = lastTwoAxesTranspose(op.getA(), op), tb = lastTwoAxesTranspose(op.getB(), op);
+    if (!ta && !tb)
+      return failure();
+    auto folded = nn::BatchedGemmOp::create(rewriter, op.getLoc(), ta ? ta.getInput() : op.getA(),
+                                            tb ? tb.getInput() : op.getB(), transA != bool(ta),
+                                            transB != bool(tb));
+    inheritPlacement(op, folded, /*withCost=*/true);
+    rewriter.replaceOp(op, folded.getResult());
+    return success();
+  }
+};
+
 /// transpose(gemm(A, B)) without C -> gemm(B, A) with the operands' flags
 /// swapped and flipped: (op(A) op(B))^T = op(B)^T op(A)^T.
 struct TransposeOfGemm : OpRewritePattern<nn::TransposeOp> {
@@ -168,7 +218,8 @@ struct CanonicalizeGemm : impl::CanonicalizeGemmBase<CanonicalizeGemm> {
   using Base::Base;
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<MatMulAgainstMatrix, TransposeIntoGemm, TransposeOfGemm, BiasIntoGemm>(
+    patterns.add<MatMulAgainstMatrix, TransposeIntoGemm, TransposeOfGemm, BiasIntoGemm,
+                 TransposeIntoBatchedGemm<nn::MatMulOp>, TransposeIntoBatchedGemm<nn::BatchedGemmOp>>(
         &getContext());
     int64_t applied = 0;
     if (failed(applyPatternsCounted(getOperation(), std::move(patterns), applied)))

@@ -85,6 +85,50 @@ TEST(Linalg, MatmulBatchBroadcastAndVectors) {
   EXPECT_THROW(pk::matmulShape({2, 3, 4}, {3, 4, 5}), pk::KernelError);
 }
 
+/// x with its last two axes swapped (the materialized transpose the trans
+/// flags replace).
+std::vector<float> swapLastTwo(const std::vector<float> &x, const pk::Shape &xs) {
+  const int64_t rows = xs[xs.size - 2], cols = xs[xs.size - 1], count = xs.numel() / std::max<int64_t>(1, rows * cols);
+  std::vector<float> t(x.size());
+  for (int64_t b = 0; b < count; ++b)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) t[b * rows * cols + j * rows + i] = x[b * rows * cols + i * cols + j];
+  return t;
+}
+
+// nn.batched_gemm: op(A) op(B) with the stored operands read through the
+// trans flags matches matmul of the materialized transposes, for broadcast
+// batches, a shared matrix and batches large enough to run on several
+// threads, with the same bits for any thread count.
+TEST(Linalg, BatchedGemmReadsTransposedOperands) {
+  struct Case { pk::Shape a, b; bool ta, tb; };
+  const Case cases[] = {{{2, 4, 5, 3}, {2, 4, 5, 6}, true, false}, {{2, 4, 3, 5}, {2, 4, 6, 5}, false, true},
+                        {{2, 4, 5, 3}, {2, 4, 6, 5}, true, true},  {{2, 1, 5, 3}, {4, 6, 5}, true, true},
+                        {{3, 7, 4}, {4, 5}, false, false},         {{3, 4, 7}, {5, 4}, true, true},
+                        {{2, 3, 4}, {5, 4}, false, true},          {{16, 8, 64, 48}, {16, 8, 64, 32}, true, false}};
+  int seed = 300;
+  for (const Case &c : cases) {
+    const pk::Shape al = pk::gemmOperandShape(c.a, c.ta), bl = pk::gemmOperandShape(c.b, c.tb);
+    const pk::Shape ys = pk::matmulShape(al, bl);
+    auto A = randomVec(c.a.numel(), seed++), B = randomVec(c.b.numel(), seed++);
+    const auto At = c.ta ? swapLastTwo(A, c.a) : A, Bt = c.tb ? swapLastTwo(B, c.b) : B;
+    std::vector<float> want(ys.numel()), got(ys.numel()), oneThread(ys.numel());
+    pk::matmul(At.data(), al, Bt.data(), bl, want.data());
+    const int before = pk::threads();
+    pk::setThreads(3); // more than one thread even on a one-core machine
+    pk::matmul(A.data(), c.a, B.data(), c.b, got.data(), c.ta, c.tb);
+    pk::setThreads(1);
+    pk::matmul(A.data(), c.a, B.data(), c.b, oneThread.data(), c.ta, c.tb);
+    pk::setThreads(before);
+    const std::string what = c.a.str() + (c.ta ? "^T" : "") + " x " + c.b.str() + (c.tb ? "^T" : "");
+    expectAllNear(got, naiveMatmul(At, al, Bt, bl), 1e-5, what.c_str());
+    expectAllNear(got, want, 1e-5, what.c_str());
+    EXPECT_EQ(got, oneThread) << what;
+  }
+  std::vector<float> y(8);
+  EXPECT_THROW(pk::matmul(y.data(), {4}, y.data(), {4, 2}, y.data(), true, false), pk::KernelError);
+}
+
 /// The textbook loop nest of an N-d convolution: visit(o, terms) for every
 /// output index o (row-major), where terms(f) calls f(xo, wo) for each
 /// (channel, tap) of o that reads an input element (flat offsets of that

@@ -70,3 +70,44 @@ func.func @across_stages(%a: tensor<8x4xf32>, %w: tensor<5x4xf32>, %b: tensor<5x
   %z = nn.add %y, %b {pipe.stage = 2 : i64} : (tensor<8x5xf32>, tensor<5xf32>) -> tensor<8x5xf32>
   return %z : tensor<8x5xf32>
 }
+
+// Batched products in an outlined stage (after autodiff; attention's
+// backward): a transpose of the last two axes of either operand becomes a
+// trans flag of nn.batched_gemm, and a second such transpose of a
+// batched_gemm's operand toggles it back. Other permutations stay
+// transposes.
+// CHECK-LABEL: func.func @batched
+// CHECK-NEXT: %[[P:.*]] = nn.batched_gemm %arg0, %arg1 {pipe.phase = #pipe.phase<bwd_input>, pipe.stage = 0 : i64, transA = true} : (tensor<2x4x8x16xf32>, tensor<2x4x8x5xf32>) -> tensor<2x4x16x5xf32>
+// CHECK-NEXT: %[[Q:.*]] = nn.batched_gemm %arg1, %arg2 {transB = true} : (tensor<2x4x8x5xf32>, tensor<4x6x5xf32>) -> tensor<2x4x8x6xf32>
+// CHECK-NEXT: %[[R:.*]] = nn.batched_gemm %arg0, %arg3 {pipe.phase = #pipe.phase<bwd_input>, pipe.stage = 0 : i64} : (tensor<2x4x8x16xf32>, tensor<2x4x16x3xf32>) -> tensor<2x4x8x3xf32>
+// CHECK-NEXT: %[[H:.*]] = nn.transpose %arg0 {perm = array<i64: 1, 0, 3, 2>}
+// CHECK-NEXT: %[[E:.*]] = nn.transpose %arg4 {perm = array<i64: 1, 0, 2, 3>}
+// CHECK-NEXT: %[[S:.*]] = nn.matmul %[[H]], %[[E]]
+// CHECK-NEXT: return %[[P]], %[[Q]], %[[R]], %[[S]]
+pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
+  func.func @batched(%a: tensor<2x4x8x16xf32>, %b: tensor<2x4x8x5xf32>, %c: tensor<4x6x5xf32>,
+                     %d: tensor<2x4x16x3xf32>, %e: tensor<2x4x8x7xf32>)
+      -> (tensor<2x4x16x5xf32>, tensor<2x4x8x6xf32>, tensor<2x4x8x3xf32>, tensor<4x2x16x7xf32>) {
+    %at = nn.transpose %a {perm = array<i64: 0, 1, 3, 2>, pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<2x4x8x16xf32>) -> tensor<2x4x16x8xf32>
+    %p = nn.matmul %at, %b {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<2x4x16x8xf32>, tensor<2x4x8x5xf32>) -> tensor<2x4x16x5xf32>
+    %ct = nn.transpose %c {perm = array<i64: 0, 2, 1>} : (tensor<4x6x5xf32>) -> tensor<4x5x6xf32>
+    %q = nn.matmul %b, %ct : (tensor<2x4x8x5xf32>, tensor<4x5x6xf32>) -> tensor<2x4x8x6xf32>
+    %at2 = nn.transpose %at {perm = array<i64: 0, 1, 3, 2>, pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<2x4x16x8xf32>) -> tensor<2x4x8x16xf32>
+    %r = nn.batched_gemm %at2, %d {transA = false, pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<2x4x8x16xf32>, tensor<2x4x16x3xf32>) -> tensor<2x4x8x3xf32>
+    %h = nn.transpose %a {perm = array<i64: 1, 0, 3, 2>} : (tensor<2x4x8x16xf32>) -> tensor<4x2x16x8xf32>
+    %e2 = nn.transpose %e {perm = array<i64: 1, 0, 2, 3>} : (tensor<2x4x8x7xf32>) -> tensor<4x2x8x7xf32>
+    %s = nn.matmul %h, %e2 : (tensor<4x2x16x8xf32>, tensor<4x2x8x7xf32>) -> tensor<4x2x16x7xf32>
+    return %p, %q, %r, %s : tensor<2x4x16x5xf32>, tensor<2x4x8x6xf32>, tensor<2x4x8x3xf32>, tensor<4x2x16x7xf32>
+  }
+}
+
+// Before autodiff (outside a stage) a batched product keeps its transpose:
+// nn.batched_gemm has no gradient rule.
+// CHECK-LABEL: func.func @batched_before_autodiff
+// CHECK-NEXT: nn.transpose
+// CHECK-NEXT: nn.matmul
+func.func @batched_before_autodiff(%a: tensor<2x8x16xf32>, %b: tensor<2x8x5xf32>) -> tensor<2x16x5xf32> {
+  %at = nn.transpose %a {perm = array<i64: 0, 2, 1>} : (tensor<2x8x16xf32>) -> tensor<2x16x8xf32>
+  %p = nn.matmul %at, %b : (tensor<2x16x8xf32>, tensor<2x8x5xf32>) -> tensor<2x16x5xf32>
+  return %p : tensor<2x16x5xf32>
+}

@@ -43,6 +43,14 @@ Shape matmulShape(const Shape &a, const Shape &b) {
   return out;
 }
 
+Shape gemmOperandShape(const Shape &stored, bool trans) {
+  if (!trans) return stored;
+  if (stored.size < 2) fail("nn.batched_gemm", "a transposed operand needs rank >= 2, got " + stored.str());
+  Shape t = stored;
+  std::swap(t.v[t.size - 1], t.v[t.size - 2]);
+  return t;
+}
+
 Unary unaryKind(const std::string &kind) {
   Unary unary;
   if (!parseUnary(kind, unary))

@@ -120,26 +120,44 @@ void gemm(const float *A, const float *B, const float *C, const Shape &cs, float
 }
 
 
-void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, float *Y) {
-  (void)matmulShape(as, bs); // checks
-  Shape ap = as.size == 1 ? Shape{1, as.v[0]} : as;
-  Shape bp = bs.size == 1 ? Shape{bs.v[0], 1} : bs;
+void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, float *Y, bool transA, bool transB) {
+  // op(A) and op(B): the GEMMs read the stored matrices with the trans flags.
+  const Shape al = gemmOperandShape(as, transA), bl = gemmOperandShape(bs, transB);
+  (void)matmulShape(al, bl); // checks
+  Shape ap = al.size == 1 ? Shape{1, al.v[0]} : al;
+  Shape bp = bl.size == 1 ? Shape{bl.v[0], 1} : bl;
   const int64_t M = ap.v[ap.size - 2], K = ap.v[ap.size - 1], N = bp.v[bp.size - 1];
+  const int64_t lda = transA ? M : K, ldb = transB ? K : N;
   const Shape aBatch(ap.v, ap.size - 2), bBatch(bp.v, bp.size - 2);
   const Shape batch = broadcastShape(aBatch, bBatch);
   const int64_t count = batch.numel();
   if (count == 0) return;
-  if (bBatch.numel() == 1 && aBatch == batch) {
+  if (bBatch.numel() == 1 && aBatch == batch && !transA) {
     // One weight matrix for every batch entry (Linear on 3-D input): one GEMM.
-    sgemm(false, false, count * M, N, K, 1.0f, A, K, B, N, 0.0f, Y, N);
+    sgemm(false, transB, count * M, N, K, 1.0f, A, lda, B, ldb, 0.0f, Y, N);
     return;
   }
-  if (batch.size == 0) {
-    sgemm(false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, Y, N);
+  if (batch.size == 0 || count == 1) {
+    sgemm(transA, transB, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, Y, N);
     return;
   }
-  broadcastLoop<2>(batch, {&aBatch, &bBatch}, [&](int64_t i, const std::array<int64_t, 2> &o) {
-    sgemm(false, false, M, N, K, 1.0f, A + o[0] * M * K, K, B + o[1] * K * N, N, 0.0f, Y + i * M * N, N);
+  // Batch entries are independent GEMMs (each sgemm's panels depend on the
+  // shape only): one thread per range of entries, each GEMM then on the
+  // thread that runs it, the same bits for any thread count. Offsets of
+  // broadcast operands from their strides (no allocation per call).
+  const auto aSt = broadcastStrides(aBatch, batch), bSt = broadcastStrides(bBatch, batch);
+  if (std::max({M, N, K}) > 0x7fffffff) fail("nn.matmul", "dimensions above 2^31 - 1"); // no throw in the team
+  parallelRanges(count, count * M * N * K / 64, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      int64_t rest = i, ao = 0, bo = 0;
+      for (int axis = batch.size - 1; axis >= 0; --axis) {
+        const int64_t at = rest % batch.v[axis];
+        rest /= batch.v[axis];
+        ao += at * aSt[axis];
+        bo += at * bSt[axis];
+      }
+      sgemm(transA, transB, M, N, K, 1.0f, A + ao * M * K, lda, B + bo * K * N, ldb, 0.0f, Y + i * M * N, N);
+    }
   });
 }
 

@@ -473,6 +473,21 @@ static void testLinalg() {
     pc::matmul(A.data(), as, B.data(), bs, yg.data());
     cmp(yc, yg, 1e-5, "y");
   }
+  // nn.batched_gemm: the trans flags on every path (one GEMM over folded
+  // rows, strided-batched, per-entry broadcast).
+  struct Trans { Shape as, bs; bool ta, tb; };
+  std::vector<Trans> bg = {{Shape{2, 3, 4}, Shape{5, 4}, false, true},      {Shape{2, 4, 3}, Shape{4, 5}, true, false},
+                           {Shape{2, 4, 3}, Shape{2, 5, 4}, true, true},    {Shape{2, 1, 4, 3}, Shape{3, 4, 5}, true, false},
+                           {Shape{1, 2, 3, 4}, Shape{2, 1, 5, 4}, false, true}, {Shape{3, 4}, Shape{2, 5, 4}, false, true}};
+  for (auto &c : bg) {
+    Shape ys = pk::matmulShape(pk::gemmOperandShape(c.as, c.ta), pk::gemmOperandShape(c.bs, c.tb));
+    auto A = randv(c.as.numel()), B = randv(c.bs.numel());
+    std::vector<float> yc(ys.numel()), yg(ys.numel(), NAN);
+    ctx = "batched_gemm " + c.as.str() + (c.ta ? "^T" : "") + c.bs.str() + (c.tb ? "^T" : "");
+    pk::matmul(A.data(), c.as, B.data(), c.bs, yc.data(), c.ta, c.tb);
+    pc::matmul(A.data(), c.as, B.data(), c.bs, yg.data(), c.ta, c.tb);
+    cmp(yc, yg, 1e-5, "y");
+  }
 }
 
 static void testConv() {

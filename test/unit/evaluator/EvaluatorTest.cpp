@@ -212,6 +212,7 @@ TEST_F(EvaluatorTest, EveryNNOpHasARule) {
       %flat = nn.flatten %x {axis = 1 : i64} : (tensor<1x2x2x2xf32>) -> tensor<1x8xf32>
       %gemm = nn.gemm %c, %c, %v {transA = true} : (tensor<1x2xf32>, tensor<1x2xf32>, tensor<2xf32>) -> tensor<2x2xf32>
       %mm = nn.matmul %gemm, %gemm : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+      %bgemm = nn.batched_gemm %x, %x {transA = true} : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
       %w = nn.constant dense<1.0> : tensor<2x1x1x1xf32>
       %conv = nn.conv %x, %w, %v {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 2 : i64} : (tensor<1x2x2x2xf32>, tensor<2x1x1x1xf32>, tensor<2xf32>) -> tensor<1x2x2x2xf32>
       %bn:3 = nn.batch_norm %conv, %v, %v, %v, %v {training = true} : (tensor<1x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> (tensor<1x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>)
@@ -278,6 +279,28 @@ TEST_F(EvaluatorTest, EveryNNOpHasARule) {
   EXPECT_EQ(padded.floats[10], 4.0); // [0,0,2,2]
   // SGD's first step: buf = grad = [1, 2]; param = [1, 2] - 0.5 * buf.
   EXPECT_EQ((*results)[3].floats, (std::vector<double>{0.5, 1.0}));
+}
+
+// nn.batched_gemm is numpy matmul of op(A) and op(B), op swapping the last
+// two axes where flagged (here with a broadcast batch).
+TEST_F(EvaluatorTest, BatchedGemmTransposesItsFlaggedOperands) {
+  auto forward = parse(R"mlir(
+    func.func @forward(%a: tensor<2x3x2xf32>, %b: tensor<1x4x3xf32>) -> (tensor<2x2x4xf32>, tensor<2x2x4xf32>) {
+      %0 = nn.batched_gemm %a, %b {transA = true, transB = true} : (tensor<2x3x2xf32>, tensor<1x4x3xf32>) -> tensor<2x2x4xf32>
+      %at = nn.transpose %a {perm = array<i64: 0, 2, 1>} : (tensor<2x3x2xf32>) -> tensor<2x2x3xf32>
+      %bt = nn.transpose %b {perm = array<i64: 0, 2, 1>} : (tensor<1x4x3xf32>) -> tensor<1x3x4xf32>
+      %1 = nn.matmul %at, %bt : (tensor<2x2x3xf32>, tensor<1x3x4xf32>) -> tensor<2x2x4xf32>
+      return %0, %1 : tensor<2x2x4xf32>, tensor<2x2x4xf32>
+    })mlir");
+  ASSERT_TRUE(forward);
+  Tensor a = f32({2, 3, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  Tensor b = f32({1, 4, 3}, {1, 0, 2, -1, 3, 0, 0, 1, 1, 2, -2, 1});
+  auto results = evaluateFunction(forward, {a, b});
+  ASSERT_TRUE(mlir::succeeded(results)) << diagnostics;
+  EXPECT_EQ((*results)[0].shape, (std::vector<int64_t>{2, 2, 4}));
+  EXPECT_EQ((*results)[0].floats, (*results)[1].floats);
+  // [0, 0, 0] = a[0, :, 0] . b[0, 0, :] = 1 * 1 + 3 * 0 + 5 * 2
+  EXPECT_EQ((*results)[0].floats[0], 11.0);
 }
 
 TEST_F(EvaluatorTest, ScalarOperandsAreRankZeroTensors) {

@@ -133,27 +133,30 @@ void gemm(const float *A, const float *B, const float *C, const Shape &cs, float
   nn::sgemm(op, transA, transB, M, N, K, alpha, A, transA ? M : K, B, transB ? K : N, b, Y, N);
 }
 
-void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, float *Y) {
-  const char *op = "nn.matmul";
-  (void)matmulShape(as, bs); // checks
-  const Shape ap = as.size == 1 ? Shape{1, as.v[0]} : as;
-  const Shape bp = bs.size == 1 ? Shape{bs.v[0], 1} : bs;
+void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, float *Y, bool transA, bool transB) {
+  const char *op = transA || transB ? "nn.batched_gemm" : "nn.matmul";
+  // op(A) and op(B): cuBLAS reads the stored matrices with the trans flags.
+  const Shape al = gemmOperandShape(as, transA), bl = gemmOperandShape(bs, transB);
+  (void)matmulShape(al, bl); // checks
+  const Shape ap = al.size == 1 ? Shape{1, al.v[0]} : al;
+  const Shape bp = bl.size == 1 ? Shape{bl.v[0], 1} : bl;
   const int64_t M = ap.v[ap.size - 2], K = ap.v[ap.size - 1], N = bp.v[bp.size - 1];
+  const int64_t lda = transA ? M : K, ldb = transB ? K : N;
   const Shape aBatch(ap.v, ap.size - 2), bBatch(bp.v, bp.size - 2);
   const Shape batch = broadcastShape(aBatch, bBatch);
   const int64_t count = batch.numel();
   if (count == 0 || M == 0 || N == 0) return;
   const int64_t aCount = aBatch.numel(), bCount = bBatch.numel();
-  if (bCount == 1 && aBatch == batch) {
+  if (bCount == 1 && aBatch == batch && !transA) {
     // One weight matrix for every batch entry (Linear on 3-D input): one GEMM.
-    nn::sgemm(op, false, false, count * M, N, K, 1.0f, A, K, B, N, 0.0f, Y, N);
+    nn::sgemm(op, false, transB, count * M, N, K, 1.0f, A, lda, B, ldb, 0.0f, Y, N);
     return;
   }
   // A batch that has every entry (its count is the broadcast batch's, so no
   // axis is broadcast and its flat layout is the output's) or a single matrix
   // (stride 0): one strided-batched GEMM.
   if ((aCount == count || aCount == 1) && (bCount == count || bCount == 1)) {
-    nn::sgemmStridedBatched(op, false, false, M, N, K, 1.0f, A, K, aCount == count ? M * K : 0, B, N,
+    nn::sgemmStridedBatched(op, transA, transB, M, N, K, 1.0f, A, lda, aCount == count ? M * K : 0, B, ldb,
                             bCount == count ? K * N : 0, 0.0f, Y, N, M * N, count);
     return;
   }
@@ -177,8 +180,8 @@ void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, fl
       bOff += r * bSt[a];
       rest = q;
     }
-    nn::sgemm(op, false, false, M, N, K, 1.0f, A + aOff * M * K, K, B + bOff * K * N, N, 0.0f, Y + i * M * N,
-              N);
+    nn::sgemm(op, transA, transB, M, N, K, 1.0f, A + aOff * M * K, lda, B + bOff * K * N, ldb, 0.0f,
+              Y + i * M * N, N);
   }
 }
 

@@ -112,8 +112,12 @@ template <class From, class To> void cast(const From *x, int64_t n, To *y);
 void gemm(const float *A, const float *B, const float *C, const Shape &cs, float *Y, int64_t M,
           int64_t N, int64_t K, bool transA, bool transB, float alpha, float beta);
 /// nn.matmul: numpy matmul with batch broadcasting and the 1-D cases; Y has
-/// matmulShape(as, bs).
-void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, float *Y);
+/// matmulShape(as, bs). nn.batched_gemm: with transA (transB) the last two
+/// axes of A (B), of rank >= 2, are swapped: the GEMMs read the stored
+/// matrix transposed instead of a materialized transpose. Batch entries run
+/// in parallel (the same bits for any thread count).
+void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, float *Y, bool transA = false,
+            bool transB = false);
 
 //===----------------------------------------------------------------------===//
 // Convolution (im2col + sgemm; N-d, groups, dilations, pads)

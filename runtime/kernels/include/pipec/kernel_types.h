@@ -71,6 +71,9 @@ using Shape = Dims;
 Shape broadcastShape(const Shape &a, const Shape &b);
 /// numpy.matmul result shape (1-D operands promoted, the added axis removed).
 Shape matmulShape(const Shape &a, const Shape &b);
+/// The shape of op(X) of nn.batched_gemm: the stored shape with its last two
+/// axes swapped when `trans` (throws for rank < 2), else the shape itself.
+Shape gemmOperandShape(const Shape &stored, bool trans);
 using ::pipec::windowOutputSize; // pipec/vocabulary.h
 
 /// Shape checks shared by the kernel libraries: throw KernelError("op: ...")

@@ -45,6 +45,7 @@ using kernels::Dims;
 using kernels::dropoutOpId;
 using kernels::dropoutStreamKey;
 using kernels::dropoutUniform;
+using kernels::gemmOperandShape;
 using kernels::KernelError;
 using kernels::kMaxDims;
 using kernels::kMaxRank;
@@ -176,8 +177,10 @@ template <class From, class To> void cast(const From *x, int64_t n, To *y);
 void gemm(const float *A, const float *B, const float *C, const Shape &cs, float *Y, int64_t M,
           int64_t N, int64_t K, bool transA, bool transB, float alpha, float beta);
 /// nn.matmul: numpy matmul with batch broadcasting and the 1-D cases; Y has
-/// matmulShape(as, bs).
-void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, float *Y);
+/// matmulShape(as, bs). nn.batched_gemm: with transA (transB) the last two
+/// axes of A (B), of rank >= 2, are swapped (cuBLAS's trans flags).
+void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, float *Y, bool transA = false,
+            bool transB = false);
 
 //===----------------------------------------------------------------------===//
 // Convolution (im2col + cuBLAS; N-d, groups, dilations, pads)
