@@ -90,6 +90,11 @@ struct Policy {
   // once the older ones' backwards free theirs; docs/schedules.md), and it
   // lets the V's first rank hold twice as many chunk-0 activations.
   bool reserveLaterChunks = true;
+  // A W fills a gap only if it ends before the next known arrival (a B, or
+  // an F whose input is on its way), so that it never delays the critical
+  // path; otherwise the rank waits for that arrival (the zero-bubble
+  // paper's handcrafted orders place their W's the same way).
+  bool wOnlyInGaps = false;
 };
 
 struct GreedyResult {
@@ -225,7 +230,20 @@ GreedyResult greedy(const Schedule &shape, int n, const Policy &pol) {
       takeB();
       takeF();
     }
-    takeW(); // 4. fill the gap with a W
+    // 4. fill the gap with a W
+    bool wWaits = false;
+    if (!have && pol.wOnlyInGaps && wHead[st] < wPending[st].size()) {
+      // Only arrivals still to come: a B already here but held back (its
+      // RECOMPUTE needs the memory a W frees) must not make the W wait.
+      double next = wake;
+      if (!bReady[st].empty() && std::get<0>(bReady[st].top()) > t + kEps)
+        next = std::min(next, std::get<0>(bReady[st].top()));
+      int s2, c;
+      shape.locate(wPending[st][wHead[st]].second, s2, c);
+      wWaits = next < t + P.costOf(Op::BwdWeight, st, c) - kEps;
+    }
+    if (!wWaits)
+      takeW();
     if (!have) {
       if (!bReady[st].empty())
         wake = std::min(wake, std::get<0>(bReady[st].top()));
@@ -386,8 +404,13 @@ Orders zbH2Order(const Schedule &shape, int n) {
   double unit = 0; // largest activation of one micro-batch on one stage
   for (int st = 0; st < p; ++st)
     unit = std::max(unit, stageActivation(P, st));
-  Policy pol{capsLinear(p, n, 2.0, -1), (2 * p - 1) * unit, true, false, true};
-  return greedy(shape, n, pol).order;
+  PolicySearch search(shape, n);
+  for (bool gaps : {false, true}) {
+    Policy pol{capsLinear(p, n, 2.0, -1), (2 * p - 1) * unit, true, false, true};
+    pol.wOnlyInGaps = gaps;
+    search.tryPolicy(pol);
+  }
+  return search.best.order;
 }
 
 // ZB-V: memory is the only admission rule; keep the better F/B/W priority.
@@ -403,7 +426,11 @@ Orders zbVOrder(const Schedule &shape, int n, double limit) {
       continue; // the one-micro-batch room is proven for two chunks without recompute only
     for (bool alternate : {true, false})
       for (bool eager : {false, true})
-        search.tryPolicy(Policy{std::vector<int>(p, std::max(1, n)), limit, true, eager, alternate, reserve});
+        for (bool gaps : {false, true}) {
+          Policy pol{std::vector<int>(p, std::max(1, n)), limit, true, eager, alternate, reserve};
+          pol.wOnlyInGaps = gaps;
+          search.tryPolicy(pol);
+        }
   }
   return search.best.order;
 }
