@@ -161,6 +161,11 @@ ScheduleCliOptions resolve(ScheduleCliOptions a) {
   if (!a.compare && !a.chunksGiven)
     if (const ScheduleFamily *family = findScheduleFamily(a.schedule); family && !family->anyChunks)
       a.problem.chunks = family->chunks;
+  // --compare checks the lists once for its two-chunk families (interleaved,
+  // zb-v, unless --chunks says otherwise); a list of stages x 2 entries then
+  // fails only the one-chunk rows, each with its own message.
+  if (a.compare && !a.chunksGiven)
+    a.problem.chunks = 2;
   a.problem.check();
   return a;
 }

@@ -1193,6 +1193,17 @@ TEST(Cli, CostListsFollowTheSchedulesChunks) {
                 out, err),
             0)
       << err;
+  // --compare: a stages x 2 list serves the two-chunk rows, and each
+  // one-chunk row says why it has none (with or without --chunks 2).
+  for (bool chunksGiven : {false, true}) {
+    std::vector<std::string> args{"schedule", "--stages", "4", "--microbatches", "8", "--compare", "--cost-f",
+                                  "1,1,1,1,1,1,1,2"};
+    if (chunksGiven)
+      args.insert(args.end(), {"--chunks", "2"});
+    EXPECT_EQ(run(args, out, err), 0) << err;
+    EXPECT_NE(out.find("zb-v           2"), std::string::npos) << out;
+    EXPECT_NE(out.find("1f1b         -- invalid problem: --cost-f has 8 entries"), std::string::npos) << out;
+  }
 }
 
 // Receives do not stall: a rank posts a receive where its stream has it and
