@@ -52,7 +52,12 @@ public:
     forType(t, "scale", [&](auto zero) {
       using T = decltype(zero);
       T *x = (T *)p;
-      for (size_t k = 0; k < n; ++k) x[k] = (T)(x[k] * factor);
+      // Blocks of eight (the -O2 build vectorizes a fixed-width block, not
+      // a loop of unknown length); the same operation on every element.
+      size_t k = 0;
+      for (; k + 8 <= n; k += 8)
+        for (size_t l = 0; l < 8; ++l) x[k + l] = (T)(x[k + l] * factor);
+      for (; k < n; ++k) x[k] = (T)(x[k] * factor);
     });
   }
   void add(void *dst, const void *src, size_t n, pipec_dtype t) override {

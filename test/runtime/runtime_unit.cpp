@@ -462,6 +462,11 @@ void testHostDevice() {
   for (float &x : fr) x = (float)(x * factor);
   d.scale(f.data(), f.size(), PIPEC_F32, factor);
   CHECK(std::memcmp(f.data(), fr.data(), f.size() * 4) == 0, "scale f32");
+  std::vector<float> longF(37), longFr(37);
+  for (size_t k = 0; k < longF.size(); ++k) longF[k] = longFr[k] = 0.37f * (float)k - 5.0f;
+  for (float &x : longFr) x = (float)(x * factor);
+  d.scale(longF.data(), longF.size(), PIPEC_F32, factor);
+  CHECK(std::memcmp(longF.data(), longFr.data(), longF.size() * 4) == 0, "scale of a long f32 span");
   std::vector<double> gr = g;
   for (double &x : gr) x *= 0.5;
   d.scale(g.data(), g.size(), PIPEC_F64, 0.5);
