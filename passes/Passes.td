@@ -412,7 +412,9 @@ def PlanMemory : Pass<"pipec-plan-memory", "mlir::ModuleOp"> {
     - `saved`: a value the function returns as `pipe.saved`, or the value
       a returned view (reshape, flatten, squeeze, unsqueeze) reads, is
       computed directly into that result's workspace slot (no copy, no
-      arena space; the storage's offset names the result);
+      arena space; the storage's offset names the result); a later saved
+      result of the same storage gets `pipe.saved_slot_of = <index>` and
+      shares that slot (neither stored nor copied);
     - `gradient`: a C-less `nn.gemm` whose only use is returning a
       parameter's gradient accumulates into that gradient buffer (beta = 1);
     - `arena`: every other value that needs storage gets a 64-byte aligned
@@ -428,6 +430,7 @@ def PlanMemory : Pass<"pipec-plan-memory", "mlir::ModuleOp"> {
   let statistics = [
     Statistic<"numArenaValues", "arena-values", "Number of values placed in an arena">,
     Statistic<"numSavedInPlace", "saved-in-place", "Number of values computed directly into their workspace slot">,
+    Statistic<"numSavedShared", "saved-shared", "Number of saved results sharing an earlier saved result's slot">,
     Statistic<"numAccumulated", "gradients-in-place", "Number of GEMMs accumulating into a gradient buffer">,
   ];
 }

@@ -117,7 +117,14 @@ void StageEmitter::collectInterface() {
       continue;
     for (unsigned i = 0; i < f.getNumResults(); ++i) {
       auto saved = f.getResultAttrOfType<StringAttr>(i, "pipe.saved");
-      if (saved && !savedOffsets.count(saved.getValue())) {
+      auto sharing = f.getResultAttrOfType<IntegerAttr>(i, pipe::kSavedSlotOfAttrName);
+      if (saved && sharing && !savedOffsets.count(saved.getValue())) {
+        // The same bytes as an earlier saved result: its slot.
+        auto first = f.getResultAttrOfType<StringAttr>(sharing.getInt(), "pipe.saved");
+        assert(first && savedOffsets.count(first.getValue()) &&
+               "pipec-plan-memory names an earlier pipe.saved result");
+        savedOffsets[saved.getValue()] = savedOffsets.lookup(first.getValue());
+      } else if (saved && !savedOffsets.count(saved.getValue())) {
         auto type = llvm::cast<RankedTensorType>(f.getResultTypes()[i]);
         savedOffsets[saved.getValue()] = workspaceBytes;
         int64_t bytes = type.getNumElements() * elementBytes(type.getElementType());
@@ -277,7 +284,9 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
     auto saved = f.getResultAttrOfType<StringAttr>(i, "pipe.saved");
     auto type = llvm::dyn_cast<RankedTensorType>(value.getType());
     int64_t bytes = type ? type.getNumElements() * elementBytes(type.getElementType()) : 0;
-    if (saved) {
+    if (saved && f.getResultAttr(i, pipe::kSavedSlotOfAttrName)) {
+      // stored by the earlier result whose slot it shares
+    } else if (saved) {
       assert(savedOffsets.count(saved.getValue()) && "only @fwd and @bwd_input return pipe.saved values, and collectInterface gave each a slot");
       out << "  copyIfDistinct(workspace + " << savedOffsets.lookup(saved.getValue()) << ", "
           << ptr(value) << ", " << bytes << ");\n";

@@ -40,6 +40,11 @@ inline constexpr llvm::StringLiteral kStateAttrName = "pipe.state";
 /// one per result) and the arena bytes a function needs (an i64 on it).
 inline constexpr llvm::StringLiteral kStorageAttrName = "pipe.storage";
 inline constexpr llvm::StringLiteral kArenaSizeAttrName = "pipe.arena_size";
+/// pipec-plan-memory's mark on a pipe.saved result whose bytes another,
+/// earlier pipe.saved result of the function already holds (the same
+/// storage, through views): the index of that result, whose workspace slot
+/// both names share, so the second is neither stored nor copied.
+inline constexpr llvm::StringLiteral kSavedSlotOfAttrName = "pipe.saved_slot_of";
 
 /// The op's `pipe.phase`, if it has a PhaseAttr one.
 std::optional<Phase> phaseOf(mlir::Operation *op);

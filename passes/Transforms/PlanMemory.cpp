@@ -117,15 +117,30 @@ struct PlanMemory : impl::PlanMemoryBase<PlanMemory> {
     // the body computes, of the slot's size, claimed by the first such
     // result (any other copies it at the return).
     // Also the gradient each returned C-less GEMM can accumulate into.
+    // A saved result whose storage an earlier saved result of the same size
+    // already returns shares that result's slot (pipe.saved_slot_of).
     llvm::DenseMap<Value, int64_t> savedResult;
     llvm::DenseMap<Value, int64_t> gradientResult;
     llvm::DenseMap<Value, int> returnCount;
+    llvm::DenseMap<Value, std::pair<int64_t, int64_t>> firstSavedOf; // storage -> (result, bytes)
     for (Value value : ret.getOperands())
       ++returnCount[value];
     for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
       Value storage = root(value);
       Operation *producer = storage.getDefiningOp();
-      if (function.getResultAttr(i, "pipe.saved") && producer && producer->getBlock() == &body &&
+      const bool saved = function.getResultAttr(i, "pipe.saved") != nullptr;
+      function.removeResultAttr(i, StringAttr::get(context, pipe::kSavedSlotOfAttrName));
+      if (saved && llvm::isa<RankedTensorType>(value.getType())) {
+        auto type = llvm::cast<RankedTensorType>(value.getType());
+        const int64_t bytes = type.getNumElements() * std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
+        auto [first, inserted] = firstSavedOf.try_emplace(storage, static_cast<int64_t>(i), bytes);
+        if (!inserted && first->second.second == bytes) {
+          function.setResultAttr(i, pipe::kSavedSlotOfAttrName,
+                                 IntegerAttr::get(IntegerType::get(context, 64), first->second.first));
+          ++numSavedShared;
+        }
+      }
+      if (saved && producer && producer->getBlock() == &body &&
           resultsOf(producer) == Results::Own && llvm::isa<RankedTensorType>(storage.getType()) &&
           alignedBytes(storage.getType()) == alignedBytes(value.getType()))
         savedResult.try_emplace(storage, static_cast<int64_t>(i));

@@ -21,8 +21,10 @@ pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
 
   // A returned view is saved in place too: the GEMM whose rows it reshapes
   // is computed into the view's slot (result 1). A second saved result of
-  // the same storage (result 2) is copied at the return.
+  // the same storage (result 2) shares that slot.
   // CHECK-LABEL: func.func @fwd_views
+  // CHECK-SAME: {pipe.saved = "rows"}
+  // CHECK-SAME: {pipe.saved = "flat", pipe.saved_slot_of = 1 : i64}
   // CHECK: nn.relu %arg0 {pipe.storage = [#pipe.storage<arena, 0>]}
   // CHECK: nn.gemm %{{.*}}, %arg1 {pipe.storage = [#pipe.storage<saved, 1>]}
   func.func @fwd_views(%x: tensor<4x16xf32> {nn.name = "x", nn.role = #nn.role<input>},
