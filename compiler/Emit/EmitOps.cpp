@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <set>
 
+#include <type_traits>
+
 namespace pipec::emit::detail {
 
 LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
@@ -78,17 +80,15 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << f32Literal(gemm.getAlpha().convertToFloat()) << ", " << f32Literal(beta)
             << ");\n";
       })
-      .Case([&](nn::MatMulOp matmul) {
-        std::string y = allocate(matmul.getResult());
-        out << "  pk::matmul(" << ptr(matmul.getA()) << ", " << shapeOf(matmul.getA()) << ", "
-            << ptr(matmul.getB()) << ", " << shapeOf(matmul.getB()) << ", " << y << ");\n";
-      })
-      .Case([&](nn::BatchedGemmOp gemm) {
-        std::string y = allocate(gemm.getResult());
-        out << "  pk::matmul(" << ptr(gemm.getA()) << ", " << shapeOf(gemm.getA()) << ", "
-            << ptr(gemm.getB()) << ", " << shapeOf(gemm.getB()) << ", " << y << ", "
-            << (gemm.getTransA() ? "true" : "false") << ", "
-            << (gemm.getTransB() ? "true" : "false") << ");\n";
+      .Case<nn::MatMulOp, nn::BatchedGemmOp>([&](auto product) {
+        // nn.batched_gemm is pk::matmul with its trans flags.
+        std::string flags;
+        if constexpr (std::is_same_v<decltype(product), nn::BatchedGemmOp>)
+          flags = std::string(", ") + (product.getTransA() ? "true" : "false") + ", " +
+                  (product.getTransB() ? "true" : "false");
+        std::string y = allocate(product.getResult());
+        out << "  pk::matmul(" << ptr(product.getA()) << ", " << shapeOf(product.getA()) << ", "
+            << ptr(product.getB()) << ", " << shapeOf(product.getB()) << ", " << y << flags << ");\n";
       })
       .Case([&](nn::ConvOp conv) {
         std::string y = allocate(conv.getResult());

@@ -76,7 +76,7 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
       .Case([&](nn::BatchedGemmOp gemm) {
         // op(X): X with its last two axes swapped (the reference: a
         // materialized transpose, then numpy matmul).
-        auto op = [](const Tensor &x, bool trans) {
+        auto operand = [](const Tensor &x, bool trans) {
           if (!trans)
             return x;
           std::vector<int64_t> perm(x.shape.size());
@@ -86,7 +86,7 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
           std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
           return kernels::transpose(x, perm);
         };
-        return one(kernels::matmul(op(in(0), gemm.getTransA()), op(in(1), gemm.getTransB())));
+        return one(kernels::matmul(operand(in(0), gemm.getTransA()), operand(in(1), gemm.getTransB())));
       })
       .Case([&](nn::ConvOp conv) {
         return one(kernels::conv(in(0), in(1), optionalIn(conv.getBias()),

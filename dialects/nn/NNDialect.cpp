@@ -294,7 +294,7 @@ LogicalResult BatchedGemmOp::inferReturnTypes(MLIRContext *, std::optional<Locat
                                               SmallVectorImpl<Type> &types) {
   auto a = rankedType(adaptor.getA()), b = rankedType(adaptor.getB());
   // op(X): X with its last two axes swapped when transposed.
-  auto op = [](RankedTensorType type, bool trans) {
+  auto operand = [](RankedTensorType type, bool trans) {
     if (!trans)
       return type;
     SmallVector<int64_t> shape(type.getShape());
@@ -304,8 +304,8 @@ LogicalResult BatchedGemmOp::inferReturnTypes(MLIRContext *, std::optional<Locat
   if ((adaptor.getTransA() && a.getRank() < 2) || (adaptor.getTransB() && b.getRank() < 2))
     return fail(loc, "nn.batched_gemm: a transposed operand needs rank >= 2, got " +
                          shapeString(a.getShape()) + " and " + shapeString(b.getShape()));
-  return inferMatmulType(loc, "nn.batched_gemm", op(a, adaptor.getTransA()), op(b, adaptor.getTransB()),
-                         types);
+  return inferMatmulType(loc, "nn.batched_gemm", operand(a, adaptor.getTransA()),
+                         operand(b, adaptor.getTransB()), types);
 }
 
 //===----------------------------------------------------------------------===//

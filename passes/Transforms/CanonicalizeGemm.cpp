@@ -8,6 +8,8 @@
 
 #include "mlir/IR/PatternMatch.h"
 
+#include <type_traits>
+
 namespace pipec::passes {
 #define GEN_PASS_DEF_CANONICALIZEGEMM
 #include "passes/Passes.h.inc"
@@ -119,8 +121,8 @@ template <class Op> struct TransposeIntoBatchedGemm : OpRewritePattern<Op> {
     if constexpr (std::is_same_v<Op, nn::BatchedGemmOp>) {
       transA = op.getTransA();
       transB = op.getTransB();
-    } else if (a.getRank() >= 2 && b.getRank() == 2) {
-      return failure();
+    } else if (b.getRank() == 2) {
+      return failure(); // MatMulAgainstMatrix's
     }
     nn::TransposeOp ta = lastTwoAxesTranspose(op.getA(), op), tb = lastTwoAxesTranspose(op.getB(), op);
     if (!ta && !tb)

@@ -115,14 +115,13 @@ struct PlanMemory : impl::PlanMemoryBase<PlanMemory> {
     // value's storage root, so that a view (a GEMM's rows reshaped back to
     // [batch, tokens, width]) is saved without a copy too. A root an op of
     // the body computes, of the slot's size, claimed by the first such
-    // result (any other copies it at the return).
+    // result. A later saved result of the same storage (views keep the
+    // bytes) shares the first one's slot (pipe.saved_slot_of).
     // Also the gradient each returned C-less GEMM can accumulate into.
-    // A saved result whose storage an earlier saved result of the same size
-    // already returns shares that result's slot (pipe.saved_slot_of).
     llvm::DenseMap<Value, int64_t> savedResult;
     llvm::DenseMap<Value, int64_t> gradientResult;
     llvm::DenseMap<Value, int> returnCount;
-    llvm::DenseMap<Value, std::pair<int64_t, int64_t>> firstSavedOf; // storage -> (result, bytes)
+    llvm::DenseMap<Value, int64_t> firstSavedOf; // storage root -> the first saved result returning it
     for (Value value : ret.getOperands())
       ++returnCount[value];
     for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
@@ -131,12 +130,10 @@ struct PlanMemory : impl::PlanMemoryBase<PlanMemory> {
       const bool saved = function.getResultAttr(i, "pipe.saved") != nullptr;
       function.removeResultAttr(i, StringAttr::get(context, pipe::kSavedSlotOfAttrName));
       if (saved && llvm::isa<RankedTensorType>(value.getType())) {
-        auto type = llvm::cast<RankedTensorType>(value.getType());
-        const int64_t bytes = type.getNumElements() * std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
-        auto [first, inserted] = firstSavedOf.try_emplace(storage, static_cast<int64_t>(i), bytes);
-        if (!inserted && first->second.second == bytes) {
+        auto [first, inserted] = firstSavedOf.try_emplace(storage, static_cast<int64_t>(i));
+        if (!inserted && alignedBytes(value.getType()) == alignedBytes(ret.getOperand(first->second).getType())) {
           function.setResultAttr(i, pipe::kSavedSlotOfAttrName,
-                                 IntegerAttr::get(IntegerType::get(context, 64), first->second.first));
+                                 IntegerAttr::get(IntegerType::get(context, 64), first->second));
           ++numSavedShared;
         }
       }

@@ -137,28 +137,25 @@ void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, fl
     sgemm(false, transB, count * M, N, K, 1.0f, A, lda, B, ldb, 0.0f, Y, N);
     return;
   }
-  if (batch.size == 0 || count == 1) {
+  if (count == 1) {
     sgemm(transA, transB, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, Y, N);
     return;
   }
   // Batch entries are independent GEMMs (each sgemm's panels depend on the
   // shape only): one thread per range of entries, each GEMM then on the
-  // thread that runs it, the same bits for any thread count. Offsets of
-  // broadcast operands from their strides (no allocation per call).
-  const auto aSt = broadcastStrides(aBatch, batch), bSt = broadcastStrides(bBatch, batch);
+  // thread that runs it, the same bits for any thread count. The broadcast
+  // walker gives each entry's operand offsets, in matrices: the batch shape
+  // with a unit axis appended has one entry per row.
+  Shape entries = batch, aEntries = aBatch, bEntries = bBatch;
+  entries.push(1), aEntries.push(1), bEntries.push(1);
+  const std::array<std::array<int64_t, kMaxRank>, 2> st{broadcastStrides(aEntries, entries),
+                                                        broadcastStrides(bEntries, entries)};
+  auto product = [&](int64_t i, const std::array<int64_t, 2> &o) {
+    sgemm(transA, transB, M, N, K, 1.0f, A + o[0] * M * K, lda, B + o[1] * K * N, ldb, 0.0f, Y + i * M * N, N);
+  };
   if (std::max({M, N, K}) > 0x7fffffff) fail("nn.matmul", "dimensions above 2^31 - 1"); // no throw in the team
-  parallelRanges(count, count * M * N * K / 64, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      int64_t rest = i, ao = 0, bo = 0;
-      for (int axis = batch.size - 1; axis >= 0; --axis) {
-        const int64_t at = rest % batch.v[axis];
-        rest /= batch.v[axis];
-        ao += at * aSt[axis];
-        bo += at * bSt[axis];
-      }
-      sgemm(transA, transB, M, N, K, 1.0f, A + ao * M * K, lda, B + bo * K * N, ldb, 0.0f, Y + i * M * N, N);
-    }
-  });
+  parallelRanges(count, count * M * N * K / 64,
+                 [&](int64_t begin, int64_t end) { broadcastRows<2>(entries, st, begin, end, product); });
 }
 
 //===----------------------------------------------------------------------===//
