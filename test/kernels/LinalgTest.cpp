@@ -215,6 +215,10 @@ const ConvCase kConvCases[] = {
     {{2, 3, 6, 7}, {4, 3, 3, 3}, {1, 1}, {3, 1, 0, 3}, {1, 2}, 1},         // rows as long as x's, dilated, uneven pads
     {{1, 2, 2, 5}, {3, 2, 5, 3}, {1, 1}, {4, 1, 0, 1}, {1, 1}, 1},         // a tap that reads no input row
     {{1, 3, 4, 5, 6}, {2, 3, 3, 2, 3}, {1, 1, 1}, {1, 0, 2, 1, 1, 0}, {1, 2, 1}, 1}, // 3-D
+    // More samples than the weight gradient's slices (kConvWeightGradSlices),
+    // split unevenly, on both input-gradient paths.
+    {{5, 4, 9, 8}, {6, 2, 3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 2},         // strided, grouped (col2im)
+    {{6, 8, 8, 8}, {8, 8, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1},         // flipped input gradient
 };
 
 TEST(Conv, MatchesDirectConvolution) {

@@ -162,6 +162,21 @@ TEST(Threads, ConvPoolGemmAndOptimizersAreBitwiseIndependentOfThreads) {
     pk::convWeightGrad(dy.data(), ys, x.data(), xs, o[2].data(), ws, st, pads, dil, 1);
     return o;
   });
+  // Samples go to threads whole (six over three threads), and the weight
+  // gradient's four slices of samples split 1, 1, 2 over them; strided and
+  // grouped, so the input gradient takes the col2im path.
+  const pk::Shape bxs{6, 16, 48, 48}, bws{24, 8, 3, 3};
+  const pk::Dims st2{2, 2};
+  const auto bx = kt::randomVec(bxs.numel(), 41), bw = kt::randomVec(bws.numel(), 42);
+  const pk::Shape bys = pk::convOutputShape(bxs, bws, st2, pads, dil);
+  const auto bdy = kt::randomVec(bys.numel(), 43);
+  expectSameBits("conv of six samples, strided and grouped (+ grads)", [&] {
+    Outputs o{std::vector<float>(bys.numel()), std::vector<float>(bxs.numel()), std::vector<float>(bws.numel())};
+    pk::conv(bx.data(), bxs, bw.data(), bws, nullptr, o[0].data(), st2, pads, dil, 2);
+    pk::convInputGrad(bdy.data(), bys, bw.data(), bws, o[1].data(), bxs, st2, pads, dil, 2);
+    pk::convWeightGrad(bdy.data(), bys, bx.data(), bxs, o[2].data(), bws, st2, pads, dil, 2);
+    return o;
+  });
   expectSameBits("max / average / global pooling (+ grads)", [&] {
     const pk::Dims k{3, 3}, s2{2, 2}, p1{1, 1, 1, 1};
     const pk::Shape ps = pk::poolOutputShape(xs, k, s2, p1, pk::Dims{}, false);

@@ -40,10 +40,14 @@ int threads() {
 namespace {
 /// How sgemm splits C[M, N] into independent panels (a function of the
 /// shape only). A product under kGemmPanelWork multiply-adds is one panel;
-/// larger ones get up to kGemmMaxPanels panels of rows (M >= 2 *
-/// kGemmMinPanel), else of columns, each at least kGemmMinPanel wide and a
-/// multiple of 16 (whole OpenBLAS micro-tiles), so that every panel is a
-/// GEMM big enough to run at full speed.
+/// larger ones get up to kGemmMaxPanels panels along C's longer side, each
+/// at least kGemmMinPanel wide and a multiple of 16 (whole OpenBLAS
+/// micro-tiles), so that every panel is a GEMM big enough to run at full
+/// speed. Each panel packs the whole of the operand it shares with the
+/// others (B[K, N] for panels of rows, A[M, K] for panels of columns), so
+/// splitting the longer side repacks the smaller operand: panels of 64 rows
+/// of a 512 x 3072 x 768 product ran at 172 GFLOP/s against 241 for panels
+/// of 384 columns on one AVX-512 core (docs/cpu-kernels.md, "Threads").
 constexpr int64_t kGemmPanelWork = int64_t(1) << 22, kGemmMaxPanels = 16, kGemmMinPanel = 64;
 struct GemmPanels {
   bool byRows = true;
@@ -53,7 +57,7 @@ struct GemmPanels {
 GemmPanels gemmPanels(int64_t M, int64_t N, int64_t K) {
   const GemmPanels whole{true, M, M};
   const double work = double(M) * double(N) * double(K);
-  const bool byRows = M >= 2 * kGemmMinPanel || M >= N;
+  const bool byRows = M >= N;
   const int64_t extent = byRows ? M : N;
   if (work < double(kGemmPanelWork) || extent < 2 * kGemmMinPanel) return whole;
   const int64_t wanted = std::clamp<int64_t>((int64_t)(work / double(kGemmPanelWork)), 2, kGemmMaxPanels);
@@ -364,32 +368,68 @@ void col2imAdd(const ConvGeom &g, const float *col, float *x) {
   });
 }
 
+/// The slices of samples whose weight-gradient sums run on threads of their
+/// own (convWeightGrad): a constant, so that the sum's order depends on the
+/// batch alone. Four keep up to four threads busy, and at one thread cost
+/// three extra passes over dW per call.
+constexpr int64_t kConvWeightGradSlices = 4;
+
+/// The work of a convolution's GEMMs over all samples, as sgemm counts it
+/// for its threads.
+int64_t convGemmWork(const ConvGeom &g) { return g.N * g.G * g.Fg * g.Cg * g.kSize * g.outSize / 64; }
+
+/// The column matrix [Cg * kSize, outSize] of sample n's group gi: x itself
+/// for a pointwise convolution, else its im2col in `col`.
+const float *sampleColumns(const ConvGeom &g, const float *x, int64_t n, int64_t gi, float *col) {
+  const float *xg = x + (n * g.C + gi * g.Cg) * g.inSize;
+  if (g.pointwise) return xg;
+  im2col(g, xg, col);
+  return col;
+}
+
+/// Calls body(nBegin, nEnd) over the samples [0, N) of a convolution whose
+/// samples are independent (each writes only its own part of the output).
+/// When they split evenly enough over the threads, each thread gets whole
+/// samples and runs their im2col and GEMM panels alone: the nested loops see
+/// the parallel region and stay on their thread, making the same calls in the
+/// same order as one thread, so the bits do not change; a sample's work is
+/// then one team start instead of one per im2col and per GEMM, and each thread
+/// packs a whole GEMM's operands (docs/cpu-kernels.md, "Convolution"). Else
+/// (one sample, or too few to balance) one call covers every sample and each
+/// im2col and GEMM splits inside.
+template <class F> void forSampleRanges(const ConvGeom &g, F &&body) {
+  const int64_t work = convGemmWork(g);
+  const int t = threadsFor(work, g.N);
+  const int64_t perThread = (g.N + t - 1) / std::max(t, 1);
+  if (t > 1 && 4 * g.N >= 3 * int64_t(t) * perThread) // at least 3/4 of the threads' time busy
+    parallelRanges(g.N, work, body);
+  else if (g.N > 0)
+    body(int64_t(0), g.N);
+}
+
 /// y [N, F, out...] = conv(x, w) + bias (if any), w [F, Cg * kSize]: per
 /// sample and group one im2col, one GEMM and the bias while y is in cache. (Several samples' columns in
 /// one GEMM, to widen the products of small late feature maps, measured no
 /// faster: docs/cpu-kernels.md, "Convolution".)
 void convByColumns(const ConvGeom &g, const float *x, const float *w, const float *bias, float *y) {
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
-  float *col = g.pointwise ? nullptr : scratch(0, (size_t)(rows * P));
-  for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t gi = 0; gi < g.G; ++gi) {
-      const float *xg = x + (n * g.C + gi * g.Cg) * g.inSize;
-      const float *cols = xg;
-      if (!g.pointwise) {
-        im2col(g, xg, col);
-        cols = col;
+  forSampleRanges(g, [&](int64_t nBegin, int64_t nEnd) {
+    float *col = g.pointwise ? nullptr : scratch(0, (size_t)(rows * P)); // this thread's
+    for (int64_t n = nBegin; n < nEnd; ++n)
+      for (int64_t gi = 0; gi < g.G; ++gi) {
+        const float *cols = sampleColumns(g, x, n, gi, col);
+        float *yg = y + (n * g.F + gi * g.Fg) * P;
+        sgemm(false, false, g.Fg, P, rows, 1.0f, w + gi * g.Fg * rows, rows, cols, P, 0.0f, yg, P);
+        if (bias)
+          parallelRanges(g.Fg, g.Fg * P, [&](int64_t fBegin, int64_t fEnd) {
+            for (int64_t f = fBegin; f < fEnd; ++f) {
+              const float b = bias[gi * g.Fg + f];
+              float *row = yg + f * P;
+              for (int64_t p = 0; p < P; ++p) row[p] += b;
+            }
+          });
       }
-      float *yg = y + (n * g.F + gi * g.Fg) * P;
-      sgemm(false, false, g.Fg, P, rows, 1.0f, w + gi * g.Fg * rows, rows, cols, P, 0.0f, yg, P);
-      if (bias)
-        parallelRanges(g.Fg, g.Fg * P, [&](int64_t fBegin, int64_t fEnd) {
-          for (int64_t f = fBegin; f < fEnd; ++f) {
-            const float b = bias[gi * g.Fg + f];
-            float *row = yg + f * P;
-            for (int64_t p = 0; p < P; ++p) row[p] += b;
-          }
-        });
-    }
+  });
 }
 
 /// The geometry of dx as a convolution of dy, for a forward convolution with
@@ -462,16 +502,19 @@ void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shap
     convByColumns(inputGradAsConv(g), dy, flipped, nullptr, dx);
     return;
   }
-  if (!g.pointwise) std::fill(dx, dx + xs.numel(), 0.0f);
-  float *col = g.pointwise ? nullptr : scratch(0, (size_t)(rows * P));
-  for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t gi = 0; gi < g.G; ++gi) {
-      float *dxg = dx + (n * g.C + gi * g.Cg) * g.inSize;
-      const float *dyg = dy + (n * g.F + gi * g.Fg) * P;
-      // dcol = W_g^T dy_g
-      sgemm(true, false, rows, P, g.Fg, 1.0f, w + gi * g.Fg * rows, rows, dyg, P, 0.0f, g.pointwise ? dxg : col, P);
-      if (!g.pointwise) col2imAdd(g, col, dxg);
-    }
+  forSampleRanges(g, [&](int64_t nBegin, int64_t nEnd) {
+    if (!g.pointwise) std::fill(dx + nBegin * g.C * g.inSize, dx + nEnd * g.C * g.inSize, 0.0f);
+    float *col = g.pointwise ? nullptr : scratch(0, (size_t)(rows * P)); // this thread's
+    for (int64_t n = nBegin; n < nEnd; ++n)
+      for (int64_t gi = 0; gi < g.G; ++gi) {
+        float *dxg = dx + (n * g.C + gi * g.Cg) * g.inSize;
+        const float *dyg = dy + (n * g.F + gi * g.Fg) * P;
+        // dcol = W_g^T dy_g
+        sgemm(true, false, rows, P, g.Fg, 1.0f, w + gi * g.Fg * rows, rows, dyg, P, 0.0f, g.pointwise ? dxg : col,
+              P);
+        if (!g.pointwise) col2imAdd(g, col, dxg);
+      }
+  });
 }
 
 void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Shape &xs, float *dw, const Shape &ws,
@@ -479,21 +522,40 @@ void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Sha
   const ConvGeom g = convGeom("nn.conv_weight_grad", xs, ws, strides, pads, dilations, group);
   if (convOut(g) != dys)
     fail("nn.conv_weight_grad", "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
-  const int64_t rows = g.Cg * g.kSize, P = g.outSize;
-  if (g.N == 0) std::fill(dw, dw + ws.numel(), 0.0f);
-  float *col = g.pointwise ? nullptr : scratch(0, (size_t)(rows * P));
-  for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t gi = 0; gi < g.G; ++gi) {
-      const float *xg = x + (n * g.C + gi * g.Cg) * g.inSize;
-      const float *cols = xg;
-      if (!g.pointwise) {
-        im2col(g, xg, col);
-        cols = col;
-      }
-      // dW_g (+)= dy_g col^T
-      sgemm(false, true, g.Fg, rows, P, 1.0f, dy + (n * g.F + gi * g.Fg) * P, P, cols, P, n == 0 ? 0.0f : 1.0f,
-            dw + gi * g.Fg * rows, rows);
+  const int64_t rows = g.Cg * g.kSize, P = g.outSize, wSize = ws.numel();
+  if (g.N == 0) {
+    std::fill(dw, dw + wSize, 0.0f);
+    return;
+  }
+  // dW is a sum over the samples, which must not split by the thread count:
+  // the samples form a number of slices fixed by N alone, each slice's sum is
+  // accumulated by one thread (slice 0 into dw, the others into partial
+  // buffers), and the partials are added in slice order (docs/cpu-kernels.md,
+  // "Convolution").
+  const int64_t slices = std::min<int64_t>(g.N, kConvWeightGradSlices);
+  float *partials = slices > 1 ? scratch(2, (size_t)((slices - 1) * wSize)) : nullptr; // shared by the threads
+  parallelRanges(slices, convGemmWork(g), [&](int64_t sBegin, int64_t sEnd) {
+    float *col = g.pointwise ? nullptr : scratch(0, (size_t)(rows * P)); // this thread's
+    for (int64_t s = sBegin; s < sEnd; ++s) {
+      float *sum = s == 0 ? dw : partials + (s - 1) * wSize;
+      const int64_t nBegin = g.N * s / slices, nEnd = g.N * (s + 1) / slices;
+      for (int64_t n = nBegin; n < nEnd; ++n)
+        for (int64_t gi = 0; gi < g.G; ++gi) {
+          const float *cols = sampleColumns(g, x, n, gi, col);
+          // dW_g (+)= dy_g col^T
+          sgemm(false, true, g.Fg, rows, P, 1.0f, dy + (n * g.F + gi * g.Fg) * P, P, cols, P,
+                n == nBegin ? 0.0f : 1.0f, sum + gi * g.Fg * rows, rows);
+        }
     }
+  });
+  if (slices > 1)
+    parallelVectorElements(wSize, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        float v = dw[i];
+        for (int64_t s = 1; s < slices; ++s) v += partials[(s - 1) * wSize + i];
+        dw[i] = v;
+      }
+    });
 }
 
 } // namespace pipec::kernels
