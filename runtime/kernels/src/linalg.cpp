@@ -48,7 +48,7 @@ namespace {
 /// splitting the longer side repacks the smaller operand: panels of 64 rows
 /// of a 512 x 3072 x 768 product ran at 172 GFLOP/s against 241 for panels
 /// of 384 columns on one AVX-512 core (docs/cpu-kernels.md, "Threads").
-constexpr int64_t kGemmPanelWork = int64_t(1) << 22, kGemmMaxPanels = 16, kGemmMinPanel = 64;
+constexpr int64_t kGemmPanelWork = int64_t(1) << 24, kGemmMaxPanels = 16, kGemmMinPanel = 64;
 struct GemmPanels {
   bool byRows = true;
   int64_t extent = 1, size = 1; // the split axis's length and a panel's width along it (the last: less)
