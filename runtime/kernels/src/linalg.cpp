@@ -65,6 +65,11 @@ GemmPanels gemmPanels(int64_t M, int64_t N, int64_t K) {
   return size >= extent ? whole : GemmPanels{byRows, extent, size};
 }
 
+/// The work of an M x N x K product in the units parallelRanges weighs
+/// (elements touched): its multiply-adds, of which a core runs dozens in the
+/// time it touches one element.
+int64_t gemmWork(int64_t M, int64_t N, int64_t K) { return M * N * K / 64; }
+
 /// Row-major C[M,N] = alpha * op(A) op(B) + beta * C with leading dimensions.
 void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
            const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
@@ -102,7 +107,7 @@ void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alph
   }
   // Only the elements' work decides the threads (each panel writes its own
   // part of C; cblas_sgemm checks nothing that could throw here).
-  parallelRanges(count, M * N * K / 64, [&](int64_t begin, int64_t end) {
+  parallelRanges(count, gemmWork(M, N, K), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) panel(p);
   });
 }
@@ -158,7 +163,7 @@ void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, fl
     sgemm(transA, transB, M, N, K, 1.0f, A + o[0] * M * K, lda, B + o[1] * K * N, ldb, 0.0f, Y + i * M * N, N);
   };
   if (std::max({M, N, K}) > 0x7fffffff) fail("nn.matmul", "dimensions above 2^31 - 1"); // no throw in the team
-  parallelRanges(count, count * M * N * K / 64,
+  parallelRanges(count, gemmWork(count * M, N, K),
                  [&](int64_t begin, int64_t end) { broadcastRows<2>(entries, st, begin, end, product); });
 }
 
@@ -374,9 +379,8 @@ void col2imAdd(const ConvGeom &g, const float *col, float *x) {
 /// three extra passes over dW per call.
 constexpr int64_t kConvWeightGradSlices = 4;
 
-/// The work of a convolution's GEMMs over all samples, as sgemm counts it
-/// for its threads.
-int64_t convGemmWork(const ConvGeom &g) { return g.N * g.G * g.Fg * g.Cg * g.kSize * g.outSize / 64; }
+/// The work of a convolution's GEMMs over all samples and groups.
+int64_t convGemmWork(const ConvGeom &g) { return gemmWork(g.N * g.G * g.Fg, g.outSize, g.Cg * g.kSize); }
 
 /// The column matrix [Cg * kSize, outSize] of sample n's group gi: x itself
 /// for a pointwise convolution, else its im2col in `col`.
@@ -400,7 +404,7 @@ const float *sampleColumns(const ConvGeom &g, const float *x, int64_t n, int64_t
 template <class F> void forSampleRanges(const ConvGeom &g, F &&body) {
   const int64_t work = convGemmWork(g);
   const int t = threadsFor(work, g.N);
-  const int64_t perThread = (g.N + t - 1) / std::max(t, 1);
+  const int64_t perThread = (g.N + t - 1) / t; // threadsFor gives at least 1
   if (t > 1 && 4 * g.N >= 3 * int64_t(t) * perThread) // at least 3/4 of the threads' time busy
     parallelRanges(g.N, work, body);
   else if (g.N > 0)
