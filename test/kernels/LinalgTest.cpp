@@ -219,6 +219,14 @@ const ConvCase kConvCases[] = {
     // split unevenly, on both input-gradient paths.
     {{5, 4, 9, 8}, {6, 2, 3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 2},         // strided, grouped (col2im)
     {{6, 8, 8, 8}, {8, 8, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1},         // flipped input gradient
+    // Winograd F(2x2, 3x3) (3x3, unit strides, 16+ channels): odd outputs
+    // (half tiles), no pads (the input gradient pads 2), pads past the
+    // kernel (it crops), several blocks of tiles split over the weight
+    // gradient's slices, and rows wider than a block.
+    {{2, 16, 7, 9}, {16, 16, 3, 3}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1},
+    {{1, 16, 6, 5}, {20, 16, 3, 3}, {1, 1}, {3, 1, 0, 2}, {1, 1}, 1},
+    {{6, 16, 20, 20}, {16, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1},
+    {{1, 16, 3, 300}, {16, 16, 3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 1},
 };
 
 TEST(Conv, MatchesDirectConvolution) {

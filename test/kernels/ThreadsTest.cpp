@@ -149,34 +149,37 @@ TEST(Threads, NormalizationSoftmaxAndReductionsAreBitwiseIndependentOfThreads) {
   });
 }
 
-TEST(Threads, ConvPoolGemmAndOptimizersAreBitwiseIndependentOfThreads) {
-  const pk::Shape xs{2, 8, 32, 32}, ws{16, 8, 3, 3};
-  const auto x = kt::randomVec(xs.numel(), 21), w = kt::randomVec(ws.numel(), 22), bias = kt::randomVec(16, 23);
-  const pk::Dims st{1, 1}, pads{1, 1, 1, 1}, dil{1, 1};
-  const pk::Shape ys = pk::convOutputShape(xs, ws, st, pads, dil);
-  const auto dy = kt::randomVec(ys.numel(), 24);
-  expectSameBits("conv (+ input and weight grads: im2col / col2im)", [&] {
+/// conv, convInputGrad and convWeightGrad of random x, w, bias and dy (seeds
+/// from `seed`) at 1 and at 3 threads.
+void expectConvSameBits(const char *what, const pk::Shape &xs, const pk::Shape &ws, const pk::Dims &strides,
+                        int64_t group, int seed) {
+  const pk::Dims pads{1, 1, 1, 1}, dil{1, 1};
+  const auto x = kt::randomVec(xs.numel(), seed), w = kt::randomVec(ws.numel(), seed + 1),
+             bias = kt::randomVec(ws[0], seed + 2);
+  const pk::Shape ys = pk::convOutputShape(xs, ws, strides, pads, dil);
+  const auto dy = kt::randomVec(ys.numel(), seed + 3);
+  expectSameBits(what, [&] {
     Outputs o{std::vector<float>(ys.numel()), std::vector<float>(xs.numel()), std::vector<float>(ws.numel())};
-    pk::conv(x.data(), xs, w.data(), ws, bias.data(), o[0].data(), st, pads, dil, 1);
-    pk::convInputGrad(dy.data(), ys, w.data(), ws, o[1].data(), xs, st, pads, dil, 1);
-    pk::convWeightGrad(dy.data(), ys, x.data(), xs, o[2].data(), ws, st, pads, dil, 1);
+    pk::conv(x.data(), xs, w.data(), ws, bias.data(), o[0].data(), strides, pads, dil, group);
+    pk::convInputGrad(dy.data(), ys, w.data(), ws, o[1].data(), xs, strides, pads, dil, group);
+    pk::convWeightGrad(dy.data(), ys, x.data(), xs, o[2].data(), ws, strides, pads, dil, group);
     return o;
   });
+}
+
+TEST(Threads, ConvPoolGemmAndOptimizersAreBitwiseIndependentOfThreads) {
+  const pk::Shape xs{2, 8, 32, 32};
+  const auto x = kt::randomVec(xs.numel(), 21);
+  expectConvSameBits("conv (+ input and weight grads: im2col / col2im)", xs, {16, 8, 3, 3}, {1, 1}, 1, 21);
   // Samples go to threads whole (six over three threads), and the weight
   // gradient's four slices of samples split 1, 1, 2 over them; strided and
   // grouped, so the input gradient takes the col2im path.
-  const pk::Shape bxs{6, 16, 48, 48}, bws{24, 8, 3, 3};
-  const pk::Dims st2{2, 2};
-  const auto bx = kt::randomVec(bxs.numel(), 41), bw = kt::randomVec(bws.numel(), 42);
-  const pk::Shape bys = pk::convOutputShape(bxs, bws, st2, pads, dil);
-  const auto bdy = kt::randomVec(bys.numel(), 43);
-  expectSameBits("conv of six samples, strided and grouped (+ grads)", [&] {
-    Outputs o{std::vector<float>(bys.numel()), std::vector<float>(bxs.numel()), std::vector<float>(bws.numel())};
-    pk::conv(bx.data(), bxs, bw.data(), bws, nullptr, o[0].data(), st2, pads, dil, 2);
-    pk::convInputGrad(bdy.data(), bys, bw.data(), bws, o[1].data(), bxs, st2, pads, dil, 2);
-    pk::convWeightGrad(bdy.data(), bys, bx.data(), bxs, o[2].data(), bws, st2, pads, dil, 2);
-    return o;
-  });
+  expectConvSameBits("conv of six samples, strided and grouped (+ grads)", {6, 16, 48, 48}, {24, 8, 3, 3}, {2, 2},
+                     2, 41);
+  // Winograd F(2x2, 3x3): five blocks of tiles over three threads, the
+  // weight gradient's four slices of blocks split 1, 1, 2.
+  expectConvSameBits("3x3 conv of sixteen channels, Winograd (+ grads)", {5, 16, 20, 22}, {16, 16, 3, 3}, {1, 1}, 1,
+                     51);
   expectSameBits("max / average / global pooling (+ grads)", [&] {
     const pk::Dims k{3, 3}, s2{2, 2}, p1{1, 1, 1, 1};
     const pk::Shape ps = pk::poolOutputShape(xs, k, s2, p1, pk::Dims{}, false);

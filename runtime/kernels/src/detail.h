@@ -228,11 +228,43 @@ inline bool broadcastsTo(const Shape &in, const Shape &out) {
 
 /// A per-thread scratch buffer that grows and is reused across calls.
 inline float *scratch(size_t slot, size_t count) {
-  thread_local std::vector<float> buffers[4];
+  thread_local std::vector<float> buffers[6];
   std::vector<float> &b = buffers[slot];
   if (b.size() < count) b.resize(count);
   return b.data();
 }
+
+//===----------------------------------------------------------------------===//
+// GEMM and convolution internals (linalg.cpp, conv_winograd.cpp)
+//===----------------------------------------------------------------------===//
+
+/// Row-major C[M,N] = alpha * op(A) op(B) + beta * C with leading
+/// dimensions; the same bits for every thread count.
+void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+           const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
+/// The work of an M x N x K product in the units parallelRanges weighs
+/// (elements touched): its multiply-adds, of which a core runs dozens in the
+/// time it touches one element.
+inline int64_t gemmWork(int64_t M, int64_t N, int64_t K) { return M * N * K / 64; }
+
+/// The slices of samples (or tiles) whose weight-gradient sums run on
+/// threads of their own: a constant, so that the sum's order depends on the
+/// batch alone. Four keep up to four threads busy, and at one thread cost
+/// three extra passes over dW per call.
+constexpr int64_t kConvWeightGradSlices = 4;
+
+/// The fewest input and output channels for which a 3x3 convolution runs as
+/// Winograd F(2x2, 3x3) (docs/cpu-kernels.md, "Convolution").
+constexpr int64_t kWinogradMinChannels = 16;
+
+/// Whether g is a 2-D, ungrouped, 3x3, unit-stride, undilated convolution
+/// with channels enough for Winograd F(2x2, 3x3) (any pads, also crops).
+bool winogradApplies(const ConvGeom &g);
+/// y = conv(x, w) + bias (if any) by Winograd F(2x2, 3x3).
+void winogradConv(const ConvGeom &g, const float *x, const float *w, const float *bias, float *y);
+/// dw = the weight gradient of conv(x, w) for dy, by Winograd F(2x2, 3x3).
+void winogradWeightGrad(const ConvGeom &g, const float *dy, const float *x, float *dw);
 
 } // namespace pipec::kernels::detail
 

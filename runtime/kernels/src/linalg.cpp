@@ -65,13 +65,9 @@ GemmPanels gemmPanels(int64_t M, int64_t N, int64_t K) {
   return size >= extent ? whole : GemmPanels{byRows, extent, size};
 }
 
-/// The work of an M x N x K product in the units parallelRanges weighs
-/// (elements touched): its multiply-adds, of which a core runs dozens in the
-/// time it touches one element.
-int64_t gemmWork(int64_t M, int64_t N, int64_t K) { return M * N * K / 64; }
+} // namespace
 
-/// Row-major C[M,N] = alpha * op(A) op(B) + beta * C with leading dimensions.
-void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+void detail::sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
            const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) { // BLAS may not touch C then; do what the maths says
@@ -111,7 +107,6 @@ void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alph
     for (int64_t p = begin; p < end; ++p) panel(p);
   });
 }
-} // namespace
 
 void gemm(const float *A, const float *B, const float *C, const Shape &cs, float *Y, int64_t M, int64_t N, int64_t K,
           bool transA, bool transB, float alpha, float beta) {
@@ -373,12 +368,6 @@ void col2imAdd(const ConvGeom &g, const float *col, float *x) {
   });
 }
 
-/// The slices of samples whose weight-gradient sums run on threads of their
-/// own (convWeightGrad): a constant, so that the sum's order depends on the
-/// batch alone. Four keep up to four threads busy, and at one thread cost
-/// three extra passes over dW per call.
-constexpr int64_t kConvWeightGradSlices = 4;
-
 /// The work of a convolution's GEMMs over all samples and groups.
 int64_t convGemmWork(const ConvGeom &g) { return gemmWork(g.N * g.G * g.Fg, g.outSize, g.Cg * g.kSize); }
 
@@ -436,6 +425,15 @@ void convByColumns(const ConvGeom &g, const float *x, const float *w, const floa
   });
 }
 
+/// y = conv(x, w) + bias (if any): Winograd F(2x2, 3x3) where it applies,
+/// else per sample im2col and GEMM.
+void convForward(const ConvGeom &g, const float *x, const float *w, const float *bias, float *y) {
+  if (winogradApplies(g))
+    winogradConv(g, x, w, bias, y);
+  else
+    convByColumns(g, x, w, bias, y);
+}
+
 /// The geometry of dx as a convolution of dy, for a forward convolution with
 /// every stride 1: dx[c, i] = sum_{f, k} W[f, c, k] dy[f, i + pb - k d], so
 /// with the kernel flipped (k' = K - 1 - k) it is a stride-1 convolution of
@@ -481,7 +479,7 @@ Shape convOutputShape(const Shape &x, const Shape &w, const Dims &strides, const
 void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, const float *bias, float *y,
           const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group) {
   const ConvGeom g = convGeom("nn.conv", xs, ws, strides, pads, dilations, group);
-  convByColumns(g, x, w, bias, y);
+  convForward(g, x, w, bias, y);
 }
 
 void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shape &ws, float *dx, const Shape &xs,
@@ -503,7 +501,7 @@ void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shap
           float *dst = flipped + (gi * g.Cg + c) * flippedRows + f * g.kSize;
           for (int64_t k = 0; k < g.kSize; ++k) dst[k] = src[g.kSize - 1 - k];
         }
-    convByColumns(inputGradAsConv(g), dy, flipped, nullptr, dx);
+    convForward(inputGradAsConv(g), dy, flipped, nullptr, dx);
     return;
   }
   forSampleRanges(g, [&](int64_t nBegin, int64_t nEnd) {
@@ -529,6 +527,10 @@ void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Sha
   const int64_t rows = g.Cg * g.kSize, P = g.outSize, wSize = ws.numel();
   if (g.N == 0) {
     std::fill(dw, dw + wSize, 0.0f);
+    return;
+  }
+  if (winogradApplies(g)) {
+    winogradWeightGrad(g, dy, x, dw);
     return;
   }
   // dW is a sum over the samples, which must not split by the thread count:
