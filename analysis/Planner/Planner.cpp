@@ -280,16 +280,15 @@ struct Search {
     // Without --async, the families with a search order: an asynchronous
     // one changes the training (stale weights), so only --async or its name
     // selects it.
-    std::vector<const schedule::ScheduleFamily *> chosen;
-    for (const auto &f : schedule::scheduleFamilies())
-      if (async ? f.asynchronous : f.searchOrder > 0)
-        chosen.push_back(&f);
-    std::stable_sort(chosen.begin(), chosen.end(), [](const auto *a, const auto *b) {
-      return a->searchOrder < b->searchOrder;
-    });
     std::vector<std::string> names;
-    for (const auto *f : chosen)
-      names.emplace_back(f->name);
+    if (async) {
+      for (const auto &f : schedule::scheduleFamilies())
+        if (f.asynchronous)
+          names.emplace_back(f.name);
+    } else {
+      for (const auto *f : schedule::searchedScheduleFamilies())
+        names.emplace_back(f->name);
+    }
     return names;
   }
 

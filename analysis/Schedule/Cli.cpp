@@ -156,15 +156,18 @@ ScheduleCliOptions resolve(ScheduleCliOptions a) {
     a.problem.replicas.assign(a.problem.stages, a.problem.replicas[0]);
   if (!a.compare && a.schedule.empty() && !a.optimal)
     throw ScheduleError("--schedule NAME, --compare or --optimal is required (see --help)");
+  // --compare and a family that chooses among the others (auto) run several
+  // families side by side.
+  const ScheduleFamily *family = findScheduleFamily(a.schedule);
+  const bool sideBySide = a.compare || (family && family->choosesFamily);
   // A schedule defined for a fixed chunk count (zb-v: 2) has it whether or
   // not --chunks says so, also when the cost lists are checked.
-  if (!a.compare && !a.chunksGiven)
-    if (const ScheduleFamily *family = findScheduleFamily(a.schedule); family && !family->anyChunks)
-      a.problem.chunks = family->chunks;
-  // --compare checks the lists once for its two-chunk families (interleaved,
-  // zb-v, unless --chunks says otherwise); a list of stages x 2 entries then
-  // fails only the one-chunk rows, each with its own message.
-  if (a.compare && !a.chunksGiven)
+  if (!sideBySide && !a.chunksGiven && family && !family->anyChunks)
+    a.problem.chunks = family->chunks;
+  // Side by side, the lists are checked once for the two-chunk families
+  // (interleaved, zb-v, unless --chunks says otherwise); a list of stages x 2
+  // entries then fails only the one-chunk families, each with its own message.
+  if (sideBySide && !a.chunksGiven)
     a.problem.chunks = 2;
   a.problem.check();
   return a;
@@ -172,6 +175,7 @@ ScheduleCliOptions resolve(ScheduleCliOptions a) {
 
 struct Row {
   std::string name;
+  std::string chosen; // the family that auto's row chose (generateFastest)
   bool ok = false;
   std::string error;
   Schedule schedule;
@@ -181,18 +185,24 @@ struct Row {
 Row run(const std::string &name, Problem problem, const ScheduleCliOptions &args) {
   Row row;
   row.name = name;
-  if (args.compare) {
-    // Side by side, each schedule gets the chunk count it is defined for.
-    const ScheduleFamily &family = requireScheduleFamily(name);
-    problem.chunks = family.anyChunks && args.chunksGiven ? problem.chunks : family.chunks;
-    if (!family.asynchronous) {
-      problem.replicas.clear(); // replication only where it is round-robin
-      problem.verticalSync = false;
-    }
+  const ScheduleFamily &family = requireScheduleFamily(name);
+  if (args.compare && !family.asynchronous) {
+    problem.replicas.clear(); // replication only where it is round-robin
+    problem.verticalSync = false;
   }
   try {
-    row.schedule = generate(name, problem);
-    row.sim = simulate(row.schedule);
+    if (family.choosesFamily) {
+      FastestSchedule fastest = generateFastest(problem, args.chunksGiven);
+      row.chosen = fastest.family;
+      row.schedule = std::move(fastest.schedule);
+      row.sim = std::move(fastest.sim);
+    } else {
+      // Side by side, each schedule gets the chunk count it is defined for.
+      if (args.compare)
+        problem.chunks = comparedChunks(family, problem.chunks, args.chunksGiven);
+      row.schedule = generate(name, problem);
+      row.sim = simulate(row.schedule);
+    }
     row.ok = true;
   } catch (const ScheduleError &e) {
     row.error = e.what();
@@ -238,6 +248,9 @@ void printTable(const std::vector<Row> &rows, const Problem &P, std::ostream &ou
                   pct(r.sim.bubbleSteady).c_str(), pct(r.sim.bubbleOverIdeal).c_str(), r.sim.maxPeakMemory);
     out << line;
   }
+  for (const Row &r : rows)
+    if (r.ok && !r.chosen.empty())
+      out << r.name << ": the fastest family under the memory limit is " << r.chosen << "\n";
 }
 
 void printJson(const Row &r, const Problem &P, std::ostream &out) {
@@ -245,6 +258,8 @@ void printJson(const Row &r, const Problem &P, std::ostream &out) {
   if (!r.ok) {
     j["error"] = r.error;
   } else {
+    if (!r.chosen.empty())
+      j["chosen"] = r.chosen;
     j["chunks"] = r.schedule.problem.chunks;
     j["ranks"] = r.schedule.ranks.size();
     j["makespan"] = r.sim.makespan;

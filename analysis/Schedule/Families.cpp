@@ -2,6 +2,8 @@
 
 #include "analysis/Schedule/Schedule.h"
 
+#include <algorithm>
+
 namespace pipec::schedule {
 
 const std::vector<ScheduleFamily> &scheduleFamilies() {
@@ -9,25 +11,35 @@ const std::vector<ScheduleFamily> &scheduleFamilies() {
   static const std::vector<ScheduleFamily> families = {
     // name, summary,
     //   chunks, any chunks, placement, async, split B/W, per-stage replicas,
-    //   m multiple of p, list-scheduled, search order
+    //   m multiple of p, list-scheduled, search order, chooses among the families
     {"gpipe", "all forwards, then all backwards (GPipe)",
-       1, false, I, false, false, true, false, false, 5},
+       1, false, I, false, false, true, false, false, 5, false},
     {"1f1b", "p-s-1 warm-up forwards, then one forward, one backward",
-       1, false, I, false, false, true, false, false, 1},
+       1, false, I, false, false, true, false, false, 1, false},
     {"1f1b-rr", "asynchronous 1F1B: weight stashing, no flush, replicas round-robin (PipeDream)",
-       1, false, I, true, false, true, false, false, 0},
+       1, false, I, true, false, true, false, false, 0, false},
     {"interleaved", "1F1B over --chunks model chunks per rank (Megatron)",
-       2, true, I, false, false, false, true, false, 6},
+       2, true, I, false, false, false, true, false, 6, false},
     {"zb-h1", "zero bubble H1: W's fill the drain at 1F1B's memory",
-       1, false, I, false, true, true, false, false, 2},
+       1, false, I, false, true, true, false, false, 2, false},
     {"zb-h2", "zero bubble H2: memory 2p-1, speculative optimizer step",
-       1, false, I, false, true, true, false, true, 3},
+       1, false, I, false, true, true, false, true, 3, false},
     {"zb-v", "zero bubble V: 2 chunks per rank, down the ranks and back",
-       2, false, V, false, true, false, false, true, 7},
-    {"auto", "list-scheduled zero-bubble order under the memory limit",
-       1, false, I, false, true, true, false, true, 4},
+       2, false, V, false, true, false, false, true, 7, false},
+    {"auto", "the fastest searched family under the memory limit, its own list-scheduled order among them",
+       1, false, I, false, true, true, false, true, 4, true},
   };
   return families;
+}
+
+std::vector<const ScheduleFamily *> searchedScheduleFamilies() {
+  std::vector<const ScheduleFamily *> searched;
+  for (const ScheduleFamily &f : scheduleFamilies())
+    if (f.searchOrder > 0)
+      searched.push_back(&f);
+  std::stable_sort(searched.begin(), searched.end(),
+                   [](const ScheduleFamily *a, const ScheduleFamily *b) { return a->searchOrder < b->searchOrder; });
+  return searched;
 }
 
 const ScheduleFamily *findScheduleFamily(std::string_view name) {

@@ -27,10 +27,17 @@ struct ScheduleFamily {
   // asynchronous one changes the training); otherwise the order it is tried
   // in, which breaks ties between equally fast plans (docs/planner.md).
   int searchOrder;
+  // `pipec schedule --schedule NAME` (and its --compare row) runs every
+  // family with a search order and keeps the fastest (generateFastest);
+  // generate(NAME), which the planner calls, is the family's own order.
+  bool choosesFamily;
 };
 
 // Every family, in the order of --help and `pipec schedule --compare`.
 const std::vector<ScheduleFamily> &scheduleFamilies();
+// The families the planner searches without --schedule (a search order > 0),
+// in that order; generateFastest tries the same ones.
+std::vector<const ScheduleFamily *> searchedScheduleFamilies();
 // nullptr when `name` is no family (names are case-sensitive).
 const ScheduleFamily *findScheduleFamily(std::string_view name);
 // Like findScheduleFamily but throws ScheduleError listing the families.

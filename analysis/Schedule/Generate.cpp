@@ -1,7 +1,8 @@
 // Schedule generators: generate() picks a family's compute order
 // (Patterns.cpp, ListScheduler.cpp), replicates it over the data-parallel
 // pipelines, adds the optimizer tail and lowers it to instruction streams
-// (Lower.cpp), then validates the result.
+// (Lower.cpp), then validates the result. generateFastest() picks the best
+// family for `pipec schedule --schedule auto`.
 #include "analysis/Schedule/Orders.h"
 
 #include <algorithm>
@@ -223,6 +224,39 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
   if (!rep.ok())
     throw ScheduleError(name + ": generated schedule is invalid:\n" + rep.summary());
   return s;
+}
+
+int comparedChunks(const ScheduleFamily &family, int chunks, bool chunksGiven) {
+  return family.anyChunks && chunksGiven ? chunks : family.chunks;
+}
+
+FastestSchedule generateFastest(const Problem &problem, bool chunksGiven) {
+  Problem limited = problem;
+  limited.memoryLimit = limitOr1F1BPeak(problem); // every candidate under auto's limit
+  FastestSchedule best;
+  bool found = false;
+  std::string firstError;
+  // The planner's candidates in its order, so that a tie goes to the family
+  // the planner prefers.
+  for (const ScheduleFamily *family : searchedScheduleFamilies()) {
+    Problem candidate = limited;
+    candidate.chunks = comparedChunks(*family, problem.chunks, chunksGiven);
+    try {
+      Schedule s = generate(std::string(family->name), candidate);
+      SimResult sim = simulate(s);
+      // Strictly faster beyond rounding, or the earlier family keeps it.
+      if (found && sim.makespan >= best.sim.makespan - 1e-9 * std::max(1.0, best.sim.makespan))
+        continue;
+      best = FastestSchedule{std::string(family->name), std::move(s), std::move(sim)};
+      found = true;
+    } catch (const ScheduleError &e) {
+      if (firstError.empty())
+        firstError = e.what();
+    }
+  }
+  if (!found)
+    throw ScheduleError("no synchronous family fits this problem under the memory limit (" + firstError + ")");
+  return best;
 }
 
 } // namespace pipec::schedule

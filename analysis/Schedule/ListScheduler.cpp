@@ -413,7 +413,8 @@ Orders zbH2Order(const Schedule &shape, int n) {
   return search.best.order;
 }
 
-// ZB-V: memory is the only admission rule; keep the better F/B/W priority.
+// ZB-V: memory is the only admission rule; keep the better F/B/W priority,
+// then the paper's V orders (VHeuristic.cpp) where they fit the limit and finish sooner.
 Orders zbVOrder(const Schedule &shape, int n, double limit) {
   const int p = shape.problem.stages;
   const Problem &P = shape.problem;
@@ -432,7 +433,27 @@ Orders zbVOrder(const Schedule &shape, int n, double limit) {
           search.tryPolicy(pol);
         }
   }
-  return search.best.order;
+  // The list scheduler's makespan is timed like the candidates' (evalOrder),
+  // so that a candidate replaces it only when the lowered schedule is faster.
+  Orders best = std::move(search.best.order);
+  OrderEval bestEval = evalOrder(shape, n, best);
+  // ZB-V's greedy with our limit and, below it, with 1F1B's memory (the paper's own budget).
+  std::vector<double> budgets{limit};
+  if (const double oneF1B = peakOf1F1B(P); oneF1B < limit - kEps)
+    budgets.push_back(oneF1B);
+  for (Orders &candidate : paperVOrders(P, n, budgets)) {
+    OrderEval e;
+    try {
+      e = evalOrder(shape, n, candidate);
+    } catch (const ScheduleError &) {
+      continue; // a pattern order that cannot execute
+    }
+    if (e.peak <= limit + kEps && finishesBetter(e.makespan, e.maxSpan, bestEval.makespan, bestEval.maxSpan)) {
+      best = std::move(candidate);
+      bestEval = e;
+    }
+  }
+  return best;
 }
 
 } // namespace pipec::schedule::detail

@@ -79,4 +79,12 @@ Orders autoOrder(const Schedule &shape, int n, double limit);
 Orders zbH2Order(const Schedule &shape, int n);
 Orders zbVOrder(const Schedule &shape, int n, double limit);
 
+// ------------------------------------------------------------ VHeuristic.cpp
+// The zero-bubble papers' V orders for one V pipeline (P's stages, costs and
+// activations; n local micro-batches), per rank: ZB-V's greedy with each
+// memory budget (units; the fill and approved-bubble variants of its search),
+// then the V-Half and V-Min patterns. Unchecked candidates: an order may
+// exceed a budget once timed or, for the patterns, not execute at all.
+std::vector<Orders> paperVOrders(const Problem &P, int n, const std::vector<double> &memBudgets);
+
 } // namespace pipec::schedule::detail

@@ -115,6 +115,10 @@ std::vector<std::string> scheduleNames();
 // including a peak memory above problem.memoryLimit.
 Schedule generate(const std::string &name, const Problem &problem);
 
+// The chunk count `family` runs beside the others (--compare, generateFastest):
+// `chunks` where it takes any count and --chunks gave one, else its own.
+int comparedChunks(const ScheduleFamily &family, int chunks, bool chunksGiven);
+
 // ---------------------------------------------------------------- validator
 struct ValidationReport {
   std::vector<std::string> errors; // "rank 2 #17 RECV_GRAD mb=3 chunk=0 peer=3: ..."
@@ -159,6 +163,22 @@ struct SimResult {
 // BWD_INPUT) starts no earlier than `comm` after the matching send (as
 // piperun runs it). Throws on deadlock.
 SimResult simulate(const Schedule &schedule);
+
+// ---------------------------------------------------------------- choosing a family
+// `pipec schedule --schedule auto` (docs/schedules.md, "auto"): every family
+// the planner searches (a search order in Families.cpp: one chunk per rank,
+// interleaved and the V), each at its comparedChunks, generated under the
+// problem's memory limit or, without one, 1F1B's peak (auto's default); the
+// lowest simulated makespan wins, ties to the earlier search order, as in the
+// planner. A family the problem does not fit (m not a multiple of p for
+// interleaved, a cost list of another length, per-stage replicas) is
+// skipped; throws ScheduleError with the first family's error when none fits.
+struct FastestSchedule {
+  std::string family; // the winner's name; schedule.name is the same
+  Schedule schedule;
+  SimResult sim;
+};
+FastestSchedule generateFastest(const Problem &problem, bool chunksGiven);
 
 // ---------------------------------------------------------------- exact mode
 // `pipec schedule --optimal` (Optimal.cpp, docs/schedules.md): the makespan-

@@ -1,0 +1,325 @@
+// The zero-bubble papers' V orders, our own implementation of their
+// published heuristics: ZB-V's greedy with its approved-bubble search (Qi et
+// al., "Zero Bubble Pipeline Parallelism", ICLR 2024) and the repeating
+// V-Half and V-Min patterns of "Pipeline Parallelism with Controllable
+// Memory" (Qi et al. 2024). They are candidates for zb-v: zbVOrder
+// (ListScheduler.cpp) times each one, drops those over the memory limit and
+// keeps the best (docs/schedules.md, "zb-v").
+#include "analysis/Schedule/Orders.h"
+
+#include <algorithm>
+#include <array>
+#include <deque>
+#include <tuple>
+#include <vector>
+
+namespace pipec::schedule::detail {
+
+namespace {
+
+constexpr double kEps = 1e-9;
+constexpr double kNotDone = -1.0; // end time of work not placed yet (times are >= 0)
+
+// The papers number a rank's two chunks in the order its work meets them: a
+// forward's "lane" is its model chunk, a backward's (and its W's) lane 0 is
+// model chunk 1, which the backward reaches first. Lane 0 flows from rank
+// r-1 to r, lane 1 from rank r+1 to r, for forwards and backwards alike.
+enum Kind { kF = 0, kB = 1, kW = 2 };
+
+int modelChunk(Kind kind, int lane) { return kind == kF ? lane : 1 - lane; }
+
+Op opOf(Kind kind) { return kind == kF ? Op::Fwd : kind == kB ? Op::BwdInput : Op::BwdWeight; }
+
+// ------------------------------------------------------------ ZB-V's greedy
+// One run of the greedy (the paper's heuristic for the V):
+// warm-up forwards as memory and the first chunk-1 input allow, forwards
+// balanced so every rank has more chunk-1 forwards than the one before it,
+// then rounds of one B and one F per rank, W's filling the waits a B or F
+// would otherwise idle through, and the W's left over at the end. A rank's
+// idle time after its first forward is its "bubble"; `approved` (from a
+// previous run) lets a rank idle up to the worst rank's bubble instead of
+// filling the gap with a W. Gets stuck (yields nothing) where the reference
+// would fail an assertion: a dependency not placed, memory with no W to free.
+class ZbVGreedy {
+public:
+  ZbVGreedy(const Problem &P, int n, double memBudget, bool fillF, bool fillB, const std::vector<double> &approved)
+      : P(P), p(P.stages), n(n), memBudget(memBudget), fillF(fillF), fillB(fillB), approved(approved),
+        count(p, std::array<int, 6>{}), endTime((size_t)6 * p * n, kNotDone), now(p, 0), mem(p, 0), bubble(p, 0),
+        pendingW(p), order(p) {
+    maxApproved = approved.empty() ? -1 : *std::max_element(approved.begin(), approved.end());
+  }
+
+  // The per-rank order, or an empty one when the greedy got stuck.
+  Orders run() {
+    if (!warmUp() || !balanceForwards() || !steadyRounds())
+      return {};
+    for (int r = 0; r < p; ++r)
+      while (!pendingW[r].empty())
+        if (!putW(r))
+          return {};
+    return order;
+  }
+  double maxBubble() const { return *std::max_element(bubble.begin(), bubble.end()); }
+  const std::vector<double> &bubbles() const { return bubble; }
+
+private:
+  size_t id(Kind kind, int lane, int rank, int mb) const {
+    return (((size_t)kind * 2 + lane) * p + rank) * n + mb;
+  }
+  int &counted(int rank, Kind kind, int lane) { return count[rank][kind * 2 + lane]; }
+  double costOf(Kind kind, int rank, int lane) const { return P.costOf(opOf(kind), rank, modelChunk(kind, lane)); }
+  double memDelta(Kind kind, int rank, int lane) const {
+    const double a = P.activationOf(rank, modelChunk(kind, lane));
+    return kind == kF ? a : kind == kB ? -a * (1 - P.wMemFrac) : -a * P.wMemFrac;
+  }
+  // The end-time slot of the work on the neighbouring rank this F or B of
+  // `mb` waits for, or -1 when its input is local (or it has none).
+  long crossDependency(Kind kind, int lane, int rank, int mb) const {
+    if (kind == kW)
+      return -1;
+    if (lane == 1 && rank + 1 < p)
+      return (long)id(kind, 1, rank + 1, mb);
+    if (lane == 0 && rank > 0)
+      return (long)id(kind, 0, rank - 1, mb);
+    return -1;
+  }
+  bool done(long slot) const { return slot >= 0 && endTime[(size_t)slot] >= 0; }
+
+  bool put(Kind kind, int lane, int rank) {
+    const int mb = counted(rank, kind, lane);
+    if (mb >= n || mem[rank] + memDelta(kind, rank, lane) > memBudget + kEps)
+      return false;
+    // Its local predecessor: F lane 1 after F lane 0, B lane 0 after F lane
+    // 1, B lane 1 after B lane 0, a W after its B.
+    if (kind != kF || lane != 0) {
+      const size_t local = kind == kW ? id(kB, lane, rank, mb)
+                                      : id(lane == 0 ? Kind(kind - 1) : kind, lane == 0 ? 1 : 0, rank, mb);
+      if (endTime[local] < 0)
+        return false;
+    }
+    const double cost = costOf(kind, rank, lane), noWait = now[rank] + cost;
+    double end = noWait;
+    if (const long dep = crossDependency(kind, lane, rank, mb); dep >= 0) {
+      if (!done(dep))
+        return false;
+      end = std::max(end, endTime[(size_t)dep] + P.comm + cost);
+    }
+    if (counted(rank, kF, 0) > 0)
+      bubble[rank] += end - noWait;
+    endTime[id(kind, lane, rank, mb)] = end;
+    now[rank] = end;
+    mem[rank] += memDelta(kind, rank, lane);
+    order[rank].push_back(mk(opOf(kind), mb, modelChunk(kind, lane)));
+    if (kind == kB)
+      pendingW[rank].push_back(lane);
+    ++counted(rank, kind, lane);
+    return true;
+  }
+  bool putW(int rank) {
+    if (pendingW[rank].empty())
+      return false;
+    const int lane = pendingW[rank].front();
+    pendingW[rank].pop_front();
+    return put(kW, lane, rank);
+  }
+  // The bubble rank `rank` may still reach without exceeding the worst one
+  // (or, on a rerun, what the previous run approved for it).
+  double worstBubble(int rank) const {
+    return std::max(maxBubble(), rank >= 0 && maxApproved >= 0 ? maxApproved - approved[rank] : 0.0);
+  }
+  // Before an F or B that waits for `dep`: W's that end before its input
+  // arrives, then one more when the wait exceeds what the rank may idle.
+  bool fillWait(int rank, long dep, bool fillLongWait) {
+    if (dep < 0 || !done(dep))
+      return true;
+    const double arrival = endTime[(size_t)dep] + P.comm;
+    while (!pendingW[rank].empty() && arrival >= now[rank] + costOf(kW, rank, pendingW[rank].front()))
+      if (!putW(rank))
+        return false;
+    if (fillLongWait && !pendingW[rank].empty() && arrival - now[rank] > worstBubble(rank) - bubble[rank])
+      return putW(rank);
+    return true;
+  }
+
+  bool warmUp() {
+    for (int r = 0; r < p; ++r)
+      if (!put(kF, 0, r))
+        return false;
+    for (int r = p - 1; r >= 0; --r) {
+      if (r + 1 < p) {
+        // Until rank r+1's first chunk-1 forward arrives, ranks 0..r run more
+        // chunk-0 forwards, keeping room for the chunk-1 work still to come.
+        const double arrival = endTime[id(kF, 1, r + 1, 0)] + P.comm;
+        const double room = std::max(P.activationOf(r, 0), P.activationOf(r, 1)) * (2 + 2 * r);
+        while (mem[r] + room <= memBudget + kEps && now[r] + costOf(kF, r, 0) <= arrival + kEps &&
+               counted(r, kF, 0) < n - r)
+          for (int j = 0; j <= r; ++j)
+            if (!put(kF, 0, j))
+              return false;
+      }
+      if (!put(kF, 1, r))
+        return false;
+    }
+    return true;
+  }
+
+  // Every rank gets at least the previous rank's forwards and more chunk-1
+  // forwards than it, placed deepest rank first, alternating the lanes.
+  bool balanceForwards() {
+    int lane = 0, idleLanes = 0;
+    for (int r = 1; r < p; ++r)
+      while (count[r][0] + count[r][1] < count[r - 1][0] + count[r - 1][1] ||
+             (count[r][1] <= count[r - 1][1] && count[r - 1][1] < n)) {
+        bool placed = false;
+        for (int j = p - 1; j >= r; --j)
+          if (counted(j, kF, lane) < n) {
+            if (!put(kF, lane, j))
+              return false;
+            placed = true;
+          }
+        idleLanes = placed ? 0 : idleLanes + 1;
+        if (idleLanes == 2)
+          return false;
+        lane = 1 - lane;
+      }
+    return true;
+  }
+
+  // 2n rounds: one B per rank (lane-1 B's from the deepest rank up, then
+  // lane-0 B's from rank 0 down, so each finds its input placed), then at
+  // most one F per rank.
+  bool steadyRounds() {
+    for (int round = 0; round < 2 * n; ++round) {
+      // A rank takes lane 1 when it is behind lane 0 and its input is placed
+      // (or lane 0 is finished).
+      std::vector<char> lane1(p, 0);
+      for (int r = 0; r < p; ++r)
+        lane1[r] = counted(r, kB, 1) < counted(r, kB, 0) &&
+                   (r == p - 1 || done((long)id(kB, 1, r + 1, counted(r, kB, 1))) || counted(r, kB, 0) >= n);
+      std::vector<std::pair<int, int>> bOrder; // (rank, lane)
+      for (int r = p - 1; r >= 0; --r)
+        if (lane1[r])
+          bOrder.push_back({r, 1});
+      for (int r = 0; r < p; ++r)
+        if (!lane1[r])
+          bOrder.push_back({r, 0});
+      for (auto [r, lane] : bOrder)
+        if (!fillWait(r, crossDependency(kB, lane, r, counted(r, kB, lane)), lane == 1 || fillB) ||
+            !put(kB, lane, r))
+          return false;
+      for (int r = 0; r < p; ++r) {
+        if (counted(r, kF, 1) >= n)
+          continue;
+        int lane = -1;
+        if (counted(r, kF, 1) >= counted(r, kF, 0))
+          lane = 0;
+        else if (r == p - 1 || done((long)id(kF, 1, r + 1, counted(r, kF, 1))))
+          lane = 1;
+        else if (counted(r, kF, 0) < n && (r == 0 || done((long)id(kF, 0, r - 1, counted(r, kF, 0)))))
+          lane = 0;
+        if (lane < 0)
+          continue;
+        while (mem[r] + memDelta(kF, r, lane) > memBudget + kEps)
+          if (!putW(r))
+            return false;
+        if (!fillWait(r, crossDependency(kF, lane, r, counted(r, kF, lane)), fillF) || !put(kF, lane, r))
+          return false;
+      }
+    }
+    return true;
+  }
+
+  const Problem &P;
+  const int p, n;
+  const double memBudget;
+  const bool fillF, fillB;
+  const std::vector<double> approved;
+  double maxApproved = -1;
+  std::vector<std::array<int, 6>> count; // per rank: (kind, lane) placed
+  std::vector<double> endTime;
+  std::vector<double> now, mem, bubble;
+  std::vector<std::deque<int>> pendingW; // lanes of the B's whose W is pending, in B order
+  Orders order;
+};
+
+// The paper's search: rerun with the bubbles of the last run approved while
+// that lowers the worst bubble. Every run's order is a candidate.
+void zbVGreedyRuns(const Problem &P, int n, double memBudget, bool fillF, bool fillB, std::vector<Orders> &out) {
+  std::vector<double> approved;
+  double worst = -1;
+  for (int rerun = 0; rerun < 16; ++rerun) { // the bubbles strictly fall; bounded for safety
+    ZbVGreedy greedy(P, n, memBudget, fillF, fillB, approved);
+    Orders order = greedy.run();
+    if (order.empty())
+      return;
+    out.push_back(std::move(order));
+    if (worst >= 0 && greedy.maxBubble() >= worst - kEps)
+      return;
+    worst = greedy.maxBubble();
+    approved = greedy.bubbles();
+  }
+}
+
+// ------------------------------------------------------------ V-Half, V-Min
+// "Pipeline Parallelism with Controllable Memory": every rank repeats a
+// building block of 6 time slots per micro-batch; the offsets of the first
+// micro-batch's F lane 0, F lane 1, B lane 0 and B lane 1 on rank r fix the
+// memory (V-Half about half of 1F1B's, V-Min about a third). The order is
+// the slots' order, with each empty slot taking the oldest pending W (the
+// reference's put_w); lower() then times it. The reference also squeezes
+// the warm-up and cool-down into earlier free slots; that pass is not ported.
+using Offsets = std::array<int, 4>;
+
+Offsets vHalfOffsets(int p, int r) {
+  const int gap = p % 2 == 0 ? 3 : 0; // keeps the four lanes in distinct slots
+  return {2 * r, 3 * p - r - 2, 3 * p + gap + 2 * r - 1, 6 * p + gap - r - 2};
+}
+
+Offsets vMinOffsets(int p, int r) {
+  const int gap = p % 3 == 0 ? 2 : 0;
+  return {r, 2 * p - r - 1, 2 * p + gap + r, 4 * p + gap - r - 1};
+}
+
+Orders patternOrder(int p, int n, Offsets (*offsets)(int, int)) {
+  constexpr Kind kKinds[4] = {kF, kF, kB, kB};
+  constexpr int kLanes[4] = {0, 1, 0, 1};
+  Orders order(p);
+  for (int r = 0; r < p; ++r) {
+    const Offsets first = offsets(p, r);
+    std::vector<std::tuple<int, int, int>> slots; // (slot, lane index, mb)
+    for (int k = 0; k < 4; ++k)
+      for (int mb = 0; mb < n; ++mb)
+        slots.emplace_back(first[k] + 6 * mb, k, mb);
+    std::sort(slots.begin(), slots.end());
+    std::deque<Instr> pendingW;
+    int slot = 0;
+    for (auto [at, k, mb] : slots) {
+      for (; slot < at && !pendingW.empty(); ++slot) {
+        order[r].push_back(pendingW.front());
+        pendingW.pop_front();
+      }
+      slot = std::max(slot, at) + 1;
+      const int chunk = modelChunk(kKinds[k], kLanes[k]);
+      order[r].push_back(mk(opOf(kKinds[k]), mb, chunk));
+      if (kKinds[k] == kB)
+        pendingW.push_back(mk(Op::BwdWeight, mb, chunk));
+    }
+    order[r].insert(order[r].end(), pendingW.begin(), pendingW.end());
+  }
+  return order;
+}
+
+} // namespace
+
+std::vector<Orders> paperVOrders(const Problem &P, int n, const std::vector<double> &memBudgets) {
+  std::vector<Orders> out;
+  for (double budget : memBudgets)
+    for (bool fillB : {true, false})
+      for (bool fillF : {true, false})
+        zbVGreedyRuns(P, n, budget, fillF, fillB, out);
+  out.push_back(patternOrder(P.stages, n, vHalfOffsets));
+  out.push_back(patternOrder(P.stages, n, vMinOffsets));
+  return out;
+}
+
+} // namespace pipec::schedule::detail
