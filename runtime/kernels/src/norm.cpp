@@ -3,6 +3,7 @@
 #include "detail.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -19,23 +20,27 @@ ChannelView channelView(const char *op, const Shape &xs) {
   return {xs.v[0], xs.v[1], productOf(xs, 2, xs.size)};
 }
 
-/// Σ over channel c of f(offset of an element), f returning float: 32
-/// float lanes (four AVX2 vectors: four add chains in flight) running
-/// across the samples' runs; after kTermsPerLane terms each the lanes' sum
-/// moves to a double. A lane never adds more than kTermsPerLane terms in
-/// float, so a channel of 10^5 and more elements keeps double's relative
-/// error between flushes (docs/cpu-kernels.md). The order is fixed: the
-/// bits do not depend on threads or on the vector width.
-template <class F> double channelSum(const ChannelView &v, int64_t c, F f) {
+/// Σ over channel c of f(offset of an element), f returning K floats (K
+/// sums in one pass over the channel): per sum 32 float lanes (four AVX2
+/// vectors: four add chains in flight) running across the samples' runs;
+/// after kTermsPerLane terms each the lanes' sum moves to a double. A lane
+/// never adds more than kTermsPerLane terms in float, so a channel of 10^5
+/// and more elements keeps double's relative error between flushes
+/// (docs/cpu-kernels.md). The order is fixed, and the same for each of the K
+/// sums as for one alone: the bits do not depend on threads, on the vector
+/// width or on K.
+template <int K, class F> std::array<double, K> channelSums(const ChannelView &v, int64_t c, F f) {
   constexpr int64_t kLanes = 32, kTermsPerLane = 16;
-  double s = 0;
-  float acc[kLanes] = {};
+  std::array<double, K> s{};
+  float acc[K][kLanes] = {};
   int64_t terms = 0;
   auto flush = [&] {
-    for (int64_t half = kLanes / 2; half >= 8; half /= 2)
-      for (int64_t l = 0; l < half; ++l) acc[l] += acc[l + half];
-    for (int64_t l = 0; l < 8; ++l) s += acc[l];
-    for (int64_t l = 0; l < kLanes; ++l) acc[l] = 0;
+    for (int k = 0; k < K; ++k) {
+      for (int64_t half = kLanes / 2; half >= 8; half /= 2)
+        for (int64_t l = 0; l < half; ++l) acc[k][l] += acc[k][l + half];
+      for (int64_t l = 0; l < 8; ++l) s[k] += acc[k][l];
+      for (int64_t l = 0; l < kLanes; ++l) acc[k][l] = 0;
+    }
     terms = 0;
   };
   for (int64_t n = 0; n < v.N; ++n) {
@@ -43,14 +48,25 @@ template <class F> double channelSum(const ChannelView &v, int64_t c, F f) {
     int64_t i = 0;
     while (v.inner - i >= kLanes) {
       const int64_t steps = std::min(kTermsPerLane - terms, (v.inner - i) / kLanes);
-      for (int64_t k = 0; k < steps; ++k, i += kLanes)
-        for (int64_t l = 0; l < kLanes; ++l) acc[l] += f(base + i + l);
+      for (int64_t step = 0; step < steps; ++step, i += kLanes)
+        for (int64_t l = 0; l < kLanes; ++l) {
+          const std::array<float, K> t = f(base + i + l);
+          for (int k = 0; k < K; ++k) acc[k][l] += t[k];
+        }
       if ((terms += steps) == kTermsPerLane) flush();
     }
-    for (; i < v.inner; ++i) s += f(base + i);
+    for (; i < v.inner; ++i) {
+      const std::array<float, K> t = f(base + i);
+      for (int k = 0; k < K; ++k) s[k] += t[k];
+    }
   }
   flush();
   return s;
+}
+
+/// One sum of channelSums.
+template <class F> double channelSum(const ChannelView &v, int64_t c, F f) {
+  return channelSums<1>(v, c, [&](int64_t i) { return std::array<float, 1>{f(i)}; })[0];
 }
 
 /// Batch mean and population variance of channel c (two passes; the second
@@ -115,8 +131,9 @@ void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float
       const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
       const double count = (double)(v.N * v.inner);
       const float fMean = (float)mean, fInv = (float)invStd;
-      const double sumDy = channelSum(v, c, [&](int64_t i) { return dy[i]; });
-      const double sumDyXhat = channelSum(v, c, [&](int64_t i) { return dy[i] * ((x[i] - fMean) * fInv); });
+      const auto [sumDy, sumDyXhat] = channelSums<2>(v, c, [&](int64_t i) {
+        return std::array<float, 2>{dy[i], dy[i] * ((x[i] - fMean) * fInv)};
+      });
       // dx = scale * invStd * (dy - mean(dy) - x̂ * mean(dy * x̂))
       const float k = (float)(scale[c] * invStd);
       const float mDy = (float)(sumDy / count), mDyXhat = (float)(sumDyXhat / count);
@@ -140,8 +157,9 @@ void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
       if (training) channelStats(x, v, c, mean, var);
       const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
       const float fMean = (float)mean;
-      const double sumDy = channelSum(v, c, [&](int64_t i) { return dy[i]; });
-      const double sumDyXhat = channelSum(v, c, [&](int64_t i) { return dy[i] * (x[i] - fMean); });
+      const auto [sumDy, sumDyXhat] = channelSums<2>(v, c, [&](int64_t i) {
+        return std::array<float, 2>{dy[i], dy[i] * (x[i] - fMean)};
+      });
       dscale[c] = (float)(sumDyXhat * invStd);
       dbias[c] = (float)sumDy;
     }
