@@ -251,7 +251,9 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
       })
       .Case([&](nn::SoftmaxCrossEntropyLossOp loss) {
         std::string value = allocate(loss.getLoss());
-        std::string logProb = allocate(loss.getLogProb());
+        // Exporters emit log_prob beside the loss; unused, it is not written
+        // (a pass over the [N, C] scores less: docs/codegen.md).
+        std::string logProb = loss.getLogProb().use_empty() ? "nullptr" : allocate(loss.getLogProb());
         out << "  pk::softmaxCrossEntropyLoss<" << elem(loss.getLabels()) << ">("
             << ptr(loss.getScores()) << ", " << shapeOf(loss.getScores()) << ", "
             << ptr(loss.getLabels()) << ", "

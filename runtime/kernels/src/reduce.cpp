@@ -37,11 +37,28 @@ double sumOfExponentials(const float *z, int64_t n, int64_t st, float m, float *
   return sum;
 }
 
+/// The largest z[i·st], i < n (-inf for none; a NaN never wins, as in
+/// `z > m ? z : m`). A contiguous row runs eight lanes, which the compiler
+/// vectorizes; a maximum is exact in any order (a zero's sign may differ,
+/// which nothing downstream can tell: z - m and m + log s are the same).
+float rowMax(const float *z, int64_t n, int64_t st) {
+  constexpr float kLow = -std::numeric_limits<float>::infinity();
+  float m = kLow;
+  int64_t i = 0;
+  if (st == 1) {
+    float lanes[8] = {kLow, kLow, kLow, kLow, kLow, kLow, kLow, kLow};
+    for (; i + 8 <= n; i += 8)
+      for (int l = 0; l < 8; ++l) lanes[l] = z[i + l] > lanes[l] ? z[i + l] : lanes[l];
+    for (int l = 0; l < 8; ++l) m = lanes[l] > m ? lanes[l] : m;
+  }
+  for (; i < n; ++i) m = z[i * st] > m ? z[i * st] : m;
+  return m;
+}
+
 /// One softmax row: y[i·st] = softmax of z[i·st], i < n (the max subtracted
 /// first, exponentials in float, their sum in double). z may be y.
 void softmaxRow(const float *z, float *y, int64_t n, int64_t st) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < n; ++i) m = z[i * st] > m ? z[i * st] : m;
+  const float m = rowMax(z, n, st);
   const double sum = sumOfExponentials(z, n, st, m, y);
   const float inv = (float)(1.0 / sum);
   for (int64_t i = 0; i < n; ++i) y[i * st] *= inv;
@@ -152,8 +169,7 @@ void logSumExp(const float *scores, const AxisView &v, std::vector<double> &lse)
     for (int64_t row = lo; row < hi; ++row) {
       const int64_t n = row / v.inner, in = row % v.inner;
       const float *s = scores + n * v.size * v.inner + in;
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t c = 0; c < v.size; ++c) m = s[c * v.inner] > m ? s[c * v.inner] : m;
+      const float m = rowMax(s, v.size, v.inner);
       // Each term in float (as softmax's), their sum in double.
       const double sum = sumOfExponentials(s, v.size, v.inner, m, nullptr);
       lse[n * v.inner + in] = m + std::log(sum);
@@ -185,13 +201,20 @@ void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labe
   std::vector<double> &lse = lseStorage;
   logSumExp(scores, v, lse);
   if (logProb)
-    parallelRanges(v.outer, v.outer * v.size * v.inner, [&](int64_t nBegin, int64_t nEnd) {
+    parallelVectorRanges(v.outer, v.outer * v.size * v.inner, [&](int64_t nBegin, int64_t nEnd) {
       for (int64_t n = nBegin; n < nEnd; ++n)
-        for (int64_t c = 0; c < v.size; ++c)
-          for (int64_t in = 0; in < v.inner; ++in) {
-            const int64_t i = (n * v.size + c) * v.inner + in;
-            logProb[i] = (float)(scores[i] - lse[n * v.inner + in]);
-          }
+        if (v.inner == 1) { // [N, C]: a contiguous row per sample, which vectorizes
+          const float *row = scores + n * v.size;
+          float *out = logProb + n * v.size;
+          const double l = lse[n];
+          for (int64_t c = 0; c < v.size; ++c) out[c] = (float)(row[c] - l);
+        } else {
+          for (int64_t c = 0; c < v.size; ++c)
+            for (int64_t in = 0; in < v.inner; ++in) {
+              const int64_t i = (n * v.size + c) * v.inner + in;
+              logProb[i] = (float)(scores[i] - lse[n * v.inner + in]);
+            }
+        }
     });
   double lossSum = 0, weightSum = 0;
   for (int64_t n = 0; n < v.outer; ++n)
@@ -252,7 +275,14 @@ void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const 
       };
       withWidestVectors(
           [&](int64_t lo, int64_t hi) {
-            for (int64_t c = lo; c < hi; ++c) gradientAt(c, 0.0);
+            if (v.inner == 1) { // [N, C]: the same terms over a contiguous row, which vectorizes
+              const float *row = scores + n * v.size;
+              float *out = dscores + n * v.size;
+              const double l = lse[e];
+              for (int64_t c = lo; c < hi; ++c) out[c] = (float)(k * (double)expFloat((float)((double)row[c] - l)));
+            } else {
+              for (int64_t c = lo; c < hi; ++c) gradientAt(c, 0.0);
+            }
           },
           0, v.size);
       gradientAt(label, 1.0);
