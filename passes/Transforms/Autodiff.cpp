@@ -11,6 +11,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/DenseMap.h"
 
 #include <numeric>
@@ -30,6 +31,28 @@ RankedTensorType tensorType(Value value) { return llvm::cast<RankedTensorType>(v
 
 int64_t productOf(ArrayRef<int64_t> dims) {
   return std::accumulate(dims.begin(), dims.end(), int64_t{1}, std::multiplies<int64_t>());
+}
+
+/// Merges identical multi-result gradient ops: a rule that returns one
+/// result of an op computing several (batch and layer normalization's scale
+/// and bias gradients) builds that op once per operand, and the second copy
+/// would redo the whole pass over dy and x. Only pure gradient ops with the
+/// same operands and attributes (phase and stage included) merge.
+void mergeTwinGradientOps(Block &body) {
+  SmallVector<Operation *> kept;
+  for (Operation &op : llvm::make_early_inc_range(body.without_terminator())) {
+    if (op.getNumResults() < 2 || pipe::phaseOf(&op) == pipe::Phase::Fwd || !isPure(&op))
+      continue;
+    auto twin = llvm::find_if(kept, [&](Operation *other) {
+      return OperationEquivalence::isEquivalentTo(&op, other, OperationEquivalence::IgnoreLocations);
+    });
+    if (twin == kept.end()) {
+      kept.push_back(&op);
+      continue;
+    }
+    op.replaceAllUsesWith(*twin);
+    op.erase();
+  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -290,6 +313,9 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
       function.setResultAttr(index, "nn.name",
                              entry.second ? entry.second : StringAttr::get(context, "loss"));
     }
+    // Last, once the return uses the results: merging replaces those uses
+    // (`results` may name a merged op's values).
+    mergeTwinGradientOps(body);
     return success();
   }
 };
