@@ -58,9 +58,12 @@ class CNN(nn.Module):
 class Block(nn.Module):
     """A GPT-2 block: pre-norm causal self-attention and a GELU MLP."""
 
-    def __init__(self, dim, heads, context):
+    def __init__(self, dim, heads, context, additive_mask=False):
         super().__init__()
         self.heads = heads
+        # additive_mask: the causal mask as a buffer of 0 and -inf added to
+        # the scores (as some models write it) instead of masked_fill.
+        self.additive_mask = additive_mask
         self.ln1 = nn.LayerNorm(dim)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
@@ -68,7 +71,11 @@ class Block(nn.Module):
         self.fc = nn.Linear(dim, 4 * dim)
         self.out = nn.Linear(4 * dim, dim)
         self.drop = nn.Dropout(0.1)
-        self.register_buffer("mask", torch.tril(torch.ones(context, context)).view(1, 1, context, context))
+        causal = torch.tril(torch.ones(context, context)).view(1, 1, context, context)
+        if additive_mask:
+            self.register_buffer("additive", torch.zeros_like(causal).masked_fill(causal == 0, float("-inf")))
+        else:
+            self.register_buffer("mask", causal)
 
     def forward(self, x):
         b, t, c = x.size()
@@ -77,7 +84,10 @@ class Block(nn.Module):
         k = k.view(b, t, self.heads, c // self.heads).transpose(1, 2)
         v = v.view(b, t, self.heads, c // self.heads).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.mask[:, :, :t, :t] == 0, float("-inf"))
+        if self.additive_mask:
+            att = att + self.additive[:, :, :t, :t]
+        else:
+            att = att.masked_fill(self.mask[:, :, :t, :t] == 0, float("-inf"))
         att = self.drop(F.softmax(att, dim=-1))
         y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
         x = x + self.drop(self.proj(y))
@@ -88,11 +98,11 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """A small GPT: token and position embeddings, 2 blocks, tied output head."""
 
-    def __init__(self, vocab=64, context=16, dim=32, heads=2, layers=2):
+    def __init__(self, vocab=64, context=16, dim=32, heads=2, layers=2, additive_mask=False):
         super().__init__()
         self.wte = nn.Embedding(vocab, dim)
         self.wpe = nn.Embedding(context, dim)
-        self.blocks = nn.ModuleList([Block(dim, heads, context) for _ in range(layers)])
+        self.blocks = nn.ModuleList([Block(dim, heads, context, additive_mask) for _ in range(layers)])
         self.ln_f = nn.LayerNorm(dim)
 
     def forward(self, idx):

@@ -49,6 +49,58 @@ int64_t resolvedVersion(const std::string &opType, int64_t opset) {
   return version;
 }
 
+/// Whether an initializer is an additive attention mask, a buffer that
+/// exporters write as an initializer like any parameter (docs/importer.md):
+/// every path from it runs through views (Slice, Reshape, Unsqueeze,
+/// Squeeze, Expand, Identity) into an Add whose only reader is a Softmax,
+/// and its values are 0 and one value <= -1e9 (-inf, float's lowest, -1e9).
+/// Such a tensor is constant; trained, its 0 entries would move.
+bool OnnxImporter::isAdditiveAttentionMask(const onnx::TensorProto &tensor) {
+  auto kind = elementKindOf(tensor.data_type());
+  if (!kind || *kind != ElementKind::Float32 || tensor.dims_size() < 2)
+    return false;
+  const onnx::GraphProto &graph = model.graph();
+  std::map<std::string, std::vector<const onnx::NodeProto *>> readers;
+  for (const auto &node : graph.node())
+    for (const auto &input : node.input())
+      readers[input].push_back(&node);
+  for (const auto &output : graph.output())
+    if (output.name() == tensor.name())
+      return false;
+  static const std::set<std::string> views{"Slice", "Reshape", "Unsqueeze", "Squeeze", "Expand", "Identity"};
+  std::vector<std::string> frontier{tensor.name()};
+  size_t visited = 0;
+  while (!frontier.empty()) {
+    std::string value = frontier.back();
+    frontier.pop_back();
+    auto found = readers.find(value);
+    if (found == readers.end() || found->second.empty() || ++visited > 64)
+      return false;
+    for (const onnx::NodeProto *node : found->second) {
+      if (!isDefaultDomain(node->domain()) || node->output_size() != 1)
+        return false;
+      if (views.count(node->op_type()) && node->input(0) == value) {
+        frontier.push_back(node->output(0));
+        continue;
+      }
+      auto sum = readers.find(node->output(0));
+      if (node->op_type() != "Add" || sum == readers.end() || sum->second.size() != 1 ||
+          sum->second[0]->op_type() != "Softmax")
+        return false;
+    }
+  }
+  HostTensor values = readTensor(tensor, "initializer '" + tensor.name() + "'");
+  std::optional<double> fill;
+  for (double v : values.floats) {
+    if (v == 0.0)
+      continue;
+    if (!(v <= -1.0e9) || (fill && *fill != v))
+      return false;
+    fill = v;
+  }
+  return fill.has_value();
+}
+
 /// Decides, before translating anything, which initializers are trained
 /// parameters, which are buffers (BatchNormalization statistics) and which
 /// values are known at import time; then lists every unsupported node.
@@ -95,6 +147,9 @@ void OnnxImporter::analyzeGraph() {
         !bufferNames.count(tensor.name()))
       parameterNames.insert(tensor.name());
   }
+  for (const auto &tensor : graph.initializer())
+    if (parameterNames.count(tensor.name()) && isAdditiveAttentionMask(tensor))
+      parameterNames.erase(tensor.name());
   for (const auto &tensor : graph.initializer())
     if (!parameterNames.count(tensor.name()) && !bufferNames.count(tensor.name()))
       knownAtImport.insert(tensor.name());

@@ -169,6 +169,7 @@ private:
   /// included, without reading it); returns its element count.
   int64_t checkTensorData(const onnx::TensorProto &tensor, const std::string &what);
   HostTensor readTensor(const onnx::TensorProto &tensor, const std::string &what);
+  bool isAdditiveAttentionMask(const onnx::TensorProto &tensor);
   /// Checks the external data of `tensor` (location inside the model's
   /// folder, a regular file, offset and length inside it, length equal to
   /// `expectedBytes`) and, when `read`, returns its bytes.

@@ -199,6 +199,54 @@ struct DecomposedGelu : OpRewritePattern<nn::MulOp> {
   }
 };
 
+/// The input of an attention softmax before its scale: `scaled` is x * c,
+/// c * x or x / c with c a splat constant and x of `type` (the product then
+/// joins `chain`), else x itself with scale 1 (x * 1 is x, bit for bit).
+struct ScaledInput {
+  Value x;
+  float scale = 1.0f;
+  bool divide = false;
+};
+ScaledInput scaledInput(Value scaled, RankedTensorType type, SmallVectorImpl<Operation *> &chain) {
+  ScaledInput in{scaled};
+  Operation *product = scaled.getDefiningOp();
+  if (!product || !product->hasOneUse() || !llvm::isa<nn::MulOp, nn::DivOp>(product))
+    return in;
+  const bool divide = llvm::isa<nn::DivOp>(product);
+  for (int side = divide ? 1 : 0; side < 2; ++side) {
+    std::optional<float> constant = splatValue(product->getOperand(side));
+    Value other = product->getOperand(1 - side);
+    if (constant && other.getType() == type) {
+      chain.push_back(product);
+      return {other, *constant, divide};
+    }
+  }
+  return in;
+}
+
+/// softmax's replacement: nn.masked_softmax of `in` under `mask`.
+void replaceByMaskedSoftmax(nn::SoftmaxOp root, const ScaledInput &in, Value mask, float fill, bool maskedWhen,
+                            PatternRewriter &rewriter) {
+  auto softmax = nn::MaskedSoftmaxOp::create(
+      rewriter, root.getLoc(), TypeRange{root.getType()}, ValueRange{in.x, mask},
+      ArrayRef<NamedAttribute>{rewriter.getNamedAttr("scale", rewriter.getF32FloatAttr(in.scale)),
+                               rewriter.getNamedAttr("divide", rewriter.getBoolAttr(in.divide)),
+                               rewriter.getNamedAttr("fill", rewriter.getF32FloatAttr(fill)),
+                               rewriter.getNamedAttr("masked_when", rewriter.getBoolAttr(maskedWhen))});
+  inheritPlacement(root, softmax, /*withCost=*/true);
+  rewriter.replaceOp(root, softmax.getResult());
+}
+
+/// The f32 softmax over the last axis of a static shape these patterns
+/// rewrite, or null.
+RankedTensorType lastAxisSoftmaxType(nn::SoftmaxOp root) {
+  auto type = llvm::dyn_cast<RankedTensorType>(root.getType());
+  if (!type || !type.hasStaticShape() || !type.getElementType().isF32() || type.getRank() < 1 ||
+      nn::normalizeAxis(root.getAxis(), type.getRank()) != type.getRank() - 1)
+    return nullptr;
+  return type;
+}
+
 /// softmax(where(mask, fill, x * scale)) along the last axis, the attention
 /// softmax as exporters write it: the scale a splat constant multiplying or
 /// dividing x (optional), the fill a splat constant on either side of the
@@ -206,9 +254,8 @@ struct DecomposedGelu : OpRewritePattern<nn::MulOp> {
 struct DecomposedMaskedSoftmax : OpRewritePattern<nn::SoftmaxOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(nn::SoftmaxOp root, PatternRewriter &rewriter) const override {
-    auto type = llvm::dyn_cast<RankedTensorType>(root.getType());
-    if (!type || !type.hasStaticShape() || !type.getElementType().isF32() || type.getRank() < 1 ||
-        nn::normalizeAxis(root.getAxis(), type.getRank()) != type.getRank() - 1)
+    RankedTensorType type = lastAxisSoftmaxType(root);
+    if (!type)
       return failure();
     auto where = root.getInput().getDefiningOp<nn::WhereOp>();
     if (!where || !where->hasOneUse() || where.getType() != type)
@@ -224,37 +271,96 @@ struct DecomposedMaskedSoftmax : OpRewritePattern<nn::SoftmaxOp> {
     if (!fill || scaled.getType() != type)
       return failure();
     SmallVector<Operation *> chain{root, where};
-    Value x = scaled;
-    float scale = 1.0f; // x * 1 is x, bit for bit
-    bool divide = false;
-    Operation *product = scaled.getDefiningOp();
-    if (product && product->hasOneUse() && llvm::isa<nn::MulOp, nn::DivOp>(product)) {
-      divide = llvm::isa<nn::DivOp>(product);
-      // x * c, c * x or x / c, with x of the result's type.
-      for (int side = divide ? 1 : 0; side < 2; ++side) {
-        std::optional<float> constant = splatValue(product->getOperand(side));
-        Value other = product->getOperand(1 - side);
-        if (constant && other.getType() == type && (!divide || side == 1)) {
-          scale = *constant;
-          x = other;
-          chain.push_back(product);
-          break;
-        }
-      }
-      if (x == scaled)
-        divide = false;
-    }
+    ScaledInput in = scaledInput(scaled, type, chain);
     if (!sameStage(chain))
       return failure();
-    auto softmax = nn::MaskedSoftmaxOp::create(
-        rewriter, root.getLoc(), TypeRange{type}, ValueRange{x, where.getCondition()},
-        ArrayRef<NamedAttribute>{rewriter.getNamedAttr("scale", rewriter.getF32FloatAttr(scale)),
-                                 rewriter.getNamedAttr("divide", rewriter.getBoolAttr(divide)),
-                                 rewriter.getNamedAttr("fill", rewriter.getF32FloatAttr(*fill)),
-                                 rewriter.getNamedAttr("masked_when", rewriter.getBoolAttr(maskedWhen))});
-    inheritPlacement(root, softmax, /*withCost=*/true);
-    rewriter.replaceOp(root, softmax.getResult());
+    replaceByMaskedSoftmax(root, in, where.getCondition(), *fill, maskedWhen, rewriter);
     return success();
+  }
+};
+
+/// The most an additive mask's masked entries may be (docs/optimization.md,
+/// "Element-wise fusion"): x + M with M <= -1e9 is -1e9 + x, whose
+/// exponential next to a row's unmasked maximum is 0 in float exactly as the
+/// masked softmax's fill is, as long as the scores differ by less than
+/// about 1e9 (with -inf or float's lowest, always).
+constexpr float kAdditiveMaskCeiling = -1.0e9f;
+
+/// softmax(x * scale + M) along the last axis with M a constant additive
+/// mask: every entry 0 or one value `fill` <= kAdditiveMaskCeiling (-inf,
+/// float's lowest, -1e9: causal and padding masks as some exporters write
+/// them), M as long as x along the last axis and every row of M with an
+/// unmasked entry. (A fully masked row would differ: the masked softmax
+/// spreads it evenly, x + M keeps x's differences.) Becomes nn.masked_softmax
+/// with the boolean mask M == fill.
+struct AdditiveMaskedSoftmax : OpRewritePattern<nn::SoftmaxOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::SoftmaxOp root, PatternRewriter &rewriter) const override {
+    RankedTensorType type = lastAxisSoftmaxType(root);
+    if (!type)
+      return failure();
+    auto add = root.getInput().getDefiningOp<nn::AddOp>();
+    if (!add || !add->hasOneUse() || add.getType() != type)
+      return failure();
+    for (int side = 0; side < 2; ++side) {
+      auto constant = add->getOperand(side).getDefiningOp<nn::ConstantOp>();
+      Value scaled = add->getOperand(1 - side);
+      if (!constant || scaled.getType() != type)
+        continue;
+      auto maskType = llvm::dyn_cast<RankedTensorType>(constant.getType());
+      if (!maskType || !maskType.hasStaticShape() || !maskType.getElementType().isF32() ||
+          maskType.getRank() < 1 || maskType.getShape().back() != type.getShape().back())
+        continue;
+      std::optional<AdditiveMask> masked = additiveMask(constant.getValue(), maskType.getShape().back());
+      if (!masked)
+        continue;
+      SmallVector<Operation *> chain{root, add};
+      ScaledInput in = scaledInput(scaled, type, chain);
+      if (!sameStage(chain))
+        return failure();
+      auto boolType = RankedTensorType::get(maskType.getShape(), rewriter.getI1Type());
+      auto mask =
+          nn::ConstantOp::create(rewriter, constant.getLoc(), DenseElementsAttr::get(boolType, masked->entries));
+      inheritPlacement(root, mask, /*withCost=*/false);
+      replaceByMaskedSoftmax(root, in, mask, masked->fill, /*maskedWhen=*/true, rewriter);
+      return success();
+    }
+    return failure();
+  }
+
+private:
+  struct AdditiveMask {
+    SmallVector<bool> entries; // true where masked
+    float fill;                // the masked entries' one value
+  };
+  /// Which entries of an additive mask are masked, if `values` (rows of
+  /// `rowLength`) is one.
+  static std::optional<AdditiveMask> additiveMask(ElementsAttr values, int64_t rowLength) {
+    auto floats = values.tryGetValues<APFloat>();
+    if (!floats)
+      return std::nullopt;
+    SmallVector<bool> masked;
+    std::optional<float> fill;
+    bool rowHasUnmasked = false, anyMasked = false;
+    for (APFloat value : *floats) {
+      const float v = value.convertToFloat();
+      const bool isMasked = v != 0.0f;
+      if (isMasked && (!(v <= kAdditiveMaskCeiling) || (fill && *fill != v)))
+        return std::nullopt; // another value, NaN, or a second fill
+      if (isMasked)
+        fill = v;
+      anyMasked |= isMasked;
+      rowHasUnmasked |= !isMasked;
+      masked.push_back(isMasked);
+      if ((int64_t)masked.size() % rowLength == 0) {
+        if (!rowHasUnmasked)
+          return std::nullopt;
+        rowHasUnmasked = false;
+      }
+    }
+    if (!anyMasked)
+      return std::nullopt;
+    return AdditiveMask{std::move(masked), *fill};
   }
 };
 
@@ -262,7 +368,8 @@ struct RecognizeComposites : impl::RecognizeCompositesBase<RecognizeComposites> 
   using Base::Base;
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<DecomposedLayerNorm, DecomposedLayerNormNoBias, DecomposedGelu, DecomposedMaskedSoftmax>(
+    patterns.add<DecomposedLayerNorm, DecomposedLayerNormNoBias, DecomposedGelu, DecomposedMaskedSoftmax,
+                 AdditiveMaskedSoftmax>(
         &getContext());
     int64_t applied = 0;
     if (failed(applyPatternsCounted(getOperation(), std::move(patterns), applied)))

@@ -325,7 +325,8 @@ def check(example, args, workdir, failures):
     # weights across stages (the GPT's embedding) cannot be asynchronous.
     if example == "gpt":
         print("  skip 1f1b-rr replicated: its tied embedding spans both stages")
-        return torch_check(example, args, workdir, inputs, labels, data, failures)
+        torch_check(example, args, workdir, inputs, labels, data, failures)
+        return additive_mask_check(args, workdir, inputs, labels, data, failures)
     job = os.path.join(workdir, f"{example}-replicated")
     weights = compile_and_train(args.pipec, args.piperun, path, data, job, 3,
                                 ["--gpus", "1x3", "--async", "--schedule", "1f1b-rr",
@@ -354,6 +355,39 @@ def torch_check(example, args, workdir, inputs, labels, data, failures):
                                 ["--gpus", "1x2", "--stages", "2", "--no-replication",
                                  "--optimizer", "sgd-momentum", "--momentum", "0.9"])
     compare("1f1b on 2 ranks vs PyTorch (SGD, momentum 0.9)", weights, reference, failures)
+
+
+def additive_mask_check(args, workdir, inputs, labels, data, failures):
+    """The GPT with its causal mask as a 0 / -inf buffer added to the scores:
+    the importer keeps the buffer constant (PyTorch does not train it), the
+    add and softmax become one masked softmax, and 2 ranks train as PyTorch."""
+    torch.manual_seed(0)
+    model = make_examples.GPT(additive_mask=True)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    model.train()
+    path = os.path.join(workdir, "gpt-additive-mask.onnx")
+    torch.onnx.export(model, (inputs[:2],), path, opset_version=13,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                      input_names=["tokens"], output_names=["logits"])
+    reference = torch_reference(model, inputs, labels)
+    ir = os.path.join(workdir, "gpt-additive-mask-ir")
+    weights = compile_and_train(args.pipec, args.piperun, path, data,
+                                os.path.join(workdir, "gpt-additive-mask"), 2,
+                                ["--gpus", "1x2", "--stages", "2", "--no-replication", "--dump-ir", ir,
+                                 "--optimizer", "sgd-momentum", "--momentum", "0.9"])
+    with open(os.path.join(ir, "04-pipec-recognize-composites.mlir")) as stream:
+        fused = stream.read().count("nn.masked_softmax ")
+    if fused != 2:
+        failures.append(f"additive mask: {fused} nn.masked_softmax after recognize-composites, expected 2")
+    print(f"  {'ok  ' if fused == 2 else 'FAIL'} additive causal masks recognized: {fused} of 2")
+    trained = [name for name in weights if "additive" in name]
+    if trained:
+        failures.append(f"additive mask: trained as parameters: {trained}")
+    print(f"  {'FAIL' if trained else 'ok  '} the mask buffers are constants, not trained parameters")
+    compare("additive causal mask, 1f1b on 2 ranks vs PyTorch (SGD, momentum 0.9)", weights, reference,
+            failures)
 
 
 def check_errors(args, workdir, failures):

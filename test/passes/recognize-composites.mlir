@@ -93,6 +93,52 @@ func.func @masked_softmax_unchanged(%x: tensor<2x4x8x8xf32>, %mask: tensor<1x1x8
   return %a, %b, %c, %s, %d : tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>
 }
 
+// An additive mask: x * scale + M, M a constant of 0 and one fill <= -1e9
+// (-inf; -1e9 on the left of the add) with an unmasked entry in every row,
+// becomes a masked softmax under the boolean mask M == fill.
+// CHECK-LABEL: func.func @additive_masked_softmax
+// (The two masks are equal, so the rewriter keeps one constant.)
+// CHECK: %[[M:.*]] = nn.constant dense<{{\[\[}}false, true, true], [false, false, true], [false, false, false]]> : tensor<3x3xi1>
+// CHECK: %[[A:.*]] = nn.masked_softmax %arg0, %[[M]] {divide = true, fill = 0xFF800000 : f32, scale = 8.000000e+00 : f32}
+// CHECK: %[[B:.*]] = nn.masked_softmax %arg0, %[[M]] {fill = -1.000000e+09 : f32, scale = 1.000000e+00 : f32}
+// CHECK: return %[[A]], %[[B]]
+func.func @additive_masked_softmax(%x: tensor<2x3x3xf32>) -> (tensor<2x3x3xf32>, tensor<2x3x3xf32>) {
+  %causal = nn.constant dense<[[0.0, 0xFF800000, 0xFF800000], [0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0]]> : tensor<3x3xf32>
+  %big = nn.constant dense<[[0.0, -1.0e9, -1.0e9], [0.0, 0.0, -1.0e9], [0.0, 0.0, 0.0]]> : tensor<3x3xf32>
+  %root = nn.constant dense<8.0> : tensor<f32>
+  %d = nn.div %x, %root : (tensor<2x3x3xf32>, tensor<f32>) -> tensor<2x3x3xf32>
+  %s1 = nn.add %d, %causal : (tensor<2x3x3xf32>, tensor<3x3xf32>) -> tensor<2x3x3xf32>
+  %a = nn.softmax %s1 {axis = -1 : i64} : (tensor<2x3x3xf32>) -> tensor<2x3x3xf32>
+  %s2 = nn.add %big, %x : (tensor<3x3xf32>, tensor<2x3x3xf32>) -> tensor<2x3x3xf32>
+  %b = nn.softmax %s2 {axis = 2 : i64} : (tensor<2x3x3xf32>) -> tensor<2x3x3xf32>
+  return %a, %b : tensor<2x3x3xf32>, tensor<2x3x3xf32>
+}
+
+// Left alone: a fill above -1e9 (-1e4: exp(x - 1e4) need not vanish), a
+// fully masked row (the masked softmax would spread it evenly), two
+// different fills, a mask broadcast along the softmax's axis, and a mask
+// that is not a constant.
+// CHECK-LABEL: func.func @additive_mask_unchanged
+// CHECK-NOT: nn.masked_softmax
+// CHECK: return
+func.func @additive_mask_unchanged(%x: tensor<2x3x3xf32>, %m: tensor<3x3xf32>) -> (tensor<2x3x3xf32>, tensor<2x3x3xf32>, tensor<2x3x3xf32>, tensor<2x3x3xf32>, tensor<2x3x3xf32>) {
+  %small = nn.constant dense<[[0.0, -1.0e4, -1.0e4], [0.0, 0.0, -1.0e4], [0.0, 0.0, 0.0]]> : tensor<3x3xf32>
+  %full = nn.constant dense<[[0xFF800000, 0xFF800000, 0xFF800000], [0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0]]> : tensor<3x3xf32>
+  %two = nn.constant dense<[[0.0, 0xFF800000, -1.0e9], [0.0, 0.0, 0xFF800000], [0.0, 0.0, 0.0]]> : tensor<3x3xf32>
+  %column = nn.constant dense<[[0.0], [0xFF800000], [0.0]]> : tensor<3x1xf32>
+  %s1 = nn.add %x, %small : (tensor<2x3x3xf32>, tensor<3x3xf32>) -> tensor<2x3x3xf32>
+  %a = nn.softmax %s1 {axis = -1 : i64} : (tensor<2x3x3xf32>) -> tensor<2x3x3xf32>
+  %s2 = nn.add %x, %full : (tensor<2x3x3xf32>, tensor<3x3xf32>) -> tensor<2x3x3xf32>
+  %b = nn.softmax %s2 {axis = -1 : i64} : (tensor<2x3x3xf32>) -> tensor<2x3x3xf32>
+  %s3 = nn.add %x, %two : (tensor<2x3x3xf32>, tensor<3x3xf32>) -> tensor<2x3x3xf32>
+  %c = nn.softmax %s3 {axis = -1 : i64} : (tensor<2x3x3xf32>) -> tensor<2x3x3xf32>
+  %s4 = nn.add %x, %column : (tensor<2x3x3xf32>, tensor<3x1xf32>) -> tensor<2x3x3xf32>
+  %d = nn.softmax %s4 {axis = -1 : i64} : (tensor<2x3x3xf32>) -> tensor<2x3x3xf32>
+  %s5 = nn.add %x, %m : (tensor<2x3x3xf32>, tensor<3x3xf32>) -> tensor<2x3x3xf32>
+  %e = nn.softmax %s5 {axis = -1 : i64} : (tensor<2x3x3xf32>) -> tensor<2x3x3xf32>
+  return %a, %b, %c, %d, %e : tensor<2x3x3xf32>, tensor<2x3x3xf32>, tensor<2x3x3xf32>, tensor<2x3x3xf32>, tensor<2x3x3xf32>
+}
+
 // Left alone: a LayerNorm cut by the partition (two stages), and a GELU
 // whose erf is also read elsewhere.
 // CHECK-LABEL: func.func @unchanged
