@@ -296,7 +296,12 @@ static int runResolved(const ScheduleCliOptions &args, std::ostream &out, std::o
     Row row;
     row.name = "optimal";
     try {
-      OptimalResult best = optimalSchedule(args.problem, args.optimalSeconds);
+      // One model chunk per rank, also beside the two-chunk families that
+      // --compare and auto run (they set two unless --chunks says otherwise).
+      Problem exact = args.problem;
+      if (!args.chunksGiven)
+        exact.chunks = 1;
+      OptimalResult best = optimalSchedule(exact, args.optimalSeconds);
       row.schedule = best.schedule;
       row.sim = best.sim;
       row.ok = true;

@@ -62,6 +62,33 @@ void requireInScope(const Problem &P) {
     out("at most " + std::to_string(kMaxStages) + " stages and " + std::to_string(kMaxMicrobatches) +
         " micro-batches (the program grows with the square of the micro-batches per stage)");
 }
+// The least work stage st must spend on backwards (B's and W's of the
+// first `done` micro-batches) before it can hold `held` micro-batches'
+// activations within the memory limit: B frees 1 - w_mem_frac of one, its W
+// the rest. 0 when no freeing is needed (or no limit); infinity when even
+// every backward would not make room.
+double minFreeingWork(const Problem &P, int st, int held, int done) {
+  const double a = P.activationOf(st, 0);
+  if (!(P.memoryLimit > 0) || !(a > 0))
+    return 0;
+  const double need = held - P.memoryLimit / a - 1e-9; // micro-batches' worth to free
+  if (need <= 0)
+    return 0;
+  const double frac = P.wMemFrac, b = P.costOf(Op::BwdInput, st, 0), w = P.costOf(Op::BwdWeight, st, 0);
+  double best = std::numeric_limits<double>::infinity();
+  for (int ws = 0; ws <= done; ++ws) { // W's run (each after its B), then B's alone
+    const double rest = need - frac * ws;
+    int bs = ws;
+    if (rest > 0) {
+      if (!(1 - frac > 0))
+        continue;
+      bs = std::max(ws, (int)std::ceil(rest / (1 - frac) - 1e-9));
+    }
+    if (bs <= done)
+      best = std::min(best, bs * b + ws * w);
+  }
+  return best;
+}
 } // namespace
 
 #ifndef PIPEC_WITH_CBC
@@ -190,7 +217,27 @@ OptimalResult optimalSchedule(const Problem &problemIn, double seconds) {
     const double admitted =
         P.memoryLimit > 0 && a > 0 ? std::min<double>(m, std::floor(P.memoryLimit / a + 1e-9)) : m;
     const double busyBefore = std::min(admitted * duration(st, F), firstBackward - arrival);
-    addRow({{cmax, 1}}, std::max(arrival, firstBackward - busyBefore) + load, inf);
+    const double headIdle = std::max(0.0, firstBackward - arrival - busyBefore);
+    addRow({{cmax, 1}}, arrival + headIdle + load, inf);
+    // Before F(st, j) starts, the forwards 0..j-1 have run (they are in
+    // micro-batch order) and enough B's and W's to make room for F(st, j);
+    // when that takes a backward, the head idle above precedes it too.
+    // After it, micro-batches j..m-1 still need all their work, and their
+    // B's and W's wait for the round trip from F(st, j) (their forwards
+    // start no earlier).
+    const double roundTrip = firstBackward - arrival;
+    for (int j = 0; j < m; ++j) {
+      addRow({{cmax, 1}, {op(st, j, F), -1}}, roundTrip + (m - j) * (duration(st, B) + duration(st, W)), inf);
+      addRow({{cmax, 1}, {op(st, j, F), -1}},
+             (m - j) * (duration(st, F) + duration(st, B) + duration(st, W)), inf);
+      const double freeing = minFreeingWork(P, st, j + 1, j);
+      if (!std::isfinite(freeing))
+        continue; // no schedule holds that many; the memory rows say so
+      double earliest = arrival + j * duration(st, F);
+      if (freeing > 0)
+        earliest += headIdle + freeing;
+      colLower[op(st, j, F)] = std::max(colLower[op(st, j, F)], earliest);
+    }
   }
   // Memory when each F starts. before(x, f) as a linear term of the pair binary.
   if (P.memoryLimit > 0)

@@ -83,8 +83,11 @@ Orders zbVOrder(const Schedule &shape, int n, double limit);
 // The zero-bubble papers' V orders for one V pipeline (P's stages, costs and
 // activations; n local micro-batches), per rank: ZB-V's greedy with each
 // memory budget (units; the fill and approved-bubble variants of its search),
-// then the V-Half and V-Min patterns. Unchecked candidates: an order may
-// exceed a budget once timed or, for the patterns, not execute at all.
+// then the V-Half and V-Min patterns, each as is and squeezed (its W's
+// filled oldest first or, as the paper's generator does, lane 0 first): the
+// last kVPatternOrders. Unchecked candidates: an order may exceed a budget
+// once timed or, for the patterns, not execute at all.
+inline constexpr size_t kVPatternOrders = 6;
 std::vector<Orders> paperVOrders(const Problem &P, int n, const std::vector<double> &memBudgets);
 
 } // namespace pipec::schedule::detail

@@ -2,7 +2,8 @@
 // published heuristics: ZB-V's greedy with its approved-bubble search (Qi et
 // al., "Zero Bubble Pipeline Parallelism", ICLR 2024) and the repeating
 // V-Half and V-Min patterns of "Pipeline Parallelism with Controllable
-// Memory" (Qi et al. 2024). They are candidates for zb-v: zbVOrder
+// Memory" (Qi et al. 2024), as is and squeezed the way that paper turns a
+// pattern into a schedule. They are candidates for zb-v: zbVOrder
 // (ListScheduler.cpp) times each one, drops those over the memory limit and
 // keeps the best (docs/schedules.md, "zb-v").
 #include "analysis/Schedule/Orders.h"
@@ -265,9 +266,9 @@ void zbVGreedyRuns(const Problem &P, int n, double memBudget, bool fillF, bool f
 // building block of 6 time slots per micro-batch; the offsets of the first
 // micro-batch's F lane 0, F lane 1, B lane 0 and B lane 1 on rank r fix the
 // memory (V-Half about half of 1F1B's, V-Min about a third). The order is
-// the slots' order, with each empty slot taking the oldest pending W (the
-// reference's put_w); lower() then times it. The reference also squeezes
-// the warm-up and cool-down into earlier free slots; that pass is not ported.
+// the slots' order, with each empty slot taking the oldest pending W;
+// lower() then times it. The paper's "squeeze" (below) then moves warm-up
+// and cool-down work into earlier free slots.
 using Offsets = std::array<int, 4>;
 
 Offsets vHalfOffsets(int p, int r) {
@@ -309,6 +310,228 @@ Orders patternOrder(int p, int n, Offsets (*offsets)(int, int)) {
   return order;
 }
 
+// ------------------------------------------------------------ the squeeze
+// The step of "Pipeline Parallelism with Controllable Memory" that turns a
+// repeating pattern into a schedule: in a grid of unit time slots, work of
+// the warm-up and the cool-down moves to the earliest free slot of its rank
+// after its dependencies that keeps the rank's memory within the pattern's
+// peak; then the slots are re-timed as soon as possible. First with the W's
+// placed in the empty slots (so F's of the warm-up can pass them), then once
+// more without them (cool-down only), then the W's go into the empty slots
+// again. The result is one per-rank order; evalOrder times it with the real
+// costs. Slot lists per rank: kTypes lanes (F lane 0, F lane 1, B lane 0,
+// B lane 1, W), each indexed by its k-th micro-batch (lanes run in
+// micro-batch order).
+constexpr int kTypes = 5, kWType = 4;
+using Slots = std::array<std::vector<int>, kTypes>;
+
+int lastSlot(const Slots &rank) {
+  int last = 0;
+  for (const auto &lane : rank)
+    for (int t : lane)
+      last = std::max(last, t);
+  return last;
+}
+
+// Fills the W lane: after each B (of either lane) one W waits; every empty
+// slot takes one, the rest follow the last slot.
+void placeWs(Slots &rank) {
+  rank[kWType].clear();
+  const int last = lastSlot(rank);
+  std::vector<char> kind(last + 1, -1);
+  for (int k = 0; k < 4; ++k)
+    for (int t : rank[k])
+      kind[t] = (char)k;
+  int pending = 0, t = 0;
+  for (; t <= last; ++t)
+    if (kind[t] >= 2)
+      ++pending;
+    else if (kind[t] < 0 && pending > 0)
+      rank[kWType].push_back(t), --pending;
+  for (; pending > 0; --pending)
+    rank[kWType].push_back(t++);
+}
+
+// Peak memory in forwards (+1 per F, -1 per W); with `explicitW` false the
+// W's are implicit: each empty slot frees one pending B's memory.
+int peakUnits(const Slots &rank, bool explicitW) {
+  const int last = lastSlot(rank);
+  std::vector<char> kind(last + 1, -1);
+  for (int k = 0; k < (explicitW ? kTypes : 4); ++k)
+    for (int t : rank[k])
+      kind[t] = (char)k;
+  int cur = 0, peak = 0, pending = 0;
+  for (int t = 0; t <= last; ++t) {
+    if (kind[t] == 0 || kind[t] == 1)
+      ++cur;
+    else if (kind[t] == kWType)
+      --cur;
+    else if (kind[t] >= 2)
+      ++pending;
+    else if (!explicitW && pending > 0)
+      --cur, --pending;
+    peak = std::max(peak, cur);
+  }
+  return peak;
+}
+
+struct Element {
+  int slot, rank, type, k;
+  bool operator<(const Element &o) const {
+    return std::tie(slot, rank, type, k) < std::tie(o.slot, o.rank, o.type, o.k);
+  }
+};
+
+// All elements of `s` in slot order (ties: rank, lane, micro-batch).
+std::vector<Element> inSlotOrder(const std::vector<Slots> &s, int types) {
+  std::vector<Element> all;
+  for (int r = 0; r < (int)s.size(); ++r)
+    for (int t = 0; t < types; ++t)
+      for (int k = 0; k < (int)s[r][t].size(); ++k)
+        all.push_back({s[r][t][k], r, t, k});
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+// The slot an element must follow: its input on the neighbouring rank
+// (F and B lane 0 from rank r-1, lane 1 from rank r+1), its previous lane
+// on the rank (F lane 1 after F lane 0, B lane 0 after F lane 1, B lane 1
+// after B lane 0), the previous micro-batch of its lane, and for a W (when
+// `wAfterB`) the k-th B of the rank. `at(r, type, k)` reads a slot.
+template <class At>
+int dependencySlot(const std::vector<Slots> &s, const Element &e, bool wAfterB, At at) {
+  const int p = (int)s.size();
+  int dep = -1;
+  if ((e.type == 0 || e.type == 2) && e.rank > 0)
+    dep = std::max(dep, at(e.rank - 1, e.type, e.k));
+  if ((e.type == 1 || e.type == 3) && e.rank + 1 < p)
+    dep = std::max(dep, at(e.rank + 1, e.type, e.k));
+  if (e.type > 0 && e.type < kWType)
+    dep = std::max(dep, at(e.rank, e.type - 1, e.k));
+  if (e.type == kWType && wAfterB) {
+    std::vector<int> bs(s[e.rank][2]);
+    bs.insert(bs.end(), s[e.rank][3].begin(), s[e.rank][3].end());
+    std::nth_element(bs.begin(), bs.begin() + e.k, bs.end());
+    dep = std::max(dep, bs[e.k]);
+  }
+  if (e.k > 0)
+    dep = std::max(dep, at(e.rank, e.type, e.k - 1));
+  return dep;
+}
+
+// Re-times the slots as soon as possible with unit costs and no transfer
+// time, keeping every rank's order (which has each W after its B).
+void retime(std::vector<Slots> &s, int types) {
+  std::vector<Slots> end(s.size());
+  for (size_t r = 0; r < s.size(); ++r)
+    for (int t = 0; t < types; ++t)
+      end[r][t].assign(s[r][t].size(), -1);
+  std::vector<int> rankFree(s.size(), 0);
+  for (const Element &e : inSlotOrder(s, types)) {
+    const int dep = dependencySlot(s, e, false, [&](int r, int t, int k) { return end[r][t][k] - 1; });
+    const int begin = std::max(dep + 1, rankFree[e.rank]);
+    end[e.rank][e.type][e.k] = begin + 1;
+    rankFree[e.rank] = begin + 1;
+  }
+  for (size_t r = 0; r < s.size(); ++r)
+    for (int t = 0; t < types; ++t)
+      for (size_t k = 0; k < s[r][t].size(); ++k)
+        s[r][t][k] = end[r][t][k] - 1;
+}
+
+// One squeeze pass. The warm-up ends at rank 0's first B of lane 1 (the
+// first micro-batch's round trip), the cool-down begins at the first last
+// F of lane 0; the steady state between stays. The warm-up moves only when
+// the W's are explicit.
+void squeezePass(std::vector<Slots> &s, bool explicitW) {
+  const int p = (int)s.size(), types = explicitW ? kTypes : 4;
+  if (explicitW)
+    for (Slots &rank : s)
+      placeWs(rank);
+  int budget = 0, last = 0;
+  for (const Slots &rank : s)
+    budget = std::max(budget, peakUnits(rank, explicitW)), last = std::max(last, lastSlot(rank));
+  std::vector<std::vector<char>> occupied(p, std::vector<char>(last + 1, 0));
+  enum { kWarmUp, kSteady, kCoolDown } phase = kWarmUp;
+  for (const Element &e : inSlotOrder(s, types)) {
+    if (phase == kWarmUp && e.rank == 0 && e.type == 3)
+      phase = kSteady;
+    const bool fixed = phase == kSteady || (phase == kWarmUp && !explicitW);
+    if (phase == kSteady && e.type == 0 && e.k + 1 == (int)s[e.rank][0].size())
+      phase = kCoolDown;
+    int &slot = s[e.rank][e.type][e.k];
+    if (!fixed) {
+      const int from = dependencySlot(s, e, true, [&](int r, int t, int k) { return s[r][t][k]; }) + 1;
+      const int original = slot;
+      for (int t = from; t < original; ++t) {
+        if (occupied[e.rank][t])
+          continue;
+        slot = t;
+        if (peakUnits(s[e.rank], explicitW) <= budget)
+          break;
+        slot = original;
+      }
+    }
+    occupied[e.rank][slot] = 1;
+  }
+  if (!explicitW)
+    for (Slots &rank : s)
+      placeWs(rank);
+  retime(s, kTypes);
+}
+
+// The squeezed pattern as an order. The W's fill the empty slots, either
+// the oldest pending first or (as the paper's generator) those of lane 0
+// first.
+Orders squeezedPatternOrder(int p, int n, Offsets (*offsets)(int, int), bool lane0WsFirst) {
+  std::vector<Slots> s(p);
+  for (int r = 0; r < p; ++r) {
+    const Offsets first = offsets(p, r);
+    for (int k = 0; k < 4; ++k)
+      for (int mb = 0; mb < n; ++mb)
+        s[r][k].push_back(first[k] + 6 * mb);
+  }
+  squeezePass(s, true);
+  squeezePass(s, false);
+  constexpr Kind kKinds[4] = {kF, kF, kB, kB};
+  Orders order(p);
+  for (int r = 0; r < p; ++r) {
+    std::vector<Element> items;
+    for (int t = 0; t < 4; ++t)
+      for (int k = 0; k < n; ++k)
+        items.push_back({s[r][t][k], r, t, k});
+    std::sort(items.begin(), items.end());
+    std::array<std::deque<int>, 2> pending; // per B lane: micro-batches whose W waits
+    std::deque<Instr> oldest;
+    int slot = 0;
+    auto takeW = [&] {
+      if (lane0WsFirst) {
+        const int lane = pending[0].empty() ? 1 : 0;
+        order[r].push_back(mk(Op::BwdWeight, pending[lane].front(), modelChunk(kW, lane)));
+        pending[lane].pop_front();
+      } else {
+        order[r].push_back(oldest.front());
+        oldest.pop_front();
+      }
+    };
+    auto anyW = [&] { return lane0WsFirst ? !pending[0].empty() || !pending[1].empty() : !oldest.empty(); };
+    for (const Element &e : items) {
+      for (; slot < e.slot && anyW(); ++slot)
+        takeW();
+      slot = std::max(slot, e.slot) + 1;
+      const int lane = e.type % 2, chunk = modelChunk(kKinds[e.type], lane);
+      order[r].push_back(mk(opOf(kKinds[e.type]), e.k, chunk));
+      if (kKinds[e.type] == kB) {
+        pending[lane].push_back(e.k);
+        oldest.push_back(mk(Op::BwdWeight, e.k, chunk));
+      }
+    }
+    while (anyW())
+      takeW();
+  }
+  return order;
+}
+
 } // namespace
 
 std::vector<Orders> paperVOrders(const Problem &P, int n, const std::vector<double> &memBudgets) {
@@ -317,8 +540,11 @@ std::vector<Orders> paperVOrders(const Problem &P, int n, const std::vector<doub
     for (bool fillB : {true, false})
       for (bool fillF : {true, false})
         zbVGreedyRuns(P, n, budget, fillF, fillB, out);
-  out.push_back(patternOrder(P.stages, n, vHalfOffsets));
-  out.push_back(patternOrder(P.stages, n, vMinOffsets));
+  for (Offsets (*offsets)(int, int) : {vHalfOffsets, vMinOffsets}) {
+    out.push_back(patternOrder(P.stages, n, offsets));
+    for (bool lane0WsFirst : {false, true})
+      out.push_back(squeezedPatternOrder(P.stages, n, offsets, lane0WsFirst));
+  }
   return out;
 }
 

@@ -1310,6 +1310,36 @@ TEST(Optimal, CertifiesSmallPipelinesAndBoundsTheHeuristics) {
   EXPECT_THROW(optimalSchedule(two, 1), ScheduleError);
 }
 
+// The bounds per forward (a forward waits for the forwards before it and for
+// the backwards that make room for it; the backwards after it wait for its
+// round trip) prove the p=4, m=8 cells at 1F1B's memory that the program
+// alone left open after 120 s; there the best heuristic is optimal. With
+// c = 0.5 the proved bound is 34.2 (was 30.6) against 34.4 found.
+TEST(Optimal, ProvesTheMemoryBoundCellsAtFourStages) {
+  if (!optimalAvailable())
+    GTEST_SKIP() << "built without COIN-OR CBC (PIPEC_WITH_CBC)";
+  struct Case {
+    double f, b, w, c, optimum;
+  };
+  for (const Case &k : {Case{1, 1.2, 0.8, 0.05, 28.8}, Case{29.718, 29.444, 19.927, 0.527, 756.741}}) {
+    Problem P = uniform(4, 8, k.f, k.b, k.w);
+    P.comm = k.c;
+    P.memoryLimit = 4;
+    const OptimalResult r = optimalSchedule(P, 20);
+    EXPECT_TRUE(r.proven) << "c=" << k.c;
+    EXPECT_NEAR(r.makespan, k.optimum, 1e-6) << "c=" << k.c;
+    EXPECT_NEAR(r.lowerBound, k.optimum, 1e-6) << "c=" << k.c;
+    EXPECT_NEAR(simulate(generate("zb-h1", P)).makespan, k.optimum, 1e-6) << "c=" << k.c;
+  }
+  Problem P = uniform(4, 8, 1, 1.2, 0.8);
+  P.comm = 0.5;
+  P.memoryLimit = 4;
+  const OptimalResult r = optimalSchedule(P, 0.5);
+  EXPECT_GE(r.lowerBound, 34.2 - 1e-6);
+  EXPECT_LE(r.lowerBound, r.makespan + 1e-9);
+  EXPECT_LE(r.makespan, 34.6 + 1e-6);
+}
+
 TEST(Cli, OptimalPrintsItsRowAndCertificate) {
   std::string out, err;
   if (!optimalAvailable()) {
@@ -1329,6 +1359,13 @@ TEST(Cli, OptimalPrintsItsRowAndCertificate) {
   EXPECT_NE(out.find("\"lower_bound\""), std::string::npos) << out;
   EXPECT_EQ(run({"schedule", "--stages", "2", "--microbatches", "2", "--optimal", "--chunks", "2"}, out, err), 1);
   EXPECT_NE(err.find("one model chunk per rank only"), std::string::npos) << err;
+  // Beside --compare and auto, which also run two-chunk families, the exact
+  // mode keeps its one chunk per rank.
+  ASSERT_EQ(run({"schedule", "--stages", "3", "--microbatches", "3", "--compare", "--optimal"}, out, err), 0) << err;
+  EXPECT_NE(out.find("optimal: proven optimum"), std::string::npos) << out;
+  ASSERT_EQ(run({"schedule", "--stages", "3", "--microbatches", "3", "--schedule", "auto", "--optimal"}, out, err), 0)
+      << err;
+  EXPECT_NE(out.find("optimal: proven optimum"), std::string::npos) << out;
   EXPECT_EQ(run({"schedule", "--stages", "2", "--microbatches", "2", "--optimal", "--optimal-seconds", "0"}, out, err),
             2);
   EXPECT_NE(err.find("--optimal-seconds must be in"), std::string::npos) << err;
@@ -1386,9 +1423,9 @@ TEST(PaperV, EveryCandidateIsValidAndTheGreedyKeepsItsBudget) {
           P.comm = k.c;
           P.memoryLimit = 0; // the budget is the greedy's; the validator checks no limit here
           const auto candidates = pipec::schedule::detail::paperVOrders(P, m, {budget});
-          ASSERT_GE(candidates.size(), 2u); // at least the two patterns
+          ASSERT_GE(candidates.size(), pipec::schedule::detail::kVPatternOrders); // at least the patterns
           for (size_t i = 0; i < candidates.size(); ++i) {
-            const bool pattern = i + 2 >= candidates.size();
+            const bool pattern = i + pipec::schedule::detail::kVPatternOrders >= candidates.size();
             const std::string what = "p=" + std::to_string(p) + " m=" + std::to_string(m) + " C=" +
                                      std::to_string(k.c) + " budget " + std::to_string(budget) + " candidate " +
                                      std::to_string(i) + (pattern ? " (pattern)" : " (greedy)");
@@ -1426,6 +1463,44 @@ TEST(PaperV, ZbVAt1F1BsMemoryIsNoSlowerThanThePapersGreedy) {
     EXPECT_LE(r.maxPeakMemory, cell.p + 1e-9);
     if (cell.atMost > 0)
       EXPECT_LE(r.makespan, cell.atMost + 1e-6);
+  }
+}
+
+// The squeeze of "Pipeline Parallelism with Controllable Memory" (V-Half and
+// V-Min moved into earlier free slots in warm-up and cool-down) lowers zb-v
+// under about half of 1F1B's memory, where the V-Half pattern is what fits:
+// the figures zb-v took with the plain patterns are in the comments.
+TEST(PaperV, TheSqueezeLowersVHalfUnderHalfTheMemory) {
+  struct Cell {
+    int p, m;
+    double limit, squeezed, plain;
+  };
+  for (const Cell &cell : {Cell{4, 8, 3, 32.75, 33.75}, Cell{6, 12, 4, 51.25, 55.25}, Cell{8, 16, 5, 69.75, 74.25},
+                           Cell{8, 24, 5, 97.75, 102.25}}) {
+    Problem P = uniform(cell.p, cell.m, 1, 1.5, 1);
+    P.memoryLimit = cell.limit;
+    const SimResult r = simulate(generate("zb-v", P));
+    EXPECT_LE(r.maxPeakMemory, cell.limit + 1e-9);
+    EXPECT_NEAR(r.makespan, cell.squeezed, 1e-6) << "p=" << cell.p << " m=" << cell.m << " (plain V-Half: " << cell.plain << ")";
+  }
+}
+
+// The local search on zb-v's best order (adjacent swaps, then moves up to 8
+// places earlier) shortens grid cells at 1F1B's memory; the figures before
+// it are in the comments.
+TEST(PaperV, TheLocalSearchShortensSmallVs) {
+  struct Cell {
+    int p, m;
+    double f, b, w, c, now, before;
+  };
+  for (const Cell &cell : {Cell{4, 4, 29.718, 29.444, 19.927, 0.527, 367.784, 378.766},
+                           Cell{8, 8, 1, 1.2, 0.8, 0.05, 30.15, 30.35}, Cell{4, 8, 1, 1.2, 0.8, 0.05, 26.35, 26.55}}) {
+    Problem P = uniform(cell.p, cell.m, cell.f, cell.b, cell.w);
+    P.comm = cell.c;
+    P.memoryLimit = cell.p;
+    const SimResult r = simulate(generate("zb-v", P));
+    EXPECT_LE(r.maxPeakMemory, cell.p + 1e-9);
+    EXPECT_NEAR(r.makespan, cell.now, 1e-6) << "p=" << cell.p << " m=" << cell.m << " (before: " << cell.before << ")";
   }
 }
 
