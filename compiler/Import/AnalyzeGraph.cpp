@@ -55,15 +55,11 @@ int64_t resolvedVersion(const std::string &opType, int64_t opset) {
 /// Squeeze, Expand, Identity) into an Add whose only reader is a Softmax,
 /// and its values are 0 and one value <= -1e9 (-inf, float's lowest, -1e9).
 /// Such a tensor is constant; trained, its 0 entries would move.
-bool OnnxImporter::isAdditiveAttentionMask(const onnx::TensorProto &tensor) {
+bool OnnxImporter::isAdditiveAttentionMask(const onnx::TensorProto &tensor, const Readers &readers) {
   auto kind = elementKindOf(tensor.data_type());
   if (!kind || *kind != ElementKind::Float32 || tensor.dims_size() < 2)
     return false;
   const onnx::GraphProto &graph = model.graph();
-  std::map<std::string, std::vector<const onnx::NodeProto *>> readers;
-  for (const auto &node : graph.node())
-    for (const auto &input : node.input())
-      readers[input].push_back(&node);
   for (const auto &output : graph.output())
     if (output.name() == tensor.name())
       return false;
@@ -147,8 +143,12 @@ void OnnxImporter::analyzeGraph() {
         !bufferNames.count(tensor.name()))
       parameterNames.insert(tensor.name());
   }
+  Readers readers;
+  for (const auto &node : graph.node())
+    for (const auto &input : node.input())
+      readers[input].push_back(&node);
   for (const auto &tensor : graph.initializer())
-    if (parameterNames.count(tensor.name()) && isAdditiveAttentionMask(tensor))
+    if (parameterNames.count(tensor.name()) && isAdditiveAttentionMask(tensor, readers))
       parameterNames.erase(tensor.name());
   for (const auto &tensor : graph.initializer())
     if (!parameterNames.count(tensor.name()) && !bufferNames.count(tensor.name()))

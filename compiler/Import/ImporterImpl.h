@@ -169,7 +169,9 @@ private:
   /// included, without reading it); returns its element count.
   int64_t checkTensorData(const onnx::TensorProto &tensor, const std::string &what);
   HostTensor readTensor(const onnx::TensorProto &tensor, const std::string &what);
-  bool isAdditiveAttentionMask(const onnx::TensorProto &tensor);
+  /// The nodes that read each value (analyzeGraph).
+  using Readers = std::map<std::string, std::vector<const onnx::NodeProto *>>;
+  bool isAdditiveAttentionMask(const onnx::TensorProto &tensor, const Readers &readers);
   /// Checks the external data of `tensor` (location inside the model's
   /// folder, a regular file, offset and length inside it, length equal to
   /// `expectedBytes`) and, when `read`, returns its bytes.
