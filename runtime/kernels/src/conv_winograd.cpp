@@ -49,12 +49,17 @@ struct TileGrid {
 /// A thread's buffers for one block: the transformed operand [16, channels,
 /// tiles] and the few rows of image the transforms pad or crop.
 struct BlockBuffers {
+  int64_t channels;
   float *positions, *rows;
-  BlockBuffers(size_t slot, const TileGrid &grid, int64_t channels) {
+  BlockBuffers(size_t slot, const TileGrid &grid, int64_t channels) : channels(channels) {
     const int64_t size = kPositions * positionStride(channels * grid.maxTiles());
     positions = scratch(slot, (size_t)(size + 5 * (2 * grid.TW + 2)));
     rows = positions + size;
   }
+  /// The distance between two positions' [channels, tiles] matrices.
+  int64_t stride(int64_t tiles) const { return positionStride(channels * tiles); }
+  /// Position p's [channels, tiles] matrix.
+  float *matrix(int64_t p, int64_t tiles) const { return positions + p * stride(tiles); }
 };
 
 /// Splits input row ih of one channel plane into its even and odd columns
@@ -119,9 +124,8 @@ inline void transformInputRow(const float *__restrict e0, const float *__restric
 /// V[pos, c, t] = (B^T d B)[pos] for the block's tiles t and the channels
 /// [0, C) of x (a sample's planes are C consecutive in[0] x in[1] images).
 /// B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]].
-void transformInput(const ConvGeom &g, const TileGrid &grid, int64_t block, const float *x, int64_t C,
-                    const BlockBuffers &buf) {
-  const int64_t TW = grid.TW, tiles = grid.tiles(block), posStride = positionStride(C * tiles);
+void transformInput(const ConvGeom &g, const TileGrid &grid, int64_t block, const float *x, const BlockBuffers &buf) {
+  const int64_t C = g.C, TW = grid.TW, tiles = grid.tiles(block), posStride = buf.stride(tiles);
   float *V = buf.positions;
   withWidestVectors(
       [&](int64_t cBegin, int64_t cEnd) {
@@ -170,7 +174,7 @@ void transformWeights(const float *w, int64_t F, int64_t C, float *U) {
 /// edge is dropped.
 void transformOutput(const ConvGeom &g, const TileGrid &grid, int64_t block, const BlockBuffers &buf,
                      const float *bias, float *y) {
-  const int64_t TW = grid.TW, tiles = grid.tiles(block), F = g.F, posStride = positionStride(F * tiles);
+  const int64_t TW = grid.TW, tiles = grid.tiles(block), F = g.F, posStride = buf.stride(tiles);
   const int64_t OH = g.out[0], OW = g.out[1];
   const float *M = buf.positions;
   withWidestVectors(
@@ -209,7 +213,7 @@ void transformOutput(const ConvGeom &g, const TileGrid &grid, int64_t block, con
 /// the output's odd edge): the adjoint of transformOutput.
 void transformOutputGrad(const ConvGeom &g, const TileGrid &grid, int64_t block, const float *dy,
                          const BlockBuffers &buf) {
-  const int64_t TW = grid.TW, tiles = grid.tiles(block), F = g.F, posStride = positionStride(F * tiles);
+  const int64_t TW = grid.TW, tiles = grid.tiles(block), F = g.F, posStride = buf.stride(tiles);
   const int64_t OH = g.out[0], OW = g.out[1];
   float *dM = buf.positions;
   withWidestVectors(
@@ -294,11 +298,11 @@ void winogradConv(const ConvGeom &g, const float *x, const float *w, const float
   parallelRanges(grid.blocks, winogradWork(g, grid), [&](int64_t bBegin, int64_t bEnd) {
     const BlockBuffers V(4, grid, g.C), M(5, grid, g.F); // this thread's
     for (int64_t b = bBegin; b < bEnd; ++b) {
-      const int64_t tiles = grid.tiles(b), vStride = positionStride(g.C * tiles), mStride = positionStride(g.F * tiles);
-      transformInput(g, grid, b, x, g.C, V);
+      const int64_t tiles = grid.tiles(b);
+      transformInput(g, grid, b, x, V);
       for (int64_t p = 0; p < kPositions; ++p)
-        sgemm(false, false, g.F, tiles, g.C, 1.0f, U + p * uStride, g.C, V.positions + p * vStride, tiles, 0.0f,
-              M.positions + p * mStride, tiles);
+        sgemm(false, false, g.F, tiles, g.C, 1.0f, U + p * uStride, g.C, V.matrix(p, tiles), tiles, 0.0f,
+              M.matrix(p, tiles), tiles);
       transformOutput(g, grid, b, M, bias, y);
     }
   });
@@ -317,20 +321,16 @@ void winogradWeightGrad(const ConvGeom &g, const float *dy, const float *x, floa
     for (int64_t s = sBegin; s < sEnd; ++s) {
       const int64_t bBegin = grid.blocks * s / slices, bEnd = grid.blocks * (s + 1) / slices;
       for (int64_t b = bBegin; b < bEnd; ++b) {
-        const int64_t tiles = grid.tiles(b), vStride = positionStride(g.C * tiles),
-                      mStride = positionStride(g.F * tiles);
-        transformInput(g, grid, b, x, g.C, V);
+        const int64_t tiles = grid.tiles(b);
+        transformInput(g, grid, b, x, V);
         transformOutputGrad(g, grid, b, dy, dM);
         for (int64_t p = 0; p < kPositions; ++p)
-          sgemm(false, true, g.F, g.C, tiles, 1.0f, dM.positions + p * mStride, tiles, V.positions + p * vStride,
-                tiles, b == bBegin ? 0.0f : 1.0f, dU + s * uSize + p * uStride, g.C);
+          sgemm(false, true, g.F, g.C, tiles, 1.0f, dM.matrix(p, tiles), tiles, V.matrix(p, tiles), tiles,
+                b == bBegin ? 0.0f : 1.0f, dU + s * uSize + p * uStride, g.C);
       }
     }
   });
-  for (int64_t s = 1; s < slices; ++s)
-    parallelVectorElements(uSize, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) dU[i] += dU[s * uSize + i];
-    });
+  addSlicesInOrder(dU, dU + uSize, slices, uSize);
   transformWeightGrad(dU, g.F, g.C, dw);
 }
 

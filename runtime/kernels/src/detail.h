@@ -254,6 +254,11 @@ inline int64_t gemmWork(int64_t M, int64_t N, int64_t K) { return M * N * K / 64
 /// three extra passes over dW per call.
 constexpr int64_t kConvWeightGradSlices = 4;
 
+/// first[i] += rest[0][i] + ... + rest[slices - 2][i], added in slice order
+/// (rest holds slices - 1 arrays of `size`), so the sum of a weight
+/// gradient's slices does not depend on the thread count.
+void addSlicesInOrder(float *first, const float *rest, int64_t slices, int64_t size);
+
 /// The fewest input and output channels for which a 3x3 convolution runs as
 /// Winograd F(2x2, 3x3) (docs/cpu-kernels.md, "Convolution").
 constexpr int64_t kWinogradMinChannels = 16;

@@ -67,6 +67,17 @@ GemmPanels gemmPanels(int64_t M, int64_t N, int64_t K) {
 
 } // namespace
 
+void detail::addSlicesInOrder(float *first, const float *rest, int64_t slices, int64_t size) {
+  if (slices > 1)
+    parallelVectorElements(size, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        float v = first[i];
+        for (int64_t s = 1; s < slices; ++s) v += rest[(s - 1) * size + i];
+        first[i] = v;
+      }
+    });
+}
+
 void detail::sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
            const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
   if (M == 0 || N == 0) return;
@@ -554,14 +565,7 @@ void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Sha
         }
     }
   });
-  if (slices > 1)
-    parallelVectorElements(wSize, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) {
-        float v = dw[i];
-        for (int64_t s = 1; s < slices; ++s) v += partials[(s - 1) * wSize + i];
-        dw[i] = v;
-      }
-    });
+  addSlicesInOrder(dw, partials, slices, wSize);
 }
 
 } // namespace pipec::kernels
