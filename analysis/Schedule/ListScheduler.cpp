@@ -420,18 +420,24 @@ Orders zbH2Order(const Schedule &shape, int n) {
 // `evaluations` timings. Swaps of two computes of the same kind and chunk
 // (which only renumber micro-batches) or of one micro-batch are skipped; a
 // change that breaks a dependency does not time and is undone.
+// Whether `order` times within the limit and finishes sooner than
+// bestEval (which it then replaces); an order that cannot execute is not.
+bool timesBetter(const Schedule &shape, int n, double limit, const Orders &order, OrderEval &bestEval) {
+  try {
+    const OrderEval e = evalOrder(shape, n, order);
+    if (e.peak > limit + kEps || !finishesBetter(e.makespan, e.maxSpan, bestEval.makespan, bestEval.maxSpan))
+      return false;
+    bestEval = e;
+    return true;
+  } catch (const ScheduleError &) {
+    return false;
+  }
+}
+
 void improveBySwaps(const Schedule &shape, int n, double limit, Orders &best, OrderEval &bestEval, long evaluations) {
   auto better = [&] {
     --evaluations;
-    try {
-      const OrderEval e = evalOrder(shape, n, best);
-      if (e.peak > limit + kEps || !finishesBetter(e.makespan, e.maxSpan, bestEval.makespan, bestEval.maxSpan))
-        return false;
-      bestEval = e;
-      return true;
-    } catch (const ScheduleError &) {
-      return false;
-    }
+    return timesBetter(shape, n, limit, best, bestEval);
   };
   constexpr size_t kReach = 8;
   for (bool improved = true; improved && evaluations > 0;) {
@@ -491,18 +497,9 @@ Orders zbVOrder(const Schedule &shape, int n, double limit) {
   std::vector<double> budgets{limit};
   if (const double oneF1B = peakOf1F1B(P); oneF1B < limit - kEps)
     budgets.push_back(oneF1B);
-  for (Orders &candidate : paperVOrders(P, n, budgets)) {
-    OrderEval e;
-    try {
-      e = evalOrder(shape, n, candidate);
-    } catch (const ScheduleError &) {
-      continue; // a pattern order that cannot execute
-    }
-    if (e.peak <= limit + kEps && finishesBetter(e.makespan, e.maxSpan, bestEval.makespan, bestEval.maxSpan)) {
+  for (Orders &candidate : paperVOrders(P, n, budgets))
+    if (timesBetter(shape, n, limit, candidate, bestEval))
       best = std::move(candidate);
-      bestEval = e;
-    }
-  }
   long computes = 0;
   for (const auto &rank : best)
     computes += (long)rank.size();
