@@ -382,6 +382,33 @@ def CanonicalizeGemm : Pass<"pipec-canonicalize-gemm", "mlir::ModuleOp"> {
   ];
 }
 
+def FuseGemmEpilogue : Pass<"pipec-fuse-gemm-epilogue", "mlir::ModuleOp"> {
+  let summary = "An activation that alone reads a GEMM's result becomes the GEMM's epilogue";
+  let description = [{
+    In every model function of every pipe.stage (not @step), an element-wise
+    unary function f (pipec/vocabulary.h's table) whose operand is an
+    `nn.gemm` result, directly or through views (reshape, flatten, squeeze,
+    unsqueeze), that nothing else reads becomes that GEMM's `activation`:
+    the GEMM computes f(alpha op(A) op(B) + beta C) and the views read it.
+    The pre-activation value then never reaches memory. On the CPU the
+    epilogue runs on each panel of the GEMM's output right after the panel
+    is computed; on CUDA, ReLU and the tanh GELU are cuBLASLt epilogues
+    (with the bias), the others an in-place kernel after the GEMM.
+    Gradients that read the activation's result (relu, tanh, sigmoid, sqrt)
+    leave the pre-activation unread, so this applies in training; those
+    that read its input (gelu, erf) keep it alive and the op alone.
+
+    Before:
+      %g = nn.gemm %x, %w, %b {transB = true} : ... -> tensor<8x64xf32>
+      %r = nn.relu %g : tensor<8x64xf32>
+    After:
+      %r = nn.gemm %x, %w, %b {activation = #nn.unary<relu>, transB = true} : ... -> tensor<8x64xf32>
+  }];
+  let statistics = [
+    Statistic<"numEpilogues", "epilogues", "Number of activations fused into GEMMs">,
+  ];
+}
+
 def FuseElementwise : Pass<"pipec-fuse-elementwise", "mlir::ModuleOp"> {
   let dependentDialects = ["::pipec::pipe::PipeDialect"];
   let summary = "Chains of element-wise ops of one shape become one pipe.fused loop";

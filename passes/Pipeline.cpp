@@ -77,6 +77,7 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
   if (config.last == Phase::Stages || !optimize)
     return;
   pm.addPass(createCanonicalizeGemm()); // the gradients' own transposes
+  pm.addPass(createFuseGemmEpilogue());
   pm.addPass(createFuseElementwise());
   pm.addPass(createPlanMemory());
 }
@@ -145,7 +146,7 @@ void registerPipecPipeline() {
       "append-loss, estimate-costs, partition (the planner), [-O2: recognize-composites, "
       "canonicalize-gemm], autodiff, "
       "optimizer, outline-stages, recompute and weight-stashing as planned, verify-pipeline, "
-      "[-O2: canonicalize-gemm, fuse-elementwise, plan-memory]",
+      "[-O2: canonicalize-gemm, fuse-gemm-epilogue, fuse-elementwise, plan-memory]",
       [](mlir::OpPassManager &pm, const PipelineOptions &options) {
         PipelineConfig config;
         config.last = options.phase;

@@ -124,7 +124,7 @@ std::string buildCommand(const CompileOptions &options, const fs::path &source,
          gencodeFlags(options.cudaArchs) + " " + stageDirDefine(source) + " " + shellWord(source) +
          " '" PIPEC_CUDA_KERNELS_LIBRARY "' -L" PIPEC_CUDA_LIBRARY_DIR
          " -Xlinker -rpath -Xlinker " PIPEC_CUDA_LIBRARY_DIR
-         " -Xlinker --no-undefined -lcublas -lcudart -o " + shellWord(library) + " 2>&1";
+         " -Xlinker --no-undefined -lcublasLt -lcublas -lcudart -o " + shellWord(library) + " 2>&1";
 #else
   return "";
 #endif
@@ -209,7 +209,7 @@ FailureOr<plan::Runtime> writeTrainingJob(ModuleOp module, const CompileOptions 
     cmake += "target_include_directories(" + stem + " PRIVATE ${PIPEC_RUNTIME_INCLUDE_DIR} " +
              (cuda ? "${PIPEC_KERNELS_INCLUDE_DIRS})\n" : "${PIPEC_CPU_KERNELS_INCLUDE_DIR})\n") +
              "target_link_libraries(" + stem + " PRIVATE " +
-             (cuda ? "${PIPEC_CUDA_KERNELS_LIBRARY} CUDA::cublas CUDA::cudart)\n"
+             (cuda ? "${PIPEC_CUDA_KERNELS_LIBRARY} CUDA::cublasLt CUDA::cublas CUDA::cudart)\n"
                    : "${PIPEC_CPU_KERNELS_LIBRARY} openblas OpenMP::OpenMP_CXX)\n");
 
     // Initial weights: every parameter and buffer the stage's functions read.

@@ -87,9 +87,10 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     } else if (auto grad = llvm::dyn_cast<nn::UnaryGradOp>(op)) {
       // Only the forward value the derivative reads is loaded.
       bool readsInput = unaryFunction(grad.getKind()).derivativeReads == ForwardValue::Input;
+      // (The op's second operand is x or y, whichever the kind reads.)
       expression = std::string("pipec::kernels::unaryGradient<pipec::kernels::Unary::") +
                    unaryFunction(grad.getKind()).enumerator + ">(" + operand(0) + ", " +
-                   (readsInput ? operand(1) : "0.0f") + ", " + (readsInput ? "0.0f" : operand(2)) +
+                   (readsInput ? operand(1) : "0.0f") + ", " + (readsInput ? "0.0f" : operand(1)) +
                    ")";
     } else if (auto grad = llvm::dyn_cast<nn::BinaryGradOp>(op)) {
       expression = std::string("pipec::kernels::binaryGradient<pipec::kernels::BinaryGrad::") +

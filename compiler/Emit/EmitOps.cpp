@@ -77,8 +77,10 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << cShape << ", " << y << ", " << m << ", " << cols << ", " << k << ", "
             << (gemm.getTransA() ? "true" : "false") << ", "
             << (gemm.getTransB() ? "true" : "false") << ", "
-            << f32Literal(gemm.getAlpha().convertToFloat()) << ", " << f32Literal(beta)
-            << ");\n";
+            << f32Literal(gemm.getAlpha().convertToFloat()) << ", " << f32Literal(beta);
+        if (auto activation = gemm.getActivation()) // the epilogue
+          out << ", " << unaryKind(*activation);
+        out << ");\n";
       })
       .Case<nn::MatMulOp, nn::BatchedGemmOp>([&](auto product) {
         // nn.batched_gemm is pk::matmul with its trans flags.
@@ -365,7 +367,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
       .Case([&](nn::UnaryGradOp grad) {
         std::string y = allocate(grad.getResult());
         out << "  pk::unaryGrad(" << unaryKind(grad.getKind()) << ", " << ptr(grad.getDy()) << ", "
-            << ptr(grad.getX()) << ", " << ptr(grad.getY()) << ", " << n(grad.getResult()) << ", "
+            << (grad.getX() ? ptr(grad.getX()) : "nullptr") << ", "
+            << (grad.getY() ? ptr(grad.getY()) : "nullptr") << ", " << n(grad.getResult()) << ", "
             << y << ");\n";
       })
       .Case([&](nn::BinaryGradOp grad) {

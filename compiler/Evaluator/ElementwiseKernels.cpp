@@ -164,15 +164,16 @@ Tensor cast(const Tensor &input, ElementKind to) {
   return finish(std::move(out));
 }
 
-Tensor unaryGrad(UnaryOp op, const Tensor &dy, const Tensor &x, const Tensor &y) {
+Tensor unaryGrad(UnaryOp op, const Tensor &dy, const Tensor &forward) {
   requireFloating(dy, "dy");
-  requireSameShape(dy, x, "dy and x differ");
-  requireSameShape(dy, y, "dy and y differ");
+  requireSameShape(dy, forward, "dy and the forward value differ");
+  const bool readsInput = pipec::unaryFunction(op).derivativeReads == pipec::ForwardValue::Input;
   Tensor out = zeros(dy.kind, dy.shape);
   for (size_t i = 0; i < dy.floats.size(); ++i) {
-    double xv = x.floats[i], yv = y.floats[i], derivative = 0;
+    // Only the one the kind reads is meaningful.
+    double xv = readsInput ? forward.floats[i] : 0, yv = readsInput ? 0 : forward.floats[i], derivative = 0;
     switch (op) {
-    case UnaryOp::Relu: derivative = xv > 0 ? 1.0 : 0.0; break;
+    case UnaryOp::Relu: derivative = yv > 0 ? 1.0 : 0.0; break;
     case UnaryOp::Tanh: derivative = 1.0 - yv * yv; break;
     case UnaryOp::Sigmoid: derivative = yv * (1.0 - yv); break;
     case UnaryOp::Erf: derivative = 2.0 / std::sqrt(kPi) * std::exp(-xv * xv); break;

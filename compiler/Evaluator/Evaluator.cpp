@@ -69,8 +69,11 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
         return one(kernels::cast(in(0), *kind));
       })
       .Case([&](nn::GemmOp gemm) {
-        return one(kernels::gemm(in(0), in(1), optionalIn(gemm.getC()), toDouble(gemm.getAlpha()),
-                                 toDouble(gemm.getBeta()), gemm.getTransA(), gemm.getTransB()));
+        Tensor product = kernels::gemm(in(0), in(1), optionalIn(gemm.getC()), toDouble(gemm.getAlpha()),
+                                       toDouble(gemm.getBeta()), gemm.getTransA(), gemm.getTransB());
+        if (auto activation = gemm.getActivation()) // the epilogue: f of the product
+          return one(kernels::unary(*activation, product));
+        return one(std::move(product));
       })
       .Case([&](nn::MatMulOp) { return one(kernels::matmul(in(0), in(1))); })
       .Case([&](nn::BatchedGemmOp gemm) {
@@ -190,7 +193,7 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
         return one(kernels::reduceSum(in(0), toVector(reduce.getAxes()), reduce.getKeepdims()));
       })
       .Case([&](nn::UnaryGradOp grad) {
-        return one(kernels::unaryGrad(grad.getKind(), in(0), in(1), in(2)));
+        return one(kernels::unaryGrad(grad.getKind(), in(0), in(1))); // x or y, whichever it reads
       })
       .Case([&](nn::BinaryGradOp grad) {
         return one(kernels::binaryGrad(grad.getKind(), in(0), in(1), in(2)));

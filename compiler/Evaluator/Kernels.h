@@ -75,8 +75,9 @@ Tensor where(const Tensor &condition, const Tensor &x, const Tensor &y);
 /// to Bool is "!= 0".
 Tensor cast(const Tensor &input, ElementKind to);
 
-/// dx = dy * f'(x); reads x or y (the forward result) as the kind needs.
-Tensor unaryGrad(UnaryOp op, const Tensor &dy, const Tensor &x, const Tensor &y);
+/// dx = dy * f'(x); `forward` is x or y (the forward result), whichever
+/// pipec/vocabulary.h's table says the kind's derivative reads.
+Tensor unaryGrad(UnaryOp op, const Tensor &dy, const Tensor &forward);
 
 /// nn.binary_grad's kinds: pipec/vocabulary.h's table.
 using BinaryGradKind = ::pipec::BinaryGradient;

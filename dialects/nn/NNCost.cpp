@@ -138,7 +138,10 @@ OpWork GemmOp::estimateWork() {
   auto a = getA().getType(), b = getB().getType();
   int64_t m = a.getDimSize(getTransA() ? 1 : 0), k = a.getDimSize(getTransA() ? 0 : 1);
   int64_t n = b.getDimSize(getTransB() ? 0 : 1);
-  return matrixProduct(*this, 1, m, n, k);
+  OpWork work = matrixProduct(*this, 1, m, n, k);
+  if (auto activation = getActivation()) // the epilogue, on the output while it is written
+    work.forwardFlops += double(m) * double(n) * unaryFunction(*activation).flops;
+  return work;
 }
 
 OpWork MatMulOp::estimateWork() {

@@ -87,6 +87,21 @@ LogicalResult BinaryGradOp::inferReturnTypes(MLIRContext *, std::optional<Locati
   return success();
 }
 
+LogicalResult UnaryGradOp::verify() {
+  // Exactly the forward value the derivative reads: the other one would be
+  // kept alive (saved for the backward) for nothing.
+  const bool readsInput = unaryFunction(getKind()).derivativeReads == ForwardValue::Input;
+  Value read = readsInput ? getX() : getY(), unread = readsInput ? getY() : getX();
+  const char *readName = readsInput ? "x" : "y", *unreadName = readsInput ? "y" : "x";
+  if (!read)
+    return emitOpError() << "'" << unaryName(getKind()) << "' reads the forward "
+                         << (readsInput ? "input" : "result") << ": needs " << readName << " = ...";
+  if (unread)
+    return emitOpError() << "'" << unaryName(getKind()) << "' does not read " << unreadName
+                         << ": give only " << readName;
+  return success();
+}
+
 LogicalResult MaskedSoftmaxGradOp::verify() {
   std::string error = maskedSoftmaxShapeError(getY().getType().getShape(), getMask().getType().getShape());
   if (!error.empty())

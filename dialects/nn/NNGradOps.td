@@ -21,20 +21,26 @@ def NN_ReduceSumOp : NN_InferredOp<"reduce_sum"> {
   let results = (outs NN_FloatTensor:$result);
 }
 
-def NN_UnaryGradOp : NN_Op<"unary_grad", [Pure, AllTypesMatch<["dy", "x", "y", "result"]>]> {
+def NN_UnaryGradOp : NN_Op<"unary_grad", [
+    Pure, AttrSizedOperandSegments, AllTypesMatch<["dy", "result"]>,
+    OptionalTypesMatchWith<"x has dy's type", "dy", "x", "$_self">,
+    OptionalTypesMatchWith<"y has dy's type", "dy", "y", "$_self">]> {
   let summary = "Gradient of an element-wise unary op";
   let description = [{
     dx = dy * f'(x), where `kind` names f, a function of
-    pipec/vocabulary.h's table: relu (1 where x > 0, else 0), tanh (1 - y²),
+    pipec/vocabulary.h's table: relu (1 where y > 0, else 0), tanh (1 - y²),
     sigmoid (y(1 - y)), erf (2/√π · exp(-x²)), sqrt (1/(2y)), gelu (exact:
-    Φ(x) + x·φ(x)), gelu_tanh (derivative of the tanh approximation). `x` is
-    the forward input and `y` the forward result; each kind reads the one
-    the table names.
+    Φ(x) + x·φ(x)), gelu_tanh (derivative of the tanh approximation). The
+    op takes only the forward value its kind reads, `x` (the forward input)
+    or `y` (the forward result), so that the other one is not kept alive
+    for the backward (docs/autodiff.md).
   }];
-  let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$x, NN_FloatTensor:$y,
-                       NN_UnaryFunctionAttr:$kind);
+  let arguments = (ins NN_FloatTensor:$dy, Optional<NN_FloatTensor>:$x,
+                       Optional<NN_FloatTensor>:$y, NN_UnaryFunctionAttr:$kind);
   let results = (outs NN_FloatTensor:$result);
-  let assemblyFormat = "$kind $dy `,` $x `,` $y attr-dict `:` type($dy)";
+  let assemblyFormat =
+      "$kind $dy `,` (`x` `=` $x^)? (`y` `=` $y^)? attr-dict `:` type($dy)";
+  let hasVerifier = 1;
 }
 
 def NN_BinaryGradOp : NN_InferredOp<"binary_grad"> {

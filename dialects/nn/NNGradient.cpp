@@ -46,7 +46,7 @@ Value GradientBuilder::sumTo(Value gradient, RankedTensorType target) {
 
 Value GradientBuilder::gemm(Value lhs, Value rhs, float alpha, bool transA, bool transB) {
   return GemmOp::create(b, loc, lhs, rhs, /*c=*/Value(), llvm::APFloat(alpha), llvm::APFloat(1.0f),
-                        transA, transB);
+                        transA, transB, /*activation=*/nullptr);
 }
 
 Value GradientBuilder::transposeLastTwo(Value value) {
@@ -58,9 +58,11 @@ Value GradientBuilder::transposeLastTwo(Value value) {
 }
 
 Value GradientBuilder::unaryGradient(Operation *op, Value dy) {
-  auto unary = llvm::cast<UnaryElementwiseOpInterface>(op);
-  return UnaryGradOp::create(b, loc, dy.getType(), dy, op->getOperand(0), op->getResult(0),
-                             unary.getUnaryFunction());
+  Unary kind = llvm::cast<UnaryElementwiseOpInterface>(op).getUnaryFunction();
+  // Only the forward value the derivative reads, so only that one is saved.
+  const bool readsInput = unaryFunction(kind).derivativeReads == ForwardValue::Input;
+  return UnaryGradOp::create(b, loc, dy.getType(), dy, readsInput ? op->getOperand(0) : Value(),
+                             readsInput ? Value() : op->getResult(0), kind);
 }
 
 Value AddOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
@@ -122,6 +124,8 @@ Value CastOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned in
 }
 
 Value GemmOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
+  if (getActivation())
+    return Value(); // an epilogue exists after autodiff only
   Value dy = dys[0];
   RankedTensorType operandType = tensorType(getOperation()->getOperand(index));
   float alpha = getAlpha().convertToFloat();

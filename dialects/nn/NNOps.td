@@ -98,12 +98,19 @@ def NN_CastOp : NN_Op<"cast", [Pure, NN_Differentiable]> {
 
 def NN_GemmOp : NN_InferredOp<"gemm", [NN_Differentiable]> {
   let summary = "ONNX Gemm: alpha * op(A) * op(B) + beta * C";
+  let description = [{
+    With `activation`, the result is f(alpha * op(A) * op(B) + beta * C) for
+    that element-wise function of pipec/vocabulary.h's table: its epilogue.
+    pipec-fuse-gemm-epilogue sets it after autodiff (docs/optimization.md);
+    such a GEMM has no gradient rule.
+  }];
   let arguments = (ins NN_FloatTensor:$a, NN_FloatTensor:$b,
                        Optional<NN_FloatTensor>:$c,
                        DefaultValuedAttr<F32Attr, "1.0">:$alpha,
                        DefaultValuedAttr<F32Attr, "1.0">:$beta,
                        DefaultValuedAttr<BoolAttr, "false">:$transA,
-                       DefaultValuedAttr<BoolAttr, "false">:$transB);
+                       DefaultValuedAttr<BoolAttr, "false">:$transB,
+                       OptionalAttr<NN_UnaryFunctionAttr>:$activation);
   let results = (outs NN_FloatTensor:$result);
 }
 

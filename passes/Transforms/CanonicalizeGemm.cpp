@@ -55,7 +55,8 @@ struct MatMulAgainstMatrix : OpRewritePattern<nn::MatMulOp> {
       return failure();
     Value lhs = reshapeTo(rewriter, matmul, matmul.getA(), {rows, k});
     auto gemm = nn::GemmOp::create(rewriter, matmul.getLoc(), lhs, matmul.getB(), Value(),
-                                   llvm::APFloat(1.0f), llvm::APFloat(1.0f), false, false);
+                                   llvm::APFloat(1.0f), llvm::APFloat(1.0f), false, false,
+                                   /*activation=*/nullptr);
     inheritPlacement(matmul, gemm, /*withCost=*/true);
     rewriter.replaceOp(matmul, reshapeTo(rewriter, matmul, gemm.getResult(), result.getShape()));
     return success();
@@ -143,12 +144,12 @@ struct TransposeOfGemm : OpRewritePattern<nn::TransposeOp> {
   LogicalResult matchAndRewrite(nn::TransposeOp transpose,
                                 PatternRewriter &rewriter) const override {
     auto gemm = transpose.getInput().getDefiningOp<nn::GemmOp>();
-    if (!isMatrixTranspose(transpose) || !gemm || gemm.getC() || !gemm->hasOneUse() ||
+    if (!isMatrixTranspose(transpose) || !gemm || gemm.getC() || gemm.getActivation() || !gemm->hasOneUse() ||
         !rankedF32(transpose.getResult()) || !sameStage({transpose, gemm}))
       return failure();
     auto swapped = nn::GemmOp::create(rewriter, gemm.getLoc(), gemm.getB(), gemm.getA(), Value(),
                                       gemm.getAlpha(), gemm.getBeta(), !gemm.getTransB(),
-                                      !gemm.getTransA());
+                                      !gemm.getTransA(), /*activation=*/nullptr);
     inheritPlacement(gemm, swapped, /*withCost=*/true);
     rewriter.replaceOp(transpose, swapped.getResult());
     rewriter.eraseOp(gemm);
@@ -185,7 +186,7 @@ struct BiasIntoGemm : OpRewritePattern<nn::AddOp> {
         continue;
       auto view = product.getDefiningOp<nn::ReshapeOp>();
       auto gemm = (view ? view.getInput() : product).getDefiningOp<nn::GemmOp>();
-      if (!gemm || gemm.getC() || !gemm->hasOneUse() ||
+      if (!gemm || gemm.getC() || gemm.getActivation() || !gemm->hasOneUse() ||
           !sameStage(view ? ArrayRef<Operation *>{add, view, gemm} : ArrayRef<Operation *>{add, gemm}))
         continue;
       auto gemmType = llvm::cast<RankedTensorType>(gemm.getResult().getType());
@@ -204,7 +205,7 @@ struct BiasIntoGemm : OpRewritePattern<nn::AddOp> {
       rewriter.setInsertionPoint(add);
       auto fused = nn::GemmOp::create(rewriter, gemm.getLoc(), gemm.getA(), gemm.getB(), c,
                                       gemm.getAlpha(), llvm::APFloat(1.0f), gemm.getTransA(),
-                                      gemm.getTransB());
+                                      gemm.getTransB(), /*activation=*/nullptr);
       inheritPlacement(gemm, fused, /*withCost=*/true);
       rewriter.replaceOp(add, reshapeTo(rewriter, add, fused.getResult(), result.getShape()));
       if (view)

@@ -18,7 +18,7 @@ if(NOT PIPEC_ENABLE_CUDA STREQUAL "OFF")
   find_package(CUDAToolkit QUIET)
   find_path(PIPEC_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_ROOT}/include /usr/local/cuda/include /usr/include)
   find_library(PIPEC_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_ROOT}/lib64 /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu)
-  if(CUDAToolkit_FOUND AND TARGET CUDA::cublas AND PIPEC_NCCL_INCLUDE AND PIPEC_NCCL_LIBRARY
+  if(CUDAToolkit_FOUND AND TARGET CUDA::cublas AND TARGET CUDA::cublasLt AND PIPEC_NCCL_INCLUDE AND PIPEC_NCCL_LIBRARY
      AND CMAKE_CUDA_COMPILER)
     set(PIPEC_CUDA_FOUND ON)
     if(NOT CMAKE_CUDA_ARCHITECTURES)

@@ -2,9 +2,9 @@
 """A generated CUDA stage, run without a GPU, against the CPU stage of the
 same model (docs/optimization.md, "CUDA"). What the kernel library's own
 emulated test (cuda-kernels-emulated) cannot see: the stage's generated
-fused kernels, its memory plan (arena offsets, saved activations written in
-place, weight gradients accumulated by GEMMs with beta = 1) and the order of
-its library calls.
+fused kernels, its GEMM epilogues, its memory plan (arena offsets, saved
+activations written in place, weight gradients accumulated by GEMMs with
+beta = 1) and the order of its library calls.
 
 The model, written here with onnx.helper so that it has what -O2 fuses:
 residual adds, a trained per-feature scale broadcast along the rows, a
@@ -104,6 +104,10 @@ def main():
         if fused < 2:
             sys.exit(f"FAIL: the CUDA stage has {fused} generated fused kernels; expected at least 2 "
                      "(forward and backward)")
+        # fc1's ReLU is its GEMM's epilogue (with the bias: cuBLASLt's RELU_BIAS).
+        epilogues = sum(1 for line in source.splitlines() if "pk::gemm(" in line and "pk::Unary::" in line)
+        if epilogues < 1:
+            sys.exit("FAIL: no GEMM of the CUDA stage has an activation epilogue; expected fc1's ReLU")
         run([sys.executable, os.path.join(emulation, "prep.py"), stages, translated])
         library = os.path.join(translated, "libstage_0.so")
         run([args.cxx, "-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-w",
@@ -116,7 +120,7 @@ def main():
              os.path.join(translated, "stage_0.cpp"), args.emulated_library, "-o", library])
         compared = subprocess.run([args.compare, os.path.join(cpu, "stages", "libstage_0.so"), library],
                                   capture_output=True, text=True, env=env)
-        print(f"{fused} generated fused kernels in the CUDA stage")
+        print(f"{fused} generated fused kernels and {epilogues} GEMM epilogues in the CUDA stage")
         print(compared.stdout + compared.stderr, end="")
         return compared.returncode
 

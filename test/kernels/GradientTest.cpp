@@ -42,8 +42,15 @@ TEST(Gradients, UnaryGradEveryKind) {
   float dx;
   pk::unaryGrad(pk::Unary::Tanh, &dy, nullptr, &y, 1, &dx);
   EXPECT_FLOAT_EQ(dx, 1.5f);
-  pk::unaryGrad(pk::Unary::Relu, &dy, &x, nullptr, 1, &dx);
-  EXPECT_EQ(dx, 2.0f);
+  pk::unaryGrad(pk::Unary::Gelu, &dy, &x, nullptr, 1, &dx);
+  EXPECT_NEAR(dx, 2.0f * 1.0833155f, 1e-5f); // Φ(1) + φ(1)
+  // relu's gradient reads its result: positive exactly where the input is.
+  for (float v : {1.0f, 0.0f, -0.0f, -1.0f, std::nanf("")}) {
+    float r;
+    pk::unary(pk::Unary::Relu, &v, 1, &r);
+    pk::unaryGrad(pk::Unary::Relu, &dy, nullptr, &r, 1, &dx);
+    EXPECT_EQ(dx, v > 0.0f ? dy : 0.0f) << v;
+  }
 }
 
 TEST(Gradients, BinaryGradWithBroadcastReduction) {

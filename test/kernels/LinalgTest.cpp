@@ -1,5 +1,7 @@
 #include "TestUtil.h"
 
+#include <cstring>
+
 using namespace kt;
 
 namespace {
@@ -38,6 +40,31 @@ TEST(Linalg, GemmAllTransposesAndCBroadcasts) {
   expectAllNear(Y, naiveGemm(A, B, nullptr, {}, M, N, K, false, true, 1.0f, 1.0f), 1e-5);
   float C[3] = {};
   EXPECT_THROW(pk::gemm(A.data(), B.data(), C, {3}, Y.data(), M, N, K, false, false, 1, 1), pk::KernelError);
+}
+
+// nn.gemm's epilogue: f applied to each panel as it is computed gives the
+// bits of the GEMM followed by pk::unary, on products split into several
+// panels by rows and by columns, with 1 and 3 threads.
+TEST(Linalg, GemmEpilogueHasTheBitsOfGemmThenUnary) {
+  struct Case {
+    int64_t M, N, K;
+  };
+  const Case cases[] = {{7, 5, 9}, {640, 96, 512}, {96, 640, 512}};
+  const int before = pk::threads();
+  int seed = 40;
+  for (const Case &c : cases)
+    for (pk::Unary f : {pk::Unary::Relu, pk::Unary::GeluTanh, pk::Unary::Sigmoid})
+      for (int threads : {1, 3}) {
+        pk::setThreads(threads);
+        auto A = randomVec(c.M * c.K, seed++), B = randomVec(c.N * c.K, seed++), bias = randomVec(c.N, seed++);
+        std::vector<float> fused(c.M * c.N), separate(c.M * c.N);
+        pk::gemm(A.data(), B.data(), bias.data(), {c.N}, fused.data(), c.M, c.N, c.K, false, true, 1.0f, 1.0f, f);
+        pk::gemm(A.data(), B.data(), bias.data(), {c.N}, separate.data(), c.M, c.N, c.K, false, true, 1.0f, 1.0f);
+        pk::unary(f, separate.data(), c.M * c.N, separate.data());
+        EXPECT_EQ(0, std::memcmp(fused.data(), separate.data(), fused.size() * sizeof(float)))
+            << c.M << "x" << c.N << "x" << c.K << " " << pipec::unaryName(f) << " threads " << threads;
+      }
+  pk::setThreads(before);
 }
 
 std::vector<float> naiveMatmul(const std::vector<float> &A, pk::Shape as, const std::vector<float> &B, pk::Shape bs) {

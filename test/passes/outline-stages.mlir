@@ -7,17 +7,18 @@
 // between stages 0 and 2 (each holds a copy; their partial gradients are
 // summed by an all-reduce among them). Stage 1 has two replicas.
 
-// CHECK-LABEL: pipe.stage @stage_0 attributes {id = 0 : i64, pipe.workspace_bytes = 1536 : i64, ranks = array<i64: 0>}
+// CHECK-LABEL: pipe.stage @stage_0 attributes {id = 0 : i64, pipe.workspace_bytes = 1024 : i64, ranks = array<i64: 0>}
 // CHECK: func.func @fwd(%[[W0:.*]]: tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<param>}, %[[X:.*]]: tensor<8x16xf32> {nn.name = "x", nn.role = #nn.role<input>})
-// CHECK-SAME: -> (tensor<8x16xf32> {pipe.saved = "fc0"}, tensor<8x16xf32> {pipe.saved = "relu0"}) attributes {pipe.saved_bytes = 1024 : i64}
+// relu's gradient reads its result, so fc0 (its input) is not saved.
+// CHECK-SAME: -> (tensor<8x16xf32> {pipe.saved = "relu0"}) attributes {pipe.saved_bytes = 512 : i64}
 // CHECK-NEXT: %[[H0:.*]] = nn.matmul %[[X]], %[[W0]] {pipe.phase = #pipe.phase<fwd>, pipe.stage = 0 : i64}
 // CHECK-NEXT: %[[R0:.*]] = nn.relu %[[H0]]
 // CHECK-NEXT: pipe.send %[[R0]] to 1 tag 0 {name = "relu0"} : tensor<8x16xf32>
-// CHECK-NEXT: return %[[H0]], %[[R0]]
-// CHECK: func.func @bwd_input(%[[SH0:.*]]: tensor<8x16xf32> {pipe.saved = "fc0"}, %[[SR0:.*]]: tensor<8x16xf32> {pipe.saved = "relu0"})
+// CHECK-NEXT: return %[[R0]]
+// CHECK: func.func @bwd_input(%[[SR0:.*]]: tensor<8x16xf32> {pipe.saved = "relu0"})
 // CHECK-SAME: -> (tensor<8x16xf32> {pipe.saved = "unary_grad"}) attributes {pipe.saved_bytes = 512 : i64}
 // CHECK-NEXT: %[[DR0:.*]] = pipe.recv from 1 tag 4 {name = "grad:add"} : tensor<8x16xf32>
-// CHECK-NEXT: %[[DH0:.*]] = nn.unary_grad <relu> %[[DR0]], %[[SH0]], %[[SR0]]
+// CHECK-NEXT: %[[DH0:.*]] = nn.unary_grad <relu> %[[DR0]], y = %[[SR0]]
 // CHECK-NEXT: return %[[DH0]]
 // CHECK: func.func @bwd_weight(%[[X2:.*]]: tensor<8x16xf32> {nn.name = "x", nn.role = #nn.role<input>}, %[[SDH0:.*]]: tensor<8x16xf32> {pipe.saved = "unary_grad"})
 // CHECK-SAME: -> (tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<grad>})
@@ -31,16 +32,16 @@
 // CHECK-NEXT: %[[NP:.*]], %[[NM:.*]] = nn.sgd_update %[[P]], %[[SUM]], %[[M]], %[[STEP]]
 // CHECK-NEXT: return %[[NP]], %[[NM]]
 
-// CHECK-LABEL: pipe.stage @stage_1 attributes {id = 1 : i64, pipe.workspace_bytes = 2048 : i64, ranks = array<i64: 1, 2>, replicas = 2 : i64}
+// CHECK-LABEL: pipe.stage @stage_1 attributes {id = 1 : i64, pipe.workspace_bytes = 1536 : i64, ranks = array<i64: 1, 2>, replicas = 2 : i64}
 // CHECK: func.func @fwd(%[[W1:.*]]: tensor<16x16xf32> {nn.name = "w1", nn.role = #nn.role<param>})
-// CHECK-SAME: -> (tensor<8x16xf32> {pipe.saved = "fc1"}, tensor<8x16xf32> {pipe.saved = "relu1"}, tensor<8x16xf32> {pipe.saved = "relu0"})
+// CHECK-SAME: -> (tensor<8x16xf32> {pipe.saved = "relu1"}, tensor<8x16xf32> {pipe.saved = "relu0"})
 // CHECK-NEXT: %[[IN:.*]] = pipe.recv from 0 tag 0 {name = "relu0"} : tensor<8x16xf32>
 // CHECK-NEXT: %[[H1:.*]] = nn.matmul %[[IN]], %[[W1]]
 // CHECK-NEXT: %[[R1:.*]] = nn.relu %[[H1]]
 // CHECK-NEXT: pipe.send %[[IN]] to 2 tag 0 {name = "relu0"} : tensor<8x16xf32>
 // CHECK-NEXT: pipe.send %[[R1]] to 2 tag 1 {name = "relu1"} : tensor<8x16xf32>
-// CHECK-NEXT: return %[[H1]], %[[R1]], %[[IN]]
-// CHECK: func.func @bwd_input(%{{.*}}: tensor<16x16xf32> {nn.name = "w1", nn.role = #nn.role<param>}, %{{.*}}: tensor<8x16xf32> {pipe.saved = "fc1"}, %{{.*}}: tensor<8x16xf32> {pipe.saved = "relu1"})
+// CHECK-NEXT: return %[[R1]], %[[IN]]
+// CHECK: func.func @bwd_input(%{{.*}}: tensor<16x16xf32> {nn.name = "w1", nn.role = #nn.role<param>}, %{{.*}}: tensor<8x16xf32> {pipe.saved = "relu1"})
 // CHECK-NEXT: %[[G1:.*]] = pipe.recv from 2 tag 2 {name = "grad:matmul"}
 // CHECK-NEXT: %[[G2:.*]] = pipe.recv from 2 tag 3 {name = "grad:softmax_cross_entropy_loss_grad"}
 // CHECK: %[[SUM1:.*]] = nn.add %[[G2]], %{{.*}} {pipe.phase = #pipe.phase<bwd_input>, pipe.stage = 1 : i64}
@@ -95,13 +96,13 @@ module attributes {pipe.stages = [
     %dr1 = nn.matmul %dy, %w0t {pipe.stage = 2 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>
     %r1t = nn.transpose %r1 {perm = array<i64: 1, 0>, pipe.stage = 2 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<8x16xf32>) -> tensor<16x8xf32>
     %dw0b = nn.matmul %r1t, %dy {pipe.stage = 2 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<16x8xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
-    %dh1 = nn.unary_grad <relu> %dr1, %h1, %r1 {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} : tensor<8x16xf32>
+    %dh1 = nn.unary_grad <relu> %dr1, y = %r1 {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} : tensor<8x16xf32>
     %w1t = nn.transpose %w1 {perm = array<i64: 1, 0>, pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<16x16xf32>) -> tensor<16x16xf32>
     %dr0a = nn.matmul %dh1, %w1t {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>
     %r0t = nn.transpose %r0 {perm = array<i64: 1, 0>, pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<8x16xf32>) -> tensor<16x8xf32>
     %dw1 = nn.matmul %r0t, %dh1 {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<16x8xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
     %dr0 = nn.add %dy, %dr0a {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
-    %dh0 = nn.unary_grad <relu> %dr0, %h0, %r0 {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_input>} : tensor<8x16xf32>
+    %dh0 = nn.unary_grad <relu> %dr0, y = %r0 {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_input>} : tensor<8x16xf32>
     %xt = nn.transpose %x {perm = array<i64: 1, 0>, pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<8x16xf32>) -> tensor<16x8xf32>
     %dw0a = nn.matmul %xt, %dh0 {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<16x8xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
     %dw0 = nn.add %dw0b, %dw0a {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>

@@ -9,7 +9,7 @@
 // CHECK: func.func @fwd(%[[W0:.*]]: tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<param>}, %{{.*}}: tensor<8x16xf32> {nn.name = "x", nn.role = #nn.role<input>}, %[[MB:.*]]: index {nn.role = #nn.role<microbatch>})
 // CHECK-NEXT: pipe.stash %[[W0]] for %[[MB]] {name = "w0", slots = 3 : i64} : tensor<16x16xf32>
 // CHECK-NEXT: nn.matmul %{{.*}}, %[[W0]]
-// CHECK: func.func @bwd_input(%{{.*}}: tensor<8x16xf32> {pipe.saved = "fc0"}, %{{.*}}: tensor<8x16xf32> {pipe.saved = "relu0"}, %{{.*}}: index {nn.role = #nn.role<microbatch>})
+// CHECK: func.func @bwd_input(%{{.*}}: tensor<8x16xf32> {pipe.saved = "relu0"}, %{{.*}}: index {nn.role = #nn.role<microbatch>})
 // CHECK-NOT: pipe.restore
 // CHECK: func.func @bwd_weight({{.*}}, %{{.*}}: index {nn.role = #nn.role<microbatch>})
 // CHECK: func.func @step(%{{.*}}: tensor<16x16xf32> {nn.name = "w0", nn.role = #nn.role<param>}
@@ -18,7 +18,7 @@
 // CHECK: func.func @fwd(%[[W1:.*]]: tensor<16x16xf32> {nn.name = "w1", nn.role = #nn.role<param>}, %[[MB1:.*]]: index {nn.role = #nn.role<microbatch>})
 // CHECK-NEXT: pipe.stash %[[W1]] for %[[MB1]] {name = "w1", slots = 3 : i64}
 // The backward reads the parameter only through the restored version.
-// CHECK: func.func @bwd_input(%{{.*}}: tensor<8x16xf32> {pipe.saved = "fc1"}, %{{.*}}: tensor<8x16xf32> {pipe.saved = "relu1"}, %[[MB2:.*]]: index {nn.role = #nn.role<microbatch>})
+// CHECK: func.func @bwd_input(%{{.*}}: tensor<8x16xf32> {pipe.saved = "relu1"}, %[[MB2:.*]]: index {nn.role = #nn.role<microbatch>})
 // CHECK-NEXT: %[[V:.*]] = pipe.restore %[[MB2]] {name = "w1", slots = 3 : i64} : tensor<16x16xf32>
 // CHECK: nn.transpose %[[V]]
 // CHECK-LABEL: pipe.stage @stage_2

@@ -140,7 +140,7 @@ inline int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride, i
 // Columns: enumerator, spelling in the IR, the forward value the derivative
 // reads (Input: x, Result: y), forward and derivative FLOPs per element.
 #define PIPEC_UNARY_FUNCTIONS(X)                                                                   \
-  X(Relu, "relu", Input, 1, 1)                                                                     \
+  X(Relu, "relu", Result, 1, 1)                                                                    \
   X(Tanh, "tanh", Result, 8, 3)                                                                    \
   X(Sigmoid, "sigmoid", Result, 8, 3)                                                              \
   X(Erf, "erf", Input, 8, 10)                                                                      \

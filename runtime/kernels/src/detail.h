@@ -239,9 +239,12 @@ inline float *scratch(size_t slot, size_t count) {
 //===----------------------------------------------------------------------===//
 
 /// Row-major C[M,N] = alpha * op(A) op(B) + beta * C with leading
-/// dimensions; the same bits for every thread count.
+/// dimensions; the same bits for every thread count. With `activation`,
+/// C = f(...): each panel of C is passed through f by the thread that
+/// computed it, right after it, while it is still in cache (the epilogue).
 void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-           const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+           const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
+           std::optional<Unary> activation = std::nullopt);
 
 /// The work of an M x N x K product in the units parallelRanges weighs
 /// (elements touched): its multiply-adds, of which a core runs dozens in the

@@ -1,5 +1,6 @@
 // GEMM, batched matmul and convolution (im2col / col2im + cblas_sgemm).
 #include "detail.h"
+#include "pipec/unary_math.h"
 
 #include <algorithm>
 #include <cstring>
@@ -78,12 +79,26 @@ void detail::addSlicesInOrder(float *first, const float *rest, int64_t slices, i
     });
 }
 
+namespace {
+/// C[rows, cols] (leading dimension ldc) = f(C), in place: a GEMM's epilogue.
+void applyActivation(Unary activation, float *C, int64_t rows, int64_t cols, int64_t ldc) {
+  dispatchUnary(activation, [&](auto kind) {
+    constexpr Unary U = decltype(kind)::value;
+    for (int64_t i = 0; i < rows; ++i) {
+      float *row = C + i * ldc;
+      for (int64_t j = 0; j < cols; ++j) row[j] = unaryValue<U>(row[j]);
+    }
+  });
+}
+} // namespace
+
 void detail::sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-           const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+           const float *B, int64_t ldb, float beta, float *C, int64_t ldc, std::optional<Unary> activation) {
   if (M == 0 || N == 0) return;
   if (K == 0) { // BLAS may not touch C then; do what the maths says
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    if (activation) applyActivation(*activation, C, M, N, ldc);
     return;
   }
   const int64_t limit = 0x7fffffff;
@@ -107,6 +122,7 @@ void detail::sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, fl
     const float *b = B + (transB ? c0 * ldb : c0); // op(B)'s columns c0..: B's rows when transposed
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, (int)rows,
                 (int)cols, (int)K, alpha, a, (int)lda, b, (int)ldb, beta, C + r0 * ldc + c0, (int)ldc);
+    if (activation) applyActivation(*activation, C + r0 * ldc + c0, rows, cols, ldc);
   };
   if (count == 1) {
     panel(0);
@@ -120,7 +136,7 @@ void detail::sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, fl
 }
 
 void gemm(const float *A, const float *B, const float *C, const Shape &cs, float *Y, int64_t M, int64_t N, int64_t K,
-          bool transA, bool transB, float alpha, float beta) {
+          bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation) {
   if (M < 0 || N < 0 || K < 0) fail("nn.gemm", "negative dimension");
   const Shape ys{M, N};
   if (C && !broadcastsTo(cs, ys)) fail("nn.gemm", "C of shape " + cs.str() + " does not broadcast to " + ys.str());
@@ -131,7 +147,7 @@ void gemm(const float *A, const float *B, const float *C, const Shape &cs, float
     expand(C, cs, Y, ys);
     b = beta;
   }
-  sgemm(transA, transB, M, N, K, alpha, A, transA ? M : K, B, transB ? K : N, b, Y, N);
+  sgemm(transA, transB, M, N, K, alpha, A, transA ? M : K, B, transB ? K : N, b, Y, N, activation);
 }
 
 

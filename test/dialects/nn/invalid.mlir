@@ -258,7 +258,7 @@ func.func @reduce_axes(%x: tensor<2x3xf32>) {
 func.func @unknown_unary_function(%dy: tensor<3xf32>) {
   // expected-error @+2 {{unknown unary function 'softplus' (relu, tanh, sigmoid, erf, sqrt, gelu, gelu_tanh)}}
   // expected-error @+1 {{failed to parse NN_UnaryFunctionAttr parameter 'value'}}
-  %0 = nn.unary_grad <softplus> %dy, %dy, %dy : tensor<3xf32>
+  %0 = nn.unary_grad <softplus> %dy, x = %dy : tensor<3xf32>
   return
 }
 
@@ -268,5 +268,22 @@ func.func @unknown_binary_gradient(%dy: tensor<3xf32>) {
   // expected-error @+2 {{unknown binary gradient 'add_rhs' (sub_rhs, div_rhs, pow_lhs, pow_rhs)}}
   // expected-error @+1 {{failed to parse NN_BinaryGradientAttr parameter 'value'}}
   %0 = nn.binary_grad <add_rhs> %dy, %dy, %dy : (tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+  return
+}
+
+// -----
+
+// nn.unary_grad takes exactly the forward value its kind's derivative reads.
+func.func @unary_grad_missing_forward_value(%dy: tensor<3xf32>) {
+  // expected-error @+1 {{'gelu' reads the forward input: needs x = ...}}
+  %0 = nn.unary_grad <gelu> %dy, y = %dy : tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @unary_grad_unread_forward_value(%dy: tensor<3xf32>, %x: tensor<3xf32>) {
+  // expected-error @+1 {{'relu' does not read x: give only y}}
+  %0 = nn.unary_grad <relu> %dy, x = %x y = %dy : tensor<3xf32>
   return
 }

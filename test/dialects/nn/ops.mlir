@@ -102,8 +102,8 @@ func.func @transformer(%x: tensor<2x16x32xf32>, %g: tensor<32xf32>, %tokens: ten
 // Gradient kinds are typed attributes spelled as pipec/vocabulary.h's tables.
 // CHECK-LABEL: func @gradient_kinds
 func.func @gradient_kinds(%dy: tensor<4x3xf32>, %x: tensor<4x3xf32>, %r: tensor<3xf32>) -> tensor<4x3xf32> {
-  // CHECK: nn.unary_grad <gelu_tanh> %{{.*}}, %{{.*}}, %{{.*}} : tensor<4x3xf32>
-  %0 = nn.unary_grad <gelu_tanh> %dy, %x, %x : tensor<4x3xf32>
+  // CHECK: nn.unary_grad <gelu_tanh> %{{.*}}, x = %{{.*}} : tensor<4x3xf32>
+  %0 = nn.unary_grad <gelu_tanh> %dy, x = %x : tensor<4x3xf32>
   // CHECK: nn.binary_grad <div_rhs> %{{.*}}, %{{.*}}, %{{.*}} : (tensor<4x3xf32>, tensor<4x3xf32>, tensor<3xf32>) -> tensor<4x3xf32>
   %1 = nn.binary_grad <div_rhs> %0, %x, %r : (tensor<4x3xf32>, tensor<4x3xf32>, tensor<3xf32>) -> tensor<4x3xf32>
   return %1 : tensor<4x3xf32>

@@ -25,9 +25,11 @@
 #include "pipec/cpu_kernels.h"
 #include "cuda_runtime.h"
 #include "emu.h"
+#include "cublasLt.h"
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -458,6 +460,37 @@ static void testLinalg() {
     pk::gemm(A.data(), B.data(), useC ? C.data() : nullptr, cs, yc.data(), M, N, K, ta, tb, alpha, beta);
     pc::gemm(A.data(), B.data(), useC ? C.data() : nullptr, cs, yg.data(), M, N, K, ta, tb, alpha, beta);
     cmp(yc, yg, 1e-5, "y");
+  }
+  // nn.gemm's epilogue: every activation, with no C, a bias ([N] or [1, N],
+  // beta 1: cuBLASLt's bias epilogue) or another C (the cuBLAS path), at
+  // offsets that take the pointers off cuBLASLt's default 256-byte alignment.
+  const pk::Unary activations[] = {pk::Unary::Relu, pk::Unary::GeluTanh, pk::Unary::Tanh, pk::Unary::Sigmoid,
+                                   pk::Unary::Gelu};
+  const int ltBefore = emu::ltMatmulCalls;
+  for (int it = 0; it < 60; ++it) {
+    const int64_t M = ri(1, 7), N = ri(1, 7), K = ri(it % 15 == 0 ? 0 : 1, 7);
+    const bool ta = ri(0, 1), tb = ri(0, 1);
+    const std::optional<pk::Unary> activation =
+        it % 6 == 5 ? std::nullopt : std::optional<pk::Unary>(activations[it % 5]);
+    const int cKind = (int)ri(0, 3); // none, [N], [1, N], another broadcast shape
+    const Shape cs = cKind == 1 ? Shape{N} : cKind == 2 ? Shape{1, N} : bcastOf(Shape{M, N});
+    const float beta = cKind == 3 && ri(0, 1) ? 0.5f : 1.0f;
+    const int64_t offset = ri(0, 3); // in floats
+    std::vector<float> A = randv(M * K + offset), B = randv(K * N + offset), C = randv(cs.numel() + offset);
+    std::vector<float> yc(M * N), yg(M * N + offset, NAN);
+    const float *c = cKind == 0 ? nullptr : C.data() + offset;
+    ctx = "gemm epilogue " + std::string(activation ? pipec::unaryName(*activation) : "none") + " M" +
+          std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K) + " C" + cs.str() +
+          (cKind ? "" : "(none)") + " ta" + std::to_string(ta) + " tb" + std::to_string(tb);
+    pk::gemm(A.data() + offset, B.data() + offset, c, cs, yc.data(), M, N, K, ta, tb, 0.7f, beta, activation);
+    pc::gemm(A.data() + offset, B.data() + offset, c, cs, yg.data() + offset, M, N, K, ta, tb, 0.7f, beta,
+             activation);
+    cmp(yc, std::vector<float>(yg.begin() + offset, yg.end()), 1e-5, "y");
+  }
+  ++checks;
+  if (emu::ltMatmulCalls - ltBefore < 20) { // the epilogue path must be the one tested
+    std::printf("FAIL gemm epilogue: only %d cuBLASLt matmuls\n", emu::ltMatmulCalls - ltBefore);
+    ++failures;
   }
   std::vector<std::pair<Shape, Shape>> mm = {
       {Shape{3, 4}, Shape{4, 5}}, {Shape{4}, Shape{4, 5}}, {Shape{3, 4}, Shape{4}}, {Shape{4}, Shape{4}},

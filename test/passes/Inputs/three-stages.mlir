@@ -24,13 +24,13 @@ module attributes {pipe.stages = [
     %dr1 = nn.matmul %dy, %w0t {pipe.stage = 2 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>
     %r1t = nn.transpose %r1 {perm = array<i64: 1, 0>, pipe.stage = 2 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<8x16xf32>) -> tensor<16x8xf32>
     %dw0b = nn.matmul %r1t, %dy {pipe.stage = 2 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<16x8xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
-    %dh1 = nn.unary_grad <relu> %dr1, %h1, %r1 {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} : tensor<8x16xf32>
+    %dh1 = nn.unary_grad <relu> %dr1, y = %r1 {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} : tensor<8x16xf32>
     %w1t = nn.transpose %w1 {perm = array<i64: 1, 0>, pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<16x16xf32>) -> tensor<16x16xf32>
     %dr0a = nn.matmul %dh1, %w1t {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<8x16xf32>, tensor<16x16xf32>) -> tensor<8x16xf32>
     %r0t = nn.transpose %r0 {perm = array<i64: 1, 0>, pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<8x16xf32>) -> tensor<16x8xf32>
     %dw1 = nn.matmul %r0t, %dh1 {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<16x8xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
     %dr0 = nn.add %dy, %dr0a {pipe.stage = 1 : i64, pipe.phase = #pipe.phase<bwd_input>} : (tensor<8x16xf32>, tensor<8x16xf32>) -> tensor<8x16xf32>
-    %dh0 = nn.unary_grad <relu> %dr0, %h0, %r0 {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_input>} : tensor<8x16xf32>
+    %dh0 = nn.unary_grad <relu> %dr0, y = %r0 {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_input>} : tensor<8x16xf32>
     %xt = nn.transpose %x {perm = array<i64: 1, 0>, pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<8x16xf32>) -> tensor<16x8xf32>
     %dw0a = nn.matmul %xt, %dh0 {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<16x8xf32>, tensor<8x16xf32>) -> tensor<16x16xf32>
     %dw0 = nn.add %dw0b, %dw0a {pipe.stage = 0 : i64, pipe.phase = #pipe.phase<bwd_weight>} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>

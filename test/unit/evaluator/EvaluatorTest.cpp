@@ -237,7 +237,7 @@ TEST_F(EvaluatorTest, EveryNNOpHasARule) {
       %slice = nn.slice %parts#1 {starts = array<i64: 2, 0, 1>, ends = array<i64: -1, 2, -1>, steps = array<i64: -2, 1, -1>} : (tensor<3x2x2xf32>) -> tensor<2x2x2xf32>
       %padded = nn.pad %x {pads = array<i64: 0, 0, 1, 1, 0, 0, 1, 1>, value = 7.5 : f64} : (tensor<1x2x2x2xf32>) -> tensor<1x2x4x4xf32>
       %rsum = nn.reduce_sum %x {axes = array<i64: 0, 2>} : (tensor<1x2x2x2xf32>) -> tensor<1x2x1x2xf32>
-      %ugrad = nn.unary_grad <gelu> %x, %x, %gelu : tensor<1x2x2x2xf32>
+      %ugrad = nn.unary_grad <gelu> %x, x = %x : tensor<1x2x2x2xf32>
       %bgrad = nn.binary_grad <pow_lhs> %x, %x, %v : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>, tensor<2xf32>) -> tensor<1x2x2x2xf32>
       %cigrad = nn.conv_input_grad %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 2 : i64} : (tensor<1x2x2x2xf32>, tensor<2x1x1x1xf32>) -> tensor<1x2x2x2xf32>
       %cwgrad = nn.conv_weight_grad %x, %x {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 2 : i64} : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<2x1x1x1xf32>

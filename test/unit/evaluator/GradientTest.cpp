@@ -226,7 +226,9 @@ std::vector<GradCase> elementwiseCases(std::mt19937_64 &rng) {
     cases.push_back({unaryOp.op, unaryOp.variant, {x},
                      [kind](const Tensors &in) { return Tensors{unary(kind, in[0])}; }, {0},
                      [kind](const Tensors &in, const Tensors &dy) {
-                       return Tensors{unaryGrad(kind, dy[0], in[0], unary(kind, in[0]))};
+                       bool readsInput = pipec::unaryFunction(kind).derivativeReads ==
+                                         pipec::ForwardValue::Input;
+                       return Tensors{unaryGrad(kind, dy[0], readsInput ? in[0] : unary(kind, in[0]))};
                      }});
   }
 

@@ -75,6 +75,20 @@ struct BlasHandles {
 };
 thread_local BlasHandles blasHandles;
 
+/// This thread's cuBLASLt handles and matmul workspaces, one per device:
+/// the workspace is allocated once, on the first epilogue GEMM, and kept.
+struct BlasLtContexts {
+  cublasLtHandle_t handles[kMaxDevices] = {};
+  void *workspaces[kMaxDevices] = {};
+  ~BlasLtContexts() {
+    for (int d = 0; d < kMaxDevices; ++d) { // may fail when the driver is already gone at exit: ignored
+      if (workspaces[d]) cudaFree(workspaces[d]);
+      if (handles[d]) cublasLtDestroy(handles[d]);
+    }
+  }
+};
+thread_local BlasLtContexts blasLtContexts;
+
 __global__ void accumulateKernel(float *to, const float *from, int64_t n) {
   for (int64_t i = detail::firstIndex(); i < n; i += detail::gridStride()) to[i] += from[i];
 }
@@ -112,6 +126,15 @@ cublasHandle_t blas() {
   if (!handle) checkBlas(cublasCreate(&handle), "cuBLAS"); // default math mode: no TF32
   checkBlas(cublasSetStream(handle, currentStream), "cuBLAS");
   return handle;
+}
+
+BlasLt blasLt() {
+  const int device = currentDevice("cuBLASLt");
+  cublasLtHandle_t &handle = blasLtContexts.handles[device];
+  if (!handle) checkBlas(cublasLtCreate(&handle), "cuBLASLt");
+  void *&workspace = blasLtContexts.workspaces[device];
+  if (!workspace) check(cudaMalloc(&workspace, kBlasLtWorkspaceBytes), "cuBLASLt workspace");
+  return {handle, workspace};
 }
 
 int *errorFlag() { return flagOf(currentDevice("device error flag"), "device error flag").device; }

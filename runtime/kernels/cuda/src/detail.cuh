@@ -6,6 +6,7 @@
 
 #include "pipec/cuda_kernels.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -26,6 +27,15 @@ cudaStream_t stream();
 Precision precision();
 /// This thread's cuBLAS handle for the current device, bound to stream().
 cublasHandle_t blas();
+
+/// This thread's cuBLASLt handle for the current device and its matmul
+/// workspace (kBlasLtWorkspaceBytes, allocated on first use and kept).
+struct BlasLt {
+  cublasLtHandle_t handle;
+  void *workspace;
+};
+constexpr size_t kBlasLtWorkspaceBytes = size_t(4) << 20;
+BlasLt blasLt();
 
 /// Errors only device code can see. A kernel writes the first one it meets
 /// with raiseDevice(flag, code); raiseDeviceErrors() turns it into a

@@ -51,6 +51,99 @@ cublasComputeType_t computeType() {
   return CUBLAS_COMPUTE_32F;
 }
 
+/// Largest power of two, at most 256, that divides the address: what
+/// cuBLASLt's heuristic may assume of a pointer (it assumes 256 unless told).
+uint32_t alignmentOf(const void *pointer) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+/// The cuBLASLt descriptors of one epilogue GEMM, destroyed with it.
+struct LtDescriptors {
+  cublasLtMatmulDesc_t matmul = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  LtDescriptors() = default;
+  LtDescriptors(const LtDescriptors &) = delete;
+  LtDescriptors &operator=(const LtDescriptors &) = delete;
+  ~LtDescriptors() {
+    if (preference) cublasLtMatmulPreferenceDestroy(preference);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (matmul) cublasLtMatmulDescDestroy(matmul);
+  }
+};
+
+/// Y[M,N] = epilogue(alpha op(A) op(B) (+ bias[N])) in one cuBLASLt call,
+/// through the same column-major identity as sgemm (bias: one value per
+/// row of the column-major Y^T, that is per column of Y). False when
+/// cuBLASLt's heuristic offers no algorithm; Y is then untouched.
+bool epilogueGemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float *A, const float *B, const float *bias, cublasLtEpilogue_t epilogue, float *Y) {
+  const detail::BlasLt lt = detail::blasLt();
+  LtDescriptors desc;
+  detail::checkBlas(cublasLtMatmulDescCreate(&desc.matmul, computeType(), CUDA_R_32F), op);
+  const int32_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N, opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  detail::checkBlas(cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_TRANSA, &opB, sizeof opB), op);
+  detail::checkBlas(cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_TRANSB, &opA, sizeof opA), op);
+  detail::checkBlas(
+      cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue), op);
+  if (bias)
+    detail::checkBlas(
+        cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
+  // Stored row-major matrices read as column-major: B is [N,K] (or [K,N]
+  // when transposed), A is [K,M] (or [M,K]), Y^T is [N,M].
+  detail::checkBlas(cublasLtMatrixLayoutCreate(&desc.a, CUDA_R_32F, transB ? K : N, transB ? N : K, transB ? K : N),
+                    op);
+  detail::checkBlas(cublasLtMatrixLayoutCreate(&desc.b, CUDA_R_32F, transA ? M : K, transA ? K : M, transA ? M : K),
+                    op);
+  detail::checkBlas(cublasLtMatrixLayoutCreate(&desc.d, CUDA_R_32F, N, M, N), op);
+  detail::checkBlas(cublasLtMatmulPreferenceCreate(&desc.preference), op);
+  const uint64_t workspaceBytes = detail::kBlasLtWorkspaceBytes;
+  detail::checkBlas(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                         &workspaceBytes, sizeof workspaceBytes),
+                    op);
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, const void *> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, B},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, A},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, Y},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, Y}};
+  for (const auto &[attribute, pointer] : alignments) {
+    const uint32_t alignment = alignmentOf(pointer);
+    detail::checkBlas(cublasLtMatmulPreferenceSetAttribute(desc.preference, attribute, &alignment, sizeof alignment),
+                      op);
+  }
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt.handle, desc.matmul, desc.a, desc.b, desc.d,
+                                                               desc.d, desc.preference, 1, &heuristic, &found);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
+  detail::checkBlas(status, op);
+  const float beta = 0.0f;
+  detail::checkBlas(cublasLtMatmul(lt.handle, desc.matmul, &alpha, B, desc.a, A, desc.b, &beta, Y, desc.d, Y, desc.d,
+                                   &heuristic.algo, lt.workspace, heuristic.workspaceSize, detail::stream()),
+                    op);
+  return true;
+}
+
+/// How cuBLASLt computes f(product + bias): its epilogue, and whether that
+/// epilogue applies f itself (relu, and its GELU, which is the tanh
+/// approximation) or f must follow in place.
+struct EpiloguePlan {
+  cublasLtEpilogue_t epilogue;
+  bool appliesActivation;
+};
+std::optional<EpiloguePlan> epiloguePlan(std::optional<Unary> activation, bool bias) {
+  if (activation == Unary::Relu) return EpiloguePlan{bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU, true};
+  if (activation == Unary::GeluTanh)
+    return EpiloguePlan{bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU, true};
+  if (bias) return EpiloguePlan{CUBLASLT_EPILOGUE_BIAS, false};
+  return std::nullopt;
+}
+
 } // namespace
 
 void sgemmStridedBatched(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
@@ -117,12 +210,25 @@ void expandTo(const char *op, const float *x, const Shape &xs, float *y, const S
 //===----------------------------------------------------------------------===//
 
 void gemm(const float *A, const float *B, const float *C, const Shape &cs, float *Y, int64_t M,
-          int64_t N, int64_t K, bool transA, bool transB, float alpha, float beta) {
+          int64_t N, int64_t K, bool transA, bool transB, float alpha, float beta,
+          std::optional<Unary> activation) {
   const char *op = "nn.gemm";
   if (M < 0 || N < 0 || K < 0) nn::fail(op, "negative dimension");
   const Shape ys{M, N};
   if (C && !nn::broadcastsTo(cs, ys))
     nn::fail(op, "C of shape " + cs.str() + " does not broadcast to " + ys.str());
+  // A bias (C of one value per column, beta 1) and relu / gelu_tanh are
+  // cuBLASLt epilogues: no broadcast of C into Y, no pass over Y after.
+  // Any other C (a matrix, a scalar, beta other than 0 or 1, in place)
+  // takes the cuBLAS path below.
+  const bool rowBias = C && C != Y && beta == 1.0f && cs.numel() == N && cs.size >= 1 && cs.v[cs.size - 1] == N;
+  const bool withoutC = !C || (C != Y && beta == 0.0f);
+  if (M > 0 && N > 0 && K > 0 && (withoutC || rowBias))
+    if (std::optional<nn::EpiloguePlan> plan = nn::epiloguePlan(activation, rowBias))
+      if (nn::epilogueGemm(op, transA, transB, M, N, K, alpha, A, B, rowBias ? C : nullptr, plan->epilogue, Y)) {
+        if (activation && !plan->appliesActivation) unary(*activation, Y, M * N, Y);
+        return;
+      }
   float b = 0.0f;
   if (C == Y) {
     b = beta; // in place: Y = alpha op(A) op(B) + beta Y (a gradient accumulating)
@@ -131,6 +237,7 @@ void gemm(const float *A, const float *B, const float *C, const Shape &cs, float
     b = beta;
   }
   nn::sgemm(op, transA, transB, M, N, K, alpha, A, transA ? M : K, B, transB ? K : N, b, Y, N);
+  if (activation) unary(*activation, Y, M * N, Y);
 }
 
 void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, float *Y, bool transA, bool transB) {

@@ -109,8 +109,11 @@ template <class From, class To> void cast(const From *x, int64_t n, To *y);
 /// transB), and C (nullptr for none) of shape `cs` broadcasts to [M,N].
 /// C == Y is the in-place form, Y = alpha op(A) op(B) + beta Y, with which
 /// generated code accumulates a weight gradient (docs/optimization.md).
+/// With `activation`, Y = f(alpha op(A) op(B) + beta C), f applied to each
+/// panel of Y right after it is computed (nn.gemm's epilogue).
 void gemm(const float *A, const float *B, const float *C, const Shape &cs, float *Y, int64_t M,
-          int64_t N, int64_t K, bool transA, bool transB, float alpha, float beta);
+          int64_t N, int64_t K, bool transA, bool transB, float alpha, float beta,
+          std::optional<Unary> activation = std::nullopt);
 /// nn.matmul: numpy matmul with batch broadcasting and the 1-D cases; Y has
 /// matmulShape(as, bs). nn.batched_gemm: with transA (transB) the last two
 /// axes of A (B), of rank >= 2, are swapped: the GEMMs read the stored

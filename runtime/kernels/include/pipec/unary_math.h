@@ -66,7 +66,7 @@ template <Unary U> PIPEC_HOST_DEVICE float unaryValue(float v) {
 /// vocabulary.h's table names (the other may be anything).
 template <Unary U> PIPEC_HOST_DEVICE float unaryGradient(float g, float x, float y) {
   using namespace unary_constants;
-  if constexpr (U == Unary::Relu) return x > 0.0f ? g : 0.0f;
+  if constexpr (U == Unary::Relu) return y > 0.0f ? g : 0.0f; // y > 0 exactly where x > 0 (NaN: neither)
   else if constexpr (U == Unary::Tanh) return g * (1.0f - y * y);
   else if constexpr (U == Unary::Sigmoid) return g * y * (1.0f - y);
   else if constexpr (U == Unary::Erf) return g * kTwoOverSqrtPi * unaryExp(-x * x);

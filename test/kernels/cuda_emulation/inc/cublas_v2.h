@@ -1,7 +1,7 @@
 #pragma once
 #include "cuda_runtime.h"
 typedef struct cublasContext *cublasHandle_t;
-enum cublasStatus_t { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7 };
+enum cublasStatus_t { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_NOT_SUPPORTED = 15 };
 enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
 enum cublasPointerMode_t { CUBLAS_POINTER_MODE_HOST = 0 };
 enum cudaDataType { CUDA_R_32F = 0 };

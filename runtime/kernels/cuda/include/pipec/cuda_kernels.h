@@ -174,8 +174,13 @@ template <class From, class To> void cast(const From *x, int64_t n, To *y);
 /// nn.gemm: Y[M,N] = alpha * op(A) * op(B) + beta * C, where op(A) is
 /// [M,K] (A stored [K,M] when transA), op(B) is [K,N] (B stored [N,K] when
 /// transB), and C (nullptr for none) of shape `cs` broadcasts to [M,N].
+/// With `activation`, Y = f(alpha op(A) op(B) + beta C) (nn.gemm's
+/// epilogue): relu and gelu_tanh are cuBLASLt epilogues, fused with a bias C
+/// of shape [N] or [1, N] and beta 1; other functions run in place after the
+/// product.
 void gemm(const float *A, const float *B, const float *C, const Shape &cs, float *Y, int64_t M,
-          int64_t N, int64_t K, bool transA, bool transB, float alpha, float beta);
+          int64_t N, int64_t K, bool transA, bool transB, float alpha, float beta,
+          std::optional<Unary> activation = std::nullopt);
 /// nn.matmul: numpy matmul with batch broadcasting and the 1-D cases; Y has
 /// matmulShape(as, bs). nn.batched_gemm: with transA (transB) the last two
 /// axes of A (B), of rank >= 2, are swapped (cuBLAS's trans flags).

@@ -1,0 +1,166 @@
+// Fake cuBLASLt for host emulation: the matmul with the epilogues pipec's
+// CUDA kernels use (none, bias, relu, gelu, each with or without the bias),
+// as cublasLt.h documents them for column-major D = epilogue(alpha op(A)
+// op(B) + beta C): the bias has one value per row of D and is added before
+// the activation; its GELU is the tanh approximation. The product is summed
+// in double like the fake cuBLAS. Checks what the real library needs of its
+// caller: the stream, leading dimensions, and that every pointer has the
+// alignment the preference told the heuristic.
+#pragma once
+#include "cublas_v2.h"
+#include <cmath>
+#include <cstdint>
+
+typedef struct EmuLtHandle *cublasLtHandle_t;
+enum cublasLtEpilogue_t {
+  CUBLASLT_EPILOGUE_DEFAULT = 1,
+  CUBLASLT_EPILOGUE_RELU = 2,
+  CUBLASLT_EPILOGUE_BIAS = 4,
+  CUBLASLT_EPILOGUE_RELU_BIAS = 6,
+  CUBLASLT_EPILOGUE_GELU = 32,
+  CUBLASLT_EPILOGUE_GELU_BIAS = 36,
+};
+enum cublasLtMatmulDescAttributes_t {
+  CUBLASLT_MATMUL_DESC_TRANSA = 3,
+  CUBLASLT_MATMUL_DESC_TRANSB = 4,
+  CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+};
+enum cublasLtMatmulPreferenceAttributes_t {
+  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
+};
+typedef cudaDataType cudaDataType_t;
+
+struct EmuLtDesc {
+  int32_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+  uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const float *bias = nullptr;
+};
+struct EmuLtLayout {
+  uint64_t rows, cols;
+  int64_t ld;
+};
+struct EmuLtPreference {
+  uint32_t alignment[4] = {256, 256, 256, 256}; // A, B, C, D: the library's default assumption
+};
+typedef EmuLtDesc *cublasLtMatmulDesc_t;
+typedef EmuLtLayout *cublasLtMatrixLayout_t;
+typedef EmuLtPreference *cublasLtMatmulPreference_t;
+struct cublasLtMatmulAlgo_t {
+  uint64_t data[8];
+};
+struct cublasLtMatmulHeuristicResult_t {
+  cublasLtMatmulAlgo_t algo;
+  size_t workspaceSize;
+  cublasStatus_t state;
+  float wavesCount;
+  int reserved[4];
+};
+
+namespace emu {
+inline int ltMatmulCalls = 0;
+inline void setAttribute(void *field, size_t fieldSize, const void *buf, size_t size) {
+  if (size != fieldSize) die("cuBLASLt attribute of the wrong size");
+  std::memcpy(field, buf, size);
+}
+inline bool aligned(const void *p, uint32_t alignment) { return reinterpret_cast<uintptr_t>(p) % alignment == 0; }
+} // namespace emu
+
+inline cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { *h = (cublasLtHandle_t)0x2; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t, cudaDataType_t scale) {
+  if (scale != CUDA_R_32F) return CUBLAS_STATUS_INVALID_VALUE;
+  *d = new EmuLtDesc;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                                     const void *buf, size_t size) {
+  switch (attr) {
+  case CUBLASLT_MATMUL_DESC_TRANSA: emu::setAttribute(&d->transa, sizeof d->transa, buf, size); break;
+  case CUBLASLT_MATMUL_DESC_TRANSB: emu::setAttribute(&d->transb, sizeof d->transb, buf, size); break;
+  case CUBLASLT_MATMUL_DESC_EPILOGUE: emu::setAttribute(&d->epilogue, sizeof d->epilogue, buf, size); break;
+  case CUBLASLT_MATMUL_DESC_BIAS_POINTER: emu::setAttribute(&d->bias, sizeof d->bias, buf, size); break;
+  default: return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t type, uint64_t rows,
+                                                 uint64_t cols, int64_t ld) {
+  if (type != CUDA_R_32F || ld < (int64_t)(rows > 1 ? rows : 1)) return CUBLAS_STATUS_INVALID_VALUE;
+  *l = new EmuLtLayout{rows, cols, ld};
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete l; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+  *p = new EmuLtPreference;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                           cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+                                                           size_t size) {
+  if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) {
+    uint64_t bytes;
+    emu::setAttribute(&bytes, sizeof bytes, buf, size);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if (attr < CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES || attr > CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  emu::setAttribute(&p->alignment[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], sizeof(uint32_t), buf, size);
+  return CUBLAS_STATUS_SUCCESS;
+}
+// One "algorithm", which needs no workspace; the preference rides in it so
+// that the matmul can check the alignments it promised.
+inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                                     cublasLtMatrixLayout_t, cublasLtMatmulPreference_t p, int requested,
+                                                     cublasLtMatmulHeuristicResult_t *results, int *found) {
+  if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  results[0] = {};
+  std::memcpy(results[0].algo.data, p->alignment, sizeof p->alignment);
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  *found = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
+                                     cublasLtMatrixLayout_t a, const void *B, cublasLtMatrixLayout_t b, const void *beta,
+                                     const void *C, cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t dl,
+                                     const cublasLtMatmulAlgo_t *algo, void *, size_t, cudaStream_t stream) {
+  emu::checkStream(stream);
+  ++emu::ltMatmulCalls;
+  uint32_t alignment[4];
+  std::memcpy(alignment, algo->data, sizeof alignment);
+  if (!emu::aligned(A, alignment[0]) || !emu::aligned(B, alignment[1]) || !emu::aligned(C, alignment[2]) ||
+      !emu::aligned(D, alignment[3]))
+    emu::die("cuBLASLt: a pointer lacks the alignment its preference promised");
+  const int64_t m = (int64_t)dl->rows, n = (int64_t)dl->cols;
+  const int64_t k = d->transa == CUBLAS_OP_N ? (int64_t)a->cols : (int64_t)a->rows;
+  if ((int64_t)(d->transa == CUBLAS_OP_N ? a->rows : a->cols) != m ||
+      (int64_t)(d->transb == CUBLAS_OP_N ? b->rows : b->cols) != k ||
+      (int64_t)(d->transb == CUBLAS_OP_N ? b->cols : b->rows) != n || (int64_t)c->rows != m || (int64_t)c->cols != n)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const bool bias = d->epilogue & CUBLASLT_EPILOGUE_BIAS;
+  if (bias && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+  const float al = *(const float *)alpha, be = *(const float *)beta;
+  const float *x = (const float *)A, *y = (const float *)B, *cc = (const float *)C;
+  float *out = (float *)D;
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < m; ++i) {
+      double s = 0;
+      for (int64_t l = 0; l < k; ++l)
+        s += (double)(d->transa == CUBLAS_OP_N ? x[i + l * a->ld] : x[l + i * a->ld]) *
+             (d->transb == CUBLAS_OP_N ? y[l + j * b->ld] : y[j + l * b->ld]);
+      float v = (float)(al * s) + (be == 0.0f ? 0.0f : be * cc[i + j * c->ld]);
+      if (bias) v += d->bias[i];
+      if (d->epilogue & CUBLASLT_EPILOGUE_RELU) v = v <= 0.0f ? 0.0f : v;
+      if (d->epilogue & CUBLASLT_EPILOGUE_GELU)
+        v = 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+      out[i + j * dl->ld] = v;
+    }
+  return CUBLAS_STATUS_SUCCESS;
+}
