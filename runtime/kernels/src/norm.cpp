@@ -70,16 +70,42 @@ template <class F> double channelSum(const ChannelView &v, int64_t c, F f) {
 }
 
 /// Batch mean and population variance of channel c (two passes; the second
-/// sums squared deviations from the float mean).
-void channelStats(const float *x, const ChannelView &v, int64_t c, double &mean, double &var) {
+/// sums squared deviations from the float mean), and K more sums over the
+/// channel that the second pass computes beside them: f(offset, float mean)
+/// gives their terms. The variance has the same bits whatever K is.
+template <int K, class F>
+std::array<double, K> channelStatsAndSums(const float *x, const ChannelView &v, int64_t c, double &mean,
+                                          double &var, F f) {
   const double count = (double)(v.N * v.inner);
   mean = count > 0 ? channelSum(v, c, [&](int64_t i) { return x[i]; }) / count : 0.0;
   const float m = (float)mean;
-  var = count > 0 ? channelSum(v, c, [&](int64_t i) {
-                      const float d = x[i] - m;
-                      return d * d;
-                    }) / count
-                  : 0.0;
+  const std::array<double, K + 1> sums = channelSums<K + 1>(v, c, [&](int64_t i) {
+    const float d = x[i] - m;
+    const std::array<float, K> more = f(i, m);
+    std::array<float, K + 1> t;
+    t[0] = d * d;
+    for (int k = 0; k < K; ++k) t[k + 1] = more[k];
+    return t;
+  });
+  var = count > 0 ? sums[0] / count : 0.0;
+  std::array<double, K> rest;
+  for (int k = 0; k < K; ++k) rest[k] = sums[k + 1];
+  return rest;
+}
+
+void channelStats(const float *x, const ChannelView &v, int64_t c, double &mean, double &var) {
+  channelStatsAndSums<0>(x, v, c, mean, var, [](int64_t, float) { return std::array<float, 0>{}; });
+}
+
+/// Σ dy and Σ dy·(x - mean) over channel c, with the batch statistics in
+/// training (one pass over x for the mean, one over x and dy for the rest)
+/// or the running ones (mean and var given).
+std::array<double, 2> channelGradientSums(const float *dy, const float *x, const ChannelView &v, int64_t c,
+                                          bool training, double &mean, double &var) {
+  auto terms = [&](int64_t i, float m) { return std::array<float, 2>{dy[i], dy[i] * (x[i] - m)}; };
+  if (training) return channelStatsAndSums<2>(x, v, c, mean, var, terms);
+  const float m = (float)mean;
+  return channelSums<2>(v, c, [&](int64_t i) { return terms(i, m); });
 }
 } // namespace
 
@@ -127,16 +153,13 @@ void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float
         continue;
       }
       double mean, var;
-      channelStats(x, v, c, mean, var);
+      const auto [sumDy, sumDyCentered] = channelGradientSums(dy, x, v, c, true, mean, var);
       const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
       const double count = (double)(v.N * v.inner);
       const float fMean = (float)mean, fInv = (float)invStd;
-      const auto [sumDy, sumDyXhat] = channelSums<2>(v, c, [&](int64_t i) {
-        return std::array<float, 2>{dy[i], dy[i] * ((x[i] - fMean) * fInv)};
-      });
       // dx = scale * invStd * (dy - mean(dy) - x̂ * mean(dy * x̂))
       const float k = (float)(scale[c] * invStd);
-      const float mDy = (float)(sumDy / count), mDyXhat = (float)(sumDyXhat / count);
+      const float mDy = (float)(sumDy / count), mDyXhat = (float)(sumDyCentered * invStd / count);
       for (int64_t n = 0; n < v.N; ++n) {
         const int64_t base = (n * v.C + c) * v.inner;
         for (int64_t i = 0; i < v.inner; ++i) {
@@ -154,13 +177,9 @@ void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
   parallelVectorRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
     for (int64_t c = cBegin; c < cEnd; ++c) {
       double mean = runningMean[c], var = runningVar[c];
-      if (training) channelStats(x, v, c, mean, var);
+      const auto [sumDy, sumDyCentered] = channelGradientSums(dy, x, v, c, training, mean, var);
       const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
-      const float fMean = (float)mean;
-      const auto [sumDy, sumDyXhat] = channelSums<2>(v, c, [&](int64_t i) {
-        return std::array<float, 2>{dy[i], dy[i] * (x[i] - fMean)};
-      });
-      dscale[c] = (float)(sumDyXhat * invStd);
+      dscale[c] = (float)(sumDyCentered * invStd);
       dbias[c] = (float)sumDy;
     }
   });
