@@ -213,6 +213,13 @@ LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
       out << "  if (call->timer) call->timer(call->timer_user, "
           << literal(name, "node", &op) << ", "
           << phase << ", secondsNow() - " << started << ");\n";
+    // The other ONNX nodes an op was fused from (a GEMM's epilogue) are
+    // reported too, with no time of their own: it is in the op's.
+    if (auto fused = llvm::dyn_cast<FusedLoc>(op.getLoc()); timed && fused)
+      for (Location part : fused.getLocations())
+        if (auto named = llvm::dyn_cast<NameLoc>(part); named && named.getName().getValue() != name)
+          out << "  if (call->timer) call->timer(call->timer_user, "
+              << literal(named.getName().getValue(), "node", &op) << ", " << phase << ", 0.0);\n";
   }
   return success();
 }

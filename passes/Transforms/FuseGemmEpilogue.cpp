@@ -54,6 +54,8 @@ struct FuseGemmEpilogue : impl::FuseGemmEpilogueBase<FuseGemmEpilogue> {
         // between them read g alone.
         auto kind = llvm::cast<nn::UnaryElementwiseOpInterface>(activation).getUnaryFunction();
         gemm.setActivationAttr(nn::UnaryFunctionAttr::get(gemm.getContext(), kind));
+        // The activation's ONNX node stays named (profiles, --print-locations).
+        gemm->setLoc(FusedLoc::get(gemm.getContext(), {gemm.getLoc(), activation->getLoc()}));
         activation->getResult(0).replaceAllUsesWith(activation->getOperand(0));
         activation->erase();
         ++numEpilogues;
