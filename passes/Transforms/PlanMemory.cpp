@@ -142,7 +142,8 @@ struct PlanMemory : impl::PlanMemoryBase<PlanMemory> {
           alignedBytes(storage.getType()) == alignedBytes(value.getType()))
         savedResult.try_emplace(storage, static_cast<int64_t>(i));
       auto gemm = value.getDefiningOp<nn::GemmOp>();
-      if (gemm && !gemm.getC() && gemm->getBlock() == &body && value.hasOneUse() &&
+      // (Not with an epilogue: f(gradient + product) is no accumulation.)
+      if (gemm && !gemm.getC() && !gemm.getActivation() && gemm->getBlock() == &body && value.hasOneUse() &&
           returnCount[value] == 1 && nn::resultRole(function, i) == nn::Role::Grad &&
           llvm::cast<RankedTensorType>(value.getType()).getElementType().isF32())
         gradientResult[value] = static_cast<int64_t>(i);
