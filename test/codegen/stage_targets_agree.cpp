@@ -14,6 +14,8 @@
 // cannot run.
 #include "StageDriver.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -148,7 +150,12 @@ int main(int argc, char **argv) {
       fill(side->params.pointers[i], desc.params[i].tensor, values, buffer ? 0.5 : -0.5, buffer ? 1.5 : 0.5);
     }
   }
+  // An emulated CUDA stage counts its device allocations: after the first
+  // micro-batch (arena, kernel scratch, cuBLASLt workspace) there are none.
+  auto deviceAllocations = reinterpret_cast<long (*)()>(dlsym(other.handle, "pipec_emu_device_allocations"));
+  long allocationsAfterFirst = 0;
   for (int64_t microbatch = 0; microbatch < 2; ++microbatch) {
+    if (microbatch == 1 && deviceAllocations) allocationsAfterFirst = deviceAllocations();
     const std::string mb = "micro-batch " + std::to_string(microbatch) + ":";
     for (StageBuffers *side : {&a, &b}) {
       Values values(100 + microbatch);
@@ -178,6 +185,12 @@ int main(int argc, char **argv) {
     ref.run(ref.backwardWeight, a.call, "backward_weight");
     other.run(other.backwardWeight, b.call, "backward_weight");
     comparison.check(mb + " weight gradient", a.grads, b.grads);
+  }
+  if (deviceAllocations) {
+    const long more = deviceAllocations() - allocationsAfterFirst;
+    std::printf("%s %ld device allocations during the second micro-batch of the other stage\n", more ? "FAIL" : "ok  ",
+                more);
+    if (more) ++comparison.failed;
   }
   for (StageBuffers *side : {&a, &b})
     side->optimizer.step = 1;

@@ -38,6 +38,9 @@
 #include <vector>
 #include "cuda_runtime.h"
 
+// Production sources poison reused kernel scratch under this macro, as
+// fresh emulated device memory is (context.cu, detail::scratch).
+#define PIPEC_CUDA_EMULATION 1
 #define __global__
 #define __device__
 #define __host__

@@ -89,6 +89,21 @@ struct BlasLtContexts {
 };
 thread_local BlasLtContexts blasLtContexts;
 
+/// This thread's kernel scratch, per device: detail::kScratchSlots buffers
+/// that grow to the largest size a kernel asks for and are then reused, so
+/// that a stage allocates nothing on any call after the first.
+struct ScratchSlots {
+  void *pointers[kMaxDevices][detail::kScratchSlots] = {};
+  size_t bytes[kMaxDevices][detail::kScratchSlots] = {};
+  cudaStream_t streams[kMaxDevices][detail::kScratchSlots] = {}; // of the last use
+  ~ScratchSlots() {
+    for (auto &device : pointers)
+      for (void *p : device)
+        if (p) cudaFree(p); // may fail when the driver is already gone at exit: ignored
+  }
+};
+thread_local ScratchSlots scratchSlots;
+
 __global__ void accumulateKernel(float *to, const float *from, int64_t n) {
   for (int64_t i = detail::firstIndex(); i < n; i += detail::gridStride()) to[i] += from[i];
 }
@@ -135,6 +150,33 @@ BlasLt blasLt() {
   void *&workspace = blasLtContexts.workspaces[device];
   if (!workspace) check(cudaMalloc(&workspace, kBlasLtWorkspaceBytes), "cuBLASLt workspace");
   return {handle, workspace};
+}
+
+void *scratch(int slot, size_t bytes) {
+  if (slot < 0 || slot >= kScratchSlots) fail("kernel scratch", "no slot " + std::to_string(slot));
+  const int device = currentDevice("kernel scratch");
+  void *&pointer = scratchSlots.pointers[device][slot];
+  size_t &size = scratchSlots.bytes[device][slot];
+  cudaStream_t &lastStream = scratchSlots.streams[device][slot];
+  if (bytes > size) {
+    if (pointer) {
+      // Stream-ordered on the stream that used it last: freed after its
+      // kernels, whichever stream asks now.
+      if (lastStream != currentStream) check(cudaStreamSynchronize(lastStream), "kernel scratch");
+      check(cudaFreeAsync(pointer, currentStream), "kernel scratch");
+      pointer = nullptr;
+      size = 0;
+    }
+    check(cudaMallocAsync(&pointer, bytes, currentStream), "kernel scratch");
+    size = bytes;
+  }
+  lastStream = currentStream;
+#ifdef PIPEC_CUDA_EMULATION
+  // The emulation fills fresh device memory with NaN so that a kernel that
+  // reads scratch it did not write shows; reused scratch gets the same.
+  check(cudaMemsetAsync(pointer, 0xff, bytes, currentStream), "kernel scratch");
+#endif
+  return pointer;
 }
 
 int *errorFlag() { return flagOf(currentDevice("device error flag"), "device error flag").device; }

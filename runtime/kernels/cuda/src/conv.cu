@@ -139,7 +139,7 @@ void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, cons
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
   if (g.N == 0 || g.F == 0) return;
   const int64_t chunk = g.pointwise ? g.N : chunkSamples(g);
-  Buffer col(g.pointwise ? 0 : (size_t)(chunk * g.G * rows * P) * sizeof(float));
+  Buffer col(g.pointwise ? 0 : (size_t)(chunk * g.G * rows * P) * sizeof(float), 0);
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t samples = std::min(chunk, g.N - n0);
     const float *cols = x + n0 * g.C * g.inSize; // pointwise: the columns are x
@@ -166,7 +166,7 @@ void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shap
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
   if (g.N == 0 || g.C == 0 || g.inSize == 0) return;
   const int64_t chunk = g.pointwise ? g.N : chunkSamples(g);
-  Buffer col(g.pointwise ? 0 : (size_t)(chunk * g.G * rows * P) * sizeof(float));
+  Buffer col(g.pointwise ? 0 : (size_t)(chunk * g.G * rows * P) * sizeof(float), 0);
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t samples = std::min(chunk, g.N - n0);
     float *dxChunk = dx + n0 * g.C * g.inSize;
@@ -195,7 +195,7 @@ void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Sha
     return;
   }
   const int64_t chunk = g.pointwise ? g.N : chunkSamples(g);
-  Buffer col(g.pointwise ? 0 : (size_t)(chunk * g.G * rows * P) * sizeof(float));
+  Buffer col(g.pointwise ? 0 : (size_t)(chunk * g.G * rows * P) * sizeof(float), 0);
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t samples = std::min(chunk, g.N - n0);
     const float *cols = x + n0 * g.C * g.inSize;

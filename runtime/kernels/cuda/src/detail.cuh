@@ -58,15 +58,13 @@ __device__ inline void raiseDevice(int *flag, int code) { atomicCAS(flag, 0, cod
 constexpr int kThreads = 256;
 unsigned blocksFor(int64_t n);
 
-/// Scratch device memory for one kernel call (stream-ordered).
-struct Scratch {
-  explicit Scratch(size_t bytes) : p(deviceAllocate(bytes ? bytes : 1)) {}
-  ~Scratch() { deviceFree(p); }
-  Scratch(const Scratch &) = delete;
-  Scratch &operator=(const Scratch &) = delete;
-  template <class T> T *as() const { return static_cast<T *>(p); }
-  void *p;
-};
+/// Kernel scratch: this thread's buffer `slot` on the current device, at
+/// least `bytes` long. It grows (stream-ordered) when a call needs more and
+/// is kept, so only the first calls of a stage allocate. A kernel call gives
+/// each buffer it holds at once its own slot, and no kernel holds a slot
+/// while it calls another kernel that uses scratch.
+constexpr int kScratchSlots = 3;
+void *scratch(int slot, size_t bytes);
 
 } // namespace pipec::kernels::cuda::detail
 

@@ -20,14 +20,11 @@ using detail::gridStride;
 using detail::normalizeAxis;
 using detail::productOf;
 
-/// Stream-ordered scratch memory for one kernel call; nothing allocated
-/// (a null pointer) for 0 bytes.
+/// Scratch memory for one kernel call: the thread's scratch slot `slot`
+/// (detail::scratch: grown once, then reused); a null pointer for 0 bytes.
 class Buffer {
 public:
-  explicit Buffer(size_t bytes) : p_(bytes ? deviceAllocate(bytes) : nullptr) {}
-  ~Buffer() {
-    if (p_) deviceFree(p_);
-  }
+  Buffer(size_t bytes, int slot) : p_(bytes ? detail::scratch(slot, bytes) : nullptr) {}
   Buffer(const Buffer &) = delete;
   Buffer &operator=(const Buffer &) = delete;
   template <class T> T *as() const { return static_cast<T *>(p_); }

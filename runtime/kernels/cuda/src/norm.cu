@@ -352,8 +352,8 @@ void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape 
                float *y, float *mean, float *invStd, int64_t axis, float epsilon) {
   const char *op = "nn.layer_norm";
   const RowView v = rowView(op, xs, axis);
-  Buffer gBuffer(ss.numel() == v.inner ? 0 : (size_t)v.inner * sizeof(float));
-  Buffer bBuffer(!bias || bs.numel() == v.inner ? 0 : (size_t)v.inner * sizeof(float));
+  Buffer gBuffer(ss.numel() == v.inner ? 0 : (size_t)v.inner * sizeof(float), 0);
+  Buffer bBuffer(!bias || bs.numel() == v.inner ? 0 : (size_t)v.inner * sizeof(float), 1);
   const float *g = expandedParam(op, scale, ss, v, gBuffer);
   const float *b = bias ? expandedParam(op, bias, bs, v, bBuffer) : nullptr;
   if (v.rows == 0) return;
@@ -366,7 +366,7 @@ void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float
                    int64_t axis, float epsilon) {
   const char *op = "nn.layer_norm_grad";
   const RowView v = rowView(op, xs, axis);
-  Buffer gBuffer(ss.numel() == v.inner ? 0 : (size_t)v.inner * sizeof(float));
+  Buffer gBuffer(ss.numel() == v.inner ? 0 : (size_t)v.inner * sizeof(float), 0);
   const float *g = expandedParam(op, scale, ss, v, gBuffer);
   if (v.rows == 0 || v.inner == 0) return;
   layerNormGradKernel<<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(
@@ -405,9 +405,9 @@ void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
   const int64_t rowsPerChunk = std::max<int64_t>(1, (int64_t)std::ceil(std::sqrt((double)v.rows)));
   const int64_t chunks = (v.rows + rowsPerChunk - 1) / rowsPerChunk;
   const int64_t partials = chunks * v.inner;
-  Buffer stats(partials > 0 ? (size_t)(2 * v.rows) * sizeof(float) : 0);
-  Buffer partialScale((size_t)partials * sizeof(double));
-  Buffer partialBias(dbias ? (size_t)partials * sizeof(double) : 0);
+  Buffer stats(partials > 0 ? (size_t)(2 * v.rows) * sizeof(float) : 0, 0);
+  Buffer partialScale((size_t)partials * sizeof(double), 1);
+  Buffer partialBias(dbias ? (size_t)partials * sizeof(double) : 0, 2);
   float *fmean = stats.as<float>(), *finv = fmean ? fmean + v.rows : nullptr;
   double *pBias = dbias ? partialBias.as<double>() : nullptr;
   if (partials > 0) {

@@ -239,7 +239,7 @@ void maxPoolGrad(const float *dy, const float *x, const Shape &xs, float *dx, co
   const PoolGeom g = poolGeom(op, xs, kernel, strides, pads, dilations, ceilMode);
   const int64_t outputs = g.planes * g.outSize, inputs = g.planes * g.inSize;
   if (inputs == 0) return;
-  Buffer args((size_t)outputs * sizeof(int64_t));
+  Buffer args((size_t)outputs * sizeof(int64_t), 0);
   maxPoolArgKernel<<<detail::blocksFor(outputs), detail::kThreads, 0, detail::stream()>>>(g, x, args.as<int64_t>());
   detail::checkLaunch(op);
   maxPoolGradKernel<<<detail::blocksFor(inputs), detail::kThreads, 0, detail::stream()>>>(g, dy, args.as<int64_t>(),

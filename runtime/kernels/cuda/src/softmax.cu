@@ -327,7 +327,7 @@ void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labe
     }
     return;
   }
-  Buffer perElement(none ? 0 : (size_t)(2 * segments) * sizeof(double));
+  Buffer perElement(none ? 0 : (size_t)(2 * segments) * sizeof(double), 0);
   double *lossE = none ? nullptr : perElement.as<double>();
   double *weightE = none ? nullptr : lossE + segments;
   int *flag = detail::errorFlag();
@@ -355,7 +355,7 @@ void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const 
   if (segments == 0) return;
   const Ignore ignore = ignoreOf(ignoreIndex);
   int *flag = detail::errorFlag();
-  Buffer weightSum(reduction == Reduction::Mean ? sizeof(double) : 0);
+  Buffer weightSum(reduction == Reduction::Mean ? sizeof(double) : 0, 0);
   if (reduction == Reduction::Mean) {
     weightSumKernel<L><<<1, kReduceThreads, 0, detail::stream()>>>(labels, weights, segments, v.size, ignore, flag,
                                                                    weightSum.as<double>());
