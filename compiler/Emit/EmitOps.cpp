@@ -24,8 +24,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
   auto opId = [&](Operation *op) -> std::string {
     if (auto seed = op->getAttrOfType<IntegerAttr>("seed"))
       return std::to_string(seed.getValue().getZExtValue()) + "ull";
-    if (auto name = llvm::dyn_cast<NameLoc>(op->getLoc()))
-      return "pk::dropoutOpId(" + literal(name.getName().getValue(), "node", op) + ")";
+    if (std::optional<StringRef> name = nn::nodeName(op->getLoc()))
+      return "pk::dropoutOpId(" + literal(*name, "node", op) + ")";
     return "0ull";
   };
 

@@ -190,25 +190,45 @@ std::string StageEmitter::allocate(Value value) {
   return bind(value, storage + ".data()");
 }
 
+/// The name piperun --profile reports an op's time under: the one the cost
+/// model and profiles use (pipe.cost's, else the ONNX node's).
+static std::string profileName(Operation &op) {
+  if (auto cost = op.getAttrOfType<pipe::CostAttr>(pipe::kCostAttrName))
+    return cost.getName().str();
+  if (std::optional<StringRef> node = nn::nodeName(op.getLoc()))
+    return node->str();
+  return op.getName().getStringRef().str();
+}
+
 LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
   for (Operation &op : block.without_terminator()) {
-    // piperun --profile: time each kernel and report it under the name the
-    // cost model and profiles use (pipe.cost's, else the ONNX node's).
-    bool timed = !isStep && op.getDialect() && op.getDialect()->getNamespace() == "nn" &&
-                 !llvm::isa<nn::ConstantOp, nn::ReshapeOp, nn::FlattenOp, nn::SqueezeOp,
-                            nn::UnsqueezeOp>(op);
-    std::string name;
-    if (auto cost = op.getAttrOfType<pipe::CostAttr>(pipe::kCostAttrName))
-      name = cost.getName().str();
-    else if (auto loc = llvm::dyn_cast<NameLoc>(op.getLoc()))
-      name = loc.getName().str();
-    else
-      name = op.getName().getStringRef().str();
+    // piperun --profile: time each kernel and report it under profileName.
+    auto fused = llvm::dyn_cast<pipe::FusedOp>(op);
+    bool timed = !isStep && ((op.getDialect() && op.getDialect()->getNamespace() == "nn" &&
+                              !llvm::isa<nn::ConstantOp, nn::ReshapeOp, nn::FlattenOp, nn::SqueezeOp,
+                                         nn::UnsqueezeOp>(op)) ||
+                             fused);
+    std::string name = profileName(op);
     std::string started = "started" + std::to_string(counter++);
     if (timed)
       out << "  const double " << started << " = call->timer ? secondsNow() : 0.0;\n";
     if (failed(emitOp(&op, isStep)) || nameError)
       return failure();
+    if (timed && fused) {
+      // One loop computes every op of the group: its time is split evenly
+      // among them (they compute the same number of elements), under their
+      // own names.
+      SmallVector<Operation *> members;
+      for (Operation &member : fused.getBody().front().without_terminator())
+        members.push_back(&member);
+      out << "  if (call->timer) {\n    const double share = (secondsNow() - " << started << ") / "
+          << std::max<size_t>(1, members.size()) << ";\n";
+      for (Operation *member : members)
+        out << "    call->timer(call->timer_user, " << literal(profileName(*member), "node", member) << ", "
+            << phase << ", share);\n";
+      out << "  }\n";
+      continue;
+    }
     if (timed)
       out << "  if (call->timer) call->timer(call->timer_user, "
           << literal(name, "node", &op) << ", "

@@ -393,14 +393,7 @@ DenseElementsAttr tensorToAttr(const Tensor &tensor, RankedTensorType type) {
 FailureOr<uint64_t> dropoutOpId(Operation *op) {
   if (auto seed = op->getAttrOfType<IntegerAttr>("seed"))
     return static_cast<uint64_t>(seed.getInt());
-  std::optional<StringRef> name;
-  op->getLoc()->walk([&](Location location) {
-    if (auto named = llvm::dyn_cast<NameLoc>(location)) {
-      name = named.getName().getValue();
-      return WalkResult::interrupt();
-    }
-    return WalkResult::advance();
-  });
+  const std::optional<StringRef> name = nn::nodeName(op->getLoc());
   if (!name)
     return failure();
   uint64_t hash = 0xcbf29ce484222325ull; // FNV-1a, 64 bits

@@ -128,6 +128,18 @@ std::string pipec::nn::maskedSoftmaxShapeError(ArrayRef<int64_t> input, ArrayRef
   return "";
 }
 
+std::optional<llvm::StringRef> pipec::nn::nodeName(Location location) {
+  std::optional<llvm::StringRef> name;
+  location->walk([&](Location part) {
+    if (auto named = llvm::dyn_cast<NameLoc>(part)) {
+      name = named.getName().getValue();
+      return WalkResult::interrupt();
+    }
+    return WalkResult::advance();
+  });
+  return name;
+}
+
 FailureOr<int64_t> pipec::nn::normalizeAxis(int64_t axis, int64_t rank) {
   if (axis < -rank || axis >= rank)
     return failure();

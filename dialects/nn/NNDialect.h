@@ -47,6 +47,12 @@ void setResultRole(mlir::FunctionOpInterface function, unsigned index, Role role
 /// `nn.role = #nn.role<...>`, for building an attribute dictionary.
 mlir::NamedAttribute roleAttribute(mlir::MLIRContext *context, Role role);
 
+/// The ONNX node an op comes from: the first name in its location, a
+/// NameLoc or one inside a fused location (an op that took over others'
+/// computation lists its own node first: docs/optimization.md); none when
+/// it has none.
+std::optional<llvm::StringRef> nodeName(mlir::Location location);
+
 /// The work of an element-wise unary op (NN_UnaryFloatOp), from the
 /// per-element FLOPs of its function in pipec/vocabulary.h's table.
 OpWork unaryWork(mlir::Operation *op);

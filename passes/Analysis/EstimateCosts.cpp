@@ -92,8 +92,8 @@ FailureOr<llvm::StringMap<MeasuredTimes>> readProfile(const std::string &path, L
 /// The op's name in tables and profiles: its ONNX node name, made unique with
 /// "#k" when one node became several ops.
 std::string baseName(Operation *op) {
-  if (auto name = llvm::dyn_cast<NameLoc>(op->getLoc()))
-    return name.getName().str();
+  if (std::optional<StringRef> name = nn::nodeName(op->getLoc()))
+    return name->str();
   return op->getName().getStringRef().str();
 }
 

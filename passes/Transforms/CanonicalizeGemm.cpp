@@ -74,6 +74,12 @@ struct TransposeIntoGemm : OpRewritePattern<nn::GemmOp> {
     if (!foldA && !foldB)
       return failure();
     rewriter.modifyOpInPlace(gemm, [&] {
+      // A transpose read by nothing else goes away: the GEMM is named after it too.
+      SmallVector<Operation *> absorbed;
+      for (nn::TransposeOp folded : {foldA ? ta : nn::TransposeOp(), foldB ? tb : nn::TransposeOp()})
+        if (folded && folded->hasOneUse())
+          absorbed.push_back(folded);
+      gemm->setLoc(absorbedLocation(gemm.getLoc(), absorbed));
       if (foldA) {
         gemm.getAMutable().assign(ta.getInput());
         gemm.setTransA(!gemm.getTransA());
@@ -128,7 +134,12 @@ template <class Op> struct TransposeIntoBatchedGemm : OpRewritePattern<Op> {
     nn::TransposeOp ta = lastTwoAxesTranspose(op.getA(), op), tb = lastTwoAxesTranspose(op.getB(), op);
     if (!ta && !tb)
       return failure();
-    auto folded = nn::BatchedGemmOp::create(rewriter, op.getLoc(), ta ? ta.getInput() : op.getA(),
+    SmallVector<Operation *> absorbed;
+    for (nn::TransposeOp transpose : {ta, tb})
+      if (transpose && transpose->hasOneUse())
+        absorbed.push_back(transpose);
+    auto folded = nn::BatchedGemmOp::create(rewriter, absorbedLocation(op.getLoc(), absorbed),
+                                            ta ? ta.getInput() : op.getA(),
                                             tb ? tb.getInput() : op.getB(), transA != bool(ta),
                                             transB != bool(tb));
     inheritPlacement(op, folded, /*withCost=*/true);
@@ -147,7 +158,8 @@ struct TransposeOfGemm : OpRewritePattern<nn::TransposeOp> {
     if (!isMatrixTranspose(transpose) || !gemm || gemm.getC() || gemm.getActivation() || !gemm->hasOneUse() ||
         !rankedF32(transpose.getResult()) || !sameStage({transpose, gemm}))
       return failure();
-    auto swapped = nn::GemmOp::create(rewriter, gemm.getLoc(), gemm.getB(), gemm.getA(), Value(),
+    auto swapped = nn::GemmOp::create(rewriter, absorbedLocation(gemm.getLoc(), {transpose}), gemm.getB(),
+                                      gemm.getA(), Value(),
                                       gemm.getAlpha(), gemm.getBeta(), !gemm.getTransB(),
                                       !gemm.getTransA(), /*activation=*/nullptr);
     inheritPlacement(gemm, swapped, /*withCost=*/true);
@@ -203,7 +215,7 @@ struct BiasIntoGemm : OpRewritePattern<nn::AddOp> {
         continue;
       }
       rewriter.setInsertionPoint(add);
-      auto fused = nn::GemmOp::create(rewriter, gemm.getLoc(), gemm.getA(), gemm.getB(), c,
+      auto fused = nn::GemmOp::create(rewriter, absorbedLocation(gemm.getLoc(), {add}), gemm.getA(), gemm.getB(), c,
                                       gemm.getAlpha(), llvm::APFloat(1.0f), gemm.getTransA(),
                                       gemm.getTransB(), /*activation=*/nullptr);
       inheritPlacement(gemm, fused, /*withCost=*/true);

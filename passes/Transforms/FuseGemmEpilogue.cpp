@@ -2,6 +2,7 @@
 // reader of a GEMM's result (directly or through views) becomes the GEMM's
 // epilogue (docs/optimization.md).
 #include "passes/Passes.h"
+#include "passes/Transforms/PatternRewrites.h"
 
 #include "dialects/nn/NNDialect.h"
 #include "dialects/pipe/PipeDialect.h"
@@ -55,7 +56,7 @@ struct FuseGemmEpilogue : impl::FuseGemmEpilogueBase<FuseGemmEpilogue> {
         auto kind = llvm::cast<nn::UnaryElementwiseOpInterface>(activation).getUnaryFunction();
         gemm.setActivationAttr(nn::UnaryFunctionAttr::get(gemm.getContext(), kind));
         // The activation's ONNX node stays named (profiles, --print-locations).
-        gemm->setLoc(FusedLoc::get(gemm.getContext(), {gemm.getLoc(), activation->getLoc()}));
+        gemm->setLoc(absorbedLocation(gemm.getLoc(), {activation}));
         activation->getResult(0).replaceAllUsesWith(activation->getOperand(0));
         activation->erase();
         ++numEpilogues;

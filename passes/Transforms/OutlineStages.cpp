@@ -171,8 +171,7 @@ struct Outliner {
     if (auto cost = op->getAttrOfType<pipe::CostAttr>(pipe::kCostAttrName))
       base = cost.getName().str();
     if (base.empty())
-      if (auto loc = llvm::dyn_cast<NameLoc>(op->getLoc()))
-        base = loc.getName().str();
+      base = nn::nodeName(op->getLoc()).value_or("").str();
     if (base.empty())
       base = op->getName().stripDialect().str();
     if (op->getNumResults() > 1)

@@ -10,6 +10,17 @@
 
 namespace pipec::passes {
 
+/// The location of an op that takes over the computation of `absorbed`
+/// ops: theirs fused with `primary`, so that every ONNX node the op came
+/// from stays named (--print-locations; piperun --profile reports the
+/// others with no time of their own, docs/optimization.md).
+inline mlir::Location absorbedLocation(mlir::Location primary, llvm::ArrayRef<mlir::Operation *> absorbed) {
+  llvm::SmallVector<mlir::Location> locations{primary};
+  for (mlir::Operation *op : absorbed)
+    locations.push_back(op->getLoc());
+  return mlir::FusedLoc::get(primary.getContext(), locations);
+}
+
 /// The plan's annotations a rewritten op inherits: where it runs and in
 /// which phase; the op that takes over `from`'s computation also keeps its
 /// cost (the profile's name for it).

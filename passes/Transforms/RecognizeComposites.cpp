@@ -131,7 +131,7 @@ struct DecomposedLayerNorm : OpRewritePattern<nn::AddOp> {
     if (bias)
       operands.push_back(bias);
     auto norm = nn::LayerNormOp::create(
-        rewriter, root->getLoc(), TypeRange{x.getType(), statistics, statistics}, operands,
+        rewriter, absorbedLocation(root->getLoc(), chain), TypeRange{x.getType(), statistics, statistics}, operands,
         ArrayRef<NamedAttribute>{
             rewriter.getNamedAttr("axis", rewriter.getI64IntegerAttr(axis)),
             rewriter.getNamedAttr("epsilon", rewriter.getF32FloatAttr(*eps))});
@@ -187,8 +187,8 @@ struct DecomposedGelu : OpRewritePattern<nn::MulOp> {
             continue;
           if (!sameStage({root, inner, plus, erf, div}))
             return failure();
-          auto gelu = nn::GeluOp::create(rewriter, root.getLoc(), TypeRange{root.getType()},
-                                         ValueRange{x});
+          auto gelu = nn::GeluOp::create(rewriter, absorbedLocation(root.getLoc(), {inner, plus, erf, div}),
+                                         TypeRange{root.getType()}, ValueRange{x});
           inheritPlacement(root, gelu, /*withCost=*/true);
           rewriter.replaceOp(root, gelu.getResult());
           return success();
@@ -224,11 +224,12 @@ ScaledInput scaledInput(Value scaled, RankedTensorType type, SmallVectorImpl<Ope
   return in;
 }
 
-/// softmax's replacement: nn.masked_softmax of `in` under `mask`.
-void replaceByMaskedSoftmax(nn::SoftmaxOp root, const ScaledInput &in, Value mask, float fill, bool maskedWhen,
-                            PatternRewriter &rewriter) {
+/// softmax's replacement: nn.masked_softmax of `in` under `mask`, named
+/// after every op of `chain`.
+void replaceByMaskedSoftmax(nn::SoftmaxOp root, ArrayRef<Operation *> chain, const ScaledInput &in, Value mask,
+                            float fill, bool maskedWhen, PatternRewriter &rewriter) {
   auto softmax = nn::MaskedSoftmaxOp::create(
-      rewriter, root.getLoc(), TypeRange{root.getType()}, ValueRange{in.x, mask},
+      rewriter, absorbedLocation(root.getLoc(), chain), TypeRange{root.getType()}, ValueRange{in.x, mask},
       ArrayRef<NamedAttribute>{rewriter.getNamedAttr("scale", rewriter.getF32FloatAttr(in.scale)),
                                rewriter.getNamedAttr("divide", rewriter.getBoolAttr(in.divide)),
                                rewriter.getNamedAttr("fill", rewriter.getF32FloatAttr(fill)),
@@ -274,7 +275,7 @@ struct DecomposedMaskedSoftmax : OpRewritePattern<nn::SoftmaxOp> {
     ScaledInput in = scaledInput(scaled, type, chain);
     if (!sameStage(chain))
       return failure();
-    replaceByMaskedSoftmax(root, in, where.getCondition(), *fill, maskedWhen, rewriter);
+    replaceByMaskedSoftmax(root, chain, in, where.getCondition(), *fill, maskedWhen, rewriter);
     return success();
   }
 };
@@ -322,7 +323,7 @@ struct AdditiveMaskedSoftmax : OpRewritePattern<nn::SoftmaxOp> {
       auto mask =
           nn::ConstantOp::create(rewriter, constant.getLoc(), DenseElementsAttr::get(boolType, masked->entries));
       inheritPlacement(root, mask, /*withCost=*/false);
-      replaceByMaskedSoftmax(root, in, mask, masked->fill, /*maskedWhen=*/true, rewriter);
+      replaceByMaskedSoftmax(root, chain, in, mask, masked->fill, /*maskedWhen=*/true, rewriter);
       return success();
     }
     return failure();
