@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <queue>
+#include <random>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -413,13 +414,6 @@ Orders zbH2Order(const Schedule &shape, int n) {
   return search.best.order;
 }
 
-// A local search on the best V order: swap two adjacent computes of a rank
-// and keep the swap when the order then finishes sooner (then with a
-// smaller largest span) within the limit; when no swap helps, move one
-// compute up to 8 places earlier; repeat while that helps, within
-// `evaluations` timings. Swaps of two computes of the same kind and chunk
-// (which only renumber micro-batches) or of one micro-batch are skipped; a
-// change that breaks a dependency does not time and is undone.
 // Whether `order` times within the limit and finishes sooner than
 // bestEval (which it then replaces); an order that cannot execute is not.
 bool timesBetter(const Schedule &shape, int n, double limit, const Orders &order, OrderEval &bestEval) {
@@ -434,37 +428,326 @@ bool timesBetter(const Schedule &shape, int n, double limit, const Orders &order
   }
 }
 
-void improveBySwaps(const Schedule &shape, int n, double limit, Orders &best, OrderEval &bestEval, long evaluations) {
-  auto better = [&] {
+// ------------------------------------------------------------ OrderTimer (Orders.h)
+OrderTimer::OrderTimer(const Schedule &shape, int n)
+    : P(shape.problem), p(shape.problem.stages), n(n), V(shape.virtualStages()), rankOfVs(V),
+      vsAt((size_t)p * P.chunks, 0), start(p), end(p), backwardSum(p), peakOf(p, 0),
+      opEnd((size_t)2 * V * n, kNaN), first(p), savedFirst(p), savedPeak(p) {
+  for (int vs = 0; vs < V; ++vs) {
+    int chunk;
+    shape.locate(vs, rankOfVs[vs], chunk);
+    vsAt[(size_t)rankOfVs[vs] * P.chunks + chunk] = vs;
+  }
+  for (int r = 0; r < p; ++r) {
+    recomputes.push_back(P.recomputes(r));
+    for (int c = 0; c < P.chunks; ++c) {
+      Slot s;
+      for (Op op : {Op::Fwd, Op::BwdInput, Op::BwdWeight, Op::Bwd})
+        s.cost[(int)kindOf(op)] = P.costOf(op, r, c);
+      s.recompute = P.costOf(Op::Recompute, r, c);
+      s.activation = P.activationOf(r, c);
+      s.resting = P.restingActivationOf(r, c);
+      slots.push_back(s);
+    }
+  }
+}
+
+bool OrderTimer::time(const Orders &order) {
+  for (int r = 0; r < p; ++r) {
+    start[r].assign(order[r].size(), 0);
+    end[r].assign(order[r].size(), 0);
+    backwardSum[r].assign(order[r].size() + 1, 0);
+    peakOf[r] = peakMemory(order[r], r);
+    first[r] = 0;
+  }
+  std::fill(opEnd.begin(), opEnd.end(), kNaN);
+  return sweep(order);
+}
+
+bool OrderTimer::retime(const Orders &order, int rank, size_t from) {
+  const double t0 = start[rank][from] - kEps;
+  savedMetrics = metrics;
+  savedStart.clear();
+  savedEnd.clear();
+  savedIds.clear();
+  for (int r = 0; r < p; ++r) {
+    size_t k = (size_t)(std::lower_bound(start[r].begin(), start[r].end(), t0) - start[r].begin());
+    if (r == rank)
+      k = std::min(k, from);
+    first[r] = savedFirst[r] = k;
+    savedPeak[r] = peakOf[r];
+    savedStart.insert(savedStart.end(), start[r].begin() + (long)k, start[r].end());
+    savedEnd.insert(savedEnd.end(), end[r].begin() + (long)k, end[r].end());
+    for (size_t i = k; i < order[r].size(); ++i)
+      if (const long id = dependedOn(order[r][i], r); id >= 0) {
+        savedIds.push_back({id, opEnd[(size_t)id]});
+        opEnd[(size_t)id] = kNaN;
+      }
+  }
+  peakOf[rank] = peakMemory(order[rank], rank);
+  return sweep(order);
+}
+
+void OrderTimer::restore(const Orders &order) {
+  size_t at = 0;
+  for (int r = 0; r < p; ++r) {
+    const size_t len = start[r].size() - savedFirst[r];
+    std::copy_n(savedStart.begin() + (long)at, len, start[r].begin() + (long)savedFirst[r]);
+    std::copy_n(savedEnd.begin() + (long)at, len, end[r].begin() + (long)savedFirst[r]);
+    for (size_t i = savedFirst[r]; i < start[r].size(); ++i) // the sums from the restored ends
+      backwardSum[r][i + 1] = backwardSum[r][i] + (backward(order[r][i].op) ? end[r][i] : 0.0);
+    at += len;
+    peakOf[r] = savedPeak[r];
+  }
+  for (auto it = savedIds.rbegin(); it != savedIds.rend(); ++it)
+    opEnd[(size_t)it->first] = it->second;
+  metrics = savedMetrics;
+}
+
+long OrderTimer::dependedOn(const Instr &in, int rank) const {
+  if (in.op != Op::Fwd && !backward(in.op))
+    return -1;
+  return ((long)(in.op == Op::Fwd ? 0 : 1) * V + vsOf(rank, in.chunk)) * n + in.mb;
+}
+
+double OrderTimer::peakMemory(const std::vector<Instr> &rank, int st) const {
+  double mem = 0, peak = 0;
+  for (const Instr &in : rank) {
+    const double a = slot(st, in.chunk).activation, rest = slot(st, in.chunk).resting;
+    if (in.op == Op::Fwd) {
+      mem += rest;
+    } else if (backward(in.op)) {
+      mem += a - rest; // re-materialized by RECOMPUTE (0 without recompute)
+      peak = std::max(peak, mem);
+      mem -= in.op == Op::Bwd ? a : a * (1 - P.wMemFrac);
+    } else {
+      mem -= a * P.wMemFrac;
+    }
+    peak = std::max(peak, mem);
+  }
+  return peak;
+}
+
+bool OrderTimer::sweep(const Orders &order) {
+  std::vector<size_t> &pc = first;
+  std::vector<double> now(p, 0);
+  for (int r = 0; r < p; ++r)
+    now[r] = pc[r] > 0 ? end[r][pc[r] - 1] : 0.0;
+  const std::vector<size_t> from = pc;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < p; ++r)
+      for (; pc[r] < order[r].size(); ++pc[r]) {
+        const Instr &in = order[r][pc[r]];
+        const int vs = vsOf(r, in.chunk);
+        double ready = now[r];
+        auto need = [&](int kind, int dvs) {
+          const double t = opEnd[((size_t)kind * V + dvs) * n + in.mb];
+          if (std::isnan(t))
+            return false;
+          ready = std::max(ready, t + (rankOfVs[dvs] != r ? P.comm : 0.0));
+          return true;
+        };
+        if (in.op == Op::Fwd) {
+          if (vs > 0 && !need(0, vs - 1))
+            break;
+        } else if (backward(in.op)) {
+          if (!need(0, vs) || (vs + 1 < V && !need(1, vs + 1)))
+            break;
+          if (recomputes[r]) // RECOMPUTE right before, after its F only
+            ready = std::max(ready, std::max(now[r], opEnd[(size_t)vs * n + in.mb]) + slot(r, in.chunk).recompute);
+        } else if (!need(1, vs)) {
+          break;
+        }
+        const double finish = ready + slot(r, in.chunk).cost[kindOf(in.op)];
+        start[r][pc[r]] = ready;
+        end[r][pc[r]] = finish;
+        if (const long id = dependedOn(in, r); id >= 0)
+          opEnd[(size_t)id] = finish;
+        now[r] = finish;
+        progress = true;
+      }
+  }
+  metrics = Metrics{};
+  for (int r = 0; r < p; ++r) {
+    if (pc[r] < order[r].size())
+      return false; // waits for work that never runs: not an executable order
+    for (size_t i = from[r]; i < order[r].size(); ++i)
+      backwardSum[r][i + 1] = backwardSum[r][i] + (backward(order[r][i].op) ? end[r][i] : 0.0);
+    if (order[r].empty())
+      continue;
+    metrics.makespan = std::max(metrics.makespan, end[r].back());
+    // A rank starts with an F (each backward waits for its F on the rank),
+    // so start.front() is its first start with or without recompute.
+    metrics.maxSpan = std::max(metrics.maxSpan, end[r].back() - start[r].front());
+    metrics.peak = std::max(metrics.peak, peakOf[r]);
+    metrics.backwardEnds += backwardSum[r].back();
+  }
+  return true;
+}
+
+// The local search's order of preference: sooner, then the smaller largest
+// span (finishesBetter), then the backwards ending earlier in sum. The last
+// lets the search walk across orders of equal makespan towards ones whose
+// critical backward chains run earlier, where a later change then shortens
+// the makespan (the cool-down of the V with communication cost: docs/schedules.md).
+bool searchPrefers(const OrderTimer::Metrics &a, const OrderTimer::Metrics &b, bool byBackwardEnds) {
+  if (finishesBetter(a.makespan, a.maxSpan, b.makespan, b.maxSpan))
+    return true;
+  if (!byBackwardEnds || finishesBetter(b.makespan, b.maxSpan, a.makespan, a.maxSpan))
+    return false;
+  return a.backwardEnds < b.backwardEnds - kEps * std::max(1.0, std::abs(b.backwardEnds));
+}
+
+// A local search on the best V order: swap two adjacent computes of a rank
+// and keep the swap when the order is then preferred (searchPrefers) within
+// the limit; when no swap helps, move one compute up to 8 places earlier;
+// repeat while that helps, within `evaluations` timings (OrderTimer's,
+// which re-time only what a change can move). Swaps of two computes of the
+// same kind and chunk (which only renumber micro-batches) or of one
+// micro-batch are skipped; a change that breaks a dependency does not time
+// and is undone.
+void improveBySwaps(const Schedule &shape, int n, double limit, Orders &best, OrderEval &bestEval, long evaluations,
+                    bool byBackwardEnds) {
+  OrderTimer timer(shape, n);
+  if (!timer.time(best))
+    return;
+  const Orders start = best;
+  OrderTimer::Metrics current = timer.result();
+  bool changed = false;
+  // Times best after a change of best[rank] from position `from` on; keeps
+  // it when preferred, else the caller undoes the change and restores.
+  auto better = [&](size_t rank, size_t from) {
     --evaluations;
-    return timesBetter(shape, n, limit, best, bestEval);
+    if (timer.retime(best, (int)rank, from) && timer.result().peak <= limit + kEps &&
+        searchPrefers(timer.result(), current, byBackwardEnds)) {
+      current = timer.result();
+      changed = true;
+      return true;
+    }
+    return false;
   };
   constexpr size_t kReach = 8;
   for (bool improved = true; improved && evaluations > 0;) {
     improved = false;
-    for (auto &rank : best)
+    for (size_t r = 0; r < best.size(); ++r) {
+      auto &rank = best[r];
       for (size_t i = rank.size(); i-- > 1 && evaluations > 0;) {
         if ((rank[i - 1].op == rank[i].op && rank[i - 1].chunk == rank[i].chunk) || rank[i - 1].mb == rank[i].mb)
           continue;
         std::swap(rank[i - 1], rank[i]);
-        if (better())
+        if (better(r, i - 1)) {
           improved = true;
-        else
+        } else {
           std::swap(rank[i - 1], rank[i]);
+          timer.restore(best);
+        }
       }
+    }
     if (improved)
       continue;
-    for (auto &rank : best)
+    for (size_t r = 0; r < best.size(); ++r) {
+      auto &rank = best[r];
       for (size_t i = rank.size(); i-- > 2 && evaluations > 0;)
         for (size_t d = 2; d <= kReach && d <= i && evaluations > 0; ++d) {
           const auto at = rank.begin() + (long)i;
           std::rotate(at - (long)d, at, at + 1); // rank[i] to i - d
-          if (better()) {
+          if (better(r, i - d)) {
             improved = true;
             break;
           }
           std::rotate(at - (long)d, at - (long)d + 1, at + 1);
+          timer.restore(best);
         }
+    }
+  }
+  if (!changed)
+    return;
+  // The result as evalOrder times it: kept only when it is within the limit
+  // and no later than the start (the timer times the same way; this makes
+  // sure of it).
+  OrderEval e = bestEval;
+  try {
+    e = evalOrder(shape, n, best);
+  } catch (const ScheduleError &) {
+    best = start;
+    return;
+  }
+  if (e.peak > limit + kEps || finishesBetter(bestEval.makespan, bestEval.maxSpan, e.makespan, e.maxSpan)) {
+    best = start;
+    return;
+  }
+  bestEval = e;
+}
+
+// Both passes of the local search with the budgets zbVOrder gives them.
+void improveBySwapsBothPasses(const Schedule &shape, int n, double limit, Orders &best, OrderEval &bestEval,
+                              long computes) {
+  computes = std::max<long>(1, computes);
+  improveBySwaps(shape, n, limit, best, bestEval, std::min<long>(4000, 2000000 / computes), false);
+  improveBySwaps(shape, n, limit, best, bestEval, std::min<long>(100000, 10000000 / computes), true);
+}
+
+void improveOrder(const Schedule &shape, int n, double limit, Orders &order, int kicks, long evaluationsPerKick) {
+  OrderEval bestEval;
+  try {
+    bestEval = evalOrder(shape, n, order);
+  } catch (const ScheduleError &) {
+    return;
+  }
+  if (bestEval.peak > limit + kEps)
+    return;
+  long computes = 0;
+  for (const auto &rank : order)
+    computes += (long)rank.size();
+  improveBySwapsBothPasses(shape, n, limit, order, bestEval, computes);
+  std::mt19937 rng(20261125); // fixed: the same problem gets the same order
+  Orders current = order;
+  OrderEval currentEval = bestEval;
+  OrderTimer timer(shape, n);
+  for (int kick = 0; kick < kicks; ++kick) {
+    // Four random moves of one compute to any place on its rank, each kept
+    // when the order still executes within the limit.
+    Orders trial = current;
+    int moved = 0;
+    for (int attempt = 0; attempt < 100 && moved < 4; ++attempt) {
+      auto &rank = trial[rng() % trial.size()];
+      if (rank.size() < 2)
+        continue;
+      const size_t from = rng() % rank.size(), to = rng() % rank.size();
+      if (from == to)
+        continue;
+      const Instr moving = rank[from];
+      rank.erase(rank.begin() + (long)from);
+      rank.insert(rank.begin() + (long)to, moving);
+      if (timer.time(trial) && timer.result().peak <= limit + kEps) {
+        ++moved;
+      } else {
+        rank.erase(rank.begin() + (long)to);
+        rank.insert(rank.begin() + (long)from, moving);
+      }
+    }
+    OrderEval trialEval;
+    try {
+      trialEval = evalOrder(shape, n, trial);
+    } catch (const ScheduleError &) {
+      continue; // the timer executed it; evalOrder has the last word
+    }
+    improveBySwaps(shape, n, limit, trial, trialEval, evaluationsPerKick, false);
+    improveBySwaps(shape, n, limit, trial, trialEval, evaluationsPerKick, true);
+    // Sooner replaces the current order, as soon does half of the time (a
+    // walk across orders of the same makespan).
+    const bool sooner =
+        finishesBetter(trialEval.makespan, trialEval.maxSpan, currentEval.makespan, currentEval.maxSpan);
+    const bool later = finishesBetter(currentEval.makespan, currentEval.maxSpan, trialEval.makespan, trialEval.maxSpan);
+    if (sooner || (!later && rng() % 2)) {
+      current = std::move(trial);
+      currentEval = trialEval;
+    }
+    if (finishesBetter(currentEval.makespan, currentEval.maxSpan, bestEval.makespan, bestEval.maxSpan)) {
+      order = current;
+      bestEval = currentEval;
+    }
   }
 }
 
@@ -503,7 +786,11 @@ Orders zbVOrder(const Schedule &shape, int n, double limit) {
   long computes = 0;
   for (const auto &rank : best)
     computes += (long)rank.size();
-  improveBySwaps(shape, n, limit, best, bestEval, std::min<long>(4000, 2000000 / std::max<long>(1, computes)));
+  // First by makespan and span alone (what it was before the tie-break on
+  // the backwards' ends, so no order gets slower), then with the tie-break,
+  // for at most 10^7 / computes timings of OrderTimer (about as long as the
+  // first pass took with evalOrder).
+  improveBySwapsBothPasses(shape, n, limit, best, bestEval, computes);
   return best;
 }
 

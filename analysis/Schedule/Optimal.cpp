@@ -126,6 +126,37 @@ OptimalResult optimalSchedule(const Problem &problemIn, double seconds) {
       // over the memory limit
     }
   }
+  // Then zb-v's local search with random kicks from the incumbent's order
+  // (detail::improveOrder): it finds optima the branching would take long
+  // to reach (p=4, m=8, F=1 B=1.2 W=0.8 c=0.5 at memory 4: 34.2 against
+  // the heuristics' 34.6 and the 34.4 CBC found in 120 s, while the root's
+  // bound is 34.2), and a better first solution prunes more.
+  if (std::isfinite(incumbentSim.makespan)) {
+    detail::Orders orders(p);
+    for (int st = 0; st < p; ++st)
+      for (const Instr &in : incumbent.ranks[st]) {
+        if (in.op == Op::Bwd) { // 1F1B, GPipe: B then W at once
+          orders[st].push_back(detail::mk(Op::BwdInput, in.mb, 0));
+          orders[st].push_back(detail::mk(Op::BwdWeight, in.mb, 0));
+        } else if (in.op == Op::Fwd || in.op == Op::BwdInput || in.op == Op::BwdWeight) {
+          orders[st].push_back(detail::mk(in.op, in.mb, 0));
+        }
+      }
+    Schedule shape;
+    shape.name = "optimal";
+    shape.problem = P;
+    shape.splitBackward = true;
+    detail::improveOrder(shape, m, P.memoryLimit > 0 ? P.memoryLimit : std::numeric_limits<double>::infinity(),
+                         orders, 30, 2000);
+    try {
+      Schedule s = detail::scheduleFromStageOrders("optimal", P, orders);
+      SimResult sim = simulate(s);
+      if (sim.makespan < incumbentSim.makespan - 1e-9)
+        incumbent = std::move(s), incumbentSim = std::move(sim);
+    } catch (const ScheduleError &) {
+      // not faster after all, or over the limit: keep the heuristic's
+    }
+  }
   double upper = 0;
   for (int st = 0; st < p; ++st)
     upper += duration(st, F) + duration(st, B) + duration(st, W);

@@ -8,6 +8,7 @@
 #include "analysis/Schedule/Schedule.h"
 
 #include <limits>
+#include <utility>
 #include <vector>
 
 namespace pipec::schedule::detail {
@@ -73,11 +74,94 @@ Orders pipedreamOrder(const Schedule &s);
 // default of auto and zb-v).
 double limitOr1F1BPeak(const Problem &P);
 
+// Times a compute order of one pipeline exactly as zb-v times its candidates
+// (withRecompute, then timeOrder with asynchronous sends; peak memory as the
+// simulator counts it) and keeps the times, so that after a change of one rank's order from
+// position k on only the work that started at or after the old start t0 of
+// position k is re-timed: work that started before t0 depends only on work
+// that ended before it, all of it in the unchanged prefixes, and keeps its
+// times. A rejected change is undone by restore(). zbVOrder's local search
+// times its candidates with it and checks its result the usual way.
+class OrderTimer {
+public:
+  struct Metrics {
+    double makespan = 0, maxSpan = 0, peak = 0;
+    double backwardEnds = 0; // sum of the end times of every B (and fused backward)
+  };
+
+  OrderTimer(const Schedule &shape, int n);
+
+  // Times `order` from scratch; false when it cannot execute.
+  bool time(const Orders &order);
+
+  // Re-times after order[rank] changed at positions >= from only (a
+  // permutation of them); false when the order cannot execute. After a
+  // rejected change the caller undoes it and calls restore().
+  bool retime(const Orders &order, int rank, size_t from);
+
+  // Undoes the last retime; `order` is the order before the change (the
+  // caller has undone it).
+  void restore(const Orders &order);
+
+  const Metrics &result() const { return metrics; }
+
+private:
+  // What the timer needs of one (rank, chunk): costs by kindOf, memory.
+  struct Slot {
+    double cost[4] = {0, 0, 0, 0};
+    double recompute = 0, activation = 0, resting = 0;
+  };
+  enum Kind { kForward, kBackwardInput, kWeight, kFusedBackward };
+  static Kind kindOf(Op op) {
+    return op == Op::Fwd         ? kForward
+           : op == Op::BwdInput  ? kBackwardInput
+           : op == Op::BwdWeight ? kWeight
+                                 : kFusedBackward;
+  }
+  const Slot &slot(int rank, int chunk) const { return slots[(size_t)rank * P.chunks + chunk]; }
+  static bool backward(Op op) { return op == Op::BwdInput || op == Op::Bwd; }
+  int vsOf(int rank, int chunk) const { return vsAt[(size_t)rank * P.chunks + chunk]; }
+  // Index of an F or backward in opEnd (the work others wait for), else -1.
+  long dependedOn(const Instr &in, int rank) const;
+  double peakMemory(const std::vector<Instr> &rank, int st) const;
+
+  // Times every rank from position first[r] on, as timeOrder does.
+  bool sweep(const Orders &order);
+
+  const Problem &P;
+  const int p, n, V;
+  std::vector<int> rankOfVs, vsAt; // rank of a virtual stage; virtual stage of (rank, chunk)
+  std::vector<Slot> slots;         // per (rank, chunk)
+  std::vector<char> recomputes;    // per rank
+  // Per rank and position: start and end of the work itself (a recomputed
+  // backward's start is after its RECOMPUTE: what it waits for has ended
+  // by then, which is what retime's rule needs).
+  std::vector<std::vector<double>> start, end;
+  std::vector<std::vector<double>> backwardSum; // per rank: sum of the backwards' ends before each position
+  std::vector<double> peakOf;                  // per rank
+  std::vector<double> opEnd;                   // F and backward ends by (kind, virtual stage, mb)
+  std::vector<size_t> first;                   // per rank: the first position the sweep times
+  Metrics metrics;
+  // What retime() changed, for restore().
+  std::vector<size_t> savedFirst;
+  std::vector<double> savedStart, savedEnd, savedPeak;
+  std::vector<std::pair<long, double>> savedIds;
+  Metrics savedMetrics;
+};
+
 // One pipeline's order per stage position over n local micro-batches, from
 // the list scheduler with `shape`'s problem.
 Orders autoOrder(const Schedule &shape, int n, double limit);
 Orders zbH2Order(const Schedule &shape, int n);
 Orders zbVOrder(const Schedule &shape, int n, double limit);
+
+// zbVOrder's local search on `order` (one pipeline of `shape`, n local
+// micro-batches, peak within `limit`), then `kicks` rounds of an iterated
+// local search: four random moves of the current order, the local search
+// again with `evaluationsPerKick` timings per pass, the result kept when
+// sooner (when as soon, half of the time). `order` becomes the best found;
+// deterministic. The exact mode's first solution (Optimal.cpp).
+void improveOrder(const Schedule &shape, int n, double limit, Orders &order, int kicks, long evaluationsPerKick);
 
 // ------------------------------------------------------------ VHeuristic.cpp
 // The zero-bubble papers' V orders for one V pipeline (P's stages, costs and
@@ -89,5 +173,13 @@ Orders zbVOrder(const Schedule &shape, int n, double limit);
 // once timed or, for the patterns, not execute at all.
 inline constexpr size_t kVPatternOrders = 6;
 std::vector<Orders> paperVOrders(const Problem &P, int n, const std::vector<double> &memBudgets);
+
+// A lower bound on the makespan of any V schedule (two chunks, VShape) of P
+// under P.memoryLimit (none when <= 0), from its turning rank p-1: its
+// warm-up idles until a round trip returns the first gradient, and its
+// memory bounds the W's that can fill the cool-down (VHeuristic.cpp,
+// docs/schedules.md). For uniform costs and activations without recompute
+// or replicas; 0 (no bound) otherwise.
+double vTurningRankBound(const Problem &P);
 
 } // namespace pipec::schedule::detail

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <deque>
 #include <tuple>
 #include <vector>
@@ -546,6 +547,39 @@ std::vector<Orders> paperVOrders(const Problem &P, int n, const std::vector<doub
       out.push_back(squeezedPatternOrder(P.stages, n, offsets, lane0WsFirst));
   }
   return out;
+}
+
+// ------------------------------------------------------------ the turning rank's bound
+// Rank p-1 runs chunk 0's last and chunk 1's first virtual stage, so it
+// holds both chunks of each micro-batch it admits. Its first input arrives
+// after a0 = (p-1)(f+c) (f, b, w: a chunk's F, B, W); its first B's input
+// arrives no earlier than a round trip RT = (p-1)(f+b+2c) after its first
+// chunk-1 F ends, at a0 + 2f + RT, and until then it can only run the
+// forwards its memory holds (K chunks: K f of work), so it idles at least
+// (2f + RT - K f)+ more. After its last chunk-0 B only W's are left on it,
+// at most as many as its memory holds (each still holds w_mem_frac of a
+// chunk), while that B's gradient still crosses (p-1) ranks (c + b each)
+// and rank 0 then runs its W (w): the rank idles at the end whatever of
+// E = (p-1)(c+b) + w those W's do not fill. The bound is a0 plus both idles
+// plus the rank's work m(F+B+W); with neither idle it is the plain V bound
+// (p-1)(F/2+c) + m(F+B+W).
+double vTurningRankBound(const Problem &P) {
+  if (P.chunks != 2 || P.costF.size() != 1 || P.costB.size() != 1 || P.costW.size() != 1 ||
+      P.activation.size() != 1 || !P.recompute.empty() || P.numRanks() != P.stages)
+    return 0;
+  const int p = P.stages, m = P.microbatches;
+  const double f = P.costOf(Op::Fwd, 0, 0), b = P.costOf(Op::BwdInput, 0, 0), w = P.costOf(Op::BwdWeight, 0, 0);
+  const double a = P.activationOf(0, 0), c = P.comm;
+  // Chunks the rank can hold: of forwards before any W, of pending W's after.
+  auto held = [&](double perChunk) {
+    if (P.memoryLimit <= 0 || perChunk <= 0)
+      return 2.0 * m;
+    return std::min(2.0 * m, std::floor(P.memoryLimit / perChunk + kEps));
+  };
+  const double a0 = (p - 1) * (f + c), roundTrip = (p - 1) * (f + b + 2 * c);
+  const double warmUpIdle = std::max(0.0, 2 * f + roundTrip - held(a) * f);
+  const double coolDownIdle = std::max(0.0, (p - 1) * (c + b) + w - held(a * P.wMemFrac) * w);
+  return a0 + warmUpIdle + m * 2 * (f + b + w) + coolDownIdle;
 }
 
 } // namespace pipec::schedule::detail
