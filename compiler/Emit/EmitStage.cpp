@@ -237,7 +237,8 @@ LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
     // reported too, with no time of their own: it is in the op's.
     if (auto fused = llvm::dyn_cast<FusedLoc>(op.getLoc()); timed && fused)
       for (Location part : fused.getLocations())
-        if (auto named = llvm::dyn_cast<NameLoc>(part); named && named.getName().getValue() != name)
+        if (auto named = llvm::dyn_cast<NameLoc>(part);
+            named && named.getName().getValue() != nn::nodeName(op.getLoc()).value_or(name))
           out << "  if (call->timer) call->timer(call->timer_user, "
               << literal(named.getName().getValue(), "node", &op) << ", " << phase << ", 0.0);\n";
   }

@@ -80,6 +80,7 @@ thread_local BlasHandles blasHandles;
 struct BlasLtContexts {
   cublasLtHandle_t handles[kMaxDevices] = {};
   void *workspaces[kMaxDevices] = {};
+  cudaStream_t streams[kMaxDevices] = {}; // of the workspace's last use
   ~BlasLtContexts() {
     for (int d = 0; d < kMaxDevices; ++d) { // may fail when the driver is already gone at exit: ignored
       if (workspaces[d]) cudaFree(workspaces[d]);
@@ -149,6 +150,10 @@ BlasLt blasLt() {
   if (!handle) checkBlas(cublasLtCreate(&handle), "cuBLASLt");
   void *&workspace = blasLtContexts.workspaces[device];
   if (!workspace) check(cudaMalloc(&workspace, kBlasLtWorkspaceBytes), "cuBLASLt workspace");
+  // As kernel scratch (scratch below): another stream's GEMM may still use it.
+  cudaStream_t &lastStream = blasLtContexts.streams[device];
+  if (lastStream != currentStream) check(cudaStreamSynchronize(lastStream), "cuBLASLt workspace");
+  lastStream = currentStream;
   return {handle, workspace};
 }
 
@@ -158,11 +163,12 @@ void *scratch(int slot, size_t bytes) {
   void *&pointer = scratchSlots.pointers[device][slot];
   size_t &size = scratchSlots.bytes[device][slot];
   cudaStream_t &lastStream = scratchSlots.streams[device][slot];
+  // Used last on another stream (a thread that switches streams): its
+  // kernels there may still read the slot, so they finish first, whether it
+  // is reused or freed. The stream must still exist (cuda_kernels.h).
+  if (pointer && lastStream != currentStream) check(cudaStreamSynchronize(lastStream), "kernel scratch");
   if (bytes > size) {
     if (pointer) {
-      // Stream-ordered on the stream that used it last: freed after its
-      // kernels, whichever stream asks now.
-      if (lastStream != currentStream) check(cudaStreamSynchronize(lastStream), "kernel scratch");
       check(cudaFreeAsync(pointer, currentStream), "kernel scratch");
       pointer = nullptr;
       size = 0;

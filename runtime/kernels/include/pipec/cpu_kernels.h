@@ -299,7 +299,7 @@ template <class T> void expand(const T *x, const Shape &xs, T *y, const Shape &y
 // Gradient helpers and optimizers
 //===----------------------------------------------------------------------===//
 
-/// nn.unary_grad: dx = dy * f'(x) for `op` (Relu: 1 where x > 0; Tanh:
+/// nn.unary_grad: dx = dy * f'(x) for `op` (Relu: 1 where y > 0; Tanh:
 /// 1 - y²; Sigmoid: y(1 - y); Erf: 2/√π·exp(-x²); Sqrt: 1/(2y); Gelu:
 /// Φ(x) + x·φ(x); GeluTanh: the tanh approximation's derivative). x is the
 /// forward input, y the forward result; each kind reads the one it needs

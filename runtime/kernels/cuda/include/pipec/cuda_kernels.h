@@ -66,7 +66,11 @@ enum class Precision { F32, TF32, BF16 };
 
 /// Binds `stream` (a cudaStream_t; nullptr is the legacy default stream) and
 /// the GEMM precision for the kernels this thread launches until the scope
-/// ends; scopes nest. Generated entry points open one per call.
+/// ends; scopes nest. Generated entry points open one per call. A thread's
+/// kernel scratch and cuBLASLt workspace are shared by its streams: when a
+/// thread moves to another stream, the kernels first wait for the previous
+/// stream (synchronizing it), so a stream a thread used must not be
+/// destroyed while the thread may still launch kernels.
 class StreamScope {
 public:
   StreamScope(void *stream, Precision precision);
@@ -366,7 +370,7 @@ template <class T> void expand(const T *x, const Shape &xs, T *y, const Shape &y
 // Gradient helpers and optimizers
 //===----------------------------------------------------------------------===//
 
-/// nn.unary_grad: dx = dy * f'(x) for `op` (Relu: 1 where x > 0; Tanh:
+/// nn.unary_grad: dx = dy * f'(x) for `op` (Relu: 1 where y > 0; Tanh:
 /// 1 - y²; Sigmoid: y(1 - y); Erf: 2/√π·exp(-x²); Sqrt: 1/(2y); Gelu:
 /// Φ(x) + x·φ(x); GeluTanh: the tanh approximation's derivative). x is the
 /// forward input, y the forward result; each kind reads the one it needs
