@@ -86,7 +86,7 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
                    ", " + operand(1) + ")";
     } else if (auto grad = llvm::dyn_cast<nn::UnaryGradOp>(op)) {
       // Only the forward value the derivative reads is loaded.
-      bool readsInput = unaryFunction(grad.getKind()).derivativeReads == ForwardValue::Input;
+      bool readsInput = derivativeReadsInput(grad.getKind());
       // (The op's second operand is x or y, whichever the kind reads.)
       expression = std::string("pipec::kernels::unaryGradient<pipec::kernels::Unary::") +
                    unaryFunction(grad.getKind()).enumerator + ">(" + operand(0) + ", " +

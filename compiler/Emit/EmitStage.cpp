@@ -218,13 +218,11 @@ LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
       // One loop computes every op of the group: its time is split evenly
       // among them (they compute the same number of elements), under their
       // own names.
-      SmallVector<Operation *> members;
-      for (Operation &member : fused.getBody().front().without_terminator())
-        members.push_back(&member);
+      auto members = fused.getBody().front().without_terminator();
       out << "  if (call->timer) {\n    const double share = (secondsNow() - " << started << ") / "
-          << std::max<size_t>(1, members.size()) << ";\n";
-      for (Operation *member : members)
-        out << "    call->timer(call->timer_user, " << literal(profileName(*member), "node", member) << ", "
+          << std::max<size_t>(1, llvm::range_size(members)) << ";\n";
+      for (Operation &member : members)
+        out << "    call->timer(call->timer_user, " << literal(profileName(member), "node", &member) << ", "
             << phase << ", share);\n";
       out << "  }\n";
       continue;
@@ -233,14 +231,15 @@ LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
       out << "  if (call->timer) call->timer(call->timer_user, "
           << literal(name, "node", &op) << ", "
           << phase << ", secondsNow() - " << started << ");\n";
-    // The other ONNX nodes an op was fused from (a GEMM's epilogue) are
-    // reported too, with no time of their own: it is in the op's.
-    if (auto fused = llvm::dyn_cast<FusedLoc>(op.getLoc()); timed && fused)
-      for (Location part : fused.getLocations())
-        if (auto named = llvm::dyn_cast<NameLoc>(part);
-            named && named.getName().getValue() != nn::nodeName(op.getLoc()).value_or(name))
+    // The other ONNX nodes the op absorbed (absorbedLocation) are reported
+    // too, with no time of their own: it is in the op's.
+    if (auto absorbed = llvm::dyn_cast<FusedLoc>(op.getLoc()); timed && absorbed) {
+      const StringRef own = nn::nodeName(op.getLoc()).value_or(name);
+      for (Location part : absorbed.getLocations())
+        if (auto named = llvm::dyn_cast<NameLoc>(part); named && named.getName().getValue() != own)
           out << "  if (call->timer) call->timer(call->timer_user, "
               << literal(named.getName().getValue(), "node", &op) << ", " << phase << ", 0.0);\n";
+    }
   }
   return success();
 }

@@ -167,7 +167,7 @@ Tensor cast(const Tensor &input, ElementKind to) {
 Tensor unaryGrad(UnaryOp op, const Tensor &dy, const Tensor &forward) {
   requireFloating(dy, "dy");
   requireSameShape(dy, forward, "dy and the forward value differ");
-  const bool readsInput = pipec::unaryFunction(op).derivativeReads == pipec::ForwardValue::Input;
+  const bool readsInput = pipec::derivativeReadsInput(op);
   Tensor out = zeros(dy.kind, dy.shape);
   for (size_t i = 0; i < dy.floats.size(); ++i) {
     // Only the one the kind reads is meaningful.

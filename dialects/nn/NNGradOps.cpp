@@ -90,7 +90,7 @@ LogicalResult BinaryGradOp::inferReturnTypes(MLIRContext *, std::optional<Locati
 LogicalResult UnaryGradOp::verify() {
   // Exactly the forward value the derivative reads: the other one would be
   // kept alive (saved for the backward) for nothing.
-  const bool readsInput = unaryFunction(getKind()).derivativeReads == ForwardValue::Input;
+  const bool readsInput = derivativeReadsInput(getKind());
   Value read = readsInput ? getX() : getY(), unread = readsInput ? getY() : getX();
   const char *readName = readsInput ? "x" : "y", *unreadName = readsInput ? "y" : "x";
   if (!read)

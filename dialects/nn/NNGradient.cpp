@@ -60,7 +60,7 @@ Value GradientBuilder::transposeLastTwo(Value value) {
 Value GradientBuilder::unaryGradient(Operation *op, Value dy) {
   Unary kind = llvm::cast<UnaryElementwiseOpInterface>(op).getUnaryFunction();
   // Only the forward value the derivative reads, so only that one is saved.
-  const bool readsInput = unaryFunction(kind).derivativeReads == ForwardValue::Input;
+  const bool readsInput = derivativeReadsInput(kind);
   return UnaryGradOp::create(b, loc, dy.getType(), dy, readsInput ? op->getOperand(0) : Value(),
                              readsInput ? Value() : op->getResult(0), kind);
 }

@@ -29,7 +29,7 @@ TEST(Gradients, UnaryGradEveryKind) {
       pk::unary(op, in.data(), 40, out.data());
     }, dx, 1e-3f, 2e-3, 1e-2, name);
     // It reads only the forward value the table names; the other may be null.
-    const bool readsInput = pipec::kUnaryFunctions[k].derivativeReads == pipec::ForwardValue::Input;
+    const bool readsInput = pipec::derivativeReadsInput(op);
     pk::unaryGrad(op, dy.data(), readsInput ? x.data() : nullptr, readsInput ? nullptr : y.data(), 40,
                   only.data());
     EXPECT_EQ(only, dx) << name;

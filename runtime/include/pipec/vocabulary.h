@@ -173,6 +173,10 @@ inline constexpr UnaryFunction kUnaryFunctions[] = {
 inline constexpr int kNumUnaryFunctions = int(sizeof(kUnaryFunctions) / sizeof(kUnaryFunctions[0]));
 
 inline const UnaryFunction &unaryFunction(Unary u) { return kUnaryFunctions[int(u)]; }
+/// Whether u's derivative reads the forward input x (else the result y).
+inline constexpr bool derivativeReadsInput(Unary u) {
+  return kUnaryFunctions[int(u)].derivativeReads == ForwardValue::Input;
+}
 inline const char *unaryName(Unary u) { return unaryFunction(u).spelling; }
 inline bool parseUnary(std::string_view text, Unary &u) {
   for (int i = 0; i < kNumUnaryFunctions; ++i)

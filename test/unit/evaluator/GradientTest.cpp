@@ -226,9 +226,8 @@ std::vector<GradCase> elementwiseCases(std::mt19937_64 &rng) {
     cases.push_back({unaryOp.op, unaryOp.variant, {x},
                      [kind](const Tensors &in) { return Tensors{unary(kind, in[0])}; }, {0},
                      [kind](const Tensors &in, const Tensors &dy) {
-                       bool readsInput = pipec::unaryFunction(kind).derivativeReads ==
-                                         pipec::ForwardValue::Input;
-                       return Tensors{unaryGrad(kind, dy[0], readsInput ? in[0] : unary(kind, in[0]))};
+                       return Tensors{
+                           unaryGrad(kind, dy[0], pipec::derivativeReadsInput(kind) ? in[0] : unary(kind, in[0]))};
                      }});
   }
 

@@ -98,13 +98,13 @@ template <class F> auto dispatchUnary(Unary op, F &&f) {
 
 /// Whether function U's derivative reads the forward input x (else the result y).
 template <Unary U> constexpr bool derivativeReadsInput() {
-  return kUnaryFunctions[int(U)].derivativeReads == ForwardValue::Input;
+  return pipec::derivativeReadsInput(U);
 }
 
 /// Refuses a missing forward value the function's derivative reads (null x
 /// or y); the message names the one it needs.
 inline const char *missingForwardValue(Unary op, const float *x, const float *y) {
-  const bool readsInput = unaryFunction(op).derivativeReads == ForwardValue::Input;
+  const bool readsInput = pipec::derivativeReadsInput(op);
   if (readsInput ? x == nullptr : y == nullptr)
     return readsInput ? "this kind needs the forward input x" : "this kind needs the forward result y";
   return nullptr;
