@@ -144,16 +144,22 @@ cublasHandle_t blas() {
   return handle;
 }
 
+/// Before a thread's own device buffer (a scratch slot, the cuBLASLt
+/// workspace) is used on the scope's stream: if the thread used it last on
+/// another stream, that stream's kernels may still read it, so they finish
+/// first. That stream must still exist (cuda_kernels.h, StreamScope).
+static void waitForStreamThatUsed(cudaStream_t &lastStream, const char *what) {
+  if (lastStream != currentStream) check(cudaStreamSynchronize(lastStream), what);
+  lastStream = currentStream;
+}
+
 BlasLt blasLt() {
   const int device = currentDevice("cuBLASLt");
   cublasLtHandle_t &handle = blasLtContexts.handles[device];
   if (!handle) checkBlas(cublasLtCreate(&handle), "cuBLASLt");
   void *&workspace = blasLtContexts.workspaces[device];
   if (!workspace) check(cudaMalloc(&workspace, kBlasLtWorkspaceBytes), "cuBLASLt workspace");
-  // As kernel scratch (scratch below): another stream's GEMM may still use it.
-  cudaStream_t &lastStream = blasLtContexts.streams[device];
-  if (lastStream != currentStream) check(cudaStreamSynchronize(lastStream), "cuBLASLt workspace");
-  lastStream = currentStream;
+  waitForStreamThatUsed(blasLtContexts.streams[device], "cuBLASLt workspace");
   return {handle, workspace};
 }
 
@@ -163,10 +169,7 @@ void *scratch(int slot, size_t bytes) {
   void *&pointer = scratchSlots.pointers[device][slot];
   size_t &size = scratchSlots.bytes[device][slot];
   cudaStream_t &lastStream = scratchSlots.streams[device][slot];
-  // Used last on another stream (a thread that switches streams): its
-  // kernels there may still read the slot, so they finish first, whether it
-  // is reused or freed. The stream must still exist (cuda_kernels.h).
-  if (pointer && lastStream != currentStream) check(cudaStreamSynchronize(lastStream), "kernel scratch");
+  if (pointer) waitForStreamThatUsed(lastStream, "kernel scratch"); // before reuse or freeing
   if (bytes > size) {
     if (pointer) {
       check(cudaFreeAsync(pointer, currentStream), "kernel scratch");
