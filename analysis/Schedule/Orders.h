@@ -168,10 +168,11 @@ void improveOrder(const Schedule &shape, int n, double limit, Orders &order, int
 // activations; n local micro-batches), per rank: ZB-V's greedy with each
 // memory budget (units; the fill and approved-bubble variants of its search),
 // then the V-Half and V-Min patterns, each as is and squeezed (its W's
-// filled oldest first or, as the paper's generator does, lane 0 first): the
-// last kVPatternOrders. Unchecked candidates: an order may exceed a budget
-// once timed or, for the patterns, not execute at all.
-inline constexpr size_t kVPatternOrders = 6;
+// filled oldest first or, as the paper's generator does, lane 0 first), and
+// ZB-V's fixed pattern (the paper's figure): the last kVPatternOrders.
+// Unchecked candidates: an order may exceed a budget once timed or, for the
+// patterns, not execute at all.
+inline constexpr size_t kVPatternOrders = 7;
 std::vector<Orders> paperVOrders(const Problem &P, int n, const std::vector<double> &memBudgets);
 
 // A lower bound on the makespan of any V schedule (two chunks, VShape) of P

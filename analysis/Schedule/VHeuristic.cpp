@@ -3,7 +3,8 @@
 // al., "Zero Bubble Pipeline Parallelism", ICLR 2024) and the repeating
 // V-Half and V-Min patterns of "Pipeline Parallelism with Controllable
 // Memory" (Qi et al. 2024), as is and squeezed the way that paper turns a
-// pattern into a schedule. They are candidates for zb-v: zbVOrder
+// pattern into a schedule, and the V's fixed pattern as the first paper
+// draws it. They are candidates for zb-v: zbVOrder
 // (ListScheduler.cpp) times each one, drops those over the memory limit and
 // keeps the best (docs/schedules.md, "zb-v").
 #include "analysis/Schedule/Orders.h"
@@ -533,6 +534,68 @@ Orders squeezedPatternOrder(int p, int n, Offsets (*offsets)(int, int), bool lan
   return order;
 }
 
+// ------------------------------------------------------------ ZB-V's fixed pattern
+// The V as the zero-bubble paper draws it for F = B = W (its ZB-V figure),
+// a fixed order per rank r, written for at least 2p-1 micro-batches:
+//  * warm-up: 2(p-r)-1 chunk-0 forwards, then r times a chunk-1 and a
+//    chunk-0 forward, then p-r times a chunk-1 F, B and W;
+//  * steady state: per step a chunk-0 F (while any is left), B and W, then
+//    a chunk-1 F, B and W, until both chunks have run every forward;
+//  * cool-down: r times a chunk-0 B and a chunk-1 B, then p-r times a
+//    chunk-0 B and the oldest chunk-0 W, then the chunk-1 W's left and the
+//    chunk-0 W's left.
+// Its W's run right after their B's in the steady state, where the greedy
+// runs W's only in waits. Its peak is 2p chunk activations, 1F1B's memory
+// p; there it was ahead of zb-v's other candidates in 17 cells of the
+// benchmark grid (the 6.2B profile, and F=1 B=1.2 W=0.8 c=0.05 at p >= 8).
+// With fewer than 2p-1 micro-batches the missing micro-batches' work is
+// left out and the rest keeps its order.
+Orders fixedVOrder(int p, int n) {
+  const int laidOut = std::max(2 * p - 1, n);
+  Orders order(p);
+  for (int r = 0; r < p; ++r) {
+    std::vector<Instr> &out = order[r];
+    int next[3][2] = {{0, 0}, {0, 0}, {0, 0}}; // next micro-batch per kind and model chunk
+    auto put = [&](Kind kind, int chunk) {
+      const int mb = next[kind][chunk]++;
+      if (mb < n)
+        out.push_back(mk(opOf(kind), mb, chunk));
+    };
+    auto forwardBackwardWeight = [&](int chunk) {
+      put(kF, chunk);
+      put(kB, chunk);
+      put(kW, chunk);
+    };
+    for (int i = 0; i < 2 * (p - r) - 1; ++i)
+      put(kF, 0);
+    for (int i = 0; i < r; ++i) {
+      put(kF, 1);
+      put(kF, 0);
+    }
+    for (int i = 0; i < p - r; ++i)
+      forwardBackwardWeight(1);
+    while (next[kF][1] < next[kF][0] || next[kF][0] < laidOut) {
+      if (next[kF][0] < laidOut)
+        put(kF, 0);
+      put(kB, 0);
+      put(kW, 0);
+      forwardBackwardWeight(1);
+    }
+    for (int i = 0; i < r; ++i) {
+      put(kB, 0);
+      put(kB, 1);
+    }
+    for (int i = 0; i < p - r; ++i) {
+      put(kB, 0);
+      put(kW, 0);
+    }
+    for (int chunk : {1, 0})
+      while (next[kW][chunk] < next[kB][chunk])
+        put(kW, chunk);
+  }
+  return order;
+}
+
 } // namespace
 
 std::vector<Orders> paperVOrders(const Problem &P, int n, const std::vector<double> &memBudgets) {
@@ -546,6 +609,7 @@ std::vector<Orders> paperVOrders(const Problem &P, int n, const std::vector<doub
     for (bool lane0WsFirst : {false, true})
       out.push_back(squeezedPatternOrder(P.stages, n, offsets, lane0WsFirst));
   }
+  out.push_back(fixedVOrder(P.stages, n));
   return out;
 }
 
