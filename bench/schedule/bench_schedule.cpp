@@ -1,18 +1,24 @@
 // Schedule benchmark: generation (+validation) and simulation time for large
 // pipelines, and the automatic search against ZB-H1/ZB-H2 on a grid of costs;
 // `--grid [--json]`: the best schedule under each memory limit on issue 15's
-// grid, with its ratio to the winning family's lower bound.
+// grid, with its ratio to the winning family's lower bound; `--time-orders`:
+// times compute orders given on stdin with pipec's lowering, validator and
+// simulator (how orders of other generators are compared with pipec's,
+// docs/schedules.md).
 // Prints tables; built with the tests, never run by ctest.
 #include "analysis/Schedule/Schedule.h"
-// vTurningRankBound, the V's bound from its turning rank.
+// vTurningRankBound, the V's bound from its turning rank; lower() and mk()
+// for --time-orders.
 #include "analysis/Schedule/Orders.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <limits>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -156,10 +162,89 @@ int runGrid(bool json) {
   return 0;
 }
 
+/// `bench_schedule --time-orders`: per block on stdin
+///   CELL <id> <p> <m> <F> <B> <W> <C> <chunks 1|2>
+///   R <op><chunk>:<mb> ...      (one line per rank: op F, B or W; model chunk)
+///   END
+/// the order is lowered as pipec lowers its own (the optimizer step appended;
+/// two chunks in the V placement, one chunk as ZB-H1's shape), validated and
+/// simulated with no memory limit; prints `<id> <makespan> <peak memory>
+/// <valid 1|0>`, makespan and peak `inf` when the order cannot run. The
+/// caller compares the peak with its limit.
+int runTimeOrders() {
+  std::string token;
+  while (std::cin >> token) {
+    if (token != "CELL") {
+      std::fprintf(stderr, "time-orders: expected CELL, got '%s'\n", token.c_str());
+      return 2;
+    }
+    std::string id, line;
+    int p = 0, m = 0, chunks = 1;
+    double f = 0, b = 0, w = 0, c = 0;
+    std::cin >> id >> p >> m >> f >> b >> w >> c >> chunks;
+    std::getline(std::cin, line);
+    if (!std::cin || p < 1 || m < 1 || (chunks != 1 && chunks != 2)) {
+      std::fprintf(stderr, "time-orders: bad CELL line for '%s'\n", id.c_str());
+      return 2;
+    }
+    pipec::schedule::detail::Orders orders(p);
+    bool parsed = true;
+    for (int r = 0; r < p; ++r) {
+      std::getline(std::cin, line);
+      std::istringstream in(line);
+      std::string item;
+      in >> item; // R
+      while (in >> item) {
+        const size_t colon = item.find(':');
+        const char kind = item[0];
+        if (colon == std::string::npos || colon < 2 || (kind != 'F' && kind != 'B' && kind != 'W')) {
+          parsed = false;
+          break;
+        }
+        const Op op = kind == 'F' ? Op::Fwd : kind == 'B' ? Op::BwdInput : Op::BwdWeight;
+        try {
+          orders[r].push_back(pipec::schedule::detail::mk(op, std::stoi(item.substr(colon + 1)),
+                                                          std::stoi(item.substr(1, colon - 1))));
+        } catch (const std::exception &) {
+          parsed = false;
+          break;
+        }
+      }
+      orders[r].push_back(pipec::schedule::detail::mk(Op::Step));
+    }
+    std::getline(std::cin, line); // END
+    Schedule s;
+    s.name = chunks == 2 ? "zb-v" : "zb-h1";
+    s.problem = problem(p, m, f, b, w, c);
+    s.problem.chunks = chunks;
+    s.placement = chunks == 2 ? Placement::VShape : Placement::Interleaved;
+    s.splitBackward = true;
+    bool ok = parsed;
+    SimResult r;
+    try {
+      if (ok) {
+        pipec::schedule::detail::lower(s, orders);
+        ok = validate(s).ok();
+      }
+      if (ok)
+        r = simulate(s);
+    } catch (const std::exception &) { // ScheduleError, or a number out of range
+      ok = false;
+    }
+    if (ok)
+      std::printf("%s %.10g %.10g 1\n", id.c_str(), r.makespan, r.maxPeakMemory);
+    else
+      std::printf("%s inf inf 0\n", id.c_str());
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "--grid")
     return runGrid(argc > 2 && std::string(argv[2]) == "--json");
+  if (mode == "--time-orders")
+    return runTimeOrders();
   const bool quick = mode == "--quick";
   std::printf("== generation (incl. validation) and simulation time, uniform costs F=B=W=1 ==\n");
   std::printf("%-12s %4s %5s %9s %12s %10s %10s %9s\n", "schedule", "P", "M", "instrs", "generate ms", "sim ms",
