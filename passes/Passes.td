@@ -451,10 +451,34 @@ def PlanMemory : Pass<"pipec-plan-memory", "mlir::ModuleOp"> {
       bytes, and an op's results never share bytes with its operands.
       Offsets are assigned largest first, each at the lowest offset that
       fits (best fit in a greedy-by-size order).
+    - kernel scratch: a kernel call that needs scratch memory (convolutions,
+      layer norm, pooling, the loss, reductions: pipec/kernel_scratch.h asks
+      the `target`'s kernels) gets `pipe.scratch = array<i64: offset, bytes>`,
+      its shared part's place in the arena, live during the call only; the
+      per-thread part (CPU) lies after the arena, one per thread, and the
+      function records the largest as `pipe.thread_scratch_size` (bytes).
     The function gets `pipe.arena_size` (bytes); the stage's arena is the
     largest of its functions', allocated once on the first call.
+
+    Before:
+      %a = nn.relu %x : tensor<2x16x8x8xf32>
+      %b = nn.relu %a : tensor<2x16x8x8xf32>
+      %y = nn.conv %b, %w {...} : (tensor<2x16x8x8xf32>, tensor<16x16x3x3xf32>) -> ...
+    After (target cpu: Winograd's transformed weights shared, at %a's bytes,
+    dead by then; each thread's transformed tiles after the arena):
+      func.func @fwd(...) attributes {pipe.arena_size = 82944 : i64,
+                                      pipe.thread_scratch_size = 264704 : i64}
+      %a = nn.relu %x {pipe.storage = [#pipe.storage<arena, 0>]} ...
+      %b = nn.relu %a {pipe.storage = [#pipe.storage<arena, 66560>]} ...
+      %y = nn.conv %b, %w {..., pipe.scratch = array<i64: 0, 66560>,
+                           pipe.storage = [#pipe.storage<arena, 74752>]} ...
   }];
+  let options = [
+    Option<"target", "target", "std::string", /*default=*/"\"cpu\"",
+           "Stage code target whose kernels' scratch is planned: cpu or cuda">,
+  ];
   let statistics = [
+    Statistic<"numScratchCalls", "scratch-calls", "Number of kernel calls given scratch in the arena">,
     Statistic<"numArenaValues", "arena-values", "Number of values placed in an arena">,
     Statistic<"numSavedInPlace", "saved-in-place", "Number of values computed directly into their workspace slot">,
     Statistic<"numSavedShared", "saved-shared", "Number of saved results sharing an earlier saved result's slot">,

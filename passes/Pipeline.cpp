@@ -79,7 +79,7 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
   pm.addPass(createCanonicalizeGemm()); // the gradients' own transposes
   pm.addPass(createFuseGemmEpilogue());
   pm.addPass(createFuseElementwise());
-  pm.addPass(createPlanMemory());
+  pm.addPass(createPlanMemory(config.memory));
 }
 
 namespace {
@@ -136,6 +136,10 @@ struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
                             llvm::cl::desc("With async: vertical sync"), llvm::cl::init(false)};
   Option<std::string> recompute{*this, "recompute",
                                 llvm::cl::desc("none, all or auto (empty: the planner's)")};
+  Option<std::string> target{*this, "target",
+                             llvm::cl::desc("Stage code target (cpu or cuda): whose kernels' scratch "
+                                            "the memory plan holds"),
+                             llvm::cl::init("cpu")};
 };
 } // namespace
 
@@ -169,6 +173,7 @@ void registerPipecPipeline() {
         partition.recompute = options.recompute;
         config.optimizer =
             optimizerOptions(options.optimizer, options.lr, options.momentum, options.weightDecay);
+        config.memory.target = options.target;
         buildPipecPipeline(pm, config);
       });
 }

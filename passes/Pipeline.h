@@ -44,6 +44,8 @@ struct PipelineConfig {
   PlanningResult *planningResult = nullptr;
   OptimizerOptions optimizer;
   OptLevel optLevel = OptLevel::O2;
+  /// The stage code target, whose kernels' scratch the memory plan holds.
+  PlanMemoryOptions memory;
 };
 
 /// Appends the passes up to `config.last`: append-loss, estimate-costs,

@@ -197,6 +197,7 @@ passes::PipelineConfig pipelineConfig(const CompileOptions &options,
   config.planningResult = planning;
   config.optimizer = passes::optimizerOptions(options.optimizer, options.learningRate,
                                               options.momentum, options.weightDecay);
+  config.memory.target = options.target;
   return config;
 }
 } // namespace

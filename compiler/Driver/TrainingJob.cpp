@@ -249,7 +249,14 @@ FailureOr<plan::Runtime> writeTrainingJob(ModuleOp module, const CompileOptions 
       if (auto size = function->getAttrOfType<IntegerAttr>(pipe::kArenaSizeAttrName)) {
         files.entryArenaBytes[function.getSymName().str()] = size.getInt();
         files.arenaBytes = std::max<int64_t>(files.arenaBytes.value_or(0), size.getInt());
+        files.scratchBytes = files.scratchBytes.value_or(0);
       }
+      if (auto size = function->getAttrOfType<IntegerAttr>(pipe::kThreadScratchSizeAttrName))
+        files.threadScratchBytes = std::max<int64_t>(files.threadScratchBytes.value_or(0), size.getInt());
+    });
+    stage.walk([&](Operation *op) {
+      if (auto place = op->getAttrOfType<DenseI64ArrayAttr>(pipe::kScratchAttrName); place && place.size() == 2)
+        files.scratchBytes = std::max<int64_t>(files.scratchBytes.value_or(0), place[1]);
     });
     runtime.stages.push_back(std::move(files));
     if (options.build) {

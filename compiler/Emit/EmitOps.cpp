@@ -98,7 +98,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << ptr(conv.getWeight()) << ", " << shapeOf(conv.getWeight()) << ", "
             << (conv.getBias() ? ptr(conv.getBias()) : "nullptr") << ", " << y << ", "
             << dims(conv.getStrides()) << ", " << dims(conv.getPads()) << ", "
-            << dims(conv.getDilations()) << ", " << conv.getGroup() << ");\n";
+            << dims(conv.getDilations()) << ", " << conv.getGroup() << scratchArgument(conv) << ");\n";
       })
       .Case([&](nn::ConvInputGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -106,7 +106,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << ptr(grad.getWeight()) << ", " << shapeOf(grad.getWeight()) << ", " << y << ", "
             << shapeOf(grad.getResult()) << ", " << dims(grad.getStrides()) << ", "
             << dims(grad.getPads()) << ", " << dims(grad.getDilations()) << ", "
-            << grad.getGroup() << ");\n";
+            << grad.getGroup() << scratchArgument(grad) << ");\n";
       })
       .Case([&](nn::ConvWeightGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -114,7 +114,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << ", " << ptr(grad.getInput()) << ", " << shapeOf(grad.getInput()) << ", " << y
             << ", " << shapeOf(grad.getResult()) << ", " << dims(grad.getStrides()) << ", "
             << dims(grad.getPads()) << ", " << dims(grad.getDilations()) << ", "
-            << grad.getGroup() << ");\n";
+            << grad.getGroup() << scratchArgument(grad) << ");\n";
       })
       .Case([&](nn::BatchNormOp norm) {
         std::string y = allocate(norm.getResult());
@@ -154,7 +154,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << (norm.getBias() ? ptr(norm.getBias()) : "nullptr") << ", "
             << (norm.getBias() ? shapeOf(norm.getBias()) : "pk::Shape{}") << ", " << y << ", "
             << mean << ", " << inv << ", " << static_cast<int64_t>(norm.getAxis()) << ", "
-            << f32Literal(norm.getEpsilon().convertToFloat()) << ");\n";
+            << f32Literal(norm.getEpsilon().convertToFloat()) << scratchArgument(norm) << ");\n";
       })
       .Case([&](nn::LayerNormGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -162,7 +162,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << shapeOf(grad.getInput()) << ", " << ptr(grad.getScale()) << ", "
             << shapeOf(grad.getScale()) << ", " << y << ", "
             << static_cast<int64_t>(grad.getAxis()) << ", "
-            << f32Literal(grad.getEpsilon().convertToFloat()) << ");\n";
+            << f32Literal(grad.getEpsilon().convertToFloat()) << scratchArgument(grad) << ");\n";
       })
       .Case([&](nn::LayerNormParamGradOp grad) {
         std::string scale = allocate(grad.getScaleGrad());
@@ -170,14 +170,14 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         out << "  pk::layerNormParamGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getInput())
             << ", " << shapeOf(grad.getInput()) << ", " << shapeOf(grad.getScaleGrad()) << ", "
             << scale << ", " << bias << ", " << static_cast<int64_t>(grad.getAxis()) << ", "
-            << f32Literal(grad.getEpsilon().convertToFloat()) << ");\n";
+            << f32Literal(grad.getEpsilon().convertToFloat()) << scratchArgument(grad) << ");\n";
       })
       .Case([&](nn::MaxPoolOp pool) {
         std::string y = allocate(pool.getResult());
         out << "  pk::maxPool(" << ptr(pool.getInput()) << ", " << shapeOf(pool.getInput()) << ", "
             << y << ", " << dims(pool.getKernelShape()) << ", " << dims(pool.getStrides()) << ", "
             << dims(pool.getPads()) << ", " << dims(pool.getDilations()) << ", "
-            << (pool.getCeilMode() ? "true" : "false") << ");\n";
+            << (pool.getCeilMode() ? "true" : "false") << scratchArgument(pool) << ");\n";
       })
       .Case([&](nn::MaxPoolGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -185,14 +185,14 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << shapeOf(grad.getInput()) << ", " << y << ", " << dims(grad.getKernelShape())
             << ", " << dims(grad.getStrides()) << ", " << dims(grad.getPads()) << ", "
             << dims(grad.getDilations()) << ", " << (grad.getCeilMode() ? "true" : "false")
-            << ");\n";
+            << scratchArgument(grad) << ");\n";
       })
       .Case([&](nn::AveragePoolOp pool) {
         std::string y = allocate(pool.getResult());
         out << "  pk::averagePool(" << ptr(pool.getInput()) << ", " << shapeOf(pool.getInput())
             << ", " << y << ", " << dims(pool.getKernelShape()) << ", " << dims(pool.getStrides())
             << ", " << dims(pool.getPads()) << ", " << (pool.getCeilMode() ? "true" : "false")
-            << ", " << (pool.getCountIncludePad() ? "true" : "false") << ");\n";
+            << ", " << (pool.getCountIncludePad() ? "true" : "false") << scratchArgument(pool) << ");\n";
       })
       .Case([&](nn::AveragePoolGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -200,7 +200,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << shapeOf(grad.getResult()) << ", " << dims(grad.getKernelShape()) << ", "
             << dims(grad.getStrides()) << ", " << dims(grad.getPads()) << ", "
             << (grad.getCeilMode() ? "true" : "false") << ", "
-            << (grad.getCountIncludePad() ? "true" : "false") << ");\n";
+            << (grad.getCountIncludePad() ? "true" : "false") << scratchArgument(grad) << ");\n";
       })
       .Case([&](nn::GlobalAveragePoolOp pool) {
         std::string y = allocate(pool.getResult());
@@ -264,7 +264,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << (loss.getIgnoreIndex() ? "std::optional<int64_t>(" +
                                             std::to_string(*loss.getIgnoreIndex()) + ")"
                                       : "std::nullopt")
-            << ", " << value << ", " << logProb << ");\n";
+            << ", " << value << ", " << logProb << scratchArgument(loss) << ");\n";
       })
       .Case([&](nn::SoftmaxCrossEntropyLossGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -276,17 +276,17 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << (grad.getIgnoreIndex() ? "std::optional<int64_t>(" +
                                             std::to_string(*grad.getIgnoreIndex()) + ")"
                                       : "std::nullopt")
-            << ", " << y << ");\n";
+            << ", " << y << scratchArgument(grad) << ");\n";
       })
       .Case([&](nn::ReduceMeanOp mean) {
         std::string y = allocate(mean.getResult());
         out << "  pk::reduceMean(" << ptr(mean.getInput()) << ", " << shapeOf(mean.getInput())
-            << ", " << dims(mean.getAxes()) << ", " << y << ");\n";
+            << ", " << dims(mean.getAxes()) << ", " << y << scratchArgument(mean) << ");\n";
       })
       .Case([&](nn::ReduceSumOp sum) {
         std::string y = allocate(sum.getResult());
         out << "  pk::reduceSum(" << ptr(sum.getInput()) << ", " << shapeOf(sum.getInput())
-            << ", " << dims(sum.getAxes()) << ", " << y << ");\n";
+            << ", " << dims(sum.getAxes()) << ", " << y << scratchArgument(sum) << ");\n";
       })
       .Case([&](nn::GatherOp gather) {
         std::string y = allocate(gather.getResult());

@@ -160,6 +160,13 @@ pipe::StorageAttr StageEmitter::storageOf(Value value) const {
   return llvm::cast<pipe::StorageAttr>(places[result.getResultNumber()]);
 }
 
+std::string StageEmitter::scratchArgument(Operation *op) const {
+  auto place = op->getAttrOfType<DenseI64ArrayAttr>(pipe::kScratchAttrName);
+  if (!place || place.size() != 2)
+    return "";
+  return ", kernelScratch(" + std::to_string(place[0]) + ", " + std::to_string(place[1]) + ")";
+}
+
 std::string StageEmitter::allocate(Value value) {
   auto type = tensorType(value);
   std::string t = cType(type.getElementType());
@@ -400,9 +407,12 @@ LogicalResult StageEmitter::run() {
   }
 
   for (StringRef name : {"fwd", "bwd_input", "bwd_weight", "step"})
-    if (func::FuncOp f = function(name))
+    if (func::FuncOp f = function(name)) {
       if (auto size = f->getAttrOfType<IntegerAttr>(pipe::kArenaSizeAttrName))
         arenaBytes = std::max<int64_t>(arenaBytes, size.getInt());
+      if (auto size = f->getAttrOfType<IntegerAttr>(pipe::kThreadScratchSizeAttrName))
+        threadScratchBytes = std::max<int64_t>(threadScratchBytes, size.getInt());
+    }
   // Functions are generated first (they collect the constant tables), then
   // written after the tables they use.
   for (auto [name, cName] : {std::pair<StringRef, StringRef>{"fwd", "forward"},
@@ -432,14 +442,32 @@ LogicalResult StageEmitter::run() {
        << target.constantsFile << "\\\"\\n.previous\\n\");\n\n";
   os << constants << "\n" << kernels;
   // One arena for every entry point (they never run at the same time on a
-  // rank: one thread, one stream), allocated on the first call and kept.
-  os << "char *stageArena() {\n";
-  if (cuda())
-    os << "  static pk::DeviceBuffer<char> arena(" << std::max<int64_t>(64, arenaBytes)
-       << ");\n  return arena.data();\n}\n\n";
-  else
-    os << "  static char *arena = static_cast<char *>(::operator new("
-       << std::max<int64_t>(64, arenaBytes) << ", std::align_val_t(64)));\n  return arena;\n}\n\n";
+  // rank: one thread, one stream), allocated on the first call and kept:
+  // the planned values and kernel scratch, then on the CPU each kernel
+  // thread's scratch (docs/optimization.md, "Kernel scratch"). The arena
+  // holds nothing from one call to the next, so a thread count raised
+  // between calls gets a larger one.
+  os << "constexpr int64_t kArenaBytes = " << std::max<int64_t>(64, arenaBytes) << ";\n";
+  if (cuda()) {
+    os << "char *stageArena() {\n  static pk::DeviceBuffer<char> arena(kArenaBytes);\n"
+       << "  return arena.data();\n}\n\n"
+       << "pk::Workspace kernelScratch(int64_t offset, int64_t bytes) {\n"
+       << "  return pk::Workspace{stageArena() + offset, bytes};\n}\n\n";
+  } else {
+    os << "constexpr int64_t kThreadScratchBytes = " << threadScratchBytes << ";\n"
+       << "struct StageArena {\n  char *data = nullptr;\n  int threads = 0;\n};\n"
+       << "StageArena arenaState;\n\n"
+       << "char *stageArena() {\n"
+       << "  const int threads = kThreadScratchBytes > 0 ? pk::threads() : 0;\n"
+       << "  if (!arenaState.data || threads > arenaState.threads) {\n"
+       << "    ::operator delete(arenaState.data, std::align_val_t(64));\n"
+       << "    arenaState.data = static_cast<char *>(\n"
+       << "        ::operator new(kArenaBytes + threads * kThreadScratchBytes, std::align_val_t(64)));\n"
+       << "    arenaState.threads = threads;\n  }\n  return arenaState.data;\n}\n\n"
+       << "pk::Workspace kernelScratch(int64_t offset, int64_t bytes) {\n"
+       << "  return pk::Workspace{arenaState.data + offset, bytes, arenaState.data + kArenaBytes, "
+          "kThreadScratchBytes,\n                       arenaState.threads};\n}\n\n";
+  }
 
   auto tensorDescs = [&](StringRef table, ArrayRef<TensorInfo> infos) {
     for (auto [i, info] : llvm::enumerate(infos))

@@ -124,6 +124,9 @@ private:
   std::string allocate(Value value);
   /// pipec-plan-memory's place for `value` (an op result), if it planned one.
   pipe::StorageAttr storageOf(Value value) const;
+  /// The trailing Workspace argument of a kernel call whose scratch
+  /// pipec-plan-memory placed (pipe.scratch), else nothing.
+  std::string scratchArgument(Operation *op) const;
   /// The loop (CPU) or kernel (CUDA) of a pipe.fused (EmitFused.cpp).
   LogicalResult emitFused(pipe::FusedOp fused);
   std::string ptr(Value value) { return names.lookup(value); }
@@ -181,6 +184,7 @@ private:
   std::string kernels;   // CUDA: the __global__ functions of pipe.fused ops
   func::FuncOp current;  // the function being emitted
   int64_t arenaBytes = 0; // the largest pipe.arena_size of the stage's functions
+  int64_t threadScratchBytes = 0; // the largest pipe.thread_scratch_size of them
 
   SmallVector<ParamInfo> params;
   SmallVector<TensorInfo> data, inputs, outputs;

@@ -40,6 +40,12 @@ inline constexpr llvm::StringLiteral kStateAttrName = "pipe.state";
 /// one per result) and the arena bytes a function needs (an i64 on it).
 inline constexpr llvm::StringLiteral kStorageAttrName = "pipe.storage";
 inline constexpr llvm::StringLiteral kArenaSizeAttrName = "pipe.arena_size";
+/// pipec-plan-memory's place of a kernel call's scratch (an array<i64:
+/// arena offset, bytes> on the op) and the per-thread scratch bytes of a
+/// function's kernel calls (an i64 on it): docs/optimization.md, "Kernel
+/// scratch".
+inline constexpr llvm::StringLiteral kScratchAttrName = "pipe.scratch";
+inline constexpr llvm::StringLiteral kThreadScratchSizeAttrName = "pipe.thread_scratch_size";
 /// pipec-plan-memory's mark on a pipe.saved result whose bytes another,
 /// earlier pipe.saved result of the function already holds (the same
 /// storage, through views): the index of that result, whose workspace slot

@@ -5,8 +5,11 @@
 #include "dialects/nn/NNDialect.h"
 #include "dialects/pipe/PipeDialect.h"
 
+#include "runtime/kernels/include/pipec/kernel_scratch.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 #include <algorithm>
 
@@ -56,8 +59,91 @@ Value aliasOf(Operation *op, unsigned index) {
   return op->getOperand(0);
 }
 
+namespace pk = ::pipec::kernels;
+
+pk::Shape shapeOf(Value value) {
+  ArrayRef<int64_t> shape = llvm::cast<RankedTensorType>(value.getType()).getShape();
+  return pk::Shape(shape.data(), static_cast<int>(shape.size()));
+}
+pk::Dims dimsOf(ArrayRef<int64_t> values) { return pk::Dims(values.data(), static_cast<int>(values.size())); }
+
+/// The scratch the kernel that code generation calls for `op` needs (the
+/// operands of the call compiler/Emit/EmitOps.cpp writes); none for an op
+/// whose kernel takes no scratch. Throws pk::KernelError for shapes the
+/// kernel would refuse.
+pk::ScratchNeed kernelScratchOf(Operation *op, pk::ScratchTarget target) {
+  auto reduction = [](StringRef name) {
+    return name == "none" ? pk::Reduction::None : name == "sum" ? pk::Reduction::Sum : pk::Reduction::Mean;
+  };
+  return llvm::TypeSwitch<Operation *, pk::ScratchNeed>(op)
+      .Case([&](nn::ConvOp conv) {
+        return pk::convScratch(target, shapeOf(conv.getInput()), shapeOf(conv.getWeight()),
+                               dimsOf(conv.getStrides()), dimsOf(conv.getPads()), dimsOf(conv.getDilations()),
+                               conv.getGroup());
+      })
+      .Case([&](nn::ConvInputGradOp grad) {
+        return pk::convInputGradScratch(target, shapeOf(grad.getResult()), shapeOf(grad.getWeight()),
+                                        dimsOf(grad.getStrides()), dimsOf(grad.getPads()),
+                                        dimsOf(grad.getDilations()), grad.getGroup());
+      })
+      .Case([&](nn::ConvWeightGradOp grad) {
+        return pk::convWeightGradScratch(target, shapeOf(grad.getInput()), shapeOf(grad.getResult()),
+                                         dimsOf(grad.getStrides()), dimsOf(grad.getPads()),
+                                         dimsOf(grad.getDilations()), grad.getGroup());
+      })
+      .Case([&](nn::LayerNormOp norm) {
+        pk::Shape bias = norm.getBias() ? shapeOf(norm.getBias()) : pk::Shape{};
+        return pk::layerNormScratch(target, shapeOf(norm.getInput()), shapeOf(norm.getScale()),
+                                    norm.getBias() ? &bias : nullptr, static_cast<int64_t>(norm.getAxis()));
+      })
+      .Case([&](nn::LayerNormGradOp grad) {
+        return pk::layerNormGradScratch(target, shapeOf(grad.getInput()), shapeOf(grad.getScale()),
+                                        static_cast<int64_t>(grad.getAxis()));
+      })
+      .Case([&](nn::LayerNormParamGradOp grad) {
+        return pk::layerNormParamGradScratch(target, shapeOf(grad.getInput()), shapeOf(grad.getScaleGrad()),
+                                             static_cast<int64_t>(grad.getAxis()), /*withBias=*/true);
+      })
+      .Case([&](nn::MaxPoolOp pool) {
+        return pk::poolScratch(target, shapeOf(pool.getInput()), dimsOf(pool.getKernelShape()),
+                               dimsOf(pool.getStrides()), dimsOf(pool.getPads()), dimsOf(pool.getDilations()),
+                               pool.getCeilMode(), false);
+      })
+      .Case([&](nn::MaxPoolGradOp grad) {
+        return pk::poolScratch(target, shapeOf(grad.getInput()), dimsOf(grad.getKernelShape()),
+                               dimsOf(grad.getStrides()), dimsOf(grad.getPads()), dimsOf(grad.getDilations()),
+                               grad.getCeilMode(), true);
+      })
+      .Case([&](nn::AveragePoolOp pool) {
+        return pk::poolScratch(target, shapeOf(pool.getInput()), dimsOf(pool.getKernelShape()),
+                               dimsOf(pool.getStrides()), dimsOf(pool.getPads()), pk::Dims{}, pool.getCeilMode(),
+                               false);
+      })
+      .Case([&](nn::AveragePoolGradOp grad) {
+        return pk::poolScratch(target, shapeOf(grad.getResult()), dimsOf(grad.getKernelShape()),
+                               dimsOf(grad.getStrides()), dimsOf(grad.getPads()), pk::Dims{}, grad.getCeilMode(),
+                               false);
+      })
+      .Case([&](nn::SoftmaxCrossEntropyLossOp loss) {
+        return pk::softmaxCrossEntropyScratch(target, shapeOf(loss.getScores()), reduction(loss.getReduction()),
+                                              false);
+      })
+      .Case([&](nn::SoftmaxCrossEntropyLossGradOp grad) {
+        return pk::softmaxCrossEntropyScratch(target, shapeOf(grad.getScores()), reduction(grad.getReduction()),
+                                              true);
+      })
+      .Case([&](nn::ReduceSumOp sum) {
+        return pk::reduceScratch(target, shapeOf(sum.getInput()), dimsOf(sum.getAxes()), false);
+      })
+      .Case([&](nn::ReduceMeanOp mean) {
+        return pk::reduceScratch(target, shapeOf(mean.getInput()), dimsOf(mean.getAxes()), true);
+      })
+      .Default([](Operation *) { return pk::ScratchNeed{}; });
+}
+
 struct Interval {
-  Value root;
+  Value root;                 ///< the value stored, or null for a kernel call's scratch
+  Operation *scratchOf;       ///< the kernel call whose scratch this is, or null
   int64_t start, end, bytes;
   int64_t offset = -1;
 };
@@ -66,13 +152,19 @@ struct PlanMemory : impl::PlanMemoryBase<PlanMemory> {
   using Base::Base;
 
   void runOnOperation() override {
+    if (target != "cpu" && target != "cuda") {
+      getOperation().emitError("pipec-plan-memory: target must be cpu or cuda, not '") << target << "'";
+      return signalPassFailure();
+    }
+    const pk::ScratchTarget scratchTarget = target == "cuda" ? pk::ScratchTarget::Cuda : pk::ScratchTarget::Cpu;
     getOperation().walk([&](func::FuncOp function) {
-      if (function->getParentOfType<pipe::StageOp>() && !function.getBody().empty())
-        plan(function);
+      if (function->getParentOfType<pipe::StageOp>() && !function.getBody().empty() &&
+          failed(plan(function, scratchTarget)))
+        signalPassFailure();
     });
   }
 
-  void plan(func::FuncOp function) {
+  LogicalResult plan(func::FuncOp function, pk::ScratchTarget scratchTarget) {
     MLIRContext *context = function.getContext();
     Block &body = function.getBody().front();
     auto ret = llvm::cast<func::ReturnOp>(body.getTerminator());
@@ -170,12 +262,32 @@ struct PlanMemory : impl::PlanMemoryBase<PlanMemory> {
           ++numAccumulated;
         } else {
           places.push_back({}); // filled in below
-          intervals.push_back({result, position.lookup(op),
+          intervals.push_back({result, nullptr, position.lookup(op),
                                 std::max(position.lookup(op), lastUse.lookup(result)),
                                 alignedBytes(result.getType())});
           ++numArenaValues;
         }
       }
+    }
+
+    // Kernel scratch: live during its call only, so it overlaps the call's
+    // operands and results but may share bytes with anything dead by then.
+    int64_t threadScratchBytes = 0;
+    for (Operation *op : order) {
+      if (op->getParentOp() && llvm::isa<pipe::FusedOp>(op->getParentOp()))
+        continue;
+      pk::ScratchNeed need;
+      try {
+        need = kernelScratchOf(op, scratchTarget);
+      } catch (const pk::KernelError &error) {
+        return op->emitOpError("has no kernel scratch plan: ") << error.what();
+      }
+      if (need.empty())
+        continue;
+      threadScratchBytes = std::max(threadScratchBytes, need.perThread);
+      const int64_t at = position.lookup(op);
+      intervals.push_back({Value(), op, at, at, std::max<int64_t>(need.shared, 0)});
+      ++numScratchCalls;
     }
 
     // Greedy by size: the largest first, each at the lowest offset where it
@@ -204,8 +316,13 @@ struct PlanMemory : impl::PlanMemoryBase<PlanMemory> {
       placed.push_back(interval);
     }
     llvm::DenseMap<Value, int64_t> offsetOf;
-    for (const Interval &interval : intervals)
-      offsetOf[interval.root] = interval.offset;
+    for (const Interval &interval : intervals) {
+      if (interval.scratchOf)
+        interval.scratchOf->setAttr(pipe::kScratchAttrName,
+                                    DenseI64ArrayAttr::get(context, {interval.offset, interval.bytes}));
+      else
+        offsetOf[interval.root] = interval.offset;
+    }
     for (auto &[op, places] : storage) {
       for (auto [i, place] : llvm::enumerate(places))
         if (!place)
@@ -215,6 +332,9 @@ struct PlanMemory : impl::PlanMemoryBase<PlanMemory> {
     }
     function->setAttr(pipe::kArenaSizeAttrName,
                       IntegerAttr::get(IntegerType::get(context, 64), arenaBytes));
+    function->setAttr(pipe::kThreadScratchSizeAttrName,
+                      IntegerAttr::get(IntegerType::get(context, 64), threadScratchBytes));
+    return success();
   }
 };
 

@@ -1,4 +1,7 @@
-// RUN: pipec-opt %s --pipec-plan-memory | FileCheck %s
+// RUN: pipec-opt %s --pipec-plan-memory | FileCheck %s --check-prefixes=CHECK,CPU
+// RUN: pipec-opt %s --pipec-plan-memory=target=cuda | FileCheck %s --check-prefix=CUDA
+// RUN: not pipec-opt %s --pipec-plan-memory=target=gpu 2>&1 | FileCheck %s --check-prefix=BAD
+// BAD: pipec-plan-memory: target must be cpu or cuda, not 'gpu'
 
 pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
   // %a dies at %b's op; %c, computed after, reuses its bytes. %h is
@@ -57,16 +60,43 @@ pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
   }
 
   // A C-less GEMM returned as a parameter's gradient accumulates into the
-  // gradient buffer (result 0); the bias gradient (a reduction) is in the arena.
+  // gradient buffer (result 0); the bias gradient (a reduction) is in the
+  // arena, beside the reduction's scratch (16 double sums, 128 bytes).
   // CHECK-LABEL: func.func @bwd_weight
-  // CHECK-SAME: pipe.arena_size = 64 : i64
+  // CHECK-SAME: pipe.arena_size = 192 : i64
   // CHECK: nn.gemm %arg0, %arg1 {pipe.storage = [#pipe.storage<gradient, 0>], transA = true}
-  // CHECK: nn.reduce_sum %arg0 {axes = array<i64: 0>, keepdims = false, pipe.storage = [#pipe.storage<arena, 0>]}
+  // CHECK: nn.reduce_sum %arg0 {axes = array<i64: 0>, keepdims = false, pipe.scratch = array<i64: 0, 128>, pipe.storage = [#pipe.storage<arena, 128>]}
   func.func @bwd_weight(%dy: tensor<4x16xf32> {pipe.saved = "dy"}, %h: tensor<4x16xf32> {pipe.saved = "h"})
       -> (tensor<16x16xf32> {nn.name = "w", nn.role = #nn.role<grad>},
           tensor<16xf32> {nn.name = "b", nn.role = #nn.role<grad>}) {
     %dw = nn.gemm %dy, %h {transA = true} : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<16x16xf32>
     %db = nn.reduce_sum %dy {axes = array<i64: 0>, keepdims = false} : (tensor<4x16xf32>) -> tensor<16xf32>
     return %dw, %db : tensor<16x16xf32>, tensor<16xf32>
+  }
+}
+
+// A kernel call's scratch is live during the call only: the convolution's
+// shares bytes with %a (dead by then), never with its operand %b or its
+// result. The CPU runs it as Winograd F(2x2, 3x3): the transformed weights
+// [16, F, C] are shared (16 x 1040 floats), each thread's transformed tiles
+// and products (2 x 33074 floats) lie after the arena, one part per thread.
+// CUDA's im2col of both samples is shared, and nothing is per thread.
+pipe.stage @stage_1 attributes {id = 1 : i64, replicas = 1 : i64} {
+  // CPU-LABEL: func.func @fwd
+  // CPU-SAME: pipe.arena_size = 82944 : i64, pipe.thread_scratch_size = 264704 : i64
+  // CPU: nn.relu %arg0 {pipe.storage = [#pipe.storage<arena, 0>]}
+  // CPU: nn.relu %{{.*}} {pipe.storage = [#pipe.storage<arena, 66560>]}
+  // CPU: nn.conv {{.*}}pipe.scratch = array<i64: 0, 66560>, pipe.storage = [#pipe.storage<arena, 74752>]
+  // CUDA-LABEL: pipe.stage @stage_1
+  // CUDA: pipe.arena_size = 90112 : i64, pipe.thread_scratch_size = 0 : i64
+  // CUDA: nn.relu %arg0 {pipe.storage = [#pipe.storage<arena, 0>]}
+  // CUDA: nn.relu %{{.*}} {pipe.storage = [#pipe.storage<arena, 73728>]}
+  // CUDA: nn.conv {{.*}}pipe.scratch = array<i64: 0, 73728>, pipe.storage = [#pipe.storage<arena, 81920>]
+  func.func @fwd(%x: tensor<2x16x8x8xf32> {nn.name = "x", nn.role = #nn.role<input>},
+                 %w: tensor<16x16x3x3xf32> {nn.name = "w", nn.role = #nn.role<param>}) -> tensor<2x16x8x8xf32> {
+    %a = nn.relu %x : tensor<2x16x8x8xf32>
+    %b = nn.relu %a : tensor<2x16x8x8xf32>
+    %y = nn.conv %b, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>} : (tensor<2x16x8x8xf32>, tensor<16x16x3x3xf32>) -> tensor<2x16x8x8xf32>
+    return %y : tensor<2x16x8x8xf32>
   }
 }

@@ -54,6 +54,11 @@ struct StageFiles {
   /// (function name -> pipe.arena_size). Absent at -O0 (written as null / {}).
   std::optional<int64_t> arenaBytes;
   std::map<std::string, int64_t> entryArenaBytes;
+  /// Kernel scratch in that plan (docs/optimization.md, "Kernel scratch"):
+  /// the largest one kernel call takes inside the arena, and the bytes per
+  /// kernel thread (CPU) that the arena gets beyond arenaBytes, one part per
+  /// thread the rank's kernels use. Absent at -O0.
+  std::optional<int64_t> scratchBytes, threadScratchBytes;
 };
 
 struct DataField {
@@ -189,7 +194,10 @@ inline nlohmann::json toJson(const Runtime &r) {
                       {"library", s.library},
                       {"weights", s.weights},
                       {"arena_bytes", s.arenaBytes ? nlohmann::json(*s.arenaBytes) : nlohmann::json(nullptr)},
-                      {"entry_arena_bytes", s.entryArenaBytes}});
+                      {"entry_arena_bytes", s.entryArenaBytes},
+                      {"scratch_bytes", s.scratchBytes ? nlohmann::json(*s.scratchBytes) : nlohmann::json(nullptr)},
+                      {"thread_scratch_bytes",
+                       s.threadScratchBytes ? nlohmann::json(*s.threadScratchBytes) : nlohmann::json(nullptr)}});
   nlohmann::json fields = nlohmann::json::array();
   for (const DataField &f : r.dataFields)
     fields.push_back({{"name", f.name}, {"dtype", f.dtype}, {"shape", f.shape}, {"low", f.low},

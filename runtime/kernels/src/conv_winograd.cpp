@@ -6,6 +6,7 @@
 // transformed tile. The weight gradient is the adjoint of the same
 // factorization: dU = (A dY A^T) x V^T per position, then dW = G^T dU G.
 #include "detail.h"
+#include "kernel_plan.h"
 
 #include <algorithm>
 #include <cstring>
@@ -14,47 +15,21 @@ namespace pipec::kernels::detail {
 
 namespace {
 
-constexpr int64_t kPositions = 16; // the 4x4 transformed tile
-
-/// The distance between two positions' matrices of `elements` floats: a
-/// multiple of 4 KiB plus one cache line, so that the 16 streams a
-/// transform writes or reads side by side fall in different cache sets
-/// (at a multiple of 4 KiB they share one, and the transforms ran 5 times
-/// slower).
-inline int64_t positionStride(int64_t elements) { return (elements + 1023) / 1024 * 1024 + 16; }
-
-/// Tiles per block: a block's transformed input [16, C, tiles] and GEMM
-/// result [16, F, tiles] are built, multiplied and consumed by one thread
-/// while they are in its cache. Blocks are whole rows of tiles, fixed by the
-/// shape alone, so the same GEMMs run whatever the thread count.
-constexpr int64_t kBlockTiles = 128;
-
-/// Where blocks of tile rows lie: tile row r is (sample r / TH, tile row
-/// r % TH of its output), TW tiles each.
-struct TileGrid {
-  int64_t TH = 0, TW = 0, rows = 0, rowsPerBlock = 0, blocks = 0;
-  explicit TileGrid(const ConvGeom &g) {
-    TH = (g.out[0] + 1) / 2;
-    TW = (g.out[1] + 1) / 2;
-    rows = g.N * TH;
-    rowsPerBlock = std::max<int64_t>(1, kBlockTiles / TW);
-    blocks = (rows + rowsPerBlock - 1) / rowsPerBlock;
-  }
-  int64_t firstRow(int64_t b) const { return b * rowsPerBlock; }
-  int64_t endRow(int64_t b) const { return std::min(rows, (b + 1) * rowsPerBlock); }
-  int64_t tiles(int64_t b) const { return (endRow(b) - firstRow(b)) * TW; }
-  int64_t maxTiles() const { return rowsPerBlock * TW; }
-};
+using plan::blockBufferFloats;
+using plan::kConvWeightGradSlices;
+using plan::kPositions;
+using plan::positionStride;
+using plan::TileGrid;
+using plan::transformedWeightFloats;
 
 /// A thread's buffers for one block: the transformed operand [16, channels,
 /// tiles] and the few rows of image the transforms pad or crop.
 struct BlockBuffers {
   int64_t channels;
   float *positions, *rows;
-  BlockBuffers(size_t slot, const TileGrid &grid, int64_t channels) : channels(channels) {
-    const int64_t size = kPositions * positionStride(channels * grid.maxTiles());
-    positions = scratch(slot, (size_t)(size + 5 * (2 * grid.TW + 2)));
-    rows = positions + size;
+  BlockBuffers(Scratch::Thread &scratch, const TileGrid &grid, int64_t channels) : channels(channels) {
+    positions = scratch.take<float>(blockBufferFloats(grid, channels));
+    rows = positions + kPositions * positionStride(channels * grid.maxTiles());
   }
   /// The distance between two positions' [channels, tiles] matrices.
   int64_t stride(int64_t tiles) const { return positionStride(channels * tiles); }
@@ -281,22 +256,14 @@ int64_t winogradWork(const ConvGeom &g, const TileGrid &grid) {
 
 } // namespace
 
-bool winogradApplies(const ConvGeom &g) {
-  if (g.sp != 2 || g.G != 1 || g.k[0] != 3 || g.k[1] != 3) return false;
-  for (int a = 0; a < 2; ++a)
-    if (g.s[a] != 1 || g.d[a] != 1 || g.out[a] < 2) return false;
-  // Few channels make the 16 GEMMs too thin to pay for the transforms
-  // (docs/cpu-kernels.md, "Convolution").
-  return g.C >= kWinogradMinChannels && g.F >= kWinogradMinChannels;
-}
-
-void winogradConv(const ConvGeom &g, const float *x, const float *w, const float *bias, float *y) {
+void winogradConv(const ConvGeom &g, const float *x, const float *w, const float *bias, float *y, Scratch &scratch) {
   const TileGrid grid(g);
   const int64_t uStride = positionStride(g.F * g.C);
-  float *U = scratch(3, (size_t)(kPositions * uStride)); // the caller's, read by every thread
+  float *U = scratch.shared<float>(transformedWeightFloats(g)); // read by every thread
   transformWeights(w, g.F, g.C, U);
   parallelRanges(grid.blocks, winogradWork(g, grid), [&](int64_t bBegin, int64_t bEnd) {
-    const BlockBuffers V(4, grid, g.C), M(5, grid, g.F); // this thread's
+    Scratch::Thread mine = scratch.thread();
+    const BlockBuffers V(mine, grid, g.C), M(mine, grid, g.F);
     for (int64_t b = bBegin; b < bEnd; ++b) {
       const int64_t tiles = grid.tiles(b);
       transformInput(g, grid, b, x, V);
@@ -308,16 +275,17 @@ void winogradConv(const ConvGeom &g, const float *x, const float *w, const float
   });
 }
 
-void winogradWeightGrad(const ConvGeom &g, const float *dy, const float *x, float *dw) {
+void winogradWeightGrad(const ConvGeom &g, const float *dy, const float *x, float *dw, Scratch &scratch) {
   const TileGrid grid(g);
   const int64_t uStride = positionStride(g.F * g.C), uSize = kPositions * uStride;
   // dU sums over every tile, so, as in convWeightGrad, over a number of
   // slices of blocks fixed by the shape, each summed by one thread and added
   // in slice order: the bits do not depend on the thread count.
   const int64_t slices = std::min<int64_t>(grid.blocks, kConvWeightGradSlices);
-  float *dU = scratch(2, (size_t)(slices * uSize)); // the caller's, one per slice
+  float *dU = scratch.shared<float>(slices * uSize); // one per slice
   parallelRanges(slices, winogradWork(g, grid), [&](int64_t sBegin, int64_t sEnd) {
-    const BlockBuffers V(4, grid, g.C), dM(5, grid, g.F); // this thread's
+    Scratch::Thread mine = scratch.thread();
+    const BlockBuffers V(mine, grid, g.C), dM(mine, grid, g.F);
     for (int64_t s = sBegin; s < sEnd; ++s) {
       const int64_t bBegin = grid.blocks * s / slices, bEnd = grid.blocks * (s + 1) / slices;
       for (int64_t b = bBegin; b < bEnd; ++b) {

@@ -4,6 +4,7 @@
 #define PIPEC_CPU_KERNELS_DETAIL_H
 
 #include "pipec/cpu_kernels.h"
+#include "pipec/kernel_scratch.h"
 
 #include <algorithm>
 #include <cmath>
@@ -226,13 +227,52 @@ inline bool broadcastsTo(const Shape &in, const Shape &out) {
   return true;
 }
 
-/// A per-thread scratch buffer that grows and is reused across calls.
-inline float *scratch(size_t slot, size_t count) {
-  thread_local std::vector<float> buffers[6];
-  std::vector<float> &b = buffers[slot];
-  if (b.size() < count) b.resize(count);
-  return b.data();
-}
+/// One kernel call's scratch (pipec/kernel_scratch.h): the caller's
+/// Workspace when it bound one, else growable buffers of the calling thread
+/// that keep their size (no allocation once they fit). Buffers are taken in
+/// the order the call's ScratchNeed lists them: shared ones on the calling
+/// thread, per-thread ones inside a parallel body from thread().
+class Scratch {
+public:
+  /// Checks a bound workspace against `need` for every thread the call may
+  /// use (throws KernelError naming `op`), or sizes the growable buffers.
+  Scratch(const char *op, const Workspace &ws, const ScratchNeed &need);
+  Scratch(const Scratch &) = delete;
+  Scratch &operator=(const Scratch &) = delete;
+  ~Scratch();
+
+  /// The next shared buffer of `count` T's.
+  template <class T> T *shared(int64_t count) { return reinterpret_cast<T *>(take(next_, count * sizeof(T))); }
+
+  /// A thread's part, taken buffer by buffer.
+  class Thread {
+  public:
+    explicit Thread(char *next) : next_(next) {}
+    template <class T> T *take(int64_t count) { return reinterpret_cast<T *>(Scratch::take(next_, count * sizeof(T))); }
+
+  private:
+    char *next_;
+  };
+  /// The part of the calling OpenMP thread (0 outside a parallel region).
+  Thread thread() const {
+#ifdef _OPENMP
+    const int t = omp_get_thread_num();
+#else
+    const int t = 0;
+#endif
+    return Thread(perThread_ + t * perThreadBytes_);
+  }
+
+private:
+  static char *take(char *&next, int64_t bytes) {
+    char *p = next;
+    next += ScratchNeed::alignedScratchBytes(bytes);
+    return p;
+  }
+  char *next_ = nullptr, *perThread_ = nullptr;
+  int64_t perThreadBytes_ = 0;
+  bool growable_ = false;
+};
 
 //===----------------------------------------------------------------------===//
 // GEMM and convolution internals (linalg.cpp, conv_winograd.cpp)
@@ -251,28 +291,17 @@ void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alph
 /// time it touches one element.
 inline int64_t gemmWork(int64_t M, int64_t N, int64_t K) { return M * N * K / 64; }
 
-/// The slices of samples (or tiles) whose weight-gradient sums run on
-/// threads of their own: a constant, so that the sum's order depends on the
-/// batch alone. Four keep up to four threads busy, and at one thread cost
-/// three extra passes over dW per call.
-constexpr int64_t kConvWeightGradSlices = 4;
-
 /// first[i] += rest[0][i] + ... + rest[slices - 2][i], added in slice order
 /// (rest holds slices - 1 arrays of `size`), so the sum of a weight
 /// gradient's slices does not depend on the thread count.
 void addSlicesInOrder(float *first, const float *rest, int64_t slices, int64_t size);
 
-/// The fewest input and output channels for which a 3x3 convolution runs as
-/// Winograd F(2x2, 3x3) (docs/cpu-kernels.md, "Convolution").
-constexpr int64_t kWinogradMinChannels = 16;
-
-/// Whether g is a 2-D, ungrouped, 3x3, unit-stride, undilated convolution
-/// with channels enough for Winograd F(2x2, 3x3) (any pads, also crops).
-bool winogradApplies(const ConvGeom &g);
-/// y = conv(x, w) + bias (if any) by Winograd F(2x2, 3x3).
-void winogradConv(const ConvGeom &g, const float *x, const float *w, const float *bias, float *y);
-/// dw = the weight gradient of conv(x, w) for dy, by Winograd F(2x2, 3x3).
-void winogradWeightGrad(const ConvGeom &g, const float *dy, const float *x, float *dw);
+/// y = conv(x, w) + bias (if any) by Winograd F(2x2, 3x3), where
+/// plan::winogradApplies (scratch: plan::addCpuConvForwardScratch).
+void winogradConv(const ConvGeom &g, const float *x, const float *w, const float *bias, float *y, Scratch &scratch);
+/// dw = the weight gradient of conv(x, w) for dy, by Winograd F(2x2, 3x3)
+/// (scratch: plan::addCpuConvWeightGradScratch).
+void winogradWeightGrad(const ConvGeom &g, const float *dy, const float *x, float *dw, Scratch &scratch);
 
 } // namespace pipec::kernels::detail
 

@@ -145,6 +145,30 @@ Shape convOut(const ConvGeom &g) {
   return out;
 }
 
+Shape reducedShape(const char *op, const Shape &xs, const Dims &axes, bool emptyMeansAll) {
+  checkRank(op, xs, 0, "the input");
+  bool reduced[kMaxRank] = {};
+  for (int i = 0; i < axes.size; ++i) {
+    if (axes.v[i] < 0 || axes.v[i] >= xs.size || (i && axes.v[i - 1] >= axes.v[i]))
+      fail(op, "axes " + axes.str() + " must be sorted, unique and in [0, " + std::to_string(xs.size) + ")");
+    reduced[axes.v[i]] = true;
+  }
+  Shape kept;
+  for (int a = 0; a < xs.size; ++a) kept.push(reduced[a] || (axes.size == 0 && emptyMeansAll) ? 1 : xs.v[a]);
+  return kept;
+}
+
+RowView rowView(const char *op, const Shape &xs, int64_t axis) {
+  checkRank(op, xs, 1, "the input");
+  const int a = (int)normalizeAxis(op, axis, xs.size);
+  RowView v;
+  v.rows = 1;
+  v.inner = 1;
+  for (int i = 0; i < xs.size; ++i) (i < a ? v.rows : v.inner) *= xs.v[i];
+  v.normalized = Shape(xs.v + a, xs.size - a);
+  return v;
+}
+
 PoolGeom poolGeom(const char *op, const Shape &xs, const Dims &kernel, const Dims &strides, const Dims &pads,
                   const Dims &dilations, bool ceilMode) {
   checkRank(op, xs, 3, "the input (N, C, spatial...)");

@@ -1,5 +1,6 @@
 // GEMM, batched matmul and convolution (im2col / col2im + cblas_sgemm).
 #include "detail.h"
+#include "kernel_plan.h"
 #include "pipec/unary_math.h"
 
 #include <algorithm>
@@ -13,6 +14,10 @@ extern "C" void openblas_set_num_threads(int);
 namespace pipec::kernels {
 
 using namespace detail;
+using plan::columnFloats;
+using plan::inputGradAsConv;
+using plan::inputGradByFlippedConv;
+using plan::winogradApplies;
 
 void setThreads(int threads) {
   threads = threads < 1 ? 1 : threads;
@@ -431,10 +436,11 @@ template <class F> void forSampleRanges(const ConvGeom &g, F &&body) {
 /// sample and group one im2col, one GEMM and the bias while y is in cache. (Several samples' columns in
 /// one GEMM, to widen the products of small late feature maps, measured no
 /// faster: docs/cpu-kernels.md, "Convolution".)
-void convByColumns(const ConvGeom &g, const float *x, const float *w, const float *bias, float *y) {
+void convByColumns(const ConvGeom &g, const float *x, const float *w, const float *bias, float *y,
+                   const Scratch &scratch) {
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
   forSampleRanges(g, [&](int64_t nBegin, int64_t nEnd) {
-    float *col = g.pointwise ? nullptr : scratch(0, (size_t)(rows * P)); // this thread's
+    float *col = g.pointwise ? nullptr : scratch.thread().take<float>(columnFloats(g));
     for (int64_t n = nBegin; n < nEnd; ++n)
       for (int64_t gi = 0; gi < g.G; ++gi) {
         const float *cols = sampleColumns(g, x, n, gi, col);
@@ -453,48 +459,15 @@ void convByColumns(const ConvGeom &g, const float *x, const float *w, const floa
 }
 
 /// y = conv(x, w) + bias (if any): Winograd F(2x2, 3x3) where it applies,
-/// else per sample im2col and GEMM.
-void convForward(const ConvGeom &g, const float *x, const float *w, const float *bias, float *y) {
+/// else per sample im2col and GEMM (scratch: plan::addCpuConvForwardScratch).
+void convForward(const ConvGeom &g, const float *x, const float *w, const float *bias, float *y,
+                 Scratch &scratch) {
   if (winogradApplies(g))
-    winogradConv(g, x, w, bias, y);
+    winogradConv(g, x, w, bias, y, scratch);
   else
-    convByColumns(g, x, w, bias, y);
+    convByColumns(g, x, w, bias, y, scratch);
 }
 
-/// The geometry of dx as a convolution of dy, for a forward convolution with
-/// every stride 1: dx[c, i] = sum_{f, k} W[f, c, k] dy[f, i + pb - k d], so
-/// with the kernel flipped (k' = K - 1 - k) it is a stride-1 convolution of
-/// dy with begin pads (K - 1) d - pb (negative: a crop, which im2col
-/// handles, since it tests every tap against the input's extent) whose
-/// output has x's extent.
-ConvGeom inputGradAsConv(const ConvGeom &g) {
-  ConvGeom t = g;
-  t.C = g.F;
-  t.F = g.C;
-  t.Cg = g.Fg;
-  t.Fg = g.Cg;
-  t.inSize = g.outSize;
-  t.outSize = g.inSize;
-  for (int a = 0; a < g.sp; ++a) {
-    t.in[a] = g.out[a];
-    t.out[a] = g.in[a];
-    t.pb[a] = (g.k[a] - 1) * g.d[a] - g.pb[a];
-  }
-  t.pointwise = false;
-  return t;
-}
-
-/// Whether dx is better computed as a convolution of dy (inputGradAsConv)
-/// than by col2im of W^T dy: every stride must be 1, and dy's column matrix
-/// [Fg * kSize, in] must not be much larger than the one col2im folds
-/// [Cg * kSize, out] (the first layer of an image model, 3 channels in and
-/// 64 out, is 8 times faster the col2im way).
-bool inputGradByFlippedConv(const ConvGeom &g) {
-  if (g.pointwise || g.Fg > 2 * g.Cg) return false;
-  for (int a = 0; a < g.sp; ++a)
-    if (g.s[a] != 1) return false;
-  return true;
-}
 } // namespace
 
 Shape convOutputShape(const Shape &x, const Shape &w, const Dims &strides, const Dims &pads, const Dims &dilations) {
@@ -504,23 +477,30 @@ Shape convOutputShape(const Shape &x, const Shape &w, const Dims &strides, const
 }
 
 void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, const float *bias, float *y,
-          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group) {
+          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group, const Workspace &workspace) {
   const ConvGeom g = convGeom("nn.conv", xs, ws, strides, pads, dilations, group);
-  convForward(g, x, w, bias, y);
+  ScratchNeed need;
+  plan::addCpuConvForwardScratch(g, need);
+  Scratch scratch("nn.conv", workspace, need);
+  convForward(g, x, w, bias, y, scratch);
 }
 
 void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shape &ws, float *dx, const Shape &xs,
-                   const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group) {
+                   const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+                   const Workspace &workspace) {
   const ConvGeom g = convGeom("nn.conv_input_grad", xs, ws, strides, pads, dilations, group);
   if (convOut(g) != dys)
     fail("nn.conv_input_grad", "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
+  ScratchNeed need;
+  plan::addCpuConvInputGradScratch(g, need);
+  Scratch scratch("nn.conv_input_grad", workspace, need);
   if (inputGradByFlippedConv(g)) {
     // docs/cpu-kernels.md, "Convolution": a GEMM with K = Fg * kSize
     // instead of one with K = Fg into a column matrix that BLAS zeroes first
     // and col2im folds back.
     const int64_t flippedRows = g.Fg * g.kSize;
-    float *flipped = scratch(1, (size_t)(g.G * g.Cg * flippedRows)); // [C, Fg * kSize]
+    float *flipped = scratch.shared<float>(plan::flippedWeightFloats(g)); // [C, Fg * kSize]
     for (int64_t gi = 0; gi < g.G; ++gi)
       for (int64_t f = 0; f < g.Fg; ++f)
         for (int64_t c = 0; c < g.Cg; ++c) {
@@ -528,12 +508,12 @@ void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shap
           float *dst = flipped + (gi * g.Cg + c) * flippedRows + f * g.kSize;
           for (int64_t k = 0; k < g.kSize; ++k) dst[k] = src[g.kSize - 1 - k];
         }
-    convForward(inputGradAsConv(g), dy, flipped, nullptr, dx);
+    convForward(inputGradAsConv(g), dy, flipped, nullptr, dx, scratch);
     return;
   }
   forSampleRanges(g, [&](int64_t nBegin, int64_t nEnd) {
     if (!g.pointwise) std::fill(dx + nBegin * g.C * g.inSize, dx + nEnd * g.C * g.inSize, 0.0f);
-    float *col = g.pointwise ? nullptr : scratch(0, (size_t)(rows * P)); // this thread's
+    float *col = g.pointwise ? nullptr : scratch.thread().take<float>(columnFloats(g));
     for (int64_t n = nBegin; n < nEnd; ++n)
       for (int64_t gi = 0; gi < g.G; ++gi) {
         float *dxg = dx + (n * g.C + gi * g.Cg) * g.inSize;
@@ -547,7 +527,8 @@ void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shap
 }
 
 void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Shape &xs, float *dw, const Shape &ws,
-                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group) {
+                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+                    const Workspace &workspace) {
   const ConvGeom g = convGeom("nn.conv_weight_grad", xs, ws, strides, pads, dilations, group);
   if (convOut(g) != dys)
     fail("nn.conv_weight_grad", "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
@@ -556,8 +537,11 @@ void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Sha
     std::fill(dw, dw + wSize, 0.0f);
     return;
   }
+  ScratchNeed need;
+  plan::addCpuConvWeightGradScratch(g, wSize, need);
+  Scratch scratch("nn.conv_weight_grad", workspace, need);
   if (winogradApplies(g)) {
-    winogradWeightGrad(g, dy, x, dw);
+    winogradWeightGrad(g, dy, x, dw, scratch);
     return;
   }
   // dW is a sum over the samples, which must not split by the thread count:
@@ -565,10 +549,10 @@ void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Sha
   // accumulated by one thread (slice 0 into dw, the others into partial
   // buffers), and the partials are added in slice order (docs/cpu-kernels.md,
   // "Convolution").
-  const int64_t slices = std::min<int64_t>(g.N, kConvWeightGradSlices);
-  float *partials = slices > 1 ? scratch(2, (size_t)((slices - 1) * wSize)) : nullptr; // shared by the threads
+  const int64_t slices = std::min<int64_t>(g.N, plan::kConvWeightGradSlices);
+  float *partials = slices > 1 ? scratch.shared<float>((slices - 1) * wSize) : nullptr; // shared by the threads
   parallelRanges(slices, convGemmWork(g), [&](int64_t sBegin, int64_t sEnd) {
-    float *col = g.pointwise ? nullptr : scratch(0, (size_t)(rows * P)); // this thread's
+    float *col = g.pointwise ? nullptr : scratch.thread().take<float>(columnFloats(g));
     for (int64_t s = sBegin; s < sEnd; ++s) {
       float *sum = s == 0 ? dw : partials + (s - 1) * wSize;
       const int64_t nBegin = g.N * s / slices, nEnd = g.N * (s + 1) / slices;

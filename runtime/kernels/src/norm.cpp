@@ -190,23 +190,14 @@ void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
 //===----------------------------------------------------------------------===//
 
 namespace {
-struct RowView {
-  int64_t rows, inner;
-  Shape normalized;
-};
-RowView rowView(const char *op, const Shape &xs, int64_t axis) {
-  checkRank(op, xs, 1, "the input");
-  const int a = (int)normalizeAxis(op, axis, xs.size);
-  return {productOf(xs, 0, a), productOf(xs, a, xs.size), Shape(xs.v + a, xs.size - a)};
-}
 
 /// A parameter of shape ps expanded to the normalized shape (the pointer
-/// itself when it already has every element).
-const float *expandedParam(const char *op, const float *p, const Shape &ps, const RowView &v, size_t slot) {
+/// itself when it already has every element, else a copy in scratch).
+const float *expandedParam(const char *op, const float *p, const Shape &ps, const RowView &v, Scratch &scratch) {
   if (!broadcastsTo(ps, v.normalized))
     fail(op, "scale/bias of shape " + ps.str() + " does not broadcast to " + v.normalized.str());
   if (ps.numel() == v.inner) return p;
-  float *buf = scratch(slot, (size_t)v.inner);
+  float *buf = scratch.shared<float>(v.inner);
   expand(p, ps, buf, v.normalized);
   return buf;
 }
@@ -220,10 +211,12 @@ void rowStats(const float *x, int64_t inner, double &mean, double &invStd, float
 } // namespace
 
 void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape &ss, const float *bias, const Shape &bs,
-               float *y, float *mean, float *invStd, int64_t axis, float epsilon) {
+               float *y, float *mean, float *invStd, int64_t axis, float epsilon, const Workspace &workspace) {
   const RowView v = rowView("nn.layer_norm", xs, axis);
-  const float *g = expandedParam("nn.layer_norm", scale, ss, v, 1);
-  const float *b = bias ? expandedParam("nn.layer_norm", bias, bs, v, 2) : nullptr;
+  Scratch scratch("nn.layer_norm", workspace,
+                  layerNormScratch(ScratchTarget::Cpu, xs, ss, bias ? &bs : nullptr, axis));
+  const float *g = expandedParam("nn.layer_norm", scale, ss, v, scratch);
+  const float *b = bias ? expandedParam("nn.layer_norm", bias, bs, v, scratch) : nullptr;
   parallelVectorRanges(v.rows, v.rows * v.inner, [&](int64_t rBegin, int64_t rEnd) {
     for (int64_t r = rBegin; r < rEnd; ++r) {
       const float *xr = x + r * v.inner;
@@ -242,9 +235,10 @@ void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape 
 }
 
 void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const Shape &ss, float *dx,
-                   int64_t axis, float epsilon) {
+                   int64_t axis, float epsilon, const Workspace &workspace) {
   const RowView v = rowView("nn.layer_norm_grad", xs, axis);
-  const float *g = expandedParam("nn.layer_norm_grad", scale, ss, v, 1);
+  Scratch scratch("nn.layer_norm_grad", workspace, layerNormGradScratch(ScratchTarget::Cpu, xs, ss, axis));
+  const float *g = expandedParam("nn.layer_norm_grad", scale, ss, v, scratch);
   parallelVectorRanges(v.rows, v.rows * v.inner, [&](int64_t rBegin, int64_t rEnd) {
     for (int64_t r = rBegin; r < rEnd; ++r) {
       const float *xr = x + r * v.inner, *dyr = dy + r * v.inner;
@@ -264,13 +258,16 @@ void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float
 }
 
 void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const Shape &ps, float *dscale, float *dbias,
-                        int64_t axis, float epsilon) {
+                        int64_t axis, float epsilon, const Workspace &workspace) {
   const RowView v = rowView("nn.layer_norm_param_grad", xs, axis);
   if (!broadcastsTo(ps, v.normalized))
     fail("nn.layer_norm_param_grad", "parameter shape " + ps.str() + " does not broadcast to " + v.normalized.str());
+  Scratch scratch("nn.layer_norm_param_grad", workspace,
+                  layerNormParamGradScratch(ScratchTarget::Cpu, xs, ps, axis, dbias != nullptr));
   const bool full = ps.numel() == v.inner;
-  float *ds = full ? dscale : scratch(1, (size_t)v.inner);
-  float *db = full ? dbias : scratch(2, (size_t)v.inner);
+  float *ds = full ? dscale : scratch.shared<float>(v.inner);
+  float *db = full || !dbias ? dbias : scratch.shared<float>(v.inner);
+  float *stats = scratch.shared<float>(2 * v.rows);
   std::fill(ds, ds + v.inner, 0.0f);
   if (db) std::fill(db, db + v.inner, 0.0f);
   const int64_t work = v.rows * v.inner;
@@ -288,7 +285,6 @@ void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
     // The same sums split by column: every ds[i] and db[i] still adds its
     // rows in order 0, 1, ..., with the rows' statistics computed first (in
     // parallel over rows, each row as above).
-    float *stats = scratch(3, (size_t)(2 * v.rows));
     parallelVectorRanges(v.rows, work, [&](int64_t rBegin, int64_t rEnd) {
       for (int64_t r = rBegin; r < rEnd; ++r) {
         double m, inv;

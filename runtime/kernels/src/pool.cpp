@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <limits>
-#include <vector>
 
 namespace pipec::kernels {
 
@@ -13,25 +12,20 @@ namespace {
 /// The shared geometry plus, per spatial axis and output index: where the
 /// window starts in the input (begin pad subtracted), the kernel indices
 /// [lo, hi) that land inside the input, and how many land inside the padded
-/// input.
+/// input. The tables live in the call's scratch (poolScratch).
 struct PoolWindows : PoolGeom {
-  std::vector<int64_t> start[kMaxRank], lo[kMaxRank], hi[kMaxRank], padded[kMaxRank];
+  int64_t *start[kMaxRank] = {}, *lo[kMaxRank] = {}, *hi[kMaxRank] = {}, *padded[kMaxRank] = {};
 };
 
-/// The calling thread's tables, refilled per call: their capacity stays, so
-/// that generated code allocates nothing after its first call
-/// (docs/optimization.md).
-const PoolWindows &poolWindows(const char *op, const Shape &xs, const Dims &kernel, const Dims &strides,
-                               const Dims &pads, const Dims &dilations, bool ceilMode) {
-  static thread_local PoolWindows g;
+PoolWindows poolWindows(const char *op, const Shape &xs, const Dims &kernel, const Dims &strides, const Dims &pads,
+                        const Dims &dilations, bool ceilMode, Scratch &scratch) {
+  PoolWindows g;
   static_cast<PoolGeom &>(g) = poolGeom(op, xs, kernel, strides, pads, dilations, ceilMode);
-  for (int a = 0; a < kMaxRank; ++a) {
-    g.start[a].clear();
-    g.lo[a].clear();
-    g.hi[a].clear();
-    g.padded[a].clear();
-  }
-  for (int a = 0; a < g.sp; ++a)
+  for (int a = 0; a < g.sp; ++a) {
+    g.start[a] = scratch.shared<int64_t>(g.out[a]);
+    g.lo[a] = scratch.shared<int64_t>(g.out[a]);
+    g.hi[a] = scratch.shared<int64_t>(g.out[a]);
+    g.padded[a] = scratch.shared<int64_t>(g.out[a]);
     for (int64_t o = 0; o < g.out[a]; ++o) {
       const int64_t st = o * g.s[a] - g.pb[a];
       auto firstAtLeast = [&](int64_t bound) { // smallest k with st + k*d >= bound
@@ -40,11 +34,12 @@ const PoolWindows &poolWindows(const char *op, const Shape &xs, const Dims &kern
       const int64_t l = std::min(firstAtLeast(0), g.k[a]);
       const int64_t h = std::max(l, std::min(firstAtLeast(g.in[a]), g.k[a]));
       const int64_t p = std::min(firstAtLeast(g.in[a] + g.pe[a]), g.k[a]); // from k = 0: st >= -pb
-      g.start[a].push_back(st);
-      g.lo[a].push_back(l);
-      g.hi[a].push_back(h);
-      g.padded[a].push_back(p);
+      g.start[a][o] = st;
+      g.lo[a][o] = l;
+      g.hi[a][o] = h;
+      g.padded[a][o] = p;
     }
+  }
   return g;
 }
 
@@ -107,8 +102,10 @@ Shape poolOutputShape(const Shape &x, const Dims &kernel, const Dims &strides, c
 }
 
 void maxPool(const float *x, const Shape &xs, float *y, const Dims &kernel, const Dims &strides, const Dims &pads,
-             const Dims &dilations, bool ceilMode) {
-  const PoolWindows &g = poolWindows("nn.max_pool", xs, kernel, strides, pads, dilations, ceilMode);
+             const Dims &dilations, bool ceilMode, const Workspace &workspace) {
+  Scratch scratch("nn.max_pool", workspace,
+                  poolScratch(ScratchTarget::Cpu, xs, kernel, strides, pads, dilations, ceilMode, false));
+  const PoolWindows g = poolWindows("nn.max_pool", xs, kernel, strides, pads, dilations, ceilMode, scratch);
   // Planes (n, c) are independent: one thread each.
   parallelRanges(g.planes, g.planes * (g.inSize + g.outSize), [&](int64_t pBegin, int64_t pEnd) {
     for (int64_t p = pBegin; p < pEnd; ++p) {
@@ -124,8 +121,10 @@ void maxPool(const float *x, const Shape &xs, float *y, const Dims &kernel, cons
 }
 
 void maxPoolGrad(const float *dy, const float *x, const Shape &xs, float *dx, const Dims &kernel, const Dims &strides,
-                 const Dims &pads, const Dims &dilations, bool ceilMode) {
-  const PoolWindows &g = poolWindows("nn.max_pool_grad", xs, kernel, strides, pads, dilations, ceilMode);
+                 const Dims &pads, const Dims &dilations, bool ceilMode, const Workspace &workspace) {
+  Scratch scratch("nn.max_pool_grad", workspace,
+                  poolScratch(ScratchTarget::Cpu, xs, kernel, strides, pads, dilations, ceilMode, true));
+  const PoolWindows g = poolWindows("nn.max_pool_grad", xs, kernel, strides, pads, dilations, ceilMode, scratch);
   std::fill(dx, dx + xs.numel(), 0.0f);
   // Planes (n, c) are independent: one thread each.
   parallelRanges(g.planes, g.planes * (g.inSize + g.outSize), [&](int64_t pBegin, int64_t pEnd) {
@@ -149,8 +148,10 @@ void maxPoolGrad(const float *dy, const float *x, const Shape &xs, float *dx, co
 }
 
 void averagePool(const float *x, const Shape &xs, float *y, const Dims &kernel, const Dims &strides, const Dims &pads,
-                 bool ceilMode, bool countIncludePad) {
-  const PoolWindows &g = poolWindows("nn.average_pool", xs, kernel, strides, pads, Dims{}, ceilMode);
+                 bool ceilMode, bool countIncludePad, const Workspace &workspace) {
+  Scratch scratch("nn.average_pool", workspace,
+                  poolScratch(ScratchTarget::Cpu, xs, kernel, strides, pads, Dims{}, ceilMode, false));
+  const PoolWindows g = poolWindows("nn.average_pool", xs, kernel, strides, pads, Dims{}, ceilMode, scratch);
   // Planes (n, c) are independent: one thread each.
   parallelRanges(g.planes, g.planes * (g.inSize + g.outSize), [&](int64_t pBegin, int64_t pEnd) {
     for (int64_t p = pBegin; p < pEnd; ++p) {
@@ -166,8 +167,10 @@ void averagePool(const float *x, const Shape &xs, float *y, const Dims &kernel, 
 }
 
 void averagePoolGrad(const float *dy, float *dx, const Shape &xs, const Dims &kernel, const Dims &strides,
-                     const Dims &pads, bool ceilMode, bool countIncludePad) {
-  const PoolWindows &g = poolWindows("nn.average_pool_grad", xs, kernel, strides, pads, Dims{}, ceilMode);
+                     const Dims &pads, bool ceilMode, bool countIncludePad, const Workspace &workspace) {
+  Scratch scratch("nn.average_pool_grad", workspace,
+                  poolScratch(ScratchTarget::Cpu, xs, kernel, strides, pads, Dims{}, ceilMode, false));
+  const PoolWindows g = poolWindows("nn.average_pool_grad", xs, kernel, strides, pads, Dims{}, ceilMode, scratch);
   std::fill(dx, dx + xs.numel(), 0.0f);
   // Planes (n, c) are independent: one thread each.
   parallelRanges(g.planes, g.planes * (g.inSize + g.outSize), [&](int64_t pBegin, int64_t pEnd) {

@@ -163,8 +163,7 @@ void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const ui
 
 namespace {
 /// Per (n, d...) element: the log-sum-exp of its class scores.
-void logSumExp(const float *scores, const AxisView &v, std::vector<double> &lse) {
-  lse.resize((size_t)(v.outer * v.inner));
+void logSumExp(const float *scores, const AxisView &v, double *lse) {
   parallelRanges(v.outer * v.inner, v.outer * v.size * v.inner, [&](int64_t lo, int64_t hi) {
     for (int64_t row = lo; row < hi; ++row) {
       const int64_t n = row / v.inner, in = row % v.inner;
@@ -192,13 +191,12 @@ template <class L> int64_t checkedLabel(const char *op, L label, int64_t classes
 
 template <class L>
 void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labels, const float *weights,
-                             Reduction reduction, std::optional<int64_t> ignoreIndex, float *loss, float *logProb) {
+                             Reduction reduction, std::optional<int64_t> ignoreIndex, float *loss, float *logProb,
+                             const Workspace &workspace) {
   const char *op = "nn.softmax_cross_entropy_loss";
   const AxisView v = lossView(op, ss, weights);
-  // The calling thread's storage, reused (no allocation after the first
-  // call); a reference, so that the parallel loops below use this thread's.
-  thread_local std::vector<double> lseStorage;
-  std::vector<double> &lse = lseStorage;
+  Scratch scratch(op, workspace, softmaxCrossEntropyScratch(ScratchTarget::Cpu, ss, reduction, false));
+  double *lse = scratch.shared<double>(v.outer * v.inner);
   logSumExp(scores, v, lse);
   if (logProb)
     parallelVectorRanges(v.outer, v.outer * v.size * v.inner, [&](int64_t nBegin, int64_t nEnd) {
@@ -238,13 +236,11 @@ void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labe
 template <class L>
 void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const Shape &ss, const L *labels,
                                  const float *weights, Reduction reduction, std::optional<int64_t> ignoreIndex,
-                                 float *dscores) {
+                                 float *dscores, const Workspace &workspace) {
   const char *op = "nn.softmax_cross_entropy_loss_grad";
   const AxisView v = lossView(op, ss, weights);
-  // The calling thread's storage, reused (no allocation after the first
-  // call); a reference, so that the parallel loops below use this thread's.
-  thread_local std::vector<double> lseStorage;
-  std::vector<double> &lse = lseStorage;
+  Scratch scratch(op, workspace, softmaxCrossEntropyScratch(ScratchTarget::Cpu, ss, reduction, true));
+  double *lse = scratch.shared<double>(v.outer * v.inner);
   logSumExp(scores, v, lse);
   double scale = reduction == Reduction::None ? 1.0 : (double)dloss[0];
   if (reduction == Reduction::Mean) {
@@ -291,13 +287,15 @@ void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const 
 }
 
 template void softmaxCrossEntropyLoss<int64_t>(const float *, const Shape &, const int64_t *, const float *, Reduction,
-                                               std::optional<int64_t>, float *, float *);
+                                               std::optional<int64_t>, float *, float *, const Workspace &);
 template void softmaxCrossEntropyLoss<int32_t>(const float *, const Shape &, const int32_t *, const float *, Reduction,
-                                               std::optional<int64_t>, float *, float *);
+                                               std::optional<int64_t>, float *, float *, const Workspace &);
 template void softmaxCrossEntropyLossGrad<int64_t>(const float *, const float *, const Shape &, const int64_t *,
-                                                   const float *, Reduction, std::optional<int64_t>, float *);
+                                                   const float *, Reduction, std::optional<int64_t>, float *,
+                                                   const Workspace &);
 template void softmaxCrossEntropyLossGrad<int32_t>(const float *, const float *, const Shape &, const int32_t *,
-                                                   const float *, Reduction, std::optional<int64_t>, float *);
+                                                   const float *, Reduction, std::optional<int64_t>, float *,
+                                                   const Workspace &);
 
 //===----------------------------------------------------------------------===//
 // Reductions
@@ -307,26 +305,17 @@ namespace {
 /// Sums x over the marked axes into y (double accumulation); returns the
 /// number of elements summed into each output.
 int64_t sumAxes(const char *op, const float *x, const Shape &xs, const Dims &axes, bool emptyMeansAll, float *y,
-                double divide) {
-  checkRank(op, xs, 0, "the input");
-  bool reduced[kMaxRank] = {};
-  for (int i = 0; i < axes.size; ++i) {
-    if (axes.v[i] < 0 || axes.v[i] >= xs.size || (i && axes.v[i - 1] >= axes.v[i]))
-      fail(op, "axes " + axes.str() + " must be sorted, unique and in [0, " + std::to_string(xs.size) + ")");
-    reduced[axes.v[i]] = true;
-  }
-  if (axes.size == 0 && emptyMeansAll)
-    for (int a = 0; a < xs.size; ++a) reduced[a] = true;
-  Shape kept;
-  for (int a = 0; a < xs.size; ++a) kept.push(reduced[a] ? 1 : xs.v[a]);
+                double divide, const Workspace &workspace) {
+  const Shape kept = reducedShape(op, xs, axes, emptyMeansAll);
   const int64_t outN = kept.numel(), inN = xs.numel();
   const int64_t count = outN ? inN / outN : 0;
-  thread_local std::vector<double> acc;
-  acc.assign((size_t)outN, 0.0);
+  Scratch scratch(op, workspace, reduceScratch(ScratchTarget::Cpu, xs, axes, emptyMeansAll));
+  double *acc = scratch.shared<double>(outN);
+  std::fill(acc, acc + outN, 0.0);
   // The kept axis to split across threads: the longest (the first of equals).
   int split = -1;
   for (int a = 0; a < xs.size; ++a)
-    if (!reduced[a] && xs.v[a] > 1 && (split < 0 || xs.v[a] > xs.v[split])) split = a;
+    if (kept.v[a] > 1 && (split < 0 || xs.v[a] > xs.v[split])) split = a; // a kept axis
   if (split < 0 || threadsFor(inN, xs.v[split]) <= 1) {
     broadcastLoop<2>(xs, {&xs, &kept}, [&](int64_t, const std::array<int64_t, 2> &o) { acc[o[1]] += x[o[0]]; });
   } else {
@@ -335,7 +324,7 @@ int64_t sumAxes(const char *op, const float *x, const Shape &xs, const Dims &axe
     // output element gets the same terms in the same order (they all share
     // its index on `split`), and no output is summed by two threads.
     const auto xSt = stridesOf(xs), keptSt = broadcastStrides(kept, xs);
-    double *accp = acc.data();
+    double *accp = acc;
     parallelRanges(xs.v[split], inN, [&](int64_t lo, int64_t hi) {
       Shape part = xs;
       part.v[split] = hi - lo;
@@ -353,12 +342,12 @@ int64_t sumAxes(const char *op, const float *x, const Shape &xs, const Dims &axe
 }
 } // namespace
 
-void reduceSum(const float *x, const Shape &xs, const Dims &axes, float *y) {
-  sumAxes("nn.reduce_sum", x, xs, axes, false, y, 0.0);
+void reduceSum(const float *x, const Shape &xs, const Dims &axes, float *y, const Workspace &workspace) {
+  sumAxes("nn.reduce_sum", x, xs, axes, false, y, 0.0, workspace);
 }
 
-void reduceMean(const float *x, const Shape &xs, const Dims &axes, float *y) {
-  sumAxes("nn.reduce_mean", x, xs, axes, true, y, 1.0);
+void reduceMean(const float *x, const Shape &xs, const Dims &axes, float *y, const Workspace &workspace) {
+  sumAxes("nn.reduce_mean", x, xs, axes, true, y, 1.0, workspace);
 }
 
 } // namespace pipec::kernels

@@ -3,6 +3,7 @@
 // element sums its own contributions: no atomics, deterministic), weight
 // gradient accumulated over samples with beta = 1 GEMMs.
 #include "gemm.cuh"
+#include "kernel_plan.h"
 #include "nn_common.cuh"
 
 #include <algorithm>
@@ -17,14 +18,7 @@ using kernels::ConvGeom;
 using kernels::convGeom;
 using kernels::convOut;
 
-/// Samples per im2col chunk: the column buffer [samples, C * kSize, P] stays
-/// under 128 MiB (at least one sample).
-int64_t chunkSamples(const ConvGeom &g) {
-  constexpr int64_t kBudget = int64_t(1) << 25; // floats
-  const int64_t perSample = g.C * g.kSize * g.outSize;
-  if (perSample <= 0) return std::max<int64_t>(g.N, 1);
-  return std::max<int64_t>(1, std::min<int64_t>(g.N, kBudget / perSample));
-}
+using plan::cudaChunkSamples;
 
 /// col[s, c * kSize + kk, o] = x[s, c, o * stride - pad + kidx * dilation]
 /// (0 in the padding) for `samples` samples of all C channels: each group's
@@ -133,19 +127,23 @@ void im2col(const char *op, const ConvGeom &g, const float *x, float *col, int64
 //===----------------------------------------------------------------------===//
 
 void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, const float *bias, float *y,
-          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group) {
+          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+          const Workspace &workspace) {
   const char *op = "nn.conv";
   const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
   if (g.N == 0 || g.F == 0) return;
-  const int64_t chunk = g.pointwise ? g.N : chunkSamples(g);
-  Buffer col(g.pointwise ? 0 : (size_t)(chunk * g.G * rows * P) * sizeof(float), 0);
+  const int64_t chunk = g.pointwise ? g.N : cudaChunkSamples(g);
+  ScratchNeed need;
+  plan::addCudaConvScratch(g, need);
+  Scratch scratch(op, workspace, need);
+  float *col = g.pointwise ? nullptr : scratch.shared<float>(chunk * g.G * rows * P);
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t samples = std::min(chunk, g.N - n0);
     const float *cols = x + n0 * g.C * g.inSize; // pointwise: the columns are x
     if (!g.pointwise) {
-      im2col(op, g, cols, col.as<float>(), samples);
-      cols = col.as<float>();
+      im2col(op, g, cols, col, samples);
+      cols = col;
     }
     // y_(s,g) [Fg, P] = W_g [Fg, rows] col_(s,g) [rows, P]
     groupGemms(op, false, false, g.Fg, P, rows, Operand{w, rows, 0, g.Fg * rows},
@@ -159,19 +157,23 @@ void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, cons
 }
 
 void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shape &ws, float *dx, const Shape &xs,
-                   const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group) {
+                   const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+          const Workspace &workspace) {
   const char *op = "nn.conv_input_grad";
   const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
   if (convOut(g) != dys) fail(op, "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
   if (g.N == 0 || g.C == 0 || g.inSize == 0) return;
-  const int64_t chunk = g.pointwise ? g.N : chunkSamples(g);
-  Buffer col(g.pointwise ? 0 : (size_t)(chunk * g.G * rows * P) * sizeof(float), 0);
+  const int64_t chunk = g.pointwise ? g.N : cudaChunkSamples(g);
+  ScratchNeed need;
+  plan::addCudaConvScratch(g, need);
+  Scratch scratch(op, workspace, need);
+  float *col = g.pointwise ? nullptr : scratch.shared<float>(chunk * g.G * rows * P);
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t samples = std::min(chunk, g.N - n0);
     float *dxChunk = dx + n0 * g.C * g.inSize;
     // dcol_(s,g) [rows, P] = W_g^T [rows, Fg] dy_(s,g) [Fg, P]; pointwise: dx itself
-    float *dcol = g.pointwise ? dxChunk : col.as<float>();
+    float *dcol = g.pointwise ? dxChunk : col;
     groupGemms(op, true, false, rows, P, g.Fg, Operand{w, rows, 0, g.Fg * rows},
                Operand{dy + n0 * g.F * P, P, g.F * P, g.Fg * P}, dcol, P, g.G * rows * P, rows * P, samples, g.G);
     if (!g.pointwise) {
@@ -184,7 +186,8 @@ void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shap
 }
 
 void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Shape &xs, float *dw, const Shape &ws,
-                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group) {
+                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+          const Workspace &workspace) {
   const char *op = "nn.conv_weight_grad";
   const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
   if (convOut(g) != dys) fail(op, "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
@@ -194,14 +197,17 @@ void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Sha
     detail::check(cudaMemsetAsync(dw, 0, (size_t)ws.numel() * sizeof(float), detail::stream()), op);
     return;
   }
-  const int64_t chunk = g.pointwise ? g.N : chunkSamples(g);
-  Buffer col(g.pointwise ? 0 : (size_t)(chunk * g.G * rows * P) * sizeof(float), 0);
+  const int64_t chunk = g.pointwise ? g.N : cudaChunkSamples(g);
+  ScratchNeed need;
+  plan::addCudaConvScratch(g, need);
+  Scratch scratch(op, workspace, need);
+  float *col = g.pointwise ? nullptr : scratch.shared<float>(chunk * g.G * rows * P);
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t samples = std::min(chunk, g.N - n0);
     const float *cols = x + n0 * g.C * g.inSize;
     if (!g.pointwise) {
-      im2col(op, g, cols, col.as<float>(), samples);
-      cols = col.as<float>();
+      im2col(op, g, cols, col, samples);
+      cols = col;
     }
     // dW_g [Fg, rows] (+)= dy_(n,g) [Fg, P] col_(n,g)^T [P, rows]: batched over
     // groups (distinct outputs), samples in order with beta = 1 after the first.

@@ -58,12 +58,13 @@ __device__ inline void raiseDevice(int *flag, int code) { atomicCAS(flag, 0, cod
 constexpr int kThreads = 256;
 unsigned blocksFor(int64_t n);
 
-/// Kernel scratch: this thread's buffer `slot` on the current device, at
-/// least `bytes` long. It grows (stream-ordered) when a call needs more and
-/// is kept, so only the first calls of a stage allocate. A kernel call gives
-/// each buffer it holds at once its own slot, and no kernel holds a slot
-/// while it calls another kernel that uses scratch.
-constexpr int kScratchSlots = 3;
+/// Kernel scratch when the caller passes no Workspace (nn::Scratch): this
+/// thread's buffer `slot` on the current device, at least `bytes` long. It
+/// grows (stream-ordered) when a call needs more and is kept, so only the
+/// first calls of a stage allocate. A kernel call takes all its scratch
+/// from slot 0, and no kernel holds a slot while it calls another kernel
+/// that uses scratch.
+constexpr int kScratchSlots = 1;
 void *scratch(int slot, size_t bytes);
 
 } // namespace pipec::kernels::cuda::detail

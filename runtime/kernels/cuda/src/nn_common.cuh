@@ -20,17 +20,34 @@ using detail::gridStride;
 using detail::normalizeAxis;
 using detail::productOf;
 
-/// Scratch memory for one kernel call: the thread's scratch slot `slot`
-/// (detail::scratch: grown once, then reused); a null pointer for 0 bytes.
-class Buffer {
+/// One kernel call's scratch (pipec/kernel_scratch.h): the caller's
+/// Workspace (device memory in the stage's arena) when it bound one, else
+/// this thread's growable device buffer (detail::scratch slot 0: grown once,
+/// then reused). Buffers are taken in the order the call's ScratchNeed lists
+/// them; a buffer of no elements is a null pointer.
+class Scratch {
 public:
-  Buffer(size_t bytes, int slot) : p_(bytes ? detail::scratch(slot, bytes) : nullptr) {}
-  Buffer(const Buffer &) = delete;
-  Buffer &operator=(const Buffer &) = delete;
-  template <class T> T *as() const { return static_cast<T *>(p_); }
+  Scratch(const char *op, const Workspace &ws, const ScratchNeed &need) {
+    if (ws.bound()) {
+      if (ws.sharedBytes < need.shared)
+        fail(op, "the workspace holds " + std::to_string(ws.sharedBytes) + " bytes, the call needs " +
+                     std::to_string(need.shared));
+      next_ = static_cast<char *>(ws.shared);
+    } else if (need.shared > 0) {
+      next_ = static_cast<char *>(detail::scratch(0, (size_t)need.shared));
+    }
+  }
+  Scratch(const Scratch &) = delete;
+  Scratch &operator=(const Scratch &) = delete;
+  template <class T> T *shared(int64_t count) {
+    if (count <= 0) return nullptr;
+    char *p = next_;
+    next_ += ScratchNeed::alignedScratchBytes(count * (int64_t)sizeof(T));
+    return reinterpret_cast<T *>(p);
+  }
 
 private:
-  void *p_;
+  char *next_ = nullptr;
 };
 
 /// A shape seen around one axis: [outer, size, inner].

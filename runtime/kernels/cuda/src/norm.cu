@@ -4,6 +4,7 @@
 // (one block per channel or row, or per-chunk partial sums combined in a
 // fixed order): deterministic, no atomics.
 #include "gemm.cuh"
+#include "kernel_plan.h"
 #include "nn_common.cuh"
 
 #include <algorithm>
@@ -144,25 +145,16 @@ __global__ void batchNormParamGradKernel(const float *dy, const float *x, Channe
 // Layer normalization: one block per row
 //===----------------------------------------------------------------------===//
 
-struct RowView {
-  int64_t rows, inner;
-  Shape normalized;
-};
-RowView rowView(const char *op, const Shape &xs, int64_t axis) {
-  checkRank(op, xs, 1, "the input");
-  const int a = (int)normalizeAxis(op, axis, xs.size);
-  return {productOf(xs, 0, a), productOf(xs, a, xs.size), Shape(xs.v + a, xs.size - a)};
-}
 
 /// A parameter of shape ps expanded to the normalized shape: the pointer
-/// itself when it already has every element, else a copy in `buffer`.
-const float *expandedParam(const char *op, const float *p, const Shape &ps, const RowView &v,
-                           Buffer &buffer) {
+/// itself when it already has every element, else a copy in scratch.
+const float *expandedParam(const char *op, const float *p, const Shape &ps, const RowView &v, Scratch &scratch) {
   if (!broadcastsTo(ps, v.normalized))
     fail(op, "scale/bias of shape " + ps.str() + " does not broadcast to " + v.normalized.str());
   if (ps.numel() == v.inner) return p;
-  expandTo(op, p, ps, buffer.as<float>(), v.normalized);
-  return buffer.as<float>();
+  float *buffer = scratch.shared<float>(v.inner);
+  expandTo(op, p, ps, buffer, v.normalized);
+  return buffer;
 }
 
 /// Mean and 1/sqrt(var + eps) of one row (block-collective), as the CPU's
@@ -349,13 +341,12 @@ void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
 //===----------------------------------------------------------------------===//
 
 void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape &ss, const float *bias, const Shape &bs,
-               float *y, float *mean, float *invStd, int64_t axis, float epsilon) {
+               float *y, float *mean, float *invStd, int64_t axis, float epsilon, const Workspace &workspace) {
   const char *op = "nn.layer_norm";
   const RowView v = rowView(op, xs, axis);
-  Buffer gBuffer(ss.numel() == v.inner ? 0 : (size_t)v.inner * sizeof(float), 0);
-  Buffer bBuffer(!bias || bs.numel() == v.inner ? 0 : (size_t)v.inner * sizeof(float), 1);
-  const float *g = expandedParam(op, scale, ss, v, gBuffer);
-  const float *b = bias ? expandedParam(op, bias, bs, v, bBuffer) : nullptr;
+  Scratch scratch(op, workspace, layerNormScratch(ScratchTarget::Cuda, xs, ss, bias ? &bs : nullptr, axis));
+  const float *g = expandedParam(op, scale, ss, v, scratch);
+  const float *b = bias ? expandedParam(op, bias, bs, v, scratch) : nullptr;
   if (v.rows == 0) return;
   layerNormKernel<<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(
       x, v.rows, v.inner, g, b, y, mean, invStd, epsilon);
@@ -363,11 +354,11 @@ void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape 
 }
 
 void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const Shape &ss, float *dx,
-                   int64_t axis, float epsilon) {
+                   int64_t axis, float epsilon, const Workspace &workspace) {
   const char *op = "nn.layer_norm_grad";
   const RowView v = rowView(op, xs, axis);
-  Buffer gBuffer(ss.numel() == v.inner ? 0 : (size_t)v.inner * sizeof(float), 0);
-  const float *g = expandedParam(op, scale, ss, v, gBuffer);
+  Scratch scratch(op, workspace, layerNormGradScratch(ScratchTarget::Cuda, xs, ss, axis));
+  const float *g = expandedParam(op, scale, ss, v, scratch);
   if (v.rows == 0 || v.inner == 0) return;
   layerNormGradKernel<<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(
       dy, x, v.rows, v.inner, g, dx, epsilon);
@@ -375,7 +366,7 @@ void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float
 }
 
 void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const Shape &ps, float *dscale, float *dbias,
-                        int64_t axis, float epsilon) {
+                        int64_t axis, float epsilon, const Workspace &workspace) {
   const char *op = "nn.layer_norm_param_grad";
   const RowView v = rowView(op, xs, axis);
   if (!broadcastsTo(ps, v.normalized))
@@ -402,24 +393,23 @@ void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
 
   // Rows in about sqrt(rows) chunks of about sqrt(rows) rows: partial column
   // sums per chunk, then the chunks combined in order.
-  const int64_t rowsPerChunk = std::max<int64_t>(1, (int64_t)std::ceil(std::sqrt((double)v.rows)));
-  const int64_t chunks = (v.rows + rowsPerChunk - 1) / rowsPerChunk;
+  const int64_t rowsPerChunk = plan::cudaLayerNormRowsPerChunk(v.rows);
+  const int64_t chunks = plan::cudaLayerNormChunks(v.rows);
   const int64_t partials = chunks * v.inner;
-  Buffer stats(partials > 0 ? (size_t)(2 * v.rows) * sizeof(float) : 0, 0);
-  Buffer partialScale((size_t)partials * sizeof(double), 1);
-  Buffer partialBias(dbias ? (size_t)partials * sizeof(double) : 0, 2);
-  float *fmean = stats.as<float>(), *finv = fmean ? fmean + v.rows : nullptr;
-  double *pBias = dbias ? partialBias.as<double>() : nullptr;
+  Scratch scratch(op, workspace, layerNormParamGradScratch(ScratchTarget::Cuda, xs, ps, axis, dbias != nullptr));
+  float *fmean = partials > 0 ? scratch.shared<float>(2 * v.rows) : nullptr, *finv = fmean ? fmean + v.rows : nullptr;
+  double *pScale = scratch.shared<double>(partials);
+  double *pBias = dbias ? scratch.shared<double>(partials) : nullptr;
   if (partials > 0) {
     rowStatsKernel<<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(x, v.rows, v.inner,
                                                                                            fmean, finv, epsilon);
     detail::checkLaunch(op);
     layerNormPartialKernel<<<detail::blocksFor(partials), detail::kThreads, 0, detail::stream()>>>(
-        dy, x, fmean, finv, v.rows, v.inner, rowsPerChunk, chunks, partialScale.as<double>(), pBias);
+        dy, x, fmean, finv, v.rows, v.inner, rowsPerChunk, chunks, pScale, pBias);
     detail::checkLaunch(op);
   }
   layerNormFinishKernel<<<detail::blocksFor(outCount), detail::kThreads, 0, detail::stream()>>>(
-      partialScale.as<double>(), pBias, partials > 0 ? chunks : 0, v.inner, m, outCount, dscale, dbias);
+      pScale, pBias, partials > 0 ? chunks : 0, v.inner, m, outCount, dscale, dbias);
   detail::checkLaunch(op);
 }
 

@@ -234,15 +234,16 @@ void maxPool(const float *x, const Shape &xs, float *y, const Dims &kernel, cons
 }
 
 void maxPoolGrad(const float *dy, const float *x, const Shape &xs, float *dx, const Dims &kernel, const Dims &strides,
-                 const Dims &pads, const Dims &dilations, bool ceilMode) {
+                 const Dims &pads, const Dims &dilations, bool ceilMode, const Workspace &workspace) {
   const char *op = "nn.max_pool_grad";
   const PoolGeom g = poolGeom(op, xs, kernel, strides, pads, dilations, ceilMode);
   const int64_t outputs = g.planes * g.outSize, inputs = g.planes * g.inSize;
   if (inputs == 0) return;
-  Buffer args((size_t)outputs * sizeof(int64_t), 0);
-  maxPoolArgKernel<<<detail::blocksFor(outputs), detail::kThreads, 0, detail::stream()>>>(g, x, args.as<int64_t>());
+  Scratch scratch(op, workspace, poolScratch(ScratchTarget::Cuda, xs, kernel, strides, pads, dilations, ceilMode, true));
+  int64_t *args = scratch.shared<int64_t>(outputs);
+  maxPoolArgKernel<<<detail::blocksFor(outputs), detail::kThreads, 0, detail::stream()>>>(g, x, args);
   detail::checkLaunch(op);
-  maxPoolGradKernel<<<detail::blocksFor(inputs), detail::kThreads, 0, detail::stream()>>>(g, dy, args.as<int64_t>(),
+  maxPoolGradKernel<<<detail::blocksFor(inputs), detail::kThreads, 0, detail::stream()>>>(g, dy, args,
                                                                                          dx);
   detail::checkLaunch(op);
 }

@@ -315,7 +315,8 @@ void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const ui
 
 template <class L>
 void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labels, const float *weights,
-                             Reduction reduction, std::optional<int64_t> ignoreIndex, float *loss, float *logProb) {
+                             Reduction reduction, std::optional<int64_t> ignoreIndex, float *loss, float *logProb,
+                             const Workspace &workspace) {
   const char *op = "nn.softmax_cross_entropy_loss";
   const AxisView v = lossView(op, ss);
   const int64_t segments = v.outer * v.inner; // loss elements (n, d...)
@@ -327,8 +328,8 @@ void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labe
     }
     return;
   }
-  Buffer perElement(none ? 0 : (size_t)(2 * segments) * sizeof(double), 0);
-  double *lossE = none ? nullptr : perElement.as<double>();
+  Scratch scratch(op, workspace, softmaxCrossEntropyScratch(ScratchTarget::Cuda, ss, reduction, false));
+  double *lossE = none ? nullptr : scratch.shared<double>(2 * segments);
   double *weightE = none ? nullptr : lossE + segments;
   int *flag = detail::errorFlag();
   launchPerSegment(segments, v.size, v.inner, [&](auto lanes, unsigned grid, unsigned block) {
@@ -348,36 +349,39 @@ void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labe
 template <class L>
 void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const Shape &ss, const L *labels,
                                  const float *weights, Reduction reduction, std::optional<int64_t> ignoreIndex,
-                                 float *dscores) {
+                                 float *dscores, const Workspace &workspace) {
   const char *op = "nn.softmax_cross_entropy_loss_grad";
   const AxisView v = lossView(op, ss);
   const int64_t segments = v.outer * v.inner;
   if (segments == 0) return;
   const Ignore ignore = ignoreOf(ignoreIndex);
   int *flag = detail::errorFlag();
-  Buffer weightSum(reduction == Reduction::Mean ? sizeof(double) : 0, 0);
+  Scratch scratch(op, workspace, softmaxCrossEntropyScratch(ScratchTarget::Cuda, ss, reduction, true));
+  double *weightSum = reduction == Reduction::Mean ? scratch.shared<double>(1) : nullptr;
   if (reduction == Reduction::Mean) {
     weightSumKernel<L><<<1, kReduceThreads, 0, detail::stream()>>>(labels, weights, segments, v.size, ignore, flag,
-                                                                   weightSum.as<double>());
+                                                                   weightSum);
     detail::checkLaunch(op);
   }
   const bool none = reduction == Reduction::None;
   launchPerSegment(segments, v.size, v.inner, [&](auto lanes, unsigned grid, unsigned block) {
     using P = decltype(lanes);
     lossGradKernel<P, L><<<grid, block, 0, detail::stream()>>>(dloss, scores, labels, weights, segments, v.size,
-                                                               v.inner, ignore, flag, none, weightSum.as<double>(),
+                                                               v.inner, ignore, flag, none, weightSum,
                                                                dscores);
   });
   detail::checkLaunch(op);
 }
 
 template void softmaxCrossEntropyLoss<int64_t>(const float *, const Shape &, const int64_t *, const float *, Reduction,
-                                               std::optional<int64_t>, float *, float *);
+                                               std::optional<int64_t>, float *, float *, const Workspace &);
 template void softmaxCrossEntropyLoss<int32_t>(const float *, const Shape &, const int32_t *, const float *, Reduction,
-                                               std::optional<int64_t>, float *, float *);
+                                               std::optional<int64_t>, float *, float *, const Workspace &);
 template void softmaxCrossEntropyLossGrad<int64_t>(const float *, const float *, const Shape &, const int64_t *,
-                                                   const float *, Reduction, std::optional<int64_t>, float *);
+                                                   const float *, Reduction, std::optional<int64_t>, float *,
+                                                   const Workspace &);
 template void softmaxCrossEntropyLossGrad<int32_t>(const float *, const float *, const Shape &, const int32_t *,
-                                                   const float *, Reduction, std::optional<int64_t>, float *);
+                                                   const float *, Reduction, std::optional<int64_t>, float *,
+                                                   const Workspace &);
 
 } // namespace pipec::kernels::cuda

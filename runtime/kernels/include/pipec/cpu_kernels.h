@@ -20,6 +20,11 @@
 //   so checks cost nothing per element. Stage code catches the error and
 //   returns it through pipec_stage_last_error().
 // - Outputs must not alias inputs unless a kernel says it may.
+// - Kernels that need scratch memory (convolutions, layer norm, pooling,
+//   the loss, reductions) take a trailing Workspace: the memory
+//   pipec/kernel_scratch.h's query for the call says it needs, which -O2
+//   stage code places in the stage's arena. Without one they use growable
+//   buffers of the calling thread (allocated once they must grow).
 // - GEMMs and convolutions go through cblas_sgemm (OpenBLAS, kept on one
 //   thread): a large product is split into panels fixed by its shape that
 //   run on OpenMP threads, like the other hot loops when a call touches
@@ -28,6 +33,7 @@
 #ifndef PIPEC_CPU_KERNELS_H
 #define PIPEC_CPU_KERNELS_H
 
+#include "pipec/kernel_scratch.h"
 #include "pipec/kernel_types.h"
 
 #include <cstddef>
@@ -130,15 +136,16 @@ void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, fl
 /// y has convOutputShape(...). pads: begin pads of every spatial axis, then
 /// end pads.
 void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, const float *bias,
-          float *y, const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group);
+          float *y, const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+          const Workspace &scratch = {});
 /// nn.conv_input_grad: dx (shape xs, the forward input's) from dy and w.
 void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shape &ws, float *dx,
                    const Shape &xs, const Dims &strides, const Dims &pads, const Dims &dilations,
-                   int64_t group);
+                   int64_t group, const Workspace &scratch = {});
 /// nn.conv_weight_grad: dw (shape ws, the forward weight's) from dy and x.
 void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Shape &xs, float *dw,
                     const Shape &ws, const Dims &strides, const Dims &pads, const Dims &dilations,
-                    int64_t group);
+                    int64_t group, const Workspace &scratch = {});
 
 //===----------------------------------------------------------------------===//
 // Normalization
@@ -170,15 +177,17 @@ void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
 /// to 1) may each be nullptr when unused.
 void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape &ss,
                const float *bias, const Shape &bs, float *y, float *mean, float *invStd,
-               int64_t axis, float epsilon);
+               int64_t axis, float epsilon, const Workspace &scratch = {});
 /// nn.layer_norm_grad: dx = invStd * (g - mean(g) - x̂ * mean(g * x̂)), g = dy * scale.
 void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale,
-                   const Shape &ss, float *dx, int64_t axis, float epsilon);
+                   const Shape &ss, float *dx, int64_t axis, float epsilon,
+                   const Workspace &scratch = {});
 /// nn.layer_norm_param_grad: dscale = Σ dy·x̂ and dbias = Σ dy over the
 /// leading axes, summed down to the parameter shape ps (the forward scale's;
 /// the bias has the same shape). dbias may be nullptr.
 void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const Shape &ps,
-                        float *dscale, float *dbias, int64_t axis, float epsilon);
+                        float *dscale, float *dbias, int64_t axis, float epsilon,
+                        const Workspace &scratch = {});
 
 //===----------------------------------------------------------------------===//
 // Pooling
@@ -186,19 +195,21 @@ void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
 
 /// nn.max_pool: padding never wins (it is -infinity). y has poolOutputShape.
 void maxPool(const float *x, const Shape &xs, float *y, const Dims &kernel, const Dims &strides,
-             const Dims &pads, const Dims &dilations, bool ceilMode);
+             const Dims &pads, const Dims &dilations, bool ceilMode, const Workspace &scratch = {});
 /// nn.max_pool_grad: dy routed to the first maximum of each window (window
 /// positions in row-major order), accumulated where windows overlap.
 void maxPoolGrad(const float *dy, const float *x, const Shape &xs, float *dx, const Dims &kernel,
-                 const Dims &strides, const Dims &pads, const Dims &dilations, bool ceilMode);
+                 const Dims &strides, const Dims &pads, const Dims &dilations, bool ceilMode,
+                 const Workspace &scratch = {});
 /// nn.average_pool: the divisor counts the window's positions inside the
 /// input, or with countIncludePad inside the padded input (positions past
 /// the end padding, which only ceil mode creates, never count).
 void averagePool(const float *x, const Shape &xs, float *y, const Dims &kernel, const Dims &strides,
-                 const Dims &pads, bool ceilMode, bool countIncludePad);
+                 const Dims &pads, bool ceilMode, bool countIncludePad, const Workspace &scratch = {});
 /// nn.average_pool_grad: dx (shape xs) from dy.
 void averagePoolGrad(const float *dy, float *dx, const Shape &xs, const Dims &kernel,
-                     const Dims &strides, const Dims &pads, bool ceilMode, bool countIncludePad);
+                     const Dims &strides, const Dims &pads, bool ceilMode, bool countIncludePad,
+                     const Workspace &scratch = {});
 /// nn.global_average_pool: y [N, C, 1...] = mean over the spatial axes.
 void globalAveragePool(const float *x, const Shape &xs, float *y);
 
@@ -243,19 +254,21 @@ void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const ui
 template <class L>
 void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labels,
                              const float *weights, Reduction reduction,
-                             std::optional<int64_t> ignoreIndex, float *loss, float *logProb);
+                             std::optional<int64_t> ignoreIndex, float *loss, float *logProb,
+                             const Workspace &scratch = {});
 /// nn.softmax_cross_entropy_loss_grad: dscores from dloss (a scalar, or
 /// [N, d...] for Reduction::None): (softmax - onehot) * w[label] * dloss / (Σw for Mean).
 template <class L>
 void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const Shape &ss,
                                  const L *labels, const float *weights, Reduction reduction,
-                                 std::optional<int64_t> ignoreIndex, float *dscores);
+                                 std::optional<int64_t> ignoreIndex, float *dscores,
+                                 const Workspace &scratch = {});
 
 /// nn.reduce_sum over sorted, unique, non-negative axes (keepdims does not
 /// change the data). No axes: a copy.
-void reduceSum(const float *x, const Shape &xs, const Dims &axes, float *y);
+void reduceSum(const float *x, const Shape &xs, const Dims &axes, float *y, const Workspace &scratch = {});
 /// nn.reduce_mean over sorted, non-negative axes; no axes: all axes.
-void reduceMean(const float *x, const Shape &xs, const Dims &axes, float *y);
+void reduceMean(const float *x, const Shape &xs, const Dims &axes, float *y, const Workspace &scratch = {});
 
 //===----------------------------------------------------------------------===//
 // Data movement (T in float, double, int64_t, int32_t, uint8_t)

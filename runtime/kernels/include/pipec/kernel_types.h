@@ -100,6 +100,20 @@ ConvGeom convGeom(const char *op, const Shape &xs, const Shape &ws, const Dims &
 /// The output shape [N, F, out...] of a geometry.
 Shape convOut(const ConvGeom &g);
 
+/// The result shape of nn.reduce_sum / nn.reduce_mean with the reduced axes
+/// kept as 1: axes sorted, unique and in [0, rank) (errors name `op`); no
+/// axes reduce every axis when `emptyMeansAll`, else none.
+Shape reducedShape(const char *op, const Shape &xs, const Dims &axes, bool emptyMeansAll);
+
+/// x seen as rows over the normalized axes from `axis` on (nn.layer_norm and
+/// its gradients, both libraries): rows x inner, and the normalized shape.
+struct RowView {
+  int64_t rows = 0, inner = 0;
+  Shape normalized;
+};
+/// Checks the rank and axis (errors name `op`) and computes the view.
+RowView rowView(const char *op, const Shape &xs, int64_t axis);
+
 /// The geometry of one pooling (nn.max_pool, nn.average_pool and their
 /// gradients, both libraries): per spatial axis input, output, kernel,
 /// stride, dilation, begin/end pads, and row-major strides of a plane.

@@ -27,6 +27,7 @@
 #ifndef PIPEC_CUDA_KERNELS_H
 #define PIPEC_CUDA_KERNELS_H
 
+#include "pipec/kernel_scratch.h" // Workspace: a call's scratch in the stage's arena
 #include "pipec/kernel_types.h" // Dims, Shape, KernelError, kinds, shape rules, dropout keys
 
 #include <cstddef>
@@ -57,6 +58,7 @@ using kernels::sliceShape;
 using kernels::Unary;
 using kernels::unaryKind;
 using kernels::windowOutputSize;
+using kernels::Workspace;
 
 //===----------------------------------------------------------------------===//
 // Execution context
@@ -199,15 +201,16 @@ void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, fl
 /// y has pipec::kernels::convOutputShape(...) (cpu_kernels.h). pads: begin pads of every spatial axis, then
 /// end pads.
 void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, const float *bias,
-          float *y, const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group);
+          float *y, const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+          const Workspace &scratch = {});
 /// nn.conv_input_grad: dx (shape xs, the forward input's) from dy and w.
 void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shape &ws, float *dx,
                    const Shape &xs, const Dims &strides, const Dims &pads, const Dims &dilations,
-                   int64_t group);
+                   int64_t group, const Workspace &scratch = {});
 /// nn.conv_weight_grad: dw (shape ws, the forward weight's) from dy and x.
 void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Shape &xs, float *dw,
                     const Shape &ws, const Dims &strides, const Dims &pads, const Dims &dilations,
-                    int64_t group);
+                    int64_t group, const Workspace &scratch = {});
 
 //===----------------------------------------------------------------------===//
 // Normalization
@@ -239,15 +242,17 @@ void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
 /// to 1) may each be nullptr when unused.
 void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape &ss,
                const float *bias, const Shape &bs, float *y, float *mean, float *invStd,
-               int64_t axis, float epsilon);
+               int64_t axis, float epsilon, const Workspace &scratch = {});
 /// nn.layer_norm_grad: dx = invStd * (g - mean(g) - x̂ * mean(g * x̂)), g = dy * scale.
 void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale,
-                   const Shape &ss, float *dx, int64_t axis, float epsilon);
+                   const Shape &ss, float *dx, int64_t axis, float epsilon,
+                   const Workspace &scratch = {});
 /// nn.layer_norm_param_grad: dscale = Σ dy·x̂ and dbias = Σ dy over the
 /// leading axes, summed down to the parameter shape ps (the forward scale's;
 /// the bias has the same shape). dbias may be nullptr.
 void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const Shape &ps,
-                        float *dscale, float *dbias, int64_t axis, float epsilon);
+                        float *dscale, float *dbias, int64_t axis, float epsilon,
+                        const Workspace &scratch = {});
 
 //===----------------------------------------------------------------------===//
 // Pooling
@@ -259,7 +264,8 @@ void maxPool(const float *x, const Shape &xs, float *y, const Dims &kernel, cons
 /// nn.max_pool_grad: dy routed to the first maximum of each window (window
 /// positions in row-major order), accumulated where windows overlap.
 void maxPoolGrad(const float *dy, const float *x, const Shape &xs, float *dx, const Dims &kernel,
-                 const Dims &strides, const Dims &pads, const Dims &dilations, bool ceilMode);
+                 const Dims &strides, const Dims &pads, const Dims &dilations, bool ceilMode,
+                 const Workspace &scratch = {});
 /// nn.average_pool: the divisor counts the window's positions inside the
 /// input, or with countIncludePad inside the padded input (positions past
 /// the end padding, which only ceil mode creates, never count).
@@ -313,13 +319,15 @@ void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const ui
 template <class L>
 void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labels,
                              const float *weights, Reduction reduction,
-                             std::optional<int64_t> ignoreIndex, float *loss, float *logProb);
+                             std::optional<int64_t> ignoreIndex, float *loss, float *logProb,
+                             const Workspace &scratch = {});
 /// nn.softmax_cross_entropy_loss_grad: dscores from dloss (a scalar, or
 /// [N, d...] for Reduction::None): (softmax - onehot) * w[label] * dloss / (Σw for Mean).
 template <class L>
 void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const Shape &ss,
                                  const L *labels, const float *weights, Reduction reduction,
-                                 std::optional<int64_t> ignoreIndex, float *dscores);
+                                 std::optional<int64_t> ignoreIndex, float *dscores,
+                                 const Workspace &scratch = {});
 
 /// nn.reduce_sum over sorted, unique, non-negative axes (keepdims does not
 /// change the data). No axes: a copy.

@@ -1,0 +1,125 @@
+// The scratch of kernel calls (pipec/kernel_scratch.h), buffer by buffer in
+// the order the kernels take it. Compiled into each kernel library and into
+// the compiler (pipec-plan-memory).
+#include "pipec/kernel_scratch.h"
+
+#include "kernel_plan.h"
+
+namespace pipec::kernels {
+
+using namespace plan;
+
+ScratchNeed convScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
+                        const Dims &pads, const Dims &dilations, int64_t group) {
+  const ConvGeom g = convGeom("nn.conv", xs, ws, strides, pads, dilations, group);
+  ScratchNeed need;
+  if (target == ScratchTarget::Cuda)
+    addCudaConvScratch(g, need);
+  else
+    addCpuConvForwardScratch(g, need);
+  return need;
+}
+
+ScratchNeed convInputGradScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
+                                 const Dims &pads, const Dims &dilations, int64_t group) {
+  const ConvGeom g = convGeom("nn.conv_input_grad", xs, ws, strides, pads, dilations, group);
+  ScratchNeed need;
+  if (target == ScratchTarget::Cuda)
+    addCudaConvScratch(g, need);
+  else
+    addCpuConvInputGradScratch(g, need);
+  return need;
+}
+
+ScratchNeed convWeightGradScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
+                                  const Dims &pads, const Dims &dilations, int64_t group) {
+  const ConvGeom g = convGeom("nn.conv_weight_grad", xs, ws, strides, pads, dilations, group);
+  ScratchNeed need;
+  if (target == ScratchTarget::Cuda)
+    addCudaConvScratch(g, need);
+  else
+    addCpuConvWeightGradScratch(g, ws.numel(), need);
+  return need;
+}
+
+// Both libraries expand a broadcast scale (then bias) to the normalized
+// shape first.
+ScratchNeed layerNormScratch(ScratchTarget, const Shape &xs, const Shape &ss, const Shape *bs, int64_t axis) {
+  const RowView v = rowView("nn.layer_norm", xs, axis);
+  ScratchNeed need;
+  if (ss.numel() != v.inner) need.addShared<float>(v.inner);
+  if (bs && bs->numel() != v.inner) need.addShared<float>(v.inner);
+  return need;
+}
+
+ScratchNeed layerNormGradScratch(ScratchTarget, const Shape &xs, const Shape &ss, int64_t axis) {
+  const RowView v = rowView("nn.layer_norm_grad", xs, axis);
+  ScratchNeed need;
+  if (ss.numel() != v.inner) need.addShared<float>(v.inner);
+  return need;
+}
+
+ScratchNeed layerNormParamGradScratch(ScratchTarget target, const Shape &xs, const Shape &ps, int64_t axis,
+                                      bool withBias) {
+  const RowView v = rowView("nn.layer_norm_param_grad", xs, axis);
+  ScratchNeed need;
+  if (target == ScratchTarget::Cuda) {
+    // The rows' statistics, then the partial column sums of about sqrt(rows)
+    // chunks of rows (norm.cu).
+    if (ps.numel() == 0) return need;
+    const int64_t partials = cudaLayerNormChunks(v.rows) * v.inner;
+    if (partials > 0) need.addShared<float>(2 * v.rows);
+    need.addShared<double>(partials);
+    if (withBias) need.addShared<double>(partials);
+    return need;
+  }
+  // Sums at the normalized shape when the parameters broadcast, then the
+  // rows' statistics (used when the sums split over threads).
+  if (ps.numel() != v.inner) {
+    need.addShared<float>(v.inner);
+    if (withBias) need.addShared<float>(v.inner);
+  }
+  need.addShared<float>(2 * v.rows);
+  return need;
+}
+
+ScratchNeed softmaxCrossEntropyScratch(ScratchTarget target, const Shape &ss, Reduction reduction, bool gradient) {
+  checkRank("nn.softmax_cross_entropy_loss", ss, 2, "the scores (N, C, ...)");
+  const int64_t elements = ss.v[1] ? ss.numel() / ss.v[1] : 0; // (n, d...)
+  ScratchNeed need;
+  if (target == ScratchTarget::Cpu) {
+    need.addShared<double>(elements); // the log-sum-exp of every element
+  } else if (!gradient) {
+    // Every element's loss and weight before the reduction (softmax.cu).
+    if (reduction != Reduction::None) need.addShared<double>(2 * elements);
+  } else if (reduction == Reduction::Mean) {
+    need.addShared<double>(1); // the weights' sum
+  }
+  return need;
+}
+
+// The sums of the kept elements, in double (CPU only).
+ScratchNeed reduceScratch(ScratchTarget target, const Shape &xs, const Dims &axes, bool emptyMeansAll) {
+  ScratchNeed need;
+  if (target == ScratchTarget::Cuda) return need;
+  need.addShared<double>(reducedShape("nn.reduce_sum", xs, axes, emptyMeansAll).numel());
+  return need;
+}
+
+ScratchNeed poolScratch(ScratchTarget target, const Shape &xs, const Dims &kernel, const Dims &strides,
+                        const Dims &pads, const Dims &dilations, bool ceilMode, bool maxPoolGrad) {
+  const PoolGeom g = poolGeom("pooling", xs, kernel, strides, pads, dilations, ceilMode);
+  ScratchNeed need;
+  if (target == ScratchTarget::Cuda) {
+    // The arg max of every window (pool.cu).
+    if (maxPoolGrad && g.planes * g.inSize > 0) need.addShared<int64_t>(g.planes * g.outSize);
+    return need;
+  }
+  // Per spatial axis and output index: the window's start and the kernel
+  // range inside the input and inside the padded input (pool.cpp).
+  for (int a = 0; a < g.sp; ++a)
+    for (int table = 0; table < 4; ++table) need.addShared<int64_t>(g.out[a]);
+  return need;
+}
+
+} // namespace pipec::kernels
