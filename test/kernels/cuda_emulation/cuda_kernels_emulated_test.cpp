@@ -26,7 +26,9 @@
 #include "cuda_runtime.h"
 #include "emu.h"
 #include "cublasLt.h"
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <optional>
@@ -491,6 +493,38 @@ static void testLinalg() {
   if (emu::ltMatmulCalls - ltBefore < 20) { // the epilogue path must be the one tested
     std::printf("FAIL gemm epilogue: only %d cuBLASLt matmuls\n", emu::ltMatmulCalls - ltBefore);
     ++failures;
+  }
+  // The same epilogue GEMM again with other operands and another bias: its
+  // descriptors and algorithm are reused (no heuristic call after the
+  // first), and the bias of each call is the one applied.
+  {
+    const int64_t M = 5, N = 6, K = 4;
+    int heuristicsBefore = 0;
+    // 256-byte aligned operands: the alignments are part of what is planned.
+    auto aligned = [](std::vector<float> &storage, const std::vector<float> &values) {
+      storage.assign(values.size() + 64, NAN);
+      float *p = storage.data();
+      while (reinterpret_cast<uintptr_t>(p) % 256) ++p;
+      std::copy(values.begin(), values.end(), p);
+      return p;
+    };
+    for (int call = 0; call < 3; ++call) {
+      std::vector<float> A = randv(M * K), B = randv(K * N), bias = randv(N), yc(M * N);
+      std::vector<float> aStore, bStore, yStore;
+      float *a = aligned(aStore, A), *b = aligned(bStore, B), *y = aligned(yStore, std::vector<float>(M * N, NAN));
+      ctx = "gemm epilogue reused, call " + std::to_string(call);
+      if (call == 1) heuristicsBefore = emu::ltHeuristicCalls;
+      pk::gemm(A.data(), B.data(), bias.data(), Shape{N}, yc.data(), M, N, K, false, true, 1.0f, 1.0f,
+               pk::Unary::Relu);
+      pc::gemm(a, b, bias.data(), Shape{N}, y, M, N, K, false, true, 1.0f, 1.0f, pk::Unary::Relu);
+      cmp(yc, std::vector<float>(y, y + M * N), 1e-5, "y");
+    }
+    ++checks;
+    if (emu::ltHeuristicCalls != heuristicsBefore) {
+      std::printf("FAIL gemm epilogue: %d cuBLASLt heuristic calls for a shape already planned\n",
+                  emu::ltHeuristicCalls - heuristicsBefore);
+      ++failures;
+    }
   }
   std::vector<std::pair<Shape, Shape>> mm = {
       {Shape{3, 4}, Shape{4, 5}}, {Shape{4}, Shape{4, 5}}, {Shape{3, 4}, Shape{4}}, {Shape{4}, Shape{4}},

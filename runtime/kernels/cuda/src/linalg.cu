@@ -4,6 +4,10 @@
 #include "gemm.cuh"
 #include "nn_common.cuh"
 
+#include <map>
+#include <memory>
+#include <tuple>
+
 
 namespace pipec::kernels::cuda {
 
@@ -77,23 +81,46 @@ struct LtDescriptors {
   }
 };
 
-/// Y[M,N] = epilogue(alpha op(A) op(B) (+ bias[N])) in one cuBLASLt call,
-/// through the same column-major identity as sgemm (bias: one value per
-/// row of the column-major Y^T, that is per column of Y). False when
-/// cuBLASLt's heuristic offers no algorithm; Y is then untouched.
-bool epilogueGemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
-                  const float *A, const float *B, const float *bias, cublasLtEpilogue_t epilogue, float *Y) {
-  const detail::BlasLt lt = detail::blasLt();
+/// What an epilogue GEMM's descriptors and algorithm depend on: the same
+/// key reuses them (the bias pointer, the one per-call attribute, is set on
+/// each call).
+struct LtKey {
+  cublasLtHandle_t handle; // per thread and device
+  int computeType;
+  bool transA, transB, bias;
+  int64_t M, N, K;
+  int epilogue;
+  uint32_t alignA, alignB, alignY;
+  bool operator<(const LtKey &o) const {
+    return std::tie(handle, computeType, transA, transB, bias, M, N, K, epilogue, alignA, alignB, alignY) <
+           std::tie(o.handle, o.computeType, o.transA, o.transB, o.bias, o.M, o.N, o.K, o.epilogue, o.alignA,
+                    o.alignB, o.alignY);
+  }
+};
+
+/// One shape's descriptors and the heuristic's algorithm (none found:
+/// `found` false, and the GEMM takes the cuBLAS path).
+struct LtPlan {
   LtDescriptors desc;
-  detail::checkBlas(cublasLtMatmulDescCreate(&desc.matmul, computeType(), CUDA_R_32F), op);
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  bool found = false;
+};
+
+/// Builds the descriptors of `key` and asks the heuristic once.
+std::unique_ptr<LtPlan> planEpilogueGemm(const char *op, const LtKey &key) {
+  auto plan = std::make_unique<LtPlan>();
+  LtDescriptors &desc = plan->desc;
+  const bool transA = key.transA, transB = key.transB;
+  const int64_t M = key.M, N = key.N, K = key.K;
+  const cublasLtEpilogue_t epilogue = static_cast<cublasLtEpilogue_t>(key.epilogue);
+  detail::checkBlas(cublasLtMatmulDescCreate(&desc.matmul, static_cast<cublasComputeType_t>(key.computeType),
+                                             CUDA_R_32F),
+                    op);
   const int32_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N, opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   detail::checkBlas(cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_TRANSA, &opB, sizeof opB), op);
   detail::checkBlas(cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_TRANSB, &opA, sizeof opA), op);
   detail::checkBlas(
       cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue), op);
-  if (bias)
-    detail::checkBlas(
-        cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
   // Stored row-major matrices read as column-major: B is [N,K] (or [K,N]
   // when transposed), A is [K,M] (or [M,K]), Y^T is [N,M].
   detail::checkBlas(cublasLtMatrixLayoutCreate(&desc.a, CUDA_R_32F, transB ? K : N, transB ? N : K, transB ? K : N),
@@ -106,25 +133,46 @@ bool epilogueGemm(const char *op, bool transA, bool transB, int64_t M, int64_t N
   detail::checkBlas(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                          &workspaceBytes, sizeof workspaceBytes),
                     op);
-  const std::pair<cublasLtMatmulPreferenceAttributes_t, const void *> alignments[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, B},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, A},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, Y},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, Y}};
-  for (const auto &[attribute, pointer] : alignments) {
-    const uint32_t alignment = alignmentOf(pointer);
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.alignB},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.alignA},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.alignY},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.alignY}};
+  for (const auto &[attribute, alignment] : alignments)
     detail::checkBlas(cublasLtMatmulPreferenceSetAttribute(desc.preference, attribute, &alignment, sizeof alignment),
                       op);
-  }
-  cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(lt.handle, desc.matmul, desc.a, desc.b, desc.d,
-                                                               desc.d, desc.preference, 1, &heuristic, &found);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
-  detail::checkBlas(status, op);
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(key.handle, desc.matmul, desc.a, desc.b, desc.d,
+                                                               desc.d, desc.preference, 1, &plan->heuristic, &found);
+  if (status != CUBLAS_STATUS_NOT_SUPPORTED) detail::checkBlas(status, op);
+  plan->found = status == CUBLAS_STATUS_SUCCESS && found > 0;
+  return plan;
+}
+
+/// Y[M,N] = epilogue(alpha op(A) op(B) (+ bias[N])) in one cuBLASLt call,
+/// through the same column-major identity as sgemm (bias: one value per
+/// row of the column-major Y^T, that is per column of Y). False when
+/// cuBLASLt's heuristic offers no algorithm; Y is then untouched. The
+/// descriptors and the heuristic's answer are kept per shape, epilogue,
+/// precision and pointer alignment (this thread's, per device), so a
+/// stage's calls after its first build nothing.
+bool epilogueGemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                  const float *A, const float *B, const float *bias, cublasLtEpilogue_t epilogue, float *Y) {
+  const detail::BlasLt lt = detail::blasLt();
+  const LtKey key{lt.handle,         static_cast<int>(computeType()), transA, transB, bias != nullptr, M, N, K,
+                  static_cast<int>(epilogue), alignmentOf(A), alignmentOf(B), alignmentOf(Y)};
+  thread_local std::map<LtKey, std::unique_ptr<LtPlan>> plans;
+  std::unique_ptr<LtPlan> &plan = plans[key];
+  if (!plan) plan = planEpilogueGemm(op, key);
+  if (!plan->found) return false;
+  if (bias)
+    detail::checkBlas(
+        cublasLtMatmulDescSetAttribute(plan->desc.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
   const float beta = 0.0f;
+  const LtDescriptors &desc = plan->desc;
   detail::checkBlas(cublasLtMatmul(lt.handle, desc.matmul, &alpha, B, desc.a, A, desc.b, &beta, Y, desc.d, Y, desc.d,
-                                   &heuristic.algo, lt.workspace, heuristic.workspaceSize, detail::stream()),
+                                   &plan->heuristic.algo, lt.workspace, plan->heuristic.workspaceSize,
+                                   detail::stream()),
                     op);
   return true;
 }

@@ -95,20 +95,9 @@ struct ReducePlan {
 /// Checks as the CPU kernel; with `mean`, the factor divides by the number
 /// of elements summed into each output.
 ReducePlan planReduce(const char *op, const Shape &xs, const Dims &axes, bool emptyMeansAll, bool mean) {
-  checkRank(op, xs, 0, "the input");
-  bool reduced[kMaxRank] = {};
-  for (int i = 0; i < axes.size; ++i) {
-    if (axes.v[i] < 0 || axes.v[i] >= xs.size || (i && axes.v[i - 1] >= axes.v[i]))
-      fail(op, "axes " + axes.str() + " must be sorted, unique and in [0, " + std::to_string(xs.size) + ")");
-    reduced[axes.v[i]] = true;
-  }
-  if (axes.size == 0 && emptyMeansAll)
-    for (int a = 0; a < xs.size; ++a) reduced[a] = true;
-  Shape keptShape, reducedShape;
-  for (int a = 0; a < xs.size; ++a) {
-    keptShape.push(reduced[a] ? 1 : xs.v[a]);
-    reducedShape.push(reduced[a] ? xs.v[a] : 1);
-  }
+  const Shape keptShape = kernels::reducedShape(op, xs, axes, emptyMeansAll);
+  Shape summedShape; // the reduced axes' extents, 1 elsewhere
+  for (int a = 0; a < xs.size; ++a) summedShape.push(keptShape.v[a] == 1 ? xs.v[a] : 1);
   ReducePlan plan;
   plan.outN = keptShape.numel();
   if (plan.outN == 0) return plan;
@@ -119,10 +108,10 @@ ReducePlan planReduce(const char *op, const Shape &xs, const Dims &axes, bool em
   plan.k = mean ? 1.0 / ((double)plan.count * 1.0) : 1.0;
   const Strides xst = stridesOf(xs);
   plan.kept = makeIndexMap<1>(keptShape, {xst});
-  plan.reduced = makeIndexMap<1>(reducedShape, {xst});
+  plan.reduced = makeIndexMap<1>(summedShape, {xst});
   int lastAxis = xs.size - 1; // the innermost axis that is not 1
   while (lastAxis >= 0 && xs.v[lastAxis] == 1) --lastAxis;
-  const bool innermostReduced = lastAxis >= 0 && reduced[lastAxis];
+  const bool innermostReduced = lastAxis >= 0 && keptShape.v[lastAxis] == 1; // its extent is > 1
   plan.perBlock = plan.count >= 256 && (innermostReduced || plan.outN < 1024);
   return plan;
 }

@@ -63,6 +63,7 @@ struct cublasLtMatmulHeuristicResult_t {
 
 namespace emu {
 inline int ltMatmulCalls = 0;
+inline int ltHeuristicCalls = 0; // cublasLtMatmulAlgoGetHeuristic calls
 inline void setAttribute(void *field, size_t fieldSize, const void *buf, size_t size) {
   if (size != fieldSize) die("cuBLASLt attribute of the wrong size");
   std::memcpy(field, buf, size);
@@ -121,6 +122,7 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
                                                      cublasLtMatrixLayout_t, cublasLtMatmulPreference_t p, int requested,
                                                      cublasLtMatmulHeuristicResult_t *results, int *found) {
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  ++emu::ltHeuristicCalls;
   results[0] = {};
   std::memcpy(results[0].algo.data, p->alignment, sizeof p->alignment);
   results[0].state = CUBLAS_STATUS_SUCCESS;
