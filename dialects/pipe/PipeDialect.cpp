@@ -145,10 +145,17 @@ LogicalResult PipeDialect::verifyOperationAttribute(Operation *op, NamedAttribut
       return op->emitOpError() << "pipe.storage lists " << entries.size() << " places for "
                                << op->getNumResults() << " results";
   }
-  if (attribute.getName() == kArenaSizeAttrName) {
+  if (attribute.getName() == kArenaSizeAttrName || attribute.getName() == kThreadScratchSizeAttrName) {
     auto size = llvm::dyn_cast<IntegerAttr>(attribute.getValue());
     if (!size || size.getValue().isNegative())
-      return op->emitOpError() << "pipe.arena_size must be a non-negative integer, got "
+      return op->emitOpError() << attribute.getName().getValue() << " must be a non-negative integer, got "
+                               << attribute.getValue();
+  }
+  if (attribute.getName() == kScratchAttrName) {
+    auto place = llvm::dyn_cast<DenseI64ArrayAttr>(attribute.getValue());
+    if (!place || place.size() != 2 || place[0] < 0 || place[1] < 0 || place[0] % 64 != 0)
+      return op->emitOpError() << "pipe.scratch must be array<i64: offset, bytes>, both non-negative and the "
+                                  "offset 64-byte aligned, got "
                                << attribute.getValue();
   }
   return success();

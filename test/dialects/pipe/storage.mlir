@@ -33,3 +33,18 @@ func.func @fused_shapes(%x: tensor<4xf32>, %y: tensor<2xf32>) -> tensor<4xf32> {
   }
   return %r : tensor<4xf32>
 }
+
+// -----
+
+// expected-error @+1 {{pipe.thread_scratch_size must be a non-negative integer}}
+func.func @thread_scratch_size(%x: tensor<4xf32>) -> tensor<4xf32> attributes {pipe.thread_scratch_size = -1 : i64} {
+  return %x : tensor<4xf32>
+}
+
+// -----
+
+func.func @scratch(%x: tensor<4x8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{pipe.scratch must be array<i64: offset, bytes>}}
+  %y = nn.reduce_sum %x {axes = array<i64: 0>, keepdims = false, pipe.scratch = array<i64: 32, 64>} : (tensor<4x8xf32>) -> tensor<8xf32>
+  return %y : tensor<8xf32>
+}
