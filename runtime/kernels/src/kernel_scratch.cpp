@@ -9,37 +9,37 @@ namespace pipec::kernels {
 
 using namespace plan;
 
-ScratchNeed convScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
-                        const Dims &pads, const Dims &dilations, int64_t group) {
-  const ConvGeom g = convGeom("nn.conv", xs, ws, strides, pads, dilations, group);
+namespace {
+/// A convolution kernel's scratch: CUDA's im2col chunk, or what `addCpu`
+/// (one of kernel_plan.h's CPU layouts) lists.
+template <class AddCpu>
+ScratchNeed convNeed(const char *op, ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
+                     const Dims &pads, const Dims &dilations, int64_t group, AddCpu addCpu) {
+  const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
   ScratchNeed need;
   if (target == ScratchTarget::Cuda)
     addCudaConvScratch(g, need);
   else
-    addCpuConvForwardScratch(g, need);
+    addCpu(g, need);
   return need;
+}
+} // namespace
+
+ScratchNeed convScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
+                        const Dims &pads, const Dims &dilations, int64_t group) {
+  return convNeed("nn.conv", target, xs, ws, strides, pads, dilations, group, addCpuConvForwardScratch);
 }
 
 ScratchNeed convInputGradScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
                                  const Dims &pads, const Dims &dilations, int64_t group) {
-  const ConvGeom g = convGeom("nn.conv_input_grad", xs, ws, strides, pads, dilations, group);
-  ScratchNeed need;
-  if (target == ScratchTarget::Cuda)
-    addCudaConvScratch(g, need);
-  else
-    addCpuConvInputGradScratch(g, need);
-  return need;
+  return convNeed("nn.conv_input_grad", target, xs, ws, strides, pads, dilations, group,
+                  addCpuConvInputGradScratch);
 }
 
 ScratchNeed convWeightGradScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
                                   const Dims &pads, const Dims &dilations, int64_t group) {
-  const ConvGeom g = convGeom("nn.conv_weight_grad", xs, ws, strides, pads, dilations, group);
-  ScratchNeed need;
-  if (target == ScratchTarget::Cuda)
-    addCudaConvScratch(g, need);
-  else
-    addCpuConvWeightGradScratch(g, ws.numel(), need);
-  return need;
+  return convNeed("nn.conv_weight_grad", target, xs, ws, strides, pads, dilations, group,
+                  [&](const ConvGeom &g, ScratchNeed &need) { addCpuConvWeightGradScratch(g, ws.numel(), need); });
 }
 
 // Both libraries expand a broadcast scale (then bias) to the normalized
