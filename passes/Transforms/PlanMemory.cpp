@@ -72,9 +72,7 @@ pk::Dims dimsOf(ArrayRef<int64_t> values) { return pk::Dims(values.data(), stati
 /// whose kernel takes no scratch. Throws pk::KernelError for shapes the
 /// kernel would refuse.
 pk::ScratchNeed kernelScratchOf(Operation *op, pk::ScratchTarget target) {
-  auto reduction = [](StringRef name) {
-    return name == "none" ? pk::Reduction::None : name == "sum" ? pk::Reduction::Sum : pk::Reduction::Mean;
-  };
+  auto reduction = [](StringRef name) { return pk::reductionKind(name.str()); };
   return llvm::TypeSwitch<Operation *, pk::ScratchNeed>(op)
       .Case([&](nn::ConvOp conv) {
         return pk::convScratch(target, shapeOf(conv.getInput()), shapeOf(conv.getWeight()),
@@ -286,7 +284,7 @@ struct PlanMemory : impl::PlanMemoryBase<PlanMemory> {
         continue;
       threadScratchBytes = std::max(threadScratchBytes, need.perThread);
       const int64_t at = position.lookup(op);
-      intervals.push_back({Value(), op, at, at, std::max<int64_t>(need.shared, 0)});
+      intervals.push_back({Value(), op, at, at, need.shared});
       ++numScratchCalls;
     }
 

@@ -219,18 +219,14 @@ TEST(Scratch, LossAndReductionsFitTheirPlannedScratch) {
   }
   const pk::Shape xs{40, 30, 50};
   const auto x = randomVec(xs.numel(), 9);
-  for (const pk::Dims &axes : {pk::Dims{1}, pk::Dims{0, 2}, pk::Dims{}}) {
-    const pk::Shape kept = pk::reducedShape("test", xs, axes, true);
-    expectPlannedScratchSuffices("mean", pk::reduceScratch(cpu, xs, axes, true), [&](const pk::Workspace &s) {
-      std::vector<float> y(kept.numel());
-      pk::reduceMean(x.data(), xs, axes, y.data(), s);
-      return y;
-    });
-    const pk::Shape summed = pk::reducedShape("test", xs, axes, false);
-    expectPlannedScratchSuffices("sum", pk::reduceScratch(cpu, xs, axes, false), [&](const pk::Workspace &s) {
-      std::vector<float> y(summed.numel());
-      pk::reduceSum(x.data(), xs, axes, y.data(), s);
-      return y;
-    });
-  }
+  for (const pk::Dims &axes : {pk::Dims{1}, pk::Dims{0, 2}, pk::Dims{}})
+    for (bool mean : {true, false}) { // no axes: reduce_mean reduces all, reduce_sum none
+      const pk::Shape kept = pk::reducedShape("test", xs, axes, mean);
+      expectPlannedScratchSuffices(mean ? "mean" : "sum", pk::reduceScratch(cpu, xs, axes, mean),
+                                   [&](const pk::Workspace &s) {
+                                     std::vector<float> y(kept.numel());
+                                     (mean ? pk::reduceMean : pk::reduceSum)(x.data(), xs, axes, y.data(), s);
+                                     return y;
+                                   });
+    }
 }
