@@ -129,10 +129,19 @@ void printSummary(mlir::ModuleOp module, const std::string &path, llvm::raw_ostr
       ++total;
     }
   });
+  auto frozen = module->getAttrOfType<mlir::DictionaryAttr>(nn::kFrozenAttrName);
   outs << "pipec: imported " << path << "\n";
   outs << "  parameters: " << parameters << " tensors, " << parameterElements << " values";
   if (buffers)
     outs << " (+" << buffers << " buffers)";
+  if (frozen && !frozen.empty()) {
+    // Every floating initializer that is not trained, with the reason
+    // (docs/importer.md: nothing is frozen without a message).
+    outs << "\n  frozen: " << frozen.size() << " floating initializer(s), not trained:";
+    for (const mlir::NamedAttribute &entry : frozen)
+      outs << "\n    " << entry.getName().getValue() << ": "
+           << llvm::cast<mlir::StringAttr>(entry.getValue()).getValue();
+  }
   outs << "\n  inputs:";
   for (const auto &input : inputs)
     outs << " " << input;
@@ -146,6 +155,23 @@ void printSummary(mlir::ModuleOp module, const std::string &path, llvm::raw_ostr
     first = false;
   }
   outs << ")\n";
+}
+/// A compile that does not print the summary still says which floating
+/// initializers it does not train (the summary says why).
+void noteFrozenInitializers(mlir::ModuleOp module, const std::string &path,
+                            llvm::raw_ostream &errs) {
+  auto frozen = module->getAttrOfType<mlir::DictionaryAttr>(nn::kFrozenAttrName);
+  if (!frozen || frozen.empty())
+    return;
+  errs << "pipec: note: " << frozen.size() << " floating initializer(s) of " << path
+       << " are not trained:";
+  size_t listed = 0;
+  for (const mlir::NamedAttribute &entry : frozen)
+    if (listed++ < 5)
+      errs << (listed > 1 ? ", " : " ") << entry.getName().getValue();
+  if (frozen.size() > 5)
+    errs << " and " << frozen.size() - 5 << " more";
+  errs << " (`pipec " << path << "` lists each with its reason)\n";
 }
 } // namespace
 
@@ -240,6 +266,7 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
     printSummary(*module, options.inputPath, outs);
     return 0;
   }
+  noteFrozenInitializers(*module, options.inputPath, errs);
   if (options.emit && *options.emit > Phase::Costs && !options.partitionRequested()) {
     errs << "error: --emit=" << phaseName(*options.emit)
          << " needs a topology: give --gpus NxG or --cluster FILE\n";

@@ -4,6 +4,8 @@
 // nothing can translate, and the static types of the graph inputs.
 #include "compiler/Import/ImporterImpl.h"
 
+#include "llvm/Support/Regex.h"
+
 using namespace mlir;
 
 namespace pipec::import::detail {
@@ -32,6 +34,13 @@ const std::map<std::string, OperatorVersions> &operatorVersions() {
       {"ConstantOfShape", {{9}, 9}},          {"LayerNormalization", {{17}, 17}},
       {"Gelu", {{20}, 20}},                   {"SoftmaxCrossEntropyLoss", {{12, 13}, 12}},
       {"Erf", {{9, 13}, 9}},                  {"Range", {{11}, 11}},
+      {"SplitToSequence", {{11, 24}, 11}},    {"SequenceAt", {{11}, 11}},
+      {"SequenceConstruct", {{11}, 11}},      {"ConcatFromSequence", {{11}, 11}},
+      {"RMSNormalization", {{23}, 23}},       {"RotaryEmbedding", {{23}, 23}},
+      {"Attention", {{23, 24}, 23}},          {"Trilu", {{14}, 14}},
+      {"CumSum", {{11, 14}, 11}},             {"Tile", {{1, 6, 13}, 6}},
+      {"GatherElements", {{11, 13}, 11}},     {"ScatterElements", {{11, 13, 16, 18}, 11}},
+      {"GatherND", {{11, 12, 13}, 11}},       {"ScatterND", {{11, 13, 16, 18}, 11}},
   };
   return table;
 }
@@ -97,6 +106,31 @@ bool OnnxImporter::isAdditiveAttentionMask(const onnx::TensorProto &tensor, cons
   return fill.has_value();
 }
 
+/// The nodes reading `name`, as "Op 'node' input #k" ('#i' for an unnamed
+/// node), for the reason an initializer carries no gradient.
+std::string OnnxImporter::readersOf(const std::string &name, const Readers &readers) {
+  const onnx::GraphProto &graph = model.graph();
+  std::vector<std::string> uses;
+  std::set<const onnx::NodeProto *> seen;
+  for (const onnx::NodeProto *node : readers.at(name)) {
+    if (!seen.insert(node).second)
+      continue; // listed once per input that reads `name`
+    std::string label = node->name();
+    for (int i = 0; label.empty() && i < graph.node_size(); ++i)
+      if (&graph.node(i) == node)
+        label = "#" + std::to_string(i);
+    for (int index = 0; index < node->input_size(); ++index)
+      if (node->input(index) == name)
+        uses.push_back(node->op_type() + " '" + label + "' input #" + std::to_string(index));
+  }
+  std::string text = "read by ";
+  for (size_t i = 0; i < uses.size() && i < 3; ++i)
+    text += (i ? ", " : "") + uses[i];
+  if (uses.size() > 3)
+    text += " and " + std::to_string(uses.size() - 3) + " more";
+  return text;
+}
+
 /// Decides, before translating anything, which initializers are trained
 /// parameters, which are buffers (BatchNormalization statistics) and which
 /// values are known at import time; then lists every unsupported node.
@@ -124,7 +158,7 @@ void OnnxImporter::analyzeGraph() {
       continue;
     const OpRule *rule = findRule(node);
     for (int index = 0; index < node.input_size(); ++index) {
-      bool differentiable = !rule || llvm::is_contained(rule->differentiableInputs, index);
+      bool differentiable = !rule || rule->differentiableInputs.contains(index);
       if (differentiable && !node.input(index).empty())
         carriesGradient.insert(node.input(index));
     }
@@ -134,22 +168,57 @@ void OnnxImporter::analyzeGraph() {
       for (int index : {3, 4})
         if (index < node.input_size() && initializers.count(node.input(index)))
           bufferNames.insert(node.input(index));
-  for (const auto &tensor : graph.initializer()) {
-    auto kind = elementKindOf(tensor.data_type());
-    bool floating = kind && isFloating(*kind);
-    // A scalar is a constant (eps, scale factors), never a trained weight.
-    bool scalar = tensor.dims_size() == 0;
-    if (floating && !scalar && carriesGradient.count(tensor.name()) &&
-        !bufferNames.count(tensor.name()))
-      parameterNames.insert(tensor.name());
-  }
   Readers readers;
   for (const auto &node : graph.node())
     for (const auto &input : node.input())
       readers[input].push_back(&node);
-  for (const auto &tensor : graph.initializer())
-    if (parameterNames.count(tensor.name()) && isAdditiveAttentionMask(tensor, readers))
-      parameterNames.erase(tensor.name());
+  std::vector<llvm::Regex> freezePatterns;
+  for (const std::string &pattern : options.freeze) {
+    freezePatterns.emplace_back("^(" + pattern + ")$");
+    std::string problem;
+    if (!freezePatterns.back().isValid(problem))
+      failFile("--freeze '" + pattern + "' is not a regular expression: " + problem);
+  }
+  std::vector<bool> freezeMatched(freezePatterns.size(), false);
+  // Every floating initializer that is not trained gets its reason
+  // (frozenInitializers): nothing is frozen without a message.
+  for (const auto &tensor : graph.initializer()) {
+    auto kind = elementKindOf(tensor.data_type());
+    if (!kind || !isFloating(*kind) || bufferNames.count(tensor.name()))
+      continue;
+    const std::string &name = tensor.name();
+    if (!carriesGradient.count(name)) {
+      frozenInitializers[name] = readers.count(name)
+                                     ? "no gradient reaches it from the outputs (" +
+                                           readersOf(name, readers) + ")"
+                                     : "not read by any node";
+      continue;
+    }
+    // A scalar is a constant (eps, scale factors), never a trained weight.
+    if (tensor.dims_size() == 0) {
+      frozenInitializers[name] = "a scalar (exporters write eps and scale factors as scalars)";
+      continue;
+    }
+    bool frozenByUser = false;
+    for (size_t p = 0; p < freezePatterns.size(); ++p)
+      if (freezePatterns[p].match(name))
+        frozenByUser = freezeMatched[p] = true;
+    if (frozenByUser) {
+      frozenInitializers[name] = "--freeze";
+      continue;
+    }
+    if (isAdditiveAttentionMask(tensor, readers)) {
+      frozenInitializers[name] = "an additive attention mask (0 and a large negative value, "
+                                 "read by Add before Softmax)";
+      continue;
+    }
+    parameterNames.insert(name);
+  }
+  for (size_t p = 0; p < freezePatterns.size(); ++p)
+    if (!freezeMatched[p])
+      report("--freeze '" + options.freeze[p] + "' matches no trainable initializer");
+  if (!llvm::all_of(freezeMatched, [](bool matched) { return matched; }))
+    abandon();
   for (const auto &tensor : graph.initializer())
     if (!parameterNames.count(tensor.name()) && !bufferNames.count(tensor.name()))
       knownAtImport.insert(tensor.name());

@@ -200,4 +200,49 @@ void OnnxImporter::convertIdentity(const onnx::NodeProto &node) {
   define(node, 0, operand(node, 0));
 }
 
+void OnnxImporter::convertTrilu(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  auto shape = typeOf(input).getShape();
+  if (shape.size() < 2)
+    fail(node, "the input must have rank 2 or more");
+  int64_t k = 0;
+  if (auto given = optionalScalarInput(node, 1, "k"))
+    k = given->asInt(0);
+  // The kept triangle as a constant mask over the last two dimensions.
+  int64_t rows = shape[shape.size() - 2], columns = shape.back();
+  HostTensor ones = HostTensor::ofInts(ElementKind::Bool, {rows, columns},
+                                       std::vector<int64_t>(rows * columns, 1));
+  HostTensor mask = fold::trilu(ones, k, intAttr(node, "upper", 1) != 0);
+  Location loc = locationOf(node);
+  defineInferred<nn::WhereOp>(node, {materialize(mask, loc), input, scalarLike(0.0, input, loc)},
+                              {});
+}
+
+void OnnxImporter::convertTile(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  auto shape = typeOf(input).getShape();
+  std::vector<int64_t> repeats = constantInput(node, 1, "repeats").toInts();
+  if (repeats.size() != shape.size())
+    fail(node, std::to_string(repeats.size()) + " repeats for an input of rank " +
+                   std::to_string(shape.size()));
+  // x[d0, d1, ...] -> [1, d0, 1, d1, ...] -> expand [r0, d0, r1, d1, ...]
+  // -> [r0 * d0, r1 * d1, ...]: element i of an axis reads i mod d.
+  std::vector<int64_t> lifted, expanded, tiled;
+  for (size_t axis = 0; axis < shape.size(); ++axis) {
+    if (repeats[axis] < 1)
+      fail(node, "repeats must be positive");
+    lifted.insert(lifted.end(), {1, shape[axis]});
+    expanded.insert(expanded.end(), {repeats[axis], shape[axis]});
+    tiled.push_back(repeats[axis] * shape[axis]);
+  }
+  if (tiled == std::vector<int64_t>(shape.begin(), shape.end())) {
+    define(node, 0, input);
+    return;
+  }
+  Value value = reshapeTo(node, input, lifted);
+  auto wide = RankedTensorType::get(expanded, typeOf(input).getElementType());
+  value = createVerified(node, nn::ExpandOp::getOperationName(), {value}, {wide}, {})->getResult(0);
+  define(node, 0, reshapeTo(node, value, tiled));
+}
+
 } // namespace pipec::import::detail

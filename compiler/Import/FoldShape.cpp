@@ -159,4 +159,44 @@ std::vector<HostTensor> OnnxImporter::foldIdentity(const onnx::NodeProto &node) 
   return {constantInput(node, 0, "input")};
 }
 
+std::vector<HostTensor> OnnxImporter::foldTrilu(const onnx::NodeProto &node) {
+  int64_t k = 0;
+  if (auto given = optionalScalarInput(node, 1, "k"))
+    k = given->asInt(0);
+  return {fold::trilu(constantInput(node, 0, "input"), k, intAttr(node, "upper", 1) != 0)};
+}
+
+std::vector<HostTensor> OnnxImporter::foldCumSum(const onnx::NodeProto &node) {
+  const HostTensor &axis = constantInput(node, 1, "axis");
+  if (axis.numElements() != 1)
+    fail(node, "axis must hold one value");
+  return {fold::cumSum(constantInput(node, 0, "x"), axis.asInt(0),
+                       intAttr(node, "exclusive", 0) != 0, intAttr(node, "reverse", 0) != 0)};
+}
+
+std::vector<HostTensor> OnnxImporter::foldTile(const onnx::NodeProto &node) {
+  return {fold::tile(constantInput(node, 0, "input"), constantInput(node, 1, "repeats").toInts())};
+}
+
+std::vector<HostTensor> OnnxImporter::foldGatherElements(const onnx::NodeProto &node) {
+  return {fold::gatherAlongAxis(constantInput(node, 0, "data"), constantInput(node, 1, "indices"),
+                                intAttr(node, "axis", 0))};
+}
+
+std::vector<HostTensor> OnnxImporter::foldScatterElements(const onnx::NodeProto &node) {
+  return {fold::scatterAlongAxis(constantInput(node, 0, "data"), constantInput(node, 1, "indices"),
+                                 constantInput(node, 2, "updates"), intAttr(node, "axis", 0),
+                                 stringAttr(node, "reduction", "none"))};
+}
+
+std::vector<HostTensor> OnnxImporter::foldGatherND(const onnx::NodeProto &node) {
+  return {fold::gatherND(constantInput(node, 0, "data"), constantInput(node, 1, "indices"),
+                         intAttr(node, "batch_dims", 0))};
+}
+
+std::vector<HostTensor> OnnxImporter::foldScatterND(const onnx::NodeProto &node) {
+  return {fold::scatterND(constantInput(node, 0, "data"), constantInput(node, 1, "indices"),
+                          constantInput(node, 2, "updates"), stringAttr(node, "reduction", "none"))};
+}
+
 } // namespace pipec::import::detail

@@ -74,6 +74,17 @@ HostTensor slice(const HostTensor &input, const std::vector<int64_t> &starts,
                  const std::vector<int64_t> &ends, const std::vector<int64_t> &steps);
 HostTensor expand(const HostTensor &input, const std::vector<int64_t> &shape);
 HostTensor range(const HostTensor &start, const HostTensor &limit, const HostTensor &delta);
+// Indexing (HostTensorIndexing.cpp).
+HostTensor trilu(const HostTensor &input, int64_t k, bool upper);
+HostTensor cumSum(const HostTensor &input, int64_t axis, bool exclusive, bool reverse);
+HostTensor tile(const HostTensor &input, const std::vector<int64_t> &repeats);
+/// GatherElements and ScatterElements (one index per element along `axis`).
+HostTensor gatherAlongAxis(const HostTensor &data, const HostTensor &indices, int64_t axis);
+HostTensor scatterAlongAxis(const HostTensor &data, const HostTensor &indices,
+                            const HostTensor &updates, int64_t axis, const std::string &reduction);
+HostTensor gatherND(const HostTensor &data, const HostTensor &indices, int64_t batchDims);
+HostTensor scatterND(const HostTensor &data, const HostTensor &indices, const HostTensor &updates,
+                     const std::string &reduction);
 } // namespace fold
 
 /// A shape for messages, "[2,3,4]". A hostile file can give a tensor millions

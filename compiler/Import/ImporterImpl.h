@@ -27,6 +27,8 @@
 
 #include <filesystem>
 #include <map>
+#include <algorithm>
+#include <initializer_list>
 #include <optional>
 #include <set>
 #include <string>
@@ -43,13 +45,32 @@ using Converter = void (OnnxImporter::*)(const onnx::NodeProto &);
 /// Folds one node whose inputs are known at import time, on the host.
 using Folder = std::vector<HostTensor> (OnnxImporter::*)(const onnx::NodeProto &);
 
+/// The input positions of an operator through which gradients flow; decides
+/// which initializers are trained (docs/importer.md). `all()` covers any
+/// number of inputs (Concat, Sum, Max): a list of positions would silently
+/// stop at its end and freeze the parameters behind the later inputs.
+class DifferentiableInputs {
+public:
+  static DifferentiableInputs all() { return DifferentiableInputs(true, {}); }
+  static DifferentiableInputs none() { return DifferentiableInputs(false, {}); }
+  DifferentiableInputs(std::initializer_list<int> positions)
+      : every(false), positions(positions) {}
+  bool contains(int index) const {
+    return every || std::find(positions.begin(), positions.end(), index) != positions.end();
+  }
+
+private:
+  DifferentiableInputs(bool every, std::vector<int> positions)
+      : every(every), positions(std::move(positions)) {}
+  bool every;
+  std::vector<int> positions;
+};
+
 /// One ONNX operator the importer translates into `nn`.
 struct OpRule {
   const char *opType;
   Converter convert;
-  /// Input positions through which gradients flow; decides which
-  /// initializers are trained. Empty means none (e.g. Equal).
-  std::vector<int> differentiableInputs;
+  DifferentiableInputs differentiableInputs;
 };
 
 // The operator tables (OnnxImporter.cpp).
@@ -137,6 +158,15 @@ public:
   void convertSplit(const onnx::NodeProto &node);
   void convertSlice(const onnx::NodeProto &node);
   void convertIdentity(const onnx::NodeProto &node);
+  void convertTrilu(const onnx::NodeProto &node);
+  void convertTile(const onnx::NodeProto &node);
+  void convertSplitToSequence(const onnx::NodeProto &node);
+  void convertSequenceConstruct(const onnx::NodeProto &node);
+  void convertSequenceAt(const onnx::NodeProto &node);
+  void convertConcatFromSequence(const onnx::NodeProto &node);
+  void convertRMSNormalization(const onnx::NodeProto &node);
+  void convertRotaryEmbedding(const onnx::NodeProto &node);
+  void convertAttention(const onnx::NodeProto &node);
 
   // Folders (shape computations).
   std::vector<HostTensor> foldConstant(const onnx::NodeProto &node);
@@ -158,6 +188,13 @@ public:
   std::vector<HostTensor> foldSlice(const onnx::NodeProto &node);
   std::vector<HostTensor> foldRange(const onnx::NodeProto &node);
   std::vector<HostTensor> foldIdentity(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldTrilu(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldCumSum(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldTile(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldGatherElements(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldScatterElements(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldGatherND(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldScatterND(const onnx::NodeProto &node);
 
 private:
   // Loading and analysis.
@@ -172,6 +209,7 @@ private:
   /// The nodes that read each value (analyzeGraph).
   using Readers = std::map<std::string, std::vector<const onnx::NodeProto *>>;
   bool isAdditiveAttentionMask(const onnx::TensorProto &tensor, const Readers &readers);
+  std::string readersOf(const std::string &name, const Readers &readers);
   /// Checks the external data of `tensor` (location inside the model's
   /// folder, a regular file, offset and length inside it, length equal to
   /// `expectedBytes`) and, when `read`, returns its bytes.
@@ -191,6 +229,8 @@ private:
   // Operands.
   mlir::Location locationOf(const onnx::NodeProto &node);
   mlir::Value operand(const onnx::NodeProto &node, int index);
+  /// The tensors of a sequence-valued input (ConvertSequence.cpp).
+  const std::vector<mlir::Value> &sequenceOperand(const onnx::NodeProto &node, int index);
   const HostTensor &constantInput(const onnx::NodeProto &node, int index, const char *role);
   std::optional<HostTensor> optionalConstantInput(const onnx::NodeProto &node, int index,
                                                   const char *role);
@@ -227,6 +267,19 @@ private:
   template <typename OpT>
   mlir::Operation *createInferred(const onnx::NodeProto &node, mlir::ValueRange operands,
                                   mlir::ArrayRef<mlir::NamedAttribute> attributes);
+  /// createInferred's first result: for converters that lower one node into
+  /// several ops.
+  template <typename OpT>
+  mlir::Value inferredValue(const onnx::NodeProto &node, mlir::ValueRange operands,
+                            mlir::ArrayRef<mlir::NamedAttribute> attributes = {}) {
+    return createInferred<OpT>(node, operands, attributes)->getResult(0);
+  }
+  /// A scalar constant of `like`'s element type.
+  mlir::Value scalarLike(double value, mlir::Value like, mlir::Location loc);
+  mlir::Value reshapeTo(const onnx::NodeProto &node, mlir::Value input,
+                        mlir::ArrayRef<int64_t> shape);
+  mlir::Value transposeBy(const onnx::NodeProto &node, mlir::Value input,
+                          mlir::ArrayRef<int64_t> perm);
   /// createInferred, then defines the node's first `count` outputs.
   template <typename OpT>
   void defineInferred(const onnx::NodeProto &node, mlir::ValueRange operands,
@@ -262,11 +315,16 @@ private:
 
   std::map<std::string, const onnx::TensorProto *> initializers;
   std::set<std::string> parameterNames, bufferNames;
+  /// Floating initializers that are not trained, with the reason
+  /// (recorded on the module as nn.frozen).
+  std::map<std::string, std::string> frozenInitializers;
   std::set<std::string> knownAtImport; // values folded on the host
   std::vector<bool> foldedNodes;        // by node index: analyzeGraph folds it on the host
   std::map<std::string, mlir::RankedTensorType> inputTypes;
   std::map<std::string, HostTensor> constants;
   std::map<std::string, mlir::Value> values;
+  /// Sequence values (ConvertSequence.cpp), lowered to their tensors.
+  std::map<std::string, std::vector<mlir::Value>> sequences;
   std::map<std::string, mlir::Value> materializedConstants;
   std::map<std::string, int> useCounts;
   int currentNodeIndex = 0;

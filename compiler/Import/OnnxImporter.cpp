@@ -41,7 +41,7 @@ namespace detail {
 // The tables
 //===----------------------------------------------------------------------===//
 
-const std::vector<int> kAll = {0, 1, 2, 3, 4, 5, 6, 7};
+const DifferentiableInputs kAll = DifferentiableInputs::all();
 
 const std::vector<OpRule> &opRules() {
   static const std::vector<OpRule> rules = {
@@ -50,7 +50,7 @@ const std::vector<OpRule> &opRules() {
       {"Mul", &OnnxImporter::convertBinary<nn::MulOp>, kAll},
       {"Div", &OnnxImporter::convertBinary<nn::DivOp>, kAll},
       {"Pow", &OnnxImporter::convertBinary<nn::PowOp>, kAll},
-      {"Equal", &OnnxImporter::convertBinary<nn::EqualOp>, {}},
+      {"Equal", &OnnxImporter::convertBinary<nn::EqualOp>, DifferentiableInputs::none()},
       {"Where", &OnnxImporter::convertWhere, {1, 2}},
       {"Relu", &OnnxImporter::convertUnary<nn::ReluOp>, kAll},
       {"Tanh", &OnnxImporter::convertUnary<nn::TanhOp>, kAll},
@@ -83,6 +83,16 @@ const std::vector<OpRule> &opRules() {
       {"Split", &OnnxImporter::convertSplit, {0}},
       {"Slice", &OnnxImporter::convertSlice, {0}},
       {"Identity", &OnnxImporter::convertIdentity, {0}},
+      {"Trilu", &OnnxImporter::convertTrilu, {0}},
+      {"Tile", &OnnxImporter::convertTile, {0}},
+      {"SplitToSequence", &OnnxImporter::convertSplitToSequence, {0}},
+      {"SequenceConstruct", &OnnxImporter::convertSequenceConstruct, kAll},
+      {"SequenceAt", &OnnxImporter::convertSequenceAt, {0}},
+      {"ConcatFromSequence", &OnnxImporter::convertConcatFromSequence, {0}},
+      {"RMSNormalization", &OnnxImporter::convertRMSNormalization, kAll},
+      {"RotaryEmbedding", &OnnxImporter::convertRotaryEmbedding, {0}},
+      // An attention mask is a bias, never a trained parameter.
+      {"Attention", &OnnxImporter::convertAttention, {0, 1, 2}},
   };
   return rules;
 }
@@ -129,6 +139,13 @@ const std::map<std::string, Folder> &folders() {
       {"Slice", &OnnxImporter::foldSlice},
       {"Range", &OnnxImporter::foldRange},
       {"Identity", &OnnxImporter::foldIdentity},
+      {"Trilu", &OnnxImporter::foldTrilu},
+      {"CumSum", &OnnxImporter::foldCumSum},
+      {"Tile", &OnnxImporter::foldTile},
+      {"GatherElements", &OnnxImporter::foldGatherElements},
+      {"ScatterElements", &OnnxImporter::foldScatterElements},
+      {"GatherND", &OnnxImporter::foldGatherND},
+      {"ScatterND", &OnnxImporter::foldScatterND},
   };
   return table;
 }
@@ -237,6 +254,12 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
     OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
     module->getOperation()->setAttr("nn.source", builder.getStringAttr(path));
     module->getOperation()->setAttr("nn.opset", builder.getI64IntegerAttr(opset));
+    if (!frozenInitializers.empty()) {
+      SmallVector<NamedAttribute> frozen;
+      for (const auto &[name, reason] : frozenInitializers)
+        frozen.push_back(builder.getNamedAttr(name, builder.getStringAttr(reason)));
+      module->getOperation()->setAttr(nn::kFrozenAttrName, builder.getDictionaryAttr(frozen));
+    }
     if (!model.producer_name().empty())
       module->getOperation()->setAttr(
           "nn.producer",
@@ -303,7 +326,8 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
       assert(rule && "analyzeGraph abandoned the import on a node that is neither folded nor has a rule");
       (this->*rule->convert)(node);
       for (const auto &output : node.output())
-        if (!output.empty() && !values.count(output) && useCounts[output] > 0)
+        if (!output.empty() && !values.count(output) && !sequences.count(output) &&
+            useCounts[output] > 0)
           fail(node, "output '" + output + "' is used but this translation does not produce it");
     }
 

@@ -19,6 +19,9 @@ struct ImportOptions {
   /// Static shapes for graph inputs (`--input-shape name=d0,d1,...`); they
   /// replace the model's symbolic or unknown dimensions.
   std::map<std::string, std::vector<int64_t>> inputShapes;
+  /// Regular expressions (each matching a whole initializer name) of
+  /// parameters to keep constant (`--freeze REGEX`).
+  std::vector<std::string> freeze;
 };
 
 /// Parses `name=d0,d1,...`; returns false and sets `error` when malformed.

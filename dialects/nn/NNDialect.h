@@ -38,6 +38,9 @@ namespace pipec::nn {
 
 /// The attribute that says what a function argument or result is.
 inline constexpr llvm::StringLiteral kRoleAttrName = "nn.role";
+/// On the module: the model's floating initializers that are not trained,
+/// each with the reason (a dictionary name → string; docs/importer.md).
+inline constexpr llvm::StringLiteral kFrozenAttrName = "nn.frozen";
 
 /// The role of argument / result `index` of `function`, if it has one.
 std::optional<Role> argumentRole(mlir::FunctionOpInterface function, unsigned index);

@@ -58,6 +58,11 @@ int runPipec(int argc, char **argv) {
       "input-shape",
       cl::desc("Static shape of a model input with dynamic dimensions (repeatable)"),
       cl::value_desc("name=d0,d1,..."), cl::cat(category));
+  cl::list<std::string> freeze(
+      "freeze",
+      cl::desc("Keep the parameters whose whole ONNX initializer name matches this regular "
+               "expression constant (repeatable; the import summary lists them)"),
+      cl::value_desc("regex"), cl::cat(category));
   cl::opt<int64_t> elide(
       "elide-constants",
       cl::desc("When printing IR, elide constants with more elements than this (0: never)"),
@@ -197,6 +202,7 @@ int runPipec(int argc, char **argv) {
       return 1;
     }
   }
+  options.importOptions.freeze.assign(freeze.begin(), freeze.end());
   for (const auto &text : inputShapes) {
     std::string error;
     if (!pipec::import::parseInputShape(text, options.importOptions, error)) {

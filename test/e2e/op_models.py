@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Checks the operators the importer lowers (test/models/ops: opset 23's
+RMSNormalization, RotaryEmbedding and Attention, the sequence operators,
+indexing) with pipec's reference evaluator: the forward output against ONNX's
+own reference implementation (committed by make_op_models.py, written with a
+newer onnx than CI has), and the gradient of the trained initializer `w`
+against central finite differences of pipec's loss.
+"""
+import argparse
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = os.path.join(HERE, "..", "models", "ops")
+
+
+def run(reference, model, data, out, loss=True):
+    command = [reference, model, "--output-dir", out] + data
+    if loss:
+        command[2:2] = ["--loss", "softmax-cross-entropy"]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+
+def check(reference, path, workdir):
+    name = os.path.splitext(os.path.basename(path))[0]
+    expected = np.load(path[:-5] + ".npz")
+    x, labels = os.path.join(workdir, "x.npy"), os.path.join(workdir, "labels.npy")
+    np.save(x, expected["x"])
+    np.save(labels, expected["labels"])
+    failures = []
+
+    out = os.path.join(workdir, name + "-forward")
+    run(reference, path, ["--input", "x=" + x], out, loss=False)
+    ours = np.load(os.path.join(out, "output_logits.npy"))
+    error = float(np.abs(ours - expected["logits"]).max())
+    scale = max(1.0, float(np.abs(expected["logits"]).max()))
+    ok = ours.shape == expected["logits"].shape and error <= 1e-5 * scale
+    print(f"  {'ok  ' if ok else 'FAIL'} {name}: forward vs onnx.reference, max error {error:.3g}")
+    if not ok:
+        failures.append(name + " forward")
+
+    data = ["--input", "x=" + x, "--input", "labels=" + labels]
+    out = os.path.join(workdir, name + "-train")
+    run(reference, path, data, out)
+    gradient = np.load(os.path.join(out, "grad_w.npy"))
+    model = onnx.load(path)
+    initializer = next(i for i in model.graph.initializer if i.name == "w")
+    values = numpy_helper.to_array(initializer).astype(np.float32)
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for flat in rng.choice(values.size, size=min(6, values.size), replace=False):
+        losses = []
+        for sign in (1, -1):
+            perturbed = values.copy()
+            perturbed.flat[flat] += sign * 1e-2
+            initializer.CopyFrom(numpy_helper.from_array(perturbed, "w"))
+            probe = os.path.join(workdir, "probe.onnx")
+            onnx.save(model, probe)
+            result = os.path.join(workdir, "probe-out")
+            run(reference, probe, data, result)
+            losses.append(float(np.load(os.path.join(result, "loss.npy"))))
+        numeric = (losses[0] - losses[1]) / 2e-2
+        worst = max(worst, abs(numeric - float(gradient.flat[flat])))
+    scale = max(1e-3, float(np.abs(gradient).max()))
+    ok = worst <= 2e-3 * max(1.0, scale) and np.isfinite(gradient).all()
+    print(f"  {'ok  ' if ok else 'FAIL'} {name}: gradient of w vs finite differences, "
+          f"max error {worst:.3g} (largest gradient {scale:.3g})")
+    if not ok:
+        failures.append(name + " gradient")
+    return failures
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipec-reference", required=True)
+    args = parser.parse_args()
+    models = sorted(glob.glob(os.path.join(MODELS, "*.onnx")))
+    if not models:
+        sys.exit(f"no models in {MODELS}")
+    failures = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for path in models:
+            failures += check(args.pipec_reference, path, workdir)
+    if failures:
+        sys.exit("FAILED: " + ", ".join(failures))
+    print(f"all {len(models)} operator models agree")
+
+
+if __name__ == "__main__":
+    main()

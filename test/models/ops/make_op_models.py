@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Writes small ONNX models of the operators that the importer lowers
+(opset 23's RMSNormalization, RotaryEmbedding and Attention; the sequence
+operators; indexing folded at import or lowered at run time) with the
+expected forward output from ONNX's own reference implementation.
+
+Run with a current onnx (1.23 or newer; the committed files were written by
+onnx 1.23.2), outside CI:
+
+    /path/to/venv/bin/python test/models/ops/make_op_models.py
+
+Each model reads `x`, multiplies it by a trained initializer `w` (so that
+pipec has a parameter whose gradient test/e2e/op_models.py checks by
+finite differences), applies the operator(s) and returns `logits`;
+`<name>.npz` holds `x`, `logits` (from onnx.reference) and `labels`.
+"""
+import os
+import zlib
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+F = TensorProto.FLOAT
+
+
+def model(name, nodes, x_shape, out_shape, initializers, opset):
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = (1.0 + 0.1 * rng.standard_normal(x_shape)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w")] + [
+        numpy_helper.from_array(np.asarray(value), key) for key, value in initializers.items()]
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["xw"])] + nodes, name,
+        [helper.make_tensor_value_info("x", F, x_shape)],
+        [helper.make_tensor_value_info("logits", F, out_shape)], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              producer_name="make_op_models.py")
+    proto.ir_version = 10
+    onnx.checker.check_model(proto, full_check=True)
+    logits = ReferenceEvaluator(proto).run(None, {"x": x})[0]
+    assert logits.shape == tuple(out_shape), (name, logits.shape)
+    labels = rng.integers(0, out_shape[-1], size=out_shape[:-1]).astype(np.int64)
+    onnx.save(proto, os.path.join(HERE, f"{name}.onnx"))
+    np.savez(os.path.join(HERE, f"{name}.npz"), x=x, logits=logits, labels=labels)
+    print(f"{name}: {[n.op_type for n in nodes]}")
+
+
+def rotary_caches(positions, half):
+    inv = 1.0 / (10000 ** (np.arange(half) / half))
+    angles = np.arange(positions)[:, None] * inv[None, :]
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def main():
+    B, S, H, D = 2, 6, 4, 8
+    # RMSNormalization over the last axis with a trained scale.
+    model("rms_norm", [
+        helper.make_node("RMSNormalization", ["xw", "scale"], ["logits"], axis=-1, epsilon=1e-5),
+    ], [B, S, H * D], [B, S, H * D],
+        {"scale": np.linspace(0.5, 1.5, H * D).astype(np.float32)}, 23)
+
+    cos, sin = rotary_caches(16, D // 2)
+    positions = np.array([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]], dtype=np.int64)
+    # Rotary embedding, 4-D (batch, heads, sequence, head), halves rotated.
+    model("rotary_4d", [
+        helper.make_node("RotaryEmbedding", ["xw", "cos", "sin", "positions"], ["logits"]),
+    ], [B, H, S, D], [B, H, S, D], {"cos": cos, "sin": sin, "positions": positions}, 23)
+    # 3-D (batch, sequence, hidden), interleaved pairs, half of each head rotated.
+    cos4, sin4 = rotary_caches(16, D // 4)
+    model("rotary_3d_interleaved", [
+        helper.make_node("RotaryEmbedding", ["xw", "cos", "sin", "positions"], ["logits"],
+                         interleaved=1, num_heads=H, rotary_embedding_dim=D // 2),
+    ], [B, S, H * D], [B, S, H * D], {"cos": cos4, "sin": sin4, "positions": positions}, 23)
+
+    # Attention: 3-D grouped-query (4 query heads, 2 key/value heads), causal.
+    model("attention_gqa_causal", [
+        helper.make_node("Slice", ["xw", "q_start", "q_end", "axis2"], ["q"]),
+        helper.make_node("Slice", ["xw", "k_start", "k_end", "axis2"], ["k"]),
+        helper.make_node("Slice", ["xw", "v_start", "v_end", "axis2"], ["v"]),
+        helper.make_node("Attention", ["q", "k", "v"], ["logits"], is_causal=1,
+                         q_num_heads=4, kv_num_heads=2),
+    ], [B, S, 64], [B, S, 32], {
+        "q_start": np.array([0]), "q_end": np.array([32]), "k_start": np.array([32]),
+        "k_end": np.array([48]), "v_start": np.array([48]), "v_end": np.array([64]),
+        "axis2": np.array([2])}, 23)
+    # 4-D, a boolean mask (padding of the last two keys), softcap and scale.
+    mask = np.ones((B, 1, S, S), dtype=bool)
+    mask[1, :, :, -2:] = False
+    model("attention_bool_mask_softcap", [
+        helper.make_node("Split", ["xw"], ["q", "k", "v"], axis=3, num_outputs=3),
+        helper.make_node("Attention", ["q", "k", "v", "mask"], ["logits"], softcap=2.0,
+                         scale=0.3),
+    ], [B, H, S, 3 * D], [B, H, S, D], {"mask": mask}, 23)
+    # 4-D with an additive float mask.
+    bias = np.where(np.tril(np.ones((S, S))) > 0, 0.0, -1e4).astype(np.float32)[None, None]
+    model("attention_additive_mask", [
+        helper.make_node("Split", ["xw"], ["q", "k", "v"], axis=3, num_outputs=3),
+        helper.make_node("Attention", ["q", "k", "v", "bias"], ["logits"]),
+    ], [B, H, S, 3 * D], [B, H, S, D], {"bias": bias}, 23)
+
+    # torch.split / chunk under the dynamo exporter: a sequence of pieces.
+    model("split_to_sequence", [
+        helper.make_node("SplitToSequence", ["xw", "chunk"], ["pieces"], axis=2),
+        helper.make_node("SequenceAt", ["pieces", "zero"], ["a"]),
+        helper.make_node("SequenceAt", ["pieces", "minus_one"], ["b"]),
+        helper.make_node("Mul", ["a", "b"], ["ab"]),
+        helper.make_node("SequenceConstruct", ["ab", "a"], ["pair"]),
+        helper.make_node("ConcatFromSequence", ["pair"], ["logits"], axis=1, new_axis=1),
+    ], [B, S, 12], [B, 2, S, 4], {"chunk": np.array(4, dtype=np.int64),
+                                   "zero": np.array(0, dtype=np.int64),
+                                   "minus_one": np.array(-1, dtype=np.int64)}, 20)
+    model("split_to_sequence_unbind", [
+        helper.make_node("SplitToSequence", ["xw"], ["rows"], axis=1, keepdims=0),
+        helper.make_node("SequenceAt", ["rows", "two"], ["logits"]),
+    ], [B, S, 5], [B, 5], {"two": np.array(2, dtype=np.int64)}, 18)
+
+    # Indexing on run-time values (Trilu, Tile), and on integer constants
+    # folded at import (CumSum, GatherElements, ScatterND, GatherND,
+    # ScatterElements: position ids and masks) that then weight them.
+    positions_mask = np.array([[1, 1, 0, 1, 1, 0, 1, 1, 1, 0, 0, 1]], dtype=np.int64)
+    model("indexing", [
+        helper.make_node("Trilu", ["xw", "one"], ["upper"], upper=1),
+        helper.make_node("Tile", ["upper", "repeats"], ["tiled"]),
+        helper.make_node("CumSum", ["positions_mask", "axis1"], ["cumulative"]),
+        helper.make_node("Mul", ["cumulative", "positions_mask"], ["position_ids"]),
+        helper.make_node("GatherElements", ["table", "gather_index"], ["picked"], axis=1),
+        helper.make_node("ScatterND", ["zeros", "scatter_index", "updates"], ["scattered"]),
+        helper.make_node("GatherND", ["scattered", "nd_index"], ["nd"]),
+        helper.make_node("ScatterElements", ["nd", "elements_index", "elements_updates"],
+                         ["integer_weights"], axis=1, reduction="add"),
+        helper.make_node("Cast", ["integer_weights"], ["weights"], to=F),
+        helper.make_node("Add", ["picked", "position_ids"], ["integer_offset"]),
+        helper.make_node("Cast", ["integer_offset"], ["offset"], to=F),
+        helper.make_node("Mul", ["tiled", "weights"], ["weighted"]),
+        helper.make_node("Add", ["weighted", "offset"], ["logits"]),
+    ], [B, S, S], [B, 2 * S, 2 * S], {
+        "one": np.array(1, dtype=np.int64), "repeats": np.array([1, 2, 2], dtype=np.int64),
+        "positions_mask": positions_mask, "axis1": np.array(1, dtype=np.int64),
+        "table": np.arange(12, dtype=np.int64).reshape(1, 12),
+        "gather_index": np.array([[11, 0, 3, 3, 7, 2, 1, 1, 0, 5, 6, 9]], dtype=np.int64),
+        "zeros": np.zeros((4, 12), dtype=np.int64),
+        "scatter_index": np.array([[1], [3]], dtype=np.int64),
+        "updates": np.arange(1, 25, dtype=np.int64).reshape(2, 12),
+        "nd_index": np.array([[3]], dtype=np.int64),
+        "elements_index": np.array([[1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 11, 11]], dtype=np.int64),
+        "elements_updates": np.full((1, 12), 3, dtype=np.int64)}, 18)
+
+
+if __name__ == "__main__":
+    main()
