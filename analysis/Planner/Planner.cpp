@@ -515,6 +515,13 @@ Plan plan(const partition::CostTable &table, const Request &request) {
       return a.microbatches < b.microbatches;
     return a.partition.devicesUsed < b.partition.devicesUsed;
   });
+  if (request.rank < 1 || static_cast<size_t>(request.rank) > search.all.size())
+    throw Error("--plan-rank " + std::to_string(request.rank) + ": the planner ranked " +
+                std::to_string(search.all.size()) + " plans");
+  // The chosen plan leads the ranking (what is printed and written).
+  std::rotate(search.all.begin(), search.all.begin() + (request.rank - 1),
+              search.all.begin() + request.rank);
+  out.chosenRank = request.rank;
   out.ranked = std::move(search.all);
   out.chosen = out.ranked.front();
   Candidate &c = out.chosen;
@@ -560,7 +567,10 @@ void printPlan(std::ostream &os, const partition::CostTable &table,
      << 100 * sim.bubbleSteady << "% steady-state; peak activations " << sim.maxPeakMemory
      << " x one micro-batch of the largest stage\n";
   os << std::defaultfloat;
-  if (plan.ranked.size() > 1 || plan.evaluated > 1) {
+  if (plan.chosenRank > 1) {
+    os << "chosen: plan " << plan.chosenRank << " of the ranking (--plan-rank) of " << plan.evaluated
+       << " plans evaluated (" << plan.rejected << " rejected); the others move down one place\n";
+  } else if (plan.ranked.size() > 1 || plan.evaluated > 1) {
     os << "chosen: the lowest simulated time per sample of " << plan.evaluated << " plans evaluated ("
        << plan.rejected << " rejected) in " << std::setprecision(3) << plan.searchSeconds << " s";
     if (plan.ranked.size() > 1) {
@@ -604,11 +614,15 @@ void printPlan(std::ostream &os, const partition::CostTable &table,
 }
 
 namespace {
-json candidateJson(const Candidate &c) {
+json candidateJson(const partition::CostTable &table, const Candidate &c) {
   std::vector<int> replicas;
   for (const auto &st : c.partition.stages)
     replicas.push_back(st.replicas);
+  // The stages in --partition's schema, so that any runner-up can be
+  // compiled as it was evaluated (test/e2e/candidate_plans.py).
+  json stages = partition::summaryToJson(table, c.partition)["stages"];
   return {{"schedule", c.schedule},
+          {"stages", stages},
           {"chunks", c.chunks},
           {"microbatches", c.microbatches},
           {"replicas", replicas},
@@ -635,11 +649,11 @@ json scheduleJson(const Plan &plan) {
           {"rank_files", "schedule/rank_<rank>.json"}};
 }
 
-json plannerJson(const Plan &plan) {
+json plannerJson(const partition::CostTable &table, const Plan &plan) {
   json ranked = json::array();
   const size_t shown = std::min(plan.ranked.size(), static_cast<size_t>(std::max(1, plan.candidatesShown)));
   for (size_t i = 0; i < shown; ++i)
-    ranked.push_back(candidateJson(plan.ranked[i]));
+    ranked.push_back(candidateJson(table, plan.ranked[i]));
   return {{"objective", "simulated time per sample"},
           {"evaluated", plan.evaluated},
           {"rejected", plan.rejected},
@@ -652,7 +666,7 @@ json plannerJson(const Plan &plan) {
 json planSummaryJson(const partition::CostTable &table, const Plan &plan) {
   json summary = partition::summaryToJson(table, plan.chosen.partition);
   summary["schedule"] = scheduleJson(plan);
-  summary["planner"] = plannerJson(plan);
+  summary["planner"] = plannerJson(table, plan);
   if (plan.chosen.chunks > 1)
     summary["virtual_stages"] = {{"chunks", plan.chosen.chunks},
                                  {"ranks", plan.chosen.pipelineStages},

@@ -28,6 +28,9 @@ struct Request {
   int chunks = 0;       ///< --chunks; 0: any
   bool verticalSync = false;
   int candidates = 3;   ///< runner-up plans to report (--candidates)
+  /// Which plan of the ranking to choose (--plan-rank): 1 is the best; a
+  /// runner-up can be compiled as it was evaluated.
+  int rank = 1;
   /// Ops that must share a stage: [first, last] ranges (tied parameters
   /// under --async, whose copies the runtime cannot keep consistent).
   std::vector<std::pair<int, int>> unsplittable;
@@ -59,6 +62,7 @@ struct Plan {
   std::vector<std::string> rejections; ///< the first few reasons, for the report
   double searchSeconds = 0;
   int candidatesShown = 3; ///< runner-ups printed (Request::candidates)
+  int chosenRank = 1;      ///< Request::rank: where the chosen plan stood in the ranking
 };
 
 /// Runs the search. Throws partition::Error or schedule::ScheduleError when

@@ -219,6 +219,7 @@ passes::PipelineConfig pipelineConfig(const CompileOptions &options,
   request.chunks = options.chunks;
   request.verticalSync = options.verticalSync;
   request.candidates = options.candidates;
+  request.rank = options.planRank;
   config.planning = request;
   config.planningResult = planning;
   config.optimizer = passes::optimizerOptions(options.optimizer, options.learningRate,

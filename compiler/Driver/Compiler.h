@@ -51,6 +51,8 @@ struct CompileOptions {
   std::string scheduleName;
   /// Plans the printout ranks (--candidates): the chosen one and runner-ups.
   int candidates = 3;
+  /// The plan of the ranking to compile (--plan-rank; 1: the best).
+  int planRank = 1;
   /// Model chunks per rank (virtual stages): interleaved 1F1B takes any,
   /// zb-v two; 0 picks the schedule's default (1, or 2 for zb-v).
   int chunks = 0;

@@ -16,6 +16,8 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <map>
+
 namespace pipec::passes {
 #define GEN_PASS_DEF_ASSIGNSTAGES
 #include "passes/Passes.h.inc"
@@ -52,9 +54,12 @@ void annotateStages(ModuleOp module, const partition::CostTable &table,
     if (it != stageOfOp.end())
       op->setAttr("pipe.stage", builder.getI64IntegerAttr(it->second));
   });
-  // Values computed from parameters only (a transposed weight) are computed
-  // in the stage that uses them: their gradients are weight gradients, which
-  // stay in the stage that owns the weight (docs/stages.md).
+  // Values computed from parameters only (a transposed weight, a shared
+  // initializer's view) are computed in each stage that uses them: their
+  // gradients are weight gradients, which stay in the stage that computes
+  // them; the parameter is then held by several stages and its gradient
+  // parts are summed like a tied parameter's (docs/stages.md). Users are
+  // visited before producers, so a chain of such ops is copied whole.
   module.walk([&](mlir::func::FuncOp function) {
     GradientRoles roles(function);
     SmallVector<Operation *> ops;
@@ -64,12 +69,24 @@ void annotateStages(ModuleOp module, const partition::CostTable &table,
       if (!stage || op->getNumResults() == 0 ||
           !llvm::all_of(op->getResults(), [&](Value v) { return roles.isWeightGradient(v); }))
         continue;
-      int64_t first = std::numeric_limits<int64_t>::max();
-      for (Operation *user : op->getUsers())
-        if (auto userStage = user->getAttrOfType<IntegerAttr>("pipe.stage"))
-          first = std::min(first, userStage.getInt());
-      if (first != std::numeric_limits<int64_t>::max() && first > stage.getInt())
-        op->setAttr("pipe.stage", builder.getI64IntegerAttr(first));
+      std::map<int64_t, SmallVector<OpOperand *>> usesByStage;
+      for (Value result : op->getResults())
+        for (OpOperand &use : result.getUses())
+          if (auto userStage = use.getOwner()->getAttrOfType<IntegerAttr>("pipe.stage"))
+            usesByStage[userStage.getInt()].push_back(&use);
+      if (usesByStage.empty())
+        continue;
+      auto first = usesByStage.begin();
+      if (first->first > stage.getInt())
+        op->setAttr("pipe.stage", builder.getI64IntegerAttr(first->first));
+      for (auto it = std::next(first); it != usesByStage.end(); ++it) {
+        mlir::OpBuilder after(op->getContext());
+        after.setInsertionPointAfter(op);
+        Operation *copy = after.clone(*op);
+        copy->setAttr("pipe.stage", builder.getI64IntegerAttr(it->first));
+        for (OpOperand *use : it->second)
+          use->set(copy->getResult(llvm::cast<OpResult>(use->get()).getResultNumber()));
+      }
     }
   });
 }

@@ -217,10 +217,22 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
     auto phaseOf = [&](Value value) {
       return roles.isWeightGradient(value) ? pipe::Phase::BwdWeight : pipe::Phase::BwdInput;
     };
+    // A sum of gradient contributions runs on the earliest stage that
+    // computed one: gradients only flow towards earlier stages, and the
+    // forward order of ops need not follow the stages when a cut falls at
+    // an antichain of the graph (docs/partition.md).
+    auto earlierStage = [](Value sum, Attribute stage) -> Attribute {
+      Operation *producer = sum.getDefiningOp();
+      auto sumStage = producer ? producer->getAttrOfType<IntegerAttr>("pipe.stage") : IntegerAttr();
+      auto newStage = llvm::dyn_cast_or_null<IntegerAttr>(stage);
+      if (!sumStage || !newStage)
+        return stage;
+      return sumStage.getInt() < newStage.getInt() ? sumStage : newStage;
+    };
     auto accumulate = [&](Value target, Value contribution, Attribute stage) {
       auto [it, inserted] = gradients.try_emplace(target, contribution);
       if (!inserted)
-        it->second = tagged(phaseOf(target), stage, [&] {
+        it->second = tagged(phaseOf(target), earlierStage(it->second, stage), [&] {
           return Value(nn::AddOp::create(builder, contribution.getLoc(), it->second, contribution));
         });
     };

@@ -76,3 +76,26 @@ func.func @forward(%w: tensor<4x4xf32> {nn.name = "w", nn.role = #nn.role<param>
   %2 = nn.reduce_mean %1 {axes = array<i64: 0, 1, 2>, keepdims = false} : (tensor<2x4x4xf32>) -> tensor<f32>
   return %2 : tensor<f32>
 }
+
+// -----
+
+// A cut at an antichain: %r (stage 0) is read by a stage-1 matmul that comes
+// first in the forward order and by a stage-0 matmul after it (a residual
+// branch). The sum of the two gradient contributions runs on stage 0, the
+// earlier of the two: gradients flow only towards earlier stages (the
+// outliner refused the sum on stage 1, which read stage 0's contribution).
+// CHECK-LABEL: func.func @train_step
+// CHECK: %[[D0:.*]] = nn.matmul {{.*}}pipe.phase = #pipe.phase<bwd_input>, pipe.stage = 0 : i64
+// CHECK: %[[D1:.*]] = nn.matmul {{.*}}pipe.phase = #pipe.phase<bwd_input>, pipe.stage = 1 : i64
+// CHECK: nn.add %[[D0]], %[[D1]] {pipe.phase = #pipe.phase<bwd_input>, pipe.stage = 0 : i64}
+func.func @forward(%w0: tensor<4x4xf32> {nn.name = "w0", nn.role = #nn.role<param>}, %w1: tensor<4x4xf32> {nn.name = "w1", nn.role = #nn.role<param>},
+                   %w2: tensor<4x4xf32> {nn.name = "w2", nn.role = #nn.role<param>},
+                   %x: tensor<2x4xf32> {nn.name = "x", nn.role = #nn.role<input>}, %t: tensor<2xi64> {nn.name = "t", nn.role = #nn.role<label>}) -> tensor<f32> {
+  %h = nn.matmul %x, %w0 {pipe.stage = 0 : i64} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  %r = nn.relu %h {pipe.stage = 0 : i64} : tensor<2x4xf32>
+  %late = nn.matmul %r, %w1 {pipe.stage = 1 : i64} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  %early = nn.matmul %r, %w2 {pipe.stage = 0 : i64} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  %sum = nn.add %late, %early {pipe.stage = 1 : i64} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %l:2 = nn.softmax_cross_entropy_loss %sum, %t {pipe.stage = 1 : i64} : (tensor<2x4xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2x4xf32>)
+  return %l#0 : tensor<f32>
+}

@@ -137,6 +137,11 @@ int runPipec(int argc, char **argv) {
       "candidates",
       cl::desc("Print the best N plans the planner evaluated, with their simulated times"),
       cl::value_desc("n"), cl::init(3), cl::cat(category));
+  cl::opt<int> planRank(
+      "plan-rank",
+      cl::desc("Choose the K-th plan of the planner's ranking instead of the best (1); "
+               "--candidates lists them"),
+      cl::value_desc("k"), cl::init(1), cl::cat(category));
   // The pass manager's own options: --mlir-timing, --mlir-pass-statistics,
   // --mlir-print-ir-after-all and the rest, listed by --help under their category.
   cl::OptionCategory mlirCategory("MLIR pass manager options");
@@ -174,6 +179,7 @@ int runPipec(int argc, char **argv) {
   options.scheduleName = scheduleName;
   options.chunks = chunks;
   options.candidates = candidates;
+  options.planRank = planRank;
   options.loss = loss;
   options.learningRate = learningRate;
   options.momentum = momentum;
@@ -229,6 +235,10 @@ int runPipec(int argc, char **argv) {
   }
   if (candidates < 0 || candidates > 1000) {
     llvm::errs() << "error: --candidates " << candidates << ": must be between 0 and 1000\n";
+    return 1;
+  }
+  if (planRank < 1 || planRank > 1000) {
+    llvm::errs() << "error: --plan-rank " << planRank << ": must be between 1 and 1000\n";
     return 1;
   }
   if (elide < 0) {
