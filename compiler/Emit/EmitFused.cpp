@@ -81,9 +81,10 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     if (auto unary = llvm::dyn_cast<nn::UnaryElementwiseOpInterface>(op)) {
       expression = std::string("pipec::kernels::unaryValue<pipec::kernels::Unary::") +
                    unaryFunction(unary.getUnaryFunction()).enumerator + ">(" + operand(0) + ")";
-    } else if (const char *binary = binaryEnumerator(&op)) {
-      expression = std::string("pipec::kernels::binaryValue<pipec::kernels::Binary::") + binary + ">(" + operand(0) +
-                   ", " + operand(1) + ")";
+    } else if (auto binary = llvm::dyn_cast<nn::BinaryElementwiseOpInterface>(op)) {
+      expression = std::string("pipec::kernels::binaryValue<pipec::kernels::Binary::") +
+                   binaryFunction(binary.getBinaryFunction()).enumerator + ">(" + operand(0) + ", " + operand(1) +
+                   ")";
     } else if (auto grad = llvm::dyn_cast<nn::UnaryGradOp>(op)) {
       // Only the forward value the derivative reads is loaded.
       bool readsInput = derivativeReadsInput(grad.getKind());

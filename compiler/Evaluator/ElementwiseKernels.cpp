@@ -79,12 +79,17 @@ Tensor binary(BinaryOp op, const Tensor &lhs, const Tensor &rhs) {
                     import::elementKindName(rhs.kind) + ")");
   std::vector<int64_t> shape = broadcastTwo(lhs.shape, rhs.shape);
   bool floating = isFloating(lhs.kind);
-  Tensor out = zeros(op == BinaryOp::Equal ? ElementKind::Bool : lhs.kind, shape);
+  if (pipec::takesBool(op) && lhs.kind != ElementKind::Bool)
+    throw EvalError(std::string("the operands must be bool, not ") + import::elementKindName(lhs.kind));
+  const bool givesBool = pipec::givesBool(op);
+  Tensor out = zeros(givesBool ? ElementKind::Bool : lhs.kind, shape);
   int64_t flat = 0;
   forEachIndex(shape, [&](const std::vector<int64_t> &index) {
     int64_t l = broadcastOffset(index, lhs.shape), r = broadcastOffset(index, rhs.shape);
-    if (op == BinaryOp::Equal)
-      out.ints[flat] = floating ? lhs.floats[l] == rhs.floats[r] : lhs.ints[l] == rhs.ints[r];
+    if (givesBool && floating)
+      out.ints[flat] = floatBinary(op, lhs.floats[l], rhs.floats[r]) != 0.0;
+    else if (givesBool)
+      out.ints[flat] = integerBinary(op, lhs.ints[l], rhs.ints[r]) != 0;
     else if (floating)
       out.floats[flat] = floatBinary(op, lhs.floats[l], rhs.floats[r]);
     else

@@ -124,7 +124,7 @@ void OnnxImporter::analyzeGraph() {
       continue;
     const OpRule *rule = findRule(node);
     for (int index = 0; index < node.input_size(); ++index) {
-      bool differentiable = !rule || llvm::is_contained(rule->differentiableInputs, index);
+      bool differentiable = !rule || rule->differentiableInputs.contains(index);
       if (differentiable && !node.input(index).empty())
         carriesGradient.insert(node.input(index));
     }

@@ -25,7 +25,9 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <set>
@@ -43,13 +45,30 @@ using Converter = void (OnnxImporter::*)(const onnx::NodeProto &);
 /// Folds one node whose inputs are known at import time, on the host.
 using Folder = std::vector<HostTensor> (OnnxImporter::*)(const onnx::NodeProto &);
 
+/// The input positions of an operator through which gradients flow: all of
+/// them (whatever their number: Concat, Sum), none (comparisons) or a list.
+class DifferentiableInputs {
+public:
+  static DifferentiableInputs all() { return DifferentiableInputs(true, {}); }
+  static DifferentiableInputs none() { return DifferentiableInputs(false, {}); }
+  DifferentiableInputs(std::initializer_list<int> positions) : everyInput(false), positions(positions) {}
+  bool contains(int position) const {
+    return everyInput || std::find(positions.begin(), positions.end(), position) != positions.end();
+  }
+
+private:
+  DifferentiableInputs(bool everyInput, std::vector<int> positions)
+      : everyInput(everyInput), positions(std::move(positions)) {}
+  bool everyInput;
+  std::vector<int> positions;
+};
+
 /// One ONNX operator the importer translates into `nn`.
 struct OpRule {
   const char *opType;
   Converter convert;
-  /// Input positions through which gradients flow; decides which
-  /// initializers are trained. Empty means none (e.g. Equal).
-  std::vector<int> differentiableInputs;
+  /// Decides which initializers are trained.
+  DifferentiableInputs differentiableInputs;
 };
 
 // The operator tables (OnnxImporter.cpp).

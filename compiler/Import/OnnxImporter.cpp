@@ -41,7 +41,7 @@ namespace detail {
 // The tables
 //===----------------------------------------------------------------------===//
 
-const std::vector<int> kAll = {0, 1, 2, 3, 4, 5, 6, 7};
+const DifferentiableInputs kAll = DifferentiableInputs::all();
 
 const std::vector<OpRule> &opRules() {
   static const std::vector<OpRule> rules = {
@@ -50,7 +50,7 @@ const std::vector<OpRule> &opRules() {
       {"Mul", &OnnxImporter::convertBinary<nn::MulOp>, kAll},
       {"Div", &OnnxImporter::convertBinary<nn::DivOp>, kAll},
       {"Pow", &OnnxImporter::convertBinary<nn::PowOp>, kAll},
-      {"Equal", &OnnxImporter::convertBinary<nn::EqualOp>, {}},
+      {"Equal", &OnnxImporter::convertBinary<nn::EqualOp>, DifferentiableInputs::none()},
       {"Where", &OnnxImporter::convertWhere, {1, 2}},
       {"Relu", &OnnxImporter::convertUnary<nn::ReluOp>, kAll},
       {"Tanh", &OnnxImporter::convertUnary<nn::TanhOp>, kAll},

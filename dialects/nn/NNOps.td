@@ -11,15 +11,31 @@ include "mlir/IR/BuiltinAttributeInterfaces.td"
 // Op classes
 //===----------------------------------------------------------------------===//
 
-// Element-wise ops with numpy (multidirectional) broadcasting.
-class NN_BroadcastBinaryOp<string mnemonic, string onnxName,
-                           list<Trait> traits = [NN_Differentiable]>
-    : NN_Op<mnemonic, !listconcat([Pure, InferTypeOpAdaptor], traits)> {
+// An element-wise binary function of pipec/vocabulary.h's binary table with
+// numpy (multidirectional) broadcasting (`function` names its enumerator):
+// its result type and cost come from the table (docs/adding-an-op.md). A
+// differentiable one adds NN_Differentiable to `traits` and defines
+// buildGradient in NNGradient.cpp.
+class NN_BinaryElementwiseOp<string mnemonic, string onnxName, string function,
+                             list<Trait> traits = []>
+    : NN_Op<mnemonic, !listconcat([Pure, InferTypeOpAdaptor, NN_BinaryElementwiseOpInterface],
+                                  traits)> {
   let summary = "ONNX " # onnxName # " with numpy broadcasting";
   let arguments = (ins NN_Tensor:$lhs, NN_Tensor:$rhs);
   let results = (outs NN_Tensor:$result);
   let assemblyFormat =
       "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  let extraClassDeclaration =
+      "::pipec::Binary getBinaryFunction() { return ::pipec::Binary::" # function # "; }";
+  let extraClassDefinition = [{
+    ::pipec::nn::OpWork $cppClass::estimateWork() { return binaryWork(*this); }
+    ::llvm::LogicalResult $cppClass::inferReturnTypes(
+        ::mlir::MLIRContext *context, std::optional<::mlir::Location> loc, Adaptor adaptor,
+        ::llvm::SmallVectorImpl<::mlir::Type> &types) {
+      return inferBinaryElementwise(context, loc, ::pipec::Binary::}] # function # [{,
+                                    adaptor.getLhs(), adaptor.getRhs(), types);
+    }
+  }];
 }
 
 // An element-wise unary function of pipec/vocabulary.h's table (`function`
@@ -53,14 +69,12 @@ class NN_InferredOp<string mnemonic, list<Trait> traits = []>
 // Element-wise
 //===----------------------------------------------------------------------===//
 
-def NN_AddOp : NN_BroadcastBinaryOp<"add", "Add">;
-def NN_SubOp : NN_BroadcastBinaryOp<"sub", "Sub">;
-def NN_MulOp : NN_BroadcastBinaryOp<"mul", "Mul">;
-def NN_DivOp : NN_BroadcastBinaryOp<"div", "Div">;
-def NN_PowOp : NN_BroadcastBinaryOp<"pow", "Pow">;
-def NN_EqualOp : NN_BroadcastBinaryOp<"equal", "Equal", /*traits=*/[]> {
-  let results = (outs NN_BoolTensor:$result);
-}
+def NN_AddOp : NN_BinaryElementwiseOp<"add", "Add", "Add", [NN_Differentiable]>;
+def NN_SubOp : NN_BinaryElementwiseOp<"sub", "Sub", "Sub", [NN_Differentiable]>;
+def NN_MulOp : NN_BinaryElementwiseOp<"mul", "Mul", "Mul", [NN_Differentiable]>;
+def NN_DivOp : NN_BinaryElementwiseOp<"div", "Div", "Div", [NN_Differentiable]>;
+def NN_PowOp : NN_BinaryElementwiseOp<"pow", "Pow", "Pow", [NN_Differentiable]>;
+def NN_EqualOp : NN_BinaryElementwiseOp<"equal", "Equal", "Equal">;
 
 def NN_WhereOp : NN_InferredOp<"where", [NN_Differentiable]> {
   let summary = "ONNX Where: select x where condition else y, with broadcasting";

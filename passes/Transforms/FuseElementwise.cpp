@@ -40,8 +40,8 @@ bool broadcastsTo(ArrayRef<int64_t> operand, ArrayRef<int64_t> space) {
 /// The ops code generation can compute one element at a time: fp32 in and
 /// out, one result, operands broadcasting to it.
 bool isFusible(Operation *op) {
-  if (!llvm::isa<nn::UnaryElementwiseOpInterface, nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp,
-                 nn::PowOp, nn::UnaryGradOp, nn::BinaryGradOp>(op))
+  if (!llvm::isa<nn::UnaryElementwiseOpInterface, nn::BinaryElementwiseOpInterface, nn::UnaryGradOp,
+                 nn::BinaryGradOp>(op))
     return false;
   if (op->getNumResults() != 1 || !isStaticF32(op->getResult(0).getType()))
     return false;

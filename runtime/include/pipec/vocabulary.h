@@ -184,6 +184,59 @@ inline bool parseUnary(std::string_view text, Unary &u) {
   return false;
 }
 
+// The element-wise binary functions with numpy broadcasting: the one list
+// that the nn dialect (NN_BinaryElementwiseOp's getBinaryFunction, result
+// type and cost), the reference evaluator, the emitters, the fusion pass and
+// the CPU/CUDA kernels read (docs/adding-an-op.md). Columns: enumerator,
+// spelling in the IR (the op's mnemonic), the result's element type (Same:
+// the operands'; Bool: i1), the operands' (Numeric: float or integer; Bool:
+// i1), forward and gradient FLOPs per element.
+#define PIPEC_BINARY_FUNCTIONS(X)                                                                  \
+  X(Add, "add", Same, Numeric, 1, 1)                                                               \
+  X(Sub, "sub", Same, Numeric, 1, 1)                                                               \
+  X(Mul, "mul", Same, Numeric, 1, 2)                                                               \
+  X(Div, "div", Same, Numeric, 1, 4)                                                               \
+  X(Pow, "pow", Same, Numeric, 8, 10)                                                              \
+  X(Equal, "equal", Bool, Numeric, 1, 0)
+
+enum class Binary : unsigned char {
+#define PIPEC_ENUMERATOR(name, spelling, result, operands, flops, gradientFlops) name,
+  PIPEC_BINARY_FUNCTIONS(PIPEC_ENUMERATOR)
+#undef PIPEC_ENUMERATOR
+};
+
+/// The element types a binary function takes or gives.
+enum class BinaryResult : unsigned char { Same, Bool };
+enum class BinaryOperands : unsigned char { Numeric, Bool };
+
+struct BinaryFunction {
+  const char *enumerator; // pk::Binary::<enumerator> in generated code
+  const char *spelling;   // the IR's op name (nn.<spelling>) and plan files' name
+  BinaryResult result;
+  BinaryOperands operands;
+  double flops, gradientFlops; // per element, for the cost model
+};
+
+inline constexpr BinaryFunction kBinaryFunctions[] = {
+#define PIPEC_ROW(name, spelling, result, operands, flops, gradientFlops)                          \
+  {#name, spelling, BinaryResult::result, BinaryOperands::operands, flops, gradientFlops},
+    PIPEC_BINARY_FUNCTIONS(PIPEC_ROW)
+#undef PIPEC_ROW
+};
+inline constexpr int kNumBinaryFunctions = int(sizeof(kBinaryFunctions) / sizeof(kBinaryFunctions[0]));
+
+inline constexpr const BinaryFunction &binaryFunction(Binary b) { return kBinaryFunctions[int(b)]; }
+/// Whether b gives a bool (a comparison or a logical function).
+inline constexpr bool givesBool(Binary b) { return binaryFunction(b).result == BinaryResult::Bool; }
+/// Whether b takes bool operands (a logical function).
+inline constexpr bool takesBool(Binary b) { return binaryFunction(b).operands == BinaryOperands::Bool; }
+inline const char *binaryName(Binary b) { return binaryFunction(b).spelling; }
+inline bool parseBinary(std::string_view text, Binary &b) {
+  for (int i = 0; i < kNumBinaryFunctions; ++i)
+    if (text == kBinaryFunctions[i].spelling) return b = Binary(i), true;
+  return false;
+}
+
 // The gradient of one operand of an element-wise binary op that is not itself
 // an element-wise op (nn.binary_grad's kind); the others (add, mul, the
 // numerator of div) are built from nn ops. Columns: enumerator, spelling.
