@@ -74,7 +74,18 @@ def NN_SubOp : NN_BinaryElementwiseOp<"sub", "Sub", "Sub", [NN_Differentiable]>;
 def NN_MulOp : NN_BinaryElementwiseOp<"mul", "Mul", "Mul", [NN_Differentiable]>;
 def NN_DivOp : NN_BinaryElementwiseOp<"div", "Div", "Div", [NN_Differentiable]>;
 def NN_PowOp : NN_BinaryElementwiseOp<"pow", "Pow", "Pow", [NN_Differentiable]>;
+def NN_MaxOp : NN_BinaryElementwiseOp<"max", "Max", "Max", [NN_Differentiable]>;
+def NN_MinOp : NN_BinaryElementwiseOp<"min", "Min", "Min", [NN_Differentiable]>;
+def NN_ModOp : NN_BinaryElementwiseOp<"mod", "Mod (fmod = 0)", "Mod">;
+def NN_FModOp : NN_BinaryElementwiseOp<"fmod", "Mod (fmod = 1)", "FMod">;
 def NN_EqualOp : NN_BinaryElementwiseOp<"equal", "Equal", "Equal">;
+def NN_LessOp : NN_BinaryElementwiseOp<"less", "Less", "Less">;
+def NN_LessOrEqualOp : NN_BinaryElementwiseOp<"less_or_equal", "LessOrEqual", "LessOrEqual">;
+def NN_GreaterOp : NN_BinaryElementwiseOp<"greater", "Greater", "Greater">;
+def NN_GreaterOrEqualOp : NN_BinaryElementwiseOp<"greater_or_equal", "GreaterOrEqual", "GreaterOrEqual">;
+def NN_AndOp : NN_BinaryElementwiseOp<"and", "And", "And">;
+def NN_OrOp : NN_BinaryElementwiseOp<"or", "Or", "Or">;
+def NN_XorOp : NN_BinaryElementwiseOp<"xor", "Xor", "Xor">;
 
 def NN_WhereOp : NN_InferredOp<"where", [NN_Differentiable]> {
   let summary = "ONNX Where: select x where condition else y, with broadcasting";
@@ -87,6 +98,18 @@ def NN_TanhOp : NN_UnaryFloatOp<"tanh", "Tanh", "Tanh">;
 def NN_SigmoidOp : NN_UnaryFloatOp<"sigmoid", "Sigmoid", "Sigmoid">;
 def NN_ErfOp : NN_UnaryFloatOp<"erf", "Erf", "Erf">;
 def NN_SqrtOp : NN_UnaryFloatOp<"sqrt", "Sqrt", "Sqrt">;
+def NN_NegOp : NN_UnaryFloatOp<"neg", "Neg", "Neg">;
+def NN_ReciprocalOp : NN_UnaryFloatOp<"reciprocal", "Reciprocal", "Reciprocal">;
+def NN_AbsOp : NN_UnaryFloatOp<"abs", "Abs", "Abs">;
+def NN_ExpOp : NN_UnaryFloatOp<"exp", "Exp", "Exp">;
+def NN_LogOp : NN_UnaryFloatOp<"log", "Log", "Log">;
+def NN_SinOp : NN_UnaryFloatOp<"sin", "Sin", "Sin">;
+def NN_CosOp : NN_UnaryFloatOp<"cos", "Cos", "Cos">;
+def NN_SoftplusOp : NN_UnaryFloatOp<"softplus", "Softplus", "Softplus">;
+def NN_SoftsignOp : NN_UnaryFloatOp<"softsign", "Softsign", "Softsign">;
+def NN_FloorOp : NN_UnaryFloatOp<"floor", "Floor", "Floor">;
+def NN_CeilOp : NN_UnaryFloatOp<"ceil", "Ceil", "Ceil">;
+def NN_RoundOp : NN_UnaryFloatOp<"round", "Round", "Round">;
 def NN_GeluOp : NN_UnaryFloatOp<"gelu", "Gelu"> {
   let arguments = (ins NN_FloatTensor:$input,
                        DefaultValuedStrAttr<StrAttr, "none">:$approximate);

@@ -146,7 +146,19 @@ inline int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride, i
   X(Erf, "erf", Input, 8, 10)                                                                      \
   X(Sqrt, "sqrt", Result, 4, 2)                                                                    \
   X(Gelu, "gelu", Input, 16, 20)          /* ONNX Gelu, approximate = "none" */                    \
-  X(GeluTanh, "gelu_tanh", Input, 16, 20) /* ONNX Gelu, approximate = "tanh" */
+  X(GeluTanh, "gelu_tanh", Input, 16, 20) /* ONNX Gelu, approximate = "tanh" */                   \
+  X(Neg, "neg", Result, 1, 1)             /* -dy reads neither value; y is the one named */      \
+  X(Reciprocal, "reciprocal", Result, 4, 2)                                                        \
+  X(Abs, "abs", Input, 1, 1)              /* gradient sign(x) dy, 0 at 0 as PyTorch */             \
+  X(Exp, "exp", Result, 8, 1)                                                                      \
+  X(Log, "log", Input, 8, 4)                                                                       \
+  X(Sin, "sin", Input, 8, 9)                                                                       \
+  X(Cos, "cos", Input, 8, 9)                                                                       \
+  X(Softplus, "softplus", Input, 16, 10)  /* max(x, 0) + log1p(exp(-|x|)): no overflow */          \
+  X(Softsign, "softsign", Input, 4, 4)                                                             \
+  X(Floor, "floor", Result, 1, 0)         /* zero gradient, as PyTorch */                          \
+  X(Ceil, "ceil", Result, 1, 0)                                                                    \
+  X(Round, "round", Result, 1, 0)         /* halves to even, as ONNX */
 
 enum class Unary : unsigned char {
 #define PIPEC_ENUMERATOR(name, spelling, reads, flops, derivativeFlops) name,
@@ -197,7 +209,18 @@ inline bool parseUnary(std::string_view text, Unary &u) {
   X(Mul, "mul", Same, Numeric, 1, 2)                                                               \
   X(Div, "div", Same, Numeric, 1, 4)                                                               \
   X(Pow, "pow", Same, Numeric, 8, 10)                                                              \
-  X(Equal, "equal", Bool, Numeric, 1, 0)
+  X(Max, "max", Same, Numeric, 1, 2)                                                               \
+  X(Min, "min", Same, Numeric, 1, 2)                                                               \
+  X(Mod, "mod", Same, Numeric, 4, 0)   /* ONNX Mod fmod = 0: the sign of the divisor */            \
+  X(FMod, "fmod", Same, Numeric, 4, 0) /* ONNX Mod fmod = 1: C's fmod, the dividend's sign */      \
+  X(Equal, "equal", Bool, Numeric, 1, 0)                                                           \
+  X(Less, "less", Bool, Numeric, 1, 0)                                                             \
+  X(LessOrEqual, "less_or_equal", Bool, Numeric, 1, 0)                                             \
+  X(Greater, "greater", Bool, Numeric, 1, 0)                                                       \
+  X(GreaterOrEqual, "greater_or_equal", Bool, Numeric, 1, 0)                                       \
+  X(And, "and", Bool, Bool, 1, 0)                                                                  \
+  X(Or, "or", Bool, Bool, 1, 0)                                                                    \
+  X(Xor, "xor", Bool, Bool, 1, 0)
 
 enum class Binary : unsigned char {
 #define PIPEC_ENUMERATOR(name, spelling, result, operands, flops, gradientFlops) name,
@@ -244,7 +267,11 @@ inline bool parseBinary(std::string_view text, Binary &b) {
   X(SubRhs, "sub_rhs") /* -dy */                                                                   \
   X(DivRhs, "div_rhs") /* -dy * lhs / rhs^2 */                                                     \
   X(PowLhs, "pow_lhs") /* dy * rhs * lhs^(rhs - 1) */                                              \
-  X(PowRhs, "pow_rhs") /* dy * lhs^rhs * ln(lhs) */
+  X(PowRhs, "pow_rhs") /* dy * lhs^rhs * ln(lhs) */                                               \
+  X(MaxLhs, "max_lhs") /* dy where lhs > rhs, dy / 2 where equal (PyTorch's maximum) */            \
+  X(MaxRhs, "max_rhs")                                                                             \
+  X(MinLhs, "min_lhs") /* dy where lhs < rhs, dy / 2 where equal (PyTorch's minimum) */            \
+  X(MinRhs, "min_rhs")
 
 enum class BinaryGradient : unsigned char {
 #define PIPEC_ENUMERATOR(name, spelling) name,

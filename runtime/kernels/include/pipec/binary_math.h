@@ -24,7 +24,21 @@ template <Binary B, class T> PIPEC_HOST_DEVICE auto binaryValue(T a, T b) {
   else if constexpr (B == Binary::Mul) return a * b;
   else if constexpr (B == Binary::Div) return a / b;
   else if constexpr (B == Binary::Pow) return b == T(2) ? a * a : powf(a, b); // PyTorch's decomposed LayerNorm squares
+  // NaN in either operand gives NaN, as numpy's and PyTorch's maximum.
+  else if constexpr (B == Binary::Max) return (a > b || a != a) ? a : b;
+  else if constexpr (B == Binary::Min) return (a < b || a != a) ? a : b;
+  else if constexpr (B == Binary::Mod) { // numpy's mod: the sign of the divisor
+    const T r = fmodf(a, b);
+    return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? r + b : r;
+  } else if constexpr (B == Binary::FMod) return fmodf(a, b);
   else if constexpr (B == Binary::Equal) return a == b;
+  else if constexpr (B == Binary::Less) return a < b;
+  else if constexpr (B == Binary::LessOrEqual) return a <= b;
+  else if constexpr (B == Binary::Greater) return a > b;
+  else if constexpr (B == Binary::GreaterOrEqual) return a >= b;
+  else if constexpr (B == Binary::And) return bool(a) && bool(b);
+  else if constexpr (B == Binary::Or) return bool(a) || bool(b);
+  else if constexpr (B == Binary::Xor) return bool(a) != bool(b);
   else static_assert(BinaryWithoutFormula<B>::value, "a binary function of vocabulary.h has no formula here");
 }
 
@@ -53,6 +67,14 @@ template <Binary B> PIPEC_HOST_DEVICE int64_t integerBinaryValue(int64_t a, int6
       base *= base;
     }
     return (int64_t)r;
+  } else if constexpr (B == Binary::Max) return a > b ? a : b;
+  else if constexpr (B == Binary::Min) return a < b ? a : b;
+  else if constexpr (B == Binary::Mod || B == Binary::FMod) {
+    if (b == 0) return fault = IntegerFault::DivisionByZero, 0;
+    int64_t r = b == -1 ? 0 : a % b; // INT64_MIN % -1 traps in C
+    // Mod takes the sign of the divisor; r and b then differ in sign, so r + b cannot overflow.
+    if (B == Binary::Mod && r != 0 && ((r < 0) != (b < 0))) r += b;
+    return r;
   } else if constexpr (::pipec::givesBool(B)) return (int64_t)binaryValue<B>(a, b);
   else static_assert(BinaryWithoutFormula<B>::value, "a binary function of vocabulary.h has no integer formula here");
 }
@@ -82,6 +104,12 @@ template <BinaryGrad K> PIPEC_HOST_DEVICE float binaryGradient(float g, float a,
   else if constexpr (K == BinaryGrad::DivRhs) return -g * a / (b * b);
   else if constexpr (K == BinaryGrad::PowLhs) return b == 0.0f ? 0.0f : g * b * powf(a, b - 1.0f);
   else if constexpr (K == BinaryGrad::PowRhs) return (a == 0.0f && b >= 0.0f) ? 0.0f : g * powf(a, b) * logf(a);
+  // As PyTorch's maximum and minimum: ties split dy evenly; a NaN operand
+  // (no order) passes dy to both.
+  else if constexpr (K == BinaryGrad::MaxLhs) return a < b ? 0.0f : (a == b ? 0.5f * g : g);
+  else if constexpr (K == BinaryGrad::MaxRhs) return a > b ? 0.0f : (a == b ? 0.5f * g : g);
+  else if constexpr (K == BinaryGrad::MinLhs) return a > b ? 0.0f : (a == b ? 0.5f * g : g);
+  else if constexpr (K == BinaryGrad::MinRhs) return a < b ? 0.0f : (a == b ? 0.5f * g : g);
   else static_assert(BinaryGradWithoutFormula<K>::value, "a binary gradient has no formula here");
 }
 
