@@ -166,7 +166,7 @@ template <class T>
 void compare(Binary op, const T *a, const Shape &as, const T *b, const Shape &bs, uint8_t *out);
 /// nn.equal.
 template <class T> void equal(const T *a, const Shape &as, const T *b, const Shape &bs, uint8_t *out) {
-  compare(Binary::Equal, a, as, b, bs, out);
+  cuda::compare<T>(Binary::Equal, a, as, b, bs, out); // not kernels::compare, which ADL also finds
 }
 /// nn.where: out = cond ? x : y, the three broadcast together.
 template <class T>
