@@ -267,7 +267,6 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
     printSummary(*module, options.inputPath, outs);
     return 0;
   }
-  noteFrozenInitializers(*module, options.inputPath, errs);
   if (options.emit && *options.emit > Phase::Costs && !options.partitionRequested()) {
     errs << "error: --emit=" << phaseName(*options.emit)
          << " needs a topology: give --gpus NxG or --cluster FILE\n";
@@ -295,6 +294,8 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
     return 0;
   }
 
+  // After the pipeline succeeded, so that an error stays the first line.
+  noteFrozenInitializers(*module, options.inputPath, errs);
   const planner::Plan &plan = planning.plan;
   if (options.partition.json) {
     outs << planner::planSummaryJson(planning.table, plan).dump(2) << "\n";

@@ -68,11 +68,20 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
   llvm::raw_string_ostream code(loop);
   const std::string index = "i";
   SmallVector<std::string> parameters, arguments;
+  // f32 values are floats; i1 values (comparisons, the conditions of
+  // wheres) are bools in the body and uint8_t in memory.
+  auto scalarType = [](Value value) {
+    return tensorType(value).getElementType().isInteger(1) ? std::string("bool") : std::string("float");
+  };
+  auto memoryType = [](Value value) {
+    return tensorType(value).getElementType().isInteger(1) ? std::string("uint8_t") : std::string("float");
+  };
   for (auto [i, input] : llvm::enumerate(fused.getInputs())) {
     std::string name = "in" + std::to_string(i);
-    parameters.push_back("const float *__restrict__ " + name);
+    parameters.push_back("const " + memoryType(input) + " *__restrict__ " + name);
     arguments.push_back(ptr(input));
-    scalar[body.getArgument(i)] = name + "[" + broadcastIndex(tensorType(input).getShape(), space, index) + "]";
+    std::string element = name + "[" + broadcastIndex(tensorType(input).getShape(), space, index) + "]";
+    scalar[body.getArgument(i)] = scalarType(input) == "bool" ? "bool(" + element + ")" : element;
   }
   int temporary = 0;
   for (Operation &op : body.without_terminator()) {
@@ -81,9 +90,12 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     if (auto unary = llvm::dyn_cast<nn::UnaryElementwiseOpInterface>(op)) {
       expression = std::string("pipec::kernels::unaryValue<pipec::kernels::Unary::") +
                    unaryFunction(unary.getUnaryFunction()).enumerator + ">(" + operand(0) + ")";
-    } else if (const char *binary = binaryEnumerator(&op)) {
-      expression = std::string("pipec::kernels::binaryValue<pipec::kernels::Binary::") + binary + ">(" + operand(0) +
-                   ", " + operand(1) + ")";
+    } else if (auto binary = llvm::dyn_cast<nn::BinaryElementwiseOpInterface>(op)) {
+      expression = std::string("pipec::kernels::binaryValue<pipec::kernels::Binary::") +
+                   binaryFunction(binary.getBinaryFunction()).enumerator + ">(" + operand(0) + ", " + operand(1) +
+                   ")";
+    } else if (llvm::isa<nn::WhereOp>(op)) {
+      expression = "(" + operand(0) + " ? " + operand(1) + " : " + operand(2) + ")";
     } else if (auto grad = llvm::dyn_cast<nn::UnaryGradOp>(op)) {
       // Only the forward value the derivative reads is loaded.
       bool readsInput = derivativeReadsInput(grad.getKind());
@@ -101,7 +113,7 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
              << targetName() << " formula";
     }
     std::string name = "t" + std::to_string(temporary++);
-    code << "    const float " << name << " = " << expression << ";\n";
+    code << "    const " << scalarType(op.getResult(0)) << " " << name << " = " << expression << ";\n";
     scalar[op.getResult(0)] = name;
   }
   auto yield = llvm::cast<pipe::YieldOp>(body.getTerminator());
@@ -109,7 +121,7 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
   for (auto [i, pair] : llvm::enumerate(llvm::zip(fused.getResults(), yield.getValues()))) {
     auto [result, yielded] = pair;
     std::string name = "out" + std::to_string(i);
-    parameters.push_back("float *__restrict__ " + name);
+    parameters.push_back(memoryType(result) + " *__restrict__ " + name);
     arguments.push_back(allocate(result));
     code << "    " << name << "[" << index << "] = " << scalar.lookup(yielded) << ";\n";
   }

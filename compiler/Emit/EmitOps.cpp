@@ -30,17 +30,18 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
   };
 
   llvm::TypeSwitch<Operation *>(op)
-      .Case<nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp, nn::PowOp>([&](Operation *op) {
+      .Case([&](nn::BinaryElementwiseOpInterface binary) {
         Value lhs = op->getOperand(0), rhs = op->getOperand(1);
+        Binary function = binary.getBinaryFunction();
         std::string y = allocate(op->getResult(0));
-        out << "  pk::binary(pk::Binary::" << binaryEnumerator(op) << ", " << ptr(lhs) << ", " << shapeOf(lhs)
-            << ", " << ptr(rhs) << ", " << shapeOf(rhs) << ", " << y << ");\n";
-      })
-      .Case([&](nn::EqualOp eq) {
-        std::string y = allocate(eq.getResult());
-        out << "  pk::equal<" << elem(eq.getLhs()) << ">(" << ptr(eq.getLhs()) << ", "
-            << shapeOf(eq.getLhs()) << ", " << ptr(eq.getRhs()) << ", " << shapeOf(eq.getRhs())
-            << ", " << y << ");\n";
+        std::string kind = std::string("pk::Binary::") + binaryFunction(function).enumerator;
+        // A bool result: pk::compare over the operands' C type; else pk::binary.
+        if (givesBool(function))
+          out << "  pk::compare<" << elem(lhs) << ">(" << kind;
+        else
+          out << "  pk::binary(" << kind;
+        out << ", " << ptr(lhs) << ", " << shapeOf(lhs) << ", " << ptr(rhs) << ", " << shapeOf(rhs) << ", " << y
+            << ");\n";
       })
       .Case([&](nn::WhereOp where) {
         std::string y = allocate(where.getResult());

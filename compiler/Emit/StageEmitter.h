@@ -81,17 +81,6 @@ inline std::string f32Literal(float value) {
   return std::isfinite(value) ? floatLiteral(value) + "f" : floatLiteral(value);
 }
 
-/// pk::Binary's enumerator for nn.add, nn.sub, nn.mul, nn.div and nn.pow;
-/// null for any other op.
-inline const char *binaryEnumerator(Operation *op) {
-  if (llvm::isa<nn::AddOp>(op)) return "Add";
-  if (llvm::isa<nn::SubOp>(op)) return "Sub";
-  if (llvm::isa<nn::MulOp>(op)) return "Mul";
-  if (llvm::isa<nn::DivOp>(op)) return "Div";
-  if (llvm::isa<nn::PowOp>(op)) return "Pow";
-  return nullptr;
-}
-
 struct TensorInfo {
   std::string name;
   RankedTensorType type;

@@ -43,7 +43,25 @@ int64_t integerBinary(BinaryOp op, int64_t a, int64_t b) {
     }
     return static_cast<int64_t>(result);
   }
+  case BinaryOp::Max: return std::max(a, b);
+  case BinaryOp::Min: return std::min(a, b);
+  case BinaryOp::Mod:
+  case BinaryOp::FMod: {
+    if (b == 0)
+      throw EvalError("integer modulo by zero");
+    int64_t r = b == -1 ? 0 : a % b;
+    if (op == BinaryOp::Mod && r != 0 && (r < 0) != (b < 0))
+      r += b; // Python's %: the sign of the divisor
+    return r;
+  }
   case BinaryOp::Equal: return a == b;
+  case BinaryOp::Less: return a < b;
+  case BinaryOp::LessOrEqual: return a <= b;
+  case BinaryOp::Greater: return a > b;
+  case BinaryOp::GreaterOrEqual: return a >= b;
+  case BinaryOp::And: return a && b;
+  case BinaryOp::Or: return a || b;
+  case BinaryOp::Xor: return (a != 0) != (b != 0);
   }
   llvm_unreachable("every BinaryOp has its case in integerBinary");
 }
@@ -55,7 +73,22 @@ double floatBinary(BinaryOp op, double a, double b) {
   case BinaryOp::Mul: return a * b;
   case BinaryOp::Div: return a / b;
   case BinaryOp::Pow: return std::pow(a, b);
+  // NaN propagates, as numpy's maximum and minimum.
+  case BinaryOp::Max: return std::isnan(a) || std::isnan(b) ? a + b : std::max(a, b);
+  case BinaryOp::Min: return std::isnan(a) || std::isnan(b) ? a + b : std::min(a, b);
+  case BinaryOp::Mod: { // numpy's mod: the sign of the divisor
+    double r = std::fmod(a, b);
+    return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+  }
+  case BinaryOp::FMod: return std::fmod(a, b);
   case BinaryOp::Equal: return a == b;
+  case BinaryOp::Less: return a < b;
+  case BinaryOp::LessOrEqual: return a <= b;
+  case BinaryOp::Greater: return a > b;
+  case BinaryOp::GreaterOrEqual: return a >= b;
+  case BinaryOp::And:
+  case BinaryOp::Or:
+  case BinaryOp::Xor: break; // bool operands only: integerBinary
   }
   llvm_unreachable("every BinaryOp has its case in floatBinary");
 }
@@ -79,12 +112,17 @@ Tensor binary(BinaryOp op, const Tensor &lhs, const Tensor &rhs) {
                     import::elementKindName(rhs.kind) + ")");
   std::vector<int64_t> shape = broadcastTwo(lhs.shape, rhs.shape);
   bool floating = isFloating(lhs.kind);
-  Tensor out = zeros(op == BinaryOp::Equal ? ElementKind::Bool : lhs.kind, shape);
+  if (pipec::takesBool(op) && lhs.kind != ElementKind::Bool)
+    throw EvalError(std::string("the operands must be bool, not ") + import::elementKindName(lhs.kind));
+  const bool givesBool = pipec::givesBool(op);
+  Tensor out = zeros(givesBool ? ElementKind::Bool : lhs.kind, shape);
   int64_t flat = 0;
   forEachIndex(shape, [&](const std::vector<int64_t> &index) {
     int64_t l = broadcastOffset(index, lhs.shape), r = broadcastOffset(index, rhs.shape);
-    if (op == BinaryOp::Equal)
-      out.ints[flat] = floating ? lhs.floats[l] == rhs.floats[r] : lhs.ints[l] == rhs.ints[r];
+    if (givesBool && floating)
+      out.ints[flat] = floatBinary(op, lhs.floats[l], rhs.floats[r]) != 0.0;
+    else if (givesBool)
+      out.ints[flat] = integerBinary(op, lhs.ints[l], rhs.ints[r]) != 0;
     else if (floating)
       out.floats[flat] = floatBinary(op, lhs.floats[l], rhs.floats[r]);
     else
@@ -107,6 +145,18 @@ Tensor unary(UnaryOp op, const Tensor &input) {
     case UnaryOp::Sqrt: out.floats[i] = std::sqrt(x); break;
     case UnaryOp::Gelu: out.floats[i] = geluExact(x); break;
     case UnaryOp::GeluTanh: out.floats[i] = geluTanh(x); break;
+    case UnaryOp::Neg: out.floats[i] = -x; break;
+    case UnaryOp::Reciprocal: out.floats[i] = 1.0 / x; break;
+    case UnaryOp::Abs: out.floats[i] = std::fabs(x); break;
+    case UnaryOp::Exp: out.floats[i] = std::exp(x); break;
+    case UnaryOp::Log: out.floats[i] = std::log(x); break;
+    case UnaryOp::Sin: out.floats[i] = std::sin(x); break;
+    case UnaryOp::Cos: out.floats[i] = std::cos(x); break;
+    case UnaryOp::Softplus: out.floats[i] = x > 30 ? x + std::exp(-x) : std::log1p(std::exp(x)); break;
+    case UnaryOp::Softsign: out.floats[i] = x / (1.0 + std::fabs(x)); break;
+    case UnaryOp::Floor: out.floats[i] = std::floor(x); break;
+    case UnaryOp::Ceil: out.floats[i] = std::ceil(x); break;
+    case UnaryOp::Round: out.floats[i] = std::nearbyint(x); break; // halves to even
     }
     // NaN propagates through Relu as numpy's maximum does.
     if (op == UnaryOp::Relu && std::isnan(x))
@@ -189,6 +239,18 @@ Tensor unaryGrad(UnaryOp op, const Tensor &dy, const Tensor &forward) {
       derivative = 0.5 * (1.0 + t) + 0.5 * xv * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * xv * xv);
       break;
     }
+    case UnaryOp::Neg: derivative = -1.0; break;
+    case UnaryOp::Reciprocal: derivative = -yv * yv; break;
+    case UnaryOp::Abs: derivative = xv > 0 ? 1.0 : xv < 0 ? -1.0 : 0.0; break;
+    case UnaryOp::Exp: derivative = yv; break;
+    case UnaryOp::Log: derivative = 1.0 / xv; break;
+    case UnaryOp::Sin: derivative = std::cos(xv); break;
+    case UnaryOp::Cos: derivative = -std::sin(xv); break;
+    case UnaryOp::Softplus: derivative = 1.0 / (1.0 + std::exp(-xv)); break;
+    case UnaryOp::Softsign: derivative = 1.0 / ((1.0 + std::fabs(xv)) * (1.0 + std::fabs(xv))); break;
+    case UnaryOp::Floor:
+    case UnaryOp::Ceil:
+    case UnaryOp::Round: derivative = 0.0; break;
     }
     out.floats[i] = dy.floats[i] * derivative;
   }
@@ -213,6 +275,11 @@ Tensor binaryGrad(BinaryGradKind kind, const Tensor &dy, const Tensor &lhs, cons
     case BinaryGradKind::DivRhs: out.floats[flat] = -g * l / (r * r); break;
     case BinaryGradKind::PowLhs: out.floats[flat] = g * r * std::pow(l, r - 1); break;
     case BinaryGradKind::PowRhs: out.floats[flat] = g * std::pow(l, r) * std::log(l); break;
+    // Ties split dy evenly (PyTorch's maximum and minimum).
+    case BinaryGradKind::MaxLhs: out.floats[flat] = l < r ? 0.0 : l == r ? g / 2 : g; break;
+    case BinaryGradKind::MaxRhs: out.floats[flat] = l > r ? 0.0 : l == r ? g / 2 : g; break;
+    case BinaryGradKind::MinLhs: out.floats[flat] = l > r ? 0.0 : l == r ? g / 2 : g; break;
+    case BinaryGradKind::MinRhs: out.floats[flat] = l < r ? 0.0 : l == r ? g / 2 : g; break;
     }
     ++flat;
   });

@@ -50,17 +50,12 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
     return nullptr;
   };
   auto one = [](Tensor tensor) { return std::vector<Tensor>{std::move(tensor)}; };
-  auto binary = [&](BinaryOp kind) { return one(kernels::binary(kind, in(0), in(1))); };
 
   if (auto unary = llvm::dyn_cast<nn::UnaryElementwiseOpInterface>(op))
     return one(kernels::unary(unary.getUnaryFunction(), in(0)));
+  if (auto binary = llvm::dyn_cast<nn::BinaryElementwiseOpInterface>(op))
+    return one(kernels::binary(binary.getBinaryFunction(), in(0), in(1)));
   return llvm::TypeSwitch<Operation *, std::vector<Tensor>>(op)
-      .Case([&](nn::AddOp) { return binary(BinaryOp::Add); })
-      .Case([&](nn::SubOp) { return binary(BinaryOp::Sub); })
-      .Case([&](nn::MulOp) { return binary(BinaryOp::Mul); })
-      .Case([&](nn::DivOp) { return binary(BinaryOp::Div); })
-      .Case([&](nn::PowOp) { return binary(BinaryOp::Pow); })
-      .Case([&](nn::EqualOp) { return binary(BinaryOp::Equal); })
       .Case([&](nn::WhereOp) { return one(kernels::where(in(0), in(1), in(2))); })
       .Case([&](nn::CastOp cast) {
         auto kind = elementKindOf(cast.getResult().getType().getElementType());

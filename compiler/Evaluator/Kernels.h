@@ -60,13 +60,15 @@ namespace kernels {
 // Element-wise (ElementwiseKernels.cpp)
 //===----------------------------------------------------------------------===//
 
-enum class BinaryOp { Add, Sub, Mul, Div, Pow, Equal };
+/// The element-wise binary functions: pipec/vocabulary.h's binary table.
+using BinaryOp = ::pipec::Binary;
 /// The element-wise unary functions: pipec/vocabulary.h's table.
 using UnaryOp = ::pipec::Unary;
 
 /// Element-wise with numpy broadcasting. Integer Div truncates toward zero
 /// (C++ and ONNX's reference implementation); integer division by zero and
-/// integer Pow with a negative exponent throw. Equal returns Bool.
+/// integer Pow with a negative exponent throw. The table's comparisons and
+/// logical functions return Bool.
 Tensor binary(BinaryOp op, const Tensor &lhs, const Tensor &rhs);
 Tensor unary(UnaryOp op, const Tensor &input);
 Tensor where(const Tensor &condition, const Tensor &x, const Tensor &y);

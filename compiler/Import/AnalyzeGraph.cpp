@@ -41,6 +41,29 @@ const std::map<std::string, OperatorVersions> &operatorVersions() {
       {"CumSum", {{11, 14}, 11}},             {"Tile", {{1, 6, 13}, 6}},
       {"GatherElements", {{11, 13}, 11}},     {"ScatterElements", {{11, 13, 16, 18}, 11}},
       {"GatherND", {{11, 12, 13}, 11}},       {"ScatterND", {{11, 13, 16, 18}, 11}},
+      // Element-wise: versions that only add element types keep the
+      // semantics; versions 1 to 6 differ by `consumed_inputs` (ignored)
+      // or by the old `broadcast` attribute (refused: before 7); Max, Min, Sum
+      // and Mean before 8 need equal shapes, a case of broadcasting.
+      {"Max", {{1, 6, 8, 12, 13}, 1}},        {"Min", {{1, 6, 8, 12, 13}, 1}},
+      {"Sum", {{1, 6, 8, 13}, 1}},            {"Mean", {{1, 6, 8, 13}, 1}},
+      {"Mod", {{10, 13}, 10}},                {"Less", {{1, 7, 9, 13}, 7}},
+      {"Greater", {{1, 7, 9, 13}, 7}},        {"LessOrEqual", {{12, 16}, 12}},
+      {"GreaterOrEqual", {{12, 16}, 12}},     {"And", {{1, 7}, 7}},
+      {"Or", {{1, 7}, 7}},                    {"Xor", {{1, 7}, 7}},
+      {"Not", {{1}, 1}},                      {"IsNaN", {{9, 13, 20}, 9}},
+      {"IsInf", {{10, 20}, 10}},              {"Neg", {{1, 6, 13}, 1}},
+      {"Reciprocal", {{1, 6, 13}, 1}},        {"Abs", {{1, 6, 13}, 1}},
+      {"Exp", {{1, 6, 13}, 1}},               {"Log", {{1, 6, 13}, 1}},
+      {"Sin", {{7, 22}, 7}},                  {"Cos", {{7, 22}, 7}},
+      {"Softplus", {{1, 22}, 1}},             {"Softsign", {{1, 22}, 1}},
+      {"Floor", {{1, 6, 13}, 1}},             {"Ceil", {{1, 6, 13}, 1}},
+      {"Round", {{11, 22}, 11}},              {"Clip", {{1, 6, 11, 12, 13}, 6}},
+      {"HardSigmoid", {{1, 6, 22}, 6}},       {"HardSwish", {{14, 22}, 14}},
+      {"LeakyRelu", {{1, 6, 16}, 6}},         {"PRelu", {{1, 6, 7, 9, 16}, 7}},
+      {"Elu", {{1, 6, 22}, 6}},               {"Selu", {{1, 6, 22}, 6}},
+      {"Celu", {{12}, 12}},                   {"Mish", {{18, 22}, 18}},
+      {"ThresholdedRelu", {{10, 22}, 10}},    {"CastLike", {{15, 19, 21, 23, 24}, 15}},
   };
   return table;
 }

@@ -4,6 +4,8 @@
 // are templates in ImporterImpl.h.
 #include "compiler/Import/ImporterImpl.h"
 
+#include <limits>
+
 using namespace mlir;
 
 namespace pipec::import::detail {
@@ -20,6 +22,231 @@ void OnnxImporter::convertGelu(const onnx::NodeProto &node) {
 
 void OnnxImporter::convertWhere(const onnx::NodeProto &node) {
   defineInferred<nn::WhereOp>(node, {operand(node, 0), operand(node, 1), operand(node, 2)}, {});
+}
+
+//===----------------------------------------------------------------------===//
+// Element-wise operators lowered into the binary and unary table's ops
+// (docs/importer.md): no kernels of their own, and -O2's element-wise fusion
+// makes each one loop again.
+//===----------------------------------------------------------------------===//
+
+Value OnnxImporter::scalarLike(const onnx::NodeProto &node, Value like, double value) {
+  auto kind = pipec::import::elementKindOf(typeOf(like).getElementType());
+  if (!kind)
+    fail(node, "has an operand of an unsupported element type");
+  HostTensor scalar = isFloating(*kind) ? HostTensor::ofFloats(*kind, {}, {value})
+                                        : HostTensor::ofInts(*kind, {}, {static_cast<int64_t>(value)});
+  return materialize(scalar, locationOf(node));
+}
+
+Value OnnxImporter::rectify(const onnx::NodeProto &node, Value x, Value threshold,
+                            llvm::function_ref<Value(Value)> negative) {
+  Value positive = build<nn::GreaterOp>(node, {x, threshold});
+  Value nonPositivePart = build<nn::WhereOp>(node, {positive, scalarLike(node, x, 0.0), x});
+  return build<nn::WhereOp>(node, {positive, x, negative(nonPositivePart)});
+}
+
+Value OnnxImporter::clip(const onnx::NodeProto &node, Value x, Value low, Value high, bool inclusive) {
+  Value result = x;
+  // Below the low bound: low; then above the high bound: high (so high wins
+  // when low > high, as ONNX says). A bound itself takes the bound's branch
+  // when exclusive, whose gradient to x is 0.
+  if (low) {
+    Value below = inclusive ? build<nn::LessOp>(node, {result, low})
+                            : build<nn::LessOrEqualOp>(node, {result, low});
+    result = build<nn::WhereOp>(node, {below, low, result});
+  }
+  if (high) {
+    Value above = inclusive ? build<nn::GreaterOp>(node, {result, high})
+                            : build<nn::GreaterOrEqualOp>(node, {result, high});
+    result = build<nn::WhereOp>(node, {above, high, result});
+  }
+  return result;
+}
+
+void OnnxImporter::convertMean(const onnx::NodeProto &node) {
+  if (node.input_size() < 1)
+    fail(node, "needs at least one input");
+  Value sum = operand(node, 0);
+  for (int i = 1; i < node.input_size(); ++i)
+    sum = build<nn::AddOp>(node, {sum, operand(node, i)});
+  define(node, 0, node.input_size() == 1 ? sum : build<nn::DivOp>(node, {sum, scalarLike(node, sum, node.input_size())}));
+}
+
+void OnnxImporter::convertNeg(const onnx::NodeProto &node) {
+  Value x = operand(node, 0);
+  if (llvm::isa<FloatType>(typeOf(x).getElementType()))
+    return convertUnary<nn::NegOp>(node);
+  define(node, 0, build<nn::SubOp>(node, {scalarLike(node, x, 0), x})); // integers wrap, as C++
+}
+
+void OnnxImporter::convertAbs(const onnx::NodeProto &node) {
+  Value x = operand(node, 0);
+  if (llvm::isa<FloatType>(typeOf(x).getElementType()))
+    return convertUnary<nn::AbsOp>(node);
+  define(node, 0, build<nn::MaxOp>(node, {x, build<nn::SubOp>(node, {scalarLike(node, x, 0), x})}));
+}
+
+void OnnxImporter::convertMod(const onnx::NodeProto &node) {
+  Value lhs = operand(node, 0), rhs = operand(node, 1);
+  bool fmod = intAttr(node, "fmod", 0) != 0;
+  if (!fmod && llvm::isa<FloatType>(typeOf(lhs).getElementType()))
+    fail(node, "Mod of floating-point operands needs fmod = 1 (ONNX)");
+  define(node, 0, fmod ? build<nn::FModOp>(node, {lhs, rhs}) : build<nn::ModOp>(node, {lhs, rhs}));
+}
+
+void OnnxImporter::convertNot(const onnx::NodeProto &node) {
+  Value x = operand(node, 0);
+  if (!typeOf(x).getElementType().isInteger(1))
+    fail(node, "Not needs a bool input");
+  define(node, 0, build<nn::XorOp>(node, {x, scalarLike(node, x, 1)}));
+}
+
+void OnnxImporter::convertIsNaN(const onnx::NodeProto &node) {
+  Value x = operand(node, 0);
+  if (!llvm::isa<FloatType>(typeOf(x).getElementType()))
+    fail(node, "IsNaN needs a floating-point input");
+  Value ordered = build<nn::EqualOp>(node, {x, x}); // false exactly for NaN
+  define(node, 0, build<nn::XorOp>(node, {ordered, scalarLike(node, ordered, 1)}));
+}
+
+void OnnxImporter::convertIsInf(const onnx::NodeProto &node) {
+  Value x = operand(node, 0);
+  if (!llvm::isa<FloatType>(typeOf(x).getElementType()))
+    fail(node, "IsInf needs a floating-point input");
+  bool positive = intAttr(node, "detect_positive", 1) != 0;
+  bool negative = intAttr(node, "detect_negative", 1) != 0;
+  const double inf = std::numeric_limits<double>::infinity();
+  Value result;
+  if (positive && negative)
+    result = build<nn::EqualOp>(node, {build<nn::AbsOp>(node, {x}), scalarLike(node, x, inf)});
+  else if (positive || negative)
+    result = build<nn::EqualOp>(node, {x, scalarLike(node, x, positive ? inf : -inf)});
+  else // detects nothing: x < x is false everywhere
+    result = build<nn::LessOp>(node, {x, x});
+  define(node, 0, result);
+}
+
+void OnnxImporter::convertClip(const onnx::NodeProto &node) {
+  Value x = operand(node, 0);
+  Value low, high;
+  if (nodeVersion < 11) {
+    // Attributes; absent means none (version 6's defaults are float's range).
+    if (attribute(node, "min"))
+      low = scalarLike(node, x, floatAttr(node, "min", 0));
+    if (attribute(node, "max"))
+      high = scalarLike(node, x, floatAttr(node, "max", 0));
+  } else {
+    // Optional inputs, empty names for none; they may be run-time values.
+    for (int index : {1, 2}) {
+      if (!hasInput(node, index))
+        continue;
+      Value bound = operand(node, index);
+      if (typeOf(bound).getNumElements() != 1)
+        fail(node, std::string(index == 1 ? "min" : "max") + " must hold one value");
+      if (typeOf(bound).getRank() != 0)
+        bound = createVerified(node, nn::ReshapeOp::getOperationName(), {bound},
+                               {RankedTensorType::get({}, typeOf(bound).getElementType())}, {})
+                    ->getResult(0);
+      (index == 1 ? low : high) = bound;
+    }
+  }
+  define(node, 0, clip(node, x, low, high, /*inclusive=*/false));
+}
+
+void OnnxImporter::convertHardSigmoid(const onnx::NodeProto &node) {
+  Value x = operand(node, 0);
+  Value linear = build<nn::AddOp>(
+      node, {build<nn::MulOp>(node, {x, scalarLike(node, x, floatAttr(node, "alpha", 0.2f))}),
+             scalarLike(node, x, floatAttr(node, "beta", 0.5f))});
+  // Exclusive: PyTorch's hardsigmoid passes the gradient for -3 < x < 3 only.
+  define(node, 0, clip(node, linear, scalarLike(node, x, 0), scalarLike(node, x, 1), false));
+}
+
+void OnnxImporter::convertHardSwish(const onnx::NodeProto &node) {
+  Value x = operand(node, 0);
+  Value linear = build<nn::AddOp>(
+      node, {build<nn::MulOp>(node, {x, scalarLike(node, x, 1.0 / 6.0)}), scalarLike(node, x, 0.5)});
+  // Inclusive: PyTorch's hardswish derivative is x / 3 + 1/2 on [-3, 3],
+  // its ends included (-1/2 at -3, 3/2 at 3).
+  Value gate = clip(node, linear, scalarLike(node, x, 0), scalarLike(node, x, 1), true);
+  define(node, 0, build<nn::MulOp>(node, {x, gate}));
+}
+
+void OnnxImporter::convertLeakyRelu(const onnx::NodeProto &node) {
+  Value x = operand(node, 0);
+  Value alpha = scalarLike(node, x, floatAttr(node, "alpha", 0.01f));
+  // x > 0 ? x : alpha x, and so the gradient (alpha at 0, as PyTorch).
+  define(node, 0, build<nn::WhereOp>(node, {build<nn::GreaterOp>(node, {x, scalarLike(node, x, 0)}), x,
+                                           build<nn::MulOp>(node, {x, alpha})}));
+}
+
+void OnnxImporter::convertPRelu(const onnx::NodeProto &node) {
+  Value x = operand(node, 0), slope = operand(node, 1);
+  // Unidirectional broadcasting: the slope broadcasts to x, never x to it.
+  auto shape = nn::broadcastShapes(typeOf(x).getShape(), typeOf(slope).getShape());
+  if (failed(shape) || ArrayRef<int64_t>(*shape) != typeOf(x).getShape())
+    fail(node, "slope of shape " + shapeText(typeOf(slope).getShape()) +
+                   " does not broadcast to the input's " + shapeText(typeOf(x).getShape()));
+  define(node, 0, build<nn::WhereOp>(node, {build<nn::GreaterOp>(node, {x, scalarLike(node, x, 0)}), x,
+                                           build<nn::MulOp>(node, {x, slope})}));
+}
+
+void OnnxImporter::convertElu(const onnx::NodeProto &node) {
+  Value x = operand(node, 0);
+  double alpha = floatAttr(node, "alpha", 1.0f);
+  // alpha (e^x - 1) for x <= 0: the gradient at 0 is alpha, as PyTorch.
+  define(node, 0, rectify(node, x, scalarLike(node, x, 0), [&](Value part) {
+           Value expm1 = build<nn::SubOp>(node, {build<nn::ExpOp>(node, {part}), scalarLike(node, x, 1)});
+           return build<nn::MulOp>(node, {expm1, scalarLike(node, x, alpha)});
+         }));
+}
+
+void OnnxImporter::convertSelu(const onnx::NodeProto &node) {
+  Value x = operand(node, 0);
+  double alpha = floatAttr(node, "alpha", 1.67326319217681884765625f);
+  double gamma = floatAttr(node, "gamma", 1.05070102214813232421875f);
+  Value elu = rectify(node, x, scalarLike(node, x, 0), [&](Value part) {
+    Value expm1 = build<nn::SubOp>(node, {build<nn::ExpOp>(node, {part}), scalarLike(node, x, 1)});
+    return build<nn::MulOp>(node, {expm1, scalarLike(node, x, alpha)});
+  });
+  define(node, 0, build<nn::MulOp>(node, {elu, scalarLike(node, x, gamma)}));
+}
+
+void OnnxImporter::convertCelu(const onnx::NodeProto &node) {
+  Value x = operand(node, 0);
+  double alpha = floatAttr(node, "alpha", 1.0f);
+  if (alpha == 0)
+    fail(node, "alpha must not be 0");
+  // alpha (e^(x / alpha) - 1) for x <= 0: the gradient at 0 is 1, as PyTorch.
+  define(node, 0, rectify(node, x, scalarLike(node, x, 0), [&](Value part) {
+           Value scaled = build<nn::DivOp>(node, {part, scalarLike(node, x, alpha)});
+           Value expm1 = build<nn::SubOp>(node, {build<nn::ExpOp>(node, {scaled}), scalarLike(node, x, 1)});
+           return build<nn::MulOp>(node, {expm1, scalarLike(node, x, alpha)});
+         }));
+}
+
+void OnnxImporter::convertMish(const onnx::NodeProto &node) {
+  Value x = operand(node, 0);
+  Value gate = build<nn::TanhOp>(node, {build<nn::SoftplusOp>(node, {x})});
+  define(node, 0, build<nn::MulOp>(node, {x, gate}));
+}
+
+void OnnxImporter::convertThresholdedRelu(const onnx::NodeProto &node) {
+  Value x = operand(node, 0);
+  Value above = build<nn::GreaterOp>(node, {x, scalarLike(node, x, floatAttr(node, "alpha", 1.0f))});
+  define(node, 0, build<nn::WhereOp>(node, {above, x, scalarLike(node, x, 0)}));
+}
+
+void OnnxImporter::convertCastLike(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  Type element = typeOf(operand(node, 1)).getElementType();
+  Type type = RankedTensorType::get(typeOf(input).getShape(), element);
+  if (type == input.getType()) {
+    define(node, 0, input);
+    return;
+  }
+  defineResults(node, createVerified(node, nn::CastOp::getOperationName(), {input}, {type}, {}), 1);
 }
 
 void OnnxImporter::convertCast(const onnx::NodeProto &node) {

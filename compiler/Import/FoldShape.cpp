@@ -1,6 +1,8 @@
 // Folders: shape sub-graphs whose inputs are all known at import time are
 // evaluated on the host (HostTensor.cpp) instead of becoming `nn` ops.
 #include "compiler/Import/ImporterImpl.h"
+
+#include <cmath>
 #include "pipec/input_file.h"
 
 using namespace mlir;
@@ -57,6 +59,38 @@ std::vector<HostTensor> OnnxImporter::foldBinary(const onnx::NodeProto &node) {
   // Mod's fmod=1 follows C's fmod (the sign of the dividend).
   std::string op = node.op_type() == "Mod" && intAttr(node, "fmod", 0) ? "FMod" : node.op_type();
   return {fold::binary(op, constantInput(node, 0, "first"), constantInput(node, 1, "second"))};
+}
+
+std::vector<HostTensor> OnnxImporter::foldVariadic(const onnx::NodeProto &node) {
+  // Max, Min, Sum and Mean of any number of inputs, left to right.
+  std::string op = node.op_type() == "Sum" || node.op_type() == "Mean" ? "Add" : node.op_type();
+  if (node.input_size() < 1)
+    fail(node, "needs at least one input");
+  HostTensor result = constantInput(node, 0, "first");
+  for (int i = 1; i < node.input_size(); ++i)
+    result = fold::binary(op, result, constantInput(node, i, "next"));
+  if (node.op_type() == "Mean" && node.input_size() > 1) {
+    HostTensor count = isFloating(result.kind)
+                           ? HostTensor::ofFloats(result.kind, {}, {double(node.input_size())})
+                           : HostTensor::ofInts(result.kind, {}, {node.input_size()});
+    result = fold::binary("Div", result, count);
+  }
+  return {result};
+}
+
+std::vector<HostTensor> OnnxImporter::foldIsInf(const onnx::NodeProto &node) {
+  const HostTensor &x = constantInput(node, 0, "first");
+  if (!isFloating(x.kind))
+    fail(node, "IsInf needs a floating-point input");
+  bool positive = intAttr(node, "detect_positive", 1) != 0, negative = intAttr(node, "detect_negative", 1) != 0;
+  std::vector<int64_t> flags;
+  for (double v : x.floats)
+    flags.push_back(std::isinf(v) && (v > 0 ? positive : negative));
+  return {HostTensor::ofInts(ElementKind::Bool, x.shape, flags)};
+}
+
+std::vector<HostTensor> OnnxImporter::foldCastLike(const onnx::NodeProto &node) {
+  return {fold::cast(constantInput(node, 0, "first"), constantInput(node, 1, "second").kind)};
 }
 
 std::vector<HostTensor> OnnxImporter::foldUnary(const onnx::NodeProto &node) {

@@ -266,6 +266,7 @@ int64_t integerBinary(const std::string &op, ElementKind kind, int64_t a, int64_
   if (op == "GreaterOrEqual") return a >= b;
   if (op == "And") return a && b;
   if (op == "Or") return a || b;
+  if (op == "Xor") return (a != 0) != (b != 0);
   throw FoldError("cannot fold " + op + " on integers");
 }
 
@@ -317,7 +318,7 @@ HostTensor binary(const std::string &op, const HostTensor &lhs, const HostTensor
   std::vector<int64_t> shape = broadcastShape(lhs.shape, rhs.shape);
   bool comparison = op == "Equal" || op == "Less" || op == "Greater" ||
                     op == "LessOrEqual" || op == "GreaterOrEqual";
-  bool logical = op == "And" || op == "Or";
+  bool logical = op == "And" || op == "Or" || op == "Xor";
   HostTensor out;
   out.shape = shape;
   out.kind = comparison || logical ? ElementKind::Bool : lhs.kind;
@@ -367,6 +368,14 @@ HostTensor unary(const std::string &op, const HostTensor &input) {
       value = !value;
     return out;
   }
+  if (op == "IsNaN") {
+    if (!isFloating(input.kind))
+      throw FoldError("IsNaN needs a floating-point tensor");
+    std::vector<int64_t> flags;
+    for (double x : input.floats)
+      flags.push_back(std::isnan(x));
+    return HostTensor::ofInts(ElementKind::Bool, input.shape, flags);
+  }
   if (isFloating(input.kind)) {
     for (int64_t i = 0; i < count; ++i) {
       double x = input.floats[i], value;
@@ -376,6 +385,7 @@ HostTensor unary(const std::string &op, const HostTensor &input) {
       else if (op == "Reciprocal") value = 1.0 / x;
       else if (op == "Floor") value = std::floor(x);
       else if (op == "Ceil") value = std::ceil(x);
+      else if (op == "Round") value = std::nearbyint(x); // halves to even
       else if (op == "Exp") value = std::exp(x);
       else if (op == "Log") value = std::log(x);
       else if (op == "Relu") value = std::max(x, 0.0);
@@ -388,7 +398,7 @@ HostTensor unary(const std::string &op, const HostTensor &input) {
       if (op == "Neg") out.ints[i] = integerBinary("Sub", input.kind, 0, x);
       else if (op == "Abs") out.ints[i] = x < 0 ? integerBinary("Sub", input.kind, 0, x) : x;
       else if (op == "Relu") out.ints[i] = std::max<int64_t>(x, 0);
-      else if (op == "Floor" || op == "Ceil") out.ints[i] = x;
+      else if (op == "Floor" || op == "Ceil" || op == "Round") out.ints[i] = x;
       else throw FoldError("cannot fold " + op + " on integers");
     }
   }

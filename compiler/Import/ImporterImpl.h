@@ -25,10 +25,10 @@
 
 #include <onnx/onnx_pb.h>
 
-#include <filesystem>
-#include <map>
 #include <algorithm>
+#include <filesystem>
 #include <initializer_list>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -70,6 +70,7 @@ private:
 struct OpRule {
   const char *opType;
   Converter convert;
+  /// Decides which initializers are trained.
   DifferentiableInputs differentiableInputs;
 };
 
@@ -132,6 +133,26 @@ public:
   template <typename OpT> void convertBinary(const onnx::NodeProto &node);
   template <typename OpT> void convertUnary(const onnx::NodeProto &node);
   void convertWhere(const onnx::NodeProto &node);
+  // Element-wise operators lowered into the table's ops (ConvertNN.cpp).
+  template <typename OpT> void convertVariadic(const onnx::NodeProto &node);
+  void convertMean(const onnx::NodeProto &node);
+  void convertNeg(const onnx::NodeProto &node);
+  void convertAbs(const onnx::NodeProto &node);
+  void convertMod(const onnx::NodeProto &node);
+  void convertNot(const onnx::NodeProto &node);
+  void convertIsNaN(const onnx::NodeProto &node);
+  void convertIsInf(const onnx::NodeProto &node);
+  void convertClip(const onnx::NodeProto &node);
+  void convertHardSigmoid(const onnx::NodeProto &node);
+  void convertHardSwish(const onnx::NodeProto &node);
+  void convertLeakyRelu(const onnx::NodeProto &node);
+  void convertPRelu(const onnx::NodeProto &node);
+  void convertElu(const onnx::NodeProto &node);
+  void convertSelu(const onnx::NodeProto &node);
+  void convertCelu(const onnx::NodeProto &node);
+  void convertMish(const onnx::NodeProto &node);
+  void convertThresholdedRelu(const onnx::NodeProto &node);
+  void convertCastLike(const onnx::NodeProto &node);
   void convertGelu(const onnx::NodeProto &node);
   void convertCast(const onnx::NodeProto &node);
   void convertGemm(const onnx::NodeProto &node);
@@ -175,7 +196,10 @@ public:
   std::vector<HostTensor> foldConstantOfShape(const onnx::NodeProto &node);
   std::vector<HostTensor> foldBinary(const onnx::NodeProto &node);
   std::vector<HostTensor> foldUnary(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldVariadic(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldIsInf(const onnx::NodeProto &node);
   std::vector<HostTensor> foldCast(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldCastLike(const onnx::NodeProto &node);
   std::vector<HostTensor> foldWhere(const onnx::NodeProto &node);
   std::vector<HostTensor> foldGather(const onnx::NodeProto &node);
   std::vector<HostTensor> foldConcat(const onnx::NodeProto &node);
@@ -287,6 +311,25 @@ private:
     defineResults(node, createInferred<OpT>(node, operands, attributes), count);
   }
   /// Creates an op with given result types and verifies it.
+  /// The result of an op computed for `node` whose result type the op
+  /// infers (the element-wise lowerings build several per node).
+  template <typename OpT> mlir::Value build(const onnx::NodeProto &node, mlir::ValueRange operands) {
+    return createInferred<OpT>(node, operands, {})->getResult(0);
+  }
+  /// A 0-d constant of `like`'s element type.
+  mlir::Value scalarLike(const onnx::NodeProto &node, mlir::Value like, double value);
+  /// where(x > 0, x, negative): the rectifiers' shape (LeakyRelu, PRelu,
+  /// Elu, ...); `negative` is built from x's non-positive part (x where
+  /// x <= 0, else 0), so that a branch that is not taken stays finite and
+  /// its gradient zero (exp of a large x would give inf, and 0 * inf NaN).
+  mlir::Value rectify(const onnx::NodeProto &node, mlir::Value x, mlir::Value threshold,
+                      llvm::function_ref<mlir::Value(mlir::Value)> negative);
+  /// min(max(x, low), high) written with comparisons and wheres so that the
+  /// gradient reaches x exactly inside the bounds: exclusive (low < x <
+  /// high: ONNX Clip, PyTorch's hardtanh and relu6) or inclusive (low <= x
+  /// <= high: PyTorch's hardswish). A null bound is none.
+  mlir::Value clip(const onnx::NodeProto &node, mlir::Value x, mlir::Value low, mlir::Value high,
+                   bool inclusive);
   mlir::Operation *createVerified(const onnx::NodeProto &node, mlir::StringRef name,
                                   mlir::ValueRange operands, mlir::TypeRange types,
                                   mlir::ArrayRef<mlir::NamedAttribute> attributes);
@@ -376,6 +419,17 @@ template <typename OpT> void OnnxImporter::convertBinary(const onnx::NodeProto &
                 ->getResult(0);
   }
   defineResults(node, createInferred<OpT>(node, {lhs, rhs}, {}), 1);
+}
+
+/// Sum, Max, Min of any number of inputs: a chain of the binary op,
+/// left to right (one input: itself).
+template <typename OpT> void OnnxImporter::convertVariadic(const onnx::NodeProto &node) {
+  if (node.input_size() < 1)
+    fail(node, "needs at least one input");
+  mlir::Value result = operand(node, 0);
+  for (int i = 1; i < node.input_size(); ++i)
+    result = build<OpT>(node, {result, operand(node, i)});
+  define(node, 0, result);
 }
 
 template <typename OpT> void OnnxImporter::convertUnary(const onnx::NodeProto &node) {

@@ -123,13 +123,13 @@ OpWork pipec::nn::unaryWork(Operation *op) {
   return elementwise(op, function.flops, function.derivativeFlops);
 }
 
+OpWork pipec::nn::binaryWork(Operation *op) {
+  const BinaryFunction &function =
+      binaryFunction(llvm::cast<BinaryElementwiseOpInterface>(op).getBinaryFunction());
+  return elementwise(op, function.flops, function.gradientFlops);
+}
+
 // Element-wise (transcendentals count as 8 FLOPs: a polynomial each).
-OpWork AddOp::estimateWork() { return elementwise(*this, 1, 1); }
-OpWork SubOp::estimateWork() { return elementwise(*this, 1, 1); }
-OpWork MulOp::estimateWork() { return elementwise(*this, 1, 2); }
-OpWork DivOp::estimateWork() { return elementwise(*this, 1, 4); }
-OpWork PowOp::estimateWork() { return elementwise(*this, 8, 10); }
-OpWork EqualOp::estimateWork() { return elementwise(*this, 1, 0); }
 OpWork WhereOp::estimateWork() { return elementwise(*this, 1, 1); }
 OpWork CastOp::estimateWork() { return elementwise(*this, 1, 1); }
 OpWork DropoutOp::estimateWork() { return elementwise(*this, 4, 1); }

@@ -170,26 +170,15 @@ LogicalResult inferBroadcast(std::optional<Location> loc, StringRef opName,
 }
 } // namespace
 
-#define PIPEC_BROADCAST_INFER(OP, NAME)                                        \
-  LogicalResult OP::inferReturnTypes(MLIRContext *, std::optional<Location> loc, \
-                                     Adaptor adaptor,                          \
-                                     SmallVectorImpl<Type> &types) {           \
-    return inferBroadcast(loc, NAME, adaptor.getLhs(), adaptor.getRhs(),       \
-                          Type(), types);                                      \
-  }
-PIPEC_BROADCAST_INFER(AddOp, "nn.add")
-PIPEC_BROADCAST_INFER(SubOp, "nn.sub")
-PIPEC_BROADCAST_INFER(MulOp, "nn.mul")
-PIPEC_BROADCAST_INFER(DivOp, "nn.div")
-PIPEC_BROADCAST_INFER(PowOp, "nn.pow")
-#undef PIPEC_BROADCAST_INFER
-
-LogicalResult EqualOp::inferReturnTypes(MLIRContext *context,
-                                        std::optional<Location> loc,
-                                        Adaptor adaptor,
-                                        SmallVectorImpl<Type> &types) {
-  return inferBroadcast(loc, "nn.equal", adaptor.getLhs(), adaptor.getRhs(),
-                        IntegerType::get(context, 1), types);
+LogicalResult pipec::nn::inferBinaryElementwise(MLIRContext *context, std::optional<Location> loc,
+                                                Binary function, Value lhs, Value rhs,
+                                                SmallVectorImpl<Type> &types) {
+  const std::string name = std::string("nn.") + binaryName(function);
+  if (takesBool(function) && !rankedType(lhs).getElementType().isInteger(1))
+    return fail(loc, name + ": operands must be bool (i1), not " +
+                         llvm::to_string(rankedType(lhs).getElementType()));
+  return inferBroadcast(loc, name, lhs, rhs,
+                        givesBool(function) ? IntegerType::get(context, 1) : Type(), types);
 }
 
 LogicalResult WhereOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,

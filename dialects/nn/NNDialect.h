@@ -60,6 +60,18 @@ std::optional<llvm::StringRef> nodeName(mlir::Location location);
 /// per-element FLOPs of its function in pipec/vocabulary.h's table.
 OpWork unaryWork(mlir::Operation *op);
 
+/// The work of an element-wise binary op (NN_BinaryElementwiseOp), from the
+/// per-element FLOPs of its function in pipec/vocabulary.h's binary table.
+OpWork binaryWork(mlir::Operation *op);
+
+/// The result type of an element-wise binary op computing `function`: the
+/// broadcast shape of lhs and rhs (same element types; i1 for the table's
+/// logical functions), with the table's result element type.
+mlir::LogicalResult inferBinaryElementwise(mlir::MLIRContext *context,
+                                           std::optional<mlir::Location> loc, Binary function,
+                                           mlir::Value lhs, mlir::Value rhs,
+                                           llvm::SmallVectorImpl<mlir::Type> &types);
+
 /// Numpy (multidirectional) broadcast of two static shapes; failure when a
 /// pair of dimensions differs and neither is 1.
 mlir::FailureOr<llvm::SmallVector<int64_t>>

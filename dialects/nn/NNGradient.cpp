@@ -104,6 +104,20 @@ Value PowOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned ind
                operandType);
 }
 
+Value MaxOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
+  RankedTensorType operandType = tensorType(getOperation()->getOperand(index));
+  return g.sumTo(BinaryGradOp::create(g.b, g.loc, dys[0], getLhs(), getRhs(),
+                                      index == 0 ? BinaryGradient::MaxLhs : BinaryGradient::MaxRhs),
+                 operandType);
+}
+
+Value MinOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
+  RankedTensorType operandType = tensorType(getOperation()->getOperand(index));
+  return g.sumTo(BinaryGradOp::create(g.b, g.loc, dys[0], getLhs(), getRhs(),
+                                      index == 0 ? BinaryGradient::MinLhs : BinaryGradient::MinRhs),
+                 operandType);
+}
+
 Value WhereOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
   Value dy = dys[0];
   RankedTensorType operandType = tensorType(getOperation()->getOperand(index));

@@ -53,4 +53,17 @@ def NN_UnaryElementwiseOpInterface : OpInterface<"UnaryElementwiseOpInterface"> 
   ];
 }
 
+def NN_BinaryElementwiseOpInterface : OpInterface<"BinaryElementwiseOpInterface"> {
+  let cppNamespace = "::pipec::nn";
+  let description = [{
+    An element-wise binary op with numpy broadcasting: the function of
+    pipec/vocabulary.h's binary table it computes. The result type, the
+    cost, the reference evaluator, the emitters and the fusion pass read the
+    function, not the op (docs/adding-an-op.md).
+  }];
+  let methods = [
+    InterfaceMethod<"The function this op computes.", "::pipec::Binary", "getBinaryFunction">,
+  ];
+}
+
 #endif // PIPEC_NN_INTERFACES_TD

@@ -11,15 +11,31 @@ include "mlir/IR/BuiltinAttributeInterfaces.td"
 // Op classes
 //===----------------------------------------------------------------------===//
 
-// Element-wise ops with numpy (multidirectional) broadcasting.
-class NN_BroadcastBinaryOp<string mnemonic, string onnxName,
-                           list<Trait> traits = [NN_Differentiable]>
-    : NN_Op<mnemonic, !listconcat([Pure, InferTypeOpAdaptor], traits)> {
+// An element-wise binary function of pipec/vocabulary.h's binary table with
+// numpy (multidirectional) broadcasting (`function` names its enumerator):
+// its result type and cost come from the table (docs/adding-an-op.md). A
+// differentiable one adds NN_Differentiable to `traits` and defines
+// buildGradient in NNGradient.cpp.
+class NN_BinaryElementwiseOp<string mnemonic, string onnxName, string function,
+                             list<Trait> traits = []>
+    : NN_Op<mnemonic, !listconcat([Pure, InferTypeOpAdaptor, NN_BinaryElementwiseOpInterface],
+                                  traits)> {
   let summary = "ONNX " # onnxName # " with numpy broadcasting";
   let arguments = (ins NN_Tensor:$lhs, NN_Tensor:$rhs);
   let results = (outs NN_Tensor:$result);
   let assemblyFormat =
       "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  let extraClassDeclaration =
+      "::pipec::Binary getBinaryFunction() { return ::pipec::Binary::" # function # "; }";
+  let extraClassDefinition = [{
+    ::pipec::nn::OpWork $cppClass::estimateWork() { return binaryWork(*this); }
+    ::llvm::LogicalResult $cppClass::inferReturnTypes(
+        ::mlir::MLIRContext *context, std::optional<::mlir::Location> loc, Adaptor adaptor,
+        ::llvm::SmallVectorImpl<::mlir::Type> &types) {
+      return inferBinaryElementwise(context, loc, ::pipec::Binary::}] # function # [{,
+                                    adaptor.getLhs(), adaptor.getRhs(), types);
+    }
+  }];
 }
 
 // An element-wise unary function of pipec/vocabulary.h's table (`function`
@@ -53,14 +69,23 @@ class NN_InferredOp<string mnemonic, list<Trait> traits = []>
 // Element-wise
 //===----------------------------------------------------------------------===//
 
-def NN_AddOp : NN_BroadcastBinaryOp<"add", "Add">;
-def NN_SubOp : NN_BroadcastBinaryOp<"sub", "Sub">;
-def NN_MulOp : NN_BroadcastBinaryOp<"mul", "Mul">;
-def NN_DivOp : NN_BroadcastBinaryOp<"div", "Div">;
-def NN_PowOp : NN_BroadcastBinaryOp<"pow", "Pow">;
-def NN_EqualOp : NN_BroadcastBinaryOp<"equal", "Equal", /*traits=*/[]> {
-  let results = (outs NN_BoolTensor:$result);
-}
+def NN_AddOp : NN_BinaryElementwiseOp<"add", "Add", "Add", [NN_Differentiable]>;
+def NN_SubOp : NN_BinaryElementwiseOp<"sub", "Sub", "Sub", [NN_Differentiable]>;
+def NN_MulOp : NN_BinaryElementwiseOp<"mul", "Mul", "Mul", [NN_Differentiable]>;
+def NN_DivOp : NN_BinaryElementwiseOp<"div", "Div", "Div", [NN_Differentiable]>;
+def NN_PowOp : NN_BinaryElementwiseOp<"pow", "Pow", "Pow", [NN_Differentiable]>;
+def NN_MaxOp : NN_BinaryElementwiseOp<"max", "Max", "Max", [NN_Differentiable]>;
+def NN_MinOp : NN_BinaryElementwiseOp<"min", "Min", "Min", [NN_Differentiable]>;
+def NN_ModOp : NN_BinaryElementwiseOp<"mod", "Mod (fmod = 0)", "Mod">;
+def NN_FModOp : NN_BinaryElementwiseOp<"fmod", "Mod (fmod = 1)", "FMod">;
+def NN_EqualOp : NN_BinaryElementwiseOp<"equal", "Equal", "Equal">;
+def NN_LessOp : NN_BinaryElementwiseOp<"less", "Less", "Less">;
+def NN_LessOrEqualOp : NN_BinaryElementwiseOp<"less_or_equal", "LessOrEqual", "LessOrEqual">;
+def NN_GreaterOp : NN_BinaryElementwiseOp<"greater", "Greater", "Greater">;
+def NN_GreaterOrEqualOp : NN_BinaryElementwiseOp<"greater_or_equal", "GreaterOrEqual", "GreaterOrEqual">;
+def NN_AndOp : NN_BinaryElementwiseOp<"and", "And", "And">;
+def NN_OrOp : NN_BinaryElementwiseOp<"or", "Or", "Or">;
+def NN_XorOp : NN_BinaryElementwiseOp<"xor", "Xor", "Xor">;
 
 def NN_WhereOp : NN_InferredOp<"where", [NN_Differentiable]> {
   let summary = "ONNX Where: select x where condition else y, with broadcasting";
@@ -73,6 +98,18 @@ def NN_TanhOp : NN_UnaryFloatOp<"tanh", "Tanh", "Tanh">;
 def NN_SigmoidOp : NN_UnaryFloatOp<"sigmoid", "Sigmoid", "Sigmoid">;
 def NN_ErfOp : NN_UnaryFloatOp<"erf", "Erf", "Erf">;
 def NN_SqrtOp : NN_UnaryFloatOp<"sqrt", "Sqrt", "Sqrt">;
+def NN_NegOp : NN_UnaryFloatOp<"neg", "Neg", "Neg">;
+def NN_ReciprocalOp : NN_UnaryFloatOp<"reciprocal", "Reciprocal", "Reciprocal">;
+def NN_AbsOp : NN_UnaryFloatOp<"abs", "Abs", "Abs">;
+def NN_ExpOp : NN_UnaryFloatOp<"exp", "Exp", "Exp">;
+def NN_LogOp : NN_UnaryFloatOp<"log", "Log", "Log">;
+def NN_SinOp : NN_UnaryFloatOp<"sin", "Sin", "Sin">;
+def NN_CosOp : NN_UnaryFloatOp<"cos", "Cos", "Cos">;
+def NN_SoftplusOp : NN_UnaryFloatOp<"softplus", "Softplus", "Softplus">;
+def NN_SoftsignOp : NN_UnaryFloatOp<"softsign", "Softsign", "Softsign">;
+def NN_FloorOp : NN_UnaryFloatOp<"floor", "Floor", "Floor">;
+def NN_CeilOp : NN_UnaryFloatOp<"ceil", "Ceil", "Ceil">;
+def NN_RoundOp : NN_UnaryFloatOp<"round", "Round", "Round">;
 def NN_GeluOp : NN_UnaryFloatOp<"gelu", "Gelu"> {
   let arguments = (ins NN_FloatTensor:$input,
                        DefaultValuedStrAttr<StrAttr, "none">:$approximate);

@@ -20,9 +20,11 @@ using namespace mlir;
 namespace pipec::passes {
 namespace {
 
-bool isStaticF32(Type type) {
+/// fp32 values, and the bools that comparisons give and wheres read.
+bool isStaticF32OrBool(Type type) {
   auto tensor = llvm::dyn_cast<RankedTensorType>(type);
-  return tensor && tensor.hasStaticShape() && tensor.getElementType().isF32();
+  return tensor && tensor.hasStaticShape() &&
+         (tensor.getElementType().isF32() || tensor.getElementType().isInteger(1));
 }
 
 /// Whether `operand` reaches every element of `space` by numpy broadcasting
@@ -37,17 +39,17 @@ bool broadcastsTo(ArrayRef<int64_t> operand, ArrayRef<int64_t> space) {
   return true;
 }
 
-/// The ops code generation can compute one element at a time: fp32 in and
-/// out, one result, operands broadcasting to it.
+/// The ops code generation can compute one element at a time: fp32 or
+/// bool in and out, one result, operands broadcasting to it.
 bool isFusible(Operation *op) {
-  if (!llvm::isa<nn::UnaryElementwiseOpInterface, nn::AddOp, nn::SubOp, nn::MulOp, nn::DivOp,
-                 nn::PowOp, nn::UnaryGradOp, nn::BinaryGradOp>(op))
+  if (!llvm::isa<nn::UnaryElementwiseOpInterface, nn::BinaryElementwiseOpInterface, nn::WhereOp,
+                 nn::UnaryGradOp, nn::BinaryGradOp>(op))
     return false;
-  if (op->getNumResults() != 1 || !isStaticF32(op->getResult(0).getType()))
+  if (op->getNumResults() != 1 || !isStaticF32OrBool(op->getResult(0).getType()))
     return false;
   auto space = llvm::cast<RankedTensorType>(op->getResult(0).getType()).getShape();
   return llvm::all_of(op->getOperandTypes(), [&](Type type) {
-    return isStaticF32(type) && broadcastsTo(llvm::cast<RankedTensorType>(type).getShape(), space);
+    return isStaticF32OrBool(type) && broadcastsTo(llvm::cast<RankedTensorType>(type).getShape(), space);
   });
 }
 

@@ -31,6 +31,12 @@ TIER1 = {
     "Slice", "Softmax", "Where", "Erf", "Gelu", "Tanh", "Sigmoid", "Concat", "Unsqueeze",
     "Squeeze", "Expand", "Cast", "Equal", "ConstantOfShape", "Constant", "Shape",
     "SoftmaxCrossEntropyLoss",
+    # Element-wise (issue 31): table functions and import-time lowerings.
+    "Neg", "Reciprocal", "Abs", "Exp", "Log", "Sin", "Cos", "Softplus", "Softsign", "Floor",
+    "Ceil", "Round", "Max", "Min", "Sum", "Mean", "Mod", "Less", "LessOrEqual", "Greater",
+    "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Clip", "HardSigmoid",
+    "HardSwish", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Mish", "ThresholdedRelu",
+    "CastLike",
 }
 # (op type, input position) of operands pipec needs at import time.
 CONSTANT_SLOTS = {

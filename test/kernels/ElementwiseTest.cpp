@@ -33,6 +33,75 @@ TEST(Elementwise, BinaryBroadcastMatchesReference) {
     }
 }
 
+// Every function of vocabulary.h's binary table against a double-precision
+// formula written here: the arithmetic ones on floats (pk::binary), the
+// comparisons on floats and the logical ones on bools (pk::compare).
+TEST(Elementwise, EveryBinaryFunction) {
+  const pk::Shape as{2, 3}, bs{3};
+  // Ties, signs and a NaN, so that Max/Min, Mod and the comparisons meet them.
+  const std::vector<float> a{1.5f, -2.0f, 3.0f, 0.5f, std::nanf(""), -7.5f}, b{1.5f, 3.0f, -2.0f};
+  const std::vector<uint8_t> p{1, 0, 1, 0, 0, 1}, q{1, 1, 0};
+  for (int k = 0; k < pipec::kNumBinaryFunctions; ++k) {
+    const pk::Binary op = pk::Binary(k);
+    const char *name = pipec::kBinaryFunctions[k].spelling;
+    std::vector<float> out(6);
+    std::vector<uint8_t> flags(6);
+    if (pipec::takesBool(op))
+      pk::compare(op, p.data(), as, q.data(), bs, flags.data());
+    else if (pipec::givesBool(op))
+      pk::compare(op, a.data(), as, b.data(), bs, flags.data());
+    else
+      pk::binary(op, a.data(), as, b.data(), bs, out.data());
+    for (int i = 0; i < 6; ++i) {
+      const double x = a[i], y = b[i % 3];
+      const bool u = p[i], v = q[i % 3];
+      double want = 0;
+      switch (op) {
+      case pk::Binary::Add: want = x + y; break;
+      case pk::Binary::Sub: want = x - y; break;
+      case pk::Binary::Mul: want = x * y; break;
+      case pk::Binary::Div: want = x / y; break;
+      case pk::Binary::Pow: want = std::pow(x, y); break;
+      case pk::Binary::Max: want = std::isnan(x) ? x : std::max(x, y); break;
+      case pk::Binary::Min: want = std::isnan(x) ? x : std::min(x, y); break;
+      case pk::Binary::Mod: want = x - y * std::floor(x / y); break;
+      case pk::Binary::FMod: want = std::fmod(x, y); break;
+      case pk::Binary::Equal: want = x == y; break;
+      case pk::Binary::Less: want = x < y; break;
+      case pk::Binary::LessOrEqual: want = x <= y; break;
+      case pk::Binary::Greater: want = x > y; break;
+      case pk::Binary::GreaterOrEqual: want = x >= y; break;
+      case pk::Binary::And: want = u && v; break;
+      case pk::Binary::Or: want = u || v; break;
+      case pk::Binary::Xor: want = u != v; break;
+      }
+      const double got = pipec::givesBool(op) ? flags[i] : out[i];
+      if (std::isnan(want))
+        EXPECT_TRUE(std::isnan(got)) << name << " element " << i;
+      else
+        EXPECT_NEAR(got, want, 1e-5 * (1 + std::fabs(want))) << name << " element " << i;
+    }
+  }
+  // A function of the other kind is refused, naming the op.
+  std::vector<float> out(6);
+  std::vector<uint8_t> flags(6);
+  EXPECT_THROW(pk::binary(pk::Binary::Less, a.data(), as, b.data(), bs, out.data()), pk::KernelError);
+  EXPECT_THROW(pk::compare(pk::Binary::Add, a.data(), as, b.data(), bs, flags.data()), pk::KernelError);
+}
+
+TEST(Elementwise, IntegerModMaxMin) {
+  const int64_t a[4] = {7, -7, 7, -7}, b[4] = {3, 3, -3, -3};
+  int64_t out[4];
+  pk::binary(pk::Binary::Mod, a, {4}, b, {4}, out); // the sign of the divisor (Python)
+  EXPECT_EQ(std::vector<int64_t>(out, out + 4), (std::vector<int64_t>{1, 2, -2, -1}));
+  pk::binary(pk::Binary::FMod, a, {4}, b, {4}, out); // the sign of the dividend (C)
+  EXPECT_EQ(std::vector<int64_t>(out, out + 4), (std::vector<int64_t>{1, -1, 1, -1}));
+  pk::binary(pk::Binary::Max, a, {4}, b, {4}, out);
+  EXPECT_EQ(std::vector<int64_t>(out, out + 4), (std::vector<int64_t>{7, 3, 7, -3}));
+  const int64_t zero = 0;
+  EXPECT_THROW(pk::binary(pk::Binary::Mod, a, {4}, &zero, {}, out), pk::KernelError);
+}
+
 TEST(Elementwise, BroadcastShapesAndErrors) {
   EXPECT_EQ(pk::broadcastShape({2, 1, 4}, {3, 1}), (pk::Shape{2, 3, 4}));
   EXPECT_EQ(pk::broadcastShape({}, {}), pk::Shape{});
@@ -132,7 +201,8 @@ TEST(Elementwise, UnaryKnownValues) {
   pk::unary(pk::Unary::Relu, &nan, 1, y);
   EXPECT_TRUE(std::isnan(y[0])); // NaN propagates as in the evaluator
   EXPECT_EQ(pk::unaryKind("gelu_tanh"), pk::Unary::GeluTanh);
-  EXPECT_THROW(pk::unaryKind("softplus"), pk::KernelError);
+  EXPECT_EQ(pk::unaryKind("softplus"), pk::Unary::Softplus);
+  EXPECT_THROW(pk::unaryKind("softmax"), pk::KernelError);
 }
 
 TEST(Elementwise, CastTruncatesSaturatesAndBools) {

@@ -17,6 +17,8 @@ TEST(Gradients, UnaryGradEveryKind) {
     auto x = randomVec(40, 3, -3.0f, 3.0f);
     for (float &v : x) {
       v = v < 0 ? v - 0.1f : v + 0.1f;
+      // Piecewise constant (floor, ceil, round): away from the jumps.
+      if (pipec::kUnaryFunctions[k].derivativeFlops == 0) v = std::floor(v) + 0.25f;
       float probe;
       pk::unary(op, &v, 1, &probe);
       if (std::isnan(probe)) v = -v;
@@ -60,7 +62,11 @@ TEST(Gradients, BinaryGradWithBroadcastReduction) {
   const Case cases[] = {{pk::BinaryGrad::SubRhs, pk::Binary::Sub, true, "sub_rhs"},
                         {pk::BinaryGrad::DivRhs, pk::Binary::Div, true, "div_rhs"},
                         {pk::BinaryGrad::PowLhs, pk::Binary::Pow, false, "pow_lhs"},
-                        {pk::BinaryGrad::PowRhs, pk::Binary::Pow, true, "pow_rhs"}};
+                        {pk::BinaryGrad::PowRhs, pk::Binary::Pow, true, "pow_rhs"},
+                        {pk::BinaryGrad::MaxLhs, pk::Binary::Max, false, "max_lhs"},
+                        {pk::BinaryGrad::MaxRhs, pk::Binary::Max, true, "max_rhs"},
+                        {pk::BinaryGrad::MinLhs, pk::Binary::Min, false, "min_lhs"},
+                        {pk::BinaryGrad::MinRhs, pk::Binary::Min, true, "min_rhs"}};
   for (const Case &c : cases) {
     EXPECT_EQ(pk::binaryGradKind(c.name), c.kind);
     std::vector<float> full(6);
@@ -86,6 +92,13 @@ TEST(Gradients, BinaryGradWithBroadcastReduction) {
   pk::binaryGrad(pk::BinaryGrad::PowLhs, &g, &zero, {}, &zero, {}, &out);
   EXPECT_EQ(out, 0.0f);
   EXPECT_THROW(pk::binaryGradKind("add_rhs"), pk::KernelError);
+  // Max and Min split a tie evenly, as PyTorch's maximum and minimum.
+  const float one = 1.0f;
+  for (pk::BinaryGrad tie : {pk::BinaryGrad::MaxLhs, pk::BinaryGrad::MaxRhs, pk::BinaryGrad::MinLhs,
+                             pk::BinaryGrad::MinRhs}) {
+    pk::binaryGrad(tie, &g, &one, {}, &one, {}, &out);
+    EXPECT_EQ(out, 0.5f);
+  }
 }
 
 TEST(Gradients, BatchNormInputAndParams) {

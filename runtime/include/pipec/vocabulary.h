@@ -146,7 +146,19 @@ inline int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride, i
   X(Erf, "erf", Input, 8, 10)                                                                      \
   X(Sqrt, "sqrt", Result, 4, 2)                                                                    \
   X(Gelu, "gelu", Input, 16, 20)          /* ONNX Gelu, approximate = "none" */                    \
-  X(GeluTanh, "gelu_tanh", Input, 16, 20) /* ONNX Gelu, approximate = "tanh" */
+  X(GeluTanh, "gelu_tanh", Input, 16, 20) /* ONNX Gelu, approximate = "tanh" */                   \
+  X(Neg, "neg", Result, 1, 1)             /* -dy reads neither value; y is the one named */      \
+  X(Reciprocal, "reciprocal", Result, 4, 2)                                                        \
+  X(Abs, "abs", Input, 1, 1)              /* gradient sign(x) dy, 0 at 0 as PyTorch */             \
+  X(Exp, "exp", Result, 8, 1)                                                                      \
+  X(Log, "log", Input, 8, 4)                                                                       \
+  X(Sin, "sin", Input, 8, 9)                                                                       \
+  X(Cos, "cos", Input, 8, 9)                                                                       \
+  X(Softplus, "softplus", Input, 16, 10)  /* max(x, 0) + log1p(exp(-|x|)): no overflow */          \
+  X(Softsign, "softsign", Input, 4, 4)                                                             \
+  X(Floor, "floor", Result, 1, 0)         /* zero gradient, as PyTorch */                          \
+  X(Ceil, "ceil", Result, 1, 0)                                                                    \
+  X(Round, "round", Result, 1, 0)         /* halves to even, as ONNX */
 
 enum class Unary : unsigned char {
 #define PIPEC_ENUMERATOR(name, spelling, reads, flops, derivativeFlops) name,
@@ -184,6 +196,70 @@ inline bool parseUnary(std::string_view text, Unary &u) {
   return false;
 }
 
+// The element-wise binary functions with numpy broadcasting: the one list
+// that the nn dialect (NN_BinaryElementwiseOp's getBinaryFunction, result
+// type and cost), the reference evaluator, the emitters, the fusion pass and
+// the CPU/CUDA kernels read (docs/adding-an-op.md). Columns: enumerator,
+// spelling in the IR (the op's mnemonic), the result's element type (Same:
+// the operands'; Bool: i1), the operands' (Numeric: float or integer; Bool:
+// i1), forward and gradient FLOPs per element.
+#define PIPEC_BINARY_FUNCTIONS(X)                                                                  \
+  X(Add, "add", Same, Numeric, 1, 1)                                                               \
+  X(Sub, "sub", Same, Numeric, 1, 1)                                                               \
+  X(Mul, "mul", Same, Numeric, 1, 2)                                                               \
+  X(Div, "div", Same, Numeric, 1, 4)                                                               \
+  X(Pow, "pow", Same, Numeric, 8, 10)                                                              \
+  X(Max, "max", Same, Numeric, 1, 2)                                                               \
+  X(Min, "min", Same, Numeric, 1, 2)                                                               \
+  X(Mod, "mod", Same, Numeric, 4, 0)   /* ONNX Mod fmod = 0: the sign of the divisor */            \
+  X(FMod, "fmod", Same, Numeric, 4, 0) /* ONNX Mod fmod = 1: C's fmod, the dividend's sign */      \
+  X(Equal, "equal", Bool, Numeric, 1, 0)                                                           \
+  X(Less, "less", Bool, Numeric, 1, 0)                                                             \
+  X(LessOrEqual, "less_or_equal", Bool, Numeric, 1, 0)                                             \
+  X(Greater, "greater", Bool, Numeric, 1, 0)                                                       \
+  X(GreaterOrEqual, "greater_or_equal", Bool, Numeric, 1, 0)                                       \
+  X(And, "and", Bool, Bool, 1, 0)                                                                  \
+  X(Or, "or", Bool, Bool, 1, 0)                                                                    \
+  X(Xor, "xor", Bool, Bool, 1, 0)
+
+enum class Binary : unsigned char {
+#define PIPEC_ENUMERATOR(name, spelling, result, operands, flops, gradientFlops) name,
+  PIPEC_BINARY_FUNCTIONS(PIPEC_ENUMERATOR)
+#undef PIPEC_ENUMERATOR
+};
+
+/// The element types a binary function takes or gives.
+enum class BinaryResult : unsigned char { Same, Bool };
+enum class BinaryOperands : unsigned char { Numeric, Bool };
+
+struct BinaryFunction {
+  const char *enumerator; // pk::Binary::<enumerator> in generated code
+  const char *spelling;   // the IR's op name (nn.<spelling>) and plan files' name
+  BinaryResult result;
+  BinaryOperands operands;
+  double flops, gradientFlops; // per element, for the cost model
+};
+
+inline constexpr BinaryFunction kBinaryFunctions[] = {
+#define PIPEC_ROW(name, spelling, result, operands, flops, gradientFlops)                          \
+  {#name, spelling, BinaryResult::result, BinaryOperands::operands, flops, gradientFlops},
+    PIPEC_BINARY_FUNCTIONS(PIPEC_ROW)
+#undef PIPEC_ROW
+};
+inline constexpr int kNumBinaryFunctions = int(sizeof(kBinaryFunctions) / sizeof(kBinaryFunctions[0]));
+
+inline constexpr const BinaryFunction &binaryFunction(Binary b) { return kBinaryFunctions[int(b)]; }
+/// Whether b gives a bool (a comparison or a logical function).
+inline constexpr bool givesBool(Binary b) { return binaryFunction(b).result == BinaryResult::Bool; }
+/// Whether b takes bool operands (a logical function).
+inline constexpr bool takesBool(Binary b) { return binaryFunction(b).operands == BinaryOperands::Bool; }
+inline const char *binaryName(Binary b) { return binaryFunction(b).spelling; }
+inline bool parseBinary(std::string_view text, Binary &b) {
+  for (int i = 0; i < kNumBinaryFunctions; ++i)
+    if (text == kBinaryFunctions[i].spelling) return b = Binary(i), true;
+  return false;
+}
+
 // The gradient of one operand of an element-wise binary op that is not itself
 // an element-wise op (nn.binary_grad's kind); the others (add, mul, the
 // numerator of div) are built from nn ops. Columns: enumerator, spelling.
@@ -191,7 +267,11 @@ inline bool parseUnary(std::string_view text, Unary &u) {
   X(SubRhs, "sub_rhs") /* -dy */                                                                   \
   X(DivRhs, "div_rhs") /* -dy * lhs / rhs^2 */                                                     \
   X(PowLhs, "pow_lhs") /* dy * rhs * lhs^(rhs - 1) */                                              \
-  X(PowRhs, "pow_rhs") /* dy * lhs^rhs * ln(lhs) */
+  X(PowRhs, "pow_rhs") /* dy * lhs^rhs * ln(lhs) */                                               \
+  X(MaxLhs, "max_lhs") /* dy where lhs > rhs, dy / 2 where equal (PyTorch's maximum) */            \
+  X(MaxRhs, "max_rhs")                                                                             \
+  X(MinLhs, "min_lhs") /* dy where lhs < rhs, dy / 2 where equal (PyTorch's minimum) */            \
+  X(MinRhs, "min_rhs")
 
 enum class BinaryGradient : unsigned char {
 #define PIPEC_ENUMERATOR(name, spelling) name,

@@ -52,50 +52,46 @@ void broadcastBinary(const T *a, const Shape &as, const T *b, const Shape &bs, U
   }
 }
 
-int64_t intBinary(Binary op, int64_t a, int64_t b) {
-  const uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
-  switch (op) {
-  case Binary::Add: return (int64_t)(ua + ub);
-  case Binary::Sub: return (int64_t)(ua - ub);
-  case Binary::Mul: return (int64_t)(ua * ub);
-  case Binary::Div:
-    if (b == 0) fail("nn.div", "integer division by zero");
-    if (a == std::numeric_limits<int64_t>::min() && b == -1) return a;
-    return a / b;
-  case Binary::Pow: {
-    if (b < 0) fail("nn.pow", "integer power with a negative exponent");
-    uint64_t r = 1;
-    for (int64_t i = 0; i < b; ++i) r *= ua;
-    return (int64_t)r;
-  }
-  }
-  assert(false && "every Binary has its case in intBinary");
-  return 0;
-}
-
+/// "nn.<spelling>": how errors name a binary function.
+std::string binaryOpName(Binary op) { return std::string("nn.") + binaryName(op); }
 
 } // namespace
 
 void binary(Binary op, const float *a, const Shape &as, const float *b, const Shape &bs, float *out) {
-  switch (op) {
+  if (givesBool(op) || takesBool(op)) fail(binaryOpName(op).c_str(), "is not arithmetic on floats");
   // The formulas are pipec/binary_math.h's, shared with the CUDA kernels and
   // the generated fused loops.
-  case Binary::Add: broadcastBinary<true>(a, as, b, bs, out, [](float x, float y) { return binaryValue<Binary::Add>(x, y); }); break;
-  case Binary::Sub: broadcastBinary<true>(a, as, b, bs, out, [](float x, float y) { return binaryValue<Binary::Sub>(x, y); }); break;
-  case Binary::Mul: broadcastBinary<true>(a, as, b, bs, out, [](float x, float y) { return binaryValue<Binary::Mul>(x, y); }); break;
-  case Binary::Div: broadcastBinary<true>(a, as, b, bs, out, [](float x, float y) { return binaryValue<Binary::Div>(x, y); }); break;
-  case Binary::Pow: broadcastBinary<true>(a, as, b, bs, out, [](float x, float y) { return binaryValue<Binary::Pow>(x, y); }); break;
-  }
+  dispatchBinary(op, [&](auto kind) {
+    constexpr Binary B = decltype(kind)::value;
+    if constexpr (!givesBool(B) && !takesBool(B))
+      broadcastBinary<true>(a, as, b, bs, out, [](float x, float y) { return binaryValue<B>(x, y); });
+  });
 }
 
 void binary(Binary op, const int64_t *a, const Shape &as, const int64_t *b, const Shape &bs, int64_t *out) {
-  // Serial: intBinary throws (division by zero), which must not leave a parallel region.
-  broadcastBinary<false>(a, as, b, bs, out, [op](int64_t x, int64_t y) { return intBinary(op, x, y); });
+  if (givesBool(op) || takesBool(op)) fail(binaryOpName(op).c_str(), "is not arithmetic on integers");
+  IntegerFault fault = IntegerFault::None;
+  dispatchBinary(op, [&](auto kind) {
+    constexpr Binary B = decltype(kind)::value;
+    if constexpr (!givesBool(B) && !takesBool(B))
+      // Serial: one fault flag, written by whichever element fails.
+      broadcastBinary<false>(a, as, b, bs, out,
+                             [&fault](int64_t x, int64_t y) { return integerBinaryValue<B>(x, y, fault); });
+  });
+  if (fault == IntegerFault::DivisionByZero) fail(binaryOpName(op).c_str(), "integer division by zero");
+  if (fault == IntegerFault::NegativeExponent)
+    fail(binaryOpName(op).c_str(), "integer power with a negative exponent");
 }
 
-template <class T> void equal(const T *a, const Shape &as, const T *b, const Shape &bs, uint8_t *out) {
-  broadcastBinary<true>(a, as, b, bs, out, [](T x, T y) { return (uint8_t)(x == y); });
+template <class T> void compare(Binary op, const T *a, const Shape &as, const T *b, const Shape &bs, uint8_t *out) {
+  if (!givesBool(op)) fail(binaryOpName(op).c_str(), "does not give a bool");
+  dispatchBinary(op, [&](auto kind) {
+    constexpr Binary B = decltype(kind)::value;
+    if constexpr (givesBool(B))
+      broadcastBinary<true>(a, as, b, bs, out, [](T x, T y) { return (uint8_t)binaryValue<B>(x, y); });
+  });
 }
+
 
 template <class T>
 void where(const uint8_t *cond, const Shape &cs, const T *x, const Shape &xs, const T *y, const Shape &ys,
@@ -143,16 +139,15 @@ void binaryGrad(BinaryGrad op, const float *dy, const float *lhs, const Shape &l
       dx[i] = f(dy[o[0]], lhs[o[1]], rhs[o[2]]);
     });
   };
-  switch (op) {
-  case BinaryGrad::SubRhs:
+  if (op == BinaryGrad::SubRhs) { // reads dy only: a flat loop
     parallelElements(os.numel(), [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) dx[i] = -dy[i];
+      for (int64_t i = lo; i < hi; ++i) dx[i] = binaryGradient<BinaryGrad::SubRhs>(dy[i], 0.0f, 0.0f);
     });
-    break;
-  case BinaryGrad::DivRhs: run([](float g, float a, float b) { return binaryGradient<BinaryGrad::DivRhs>(g, a, b); }); break;
-  case BinaryGrad::PowLhs: run([](float g, float a, float b) { return binaryGradient<BinaryGrad::PowLhs>(g, a, b); }); break;
-  case BinaryGrad::PowRhs: run([](float g, float a, float b) { return binaryGradient<BinaryGrad::PowRhs>(g, a, b); }); break;
+    return;
   }
+  dispatchBinaryGrad(op, [&](auto kind) {
+    run([](float g, float a, float b) { return binaryGradient<decltype(kind)::value>(g, a, b); });
+  });
 }
 
 //===----------------------------------------------------------------------===//
@@ -197,7 +192,7 @@ PIPEC_CAST_FROM(uint8_t)
 #undef PIPEC_CAST_FROM
 
 #define PIPEC_EQ_WHERE(T)                                                                                              \
-  template void equal<T>(const T *, const Shape &, const T *, const Shape &, uint8_t *);                              \
+  template void compare<T>(Binary, const T *, const Shape &, const T *, const Shape &, uint8_t *);                    \
   template void where<T>(const uint8_t *, const Shape &, const T *, const Shape &, const T *, const Shape &, T *);
 PIPEC_EQ_WHERE(float)
 PIPEC_EQ_WHERE(double)

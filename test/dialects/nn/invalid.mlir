@@ -256,16 +256,16 @@ func.func @reduce_axes(%x: tensor<2x3xf32>) {
 
 // Kinds are pipec/vocabulary.h's spellings; the parser names the accepted ones.
 func.func @unknown_unary_function(%dy: tensor<3xf32>) {
-  // expected-error @+2 {{unknown unary function 'softplus' (relu, tanh, sigmoid, erf, sqrt, gelu, gelu_tanh)}}
+  // expected-error @+2 {{unknown unary function 'softmax' (relu, tanh, sigmoid, erf, sqrt, gelu, gelu_tanh, neg, reciprocal, abs, exp, log, sin, cos, softplus, softsign, floor, ceil, round)}}
   // expected-error @+1 {{failed to parse NN_UnaryFunctionAttr parameter 'value'}}
-  %0 = nn.unary_grad <softplus> %dy, x = %dy : tensor<3xf32>
+  %0 = nn.unary_grad <softmax> %dy, x = %dy : tensor<3xf32>
   return
 }
 
 // -----
 
 func.func @unknown_binary_gradient(%dy: tensor<3xf32>) {
-  // expected-error @+2 {{unknown binary gradient 'add_rhs' (sub_rhs, div_rhs, pow_lhs, pow_rhs)}}
+  // expected-error @+2 {{unknown binary gradient 'add_rhs' (sub_rhs, div_rhs, pow_lhs, pow_rhs, max_lhs, max_rhs, min_lhs, min_rhs)}}
   // expected-error @+1 {{failed to parse NN_BinaryGradientAttr parameter 'value'}}
   %0 = nn.binary_grad <add_rhs> %dy, %dy, %dy : (tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
   return

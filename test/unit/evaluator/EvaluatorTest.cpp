@@ -208,6 +208,30 @@ TEST_F(EvaluatorTest, EveryNNOpHasARule) {
       %erf = nn.erf %sigmoid : tensor<1x2x2x2xf32>
       %sqrt = nn.sqrt %erf : tensor<1x2x2x2xf32>
       %gelu = nn.gelu %sqrt {approximate = "tanh"} : tensor<1x2x2x2xf32>
+      %neg = nn.neg %gelu : tensor<1x2x2x2xf32>
+      %recip = nn.reciprocal %neg : tensor<1x2x2x2xf32>
+      %abs = nn.abs %recip : tensor<1x2x2x2xf32>
+      %exp = nn.exp %abs : tensor<1x2x2x2xf32>
+      %log = nn.log %exp : tensor<1x2x2x2xf32>
+      %sin = nn.sin %log : tensor<1x2x2x2xf32>
+      %cos = nn.cos %sin : tensor<1x2x2x2xf32>
+      %softplus = nn.softplus %cos : tensor<1x2x2x2xf32>
+      %softsign = nn.softsign %softplus : tensor<1x2x2x2xf32>
+      %floor = nn.floor %softsign : tensor<1x2x2x2xf32>
+      %ceil = nn.ceil %floor : tensor<1x2x2x2xf32>
+      %round = nn.round %ceil : tensor<1x2x2x2xf32>
+      %maximum = nn.max %round, %x : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+      %minimum = nn.min %maximum, %x : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+      %lt = nn.less %minimum, %x : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xi1>
+      %le = nn.less_or_equal %minimum, %x : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xi1>
+      %gt = nn.greater %minimum, %x : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xi1>
+      %ge = nn.greater_or_equal %minimum, %x : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xi1>
+      %both = nn.and %lt, %le : (tensor<1x2x2x2xi1>, tensor<1x2x2x2xi1>) -> tensor<1x2x2x2xi1>
+      %either = nn.or %gt, %ge : (tensor<1x2x2x2xi1>, tensor<1x2x2x2xi1>) -> tensor<1x2x2x2xi1>
+      %one = nn.xor %both, %either : (tensor<1x2x2x2xi1>, tensor<1x2x2x2xi1>) -> tensor<1x2x2x2xi1>
+      %divisor = nn.constant dense<[3, -2]> : tensor<2xi64>
+      %mod = nn.mod %i, %divisor : (tensor<2xi64>, tensor<2xi64>) -> tensor<2xi64>
+      %fmod = nn.fmod %minimum, %x : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
       %cast = nn.cast %gelu : tensor<1x2x2x2xf32> -> tensor<1x2x2x2xf64>
       %flat = nn.flatten %x {axis = 1 : i64} : (tensor<1x2x2x2xf32>) -> tensor<1x8xf32>
       %gemm = nn.gemm %c, %c, %v {transA = true} : (tensor<1x2xf32>, tensor<1x2xf32>, tensor<2xf32>) -> tensor<2x2xf32>

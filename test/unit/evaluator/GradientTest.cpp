@@ -21,6 +21,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <set>
 
 using namespace pipec::eval;
@@ -190,6 +191,18 @@ std::vector<GradCase> elementwiseCases(std::mt19937_64 &rng) {
                            unbroadcast(binaryGrad(BinaryGradKind::PowRhs, dy[0], in[0], in[1]),
                                        in[1].shape)};
                      }});
+    // Max and Min: random operands never tie, so finite differences see
+    // one side at a time.
+    for (auto [name, op, lhsKind, rhsKind] :
+         {std::tuple{"nn.max", BinaryOp::Max, BinaryGradKind::MaxLhs, BinaryGradKind::MaxRhs},
+          std::tuple{"nn.min", BinaryOp::Min, BinaryGradKind::MinLhs, BinaryGradKind::MinRhs}}) {
+      cases.push_back({name, variant, {lhs, rhs}, forwardOf(op), {0, 1},
+                       [lhsKind, rhsKind](const Tensors &in, const Tensors &dy) {
+                         return Tensors{
+                             unbroadcast(binaryGrad(lhsKind, dy[0], in[0], in[1]), in[0].shape),
+                             unbroadcast(binaryGrad(rhsKind, dy[0], in[0], in[1]), in[1].shape)};
+                       }});
+    }
   }
 
   // Where: the condition selects, x and y broadcast.
@@ -217,11 +230,28 @@ std::vector<GradCase> elementwiseCases(std::mt19937_64 &rng) {
                         Unary{"nn.erf", "", UnaryOp::Erf, -2, 2},
                         Unary{"nn.sqrt", "", UnaryOp::Sqrt, 0.2, 3},
                         Unary{"nn.gelu", "approximate none", UnaryOp::Gelu, -3, 3},
-                        Unary{"nn.gelu", "approximate tanh", UnaryOp::GeluTanh, -3, 3}}) {
+                        Unary{"nn.gelu", "approximate tanh", UnaryOp::GeluTanh, -3, 3},
+                        Unary{"nn.neg", "", UnaryOp::Neg, -2, 2},
+                        Unary{"nn.reciprocal", "", UnaryOp::Reciprocal, 0.5, 2},
+                        Unary{"nn.abs", "", UnaryOp::Abs, -2, 2},
+                        Unary{"nn.exp", "", UnaryOp::Exp, -2, 2},
+                        Unary{"nn.log", "", UnaryOp::Log, 0.2, 3},
+                        Unary{"nn.sin", "", UnaryOp::Sin, -3, 3},
+                        Unary{"nn.cos", "", UnaryOp::Cos, -3, 3},
+                        Unary{"nn.softplus", "", UnaryOp::Softplus, -4, 4},
+                        Unary{"nn.softsign", "", UnaryOp::Softsign, -3, 3},
+                        Unary{"nn.floor", "zero gradient", UnaryOp::Floor, -3, 3},
+                        Unary{"nn.ceil", "zero gradient", UnaryOp::Ceil, -3, 3},
+                        Unary{"nn.round", "zero gradient", UnaryOp::Round, -3, 3}}) {
     Tensor x = random(rng, {3, 5}, unaryOp.low, unaryOp.high);
-    for (double &value : x.floats)
-      if (std::abs(value) < 0.05) // away from relu's kink
+    for (double &value : x.floats) {
+      if (std::abs(value) < 0.05) // away from relu's and abs's kinks
         value = 0.5;
+      // Floor, ceil and round jump at integers and halves: stay between.
+      double fraction = value - std::floor(value);
+      if (std::abs(fraction) < 0.05 || std::abs(fraction - 0.5) < 0.05 || fraction > 0.95)
+        value = std::floor(value) + 0.25;
+    }
     UnaryOp kind = unaryOp.kind;
     cases.push_back({unaryOp.op, unaryOp.variant, {x},
                      [kind](const Tensors &in) { return Tensors{unary(kind, in[0])}; }, {0},
@@ -664,7 +694,8 @@ std::vector<GradCase> allCases() {
 /// Ops without a differentiable operand, and the gradient and optimizer ops
 /// themselves (autodiff never differentiates them).
 const std::set<std::string> notDifferentiated = {
-    "nn.equal", "nn.constant",
+    "nn.equal", "nn.constant", "nn.less", "nn.less_or_equal", "nn.greater", "nn.greater_or_equal",
+    "nn.and", "nn.or", "nn.xor", "nn.mod", "nn.fmod",
     "nn.unary_grad", "nn.binary_grad", "nn.conv_input_grad", "nn.conv_weight_grad",
     "nn.batch_norm_grad", "nn.batch_norm_param_grad", "nn.layer_norm_grad",
     "nn.layer_norm_param_grad", "nn.max_pool_grad", "nn.average_pool_grad", "nn.dropout_grad",

@@ -59,7 +59,7 @@ const char *deviceErrorMessage(int code) {
     return "nn.gather_grad: an index is out of range for the gathered axis";
   case detail::kLossLabelOutOfRange:
     return "nn.softmax_cross_entropy_loss: a label is out of range [0, classes)";
-  case detail::kIntegerDivisionByZero: return "nn.div: integer division by zero";
+  case detail::kIntegerDivisionByZero: return "nn.div, nn.mod or nn.fmod: integer division by zero";
   case detail::kIntegerNegativeExponent: return "nn.pow: integer power with a negative exponent";
   default: return "a CUDA kernel reported an unknown device error";
   }

@@ -46,7 +46,7 @@ enum DeviceError : int {
   kGatherIndexOutOfRange = 1,     // nn.gather
   kGatherGradIndexOutOfRange = 2, // nn.gather_grad
   kLossLabelOutOfRange = 3,       // nn.softmax_cross_entropy_loss(_grad)
-  kIntegerDivisionByZero = 4,     // nn.div on integers
+  kIntegerDivisionByZero = 4,     // nn.div, nn.mod, nn.fmod on integers
   kIntegerNegativeExponent = 5,   // nn.pow on integers
 };
 /// Device pointer of the error flag of the current device.

@@ -46,74 +46,29 @@ void broadcastBinary(const char *op, const T *a, const Shape &as, const T *b, co
 
 // The formulas are pipec/binary_math.h's, shared with the CPU kernels and
 // the generated fused kernels.
-struct AddF {
-  __device__ float operator()(float x, float y) const { return binaryValue<Binary::Add>(x, y); }
-};
-struct SubF {
-  __device__ float operator()(float x, float y) const { return binaryValue<Binary::Sub>(x, y); }
-};
-struct MulF {
-  __device__ float operator()(float x, float y) const { return binaryValue<Binary::Mul>(x, y); }
-};
-struct DivF {
-  __device__ float operator()(float x, float y) const { return binaryValue<Binary::Div>(x, y); }
-};
-struct PowF {
-  __device__ float operator()(float x, float y) const { return binaryValue<Binary::Pow>(x, y); }
+template <Binary B> struct FloatBinaryF {
+  __device__ float operator()(float x, float y) const { return binaryValue<B>(x, y); }
 };
 
-/// Integer Add/Sub/Mul/Div/Pow with the CPU kernel's semantics: wrapping
-/// arithmetic, Div truncating (INT64_MIN / -1 = INT64_MIN); division by zero
-/// and negative exponents are device errors and give 0.
-struct IntBinaryF {
-  Binary op;
+/// Integer arithmetic with the CPU kernel's formulas; a fault (division by
+/// zero, negative exponent) is a device error and gives 0.
+template <Binary B> struct IntBinaryF {
   int *flag;
   __device__ int64_t operator()(int64_t a, int64_t b) const {
-    const uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
-    switch (op) {
-    case Binary::Add: return (int64_t)(ua + ub);
-    case Binary::Sub: return (int64_t)(ua - ub);
-    case Binary::Mul: return (int64_t)(ua * ub);
-    case Binary::Div:
-      if (b == 0) {
-        raiseDevice(flag, kIntegerDivisionByZero);
-        return 0;
-      }
-      if (a == INT64_MIN && b == -1) return a;
-      return a / b;
-    case Binary::Pow: {
-      if (b < 0) {
-        raiseDevice(flag, kIntegerNegativeExponent);
-        return 0;
-      }
-      // Square-and-multiply: the same product modulo 2^64 as b repeated
-      // multiplications.
-      uint64_t r = 1, base = ua;
-      for (uint64_t e = (uint64_t)b; e; e >>= 1) {
-        if (e & 1) r *= base;
-        base *= base;
-      }
-      return (int64_t)r;
-    }
-    }
-    return 0;
+    IntegerFault fault = IntegerFault::None;
+    const int64_t r = integerBinaryValue<B>(a, b, fault);
+    if (fault == IntegerFault::DivisionByZero) raiseDevice(flag, kIntegerDivisionByZero);
+    if (fault == IntegerFault::NegativeExponent) raiseDevice(flag, kIntegerNegativeExponent);
+    return r;
   }
 };
 
-const char *binaryName(Binary op) {
-  switch (op) {
-  case Binary::Add: return "nn.add";
-  case Binary::Sub: return "nn.sub";
-  case Binary::Mul: return "nn.mul";
-  case Binary::Div: return "nn.div";
-  case Binary::Pow: return "nn.pow";
-  }
-  return "nn.binary";
-}
-
-template <class T> struct EqualF {
-  __device__ uint8_t operator()(T x, T y) const { return (uint8_t)(x == y); }
+template <Binary B, class T> struct CompareF {
+  __device__ uint8_t operator()(T x, T y) const { return (uint8_t)binaryValue<B>(x, y); }
 };
+
+/// "nn.<spelling>": how errors name a binary function.
+std::string binaryOpName(Binary op) { return std::string("nn.") + binaryName(op); }
 
 template <class T>
 __global__ void whereKernel(const uint8_t *cond, const T *x, const T *y, T *out, int64_t n, IndexMap<3> map) {
@@ -143,20 +98,13 @@ __global__ void negateKernel(const float *x, int64_t n, float *y) {
   for (int64_t i = firstIndex(); i < n; i += gridStride()) y[i] = -x[i];
 }
 
-__global__ void binaryGradKernel(BinaryGrad op, const float *dy, const float *lhs, const float *rhs, int64_t n,
-                                 IndexMap<3> map, float *dx) {
+template <BinaryGrad K>
+__global__ void binaryGradKernel(const float *dy, const float *lhs, const float *rhs, int64_t n, IndexMap<3> map,
+                                 float *dx) {
   for (int64_t i = firstIndex(); i < n; i += gridStride()) {
     int64_t o[3];
     map.offsets(i, o);
-    const float g = dy[o[0]], a = lhs[o[1]], b = rhs[o[2]];
-    float r = 0.0f;
-    switch (op) {
-    case BinaryGrad::SubRhs: r = binaryGradient<BinaryGrad::SubRhs>(g, a, b); break;
-    case BinaryGrad::DivRhs: r = binaryGradient<BinaryGrad::DivRhs>(g, a, b); break;
-    case BinaryGrad::PowLhs: r = binaryGradient<BinaryGrad::PowLhs>(g, a, b); break;
-    case BinaryGrad::PowRhs: r = binaryGradient<BinaryGrad::PowRhs>(g, a, b); break;
-    }
-    dx[i] = r;
+    dx[i] = binaryGradient<K>(dy[o[0]], lhs[o[1]], rhs[o[2]]);
   }
 }
 
@@ -212,25 +160,34 @@ __global__ void dropoutGradKernel(const float *dy, const uint8_t *mask, int64_t 
 //===----------------------------------------------------------------------===//
 
 void binary(Binary op, const float *a, const Shape &as, const float *b, const Shape &bs, float *out) {
-  const char *name = binaryName(op);
-  switch (op) {
-  case Binary::Add: broadcastBinary(name, a, as, b, bs, out, AddF{}); break;
-  case Binary::Sub: broadcastBinary(name, a, as, b, bs, out, SubF{}); break;
-  case Binary::Mul: broadcastBinary(name, a, as, b, bs, out, MulF{}); break;
-  case Binary::Div: broadcastBinary(name, a, as, b, bs, out, DivF{}); break;
-  case Binary::Pow: broadcastBinary(name, a, as, b, bs, out, PowF{}); break;
-  }
+  const std::string name = binaryOpName(op);
+  if (givesBool(op) || takesBool(op)) fail(name.c_str(), "is not arithmetic on floats");
+  dispatchBinary(op, [&](auto kind) {
+    constexpr Binary B = decltype(kind)::value;
+    if constexpr (!givesBool(B) && !takesBool(B))
+      broadcastBinary(name.c_str(), a, as, b, bs, out, FloatBinaryF<B>{});
+  });
 }
 
 void binary(Binary op, const int64_t *a, const Shape &as, const int64_t *b, const Shape &bs, int64_t *out) {
+  const std::string name = binaryOpName(op);
+  if (givesBool(op) || takesBool(op)) fail(name.c_str(), "is not arithmetic on integers");
   const Shape os = broadcastShape(as, bs);
   if (os.numel() == 0) return;
-  const bool canFail = op == Binary::Div || op == Binary::Pow;
-  broadcastBinary(binaryName(op), a, as, b, bs, out, IntBinaryF{op, canFail ? errorFlag() : nullptr});
+  dispatchBinary(op, [&](auto kind) {
+    constexpr Binary B = decltype(kind)::value;
+    if constexpr (!givesBool(B) && !takesBool(B))
+      broadcastBinary(name.c_str(), a, as, b, bs, out, IntBinaryF<B>{errorFlag()});
+  });
 }
 
-template <class T> void equal(const T *a, const Shape &as, const T *b, const Shape &bs, uint8_t *out) {
-  broadcastBinary("nn.equal", a, as, b, bs, out, EqualF<T>{});
+template <class T> void compare(Binary op, const T *a, const Shape &as, const T *b, const Shape &bs, uint8_t *out) {
+  const std::string name = binaryOpName(op);
+  if (!givesBool(op)) fail(name.c_str(), "does not give a bool");
+  dispatchBinary(op, [&](auto kind) {
+    constexpr Binary B = decltype(kind)::value;
+    if constexpr (givesBool(B)) broadcastBinary(name.c_str(), a, as, b, bs, out, CompareF<B, T>{});
+  });
 }
 
 template <class T>
@@ -263,7 +220,9 @@ void binaryGrad(BinaryGrad op, const float *dy, const float *lhs, const Shape &l
   }
   const IndexMap<3> map =
       makeIndexMap<3>(os, {stridesOf(os), broadcastStrides(ls, os), broadcastStrides(rs, os)});
-  launch("nn.binary_grad", n, binaryGradKernel, op, dy, lhs, rhs, n, map, dx);
+  dispatchBinaryGrad(op, [&](auto kind) {
+    launch("nn.binary_grad", n, binaryGradKernel<decltype(kind)::value>, dy, lhs, rhs, n, map, dx);
+  });
 }
 
 template <class From, class To> void cast(const From *x, int64_t n, To *y) {
@@ -317,7 +276,7 @@ PIPEC_CAST_FROM(uint8_t)
 #undef PIPEC_CAST_FROM
 
 #define PIPEC_EQ_WHERE(T)                                                                                              \
-  template void equal<T>(const T *, const Shape &, const T *, const Shape &, uint8_t *);                              \
+  template void compare<T>(Binary, const T *, const Shape &, const T *, const Shape &, uint8_t *);                              \
   template void where<T>(const uint8_t *, const Shape &, const T *, const Shape &, const T *, const Shape &, T *);
 PIPEC_EQ_WHERE(float)
 PIPEC_EQ_WHERE(double)

@@ -68,10 +68,13 @@ Shape poolOutputShape(const Shape &x, const Dims &kernel, const Dims &strides, c
 //===----------------------------------------------------------------------===//
 // Element-wise
 //===----------------------------------------------------------------------===//
-/// nn.add / nn.sub / nn.mul / nn.div / nn.pow: out = a op b with numpy
-/// broadcasting; `out` has broadcastShape(as, bs). Pow is std::pow.
+/// The arithmetic functions of vocabulary.h's binary table (those giving
+/// the operands' type: nn.add, nn.sub, ...): out = a op b with numpy
+/// broadcasting; `out` has broadcastShape(as, bs). The formulas are
+/// pipec/binary_math.h's.
 void binary(Binary op, const float *a, const Shape &as, const float *b, const Shape &bs, float *out);
-/// Integer Add/Sub/Mul/Div (Div truncates toward zero; division by zero throws).
+/// The same on int64: wrapping, Div truncating toward zero; division by zero
+/// and negative exponents throws.
 void binary(Binary op, const int64_t *a, const Shape &as, const int64_t *b, const Shape &bs,
             int64_t *out);
 inline void add(const float *a, const Shape &as, const float *b, const Shape &bs, float *out) {
@@ -90,9 +93,16 @@ inline void pow(const float *a, const Shape &as, const float *b, const Shape &bs
   binary(Binary::Pow, a, as, b, bs, out);
 }
 
-/// nn.equal: out = (a == b) as 0/1, numpy broadcasting.
+/// The functions of vocabulary.h's binary table that give a bool
+/// (comparisons, and the logical ones on bool operands): out = a op b as
+/// 0/1, numpy broadcasting. Instantiated for float, double, int64_t,
+/// int32_t and uint8_t (bool).
 template <class T>
-void equal(const T *a, const Shape &as, const T *b, const Shape &bs, uint8_t *out);
+void compare(Binary op, const T *a, const Shape &as, const T *b, const Shape &bs, uint8_t *out);
+/// nn.equal.
+template <class T> void equal(const T *a, const Shape &as, const T *b, const Shape &bs, uint8_t *out) {
+  compare(Binary::Equal, a, as, b, bs, out);
+}
 /// nn.where: out = cond ? x : y, the three broadcast together.
 template <class T>
 void where(const uint8_t *cond, const Shape &cs, const T *x, const Shape &xs, const T *y,

@@ -128,8 +128,8 @@ struct PoolGeom {
 PoolGeom poolGeom(const char *op, const Shape &xs, const Dims &kernel, const Dims &strides,
                   const Dims &pads, const Dims &dilations, bool ceilMode);
 
-/// The element-wise binaries (nn.add, nn.sub, nn.mul, nn.div, nn.pow).
-enum class Binary { Add, Sub, Mul, Div, Pow };
+/// The element-wise binaries and their spellings: pipec/vocabulary.h's table.
+using Binary = ::pipec::Binary;
 
 /// The element-wise unaries and their spellings: pipec/vocabulary.h's table.
 using Unary = ::pipec::Unary;

@@ -59,6 +59,19 @@ template <Unary U> PIPEC_HOST_DEVICE float unaryValue(float v) {
   else if constexpr (U == Unary::Gelu) return 0.5f * v * (1.0f + unaryErf(v * kSqrt1_2));
   else if constexpr (U == Unary::GeluTanh)
     return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kGeluTanhC * v * v * v)));
+  else if constexpr (U == Unary::Neg) return -v;
+  else if constexpr (U == Unary::Reciprocal) return 1.0f / v;
+  else if constexpr (U == Unary::Abs) return fabsf(v);
+  else if constexpr (U == Unary::Exp) return unaryExp(v);
+  else if constexpr (U == Unary::Log) return logf(v);
+  else if constexpr (U == Unary::Sin) return sinf(v);
+  else if constexpr (U == Unary::Cos) return cosf(v);
+  else if constexpr (U == Unary::Softplus) // log(1 + e^v) without overflow for large v
+    return (v > 0.0f ? v : 0.0f) + log1pf(unaryExp(-fabsf(v)));
+  else if constexpr (U == Unary::Softsign) return v / (1.0f + fabsf(v));
+  else if constexpr (U == Unary::Floor) return floorf(v);
+  else if constexpr (U == Unary::Ceil) return ceilf(v);
+  else if constexpr (U == Unary::Round) return rintf(v); // the default rounding mode: halves to even
   else static_assert(UnaryWithoutFormula<U>::value, "a unary function of vocabulary.h has no formula here");
 }
 
@@ -79,7 +92,19 @@ template <Unary U> PIPEC_HOST_DEVICE float unaryGradient(float g, float x, float
     const float t = tanhf(kSqrt2OverPi * (x + kGeluTanhC * x * x * x));
     const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluTanhC * x * x);
     return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
-  } else static_assert(UnaryWithoutFormula<U>::value, "a unary function of vocabulary.h has no derivative here");
+  } else if constexpr (U == Unary::Neg) return -g;
+  else if constexpr (U == Unary::Reciprocal) return -g * y * y;
+  else if constexpr (U == Unary::Abs) return x > 0.0f ? g : (x < 0.0f ? -g : 0.0f);
+  else if constexpr (U == Unary::Exp) return g * y;
+  else if constexpr (U == Unary::Log) return g / x;
+  else if constexpr (U == Unary::Sin) return g * cosf(x);
+  else if constexpr (U == Unary::Cos) return -g * sinf(x);
+  else if constexpr (U == Unary::Softplus) return g / (1.0f + unaryExp(-x)); // sigmoid(x)
+  else if constexpr (U == Unary::Softsign) {
+    const float d = 1.0f + fabsf(x);
+    return g / (d * d);
+  } else if constexpr (U == Unary::Floor || U == Unary::Ceil || U == Unary::Round) return 0.0f;
+  else static_assert(UnaryWithoutFormula<U>::value, "a unary function of vocabulary.h has no derivative here");
 }
 
 /// Calls f(std::integral_constant<Unary, op>{}): one switch over the table,
