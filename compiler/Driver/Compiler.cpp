@@ -142,6 +142,9 @@ void printSummary(mlir::ModuleOp module, const std::string &path, llvm::raw_ostr
       outs << "\n    " << entry.getName().getValue() << ": "
            << llvm::cast<mlir::StringAttr>(entry.getValue()).getValue();
   }
+  if (auto notes = module->getAttrOfType<mlir::ArrayAttr>(nn::kImportNotesAttrName))
+    for (mlir::Attribute note : notes)
+      outs << "\n  note: " << llvm::cast<mlir::StringAttr>(note).getValue();
   outs << "\n  inputs:";
   for (const auto &input : inputs)
     outs << " " << input;
@@ -156,10 +159,14 @@ void printSummary(mlir::ModuleOp module, const std::string &path, llvm::raw_ostr
   }
   outs << ")\n";
 }
-/// A compile that does not print the summary still says which floating
-/// initializers it does not train (the summary says why).
-void noteFrozenInitializers(mlir::ModuleOp module, const std::string &path,
-                            llvm::raw_ostream &errs) {
+/// A compile that does not print the summary still gives the importer's
+/// notes and says which floating initializers it does not train (the
+/// summary says why).
+void printImportNotes(mlir::ModuleOp module, const std::string &path, llvm::raw_ostream &errs) {
+  if (auto notes = module->getAttrOfType<mlir::ArrayAttr>(nn::kImportNotesAttrName))
+    for (mlir::Attribute note : notes)
+      errs << "pipec: note: " << path << ": " << llvm::cast<mlir::StringAttr>(note).getValue()
+           << "\n";
   auto frozen = module->getAttrOfType<mlir::DictionaryAttr>(nn::kFrozenAttrName);
   if (!frozen || frozen.empty())
     return;
@@ -295,7 +302,7 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
   }
 
   // After the pipeline succeeded, so that an error stays the first line.
-  noteFrozenInitializers(*module, options.inputPath, errs);
+  printImportNotes(*module, options.inputPath, errs);
   const planner::Plan &plan = planning.plan;
   if (options.partition.json) {
     outs << planner::planSummaryJson(planning.table, plan).dump(2) << "\n";

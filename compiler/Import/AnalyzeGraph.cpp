@@ -203,6 +203,7 @@ void OnnxImporter::analyzeGraph() {
       failFile("--freeze '" + pattern + "' is not a regular expression: " + problem);
   }
   std::vector<bool> freezeMatched(freezePatterns.size(), false);
+  const std::optional<TorchSignature> signature = torchSignature();
   // Every floating initializer that is not trained gets its reason
   // (frozenInitializers): nothing is frozen without a message.
   for (const auto &tensor : graph.initializer()) {
@@ -230,6 +231,10 @@ void OnnxImporter::analyzeGraph() {
       frozenInitializers[name] = "--freeze";
       continue;
     }
+    if (signature && signature->buffers.count(name)) {
+      frozenInitializers[name] = "a buffer of the PyTorch model (the exporter's graph signature)";
+      continue;
+    }
     if (isAdditiveAttentionMask(tensor, readers)) {
       frozenInitializers[name] = "an additive attention mask (0 and a large negative value, "
                                  "read by Add before Softmax)";
@@ -242,6 +247,7 @@ void OnnxImporter::analyzeGraph() {
       report("--freeze '" + options.freeze[p] + "' matches no trainable initializer");
   if (!llvm::all_of(freezeMatched, [](bool matched) { return matched; }))
     abandon();
+  noteExporterArtifacts(signature);
   for (const auto &tensor : graph.initializer())
     if (!parameterNames.count(tensor.name()) && !bufferNames.count(tensor.name()))
       knownAtImport.insert(tensor.name());

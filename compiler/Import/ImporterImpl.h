@@ -233,6 +233,14 @@ private:
   /// The nodes that read each value (analyzeGraph).
   using Readers = std::map<std::string, std::vector<const onnx::NodeProto *>>;
   bool isAdditiveAttentionMask(const onnx::TensorProto &tensor, const Readers &readers);
+  /// PyTorch's graph signature, as the dynamo exporter records it
+  /// (ExporterArtifacts.cpp): the state-dict names of parameters and buffers.
+  struct TorchSignature {
+    std::set<std::string> parameters, buffers;
+  };
+  std::optional<TorchSignature> torchSignature() const;
+  /// Records in importNotes what an exporter changed that training sees.
+  void noteExporterArtifacts(const std::optional<TorchSignature> &signature);
   std::string readersOf(const std::string &name, const Readers &readers);
   /// Checks the external data of `tensor` (location inside the model's
   /// folder, a regular file, offset and length inside it, length equal to
@@ -361,6 +369,8 @@ private:
   /// Floating initializers that are not trained, with the reason
   /// (recorded on the module as nn.frozen).
   std::map<std::string, std::string> frozenInitializers;
+  /// What the user should know about the file (recorded as nn.import_notes).
+  std::vector<std::string> importNotes;
   std::set<std::string> knownAtImport; // values folded on the host
   std::vector<bool> foldedNodes;        // by node index: analyzeGraph folds it on the host
   std::map<std::string, mlir::RankedTensorType> inputTypes;

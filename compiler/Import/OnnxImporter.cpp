@@ -307,6 +307,12 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
         frozen.push_back(builder.getNamedAttr(name, builder.getStringAttr(reason)));
       module->getOperation()->setAttr(nn::kFrozenAttrName, builder.getDictionaryAttr(frozen));
     }
+    if (!importNotes.empty()) {
+      SmallVector<Attribute> notes;
+      for (const std::string &note : importNotes)
+        notes.push_back(builder.getStringAttr(note));
+      module->getOperation()->setAttr(nn::kImportNotesAttrName, builder.getArrayAttr(notes));
+    }
     if (!model.producer_name().empty())
       module->getOperation()->setAttr(
           "nn.producer",

@@ -15,6 +15,12 @@
 
 namespace pipec::import {
 
+/// How BatchNormalization layers train (`--batchnorm`, docs/importer.md).
+enum class BatchNormStatistics {
+  Batch,   ///< batch statistics, running ones updated (PyTorch's train())
+  Running, ///< the running statistics, not updated (PyTorch's eval(), frozen BN)
+};
+
 struct ImportOptions {
   /// Static shapes for graph inputs (`--input-shape name=d0,d1,...`); they
   /// replace the model's symbolic or unknown dimensions.
@@ -22,6 +28,8 @@ struct ImportOptions {
   /// Regular expressions (each matching a whole initializer name) of
   /// parameters to keep constant (`--freeze REGEX`).
   std::vector<std::string> freeze;
+  /// Every BatchNormalization trains this way, whatever form the file has.
+  BatchNormStatistics batchNorm = BatchNormStatistics::Batch;
 };
 
 /// Parses `name=d0,d1,...`; returns false and sets `error` when malformed.

@@ -41,6 +41,9 @@ inline constexpr llvm::StringLiteral kRoleAttrName = "nn.role";
 /// On the module: the model's floating initializers that are not trained,
 /// each with the reason (a dictionary name → string; docs/importer.md).
 inline constexpr llvm::StringLiteral kFrozenAttrName = "nn.frozen";
+/// On the module: what the importer noticed about the file that training
+/// should know (exporter artefacts; an array of strings, docs/importer.md).
+inline constexpr llvm::StringLiteral kImportNotesAttrName = "nn.import_notes";
 
 /// The role of argument / result `index` of `function`, if it has one.
 std::optional<Role> argumentRole(mlir::FunctionOpInterface function, unsigned index);

@@ -428,30 +428,47 @@ struct Outliner {
 
   /// The parts of a tied parameter's gradient sum that come from different
   /// stages (autodiff adds them up; here each holder keeps its part and an
-  /// all-reduce among the holders sums them).
+  /// all-reduce among the holders sums them). An add is split when its
+  /// operands come from different stages, anywhere in the sum: the
+  /// contributions arrive in the order of the forward ops, not of the
+  /// stages, so a same-stage add can sit above a cross-stage one.
   void collectContributions(Value gradient, SmallVectorImpl<Value> &leaves) {
     auto add = gradient.getDefiningOp<nn::AddOp>();
-    if (add && add->getNumOperands() == 2 &&
-        add->getOperand(0).getType() == add.getResult().getType() &&
-        add->getOperand(1).getType() == add.getResult().getType()) {
-      auto stageOfValue = [&](Value value) -> std::optional<int64_t> {
-        Operation *op = value.getDefiningOp();
-        return op ? stageOf(op) : std::nullopt;
-      };
-      auto s0 = stageOfValue(add->getOperand(0)), s1 = stageOfValue(add->getOperand(1));
-      auto self = stageOf(add);
-      bool crossStage = s0 != s1 || s0 != self;
-      bool onlyGradientUse = llvm::all_of(add->getUsers(), [&](Operation *user) {
-        return llvm::isa<func::ReturnOp>(user) || skipped.contains(user);
-      });
-      if (crossStage && onlyGradientUse) {
-        skipped.insert(add);
-        collectContributions(add->getOperand(0), leaves);
-        collectContributions(add->getOperand(1), leaves);
-        return;
-      }
+    bool onlyGradientUse = add && llvm::all_of(add->getUsers(), [&](Operation *user) {
+                             return llvm::isa<func::ReturnOp>(user) || skipped.contains(user);
+                           });
+    if (onlyGradientUse && spansStages(gradient)) {
+      skipped.insert(add);
+      collectContributions(add->getOperand(0), leaves);
+      collectContributions(add->getOperand(1), leaves);
+      return;
     }
     leaves.push_back(gradient);
+  }
+
+  /// A sum of two same-typed terms (a gradient accumulation).
+  static nn::AddOp accumulation(Value value) {
+    auto add = value.getDefiningOp<nn::AddOp>();
+    if (add && add->getOperand(0).getType() == add.getResult().getType() &&
+        add->getOperand(1).getType() == add.getResult().getType())
+      return add;
+    return nullptr;
+  }
+
+  /// Whether the accumulation computing `value` adds terms from more than
+  /// one stage, at any depth.
+  bool spansStages(Value value) {
+    auto add = accumulation(value);
+    if (!add)
+      return false;
+    auto stageOfValue = [&](Value operand) -> std::optional<int64_t> {
+      Operation *op = operand.getDefiningOp();
+      return op ? stageOf(op) : std::nullopt;
+    };
+    auto s0 = stageOfValue(add->getOperand(0)), s1 = stageOfValue(add->getOperand(1));
+    if (s0 != s1 || s0 != stageOf(add))
+      return true;
+    return spansStages(add->getOperand(0)) || spansStages(add->getOperand(1));
   }
 
   // -------------------------------------------------------------- building

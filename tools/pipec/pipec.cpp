@@ -63,6 +63,13 @@ int runPipec(int argc, char **argv) {
       cl::desc("Keep the parameters whose whole ONNX initializer name matches this regular "
                "expression constant (repeatable; the import summary lists them)"),
       cl::value_desc("regex"), cl::cat(category));
+  cl::opt<pipec::import::BatchNormStatistics> batchNorm(
+      "batchnorm", cl::desc("How BatchNormalization layers train, whatever form the file has"),
+      cl::values(clEnumValN(pipec::import::BatchNormStatistics::Batch, "batch-stats",
+                            "batch statistics, running ones updated (PyTorch's train(); default)"),
+                 clEnumValN(pipec::import::BatchNormStatistics::Running, "running-stats",
+                            "the running statistics, not updated (PyTorch's eval())")),
+      cl::init(pipec::import::BatchNormStatistics::Batch), cl::cat(category));
   cl::opt<int64_t> elide(
       "elide-constants",
       cl::desc("When printing IR, elide constants with more elements than this (0: never)"),
@@ -209,6 +216,7 @@ int runPipec(int argc, char **argv) {
     }
   }
   options.importOptions.freeze.assign(freeze.begin(), freeze.end());
+  options.importOptions.batchNorm = batchNorm;
   for (const auto &text : inputShapes) {
     std::string error;
     if (!pipec::import::parseInputShape(text, options.importOptions, error)) {
