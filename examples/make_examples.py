@@ -6,10 +6,13 @@ The models are exported in training mode at opset 13 by default, as PyTorch
 with training_mode, decomposed LayerNorm, exact GELU as Div/Erf/Add/Mul/Mul,
 reshape targets as Constant/Unsqueeze/Concat chains, and tied embedding
 weights. Run with /usr/bin/python3; the output is deterministic (fixed seeds).
+With a current torch (2.9 and later export with dynamo=True by default), the
+same TorchScript exporter is asked for by `dynamo=False` (onnx_export below).
 
     /usr/bin/python3 examples/make_examples.py [--out DIR] [--opset N] [--only NAME]
 """
 import argparse
+import inspect
 import math
 import os
 
@@ -115,6 +118,20 @@ class GPT(nn.Module):
         return self.ln_f(x) @ self.wte.weight.t()
 
 
+def onnx_export(model, args, path, **kwargs):
+    """torch.onnx.export with the TorchScript-based exporter, whose graphs pipec imports.
+
+    torch 1.13 (Debian's python3-torch) has only that exporter and no `dynamo`
+    keyword; torch 2.9 and later default to dynamo=True (torch.export, opset 18
+    and later, an ONNX optimizer), which writes other graphs (test/models/README.md):
+    there `dynamo=False` keeps the exporter these scripts were written for. The
+    other scripts that export (test/e2e, bench/) call this one.
+    """
+    if "dynamo" in inspect.signature(torch.onnx.export).parameters:
+        kwargs.setdefault("dynamo", False)
+    torch.onnx.export(model, args, path, **kwargs)
+
+
 def examples():
     return {
         "mlp": (MLP, lambda: torch.randn(8, 32), ["x"]),
@@ -130,7 +147,7 @@ def export(name, out_dir, opset):
     model.train()
     sample = make_input()
     path = os.path.join(out_dir, f"{name}.onnx")
-    torch.onnx.export(
+    onnx_export(
         model, (sample,), path, opset_version=opset,
         training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
         input_names=input_names, output_names=["logits"])

@@ -156,11 +156,14 @@ def make_batch(name, kwargs, batch, seed):
 def export(name, kwargs, batch, path):
     import torch
 
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    from make_examples import onnx_export  # dynamo=False where torch has the keyword
+
     model = make_model(name, kwargs)
     x, _ = make_batch(name, kwargs, batch, 0)
     inputs = {"mlp": "x", "gpt": "tokens", "cnn": "image"}[name]
-    torch.onnx.export(model, (x,), path, opset_version=13, training=torch.onnx.TrainingMode.TRAINING,
-                      do_constant_folding=False, input_names=[inputs], output_names=["logits"])
+    onnx_export(model, (x,), path, opset_version=13, training=torch.onnx.TrainingMode.TRAINING,
+                do_constant_folding=False, input_names=[inputs], output_names=["logits"])
 
 
 def torch_child(spec):
@@ -397,7 +400,7 @@ def bench_gpt2(tools, work, context, timeout):
     import torch
 
     sys.path.insert(0, os.path.join(ROOT, "examples"))
-    from make_examples import GPT
+    from make_examples import GPT, onnx_export
 
     torch.manual_seed(0)
     model = GPT(vocab=50257, context=context, dim=768, heads=12, layers=12)
@@ -405,9 +408,9 @@ def bench_gpt2(tools, work, context, timeout):
     params = sum(p.numel() for p in model.parameters())
     path = os.path.join(work, "gpt2.onnx")
     t0 = time.perf_counter()
-    torch.onnx.export(model, (torch.randint(0, 50257, (1, context)),), path, opset_version=13,
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                      input_names=["tokens"], output_names=["logits"])
+    onnx_export(model, (torch.randint(0, 50257, (1, context)),), path, opset_version=13,
+                training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                input_names=["tokens"], output_names=["logits"])
     export_s = time.perf_counter() - t0
     del model
     row = {"model": "gpt2-124m", "description": f"GPT 12 blocks, width 768, 12 heads, vocab 50257, context {context}, "

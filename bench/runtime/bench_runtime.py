@@ -54,12 +54,15 @@ def export_model(path, width, layers, batch):
     import torch
     import torch.nn as nn
 
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    from make_examples import onnx_export  # dynamo=False where torch has the keyword
+
     torch.manual_seed(0)
     model = make_model(width, layers)
     model.train()
-    torch.onnx.export(model, (torch.randn(batch, width),), path, opset_version=13,
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                      input_names=["x"], output_names=["logits"])
+    onnx_export(model, (torch.randn(batch, width),), path, opset_version=13,
+                training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                input_names=["x"], output_names=["logits"])
     return model
 
 

@@ -180,6 +180,10 @@ public:
   void convertSlice(const onnx::NodeProto &node);
   void convertIdentity(const onnx::NodeProto &node);
   void convertTrilu(const onnx::NodeProto &node);
+  void convertCumSum(const onnx::NodeProto &node);
+  void convertGatherElements(const onnx::NodeProto &node);
+  void convertGatherND(const onnx::NodeProto &node);
+  void convertScatter(const onnx::NodeProto &node);
   void convertTile(const onnx::NodeProto &node);
   void convertSplitToSequence(const onnx::NodeProto &node);
   void convertSequenceConstruct(const onnx::NodeProto &node);
@@ -312,6 +316,12 @@ private:
                         mlir::ArrayRef<int64_t> shape);
   mlir::Value transposeBy(const onnx::NodeProto &node, mlir::Value input,
                           mlir::ArrayRef<int64_t> perm);
+  /// `input`[start:end:step] along one axis (nn.slice's normalized bounds).
+  mlir::Value sliceAxis(const onnx::NodeProto &node, mlir::Value input, int64_t axis,
+                        int64_t start, int64_t end, int64_t step);
+  /// Run-time indices into a dimension of `size` as int64, negative ones
+  /// counted from the end (ONNX's indexing operators).
+  mlir::Value int64Indices(const onnx::NodeProto &node, mlir::Value indices, int64_t size);
   /// createInferred, then defines the node's first `count` outputs.
   template <typename OpT>
   void defineInferred(const onnx::NodeProto &node, mlir::ValueRange operands,

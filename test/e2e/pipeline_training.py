@@ -116,9 +116,9 @@ def export(example, workdir, dropout):
     model.train()
     sample = make_input()
     path = os.path.join(workdir, f"{example}{'' if dropout else '-nodrop'}.onnx")
-    torch.onnx.export(model, (sample,), path, opset_version=13,
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                      input_names=input_names, output_names=["logits"])
+    make_examples.onnx_export(model, (sample,), path, opset_version=13,
+                              training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                              input_names=input_names, output_names=["logits"])
     return model, sample, input_names[0], path
 
 
@@ -368,9 +368,9 @@ def additive_mask_check(args, workdir, inputs, labels, data, failures):
             module.p = 0.0
     model.train()
     path = os.path.join(workdir, "gpt-additive-mask.onnx")
-    torch.onnx.export(model, (inputs[:2],), path, opset_version=13,
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                      input_names=["tokens"], output_names=["logits"])
+    make_examples.onnx_export(model, (inputs[:2],), path, opset_version=13,
+                              training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                              input_names=["tokens"], output_names=["logits"])
     reference = torch_reference(model, inputs, labels)
     ir = os.path.join(workdir, "gpt-additive-mask-ir")
     weights = compile_and_train(args.pipec, args.piperun, path, data,

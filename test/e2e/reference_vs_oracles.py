@@ -48,9 +48,9 @@ def check(example, pipec_reference, workdir, failures):
     model.train()
     sample = make_input()
     path = os.path.join(workdir, f"{example}.onnx")
-    torch.onnx.export(model, (sample,), path, opset_version=13,
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                      input_names=input_names, output_names=["logits"])
+    make_examples.onnx_export(model, (sample,), path, opset_version=13,
+                              training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                              input_names=input_names, output_names=["logits"])
     inputs = sample.numpy()
     np.save(os.path.join(workdir, "input.npy"), inputs)
     print(f"{example}:")

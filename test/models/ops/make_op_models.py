@@ -149,5 +149,57 @@ def main():
         "elements_updates": np.full((1, 12), 3, dtype=np.int64)}, 18)
 
 
+def runtime_indexing():
+    """CumSum, GatherElements and GatherND on run-time values (lowered at
+    import): position-like indices computed from the input, as RoBERTa's
+    position ids are, select entries of the trained `xw`."""
+    B, S, L = 2, 6, 8
+    I64 = TensorProto.INT64
+    model("cumsum_runtime", [
+        helper.make_node("CumSum", ["xw", "axis1"], ["forward"]),
+        helper.make_node("CumSum", ["xw", "axis2"], ["backward"], exclusive=1, reverse=1),
+        helper.make_node("Add", ["forward", "backward"], ["logits"]),
+    ], [B, S, L], [B, S, L], {"axis1": np.array(1, dtype=np.int64),
+                              "axis2": np.array(-1, dtype=np.int32)}, 14)
+    model("gather_runtime", [
+        helper.make_node("Greater", ["x", "zero"], ["positive"]),
+        helper.make_node("Cast", ["positive"], ["flags"], to=I64),
+        helper.make_node("CumSum", ["flags", "axis2"], ["counts"]),
+        helper.make_node("Sub", ["counts", "one"], ["index"]),  # -1 .. 7: negative from the end
+        helper.make_node("GatherElements", ["xw", "index"], ["picked"], axis=2),
+        helper.make_node("Transpose", ["xw"], ["columns"], perm=[0, 2, 1]),
+        helper.make_node("Slice", ["index", "s_start", "s_end", "s_axes"], ["tuple_index"]),
+        helper.make_node("GatherND", ["columns", "tuple_index"], ["rows"], batch_dims=1),
+        helper.make_node("Slice", ["flags", "f_start", "f_end", "s_axes"], ["first"]),
+        helper.make_node("Slice", ["index", "g_start", "g_end", "s_axes"], ["second"]),
+        helper.make_node("Concat", ["first", "second"], ["pairs"], axis=2),
+        helper.make_node("GatherND", ["columns", "pairs"], ["cells"]),
+        helper.make_node("ReduceMean", ["rows"], ["row_mean"], axes=[1, 2], keepdims=1),
+        helper.make_node("Add", ["picked", "row_mean"], ["partial"]),
+        helper.make_node("ReduceMean", ["cells"], ["cell_mean"], axes=[0, 1, 2], keepdims=1),
+        helper.make_node("Add", ["partial", "cell_mean"], ["logits"]),
+    ], [B, S, L], [B, S, L], {
+        "zero": np.array(0, dtype=np.float32), "one": np.array(1, dtype=np.int64),
+        "axis2": np.array(2, dtype=np.int64),
+        "s_start": np.array([0, 0, 0]), "s_end": np.array([2, 3, 1]), "s_axes": np.array([0, 1, 2]),
+        "f_start": np.array([0, 0, 0]), "f_end": np.array([2, 3, 1]),
+        "g_start": np.array([0, 0, 1]), "g_end": np.array([2, 3, 2])}, 13)
+
+    # Slice assignment on run-time values: constant indices, data and
+    # updates computed from `xw` (the last of duplicate indices wins).
+    model("scatter_runtime", [
+        helper.make_node("Slice", ["xw", "u_start", "u_end", "u_axes"], ["rows"]),
+        helper.make_node("Mul", ["rows", "rows"], ["updates"]),
+        helper.make_node("ScatterND", ["xw", "nd_index", "updates"], ["scattered"]),
+        helper.make_node("Slice", ["xw", "e_start", "e_end", "u_axes"], ["column"]),
+        helper.make_node("ScatterElements", ["scattered", "e_index", "column"], ["logits"], axis=2),
+    ], [B, S, L], [B, S, L], {
+        "u_start": np.array([0, 0, 0]), "u_end": np.array([2, 3, 8]), "u_axes": np.array([0, 1, 2]),
+        "nd_index": np.array([[[0, 5], [1, 1], [0, 5]], [[1, 0], [0, 2], [1, 4]]], dtype=np.int64),
+        "e_start": np.array([0, 0, 0]), "e_end": np.array([2, 6, 1]),
+        "e_index": np.array([[[7], [0], [-1], [3], [3], [6]]] * 2, dtype=np.int64)}, 13)
+
+
 if __name__ == "__main__":
     main()
+    runtime_indexing()

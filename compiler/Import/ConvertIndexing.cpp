@@ -1,0 +1,222 @@
+// Indexing operators on run-time values, lowered at import into `nn` ops
+// that exist on both targets and have gradients (docs/importer.md):
+// CumSum as a log-step scan of shifted adds, GatherElements and GatherND as
+// one Gather of the flattened data at computed flat indices. Position ids
+// and token types computed from the input tokens (RoBERTa, BERT) and masks
+// built at run time need them. Constant inputs fold instead (FoldShape.cpp).
+#include "compiler/Import/ImporterImpl.h"
+
+#include <numeric>
+
+using namespace mlir;
+
+namespace pipec::import::detail {
+
+namespace {
+std::vector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
+    strides[i] = strides[i + 1] * shape[i + 1];
+  return strides;
+}
+} // namespace
+
+Value OnnxImporter::sliceAxis(const onnx::NodeProto &node, Value input, int64_t axis, int64_t start,
+                              int64_t end, int64_t step) {
+  auto shape = typeOf(input).getShape();
+  std::vector<int64_t> starts(shape.size(), 0), ends(shape.begin(), shape.end()),
+      steps(shape.size(), 1);
+  starts[axis] = start, ends[axis] = end, steps[axis] = step;
+  return inferredValue<nn::SliceOp>(
+      node, {input},
+      {builder.getNamedAttr("starts", builder.getDenseI64ArrayAttr(starts)),
+       builder.getNamedAttr("ends", builder.getDenseI64ArrayAttr(ends)),
+       builder.getNamedAttr("steps", builder.getDenseI64ArrayAttr(steps))});
+}
+
+Value OnnxImporter::int64Indices(const onnx::NodeProto &node, Value indices, int64_t size) {
+  Location loc = locationOf(node);
+  if (!typeOf(indices).getElementType().isInteger(64))
+    indices = createVerified(
+                  node, nn::CastOp::getOperationName(), {indices},
+                  {RankedTensorType::get(typeOf(indices).getShape(), builder.getI64Type())}, {})
+                  ->getResult(0);
+  // ONNX counts negative indices from the end of the dimension.
+  Value zero = scalarLike(0, indices, loc), extent = scalarLike(size, indices, loc);
+  Value negative = inferredValue<nn::LessOp>(node, {indices, zero});
+  return inferredValue<nn::WhereOp>(
+      node, {negative, inferredValue<nn::AddOp>(node, {indices, extent}), indices});
+}
+
+void OnnxImporter::convertCumSum(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  const HostTensor &axisValue = constantInput(node, 1, "axis");
+  if (axisValue.numElements() != 1)
+    fail(node, "axis must hold one value");
+  auto shape = typeOf(input).getShape();
+  int64_t axis = normalizedAxes(node, {axisValue.asInt(0)}, shape.size())[0];
+  int64_t length = shape[axis];
+  bool reverse = intAttr(node, "reverse", 0) != 0, exclusive = intAttr(node, "exclusive", 0) != 0;
+  Location loc = locationOf(node);
+  Value value = reverse ? sliceAxis(node, input, axis, length - 1, -1, -1) : input;
+  // Prepends `count` zeros along the axis and drops as many at the end.
+  auto shifted = [&](Value v, int64_t count) {
+    std::vector<int64_t> zeroShape(shape.begin(), shape.end());
+    zeroShape[axis] = count;
+    auto kind = *pipec::import::elementKindOf(typeOf(v).getElementType());
+    int64_t zeros =
+        std::accumulate(zeroShape.begin(), zeroShape.end(), int64_t{1}, std::multiplies<int64_t>());
+    HostTensor filler = isFloating(kind)
+                            ? HostTensor::ofFloats(kind, zeroShape, std::vector<double>(zeros, 0.0))
+                            : HostTensor::ofInts(kind, zeroShape, std::vector<int64_t>(zeros, 0));
+    return inferredValue<nn::ConcatOp>(
+        node, {materialize(filler, loc), sliceAxis(node, v, axis, 0, length - count, 1)},
+        {builder.getNamedAttr("axis", builder.getI64IntegerAttr(axis))});
+  };
+  // Hillis-Steele scan: after the step of distance d, each element holds
+  // the sum of the 2d elements ending at it.
+  for (int64_t distance = 1; distance < length; distance *= 2)
+    value = inferredValue<nn::AddOp>(node, {value, shifted(value, distance)});
+  if (exclusive && length > 0)
+    value = shifted(value, 1);
+  if (reverse)
+    value = sliceAxis(node, value, axis, length - 1, -1, -1);
+  define(node, 0, value);
+}
+
+void OnnxImporter::convertGatherElements(const onnx::NodeProto &node) {
+  Value data = operand(node, 0), indices = operand(node, 1);
+  auto dataShape = typeOf(data).getShape();
+  auto indexShape = typeOf(indices).getShape();
+  int64_t rank = dataShape.size();
+  if (static_cast<int64_t>(indexShape.size()) != rank)
+    fail(node, "indices must have the rank of data");
+  int64_t axis = normalizedAxes(node, {intAttr(node, "axis", 0)}, rank)[0];
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != axis && indexShape[d] > dataShape[d])
+      fail(node, "indices are larger than data outside the axis");
+  // data[p with p_axis = index] is flat element index * stride_axis + the
+  // offset of p's other coordinates, a constant.
+  std::vector<int64_t> strides = stridesOf(dataShape);
+  int64_t count =
+      std::accumulate(indexShape.begin(), indexShape.end(), int64_t{1}, std::multiplies<int64_t>());
+  std::vector<int64_t> offsets(count);
+  for (int64_t flat = 0; flat < count; ++flat) {
+    int64_t rest = flat, offset = 0;
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      if (d != axis)
+        offset += (rest % indexShape[d]) * strides[d];
+      rest /= indexShape[d];
+    }
+    offsets[flat] = offset;
+  }
+  Location loc = locationOf(node);
+  Value index = int64Indices(node, indices, dataShape[axis]);
+  index = inferredValue<nn::MulOp>(node, {index, scalarLike(strides[axis], index, loc)});
+  index = inferredValue<nn::AddOp>(
+      node, {index, materialize(HostTensor::ofInts(ElementKind::Int64,
+                                                   {indexShape.begin(), indexShape.end()}, offsets),
+                                loc)});
+  int64_t size =
+      std::accumulate(dataShape.begin(), dataShape.end(), int64_t{1}, std::multiplies<int64_t>());
+  defineInferred<nn::GatherOp>(node, {reshapeTo(node, data, {size}), index},
+                               {builder.getNamedAttr("axis", builder.getI64IntegerAttr(0))});
+}
+
+void OnnxImporter::convertGatherND(const onnx::NodeProto &node) {
+  Value data = operand(node, 0), indices = operand(node, 1);
+  auto dataShape = typeOf(data).getShape();
+  auto indexShape = typeOf(indices).getShape();
+  int64_t rank = dataShape.size(), indexRank = indexShape.size();
+  int64_t batchDims = intAttr(node, "batch_dims", 0);
+  if (indexRank < 1 || batchDims < 0 || batchDims >= std::min(rank, indexRank))
+    fail(node, "batch_dims must be below the ranks of data and indices");
+  int64_t depth = indexShape.back();
+  if (depth < 1 || depth > rank - batchDims)
+    fail(node, "the index tuples are longer than data's rank allows");
+  for (int64_t d = 0; d < batchDims; ++d)
+    if (dataShape[d] != indexShape[d])
+      fail(node, "the batch dimensions of data and indices differ");
+  // Data viewed as (batch and indexed dimensions flattened, slice...): one
+  // flat index per tuple, the sum of its coordinates times their strides,
+  // plus the batch's offset.
+  std::vector<int64_t> viewed{1};
+  for (int64_t d = 0; d < batchDims + depth; ++d)
+    viewed[0] *= dataShape[d];
+  viewed.insert(viewed.end(), dataShape.begin() + batchDims + depth, dataShape.end());
+  std::vector<int64_t> indexed(dataShape.begin() + batchDims,
+                               dataShape.begin() + batchDims + depth);
+  std::vector<int64_t> strides = stridesOf(indexed);
+  std::vector<int64_t> tupleShape(indexShape.begin(), indexShape.end() - 1);
+  Location loc = locationOf(node);
+  Value flat;
+  for (int64_t j = 0; j < depth; ++j) {
+    Value coordinate =
+        reshapeTo(node, sliceAxis(node, indices, indexRank - 1, j, j + 1, 1), tupleShape);
+    coordinate = int64Indices(node, coordinate, indexed[j]);
+    if (strides[j] != 1)
+      coordinate =
+          inferredValue<nn::MulOp>(node, {coordinate, scalarLike(strides[j], coordinate, loc)});
+    flat = flat ? inferredValue<nn::AddOp>(node, {flat, coordinate}) : coordinate;
+  }
+  if (batchDims > 0) {
+    int64_t tuples = std::accumulate(tupleShape.begin(), tupleShape.end(), int64_t{1},
+                                     std::multiplies<int64_t>());
+    int64_t perBatch = std::accumulate(tupleShape.begin() + batchDims, tupleShape.end(), int64_t{1},
+                                       std::multiplies<int64_t>());
+    int64_t batchStride =
+        std::accumulate(indexed.begin(), indexed.end(), int64_t{1}, std::multiplies<int64_t>());
+    std::vector<int64_t> offsets(tuples);
+    for (int64_t t = 0; t < tuples; ++t)
+      offsets[t] = (t / perBatch) * batchStride;
+    flat = inferredValue<nn::AddOp>(
+        node,
+        {flat, materialize(HostTensor::ofInts(ElementKind::Int64, tupleShape, offsets), loc)});
+  }
+  defineInferred<nn::GatherOp>(node, {reshapeTo(node, data, viewed), flat},
+                               {builder.getNamedAttr("axis", builder.getI64IntegerAttr(0))});
+}
+
+} // namespace pipec::import::detail
+
+namespace pipec::import::detail {
+
+/// ScatterND and ScatterElements with indices known at import (slice
+/// assignments, `x[..., a:b] = y`, on run-time values): every output element
+/// is one element of data or of updates, so the result is one Gather of
+/// their concatenation at a constant selector, found by scattering the
+/// positions of updates over those of data on the host (the last write
+/// wins, as ONNX's reduction "none"). Gradients reach both through Gather.
+void OnnxImporter::convertScatter(const onnx::NodeProto &node) {
+  std::string reduction = stringAttr(node, "reduction", "none");
+  if (reduction != "none")
+    fail(node, "reduction '" + reduction + "' on run-time values is not supported (only 'none')");
+  Value data = operand(node, 0), updates = operand(node, 2);
+  const HostTensor &indices = constantInput(node, 1, "indices");
+  auto dataShape = typeOf(data).getShape();
+  auto updateShape = typeOf(updates).getShape();
+  int64_t dataSize = typeOf(data).getNumElements(), updateSize = typeOf(updates).getNumElements();
+  std::vector<int64_t> dataPositions(dataSize), updatePositions(updateSize);
+  std::iota(dataPositions.begin(), dataPositions.end(), 0);
+  std::iota(updatePositions.begin(), updatePositions.end(), dataSize);
+  HostTensor positions = HostTensor::ofInts(ElementKind::Int64, {dataShape.begin(), dataShape.end()},
+                                            dataPositions);
+  HostTensor sources = HostTensor::ofInts(ElementKind::Int64,
+                                          {updateShape.begin(), updateShape.end()}, updatePositions);
+  HostTensor selector;
+  try {
+    selector = node.op_type() == "ScatterND"
+                   ? fold::scatterND(positions, indices, sources, "none")
+                   : fold::scatterAlongAxis(positions, indices, sources,
+                                            intAttr(node, "axis", 0), "none");
+  } catch (const FoldError &error) {
+    fail(node, error.what());
+  }
+  Value pool = inferredValue<nn::ConcatOp>(
+      node, {reshapeTo(node, data, {dataSize}), reshapeTo(node, updates, {updateSize})},
+      {builder.getNamedAttr("axis", builder.getI64IntegerAttr(0))});
+  defineInferred<nn::GatherOp>(node, {pool, materialize(selector, locationOf(node))},
+                               {builder.getNamedAttr("axis", builder.getI64IntegerAttr(0))});
+}
+
+} // namespace pipec::import::detail

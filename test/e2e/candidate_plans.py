@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Every printed plan compiles (docs/planner.md): for each model and each of
+the topologies 1x2 and 1x4, every plan of the ranking that `--candidates N`
+prints is compiled as it was evaluated (`--plan-rank K --out DIR --build`),
+and its plan.json must name the schedule, micro-batches and stages the
+ranking printed. A plan the planner prints but the compiler rejects (a cut
+the outliner cannot handle) fails this test.
+
+    candidate_plans.py --pipec build/bin/pipec [--candidates 6] [MODEL...]
+
+Without models: the shipped examples, the committed test models of
+test/models (those pipec imports) and test/passes/shared-weight-view.onnxtext.
+"""
+import argparse
+import concurrent.futures
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOPOLOGIES = ["1x2", "1x4"]
+
+
+def default_models(pipec):
+    models = sorted(glob.glob(os.path.join(ROOT, "examples", "*.onnx")))
+    models.append(os.path.join(ROOT, "test", "passes", "shared-weight-view.onnxtext"))
+    for path in sorted(glob.glob(os.path.join(ROOT, "test", "models", "*.onnx"))):
+        if subprocess.run([pipec, path], capture_output=True).returncode == 0:
+            models.append(path)
+    return models
+
+
+def ranking(pipec, model, topology, candidates):
+    result = subprocess.run([pipec, model, "--gpus", topology, "--candidates", str(candidates),
+                             "--json"], capture_output=True, text=True)
+    if result.returncode != 0:
+        return None, result.stderr.strip()
+    return json.loads(result.stdout)["planner"]["candidates"], None
+
+
+def compile_one(pipec, model, topology, candidates, rank, expected, workdir):
+    out = os.path.join(workdir, f"{os.path.basename(model)}-{topology}-{rank}")
+    command = [pipec, model, "--gpus", topology, "--candidates", str(candidates),
+               "--plan-rank", str(rank), "--out", out, "--build"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    label = (f"{os.path.basename(model)} {topology} plan {rank} ({expected['schedule']}, "
+             f"{expected['chunks']} chunks, m={expected['microbatches']}, "
+             f"{len(expected['stages'])} stages)")
+    if result.returncode != 0:
+        return label, "does not compile: " + (result.stderr.strip().splitlines() or ["?"])[-1]
+    with open(os.path.join(out, "plan.json")) as f:
+        plan = json.load(f)
+    pipeline = plan["pipeline"]
+    got = (pipeline["schedule"], pipeline["microbatches"], len(plan["stages"]))
+    want = (expected["schedule"], expected["microbatches"], len(expected["stages"]))
+    if got != want:
+        return label, f"plan.json has schedule, micro-batches, stages {got}, the ranking {want}"
+    return label, None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pipec", required=True)
+    parser.add_argument("--candidates", type=int, default=6)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("models", nargs="*")
+    args = parser.parse_args()
+    models = args.models or default_models(args.pipec)
+    failures, compiled = [], 0
+    with tempfile.TemporaryDirectory() as workdir, \
+            concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        jobs = []
+        for model in models:
+            for topology in TOPOLOGIES:
+                plans, error = ranking(args.pipec, model, topology, args.candidates)
+                if plans is None:
+                    failures.append(f"{os.path.basename(model)} {topology}: no plan: {error}")
+                    continue
+                for rank, expected in enumerate(plans, start=1):
+                    jobs.append(pool.submit(compile_one, args.pipec, model, topology,
+                                            args.candidates, rank, expected, workdir))
+        for job in jobs:
+            label, problem = job.result()
+            compiled += 1
+            print(f"  {'FAIL' if problem else 'ok  '} {label}" + (f": {problem}" if problem else ""))
+            if problem:
+                failures.append(f"{label}: {problem}")
+    print(f"{compiled - len([f for f in failures if ' plan ' in f])} of {compiled} printed plans "
+          f"compile, over {len(models)} models on {', '.join(TOPOLOGIES)}")
+    if failures:
+        sys.exit("FAILED:\n  " + "\n  ".join(failures))
+
+
+if __name__ == "__main__":
+    main()
