@@ -9,6 +9,8 @@
 
 #include "llvm/ADT/APFloat.h"
 
+#include <atomic>
+
 namespace pipec::eval {
 
 using import::isFloating;
@@ -33,7 +35,15 @@ Tensor zeros(ElementKind kind, std::vector<int64_t> shape) {
   return tensor;
 }
 
+namespace {
+std::atomic<bool> roundFloats{true};
+} // namespace
+
+void setFloatRounding(bool round) { roundFloats = round; }
+
 void roundToElementType(Tensor &tensor) {
+  if (!roundFloats && import::isFloating(tensor.kind))
+    return;
   switch (tensor.kind) {
   case ElementKind::Float64:
     return;

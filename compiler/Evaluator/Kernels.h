@@ -48,8 +48,15 @@ Tensor zeros(ElementKind kind, std::vector<int64_t> shape);
 
 /// Rounds every element to what `tensor.kind` can hold: float32, float16 and
 /// bfloat16 round to nearest even, integers wrap to their width (two's
-/// complement, as C++ and numpy do), bools become 0/1.
+/// complement, as C++ and numpy do), bools become 0/1. Floating values stay
+/// in double when setFloatRounding(false).
 void roundToElementType(Tensor &tensor);
+
+/// Whether floating results are rounded to their element type (the default)
+/// or kept in double throughout: the model's function in float64, for
+/// comparisons with float64 references where float32 is ill-conditioned
+/// (pipec-reference --fp64, docs/evaluator.md). Process-wide.
+void setFloatRounding(bool round);
 
 /// "[2,3]": shapes in error messages.
 std::string shapeToString(const std::vector<int64_t> &shape);

@@ -13,15 +13,6 @@ using namespace mlir;
 
 namespace pipec::import::detail {
 
-Value OnnxImporter::scalarLike(double value, Value like, Location loc) {
-  auto kind = pipec::import::elementKindOf(typeOf(like).getElementType());
-  if (!kind)
-    kind = ElementKind::Float32;
-  if (isFloating(*kind))
-    return materialize(HostTensor::ofFloats(*kind, {}, {value}), loc);
-  return materialize(HostTensor::ofInts(*kind, {}, {static_cast<int64_t>(value)}), loc);
-}
-
 Value OnnxImporter::reshapeTo(const onnx::NodeProto &node, Value input, ArrayRef<int64_t> shape) {
   auto type = RankedTensorType::get(shape, typeOf(input).getElementType());
   if (type == input.getType())
@@ -30,8 +21,8 @@ Value OnnxImporter::reshapeTo(const onnx::NodeProto &node, Value input, ArrayRef
 }
 
 Value OnnxImporter::transposeBy(const onnx::NodeProto &node, Value input, ArrayRef<int64_t> perm) {
-  return inferredValue<nn::TransposeOp>(
-      node, {input}, {builder.getNamedAttr("perm", builder.getDenseI64ArrayAttr(perm))});
+  return build<nn::TransposeOp>(node, {input},
+                                {builder.getNamedAttr("perm", builder.getDenseI64ArrayAttr(perm))});
 }
 
 void OnnxImporter::convertRMSNormalization(const onnx::NodeProto &node) {
@@ -40,20 +31,19 @@ void OnnxImporter::convertRMSNormalization(const onnx::NodeProto &node) {
   int64_t axis = normalizedAxes(node, {intAttr(node, "axis", -1)}, rank)[0];
   std::vector<int64_t> axes(rank - axis);
   std::iota(axes.begin(), axes.end(), axis);
-  Location loc = locationOf(node);
   // y = x / sqrt(mean(x^2 over axis..rank-1) + epsilon) * scale
-  Value squared = inferredValue<nn::MulOp>(node, {input, input});
-  Value mean = inferredValue<nn::ReduceMeanOp>(
-      node, {squared},
-      {builder.getNamedAttr("axes", builder.getDenseI64ArrayAttr(axes)),
-       builder.getNamedAttr("keepdims", builder.getBoolAttr(true))});
-  Value shifted = inferredValue<nn::AddOp>(
-      node, {mean, scalarLike(floatAttr(node, "epsilon", 1e-5f), input, loc)});
+  Value squared = build<nn::MulOp>(node, {input, input});
+  Value mean =
+      build<nn::ReduceMeanOp>(node, {squared},
+                              {builder.getNamedAttr("axes", builder.getDenseI64ArrayAttr(axes)),
+                               builder.getNamedAttr("keepdims", builder.getBoolAttr(true))});
+  Value shifted =
+      build<nn::AddOp>(node, {mean, scalarLike(node, input, floatAttr(node, "epsilon", 1e-5f))});
   Value root =
       createVerified(node, nn::SqrtOp::getOperationName(), {shifted}, {shifted.getType()}, {})
           ->getResult(0);
-  Value normalized = inferredValue<nn::DivOp>(node, {input, root});
-  define(node, 0, inferredValue<nn::MulOp>(node, {normalized, scale}));
+  Value normalized = build<nn::DivOp>(node, {input, root});
+  define(node, 0, build<nn::MulOp>(node, {normalized, scale}));
 }
 
 void OnnxImporter::convertRotaryEmbedding(const onnx::NodeProto &node) {
@@ -88,8 +78,8 @@ void OnnxImporter::convertRotaryEmbedding(const onnx::NodeProto &node) {
   if (hasInput(node, 3)) {
     Value positions = operand(node, 3);
     auto gather = [&](Value cache) {
-      return inferredValue<nn::GatherOp>(
-          node, {cache, positions}, {builder.getNamedAttr("axis", builder.getI64IntegerAttr(0))});
+      return build<nn::GatherOp>(node, {cache, positions},
+                                 {builder.getNamedAttr("axis", builder.getI64IntegerAttr(0))});
     };
     cosCache = gather(cosCache);
     sinCache = gather(sinCache);
@@ -108,21 +98,20 @@ void OnnxImporter::convertRotaryEmbedding(const onnx::NodeProto &node) {
   auto slice = [&](Value value, int64_t start, int64_t end, int64_t step) {
     std::vector<int64_t> starts{0, 0, 0, start}, ends{batch, sequence, heads, end},
         steps{1, 1, 1, step};
-    return inferredValue<nn::SliceOp>(
-        node, {value},
-        {builder.getNamedAttr("starts", builder.getDenseI64ArrayAttr(starts)),
-         builder.getNamedAttr("ends", builder.getDenseI64ArrayAttr(ends)),
-         builder.getNamedAttr("steps", builder.getDenseI64ArrayAttr(steps))});
+    return build<nn::SliceOp>(node, {value},
+                              {builder.getNamedAttr("starts", builder.getDenseI64ArrayAttr(starts)),
+                               builder.getNamedAttr("ends", builder.getDenseI64ArrayAttr(ends)),
+                               builder.getNamedAttr("steps", builder.getDenseI64ArrayAttr(steps))});
   };
   bool interleaved = intAttr(node, "interleaved", 0) != 0;
   Value x1 = interleaved ? slice(x, 0, rotated, 2) : slice(x, 0, half, 1);
   Value x2 = interleaved ? slice(x, 1, rotated, 2) : slice(x, half, rotated, 1);
-  auto mul = [&](Value a, Value b) { return inferredValue<nn::MulOp>(node, {a, b}); };
-  Value real = inferredValue<nn::SubOp>(node, {mul(cos, x1), mul(sin, x2)});
-  Value imaginary = inferredValue<nn::AddOp>(node, {mul(sin, x1), mul(cos, x2)});
+  auto mul = [&](Value a, Value b) { return build<nn::MulOp>(node, {a, b}); };
+  Value real = build<nn::SubOp>(node, {mul(cos, x1), mul(sin, x2)});
+  Value imaginary = build<nn::AddOp>(node, {mul(sin, x1), mul(cos, x2)});
   auto concat = [&](SmallVector<Value> parts, int64_t axis) {
-    return inferredValue<nn::ConcatOp>(
-        node, parts, {builder.getNamedAttr("axis", builder.getI64IntegerAttr(axis))});
+    return build<nn::ConcatOp>(node, parts,
+                               {builder.getNamedAttr("axis", builder.getI64IntegerAttr(axis))});
   };
   Value result;
   if (interleaved) {
@@ -195,16 +184,16 @@ void OnnxImporter::convertAttention(const onnx::NodeProto &node) {
     v = repeat(v);
   }
   Location loc = locationOf(node);
-  Value scores = inferredValue<nn::MatMulOp>(node, {q, transposeBy(node, k, {0, 1, 3, 2})}, {});
+  Value scores = build<nn::MatMulOp>(node, {q, transposeBy(node, k, {0, 1, 3, 2})}, {});
   double scale = 1.0 / std::sqrt(static_cast<double>(typeOf(q).getDimSize(3)));
   if (const onnx::AttributeProto *given = attribute(node, "scale"))
     scale = given->f();
-  scores = inferredValue<nn::MulOp>(node, {scores, scalarLike(scale, q, loc)});
+  scores = build<nn::MulOp>(node, {scores, scalarLike(node, q, scale)});
   if (float softcap = floatAttr(node, "softcap", 0.0f); softcap > 0) {
-    Value capped = inferredValue<nn::DivOp>(node, {scores, scalarLike(softcap, q, loc)});
+    Value capped = build<nn::DivOp>(node, {scores, scalarLike(node, q, softcap)});
     capped = createVerified(node, nn::TanhOp::getOperationName(), {capped}, {capped.getType()}, {})
                  ->getResult(0);
-    scores = inferredValue<nn::MulOp>(node, {capped, scalarLike(softcap, q, loc)});
+    scores = build<nn::MulOp>(node, {capped, scalarLike(node, q, softcap)});
   }
   // The additive bias: 0 where attended, -inf where masked.
   const double masked = -std::numeric_limits<double>::infinity();
@@ -214,9 +203,9 @@ void OnnxImporter::convertAttention(const onnx::NodeProto &node) {
       fail(node, "the mask's last dimension must be the key sequence length " +
                      std::to_string(keySequence));
     if (typeOf(mask).getElementType().isInteger(1))
-      mask = inferredValue<nn::WhereOp>(
-          node, {mask, scalarLike(0.0, q, loc), scalarLike(masked, q, loc)}, {});
-    scores = inferredValue<nn::AddOp>(node, {scores, mask});
+      mask = build<nn::WhereOp>(node, {mask, scalarLike(node, q, 0.0), scalarLike(node, q, masked)},
+                                {});
+    scores = build<nn::AddOp>(node, {scores, mask});
   }
   if (intAttr(node, "is_causal", 0) != 0) {
     // Query i attends keys j <= i (no cache: the frontier starts at 0).
@@ -225,14 +214,14 @@ void OnnxImporter::convertAttention(const onnx::NodeProto &node) {
       for (int64_t j = i + 1; j < keySequence; ++j)
         bias[i * keySequence + j] = masked;
     auto kind = *pipec::import::elementKindOf(typeOf(q).getElementType());
-    scores = inferredValue<nn::AddOp>(
+    scores = build<nn::AddOp>(
         node, {scores, materialize(HostTensor::ofFloats(kind, {querySequence, keySequence},
                                                         std::move(bias)),
                                    loc)});
   }
-  Value probabilities = inferredValue<nn::SoftmaxOp>(
+  Value probabilities = build<nn::SoftmaxOp>(
       node, {scores}, {builder.getNamedAttr("axis", builder.getI64IntegerAttr(-1))});
-  Value result = inferredValue<nn::MatMulOp>(node, {probabilities, v}, {});
+  Value result = build<nn::MatMulOp>(node, {probabilities, v}, {});
   if (rank == 3) {
     result = transposeBy(node, result, {0, 2, 1, 3});
     auto shape = typeOf(result).getShape();

@@ -27,25 +27,26 @@ Value OnnxImporter::sliceAxis(const onnx::NodeProto &node, Value input, int64_t 
   std::vector<int64_t> starts(shape.size(), 0), ends(shape.begin(), shape.end()),
       steps(shape.size(), 1);
   starts[axis] = start, ends[axis] = end, steps[axis] = step;
-  return inferredValue<nn::SliceOp>(
-      node, {input},
-      {builder.getNamedAttr("starts", builder.getDenseI64ArrayAttr(starts)),
-       builder.getNamedAttr("ends", builder.getDenseI64ArrayAttr(ends)),
-       builder.getNamedAttr("steps", builder.getDenseI64ArrayAttr(steps))});
+  return build<nn::SliceOp>(node, {input},
+                            {builder.getNamedAttr("starts", builder.getDenseI64ArrayAttr(starts)),
+                             builder.getNamedAttr("ends", builder.getDenseI64ArrayAttr(ends)),
+                             builder.getNamedAttr("steps", builder.getDenseI64ArrayAttr(steps))});
+}
+
+Value OnnxImporter::castTo(const onnx::NodeProto &node, Value value, Type element) {
+  if (typeOf(value).getElementType() == element)
+    return value;
+  return createVerified(node, nn::CastOp::getOperationName(), {value},
+                        {RankedTensorType::get(typeOf(value).getShape(), element)}, {})
+      ->getResult(0);
 }
 
 Value OnnxImporter::int64Indices(const onnx::NodeProto &node, Value indices, int64_t size) {
-  Location loc = locationOf(node);
-  if (!typeOf(indices).getElementType().isInteger(64))
-    indices = createVerified(
-                  node, nn::CastOp::getOperationName(), {indices},
-                  {RankedTensorType::get(typeOf(indices).getShape(), builder.getI64Type())}, {})
-                  ->getResult(0);
+  indices = castTo(node, indices, builder.getI64Type());
   // ONNX counts negative indices from the end of the dimension.
-  Value zero = scalarLike(0, indices, loc), extent = scalarLike(size, indices, loc);
-  Value negative = inferredValue<nn::LessOp>(node, {indices, zero});
-  return inferredValue<nn::WhereOp>(
-      node, {negative, inferredValue<nn::AddOp>(node, {indices, extent}), indices});
+  Value zero = scalarLike(node, indices, 0), extent = scalarLike(node, indices, size);
+  Value negative = build<nn::LessOp>(node, {indices, zero});
+  return build<nn::WhereOp>(node, {negative, build<nn::AddOp>(node, {indices, extent}), indices});
 }
 
 void OnnxImporter::convertCumSum(const onnx::NodeProto &node) {
@@ -58,7 +59,11 @@ void OnnxImporter::convertCumSum(const onnx::NodeProto &node) {
   int64_t length = shape[axis];
   bool reverse = intAttr(node, "reverse", 0) != 0, exclusive = intAttr(node, "exclusive", 0) != 0;
   Location loc = locationOf(node);
-  Value value = reverse ? sliceAxis(node, input, axis, length - 1, -1, -1) : input;
+  // Integer arithmetic runs in int64 (buildWidened); the result converts back.
+  Type element = typeOf(input).getElementType();
+  Value value = isNarrowInteger(element) ? castTo(node, input, builder.getI64Type()) : input;
+  if (reverse)
+    value = sliceAxis(node, value, axis, length - 1, -1, -1);
   // Prepends `count` zeros along the axis and drops as many at the end.
   auto shifted = [&](Value v, int64_t count) {
     std::vector<int64_t> zeroShape(shape.begin(), shape.end());
@@ -69,19 +74,19 @@ void OnnxImporter::convertCumSum(const onnx::NodeProto &node) {
     HostTensor filler = isFloating(kind)
                             ? HostTensor::ofFloats(kind, zeroShape, std::vector<double>(zeros, 0.0))
                             : HostTensor::ofInts(kind, zeroShape, std::vector<int64_t>(zeros, 0));
-    return inferredValue<nn::ConcatOp>(
+    return build<nn::ConcatOp>(
         node, {materialize(filler, loc), sliceAxis(node, v, axis, 0, length - count, 1)},
         {builder.getNamedAttr("axis", builder.getI64IntegerAttr(axis))});
   };
   // Hillis-Steele scan: after the step of distance d, each element holds
   // the sum of the 2d elements ending at it.
   for (int64_t distance = 1; distance < length; distance *= 2)
-    value = inferredValue<nn::AddOp>(node, {value, shifted(value, distance)});
+    value = build<nn::AddOp>(node, {value, shifted(value, distance)});
   if (exclusive && length > 0)
     value = shifted(value, 1);
   if (reverse)
     value = sliceAxis(node, value, axis, length - 1, -1, -1);
-  define(node, 0, value);
+  define(node, 0, castTo(node, value, element));
 }
 
 void OnnxImporter::convertGatherElements(const onnx::NodeProto &node) {
@@ -112,8 +117,8 @@ void OnnxImporter::convertGatherElements(const onnx::NodeProto &node) {
   }
   Location loc = locationOf(node);
   Value index = int64Indices(node, indices, dataShape[axis]);
-  index = inferredValue<nn::MulOp>(node, {index, scalarLike(strides[axis], index, loc)});
-  index = inferredValue<nn::AddOp>(
+  index = build<nn::MulOp>(node, {index, scalarLike(node, index, strides[axis])});
+  index = build<nn::AddOp>(
       node, {index, materialize(HostTensor::ofInts(ElementKind::Int64,
                                                    {indexShape.begin(), indexShape.end()}, offsets),
                                 loc)});
@@ -155,9 +160,8 @@ void OnnxImporter::convertGatherND(const onnx::NodeProto &node) {
         reshapeTo(node, sliceAxis(node, indices, indexRank - 1, j, j + 1, 1), tupleShape);
     coordinate = int64Indices(node, coordinate, indexed[j]);
     if (strides[j] != 1)
-      coordinate =
-          inferredValue<nn::MulOp>(node, {coordinate, scalarLike(strides[j], coordinate, loc)});
-    flat = flat ? inferredValue<nn::AddOp>(node, {flat, coordinate}) : coordinate;
+      coordinate = build<nn::MulOp>(node, {coordinate, scalarLike(node, coordinate, strides[j])});
+    flat = flat ? build<nn::AddOp>(node, {flat, coordinate}) : coordinate;
   }
   if (batchDims > 0) {
     int64_t tuples = std::accumulate(tupleShape.begin(), tupleShape.end(), int64_t{1},
@@ -169,7 +173,7 @@ void OnnxImporter::convertGatherND(const onnx::NodeProto &node) {
     std::vector<int64_t> offsets(tuples);
     for (int64_t t = 0; t < tuples; ++t)
       offsets[t] = (t / perBatch) * batchStride;
-    flat = inferredValue<nn::AddOp>(
+    flat = build<nn::AddOp>(
         node,
         {flat, materialize(HostTensor::ofInts(ElementKind::Int64, tupleShape, offsets), loc)});
   }
@@ -199,20 +203,20 @@ void OnnxImporter::convertScatter(const onnx::NodeProto &node) {
   std::vector<int64_t> dataPositions(dataSize), updatePositions(updateSize);
   std::iota(dataPositions.begin(), dataPositions.end(), 0);
   std::iota(updatePositions.begin(), updatePositions.end(), dataSize);
-  HostTensor positions = HostTensor::ofInts(ElementKind::Int64, {dataShape.begin(), dataShape.end()},
-                                            dataPositions);
-  HostTensor sources = HostTensor::ofInts(ElementKind::Int64,
-                                          {updateShape.begin(), updateShape.end()}, updatePositions);
+  HostTensor positions =
+      HostTensor::ofInts(ElementKind::Int64, {dataShape.begin(), dataShape.end()}, dataPositions);
+  HostTensor sources = HostTensor::ofInts(
+      ElementKind::Int64, {updateShape.begin(), updateShape.end()}, updatePositions);
   HostTensor selector;
   try {
-    selector = node.op_type() == "ScatterND"
-                   ? fold::scatterND(positions, indices, sources, "none")
-                   : fold::scatterAlongAxis(positions, indices, sources,
-                                            intAttr(node, "axis", 0), "none");
+    selector =
+        node.op_type() == "ScatterND"
+            ? fold::scatterND(positions, indices, sources, "none")
+            : fold::scatterAlongAxis(positions, indices, sources, intAttr(node, "axis", 0), "none");
   } catch (const FoldError &error) {
     fail(node, error.what());
   }
-  Value pool = inferredValue<nn::ConcatOp>(
+  Value pool = build<nn::ConcatOp>(
       node, {reshapeTo(node, data, {dataSize}), reshapeTo(node, updates, {updateSize})},
       {builder.getNamedAttr("axis", builder.getI64IntegerAttr(0))});
   defineInferred<nn::GatherOp>(node, {pool, materialize(selector, locationOf(node))},

@@ -214,7 +214,7 @@ void OnnxImporter::convertTrilu(const onnx::NodeProto &node) {
                                        std::vector<int64_t>(rows * columns, 1));
   HostTensor mask = fold::trilu(ones, k, intAttr(node, "upper", 1) != 0);
   Location loc = locationOf(node);
-  defineInferred<nn::WhereOp>(node, {materialize(mask, loc), input, scalarLike(0.0, input, loc)},
+  defineInferred<nn::WhereOp>(node, {materialize(mask, loc), input, scalarLike(node, input, 0.0)},
                               {});
 }
 

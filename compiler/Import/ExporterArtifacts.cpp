@@ -27,7 +27,8 @@ newerMetadata(const google::protobuf::Message &message, int field) {
       message.GetReflection()->GetUnknownFields(message);
   for (int i = 0; i < unknown.field_count(); ++i) {
     const google::protobuf::UnknownField &entry = unknown.field(i);
-    if (entry.number() != field || entry.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED)
+    if (entry.number() != field ||
+        entry.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED)
       continue;
     onnx::StringStringEntryProto pair;
     if (pair.ParseFromString(entry.length_delimited()))
@@ -79,14 +80,16 @@ void OnnxImporter::noteExporterArtifacts(const std::optional<TorchSignature> &si
   std::vector<std::string> foldedNormalizations;
   for (int i = 0; i < graph.node_size(); ++i)
     for (const auto &[key, value] : newerMetadata(graph.node(i), kNodeMetadataField))
-      if (key == "pkg.onnxscript.rewriter.rule_name" && value.find("FuseBatchNorm") != std::string::npos)
+      if (key == "pkg.onnxscript.rewriter.rule_name" &&
+          value.find("FuseBatchNorm") != std::string::npos)
         foldedNormalizations.push_back(label(i));
   if (!foldedNormalizations.empty())
     importNotes.push_back(
         "the exporter's optimizer folded BatchNormalization into " +
         std::to_string(foldedNormalizations.size()) + " node(s) (" + listed(foldedNormalizations) +
         "; onnxscript's FuseBatchNorm rules): this file trains a model without batch "
-        "normalization, unlike the original; re-export with torch.onnx.export(..., optimize=False)");
+        "normalization, unlike the original; re-export with torch.onnx.export(..., "
+        "optimize=False)");
 
   // One initializer as the scale or bias of several normalization layers:
   // equal-valued initializers merged by an optimizer.

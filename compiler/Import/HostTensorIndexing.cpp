@@ -22,8 +22,8 @@ std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
 
 int64_t axisOf(int64_t axis, int64_t rank, const char *op) {
   if (axis < -rank || axis >= rank)
-    throw FoldError(std::string(op) + ": axis " + std::to_string(axis) +
-                    " out of range for rank " + std::to_string(rank));
+    throw FoldError(std::string(op) + ": axis " + std::to_string(axis) + " out of range for rank " +
+                    std::to_string(rank));
   return axis < 0 ? axis + rank : axis;
 }
 
@@ -212,9 +212,8 @@ HostTensor scatterAlongAxis(const HostTensor &data, const HostTensor &indices,
 namespace {
 /// GatherND / ScatterND: the flat offset in `data` of the slice that the
 /// index tuple at `tuple` (of `depth` entries) selects, after `batchOffset`.
-int64_t sliceOffset(const HostTensor &data, const HostTensor &indices, int64_t tuple,
-                    int64_t depth, int64_t batchDims, const std::vector<int64_t> &dataStrides,
-                    const char *op) {
+int64_t sliceOffset(const HostTensor &data, const HostTensor &indices, int64_t tuple, int64_t depth,
+                    int64_t batchDims, const std::vector<int64_t> &dataStrides, const char *op) {
   int64_t offset = 0;
   for (int64_t i = 0; i < depth; ++i) {
     int64_t d = batchDims + i;

@@ -303,15 +303,6 @@ private:
   template <typename OpT>
   mlir::Operation *createInferred(const onnx::NodeProto &node, mlir::ValueRange operands,
                                   mlir::ArrayRef<mlir::NamedAttribute> attributes);
-  /// createInferred's first result: for converters that lower one node into
-  /// several ops.
-  template <typename OpT>
-  mlir::Value inferredValue(const onnx::NodeProto &node, mlir::ValueRange operands,
-                            mlir::ArrayRef<mlir::NamedAttribute> attributes = {}) {
-    return createInferred<OpT>(node, operands, attributes)->getResult(0);
-  }
-  /// A scalar constant of `like`'s element type.
-  mlir::Value scalarLike(double value, mlir::Value like, mlir::Location loc);
   mlir::Value reshapeTo(const onnx::NodeProto &node, mlir::Value input,
                         mlir::ArrayRef<int64_t> shape);
   mlir::Value transposeBy(const onnx::NodeProto &node, mlir::Value input,
@@ -331,9 +322,20 @@ private:
   /// Creates an op with given result types and verifies it.
   /// The result of an op computed for `node` whose result type the op
   /// infers (the element-wise lowerings build several per node).
-  template <typename OpT> mlir::Value build(const onnx::NodeProto &node, mlir::ValueRange operands) {
-    return createInferred<OpT>(node, operands, {})->getResult(0);
+  template <typename OpT>
+  mlir::Value build(const onnx::NodeProto &node, mlir::ValueRange operands,
+                    mlir::ArrayRef<mlir::NamedAttribute> attributes = {}) {
+    return createInferred<OpT>(node, operands, attributes)->getResult(0);
   }
+  /// `build` of a binary op whose operands, integers narrower than 64 bits,
+  /// are computed in int64 (the kernels' integer arithmetic).
+  template <typename OpT>
+  mlir::Value buildWidened(const onnx::NodeProto &node, mlir::Value lhs, mlir::Value rhs);
+  static bool isNarrowInteger(mlir::Type element) {
+    return element.isInteger() && !element.isInteger(1) && !element.isInteger(64);
+  }
+  /// `value` as `element` (nn.cast), or itself when it already is.
+  mlir::Value castTo(const onnx::NodeProto &node, mlir::Value value, mlir::Type element);
   /// A 0-d constant of `like`'s element type.
   mlir::Value scalarLike(const onnx::NodeProto &node, mlir::Value like, double value);
   /// where(x > 0, x, negative): the rectifiers' shape (LeakyRelu, PRelu,
@@ -438,7 +440,20 @@ template <typename OpT> void OnnxImporter::convertBinary(const onnx::NodeProto &
                            {mlir::RankedTensorType::get(typeOf(rhs).getShape(), lhsElement)}, {})
                 ->getResult(0);
   }
-  defineResults(node, createInferred<OpT>(node, {lhs, rhs}, {}), 1);
+  define(node, 0, buildWidened<OpT>(node, lhs, rhs));
+}
+
+template <typename OpT>
+mlir::Value OnnxImporter::buildWidened(const onnx::NodeProto &node, mlir::Value lhs,
+                                       mlir::Value rhs) {
+  mlir::Type element = typeOf(lhs).getElementType();
+  if (!isNarrowInteger(element))
+    return build<OpT>(node, {lhs, rhs});
+  // The kernels do integer arithmetic in int64: narrower integers widen,
+  // and an arithmetic result converts back (wrapping, as ONNX's does).
+  mlir::Value result = build<OpT>(node, {castTo(node, lhs, builder.getI64Type()),
+                                         castTo(node, rhs, builder.getI64Type())});
+  return typeOf(result).getElementType().isInteger(64) ? castTo(node, result, element) : result;
 }
 
 /// Sum, Max, Min of any number of inputs: a chain of the binary op,
@@ -448,7 +463,7 @@ template <typename OpT> void OnnxImporter::convertVariadic(const onnx::NodeProto
     fail(node, "needs at least one input");
   mlir::Value result = operand(node, 0);
   for (int i = 1; i < node.input_size(); ++i)
-    result = build<OpT>(node, {result, operand(node, i)});
+    result = buildWidened<OpT>(node, result, operand(node, i));
   define(node, 0, result);
 }
 

@@ -14,6 +14,8 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/DenseMap.h"
 
+#include <limits>
+#include <map>
 #include <numeric>
 
 namespace pipec::passes {
@@ -217,24 +219,43 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
     auto phaseOf = [&](Value value) {
       return roles.isWeightGradient(value) ? pipe::Phase::BwdWeight : pipe::Phase::BwdInput;
     };
-    // A sum of gradient contributions runs on the earliest stage that
-    // computed one: gradients only flow towards earlier stages, and the
-    // forward order of ops need not follow the stages when a cut falls at
-    // an antichain of the graph (docs/partition.md).
-    auto earlierStage = [](Value sum, Attribute stage) -> Attribute {
-      Operation *producer = sum.getDefiningOp();
-      auto sumStage = producer ? producer->getAttrOfType<IntegerAttr>("pipe.stage") : IntegerAttr();
-      auto newStage = llvm::dyn_cast_or_null<IntegerAttr>(stage);
-      if (!sumStage || !newStage)
-        return stage;
-      return sumStage.getInt() < newStage.getInt() ? sumStage : newStage;
+    // A value's gradient contributions are summed per stage first, on the
+    // stage that computed them; the partial sums are then added from the
+    // last stage to the first, each on the earlier of the two. So one
+    // gradient per value crosses each stage boundary, and only towards
+    // earlier stages, even when a cut falls at an antichain of the graph
+    // and the forward order of ops does not follow the stages
+    // (docs/stages.md).
+    auto stageNumber = [](Attribute stage) -> int64_t {
+      auto number = llvm::dyn_cast_or_null<IntegerAttr>(stage);
+      return number ? number.getInt() : std::numeric_limits<int64_t>::max();
     };
+    llvm::DenseMap<Value, std::map<int64_t, std::pair<Attribute, Value>>> partials;
     auto accumulate = [&](Value target, Value contribution, Attribute stage) {
-      auto [it, inserted] = gradients.try_emplace(target, contribution);
+      auto [it, inserted] =
+          partials[target].try_emplace(stageNumber(stage), stage, contribution);
       if (!inserted)
-        it->second = tagged(phaseOf(target), earlierStage(it->second, stage), [&] {
-          return Value(nn::AddOp::create(builder, contribution.getLoc(), it->second, contribution));
+        it->second.second = tagged(phaseOf(target), stage, [&] {
+          return Value(nn::AddOp::create(builder, contribution.getLoc(), it->second.second,
+                                         contribution));
         });
+    };
+    auto gradientOf = [&](Value target) -> Value {
+      if (Value done = gradients.lookup(target))
+        return done;
+      auto found = partials.find(target);
+      if (found == partials.end())
+        return Value();
+      Value sum;
+      for (auto &entry : llvm::reverse(found->second)) {
+        Attribute stage = entry.second.first;
+        Value partial = entry.second.second;
+        sum = !sum ? partial : tagged(phaseOf(target), stage, [&] {
+          return Value(nn::AddOp::create(builder, partial.getLoc(), sum, partial));
+        });
+      }
+      gradients[target] = sum;
+      return sum;
     };
 
     Operation *lossProducer = loss.getDefiningOp();
@@ -253,7 +274,7 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
       SmallVector<Value> dys;
       bool any = false;
       for (Value result : op->getResults()) {
-        Value dy = gradients.lookup(result);
+        Value dy = gradientOf(result);
         dys.push_back(dy);
         any |= static_cast<bool>(dy);
       }
@@ -285,7 +306,7 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
       auto name = function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "nn.name");
       if (nn::argumentRole(function, argument.getArgNumber()) != nn::Role::Param)
         continue;
-      Value grad = gradients.lookup(argument);
+      Value grad = gradientOf(argument);
       if (!grad) {
         // Unused by the loss: a zero gradient keeps the optimizer uniform.
         auto type = tensorType(argument);

@@ -79,23 +79,29 @@ func.func @forward(%w: tensor<4x4xf32> {nn.name = "w", nn.role = #nn.role<param>
 
 // -----
 
-// A cut at an antichain: %r (stage 0) is read by a stage-1 matmul that comes
-// first in the forward order and by a stage-0 matmul after it (a residual
-// branch). The sum of the two gradient contributions runs on stage 0, the
-// earlier of the two: gradients flow only towards earlier stages (the
-// outliner refused the sum on stage 1, which read stage 0's contribution).
+// A cut at an antichain: %r (stage 0) is read by stage-1 matmuls before and
+// after a stage-0 matmul in the forward order (query, key and value
+// projections split between stages). Its contributions are summed per stage
+// (the two of stage 1 on stage 1), then the stage-1 sum is added to stage
+// 0's on stage 0: one gradient crosses the boundary, towards the earlier
+// stage (the outliner refused a sum on stage 1 that read stage 0's part, and
+// the emitter a boundary crossed by more gradients than activations).
 // CHECK-LABEL: func.func @train_step
+// CHECK: %[[D2:.*]] = nn.matmul {{.*}}pipe.phase = #pipe.phase<bwd_input>, pipe.stage = 1 : i64
 // CHECK: %[[D0:.*]] = nn.matmul {{.*}}pipe.phase = #pipe.phase<bwd_input>, pipe.stage = 0 : i64
 // CHECK: %[[D1:.*]] = nn.matmul {{.*}}pipe.phase = #pipe.phase<bwd_input>, pipe.stage = 1 : i64
-// CHECK: nn.add %[[D0]], %[[D1]] {pipe.phase = #pipe.phase<bwd_input>, pipe.stage = 0 : i64}
+// CHECK: %[[S1:.*]] = nn.add %[[D2]], %[[D1]] {pipe.phase = #pipe.phase<bwd_input>, pipe.stage = 1 : i64}
+// CHECK: nn.add %[[S1]], %[[D0]] {pipe.phase = #pipe.phase<bwd_input>, pipe.stage = 0 : i64}
 func.func @forward(%w0: tensor<4x4xf32> {nn.name = "w0", nn.role = #nn.role<param>}, %w1: tensor<4x4xf32> {nn.name = "w1", nn.role = #nn.role<param>},
-                   %w2: tensor<4x4xf32> {nn.name = "w2", nn.role = #nn.role<param>},
+                   %w2: tensor<4x4xf32> {nn.name = "w2", nn.role = #nn.role<param>}, %w3: tensor<4x4xf32> {nn.name = "w3", nn.role = #nn.role<param>},
                    %x: tensor<2x4xf32> {nn.name = "x", nn.role = #nn.role<input>}, %t: tensor<2xi64> {nn.name = "t", nn.role = #nn.role<label>}) -> tensor<f32> {
   %h = nn.matmul %x, %w0 {pipe.stage = 0 : i64} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
   %r = nn.relu %h {pipe.stage = 0 : i64} : tensor<2x4xf32>
   %late = nn.matmul %r, %w1 {pipe.stage = 1 : i64} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
   %early = nn.matmul %r, %w2 {pipe.stage = 0 : i64} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+  %later = nn.matmul %r, %w3 {pipe.stage = 1 : i64} : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
   %sum = nn.add %late, %early {pipe.stage = 1 : i64} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
-  %l:2 = nn.softmax_cross_entropy_loss %sum, %t {pipe.stage = 1 : i64} : (tensor<2x4xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2x4xf32>)
+  %all = nn.add %sum, %later {pipe.stage = 1 : i64} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %l:2 = nn.softmax_cross_entropy_loss %all, %t {pipe.stage = 1 : i64} : (tensor<2x4xf32>, tensor<2xi64>) -> (tensor<f32>, tensor<2x4xf32>)
   return %l#0 : tensor<f32>
 }

@@ -12,6 +12,7 @@
 // each file to its name.
 #include "compiler/Driver/Registration.h"
 #include "compiler/Evaluator/Evaluator.h"
+#include "compiler/Evaluator/Kernels.h"
 #include "compiler/Import/OnnxImporter.h"
 #include "compiler/Import/Npy.h"
 #include "dialects/nn/NNDialect.h"
@@ -53,9 +54,14 @@ int main(int argc, char **argv) {
   cl::opt<std::string> outputDir("output-dir", cl::desc("Where to write the .npy results"),
                                  cl::Required, cl::cat(category));
   cl::opt<uint64_t> seed("seed", cl::desc("Dropout seed"), cl::init(0), cl::cat(category));
+  cl::opt<bool> fp64("fp64",
+                     cl::desc("Keep every floating value in double instead of rounding it to its "
+                              "element type (compare with float64 references)"),
+                     cl::cat(category));
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(argc, argv, "pipec reference evaluator\n");
 
+  pipec::eval::setFloatRounding(!fp64);
   auto fail = [](const std::string &message) {
     llvm::errs() << "error: " << message << "\n";
     return 1;
