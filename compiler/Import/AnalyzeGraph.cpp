@@ -259,7 +259,8 @@ void OnnxImporter::analyzeGraph() {
     const auto &node = graph.node(i);
     currentNodeIndex = i;
     bool foldable = isDefaultDomain(node.domain()) && folders().count(node.op_type()) &&
-                    (node.op_type() == "Shape" ||
+                    // Shape and Size read only the (static) shape.
+                    (node.op_type() == "Shape" || node.op_type() == "Size" ||
                      llvm::all_of(node.input(), [&](const std::string &name) {
                        return name.empty() || knownAtImport.count(name) > 0;
                      }));

@@ -55,6 +55,53 @@ std::string listed(const std::vector<std::string> &names, size_t most = 3) {
 
 } // namespace
 
+void OnnxImporter::privatizeRunningStatistics() {
+  onnx::GraphProto &graph = *model.mutable_graph();
+  std::map<std::string, int> uses;
+  for (const auto &node : graph.node())
+    for (const auto &input : node.input())
+      ++uses[input];
+  std::map<std::string, const onnx::TensorProto *> byName;
+  for (const auto &tensor : graph.initializer())
+    byName[tensor.name()] = &tensor;
+  std::set<std::string> taken;
+  for (const auto &tensor : graph.initializer())
+    taken.insert(tensor.name());
+  std::vector<onnx::TensorProto> copies;
+  int shared = 0;
+  for (int i = 0; i < graph.node_size(); ++i) {
+    onnx::NodeProto &node = *graph.mutable_node(i);
+    if (node.op_type() != "BatchNormalization" || !isDefaultDomain(node.domain()))
+      continue;
+    for (int input : {3, 4}) {
+      if (input >= node.input_size())
+        continue;
+      auto found = byName.find(node.input(input));
+      if (found == byName.end() || uses[node.input(input)] < 2)
+        continue;
+      // A running statistic is one layer's state: a copy of its own.
+      std::string base = node.input(input) + "." +
+                         (node.name().empty() ? "#" + std::to_string(i) : node.name()) +
+                         (input == 3 ? ".running_mean" : ".running_var");
+      std::string name = base;
+      for (int suffix = 1; !taken.insert(name).second; ++suffix)
+        name = base + "." + std::to_string(suffix);
+      copies.push_back(*found->second);
+      copies.back().set_name(name);
+      --uses[node.input(input)];
+      node.set_input(input, name);
+      ++shared;
+    }
+  }
+  for (onnx::TensorProto &copy : copies)
+    *graph.add_initializer() = std::move(copy);
+  if (shared)
+    importNotes.push_back(
+        std::to_string(shared) + " BatchNormalization running statistic(s) shared an "
+        "initializer with other tensors (an optimized export merged equal-valued initializers): "
+        "each is now its layer's own copy, as in the original model");
+}
+
 std::optional<OnnxImporter::TorchSignature> OnnxImporter::torchSignature() const {
   for (const auto &[key, value] : newerMetadata(model.graph(), kGraphMetadataField)) {
     if (key != "pkg.torch.export.ExportedProgram.graph_signature")
@@ -111,6 +158,19 @@ void OnnxImporter::noteExporterArtifacts(const std::optional<TorchSignature> &si
           "layers tied, unlike the original model; re-export with optimize=False");
 
   if (signature) {
+    // Parameters of the PyTorch model that the file does not have: folded
+    // into others (BatchNorm into convolutions, a weight into its
+    // transpose), merged with an equal one, or dropped (all-zero biases).
+    std::vector<std::string> missing;
+    for (const std::string &name : signature->parameters)
+      if (!initializers.count(name))
+        missing.push_back(name);
+    if (!missing.empty())
+      importNotes.push_back(
+          std::to_string(missing.size()) + " of the PyTorch model's " +
+          std::to_string(signature->parameters.size()) + " parameters (" + listed(missing) +
+          ") are not initializers of the file: the exporter's optimizer folded, merged or "
+          "dropped them; re-export with optimize=False to train them all");
     std::vector<std::string> made;
     for (const std::string &name : parameterNames)
       if (!signature->parameters.count(name) && !signature->buffers.count(name))

@@ -243,6 +243,9 @@ private:
     std::set<std::string> parameters, buffers;
   };
   std::optional<TorchSignature> torchSignature() const;
+  /// Gives every BatchNormalization running statistic that shares its
+  /// initializer with another use a copy of its own (merged exports).
+  void privatizeRunningStatistics();
   /// Records in importNotes what an exporter changed that training sees.
   void noteExporterArtifacts(const std::optional<TorchSignature> &signature);
   std::string readersOf(const std::string &name, const Readers &readers);

@@ -288,6 +288,7 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
     checkOpsets();
     if (!validateModel(model, path, opset, options.inputShapes, errors))
       abandon();
+    privatizeRunningStatistics();
     analyzeGraph();
     resolveInputTypes();
     const onnx::GraphProto &graph = model.graph();

@@ -37,13 +37,19 @@ TIER1 = {
     "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Clip", "HardSigmoid",
     "HardSwish", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Mish", "ThresholdedRelu",
     "CastLike",
+    # Lowered or folded at import (issue 31, docs/importer.md).
+    "SplitToSequence", "SequenceAt", "SequenceConstruct", "ConcatFromSequence", "Trilu", "Tile",
+    "CumSum", "GatherElements", "GatherND", "ScatterND", "ScatterElements", "RMSNormalization",
+    "RotaryEmbedding", "Attention", "Range", "Size",
 }
 # (op type, input position) of operands pipec needs at import time.
 CONSTANT_SLOTS = {
     ("Reshape", 1), ("Expand", 1), ("Split", 1), ("Squeeze", 1), ("Unsqueeze", 1),
     ("ReduceMean", 1), ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4),
     ("Pad", 1), ("Pad", 2), ("Pad", 3), ("Dropout", 1), ("Dropout", 2),
-    ("ConstantOfShape", 0),
+    ("ConstantOfShape", 0), ("CumSum", 1), ("Tile", 1), ("Trilu", 1), ("ScatterND", 1),
+    ("ScatterElements", 1), ("SequenceAt", 1), ("SplitToSequence", 1), ("Range", 0), ("Range", 1),
+    ("Range", 2),
 }
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXPECTED = os.path.join(HERE, "expected_imports.txt")

@@ -83,9 +83,11 @@ int main(int argc, char **argv) {
   mlir::MLIRContext context(registry);
   context.loadAllAvailableDialects();
   std::vector<std::string> errors;
-  auto module = pipec::import::importOnnxModel(context, modelPath, {}, errors);
+  // The initializers from the same parse: the importer may have added some
+  // (a BatchNorm statistic's own copy, docs/importer.md).
   std::map<std::string, HostTensor> initializers;
-  if (!module || !pipec::import::readInitializerValues(modelPath, initializers, errors)) {
+  auto module = pipec::import::importOnnxModel(context, modelPath, {}, errors, &initializers);
+  if (!module) {
     for (const auto &error : errors)
       llvm::errs() << "error: " << error << "\n";
     return 1;
