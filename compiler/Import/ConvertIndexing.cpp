@@ -12,15 +12,6 @@ using namespace mlir;
 
 namespace pipec::import::detail {
 
-namespace {
-std::vector<int64_t> stridesOf(ArrayRef<int64_t> shape) {
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
-    strides[i] = strides[i + 1] * shape[i + 1];
-  return strides;
-}
-} // namespace
-
 Value OnnxImporter::sliceAxis(const onnx::NodeProto &node, Value input, int64_t axis, int64_t start,
                               int64_t end, int64_t step) {
   auto shape = typeOf(input).getShape();
@@ -102,7 +93,7 @@ void OnnxImporter::convertGatherElements(const onnx::NodeProto &node) {
       fail(node, "indices are larger than data outside the axis");
   // data[p with p_axis = index] is flat element index * stride_axis + the
   // offset of p's other coordinates, a constant.
-  std::vector<int64_t> strides = stridesOf(dataShape);
+  std::vector<int64_t> strides = stridesOf({dataShape.begin(), dataShape.end()});
   int64_t count =
       std::accumulate(indexShape.begin(), indexShape.end(), int64_t{1}, std::multiplies<int64_t>());
   std::vector<int64_t> offsets(count);

@@ -355,10 +355,13 @@ void OnnxImporter::convertBatchNorm(const onnx::NodeProto &node) {
   SmallVector<Value> operands;
   for (int i = 0; i < 5; ++i)
     operands.push_back(operand(node, i));
-  // --batchnorm decides, whatever the file's form (opset 14+ says
-  // training_mode; before, PyTorch's 5-output form trains): exporters
-  // write inference form even from train() (ExporterArtifacts.cpp notes it).
-  bool training = options.batchNorm == BatchNormStatistics::Batch;
+  // --batchnorm decides: exporters write inference form even from train()
+  // (ExporterArtifacts.cpp notes it). As exported: opset 14+ says
+  // training_mode; before, PyTorch's 5-output form trains.
+  bool training = options.batchNorm == BatchNormStatistics::AsExported
+                      ? (nodeVersion >= 14 ? intAttr(node, "training_mode", 0) != 0
+                                           : node.output_size() > 1)
+                      : options.batchNorm == BatchNormStatistics::Batch;
   rejectUsedOutputs(node, 3, "saved batch statistics");
   SmallVector<NamedAttribute> attributes{
       builder.getNamedAttr("epsilon", builder.getF32FloatAttr(floatAttr(node, "epsilon", 1e-5f))),

@@ -115,13 +115,14 @@ std::vector<int64_t> broadcastShape(const std::vector<int64_t> &lhs,
   return result;
 }
 
-namespace {
 std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
   std::vector<int64_t> strides(shape.size(), 1);
   for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
     strides[i] = strides[i + 1] * shape[i + 1];
   return strides;
 }
+
+namespace {
 
 /// Index into `from` (broadcast to `to`) of the element at flat index `flat` of `to`.
 int64_t broadcastSourceIndex(int64_t flat, const std::vector<int64_t> &to,

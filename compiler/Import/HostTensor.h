@@ -112,6 +112,9 @@ template <typename Dims> std::string shapeText(const Dims &dims) {
 /// C++ and numpy do); Bool becomes 0/1, Int64 stays as it is.
 int64_t wrapInteger(ElementKind kind, int64_t value);
 
+/// Row-major strides of `shape`, in elements.
+std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape);
+
 /// Numpy broadcast of two shapes; throws FoldError when incompatible.
 std::vector<int64_t> broadcastShape(const std::vector<int64_t> &lhs,
                                     const std::vector<int64_t> &rhs);

@@ -13,13 +13,6 @@ namespace pipec::import::fold {
 
 namespace {
 
-std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)
-    strides[i] = strides[i + 1] * shape[i + 1];
-  return strides;
-}
-
 int64_t axisOf(int64_t axis, int64_t rank, const char *op) {
   if (axis < -rank || axis >= rank)
     throw FoldError(std::string(op) + ": axis " + std::to_string(axis) + " out of range for rank " +
@@ -78,6 +71,23 @@ void combineElement(HostTensor &to, int64_t toIndex, const HostTensor &from, int
     apply(to.ints[toIndex], from.ints[fromIndex]);
   if (!isFloating(to.kind))
     to.ints[toIndex] = wrapInteger(to.kind, to.ints[toIndex]);
+}
+
+/// GatherElements / ScatterElements: the offset in data of element `flat`
+/// of indices (its own coordinates, the axis's replaced by its index).
+int64_t alongAxisOffset(int64_t flat, const HostTensor &indices, const std::vector<int64_t> &shape,
+                        const std::vector<int64_t> &strides, int64_t axis, const char *op) {
+  int64_t rest = flat, offset = 0;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    int64_t coordinate = rest % indices.shape[d];
+    rest /= indices.shape[d];
+    if (d == axis)
+      coordinate = indexInto(indices.asInt(flat), shape[d], op);
+    else if (coordinate >= shape[d])
+      throw FoldError(std::string(op) + ": indices are larger than data outside the axis");
+    offset += coordinate * strides[d];
+  }
+  return offset;
 }
 
 } // namespace
@@ -168,19 +178,9 @@ HostTensor gatherAlongAxis(const HostTensor &data, const HostTensor &indices, in
   HostTensor out = zeros(data.kind, indices.shape, "GatherElements");
   std::vector<int64_t> dataStrides = stridesOf(data.shape);
   int64_t count = out.numElements();
-  for (int64_t flat = 0; flat < count; ++flat) {
-    int64_t rest = flat, source = 0;
-    for (int64_t d = rank - 1; d >= 0; --d) {
-      int64_t coordinate = rest % indices.shape[d];
-      rest /= indices.shape[d];
-      if (d == axis)
-        coordinate = indexInto(indices.asInt(flat), data.shape[d], "GatherElements");
-      else if (coordinate >= data.shape[d])
-        throw FoldError("GatherElements: indices are larger than data outside the axis");
-      source += coordinate * dataStrides[d];
-    }
-    copyElement(out, flat, data, source);
-  }
+  for (int64_t flat = 0; flat < count; ++flat)
+    copyElement(out, flat, data,
+                alongAxisOffset(flat, indices, data.shape, dataStrides, axis, "GatherElements"));
   return out;
 }
 
@@ -193,19 +193,10 @@ HostTensor scatterAlongAxis(const HostTensor &data, const HostTensor &indices,
   HostTensor out = data;
   std::vector<int64_t> dataStrides = stridesOf(data.shape);
   int64_t count = indices.numElements();
-  for (int64_t flat = 0; flat < count; ++flat) {
-    int64_t rest = flat, target = 0;
-    for (int64_t d = rank - 1; d >= 0; --d) {
-      int64_t coordinate = rest % indices.shape[d];
-      rest /= indices.shape[d];
-      if (d == axis)
-        coordinate = indexInto(indices.asInt(flat), data.shape[d], "ScatterElements");
-      else if (coordinate >= data.shape[d])
-        throw FoldError("ScatterElements: indices are larger than data outside the axis");
-      target += coordinate * dataStrides[d];
-    }
-    combineElement(out, target, updates, flat, reduction, "ScatterElements");
-  }
+  for (int64_t flat = 0; flat < count; ++flat)
+    combineElement(out,
+                   alongAxisOffset(flat, indices, data.shape, dataStrides, axis, "ScatterElements"),
+                   updates, flat, reduction, "ScatterElements");
   return out;
 }
 

@@ -17,8 +17,9 @@ namespace pipec::import {
 
 /// How BatchNormalization layers train (`--batchnorm`, docs/importer.md).
 enum class BatchNormStatistics {
-  Batch,   ///< batch statistics, running ones updated (PyTorch's train())
-  Running, ///< the running statistics, not updated (PyTorch's eval(), frozen BN)
+  Batch,      ///< batch statistics, running ones updated (PyTorch's train())
+  Running,    ///< the running statistics, not updated (PyTorch's eval(), frozen BN)
+  AsExported, ///< as the file's form says (ONNX's own semantics of the node)
 };
 
 struct ImportOptions {

@@ -68,7 +68,9 @@ int runPipec(int argc, char **argv) {
       cl::values(clEnumValN(pipec::import::BatchNormStatistics::Batch, "batch-stats",
                             "batch statistics, running ones updated (PyTorch's train(); default)"),
                  clEnumValN(pipec::import::BatchNormStatistics::Running, "running-stats",
-                            "the running statistics, not updated (PyTorch's eval())")),
+                            "the running statistics, not updated (PyTorch's eval())"),
+                 clEnumValN(pipec::import::BatchNormStatistics::AsExported, "as-exported",
+                            "as the file's form says (ONNX's semantics of the node)")),
       cl::init(pipec::import::BatchNormStatistics::Batch), cl::cat(category));
   cl::opt<int64_t> elide(
       "elide-constants",

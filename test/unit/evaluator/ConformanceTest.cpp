@@ -282,7 +282,10 @@ private:
     }
 
     std::vector<std::string> errors;
-    auto module = pipec::import::importOnnxModel(context, boundPath.string(), {}, errors);
+    // ONNX's own semantics: BatchNormalization as the file's form says.
+    pipec::import::ImportOptions options;
+    options.batchNorm = pipec::import::BatchNormStatistics::AsExported;
+    auto module = pipec::import::importOnnxModel(context, boundPath.string(), options, errors);
     if (!module)
       throw Failure("import: " + (errors.empty() ? std::string("failed") : firstLine(errors[0])));
     auto forward = module->lookupSymbol<mlir::func::FuncOp>("forward");
