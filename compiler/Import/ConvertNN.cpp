@@ -476,28 +476,100 @@ void OnnxImporter::convertSoftmaxCrossEntropyLoss(const onnx::NodeProto &node) {
   defineInferred<nn::SoftmaxCrossEntropyLossOp>(node, operands, attributes, 2);
 }
 
-void OnnxImporter::convertReduceMean(const onnx::NodeProto &node) {
-  Value input = operand(node, 0);
-  int64_t rank = typeOf(input).getRank();
+std::optional<std::vector<int64_t>> OnnxImporter::reductionAxes(const onnx::NodeProto &node,
+                                                                 int64_t rank,
+                                                                 int64_t axesInputSince) {
   std::vector<int64_t> axes;
-  if (nodeVersion >= 18) {
+  if (nodeVersion >= axesInputSince) {
     if (auto given = optionalConstantInput(node, 1, "axes"))
       axes = given->toInts();
   } else {
     axes = intsAttr(node, "axes").value_or(std::vector<int64_t>{});
   }
-  if (axes.empty() && intAttr(node, "noop_with_empty_axes", 0)) {
-    define(node, 0, input);
-    return;
-  }
+  if (axes.empty() && intAttr(node, "noop_with_empty_axes", 0))
+    return std::nullopt;
   if (axes.empty())
     for (int64_t axis = 0; axis < rank; ++axis)
       axes.push_back(axis);
-  axes = normalizedAxes(node, axes, rank);
+  return normalizedAxes(node, axes, rank);
+}
+
+void OnnxImporter::convertReduceMean(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  auto axes = reductionAxes(node, typeOf(input).getRank(), /*axesInputSince=*/18);
+  if (!axes) {
+    define(node, 0, input);
+    return;
+  }
   defineInferred<nn::ReduceMeanOp>(
       node, {input},
-      {builder.getNamedAttr("axes", builder.getDenseI64ArrayAttr(axes)),
+      {builder.getNamedAttr("axes", builder.getDenseI64ArrayAttr(*axes)),
        builder.getNamedAttr("keepdims", builder.getBoolAttr(intAttr(node, "keepdims", 1) != 0))});
+}
+
+void OnnxImporter::convertReduceSum(const onnx::NodeProto &node) {
+  // The mean times the count: nn.reduce_mean has the gradient.
+  Value input = operand(node, 0);
+  auto axes = reductionAxes(node, typeOf(input).getRank(), /*axesInputSince=*/13);
+  if (!axes) {
+    define(node, 0, input);
+    return;
+  }
+  int64_t count = 1;
+  for (int64_t axis : *axes)
+    count *= typeOf(input).getDimSize(axis);
+  Value mean = build<nn::ReduceMeanOp>(
+      node, {input},
+      {builder.getNamedAttr("axes", builder.getDenseI64ArrayAttr(*axes)),
+       builder.getNamedAttr("keepdims", builder.getBoolAttr(intAttr(node, "keepdims", 1) != 0))});
+  define(node, 0, build<nn::MulOp>(node, {mean, scalarLike(node, mean, count)}));
+}
+
+void OnnxImporter::convertGroupNormalization(const onnx::NodeProto &node) {
+  Value input = operand(node, 0), scale = operand(node, 1), bias = operand(node, 2);
+  auto shape = typeOf(input).getShape();
+  if (shape.size() < 2)
+    fail(node, "the input must be (N, C, ...)");
+  int64_t batch = shape[0], channels = shape[1];
+  bool instance = node.op_type() == "InstanceNormalization";
+  int64_t groups = instance ? channels : intAttr(node, "num_groups", 0);
+  if (groups < 1 || channels % groups != 0)
+    fail(node, "num_groups " + std::to_string(groups) + " must divide the " +
+                   std::to_string(channels) + " channels");
+  // Normalize each (sample, group) over its channels and positions: one
+  // layer normalization of the last axis of (N, groups, rest), with unit
+  // scale; then the per-channel affine.
+  int64_t rest = typeOf(input).getNumElements() / (batch * groups);
+  auto element = typeOf(input).getElementType();
+  auto kind = *pipec::import::elementKindOf(element);
+  Location loc = locationOf(node);
+  Value ones = materialize(HostTensor::ofFloats(kind, {rest}, std::vector<double>(rest, 1.0)), loc);
+  Value normalized = createInferred<nn::LayerNormOp>(
+                         node, {reshapeTo(node, input, {batch, groups, rest}), ones},
+                         {builder.getNamedAttr("axis", builder.getI64IntegerAttr(-1)),
+                          builder.getNamedAttr("epsilon", builder.getF32FloatAttr(
+                                                              floatAttr(node, "epsilon", 1e-5f)))})
+                         ->getResult(0);
+  normalized = reshapeTo(node, normalized, shape);
+  // Scale and bias per channel (opset 21), or per group (GroupNormalization
+  // 18: each group's value serves its channels).
+  std::vector<int64_t> perChannel(shape.size(), 1);
+  perChannel[1] = channels;
+  auto affine = [&](Value parameter) {
+    int64_t size = typeOf(parameter).getNumElements();
+    if (size == groups && groups != channels) {
+      auto wide = RankedTensorType::get({groups, channels / groups}, element);
+      parameter = createVerified(node, nn::ExpandOp::getOperationName(),
+                                 {reshapeTo(node, parameter, {groups, 1})}, {wide}, {})
+                      ->getResult(0);
+    } else if (size != channels) {
+      fail(node, "scale and bias must have one value per channel (or per group before opset "
+                 "21)");
+    }
+    return reshapeTo(node, parameter, perChannel);
+  };
+  Value scaled = build<nn::MulOp>(node, {normalized, affine(scale)});
+  define(node, 0, build<nn::AddOp>(node, {scaled, affine(bias)}));
 }
 
 } // namespace pipec::import::detail

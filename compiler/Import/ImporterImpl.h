@@ -167,6 +167,13 @@ public:
   void convertSoftmax(const onnx::NodeProto &node);
   void convertSoftmaxCrossEntropyLoss(const onnx::NodeProto &node);
   void convertReduceMean(const onnx::NodeProto &node);
+  void convertReduceSum(const onnx::NodeProto &node);
+  /// GroupNormalization and InstanceNormalization (one group per channel).
+  void convertGroupNormalization(const onnx::NodeProto &node);
+  /// A reduction's axes, normalized (an attribute before `axesInputSince`,
+  /// an input from it on; none: all); nullopt for noop_with_empty_axes.
+  std::optional<std::vector<int64_t>> reductionAxes(const onnx::NodeProto &node, int64_t rank,
+                                                    int64_t axesInputSince);
   void convertGather(const onnx::NodeProto &node);
   void convertReshape(const onnx::NodeProto &node);
   void convertFlatten(const onnx::NodeProto &node);

@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 F = TensorProto.FLOAT
 
 
-def model(name, nodes, x_shape, out_shape, initializers, opset):
+def model(name, nodes, x_shape, out_shape, initializers, opset, check=True):
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = (1.0 + 0.1 * rng.standard_normal(x_shape)).astype(np.float32)
@@ -39,7 +39,8 @@ def model(name, nodes, x_shape, out_shape, initializers, opset):
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="make_op_models.py")
     proto.ir_version = 10
-    onnx.checker.check_model(proto, full_check=True)
+    if check:  # the checker refuses deprecated versions (GroupNormalization-18)
+        onnx.checker.check_model(proto, full_check=True)
     logits = ReferenceEvaluator(proto).run(None, {"x": x})[0]
     assert logits.shape == tuple(out_shape), (name, logits.shape)
     labels = rng.integers(0, out_shape[-1], size=out_shape[:-1]).astype(np.int64)
@@ -200,6 +201,30 @@ def runtime_indexing():
         "e_index": np.array([[[7], [0], [-1], [3], [3], [6]]] * 2, dtype=np.int64)}, 13)
 
 
+def normalization_and_reduction():
+    """GroupNormalization (per-channel affine at opset 21, per-group at 18),
+    InstanceNormalization and ReduceSum, lowered at import."""
+    N, C, H, W = 2, 6, 3, 4
+    rng = np.random.default_rng(7)
+    channel = lambda: (1.0 + 0.2 * rng.standard_normal(C)).astype(np.float32)
+    model("group_norm_21", [
+        helper.make_node("GroupNormalization", ["xw", "scale", "bias"], ["logits"], num_groups=3,
+                         epsilon=1e-4),
+    ], [N, C, H, W], [N, C, H, W], {"scale": channel(), "bias": channel()}, 21)
+    model("group_norm_18", [
+        helper.make_node("GroupNormalization", ["xw", "scale", "bias"], ["logits"], num_groups=2),
+    ], [N, C, H, W], [N, C, H, W], {"scale": np.array([0.5, 1.5], dtype=np.float32),
+                                    "bias": np.array([0.1, -0.2], dtype=np.float32)}, 18,
+          check=False)
+    model("instance_norm", [
+        helper.make_node("InstanceNormalization", ["xw", "scale", "bias"], ["normalized"]),
+        helper.make_node("ReduceSum", ["normalized", "axes"], ["summed"], keepdims=1),
+        helper.make_node("Add", ["normalized", "summed"], ["logits"]),
+    ], [N, C, H, W], [N, C, H, W], {"scale": channel(), "bias": channel(),
+                                    "axes": np.array([2], dtype=np.int64)}, 13)
+
+
 if __name__ == "__main__":
     main()
     runtime_indexing()
+    normalization_and_reduction()
