@@ -215,3 +215,148 @@ void OnnxImporter::convertScatter(const onnx::NodeProto &node) {
 }
 
 } // namespace pipec::import::detail
+
+namespace pipec::import::detail {
+
+/// ONNX Resize (nearest, linear, cubic) with static sizes: separable, one
+/// axis at a time, each output element a weighted sum of a few input
+/// elements along the axis whose indices and weights are constants computed
+/// here as ONNX's reference does (edge elements repeat beyond the borders).
+/// A tap is a Gather at constant indices times a constant weight, so the
+/// gradient reaches the input through Gather (docs/importer.md).
+void OnnxImporter::convertResize(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  auto shape = typeOf(input).getShape();
+  int64_t rank = shape.size();
+  std::string mode = stringAttr(node, "mode", "nearest");
+  std::string transform = stringAttr(node, "coordinate_transformation_mode",
+                                     nodeVersion >= 11 ? "half_pixel" : "asymmetric");
+  std::string nearestMode =
+      stringAttr(node, "nearest_mode", nodeVersion >= 11 ? "round_prefer_floor" : "floor");
+  if (mode != "nearest" && mode != "linear" && mode != "cubic")
+    fail(node, "mode '" + mode + "' is not supported (nearest, linear, cubic)");
+  if (transform == "tf_crop_and_resize")
+    fail(node, "coordinate_transformation_mode 'tf_crop_and_resize' is not supported");
+  if (stringAttr(node, "keep_aspect_ratio_policy", "stretch") != "stretch")
+    fail(node, "keep_aspect_ratio_policy other than 'stretch' is not supported");
+  std::vector<int64_t> axes(rank);
+  std::iota(axes.begin(), axes.end(), 0);
+  if (auto given = intsAttr(node, "axes"))
+    axes = normalizedAxes(node, *given, rank);
+  // Per axis: the output size and the scale the coordinates use.
+  std::vector<int64_t> outSize(shape.begin(), shape.end());
+  std::vector<double> scale(rank, 1.0);
+  int scalesInput = nodeVersion >= 11 ? 2 : 1;
+  auto sizes = nodeVersion >= 11 ? optionalConstantInput(node, 3, "sizes") : std::nullopt;
+  auto scales = optionalConstantInput(node, scalesInput, "scales");
+  if (scales && scales->numElements() == 0)
+    scales.reset();
+  if (sizes && scales)
+    fail(node, "gives both scales and sizes");
+  if (!sizes && !scales)
+    fail(node, "needs scales or sizes known at import time");
+  int64_t given = (sizes ? sizes->numElements() : scales->numElements());
+  if (given != static_cast<int64_t>(axes.size()))
+    fail(node, "scales or sizes must have one value per resized axis");
+  for (size_t k = 0; k < axes.size(); ++k) {
+    int64_t axis = axes[k];
+    if (sizes) {
+      outSize[axis] = sizes->asInt(k);
+      scale[axis] = static_cast<double>(outSize[axis]) / shape[axis];
+    } else {
+      scale[axis] = scales->asDouble(k);
+      outSize[axis] = static_cast<int64_t>(std::floor(shape[axis] * scale[axis]));
+    }
+    if (outSize[axis] < 1 || !(scale[axis] > 0))
+      fail(node, "resizes axis " + std::to_string(axis) + " to nothing");
+    if (intAttr(node, "antialias", 0) && mode != "nearest" && scale[axis] < 1)
+      fail(node, "antialias when downsampling is not supported");
+  }
+  double cubicA = floatAttr(node, "cubic_coeff_a", -0.75f);
+  bool excludeOutside = intAttr(node, "exclude_outside", 0) != 0;
+  auto kind = *pipec::import::elementKindOf(typeOf(input).getElementType());
+  Location loc = locationOf(node);
+  Value value = input;
+  for (int64_t axis = 0; axis < rank; ++axis) {
+    if (outSize[axis] == shape[axis] && scale[axis] == 1.0)
+      continue;
+    int64_t in = shape[axis], out = outSize[axis];
+    double s = scale[axis];
+    int taps = mode == "cubic" ? 4 : 2;
+    std::vector<std::vector<int64_t>> index(taps, std::vector<int64_t>(out));
+    std::vector<std::vector<double>> weight(taps, std::vector<double>(out));
+    for (int64_t i = 0; i < out; ++i) {
+      double x;
+      double outWidth = s * in;
+      if (transform == "align_corners")
+        x = outWidth == 1 ? 0.0 : i * (in - 1.0) / (outWidth - 1.0);
+      else if (transform == "asymmetric")
+        x = i / s;
+      else if (transform == "pytorch_half_pixel")
+        x = outWidth == 1 ? -0.5 : (i + 0.5) / s - 0.5;
+      else if (transform == "half_pixel")
+        x = (i + 0.5) / s - 0.5;
+      else if (transform == "half_pixel_symmetric")
+        x = in / 2.0 * (1 - out / outWidth) + (i + 0.5) / s - 0.5;
+      else
+        fail(node, "unknown coordinate_transformation_mode '" + transform + "'");
+      double floorX = std::floor(x);
+      double ratio = x == floorX ? 1.0 : x - floorX;
+      std::vector<double> coefficients;
+      if (mode == "nearest") {
+        bool right = ratio == 1.0                          ? true
+                     : nearestMode == "round_prefer_floor" ? ratio > 0.5
+                     : nearestMode == "round_prefer_ceil"  ? ratio >= 0.5
+                     : nearestMode == "floor"              ? false
+                     : nearestMode == "ceil"
+                         ? true
+                         : (fail(node, "unknown nearest_mode '" + nearestMode + "'"), false);
+        coefficients = {right ? 0.0 : 1.0, right ? 1.0 : 0.0};
+      } else if (mode == "linear") {
+        coefficients = {1 - ratio, ratio};
+      } else {
+        double A = cubicA, r = ratio;
+        coefficients = {((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A,
+                        ((A + 2) * r - (A + 3)) * r * r + 1,
+                        ((A + 2) * (1 - r) - (A + 3)) * (1 - r) * (1 - r) + 1,
+                        ((A * ((1 - r) + 1) - 5 * A) * ((1 - r) + 1) + 8 * A) * ((1 - r) + 1) -
+                            4 * A};
+      }
+      // The taps: the `taps` input positions nearest x, the left one first
+      // (ratio in (0, 1]); positions beyond the borders repeat the edge.
+      int64_t first = ratio == 1.0 ? static_cast<int64_t>(x) - taps / 2
+                                   : static_cast<int64_t>(floorX) - (taps / 2 - 1);
+      double total = 0;
+      for (int t = 0; t < taps; ++t) {
+        int64_t position = first + t;
+        if (excludeOutside && (position < 0 || position >= in))
+          coefficients[t] = 0;
+        total += coefficients[t];
+        index[t][i] = std::clamp<int64_t>(position, 0, in - 1);
+      }
+      for (int t = 0; t < taps; ++t)
+        weight[t][i] = excludeOutside && total != 0 ? coefficients[t] / total : coefficients[t];
+    }
+    std::vector<int64_t> weightShape(rank, 1);
+    weightShape[axis] = out;
+    Value sum;
+    for (int t = 0; t < taps; ++t) {
+      if (std::all_of(weight[t].begin(), weight[t].end(), [](double w) { return w == 0; }))
+        continue;
+      Value picked = build<nn::GatherOp>(
+          node, {value, materialize(HostTensor::ofInts(ElementKind::Int64, {out}, index[t]), loc)},
+          {builder.getNamedAttr("axis", builder.getI64IntegerAttr(axis))});
+      bool unit = std::all_of(weight[t].begin(), weight[t].end(), [](double w) { return w == 1; });
+      Value term =
+          unit ? picked
+               : build<nn::MulOp>(
+                     node, {picked,
+                            materialize(HostTensor::ofFloats(kind, weightShape, weight[t]), loc)});
+      sum = sum ? build<nn::AddOp>(node, {sum, term}) : term;
+    }
+    value = sum;
+  }
+  define(node, 0, value);
+}
+
+} // namespace pipec::import::detail

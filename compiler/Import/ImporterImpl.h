@@ -191,6 +191,7 @@ public:
   void convertGatherElements(const onnx::NodeProto &node);
   void convertGatherND(const onnx::NodeProto &node);
   void convertScatter(const onnx::NodeProto &node);
+  void convertResize(const onnx::NodeProto &node);
   void convertTile(const onnx::NodeProto &node);
   void convertSplitToSequence(const onnx::NodeProto &node);
   void convertSequenceConstruct(const onnx::NodeProto &node);

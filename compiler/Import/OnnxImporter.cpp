@@ -130,6 +130,7 @@ const std::vector<OpRule> &opRules() {
       {"GatherND", &OnnxImporter::convertGatherND, {0}},
       {"ScatterND", &OnnxImporter::convertScatter, {0, 2}},
       {"ScatterElements", &OnnxImporter::convertScatter, {0, 2}},
+      {"Resize", &OnnxImporter::convertResize, {0}},
       {"Tile", &OnnxImporter::convertTile, {0}},
       {"SplitToSequence", &OnnxImporter::convertSplitToSequence, {0}},
       {"SequenceConstruct", &OnnxImporter::convertSequenceConstruct, kAll},

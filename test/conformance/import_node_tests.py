@@ -41,7 +41,7 @@ TIER1 = {
     "SplitToSequence", "SequenceAt", "SequenceConstruct", "ConcatFromSequence", "Trilu", "Tile",
     "CumSum", "GatherElements", "GatherND", "ScatterND", "ScatterElements", "RMSNormalization",
     "RotaryEmbedding", "Attention", "Range", "Size", "GroupNormalization",
-    "InstanceNormalization", "ReduceSum",
+    "InstanceNormalization", "ReduceSum", "Resize",
 }
 # (op type, input position) of operands pipec needs at import time.
 CONSTANT_SLOTS = {
@@ -50,7 +50,7 @@ CONSTANT_SLOTS = {
     ("Pad", 1), ("Pad", 2), ("Pad", 3), ("Dropout", 1), ("Dropout", 2),
     ("ConstantOfShape", 0), ("CumSum", 1), ("Tile", 1), ("Trilu", 1), ("ScatterND", 1),
     ("ScatterElements", 1), ("SequenceAt", 1), ("SplitToSequence", 1), ("Range", 0), ("Range", 1),
-    ("Range", 2), ("ReduceSum", 1),
+    ("Range", 2), ("ReduceSum", 1), ("Resize", 1), ("Resize", 2), ("Resize", 3),
 }
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXPECTED = os.path.join(HERE, "expected_imports.txt")

@@ -224,7 +224,31 @@ def normalization_and_reduction():
                                     "axes": np.array([2], dtype=np.int64)}, 13)
 
 
+def resize():
+    """Resize on run-time values: nearest (FPN, UNet upsampling), linear with
+    align_corners, cubic, from scales and from sizes."""
+    N, C, H, W = 2, 3, 4, 5
+    empty = np.array([], dtype=np.float32)
+    model("resize_nearest", [
+        helper.make_node("Resize", ["xw", "", "scales"], ["logits"], mode="nearest"),
+    ], [N, C, H, W], [N, C, 2 * H, 2 * W], {"scales": np.array([1, 1, 2, 2], dtype=np.float32)}, 13)
+    model("resize_nearest_floor", [
+        helper.make_node("Resize", ["xw", "", "", "sizes"], ["logits"], mode="nearest",
+                         coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+    ], [N, C, H, W], [N, C, 7, 3], {"sizes": np.array([N, C, 7, 3], dtype=np.int64)}, 13)
+    model("resize_linear", [
+        helper.make_node("Resize", ["xw", "", "", "sizes"], ["logits"], mode="linear",
+                         coordinate_transformation_mode="align_corners"),
+    ], [N, C, H, W], [N, C, 7, 9], {"sizes": np.array([N, C, 7, 9], dtype=np.int64)}, 13)
+    model("resize_cubic", [
+        helper.make_node("Resize", ["xw", "roi", "scales"], ["logits"], mode="cubic",
+                         exclude_outside=1),
+    ], [N, C, H, W], [N, C, 6, 7], {"roi": empty,
+                                    "scales": np.array([1, 1, 1.5, 1.5], dtype=np.float32)}, 13)
+
+
 if __name__ == "__main__":
     main()
     runtime_indexing()
     normalization_and_reduction()
+    resize()

@@ -44,14 +44,25 @@ const std::set<std::string> kTier1 = {
     "ReduceMean", "Sub", "Pow", "Sqrt", "Div", "Mul", "Reshape", "Transpose", "Split",
     "Slice", "Softmax", "Where", "Erf", "Gelu", "Tanh", "Sigmoid", "Concat", "Unsqueeze",
     "Squeeze", "Expand", "Cast", "Equal", "ConstantOfShape", "Constant", "Shape",
-    "SoftmaxCrossEntropyLoss"};
+    "SoftmaxCrossEntropyLoss",
+    // Issue 31: element-wise table functions and import-time lowerings.
+    "Neg", "Reciprocal", "Abs", "Exp", "Log", "Sin", "Cos", "Softplus", "Softsign", "Floor",
+    "Ceil", "Round", "Max", "Min", "Sum", "Mean", "Mod", "Less", "LessOrEqual", "Greater",
+    "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Clip", "HardSigmoid",
+    "HardSwish", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Mish", "ThresholdedRelu",
+    "CastLike", "SplitToSequence", "SequenceAt", "SequenceConstruct", "ConcatFromSequence",
+    "Trilu", "Tile", "CumSum", "GatherElements", "GatherND", "ScatterND", "ScatterElements",
+    "RMSNormalization", "RotaryEmbedding", "Attention", "Range", "Size", "GroupNormalization",
+    "InstanceNormalization", "ReduceSum", "Resize"};
 
 // (op type, input position) of operands needed at import time (CONSTANT_SLOTS).
 const std::set<std::pair<std::string, int>> kImportTimeOperands = {
     {"Reshape", 1}, {"Expand", 1},  {"Split", 1},   {"Squeeze", 1}, {"Unsqueeze", 1},
     {"ReduceMean", 1}, {"Slice", 1}, {"Slice", 2},   {"Slice", 3},   {"Slice", 4},
     {"Pad", 1},     {"Pad", 2},     {"Pad", 3},     {"Dropout", 1}, {"Dropout", 2},
-    {"ConstantOfShape", 0}};
+    {"ConstantOfShape", 0}, {"CumSum", 1}, {"Tile", 1}, {"Trilu", 1}, {"ScatterND", 1},
+    {"ScatterElements", 1}, {"SequenceAt", 1}, {"SplitToSequence", 1}, {"Range", 0},
+    {"Range", 1}, {"Range", 2}, {"ReduceSum", 1}, {"Resize", 1}, {"Resize", 2}, {"Resize", 3}};
 
 struct Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
