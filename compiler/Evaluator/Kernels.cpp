@@ -128,13 +128,6 @@ std::vector<double> sumToShape(const std::vector<double> &values, const std::vec
   return out;
 }
 
-void copyElement(Tensor &to, int64_t toIndex, const Tensor &from, int64_t fromIndex) {
-  if (isFloating(from.kind))
-    to.floats[toIndex] = from.floats[fromIndex];
-  else
-    to.ints[toIndex] = from.ints[fromIndex];
-}
-
 Tensor finish(Tensor tensor) {
   roundToElementType(tensor);
   return tensor;

@@ -44,7 +44,7 @@ std::vector<double> sumToShape(const std::vector<double> &values, const std::vec
                                const std::vector<int64_t> &to);
 
 /// Copies one element between tensors of the same kind (data movement ops).
-void copyElement(Tensor &to, int64_t toIndex, const Tensor &from, int64_t fromIndex);
+using import::copyElement;
 
 /// Rounds a kernel's result to its element type (the last step of a kernel).
 Tensor finish(Tensor tensor);

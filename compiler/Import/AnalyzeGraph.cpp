@@ -133,20 +133,14 @@ bool OnnxImporter::isAdditiveAttentionMask(const onnx::TensorProto &tensor, cons
 
 /// The nodes reading `name`, as "Op 'node' input #k" ('#i' for an unnamed
 /// node), for the reason an initializer carries no gradient.
-std::string OnnxImporter::readersOf(const std::string &name, const Readers &readers) {
+std::string OnnxImporter::readersOf(const std::string &name) const {
   const onnx::GraphProto &graph = model.graph();
   std::vector<std::string> uses;
-  std::set<const onnx::NodeProto *> seen;
-  for (const onnx::NodeProto *node : readers.at(name)) {
-    if (!seen.insert(node).second)
-      continue; // listed once per input that reads `name`
-    std::string label = node->name();
-    for (int i = 0; label.empty() && i < graph.node_size(); ++i)
-      if (&graph.node(i) == node)
-        label = "#" + std::to_string(i);
-    for (int index = 0; index < node->input_size(); ++index)
-      if (node->input(index) == name)
-        uses.push_back(node->op_type() + " '" + label + "' input #" + std::to_string(index));
+  for (int i = 0; i < graph.node_size(); ++i) {
+    const onnx::NodeProto &node = graph.node(i);
+    for (int index = 0; index < node.input_size(); ++index)
+      if (node.input(index) == name)
+        uses.push_back(node.op_type() + " '" + nodeName(i) + "' input #" + std::to_string(index));
   }
   std::string text = "read by ";
   for (size_t i = 0; i < uses.size() && i < 3; ++i)
@@ -216,7 +210,7 @@ void OnnxImporter::analyzeGraph() {
     if (!carriesGradient.count(name)) {
       frozenInitializers[name] = readers.count(name)
                                      ? "no gradient reaches it from the outputs (" +
-                                           readersOf(name, readers) + ")"
+                                           readersOf(name) + ")"
                                      : "not read by any node";
       continue;
     }
@@ -277,7 +271,7 @@ void OnnxImporter::analyzeGraph() {
       int64_t oldest = operatorVersions().at(node.op_type()).oldestSupported;
       if (version < oldest) {
         unsupported.push_back(
-            "node '" + (node.name().empty() ? "#" + std::to_string(i) : node.name()) + "' (" +
+            "node '" + nodeName(i) + "' (" +
             node.op_type() +
             (version == 0 ? " does not exist at opset " + std::to_string(opset)
                           : " version " + std::to_string(version) + " of opset " +
@@ -295,9 +289,8 @@ void OnnxImporter::analyzeGraph() {
       std::string reason = folders().count(node.op_type()) && isDefaultDomain(node.domain())
                                ? " (only supported when its inputs are known at import time)"
                                : "";
-      unsupported.push_back("node '" + (node.name().empty() ? "#" + std::to_string(i)
-                                                            : node.name()) +
-                            "' (" + domain + node.op_type() + ")" + reason);
+      unsupported.push_back("node '" + nodeName(i) + "' (" + domain + node.op_type() + ")" +
+                            reason);
     }
   }
   if (!unsupported.empty()) {

@@ -24,14 +24,6 @@ Value OnnxImporter::sliceAxis(const onnx::NodeProto &node, Value input, int64_t 
                              builder.getNamedAttr("steps", builder.getDenseI64ArrayAttr(steps))});
 }
 
-Value OnnxImporter::castTo(const onnx::NodeProto &node, Value value, Type element) {
-  if (typeOf(value).getElementType() == element)
-    return value;
-  return createVerified(node, nn::CastOp::getOperationName(), {value},
-                        {RankedTensorType::get(typeOf(value).getShape(), element)}, {})
-      ->getResult(0);
-}
-
 Value OnnxImporter::int64Indices(const onnx::NodeProto &node, Value indices, int64_t size) {
   indices = castTo(node, indices, builder.getI64Type());
   // ONNX counts negative indices from the end of the dimension.
@@ -237,6 +229,14 @@ void OnnxImporter::convertResize(const onnx::NodeProto &node) {
     fail(node, "mode '" + mode + "' is not supported (nearest, linear, cubic)");
   if (transform == "tf_crop_and_resize")
     fail(node, "coordinate_transformation_mode 'tf_crop_and_resize' is not supported");
+  static const std::set<std::string> transforms{"align_corners", "asymmetric", "pytorch_half_pixel",
+                                                "half_pixel", "half_pixel_symmetric"};
+  if (!transforms.count(transform))
+    fail(node, "unknown coordinate_transformation_mode '" + transform + "'");
+  static const std::set<std::string> nearestModes{"round_prefer_floor", "round_prefer_ceil", "floor",
+                                                  "ceil"};
+  if (mode == "nearest" && !nearestModes.count(nearestMode))
+    fail(node, "unknown nearest_mode '" + nearestMode + "'");
   if (stringAttr(node, "keep_aspect_ratio_policy", "stretch") != "stretch")
     fail(node, "keep_aspect_ratio_policy other than 'stretch' is not supported");
   std::vector<int64_t> axes(rank);
@@ -296,21 +296,16 @@ void OnnxImporter::convertResize(const onnx::NodeProto &node) {
         x = outWidth == 1 ? -0.5 : (i + 0.5) / s - 0.5;
       else if (transform == "half_pixel")
         x = (i + 0.5) / s - 0.5;
-      else if (transform == "half_pixel_symmetric")
+      else // half_pixel_symmetric
         x = in / 2.0 * (1 - out / outWidth) + (i + 0.5) / s - 0.5;
-      else
-        fail(node, "unknown coordinate_transformation_mode '" + transform + "'");
       double floorX = std::floor(x);
       double ratio = x == floorX ? 1.0 : x - floorX;
       std::vector<double> coefficients;
       if (mode == "nearest") {
-        bool right = ratio == 1.0                          ? true
-                     : nearestMode == "round_prefer_floor" ? ratio > 0.5
-                     : nearestMode == "round_prefer_ceil"  ? ratio >= 0.5
-                     : nearestMode == "floor"              ? false
-                     : nearestMode == "ceil"
-                         ? true
-                         : (fail(node, "unknown nearest_mode '" + nearestMode + "'"), false);
+        // The right tap for a whole x (ratio 1), else as nearest_mode rounds.
+        bool right = ratio == 1.0 || nearestMode == "ceil" ||
+                     (nearestMode == "round_prefer_floor" && ratio > 0.5) ||
+                     (nearestMode == "round_prefer_ceil" && ratio >= 0.5);
         coefficients = {right ? 0.0 : 1.0, right ? 1.0 : 0.0};
       } else if (mode == "linear") {
         coefficients = {1 - ratio, ratio};

@@ -238,15 +238,16 @@ void OnnxImporter::convertThresholdedRelu(const onnx::NodeProto &node) {
   define(node, 0, build<nn::WhereOp>(node, {above, x, scalarLike(node, x, 0)}));
 }
 
+Value OnnxImporter::castTo(const onnx::NodeProto &node, Value value, Type element) {
+  if (typeOf(value).getElementType() == element)
+    return value;
+  return createVerified(node, nn::CastOp::getOperationName(), {value},
+                        {RankedTensorType::get(typeOf(value).getShape(), element)}, {})
+      ->getResult(0);
+}
+
 void OnnxImporter::convertCastLike(const onnx::NodeProto &node) {
-  Value input = operand(node, 0);
-  Type element = typeOf(operand(node, 1)).getElementType();
-  Type type = RankedTensorType::get(typeOf(input).getShape(), element);
-  if (type == input.getType()) {
-    define(node, 0, input);
-    return;
-  }
-  defineResults(node, createVerified(node, nn::CastOp::getOperationName(), {input}, {type}, {}), 1);
+  define(node, 0, castTo(node, operand(node, 0), typeOf(operand(node, 1)).getElementType()));
 }
 
 void OnnxImporter::convertCast(const onnx::NodeProto &node) {
@@ -255,13 +256,7 @@ void OnnxImporter::convertCast(const onnx::NodeProto &node) {
   if (!kind)
     fail(node, "casts to an unsupported element type (" + std::to_string(intAttr(node, "to", 0)) +
                    ")");
-  Type type = RankedTensorType::get(typeOf(input).getShape(), mlirElementType(context, *kind));
-  if (type == input.getType()) {
-    define(node, 0, input); // a no-op cast
-    return;
-  }
-  defineResults(node, createVerified(node, nn::CastOp::getOperationName(), {input}, {type}, {}),
-                1);
+  define(node, 0, castTo(node, input, mlirElementType(context, *kind)));
 }
 
 void OnnxImporter::convertGemm(const onnx::NodeProto &node) {
@@ -494,27 +489,15 @@ std::optional<std::vector<int64_t>> OnnxImporter::reductionAxes(const onnx::Node
   return normalizedAxes(node, axes, rank);
 }
 
-void OnnxImporter::convertReduceMean(const onnx::NodeProto &node) {
+/// ReduceMean and ReduceSum: the input's mean over the node's axes (or the
+/// input itself for noop_with_empty_axes), and the count of values each
+/// result averages.
+std::pair<Value, int64_t> OnnxImporter::reduceMean(const onnx::NodeProto &node,
+                                                   int64_t axesInputSince) {
   Value input = operand(node, 0);
-  auto axes = reductionAxes(node, typeOf(input).getRank(), /*axesInputSince=*/18);
-  if (!axes) {
-    define(node, 0, input);
-    return;
-  }
-  defineInferred<nn::ReduceMeanOp>(
-      node, {input},
-      {builder.getNamedAttr("axes", builder.getDenseI64ArrayAttr(*axes)),
-       builder.getNamedAttr("keepdims", builder.getBoolAttr(intAttr(node, "keepdims", 1) != 0))});
-}
-
-void OnnxImporter::convertReduceSum(const onnx::NodeProto &node) {
-  // The mean times the count: nn.reduce_mean has the gradient.
-  Value input = operand(node, 0);
-  auto axes = reductionAxes(node, typeOf(input).getRank(), /*axesInputSince=*/13);
-  if (!axes) {
-    define(node, 0, input);
-    return;
-  }
+  auto axes = reductionAxes(node, typeOf(input).getRank(), axesInputSince);
+  if (!axes)
+    return {input, 1};
   int64_t count = 1;
   for (int64_t axis : *axes)
     count *= typeOf(input).getDimSize(axis);
@@ -522,7 +505,17 @@ void OnnxImporter::convertReduceSum(const onnx::NodeProto &node) {
       node, {input},
       {builder.getNamedAttr("axes", builder.getDenseI64ArrayAttr(*axes)),
        builder.getNamedAttr("keepdims", builder.getBoolAttr(intAttr(node, "keepdims", 1) != 0))});
-  define(node, 0, build<nn::MulOp>(node, {mean, scalarLike(node, mean, count)}));
+  return {mean, count};
+}
+
+void OnnxImporter::convertReduceMean(const onnx::NodeProto &node) {
+  define(node, 0, reduceMean(node, /*axesInputSince=*/18).first);
+}
+
+void OnnxImporter::convertReduceSum(const onnx::NodeProto &node) {
+  // The mean times the count: nn.reduce_mean has the gradient.
+  auto [mean, count] = reduceMean(node, /*axesInputSince=*/13);
+  define(node, 0, count == 1 ? mean : build<nn::MulOp>(node, {mean, scalarLike(node, mean, count)}));
 }
 
 void OnnxImporter::convertGroupNormalization(const onnx::NodeProto &node) {

@@ -80,8 +80,7 @@ void OnnxImporter::privatizeRunningStatistics() {
       if (found == byName.end() || uses[node.input(input)] < 2)
         continue;
       // A running statistic is one layer's state: a copy of its own.
-      std::string base = node.input(input) + "." +
-                         (node.name().empty() ? "#" + std::to_string(i) : node.name()) +
+      std::string base = node.input(input) + "." + nodeName(i) +
                          (input == 3 ? ".running_mean" : ".running_var");
       std::string name = base;
       for (int suffix = 1; !taken.insert(name).second; ++suffix)
@@ -118,18 +117,13 @@ std::optional<OnnxImporter::TorchSignature> OnnxImporter::torchSignature() const
 
 void OnnxImporter::noteExporterArtifacts(const std::optional<TorchSignature> &signature) {
   const onnx::GraphProto &graph = model.graph();
-  auto label = [&](int index) {
-    const std::string &name = graph.node(index).name();
-    return name.empty() ? "#" + std::to_string(index) : name;
-  };
-
   // Optimizer rules that change what is trained.
   std::vector<std::string> foldedNormalizations;
   for (int i = 0; i < graph.node_size(); ++i)
     for (const auto &[key, value] : newerMetadata(graph.node(i), kNodeMetadataField))
       if (key == "pkg.onnxscript.rewriter.rule_name" &&
           value.find("FuseBatchNorm") != std::string::npos)
-        foldedNormalizations.push_back(label(i));
+        foldedNormalizations.push_back(nodeName(i));
   if (!foldedNormalizations.empty())
     importNotes.push_back(
         "the exporter's optimizer folded BatchNormalization into " +
@@ -147,7 +141,7 @@ void OnnxImporter::noteExporterArtifacts(const std::optional<TorchSignature> &si
       continue;
     for (int input : {1, 2})
       if (input < node.input_size() && parameterNames.count(node.input(input)))
-        normalizationReaders[node.input(input)].push_back(label(i));
+        normalizationReaders[node.input(input)].push_back(nodeName(i));
   }
   for (const auto &[name, readers] : normalizationReaders)
     if (readers.size() > 1)
@@ -191,7 +185,7 @@ void OnnxImporter::noteExporterArtifacts(const std::optional<TorchSignature> &si
     int64_t version = resolvedVersion(node.op_type(), opset);
     bool training = version >= 14 ? intAttr(node, "training_mode", 0) != 0 : node.output_size() > 1;
     if (!training)
-      inferenceForm.push_back(label(i));
+      inferenceForm.push_back(nodeName(i));
   }
   if (!inferenceForm.empty() && options.batchNorm == BatchNormStatistics::Batch)
     importNotes.push_back(

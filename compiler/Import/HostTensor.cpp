@@ -115,6 +115,13 @@ std::vector<int64_t> broadcastShape(const std::vector<int64_t> &lhs,
   return result;
 }
 
+void copyElement(HostTensor &to, int64_t toIndex, const HostTensor &from, int64_t fromIndex) {
+  if (isFloating(from.kind))
+    to.floats[toIndex] = from.floats[fromIndex];
+  else
+    to.ints[toIndex] = from.ints[fromIndex];
+}
+
 std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape) {
   std::vector<int64_t> strides(shape.size(), 1);
   for (int64_t i = static_cast<int64_t>(shape.size()) - 2; i >= 0; --i)

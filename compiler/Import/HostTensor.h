@@ -112,6 +112,9 @@ template <typename Dims> std::string shapeText(const Dims &dims) {
 /// C++ and numpy do); Bool becomes 0/1, Int64 stays as it is.
 int64_t wrapInteger(ElementKind kind, int64_t value);
 
+/// Copies one element between tensors of the same kind.
+void copyElement(HostTensor &to, int64_t toIndex, const HostTensor &from, int64_t fromIndex);
+
 /// Row-major strides of `shape`, in elements.
 std::vector<int64_t> stridesOf(const std::vector<int64_t> &shape);
 

@@ -41,13 +41,6 @@ HostTensor zeros(ElementKind kind, std::vector<int64_t> shape, const char *op) {
   return out;
 }
 
-void copyElement(HostTensor &to, int64_t toIndex, const HostTensor &from, int64_t fromIndex) {
-  if (isFloating(to.kind))
-    to.floats[toIndex] = from.floats[fromIndex];
-  else
-    to.ints[toIndex] = from.ints[fromIndex];
-}
-
 /// Scatter's reductions (ONNX `reduction`: none, add, mul, max, min).
 void combineElement(HostTensor &to, int64_t toIndex, const HostTensor &from, int64_t fromIndex,
                     const std::string &reduction, const char *op) {

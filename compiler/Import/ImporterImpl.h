@@ -174,6 +174,7 @@ public:
   /// an input from it on; none: all); nullopt for noop_with_empty_axes.
   std::optional<std::vector<int64_t>> reductionAxes(const onnx::NodeProto &node, int64_t rank,
                                                     int64_t axesInputSince);
+  std::pair<mlir::Value, int64_t> reduceMean(const onnx::NodeProto &node, int64_t axesInputSince);
   void convertGather(const onnx::NodeProto &node);
   void convertReshape(const onnx::NodeProto &node);
   void convertFlatten(const onnx::NodeProto &node);
@@ -256,7 +257,7 @@ private:
   void privatizeRunningStatistics();
   /// Records in importNotes what an exporter changed that training sees.
   void noteExporterArtifacts(const std::optional<TorchSignature> &signature);
-  std::string readersOf(const std::string &name, const Readers &readers);
+  std::string readersOf(const std::string &name) const;
   /// Checks the external data of `tensor` (location inside the model's
   /// folder, a regular file, offset and length inside it, length equal to
   /// `expectedBytes`) and, when `read`, returns its bytes.
@@ -272,6 +273,8 @@ private:
   [[noreturn]] void fail(const onnx::NodeProto &node, const std::string &reason);
   [[noreturn]] void failFile(const std::string &reason);
   std::string nodeLabel(const onnx::NodeProto &node) const;
+  /// Node `index`'s name, or "#index" when it has none (short lists).
+  std::string nodeName(int index) const;
 
   // Operands.
   mlir::Location locationOf(const onnx::NodeProto &node);
@@ -447,9 +450,7 @@ template <typename OpT> void OnnxImporter::convertBinary(const onnx::NodeProto &
       lhs = *converted;
     else if (node.op_type() == "Pow" && llvm::isa<mlir::FloatType>(lhsElement))
       // Pow(float, integer): the exponent converts exactly enough to float.
-      rhs = createVerified(node, nn::CastOp::getOperationName(), {rhs},
-                           {mlir::RankedTensorType::get(typeOf(rhs).getShape(), lhsElement)}, {})
-                ->getResult(0);
+      rhs = castTo(node, rhs, lhsElement);
   }
   define(node, 0, buildWidened<OpT>(node, lhs, rhs));
 }

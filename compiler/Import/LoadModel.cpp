@@ -72,6 +72,11 @@ std::string OnnxImporter::nodeLabel(const onnx::NodeProto &node) const {
   return path + ": node " + name + " (" + node.op_type() + ")";
 }
 
+std::string OnnxImporter::nodeName(int index) const {
+  const std::string &name = model.graph().node(index).name();
+  return name.empty() ? "#" + std::to_string(index) : name;
+}
+
 void OnnxImporter::report(const std::string &problem) {
   errors.push_back(path + ": " + problem);
 }
