@@ -346,6 +346,107 @@ void OnnxImporter::convertConv(const onnx::NodeProto &node) {
   defineInferred<nn::ConvOp>(node, operands, attributes);
 }
 
+/// ConvTranspose is the gradient of a convolution with respect to its input:
+/// the weight (C_in, C_out/group, kernel...) is that convolution's
+/// (M, C/group, kernel...) as it is, so it becomes nn.conv_input_grad with
+/// the ConvTranspose's output as the convolution's input (docs/importer.md).
+void OnnxImporter::convertConvTranspose(const onnx::NodeProto &node) {
+  Value input = operand(node, 0), weight = operand(node, 1);
+  auto inputShape = typeOf(input).getShape();
+  auto weightShape = typeOf(weight).getShape();
+  if (inputShape.size() < 3 || weightShape.size() != inputShape.size())
+    fail(node, "input and weight must be (N,C,spatial...) of the same rank");
+  const int64_t spatial = inputShape.size() - 2, group = intAttr(node, "group", 1);
+  if (group < 1 || inputShape[1] != weightShape[0] || weightShape[0] % group)
+    fail(node, "input channels " + std::to_string(inputShape[1]) + ", group " +
+                   std::to_string(group) + " and weight [" + join(weightShape) +
+                   "] do not match (weight: C_in, C_out/group, kernel...)");
+  auto spatialAttr = [&](const char *name, int64_t fallback) {
+    std::vector<int64_t> values =
+        intsAttr(node, name).value_or(std::vector<int64_t>(spatial, fallback));
+    if (static_cast<int64_t>(values.size()) != spatial)
+      fail(node, std::string(name) + " needs " + std::to_string(spatial) + " entries");
+    return values;
+  };
+  std::vector<int64_t> strides = spatialAttr("strides", 1), dilations = spatialAttr("dilations", 1),
+                       outputPadding = spatialAttr("output_padding", 0);
+  std::vector<int64_t> kernel = intsAttr(node, "kernel_shape")
+                                    .value_or(std::vector<int64_t>(weightShape.begin() + 2,
+                                                                   weightShape.end()));
+  if (ArrayRef<int64_t>(kernel) != weightShape.drop_front(2))
+    fail(node, "kernel_shape [" + join(kernel) + "] differs from the weight's spatial shape");
+  std::vector<int64_t> pads = intsAttr(node, "pads").value_or(std::vector<int64_t>(2 * spatial, 0));
+  if (static_cast<int64_t>(pads.size()) != 2 * spatial)
+    fail(node, "pads needs " + std::to_string(2 * spatial) + " entries");
+  std::string autoPad = stringAttr(node, "auto_pad", "NOTSET");
+  if (autoPad != "NOTSET" && autoPad != "VALID" && autoPad != "SAME_UPPER" &&
+      autoPad != "SAME_LOWER")
+    fail(node, "unknown auto_pad '" + autoPad + "'");
+  std::optional<std::vector<int64_t>> outputShape = intsAttr(node, "output_shape");
+  if (outputShape && outputShape->size() == inputShape.size()) // (N, C, spatial...) spelled out
+    outputShape->erase(outputShape->begin(), outputShape->begin() + 2);
+  if (outputShape && (static_cast<int64_t>(outputShape->size()) != spatial ||
+                      llvm::any_of(*outputShape, [](int64_t size) { return size < 1; })))
+    fail(node, "output_shape needs " + std::to_string(spatial) + " positive spatial entries");
+
+  std::vector<int64_t> resultShape{inputShape[0], weightShape[1] * group};
+  for (int64_t axis = 0; axis < spatial; ++axis) {
+    if (strides[axis] < 1 || dilations[axis] < 1 || kernel[axis] < 1 || outputPadding[axis] < 0)
+      fail(node, "strides [" + join(strides) + "], dilations [" + join(dilations) +
+                     "] and kernel_shape [" + join(kernel) +
+                     "] must be positive and output_padding non-negative");
+    // In 128 bits: the attributes are the model's and may be huge.
+    __int128 full = __int128(strides[axis]) * (inputShape[axis + 2] - 1) + outputPadding[axis] +
+                    (__int128(kernel[axis]) - 1) * dilations[axis] + 1;
+    __int128 wanted = -1;
+    if (outputShape)
+      wanted = (*outputShape)[axis];
+    else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER")
+      wanted = __int128(inputShape[axis + 2]) * strides[axis];
+    __int128 begin = pads[axis], end = pads[axis + spatial];
+    if (autoPad == "VALID")
+      begin = end = 0;
+    if (wanted >= 0) { // ONNX's rule: the total padding split, the odd one at the end for SAME_UPPER
+      __int128 total = full - wanted, half = total >= 0 ? total / 2 : -((1 - total) / 2);
+      begin = autoPad == "SAME_UPPER" ? half : total - half;
+      end = autoPad == "SAME_UPPER" ? total - half : half;
+    }
+    // Output rows past every window (output_padding, a negative end pad)
+    // are zeros the convolution's input may have as long as they are fewer
+    // than a stride: more would change the size it maps back to.
+    __int128 extra = outputPadding[axis] + (end < 0 ? -end : 0);
+    if (begin < 0 || extra >= strides[axis] || full - begin - end < 1 || full - begin - end > INT64_MAX)
+      fail(node, "spatial axis " + std::to_string(axis) + ": pads " +
+                     std::to_string(static_cast<int64_t>(begin)) + " and " +
+                     std::to_string(static_cast<int64_t>(end)) + " with output_padding " +
+                     std::to_string(outputPadding[axis]) + " and stride " +
+                     std::to_string(strides[axis]) +
+                     ": supported are a non-negative begin pad and fewer extra end rows "
+                     "(output_padding, negative end pad) than the stride");
+    resultShape.push_back(static_cast<int64_t>(full - begin - end));
+    pads[axis] = static_cast<int64_t>(begin);
+    pads[axis + spatial] = static_cast<int64_t>(end < 0 ? 0 : end);
+  }
+  auto resultType = RankedTensorType::get(resultShape, typeOf(input).getElementType());
+  SmallVector<NamedAttribute> attributes{
+      builder.getNamedAttr("strides", builder.getDenseI64ArrayAttr(strides)),
+      builder.getNamedAttr("pads", builder.getDenseI64ArrayAttr(pads)),
+      builder.getNamedAttr("dilations", builder.getDenseI64ArrayAttr(dilations)),
+      builder.getNamedAttr("group", builder.getI64IntegerAttr(group))};
+  Value result = createVerified(node, nn::ConvInputGradOp::getOperationName(), {input, weight},
+                                {resultType}, attributes)
+                     ->getResult(0);
+  if (hasInput(node, 2)) {
+    Value bias = operand(node, 2);
+    if (typeOf(bias).getShape() != ArrayRef<int64_t>{resultShape[1]})
+      fail(node, "bias must have shape [" + std::to_string(resultShape[1]) + "]");
+    std::vector<int64_t> biasShape(resultShape.size(), 1);
+    biasShape[1] = resultShape[1];
+    result = build<nn::AddOp>(node, {result, reshapeTo(node, bias, biasShape)});
+  }
+  define(node, 0, result);
+}
+
 void OnnxImporter::convertBatchNorm(const onnx::NodeProto &node) {
   SmallVector<Value> operands;
   for (int i = 0; i < 5; ++i)

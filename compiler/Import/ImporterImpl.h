@@ -158,6 +158,7 @@ public:
   void convertGemm(const onnx::NodeProto &node);
   void convertMatMul(const onnx::NodeProto &node);
   void convertConv(const onnx::NodeProto &node);
+  void convertConvTranspose(const onnx::NodeProto &node);
   void convertBatchNorm(const onnx::NodeProto &node);
   void convertLayerNorm(const onnx::NodeProto &node);
   void convertMaxPool(const onnx::NodeProto &node);
@@ -333,7 +334,6 @@ private:
                       mlir::ArrayRef<mlir::NamedAttribute> attributes, size_t count = 1) {
     defineResults(node, createInferred<OpT>(node, operands, attributes), count);
   }
-  /// Creates an op with given result types and verifies it.
   /// The result of an op computed for `node` whose result type the op
   /// infers (the element-wise lowerings build several per node).
   template <typename OpT>
@@ -364,6 +364,7 @@ private:
   /// <= high: PyTorch's hardswish). A null bound is none.
   mlir::Value clip(const onnx::NodeProto &node, mlir::Value x, mlir::Value low, mlir::Value high,
                    bool inclusive);
+  /// Creates an op with given result types and verifies it.
   mlir::Operation *createVerified(const onnx::NodeProto &node, mlir::StringRef name,
                                   mlir::ValueRange operands, mlir::TypeRange types,
                                   mlir::ArrayRef<mlir::NamedAttribute> attributes);

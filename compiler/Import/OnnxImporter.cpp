@@ -100,6 +100,7 @@ const std::vector<OpRule> &opRules() {
       {"Gemm", &OnnxImporter::convertGemm, kAll},
       {"MatMul", &OnnxImporter::convertMatMul, kAll},
       {"Conv", &OnnxImporter::convertConv, kAll},
+      {"ConvTranspose", &OnnxImporter::convertConvTranspose, kAll},
       {"BatchNormalization", &OnnxImporter::convertBatchNorm, {0, 1, 2}},
       {"LayerNormalization", &OnnxImporter::convertLayerNorm, kAll},
       {"MaxPool", &OnnxImporter::convertMaxPool, {0}},
@@ -316,6 +317,16 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
       for (const auto &[name, reason] : frozenInitializers)
         frozen.push_back(builder.getNamedAttr(name, builder.getStringAttr(reason)));
       module->getOperation()->setAttr(nn::kFrozenAttrName, builder.getDictionaryAttr(frozen));
+    }
+    if (graph.output_size() > 1) {
+      std::string others;
+      for (int index = 1; index < graph.output_size() && index < 6; ++index)
+        others += (index > 1 ? ", '" : "'") + graph.output(index).name() + "'";
+      importNotes.push_back("the model has " + std::to_string(graph.output_size()) +
+                            " outputs: training computes the loss from the first, '" +
+                            graph.output(0).name() + "'; the others (" + others +
+                            (graph.output_size() > 6 ? " and more" : "") +
+                            ") are not used, and parameters only they read get a zero gradient");
     }
     if (!importNotes.empty()) {
       SmallVector<Attribute> notes;

@@ -1,6 +1,7 @@
 // Verifiers, result-type inference and work estimates of the gradient and
 // optimizer ops (NNGradOps.td).
 #include "dialects/nn/NNDialect.h"
+#include "runtime/include/pipec/vocabulary.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/STLExtras.h"
@@ -110,8 +111,33 @@ LogicalResult MaskedSoftmaxGradOp::verify() {
 }
 
 LogicalResult ConvInputGradOp::verify() {
-  return verifyConvGrad(*this, getDy().getType(), getWeight().getType(), getStrides(), getPads(),
-                        getDilations());
+  if (failed(verifyConvGrad(*this, getDy().getType(), getWeight().getType(), getStrides(),
+                            getPads(), getDilations())))
+    return failure();
+  // The result is a forward conv's input: convolving it must give dy's shape
+  // (checked, since ConvTranspose's attributes come from the model).
+  auto dy = getDy().getType(), weight = getWeight().getType(), result = getResult().getType();
+  int64_t group = getGroup();
+  if (result.getRank() != dy.getRank() || group < 1 || dy.getDimSize(1) != weight.getDimSize(0) ||
+      weight.getDimSize(0) % group || result.getDimSize(1) != weight.getDimSize(1) * group ||
+      result.getDimSize(0) != dy.getDimSize(0))
+    return emitOpError() << "dy [" << dy.getShape() << "], weight [" << weight.getShape()
+                         << "], group " << group << " and result [" << result.getShape()
+                         << "] do not match";
+  int64_t spatial = dy.getRank() - 2;
+  for (int64_t axis = 0; axis < spatial; ++axis) {
+    int64_t stride = getStrides()[axis], dilation = getDilations()[axis];
+    int64_t begin = getPads()[axis], end = getPads()[axis + spatial];
+    if (stride < 1 || dilation < 1 || begin < 0 || end < 0)
+      return emitOpError("strides and dilations must be positive and pads non-negative");
+    int64_t size = pipec::windowOutputSize(result.getDimSize(axis + 2), weight.getDimSize(axis + 2),
+                                           stride, begin, end, dilation, false);
+    if (size != dy.getDimSize(axis + 2))
+      return emitOpError() << "convolving the result [" << result.getShape() << "] gives "
+                           << size << " on spatial axis " << axis << ", not dy's "
+                           << dy.getDimSize(axis + 2);
+  }
+  return success();
 }
 
 LogicalResult ConvWeightGradOp::verify() {
@@ -159,6 +185,10 @@ OpWork ConvInputGradOp::estimateWork() {
   auto weight = getWeight().getType();
   work.forwardFlops = 2 * elementsOf(getDy()) *
                       static_cast<double>(weight.getNumElements()) / weight.getDimSize(0);
+  // As ConvTranspose's forward: each operand's gradient is one convolution
+  // of the same size (a conv, a conv_weight_grad).
+  work.gradientFlops.assign(2, work.forwardFlops);
+  work.gradientBytes.assign(2, work.forwardBytes);
   return work;
 }
 OpWork ConvWeightGradOp::estimateWork() {

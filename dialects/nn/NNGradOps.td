@@ -57,9 +57,15 @@ def NN_BinaryGradOp : NN_InferredOp<"binary_grad"> {
   let assemblyFormat = "$kind operands attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_ConvInputGradOp : NN_Op<"conv_input_grad", [Pure]> {
+def NN_ConvInputGradOp : NN_Op<"conv_input_grad", [Pure, NN_Differentiable]> {
   let summary = "Gradient of nn.conv with respect to its input (transposed convolution)";
-  let description = [{ Same window attributes as the forward conv; the result type is the input's. }];
+  let description = [{
+    Same window attributes as the forward conv; the result type is the
+    input's. It is also ONNX ConvTranspose's forward (the importer lowers
+    ConvTranspose to it, docs/importer.md), so it is differentiable: the
+    gradient of `dy` is nn.conv of the result's gradient, and the weight's
+    is nn.conv_weight_grad with the roles of dy and input exchanged.
+  }];
   let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$weight,
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
                        DenseI64ArrayAttr:$dilations, DefaultValuedAttr<I64Attr, "1">:$group);

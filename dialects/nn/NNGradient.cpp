@@ -194,6 +194,18 @@ Value ConvOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned in
   return Value(ReduceSumOp::create(g.b, g.loc, dy, axes, false));
 }
 
+Value ConvInputGradOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
+  // As ConvTranspose's forward, result = A^T dy where A is the convolution by
+  // the weight: d dy = A dresult, and the weight's gradient is the weight
+  // gradient of that convolution with dy as its output gradient.
+  Value dresult = dys[0];
+  if (index == 0)
+    return ConvOp::create(g.b, g.loc, dresult, getWeight(), /*bias=*/Value(), getStrides(),
+                          getPads(), getDilations(), getGroup());
+  return ConvWeightGradOp::create(g.b, g.loc, getWeight().getType(), getDy(), dresult,
+                                  getStrides(), getPads(), getDilations(), getGroup());
+}
+
 Value BatchNormOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
   Value dy = dys[0];
   if (index == 0)

@@ -196,7 +196,9 @@ struct EstimateCosts : impl::EstimateCostsBase<EstimateCosts> {
           tooLarge = true;
         };
         nn::OpWork work = op.estimateWork();
-        bool matrix = llvm::isa<nn::GemmOp, nn::MatMulOp, nn::ConvOp>(operation);
+        bool matrix =
+            llvm::isa<nn::GemmOp, nn::MatMulOp, nn::ConvOp, nn::ConvInputGradOp>(
+                operation);
         double overhead = work.launchesKernel ? static_cast<double>(launchOverhead) : 0.0;
         double forward = roofline(work.forwardFlops, work.forwardBytes, matrix) + overhead;
         double backwardInput = 0, backwardWeight = 0;

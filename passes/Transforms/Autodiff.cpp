@@ -150,6 +150,7 @@ struct AppendLoss : impl::AppendLossBase<AppendLoss> {
     OpBuilder builder(returnOp);
     func::ReturnOp::create(builder, returnOp.getLoc(), lossValue);
     returnOp.erase();
+    function.removeResAttrsAttr(); // one per former result
     function.setFunctionType(
         FunctionType::get(function.getContext(), function.getArgumentTypes(), {lossValue.getType()}));
     function.setResultAttrs(0, ArrayRef<NamedAttribute>{});

@@ -23,37 +23,24 @@ import tempfile
 import onnx
 from onnx import numpy_helper
 
-# design.md section 4; Shape/Constant/ConstantOfShape are folded at import.
-TIER1 = {
-    "Gemm", "MatMul", "Add", "Relu", "Flatten", "Conv", "BatchNormalization", "MaxPool",
-    "AveragePool", "GlobalAveragePool", "Dropout", "Gather", "LayerNormalization",
-    "ReduceMean", "Sub", "Pow", "Sqrt", "Div", "Mul", "Reshape", "Transpose", "Split",
-    "Slice", "Softmax", "Where", "Erf", "Gelu", "Tanh", "Sigmoid", "Concat", "Unsqueeze",
-    "Squeeze", "Expand", "Cast", "Equal", "ConstantOfShape", "Constant", "Shape",
-    "SoftmaxCrossEntropyLoss",
-    # Element-wise (issue 31): table functions and import-time lowerings.
-    "Neg", "Reciprocal", "Abs", "Exp", "Log", "Sin", "Cos", "Softplus", "Softsign", "Floor",
-    "Ceil", "Round", "Max", "Min", "Sum", "Mean", "Mod", "Less", "LessOrEqual", "Greater",
-    "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Clip", "HardSigmoid",
-    "HardSwish", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Mish", "ThresholdedRelu",
-    "CastLike",
-    # Lowered or folded at import (issue 31, docs/importer.md).
-    "SplitToSequence", "SequenceAt", "SequenceConstruct", "ConcatFromSequence", "Trilu", "Tile",
-    "CumSum", "GatherElements", "GatherND", "ScatterND", "ScatterElements", "RMSNormalization",
-    "RotaryEmbedding", "Attention", "Range", "Size", "GroupNormalization",
-    "InstanceNormalization", "ReduceSum", "Resize",
-}
-# (op type, input position) of operands pipec needs at import time.
-CONSTANT_SLOTS = {
-    ("Reshape", 1), ("Expand", 1), ("Split", 1), ("Squeeze", 1), ("Unsqueeze", 1),
-    ("ReduceMean", 1), ("Slice", 1), ("Slice", 2), ("Slice", 3), ("Slice", 4),
-    ("Pad", 1), ("Pad", 2), ("Pad", 3), ("Dropout", 1), ("Dropout", 2),
-    ("ConstantOfShape", 0), ("CumSum", 1), ("Tile", 1), ("Trilu", 1), ("ScatterND", 1),
-    ("ScatterElements", 1), ("SequenceAt", 1), ("SplitToSequence", 1), ("Range", 0), ("Range", 1),
-    ("Range", 2), ("ReduceSum", 1), ("Resize", 1), ("Resize", 2), ("Resize", 3),
-}
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXPECTED = os.path.join(HERE, "expected_imports.txt")
+
+
+def read_tier1(path=os.path.join(HERE, "tier1_operators.txt")):
+    """The tier-1 operators and the (op type, input position) pairs pipec
+    needs at import time, from the list the evaluator's test reads too."""
+    operators, constant_slots = set(), set()
+    with open(path) as lines:
+        for line in lines:
+            fields = line.split("#")[0].split()
+            if fields:
+                operators.add(fields[0])
+                constant_slots.update((fields[0], int(i)) for i in fields[1:])
+    return operators, constant_slots
+
+
+TIER1, CONSTANT_SLOTS = read_tier1()
 
 
 def tier1_models(root):

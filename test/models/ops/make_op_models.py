@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 F = TensorProto.FLOAT
 
 
-def model(name, nodes, x_shape, out_shape, initializers, opset, check=True):
+def model(name, nodes, x_shape, out_shape, initializers, opset, check=True, oracle=None):
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = (1.0 + 0.1 * rng.standard_normal(x_shape)).astype(np.float32)
@@ -41,7 +41,10 @@ def model(name, nodes, x_shape, out_shape, initializers, opset, check=True):
     proto.ir_version = 10
     if check:  # the checker refuses deprecated versions (GroupNormalization-18)
         onnx.checker.check_model(proto, full_check=True)
-    logits = ReferenceEvaluator(proto).run(None, {"x": x})[0]
+    if oracle:  # where onnx.reference is wrong: fn(x * w, initializers) in float64
+        logits = oracle(x.astype(np.float64) * w, initializers).astype(np.float32)
+    else:
+        logits = ReferenceEvaluator(proto).run(None, {"x": x})[0]
     assert logits.shape == tuple(out_shape), (name, logits.shape)
     labels = rng.integers(0, out_shape[-1], size=out_shape[:-1]).astype(np.int64)
     onnx.save(proto, os.path.join(HERE, f"{name}.onnx"))
@@ -247,8 +250,44 @@ def resize():
                                     "scales": np.array([1, 1, 1.5, 1.5], dtype=np.float32)}, 13)
 
 
+def conv_transpose():
+    """ConvTranspose (decoders, UNet and GAN upsampling): grouped with
+    output_padding, asymmetric pads and dilation; 1-D with auto_pad; an
+    output_shape that needs rows past every window (a negative end pad)."""
+    rng = np.random.default_rng(11)
+    weight = lambda *shape: (0.3 * rng.standard_normal(shape)).astype(np.float32)
+    def torch_conv_transpose(**attributes):
+        import torch  # only this oracle needs it: onnx.reference slices grouped weights wrongly
+        def run(xw, inits):
+            tensor = lambda name: torch.from_numpy(np.asarray(inits[name], np.float64))
+            return torch.nn.functional.conv_transpose2d(
+                torch.from_numpy(xw), tensor("kernel"), tensor("bias"),
+                **attributes).numpy()
+        return run
+
+    model("conv_transpose_2d_group", [
+        helper.make_node("ConvTranspose", ["xw", "kernel", "bias"], ["logits"], group=2,
+                         strides=[2, 2], pads=[1, 0, 1, 0], output_padding=[1, 0]),
+    ], [2, 4, 3, 3], [2, 6, 6, 7], {"kernel": weight(4, 3, 3, 3), "bias": weight(6)}, 11,
+        oracle=torch_conv_transpose(stride=2, padding=(1, 0), output_padding=(1, 0), groups=2))
+    model("conv_transpose_2d_dilated", [
+        helper.make_node("ConvTranspose", ["xw", "kernel", "bias"], ["logits"],
+                         strides=[2, 1], pads=[0, 1, 1, 0], output_padding=[1, 0],
+                         dilations=[1, 2]),
+    ], [2, 4, 3, 3], [2, 3, 7, 6], {"kernel": weight(4, 3, 3, 3), "bias": weight(3)}, 11)
+    model("conv_transpose_1d_same", [
+        helper.make_node("ConvTranspose", ["xw", "kernel"], ["logits"], strides=[3],
+                         auto_pad="SAME_UPPER"),
+    ], [2, 3, 5], [2, 2, 15], {"kernel": weight(3, 2, 4)}, 11)
+    model("conv_transpose_output_shape", [
+        helper.make_node("ConvTranspose", ["xw", "kernel"], ["logits"], strides=[3, 2],
+                         output_shape=[10, 8]),
+    ], [1, 2, 3, 3], [1, 3, 10, 8], {"kernel": weight(2, 3, 3, 3)}, 11)
+
+
 if __name__ == "__main__":
     main()
     runtime_indexing()
     normalization_and_reduction()
     resize()
+    conv_transpose()

@@ -37,32 +37,34 @@ using pipec::eval::Tensor;
 
 namespace {
 
-// design.md §4, as in test/conformance/import_node_tests.py (TIER1).
-const std::set<std::string> kTier1 = {
-    "Gemm", "MatMul", "Add", "Relu", "Flatten", "Conv", "BatchNormalization", "MaxPool",
-    "AveragePool", "GlobalAveragePool", "Dropout", "Gather", "LayerNormalization",
-    "ReduceMean", "Sub", "Pow", "Sqrt", "Div", "Mul", "Reshape", "Transpose", "Split",
-    "Slice", "Softmax", "Where", "Erf", "Gelu", "Tanh", "Sigmoid", "Concat", "Unsqueeze",
-    "Squeeze", "Expand", "Cast", "Equal", "ConstantOfShape", "Constant", "Shape",
-    "SoftmaxCrossEntropyLoss",
-    // Issue 31: element-wise table functions and import-time lowerings.
-    "Neg", "Reciprocal", "Abs", "Exp", "Log", "Sin", "Cos", "Softplus", "Softsign", "Floor",
-    "Ceil", "Round", "Max", "Min", "Sum", "Mean", "Mod", "Less", "LessOrEqual", "Greater",
-    "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Clip", "HardSigmoid",
-    "HardSwish", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Mish", "ThresholdedRelu",
-    "CastLike", "SplitToSequence", "SequenceAt", "SequenceConstruct", "ConcatFromSequence",
-    "Trilu", "Tile", "CumSum", "GatherElements", "GatherND", "ScatterND", "ScatterElements",
-    "RMSNormalization", "RotaryEmbedding", "Attention", "Range", "Size", "GroupNormalization",
-    "InstanceNormalization", "ReduceSum", "Resize"};
+/// The tier-1 operators and the (op type, input position) pairs needed at
+/// import time: test/conformance/tier1_operators.txt, which the import
+/// conformance test (import_node_tests.py) reads too.
+struct Tier1 {
+  std::set<std::string> operators;
+  std::set<std::pair<std::string, int>> importTimeOperands;
+};
 
-// (op type, input position) of operands needed at import time (CONSTANT_SLOTS).
-const std::set<std::pair<std::string, int>> kImportTimeOperands = {
-    {"Reshape", 1}, {"Expand", 1},  {"Split", 1},   {"Squeeze", 1}, {"Unsqueeze", 1},
-    {"ReduceMean", 1}, {"Slice", 1}, {"Slice", 2},   {"Slice", 3},   {"Slice", 4},
-    {"Pad", 1},     {"Pad", 2},     {"Pad", 3},     {"Dropout", 1}, {"Dropout", 2},
-    {"ConstantOfShape", 0}, {"CumSum", 1}, {"Tile", 1}, {"Trilu", 1}, {"ScatterND", 1},
-    {"ScatterElements", 1}, {"SequenceAt", 1}, {"SplitToSequence", 1}, {"Range", 0},
-    {"Range", 1}, {"Range", 2}, {"ReduceSum", 1}, {"Resize", 1}, {"Resize", 2}, {"Resize", 3}};
+const Tier1 &tier1() {
+  static const Tier1 list = [] {
+    Tier1 read;
+    std::ifstream file(PIPEC_TIER1_OPERATORS);
+    if (!file)
+      throw std::runtime_error("cannot read " PIPEC_TIER1_OPERATORS);
+    std::string line;
+    while (std::getline(file, line)) {
+      std::istringstream fields(line.substr(0, line.find('#')));
+      std::string op;
+      if (!(fields >> op))
+        continue;
+      read.operators.insert(op);
+      for (int position; fields >> position;)
+        read.importTimeOperands.insert({op, position});
+    }
+    return read;
+  }();
+  return list;
+}
 
 struct Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -237,7 +239,7 @@ public:
     if (model.graph().node_size() == 0)
       return false;
     for (const auto &node : model.graph().node())
-      if ((!node.domain().empty() && node.domain() != "ai.onnx") || !kTier1.count(node.op_type()))
+      if ((!node.domain().empty() && node.domain() != "ai.onnx") || !tier1().operators.count(node.op_type()))
         return false;
     return true;
   }
@@ -275,7 +277,7 @@ private:
     std::set<std::string> bound;
     for (const auto &node : graph.node())
       for (int i = 0; i < node.input_size(); ++i)
-        if (kImportTimeOperands.count({node.op_type(), i}) && inputs.count(node.input(i)))
+        if (tier1().importTimeOperands.count({node.op_type(), i}) && inputs.count(node.input(i)))
           bound.insert(node.input(i));
     for (const std::string &name : bound) {
       onnx::TensorProto *initializer = model.mutable_graph()->add_initializer();
