@@ -43,6 +43,13 @@ const std::map<std::string, OperatorVersions> &operatorVersions() {
       {"CumSum", {{11, 14}, 11}},             {"Tile", {{1, 6, 13}, 6}},
       {"GatherElements", {{11, 13}, 11}},     {"ScatterElements", {{11, 13, 16, 18}, 11}},
       {"GatherND", {{11, 12, 13}, 11}},       {"ScatterND", {{11, 13, 16, 18}, 11}},
+      // Reductions: 18 moves `axes` to an input; 20 adds bool to ReduceMax/Min.
+      {"ReduceSumSquare", {{1, 11, 13, 18}, 1}}, {"ReduceL1", {{1, 11, 13, 18}, 1}},
+      {"ReduceL2", {{1, 11, 13, 18}, 1}},     {"ReduceLogSum", {{1, 11, 13, 18}, 1}},
+      {"ReduceLogSumExp", {{1, 11, 13, 18}, 1}}, {"ReduceMax", {{1, 11, 12, 13, 18, 20}, 1}},
+      {"ReduceMin", {{1, 11, 12, 13, 18, 20}, 1}}, {"LogSoftmax", {{1, 11, 13}, 1}},
+      {"ArgMax", {{1, 11, 12, 13}, 1}},       {"ArgMin", {{1, 11, 12, 13}, 1}},
+      {"Einsum", {{12}, 12}},                 {"ConvTranspose", {{1, 11, 22}, 1}},
       // Element-wise: versions that only add element types keep the
       // semantics; versions 1 to 6 differ by `consumed_inputs` (ignored)
       // or by the old `broadcast` attribute (refused: before 7); Max, Min, Sum

@@ -20,6 +20,13 @@ Value OnnxImporter::reshapeTo(const onnx::NodeProto &node, Value input, ArrayRef
   return createVerified(node, nn::ReshapeOp::getOperationName(), {input}, {type}, {})->getResult(0);
 }
 
+Value OnnxImporter::expandTo(const onnx::NodeProto &node, Value input, ArrayRef<int64_t> shape) {
+  auto type = RankedTensorType::get(shape, typeOf(input).getElementType());
+  if (type == input.getType())
+    return input;
+  return createVerified(node, nn::ExpandOp::getOperationName(), {input}, {type}, {})->getResult(0);
+}
+
 Value OnnxImporter::transposeBy(const onnx::NodeProto &node, Value input, ArrayRef<int64_t> perm) {
   return build<nn::TransposeOp>(node, {input},
                                 {builder.getNamedAttr("perm", builder.getDenseI64ArrayAttr(perm))});
@@ -174,10 +181,7 @@ void OnnxImporter::convertAttention(const onnx::NodeProto &node) {
     auto repeat = [&](Value value) {
       auto shape = typeOf(value).getShape();
       Value lifted = reshapeTo(node, value, {shape[0], shape[1], 1, shape[2], shape[3]});
-      auto wide = RankedTensorType::get({shape[0], shape[1], repeats, shape[2], shape[3]},
-                                        typeOf(value).getElementType());
-      Value expanded = createVerified(node, nn::ExpandOp::getOperationName(), {lifted}, {wide}, {})
-                           ->getResult(0);
+      Value expanded = expandTo(node, lifted, {shape[0], shape[1], repeats, shape[2], shape[3]});
       return reshapeTo(node, expanded, {shape[0], queryHeads, shape[2], shape[3]});
     };
     k = repeat(k);

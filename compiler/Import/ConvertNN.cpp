@@ -572,53 +572,6 @@ void OnnxImporter::convertSoftmaxCrossEntropyLoss(const onnx::NodeProto &node) {
   defineInferred<nn::SoftmaxCrossEntropyLossOp>(node, operands, attributes, 2);
 }
 
-std::optional<std::vector<int64_t>> OnnxImporter::reductionAxes(const onnx::NodeProto &node,
-                                                                 int64_t rank,
-                                                                 int64_t axesInputSince) {
-  std::vector<int64_t> axes;
-  if (nodeVersion >= axesInputSince) {
-    if (auto given = optionalConstantInput(node, 1, "axes"))
-      axes = given->toInts();
-  } else {
-    axes = intsAttr(node, "axes").value_or(std::vector<int64_t>{});
-  }
-  if (axes.empty() && intAttr(node, "noop_with_empty_axes", 0))
-    return std::nullopt;
-  if (axes.empty())
-    for (int64_t axis = 0; axis < rank; ++axis)
-      axes.push_back(axis);
-  return normalizedAxes(node, axes, rank);
-}
-
-/// ReduceMean and ReduceSum: the input's mean over the node's axes (or the
-/// input itself for noop_with_empty_axes), and the count of values each
-/// result averages.
-std::pair<Value, int64_t> OnnxImporter::reduceMean(const onnx::NodeProto &node,
-                                                   int64_t axesInputSince) {
-  Value input = operand(node, 0);
-  auto axes = reductionAxes(node, typeOf(input).getRank(), axesInputSince);
-  if (!axes)
-    return {input, 1};
-  int64_t count = 1;
-  for (int64_t axis : *axes)
-    count *= typeOf(input).getDimSize(axis);
-  Value mean = build<nn::ReduceMeanOp>(
-      node, {input},
-      {builder.getNamedAttr("axes", builder.getDenseI64ArrayAttr(*axes)),
-       builder.getNamedAttr("keepdims", builder.getBoolAttr(intAttr(node, "keepdims", 1) != 0))});
-  return {mean, count};
-}
-
-void OnnxImporter::convertReduceMean(const onnx::NodeProto &node) {
-  define(node, 0, reduceMean(node, /*axesInputSince=*/18).first);
-}
-
-void OnnxImporter::convertReduceSum(const onnx::NodeProto &node) {
-  // The mean times the count: nn.reduce_mean has the gradient.
-  auto [mean, count] = reduceMean(node, /*axesInputSince=*/13);
-  define(node, 0, count == 1 ? mean : build<nn::MulOp>(node, {mean, scalarLike(node, mean, count)}));
-}
-
 void OnnxImporter::convertGroupNormalization(const onnx::NodeProto &node) {
   Value input = operand(node, 0), scale = operand(node, 1), bias = operand(node, 2);
   auto shape = typeOf(input).getShape();
@@ -652,10 +605,7 @@ void OnnxImporter::convertGroupNormalization(const onnx::NodeProto &node) {
   auto affine = [&](Value parameter) {
     int64_t size = typeOf(parameter).getNumElements();
     if (size == groups && groups != channels) {
-      auto wide = RankedTensorType::get({groups, channels / groups}, element);
-      parameter = createVerified(node, nn::ExpandOp::getOperationName(),
-                                 {reshapeTo(node, parameter, {groups, 1})}, {wide}, {})
-                      ->getResult(0);
+      parameter = expandTo(node, reshapeTo(node, parameter, {groups, 1}), {groups, channels / groups});
     } else if (size != channels) {
       fail(node, "scale and bias must have one value per channel (or per group before opset "
                  "21)");

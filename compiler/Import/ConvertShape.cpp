@@ -83,13 +83,7 @@ void OnnxImporter::convertExpand(const onnx::NodeProto &node) {
     fail(node, "cannot expand [" + join(shapeOfInput(node, 0)) + "] to [" +
                    join(constantInput(node, 1, "shape").toInts()) + "]");
   }
-  auto type = RankedTensorType::get(shape, typeOf(input).getElementType());
-  if (type == input.getType()) {
-    define(node, 0, input);
-    return;
-  }
-  defineResults(node, createVerified(node, nn::ExpandOp::getOperationName(), {input}, {type}, {}),
-                1);
+  define(node, 0, expandTo(node, input, shape));
 }
 
 void OnnxImporter::convertTranspose(const onnx::NodeProto &node) {
@@ -240,8 +234,7 @@ void OnnxImporter::convertTile(const onnx::NodeProto &node) {
     return;
   }
   Value value = reshapeTo(node, input, lifted);
-  auto wide = RankedTensorType::get(expanded, typeOf(input).getElementType());
-  value = createVerified(node, nn::ExpandOp::getOperationName(), {value}, {wide}, {})->getResult(0);
+  value = expandTo(node, value, expanded);
   define(node, 0, reshapeTo(node, value, tiled));
 }
 

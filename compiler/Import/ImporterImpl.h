@@ -11,6 +11,7 @@
 //   NodeOperands.cpp  operands, results, attributes and op creation;
 //   ConvertNN.cpp     converters of arithmetic and network layers;
 //   ConvertShape.cpp  converters that move data (reshape, gather, slice...);
+//   ConvertReduction.cpp  reductions, LogSoftmax, ArgMax and Einsum;
 //   FoldShape.cpp     folders of shape sub-graphs on the host.
 #ifndef PIPEC_COMPILER_IMPORT_IMPORTERIMPL_H
 #define PIPEC_COMPILER_IMPORT_IMPORTERIMPL_H
@@ -167,15 +168,30 @@ public:
   void convertDropout(const onnx::NodeProto &node);
   void convertSoftmax(const onnx::NodeProto &node);
   void convertSoftmaxCrossEntropyLoss(const onnx::NodeProto &node);
-  void convertReduceMean(const onnx::NodeProto &node);
-  void convertReduceSum(const onnx::NodeProto &node);
+  /// The Reduce* operators (ConvertReduction.cpp).
+  void convertReduce(const onnx::NodeProto &node);
+  void convertLogSoftmax(const onnx::NodeProto &node);
+  /// ArgMax and ArgMin.
+  void convertArgMax(const onnx::NodeProto &node);
+  void convertEinsum(const onnx::NodeProto &node);
   /// GroupNormalization and InstanceNormalization (one group per channel).
   void convertGroupNormalization(const onnx::NodeProto &node);
   /// A reduction's axes, normalized (an attribute before `axesInputSince`,
   /// an input from it on; none: all); nullopt for noop_with_empty_axes.
   std::optional<std::vector<int64_t>> reductionAxes(const onnx::NodeProto &node, int64_t rank,
                                                     int64_t axesInputSince);
-  std::pair<mlir::Value, int64_t> reduceMean(const onnx::NodeProto &node, int64_t axesInputSince);
+  /// A constant of `like`'s floating element type and `shape`, every element `value`.
+  mlir::Value filledLike(const onnx::NodeProto &node, mlir::Value like,
+                         mlir::ArrayRef<int64_t> shape, double value);
+  /// The sum (or mean) of `input` over normalized `axes`.
+  mlir::Value sumOver(const onnx::NodeProto &node, mlir::Value input, mlir::ArrayRef<int64_t> axes,
+                      bool keepdims, bool mean = false);
+  /// The maximum (or minimum) of floating `input` over normalized `axes`.
+  mlir::Value maxOver(const onnx::NodeProto &node, mlir::Value input, mlir::ArrayRef<int64_t> axes,
+                      bool keepdims, bool minimum = false);
+  /// log(sum(exp(input))) over normalized `axes`, without overflow.
+  mlir::Value logSumExp(const onnx::NodeProto &node, mlir::Value input,
+                        mlir::ArrayRef<int64_t> axes, bool keepdims);
   void convertGather(const onnx::NodeProto &node);
   void convertReshape(const onnx::NodeProto &node);
   void convertFlatten(const onnx::NodeProto &node);
@@ -320,6 +336,9 @@ private:
                                   mlir::ArrayRef<mlir::NamedAttribute> attributes);
   mlir::Value reshapeTo(const onnx::NodeProto &node, mlir::Value input,
                         mlir::ArrayRef<int64_t> shape);
+  /// `input` broadcast to `shape` (nn.expand), or itself when it has it.
+  mlir::Value expandTo(const onnx::NodeProto &node, mlir::Value input,
+                       mlir::ArrayRef<int64_t> shape);
   mlir::Value transposeBy(const onnx::NodeProto &node, mlir::Value input,
                           mlir::ArrayRef<int64_t> perm);
   /// `input`[start:end:step] along one axis (nn.slice's normalized bounds).

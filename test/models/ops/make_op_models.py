@@ -285,9 +285,79 @@ def conv_transpose():
     ], [1, 2, 3, 3], [1, 3, 10, 8], {"kernel": weight(2, 3, 3, 3)}, 11)
 
 
+def reductions_and_contractions():
+    """The Reduce* family (axes as attribute and as input), LogSoftmax (both
+    semantics), ArgMax/ArgMin (ties, select_last_index) and Einsum (batched,
+    ellipsis, implicit output, three operands), lowered at import."""
+    rng = np.random.default_rng(12)
+    tensor = lambda *shape: (0.5 * rng.standard_normal(shape)).astype(np.float32)
+    axes = lambda *values: np.array(values, dtype=np.int64)
+    model("reduce_max_min", [
+        helper.make_node("ReduceMax", ["xw", "axes13"], ["a"], keepdims=1),
+        helper.make_node("ReduceMin", ["xw", "axes2"], ["b"], keepdims=1),
+        helper.make_node("Add", ["xw", "a"], ["xa"]),
+        helper.make_node("Add", ["xa", "b"], ["logits"]),
+    ], [2, 3, 4, 5], [2, 3, 4, 5], {"axes13": axes(1, 3), "axes2": axes(-2)}, 18)
+    model("reduce_norms", [
+        helper.make_node("ReduceL1", ["xw"], ["l1"], axes=[3], keepdims=1),
+        helper.make_node("ReduceL2", ["xw"], ["l2"], axes=[1, 2], keepdims=1),
+        helper.make_node("ReduceSumSquare", ["xw"], ["ss"], axes=[3], keepdims=1),
+        helper.make_node("ReduceLogSumExp", ["xw"], ["lse"], axes=[1], keepdims=1),
+        helper.make_node("Exp", ["xw"], ["e"]),
+        helper.make_node("ReduceLogSum", ["e"], ["ls"], axes=[3], keepdims=0),
+        helper.make_node("Unsqueeze", ["ls", "last"], ["lsu"]),
+        helper.make_node("Mul", ["xw", "l2"], ["y1"]),
+        helper.make_node("Sum", ["y1", "l1", "ss", "lse", "lsu"], ["logits"]),
+    ], [2, 3, 4, 5], [2, 3, 4, 5], {"last": axes(3)}, 13)
+    model("log_softmax", [
+        helper.make_node("LogSoftmax", ["xw"], ["logits"], axis=-1),
+    ], [2, 3, 7], [2, 3, 7], {}, 13)
+    def log_softmax_from_axis_1(xw, _):  # onnx.reference applies opset 13's axis instead
+        flat = xw.reshape(xw.shape[0], -1)
+        flat = flat - flat.max(axis=1, keepdims=True)
+        return (flat - np.log(np.exp(flat).sum(axis=1, keepdims=True))).reshape(xw.shape)
+
+    model("log_softmax_11", [  # opset 11: over every axis from `axis` on
+        helper.make_node("LogSoftmax", ["xw"], ["logits"], axis=1),
+    ], [2, 3, 4], [2, 3, 4], {}, 11, oracle=log_softmax_from_axis_1)
+    model("arg_max_min", [
+        helper.make_node("ArgMax", ["xw"], ["i"], axis=2, keepdims=0),
+        helper.make_node("Unsqueeze", ["i", "two"], ["iu"]),
+        helper.make_node("Cast", ["iu"], ["fi"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["xw", "three"], ["x3"]),
+        helper.make_node("Round", ["x3"], ["r"]),  # ties, and a last index to select
+        helper.make_node("ArgMin", ["r"], ["j"], axis=3, keepdims=1, select_last_index=1),
+        helper.make_node("Cast", ["j"], ["fj"], to=TensorProto.FLOAT),
+        helper.make_node("Sum", ["xw", "fi", "fj"], ["logits"]),
+    ], [2, 3, 4, 5], [2, 3, 4, 5], {"two": axes(2), "three": np.float32(3.0)}, 13)
+    model("einsum_attention", [
+        helper.make_node("Einsum", ["xw", "k"], ["s"], equation="bhqd,bhkd->bhqk"),
+        helper.make_node("Einsum", ["s", "v"], ["logits"], equation="bhqk,bhkd->bhqd"),
+    ], [2, 2, 3, 4], [2, 2, 3, 4], {"k": tensor(2, 2, 3, 4), "v": tensor(2, 2, 3, 4)}, 12)
+    model("einsum_mixed", [
+        helper.make_node("Einsum", ["xw", "m1"], ["a"], equation="...ij,jk->...ik"),
+        helper.make_node("Einsum", ["a", "v"], ["c"], equation="bik,k"),  # implicit: bi
+        helper.make_node("Unsqueeze", ["c", "last"], ["cu"]),
+        helper.make_node("Einsum", ["xw", "m1", "m2"], ["e"], equation="bij, jk, kl -> bil"),
+        helper.make_node("Mul", ["a", "cu"], ["ac"]),  # (adding a per-row constant would not
+        helper.make_node("Sum", ["a", "ac", "e"], ["logits"]),  # change the loss)
+    ], [2, 3, 4], [2, 3, 5], {"m1": tensor(4, 5), "v": tensor(5), "m2": tensor(5, 5),
+                              "last": axes(2)}, 13)
+    model("einsum_diagonal", [
+        helper.make_node("Einsum", ["xw"], ["d"], equation="bii->bi"),
+        helper.make_node("Einsum", ["xw"], ["t"], equation="bii"),  # implicit: b, the traces
+        helper.make_node("Unsqueeze", ["d", "last"], ["du"]),
+        helper.make_node("Unsqueeze", ["t", "rows_cols"], ["tu"]),
+        helper.make_node("Mul", ["xw", "du"], ["xd"]),
+        helper.make_node("Mul", ["xw", "tu"], ["xt"]),
+        helper.make_node("Add", ["xd", "xt"], ["logits"]),
+    ], [2, 3, 3], [2, 3, 3], {"last": axes(2), "rows_cols": axes(1, 2)}, 13)
+
+
 if __name__ == "__main__":
     main()
     runtime_indexing()
     normalization_and_reduction()
     resize()
     conv_transpose()
+    reductions_and_contractions()
