@@ -669,13 +669,21 @@ struct Outliner {
     auto *block = new Block();
     SmallVector<Type> argTypes;
     SmallVector<Attribute> argAttrs;
+    // A result or send may be an argument itself (a parameter's gradient that
+    // is an activation gradient received from @bwd_input): remapped below.
+    DenseMap<Value, Value> movedArguments;
     for (unsigned index : order) {
       BlockArgument previous = old->getArgument(index);
       BlockArgument argument = block->addArgument(previous.getType(), previous.getLoc());
       previous.replaceAllUsesWith(argument);
+      movedArguments[previous] = argument;
       argTypes.push_back(previous.getType());
       argAttrs.push_back(function.args[index].attrs);
     }
+    for (ResultSlot &slot : function.results)
+      slot.value = movedArguments.lookup_or(slot.value, slot.value);
+    for (PendingSend &send : function.sends)
+      send.value = movedArguments.lookup_or(send.value, send.value);
     block->getOperations().splice(block->end(), old->getOperations());
     function.op.getBody().push_front(block);
     old->erase();
