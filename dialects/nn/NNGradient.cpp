@@ -212,13 +212,30 @@ Value BatchNormOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsign
     return BatchNormGradOp::create(g.b, g.loc, dy, getInput(), getScale(),
                                        getRunningMean(), getRunningVar(),
                                        getEpsilon(), getTraining());
-  if (index > 2)
-    return Value();
+  auto statisticType = tensorType(getRunningMean());
+  if (index > 2 && getTraining()) // the batch's statistics normalize; the given ones only update
+    return ConstantOp::create(g.b, g.loc,
+                              DenseElementsAttr::get(statisticType,
+                                                     g.b.getZeroAttr(statisticType.getElementType())));
   auto params = BatchNormParamGradOp::create(g.b, g.loc, dy, getInput(),
                                                  getRunningMean(),
                                                  getRunningVar(), getEpsilon(),
                                                  getTraining());
-  return index == 1 ? params.getScaleGrad() : params.getBiasGrad();
+  if (index <= 2)
+    return index == 1 ? params.getScaleGrad() : params.getBiasGrad();
+  // Inference form, statistics computed from parameters (weight
+  // standardization): y = (x - mean) / s * scale + bias with s = sqrt(var + eps),
+  // so dmean = -scale / s * sum(dy) and dvar = -scale / (2 (var + eps)) * sum(dy * x̂).
+  Type element = statisticType.getElementType();
+  Value variance = AddOp::create(g.b, g.loc, getRunningVar(),
+                                 g.scalar(element, getEpsilon().convertToDouble()));
+  if (index == 3) {
+    Value perScale = DivOp::create(g.b, g.loc, getScale(), SqrtOp::create(g.b, g.loc, variance));
+    return NegOp::create(g.b, g.loc, MulOp::create(g.b, g.loc, perScale, params.getBiasGrad()));
+  }
+  Value halfScale = MulOp::create(g.b, g.loc, getScale(), g.scalar(element, -0.5));
+  Value perScale = DivOp::create(g.b, g.loc, halfScale, variance);
+  return MulOp::create(g.b, g.loc, perScale, params.getScaleGrad());
 }
 
 Value LayerNormOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {

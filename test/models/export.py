@@ -339,6 +339,174 @@ def hf_vit():
     return wrappers()[2](hf), {"pixel_values": image(IMAGE_VIT)}
 
 
+def unet():
+    """A small hand-written UNet: two down levels (Conv 3x3 + BatchNorm + ReLU
+    twice, then MaxPool 2), a bottleneck double conv, two up levels
+    (ConvTranspose2d kernel 2 stride 2, concatenated with the skip, double
+    conv), a 1x1 convolution to CLASSES channels; widths 8-16-32. The
+    per-pixel logits are permuted to (N, H, W, C), so the loss takes the last
+    axis as classes."""
+    import torch
+    import torch.nn as nn
+
+    def double(cin, cout):
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                             nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+    class UNet(nn.Module):
+        def __init__(self, widths=(8, 16, 32)):
+            super().__init__()
+            a, b, c = widths
+            self.down1, self.down2 = double(3, a), double(a, b)
+            self.pool = nn.MaxPool2d(2)
+            self.bottleneck = double(b, c)
+            self.up2, self.dec2 = nn.ConvTranspose2d(c, b, 2, stride=2), double(2 * b, b)
+            self.up1, self.dec1 = nn.ConvTranspose2d(b, a, 2, stride=2), double(2 * a, a)
+            self.head = nn.Conv2d(a, CLASSES, 1)
+
+        def forward(self, image):
+            s1 = self.down1(image)                    # 32x32
+            s2 = self.down2(self.pool(s1))            # 16x16
+            x = self.bottleneck(self.pool(s2))        # 8x8
+            x = self.dec2(torch.cat([self.up2(x), s2], dim=1))
+            x = self.dec1(torch.cat([self.up1(x), s1], dim=1))
+            return self.head(x).permute(0, 2, 3, 1)   # (N, H, W, CLASSES)
+
+    return UNet(), {"image": image()}
+
+
+LATENT = (4, 16, 4, 4)
+
+
+def dcgan_generator():
+    """A DCGAN-style generator from a (4, 16, 4, 4) latent: ConvTranspose2d
+    16->32 (kernel 4, stride 2, padding 1: 8x8), 32->16 (kernel 3, stride 2,
+    padding 1, output_padding 1: 16x16), 16->16 (kernel 3, padding 1,
+    groups 2), each bias-free with BatchNorm and ReLU, then a ConvTranspose2d
+    16->CLASSES head (kernel 4, stride 2, padding 1: 32x32) whose per-pixel
+    logits are permuted to (N, H, W, C). DCGAN's initialisation (weights
+    N(0, 0.02), BatchNorm scale N(1, 0.02))."""
+    import torch
+    import torch.nn as nn
+
+    def block(cin, cout, kernel, stride, padding, output_padding=0, groups=1):
+        return [nn.ConvTranspose2d(cin, cout, kernel, stride, padding, output_padding, groups=groups, bias=False),
+                nn.BatchNorm2d(cout), nn.ReLU()]
+
+    class Generator(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(*block(16, 32, 4, 2, 1), *block(32, 16, 3, 2, 1, output_padding=1),
+                                     *block(16, 16, 3, 1, 1, groups=2),
+                                     nn.ConvTranspose2d(16, CLASSES, 4, 2, 1))
+
+        def forward(self, latent):
+            return self.net(latent).permute(0, 2, 3, 1)
+
+    model = Generator()
+    for m in model.modules():
+        if isinstance(m, nn.ConvTranspose2d):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+        elif isinstance(m, nn.BatchNorm2d):
+            nn.init.normal_(m.weight, 1.0, 0.02)
+            nn.init.zeros_(m.bias)
+    g = torch.Generator().manual_seed(SEED + 1)
+    return model, {"latent": torch.randn(*LATENT, generator=g)}
+
+
+CLIP_EOS_POSITION = 11
+
+
+def hf_clip_text():
+    """transformers CLIPTextModel (causal, quick_gelu) with a Linear head on
+    pooler_output inside the wrapper. The config keeps eos_token_id=2, as the
+    openai/clip-* checkpoints do, so the pooling gathers the position of the
+    largest token id (ArgMax of the ids cast to int32): every row holds
+    VOCAB-1 (CLIP's end-of-text id is its largest) at position
+    CLIP_EOS_POSITION and ids 3..VOCAB-2 elsewhere, so the maximum is unique."""
+    import torch
+    import torch.nn as nn
+    import transformers
+
+    class ClipTextClassifier(nn.Module):
+        def __init__(self, text):
+            super().__init__()
+            self.text = text
+            self.head = nn.Linear(text.config.hidden_size, CLASSES)
+
+        def forward(self, input_ids):
+            return self.head(self.text(input_ids=input_ids).pooler_output)
+
+    config = transformers.CLIPTextConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, projection_dim=32,
+                                         num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=TOKENS[1],
+                                         attention_dropout=0.0, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    text = transformers.CLIPTextModel._from_config(config, attn_implementation="eager")
+    g = torch.Generator().manual_seed(SEED + 1)
+    ids = torch.randint(3, VOCAB - 1, TOKENS, generator=g)
+    ids[:, CLIP_EOS_POSITION] = VOCAB - 1
+    return ClipTextClassifier(text), {"input_ids": ids}
+
+
+def hf_funnel():
+    """transformers FunnelForMaskedLM: three blocks of one layer (the sequence
+    pooled 16 -> 8 -> 4, first token kept apart), one decoder layer that
+    upsamples back to 16, relative-shift attention (Einsum); its logits."""
+    import transformers
+    config = transformers.FunnelConfig(vocab_size=VOCAB, block_sizes=[1, 1, 1], num_decoder_layers=1, d_model=32,
+                                       n_head=4, d_head=8, d_inner=64, hidden_dropout=0.0, attention_dropout=0.0,
+                                       activation_dropout=0.0)
+    hf = transformers.FunnelForMaskedLM._from_config(config)
+    return wrappers()[1](hf), {"input_ids": tokens()}
+
+
+def hf_convnextv2():
+    """transformers ConvNextV2ForImageClassification, 32px, patch 4, depths
+    [1, 1, 2, 1], widths 8-16-24-32. transformers initialises the GRN scale
+    and bias to zeros (GRN is then the identity, and the dynamo optimizer
+    drops them): they are drawn (normal, std 0.5) here instead, so the
+    ReduceL2 path carries a gradient."""
+    import torch.nn as nn
+    import transformers
+    from transformers.models.convnextv2.modeling_convnextv2 import ConvNextV2GRN
+    config = transformers.ConvNextV2Config(num_channels=3, patch_size=4, num_stages=4, hidden_sizes=[8, 16, 24, 32],
+                                           depths=[1, 1, 2, 1], drop_path_rate=0.0, image_size=32,
+                                           num_labels=CLASSES)
+    hf = transformers.ConvNextV2ForImageClassification._from_config(config)
+    for m in hf.modules():
+        if isinstance(m, ConvNextV2GRN):
+            nn.init.normal_(m.weight, 0.0, 0.5)
+            nn.init.normal_(m.bias, 0.0, 0.5)
+    return wrappers()[2](hf), {"pixel_values": image()}
+
+
+def hf_bart():
+    """transformers BartForConditionalGeneration (2 encoder, 2 decoder
+    layers, tied embeddings, learned positions); the wrapper derives the
+    decoder_input_ids from input_ids (shift_tokens_right, as BartModel does
+    when none are given) and returns the decoder's logits."""
+    import torch.nn as nn
+    import transformers
+    from transformers.models.bart.modeling_bart import shift_tokens_right
+
+    class Seq2SeqLM(nn.Module):
+        def __init__(self, hf):
+            super().__init__()
+            self.hf = hf
+
+        def forward(self, input_ids):
+            decoder_input_ids = shift_tokens_right(input_ids, self.hf.config.pad_token_id,
+                                                   self.hf.config.decoder_start_token_id)
+            return self.hf(input_ids=input_ids, decoder_input_ids=decoder_input_ids, use_cache=False).logits
+
+    config = transformers.BartConfig(vocab_size=VOCAB, max_position_embeddings=64, d_model=32, encoder_layers=2,
+                                     decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                                     encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=0.0, attention_dropout=0.0,
+                                     activation_dropout=0.0, classifier_dropout=0.0)
+    hf = transformers.BartForConditionalGeneration._from_config(config, attn_implementation="eager")
+    # Ids from 4 up: 0-3 are BART's special tokens (1 the padding id).
+    return Seq2SeqLM(hf), {"input_ids": tokens(low=4)}
+
+
 DROP = dict(attention_dropout=0.0)
 DYN, NOOPT, LEG = "dynamo", "dynamo-noopt", "legacy"
 
@@ -371,6 +539,16 @@ FAMILIES = {
     "hf-roberta": (hf_encoder("RobertaConfig", "RobertaForMaskedLM", pad_token_id=1), [DYN, LEG],
                    "transformers RobertaForMaskedLM, eager attention"),
     "hf-vit": (hf_vit, [DYN, LEG], "transformers ViTForImageClassification, eager attention"),
+    "unet": (unet, [DYN, LEG], "hand-written UNet, 2 levels, widths 8-16-32, ConvTranspose2d up, per-pixel logits (NHWC)"),
+    "dcgan-generator": (dcgan_generator, [DYN, LEG],
+                        "DCGAN-style ConvTranspose2d decoder from a 16x4x4 latent (output_padding, groups 2), "
+                        "per-pixel logits (NHWC)"),
+    "hf-clip-text": (hf_clip_text, [DYN, LEG],
+                     "transformers CLIPTextModel + Linear head on pooler_output (ArgMax pooling), eager attention"),
+    "hf-funnel": (hf_funnel, [DYN, LEG], "transformers FunnelForMaskedLM, blocks [1,1,1], relative-shift attention"),
+    "hf-convnextv2": (hf_convnextv2, [DYN, LEG],
+                      "transformers ConvNextV2ForImageClassification, 32px, depths [1,1,2,1], GRN drawn (not zeros)"),
+    "hf-bart": (hf_bart, [DYN, LEG], "transformers BartForConditionalGeneration, decoder ids shifted from input_ids, eager attention"),
 }
 
 

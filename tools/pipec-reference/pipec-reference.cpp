@@ -13,6 +13,7 @@
 #include "compiler/Driver/Registration.h"
 #include "compiler/Evaluator/Evaluator.h"
 #include "compiler/Evaluator/Kernels.h"
+#include "compiler/Import/BatchNormFlag.h"
 #include "compiler/Import/OnnxImporter.h"
 #include "compiler/Import/Npy.h"
 #include "dialects/nn/NNDialect.h"
@@ -58,6 +59,10 @@ int main(int argc, char **argv) {
                      cl::desc("Keep every floating value in double instead of rounding it to its "
                               "element type (compare with float64 references)"),
                      cl::cat(category));
+  cl::opt<pipec::import::BatchNormStatistics> batchNorm(
+      "batchnorm", cl::desc(pipec::import::kBatchNormFlagHelp),
+      pipec::import::batchNormFlagValues(), cl::init(pipec::import::BatchNormStatistics::Batch),
+      cl::cat(category));
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(argc, argv, "pipec reference evaluator\n");
 
@@ -86,7 +91,10 @@ int main(int argc, char **argv) {
   // The initializers from the same parse: the importer may have added some
   // (a BatchNorm statistic's own copy, docs/importer.md).
   std::map<std::string, HostTensor> initializers;
-  auto module = pipec::import::importOnnxModel(context, modelPath, {}, errors, &initializers);
+  pipec::import::ImportOptions importOptions;
+  importOptions.batchNorm = batchNorm;
+  auto module =
+      pipec::import::importOnnxModel(context, modelPath, importOptions, errors, &initializers);
   if (!module) {
     for (const auto &error : errors)
       llvm::errs() << "error: " << error << "\n";

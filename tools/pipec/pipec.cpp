@@ -3,6 +3,7 @@
 #include "ScheduleOptions.h"
 
 #include "compiler/Driver/Compiler.h"
+#include "compiler/Import/BatchNormFlag.h"
 #include "analysis/Partition/Error.h"
 #include "analysis/Schedule/Schedule.h"
 
@@ -64,14 +65,9 @@ int runPipec(int argc, char **argv) {
                "expression constant (repeatable; the import summary lists them)"),
       cl::value_desc("regex"), cl::cat(category));
   cl::opt<pipec::import::BatchNormStatistics> batchNorm(
-      "batchnorm", cl::desc("How BatchNormalization layers train, whatever form the file has"),
-      cl::values(clEnumValN(pipec::import::BatchNormStatistics::Batch, "batch-stats",
-                            "batch statistics, running ones updated (PyTorch's train(); default)"),
-                 clEnumValN(pipec::import::BatchNormStatistics::Running, "running-stats",
-                            "the running statistics, not updated (PyTorch's eval())"),
-                 clEnumValN(pipec::import::BatchNormStatistics::AsExported, "as-exported",
-                            "as the file's form says (ONNX's semantics of the node)")),
-      cl::init(pipec::import::BatchNormStatistics::Batch), cl::cat(category));
+      "batchnorm", cl::desc(pipec::import::kBatchNormFlagHelp),
+      pipec::import::batchNormFlagValues(), cl::init(pipec::import::BatchNormStatistics::Batch),
+      cl::cat(category));
   cl::opt<int64_t> elide(
       "elide-constants",
       cl::desc("When printing IR, elide constants with more elements than this (0: never)"),

@@ -225,6 +225,18 @@ def normalization_and_reduction():
         helper.make_node("Add", ["normalized", "summed"], ["logits"]),
     ], [N, C, H, W], [N, C, H, W], {"scale": channel(), "bias": channel(),
                                     "axes": np.array([2], dtype=np.int64)}, 13)
+    # Weight standardization (timm's ScaledStdConv, NFNet): BatchNormalization
+    # in inference form whose statistics are computed from the trained value.
+    model("batch_norm_computed_statistics", [
+        helper.make_node("ReduceMean", ["xw"], ["mean4"], axes=[0, 2, 3], keepdims=1),
+        helper.make_node("Sub", ["xw", "mean4"], ["centred"]),
+        helper.make_node("Mul", ["centred", "centred"], ["squares"]),
+        helper.make_node("ReduceMean", ["squares"], ["var4"], axes=[0, 2, 3], keepdims=0),
+        helper.make_node("Reshape", ["mean4", "channels"], ["mean"]),
+        helper.make_node("BatchNormalization", ["xw", "scale", "bias", "mean", "var4"], ["logits"],
+                         epsilon=1e-3),
+    ], [N, C, H, W], [N, C, H, W], {"scale": channel(), "bias": channel(),
+                                    "channels": np.array([C], dtype=np.int64)}, 15)
 
 
 def resize():
