@@ -233,4 +233,12 @@ std::vector<HostTensor> OnnxImporter::foldScatterND(const onnx::NodeProto &node)
                           constantInput(node, 2, "updates"), stringAttr(node, "reduction", "none"))};
 }
 
+std::vector<HostTensor> OnnxImporter::foldReduce(const onnx::NodeProto &node) {
+  const HostTensor &input = constantInput(node, 0, "data");
+  auto axes = reductionAxes(node, static_cast<int64_t>(input.shape.size()),
+                            node.op_type() == "ReduceSum" ? 13 : 18);
+  const bool keepdims = !axes || intAttr(node, "keepdims", 1) != 0;
+  return {fold::reduce(node.op_type(), input, axes.value_or(std::vector<int64_t>{}), keepdims)};
+}
+
 } // namespace pipec::import::detail

@@ -631,6 +631,107 @@ HostTensor range(const HostTensor &start, const HostTensor &limit, const HostTen
   return out;
 }
 
+HostTensor reduce(const std::string &op, const HostTensor &input, const std::vector<int64_t> &axes,
+                  bool keepdims) {
+  const int64_t rank = static_cast<int64_t>(input.shape.size());
+  std::vector<bool> reduced(rank, false);
+  for (int64_t axis : axes) {
+    if (axis < 0 || axis >= rank)
+      throw FoldError(op + ": axis " + std::to_string(axis) + " out of range for rank " +
+                      std::to_string(rank));
+    reduced[axis] = true;
+  }
+  std::vector<int64_t> kept(input.shape), outShape; // kept: 1 on the reduced axes
+  for (int64_t axis = 0; axis < rank; ++axis) {
+    if (reduced[axis])
+      kept[axis] = 1;
+    if (!reduced[axis] || keepdims)
+      outShape.push_back(kept[axis]);
+  }
+  const int64_t outCount = foldedElementCount(outShape, op);
+  const bool floating = isFloating(input.kind);
+  const bool extreme = op == "ReduceMax" || op == "ReduceMin";
+  if (!floating && !extreme && op != "ReduceSum" && op != "ReduceProd" && op != "ReduceSumSquare" &&
+      op != "ReduceL1")
+    throw FoldError(op + " of " + elementKindName(input.kind) + " values is not folded");
+  // Each input element's output position: its index with the reduced axes at 0.
+  const std::vector<int64_t> inStrides = stridesOf(input.shape), outStrides = stridesOf(kept);
+  const int64_t count = input.numElements();
+  auto outIndex = [&](int64_t flat) {
+    int64_t index = 0;
+    for (int64_t axis = 0; axis < rank; ++axis)
+      if (!reduced[axis])
+        index += (flat / inStrides[axis]) % input.shape[axis] * outStrides[axis];
+    return index;
+  };
+  HostTensor out;
+  out.kind = input.kind;
+  out.shape = outShape;
+  if (floating) {
+    const double start = op == "ReduceMax"   ? -INFINITY
+                         : op == "ReduceMin" ? INFINITY
+                         : op == "ReduceProd" ? 1.0
+                                              : 0.0;
+    std::vector<double> peak(outCount, -INFINITY);
+    if (op == "ReduceLogSumExp") // shifted by the maximum, as the run-time lowering
+      for (int64_t flat = 0; flat < count; ++flat)
+        peak[outIndex(flat)] = std::max(peak[outIndex(flat)], input.floats[flat]);
+    std::vector<double> acc(outCount, start);
+    std::vector<int64_t> members(outCount, 0);
+    for (int64_t flat = 0; flat < count; ++flat) {
+      double x = input.floats[flat], &a = acc[outIndex(flat)];
+      ++members[outIndex(flat)];
+      if (op == "ReduceMax") a = std::max(a, x);
+      else if (op == "ReduceMin") a = std::min(a, x);
+      else if (op == "ReduceProd") a *= x;
+      else if (op == "ReduceSumSquare" || op == "ReduceL2") a += x * x;
+      else if (op == "ReduceL1") a += std::fabs(x);
+      else if (op == "ReduceLogSumExp") a += std::exp(x - peak[outIndex(flat)]);
+      else a += x; // ReduceSum, ReduceMean, ReduceLogSum
+    }
+    for (int64_t i = 0; i < outCount; ++i) {
+      double &a = acc[i];
+      if (op == "ReduceMean") a = members[i] ? a / members[i] : NAN;
+      else if (op == "ReduceL2") a = std::sqrt(a);
+      else if (op == "ReduceLogSum") a = std::log(a);
+      else if (op == "ReduceLogSumExp") a = members[i] ? std::log(a) + peak[i] : -INFINITY;
+      out.floats.push_back(input.kind == ElementKind::Float64 ? a : static_cast<float>(a));
+    }
+    return out;
+  }
+  const int64_t start = op == "ReduceMax"   ? std::numeric_limits<int64_t>::min()
+                        : op == "ReduceMin" ? std::numeric_limits<int64_t>::max()
+                        : op == "ReduceProd" ? 1
+                                             : 0;
+  std::vector<int64_t> acc(outCount, start);
+  for (int64_t flat = 0; flat < count; ++flat) {
+    int64_t x = input.ints[flat], &a = acc[outIndex(flat)];
+    std::optional<int64_t> next;
+    if (op == "ReduceMax") next = std::max(a, x);
+    else if (op == "ReduceMin") next = std::min(a, x);
+    else if (op == "ReduceProd") next = pipec::io::checkedMul(a, x);
+    else if (op == "ReduceSumSquare") {
+      std::optional<int64_t> square = pipec::io::checkedMul(x, x);
+      next = square ? pipec::io::checkedAdd(a, *square) : std::nullopt;
+    }
+    else if (op == "ReduceL1")
+      next = x == std::numeric_limits<int64_t>::min() ? std::nullopt
+                                                      : pipec::io::checkedAdd(a, x < 0 ? -x : x);
+    else next = pipec::io::checkedAdd(a, x);
+    if (!next)
+      throw FoldError(op + ": int64 overflow");
+    a = *next;
+  }
+  for (int64_t value : acc) {
+    // The reduction of nothing is the type's extreme (ONNX), as is.
+    if (!extreme && wrapInteger(input.kind, value) != value)
+      throw FoldError(op + ": " + std::to_string(value) + " overflows " +
+                      elementKindName(input.kind));
+    out.ints.push_back(extreme ? wrapInteger(input.kind, value) : value);
+  }
+  return out;
+}
+
 } // namespace fold
 
 std::vector<int64_t> resolveReshape(const std::vector<int64_t> &input,

@@ -74,6 +74,10 @@ HostTensor slice(const HostTensor &input, const std::vector<int64_t> &starts,
                  const std::vector<int64_t> &ends, const std::vector<int64_t> &steps);
 HostTensor expand(const HostTensor &input, const std::vector<int64_t> &shape);
 HostTensor range(const HostTensor &start, const HostTensor &limit, const HostTensor &delta);
+/// The ONNX Reduce* operator `op` over normalized `axes` (none: each element
+/// alone); integers (Sum, Prod, Max, Min, SumSquare, L1) checked for overflow.
+HostTensor reduce(const std::string &op, const HostTensor &input, const std::vector<int64_t> &axes,
+                  bool keepdims);
 // Indexing (HostTensorIndexing.cpp).
 HostTensor trilu(const HostTensor &input, int64_t k, bool upper);
 HostTensor cumSum(const HostTensor &input, int64_t axis, bool exclusive, bool reverse);

@@ -248,6 +248,7 @@ public:
   std::vector<HostTensor> foldGatherElements(const onnx::NodeProto &node);
   std::vector<HostTensor> foldScatterElements(const onnx::NodeProto &node);
   std::vector<HostTensor> foldGatherND(const onnx::NodeProto &node);
+  std::vector<HostTensor> foldReduce(const onnx::NodeProto &node);
   std::vector<HostTensor> foldScatterND(const onnx::NodeProto &node);
 
 private:

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Exports small models of today's torchvision and transformers families to ONNX, with fp64 references.
+"""Exports small models of today's torchvision and transformers families (and two hand-written
+convolutional nets, a UNet and a DCGAN-style generator) to ONNX, with fp64 references.
 
 Each family is built in a SMALL configuration (real structure, narrow widths,
 random initialisation from a fixed seed), exported with both of PyTorch's ONNX
@@ -450,7 +451,9 @@ def hf_clip_text():
 def hf_funnel():
     """transformers FunnelForMaskedLM: three blocks of one layer (the sequence
     pooled 16 -> 8 -> 4, first token kept apart), one decoder layer that
-    upsamples back to 16, relative-shift attention (Einsum); its logits."""
+    upsamples back to 16, relative-shift attention (Einsum); its logits.
+    transformers' initialisation (embeddings std 1, tied to the LM head)
+    gives large logits: the loss is about 22, not log(VOCAB)."""
     import transformers
     config = transformers.FunnelConfig(vocab_size=VOCAB, block_sizes=[1, 1, 1], num_decoder_layers=1, d_model=32,
                                        n_head=4, d_head=8, d_inner=64, hidden_dropout=0.0, attention_dropout=0.0,
@@ -1054,7 +1057,18 @@ OBSERVATIONS = """
 - **Ops from model code**: RoBERTa's padding-aware position ids give
   `Not`/`CumSum`/`GatherElements` on `input_ids` in both exporters; Swin's
   shifted-window mask gives `ScatterND` (dynamo) from `slice_scatter`;
-  MobileNetV2 `Clip` (ReLU6), MobileNetV3 `HardSwish`/`HardSigmoid`.
+  MobileNetV2 `Clip` (ReLU6), MobileNetV3 `HardSwish`/`HardSigmoid`; CLIP's
+  pooling `ArgMax` (of the ids cast to int32) then `GatherND` (dynamo) or
+  `Gather` (legacy); Funnel `Einsum` (relative-shift attention), `AveragePool`
+  (sequence pooling) and, dynamo, `ScatterND`; ConvNeXt V2's GRN `ReduceL2`;
+  UNet and DCGAN `ConvTranspose` (with `output_padding` and `group`).
+- **Buffers that look like parameters**: BART's `final_logits_bias` is a
+  float buffer (zeros) added to the logits. The legacy file holds it as an
+  initializer read by `Add`, like a bias: nothing in the file says it is not
+  trained (the dynamo file names it a buffer in its graph signature). The
+  dynamo optimizer folds BART's encoder and cross-attention masks, all zeros
+  without padding, into an initializer `where` [2, 1, 16, 16] read by `Add`
+  before `Softmax`.
 - The optimizer prints `Evaluation failed: cannot reshape array of size 1 into
   shape (1,16)` while exporting BERT (harmless to the file).
 """.split("\n")
@@ -1181,7 +1195,11 @@ def write_readme(out_dir, pipec):
         "`pixel_values`) and return the logits; the decoder-only ones pass an all-ones",
         "attention mask made from `input_ids` (without one, transformers runs",
         "`torch.diff` on the position ids to detect packed sequences, which the legacy",
-        "exporter cannot export). Attention is `eager` except in `hf-llama-sdpa-*`.",
+        "exporter cannot export). `hf-clip-text` adds a Linear head on CLIP's",
+        "`pooler_output` inside its wrapper; `hf-bart` derives `decoder_input_ids` from",
+        "`input_ids` (`shift_tokens_right`). `unet` and `dcgan-generator` are written",
+        "here (not in torchvision) and return per-pixel logits as (N, H, W, classes).",
+        "Attention is `eager` except in `hf-llama-sdpa-*`.",
         "Weights are inside each .onnx; the dynamo files lose only their per-node",
         "`pkg.torch.onnx.stack_trace` metadata (the exporting machine's source paths),",
         "the rest of their metadata is kept.",

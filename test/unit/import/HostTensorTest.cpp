@@ -3,8 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <numeric>
+#include <random>
 
 using namespace pipec::import;
 
@@ -186,4 +190,102 @@ TEST(HostTensorChecked, ShapesAndBoundsAreChecked) {
   EXPECT_THROW(fold::slice(ints({5}, {0, 1, 2, 3, 4}), {7}, {9}, {1}), FoldError);
   auto empty = normalizeSliceBounds(0, -1, -1, 0);
   EXPECT_EQ(empty, (std::pair<int64_t, int64_t>{0, 0}));
+}
+
+// fold::reduce against a brute-force reference: for every output position,
+// the reduced elements visited by nested loops over the reduced axes.
+TEST(HostTensorProperty, ReduceMatchesBruteForce) {
+  std::mt19937 random(31);
+  const char *ops[] = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+                       "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp"};
+  for (int trial = 0; trial < 300; ++trial) {
+    const int rank = 1 + random() % 3;
+    std::vector<int64_t> shape;
+    for (int axis = 0; axis < rank; ++axis)
+      shape.push_back(1 + random() % 4);
+    std::vector<int64_t> axes;
+    for (int axis = 0; axis < rank; ++axis)
+      if (random() % 2)
+        axes.push_back(axis);
+    const bool keepdims = random() % 2;
+    const std::string op = ops[trial % 9];
+    const int64_t count = std::accumulate(shape.begin(), shape.end(), int64_t{1},
+                                          std::multiplies<int64_t>());
+    std::vector<double> values(count);
+    for (double &value : values)
+      value = static_cast<double>(static_cast<int>(random() % 7) - 3); // small integers: exact
+    HostTensor input = floats(shape, values);
+    HostTensor got = fold::reduce(op, input, axes, keepdims);
+
+    // Brute force: enumerate output positions over the kept axes.
+    std::vector<int64_t> strides(rank, 1);
+    for (int axis = rank - 2; axis >= 0; --axis)
+      strides[axis] = strides[axis + 1] * shape[axis + 1];
+    std::vector<double> expected;
+    std::vector<int64_t> at(rank, 0);
+    std::function<void(int)> outer = [&](int axis) {
+      if (axis == rank) {
+        std::vector<double> members;
+        std::vector<int64_t> inner = at;
+        std::function<void(int)> collect = [&](int a) {
+          if (a == rank) {
+            int64_t flat = 0;
+            for (int k = 0; k < rank; ++k)
+              flat += inner[k] * strides[k];
+            members.push_back(values[flat]);
+            return;
+          }
+          if (std::find(axes.begin(), axes.end(), a) == axes.end())
+            return collect(a + 1);
+          for (inner[a] = 0; inner[a] < shape[a]; ++inner[a])
+            collect(a + 1);
+        };
+        collect(0);
+        double r = op == "ReduceProd" ? 1 : 0;
+        if (op == "ReduceMax") r = *std::max_element(members.begin(), members.end());
+        if (op == "ReduceMin") r = *std::min_element(members.begin(), members.end());
+        for (double m : members) {
+          if (op == "ReduceSum" || op == "ReduceMean") r += m;
+          if (op == "ReduceProd") r *= m;
+          if (op == "ReduceSumSquare" || op == "ReduceL2") r += m * m;
+          if (op == "ReduceL1") r += std::fabs(m);
+          if (op == "ReduceLogSumExp") r += std::exp(m);
+        }
+        if (op == "ReduceMean") r /= members.size();
+        if (op == "ReduceL2") r = std::sqrt(r);
+        if (op == "ReduceLogSumExp") r = std::log(r);
+        expected.push_back(r);
+        return;
+      }
+      if (std::find(axes.begin(), axes.end(), axis) != axes.end())
+        return outer(axis + 1);
+      for (at[axis] = 0; at[axis] < shape[axis]; ++at[axis])
+        outer(axis + 1);
+    };
+    outer(0);
+    std::vector<int64_t> expectedShape;
+    for (int axis = 0; axis < rank; ++axis) {
+      bool reduced = std::find(axes.begin(), axes.end(), axis) != axes.end();
+      if (!reduced || keepdims)
+        expectedShape.push_back(reduced ? 1 : shape[axis]);
+    }
+    ASSERT_EQ(got.shape, expectedShape) << op;
+    ASSERT_EQ(got.floats.size(), expected.size()) << op;
+    for (size_t i = 0; i < expected.size(); ++i)
+      EXPECT_NEAR(got.floats[i], expected[i], 1e-5 * std::max(1.0, std::fabs(expected[i])))
+          << op << " trial " << trial << " output " << i;
+  }
+}
+
+TEST(HostTensorChecked, IntegerReductionsAreChecked) {
+  HostTensor big = ints({2}, {std::numeric_limits<int64_t>::max(), 1});
+  EXPECT_THROW(fold::reduce("ReduceSum", big, {0}, false), FoldError);
+  EXPECT_THROW(fold::reduce("ReduceProd", ints({2}, {int64_t(1) << 40, int64_t(1) << 40}), {0},
+                            false),
+               FoldError);
+  HostTensor shape = ints({3}, {2, 3, 4});
+  EXPECT_EQ(fold::reduce("ReduceProd", shape, {0}, false).ints, (std::vector<int64_t>{24}));
+  EXPECT_EQ(fold::reduce("ReduceMax", shape, {0}, true).shape, (std::vector<int64_t>{1}));
+  EXPECT_THROW(fold::reduce("ReduceMean", shape, {0}, false), FoldError); // not folded on ints
+  EXPECT_THROW(fold::reduce("ReduceSum", shape, {1}, false), FoldError);  // no axis 1
 }
