@@ -98,7 +98,7 @@ int64_t resolvedVersion(const std::string &opType, int64_t opset) {
 /// Such a tensor is constant; trained, its 0 entries would move.
 bool OnnxImporter::isAdditiveAttentionMask(const onnx::TensorProto &tensor, const Readers &readers) {
   auto kind = elementKindOf(tensor.data_type());
-  if (!kind || *kind != ElementKind::Float32 || tensor.dims_size() < 2)
+  if (!kind || !isFloating(*kind) || tensor.dims_size() < 2)
     return false;
   const onnx::GraphProto &graph = model.graph();
   for (const auto &output : graph.output())

@@ -15,6 +15,19 @@ bool isFloating(ElementKind kind) {
          kind == ElementKind::Float16 || kind == ElementKind::BFloat16;
 }
 
+ElementKind trainingKind(ElementKind kind) {
+  return isFloating(kind) ? ElementKind::Float32 : kind;
+}
+
+HostTensor inTrainingKind(const HostTensor &tensor) {
+  HostTensor out = tensor;
+  out.kind = trainingKind(tensor.kind);
+  if (out.kind != tensor.kind)
+    for (double &value : out.floats)
+      value = static_cast<float>(value);
+  return out;
+}
+
 const char *elementKindName(ElementKind kind) {
   switch (kind) {
   case ElementKind::Float32: return "float32";

@@ -19,6 +19,11 @@ namespace pipec::import {
 enum class ElementKind { Float32, Float64, Float16, BFloat16, Int64, Int32, Int8, UInt8, Bool };
 
 bool isFloating(ElementKind kind);
+/// The kind pipec computes and trains a value of `kind` in: float32 for every
+/// floating kind (float32 master weights for float16, bfloat16 and float64
+/// files; docs/importer.md), the kind itself otherwise. Values computed at
+/// import keep their own kind until they become IR.
+ElementKind trainingKind(ElementKind kind);
 const char *elementKindName(ElementKind kind);
 
 /// Raised by the fold kernels on operands they cannot handle; the importer
@@ -115,6 +120,10 @@ template <typename Dims> std::string shapeText(const Dims &dims) {
 /// `value` wrapped to the width of integer kind `kind` (two's complement, as
 /// C++ and numpy do); Bool becomes 0/1, Int64 stays as it is.
 int64_t wrapInteger(ElementKind kind, int64_t value);
+
+/// `tensor` in its trainingKind: floating values rounded to float32 (exact
+/// from float16 and bfloat16).
+HostTensor inTrainingKind(const HostTensor &tensor);
 
 /// Copies one element between tensors of the same kind.
 void copyElement(HostTensor &to, int64_t toIndex, const HostTensor &from, int64_t fromIndex);

@@ -129,6 +129,7 @@ public:
   mlir::OwningOpRef<mlir::ModuleOp> run();
   /// Every initializer's value; `load` false: from the model run() loaded.
   bool readInitializers(std::map<std::string, HostTensor> &values, bool load = true);
+  void noteNarrowOrWideFloats();
 
   // Converters (one per supported ONNX operator).
   template <typename OpT> void convertBinary(const onnx::NodeProto &node);

@@ -586,7 +586,15 @@ std::string inferredText(const Inferred &type) {
 }
 
 bool matches(const onnx::TypeProto_Tensor &declared, const Inferred &inferred) {
-  if (declared.elem_type() != 0 && declared.elem_type() != inferred.elementType)
+  // A float16, bfloat16 or float64 value is computed in float32 (trainingKind).
+  auto computed = [](int32_t type) {
+    using T = onnx::TensorProto_DataType;
+    return type == T::TensorProto_DataType_FLOAT16 || type == T::TensorProto_DataType_BFLOAT16 ||
+                   type == T::TensorProto_DataType_DOUBLE
+               ? static_cast<int32_t>(T::TensorProto_DataType_FLOAT)
+               : type;
+  };
+  if (declared.elem_type() != 0 && computed(declared.elem_type()) != computed(inferred.elementType))
     return false;
   if (!declared.has_shape())
     return true;

@@ -20,7 +20,7 @@ std::string join(const std::vector<int64_t> &values, const char *separator) {
 
 Type mlirElementType(MLIRContext &context, ElementKind kind) {
   Builder b(&context);
-  switch (kind) {
+  switch (trainingKind(kind)) {
   case ElementKind::Float32: return b.getF32Type();
   case ElementKind::Float64: return b.getF64Type();
   case ElementKind::Float16: return b.getF16Type();
@@ -108,7 +108,8 @@ std::vector<int64_t> OnnxImporter::shapeOfInput(const onnx::NodeProto &node, int
   return {shape.begin(), shape.end()};
 }
 
-Value OnnxImporter::materialize(const HostTensor &tensor, Location loc) {
+Value OnnxImporter::materialize(const HostTensor &given, Location loc) {
+  const HostTensor &tensor = given.kind == trainingKind(given.kind) ? given : inTrainingKind(given);
   Type element = mlirElementType(context, tensor.kind);
   auto type = RankedTensorType::get(tensor.shape, element);
   DenseElementsAttr attr;

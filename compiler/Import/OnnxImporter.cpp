@@ -291,12 +291,52 @@ void OnnxImporter::crossCheckShapeInference() {
   }
 }
 
+/// Float16, bfloat16 and float64 in the file: the import says that pipec
+/// trains float32 master copies and computes in float32 (trainingKind).
+void OnnxImporter::noteNarrowOrWideFloats() {
+  const onnx::GraphProto &graph = model.graph();
+  std::map<std::string, int> initializersByKind;
+  std::set<std::string> otherValues;
+  auto other = [](int32_t type) {
+    auto kind = elementKindOf(type);
+    return kind && isFloating(*kind) && *kind != ElementKind::Float32
+               ? std::optional<std::string>(elementKindName(*kind))
+               : std::nullopt;
+  };
+  for (const auto &tensor : graph.initializer())
+    if (auto name = other(tensor.data_type()); name && !knownAtImport.count(tensor.name()))
+      ++initializersByKind[*name];
+  for (const auto &input : graph.input())
+    if (auto name = other(input.type().tensor_type().elem_type()))
+      otherValues.insert(*name);
+  for (const auto &node : graph.node())
+    if (node.op_type() == "Cast")
+      if (auto name = other(static_cast<int32_t>(intAttr(node, "to", 0))))
+        otherValues.insert(*name);
+  if (initializersByKind.empty() && otherValues.empty())
+    return;
+  std::string note;
+  for (const auto &[kind, count] : initializersByKind) {
+    note += (note.empty() ? "" : ", ") + std::to_string(count) + " trained initializer(s) are " + kind;
+    otherValues.insert(kind);
+  }
+  std::string kinds;
+  for (const std::string &kind : otherValues)
+    kinds += (kinds.empty() ? "" : "/") + kind;
+  importNotes.push_back(
+      (note.empty() ? std::string("the model computes in ") + kinds : note) +
+      ": pipec trains float32 master copies (exact from float16 and bfloat16, rounded from "
+      "float64) and computes the model's " + kinds +
+      " arithmetic in float32 (--precision bf16 runs matrix products in bfloat16)");
+}
+
 bool OnnxImporter::readInitializers(std::map<std::string, HostTensor> &values, bool load) {
   try {
     if (load)
       loadModel();
     for (const auto &tensor : model.graph().initializer())
-      values[tensor.name()] = readTensor(tensor, "initializer '" + tensor.name() + "'");
+      values[tensor.name()] =
+          inTrainingKind(readTensor(tensor, "initializer '" + tensor.name() + "'"));
     return true;
   } catch (const ImportAborted &) {
     return false;
@@ -339,6 +379,7 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
         frozen.push_back(builder.getNamedAttr(name, builder.getStringAttr(reason)));
       module->getOperation()->setAttr(nn::kFrozenAttrName, builder.getDictionaryAttr(frozen));
     }
+    noteNarrowOrWideFloats();
     if (graph.output_size() > 1) {
       std::string others;
       for (int index = 1; index < graph.output_size() && index < 6; ++index)
