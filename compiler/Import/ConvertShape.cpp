@@ -108,8 +108,8 @@ void OnnxImporter::convertPad(const onnx::NodeProto &node) {
   Value input = operand(node, 0);
   int64_t rank = typeOf(input).getRank();
   std::string mode = stringAttr(node, "mode", "constant");
-  if (mode != "constant")
-    fail(node, "mode '" + mode + "' is not supported (only constant padding)");
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap")
+    fail(node, "unknown mode '" + mode + "' (constant, reflect, edge or wrap)");
   std::vector<int64_t> pads = constantInput(node, 1, "pads").toInts();
   double value = 0.0;
   if (auto given = optionalScalarInput(node, 2, "constant_value"))
@@ -142,6 +142,42 @@ void OnnxImporter::convertPad(const onnx::NodeProto &node) {
   }
   if (llvm::all_of(pads, [](int64_t pad) { return pad == 0; })) {
     define(node, 0, input);
+    return;
+  }
+  if (mode != "constant") {
+    // Reflect, edge and wrap read input positions: per padded axis, one
+    // Gather at the positions each output row copies (gradients add up).
+    Value padded = input;
+    for (int64_t axis = 0; axis < rank; ++axis) {
+      const int64_t size = inputShape[axis], before = pads[axis], after = pads[axis + rank];
+      if (before == 0 && after == 0)
+        continue;
+      if (size == 0 || before + size + after > kMaxFoldedElements)
+        fail(node, "cannot pad axis " + std::to_string(axis) + " of size " +
+                       std::to_string(size) + " in mode '" + mode + "' by [" +
+                       std::to_string(before) + ", " + std::to_string(after) + "]");
+      std::vector<int64_t> positions;
+      for (int64_t p = -before; p < size + after; ++p) {
+        int64_t at = p;
+        if (mode == "edge") {
+          at = std::clamp<int64_t>(p, 0, size - 1);
+        } else if (mode == "wrap") {
+          at = ((p % size) + size) % size;
+        } else { // reflect: mirrored at the edges, which are not repeated
+          const int64_t period = std::max<int64_t>(2 * (size - 1), 1);
+          at = ((p % period) + period) % period;
+          if (at >= size)
+            at = period - at;
+        }
+        positions.push_back(at);
+      }
+      const int64_t count = static_cast<int64_t>(positions.size());
+      Value indices = materialize(HostTensor::ofInts(ElementKind::Int64, {count}, positions),
+                                  locationOf(node));
+      padded = build<nn::GatherOp>(
+          node, {padded, indices}, {builder.getNamedAttr("axis", builder.getI64IntegerAttr(axis))});
+    }
+    define(node, 0, padded);
     return;
   }
   defineInferred<nn::PadOp>(node, {input},
@@ -236,6 +272,38 @@ void OnnxImporter::convertTile(const onnx::NodeProto &node) {
   Value value = reshapeTo(node, input, lifted);
   value = expandTo(node, value, expanded);
   define(node, 0, reshapeTo(node, value, tiled));
+}
+
+/// DepthToSpace (PixelShuffle) and SpaceToDepth: a reshape, a transpose
+/// and a reshape, in the channel order of the node's mode.
+void OnnxImporter::convertDepthToSpace(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  auto shape = typeOf(input).getShape();
+  const int64_t block = intAttr(node, "blocksize", 0);
+  if (shape.size() != 4 || block < 1)
+    fail(node, "needs an (N, C, H, W) input and a positive blocksize");
+  const int64_t n = shape[0], c = shape[1], h = shape[2], w = shape[3];
+  if (node.op_type() == "SpaceToDepth") {
+    if (h % block || w % block)
+      fail(node, "blocksize " + std::to_string(block) + " must divide H " + std::to_string(h) +
+                     " and W " + std::to_string(w));
+    Value split = reshapeTo(node, input, {n, c, h / block, block, w / block, block});
+    Value moved = transposeBy(node, split, {0, 3, 5, 1, 2, 4});
+    define(node, 0, reshapeTo(node, moved, {n, c * block * block, h / block, w / block}));
+    return;
+  }
+  if (c % (block * block))
+    fail(node, "blocksize² " + std::to_string(block * block) + " must divide the " +
+                   std::to_string(c) + " channels");
+  const int64_t out = c / (block * block);
+  const bool crd = stringAttr(node, "mode", "DCR") == "CRD";
+  if (!crd && stringAttr(node, "mode", "DCR") != "DCR")
+    fail(node, "unknown mode '" + stringAttr(node, "mode", "DCR") + "' (DCR or CRD)");
+  Value split = crd ? reshapeTo(node, input, {n, out, block, block, h, w})
+                    : reshapeTo(node, input, {n, block, block, out, h, w});
+  Value moved = crd ? transposeBy(node, split, {0, 1, 4, 2, 5, 3})
+                    : transposeBy(node, split, {0, 3, 4, 1, 5, 2});
+  define(node, 0, reshapeTo(node, moved, {n, out, h * block, w * block}));
 }
 
 } // namespace pipec::import::detail

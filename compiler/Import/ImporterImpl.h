@@ -202,6 +202,8 @@ public:
   void convertTranspose(const onnx::NodeProto &node);
   void convertConcat(const onnx::NodeProto &node);
   void convertPad(const onnx::NodeProto &node);
+  /// DepthToSpace and SpaceToDepth.
+  void convertDepthToSpace(const onnx::NodeProto &node);
   void convertSplit(const onnx::NodeProto &node);
   void convertSlice(const onnx::NodeProto &node);
   void convertIdentity(const onnx::NodeProto &node);

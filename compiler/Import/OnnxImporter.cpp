@@ -122,6 +122,8 @@ const std::vector<OpRule> &opRules() {
       {"ArgMax", &OnnxImporter::convertArgMax, DifferentiableInputs::none()},
       {"ArgMin", &OnnxImporter::convertArgMax, DifferentiableInputs::none()},
       {"Einsum", &OnnxImporter::convertEinsum, kAll},
+      {"DepthToSpace", &OnnxImporter::convertDepthToSpace, {0}},
+      {"SpaceToDepth", &OnnxImporter::convertDepthToSpace, {0}},
       {"GroupNormalization", &OnnxImporter::convertGroupNormalization, kAll},
       {"InstanceNormalization", &OnnxImporter::convertGroupNormalization, kAll},
       {"Gather", &OnnxImporter::convertGather, {0}},
@@ -317,7 +319,7 @@ void OnnxImporter::noteNarrowOrWideFloats() {
     return;
   std::string note;
   for (const auto &[kind, count] : initializersByKind) {
-    note += (note.empty() ? "" : ", ") + std::to_string(count) + " trained initializer(s) are " + kind;
+    note += (note.empty() ? "" : ", ") + std::to_string(count) + " initializer(s) are " + kind;
     otherValues.insert(kind);
   }
   std::string kinds;
@@ -325,8 +327,8 @@ void OnnxImporter::noteNarrowOrWideFloats() {
     kinds += (kinds.empty() ? "" : "/") + kind;
   importNotes.push_back(
       (note.empty() ? std::string("the model computes in ") + kinds : note) +
-      ": pipec trains float32 master copies (exact from float16 and bfloat16, rounded from "
-      "float64) and computes the model's " + kinds +
+      ": pipec keeps float32 master copies of the parameters and buffers (exact from float16 "
+      "and bfloat16, rounded from float64) and computes the model's " + kinds +
       " arithmetic in float32 (--precision bf16 runs matrix products in bfloat16)");
 }
 

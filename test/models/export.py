@@ -25,13 +25,22 @@ Exporters (the part of each file name after the family):
   dynamo-opset23 dynamo=True, opset_version=23 (the tiny Llama, SDPA attention)
   legacy         the TorchScript exporter: dynamo=False, opset_version=17,
                  training=TrainingMode.TRAINING, do_constant_folding=False
+Two families are exported in low precision: hf-llama-bf16 (the tiny Llama
+built with dtype=torch.bfloat16) and tv-resnet18-fp16 (tv-resnet18 after
+.half(), image float16 too). Their references are model.double() of the same
+float16/bfloat16 weights (an exact upcast): the exported model's function in
+float64, with no rounding to float16/bfloat16 inside, which is what pipec
+computes in float32 from float32 master copies of the initializers.
 Every model is in train() mode when exported (dropout and stochastic depth 0):
 the legacy exporter is told so by `training`, the dynamo exporter reads the
 module's mode. Weights are kept inside the .onnx (external_data=False); the
 dynamo files lose only their per-node stack-trace metadata (machine paths).
 
 The .npz of each file holds (np.load(path) needs no pickle):
-  <graph input name>   the input used (float32 image / int64 token ids)
+  <graph input name>   the input used (float32 image / int64 token ids; a
+                       float16 image, as tv-resnet18-fp16 is exported with, is
+                       stored as its float32 upcast, which is exact: pipec
+                       imports float16 / bfloat16 graph inputs as float32)
   labels               int64 class ids, shape logits.shape[:-1]
   logits               the fp64 logits (model.double(), train mode)
   loss                 fp64 F.cross_entropy(logits.reshape(-1, C), labels.reshape(-1))
@@ -161,6 +170,15 @@ def tv_resnet18():
     model.fc = nn.Linear(512 // div, CLASSES)
     nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
     return model, {"image": image()}
+
+
+def tv_resnet18_fp16():
+    """tv_resnet18 (the same seed, so the same weights before the conversion)
+    converted with .half(): every parameter and buffer float16, and the image
+    too (the exporters trace a float16 model with a float16 input, so the
+    graph input is float16)."""
+    model, inputs = tv_resnet18()
+    return model.half(), {k: v.half() for k, v in inputs.items()}
 
 
 def tv_mobilenet_v2():
@@ -303,11 +321,16 @@ TINY = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_l
             max_position_embeddings=64)
 
 
-def hf_causal(config_class, model_class, attn="eager", **overrides):
+def hf_causal(config_class, model_class, attn="eager", dtype=None, **overrides):
+    """dtype: a torch dtype's name (e.g. "bfloat16") passed to _from_config,
+    which then creates and initialises the parameters in that dtype (the
+    rotary inv_freq buffers stay float32)."""
     def build():
+        import torch
         import transformers
         config = getattr(transformers, config_class)(**dict(TINY, **overrides))
-        hf = getattr(transformers, model_class)._from_config(config, attn_implementation=attn)
+        kwargs = {"dtype": getattr(torch, dtype)} if dtype else {}
+        hf = getattr(transformers, model_class)._from_config(config, attn_implementation=attn, **kwargs)
         return wrappers()[0](hf), {"input_ids": tokens()}
     return build
 
@@ -516,6 +539,8 @@ DYN, NOOPT, LEG = "dynamo", "dynamo-noopt", "legacy"
 # family -> (builder, exporters, note)
 FAMILIES = {
     "tv-resnet18": (tv_resnet18, [DYN, NOOPT, LEG], "torchvision ResNet-18 structure, widths / 16"),
+    "tv-resnet18-fp16": (tv_resnet18_fp16, [NOOPT, LEG],
+                         "tv-resnet18 converted with .half(): float16 parameters, buffers and image"),
     "tv-mobilenet-v2": (tv_mobilenet_v2, [DYN, LEG], "torchvision MobileNetV2, width_mult 0.125, last conv 128"),
     "tv-mobilenet-v3-small": (tv_mobilenet_v3_small, [DYN, LEG], "torchvision MobileNetV3-Small, width_mult 0.125"),
     "tv-efficientnet-b0": (tv_efficientnet_b0, [DYN, LEG], "torchvision EfficientNet-B0, width_mult 0.125"),
@@ -530,6 +555,8 @@ FAMILIES = {
                  "transformers LlamaForCausalLM, grouped-query (4 heads, 2 kv), eager attention"),
     "hf-llama-sdpa": (hf_causal("LlamaConfig", "LlamaForCausalLM", attn="sdpa", num_key_value_heads=2, **DROP),
                       [DYN, "dynamo-opset23"], "the same Llama with SDPA attention (transformers' default)"),
+    "hf-llama-bf16": (hf_causal("LlamaConfig", "LlamaForCausalLM", dtype="bfloat16", num_key_value_heads=2, **DROP),
+                      [DYN, NOOPT, LEG], "the tiny GQA Llama built with dtype=torch.bfloat16, eager attention"),
     "hf-mistral": (hf_causal("MistralConfig", "MistralForCausalLM", num_key_value_heads=2, **DROP), [DYN, LEG],
                    "transformers MistralForCausalLM, GQA, default sliding window, eager attention"),
     "hf-qwen2": (hf_causal("Qwen2Config", "Qwen2ForCausalLM", num_key_value_heads=2, **DROP), [DYN, LEG],
@@ -619,6 +646,25 @@ def value_key(array):
     return (str(a.dtype), a.shape, hashlib.sha1(a.tobytes()).hexdigest())
 
 
+def host(tensor):
+    """A torch tensor as a numpy array; float16 and bfloat16 as their float32
+    upcast (exact; numpy has no bfloat16), as pipec trains them."""
+    import torch
+    t = tensor.detach().cpu()
+    return (t.float() if t.dtype in (torch.float16, torch.bfloat16) else t).numpy()
+
+
+def initializer_array(tensor):
+    """An ONNX initializer as a numpy array, float16 and bfloat16 upcast to
+    float32 (exact), so that they compare with host() of their parameters."""
+    import numpy as np
+    from onnx import TensorProto, numpy_helper
+    arr = numpy_helper.to_array(tensor)
+    if tensor.data_type in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
+        arr = np.asarray(arr).astype(np.float32)
+    return arr
+
+
 def parameter_aliases(model):
     """{canonical name: [every name of that tensor]} (tied weights have several)."""
     names = collections.OrderedDict()
@@ -652,12 +698,11 @@ def map_initializers(onnx_model, model):
     gradient of its own use."""
     import numpy as np
     import torch.nn as nn
-    from onnx import numpy_helper
 
     aliases = parameter_aliases(model)
-    params = {n: p.detach().cpu().numpy() for n, p in model.named_parameters()}
-    buffers = {n: b.detach().cpu().numpy() for n, b in model.named_buffers()}
-    inits = {t.name: numpy_helper.to_array(t) for t in onnx_model.graph.initializer}
+    params = {n: host(p) for n, p in model.named_parameters()}
+    buffers = {n: host(b) for n, b in model.named_buffers()}
+    inits = {t.name: initializer_array(t) for t in onnx_model.graph.initializer}
     readers = collections.defaultdict(set)   # initializer -> op types reading it
     # initializer -> module paths of the nodes reading it (the dynamo exporter's
     # node metadata; the legacy exporter keeps parameter names and never merges)
@@ -849,7 +894,15 @@ def reference(family, inputs, onnx_model):
     """fp64 logits, loss and gradients of a fresh copy in train mode. The
     gradient of each alias of a tied weight is computed apart
     (torch.func.functional_call with tie_weights=False); a parameter's gradient
-    is the sum over its aliases."""
+    is the sum over its aliases.
+
+    A float16 / bfloat16 family's fresh copy holds the very weights that were
+    exported (same seed; map_initializers checks each against the file's
+    initializers before the conversion), and model.double() upcasts them
+    exactly, as it does the float16 inputs: the reference is the exported
+    model's function evaluated in float64 (no rounding to float16 / bfloat16
+    inside), the oracle for pipec, which trains float32 master copies and
+    computes in float32."""
     import numpy as np
     import torch
     import torch.nn.functional as F
@@ -890,6 +943,7 @@ def onnxruntime_check(path, inputs, family):
         options.log_severity_level = 3
         session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         got = session.run(None, {k: v.numpy() for k, v in inputs.items()})[0]
+        got = np.asarray(got).astype(np.float32) if np.asarray(got).dtype != np.float32 else got
     except Exception as e:  # noqa: BLE001
         return {"error": str(e).splitlines()[0][:300]}
     result = {}
@@ -897,7 +951,7 @@ def onnxruntime_check(path, inputs, family):
         model, _ = build(family)
         model.train(mode == "train")
         with torch.no_grad():
-            want = model(*inputs.values()).numpy()
+            want = host(model(*inputs.values()))
         result[f"max_abs_diff_vs_torch_{mode}"] = float(np.abs(got - want).max()) if got.shape == want.shape else \
             f"shape {list(got.shape)} vs {list(want.shape)}"
     return result
@@ -970,11 +1024,19 @@ def export_one(family, exporter, out_dir, got_versions):
         "onnxruntime": onnxruntime_check(path, inputs, family),
         "loss": loss,
     }
+    dtypes = collections.Counter(str(p.dtype).replace("torch.", "") for p in build(family)[0].parameters())
+    if set(dtypes) != {"float32"}:
+        meta["parameter_dtypes"] = dict(dtypes)
+        meta["reference_precision"] = ("model.double() of the exported weights (an exact upcast) on the inputs "
+                                       "upcast exactly; float16/bfloat16 inputs are stored as their float32 upcast")
     arrays = {}
     for name, tensor in inputs.items():
         if name not in graph_inputs:
             meta.setdefault("warnings", []).append(f"input '{name}' is not a graph input ({graph_inputs})")
-        arrays[name] = tensor.numpy()
+        if str(tensor.dtype) in ("torch.float16", "torch.bfloat16"):
+            meta.setdefault("input_dtypes", {})[name] = (str(tensor.dtype).replace("torch.", "") +
+                                                         " when exported, stored as float32 (exact)")
+        arrays[name] = host(tensor)
     arrays["labels"] = labels.astype(np.int64)
     arrays["logits"] = logits.astype(np.float64)
     arrays["loss"] = np.array(loss, dtype=np.float64)
@@ -1069,6 +1131,21 @@ OBSERVATIONS = """
   dynamo optimizer folds BART's encoder and cross-attention masks, all zeros
   without padding, into an initializer `where` [2, 1, 16, 16] read by `Add`
   before `Softmax`.
+- **bfloat16 / float16 files**: the initializers keep the model's dtype;
+  transformers' float32 islands (RMSNorm, softmax, rotary tables) become
+  `Cast` nodes to FLOAT and back. The legacy exporter and the dynamo
+  optimizer store Llama's attention scale 1/sqrt(8) as a bfloat16 constant,
+  0.353515625 instead of 0.35355339 (relative 1.1e-4), where torch's
+  bfloat16 `Mul` by a Python scalar computes with it in float32: the legacy
+  file is another function at that level, its gradients differ from the
+  float64 reference by 1.07e-4 of the largest (2e-7 against a reference with
+  the rounded scale). `optimize=False` keeps it float32 (a FLOAT Constant).
+  The optimizer's folded rotary tables (`unsqueeze_14`/`_15`) are bfloat16
+  initializers: cos/sin rounded to bfloat16, as torch's bfloat16 model
+  rounds them, where the float64 reference does not.
+  onnxruntime's CPU provider lacks bfloat16 kernels for these graphs
+  (`NOT_IMPLEMENTED` for Mul, Expand, Where): the bfloat16 rows of the first
+  table show its error.
 - The optimizer prints `Evaluation failed: cannot reshape array of size 1 into
   shape (1,16)` while exporting BERT (harmless to the file).
 """.split("\n")
@@ -1185,7 +1262,8 @@ def write_readme(out_dir, pipec):
         "  defaults of the pinned torch (" + ", ".join(f"`{k}={v}`" for k, v in defaults.items()) +
         "); it writes opset " + ", ".join(str(o) for o in sorted({m["opset"] for m in metas if m["exporter"] == DYN})) +
         ".",
-        "- `dynamo-noopt`: the same with `optimize=False` (ResNet, torchvision ViT, Llama).",
+        "- `dynamo-noopt`: the same with `optimize=False` (ResNet-18 and its float16 copy, torchvision ViT,",
+        "  Llama and its bfloat16 copy).",
         "- `dynamo-opset23`: `dynamo=True, opset_version=23` (Llama with SDPA attention).",
         "- `legacy`: the TorchScript exporter, `dynamo=False, opset_version=17,",
         "  training=TrainingMode.TRAINING, do_constant_folding=False`.",
@@ -1200,6 +1278,13 @@ def write_readme(out_dir, pipec):
         "`input_ids` (`shift_tokens_right`). `unet` and `dcgan-generator` are written",
         "here (not in torchvision) and return per-pixel logits as (N, H, W, classes).",
         "Attention is `eager` except in `hf-llama-sdpa-*`.",
+        "`hf-llama-bf16` is the tiny Llama built with `dtype=torch.bfloat16` (parameters",
+        "and activations bfloat16, the rotary `inv_freq` buffer float32), `tv-resnet18-fp16`",
+        "is `tv-resnet18` after `.half()` (parameters, buffers and the image float16: the",
+        "graph input is float16). Their references are `model.double()` of those same",
+        "weights, an exact upcast: the model's function in float64 without rounding to",
+        "float16/bfloat16 inside, what pipec computes in float32 from float32 master",
+        "copies; the float16 image is stored in the .npz as its (exact) float32 upcast.",
         "Weights are inside each .onnx; the dynamo files lose only their per-node",
         "`pkg.torch.onnx.stack_trace` metadata (the exporting machine's source paths),",
         "the rest of their metadata is kept.",

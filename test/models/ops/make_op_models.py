@@ -366,6 +366,28 @@ def reductions_and_contractions():
     ], [2, 3, 3], [2, 3, 3], {"last": axes(2), "rows_cols": axes(1, 2)}, 13)
 
 
+def padding_and_pixel_shuffles():
+    """Pad in reflect, edge and wrap modes (style-transfer and GAN nets,
+    TResNet), DepthToSpace in both modes (PixelShuffle) and SpaceToDepth."""
+    pads = lambda *values: np.array(values, dtype=np.int64)
+    model("pad_modes", [
+        helper.make_node("Pad", ["xw", "p1"], ["r"], mode="reflect"),
+        helper.make_node("Pad", ["xw", "p2"], ["e"], mode="edge"),
+        helper.make_node("Pad", ["xw", "p3", "", "axes"], ["wr"], mode="wrap"),
+        helper.make_node("Add", ["r", "e"], ["re"]),
+        helper.make_node("Add", ["re", "wr"], ["logits"]),
+    ], [2, 3, 4, 5], [2, 3, 7, 8], {"p1": pads(0, 0, 2, 1, 0, 0, 1, 2),
+                                    "p2": pads(0, 0, 0, 3, 0, 0, 3, 0),
+                                    "p3": pads(1, 2, 2, 1), "axes": pads(2, 3)}, 19)
+    model("depth_to_space", [
+        helper.make_node("DepthToSpace", ["xw"], ["dcr"], blocksize=2),
+        helper.make_node("DepthToSpace", ["xw"], ["crd"], blocksize=2, mode="CRD"),
+        helper.make_node("Mul", ["dcr", "crd"], ["both"]),
+        helper.make_node("SpaceToDepth", ["both"], ["back"], blocksize=2),
+        helper.make_node("Add", ["xw", "back"], ["logits"]),
+    ], [2, 8, 3, 4], [2, 8, 3, 4], {}, 13)
+
+
 if __name__ == "__main__":
     main()
     runtime_indexing()
@@ -373,3 +395,4 @@ if __name__ == "__main__":
     resize()
     conv_transpose()
     reductions_and_contractions()
+    padding_and_pixel_shuffles()
