@@ -51,6 +51,7 @@ const std::map<std::string, OperatorVersions> &operatorVersions() {
       {"ArgMax", {{1, 11, 12, 13}, 1}},       {"ArgMin", {{1, 11, 12, 13}, 1}},
       {"Einsum", {{12}, 12}},                 {"ConvTranspose", {{1, 11, 22}, 1}},
       {"DepthToSpace", {{1, 11, 13}, 1}},     {"SpaceToDepth", {{1, 13}, 1}},
+      {"NegativeLogLikelihoodLoss", {{12, 13, 22}, 12}},
       // Element-wise: versions that only add element types keep the
       // semantics; versions 1 to 6 differ by `consumed_inputs` (ignored)
       // or by the old `broadcast` attribute (refused: before 7); Max, Min, Sum

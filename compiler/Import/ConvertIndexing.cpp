@@ -73,13 +73,19 @@ void OnnxImporter::convertCumSum(const onnx::NodeProto &node) {
 }
 
 void OnnxImporter::convertGatherElements(const onnx::NodeProto &node) {
-  Value data = operand(node, 0), indices = operand(node, 1);
+  Value data = operand(node, 0);
+  define(node, 0,
+         gatherAlongAxis(node, data, operand(node, 1),
+                         normalizedAxes(node, {intAttr(node, "axis", 0)}, typeOf(data).getRank())[0]));
+}
+
+Value OnnxImporter::gatherAlongAxis(const onnx::NodeProto &node, Value data, Value indices,
+                                    int64_t axis) {
   auto dataShape = typeOf(data).getShape();
   auto indexShape = typeOf(indices).getShape();
   int64_t rank = dataShape.size();
   if (static_cast<int64_t>(indexShape.size()) != rank)
     fail(node, "indices must have the rank of data");
-  int64_t axis = normalizedAxes(node, {intAttr(node, "axis", 0)}, rank)[0];
   for (int64_t d = 0; d < rank; ++d)
     if (d != axis && indexShape[d] > dataShape[d])
       fail(node, "indices are larger than data outside the axis");
@@ -107,8 +113,59 @@ void OnnxImporter::convertGatherElements(const onnx::NodeProto &node) {
                                 loc)});
   int64_t size =
       std::accumulate(dataShape.begin(), dataShape.end(), int64_t{1}, std::multiplies<int64_t>());
-  defineInferred<nn::GatherOp>(node, {reshapeTo(node, data, {size}), index},
-                               {builder.getNamedAttr("axis", builder.getI64IntegerAttr(0))});
+  return build<nn::GatherOp>(node, {reshapeTo(node, data, {size}), index},
+                             {builder.getNamedAttr("axis", builder.getI64IntegerAttr(0))});
+}
+
+/// NegativeLogLikelihoodLoss (PyTorch's nll_loss, and cross_entropy as the
+/// dynamo exporter writes it after LogSoftmax): minus the input at each
+/// target class, times the class weight, 0 where the target is ignore_index;
+/// the mean divides by the weights' sum, as ONNX and PyTorch do.
+void OnnxImporter::convertNegativeLogLikelihoodLoss(const onnx::NodeProto &node) {
+  Value input = operand(node, 0), target = castTo(node, operand(node, 1), builder.getI64Type());
+  auto inputShape = typeOf(input).getShape();
+  auto targetShape = typeOf(target).getShape();
+  const int64_t rank = inputShape.size();
+  std::vector<int64_t> expected{inputShape[0]};
+  if (rank >= 2)
+    expected.insert(expected.end(), inputShape.begin() + 2, inputShape.end());
+  if (rank < 2 || ArrayRef<int64_t>(expected) != targetShape)
+    fail(node, "input must be (N, C, d...) and target (N, d...)");
+  const std::string reduction = stringAttr(node, "reduction", "mean");
+  if (reduction != "mean" && reduction != "sum" && reduction != "none")
+    fail(node, "unknown reduction '" + reduction + "' (mean, sum or none)");
+  const auto *ignore = attribute(node, "ignore_index");
+  Value ignored, classes = target;
+  if (ignore) {
+    ignored = build<nn::EqualOp>(node, {target, scalarLike(node, target, ignore->i())});
+    // Ignored positions read class 0, then weigh 0.
+    classes = build<nn::WhereOp>(node, {ignored, scalarLike(node, target, 0), target});
+  }
+  std::vector<int64_t> lifted(targetShape.begin(), targetShape.end());
+  lifted.insert(lifted.begin() + 1, 1);
+  Value picked = gatherAlongAxis(node, input, reshapeTo(node, classes, lifted), 1);
+  Value loss = build<nn::NegOp>(node, {reshapeTo(node, picked, targetShape)});
+  Value weight;
+  if (hasInput(node, 2))
+    weight = build<nn::GatherOp>(node, {operand(node, 2), int64Indices(node, classes, inputShape[1])},
+                                 {builder.getNamedAttr("axis", builder.getI64IntegerAttr(0))});
+  if (ignore)
+    weight = build<nn::WhereOp>(
+        node, {ignored, scalarLike(node, loss, 0.0), weight ? weight : scalarLike(node, loss, 1.0)});
+  if (weight)
+    loss = build<nn::MulOp>(node, {loss, expandTo(node, weight, targetShape)});
+  if (reduction == "none") {
+    define(node, 0, loss);
+    return;
+  }
+  std::vector<int64_t> all(targetShape.size());
+  std::iota(all.begin(), all.end(), 0);
+  Value total = sumOver(node, loss, all, /*keepdims=*/false);
+  if (reduction == "mean")
+    total = weight ? build<nn::DivOp>(node, {total, sumOver(node, expandTo(node, weight, targetShape),
+                                                            all, /*keepdims=*/false)})
+                   : sumOver(node, loss, all, /*keepdims=*/false, /*mean=*/true);
+  define(node, 0, total);
 }
 
 void OnnxImporter::convertGatherND(const onnx::NodeProto &node) {

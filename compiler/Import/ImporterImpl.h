@@ -210,6 +210,10 @@ public:
   void convertTrilu(const onnx::NodeProto &node);
   void convertCumSum(const onnx::NodeProto &node);
   void convertGatherElements(const onnx::NodeProto &node);
+  /// data[..., indices[...], ...] along `axis`: GatherElements' semantics.
+  mlir::Value gatherAlongAxis(const onnx::NodeProto &node, mlir::Value data, mlir::Value indices,
+                              int64_t axis);
+  void convertNegativeLogLikelihoodLoss(const onnx::NodeProto &node);
   void convertGatherND(const onnx::NodeProto &node);
   void convertScatter(const onnx::NodeProto &node);
   void convertResize(const onnx::NodeProto &node);

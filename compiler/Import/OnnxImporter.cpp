@@ -123,6 +123,7 @@ const std::vector<OpRule> &opRules() {
       {"ArgMin", &OnnxImporter::convertArgMax, DifferentiableInputs::none()},
       {"Einsum", &OnnxImporter::convertEinsum, kAll},
       {"DepthToSpace", &OnnxImporter::convertDepthToSpace, {0}},
+      {"NegativeLogLikelihoodLoss", &OnnxImporter::convertNegativeLogLikelihoodLoss, {0}},
       {"SpaceToDepth", &OnnxImporter::convertDepthToSpace, {0}},
       {"GroupNormalization", &OnnxImporter::convertGroupNormalization, kAll},
       {"InstanceNormalization", &OnnxImporter::convertGroupNormalization, kAll},

@@ -84,6 +84,13 @@ struct AppendLoss : impl::AppendLossBase<AppendLoss> {
       return;
     }
     auto outputType = tensorType(output);
+    if (llvm::isa<FloatType>(outputType.getElementType()) && outputType.getRank() == 0) {
+      // A scalar: the model computes its own loss (MSE, BCE, NLL, a sum of
+      // losses, as PyTorch's reduced losses are); logits always have a class
+      // axis. It is trained as it is; its targets stay inputs.
+      keepOnlyLoss(function, returnOp, output);
+      return;
+    }
     if (!llvm::isa<FloatType>(outputType.getElementType()) || outputType.getRank() < 1) {
       function.emitError("the first result of @forward must be floating-point logits to "
                          "append a loss to, got ")

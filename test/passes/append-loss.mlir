@@ -32,3 +32,21 @@ func.func @forward(%x: tensor<8x10xf32> {nn.name = "x", nn.role = #nn.role<input
   %0:2 = nn.softmax_cross_entropy_loss %x, %y : (tensor<8x10xf32>, tensor<8xi64>) -> (tensor<f32>, tensor<8x10xf32>)
   return %0#0 : tensor<f32>
 }
+
+// -----
+
+// A scalar first output is the model's own loss (here a mean squared error
+// against an input): kept as it is, whatever --loss says; no labels added.
+// CHECK-LABEL: func.func @forward
+// CHECK-SAME: (%{{.*}}: tensor<4x3xf32> {nn.name = "x", nn.role = #nn.role<input>}, %[[T:.*]]: tensor<4x3xf32> {nn.name = "target", nn.role = #nn.role<input>}) -> (tensor<f32> {nn.name = "loss", nn.role = #nn.role<loss>})
+// CHECK: %[[LOSS:.*]] = nn.reduce_mean
+// CHECK-NEXT: return %[[LOSS]] : tensor<f32>
+// MSE-LABEL: func.func @forward
+// MSE-SAME: -> (tensor<f32> {nn.name = "loss", nn.role = #nn.role<loss>})
+// MSE-NOT: labels
+func.func @forward(%x: tensor<4x3xf32> {nn.name = "x", nn.role = #nn.role<input>}, %t: tensor<4x3xf32> {nn.name = "target", nn.role = #nn.role<input>}) -> tensor<f32> {
+  %d = nn.sub %x, %t : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
+  %s = nn.mul %d, %d : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
+  %m = nn.reduce_mean %s {axes = array<i64: 0, 1>, keepdims = false} : (tensor<4x3xf32>) -> tensor<f32>
+  return %m : tensor<f32>
+}

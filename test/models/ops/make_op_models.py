@@ -46,7 +46,9 @@ def model(name, nodes, x_shape, out_shape, initializers, opset, check=True, orac
     else:
         logits = ReferenceEvaluator(proto).run(None, {"x": x})[0]
     assert logits.shape == tuple(out_shape), (name, logits.shape)
-    labels = rng.integers(0, out_shape[-1], size=out_shape[:-1]).astype(np.int64)
+    # A scalar output is the model's own loss: no labels (an empty array).
+    labels = (rng.integers(0, out_shape[-1], size=out_shape[:-1]).astype(np.int64) if out_shape
+              else np.zeros(0, dtype=np.int64))
     onnx.save(proto, os.path.join(HERE, f"{name}.onnx"))
     np.savez(os.path.join(HERE, f"{name}.npz"), x=x, logits=logits, labels=labels)
     print(f"{name}: {[n.op_type for n in nodes]}")
@@ -388,6 +390,24 @@ def padding_and_pixel_shuffles():
     ], [2, 8, 3, 4], [2, 8, 3, 4], {}, 13)
 
 
+def losses_inside():
+    """NegativeLogLikelihoodLoss after LogSoftmax (PyTorch's nll_loss and the
+    dynamo export of cross_entropy) with class weights and ignore_index, as the
+    model's own scalar loss (mean) and per element (none)."""
+    target = np.array([[0, 4, -100, 2], [3, 3, 1, -100], [2, 0, 4, 1]], dtype=np.int64)
+    weight = np.array([0.5, 1.0, 2.0, 1.5, 0.25], dtype=np.float32)
+    model("nll_loss_mean", [
+        helper.make_node("LogSoftmax", ["xw"], ["logp"], axis=1),
+        helper.make_node("NegativeLogLikelihoodLoss", ["logp", "target", "weight"], ["logits"],
+                         ignore_index=-100),
+    ], [3, 5, 4], [], {"target": target, "weight": weight}, 13)
+    model("nll_loss_none", [
+        helper.make_node("LogSoftmax", ["xw"], ["logp"], axis=1),
+        helper.make_node("NegativeLogLikelihoodLoss", ["logp", "target"], ["logits"],
+                         reduction="none", ignore_index=-100),
+    ], [3, 5, 4], [3, 4], {"target": target}, 13)
+
+
 if __name__ == "__main__":
     main()
     runtime_indexing()
@@ -396,3 +416,4 @@ if __name__ == "__main__":
     conv_transpose()
     reductions_and_contractions()
     padding_and_pixel_shuffles()
+    losses_inside()
