@@ -52,6 +52,8 @@ const std::map<std::string, OperatorVersions> &operatorVersions() {
       {"Einsum", {{12}, 12}},                 {"ConvTranspose", {{1, 11, 22}, 1}},
       {"DepthToSpace", {{1, 11, 13}, 1}},     {"SpaceToDepth", {{1, 13}, 1}},
       {"NegativeLogLikelihoodLoss", {{12, 13, 22}, 12}},
+      {"RNN", {{1, 7, 14, 22}, 7}},           {"GRU", {{1, 3, 7, 14, 22}, 7}},
+      {"LSTM", {{1, 7, 14, 22}, 7}},
       // Element-wise: versions that only add element types keep the
       // semantics; versions 1 to 6 differ by `consumed_inputs` (ignored)
       // or by the old `broadcast` attribute (refused: before 7); Max, Min, Sum

@@ -12,6 +12,7 @@
 //   ConvertNN.cpp     converters of arithmetic and network layers;
 //   ConvertShape.cpp  converters that move data (reshape, gather, slice...);
 //   ConvertReduction.cpp  reductions, LogSoftmax, ArgMax and Einsum;
+//   ConvertRecurrent.cpp  RNN, GRU and LSTM unrolled;
 //   FoldShape.cpp     folders of shape sub-graphs on the host.
 #ifndef PIPEC_COMPILER_IMPORT_IMPORTERIMPL_H
 #define PIPEC_COMPILER_IMPORT_IMPORTERIMPL_H
@@ -214,6 +215,8 @@ public:
   mlir::Value gatherAlongAxis(const onnx::NodeProto &node, mlir::Value data, mlir::Value indices,
                               int64_t axis);
   void convertNegativeLogLikelihoodLoss(const onnx::NodeProto &node);
+  /// RNN, GRU and LSTM, unrolled over the sequence (ConvertRecurrent.cpp).
+  void convertRecurrent(const onnx::NodeProto &node);
   void convertGatherND(const onnx::NodeProto &node);
   void convertScatter(const onnx::NodeProto &node);
   void convertResize(const onnx::NodeProto &node);

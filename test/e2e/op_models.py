@@ -54,6 +54,7 @@ def check(reference, path, workdir):
     run(reference, path, data, out)
     model = onnx.load(path)
     rng = np.random.default_rng(0)
+    step = float(expected["fd_step"]) if "fd_step" in expected.files else 1e-2
     for initializer in model.graph.initializer:
         gradient_path = os.path.join(out, f"grad_{initializer.name}.npy")
         if not os.path.exists(gradient_path):
@@ -67,14 +68,14 @@ def check(reference, path, workdir):
             losses = []
             for sign in (1, -1):
                 perturbed = values.copy()
-                perturbed.flat[flat] += sign * 1e-2
+                perturbed.flat[flat] += sign * step
                 initializer.CopyFrom(numpy_helper.from_array(perturbed, original.name))
                 probe = os.path.join(workdir, "probe.onnx")
                 onnx.save(model, probe)
                 result = os.path.join(workdir, "probe-out")
                 run(reference, probe, data, result)
                 losses.append(float(np.load(os.path.join(result, "loss.npy"))))
-            numeric = (losses[0] - losses[1]) / 2e-2
+            numeric = (losses[0] - losses[1]) / (2 * step)
             worst = max(worst, abs(numeric - float(gradient.flat[flat])))
         initializer.CopyFrom(original)
         scale = max(1e-3, float(np.abs(gradient).max()))

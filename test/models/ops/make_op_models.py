@@ -26,7 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 F = TensorProto.FLOAT
 
 
-def model(name, nodes, x_shape, out_shape, initializers, opset, check=True, oracle=None):
+def model(name, nodes, x_shape, out_shape, initializers, opset, check=True, oracle=None,
+          onnxruntime=False, fd_step=1e-2):
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = (1.0 + 0.1 * rng.standard_normal(x_shape)).astype(np.float32)
@@ -43,6 +44,10 @@ def model(name, nodes, x_shape, out_shape, initializers, opset, check=True, orac
         onnx.checker.check_model(proto, full_check=True)
     if oracle:  # where onnx.reference is wrong: fn(x * w, initializers) in float64
         logits = oracle(x.astype(np.float64) * w, initializers).astype(np.float32)
+    elif onnxruntime:  # where onnx.reference ignores an attribute (LSTM's clip)
+        import onnxruntime as ort
+        session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+        logits = session.run(None, {"x": x})[0]
     else:
         logits = ReferenceEvaluator(proto).run(None, {"x": x})[0]
     assert logits.shape == tuple(out_shape), (name, logits.shape)
@@ -50,7 +55,10 @@ def model(name, nodes, x_shape, out_shape, initializers, opset, check=True, orac
     labels = (rng.integers(0, out_shape[-1], size=out_shape[:-1]).astype(np.int64) if out_shape
               else np.zeros(0, dtype=np.int64))
     onnx.save(proto, os.path.join(HERE, f"{name}.onnx"))
-    np.savez(os.path.join(HERE, f"{name}.npz"), x=x, logits=logits, labels=labels)
+    # fd_step: the finite-difference step of test/e2e/op_models.py (smaller
+    # where a clip's kinks lie within 1e-2 of the sampled values).
+    extra = {} if fd_step == 1e-2 else {"fd_step": np.float64(fd_step)}
+    np.savez(os.path.join(HERE, f"{name}.npz"), x=x, logits=logits, labels=labels, **extra)
     print(f"{name}: {[n.op_type for n in nodes]}")
 
 
@@ -408,6 +416,41 @@ def losses_inside():
     ], [3, 5, 4], [3, 4], {"target": target}, 13)
 
 
+def recurrent():
+    """RNN, GRU and LSTM unrolled at import: bidirectional with peepholes,
+    reverse, batch-first layout, linear_before_reset both ways, clip, given
+    initial states."""
+    rng = np.random.default_rng(13)
+    tensor = lambda *shape: (0.4 * rng.standard_normal(shape)).astype(np.float32)
+    S, B, I, H = 4, 2, 3, 5
+    model("lstm_bidirectional", [
+        helper.make_node("LSTM", ["xw", "W", "R", "B", "", "", "", "P"], ["logits"],
+                         hidden_size=H, direction="bidirectional"),
+    ], [S, B, I], [S, 2, B, H], {"W": tensor(2, 4 * H, I), "R": tensor(2, 4 * H, H),
+                                 "B": tensor(2, 8 * H), "P": tensor(2, 3 * H)}, 14)
+    model("lstm_clip_states", [
+        helper.make_node("LSTM", ["xw", "W", "R", "B", "", "h0", "c0"], ["", "h", "c"],
+                         hidden_size=H, clip=1.0, direction="reverse"),
+        helper.make_node("Add", ["h", "c"], ["logits"]),
+    ], [S, B, I], [1, B, H], {"W": tensor(1, 4 * H, I), "R": tensor(1, 4 * H, H),
+                              "B": tensor(1, 8 * H), "h0": tensor(1, B, H), "c0": tensor(1, B, H)}, 14,
+          onnxruntime=True, fd_step=1e-3)
+    model("gru_batch_first", [
+        helper.make_node("GRU", ["xw", "W", "R", "B", "", "h0"], ["logits"], hidden_size=H,
+                         linear_before_reset=1, layout=1),
+    ], [B, S, I], [B, S, 1, H], {"W": tensor(1, 3 * H, I), "R": tensor(1, 3 * H, H),
+                                 "B": tensor(1, 6 * H), "h0": tensor(B, 1, H)}, 14)
+    model("gru_reverse", [
+        helper.make_node("GRU", ["xw", "W", "R", "B"], ["logits"], hidden_size=H,
+                         direction="bidirectional"),
+    ], [S, B, I], [S, 2, B, H], {"W": tensor(2, 3 * H, I), "R": tensor(2, 3 * H, H),
+                                 "B": tensor(2, 6 * H)}, 14)
+    model("rnn", [
+        helper.make_node("RNN", ["xw", "W", "R", "B"], ["logits"], hidden_size=H),
+    ], [S, B, I], [S, 1, B, H], {"W": tensor(1, H, I), "R": tensor(1, H, H),
+                                 "B": tensor(1, 2 * H)}, 14)
+
+
 if __name__ == "__main__":
     main()
     runtime_indexing()
@@ -417,3 +460,4 @@ if __name__ == "__main__":
     reductions_and_contractions()
     padding_and_pixel_shuffles()
     losses_inside()
+    recurrent()
