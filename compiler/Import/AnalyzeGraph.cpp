@@ -98,9 +98,11 @@ int64_t resolvedVersion(const std::string &opType, int64_t opset) {
 /// exporters write as an initializer like any parameter (docs/importer.md):
 /// every path from it runs through views (Slice, Reshape, Unsqueeze,
 /// Squeeze, Expand, Identity) into an Add whose only reader is a Softmax,
-/// and its values are 0 and one value <= -1e9 (-inf, float's lowest, -1e9).
+/// and its values are 0 and one value <= -1e9 (-inf, float's lowest, -1e9), or all 0 for
+/// an `allZero` tensor.
 /// Such a tensor is constant; trained, its 0 entries would move.
-bool OnnxImporter::isAdditiveAttentionMask(const onnx::TensorProto &tensor, const Readers &readers) {
+bool OnnxImporter::isAdditiveAttentionMask(const onnx::TensorProto &tensor, const Readers &readers,
+                                           bool allZero) {
   auto kind = elementKindOf(tensor.data_type());
   if (!kind || !isFloating(*kind) || tensor.dims_size() < 2)
     return false;
@@ -139,7 +141,7 @@ bool OnnxImporter::isAdditiveAttentionMask(const onnx::TensorProto &tensor, cons
       return false;
     fill = v;
   }
-  return fill.has_value();
+  return fill.has_value() || allZero;
 }
 
 /// The nodes reading `name`, as "Op 'node' input #k" ('#i' for an unnamed
@@ -242,9 +244,12 @@ void OnnxImporter::analyzeGraph() {
       frozenInitializers[name] = "a buffer of the PyTorch model (the exporter's graph signature)";
       continue;
     }
-    if (isAdditiveAttentionMask(tensor, readers)) {
-      frozenInitializers[name] = "an additive attention mask (0 and a large negative value, "
-                                 "read by Add before Softmax)";
+    // The dynamo exporter's optimizer folds the attention mask of an
+    // unpadded batch into an all-zero initializer that is no parameter.
+    const bool exporterMade = signature && !signature->parameters.count(name);
+    if (isAdditiveAttentionMask(tensor, readers, exporterMade)) {
+      frozenInitializers[name] = "an additive attention mask (0 and a large negative value, or "
+                                 "all 0 and not a PyTorch parameter, read by Add before Softmax)";
       continue;
     }
     parameterNames.insert(name);

@@ -273,7 +273,10 @@ private:
   HostTensor readTensor(const onnx::TensorProto &tensor, const std::string &what);
   /// The nodes that read each value (analyzeGraph).
   using Readers = std::map<std::string, std::vector<const onnx::NodeProto *>>;
-  bool isAdditiveAttentionMask(const onnx::TensorProto &tensor, const Readers &readers);
+  /// `allZero`: an all-zero tensor counts too (one the exporter made, not a
+  /// PyTorch parameter: the folded mask of an unpadded batch).
+  bool isAdditiveAttentionMask(const onnx::TensorProto &tensor, const Readers &readers,
+                               bool allZero);
   /// PyTorch's graph signature, as the dynamo exporter records it
   /// (ExporterArtifacts.cpp): the state-dict names of parameters and buffers.
   struct TorchSignature {
