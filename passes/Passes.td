@@ -124,8 +124,9 @@ def AppendLoss : Pass<"pipec-append-loss", "mlir::ModuleOp"> {
           -> (tensor<f32> {nn.role = #nn.role<loss>})
   }];
   let options = [
-    Option<"loss", "loss", "std::string", /*default=*/"\"softmax-cross-entropy\"",
-           "softmax-cross-entropy or mse">,
+    Option<"loss", "loss", "std::string", /*default=*/"\"auto\"",
+           "softmax-cross-entropy, mse, or auto (softmax-cross-entropy, or the model's own "
+           "loss when its first output is a scalar)">,
   ];
 }
 

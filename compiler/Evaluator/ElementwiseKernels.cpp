@@ -157,6 +157,16 @@ Tensor unary(UnaryOp op, const Tensor &input) {
     case UnaryOp::Floor: out.floats[i] = std::floor(x); break;
     case UnaryOp::Ceil: out.floats[i] = std::ceil(x); break;
     case UnaryOp::Round: out.floats[i] = std::nearbyint(x); break; // halves to even
+    case UnaryOp::Sign: out.floats[i] = x > 0 ? 1.0 : x < 0 ? -1.0 : x; break;
+    case UnaryOp::Tan: out.floats[i] = std::tan(x); break;
+    case UnaryOp::Atan: out.floats[i] = std::atan(x); break;
+    case UnaryOp::Asin: out.floats[i] = std::asin(x); break;
+    case UnaryOp::Acos: out.floats[i] = std::acos(x); break;
+    case UnaryOp::Sinh: out.floats[i] = std::sinh(x); break;
+    case UnaryOp::Cosh: out.floats[i] = std::cosh(x); break;
+    case UnaryOp::Asinh: out.floats[i] = std::asinh(x); break;
+    case UnaryOp::Acosh: out.floats[i] = std::acosh(x); break;
+    case UnaryOp::Atanh: out.floats[i] = std::atanh(x); break;
     }
     // NaN propagates through Relu as numpy's maximum does.
     if (op == UnaryOp::Relu && std::isnan(x))
@@ -250,7 +260,17 @@ Tensor unaryGrad(UnaryOp op, const Tensor &dy, const Tensor &forward) {
     case UnaryOp::Softsign: derivative = 1.0 / ((1.0 + std::fabs(xv)) * (1.0 + std::fabs(xv))); break;
     case UnaryOp::Floor:
     case UnaryOp::Ceil:
-    case UnaryOp::Round: derivative = 0.0; break;
+    case UnaryOp::Round:
+    case UnaryOp::Sign: derivative = 0.0; break;
+    case UnaryOp::Tan: derivative = 1.0 + yv * yv; break;
+    case UnaryOp::Atan: derivative = 1.0 / (1.0 + xv * xv); break;
+    case UnaryOp::Asin: derivative = 1.0 / std::sqrt(1.0 - xv * xv); break;
+    case UnaryOp::Acos: derivative = -1.0 / std::sqrt(1.0 - xv * xv); break;
+    case UnaryOp::Sinh: derivative = std::cosh(xv); break;
+    case UnaryOp::Cosh: derivative = std::sinh(xv); break;
+    case UnaryOp::Asinh: derivative = 1.0 / std::sqrt(xv * xv + 1.0); break;
+    case UnaryOp::Acosh: derivative = 1.0 / std::sqrt(xv * xv - 1.0); break;
+    case UnaryOp::Atanh: derivative = 1.0 / (1.0 - xv * xv); break;
     }
     out.floats[i] = dy.floats[i] * derivative;
   }

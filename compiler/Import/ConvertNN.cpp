@@ -87,6 +87,18 @@ void OnnxImporter::convertAbs(const onnx::NodeProto &node) {
   define(node, 0, build<nn::MaxOp>(node, {x, build<nn::SubOp>(node, {scalarLike(node, x, 0), x})}));
 }
 
+void OnnxImporter::convertSign(const onnx::NodeProto &node) {
+  Value x = operand(node, 0);
+  if (llvm::isa<FloatType>(typeOf(x).getElementType()))
+    return convertUnary<nn::SignOp>(node);
+  // Integers: (x > 0) - (x < 0), in int64 and back (no gradient flows).
+  Type element = typeOf(x).getElementType();
+  Value zero = scalarLike(node, x, 0);
+  Value positive = castTo(node, build<nn::GreaterOp>(node, {x, zero}), builder.getI64Type());
+  Value negative = castTo(node, build<nn::LessOp>(node, {x, zero}), builder.getI64Type());
+  define(node, 0, castTo(node, build<nn::SubOp>(node, {positive, negative}), element));
+}
+
 void OnnxImporter::convertMod(const onnx::NodeProto &node) {
   Value lhs = operand(node, 0), rhs = operand(node, 1);
   bool fmod = intAttr(node, "fmod", 0) != 0;

@@ -132,9 +132,11 @@ void OnnxImporter::convertRecurrent(const onnx::NodeProto &node) {
       Value input = reshapeTo(node, slice(projected, 0, t, t + 1), {batch, gates * hidden});
       if (op == "GRU") {
         // Gates z, r, h; the candidate's recurrent product needs r first.
-        Value hr = build<nn::MatMulOp>(node, {h, recurrent});
+        // Gates z and r (and, with linear_before_reset, the candidate's) of H R^T.
+        const int64_t used = linearBeforeReset ? 3 : 2;
+        Value hr = build<nn::MatMulOp>(node, {h, slice(recurrent, 1, 0, used * hidden)});
         if (recurrentBias)
-          hr = build<nn::AddOp>(node, {hr, recurrentBias});
+          hr = build<nn::AddOp>(node, {hr, slice(recurrentBias, 0, 0, used * hidden)});
         Value z = activate(act(0), clipped(build<nn::AddOp>(node, {gate(input, 0), gate(hr, 0)})));
         Value reset = activate(act(0), clipped(build<nn::AddOp>(node, {gate(input, 1), gate(hr, 1)})));
         Value candidate;

@@ -33,6 +33,14 @@ std::vector<int64_t> reducedShape(ArrayRef<int64_t> shape, ArrayRef<int64_t> axe
 
 } // namespace
 
+void OnnxImporter::noteFloat32Comparison(const onnx::NodeProto &node, Type element) {
+  if (element.isInteger(1) || element.getIntOrFloatBitWidth() <= 16)
+    return; // exact in float32
+  importNotes.push_back("node '" + nodeName(currentNodeIndex) + "' (" + node.op_type() +
+                        ") computes on its integer values in float32: exact for magnitudes "
+                        "up to 2^24 = 16777216");
+}
+
 Value OnnxImporter::filledLike(const onnx::NodeProto &node, Value like, ArrayRef<int64_t> shape,
                                double value) {
   auto kind = *pipec::import::elementKindOf(typeOf(like).getElementType());
@@ -98,13 +106,10 @@ Value OnnxImporter::maxOver(const onnx::NodeProto &node, Value input, ArrayRef<i
   if (!llvm::isa<FloatType>(element)) {
     // Integers (token ids) and booleans are compared as float32: exact for
     // integers up to 2^24, which the import notes for wide integers.
-    if (!element.isInteger(1) && element.getIntOrFloatBitWidth() > 16)
-      importNotes.push_back("node '" + nodeName(currentNodeIndex) + "' (" + node.op_type() +
-                            ") compares its integer values as float32: exact for magnitudes "
-                            "up to 2^24 = 16777216");
-    Value result = maxOver(node, castTo(node, input, builder.getF32Type()), axes, keepdims, minimum);
     if (window == 0)
       fail(node, "reduces an empty axis of integer values (no maximum)");
+    noteFloat32Comparison(node, element);
+    Value result = maxOver(node, castTo(node, input, builder.getF32Type()), axes, keepdims, minimum);
     return castTo(node, result, element);
   }
   if (window == 0) // ONNX: the maximum of nothing is -inf (the minimum's +inf)
@@ -135,10 +140,30 @@ void OnnxImporter::convertReduce(const onnx::NodeProto &node) {
   Value input = operand(node, 0);
   const bool keepdims = intAttr(node, "keepdims", 1) != 0;
   auto axes = reductionAxes(node, typeOf(input).getRank(), op == "ReduceSum" ? 13 : 18);
-  // noop_with_empty_axes reduces over no axis: each element alone.
-  std::vector<int64_t> none;
-  ArrayRef<int64_t> over = axes ? ArrayRef<int64_t>(*axes) : ArrayRef<int64_t>(none);
-  bool keep = axes ? keepdims : true;
+  if (!axes) { // noop_with_empty_axes: the input as it is, whatever the reduction (ONNX)
+    define(node, 0, input);
+    return;
+  }
+  ArrayRef<int64_t> over = *axes;
+  const bool keep = keepdims;
+  Type element = typeOf(input).getElementType();
+  if (!llvm::isa<FloatType>(element) && op != "ReduceMax" && op != "ReduceMin") {
+    // Integer sums (a mask's count of tokens) in float32 and back.
+    if (op != "ReduceSum" && op != "ReduceMean" && op != "ReduceSumSquare" && op != "ReduceL1")
+      fail(node, "of integer run-time values is not supported");
+    noteFloat32Comparison(node, element);
+    Value asFloat = castTo(node, input, builder.getF32Type());
+    Value result = asFloat;
+    if (!over.empty()) {
+      if (op == "ReduceSumSquare")
+        result = build<nn::MulOp>(node, {result, result});
+      else if (op == "ReduceL1")
+        result = build<nn::AbsOp>(node, {result});
+      result = sumOver(node, result, over, keep, op == "ReduceMean");
+    }
+    define(node, 0, castTo(node, result, element));
+    return;
+  }
   auto sum = [&](Value value) { return over.empty() ? value : sumOver(node, value, over, keep); };
   Value result;
   if (op == "ReduceMean")
@@ -167,6 +192,11 @@ Value OnnxImporter::logSumExp(const onnx::NodeProto &node, Value input, ArrayRef
   // m + log(sum(exp(x - m))) with m the maximum: no overflow. The gradient
   // through m cancels (d/dm is 1 - sum(softmax) = 0).
   Value peak = maxOver(node, input, axes, /*keepdims=*/true);
+  // An infinite maximum (a row of -inf, or one holding +inf) shifts by 0:
+  // the result is then -inf or +inf, not inf - inf.
+  Value infinite = build<nn::EqualOp>(
+      node, {build<nn::AbsOp>(node, {peak}), scalarLike(node, peak, INFINITY)});
+  peak = build<nn::WhereOp>(node, {infinite, scalarLike(node, peak, 0.0), peak});
   Value shifted = build<nn::SubOp>(node, {input, peak});
   Value sum = sumOver(node, build<nn::ExpOp>(node, {shifted}), axes, /*keepdims=*/true);
   Value result = build<nn::AddOp>(node, {build<nn::LogOp>(node, {sum}), peak});
@@ -202,8 +232,13 @@ void OnnxImporter::convertArgMax(const onnx::NodeProto &node) {
   const bool last = intAttr(node, "select_last_index", 0) != 0;
   const bool minimum = node.op_type() == "ArgMin";
   // Integers (CLIP's end-of-text position from the token ids) compare as
-  // float32 in maxOver, exact up to 2^24.
+  // float32, exact up to 2^24; beyond, values that round alike tie, and the
+  // index is still one of them.
   Value x = input;
+  if (!llvm::isa<FloatType>(type.getElementType())) {
+    noteFloat32Comparison(node, type.getElementType());
+    x = castTo(node, input, builder.getF32Type());
+  }
   // The positions holding the extreme value; of those, the first (or last):
   // the smallest (or largest) position, a maximum over positions where the
   // others are replaced by a value no position reaches.

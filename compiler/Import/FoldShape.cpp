@@ -237,8 +237,9 @@ std::vector<HostTensor> OnnxImporter::foldReduce(const onnx::NodeProto &node) {
   const HostTensor &input = constantInput(node, 0, "data");
   auto axes = reductionAxes(node, static_cast<int64_t>(input.shape.size()),
                             node.op_type() == "ReduceSum" ? 13 : 18);
-  const bool keepdims = !axes || intAttr(node, "keepdims", 1) != 0;
-  return {fold::reduce(node.op_type(), input, axes.value_or(std::vector<int64_t>{}), keepdims)};
+  if (!axes) // noop_with_empty_axes: the input as it is (ONNX)
+    return {input};
+  return {fold::reduce(node.op_type(), input, *axes, intAttr(node, "keepdims", 1) != 0)};
 }
 
 } // namespace pipec::import::detail

@@ -686,9 +686,12 @@ HostTensor reduce(const std::string &op, const HostTensor &input, const std::vec
                          : op == "ReduceProd" ? 1.0
                                               : 0.0;
     std::vector<double> peak(outCount, -INFINITY);
-    if (op == "ReduceLogSumExp") // shifted by the maximum, as the run-time lowering
+    if (op == "ReduceLogSumExp") { // shifted by the maximum, as the run-time lowering
       for (int64_t flat = 0; flat < count; ++flat)
         peak[outIndex(flat)] = std::max(peak[outIndex(flat)], input.floats[flat]);
+      for (double &shift : peak) // an infinite maximum shifts nothing: -inf or +inf results
+        shift = std::isinf(shift) ? 0.0 : shift;
+    }
     std::vector<double> acc(outCount, start);
     std::vector<int64_t> members(outCount, 0);
     for (int64_t flat = 0; flat < count; ++flat) {
@@ -707,13 +710,22 @@ HostTensor reduce(const std::string &op, const HostTensor &input, const std::vec
       if (op == "ReduceMean") a = members[i] ? a / members[i] : NAN;
       else if (op == "ReduceL2") a = std::sqrt(a);
       else if (op == "ReduceLogSum") a = std::log(a);
-      else if (op == "ReduceLogSumExp") a = members[i] ? std::log(a) + peak[i] : -INFINITY;
+      else if (op == "ReduceLogSumExp") a = std::log(a) + peak[i]; // log 0 = -inf for nothing
       out.floats.push_back(input.kind == ElementKind::Float64 ? a : static_cast<float>(a));
     }
     return out;
   }
-  const int64_t start = op == "ReduceMax"   ? std::numeric_limits<int64_t>::min()
-                        : op == "ReduceMin" ? std::numeric_limits<int64_t>::max()
+  // The identities of Max and Min: the kind's extremes (an empty reduction keeps them).
+  int64_t lowest = std::numeric_limits<int64_t>::min(), highest = std::numeric_limits<int64_t>::max();
+  switch (input.kind) {
+  case ElementKind::Int32: lowest = INT32_MIN, highest = INT32_MAX; break;
+  case ElementKind::Int8: lowest = INT8_MIN, highest = INT8_MAX; break;
+  case ElementKind::UInt8: lowest = 0, highest = UINT8_MAX; break;
+  case ElementKind::Bool: lowest = 0, highest = 1; break;
+  default: break;
+  }
+  const int64_t start = op == "ReduceMax"   ? lowest
+                        : op == "ReduceMin" ? highest
                         : op == "ReduceProd" ? 1
                                              : 0;
   std::vector<int64_t> acc(outCount, start);
@@ -736,11 +748,10 @@ HostTensor reduce(const std::string &op, const HostTensor &input, const std::vec
     a = *next;
   }
   for (int64_t value : acc) {
-    // The reduction of nothing is the type's extreme (ONNX), as is.
-    if (!extreme && wrapInteger(input.kind, value) != value)
+    if (wrapInteger(input.kind, value) != value)
       throw FoldError(op + ": " + std::to_string(value) + " overflows " +
                       elementKindName(input.kind));
-    out.ints.push_back(extreme ? wrapInteger(input.kind, value) : value);
+    out.ints.push_back(value);
   }
   return out;
 }

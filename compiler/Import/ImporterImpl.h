@@ -141,6 +141,7 @@ public:
   void convertMean(const onnx::NodeProto &node);
   void convertNeg(const onnx::NodeProto &node);
   void convertAbs(const onnx::NodeProto &node);
+  void convertSign(const onnx::NodeProto &node);
   void convertMod(const onnx::NodeProto &node);
   void convertNot(const onnx::NodeProto &node);
   void convertIsNaN(const onnx::NodeProto &node);
@@ -182,6 +183,8 @@ public:
   /// an input from it on; none: all); nullopt for noop_with_empty_axes.
   std::optional<std::vector<int64_t>> reductionAxes(const onnx::NodeProto &node, int64_t rank,
                                                     int64_t axesInputSince);
+  /// The import note that a node computes on integers of `element` in float32.
+  void noteFloat32Comparison(const onnx::NodeProto &node, mlir::Type element);
   /// A constant of `like`'s floating element type and `shape`, every element `value`.
   mlir::Value filledLike(const onnx::NodeProto &node, mlir::Value like,
                          mlir::ArrayRef<int64_t> shape, double value);

@@ -76,12 +76,22 @@ const std::vector<OpRule> &opRules() {
       {"Neg", &OnnxImporter::convertNeg, kAll},
       {"Reciprocal", &OnnxImporter::convertUnary<nn::ReciprocalOp>, kAll},
       {"Abs", &OnnxImporter::convertAbs, kAll},
+      {"Sign", &OnnxImporter::convertSign, kAll},
       {"Exp", &OnnxImporter::convertUnary<nn::ExpOp>, kAll},
       {"Log", &OnnxImporter::convertUnary<nn::LogOp>, kAll},
       {"Sin", &OnnxImporter::convertUnary<nn::SinOp>, kAll},
       {"Cos", &OnnxImporter::convertUnary<nn::CosOp>, kAll},
       {"Softplus", &OnnxImporter::convertUnary<nn::SoftplusOp>, kAll},
       {"Softsign", &OnnxImporter::convertUnary<nn::SoftsignOp>, kAll},
+      {"Tan", &OnnxImporter::convertUnary<nn::TanOp>, kAll},
+      {"Atan", &OnnxImporter::convertUnary<nn::AtanOp>, kAll},
+      {"Asin", &OnnxImporter::convertUnary<nn::AsinOp>, kAll},
+      {"Acos", &OnnxImporter::convertUnary<nn::AcosOp>, kAll},
+      {"Sinh", &OnnxImporter::convertUnary<nn::SinhOp>, kAll},
+      {"Cosh", &OnnxImporter::convertUnary<nn::CoshOp>, kAll},
+      {"Asinh", &OnnxImporter::convertUnary<nn::AsinhOp>, kAll},
+      {"Acosh", &OnnxImporter::convertUnary<nn::AcoshOp>, kAll},
+      {"Atanh", &OnnxImporter::convertUnary<nn::AtanhOp>, kAll},
       {"Floor", &OnnxImporter::convertUnary<nn::FloorOp>, kAll},
       {"Ceil", &OnnxImporter::convertUnary<nn::CeilOp>, kAll},
       {"Round", &OnnxImporter::convertUnary<nn::RoundOp>, kAll},
@@ -396,12 +406,6 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
                             (graph.output_size() > 6 ? " and more" : "") +
                             ") are not used, and parameters only they read get a zero gradient");
     }
-    if (!importNotes.empty()) {
-      SmallVector<Attribute> notes;
-      for (const std::string &note : importNotes)
-        notes.push_back(builder.getStringAttr(note));
-      module->getOperation()->setAttr(nn::kImportNotesAttrName, builder.getArrayAttr(notes));
-    }
     if (!model.producer_name().empty())
       module->getOperation()->setAttr(
           "nn.producer",
@@ -496,6 +500,13 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
           {builder.getNamedAttr("nn.name", builder.getStringAttr(output.name()))}));
     function.setAllResultAttrs(resultAttributes);
 
+    // After the conversion: converters add notes too (integers compared in float32).
+    if (!importNotes.empty()) {
+      SmallVector<Attribute> notes;
+      for (const std::string &note : importNotes)
+        notes.push_back(builder.getStringAttr(note));
+      module->getOperation()->setAttr(nn::kImportNotesAttrName, builder.getArrayAttr(notes));
+    }
     crossCheckShapeInference();
     checkInferredModel(model, path, *module, values, constants, errors);
     if (!errors.empty())

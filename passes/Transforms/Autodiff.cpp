@@ -85,9 +85,14 @@ struct AppendLoss : impl::AppendLossBase<AppendLoss> {
     }
     auto outputType = tensorType(output);
     if (llvm::isa<FloatType>(outputType.getElementType()) && outputType.getRank() == 0) {
-      // A scalar: the model computes its own loss (MSE, BCE, NLL, a sum of
-      // losses, as PyTorch's reduced losses are); logits always have a class
-      // axis. It is trained as it is; its targets stay inputs.
+      // A scalar first output is the model's own loss (MSE, BCE, NLL, a sum
+      // of losses: PyTorch's reduced losses are scalars); its targets stay
+      // inputs. Asked for a loss of its own, the user meant logits.
+      if (loss != "auto") {
+        function.emitError("the first result of @forward is a scalar, the model's own loss; --loss ")
+            << loss << " needs logits (leave --loss out, or give --loss auto, to train on it)";
+        return signalPassFailure();
+      }
       keepOnlyLoss(function, returnOp, output);
       return;
     }
@@ -100,7 +105,7 @@ struct AppendLoss : impl::AppendLossBase<AppendLoss> {
     OpBuilder builder(returnOp);
     Location loc = NameLoc::get(builder.getStringAttr("loss"), function.getLoc());
     Value lossValue;
-    if (loss == "softmax-cross-entropy") {
+    if (loss == "softmax-cross-entropy" || loss == "auto") {
       // [..., C] logits, integer labels shaped like the leading axes.
       ArrayRef<int64_t> shape = outputType.getShape();
       int64_t classes = shape.back();
@@ -133,7 +138,7 @@ struct AppendLoss : impl::AppendLossBase<AppendLoss> {
       std::iota(axes.begin(), axes.end(), 0);
       lossValue = nn::ReduceMeanOp::create(builder, loc, squared, axes, /*keepdims=*/false);
     } else {
-      function.emitError("unknown --loss '") << loss << "' (softmax-cross-entropy or mse)";
+      function.emitError("unknown --loss '") << loss << "' (softmax-cross-entropy, mse or auto)";
       return signalPassFailure();
     }
     // A partitioned model computes its loss on the stage of its logits.

@@ -13,15 +13,25 @@ TEST(Gradients, UnaryGradEveryKind) {
     const pk::Unary op = pk::Unary(k);
     const char *name = pipec::kUnaryFunctions[k].spelling;
     EXPECT_EQ(pk::unaryKind(name), op);
-    // Points away from 0 (kinks) and inside the domain (NaN outside: sqrt).
+    // Points away from 0 (kinks) and inside the domain (NaN outside: sqrt,
+    // asin, acosh), away from poles (tan): the first candidate that is.
     auto x = randomVec(40, 3, -3.0f, 3.0f);
+    auto usable = [&](float v) { // a moderate value and slope (asin, atanh steepen at their ends)
+      float probe, slope, one = 1.0f;
+      pk::unary(op, &v, 1, &probe);
+      pk::unaryGrad(op, &one, &v, &probe, 1, &slope);
+      return std::isfinite(probe) && std::fabs(probe) < 50.0f && std::isfinite(slope) &&
+             std::fabs(slope) < 20.0f;
+    };
     for (float &v : x) {
       v = v < 0 ? v - 0.1f : v + 0.1f;
-      // Piecewise constant (floor, ceil, round): away from the jumps.
+      // Piecewise constant (floor, ceil, round, sign): away from the jumps.
       if (pipec::kUnaryFunctions[k].derivativeFlops == 0) v = std::floor(v) + 0.25f;
-      float probe;
-      pk::unary(op, &v, 1, &probe);
-      if (std::isnan(probe)) v = -v;
+      for (float candidate : {v, -v, 0.25f * v, 1.2f + std::fabs(v)})
+        if (usable(candidate)) {
+          v = candidate;
+          break;
+        }
     }
     std::vector<float> y(40), dx(40), only(40);
     pk::unary(op, x.data(), 40, y.data());

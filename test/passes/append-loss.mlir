@@ -1,5 +1,6 @@
 // RUN: pipec-opt %s -split-input-file --pipec-append-loss | FileCheck %s
-// RUN: pipec-opt %s -split-input-file --pipec-append-loss="loss=mse" | FileCheck %s --check-prefix=MSE
+// RUN: not pipec-opt %s -split-input-file --pipec-append-loss="loss=mse" | FileCheck %s --check-prefix=MSE
+// RUN: not pipec-opt %s -split-input-file --pipec-append-loss="loss=mse" 2>&1 | FileCheck %s --check-prefix=SCALAR-MSE
 // RUN: not pipec-opt %s -split-input-file --pipec-append-loss="loss=hinge" 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 
 // Logits of shape [B, T, V] are flattened to [B·T, V]; the labels [B, T]
@@ -15,7 +16,7 @@
 // MSE: %[[D:.*]] = nn.sub %{{.*}}, %[[LABELS]]
 // MSE: %[[S:.*]] = nn.mul %[[D]], %[[D]]
 // MSE: nn.reduce_mean %[[S]] {axes = array<i64: 0, 1, 2>, keepdims = false} : (tensor<2x4x10xf32>) -> tensor<f32>
-// UNKNOWN: error: unknown --loss 'hinge' (softmax-cross-entropy or mse)
+// UNKNOWN: error: unknown --loss 'hinge' (softmax-cross-entropy, mse or auto)
 func.func @forward(%x: tensor<2x4x10xf32> {nn.name = "x", nn.role = #nn.role<input>}) -> tensor<2x4x10xf32> {
   %0 = nn.relu %x : tensor<2x4x10xf32>
   return %0 : tensor<2x4x10xf32>
@@ -36,14 +37,13 @@ func.func @forward(%x: tensor<8x10xf32> {nn.name = "x", nn.role = #nn.role<input
 // -----
 
 // A scalar first output is the model's own loss (here a mean squared error
-// against an input): kept as it is, whatever --loss says; no labels added.
+// against an input): under the default (auto) it is kept as it is, no labels
+// added; an explicit --loss asks for logits, which this model has not.
 // CHECK-LABEL: func.func @forward
 // CHECK-SAME: (%{{.*}}: tensor<4x3xf32> {nn.name = "x", nn.role = #nn.role<input>}, %[[T:.*]]: tensor<4x3xf32> {nn.name = "target", nn.role = #nn.role<input>}) -> (tensor<f32> {nn.name = "loss", nn.role = #nn.role<loss>})
 // CHECK: %[[LOSS:.*]] = nn.reduce_mean
 // CHECK-NEXT: return %[[LOSS]] : tensor<f32>
-// MSE-LABEL: func.func @forward
-// MSE-SAME: -> (tensor<f32> {nn.name = "loss", nn.role = #nn.role<loss>})
-// MSE-NOT: labels
+// SCALAR-MSE: error: the first result of @forward is a scalar, the model's own loss; --loss mse needs logits (leave --loss out, or give --loss auto, to train on it)
 func.func @forward(%x: tensor<4x3xf32> {nn.name = "x", nn.role = #nn.role<input>}, %t: tensor<4x3xf32> {nn.name = "target", nn.role = #nn.role<input>}) -> tensor<f32> {
   %d = nn.sub %x, %t : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
   %s = nn.mul %d, %d : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>

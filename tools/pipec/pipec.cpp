@@ -107,8 +107,11 @@ int runPipec(int argc, char **argv) {
   cl::opt<std::string> scheduleName("schedule", cl::desc(scheduleHelp), cl::value_desc("name"),
                                     cl::cat(category));
   cl::opt<std::string> loss(
-      "loss", cl::desc("Loss appended to a model ending in logits: softmax-cross-entropy, mse"),
-      cl::init("softmax-cross-entropy"), cl::cat(category));
+      "loss",
+      cl::desc("Loss appended to a model ending in logits: softmax-cross-entropy, mse, or auto "
+               "(default: softmax-cross-entropy, or the model's own loss when its first output "
+               "is a scalar)"),
+      cl::init("auto"), cl::cat(category));
   cl::opt<double> learningRate("lr", cl::desc("Learning rate"), cl::init(1e-3), cl::cat(category));
   cl::opt<double> momentum("momentum", cl::desc("SGD momentum"), cl::init(0.0), cl::cat(category));
   cl::opt<double> weightDecay("weight-decay",

@@ -158,7 +158,17 @@ inline int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride, i
   X(Softsign, "softsign", Input, 4, 4)                                                             \
   X(Floor, "floor", Result, 1, 0)         /* zero gradient, as PyTorch */                          \
   X(Ceil, "ceil", Result, 1, 0)                                                                    \
-  X(Round, "round", Result, 1, 0)         /* halves to even, as ONNX */
+  X(Round, "round", Result, 1, 0)         /* halves to even, as ONNX */                            \
+  X(Sign, "sign", Result, 1, 0)           /* zero gradient, as PyTorch */                          \
+  X(Tan, "tan", Result, 8, 3)             /* 1 + y^2 */                                            \
+  X(Atan, "atan", Input, 8, 4)                                                                     \
+  X(Asin, "asin", Input, 8, 6)                                                                     \
+  X(Acos, "acos", Input, 8, 6)                                                                     \
+  X(Sinh, "sinh", Input, 8, 8)                                                                     \
+  X(Cosh, "cosh", Input, 8, 8)                                                                     \
+  X(Asinh, "asinh", Input, 8, 6)                                                                   \
+  X(Acosh, "acosh", Input, 8, 6)                                                                   \
+  X(Atanh, "atanh", Input, 8, 4)
 
 enum class Unary : unsigned char {
 #define PIPEC_ENUMERATOR(name, spelling, reads, flops, derivativeFlops) name,

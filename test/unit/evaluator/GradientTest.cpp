@@ -242,7 +242,17 @@ std::vector<GradCase> elementwiseCases(std::mt19937_64 &rng) {
                         Unary{"nn.softsign", "", UnaryOp::Softsign, -3, 3},
                         Unary{"nn.floor", "zero gradient", UnaryOp::Floor, -3, 3},
                         Unary{"nn.ceil", "zero gradient", UnaryOp::Ceil, -3, 3},
-                        Unary{"nn.round", "zero gradient", UnaryOp::Round, -3, 3}}) {
+                        Unary{"nn.round", "zero gradient", UnaryOp::Round, -3, 3},
+                        Unary{"nn.sign", "zero gradient", UnaryOp::Sign, -3, 3},
+                        Unary{"nn.tan", "", UnaryOp::Tan, -1.2, 1.2},
+                        Unary{"nn.atan", "", UnaryOp::Atan, -3, 3},
+                        Unary{"nn.asin", "", UnaryOp::Asin, -0.9, 0.9},
+                        Unary{"nn.acos", "", UnaryOp::Acos, -0.9, 0.9},
+                        Unary{"nn.sinh", "", UnaryOp::Sinh, -2, 2},
+                        Unary{"nn.cosh", "", UnaryOp::Cosh, -2, 2},
+                        Unary{"nn.asinh", "", UnaryOp::Asinh, -3, 3},
+                        Unary{"nn.acosh", "", UnaryOp::Acosh, 1.2, 3},
+                        Unary{"nn.atanh", "", UnaryOp::Atanh, -0.9, 0.9}}) {
     Tensor x = random(rng, {3, 5}, unaryOp.low, unaryOp.high);
     for (double &value : x.floats) {
       if (std::abs(value) < 0.05) // away from relu's and abs's kinks

@@ -72,6 +72,16 @@ template <Unary U> PIPEC_HOST_DEVICE float unaryValue(float v) {
   else if constexpr (U == Unary::Floor) return floorf(v);
   else if constexpr (U == Unary::Ceil) return ceilf(v);
   else if constexpr (U == Unary::Round) return rintf(v); // the default rounding mode: halves to even
+  else if constexpr (U == Unary::Sign) return v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : v); // 0 and NaN stay
+  else if constexpr (U == Unary::Tan) return tanf(v);
+  else if constexpr (U == Unary::Atan) return atanf(v);
+  else if constexpr (U == Unary::Asin) return asinf(v);
+  else if constexpr (U == Unary::Acos) return acosf(v);
+  else if constexpr (U == Unary::Sinh) return sinhf(v);
+  else if constexpr (U == Unary::Cosh) return coshf(v);
+  else if constexpr (U == Unary::Asinh) return asinhf(v);
+  else if constexpr (U == Unary::Acosh) return acoshf(v);
+  else if constexpr (U == Unary::Atanh) return atanhf(v);
   else static_assert(UnaryWithoutFormula<U>::value, "a unary function of vocabulary.h has no formula here");
 }
 
@@ -103,7 +113,17 @@ template <Unary U> PIPEC_HOST_DEVICE float unaryGradient(float g, float x, float
   else if constexpr (U == Unary::Softsign) {
     const float d = 1.0f + fabsf(x);
     return g / (d * d);
-  } else if constexpr (U == Unary::Floor || U == Unary::Ceil || U == Unary::Round) return 0.0f;
+  } else if constexpr (U == Unary::Floor || U == Unary::Ceil || U == Unary::Round || U == Unary::Sign)
+    return 0.0f;
+  else if constexpr (U == Unary::Tan) return g * (1.0f + y * y);
+  else if constexpr (U == Unary::Atan) return g / (1.0f + x * x);
+  else if constexpr (U == Unary::Asin) return g / sqrtf(1.0f - x * x);
+  else if constexpr (U == Unary::Acos) return -g / sqrtf(1.0f - x * x);
+  else if constexpr (U == Unary::Sinh) return g * coshf(x);
+  else if constexpr (U == Unary::Cosh) return g * sinhf(x);
+  else if constexpr (U == Unary::Asinh) return g / sqrtf(x * x + 1.0f);
+  else if constexpr (U == Unary::Acosh) return g / sqrtf(x * x - 1.0f);
+  else if constexpr (U == Unary::Atanh) return g / (1.0f - x * x);
   else static_assert(UnaryWithoutFormula<U>::value, "a unary function of vocabulary.h has no derivative here");
 }
 
