@@ -49,7 +49,7 @@ const std::map<std::string, OperatorVersions> &operatorVersions() {
       {"ReduceLogSumExp", {{1, 11, 13, 18}, 1}}, {"ReduceMax", {{1, 11, 12, 13, 18, 20}, 1}},
       {"ReduceMin", {{1, 11, 12, 13, 18, 20}, 1}}, {"LogSoftmax", {{1, 11, 13}, 1}},
       {"ArgMax", {{1, 11, 12, 13}, 1}},       {"ArgMin", {{1, 11, 12, 13}, 1}},
-      {"Einsum", {{12}, 12}},                 {"ConvTranspose", {{1, 11, 22}, 1}},
+      {"Einsum", {{12}, 12}},                 {"TopK", {{1, 10, 11, 24}, 1}},                 {"ConvTranspose", {{1, 11, 22}, 1}},
       {"DepthToSpace", {{1, 11, 13}, 1}},     {"SpaceToDepth", {{1, 13}, 1}},
       {"NegativeLogLikelihoodLoss", {{12, 13, 22}, 12}},
       {"RNN", {{1, 7, 14, 22}, 7}},           {"GRU", {{1, 3, 7, 14, 22}, 7}},

@@ -239,22 +239,88 @@ void OnnxImporter::convertArgMax(const onnx::NodeProto &node) {
     noteFloat32Comparison(node, type.getElementType());
     x = castTo(node, input, builder.getF32Type());
   }
+  Value extreme = maxOver(node, x, {axis}, /*keepdims=*/true, minimum);
+  Value chosen = positionOf(node, x, extreme, axis, positionsAlong(node, type.getShape(), axis), last);
+  if (!keepdims)
+    chosen = reshapeTo(node, chosen, reducedShape(type.getShape(), {axis}, false));
+  define(node, 0, castTo(node, chosen, builder.getI64Type()));
+}
+
+Value OnnxImporter::positionsAlong(const onnx::NodeProto &node, ArrayRef<int64_t> shape,
+                                   int64_t axis) {
+  std::vector<int64_t> positionShape(shape.size(), 1);
+  positionShape[axis] = shape[axis];
+  std::vector<double> positions(shape[axis]);
+  std::iota(positions.begin(), positions.end(), 0.0);
+  return materialize(HostTensor::ofFloats(ElementKind::Float32, positionShape, positions),
+                     locationOf(node));
+}
+
+Value OnnxImporter::positionOf(const onnx::NodeProto &node, Value x, Value extreme, int64_t axis,
+                               Value positions, bool last) {
   // The positions holding the extreme value; of those, the first (or last):
   // the smallest (or largest) position, a maximum over positions where the
   // others are replaced by a value no position reaches.
-  Value extreme = maxOver(node, x, {axis}, /*keepdims=*/true, minimum);
+  const int64_t size = typeOf(x).getDimSize(axis);
   Value holds = build<nn::EqualOp>(node, {x, extreme});
+  Value outside = scalarLike(node, positions, last ? -1.0 : static_cast<double>(size));
+  Value candidates = build<nn::WhereOp>(node, {holds, positions, outside});
+  return maxOver(node, candidates, {axis}, /*keepdims=*/true, /*minimum=*/!last);
+}
+
+/// TopK: k rounds of the extreme value, its first position, and that
+/// position taken out (set to an infinity no value passes): the values are
+/// differentiable (each round's maximum routes its gradient to the element it
+/// took), the indices are not. Ties go to the lower index, as ONNX says.
+void OnnxImporter::convertTopK(const onnx::NodeProto &node) {
+  Value input = operand(node, 0);
+  auto type = typeOf(input);
+  const int64_t rank = type.getRank();
+  const int64_t axis = normalizedAxes(node, {intAttr(node, "axis", -1)}, rank)[0];
+  int64_t k = intAttr(node, "k", -1);
+  if (nodeVersion >= 10) {
+    const HostTensor &given = constantInput(node, 1, "K");
+    if (given.numElements() != 1)
+      fail(node, "K must hold one value");
+    k = given.asInt(0);
+  }
   const int64_t size = type.getDimSize(axis);
-  std::vector<int64_t> positionShape(rank, 1);
-  positionShape[axis] = size;
-  std::vector<double> positions(size);
-  std::iota(positions.begin(), positions.end(), 0.0);
-  Value position = materialize(HostTensor::ofFloats(ElementKind::Float32, positionShape, positions),
-                               locationOf(node));
-  Value outside = scalarLike(node, position, last ? -1.0 : static_cast<double>(size));
-  Value candidates = build<nn::WhereOp>(node, {holds, position, outside});
-  Value chosen = maxOver(node, candidates, {axis}, keepdims, /*minimum=*/!last);
-  define(node, 0, castTo(node, chosen, builder.getI64Type()));
+  constexpr int64_t kMostRounds = 64; // the lowering grows by ~8 ops a round
+  if (k < 0 || k > size || k > kMostRounds)
+    fail(node, "k = " + std::to_string(k) + " must be in [0, " + std::to_string(size) +
+                   "] (the axis) and at most " + std::to_string(kMostRounds) +
+                   " (TopK is unrolled, one round per element)");
+  if (k == 0)
+    fail(node, "k = 0 gives empty outputs");
+  const bool largest = intAttr(node, "largest", 1) != 0;
+  Type element = type.getElementType();
+  Value x = input;
+  if (!llvm::isa<FloatType>(element)) {
+    noteFloat32Comparison(node, element);
+    x = castTo(node, input, builder.getF32Type());
+  }
+  Value positions = positionsAlong(node, type.getShape(), axis);
+  Value taken = scalarLike(node, x, largest ? -INFINITY : INFINITY);
+  SmallVector<Value> values, indices;
+  Value remaining = x;
+  for (int64_t round = 0; round < k; ++round) {
+    Value extreme = maxOver(node, remaining, {axis}, /*keepdims=*/true, /*minimum=*/!largest);
+    Value index = positionOf(node, remaining, extreme, axis, positions, /*last=*/false);
+    values.push_back(extreme);
+    indices.push_back(index);
+    if (round + 1 < k)
+      remaining = build<nn::WhereOp>(
+          node, {build<nn::EqualOp>(node, {positions, index}), taken, remaining});
+  }
+  auto joined = [&](SmallVector<Value> &parts) {
+    return parts.size() == 1
+               ? parts[0]
+               : build<nn::ConcatOp>(node, parts,
+                                     {builder.getNamedAttr("axis", builder.getI64IntegerAttr(axis))});
+  };
+  define(node, 0, castTo(node, joined(values), element));
+  if (node.output_size() > 1 && !node.output(1).empty())
+    define(node, 1, castTo(node, joined(indices), builder.getI64Type()));
 }
 
 namespace {

@@ -177,6 +177,13 @@ public:
   /// ArgMax and ArgMin.
   void convertArgMax(const onnx::NodeProto &node);
   void convertEinsum(const onnx::NodeProto &node);
+  void convertTopK(const onnx::NodeProto &node);
+  /// 0, 1, ... along `axis` of `shape`, as float32 shaped to broadcast.
+  mlir::Value positionsAlong(const onnx::NodeProto &node, mlir::ArrayRef<int64_t> shape,
+                             int64_t axis);
+  /// The first (or last) of `positions` where `x` equals `extreme` (kept axis).
+  mlir::Value positionOf(const onnx::NodeProto &node, mlir::Value x, mlir::Value extreme,
+                         int64_t axis, mlir::Value positions, bool last);
   /// GroupNormalization and InstanceNormalization (one group per channel).
   void convertGroupNormalization(const onnx::NodeProto &node);
   /// A reduction's axes, normalized (an attribute before `axesInputSince`,

@@ -132,6 +132,7 @@ const std::vector<OpRule> &opRules() {
       {"ArgMax", &OnnxImporter::convertArgMax, DifferentiableInputs::none()},
       {"ArgMin", &OnnxImporter::convertArgMax, DifferentiableInputs::none()},
       {"Einsum", &OnnxImporter::convertEinsum, kAll},
+      {"TopK", &OnnxImporter::convertTopK, {0}},
       {"DepthToSpace", &OnnxImporter::convertDepthToSpace, {0}},
       {"NegativeLogLikelihoodLoss", &OnnxImporter::convertNegativeLogLikelihoodLoss, {0}},
       {"RNN", &OnnxImporter::convertRecurrent, {0, 1, 2, 3, 5}},

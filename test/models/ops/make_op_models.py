@@ -352,6 +352,14 @@ def reductions_and_contractions():
         helper.make_node("Cast", ["j"], ["fj"], to=TensorProto.FLOAT),
         helper.make_node("Sum", ["xw", "fi", "fj"], ["logits"]),
     ], [2, 3, 4, 5], [2, 3, 4, 5], {"two": axes(2), "three": np.float32(3.0)}, 13)
+    model("top_k", [  # values (differentiable) and indices, largest and smallest
+        helper.make_node("TopK", ["xw", "k"], ["top", "top_i"], axis=1),
+        helper.make_node("TopK", ["xw", "k"], ["low", "low_i"], axis=1, largest=0),
+        helper.make_node("Cast", ["top_i"], ["ti"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["low_i"], ["li"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["top", "low"], ["both"]),
+        helper.make_node("Sum", ["both", "ti", "li", "low"], ["logits"]),
+    ], [2, 5, 4], [2, 3, 4], {"k": axes(3)}, 13)
     model("einsum_attention", [
         helper.make_node("Einsum", ["xw", "k"], ["s"], equation="bhqd,bhkd->bhqk"),
         helper.make_node("Einsum", ["s", "v"], ["logits"], equation="bhqk,bhkd->bhqd"),
