@@ -149,6 +149,24 @@ bool OnnxImporter::isAdditiveAttentionMask(const onnx::TensorProto &tensor, cons
   return fill.has_value() || allZero;
 }
 
+/// Whether every reader takes `tensor` as the initial state (initial_h or
+/// initial_c) of an RNN, GRU or LSTM and all its values are 0.
+bool OnnxImporter::isZeroInitialState(const onnx::TensorProto &tensor, const Readers &readers) {
+  auto found = readers.find(tensor.name());
+  if (found == readers.end() || found->second.empty())
+    return false;
+  for (const onnx::NodeProto *node : found->second) {
+    if (!isDefaultDomain(node->domain()) ||
+        (node->op_type() != "RNN" && node->op_type() != "GRU" && node->op_type() != "LSTM"))
+      return false;
+    for (int index = 0; index < node->input_size(); ++index)
+      if (node->input(index) == tensor.name() && index != 5 && index != 6)
+        return false;
+  }
+  HostTensor values = readTensor(tensor, "initializer '" + tensor.name() + "'");
+  return llvm::all_of(values.floats, [](double v) { return v == 0.0; });
+}
+
 /// The nodes reading `name`, as "Op 'node' input #k" ('#i' for an unnamed
 /// node), for the reason an initializer carries no gradient.
 std::string OnnxImporter::readersOf(const std::string &name) const {
@@ -255,6 +273,12 @@ void OnnxImporter::analyzeGraph() {
     if (isAdditiveAttentionMask(tensor, readers, exporterMade)) {
       frozenInitializers[name] = "an additive attention mask (0 and a large negative value, or "
                                  "all 0 and not a PyTorch parameter, read by Add before Softmax)";
+      continue;
+    }
+    // PyTorch's default zero initial state of an RNN, which the optimizer
+    // writes as an initializer (a learned initial state is a parameter).
+    if (exporterMade && isZeroInitialState(tensor, readers)) {
+      frozenInitializers[name] = "a zero initial state of RNN/GRU/LSTM, not a PyTorch parameter";
       continue;
     }
     parameterNames.insert(name);

@@ -287,6 +287,7 @@ private:
   /// PyTorch parameter: the folded mask of an unpadded batch).
   bool isAdditiveAttentionMask(const onnx::TensorProto &tensor, const Readers &readers,
                                bool allZero);
+  bool isZeroInitialState(const onnx::TensorProto &tensor, const Readers &readers);
   /// PyTorch's graph signature, as the dynamo exporter records it
   /// (ExporterArtifacts.cpp): the state-dict names of parameters and buffers.
   struct TorchSignature {

@@ -49,7 +49,10 @@ The .npz of each file holds (np.load(path) needs no pickle):
                        that stands for torch parameter(s): the parameter's
                        gradient (transposed when the exporter stored the
                        transpose; summed when the exporter merged several
-                       equal-valued parameters into one initializer)
+                       equal-valued parameters into one initializer;
+                       permuted alike when the exporter folded a
+                       rearrangement of parameters into one, as an RNN's
+                       weights with ONNX's gate order)
   meta                 a JSON string: exporter, opset, op counts, versions,
                        the torch parameter count, the initializer <-> parameter
                        map, torch buffers among the initializers, unmapped
@@ -533,6 +536,30 @@ def hf_bart():
     return Seq2SeqLM(hf), {"input_ids": tokens(low=4)}
 
 
+def torch_lstm():
+    """A small sequence tagger written with torch.nn: nn.Embedding(VOCAB, 16)
+    on the token ids, a 2-layer bidirectional batch_first nn.LSTM(16, 12)
+    (24 features out), a unidirectional nn.GRU(24, 12), nn.Linear(12,
+    CLASSES) at every position: logits (2, 16, CLASSES). torch's default
+    initialisation (uniform +-1/sqrt(12) for the recurrent weights)."""
+    import torch.nn as nn
+
+    class SeqTagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(VOCAB, 16)
+            self.lstm = nn.LSTM(16, 12, num_layers=2, bidirectional=True, batch_first=True)
+            self.gru = nn.GRU(24, 12, batch_first=True)
+            self.head = nn.Linear(12, CLASSES)
+
+        def forward(self, input_ids):
+            x, _ = self.lstm(self.embed(input_ids))
+            x, _ = self.gru(x)
+            return self.head(x)
+
+    return SeqTagger(), {"input_ids": tokens()}
+
+
 DROP = dict(attention_dropout=0.0)
 DYN, NOOPT, LEG = "dynamo", "dynamo-noopt", "legacy"
 
@@ -578,6 +605,8 @@ FAMILIES = {
     "hf-funnel": (hf_funnel, [DYN, LEG], "transformers FunnelForMaskedLM, blocks [1,1,1], relative-shift attention"),
     "hf-convnextv2": (hf_convnextv2, [DYN, LEG],
                       "transformers ConvNextV2ForImageClassification, 32px, depths [1,1,2,1], GRN drawn (not zeros)"),
+    "torch-lstm": (torch_lstm, [DYN, NOOPT, LEG],
+                   "torch.nn sequence tagger: Embedding 16, 2-layer bidirectional LSTM 12, GRU 12, Linear per position"),
     "hf-bart": (hf_bart, [DYN, LEG], "transformers BartForConditionalGeneration, decoder ids shifted from input_ids, eager attention"),
 }
 
@@ -684,8 +713,10 @@ def owner_is_embedding(model, alias):
 def map_initializers(onnx_model, model):
     """Which torch parameter(s) each ONNX initializer stands for.
 
-    Returns (mapping, notes, param_notes, buffer_inits) with mapping =
-    {initializer: [(parameter, "same" | "transposed", [aliases whose use it carries])]}.
+    Returns (mapping, notes, param_notes, buffer_inits, rearranged) with mapping =
+    {initializer: [(parameter, "same" | "transposed" | "rearranged", [aliases whose use it carries])]}
+    and rearranged = {initializer: int64 array of its shape, each element's index
+    into the flattened concatenation of its parameters (in mapping's order)}.
 
     By name first (both exporters keep module paths such as `layer1.0.conv1.weight`
     when they can; a tied weight may carry any of its names), checking the value;
@@ -695,7 +726,9 @@ def map_initializers(onnx_model, model):
     initializer and to no other were merged by the exporter (the dynamo optimizer
     deduplicates equal constants). A tied weight held by two initializers (one
     read by Gather, one by MatMul) was untied by the exporter: each carries the
-    gradient of its own use."""
+    gradient of its own use. Last, an initializer whose elements are, each once,
+    all the elements of some parameters left over rearranges them (the dynamo
+    optimizer's folded RNN weights: gates reordered, directions stacked)."""
     import numpy as np
     import torch.nn as nn
 
@@ -860,6 +893,61 @@ def map_initializers(onnx_model, model):
         del mapping[init]
         notes[init] = "named after a parameter whose module does not read it (see meta['parameters'])"
 
+    # 4. An initializer that rearranges whole parameters: each of its elements
+    # is an element of a parameter no initializer holds, each element of those
+    # parameters is in it once (the dynamo optimizer folds an RNN's gate
+    # reordering, torch's i,f,g,o to ONNX's i,o,f,c by Slice/Concat, and the
+    # stacking of its directions and of its two biases into new initializers).
+    # Elements are matched by value; a value found at several places (random
+    # float32 weights repeat a value now and then) is resolved among the
+    # parameters its unambiguous neighbours name, then by contiguity (the
+    # rearrangement moves runs of elements): unresolved, no match.
+    # Its gradient is the parameters' gradients at the same places.
+    rearranged = {}    # initializer -> index into the concatenation of its parameters, flattened
+    where = collections.defaultdict(list)    # value -> [(parameter, flat index)]
+    for n, arr in params.items():
+        if param_notes.get(n, "").startswith("no initializer holds its value"):
+            for j, v in enumerate(arr.reshape(-1).tolist()):
+                where[v].append((n, j))
+    for name, arr in inits.items():
+        if name in mapping or name in notes or name in buffers or arr.dtype.kind != "f" or arr.size < 2:
+            continue
+        cands = [where.get(v, []) for v in arr.reshape(-1).tolist()]
+        if not all(cands):
+            continue
+        involved = list(dict.fromkeys(c[0][0] for c in cands if len(c) == 1))
+        cands = [[(n, j) for n, j in c if n in involved] for c in cands]
+        places = [c[0] if len(c) == 1 else None for c in cands]
+        progress = True
+        while progress and None in places:
+            progress = False
+            used = set(places)
+            for k, c in enumerate(cands):
+                if places[k] is None:
+                    left = [(n, j) for n, j in c if (n, j) not in used]
+                    if len(left) > 1:
+                        left = [(n, j) for n, j in left if (k > 0 and places[k - 1] == (n, j - 1)) or
+                                (k + 1 < len(places) and places[k + 1] == (n, j + 1))]
+                    if len(left) == 1:
+                        places[k], progress = left[0], True
+                        used.add(left[0])
+        if (None in places or len(set(places)) != len(places)
+                or len(places) != sum(params[n].size for n in involved)
+                or any(params[n].dtype != arr.dtype for n in involved)):
+            continue
+        offset, start = 0, {}
+        for n in involved:
+            start[n], offset = offset, offset + params[n].size
+        rearranged[name] = np.array([start[n] + j for n, j in places], dtype=np.int64).reshape(arr.shape)
+        mapping[name] = [(n, "rearranged", aliases[n]) for n in involved]
+        for n in involved:
+            param_notes[n] = (f"rearranged into initializer '{name}' {list(arr.shape)}" +
+                              (" with " + ", ".join(m for m in involved if m != n) if len(involved) > 1 else "") +
+                              " (a permutation of their elements)")
+        taken = set(places)
+        for v in set(arr.reshape(-1).tolist()):
+            where[v] = [p for p in where[v] if p not in taken]
+
     # Torch buffers, and constants derived from a parameter.
     buffer_inits = {}
     buffer_keys = collections.defaultdict(list)
@@ -887,7 +975,7 @@ def map_initializers(onnx_model, model):
             else:
                 notes[name] = ("exporter constant " + str(list(arr.shape)) + " " + str(arr.dtype) +
                                (" (not a float tensor)" if arr.dtype.kind != "f" else ""))
-    return mapping, notes, param_notes, buffer_inits
+    return mapping, notes, param_notes, buffer_inits, rearranged
 
 
 def reference(family, inputs, onnx_model):
@@ -908,7 +996,7 @@ def reference(family, inputs, onnx_model):
     import torch.nn.functional as F
 
     model, _ = build(family)
-    mapping, notes, param_notes, buffer_inits = map_initializers(onnx_model, model)
+    mapping, notes, param_notes, buffer_inits, rearranged = map_initializers(onnx_model, model)
     model.double()
     args = [t.double() if t.is_floating_point() else t for t in inputs.values()]
     aliases = parameter_aliases(model)
@@ -924,6 +1012,10 @@ def reference(family, inputs, onnx_model):
                for a, gr in zip(leaves, grads)}
     out = {}
     for init, entries in mapping.items():
+        if init in rearranged:
+            flat = np.concatenate([np.reshape(sum(grad_of[a] for a in use), -1) for _, _, use in entries])
+            out["grad/" + init] = flat[rearranged[init]]
+            continue
         total = None
         for pname, how, use in entries:
             gr = sum(grad_of[a] for a in use)
@@ -1015,7 +1107,7 @@ def export_one(family, exporter, out_dir, got_versions):
         "torch_trainable_tensors": n_tensors,
         "torch_trainable_elements": n_elems,
         "initializer_to_parameters": {
-            i: [p + (" (transposed)" if h == "transposed" else "") +
+            i: [p + (f" ({h})" if h in ("transposed", "rearranged") else "") +
                 (f" (the use through {', '.join(u)})" if len(parameter_aliases(model)[p]) != len(u) else "")
                 for p, h, u in e] for i, e in mapping.items()},
         "parameters": param_notes,
@@ -1073,6 +1165,7 @@ PARAM_KINDS = [  # (column, prefix of the parameter's note in meta["parameters"]
     ("BN fused away", "no initializer holds its value: a BatchNorm"),
     ("zero, dropped", "no initializer holds its value: an all-zero"),
     ("folded into a constant", "folded into the derived"),
+    ("rearranged", "rearranged into"),
     ("other / ambiguous", ""),
 ]
 
@@ -1146,6 +1239,21 @@ OBSERVATIONS = """
   onnxruntime's CPU provider lacks bfloat16 kernels for these graphs
   (`NOT_IMPLEMENTED` for Mul, Expand, Where): the bfloat16 rows of the first
   table show its error.
+- **RNNs** (`torch-lstm`): both exporters write `nn.LSTM` / `nn.GRU` as ONNX
+  `LSTM` / `GRU` nodes (one per layer, `direction=bidirectional` for a
+  bidirectional layer; GRU with `linear_before_reset=1`, as torch computes it),
+  with zero initial states. ONNX orders the gates i,o,f,c (LSTM) and z,r,h
+  (GRU) where torch has i,f,g,o and r,z,n, and stacks the directions and the
+  two biases: the legacy exporter and `optimize=False` keep one initializer per
+  torch parameter, under its name, and reorder them in the graph
+  (`Slice`/`Concat`/`Unsqueeze`); `optimize=True` folds that into new
+  initializers `val_N` ([directions, 4*hidden, input], [directions, 8*hidden]
+  for the biases), each a permutation of the elements of several parameters.
+  Their gradients are the parameters' gradients permuted alike, so the
+  reference maps them (by value: column "rearranged" above). It also writes
+  the zero initial states as float initializers (`val_16` [2, 2, 12], the
+  initial_h and initial_c of both LSTM layers, and the GRU's `val_244`), which
+  stand for no parameter (torch's default h0 = c0 = 0) and look like one.
 - The optimizer prints `Evaluation failed: cannot reshape array of size 1 into
   shape (1,16)` while exporting BERT (harmless to the file).
 """.split("\n")
@@ -1276,7 +1384,9 @@ def write_readme(out_dir, pipec):
         "exporter cannot export). `hf-clip-text` adds a Linear head on CLIP's",
         "`pooler_output` inside its wrapper; `hf-bart` derives `decoder_input_ids` from",
         "`input_ids` (`shift_tokens_right`). `unet` and `dcgan-generator` are written",
-        "here (not in torchvision) and return per-pixel logits as (N, H, W, classes).",
+        "here (not in torchvision) and return per-pixel logits as (N, H, W, classes);",
+        "`torch-lstm` is a sequence tagger written here with torch.nn (`Embedding`,",
+        "2-layer bidirectional `LSTM`, `GRU`, `Linear`) and returns logits per token.",
         "Attention is `eager` except in `hf-llama-sdpa-*`.",
         "`hf-llama-bf16` is the tiny Llama built with `dtype=torch.bfloat16` (parameters",
         "and activations bfloat16, the rotary `inv_freq` buffer float32), `tv-resnet18-fp16`",
@@ -1295,7 +1405,9 @@ def write_readme(out_dir, pipec):
         "model in train mode, BatchNorm on batch statistics), `grad/<initializer>`",
         "(computed in float64, stored as float32; transposed where the exporter stored a",
         "transposed weight, summed over the parameters it merged into one initializer,",
-        "the gradient of one use where it untied a tied weight) and `meta`, a JSON",
+        "the gradient of one use where it untied a tied weight, permuted alike where it",
+        "folded a rearrangement of parameters into one, such as an RNN's weights in",
+        "ONNX's gate order with the directions stacked) and `meta`, a JSON",
         "string: exporter and call, opset, op counts, versions, the torch parameter",
         "count, the initializer-to-parameter map, where each parameter went, torch",
         "buffers among the initializers, the other initializers with reasons, and the",
@@ -1328,7 +1440,9 @@ def write_readme(out_dir, pipec):
               "whose initializer holds the weight with BatchNorm folded in, BatchNorm",
               "parameters fused away, all-zero parameters dropped, and parameters folded",
               "into a derived constant (position embeddings gathered at constant positions,",
-              "a class token expanded to the batch). Details per parameter in `meta`.",
+              "a class token expanded to the batch), and parameters rearranged (their",
+              "elements permuted, several concatenated) into a new initializer: an RNN's",
+              "weights in ONNX's gate order, directions stacked. Details per parameter in `meta`.",
               "", "| file | " + " | ".join(kinds) + " |", "|---|" + "---|" * len(kinds)]
     for meta in metas:
         counts = parameter_kinds(meta)
@@ -1396,7 +1510,7 @@ def main():
                 print(f"wrote {stem}.onnx ({size} bytes, opset {meta['opset']}, {meta['nodes']} nodes, "
                       f"{meta['initializers']} initializers, {meta['torch_trainable_tensors']} torch parameter "
                       f"tensors, {len(meta['initializer_to_parameters'])} gradients, loss {meta['loss']:.6f})")
-                unmapped = [p for p, n in meta["parameters"].items() if not n.startswith(("initializer", "merged", "tied"))]
+                unmapped = [p for p, n in meta["parameters"].items() if not n.startswith(("initializer", "merged", "tied", "rearranged"))]
                 if unmapped:
                     print(f"  {len(unmapped)} parameter(s) without a gradient entry, e.g. {unmapped[0]}: "
                           f"{meta['parameters'][unmapped[0]]}")
