@@ -28,6 +28,11 @@ Value OnnxImporter::expandTo(const onnx::NodeProto &node, Value input, ArrayRef<
 }
 
 Value OnnxImporter::transposeBy(const onnx::NodeProto &node, Value input, ArrayRef<int64_t> perm) {
+  bool identity = true;
+  for (auto [position, axis] : llvm::enumerate(perm))
+    identity = identity && axis == static_cast<int64_t>(position);
+  if (identity)
+    return input;
   return build<nn::TransposeOp>(node, {input},
                                 {builder.getNamedAttr("perm", builder.getDenseI64ArrayAttr(perm))});
 }

@@ -115,12 +115,7 @@ Value OnnxImporter::maxOver(const onnx::NodeProto &node, Value input, ArrayRef<i
   if (window == 0) // ONNX: the maximum of nothing is -inf (the minimum's +inf)
     return filledLike(node, input, reducedShape(shape, axes, keepdims),
                       minimum ? INFINITY : -INFINITY);
-  Value x = input;
-  std::vector<int64_t> identity(rank);
-  std::iota(identity.begin(), identity.end(), 0);
-  if (perm != identity)
-    x = transposeBy(node, x, perm);
-  x = reshapeTo(node, x, {kept, 1, window});
+  Value x = reshapeTo(node, transposeBy(node, input, perm), {kept, 1, window});
   if (minimum)
     x = build<nn::NegOp>(node, {x});
   Value pooled = build<nn::MaxPoolOp>(
@@ -382,11 +377,6 @@ void OnnxImporter::convertEinsum(const onnx::NodeProto &node) {
     }
     return term;
   };
-  auto arrange = [&](Value value, const std::vector<int64_t> &perm) {
-    std::vector<int64_t> identity(perm.size());
-    std::iota(identity.begin(), identity.end(), 0);
-    return perm == identity ? value : transposeBy(node, value, perm);
-  };
   std::vector<EinsumTerm> terms;
   std::vector<Value> values;
   std::map<std::string, int> uses;
@@ -414,7 +404,7 @@ void OnnxImporter::convertEinsum(const onnx::NodeProto &node) {
         if (axis != second)
           perm.push_back(axis);
       perm.insert(perm.begin() + first + 1, second);
-      Value adjacent = arrange(value, perm);
+      Value adjacent = transposeBy(node, value, perm);
       std::vector<int64_t> merged;
       for (size_t position = 0; position < perm.size(); ++position)
         if (position == first + 1)
@@ -493,7 +483,7 @@ void OnnxImporter::convertEinsum(const onnx::NodeProto &node) {
     std::vector<int64_t> perm;
     for (const std::string &label : to)
       perm.push_back(std::find(from.begin(), from.end(), label) - from.begin());
-    return arrange(value, perm);
+    return transposeBy(node, value, perm);
   };
 
   Value result = values[0];

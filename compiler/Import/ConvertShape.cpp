@@ -296,9 +296,10 @@ void OnnxImporter::convertDepthToSpace(const onnx::NodeProto &node) {
     fail(node, "blocksize² " + std::to_string(block * block) + " must divide the " +
                    std::to_string(c) + " channels");
   const int64_t out = c / (block * block);
-  const bool crd = stringAttr(node, "mode", "DCR") == "CRD";
-  if (!crd && stringAttr(node, "mode", "DCR") != "DCR")
-    fail(node, "unknown mode '" + stringAttr(node, "mode", "DCR") + "' (DCR or CRD)");
+  const std::string mode = stringAttr(node, "mode", "DCR");
+  const bool crd = mode == "CRD";
+  if (!crd && mode != "DCR")
+    fail(node, "unknown mode '" + mode + "' (DCR or CRD)");
   Value split = crd ? reshapeTo(node, input, {n, out, block, block, h, w})
                     : reshapeTo(node, input, {n, block, block, out, h, w});
   Value moved = crd ? transposeBy(node, split, {0, 1, 4, 2, 5, 3})

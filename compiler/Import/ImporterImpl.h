@@ -364,6 +364,7 @@ private:
   /// `input` broadcast to `shape` (nn.expand), or itself when it has it.
   mlir::Value expandTo(const onnx::NodeProto &node, mlir::Value input,
                        mlir::ArrayRef<int64_t> shape);
+  /// `input` transposed by `perm` (nn.transpose), or itself for the identity.
   mlir::Value transposeBy(const onnx::NodeProto &node, mlir::Value input,
                           mlir::ArrayRef<int64_t> perm);
   /// `input`[start:end:step] along one axis (nn.slice's normalized bounds).
