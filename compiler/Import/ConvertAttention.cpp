@@ -27,6 +27,14 @@ Value OnnxImporter::expandTo(const onnx::NodeProto &node, Value input, ArrayRef<
   return createVerified(node, nn::ExpandOp::getOperationName(), {input}, {type}, {})->getResult(0);
 }
 
+Value OnnxImporter::concatAlong(const onnx::NodeProto &node, ArrayRef<Value> values,
+                                int64_t axis) {
+  if (values.size() == 1)
+    return values.front();
+  return build<nn::ConcatOp>(node, values,
+                             {builder.getNamedAttr("axis", builder.getI64IntegerAttr(axis))});
+}
+
 Value OnnxImporter::transposeBy(const onnx::NodeProto &node, Value input, ArrayRef<int64_t> perm) {
   bool identity = true;
   for (auto [position, axis] : llvm::enumerate(perm))
@@ -122,8 +130,7 @@ void OnnxImporter::convertRotaryEmbedding(const onnx::NodeProto &node) {
   Value real = build<nn::SubOp>(node, {mul(cos, x1), mul(sin, x2)});
   Value imaginary = build<nn::AddOp>(node, {mul(sin, x1), mul(cos, x2)});
   auto concat = [&](SmallVector<Value> parts, int64_t axis) {
-    return build<nn::ConcatOp>(node, parts,
-                               {builder.getNamedAttr("axis", builder.getI64IntegerAttr(axis))});
+    return concatAlong(node, parts, axis);
   };
   Value result;
   if (interleaved) {

@@ -41,7 +41,6 @@ void OnnxImporter::convertCumSum(const onnx::NodeProto &node) {
   int64_t axis = normalizedAxes(node, {axisValue.asInt(0)}, shape.size())[0];
   int64_t length = shape[axis];
   bool reverse = intAttr(node, "reverse", 0) != 0, exclusive = intAttr(node, "exclusive", 0) != 0;
-  Location loc = locationOf(node);
   // Integer arithmetic runs in int64 (buildWidened); the result converts back.
   Type element = typeOf(input).getElementType();
   Value value = isNarrowInteger(element) ? castTo(node, input, builder.getI64Type()) : input;
@@ -51,15 +50,9 @@ void OnnxImporter::convertCumSum(const onnx::NodeProto &node) {
   auto shifted = [&](Value v, int64_t count) {
     std::vector<int64_t> zeroShape(shape.begin(), shape.end());
     zeroShape[axis] = count;
-    auto kind = *pipec::import::elementKindOf(typeOf(v).getElementType());
-    int64_t zeros =
-        std::accumulate(zeroShape.begin(), zeroShape.end(), int64_t{1}, std::multiplies<int64_t>());
-    HostTensor filler = isFloating(kind)
-                            ? HostTensor::ofFloats(kind, zeroShape, std::vector<double>(zeros, 0.0))
-                            : HostTensor::ofInts(kind, zeroShape, std::vector<int64_t>(zeros, 0));
-    return build<nn::ConcatOp>(
-        node, {materialize(filler, loc), sliceAxis(node, v, axis, 0, length - count, 1)},
-        {builder.getNamedAttr("axis", builder.getI64IntegerAttr(axis))});
+    return concatAlong(node, {filledLike(node, v, zeroShape, 0.0),
+                              sliceAxis(node, v, axis, 0, length - count, 1)},
+                       axis);
   };
   // Hillis-Steele scan: after the step of distance d, each element holds
   // the sum of the 2d elements ending at it.
@@ -152,19 +145,23 @@ void OnnxImporter::convertNegativeLogLikelihoodLoss(const onnx::NodeProto &node)
   if (ignore)
     weight = build<nn::WhereOp>(
         node, {ignored, scalarLike(node, loss, 0.0), weight ? weight : scalarLike(node, loss, 1.0)});
-  if (weight)
-    loss = build<nn::MulOp>(node, {loss, expandTo(node, weight, targetShape)});
+  if (weight) {
+    weight = expandTo(node, weight, targetShape);
+    loss = build<nn::MulOp>(node, {loss, weight});
+  }
   if (reduction == "none") {
     define(node, 0, loss);
     return;
   }
   std::vector<int64_t> all(targetShape.size());
   std::iota(all.begin(), all.end(), 0);
+  if (reduction == "mean" && !weight) {
+    define(node, 0, sumOver(node, loss, all, /*keepdims=*/false, /*mean=*/true));
+    return;
+  }
   Value total = sumOver(node, loss, all, /*keepdims=*/false);
   if (reduction == "mean")
-    total = weight ? build<nn::DivOp>(node, {total, sumOver(node, expandTo(node, weight, targetShape),
-                                                            all, /*keepdims=*/false)})
-                   : sumOver(node, loss, all, /*keepdims=*/false, /*mean=*/true);
+    total = build<nn::DivOp>(node, {total, sumOver(node, weight, all, /*keepdims=*/false)});
   define(node, 0, total);
 }
 
@@ -256,9 +253,8 @@ void OnnxImporter::convertScatter(const onnx::NodeProto &node) {
   } catch (const FoldError &error) {
     fail(node, error.what());
   }
-  Value pool = build<nn::ConcatOp>(
-      node, {reshapeTo(node, data, {dataSize}), reshapeTo(node, updates, {updateSize})},
-      {builder.getNamedAttr("axis", builder.getI64IntegerAttr(0))});
+  Value pool = concatAlong(
+      node, {reshapeTo(node, data, {dataSize}), reshapeTo(node, updates, {updateSize})}, 0);
   defineInferred<nn::GatherOp>(node, {pool, materialize(selector, locationOf(node))},
                                {builder.getNamedAttr("axis", builder.getI64IntegerAttr(0))});
 }

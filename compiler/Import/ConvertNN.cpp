@@ -30,13 +30,19 @@ void OnnxImporter::convertWhere(const onnx::NodeProto &node) {
 // makes each one loop again.
 //===----------------------------------------------------------------------===//
 
-Value OnnxImporter::scalarLike(const onnx::NodeProto &node, Value like, double value) {
+Value OnnxImporter::filledLike(const onnx::NodeProto &node, Value like, ArrayRef<int64_t> shape,
+                               double value) {
   auto kind = pipec::import::elementKindOf(typeOf(like).getElementType());
   if (!kind)
     fail(node, "has an operand of an unsupported element type");
-  HostTensor scalar = isFloating(*kind) ? HostTensor::ofFloats(*kind, {}, {value})
-                                        : HostTensor::ofInts(*kind, {}, {static_cast<int64_t>(value)});
-  return materialize(scalar, locationOf(node));
+  std::vector<int64_t> dims(shape.begin(), shape.end());
+  int64_t count =
+      std::accumulate(dims.begin(), dims.end(), int64_t{1}, std::multiplies<int64_t>());
+  HostTensor filled =
+      isFloating(*kind)
+          ? HostTensor::ofFloats(*kind, dims, std::vector<double>(count, value))
+          : HostTensor::ofInts(*kind, dims, std::vector<int64_t>(count, static_cast<int64_t>(value)));
+  return materialize(filled, locationOf(node));
 }
 
 Value OnnxImporter::rectify(const onnx::NodeProto &node, Value x, Value threshold,
@@ -337,18 +343,24 @@ void OnnxImporter::windowAttributes(const onnx::NodeProto &node, int64_t spatial
     fail(node, "dilations other than 1 are not supported by this operator");
 }
 
-void OnnxImporter::convertConv(const onnx::NodeProto &node) {
-  Value input = operand(node, 0), weight = operand(node, 1);
-  auto inputShape = typeOf(input).getShape();
-  auto weightShape = typeOf(weight).getShape();
+std::vector<int64_t> OnnxImporter::convolutionKernel(const onnx::NodeProto &node,
+                                                     ArrayRef<int64_t> inputShape,
+                                                     ArrayRef<int64_t> weightShape) {
   if (inputShape.size() < 3 || weightShape.size() != inputShape.size())
     fail(node, "input and weight must be (N,C,spatial...) of the same rank");
-  int64_t spatial = inputShape.size() - 2;
   std::vector<int64_t> kernel =
       intsAttr(node, "kernel_shape")
           .value_or(std::vector<int64_t>(weightShape.begin() + 2, weightShape.end()));
   if (ArrayRef<int64_t>(kernel) != weightShape.drop_front(2))
     fail(node, "kernel_shape [" + join(kernel) + "] differs from the weight's spatial shape");
+  return kernel;
+}
+
+void OnnxImporter::convertConv(const onnx::NodeProto &node) {
+  Value input = operand(node, 0), weight = operand(node, 1);
+  auto inputShape = typeOf(input).getShape();
+  std::vector<int64_t> kernel = convolutionKernel(node, inputShape, typeOf(weight).getShape());
+  int64_t spatial = inputShape.size() - 2;
   SmallVector<NamedAttribute> attributes;
   windowAttributes(node, spatial, inputShape, kernel, attributes, true);
   attributes.push_back(builder.getNamedAttr("group", builder.getI64IntegerAttr(intAttr(node, "group", 1))));
@@ -366,8 +378,7 @@ void OnnxImporter::convertConvTranspose(const onnx::NodeProto &node) {
   Value input = operand(node, 0), weight = operand(node, 1);
   auto inputShape = typeOf(input).getShape();
   auto weightShape = typeOf(weight).getShape();
-  if (inputShape.size() < 3 || weightShape.size() != inputShape.size())
-    fail(node, "input and weight must be (N,C,spatial...) of the same rank");
+  const std::vector<int64_t> kernel = convolutionKernel(node, inputShape, weightShape);
   const int64_t spatial = inputShape.size() - 2, group = intAttr(node, "group", 1);
   if (group < 1 || inputShape[1] != weightShape[0] || weightShape[0] % group)
     fail(node, "input channels " + std::to_string(inputShape[1]) + ", group " +
@@ -382,11 +393,6 @@ void OnnxImporter::convertConvTranspose(const onnx::NodeProto &node) {
   };
   std::vector<int64_t> strides = spatialAttr("strides", 1), dilations = spatialAttr("dilations", 1),
                        outputPadding = spatialAttr("output_padding", 0);
-  std::vector<int64_t> kernel = intsAttr(node, "kernel_shape")
-                                    .value_or(std::vector<int64_t>(weightShape.begin() + 2,
-                                                                   weightShape.end()));
-  if (ArrayRef<int64_t>(kernel) != weightShape.drop_front(2))
-    fail(node, "kernel_shape [" + join(kernel) + "] differs from the weight's spatial shape");
   std::vector<int64_t> pads = intsAttr(node, "pads").value_or(std::vector<int64_t>(2 * spatial, 0));
   if (static_cast<int64_t>(pads.size()) != 2 * spatial)
     fail(node, "pads needs " + std::to_string(2 * spatial) + " entries");
@@ -599,10 +605,7 @@ void OnnxImporter::convertGroupNormalization(const onnx::NodeProto &node) {
   // layer normalization of the last axis of (N, groups, rest), with unit
   // scale; then the per-channel affine.
   int64_t rest = typeOf(input).getNumElements() / (batch * groups);
-  auto element = typeOf(input).getElementType();
-  auto kind = *pipec::import::elementKindOf(element);
-  Location loc = locationOf(node);
-  Value ones = materialize(HostTensor::ofFloats(kind, {rest}, std::vector<double>(rest, 1.0)), loc);
+  Value ones = filledLike(node, input, {rest}, 1.0);
   Value normalized = createInferred<nn::LayerNormOp>(
                          node, {reshapeTo(node, input, {batch, groups, rest}), ones},
                          {builder.getNamedAttr("axis", builder.getI64IntegerAttr(-1)),

@@ -91,12 +91,8 @@ void OnnxImporter::convertRecurrent(const onnx::NodeProto &node) {
     return slice(value, axis, index * hidden, (index + 1) * hidden);
   };
   auto initial = [&](int index, int64_t d) -> Value {
-    if (!hasInput(node, index)) {
-      auto kind = *pipec::import::elementKindOf(typeOf(x).getElementType());
-      return materialize(HostTensor::ofFloats(kind, {batch, hidden},
-                                              std::vector<double>(batch * hidden, 0.0)),
-                         locationOf(node));
-    }
+    if (!hasInput(node, index))
+      return filledLike(node, x, {batch, hidden}, 0.0);
     Value given = operand(node, index);
     if (layout == 1) // (batch, directions, hidden)
       given = transposeBy(node, given, {1, 0, 2});
@@ -124,30 +120,42 @@ void OnnxImporter::convertRecurrent(const onnx::NodeProto &node) {
     }
     projected = reshapeTo(node, projected, {steps, batch, gates * hidden});
     Value recurrent = transposeBy(node, ofDirection(r, d), {1, 0}); // [hidden, gates*hidden]
-    Value peepholes = hasInput(node, 7) ? ofDirection(operand(node, 7), d) : Value();
+    // Loop-invariant slices, taken once: GRU's gates z and r (and, with
+    // linear_before_reset, the candidate's) read H R^T; without it the
+    // candidate reads (r ⊙ H) R_h^T + Rb_h. LSTM's peepholes P = [Pi, Po, Pf].
+    const bool gruSplit = op == "GRU" && !linearBeforeReset;
+    Value gruGatesR = gruSplit ? slice(recurrent, 1, 0, 2 * hidden) : recurrent;
+    Value gruGatesBias =
+        gruSplit && recurrentBias ? slice(recurrentBias, 0, 0, 2 * hidden) : recurrentBias;
+    Value gruCandidateR = gruSplit ? slice(recurrent, 1, 2 * hidden, 3 * hidden) : Value();
+    Value gruCandidateBias = gruSplit && recurrentBias ? gate(recurrentBias, 2) : Value();
+    SmallVector<Value, 3> peepholes;
+    if (hasInput(node, 7)) {
+      Value all = ofDirection(operand(node, 7), d);
+      for (int64_t index = 0; index < 3; ++index)
+        peepholes.push_back(gate(all, index));
+    }
     Value h = initial(5, d), c = op == "LSTM" ? initial(6, d) : Value();
     std::vector<Value> perStep(steps);
     for (int64_t i = 0; i < steps; ++i) {
       const int64_t t = backwards ? steps - 1 - i : i;
       Value input = reshapeTo(node, slice(projected, 0, t, t + 1), {batch, gates * hidden});
       if (op == "GRU") {
-        // Gates z, r, h; the candidate's recurrent product needs r first.
-        // Gates z and r (and, with linear_before_reset, the candidate's) of H R^T.
-        const int64_t used = linearBeforeReset ? 3 : 2;
-        Value hr = build<nn::MatMulOp>(node, {h, slice(recurrent, 1, 0, used * hidden)});
-        if (recurrentBias)
-          hr = build<nn::AddOp>(node, {hr, slice(recurrentBias, 0, 0, used * hidden)});
+        // Gates z, r, h; without linear_before_reset the candidate's
+        // recurrent product needs r first.
+        Value hr = build<nn::MatMulOp>(node, {h, gruGatesR});
+        if (gruGatesBias)
+          hr = build<nn::AddOp>(node, {hr, gruGatesBias});
         Value z = activate(act(0), clipped(build<nn::AddOp>(node, {gate(input, 0), gate(hr, 0)})));
         Value reset = activate(act(0), clipped(build<nn::AddOp>(node, {gate(input, 1), gate(hr, 1)})));
         Value candidate;
         if (linearBeforeReset) {
           candidate = build<nn::MulOp>(node, {reset, gate(hr, 2)});
         } else {
-          Value product = build<nn::MatMulOp>(
-              node, {build<nn::MulOp>(node, {reset, h}), slice(recurrent, 1, 2 * hidden,
-                                                                   3 * hidden)});
-          candidate = recurrentBias ? build<nn::AddOp>(node, {product, gate(recurrentBias, 2)})
-                                    : product;
+          Value product =
+              build<nn::MatMulOp>(node, {build<nn::MulOp>(node, {reset, h}), gruCandidateR});
+          candidate =
+              gruCandidateBias ? build<nn::AddOp>(node, {product, gruCandidateBias}) : product;
         }
         Value ht = activate(act(1), clipped(build<nn::AddOp>(node, {gate(input, 2), candidate})));
         // H = (1 - z) h~ + z H = h~ + z (H - h~)
@@ -159,11 +167,12 @@ void OnnxImporter::convertRecurrent(const onnx::NodeProto &node) {
         if (op == "RNN") {
           h = activate(act(0), clipped(sum));
         } else {
-          // Gates i, o, f, c; peepholes P = [Pi, Po, Pf] read the cell.
+          // Gates i, o, f, c; the peepholes read the cell.
           auto peep = [&](Value pre, int64_t index, Value cell) {
-            return peepholes ? build<nn::AddOp>(
-                                   node, {pre, build<nn::MulOp>(node, {gate(peepholes, index), cell})})
-                             : pre;
+            return peepholes.empty()
+                       ? pre
+                       : build<nn::AddOp>(node,
+                                          {pre, build<nn::MulOp>(node, {peepholes[index], cell})});
           };
           Value in = activate(act(0), clipped(peep(gate(sum, 0), 0, c)));
           Value forget = activate(act(0), clipped(peep(gate(sum, 2), 2, c)));
@@ -176,22 +185,13 @@ void OnnxImporter::convertRecurrent(const onnx::NodeProto &node) {
       }
       perStep[t] = reshapeTo(node, h, {1, 1, batch, hidden});
     }
-    outputs.push_back(steps == 1 ? perStep[0]
-                                 : build<nn::ConcatOp>(node, perStep,
-                                                       {builder.getNamedAttr(
-                                                           "axis", builder.getI64IntegerAttr(0))}));
+    outputs.push_back(concatAlong(node, perStep, 0));
     lastHidden.push_back(reshapeTo(node, h, {1, batch, hidden}));
     if (c)
       lastCell.push_back(reshapeTo(node, c, {1, batch, hidden}));
   }
-  auto joined = [&](std::vector<Value> &values, int64_t axis) {
-    return values.size() == 1
-               ? values[0]
-               : build<nn::ConcatOp>(node, values,
-                                     {builder.getNamedAttr("axis", builder.getI64IntegerAttr(axis))});
-  };
-  Value y = joined(outputs, 1);         // [steps, directions, batch, hidden]
-  Value yh = joined(lastHidden, 0);     // [directions, batch, hidden]
+  Value y = concatAlong(node, outputs, 1);     // [steps, directions, batch, hidden]
+  Value yh = concatAlong(node, lastHidden, 0); // [directions, batch, hidden]
   if (layout == 1) {
     y = transposeBy(node, y, {2, 0, 1, 3}); // [batch, steps, directions, hidden]
     yh = transposeBy(node, yh, {1, 0, 2});  // [batch, directions, hidden]
@@ -201,7 +201,7 @@ void OnnxImporter::convertRecurrent(const onnx::NodeProto &node) {
   if (node.output_size() > 1 && !node.output(1).empty())
     define(node, 1, yh);
   if (op == "LSTM" && node.output_size() > 2 && !node.output(2).empty()) {
-    Value yc = joined(lastCell, 0);
+    Value yc = concatAlong(node, lastCell, 0);
     define(node, 2, layout == 1 ? transposeBy(node, yc, {1, 0, 2}) : yc);
   }
 }

@@ -33,20 +33,15 @@ std::vector<int64_t> reducedShape(ArrayRef<int64_t> shape, ArrayRef<int64_t> axe
 
 } // namespace
 
-void OnnxImporter::noteFloat32Comparison(const onnx::NodeProto &node, Type element) {
-  if (element.isInteger(1) || element.getIntOrFloatBitWidth() <= 16)
-    return; // exact in float32
-  importNotes.push_back("node '" + nodeName(currentNodeIndex) + "' (" + node.op_type() +
-                        ") computes on its integer values in float32: exact for magnitudes "
-                        "up to 2^24 = 16777216");
-}
-
-Value OnnxImporter::filledLike(const onnx::NodeProto &node, Value like, ArrayRef<int64_t> shape,
-                               double value) {
-  auto kind = *pipec::import::elementKindOf(typeOf(like).getElementType());
-  std::vector<int64_t> dims(shape.begin(), shape.end());
-  return materialize(HostTensor::ofFloats(kind, dims, std::vector<double>(productOf(shape), value)),
-                     locationOf(node));
+Value OnnxImporter::inFloat32(const onnx::NodeProto &node, Value value) {
+  Type element = typeOf(value).getElementType();
+  if (llvm::isa<FloatType>(element))
+    return value;
+  if (!element.isInteger(1) && element.getIntOrFloatBitWidth() > 16) // else exact in float32
+    importNotes.push_back("node '" + nodeName(currentNodeIndex) + "' (" + node.op_type() +
+                          ") computes on its integer values in float32: exact for magnitudes "
+                          "up to 2^24 = 16777216");
+  return castTo(node, value, builder.getF32Type());
 }
 
 std::optional<std::vector<int64_t>> OnnxImporter::reductionAxes(const onnx::NodeProto &node,
@@ -108,9 +103,7 @@ Value OnnxImporter::maxOver(const onnx::NodeProto &node, Value input, ArrayRef<i
     // integers up to 2^24, which the import notes for wide integers.
     if (window == 0)
       fail(node, "reduces an empty axis of integer values (no maximum)");
-    noteFloat32Comparison(node, element);
-    Value result = maxOver(node, castTo(node, input, builder.getF32Type()), axes, keepdims, minimum);
-    return castTo(node, result, element);
+    return castTo(node, maxOver(node, inFloat32(node, input), axes, keepdims, minimum), element);
   }
   if (window == 0) // ONNX: the maximum of nothing is -inf (the minimum's +inf)
     return filledLike(node, input, reducedShape(shape, axes, keepdims),
@@ -140,46 +133,35 @@ void OnnxImporter::convertReduce(const onnx::NodeProto &node) {
     return;
   }
   ArrayRef<int64_t> over = *axes;
-  const bool keep = keepdims;
   Type element = typeOf(input).getElementType();
-  if (!llvm::isa<FloatType>(element) && op != "ReduceMax" && op != "ReduceMin") {
-    // Integer sums (a mask's count of tokens) in float32 and back.
-    if (op != "ReduceSum" && op != "ReduceMean" && op != "ReduceSumSquare" && op != "ReduceL1")
-      fail(node, "of integer run-time values is not supported");
-    noteFloat32Comparison(node, element);
-    Value asFloat = castTo(node, input, builder.getF32Type());
-    Value result = asFloat;
-    if (!over.empty()) {
-      if (op == "ReduceSumSquare")
-        result = build<nn::MulOp>(node, {result, result});
-      else if (op == "ReduceL1")
-        result = build<nn::AbsOp>(node, {result});
-      result = sumOver(node, result, over, keep, op == "ReduceMean");
-    }
-    define(node, 0, castTo(node, result, element));
-    return;
-  }
-  auto sum = [&](Value value) { return over.empty() ? value : sumOver(node, value, over, keep); };
+  // Integer sums (a mask's count of tokens) run in float32 and are cast
+  // back; integer maxima do so inside maxOver.
+  const bool integerSum = !llvm::isa<FloatType>(element) && op != "ReduceMax" && op != "ReduceMin";
+  if (integerSum && op != "ReduceSum" && op != "ReduceMean" && op != "ReduceSumSquare" &&
+      op != "ReduceL1")
+    fail(node, "of integer run-time values is not supported");
+  Value x = integerSum ? inFloat32(node, input) : input;
+  auto sum = [&](Value value) { return over.empty() ? value : sumOver(node, value, over, keepdims); };
   Value result;
   if (op == "ReduceMean")
-    result = over.empty() ? input : sumOver(node, input, over, keep, /*mean=*/true);
+    result = over.empty() ? x : sumOver(node, x, over, keepdims, /*mean=*/true);
   else if (op == "ReduceSum")
-    result = sum(input);
+    result = sum(x);
   else if (op == "ReduceSumSquare")
-    result = sum(build<nn::MulOp>(node, {input, input}));
+    result = sum(build<nn::MulOp>(node, {x, x}));
   else if (op == "ReduceL1")
-    result = sum(build<nn::AbsOp>(node, {input}));
+    result = sum(build<nn::AbsOp>(node, {x}));
   else if (op == "ReduceL2")
-    result = build<nn::SqrtOp>(node, {sum(build<nn::MulOp>(node, {input, input}))});
+    result = build<nn::SqrtOp>(node, {sum(build<nn::MulOp>(node, {x, x}))});
   else if (op == "ReduceLogSum")
-    result = build<nn::LogOp>(node, {sum(input)});
+    result = build<nn::LogOp>(node, {sum(x)});
   else if (op == "ReduceMax" || op == "ReduceMin")
-    result = over.empty() ? input : maxOver(node, input, over, keep, op == "ReduceMin");
+    result = over.empty() ? x : maxOver(node, x, over, keepdims, op == "ReduceMin");
   else if (op == "ReduceLogSumExp")
-    result = over.empty() ? input : logSumExp(node, input, over, keep);
+    result = over.empty() ? x : logSumExp(node, x, over, keepdims);
   else
     fail(node, "is not a reduction pipec lowers");
-  define(node, 0, result);
+  define(node, 0, integerSum ? castTo(node, result, element) : result);
 }
 
 Value OnnxImporter::logSumExp(const onnx::NodeProto &node, Value input, ArrayRef<int64_t> axes,
@@ -229,11 +211,7 @@ void OnnxImporter::convertArgMax(const onnx::NodeProto &node) {
   // Integers (CLIP's end-of-text position from the token ids) compare as
   // float32, exact up to 2^24; beyond, values that round alike tie, and the
   // index is still one of them.
-  Value x = input;
-  if (!llvm::isa<FloatType>(type.getElementType())) {
-    noteFloat32Comparison(node, type.getElementType());
-    x = castTo(node, input, builder.getF32Type());
-  }
+  Value x = inFloat32(node, input);
   Value extreme = maxOver(node, x, {axis}, /*keepdims=*/true, minimum);
   Value chosen = positionOf(node, x, extreme, axis, positionsAlong(node, type.getShape(), axis), last);
   if (!keepdims)
@@ -288,12 +266,7 @@ void OnnxImporter::convertTopK(const onnx::NodeProto &node) {
   if (k == 0)
     fail(node, "k = 0 gives empty outputs");
   const bool largest = intAttr(node, "largest", 1) != 0;
-  Type element = type.getElementType();
-  Value x = input;
-  if (!llvm::isa<FloatType>(element)) {
-    noteFloat32Comparison(node, element);
-    x = castTo(node, input, builder.getF32Type());
-  }
+  Value x = inFloat32(node, input);
   Value positions = positionsAlong(node, type.getShape(), axis);
   Value taken = scalarLike(node, x, largest ? -INFINITY : INFINITY);
   SmallVector<Value> values, indices;
@@ -307,15 +280,9 @@ void OnnxImporter::convertTopK(const onnx::NodeProto &node) {
       remaining = build<nn::WhereOp>(
           node, {build<nn::EqualOp>(node, {positions, index}), taken, remaining});
   }
-  auto joined = [&](SmallVector<Value> &parts) {
-    return parts.size() == 1
-               ? parts[0]
-               : build<nn::ConcatOp>(node, parts,
-                                     {builder.getNamedAttr("axis", builder.getI64IntegerAttr(axis))});
-  };
-  define(node, 0, castTo(node, joined(values), element));
+  define(node, 0, castTo(node, concatAlong(node, values, axis), type.getElementType()));
   if (node.output_size() > 1 && !node.output(1).empty())
-    define(node, 1, castTo(node, joined(indices), builder.getI64Type()));
+    define(node, 1, castTo(node, concatAlong(node, indices, axis), builder.getI64Type()));
 }
 
 namespace {

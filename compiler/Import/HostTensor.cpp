@@ -203,19 +203,25 @@ int64_t wrapInteger(ElementKind kind, int64_t value) {
 
 namespace {
 
+/// The lowest and highest value of integer kind `kind` (Bool: 0 and 1).
+std::pair<int64_t, int64_t> integerRange(ElementKind kind) {
+  switch (kind) {
+  case ElementKind::Int32: return {INT32_MIN, INT32_MAX};
+  case ElementKind::Int8: return {INT8_MIN, INT8_MAX};
+  case ElementKind::UInt8: return {0, UINT8_MAX};
+  case ElementKind::Bool: return {0, 1};
+  default: return {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()};
+  }
+}
+
 /// The result of integer arithmetic `op` (nullopt: it overflowed int64) in
 /// the element type `kind`; an overflow of either is a FoldError, never a
 /// silently wrapped value.
 int64_t checkedResult(ElementKind kind, std::optional<int64_t> value, const std::string &op,
                       int64_t a, int64_t b) {
-  int64_t low = std::numeric_limits<int64_t>::min(), high = std::numeric_limits<int64_t>::max();
-  switch (kind) {
-  case ElementKind::Int32: low = INT32_MIN; high = INT32_MAX; break;
-  case ElementKind::Int8: low = INT8_MIN; high = INT8_MAX; break;
-  case ElementKind::UInt8: low = 0; high = UINT8_MAX; break;
-  case ElementKind::Bool: return value.value_or(1) != 0;
-  default: break;
-  }
+  if (kind == ElementKind::Bool)
+    return value.value_or(1) != 0;
+  const auto [low, high] = integerRange(kind);
   if (!value || *value < low || *value > high)
     throw FoldError(std::string(elementKindName(kind)) + " overflow in " + op + " of " +
                     std::to_string(a) + " and " + std::to_string(b));
@@ -716,14 +722,7 @@ HostTensor reduce(const std::string &op, const HostTensor &input, const std::vec
     return out;
   }
   // The identities of Max and Min: the kind's extremes (an empty reduction keeps them).
-  int64_t lowest = std::numeric_limits<int64_t>::min(), highest = std::numeric_limits<int64_t>::max();
-  switch (input.kind) {
-  case ElementKind::Int32: lowest = INT32_MIN, highest = INT32_MAX; break;
-  case ElementKind::Int8: lowest = INT8_MIN, highest = INT8_MAX; break;
-  case ElementKind::UInt8: lowest = 0, highest = UINT8_MAX; break;
-  case ElementKind::Bool: lowest = 0, highest = 1; break;
-  default: break;
-  }
+  const auto [lowest, highest] = integerRange(input.kind);
   const int64_t start = op == "ReduceMax"   ? lowest
                         : op == "ReduceMin" ? highest
                         : op == "ReduceProd" ? 1
@@ -748,7 +747,7 @@ HostTensor reduce(const std::string &op, const HostTensor &input, const std::vec
     a = *next;
   }
   for (int64_t value : acc) {
-    if (wrapInteger(input.kind, value) != value)
+    if (value < lowest || value > highest)
       throw FoldError(op + ": " + std::to_string(value) + " overflows " +
                       elementKindName(input.kind));
     out.ints.push_back(value);

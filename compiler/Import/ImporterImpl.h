@@ -161,6 +161,11 @@ public:
   void convertCast(const onnx::NodeProto &node);
   void convertGemm(const onnx::NodeProto &node);
   void convertMatMul(const onnx::NodeProto &node);
+  /// Conv and ConvTranspose: checks that input and weight are (N, C,
+  /// spatial...) of one rank and that kernel_shape agrees; the kernel.
+  std::vector<int64_t> convolutionKernel(const onnx::NodeProto &node,
+                                         mlir::ArrayRef<int64_t> inputShape,
+                                         mlir::ArrayRef<int64_t> weightShape);
   void convertConv(const onnx::NodeProto &node);
   void convertConvTranspose(const onnx::NodeProto &node);
   void convertBatchNorm(const onnx::NodeProto &node);
@@ -190,11 +195,10 @@ public:
   /// an input from it on; none: all); nullopt for noop_with_empty_axes.
   std::optional<std::vector<int64_t>> reductionAxes(const onnx::NodeProto &node, int64_t rank,
                                                     int64_t axesInputSince);
-  /// The import note that a node computes on integers of `element` in float32.
-  void noteFloat32Comparison(const onnx::NodeProto &node, mlir::Type element);
-  /// A constant of `like`'s floating element type and `shape`, every element `value`.
-  mlir::Value filledLike(const onnx::NodeProto &node, mlir::Value like,
-                         mlir::ArrayRef<int64_t> shape, double value);
+  /// `value` itself when floating, else cast to float32 (integers compared
+  /// or summed there), with an import note when float32 is not exact for
+  /// its integer type.
+  mlir::Value inFloat32(const onnx::NodeProto &node, mlir::Value value);
   /// The sum (or mean) of `input` over normalized `axes`.
   mlir::Value sumOver(const onnx::NodeProto &node, mlir::Value input, mlir::ArrayRef<int64_t> axes,
                       bool keepdims, bool mean = false);
@@ -361,6 +365,9 @@ private:
                                   mlir::ArrayRef<mlir::NamedAttribute> attributes);
   mlir::Value reshapeTo(const onnx::NodeProto &node, mlir::Value input,
                         mlir::ArrayRef<int64_t> shape);
+  /// `values` joined along `axis` (nn.concat), or the one value itself.
+  mlir::Value concatAlong(const onnx::NodeProto &node, mlir::ArrayRef<mlir::Value> values,
+                          int64_t axis);
   /// `input` broadcast to `shape` (nn.expand), or itself when it has it.
   mlir::Value expandTo(const onnx::NodeProto &node, mlir::Value input,
                        mlir::ArrayRef<int64_t> shape);
@@ -395,8 +402,13 @@ private:
   }
   /// `value` as `element` (nn.cast), or itself when it already is.
   mlir::Value castTo(const onnx::NodeProto &node, mlir::Value value, mlir::Type element);
+  /// A constant of `like`'s element type and `shape`, every element `value`.
+  mlir::Value filledLike(const onnx::NodeProto &node, mlir::Value like,
+                         mlir::ArrayRef<int64_t> shape, double value);
   /// A 0-d constant of `like`'s element type.
-  mlir::Value scalarLike(const onnx::NodeProto &node, mlir::Value like, double value);
+  mlir::Value scalarLike(const onnx::NodeProto &node, mlir::Value like, double value) {
+    return filledLike(node, like, {}, value);
+  }
   /// where(x > 0, x, negative): the rectifiers' shape (LeakyRelu, PRelu,
   /// Elu, ...); `negative` is built from x's non-positive part (x where
   /// x <= 0, else 0), so that a branch that is not taken stays finite and

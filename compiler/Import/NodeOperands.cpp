@@ -109,7 +109,11 @@ std::vector<int64_t> OnnxImporter::shapeOfInput(const onnx::NodeProto &node, int
 }
 
 Value OnnxImporter::materialize(const HostTensor &given, Location loc) {
-  const HostTensor &tensor = given.kind == trainingKind(given.kind) ? given : inTrainingKind(given);
+  // Widened to float32 only when it is another floating kind (no copy otherwise).
+  std::optional<HostTensor> widened;
+  if (given.kind != trainingKind(given.kind))
+    widened = inTrainingKind(given);
+  const HostTensor &tensor = widened ? *widened : given;
   Type element = mlirElementType(context, tensor.kind);
   auto type = RankedTensorType::get(tensor.shape, element);
   DenseElementsAttr attr;

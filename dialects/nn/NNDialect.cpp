@@ -66,13 +66,13 @@ int64_t product(ArrayRef<int64_t> dims) {
   return result;
 }
 
-/// Checks the window attributes of Conv and the pools and computes the
-/// spatial output sizes.
+} // namespace
+
 FailureOr<SmallVector<int64_t>>
-inferWindowedShape(std::optional<Location> loc, StringRef opName,
-                   ArrayRef<int64_t> inputShape, ArrayRef<int64_t> kernel,
-                   ArrayRef<int64_t> strides, ArrayRef<int64_t> pads,
-                   ArrayRef<int64_t> dilations, bool ceilMode) {
+pipec::nn::inferWindowedShape(std::optional<Location> loc, StringRef opName,
+                              ArrayRef<int64_t> inputShape, ArrayRef<int64_t> kernel,
+                              ArrayRef<int64_t> strides, ArrayRef<int64_t> pads,
+                              ArrayRef<int64_t> dilations, bool ceilMode) {
   size_t spatial = inputShape.size() - 2;
   if (kernel.size() != spatial || strides.size() != spatial ||
       dilations.size() != spatial || pads.size() != 2 * spatial) {
@@ -103,7 +103,6 @@ inferWindowedShape(std::optional<Location> loc, StringRef opName,
   }
   return outputs;
 }
-} // namespace
 
 FailureOr<SmallVector<int64_t>> pipec::nn::broadcastShapes(ArrayRef<int64_t> lhs,
                                                            ArrayRef<int64_t> rhs) {

@@ -89,6 +89,15 @@ std::string maskedSoftmaxShapeError(llvm::ArrayRef<int64_t> input, llvm::ArrayRe
 /// failure when out of range.
 mlir::FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank);
 
+/// Checks the window attributes of Conv, the pools and the convolution
+/// gradients (errors at `loc`, naming `opName`) and computes the spatial
+/// output sizes of an (N, C, spatial...) input.
+mlir::FailureOr<llvm::SmallVector<int64_t>>
+inferWindowedShape(std::optional<mlir::Location> loc, llvm::StringRef opName,
+                   llvm::ArrayRef<int64_t> inputShape, llvm::ArrayRef<int64_t> kernel,
+                   llvm::ArrayRef<int64_t> strides, llvm::ArrayRef<int64_t> pads,
+                   llvm::ArrayRef<int64_t> dilations, bool ceilMode);
+
 } // namespace pipec::nn
 
 #endif // PIPEC_DIALECTS_NN_NNDIALECT_H

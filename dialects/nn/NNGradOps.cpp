@@ -1,7 +1,6 @@
 // Verifiers, result-type inference and work estimates of the gradient and
 // optimizer ops (NNGradOps.td).
 #include "dialects/nn/NNDialect.h"
-#include "runtime/include/pipec/vocabulary.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/STLExtras.h"
@@ -124,19 +123,16 @@ LogicalResult ConvInputGradOp::verify() {
     return emitOpError() << "dy [" << dy.getShape() << "], weight [" << weight.getShape()
                          << "], group " << group << " and result [" << result.getShape()
                          << "] do not match";
-  int64_t spatial = dy.getRank() - 2;
-  for (int64_t axis = 0; axis < spatial; ++axis) {
-    int64_t stride = getStrides()[axis], dilation = getDilations()[axis];
-    int64_t begin = getPads()[axis], end = getPads()[axis + spatial];
-    if (stride < 1 || dilation < 1 || begin < 0 || end < 0)
-      return emitOpError("strides and dilations must be positive and pads non-negative");
-    int64_t size = pipec::windowOutputSize(result.getDimSize(axis + 2), weight.getDimSize(axis + 2),
-                                           stride, begin, end, dilation, false);
+  auto spatial = inferWindowedShape(getLoc(), "nn.conv_input_grad", result.getShape(),
+                                    weight.getShape().drop_front(2), getStrides(), getPads(),
+                                    getDilations(), /*ceilMode=*/false);
+  if (failed(spatial))
+    return failure();
+  for (auto [axis, size] : llvm::enumerate(*spatial))
     if (size != dy.getDimSize(axis + 2))
       return emitOpError() << "convolving the result [" << result.getShape() << "] gives "
                            << size << " on spatial axis " << axis << ", not dy's "
                            << dy.getDimSize(axis + 2);
-  }
   return success();
 }
 
