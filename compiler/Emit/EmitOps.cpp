@@ -155,7 +155,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << (norm.getBias() ? ptr(norm.getBias()) : "nullptr") << ", "
             << (norm.getBias() ? shapeOf(norm.getBias()) : "pk::Shape{}") << ", " << y << ", "
             << mean << ", " << inv << ", " << static_cast<int64_t>(norm.getAxis()) << ", "
-            << f32Literal(norm.getEpsilon().convertToFloat()) << scratchArgument(norm) << ");\n";
+            << f32Literal(norm.getEpsilon().convertToFloat()) << ", " << rowNorm(norm.getCentered())
+            << scratchArgument(norm) << ");\n";
       })
       .Case([&](nn::LayerNormGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -163,7 +164,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << shapeOf(grad.getInput()) << ", " << ptr(grad.getScale()) << ", "
             << shapeOf(grad.getScale()) << ", " << y << ", "
             << static_cast<int64_t>(grad.getAxis()) << ", "
-            << f32Literal(grad.getEpsilon().convertToFloat()) << scratchArgument(grad) << ");\n";
+            << f32Literal(grad.getEpsilon().convertToFloat()) << ", " << rowNorm(grad.getCentered())
+            << scratchArgument(grad) << ");\n";
       })
       .Case([&](nn::LayerNormParamGradOp grad) {
         std::string scale = allocate(grad.getScaleGrad());
@@ -171,7 +173,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         out << "  pk::layerNormParamGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getInput())
             << ", " << shapeOf(grad.getInput()) << ", " << shapeOf(grad.getScaleGrad()) << ", "
             << scale << ", " << bias << ", " << static_cast<int64_t>(grad.getAxis()) << ", "
-            << f32Literal(grad.getEpsilon().convertToFloat()) << scratchArgument(grad) << ");\n";
+            << f32Literal(grad.getEpsilon().convertToFloat()) << ", " << rowNorm(grad.getCentered())
+            << scratchArgument(grad) << ");\n";
       })
       .Case([&](nn::MaxPoolOp pool) {
         std::string y = allocate(pool.getResult());

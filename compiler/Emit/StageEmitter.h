@@ -81,6 +81,12 @@ inline std::string f32Literal(float value) {
   return std::isfinite(value) ? floatLiteral(value) + "f" : floatLiteral(value);
 }
 
+/// nn.layer_norm's `centered` as the kernels' RowNorm (qualified in full:
+/// `pk` names the CUDA library's namespace in CUDA stages).
+inline const char *rowNorm(bool centered) {
+  return centered ? "pipec::kernels::RowNorm::Layer" : "pipec::kernels::RowNorm::Rms";
+}
+
 struct TensorInfo {
   std::string name;
   RankedTensorType type;

@@ -102,7 +102,7 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
       .Case([&](nn::LayerNormOp norm) {
         auto results = kernels::layerNorm(in(0), in(1), optionalIn(norm.getBias()),
                                           static_cast<int64_t>(norm.getAxis()),
-                                          toDouble(norm.getEpsilon()));
+                                          toDouble(norm.getEpsilon()), norm.getCentered());
         return std::vector<Tensor>{std::move(results.output), std::move(results.mean),
                                    std::move(results.invStdDev)};
       })
@@ -216,12 +216,12 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
       })
       .Case([&](nn::LayerNormGradOp grad) {
         return one(kernels::layerNormGrad(in(0), in(1), in(2), static_cast<int64_t>(grad.getAxis()),
-                                          toDouble(grad.getEpsilon())));
+                                          toDouble(grad.getEpsilon()), grad.getCentered()));
       })
       .Case([&](nn::LayerNormParamGradOp grad) {
         auto grads = kernels::layerNormParamGrad(
             in(0), in(1), static_cast<int64_t>(grad.getAxis()), toDouble(grad.getEpsilon()),
-            shapeOf(grad.getScaleGrad().getType()), shapeOf(grad.getBiasGrad().getType()));
+            grad.getCentered(), shapeOf(grad.getScaleGrad().getType()), shapeOf(grad.getBiasGrad().getType()));
         return std::vector<Tensor>{std::move(grads.scale), std::move(grads.bias)};
       })
       .Case([&](nn::MaxPoolGradOp grad) {

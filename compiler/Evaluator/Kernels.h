@@ -200,17 +200,18 @@ ParamGrads batchNormParamGrad(const Tensor &dy, const Tensor &input, const Tenso
 struct LayerNormResults {
   Tensor output, mean, invStdDev;
 };
-/// Normalizes over the axes from `axis` on (negative counts from the end);
-/// scale and bias broadcast to those axes.
+/// Normalizes over the axes from `axis` on (negative counts from the end),
+/// subtracting the mean when `centered` (LayerNormalization; else
+/// RMSNormalization, whose mean is 0); scale and bias broadcast to those axes.
 LayerNormResults layerNorm(const Tensor &input, const Tensor &scale, const Tensor *bias,
-                           int64_t axis, double epsilon);
+                           int64_t axis, double epsilon, bool centered);
 Tensor layerNormGrad(const Tensor &dy, const Tensor &input, const Tensor &scale, int64_t axis,
-                     double epsilon);
+                     double epsilon, bool centered);
 /// dscale = sum(dy * xhat), dbias = sum(dy) over the leading axes, then
 /// summed down to scaleShape and biasShape (which broadcast to the
 /// normalized axes, as the forward's scale and bias do).
 ParamGrads layerNormParamGrad(const Tensor &dy, const Tensor &input, int64_t axis,
-                              double epsilon, const std::vector<int64_t> &scaleShape,
+                              double epsilon, bool centered, const std::vector<int64_t> &scaleShape,
                               const std::vector<int64_t> &biasShape);
 
 //===----------------------------------------------------------------------===//

@@ -154,7 +154,7 @@ struct LayerNormRows {
   std::vector<double> means, invStds;
 };
 
-LayerNormRows layerNormRows(const Tensor &input, int64_t axis, double epsilon) {
+LayerNormRows layerNormRows(const Tensor &input, int64_t axis, double epsilon, bool centered) {
   requireFloating(input, "the input");
   int64_t rank = static_cast<int64_t>(input.shape.size());
   LayerNormRows rows;
@@ -166,7 +166,7 @@ LayerNormRows layerNormRows(const Tensor &input, int64_t axis, double epsilon) {
   for (int64_t row = 0; row < rows.outer; ++row) {
     const double *x = input.floats.data() + row * rows.inner;
     double mean = 0, variance = 0;
-    for (int64_t i = 0; i < rows.inner; ++i)
+    for (int64_t i = 0; centered && i < rows.inner; ++i)
       mean += x[i];
     mean /= static_cast<double>(rows.inner);
     for (int64_t i = 0; i < rows.inner; ++i)
@@ -181,8 +181,8 @@ LayerNormRows layerNormRows(const Tensor &input, int64_t axis, double epsilon) {
 } // namespace
 
 LayerNormResults layerNorm(const Tensor &input, const Tensor &scale, const Tensor *bias,
-                           int64_t axis, double epsilon) {
-  LayerNormRows rows = layerNormRows(input, axis, epsilon);
+                           int64_t axis, double epsilon, bool centered) {
+  LayerNormRows rows = layerNormRows(input, axis, epsilon, centered);
   const std::vector<int64_t> &normalizedShape = rows.normalizedShape;
   for (const Tensor *param : {&scale, bias})
     if (param && broadcastTwo(param->shape, normalizedShape) != normalizedShape)
@@ -213,13 +213,14 @@ LayerNormResults layerNorm(const Tensor &input, const Tensor &scale, const Tenso
 }
 
 Tensor layerNormGrad(const Tensor &dy, const Tensor &input, const Tensor &scale, int64_t axis,
-                     double epsilon) {
+                     double epsilon, bool centered) {
   requireSameShape(dy, input, "dy and input differ");
-  LayerNormRows rows = layerNormRows(input, axis, epsilon);
+  LayerNormRows rows = layerNormRows(input, axis, epsilon, centered);
   if (broadcastTwo(scale.shape, rows.normalizedShape) != rows.normalizedShape)
     throw EvalError("scale of shape " + shapeToString(scale.shape) + " does not broadcast to " +
                     shapeToString(rows.normalizedShape));
-  // g = dy * scale; dx = invStd * (g - mean(g) - xhat * mean(g * xhat)).
+  // g = dy * scale; dx = invStd * (g - mean(g) - xhat * mean(g * xhat)),
+  // without mean(g) when not centered (the mean is no function of x then).
   std::vector<double> scaleFull(rows.inner);
   int64_t flat = 0;
   forEachIndex(rows.normalizedShape, [&](const std::vector<int64_t> &index) {
@@ -239,17 +240,18 @@ Tensor layerNormGrad(const Tensor &dy, const Tensor &input, const Tensor &scale,
     for (int64_t i = 0; i < rows.inner; ++i) {
       double g = dy.floats[base + i] * scaleFull[i];
       double xhat = (input.floats[base + i] - rows.means[row]) * rows.invStds[row];
-      out.floats[base + i] = rows.invStds[row] * (g - sumG / count - xhat * sumGXhat / count);
+      out.floats[base + i] =
+          rows.invStds[row] * (g - (centered ? sumG / count : 0.0) - xhat * sumGXhat / count);
     }
   }
   return finish(std::move(out));
 }
 
 ParamGrads layerNormParamGrad(const Tensor &dy, const Tensor &input, int64_t axis,
-                              double epsilon, const std::vector<int64_t> &scaleShape,
+                              double epsilon, bool centered, const std::vector<int64_t> &scaleShape,
                               const std::vector<int64_t> &biasShape) {
   requireSameShape(dy, input, "dy and input differ");
-  LayerNormRows rows = layerNormRows(input, axis, epsilon);
+  LayerNormRows rows = layerNormRows(input, axis, epsilon, centered);
   std::vector<double> dscale(rows.inner, 0.0), dbias(rows.inner, 0.0);
   for (int64_t row = 0; row < rows.outer; ++row)
     for (int64_t i = 0; i < rows.inner; ++i) {

@@ -1,13 +1,12 @@
 // The language-model operators of opset 23 (RMSNormalization,
 // RotaryEmbedding, Attention), lowered at import into `nn` ops that pipec
-// already differentiates, costs and emits; -O2 recognizes the masked
-// softmax and fuses the element-wise chains (docs/importer.md,
-// docs/optimization.md). Semantics follow ONNX's operator definitions.
+// already differentiates, costs and emits (RMSNormalization is the
+// uncentred nn.layer_norm); -O2 recognizes the masked softmax and fuses the
+// element-wise chains (docs/importer.md, docs/optimization.md). Semantics follow ONNX's operator definitions.
 #include "compiler/Import/ImporterImpl.h"
 
 #include <cmath>
 #include <limits>
-#include <numeric>
 
 using namespace mlir;
 
@@ -46,24 +45,18 @@ Value OnnxImporter::transposeBy(const onnx::NodeProto &node, Value input, ArrayR
 }
 
 void OnnxImporter::convertRMSNormalization(const onnx::NodeProto &node) {
+  // y = x / sqrt(mean(x^2 over axis..rank-1) + epsilon) * scale: the fused
+  // row normalization without centring.
   Value input = operand(node, 0), scale = operand(node, 1);
-  int64_t rank = typeOf(input).getRank();
-  int64_t axis = normalizedAxes(node, {intAttr(node, "axis", -1)}, rank)[0];
-  std::vector<int64_t> axes(rank - axis);
-  std::iota(axes.begin(), axes.end(), axis);
-  // y = x / sqrt(mean(x^2 over axis..rank-1) + epsilon) * scale
-  Value squared = build<nn::MulOp>(node, {input, input});
-  Value mean =
-      build<nn::ReduceMeanOp>(node, {squared},
-                              {builder.getNamedAttr("axes", builder.getDenseI64ArrayAttr(axes)),
-                               builder.getNamedAttr("keepdims", builder.getBoolAttr(true))});
-  Value shifted =
-      build<nn::AddOp>(node, {mean, scalarLike(node, input, floatAttr(node, "epsilon", 1e-5f))});
-  Value root =
-      createVerified(node, nn::SqrtOp::getOperationName(), {shifted}, {shifted.getType()}, {})
-          ->getResult(0);
-  Value normalized = build<nn::DivOp>(node, {input, root});
-  define(node, 0, build<nn::MulOp>(node, {normalized, scale}));
+  int64_t axis = normalizedAxes(node, {intAttr(node, "axis", -1)}, typeOf(input).getRank())[0];
+  Value normalized = createInferred<nn::LayerNormOp>(
+                         node, {input, scale},
+                         {builder.getNamedAttr("axis", builder.getI64IntegerAttr(axis)),
+                          builder.getNamedAttr("epsilon", builder.getF32FloatAttr(
+                                                              floatAttr(node, "epsilon", 1e-5f))),
+                          builder.getNamedAttr("centered", builder.getBoolAttr(false))})
+                         ->getResult(0);
+  define(node, 0, normalized);
 }
 
 void OnnxImporter::convertRotaryEmbedding(const onnx::NodeProto &node) {

@@ -113,7 +113,8 @@ def NN_LayerNormGradOp : NN_InferredOp<"layer_norm_grad"> {
   let summary = "Gradient of nn.layer_norm with respect to its input";
   let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$input, NN_FloatTensor:$scale,
                        DefaultValuedAttr<I64Attr, "-1">:$axis,
-                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
+                       DefaultValuedAttr<BoolAttr, "true">:$centered);
   let results = (outs NN_FloatTensor:$result);
 }
 
@@ -126,7 +127,8 @@ def NN_LayerNormParamGradOp : NN_Op<"layer_norm_param_grad", [Pure]> {
   }];
   let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$input,
                        DefaultValuedAttr<I64Attr, "-1">:$axis,
-                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
+                       DefaultValuedAttr<BoolAttr, "true">:$centered);
   let results = (outs NN_FloatTensor:$scale_grad, NN_FloatTensor:$bias_grad);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }

@@ -243,14 +243,14 @@ Value LayerNormOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsign
   RankedTensorType operandType = tensorType(getOperation()->getOperand(index));
   if (index == 0)
     return LayerNormGradOp::create(g.b, g.loc, dy, getInput(), getScale(),
-                                       getAxis(), getEpsilon());
+                                       getAxis(), getEpsilon(), getCentered());
   auto inputType = tensorType(getInput());
   int64_t axis = *normalizeAxis(getAxis(), inputType.getRank());
   auto normalized = RankedTensorType::get(inputType.getShape().drop_front(axis),
                                           inputType.getElementType());
   auto params = LayerNormParamGradOp::create(
       g.b, g.loc, TypeRange{normalized, normalized}, dy, getInput(), getAxis(),
-      getEpsilon());
+      getEpsilon(), getCentered());
   Value grad = index == 1 ? params.getScaleGrad() : params.getBiasGrad();
   return g.sumTo(grad, operandType);
 }

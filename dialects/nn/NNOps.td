@@ -221,16 +221,18 @@ def NN_BatchNormOp : NN_InferredOp<"batch_norm", [NN_Differentiable]> {
 }
 
 def NN_LayerNormOp : NN_InferredOp<"layer_norm", [NN_Differentiable]> {
-  let summary = "ONNX LayerNormalization over the axes from `axis` on";
+  let summary = "ONNX LayerNormalization or RMSNormalization over the axes from `axis` on";
   let description = [{
     Besides the normalized result it returns, as ONNX does, the mean and the
     inverse standard deviation, shaped like the input with the normalized
-    axes set to 1.
+    axes set to 1. With `centered = false` it is RMSNormalization:
+    x / sqrt(mean(x²) + epsilon) · scale (+ bias), and the mean is 0.
   }];
   let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$scale,
                        Optional<NN_FloatTensor>:$bias,
                        DefaultValuedAttr<I64Attr, "-1">:$axis,
-                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon);
+                       DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
+                       DefaultValuedAttr<BoolAttr, "true">:$centered);
   let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$mean,
                       NN_FloatTensor:$inv_std_dev);
 }

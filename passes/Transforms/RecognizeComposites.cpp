@@ -1,6 +1,7 @@
-// pipec-recognize-composites: the decomposed LayerNorm, erf-GELU and masked
-// (attention) softmax that exporters emit become nn.layer_norm, nn.gelu and
-// nn.masked_softmax, whose kernels and gradient rules are one op each
+// pipec-recognize-composites: the decomposed LayerNorm, RMSNorm, erf-GELU and
+// masked (attention) softmax that exporters emit become nn.layer_norm (for
+// RMSNorm uncentred), nn.gelu and nn.masked_softmax, whose kernels and
+// gradient rules are one op each
 // (docs/optimization.md).
 #include "passes/Passes.h"
 #include "passes/Transforms/PatternRewrites.h"
@@ -149,6 +150,172 @@ struct DecomposedLayerNormNoBias : OpRewritePattern<nn::MulOp> {
     if (root->hasOneUse() && llvm::isa<nn::AddOp>(*root->getUsers().begin()))
       return failure();
     return DecomposedLayerNorm(getContext()).rewrite(root, root, Value(), rewriter);
+  }
+};
+
+/// The parts of a decomposed RMS normalization, y = x * r (* scale), where
+/// r = 1 / sqrt(mean(x^2) + eps) over trailing axes: the exporters' forms of
+/// r (1 / s, Reciprocal(s), s^-0.5 of the sum, x / s for x * r) and of x^2
+/// (Pow(x, 2), x * x), as Hugging Face's RMSNorm modules (Llama, Gemma, T5)
+/// and ONNX's RMSNormalization function body write them.
+struct RmsChain {
+  Value x;
+  float epsilon = 0;
+  int64_t axis = 0;
+  SmallVector<Operation *> ops; // the normalization itself, from `normalized` up
+};
+
+/// `normalized` (x * r, r * x or x / sqrt(...)) as an RMS normalization, if it
+/// is one whose inner ops have no other use.
+std::optional<RmsChain> rmsChain(Operation *normalized) {
+  if (!normalized || !llvm::isa<nn::MulOp, nn::DivOp>(normalized))
+    return std::nullopt;
+  // The sum mean(x^2) + eps, from the inverse root's operand.
+  auto sumOf = [](Value inverseRoot, SmallVectorImpl<Operation *> &ops) -> Value {
+    Operation *def = inverseRoot.getDefiningOp();
+    if (!def || !def->hasOneUse())
+      return {};
+    Value root;
+    if (auto reciprocal = llvm::dyn_cast<nn::ReciprocalOp>(def))
+      root = reciprocal.getInput();
+    else if (auto div = llvm::dyn_cast<nn::DivOp>(def); div && near(splatValue(div.getLhs()), 1.0))
+      root = div.getRhs();
+    else if (auto pow = llvm::dyn_cast<nn::PowOp>(def); pow && near(splatValue(pow.getRhs()), -0.5)) {
+      ops.push_back(def);
+      return pow.getLhs();
+    }
+    auto sqrt = root ? root.getDefiningOp<nn::SqrtOp>() : nullptr;
+    if (!sqrt || !sqrt->hasOneUse())
+      return {};
+    ops.append({def, sqrt});
+    return sqrt.getInput();
+  };
+  RmsChain chain;
+  chain.ops.push_back(normalized);
+  Value sum;
+  for (int side = 0; side < 2 && !sum; ++side) {
+    if (llvm::isa<nn::DivOp>(normalized)) {
+      auto sqrt = normalized->getOperand(1).getDefiningOp<nn::SqrtOp>();
+      if (side == 1 || !sqrt || !sqrt->hasOneUse())
+        return std::nullopt;
+      chain.ops.push_back(sqrt);
+      sum = sqrt.getInput();
+      chain.x = normalized->getOperand(0);
+      continue;
+    }
+    SmallVector<Operation *> ops;
+    if (Value found = sumOf(normalized->getOperand(1 - side), ops)) {
+      sum = found;
+      chain.x = normalized->getOperand(side);
+      chain.ops.append(ops.begin(), ops.end());
+    }
+  }
+  auto addEps = sum ? sum.getDefiningOp<nn::AddOp>() : nullptr;
+  if (!addEps || !addEps->hasOneUse())
+    return std::nullopt;
+  auto withMean = orderedOperands(addEps, [](Value v) { return v.getDefiningOp<nn::ReduceMeanOp>(); });
+  if (!withMean)
+    return std::nullopt;
+  std::optional<float> eps = splatValue(withMean->second);
+  auto mean = withMean->first.getDefiningOp<nn::ReduceMeanOp>();
+  if (!eps || !(*eps >= 0.0f) || !mean->hasOneUse() || !mean.getKeepdims())
+    return std::nullopt;
+  Operation *square = mean.getInput().getDefiningOp();
+  Value x = chain.x;
+  bool squares = square && square->hasOneUse() &&
+                 ((llvm::isa<nn::PowOp>(square) && square->getOperand(0) == x &&
+                   near(splatValue(square->getOperand(1)), 2.0)) ||
+                  (llvm::isa<nn::MulOp>(square) && square->getOperand(0) == x && square->getOperand(1) == x));
+  auto type = llvm::dyn_cast<RankedTensorType>(x.getType());
+  if (!squares || !type || !type.hasStaticShape() || !type.getElementType().isF32() ||
+      normalized->getResult(0).getType() != type ||
+      !trailingAxes(mean.getAxes(), type.getRank(), chain.axis))
+    return std::nullopt;
+  chain.ops.append({addEps, mean, square});
+  chain.epsilon = *eps;
+  return chain;
+}
+
+/// Whether `scale` broadcasts to the normalized axes of `chain`, as
+/// nn.layer_norm's verifier requires.
+bool isRmsScale(Value scale, const RmsChain &chain) {
+  auto type = llvm::dyn_cast<RankedTensorType>(scale.getType());
+  auto normalized = llvm::cast<RankedTensorType>(chain.x.getType()).getShape().drop_front(chain.axis);
+  if (!type || !type.getElementType().isF32() || type.getRank() > (int64_t)normalized.size())
+    return false;
+  auto shape = nn::broadcastShapes(type.getShape(), normalized);
+  return succeeded(shape) && ArrayRef<int64_t>(*shape) == normalized;
+}
+
+/// `root` (the scale multiply, or the normalizing product itself when
+/// `scale` is null: then the scale is 1) replaced by nn.layer_norm with
+/// centered = false.
+LogicalResult replaceByRmsNorm(Operation *root, const RmsChain &chain, Value scale, PatternRewriter &rewriter) {
+  SmallVector<Operation *> ops{root};
+  for (Operation *op : chain.ops)
+    if (op != root)
+      ops.push_back(op);
+  if (!sameStage(ops))
+    return failure();
+  auto type = llvm::cast<RankedTensorType>(chain.x.getType());
+  if (!scale) {
+    auto ones = RankedTensorType::get(type.getShape().drop_front(chain.axis), type.getElementType());
+    auto constant = nn::ConstantOp::create(rewriter, root->getLoc(), DenseElementsAttr::get(ones, 1.0f));
+    inheritPlacement(root, constant, /*withCost=*/false);
+    scale = constant;
+  }
+  SmallVector<int64_t> statsShape(type.getShape());
+  std::fill(statsShape.begin() + chain.axis, statsShape.end(), 1);
+  auto statistics = RankedTensorType::get(statsShape, type.getElementType());
+  auto norm = nn::LayerNormOp::create(
+      rewriter, absorbedLocation(root->getLoc(), ArrayRef<Operation *>(ops).drop_front()),
+      TypeRange{type, statistics, statistics}, ValueRange{chain.x, scale},
+      ArrayRef<NamedAttribute>{rewriter.getNamedAttr("axis", rewriter.getI64IntegerAttr(chain.axis)),
+                               rewriter.getNamedAttr("epsilon", rewriter.getF32FloatAttr(chain.epsilon)),
+                               rewriter.getNamedAttr("centered", rewriter.getBoolAttr(false))});
+  inheritPlacement(root, norm, /*withCost=*/true);
+  rewriter.replaceOp(root, norm.getResult());
+  return success();
+}
+
+/// An RMS normalization without a scale multiply after it: `root` is the
+/// normalizing product (x * r or x / sqrt(...)).
+LogicalResult unscaledRmsNorm(Operation *root, PatternRewriter &rewriter) {
+  std::optional<RmsChain> chain = rmsChain(root);
+  if (!chain)
+    return failure();
+  // A scale multiply after it is the scaled pattern's root.
+  if (root->hasOneUse())
+    if (auto next = llvm::dyn_cast<nn::MulOp>(*root->getUsers().begin()))
+      for (Value operand : next->getOperands())
+        if (operand != root->getResult(0) && isRmsScale(operand, *chain))
+          return failure();
+  return replaceByRmsNorm(root, *chain, Value(), rewriter);
+}
+
+/// An RMS normalization and its scale multiply (either side; Gemma's scale
+/// is 1 + weight, any value that broadcasts to the normalized axes), or a
+/// product x * r without a scale: nn.layer_norm with centered = false.
+struct DecomposedRmsNorm : OpRewritePattern<nn::MulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::MulOp root, PatternRewriter &rewriter) const override {
+    for (int side = 0; side < 2; ++side) {
+      Operation *normalized = root->getOperand(side).getDefiningOp();
+      if (!normalized || !normalized->hasOneUse())
+        continue;
+      if (std::optional<RmsChain> chain = rmsChain(normalized))
+        if (isRmsScale(root->getOperand(1 - side), *chain) && root.getType() == chain->x.getType())
+          return replaceByRmsNorm(root, *chain, root->getOperand(1 - side), rewriter);
+    }
+    return unscaledRmsNorm(root, rewriter);
+  }
+};
+
+/// x / sqrt(mean(x^2) + eps) without a scale multiply after it.
+struct DecomposedRmsNormByDivision : OpRewritePattern<nn::DivOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::DivOp root, PatternRewriter &rewriter) const override {
+    return unscaledRmsNorm(root, rewriter);
   }
 };
 
@@ -369,8 +536,9 @@ struct RecognizeComposites : impl::RecognizeCompositesBase<RecognizeComposites> 
   using Base::Base;
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<DecomposedLayerNorm, DecomposedLayerNormNoBias, DecomposedGelu, DecomposedMaskedSoftmax,
-                 AdditiveMaskedSoftmax>(
+    patterns.add<DecomposedLayerNorm, DecomposedLayerNormNoBias, DecomposedRmsNorm, DecomposedRmsNormByDivision,
+                 DecomposedGelu,
+                 DecomposedMaskedSoftmax, AdditiveMaskedSoftmax>(
         &getContext());
     int64_t applied = 0;
     if (failed(applyPatternsCounted(getOperation(), std::move(patterns), applied)))

@@ -136,20 +136,22 @@ TEST(Gradients, BatchNormInputAndParams) {
   }
 }
 
-TEST(Gradients, LayerNormInputAndParams) {
+TEST(Gradients, LayerAndRmsNormInputAndParams) {
   struct Case { pk::Shape xs; int64_t axis; pk::Shape ps; };
   const Case cases[] = {{{3, 2, 8}, -1, {8}}, {{2, 3, 4}, 1, {3, 4}}, {{2, 3, 4}, 1, {1, 4}}, {{5, 6}, 0, {5, 6}}};
   int seed = 30;
+  for (const pk::RowNorm norm : {pk::RowNorm::Layer, pk::RowNorm::Rms})
   for (const Case &c : cases) {
     auto x = randomVec(c.xs.numel(), seed++, -2.0f, 3.0f), dy = randomVec(c.xs.numel(), seed++);
     auto g = randomVec(c.ps.numel(), seed++, 0.5f, 1.5f), b = randomVec(c.ps.numel(), seed++);
     std::vector<float> dx(x.size()), dg(g.size()), db(b.size());
-    pk::layerNormGrad(dy.data(), x.data(), c.xs, g.data(), c.ps, dx.data(), c.axis, 1e-5f);
-    pk::layerNormParamGrad(dy.data(), x.data(), c.xs, c.ps, dg.data(), db.data(), c.axis, 1e-5f);
+    pk::layerNormGrad(dy.data(), x.data(), c.xs, g.data(), c.ps, dx.data(), c.axis, 1e-5f, norm);
+    pk::layerNormParamGrad(dy.data(), x.data(), c.xs, c.ps, dg.data(), db.data(), c.axis, 1e-5f, norm);
     auto fwd = [&](const float *xp, const float *gp, const float *bp, std::vector<float> &out) {
-      pk::layerNorm(xp, c.xs, gp, c.ps, bp, c.ps, out.data(), nullptr, nullptr, c.axis, 1e-5f);
+      pk::layerNorm(xp, c.xs, gp, c.ps, bp, c.ps, out.data(), nullptr, nullptr, c.axis, 1e-5f, norm);
     };
-    const std::string what = c.xs.str() + " axis " + std::to_string(c.axis) + " params " + c.ps.str();
+    const std::string what = c.xs.str() + " axis " + std::to_string(c.axis) + " params " + c.ps.str() +
+                             (norm == pk::RowNorm::Rms ? " (RMS)" : "");
     checkGradient(x, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
       fwd(in.data(), g.data(), b.data(), out);
     }, dx, 1e-2f, 3e-3, 1e-2, ("dx " + what).c_str());

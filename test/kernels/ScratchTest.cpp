@@ -129,9 +129,11 @@ TEST(Scratch, ConvolutionsFitTheirPlannedScratch) {
 // parameter gradient splits its sums over threads (the rows' statistics).
 TEST(Scratch, LayerNormsFitTheirPlannedScratch) {
   const auto cpu = pk::ScratchTarget::Cpu;
+  for (const pk::RowNorm norm : {pk::RowNorm::Layer, pk::RowNorm::Rms})
   for (const pk::Shape &xs : {pk::Shape{3, 4, 8}, pk::Shape{64, 4, 128}})
     for (const pk::Shape &ps : {pk::Shape{xs.v[1], xs.v[2]}, pk::Shape{1, xs.v[2]}}) {
-      const std::string what = xs.str() + " params " + ps.str();
+      const std::string what =
+          xs.str() + " params " + ps.str() + (norm == pk::RowNorm::Rms ? " (RMS)" : "");
       const auto x = randomVec(xs.numel(), 1), dy = randomVec(xs.numel(), 2), g = randomVec(ps.numel(), 3),
                  b = randomVec(ps.numel(), 4);
       const int64_t rows = xs.v[0];
@@ -139,20 +141,20 @@ TEST(Scratch, LayerNormsFitTheirPlannedScratch) {
                                    [&](const pk::Workspace &s) {
                                      std::vector<float> y(xs.numel() + 2 * rows);
                                      pk::layerNorm(x.data(), xs, g.data(), ps, b.data(), ps, y.data(),
-                                                   y.data() + xs.numel(), y.data() + xs.numel() + rows, 1, 1e-5f, s);
+                                                   y.data() + xs.numel(), y.data() + xs.numel() + rows, 1, 1e-5f, norm, s);
                                      return y;
                                    });
       expectPlannedScratchSuffices(what.c_str(), pk::layerNormGradScratch(cpu, xs, ps, 1),
                                    [&](const pk::Workspace &s) {
                                      std::vector<float> dx(xs.numel());
-                                     pk::layerNormGrad(dy.data(), x.data(), xs, g.data(), ps, dx.data(), 1, 1e-5f, s);
+                                     pk::layerNormGrad(dy.data(), x.data(), xs, g.data(), ps, dx.data(), 1, 1e-5f, norm, s);
                                      return dx;
                                    });
       expectPlannedScratchSuffices(what.c_str(), pk::layerNormParamGradScratch(cpu, xs, ps, 1, true),
                                    [&](const pk::Workspace &s) {
                                      std::vector<float> d(2 * ps.numel());
                                      pk::layerNormParamGrad(dy.data(), x.data(), xs, ps, d.data(),
-                                                            d.data() + ps.numel(), 1, 1e-5f, s);
+                                                            d.data() + ps.numel(), 1, 1e-5f, norm, s);
                                      return d;
                                    });
     }

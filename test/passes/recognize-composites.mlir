@@ -19,6 +19,95 @@ func.func @layer_norm(%x: tensor<2x16x32xf32>, %w: tensor<32xf32>, %b: tensor<32
   return %y : tensor<2x16x32xf32>
 }
 
+// RMSNorm as the exporters write Hugging Face's modules: Llama at opset 17
+// (1 / sqrt, weight first), at opset 20 (Reciprocal, weight second), Gemma
+// (scale 1 + w), a power of -0.5 and x / sqrt without a scale (scale 1):
+// each one nn.layer_norm with centered = false.
+// CHECK-LABEL: func.func @rms_norm
+// CHECK-DAG: %[[A:.*]], %{{.*}}, %{{.*}} = nn.layer_norm %arg0, %arg1 {axis = 2 : i64, centered = false, epsilon = 9.99999997E-7 : f32}
+// CHECK-DAG: %[[B:.*]], %{{.*}}, %{{.*}} = nn.layer_norm %arg0, %arg1 {axis = 2 : i64, centered = false}
+// CHECK-DAG: %[[G:.*]] = nn.add %{{.*}}, %arg1
+// CHECK-DAG: %[[C:.*]], %{{.*}}, %{{.*}} = nn.layer_norm %arg0, %[[G]] {axis = 2 : i64, centered = false, epsilon = 9.99999997E-7 : f32}
+// CHECK-DAG: %[[D:.*]], %{{.*}}, %{{.*}} = nn.layer_norm %arg0, %arg1 {axis = 1 : i64, centered = false, epsilon = 9.99999997E-7 : f32}
+// CHECK-DAG: %[[ONES:.*]] = nn.constant dense<1.000000e+00> : tensor<32xf32>
+// CHECK-DAG: %[[E:.*]], %{{.*}}, %{{.*}} = nn.layer_norm %arg0, %[[ONES]] {axis = 2 : i64, centered = false, epsilon = 0.000000e+00 : f32}
+// CHECK-NOT: nn.sqrt
+// CHECK-NOT: nn.pow
+// CHECK: return %[[A]], %[[B]], %[[C]], %[[D]], %[[E]]
+func.func @rms_norm(%x: tensor<2x16x32xf32>, %w: tensor<32xf32>) -> (tensor<2x16x32xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>) {
+  %two = nn.constant dense<2.0> : tensor<f32>
+  %one = nn.constant dense<1.0> : tensor<f32>
+  %eps = nn.constant dense<1.0e-6> : tensor<f32>
+  %eps5 = nn.constant dense<1.0e-5> : tensor<f32>
+  %zero = nn.constant dense<0.0> : tensor<f32>
+  %mhalf = nn.constant dense<-0.5> : tensor<f32>
+  // Llama, opset 17.
+  %p = nn.pow %x, %two : (tensor<2x16x32xf32>, tensor<f32>) -> tensor<2x16x32xf32>
+  %v = nn.reduce_mean %p {axes = array<i64: 2>} : (tensor<2x16x32xf32>) -> tensor<2x16x1xf32>
+  %ve = nn.add %v, %eps : (tensor<2x16x1xf32>, tensor<f32>) -> tensor<2x16x1xf32>
+  %s = nn.sqrt %ve : tensor<2x16x1xf32>
+  %r = nn.div %one, %s : (tensor<f32>, tensor<2x16x1xf32>) -> tensor<2x16x1xf32>
+  %n = nn.mul %x, %r : (tensor<2x16x32xf32>, tensor<2x16x1xf32>) -> tensor<2x16x32xf32>
+  %a = nn.mul %w, %n : (tensor<32xf32>, tensor<2x16x32xf32>) -> tensor<2x16x32xf32>
+  // Llama, opset 20: x * x, Reciprocal, eps first.
+  %p2 = nn.mul %x, %x : (tensor<2x16x32xf32>, tensor<2x16x32xf32>) -> tensor<2x16x32xf32>
+  %v2 = nn.reduce_mean %p2 {axes = array<i64: 2>} : (tensor<2x16x32xf32>) -> tensor<2x16x1xf32>
+  %ve2 = nn.add %eps5, %v2 : (tensor<f32>, tensor<2x16x1xf32>) -> tensor<2x16x1xf32>
+  %s2 = nn.sqrt %ve2 : tensor<2x16x1xf32>
+  %r2 = nn.reciprocal %s2 : tensor<2x16x1xf32>
+  %n2 = nn.mul %r2, %x : (tensor<2x16x1xf32>, tensor<2x16x32xf32>) -> tensor<2x16x32xf32>
+  %b = nn.mul %n2, %w : (tensor<2x16x32xf32>, tensor<32xf32>) -> tensor<2x16x32xf32>
+  // Gemma: the scale is 1 + w.
+  %p3 = nn.pow %x, %two : (tensor<2x16x32xf32>, tensor<f32>) -> tensor<2x16x32xf32>
+  %v3 = nn.reduce_mean %p3 {axes = array<i64: 2>} : (tensor<2x16x32xf32>) -> tensor<2x16x1xf32>
+  %ve3 = nn.add %v3, %eps : (tensor<2x16x1xf32>, tensor<f32>) -> tensor<2x16x1xf32>
+  %s3 = nn.sqrt %ve3 : tensor<2x16x1xf32>
+  %r3 = nn.reciprocal %s3 : tensor<2x16x1xf32>
+  %n3 = nn.mul %x, %r3 : (tensor<2x16x32xf32>, tensor<2x16x1xf32>) -> tensor<2x16x32xf32>
+  %g = nn.add %one, %w : (tensor<f32>, tensor<32xf32>) -> tensor<32xf32>
+  %c = nn.mul %n3, %g : (tensor<2x16x32xf32>, tensor<32xf32>) -> tensor<2x16x32xf32>
+  // Over the last two axes, r as a power of -0.5; the scale broadcasts.
+  %p4 = nn.pow %x, %two : (tensor<2x16x32xf32>, tensor<f32>) -> tensor<2x16x32xf32>
+  %v4 = nn.reduce_mean %p4 {axes = array<i64: 1, 2>} : (tensor<2x16x32xf32>) -> tensor<2x1x1xf32>
+  %ve4 = nn.add %v4, %eps : (tensor<2x1x1xf32>, tensor<f32>) -> tensor<2x1x1xf32>
+  %r4 = nn.pow %ve4, %mhalf : (tensor<2x1x1xf32>, tensor<f32>) -> tensor<2x1x1xf32>
+  %n4 = nn.mul %x, %r4 : (tensor<2x16x32xf32>, tensor<2x1x1xf32>) -> tensor<2x16x32xf32>
+  %d = nn.mul %n4, %w : (tensor<2x16x32xf32>, tensor<32xf32>) -> tensor<2x16x32xf32>
+  // x / sqrt(mean(x^2)) without a scale.
+  %p5 = nn.pow %x, %two : (tensor<2x16x32xf32>, tensor<f32>) -> tensor<2x16x32xf32>
+  %v5 = nn.reduce_mean %p5 {axes = array<i64: 2>} : (tensor<2x16x32xf32>) -> tensor<2x16x1xf32>
+  %ve5 = nn.add %v5, %zero : (tensor<2x16x1xf32>, tensor<f32>) -> tensor<2x16x1xf32>
+  %s5 = nn.sqrt %ve5 : tensor<2x16x1xf32>
+  %e = nn.div %x, %s5 : (tensor<2x16x32xf32>, tensor<2x16x1xf32>) -> tensor<2x16x32xf32>
+  return %a, %b, %c, %d, %e : tensor<2x16x32xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>
+}
+
+// Not an RMSNorm: the mean square is used elsewhere too, the mean is over a
+// leading axis, and the square is of another value.
+// CHECK-LABEL: func.func @not_rms_norm
+// CHECK-NOT: nn.layer_norm
+// CHECK: return
+func.func @not_rms_norm(%x: tensor<2x16x32xf32>, %y: tensor<2x16x32xf32>) -> (tensor<2x16x32xf32>, tensor<2x16x1xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>) {
+  %two = nn.constant dense<2.0> : tensor<f32>
+  %eps = nn.constant dense<1.0e-6> : tensor<f32>
+  %p = nn.pow %x, %two : (tensor<2x16x32xf32>, tensor<f32>) -> tensor<2x16x32xf32>
+  %v = nn.reduce_mean %p {axes = array<i64: 2>} : (tensor<2x16x32xf32>) -> tensor<2x16x1xf32>
+  %ve = nn.add %v, %eps : (tensor<2x16x1xf32>, tensor<f32>) -> tensor<2x16x1xf32>
+  %s = nn.sqrt %ve : tensor<2x16x1xf32>
+  %n = nn.div %x, %s : (tensor<2x16x32xf32>, tensor<2x16x1xf32>) -> tensor<2x16x32xf32>
+  %p2 = nn.pow %x, %two : (tensor<2x16x32xf32>, tensor<f32>) -> tensor<2x16x32xf32>
+  %v2 = nn.reduce_mean %p2 {axes = array<i64: 1>} : (tensor<2x16x32xf32>) -> tensor<2x1x32xf32>
+  %ve2 = nn.add %v2, %eps : (tensor<2x1x32xf32>, tensor<f32>) -> tensor<2x1x32xf32>
+  %s2 = nn.sqrt %ve2 : tensor<2x1x32xf32>
+  %n2 = nn.div %x, %s2 : (tensor<2x16x32xf32>, tensor<2x1x32xf32>) -> tensor<2x16x32xf32>
+  %p3 = nn.pow %y, %two : (tensor<2x16x32xf32>, tensor<f32>) -> tensor<2x16x32xf32>
+  %v3 = nn.reduce_mean %p3 {axes = array<i64: 2>} : (tensor<2x16x32xf32>) -> tensor<2x16x1xf32>
+  %ve3 = nn.add %v3, %eps : (tensor<2x16x1xf32>, tensor<f32>) -> tensor<2x16x1xf32>
+  %s3 = nn.sqrt %ve3 : tensor<2x16x1xf32>
+  %n3 = nn.div %x, %s3 : (tensor<2x16x32xf32>, tensor<2x16x1xf32>) -> tensor<2x16x32xf32>
+  return %n, %v, %n2, %n3 : tensor<2x16x32xf32>, tensor<2x16x1xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>
+}
+
 // The exact GELU, x * 0.5 * (1 + erf(x / sqrt 2)), in the exporter's order
 // and with the half applied first.
 // CHECK-LABEL: func.func @gelu

@@ -202,8 +202,8 @@ const float *expandedParam(const char *op, const float *p, const Shape &ps, cons
   return buf;
 }
 
-void rowStats(const float *x, int64_t inner, double &mean, double &invStd, float epsilon) {
-  mean = laneSum(inner, [&](int64_t i) { return x[i]; }) / (double)inner;
+void rowStats(const float *x, int64_t inner, double &mean, double &invStd, float epsilon, RowNorm norm) {
+  mean = norm == RowNorm::Layer ? laneSum(inner, [&](int64_t i) { return x[i]; }) / (double)inner : 0.0;
   const float fm = (float)mean;
   const double sq = laneSum(inner, [&](int64_t i) { return (x[i] - fm) * (x[i] - fm); });
   invStd = 1.0 / std::sqrt(sq / (double)inner + (double)epsilon);
@@ -211,7 +211,8 @@ void rowStats(const float *x, int64_t inner, double &mean, double &invStd, float
 } // namespace
 
 void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape &ss, const float *bias, const Shape &bs,
-               float *y, float *mean, float *invStd, int64_t axis, float epsilon, const Workspace &workspace) {
+               float *y, float *mean, float *invStd, int64_t axis, float epsilon, RowNorm norm,
+               const Workspace &workspace) {
   const RowView v = rowView("nn.layer_norm", xs, axis);
   Scratch scratch("nn.layer_norm", workspace,
                   layerNormScratch(ScratchTarget::Cpu, xs, ss, bias ? &bs : nullptr, axis));
@@ -222,7 +223,7 @@ void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape 
       const float *xr = x + r * v.inner;
       float *yr = y + r * v.inner;
       double m, inv;
-      rowStats(xr, v.inner, m, inv, epsilon);
+      rowStats(xr, v.inner, m, inv, epsilon, norm);
       if (mean) mean[r] = (float)m;
       if (invStd) invStd[r] = (float)inv;
       const float fm = (float)m, fi = (float)inv;
@@ -235,7 +236,7 @@ void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape 
 }
 
 void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const Shape &ss, float *dx,
-                   int64_t axis, float epsilon, const Workspace &workspace) {
+                   int64_t axis, float epsilon, RowNorm norm, const Workspace &workspace) {
   const RowView v = rowView("nn.layer_norm_grad", xs, axis);
   Scratch scratch("nn.layer_norm_grad", workspace, layerNormGradScratch(ScratchTarget::Cpu, xs, ss, axis));
   const float *g = expandedParam("nn.layer_norm_grad", scale, ss, v, scratch);
@@ -244,9 +245,9 @@ void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float
       const float *xr = x + r * v.inner, *dyr = dy + r * v.inner;
       float *dxr = dx + r * v.inner;
       double m, inv;
-      rowStats(xr, v.inner, m, inv, epsilon);
+      rowStats(xr, v.inner, m, inv, epsilon, norm);
       const float fm = (float)m, fi = (float)inv;
-      const double sumG = laneSum(v.inner, [&](int64_t i) { return dyr[i] * g[i]; });
+      const double sumG = norm == RowNorm::Layer ? laneSum(v.inner, [&](int64_t i) { return dyr[i] * g[i]; }) : 0.0;
       const double sumGX = laneSum(v.inner, [&](int64_t i) { return dyr[i] * g[i] * ((xr[i] - fm) * fi); });
       const float mG = (float)(sumG / (double)v.inner), mGX = (float)(sumGX / (double)v.inner);
       for (int64_t i = 0; i < v.inner; ++i) {
@@ -258,7 +259,7 @@ void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float
 }
 
 void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const Shape &ps, float *dscale, float *dbias,
-                        int64_t axis, float epsilon, const Workspace &workspace) {
+                        int64_t axis, float epsilon, RowNorm norm, const Workspace &workspace) {
   const RowView v = rowView("nn.layer_norm_param_grad", xs, axis);
   if (!broadcastsTo(ps, v.normalized))
     fail("nn.layer_norm_param_grad", "parameter shape " + ps.str() + " does not broadcast to " + v.normalized.str());
@@ -275,7 +276,7 @@ void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
     for (int64_t r = 0; r < v.rows; ++r) {
       const float *xr = x + r * v.inner, *dyr = dy + r * v.inner;
       double m, inv;
-      rowStats(xr, v.inner, m, inv, epsilon);
+      rowStats(xr, v.inner, m, inv, epsilon, norm);
       const float fm = (float)m, fi = (float)inv;
       for (int64_t i = 0; i < v.inner; ++i) ds[i] += dyr[i] * ((xr[i] - fm) * fi);
       if (db)
@@ -288,7 +289,7 @@ void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
     parallelVectorRanges(v.rows, work, [&](int64_t rBegin, int64_t rEnd) {
       for (int64_t r = rBegin; r < rEnd; ++r) {
         double m, inv;
-        rowStats(x + r * v.inner, v.inner, m, inv, epsilon);
+        rowStats(x + r * v.inner, v.inner, m, inv, epsilon, norm);
         stats[2 * r] = (float)m, stats[2 * r + 1] = (float)inv;
       }
     });

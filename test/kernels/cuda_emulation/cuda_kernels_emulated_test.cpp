@@ -423,24 +423,26 @@ static void testNorm() {
     for (int axis = -xs.size; axis < xs.size; ++axis) {
       const int a = axis < 0 ? axis + xs.size : axis;
       Shape ns(xs.v + a, xs.size - a);
-      for (int pv = 0; pv < 3; ++pv) {
+      for (int pv = 0; pv < 3; ++pv)
+      for (const pk::RowNorm norm : {pk::RowNorm::Layer, pk::RowNorm::Rms}) {
         Shape ps = pv == 0 ? ns : bcastOf(ns);
         auto x = randv(xs.numel()), g = randv(ps.numel()), b = randv(ps.numel()), dy = randv(xs.numel());
         const int64_t rows = pk::Shape(xs.v, a).numel();
         std::vector<float> yc(xs.numel()), yg(xs.numel()), mc(rows), mg(rows), ic(rows), ig(rows);
-        ctx = "layerNorm " + xs.str() + " axis " + std::to_string(axis) + " ps " + ps.str();
-        pk::layerNorm(x.data(), xs, g.data(), ps, b.data(), ps, yc.data(), mc.data(), ic.data(), axis, 1e-5f);
-        pc::layerNorm(x.data(), xs, g.data(), ps, b.data(), ps, yg.data(), mg.data(), ig.data(), axis, 1e-5f);
+        ctx = "layerNorm " + xs.str() + " axis " + std::to_string(axis) + " ps " + ps.str() +
+              (norm == pk::RowNorm::Rms ? " (RMS)" : "");
+        pk::layerNorm(x.data(), xs, g.data(), ps, b.data(), ps, yc.data(), mc.data(), ic.data(), axis, 1e-5f, norm);
+        pc::layerNorm(x.data(), xs, g.data(), ps, b.data(), ps, yg.data(), mg.data(), ig.data(), axis, 1e-5f, norm);
         cmp(yc, yg, 1e-4, "y");
         cmp(mc, mg, 1e-5, "mean");
         cmp(ic, ig, 1e-4, "invstd");
         std::vector<float> dc(xs.numel()), dg(xs.numel());
-        pk::layerNormGrad(dy.data(), x.data(), xs, g.data(), ps, dc.data(), axis, 1e-5f);
-        pc::layerNormGrad(dy.data(), x.data(), xs, g.data(), ps, dg.data(), axis, 1e-5f);
+        pk::layerNormGrad(dy.data(), x.data(), xs, g.data(), ps, dc.data(), axis, 1e-5f, norm);
+        pc::layerNormGrad(dy.data(), x.data(), xs, g.data(), ps, dg.data(), axis, 1e-5f, norm);
         cmp(dc, dg, 1e-3, "dx");
         std::vector<float> dsc(ps.numel()), dbc(ps.numel()), dsg(ps.numel()), dbg(ps.numel());
-        pk::layerNormParamGrad(dy.data(), x.data(), xs, ps, dsc.data(), dbc.data(), axis, 1e-5f);
-        pc::layerNormParamGrad(dy.data(), x.data(), xs, ps, dsg.data(), dbg.data(), axis, 1e-5f);
+        pk::layerNormParamGrad(dy.data(), x.data(), xs, ps, dsc.data(), dbc.data(), axis, 1e-5f, norm);
+        pc::layerNormParamGrad(dy.data(), x.data(), xs, ps, dsg.data(), dbg.data(), axis, 1e-5f, norm);
         cmp(dsc, dsg, 1e-4, "dscale");
         cmp(dbc, dbg, 1e-4, "dbias");
       }

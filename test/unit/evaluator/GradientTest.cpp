@@ -403,31 +403,33 @@ std::vector<GradCase> convolutionCases(std::mt19937_64 &rng) {
          }});
   }
 
-  // Layer normalization over the trailing axes; scale and bias broadcast.
+  // Layer and RMS normalization over the trailing axes; scale and bias broadcast.
   struct Layer {
     std::vector<int64_t> input;
     int64_t axis;
     std::vector<int64_t> scale, bias;
   };
-  for (Layer layer : {Layer{{2, 3, 4}, -1, {4}, {4}}, Layer{{2, 3, 4}, 1, {3, 4}, {3, 4}},
-                      Layer{{2, 3, 4}, 1, {1, 4}, {4}}}) {
-    double epsilon = 1e-5;
-    cases.push_back(
-        {"nn.layer_norm",
-         "input " + shapeToString(layer.input) + " axis " + std::to_string(layer.axis) +
-             " scale " + shapeToString(layer.scale) + " bias " + shapeToString(layer.bias),
-         {random(rng, layer.input, -2, 2), random(rng, layer.scale), random(rng, layer.bias)},
-         [=](const Tensors &in) {
-           return Tensors{layerNorm(in[0], in[1], &in[2], layer.axis, epsilon).output};
-         },
-         {0, 1, 2},
-         [=](const Tensors &in, const Tensors &dy) {
-           ParamGrads params =
-               layerNormParamGrad(dy[0], in[0], layer.axis, epsilon, in[1].shape, in[2].shape);
-           return Tensors{layerNormGrad(dy[0], in[0], in[1], layer.axis, epsilon), params.scale,
-                          params.bias};
-         }});
-  }
+  for (bool centered : {true, false})
+    for (Layer layer : {Layer{{2, 3, 4}, -1, {4}, {4}}, Layer{{2, 3, 4}, 1, {3, 4}, {3, 4}},
+                        Layer{{2, 3, 4}, 1, {1, 4}, {4}}}) {
+      double epsilon = 1e-5;
+      cases.push_back(
+          {"nn.layer_norm",
+           std::string(centered ? "" : "centered = false, ") + "input " + shapeToString(layer.input) +
+               " axis " + std::to_string(layer.axis) + " scale " + shapeToString(layer.scale) + " bias " +
+               shapeToString(layer.bias),
+           {random(rng, layer.input, -2, 2), random(rng, layer.scale), random(rng, layer.bias)},
+           [=](const Tensors &in) {
+             return Tensors{layerNorm(in[0], in[1], &in[2], layer.axis, epsilon, centered).output};
+           },
+           {0, 1, 2},
+           [=](const Tensors &in, const Tensors &dy) {
+             ParamGrads params = layerNormParamGrad(dy[0], in[0], layer.axis, epsilon, centered, in[1].shape,
+                                                    in[2].shape);
+             return Tensors{layerNormGrad(dy[0], in[0], in[1], layer.axis, epsilon, centered), params.scale,
+                            params.bias};
+           }});
+    }
 
   // Pools.
   struct Pool {

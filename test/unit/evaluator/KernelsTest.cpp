@@ -198,17 +198,28 @@ TEST(Kernels, LayerNormReturnsStatistics) {
   Tensor input = floats({2, 2}, {1, 3, 2, 2}, ElementKind::Float64);
   Tensor scale = floats({2}, {1, 2}, ElementKind::Float64);
   Tensor bias = floats({2}, {0, 1}, ElementKind::Float64);
-  auto results = layerNorm(input, scale, &bias, -1, 0.0);
+  auto results = layerNorm(input, scale, &bias, -1, 0.0, /*centered=*/true);
   // Row 0: mean 2, variance 1 -> {-1, 1} -> scaled and shifted {-1, 3}.
   // (Row 1 has variance 0: only a positive epsilon makes it finite.)
   expectNear(results.mean, {2, 1}, {2, 2}, 1e-12);
   EXPECT_NEAR(results.output.floats[0], -1, 1e-12);
   EXPECT_NEAR(results.output.floats[1], 3, 1e-12);
-  auto withEpsilon = layerNorm(input, scale, &bias, 1, 1.0);
+  auto withEpsilon = layerNorm(input, scale, &bias, 1, 1.0, /*centered=*/true);
   // Epsilon 1: row 0 has 1/sqrt(2), row 1 (variance 0) 1.
   expectNear(withEpsilon.invStdDev, {2, 1}, {1 / std::sqrt(2.0), 1.0}, 1e-12);
   expectNear(withEpsilon.output, {2, 2}, {-1 / std::sqrt(2.0), 1 + 2 / std::sqrt(2.0), 0, 1},
              1e-12);
+}
+
+TEST(Kernels, RmsNormDividesByTheRootMeanSquare) {
+  Tensor input = floats({2, 2}, {3, 4, 0, 2}, ElementKind::Float64);
+  Tensor scale = floats({2}, {1, 2}, ElementKind::Float64);
+  auto results = layerNorm(input, scale, nullptr, -1, 0.0, /*centered=*/false);
+  // Row 0: mean square 12.5; row 1: 2. The mean is 0.
+  expectNear(results.mean, {2, 1}, {0, 0}, 1e-12);
+  expectNear(results.invStdDev, {2, 1}, {1 / std::sqrt(12.5), 1 / std::sqrt(2.0)}, 1e-12);
+  expectNear(results.output, {2, 2},
+             {3 / std::sqrt(12.5), 8 / std::sqrt(12.5), 0, 4 / std::sqrt(2.0)}, 1e-12);
 }
 
 TEST(Kernels, MatMulPromotesVectorsAndBroadcastsBatches) {

@@ -157,13 +157,16 @@ const float *expandedParam(const char *op, const float *p, const Shape &ps, cons
   return buffer;
 }
 
-/// Mean and 1/sqrt(var + eps) of one row (block-collective), as the CPU's
+/// Mean (0 under RowNorm::Rms) and 1/sqrt(var + eps) of one row (block-collective), as the CPU's
 /// rowStats: the squares are float (x - (float)mean)², sums in double.
-__device__ void rowStats(const float *x, int64_t inner, float epsilon, double &mean, double &invStd) {
-  double sum = 0;
-  for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) sum += x[i];
-  sum = blockSum(sum);
-  mean = sum / (double)inner;
+__device__ void rowStats(const float *x, int64_t inner, float epsilon, RowNorm norm, double &mean, double &invStd) {
+  mean = 0;
+  if (norm == RowNorm::Layer) {
+    double sum = 0;
+    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) sum += x[i];
+    sum = blockSum(sum);
+    mean = sum / (double)inner;
+  }
   const float fm = (float)mean;
   double sq = 0;
   for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
@@ -175,12 +178,12 @@ __device__ void rowStats(const float *x, int64_t inner, float epsilon, double &m
 }
 
 __global__ void layerNormKernel(const float *x, int64_t rows, int64_t inner, const float *g, const float *b,
-                                float *y, float *mean, float *invStd, float epsilon) {
+                                float *y, float *mean, float *invStd, float epsilon, RowNorm norm) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float *xr = x + r * inner;
     float *yr = y + r * inner;
     double m, inv;
-    rowStats(xr, inner, epsilon, m, inv);
+    rowStats(xr, inner, epsilon, norm, m, inv);
     if (threadIdx.x == 0) {
       if (mean) mean[r] = (float)m;
       if (invStd) invStd[r] = (float)inv;
@@ -194,16 +197,16 @@ __global__ void layerNormKernel(const float *x, int64_t rows, int64_t inner, con
 }
 
 __global__ void layerNormGradKernel(const float *dy, const float *x, int64_t rows, int64_t inner, const float *g,
-                                    float *dx, float epsilon) {
+                                    float *dx, float epsilon, RowNorm norm) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float *xr = x + r * inner, *dyr = dy + r * inner;
     float *dxr = dx + r * inner;
     double m, inv;
-    rowStats(xr, inner, epsilon, m, inv);
+    rowStats(xr, inner, epsilon, norm, m, inv);
     const float fm = (float)m, fi = (float)inv;
     double sumG = 0, sumGX = 0;
     for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
-      sumG += (double)(dyr[i] * g[i]);
+      if (norm == RowNorm::Layer) sumG += (double)(dyr[i] * g[i]);
       sumGX += (double)(dyr[i] * g[i] * ((xr[i] - fm) * fi));
     }
     sumG = blockSum(sumG);
@@ -219,10 +222,10 @@ __global__ void layerNormGradKernel(const float *dy, const float *x, int64_t row
 /// Per row: (float)mean and (float)invStd, the values the CPU's parameter
 /// gradient uses.
 __global__ void rowStatsKernel(const float *x, int64_t rows, int64_t inner, float *fmean, float *finv,
-                               float epsilon) {
+                               float epsilon, RowNorm norm) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     double m, inv;
-    rowStats(x + r * inner, inner, epsilon, m, inv);
+    rowStats(x + r * inner, inner, epsilon, norm, m, inv);
     if (threadIdx.x == 0) {
       fmean[r] = (float)m;
       finv[r] = (float)inv;
@@ -341,7 +344,8 @@ void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
 //===----------------------------------------------------------------------===//
 
 void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape &ss, const float *bias, const Shape &bs,
-               float *y, float *mean, float *invStd, int64_t axis, float epsilon, const Workspace &workspace) {
+               float *y, float *mean, float *invStd, int64_t axis, float epsilon, RowNorm norm,
+               const Workspace &workspace) {
   const char *op = "nn.layer_norm";
   const RowView v = rowView(op, xs, axis);
   Scratch scratch(op, workspace, layerNormScratch(ScratchTarget::Cuda, xs, ss, bias ? &bs : nullptr, axis));
@@ -349,24 +353,24 @@ void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape 
   const float *b = bias ? expandedParam(op, bias, bs, v, scratch) : nullptr;
   if (v.rows == 0) return;
   layerNormKernel<<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(
-      x, v.rows, v.inner, g, b, y, mean, invStd, epsilon);
+      x, v.rows, v.inner, g, b, y, mean, invStd, epsilon, norm);
   detail::checkLaunch(op);
 }
 
 void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const Shape &ss, float *dx,
-                   int64_t axis, float epsilon, const Workspace &workspace) {
+                   int64_t axis, float epsilon, RowNorm norm, const Workspace &workspace) {
   const char *op = "nn.layer_norm_grad";
   const RowView v = rowView(op, xs, axis);
   Scratch scratch(op, workspace, layerNormGradScratch(ScratchTarget::Cuda, xs, ss, axis));
   const float *g = expandedParam(op, scale, ss, v, scratch);
   if (v.rows == 0 || v.inner == 0) return;
   layerNormGradKernel<<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(
-      dy, x, v.rows, v.inner, g, dx, epsilon);
+      dy, x, v.rows, v.inner, g, dx, epsilon, norm);
   detail::checkLaunch(op);
 }
 
 void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const Shape &ps, float *dscale, float *dbias,
-                        int64_t axis, float epsilon, const Workspace &workspace) {
+                        int64_t axis, float epsilon, RowNorm norm, const Workspace &workspace) {
   const char *op = "nn.layer_norm_param_grad";
   const RowView v = rowView(op, xs, axis);
   if (!broadcastsTo(ps, v.normalized))
@@ -402,7 +406,7 @@ void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
   double *pBias = dbias ? scratch.shared<double>(partials) : nullptr;
   if (partials > 0) {
     rowStatsKernel<<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(x, v.rows, v.inner,
-                                                                                           fmean, finv, epsilon);
+                                                                                           fmean, finv, epsilon, norm);
     detail::checkLaunch(op);
     layerNormPartialKernel<<<detail::blocksFor(partials), detail::kThreads, 0, detail::stream()>>>(
         dy, x, fmean, finv, v.rows, v.inner, rowsPerChunk, chunks, pScale, pBias);

@@ -114,6 +114,11 @@ struct RowView {
 /// Checks the rank and axis (errors name `op`) and computes the view.
 RowView rowView(const char *op, const Shape &xs, int64_t axis);
 
+/// The row normalization nn.layer_norm computes (docs/optimization.md,
+/// "Composite ops"): ONNX LayerNormalization, (x - mean) / sqrt(var + eps),
+/// or RMSNormalization, x / sqrt(mean(x²) + eps), whose mean is 0.
+enum class RowNorm : uint8_t { Layer, Rms };
+
 /// The geometry of one pooling (nn.max_pool, nn.average_pool and their
 /// gradients, both libraries): per spatial axis input, output, kernel,
 /// stride, dilation, begin/end pads, and row-major strides of a plane.

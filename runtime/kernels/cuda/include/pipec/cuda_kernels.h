@@ -247,22 +247,25 @@ void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
                         bool training);
 
 /// nn.layer_norm over the axes from `axis` on (negative counts from the
-/// end). scale (shape ss) and bias (shape bs, or nullptr) broadcast to the
+/// end), centred (RowNorm::Layer) or not (RowNorm::Rms, whose mean is 0).
+/// scale (shape ss) and bias (shape bs, or nullptr) broadcast to the
 /// normalized shape. mean and invStd (x's shape with the normalized axes set
 /// to 1) may each be nullptr when unused.
 void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape &ss,
                const float *bias, const Shape &bs, float *y, float *mean, float *invStd,
-               int64_t axis, float epsilon, const Workspace &scratch = {});
-/// nn.layer_norm_grad: dx = invStd * (g - mean(g) - x̂ * mean(g * x̂)), g = dy * scale.
+               int64_t axis, float epsilon, RowNorm norm = RowNorm::Layer,
+               const Workspace &scratch = {});
+/// nn.layer_norm_grad: dx = invStd * (g - mean(g) - x̂ * mean(g * x̂)), g = dy * scale
+/// (without the mean(g) term under RowNorm::Rms).
 void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale,
                    const Shape &ss, float *dx, int64_t axis, float epsilon,
-                   const Workspace &scratch = {});
+                   RowNorm norm = RowNorm::Layer, const Workspace &scratch = {});
 /// nn.layer_norm_param_grad: dscale = Σ dy·x̂ and dbias = Σ dy over the
 /// leading axes, summed down to the parameter shape ps (the forward scale's;
 /// the bias has the same shape). dbias may be nullptr.
 void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const Shape &ps,
                         float *dscale, float *dbias, int64_t axis, float epsilon,
-                        const Workspace &scratch = {});
+                        RowNorm norm = RowNorm::Layer, const Workspace &scratch = {});
 
 //===----------------------------------------------------------------------===//
 // Pooling
