@@ -50,6 +50,13 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << shapeOf(where.getX()) << ", " << ptr(where.getY()) << ", " << shapeOf(where.getY())
             << ", " << y << ");\n";
       })
+      .Case([&](nn::RotaryOp rotary) {
+        std::string y = allocate(rotary.getResult());
+        out << "  pk::rotary(" << ptr(rotary.getInput()) << ", " << shapeOf(rotary.getInput()) << ", "
+            << ptr(rotary.getCos()) << ", " << shapeOf(rotary.getCos()) << ", " << ptr(rotary.getSin()) << ", "
+            << shapeOf(rotary.getSin()) << ", " << y << ", " << (rotary.getInterleaved() ? "true" : "false")
+            << ", " << (rotary.getTransposed() ? "true" : "false") << ");\n";
+      })
       .Case([&](nn::UnaryElementwiseOpInterface unary) {
         std::string y = allocate(op->getResult(0));
         out << "  pk::unary(" << unaryKind(unary.getUnaryFunction()) << ", "

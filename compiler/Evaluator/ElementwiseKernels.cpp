@@ -191,6 +191,47 @@ Tensor where(const Tensor &condition, const Tensor &x, const Tensor &y) {
   return out;
 }
 
+Tensor rotary(const Tensor &input, const Tensor &cos, const Tensor &sin, bool interleaved, bool transposed) {
+  requireFloating(input, "the input");
+  if (input.shape.empty() || input.shape.back() % 2 != 0)
+    throw EvalError("the last axis of the input " + shapeToString(input.shape) + " must have an even length");
+  for (const Tensor *table : {&cos, &sin})
+    if (broadcastTwo(table->shape, input.shape) != input.shape)
+      throw EvalError("cos/sin of shape " + shapeToString(table->shape) + " does not broadcast to " +
+                      shapeToString(input.shape));
+  const int64_t width = input.shape.back();
+  std::vector<double> cosAt(input.numElements()), sinAt(input.numElements());
+  int64_t flat = 0;
+  forEachIndex(input.shape, [&](const std::vector<int64_t> &index) {
+    cosAt[flat] = cos.floats[broadcastOffset(index, cos.shape)];
+    sinAt[flat++] = sin.floats[broadcastOffset(index, sin.shape)];
+  });
+  // R as a matrix on one row: R(v)[j] = sign[j] * v[source[j]].
+  std::vector<int64_t> source(width);
+  std::vector<double> sign(width);
+  for (int64_t j = 0; j < width; ++j) {
+    bool first = interleaved ? j % 2 == 0 : j < width / 2;
+    source[j] = interleaved ? (first ? j + 1 : j - 1) : (first ? j + width / 2 : j - width / 2);
+    sign[j] = first ? -1.0 : 1.0;
+  }
+  Tensor out = zeros(input.kind, input.shape);
+  for (int64_t row = 0; row < input.numElements() / width; ++row)
+    for (int64_t j = 0; j < width; ++j) {
+      const int64_t i = row * width + j;
+      double value = input.floats[i] * cosAt[i];
+      if (!transposed) {
+        value += sign[j] * input.floats[row * width + source[j]] * sinAt[i];
+      } else {
+        // Rᵀ(w)[k] = sign[j] * w[j] for the j with source[j] == k: the
+        // partner of k is j = source[k] (R pairs elements), sign[source[k]].
+        const int64_t from = row * width + source[j];
+        value += sign[source[j]] * input.floats[from] * sinAt[from];
+      }
+      out.floats[i] = value;
+    }
+  return finish(std::move(out));
+}
+
 Tensor cast(const Tensor &input, ElementKind to) {
   Tensor out = zeros(to, input.shape);
   for (int64_t i = 0; i < input.numElements(); ++i) {

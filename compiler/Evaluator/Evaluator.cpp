@@ -57,6 +57,9 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
     return one(kernels::binary(binary.getBinaryFunction(), in(0), in(1)));
   return llvm::TypeSwitch<Operation *, std::vector<Tensor>>(op)
       .Case([&](nn::WhereOp) { return one(kernels::where(in(0), in(1), in(2))); })
+      .Case([&](nn::RotaryOp rotary) {
+        return one(kernels::rotary(in(0), in(1), in(2), rotary.getInterleaved(), rotary.getTransposed()));
+      })
       .Case([&](nn::CastOp cast) {
         auto kind = elementKindOf(cast.getResult().getType().getElementType());
         if (failed(kind))

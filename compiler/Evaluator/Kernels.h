@@ -79,6 +79,11 @@ using UnaryOp = ::pipec::Unary;
 Tensor binary(BinaryOp op, const Tensor &lhs, const Tensor &rhs);
 Tensor unary(UnaryOp op, const Tensor &input);
 Tensor where(const Tensor &condition, const Tensor &x, const Tensor &y);
+/// The rotary embedding (nn.rotary): x * cos + R(x) * sin over the last axis,
+/// or (transposed) x * cos + Rᵀ(x * sin); R(v) = concat(-v[D/2:], v[:D/2]),
+/// or with `interleaved` (-v[1], v[0], -v[3], v[2], ...). cos and sin
+/// broadcast to x.
+Tensor rotary(const Tensor &input, const Tensor &cos, const Tensor &sin, bool interleaved, bool transposed);
 /// ONNX Cast. Floating point to integer truncates toward zero, saturating at
 /// the target's range (NaN becomes 0: ONNX leaves both undefined); anything
 /// to Bool is "!= 0".

@@ -105,37 +105,32 @@ void OnnxImporter::convertRotaryEmbedding(const onnx::NodeProto &node) {
                      shapeText(std::vector<int64_t>{batch, sequence, half}) +
                      " (after position_ids), got " + shapeText(cacheShape));
   }
-  // (batch, sequence, 1, half): broadcast over the heads.
-  auto perHead = [&](Value cache) { return reshapeTo(node, cache, {batch, sequence, 1, half}); };
-  Value cos = perHead(cosCache), sin = perHead(sinCache);
-  auto slice = [&](Value value, int64_t start, int64_t end, int64_t step) {
-    std::vector<int64_t> starts{0, 0, 0, start}, ends{batch, sequence, heads, end},
-        steps{1, 1, 1, step};
+  // The caches at full rotated width, (batch, sequence, 1, rotated), to
+  // broadcast over the heads: each value serves both elements it rotates
+  // (the two halves, or the two of a pair when interleaved).
+  bool interleaved = intAttr(node, "interleaved", 0) != 0;
+  auto fullWidth = [&](Value cache) {
+    if (!interleaved)
+      return reshapeTo(node, concatAlong(node, {cache, cache}, 2), {batch, sequence, 1, rotated});
+    Value pairs = reshapeTo(node, cache, {batch, sequence, 1, half, 1});
+    return reshapeTo(node, concatAlong(node, {pairs, pairs}, 4), {batch, sequence, 1, rotated});
+  };
+  auto slice = [&](Value value, int64_t start, int64_t end) {
+    std::vector<int64_t> starts{0, 0, 0, start}, ends{batch, sequence, heads, end}, steps{1, 1, 1, 1};
     return build<nn::SliceOp>(node, {value},
                               {builder.getNamedAttr("starts", builder.getDenseI64ArrayAttr(starts)),
                                builder.getNamedAttr("ends", builder.getDenseI64ArrayAttr(ends)),
                                builder.getNamedAttr("steps", builder.getDenseI64ArrayAttr(steps))});
   };
-  bool interleaved = intAttr(node, "interleaved", 0) != 0;
-  Value x1 = interleaved ? slice(x, 0, rotated, 2) : slice(x, 0, half, 1);
-  Value x2 = interleaved ? slice(x, 1, rotated, 2) : slice(x, half, rotated, 1);
-  auto mul = [&](Value a, Value b) { return build<nn::MulOp>(node, {a, b}); };
-  Value real = build<nn::SubOp>(node, {mul(cos, x1), mul(sin, x2)});
-  Value imaginary = build<nn::AddOp>(node, {mul(sin, x1), mul(cos, x2)});
-  auto concat = [&](SmallVector<Value> parts, int64_t axis) {
-    return concatAlong(node, parts, axis);
-  };
-  Value result;
-  if (interleaved) {
-    // (…, half, 2) pairs back to (…, rotated): real and imaginary alternate.
-    auto pair = [&](Value v) { return reshapeTo(node, v, {batch, sequence, heads, half, 1}); };
-    result = reshapeTo(node, concat({pair(real), pair(imaginary)}, 4),
-                       {batch, sequence, heads, rotated});
-  } else {
-    result = concat({real, imaginary}, 3);
-  }
+  // One statement each: the IR's order must not depend on the order in
+  // which a compiler evaluates arguments.
+  Value cos = fullWidth(cosCache);
+  Value sin = fullWidth(sinCache);
+  Value rotatedPart = rotated < headSize ? slice(x, 0, rotated) : x;
+  Value result = build<nn::RotaryOp>(node, {rotatedPart, cos, sin},
+                                     {builder.getNamedAttr("interleaved", builder.getBoolAttr(interleaved))});
   if (rotated < headSize)
-    result = concat({result, slice(x, rotated, headSize, 1)}, 3);
+    result = concatAlong(node, {result, slice(x, rotated, headSize)}, 3);
   if (shape.size() == 4)
     result = transposeBy(node, result, {0, 2, 1, 3});
   else

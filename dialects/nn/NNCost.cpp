@@ -131,6 +131,7 @@ OpWork pipec::nn::binaryWork(Operation *op) {
 
 // Element-wise (transcendentals count as 8 FLOPs: a polynomial each).
 OpWork WhereOp::estimateWork() { return elementwise(*this, 1, 1); }
+OpWork RotaryOp::estimateWork() { return elementwise(*this, 3, 3); }
 OpWork CastOp::estimateWork() { return elementwise(*this, 1, 1); }
 OpWork DropoutOp::estimateWork() { return elementwise(*this, 4, 1); }
 

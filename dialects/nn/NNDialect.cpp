@@ -180,6 +180,24 @@ LogicalResult pipec::nn::inferBinaryElementwise(MLIRContext *context, std::optio
                         givesBool(function) ? IntegerType::get(context, 1) : Type(), types);
 }
 
+LogicalResult RotaryOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  auto inputType = rankedType(adaptor.getInput());
+  auto shape = inputType.getShape();
+  if (shape.empty() || shape.back() % 2 != 0)
+    return fail(loc, "nn.rotary: the last axis of the input " + shapeString(shape) + " must have an even length");
+  for (Value table : {adaptor.getCos(), adaptor.getSin()}) {
+    auto tableType = rankedType(table);
+    auto broadcast = broadcastShapes(tableType.getShape(), shape);
+    if (tableType.getElementType() != inputType.getElementType() || failed(broadcast) ||
+        ArrayRef<int64_t>(*broadcast) != shape)
+      return fail(loc, "nn.rotary: cos/sin of type " + llvm::to_string(tableType) +
+                           " does not broadcast to the input " + llvm::to_string(inputType));
+  }
+  types.push_back(inputType);
+  return success();
+}
+
 LogicalResult WhereOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                         Adaptor adaptor,
                                         SmallVectorImpl<Type> &types) {

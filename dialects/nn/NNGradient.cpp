@@ -129,6 +129,27 @@ Value WhereOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned i
   return g.sumTo(picked, operandType);
 }
 
+Value RotaryOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
+  Value dy = dys[0];
+  RankedTensorType operandType = tensorType(getOperation()->getOperand(index));
+  // The op is linear in x with adjoint the transposed rotation (and the
+  // transposed one's adjoint is the plain one).
+  if (index == 0)
+    return RotaryOp::create(g.b, g.loc, dy, getCos(), getSin(), getInterleaved(), !getTransposed());
+  if (index == 1)
+    return g.sumTo(MulOp::create(g.b, g.loc, dy, getInput()), operandType);
+  // sin: <dy, R(x) * sin> gives dy * R(x); <dy, Rᵀ(x * sin)> gives x * R(dy).
+  // R(v) is the rotation with cos 0 and sin 1.
+  Type element = tensorType(dy).getElementType();
+  auto rotated = [&](Value v) {
+    return RotaryOp::create(g.b, g.loc, v, g.scalar(element, 0.0), g.scalar(element, 1.0), getInterleaved(),
+                            /*transposed=*/false);
+  };
+  Value product = getTransposed() ? MulOp::create(g.b, g.loc, getInput(), rotated(dy))
+                                  : MulOp::create(g.b, g.loc, dy, rotated(getInput()));
+  return g.sumTo(product, operandType);
+}
+
 Value CastOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
   Value dy = dys[0];
   RankedTensorType operandType = tensorType(getOperation()->getOperand(index));

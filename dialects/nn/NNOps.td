@@ -93,6 +93,23 @@ def NN_WhereOp : NN_InferredOp<"where", [NN_Differentiable]> {
   let results = (outs NN_Tensor:$result);
 }
 
+def NN_RotaryOp : NN_InferredOp<"rotary", [NN_Differentiable]> {
+  let summary = "Rotary position embedding: x * cos + rotate_half(x) * sin";
+  let description = [{
+    The rotation of ONNX RotaryEmbedding and Hugging Face's
+    apply_rotary_pos_emb, fused: y = x * cos + R(x) * sin over the last axis
+    (even length D), where R(x) = concat(-x[D/2:], x[:D/2]), or with
+    `interleaved` R(x)[2k] = -x[2k+1], R(x)[2k+1] = x[2k]. cos and sin
+    broadcast to x (numpy rules; their last axis is D or 1). With
+    `transposed` it computes the adjoint in x, y = x * cos + Rᵀ(x * sin),
+    which is its own gradient's form.
+  }];
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$cos, NN_FloatTensor:$sin,
+                       DefaultValuedAttr<BoolAttr, "false">:$interleaved,
+                       DefaultValuedAttr<BoolAttr, "false">:$transposed);
+  let results = (outs NN_FloatTensor:$result);
+}
+
 def NN_ReluOp : NN_UnaryFloatOp<"relu", "Relu", "Relu">;
 def NN_TanhOp : NN_UnaryFloatOp<"tanh", "Tanh", "Tanh">;
 def NN_SigmoidOp : NN_UnaryFloatOp<"sigmoid", "Sigmoid", "Sigmoid">;

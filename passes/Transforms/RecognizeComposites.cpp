@@ -1,7 +1,7 @@
-// pipec-recognize-composites: the decomposed LayerNorm, RMSNorm, erf-GELU and
-// masked (attention) softmax that exporters emit become nn.layer_norm (for
-// RMSNorm uncentred), nn.gelu and nn.masked_softmax, whose kernels and
-// gradient rules are one op each
+// pipec-recognize-composites: the decomposed LayerNorm, RMSNorm, rotary
+// embedding, erf-GELU and masked (attention) softmax that exporters emit
+// become nn.layer_norm (for RMSNorm uncentred), nn.rotary, nn.gelu and
+// nn.masked_softmax, whose kernels and gradient rules are one op each
 // (docs/optimization.md).
 #include "passes/Passes.h"
 #include "passes/Transforms/PatternRewrites.h"
@@ -319,6 +319,88 @@ struct DecomposedRmsNormByDivision : OpRewritePattern<nn::DivOp> {
   }
 };
 
+/// Whether `half` is the first (`upper` false) or second half of x along
+/// its last axis, as an nn.slice or as one of the two equal pieces of an
+/// nn.split (PyTorch's slicing and torch.chunk).
+bool isHalfOf(Value half, Value x, bool upper) {
+  auto type = llvm::cast<RankedTensorType>(x.getType());
+  const int64_t rank = type.getRank(), width = type.getShape().back();
+  if (auto slice = half.getDefiningOp<nn::SliceOp>()) {
+    if (slice.getInput() != x || !slice->hasOneUse())
+      return false;
+    for (int64_t axis = 0; axis < rank; ++axis) {
+      const bool last = axis == rank - 1;
+      const int64_t start = last && upper ? width / 2 : 0;
+      const int64_t end = last && !upper ? width / 2 : type.getShape()[axis];
+      if (slice.getStarts()[axis] != start || slice.getEnds()[axis] != end || slice.getSteps()[axis] != 1)
+        return false;
+    }
+    return true;
+  }
+  auto split = half.getDefiningOp<nn::SplitOp>();
+  return split && split.getInput() == x && split->getNumResults() == 2 &&
+         succeeded(nn::normalizeAxis(split.getAxis(), rank)) &&
+         *nn::normalizeAxis(split.getAxis(), rank) == rank - 1 && split.getSizes()[0] == width / 2 &&
+         llvm::cast<OpResult>(half).getResultNumber() == (upper ? 1u : 0u) && half.hasOneUse();
+}
+
+/// x * cos + rotate_half(x) * sin, rotate_half(x) = concat(-x2, x1) over the
+/// last axis (x1, x2 its halves), in any operand order: Hugging Face's
+/// apply_rotary_pos_emb as every exporter writes it. Becomes nn.rotary.
+struct DecomposedRotary : OpRewritePattern<nn::AddOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::AddOp root, PatternRewriter &rewriter) const override {
+    auto type = llvm::dyn_cast<RankedTensorType>(root.getType());
+    if (!type || !type.hasStaticShape() || !type.getElementType().isF32() || type.getRank() < 1 ||
+        type.getShape().back() % 2 != 0)
+      return failure();
+    for (int side = 0; side < 2; ++side) {
+      auto direct = root->getOperand(side).getDefiningOp<nn::MulOp>();
+      auto rotatedMul = root->getOperand(1 - side).getDefiningOp<nn::MulOp>();
+      if (!direct || !rotatedMul || !direct->hasOneUse() || !rotatedMul->hasOneUse())
+        continue;
+      for (int r = 0; r < 2; ++r) {
+        auto concat = rotatedMul->getOperand(r).getDefiningOp<nn::ConcatOp>();
+        Value sin = rotatedMul->getOperand(1 - r);
+        if (!concat || !concat->hasOneUse() || concat->getNumOperands() != 2 ||
+            *nn::normalizeAxis(concat.getAxis(), type.getRank()) != type.getRank() - 1)
+          continue;
+        auto neg = concat->getOperand(0).getDefiningOp<nn::NegOp>();
+        if (!neg || !neg->hasOneUse())
+          continue;
+        for (int d = 0; d < 2; ++d) {
+          Value x = direct->getOperand(d), cos = direct->getOperand(1 - d);
+          if (x.getType() != type || !isHalfOf(neg.getInput(), x, /*upper=*/true) ||
+              !isHalfOf(concat->getOperand(1), x, /*upper=*/false) || !broadcastsTo(cos, type) ||
+              !broadcastsTo(sin, type))
+            continue;
+          SmallVector<Operation *> chain{root, direct, rotatedMul, concat, neg};
+          for (Value half : {Value(neg.getInput()), concat->getOperand(1)})
+            if (!llvm::is_contained(chain, half.getDefiningOp()))
+              chain.push_back(half.getDefiningOp());
+          if (!sameStage(chain))
+            return failure();
+          auto rotary = nn::RotaryOp::create(rewriter, absorbedLocation(root.getLoc(), ArrayRef(chain).drop_front()),
+                                             TypeRange{type}, ValueRange{x, cos, sin});
+          inheritPlacement(root, rotary, /*withCost=*/true);
+          rewriter.replaceOp(root, rotary.getResult());
+          return success();
+        }
+      }
+    }
+    return failure();
+  }
+
+private:
+  static bool broadcastsTo(Value table, RankedTensorType type) {
+    auto tableType = llvm::dyn_cast<RankedTensorType>(table.getType());
+    if (!tableType || tableType.getElementType() != type.getElementType())
+      return false;
+    auto shape = nn::broadcastShapes(tableType.getShape(), type.getShape());
+    return succeeded(shape) && ArrayRef<int64_t>(*shape) == type.getShape();
+  }
+};
+
 /// x * 0.5 * (1 + erf(x / sqrt 2)), in any association of the two products,
 /// as exporters write the exact GELU at opsets without Gelu.
 struct DecomposedGelu : OpRewritePattern<nn::MulOp> {
@@ -537,7 +619,7 @@ struct RecognizeComposites : impl::RecognizeCompositesBase<RecognizeComposites> 
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     patterns.add<DecomposedLayerNorm, DecomposedLayerNormNoBias, DecomposedRmsNorm, DecomposedRmsNormByDivision,
-                 DecomposedGelu,
+                 DecomposedRotary, DecomposedGelu,
                  DecomposedMaskedSoftmax, AdditiveMaskedSoftmax>(
         &getContext());
     int64_t applied = 0;

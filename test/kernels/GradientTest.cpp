@@ -164,6 +164,44 @@ TEST(Gradients, LayerAndRmsNormInputAndParams) {
   }
 }
 
+// nn.rotary is linear in x, and its transposed form is its adjoint:
+// <rotary(x), v> = <x, rotary_transposed(v)> for every x and v, with cos and
+// sin broadcast along leading axes (Hugging Face's) or full, both R's; and
+// the rotation itself is R: rotate_half's concat(-x2, x1), or the pairs.
+TEST(Gradients, RotaryTransposedIsTheAdjoint) {
+  struct Case { pk::Shape xs, ts; };
+  const Case cases[] = {{{2, 3, 4, 8}, {1, 1, 4, 8}}, {{2, 5, 6}, {2, 5, 6}}, {{3, 4}, {1}}, {{2, 4, 2}, {4, 1}}};
+  int seed = 70;
+  for (bool interleaved : {false, true})
+    for (const Case &c : cases) {
+      const std::string what = c.xs.str() + " tables " + c.ts.str() + (interleaved ? " interleaved" : "");
+      auto x = randomVec(c.xs.numel(), seed++), v = randomVec(c.xs.numel(), seed++);
+      auto cs = randomVec(c.ts.numel(), seed++), sn = randomVec(c.ts.numel(), seed++);
+      std::vector<float> y(x.size()), back(x.size());
+      pk::rotary(x.data(), c.xs, cs.data(), c.ts, sn.data(), c.ts, y.data(), interleaved, false);
+      pk::rotary(v.data(), c.xs, cs.data(), c.ts, sn.data(), c.ts, back.data(), interleaved, true);
+      double lhs = 0, rhs = 0;
+      for (size_t i = 0; i < x.size(); ++i) lhs += (double)y[i] * v[i], rhs += (double)x[i] * back[i];
+      EXPECT_NEAR(lhs, rhs, 1e-4 * (1 + std::fabs(lhs))) << what;
+      // cos 0, sin 1: R(x) itself.
+      const float zero = 0.0f, one = 1.0f;
+      pk::rotary(x.data(), c.xs, &zero, pk::Shape{}, &one, pk::Shape{}, y.data(), interleaved, false);
+      const int64_t width = c.xs.v[c.xs.size - 1], half = width / 2;
+      for (int64_t i = 0; i < (int64_t)x.size(); ++i) {
+        const int64_t j = i % width;
+        const float expected = interleaved ? (j % 2 == 0 ? -x[i + 1] : x[i - 1]) : (j < half ? -x[i + half] : x[i - half]);
+        ASSERT_EQ(y[i], expected) << what << " element " << i;
+      }
+    }
+  std::vector<float> odd(6), out(6);
+  const float one = 1.0f;
+  EXPECT_THROW(pk::rotary(odd.data(), pk::Shape{2, 3}, &one, pk::Shape{}, &one, pk::Shape{}, out.data(), false, false),
+               std::exception);
+  EXPECT_THROW(pk::rotary(odd.data(), pk::Shape{3, 2}, odd.data(), pk::Shape{2, 3}, &one, pk::Shape{}, out.data(),
+                          false, false),
+               std::exception);
+}
+
 TEST(Gradients, SoftmaxGrad) {
   const pk::Shape xs{2, 5, 3};
   auto x = randomVec(xs.numel(), 50, -2.0f, 2.0f), dy = randomVec(xs.numel(), 51);

@@ -108,6 +108,39 @@ func.func @not_rms_norm(%x: tensor<2x16x32xf32>, %y: tensor<2x16x32xf32>) -> (te
   return %n, %v, %n2, %n3 : tensor<2x16x32xf32>, tensor<2x16x1xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>
 }
 
+// Hugging Face's apply_rotary_pos_emb: q * cos + rotate_half(q) * sin with
+// the halves as slices (opset 20) and, operands swapped, as torch.chunk's
+// split: each one nn.rotary. The third has its halves the wrong way round
+// (x1 negated): not a rotation R, left alone.
+// CHECK-LABEL: func.func @rotary
+// CHECK-DAG: %[[A:.*]] = nn.rotary %arg0, %arg1, %arg2 : (tensor<2x4x16x8xf32>, tensor<1x1x16x8xf32>, tensor<1x1x16x8xf32>) -> tensor<2x4x16x8xf32>
+// CHECK-DAG: %[[B:.*]] = nn.rotary %arg0, %arg1, %arg2 : (tensor<2x4x16x8xf32>, tensor<1x1x16x8xf32>, tensor<1x1x16x8xf32>) -> tensor<2x4x16x8xf32>
+// CHECK-DAG: %[[C:.*]] = nn.add
+// CHECK: return %[[A]], %[[B]], %[[C]]
+func.func @rotary(%x: tensor<2x4x16x8xf32>, %cos: tensor<1x1x16x8xf32>, %sin: tensor<1x1x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) {
+  %m = nn.mul %x, %cos : (tensor<2x4x16x8xf32>, tensor<1x1x16x8xf32>) -> tensor<2x4x16x8xf32>
+  %lo = nn.slice %x {ends = array<i64: 2, 4, 16, 4>, starts = array<i64: 0, 0, 0, 0>, steps = array<i64: 1, 1, 1, 1>} : (tensor<2x4x16x8xf32>) -> tensor<2x4x16x4xf32>
+  %hi = nn.slice %x {ends = array<i64: 2, 4, 16, 8>, starts = array<i64: 0, 0, 0, 4>, steps = array<i64: 1, 1, 1, 1>} : (tensor<2x4x16x8xf32>) -> tensor<2x4x16x4xf32>
+  %n = nn.neg %hi : tensor<2x4x16x4xf32>
+  %r = nn.concat %n, %lo {axis = -1 : i64} : (tensor<2x4x16x4xf32>, tensor<2x4x16x4xf32>) -> tensor<2x4x16x8xf32>
+  %rs = nn.mul %r, %sin : (tensor<2x4x16x8xf32>, tensor<1x1x16x8xf32>) -> tensor<2x4x16x8xf32>
+  %a = nn.add %m, %rs : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  %halves:2 = nn.split %x {axis = 3 : i64, sizes = array<i64: 4, 4>} : (tensor<2x4x16x8xf32>) -> (tensor<2x4x16x4xf32>, tensor<2x4x16x4xf32>)
+  %n2 = nn.neg %halves#1 : tensor<2x4x16x4xf32>
+  %r2 = nn.concat %n2, %halves#0 {axis = 3 : i64} : (tensor<2x4x16x4xf32>, tensor<2x4x16x4xf32>) -> tensor<2x4x16x8xf32>
+  %rs2 = nn.mul %sin, %r2 : (tensor<1x1x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  %m2 = nn.mul %cos, %x : (tensor<1x1x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  %b = nn.add %rs2, %m2 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  %m3 = nn.mul %x, %cos : (tensor<2x4x16x8xf32>, tensor<1x1x16x8xf32>) -> tensor<2x4x16x8xf32>
+  %lo3 = nn.slice %x {ends = array<i64: 2, 4, 16, 4>, starts = array<i64: 0, 0, 0, 0>, steps = array<i64: 1, 1, 1, 1>} : (tensor<2x4x16x8xf32>) -> tensor<2x4x16x4xf32>
+  %hi3 = nn.slice %x {ends = array<i64: 2, 4, 16, 8>, starts = array<i64: 0, 0, 0, 4>, steps = array<i64: 1, 1, 1, 1>} : (tensor<2x4x16x8xf32>) -> tensor<2x4x16x4xf32>
+  %n3 = nn.neg %lo3 : tensor<2x4x16x4xf32>
+  %r3 = nn.concat %n3, %hi3 {axis = -1 : i64} : (tensor<2x4x16x4xf32>, tensor<2x4x16x4xf32>) -> tensor<2x4x16x8xf32>
+  %rs3 = nn.mul %r3, %sin : (tensor<2x4x16x8xf32>, tensor<1x1x16x8xf32>) -> tensor<2x4x16x8xf32>
+  %c = nn.add %m3, %rs3 : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  return %a, %b, %c : tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>
+}
+
 // The exact GELU, x * 0.5 * (1 + erf(x / sqrt 2)), in the exporter's order
 // and with the half applied first.
 // CHECK-LABEL: func.func @gelu

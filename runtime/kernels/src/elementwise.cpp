@@ -2,6 +2,7 @@
 // their gradients, and dropout.
 #include "detail.h"
 #include "pipec/binary_math.h"
+#include "pipec/rotary_math.h"
 #include "pipec/unary_math.h"
 
 #include <cassert>
@@ -105,6 +106,18 @@ void where(const uint8_t *cond, const Shape &cs, const T *x, const Shape &xs, co
   }
   parallelBroadcastLoop<3>(os, {&cs, &xs, &ys},
                    [&](int64_t i, const std::array<int64_t, 3> &o) { out[i] = cond[o[0]] ? x[o[1]] : y[o[2]]; });
+}
+
+void rotary(const float *x, const Shape &xs, const float *cos, const Shape &cs, const float *sin, const Shape &ss,
+            float *y, bool interleaved, bool transposed) {
+  const RotaryView v = rotaryView(xs, cs, ss);
+  const int64_t width = v.width;
+  const bool sinAlongLastAxis = v.sinAlongLastAxis;
+  parallelBroadcastLoop<2>(xs, {&cs, &ss}, [&](int64_t i, const std::array<int64_t, 2> &o) {
+    const RotaryPartner p = rotaryPartner(i % width, width, interleaved);
+    const float sp = sin[o[1] + (sinAlongLastAxis ? p.offset : 0)];
+    y[i] = rotaryValue(x[i], x[i + p.offset], cos[o[0]], sin[o[1]], sp, p.first, transposed);
+  });
 }
 
 void unary(Unary op, const float *x, int64_t n, float *y) {

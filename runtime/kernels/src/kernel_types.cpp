@@ -169,6 +169,24 @@ RowView rowView(const char *op, const Shape &xs, int64_t axis) {
   return v;
 }
 
+RotaryView rotaryView(const Shape &xs, const Shape &cs, const Shape &ss) {
+  const char *op = "nn.rotary";
+  checkRank(op, xs, 1, "x");
+  RotaryView v;
+  v.width = xs.v[xs.size - 1];
+  if (v.width % 2 != 0) fail(op, "the last axis of x " + xs.str() + " must have an even length");
+  for (const Shape *table : {&cs, &ss}) {
+    bool broadcasts = table->size <= xs.size;
+    for (int i = 0; broadcasts && i < table->size; ++i) {
+      const int64_t dim = table->v[i], target = xs.v[xs.size - table->size + i];
+      broadcasts = dim == 1 || dim == target;
+    }
+    if (!broadcasts) fail(op, "cos " + cs.str() + " and sin " + ss.str() + " must broadcast to x " + xs.str());
+  }
+  v.sinAlongLastAxis = ss.size > 0 && ss.v[ss.size - 1] == v.width;
+  return v;
+}
+
 PoolGeom poolGeom(const char *op, const Shape &xs, const Dims &kernel, const Dims &strides, const Dims &pads,
                   const Dims &dilations, bool ceilMode) {
   checkRank(op, xs, 3, "the input (N, C, spatial...)");

@@ -449,6 +449,22 @@ static void testNorm() {
     }
 }
 
+static void testRotary() {
+  const std::pair<Shape, Shape> cases[] = {{Shape{2, 3, 5, 8}, Shape{1, 1, 5, 8}}, {Shape{2, 6, 4}, Shape{2, 6, 4}},
+                                           {Shape{3, 10}, Shape{1}}, {Shape{2, 4, 6}, Shape{4, 1}}};
+  for (const auto &[xs, ts] : cases)
+    for (bool interleaved : {false, true})
+      for (bool transposed : {false, true}) {
+        ctx = "rotary " + xs.str() + " tables " + ts.str() + (interleaved ? " interleaved" : "") +
+              (transposed ? " transposed" : "");
+        auto x = randv(xs.numel()), c = randv(ts.numel()), s = randv(ts.numel());
+        std::vector<float> yc(xs.numel()), yg(xs.numel());
+        pk::rotary(x.data(), xs, c.data(), ts, s.data(), ts, yc.data(), interleaved, transposed);
+        pc::rotary(x.data(), xs, c.data(), ts, s.data(), ts, yg.data(), interleaved, transposed);
+        cmp(yc, yg, 0, "y");
+      }
+}
+
 static void testLinalg() {
   for (int it = 0; it < 40; ++it) {
     int64_t M = ri(1, 6), N = ri(1, 6), K = ri(it % 10 == 0 ? 0 : 1, 6);
@@ -779,6 +795,7 @@ int main(int argc, char **argv) {
   run("reduce2", testReduce2);
   run("softmax", testSoftmax);
   run("norm", testNorm);
+  run("rotary", testRotary);
   run("linalg", testLinalg);
   run("conv", testConv);
   run("pool", testPool);

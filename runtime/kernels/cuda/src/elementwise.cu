@@ -5,6 +5,7 @@
 #include "detail.cuh"
 #include "index_map.cuh"
 #include "pipec/binary_math.h"
+#include "pipec/rotary_math.h"
 #include "pipec/unary_math.h"
 
 #include <cmath>
@@ -76,6 +77,17 @@ __global__ void whereKernel(const uint8_t *cond, const T *x, const T *y, T *out,
     int64_t o[3];
     map.offsets(i, o);
     out[i] = cond[o[0]] ? x[o[1]] : y[o[2]];
+  }
+}
+
+__global__ void rotaryKernel(const float *x, const float *cos, const float *sin, float *y, int64_t n, int64_t width,
+                             bool sinAlongLastAxis, bool interleaved, bool transposed, IndexMap<2> map) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) {
+    int64_t o[2];
+    map.offsets(i, o);
+    const RotaryPartner p = rotaryPartner(i % width, width, interleaved);
+    const float sp = sin[o[1] + (sinAlongLastAxis ? p.offset : 0)];
+    y[i] = rotaryValue(x[i], x[i + p.offset], cos[o[0]], sin[o[1]], sp, p.first, transposed);
   }
 }
 
@@ -197,6 +209,16 @@ void where(const uint8_t *cond, const Shape &cs, const T *x, const Shape &xs, co
   const IndexMap<3> map =
       makeIndexMap<3>(os, {broadcastStrides(cs, os), broadcastStrides(xs, os), broadcastStrides(ys, os)});
   launch("nn.where", os.numel(), whereKernel<T>, cond, x, y, out, os.numel(), map);
+}
+
+void rotary(const float *x, const Shape &xs, const float *cos, const Shape &cs, const float *sin, const Shape &ss,
+            float *y, bool interleaved, bool transposed) {
+  const RotaryView v = rotaryView(xs, cs, ss);
+  const int64_t width = v.width;
+  const bool sinAlongLastAxis = v.sinAlongLastAxis;
+  const IndexMap<2> map = makeIndexMap<2>(xs, {broadcastStrides(cs, xs), broadcastStrides(ss, xs)});
+  launch("nn.rotary", xs.numel(), rotaryKernel, x, cos, sin, y, xs.numel(), width, sinAlongLastAxis, interleaved, transposed,
+         map);
 }
 
 void unary(Unary op, const float *x, int64_t n, float *y) {

@@ -103,6 +103,12 @@ void compare(Binary op, const T *a, const Shape &as, const T *b, const Shape &bs
 template <class T> void equal(const T *a, const Shape &as, const T *b, const Shape &bs, uint8_t *out) {
   compare(Binary::Equal, a, as, b, bs, out);
 }
+/// nn.rotary: y = x·cos + R(x)·sin over the last axis of x (shape xs, even
+/// length), or with `transposed` x·cos + Rᵀ(x·sin); R rotates halves or
+/// (`interleaved`) pairs (pipec/rotary_math.h). cos (shape cs) and sin
+/// (shape ss) broadcast to xs; y has shape xs.
+void rotary(const float *x, const Shape &xs, const float *cos, const Shape &cs, const float *sin,
+            const Shape &ss, float *y, bool interleaved, bool transposed);
 /// nn.where: out = cond ? x : y, the three broadcast together.
 template <class T>
 void where(const uint8_t *cond, const Shape &cs, const T *x, const Shape &xs, const T *y,

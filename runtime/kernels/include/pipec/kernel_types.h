@@ -114,6 +114,15 @@ struct RowView {
 /// Checks the rank and axis (errors name `op`) and computes the view.
 RowView rowView(const char *op, const Shape &xs, int64_t axis);
 
+/// nn.rotary's operands checked (errors name nn.rotary: x's last axis even,
+/// cos and sin broadcasting to x): the last axis' length, and whether sin
+/// varies along it (then the partner's sin is at the partner's offset).
+struct RotaryView {
+  int64_t width = 0;
+  bool sinAlongLastAxis = false;
+};
+RotaryView rotaryView(const Shape &xs, const Shape &cs, const Shape &ss);
+
 /// The row normalization nn.layer_norm computes (docs/optimization.md,
 /// "Composite ops"): ONNX LayerNormalization, (x - mean) / sqrt(var + eps),
 /// or RMSNormalization, x / sqrt(mean(x²) + eps), whose mean is 0.
