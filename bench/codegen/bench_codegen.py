@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """bench/codegen: generated CPU code vs PyTorch per model (time and memory), and GPT-2-124M compile time.
 
-For each model (an MLP, a GPT-style transformer and a ResNet-style CNN, built
-here with PyTorch and exported at run time with its ONNX exporter in training
-mode, opset 13, no constant folding, as examples/make_examples.py does) it
+For each model (an MLP, a GPT-style transformer, a Llama-style transformer
+whose RMSNorm, rotary embedding and causal attention are written as Hugging
+Face's modeling_llama.py writes them, and a ResNet-style CNN, built here with
+PyTorch and exported at run time with its ONNX exporter in training mode,
+opset 13, no constant folding, as examples/make_examples.py does) it
 compiles one 1-rank job with the real compiler
 
     pipec MODEL --gpus 1x1 --microbatches M --out DIR --build [-O..]
@@ -39,7 +41,7 @@ a few minutes and wants an otherwise idle machine; the load average is
 printed with the results.
 
     /usr/bin/python3 bench/codegen/bench_codegen.py [--build DIR] [--json]
-        [--threads 1,2] [--models mlp,gpt,cnn] [--iters 3] [--warmup 1]
+        [--threads 1,2] [--models mlp,gpt,llama,cnn] [--iters 3] [--warmup 1]
         [--keep DIR] [--opt -O2] [--compile-gpt2 [--gpt2-context 1024]]
 """
 import argparse
@@ -65,6 +67,11 @@ MODELS = {
     "mlp": ("MLP 8 x Linear(1024, 1024), ReLU", dict(width=1024, layers=8), 64, 8),
     "gpt": ("GPT 4 blocks, width 256, 4 heads, context 128, vocab 2048, tied head, dropout 0.1",
             dict(vocab=2048, context=128, dim=256, heads=4, layers=4), 2, 2),
+    # pipec fuses its RMSNorm (nn.layer_norm, centered = false), rotary
+    # embedding (nn.rotary) and masked softmax (docs/optimization.md).
+    "llama": ("Llama 4 blocks, width 256, 8 query / 2 key-value heads, context 128, vocab 2048, RMSNorm, "
+              "rotary, SwiGLU 688",
+              dict(vocab=2048, context=128, dim=256, heads=8, kv_heads=2, hidden=688, layers=4), 2, 2),
     "cnn": ("ResNet 3x32x32, stem 32 ch, 4 basic blocks (32, 64/2, 64, 128/2), 10 classes",
             dict(channels=32, classes=10), 16, 4),
 }
@@ -127,7 +134,83 @@ def torch_models():
             x = torch.flatten(F.adaptive_avg_pool2d(x, 1), 1)
             return self.fc(x)
 
-    return {"mlp": MLP, "gpt": GPT, "cnn": ResNet}
+    class RMSNorm(nn.Module):
+        """modeling_llama.py's LlamaRMSNorm."""
+
+        def __init__(self, dim, eps=1e-6):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(dim))
+            self.eps = eps
+
+        def forward(self, x):
+            variance = x.pow(2).mean(-1, keepdim=True)
+            return self.weight * (x * torch.rsqrt(variance + self.eps))
+
+    def rotate_half(x):
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+        return torch.cat((-x2, x1), dim=-1)
+
+    class LlamaBlock(nn.Module):
+        """A Llama decoder layer: grouped-query causal attention with rotary
+        positions and a SwiGLU MLP, each after an RMSNorm, as modeling_llama.py
+        (eager attention) computes them."""
+
+        def __init__(self, dim, heads, kv_heads, hidden, context):
+            super().__init__()
+            self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+            self.q = nn.Linear(dim, dim, bias=False)
+            self.k = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+            self.v = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+            self.o = nn.Linear(dim, dim, bias=False)
+            self.gate = nn.Linear(dim, hidden, bias=False)
+            self.up = nn.Linear(dim, hidden, bias=False)
+            self.down = nn.Linear(hidden, dim, bias=False)
+            self.norm1, self.norm2 = RMSNorm(dim), RMSNorm(dim)
+            self.register_buffer("mask", torch.triu(torch.ones(context, context, dtype=torch.bool), 1))
+
+        def forward(self, x, cos, sin):
+            b, t, _ = x.shape
+            h = self.norm1(x)
+            q = self.q(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+            k = self.k(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+            v = self.v(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            # modeling_llama.py's repeat_kv (torch 1.13 exports
+            # repeat_interleave as a Loop).
+            groups = self.heads // self.kv_heads
+            k = k[:, :, None].expand(b, self.kv_heads, groups, t, self.head_dim).reshape(b, self.heads, t, -1)
+            v = v[:, :, None].expand(b, self.kv_heads, groups, t, self.head_dim).reshape(b, self.heads, t, -1)
+            scores = (q @ k.transpose(-2, -1)) / (self.head_dim ** 0.5)
+            scores = scores.masked_fill(self.mask[:t, :t], float("-inf"))
+            attn = torch.softmax(scores, dim=-1) @ v
+            x = x + self.o(attn.transpose(1, 2).reshape(b, t, -1))
+            h = self.norm2(x)
+            return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+    class Llama(nn.Module):
+        def __init__(self, vocab, context, dim, heads, kv_heads, hidden, layers):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, dim)
+            self.blocks = nn.ModuleList([LlamaBlock(dim, heads, kv_heads, hidden, context) for _ in range(layers)])
+            self.norm = RMSNorm(dim)
+            self.head = nn.Linear(dim, vocab, bias=False)
+            half = dim // heads // 2
+            inv = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float32) / half))
+            angles = torch.arange(context, dtype=torch.float32)[:, None] * inv[None, :]
+            emb = torch.cat((angles, angles), dim=-1)
+            self.register_buffer("cos", emb.cos())
+            self.register_buffer("sin", emb.sin())
+
+        def forward(self, idx):
+            t = idx.size(1)
+            cos, sin = self.cos[:t], self.sin[:t]
+            x = self.embed(idx)
+            for block in self.blocks:
+                x = block(x, cos, sin)
+            return self.head(self.norm(x))
+
+    return {"mlp": MLP, "gpt": GPT, "llama": Llama, "cnn": ResNet}
 
 
 def make_model(name, kwargs):
@@ -147,7 +230,7 @@ def make_batch(name, kwargs, batch, seed):
     if name == "mlp":
         w = kwargs["width"]
         return torch.rand(batch, w, generator=g) * 2 - 1, torch.randint(0, w, (batch,), generator=g)
-    if name == "gpt":
+    if name in ("gpt", "llama"):
         v, t = kwargs["vocab"], kwargs["context"]
         return torch.randint(0, v, (batch, t), generator=g), torch.randint(0, v, (batch, t), generator=g)
     return torch.rand(batch, 3, 32, 32, generator=g) * 2 - 1, torch.randint(0, kwargs["classes"], (batch,), generator=g)
@@ -161,7 +244,7 @@ def export(name, kwargs, batch, path):
 
     model = make_model(name, kwargs)
     x, _ = make_batch(name, kwargs, batch, 0)
-    inputs = {"mlp": "x", "gpt": "tokens", "cnn": "image"}[name]
+    inputs = {"mlp": "x", "gpt": "tokens", "llama": "tokens", "cnn": "image"}[name]
     onnx_export(model, (x,), path, opset_version=13, training=torch.onnx.TrainingMode.TRAINING,
                 do_constant_folding=False, input_names=[inputs], output_names=["logits"])
 
@@ -518,7 +601,7 @@ def main():
     ap.add_argument("--build", default=default_build, help=f"build tree with bin/pipec and bin/piperun ({default_build})")
     ap.add_argument("--json", action="store_true", help="print one JSON list instead of the table")
     ap.add_argument("--threads", default="1", help="comma-separated thread counts (default 1)")
-    ap.add_argument("--models", default="mlp,gpt,cnn", help="comma-separated subset of " + ",".join(MODELS))
+    ap.add_argument("--models", default="mlp,gpt,llama,cnn", help="comma-separated subset of " + ",".join(MODELS))
     ap.add_argument("--iters", type=int, default=3, help="measured iterations")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--keep", help="work here and keep the models and jobs (default: a temporary directory)")
