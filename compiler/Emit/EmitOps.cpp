@@ -255,6 +255,33 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << ", " << f32Literal(softmax.getFill().convertToFloat()) << ", "
             << (softmax.getMaskedWhen() ? "true" : "false") << ", " << y << ");\n";
       })
+      .Case([&](nn::AttentionOp attention) {
+        std::string y = allocate(attention.getResult());
+        std::string lse = allocate(attention.getLogSumExp());
+        Value mask = attention.getMask();
+        out << "  pk::attention(" << ptr(attention.getQuery()) << ", " << shapeOf(attention.getQuery()) << ", "
+            << ptr(attention.getKey()) << ", " << shapeOf(attention.getKey()) << ", " << ptr(attention.getValue())
+            << ", " << shapeOf(attention.getValue()) << ", " << (mask ? ptr(mask) : "nullptr") << ", "
+            << (mask ? shapeOf(mask) : "pk::Shape{}") << ", " << f32Literal(attention.getScale().convertToFloat())
+            << ", " << (attention.getDivide() ? "true" : "false") << ", "
+            << f32Literal(attention.getFill().convertToFloat()) << ", "
+            << (attention.getMaskedWhen() ? "true" : "false") << ", " << y << ", " << lse
+            << scratchArgument(attention) << ");\n";
+      })
+      .Case([&](nn::AttentionGradOp grad) {
+        std::string dq = allocate(grad.getQueryGrad());
+        std::string dk = allocate(grad.getKeyGrad());
+        std::string dv = allocate(grad.getValueGrad());
+        Value mask = grad.getMask();
+        out << "  pk::attentionGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getQuery()) << ", "
+            << shapeOf(grad.getQuery()) << ", " << ptr(grad.getKey()) << ", " << shapeOf(grad.getKey()) << ", "
+            << ptr(grad.getValue()) << ", " << shapeOf(grad.getValue()) << ", " << (mask ? ptr(mask) : "nullptr")
+            << ", " << (mask ? shapeOf(mask) : "pk::Shape{}") << ", " << ptr(grad.getResult()) << ", "
+            << ptr(grad.getLogSumExp()) << ", " << f32Literal(grad.getScale().convertToFloat()) << ", "
+            << (grad.getDivide() ? "true" : "false") << ", " << f32Literal(grad.getFill().convertToFloat()) << ", "
+            << (grad.getMaskedWhen() ? "true" : "false") << ", " << dq << ", " << dk << ", " << dv
+            << scratchArgument(grad) << ");\n";
+      })
       .Case([&](nn::MaskedSoftmaxGradOp grad) {
         std::string y = allocate(grad.getResult());
         out << "  pk::maskedSoftmaxGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getY()) << ", "

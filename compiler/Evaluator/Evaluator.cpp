@@ -143,6 +143,12 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
                                           softmax.getDivide(), softmax.getFillAttr().getValueAsDouble(),
                                           softmax.getMaskedWhen()));
       })
+      .Case([&](nn::AttentionOp attention) {
+        auto results = kernels::attention(in(0), in(1), in(2), optionalIn(attention.getMask()),
+                                          attention.getScaleAttr().getValueAsDouble(), attention.getDivide(),
+                                          attention.getFillAttr().getValueAsDouble(), attention.getMaskedWhen());
+        return std::vector<Tensor>{std::move(results.output), std::move(results.logSumExp)};
+      })
       .Case([&](nn::SoftmaxCrossEntropyLossOp loss) {
         std::optional<int64_t> ignoreIndex;
         if (auto ignore = loss.getIgnoreIndex())
@@ -248,6 +254,12 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
       .Case([&](nn::MaskedSoftmaxGradOp grad) {
         return one(kernels::maskedSoftmaxGrad(in(0), in(1), in(2), grad.getScaleAttr().getValueAsDouble(),
                                               grad.getDivide(), grad.getMaskedWhen()));
+      })
+      .Case([&](nn::AttentionGradOp grad) {
+        auto grads = kernels::attentionGrad(in(0), in(1), in(2), in(3), optionalIn(grad.getMask()),
+                                            grad.getScaleAttr().getValueAsDouble(), grad.getDivide(),
+                                            grad.getFillAttr().getValueAsDouble(), grad.getMaskedWhen());
+        return std::vector<Tensor>{std::move(grads.query), std::move(grads.key), std::move(grads.value)};
       })
       .Case([&](nn::SoftmaxCrossEntropyLossGradOp grad) {
         std::optional<int64_t> ignoreIndex;

@@ -235,6 +235,20 @@ Tensor maskedSoftmax(const Tensor &input, const Tensor &mask, double scale, bool
 Tensor maskedSoftmaxGrad(const Tensor &dy, const Tensor &y, const Tensor &mask, double scale, bool divide,
                          bool maskedWhen);
 
+struct AttentionResults {
+  Tensor output, logSumExp;
+};
+/// nn.attention, composed of the kernels above (matmul, the masked softmax
+/// or a scaled softmax without a mask, matmul); mask may be null.
+AttentionResults attention(const Tensor &query, const Tensor &key, const Tensor &value, const Tensor *mask,
+                           double scale, bool divide, double fill, bool maskedWhen);
+struct AttentionGrads {
+  Tensor query, key, value;
+};
+/// nn.attention_grad: the gradients of the composition above.
+AttentionGrads attentionGrad(const Tensor &dy, const Tensor &query, const Tensor &key, const Tensor &value,
+                             const Tensor *mask, double scale, bool divide, double fill, bool maskedWhen);
+
 struct SoftmaxCrossEntropyResults {
   Tensor loss, logProb;
 };

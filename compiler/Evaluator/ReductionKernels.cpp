@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 namespace pipec::eval::kernels {
 
@@ -94,6 +95,64 @@ Tensor maskedSoftmaxGrad(const Tensor &dy, const Tensor &y, const Tensor &mask, 
   Tensor factor = Tensor::ofFloats(g.kind, {}, {scale});
   g = maskedWhen ? where(mask, zero, g) : where(mask, g, zero);
   return binary(divide ? BinaryOp::Div : BinaryOp::Mul, g, factor);
+}
+
+namespace {
+/// x with its last two axes swapped.
+Tensor swapLastAxes(const Tensor &x) {
+  std::vector<int64_t> perm(x.shape.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return transpose(x, perm);
+}
+
+/// The attention's z (scaled, masked scores) and P.
+std::pair<Tensor, Tensor> attentionProbabilities(const Tensor &query, const Tensor &key, const Tensor *mask,
+                                                 double scale, bool divide, double fill, bool maskedWhen) {
+  Tensor scores = matmul(query, swapLastAxes(key));
+  Tensor factor = Tensor::ofFloats(scores.kind, {}, {scale});
+  Tensor z = binary(divide ? BinaryOp::Div : BinaryOp::Mul, scores, factor);
+  if (mask) {
+    Tensor filler = Tensor::ofFloats(scores.kind, {}, {fill});
+    z = maskedWhen ? where(*mask, filler, z) : where(*mask, z, filler);
+  }
+  Tensor p = softmax(z, -1);
+  return {std::move(z), std::move(p)};
+}
+} // namespace
+
+AttentionResults attention(const Tensor &query, const Tensor &key, const Tensor &value, const Tensor *mask,
+                           double scale, bool divide, double fill, bool maskedWhen) {
+  requireRank(query, 2, "the query [L..., S, D]");
+  auto [z, p] = attentionProbabilities(query, key, mask, scale, divide, fill, maskedWhen);
+  // log Σ exp z per row, shifted by the row's maximum.
+  const int64_t width = z.shape.back(), rows = width == 0 ? 0 : z.numElements() / width;
+  std::vector<int64_t> rowShape = z.shape;
+  rowShape.back() = 1;
+  Tensor lse = zeros(z.kind, rowShape);
+  for (int64_t row = 0; row < rows; ++row) {
+    const double *zr = z.floats.data() + row * width;
+    const double m = *std::max_element(zr, zr + width);
+    double sum = 0;
+    for (int64_t j = 0; j < width; ++j)
+      sum += std::exp(zr[j] - m);
+    lse.floats[row] = m + std::log(sum);
+  }
+  return {matmul(p, value), finish(std::move(lse))};
+}
+
+AttentionGrads attentionGrad(const Tensor &dy, const Tensor &query, const Tensor &key, const Tensor &value,
+                             const Tensor *mask, double scale, bool divide, double fill, bool maskedWhen) {
+  auto [z, p] = attentionProbabilities(query, key, mask, scale, divide, fill, maskedWhen);
+  Tensor dp = matmul(dy, swapLastAxes(value));
+  Tensor dz;
+  if (mask) {
+    dz = maskedSoftmaxGrad(dp, p, *mask, scale, divide, maskedWhen);
+  } else {
+    Tensor factor = Tensor::ofFloats(dp.kind, {}, {scale});
+    dz = binary(divide ? BinaryOp::Div : BinaryOp::Mul, softmaxGrad(dp, p, -1), factor);
+  }
+  return {matmul(dz, key), matmul(swapLastAxes(dz), query), matmul(swapLastAxes(p), dy)};
 }
 
 //===----------------------------------------------------------------------===//

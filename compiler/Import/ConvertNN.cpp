@@ -544,6 +544,20 @@ void OnnxImporter::convertDropout(const onnx::NodeProto &node) {
     if (auto given = optionalScalarInput(node, 2, "training_mode"))
       training = given->asInt(0) != 0;
   }
+  if (ratio == 0.0f || !training) {
+    // The identity (Hugging Face's attention_dropout = 0.0 is exported as a
+    // training Dropout of ratio 0): its input, and a mask keeping everything,
+    // so that nothing between a softmax and its product hides the attention.
+    Value input = operand(node, 0);
+    define(node, 0, input);
+    if (node.output_size() > 1 && !node.output(1).empty()) {
+      auto shape = typeOf(input).getShape();
+      std::vector<int64_t> dims(shape.begin(), shape.end());
+      std::vector<int64_t> keep(typeOf(input).getNumElements(), 1);
+      define(node, 1, materialize(HostTensor::ofInts(ElementKind::Bool, dims, keep), locationOf(node)));
+    }
+    return;
+  }
   SmallVector<NamedAttribute> attributes{
       builder.getNamedAttr("ratio", builder.getF32FloatAttr(ratio)),
       builder.getNamedAttr("training", builder.getBoolAttr(training))};

@@ -178,6 +178,21 @@ OpWork BatchNormOp::estimateWork() { return reduction(*this, 6, 10); }
 OpWork LayerNormOp::estimateWork() { return reduction(*this, 8, 12); }
 OpWork SoftmaxOp::estimateWork() { return reduction(*this, 12, 4); }
 OpWork MaskedSoftmaxOp::estimateWork() { return reduction(*this, 13, 4); }
+OpWork AttentionOp::estimateWork() {
+  // Two products (scores, then P · value) and the softmax between; the
+  // gradient recomputes the scores and adds four products (nn.attention_grad).
+  OpWork work = elementwise(*this, 0, 0);
+  auto query = getQuery().getType(), value = getValue().getType();
+  const double rows = query.getNumElements() / query.getShape().back();
+  const double keys = value.getShape()[value.getRank() - 2];
+  const double d = query.getShape().back(), dv = value.getShape().back();
+  work.forwardFlops = 2 * rows * keys * (d + dv) + 13 * rows * keys;
+  const double backward = 2 * rows * keys * (3 * d + 2 * dv) + 13 * rows * keys;
+  work.gradientFlops.assign(getOperation()->getNumOperands(), 0.0);
+  for (int operand = 0; operand < 3; ++operand)
+    work.gradientFlops[operand] = backward / 3;
+  return work;
+}
 OpWork SoftmaxCrossEntropyLossOp::estimateWork() { return reduction(*this, 14, 4); }
 OpWork ReduceMeanOp::estimateWork() { return reduction(*this, 1, 1); }
 OpWork GlobalAveragePoolOp::estimateWork() { return reduction(*this, 1, 1); }

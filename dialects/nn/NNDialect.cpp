@@ -506,6 +506,44 @@ LogicalResult MaskedSoftmaxOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   return success();
 }
 
+std::string pipec::nn::attentionShapeError(ArrayRef<int64_t> query, ArrayRef<int64_t> key, ArrayRef<int64_t> value,
+                                           std::optional<ArrayRef<int64_t>> mask) {
+  const size_t rank = query.size();
+  if (rank < 2 || key.size() != rank || value.size() != rank)
+    return "query, key and value must have one rank >= 2, got " + shapeString(query) + ", " + shapeString(key) +
+           ", " + shapeString(value);
+  if (query.drop_back(2) != key.drop_back(2) || key.drop_back(1) != value.drop_back(1) ||
+      query.back() != key.back())
+    return "query [L..., S, D], key [L..., T, D] and value [L..., T, Dv] do not agree: " + shapeString(query) +
+           ", " + shapeString(key) + ", " + shapeString(value);
+  if (mask) {
+    SmallVector<int64_t> scores(query.drop_back());
+    scores.push_back(key[rank - 2]);
+    std::string error = maskedSoftmaxShapeError(scores, *mask);
+    if (!error.empty())
+      return error;
+  }
+  return "";
+}
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto query = rankedType(adaptor.getQuery()), value = rankedType(adaptor.getValue());
+  std::optional<ArrayRef<int64_t>> mask;
+  if (adaptor.getMask())
+    mask = rankedType(adaptor.getMask()).getShape();
+  std::string error =
+      attentionShapeError(query.getShape(), rankedType(adaptor.getKey()).getShape(), value.getShape(), mask);
+  if (!error.empty())
+    return fail(loc, "nn.attention: " + Twine(error));
+  SmallVector<int64_t> shape(query.getShape().drop_back());
+  shape.push_back(value.getShape().back());
+  types.push_back(RankedTensorType::get(shape, query.getElementType()));
+  shape.back() = 1;
+  types.push_back(RankedTensorType::get(shape, query.getElementType()));
+  return success();
+}
+
 LogicalResult SoftmaxCrossEntropyLossOp::inferReturnTypes(
     MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
     SmallVectorImpl<Type> &types) {

@@ -84,6 +84,10 @@ broadcastShapes(llvm::ArrayRef<int64_t> lhs, llvm::ArrayRef<int64_t> rhs);
 /// input of shape `input` (the mask must broadcast to the input, whose rank
 /// is at least 1); empty when it can.
 std::string maskedSoftmaxShapeError(llvm::ArrayRef<int64_t> input, llvm::ArrayRef<int64_t> mask);
+/// Why query, key, value (and mask, when given) of nn.attention or
+/// nn.attention_grad do not fit together, or "" when they do.
+std::string attentionShapeError(llvm::ArrayRef<int64_t> query, llvm::ArrayRef<int64_t> key,
+                                llvm::ArrayRef<int64_t> value, std::optional<llvm::ArrayRef<int64_t>> mask);
 
 /// Maps an ONNX-style axis (negative counts from the end) into [0, rank);
 /// failure when out of range.

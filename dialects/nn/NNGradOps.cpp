@@ -171,6 +171,20 @@ LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   return success();
 }
 
+LogicalResult AttentionGradOp::verify() {
+  std::optional<ArrayRef<int64_t>> mask;
+  if (getMask())
+    mask = getMask().getType().getShape();
+  std::string error = attentionShapeError(getQuery().getType().getShape(), getKey().getType().getShape(),
+                                          getValue().getType().getShape(), mask);
+  if (!error.empty())
+    return emitOpError(error);
+  if (getDy().getType() != getResult().getType() || getQueryGrad().getType() != getQuery().getType() ||
+      getKeyGrad().getType() != getKey().getType() || getValueGrad().getType() != getValue().getType())
+    return emitOpError("dy must match the forward result, and each gradient its operand");
+  return success();
+}
+
 // Work estimates: gradient ops are scheduled as B or W work by autodiff's
 // placement, and their own work is their forward.
 OpWork ReduceSumOp::estimateWork() { return streamingWork(*this, 1); }
@@ -198,6 +212,15 @@ OpWork BatchNormGradOp::estimateWork() { return streamingWork(*this, 10); }
 OpWork BatchNormParamGradOp::estimateWork() { return streamingWork(*this, 6); }
 OpWork LayerNormGradOp::estimateWork() { return streamingWork(*this, 12); }
 OpWork LayerNormParamGradOp::estimateWork() { return streamingWork(*this, 6); }
+OpWork AttentionGradOp::estimateWork() {
+  // Recomputing the scores, then four products of the same size.
+  OpWork work = streamingWork(*this, 0);
+  auto query = getQuery().getType(), value = getValue().getType();
+  const double rows = query.getNumElements() / query.getShape().back();
+  const double keys = value.getShape()[value.getRank() - 2];
+  work.forwardFlops = 2 * rows * keys * (3 * query.getShape().back() + 2 * value.getShape().back());
+  return work;
+}
 OpWork MaxPoolGradOp::estimateWork() { return streamingWork(*this, 2); }
 OpWork AveragePoolGradOp::estimateWork() { return streamingWork(*this, 2); }
 OpWork DropoutGradOp::estimateWork() { return streamingWork(*this, 1); }

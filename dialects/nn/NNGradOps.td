@@ -182,6 +182,25 @@ def NN_MaskedSoftmaxGradOp : NN_Op<"masked_softmax_grad", [Pure, AllTypesMatch<[
   let hasVerifier = 1;
 }
 
+def NN_AttentionGradOp : NN_Op<"attention_grad", [Pure]> {
+  let summary = "Gradients of nn.attention with respect to query, key and value";
+  let description = [{
+    From dy (the result's gradient), the forward operands, its result and
+    log_sum_exp: P recomputed block by block, dvalue = Pᵀ·dy,
+    dz = P ⊙ (dy·valueᵀ − rowsum(dy ⊙ result)) (0 where masked), times (or
+    divided by) scale: dquery = dz·key, dkey = dzᵀ·query.
+  }];
+  let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$query, NN_FloatTensor:$key, NN_FloatTensor:$value,
+                       Optional<NN_BoolTensor>:$mask, NN_FloatTensor:$result, NN_FloatTensor:$log_sum_exp,
+                       DefaultValuedAttr<F32Attr, "1.0">:$scale,
+                       DefaultValuedAttr<BoolAttr, "false">:$divide,
+                       DefaultValuedAttr<F32Attr, "0.0">:$fill,
+                       DefaultValuedAttr<BoolAttr, "true">:$masked_when);
+  let results = (outs NN_FloatTensor:$query_grad, NN_FloatTensor:$key_grad, NN_FloatTensor:$value_grad);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def NN_SoftmaxCrossEntropyLossGradOp : NN_Op<"softmax_cross_entropy_loss_grad", [Pure]> {
   let summary = "Gradient of nn.softmax_cross_entropy_loss with respect to the scores";
   let arguments = (ins NN_FloatTensor:$dloss, NN_FloatTensor:$scores,

@@ -320,6 +320,20 @@ Value MaskedSoftmaxOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, un
                                      getMaskedWhenAttr());
 }
 
+Value AttentionOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
+  if (index > 2) // the mask
+    return Value();
+  Value dy = dys[0];
+  if (!dy)
+    return Value();
+  // One op for the three gradients (CSE merges the three requests).
+  auto grads = AttentionGradOp::create(
+      g.b, g.loc, TypeRange{getQuery().getType(), getKey().getType(), getValue().getType()}, dy, getQuery(),
+      getKey(), getValue(), getMask(), getResult(), getLogSumExp(), getScaleAttr(), getDivideAttr(), getFillAttr(),
+      getMaskedWhenAttr());
+  return grads->getResult(index);
+}
+
 Value SoftmaxCrossEntropyLossOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
   Value dy = dys[0];
   RankedTensorType operandType = tensorType(getOperation()->getOperand(index));

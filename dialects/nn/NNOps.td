@@ -312,6 +312,28 @@ def NN_MaskedSoftmaxOp : NN_InferredOp<"masked_softmax", [NN_Differentiable]> {
   let results = (outs NN_FloatTensor:$result);
 }
 
+def NN_AttentionOp : NN_InferredOp<"attention", [NN_Differentiable]> {
+  let summary = "fused scaled dot-product attention: softmax(scores) · value, without the scores in memory";
+  let description = [{
+    result = P · value with P the softmax along the last axis of
+    z = where(mask == masked_when, fill, divide ? s / scale : s * scale),
+    s = query · keyᵀ: query [L..., S, D], key [L..., T, D], value
+    [L..., T, Dv] with the same leading axes, the optional mask broadcast to
+    [L..., S, T] (without it z = s * scale). The same values as nn.matmul,
+    nn.masked_softmax (or nn.softmax) and nn.matmul, computed in blocks of
+    rows so that the S x T scores are never stored; `log_sum_exp`
+    ([L..., S, 1], log Σ exp z of each row) is what the gradient needs to
+    recompute P.
+  }];
+  let arguments = (ins NN_FloatTensor:$query, NN_FloatTensor:$key, NN_FloatTensor:$value,
+                       Optional<NN_BoolTensor>:$mask,
+                       DefaultValuedAttr<F32Attr, "1.0">:$scale,
+                       DefaultValuedAttr<BoolAttr, "false">:$divide,
+                       DefaultValuedAttr<F32Attr, "0.0">:$fill,
+                       DefaultValuedAttr<BoolAttr, "true">:$masked_when);
+  let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$log_sum_exp);
+}
+
 def NN_SoftmaxCrossEntropyLossOp : NN_InferredOp<"softmax_cross_entropy_loss", [NN_Differentiable]> {
   let summary = "ONNX SoftmaxCrossEntropyLoss";
   let arguments = (ins NN_FloatTensor:$scores, NN_IntegerTensor:$labels,

@@ -122,6 +122,14 @@ pk::ScratchNeed kernelScratchOf(Operation *op, pk::ScratchTarget target) {
                                dimsOf(grad.getStrides()), dimsOf(grad.getPads()), pk::Dims{}, grad.getCeilMode(),
                                false);
       })
+      .Case([&](nn::AttentionOp attention) {
+        return pk::attentionScratch(target, shapeOf(attention.getQuery()), shapeOf(attention.getKey()),
+                                    shapeOf(attention.getValue()));
+      })
+      .Case([&](nn::AttentionGradOp grad) {
+        return pk::attentionGradScratch(target, shapeOf(grad.getQuery()), shapeOf(grad.getKey()),
+                                        shapeOf(grad.getValue()));
+      })
       .Case([&](nn::SoftmaxCrossEntropyLossOp loss) {
         return pk::softmaxCrossEntropyScratch(target, shapeOf(loss.getScores()), reduction(loss.getReduction()),
                                               false);

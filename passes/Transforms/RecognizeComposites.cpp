@@ -1,7 +1,8 @@
 // pipec-recognize-composites: the decomposed LayerNorm, RMSNorm, rotary
-// embedding, erf-GELU and masked (attention) softmax that exporters emit
-// become nn.layer_norm (for RMSNorm uncentred), nn.rotary, nn.gelu and
-// nn.masked_softmax, whose kernels and gradient rules are one op each
+// embedding, erf-GELU, masked (attention) softmax and attention that
+// exporters emit become nn.layer_norm (for RMSNorm uncentred), nn.rotary,
+// nn.gelu, nn.masked_softmax and nn.attention, whose kernels and gradient
+// rules are one op each
 // (docs/optimization.md).
 #include "passes/Passes.h"
 #include "passes/Transforms/PatternRewrites.h"
@@ -13,6 +14,7 @@
 #include "mlir/IR/PatternMatch.h"
 
 #include <cmath>
+#include <numeric>
 
 namespace pipec::passes {
 #define GEN_PASS_DEF_RECOGNIZECOMPOSITES
@@ -614,12 +616,130 @@ private:
   }
 };
 
+/// where(isnan(P), 0, P) after a masked softmax whose fill is finite: the
+/// guard PyTorch's scaled_dot_product_attention exports (for rows whose
+/// keys are all masked with -inf). With a finite fill such a row is
+/// uniform, not NaN, so P is NaN only where its scores already are (and a
+/// NaN score reaches the loss through them anyway); the guard is P, and
+/// the attention around it can be recognized.
+struct NaNGuardOfMaskedSoftmax : OpRewritePattern<nn::WhereOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::WhereOp root, PatternRewriter &rewriter) const override {
+    auto softmax = root.getY().getDefiningOp<nn::MaskedSoftmaxOp>();
+    auto isNaN = root.getCondition().getDefiningOp<nn::XorOp>();
+    if (!softmax || !std::isfinite(softmax.getFill().convertToFloat()) || !isNaN || !isNaN->hasOneUse() ||
+        root.getType() != softmax.getType() || !near(splatValue(root.getX()), 0.0))
+      return failure();
+    auto ordered = orderedOperands(isNaN, [](Value v) { return v.getDefiningOp<nn::EqualOp>(); });
+    if (!ordered || !isTrue(ordered->second))
+      return failure();
+    auto equal = ordered->first.getDefiningOp<nn::EqualOp>();
+    if (!equal->hasOneUse() || equal.getLhs() != softmax.getResult() || equal.getRhs() != softmax.getResult() ||
+        !sameStage({root, isNaN, equal, softmax}))
+      return failure();
+    rewriter.replaceOp(root, softmax.getResult());
+    return success();
+  }
+
+private:
+  static bool isTrue(Value value) {
+    auto constant = value.getDefiningOp<nn::ConstantOp>();
+    auto dense = constant ? llvm::dyn_cast<DenseIntElementsAttr>(constant.getValue()) : nullptr;
+    return dense && dense.isSplat() && dense.getElementType().isInteger(1) && dense.getSplatValue<bool>();
+  }
+};
+
+/// softmax(q · kᵀ (scaled, masked)) · v over the last axes, as exporters
+/// write attention (after the masked softmax above is recognized, or with a
+/// plain scaled softmax): one nn.attention, whose kernels never store the
+/// S x T scores (docs/optimization.md). kᵀ is a transpose of k's last two
+/// axes (absorbed), or any value (then transposed back for the key).
+struct DecomposedAttention : OpRewritePattern<nn::MatMulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::MatMulOp root, PatternRewriter &rewriter) const override {
+    Value probabilities = root.getOperand(0), value = root.getOperand(1);
+    Operation *softmax = probabilities.getDefiningOp();
+    if (!softmax || !probabilities.hasOneUse() || !llvm::isa<nn::MaskedSoftmaxOp, nn::SoftmaxOp>(softmax))
+      return failure();
+    auto type = llvm::dyn_cast<RankedTensorType>(probabilities.getType());
+    if (!type || !type.hasStaticShape() || !type.getElementType().isF32() || type.getRank() < 2)
+      return failure();
+    SmallVector<Operation *> chain{root, softmax};
+    ScaledInput in{softmax->getOperand(0)};
+    Value mask;
+    float fill = 0.0f;
+    bool maskedWhen = true;
+    if (auto masked = llvm::dyn_cast<nn::MaskedSoftmaxOp>(softmax)) {
+      in = {masked.getInput(), masked.getScale().convertToFloat(), masked.getDivide()};
+      mask = masked.getMask();
+      fill = masked.getFill().convertToFloat();
+      maskedWhen = masked.getMaskedWhen();
+    } else {
+      if (!lastAxisSoftmaxType(llvm::cast<nn::SoftmaxOp>(softmax)))
+        return failure();
+      in = scaledInput(softmax->getOperand(0), type, chain);
+    }
+    auto scores = in.x.getDefiningOp<nn::MatMulOp>();
+    if (!scores || !in.x.hasOneUse())
+      return failure();
+    chain.push_back(scores);
+    Value query = scores.getOperand(0), keyT = scores.getOperand(1);
+    auto keyTransposed = keyT.getDefiningOp<nn::TransposeOp>();
+    const bool absorbTranspose = keyTransposed && keyT.hasOneUse() && swapsLastAxes(keyTransposed.getPerm());
+    if (absorbTranspose)
+      chain.push_back(keyTransposed);
+    std::optional<ArrayRef<int64_t>> maskShape;
+    if (mask)
+      maskShape = llvm::cast<RankedTensorType>(mask.getType()).getShape();
+    auto shapeOf = [](Value v) { return llvm::cast<RankedTensorType>(v.getType()).getShape(); };
+    SmallVector<int64_t> keyShape(shapeOf(keyT));
+    std::swap(keyShape[keyShape.size() - 1], keyShape[keyShape.size() - 2]);
+    if (shapeOf(query).size() != keyShape.size() || shapeOf(value).size() != keyShape.size() ||
+        !nn::attentionShapeError(shapeOf(query), keyShape, shapeOf(value), maskShape).empty() ||
+        !llvm::all_of(ValueRange{query, keyT, value},
+                      [](Value v) { return llvm::cast<RankedTensorType>(v.getType()).getElementType().isF32(); }))
+      return failure();
+    if (!sameStage(chain))
+      return failure();
+    Value key = absorbTranspose ? keyTransposed.getInput() : Value();
+    if (!key) {
+      SmallVector<int64_t> perm(keyShape.size());
+      std::iota(perm.begin(), perm.end(), 0);
+      std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+      auto transpose = nn::TransposeOp::create(rewriter, scores.getLoc(), keyT, rewriter.getDenseI64ArrayAttr(perm));
+      inheritPlacement(scores, transpose, /*withCost=*/false);
+      key = transpose;
+    }
+    SmallVector<int64_t> rowShape(shapeOf(root.getResult()));
+    rowShape.back() = 1;
+    auto rowType = RankedTensorType::get(rowShape, type.getElementType());
+    auto attention = nn::AttentionOp::create(
+        rewriter, absorbedLocation(root.getLoc(), ArrayRef(chain).drop_front()), root.getType(), rowType, query, key,
+        value, mask, rewriter.getF32FloatAttr(in.scale), rewriter.getBoolAttr(in.divide),
+        rewriter.getF32FloatAttr(fill), rewriter.getBoolAttr(maskedWhen));
+    inheritPlacement(root, attention, /*withCost=*/true);
+    rewriter.replaceOp(root, attention.getResult());
+    return success();
+  }
+
+private:
+  static bool swapsLastAxes(ArrayRef<int64_t> perm) {
+    const size_t rank = perm.size();
+    if (rank < 2 || perm[rank - 1] != (int64_t)rank - 2 || perm[rank - 2] != (int64_t)rank - 1)
+      return false;
+    for (size_t axis = 0; axis + 2 < rank; ++axis)
+      if (perm[axis] != (int64_t)axis)
+        return false;
+    return true;
+  }
+};
+
 struct RecognizeComposites : impl::RecognizeCompositesBase<RecognizeComposites> {
   using Base::Base;
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     patterns.add<DecomposedLayerNorm, DecomposedLayerNormNoBias, DecomposedRmsNorm, DecomposedRmsNormByDivision,
-                 DecomposedRotary, DecomposedGelu,
+                 DecomposedRotary, NaNGuardOfMaskedSoftmax, DecomposedAttention, DecomposedGelu,
                  DecomposedMaskedSoftmax, AdditiveMaskedSoftmax>(
         &getContext());
     int64_t applied = 0;

@@ -291,3 +291,100 @@ TEST(Gradients, SliceGradAndReduceSumAreAdjoints) {
 }
 
 } // namespace
+
+namespace {
+/// An attention case: shapes, an optional mask (causal, broadcast over the
+/// leading axes) and the scale's form.
+struct AttentionCase {
+  pk::Shape qs, ks, vs, ms;
+  bool masked, divide;
+  std::string str() const {
+    return "q " + qs.str() + " k " + ks.str() + " v " + vs.str() + (masked ? " mask " + ms.str() : "") +
+           (divide ? " divided" : "");
+  }
+};
+
+const AttentionCase kAttentionCases[] = {
+    {{2, 3, 5, 4}, {2, 3, 6, 4}, {2, 3, 6, 3}, {1, 1, 5, 6}, true, false},
+    {{2, 70, 4}, {2, 9, 4}, {2, 9, 5}, {70, 9}, true, true}, // two blocks of rows
+    {{3, 4, 2}, {3, 7, 2}, {3, 7, 2}, {}, false, false},
+    {{4, 6}, {5, 6}, {5, 1}, {4, 5}, true, false}};
+
+/// A causal mask over the scores' last two axes (masked above the diagonal,
+/// shifted so that every row keeps an entry), broadcast as ms says.
+std::vector<uint8_t> causalMask(const pk::Shape &ms) {
+  std::vector<uint8_t> mask(ms.numel());
+  const int64_t S = ms.v[ms.size - 2], T = ms.v[ms.size - 1];
+  for (int64_t e = 0; e < ms.numel(); ++e) mask[e] = (e % T) > (e / T) % S + (T - S > 0 ? T - S : 0);
+  return mask;
+}
+} // namespace
+
+// nn.attention equals the unfused matmul, masked softmax and matmul (up to
+// the products' rounding), and its log-sum-exp is each row's.
+TEST(Attention, EqualsTheUnfusedProducts) {
+  int seed = 90;
+  for (const AttentionCase &c : kAttentionCases) {
+    auto q = randomVec(c.qs.numel(), seed++), k = randomVec(c.ks.numel(), seed++), v = randomVec(c.vs.numel(), seed++);
+    const auto mask = c.masked ? causalMask(c.ms) : std::vector<uint8_t>{};
+    pk::Shape scoresShape = c.qs;
+    scoresShape.v[scoresShape.size - 1] = c.ks.v[c.ks.size - 2];
+    std::vector<float> s(scoresShape.numel()), p(s.size()), want(c.qs.numel() / c.qs.v[c.qs.size - 1] * c.vs.v[c.vs.size - 1]);
+    pk::matmul(q.data(), c.qs, k.data(), c.ks, s.data(), false, true);
+    const std::vector<uint8_t> none(1, 0);
+    pk::maskedSoftmax(s.data(), scoresShape, c.masked ? mask.data() : none.data(), c.masked ? c.ms : pk::Shape{}, 0.7f,
+                      c.divide, -1e9f, true, p.data());
+    pk::matmul(p.data(), scoresShape, v.data(), c.vs, want.data());
+    std::vector<float> y(want.size()), lse(scoresShape.numel() / scoresShape.v[scoresShape.size - 1]);
+    pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, c.masked ? mask.data() : nullptr, c.ms, 0.7f,
+                  c.divide, -1e9f, true, y.data(), lse.data());
+    expectAllNear(y, want, 1e-5, c.str().c_str());
+    const int64_t T = c.ks.v[c.ks.size - 2];
+    // lse = log Σ exp z per row, z = the scaled (and masked) scores.
+    const int64_t S = c.qs.v[c.qs.size - 2];
+    for (size_t r = 0; r < lse.size(); ++r) {
+      double sum = 0;
+      for (int64_t j = 0; j < T; ++j) {
+        const bool masked = c.masked && mask[((int64_t)r % S) * T + j];
+        const double z = masked ? -1e9 : c.divide ? s[r * T + j] / 0.7 : s[r * T + j] * 0.7;
+        sum += std::exp(z);
+      }
+      ASSERT_NEAR(lse[r], std::log(sum), 1e-5 * (1 + std::fabs(std::log(sum)))) << c.str() << " row " << r;
+    }
+  }
+}
+
+TEST(Gradients, AttentionQueryKeyValue) {
+  int seed = 120;
+  for (const AttentionCase &c : kAttentionCases) {
+    if (c.qs.v[c.qs.size - 2] > 8) continue; // the finite differences of one block suffice
+    auto q = randomVec(c.qs.numel(), seed++), k = randomVec(c.ks.numel(), seed++), v = randomVec(c.vs.numel(), seed++);
+    const auto mask = c.masked ? causalMask(c.ms) : std::vector<uint8_t>{};
+    const uint8_t *m = c.masked ? mask.data() : nullptr;
+    const int64_t rows = c.qs.numel() / c.qs.v[c.qs.size - 1];
+    std::vector<float> y(rows * c.vs.v[c.vs.size - 1]), lse(rows);
+    auto dy = randomVec(y.size(), seed++);
+    pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, c.ms, 0.7f, c.divide, -1e9f, true, y.data(),
+                  lse.data());
+    std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+    pk::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, c.ms, y.data(), lse.data(), 0.7f,
+                      c.divide, -1e9f, true, dq.data(), dk.data(), dv.data());
+    auto fwd = [&](const float *qp, const float *kp, const float *vp, std::vector<float> &out) {
+      std::vector<float> l(rows);
+      pk::attention(qp, c.qs, kp, c.ks, vp, c.vs, m, c.ms, 0.7f, c.divide, -1e9f, true, out.data(), l.data());
+    };
+    const std::string what = c.str();
+    checkGradient(q, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
+      fwd(in.data(), k.data(), v.data(), out);
+    }, dq, 1e-2f, 3e-3, 1e-2, ("dq " + what).c_str());
+    checkGradient(k, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
+      fwd(q.data(), in.data(), v.data(), out);
+    }, dk, 1e-2f, 3e-3, 1e-2, ("dk " + what).c_str());
+    checkGradient(v, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
+      fwd(q.data(), k.data(), in.data(), out);
+    }, dv, 1e-2f, 3e-3, 1e-2, ("dv " + what).c_str());
+  }
+  EXPECT_THROW(pk::attention(nullptr, pk::Shape{2, 3}, nullptr, pk::Shape{4, 2}, nullptr, pk::Shape{4, 1}, nullptr,
+                             pk::Shape{}, 1.0f, false, 0.0f, true, nullptr, nullptr),
+               std::exception);
+}

@@ -125,6 +125,39 @@ TEST(Scratch, ConvolutionsFitTheirPlannedScratch) {
                   .empty());
 }
 
+// Attention with one block of score rows and with two, a mask or none.
+TEST(Scratch, AttentionFitsItsPlannedScratch) {
+  const auto cpu = pk::ScratchTarget::Cpu;
+  for (const pk::Shape &qs : {pk::Shape{2, 3, 5, 4}, pk::Shape{2, 70, 4}}) {
+    const int r = qs.size;
+    pk::Shape ks = qs, vs = qs, scores = qs;
+    ks.v[r - 2] = vs.v[r - 2] = scores.v[r - 1] = 9;
+    vs.v[r - 1] = 3;
+    const std::string what = qs.str();
+    const auto q = randomVec(qs.numel(), 1), k = randomVec(ks.numel(), 2), v = randomVec(vs.numel(), 3);
+    const int64_t rows = qs.numel() / qs.v[r - 1];
+    const auto dy = randomVec(rows * 3, 4);
+    std::vector<uint8_t> mask(scores.numel());
+    for (size_t e = 0; e < mask.size(); ++e) mask[e] = e % 9 > 6;
+    std::vector<float> y(rows * 3), lse(rows);
+    pk::attention(q.data(), qs, k.data(), ks, v.data(), vs, mask.data(), scores, 0.5f, false, -1e9f, true, y.data(),
+                  lse.data());
+    expectPlannedScratchSuffices(what.c_str(), pk::attentionScratch(cpu, qs, ks, vs), [&](const pk::Workspace &s) {
+      std::vector<float> out(rows * 4);
+      pk::attention(q.data(), qs, k.data(), ks, v.data(), vs, mask.data(), scores, 0.5f, false, -1e9f, true,
+                    out.data(), out.data() + rows * 3, s);
+      return out;
+    });
+    expectPlannedScratchSuffices(what.c_str(), pk::attentionGradScratch(cpu, qs, ks, vs), [&](const pk::Workspace &s) {
+      std::vector<float> d(q.size() + k.size() + v.size());
+      pk::attentionGrad(dy.data(), q.data(), qs, k.data(), ks, v.data(), vs, nullptr, pk::Shape{}, y.data(),
+                        lse.data(), 0.5f, false, -1e9f, true, d.data(), d.data() + q.size(),
+                        d.data() + q.size() + k.size(), s);
+      return d;
+    });
+  }
+}
+
 // Broadcast and full parameters; rows x inner large enough that the
 // parameter gradient splits its sums over threads (the rows' statistics).
 TEST(Scratch, LayerNormsFitTheirPlannedScratch) {

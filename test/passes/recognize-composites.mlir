@@ -141,6 +141,61 @@ func.func @rotary(%x: tensor<2x4x16x8xf32>, %cos: tensor<1x1x16x8xf32>, %sin: te
   return %a, %b, %c : tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>
 }
 
+// Attention as exporters write it: q · transpose(k), the masked softmax,
+// · v (the transpose absorbed); a plain scaled softmax without a mask and a
+// pre-transposed key (transposed back for nn.attention); and a softmax whose
+// scores are used elsewhere too (left alone: they must exist).
+// CHECK-LABEL: func.func @attention
+// CHECK-DAG: %[[A:.*]], %{{.*}} = nn.attention %arg0, %arg1, %arg2, %arg4 {fill = -1.000000e+09 : f32, scale = 0.353553385 : f32} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<1x1x16x16xi1>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x1xf32>)
+// CHECK-DAG: %[[KT:.*]] = nn.transpose %arg3 {perm = array<i64: 0, 1, 3, 2>}
+// CHECK-DAG: %[[B:.*]], %{{.*}} = nn.attention %arg0, %[[KT]], %arg2 {scale = 1.250000e-01 : f32} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x1xf32>)
+// CHECK-DAG: %[[S:.*]] = nn.matmul %arg0, %arg3
+// CHECK-DAG: %[[C:.*]] = nn.matmul %{{.*}}, %arg2
+// CHECK: return %[[A]], %[[B]], %[[C]], %[[S]]
+func.func @attention(%q: tensor<2x4x16x8xf32>, %k: tensor<2x4x16x8xf32>, %v: tensor<2x4x16x8xf32>, %kt: tensor<2x4x8x16xf32>, %mask: tensor<1x1x16x16xi1>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x16xf32>) {
+  %t = nn.transpose %k {perm = array<i64: 0, 1, 3, 2>} : (tensor<2x4x16x8xf32>) -> tensor<2x4x8x16xf32>
+  %s = nn.matmul %q, %t : (tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x16x16xf32>
+  %p = nn.masked_softmax %s, %mask {fill = -1.0e9 : f32, scale = 0.353553385 : f32} : (tensor<2x4x16x16xf32>, tensor<1x1x16x16xi1>) -> tensor<2x4x16x16xf32>
+  %a = nn.matmul %p, %v : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  %c = nn.constant dense<0.125> : tensor<f32>
+  %s2 = nn.matmul %q, %kt : (tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x16x16xf32>
+  %z2 = nn.mul %s2, %c : (tensor<2x4x16x16xf32>, tensor<f32>) -> tensor<2x4x16x16xf32>
+  %p2 = nn.softmax %z2 {axis = -1 : i64} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %b = nn.matmul %p2, %v : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  %s3 = nn.matmul %q, %kt : (tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x16x16xf32>
+  %p3 = nn.softmax %s3 {axis = -1 : i64} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %c3 = nn.matmul %p3, %v : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  return %a, %b, %c3, %s3 : tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x16xf32>
+}
+
+// scaled_dot_product_attention as the dynamo exporter writes it: the
+// softmax guarded by where(isnan(P), 0, P). With a finite fill the guard is
+// P and the attention fuses; with -inf (a fully masked row is NaN) it stays.
+// CHECK-LABEL: func.func @sdpa_guard
+// CHECK: %[[A:.*]], %{{.*}} = nn.attention %arg0, %arg1, %arg2, %arg3 {fill = -3.40282347E+38 : f32, scale = 0.353553385 : f32}
+// CHECK: nn.masked_softmax
+// CHECK: nn.where
+// CHECK: return %[[A]]
+func.func @sdpa_guard(%q: tensor<2x4x16x8xf32>, %k: tensor<2x4x16x8xf32>, %v: tensor<2x4x16x8xf32>, %mask: tensor<1x1x16x16xi1>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) {
+  %true = nn.constant dense<true> : tensor<i1>
+  %zero = nn.constant dense<0.0> : tensor<f32>
+  %t = nn.transpose %k {perm = array<i64: 0, 1, 3, 2>} : (tensor<2x4x16x8xf32>) -> tensor<2x4x8x16xf32>
+  %s = nn.matmul %q, %t : (tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x16x16xf32>
+  %p = nn.masked_softmax %s, %mask {fill = -3.40282347E+38 : f32, scale = 0.353553385 : f32} : (tensor<2x4x16x16xf32>, tensor<1x1x16x16xi1>) -> tensor<2x4x16x16xf32>
+  %e = nn.equal %p, %p : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xi1>
+  %n = nn.xor %e, %true : (tensor<2x4x16x16xi1>, tensor<i1>) -> tensor<2x4x16x16xi1>
+  %g = nn.where %n, %zero, %p : (tensor<2x4x16x16xi1>, tensor<f32>, tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %a = nn.matmul %g, %v : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  %t2 = nn.transpose %k {perm = array<i64: 0, 1, 3, 2>} : (tensor<2x4x16x8xf32>) -> tensor<2x4x8x16xf32>
+  %s2 = nn.matmul %q, %t2 : (tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x16x16xf32>
+  %p2 = nn.masked_softmax %s2, %mask {fill = 0xFF800000 : f32, scale = 0.353553385 : f32} : (tensor<2x4x16x16xf32>, tensor<1x1x16x16xi1>) -> tensor<2x4x16x16xf32>
+  %e2 = nn.equal %p2, %p2 : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xi1>
+  %n2 = nn.xor %e2, %true : (tensor<2x4x16x16xi1>, tensor<i1>) -> tensor<2x4x16x16xi1>
+  %g2 = nn.where %n2, %zero, %p2 : (tensor<2x4x16x16xi1>, tensor<f32>, tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %b = nn.matmul %g2, %v : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  return %a, %b : tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>
+}
+
 // The exact GELU, x * 0.5 * (1 + erf(x / sqrt 2)), in the exporter's order
 // and with the half applied first.
 // CHECK-LABEL: func.func @gelu

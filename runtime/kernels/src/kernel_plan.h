@@ -206,6 +206,14 @@ inline int64_t cudaLayerNormChunks(int64_t rows) {
   return (rows + perChunk - 1) / perChunk;
 }
 
+//===----------------------------------------------------------------------===//
+// nn.attention: rows of scores per block
+//===----------------------------------------------------------------------===//
+
+/// Query rows whose scores one block holds (both libraries): the S x T
+/// scores are never stored whole, only this many rows of them at a time.
+inline int64_t attentionRowsPerBlock(int64_t S) { return S < 64 ? S : 64; }
+
 } // namespace pipec::kernels::plan
 
 #endif // PIPEC_KERNELS_KERNEL_PLAN_H

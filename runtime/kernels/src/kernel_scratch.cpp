@@ -42,6 +42,32 @@ ScratchNeed convWeightGradScratch(ScratchTarget target, const Shape &xs, const S
                   [&](const ConvGeom &g, ScratchNeed &need) { addCpuConvWeightGradScratch(g, ws.numel(), need); });
 }
 
+ScratchNeed attentionScratch(ScratchTarget target, const Shape &qs, const Shape &ks, const Shape &vs) {
+  const AttentionView v = attentionView("nn.attention", qs, ks, vs, Shape{}, false);
+  const int64_t block = plan::attentionRowsPerBlock(v.S) * v.T;
+  ScratchNeed need;
+  if (target == ScratchTarget::Cpu)
+    need.addPerThread<float>(block);
+  else
+    need.addShared<float>(v.L * block); // every slice's block of rows at once
+  return need;
+}
+
+ScratchNeed attentionGradScratch(ScratchTarget target, const Shape &qs, const Shape &ks, const Shape &vs) {
+  const AttentionView v = attentionView("nn.attention_grad", qs, ks, vs, Shape{}, false);
+  const int64_t block = plan::attentionRowsPerBlock(v.S) * v.T;
+  ScratchNeed need;
+  if (target == ScratchTarget::Cpu) { // P and dz of one block
+    need.addPerThread<float>(block);
+    need.addPerThread<float>(block);
+  } else { // P and dz of every slice's block, then each row's rowsum(dy ⊙ result)
+    need.addShared<float>(v.L * block);
+    need.addShared<float>(v.L * block);
+    need.addShared<float>(v.L * v.S);
+  }
+  return need;
+}
+
 // Both libraries expand a broadcast scale (then bias) to the normalized
 // shape first.
 ScratchNeed layerNormScratch(ScratchTarget, const Shape &xs, const Shape &ss, const Shape *bs, int64_t axis) {

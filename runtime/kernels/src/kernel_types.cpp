@@ -169,6 +169,29 @@ RowView rowView(const char *op, const Shape &xs, int64_t axis) {
   return v;
 }
 
+AttentionView attentionView(const char *op, const Shape &qs, const Shape &ks, const Shape &vs, const Shape &ms,
+                            bool withMask) {
+  checkRank(op, qs, 2, "the query");
+  const int r = qs.size;
+  bool agree = ks.size == r && vs.size == r && qs.v[r - 1] == ks.v[r - 1] && ks.v[r - 2] == vs.v[r - 2];
+  for (int a = 0; agree && a < r - 2; ++a) agree = qs.v[a] == ks.v[a] && ks.v[a] == vs.v[a];
+  if (!agree)
+    fail(op, "query " + qs.str() + ", key " + ks.str() + " and value " + vs.str() +
+                 " are not [L..., S, D], [L..., T, D], [L..., T, Dv]");
+  AttentionView v;
+  for (int a = 0; a < r - 2; ++a) v.L *= qs.v[a];
+  v.S = qs.v[r - 2], v.T = ks.v[r - 2], v.D = qs.v[r - 1], v.Dv = vs.v[r - 1];
+  v.scores = qs;
+  v.scores.v[r - 1] = v.T;
+  if (withMask) {
+    bool broadcasts = ms.size <= r;
+    for (int i = 0; broadcasts && i < ms.size; ++i)
+      broadcasts = ms.v[i] == 1 || ms.v[i] == v.scores.v[r - ms.size + i];
+    if (!broadcasts) fail(op, "mask of shape " + ms.str() + " does not broadcast to the scores " + v.scores.str());
+  }
+  return v;
+}
+
 RotaryView rotaryView(const Shape &xs, const Shape &cs, const Shape &ss) {
   const char *op = "nn.rotary";
   checkRank(op, xs, 1, "x");

@@ -1,5 +1,7 @@
 // Softmax, softmax cross-entropy, reductions.
 #include "detail.h"
+#include "kernel_plan.h"
+#include "pipec/kernel_scratch.h"
 #include "pipec/float_math.h"
 
 #include <cmath>
@@ -160,6 +162,106 @@ void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const ui
   });
 }
 
+
+namespace {
+/// One block of an attention's z: rows [r0, r0 + rows) of the scores of
+/// slice l (z = q · kᵀ), scaled and masked as nn.masked_softmax writes them.
+void attentionScores(const AttentionView &a, const MaskedRows &m, const float *q, const float *k, const uint8_t *mask,
+                     float scale, bool divide, float fill, bool maskedWhen, int64_t l, int64_t r0, int64_t rows,
+                     float *z) {
+  sgemm(false, true, rows, a.T, a.D, 1.0f, q + (l * a.S + r0) * a.D, a.D, k + l * a.T * a.D, a.D, 0.0f, z, a.T);
+  for (int64_t i = 0; i < rows; ++i) {
+    float *zr = z + i * a.T;
+    const uint8_t *mr = mask ? mask + m.maskOffset(l * a.S + r0 + i) : nullptr;
+    for (int64_t j = 0; j < a.T; ++j)
+      zr[j] = mr && (mr[j * m.maskInner] != 0) == maskedWhen ? fill : divide ? zr[j] / scale : zr[j] * scale;
+  }
+}
+} // namespace
+
+void attention(const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v, const Shape &vs,
+               const uint8_t *mask, const Shape &ms, float scale, bool divide, float fill, bool maskedWhen, float *y,
+               float *lse, const Workspace &workspace) {
+  const char *op = "nn.attention";
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr);
+  const MaskedRows m = maskedRows(op, a.scores, mask ? ms : Shape{});
+  Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cpu, qs, ks, vs));
+  const int64_t block = plan::attentionRowsPerBlock(a.S), blocks = block == 0 ? 0 : (a.S + block - 1) / block;
+  if (a.T == 0) { // softmax over nothing: P · v is empty sums
+    std::fill(y, y + a.L * a.S * a.Dv, 0.0f);
+    std::fill(lse, lse + a.L * a.S, -std::numeric_limits<float>::infinity());
+    return;
+  }
+  parallelRanges(a.L * blocks, a.L * a.S * a.T * (a.D + a.Dv) / 64 + 1, [&](int64_t lo, int64_t hi) {
+    float *z = scratch.thread().take<float>(block * a.T);
+    for (int64_t item = lo; item < hi; ++item) {
+      const int64_t l = item / blocks, r0 = item % blocks * block, rows = std::min(block, a.S - r0);
+      attentionScores(a, m, q, k, mask, scale, divide, fill, maskedWhen, l, r0, rows, z);
+      for (int64_t i = 0; i < rows; ++i) { // softmax in place, as nn.masked_softmax's rows
+        float *zr = z + i * a.T;
+        const float mx = rowMax(zr, a.T, 1);
+        const double sum = sumOfExponentials(zr, a.T, 1, mx, zr);
+        const float inv = (float)(1.0 / sum);
+        for (int64_t j = 0; j < a.T; ++j) zr[j] *= inv;
+        lse[l * a.S + r0 + i] = (float)(mx + std::log(sum));
+      }
+      sgemm(false, false, rows, a.Dv, a.T, 1.0f, z, a.T, v + l * a.T * a.Dv, a.Dv, 0.0f,
+            y + (l * a.S + r0) * a.Dv, a.Dv);
+    }
+  });
+}
+
+void attentionGrad(const float *dy, const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v,
+                   const Shape &vs, const uint8_t *mask, const Shape &ms, const float *y, const float *lse,
+                   float scale, bool divide, float fill, bool maskedWhen, float *dq, float *dk, float *dv,
+                   const Workspace &workspace) {
+  const char *op = "nn.attention_grad";
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr);
+  const MaskedRows m = maskedRows(op, a.scores, mask ? ms : Shape{});
+  Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cpu, qs, ks, vs));
+  const int64_t block = plan::attentionRowsPerBlock(a.S);
+  // One slice l per task: its dk and dv sum over the row blocks in order,
+  // so the bits do not depend on the thread count.
+  parallelRanges(a.L, a.L * a.S * a.T * (3 * a.D + 2 * a.Dv) / 64 + 1, [&](int64_t lo, int64_t hi) {
+    Scratch::Thread part = scratch.thread();
+    float *p = part.take<float>(block * a.T), *dz = part.take<float>(block * a.T);
+    for (int64_t l = lo; l < hi; ++l) {
+      float *dkl = dk + l * a.T * a.D, *dvl = dv + l * a.T * a.Dv;
+      if (a.S == 0) {
+        std::fill(dkl, dkl + a.T * a.D, 0.0f);
+        std::fill(dvl, dvl + a.T * a.Dv, 0.0f);
+      }
+      for (int64_t r0 = 0; r0 < a.S; r0 += block) {
+        const int64_t rows = std::min(block, a.S - r0), row0 = l * a.S + r0;
+        const float beta = r0 == 0 ? 0.0f : 1.0f;
+        attentionScores(a, m, q, k, mask, scale, divide, fill, maskedWhen, l, r0, rows, p);
+        for (int64_t i = 0; i < rows; ++i) {
+          float *pr = p + i * a.T;
+          const float shift = lse[row0 + i];
+          for (int64_t j = 0; j < a.T; ++j) pr[j] = expFloat(pr[j] - shift);
+        }
+        // dv += Pᵀ · dy; dP = dy · vᵀ.
+        sgemm(true, false, a.T, a.Dv, rows, 1.0f, p, a.T, dy + row0 * a.Dv, a.Dv, beta, dvl, a.Dv);
+        sgemm(false, true, rows, a.T, a.Dv, 1.0f, dy + row0 * a.Dv, a.Dv, v + l * a.T * a.Dv, a.Dv, 0.0f, dz, a.T);
+        for (int64_t i = 0; i < rows; ++i) {
+          const float *dyr = dy + (row0 + i) * a.Dv, *yr = y + (row0 + i) * a.Dv, *pr = p + i * a.T;
+          const uint8_t *mr = mask ? mask + m.maskOffset(row0 + i) : nullptr;
+          double dot = 0;
+          for (int64_t e = 0; e < a.Dv; ++e) dot += (double)dyr[e] * yr[e];
+          const float fd = (float)dot;
+          float *dzr = dz + i * a.T;
+          for (int64_t j = 0; j < a.T; ++j) {
+            const float g = mr && (mr[j * m.maskInner] != 0) == maskedWhen ? 0.0f : pr[j] * (dzr[j] - fd);
+            dzr[j] = divide ? g / scale : g * scale;
+          }
+        }
+        // dq = dz · k; dk += dzᵀ · q.
+        sgemm(false, false, rows, a.D, a.T, 1.0f, dz, a.T, k + l * a.T * a.D, a.D, 0.0f, dq + row0 * a.D, a.D);
+        sgemm(true, false, a.T, a.D, rows, 1.0f, dz, a.T, q + row0 * a.D, a.D, beta, dkl, a.D);
+      }
+    }
+  });
+}
 
 namespace {
 /// Per (n, d...) element: the log-sum-exp of its class scores.

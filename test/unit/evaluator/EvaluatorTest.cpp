@@ -287,6 +287,9 @@ TEST_F(EvaluatorTest, EveryNNOpHasARule) {
       %lgrad = nn.softmax_cross_entropy_loss_grad %loss#0, %soft, %labels, %v {ignore_index = 1 : i64} : (tensor<f32>, tensor<1x2x2x2xf32>, tensor<1x2x2xi64>, tensor<2xf32>) -> tensor<1x2x2x2xf32>
       %ggrad = nn.gather_grad %gather, %i {axis = 1 : i64} : (tensor<1x2xf32>, tensor<2xi64>) -> tensor<1x2xf32>
       %slgrad = nn.slice_grad %slice {starts = array<i64: 2, 0, 1>, ends = array<i64: -1, 2, -1>, steps = array<i64: -2, 1, -1>} : (tensor<2x2x2xf32>) -> tensor<3x2x2xf32>
+      %rot = nn.rotary %x, %x, %x {interleaved = true} : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+      %att:2 = nn.attention %x, %x, %x {scale = 0.5 : f32} : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> (tensor<1x2x2x2xf32>, tensor<1x2x2x1xf32>)
+      %attg:3 = nn.attention_grad %x, %x, %x, %x, %att#0, %att#1 {scale = 0.5 : f32} : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>, tensor<1x2x2x1xf32>) -> (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>)
       %sgd:2 = nn.sgd_update %v, %v, %v, %step {lr = 0.5 : f32, momentum = 0.25 : f32} : tensor<2xf32>
       %adamw:3 = nn.adamw_update %v, %v, %v, %v, %step {lr = 0.125 : f32} : tensor<2xf32>
       return %padded, %where, %loss#0, %sgd#0 : tensor<1x2x4x4xf32>, tensor<1x2x2x2xf32>, tensor<f32>, tensor<2xf32>

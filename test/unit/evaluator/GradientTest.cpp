@@ -342,6 +342,42 @@ std::vector<GradCase> linearAlgebraCases(std::mt19937_64 &rng) {
            Tensor db = unbroadcast(matmul(transposeLast(a), g), b.shape);
            return Tensors{reshape(da, in[0].shape), reshape(db, in[1].shape)};
          }});
+  // The rotary embedding, halves and pairs, cos and sin broadcast: the
+  // gradients NNGradient.cpp builds (x: the transposed rotation; cos: dy·x;
+  // sin: dy·R(x), R the rotation with cos 0 and sin 1), summed to the tables.
+  for (bool interleaved : {false, true}) {
+    Tensor zero = Tensor::ofFloats(ElementKind::Float64, {}, {0.0});
+    Tensor one = Tensor::ofFloats(ElementKind::Float64, {}, {1.0});
+    cases.push_back(
+        {"nn.rotary", interleaved ? "interleaved pairs, tables [1, 3, 4]" : "halves, tables [1, 3, 4]",
+         {random(rng, {2, 3, 4}), random(rng, {1, 3, 4}), random(rng, {1, 3, 4})},
+         [=](const Tensors &in) { return Tensors{rotary(in[0], in[1], in[2], interleaved, false)}; },
+         {0, 1, 2},
+         [=](const Tensors &in, const Tensors &dy) {
+           Tensor rotated = rotary(in[0], zero, one, interleaved, false);
+           return Tensors{rotary(dy[0], in[1], in[2], interleaved, true),
+                          unbroadcast(binary(BinaryOp::Mul, dy[0], in[0]), in[1].shape),
+                          unbroadcast(binary(BinaryOp::Mul, dy[0], rotated), in[2].shape)};
+         }});
+  }
+  // The fused attention, causal-masked and scaled (then divided) or without
+  // a mask: its gradient op against the finite differences of its result.
+  for (bool masked : {true, false}) {
+    Tensor mask = Tensor::ofInts(ElementKind::Bool, {4, 5}, {0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1});
+    const bool divide = masked;
+    cases.push_back(
+        {"nn.attention", masked ? "causal mask, divided scale" : "no mask",
+         {random(rng, {2, 4, 3}), random(rng, {2, 5, 3}), random(rng, {2, 5, 2})},
+         [=](const Tensors &in) {
+           return Tensors{attention(in[0], in[1], in[2], masked ? &mask : nullptr, 1.7, divide, -1e9, true).output};
+         },
+         {0, 1, 2},
+         [=](const Tensors &in, const Tensors &dy) {
+           AttentionGrads grads =
+               attentionGrad(dy[0], in[0], in[1], in[2], masked ? &mask : nullptr, 1.7, divide, -1e9, true);
+           return Tensors{grads.query, grads.key, grads.value};
+         }});
+  }
   return cases;
 }
 
@@ -712,6 +748,7 @@ const std::set<std::string> notDifferentiated = {
     "nn.batch_norm_grad", "nn.batch_norm_param_grad", "nn.layer_norm_grad",
     "nn.layer_norm_param_grad", "nn.max_pool_grad", "nn.average_pool_grad", "nn.dropout_grad",
     "nn.softmax_grad", "nn.masked_softmax_grad", "nn.softmax_cross_entropy_loss_grad", "nn.gather_grad", "nn.slice_grad",
+    "nn.attention_grad",
     "nn.sgd_update", "nn.adamw_update",
     "nn.batched_gemm"}; // made by pipec-canonicalize-gemm after autodiff only
 

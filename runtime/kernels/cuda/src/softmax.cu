@@ -5,6 +5,8 @@
 // axis of one position) is walked by one block (contiguous rows, or few
 // segments) or one thread (strided segments); scalar losses are reduced by
 // a single block. All reductions are fixed-order: deterministic.
+#include "gemm.cuh"
+#include "kernel_plan.h"
 #include "nn_common.cuh"
 
 #include <cmath>
@@ -20,8 +22,10 @@ using namespace nn;
 //===----------------------------------------------------------------------===//
 
 /// One segment's softmax: y[i·stride] = softmax of z[i·stride], i < size,
-/// by P's lanes (each reads only the elements it writes: z may be y).
-template <class P> __device__ void softmaxSegment(const float *z, float *y, int64_t size, int64_t stride) {
+/// by P's lanes (each reads only the elements it writes: z may be y); lse,
+/// when given, gets log Σ exp z (from the first lane).
+template <class P>
+__device__ void softmaxSegment(const float *z, float *y, int64_t size, int64_t stride, float *lse = nullptr) {
   float m = -INFINITY;
   for (int64_t i = P::lane(); i < size; i += P::lanes()) m = z[i * stride] > m ? z[i * stride] : m;
   m = P::reduce(m, MaxOp{});
@@ -34,6 +38,7 @@ template <class P> __device__ void softmaxSegment(const float *z, float *y, int6
   sum = P::reduce(sum, SumOp{});
   const float inv = (float)(1.0 / sum);
   for (int64_t i = P::lane(); i < size; i += P::lanes()) y[i * stride] *= inv;
+  if (lse && P::lane() == 0) *lse = (float)(m + log(sum));
 }
 
 template <class P> __global__ void softmaxKernel(const float *x, float *y, int64_t segments, int64_t size, int64_t inner) {
@@ -102,6 +107,67 @@ __global__ void maskedSoftmaxGradKernel(const float *dy, const float *y, const u
       const float g = maskedAt(mask, map, j, maskedWhen) ? 0.0f : y[j] * (dy[j] - fd);
       dx[j] = divide ? g / scale : g * scale;
     }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Attention: blocks of score rows of every slice at once
+//===----------------------------------------------------------------------===//
+
+/// A block of an attention's scores, z [L, rows, T] (slice l's rows r0 ...
+/// of the whole [L, S, T]): the scaled, masked value of each element, the
+/// way nn.masked_softmax writes it; `map` gives the mask offset of an
+/// element of the whole scores.
+struct ScoreBlock {
+  int64_t S, T, block, r0, rows; // the buffer holds `block` rows per slice, `rows` of them in use
+  const uint8_t *mask;
+  detail::IndexMap<1> map;
+  float scale, fill;
+  bool divide, maskedWhen;
+  /// The whole scores' row of the block's segment `seg` (l * rows + i).
+  __device__ int64_t row(int64_t seg) const { return seg / rows * S + r0 + seg % rows; }
+  /// Where segment `seg` starts in the buffer.
+  __device__ int64_t offset(int64_t seg) const { return (seg / rows * block + seg % rows) * T; }
+  __device__ float value(float s, int64_t seg, int64_t j) const {
+    if (mask && maskedAt(mask, map, row(seg) * T + j, maskedWhen)) return fill;
+    return divide ? s / scale : s * scale;
+  }
+};
+
+/// The forward's softmax of each row of the block, in place, and its lse.
+template <class P> __global__ void attentionSoftmaxKernel(float *z, ScoreBlock b, float *lse, int64_t segments) {
+  for (int64_t seg = P::first(); seg < segments; seg += P::step()) {
+    float *zr = z + b.offset(seg);
+    for (int64_t j = P::lane(); j < b.T; j += P::lanes()) zr[j] = b.value(zr[j], seg, j);
+    softmaxSegment<P>(zr, zr, b.T, 1, lse + b.row(seg));
+  }
+}
+
+/// The gradient's P = exp(z - lse), in place (n = L · rows · T elements).
+__global__ void attentionProbabilitiesKernel(float *z, ScoreBlock b, const float *lse, int64_t n) {
+  for (int64_t e = detail::firstIndex(); e < n; e += detail::gridStride()) {
+    const int64_t seg = e / b.T, j = e - seg * b.T, at = b.offset(seg) + j;
+    z[at] = expf(b.value(z[at], seg, j) - lse[b.row(seg)]);
+  }
+}
+
+/// dot[r] = Σ_e dy[r, e] · y[r, e] per row, in double.
+template <class P> __global__ void rowDotKernel(const float *dy, const float *y, float *dot, int64_t rows, int64_t n) {
+  for (int64_t r = P::first(); r < rows; r += P::step()) {
+    double sum = 0;
+    for (int64_t e = P::lane(); e < n; e += P::lanes()) sum += (double)dy[r * n + e] * y[r * n + e];
+    sum = P::reduce(sum, SumOp{});
+    if (P::lane() == 0) dot[r] = (float)sum;
+  }
+}
+
+/// dz = P ⊙ (dP - dot) (0 where masked), times or divided by scale, into dp.
+__global__ void attentionScoreGradKernel(const float *p, float *dp, ScoreBlock b, const float *dot, int64_t n) {
+  for (int64_t e = detail::firstIndex(); e < n; e += detail::gridStride()) {
+    const int64_t seg = e / b.T, j = e - seg * b.T, at = b.offset(seg) + j;
+    const bool masked = b.mask && maskedAt(b.mask, b.map, b.row(seg) * b.T + j, b.maskedWhen);
+    const float g = masked ? 0.0f : p[at] * (dp[at] - dot[b.row(seg)]);
+    dp[at] = b.divide ? g / b.scale : g * b.scale;
   }
 }
 
@@ -307,6 +373,93 @@ void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const ui
                                                                       dx, segments, size);
   });
   detail::checkLaunch(op);
+}
+
+//===----------------------------------------------------------------------===//
+// nn.attention, nn.attention_grad
+//===----------------------------------------------------------------------===//
+
+namespace {
+ScoreBlock scoreBlock(const AttentionView &a, const uint8_t *mask, const Shape &ms, float scale, bool divide,
+                      float fill, bool maskedWhen) {
+  ScoreBlock b{a.S, a.T, plan::attentionRowsPerBlock(a.S), 0, 0, mask, {}, scale, fill, divide, maskedWhen};
+  if (mask) b.map = detail::makeIndexMap<1>(a.scores, {detail::broadcastStrides(ms, a.scores)});
+  return b;
+}
+} // namespace
+
+void attention(const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v, const Shape &vs,
+               const uint8_t *mask, const Shape &ms, float scale, bool divide, float fill, bool maskedWhen, float *y,
+               float *lse, const Workspace &workspace) {
+  const char *op = "nn.attention";
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr);
+  Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cuda, qs, ks, vs));
+  const int64_t block = plan::attentionRowsPerBlock(a.S);
+  float *z = scratch.shared<float>(a.L * block * a.T);
+  ScoreBlock b = scoreBlock(a, mask, ms, scale, divide, fill, maskedWhen);
+  for (b.r0 = 0; b.r0 < a.S; b.r0 += block) {
+    b.rows = std::min(block, a.S - b.r0);
+    nn::sgemmStridedBatched(op, false, true, b.rows, a.T, a.D, 1.0f, q + b.r0 * a.D, a.D, a.S * a.D, k, a.D,
+                            a.T * a.D, 0.0f, z, a.T, block * a.T, a.L);
+    const int64_t segments = a.L * b.rows;
+    if (a.T > 0) {
+      launchPerSegment(segments, a.T, 1, [&](auto lanes, unsigned grid, unsigned threads) {
+        using P = decltype(lanes);
+        attentionSoftmaxKernel<P><<<grid, threads, 0, detail::stream()>>>(z, b, lse, segments);
+      });
+      detail::checkLaunch(op);
+    }
+    nn::sgemmStridedBatched(op, false, false, b.rows, a.Dv, a.T, 1.0f, z, a.T, block * a.T, v, a.Dv, a.T * a.Dv,
+                            0.0f, y + b.r0 * a.Dv, a.Dv, a.S * a.Dv, a.L);
+  }
+}
+
+void attentionGrad(const float *dy, const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v,
+                   const Shape &vs, const uint8_t *mask, const Shape &ms, const float *y, const float *lse,
+                   float scale, bool divide, float fill, bool maskedWhen, float *dq, float *dk, float *dv,
+                   const Workspace &workspace) {
+  const char *op = "nn.attention_grad";
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr);
+  Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cuda, qs, ks, vs));
+  const int64_t block = plan::attentionRowsPerBlock(a.S);
+  float *p = scratch.shared<float>(a.L * block * a.T), *dz = scratch.shared<float>(a.L * block * a.T);
+  float *dot = scratch.shared<float>(a.L * a.S);
+  if (a.S == 0) { // no rows: the key and value gradients are sums of nothing
+    nn::sgemmStridedBatched(op, true, false, a.T, a.D, 0, 1.0f, dz, a.T, 0, q, a.D, 0, 0.0f, dk, a.D, a.T * a.D, a.L);
+    nn::sgemmStridedBatched(op, true, false, a.T, a.Dv, 0, 1.0f, p, a.T, 0, dy, a.Dv, 0, 0.0f, dv, a.Dv,
+                            a.T * a.Dv, a.L);
+    return;
+  }
+  launchPerSegment(a.L * a.S, a.Dv, 1, [&](auto lanes, unsigned grid, unsigned threads) {
+    using P = decltype(lanes);
+    rowDotKernel<P><<<grid, threads, 0, detail::stream()>>>(dy, y, dot, a.L * a.S, a.Dv);
+  });
+  detail::checkLaunch(op);
+  ScoreBlock b = scoreBlock(a, mask, ms, scale, divide, fill, maskedWhen);
+  for (b.r0 = 0; b.r0 < a.S; b.r0 += block) {
+    b.rows = std::min(block, a.S - b.r0);
+    const float beta = b.r0 == 0 ? 0.0f : 1.0f;
+    const int64_t n = a.L * b.rows * a.T;
+    nn::sgemmStridedBatched(op, false, true, b.rows, a.T, a.D, 1.0f, q + b.r0 * a.D, a.D, a.S * a.D, k, a.D,
+                            a.T * a.D, 0.0f, p, a.T, block * a.T, a.L);
+    if (n > 0) {
+      attentionProbabilitiesKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(p, b, lse, n);
+      detail::checkLaunch(op);
+    }
+    // dv += Pᵀ · dy; dP = dy · vᵀ; dz; dq = dz · k; dk += dzᵀ · q.
+    nn::sgemmStridedBatched(op, true, false, a.T, a.Dv, b.rows, 1.0f, p, a.T, block * a.T, dy + b.r0 * a.Dv, a.Dv,
+                            a.S * a.Dv, beta, dv, a.Dv, a.T * a.Dv, a.L);
+    nn::sgemmStridedBatched(op, false, true, b.rows, a.T, a.Dv, 1.0f, dy + b.r0 * a.Dv, a.Dv, a.S * a.Dv, v, a.Dv,
+                            a.T * a.Dv, 0.0f, dz, a.T, block * a.T, a.L);
+    if (n > 0) {
+      attentionScoreGradKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(p, dz, b, dot, n);
+      detail::checkLaunch(op);
+    }
+    nn::sgemmStridedBatched(op, false, false, b.rows, a.D, a.T, 1.0f, dz, a.T, block * a.T, k, a.D, a.T * a.D, 0.0f,
+                            dq + b.r0 * a.D, a.D, a.S * a.D, a.L);
+    nn::sgemmStridedBatched(op, true, false, a.T, a.D, b.rows, 1.0f, dz, a.T, block * a.T, q + b.r0 * a.D, a.D,
+                            a.S * a.D, beta, dk, a.D, a.T * a.D, a.L);
+  }
 }
 
 //===----------------------------------------------------------------------===//

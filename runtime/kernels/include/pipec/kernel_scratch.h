@@ -66,6 +66,13 @@ ScratchNeed convInputGradScratch(ScratchTarget target, const Shape &xs, const Sh
                                  const Dims &pads, const Dims &dilations, int64_t group);
 ScratchNeed convWeightGradScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
                                   const Dims &pads, const Dims &dilations, int64_t group);
+/// nn.attention and nn.attention_grad (query, key and value shapes): a
+/// block of score rows (two for the gradient: P and dz), per thread on the
+/// CPU, for every slice at once on CUDA (plus the rows' dot products of the
+/// gradient).
+ScratchNeed attentionScratch(ScratchTarget target, const Shape &qs, const Shape &ks, const Shape &vs);
+ScratchNeed attentionGradScratch(ScratchTarget target, const Shape &qs, const Shape &ks, const Shape &vs);
+
 /// nn.layer_norm (bs null without a bias), nn.layer_norm_grad (the scale's
 /// shape) and nn.layer_norm_param_grad (the parameters' shape; withBias
 /// when the call computes dbias).

@@ -328,6 +328,21 @@ void maskedSoftmax(const float *x, const Shape &xs, const uint8_t *mask, const S
 /// (divide: divided by) scale; the same bits as the three gradients in turn.
 void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const uint8_t *mask, const Shape &ms,
                        float scale, bool divide, bool maskedWhen, float *dx);
+/// nn.attention: y [L..., S, Dv] = softmax(z) · v along the last axis of
+/// z = where(mask == maskedWhen, fill, divide ? s / scale : s * scale),
+/// s = q · kᵀ (q [L..., S, D], k [L..., T, D], v [L..., T, Dv]; mask of
+/// shape ms broadcast to [L..., S, T], or nullptr for none), in blocks of
+/// score rows; lse [L..., S] gets each row's log Σ exp z.
+void attention(const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v, const Shape &vs,
+               const uint8_t *mask, const Shape &ms, float scale, bool divide, float fill, bool maskedWhen, float *y,
+               float *lse, const Workspace &scratch = {});
+/// nn.attention_grad: dq, dk, dv from dy, the forward operands, y and lse
+/// (P recomputed as exp(z - lse); dz = P ⊙ (dy·vᵀ - rowsum(dy ⊙ y)), 0 where
+/// masked, times or divided by scale).
+void attentionGrad(const float *dy, const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v,
+                   const Shape &vs, const uint8_t *mask, const Shape &ms, const float *y, const float *lse,
+                   float scale, bool divide, float fill, bool maskedWhen, float *dq, float *dk, float *dv,
+                   const Workspace &scratch = {});
 
 
 /// nn.softmax_cross_entropy_loss: scores [N, C, d...], labels [N, d...],
