@@ -616,6 +616,31 @@ private:
   }
 };
 
+/// softmax(x + M) with M a constant of zeros that does not widen x:
+/// softmax(x) (an exported additive attention mask of an unpadded batch,
+/// all 0, which the dynamo exporter's optimizer folds into a constant;
+/// docs/importer.md names it). Only under softmaxes, where x + 0 and x (-0
+/// and +0) are the same. The softmax then becomes an attention like any other.
+struct AddOfZeros : OpRewritePattern<nn::AddOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::AddOp root, PatternRewriter &rewriter) const override {
+    if (root->use_empty() || !llvm::all_of(root->getUsers(), [](Operation *user) { return llvm::isa<nn::SoftmaxOp>(user); }))
+      return failure();
+    for (int side = 0; side < 2; ++side) {
+      auto constant = root->getOperand(side).getDefiningOp<nn::ConstantOp>();
+      Value x = root->getOperand(1 - side);
+      if (!constant || x.getType() != root.getType())
+        continue;
+      auto values = llvm::dyn_cast<DenseFPElementsAttr>(constant.getValue());
+      if (!values || !llvm::all_of(values.getValues<APFloat>(), [](const APFloat &v) { return v.isPosZero(); }))
+        continue;
+      rewriter.replaceOp(root, x);
+      return success();
+    }
+    return failure();
+  }
+};
+
 /// where(isnan(P), 0, P) after a masked softmax whose fill is finite: the
 /// guard PyTorch's scaled_dot_product_attention exports (for rows whose
 /// keys are all masked with -inf). With a finite fill such a row is
@@ -739,7 +764,7 @@ struct RecognizeComposites : impl::RecognizeCompositesBase<RecognizeComposites> 
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     patterns.add<DecomposedLayerNorm, DecomposedLayerNormNoBias, DecomposedRmsNorm, DecomposedRmsNormByDivision,
-                 DecomposedRotary, NaNGuardOfMaskedSoftmax, DecomposedAttention, DecomposedGelu,
+                 DecomposedRotary, AddOfZeros, NaNGuardOfMaskedSoftmax, DecomposedAttention, DecomposedGelu,
                  DecomposedMaskedSoftmax, AdditiveMaskedSoftmax>(
         &getContext());
     int64_t applied = 0;

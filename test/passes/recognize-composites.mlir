@@ -196,6 +196,26 @@ func.func @sdpa_guard(%q: tensor<2x4x16x8xf32>, %k: tensor<2x4x16x8xf32>, %v: te
   return %a, %b : tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>
 }
 
+// An all-zero additive mask (the dynamo exporter's folded mask of an
+// unpadded batch) under a softmax is no mask: the attention fuses. Not so
+// for a mask with any other value, nor for an add that feeds anything else.
+// CHECK-LABEL: func.func @zero_mask
+// CHECK: %[[A:.*]], %{{.*}} = nn.attention %arg0, %arg1, %arg2 {scale = 1.250000e-01 : f32}
+// CHECK: %[[S:.*]] = nn.add
+// CHECK: return %[[A]], %[[S]]
+func.func @zero_mask(%q: tensor<2x4x16x8xf32>, %k: tensor<2x4x16x8xf32>, %v: tensor<2x4x16x8xf32>, %w: tensor<2x4x16x16xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x16xf32>) {
+  %zeros = nn.constant dense<0.0> : tensor<2x1x16x16xf32>
+  %c = nn.constant dense<0.125> : tensor<f32>
+  %t = nn.transpose %k {perm = array<i64: 0, 1, 3, 2>} : (tensor<2x4x16x8xf32>) -> tensor<2x4x8x16xf32>
+  %s = nn.matmul %q, %t : (tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x16x16xf32>
+  %z = nn.mul %s, %c : (tensor<2x4x16x16xf32>, tensor<f32>) -> tensor<2x4x16x16xf32>
+  %m = nn.add %z, %zeros : (tensor<2x4x16x16xf32>, tensor<2x1x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %p = nn.softmax %m {axis = -1 : i64} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %a = nn.matmul %p, %v : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  %s2 = nn.add %w, %zeros : (tensor<2x4x16x16xf32>, tensor<2x1x16x16xf32>) -> tensor<2x4x16x16xf32>
+  return %a, %s2 : tensor<2x4x16x8xf32>, tensor<2x4x16x16xf32>
+}
+
 // The exact GELU, x * 0.5 * (1 + erf(x / sqrt 2)), in the exporter's order
 // and with the half applied first.
 // CHECK-LABEL: func.func @gelu
