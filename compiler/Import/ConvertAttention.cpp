@@ -97,13 +97,21 @@ void OnnxImporter::convertRotaryEmbedding(const onnx::NodeProto &node) {
     cosCache = gather(cosCache);
     sinCache = gather(sinCache);
   }
-  for (Value cache : {cosCache, sinCache}) {
-    auto cacheShape = typeOf(cache).getShape();
+  // ONNX's definition uses the first rotary_embedding_dim / 2 entries of
+  // each cache row (a cache may be as wide as head_size / 2).
+  for (Value *cache : {&cosCache, &sinCache}) {
+    auto cacheShape = typeOf(*cache).getShape();
     if (cacheShape.size() != 3 || cacheShape[0] != batch || cacheShape[1] != sequence ||
-        cacheShape[2] != half)
-      fail(node, "the cos and sin caches must be (batch, sequence, rotary_embedding_dim / 2) = " +
+        cacheShape[2] < half)
+      fail(node, "the cos and sin caches must be (batch, sequence, at least rotary_embedding_dim / 2) = " +
                      shapeText(std::vector<int64_t>{batch, sequence, half}) +
                      " (after position_ids), got " + shapeText(cacheShape));
+    if (cacheShape[2] > half)
+      *cache = build<nn::SliceOp>(
+          node, {*cache},
+          {builder.getNamedAttr("starts", builder.getDenseI64ArrayAttr({0, 0, 0})),
+           builder.getNamedAttr("ends", builder.getDenseI64ArrayAttr({batch, sequence, half})),
+           builder.getNamedAttr("steps", builder.getDenseI64ArrayAttr({1, 1, 1}))});
   }
   // The caches at full rotated width, (batch, sequence, 1, rotated), to
   // broadcast over the heads: each value serves both elements it rotates
