@@ -6,13 +6,18 @@ and its plan.json must name the schedule, micro-batches and stages the
 ranking printed. A plan the planner prints but the compiler rejects (a cut
 the outliner cannot handle) fails this test.
 
-    candidate_plans.py --pipec build/bin/pipec [--candidates 6] [MODEL...]
+    candidate_plans.py --pipec build/bin/pipec [--candidates 6] [--no-build]
+                       [--stages 2,4] [--all-test-models] [MODEL...]
 
 Without models: the shipped examples, test/passes/shared-weight-view.onnxtext
 and the committed test models whose cuts once failed to compile (ResNet-18:
 an antichain cut; BERT: a value read across a cut by ops in both stages;
 GPT-2's optimized export: normalization weights merged across stages).
 `--all-test-models` takes every model of test/models that pipec imports.
+`--stages 2,4` ranks and compiles the plans of each forced stage count as
+well (small models often get one replicated stage on their own, which cuts
+nothing); `--no-build` stops at `--out` (the outliner, stage code and
+weights), which the sweep over every test model uses to stay fast.
 """
 import argparse
 import concurrent.futures
@@ -41,20 +46,21 @@ def default_models(pipec, every_test_model):
     return models
 
 
-def ranking(pipec, model, topology, candidates):
+def ranking(pipec, model, topology, candidates, extra):
     result = subprocess.run([pipec, model, "--gpus", topology, "--candidates", str(candidates),
-                             "--json"], capture_output=True, text=True)
+                             "--json"] + extra, capture_output=True, text=True)
     if result.returncode != 0:
         return None, result.stderr.strip()
     return json.loads(result.stdout)["planner"]["candidates"], None
 
 
-def compile_one(pipec, model, topology, candidates, rank, expected, workdir):
-    out = os.path.join(workdir, f"{os.path.basename(model)}-{topology}-{rank}")
+def compile_one(pipec, model, topology, candidates, rank, expected, workdir, extra, build):
+    out = os.path.join(workdir, f"{os.path.basename(model)}-{topology}-{'-'.join(extra)}-{rank}")
     command = [pipec, model, "--gpus", topology, "--candidates", str(candidates),
-               "--plan-rank", str(rank), "--out", out, "--build"]
+               "--plan-rank", str(rank), "--out", out] + (["--build"] if build else []) + extra
     result = subprocess.run(command, capture_output=True, text=True)
-    label = (f"{os.path.basename(model)} {topology} plan {rank} ({expected['schedule']}, "
+    label = (f"{os.path.basename(model)} {topology}{' ' + ' '.join(extra) if extra else ''} plan {rank} "
+             f"({expected['schedule']}, "
              f"{expected['chunks']} chunks, m={expected['microbatches']}, "
              f"{len(expected['stages'])} stages)")
     if result.returncode != 0:
@@ -75,6 +81,8 @@ def main():
     parser.add_argument("--candidates", type=int, default=6)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--all-test-models", action="store_true")
+    parser.add_argument("--stages", default="", help="also force these stage counts, e.g. 2,4")
+    parser.add_argument("--no-build", action="store_true", help="compile to --out only")
     parser.add_argument("models", nargs="*")
     args = parser.parse_args()
     models = args.models or default_models(args.pipec, args.all_test_models)
@@ -82,15 +90,20 @@ def main():
     with tempfile.TemporaryDirectory() as workdir, \
             concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         jobs = []
+        forced = [[]] + [["--stages", count] for count in args.stages.split(",") if count]
         for model in models:
             for topology in TOPOLOGIES:
-                plans, error = ranking(args.pipec, model, topology, args.candidates)
-                if plans is None:
-                    failures.append(f"{os.path.basename(model)} {topology}: no plan: {error}")
-                    continue
-                for rank, expected in enumerate(plans, start=1):
-                    jobs.append(pool.submit(compile_one, args.pipec, model, topology,
-                                            args.candidates, rank, expected, workdir))
+                for extra in forced:
+                    if extra and int(extra[1]) > int(topology.split("x")[1]):
+                        continue  # more stages than devices
+                    plans, error = ranking(args.pipec, model, topology, args.candidates, extra)
+                    if plans is None:
+                        failures.append(f"{os.path.basename(model)} {topology} {' '.join(extra)}: no plan: "
+                                        f"{error}")
+                        continue
+                    for rank, expected in enumerate(plans, start=1):
+                        jobs.append(pool.submit(compile_one, args.pipec, model, topology, args.candidates,
+                                                rank, expected, workdir, extra, not args.no_build))
         for job in jobs:
             label, problem = job.result()
             compiled += 1
