@@ -261,8 +261,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         Value mask = attention.getMask();
         out << "  pk::attention(" << ptr(attention.getQuery()) << ", " << shapeOf(attention.getQuery()) << ", "
             << ptr(attention.getKey()) << ", " << shapeOf(attention.getKey()) << ", " << ptr(attention.getValue())
-            << ", " << shapeOf(attention.getValue()) << ", " << (mask ? ptr(mask) : "nullptr") << ", "
-            << (mask ? shapeOf(mask) : "pk::Shape{}") << ", " << f32Literal(attention.getScale().convertToFloat())
+            << ", " << shapeOf(attention.getValue()) << ", " << attentionMask(mask) << ", "
+            << f32Literal(attention.getScale().convertToFloat())
             << ", " << (attention.getDivide() ? "true" : "false") << ", "
             << f32Literal(attention.getFill().convertToFloat()) << ", "
             << (attention.getMaskedWhen() ? "true" : "false") << ", " << y << ", " << lse
@@ -275,8 +275,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         Value mask = grad.getMask();
         out << "  pk::attentionGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getQuery()) << ", "
             << shapeOf(grad.getQuery()) << ", " << ptr(grad.getKey()) << ", " << shapeOf(grad.getKey()) << ", "
-            << ptr(grad.getValue()) << ", " << shapeOf(grad.getValue()) << ", " << (mask ? ptr(mask) : "nullptr")
-            << ", " << (mask ? shapeOf(mask) : "pk::Shape{}") << ", " << ptr(grad.getResult()) << ", "
+            << ptr(grad.getValue()) << ", " << shapeOf(grad.getValue()) << ", " << attentionMask(mask) << ", "
+            << ptr(grad.getResult()) << ", "
             << ptr(grad.getLogSumExp()) << ", " << f32Literal(grad.getScale().convertToFloat()) << ", "
             << (grad.getDivide() ? "true" : "false") << ", " << f32Literal(grad.getFill().convertToFloat()) << ", "
             << (grad.getMaskedWhen() ? "true" : "false") << ", " << dq << ", " << dk << ", " << dv

@@ -122,6 +122,14 @@ private:
   /// The trailing Workspace argument of a kernel call whose scratch
   /// pipec-plan-memory placed (pipe.scratch), else nothing.
   std::string scratchArgument(Operation *op) const;
+  /// nn.attention's mask as the kernels' three arguments: the boolean mask,
+  /// the additive one (each a pointer or nullptr) and their shape.
+  std::string attentionMask(Value mask) {
+    if (!mask)
+      return "nullptr, nullptr, pk::Shape{}";
+    const bool additive = !tensorType(mask).getElementType().isInteger(1);
+    return (additive ? "nullptr, " + ptr(mask) : ptr(mask) + ", nullptr") + ", " + shapeOf(mask);
+  }
   /// The loop (CPU) or kernel (CUDA) of a pipe.fused (EmitFused.cpp).
   LogicalResult emitFused(pipe::FusedOp fused);
   std::string ptr(Value value) { return names.lookup(value); }

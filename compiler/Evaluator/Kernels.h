@@ -238,8 +238,9 @@ Tensor maskedSoftmaxGrad(const Tensor &dy, const Tensor &y, const Tensor &mask, 
 struct AttentionResults {
   Tensor output, logSumExp;
 };
-/// nn.attention, composed of the kernels above (matmul, the masked softmax
-/// or a scaled softmax without a mask, matmul); mask may be null.
+/// nn.attention, composed of the kernels above (matmul, the masked softmax,
+/// or a scaled softmax after adding a floating-point mask or without one,
+/// matmul); mask may be null.
 AttentionResults attention(const Tensor &query, const Tensor &key, const Tensor &value, const Tensor *mask,
                            double scale, bool divide, double fill, bool maskedWhen);
 struct AttentionGrads {

@@ -112,7 +112,9 @@ std::pair<Tensor, Tensor> attentionProbabilities(const Tensor &query, const Tens
   Tensor scores = matmul(query, swapLastAxes(key));
   Tensor factor = Tensor::ofFloats(scores.kind, {}, {scale});
   Tensor z = binary(divide ? BinaryOp::Div : BinaryOp::Mul, scores, factor);
-  if (mask) {
+  if (mask && isFloating(mask->kind)) {
+    z = binary(BinaryOp::Add, z, *mask); // an additive mask
+  } else if (mask) {
     Tensor filler = Tensor::ofFloats(scores.kind, {}, {fill});
     z = maskedWhen ? where(*mask, filler, z) : where(*mask, z, filler);
   }
@@ -146,7 +148,7 @@ AttentionGrads attentionGrad(const Tensor &dy, const Tensor &query, const Tensor
   auto [z, p] = attentionProbabilities(query, key, mask, scale, divide, fill, maskedWhen);
   Tensor dp = matmul(dy, swapLastAxes(value));
   Tensor dz;
-  if (mask) {
+  if (mask && !isFloating(mask->kind)) {
     dz = maskedSoftmaxGrad(dp, p, *mask, scale, divide, maskedWhen);
   } else {
     Tensor factor = Tensor::ofFloats(dp.kind, {}, {scale});

@@ -530,8 +530,12 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
                                             SmallVectorImpl<Type> &types) {
   auto query = rankedType(adaptor.getQuery()), value = rankedType(adaptor.getValue());
   std::optional<ArrayRef<int64_t>> mask;
-  if (adaptor.getMask())
+  if (adaptor.getMask()) {
     mask = rankedType(adaptor.getMask()).getShape();
+    Type element = rankedType(adaptor.getMask()).getElementType();
+    if (!element.isInteger(1) && element != query.getElementType())
+      return fail(loc, "nn.attention: an additive mask must have the query's element type");
+  }
   std::string error =
       attentionShapeError(query.getShape(), rankedType(adaptor.getKey()).getShape(), value.getShape(), mask);
   if (!error.empty())

@@ -174,7 +174,7 @@ LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
 LogicalResult AttentionGradOp::verify() {
   std::optional<ArrayRef<int64_t>> mask;
   if (getMask())
-    mask = getMask().getType().getShape();
+    mask = llvm::cast<RankedTensorType>(getMask().getType()).getShape();
   std::string error = attentionShapeError(getQuery().getType().getShape(), getKey().getType().getShape(),
                                           getValue().getType().getShape(), mask);
   if (!error.empty())

@@ -187,11 +187,12 @@ def NN_AttentionGradOp : NN_Op<"attention_grad", [Pure]> {
   let description = [{
     From dy (the result's gradient), the forward operands, its result and
     log_sum_exp: P recomputed block by block, dvalue = Pᵀ·dy,
-    dz = P ⊙ (dy·valueᵀ − rowsum(dy ⊙ result)) (0 where masked), times (or
-    divided by) scale: dquery = dz·key, dkey = dzᵀ·query.
+    dz = P ⊙ (dy·valueᵀ − rowsum(dy ⊙ result)) (0 where a boolean mask
+    masks), times (or divided by) scale: dquery = dz·key, dkey = dzᵀ·query.
   }];
   let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$query, NN_FloatTensor:$key, NN_FloatTensor:$value,
-                       Optional<NN_BoolTensor>:$mask, NN_FloatTensor:$result, NN_FloatTensor:$log_sum_exp,
+                       Optional<AnyTypeOf<[NN_BoolTensor, NN_FloatTensor]>>:$mask, NN_FloatTensor:$result,
+                       NN_FloatTensor:$log_sum_exp,
                        DefaultValuedAttr<F32Attr, "1.0">:$scale,
                        DefaultValuedAttr<BoolAttr, "false">:$divide,
                        DefaultValuedAttr<F32Attr, "0.0">:$fill,

@@ -319,14 +319,16 @@ def NN_AttentionOp : NN_InferredOp<"attention", [NN_Differentiable]> {
     z = where(mask == masked_when, fill, divide ? s / scale : s * scale),
     s = query · keyᵀ: query [L..., S, D], key [L..., T, D], value
     [L..., T, Dv] with the same leading axes, the optional mask broadcast to
-    [L..., S, T] (without it z = s * scale). The same values as nn.matmul,
-    nn.masked_softmax (or nn.softmax) and nn.matmul, computed in blocks of
+    [L..., S, T] (without it z = s * scale). A floating-point mask is added
+    instead, z = (s * scale) + mask, as ONNX Attention's attn_mask is; it
+    gets no gradient. The same values as nn.matmul, nn.masked_softmax (or
+    nn.add and nn.softmax) and nn.matmul, computed in blocks of
     rows so that the S x T scores are never stored; `log_sum_exp`
     ([L..., S, 1], log Σ exp z of each row) is what the gradient needs to
     recompute P.
   }];
   let arguments = (ins NN_FloatTensor:$query, NN_FloatTensor:$key, NN_FloatTensor:$value,
-                       Optional<NN_BoolTensor>:$mask,
+                       Optional<AnyTypeOf<[NN_BoolTensor, NN_FloatTensor]>>:$mask,
                        DefaultValuedAttr<F32Attr, "1.0">:$scale,
                        DefaultValuedAttr<BoolAttr, "false">:$divide,
                        DefaultValuedAttr<F32Attr, "0.0">:$fill,

@@ -10,6 +10,7 @@
 #include "dialects/nn/NNDialect.h"
 #include "dialects/pipe/PipeDialect.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/PatternMatch.h"
 
@@ -616,6 +617,13 @@ private:
   }
 };
 
+/// Whether `value` is a constant of +0.0 only.
+bool isPositiveZeros(Value value) {
+  auto constant = value.getDefiningOp<nn::ConstantOp>();
+  auto values = constant ? llvm::dyn_cast<DenseFPElementsAttr>(constant.getValue()) : nullptr;
+  return values && llvm::all_of(values.getValues<APFloat>(), [](const APFloat &v) { return v.isPosZero(); });
+}
+
 /// softmax(x + M) with M a constant of zeros that does not widen x:
 /// softmax(x) (an exported additive attention mask of an unpadded batch,
 /// all 0, which the dynamo exporter's optimizer folds into a constant;
@@ -627,12 +635,8 @@ struct AddOfZeros : OpRewritePattern<nn::AddOp> {
     if (root->use_empty() || !llvm::all_of(root->getUsers(), [](Operation *user) { return llvm::isa<nn::SoftmaxOp>(user); }))
       return failure();
     for (int side = 0; side < 2; ++side) {
-      auto constant = root->getOperand(side).getDefiningOp<nn::ConstantOp>();
       Value x = root->getOperand(1 - side);
-      if (!constant || x.getType() != root.getType())
-        continue;
-      auto values = llvm::dyn_cast<DenseFPElementsAttr>(constant.getValue());
-      if (!values || !llvm::all_of(values.getValues<APFloat>(), [](const APFloat &v) { return v.isPosZero(); }))
+      if (x.getType() != root.getType() || !isPositiveZeros(root->getOperand(side)))
         continue;
       rewriter.replaceOp(root, x);
       return success();
@@ -703,6 +707,22 @@ struct DecomposedAttention : OpRewritePattern<nn::MatMulOp> {
       if (!lastAxisSoftmaxType(llvm::cast<nn::SoftmaxOp>(softmax)))
         return failure();
       in = scaledInput(softmax->getOperand(0), type, chain);
+      // softmax(scores * c + M), M a floating-point mask (an additive
+      // bias) that no parameter reaches: nn.attention's additive mask,
+      // which gets no gradient.
+      auto add = softmax->getOperand(0).getDefiningOp<nn::AddOp>();
+      for (int side = 0; add && add->hasOneUse() && side < 2 && !mask; ++side) {
+        Value bias = add->getOperand(1 - side);
+        SmallVector<Operation *> tried{add};
+        ScaledInput scaled = scaledInput(add->getOperand(side), type, tried);
+        // (Zeros are no mask: AddOfZeros removes them first.)
+        if (add->getOperand(side).getType() != type || !broadcastsToScores(bias, type) ||
+            !scaled.x.getDefiningOp<nn::MatMulOp>() || isPositiveZeros(bias) || dependsOnParameter(bias))
+          continue;
+        in = scaled;
+        mask = bias;
+        chain.append(tried.begin(), tried.end());
+      }
     }
     auto scores = in.x.getDefiningOp<nn::MatMulOp>();
     if (!scores || !in.x.hasOneUse())
@@ -748,6 +768,35 @@ struct DecomposedAttention : OpRewritePattern<nn::MatMulOp> {
   }
 
 private:
+  static bool broadcastsToScores(Value bias, RankedTensorType scores) {
+    auto type = llvm::dyn_cast<RankedTensorType>(bias.getType());
+    if (!type || type.getElementType() != scores.getElementType() || type.getRank() > scores.getRank())
+      return false;
+    auto shape = nn::broadcastShapes(type.getShape(), scores.getShape());
+    return succeeded(shape) && ArrayRef<int64_t>(*shape) == scores.getShape();
+  }
+
+  /// Whether a trained parameter (a function argument of role param)
+  /// reaches `value`: then it would need a gradient.
+  static bool dependsOnParameter(Value value) {
+    SmallVector<Value> work{value};
+    DenseSet<Value> seen;
+    while (!work.empty()) {
+      Value next = work.pop_back_val();
+      if (!seen.insert(next).second)
+        continue;
+      if (auto argument = llvm::dyn_cast<BlockArgument>(next)) {
+        auto function = llvm::dyn_cast<func::FuncOp>(argument.getOwner()->getParentOp());
+        if (!function || nn::argumentRole(function, argument.getArgNumber()) == nn::Role::Param)
+          return true;
+        continue;
+      }
+      for (Value operand : next.getDefiningOp()->getOperands())
+        work.push_back(operand);
+    }
+    return false;
+  }
+
   static bool swapsLastAxes(ArrayRef<int64_t> perm) {
     const size_t rank = perm.size();
     if (rank < 2 || perm[rank - 1] != (int64_t)rank - 2 || perm[rank - 2] != (int64_t)rank - 1)

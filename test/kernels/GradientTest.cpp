@@ -297,10 +297,10 @@ namespace {
 /// leading axes) and the scale's form.
 struct AttentionCase {
   pk::Shape qs, ks, vs, ms;
-  bool masked, divide;
+  bool masked, divide, additive = false; // additive: the mask is a float bias added to the scores
   std::string str() const {
-    return "q " + qs.str() + " k " + ks.str() + " v " + vs.str() + (masked ? " mask " + ms.str() : "") +
-           (divide ? " divided" : "");
+    return "q " + qs.str() + " k " + ks.str() + " v " + vs.str() +
+           (masked ? (additive ? " additive mask " : " mask ") + ms.str() : "") + (divide ? " divided" : "");
   }
 };
 
@@ -308,7 +308,23 @@ const AttentionCase kAttentionCases[] = {
     {{2, 3, 5, 4}, {2, 3, 6, 4}, {2, 3, 6, 3}, {1, 1, 5, 6}, true, false},
     {{2, 70, 4}, {2, 9, 4}, {2, 9, 5}, {70, 9}, true, true}, // two blocks of rows
     {{3, 4, 2}, {3, 7, 2}, {3, 7, 2}, {}, false, false},
-    {{4, 6}, {5, 6}, {5, 1}, {4, 5}, true, false}};
+    {{4, 6}, {5, 6}, {5, 1}, {4, 5}, true, false},
+    {{2, 3, 5, 4}, {2, 3, 6, 4}, {2, 3, 6, 3}, {2, 1, 5, 6}, true, false, true},
+    {{2, 70, 4}, {2, 9, 4}, {2, 9, 5}, {9}, true, true, true}};
+
+/// A case's masks: the boolean one, or the additive one (in [-3, 1]).
+struct AttentionMasks {
+  std::vector<uint8_t> mask;
+  std::vector<float> additive;
+  const uint8_t *maskData() const { return mask.empty() ? nullptr : mask.data(); }
+  const float *additiveData() const { return additive.empty() ? nullptr : additive.data(); }
+};
+std::vector<uint8_t> causalMask(const pk::Shape &ms);
+AttentionMasks masksOf(const AttentionCase &c, int seed) {
+  if (!c.masked) return {};
+  if (c.additive) return {{}, randomVec(c.ms.numel(), seed, -3.0f, 1.0f)};
+  return {causalMask(c.ms), {}};
+}
 
 /// A causal mask over the scores' last two axes (masked above the diagonal,
 /// shifted so that every row keeps an entry), broadcast as ms says.
@@ -320,35 +336,39 @@ std::vector<uint8_t> causalMask(const pk::Shape &ms) {
 }
 } // namespace
 
-// nn.attention equals the unfused matmul, masked softmax and matmul (up to
-// the products' rounding), and its log-sum-exp is each row's.
+// nn.attention equals the unfused matmul, masked softmax (or the bias added,
+// then the softmax) and matmul (up to the products' rounding), and its
+// log-sum-exp is each row's.
 TEST(Attention, EqualsTheUnfusedProducts) {
   int seed = 90;
   for (const AttentionCase &c : kAttentionCases) {
     auto q = randomVec(c.qs.numel(), seed++), k = randomVec(c.ks.numel(), seed++), v = randomVec(c.vs.numel(), seed++);
-    const auto mask = c.masked ? causalMask(c.ms) : std::vector<uint8_t>{};
+    const AttentionMasks masks = masksOf(c, seed++);
     pk::Shape scoresShape = c.qs;
     scoresShape.v[scoresShape.size - 1] = c.ks.v[c.ks.size - 2];
-    std::vector<float> s(scoresShape.numel()), p(s.size()), want(c.qs.numel() / c.qs.v[c.qs.size - 1] * c.vs.v[c.vs.size - 1]);
+    const int64_t S = c.qs.v[c.qs.size - 2], T = c.ks.v[c.ks.size - 2];
+    std::vector<float> s(scoresShape.numel()), z(s.size()), p(s.size()),
+        want(c.qs.numel() / c.qs.v[c.qs.size - 1] * c.vs.v[c.vs.size - 1]);
     pk::matmul(q.data(), c.qs, k.data(), c.ks, s.data(), false, true);
-    const std::vector<uint8_t> none(1, 0);
-    pk::maskedSoftmax(s.data(), scoresShape, c.masked ? mask.data() : none.data(), c.masked ? c.ms : pk::Shape{}, 0.7f,
-                      c.divide, -1e9f, true, p.data());
+    // z as the unfused ops write it (the masks broadcast to the scores).
+    const std::vector<int64_t> maskDims(c.ms.v, c.ms.v + c.ms.size);
+    for (size_t e = 0; e < s.size(); ++e) {
+      std::vector<int64_t> index(scoresShape.size);
+      for (int axis = scoresShape.size - 1, rest = (int)e; axis >= 0; rest /= scoresShape.v[axis], --axis)
+        index[axis] = rest % scoresShape.v[axis];
+      const int64_t at = c.masked ? bcastOffset(index, maskDims) : 0;
+      const float scaled = c.divide ? s[e] / 0.7f : s[e] * 0.7f;
+      z[e] = !c.masked ? scaled : c.additive ? scaled + masks.additive[at] : masks.mask[at] ? -1e9f : scaled;
+    }
+    pk::softmax(z.data(), scoresShape, -1, p.data());
     pk::matmul(p.data(), scoresShape, v.data(), c.vs, want.data());
-    std::vector<float> y(want.size()), lse(scoresShape.numel() / scoresShape.v[scoresShape.size - 1]);
-    pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, c.masked ? mask.data() : nullptr, c.ms, 0.7f,
+    std::vector<float> y(want.size()), lse(scoresShape.numel() / T);
+    pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, masks.maskData(), masks.additiveData(), c.ms, 0.7f,
                   c.divide, -1e9f, true, y.data(), lse.data());
     expectAllNear(y, want, 1e-5, c.str().c_str());
-    const int64_t T = c.ks.v[c.ks.size - 2];
-    // lse = log Σ exp z per row, z = the scaled (and masked) scores.
-    const int64_t S = c.qs.v[c.qs.size - 2];
-    for (size_t r = 0; r < lse.size(); ++r) {
+    for (size_t r = 0; r < lse.size(); ++r) { // lse = log Σ exp z per row
       double sum = 0;
-      for (int64_t j = 0; j < T; ++j) {
-        const bool masked = c.masked && mask[((int64_t)r % S) * T + j];
-        const double z = masked ? -1e9 : c.divide ? s[r * T + j] / 0.7 : s[r * T + j] * 0.7;
-        sum += std::exp(z);
-      }
+      for (int64_t j = 0; j < T; ++j) sum += std::exp((double)z[r * T + j]);
       ASSERT_NEAR(lse[r], std::log(sum), 1e-5 * (1 + std::fabs(std::log(sum)))) << c.str() << " row " << r;
     }
   }
@@ -359,19 +379,20 @@ TEST(Gradients, AttentionQueryKeyValue) {
   for (const AttentionCase &c : kAttentionCases) {
     if (c.qs.v[c.qs.size - 2] > 8) continue; // the finite differences of one block suffice
     auto q = randomVec(c.qs.numel(), seed++), k = randomVec(c.ks.numel(), seed++), v = randomVec(c.vs.numel(), seed++);
-    const auto mask = c.masked ? causalMask(c.ms) : std::vector<uint8_t>{};
-    const uint8_t *m = c.masked ? mask.data() : nullptr;
+    const AttentionMasks masks = masksOf(c, seed++);
+    const uint8_t *m = masks.maskData();
+    const float *a = masks.additiveData();
     const int64_t rows = c.qs.numel() / c.qs.v[c.qs.size - 1];
     std::vector<float> y(rows * c.vs.v[c.vs.size - 1]), lse(rows);
     auto dy = randomVec(y.size(), seed++);
-    pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, c.ms, 0.7f, c.divide, -1e9f, true, y.data(),
+    pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, 0.7f, c.divide, -1e9f, true, y.data(),
                   lse.data());
     std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
-    pk::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, c.ms, y.data(), lse.data(), 0.7f,
-                      c.divide, -1e9f, true, dq.data(), dk.data(), dv.data());
+    pk::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, y.data(), lse.data(),
+                      0.7f, c.divide, -1e9f, true, dq.data(), dk.data(), dv.data());
     auto fwd = [&](const float *qp, const float *kp, const float *vp, std::vector<float> &out) {
       std::vector<float> l(rows);
-      pk::attention(qp, c.qs, kp, c.ks, vp, c.vs, m, c.ms, 0.7f, c.divide, -1e9f, true, out.data(), l.data());
+      pk::attention(qp, c.qs, kp, c.ks, vp, c.vs, m, a, c.ms, 0.7f, c.divide, -1e9f, true, out.data(), l.data());
     };
     const std::string what = c.str();
     checkGradient(q, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
@@ -385,6 +406,6 @@ TEST(Gradients, AttentionQueryKeyValue) {
     }, dv, 1e-2f, 3e-3, 1e-2, ("dv " + what).c_str());
   }
   EXPECT_THROW(pk::attention(nullptr, pk::Shape{2, 3}, nullptr, pk::Shape{4, 2}, nullptr, pk::Shape{4, 1}, nullptr,
-                             pk::Shape{}, 1.0f, false, 0.0f, true, nullptr, nullptr),
+                             nullptr, pk::Shape{}, 1.0f, false, 0.0f, true, nullptr, nullptr),
                std::exception);
 }

@@ -140,17 +140,17 @@ TEST(Scratch, AttentionFitsItsPlannedScratch) {
     std::vector<uint8_t> mask(scores.numel());
     for (size_t e = 0; e < mask.size(); ++e) mask[e] = e % 9 > 6;
     std::vector<float> y(rows * 3), lse(rows);
-    pk::attention(q.data(), qs, k.data(), ks, v.data(), vs, mask.data(), scores, 0.5f, false, -1e9f, true, y.data(),
+    pk::attention(q.data(), qs, k.data(), ks, v.data(), vs, mask.data(), nullptr, scores, 0.5f, false, -1e9f, true, y.data(),
                   lse.data());
     expectPlannedScratchSuffices(what.c_str(), pk::attentionScratch(cpu, qs, ks, vs), [&](const pk::Workspace &s) {
       std::vector<float> out(rows * 4);
-      pk::attention(q.data(), qs, k.data(), ks, v.data(), vs, mask.data(), scores, 0.5f, false, -1e9f, true,
+      pk::attention(q.data(), qs, k.data(), ks, v.data(), vs, mask.data(), nullptr, scores, 0.5f, false, -1e9f, true,
                     out.data(), out.data() + rows * 3, s);
       return out;
     });
     expectPlannedScratchSuffices(what.c_str(), pk::attentionGradScratch(cpu, qs, ks, vs), [&](const pk::Workspace &s) {
       std::vector<float> d(q.size() + k.size() + v.size());
-      pk::attentionGrad(dy.data(), q.data(), qs, k.data(), ks, v.data(), vs, nullptr, pk::Shape{}, y.data(),
+      pk::attentionGrad(dy.data(), q.data(), qs, k.data(), ks, v.data(), vs, nullptr, nullptr, pk::Shape{}, y.data(),
                         lse.data(), 0.5f, false, -1e9f, true, d.data(), d.data() + q.size(),
                         d.data() + q.size() + k.size(), s);
       return d;

@@ -216,6 +216,34 @@ func.func @zero_mask(%q: tensor<2x4x16x8xf32>, %k: tensor<2x4x16x8xf32>, %v: ten
   return %a, %s2 : tensor<2x4x16x8xf32>, tensor<2x4x16x16xf32>
 }
 
+// softmax(q · kᵀ · c + M) · v with M computed at run time: an additive mask
+// when no parameter reaches it (an eager export's mask from the inputs);
+// not when one does (Swin's trained relative position bias needs a
+// gradient nn.attention does not give).
+// CHECK-LABEL: func.func @additive_mask
+// CHECK: %[[M:.*]] = nn.mul %arg3, %arg3
+// CHECK: %[[A:.*]], %{{.*}} = nn.attention %arg0, %arg1, %arg2, %[[M]] {scale = 1.250000e-01 : f32} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x1x16x16xf32>)
+// CHECK: nn.softmax
+// CHECK: %[[B:.*]] = nn.matmul
+// CHECK: return %[[A]], %[[B]]
+func.func @additive_mask(%q: tensor<2x4x16x8xf32>, %k: tensor<2x4x16x8xf32>, %v: tensor<2x4x16x8xf32>, %in: tensor<2x1x16x16xf32>, %w: tensor<1x4x16x16xf32> {nn.role = #nn.role<param>}) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) {
+  %c = nn.constant dense<0.125> : tensor<f32>
+  %mask = nn.mul %in, %in : (tensor<2x1x16x16xf32>, tensor<2x1x16x16xf32>) -> tensor<2x1x16x16xf32>
+  %t = nn.transpose %k {perm = array<i64: 0, 1, 3, 2>} : (tensor<2x4x16x8xf32>) -> tensor<2x4x8x16xf32>
+  %s = nn.matmul %q, %t : (tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x16x16xf32>
+  %z = nn.mul %s, %c : (tensor<2x4x16x16xf32>, tensor<f32>) -> tensor<2x4x16x16xf32>
+  %m = nn.add %z, %mask : (tensor<2x4x16x16xf32>, tensor<2x1x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %p = nn.softmax %m {axis = -1 : i64} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %a = nn.matmul %p, %v : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  %bias = nn.mul %w, %w : (tensor<1x4x16x16xf32>, tensor<1x4x16x16xf32>) -> tensor<1x4x16x16xf32>
+  %t2 = nn.transpose %k {perm = array<i64: 0, 1, 3, 2>} : (tensor<2x4x16x8xf32>) -> tensor<2x4x8x16xf32>
+  %s2 = nn.matmul %q, %t2 : (tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x16x16xf32>
+  %m2 = nn.add %s2, %bias : (tensor<2x4x16x16xf32>, tensor<1x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %p2 = nn.softmax %m2 {axis = -1 : i64} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %b = nn.matmul %p2, %v : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  return %a, %b : tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>
+}
+
 // The exact GELU, x * 0.5 * (1 + erf(x / sqrt 2)), in the exporter's order
 // and with the half applied first.
 // CHECK-LABEL: func.func @gelu

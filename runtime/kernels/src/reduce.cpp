@@ -165,26 +165,37 @@ void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const ui
 
 namespace {
 /// One block of an attention's z: rows [r0, r0 + rows) of the scores of
-/// slice l (z = q · kᵀ), scaled and masked as nn.masked_softmax writes them.
+/// slice l (z = q · kᵀ), scaled and masked as nn.masked_softmax writes them
+/// (or, with an additive mask, the scaled scores plus the mask).
 void attentionScores(const AttentionView &a, const MaskedRows &m, const float *q, const float *k, const uint8_t *mask,
-                     float scale, bool divide, float fill, bool maskedWhen, int64_t l, int64_t r0, int64_t rows,
-                     float *z) {
+                     const float *additive, float scale, bool divide, float fill, bool maskedWhen, int64_t l,
+                     int64_t r0, int64_t rows, float *z) {
   sgemm(false, true, rows, a.T, a.D, 1.0f, q + (l * a.S + r0) * a.D, a.D, k + l * a.T * a.D, a.D, 0.0f, z, a.T);
   for (int64_t i = 0; i < rows; ++i) {
     float *zr = z + i * a.T;
-    const uint8_t *mr = mask ? mask + m.maskOffset(l * a.S + r0 + i) : nullptr;
-    for (int64_t j = 0; j < a.T; ++j)
-      zr[j] = mr && (mr[j * m.maskInner] != 0) == maskedWhen ? fill : divide ? zr[j] / scale : zr[j] * scale;
+    const int64_t offset = m.maskOffset(l * a.S + r0 + i);
+    const uint8_t *mr = mask ? mask + offset : nullptr;
+    const float *ar = additive ? additive + offset : nullptr;
+    for (int64_t j = 0; j < a.T; ++j) {
+      if (mr && (mr[j * m.maskInner] != 0) == maskedWhen) {
+        zr[j] = fill;
+        continue;
+      }
+      zr[j] = divide ? zr[j] / scale : zr[j] * scale;
+      if (ar) zr[j] += ar[j * m.maskInner];
+    }
   }
 }
 } // namespace
 
 void attention(const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v, const Shape &vs,
-               const uint8_t *mask, const Shape &ms, float scale, bool divide, float fill, bool maskedWhen, float *y,
-               float *lse, const Workspace &workspace) {
+               const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
+               bool maskedWhen, float *y, float *lse, const Workspace &workspace) {
   const char *op = "nn.attention";
-  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr);
-  const MaskedRows m = maskedRows(op, a.scores, mask ? ms : Shape{});
+  const bool masked = mask != nullptr || additive != nullptr;
+  if (mask && additive) fail(op, "takes a boolean or an additive mask, not both");
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, masked);
+  const MaskedRows m = maskedRows(op, a.scores, masked ? ms : Shape{});
   Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cpu, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S), blocks = block == 0 ? 0 : (a.S + block - 1) / block;
   if (a.T == 0) { // softmax over nothing: P · v is empty sums
@@ -196,7 +207,7 @@ void attention(const float *q, const Shape &qs, const float *k, const Shape &ks,
     float *z = scratch.thread().take<float>(block * a.T);
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t l = item / blocks, r0 = item % blocks * block, rows = std::min(block, a.S - r0);
-      attentionScores(a, m, q, k, mask, scale, divide, fill, maskedWhen, l, r0, rows, z);
+      attentionScores(a, m, q, k, mask, additive, scale, divide, fill, maskedWhen, l, r0, rows, z);
       for (int64_t i = 0; i < rows; ++i) { // softmax in place, as nn.masked_softmax's rows
         float *zr = z + i * a.T;
         const float mx = rowMax(zr, a.T, 1);
@@ -212,12 +223,14 @@ void attention(const float *q, const Shape &qs, const float *k, const Shape &ks,
 }
 
 void attentionGrad(const float *dy, const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v,
-                   const Shape &vs, const uint8_t *mask, const Shape &ms, const float *y, const float *lse,
-                   float scale, bool divide, float fill, bool maskedWhen, float *dq, float *dk, float *dv,
-                   const Workspace &workspace) {
+                   const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const float *y,
+                   const float *lse, float scale, bool divide, float fill, bool maskedWhen, float *dq, float *dk,
+                   float *dv, const Workspace &workspace) {
   const char *op = "nn.attention_grad";
-  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr);
-  const MaskedRows m = maskedRows(op, a.scores, mask ? ms : Shape{});
+  const bool masked = mask != nullptr || additive != nullptr;
+  if (mask && additive) fail(op, "takes a boolean or an additive mask, not both");
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, masked);
+  const MaskedRows m = maskedRows(op, a.scores, masked ? ms : Shape{});
   Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cpu, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   // One slice l per task: its dk and dv sum over the row blocks in order,
@@ -234,7 +247,7 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
       for (int64_t r0 = 0; r0 < a.S; r0 += block) {
         const int64_t rows = std::min(block, a.S - r0), row0 = l * a.S + r0;
         const float beta = r0 == 0 ? 0.0f : 1.0f;
-        attentionScores(a, m, q, k, mask, scale, divide, fill, maskedWhen, l, r0, rows, p);
+        attentionScores(a, m, q, k, mask, additive, scale, divide, fill, maskedWhen, l, r0, rows, p);
         for (int64_t i = 0; i < rows; ++i) {
           float *pr = p + i * a.T;
           const float shift = lse[row0 + i];

@@ -466,29 +466,32 @@ static void testRotary() {
 }
 
 static void testAttention() {
-  struct Case { Shape qs, ks, vs, ms; bool masked, divide; };
-  const Case cases[] = {{Shape{2, 3, 5, 4}, Shape{2, 3, 6, 4}, Shape{2, 3, 6, 3}, Shape{1, 1, 5, 6}, true, false},
-                        {Shape{2, 70, 4}, Shape{2, 9, 4}, Shape{2, 9, 5}, Shape{70, 9}, true, true},
-                        {Shape{3, 4, 2}, Shape{3, 7, 2}, Shape{3, 7, 2}, Shape{}, false, false}};
+  struct Case { Shape qs, ks, vs, ms; bool masked, divide, additive; };
+  const Case cases[] = {{Shape{2, 3, 5, 4}, Shape{2, 3, 6, 4}, Shape{2, 3, 6, 3}, Shape{1, 1, 5, 6}, true, false, false},
+                        {Shape{2, 70, 4}, Shape{2, 9, 4}, Shape{2, 9, 5}, Shape{70, 9}, true, true, false},
+                        {Shape{3, 4, 2}, Shape{3, 7, 2}, Shape{3, 7, 2}, Shape{}, false, false, false},
+                        {Shape{2, 70, 4}, Shape{2, 9, 4}, Shape{2, 9, 5}, Shape{2, 1, 9}, true, false, true}};
   for (const Case &c : cases) {
     ctx = "attention q " + c.qs.str() + " k " + c.ks.str() + " v " + c.vs.str() + (c.masked ? " masked" : "");
     auto q = randv(c.qs.numel()), k = randv(c.ks.numel()), v = randv(c.vs.numel());
     std::vector<uint8_t> mask(c.ms.numel());
     for (size_t e = 0; e < mask.size(); ++e) mask[e] = e % 3 == 2;
-    const uint8_t *m = c.masked ? mask.data() : nullptr;
+    const auto bias = randv(c.ms.numel());
+    const uint8_t *m = c.masked && !c.additive ? mask.data() : nullptr;
+    const float *a = c.masked && c.additive ? bias.data() : nullptr;
     const int64_t rows = c.qs.numel() / c.qs.v[c.qs.size - 1], out = rows * c.vs.v[c.vs.size - 1];
     std::vector<float> yc(out), yg(out), lc(rows), lg(rows);
-    pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, c.ms, 0.5f, c.divide, -1e9f, true, yc.data(),
+    pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, 0.5f, c.divide, -1e9f, true, yc.data(),
                   lc.data());
-    pc::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, c.ms, 0.5f, c.divide, -1e9f, true, yg.data(),
+    pc::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, 0.5f, c.divide, -1e9f, true, yg.data(),
                   lg.data());
     cmp(yc, yg, 1e-5, "y");
     cmp(lc, lg, 1e-5, "lse");
     auto dy = randv(out);
     std::vector<float> dqc(q.size()), dkc(k.size()), dvc(v.size()), dqg(q.size()), dkg(k.size()), dvg(v.size());
-    pk::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, c.ms, yc.data(), lc.data(), 0.5f,
+    pk::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, yc.data(), lc.data(), 0.5f,
                       c.divide, -1e9f, true, dqc.data(), dkc.data(), dvc.data());
-    pc::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, c.ms, yc.data(), lc.data(), 0.5f,
+    pc::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, yc.data(), lc.data(), 0.5f,
                       c.divide, -1e9f, true, dqg.data(), dkg.data(), dvg.data());
     cmp(dqc, dqg, 1e-4, "dq");
     cmp(dkc, dkg, 1e-4, "dk");

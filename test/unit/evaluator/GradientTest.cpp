@@ -360,13 +360,16 @@ std::vector<GradCase> linearAlgebraCases(std::mt19937_64 &rng) {
                           unbroadcast(binary(BinaryOp::Mul, dy[0], rotated), in[2].shape)};
          }});
   }
-  // The fused attention, causal-masked and scaled (then divided) or without
-  // a mask: its gradient op against the finite differences of its result.
-  for (bool masked : {true, false}) {
-    Tensor mask = Tensor::ofInts(ElementKind::Bool, {4, 5}, {0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1});
-    const bool divide = masked;
+  // The fused attention, causal-masked and scaled (then divided), without a
+  // mask, or with an additive one: its gradient op against the finite
+  // differences of its result.
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool masked = variant != 1, divide = variant == 0;
+    Tensor mask = variant == 2 ? random(rng, {2, 1, 5}) // an additive mask
+                               : Tensor::ofInts(ElementKind::Bool, {4, 5}, {0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0,
+                                                                            1, 1, 0, 0, 0, 0, 1});
     cases.push_back(
-        {"nn.attention", masked ? "causal mask, divided scale" : "no mask",
+        {"nn.attention", variant == 0 ? "causal mask, divided scale" : variant == 1 ? "no mask" : "additive mask",
          {random(rng, {2, 4, 3}), random(rng, {2, 5, 3}), random(rng, {2, 5, 2})},
          [=](const Tensors &in) {
            return Tensors{attention(in[0], in[1], in[2], masked ? &mask : nullptr, 1.7, divide, -1e9, true).output};

@@ -121,6 +121,7 @@ __global__ void maskedSoftmaxGradKernel(const float *dy, const float *y, const u
 struct ScoreBlock {
   int64_t S, T, block, r0, rows; // the buffer holds `block` rows per slice, `rows` of them in use
   const uint8_t *mask;
+  const float *additive; // or an additive mask (same map), or neither
   detail::IndexMap<1> map;
   float scale, fill;
   bool divide, maskedWhen;
@@ -130,7 +131,11 @@ struct ScoreBlock {
   __device__ int64_t offset(int64_t seg) const { return (seg / rows * block + seg % rows) * T; }
   __device__ float value(float s, int64_t seg, int64_t j) const {
     if (mask && maskedAt(mask, map, row(seg) * T + j, maskedWhen)) return fill;
-    return divide ? s / scale : s * scale;
+    const float scaled = divide ? s / scale : s * scale;
+    if (!additive) return scaled;
+    int64_t off[1];
+    map.offsets(row(seg) * T + j, off);
+    return scaled + additive[off[0]];
   }
 };
 
@@ -380,23 +385,24 @@ void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const ui
 //===----------------------------------------------------------------------===//
 
 namespace {
-ScoreBlock scoreBlock(const AttentionView &a, const uint8_t *mask, const Shape &ms, float scale, bool divide,
-                      float fill, bool maskedWhen) {
-  ScoreBlock b{a.S, a.T, plan::attentionRowsPerBlock(a.S), 0, 0, mask, {}, scale, fill, divide, maskedWhen};
-  if (mask) b.map = detail::makeIndexMap<1>(a.scores, {detail::broadcastStrides(ms, a.scores)});
+ScoreBlock scoreBlock(const char *op, const AttentionView &a, const uint8_t *mask, const float *additive,
+                      const Shape &ms, float scale, bool divide, float fill, bool maskedWhen) {
+  if (mask && additive) fail(op, "takes a boolean or an additive mask, not both");
+  ScoreBlock b{a.S, a.T, plan::attentionRowsPerBlock(a.S), 0, 0, mask, additive, {}, scale, fill, divide, maskedWhen};
+  if (mask || additive) b.map = detail::makeIndexMap<1>(a.scores, {detail::broadcastStrides(ms, a.scores)});
   return b;
 }
 } // namespace
 
 void attention(const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v, const Shape &vs,
-               const uint8_t *mask, const Shape &ms, float scale, bool divide, float fill, bool maskedWhen, float *y,
-               float *lse, const Workspace &workspace) {
+               const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
+               bool maskedWhen, float *y, float *lse, const Workspace &workspace) {
   const char *op = "nn.attention";
-  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr);
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr || additive != nullptr);
   Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cuda, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   float *z = scratch.shared<float>(a.L * block * a.T);
-  ScoreBlock b = scoreBlock(a, mask, ms, scale, divide, fill, maskedWhen);
+  ScoreBlock b = scoreBlock(op, a, mask, additive, ms, scale, divide, fill, maskedWhen);
   for (b.r0 = 0; b.r0 < a.S; b.r0 += block) {
     b.rows = std::min(block, a.S - b.r0);
     nn::sgemmStridedBatched(op, false, true, b.rows, a.T, a.D, 1.0f, q + b.r0 * a.D, a.D, a.S * a.D, k, a.D,
@@ -415,11 +421,11 @@ void attention(const float *q, const Shape &qs, const float *k, const Shape &ks,
 }
 
 void attentionGrad(const float *dy, const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v,
-                   const Shape &vs, const uint8_t *mask, const Shape &ms, const float *y, const float *lse,
-                   float scale, bool divide, float fill, bool maskedWhen, float *dq, float *dk, float *dv,
-                   const Workspace &workspace) {
+                   const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const float *y,
+                   const float *lse, float scale, bool divide, float fill, bool maskedWhen, float *dq, float *dk,
+                   float *dv, const Workspace &workspace) {
   const char *op = "nn.attention_grad";
-  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr);
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr || additive != nullptr);
   Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cuda, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   float *p = scratch.shared<float>(a.L * block * a.T), *dz = scratch.shared<float>(a.L * block * a.T);
@@ -435,7 +441,7 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
     rowDotKernel<P><<<grid, threads, 0, detail::stream()>>>(dy, y, dot, a.L * a.S, a.Dv);
   });
   detail::checkLaunch(op);
-  ScoreBlock b = scoreBlock(a, mask, ms, scale, divide, fill, maskedWhen);
+  ScoreBlock b = scoreBlock(op, a, mask, additive, ms, scale, divide, fill, maskedWhen);
   for (b.r0 = 0; b.r0 < a.S; b.r0 += block) {
     b.rows = std::min(block, a.S - b.r0);
     const float beta = b.r0 == 0 ? 0.0f : 1.0f;

@@ -267,16 +267,18 @@ void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const ui
 /// nn.attention: y [L..., S, Dv] = softmax(z) · v along the last axis of
 /// z = where(mask == maskedWhen, fill, divide ? s / scale : s * scale),
 /// s = q · kᵀ (q [L..., S, D], k [L..., T, D], v [L..., T, Dv]; mask of
-/// shape ms broadcast to [L..., S, T], or nullptr for none), in blocks of
-/// score rows; lse [L..., S] gets each row's log Σ exp z.
+/// shape ms broadcast to [L..., S, T], or nullptr for none), or with an
+/// additive mask instead (shape ms too) z = (s * scale) + additive; in
+/// blocks of score rows; lse [L..., S] gets each row's log Σ exp z.
 void attention(const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v, const Shape &vs,
-               const uint8_t *mask, const Shape &ms, float scale, bool divide, float fill, bool maskedWhen, float *y,
-               float *lse, const Workspace &scratch = {});
+               const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
+               bool maskedWhen, float *y, float *lse, const Workspace &scratch = {});
 /// nn.attention_grad: dq, dk, dv from dy, the forward operands, y and lse
 /// (P recomputed as exp(z - lse); dz = P ⊙ (dy·vᵀ - rowsum(dy ⊙ y)), 0 where
 /// masked, times or divided by scale).
 void attentionGrad(const float *dy, const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v,
-                   const Shape &vs, const uint8_t *mask, const Shape &ms, const float *y, const float *lse,
+                   const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const float *y,
+                   const float *lse,
                    float scale, bool divide, float fill, bool maskedWhen, float *dq, float *dk, float *dv,
                    const Workspace &scratch = {});
 
