@@ -43,7 +43,7 @@ ScratchNeed convWeightGradScratch(ScratchTarget target, const Shape &xs, const S
 }
 
 ScratchNeed attentionScratch(ScratchTarget target, const Shape &qs, const Shape &ks, const Shape &vs) {
-  const AttentionView v = attentionView("nn.attention", qs, ks, vs, Shape{}, false);
+  const AttentionView v = attentionView("nn.attention", qs, ks, vs, Shape{}, false, false);
   const int64_t block = plan::attentionRowsPerBlock(v.S) * v.T;
   ScratchNeed need;
   if (target == ScratchTarget::Cpu)
@@ -54,7 +54,7 @@ ScratchNeed attentionScratch(ScratchTarget target, const Shape &qs, const Shape 
 }
 
 ScratchNeed attentionGradScratch(ScratchTarget target, const Shape &qs, const Shape &ks, const Shape &vs) {
-  const AttentionView v = attentionView("nn.attention_grad", qs, ks, vs, Shape{}, false);
+  const AttentionView v = attentionView("nn.attention_grad", qs, ks, vs, Shape{}, false, false);
   const int64_t block = plan::attentionRowsPerBlock(v.S) * v.T;
   ScratchNeed need;
   if (target == ScratchTarget::Cpu) { // P and dz of one block

@@ -170,8 +170,9 @@ RowView rowView(const char *op, const Shape &xs, int64_t axis) {
 }
 
 AttentionView attentionView(const char *op, const Shape &qs, const Shape &ks, const Shape &vs, const Shape &ms,
-                            bool withMask) {
+                            bool booleanMask, bool additiveMask) {
   checkRank(op, qs, 2, "the query");
+  if (booleanMask && additiveMask) fail(op, "takes a boolean or an additive mask, not both");
   const int r = qs.size;
   bool agree = ks.size == r && vs.size == r && qs.v[r - 1] == ks.v[r - 1] && ks.v[r - 2] == vs.v[r - 2];
   for (int a = 0; agree && a < r - 2; ++a) agree = qs.v[a] == ks.v[a] && ks.v[a] == vs.v[a];
@@ -183,7 +184,8 @@ AttentionView attentionView(const char *op, const Shape &qs, const Shape &ks, co
   v.S = qs.v[r - 2], v.T = ks.v[r - 2], v.D = qs.v[r - 1], v.Dv = vs.v[r - 1];
   v.scores = qs;
   v.scores.v[r - 1] = v.T;
-  if (withMask) {
+  v.masked = booleanMask || additiveMask;
+  if (v.masked) {
     bool broadcasts = ms.size <= r;
     for (int i = 0; broadcasts && i < ms.size; ++i)
       broadcasts = ms.v[i] == 1 || ms.v[i] == v.scores.v[r - ms.size + i];

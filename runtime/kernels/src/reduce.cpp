@@ -192,10 +192,8 @@ void attention(const float *q, const Shape &qs, const float *k, const Shape &ks,
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
                bool maskedWhen, float *y, float *lse, const Workspace &workspace) {
   const char *op = "nn.attention";
-  const bool masked = mask != nullptr || additive != nullptr;
-  if (mask && additive) fail(op, "takes a boolean or an additive mask, not both");
-  const AttentionView a = attentionView(op, qs, ks, vs, ms, masked);
-  const MaskedRows m = maskedRows(op, a.scores, masked ? ms : Shape{});
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
+  const MaskedRows m = maskedRows(op, a.scores, a.masked ? ms : Shape{});
   Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cpu, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S), blocks = block == 0 ? 0 : (a.S + block - 1) / block;
   if (a.T == 0) { // softmax over nothing: P · v is empty sums
@@ -227,10 +225,8 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float *dq, float *dk,
                    float *dv, const Workspace &workspace) {
   const char *op = "nn.attention_grad";
-  const bool masked = mask != nullptr || additive != nullptr;
-  if (mask && additive) fail(op, "takes a boolean or an additive mask, not both");
-  const AttentionView a = attentionView(op, qs, ks, vs, ms, masked);
-  const MaskedRows m = maskedRows(op, a.scores, masked ? ms : Shape{});
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
+  const MaskedRows m = maskedRows(op, a.scores, a.masked ? ms : Shape{});
   Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cpu, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   // One slice l per task: its dk and dv sum over the row blocks in order,

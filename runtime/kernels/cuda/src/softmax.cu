@@ -385,11 +385,10 @@ void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const ui
 //===----------------------------------------------------------------------===//
 
 namespace {
-ScoreBlock scoreBlock(const char *op, const AttentionView &a, const uint8_t *mask, const float *additive,
-                      const Shape &ms, float scale, bool divide, float fill, bool maskedWhen) {
-  if (mask && additive) fail(op, "takes a boolean or an additive mask, not both");
+ScoreBlock scoreBlock(const AttentionView &a, const uint8_t *mask, const float *additive, const Shape &ms,
+                      float scale, bool divide, float fill, bool maskedWhen) {
   ScoreBlock b{a.S, a.T, plan::attentionRowsPerBlock(a.S), 0, 0, mask, additive, {}, scale, fill, divide, maskedWhen};
-  if (mask || additive) b.map = detail::makeIndexMap<1>(a.scores, {detail::broadcastStrides(ms, a.scores)});
+  if (a.masked) b.map = detail::makeIndexMap<1>(a.scores, {detail::broadcastStrides(ms, a.scores)});
   return b;
 }
 } // namespace
@@ -398,11 +397,11 @@ void attention(const float *q, const Shape &qs, const float *k, const Shape &ks,
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
                bool maskedWhen, float *y, float *lse, const Workspace &workspace) {
   const char *op = "nn.attention";
-  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr || additive != nullptr);
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
   Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cuda, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   float *z = scratch.shared<float>(a.L * block * a.T);
-  ScoreBlock b = scoreBlock(op, a, mask, additive, ms, scale, divide, fill, maskedWhen);
+  ScoreBlock b = scoreBlock(a, mask, additive, ms, scale, divide, fill, maskedWhen);
   for (b.r0 = 0; b.r0 < a.S; b.r0 += block) {
     b.rows = std::min(block, a.S - b.r0);
     nn::sgemmStridedBatched(op, false, true, b.rows, a.T, a.D, 1.0f, q + b.r0 * a.D, a.D, a.S * a.D, k, a.D,
@@ -425,7 +424,7 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float *dq, float *dk,
                    float *dv, const Workspace &workspace) {
   const char *op = "nn.attention_grad";
-  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr || additive != nullptr);
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
   Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cuda, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   float *p = scratch.shared<float>(a.L * block * a.T), *dz = scratch.shared<float>(a.L * block * a.T);
@@ -441,7 +440,7 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
     rowDotKernel<P><<<grid, threads, 0, detail::stream()>>>(dy, y, dot, a.L * a.S, a.Dv);
   });
   detail::checkLaunch(op);
-  ScoreBlock b = scoreBlock(op, a, mask, additive, ms, scale, divide, fill, maskedWhen);
+  ScoreBlock b = scoreBlock(a, mask, additive, ms, scale, divide, fill, maskedWhen);
   for (b.r0 = 0; b.r0 < a.S; b.r0 += block) {
     b.rows = std::min(block, a.S - b.r0);
     const float beta = b.r0 == 0 ? 0.0f : 1.0f;

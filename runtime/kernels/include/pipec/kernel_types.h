@@ -124,14 +124,16 @@ struct RotaryView {
 RotaryView rotaryView(const Shape &xs, const Shape &cs, const Shape &ss);
 
 /// nn.attention's operands checked (errors name `op`): query [L..., S, D],
-/// key [L..., T, D], value [L..., T, Dv], the mask (when `withMask`)
-/// broadcast to the scores [L..., S, T], which `scores` is.
+/// key [L..., T, D], value [L..., T, Dv], and a boolean or an additive mask
+/// (not both) of shape ms broadcast to the scores [L..., S, T], which
+/// `scores` is.
 struct AttentionView {
   int64_t L = 1, S = 0, T = 0, D = 0, Dv = 0;
   Shape scores;
+  bool masked = false; // by either mask
 };
 AttentionView attentionView(const char *op, const Shape &qs, const Shape &ks, const Shape &vs, const Shape &ms,
-                            bool withMask);
+                            bool booleanMask, bool additiveMask);
 
 /// The row normalization nn.layer_norm computes (docs/optimization.md,
 /// "Composite ops"): ONNX LayerNormalization, (x - mean) / sqrt(var + eps),
