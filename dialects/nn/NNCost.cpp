@@ -178,16 +178,22 @@ OpWork BatchNormOp::estimateWork() { return reduction(*this, 6, 10); }
 OpWork LayerNormOp::estimateWork() { return reduction(*this, 8, 12); }
 OpWork SoftmaxOp::estimateWork() { return reduction(*this, 12, 4); }
 OpWork MaskedSoftmaxOp::estimateWork() { return reduction(*this, 13, 4); }
+double pipec::nn::attentionGradFlops(RankedTensorType query, RankedTensorType value) {
+  const double rows = query.getNumElements() / query.getShape().back();
+  const double keys = value.getShape()[value.getRank() - 2];
+  return 2 * rows * keys * (3 * query.getShape().back() + 2 * value.getShape().back());
+}
+
 OpWork AttentionOp::estimateWork() {
   // Two products (scores, then P · value) and the softmax between; the
-  // gradient recomputes the scores and adds four products (nn.attention_grad).
+  // gradient is nn.attention_grad's work and the softmax's again.
   OpWork work = elementwise(*this, 0, 0);
   auto query = getQuery().getType(), value = getValue().getType();
   const double rows = query.getNumElements() / query.getShape().back();
   const double keys = value.getShape()[value.getRank() - 2];
   const double d = query.getShape().back(), dv = value.getShape().back();
   work.forwardFlops = 2 * rows * keys * (d + dv) + 13 * rows * keys;
-  const double backward = 2 * rows * keys * (3 * d + 2 * dv) + 13 * rows * keys;
+  const double backward = attentionGradFlops(query, value) + 13 * rows * keys;
   work.gradientFlops.assign(getOperation()->getNumOperands(), 0.0);
   for (int operand = 0; operand < 3; ++operand)
     work.gradientFlops[operand] = backward / 3;

@@ -118,11 +118,20 @@ FailureOr<SmallVector<int64_t>> pipec::nn::broadcastShapes(ArrayRef<int64_t> lhs
   return result;
 }
 
+bool pipec::nn::broadcastsTo(ArrayRef<int64_t> operand, ArrayRef<int64_t> space) {
+  if (operand.size() > space.size())
+    return false;
+  size_t offset = space.size() - operand.size();
+  for (size_t axis = 0; axis < operand.size(); ++axis)
+    if (operand[axis] != 1 && operand[axis] != space[offset + axis])
+      return false;
+  return true;
+}
+
 std::string pipec::nn::maskedSoftmaxShapeError(ArrayRef<int64_t> input, ArrayRef<int64_t> mask) {
   if (input.empty())
     return "the input must have rank >= 1";
-  auto shape = broadcastShapes(mask, input);
-  if (failed(shape) || ArrayRef<int64_t>(*shape) != input)
+  if (!broadcastsTo(mask, input))
     return "mask of shape " + shapeString(mask) + " does not broadcast to the input's " + shapeString(input);
   return "";
 }
@@ -188,9 +197,7 @@ LogicalResult RotaryOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
     return fail(loc, "nn.rotary: the last axis of the input " + shapeString(shape) + " must have an even length");
   for (Value table : {adaptor.getCos(), adaptor.getSin()}) {
     auto tableType = rankedType(table);
-    auto broadcast = broadcastShapes(tableType.getShape(), shape);
-    if (tableType.getElementType() != inputType.getElementType() || failed(broadcast) ||
-        ArrayRef<int64_t>(*broadcast) != shape)
+    if (tableType.getElementType() != inputType.getElementType() || !broadcastsTo(tableType.getShape(), shape))
       return fail(loc, "nn.rotary: cos/sin of type " + llvm::to_string(tableType) +
                            " does not broadcast to the input " + llvm::to_string(inputType));
   }
@@ -400,8 +407,7 @@ LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
   for (Value param : {adaptor.getScale(), adaptor.getBias()}) {
     if (!param)
       continue;
-    auto shape = broadcastShapes(rankedType(param).getShape(), normalized);
-    if (failed(shape) || ArrayRef<int64_t>(*shape) != normalized)
+    if (!broadcastsTo(rankedType(param).getShape(), normalized))
       return fail(loc, "nn.layer_norm: scale/bias of shape " +
                            shapeString(rankedType(param).getShape()) +
                            " does not broadcast to " + shapeString(normalized));

@@ -80,6 +80,10 @@ mlir::LogicalResult inferBinaryElementwise(mlir::MLIRContext *context,
 mlir::FailureOr<llvm::SmallVector<int64_t>>
 broadcastShapes(llvm::ArrayRef<int64_t> lhs, llvm::ArrayRef<int64_t> rhs);
 
+/// Whether `operand` reaches every element of `space` by numpy broadcasting
+/// without enlarging it.
+bool broadcastsTo(llvm::ArrayRef<int64_t> operand, llvm::ArrayRef<int64_t> space);
+
 /// Why nn.masked_softmax(_grad) cannot take a mask of shape `mask` with an
 /// input of shape `input` (the mask must broadcast to the input, whose rank
 /// is at least 1); empty when it can.
@@ -88,6 +92,10 @@ std::string maskedSoftmaxShapeError(llvm::ArrayRef<int64_t> input, llvm::ArrayRe
 /// nn.attention_grad do not fit together, or "" when they do.
 std::string attentionShapeError(llvm::ArrayRef<int64_t> query, llvm::ArrayRef<int64_t> key,
                                 llvm::ArrayRef<int64_t> value, std::optional<llvm::ArrayRef<int64_t>> mask);
+
+/// The floating-point operations of nn.attention_grad for a query and a
+/// value of these types: the scores recomputed, then four products.
+double attentionGradFlops(mlir::RankedTensorType query, mlir::RankedTensorType value);
 
 /// Maps an ONNX-style axis (negative counts from the end) into [0, rank);
 /// failure when out of range.

@@ -215,10 +215,7 @@ OpWork LayerNormParamGradOp::estimateWork() { return streamingWork(*this, 6); }
 OpWork AttentionGradOp::estimateWork() {
   // Recomputing the scores, then four products of the same size.
   OpWork work = streamingWork(*this, 0);
-  auto query = getQuery().getType(), value = getValue().getType();
-  const double rows = query.getNumElements() / query.getShape().back();
-  const double keys = value.getShape()[value.getRank() - 2];
-  work.forwardFlops = 2 * rows * keys * (3 * query.getShape().back() + 2 * value.getShape().back());
+  work.forwardFlops = attentionGradFlops(getQuery().getType(), getValue().getType());
   return work;
 }
 OpWork MaxPoolGradOp::estimateWork() { return streamingWork(*this, 2); }

@@ -100,12 +100,8 @@ nn::TransposeOp lastTwoAxesTranspose(Value x, Operation *user) {
   if (!transpose || !sameStage({user, transpose}))
     return nn::TransposeOp();
   ArrayRef<int64_t> perm = transpose.getPerm();
-  const size_t rank = perm.size();
-  if (rank < 3 || perm[rank - 2] != (int64_t)rank - 1 || perm[rank - 1] != (int64_t)rank - 2)
+  if (perm.size() < 3 || !swapsLastTwoAxes(perm))
     return nn::TransposeOp();
-  for (size_t axis = 0; axis + 2 < rank; ++axis)
-    if (perm[axis] != (int64_t)axis)
-      return nn::TransposeOp();
   return transpose;
 }
 

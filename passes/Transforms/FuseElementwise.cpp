@@ -27,17 +27,6 @@ bool isStaticF32OrBool(Type type) {
          (tensor.getElementType().isF32() || tensor.getElementType().isInteger(1));
 }
 
-/// Whether `operand` reaches every element of `space` by numpy broadcasting
-/// without enlarging it.
-bool broadcastsTo(ArrayRef<int64_t> operand, ArrayRef<int64_t> space) {
-  if (operand.size() > space.size())
-    return false;
-  size_t offset = space.size() - operand.size();
-  for (size_t axis = 0; axis < operand.size(); ++axis)
-    if (operand[axis] != 1 && operand[axis] != space[offset + axis])
-      return false;
-  return true;
-}
 
 /// The ops code generation can compute one element at a time: fp32 or
 /// bool in and out, one result, operands broadcasting to it.
@@ -49,7 +38,7 @@ bool isFusible(Operation *op) {
     return false;
   auto space = llvm::cast<RankedTensorType>(op->getResult(0).getType()).getShape();
   return llvm::all_of(op->getOperandTypes(), [&](Type type) {
-    return isStaticF32OrBool(type) && broadcastsTo(llvm::cast<RankedTensorType>(type).getShape(), space);
+    return isStaticF32OrBool(type) && nn::broadcastsTo(llvm::cast<RankedTensorType>(type).getShape(), space);
   });
 }
 

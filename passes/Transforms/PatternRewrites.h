@@ -42,6 +42,21 @@ inline bool sameStage(llvm::ArrayRef<mlir::Operation *> ops) {
   return llvm::all_of(ops, [&](mlir::Operation *op) { return op->getAttr("pipe.stage") == stage; });
 }
 
+/// The permutation of `rank` axes that swaps the last two.
+inline llvm::SmallVector<int64_t> lastTwoAxesSwap(int64_t rank) {
+  llvm::SmallVector<int64_t> perm;
+  for (int64_t axis = 0; axis < rank; ++axis)
+    perm.push_back(axis);
+  if (rank >= 2)
+    std::swap(perm[rank - 1], perm[rank - 2]);
+  return perm;
+}
+
+/// Whether `perm` swaps the last two axes and keeps the others.
+inline bool swapsLastTwoAxes(llvm::ArrayRef<int64_t> perm) {
+  return perm.size() >= 2 && perm == llvm::ArrayRef<int64_t>(lastTwoAxesSwap(perm.size()));
+}
+
 /// Applies `patterns` greedily to `root` until none applies; `applied`
 /// returns how many rewrites succeeded (for the pass's statistic).
 inline mlir::LogicalResult applyPatternsCounted(mlir::Operation *root,

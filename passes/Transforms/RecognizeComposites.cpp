@@ -5,6 +5,7 @@
 // rules are one op each
 // (docs/optimization.md).
 #include "passes/Passes.h"
+#include "passes/Analysis/GradientRoles.h"
 #include "passes/Transforms/PatternRewrites.h"
 
 #include "dialects/nn/NNDialect.h"
@@ -15,7 +16,6 @@
 #include "mlir/IR/PatternMatch.h"
 
 #include <cmath>
-#include <numeric>
 
 namespace pipec::passes {
 #define GEN_PASS_DEF_RECOGNIZECOMPOSITES
@@ -59,6 +59,13 @@ bool trailingAxes(ArrayRef<int64_t> axes, int64_t rank, int64_t &first) {
       return false;
   first = axes.front();
   return true;
+}
+
+/// Whether `value` is a tensor of `element`s whose shape broadcasts to
+/// `space` without enlarging it.
+bool broadcastsTo(Value value, ArrayRef<int64_t> space, Type element) {
+  auto type = llvm::dyn_cast<RankedTensorType>(value.getType());
+  return type && type.getElementType() == element && nn::broadcastsTo(type.getShape(), space);
 }
 
 /// y = ((x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps)) * w (+ b), means
@@ -196,21 +203,18 @@ std::optional<RmsChain> rmsChain(Operation *normalized) {
   RmsChain chain;
   chain.ops.push_back(normalized);
   Value sum;
-  for (int side = 0; side < 2 && !sum; ++side) {
-    if (llvm::isa<nn::DivOp>(normalized)) {
-      auto sqrt = normalized->getOperand(1).getDefiningOp<nn::SqrtOp>();
-      if (side == 1 || !sqrt || !sqrt->hasOneUse())
-        return std::nullopt;
-      chain.ops.push_back(sqrt);
-      sum = sqrt.getInput();
-      chain.x = normalized->getOperand(0);
-      continue;
-    }
-    SmallVector<Operation *> ops;
-    if (Value found = sumOf(normalized->getOperand(1 - side), ops)) {
+  if (llvm::isa<nn::DivOp>(normalized)) { // x / sqrt(...)
+    auto sqrt = normalized->getOperand(1).getDefiningOp<nn::SqrtOp>();
+    if (!sqrt || !sqrt->hasOneUse())
+      return std::nullopt;
+    chain.ops.push_back(sqrt);
+    sum = sqrt.getInput();
+    chain.x = normalized->getOperand(0);
+  }
+  for (int side = 0; side < 2 && !sum; ++side) { // x * r or r * x
+    if (Value found = sumOf(normalized->getOperand(1 - side), chain.ops)) {
       sum = found;
       chain.x = normalized->getOperand(side);
-      chain.ops.append(ops.begin(), ops.end());
     }
   }
   auto addEps = sum ? sum.getDefiningOp<nn::AddOp>() : nullptr;
@@ -242,12 +246,8 @@ std::optional<RmsChain> rmsChain(Operation *normalized) {
 /// Whether `scale` broadcasts to the normalized axes of `chain`, as
 /// nn.layer_norm's verifier requires.
 bool isRmsScale(Value scale, const RmsChain &chain) {
-  auto type = llvm::dyn_cast<RankedTensorType>(scale.getType());
-  auto normalized = llvm::cast<RankedTensorType>(chain.x.getType()).getShape().drop_front(chain.axis);
-  if (!type || !type.getElementType().isF32() || type.getRank() > (int64_t)normalized.size())
-    return false;
-  auto shape = nn::broadcastShapes(type.getShape(), normalized);
-  return succeeded(shape) && ArrayRef<int64_t>(*shape) == normalized;
+  auto type = llvm::cast<RankedTensorType>(chain.x.getType());
+  return broadcastsTo(scale, type.getShape().drop_front(chain.axis), type.getElementType());
 }
 
 /// `root` (the scale multiply, or the normalizing product itself when
@@ -374,8 +374,9 @@ struct DecomposedRotary : OpRewritePattern<nn::AddOp> {
         for (int d = 0; d < 2; ++d) {
           Value x = direct->getOperand(d), cos = direct->getOperand(1 - d);
           if (x.getType() != type || !isHalfOf(neg.getInput(), x, /*upper=*/true) ||
-              !isHalfOf(concat->getOperand(1), x, /*upper=*/false) || !broadcastsTo(cos, type) ||
-              !broadcastsTo(sin, type))
+              !isHalfOf(concat->getOperand(1), x, /*upper=*/false) ||
+              !broadcastsTo(cos, type.getShape(), type.getElementType()) ||
+              !broadcastsTo(sin, type.getShape(), type.getElementType()))
             continue;
           SmallVector<Operation *> chain{root, direct, rotatedMul, concat, neg};
           for (Value half : {Value(neg.getInput()), concat->getOperand(1)})
@@ -392,15 +393,6 @@ struct DecomposedRotary : OpRewritePattern<nn::AddOp> {
       }
     }
     return failure();
-  }
-
-private:
-  static bool broadcastsTo(Value table, RankedTensorType type) {
-    auto tableType = llvm::dyn_cast<RankedTensorType>(table.getType());
-    if (!tableType || tableType.getElementType() != type.getElementType())
-      return false;
-    auto shape = nn::broadcastShapes(tableType.getShape(), type.getShape());
-    return succeeded(shape) && ArrayRef<int64_t>(*shape) == type.getShape();
   }
 };
 
@@ -708,16 +700,19 @@ struct DecomposedAttention : OpRewritePattern<nn::MatMulOp> {
         return failure();
       in = scaledInput(softmax->getOperand(0), type, chain);
       // softmax(scores * c + M), M a floating-point mask (an additive
-      // bias) that no parameter reaches: nn.attention's additive mask,
-      // which gets no gradient.
+      // bias) that needs no gradient (autodiff's GradientRoles, computed
+      // on the function as it is now): nn.attention's additive mask, which
+      // gets none.
       auto add = softmax->getOperand(0).getDefiningOp<nn::AddOp>();
       for (int side = 0; add && add->hasOneUse() && side < 2 && !mask; ++side) {
         Value bias = add->getOperand(1 - side);
         SmallVector<Operation *> tried{add};
         ScaledInput scaled = scaledInput(add->getOperand(side), type, tried);
         // (Zeros are no mask: AddOfZeros removes them first.)
-        if (add->getOperand(side).getType() != type || !broadcastsToScores(bias, type) ||
-            !scaled.x.getDefiningOp<nn::MatMulOp>() || isPositiveZeros(bias) || dependsOnParameter(bias))
+        if (add->getOperand(side).getType() != type ||
+            !broadcastsTo(bias, type.getShape(), type.getElementType()) ||
+            !scaled.x.getDefiningOp<nn::MatMulOp>() || isPositiveZeros(bias) ||
+            GradientRoles(root->getParentOfType<func::FuncOp>()).needsGradient(bias))
           continue;
         in = scaled;
         mask = bias;
@@ -730,7 +725,7 @@ struct DecomposedAttention : OpRewritePattern<nn::MatMulOp> {
     chain.push_back(scores);
     Value query = scores.getOperand(0), keyT = scores.getOperand(1);
     auto keyTransposed = keyT.getDefiningOp<nn::TransposeOp>();
-    const bool absorbTranspose = keyTransposed && keyT.hasOneUse() && swapsLastAxes(keyTransposed.getPerm());
+    const bool absorbTranspose = keyTransposed && keyT.hasOneUse() && swapsLastTwoAxes(keyTransposed.getPerm());
     if (absorbTranspose)
       chain.push_back(keyTransposed);
     std::optional<ArrayRef<int64_t>> maskShape;
@@ -748,10 +743,8 @@ struct DecomposedAttention : OpRewritePattern<nn::MatMulOp> {
       return failure();
     Value key = absorbTranspose ? keyTransposed.getInput() : Value();
     if (!key) {
-      SmallVector<int64_t> perm(keyShape.size());
-      std::iota(perm.begin(), perm.end(), 0);
-      std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
-      auto transpose = nn::TransposeOp::create(rewriter, scores.getLoc(), keyT, rewriter.getDenseI64ArrayAttr(perm));
+      auto transpose = nn::TransposeOp::create(rewriter, scores.getLoc(), keyT,
+                                               rewriter.getDenseI64ArrayAttr(lastTwoAxesSwap(keyShape.size())));
       inheritPlacement(scores, transpose, /*withCost=*/false);
       key = transpose;
     }
@@ -767,45 +760,6 @@ struct DecomposedAttention : OpRewritePattern<nn::MatMulOp> {
     return success();
   }
 
-private:
-  static bool broadcastsToScores(Value bias, RankedTensorType scores) {
-    auto type = llvm::dyn_cast<RankedTensorType>(bias.getType());
-    if (!type || type.getElementType() != scores.getElementType() || type.getRank() > scores.getRank())
-      return false;
-    auto shape = nn::broadcastShapes(type.getShape(), scores.getShape());
-    return succeeded(shape) && ArrayRef<int64_t>(*shape) == scores.getShape();
-  }
-
-  /// Whether a trained parameter (a function argument of role param)
-  /// reaches `value`: then it would need a gradient.
-  static bool dependsOnParameter(Value value) {
-    SmallVector<Value> work{value};
-    DenseSet<Value> seen;
-    while (!work.empty()) {
-      Value next = work.pop_back_val();
-      if (!seen.insert(next).second)
-        continue;
-      if (auto argument = llvm::dyn_cast<BlockArgument>(next)) {
-        auto function = llvm::dyn_cast<func::FuncOp>(argument.getOwner()->getParentOp());
-        if (!function || nn::argumentRole(function, argument.getArgNumber()) == nn::Role::Param)
-          return true;
-        continue;
-      }
-      for (Value operand : next.getDefiningOp()->getOperands())
-        work.push_back(operand);
-    }
-    return false;
-  }
-
-  static bool swapsLastAxes(ArrayRef<int64_t> perm) {
-    const size_t rank = perm.size();
-    if (rank < 2 || perm[rank - 1] != (int64_t)rank - 2 || perm[rank - 2] != (int64_t)rank - 1)
-      return false;
-    for (size_t axis = 0; axis + 2 < rank; ++axis)
-      if (perm[axis] != (int64_t)axis)
-        return false;
-    return true;
-  }
 };
 
 struct RecognizeComposites : impl::RecognizeCompositesBase<RecognizeComposites> {

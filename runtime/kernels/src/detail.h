@@ -218,14 +218,7 @@ void parallelBroadcastLoop(const Shape &out, const std::array<const Shape *, NOP
   parallelRanges(rows, total, [&](int64_t b, int64_t e) { broadcastRows<NOP>(out, st, b, e, f); });
 }
 
-/// Does `in` broadcast to exactly `out`?
-inline bool broadcastsTo(const Shape &in, const Shape &out) {
-  if (in.size > out.size) return false;
-  int lead = out.size - in.size;
-  for (int i = 0; i < in.size; ++i)
-    if (in.v[i] != 1 && in.v[i] != out.v[i + lead]) return false;
-  return true;
-}
+using kernels::broadcastsTo; // pipec/kernel_types.h, shared with the CUDA library
 
 /// One kernel call's scratch (pipec/kernel_scratch.h): the caller's
 /// Workspace when it bound one, else growable buffers of the calling thread

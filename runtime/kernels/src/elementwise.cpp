@@ -111,11 +111,9 @@ void where(const uint8_t *cond, const Shape &cs, const T *x, const Shape &xs, co
 void rotary(const float *x, const Shape &xs, const float *cos, const Shape &cs, const float *sin, const Shape &ss,
             float *y, bool interleaved, bool transposed) {
   const RotaryView v = rotaryView(xs, cs, ss);
-  const int64_t width = v.width;
-  const bool sinAlongLastAxis = v.sinAlongLastAxis;
   parallelBroadcastLoop<2>(xs, {&cs, &ss}, [&](int64_t i, const std::array<int64_t, 2> &o) {
-    const RotaryPartner p = rotaryPartner(i % width, width, interleaved);
-    const float sp = sin[o[1] + (sinAlongLastAxis ? p.offset : 0)];
+    const RotaryPartner p = rotaryPartner(i % v.width, v.width, interleaved);
+    const float sp = sin[o[1] + (v.sinAlongLastAxis ? p.offset : 0)];
     y[i] = rotaryValue(x[i], x[i + p.offset], cos[o[0]], sin[o[1]], sp, p.first, transposed);
   });
 }

@@ -185,12 +185,8 @@ AttentionView attentionView(const char *op, const Shape &qs, const Shape &ks, co
   v.scores = qs;
   v.scores.v[r - 1] = v.T;
   v.masked = booleanMask || additiveMask;
-  if (v.masked) {
-    bool broadcasts = ms.size <= r;
-    for (int i = 0; broadcasts && i < ms.size; ++i)
-      broadcasts = ms.v[i] == 1 || ms.v[i] == v.scores.v[r - ms.size + i];
-    if (!broadcasts) fail(op, "mask of shape " + ms.str() + " does not broadcast to the scores " + v.scores.str());
-  }
+  if (v.masked && !broadcastsTo(ms, v.scores))
+    fail(op, "mask of shape " + ms.str() + " does not broadcast to the scores " + v.scores.str());
   return v;
 }
 
@@ -200,14 +196,8 @@ RotaryView rotaryView(const Shape &xs, const Shape &cs, const Shape &ss) {
   RotaryView v;
   v.width = xs.v[xs.size - 1];
   if (v.width % 2 != 0) fail(op, "the last axis of x " + xs.str() + " must have an even length");
-  for (const Shape *table : {&cs, &ss}) {
-    bool broadcasts = table->size <= xs.size;
-    for (int i = 0; broadcasts && i < table->size; ++i) {
-      const int64_t dim = table->v[i], target = xs.v[xs.size - table->size + i];
-      broadcasts = dim == 1 || dim == target;
-    }
-    if (!broadcasts) fail(op, "cos " + cs.str() + " and sin " + ss.str() + " must broadcast to x " + xs.str());
-  }
+  if (!broadcastsTo(cs, xs) || !broadcastsTo(ss, xs))
+    fail(op, "cos " + cs.str() + " and sin " + ss.str() + " must broadcast to x " + xs.str());
   v.sinAlongLastAxis = ss.size > 0 && ss.v[ss.size - 1] == v.width;
   return v;
 }

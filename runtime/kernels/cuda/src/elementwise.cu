@@ -214,11 +214,9 @@ void where(const uint8_t *cond, const Shape &cs, const T *x, const Shape &xs, co
 void rotary(const float *x, const Shape &xs, const float *cos, const Shape &cs, const float *sin, const Shape &ss,
             float *y, bool interleaved, bool transposed) {
   const RotaryView v = rotaryView(xs, cs, ss);
-  const int64_t width = v.width;
-  const bool sinAlongLastAxis = v.sinAlongLastAxis;
   const IndexMap<2> map = makeIndexMap<2>(xs, {broadcastStrides(cs, xs), broadcastStrides(ss, xs)});
-  launch("nn.rotary", xs.numel(), rotaryKernel, x, cos, sin, y, xs.numel(), width, sinAlongLastAxis, interleaved, transposed,
-         map);
+  launch("nn.rotary", xs.numel(), rotaryKernel, x, cos, sin, y, xs.numel(), v.width, v.sinAlongLastAxis, interleaved,
+         transposed, map);
 }
 
 void unary(Unary op, const float *x, int64_t n, float *y) {

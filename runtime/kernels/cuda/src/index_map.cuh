@@ -56,14 +56,7 @@ inline Strides broadcastStrides(const Shape &in, const Shape &out) {
   return st;
 }
 
-/// Does `in` broadcast to exactly `out`?
-inline bool broadcastsTo(const Shape &in, const Shape &out) {
-  if (in.size > out.size) return false;
-  const int lead = out.size - in.size;
-  for (int i = 0; i < in.size; ++i)
-    if (in.v[i] != 1 && in.v[i] != out.v[i + lead]) return false;
-  return true;
-}
+using kernels::broadcastsTo; // pipec/kernel_types.h, shared with the CPU library
 
 /// The flat row-major index i of a tensor of shape `dims` seen as offsets
 /// sum_a idx[a] * st[k][a] into N operands. Passed to kernels by value.

@@ -105,6 +105,16 @@ Shape convOut(const ConvGeom &g);
 /// axes reduce every axis when `emptyMeansAll`, else none.
 Shape reducedShape(const char *op, const Shape &xs, const Dims &axes, bool emptyMeansAll);
 
+/// Whether `in` reaches every element of `out` by numpy broadcasting
+/// without enlarging it (both libraries).
+inline bool broadcastsTo(const Shape &in, const Shape &out) {
+  if (in.size > out.size) return false;
+  const int lead = out.size - in.size;
+  for (int i = 0; i < in.size; ++i)
+    if (in.v[i] != 1 && in.v[i] != out.v[i + lead]) return false;
+  return true;
+}
+
 /// x seen as rows over the normalized axes from `axis` on (nn.layer_norm and
 /// its gradients, both libraries): rows x inner, and the normalized shape.
 struct RowView {
@@ -135,8 +145,8 @@ struct AttentionView {
 AttentionView attentionView(const char *op, const Shape &qs, const Shape &ks, const Shape &vs, const Shape &ms,
                             bool booleanMask, bool additiveMask);
 
-/// The row normalization nn.layer_norm computes (docs/optimization.md,
-/// "Composite ops"): ONNX LayerNormalization, (x - mean) / sqrt(var + eps),
+/// The row normalization nn.layer_norm computes (docs/dialects.md): ONNX
+/// LayerNormalization, (x - mean) / sqrt(var + eps),
 /// or RMSNormalization, x / sqrt(mean(x²) + eps), whose mean is 0.
 enum class RowNorm : uint8_t { Layer, Rms };
 

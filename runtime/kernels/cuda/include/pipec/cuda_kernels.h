@@ -342,9 +342,8 @@ void attention(const float *q, const Shape &qs, const float *k, const Shape &ks,
 /// masked, times or divided by scale).
 void attentionGrad(const float *dy, const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v,
                    const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const float *y,
-                   const float *lse,
-                   float scale, bool divide, float fill, bool maskedWhen, float *dq, float *dk, float *dv,
-                   const Workspace &scratch = {});
+                   const float *lse, float scale, bool divide, float fill, bool maskedWhen, float *dq, float *dk,
+                   float *dv, const Workspace &scratch = {});
 
 
 /// nn.softmax_cross_entropy_loss: scores [N, C, d...], labels [N, d...],
