@@ -4,6 +4,7 @@
 #define PIPEC_PASSES_PASSES_H
 
 #include "analysis/Planner/Planner.h"
+#include "analysis/Settings/Settings.h"
 #include "runtime/include/pipec/vocabulary.h" // OptimizerDefaults in the options
 
 #include "mlir/IR/BuiltinOps.h"
@@ -22,6 +23,60 @@ namespace pipec::passes {
 /// What pipec-partition decided, in full, for the driver: it prints the plan,
 /// writes the schedule streams and plan.json. The module records the part
 /// the later passes follow (pipe.stage, pipe.stages, pipe.plan).
+/// pipec-estimate-costs: the device preset, the precision of matrix
+/// products, the optimizer whose state counts in memory, a measured profile
+/// and where to write the cost table.
+struct EstimateCostsOptions {
+  std::string device = "H100";
+  Precision precision = Precision::F32;
+  ::pipec::Optimizer optimizer = ::pipec::Optimizer::AdamW;
+  std::string profile;
+  double launchOverhead = 4.0e-6; ///< seconds added for each kernel an op runs
+  std::string dumpCosts;
+  void bind(settings::Binder &binder);
+};
+std::unique_ptr<mlir::Pass> createEstimateCosts(const EstimateCostsOptions &options);
+
+/// pipec-optimizer: the update rule and its hyper-parameters.
+struct OptimizerOptions {
+  ::pipec::Optimizer optimizer = ::pipec::Optimizer::AdamW;
+  double lr = 1e-3;
+  /// sgd-momentum with 0 takes OptimizerDefaults::sgdMomentum.
+  double momentum = 0.0;
+  double weightDecay = -1.0; ///< < 0: the optimizer's default (OptimizerDefaults::weightDecay)
+  double beta1 = OptimizerDefaults::beta1, beta2 = OptimizerDefaults::beta2;
+  double epsilon = OptimizerDefaults::epsilon;
+  void bind(settings::Binder &binder);
+  /// The momentum and weight decay the update runs with (the defaults resolved).
+  double effectiveMomentum() const;
+  double effectiveWeightDecay() const;
+};
+std::unique_ptr<mlir::Pass> createOptimizer(const OptimizerOptions &options);
+
+/// pipec-plan-memory: the stage code target whose kernels' scratch the plan holds.
+struct PlanMemoryOptions {
+  Target target = Target::Cpu;
+  void bind(settings::Binder &binder);
+};
+std::unique_ptr<mlir::Pass> createPlanMemory(const PlanMemoryOptions &options);
+
+/// pipec-append-loss: the loss appended to @forward.
+struct AppendLossOptions {
+  Loss loss = Loss::Auto;
+  void bind(settings::Binder &binder);
+};
+std::unique_ptr<mlir::Pass> createAppendLoss(const AppendLossOptions &options);
+
+/// pipec-weight-stashing: the weight versions each stage keeps and vertical
+/// sync, or both from the plan.
+struct WeightStashingOptions {
+  int versions = 0;
+  bool verticalSync = false;
+  bool fromPlan = false;
+  void bind(settings::Binder &binder);
+};
+std::unique_ptr<mlir::Pass> createWeightStashing(const WeightStashingOptions &options);
+
 struct PlanningResult {
   partition::CostTable table;
   partition::Topology topology;

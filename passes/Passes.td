@@ -32,21 +32,6 @@ def EstimateCosts : Pass<"pipec-estimate-costs", "mlir::ModuleOp"> {
              activation_bytes = 2048, param_bytes = 8448, optimizer_bytes = 16896,
              source = "estimate">, transB = true} : (...) -> tensor<8x64xf32>
   }];
-  let options = [
-    Option<"device", "device", "std::string", /*default=*/"\"H100\"",
-           "Device preset (pipec --help lists them)">,
-    Option<"precision", "precision", "std::string", /*default=*/"\"fp32\"",
-           "Compute precision of matrix products: fp32, tf32 or bf16">,
-    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
-           "Optimizer whose state is counted: adamw (2 values per weight), "
-           "sgd-momentum (1) or sgd (0)">,
-    Option<"profile", "profile", "std::string", /*default=*/"\"\"",
-           "Measured profile (JSON) overriding the estimates op by op">,
-    Option<"launchOverhead", "launch-overhead", "double", /*default=*/"4.0e-6",
-           "Seconds added for each kernel an op runs">,
-    Option<"dumpCosts", "dump-costs", "std::string", /*default=*/"\"\"",
-           "Also write the cost table here (CSV, docs/cost-table.md)">,
-  ];
   let statistics = [
     Statistic<"numOpsCosted", "ops-costed", "Number of ops annotated">,
     Statistic<"numOpsProfiled", "ops-profiled", "Number of ops whose times came from the profile">,
@@ -76,30 +61,6 @@ def AssignStages : Pass<"pipec-partition", "mlir::ModuleOp"> {
       %0 = nn.gemm ... {pipe.cost = {...}, pipe.stage = 0 : i64}
       %1 = nn.relu %0 {pipe.cost = {...}, pipe.stage = 1 : i64}
   }];
-  let options = [
-    Option<"gpus", "gpus", "std::string", /*default=*/"\"1x1\"",
-           "Topology: N servers x G devices">,
-    Option<"device", "device", "std::string", /*default=*/"\"H100\"",
-           "Device preset for memory and link bandwidths">,
-    Option<"stages", "stages", "int", /*default=*/"0",
-           "Force this many stages (0: the planner chooses)">,
-    Option<"noReplication", "no-replication", "bool", /*default=*/"false",
-           "A straight pipeline without data-parallel stages">,
-    Option<"microbatches", "microbatches", "int", /*default=*/"0",
-           "Micro-batches per mini-batch (0: the planner chooses)">,
-    Option<"memoryLimit", "memory-limit", "std::string", /*default=*/"\"\"",
-           "Memory per device (e.g. 16GiB); default: the preset's">,
-    Option<"schedule", "schedule", "std::string", /*default=*/"\"\"",
-           "Schedule family (empty: the planner searches the synchronous ones)">,
-    Option<"chunks", "chunks", "int", /*default=*/"0",
-           "Model chunks per rank (0: the schedule's default)">,
-    Option<"asynchronous", "async", "bool", /*default=*/"false",
-           "PipeDream's asynchronous 1F1B-RR with weight stashing">,
-    Option<"verticalSync", "vertical-sync", "bool", /*default=*/"false",
-           "With async: every stage uses the version a micro-batch entered stage 0 with">,
-    Option<"recompute", "recompute", "std::string", /*default=*/"\"\"",
-           "none, all or auto (empty: the planner tries none and auto)">,
-  ];
   let statistics = [
     Statistic<"numPlansEvaluated", "plans-evaluated", "Number of plans the planner simulated">,
   ];
@@ -123,11 +84,6 @@ def AppendLoss : Pass<"pipec-append-loss", "mlir::ModuleOp"> {
       func.func @forward(..., %x {nn.role = #nn.role<input>}, %labels: tensor<8xi64> {nn.role = #nn.role<label>})
           -> (tensor<f32> {nn.role = #nn.role<loss>})
   }];
-  let options = [
-    Option<"loss", "loss", "std::string", /*default=*/"\"auto\"",
-           "softmax-cross-entropy, mse, or auto (softmax-cross-entropy, or the model's own "
-           "loss when its first output is a scalar)">,
-  ];
 }
 
 def Autodiff : Pass<"pipec-autodiff", "mlir::ModuleOp"> {
@@ -184,17 +140,6 @@ def Optimizer : Pass<"pipec-optimizer", "mlir::ModuleOp"> {
         return %0#0, %0#1 : ...
       }
   }];
-  let options = [
-    Option<"optimizer", "optimizer", "std::string", /*default=*/"\"adamw\"",
-           "adamw or sgd">,
-    Option<"lr", "lr", "double", /*default=*/"1.0e-3", "Learning rate">,
-    Option<"momentum", "momentum", "double", /*default=*/"0.0", "SGD momentum">,
-    Option<"weightDecay", "weight-decay", "double", /*default=*/"-1.0",
-           "Weight decay (default: 0.01 for adamw, 0 for sgd, PyTorch's defaults)">,
-    Option<"beta1", "beta1", "double", /*default=*/"::pipec::OptimizerDefaults::beta1", "AdamW beta1">,
-    Option<"beta2", "beta2", "double", /*default=*/"::pipec::OptimizerDefaults::beta2", "AdamW beta2">,
-    Option<"epsilon", "epsilon", "double", /*default=*/"::pipec::OptimizerDefaults::epsilon", "AdamW epsilon">,
-  ];
   let statistics = [
     Statistic<"numUpdates", "updates", "Number of parameter updates created">,
   ];
@@ -284,14 +229,6 @@ def WeightStashing : Pass<"pipec-weight-stashing", "mlir::ModuleOp"> {
       func.func @bwd_weight(..., %mb: index {nn.role = #nn.role<microbatch>}) {
         %w = pipe.restore %mb {name = "fc.weight", slots = 4 : i64} : tensor<64x32xf32>
   }];
-  let options = [
-    Option<"versions", "versions", "int", /*default=*/"0",
-           "Weight versions kept per stage (the plan's in-flight count); 0 or 1: synchronous, nothing to do">,
-    Option<"verticalSync", "vertical-sync", "bool", /*default=*/"false",
-           "Every stage uses the version current when the micro-batch entered stage 0">,
-    Option<"fromPlan", "from-plan", "bool", /*default=*/"false",
-           "Take versions and vertical sync from the module's pipe.plan (nothing to do when it is synchronous)">,
-  ];
   let statistics = [
     Statistic<"numStashed", "stashed", "Number of parameters stashed">,
   ];
@@ -313,7 +250,7 @@ def Recompute : Pass<"pipec-recompute", "mlir::ModuleOp"> {
   let options = [
     Option<"mode", "mode", "std::string", /*default=*/"\"none\"",
            "none, all (every stage), or plan (the stages pipe.plan lists); a list in `stages` overrides">,
-    ListOption<"stages", "stages", "int64_t",
+    ListOption<"stages", "stage-ids", "int64_t",
                "Stages to recompute (the driver's `auto` choice)">,
   ];
   let statistics = [
@@ -474,10 +411,6 @@ def PlanMemory : Pass<"pipec-plan-memory", "mlir::ModuleOp"> {
       %y = nn.conv %b, %w {..., pipe.scratch = array<i64: 0, 66560>,
                            pipe.storage = [#pipe.storage<arena, 74752>]} ...
   }];
-  let options = [
-    Option<"target", "target", "std::string", /*default=*/"\"cpu\"",
-           "Stage code target whose kernels' scratch is planned: cpu or cuda">,
-  ];
   let statistics = [
     Statistic<"numScratchCalls", "scratch-calls", "Number of kernel calls given scratch in the arena">,
     Statistic<"numArenaValues", "arena-values", "Number of values placed in an arena">,

@@ -1,4 +1,5 @@
 #include "passes/Pipeline.h"
+#include "passes/OptionsBinder.h"
 
 #include "mlir/Pass/PassOptions.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -31,17 +32,6 @@ const char *phaseName(Phase phase) {
 
 const char *phaseNames() { return "nn, costs, partition, autodiff, stages, optimized"; }
 
-OptimizerOptions optimizerOptions(llvm::StringRef optimizer, double learningRate,
-                                  double momentum, double weightDecay) {
-  OptimizerOptions options;
-  options.optimizer = optimizer == "adamw" ? "adamw" : "sgd";
-  options.lr = learningRate;
-  options.momentum =
-      optimizer == "sgd-momentum" && momentum == 0.0 ? OptimizerDefaults::sgdMomentum : momentum;
-  options.weightDecay = weightDecay;
-  return options;
-}
-
 void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
   if (config.last == Phase::NN)
     return;
@@ -51,8 +41,7 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
   pm.addPass(createEstimateCosts(config.costs));
   if (config.last == Phase::Costs)
     return;
-  pm.addPass(config.planning ? createPlanning(*config.planning, config.planningResult)
-                             : createAssignStages(config.partitionOptions));
+  pm.addPass(createPlanning(config.planning, config.planningResult));
   if (config.last == Phase::Partition)
     return;
   const bool optimize = config.optLevel == OptLevel::O2;
@@ -83,7 +72,8 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
 }
 
 namespace {
-/// `--pipec-pipeline="..."`: pipec's flags of the same names.
+/// `--pipec-pipeline="..."`: pipec's settings of the same names, bound to the
+/// same declarations (analysis/Settings/Declared.h), plus where to stop.
 struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
   Option<Phase> phase{
       *this, "phase", llvm::cl::desc("Stop after this phase"), llvm::cl::init(Phase::Stages),
@@ -97,84 +87,55 @@ struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
                        llvm::cl::desc("0: one kernel per op; 2: GEMM canonicalisation, fusion, "
                                       "memory plan (pipec's -O2)"),
                        llvm::cl::init(2)};
-  Option<std::string> loss{*this, "loss",
-                           llvm::cl::desc("Loss for a model ending in logits: "
-                                          "softmax-cross-entropy, mse"),
-                           llvm::cl::init("softmax-cross-entropy")};
-  Option<std::string> device{*this, "device", llvm::cl::desc("Device preset"),
-                             llvm::cl::init("H100")};
-  Option<std::string> precision{*this, "precision",
-                                llvm::cl::desc("Matrix products: fp32, tf32 or bf16"),
-                                llvm::cl::init("fp32")};
-  Option<std::string> optimizer{*this, "optimizer",
-                                llvm::cl::desc("adamw, sgd-momentum or sgd"),
-                                llvm::cl::init("adamw")};
-  Option<double> lr{*this, "lr", llvm::cl::desc("Learning rate"), llvm::cl::init(1e-3)};
-  Option<double> momentum{*this, "momentum", llvm::cl::desc("SGD momentum"),
-                          llvm::cl::init(0.0)};
-  Option<double> weightDecay{*this, "weight-decay",
-                             llvm::cl::desc("Weight decay (-1: the optimizer's default)"),
-                             llvm::cl::init(-1.0)};
-  Option<std::string> gpus{*this, "gpus", llvm::cl::desc("Topology: N servers x G devices"),
-                           llvm::cl::init("1x1")};
-  Option<int> stages{*this, "stages", llvm::cl::desc("Pipeline stages (0: the planner's)"),
-                     llvm::cl::init(0)};
-  Option<int> microbatches{*this, "microbatches",
-                           llvm::cl::desc("Micro-batches (0: the planner's)"),
-                           llvm::cl::init(0)};
-  Option<bool> noReplication{*this, "no-replication",
-                             llvm::cl::desc("No data-parallel stage"), llvm::cl::init(false)};
-  Option<std::string> memoryLimit{*this, "memory-limit",
-                                  llvm::cl::desc("Memory per device, e.g. 16GiB")};
-  Option<std::string> schedule{*this, "schedule",
-                               llvm::cl::desc("Schedule family (empty: the planner's)")};
-  Option<int> chunks{*this, "chunks", llvm::cl::desc("Model chunks per rank (0: default)"),
-                     llvm::cl::init(0)};
-  Option<bool> asynchronous{*this, "async", llvm::cl::desc("PipeDream's 1F1B-RR"),
-                            llvm::cl::init(false)};
-  Option<bool> verticalSync{*this, "vertical-sync",
-                            llvm::cl::desc("With async: vertical sync"), llvm::cl::init(false)};
-  Option<std::string> recompute{*this, "recompute",
-                                llvm::cl::desc("none, all or auto (empty: the planner's)")};
-  Option<std::string> target{*this, "target",
-                             llvm::cl::desc("Stage code target (cpu or cuda): whose kernels' scratch "
-                                            "the memory plan holds"),
-                             llvm::cl::init("cpu")};
+
+  PipelineOptions() : binder(*this) {
+    config.planning.partition.gpus = "1x1";
+    config.loss.bind(binder);
+    config.costs.bind(binder);
+    config.planning.bind(binder);
+    config.optimizer.bind(binder);
+    config.memory.bind(binder);
+  }
+
+  /// The configuration with the given options applied. Throws SettingError.
+  PipelineConfig resolve() const {
+    binder.apply();
+    PipelineConfig resolved = config;
+    resolved.last = phase;
+    resolved.optLevel = optLevel >= 2 ? OptLevel::O2 : OptLevel::O0;
+    return resolved;
+  }
+
+private:
+  PipelineConfig config; // the binder's fields
+  OptionsBinder binder;
 };
 } // namespace
 
 void registerPipecPipeline() {
-  mlir::PassPipelineRegistration<PipelineOptions>(
+  mlir::registerPassPipeline(
       "pipec-pipeline",
       "The whole compilation after import, as `pipec MODEL --gpus ... --emit=optimized` runs it: "
       "append-loss, estimate-costs, partition (the planner), [-O2: recognize-composites, "
       "canonicalize-gemm], autodiff, "
       "optimizer, outline-stages, recompute and weight-stashing as planned, verify-pipeline, "
       "[-O2: canonicalize-gemm, fuse-gemm-epilogue, fuse-elementwise, plan-memory]",
-      [](mlir::OpPassManager &pm, const PipelineOptions &options) {
-        PipelineConfig config;
-        config.last = options.phase;
-        config.optLevel = options.optLevel >= 2 ? OptLevel::O2 : OptLevel::O0;
-        config.loss.loss = options.loss;
-        config.costs.device = options.device;
-        config.costs.precision = options.precision;
-        config.costs.optimizer = options.optimizer;
-        AssignStagesOptions &partition = config.partitionOptions;
-        partition.gpus = options.gpus;
-        partition.device = options.device;
-        partition.stages = options.stages;
-        partition.microbatches = options.microbatches;
-        partition.noReplication = options.noReplication;
-        partition.memoryLimit = options.memoryLimit;
-        partition.schedule = options.schedule;
-        partition.chunks = options.chunks;
-        partition.asynchronous = options.asynchronous;
-        partition.verticalSync = options.verticalSync;
-        partition.recompute = options.recompute;
-        config.optimizer =
-            optimizerOptions(options.optimizer, options.lr, options.momentum, options.weightDecay);
-        config.memory.target = options.target;
-        buildPipecPipeline(pm, config);
+      [](mlir::OpPassManager &pm, llvm::StringRef text,
+         llvm::function_ref<mlir::LogicalResult(const llvm::Twine &)> errorHandler) {
+        PipelineOptions options;
+        std::string parseErrors;
+        llvm::raw_string_ostream parseStream(parseErrors);
+        if (mlir::failed(options.parseFromString(text, parseStream)))
+          return errorHandler(llvm::Twine("pipec-pipeline: ") + parseErrors);
+        try {
+          buildPipecPipeline(pm, options.resolve());
+        } catch (const settings::SettingError &error) {
+          return errorHandler(llvm::Twine("pipec-pipeline: ") + error.what());
+        }
+        return mlir::success();
+      },
+      [](llvm::function_ref<void(const mlir::detail::PassOptions &)> optionHandler) {
+        optionHandler(PipelineOptions());
       });
 }
 

@@ -36,10 +36,8 @@ struct PipelineConfig {
   Phase last = Phase::Stages;
   AppendLossOptions loss;
   EstimateCostsOptions costs;
-  /// The planner's request as the driver builds it from every flag; when
-  /// unset, pipec-partition reads `partitionOptions` (the textual ones).
-  std::optional<planner::Request> planning;
-  AssignStagesOptions partitionOptions;
+  /// The planner's request (pipec-partition's options).
+  planner::Request planning;
   /// Receives the full plan (pipec prints it and writes plan.json).
   PlanningResult *planningResult = nullptr;
   OptimizerOptions optimizer;
@@ -54,11 +52,6 @@ struct PipelineConfig {
 /// for the optimized phase at -O2 canonicalize-gemm, fuse-elementwise and
 /// plan-memory.
 void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config);
-
-/// pipec-optimizer's options from the user's words: `sgd-momentum` is SGD
-/// with the default momentum unless one is given.
-OptimizerOptions optimizerOptions(llvm::StringRef optimizer, double learningRate,
-                                  double momentum, double weightDecay);
 
 /// Registers `pipec-pipeline` with its textual options.
 void registerPipecPipeline();

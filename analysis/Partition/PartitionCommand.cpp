@@ -2,6 +2,8 @@
 
 #include "analysis/Partition/Error.h"
 #include "analysis/Partition/PlanJson.h"
+#include "analysis/Settings/Declared.h"
+#include "analysis/Settings/TextBinder.h"
 
 #include <nlohmann/json.hpp>
 
@@ -31,69 +33,58 @@ Topology PartitionCliOptions::topology() const {
                           intraBytesPerSecond, interBytesPerSecond);
 }
 
-/// A decimal integer in [1, max]: digits only (no sign, exponent or spaces).
-static int parsePositive(const std::string &flag, const std::string &value, int max) {
-  bool digits = !value.empty() && value.size() <= 18;
-  for (char c : value)
-    digits = digits && c >= '0' && c <= '9';
-  if (!digits)
-    throw Error(flag + " '" + value + "': expected a positive integer (at most " + std::to_string(max) + ")");
-  long long v = std::stoll(value);
-  if (v < 1 || v > max)
-    throw Error(flag + " " + value + ": must be between 1 and " + std::to_string(max));
-  return static_cast<int>(v);
-}
-
-const char *const kPartitionFlags[] = {
-    "--gpus", "--cluster", "--device", "--intra-bw", "--inter-bw", "--memory-limit", "--stages",
-    "--microbatches", "--no-replication", "--async", "--recompute", "--partition", "--json", "--out",
-    nullptr};
-const char *const kPartitionBareFlags[] = {"--no-replication", "--async", "--json", nullptr};
-
-
-void applyPartitionFlag(PartitionCliOptions &o, const std::string &flag, const std::string &value) {
-  if (flag == "--gpus") {
+void PartitionCliOptions::bind(settings::Binder &b) {
+  using namespace settings;
+  b.onText(kGpus, [this](const std::string &value) {
     if (!value.empty())
       parseGpusSpec(value); // its syntax and bounds now; topology() builds it
-    o.gpus = value;
-  } else if (flag == "--cluster")
-    o.clusterFile = value;
-  else if (flag == "--device") {
+    gpus = value;
+  });
+  b.text(kCluster, clusterFile);
+  b.onText(kDevice, [this](const std::string &value) {
     requireDevicePreset(value, "--device");
-    o.device = value;
-    o.deviceGiven = true;
-  } else if (flag == "--intra-bw")
-    o.intraBytesPerSecond = parseGigabytesPerSecond(value, "--intra-bw");
-  else if (flag == "--inter-bw")
-    o.interBytesPerSecond = parseGigabytesPerSecond(value, "--inter-bw");
-  else if (flag == "--memory-limit")
-    o.options.memoryLimitBytes = parseByteSize(value, "--memory-limit");
-  else if (flag == "--stages")
-    o.options.forcedStages = parsePositive(flag, value, static_cast<int>(kMaxDevices));
-  else if (flag == "--microbatches") {
-    o.options.microbatches = parsePositive(flag, value, kMaxMicrobatches);
-    o.microbatchesGiven = true;
-  } else if (flag == "--no-replication")
-    o.options.allowReplication = false;
-  else if (flag == "--async")
-    o.options.asynchronous = true;
-  else if (flag == "--recompute") {
-    // Bare: every stage. With a value: none, all, or auto (only the stages
-    // that do not fit otherwise; decided in runPartition).
-    std::string mode = value.empty() ? "all" : value;
-    if (mode != "none" && mode != "all" && mode != "auto")
-      throw Error("--recompute: expected none, all or auto, got '" + mode + "'");
-    o.recomputeMode = mode;
-    o.recomputeGiven = true;
-    o.options.recompute = mode == "all";
-  } else if (flag == "--partition")
-    o.partitionFile = value;
-  else if (flag == "--json")
-    o.json = true;
-  else if (flag == "--out")
-    o.outDir = value;
-  else
-    throw Error("unknown option '" + flag + "'");
+    device = value;
+    deviceGiven = true;
+  });
+  b.onText(kIntraBandwidth,
+           [this](const std::string &value) { intraBytesPerSecond = parseGigabytesPerSecond(value, "--intra-bw"); });
+  b.onText(kInterBandwidth,
+           [this](const std::string &value) { interBytesPerSecond = parseGigabytesPerSecond(value, "--inter-bw"); });
+  b.onText(kMemoryLimit,
+           [this](const std::string &value) { options.memoryLimitBytes = parseByteSize(value, "--memory-limit"); });
+  b.integer(kStages, options.forcedStages);
+  b.onFlag(kNoReplication, [this](bool value) { options.allowReplication = !value; });
+  b.onInteger(kMicrobatches, [this](int64_t value) {
+    options.microbatches = static_cast<int>(value);
+    microbatchesGiven = true;
+  });
+  b.flag(kAsync, options.asynchronous);
+  // none, all, or auto (only the stages that do not fit otherwise; decided
+  // in partitionWithRecompute).
+  b.choiceThen(kRecompute, std::function<void(RecomputeMode)>([this](RecomputeMode mode) {
+                 recomputeMode = mode;
+                 recomputeGiven = true;
+                 options.recompute = mode == RecomputeMode::All;
+               }));
+  b.text(kPartitionFile, partitionFile);
+  b.flag(kJson, json);
+  b.text(kOut, outDir);
+}
+
+void applyPartitionFlag(PartitionCliOptions &o, const std::string &flag, const std::string &value) {
+  try {
+    settings::applyArguments([&](settings::Binder &b) { o.bind(b); }, {{flag, value}});
+  } catch (const settings::SettingError &error) {
+    throw Error(error.what());
+  }
+}
+
+void applyPartitionTokens(PartitionCliOptions &o, const std::vector<std::string> &tokens) {
+  try {
+    settings::applyTokens([&](settings::Binder &b) { o.bind(b); }, tokens);
+  } catch (const settings::SettingError &error) {
+    throw Error(error.what());
+  }
 }
 
 static PartitionResult evaluatePartitionFile(const CostTable &table, const Topology &topo,
@@ -110,7 +101,7 @@ PartitionResult partitionWithRecompute(const CostTable &table, const Topology &t
                : evaluatePartitionFile(table, topo, options, o.partitionFile);
   };
   PartitionResult result;
-  if (o.recomputeMode == "auto") {
+  if (o.recomputeMode == RecomputeMode::Auto) {
     // Recompute only when nothing fits without it, and then only in the
     // stages whose activations would not fit (the others keep theirs).
     try {
@@ -150,7 +141,7 @@ PartitionResult runPartition(const CostTable &table, const PartitionCliOptions &
     out << summaryToJson(table, result).dump(2) << "\n";
   else
     printPlanTable(out, table, topo, result);
-  if (o.recomputeMode == "auto" && !o.json) {
+  if (o.recomputeMode == RecomputeMode::Auto && !o.json) {
     out << "recompute (auto): ";
     if (result.recomputedStages.empty())
       out << "no stage needs it\n";

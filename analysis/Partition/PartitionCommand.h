@@ -3,6 +3,7 @@
 
 #include "analysis/Partition/Partitioner.h"
 #include "analysis/Partition/Topology.h"
+#include "analysis/Settings/Settings.h"
 
 #include <iosfwd>
 #include <string>
@@ -10,9 +11,9 @@
 
 namespace pipec::partition {
 
-/// The topology and partition flags shared by `pipec partition` and `pipec MODEL`.
-/// pipec's command line fills it through llvm::cl (tools/pipec/PartitionOptions.cpp),
-/// which hands every given flag's text to applyPartitionFlag.
+/// The topology and partition settings shared by `pipec partition`, `pipec
+/// MODEL` and the pipec-partition pass, bound once (bind) to the declarations
+/// of analysis/Settings/Declared.h.
 struct PartitionCliOptions {
   std::string costsFile;   ///< --costs FILE (`pipec partition` only)
   std::string gpus;        ///< --gpus NxG
@@ -24,25 +25,25 @@ struct PartitionCliOptions {
   bool json = false;         ///< --json
   std::string outDir;        ///< --out DIR
   PartitionOptions options;  ///< --stages --no-replication --memory-limit --microbatches --async --recompute
-  std::string recomputeMode = "none"; ///< --recompute[=none|all|auto]
+  RecomputeMode recomputeMode = RecomputeMode::None; ///< --recompute[=none|all|auto]
   bool recomputeGiven = false;        ///< --recompute was passed (else the planner tries auto)
   bool microbatchesGiven = false;     ///< --microbatches was passed (else the planner chooses)
 
   /// The topology the flags describe (exactly one of --gpus and --cluster).
   Topology topology() const;
+
+  /// Binds every member but costsFile (`pipec partition`'s own) to its setting.
+  void bind(settings::Binder &binder);
 };
 
-/// The flags applyPartitionFlag knows, with "--"; the bare ones (no value) are
-/// --no-replication, --async, --json, and --recompute without "=MODE".
-extern const char *const kPartitionFlags[];
-extern const char *const kPartitionBareFlags[];
-
-/// Sets the member of `options` behind `flag` ("--stages") from its text value,
-/// checking its syntax and range: the one definition of each flag's values.
-/// Bare flags ignore `value`, except --recompute, where "" means all. Throws
-/// Error naming the flag on a bad value or an unknown flag.
+/// Sets the member of `options` behind `flag` ("--stages") from its text value
+/// as a command line would (settings::applyArguments): "" for a bare flag, and
+/// --recompute's "" means all. Throws Error naming the flag on a bad value or
+/// an unknown flag. For tests and fuzzers, which speak in arguments.
 void applyPartitionFlag(PartitionCliOptions &options, const std::string &flag,
                         const std::string &value);
+/// The same for command-line tokens: "--stages", "2", "--async", "--recompute=auto".
+void applyPartitionTokens(PartitionCliOptions &options, const std::vector<std::string> &tokens);
 
 
 /// Partitions (or evaluates --partition) under the flags, recompute=auto

@@ -1,4 +1,5 @@
 #include "analysis/Planner/Planner.h"
+#include "analysis/Settings/Declared.h"
 
 #include "analysis/Partition/Error.h"
 #include "analysis/Partition/PlanJson.h"
@@ -18,6 +19,18 @@
 #include <sstream>
 
 namespace pipec::planner {
+
+void Request::bind(settings::Binder &b) {
+  partition.bind(b);
+  b.choiceThen(settings::kSchedule, std::function<void(ScheduleKind)>([this](ScheduleKind kind) {
+                 schedule = std::string(schedule::scheduleFamily(kind).name);
+               }));
+  b.integer(settings::kChunks, chunks);
+  b.flag(settings::kVerticalSync, verticalSync);
+  b.integer(settings::kCandidates, candidates);
+  b.integer(settings::kPlanRank, rank);
+}
+
 
 using partition::Error;
 using partition::PartitionResult;
@@ -140,7 +153,7 @@ struct Search {
       o.options.microbatches = partition::kMaxMicrobatches;
     o.options.unsplittable = request.unsplittable;
     if (!o.recomputeGiven)
-      o.recomputeMode = "auto";
+      o.recomputeMode = RecomputeMode::Auto;
     try {
       Partitioned p{partition::partitionWithRecompute(table, topo, o), origin, topo};
       return p;
@@ -670,7 +683,7 @@ json planSummaryJson(const partition::CostTable &table, const Plan &plan) {
   if (plan.chosen.chunks > 1)
     summary["virtual_stages"] = {{"chunks", plan.chosen.chunks},
                                  {"ranks", plan.chosen.pipelineStages},
-                                 {"placement", placementName(plan.chosen.placement)}};
+                                 {"placement", choiceName(plan.chosen.placement)}};
   return summary;
 }
 

@@ -34,6 +34,10 @@ struct Request {
   /// Ops that must share a stage: [first, last] ranges (tied parameters
   /// under --async, whose copies the runtime cannot keep consistent).
   std::vector<std::pair<int, int>> unsplittable;
+
+  /// Binds the partition's settings and the planner's own (schedule, chunks,
+  /// vertical sync, candidates, plan rank).
+  void bind(settings::Binder &binder);
 };
 
 /// One evaluated plan.

@@ -1,5 +1,7 @@
 // `pipec schedule`: explore schedules without a model.
 #include "analysis/Schedule/Schedule.h"
+#include "analysis/Settings/Declared.h"
+#include "analysis/Settings/TextBinder.h"
 
 #include <nlohmann/json.hpp>
 
@@ -50,83 +52,81 @@ std::vector<double> parseList(const std::string &opt, const std::string &text) {
 
 } // namespace
 
-const char *const kScheduleFlags[] = {
-    "--stages", "--microbatches", "--schedule", "--chunks", "--replicas", "--in-flight", "--cost-f",
-    "--cost-b", "--cost-w", "--comm", "--allreduce-cost", "--memory-limit", "--w-mem-frac", "--recompute",
-    "--recompute-stages", "--boundary-activation", "--vertical-sync", "--compare", "--json", "--print",
-    "--out", "--optimal", "--optimal-seconds", nullptr};
-const char *const kScheduleBareFlags[] = {"--recompute", "--vertical-sync", "--compare", "--json", "--print",
-                                          "--optimal", nullptr};
-
-void applyScheduleFlag(ScheduleCliOptions &a, const std::string &opt, const std::string &value) {
-  if (opt == "--stages")
-    a.problem.stages = parseInt(opt, value, 1, kMaxStages);
-  else if (opt == "--microbatches")
-    a.problem.microbatches = parseInt(opt, value, 1, kMaxMicrobatches);
-  else if (opt == "--schedule")
-    a.schedule = requireScheduleFamily(value).name;
-  else if (opt == "--chunks")
-    a.problem.chunks = parseInt(opt, value, 1, kMaxChunks), a.chunksGiven = true;
-  else if (opt == "--replicas") {
-    a.problem.replicas.clear();
+void ScheduleCliOptions::bind(settings::Binder &b) {
+  using namespace settings;
+  b.integer(kScheduleStages, problem.stages);
+  b.integer(kMicrobatches, problem.microbatches);
+  b.choiceThen(kSchedule, std::function<void(ScheduleKind)>(
+                              [this](ScheduleKind kind) { schedule = std::string(scheduleFamily(kind).name); }));
+  b.onInteger(kChunks, [this](int64_t chunks) {
+    problem.chunks = static_cast<int>(chunks);
+    chunksGiven = true;
+  });
+  b.onText(kReplicas, [this](const std::string &value) {
+    problem.replicas.clear();
     std::stringstream ss(value);
     for (std::string item; std::getline(ss, item, ',');)
-      a.problem.replicas.push_back(parseInt(opt, item, 1, kMaxRanks));
-    if (a.problem.replicas.empty())
-      throw ScheduleError(opt + ": empty list");
-  } else if (opt == "--in-flight")
-    a.problem.inFlight = parseInt(opt, value, 0, kMaxMicrobatches);
-  else if (opt == "--cost-f")
-    a.problem.costF = parseList(opt, value);
-  else if (opt == "--cost-b")
-    a.problem.costB = parseList(opt, value);
-  else if (opt == "--cost-w")
-    a.problem.costW = parseList(opt, value);
-  else if (opt == "--comm")
-    a.problem.comm = parseNumber(opt, value);
-  else if (opt == "--allreduce-cost")
-    a.problem.allreduceCost = parseNumber(opt, value);
-  else if (opt == "--memory-limit") {
+      problem.replicas.push_back(parseInt("--replicas", item, 1, kMaxRanks));
+    if (problem.replicas.empty())
+      throw ScheduleError("--replicas: empty list");
+  });
+  b.integer(kInFlight, problem.inFlight);
+  b.onText(kCostF, [this](const std::string &value) { problem.costF = parseList("--cost-f", value); });
+  b.onText(kCostB, [this](const std::string &value) { problem.costB = parseList("--cost-b", value); });
+  b.onText(kCostW, [this](const std::string &value) { problem.costW = parseList("--cost-w", value); });
+  b.real(kComm, problem.comm);
+  b.real(kAllreduceCost, problem.allreduceCost);
+  b.onText(kActivationMemoryLimit, [this](const std::string &value) {
     // K, or Kp: K times the stage count (resolved when run, as --stages may follow)
     std::string t = value;
     if (!t.empty() && (t.back() == 'p' || t.back() == 'P'))
       t.pop_back();
-    const double k = t.empty() ? 1.0 : parseNumber(opt, t);
+    const double k = t.empty() ? 1.0 : parseNumber("--memory-limit", t);
     if (!(k > 0))
       throw ScheduleError("--memory-limit must be positive and finite");
-    a.memoryLimit = value;
-  } else if (opt == "--w-mem-frac")
-    a.problem.wMemFrac = parseNumber(opt, value);
-  else if (opt == "--recompute")
-    a.problem.recompute = {1};
-  else if (opt == "--recompute-stages") {
-    a.recomputeStages.clear();
+    memoryLimit = value;
+  });
+  b.real(kWMemFrac, problem.wMemFrac);
+  // Every stage, or none; which stages need it is the planner's question
+  // (auto), which has no model here.
+  b.choiceThen(kRecompute, std::function<void(RecomputeMode)>([this](RecomputeMode mode) {
+                 if (mode == RecomputeMode::Auto)
+                   throw SettingError("auto needs a model's memory; pipec schedule takes all or none");
+                 problem.recompute = mode == RecomputeMode::All ? std::vector<int>{1} : std::vector<int>{};
+               }));
+  b.onText(kRecomputeStages, [this](const std::string &value) {
+    recomputeStages.clear();
     std::stringstream ss(value);
     for (std::string item; std::getline(ss, item, ',');)
-      a.recomputeStages.push_back(parseInt(opt, item, 0, kMaxStages - 1));
-    if (a.recomputeStages.empty())
-      throw ScheduleError(opt + ": empty list");
-  } else if (opt == "--boundary-activation")
-    a.problem.boundaryActivation = parseList(opt, value);
-  else if (opt == "--vertical-sync")
-    a.problem.verticalSync = true;
-  else if (opt == "--compare")
-    a.compare = true;
-  else if (opt == "--json")
-    a.json = true;
-  else if (opt == "--print")
-    a.print = true;
-  else if (opt == "--out")
-    a.out = value;
-  else if (opt == "--optimal")
-    a.optimal = true;
-  else if (opt == "--optimal-seconds") {
-    a.optimalSeconds = parseNumber(opt, value);
-    if (!(a.optimalSeconds > 0 && a.optimalSeconds <= 86400))
-      throw ScheduleError("--optimal-seconds must be in (0, 86400]");
+      recomputeStages.push_back(parseInt("--recompute-stages", item, 0, kMaxStages - 1));
+    if (recomputeStages.empty())
+      throw ScheduleError("--recompute-stages: empty list");
+  });
+  b.onText(kBoundaryActivation,
+           [this](const std::string &value) { problem.boundaryActivation = parseList("--boundary-activation", value); });
+  b.flag(kVerticalSync, problem.verticalSync);
+  b.flag(kCompare, compare);
+  b.flag(kJson, json);
+  b.flag(kPrint, print);
+  b.text(kOut, out);
+  b.flag(kOptimal, optimal);
+  b.real(kOptimalSeconds, optimalSeconds);
+}
+
+void applyScheduleFlag(ScheduleCliOptions &a, const std::string &opt, const std::string &value) {
+  try {
+    settings::applyArguments([&](settings::Binder &b) { a.bind(b); }, {{opt, value}});
+  } catch (const settings::SettingError &error) {
+    throw ScheduleError(error.what());
   }
-  else
-    throw ScheduleError("unknown option '" + opt + "'");
+}
+
+void applyScheduleTokens(ScheduleCliOptions &a, const std::vector<std::string> &tokens) {
+  try {
+    settings::applyTokens([&](settings::Binder &b) { a.bind(b); }, tokens);
+  } catch (const settings::SettingError &error) {
+    throw ScheduleError(error.what());
+  }
 }
 
 namespace {

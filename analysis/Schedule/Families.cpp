@@ -3,33 +3,42 @@
 #include "analysis/Schedule/Schedule.h"
 
 #include <algorithm>
+#include <cassert>
 
 namespace pipec::schedule {
 
 const std::vector<ScheduleFamily> &scheduleFamilies() {
   constexpr Placement I = Placement::Interleaved, V = Placement::VShape;
+  using K = ScheduleKind;
+  // In enum order, so that scheduleFamily(kind) is an index.
   static const std::vector<ScheduleFamily> families = {
-    // name, summary,
+    // kind (its name from vocabulary.h), summary,
     //   chunks, any chunks, placement, async, split B/W, per-stage replicas,
     //   m multiple of p, list-scheduled, search order, chooses among the families
-    {"gpipe", "all forwards, then all backwards (GPipe)",
+    {K::GPipe, choiceName(K::GPipe), "all forwards, then all backwards (GPipe)",
        1, false, I, false, false, true, false, false, 5, false},
-    {"1f1b", "p-s-1 warm-up forwards, then one forward, one backward",
+    {K::OneFOneB, choiceName(K::OneFOneB), "p-s-1 warm-up forwards, then one forward, one backward",
        1, false, I, false, false, true, false, false, 1, false},
-    {"1f1b-rr", "asynchronous 1F1B: weight stashing, no flush, replicas round-robin (PipeDream)",
+    {K::OneFOneBRR, choiceName(K::OneFOneBRR), "asynchronous 1F1B: weight stashing, no flush, replicas round-robin (PipeDream)",
        1, false, I, true, false, true, false, false, 0, false},
-    {"interleaved", "1F1B over --chunks model chunks per rank (Megatron)",
+    {K::Interleaved, choiceName(K::Interleaved), "1F1B over --chunks model chunks per rank (Megatron)",
        2, true, I, false, false, false, true, false, 6, false},
-    {"zb-h1", "zero bubble H1: W's fill the drain at 1F1B's memory",
+    {K::ZbH1, choiceName(K::ZbH1), "zero bubble H1: W's fill the drain at 1F1B's memory",
        1, false, I, false, true, true, false, false, 2, false},
-    {"zb-h2", "zero bubble H2: memory 2p-1, speculative optimizer step",
+    {K::ZbH2, choiceName(K::ZbH2), "zero bubble H2: memory 2p-1, speculative optimizer step",
        1, false, I, false, true, true, false, true, 3, false},
-    {"zb-v", "zero bubble V: 2 chunks per rank, down the ranks and back",
+    {K::ZbV, choiceName(K::ZbV), "zero bubble V: 2 chunks per rank, down the ranks and back",
        2, false, V, false, true, false, false, true, 7, false},
-    {"auto", "the fastest searched family under the memory limit, its own list-scheduled order among them",
+    {K::Auto, choiceName(K::Auto), "the fastest searched family under the memory limit, its own list-scheduled order among them",
        1, false, I, false, true, true, false, true, 4, true},
   };
   return families;
+}
+
+const ScheduleFamily &scheduleFamily(ScheduleKind kind) {
+  const ScheduleFamily &f = scheduleFamilies()[size_t(kind)];
+  assert(f.kind == kind && "the families are in enum order");
+  return f;
 }
 
 std::vector<const ScheduleFamily *> searchedScheduleFamilies() {

@@ -13,6 +13,7 @@
 namespace pipec::schedule {
 
 struct ScheduleFamily {
+  ScheduleKind kind;        // its enumerator; its name is choiceName(kind) (pipec/vocabulary.h)
   std::string_view name;
   std::string_view summary; // one line for --help
   int chunks;               // model chunks per rank it runs by default
@@ -38,6 +39,8 @@ const std::vector<ScheduleFamily> &scheduleFamilies();
 // The families the planner searches without --schedule (a search order > 0),
 // in that order; generateFastest tries the same ones.
 std::vector<const ScheduleFamily *> searchedScheduleFamilies();
+// The family of an enumerator.
+const ScheduleFamily &scheduleFamily(ScheduleKind kind);
 // nullptr when `name` is no family (names are case-sensitive).
 const ScheduleFamily *findScheduleFamily(std::string_view name);
 // Like findScheduleFamily but throws ScheduleError listing the families.

@@ -177,20 +177,28 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
   const int p = problem.stages;
   Schedule s = shell(family, problem);
   Orders orders;
-  if (name == "gpipe" || name == "1f1b") {
+  switch (family.kind) {
+  case ScheduleKind::GPipe:
+  case ScheduleKind::OneFOneB:
     // One pattern per stage for every replica: with the same replica count
     // on every stage this is the textbook schedule on each replica pipeline.
     orders = assemblePerReplica(
         s,
-        [&](int st, int n) { return name == "gpipe" ? gpipeStage(n) : oneF1BStage(warmupOf(problem, st), n); },
+        [&](int st, int n) {
+          return family.kind == ScheduleKind::GPipe ? gpipeStage(n) : oneF1BStage(warmupOf(problem, st), n);
+        },
         false);
-  } else if (name == "zb-h1") {
+    break;
+  case ScheduleKind::ZbH1:
     orders = zbH1PerReplica(s, 1, false);
-  } else if (name == "interleaved") {
+    break;
+  case ScheduleKind::Interleaved:
     orders = assemble(s, [&](int n) { return interleavedOrder(p, problem.chunks, n); }, false);
-  } else if (name == "1f1b-rr") {
+    break;
+  case ScheduleKind::OneFOneBRR:
     orders = pipedreamOrder(s);
-  } else if (name == "zb-h2") {
+    break;
+  case ScheduleKind::ZbH2:
     if (uniformReplicas(problem)) {
       orders = assemble(s, [&](int n) { return zbH2Order(s, n); }, true);
     } else {
@@ -198,10 +206,13 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
       // replica (H2's 2(p-s)-1 in flight for one replica per stage).
       orders = zbH1PerReplica(s, 2, true);
     }
-  } else if (name == "zb-v") {
+    break;
+  case ScheduleKind::ZbV: {
     const double limit = limitOr1F1BPeak(problem);
     orders = assemble(s, [&](int n) { return zbVOrder(s, n, limit); }, false);
-  } else if (name == "auto") {
+    break;
+  }
+  case ScheduleKind::Auto: {
     const double limit = limitOr1F1BPeak(problem);
     if (uniformReplicas(problem)) {
       orders = assemble(s, [&](int n) { return autoOrder(s, n, limit); }, false);
@@ -210,8 +221,8 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
       // pattern on every replica (auto's fallback candidate) instead.
       orders = zbH1PerReplica(s, 1, false);
     }
-  } else {
-    assert(false && "every family of Families.cpp has its branch here");
+    break;
+  }
   }
   if (problem.verticalSync && !family.asynchronous)
     throw ScheduleError("--vertical-sync applies to " +

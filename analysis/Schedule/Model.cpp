@@ -195,7 +195,7 @@ std::string toText(const Schedule &s) {
   std::ostringstream os;
   os << "# pipec schedule " << s.name << ": stages=" << s.problem.stages
      << " microbatches=" << s.problem.microbatches << " chunks=" << s.problem.chunks
-     << " placement=" << placementName(s.placement)
+     << " placement=" << choiceName(s.placement)
      << (s.asynchronous ? " asynchronous" : "") << (s.problem.verticalSync ? " vertical-sync" : "") << "\n";
   for (size_t r = 0; r < s.ranks.size(); ++r) {
     os << "rank " << r << " stage=" << s.problem.stageOfRank((int)r)
@@ -286,7 +286,7 @@ json rankJson(const Schedule &s, int r) {
               {"stage", s.problem.stageOfRank(r)},
               {"replica", s.problem.replicaOfRank(r)},
               {"chunks", s.problem.chunks},
-              {"placement", placementName(s.placement)},
+              {"placement", choiceName(s.placement)},
               {"asynchronous", s.asynchronous},
               {"instructions", std::move(instrs)}};
 }
@@ -300,7 +300,7 @@ std::string toJson(const Schedule &s) {
     ranks.push_back(rankJson(s, r)["instructions"]);
   json j{{"format", "pipec.schedule/1"},
          {"schedule", s.name},
-         {"placement", placementName(s.placement)},
+         {"placement", choiceName(s.placement)},
          {"asynchronous", s.asynchronous},
          {"split_backward", s.splitBackward},
          {"problem", problemJson(s.problem)},
@@ -315,7 +315,7 @@ Schedule fromJson(const std::string &text) {
       throw ScheduleError("not a pipec.schedule/1 document");
     Schedule s;
     s.name = j.at("schedule");
-    if (!::pipec::parsePlacement(j.at("placement").get<std::string>(), s.placement))
+    if (!::pipec::parseChoice(j.at("placement").get<std::string>(), s.placement))
       throw ScheduleError("placement must be \"interleaved\" or \"v\"");
     s.asynchronous = j.at("asynchronous");
     s.splitBackward = j.at("split_backward");

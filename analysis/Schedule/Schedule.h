@@ -6,6 +6,7 @@
 #pragma once
 
 #include "analysis/Schedule/Families.h"
+#include "analysis/Settings/Settings.h"
 #include "runtime/include/pipec/vocabulary.h"
 
 #include <iosfwd>
@@ -31,7 +32,7 @@ using ::pipec::Op;
 using ::pipec::opName;
 using ::pipec::parseOp;
 using ::pipec::Placement;
-using ::pipec::placementName;
+using ::pipec::choiceName;
 using ::pipec::toString;
 
 // ---------------------------------------------------------------- limits
@@ -213,9 +214,8 @@ void writeSvg(const Schedule &schedule, const SimResult &sim, std::ostream &os);
 void writeScheduleDir(const Schedule &schedule, const SimResult &sim, const std::string &dir);
 
 // ---------------------------------------------------------------- CLI
-// The options of `pipec schedule`. pipec's command line fills them through
-// llvm::cl (tools/pipec/ScheduleOptions.cpp), which hands every given flag's
-// text to applyScheduleFlag.
+// The options of `pipec schedule`, bound once (bind) to the declarations of
+// analysis/Settings/Declared.h.
 struct ScheduleCliOptions {
   Problem problem;
   std::string schedule;           // --schedule NAME (a family's name)
@@ -228,15 +228,15 @@ struct ScheduleCliOptions {
   std::vector<int> recomputeStages; // --recompute-stages L
   bool optimal = false;           // --optimal: also the exact mode's schedule and certificate
   double optimalSeconds = 60;     // --optimal-seconds S: the solver's time
+
+  void bind(settings::Binder &binder);
 };
-// The flags applyScheduleFlag knows, with "--"; the bare ones take no value.
-extern const char *const kScheduleFlags[];
-extern const char *const kScheduleBareFlags[];
-// Sets the member of `options` behind `flag` ("--stages") from its text value,
-// checking its syntax and range (integers strictly, numbers finite): the one
-// definition of each flag's values. Bare flags ignore `value`. Throws
-// ScheduleError naming the flag.
+// Sets the member of `options` behind `flag` ("--stages") from its text value
+// as a command line would (settings::applyArguments; "" for a bare flag).
+// Throws ScheduleError naming the flag. For tests and fuzzers.
 void applyScheduleFlag(ScheduleCliOptions &options, const std::string &flag, const std::string &value);
+// The same for command-line tokens: "--stages", "4", "--compare", "--recompute=all".
+void applyScheduleTokens(ScheduleCliOptions &options, const std::vector<std::string> &tokens);
 // `pipec schedule` on its filled options: generates, validates and simulates
 // --schedule (or every family with --compare) and prints the table, --json or
 // --print, writing --out. Returns the exit status: 0, 1 when the schedule

@@ -1,4 +1,5 @@
 #include "compiler/Driver/Compiler.h"
+#include "analysis/Settings/Declared.h"
 #include "compiler/Driver/Registration.h"
 #include "compiler/Driver/TrainingJob.h"
 #include "analysis/Partition/CostTable.h"
@@ -205,7 +206,7 @@ Phase lastPhase(const CompileOptions &options) {
     return *options.emit;
   if (!options.partitionRequested())
     return Phase::Costs;
-  return options.partition.outDir.empty() ? Phase::Partition : Phase::Optimized;
+  return options.partition().outDir.empty() ? Phase::Partition : Phase::Optimized;
 }
 
 passes::PipelineConfig pipelineConfig(const CompileOptions &options,
@@ -213,28 +214,24 @@ passes::PipelineConfig pipelineConfig(const CompileOptions &options,
   passes::PipelineConfig config;
   config.last = lastPhase(options);
   config.optLevel = options.optLevel;
-  config.loss.loss = options.loss;
-  config.costs.device = options.partition.device;
-  config.costs.precision = options.precision;
-  config.costs.optimizer = options.optimizer;
-  config.costs.profile = options.profilePath;
-  config.costs.dumpCosts = options.dumpCostsPath;
-  planner::Request request;
-  request.partition = options.partition;
-  request.partition.outDir.clear(); // plan.json is written once the stages are built
-  request.schedule = options.scheduleName;
-  request.chunks = options.chunks;
-  request.verticalSync = options.verticalSync;
-  request.candidates = options.candidates;
-  request.rank = options.planRank;
-  config.planning = request;
+  config.loss = options.loss;
+  config.costs = options.costs;
+  config.planning = options.planning;
+  config.planning.partition.outDir.clear(); // plan.json is written once the stages are built
   config.planningResult = planning;
-  config.optimizer = passes::optimizerOptions(options.optimizer, options.learningRate,
-                                              options.momentum, options.weightDecay);
+  config.optimizer = options.optimizer;
   config.memory.target = options.target;
   return config;
 }
 } // namespace
+
+void CompileOptions::bind(settings::Binder &b) {
+  loss.bind(b);
+  costs.bind(b);
+  planning.bind(b);
+  optimizer.bind(b);
+  b.choice(settings::kTarget, target);
+}
 
 int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::raw_ostream &errs) {
   if (failed(checkTargetOptions(options, errs)))
@@ -255,7 +252,7 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
   // The initial weights of a job are read with the model, not parsed again.
   std::map<std::string, import::HostTensor> initialValues;
   auto module = import::importOnnxModel(context, options.inputPath, options.importOptions, errors,
-                                        options.partition.outDir.empty() ? nullptr : &initialValues);
+                                        options.partition().outDir.empty() ? nullptr : &initialValues);
   if (!module) {
     for (const auto &error : errors)
       errs << "error: " << error << "\n";
@@ -269,7 +266,7 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
   }
   if (options.emit == Phase::NN)
     return emitModule(options, *module, errs);
-  bool wantCosts = options.emit || options.partitionRequested() || !options.dumpCostsPath.empty();
+  bool wantCosts = options.emit || options.partitionRequested() || !options.costs.dumpCosts.empty();
   if (!wantCosts) {
     printSummary(*module, options.inputPath, outs);
     return 0;
@@ -304,18 +301,18 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
   // After the pipeline succeeded, so that an error stays the first line.
   printImportNotes(*module, options.inputPath, errs);
   const planner::Plan &plan = planning.plan;
-  if (options.partition.json) {
+  if (options.partition().json) {
     outs << planner::planSummaryJson(planning.table, plan).dump(2) << "\n";
   } else {
     std::ostringstream text;
     planner::printPlan(text, planning.table, planning.topology, plan);
     outs << text.str();
   }
-  if (options.partition.outDir.empty())
+  if (options.partition().outDir.empty())
     return 0;
 
   // The job directory: plan, schedule streams, stage code, initial weights.
-  std::string directory = options.partition.outDir;
+  std::string directory = options.partition().outDir;
   try {
     // Streams are numbered by schedule rank (stage-major); piperun maps
     // them to MPI ranks through the plan's stages (docs/runtime.md).
@@ -331,7 +328,7 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
   plan::PlanFile planFile = planner::planFile(planning.table, planning.topology, plan);
   // With --json, standard output carries the one JSON document only.
   mlir::FailureOr<plan::Runtime> runtime =
-      writeTrainingJob(*module, options, initialValues, options.partition.json ? errs : outs, errs);
+      writeTrainingJob(*module, options, initialValues, options.partition().json ? errs : outs, errs);
   if (failed(runtime))
     return 1;
   planFile.runtime = std::move(*runtime);

@@ -38,42 +38,38 @@ struct CompileOptions {
   /// Print each op's location (the ONNX node it came from) with the IR.
   bool printLocations = false;
 
-  /// Cost model (pipec-estimate-costs options).
-  std::string precision = "fp32";
-  std::string optimizer = "adamw";
-  std::string profilePath;
-  /// Write the cost table (CSV, docs/cost-table.md) here, if set.
-  std::string dumpCostsPath;
-  /// Topology and partition flags (--gpus, --cluster, --stages, ... --out, --json).
-  partition::PartitionCliOptions partition;
-  /// Pipeline schedule (--schedule); empty: the planner searches every
-  /// synchronous family (1f1b-rr with --async).
-  std::string scheduleName;
-  /// Plans the printout ranks (--candidates): the chosen one and runner-ups.
-  int candidates = 3;
-  /// The plan of the ranking to compile (--plan-rank; 1: the best).
-  int planRank = 1;
-  /// Model chunks per rank (virtual stages): interleaved 1F1B takes any,
-  /// zb-v two; 0 picks the schedule's default (1, or 2 for zb-v).
-  int chunks = 0;
+  /// Cost model (pipec-estimate-costs: device, precision, optimizer, profile,
+  /// --dump-costs).
+  passes::EstimateCostsOptions costs;
+  /// The planner's request: topology and partition flags (--gpus, --cluster,
+  /// --stages, ... --out, --json), --schedule (empty: the planner searches
+  /// every synchronous family, 1f1b-rr with --async), --chunks, --vertical-sync,
+  /// --candidates and --plan-rank.
+  planner::Request planning;
+  const partition::PartitionCliOptions &partition() const { return planning.partition; }
 
   /// Training (the phases after the partition; code is written to --out DIR).
-  std::string loss = "softmax-cross-entropy";
-  double learningRate = 1e-3, momentum = 0.0, weightDecay = -1.0; ///< -1: optimizer's default
-  bool verticalSync = false;
+  passes::AppendLossOptions loss;
+  /// pipec-optimizer: the optimizer (the same setting as costs.optimizer),
+  /// learning rate, momentum, weight decay.
+  passes::OptimizerOptions optimizer;
   /// Compile the generated stages into DIR/stages/libstage_<k>.so.
   bool build = false;
   /// -O0 or -O2 (passes/Pipeline.h).
   passes::OptLevel optLevel = passes::OptLevel::O2;
-  /// Stage code target: "cpu" or "cuda" (--target).
-  std::string target = "cpu";
+  /// Stage code target (--target).
+  Target target = Target::Cpu;
   /// GPU architectures of the CUDA stages (--cuda-arch), e.g. "sm_80".
   std::vector<std::string> cudaArchs = {"sm_80", "sm_90"};
   uint64_t seed = 0;
   /// True when a topology was given: the partition phase runs.
   bool partitionRequested() const {
-    return !partition.gpus.empty() || !partition.clusterFile.empty();
+    return !partition().gpus.empty() || !partition().clusterFile.empty();
   }
+
+  /// Binds the settings of the cost model, the planner (its partition
+  /// settings included), the optimizer and the target.
+  void bind(settings::Binder &binder);
 };
 
 /// Runs the compiler; errors go to `errs` as one paragraph each. Returns the

@@ -66,7 +66,7 @@ std::pair<double, double> valueRange(func::FuncOp forward, BlockArgument field) 
   return {0, 2};
 }
 
-bool cudaTarget(const CompileOptions &options) { return options.target == "cuda"; }
+bool cudaTarget(const CompileOptions &options) { return options.target == Target::Cuda; }
 
 /// The host compiler's optimisation flags for a CPU stage (pipec --build and
 /// the stages' CMakeLists.txt alike). -O3 with -fno-trapping-math lets GCC
@@ -163,7 +163,7 @@ FailureOr<plan::Runtime> writeTrainingJob(ModuleOp module, const CompileOptions 
                                           const std::map<std::string, import::HostTensor> &initialValues,
                                           raw_ostream &outs, raw_ostream &errs) {
   plan::Runtime runtime;
-  fs::path directory = options.partition.outDir;
+  fs::path directory = options.partition().outDir;
   std::error_code error;
   fs::create_directories(directory / "stages", error);
   fs::create_directories(directory / "weights", error);
@@ -176,8 +176,8 @@ FailureOr<plan::Runtime> writeTrainingJob(ModuleOp module, const CompileOptions 
   SmallVector<pipe::StageOp> stages(module.getOps<pipe::StageOp>());
   std::string cmake = stagesCMakePrologue(options);
   emit::StageTarget stageTarget;
-  stageTarget.target = cudaTarget(options) ? emit::Target::Cuda : emit::Target::Cpu;
-  stageTarget.precision = options.precision;
+  stageTarget.target = options.target;
+  stageTarget.precision = options.costs.precision;
   const std::string extension = cudaTarget(options) ? ".cu" : ".cpp";
   for (pipe::StageOp stage : stages) {
     int64_t id = stage.getId();
@@ -317,22 +317,19 @@ FailureOr<plan::Runtime> writeTrainingJob(ModuleOp module, const CompileOptions 
   for (const auto &[name, holders] : tied)
     runtime.tied.push_back({name, holders});
   // The values pipec-optimizer was given (passes/Pipeline.h).
-  const passes::OptimizerOptions optimizer = passes::optimizerOptions(
-      options.optimizer, options.learningRate, options.momentum, options.weightDecay);
-  double weightDecay = optimizer.weightDecay >= 0
-                           ? optimizer.weightDecay
-                           : OptimizerDefaults::weightDecay(optimizer.optimizer == "adamw");
+  const passes::OptimizerOptions &optimizer = options.optimizer;
   runtime.microbatchSize = microbatchSize;
   runtime.seed = options.seed;
-  runtime.optimizer.name = options.optimizer == "adamw" ? "adamw" : "sgd";
-  runtime.optimizer.lr = options.learningRate;
-  runtime.optimizer.weightDecay = weightDecay;
-  runtime.optimizer.momentum = optimizer.momentum;
+  // The stage libraries run AdamW's or SGD's update; SGD's momentum is a number.
+  runtime.optimizer.rule = usesAdam(optimizer.optimizer) ? Optimizer::AdamW : Optimizer::Sgd;
+  runtime.optimizer.lr = optimizer.lr;
+  runtime.optimizer.weightDecay = optimizer.effectiveWeightDecay();
+  runtime.optimizer.momentum = optimizer.effectiveMomentum();
   runtime.target = options.target;
-  runtime.precision = cudaTarget(options) ? options.precision : std::string("fp32");
+  runtime.precision = cudaTarget(options) ? options.costs.precision : Precision::F32;
   if (cudaTarget(options)) {
     runtime.cudaArch = options.cudaArchs;
-    runtime.gpu = options.partition.device;
+    runtime.gpu = options.partition().device;
   }
   outs << "wrote " << directory.string() << ": plan.json, schedule/, " << stages.size()
        << " stage" << (stages.size() == 1 ? "" : "s") << " in stages/"
@@ -341,10 +338,6 @@ FailureOr<plan::Runtime> writeTrainingJob(ModuleOp module, const CompileOptions 
 }
 
 LogicalResult checkTargetOptions(const CompileOptions &options, raw_ostream &errs) {
-  if (options.target != "cpu" && options.target != "cuda") {
-    errs << "error: unknown --target '" << options.target << "' (cpu, cuda)\n";
-    return failure();
-  }
   if (!cudaTarget(options))
     return success();
   if (options.cudaArchs.empty()) {

@@ -377,7 +377,7 @@ LogicalResult StageEmitter::run() {
      << " for the " << targetName() << " target";
   if (cuda())
     os << " (matrix products in "
-       << (target.precision == "bf16" ? "bf16" : target.precision == "tf32" ? "tf32" : "fp32")
+       << choiceName(target.precision)
        << ")";
   os << ". Do not edit.\n";
   if (cuda()) {

@@ -7,6 +7,8 @@
 #ifndef PIPEC_COMPILER_EMIT_EMITSTAGE_H
 #define PIPEC_COMPILER_EMIT_EMITSTAGE_H
 
+#include "runtime/include/pipec/vocabulary.h"
+
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/LogicalResult.h"
 
@@ -22,13 +24,14 @@ class StageOp;
 
 namespace pipec::emit {
 
-enum class Target { Cpu, Cuda };
+using ::pipec::Precision;
+using ::pipec::Target;
 
 struct StageTarget {
   Target target = Target::Cpu;
-  /// Matrix-product precision on the CUDA target: "fp32", "tf32" or "bf16"
-  /// (storage and master weights stay float32). The CPU target computes fp32.
-  std::string precision = "fp32";
+  /// Matrix-product precision on the CUDA target (storage and master weights
+  /// stay float32). The CPU target computes fp32.
+  Precision precision = Precision::F32;
   /// Where constants larger than kInlineConstantElements go: a file beside
   /// the source (this name, found on the assembler's include path) that the
   /// source embeds with `.incbin`, so that a large constant (a causal mask)

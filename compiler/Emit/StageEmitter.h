@@ -166,11 +166,12 @@ private:
   bool cuda() const { return target.target == Target::Cuda; }
   const char *targetName() const { return cuda() ? "CUDA" : "CPU"; }
   std::string precisionEnum() const {
-    if (target.precision == "bf16")
-      return "pk::Precision::BF16";
-    if (target.precision == "tf32")
-      return "pk::Precision::TF32";
-    return "pk::Precision::F32";
+    switch (target.precision) {
+    case Precision::F32: return "pk::Precision::F32";
+    case Precision::TF32: return "pk::Precision::TF32";
+    case Precision::BF16: return "pk::Precision::BF16";
+    }
+    llvm_unreachable("every precision has a kernel enumerator");
   }
 
   pipe::StageOp stage;

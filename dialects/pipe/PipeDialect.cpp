@@ -72,7 +72,7 @@ LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, Str
     return emitError() << "pipe.plan: schedule is empty";
   if (chunks < 1 || microbatches < 1 || inflight < 1)
     return emitError() << "pipe.plan: chunks, microbatches and inflight must be at least 1";
-  if (!pipec::parsePlacement(placement.str(), parsed))
+  if (!pipec::parseChoice(placement.str(), parsed))
     return emitError() << "pipe.plan: placement must be \"interleaved\" or \"v\", got \""
                        << placement << "\"";
   if (verticalSync && !asynchronous)

@@ -2,6 +2,7 @@
 // on the module (pipe.stage, pipe.stages, pipe.plan); the driver reads the
 // full plan through PlanningResult to print it and write plan.json.
 #include "passes/Passes.h"
+#include "passes/OptionsBinder.h"
 #include "passes/Analysis/GradientRoles.h"
 
 #include "analysis/Partition/CostTable.h"
@@ -93,18 +94,23 @@ void annotateStages(ModuleOp module, const partition::CostTable &table,
 
 namespace {
 
-struct AssignStages : impl::AssignStagesBase<AssignStages> {
-  using Base::Base;
+/// The planner's request is the pass's options (gpus=1x2 stages=2 ...),
+/// bound to the same settings as pipec's flags (Request::bind).
+struct AssignStages : PassWithOptions<impl::AssignStagesBase<AssignStages>, planner::Request> {
+  AssignStages() : PassWithOptions(defaultRequest()) {}
   AssignStages(const planner::Request &request, PlanningResult *result)
-      : given(request), result(result) {}
+      : PassWithOptions(request), result(result) {}
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    FailureOr<planner::Request> given = options();
+    if (failed(given))
+      return signalPassFailure();
     auto table = costTableFromModule(module);
     if (failed(table))
       return signalPassFailure();
     try {
-      planner::Request request = given ? *given : requestFromOptions();
+      planner::Request request = *given;
       // Asynchronous schedules keep tied parameters in one stage (Families.h).
       const schedule::ScheduleFamily *family = schedule::findScheduleFamily(request.schedule);
       if (request.partition.options.asynchronous || (family && family->asynchronous))
@@ -129,28 +135,10 @@ struct AssignStages : impl::AssignStagesBase<AssignStages> {
   }
 
 private:
-  /// The textual options, checked by the same definitions as pipec's flags
-  /// (partition::applyPartitionFlag).
-  planner::Request requestFromOptions() {
+  /// pipec-opt's default: one device (gpus=1x1).
+  static planner::Request defaultRequest() {
     planner::Request request;
-    partition::PartitionCliOptions &flags = request.partition;
-    partition::applyPartitionFlag(flags, "--gpus", gpus);
-    partition::applyPartitionFlag(flags, "--device", device);
-    if (stages > 0)
-      partition::applyPartitionFlag(flags, "--stages", std::to_string(stages));
-    if (microbatches > 0)
-      partition::applyPartitionFlag(flags, "--microbatches", std::to_string(microbatches));
-    if (noReplication)
-      partition::applyPartitionFlag(flags, "--no-replication", "");
-    if (!memoryLimit.empty())
-      partition::applyPartitionFlag(flags, "--memory-limit", memoryLimit);
-    if (asynchronous)
-      partition::applyPartitionFlag(flags, "--async", "");
-    if (!recompute.empty())
-      partition::applyPartitionFlag(flags, "--recompute", recompute);
-    request.schedule = schedule;
-    request.chunks = chunks;
-    request.verticalSync = verticalSync;
+    request.partition.gpus = "1x1";
     return request;
   }
 
@@ -160,13 +148,12 @@ private:
     SmallVector<int64_t> recomputed(partition.recomputedStages.begin(),
                                     partition.recomputedStages.end());
     return pipe::PlanAttr::get(
-        &getContext(), chosen.schedule, chosen.chunks, placementName(chosen.placement),
+        &getContext(), chosen.schedule, chosen.chunks, choiceName(chosen.placement),
         chosen.microbatches, partition.asynchronous, std::max(1, partition.inflightMicrobatches),
         partition.asynchronous && request.verticalSync,
         DenseI64ArrayAttr::get(&getContext(), recomputed));
   }
 
-  std::optional<planner::Request> given;
   PlanningResult *result = nullptr;
 };
 

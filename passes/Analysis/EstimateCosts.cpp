@@ -2,6 +2,8 @@
 // times, activation, parameter and optimizer-state bytes of every nn op, and
 // the cost table the partitioner reads back from those annotations.
 #include "passes/Passes.h"
+#include "passes/OptionsBinder.h"
+#include "analysis/Settings/Declared.h"
 #include "passes/Analysis/GradientRoles.h"
 
 #include "analysis/Partition/CostTable.h"
@@ -126,47 +128,34 @@ std::optional<int64_t> tensorBytes(Type type, double scale, std::string &why) {
   return static_cast<int64_t>(static_cast<double>(*bytes) * scale);
 }
 
-struct EstimateCosts : impl::EstimateCostsBase<EstimateCosts> {
-  using Base::Base;
+struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, EstimateCostsOptions> {
+  using PassWithOptions::PassWithOptions;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    FailureOr<EstimateCostsOptions> given = options();
+    if (failed(given))
+      return signalPassFailure();
+    const EstimateCostsOptions &o = *given;
+    const std::string &device = o.device, &profile = o.profile, &dumpCosts = o.dumpCosts;
+    const double launchOverhead = o.launchOverhead;
     const partition::DevicePreset *preset = partition::findDevicePreset(device);
     if (!preset) {
       module.emitError() << "unknown device preset '" << device
                          << "' (known: " << partition::devicePresetNames() << ")";
       return signalPassFailure();
     }
-    double matrixPeak;
+    double matrixPeak = preset->fp32FlopsPerSecond;
     double activationScale = 1.0; // bf16 halves activation traffic and storage
-    if (precision == "fp32") {
-      matrixPeak = preset->fp32FlopsPerSecond;
-    } else if (precision == "tf32") {
-      matrixPeak = preset->tf32FlopsPerSecond;
-    } else if (precision == "bf16") {
+    switch (o.precision) {
+    case Precision::F32: break;
+    case Precision::TF32: matrixPeak = preset->tf32FlopsPerSecond; break;
+    case Precision::BF16:
       matrixPeak = preset->bf16FlopsPerSecond;
       activationScale = 0.5;
-    } else {
-      module.emitError() << "unknown precision '" << precision << "' (fp32, tf32 or bf16)";
-      return signalPassFailure();
+      break;
     }
-    double optimizerFactor;
-    if (optimizer == "adamw")
-      optimizerFactor = 2;
-    else if (optimizer == "sgd-momentum")
-      optimizerFactor = 1;
-    else if (optimizer == "sgd")
-      optimizerFactor = 0;
-    else {
-      module.emitError() << "unknown optimizer '" << optimizer
-                         << "' (adamw, sgd-momentum or sgd)";
-      return signalPassFailure();
-    }
-    if (!std::isfinite(static_cast<double>(launchOverhead)) || launchOverhead < 0 || launchOverhead > 1) {
-      module.emitError() << "launch-overhead " << static_cast<double>(launchOverhead)
-                         << " must be between 0 and 1 s";
-      return signalPassFailure();
-    }
+    const double optimizerFactor = optimizerStateCopies(o.optimizer);
     llvm::StringMap<MeasuredTimes> measured;
     if (!profile.empty()) {
       auto read = readProfile(profile, module.getLoc());
@@ -293,30 +282,44 @@ struct EstimateCosts : impl::EstimateCostsBase<EstimateCosts> {
                          << unknown << " (a profile of another model?)";
       return signalPassFailure();
     }
-    if (!dumpCosts.empty() && failed(writeCostTable(module)))
+    if (!dumpCosts.empty() && failed(writeCostTable(module, dumpCosts)))
       return signalPassFailure();
     markAllAnalysesPreserved();
   }
 
   /// The table as the partition will read it, kept even when planning fails.
-  LogicalResult writeCostTable(ModuleOp module) {
+  LogicalResult writeCostTable(ModuleOp module, const std::string &dumpCosts) {
     auto table = costTableFromModule(module);
     if (failed(table))
       return failure();
     // The file may live in a folder not created yet (e.g. inside --out DIR).
     std::error_code folderError;
-    auto folder = std::filesystem::path(dumpCosts.getValue()).parent_path();
+    auto folder = std::filesystem::path(dumpCosts).parent_path();
     if (!folder.empty())
       std::filesystem::create_directories(folder, folderError);
-    std::ofstream csv(dumpCosts.getValue());
+    std::ofstream csv(dumpCosts);
     if (!csv)
       return module.emitError() << "cannot write --dump-costs file '" << dumpCosts << "'";
     partition::writeCostTableCsv(csv, *table);
     return success();
   }
+
 };
 
 } // namespace
+
+void EstimateCostsOptions::bind(settings::Binder &b) {
+  b.text(settings::kDevice, device);
+  b.choice(settings::kPrecision, precision);
+  b.choice(settings::kOptimizer, optimizer);
+  b.text(settings::kProfile, profile);
+  b.real(settings::kLaunchOverhead, launchOverhead);
+  b.text(settings::kDumpCosts, dumpCosts);
+}
+
+std::unique_ptr<Pass> createEstimateCosts(const EstimateCostsOptions &options) {
+  return std::make_unique<EstimateCosts>(options);
+}
 
 FailureOr<partition::CostTable> costTableFromModule(ModuleOp module) {
   partition::CostTable table;

@@ -3,6 +3,8 @@
 // the updated buffers, with input-gradient (B) and weight-gradient (W) ops
 // kept apart for zero-bubble schedules.
 #include "passes/Passes.h"
+#include "passes/OptionsBinder.h"
+#include "analysis/Settings/Declared.h"
 #include "passes/Analysis/GradientRoles.h"
 
 #include "dialects/nn/NNGradient.h"
@@ -61,10 +63,15 @@ void mergeTwinGradientOps(Block &body) {
 // pipec-append-loss
 //===----------------------------------------------------------------------===//
 
-struct AppendLoss : impl::AppendLossBase<AppendLoss> {
-  using Base::Base;
+struct AppendLoss : PassWithOptions<impl::AppendLossBase<AppendLoss>, AppendLossOptions> {
+  using PassWithOptions::PassWithOptions;
+
 
   void runOnOperation() override {
+    FailureOr<AppendLossOptions> given = options();
+    if (failed(given))
+      return signalPassFailure();
+    const Loss loss = given->loss;
     auto function = getOperation().lookupSymbol<func::FuncOp>("forward");
     if (!function) {
       getOperation().emitError("has no func.func @forward to append a loss to");
@@ -88,9 +95,9 @@ struct AppendLoss : impl::AppendLossBase<AppendLoss> {
       // A scalar first output is the model's own loss (MSE, BCE, NLL, a sum
       // of losses: PyTorch's reduced losses are scalars); its targets stay
       // inputs. Asked for a loss of its own, the user meant logits.
-      if (loss != "auto") {
+      if (loss != Loss::Auto) {
         function.emitError("the first result of @forward is a scalar, the model's own loss; --loss ")
-            << loss << " needs logits (leave --loss out, or give --loss auto, to train on it)";
+            << choiceName(loss) << " needs logits (leave --loss out, or give --loss auto, to train on it)";
         return signalPassFailure();
       }
       keepOnlyLoss(function, returnOp, output);
@@ -105,7 +112,7 @@ struct AppendLoss : impl::AppendLossBase<AppendLoss> {
     OpBuilder builder(returnOp);
     Location loc = NameLoc::get(builder.getStringAttr("loss"), function.getLoc());
     Value lossValue;
-    if (loss == "softmax-cross-entropy" || loss == "auto") {
+    if (loss == Loss::SoftmaxCrossEntropy || loss == Loss::Auto) {
       // [..., C] logits, integer labels shaped like the leading axes.
       ArrayRef<int64_t> shape = outputType.getShape();
       int64_t classes = shape.back();
@@ -130,16 +137,13 @@ struct AppendLoss : impl::AppendLossBase<AppendLoss> {
                                                           /*weights=*/Value(), "mean",
                                                           /*ignore_index=*/nullptr);
       lossValue = lossOp.getLoss();
-    } else if (loss == "mse") {
+    } else { // Loss::Mse
       Value labels = addArgument(function, outputType, "labels", nn::Role::Label);
       Value difference = nn::SubOp::create(builder, loc, output, labels);
       Value squared = nn::MulOp::create(builder, loc, difference, difference);
       SmallVector<int64_t> axes(outputType.getRank());
       std::iota(axes.begin(), axes.end(), 0);
       lossValue = nn::ReduceMeanOp::create(builder, loc, squared, axes, /*keepdims=*/false);
-    } else {
-      function.emitError("unknown --loss '") << loss << "' (softmax-cross-entropy, mse or auto)";
-      return signalPassFailure();
     }
     // A partitioned model computes its loss on the stage of its logits.
     if (Operation *producer = output.getDefiningOp())
@@ -367,4 +371,11 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
 };
 
 } // namespace
+
+void AppendLossOptions::bind(settings::Binder &b) { b.choice(settings::kLoss, loss); }
+
+std::unique_ptr<Pass> createAppendLoss(const AppendLossOptions &options) {
+  return std::make_unique<AppendLoss>(options);
+}
+
 } // namespace pipec::passes

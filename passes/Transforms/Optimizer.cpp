@@ -1,6 +1,8 @@
 // pipec-optimizer: @optimizer_step, the parameter update of one optimizer
 // step, as nn.adamw_update / nn.sgd_update ops (docs/stages.md).
 #include "passes/Passes.h"
+#include "passes/OptionsBinder.h"
+#include "analysis/Settings/Declared.h"
 
 #include "dialects/nn/NNDialect.h"
 #include "dialects/pipe/PipeDialect.h"
@@ -19,17 +21,18 @@ using namespace mlir;
 namespace pipec::passes {
 namespace {
 
-struct Optimizer : impl::OptimizerBase<Optimizer> {
-  using Base::Base;
+struct OptimizerPass : PassWithOptions<impl::OptimizerBase<OptimizerPass>, OptimizerOptions> {
+  using PassWithOptions::PassWithOptions;
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
     MLIRContext *context = module.getContext();
-    if (optimizer != "adamw" && optimizer != "sgd") {
-      module.emitError() << "pipec-optimizer: unknown optimizer '" << optimizer
-                         << "' (expected adamw or sgd)";
+    FailureOr<OptimizerOptions> given = options();
+    if (failed(given))
       return signalPassFailure();
-    }
+    const OptimizerOptions &o = *given;
+    const double lr = o.lr, momentum = o.effectiveMomentum(), beta1 = o.beta1, beta2 = o.beta2,
+                 epsilon = o.epsilon;
     auto trainStep = module.lookupSymbol<func::FuncOp>("train_step");
     if (!trainStep) {
       module.emitError("pipec-optimizer: no @train_step; run pipec-autodiff first");
@@ -46,8 +49,8 @@ struct Optimizer : impl::OptimizerBase<Optimizer> {
                          << beta2 << ", epsilon " << epsilon << ")";
       return signalPassFailure();
     }
-    bool adamw = optimizer == "adamw";
-    double decay = weightDecay >= 0 ? weightDecay.getValue() : OptimizerDefaults::weightDecay(adamw);
+    const bool adamw = usesAdam(o.optimizer);
+    const double decay = o.effectiveWeightDecay();
 
     // The trained parameters, in argument order, and their gradients among
     // the results (matched by name).
@@ -176,7 +179,31 @@ struct Optimizer : impl::OptimizerBase<Optimizer> {
     results.append(newState);
     func::ReturnOp::create(body, loc, results);
   }
+
 };
 
 } // namespace
+
+void OptimizerOptions::bind(settings::Binder &b) {
+  b.choice(settings::kOptimizer, optimizer);
+  b.real(settings::kLearningRate, lr);
+  b.real(settings::kMomentum, momentum);
+  b.real(settings::kWeightDecay, weightDecay);
+  b.real(settings::kBeta1, beta1);
+  b.real(settings::kBeta2, beta2);
+  b.real(settings::kEpsilon, epsilon);
+}
+
+double OptimizerOptions::effectiveMomentum() const {
+  return optimizer == ::pipec::Optimizer::SgdMomentum && momentum == 0.0 ? OptimizerDefaults::sgdMomentum : momentum;
+}
+
+double OptimizerOptions::effectiveWeightDecay() const {
+  return weightDecay >= 0 ? weightDecay : OptimizerDefaults::weightDecay(usesAdam(optimizer));
+}
+
+std::unique_ptr<Pass> createOptimizer(const OptimizerOptions &options) {
+  return std::make_unique<OptimizerPass>(options);
+}
+
 } // namespace pipec::passes

@@ -1,6 +1,8 @@
 // pipec-plan-memory: a static memory plan for every stage function, from
 // liveness over the op order (docs/optimization.md).
 #include "passes/Passes.h"
+#include "passes/OptionsBinder.h"
+#include "analysis/Settings/Declared.h"
 
 #include "dialects/nn/NNDialect.h"
 #include "dialects/pipe/PipeDialect.h"
@@ -154,15 +156,15 @@ struct Interval {
   int64_t offset = -1;
 };
 
-struct PlanMemory : impl::PlanMemoryBase<PlanMemory> {
-  using Base::Base;
+struct PlanMemory : PassWithOptions<impl::PlanMemoryBase<PlanMemory>, PlanMemoryOptions> {
+  using PassWithOptions::PassWithOptions;
+
 
   void runOnOperation() override {
-    if (target != "cpu" && target != "cuda") {
-      getOperation().emitError("pipec-plan-memory: target must be cpu or cuda, not '") << target << "'";
+    FailureOr<PlanMemoryOptions> given = options();
+    if (failed(given))
       return signalPassFailure();
-    }
-    const pk::ScratchTarget scratchTarget = target == "cuda" ? pk::ScratchTarget::Cuda : pk::ScratchTarget::Cpu;
+    const pk::ScratchTarget scratchTarget = given->target;
     getOperation().walk([&](func::FuncOp function) {
       if (function->getParentOfType<pipe::StageOp>() && !function.getBody().empty() &&
           failed(plan(function, scratchTarget)))
@@ -345,4 +347,11 @@ struct PlanMemory : impl::PlanMemoryBase<PlanMemory> {
 };
 
 } // namespace
+
+void PlanMemoryOptions::bind(settings::Binder &b) { b.choice(settings::kTarget, target); }
+
+std::unique_ptr<Pass> createPlanMemory(const PlanMemoryOptions &options) {
+  return std::make_unique<PlanMemory>(options);
+}
+
 } // namespace pipec::passes

@@ -1,6 +1,8 @@
 // pipec-weight-stashing and pipec-recompute: rewrites of the stage
 // functions that pipec-outline-stages produced (docs/stages.md).
 #include "passes/Passes.h"
+#include "passes/OptionsBinder.h"
+#include "analysis/Settings/Declared.h"
 #include "passes/Transforms/OutlineStages.h"
 
 #include "dialects/nn/NNDialect.h"
@@ -83,12 +85,18 @@ void eraseResults(func::FuncOp function, const llvm::BitVector &erase) {
 // pipec-weight-stashing
 //===----------------------------------------------------------------------===//
 
-struct WeightStashing : impl::WeightStashingBase<WeightStashing> {
-  using Base::Base;
+struct WeightStashing : PassWithOptions<impl::WeightStashingBase<WeightStashing>, WeightStashingOptions> {
+  using PassWithOptions::PassWithOptions;
+
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (fromPlan) {
+    FailureOr<WeightStashingOptions> given = options();
+    if (failed(given))
+      return signalPassFailure();
+    int versions = given->versions;
+    bool verticalSync = given->verticalSync;
+    if (given->fromPlan) {
       auto plan = module->getAttrOfType<pipe::PlanAttr>(pipe::kPlanAttrName);
       if (!plan) {
         module.emitError() << "pipec-weight-stashing: from-plan needs the module's pipe.plan "
@@ -106,13 +114,13 @@ struct WeightStashing : impl::WeightStashingBase<WeightStashing> {
     if (versions <= 1) // synchronous schedule: one version, nothing to keep
       return markAllAnalysesPreserved();
     for (pipe::StageOp stage : module.getOps<pipe::StageOp>())
-      if (failed(stash(stage)))
+      if (failed(stash(stage, versions, verticalSync)))
         return signalPassFailure();
     if (failed(verifyPipeline(module)))
       return signalPassFailure();
   }
 
-  LogicalResult stash(pipe::StageOp stage) {
+  LogicalResult stash(pipe::StageOp stage, int versions, bool verticalSync) {
     Builder builder(stage.getContext());
     int64_t id = static_cast<int64_t>(stage.getId());
     bool stashed = false;
@@ -413,4 +421,15 @@ struct Recompute : impl::RecomputeBase<Recompute> {
 };
 
 } // namespace
+
+void WeightStashingOptions::bind(settings::Binder &b) {
+  b.integer(settings::kWeightVersions, versions);
+  b.flag(settings::kVerticalSync, verticalSync);
+  b.flag(settings::kFromPlan, fromPlan);
+}
+
+std::unique_ptr<Pass> createWeightStashing(const WeightStashingOptions &options) {
+  return std::make_unique<WeightStashing>(options);
+}
+
 } // namespace pipec::passes

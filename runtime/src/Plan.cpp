@@ -160,7 +160,7 @@ Plan loadPlan(const std::string &dirIn) {
   p.microbatches = R.get<int>(pl, "microbatches", "pipeline");
   p.chunks = R.opt<int>(pl, "chunks", "pipeline", 1);
   const std::string placement = R.opt<std::string>(pl, "placement", "pipeline", "interleaved");
-  if (!parsePlacement(placement, p.placement))
+  if (!parseChoice(placement, p.placement))
     throw Error(p.planPath + ": pipeline.placement must be \"interleaved\" or \"v\"");
   p.asynchronous = R.opt<bool>(pl, "asynchronous", "pipeline", false);
   p.microbatchSize = R.get<int>(rt, "microbatch_size", "runtime");
@@ -173,11 +173,13 @@ Plan loadPlan(const std::string &dirIn) {
                 std::to_string(p.chunks) + ") over the limit (" + std::to_string(kMaxMicrobatches) + ", " +
                 std::to_string(kMaxChunks) + ")");
   if (p.placement == Placement::VShape && p.chunks != 2) throw Error(p.planPath + ": pipeline.placement \"v\" needs chunks = 2");
-  p.target = R.opt<std::string>(rt, "target", "runtime", "cpu");
-  if (p.target != "cpu" && p.target != "cuda")
-    throw Error(p.planPath + ": runtime.target must be \"cpu\" or \"cuda\", is \"" + p.target + "\"");
-  p.precision = R.opt<std::string>(rt, "precision", "runtime", "fp32");
-  if (p.precision.empty()) throw Error(p.planPath + ": runtime.precision is empty");
+  const std::string target = R.opt<std::string>(rt, "target", "runtime", "cpu");
+  if (!parseChoice(target, p.target))
+    throw Error(p.planPath + ": runtime.target must be " + choiceNames<Target>(" or ") + ", is \"" + target + "\"");
+  const std::string precision = R.opt<std::string>(rt, "precision", "runtime", "fp32");
+  if (!parseChoice(precision, p.precision))
+    throw Error(p.planPath + ": runtime.precision must be " + choiceNames<Precision>(" or ") + ", is \"" +
+                precision + "\"");
   p.cudaArch = R.opt<std::vector<std::string>>(rt, "cuda_arch", "runtime", {});
   for (const std::string &a : p.cudaArch) {
     size_t k = 3;
@@ -210,7 +212,7 @@ Plan loadPlan(const std::string &dirIn) {
       const std::string at = "stages[" + std::to_string(other) + "]";
       if (R.get<std::vector<int>>(stages[other], "ranks", at) != ranks)
         throw Error(p.planPath + ": " + at + ".ranks differ from " + where + ".ranks, but both virtual stages run on "
-                    "pipeline position " + std::to_string(s) + " (" + placementName(p.placement) + " placement)");
+                    "pipeline position " + std::to_string(s) + " (" + choiceName(p.placement) + " placement)");
     }
     for (int r : ranks) {
       if (r < 0) throw Error(p.planPath + ": " + where + ".ranks has a negative rank");
@@ -250,9 +252,12 @@ Plan loadPlan(const std::string &dirIn) {
 
   const json opt = rt.contains("optimizer") ? rt.at("optimizer") : json();
   const std::string ow = "runtime.optimizer";
-  p.optimizer.name = R.get<std::string>(opt, "name", ow);
-  if (p.optimizer.name != "sgd" && p.optimizer.name != "adamw")
-    throw Error(p.planPath + ": runtime.optimizer.name must be \"sgd\" or \"adamw\"");
+  const std::string rule = R.get<std::string>(opt, "name", ow);
+  if (!parseChoice(rule, p.optimizer.rule))
+    throw Error(p.planPath + ": runtime.optimizer.name must be " + choiceNames<Optimizer>(" or ") + ", is \"" +
+                rule + "\"");
+  if (!usesAdam(p.optimizer.rule)) // sgd-momentum is SGD with its momentum given
+    p.optimizer.rule = Optimizer::Sgd;
   p.optimizer.lr = R.get<float>(opt, "lr", ow);
   p.optimizer.weightDecay = R.opt<float>(opt, "weight_decay", ow, 0.0f);
   p.optimizer.momentum = R.opt<float>(opt, "momentum", ow, 0.0f);
@@ -373,8 +378,8 @@ void checkRankStream(const Plan &plan, const RankStream &s, int r) {
                  planned + " (the plan and its schedule files are from different compilations)");
   };
   if (s.chunks != plan.chunks) throw disagree("chunks", std::to_string(s.chunks), std::to_string(plan.chunks));
-  if (s.placement != placementName(plan.placement))
-    throw disagree("placement", "\"" + s.placement + "\"", std::string("\"") + placementName(plan.placement) + "\"");
+  if (s.placement != choiceName(plan.placement))
+    throw disagree("placement", "\"" + s.placement + "\"", std::string("\"") + choiceName(plan.placement) + "\"");
   if (s.asynchronous != plan.asynchronous)
     throw disagree("asynchronous", s.asynchronous ? "true" : "false", plan.asynchronous ? "true" : "false");
   if (s.schedule != plan.schedule) throw disagree("schedule", "\"" + s.schedule + "\"", "\"" + plan.schedule + "\"");
@@ -435,9 +440,9 @@ void checkScheduleSummary(const Plan &plan, const std::string &path, const RankS
   if (R.get<bool>(j, "asynchronous", "") != plan.asynchronous)
     throw disagree("asynchronous", plan.asynchronous ? "false" : "true",
                    std::string("pipeline.asynchronous = ") + (plan.asynchronous ? "true" : "false"));
-  if (R.get<std::string>(j, "placement", "") != placementName(plan.placement))
+  if (R.get<std::string>(j, "placement", "") != choiceName(plan.placement))
     throw disagree("placement", "\"" + R.get<std::string>(j, "placement", "") + "\"",
-                   std::string("pipeline.placement = \"") + placementName(plan.placement) + "\"");
+                   std::string("pipeline.placement = \"") + choiceName(plan.placement) + "\"");
   const json problem = j.contains("problem") ? j.at("problem") : json();
   const int m = R.get<int>(problem, "microbatches", "problem");
   if (m != plan.microbatches)

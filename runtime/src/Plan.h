@@ -42,7 +42,7 @@ struct TiedParam {
 };
 
 struct OptimizerConfig {
-  std::string name = "sgd"; // sgd | adamw
+  Optimizer rule = Optimizer::Sgd; // the update the stages run: sgd or adamw
   float lr = 0.01f, weightDecay = 0.0f, momentum = 0.0f;
   float beta1 = float(OptimizerDefaults::beta1), beta2 = float(OptimizerDefaults::beta2),
         epsilon = float(OptimizerDefaults::epsilon);
@@ -69,8 +69,8 @@ struct Plan {
   // Where the stages run (issue 7): runtime.target "cpu" (host buffers, MPI)
   // or "cuda" (device buffers, CUDA streams, NCCL); the rest informs checks
   // and the start-up banner.
-  std::string target = "cpu";        // runtime.target
-  std::string precision = "fp32";    // runtime.precision (fp32, tf32, bf16: the stages' matrix products)
+  Target target = Target::Cpu;       // runtime.target
+  Precision precision = Precision::F32; // runtime.precision (the stages' matrix products)
   std::vector<std::string> cudaArch; // runtime.cuda_arch: "sm_80", ... (what the stage libraries contain)
   std::string gpu;                   // runtime.gpu: the GPU kind the plan was made for ("H100"), may be empty
 

@@ -232,7 +232,7 @@ constexpr size_t kBundleHeader = 64; // see Bundle.h: BundleHeader
 }
 
 StageModel::StageModel(const Plan &plan, const VirtualStage &vs, Device &device) : vs_(vs), dev_(device) {
-  lib_ = std::make_unique<StageLibrary>(vs.library, vs.id, plan.stages * plan.chunks, plan.target);
+  lib_ = std::make_unique<StageLibrary>(vs.library, vs.id, plan.stages * plan.chunks, choiceName(plan.target));
   const pipec_stage_desc &d = lib_->desc();
   std::vector<pipec_tensor_desc> pd, sd;
   for (int i = 0; i < d.num_params; ++i) {
@@ -242,10 +242,10 @@ StageModel::StageModel(const Plan &plan, const VirtualStage &vs, Device &device)
       for (int k = 0; k < d.optimizer_state_per_param; ++k) sd.push_back(d.params[i].tensor);
     }
   }
-  const std::string want = plan.optimizer.name;
-  if ((want == "sgd") != (d.optimizer == PIPEC_SGD))
-    throw Error(vs.library + ": library was generated for optimizer " +
-                (d.optimizer == PIPEC_SGD ? std::string("sgd") : std::string("adamw")) + ", the plan says " + want);
+  const Optimizer built = d.optimizer == PIPEC_SGD ? Optimizer::Sgd : Optimizer::AdamW;
+  if (usesAdam(plan.optimizer.rule) != usesAdam(built))
+    throw Error(vs.library + ": library was generated for optimizer " + choiceName(built) + ", the plan says " +
+                choiceName(plan.optimizer.rule));
   paramLayout_ = Layout::of(pd.data(), (int)pd.size());
   stateLayout_ = Layout::of(sd.data(), (int)sd.size());
   inputLayout_ = Layout::of(d.inputs, d.num_inputs, kBundleHeader);

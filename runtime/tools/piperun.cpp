@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 using namespace pipec::rt;
+using pipec::Target;
 
 namespace {
 // Start-up errors are agreed on by all ranks: each rank reports its own
@@ -156,7 +157,7 @@ bool agreeOnJob(Control &control, const std::string &who, const std::string &err
 // reason and the way out) when this piperun or this machine cannot run it.
 void makeTarget(const Plan &plan, const RunOptions &opt, MpiControl &control, std::unique_ptr<Device> &device,
                 std::unique_ptr<Transport> &transport) {
-  if (plan.target == "cpu") {
+  if (plan.target == Target::Cpu) {
     transport = std::make_unique<MpiTransport>(control);
     return;
   }
@@ -258,8 +259,8 @@ void applyThreads(int count) {
 }
 
 void banner(const Plan &plan, const Device &device, const Transport &transport, int ranks, const Threads &threads) {
-  std::string target = plan.target + " (" + plan.precision;
-  if (plan.target == "cuda") {
+  std::string target = std::string(choiceName(plan.target)) + " (" + choiceName(plan.precision);
+  if (plan.target == Target::Cuda) {
     std::string archs;
     for (const std::string &a : plan.cudaArch) archs += (archs.empty() ? "" : ",") + a;
     if (!archs.empty()) target += ", " + archs;

@@ -368,8 +368,8 @@ int main(int argc, char **argv) {
   }
   try {
     const Plan plan = loadPlan(o.planDir);
-    if (plan.target != "cpu") // its stage libraries take device pointers and a CUDA stream
-      throw Error(plan.planPath + ": runtime.target is \"" + plan.target +
+    if (plan.target != Target::Cpu) // its stage libraries take device pointers and a CUDA stream
+      throw Error(plan.planPath + ": runtime.target is \"" + choiceName(plan.target) +
                   "\"; pipeseq runs stage libraries on the CPU only: compile the model with --target cpu for the "
                   "reference");
     // The streams must agree with plan.json even where the sequential

@@ -24,4 +24,4 @@ func.func @weights(%x: tensor<35184372088832xf32> {nn.name = "x", nn.role = #nn.
   return %0 : tensor<35184372088832xf32>
 }
 
-// OVERHEAD: error: launch-overhead -1{{.*}} must be between 0 and 1 s
+// OVERHEAD: error: pipec-estimate-costs: launch-overhead=-1: must be finite and in [0, 1]

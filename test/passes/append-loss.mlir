@@ -16,7 +16,7 @@
 // MSE: %[[D:.*]] = nn.sub %{{.*}}, %[[LABELS]]
 // MSE: %[[S:.*]] = nn.mul %[[D]], %[[D]]
 // MSE: nn.reduce_mean %[[S]] {axes = array<i64: 0, 1, 2>, keepdims = false} : (tensor<2x4x10xf32>) -> tensor<f32>
-// UNKNOWN: error: unknown --loss 'hinge' (softmax-cross-entropy, mse or auto)
+// UNKNOWN: error: pipec-append-loss: loss=hinge: expected auto, softmax-cross-entropy or mse
 func.func @forward(%x: tensor<2x4x10xf32> {nn.name = "x", nn.role = #nn.role<input>}) -> tensor<2x4x10xf32> {
   %0 = nn.relu %x : tensor<2x4x10xf32>
   return %0 : tensor<2x4x10xf32>

@@ -9,7 +9,7 @@
 // RUN: not pipec-opt %s --pipec-estimate-costs="profile=%t.bad.json" 2>&1 | FileCheck %s --check-prefix=MALFORMED
 
 // DEVICE: error: unknown device preset 'TPU' (known: V100, A100, H100)
-// PRECISION: error: unknown precision 'fp8' (fp32, tf32 or bf16)
+// PRECISION: error: pipec-estimate-costs: precision=fp8: expected fp32, tf32 or bf16
 // MISSING: error: cannot read profile '{{.*}}missing.json'
 // OTHER: error: profile '{{.*}}other.json' names ops this model does not have: 'conv9' (a profile of another model?)
 // PROFILE: nn.relu %{{.*}} {pipe.cost = #pipe.cost<name = {{"[^"]*"}}, fwd = 1.5, bwd_input = 2.5, bwd_weight = 0.0, {{.*}}activation_bytes = 128, {{.*}}source = "profile">}

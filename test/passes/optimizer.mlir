@@ -30,7 +30,7 @@
 // SGD: %[[PB:.*]], %[[NSB:.*]] = nn.sgd_update %[[B]], %[[GB]], %[[SB]], %[[STEP]] {{.*}}nn.name = "fc.bias"
 // SGD: return %[[PW]], %[[PB]], %[[NSW]], %[[NSB]] :
 
-// UNKNOWN: error: pipec-optimizer: unknown optimizer 'lion' (expected adamw or sgd)
+// UNKNOWN: error: pipec-optimizer: optimizer=lion: expected adamw, sgd-momentum or sgd
 
 func.func @train_step(%w: tensor<4x8xf32> {nn.name = "fc.weight", nn.role = #nn.role<param>},
                       %b: tensor<8xf32> {nn.name = "fc.bias", nn.role = #nn.role<param>},

@@ -1,7 +1,7 @@
 // RUN: pipec-opt %s --pipec-plan-memory | FileCheck %s --check-prefixes=CHECK,CPU
 // RUN: pipec-opt %s --pipec-plan-memory=target=cuda | FileCheck %s --check-prefix=CUDA
 // RUN: not pipec-opt %s --pipec-plan-memory=target=gpu 2>&1 | FileCheck %s --check-prefix=BAD
-// BAD: pipec-plan-memory: target must be cpu or cuda, not 'gpu'
+// BAD: error: pipec-plan-memory: target=gpu: expected cpu or cuda
 
 pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
   // %a dies at %b's op; %c, computed after, reuses its bytes. %h is

@@ -1,7 +1,7 @@
-// RUN: pipec-opt %S/Inputs/three-stages.mlir --pipec-optimizer --pipec-outline-stages --pipec-recompute="stages=1" | FileCheck %s --check-prefix=ONE
+// RUN: pipec-opt %S/Inputs/three-stages.mlir --pipec-optimizer --pipec-outline-stages --pipec-recompute="stage-ids=1" | FileCheck %s --check-prefix=ONE
 // RUN: pipec-opt %S/Inputs/three-stages.mlir --pipec-optimizer --pipec-outline-stages --pipec-recompute="mode=all" | FileCheck %s --check-prefix=ALL
 // RUN: pipec-opt %S/Inputs/three-stages.mlir --pipec-optimizer --pipec-outline-stages --pipec-recompute="mode=none" | FileCheck %s --check-prefix=NONE
-// RUN: not pipec-opt %S/Inputs/three-stages.mlir --pipec-optimizer --pipec-outline-stages --pipec-recompute="stages=7" 2>&1 | FileCheck %s --check-prefix=RANGE
+// RUN: not pipec-opt %S/Inputs/three-stages.mlir --pipec-optimizer --pipec-outline-stages --pipec-recompute="stage-ids=7" 2>&1 | FileCheck %s --check-prefix=RANGE
 // RUN: not pipec-opt %S/Inputs/three-stages.mlir --pipec-optimizer --pipec-outline-stages --pipec-recompute="mode=some" 2>&1 | FileCheck %s --check-prefix=MODE
 // RUN: not pipec-opt %S/Inputs/three-stages.mlir --pipec-optimizer --pipec-outline-stages --pipec-weight-stashing=versions=2 --pipec-recompute="mode=all" 2>&1 | FileCheck %s --check-prefix=ORDER
 

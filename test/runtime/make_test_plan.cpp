@@ -16,6 +16,7 @@
 #include "pipec/dataset.h"
 #include "pipec/job_plan.h"
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -144,7 +145,11 @@ int main(int argc, char **argv) {
       runtime.dataFields.push_back({"x", "f32", {dims.front()}, -1.0, 1.0});
       runtime.dataFields.push_back({"y", "f32", {dims.back()}, -0.5, 0.5});
     }
-    runtime.optimizer.name = optimizer;
+    if (!pipec::parseChoice(optimizer, runtime.optimizer.rule)) {
+      std::fprintf(stderr, "make_test_plan: --optimizer %s: expected %s\n", optimizer.c_str(),
+                   pipec::choiceNames<pipec::Optimizer>(" or ").c_str());
+      return 2;
+    }
     runtime.optimizer.lr = lr;
     runtime.optimizer.momentum = momentum;
     runtime.optimizer.weightDecay = 0.01;

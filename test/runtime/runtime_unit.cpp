@@ -34,6 +34,9 @@
 using namespace pipec::rt;
 namespace fs = std::filesystem;
 namespace sch = pipec::schedule;
+using pipec::Precision;
+using pipec::Target;
+using pipec::choiceName;
 using nlohmann::json;
 
 namespace {
@@ -84,20 +87,21 @@ std::string loadError(const std::string &dir) {
 void testPlanKeys(const fs::path &root) {
   // Absent: the CPU target.
   Plan p = loadPlan(writePlan(root / "defaults", json::object()));
-  CHECK(p.target == "cpu" && p.precision == "fp32" && p.cudaArch.empty() && p.gpu.empty(),
-        "defaults: " << p.target << " " << p.precision << " " << p.cudaArch.size() << " " << p.gpu);
+  CHECK(p.target == Target::Cpu && p.precision == Precision::F32 && p.cudaArch.empty() && p.gpu.empty(),
+        "defaults: " << choiceName(p.target) << " " << choiceName(p.precision) << " " << p.cudaArch.size() << " "
+                     << p.gpu);
   // What pipec --target cuda writes.
   p = loadPlan(writePlan(root / "cuda",
                          {{"target", "cuda"}, {"precision", "bf16"}, {"cuda_arch", {"sm_80", "sm_90a"}}, {"gpu", "H100"}}));
-  CHECK(p.target == "cuda" && p.precision == "bf16" && p.cudaArch == std::vector<std::string>({"sm_80", "sm_90a"}) &&
-            p.gpu == "H100",
-        "cuda keys: " << p.target << " " << p.precision << " " << p.gpu);
+  CHECK(p.target == Target::Cuda && p.precision == Precision::BF16 &&
+            p.cudaArch == std::vector<std::string>({"sm_80", "sm_90a"}) && p.gpu == "H100",
+        "cuda keys: " << choiceName(p.target) << " " << choiceName(p.precision) << " " << p.gpu);
   // The CPU plan pipec writes today (target and precision present).
   p = loadPlan(writePlan(root / "cpu", {{"target", "cpu"}, {"precision", "fp32"}}));
-  CHECK(p.target == "cpu", "explicit cpu");
+  CHECK(p.target == Target::Cpu, "explicit cpu");
   // Errors name the file and the member.
   std::string e = loadError(writePlan(root / "bad-target", {{"target", "rocm"}}));
-  CHECK(contains(e, "plan.json") && contains(e, "runtime.target must be \"cpu\" or \"cuda\"") && contains(e, "rocm"),
+  CHECK(contains(e, "plan.json") && contains(e, "runtime.target must be cpu or cuda") && contains(e, "rocm"),
         "bad target: " << e);
   e = loadError(writePlan(root / "bad-arch", {{"target", "cuda"}, {"cuda_arch", {"compute_80"}}}));
   CHECK(contains(e, "runtime.cuda_arch") && contains(e, "compute_80"), "bad arch: " << e);
@@ -105,6 +109,9 @@ void testPlanKeys(const fs::path &root) {
   CHECK(contains(e, "runtime.cuda_arch") && contains(e, "wrong type"), "arch not a list: " << e);
   e = loadError(writePlan(root / "bad-precision", {{"precision", 16}}));
   CHECK(contains(e, "runtime.precision") && contains(e, "wrong type"), "precision not a string: " << e);
+  e = loadError(writePlan(root / "unknown-precision", {{"precision", "fp8"}}));
+  CHECK(contains(e, "runtime.precision must be fp32, tf32 or bf16") && contains(e, "fp8"),
+        "unknown precision: " << e);
   // An older plan.json (version 1: the facts under "runtime") is refused, naming the version.
   e = loadError(writePlan(root / "version-1", json::object(), {{"version", 1}}));
   CHECK(contains(e, "plan.json: plan.json version 1, this piperun reads version 2; re-run pipec"), "v1: " << e);

@@ -23,6 +23,8 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
+#include "analysis/Settings/Declared.h"
+#include "passes/OptionsBinder.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/raw_ostream.h"
@@ -48,10 +50,11 @@ int main(int argc, char **argv) {
                                  cl::cat(category));
   cl::list<std::string> inputs("input", cl::desc("A model input or the labels from a .npy file"),
                                cl::value_desc("name=file.npy"), cl::cat(category));
-  cl::opt<std::string> loss("loss",
-                            cl::desc("Append this loss and compute gradients "
-                                     "(softmax-cross-entropy, mse); none: forward only"),
-                            cl::init(""), cl::cat(category));
+  // --loss: append it (pipec-append-loss) and compute gradients; without it,
+  // forward only.
+  std::optional<pipec::Loss> loss;
+  pipec::passes::OptionsBinder settings({&cl::SubCommand::getTopLevel()}, category);
+  settings.choice(pipec::settings::kLoss, loss);
   cl::opt<std::string> outputDir("output-dir", cl::desc("Where to write the .npy results"),
                                  cl::Required, cl::cat(category));
   cl::opt<uint64_t> seed("seed", cl::desc("Dropout seed"), cl::init(0), cl::cat(category));
@@ -64,7 +67,14 @@ int main(int argc, char **argv) {
       pipec::import::batchNormFlagValues(), cl::init(pipec::import::BatchNormStatistics::Batch),
       cl::cat(category));
   cl::HideUnrelatedOptions(category);
-  cl::ParseCommandLineOptions(argc, argv, "pipec reference evaluator\n");
+  if (!cl::ParseCommandLineOptions(argc, argv, "pipec reference evaluator\n", &llvm::errs()))
+    return 2;
+  try {
+    settings.apply();
+  } catch (const pipec::settings::SettingError &error) {
+    llvm::errs() << "error: " << error.what() << "\n";
+    return 2;
+  }
 
   pipec::eval::setFloatRounding(!fp64);
   auto fail = [](const std::string &message) {
@@ -101,10 +111,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   const char *entry = "forward";
-  if (!loss.empty()) {
+  if (loss) {
     mlir::PassManager manager(&context);
     pipec::passes::AppendLossOptions lossOptions;
-    lossOptions.loss = loss;
+    lossOptions.loss = *loss;
     manager.addPass(pipec::passes::createAppendLoss(lossOptions));
     manager.addPass(pipec::passes::createAutodiff());
     if (failed(manager.run(*module)))

@@ -4,17 +4,14 @@
 
 #include "compiler/Driver/Compiler.h"
 #include "compiler/Import/BatchNormFlag.h"
-#include "analysis/Partition/Error.h"
-#include "analysis/Schedule/Schedule.h"
+#include "analysis/Settings/Settings.h"
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/Timing.h"
 #include "llvm/Support/CommandLine.h"
-#include "llvm/Support/Format.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <cmath>
 #include <new>
 
 namespace cl = llvm::cl;
@@ -23,11 +20,10 @@ using namespace pipec::tools;
 namespace {
 int runPipec(int argc, char **argv) {
   // One command line, three commands (llvm::cl subcommands): `pipec MODEL`
-  // (the top level), `pipec partition` and `pipec schedule`. The topology and
-  // partition flags are declared once for the top level and `pipec partition`
-  // (PartitionOptions.cpp).
-  registerPartitionOptions();
-  registerScheduleOptions();
+  // (the top level), `pipec partition` and `pipec schedule`. The settings
+  // (analysis/Settings/Declared.h) become options through one binder per
+  // command line (PartitionOptions.cpp, ScheduleOptions.cpp); the options
+  // declared here are the top level's own.
   const char *overview = "pipec: compile an ONNX model into a pipeline-parallel training job\n";
 
   pipec::CompileOptions options;
@@ -42,6 +38,8 @@ int runPipec(int argc, char **argv) {
       "  pipec schedule --help                 explore pipeline schedules");
   cl::opt<std::string> input(cl::Positional, cl::desc("<model.onnx | model.onnxtext>"),
                              cl::Required, cl::cat(category));
+  registerPipecSettings(options, category);
+  registerScheduleOptions();
   // cl::desc keeps a pointer: the text must outlive the option.
   const std::string emitHelp =
       std::string("Print the IR after this phase and stop (") + pipec::passes::phaseNames() + ")";
@@ -75,52 +73,6 @@ int runPipec(int argc, char **argv) {
   cl::opt<bool> printLocations(
       "print-locations", cl::desc("Print the ONNX node each op comes from (its location)"),
       cl::cat(category));
-  cl::opt<std::string> precision(
-      "precision", cl::desc("Compute precision of matrix products: fp32, tf32 or bf16"),
-      cl::init("fp32"), cl::cat(category));
-  cl::opt<std::string> optimizer(
-      "optimizer", cl::desc("Optimizer whose state counts in memory: adamw, sgd-momentum, sgd"),
-      cl::init("adamw"), cl::cat(category));
-  cl::opt<std::string> profile(
-      "profile", cl::desc("Measured per-op times (docs/profile-json.md) overriding estimates"),
-      cl::value_desc("profile.json"), cl::cat(category));
-  cl::opt<std::string> dumpCosts(
-      "dump-costs", cl::desc("Write the cost table, one row per op (docs/cost-table.md)"),
-      cl::value_desc("costs.csv"), cl::cat(category));
-  // The schedule families' names and chunk counts come from their table
-  // (analysis/Schedule/Families.cpp); cl::desc keeps a pointer to the text.
-  using pipec::schedule::ScheduleFamily;
-  using pipec::schedule::scheduleFamilyNames;
-  const std::string scheduleHelp =
-      "Pipeline schedule: " + scheduleFamilyNames() +
-      " (default: the planner picks among the synchronous ones; " +
-      scheduleFamilyNames([](const ScheduleFamily &f) { return f.asynchronous; }, " or ") + " with --async)";
-  std::string fixedChunks;
-  for (const ScheduleFamily &f : pipec::schedule::scheduleFamilies())
-    if (!f.anyChunks && f.chunks > 1)
-      fixedChunks += (fixedChunks.empty() ? "" : ", ") + std::string(f.name) + ": " + std::to_string(f.chunks);
-  const std::string chunksHelp =
-      "Model chunks per rank for --schedule " +
-      scheduleFamilyNames([](const ScheduleFamily &f) { return f.anyChunks; }, " or ") +
-      (fixedChunks.empty() ? "" : " (" + fixedChunks + ")") +
-      "; the model is split into ranks x chunks virtual stages";
-  cl::opt<std::string> scheduleName("schedule", cl::desc(scheduleHelp), cl::value_desc("name"),
-                                    cl::cat(category));
-  cl::opt<std::string> loss(
-      "loss",
-      cl::desc("Loss appended to a model ending in logits: softmax-cross-entropy, mse, or auto "
-               "(default: softmax-cross-entropy, or the model's own loss when its first output "
-               "is a scalar)"),
-      cl::init("auto"), cl::cat(category));
-  cl::opt<double> learningRate("lr", cl::desc("Learning rate"), cl::init(1e-3), cl::cat(category));
-  cl::opt<double> momentum("momentum", cl::desc("SGD momentum"), cl::init(0.0), cl::cat(category));
-  cl::opt<double> weightDecay("weight-decay",
-                              cl::desc("Weight decay (default: 0.01 for AdamW, 0 for SGD)"),
-                              cl::init(-1.0), cl::cat(category));
-  cl::opt<bool> verticalSync("vertical-sync",
-                             cl::desc("With --async: every stage uses the weight version a "
-                                      "micro-batch entered stage 0 with"),
-                             cl::cat(category));
   cl::opt<bool> build("build", cl::desc("Compile the generated stages (with --out DIR)"),
                       cl::cat(category));
   cl::opt<unsigned> optLevel(
@@ -129,27 +81,12 @@ int runPipec(int argc, char **argv) {
                "(default) GEMM canonicalisation, element-wise fusion and a static memory plan "
                "(docs/optimization.md)"),
       cl::value_desc("level"), cl::init(2), cl::cat(category));
-  cl::opt<std::string> target(
-      "target",
-      cl::desc("Stage code: cpu (C++ on the CPU kernels) or cuda (CUDA C++ on cuBLAS and the "
-               "CUDA kernels, NCCL between ranks)"),
-      cl::init("cpu"), cl::cat(category));
   cl::opt<std::string> cudaArch(
       "cuda-arch",
       cl::desc("GPU architectures the CUDA stages are built for, comma-separated"),
       cl::value_desc("sm_80,sm_90"), cl::init("sm_80,sm_90"), cl::cat(category));
   cl::opt<uint64_t> seed("seed", cl::desc("Seed of dropout masks and synthetic data"),
                          cl::init(0), cl::cat(category));
-  cl::opt<int> chunks("chunks", cl::desc(chunksHelp), cl::init(0), cl::cat(category));
-  cl::opt<int> candidates(
-      "candidates",
-      cl::desc("Print the best N plans the planner evaluated, with their simulated times"),
-      cl::value_desc("n"), cl::init(3), cl::cat(category));
-  cl::opt<int> planRank(
-      "plan-rank",
-      cl::desc("Choose the K-th plan of the planner's ranking instead of the best (1); "
-               "--candidates lists them"),
-      cl::value_desc("k"), cl::init(1), cl::cat(category));
   // The pass manager's own options: --mlir-timing, --mlir-pass-statistics,
   // --mlir-print-ir-after-all and the rest, listed by --help under their category.
   cl::OptionCategory mlirCategory("MLIR pass manager options");
@@ -169,8 +106,8 @@ int runPipec(int argc, char **argv) {
     return runScheduleSubcommand();
 
   try {
-    readPartitionOptions(options.partition);
-  } catch (const pipec::partition::Error &error) {
+    applyPipecSettings();
+  } catch (const pipec::settings::SettingError &error) {
     llvm::errs() << "error: " << error.what() << "\n";
     return 2;
   }
@@ -180,19 +117,6 @@ int runPipec(int argc, char **argv) {
   options.dumpIrDirectory = dumpIr;
   options.elideConstantsLargerThan = elide;
   options.printLocations = printLocations;
-  options.precision = precision;
-  options.optimizer = optimizer;
-  options.profilePath = profile;
-  options.dumpCostsPath = dumpCosts;
-  options.scheduleName = scheduleName;
-  options.chunks = chunks;
-  options.candidates = candidates;
-  options.planRank = planRank;
-  options.loss = loss;
-  options.learningRate = learningRate;
-  options.momentum = momentum;
-  options.weightDecay = weightDecay;
-  options.verticalSync = verticalSync;
   options.build = build;
   if (optLevel != 0 && optLevel != 2) {
     llvm::errs() << "error: -O" << optLevel << ": the levels are -O0 and -O2\n";
@@ -200,7 +124,6 @@ int runPipec(int argc, char **argv) {
   }
   options.optLevel = optLevel == 0 ? pipec::passes::OptLevel::O0 : pipec::passes::OptLevel::O2;
   options.seed = seed;
-  options.target = target;
   options.cudaArchs.clear();
   for (llvm::StringRef rest = cudaArch; !rest.empty();) {
     auto [arch, tail] = rest.split(',');
@@ -213,7 +136,7 @@ int runPipec(int argc, char **argv) {
     if (!options.emit) {
       llvm::errs() << "error: unknown phase '" << emit
                    << "' for --emit (phases: " << pipec::passes::phaseNames() << ")\n";
-      return 1;
+      return 2;
     }
   }
   options.importOptions.freeze.assign(freeze.begin(), freeze.end());
@@ -222,37 +145,12 @@ int runPipec(int argc, char **argv) {
     std::string error;
     if (!pipec::import::parseInputShape(text, options.importOptions, error)) {
       llvm::errs() << "error: " << error << "\n";
-      return 1;
+      return 2;
     }
-  }
-  if (!std::isfinite(learningRate) || !(learningRate > 0) || learningRate > 1e6) {
-    llvm::errs() << "error: --lr " << llvm::format("%g", double(learningRate)) << ": must be positive, finite and at most 1e6\n";
-    return 1;
-  }
-  if (!(momentum >= 0 && momentum < 1)) {
-    llvm::errs() << "error: --momentum " << llvm::format("%g", double(momentum)) << ": must be in [0, 1)\n";
-    return 1;
-  }
-  if (weightDecay != -1.0 && !(weightDecay >= 0 && weightDecay <= 1e6)) {
-    llvm::errs() << "error: --weight-decay " << weightDecay << ": must be >= 0, finite and at most 1e6\n";
-    return 1;
-  }
-  if (chunks < 0 || chunks > pipec::schedule::kMaxChunks) {
-    llvm::errs() << "error: --chunks " << chunks << ": must be between 1 and "
-                 << pipec::schedule::kMaxChunks << " (0: the schedule's default)\n";
-    return 1;
-  }
-  if (candidates < 0 || candidates > 1000) {
-    llvm::errs() << "error: --candidates " << candidates << ": must be between 0 and 1000\n";
-    return 1;
-  }
-  if (planRank < 1 || planRank > 1000) {
-    llvm::errs() << "error: --plan-rank " << planRank << ": must be between 1 and 1000\n";
-    return 1;
   }
   if (elide < 0) {
     llvm::errs() << "error: --elide-constants " << elide << ": must be >= 0\n";
-    return 1;
+    return 2;
   }
   return pipec::runCompiler(options, llvm::outs(), llvm::errs());
 }

@@ -68,7 +68,7 @@ struct DataField {
 };
 
 struct Optimizer {
-  std::string name = "sgd"; ///< sgd | adamw
+  ::pipec::Optimizer rule = ::pipec::Optimizer::Sgd; ///< the update the stages run: sgd or adamw
   double lr = 0, weightDecay = 0, momentum = 0;
   double beta1 = OptimizerDefaults::beta1, beta2 = OptimizerDefaults::beta2,
          epsilon = OptimizerDefaults::epsilon;
@@ -84,7 +84,8 @@ struct TiedParameter {
 struct Runtime {
   int64_t microbatchSize = 1; ///< samples per micro-batch
   uint64_t seed = 0;
-  std::string target = "cpu", precision = "fp32";
+  Target target = Target::Cpu;
+  Precision precision = Precision::F32;
   std::vector<std::string> cudaArch; ///< written for target cuda only
   std::string gpu;                   ///< written for target cuda only
   std::vector<StageFiles> stages;    ///< by virtual stage id
@@ -181,7 +182,7 @@ inline nlohmann::json toJson(const Pipeline &p) {
   nlohmann::json j = {{"microbatches", p.microbatches},
                       {"asynchronous", p.asynchronous},
                       {"chunks", p.chunks},
-                      {"placement", placementName(p.placement)}};
+                      {"placement", choiceName(p.placement)}};
   if (!p.schedule.empty())
     j["schedule"] = p.schedule;
   return j;
@@ -208,7 +209,7 @@ inline nlohmann::json toJson(const Runtime &r) {
   nlohmann::json tied = nlohmann::json::array();
   for (const TiedParameter &t : r.tied)
     tied.push_back({{"name", t.name}, {"stages", t.stages}});
-  nlohmann::json optimizer = {{"name", r.optimizer.name},
+  nlohmann::json optimizer = {{"name", choiceName(r.optimizer.rule)},
                               {"lr", r.optimizer.lr},
                               {"weight_decay", r.optimizer.weightDecay},
                               {"momentum", r.optimizer.momentum},
@@ -219,13 +220,13 @@ inline nlohmann::json toJson(const Runtime &r) {
     optimizer["max_grad_norm"] = *r.optimizer.maxGradNorm;
   nlohmann::json j = {{"microbatch_size", r.microbatchSize},
                       {"seed", r.seed},
-                      {"target", r.target},
-                      {"precision", r.precision},
+                      {"target", choiceName(r.target)},
+                      {"precision", choiceName(r.precision)},
                       {"stages", stages},
                       {"optimizer", optimizer},
                       {"data", data},
                       {"tied", tied}};
-  if (r.target == "cuda") {
+  if (r.target == Target::Cuda) {
     j["cuda_arch"] = r.cudaArch;
     j["gpu"] = r.gpu;
   }

@@ -84,22 +84,97 @@ inline std::string toString(const Instr &in) {
   return s;
 }
 
-// ---------------------------------------------------------------- placement
+// ---------------------------------------------------------------- choices
+// A setting with a fixed set of values has one enum and one table of
+// spellings, in enum order (Choices<E>::spellings). Command lines, IR
+// attributes and job files all use these spellings; an unknown spelling is an
+// error where it is read, never a silent default (docs/settings.md).
+template <class E> struct Choices; // specialized below, once per enum
+
+template <class E> constexpr int choiceCount() {
+  return int(sizeof(Choices<E>::spellings) / sizeof(Choices<E>::spellings[0]));
+}
+template <class E> const char *choiceName(E value) { return Choices<E>::spellings[int(value)]; }
+template <class E> bool parseChoice(std::string_view text, E &value) {
+  for (int i = 0; i < choiceCount<E>(); ++i)
+    if (text == Choices<E>::spellings[i]) {
+      value = E(i);
+      return true;
+    }
+  return false;
+}
+// "a, b, c", or "a, b or c" with last = " or ": for help and error messages.
+template <class E> std::string choiceNames(std::string_view last = ", ") {
+  std::string out;
+  for (int i = 0; i < choiceCount<E>(); ++i)
+    out += std::string(i == 0 ? "" : i + 1 == choiceCount<E>() ? last : ", ") + Choices<E>::spellings[i];
+  return out;
+}
+
+// The stage code target: C++ on the CPU kernels, or CUDA C++ on the CUDA kernels.
+enum class Target : unsigned char { Cpu, Cuda };
+template <> struct Choices<Target> {
+  static constexpr const char *spellings[] = {"cpu", "cuda"};
+};
+
+// The precision of matrix products (storage and master weights stay float32).
+enum class Precision : unsigned char { F32, TF32, BF16 };
+template <> struct Choices<Precision> {
+  static constexpr const char *spellings[] = {"fp32", "tf32", "bf16"};
+};
+
+// The optimizer: AdamW, or SGD with or without momentum (sgd-momentum is SGD
+// whose momentum defaults to OptimizerDefaults::sgdMomentum).
+enum class Optimizer : unsigned char { AdamW, SgdMomentum, Sgd };
+template <> struct Choices<Optimizer> {
+  static constexpr const char *spellings[] = {"adamw", "sgd-momentum", "sgd"};
+};
+// The update rule a stage library runs: AdamW's or SGD's.
+inline bool usesAdam(Optimizer o) { return o == Optimizer::AdamW; }
+// Optimizer state per parameter element, in parameter sizes: moment and
+// variance, a momentum buffer, or none.
+inline int optimizerStateCopies(Optimizer o) {
+  return o == Optimizer::AdamW ? 2 : o == Optimizer::SgdMomentum ? 1 : 0;
+}
+
+// The schedule families (analysis/Schedule/Families.cpp holds each one's facts).
+enum class ScheduleKind : unsigned char { GPipe, OneFOneB, OneFOneBRR, Interleaved, ZbH1, ZbH2, ZbV, Auto };
+template <> struct Choices<ScheduleKind> {
+  static constexpr const char *spellings[] = {"gpipe", "1f1b",  "1f1b-rr", "interleaved",
+                                              "zb-h1", "zb-h2", "zb-v",    "auto"};
+};
+
 // Where virtual stage k (0 .. p*v-1, in model order) lives.
 enum class Placement : unsigned char {
   Interleaved, // vs = chunk * p + stage (Megatron; v = 1 is the plain pipeline)
   VShape,      // v = 2: chunk 0 down the ranks, chunk 1 back up (ZB-V)
 };
+template <> struct Choices<Placement> {
+  static constexpr const char *spellings[] = {"interleaved", "v"};
+};
 
-// plan.json's and schedule files' spelling: "interleaved" or "v".
-inline const char *placementName(Placement p) {
-  return p == Placement::VShape ? "v" : "interleaved";
-}
-inline bool parsePlacement(std::string_view text, Placement &p) {
-  if (text == "interleaved") return p = Placement::Interleaved, true;
-  if (text == "v") return p = Placement::VShape, true;
-  return false;
-}
+// Which stages keep only their inputs and recompute activations in the
+// backward: none, every stage, or only those that would not fit otherwise.
+enum class RecomputeMode : unsigned char { None, All, Auto };
+template <> struct Choices<RecomputeMode> {
+  static constexpr const char *spellings[] = {"none", "all", "auto"};
+};
+
+// The loss appended to a model: its own scalar loss when it returns one and
+// softmax cross-entropy otherwise (auto), or the one named.
+enum class Loss : unsigned char { Auto, SoftmaxCrossEntropy, Mse };
+template <> struct Choices<Loss> {
+  static constexpr const char *spellings[] = {"auto", "softmax-cross-entropy", "mse"};
+};
+
+static_assert(choiceCount<Target>() == int(Target::Cuda) + 1 &&
+                  choiceCount<Precision>() == int(Precision::BF16) + 1 &&
+                  choiceCount<Optimizer>() == int(Optimizer::Sgd) + 1 &&
+                  choiceCount<ScheduleKind>() == int(ScheduleKind::Auto) + 1 &&
+                  choiceCount<Placement>() == int(Placement::VShape) + 1 &&
+                  choiceCount<RecomputeMode>() == int(RecomputeMode::Auto) + 1 &&
+                  choiceCount<Loss>() == int(Loss::Mse) + 1,
+              "every enumerator of a choice has one spelling");
 
 // The virtual stage that pipeline stage `stage` (of `stages`) runs as chunk `chunk`.
 inline int virtualStage(Placement p, int stages, int stage, int chunk) {

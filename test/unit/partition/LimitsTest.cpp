@@ -138,10 +138,10 @@ TEST(Limits, CostValuesAreFiniteAndBounded) {
 
 TEST(Limits, OptionValuesAreStrict) {
   EXPECT_EQ(errorOf([] { apply("--stages", "1000000000"); }), "--stages 1000000000: must be between 1 and 65536");
-  EXPECT_EQ(errorOf([] { apply("--stages", "1e9"); }), "--stages '1e9': expected a positive integer (at most 65536)");
-  EXPECT_EQ(errorOf([] { apply("--stages", "-3"); }), "--stages '-3': expected a positive integer (at most 65536)");
+  EXPECT_EQ(errorOf([] { apply("--stages", "1e9"); }), "--stages 1e9: expected an integer between 1 and 65536");
+  EXPECT_EQ(errorOf([] { apply("--stages", "-3"); }), "--stages -3: must be between 1 and 65536");
   EXPECT_EQ(errorOf([] { apply("--microbatches", "99999999999999999999"); }),
-            "--microbatches '99999999999999999999': expected a positive integer (at most 65536)");
+            "--microbatches 99999999999999999999: expected an integer between 1 and 65536");
   EXPECT_EQ(errorOf([] { apply("--microbatches", "65537"); }), "--microbatches 65537: must be between 1 and 65536");
   EXPECT_EQ(errorOf([] { apply("--microbatches", "65536"); }), "no error");
   EXPECT_EQ(errorOf([] { apply("--frobnicate", "1"); }), "unknown option '--frobnicate'");

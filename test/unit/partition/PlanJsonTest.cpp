@@ -165,10 +165,10 @@ struct CmdRun {
   int rc;
   std::string out, err;
 };
-/// As pipec's command line runs it (tools/pipec/PartitionOptions.cpp): each
-/// flag's text through applyPartitionFlag (a bad value: exit 2), --costs into
-/// costsFile, then runPartitionCommand. Parsing the command line itself is
-/// llvm::cl's, tested by test/driver/cli.test.
+/// As pipec's command line runs it (tools/pipec/PartitionOptions.cpp): the
+/// flags through the settings' declarations (applyPartitionTokens; a bad
+/// value: exit 2), --costs into costsFile, then runPartitionCommand. Parsing
+/// the command line with llvm::cl is tested by test/driver/cli.test.
 CmdRun run(std::vector<std::string> args) {
   PartitionCliOptions o;
   std::vector<std::string> flags;
@@ -182,21 +182,7 @@ CmdRun run(std::vector<std::string> args) {
   }
   std::ostringstream out, err;
   try {
-    // "--flag value", "--flag=value" or a bare flag, as llvm::cl hands them over.
-    for (size_t i = 0; i < flags.size(); ++i) {
-      std::string flag = flags[i], value;
-      if (size_t equals = flag.find('='); equals != std::string::npos) {
-        value = flag.substr(equals + 1);
-        flag = flag.substr(0, equals);
-      } else {
-        bool bare = flag == "--recompute";
-        for (const char *const *name = kPartitionBareFlags; *name; ++name)
-          bare = bare || flag == *name;
-        if (!bare)
-          value = i + 1 < flags.size() ? flags[++i] : "";
-      }
-      applyPartitionFlag(o, flag, value);
-    }
+    applyPartitionTokens(o, flags);
   } catch (const Error &e) {
     return {2, "", std::string("pipec partition: error: ") + e.what() + "\n"};
   }
@@ -309,7 +295,7 @@ TEST(PartitionCommand, FlagValuesFillTheOptions) {
   EXPECT_EQ(o.gpus, "4x4");
   EXPECT_EQ(o.options.memoryLimitBytes, int64_t(8) << 30);
   EXPECT_TRUE(o.json);
-  EXPECT_EQ(o.recomputeMode, "all");
+  EXPECT_EQ(o.recomputeMode, pipec::RecomputeMode::All);
   EXPECT_EQ(o.topology().totalDevices(), 16);
   EXPECT_THROW(applyPartitionFlag(o, "--gpus", "4x"), Error);
   EXPECT_THROW(applyPartitionFlag(o, "--recompute", "sometimes"), Error);

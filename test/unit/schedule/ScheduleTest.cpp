@@ -37,15 +37,8 @@ bool anyErrorContains(const ValidationReport &r, const std::string &needle) {
                      [&](const std::string &e) { return e.find(needle) != std::string::npos; });
 }
 
-bool bareFlag(const std::string &flag) {
-  for (const char *const *f = kScheduleBareFlags; *f; ++f)
-    if (flag == *f)
-      return true;
-  return false;
-}
-
 // `pipec schedule ARGS` as pipec's command line runs it (tools/pipec/ScheduleOptions.cpp):
-// each flag's text through applyScheduleFlag (a bad value: exit 2), then
+// the flags through the settings' declarations (applyScheduleTokens; a bad value: exit 2), then
 // runScheduleCommand. Parsing the command line itself is llvm::cl's, tested
 // by test/driver/cli.test.
 int run(std::vector<std::string> args, std::string &out, std::string &err) {
@@ -53,10 +46,7 @@ int run(std::vector<std::string> args, std::string &out, std::string &err) {
   std::ostringstream o, e;
   int rc = -1;
   try {
-    for (size_t i = args[0] == "schedule" ? 1 : 0; i < args.size(); ++i) {
-      const std::string flag = args[i];
-      applyScheduleFlag(options, flag, bareFlag(flag) || i + 1 == args.size() ? "" : args[++i]);
-    }
+    applyScheduleTokens(options, std::vector<std::string>(args.begin() + (args[0] == "schedule" ? 1 : 0), args.end()));
   } catch (const ScheduleError &error) {
     e << "pipec schedule: " << error.what() << "\n";
     rc = 2;
@@ -604,9 +594,9 @@ TEST(Cli, ErrorsAreClearAndNonZero) {
   EXPECT_EQ(run({"schedule", "--stages", "4"}, out, err), 2);
   EXPECT_NE(err.find("--schedule NAME, --compare or --optimal"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--stages", "x", "--compare"}, out, err), 2);
-  EXPECT_NE(err.find("--stages: 'x' is not an integer"), std::string::npos) << err;
+  EXPECT_NE(err.find("--stages x: expected an integer between 1 and 4096"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "nope"}, out, err), 2);
-  EXPECT_NE(err.find("unknown schedule 'nope'"), std::string::npos) << err;
+  EXPECT_NE(err.find("--schedule nope: expected gpipe, 1f1b"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "gpipe", "--memory-limit", "1p"},
                 out, err),
             1);
@@ -1078,10 +1068,10 @@ TEST(Limits, IntegersAreStrictAndBounded) {
   std::string out, err;
   const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
       {{"--stages", "1000000000"}, "--stages 1000000000: must be between 1 and 4096"},
-      {{"--stages", "1e9"}, "--stages: '1e9' is not an integer"},
+      {{"--stages", "1e9"}, "--stages 1e9: expected an integer between 1 and 4096"},
       {{"--stages", "-3"}, "--stages -3: must be between 1 and 4096"},
-      {{"--stages", "99999999999999999999"}, "--stages: '99999999999999999999' is not an integer"},
-      {{"--stages", "2.5"}, "--stages: '2.5' is not an integer"},
+      {{"--stages", "99999999999999999999"}, "--stages 99999999999999999999: expected an integer"},
+      {{"--stages", "2.5"}, "--stages 2.5: expected an integer"},
       {{"--microbatches", "1000000000"}, "--microbatches 1000000000: must be between 1 and 65536"},
       {{"--microbatches", "0"}, "--microbatches 0: must be between 1 and 65536"},
       {{"--chunks", "100000"}, "--chunks 100000: must be between 1 and 64"},
@@ -1115,7 +1105,7 @@ TEST(Limits, CostsAreFiniteAndBounded) {
   EXPECT_EQ(run({"schedule", "--schedule", "1f1b", "--cost-w", "1,-1,1,1"}, out, err), 2);
   EXPECT_NE(err.find("--cost-w -1: must be >= 0"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--schedule", "auto", "--comm", "1e300"}, out, err), 2);
-  EXPECT_NE(err.find("--comm 1e+300: must be >= 0, finite and at most 1e+12"), std::string::npos) << err;
+  EXPECT_NE(err.find("--comm 1e300: must be finite and in [0, 1e+12]"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--schedule", "1f1b", "--cost-f", "1,2,3"}, out, err), 2);
   EXPECT_NE(err.find("--cost-f has 3 entries; expected 1, stages (4)"), std::string::npos) << err;
   // At the bounds every schedule still generates, validates and simulates.
@@ -1378,7 +1368,7 @@ TEST(Cli, OptimalPrintsItsRowAndCertificate) {
   EXPECT_NE(out.find("optimal: proven optimum"), std::string::npos) << out;
   EXPECT_EQ(run({"schedule", "--stages", "2", "--microbatches", "2", "--optimal", "--optimal-seconds", "0"}, out, err),
             2);
-  EXPECT_NE(err.find("--optimal-seconds must be in"), std::string::npos) << err;
+  EXPECT_NE(err.find("--optimal-seconds 0: must be positive, finite and at most 86400"), std::string::npos) << err;
 }
 
 TEST(Limits, ProblemCheckGuardsLibraryCallers) {

@@ -12,6 +12,7 @@
 #define PIPEC_KERNEL_SCRATCH_H
 
 #include "pipec/kernel_types.h"
+#include "pipec/vocabulary.h"
 
 #include <cstdint>
 
@@ -56,7 +57,7 @@ struct Workspace {
 /// The kernel library whose scratch is asked for: their algorithms differ
 /// (the CPU runs Winograd and per-thread columns, CUDA im2col in chunks of
 /// samples).
-enum class ScratchTarget { Cpu, Cuda };
+using ScratchTarget = ::pipec::Target; // pipec/vocabulary.h
 
 /// nn.conv, nn.conv_input_grad and nn.conv_weight_grad with the operands of
 /// the kernels' signatures (x's shape, w's shape and the attributes).

@@ -64,7 +64,7 @@ using kernels::Workspace;
 // Execution context
 //===----------------------------------------------------------------------===//
 
-enum class Precision { F32, TF32, BF16 };
+using Precision = ::pipec::Precision; // pipec/vocabulary.h: fp32, tf32, bf16
 
 /// Binds `stream` (a cudaStream_t; nullptr is the legacy default stream) and
 /// the GEMM precision for the kernels this thread launches until the scope

@@ -1,0 +1,180 @@
+// The settings of pipec, each declared here once (docs/settings.md): the
+// topology and partition, the planner, the schedule command, the cost model,
+// training and code generation. Options structs bind their fields to these
+// (`bind(settings::Binder &)`); nothing else declares an option of these names.
+#ifndef PIPEC_ANALYSIS_SETTINGS_DECLARED_H
+#define PIPEC_ANALYSIS_SETTINGS_DECLARED_H
+
+#include "analysis/Partition/Partitioner.h"
+#include "analysis/Partition/Topology.h"
+#include "analysis/Schedule/Schedule.h"
+#include "analysis/Settings/Settings.h"
+
+namespace pipec::settings {
+
+static_assert(partition::kMaxMicrobatches == schedule::kMaxMicrobatches,
+              "--microbatches has one bound for the partition and the schedule");
+
+// ------------------------------------------------------- topology and partition
+inline constexpr Setting kCosts{"costs", "The cost table (CSV, docs/cost-table.md)", "file"};
+inline constexpr Setting kGpus{
+    "gpus", "N servers of G devices (NVLink inside, network between); at most 4096 per level and 65536 in all",
+    "NxG"};
+inline constexpr Setting kCluster{"cluster", "Up to 8 levels (docs/cluster-json.md)", "file"};
+inline constexpr Setting kDevice{"device", "Device preset (default H100)", "name", partition::devicePresetNames};
+inline constexpr Setting kIntraBandwidth{"intra-bw", "Override the preset's NVLink bandwidth (with --gpus)", "GB/s"};
+inline constexpr Setting kInterBandwidth{"inter-bw", "Override the preset's network bandwidth (with --gpus)",
+                                         "GB/s"};
+inline constexpr Setting kMemoryLimit{"memory-limit", "Per-device memory, e.g. 16GiB, 80GB (default: the device's)",
+                                      "size"};
+inline constexpr IntSetting kStages{
+    {"stages", "Exactly N pipeline stages (pipec MODEL: at most the devices, default chosen by the planner; "
+               "pipec schedule: ranks per pipeline, at most 4096)",
+     "N"},
+    1,
+    partition::kMaxDevices};
+/// A declaration with a narrower range, for one command that accepts less.
+constexpr IntSetting narrowed(IntSetting setting, int64_t min, int64_t max) {
+  setting.min = min;
+  setting.max = max;
+  return setting;
+}
+/// `pipec schedule --stages`: the schedule library's bound.
+inline constexpr IntSetting kScheduleStages = narrowed(kStages, 1, schedule::kMaxStages);
+inline constexpr Setting kNoReplication{"no-replication", "A straight pipeline: no stage is replicated"};
+inline constexpr IntSetting kMicrobatches{
+    {"microbatches",
+     "Micro-batches per mini-batch, one optimizer step over all replicas (pipec MODEL: default chosen by the "
+     "planner; pipec partition: default 1; pipec schedule: P x V x M at most 1048576)",
+     "M"},
+    1,
+    partition::kMaxMicrobatches};
+inline constexpr Setting kAsync{"async", "PipeDream 1F1B-RR: weight stashing, no flush"};
+inline constexpr RecomputeMode kRecomputeBare = RecomputeMode::All;
+inline constexpr ChoiceSetting<RecomputeMode> kRecompute{
+    {"recompute",
+     "Keep only stage inputs and recompute activations in the backward: all (bare flag), none, or auto (only the "
+     "stages that need it to fit the memory limit)",
+     "mode"},
+    &kRecomputeBare};
+inline constexpr Setting kPartitionFile{
+    "partition", "Evaluate the stages of this file (plan.json schema) instead of searching", "file"};
+inline constexpr Setting kJson{"json", "Print the summary as JSON"};
+inline constexpr Setting kOut{"out", "Write the job (pipec MODEL), DIR/plan.json (pipec partition) or the schedule "
+                                     "files (pipec schedule) into this directory",
+                              "dir"};
+
+// ------------------------------------------------------------------- planner
+inline constexpr ChoiceSetting<ScheduleKind> kSchedule{
+    {"schedule",
+     "Pipeline schedule (pipec MODEL: default the planner picks among the synchronous ones, 1f1b-rr with --async; "
+     "docs/schedules.md)",
+     "name"}};
+inline constexpr IntSetting kChunks{
+    {"chunks",
+     "Model chunks per rank for --schedule interleaved (zb-v: 2); the model is split into ranks x chunks virtual "
+     "stages",
+     "V"},
+    1,
+    schedule::kMaxChunks};
+inline constexpr Setting kVerticalSync{
+    "vertical-sync", "With --async (1f1b-rr): every stage uses the weight version a micro-batch entered stage 0 with"};
+inline constexpr IntSetting kCandidates{
+    {"candidates", "Print the best N plans the planner evaluated, with their simulated times", "n"}, 0, 1000};
+inline constexpr IntSetting kPlanRank{
+    {"plan-rank", "Choose the K-th plan of the planner's ranking instead of the best (1); --candidates lists them",
+     "k"},
+    1,
+    1000};
+
+// ---------------------------------------------------------------- cost model
+inline constexpr ChoiceSetting<Precision> kPrecision{{"precision", "Compute precision of matrix products", "name"}};
+inline constexpr ChoiceSetting<Optimizer> kOptimizer{
+    {"optimizer", "Optimizer (its state counts in memory; sgd-momentum: SGD with momentum 0.9 unless --momentum)",
+     "name"}};
+inline constexpr Setting kProfile{"profile", "Measured per-op times (docs/profile-json.md) overriding estimates",
+                                  "profile.json"};
+inline constexpr Setting kDumpCosts{"dump-costs", "Write the cost table, one row per op (docs/cost-table.md)",
+                                    "costs.csv"};
+inline constexpr RealSetting kLaunchOverhead{
+    {"launch-overhead", "Seconds added to every op's estimate for its kernel launch", "s"}, 0, 1};
+
+// ------------------------------------------------------------------ training
+inline constexpr ChoiceSetting<Loss> kLoss{
+    {"loss",
+     "Loss appended to a model ending in logits (auto, the default: softmax-cross-entropy, or the model's own loss "
+     "when its first output is a scalar)",
+     "name"}};
+inline constexpr RealSetting kLearningRate{{"lr", "Learning rate", "rate"}, 0, 1e6, /*minOpen=*/true};
+inline constexpr RealSetting kMomentum{{"momentum", "SGD momentum", "m"}, 0, 1, false, /*maxOpen=*/true};
+inline constexpr RealSetting kBeta1{{"beta1", "AdamW beta1", "b"}, 0, 1, false, /*maxOpen=*/true};
+inline constexpr RealSetting kBeta2{{"beta2", "AdamW beta2", "b"}, 0, 1, false, /*maxOpen=*/true};
+inline constexpr RealSetting kEpsilon{{"epsilon", "AdamW epsilon", "e"}, 0, 1, /*minOpen=*/true};
+inline constexpr RealSetting kWeightDecay{
+    {"weight-decay", "Weight decay (default: 0.01 for AdamW, 0 for SGD)", "d"}, 0, 1e6};
+
+// ------------------------------------------------------------ weight stashing
+inline constexpr IntSetting kWeightVersions{
+    {"versions", "Weight versions each stage keeps (PipeDream's in-flight micro-batches; 0 or 1: none)", "n"},
+    0,
+    partition::kMaxMicrobatches};
+inline constexpr Setting kFromPlan{"from-plan", "Take the versions and vertical sync from the module's pipe.plan"};
+
+// ----------------------------------------------------------- code generation
+inline constexpr ChoiceSetting<Target> kTarget{
+    {"target",
+     "Stage code: cpu (C++ on the CPU kernels) or cuda (CUDA C++ on cuBLAS and the CUDA kernels, NCCL between "
+     "ranks)",
+     "name"}};
+
+// ------------------------------------------------------ `pipec schedule` alone
+inline constexpr Setting kReplicas{"replicas", "Replicas per stage: one number or a comma list per stage", "R"};
+inline constexpr IntSetting kInFlight{
+    {"in-flight", "1f1b-rr: micro-batches admitted per stage-0 replica (0: its default)", "N"},
+    0,
+    schedule::kMaxMicrobatches};
+inline constexpr Setting kCostF{
+    "cost-f",
+    "Time of the forward of one micro-batch on one stage: one number or a comma list per stage (default 1); every "
+    "time (also --cost-b, --cost-w, --comm, --allreduce-cost) finite, at most 1e12",
+    "F"};
+inline constexpr Setting kCostB{"cost-b", "Time of the input-gradient backward (like --cost-f; default 1)", "B"};
+inline constexpr Setting kCostW{
+    "cost-w",
+    "Time of the weight-gradient backward (like --cost-f; default 1; 0: a fused backward, B computes the weight "
+    "gradients too)",
+    "W"};
+inline constexpr RealSetting kComm{{"comm", "Time of one point-to-point transfer (default 0)", "C"}, 0, 1e12};
+inline constexpr RealSetting kAllreduceCost{
+    {"allreduce-cost", "Time of one ALLREDUCE / VALIDATE (default 0)", "A"}, 0, 1e12};
+inline constexpr Setting kActivationMemoryLimit{
+    "memory-limit",
+    "Activation memory per rank in units of one micro-batch on one stage (1F1B peaks at p); a 'p' suffix "
+    "multiplies by P: 2p = twice 1F1B. Default: unlimited (auto and zb-v: 1p)",
+    "K"};
+inline constexpr RealSetting kWMemFrac{
+    {"w-mem-frac", "Share of a micro-batch's activations still held after B until its W completes (default 1)", "X"},
+    0,
+    1};
+inline constexpr Setting kRecomputeStages{"recompute-stages", "Recompute on the listed stages only (comma list)",
+                                          "L"};
+inline constexpr Setting kBoundaryActivation{
+    "boundary-activation",
+    "Share of a stage's activation a recomputed micro-batch keeps (one number or one per stage; default 0.1)", "X"};
+inline constexpr Setting kCompare{"compare", "All schedules side by side"};
+inline constexpr Setting kPrint{"print", "Print the instruction streams"};
+inline constexpr Setting kOptimal{
+    "optimal",
+    "Also the makespan-optimal schedule of one chunk per rank (split backward) under the memory limit, from an "
+    "integer program (COIN-OR CBC), and the lower bound it proved; at most 8 stages and 16 micro-batches"};
+inline constexpr RealSetting kOptimalSeconds{
+    {"optimal-seconds", "Time the --optimal solver may take (default 60); its best schedule and bound are printed "
+                        "either way",
+     "S"},
+    0,
+    86400,
+    /*minOpen=*/true};
+
+} // namespace pipec::settings
+
+#endif

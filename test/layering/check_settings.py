@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Each setting is declared once, and choices are compared as enums.
+
+docs/settings.md: every setting of pipec is declared in
+analysis/Settings/Declared.h; command lines, pass options and pipelines bind
+to those declarations. This test reads the product sources of tools/,
+analysis/, passes/ and compiler/ and counts, for every setting name:
+
+- its declarations in Declared.h (`Setting kX{"name", ...}` and the
+  typed variants), and
+- every other option declaration of that name: an llvm::cl option
+  (`cl::opt<T> x("name"`, `cl::list`), an MLIR pass option in C++
+  (`Option<T> x{*this, "name"`) or in TableGen (`Option<"x", "name"`,
+  `ListOption<...>`), and a hand-written flag dispatch (`== "--name"`).
+
+The settings the issue names (microbatches, stages, schedule, chunks, target,
+precision) must be declared exactly once in all; no setting of Declared.h
+may be declared anywhere else.
+
+It also refuses a string comparison against a spelling of a choice (a target,
+a precision, an optimizer, a schedule family) outside its registry
+(runtime/include/pipec/vocabulary.h), in every layer including the runtime:
+such code reads the enum instead.
+
+Exits 1 listing every violation.
+"""
+import os
+import re
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+DECLARED = os.path.join("analysis", "Settings", "Declared.h")
+OPTION_DIRS = ["tools", "analysis", "passes", "compiler"]
+CHOICE_DIRS = ["tools", "analysis", "passes", "compiler", "dialects", "runtime"]
+REGISTRY = os.path.join("runtime", "include", "pipec", "vocabulary.h")
+SUFFIXES = (".h", ".cpp", ".cu", ".td", ".inc")
+MUST_BE_ONCE = ["microbatches", "stages", "schedule", "chunks", "target", "precision"]
+
+SETTING = re.compile(r'(?:Setting|IntSetting|RealSetting|ChoiceSetting<\w+>)\s+k\w+\{\s*\{?\s*"([\w-]+)"')
+OTHER_DECLARATIONS = [
+    re.compile(r'cl::(?:opt|list)<[^;]*?>\s*\w*\s*[({]\s*"([\w-]+)"'),
+    re.compile(r'\bOption<[^;"]*?>\s*\w+\s*\{\s*\*this\s*,\s*"([\w-]+)"'),
+    re.compile(r'\b(?:List)?Option<\s*"\w+"\s*,\s*"([\w-]+)"'),
+    re.compile(r'==\s*"--([\w-]+)"'),
+]
+SPELLINGS = ["cpu", "cuda", "fp32", "tf32", "bf16", "adamw", "sgd", "sgd-momentum", "gpipe", "1f1b", "1f1b-rr",
+             "zb-h1", "zb-h2", "zb-v"]
+ALTERNATION = "|".join(re.escape(s) for s in SPELLINGS)
+COMPARISON = re.compile(r'[!=]=\s*"(%s)"|"(%s)"\s*[!=]=' % (ALTERNATION, ALTERNATION))
+
+
+def sources(dirs):
+    for top in dirs:
+        for folder, _, files in os.walk(os.path.join(ROOT, top)):
+            for name in sorted(files):
+                if name.endswith(SUFFIXES):
+                    path = os.path.join(folder, name)
+                    yield os.path.relpath(path, ROOT), open(path, encoding="utf-8", errors="replace").read()
+
+
+def line_of(text, offset):
+    return text.count("\n", 0, offset) + 1
+
+
+def main():
+    problems = []
+    declared = {}  # name -> [where]
+    others = {}    # name -> [where]
+    for path, text in sources(OPTION_DIRS):
+        if path == DECLARED:
+            for m in SETTING.finditer(text):
+                declared.setdefault(m.group(1), []).append("%s:%d" % (path, line_of(text, m.start())))
+            continue
+        for pattern in OTHER_DECLARATIONS:
+            for m in pattern.finditer(text):
+                others.setdefault(m.group(1), []).append("%s:%d" % (path, line_of(text, m.start())))
+    if not declared:
+        problems.append("%s declares no setting (has its syntax changed? update this test)" % DECLARED)
+    for name in MUST_BE_ONCE:
+        where = declared.get(name, []) + others.get(name, [])
+        if len(where) != 1:
+            problems.append("'%s' is declared %d times, must be once: %s" % (name, len(where), ", ".join(where)))
+    for name, where in sorted(declared.items()):
+        if name in others:
+            problems.append("'%s' is declared in %s and again at %s" % (name, DECLARED, ", ".join(others[name])))
+    for path, text in sources(CHOICE_DIRS):
+        if path == REGISTRY:
+            continue
+        for m in COMPARISON.finditer(text):
+            spelling = m.group(1) or m.group(2)
+            problems.append("%s:%d: compares a string with the spelling \"%s\"; compare the enum "
+                            "(pipec/vocabulary.h, Choices)" % (path, line_of(text, m.start()), spelling))
+    for p in problems:
+        print(p)
+    if problems:
+        return 1
+    print("%d settings declared once in %s; no choice compared as a string" % (len(declared), DECLARED))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
