@@ -453,8 +453,8 @@ std::vector<double> perSegmentWork(const Topology &topology, const PartitionOpti
 /// segment (layers^3/6 split points, about two memory variants), the top only
 /// suffixes (layers^2/2); per segment, perSegmentWork. Plus the set insertions
 /// of the memory-variant thresholds (Solver::buildOuterEvents), bounded there.
-double estimatedWork(const Topology &topology, const PartitionOptions &options,
-                     const std::vector<double> &perSegment, int layers, double lowerTables = 2) {
+double estimatedWork(const Topology &topology, const std::vector<double> &perSegment, int layers,
+                     double lowerTables = 2) {
   double L = layers, work = 0;
   for (size_t k = 0; k < topology.levels.size(); ++k)
     work += (k + 1 == topology.levels.size() ? L * L / 2 : lowerTables * L * L * L / 6) * perSegment[k];
@@ -462,7 +462,7 @@ double estimatedWork(const Topology &topology, const PartitionOptions &options,
 }
 double estimatedWork(const Topology &topology, const PartitionOptions &options, int layers,
                      double lowerTables = 2) {
-  return estimatedWork(topology, options, perSegmentWork(topology, options), layers, lowerTables);
+  return estimatedWork(topology, perSegmentWork(topology, options), layers, lowerTables);
 }
 
 /// Bytes of the DP's tables for `layers` units: a value and a choice per
@@ -613,7 +613,7 @@ int autoMaxLayers(const Topology &topology, const PartitionOptions &options, dou
   int best = 16;
   const std::vector<double> perSegment = perSegmentWork(topology, options);
   for (int layers = 16; layers <= 256; layers += 8)
-    if (estimatedWork(topology, options, perSegment, layers, lowerTables) <= budget)
+    if (estimatedWork(topology, perSegment, layers, lowerTables) <= budget)
       best = layers;
   // a forced depth needs at least as many layers as stages
   return std::max(best, options.forcedStages);

@@ -1,6 +1,7 @@
 #include "compiler/Driver/Compiler.h"
 #include "analysis/Settings/Declared.h"
 #include "compiler/Driver/Registration.h"
+#include "compiler/Driver/StageBuild.h"
 #include "compiler/Driver/TrainingJob.h"
 #include "analysis/Partition/CostTable.h"
 #include "analysis/Partition/Error.h"
@@ -108,7 +109,7 @@ void printSummary(mlir::ModuleOp module, const std::string &path, llvm::raw_ostr
   std::vector<std::string> inputs;
   for (unsigned i = 0; i < function.getNumArguments(); ++i) {
     std::optional<nn::Role> role = nn::argumentRole(function, i);
-    auto name = function.getArgAttrOfType<mlir::StringAttr>(i, "nn.name").getValue();
+    auto name = function.getArgAttrOfType<mlir::StringAttr>(i, nn::kNameAttrName).getValue();
     auto type = llvm::cast<mlir::RankedTensorType>(function.getArgument(i).getType());
     if (role == nn::Role::Param) {
       ++parameters;

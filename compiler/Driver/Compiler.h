@@ -59,6 +59,7 @@ struct CompileOptions {
   passes::OptLevel optLevel = passes::OptLevel::O2;
   /// Stage code target (--target).
   Target target = Target::Cpu;
+  bool cudaTarget() const { return target == Target::Cuda; }
   /// GPU architectures of the CUDA stages (--cuda-arch), e.g. "sm_80".
   std::vector<std::string> cudaArchs = {"sm_80", "sm_90"};
   uint64_t seed = 0;

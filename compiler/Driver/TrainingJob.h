@@ -11,10 +11,6 @@
 
 namespace pipec {
 
-/// Checks --target, --cuda-arch and, with --build, that this pipec can
-/// build for them (errors name the flag). Runs before anything else.
-mlir::LogicalResult checkTargetOptions(const CompileOptions &options, llvm::raw_ostream &errs);
-
 /// Writes DIR/stages/stage_<k>.cpp (.cu for --target cuda) (+ CMakeLists.txt, and the libraries with
 /// --build) and DIR/weights/stage_<k>.bin, and returns plan.json's "runtime"
 /// section: how piperun runs them (stage files, data, optimizer, target). The

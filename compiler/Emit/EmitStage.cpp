@@ -26,7 +26,7 @@ void StageEmitter::collectInterface() {
       continue;
     for (unsigned i = 0; i < f.getNumArguments(); ++i) {
       std::optional<nn::Role> role = nn::argumentRole(f, i);
-      auto argName = f.getArgAttrOfType<StringAttr>(i, "nn.name");
+      auto argName = f.getArgAttrOfType<StringAttr>(i, nn::kNameAttrName);
       if (!role || !argName)
         continue;
       auto type = llvm::dyn_cast<RankedTensorType>(f.getArgument(i).getType());
@@ -182,7 +182,7 @@ std::string StageEmitter::allocate(Value value) {
                              std::to_string(savedOffsets.lookup(saved.getValue())) + ")");
     }
     case pipe::StorageKind::Gradient: {
-      auto name = current.getResultAttrOfType<StringAttr>(place.getOffset(), "nn.name");
+      auto name = current.getResultAttrOfType<StringAttr>(place.getOffset(), nn::kNameAttrName);
       assert(name && "a gradient result names its parameter (nn.name)");
       return bind(value, "static_cast<" + t + " *>(call->grad_params[" +
                              std::to_string(paramIndex(name.getValue())) + "])");
@@ -267,7 +267,7 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
   for (unsigned i = 0; i < f.getNumArguments(); ++i) {
     Value argument = f.getArgument(i);
     std::optional<nn::Role> r = nn::argumentRole(f, i);
-    auto name = f.getArgAttrOfType<StringAttr>(i, "nn.name");
+    auto name = f.getArgAttrOfType<StringAttr>(i, nn::kNameAttrName);
     auto saved = f.getArgAttrOfType<StringAttr>(i, "pipe.saved");
     auto tensor = llvm::dyn_cast<RankedTensorType>(argument.getType());
     std::string t = tensor ? cType(tensor.getElementType()) : "";
@@ -314,7 +314,7 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
   auto ret = llvm::cast<func::ReturnOp>(f.getBody().front().getTerminator());
   for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
     std::optional<nn::Role> r = nn::resultRole(f, i);
-    auto name = f.getResultAttrOfType<StringAttr>(i, "nn.name");
+    auto name = f.getResultAttrOfType<StringAttr>(i, nn::kNameAttrName);
     auto saved = f.getResultAttrOfType<StringAttr>(i, "pipe.saved");
     auto type = llvm::dyn_cast<RankedTensorType>(value.getType());
     int64_t bytes = type ? type.getNumElements() * elementBytes(type.getElementType()) : 0;

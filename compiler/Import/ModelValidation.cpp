@@ -2,6 +2,7 @@
 #include "compiler/Import/ModelValidation.h"
 #include "compiler/Import/HostTensor.h"
 #include "compiler/Import/OnnxImporter.h"
+#include "dialects/nn/NNDialect.h"
 #include "runtime/include/pipec/input_file.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -660,7 +661,7 @@ bool checkInferredModel(const onnx::ModelProto &model, const std::string &path,
   };
   module.walk([&](mlir::func::FuncOp function) {
     for (auto argument : function.getArguments()) {
-      auto name = function.getArgAttrOfType<mlir::StringAttr>(argument.getArgNumber(), "nn.name");
+      auto name = function.getArgAttrOfType<mlir::StringAttr>(argument.getArgNumber(), nn::kNameAttrName);
       checkSize(argument, name ? "argument " + displayName(name.str()) : "an argument");
     }
     function.walk([&](mlir::Operation *op) {

@@ -440,7 +440,7 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
     argumentAttributes.reserve(arguments.size());
     for (const auto &argument : arguments)
       argumentAttributes.push_back(builder.getDictionaryAttr(
-          {builder.getNamedAttr("nn.name", builder.getStringAttr(argument.first)),
+          {builder.getNamedAttr(nn::kNameAttrName, builder.getStringAttr(argument.first)),
            nn::roleAttribute(&context, argument.second)}));
     auto function = func::FuncOp::create(builder, fileLoc, "forward",
                                          builder.getFunctionType(argumentTypes, {}),
@@ -498,7 +498,7 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
     SmallVector<DictionaryAttr> resultAttributes;
     for (const auto &output : graph.output())
       resultAttributes.push_back(builder.getDictionaryAttr(
-          {builder.getNamedAttr("nn.name", builder.getStringAttr(output.name()))}));
+          {builder.getNamedAttr(nn::kNameAttrName, builder.getStringAttr(output.name()))}));
     function.setAllResultAttrs(resultAttributes);
 
     // After the conversion: converters add notes too (integers compared in float32).

@@ -77,7 +77,7 @@ LogicalResult verifyFunctionAttribute(Operation *op, StringRef what, unsigned in
   if (attribute.getName() == kRoleAttrName && !llvm::isa<RoleAttr>(attribute.getValue()))
     return op->emitOpError() << what << " #" << index << ": nn.role must be a #nn.role<...> ("
                              << roleSpellings() << "), got " << attribute.getValue();
-  if (attribute.getName() == "nn.name" && !llvm::isa<StringAttr>(attribute.getValue()))
+  if (attribute.getName() == kNameAttrName && !llvm::isa<StringAttr>(attribute.getValue()))
     return op->emitOpError() << what << " #" << index << ": nn.name must be a string, got "
                              << attribute.getValue();
   return success();

@@ -38,6 +38,9 @@ namespace pipec::nn {
 
 /// The attribute that says what a function argument or result is.
 inline constexpr llvm::StringLiteral kRoleAttrName = "nn.role";
+/// The ONNX name of a function argument or result (a parameter, an input,
+/// an output), and of the op that updates a parameter.
+inline constexpr llvm::StringLiteral kNameAttrName = "nn.name";
 /// On the module: the model's floating initializers that are not trained,
 /// each with the reason (a dictionary name → string; docs/importer.md).
 inline constexpr llvm::StringLiteral kFrozenAttrName = "nn.frozen";

@@ -23,6 +23,13 @@ class Pipe_DoubleParameter<string desc> : APFloatParameter<desc> {
   let printer = [{ $_printer.getStream() << ::pipec::pipe::formatDouble($_self.convertToDouble()); }];
 }
 
+// A choice (pipec/vocabulary.h's Choices<E>): the enum in C++, its spelling
+// as a quoted string in the IR, read back through the same table.
+class Pipe_ChoiceParameter<string cppType, string desc> : AttrParameter<cppType, desc> {
+  let parser = "::pipec::pipe::parseChoiceParameter<" # cppType # ">($_parser)";
+  let printer = [{ $_printer << '"' << ::pipec::choiceName($_self) << '"'; }];
+}
+
 def Pipe_CostAttr : Pipe_Attr<"Cost", "cost"> {
   let summary = "An op's times and bytes, as the partition reads them";
   let description = [{
@@ -73,9 +80,9 @@ def Pipe_PlanAttr : Pipe_Attr<"Plan", "plan"> {
           inflight = 4, vertical_sync = false, recompute = array<i64>>}
   }];
   let parameters = (ins
-    StringRefParameter<"schedule family">:$schedule,
+    Pipe_ChoiceParameter<"::pipec::ScheduleKind", "schedule family">:$schedule,
     "int64_t":$chunks,
-    StringRefParameter<"interleaved or v">:$placement,
+    Pipe_ChoiceParameter<"::pipec::Placement", "interleaved or v">:$placement,
     "int64_t":$microbatches,
     "bool":$asynchronous,
     "int64_t":$inflight,

@@ -63,18 +63,14 @@ LogicalResult CostAttr::verify(function_ref<InFlightDiagnostic()> emitError, Str
   return success();
 }
 
-LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef schedule,
-                               int64_t chunks, StringRef placement, int64_t microbatches,
+LogicalResult PlanAttr::verify(function_ref<InFlightDiagnostic()> emitError, pipec::ScheduleKind,
+                               int64_t chunks, pipec::Placement placement, int64_t microbatches,
                                bool asynchronous, int64_t inflight, bool verticalSync,
                                DenseI64ArrayAttr recompute) {
-  pipec::Placement parsed;
-  if (schedule.empty())
-    return emitError() << "pipe.plan: schedule is empty";
   if (chunks < 1 || microbatches < 1 || inflight < 1)
     return emitError() << "pipe.plan: chunks, microbatches and inflight must be at least 1";
-  if (!pipec::parseChoice(placement.str(), parsed))
-    return emitError() << "pipe.plan: placement must be \"interleaved\" or \"v\", got \""
-                       << placement << "\"";
+  if (placement == pipec::Placement::VShape && chunks != 2)
+    return emitError() << "pipe.plan: the v placement runs 2 chunks per rank, not " << chunks;
   if (verticalSync && !asynchronous)
     return emitError() << "pipe.plan: vertical_sync needs asynchronous updates";
   if (!recompute)
@@ -124,9 +120,10 @@ std::optional<OptimizerState> pipec::pipe::resultStateOf(Operation *function, un
   return std::nullopt;
 }
 
-/// `pipe.phase` on an op must be a #pipe.phase<...> and `pipe.optimizer` a
-/// #pipe.optimizer<...>; the other discardable pipe attributes are checked
-/// by the passes that read them.
+/// The discardable pipe attributes (PipeDialect.h's k...AttrName) have the
+/// types their readers expect: `pipe.phase` a #pipe.phase<...>, `pipe.stage`
+/// a non-negative integer, `pipe.plan` a #pipe.plan<...>, and so on; what
+/// their values mean together the passes that read them check.
 LogicalResult PipeDialect::verifyOperationAttribute(Operation *op, NamedAttribute attribute) {
   if (attribute.getName() == kPhaseAttrName && !llvm::isa<PhaseAttr>(attribute.getValue()))
     return op->emitOpError() << "pipe.phase must be a #pipe.phase<...> (fwd, bwd_input, "
@@ -150,6 +147,20 @@ LogicalResult PipeDialect::verifyOperationAttribute(Operation *op, NamedAttribut
     if (!size || size.getValue().isNegative())
       return op->emitOpError() << attribute.getName().getValue() << " must be a non-negative integer, got "
                                << attribute.getValue();
+  }
+  if (attribute.getName() == kStageAttrName) {
+    auto stage = llvm::dyn_cast<IntegerAttr>(attribute.getValue());
+    if (!stage || stage.getValue().isNegative())
+      return op->emitOpError() << "pipe.stage must be a non-negative integer, got " << attribute.getValue();
+  }
+  if (attribute.getName() == kCostAttrName && !llvm::isa<CostAttr>(attribute.getValue()))
+    return op->emitOpError() << "pipe.cost must be a #pipe.cost<...>, got " << attribute.getValue();
+  if (attribute.getName() == kPlanAttrName && !llvm::isa<PlanAttr>(attribute.getValue()))
+    return op->emitOpError() << "pipe.plan must be a #pipe.plan<...>, got " << attribute.getValue();
+  if (attribute.getName() == kStagesAttrName) {
+    auto stages = llvm::dyn_cast<ArrayAttr>(attribute.getValue());
+    if (!stages || !llvm::all_of(stages, [](Attribute a) { return llvm::isa<DictionaryAttr>(a); }))
+      return op->emitOpError() << "pipe.stages must be an array of dictionaries, got " << attribute.getValue();
   }
   if (attribute.getName() == kScratchAttrName) {
     auto place = llvm::dyn_cast<DenseI64ArrayAttr>(attribute.getValue());

@@ -13,11 +13,30 @@
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+#include "mlir/IR/DialectImplementation.h"
+
+#include "runtime/include/pipec/vocabulary.h"
+
 #include "dialects/pipe/PipeOpsDialect.h.inc"
 
 #include "dialects/pipe/PipeEnums.h.inc"
 
 #include <optional>
+
+namespace pipec::pipe {
+/// Reads a choice parameter of an attribute (#pipe.plan's schedule and
+/// placement): a quoted spelling of Choices<E>, or an error listing them.
+template <class E> mlir::FailureOr<E> parseChoiceParameter(mlir::AsmParser &parser) {
+  const llvm::SMLoc loc = parser.getCurrentLocation();
+  std::string text;
+  if (mlir::failed(parser.parseString(&text)))
+    return mlir::failure();
+  E value{};
+  if (!parseChoice(text, value))
+    return parser.emitError(loc) << "expected " << choiceNames<E>(" or ") << ", got \"" << text << "\"";
+  return value;
+}
+} // namespace pipec::pipe
 
 #define GET_ATTRDEF_CLASSES
 #include "dialects/pipe/PipeAttrs.h.inc"
@@ -29,6 +48,8 @@ inline constexpr llvm::StringLiteral kPlanAttrName = "pipe.plan";
 /// pipec-estimate-costs' CostAttr on every costed nn op.
 inline constexpr llvm::StringLiteral kCostAttrName = "pipe.cost";
 inline constexpr llvm::StringLiteral kStagesAttrName = "pipe.stages";
+/// pipec-partition's pipeline stage of an op (a non-negative integer).
+inline constexpr llvm::StringLiteral kStageAttrName = "pipe.stage";
 /// pipec-autodiff's PhaseAttr on every op of @train_step.
 inline constexpr llvm::StringLiteral kPhaseAttrName = "pipe.phase";
 /// pipec-optimizer's OptimizerAttr on the step function (and every stage's step).

@@ -53,7 +53,7 @@ void annotateStages(ModuleOp module, const partition::CostTable &table,
       return;
     auto it = stageOfOp.find(cost.getName());
     if (it != stageOfOp.end())
-      op->setAttr("pipe.stage", builder.getI64IntegerAttr(it->second));
+      op->setAttr(pipe::kStageAttrName, builder.getI64IntegerAttr(it->second));
   });
   // Values computed from parameters only (a transposed weight, a shared
   // initializer's view) are computed in each stage that uses them: their
@@ -66,25 +66,25 @@ void annotateStages(ModuleOp module, const partition::CostTable &table,
     SmallVector<Operation *> ops;
     function.walk([&](Operation *op) { ops.push_back(op); });
     for (Operation *op : llvm::reverse(ops)) {
-      auto stage = op->getAttrOfType<IntegerAttr>("pipe.stage");
+      auto stage = op->getAttrOfType<IntegerAttr>(pipe::kStageAttrName);
       if (!stage || op->getNumResults() == 0 ||
           !llvm::all_of(op->getResults(), [&](Value v) { return roles.isWeightGradient(v); }))
         continue;
       std::map<int64_t, SmallVector<OpOperand *>> usesByStage;
       for (Value result : op->getResults())
         for (OpOperand &use : result.getUses())
-          if (auto userStage = use.getOwner()->getAttrOfType<IntegerAttr>("pipe.stage"))
+          if (auto userStage = use.getOwner()->getAttrOfType<IntegerAttr>(pipe::kStageAttrName))
             usesByStage[userStage.getInt()].push_back(&use);
       if (usesByStage.empty())
         continue;
       auto first = usesByStage.begin();
       if (first->first > stage.getInt())
-        op->setAttr("pipe.stage", builder.getI64IntegerAttr(first->first));
+        op->setAttr(pipe::kStageAttrName, builder.getI64IntegerAttr(first->first));
       for (auto it = std::next(first); it != usesByStage.end(); ++it) {
         mlir::OpBuilder after(op->getContext());
         after.setInsertionPointAfter(op);
         Operation *copy = after.clone(*op);
-        copy->setAttr("pipe.stage", builder.getI64IntegerAttr(it->first));
+        copy->setAttr(pipe::kStageAttrName, builder.getI64IntegerAttr(it->first));
         for (OpOperand *use : it->second)
           use->set(copy->getResult(llvm::cast<OpResult>(use->get()).getResultNumber()));
       }
@@ -148,7 +148,7 @@ private:
     SmallVector<int64_t> recomputed(partition.recomputedStages.begin(),
                                     partition.recomputedStages.end());
     return pipe::PlanAttr::get(
-        &getContext(), chosen.schedule, chosen.chunks, choiceName(chosen.placement),
+        &getContext(), schedule::requireScheduleFamily(chosen.schedule).kind, chosen.chunks, chosen.placement,
         chosen.microbatches, partition.asynchronous, std::max(1, partition.inflightMicrobatches),
         partition.asynchronous && request.verticalSync,
         DenseI64ArrayAttr::get(&getContext(), recomputed));

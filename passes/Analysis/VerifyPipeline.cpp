@@ -55,7 +55,7 @@ struct Checker {
         if (!stageFunction(stage, name))
           fail(stage, id) << "has no @" << name;
       stage.walk([&](Operation *op) {
-        if (auto attr = op->getAttrOfType<IntegerAttr>("pipe.stage"))
+        if (auto attr = op->getAttrOfType<IntegerAttr>(pipe::kStageAttrName))
           if (attr.getInt() != id)
             fail(op, id) << "'" << op->getName() << "' in @" << functionOf(op)
                          << " belongs to stage " << attr.getInt() << " (pipe.stage)";
@@ -261,7 +261,7 @@ struct Checker {
 } // namespace
 
 LogicalResult verifyPipeline(ModuleOp module) {
-  Checker checker{module};
+  Checker checker{module, true, {}};
   checker.checkStages();
   checker.checkCommunication();
   checker.checkSavedValues();

@@ -147,9 +147,9 @@ struct AppendLoss : PassWithOptions<impl::AppendLossBase<AppendLoss>, AppendLoss
     }
     // A partitioned model computes its loss on the stage of its logits.
     if (Operation *producer = output.getDefiningOp())
-      if (Attribute stage = producer->getAttr("pipe.stage"))
+      if (Attribute stage = producer->getAttr(pipe::kStageAttrName))
         for (Operation *op = producer->getNextNode(); op && op != returnOp; op = op->getNextNode())
-          op->setAttr("pipe.stage", stage);
+          op->setAttr(pipe::kStageAttrName, stage);
     keepOnlyLoss(function, returnOp, lossValue);
   }
 
@@ -157,7 +157,7 @@ struct AppendLoss : PassWithOptions<impl::AppendLossBase<AppendLoss>, AppendLoss
     unsigned index = function.getNumArguments();
     (void)function.insertArgument(index, type, {}, function.getLoc());
     MLIRContext *context = function.getContext();
-    function.setArgAttr(index, "nn.name", StringAttr::get(context, name));
+    function.setArgAttr(index, nn::kNameAttrName, StringAttr::get(context, name));
     nn::setArgumentRole(function, index, role);
     return function.getArgument(index);
   }
@@ -170,7 +170,7 @@ struct AppendLoss : PassWithOptions<impl::AppendLossBase<AppendLoss>, AppendLoss
     function.setFunctionType(
         FunctionType::get(function.getContext(), function.getArgumentTypes(), {lossValue.getType()}));
     function.setResultAttrs(0, ArrayRef<NamedAttribute>{});
-    function.setResultAttr(0, "nn.name", StringAttr::get(function.getContext(), "loss"));
+    function.setResultAttr(0, nn::kNameAttrName, StringAttr::get(function.getContext(), "loss"));
     nn::setResultRole(function, 0, nn::Role::Loss);
   }
 };
@@ -219,7 +219,7 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
     GradientRoles roles(function);
     OpBuilder builder(returnOp);
     llvm::DenseMap<Value, Value> gradients;
-    auto stageOf = [](Operation *op) { return op ? op->getAttr("pipe.stage") : Attribute(); };
+    auto stageOf = [](Operation *op) { return op ? op->getAttr(pipe::kStageAttrName) : Attribute(); };
 
     /// Runs `emit` and marks every op it created with the phase and stage.
     auto tagged = [&](pipe::Phase phase, Attribute stage, llvm::function_ref<Value()> emit) {
@@ -229,7 +229,7 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
            op = op->getNextNode()) {
         pipe::setPhase(op, phase);
         if (stage)
-          op->setAttr("pipe.stage", stage);
+          op->setAttr(pipe::kStageAttrName, stage);
       }
       return value;
     };
@@ -320,7 +320,7 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
     SmallVector<Value> results{loss};
     SmallVector<std::pair<nn::Role, StringAttr>> resultNames{{nn::Role::Loss, nullptr}};
     for (BlockArgument argument : function.getArguments()) {
-      auto name = function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "nn.name");
+      auto name = function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), nn::kNameAttrName);
       if (nn::argumentRole(function, argument.getArgNumber()) != nn::Role::Param)
         continue;
       Value grad = gradientOf(argument);
@@ -348,7 +348,7 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
         results.push_back(updated);
         resultNames.push_back(
             {nn::Role::BufferUpdate,
-             function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), "nn.name")});
+             function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), nn::kNameAttrName)});
       }
     }
     func::ReturnOp::create(builder, returnOp.getLoc(), results);
@@ -360,7 +360,7 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
     function.setAllResultAttrs(ArrayRef<DictionaryAttr>{});
     for (auto [index, entry] : llvm::enumerate(resultNames)) {
       nn::setResultRole(function, index, entry.first);
-      function.setResultAttr(index, "nn.name",
+      function.setResultAttr(index, nn::kNameAttrName,
                              entry.second ? entry.second : StringAttr::get(context, "loss"));
     }
     // Last, once the return uses the results: merging replaces those uses

@@ -49,7 +49,7 @@ struct MatMulAgainstMatrix : OpRewritePattern<nn::MatMulOp> {
     auto result = rankedF32(matmul.getResult());
     if (!a || !b || !result || a.getRank() < 2 || b.getRank() != 2)
       return failure();
-    int64_t k = a.getShape().back(), n = b.getDimSize(1);
+    int64_t k = a.getShape().back();
     int64_t rows = a.getNumElements() / std::max<int64_t>(1, k);
     if (k == 0 || b.getDimSize(0) != k)
       return failure();

@@ -60,7 +60,7 @@ struct OptimizerPass : PassWithOptions<impl::OptimizerBase<OptimizerPass>, Optim
       unsigned index = argument.getArgNumber();
       if (nn::argumentRole(trainStep, index) != nn::Role::Param)
         continue;
-      auto name = trainStep.getArgAttrOfType<StringAttr>(index, "nn.name");
+      auto name = trainStep.getArgAttrOfType<StringAttr>(index, nn::kNameAttrName);
       if (!name) {
         trainStep.emitError() << "pipec-optimizer: parameter argument #" << index
                               << " has no nn.name";
@@ -68,7 +68,7 @@ struct OptimizerPass : PassWithOptions<impl::OptimizerBase<OptimizerPass>, Optim
       }
       bool hasGradient = false;
       for (unsigned result = 0; result < trainStep.getNumResults(); ++result) {
-        auto resultName = trainStep.getResultAttrOfType<StringAttr>(result, "nn.name");
+        auto resultName = trainStep.getResultAttrOfType<StringAttr>(result, nn::kNameAttrName);
         if (nn::resultRole(trainStep, result) == nn::Role::Grad && resultName == name) {
           hasGradient = true;
           if (trainStep.getResultTypes()[result] != argument.getType()) {
@@ -93,7 +93,7 @@ struct OptimizerPass : PassWithOptions<impl::OptimizerBase<OptimizerPass>, Optim
               : SmallVector<pipe::OptimizerState>{pipe::OptimizerState::MomentumBuffer};
     auto attrs = [&](StringAttr name, nn::Role role,
                      std::optional<pipe::OptimizerState> state = std::nullopt) {
-      SmallVector<NamedAttribute> list{builder.getNamedAttr("nn.name", name),
+      SmallVector<NamedAttribute> list{builder.getNamedAttr(nn::kNameAttrName, name),
                                        nn::roleAttribute(context, role)};
       if (state)
         list.push_back(builder.getNamedAttr(pipe::kStateAttrName,
@@ -160,7 +160,7 @@ struct OptimizerPass : PassWithOptions<impl::OptimizerBase<OptimizerPass>, Optim
             state0, state1, step, builder.getF32FloatAttr(lr), builder.getF32FloatAttr(beta1),
             builder.getF32FloatAttr(beta2), builder.getF32FloatAttr(epsilon),
             builder.getF32FloatAttr(decay));
-        update->setAttr("nn.name", params[i].first);
+        update->setAttr(nn::kNameAttrName, params[i].first);
         newParams.push_back(update.getNewParam());
         newState.push_back(update.getNewM());
         newState.push_back(update.getNewV());
@@ -169,7 +169,7 @@ struct OptimizerPass : PassWithOptions<impl::OptimizerBase<OptimizerPass>, Optim
             body, loc, TypeRange{param.getType(), param.getType()}, param, grad, state0, step,
             builder.getF32FloatAttr(lr), builder.getF32FloatAttr(momentum),
             builder.getF32FloatAttr(decay));
-        update->setAttr("nn.name", params[i].first);
+        update->setAttr(nn::kNameAttrName, params[i].first);
         newParams.push_back(update.getNewParam());
         newState.push_back(update.getNewMomentumBuffer());
       }

@@ -148,14 +148,14 @@ struct Outliner {
   // ---------------------------------------------------------------- queries
 
   std::optional<int64_t> stageOf(Operation *op) {
-    if (auto stage = op->getAttrOfType<IntegerAttr>("pipe.stage"))
+    if (auto stage = op->getAttrOfType<IntegerAttr>(pipe::kStageAttrName))
       return stage.getInt();
     return std::nullopt;
   }
 
   /// A constant without a stage: every function that reads it gets a copy.
   bool isFloating(Operation *op) {
-    return !op->hasAttr("pipe.stage") && op->getNumOperands() == 0 &&
+    return !op->hasAttr(pipe::kStageAttrName) && op->getNumOperands() == 0 &&
            op->hasTrait<OpTrait::ConstantLike>();
   }
 
@@ -339,7 +339,7 @@ struct Outliner {
   // -------------------------------------------------------------- analysis
 
   LogicalResult readStages() {
-    auto stagesAttr = module->getAttrOfType<ArrayAttr>("pipe.stages");
+    auto stagesAttr = module->getAttrOfType<ArrayAttr>(pipe::kStagesAttrName);
     if (!stagesAttr || stagesAttr.empty())
       return module.emitError("pipec-outline-stages: the module has no pipe.stages; run "
                               "pipec-partition first"),
@@ -634,7 +634,7 @@ struct Outliner {
           continue;
         }
         auto add = nn::AddOp::create(local, leaf.getLoc(), sum, *value);
-        add->setAttr("pipe.stage", builder.getI64IntegerAttr(stage));
+        add->setAttr(pipe::kStageAttrName, builder.getI64IntegerAttr(stage));
         pipe::setPhase(add, pipe::Phase::BwdWeight);
         sum = add;
       }

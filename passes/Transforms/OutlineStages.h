@@ -4,6 +4,7 @@
 #ifndef PIPEC_PASSES_TRANSFORMS_OUTLINESTAGES_H
 #define PIPEC_PASSES_TRANSFORMS_OUTLINESTAGES_H
 
+#include "dialects/nn/NNDialect.h"
 #include "dialects/pipe/PipeDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -18,7 +19,7 @@ inline constexpr llvm::StringLiteral kBackwardWeight = "bwd_weight";
 inline constexpr llvm::StringLiteral kStep = "step";
 
 // Argument and result attributes.
-inline constexpr llvm::StringLiteral kName = "nn.name";   // ONNX name of params and data fields
+inline constexpr llvm::StringLiteral kName = nn::kNameAttrName;   // ONNX name of params and data fields
 inline constexpr llvm::StringLiteral kSaved = "pipe.saved"; // workspace value, by name
 // Function and stage attributes.
 inline constexpr llvm::StringLiteral kSavedBytes = "pipe.saved_bytes";

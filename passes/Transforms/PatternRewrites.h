@@ -25,7 +25,7 @@ inline mlir::Location absorbedLocation(mlir::Location primary, llvm::ArrayRef<ml
 /// which phase; the op that takes over `from`'s computation also keeps its
 /// cost (the profile's name for it).
 inline void inheritPlacement(mlir::Operation *from, mlir::Operation *to, bool withCost) {
-  for (llvm::StringRef name : {llvm::StringRef("pipe.stage"), llvm::StringRef("pipe.phase")})
+  for (llvm::StringRef name : {llvm::StringRef(pipe::kStageAttrName), llvm::StringRef(pipe::kPhaseAttrName)})
     if (mlir::Attribute attribute = from->getAttr(name))
       to->setAttr(name, attribute);
   if (withCost)
@@ -38,8 +38,8 @@ inline void inheritPlacement(mlir::Operation *from, mlir::Operation *to, bool wi
 /// parameter's use) to a stage the plan did not give it; the chain then
 /// stays as it is. (After outline-stages every op of a function agrees.)
 inline bool sameStage(llvm::ArrayRef<mlir::Operation *> ops) {
-  mlir::Attribute stage = ops.front()->getAttr("pipe.stage");
-  return llvm::all_of(ops, [&](mlir::Operation *op) { return op->getAttr("pipe.stage") == stage; });
+  mlir::Attribute stage = ops.front()->getAttr(pipe::kStageAttrName);
+  return llvm::all_of(ops, [&](mlir::Operation *op) { return op->getAttr(pipe::kStageAttrName) == stage; });
 }
 
 /// The permutation of `rank` axes that swaps the last two.

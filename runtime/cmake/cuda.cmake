@@ -15,7 +15,7 @@ if(PIPEC_CUDA_FOUND)
     ${CMAKE_CURRENT_LIST_DIR}/../src/NcclTransport.cpp)
   target_include_directories(pipec_runtime_cuda PUBLIC ${PIPEC_NCCL_INCLUDE})
   target_link_libraries(pipec_runtime_cuda PUBLIC pipec_runtime_mpi CUDA::cudart ${PIPEC_NCCL_LIBRARY})
-  target_compile_options(pipec_runtime_cuda PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>)
+  target_compile_options(pipec_runtime_cuda PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror=switch>)
   set_target_properties(pipec_runtime_cuda PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
                                                       POSITION_INDEPENDENT_CODE ON)
   # One CUDA runtime in the process: the shared one the stage libraries

@@ -124,7 +124,7 @@ int main(int argc, char **argv) {
   auto function = module->lookupSymbol<mlir::func::FuncOp>(entry);
   std::vector<HostTensor> arguments;
   for (unsigned i = 0; i < function.getNumArguments(); ++i) {
-    std::string name = function.getArgAttrOfType<mlir::StringAttr>(i, "nn.name").str();
+    std::string name = function.getArgAttrOfType<mlir::StringAttr>(i, pipec::nn::kNameAttrName).str();
     std::optional<pipec::nn::Role> role = pipec::nn::argumentRole(function, i);
     if (!role)
       return fail("argument '" + name + "' of @" + entry + " has no nn.role");
@@ -144,7 +144,7 @@ int main(int argc, char **argv) {
   std::ofstream index(std::filesystem::path(outputDir.getValue()) / "index.txt");
   for (unsigned i = 0; i < function.getNumResults(); ++i) {
     std::optional<pipec::nn::Role> role = pipec::nn::resultRole(function, i);
-    auto name = function.getResultAttrOfType<mlir::StringAttr>(i, "nn.name");
+    auto name = function.getResultAttrOfType<mlir::StringAttr>(i, pipec::nn::kNameAttrName);
     std::string file;
     if (!role)
       file = "output_" + sanitize(name ? name.getValue() : std::to_string(i)) + ".npy";

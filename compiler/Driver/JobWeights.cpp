@@ -1,0 +1,77 @@
+#include "compiler/Driver/JobWeights.h"
+
+#include "dialects/nn/NNDialect.h"
+#include "runtime/include/pipec/stage_abi.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/Support/ErrorHandling.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include "pipec/tensor_file.h"
+
+#include <cstring>
+#include <set>
+
+using namespace mlir;
+
+namespace pipec {
+
+AbiDtype abiDtype(Type element) {
+  if (element.isF32()) return {PIPEC_F32, "f32"};
+  if (element.isF64()) return {PIPEC_F64, "f64"};
+  if (element.isInteger(64)) return {PIPEC_I64, "i64"};
+  if (element.isInteger(32)) return {PIPEC_I32, "i32"};
+  assert(element.isInteger(1) && "the IR holds f32, f64, i64, i32 and i1 tensors only");
+  return {PIPEC_BOOL, "bool"};
+}
+
+namespace {
+/// Element `e` of `value` stored as `dtype` at `out` (the weights file's
+/// bytes): floats rounded once from the initializer's value, integers exact.
+void storeElement(const import::HostTensor &value, int64_t e, int dtype, unsigned char *out) {
+  auto store = [out](auto converted) { std::memcpy(out, &converted, sizeof converted); };
+  switch (dtype) {
+  case PIPEC_F32: return store(static_cast<float>(value.asDouble(e)));
+  case PIPEC_F64: return store(value.asDouble(e));
+  case PIPEC_I64: return store(static_cast<int64_t>(value.asInt(e)));
+  case PIPEC_I32: return store(static_cast<int32_t>(value.asInt(e)));
+  case PIPEC_BOOL: return store(static_cast<uint8_t>(value.asInt(e) != 0));
+  }
+  llvm_unreachable("abiDtype gives the stage ABI's dtypes only");
+}
+} // namespace
+
+LogicalResult writeStageWeights(pipe::StageOp stage, const std::map<std::string, import::HostTensor> &initial,
+                                const std::filesystem::path &file, raw_ostream &errs) {
+  std::vector<io::Tensor> tensors;
+  std::set<std::string> seen;
+  stage.walk([&](func::FuncOp function) {
+    for (unsigned i = 0; i < function.getNumArguments(); ++i) {
+      std::optional<nn::Role> role = nn::argumentRole(function, i);
+      auto name = function.getArgAttrOfType<StringAttr>(i, nn::kNameAttrName);
+      if ((role != nn::Role::Param && role != nn::Role::Buffer) ||
+          !seen.insert(name.str()).second)
+        continue;
+      auto type = llvm::cast<RankedTensorType>(function.getArgument(i).getType());
+      const import::HostTensor &value = initial.at(name.str());
+      io::Tensor tensor;
+      tensor.name = name.str();
+      tensor.dtype = abiDtype(type.getElementType()).code;
+      tensor.shape.assign(type.getShape().begin(), type.getShape().end());
+      tensor.data.resize(tensor.bytes());
+      const size_t elementBytes = io::dtypeSize(tensor.dtype);
+      for (int64_t e = 0; e < value.numElements(); ++e)
+        storeElement(value, e, tensor.dtype, reinterpret_cast<unsigned char *>(tensor.data.data()) + e * elementBytes);
+      tensors.push_back(std::move(tensor));
+    }
+  });
+  try {
+    io::writeTensorFile(file.string(), tensors);
+  } catch (const std::exception &problem) {
+    errs << "error: " << problem.what() << "\n";
+    return failure();
+  }
+  return success();
+}
+
+} // namespace pipec

@@ -1,0 +1,34 @@
+// A job's initial weights (docs/weights-format.md): each stage's parameters
+// and buffers from the model's initializers, in the stage ABI's dtypes.
+#ifndef PIPEC_COMPILER_DRIVER_JOBWEIGHTS_H
+#define PIPEC_COMPILER_DRIVER_JOBWEIGHTS_H
+
+#include "compiler/Import/HostTensor.h"
+#include "dialects/pipe/PipeDialect.h"
+
+#include "mlir/Support/LLVM.h"
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+namespace pipec {
+
+/// The stage ABI's dtype of an IR element type: its code and its name in
+/// data-set specs (docs/dataset-format.md). The IR's tensors are f32, f64,
+/// i64, i32 or i1 (the importer's training kinds).
+struct AbiDtype {
+  int code;
+  const char *name;
+};
+AbiDtype abiDtype(mlir::Type element);
+
+/// Writes `file`: every parameter and buffer the stage's functions read,
+/// from `initial` (the model's initializers by name), floats rounded once to
+/// the IR's element type, integers exact.
+mlir::LogicalResult writeStageWeights(pipe::StageOp stage, const std::map<std::string, import::HostTensor> &initial,
+                                      const std::filesystem::path &file, llvm::raw_ostream &errs);
+
+} // namespace pipec
+
+#endif // PIPEC_COMPILER_DRIVER_JOBWEIGHTS_H
