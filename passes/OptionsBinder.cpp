@@ -33,6 +33,12 @@ template <class T> std::string valueText(const T &value) {
   return os.str();
 }
 std::string valueText(const bool &value) { return value ? "true" : "false"; }
+
+/// A pass pipeline prints every option, the ones never given as `name=`:
+/// read back, that text leaves the setting unset, so that a printed pipeline
+/// (a reproducer, --dump-pass-pipeline) parses to the same passes.
+bool isUnsetText(const std::string &value) { return value.empty(); }
+bool isUnsetText(bool) { return false; }
 } // namespace
 
 OptionsBinder::OptionsBinder(std::vector<cl::SubCommand *> subcommands, cl::OptionCategory &category)
@@ -85,13 +91,13 @@ OptionsBinder::Bound &OptionsBinder::option(const settings::Setting &setting, co
   case Mode::Pass: {
     auto option = std::make_shared<mlir::Pass::Option<T>>(*pass, setting.name, desc);
     auto *raw = option.get();
-    finish(option, [raw] { return raw->hasValue(); });
+    finish(option, [raw] { return raw->hasValue() && !isUnsetText(raw->getValue()); });
     break;
   }
   case Mode::PassOptions: {
     auto option = std::make_shared<mlir::detail::PassOptions::Option<T>>(*passOptions, setting.name, desc);
     auto *raw = option.get();
-    finish(option, [raw] { return raw->hasValue(); });
+    finish(option, [raw] { return raw->hasValue() && !isUnsetText(raw->getValue()); });
     break;
   }
   }
