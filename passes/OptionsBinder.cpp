@@ -1,6 +1,8 @@
 #include "passes/OptionsBinder.h"
 
+#include <cassert>
 #include <sstream>
+#include <typeinfo>
 
 namespace cl = llvm::cl;
 
@@ -11,7 +13,8 @@ using settings::SettingError;
 struct OptionsBinder::Bound {
   const settings::Setting *setting;
   std::shared_ptr<void> owner; // the option, whatever its type
-  void *typed = nullptr;       // the option as its cl::opt<T> or cl::list<T> base
+  void *typed = nullptr;       // the option as its cl::opt<T> base
+  const std::type_info *type = nullptr; // T
   std::function<bool()> given;
   std::function<std::string()> text; // the given value, for messages
   std::vector<std::function<void()>> appliers;
@@ -77,6 +80,7 @@ OptionsBinder::Bound &OptionsBinder::option(const settings::Setting &setting, co
     auto *raw = option.get();
     b->owner = option;
     b->typed = static_cast<cl::opt<T> *>(raw);
+    b->type = &typeid(T);
     b->given = std::move(given);
     b->text = [raw] { return valueText(raw->getValue()); };
     return raw;
@@ -129,6 +133,7 @@ cl::opt<T> &OptionsBinder::reuseOrCreate(const settings::Setting &setting, const
   b = find(setting);
   if (!b)
     b = &option<T>(setting, help, valueOptional);
+  assert(b->type == &typeid(T) && "a setting is bound as one kind of value everywhere");
   return *static_cast<cl::opt<T> *>(b->typed);
 }
 
@@ -169,57 +174,6 @@ void OptionsBinder::onChoice(const settings::Setting &setting, const char *bare,
     const std::string &text = opt.getValue();
     apply(text.empty() && bare ? std::string(bare) : text);
   });
-}
-
-void OptionsBinder::list(const settings::Setting &setting, std::vector<std::string> &field) {
-  if (Bound *b = find(setting)) {
-    auto *opt = static_cast<cl::list<std::string> *>(b->typed);
-    b->appliers.push_back([opt, &field] { field.assign(opt->begin(), opt->end()); });
-    return;
-  }
-  texts.push_back(setting.fullHelp());
-  cl::desc desc(texts.back());
-  auto b = std::make_unique<Bound>();
-  b->setting = &setting;
-  std::shared_ptr<cl::list<std::string>> option;
-  switch (mode) {
-  case Mode::CommandLine: {
-    auto created = std::make_shared<cl::list<std::string>>(llvm::StringRef(setting.name), desc, cl::cat(*category),
-                                                             InSubcommands{subs});
-    auto *raw = created.get();
-    b->given = [raw] { return raw->getNumOccurrences() > 0; };
-    option = created;
-    break;
-  }
-  case Mode::Pass: {
-    auto created = std::make_shared<mlir::Pass::ListOption<std::string>>(*pass, setting.name, desc);
-    auto *raw = created.get();
-    b->given = [raw] { return raw->hasValue(); };
-    option = created;
-    break;
-  }
-  case Mode::PassOptions: {
-    auto created =
-        std::make_shared<mlir::detail::PassOptions::ListOption<std::string>>(*passOptions, setting.name, desc);
-    auto *raw = created.get();
-    b->given = [raw] { return raw->hasValue(); };
-    option = created;
-    break;
-  }
-  }
-  if (*setting.valueName)
-    option->setValueStr(setting.valueName);
-  auto *raw = option.get();
-  b->owner = option;
-  b->typed = raw;
-  b->text = [raw] {
-    std::string joined;
-    for (const std::string &item : *raw)
-      joined += (joined.empty() ? "" : ",") + item;
-    return joined;
-  };
-  b->appliers.push_back([raw, &field] { field.assign(raw->begin(), raw->end()); });
-  bound.push_back(std::move(b));
 }
 
 } // namespace pipec::passes

@@ -48,9 +48,6 @@ public:
   void onText(const settings::Setting &setting, std::function<void(const std::string &)> apply) override;
   void onChoice(const settings::Setting &setting, const char *bare, const std::string &spellings,
                 std::function<void(const std::string &)> apply) override;
-  /// Repeatable text (`--freeze A --freeze B`, `freeze=A,B`).
-  void list(const settings::Setting &setting, std::vector<std::string> &field);
-
 private:
   enum class Mode { CommandLine, Pass, PassOptions };
   struct Bound;

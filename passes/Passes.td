@@ -31,6 +31,10 @@ def EstimateCosts : Pass<"pipec-estimate-costs", "mlir::ModuleOp"> {
              bwd_input = 0.0, bwd_weight = 4.1e-06, fwd_flops = 32768.0,
              activation_bytes = 2048, param_bytes = 8448, optimizer_bytes = 16896,
              source = "estimate">, transB = true} : (...) -> tensor<8x64xf32>
+
+    Options: the settings `EstimateCostsOptions::bind` binds (analysis/Settings/Declared.h,
+    docs/settings.md), the same as pipec's flags of those names;
+    `pipec-opt --help` lists them.
   }];
   let statistics = [
     Statistic<"numOpsCosted", "ops-costed", "Number of ops annotated">,
@@ -60,6 +64,10 @@ def AssignStages : Pass<"pipec-partition", "mlir::ModuleOp"> {
       module attributes {pipe.plan = #pipe.plan<schedule = "1f1b", ...>, pipe.stages = [...]}
       %0 = nn.gemm ... {pipe.cost = {...}, pipe.stage = 0 : i64}
       %1 = nn.relu %0 {pipe.cost = {...}, pipe.stage = 1 : i64}
+
+    Options: the settings `planner::Request::bind` binds (analysis/Settings/Declared.h,
+    docs/settings.md), the same as pipec's flags of those names;
+    `pipec-opt --help` lists them.
   }];
   let statistics = [
     Statistic<"numPlansEvaluated", "plans-evaluated", "Number of plans the planner simulated">,
@@ -83,6 +91,10 @@ def AppendLoss : Pass<"pipec-append-loss", "mlir::ModuleOp"> {
     After (loss=softmax-cross-entropy):
       func.func @forward(..., %x {nn.role = #nn.role<input>}, %labels: tensor<8xi64> {nn.role = #nn.role<label>})
           -> (tensor<f32> {nn.role = #nn.role<loss>})
+
+    Options: the settings `AppendLossOptions::bind` binds (analysis/Settings/Declared.h,
+    docs/settings.md), the same as pipec's flags of those names;
+    `pipec-opt --help` lists them.
   }];
 }
 
@@ -139,6 +151,10 @@ def Optimizer : Pass<"pipec-optimizer", "mlir::ModuleOp"> {
                                                    weight_decay = 0.0 : f32} : tensor<64x32xf32>
         return %0#0, %0#1 : ...
       }
+
+    Options: the settings `OptimizerOptions::bind` binds (analysis/Settings/Declared.h,
+    docs/settings.md), the same as pipec's flags of those names;
+    `pipec-opt --help` lists them.
   }];
   let statistics = [
     Statistic<"numUpdates", "updates", "Number of parameter updates created">,
@@ -228,6 +244,10 @@ def WeightStashing : Pass<"pipec-weight-stashing", "mlir::ModuleOp"> {
         ...
       func.func @bwd_weight(..., %mb: index {nn.role = #nn.role<microbatch>}) {
         %w = pipe.restore %mb {name = "fc.weight", slots = 4 : i64} : tensor<64x32xf32>
+
+    Options: the settings `WeightStashingOptions::bind` binds (analysis/Settings/Declared.h,
+    docs/settings.md), the same as pipec's flags of those names;
+    `pipec-opt --help` lists them.
   }];
   let statistics = [
     Statistic<"numStashed", "stashed", "Number of parameters stashed">,
@@ -410,6 +430,10 @@ def PlanMemory : Pass<"pipec-plan-memory", "mlir::ModuleOp"> {
       %b = nn.relu %a {pipe.storage = [#pipe.storage<arena, 66560>]} ...
       %y = nn.conv %b, %w {..., pipe.scratch = array<i64: 0, 66560>,
                            pipe.storage = [#pipe.storage<arena, 74752>]} ...
+
+    Options: the settings `PlanMemoryOptions::bind` binds (analysis/Settings/Declared.h,
+    docs/settings.md), the same as pipec's flags of those names;
+    `pipec-opt --help` lists them.
   }];
   let statistics = [
     Statistic<"numScratchCalls", "scratch-calls", "Number of kernel calls given scratch in the arena">,

@@ -37,9 +37,6 @@
 
 namespace pipec {
 
-static_assert(partition::kMaxMicrobatches == schedule::kMaxMicrobatches,
-              "--microbatches has one bound for the partition and the schedule");
-
 namespace {
 mlir::OpPrintingFlags printingFlags(const CompileOptions &options) {
   mlir::OpPrintingFlags flags;
