@@ -1,14 +1,11 @@
 #include "passes/OptionsBinder.h"
 
 #include <cassert>
-#include <sstream>
 #include <typeinfo>
 
 namespace cl = llvm::cl;
 
 namespace pipec::passes {
-
-using settings::SettingError;
 
 struct OptionsBinder::Bound {
   const settings::Setting *setting;
@@ -30,12 +27,9 @@ struct InSubcommands {
   }
 };
 
-template <class T> std::string valueText(const T &value) {
-  std::ostringstream os;
-  os << value;
-  return os.str();
-}
-std::string valueText(const bool &value) { return value ? "true" : "false"; }
+/// An option's value as messages show it (options are strings or flags).
+std::string valueText(const std::string &value) { return value; }
+std::string valueText(bool value) { return value ? "true" : "false"; }
 
 /// A pass pipeline prints every option, the ones never given as `name=`:
 /// read back, that text leaves the setting unset, so that a printed pipeline
@@ -83,7 +77,6 @@ OptionsBinder::Bound &OptionsBinder::option(const settings::Setting &setting, co
     b->type = &typeid(T);
     b->given = std::move(given);
     b->text = [raw] { return valueText(raw->getValue()); };
-    return raw;
   };
   switch (mode) {
   case Mode::CommandLine: {
@@ -113,14 +106,10 @@ void OptionsBinder::apply() const {
   for (const auto &b : bound) {
     if (!b->given())
       continue;
-    try {
+    settings::applyNamed(spelled(*b->setting, b->text()), [&] {
       for (const auto &applier : b->appliers)
         applier();
-    } catch (const SettingError &error) {
-      throw SettingError(spelled(*b->setting, b->text()) + ": " + error.what());
-    } catch (const std::runtime_error &error) { // the parsers of the analysis layer name the setting
-      throw SettingError(error.what());
-    }
+    });
   }
 }
 

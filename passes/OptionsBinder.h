@@ -69,50 +69,34 @@ private:
   std::deque<std::string> texts; // cl::desc keeps pointers
 };
 
-/// The options of a pass as one settings struct (Options::bind): bound as the
-/// pass's textual options when the pass is built or copied (a pass manager
-/// copies its passes; MLIR then copies the options' values in order).
-template <class Options> class BoundPassOptions {
+/// A pass (its TableGen base `PassBase`) whose options are one settings
+/// struct `Options` (Options::bind), bound as the pass's textual options when
+/// the pass is built (from typed options, createX(options), or defaults) or
+/// copied (a pass manager copies its passes; MLIR then copies the options'
+/// values in order). runOnOperation reads them with options().
+template <class PassBase, class Options> class PassWithOptions : public PassBase {
 public:
-  BoundPassOptions(mlir::Pass &pass, const Options &initial) : options(initial), binder(pass) {
-    options.bind(binder);
+  explicit PassWithOptions(const Options &initial = {}) : bound(initial), binder(*this) { bound.bind(binder); }
+  PassWithOptions(const PassWithOptions &other) : PassBase(other), bound(other.bound), binder(*this) {
+    bound.bind(binder);
   }
+
+protected:
   /// The options with the given textual ones applied, or failure after an
-  /// error on `op` naming the option.
-  mlir::FailureOr<Options> get(mlir::Operation *op) {
+  /// error on the operation naming the option.
+  mlir::FailureOr<Options> options() {
     try {
       binder.apply();
     } catch (const settings::SettingError &error) {
-      op->emitError() << error.what();
+      this->getOperation()->emitError() << error.what();
       return mlir::failure();
     }
-    return options;
+    return bound;
   }
 
-  /// The options as built (and as last applied): what a copy of the pass starts from.
-  const Options &current() const { return options; }
-
 private:
-  Options options;
+  Options bound; // the binder's fields: a pass is never moved, so their addresses hold
   OptionsBinder binder;
-};
-
-/// A pass (its TableGen base `PassBase`) whose options are `Options`: built
-/// from typed options (createX(options)) or default ones, and rebuilt when
-/// the pass manager copies it. runOnOperation reads them with options().
-template <class PassBase, class Options> class PassWithOptions : public PassBase {
-public:
-  explicit PassWithOptions(const Options &options = {})
-      : bound(std::make_unique<BoundPassOptions<Options>>(*this, options)) {}
-  PassWithOptions(const PassWithOptions &other)
-      : PassBase(other), bound(std::make_unique<BoundPassOptions<Options>>(*this, other.bound->current())) {}
-
-protected:
-  /// The options with the textual ones applied, or failure after an error.
-  mlir::FailureOr<Options> options() { return bound->get(this->getOperation()); }
-
-private:
-  std::unique_ptr<BoundPassOptions<Options>> bound;
 };
 
 } // namespace pipec::passes

@@ -27,7 +27,7 @@ namespace pipec::passes {
 /// products, the optimizer whose state counts in memory, a measured profile
 /// and where to write the cost table.
 struct EstimateCostsOptions {
-  std::string device = "H100";
+  std::string device = partition::kDefaultDevice;
   Precision precision = Precision::F32;
   ::pipec::Optimizer optimizer = ::pipec::Optimizer::AdamW;
   std::string profile;
@@ -85,6 +85,9 @@ struct PlanningResult {
 
 /// pipec-partition on a request built by the driver from every planner flag
 /// (the textual options cover the common ones); fills `result` if given.
+/// pipec-partition's request before its options: one device (gpus=1x1), so
+/// that `pipec-opt --pipec-partition` alone plans.
+planner::Request defaultPlanningRequest();
 std::unique_ptr<mlir::Pass> createPlanning(const planner::Request &request,
                                            PlanningResult *result);
 

@@ -89,7 +89,7 @@ struct PipelineOptions : mlir::PassPipelineOptions<PipelineOptions> {
                        llvm::cl::init(2)};
 
   PipelineOptions() : binder(*this) {
-    config.planning.partition.gpus = "1x1";
+    config.planning = defaultPlanningRequest();
     config.loss.bind(binder);
     config.costs.bind(binder);
     config.planning.bind(binder);

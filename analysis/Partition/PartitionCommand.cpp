@@ -72,19 +72,11 @@ void PartitionCliOptions::bind(settings::Binder &b) {
 }
 
 void applyPartitionFlag(PartitionCliOptions &o, const std::string &flag, const std::string &value) {
-  try {
-    settings::applyArguments([&](settings::Binder &b) { o.bind(b); }, {{flag, value}});
-  } catch (const settings::SettingError &error) {
-    throw Error(error.what());
-  }
+  settings::applyArguments<Error>(o, {{flag, value}});
 }
 
 void applyPartitionTokens(PartitionCliOptions &o, const std::vector<std::string> &tokens) {
-  try {
-    settings::applyTokens([&](settings::Binder &b) { o.bind(b); }, tokens);
-  } catch (const settings::SettingError &error) {
-    throw Error(error.what());
-  }
+  settings::applyTokens<Error>(o, tokens);
 }
 
 static PartitionResult evaluatePartitionFile(const CostTable &table, const Topology &topo,

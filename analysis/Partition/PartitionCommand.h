@@ -18,7 +18,7 @@ struct PartitionCliOptions {
   std::string costsFile;   ///< --costs FILE (`pipec partition` only)
   std::string gpus;        ///< --gpus NxG
   std::string clusterFile; ///< --cluster FILE
-  std::string device = "H100"; ///< --device
+  std::string device = kDefaultDevice; ///< --device
   bool deviceGiven = false;
   double intraBytesPerSecond = 0, interBytesPerSecond = 0; ///< --intra-bw/--inter-bw (0: preset)
   std::string partitionFile; ///< --partition FILE

@@ -46,6 +46,8 @@ struct Level {
 inline constexpr int kMaxLevels = 8;
 inline constexpr int kMaxFanout = 4096;       ///< children of one component, any level
 inline constexpr int64_t kMaxDevices = 65536; ///< product of the fan-outs
+/// The device preset when none is given (--device).
+inline constexpr const char *kDefaultDevice = "H100";
 inline constexpr double kMinBandwidthGBps = 1e-3, kMaxBandwidthGBps = 1e6;
 inline constexpr int64_t kMaxDeviceMemoryBytes = int64_t(1) << 50; ///< 1 PiB
 

@@ -114,19 +114,11 @@ void ScheduleCliOptions::bind(settings::Binder &b) {
 }
 
 void applyScheduleFlag(ScheduleCliOptions &a, const std::string &opt, const std::string &value) {
-  try {
-    settings::applyArguments([&](settings::Binder &b) { a.bind(b); }, {{opt, value}});
-  } catch (const settings::SettingError &error) {
-    throw ScheduleError(error.what());
-  }
+  settings::applyArguments<ScheduleError>(a, {{opt, value}});
 }
 
 void applyScheduleTokens(ScheduleCliOptions &a, const std::vector<std::string> &tokens) {
-  try {
-    settings::applyTokens([&](settings::Binder &b) { a.bind(b); }, tokens);
-  } catch (const settings::SettingError &error) {
-    throw ScheduleError(error.what());
-  }
+  settings::applyTokens<ScheduleError>(a, tokens);
 }
 
 namespace {

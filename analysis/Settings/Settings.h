@@ -105,6 +105,21 @@ public:
   }
 };
 
+/// Runs a given setting's appliers. A SettingError (a value's syntax or
+/// range) gets `spelled` in front, how the user wrote it ("--chunks 99",
+/// "pipec-partition: chunks=99"); the analysis layer's own parsers (`2x8`,
+/// `16GiB`) already name the flag and keep their message. The one place every
+/// binder reports a bad value.
+template <class Apply> void applyNamed(const std::string &spelled, Apply &&apply) {
+  try {
+    apply();
+  } catch (const SettingError &error) {
+    throw SettingError(spelled + ": " + error.what());
+  } catch (const std::runtime_error &error) {
+    throw SettingError(error.what());
+  }
+}
+
 /// Throws SettingError unless `value` is within the setting's range: the one
 /// range check of every binder.
 inline void checkRange(const IntSetting &setting, int64_t value) {

@@ -52,14 +52,10 @@ public:
       const Bound *bound = find(flag);
       if (!bound)
         throw SettingError("unknown option '" + flag + "'");
-      try {
+      applyNamed(flag + (value.empty() ? "" : " " + value), [&] {
         for (const auto &applier : bound->appliers)
           applier(value);
-      } catch (const SettingError &error) {
-        throw SettingError(flag + (value.empty() ? "" : " " + value) + ": " + error.what());
-      } catch (const std::runtime_error &error) { // the parsers of the analysis layer name the flag
-        throw SettingError(error.what());
-      }
+      });
     }
   }
 
@@ -112,17 +108,29 @@ private:
   std::vector<Bound> bound;
 };
 
-/// Binds with `bind`, then applies `arguments`. Throws SettingError.
-template <class Bind> void applyArguments(Bind &&bind, const Arguments &arguments) {
+/// Binds `options` (its bind()), then applies `arguments`. A bad value or
+/// an unknown flag throws `Error` (the library's own exception type, by
+/// default SettingError) with the message naming the flag.
+template <class Error = SettingError, class Options>
+void applyArguments(Options &options, const Arguments &arguments) {
   TextBinder binder;
-  bind(static_cast<Binder &>(binder));
-  binder.apply(arguments);
+  try {
+    options.bind(binder);
+    binder.apply(arguments);
+  } catch (const SettingError &error) {
+    throw Error(error.what());
+  }
 }
 /// The same from command-line tokens ("--stages", "2", "--async", "--recompute=auto").
-template <class Bind> void applyTokens(Bind &&bind, const std::vector<std::string> &tokens) {
+template <class Error = SettingError, class Options>
+void applyTokens(Options &options, const std::vector<std::string> &tokens) {
   TextBinder binder;
-  bind(static_cast<Binder &>(binder));
-  binder.apply(binder.split(tokens));
+  try {
+    options.bind(binder);
+    binder.apply(binder.split(tokens));
+  } catch (const SettingError &error) {
+    throw Error(error.what());
+  }
 }
 
 } // namespace pipec::settings

@@ -97,7 +97,7 @@ namespace {
 /// The planner's request is the pass's options (gpus=1x2 stages=2 ...),
 /// bound to the same settings as pipec's flags (Request::bind).
 struct AssignStages : PassWithOptions<impl::AssignStagesBase<AssignStages>, planner::Request> {
-  AssignStages() : PassWithOptions(defaultRequest()) {}
+  AssignStages() : PassWithOptions(defaultPlanningRequest()) {}
   AssignStages(const planner::Request &request, PlanningResult *result)
       : PassWithOptions(request), result(result) {}
 
@@ -135,13 +135,6 @@ struct AssignStages : PassWithOptions<impl::AssignStagesBase<AssignStages>, plan
   }
 
 private:
-  /// pipec-opt's default: one device (gpus=1x1).
-  static planner::Request defaultRequest() {
-    planner::Request request;
-    request.partition.gpus = "1x1";
-    return request;
-  }
-
   Attribute planAttr(const planner::Plan &plan, const planner::Request &request) {
     const planner::Candidate &chosen = plan.chosen;
     const partition::PartitionResult &partition = chosen.partition;
@@ -159,6 +152,12 @@ private:
 
 } // namespace
 } // namespace pipec::passes
+
+pipec::planner::Request pipec::passes::defaultPlanningRequest() {
+  planner::Request request;
+  request.partition.gpus = "1x1";
+  return request;
+}
 
 std::unique_ptr<mlir::Pass> pipec::passes::createPlanning(const planner::Request &request,
                                                           PlanningResult *result) {

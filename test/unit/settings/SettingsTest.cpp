@@ -26,7 +26,7 @@ using pipec::settings::SettingError;
 std::string errorOf(const std::vector<std::string> &tokens) {
   pipec::planner::Request request;
   try {
-    pipec::settings::applyTokens([&](pipec::settings::Binder &b) { request.bind(b); }, tokens);
+    pipec::settings::applyTokens(request, tokens);
   } catch (const SettingError &error) {
     return error.what();
   }
@@ -35,8 +35,7 @@ std::string errorOf(const std::vector<std::string> &tokens) {
 
 TEST(TextBinder, FillsTheTypedRequest) {
   pipec::planner::Request request;
-  pipec::settings::applyTokens([&](pipec::settings::Binder &b) { request.bind(b); },
-                               {"--gpus", "2x4", "--stages=3", "--microbatches", "8", "--schedule", "zb-v", "--chunks",
+  pipec::settings::applyTokens(request, {"--gpus", "2x4", "--stages=3", "--microbatches", "8", "--schedule", "zb-v", "--chunks",
                                 "2", "--async", "--recompute", "--vertical-sync", "--plan-rank", "2"});
   EXPECT_EQ(request.partition.gpus, "2x4");
   EXPECT_EQ(request.partition.options.forcedStages, 3);
@@ -77,7 +76,7 @@ TEST(TextBinder, IntegersAreExactlyTheDeclaredRange) {
     pipec::planner::Request request;
     bool accepted = true;
     try {
-      pipec::settings::applyArguments([&](pipec::settings::Binder &b) { request.bind(b); }, Arguments{{"--chunks", text}});
+      pipec::settings::applyArguments(request, Arguments{{"--chunks", text}});
     } catch (const SettingError &) {
       accepted = false;
     }
