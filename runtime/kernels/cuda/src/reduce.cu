@@ -2,16 +2,23 @@
 // atomics, accumulating in double like the CPU kernels
 // (runtime/kernels/src/reduce.cpp).
 //
-// Two schedules, chosen from the shapes alone (so a given call always
+// Three schedules, chosen from the shapes alone (so a given call always
 // rounds the same way):
 // - one thread per output element, summing its inputs in row-major order:
 //   the CPU kernel's order exactly, hence the same float result; used when
-//   there are many outputs and the reduced axes are not innermost (reads
-//   coalesce across neighbouring outputs);
+//   there are enough outputs to fill the GPU and the reduced axes are not
+//   innermost (reads coalesce across neighbouring outputs);
+// - one block per 8 neighbouring outputs, each output's inputs split
+//   over kColumnGroups threads and their partial sums added in a fixed
+//   order: used when the reduced axes are not innermost but the outputs are
+//   too few to fill the GPU, such as a bias gradient (the sum over 4,096
+//   token rows of [4096, 3072] took 0.55 ms on an H200 with one thread per
+//   output; docs/cuda-kernels.md);
 // - one block per output element with a fixed tree reduction: used when
-//   the reduced axes include the innermost one or there are few outputs
-//   with long reductions. Its double sum may differ from the CPU's in the
-//   last bits of the double, which almost never changes the float result.
+//   the reduced axes include the innermost one and the reductions are long.
+// The last two sum in double in another order than the CPU, which may
+// differ in the last bits of the double and almost never changes the float
+// result.
 #include "detail.cuh"
 #include "index_map.cuh"
 
@@ -83,13 +90,56 @@ __global__ void __launch_bounds__(kReduceBlock)
   }
 }
 
+// Neighbouring outputs of one block: 8 floats are one 32-byte memory sector,
+// so a warp's reads stay sector-efficient while a [4096, 768] bias gradient
+// still gets 96 blocks (32 outputs per block gave 24 and was slower than
+// one block per output; docs/gpu-runs.md).
+constexpr int kColumnLanes = 8;
+constexpr int kColumnGroups = 64; // threads that share one output's inputs
+constexpr int kColumnBlock = kColumnLanes * kColumnGroups;
+
+/// Output i = first + lane of the block's kColumnLanes outputs: thread
+/// (group, lane) sums inputs j = group, group + kColumnGroups, ... in double;
+/// the group's partial sums are then added in group order.
+__global__ void __launch_bounds__(kColumnBlock)
+    reduceColumnsKernel(const float *x, float *y, int64_t outN, int64_t count, IndexMap<1> kept,
+                        IndexMap<1> reduced, bool scale, double k) {
+  __shared__ double partial[kColumnBlock];
+  const int lane = (int)threadIdx.x % kColumnLanes, group = (int)threadIdx.x / kColumnLanes;
+  for (int64_t first = (int64_t)blockIdx.x * kColumnLanes; first < outN; first += (int64_t)gridDim.x * kColumnLanes) {
+    const int64_t i = first + lane;
+    double acc = 0;
+    if (i < outN) {
+      int64_t base[1];
+      kept.offsets(i, base);
+      for (int64_t j = group; j < count; j += kColumnGroups) {
+        int64_t off[1];
+        reduced.offsets(j, off);
+        acc += x[base[0] + off[0]];
+      }
+    }
+    partial[threadIdx.x] = acc;
+    __syncthreads();
+    if (group == 0 && i < outN) {
+      double sum = 0;
+      for (int g = 0; g < kColumnGroups; ++g) sum += partial[g * kColumnLanes + lane];
+      y[i] = (float)(scale ? sum * k : sum);
+    }
+    __syncthreads(); // partial is read before the next outputs reuse it
+  }
+}
+
+/// Below this many outputs one thread per output leaves most of the GPU idle
+/// (an H100/H200 holds about 270,000 resident threads).
+constexpr int64_t kFewOutputs = 65536;
+
 /// How one reduction runs, from the shapes alone.
 struct ReducePlan {
   int64_t outN = 0, count = 0; // outputs; inputs summed into each
   IndexMap<1> kept, reduced;   // output index -> base offset; j -> offset
   double k = 1.0;              // the mean's factor
   bool copy = false;           // nothing summed: y = x
-  bool perBlock = false;       // reduceBlockKernel, else reduceThreadKernel
+  enum class Schedule { PerThread, PerColumns, PerBlock } schedule = Schedule::PerThread;
 };
 
 /// Checks as the CPU kernel; with `mean`, the factor divides by the number
@@ -112,7 +162,11 @@ ReducePlan planReduce(const char *op, const Shape &xs, const Dims &axes, bool em
   int lastAxis = xs.size - 1; // the innermost axis that is not 1
   while (lastAxis >= 0 && xs.v[lastAxis] == 1) --lastAxis;
   const bool innermostReduced = lastAxis >= 0 && keptShape.v[lastAxis] == 1; // its extent is > 1
-  plan.perBlock = plan.count >= 256 && (innermostReduced || plan.outN < 1024);
+  if (innermostReduced)
+    plan.schedule = plan.count >= 256 ? ReducePlan::Schedule::PerBlock : ReducePlan::Schedule::PerThread;
+  else
+    plan.schedule = plan.count >= 64 && plan.outN < kFewOutputs ? ReducePlan::Schedule::PerColumns
+                                                                : ReducePlan::Schedule::PerThread;
   return plan;
 }
 
@@ -124,12 +178,22 @@ void sumAxes(const char *op, const float *x, const Shape &xs, const Dims &axes, 
     check(cudaMemcpyAsync(y, x, (size_t)p.outN * sizeof(float), cudaMemcpyDeviceToDevice, stream()), op);
     return;
   }
-  if (p.perBlock) {
+  switch (p.schedule) {
+  case ReducePlan::Schedule::PerBlock: {
     const unsigned blocks = (unsigned)(p.outN < 65536 ? p.outN : 65536);
     reduceBlockKernel<<<blocks, kReduceBlock, 0, stream()>>>(x, y, p.outN, p.count, p.kept, p.reduced, mean, p.k);
-  } else {
+    break;
+  }
+  case ReducePlan::Schedule::PerColumns: {
+    const unsigned blocks = (unsigned)((p.outN + kColumnLanes - 1) / kColumnLanes);
+    reduceColumnsKernel<<<blocks, kColumnBlock, 0, stream()>>>(x, y, p.outN, p.count, p.kept, p.reduced, mean,
+                                                               p.k);
+    break;
+  }
+  case ReducePlan::Schedule::PerThread:
     reduceThreadKernel<<<blocksFor(p.outN), kThreads, 0, stream()>>>(x, y, p.outN, p.count, p.kept, p.reduced, mean,
                                                                     p.k);
+    break;
   }
   checkLaunch(op);
 }

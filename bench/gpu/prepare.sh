@@ -1,0 +1,67 @@
+#!/bin/bash
+# bench/gpu/prepare.sh WORK [TORCH_PYTHON]: everything the GPU runs of
+# docs/gpu-runs.md need, made on a host that has pipec's build (LLVM/MLIR,
+# OpenMPI, CUDA) for a GPU machine that has only CUDA, NCCL and Python:
+#   WORK/models     the exported models (TORCH_PYTHON: torch + torchvision;
+#                   skipped when the models are there)
+#   WORK/jobs       CUDA jobs (--build): train-<example>-<precision> for the
+#                   GPU-vs-CPU check, bench-*/gpt2-*/r50-* for speed
+#   WORK/cpu        the same train-* jobs for CPU ranks, run here 3 steps with
+#                   their weights exported (the reference)
+#   WORK/bundle.tar.xz  piperun, Debian's OpenMPI 4.1 it links (libraries,
+#                   components, help files), our libcudart, and the jobs; the
+#                   large jobs' initial weights travel as skeletons
+#                   (synthetic_weights.py)
+# Then on the GPU machine: bench/gpu/on_gpu.sh WORK/bundle.tar.xz OUT, and
+# here: bench/gpu/compare_trained.py OUT/trained WORK/cpu.
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
+WORK=$(mkdir -p "$1" && cd "$1" && pwd); TORCH_PYTHON=${2:-python3}
+PIPEC=$ROOT/build/bin/pipec PIPERUN=$ROOT/build/bin/piperun PY=$ROOT/.venv/bin/python
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+[ -f "$WORK/models/resnet50.onnx" ] || "$TORCH_PYTHON" "$HERE/export_models.py" "$WORK/models"
+rm -rf "$WORK/jobs" "$WORK/cpu"; mkdir -p "$WORK/jobs" "$WORK/cpu"
+compile() { # model out options...: pipec with --build, its output in out.log
+  local model=$1 out=$2; shift 2
+  "$PIPEC" "$model" --gpus 1x1 --out "$out" --build "$@" > "$out.log" 2>&1 || { echo "FAILED: pipec $model $* (see $out.log)"; exit 1; }
+}
+# As test/gpu/cuda_target.py's training check, every example and precision.
+for e in mlp cnn gpt; do for p in fp32 tf32 bf16; do
+  train=(--stages 1 --microbatches 4 --optimizer sgd-momentum --lr 0.01 --seed 3 --precision $p)
+  compile "$ROOT/examples/$e.onnx" "$WORK/jobs/train-$e-$p" "${train[@]}" --target cuda
+  compile "$ROOT/examples/$e.onnx" "$WORK/cpu/train-$e-$p" "${train[@]}" --target cpu
+  mpirun -np 1 "$PIPERUN" "$WORK/cpu/train-$e-$p" --iters 3 --export-weights "$WORK/cpu/train-$e-$p/trained" --quiet
+done; done
+for p in fp32 tf32 bf16; do
+  compile "$WORK/models/mlp8x1024_b64.onnx" "$WORK/jobs/bench-b64-$p" --microbatches 16 --target cuda --precision $p
+  compile "$WORK/models/mlp8x1024_b4096.onnx" "$WORK/jobs/bench-b4096-$p" --microbatches 8 --target cuda --precision $p
+done
+for p in tf32 bf16; do
+  compile "$WORK/models/gpt2_124m.onnx" "$WORK/jobs/gpt2-$p" --microbatches 2 --target cuda --precision $p
+  compile "$WORK/models/resnet50.onnx" "$WORK/jobs/r50-$p" --microbatches 2 --target cuda --precision $p
+done
+# The bundle.
+S=$WORK/stage; rm -rf "$S"; mkdir -p "$S"/{bin,mpi,common,cudart,jobs,sys/usr/share,sys/etc} "$S/sys/usr/lib/x86_64-linux-gnu"/{openmpi,pmix2}
+cp "$PIPERUN" "$S/bin/"; cp /usr/bin/orterun "$S/bin/mpirun"; cp /usr/bin/orted "$S/bin/"
+cp -a /usr/lib/x86_64-linux-gnu/openmpi/lib "$S/sys/usr/lib/x86_64-linux-gnu/openmpi/"
+cp -a /usr/lib/x86_64-linux-gnu/pmix2/lib /usr/lib/x86_64-linux-gnu/pmix2/share "$S/sys/usr/lib/x86_64-linux-gnu/pmix2/"
+find "$S/sys" -name '*.a' -delete
+cp -a /usr/share/openmpi "$S/sys/usr/share/"; cp -a /etc/openmpi "$S/sys/etc/"
+# The libraries piperun and OpenMPI's components need, glibc's and CUDA's
+# aside: MPI's own always travel, the common ones only fill what the GPU
+# machine lacks (on_gpu.sh decides).
+for f in "$PIPERUN" /usr/bin/orterun /usr/bin/orted "$S"/sys/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so \
+         "$S"/sys/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/*.so; do ldd "$f" 2>/dev/null || true; done |
+  awk '/=>/ {print $3}' | sort -u | grep -v 'cuda\|libc\.so\|libm\.so\|libdl\|libpthread\|librt\|libstdc\|libgcc_s\|ld-linux\|^not$' |
+  while read -r lib; do
+    case $(basename "$lib") in libmpi*|libopen-*|libmca_common*|liboshmem*|libpmix*|libhwloc*|libevent*) cp -L "$lib" "$S/mpi/";;
+                               *) cp -L "$lib" "$S/common/";; esac
+  done
+cp -L "$(ldd "$PIPERUN" | awk '/libcudart/ {print $3}')" "$S/cudart/"
+for job in "$WORK"/jobs/*/; do name=$(basename "$job"); mkdir -p "$S/jobs/$name/stages"
+  cp -a "$job/plan.json" "$job/schedule" "$job/weights" "$S/jobs/$name/"
+  cp -a "$job"/stages/*.so "$job"/stages/*.constants.bin "$S/jobs/$name/stages/"
+  case $name in train-*) ;; *) "$PY" "$HERE/synthetic_weights.py" strip "$S/jobs/$name";; esac
+done
+tar -C "$S" -cf - . | xz -T0 -6 > "$WORK/bundle.tar.xz"; rm -rf "$S"
+ls -la "$WORK/bundle.tar.xz"
