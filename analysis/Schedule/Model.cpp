@@ -1,5 +1,7 @@
 // Instruction model, problem description, text/JSON serialization.
 #include "analysis/Schedule/Schedule.h"
+#include "runtime/include/pipec/json_reader.h"
+#include "runtime/include/pipec/rank_stream.h"
 
 #include <nlohmann/json.hpp>
 
@@ -209,31 +211,6 @@ std::string toText(const Schedule &s) {
 namespace {
 using nlohmann::json;
 
-json instrJson(const Instr &in) {
-  json j;
-  j["op"] = opName(in.op);
-  if (in.mb >= 0)
-    j["mb"] = in.mb;
-  if (in.chunk >= 0)
-    j["chunk"] = in.chunk;
-  if (in.peer >= 0)
-    j[in.op == Op::AllReduce ? "stage" : "peer"] = in.peer;
-  if (in.version >= 0)
-    j["version"] = in.version;
-  return j;
-}
-
-Instr instrFromJson(const json &j) {
-  Instr in;
-  if (!parseOp(j.at("op").get<std::string>(), in.op))
-    throw ScheduleError("unknown instruction " + j.at("op").dump());
-  in.mb = j.value("mb", -1);
-  in.chunk = j.value("chunk", -1);
-  in.peer = j.value(in.op == Op::AllReduce ? "stage" : "peer", -1);
-  in.version = j.value("version", -1);
-  return in;
-}
-
 json problemJson(const Problem &p) {
   return json{{"stages", p.stages},
               {"microbatches", p.microbatches},
@@ -276,28 +253,19 @@ Problem problemFromJson(const json &j) {
   return p;
 }
 
-json rankJson(const Schedule &s, int r) {
-  json instrs = json::array();
-  for (const Instr &in : s.ranks[r])
-    instrs.push_back(instrJson(in));
-  return json{{"format", "pipec.schedule.rank/1"},
-              {"schedule", s.name},
-              {"rank", r},
-              {"stage", s.problem.stageOfRank(r)},
-              {"replica", s.problem.replicaOfRank(r)},
-              {"chunks", s.problem.chunks},
-              {"placement", choiceName(s.placement)},
-              {"asynchronous", s.asynchronous},
-              {"instructions", std::move(instrs)}};
-}
 } // namespace
 
-std::string rankToJson(const Schedule &s, int rank) { return rankJson(s, rank).dump(1) + "\n"; }
+std::string rankToJson(const Schedule &s, int rank) {
+  return stream::toJson(stream::RankFile{rank, s.problem.stageOfRank(rank), s.problem.replicaOfRank(rank),
+                                         s.ranks[rank]})
+             .dump(1) +
+         "\n";
+}
 
 std::string toJson(const Schedule &s) {
   json ranks = json::array();
-  for (int r = 0; r < (int)s.ranks.size(); ++r)
-    ranks.push_back(rankJson(s, r)["instructions"]);
+  for (const std::vector<Instr> &list : s.ranks)
+    ranks.push_back(stream::toJson(list));
   json j{{"format", "pipec.schedule/1"},
          {"schedule", s.name},
          {"placement", choiceName(s.placement)},
@@ -320,11 +288,10 @@ Schedule fromJson(const std::string &text) {
     s.asynchronous = j.at("asynchronous");
     s.splitBackward = j.at("split_backward");
     s.problem = problemFromJson(j.at("problem"));
-    for (const json &rank : j.at("ranks")) {
-      s.ranks.emplace_back();
-      for (const json &in : rank)
-        s.ranks.back().push_back(instrFromJson(in));
-    }
+    const json_io::Reader<ScheduleError> reader{"schedule JSON"};
+    const json &ranks = j.at("ranks");
+    for (size_t r = 0; r < ranks.size(); ++r)
+      s.ranks.push_back(stream::instructionsFromJson(reader, ranks[r], "ranks[" + std::to_string(r) + "]"));
     return s;
   } catch (const nlohmann::json::exception &e) {
     throw ScheduleError(std::string("bad schedule JSON: ") + e.what());

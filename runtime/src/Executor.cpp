@@ -50,9 +50,9 @@ Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Tr
     fail(plan.planPath + ": max_grad_norm needs a global gradient norm, which an asynchronous schedule (" +
          plan.schedule + ") never has; set it to 0");
 
-  // The instruction stream, checked against the plan before anything runs.
-  // (loadPlanStream: rank, stage, replica, chunks, placement, schedule,
-  // micro-batches, chunks and peers against plan.json and schedule.json.)
+  // The instruction stream, checked against the plan before anything runs
+  // (loadPlanStream: rank, stage, replica, micro-batches, chunks and peers
+  // against plan.json).
   stream_ = loadPlanStream(plan, scheduleRank_);
   if ((int64_t)plan.microbatches * 2 * V_ > transport.maxTag())
     fail(plan.planPath + ": " + std::to_string(plan.microbatches) + " micro-batches x " + std::to_string(V_) +

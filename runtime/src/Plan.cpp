@@ -2,6 +2,8 @@
 
 #include "pipec/input_file.h"
 #include "pipec/job_plan.h"
+#include "pipec/json_reader.h"
+#include "pipec/rank_stream.h"
 
 #include <nlohmann/json.hpp>
 
@@ -36,70 +38,8 @@ json readJson(const std::string &path, const char *what) {
   }
 }
 
-// Typed member access with errors that name the file and the JSON path.
-// Integers must be JSON integers that fit the C++ type (nlohmann's get<int>
-// would wrap 2^32+2 to 2 and truncate 2.5 to 2), floats must be finite in
-// the C++ type.
-template <class T> struct IsVector : std::false_type {};
-template <class E> struct IsVector<std::vector<E>> : std::true_type {};
-
-// A JSON value for a message: scalars as written (at most 80 characters),
-// arrays and objects by kind (dumping them could recurse as deep as the file
-// nests, or quote megabytes).
-std::string brief(const json &v) {
-  if (v.is_array()) return "an array of " + std::to_string(v.size()) + " elements";
-  if (v.is_object()) return "an object";
-  std::string s = v.dump();
-  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
-}
-
-struct Reader {
-  std::string file;
-  template <class T> T convert(const json &v, const std::string &name) const {
-    auto wrong = [&]() { return Error(file + ": member " + name + " has the wrong type (" + brief(v) + ")"); };
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      if (!v.is_number_integer()) throw wrong();
-      bool fits;
-      if (v.is_number_unsigned())
-        fits = v.get<uint64_t>() <= (uint64_t)std::numeric_limits<T>::max();
-      else {
-        const int64_t i = v.get<int64_t>();
-        fits = std::is_signed_v<T> ? i >= (int64_t)std::numeric_limits<T>::min() &&
-                                         (uint64_t)std::max<int64_t>(i, 0) <= (uint64_t)std::numeric_limits<T>::max()
-                                   : i >= 0;
-      }
-      if (!fits) throw Error(file + ": member " + name + " is out of range (" + brief(v) + ")");
-      return v.get<T>();
-    } else if constexpr (std::is_floating_point_v<T>) {
-      if (!v.is_number()) throw wrong();
-      const double d = v.get<double>();
-      if (!std::isfinite(d) || std::fabs(d) > (double)std::numeric_limits<T>::max())
-        throw Error(file + ": member " + name + " is out of range (" + brief(v) + ")");
-      return (T)d;
-    } else if constexpr (IsVector<T>::value) {
-      if (!v.is_array()) throw wrong();
-      T out;
-      for (size_t i = 0; i < v.size(); ++i)
-        out.push_back(convert<typename T::value_type>(v[i], name + "[" + std::to_string(i) + "]"));
-      return out;
-    } else {
-      try {
-        return v.get<T>();
-      } catch (const json::exception &) {
-        throw wrong();
-      }
-    }
-  }
-  template <class T> T get(const json &j, const char *key, const std::string &where) const {
-    const std::string name = where.empty() ? std::string(key) : where + "." + key;
-    if (!j.is_object() || !j.contains(key)) throw Error(file + ": missing member " + name);
-    return convert<T>(j.at(key), name);
-  }
-  template <class T> T opt(const json &j, const char *key, const std::string &where, T dflt) const {
-    if (!j.is_object() || !j.contains(key) || j.at(key).is_null()) return dflt;
-    return get<T>(j, key, where);
-  }
-};
+using Reader = json_io::Reader<Error>;
+using json_io::brief;
 
 std::string resolve(const std::string &dir, const std::string &p) {
   return fs::path(p).is_absolute() ? p : (fs::path(dir) / p).lexically_normal().string();
@@ -157,6 +97,14 @@ Plan loadPlan(const std::string &dirIn) {
   // The pipeline the streams implement: each fact once, in "pipeline".
   const json pl = j.contains("pipeline") ? j.at("pipeline") : json();
   p.schedule = R.get<std::string>(pl, "schedule", "pipeline");
+  ScheduleKind family;
+  if (!parseChoice(p.schedule, family) || family == ScheduleKind::Auto) {
+    std::string families; // what a compiled plan names: auto is resolved by pipec
+    for (int i = 0; i < choiceCount<ScheduleKind>(); ++i)
+      if (ScheduleKind(i) != ScheduleKind::Auto)
+        families += (families.empty() ? "" : ", ") + std::string(choiceName(ScheduleKind(i)));
+    throw Error(p.planPath + ": pipeline.schedule \"" + p.schedule + "\" is not a schedule family (" + families + ")");
+  }
   p.microbatches = R.get<int>(pl, "microbatches", "pipeline");
   p.chunks = R.opt<int>(pl, "chunks", "pipeline", 1);
   const std::string placement = R.opt<std::string>(pl, "placement", "pipeline", "interleaved");
@@ -315,42 +263,14 @@ Plan loadPlan(const std::string &dirIn) {
 
 // ---------------------------------------------------------------- streams
 
-namespace {
-// An instruction list (a rank file's "instructions", schedule.json's ranks[r]).
-std::vector<Instr> parseInstructions(const Reader &R, const json &list, const std::string &where) {
-  if (!list.is_array()) throw Error(R.file + ": missing member " + where);
-  std::vector<Instr> out;
-  out.reserve(list.size());
-  for (size_t i = 0; i < list.size(); ++i) {
-    const std::string at = where + "[" + std::to_string(i) + "]";
-    const std::string name = R.get<std::string>(list[i], "op", at);
-    Instr in;
-    if (!parseOp(name, in.op)) throw Error(R.file + ": " + at + ": unknown instruction \"" + name + "\"");
-    in.mb = R.opt<int>(list[i], "mb", at, -1);
-    in.chunk = R.opt<int>(list[i], "chunk", at, -1);
-    in.peer = R.opt<int>(list[i], in.op == Op::AllReduce ? "stage" : "peer", at, -1);
-    in.version = R.opt<int>(list[i], "version", at, -1);
-    out.push_back(in);
-  }
-  return out;
-}
-} // namespace
-
 RankStream loadRankStream(const std::string &path) {
-  const json j = readJson(path, "schedule file");
-  const Reader R{path};
+  const stream::RankFile file = stream::rankFileFromJson(Reader{path}, readJson(path, "schedule file"));
   RankStream rs;
   rs.path = path;
-  if (R.get<std::string>(j, "format", "") != "pipec.schedule.rank/1")
-    throw Error(path + ": format must be \"pipec.schedule.rank/1\"");
-  rs.schedule = R.get<std::string>(j, "schedule", "");
-  rs.rank = R.get<int>(j, "rank", "");
-  rs.stage = R.get<int>(j, "stage", "");
-  rs.replica = R.get<int>(j, "replica", "");
-  rs.chunks = R.opt<int>(j, "chunks", "", 1);
-  rs.placement = R.opt<std::string>(j, "placement", "", "interleaved");
-  rs.asynchronous = R.opt<bool>(j, "asynchronous", "", false);
-  rs.instrs = parseInstructions(R, j.contains("instructions") ? j.at("instructions") : json(), "instructions");
+  rs.rank = file.rank;
+  rs.stage = file.stage;
+  rs.replica = file.replica;
+  rs.instrs = file.instructions;
   return rs;
 }
 
@@ -373,16 +293,6 @@ void checkRankStream(const Plan &plan, const RankStream &s, int r) {
     throw Error(sf + ": stream is for rank " + std::to_string(s.rank) + " (stage " + std::to_string(s.stage) +
                 ", replica " + std::to_string(s.replica) + "), " + plan.planPath + " maps schedule rank " +
                 std::to_string(r) + " to stage " + std::to_string(stage) + ", replica " + std::to_string(replica));
-  auto disagree = [&](const char *what, const std::string &stream, const std::string &planned) {
-    return Error(sf + ": " + what + " is " + stream + ", but " + plan.planPath + " says pipeline." + what + " = " +
-                 planned + " (the plan and its schedule files are from different compilations)");
-  };
-  if (s.chunks != plan.chunks) throw disagree("chunks", std::to_string(s.chunks), std::to_string(plan.chunks));
-  if (s.placement != choiceName(plan.placement))
-    throw disagree("placement", "\"" + s.placement + "\"", std::string("\"") + choiceName(plan.placement) + "\"");
-  if (s.asynchronous != plan.asynchronous)
-    throw disagree("asynchronous", s.asynchronous ? "true" : "false", plan.asynchronous ? "true" : "false");
-  if (s.schedule != plan.schedule) throw disagree("schedule", "\"" + s.schedule + "\"", "\"" + plan.schedule + "\"");
   const int m = plan.microbatches;
   for (size_t i = 0; i < s.instrs.size(); ++i) {
     const Instr &in = s.instrs[i];
@@ -405,6 +315,15 @@ void checkRankStream(const Plan &plan, const RankStream &s, int r) {
       throw Error(at + "all-reduces stage " + std::to_string(in.peer) + ", but this rank runs stage " +
                   std::to_string(stage));
   }
+  // The optimizer steps: a synchronous schedule updates once per iteration
+  // (STEP, or ZB-H2's SPEC_STEP), an asynchronous one at least once. A
+  // stream without one would train on while its weights never change.
+  int steps = 0;
+  for (const Instr &in : s.instrs) steps += in.op == Op::Step || in.op == Op::SpecStep;
+  if (plan.asynchronous ? steps < 1 : steps != 1)
+    throw Error(sf + ": the stream has " + std::to_string(steps) + " optimizer steps (STEP or SPEC_STEP) per iteration, " +
+                "but " + plan.planPath + " says pipeline.asynchronous = " + (plan.asynchronous ? "true" : "false") +
+                (plan.asynchronous ? ", which needs at least one" : ", which needs exactly one"));
   // Micro-batch mb runs on replica mb mod R of every stage (docs/schedules.md):
   // each chunk of this rank must run the forward of exactly those micro-batches
   // of the plan's m, once each. A plan whose m disagrees with the schedule's
@@ -425,71 +344,9 @@ void checkRankStream(const Plan &plan, const RankStream &s, int r) {
   }
 }
 
-void checkScheduleSummary(const Plan &plan, const std::string &path, const RankStream *stream, int r) {
-  const json j = readJson(path, "schedule summary");
-  const Reader R{path};
-  if (R.get<std::string>(j, "format", "") != "pipec.schedule/1")
-    throw Error(path + ": format must be \"pipec.schedule/1\"");
-  auto disagree = [&](const std::string &what, const std::string &here, const std::string &planned) {
-    return Error(path + ": " + what + " is " + here + ", but " + plan.planPath + " says " + planned +
-                 " (the plan and its schedule files are from different compilations)");
-  };
-  const std::string name = R.get<std::string>(j, "schedule", "");
-  if (name != plan.schedule)
-    throw disagree("schedule", "\"" + name + "\"", "pipeline.schedule = \"" + plan.schedule + "\"");
-  if (R.get<bool>(j, "asynchronous", "") != plan.asynchronous)
-    throw disagree("asynchronous", plan.asynchronous ? "false" : "true",
-                   std::string("pipeline.asynchronous = ") + (plan.asynchronous ? "true" : "false"));
-  if (R.get<std::string>(j, "placement", "") != choiceName(plan.placement))
-    throw disagree("placement", "\"" + R.get<std::string>(j, "placement", "") + "\"",
-                   std::string("pipeline.placement = \"") + choiceName(plan.placement) + "\"");
-  const json problem = j.contains("problem") ? j.at("problem") : json();
-  const int m = R.get<int>(problem, "microbatches", "problem");
-  if (m != plan.microbatches)
-    throw disagree("problem.microbatches", std::to_string(m), "pipeline.microbatches = " + std::to_string(plan.microbatches));
-  const int stages = R.get<int>(problem, "stages", "problem");
-  if (stages != plan.stages)
-    throw disagree("problem.stages", std::to_string(stages), std::to_string(plan.stages) + " pipeline positions (stages[] over pipeline.chunks)");
-  const int chunks = R.opt<int>(problem, "chunks", "problem", 1);
-  if (chunks != plan.chunks)
-    throw disagree("problem.chunks", std::to_string(chunks), "pipeline.chunks = " + std::to_string(plan.chunks));
-  const auto replicas = R.opt<std::vector<int>>(problem, "replicas", "problem", {});
-  for (int st = 0; st < plan.stages; ++st) {
-    const int k = replicas.empty() ? 1 : (st < (int)replicas.size() ? replicas[st] : -1);
-    if (k != plan.replicasOf(st))
-      throw disagree("problem.replicas", "[" + [&] {
-        std::string v;
-        for (size_t i = 0; i < replicas.size(); ++i) v += (i ? "," : "") + std::to_string(replicas[i]);
-        return v;
-      }() + "]", "stage " + std::to_string(st) + " has " + std::to_string(plan.replicasOf(st)) + " replica(s) (stages[" +
-                 std::to_string(plan.virtualStage(st, 0)) + "].ranks)");
-  }
-  const json ranks = j.contains("ranks") ? j.at("ranks") : json();
-  if (!ranks.is_array() || (int)ranks.size() != plan.numRanks())
-    throw disagree("the number of rank streams", std::to_string(ranks.is_array() ? ranks.size() : 0),
-                   std::to_string(plan.numRanks()) + " ranks (stages[].ranks)");
-  if (stream) {
-    const std::vector<Instr> instrs = parseInstructions(R, ranks[r], "ranks[" + std::to_string(r) + "]");
-    const auto same = [](const Instr &a, const Instr &b) {
-      return a.op == b.op && a.mb == b.mb && a.chunk == b.chunk && a.peer == b.peer && a.version == b.version;
-    };
-    const size_t n = std::min(instrs.size(), stream->instrs.size());
-    size_t k = 0;
-    while (k < n && same(instrs[k], stream->instrs[k])) ++k;
-    if (k < n || instrs.size() != stream->instrs.size())
-      throw Error(stream->path + ": the stream differs from " + path + "'s ranks[" + std::to_string(r) +
-                  "] at instruction #" + std::to_string(k) + " (" +
-                  (k < stream->instrs.size() ? toString(stream->instrs[k]) : std::string("end of stream")) + " vs " +
-                  (k < instrs.size() ? toString(instrs[k]) : std::string("end of stream")) + ")");
-  }
-}
-
 RankStream loadPlanStream(const Plan &plan, int r) {
   RankStream s = loadRankStream(plan.scheduleFile(r));
   checkRankStream(plan, s, r);
-  const std::string summary = (fs::path(plan.dir) / "schedule" / "schedule.json").string();
-  std::error_code ec;
-  if (fs::symlink_status(summary, ec).type() != fs::file_type::not_found) checkScheduleSummary(plan, summary, &s, r);
   return s;
 }
 

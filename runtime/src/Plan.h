@@ -95,28 +95,24 @@ using ::pipec::Placement;
 using ::pipec::opName;
 using ::pipec::toString;
 
+// A rank's stream file (pipec/rank_stream.h, docs/schedule-files.md).
 struct RankStream {
-  std::string path, schedule, placement;
-  int rank = 0, stage = 0, replica = 0, chunks = 1;
-  bool asynchronous = false;
+  std::string path;
+  int rank = 0, stage = 0, replica = 0;
   std::vector<Instr> instrs;
 };
 RankStream loadRankStream(const std::string &path);
 
-// Checks schedule rank r's stream against plan.json (file, rank, stage and
-// replica, chunks, placement, asynchronous, schedule name; every micro-batch,
-// chunk and peer in range; each chunk runs the forward of exactly the
-// micro-batches mb < pipeline.microbatches with mb mod R = replica, R the
-// stage's replicas). Throws Error naming the stream file, plan.json and the
-// disagreeing values.
+// Checks schedule rank r's stream against plan.json, the one file that holds
+// the pipeline's facts: the stream is rank r's (stage and replica as
+// stages[].ranks map it); every micro-batch, chunk and peer is in range; each
+// chunk runs the forward of exactly the micro-batches mb <
+// pipeline.microbatches with mb mod R = replica, R the stage's replicas.
+// Throws Error naming the stream file and plan.json.
 void checkRankStream(const Plan &plan, const RankStream &s, int scheduleRank);
-// Checks PLAN_DIR/schedule/schedule.json (the schedule library's summary)
-// against plan.json: schedule name, placement, asynchronous, the problem's
-// micro-batches, stages, chunks and replicas, the number of rank streams,
-// and, when `stream` is given, that ranks[r] is that stream's instruction list.
-void checkScheduleSummary(const Plan &plan, const std::string &path, const RankStream *stream, int scheduleRank);
-// Schedule rank r's stream, checked against the plan and against
-// schedule.json when the plan directory has one. What piperun and pipeseq use.
+// Schedule rank r's stream, checked against the plan: what piperun and pipeseq
+// use. schedule/schedule.json and the other files beside the streams are
+// reports for people and tools; the runtime never reads them.
 RankStream loadPlanStream(const Plan &plan, int scheduleRank);
 
 // A checkpoint to resume from (docs/checkpoint-format.md).

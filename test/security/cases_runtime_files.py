@@ -340,16 +340,18 @@ def cases(ctx):
                     setup=s, timeout=30))
     d, s = copy("plan-schedule-name", lambda d: edit_json(os.path.join(d, "plan.json"),
                                                           lambda j: j["pipeline"].__setitem__("schedule", "gpipe-x")))
-    out.append(Case("plan-schedule-name-disagree", run2(d, "--iters", "1"),
-                    expect=[r"rank_[01]\.json: schedule is \".*\", but .*plan\.json says pipeline\.schedule = "
-                            r"\"gpipe-x\""], setup=s, timeout=30))
+    out.append(Case("plan-schedule-name-unknown", run2(d, "--iters", "1"),
+                    expect=[r"plan\.json: pipeline\.schedule \"gpipe-x\" is not a schedule family \(gpipe, 1f1b, "],
+                    setup=s, timeout=30))
 
-    def summary_microbatches(d):
-        edit_json(os.path.join(d, "schedule", "schedule.json"), lambda j: j["problem"].__setitem__("microbatches", 4))
-    d, s = copy("summary-microbatches", summary_microbatches)
-    out.append(Case("schedule-summary-disagree", run2(d, "--iters", "1"),
-                    expect=[r"schedule\.json: problem\.microbatches is 4, but .*plan\.json says "
-                            r"pipeline\.microbatches = 2"], setup=s, timeout=30))
+    # The pipeline's facts are plan.json's alone (docs/schedule-files.md): a
+    # stream file of the first format, which repeated them, is refused.
+    def old_stream_format(d):
+        edit_json(os.path.join(d, "schedule", "rank_1.json"), lambda j: j.__setitem__("format", "pipec.schedule.rank/1"))
+    d, s = copy("stream-old-format", old_stream_format)
+    out.append(Case("stream-older-format", run2(d, "--iters", "1"),
+                    expect=[r"rank_1\.json: format \"pipec\.schedule\.rank/1\", this program reads "
+                            r"\"pipec\.schedule\.rank/2\"; re-run pipec"], setup=s, timeout=30))
 
     def stream_edited(d):
         # Rank 1's stream loses its STEP: it would never update its weights.
@@ -357,9 +359,9 @@ def cases(ctx):
         edit_json(path, lambda j: j.__setitem__("instructions",
                                                 [x for x in j["instructions"] if x["op"] != "STEP"]))
     d, s = copy("stream-edited", stream_edited)
-    out.append(Case("stream-differs-from-summary", run2(d, "--iters", "1"),
-                    expect=[r"rank 1", r"rank_1\.json: the stream differs from .*schedule\.json's ranks\[1\]"],
-                    setup=s, timeout=30))
+    out.append(Case("stream-without-step", run2(d, "--iters", "1"),
+                    expect=[r"rank_1\.json: the stream has 0 optimizer steps \(STEP or SPEC_STEP\) per iteration, "
+                            r"but .*plan\.json says pipeline\.asynchronous = false"], setup=s, timeout=30))
 
     # ---------------------------------------------------------------- 4. checkpoints
     def manifest(change):

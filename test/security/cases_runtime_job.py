@@ -160,21 +160,17 @@ def cases(ctx):
                     setup=base, timeout=90))
 
     # A stream order that deadlocks: rank 0 waits for the gradient of
-    # micro-batch 0 before sending its activation (pairwise orders agree).
-    # Both copies of the stream are edited alike (rank_0.json and
-    # schedule.json's ranks[0]), so that the start-up cross-check passes and
+    # micro-batch 0 before sending its activation (pairwise orders agree), so
     # the deadlock check itself is what refuses the job.
     def deadlock(d):
         def swap(ins):
             send = next(i for i, x in enumerate(ins) if x["op"] == "SEND_ACT" and x.get("mb") == 0)
             recv = next(i for i, x in enumerate(ins) if x["op"] == "RECV_GRAD" and x.get("mb") == 0)
             ins.insert(send, ins.pop(recv))
-        for name, streams in (("rank_0.json", lambda s: s["instructions"]),
-                              ("schedule.json", lambda s: s["ranks"][0])):
-            p = os.path.join(d, "schedule", name)
-            s = json.load(open(p))
-            swap(streams(s))
-            json.dump(s, open(p, "w"), indent=1)
+        p = os.path.join(d, "schedule", "rank_0.json")
+        s = json.load(open(p))
+        swap(s["instructions"])
+        json.dump(s, open(p, "w"), indent=1)
     dl_dir, dl_setup = copy("deadlock", deadlock)
     out.append(Case("deadlocking-schedule", run2(dl_dir, "--iters", "2"),
                     expect=[r"schedule deadlocks", r"rank 0 \(stage 0, replica 0\) waits in .*rank_0\.json #\d+ RECV_GRAD",

@@ -14,7 +14,7 @@
 namespace pipec {
 
 // ---------------------------------------------------------------- instructions
-// One instruction of a rank's stream (docs/schedule-json.md).
+// One instruction of a rank's stream (docs/schedule-files.md).
 enum class Op : unsigned char {
   Load,      // LOAD(mb): read the micro-batch's inputs (first virtual stage)
   Fwd,       // FWD(mb, chunk)

@@ -624,7 +624,7 @@ TEST(Cli, OutWritesStreamsTraceAndSvg) {
     EXPECT_TRUE(fs::exists(dir / f)) << f;
   std::ifstream rank0(dir / "rank_0.json");
   std::string text((std::istreambuf_iterator<char>(rank0)), {});
-  EXPECT_NE(text.find("\"format\": \"pipec.schedule.rank/1\""), std::string::npos);
+  EXPECT_NE(text.find("\"format\": \"pipec.schedule.rank/2\""), std::string::npos);
   std::ifstream svg(dir / "timeline.svg");
   std::string svgText((std::istreambuf_iterator<char>(svg)), {});
   EXPECT_EQ(svgText.rfind("<svg", 0), 0u);
