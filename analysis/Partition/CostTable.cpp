@@ -56,6 +56,7 @@ CostTable reorderedCostTable(const CostTable &table, const std::vector<int> &ord
                 std::to_string(table.ops.size()));
   std::vector<char> seen(table.ops.size(), 0);
   CostTable out;
+  out.microbatchSize = table.microbatchSize;
   out.ops.reserve(order.size());
   for (int index : order) {
     if (index < 0 || index >= static_cast<int>(table.ops.size()) || seen[index])

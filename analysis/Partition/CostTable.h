@@ -33,6 +33,9 @@ struct OpCost {
 /// Ops in a topological order (every producer precedes its consumers).
 struct CostTable {
   std::vector<OpCost> ops;
+  /// Samples per micro-batch the costs are of (the model's batch dimension);
+  /// 0: unknown, as for a cost table file (docs/cost-table.md).
+  int64_t microbatchSize = 0;
 
   /// Index of each op's producers; throws Error on unknown or later producers
   /// and on duplicate op names. `source` names the table in messages.

@@ -27,6 +27,7 @@ void Request::bind(settings::Binder &b) {
                }));
   b.integer(settings::kChunks, chunks);
   b.flag(settings::kVerticalSync, verticalSync);
+  b.integer(settings::kBatchSize, batchSize);
   b.integer(settings::kCandidates, candidates);
   b.integer(settings::kPlanRank, rank);
 }
@@ -233,9 +234,16 @@ struct Search {
     std::vector<int> out;
     if (base > partition::kMaxMicrobatches)
       return out;
-    // At least a few micro-batches per pipeline stage, so the bubble can shrink.
-    for (long m = base, k = 0; m <= partition::kMaxMicrobatches && k <= kMicrobatchDoublings; m *= 2, ++k)
+    // At least a few micro-batches per pipeline stage, so the bubble can
+    // shrink; with the model's micro-batch size known, no more samples per
+    // step than the default bound unless the replicas need them (the global
+    // batch changes convergence: docs/planner.md, "The batch").
+    const long b = table.microbatchSize;
+    for (long m = base, k = 0; m <= partition::kMaxMicrobatches && k <= kMicrobatchDoublings; m *= 2, ++k) {
+      if (b > 0 && m > base && m * b > settings::kDefaultMaxBatchSize)
+        break;
       out.push_back((int)m);
+    }
     return out;
   }
 
@@ -502,10 +510,46 @@ schedule::Problem scheduleProblem(const partition::CostTable &table, const Parti
   return problem;
 }
 
-Plan plan(const partition::CostTable &table, const Request &request) {
+namespace {
+/// The request with --batch-size turned into its micro-batch count (N / the
+/// model's micro-batch size), checked against the table and --microbatches.
+Request withBatchSize(const partition::CostTable &table, const Request &request) {
+  Request out = request;
+  const int64_t n = request.batchSize, b = table.microbatchSize;
+  if (n == 0)
+    return out;
+  const std::string asked = "--batch-size " + std::to_string(n);
+  if (b <= 0)
+    throw Error(asked + ": the model's micro-batch size is unknown (a cost table does not give it); "
+                        "give the micro-batches per step with --microbatches");
+  if (n % b != 0) {
+    const int64_t below = n / b * b;
+    throw Error(asked + " is not a multiple of the model's micro-batch size " + std::to_string(b) +
+                " (the batch dimension of its inputs as exported); nearest: " +
+                (below > 0 ? std::to_string(below) + " or " : std::string()) + std::to_string(below + b));
+  }
+  const int64_t m = n / b;
+  if (m > partition::kMaxMicrobatches)
+    throw Error(asked + " is " + std::to_string(m) + " micro-batches of " + std::to_string(b) +
+                ", over the limit of " + std::to_string(partition::kMaxMicrobatches));
+  if (request.partition.microbatchesGiven && request.partition.options.microbatches != m)
+    throw Error(asked + " is " + std::to_string(m) + " micro-batches of " + std::to_string(b) +
+                ", but --microbatches says " + std::to_string(request.partition.options.microbatches));
+  out.partition.microbatchesGiven = true;
+  out.partition.options.microbatches = static_cast<int>(m);
+  return out;
+}
+} // namespace
+
+Plan plan(const partition::CostTable &table, const Request &given) {
   const auto started = std::chrono::steady_clock::now();
+  const Request request = withBatchSize(table, given);
   Search search{table, request, request.partition.topology(), {}, {}};
   search.plan.candidatesShown = request.candidates;
+  search.plan.microbatchSize = table.microbatchSize;
+  search.plan.batchSource = given.batchSize       ? BatchSource::BatchSize
+                            : request.partition.microbatchesGiven ? BatchSource::Microbatches
+                                                                  : BatchSource::Planner;
   search.run();
   Plan &out = search.plan;
   if (search.all.empty()) {
@@ -555,9 +599,37 @@ Plan plan(const partition::CostTable &table, const Request &request) {
   return out;
 }
 
+namespace {
+std::string batchSourceText(BatchSource source) {
+  switch (source) {
+  case BatchSource::BatchSize: return "--batch-size";
+  case BatchSource::Microbatches: return "--microbatches";
+  case BatchSource::Planner: break;
+  }
+  return "the planner's choice: at most " + std::to_string(settings::kDefaultMaxBatchSize) +
+         " samples unless the replicas need more; --batch-size N sets it";
+}
+
+void printBatch(std::ostream &os, const Plan &plan) {
+  const Candidate &c = plan.chosen;
+  const int64_t b = plan.microbatchSize;
+  if (b > 0)
+    os << "samples per optimizer step: " << plan.samplesPerStep() << " = " << c.microbatches
+       << " micro-batches of " << b << " (" << batchSourceText(plan.batchSource) << ")\n";
+  else
+    os << "micro-batches per optimizer step: " << c.microbatches << " (" << batchSourceText(plan.batchSource)
+       << "); the samples per micro-batch are the model's\n";
+  if (c.partition.asynchronous)
+    os << c.schedule << " is asynchronous: every stage updates its weights after each micro-batch, so one update "
+       << "consumes " << (b > 0 ? std::to_string(b) + " samples" : std::string("one micro-batch")) << "; the "
+       << c.microbatches << " micro-batches are one round of the schedule\n";
+}
+} // namespace
+
 void printPlan(std::ostream &os, const partition::CostTable &table,
                const partition::Topology &topology, const Plan &plan) {
   const Candidate &c = plan.chosen;
+  printBatch(os, plan);
   partition::printPlanTable(os, table, topology, c.partition);
   if (c.chunks > 1) {
     const int p = c.pipelineStages;
@@ -662,12 +734,18 @@ json scheduleJson(const Plan &plan) {
           {"rank_files", "schedule/rank_<rank>.json"}};
 }
 
+json batchJson(const Plan &plan) {
+  return {{"samples_per_step", plan.microbatchSize > 0 ? json(plan.samplesPerStep()) : json(nullptr)},
+          {"source", batchSourceText(plan.batchSource)}};
+}
+
 json plannerJson(const partition::CostTable &table, const Plan &plan) {
   json ranked = json::array();
   const size_t shown = std::min(plan.ranked.size(), static_cast<size_t>(std::max(1, plan.candidatesShown)));
   for (size_t i = 0; i < shown; ++i)
     ranked.push_back(candidateJson(table, plan.ranked[i]));
   return {{"objective", "simulated time per sample"},
+          {"batch", batchJson(plan)},
           {"evaluated", plan.evaluated},
           {"rejected", plan.rejected},
           {"rejections", plan.rejections},
@@ -714,6 +792,9 @@ plan::PlanFile planFile(const partition::CostTable &table, const partition::Topo
   schedule.peakActivationUnits = sim.maxPeakMemory;
   file.schedule = schedule;
   plan::PlannerReport report;
+  if (plan.microbatchSize > 0)
+    report.samplesPerStep = plan.samplesPerStep();
+  report.batchSource = batchSourceText(plan.batchSource);
   report.evaluated = plan.evaluated;
   report.rejected = plan.rejected;
   report.rejections = plan.rejections;

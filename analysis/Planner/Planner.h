@@ -27,6 +27,10 @@ struct Request {
   std::string schedule; ///< --schedule; empty: every family (1f1b-rr only with --async)
   int chunks = 0;       ///< --chunks; 0: any
   bool verticalSync = false;
+  /// --batch-size: samples per optimizer step; 0: the planner chooses (at
+  /// most settings::kDefaultMaxBatchSize). Fixes the micro-batch count to
+  /// N / the cost table's micro-batch size.
+  int64_t batchSize = 0;
   int candidates = 3;   ///< runner-up plans to report (--candidates)
   /// Which plan of the ranking to choose (--plan-rank): 1 is the best; a
   /// runner-up can be compiled as it was evaluated.
@@ -57,8 +61,15 @@ struct Candidate {
   double timePerSample() const { return timePerMinibatch / microbatches; }
 };
 
+/// Where the samples per optimizer step came from.
+enum class BatchSource { Planner, Microbatches, BatchSize };
+
 struct Plan {
   Candidate chosen;
+  int64_t microbatchSize = 0; ///< samples per micro-batch (the cost table's; 0: unknown)
+  BatchSource batchSource = BatchSource::Planner;
+  /// Samples per optimizer step, chosen.microbatches x microbatchSize (0: unknown).
+  int64_t samplesPerStep() const { return microbatchSize * chosen.microbatches; }
   schedule::Schedule schedule;     ///< the emitted schedule
   schedule::SimResult simulated;   ///< of one mini-batch
   std::vector<Candidate> ranked;   ///< best first; ranked[0] is `chosen`

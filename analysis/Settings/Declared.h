@@ -49,6 +49,17 @@ inline constexpr IntSetting kMicrobatches{
      "M"},
     1,
     partition::kMaxMicrobatches};
+/// The default bound on the samples per optimizer step when --batch-size is
+/// not given (docs/planner.md, "The batch").
+inline constexpr int64_t kDefaultMaxBatchSize = 1024;
+inline constexpr IntSetting kBatchSize{
+    {"batch-size",
+     "Samples per optimizer step (the global batch, over all replicas): N / the model's micro-batch size "
+     "micro-batches (default: the planner's choice of at most 1024 samples, or the fewest micro-batches the "
+     "replicas need)",
+     "N"},
+    1,
+    int64_t(partition::kMaxMicrobatches) * 1048576};
 inline constexpr Setting kAsync{"async", "PipeDream 1F1B-RR: weight stashing, no flush"};
 inline constexpr RecomputeMode kRecomputeBare = RecomputeMode::All;
 inline constexpr ChoiceSetting<RecomputeMode> kRecompute{

@@ -116,13 +116,11 @@ FailureOr<plan::Runtime> writeTrainingJob(ModuleOp module, const CompileOptions 
 
   // The data set: the model's inputs and labels, one sample each.
   auto train = module.lookupSymbol<func::FuncOp>("forward");
-  int64_t microbatchSize = 0;
   for (BlockArgument argument : train.getArguments()) {
     std::optional<nn::Role> role = nn::argumentRole(train, argument.getArgNumber());
     if (role != nn::Role::Input && role != nn::Role::Label)
       continue;
     auto type = llvm::cast<RankedTensorType>(argument.getType());
-    microbatchSize = type.getRank() ? type.getDimSize(0) : 1;
     auto [low, high] = valueRange(train, argument);
     std::vector<int64_t> sample(type.getShape().begin() + (type.getRank() ? 1 : 0),
                                 type.getShape().end());
@@ -144,7 +142,7 @@ FailureOr<plan::Runtime> writeTrainingJob(ModuleOp module, const CompileOptions 
     runtime.tied.push_back({name, holders});
   // The values pipec-optimizer was given (passes/Pipeline.h).
   const passes::OptimizerOptions &optimizer = options.optimizer;
-  runtime.microbatchSize = microbatchSize;
+  runtime.microbatchSize = nn::microbatchSize(train).value_or(0);
   runtime.seed = options.seed;
   // The stage libraries run AdamW's or SGD's update; SGD's momentum is a number.
   runtime.optimizer.rule = usesAdam(optimizer.optimizer) ? Optimizer::AdamW : Optimizer::Sgd;

@@ -108,6 +108,17 @@ std::optional<Role> resultRole(FunctionOpInterface function, unsigned index) {
   return std::nullopt;
 }
 
+std::optional<int64_t> microbatchSize(FunctionOpInterface function) {
+  for (unsigned i = 0; i < function.getNumArguments(); ++i) {
+    const std::optional<Role> role = argumentRole(function, i);
+    if (role != Role::Input && role != Role::Label)
+      continue;
+    if (auto type = llvm::dyn_cast<RankedTensorType>(function.getArgumentTypes()[i]))
+      return type.getRank() ? type.getDimSize(0) : 1;
+  }
+  return std::nullopt;
+}
+
 void setArgumentRole(FunctionOpInterface function, unsigned index, Role role) {
   function.setArgAttr(index, kRoleAttrName, RoleAttr::get(function->getContext(), role));
 }

@@ -53,6 +53,10 @@ std::optional<Role> argumentRole(mlir::FunctionOpInterface function, unsigned in
 std::optional<Role> resultRole(mlir::FunctionOpInterface function, unsigned index);
 void setArgumentRole(mlir::FunctionOpInterface function, unsigned index, Role role);
 void setResultRole(mlir::FunctionOpInterface function, unsigned index, Role role);
+/// Samples per micro-batch of a training function: dimension 0 of its inputs
+/// and labels (1 for a scalar one), which every data argument shares
+/// (piperun checks it); nullopt without a ranked input or label.
+std::optional<int64_t> microbatchSize(mlir::FunctionOpInterface function);
 /// `nn.role = #nn.role<...>`, for building an attribute dictionary.
 mlir::NamedAttribute roleAttribute(mlir::MLIRContext *context, Role role);
 

@@ -365,6 +365,8 @@ FailureOr<partition::CostTable> costTableFromModule(ModuleOp module) {
   });
   if (missing)
     return failure();
+  if (auto train = module.lookupSymbol<func::FuncOp>("forward"))
+    table.microbatchSize = nn::microbatchSize(train).value_or(0);
   return table;
 }
 

@@ -21,6 +21,14 @@ std::string tensorList(const pipec_tensor_desc *d, int n) {
 }
 } // namespace
 
+std::string Executor::tokenRate(double samplesPerSecond, const char *separator) const {
+  const int64_t tokens = plan_.tokensPerSample();
+  if (tokens <= 0) return "";
+  char text[64];
+  std::snprintf(text, sizeof text, "%s %.0f tokens/s", separator, samplesPerSecond * (double)tokens);
+  return text;
+}
+
 std::string Executor::who() const {
   return "rank " + std::to_string(control_.rank()) + " (stage " + std::to_string(stage_) + ", replica " +
          std::to_string(replica_) + ")";
@@ -463,8 +471,9 @@ void Executor::run() {
         const int64_t window = (it + 1 - startIteration_) % std::max(1, opt_.logEvery) == 0 ? std::max(1, opt_.logEvery) : 1;
         const double elapsed = RunRecorder::now() - windowStart;
         const double perIter = elapsed / (double)std::min<int64_t>(window, done);
-        std::printf("piperun: iter %lld/%d  loss %.6f  %.2f ms/iter  %.1f samples/s\n", (long long)(it + 1), opt_.iters,
-                    lastLoss, perIter * 1e3, plan_.microbatchSize * plan_.microbatches / perIter);
+        const double samplesPerSecond = plan_.microbatchSize * plan_.microbatches / perIter;
+        std::printf("piperun: iter %lld/%d  loss %.6f  %.2f ms/iter  %.1f samples/s%s\n", (long long)(it + 1),
+                    opt_.iters, lastLoss, perIter * 1e3, samplesPerSecond, tokenRate(samplesPerSecond).c_str());
         std::fflush(stdout);
       }
       if (log) windowStart = RunRecorder::now();
@@ -477,8 +486,9 @@ void Executor::run() {
   if (watchdog_) watchdog_->phase("the end of the run (sends, trace, profile, export)");
   const int64_t rollbacks = sync_->rollbacks(), skipped = sync_->skippedSteps();
   if (computesLoss && replica_ == 0 && done > 0 && !opt_.quiet) {
-    std::printf("piperun: done: %lld iterations in %.3f s, %.2f ms/iter, %.1f samples/s, final loss %.6f%s\n",
-                (long long)done, total, total / done * 1e3, plan_.microbatchSize * plan_.microbatches * done / total,
+    const double samplesPerSecond = plan_.microbatchSize * plan_.microbatches * done / total;
+    std::printf("piperun: done: %lld iterations in %.3f s, %.2f ms/iter, %.1f samples/s%s, final loss %.6f%s\n",
+                (long long)done, total, total / done * 1e3, samplesPerSecond, tokenRate(samplesPerSecond, ",").c_str(),
                 lastLoss,
                 (rollbacks || skipped)
                     ? (", " + std::to_string(rollbacks) + " clipped redo(s), " + std::to_string(skipped) + " skipped step(s)").c_str()

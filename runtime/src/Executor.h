@@ -52,6 +52,9 @@ private:
   [[noreturn]] void fail(const std::string &msg) const;
   // The watchdog's message while iterating: the instruction and whom it waits for.
   std::string describeCurrent() const;
+  // The progress lines' token rate of a sequence model ("  N tokens/s", after
+  // `separator`), empty for other models (Plan::tokensPerSample).
+  std::string tokenRate(double samplesPerSecond, const char *separator = " ") const;
 
   const Plan &plan_;
   RunOptions opt_;

@@ -51,6 +51,12 @@ int Plan::numRanks() const {
   for (const auto &r : ranks) n += (int)r.size();
   return n;
 }
+int64_t Plan::tokensPerSample() const {
+  for (const io::FieldSpec &f : dataFields)
+    if ((f.dtype == PIPEC_I64 || f.dtype == PIPEC_I32) && f.shape.size() == 1)
+      return f.shape[0];
+  return 0;
+}
 int Plan::scheduleRank(int stage, int replica) const {
   int r = 0;
   for (int s = 0; s < stage; ++s) r += replicasOf(s);

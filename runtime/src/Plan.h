@@ -75,6 +75,10 @@ struct Plan {
   std::string gpu;                   // runtime.gpu: the GPU kind the plan was made for ("H100"), may be empty
 
   int numRanks() const;
+  /// Tokens per sample of a sequence model: the length of its first data
+  /// field of integer ids with one dimension per sample (input_ids [T]);
+  /// 0 for other models (images, features), whose progress shows samples only.
+  int64_t tokensPerSample() const;
   int replicasOf(int stage) const { return (int)ranks[stage].size(); }
   // Schedule rank numbering (docs/schedules.md): stage-major, replica fastest.
   int scheduleRank(int stage, int replica) const;

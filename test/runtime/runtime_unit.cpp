@@ -534,6 +534,24 @@ void testHostDevice() {
 }
 } // namespace
 
+// The progress lines' tokens per sample: the first field of integer ids with
+// one dimension per sample; none for images with class labels.
+void testTokensPerSample() {
+  auto field = [](int dtype, std::vector<int64_t> shape) {
+    pipec::io::FieldSpec f;
+    f.dtype = static_cast<pipec_dtype>(dtype);
+    f.shape = std::move(shape);
+    return f;
+  };
+  Plan p;
+  p.dataFields = {field(PIPEC_I64, {16}), field(PIPEC_I64, {16})};
+  CHECK(p.tokensPerSample() == 16, "token ids [16]: " << p.tokensPerSample());
+  p.dataFields = {field(PIPEC_F32, {3, 16, 16}), field(PIPEC_I64, {})};
+  CHECK(p.tokensPerSample() == 0, "image and class label: " << p.tokensPerSample());
+  p.dataFields = {field(PIPEC_F32, {32}), field(PIPEC_I32, {128})};
+  CHECK(p.tokensPerSample() == 128, "features then ids [128]: " << p.tokensPerSample());
+}
+
 int main() {
   const fs::path root = scratch();
   try {
@@ -545,6 +563,7 @@ int main() {
     testStageLibraryCheck(root);
     testPlanAgainstSchedule(root);
     testCheckpointManifest(root);
+    testTokensPerSample();
   } catch (const std::exception &e) {
     std::cerr << "FAIL: unexpected exception: " << e.what() << "\n";
     ++failures;

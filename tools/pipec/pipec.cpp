@@ -18,6 +18,21 @@ namespace cl = llvm::cl;
 using namespace pipec::tools;
 
 namespace {
+/// llvm::cl lets a subcommand's command line set the top level's options
+/// too (`pipec partition --batch-size 64` parsed, and nothing read it): each
+/// one given that the subcommand does not have is a usage error instead.
+bool onlyOwnOptions(cl::SubCommand &sub) {
+  bool ok = true;
+  for (auto &[name, option] : cl::SubCommand::getTopLevel().OptionsMap)
+    if (option->getNumOccurrences() > 0 && !sub.OptionsMap.count(name) && !option->Subs.contains(&cl::SubCommand::getAll()) &&
+        !option->isPositional()) {
+      llvm::errs() << "pipec " << sub.getName() << ": error: --" << name << " is an option of `pipec MODEL`, not of `pipec "
+                   << sub.getName() << "` (see pipec " << sub.getName() << " --help)\n";
+      ok = false;
+    }
+  return ok;
+}
+
 int runPipec(int argc, char **argv) {
   // One command line, three commands (llvm::cl subcommands): `pipec MODEL`
   // (the top level), `pipec partition` and `pipec schedule`. The settings
@@ -101,9 +116,9 @@ int runPipec(int argc, char **argv) {
   if (!cl::ParseCommandLineOptions(argc, argv, overview, &llvm::errs()))
     return 2;
   if (partitionSubcommand())
-    return runPartitionSubcommand();
+    return onlyOwnOptions(partitionSubcommand()) ? runPartitionSubcommand() : 2;
   if (scheduleSubcommand())
-    return runScheduleSubcommand();
+    return onlyOwnOptions(scheduleSubcommand()) ? runScheduleSubcommand() : 2;
 
   try {
     applyPipecSettings();

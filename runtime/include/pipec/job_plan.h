@@ -157,6 +157,11 @@ struct RunnerUp {
 
 struct PlannerReport {
   std::string objective = "simulated time per sample";
+  /// Samples per optimizer step (micro-batch size x pipeline.microbatches,
+  /// absent when the micro-batch size is unknown) and where the count came
+  /// from (--batch-size, --microbatches or the planner's bounded choice).
+  std::optional<int64_t> samplesPerStep;
+  std::string batchSource;
   int64_t evaluated = 0, rejected = 0;
   std::vector<std::string> rejections;
   double searchSeconds = 0;
@@ -314,7 +319,10 @@ inline nlohmann::json toJson(const PlannerReport &p) {
                          {"makespan_s", c.makespan},
                          {"bubble_flush", c.bubbleFlush},
                          {"peak_device_bytes", c.peakDeviceBytes}});
-  return {{"objective", p.objective},   {"evaluated", p.evaluated},
+  const nlohmann::json batch = {
+      {"samples_per_step", p.samplesPerStep ? nlohmann::json(*p.samplesPerStep) : nlohmann::json(nullptr)},
+      {"source", p.batchSource}};
+  return {{"objective", p.objective},   {"batch", batch}, {"evaluated", p.evaluated},
           {"rejected", p.rejected},     {"rejections", p.rejections},
           {"search_s", p.searchSeconds}, {"runner_ups", runnerUps}};
 }
