@@ -120,51 +120,25 @@ bool inRange(const Range &r, double v) {
 } // namespace
 
 OptimizerConfig resolveOptimizer(const Plan &plan, const OptimizerOverrides &o) {
-  // plan.json's values as written (a float member would turn 1e39 into inf).
-  json raw;
-  try {
-    raw = json::parse(io::readInputFile(plan.planPath, "plan", io::kMaxTextFileBytes));
-  } catch (const std::exception &e) {
-    throw Error(plan.planPath + ": cannot re-read runtime.optimizer: " + e.what());
-  }
-  const json *opt = nullptr;
-  if (raw.is_object() && raw.contains("runtime") && raw["runtime"].is_object() && raw["runtime"].contains("optimizer"))
-    opt = &raw["runtime"]["optimizer"];
+  // plan.json's values as written (a float would have turned 1e39 into inf).
+  const plan::Optimizer &written = plan.optimizerAsWritten;
   OptimizerConfig c = plan.optimizer;
   float *fields[] = {&c.lr, &c.weightDecay, &c.momentum, &c.beta1, &c.beta2, &c.epsilon, &c.maxGradNorm};
+  const double values[] = {written.lr,   written.weightDecay, written.momentum,
+                           written.beta1, written.beta2,      written.epsilon, written.maxGradNorm.value_or(0.0)};
   const std::optional<double> overrides[] = {o.lr, o.weightDecay, o.momentum, std::nullopt, std::nullopt,
                                              std::nullopt, o.maxGradNorm};
   for (size_t k = 0; k < std::size(kRanges); ++k) {
     const Range &r = kRanges[k];
-    double v = *fields[k];
+    double v = values[k];
     std::string source = plan.planPath + ": runtime.optimizer." + r.member;
-    if (overrides[k]) {
-      v = *overrides[k], source = r.option;
-    } else if (opt && opt->is_object() && opt->contains(r.member)) {
-      const json &j = (*opt)[r.member];
-      if (!j.is_number()) throw Error(source + " is " + j.dump() + ", not a number");
-      v = j.get<double>();
-    }
+    if (overrides[k]) v = *overrides[k], source = r.option;
     if (!inRange(r, v)) throw Error(source + " is " + shortestText(v) + "; it must be " + r.meaning);
     if (std::fabs(v) > (double)std::numeric_limits<float>::max())
       throw Error(source + " is " + shortestText(v) + ", beyond the range of a float");
     *fields[k] = (float)v;
   }
   return c;
-}
-
-void checkPlanSeed(const Plan &plan) {
-  json raw;
-  try {
-    raw = json::parse(io::readInputFile(plan.planPath, "plan", io::kMaxTextFileBytes));
-  } catch (const std::exception &e) {
-    throw Error(plan.planPath + ": cannot re-read runtime.seed: " + e.what());
-  }
-  if (!raw.is_object() || !raw.contains("runtime") || !raw["runtime"].is_object()) return;
-  const json &rt = raw["runtime"];
-  if (!rt.contains("seed") || rt["seed"].is_null()) return;
-  if (!rt["seed"].is_number_unsigned())
-    throw Error(plan.planPath + ": runtime.seed is " + rt["seed"].dump() + "; it must be an integer in [0, 2^64)");
 }
 
 int64_t parseCount(const std::string &option, const std::string &text, int64_t lo, int64_t hi) {

@@ -50,13 +50,10 @@ struct OptimizerOverrides {
 // plan.optimizer with the overrides applied, every value checked: lr and
 // weight decay finite and >= 0, momentum, beta1 and beta2 in [0, 1), epsilon
 // finite and > 0, max_grad_norm finite and >= 0 (0: no clipping). Values
-// from plan.json are re-read from the file (so a value that overflows a
-// float is reported as written). Throws Error naming the option ("--lr") or
+// from plan.json are those written (Plan::optimizerAsWritten: a value that
+// overflows a float is reported as written). Throws Error naming the option ("--lr") or
 // the file and member ("PLAN/plan.json: runtime.optimizer.lr") and the value.
 OptimizerConfig resolveOptimizer(const Plan &plan, const OptimizerOverrides &overrides);
-
-// plan.json's runtime.seed, when present, is an integer in [0, 2^64).
-void checkPlanSeed(const Plan &plan);
 
 // Command-line numbers: the whole text must be the number.
 // An integer in [lo, hi] ("--iters: \"0\" is out of range: needs 1 .. 1000000000").

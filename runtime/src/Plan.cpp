@@ -99,10 +99,13 @@ Plan loadPlan(const std::string &dirIn) {
                 "; re-run pipec to compile the job again (docs/plan-json.md, \"Versions\")");
   if (!j.contains("runtime"))
     throw Error(p.planPath + ": no \"runtime\" member (the plan was not compiled for piperun; see docs/plan-json.md)");
-  const json &rt = j.at("runtime");
-  // The pipeline the streams implement: each fact once, in "pipeline".
-  const json pl = j.contains("pipeline") ? j.at("pipeline") : json();
-  p.schedule = R.get<std::string>(pl, "schedule", "pipeline");
+  // The pipeline and how to run it, read by the schema that wrote them
+  // (pipec/job_plan.h); what follows checks what the values mean.
+  if (!j.contains("pipeline")) throw Error(p.planPath + ": missing member pipeline");
+  const plan::Pipeline pipeline = plan::pipelineFromJson(R, j.at("pipeline"));
+  const plan::Runtime runtime = plan::runtimeFromJson(R, j.at("runtime"));
+  p.schedule = pipeline.schedule;
+  if (p.schedule.empty()) throw Error(p.planPath + ": missing member pipeline.schedule");
   ScheduleKind family;
   if (!parseChoice(p.schedule, family) || family == ScheduleKind::Auto) {
     std::string families; // what a compiled plan names: auto is resolved by pipec
@@ -111,15 +114,15 @@ Plan loadPlan(const std::string &dirIn) {
         families += (families.empty() ? "" : ", ") + std::string(choiceName(ScheduleKind(i)));
     throw Error(p.planPath + ": pipeline.schedule \"" + p.schedule + "\" is not a schedule family (" + families + ")");
   }
-  p.microbatches = R.get<int>(pl, "microbatches", "pipeline");
-  p.chunks = R.opt<int>(pl, "chunks", "pipeline", 1);
-  const std::string placement = R.opt<std::string>(pl, "placement", "pipeline", "interleaved");
-  if (!parseChoice(placement, p.placement))
-    throw Error(p.planPath + ": pipeline.placement must be \"interleaved\" or \"v\"");
-  p.asynchronous = R.opt<bool>(pl, "asynchronous", "pipeline", false);
-  p.microbatchSize = R.get<int>(rt, "microbatch_size", "runtime");
-  p.seed = R.opt<uint64_t>(rt, "seed", "runtime", 0);
-  if (p.microbatchSize < 1) throw Error(p.planPath + ": runtime.microbatch_size must be >= 1");
+  p.microbatches = pipeline.microbatches;
+  p.chunks = pipeline.chunks;
+  p.placement = pipeline.placement;
+  p.asynchronous = pipeline.asynchronous;
+  if (runtime.microbatchSize < 1 || runtime.microbatchSize > std::numeric_limits<int>::max())
+    throw Error(p.planPath + ": runtime.microbatch_size must be in 1 .. " +
+                std::to_string(std::numeric_limits<int>::max()) + ", is " + std::to_string(runtime.microbatchSize));
+  p.microbatchSize = (int)runtime.microbatchSize;
+  p.seed = runtime.seed;
   if (p.microbatches < 1 || p.chunks < 1)
     throw Error(p.planPath + ": pipeline.microbatches and chunks must be >= 1");
   if (p.microbatches > kMaxMicrobatches || p.chunks > kMaxChunks)
@@ -127,21 +130,16 @@ Plan loadPlan(const std::string &dirIn) {
                 std::to_string(p.chunks) + ") over the limit (" + std::to_string(kMaxMicrobatches) + ", " +
                 std::to_string(kMaxChunks) + ")");
   if (p.placement == Placement::VShape && p.chunks != 2) throw Error(p.planPath + ": pipeline.placement \"v\" needs chunks = 2");
-  const std::string target = R.opt<std::string>(rt, "target", "runtime", "cpu");
-  if (!parseChoice(target, p.target))
-    throw Error(p.planPath + ": runtime.target must be " + choiceNames<Target>(" or ") + ", is \"" + target + "\"");
-  const std::string precision = R.opt<std::string>(rt, "precision", "runtime", "fp32");
-  if (!parseChoice(precision, p.precision))
-    throw Error(p.planPath + ": runtime.precision must be " + choiceNames<Precision>(" or ") + ", is \"" +
-                precision + "\"");
-  p.cudaArch = R.opt<std::vector<std::string>>(rt, "cuda_arch", "runtime", {});
+  p.target = runtime.target;
+  p.precision = runtime.precision;
+  p.cudaArch = runtime.cudaArch;
   for (const std::string &a : p.cudaArch) {
     size_t k = 3;
     while (k < a.size() && std::isdigit((unsigned char)a[k])) ++k;
     if (a.compare(0, 3, "sm_") != 0 || k < 5 || (k < a.size() && !(k + 1 == a.size() && std::isalpha((unsigned char)a[k]))))
       throw Error(p.planPath + ": runtime.cuda_arch: \"" + a + "\" is not an architecture like sm_80 or sm_90");
   }
-  p.gpu = R.opt<std::string>(rt, "gpu", "runtime", "");
+  p.gpu = runtime.gpu;
 
   // The ranks of each stage (a virtual stage when chunks > 1, in model
   // order) are its stages[].ranks; a pipeline position's are those of the
@@ -182,85 +180,79 @@ Plan loadPlan(const std::string &dirIn) {
       throw Error(p.planPath + ": stages[].ranks must cover ranks 0.." + std::to_string(seen.size() - 1) +
                   " exactly (rank " + std::to_string(i) + " is missing)");
 
-  const json &vs = rt.contains("stages") ? rt.at("stages") : json();
   const int V = p.stages * p.chunks;
-  if (!vs.is_array() || (int)vs.size() != V)
+  if ((int)runtime.stages.size() != V)
     throw Error(p.planPath + ": runtime.stages must list " + std::to_string(V) +
-                " virtual stages (stages x chunks), found " + std::to_string(vs.is_array() ? vs.size() : 0));
+                " virtual stages (stages x chunks), found " + std::to_string(runtime.stages.size()));
   p.vstages.resize(V);
   std::vector<bool> have(V, false);
-  for (size_t i = 0; i < vs.size(); ++i) {
+  for (size_t i = 0; i < runtime.stages.size(); ++i) {
+    const plan::StageFiles &files = runtime.stages[i];
     const std::string where = "runtime.stages[" + std::to_string(i) + "]";
     VirtualStage v;
-    v.id = R.get<int>(vs[i], "id", where);
-    if (v.id < 0 || v.id >= V || have[v.id])
-      throw Error(p.planPath + ": " + where + ".id " + std::to_string(v.id) + " is out of range or repeated");
+    if (files.id < 0 || files.id >= V || have[files.id])
+      throw Error(p.planPath + ": " + where + ".id " + std::to_string(files.id) + " is out of range or repeated");
+    v.id = (int)files.id;
     have[v.id] = true;
-    v.library = resolve(p.dir, R.get<std::string>(vs[i], "library", where));
-    v.weights = resolve(p.dir, R.get<std::string>(vs[i], "weights", where));
+    v.library = resolve(p.dir, files.library);
+    v.weights = resolve(p.dir, files.weights);
     for (int s = 0; s < p.stages; ++s)
       for (int c = 0; c < p.chunks; ++c)
         if (p.virtualStage(s, c) == v.id) v.stage = s, v.chunk = c;
     p.vstages[v.id] = v;
   }
 
-  const json opt = rt.contains("optimizer") ? rt.at("optimizer") : json();
-  const std::string ow = "runtime.optimizer";
-  const std::string rule = R.get<std::string>(opt, "name", ow);
-  if (!parseChoice(rule, p.optimizer.rule))
-    throw Error(p.planPath + ": runtime.optimizer.name must be " + choiceNames<Optimizer>(" or ") + ", is \"" +
-                rule + "\"");
-  if (!usesAdam(p.optimizer.rule)) // sgd-momentum is SGD with its momentum given
-    p.optimizer.rule = Optimizer::Sgd;
-  p.optimizer.lr = R.get<float>(opt, "lr", ow);
-  p.optimizer.weightDecay = R.opt<float>(opt, "weight_decay", ow, 0.0f);
-  p.optimizer.momentum = R.opt<float>(opt, "momentum", ow, 0.0f);
-  p.optimizer.beta1 = R.opt<float>(opt, "beta1", ow, float(OptimizerDefaults::beta1));
-  p.optimizer.beta2 = R.opt<float>(opt, "beta2", ow, float(OptimizerDefaults::beta2));
-  p.optimizer.epsilon = R.opt<float>(opt, "epsilon", ow, float(OptimizerDefaults::epsilon));
-  p.optimizer.maxGradNorm = R.opt<float>(opt, "max_grad_norm", ow, 0.0f);
+  // The optimizer as written (doubles: resolveOptimizer checks the ranges and
+  // what a float holds) and as the stages run it.
+  p.optimizerAsWritten = runtime.optimizer;
+  const plan::Optimizer &o = runtime.optimizer;
+  // sgd-momentum is SGD with its momentum given.
+  p.optimizer.rule = usesAdam(o.rule) ? o.rule : Optimizer::Sgd;
+  p.optimizer.lr = (float)o.lr;
+  p.optimizer.weightDecay = (float)o.weightDecay;
+  p.optimizer.momentum = (float)o.momentum;
+  p.optimizer.beta1 = (float)o.beta1;
+  p.optimizer.beta2 = (float)o.beta2;
+  p.optimizer.epsilon = (float)o.epsilon;
+  p.optimizer.maxGradNorm = (float)o.maxGradNorm.value_or(0.0);
 
   // Tied parameters: [{"name": "wte.weight", "stages": [0, 3]}, ...]
-  const json tied = rt.contains("tied") && !rt.at("tied").is_null() ? rt.at("tied") : json::array();
-  if (!tied.is_array()) throw Error(p.planPath + ": runtime.tied must be an array");
-  for (size_t i = 0; i < tied.size(); ++i) {
+  for (size_t i = 0; i < runtime.tied.size(); ++i) {
     const std::string where = "runtime.tied[" + std::to_string(i) + "]";
     TiedParam t;
-    t.name = R.get<std::string>(tied[i], "name", where);
-    t.stages = R.get<std::vector<int>>(tied[i], "stages", where);
+    t.name = runtime.tied[i].name;
+    for (int64_t s : runtime.tied[i].stages) {
+      if (s < 0 || s >= V)
+        throw Error(p.planPath + ": " + where + ".stages: stage " + std::to_string(s) + " is not a virtual stage (0.." +
+                    std::to_string(V - 1) + ")");
+      t.stages.push_back((int)s);
+    }
     if (t.name.empty()) throw Error(p.planPath + ": " + where + ".name is empty");
     std::sort(t.stages.begin(), t.stages.end());
     if (t.stages.size() < 2 || std::adjacent_find(t.stages.begin(), t.stages.end()) != t.stages.end())
       throw Error(p.planPath + ": " + where + ".stages must list at least two different stages");
-    for (int s : t.stages)
-      if (s < 0 || s >= V)
-        throw Error(p.planPath + ": " + where + ".stages: stage " + std::to_string(s) + " is not a virtual stage (0.." +
-                    std::to_string(V - 1) + ")");
-    for (const TiedParam &o : p.tied)
-      if (o.name == t.name) throw Error(p.planPath + ": " + where + ": parameter " + t.name + " is listed twice");
+    for (const TiedParam &other : p.tied)
+      if (other.name == t.name) throw Error(p.planPath + ": " + where + ": parameter " + t.name + " is listed twice");
     p.tied.push_back(t);
   }
 
-  const json data = rt.contains("data") ? rt.at("data") : json();
-  p.syntheticSamples = R.opt<uint64_t>(data, "synthetic_samples", "runtime.data",
-                                       (uint64_t)p.microbatchSize * p.microbatches * 16);
+  p.syntheticSamples = runtime.syntheticSamples.value_or((uint64_t)p.microbatchSize * p.microbatches * 16);
   if (p.syntheticSamples == 0) throw Error(p.planPath + ": runtime.data.synthetic_samples must be >= 1");
-  const json fields = data.contains("fields") ? data.at("fields") : json::array();
-  if (!fields.is_array()) throw Error(p.planPath + ": runtime.data.fields must be an array");
-  for (size_t i = 0; i < fields.size(); ++i) {
+  for (size_t i = 0; i < runtime.dataFields.size(); ++i) {
+    const plan::DataField &field = runtime.dataFields[i];
     const std::string where = "runtime.data.fields[" + std::to_string(i) + "]";
     io::FieldSpec f;
-    f.name = R.get<std::string>(fields[i], "name", where);
-    const std::string dt = R.get<std::string>(fields[i], "dtype", where);
-    f.dtype = io::dtypeFromName(dt);
-    if (!f.dtype) throw Error(p.planPath + ": " + where + ".dtype \"" + dt + "\" is not f32, f64, i64, i32 or bool");
-    f.shape = R.get<std::vector<int64_t>>(fields[i], "shape", where);
+    f.name = field.name;
+    f.dtype = io::dtypeFromName(field.dtype);
+    if (!f.dtype)
+      throw Error(p.planPath + ": " + where + ".dtype \"" + field.dtype + "\" is not f32, f64, i64, i32 or bool");
+    f.shape = field.shape;
     if (f.shape.size() > 16 || !io::checkedElementCount(f.shape, std::numeric_limits<int64_t>::max() / 8))
       throw Error(p.planPath + ": " + where + ".shape " + io::shapeString(f.shape) +
                   " has a negative dimension, more than 16 dimensions or too many elements");
     const bool isFloat = f.dtype == PIPEC_F32 || f.dtype == PIPEC_F64;
-    f.low = R.opt<double>(fields[i], "low", where, isFloat ? -1.0 : 0.0);
-    f.high = R.opt<double>(fields[i], "high", where, isFloat ? 1.0 : 2.0);
+    f.low = field.low.value_or(isFloat ? -1.0 : 0.0);
+    f.high = field.high.value_or(isFloat ? 1.0 : 2.0);
     if (!(f.high > f.low)) throw Error(p.planPath + ": " + where + ": high must be > low");
     p.dataFields.push_back(f);
   }

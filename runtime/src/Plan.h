@@ -6,6 +6,7 @@
 #pragma once
 
 #include "pipec/dataset.h"
+#include "pipec/job_plan.h"
 #include "pipec/vocabulary.h"
 
 #include <stdexcept>
@@ -63,6 +64,7 @@ struct Plan {
   std::vector<std::vector<int>> ranks; // per pipeline stage: MPI rank of each replica
   std::vector<VirtualStage> vstages;   // by id
   OptimizerConfig optimizer;
+  plan::Optimizer optimizerAsWritten; // runtime.optimizer's values before the float conversion
   std::vector<io::FieldSpec> dataFields;
   uint64_t syntheticSamples = 0;
   std::vector<TiedParam> tied; // runtime.tied (optional)

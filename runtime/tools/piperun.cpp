@@ -53,7 +53,6 @@ bool agree(Control &control, const std::string &who, const std::string &error) {
 // (throws Error naming the option or file and the value).
 JobIdentity jobIdentity(const Plan &plan, const RunOptions &o) {
   namespace fs = std::filesystem;
-  checkPlanSeed(plan);
   const OptimizerConfig opt = resolveOptimizer(plan, o.optimizer);
 
   JobIdentity id;

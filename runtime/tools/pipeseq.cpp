@@ -52,7 +52,6 @@ struct Runner {
   int V;
 
   Runner(const Plan &p, const RunOptions &o) : plan(p), opt(o), V(p.stages * p.chunks) {
-    checkPlanSeed(p);
     optimizer = resolveOptimizer(p, o.optimizer);
     seed = o.seedSet ? o.seed : p.seed;
     if (!o.dataFile.empty())

@@ -5,10 +5,12 @@
 // the file: the compiler (compiler/Driver/TrainingJob.cpp assembles a
 // PlanFile once from the planner's plan and the options) and the analysis
 // libraries (analysis/Partition/PlanJson.cpp, `pipec partition --out`)
-// include this header, never the other way round (docs/layers.md). The
-// writer is inline so that no layer needs another library to write the
-// file; the runtime's reader, with its error messages, is loadPlan
-// (runtime/src/Plan.cpp).
+// include this header, never the other way round (docs/layers.md). What
+// piperun reads (`pipeline`, `runtime`) is a schema below: one list of
+// members per struct that the writer and the reader both walk, so each key
+// is spelled once; the runtime's loadPlan (runtime/src/Plan.cpp) reads
+// through it and then checks what the values mean. Header-only, so that no
+// layer needs another library to write or read the file.
 //
 // Each fact is in one place: the schedule family, micro-batch count,
 // asynchronous flag, chunks and placement only in `pipeline`; the ranks of
@@ -17,6 +19,7 @@
 // never a copy.
 #pragma once
 
+#include "json_reader.h"
 #include "vocabulary.h"
 
 #include <nlohmann/json.hpp>
@@ -25,6 +28,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace pipec::plan {
@@ -64,7 +68,8 @@ struct StageFiles {
 struct DataField {
   std::string name, dtype; ///< dtype: f32, f64, i64, i32, bool
   std::vector<int64_t> shape; ///< one sample
-  double low = 0, high = 0;
+  /// Synthetic values' range; absent: the runtime's default for the dtype.
+  std::optional<double> low, high;
 };
 
 struct Optimizer {
@@ -182,60 +187,226 @@ struct PlanFile {
   std::optional<PlannerReport> planner;
 };
 
-// ---------------------------------------------------------------- the writer
-inline nlohmann::json toJson(const Pipeline &p) {
-  nlohmann::json j = {{"microbatches", p.microbatches},
-                      {"asynchronous", p.asynchronous},
-                      {"chunks", p.chunks},
-                      {"placement", choiceName(p.placement)}};
-  if (!p.schedule.empty())
-    j["schedule"] = p.schedule;
-  return j;
+// ---------------------------------------------------------------- the schema
+// The members of what piperun reads (`pipeline` and `runtime`), listed once
+// per struct: the writer (toJson) and the reader (fromJson) walk the same
+// list, so a key is spelled once. A list says of each member whether the
+// file must have it (required) or the struct's value stands in for it
+// (optional: a std::optional member is then left out, or written as null
+// with Absent::Null).
+enum class Absent { Omit, Null };
+
+template <class V, class P> void pipelineMembers(V &v, P &p) {
+  v.optional("schedule", p.schedule); // empty in a partition-only file: left out
+  v.required("microbatches", p.microbatches);
+  v.optional("asynchronous", p.asynchronous);
+  v.optional("chunks", p.chunks);
+  v.optional("placement", p.placement);
 }
 
-inline nlohmann::json toJson(const Runtime &r) {
-  nlohmann::json stages = nlohmann::json::array();
-  for (const StageFiles &s : r.stages)
-    stages.push_back({{"id", s.id},
-                      {"library", s.library},
-                      {"weights", s.weights},
-                      {"arena_bytes", s.arenaBytes ? nlohmann::json(*s.arenaBytes) : nlohmann::json(nullptr)},
-                      {"entry_arena_bytes", s.entryArenaBytes},
-                      {"scratch_bytes", s.scratchBytes ? nlohmann::json(*s.scratchBytes) : nlohmann::json(nullptr)},
-                      {"thread_scratch_bytes",
-                       s.threadScratchBytes ? nlohmann::json(*s.threadScratchBytes) : nlohmann::json(nullptr)}});
-  nlohmann::json fields = nlohmann::json::array();
-  for (const DataField &f : r.dataFields)
-    fields.push_back({{"name", f.name}, {"dtype", f.dtype}, {"shape", f.shape}, {"low", f.low},
-                      {"high", f.high}});
-  nlohmann::json data = {{"fields", fields}};
-  if (r.syntheticSamples)
-    data["synthetic_samples"] = *r.syntheticSamples;
-  nlohmann::json tied = nlohmann::json::array();
-  for (const TiedParameter &t : r.tied)
-    tied.push_back({{"name", t.name}, {"stages", t.stages}});
-  nlohmann::json optimizer = {{"name", choiceName(r.optimizer.rule)},
-                              {"lr", r.optimizer.lr},
-                              {"weight_decay", r.optimizer.weightDecay},
-                              {"momentum", r.optimizer.momentum},
-                              {"beta1", r.optimizer.beta1},
-                              {"beta2", r.optimizer.beta2},
-                              {"epsilon", r.optimizer.epsilon}};
-  if (r.optimizer.maxGradNorm)
-    optimizer["max_grad_norm"] = *r.optimizer.maxGradNorm;
-  nlohmann::json j = {{"microbatch_size", r.microbatchSize},
-                      {"seed", r.seed},
-                      {"target", choiceName(r.target)},
-                      {"precision", choiceName(r.precision)},
-                      {"stages", stages},
-                      {"optimizer", optimizer},
-                      {"data", data},
-                      {"tied", tied}};
-  if (r.target == Target::Cuda) {
-    j["cuda_arch"] = r.cudaArch;
-    j["gpu"] = r.gpu;
+template <class V, class S> void stageFileMembers(V &v, S &s) {
+  v.required("id", s.id);
+  v.required("library", s.library);
+  v.required("weights", s.weights);
+  v.optional("arena_bytes", s.arenaBytes, Absent::Null);
+  v.optional("entry_arena_bytes", s.entryArenaBytes);
+  v.optional("scratch_bytes", s.scratchBytes, Absent::Null);
+  v.optional("thread_scratch_bytes", s.threadScratchBytes, Absent::Null);
+}
+
+template <class V, class F> void dataFieldMembers(V &v, F &f) {
+  v.required("name", f.name);
+  v.required("dtype", f.dtype);
+  v.required("shape", f.shape);
+  v.optional("low", f.low);
+  v.optional("high", f.high);
+}
+
+template <class V, class O> void optimizerMembers(V &v, O &o) {
+  v.required("name", o.rule);
+  v.required("lr", o.lr);
+  v.optional("weight_decay", o.weightDecay);
+  v.optional("momentum", o.momentum);
+  v.optional("beta1", o.beta1);
+  v.optional("beta2", o.beta2);
+  v.optional("epsilon", o.epsilon);
+  v.optional("max_grad_norm", o.maxGradNorm); // absent: no clipping
+}
+
+template <class V, class T> void tiedMembers(V &v, T &t) {
+  v.required("name", t.name);
+  v.required("stages", t.stages);
+}
+
+template <class V, class R> void runtimeMembers(V &v, R &r) {
+  v.required("microbatch_size", r.microbatchSize);
+  v.optional("seed", r.seed);
+  v.optional("target", r.target);
+  v.optional("precision", r.precision);
+  v.optionalWrittenIf(r.target == Target::Cuda, "cuda_arch", r.cudaArch);
+  v.optionalWrittenIf(r.target == Target::Cuda, "gpu", r.gpu);
+  v.required("stages", r.stages);
+  v.required("optimizer", r.optimizer);
+  v.object("data", [&](auto &data) {
+    data.optional("fields", r.dataFields);
+    data.optional("synthetic_samples", r.syntheticSamples);
+  });
+  v.optional("tied", r.tied);
+}
+
+namespace schema {
+template <class T> struct IsOptional : std::false_type {};
+template <class T> struct IsOptional<std::optional<T>> : std::true_type {};
+template <class T> struct IsMap : std::false_type {};
+template <class V> struct IsMap<std::map<std::string, V>> : std::true_type {};
+
+/// Calls the member list of a struct of the schema with visitor v.
+template <class V, class T> void visitMembers(V &v, T &x) {
+  using Plain = std::remove_const_t<T>;
+  if constexpr (std::is_same_v<Plain, Pipeline>) pipelineMembers(v, x);
+  else if constexpr (std::is_same_v<Plain, StageFiles>) stageFileMembers(v, x);
+  else if constexpr (std::is_same_v<Plain, DataField>) dataFieldMembers(v, x);
+  else if constexpr (std::is_same_v<Plain, Optimizer>) optimizerMembers(v, x);
+  else if constexpr (std::is_same_v<Plain, TiedParameter>) tiedMembers(v, x);
+  else if constexpr (std::is_same_v<Plain, Runtime>) runtimeMembers(v, x);
+  else static_assert(!sizeof(T), "not a struct of the schema");
+}
+template <class T> constexpr bool kIsStruct =
+    std::is_same_v<T, Pipeline> || std::is_same_v<T, StageFiles> || std::is_same_v<T, DataField> ||
+    std::is_same_v<T, Optimizer> || std::is_same_v<T, TiedParameter> || std::is_same_v<T, Runtime>;
+/// A list of schema structs (written as an array of objects).
+template <class T> struct IsStructList : std::false_type {};
+template <class E> struct IsStructList<std::vector<E>> : std::bool_constant<kIsStruct<E>> {};
+
+struct Writer;
+template <class T> nlohmann::json encode(const T &value);
+
+/// Writes each member into `out`.
+struct Writer {
+  nlohmann::json &out;
+  template <class T> void required(const char *key, const T &value) { out[key] = encode(value); }
+  template <class T> void optional(const char *key, const T &value, Absent absent = Absent::Omit) {
+    if constexpr (IsOptional<T>::value) {
+      if (value)
+        out[key] = encode(*value);
+      else if (absent == Absent::Null)
+        out[key] = nullptr;
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (!value.empty())
+        out[key] = value;
+    } else {
+      out[key] = encode(value);
+    }
   }
-  return j;
+  template <class T> void optionalWrittenIf(bool written, const char *key, const T &value) {
+    if (written)
+      out[key] = encode(value);
+  }
+  template <class Members> void object(const char *key, Members &&inner) {
+    nlohmann::json j = nlohmann::json::object();
+    Writer w{j};
+    inner(w);
+    out[key] = std::move(j);
+  }
+};
+
+template <class T> nlohmann::json encode(const T &value) {
+  if constexpr (std::is_enum_v<T>) {
+    return choiceName(value);
+  } else if constexpr (kIsStruct<T>) {
+    nlohmann::json j = nlohmann::json::object();
+    Writer w{j};
+    visitMembers(w, value);
+    return j;
+  } else if constexpr (IsStructList<T>::value) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto &e : value)
+      j.push_back(encode(e));
+    return j;
+  } else {
+    return nlohmann::json(value);
+  }
+}
+
+/// Reads each member from `in` (at JSON path `path`), with errors naming the
+/// file and the path.
+template <class Error> struct Reader {
+  const json_io::Reader<Error> &file;
+  const nlohmann::json &in;
+  std::string path;
+
+  std::string pathOf(const char *key) const { return path.empty() ? std::string(key) : path + "." + key; }
+  bool has(const char *key) const { return in.is_object() && in.contains(key) && !in.at(key).is_null(); }
+
+  template <class T> void required(const char *key, T &field) {
+    if (!in.is_object() || !in.contains(key))
+      throw Error(file.file + ": missing member " + pathOf(key));
+    field = decode<T>(in.at(key), pathOf(key));
+  }
+  template <class T> void optional(const char *key, T &field, Absent = Absent::Omit) {
+    if (!has(key))
+      return;
+    if constexpr (IsOptional<T>::value)
+      field = decode<typename T::value_type>(in.at(key), pathOf(key));
+    else
+      field = decode<T>(in.at(key), pathOf(key));
+  }
+  template <class T> void optionalWrittenIf(bool, const char *key, T &field) { optional(key, field); }
+  template <class Members> void object(const char *key, Members &&inner) {
+    static const nlohmann::json empty = nlohmann::json::object();
+    if (has(key) && !in.at(key).is_object())
+      throw Error(file.file + ": member " + pathOf(key) + " has the wrong type (" + json_io::brief(in.at(key)) + ")");
+    Reader sub{file, has(key) ? in.at(key) : empty, pathOf(key)};
+    inner(sub);
+  }
+
+  template <class T> T decode(const nlohmann::json &v, const std::string &name) const {
+    if constexpr (std::is_enum_v<T>) {
+      const std::string text = file.template convert<std::string>(v, name);
+      T value{};
+      if (!parseChoice(text, value))
+        throw Error(file.file + ": " + name + " must be " + choiceNames<T>(" or ") + ", is \"" + text + "\"");
+      return value;
+    } else if constexpr (kIsStruct<T>) {
+      if (!v.is_object())
+        throw Error(file.file + ": member " + name + " has the wrong type (" + json_io::brief(v) + ")");
+      T value{};
+      Reader sub{file, v, name};
+      visitMembers(sub, value);
+      return value;
+    } else if constexpr (IsStructList<T>::value) {
+      if (!v.is_array())
+        throw Error(file.file + ": member " + name + " has the wrong type (" + json_io::brief(v) + ")");
+      T out;
+      for (size_t i = 0; i < v.size(); ++i)
+        out.push_back(decode<typename T::value_type>(v[i], name + "[" + std::to_string(i) + "]"));
+      return out;
+    } else if constexpr (IsMap<T>::value) {
+      if (!v.is_object())
+        throw Error(file.file + ": member " + name + " has the wrong type (" + json_io::brief(v) + ")");
+      T out;
+      for (const auto &[key, item] : v.items())
+        out[key] = file.template convert<typename T::mapped_type>(item, name + "." + key);
+      return out;
+    } else {
+      return file.template convert<T>(v, name);
+    }
+  }
+};
+} // namespace schema
+
+// ---------------------------------------------------------------- the writer
+inline nlohmann::json toJson(const Pipeline &p) { return schema::encode(p); }
+inline nlohmann::json toJson(const Runtime &r) { return schema::encode(r); }
+
+// ---------------------------------------------------------------- the reader
+/// plan.json's `pipeline` and `runtime` sections as the schema reads them
+/// (the runtime's loadPlan then checks what the values mean).
+template <class Error> Pipeline pipelineFromJson(const json_io::Reader<Error> &file, const nlohmann::json &j) {
+  return schema::Reader<Error>{file, j, ""}.template decode<Pipeline>(j, "pipeline");
+}
+template <class Error> Runtime runtimeFromJson(const json_io::Reader<Error> &file, const nlohmann::json &j) {
+  return schema::Reader<Error>{file, j, ""}.template decode<Runtime>(j, "runtime");
 }
 
 inline nlohmann::json toJson(const Topology &t) {
