@@ -48,7 +48,9 @@ public:
 
   /// Applies each argument in order. Throws SettingError("--name value: reason").
   void apply(const Arguments &arguments) const {
-    for (const auto &[flag, value] : arguments) {
+    for (const auto &argument : arguments) {
+      // Named, not structured bindings: a lambda may not capture those in C++17.
+      const std::string &flag = argument.first, &value = argument.second;
       const Bound *bound = find(flag);
       if (!bound)
         throw SettingError("unknown option '" + flag + "'");
