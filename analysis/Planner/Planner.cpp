@@ -546,7 +546,6 @@ Plan plan(const partition::CostTable &table, const Request &given) {
   const Request request = withBatchSize(table, given);
   Search search{table, request, request.partition.topology(), {}, {}};
   search.plan.candidatesShown = request.candidates;
-  search.plan.microbatchSize = table.microbatchSize;
   search.plan.batchSource = given.batchSize       ? BatchSource::BatchSize
                             : request.partition.microbatchesGiven ? BatchSource::Microbatches
                                                                   : BatchSource::Planner;
@@ -610,11 +609,19 @@ std::string batchSourceText(BatchSource source) {
          " samples unless the replicas need more; --batch-size N sets it";
 }
 
-void printBatch(std::ostream &os, const Plan &plan) {
+/// Samples per optimizer step: the chosen micro-batch count times the
+/// table's micro-batch size; nullopt when the table does not know it.
+std::optional<int64_t> samplesPerStep(const partition::CostTable &table, const Plan &plan) {
+  if (table.microbatchSize <= 0)
+    return std::nullopt;
+  return table.microbatchSize * plan.chosen.microbatches;
+}
+
+void printBatch(std::ostream &os, const partition::CostTable &table, const Plan &plan) {
   const Candidate &c = plan.chosen;
-  const int64_t b = plan.microbatchSize;
+  const int64_t b = table.microbatchSize;
   if (b > 0)
-    os << "samples per optimizer step: " << plan.samplesPerStep() << " = " << c.microbatches
+    os << "samples per optimizer step: " << *samplesPerStep(table, plan) << " = " << c.microbatches
        << " micro-batches of " << b << " (" << batchSourceText(plan.batchSource) << ")\n";
   else
     os << "micro-batches per optimizer step: " << c.microbatches << " (" << batchSourceText(plan.batchSource)
@@ -629,7 +636,7 @@ void printBatch(std::ostream &os, const Plan &plan) {
 void printPlan(std::ostream &os, const partition::CostTable &table,
                const partition::Topology &topology, const Plan &plan) {
   const Candidate &c = plan.chosen;
-  printBatch(os, plan);
+  printBatch(os, table, plan);
   partition::printPlanTable(os, table, topology, c.partition);
   if (c.chunks > 1) {
     const int p = c.pipelineStages;
@@ -734,8 +741,9 @@ json scheduleJson(const Plan &plan) {
           {"rank_files", "schedule/rank_<rank>.json"}};
 }
 
-json batchJson(const Plan &plan) {
-  return {{"samples_per_step", plan.microbatchSize > 0 ? json(plan.samplesPerStep()) : json(nullptr)},
+json batchJson(const partition::CostTable &table, const Plan &plan) {
+  const std::optional<int64_t> samples = samplesPerStep(table, plan);
+  return {{"samples_per_step", samples ? json(*samples) : json(nullptr)},
           {"source", batchSourceText(plan.batchSource)}};
 }
 
@@ -745,7 +753,7 @@ json plannerJson(const partition::CostTable &table, const Plan &plan) {
   for (size_t i = 0; i < shown; ++i)
     ranked.push_back(candidateJson(table, plan.ranked[i]));
   return {{"objective", "simulated time per sample"},
-          {"batch", batchJson(plan)},
+          {"batch", batchJson(table, plan)},
           {"evaluated", plan.evaluated},
           {"rejected", plan.rejected},
           {"rejections", plan.rejections},
@@ -792,8 +800,7 @@ plan::PlanFile planFile(const partition::CostTable &table, const partition::Topo
   schedule.peakActivationUnits = sim.maxPeakMemory;
   file.schedule = schedule;
   plan::PlannerReport report;
-  if (plan.microbatchSize > 0)
-    report.samplesPerStep = plan.samplesPerStep();
+  report.samplesPerStep = samplesPerStep(table, plan);
   report.batchSource = batchSourceText(plan.batchSource);
   report.evaluated = plan.evaluated;
   report.rejected = plan.rejected;

@@ -66,10 +66,7 @@ enum class BatchSource { Planner, Microbatches, BatchSize };
 
 struct Plan {
   Candidate chosen;
-  int64_t microbatchSize = 0; ///< samples per micro-batch (the cost table's; 0: unknown)
   BatchSource batchSource = BatchSource::Planner;
-  /// Samples per optimizer step, chosen.microbatches x microbatchSize (0: unknown).
-  int64_t samplesPerStep() const { return microbatchSize * chosen.microbatches; }
   schedule::Schedule schedule;     ///< the emitted schedule
   schedule::SimResult simulated;   ///< of one mini-batch
   std::vector<Candidate> ranked;   ///< best first; ranked[0] is `chosen`

@@ -262,13 +262,7 @@ Plan loadPlan(const std::string &dirIn) {
 // ---------------------------------------------------------------- streams
 
 RankStream loadRankStream(const std::string &path) {
-  const stream::RankFile file = stream::rankFileFromJson(Reader{path}, readJson(path, "schedule file"));
-  RankStream rs;
-  rs.path = path;
-  rs.rank = file.rank;
-  rs.stage = file.stage;
-  rs.replica = file.replica;
-  rs.instrs = file.instructions;
+  RankStream rs{stream::rankFileFromJson(Reader{path}, readJson(path, "schedule file")), path};
   return rs;
 }
 

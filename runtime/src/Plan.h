@@ -7,6 +7,7 @@
 
 #include "pipec/dataset.h"
 #include "pipec/job_plan.h"
+#include "pipec/rank_stream.h"
 #include "pipec/vocabulary.h"
 
 #include <stdexcept>
@@ -102,10 +103,8 @@ using ::pipec::opName;
 using ::pipec::toString;
 
 // A rank's stream file (pipec/rank_stream.h, docs/schedule-files.md).
-struct RankStream {
+struct RankStream : stream::RankFile {
   std::string path;
-  int rank = 0, stage = 0, replica = 0;
-  std::vector<Instr> instrs;
 };
 RankStream loadRankStream(const std::string &path);
 

@@ -278,7 +278,6 @@ template <class T> constexpr bool kIsStruct =
 template <class T> struct IsStructList : std::false_type {};
 template <class E> struct IsStructList<std::vector<E>> : std::bool_constant<kIsStruct<E>> {};
 
-struct Writer;
 template <class T> nlohmann::json encode(const T &value);
 
 /// Writes each member into `out`.

@@ -25,7 +25,7 @@ inline constexpr const char *kRankFormat = "pipec.schedule.rank/2";
 
 struct RankFile {
   int rank = 0, stage = 0, replica = 0;
-  std::vector<Instr> instructions;
+  std::vector<Instr> instrs; ///< the file's "instructions"
 };
 
 /// {"op": "FWD", "mb": 3, "chunk": 0, "peer": 1, "version": 2}, members absent
@@ -51,7 +51,7 @@ inline nlohmann::json toJson(const RankFile &f) {
           {"rank", f.rank},
           {"stage", f.stage},
           {"replica", f.replica},
-          {"instructions", toJson(f.instructions)}};
+          {"instructions", toJson(f.instrs)}};
 }
 
 /// An instruction list at JSON path `where` (a rank file's "instructions",
@@ -87,7 +87,7 @@ template <class Error> RankFile rankFileFromJson(const json_io::Reader<Error> &R
   f.rank = R.template get<int>(j, "rank", "");
   f.stage = R.template get<int>(j, "stage", "");
   f.replica = R.template get<int>(j, "replica", "");
-  f.instructions =
+  f.instrs =
       instructionsFromJson(R, j.contains("instructions") ? j.at("instructions") : nlohmann::json(), "instructions");
   return f;
 }
