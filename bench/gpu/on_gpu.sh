@@ -24,9 +24,10 @@ PIPERUN=$G/bin/piperun
 ldd "$PIPERUN" | grep "not found"
 for job in "$G"/jobs/*/; do ls "$job"/weights/*.json > /dev/null 2>&1 && python3 "$HERE/synthetic_weights.py" fill "$job"; done
 el "set up"
-echo "=== training checks: 3 steps, weights to OUT/trained (compare_trained.py on the host)"
+STEPS=$(cat "$G/jobs/steps") # test/gpu/cuda_target.py's, as the CPU references were run
+echo "=== training checks: $STEPS steps, weights to OUT/trained (compare_trained.py on the host)"
 for job in "$G"/jobs/train-*/; do name=$(basename "$job")
-  timeout 120 "$PIPERUN" "$job" --iters 3 --export-weights "$OUT/trained/$name" > "$G/$name.log" 2>&1; rc=$?
+  timeout 120 "$PIPERUN" "$job" --iters "$STEPS" --export-weights "$OUT/trained/$name" > "$G/$name.log" 2>&1; rc=$?
   el "$name rc=$rc: $(grep -o 'final loss.*' "$G/$name.log" | tail -1)"; [ $rc = 0 ] || tail -5 "$G/$name.log"
 done
 echo "=== speed: ms/iter of 8 iterations"

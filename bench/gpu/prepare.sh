@@ -25,13 +25,27 @@ compile() { # model out options...: pipec with --build, its output in out.log
   local model=$1 out=$2; shift 2
   "$PIPEC" "$model" --gpus 1x1 --out "$out" --build "$@" > "$out.log" 2>&1 || { echo "FAILED: pipec $model $* (see $out.log)"; exit 1; }
 }
-# As test/gpu/cuda_target.py's training check, every example and precision.
-for e in mlp cnn gpt; do for p in fp32 tf32 bf16; do
-  train=(--stages 1 --microbatches 4 --optimizer sgd-momentum --lr 0.01 --seed 3 --precision $p)
-  compile "$ROOT/examples/$e.onnx" "$WORK/jobs/train-$e-$p" "${train[@]}" --target cuda
-  compile "$ROOT/examples/$e.onnx" "$WORK/cpu/train-$e-$p" "${train[@]}" --target cpu
-  mpirun -np 1 "$PIPERUN" "$WORK/cpu/train-$e-$p" --iters 3 --export-weights "$WORK/cpu/train-$e-$p/trained" --quiet
-done; done
+# test/gpu/cuda_target.py's training jobs (its compile_job, examples and
+# precisions), on one GPU: each for CUDA and for a CPU rank, which runs here.
+"$PY" - "$ROOT" "$PIPEC" "$PIPERUN" "$WORK" <<'PY'
+import os, sys
+root, pipec, piperun, work = sys.argv[1:5]
+sys.path.insert(0, os.path.join(root, "test", "gpu"))
+import cuda_target
+for example in cuda_target.EXAMPLES:
+    for precision in cuda_target.TOLERANCE:
+        for target, folder in (("cuda", "jobs"), ("cpu", "cpu")):
+            job = os.path.join(work, folder, f"train-{example}-{precision}")
+            result = cuda_target.compile_job(pipec, example, job, target, precision, stages=1)
+            if result.returncode != 0:
+                sys.exit(f"FAILED: pipec {example} --target {target} --precision {precision}:\n{result.stderr[-3000:]}")
+        cpu = os.path.join(work, "cpu", f"train-{example}-{precision}")
+        cuda_target.run(["mpirun", "-np", "1", piperun, cpu, "--iters", str(cuda_target.STEPS),
+                         "--export-weights", os.path.join(cpu, "trained"), "--quiet"])
+# on_gpu.sh trains the CUDA jobs as many steps.
+with open(os.path.join(work, "jobs", "steps"), "w") as f:
+    f.write(f"{cuda_target.STEPS}\n")
+PY
 for p in fp32 tf32 bf16; do
   compile "$WORK/models/mlp8x1024_b64.onnx" "$WORK/jobs/bench-b64-$p" --microbatches 16 --target cuda --precision $p
   compile "$WORK/models/mlp8x1024_b4096.onnx" "$WORK/jobs/bench-b4096-$p" --microbatches 8 --target cuda --precision $p
@@ -58,6 +72,7 @@ for f in "$PIPERUN" /usr/bin/orterun /usr/bin/orted "$S"/sys/usr/lib/x86_64-linu
                                *) cp -L "$lib" "$S/common/";; esac
   done
 cp -L "$(ldd "$PIPERUN" | awk '/libcudart/ {print $3}')" "$S/cudart/"
+cp "$WORK/jobs/steps" "$S/jobs/"
 for job in "$WORK"/jobs/*/; do name=$(basename "$job"); mkdir -p "$S/jobs/$name/stages"
   cp -a "$job/plan.json" "$job/schedule" "$job/weights" "$S/jobs/$name/"
   cp -a "$job"/stages/*.so "$job"/stages/*.constants.bin "$S/jobs/$name/stages/"
