@@ -60,7 +60,7 @@ plan::PlanFile planFile(const CostTable &table, const Topology &topology, const 
   plan::Predictions &p = file.predictions;
   p.timePerMicrobatch = r.timePerMicrobatch;
   p.timePerMinibatch = r.timePerMinibatch;
-  p.simulated = r.simulated;
+  p.source = r.simulated ? plan::TimeSource::Simulated : plan::TimeSource::Analytic;
   if (r.simulated)
     p.analyticTimePerMinibatch = r.analyticTimePerMinibatch;
   p.throughput = r.throughput;
@@ -69,8 +69,10 @@ plan::PlanFile planFile(const CostTable &table, const Topology &topology, const 
   p.inflightMicrobatches = r.inflightMicrobatches;
   p.devicesUsed = r.devicesUsed;
   p.dataParallelFits = r.dataParallelFits;
-  p.dataParallelTimePerMicrobatch = r.dataParallelTimePerMicrobatch;
-  p.speedupOverDataParallel = r.speedupOverDataParallel;
+  if (r.dataParallelFits) {
+    p.dataParallelTimePerMicrobatch = r.dataParallelTimePerMicrobatch;
+    p.speedupOverDataParallel = r.speedupOverDataParallel;
+  }
   return file;
 }
 

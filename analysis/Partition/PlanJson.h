@@ -15,7 +15,7 @@ namespace pipec::partition {
 /// plan.json's typed content for a partition (docs/plan-json.md): pipeline
 /// (micro-batches, asynchronous), topology, partition, stages, op_order and
 /// predictions; the planner and the driver fill the rest
-/// (planner::planFile, compiler/Driver/TrainingJob.cpp).
+/// (planner::planFile, compiler/Driver/WriteJob.cpp).
 plan::PlanFile planFile(const CostTable &table, const Topology &topology,
                         const PartitionResult &result);
 /// plan::toJson(planFile(...)): the partition-only plan.json of `pipec partition --out`.

@@ -805,7 +805,6 @@ plan::PlanFile planFile(const partition::CostTable &table, const partition::Topo
   report.evaluated = plan.evaluated;
   report.rejected = plan.rejected;
   report.rejections = plan.rejections;
-  report.searchSeconds = plan.searchSeconds;
   // The chosen plan is the file itself; the runner-ups as printed.
   const size_t shown = std::min(plan.ranked.size(), static_cast<size_t>(std::max(1, plan.candidatesShown)));
   for (size_t i = 1; i < shown; ++i) {

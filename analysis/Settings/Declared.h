@@ -138,6 +138,13 @@ inline constexpr ChoiceSetting<Target> kTarget{
      "ranks)",
      "name"}};
 
+inline constexpr Setting kBuild{"build", "Compile the generated stages into libraries (with --out DIR)"};
+inline constexpr Setting kCudaArch{"cuda-arch",
+                                   "GPU architectures the CUDA stages are built for, comma-separated (default "
+                                   "sm_80,sm_90)",
+                                   "sm_80,sm_90"};
+inline constexpr Setting kSeed{"seed", "Seed of dropout masks and synthetic data (0 to 2^64-1, default 0)", "n"};
+
 // ------------------------------------------------------ `pipec schedule` alone
 inline constexpr Setting kReplicas{"replicas", "Replicas per stage: one number or a comma list per stage", "R"};
 inline constexpr IntSetting kInFlight{

@@ -2,7 +2,7 @@
 #include "analysis/Settings/Declared.h"
 #include "compiler/Driver/Registration.h"
 #include "compiler/Driver/StageBuild.h"
-#include "compiler/Driver/TrainingJob.h"
+#include "compiler/Driver/WriteJob.h"
 #include "analysis/Partition/CostTable.h"
 #include "analysis/Partition/Error.h"
 #include "analysis/Partition/Partitioner.h"
@@ -218,7 +218,7 @@ passes::PipelineConfig pipelineConfig(const CompileOptions &options,
   config.planning.partition.outDir.clear(); // plan.json is written once the stages are built
   config.planningResult = planning;
   config.optimizer = options.optimizer;
-  config.memory.target = options.target;
+  config.memory.target = options.job.target;
   return config;
 }
 } // namespace
@@ -228,11 +228,11 @@ void CompileOptions::bind(settings::Binder &b) {
   costs.bind(b);
   planning.bind(b);
   optimizer.bind(b);
-  b.choice(settings::kTarget, target);
+  job.bind(b);
 }
 
 int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::raw_ostream &errs) {
-  if (failed(checkTargetOptions(options, errs)))
+  if (failed(checkTargetOptions(options.job, errs)))
     return 1;
   mlir::DialectRegistry registry;
   registerPipecDialects(registry);
@@ -309,33 +309,11 @@ int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::ra
   if (options.partition().outDir.empty())
     return 0;
 
-  // The job directory: plan, schedule streams, stage code, initial weights.
-  std::string directory = options.partition().outDir;
-  try {
-    // Streams are numbered by schedule rank (stage-major); piperun maps
-    // them to MPI ranks through the plan's stages (docs/runtime.md).
-    schedule::writeScheduleDir(plan.schedule, plan.simulated,
-                               (std::filesystem::path(directory) / "schedule").string());
-  } catch (const std::exception &error) {
-    errs << "error: " << directory << ": " << error.what() << "\n";
+  // The job directory, from the module alone (WriteJob.h); with --json,
+  // standard output carries the one JSON document only.
+  if (failed(writeJob(*module, options.partition().outDir, options.job, initialValues,
+                      options.partition().json ? errs : outs, errs)))
     return 1;
-  }
-  // plan.json, built once: the planner's part (the pipeline it chose, the
-  // partition, the predictions, the runner-ups) and how piperun runs the
-  // stages written here; one writer (pipec/job_plan.h, docs/plan-json.md).
-  plan::PlanFile planFile = planner::planFile(planning.table, planning.topology, plan);
-  // With --json, standard output carries the one JSON document only.
-  mlir::FailureOr<plan::Runtime> runtime =
-      writeTrainingJob(*module, options, initialValues, options.partition().json ? errs : outs, errs);
-  if (failed(runtime))
-    return 1;
-  planFile.runtime = std::move(*runtime);
-  try {
-    partition::writePlanFile(plan::toJson(planFile), directory);
-  } catch (const partition::Error &error) {
-    errs << "error: " << error.what() << "\n";
-    return 1;
-  }
   return 0;
 }
 

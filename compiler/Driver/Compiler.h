@@ -3,6 +3,7 @@
 #ifndef PIPEC_COMPILER_DRIVER_COMPILER_H
 #define PIPEC_COMPILER_DRIVER_COMPILER_H
 
+#include "compiler/Driver/JobOptions.h"
 #include "compiler/Import/OnnxImporter.h"
 #include "analysis/Partition/PartitionCommand.h"
 #include "passes/Pipeline.h"
@@ -53,23 +54,19 @@ struct CompileOptions {
   /// pipec-optimizer: the optimizer (the same setting as costs.optimizer),
   /// learning rate, momentum, weight decay.
   passes::OptimizerOptions optimizer;
-  /// Compile the generated stages into DIR/stages/libstage_<k>.so.
-  bool build = false;
   /// -O0 or -O2 (passes/Pipeline.h).
   passes::OptLevel optLevel = passes::OptLevel::O2;
-  /// Stage code target (--target).
-  Target target = Target::Cpu;
-  bool cudaTarget() const { return target == Target::Cuda; }
-  /// GPU architectures of the CUDA stages (--cuda-arch), e.g. "sm_80".
-  std::vector<std::string> cudaArchs = {"sm_80", "sm_90"};
-  uint64_t seed = 0;
+  /// How the job is written with --out DIR: --build, --target, --precision
+  /// (the cost model's too), --cuda-arch, --seed.
+  JobOptions job;
+  bool cudaTarget() const { return job.cudaTarget(); }
   /// True when a topology was given: the partition phase runs.
   bool partitionRequested() const {
     return !partition().gpus.empty() || !partition().clusterFile.empty();
   }
 
   /// Binds the settings of the cost model, the planner (its partition
-  /// settings included), the optimizer and the target.
+  /// settings included), the optimizer and the job writer.
   void bind(settings::Binder &binder);
 };
 

@@ -55,7 +55,7 @@ std::string stageDirDefine(const fs::path &source) {
 }
 
 /// The compiler command that turns a generated stage into a library.
-std::string buildCommand(const CompileOptions &options, const fs::path &source,
+std::string buildCommand(const JobOptions &options, const fs::path &source,
                          const fs::path &library) {
   if (!options.cudaTarget())
     return std::string("c++ ") + kCpuStageOptimizeFlags +
@@ -78,7 +78,7 @@ std::string buildCommand(const CompileOptions &options, const fs::path &source,
 } // namespace
 
 /// The stages' CMakeLists.txt for building them outside pipec.
-std::string stagesCMakePrologue(const CompileOptions &options) {
+std::string stagesCMakePrologue(const JobOptions &options) {
   std::string cmake = "# Builds the stage libraries outside pipec (pipec --build does the same).\n"
                       "cmake_minimum_required(VERSION 3.20)\n";
   if (!options.cudaTarget())
@@ -104,7 +104,7 @@ std::string stagesCMakePrologue(const CompileOptions &options) {
 #endif
 }
 
-std::string stageCMakeTarget(const CompileOptions &options, const std::string &stem, const std::string &extension,
+std::string stageCMakeTarget(const JobOptions &options, const std::string &stem, const std::string &extension,
                              const std::string &constantsFile) {
   const bool cuda = options.cudaTarget();
   std::string cmake;
@@ -126,7 +126,7 @@ std::string stageCMakeTarget(const CompileOptions &options, const std::string &s
   return cmake;
 }
 
-mlir::LogicalResult buildStage(const CompileOptions &options, const fs::path &directory, const fs::path &source,
+mlir::LogicalResult buildStage(const JobOptions &options, const fs::path &directory, const fs::path &source,
                                const fs::path &library, llvm::raw_ostream &errs) {
   std::string folder = fs::absolute(source).parent_path().string();
   if (folder.find_first_of("\"\\\n") != std::string::npos) {
@@ -154,19 +154,9 @@ mlir::LogicalResult buildStage(const CompileOptions &options, const fs::path &di
   return mlir::success();
 }
 
-mlir::LogicalResult checkTargetOptions(const CompileOptions &options, llvm::raw_ostream &errs) {
+mlir::LogicalResult checkTargetOptions(const JobOptions &options, llvm::raw_ostream &errs) {
   if (!options.cudaTarget())
     return mlir::success();
-  if (options.cudaArchs.empty()) {
-    errs << "error: --cuda-arch names no architecture (e.g. sm_80,sm_90)\n";
-    return mlir::failure();
-  }
-  static const std::regex archPattern("sm_[0-9]{2,3}");
-  for (const auto &arch : options.cudaArchs)
-    if (!std::regex_match(arch, archPattern)) {
-      errs << "error: --cuda-arch: '" << arch << "' is not an architecture like sm_80 or sm_90\n";
-      return mlir::failure();
-    }
   if (!options.build)
     return mlir::success();
 #ifdef PIPEC_CUDA_KERNELS_LIBRARY

@@ -5,7 +5,9 @@
 #ifndef PIPEC_COMPILER_DRIVER_STAGEBUILD_H
 #define PIPEC_COMPILER_DRIVER_STAGEBUILD_H
 
-#include "compiler/Driver/Compiler.h"
+#include "compiler/Driver/JobOptions.h"
+
+#include "llvm/Support/raw_ostream.h"
 
 #include "mlir/Support/LLVM.h"
 
@@ -14,20 +16,21 @@
 
 namespace pipec {
 
-/// Checks --target, --cuda-arch and, with --build, that this pipec can
-/// build for them (errors name the flag). Runs before anything else.
-mlir::LogicalResult checkTargetOptions(const CompileOptions &options, llvm::raw_ostream &errs);
+/// With build on the cuda target, checks that this pipec can build for the
+/// architectures asked for (errors name the setting). Runs before anything
+/// else.
+mlir::LogicalResult checkTargetOptions(const JobOptions &options, llvm::raw_ostream &errs);
 
 /// The start of DIR/stages/CMakeLists.txt: project, languages and where the
 /// runtime's headers and kernel libraries are.
-std::string stagesCMakePrologue(const CompileOptions &options);
+std::string stagesCMakePrologue(const JobOptions &options);
 /// The CMake target of one stage library `lib<stem>.so` from `<stem><extension>`,
 /// which embeds `constantsFile` (docs/optimization.md).
-std::string stageCMakeTarget(const CompileOptions &options, const std::string &stem, const std::string &extension,
+std::string stageCMakeTarget(const JobOptions &options, const std::string &stem, const std::string &extension,
                              const std::string &constantsFile);
 /// Compiles `source` into `library` with the host compiler (or nvcc),
 /// printing the first lines of its errors.
-mlir::LogicalResult buildStage(const CompileOptions &options, const std::filesystem::path &directory,
+mlir::LogicalResult buildStage(const JobOptions &options, const std::filesystem::path &directory,
                                const std::filesystem::path &source, const std::filesystem::path &library,
                                llvm::raw_ostream &errs);
 

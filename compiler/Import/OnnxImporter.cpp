@@ -388,8 +388,8 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
 
     auto fileLoc = FileLineColLoc::get(&context, path, 0, 0);
     OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
-    module->getOperation()->setAttr("nn.source", builder.getStringAttr(path));
-    module->getOperation()->setAttr("nn.opset", builder.getI64IntegerAttr(opset));
+    module->getOperation()->setAttr(nn::kSourceAttrName, builder.getStringAttr(path));
+    module->getOperation()->setAttr(nn::kOpsetAttrName, builder.getI64IntegerAttr(opset));
     if (!frozenInitializers.empty()) {
       SmallVector<NamedAttribute> frozen;
       for (const auto &[name, reason] : frozenInitializers)

@@ -41,6 +41,10 @@ inline constexpr llvm::StringLiteral kRoleAttrName = "nn.role";
 /// The ONNX name of a function argument or result (a parameter, an input,
 /// an output), and of the op that updates a parameter.
 inline constexpr llvm::StringLiteral kNameAttrName = "nn.name";
+/// On the module: the model file it was imported from (as the importer was
+/// given it; the job writer reads the initial weights there) and its opset.
+inline constexpr llvm::StringLiteral kSourceAttrName = "nn.source";
+inline constexpr llvm::StringLiteral kOpsetAttrName = "nn.opset";
 /// On the module: the model's floating initializers that are not trained,
 /// each with the reason (a dictionary name → string; docs/importer.md).
 inline constexpr llvm::StringLiteral kFrozenAttrName = "nn.frozen";

@@ -162,6 +162,20 @@ LogicalResult PipeDialect::verifyOperationAttribute(Operation *op, NamedAttribut
     if (!stages || !llvm::all_of(stages, [](Attribute a) { return llvm::isa<DictionaryAttr>(a); }))
       return op->emitOpError() << "pipe.stages must be an array of dictionaries, got " << attribute.getValue();
   }
+  if (attribute.getName() == kPlanFileAttrName || attribute.getName() == kScheduleAttrName) {
+    auto text = llvm::dyn_cast<DenseI8ResourceElementsAttr>(attribute.getValue());
+    if (!text || text.getType().getRank() != 1)
+      return op->emitOpError() << attribute.getName().getValue()
+                               << " must be a dense_resource of i8 (a JSON document's text), got "
+                               << attribute.getValue();
+  }
+  if (attribute.getName() == kMemoryTargetAttrName) {
+    auto spelling = llvm::dyn_cast<StringAttr>(attribute.getValue());
+    Target target;
+    if (!spelling || !parseChoice(spelling.getValue(), target))
+      return op->emitOpError() << "pipe.memory_target must be \"" << choiceNames<Target>("\" or \"") << "\", got "
+                               << attribute.getValue();
+  }
   if (attribute.getName() == kScratchAttrName) {
     auto place = llvm::dyn_cast<DenseI64ArrayAttr>(attribute.getValue());
     if (!place || place.size() != 2 || place[0] < 0 || place[1] < 0 || place[0] % 64 != 0)

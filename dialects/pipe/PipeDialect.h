@@ -48,6 +48,18 @@ inline constexpr llvm::StringLiteral kPlanAttrName = "pipe.plan";
 /// pipec-estimate-costs' CostAttr on every costed nn op.
 inline constexpr llvm::StringLiteral kCostAttrName = "pipe.cost";
 inline constexpr llvm::StringLiteral kStagesAttrName = "pipe.stages";
+/// pipec-partition's whole result on the module, for the job writer
+/// (docs/layers.md, "The job as a product of the pipeline"): plan.json's
+/// document without its "runtime" section, and the chosen schedule (the
+/// document of schedule/schedule.json, from which its streams, text and
+/// timelines are written); each a JSON document's text in a resource blob
+/// (a dense_resource of i8, passes/JsonResource.h).
+inline constexpr llvm::StringLiteral kPlanFileAttrName = "pipe.plan_file";
+inline constexpr llvm::StringLiteral kScheduleAttrName = "pipe.schedule";
+/// pipec-plan-memory's target on the module (its spelling, "cpu" or
+/// "cuda"): the kernels whose scratch the memory plan holds, which the stage
+/// code must be written for.
+inline constexpr llvm::StringLiteral kMemoryTargetAttrName = "pipe.memory_target";
 /// pipec-partition's pipeline stage of an op (a non-negative integer).
 inline constexpr llvm::StringLiteral kStageAttrName = "pipe.stage";
 /// pipec-autodiff's PhaseAttr on every op of @train_step.

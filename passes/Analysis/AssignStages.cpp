@@ -1,9 +1,11 @@
 // pipec-partition: the planner's joint search on the costed graph, recorded
-// on the module (pipe.stage, pipe.stages, pipe.plan); the driver reads the
-// full plan through PlanningResult to print it and write plan.json.
+// on the module (pipe.stage, pipe.stages, pipe.plan, and for the job writer
+// pipe.plan_file and pipe.schedule); the driver reads the full plan through
+// PlanningResult only to print it.
 #include "passes/Passes.h"
 #include "passes/OptionsBinder.h"
 #include "passes/Analysis/GradientRoles.h"
+#include "passes/JsonResource.h"
 
 #include "analysis/Partition/CostTable.h"
 #include "analysis/Partition/Error.h"
@@ -16,6 +18,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
+
+#include <nlohmann/json.hpp>
 
 #include <map>
 
@@ -120,6 +124,11 @@ struct AssignStages : PassWithOptions<impl::AssignStagesBase<AssignStages>, plan
       numPlansEvaluated = plan.evaluated;
       annotateStages(module, *table, plan.chosen.partition);
       module->setAttr(pipe::kPlanAttrName, planAttr(plan, request));
+      module->setAttr(pipe::kPlanFileAttrName,
+                      jsonResource(&getContext(), "pipe_plan_file",
+                                   plan::toJson(planner::planFile(*table, topology, plan))));
+      module->setAttr(pipe::kScheduleAttrName, jsonResource(&getContext(), "pipe_schedule",
+                                                            nlohmann::json::parse(schedule::toJson(plan.schedule))));
       if (result)
         *result = PlanningResult{std::move(*table), std::move(topology), std::move(plan)};
     } catch (const partition::Error &error) {

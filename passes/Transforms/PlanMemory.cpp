@@ -165,6 +165,8 @@ struct PlanMemory : PassWithOptions<impl::PlanMemoryBase<PlanMemory>, PlanMemory
     if (failed(given))
       return signalPassFailure();
     const pk::ScratchTarget scratchTarget = given->target;
+    getOperation()->setAttr(pipe::kMemoryTargetAttrName,
+                            StringAttr::get(&getContext(), choiceName(given->target)));
     getOperation().walk([&](func::FuncOp function) {
       if (function->getParentOfType<pipe::StageOp>() && !function.getBody().empty() &&
           failed(plan(function, scratchTarget)))

@@ -144,11 +144,12 @@ Plan loadPlan(const std::string &dirIn) {
   // The ranks of each stage (a virtual stage when chunks > 1, in model
   // order) are its stages[].ranks; a pipeline position's are those of the
   // virtual stages it runs, which must name the same ranks.
-  const json &stages = j.contains("stages") ? j.at("stages") : json();
-  if (!stages.is_array() || stages.empty()) throw Error(p.planPath + ": missing or empty member stages");
-  if (stages.size() > (size_t)kMaxStages)
-    throw Error(p.planPath + ": " + std::to_string(stages.size()) + " stages, over the limit of " +
+  const json &stagesJson = j.contains("stages") ? j.at("stages") : json();
+  if (!stagesJson.is_array() || stagesJson.empty()) throw Error(p.planPath + ": missing or empty member stages");
+  if (stagesJson.size() > (size_t)kMaxStages)
+    throw Error(p.planPath + ": " + std::to_string(stagesJson.size()) + " stages, over the limit of " +
                 std::to_string(kMaxStages));
+  const std::vector<plan::Stage> stages = plan::fromJson<std::vector<plan::Stage>>(R, stagesJson, "stages");
   if (stages.size() % p.chunks != 0)
     throw Error(p.planPath + ": " + std::to_string(stages.size()) + " stages are not pipeline.chunks = " +
                 std::to_string(p.chunks) + " virtual stages on each pipeline position");
@@ -157,12 +158,12 @@ Plan loadPlan(const std::string &dirIn) {
   for (int s = 0; s < p.stages; ++s) {
     const int first = p.virtualStage(s, 0);
     const std::string where = "stages[" + std::to_string(first) + "]";
-    auto ranks = R.get<std::vector<int>>(stages[first], "ranks", where);
+    const std::vector<int> &ranks = stages[first].ranks;
     if (ranks.empty()) throw Error(p.planPath + ": " + where + ".ranks is empty");
     for (int c = 1; c < p.chunks; ++c) {
       const int other = p.virtualStage(s, c);
       const std::string at = "stages[" + std::to_string(other) + "]";
-      if (R.get<std::vector<int>>(stages[other], "ranks", at) != ranks)
+      if (stages[other].ranks != ranks)
         throw Error(p.planPath + ": " + at + ".ranks differ from " + where + ".ranks, but both virtual stages run on "
                     "pipeline position " + std::to_string(s) + " (" + choiceName(p.placement) + " placement)");
     }

@@ -55,9 +55,10 @@ int main(int argc, char **argv) {
   std::optional<pipec::Loss> loss;
   pipec::passes::OptionsBinder settings({&cl::SubCommand::getTopLevel()}, category);
   settings.choice(pipec::settings::kLoss, loss);
+  uint64_t seed = 0;
+  settings.unsigned64(pipec::settings::kSeed, seed);
   cl::opt<std::string> outputDir("output-dir", cl::desc("Where to write the .npy results"),
                                  cl::Required, cl::cat(category));
-  cl::opt<uint64_t> seed("seed", cl::desc("Dropout seed"), cl::init(0), cl::cat(category));
   cl::opt<bool> fp64("fp64",
                      cl::desc("Keep every floating value in double instead of rounding it to its "
                               "element type (compare with float64 references)"),

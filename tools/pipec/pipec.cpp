@@ -88,20 +88,12 @@ int runPipec(int argc, char **argv) {
   cl::opt<bool> printLocations(
       "print-locations", cl::desc("Print the ONNX node each op comes from (its location)"),
       cl::cat(category));
-  cl::opt<bool> build("build", cl::desc("Compile the generated stages (with --out DIR)"),
-                      cl::cat(category));
   cl::opt<unsigned> optLevel(
       "O", cl::Prefix,
       cl::desc("Stage code optimisation: -O0 one kernel call and one buffer per op; -O2 "
                "(default) GEMM canonicalisation, element-wise fusion and a static memory plan "
                "(docs/optimization.md)"),
       cl::value_desc("level"), cl::init(2), cl::cat(category));
-  cl::opt<std::string> cudaArch(
-      "cuda-arch",
-      cl::desc("GPU architectures the CUDA stages are built for, comma-separated"),
-      cl::value_desc("sm_80,sm_90"), cl::init("sm_80,sm_90"), cl::cat(category));
-  cl::opt<uint64_t> seed("seed", cl::desc("Seed of dropout masks and synthetic data"),
-                         cl::init(0), cl::cat(category));
   // The pass manager's own options: --mlir-timing, --mlir-pass-statistics,
   // --mlir-print-ir-after-all and the rest, listed by --help under their category.
   cl::OptionCategory mlirCategory("MLIR pass manager options");
@@ -132,20 +124,11 @@ int runPipec(int argc, char **argv) {
   options.dumpIrDirectory = dumpIr;
   options.elideConstantsLargerThan = elide;
   options.printLocations = printLocations;
-  options.build = build;
   if (optLevel != 0 && optLevel != 2) {
     llvm::errs() << "error: -O" << optLevel << ": the levels are -O0 and -O2\n";
     return 2;
   }
   options.optLevel = optLevel == 0 ? pipec::passes::OptLevel::O0 : pipec::passes::OptLevel::O2;
-  options.seed = seed;
-  options.cudaArchs.clear();
-  for (llvm::StringRef rest = cudaArch; !rest.empty();) {
-    auto [arch, tail] = rest.split(',');
-    if (!arch.trim().empty())
-      options.cudaArchs.push_back(arch.trim().str());
-    rest = tail;
-  }
   if (!emit.empty()) {
     options.emit = pipec::parsePhase(emit);
     if (!options.emit) {

@@ -2,13 +2,13 @@
 // pipec writes and piperun reads, and its one writer.
 //
 // It lives in the runtime layer because the runtime deploys alone and reads
-// the file: the compiler (compiler/Driver/TrainingJob.cpp assembles a
-// PlanFile once from the planner's plan and the options) and the analysis
-// libraries (analysis/Partition/PlanJson.cpp, `pipec partition --out`)
-// include this header, never the other way round (docs/layers.md). What
-// piperun reads (`pipeline`, `runtime`) is a schema below: one list of
-// members per struct that the writer and the reader both walk, so each key
-// is spelled once; the runtime's loadPlan (runtime/src/Plan.cpp) reads
+// the file: the compiler (compiler/Driver/WriteJob.cpp adds the runtime
+// section to the planner's PlanFile, which pipec-partition leaves on the
+// module) and the analysis libraries (analysis/Partition/PlanJson.cpp,
+// `pipec partition --out`) include this header, never the other way round
+// (docs/layers.md). The whole file is a schema below: one list of members
+// per struct (Schema<T>) that the writer and the reader both walk, so each
+// key is spelled once; the runtime's loadPlan (runtime/src/Plan.cpp) reads
 // through it and then checks what the values mean. Header-only, so that no
 // layer needs another library to write or read the file.
 //
@@ -133,14 +133,18 @@ struct Stage {
   int64_t parameterBytes = 0, optimizerBytes = 0, stashBytes = 0, activationBytes = 0, memoryBytes = 0;
 };
 
+/// Where predictions.time_per_minibatch_s comes from.
+enum class TimeSource : unsigned char { Analytic, Simulated };
+
 struct Predictions {
   double timePerMicrobatch = 0, timePerMinibatch = 0, throughput = 0, bubbleSeconds = 0,
          bubbleFraction = 0;
-  bool simulated = false; ///< time_per_minibatch_source
+  TimeSource source = TimeSource::Analytic;
   std::optional<double> analyticTimePerMinibatch; ///< PipeDream's estimate beside a simulated one
   int64_t inflightMicrobatches = 0, devicesUsed = 0;
   bool dataParallelFits = false;
-  double dataParallelTimePerMicrobatch = 0, speedupOverDataParallel = 0; ///< null unless it fits
+  /// Written as null when data parallelism does not fit.
+  std::optional<double> dataParallelTimePerMicrobatch, speedupOverDataParallel;
 };
 
 /// The simulated schedule of one mini-batch (its name, chunks and
@@ -160,6 +164,8 @@ struct RunnerUp {
          peakDeviceBytes = 0;
 };
 
+/// What the search found (not how long it took: the file, like the IR that
+/// carries it until the job is written, is the same on every run).
 struct PlannerReport {
   std::string objective = "simulated time per sample";
   /// Samples per optimizer step (micro-batch size x pipeline.microbatches,
@@ -169,7 +175,6 @@ struct PlannerReport {
   std::string batchSource;
   int64_t evaluated = 0, rejected = 0;
   std::vector<std::string> rejections;
-  double searchSeconds = 0;
   std::vector<RunnerUp> runnerUps;
 };
 
@@ -187,72 +192,219 @@ struct PlanFile {
   std::optional<PlannerReport> planner;
 };
 
+} // namespace pipec::plan
+
+namespace pipec {
+template <> struct Choices<plan::TimeSource> {
+  static constexpr const char *spellings[] = {"analytic (PipeDream's model)", "simulated schedule"};
+};
+} // namespace pipec
+
+namespace pipec::plan {
+
 // ---------------------------------------------------------------- the schema
-// The members of what piperun reads (`pipeline` and `runtime`), listed once
-// per struct: the writer (toJson) and the reader (fromJson) walk the same
-// list, so a key is spelled once. A list says of each member whether the
-// file must have it (required) or the struct's value stands in for it
-// (optional: a std::optional member is then left out, or written as null
-// with Absent::Null).
+// The members of every struct of the file, listed once per struct
+// (Schema<T>::members): the writer (toJson) and the reader (fromJson) walk
+// the same list, so a key is spelled once. A list says of each member
+// whether the file must have it (required) or the struct's value stands in
+// for it (optional: a std::optional member is then left out, or written as
+// null with Absent::Null; an empty string is left out). What piperun needs
+// is required; what only describes the plan is optional, so that a plan
+// written by hand (the runtime's tests) may leave it out.
 enum class Absent { Omit, Null };
 
-template <class V, class P> void pipelineMembers(V &v, P &p) {
-  v.optional("schedule", p.schedule); // empty in a partition-only file: left out
-  v.required("microbatches", p.microbatches);
-  v.optional("asynchronous", p.asynchronous);
-  v.optional("chunks", p.chunks);
-  v.optional("placement", p.placement);
-}
+template <class T> struct Schema; // specialized once per struct of the file
 
-template <class V, class S> void stageFileMembers(V &v, S &s) {
-  v.required("id", s.id);
-  v.required("library", s.library);
-  v.required("weights", s.weights);
-  v.optional("arena_bytes", s.arenaBytes, Absent::Null);
-  v.optional("entry_arena_bytes", s.entryArenaBytes);
-  v.optional("scratch_bytes", s.scratchBytes, Absent::Null);
-  v.optional("thread_scratch_bytes", s.threadScratchBytes, Absent::Null);
-}
+template <> struct Schema<Pipeline> {
+  template <class V, class P> static void members(V &v, P &p) {
+    v.optional("schedule", p.schedule); // empty in a partition-only file: left out
+    v.required("microbatches", p.microbatches);
+    v.optional("asynchronous", p.asynchronous);
+    v.optional("chunks", p.chunks);
+    v.optional("placement", p.placement);
+  }
+};
 
-template <class V, class F> void dataFieldMembers(V &v, F &f) {
-  v.required("name", f.name);
-  v.required("dtype", f.dtype);
-  v.required("shape", f.shape);
-  v.optional("low", f.low);
-  v.optional("high", f.high);
-}
+template <> struct Schema<StageFiles> {
+  template <class V, class S> static void members(V &v, S &s) {
+    v.required("id", s.id);
+    v.required("library", s.library);
+    v.required("weights", s.weights);
+    v.optional("arena_bytes", s.arenaBytes, Absent::Null);
+    v.optional("entry_arena_bytes", s.entryArenaBytes);
+    v.optional("scratch_bytes", s.scratchBytes, Absent::Null);
+    v.optional("thread_scratch_bytes", s.threadScratchBytes, Absent::Null);
+  }
+};
 
-template <class V, class O> void optimizerMembers(V &v, O &o) {
-  v.required("name", o.rule);
-  v.required("lr", o.lr);
-  v.optional("weight_decay", o.weightDecay);
-  v.optional("momentum", o.momentum);
-  v.optional("beta1", o.beta1);
-  v.optional("beta2", o.beta2);
-  v.optional("epsilon", o.epsilon);
-  v.optional("max_grad_norm", o.maxGradNorm); // absent: no clipping
-}
+template <> struct Schema<DataField> {
+  template <class V, class F> static void members(V &v, F &f) {
+    v.required("name", f.name);
+    v.required("dtype", f.dtype);
+    v.required("shape", f.shape);
+    v.optional("low", f.low);
+    v.optional("high", f.high);
+  }
+};
 
-template <class V, class T> void tiedMembers(V &v, T &t) {
-  v.required("name", t.name);
-  v.required("stages", t.stages);
-}
+template <> struct Schema<Optimizer> {
+  template <class V, class O> static void members(V &v, O &o) {
+    v.required("name", o.rule);
+    v.required("lr", o.lr);
+    v.optional("weight_decay", o.weightDecay);
+    v.optional("momentum", o.momentum);
+    v.optional("beta1", o.beta1);
+    v.optional("beta2", o.beta2);
+    v.optional("epsilon", o.epsilon);
+    v.optional("max_grad_norm", o.maxGradNorm); // absent: no clipping
+  }
+};
 
-template <class V, class R> void runtimeMembers(V &v, R &r) {
-  v.required("microbatch_size", r.microbatchSize);
-  v.optional("seed", r.seed);
-  v.optional("target", r.target);
-  v.optional("precision", r.precision);
-  v.optionalWrittenIf(r.target == Target::Cuda, "cuda_arch", r.cudaArch);
-  v.optionalWrittenIf(r.target == Target::Cuda, "gpu", r.gpu);
-  v.required("stages", r.stages);
-  v.required("optimizer", r.optimizer);
-  v.object("data", [&](auto &data) {
-    data.optional("fields", r.dataFields);
-    data.optional("synthetic_samples", r.syntheticSamples);
-  });
-  v.optional("tied", r.tied);
-}
+template <> struct Schema<TiedParameter> {
+  template <class V, class T> static void members(V &v, T &t) {
+    v.required("name", t.name);
+    v.required("stages", t.stages);
+  }
+};
+
+template <> struct Schema<Runtime> {
+  template <class V, class R> static void members(V &v, R &r) {
+    v.required("microbatch_size", r.microbatchSize);
+    v.optional("seed", r.seed);
+    v.optional("target", r.target);
+    v.optional("precision", r.precision);
+    v.optionalWrittenIf(r.target == Target::Cuda, "cuda_arch", r.cudaArch);
+    v.optionalWrittenIf(r.target == Target::Cuda, "gpu", r.gpu);
+    v.required("stages", r.stages);
+    v.required("optimizer", r.optimizer);
+    v.object("data", [&](auto &data) {
+      data.optional("fields", r.dataFields);
+      data.optional("synthetic_samples", r.syntheticSamples);
+    });
+    v.optional("tied", r.tied);
+  }
+};
+
+template <> struct Schema<Level> {
+  template <class V, class L> static void members(V &v, L &l) {
+    v.required("name", l.name);
+    v.required("fanout", l.fanout);
+    v.required("bandwidth_GBps", l.bandwidthGBps);
+  }
+};
+
+template <> struct Schema<Topology> {
+  template <class V, class T> static void members(V &v, T &t) {
+    v.required("device", t.device);
+    v.optional("device_memory", t.deviceMemory);
+    v.optional("devices", t.devices);
+    v.optional("levels", t.levels);
+  }
+};
+
+template <> struct Schema<Partition> {
+  template <class V, class P> static void members(V &v, P &p) {
+    v.required("source", p.source);
+    v.optional("layers", p.layers);
+    v.optional("recompute", p.recompute);
+    v.optional("memory_limit_bytes", p.memoryLimitBytes, Absent::Null);
+  }
+};
+
+template <> struct Schema<Stage> {
+  template <class V, class S> static void members(V &v, S &s) {
+    v.optional("id", s.id);
+    v.optional("first_op", s.firstOp);
+    v.optional("last_op", s.lastOp);
+    v.optional("first_op_index", s.firstOpIndex);
+    v.optional("last_op_index", s.lastOpIndex);
+    v.optional("replicas", s.replicas);
+    v.optional("replicas_per_level", s.replicasPerLevel);
+    v.required("ranks", s.ranks);
+    v.optional("compute_s", s.computeSeconds);
+    v.optional("send_s", s.sendSeconds);
+    v.optional("send_bytes", s.sendBytes);
+    v.optional("send_level", s.sendLevel);
+    v.optional("allreduce_s", s.allreduceSeconds);
+    v.optional("inflight_microbatches", s.inflight);
+    v.optional("parameter_bytes", s.parameterBytes);
+    v.optional("optimizer_bytes", s.optimizerBytes);
+    v.optional("stash_bytes", s.stashBytes);
+    v.optional("activation_bytes", s.activationBytes);
+    v.optional("memory_bytes", s.memoryBytes);
+  }
+};
+
+template <> struct Schema<Predictions> {
+  template <class V, class P> static void members(V &v, P &p) {
+    v.required("time_per_microbatch_s", p.timePerMicrobatch);
+    v.required("time_per_minibatch_s", p.timePerMinibatch);
+    v.required("time_per_minibatch_source", p.source);
+    v.optional("dp_estimate_time_per_minibatch_s", p.analyticTimePerMinibatch);
+    v.required("throughput_microbatches_per_s", p.throughput);
+    v.required("bubble_s", p.bubbleSeconds);
+    v.required("bubble_fraction", p.bubbleFraction);
+    v.required("inflight_microbatches", p.inflightMicrobatches);
+    v.required("devices_used", p.devicesUsed);
+    v.required("data_parallel_fits", p.dataParallelFits);
+    v.optional("data_parallel_time_per_microbatch_s", p.dataParallelTimePerMicrobatch, Absent::Null);
+    v.optional("speedup_over_data_parallel", p.speedupOverDataParallel, Absent::Null);
+  }
+};
+
+template <> struct Schema<ScheduleReport> {
+  template <class V, class S> static void members(V &v, S &s) {
+    v.required("makespan_s", s.makespan);
+    v.required("bubble_flush", s.bubbleFlush);
+    v.required("bubble_steady_state", s.bubbleSteadyState);
+    v.required("bubble_over_ideal", s.bubbleOverIdeal);
+    v.required("peak_activation_units", s.peakActivationUnits);
+    v.required("rank_files", s.rankFiles);
+  }
+};
+
+template <> struct Schema<RunnerUp> {
+  template <class V, class R> static void members(V &v, R &r) {
+    v.required("schedule", r.schedule);
+    v.required("chunks", r.chunks);
+    v.required("microbatches", r.microbatches);
+    v.required("replicas", r.replicas);
+    v.required("partition", r.origin);
+    v.required("time_per_minibatch_s", r.timePerMinibatch);
+    v.required("time_per_sample_s", r.timePerSample);
+    v.required("makespan_s", r.makespan);
+    v.required("bubble_flush", r.bubbleFlush);
+    v.required("peak_device_bytes", r.peakDeviceBytes);
+  }
+};
+
+template <> struct Schema<PlannerReport> {
+  template <class V, class P> static void members(V &v, P &p) {
+    v.required("objective", p.objective);
+    v.object("batch", [&](auto &batch) {
+      batch.optional("samples_per_step", p.samplesPerStep, Absent::Null);
+      batch.required("source", p.batchSource);
+    });
+    v.required("evaluated", p.evaluated);
+    v.required("rejected", p.rejected);
+    v.required("rejections", p.rejections);
+    v.required("runner_ups", p.runnerUps);
+  }
+};
+
+template <> struct Schema<PlanFile> {
+  template <class V, class F> static void members(V &v, F &f) {
+    v.required("pipeline", f.pipeline);
+    v.optional("runtime", f.runtime);
+    v.required("topology", f.topology);
+    v.required("partition", f.partition);
+    v.required("stages", f.stages);
+    v.optionalWrittenIf(!f.opOrder.empty(), "op_order", f.opOrder);
+    v.required("predictions", f.predictions);
+    v.optional("schedule", f.schedule);
+    v.optional("planner", f.planner);
+  }
+};
 
 namespace schema {
 template <class T> struct IsOptional : std::false_type {};
@@ -260,23 +412,16 @@ template <class T> struct IsOptional<std::optional<T>> : std::true_type {};
 template <class T> struct IsMap : std::false_type {};
 template <class V> struct IsMap<std::map<std::string, V>> : std::true_type {};
 
-/// Calls the member list of a struct of the schema with visitor v.
-template <class V, class T> void visitMembers(V &v, T &x) {
-  using Plain = std::remove_const_t<T>;
-  if constexpr (std::is_same_v<Plain, Pipeline>) pipelineMembers(v, x);
-  else if constexpr (std::is_same_v<Plain, StageFiles>) stageFileMembers(v, x);
-  else if constexpr (std::is_same_v<Plain, DataField>) dataFieldMembers(v, x);
-  else if constexpr (std::is_same_v<Plain, Optimizer>) optimizerMembers(v, x);
-  else if constexpr (std::is_same_v<Plain, TiedParameter>) tiedMembers(v, x);
-  else if constexpr (std::is_same_v<Plain, Runtime>) runtimeMembers(v, x);
-  else static_assert(!sizeof(T), "not a struct of the schema");
-}
-template <class T> constexpr bool kIsStruct =
-    std::is_same_v<T, Pipeline> || std::is_same_v<T, StageFiles> || std::is_same_v<T, DataField> ||
-    std::is_same_v<T, Optimizer> || std::is_same_v<T, TiedParameter> || std::is_same_v<T, Runtime>;
+/// A struct of the schema: one with a Schema<T> specialization.
+template <class T, class = void> struct HasSchema : std::false_type {};
+template <class T> struct HasSchema<T, std::void_t<decltype(sizeof(Schema<T>))>> : std::true_type {};
+template <class T> constexpr bool kIsStruct = HasSchema<T>::value;
 /// A list of schema structs (written as an array of objects).
 template <class T> struct IsStructList : std::false_type {};
 template <class E> struct IsStructList<std::vector<E>> : std::bool_constant<kIsStruct<E>> {};
+
+/// Calls the member list of a struct of the schema with visitor v.
+template <class V, class T> void visitMembers(V &v, T &x) { Schema<std::remove_const_t<T>>::members(v, x); }
 
 template <class T> nlohmann::json encode(const T &value);
 
@@ -395,131 +540,30 @@ template <class Error> struct Reader {
 } // namespace schema
 
 // ---------------------------------------------------------------- the writer
-inline nlohmann::json toJson(const Pipeline &p) { return schema::encode(p); }
-inline nlohmann::json toJson(const Runtime &r) { return schema::encode(r); }
-
-// ---------------------------------------------------------------- the reader
-/// plan.json's `pipeline` and `runtime` sections as the schema reads them
-/// (the runtime's loadPlan then checks what the values mean).
-template <class Error> Pipeline pipelineFromJson(const json_io::Reader<Error> &file, const nlohmann::json &j) {
-  return schema::Reader<Error>{file, j, ""}.template decode<Pipeline>(j, "pipeline");
-}
-template <class Error> Runtime runtimeFromJson(const json_io::Reader<Error> &file, const nlohmann::json &j) {
-  return schema::Reader<Error>{file, j, ""}.template decode<Runtime>(j, "runtime");
-}
-
-inline nlohmann::json toJson(const Topology &t) {
-  nlohmann::json levels = nlohmann::json::array();
-  for (const Level &l : t.levels)
-    levels.push_back({{"name", l.name}, {"fanout", l.fanout}, {"bandwidth_GBps", l.bandwidthGBps}});
-  return {{"device", t.device}, {"device_memory", t.deviceMemory}, {"devices", t.devices},
-          {"levels", levels}};
-}
-
-inline nlohmann::json toJson(const Partition &p) {
-  return {{"source", p.source},
-          {"layers", p.layers},
-          {"recompute", p.recompute},
-          {"memory_limit_bytes",
-           p.memoryLimitBytes ? nlohmann::json(*p.memoryLimitBytes) : nlohmann::json(nullptr)}};
-}
-
-inline nlohmann::json toJson(const Stage &s) {
-  return {{"id", s.id},
-          {"first_op", s.firstOp},
-          {"last_op", s.lastOp},
-          {"first_op_index", s.firstOpIndex},
-          {"last_op_index", s.lastOpIndex},
-          {"replicas", s.replicas},
-          {"replicas_per_level", s.replicasPerLevel},
-          {"ranks", s.ranks},
-          {"compute_s", s.computeSeconds},
-          {"send_s", s.sendSeconds},
-          {"send_bytes", s.sendBytes},
-          {"send_level", s.sendLevel},
-          {"allreduce_s", s.allreduceSeconds},
-          {"inflight_microbatches", s.inflight},
-          {"parameter_bytes", s.parameterBytes},
-          {"optimizer_bytes", s.optimizerBytes},
-          {"stash_bytes", s.stashBytes},
-          {"activation_bytes", s.activationBytes},
-          {"memory_bytes", s.memoryBytes}};
-}
-
-inline nlohmann::json toJson(const Predictions &p) {
-  nlohmann::json j = {
-      {"time_per_microbatch_s", p.timePerMicrobatch},
-      {"time_per_minibatch_s", p.timePerMinibatch},
-      {"time_per_minibatch_source",
-       p.simulated ? "simulated schedule" : "analytic (PipeDream's model)"},
-      {"throughput_microbatches_per_s", p.throughput},
-      {"bubble_s", p.bubbleSeconds},
-      {"bubble_fraction", p.bubbleFraction},
-      {"inflight_microbatches", p.inflightMicrobatches},
-      {"devices_used", p.devicesUsed},
-      {"data_parallel_fits", p.dataParallelFits},
-      {"data_parallel_time_per_microbatch_s",
-       p.dataParallelFits ? nlohmann::json(p.dataParallelTimePerMicrobatch) : nlohmann::json(nullptr)},
-      {"speedup_over_data_parallel",
-       p.dataParallelFits ? nlohmann::json(p.speedupOverDataParallel) : nlohmann::json(nullptr)}};
-  if (p.analyticTimePerMinibatch)
-    j["dp_estimate_time_per_minibatch_s"] = *p.analyticTimePerMinibatch;
-  return j;
-}
-
-inline nlohmann::json toJson(const ScheduleReport &s) {
-  return {{"makespan_s", s.makespan},
-          {"bubble_flush", s.bubbleFlush},
-          {"bubble_steady_state", s.bubbleSteadyState},
-          {"bubble_over_ideal", s.bubbleOverIdeal},
-          {"peak_activation_units", s.peakActivationUnits},
-          {"rank_files", s.rankFiles}};
-}
-
-inline nlohmann::json toJson(const PlannerReport &p) {
-  nlohmann::json runnerUps = nlohmann::json::array();
-  for (const RunnerUp &c : p.runnerUps)
-    runnerUps.push_back({{"schedule", c.schedule},
-                         {"chunks", c.chunks},
-                         {"microbatches", c.microbatches},
-                         {"replicas", c.replicas},
-                         {"partition", c.origin},
-                         {"time_per_minibatch_s", c.timePerMinibatch},
-                         {"time_per_sample_s", c.timePerSample},
-                         {"makespan_s", c.makespan},
-                         {"bubble_flush", c.bubbleFlush},
-                         {"peak_device_bytes", c.peakDeviceBytes}});
-  const nlohmann::json batch = {
-      {"samples_per_step", p.samplesPerStep ? nlohmann::json(*p.samplesPerStep) : nlohmann::json(nullptr)},
-      {"source", p.batchSource}};
-  return {{"objective", p.objective},   {"batch", batch}, {"evaluated", p.evaluated},
-          {"rejected", p.rejected},     {"rejections", p.rejections},
-          {"search_s", p.searchSeconds}, {"runner_ups", runnerUps}};
-}
-
-/// plan.json's content: the one writer (member order is the JSON library's,
-/// sorted).
+/// Any struct of the file as JSON (member order is the JSON library's,
+/// sorted); a PlanFile with the format and version first.
+template <class T> nlohmann::json toJson(const T &value) { return schema::encode(value); }
 inline nlohmann::json toJson(const PlanFile &f) {
-  nlohmann::json j;
+  nlohmann::json j = schema::encode(f);
   j["format"] = kFormat;
   j["version"] = kVersion;
-  j["pipeline"] = toJson(f.pipeline);
-  if (f.runtime)
-    j["runtime"] = toJson(*f.runtime);
-  j["topology"] = toJson(f.topology);
-  j["partition"] = toJson(f.partition);
-  nlohmann::json stages = nlohmann::json::array();
-  for (const Stage &s : f.stages)
-    stages.push_back(toJson(s));
-  j["stages"] = stages;
-  if (!f.opOrder.empty())
-    j["op_order"] = f.opOrder;
-  j["predictions"] = toJson(f.predictions);
-  if (f.schedule)
-    j["schedule"] = toJson(*f.schedule);
-  if (f.planner)
-    j["planner"] = toJson(*f.planner);
   return j;
+}
+
+// ---------------------------------------------------------------- the reader
+/// A value of the file (a struct, or a list of them) read by the schema that
+/// wrote it; `name` is its path in the document (empty for the document
+/// itself), which errors give with the file's name. The caller checks the
+/// format and version, and what the values mean.
+template <class T, class Error>
+T fromJson(const json_io::Reader<Error> &file, const nlohmann::json &j, const std::string &name = "") {
+  return schema::Reader<Error>{file, j, ""}.template decode<T>(j, name);
+}
+template <class Error> Pipeline pipelineFromJson(const json_io::Reader<Error> &file, const nlohmann::json &j) {
+  return fromJson<Pipeline>(file, j, "pipeline");
+}
+template <class Error> Runtime runtimeFromJson(const json_io::Reader<Error> &file, const nlohmann::json &j) {
+  return fromJson<Runtime>(file, j, "runtime");
 }
 
 } // namespace pipec::plan

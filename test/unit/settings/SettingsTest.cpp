@@ -87,6 +87,45 @@ TEST(TextBinder, IntegersAreExactlyTheDeclaredRange) {
   }
 }
 
+// Property: a seed (Binder::unsigned64) accepts exactly the decimal numbers
+// from 0 to 2^64 - 1, each as written; signs, exponents, spaces and one past
+// the maximum are refused.
+TEST(TextBinder, SeedsAreExactlyTheUnsigned64BitNumbers) {
+  struct Seeded {
+    uint64_t seed = 0;
+    void bind(pipec::settings::Binder &b) { b.unsigned64(pipec::settings::kSeed, seed); }
+  };
+  std::mt19937_64 random(11);
+  std::vector<std::string> texts = {"0", "18446744073709551615", "18446744073709551616", "99999999999999999999",
+                                    "-1", "+1", "1e3", "0x10", " 1", "", "007", "184467440737095516150"};
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string text = std::to_string(random() >> (trial % 64));
+    if (trial % 5 == 0)
+      text += std::to_string(trial % 10); // sometimes past 2^64 - 1
+    texts.push_back(text);
+  }
+  for (const std::string &text : texts) {
+    // The brute force: digits only, and the value (in 128 bits) fits.
+    bool expected = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+    unsigned __int128 wide = 0;
+    for (char digit : text)
+      if (expected && (wide = wide * 10 + (digit - '0')) > UINT64_MAX)
+        expected = false;
+    Seeded seeded;
+    bool accepted = true;
+    try {
+      pipec::settings::applyArguments(seeded, Arguments{{"--seed", text}});
+    } catch (const SettingError &error) {
+      accepted = false;
+      if (!text.empty()) // an empty value is a missing one
+        EXPECT_EQ(std::string(error.what()), "--seed " + text + ": is not a whole number from 0 to 18446744073709551615");
+    }
+    EXPECT_EQ(accepted, expected) << "'" << text << "'";
+    if (accepted)
+      EXPECT_EQ(seeded.seed, static_cast<uint64_t>(wide)) << text;
+  }
+}
+
 class PassOptions : public ::testing::Test {
 protected:
   void SetUp() override {
