@@ -1,6 +1,7 @@
 // Instruction model, problem description, text/JSON serialization.
 #include "analysis/Schedule/Schedule.h"
 #include "runtime/include/pipec/json_reader.h"
+#include "runtime/include/pipec/json_schema.h"
 #include "runtime/include/pipec/rank_stream.h"
 
 #include <nlohmann/json.hpp>
@@ -8,6 +9,40 @@
 #include <cassert>
 #include <cmath>
 #include <sstream>
+
+// schedule.json (docs/schedule-files.md): its header and problem as one
+// schema for toJson and fromJson (pipec/json_schema.h); the streams are
+// rank_stream.h's instruction lists.
+template <> struct pipec::schema::Schema<pipec::schedule::Problem> {
+  template <class V, class P> static void members(V &v, P &p) {
+    v.required("stages", p.stages);
+    v.required("microbatches", p.microbatches);
+    v.required("chunks", p.chunks);
+    v.required("replicas", p.replicas);
+    v.required("cost_f", p.costF);
+    v.required("cost_b", p.costB);
+    v.required("cost_w", p.costW);
+    v.required("comm", p.comm);
+    v.required("allreduce_cost", p.allreduceCost);
+    v.required("step_cost", p.stepCost);
+    v.required("activation", p.activation);
+    v.required("memory_limit", p.memoryLimit);
+    v.required("w_mem_frac", p.wMemFrac);
+    v.required("in_flight", p.inFlight);
+    v.optional("recompute", p.recompute);
+    v.optional("boundary_activation", p.boundaryActivation);
+    v.optional("vertical_sync", p.verticalSync);
+  }
+};
+template <> struct pipec::schema::Schema<pipec::schedule::Schedule> {
+  template <class V, class S> static void members(V &v, S &s) {
+    v.required("schedule", s.name);
+    v.required("placement", s.placement);
+    v.required("asynchronous", s.asynchronous);
+    v.required("split_backward", s.splitBackward);
+    v.required("problem", s.problem);
+  }
+};
 
 namespace pipec::schedule {
 
@@ -208,52 +243,8 @@ std::string toText(const Schedule &s) {
   return os.str();
 }
 
-namespace {
 using nlohmann::json;
-
-json problemJson(const Problem &p) {
-  return json{{"stages", p.stages},
-              {"microbatches", p.microbatches},
-              {"chunks", p.chunks},
-              {"replicas", p.replicas},
-              {"cost_f", p.costF},
-              {"cost_b", p.costB},
-              {"cost_w", p.costW},
-              {"comm", p.comm},
-              {"allreduce_cost", p.allreduceCost},
-              {"step_cost", p.stepCost},
-              {"activation", p.activation},
-              {"memory_limit", p.memoryLimit},
-              {"w_mem_frac", p.wMemFrac},
-              {"in_flight", p.inFlight},
-              {"recompute", p.recompute},
-              {"boundary_activation", p.boundaryActivation},
-              {"vertical_sync", p.verticalSync}};
-}
-
-Problem problemFromJson(const json &j) {
-  Problem p;
-  p.stages = j.at("stages");
-  p.microbatches = j.at("microbatches");
-  p.chunks = j.at("chunks");
-  p.replicas = j.at("replicas").get<std::vector<int>>();
-  p.costF = j.at("cost_f").get<std::vector<double>>();
-  p.costB = j.at("cost_b").get<std::vector<double>>();
-  p.costW = j.at("cost_w").get<std::vector<double>>();
-  p.comm = j.at("comm");
-  p.allreduceCost = j.at("allreduce_cost");
-  p.stepCost = j.at("step_cost");
-  p.activation = j.at("activation").get<std::vector<double>>();
-  p.memoryLimit = j.at("memory_limit");
-  p.wMemFrac = j.at("w_mem_frac");
-  p.inFlight = j.at("in_flight");
-  p.recompute = j.value("recompute", std::vector<int>{});
-  p.boundaryActivation = j.value("boundary_activation", std::vector<double>{0.1});
-  p.verticalSync = j.value("vertical_sync", false);
-  return p;
-}
-
-} // namespace
+inline constexpr const char *kScheduleFormat = "pipec.schedule/1";
 
 std::string rankToJson(const Schedule &s, int rank) {
   return stream::toJson(stream::RankFile{rank, s.problem.stageOfRank(rank), s.problem.replicaOfRank(rank),
@@ -263,39 +254,29 @@ std::string rankToJson(const Schedule &s, int rank) {
 }
 
 std::string toJson(const Schedule &s) {
+  json j = schema::encode(s);
+  j["format"] = kScheduleFormat;
   json ranks = json::array();
   for (const std::vector<Instr> &list : s.ranks)
     ranks.push_back(stream::toJson(list));
-  json j{{"format", "pipec.schedule/1"},
-         {"schedule", s.name},
-         {"placement", choiceName(s.placement)},
-         {"asynchronous", s.asynchronous},
-         {"split_backward", s.splitBackward},
-         {"problem", problemJson(s.problem)},
-         {"ranks", std::move(ranks)}};
+  j["ranks"] = std::move(ranks);
   return j.dump(1) + "\n";
 }
 
 Schedule fromJson(const std::string &text) {
-  try {
-    json j = json::parse(text);
-    if (j.at("format") != "pipec.schedule/1")
-      throw ScheduleError("not a pipec.schedule/1 document");
-    Schedule s;
-    s.name = j.at("schedule");
-    if (!::pipec::parseChoice(j.at("placement").get<std::string>(), s.placement))
-      throw ScheduleError("placement must be \"interleaved\" or \"v\"");
-    s.asynchronous = j.at("asynchronous");
-    s.splitBackward = j.at("split_backward");
-    s.problem = problemFromJson(j.at("problem"));
-    const json_io::Reader<ScheduleError> reader{"schedule JSON"};
-    const json &ranks = j.at("ranks");
-    for (size_t r = 0; r < ranks.size(); ++r)
-      s.ranks.push_back(stream::instructionsFromJson(reader, ranks[r], "ranks[" + std::to_string(r) + "]"));
-    return s;
-  } catch (const nlohmann::json::exception &e) {
-    throw ScheduleError(std::string("bad schedule JSON: ") + e.what());
-  }
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    throw ScheduleError("bad schedule JSON: not a JSON document");
+  if (!j.is_object() || j.value("format", json()) != kScheduleFormat)
+    throw ScheduleError(std::string("not a ") + kScheduleFormat + " document");
+  const json_io::Reader<ScheduleError> reader{"schedule JSON"};
+  Schedule s = schema::fromJson<Schedule>(reader, j);
+  if (!j.contains("ranks") || !j.at("ranks").is_array())
+    throw ScheduleError("schedule JSON: missing member ranks (an array of instruction lists)");
+  const json &ranks = j.at("ranks");
+  for (size_t r = 0; r < ranks.size(); ++r)
+    s.ranks.push_back(stream::instructionsFromJson(reader, ranks[r], "ranks[" + std::to_string(r) + "]"));
+  return s;
 }
 
 std::string ValidationReport::summary(size_t maxErrors) const {

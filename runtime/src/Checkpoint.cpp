@@ -31,10 +31,14 @@ void saveCheckpoint(Control &control, const Plan &plan, const std::vector<Chunk>
   writeStageFiles(tmp, chunks, replica, true);
   control.barrier();
   if (control.rank() == 0) {
-    nlohmann::json manifest{{"format", "pipec.checkpoint/1"}, {"iteration", it},   {"schedule", plan.schedule},
-                            {"virtual_stages", plan.stages * plan.chunks},    {"microbatches", plan.microbatches},
-                            {"microbatch_size", plan.microbatchSize},         {"seed", seed}};
-    io::detail::writeFileAtomically((tmp / "manifest.json").string(), manifest.dump(1) + "\n");
+    ManifestFile manifest;
+    manifest.iteration = it;
+    manifest.schedule = plan.schedule;
+    manifest.virtualStages = plan.stages * plan.chunks;
+    manifest.microbatches = plan.microbatches;
+    manifest.microbatchSize = plan.microbatchSize;
+    manifest.seed = seed;
+    io::detail::writeFileAtomically((tmp / "manifest.json").string(), schema::encode(manifest).dump(1) + "\n");
     fs::remove_all(final);
     fs::rename(tmp, final); // the checkpoint appears complete or not at all
     io::detail::writeFileAtomically((root / "latest").string(), final.filename().string() + "\n");

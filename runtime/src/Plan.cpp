@@ -379,30 +379,26 @@ CheckpointManifest readCheckpointManifest(const std::string &dirIn, const Plan &
   c.path = (dir / "manifest.json").string();
   const json m = readJson(c.path, "checkpoint manifest");
   const Reader R{c.path};
-  if (!m.is_object() || m.value("format", json()) != "pipec.checkpoint/1")
-    throw Error(c.path + ": format must be pipec.checkpoint/1");
-  c.iteration = R.get<int64_t>(m, "iteration", "");
+  if (!m.is_object() || m.value("format", json()) != kCheckpointFormat)
+    throw Error(c.path + ": format must be " + kCheckpointFormat);
+  const ManifestFile manifest = schema::fromJson<ManifestFile>(R, m);
+  c.iteration = manifest.iteration;
   if (c.iteration < 0)
     throw Error(c.path + ": iteration " + std::to_string(c.iteration) + " is negative");
   if (c.iteration > iters)
     throw Error(c.path + ": the checkpoint is at iteration " + std::to_string(c.iteration) + ", beyond --iters " +
                 std::to_string(iters) + " (the iteration count to reach)");
-  const int V = plan.stages * plan.chunks;
-  const int vs = R.get<int>(m, "virtual_stages", ""), mbs = R.get<int>(m, "microbatches", ""),
-            mbSize = R.get<int>(m, "microbatch_size", "");
-  if (vs != V || mbs != plan.microbatches || mbSize != plan.microbatchSize)
-    throw Error(c.path + ": checkpoint of another plan: " + std::to_string(vs) + " virtual stages, " +
-                std::to_string(mbs) + " micro-batches of " + std::to_string(mbSize) + "; " + plan.planPath + " has " +
-                std::to_string(V) + ", " + std::to_string(plan.microbatches) + " of " +
-                std::to_string(plan.microbatchSize));
-  if (m.contains("seed")) {
-    c.seed = R.get<uint64_t>(m, "seed", "");
-    if (c.seed != seed)
-      throw Error(c.path + ": the checkpoint was trained with seed " + std::to_string(c.seed) + ", this run uses seed " +
-                  std::to_string(seed) + " (pass --seed " + std::to_string(c.seed) + " to continue it)");
-  } else {
-    c.seed = seed;
-  }
+  const int64_t V = plan.stages * plan.chunks;
+  if (manifest.virtualStages != V || manifest.microbatches != plan.microbatches ||
+      manifest.microbatchSize != plan.microbatchSize)
+    throw Error(c.path + ": checkpoint of another plan: " + std::to_string(manifest.virtualStages) +
+                " virtual stages, " + std::to_string(manifest.microbatches) + " micro-batches of " +
+                std::to_string(manifest.microbatchSize) + "; " + plan.planPath + " has " + std::to_string(V) + ", " +
+                std::to_string(plan.microbatches) + " of " + std::to_string(plan.microbatchSize));
+  c.seed = manifest.seed.value_or(seed);
+  if (c.seed != seed)
+    throw Error(c.path + ": the checkpoint was trained with seed " + std::to_string(c.seed) + ", this run uses seed " +
+                std::to_string(seed) + " (pass --seed " + std::to_string(c.seed) + " to continue it)");
   return c;
 }
 

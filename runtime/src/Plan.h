@@ -10,6 +10,7 @@
 #include "pipec/rank_stream.h"
 #include "pipec/vocabulary.h"
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -120,6 +121,18 @@ void checkRankStream(const Plan &plan, const RankStream &s, int scheduleRank);
 // reports for people and tools; the runtime never reads them.
 RankStream loadPlanStream(const Plan &plan, int scheduleRank);
 
+// A checkpoint's manifest.json as written (docs/checkpoint-format.md): one
+// schema (below) for the writer (Checkpoint.cpp) and the reader
+// (readCheckpointManifest).
+inline constexpr const char *kCheckpointFormat = "pipec.checkpoint/1";
+struct ManifestFile {
+  std::string format = kCheckpointFormat;
+  int64_t iteration = 0;
+  std::string schedule; // the family, for people: the checks below use the counts
+  int64_t virtualStages = 0, microbatches = 0, microbatchSize = 0;
+  std::optional<uint64_t> seed; // absent in checkpoints written before seeds were recorded
+};
+
 // A checkpoint to resume from (docs/checkpoint-format.md).
 struct CheckpointManifest {
   std::string dir, path; // the iter_<n> directory and its manifest.json
@@ -158,3 +171,15 @@ std::string checkTransferOrder(const Plan &plan, const std::vector<std::vector<T
                                const std::vector<std::string> &paths, int receiver = -1);
 
 } // namespace pipec::rt
+
+template <> struct pipec::schema::Schema<pipec::rt::ManifestFile> {
+  template <class V, class M> static void members(V &v, M &m) {
+    v.required("format", m.format);
+    v.required("iteration", m.iteration);
+    v.optional("schedule", m.schedule);
+    v.required("virtual_stages", m.virtualStages);
+    v.required("microbatches", m.microbatches);
+    v.required("microbatch_size", m.microbatchSize);
+    v.optional("seed", m.seed);
+  }
+};

@@ -20,6 +20,7 @@
 #pragma once
 
 #include "json_reader.h"
+#include "json_schema.h"
 #include "vocabulary.h"
 
 #include <nlohmann/json.hpp>
@@ -200,22 +201,14 @@ template <> struct Choices<plan::TimeSource> {
 };
 } // namespace pipec
 
-namespace pipec::plan {
-
 // ---------------------------------------------------------------- the schema
 // The members of every struct of the file, listed once per struct
-// (Schema<T>::members): the writer (toJson) and the reader (fromJson) walk
-// the same list, so a key is spelled once. A list says of each member
-// whether the file must have it (required) or the struct's value stands in
-// for it (optional: a std::optional member is then left out, or written as
-// null with Absent::Null; an empty string is left out). What piperun needs
-// is required; what only describes the plan is optional, so that a plan
-// written by hand (the runtime's tests) may leave it out.
-enum class Absent { Omit, Null };
+// (pipec/json_schema.h): what piperun needs is required; what only describes
+// the plan is optional, so that a plan written by hand (the runtime's tests)
+// may leave it out.
+namespace pipec::schema {
 
-template <class T> struct Schema; // specialized once per struct of the file
-
-template <> struct Schema<Pipeline> {
+template <> struct Schema<plan::Pipeline> {
   template <class V, class P> static void members(V &v, P &p) {
     v.optional("schedule", p.schedule); // empty in a partition-only file: left out
     v.required("microbatches", p.microbatches);
@@ -225,7 +218,7 @@ template <> struct Schema<Pipeline> {
   }
 };
 
-template <> struct Schema<StageFiles> {
+template <> struct Schema<plan::StageFiles> {
   template <class V, class S> static void members(V &v, S &s) {
     v.required("id", s.id);
     v.required("library", s.library);
@@ -237,7 +230,7 @@ template <> struct Schema<StageFiles> {
   }
 };
 
-template <> struct Schema<DataField> {
+template <> struct Schema<plan::DataField> {
   template <class V, class F> static void members(V &v, F &f) {
     v.required("name", f.name);
     v.required("dtype", f.dtype);
@@ -247,7 +240,7 @@ template <> struct Schema<DataField> {
   }
 };
 
-template <> struct Schema<Optimizer> {
+template <> struct Schema<plan::Optimizer> {
   template <class V, class O> static void members(V &v, O &o) {
     v.required("name", o.rule);
     v.required("lr", o.lr);
@@ -260,14 +253,14 @@ template <> struct Schema<Optimizer> {
   }
 };
 
-template <> struct Schema<TiedParameter> {
+template <> struct Schema<plan::TiedParameter> {
   template <class V, class T> static void members(V &v, T &t) {
     v.required("name", t.name);
     v.required("stages", t.stages);
   }
 };
 
-template <> struct Schema<Runtime> {
+template <> struct Schema<plan::Runtime> {
   template <class V, class R> static void members(V &v, R &r) {
     v.required("microbatch_size", r.microbatchSize);
     v.optional("seed", r.seed);
@@ -285,7 +278,7 @@ template <> struct Schema<Runtime> {
   }
 };
 
-template <> struct Schema<Level> {
+template <> struct Schema<plan::Level> {
   template <class V, class L> static void members(V &v, L &l) {
     v.required("name", l.name);
     v.required("fanout", l.fanout);
@@ -293,7 +286,7 @@ template <> struct Schema<Level> {
   }
 };
 
-template <> struct Schema<Topology> {
+template <> struct Schema<plan::Topology> {
   template <class V, class T> static void members(V &v, T &t) {
     v.required("device", t.device);
     v.optional("device_memory", t.deviceMemory);
@@ -302,7 +295,7 @@ template <> struct Schema<Topology> {
   }
 };
 
-template <> struct Schema<Partition> {
+template <> struct Schema<plan::Partition> {
   template <class V, class P> static void members(V &v, P &p) {
     v.required("source", p.source);
     v.optional("layers", p.layers);
@@ -311,7 +304,7 @@ template <> struct Schema<Partition> {
   }
 };
 
-template <> struct Schema<Stage> {
+template <> struct Schema<plan::Stage> {
   template <class V, class S> static void members(V &v, S &s) {
     v.optional("id", s.id);
     v.optional("first_op", s.firstOp);
@@ -335,7 +328,7 @@ template <> struct Schema<Stage> {
   }
 };
 
-template <> struct Schema<Predictions> {
+template <> struct Schema<plan::Predictions> {
   template <class V, class P> static void members(V &v, P &p) {
     v.required("time_per_microbatch_s", p.timePerMicrobatch);
     v.required("time_per_minibatch_s", p.timePerMinibatch);
@@ -352,7 +345,7 @@ template <> struct Schema<Predictions> {
   }
 };
 
-template <> struct Schema<ScheduleReport> {
+template <> struct Schema<plan::ScheduleReport> {
   template <class V, class S> static void members(V &v, S &s) {
     v.required("makespan_s", s.makespan);
     v.required("bubble_flush", s.bubbleFlush);
@@ -363,7 +356,7 @@ template <> struct Schema<ScheduleReport> {
   }
 };
 
-template <> struct Schema<RunnerUp> {
+template <> struct Schema<plan::RunnerUp> {
   template <class V, class R> static void members(V &v, R &r) {
     v.required("schedule", r.schedule);
     v.required("chunks", r.chunks);
@@ -378,7 +371,7 @@ template <> struct Schema<RunnerUp> {
   }
 };
 
-template <> struct Schema<PlannerReport> {
+template <> struct Schema<plan::PlannerReport> {
   template <class V, class P> static void members(V &v, P &p) {
     v.required("objective", p.objective);
     v.object("batch", [&](auto &batch) {
@@ -392,7 +385,7 @@ template <> struct Schema<PlannerReport> {
   }
 };
 
-template <> struct Schema<PlanFile> {
+template <> struct Schema<plan::PlanFile> {
   template <class V, class F> static void members(V &v, F &f) {
     v.required("pipeline", f.pipeline);
     v.optional("runtime", f.runtime);
@@ -406,138 +399,9 @@ template <> struct Schema<PlanFile> {
   }
 };
 
-namespace schema {
-template <class T> struct IsOptional : std::false_type {};
-template <class T> struct IsOptional<std::optional<T>> : std::true_type {};
-template <class T> struct IsMap : std::false_type {};
-template <class V> struct IsMap<std::map<std::string, V>> : std::true_type {};
+} // namespace pipec::schema
 
-/// A struct of the schema: one with a Schema<T> specialization.
-template <class T, class = void> struct HasSchema : std::false_type {};
-template <class T> struct HasSchema<T, std::void_t<decltype(sizeof(Schema<T>))>> : std::true_type {};
-template <class T> constexpr bool kIsStruct = HasSchema<T>::value;
-/// A list of schema structs (written as an array of objects).
-template <class T> struct IsStructList : std::false_type {};
-template <class E> struct IsStructList<std::vector<E>> : std::bool_constant<kIsStruct<E>> {};
-
-/// Calls the member list of a struct of the schema with visitor v.
-template <class V, class T> void visitMembers(V &v, T &x) { Schema<std::remove_const_t<T>>::members(v, x); }
-
-template <class T> nlohmann::json encode(const T &value);
-
-/// Writes each member into `out`.
-struct Writer {
-  nlohmann::json &out;
-  template <class T> void required(const char *key, const T &value) { out[key] = encode(value); }
-  template <class T> void optional(const char *key, const T &value, Absent absent = Absent::Omit) {
-    if constexpr (IsOptional<T>::value) {
-      if (value)
-        out[key] = encode(*value);
-      else if (absent == Absent::Null)
-        out[key] = nullptr;
-    } else if constexpr (std::is_same_v<T, std::string>) {
-      if (!value.empty())
-        out[key] = value;
-    } else {
-      out[key] = encode(value);
-    }
-  }
-  template <class T> void optionalWrittenIf(bool written, const char *key, const T &value) {
-    if (written)
-      out[key] = encode(value);
-  }
-  template <class Members> void object(const char *key, Members &&inner) {
-    nlohmann::json j = nlohmann::json::object();
-    Writer w{j};
-    inner(w);
-    out[key] = std::move(j);
-  }
-};
-
-template <class T> nlohmann::json encode(const T &value) {
-  if constexpr (std::is_enum_v<T>) {
-    return choiceName(value);
-  } else if constexpr (kIsStruct<T>) {
-    nlohmann::json j = nlohmann::json::object();
-    Writer w{j};
-    visitMembers(w, value);
-    return j;
-  } else if constexpr (IsStructList<T>::value) {
-    nlohmann::json j = nlohmann::json::array();
-    for (const auto &e : value)
-      j.push_back(encode(e));
-    return j;
-  } else {
-    return nlohmann::json(value);
-  }
-}
-
-/// Reads each member from `in` (at JSON path `path`), with errors naming the
-/// file and the path.
-template <class Error> struct Reader {
-  const json_io::Reader<Error> &file;
-  const nlohmann::json &in;
-  std::string path;
-
-  std::string pathOf(const char *key) const { return path.empty() ? std::string(key) : path + "." + key; }
-  bool has(const char *key) const { return in.is_object() && in.contains(key) && !in.at(key).is_null(); }
-
-  template <class T> void required(const char *key, T &field) {
-    if (!in.is_object() || !in.contains(key))
-      throw Error(file.file + ": missing member " + pathOf(key));
-    field = decode<T>(in.at(key), pathOf(key));
-  }
-  template <class T> void optional(const char *key, T &field, Absent = Absent::Omit) {
-    if (!has(key))
-      return;
-    if constexpr (IsOptional<T>::value)
-      field = decode<typename T::value_type>(in.at(key), pathOf(key));
-    else
-      field = decode<T>(in.at(key), pathOf(key));
-  }
-  template <class T> void optionalWrittenIf(bool, const char *key, T &field) { optional(key, field); }
-  template <class Members> void object(const char *key, Members &&inner) {
-    static const nlohmann::json empty = nlohmann::json::object();
-    if (has(key) && !in.at(key).is_object())
-      throw Error(file.file + ": member " + pathOf(key) + " has the wrong type (" + json_io::brief(in.at(key)) + ")");
-    Reader sub{file, has(key) ? in.at(key) : empty, pathOf(key)};
-    inner(sub);
-  }
-
-  template <class T> T decode(const nlohmann::json &v, const std::string &name) const {
-    if constexpr (std::is_enum_v<T>) {
-      const std::string text = file.template convert<std::string>(v, name);
-      T value{};
-      if (!parseChoice(text, value))
-        throw Error(file.file + ": " + name + " must be " + choiceNames<T>(" or ") + ", is \"" + text + "\"");
-      return value;
-    } else if constexpr (kIsStruct<T>) {
-      if (!v.is_object())
-        throw Error(file.file + ": member " + name + " has the wrong type (" + json_io::brief(v) + ")");
-      T value{};
-      Reader sub{file, v, name};
-      visitMembers(sub, value);
-      return value;
-    } else if constexpr (IsStructList<T>::value) {
-      if (!v.is_array())
-        throw Error(file.file + ": member " + name + " has the wrong type (" + json_io::brief(v) + ")");
-      T out;
-      for (size_t i = 0; i < v.size(); ++i)
-        out.push_back(decode<typename T::value_type>(v[i], name + "[" + std::to_string(i) + "]"));
-      return out;
-    } else if constexpr (IsMap<T>::value) {
-      if (!v.is_object())
-        throw Error(file.file + ": member " + name + " has the wrong type (" + json_io::brief(v) + ")");
-      T out;
-      for (const auto &[key, item] : v.items())
-        out[key] = file.template convert<typename T::mapped_type>(item, name + "." + key);
-      return out;
-    } else {
-      return file.template convert<T>(v, name);
-    }
-  }
-};
-} // namespace schema
+namespace pipec::plan {
 
 // ---------------------------------------------------------------- the writer
 /// Any struct of the file as JSON (member order is the JSON library's,
@@ -551,14 +415,9 @@ inline nlohmann::json toJson(const PlanFile &f) {
 }
 
 // ---------------------------------------------------------------- the reader
-/// A value of the file (a struct, or a list of them) read by the schema that
-/// wrote it; `name` is its path in the document (empty for the document
-/// itself), which errors give with the file's name. The caller checks the
-/// format and version, and what the values mean.
-template <class T, class Error>
-T fromJson(const json_io::Reader<Error> &file, const nlohmann::json &j, const std::string &name = "") {
-  return schema::Reader<Error>{file, j, ""}.template decode<T>(j, name);
-}
+/// A value of the file read by its schema (the caller checks the format and
+/// version, and what the values mean).
+using schema::fromJson;
 template <class Error> Pipeline pipelineFromJson(const json_io::Reader<Error> &file, const nlohmann::json &j) {
   return fromJson<Pipeline>(file, j, "pipeline");
 }
