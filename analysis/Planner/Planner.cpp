@@ -595,6 +595,8 @@ Plan plan(const partition::CostTable &table, const Request &given) {
   out.ranked.front() = c;
   out.searchSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  out.microbatchSizeSource = request.microbatchSizeSource;
+  out.microbatchSizesTried = request.microbatchSizesTried;
   return out;
 }
 
@@ -626,6 +628,20 @@ void printBatch(std::ostream &os, const partition::CostTable &table, const Plan 
   else
     os << "micro-batches per optimizer step: " << c.microbatches << " (" << batchSourceText(plan.batchSource)
        << "); the samples per micro-batch are the model's\n";
+  if (!plan.microbatchSizesTried.empty()) {
+    os << "micro-batch size: " << b << " (" << plan.microbatchSizeSource
+       << ": the lowest simulated time per sample of the sizes tried; --micro-batch-size b sets it)\n"
+       << "  size  samples/step  time per sample\n";
+    for (const plan::MicrobatchSizeTried &tried : plan.microbatchSizesTried) {
+      os << std::setw(6) << tried.size << "  ";
+      if (tried.rejection.empty())
+        os << std::setw(12) << (tried.samplesPerStep ? std::to_string(*tried.samplesPerStep) : std::string("-"))
+           << "  " << std::setw(15) << partition::formatSeconds(tried.timePerSample.value_or(0))
+           << (tried.size == b ? "  (chosen)" : "") << "\n";
+      else
+        os << "not planned: " << tried.rejection << "\n";
+    }
+  }
   if (c.partition.asynchronous)
     os << c.schedule << " is asynchronous: every stage updates its weights after each micro-batch, so one update "
        << "consumes " << (b > 0 ? std::to_string(b) + " samples" : std::string("one micro-batch")) << "; the "
@@ -743,8 +759,13 @@ json scheduleJson(const Plan &plan) {
 
 json batchJson(const partition::CostTable &table, const Plan &plan) {
   const std::optional<int64_t> samples = samplesPerStep(table, plan);
-  return {{"samples_per_step", samples ? json(*samples) : json(nullptr)},
-          {"source", batchSourceText(plan.batchSource)}};
+  json batch = {{"samples_per_step", samples ? json(*samples) : json(nullptr)},
+                {"source", batchSourceText(plan.batchSource)}};
+  if (!plan.microbatchSizeSource.empty())
+    batch["microbatch_size_source"] = plan.microbatchSizeSource;
+  if (!plan.microbatchSizesTried.empty())
+    batch["microbatch_sizes_tried"] = plan::toJson(plan.microbatchSizesTried);
+  return batch;
 }
 
 json plannerJson(const partition::CostTable &table, const Plan &plan) {
@@ -802,6 +823,8 @@ plan::PlanFile planFile(const partition::CostTable &table, const partition::Topo
   plan::PlannerReport report;
   report.samplesPerStep = samplesPerStep(table, plan);
   report.batchSource = batchSourceText(plan.batchSource);
+  report.microbatchSizeSource = plan.microbatchSizeSource;
+  report.microbatchSizesTried = plan.microbatchSizesTried;
   report.evaluated = plan.evaluated;
   report.rejected = plan.rejected;
   report.rejections = plan.rejections;

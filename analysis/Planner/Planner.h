@@ -38,6 +38,11 @@ struct Request {
   /// Ops that must share a stage: [first, last] ranges (tied parameters
   /// under --async, whose copies the runtime cannot keep consistent).
   std::vector<std::pair<int, int>> unsplittable;
+  /// Where the model's micro-batch size came from, and the sizes tried when
+  /// the driver chose it (it plans the model once per size): reported with
+  /// the plan, not searched here.
+  std::string microbatchSizeSource;
+  std::vector<plan::MicrobatchSizeTried> microbatchSizesTried;
 
   /// Binds the partition's settings and the planner's own (schedule, chunks,
   /// vertical sync, candidates, plan rank).
@@ -75,6 +80,8 @@ struct Plan {
   double searchSeconds = 0;
   int candidatesShown = 3; ///< runner-ups printed (Request::candidates)
   int chosenRank = 1;      ///< Request::rank: where the chosen plan stood in the ranking
+  std::string microbatchSizeSource;                      ///< Request's, reported
+  std::vector<plan::MicrobatchSizeTried> microbatchSizesTried; ///< Request's, reported
 };
 
 /// Runs the search. Throws partition::Error or schedule::ScheduleError when

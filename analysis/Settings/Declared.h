@@ -60,6 +60,16 @@ inline constexpr IntSetting kBatchSize{
      "N"},
     1,
     int64_t(partition::kMaxMicrobatches) * 1048576};
+/// The largest micro-batch size the planner tries when it chooses one
+/// (docs/planner.md, "The batch").
+inline constexpr int64_t kMaxSearchedMicrobatchSize = 256;
+inline constexpr IntSetting kMicrobatchSize{
+    {"micro-batch-size",
+     "Samples per micro-batch: the size of the batch dimension (dimension 0) of every model input, which the "
+     "export must leave free (default: the export's fixed size, or the planner's choice among 1, 2, 4, ..., 256)",
+     "b"},
+    1,
+    65536};
 inline constexpr Setting kAsync{"async", "PipeDream 1F1B-RR: weight stashing, no flush"};
 inline constexpr RecomputeMode kRecomputeBare = RecomputeMode::All;
 inline constexpr ChoiceSetting<RecomputeMode> kRecompute{

@@ -221,6 +221,68 @@ passes::PipelineConfig pipelineConfig(const CompileOptions &options,
   config.memory.target = options.job.target;
   return config;
 }
+
+/// The planner's choice of the micro-batch size of a model whose batch
+/// dimension is free (docs/planner.md, "The batch"): the model imported,
+/// costed and planned at 1, 2, 4, ..., kMaxSearchedMicrobatchSize samples per
+/// micro-batch (those dividing --batch-size), each on a context of its own;
+/// the size whose plan has the lowest simulated time per sample (ties: the
+/// smaller). Fills `tried` with every size and its result or why it has none.
+mlir::FailureOr<int64_t> chooseMicrobatchSize(const CompileOptions &options,
+                                              std::vector<plan::MicrobatchSizeTried> &tried,
+                                              llvm::raw_ostream &errs) {
+  std::optional<int64_t> best;
+  double bestTime = 0;
+  for (int64_t size = 1; size <= settings::kMaxSearchedMicrobatchSize; size *= 2) {
+    const int64_t batchSize = options.planning.batchSize;
+    if (batchSize > 0 && batchSize % size != 0)
+      continue;
+    plan::MicrobatchSizeTried attempt;
+    attempt.size = size;
+    mlir::DialectRegistry registry;
+    registerPipecDialects(registry);
+    mlir::MLIRContext context(registry);
+    context.loadAllAvailableDialects();
+    std::string firstError;
+    mlir::ScopedDiagnosticHandler diagnostics(&context, [&](mlir::Diagnostic &diagnostic) {
+      if (diagnostic.getSeverity() == mlir::DiagnosticSeverity::Error && firstError.empty())
+        firstError = diagnostic.str();
+      return mlir::success();
+    });
+    import::ImportOptions importOptions = options.importOptions;
+    importOptions.microbatchSize = size;
+    std::vector<std::string> errors;
+    auto module = import::importOnnxModel(context, options.inputPath, importOptions, errors);
+    passes::PlanningResult planning;
+    if (!module) {
+      attempt.rejection = errors.empty() ? std::string("the import failed") : errors.front();
+    } else {
+      mlir::PassManager manager(&context);
+      passes::PipelineConfig config = pipelineConfig(options, &planning);
+      config.last = Phase::Partition;
+      passes::buildPipecPipeline(manager, config);
+      if (failed(manager.run(*module)))
+        attempt.rejection = firstError.empty() ? std::string("the pipeline failed") : firstError;
+    }
+    if (attempt.rejection.empty()) {
+      const planner::Candidate &chosen = planning.plan.chosen;
+      attempt.samplesPerStep = size * chosen.microbatches;
+      attempt.timePerSample = chosen.timePerMinibatch / static_cast<double>(*attempt.samplesPerStep);
+      if (!best || *attempt.timePerSample < bestTime * (1 - 1e-9)) {
+        best = size;
+        bestTime = *attempt.timePerSample;
+      }
+    }
+    tried.push_back(std::move(attempt));
+  }
+  if (!best) {
+    errs << "error: " << options.inputPath << ": the planner found no plan at any micro-batch size it tried:\n";
+    for (const plan::MicrobatchSizeTried &attempt : tried)
+      errs << "  " << attempt.size << ": " << attempt.rejection << "\n";
+    return mlir::failure();
+  }
+  return *best;
+}
 } // namespace
 
 void CompileOptions::bind(settings::Binder &b) {
@@ -229,11 +291,37 @@ void CompileOptions::bind(settings::Binder &b) {
   planning.bind(b);
   optimizer.bind(b);
   job.bind(b);
+  b.onInteger(settings::kMicrobatchSize, [this](int64_t size) { importOptions.microbatchSize = size; });
 }
 
-int runCompiler(const CompileOptions &options, llvm::raw_ostream &outs, llvm::raw_ostream &errs) {
-  if (failed(checkTargetOptions(options.job, errs)))
+int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_ostream &errs) {
+  if (failed(checkTargetOptions(given.job, errs)))
     return 1;
+  // The micro-batch size: given, fixed by the export, or the planner's
+  // choice when the export leaves the batch dimension free.
+  CompileOptions options = given;
+  if (options.partitionRequested()) {
+    std::vector<std::string> errors;
+    std::optional<import::BatchDimension> batch =
+        import::batchDimensionOf(options.inputPath, options.importOptions, errors);
+    if (!batch) {
+      for (const auto &error : errors)
+        errs << "error: " << error << "\n";
+      return 1;
+    }
+    // The source is reported only when it is not the export's (which
+    // plan.json's absent member means), so that a job pipec-opt writes from
+    // the same module is the same file (docs/layers.md).
+    if (options.importOptions.microbatchSize) {
+      options.planning.microbatchSizeSource = "--micro-batch-size";
+    } else if (batch->free) {
+      mlir::FailureOr<int64_t> size = chooseMicrobatchSize(options, options.planning.microbatchSizesTried, errs);
+      if (failed(size))
+        return 1;
+      options.importOptions.microbatchSize = *size;
+      options.planning.microbatchSizeSource = "the planner's choice";
+    }
+  }
   mlir::DialectRegistry registry;
   registerPipecDialects(registry);
   mlir::MLIRContext context(registry);

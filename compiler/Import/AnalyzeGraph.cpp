@@ -381,8 +381,38 @@ void OnnxImporter::resolveInputTypes() {
       continue;
     }
     const auto &dims = type.tensor_type().shape().dim();
+    // The micro-batch size fills a free batch dimension, and must agree with
+    // a fixed or given one (docs/importer.md, "The batch dimension").
+    const bool batchFree = type.tensor_type().has_shape() && !dims.empty() &&
+                           !(dims[0].has_dim_value() && dims[0].dim_value() >= 0);
+    if (options.microbatchSize && given == options.inputShapes.end() && type.tensor_type().has_shape() &&
+        !dims.empty() && !batchFree && dims[0].dim_value() != *options.microbatchSize) {
+      problems.push_back("the micro-batch size is " + std::to_string(*options.microbatchSize) + " but input '" +
+                         input.name() + "' fixes its batch dimension (dimension 0) at " +
+                         std::to_string(dims[0].dim_value()) +
+                         ": pipec cannot re-specialize a static export yet; re-export the model with a dynamic "
+                         "batch dimension (torch.onnx.export's dynamic_shapes, or dynamic_axes with dynamo=False), "
+                         "or use the exported size");
+      continue;
+    }
+    if (options.microbatchSize && given != options.inputShapes.end() && !given->second.empty() &&
+        given->second[0] != kMicrobatchDimension && given->second[0] != *options.microbatchSize) {
+      problems.push_back("the micro-batch size is " + std::to_string(*options.microbatchSize) + " but the shape "
+                         "given for input '" + input.name() + "' has " + std::to_string(given->second[0]) +
+                         " in its batch dimension (dimension 0)");
+      continue;
+    }
     if (given != options.inputShapes.end()) {
       shape = given->second;
+      if (!shape.empty() && shape[0] == kMicrobatchDimension) {
+        if (!options.microbatchSize) {
+          problems.push_back("the shape given for input '" + input.name() + "' leaves its batch dimension to the "
+                             "micro-batch size (b), which is not given: --micro-batch-size b, or plan with --gpus "
+                             "and the planner chooses it");
+          continue;
+        }
+        shape[0] = *options.microbatchSize;
+      }
       if (type.tensor_type().has_shape() && dims.size() != static_cast<int>(shape.size())) {
         problems.push_back("--input-shape gives rank " + std::to_string(shape.size()) +
                            " for input '" + input.name() + "' of rank " +
@@ -400,6 +430,8 @@ void OnnxImporter::resolveInputTypes() {
       for (int d = 0; d < dims.size(); ++d) {
         if (dims[d].has_dim_value() && dims[d].dim_value() >= 0)
           shape.push_back(dims[d].dim_value());
+        else if (d == 0 && options.microbatchSize)
+          shape.push_back(*options.microbatchSize);
         else
           symbolic.push_back(dims[d].has_dim_param() ? "'" + dims[d].dim_param() + "'"
                                                      : "dimension " + std::to_string(d));
@@ -408,9 +440,14 @@ void OnnxImporter::resolveInputTypes() {
         std::string list;
         for (size_t i = 0; i < symbolic.size(); ++i)
           list += (i ? ", " : "") + symbolic[i];
-        problems.push_back("input '" + input.name() + "' has dynamic dimensions (" + list +
-                           "); give static ones with --input-shape " + input.name() +
-                           "=d0,d1,...");
+        const bool onlyBatch = symbolic.size() == 1 && batchFree && !options.microbatchSize;
+        problems.push_back("input '" + input.name() + "' has dynamic dimensions (" + list + "); " +
+                           (onlyBatch ? "its batch dimension (dimension 0) is the micro-batch size: give it with "
+                                        "--micro-batch-size b, or plan with --gpus and the planner chooses it"
+                                      : "give static ones with --input-shape " + input.name() + "=d0,d1,..." +
+                                            (batchFree && !options.microbatchSize
+                                                 ? " (dimension 0, the batch, also with --micro-batch-size b)"
+                                                 : "")));
         continue;
       }
     }

@@ -130,6 +130,8 @@ public:
   mlir::OwningOpRef<mlir::ModuleOp> run();
   /// Every initializer's value; `load` false: from the model run() loaded.
   bool readInitializers(std::map<std::string, HostTensor> &values, bool load = true);
+  /// The batch dimension of the graph inputs (batchDimensionOf).
+  std::optional<BatchDimension> batchDimension();
   void noteNarrowOrWideFloats();
 
   // Converters (one per supported ONNX operator).

@@ -16,6 +16,7 @@
 #include <onnx/shape_inference/implementation.h>
 
 #include <cassert>
+#include <set>
 #include <sstream>
 
 using namespace mlir;
@@ -360,6 +361,52 @@ bool OnnxImporter::readInitializers(std::map<std::string, HostTensor> &values, b
   }
 }
 
+std::optional<BatchDimension> OnnxImporter::batchDimension() {
+  try {
+    loadModel();
+  } catch (const ImportAborted &) {
+    return std::nullopt;
+  }
+  std::set<std::string> initializerNames;
+  for (const auto &tensor : model.graph().initializer())
+    initializerNames.insert(tensor.name());
+  BatchDimension batch;
+  bool allFree = true, allFixed = true, any = false;
+  std::set<int64_t> sizes;
+  for (const auto &input : model.graph().input()) {
+    if (initializerNames.count(input.name()))
+      continue;
+    any = true;
+    auto given = options.inputShapes.find(input.name());
+    const bool hasShape = input.type().has_tensor_type() && input.type().tensor_type().has_shape();
+    const int rank = given != options.inputShapes.end() ? static_cast<int>(given->second.size())
+                     : hasShape                          ? input.type().tensor_type().shape().dim_size()
+                                                         : -1;
+    if (rank == 0) { // a scalar input has no batch dimension
+      allFree = allFixed = false;
+      continue;
+    }
+    std::optional<int64_t> size;
+    if (given != options.inputShapes.end() && !given->second.empty()) {
+      if (given->second[0] != kMicrobatchDimension)
+        size = given->second[0];
+    }
+    else if (hasShape && input.type().tensor_type().shape().dim(0).has_dim_value() &&
+             input.type().tensor_type().shape().dim(0).dim_value() > 0)
+      size = input.type().tensor_type().shape().dim(0).dim_value();
+    if (size) {
+      allFree = false;
+      sizes.insert(*size);
+    } else {
+      allFixed = false;
+    }
+  }
+  batch.free = any && allFree;
+  if (any && allFixed && sizes.size() == 1)
+    batch.fixed = *sizes.begin();
+  return batch;
+}
+
 OwningOpRef<ModuleOp> OnnxImporter::run() {
   context.loadDialect<nn::NNDialect, func::FuncDialect>();
   // Every problem reaches the caller through `errors`: op and module
@@ -369,7 +416,14 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
   try {
     loadModel();
     checkOpsets();
-    if (!validateModel(model, path, opset, options.inputShapes, errors))
+    // The shapes as validation bounds them: a batch dimension left to the
+    // micro-batch size has it (1 when none is given, which
+    // resolveInputTypes reports).
+    std::map<std::string, std::vector<int64_t>> shapes = options.inputShapes;
+    for (auto &[name, dims] : shapes)
+      if (!dims.empty() && dims[0] == kMicrobatchDimension)
+        dims[0] = options.microbatchSize.value_or(1);
+    if (!validateModel(model, path, opset, shapes, errors))
       abandon();
     privatizeRunningStatistics();
     analyzeGraph();
@@ -539,6 +593,10 @@ bool parseInputShape(const std::string &text, ImportOptions &options, std::strin
   std::stringstream stream(text.substr(equals + 1));
   std::string item;
   while (std::getline(stream, item, ',')) {
+    if (dims.empty() && item == "b") { // the batch dimension: the micro-batch size
+      dims.push_back(kMicrobatchDimension);
+      continue;
+    }
     char *end = nullptr;
     long long value = std::strtoll(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || value <= 0) {
@@ -549,6 +607,13 @@ bool parseInputShape(const std::string &text, ImportOptions &options, std::strin
   }
   options.inputShapes[name] = dims;
   return true;
+}
+
+std::optional<BatchDimension> batchDimensionOf(const std::string &path, const ImportOptions &options,
+                                              std::vector<std::string> &errors) {
+  MLIRContext context;
+  detail::OnnxImporter importer(context, path, options, errors);
+  return importer.batchDimension();
 }
 
 bool readInitializerValues(const std::string &path, std::map<std::string, HostTensor> &values,

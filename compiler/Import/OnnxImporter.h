@@ -22,16 +22,40 @@ enum class BatchNormStatistics {
   AsExported, ///< as the file's form says (ONNX's own semantics of the node)
 };
 
+/// In an input shape, dimension 0 left to the micro-batch size
+/// (`--input-shape name=b,d1,...`).
+inline constexpr int64_t kMicrobatchDimension = -1;
+
 struct ImportOptions {
   /// Static shapes for graph inputs (`--input-shape name=d0,d1,...`); they
-  /// replace the model's symbolic or unknown dimensions.
+  /// replace the model's symbolic or unknown dimensions. Dimension 0 may be
+  /// kMicrobatchDimension: the micro-batch size's.
   std::map<std::string, std::vector<int64_t>> inputShapes;
   /// Regular expressions (each matching a whole initializer name) of
   /// parameters to keep constant (`--freeze REGEX`).
   std::vector<std::string> freeze;
   /// Every BatchNormalization trains this way, whatever form the file has.
   BatchNormStatistics batchNorm = BatchNormStatistics::Batch;
+  /// The micro-batch size: the size of dimension 0 of every graph input
+  /// whose dimension 0 the file leaves free (symbolic or unknown). An input
+  /// that fixes it at another size, or an inputShapes entry that gives
+  /// another, is an error.
+  std::optional<int64_t> microbatchSize;
 };
+
+/// The batch dimension (dimension 0) of a model's graph inputs, as the file
+/// and the inputShapes of `options` declare it.
+struct BatchDimension {
+  /// Every input fixes it, all at this size.
+  std::optional<int64_t> fixed;
+  /// Every input leaves it free: the micro-batch size is the user's (or the
+  /// planner's) to choose.
+  bool free = false;
+};
+/// Reads the model's inputs (the file checked as importOnnxModel checks it);
+/// nullopt with `errors` set on bad input.
+std::optional<BatchDimension> batchDimensionOf(const std::string &path, const ImportOptions &options,
+                                              std::vector<std::string> &errors);
 
 /// Parses `name=d0,d1,...`; returns false and sets `error` when malformed.
 bool parseInputShape(const std::string &text, ImportOptions &options, std::string &error);

@@ -57,6 +57,8 @@ int main(int argc, char **argv) {
   settings.choice(pipec::settings::kLoss, loss);
   uint64_t seed = 0;
   settings.unsigned64(pipec::settings::kSeed, seed);
+  std::optional<int64_t> microbatchSize; // the batch dimension of a model that leaves it free
+  settings.onInteger(pipec::settings::kMicrobatchSize, [&](int64_t size) { microbatchSize = size; });
   cl::opt<std::string> outputDir("output-dir", cl::desc("Where to write the .npy results"),
                                  cl::Required, cl::cat(category));
   cl::opt<bool> fp64("fp64",
@@ -104,6 +106,12 @@ int main(int argc, char **argv) {
   std::map<std::string, HostTensor> initializers;
   pipec::import::ImportOptions importOptions;
   importOptions.batchNorm = batchNorm;
+  importOptions.microbatchSize = microbatchSize;
+  // A model that leaves dimensions free (the batch, a sequence length) is
+  // evaluated at the shapes of the arrays given.
+  for (const auto &[name, tensor] : given)
+    if (name != "labels")
+      importOptions.inputShapes[name] = tensor.shape;
   auto module =
       pipec::import::importOnnxModel(context, modelPath, importOptions, errors, &initializers);
   if (!module) {

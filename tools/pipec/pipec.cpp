@@ -70,7 +70,8 @@ int runPipec(int argc, char **argv) {
       cl::value_desc("dir"), cl::cat(category));
   cl::list<std::string> inputShapes(
       "input-shape",
-      cl::desc("Static shape of a model input with dynamic dimensions (repeatable)"),
+      cl::desc("Static shape of a model input with dynamic dimensions (repeatable); d0 may be b, the "
+               "micro-batch size (--micro-batch-size, or the planner's choice)"),
       cl::value_desc("name=d0,d1,..."), cl::cat(category));
   cl::list<std::string> freeze(
       "freeze",

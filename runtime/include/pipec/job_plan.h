@@ -165,6 +165,17 @@ struct RunnerUp {
          peakDeviceBytes = 0;
 };
 
+/// One micro-batch size the planner tried when it chose it (pipec's
+/// --micro-batch-size search over a model whose batch dimension is free):
+/// its samples per step and simulated time per sample, or why it was not
+/// possible.
+struct MicrobatchSizeTried {
+  int64_t size = 0;
+  std::optional<int64_t> samplesPerStep;
+  std::optional<double> timePerSample; ///< seconds per sample (mini-batch time / samples)
+  std::string rejection;               ///< empty when a plan was found
+};
+
 /// What the search found (not how long it took: the file, like the IR that
 /// carries it until the job is written, is the same on every run).
 struct PlannerReport {
@@ -174,6 +185,11 @@ struct PlannerReport {
   /// from (--batch-size, --microbatches or the planner's bounded choice).
   std::optional<int64_t> samplesPerStep;
   std::string batchSource;
+  /// Where the micro-batch size came from (--micro-batch-size, the export,
+  /// --input-shape or the planner's choice) and, when the planner chose it,
+  /// every size it tried.
+  std::string microbatchSizeSource;
+  std::vector<MicrobatchSizeTried> microbatchSizesTried;
   int64_t evaluated = 0, rejected = 0;
   std::vector<std::string> rejections;
   std::vector<RunnerUp> runnerUps;
@@ -371,12 +387,23 @@ template <> struct Schema<plan::RunnerUp> {
   }
 };
 
+template <> struct Schema<plan::MicrobatchSizeTried> {
+  template <class V, class M> static void members(V &v, M &m) {
+    v.required("size", m.size);
+    v.optional("samples_per_step", m.samplesPerStep);
+    v.optional("time_per_sample_s", m.timePerSample);
+    v.optional("rejection", m.rejection);
+  }
+};
+
 template <> struct Schema<plan::PlannerReport> {
   template <class V, class P> static void members(V &v, P &p) {
     v.required("objective", p.objective);
     v.object("batch", [&](auto &batch) {
       batch.optional("samples_per_step", p.samplesPerStep, Absent::Null);
       batch.required("source", p.batchSource);
+      batch.optional("microbatch_size_source", p.microbatchSizeSource);
+      batch.optionalWrittenIf(!p.microbatchSizesTried.empty(), "microbatch_sizes_tried", p.microbatchSizesTried);
     });
     v.required("evaluated", p.evaluated);
     v.required("rejected", p.rejected);
