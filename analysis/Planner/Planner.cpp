@@ -270,7 +270,7 @@ struct Search {
       }
       if (auto c = evaluate(part, name, chunks, m, explicitAll, tried.empty())) {
         // Doubling the count stops paying once it gains under 1% per sample.
-        const bool flat = !tried.empty() && c->timePerSample() > 0.99 * tried.back().timePerSample();
+        const bool flat = !tried.empty() && c->timePerMicrobatch() > 0.99 * tried.back().timePerMicrobatch();
         tried.push_back(std::move(*c));
         if (flat)
           break;
@@ -280,9 +280,9 @@ struct Search {
       return;
     double best = kInf;
     for (const auto &c : tried)
-      best = std::min(best, c.timePerSample());
+      best = std::min(best, c.timePerMicrobatch());
     for (auto &c : tried)
-      if (c.timePerSample() <= best * (1 + kMicrobatchSlack)) {
+      if (c.timePerMicrobatch() <= best * (1 + kMicrobatchSlack)) {
         all.push_back(std::move(c));
         return;
       }
@@ -382,7 +382,7 @@ struct Search {
       if (!refine.empty()) {
         std::vector<Candidate> sorted = all;
         std::stable_sort(sorted.begin(), sorted.end(), [](const Candidate &a, const Candidate &b) {
-          return a.timePerSample() < b.timePerSample();
+          return a.timePerMicrobatch() < b.timePerMicrobatch();
         });
         std::set<std::string> done;
         for (const Candidate &best : sorted) {
@@ -564,7 +564,7 @@ Plan plan(const partition::CostTable &table, const Request &given) {
   // Lowest simulated time per sample; ties: fewer micro-batches (a smaller
   // mini-batch), then fewer devices, then the order families were tried in.
   std::stable_sort(search.all.begin(), search.all.end(), [](const Candidate &a, const Candidate &b) {
-    const double ta = a.timePerSample(), tb = b.timePerSample();
+    const double ta = a.timePerMicrobatch(), tb = b.timePerMicrobatch();
     if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb))
       return ta < tb;
     if (a.microbatches != b.microbatches)
@@ -683,7 +683,7 @@ void printPlan(std::ostream &os, const partition::CostTable &table,
        << plan.rejected << " rejected) in " << std::setprecision(3) << plan.searchSeconds << " s";
     if (plan.ranked.size() > 1) {
       const Candidate &next = plan.ranked[1];
-      const double slower = 100 * (next.timePerSample() / c.timePerSample() - 1);
+      const double slower = 100 * (next.timePerMicrobatch() / c.timePerMicrobatch() - 1);
       os << "; runner-up " << next.schedule << " (" << next.origin << ", " << next.microbatches
          << " micro-batches) is ";
       if (slower < 0.05)
@@ -709,7 +709,7 @@ void printPlan(std::ostream &os, const partition::CostTable &table,
         reps = reps.substr(0, 20) + "...";
       os << std::left << std::setw(4) << i + 1 << std::setw(13) << k.schedule << std::setw(7) << k.chunks
          << std::setw(24) << reps << std::setw(8) << k.microbatches << std::right << std::setw(14)
-         << partition::formatSeconds(k.timePerMinibatch) << std::setw(14) << partition::formatSeconds(k.timePerSample())
+         << partition::formatSeconds(k.timePerMinibatch) << std::setw(14) << partition::formatSeconds(k.timePerSample(table.microbatchSize))
          << std::setw(8) << std::fixed << std::setprecision(1) << 100 * k.bubble << "%"
          << std::defaultfloat << "  " << k.origin << "\n";
     }
@@ -736,7 +736,7 @@ json candidateJson(const partition::CostTable &table, const Candidate &c) {
           {"replicas", replicas},
           {"partition", c.origin},
           {"time_per_minibatch_s", c.timePerMinibatch},
-          {"time_per_sample_s", c.timePerSample()},
+          {"time_per_sample_s", c.timePerSample(table.microbatchSize)},
           {"makespan_s", c.makespan},
           {"bubble_flush", c.bubble},
           {"peak_device_bytes", c.peakDeviceBytes}};
@@ -840,7 +840,7 @@ plan::PlanFile planFile(const partition::CostTable &table, const partition::Topo
     for (const auto &st : k.partition.stages)
       r.replicas.push_back(st.replicas);
     r.timePerMinibatch = k.timePerMinibatch;
-    r.timePerSample = k.timePerSample();
+    r.timePerSample = k.timePerSample(table.microbatchSize);
     r.makespan = k.makespan;
     r.bubbleFlush = k.bubble;
     r.peakDeviceBytes = k.peakDeviceBytes;

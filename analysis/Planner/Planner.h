@@ -13,6 +13,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <algorithm>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -63,7 +64,15 @@ struct Candidate {
   double bubble = 0;           ///< flush-to-flush bubble of one mini-batch
   double peakDeviceBytes = 0;  ///< weights, optimizer state, stashes and simulated activations
   std::string origin;          ///< which partition search produced it
-  double timePerSample() const { return timePerMinibatch / microbatches; }
+  /// The planner's objective: the simulated time per micro-batch of the
+  /// step (per sample, up to the model's one micro-batch size; samples()
+  /// divides by it where the size is known).
+  double timePerMicrobatch() const { return timePerMinibatch / microbatches; }
+  /// Seconds per sample: timePerMicrobatch() over `microbatchSize`, or per
+  /// micro-batch when the size is not known (a cost table's plan, 0).
+  double timePerSample(int64_t microbatchSize) const {
+    return timePerMicrobatch() / static_cast<double>(std::max<int64_t>(1, microbatchSize));
+  }
 };
 
 /// Where the samples per optimizer step came from.
