@@ -31,7 +31,7 @@ for job in "$G"/jobs/train-*/; do name=$(basename "$job")
   el "$name rc=$rc: $(grep -o 'final loss.*' "$G/$name.log" | tail -1)"; [ $rc = 0 ] || tail -5 "$G/$name.log"
 done
 echo "=== speed: ms/iter of 8 iterations"
-for job in "$G"/jobs/bench-*/ "$G"/jobs/gpt2-*/ "$G"/jobs/r50-*/; do name=$(basename "$job")
+for job in "$G"/jobs/bench-*/ "$G"/jobs/gpt2-*/ "$G"/jobs/r50-*/ "$G"/jobs/mb-*/; do name=$(basename "$job")
   timeout 150 "$PIPERUN" "$job" --iters 8 --log-every 1 > "$G/$name.log" 2>&1; rc=$?
   el "$name rc=$rc: $(grep -o '[0-9.]* ms/iter' "$G/$name.log" | tr '\n' ' ')"; [ $rc = 0 ] || tail -8 "$G/$name.log"
 done

@@ -5,7 +5,8 @@
 #   WORK/models     the exported models (TORCH_PYTHON: torch + torchvision;
 #                   skipped when the models are there)
 #   WORK/jobs       CUDA jobs (--build): train-<example>-<precision> for the
-#                   GPU-vs-CPU check, bench-*/gpt2-*/r50-* for speed
+#                   GPU-vs-CPU check, bench-*/gpt2-*/r50-* for speed, mb-<b>
+#                   for the micro-batch sizes (their predictions: mb-choice.txt)
 #   WORK/cpu        the same train-* jobs for CPU ranks, run here 3 steps with
 #                   their weights exported (the reference)
 #   WORK/bundle.tar.xz  piperun, Debian's OpenMPI 4.1 it links (libraries,
@@ -19,7 +20,7 @@ HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
 WORK=$(mkdir -p "$1" && cd "$1" && pwd); TORCH_PYTHON=${2:-python3}
 PIPEC=$ROOT/build/bin/pipec PIPERUN=$ROOT/build/bin/piperun PY=$ROOT/.venv/bin/python
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-[ -f "$WORK/models/resnet50.onnx" ] || "$TORCH_PYTHON" "$HERE/export_models.py" "$WORK/models"
+[ -f "$WORK/models/gpt_free_batch.onnx" ] || "$TORCH_PYTHON" "$HERE/export_models.py" "$WORK/models"
 rm -rf "$WORK/jobs" "$WORK/cpu"; mkdir -p "$WORK/jobs" "$WORK/cpu"
 compile() { # model out options...: pipec with --build, its output in out.log
   local model=$1 out=$2; shift 2
@@ -53,6 +54,15 @@ done
 for p in tf32 bf16; do
   compile "$WORK/models/gpt2_124m.onnx" "$WORK/jobs/gpt2-$p" --microbatches 2 --target cuda --precision $p
   compile "$WORK/models/resnet50.onnx" "$WORK/jobs/r50-$p" --microbatches 2 --target cuda --precision $p
+done
+# The micro-batch sizes (docs/planner.md, "The batch"): the planner's
+# predictions for every size (WORK/mb-choice.txt), and a job per size, 64
+# samples per step.
+"$PIPEC" "$WORK/models/gpt_free_batch.onnx" --gpus 1x1 --target cuda --precision bf16 --batch-size 64 \
+  > "$WORK/mb-choice.txt" 2>&1 || { echo "FAILED: pipec gpt_free_batch.onnx (see $WORK/mb-choice.txt)"; exit 1; }
+for b in 1 2 4 8 16 32 64; do
+  compile "$WORK/models/gpt_free_batch.onnx" "$WORK/jobs/mb-$b" --micro-batch-size $b --batch-size 64 \
+    --target cuda --precision bf16
 done
 # The bundle.
 S=$WORK/stage; rm -rf "$S"; mkdir -p "$S"/{bin,mpi,common,cudart,jobs,sys/usr/share,sys/etc} "$S/sys/usr/lib/x86_64-linux-gnu"/{openmpi,pmix2}

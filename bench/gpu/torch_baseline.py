@@ -14,8 +14,10 @@ import torch.nn.functional as F
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "runtime"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_runtime  # noqa: E402
 from make_examples import GPT  # noqa: E402
+from export_models import GPT_FREE_BATCH  # noqa: E402
 
 
 def median_ms(step, iters, warmup):
@@ -63,6 +65,12 @@ def main():
                  lambda: (torch.randn(32, 3, 224, 224), torch.randint(0, 1000, (32,))))):
             step = train_step(model.train(), [make() for _ in range(2)], precision)
             print(f"torch {name} m2 {precision}: {median_ms(step, 4, 1):.2f} ms/iter")
+    # The micro-batch sizes: 64 samples per step as b x 64/b, bf16.
+    model, vocab, context = GPT(**GPT_FREE_BATCH).train(), GPT_FREE_BATCH["vocab"], GPT_FREE_BATCH["context"]
+    for b in (1, 2, 4, 8, 16, 32, 64):
+        batches = [(torch.randint(0, vocab, (b, context)), torch.randint(0, vocab, (b, context)))
+                   for _ in range(64 // b)]
+        print(f"torch mb-{b} bf16: {median_ms(train_step(model, batches, 'bf16'), 4, 1):.2f} ms/iter")
 
 
 if __name__ == "__main__":
