@@ -67,6 +67,9 @@ std::string formatValue(double x) {
 } // namespace
 
 // ---------------------------------------------------------------- Problem
+// Problems come from `pipec schedule`'s flags, the planner and
+// schedule.json alike: errors name the problem's members as schedule.json
+// spells them (docs/schedule-files.md), not any one command line's flags.
 void Problem::check() const {
   auto fail = [](const std::string &m) { throw ScheduleError("invalid problem: " + m); };
   auto within = [&](const char *option, long value, long lo, long hi) {
@@ -74,11 +77,11 @@ void Problem::check() const {
       fail(std::string(option) + " " + std::to_string(value) + ": must be between " + std::to_string(lo) +
            " and " + std::to_string(hi));
   };
-  within("--stages", stages, 1, kMaxStages);
-  within("--microbatches", microbatches, 1, kMaxMicrobatches);
-  within("--chunks", chunks, 1, kMaxChunks);
+  within("stages", stages, 1, kMaxStages);
+  within("microbatches", microbatches, 1, kMaxMicrobatches);
+  within("chunks", chunks, 1, kMaxChunks);
   if ((long)stages * chunks * microbatches > kMaxComputeSlots)
-    fail("--stages " + std::to_string(stages) + " x --chunks " + std::to_string(chunks) + " x --microbatches " +
+    fail("stages " + std::to_string(stages) + " x chunks " + std::to_string(chunks) + " x microbatches " +
          std::to_string(microbatches) + " = " + std::to_string((long)stages * chunks * microbatches) +
          " compute slots, over the limit of " + std::to_string(kMaxComputeSlots));
   if (!replicas.empty() && (int)replicas.size() != stages)
@@ -86,16 +89,16 @@ void Problem::check() const {
   long ranks = 0;
   for (int r : replicas) {
     if (r < 1 || r > kMaxRanks)
-      fail("--replicas " + std::to_string(r) + ": must be between 1 and " + std::to_string(kMaxRanks));
+      fail("replicas " + std::to_string(r) + ": must be between 1 and " + std::to_string(kMaxRanks));
     ranks += r;
   }
   if (ranks > kMaxRanks)
-    fail("--replicas: " + std::to_string(ranks) + " ranks in all, over the limit of " + std::to_string(kMaxRanks));
-  within("--in-flight", inFlight, 0, kMaxMicrobatches);
+    fail("replicas: " + std::to_string(ranks) + " ranks in all, over the limit of " + std::to_string(kMaxRanks));
+  within("in_flight", inFlight, 0, kMaxMicrobatches);
   // The per-stage vectors first, so that costOf() below cannot throw on them.
-  for (auto [option, values] : {std::pair<const char *, const std::vector<double> *>{"--cost-f", &costF},
-                                {"--cost-b", &costB},
-                                {"--cost-w", &costW},
+  for (auto [option, values] : {std::pair<const char *, const std::vector<double> *>{"cost_f", &costF},
+                                {"cost_b", &costB},
+                                {"cost_w", &costW},
                                 {"activation", &activation}}) {
     const size_t n = values->size();
     if (n != 1 && n != (size_t)stages && n != (size_t)stages * chunks)
@@ -119,28 +122,28 @@ void Problem::check() const {
       if (!(activationOf(s, c) >= 0))
         fail("activation memory must be >= 0");
     }
-  for (auto [option, value] : {std::pair<const char *, double>{"--comm", comm},
-                               {"--allreduce-cost", allreduceCost},
-                               {"step cost", stepCost}})
+  for (auto [option, value] : {std::pair<const char *, double>{"comm", comm},
+                               {"allreduce_cost", allreduceCost},
+                               {"step_cost", stepCost}})
     if (!(value >= 0 && value <= kMaxCost))
       fail(std::string(option) + " " + formatValue(value) + ": must be >= 0, finite and at most " +
            formatValue(kMaxCost));
   if (std::isnan(memoryLimit))
-    fail("--memory-limit must be a number");
+    fail("memory_limit must be a number");
   if (!(wMemFrac >= 0 && wMemFrac <= 1))
-    fail("--w-mem-frac must be in [0, 1]");
+    fail("w_mem_frac must be in [0, 1]");
   if (inFlight < 0)
-    fail("in-flight count must be >= 0");
+    fail("in_flight must be >= 0");
   if (!recompute.empty() && recompute.size() != 1 && (int)recompute.size() != stages)
     fail("recompute must have one entry or one per stage");
   for (int r : recompute)
     if (r != 0 && r != 1)
       fail("recompute entries must be 0 or 1");
   if (boundaryActivation.size() != 1 && (int)boundaryActivation.size() != stages)
-    fail("--boundary-activation must have one entry or one per stage");
+    fail("boundary_activation must have one entry or one per stage");
   for (double b : boundaryActivation)
     if (!(b >= 0 && b <= 1))
-      fail("--boundary-activation must be in [0, 1]");
+      fail("boundary_activation must be in [0, 1]");
 }
 
 bool Problem::recomputes(int stage) const {

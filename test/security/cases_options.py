@@ -43,14 +43,14 @@ def cases(ctx):
     sched = [ctx.pipec, "schedule"]
     out.append(Case("schedule-cost-1e308-auto",
                     sched + ["--schedule", "auto", "--cost-f", "1e308", "--cost-b", "1e308", "--cost-w", "1e308"],
-                    expect=[r"--cost-f", r"at most 1e\+12"], timeout=20))
+                    expect=[r"cost_f", r"at most 1e\+12"], timeout=20))
     for schedule in ("1f1b", "zb-h1", "gpipe", "zb-v"):
         out.append(Case(f"schedule-cost-1e308-{schedule}",
                         sched + ["--schedule", schedule, "--cost-b", "1e308", "--cost-w", "1e308"],
-                        expect=[r"--cost-b", r"at most"], timeout=20))
+                        expect=[r"cost_b", r"at most"], timeout=20))
     for value in ("inf", "nan", "-1", "0", "1e999"):
         out.append(Case(f"schedule-cost-f-{value}", sched + ["--schedule", "1f1b", "--cost-f", value],
-                        expect=[r"--cost-f", r"finite|positive"], timeout=20))
+                        expect=[r"--cost-f|cost_f", r"finite|positive"], timeout=20))
     out.append(Case("schedule-comm-inf", sched + ["--schedule", "auto", "--comm", "inf"],
                     expect=[r"--comm", r"finite"], timeout=20))
     out.append(Case("schedule-comm-huge", sched + ["--schedule", "auto", "--comm", "1e300"],
@@ -76,7 +76,7 @@ def cases(ctx):
                     expect=[r"--replicas", r"65536"], timeout=20, memory_gib=1))
     out.append(Case("schedule-replicas-sum", sched + ["--schedule", "1f1b-rr", "--stages", "4",
                                                       "--replicas", "60000"],
-                    expect=[r"--replicas", r"ranks in all"], timeout=20, memory_gib=1))
+                    expect=[r"replicas", r"ranks in all"], timeout=20, memory_gib=1))
     out.append(Case("schedule-in-flight-huge", sched + ["--schedule", "1f1b-rr", "--in-flight", "2000000000"],
                     expect=[r"--in-flight", r"65536"], timeout=20, memory_gib=1))
     for name, value in (("exponent", "1e9"), ("negative", "-3"), ("overflow", "99999999999999999999"),

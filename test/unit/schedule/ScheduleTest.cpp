@@ -1079,7 +1079,7 @@ TEST(Limits, IntegersAreStrictAndBounded) {
       {{"--replicas", "1,1e20"}, "--replicas: '1e20' is not an integer"},
       {{"--recompute-stages", "5000"}, "--recompute-stages 5000: must be between 0 and 4095"},
       {{"--stages", "4096", "--microbatches", "65536"}, "compute slots, over the limit of 1048576"},
-      {{"--stages", "4", "--replicas", "60000"}, "--replicas: 240000 ranks in all, over the limit of 65536"},
+      {{"--stages", "4", "--replicas", "60000"}, "replicas: 240000 ranks in all, over the limit of 65536"},
   };
   for (const auto &[args, message] : bad) {
     std::vector<std::string> argv = {"schedule", "--schedule", "1f1b-rr"};
@@ -1095,19 +1095,19 @@ TEST(Limits, CostsAreFiniteAndBounded) {
   EXPECT_EQ(run({"schedule", "--schedule", "auto", "--cost-f", "1e308", "--cost-b", "1e308", "--cost-w", "1e308"},
                 out, err),
             2);
-  EXPECT_NE(err.find("--cost-f 1e+308: must be positive, finite and at most 1e+12"), std::string::npos) << err;
+  EXPECT_NE(err.find("cost_f 1e+308: must be positive, finite and at most 1e+12"), std::string::npos) << err;
   for (const char *value : {"inf", "nan", "1e999", "-inf"}) {
     EXPECT_EQ(run({"schedule", "--schedule", "1f1b", "--cost-b", value}, out, err), 2) << value;
     EXPECT_NE(err.find("--cost-b: '" + std::string(value) + "' is not a finite number"), std::string::npos) << err;
   }
   EXPECT_EQ(run({"schedule", "--schedule", "1f1b", "--cost-b", "1,0,1,1"}, out, err), 2);
-  EXPECT_NE(err.find("--cost-b 0: must be positive"), std::string::npos) << err;
+  EXPECT_NE(err.find("cost_b 0: must be positive"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--schedule", "1f1b", "--cost-w", "1,-1,1,1"}, out, err), 2);
-  EXPECT_NE(err.find("--cost-w -1: must be >= 0"), std::string::npos) << err;
+  EXPECT_NE(err.find("cost_w -1: must be >= 0"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--schedule", "auto", "--comm", "1e300"}, out, err), 2);
   EXPECT_NE(err.find("--comm 1e300: must be finite and in [0, 1e+12]"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--schedule", "1f1b", "--cost-f", "1,2,3"}, out, err), 2);
-  EXPECT_NE(err.find("--cost-f has 3 entries; expected 1, stages (4)"), std::string::npos) << err;
+  EXPECT_NE(err.find("cost_f has 3 entries; expected 1, stages (4)"), std::string::npos) << err;
   // At the bounds every schedule still generates, validates and simulates.
   for (const std::string &name : scheduleNames()) {
     Problem P = uniform(4, 8, kMaxCost, kMaxCost, kMaxCost);
@@ -1178,7 +1178,7 @@ TEST(Cli, CostListsFollowTheSchedulesChunks) {
                  "1,1,1,1,1,1,1,2"},
                 out, err),
             2);
-  EXPECT_NE(err.find("--cost-f has 8 entries; expected 1, stages (4) or stages x chunks (4 x 1 = 4)"),
+  EXPECT_NE(err.find("cost_f has 8 entries; expected 1, stages (4) or stages x chunks (4 x 1 = 4)"),
             std::string::npos)
       << err;
   EXPECT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "interleaved", "--chunks", "2",
@@ -1195,7 +1195,7 @@ TEST(Cli, CostListsFollowTheSchedulesChunks) {
       args.insert(args.end(), {"--chunks", "2"});
     EXPECT_EQ(run(args, out, err), 0) << err;
     EXPECT_NE(out.find("zb-v           2"), std::string::npos) << out;
-    EXPECT_NE(out.find("1f1b         -- invalid problem: --cost-f has 8 entries"), std::string::npos) << out;
+    EXPECT_NE(out.find("1f1b         -- invalid problem: cost_f has 8 entries"), std::string::npos) << out;
   }
 }
 
