@@ -276,6 +276,15 @@ mlir::FailureOr<int64_t> chooseMicrobatchSize(const CompileOptions &options,
     tried.push_back(std::move(attempt));
   }
   if (!best) {
+    // One reason for every size (an input with other free dimensions, a
+    // model the pipeline refuses) is said once.
+    const bool sameReason = std::all_of(tried.begin(), tried.end(), [&](const plan::MicrobatchSizeTried &attempt) {
+      return attempt.rejection == tried.front().rejection;
+    });
+    if (sameReason && !tried.empty()) {
+      errs << "error: " << tried.front().rejection << "\n";
+      return mlir::failure();
+    }
     errs << "error: " << options.inputPath << ": the planner found no plan at any micro-batch size it tried:\n";
     for (const plan::MicrobatchSizeTried &attempt : tried)
       errs << "  " << attempt.size << ": " << attempt.rejection << "\n";

@@ -444,7 +444,9 @@ void OnnxImporter::resolveInputTypes() {
         problems.push_back("input '" + input.name() + "' has dynamic dimensions (" + list + "); " +
                            (onlyBatch ? "its batch dimension (dimension 0) is the micro-batch size: give it with "
                                         "--micro-batch-size b, or plan with --gpus and the planner chooses it"
-                                      : "give static ones with --input-shape " + input.name() + "=d0,d1,..." +
+                                      : "give static ones with --input-shape " + input.name() +
+                                            (batchFree && options.microbatchSize ? "=b,d1,... (b: the micro-batch size)"
+                                                                                 : "=d0,d1,...") +
                                             (batchFree && !options.microbatchSize
                                                  ? " (dimension 0, the batch, also with --micro-batch-size b)"
                                                  : "")));
