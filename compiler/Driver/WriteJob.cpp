@@ -200,7 +200,8 @@ FailureOr<plan::Runtime> writeStagesAndWeights(ModuleOp module, const fs::path &
                                 type.getShape().end());
     runtime.dataFields.push_back(
         {train.getArgAttrOfType<StringAttr>(argument.getArgNumber(), nn::kNameAttrName).str(),
-         abiDtype(type.getElementType()).name, sample, low, high});
+         abiDtype(type.getElementType()).name, sample, low, high,
+         role == nn::Role::Label ? DataRole::Label : DataRole::Input});
   }
   // Parameters held by several stages (tied weights): the runtime sums their
   // partial gradients over the holders before the step (docs/stages.md).

@@ -85,7 +85,7 @@ Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Tr
 
   sync_ = std::make_unique<GradientSync>(plan, optimizer, opt.allowNonFinite, control, transport, device, chunks_,
                                          stage_, replica_, who());
-  data_ = std::make_unique<StageData>(plan, opt.dataFile, seed_, chunks_);
+  data_ = std::make_unique<StageData>(plan, opt.dataFile, opt.dataDtype, seed_, chunks_);
   if (!opt.resumeDir.empty()) startIteration_ = loadCheckpoint(plan, opt.resumeDir, opt.iters, seed_, chunks_);
 }
 

@@ -52,8 +52,10 @@ int Plan::numRanks() const {
   return n;
 }
 int64_t Plan::tokensPerSample() const {
+  // The model's integer input of one dimension per sample (token ids); in a
+  // plan without roles, the first such field.
   for (const io::FieldSpec &f : dataFields)
-    if ((f.dtype == PIPEC_I64 || f.dtype == PIPEC_I32) && f.shape.size() == 1)
+    if ((f.dtype == PIPEC_I64 || f.dtype == PIPEC_I32) && f.shape.size() == 1 && f.role != DataRole::Label)
       return f.shape[0];
   return 0;
 }
@@ -255,6 +257,7 @@ Plan loadPlan(const std::string &dirIn) {
     f.low = field.low.value_or(isFloat ? -1.0 : 0.0);
     f.high = field.high.value_or(isFloat ? 1.0 : 2.0);
     if (!(f.high > f.low)) throw Error(p.planPath + ": " + where + ": high must be > low");
+    f.role = field.role;
     p.dataFields.push_back(f);
   }
   return p;

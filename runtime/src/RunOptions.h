@@ -6,6 +6,7 @@
 #include "JobCheck.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace pipec::rt {
@@ -15,6 +16,7 @@ struct RunOptions {
   int iters = 1;         // total iterations (optimizer steps of a synchronous schedule); resume continues to it
   int logEvery = 1;
   std::string dataFile;  // empty: synthetic data from runtime.data
+  std::optional<TokenDtype> dataDtype; // set: dataFile is a token file of these ids (docs/dataset-format.md)
   std::string checkpointDir;
   int saveEvery = 0;
   std::string resumeDir;

@@ -2,16 +2,14 @@
 
 namespace pipec::rt {
 
-StageData::StageData(const Plan &plan, const std::string &dataFile, uint64_t seed, const std::vector<Chunk> &chunks)
+StageData::StageData(const Plan &plan, const std::string &dataFile, std::optional<TokenDtype> dataDtype,
+                     uint64_t seed, const std::vector<Chunk> &chunks)
     : plan_(plan), chunks_(chunks) {
   bool needData = false;
   for (const Chunk &ch : chunks) needData |= ch.model->desc().num_data > 0;
   if (needData) {
-    if (!dataFile.empty())
-      source_ = std::make_unique<io::DatasetFile>(dataFile);
-    else if (!plan.dataFields.empty())
-      source_ = std::make_unique<io::SyntheticData>(plan.dataFields, plan.syntheticSamples, seed);
-    else
+    source_ = openDataSource(plan, dataFile, dataDtype, seed);
+    if (!source_)
       throw Error(plan.planPath + ": runtime.data.fields is empty, so there is no synthetic data; pass --data FILE");
   }
   for (const Chunk &ch : chunks) {

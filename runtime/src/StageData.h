@@ -3,8 +3,10 @@
 #pragma once
 
 #include "Chunk.h"
+#include "DataSource.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,7 +17,8 @@ public:
   // Checks that every field a chunk reads exists with the stage's dtype and
   // per-sample shape (the stage's shape without the micro-batch dimension);
   // throws Error.
-  StageData(const Plan &plan, const std::string &dataFile, uint64_t seed, const std::vector<Chunk> &chunks);
+  StageData(const Plan &plan, const std::string &dataFile, std::optional<TokenDtype> dataDtype, uint64_t seed,
+            const std::vector<Chunk> &chunks);
   // The fields of `chunk` for one micro-batch, from sample `first` on, each
   // at its offset of the chunk's data layout in `dst` (host memory).
   void read(int chunk, uint64_t first, char *dst);

@@ -54,6 +54,15 @@ CommandLine parseCommandLine(Tool tool, int argc, char **argv, RunOptions &o) {
           count(o.iters));
   app.add_option("--data", o.dataFile, "data set (docs/dataset-format.md); default: synthetic data from the plan")
       ->type_name("FILE");
+  checked(app, "--data-dtype", "uint16|uint32",
+          "--data is a token file: a flat array of these token ids, windows of the\nmodel's sequence length, "
+          "labels shifted by one (a language model's plan)",
+          [&o](const std::string &name, const std::string &v) {
+            TokenDtype dtype;
+            if (!parseChoice(v, dtype))
+              throw Error(name + " \"" + v + "\": expected " + choiceNames<TokenDtype>(" or "));
+            o.dataDtype = dtype;
+          });
   if (piperun) {
     checked(app, "--log-every", "K", "progress line every K iterations (default 1)", count(o.logEvery));
     app.add_option("--checkpoint", o.checkpointDir, "write checkpoints to DIR ...")->type_name("DIR");

@@ -80,6 +80,9 @@ JobIdentity jobIdentity(const Plan &plan, const RunOptions &o) {
     option("--data", "synthetic", "was started without --data (the plan's synthetic data)");
   else
     addFile(id, "--data", "--data", o.dataFile, "data set");
+  option("--data-dtype", o.dataDtype ? choiceName(*o.dataDtype) : "none",
+         o.dataDtype ? std::string("reads --data as a token file of ") + choiceName(*o.dataDtype) + " ids"
+                     : "was started without --data-dtype");
   if (o.resumeDir.empty()) {
     option("--resume", "none", "was started without --resume");
   } else {

@@ -19,6 +19,7 @@
 #include "CommandLine.h"
 #include "JobCheck.h"
 #include "Plan.h"
+#include "DataSource.h"
 #include "StageModel.h"
 
 #include <nlohmann/json.hpp>
@@ -54,10 +55,7 @@ struct Runner {
   Runner(const Plan &p, const RunOptions &o) : plan(p), opt(o), V(p.stages * p.chunks) {
     optimizer = resolveOptimizer(p, o.optimizer);
     seed = o.seedSet ? o.seed : p.seed;
-    if (!o.dataFile.empty())
-      data = std::make_unique<io::DatasetFile>(o.dataFile);
-    else if (!p.dataFields.empty())
-      data = std::make_unique<io::SyntheticData>(p.dataFields, p.syntheticSamples, seed);
+    data = openDataSource(p, o.dataFile, o.dataDtype, seed);
   }
 
   std::unique_ptr<StageModel> makeModel(int vs) {

@@ -14,9 +14,12 @@
 #pragma once
 
 #include "pipec/tensor_file.h"
+#include "pipec/vocabulary.h"
 
 #include <cmath>
 #include <memory>
+#include <optional>
+#include <vector>
 
 namespace pipec::io {
 
@@ -27,6 +30,7 @@ struct FieldSpec {
   // Synthetic values: floats uniform in [low, high), integers uniform in
   // [low, high) (e.g. class labels [0, classes)), bools 0/1.
   double low = -1.0, high = 1.0;
+  std::optional<DataRole> role; // the plan's; absent for a data set's own fields
   size_t sampleBytes() const { return (size_t)numElements(shape) * dtypeSize(dtype); }
 };
 
@@ -224,5 +228,91 @@ inline void writeDataset(const std::string &path, const std::vector<FieldSpec> &
   }
   detail::writeFileAtomically(path, out);
 }
+
+// A token file (docs/dataset-format.md, "Token files"): a flat array of
+// little-endian uint16 or uint32 token ids, as nanoGPT's prepare.py writes
+// them, feeding a language model whose plan has one integer input field and
+// one label field of the same shape [T]. Sample i is the window of T tokens
+// that starts at mix64(seed ^ mix64(i)) mod (N - T) (N tokens in the file);
+// its input is the window, its labels the window shifted by one token. The
+// start depends only on the seed and the sample index, so every rank, and a
+// resumed run, read the same windows. Ids at or above the fields' `high`
+// (the model's vocabulary) are an error naming the file and the position.
+class TokenFile : public DataSource {
+public:
+  TokenFile(const std::string &path, TokenDtype dtype, const std::vector<FieldSpec> &planFields, uint64_t seed)
+      : path_(path), tokenBytes_(dtype == TokenDtype::Uint16 ? 2 : 4), seed_(seed),
+        file_(new InputFile(detail::openInput(path, "token file", kMaxTensorFileBytes))) {
+    const FieldSpec *input = nullptr, *labels = nullptr;
+    int inputs = 0, labelFields = 0;
+    for (const FieldSpec &f : planFields) {
+      if (f.role == DataRole::Input) input = &f, ++inputs;
+      if (f.role == DataRole::Label) labels = &f, ++labelFields;
+    }
+    std::string fields;
+    for (const FieldSpec &f : planFields)
+      fields += (fields.empty() ? "" : ", ") + f.name + " " + dtypeName(f.dtype) + shapeString(f.shape) +
+                (f.role ? std::string(" (") + choiceName(*f.role) + ")" : std::string(" (no role)"));
+    auto integer1d = [](const FieldSpec *f) {
+      return f && (f->dtype == PIPEC_I64 || f->dtype == PIPEC_I32) && f->shape.size() == 1 && f->shape[0] > 0;
+    };
+    if (inputs != 1 || labelFields != 1 || !integer1d(input) || !integer1d(labels) || input->shape != labels->shape)
+      throw FormatError(path + ": a token file feeds a language model: one integer input and integer labels of "
+                        "the same shape [T] per sample; the plan's data fields are " + fields +
+                        " (plans compiled before the fields had roles: re-run pipec)");
+    fields_ = {*input, *labels};
+    window_ = static_cast<uint64_t>(input->shape[0]);
+    if (file_->size() % tokenBytes_ != 0)
+      throw FormatError(path + ": " + std::to_string(file_->size()) + " bytes is not a whole number of " +
+                        choiceName(dtype) + " token ids");
+    tokens_ = file_->size() / tokenBytes_;
+    if (tokens_ < window_ + 1)
+      throw FormatError(path + ": " + std::to_string(tokens_) + " tokens, fewer than the " +
+                        std::to_string(window_ + 1) + " a window of " + std::to_string(window_) +
+                        " and its shifted labels need");
+    samples_ = tokens_ - window_;
+  }
+  const std::vector<FieldSpec> &fields() const override { return fields_; }
+  uint64_t numSamples() const override { return samples_; }
+  std::string describe() const override { return path_; }
+  // The first token of sample i's window.
+  uint64_t windowStart(uint64_t sample) const { return mix64(seed_ ^ mix64(sample % samples_)) % samples_; }
+  void read(size_t field, uint64_t first, uint64_t count, void *dst) override {
+    const FieldSpec &f = fields_[field];
+    std::vector<unsigned char> raw(window_ * tokenBytes_);
+    for (uint64_t k = 0; k < count; ++k) {
+      const uint64_t start = windowStart(first + k) + (field == 1 ? 1 : 0);
+      try {
+        file_->readAt(start * tokenBytes_, raw.data(), raw.size(), "a window of tokens");
+      } catch (const InputError &e) {
+        throw FormatError(e.what());
+      }
+      for (uint64_t t = 0; t < window_; ++t) {
+        uint32_t id = 0;
+        if (tokenBytes_ == 2)
+          id = uint32_t(raw[2 * t]) | uint32_t(raw[2 * t + 1]) << 8;
+        else
+          id = uint32_t(raw[4 * t]) | uint32_t(raw[4 * t + 1]) << 8 | uint32_t(raw[4 * t + 2]) << 16 |
+               uint32_t(raw[4 * t + 3]) << 24;
+        if (double(id) >= f.high)
+          throw FormatError(path_ + ": token " + std::to_string(start + t) + " is " + std::to_string(id) +
+                            ", not below the model's vocabulary size " + std::to_string((uint64_t)f.high) +
+                            " (field " + f.name + ")");
+        const uint64_t e = k * window_ + t;
+        if (f.dtype == PIPEC_I64)
+          static_cast<int64_t *>(dst)[e] = id;
+        else
+          static_cast<int32_t *>(dst)[e] = static_cast<int32_t>(id);
+      }
+    }
+  }
+
+private:
+  std::string path_;
+  uint64_t tokenBytes_, seed_;
+  std::unique_ptr<InputFile> file_;
+  std::vector<FieldSpec> fields_;
+  uint64_t window_ = 0, tokens_ = 0, samples_ = 0;
+};
 
 } // namespace pipec::io

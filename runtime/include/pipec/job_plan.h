@@ -71,6 +71,8 @@ struct DataField {
   std::vector<int64_t> shape; ///< one sample
   /// Synthetic values' range; absent: the runtime's default for the dtype.
   std::optional<double> low, high;
+  /// An input of the model or its labels (absent in plans written before).
+  std::optional<DataRole> role;
 };
 
 struct Optimizer {
@@ -253,6 +255,7 @@ template <> struct Schema<plan::DataField> {
     v.required("shape", f.shape);
     v.optional("low", f.low);
     v.optional("high", f.high);
+    v.optional("role", f.role);
   }
 };
 

@@ -117,6 +117,19 @@ template <> struct Choices<Target> {
   static constexpr const char *spellings[] = {"cpu", "cuda"};
 };
 
+// What a data field of a job is to the model: an input, or the labels of
+// its loss (plan.json's runtime.data.fields[].role; token files need it).
+enum class DataRole : unsigned char { Input, Label };
+template <> struct Choices<DataRole> {
+  static constexpr const char *spellings[] = {"input", "label"};
+};
+
+// The element type of a token file's ids (piperun --data-dtype).
+enum class TokenDtype : unsigned char { Uint16, Uint32 };
+template <> struct Choices<TokenDtype> {
+  static constexpr const char *spellings[] = {"uint16", "uint32"};
+};
+
 // The precision of matrix products (storage and master weights stay float32).
 enum class Precision : unsigned char { F32, TF32, BF16 };
 template <> struct Choices<Precision> {

@@ -1,0 +1,18 @@
+#include "DataSource.h"
+
+namespace pipec::rt {
+
+std::unique_ptr<io::DataSource> openDataSource(const Plan &plan, const std::string &dataFile,
+                                               std::optional<TokenDtype> dataDtype, uint64_t seed) {
+  if (dataDtype && dataFile.empty())
+    throw Error("--data-dtype names the ids of a token file: give the file with --data");
+  if (dataDtype)
+    return std::make_unique<io::TokenFile>(dataFile, *dataDtype, plan.dataFields, seed);
+  if (!dataFile.empty())
+    return std::make_unique<io::DatasetFile>(dataFile);
+  if (!plan.dataFields.empty())
+    return std::make_unique<io::SyntheticData>(plan.dataFields, plan.syntheticSamples, seed);
+  return nullptr;
+}
+
+} // namespace pipec::rt

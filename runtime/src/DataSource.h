@@ -1,0 +1,21 @@
+// Where a run's samples come from (docs/dataset-format.md).
+#pragma once
+
+#include "Plan.h"
+
+#include "pipec/dataset.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace pipec::rt {
+
+// The data source of a run: the --data file (a data set, or with
+// --data-dtype a token file), else synthetic data from the plan; null when
+// the plan has no data fields and no file is given. piperun and pipeseq
+// both open their data here. Throws Error or io::FormatError naming the file.
+std::unique_ptr<io::DataSource> openDataSource(const Plan &plan, const std::string &dataFile,
+                                               std::optional<TokenDtype> dataDtype, uint64_t seed);
+
+} // namespace pipec::rt
