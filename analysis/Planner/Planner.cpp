@@ -634,10 +634,11 @@ void printBatch(std::ostream &os, const partition::CostTable &table, const Plan 
        << "  size  samples/step  time per sample\n";
     for (const plan::MicrobatchSizeTried &tried : plan.microbatchSizesTried) {
       os << std::setw(6) << tried.size << "  ";
-      if (tried.rejection.empty())
+      if (tried.timePerSample)
         os << std::setw(12) << (tried.samplesPerStep ? std::to_string(*tried.samplesPerStep) : std::string("-"))
-           << "  " << std::setw(15) << partition::formatSeconds(tried.timePerSample.value_or(0))
-           << (tried.size == b ? "  (chosen)" : "") << "\n";
+           << "  " << std::setw(15) << partition::formatSeconds(*tried.timePerSample)
+           << (tried.size == b ? "  (chosen)" : "") << (tried.rejection.empty() ? "" : "  " + tried.rejection)
+           << "\n";
       else
         os << "not planned: " << tried.rejection << "\n";
     }

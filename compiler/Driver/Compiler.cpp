@@ -268,15 +268,28 @@ mlir::FailureOr<int64_t> chooseMicrobatchSize(const CompileOptions &options,
       const planner::Candidate &chosen = planning.plan.chosen;
       attempt.samplesPerStep = size * chosen.microbatches;
       attempt.timePerSample = chosen.timePerMinibatch / static_cast<double>(*attempt.samplesPerStep);
-      if (!best || *attempt.timePerSample < bestTime * (1 - 1e-9)) {
-        best = size;
-        bestTime = *attempt.timePerSample;
-      }
+      // Without --batch-size the samples per step stay within the default
+      // bound (docs/planner.md, "The batch"): a size whose plan needs more
+      // (its replicas' micro-batches) is only taken when every size does.
+      if (batchSize == 0 && *attempt.samplesPerStep > settings::kDefaultMaxBatchSize)
+        attempt.rejection = "over the default " + std::to_string(settings::kDefaultMaxBatchSize) +
+                            " samples per step; --batch-size N allows it";
     }
     tried.push_back(std::move(attempt));
   }
+  // The fastest size within the bound, else the fastest of all.
+  for (bool withinBound : {true, false}) {
+    for (const plan::MicrobatchSizeTried &attempt : tried)
+      if (attempt.timePerSample && (!withinBound || attempt.rejection.empty()) &&
+          (!best || *attempt.timePerSample < bestTime * (1 - 1e-9))) {
+        best = attempt.size;
+        bestTime = *attempt.timePerSample;
+      }
+    if (best)
+      break;
+  }
   if (!best) {
-    // One reason for every size (an input with other free dimensions, a
+    // One reason for every size (an input with another free dimension, a
     // model the pipeline refuses) is said once.
     const bool sameReason = std::all_of(tried.begin(), tried.end(), [&](const plan::MicrobatchSizeTried &attempt) {
       return attempt.rejection == tried.front().rejection;

@@ -169,8 +169,8 @@ struct RunnerUp {
 
 /// One micro-batch size the planner tried when it chose it (pipec's
 /// --micro-batch-size search over a model whose batch dimension is free):
-/// its samples per step and simulated time per sample, or why it was not
-/// possible.
+/// its samples per step and simulated time per sample, and why it was not
+/// taken (no plan, or over the default samples per step).
 struct MicrobatchSizeTried {
   int64_t size = 0;
   std::optional<int64_t> samplesPerStep;
