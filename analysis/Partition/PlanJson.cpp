@@ -241,7 +241,8 @@ void printPlanTable(std::ostream &os, const CostTable &table, const Topology &to
     os << " (searched as " << r.layers << " layers)";
   os << " on " << topology.describe() << "\n";
   os << (r.asynchronous ? "asynchronous (weight stashing)" : "synchronous (flush)") << ", "
-     << r.microbatches << " micro-batches per mini-batch" << (r.recompute ? ", recompute" : "")
+     << r.microbatches << (r.microbatches == 1 ? " micro-batch" : " micro-batches") << " per mini-batch"
+     << (r.recompute ? ", recompute" : "")
      << ", memory limit "
      << (r.memoryLimitBytes < 0 ? std::string("none") : formatBytes(static_cast<double>(r.memoryLimitBytes)))
      << "\n\n";

@@ -624,7 +624,8 @@ void printBatch(std::ostream &os, const partition::CostTable &table, const Plan 
   const int64_t b = table.microbatchSize;
   if (b > 0)
     os << "samples per optimizer step: " << *samplesPerStep(table, plan) << " = " << c.microbatches
-       << " micro-batches of " << b << " (" << batchSourceText(plan.batchSource) << ")\n";
+       << (c.microbatches == 1 ? " micro-batch of " : " micro-batches of ") << b << " ("
+       << batchSourceText(plan.batchSource) << ")\n";
   else
     os << "micro-batches per optimizer step: " << c.microbatches << " (" << batchSourceText(plan.batchSource)
        << "); the samples per micro-batch are the model's\n";

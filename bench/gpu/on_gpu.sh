@@ -41,4 +41,7 @@ for name in gpt2-bf16 r50-bf16 bench-b4096-bf16; do
 done
 echo "=== PyTorch on the same GPU"
 timeout 200 python3 "$HERE/torch_baseline.py" 2>&1 | grep -v Warning
+# The trained weights also as one tar (a device tool may return only the
+# files at the top of OUT).
+tar -C "$OUT" -cf "$OUT/trained.tar" trained
 el end
