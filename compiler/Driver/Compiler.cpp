@@ -319,31 +319,14 @@ void CompileOptions::bind(settings::Binder &b) {
 int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_ostream &errs) {
   if (failed(checkTargetOptions(given.job, errs)))
     return 1;
-  // The micro-batch size: given, fixed by the export, or the planner's
-  // choice when the export leaves the batch dimension free.
+  // The micro-batch size: the export's, given, or the planner's choice
+  // when the export leaves the batch dimension free. Its source is reported
+  // only when it is not the export's (which plan.json's absent member
+  // means), so that a job pipec-opt writes from the same module is the same
+  // file (docs/layers.md).
   CompileOptions options = given;
-  if (options.partitionRequested()) {
-    std::vector<std::string> errors;
-    std::optional<import::BatchDimension> batch =
-        import::batchDimensionOf(options.inputPath, options.importOptions, errors);
-    if (!batch) {
-      for (const auto &error : errors)
-        errs << "error: " << error << "\n";
-      return 1;
-    }
-    // The source is reported only when it is not the export's (which
-    // plan.json's absent member means), so that a job pipec-opt writes from
-    // the same module is the same file (docs/layers.md).
-    if (options.importOptions.microbatchSize) {
-      options.planning.microbatchSizeSource = "--micro-batch-size";
-    } else if (batch->free) {
-      mlir::FailureOr<int64_t> size = chooseMicrobatchSize(options, options.planning.microbatchSizesTried, errs);
-      if (failed(size))
-        return 1;
-      options.importOptions.microbatchSize = *size;
-      options.planning.microbatchSizeSource = "the planner's choice";
-    }
-  }
+  if (options.importOptions.microbatchSize)
+    options.planning.microbatchSizeSource = "--micro-batch-size";
   mlir::DialectRegistry registry;
   registerPipecDialects(registry);
   mlir::MLIRContext context(registry);
@@ -359,8 +342,25 @@ int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_
   std::vector<std::string> errors;
   // The initial weights of a job are read with the model, not parsed again.
   std::map<std::string, import::HostTensor> initialValues;
-  auto module = import::importOnnxModel(context, options.inputPath, options.importOptions, errors,
-                                        options.partition().outDir.empty() ? nullptr : &initialValues);
+  auto importModel = [&] {
+    errors.clear();
+    return import::importOnnxModel(context, options.inputPath, options.importOptions, errors,
+                                   options.partition().outDir.empty() ? nullptr : &initialValues);
+  };
+  auto module = importModel();
+  // A model with a free batch dimension does not import without a size:
+  // only then is the file read for its inputs, and the sizes searched.
+  if (!module && options.partitionRequested() && !options.importOptions.microbatchSize) {
+    std::vector<std::string> probeErrors;
+    if (import::batchDimensionIsFree(options.inputPath, options.importOptions, probeErrors).value_or(false)) {
+      mlir::FailureOr<int64_t> size = chooseMicrobatchSize(options, options.planning.microbatchSizesTried, errs);
+      if (failed(size))
+        return 1;
+      options.importOptions.microbatchSize = *size;
+      options.planning.microbatchSizeSource = "the planner's choice";
+      module = importModel();
+    }
+  }
   if (!module) {
     for (const auto &error : errors)
       errs << "error: " << error << "\n";

@@ -130,8 +130,9 @@ public:
   mlir::OwningOpRef<mlir::ModuleOp> run();
   /// Every initializer's value; `load` false: from the model run() loaded.
   bool readInitializers(std::map<std::string, HostTensor> &values, bool load = true);
-  /// The batch dimension of the graph inputs (batchDimensionOf).
-  std::optional<BatchDimension> batchDimension();
+  /// Whether every graph input leaves its batch dimension free
+  /// (batchDimensionIsFree).
+  std::optional<bool> batchDimensionIsFree();
   void noteNarrowOrWideFloats();
 
   // Converters (one per supported ONNX operator).

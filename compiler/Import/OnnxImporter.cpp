@@ -361,7 +361,7 @@ bool OnnxImporter::readInitializers(std::map<std::string, HostTensor> &values, b
   }
 }
 
-std::optional<BatchDimension> OnnxImporter::batchDimension() {
+std::optional<bool> OnnxImporter::batchDimensionIsFree() {
   try {
     loadModel();
   } catch (const ImportAborted &) {
@@ -370,41 +370,25 @@ std::optional<BatchDimension> OnnxImporter::batchDimension() {
   std::set<std::string> initializerNames;
   for (const auto &tensor : model.graph().initializer())
     initializerNames.insert(tensor.name());
-  BatchDimension batch;
-  bool allFree = true, allFixed = true, any = false;
-  std::set<int64_t> sizes;
+  bool any = false;
   for (const auto &input : model.graph().input()) {
     if (initializerNames.count(input.name()))
       continue;
     any = true;
     auto given = options.inputShapes.find(input.name());
-    const bool hasShape = input.type().has_tensor_type() && input.type().tensor_type().has_shape();
-    const int rank = given != options.inputShapes.end() ? static_cast<int>(given->second.size())
-                     : hasShape                          ? input.type().tensor_type().shape().dim_size()
-                                                         : -1;
-    if (rank == 0) { // a scalar input has no batch dimension
-      allFree = allFixed = false;
+    if (given != options.inputShapes.end()) {
+      if (given->second.empty() || given->second[0] != kMicrobatchDimension)
+        return false; // a scalar, or a size given
       continue;
     }
-    std::optional<int64_t> size;
-    if (given != options.inputShapes.end() && !given->second.empty()) {
-      if (given->second[0] != kMicrobatchDimension)
-        size = given->second[0];
-    }
-    else if (hasShape && input.type().tensor_type().shape().dim(0).has_dim_value() &&
-             input.type().tensor_type().shape().dim(0).dim_value() > 0)
-      size = input.type().tensor_type().shape().dim(0).dim_value();
-    if (size) {
-      allFree = false;
-      sizes.insert(*size);
-    } else {
-      allFixed = false;
-    }
+    const auto &type = input.type();
+    if (!type.has_tensor_type() || !type.tensor_type().has_shape())
+      return false; // no shape: --input-shape gives it whole
+    const auto &dims = type.tensor_type().shape().dim();
+    if (dims.empty() || (dims[0].has_dim_value() && dims[0].dim_value() >= 0))
+      return false; // a scalar, or a size the file fixes
   }
-  batch.free = any && allFree;
-  if (any && allFixed && sizes.size() == 1)
-    batch.fixed = *sizes.begin();
-  return batch;
+  return any;
 }
 
 OwningOpRef<ModuleOp> OnnxImporter::run() {
@@ -609,11 +593,11 @@ bool parseInputShape(const std::string &text, ImportOptions &options, std::strin
   return true;
 }
 
-std::optional<BatchDimension> batchDimensionOf(const std::string &path, const ImportOptions &options,
-                                              std::vector<std::string> &errors) {
+std::optional<bool> batchDimensionIsFree(const std::string &path, const ImportOptions &options,
+                                         std::vector<std::string> &errors) {
   MLIRContext context;
   detail::OnnxImporter importer(context, path, options, errors);
-  return importer.batchDimension();
+  return importer.batchDimensionIsFree();
 }
 
 bool readInitializerValues(const std::string &path, std::map<std::string, HostTensor> &values,

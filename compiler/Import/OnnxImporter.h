@@ -43,19 +43,13 @@ struct ImportOptions {
   std::optional<int64_t> microbatchSize;
 };
 
-/// The batch dimension (dimension 0) of a model's graph inputs, as the file
-/// and the inputShapes of `options` declare it.
-struct BatchDimension {
-  /// Every input fixes it, all at this size.
-  std::optional<int64_t> fixed;
-  /// Every input leaves it free: the micro-batch size is the user's (or the
-  /// planner's) to choose.
-  bool free = false;
-};
-/// Reads the model's inputs (the file checked as importOnnxModel checks it);
-/// nullopt with `errors` set on bad input.
-std::optional<BatchDimension> batchDimensionOf(const std::string &path, const ImportOptions &options,
-                                              std::vector<std::string> &errors);
+/// Whether every graph input of the model leaves its batch dimension
+/// (dimension 0) free, in the file and in the inputShapes of `options`: the
+/// micro-batch size is then the user's or the planner's to choose. Reads the
+/// model (checked as importOnnxModel checks it); nullopt with `errors` set
+/// on bad input.
+std::optional<bool> batchDimensionIsFree(const std::string &path, const ImportOptions &options,
+                                         std::vector<std::string> &errors);
 
 /// Parses `name=d0,d1,...`; returns false and sets `error` when malformed.
 bool parseInputShape(const std::string &text, ImportOptions &options, std::string &error);
