@@ -11,6 +11,7 @@
 #ifndef PIPEC_ANALYSIS_SETTINGS_SETTINGS_H
 #define PIPEC_ANALYSIS_SETTINGS_SETTINGS_H
 
+#include "runtime/include/pipec/decimal.h"
 #include "runtime/include/pipec/vocabulary.h"
 
 #include <cmath>
@@ -91,18 +92,10 @@ public:
   /// A whole number from 0 to 2^64 - 1 (a seed), written in decimal.
   void unsigned64(const Setting &setting, uint64_t &field) {
     onText(setting, [&field](const std::string &text) {
-      uint64_t value = 0;
-      bool valid = !text.empty() && text.size() <= 20 && text.find_first_not_of("0123456789") == std::string::npos;
-      for (char digit : text) {
-        if (!valid || value > (UINT64_MAX - (digit - '0')) / 10) {
-          valid = false;
-          break;
-        }
-        value = value * 10 + (digit - '0');
-      }
-      if (!valid)
+      const std::optional<uint64_t> value = parseDecimalUint64(text);
+      if (!value)
         throw SettingError("is not a whole number from 0 to 18446744073709551615");
-      field = value;
+      field = *value;
     });
   }
   template <class E, class Field> void choice(const ChoiceSetting<E> &setting, Field &field) {

@@ -1,5 +1,6 @@
 #include "JobCheck.h"
 
+#include "pipec/decimal.h"
 #include "pipec/input_file.h"
 
 #include <nlohmann/json.hpp>
@@ -155,14 +156,10 @@ int64_t parseCount(const std::string &option, const std::string &text, int64_t l
 }
 
 uint64_t parseSeed(const std::string &option, const std::string &text) {
-  if (text.empty() || text.size() > 20 || !std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+  const std::optional<uint64_t> seed = parseDecimalUint64(text);
+  if (!seed)
     throw Error(option + ": \"" + text + "\" is not a seed: needs a decimal integer in [0, 2^64)");
-  errno = 0;
-  char *end = nullptr;
-  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (errno == ERANGE || *end)
-    throw Error(option + ": \"" + text + "\" is not a seed: needs a decimal integer in [0, 2^64)");
-  return (uint64_t)v;
+  return *seed;
 }
 
 double parseReal(const std::string &option, const std::string &text) {
