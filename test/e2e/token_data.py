@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -27,7 +26,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
-from pipeline_training import ENV, write_dataset  # noqa: E402
+import pipeline_training  # noqa: E402
+from pipeline_training import write_dataset  # noqa: E402
 
 M64 = (1 << 64) - 1
 STEPS = 3
@@ -42,7 +42,9 @@ def mix64(x):
 
 
 def run(command, timeout=900):
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=ENV)
+    """The command's result (mpirun's lost-rank race run again, as every
+    end-to-end test does: pipeline_training.launcher_exit_race)."""
+    return pipeline_training.run(command, timeout=timeout, check=False)
 
 
 def losses(args, job, ranks, data, *flags):
