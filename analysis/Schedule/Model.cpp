@@ -118,7 +118,7 @@ void Problem::check() const {
       for (Op op : {Op::Fwd, Op::BwdInput, Op::BwdWeight})
         if (!(op == Op::BwdWeight ? costOf(op, s, c) >= 0 : costOf(op, s, c) > 0) ||
             !std::isfinite(costOf(op, s, c)))
-          fail(std::string("costs must be finite, and positive but for W (") + opName(op) + ")");
+          fail(std::string("costs must be finite, and positive but for W (") + choiceName(op) + ")");
       if (!(activationOf(s, c) >= 0))
         fail("activation memory must be >= 0");
     }

@@ -29,8 +29,6 @@ using ::pipec::isCollective;
 using ::pipec::isCompute;
 using ::pipec::isP2P;
 using ::pipec::Op;
-using ::pipec::opName;
-using ::pipec::parseOp;
 using ::pipec::Placement;
 using ::pipec::choiceName;
 using ::pipec::toString;

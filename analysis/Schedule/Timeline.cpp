@@ -103,7 +103,7 @@ void writeChromeTrace(const Schedule &s, const SimResult &sim, std::ostream &os)
     os << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" << r << ",\"args\":{\"name\":\"rank " << r
        << " (stage " << s.problem.stageOfRank(r) << ", replica " << s.problem.replicaOfRank(r) << ")\"}}";
   for (const Interval &iv : sim.intervals)
-    os << ",\n{\"name\":\"" << label(iv) << "\",\"cat\":\"" << opName(iv.instr.op) << "\",\"ph\":\"X\",\"pid\":0,\"tid\":"
+    os << ",\n{\"name\":\"" << label(iv) << "\",\"cat\":\"" << choiceName(iv.instr.op) << "\",\"ph\":\"X\",\"pid\":0,\"tid\":"
        << iv.rank << ",\"ts\":" << iv.start * us << ",\"dur\":" << (iv.end - iv.start) * us
        << ",\"args\":{\"mb\":" << iv.instr.mb << ",\"chunk\":" << iv.instr.chunk << "}}";
   // Transfers as flow arrows (s/f pairs) between the ranks' tracks.

@@ -100,7 +100,6 @@ Plan loadPlan(const std::string &dir);
 using ::pipec::Instr;
 using ::pipec::Op;
 using ::pipec::Placement;
-using ::pipec::opName;
 using ::pipec::toString;
 
 // A rank's stream file (pipec/rank_stream.h, docs/schedule-files.md).

@@ -71,7 +71,7 @@ void RunRecorder::writeTrace(Control &control, const Plan &plan, const std::vect
       const int mb = e[1], chunk = e[2];
       const int64_t it = e[4];
       const double t0 = e[5], t1 = e[6];
-      os << ",\n{\"name\":\"" << timelineLabel(Instr{op, mb, chunk}) << "\",\"cat\":\"" << opName(op) << "\",\"ph\":\"X\",\"pid\":0,\"tid\":" << rank
+      os << ",\n{\"name\":\"" << timelineLabel(Instr{op, mb, chunk}) << "\",\"cat\":\"" << choiceName(op) << "\",\"ph\":\"X\",\"pid\":0,\"tid\":" << rank
          << ",\"ts\":" << t0 * 1e6 << ",\"dur\":" << (t1 - t0) * 1e6 << ",\"args\":{\"mb\":" << mb << ",\"chunk\":" << chunk
          << ",\"iteration\":" << it << "}}";
       if (isP2P(op)) {

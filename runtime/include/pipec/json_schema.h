@@ -3,8 +3,8 @@
 // writer (encode) and the one reader (Reader::decode) both walk that list, so
 // each key is spelled once and a file reads back into the struct that wrote
 // it. plan.json (pipec/job_plan.h), checkpoint manifests
-// (pipec/checkpoint_manifest.h) and schedule.json (analysis/Schedule) are
-// described this way.
+// (pipec/checkpoint_manifest.h), schedule.json (analysis/Schedule) and rank
+// streams (pipec/rank_stream.h) are described this way.
 //
 // A list says of each member whether the file must have it (required) or
 // the struct's value stands in for it (optional: a std::optional member is

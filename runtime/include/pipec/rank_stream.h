@@ -10,6 +10,7 @@
 #pragma once
 
 #include "json_reader.h"
+#include "json_schema.h"
 #include "vocabulary.h"
 
 #include <nlohmann/json.hpp>
@@ -28,52 +29,51 @@ struct RankFile {
   std::vector<Instr> instrs; ///< the file's "instructions"
 };
 
-/// {"op": "FWD", "mb": 3, "chunk": 0, "peer": 1, "version": 2}, members absent
-/// where the instruction has none (-1); ALLREDUCE names its stage as "stage".
-inline nlohmann::json toJson(const Instr &in) {
-  nlohmann::json j;
-  j["op"] = opName(in.op);
-  if (in.mb >= 0) j["mb"] = in.mb;
-  if (in.chunk >= 0) j["chunk"] = in.chunk;
-  if (in.peer >= 0) j[in.op == Op::AllReduce ? "stage" : "peer"] = in.peer;
-  if (in.version >= 0) j["version"] = in.version;
+} // namespace pipec::stream
+
+namespace pipec::schema {
+
+/// {"op": "FWD", "mb": 3, "chunk": 0, "peer": 1, "version": 2}: a member is
+/// absent where the instruction has none (Instr's -1); ALLREDUCE names its
+/// stage as "stage". The op comes first, so that the reader knows it when it
+/// reads the peer.
+template <> struct Schema<Instr> {
+  template <class V, class I> static void members(V &v, I &in) {
+    v.required("op", in.op);
+    v.optionalWrittenIf(in.mb >= 0, "mb", in.mb);
+    v.optionalWrittenIf(in.chunk >= 0, "chunk", in.chunk);
+    v.optionalWrittenIf(in.peer >= 0, in.op == Op::AllReduce ? "stage" : "peer", in.peer);
+    v.optionalWrittenIf(in.version >= 0, "version", in.version);
+  }
+};
+
+template <> struct Schema<stream::RankFile> {
+  template <class V, class F> static void members(V &v, F &f) {
+    v.required("rank", f.rank);
+    v.required("stage", f.stage);
+    v.required("replica", f.replica);
+    v.required("instructions", f.instrs);
+  }
+};
+
+} // namespace pipec::schema
+
+namespace pipec::stream {
+
+/// An instruction list (schedule.json's ranks[r]).
+inline nlohmann::json toJson(const std::vector<Instr> &list) { return schema::encode(list); }
+
+inline nlohmann::json toJson(const RankFile &f) {
+  nlohmann::json j = schema::encode(f);
+  j["format"] = kRankFormat;
   return j;
 }
 
-inline nlohmann::json toJson(const std::vector<Instr> &list) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const Instr &in : list) out.push_back(toJson(in));
-  return out;
-}
-
-inline nlohmann::json toJson(const RankFile &f) {
-  return {{"format", kRankFormat},
-          {"rank", f.rank},
-          {"stage", f.stage},
-          {"replica", f.replica},
-          {"instructions", toJson(f.instrs)}};
-}
-
-/// An instruction list at JSON path `where` (a rank file's "instructions",
-/// schedule.json's ranks[r]).
+/// An instruction list at JSON path `where` (schedule.json's ranks[r]).
 template <class Error>
 std::vector<Instr> instructionsFromJson(const json_io::Reader<Error> &R, const nlohmann::json &list,
                                         const std::string &where) {
-  if (!list.is_array()) throw Error(R.file + ": missing member " + where);
-  std::vector<Instr> out;
-  out.reserve(list.size());
-  for (size_t i = 0; i < list.size(); ++i) {
-    const std::string at = where + "[" + std::to_string(i) + "]";
-    const std::string name = R.template get<std::string>(list[i], "op", at);
-    Instr in;
-    if (!parseOp(name, in.op)) throw Error(R.file + ": " + at + ": unknown instruction \"" + name + "\"");
-    in.mb = R.template opt<int>(list[i], "mb", at, -1);
-    in.chunk = R.template opt<int>(list[i], "chunk", at, -1);
-    in.peer = R.template opt<int>(list[i], in.op == Op::AllReduce ? "stage" : "peer", at, -1);
-    in.version = R.template opt<int>(list[i], "version", at, -1);
-    out.push_back(in);
-  }
-  return out;
+  return schema::fromJson<std::vector<Instr>>(R, list, where);
 }
 
 /// A rank file's content; an older or unknown format is an error that says
@@ -83,13 +83,7 @@ template <class Error> RankFile rankFileFromJson(const json_io::Reader<Error> &R
   if (format != kRankFormat)
     throw Error(R.file + ": format \"" + format + "\", this program reads \"" + kRankFormat +
                 "\"; re-run pipec to write the schedule again (docs/schedule-files.md)");
-  RankFile f;
-  f.rank = R.template get<int>(j, "rank", "");
-  f.stage = R.template get<int>(j, "stage", "");
-  f.replica = R.template get<int>(j, "replica", "");
-  f.instrs =
-      instructionsFromJson(R, j.contains("instructions") ? j.at("instructions") : nlohmann::json(), "instructions");
-  return f;
+  return schema::fromJson<RankFile>(R, j);
 }
 
 } // namespace pipec::stream

@@ -20,7 +20,7 @@ inline const char *opShortName(Op op) {
   case Op::AllReduce: return "AR";
   case Op::Validate: return "VAL";
   case Op::SpecStep: return "SSTEP";
-  default: return opName(op);
+  default: return choiceName(op);
   }
 }
 

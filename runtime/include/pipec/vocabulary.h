@@ -13,77 +13,6 @@
 
 namespace pipec {
 
-// ---------------------------------------------------------------- instructions
-// One instruction of a rank's stream (docs/schedule-files.md).
-enum class Op : unsigned char {
-  Load,      // LOAD(mb): read the micro-batch's inputs (first virtual stage)
-  Fwd,       // FWD(mb, chunk)
-  Bwd,       // BWD(mb, chunk): input and weight gradients together
-  BwdInput,  // BWD_INPUT(mb, chunk): "B" of the zero-bubble paper
-  BwdWeight, // BWD_WEIGHT(mb, chunk): "W" of the zero-bubble paper
-  Recompute, // RECOMPUTE(mb, chunk): re-run the forward before a backward
-  SendAct, RecvAct, SendGrad, RecvGrad, // (mb, chunk, peer rank[, version])
-  Stash,     // STASH(mb[, version]): keep a weight version for this micro-batch
-  Restore,   // RESTORE(mb[, version]): compute the micro-batch with its kept version
-  AllReduce, // ALLREDUCE(stage): gradients over the replicas of a stage
-  Step,      // STEP: optimizer update
-  SpecStep,  // SPEC_STEP: speculative update, pre-step weights kept (ZB-H2)
-  Validate,  // VALIDATE: global all-reduce of grad norm / non-finite flags
-  Rollback,  // ROLLBACK: if VALIDATE failed, restore and redo the step
-};
-
-// The spelling of each instruction in schedule files, in enum order.
-inline constexpr const char *kOpSpellings[] = {
-    "LOAD",      "FWD",       "BWD",       "BWD_INPUT", "BWD_WEIGHT", "RECOMPUTE",
-    "SEND_ACT",  "RECV_ACT",  "SEND_GRAD", "RECV_GRAD", "STASH",      "RESTORE",
-    "ALLREDUCE", "STEP",      "SPEC_STEP", "VALIDATE",  "ROLLBACK",
-};
-inline constexpr int kNumOps = int(sizeof(kOpSpellings) / sizeof(kOpSpellings[0]));
-static_assert(kNumOps == int(Op::Rollback) + 1, "every instruction has one spelling");
-
-inline const char *opName(Op op) { return kOpSpellings[int(op)]; }
-
-inline bool parseOp(std::string_view text, Op &op) {
-  for (int i = 0; i < kNumOps; ++i)
-    if (text == kOpSpellings[i]) {
-      op = Op(i);
-      return true;
-    }
-  return false;
-}
-
-inline bool isCompute(Op op) {
-  return op == Op::Fwd || op == Op::Bwd || op == Op::BwdInput || op == Op::BwdWeight ||
-         op == Op::Recompute;
-}
-inline bool isP2P(Op op) {
-  return op == Op::SendAct || op == Op::RecvAct || op == Op::SendGrad || op == Op::RecvGrad;
-}
-inline bool isCollective(Op op) { return op == Op::AllReduce || op == Op::Validate; }
-
-struct Instr {
-  Op op = Op::Step;
-  int mb = -1;    // micro-batch (global index); -1 where not applicable
-  int chunk = -1; // model chunk on this rank; -1 where not applicable
-  int peer = -1;  // peer rank (Send/Recv) or stage (AllReduce)
-  // 1F1B-RR with vertical sync: the weight version (micro-batches applied)
-  // that STASH pins, RESTORE selects and SEND_ACT/RECV_ACT carry; else -1.
-  int version = -1;
-  bool operator==(const Instr &o) const {
-    return op == o.op && mb == o.mb && chunk == o.chunk && peer == o.peer && version == o.version;
-  }
-};
-
-// "FWD mb=3 chunk=0": how logs, traces and errors show an instruction.
-inline std::string toString(const Instr &in) {
-  std::string s = opName(in.op);
-  if (in.mb >= 0) s += " mb=" + std::to_string(in.mb);
-  if (in.chunk >= 0) s += " chunk=" + std::to_string(in.chunk);
-  if (in.peer >= 0) s += (in.op == Op::AllReduce ? " stage=" : " peer=") + std::to_string(in.peer);
-  if (in.version >= 0) s += " version=" + std::to_string(in.version);
-  return s;
-}
-
 // ---------------------------------------------------------------- choices
 // A setting with a fixed set of values has one enum and one table of
 // spellings, in enum order (Choices<E>::spellings). Command lines, IR
@@ -109,6 +38,67 @@ template <class E> std::string choiceNames(std::string_view last = ", ") {
   for (int i = 0; i < choiceCount<E>(); ++i)
     out += std::string(i == 0 ? "" : i + 1 == choiceCount<E>() ? last : ", ") + Choices<E>::spellings[i];
   return out;
+}
+
+// ---------------------------------------------------------------- instructions
+// One instruction of a rank's stream (docs/schedule-files.md).
+enum class Op : unsigned char {
+  Load,      // LOAD(mb): read the micro-batch's inputs (first virtual stage)
+  Fwd,       // FWD(mb, chunk)
+  Bwd,       // BWD(mb, chunk): input and weight gradients together
+  BwdInput,  // BWD_INPUT(mb, chunk): "B" of the zero-bubble paper
+  BwdWeight, // BWD_WEIGHT(mb, chunk): "W" of the zero-bubble paper
+  Recompute, // RECOMPUTE(mb, chunk): re-run the forward before a backward
+  SendAct, RecvAct, SendGrad, RecvGrad, // (mb, chunk, peer rank[, version])
+  Stash,     // STASH(mb[, version]): keep a weight version for this micro-batch
+  Restore,   // RESTORE(mb[, version]): compute the micro-batch with its kept version
+  AllReduce, // ALLREDUCE(stage): gradients over the replicas of a stage
+  Step,      // STEP: optimizer update
+  SpecStep,  // SPEC_STEP: speculative update, pre-step weights kept (ZB-H2)
+  Validate,  // VALIDATE: global all-reduce of grad norm / non-finite flags
+  Rollback,  // ROLLBACK: if VALIDATE failed, restore and redo the step
+};
+
+// The spelling of each instruction in schedule files, in enum order.
+template <> struct Choices<Op> {
+  static constexpr const char *spellings[] = {
+      "LOAD",      "FWD",       "BWD",       "BWD_INPUT", "BWD_WEIGHT", "RECOMPUTE",
+      "SEND_ACT",  "RECV_ACT",  "SEND_GRAD", "RECV_GRAD", "STASH",      "RESTORE",
+      "ALLREDUCE", "STEP",      "SPEC_STEP", "VALIDATE",  "ROLLBACK",
+  };
+};
+static_assert(choiceCount<Op>() == int(Op::Rollback) + 1, "every instruction has one spelling");
+
+inline bool isCompute(Op op) {
+  return op == Op::Fwd || op == Op::Bwd || op == Op::BwdInput || op == Op::BwdWeight ||
+         op == Op::Recompute;
+}
+inline bool isP2P(Op op) {
+  return op == Op::SendAct || op == Op::RecvAct || op == Op::SendGrad || op == Op::RecvGrad;
+}
+inline bool isCollective(Op op) { return op == Op::AllReduce || op == Op::Validate; }
+
+struct Instr {
+  Op op = Op::Step;
+  int mb = -1;    // micro-batch (global index); -1 where not applicable
+  int chunk = -1; // model chunk on this rank; -1 where not applicable
+  int peer = -1;  // peer rank (Send/Recv) or stage (AllReduce)
+  // 1F1B-RR with vertical sync: the weight version (micro-batches applied)
+  // that STASH pins, RESTORE selects and SEND_ACT/RECV_ACT carry; else -1.
+  int version = -1;
+  bool operator==(const Instr &o) const {
+    return op == o.op && mb == o.mb && chunk == o.chunk && peer == o.peer && version == o.version;
+  }
+};
+
+// "FWD mb=3 chunk=0": how logs, traces and errors show an instruction.
+inline std::string toString(const Instr &in) {
+  std::string s = choiceName(in.op);
+  if (in.mb >= 0) s += " mb=" + std::to_string(in.mb);
+  if (in.chunk >= 0) s += " chunk=" + std::to_string(in.chunk);
+  if (in.peer >= 0) s += (in.op == Op::AllReduce ? " stage=" : " peer=") + std::to_string(in.peer);
+  if (in.version >= 0) s += " version=" + std::to_string(in.version);
+  return s;
 }
 
 // The stage code target: C++ on the CPU kernels, or CUDA C++ on the CUDA kernels.
