@@ -67,6 +67,19 @@ def runtime_seeds():
     put("fuzz_dataset", "mlp.bin", dataset([("x", "f32", [4]), ("labels", "i64", [])], 3))
     put("fuzz_dataset", "all.bin", dataset([("a", "f64", [2, 2]), ("b", "i32", [1]), ("c", "bool", [3])], 2))
     put("fuzz_dataset", "empty-field.bin", dataset([("e", "f32", [0])], 1))
+    import io
+    import numpy as np
+
+    def saved(save, **arrays):
+        stream = io.BytesIO()
+        save(stream, **arrays)
+        return stream.getvalue()
+    cnn = dict(image=np.arange(24, dtype=np.float32).reshape(2, 3, 2, 2), labels=np.array([1, 0], np.int64))
+    put("fuzz_arrays", "cnn.npz", saved(np.savez, **cnn))
+    put("fuzz_arrays", "compressed.npz", saved(np.savez_compressed, **cnn))
+    put("fuzz_arrays", "dtypes.npz", saved(np.savez, a=np.zeros((2, 2)), b=np.ones((2,), np.int32),
+                                           c=np.array([True, False])))
+    put("fuzz_arrays", "x.npy", saved(lambda s, x: np.save(s, x), x=np.ones((3, 4), np.float32)))
 
 
 # ---------------------------------------------------------------- partition inputs

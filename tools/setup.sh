@@ -17,7 +17,7 @@ DEBIAN_PACKAGES=(
   llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
   libonnx-dev libprotobuf-dev protobuf-compiler
   libopenmpi-dev openmpi-bin libopenblas-dev
-  libgtest-dev googletest nlohmann-json3-dev libcli11-dev
+  libgtest-dev googletest nlohmann-json3-dev libcli11-dev libzip-dev
   libonnx-testdata python3-torch python3-numpy librsvg2-bin
   clang-22 libclang-rt-22-dev libfuzzer-22-dev
   coinor-libcbc-dev
@@ -43,8 +43,8 @@ fi
 # Test oracles from PyPI (onnx, onnxruntime) live in a venv that also sees Debian's torch.
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${PIPEC_VENV:-$ROOT/.venv}"
-if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c "import onnx, onnxruntime, torch" 2>/dev/null; then
+if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c "import onnx, onnxruntime, safetensors, torch" 2>/dev/null; then
   echo "setup: preparing Python test oracles in $VENV"
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "onnx==1.16.2" "onnxruntime==1.19.2" "numpy<2"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "onnx==1.16.2" "onnxruntime==1.19.2" "safetensors==0.4.5" "numpy<2"
 fi

@@ -1,5 +1,6 @@
 #include "compiler/Import/Npy.h"
 #include "pipec/input_file.h"
+#include "pipec/npy.h"
 
 #include <cassert>
 #include <cstring>
@@ -27,87 +28,27 @@ std::optional<HostTensor> readNpy(const std::string &path, std::string &error) {
   // before anything is allocated.
   try {
     pipec::io::InputFile file(path, ".npy file", pipec::io::kMaxTensorFileBytes);
-    const uint64_t size = file.size();
-    unsigned char magic[8];
-    if (size < 10 || (file.readAt(0, magic, 8, "magic"), std::memcmp(magic, "\x93NUMPY", 6) != 0)) {
-      error = path + ": not a .npy file";
-      return std::nullopt;
-    }
-    uint64_t headerLength = 0, headerStart = 0;
-    if (magic[6] == 1) {
-      unsigned char length[2];
-      file.readAt(8, length, 2, "header length");
-      headerLength = length[0] | (uint64_t(length[1]) << 8);
-      headerStart = 10;
-    } else if (magic[6] == 2 || magic[6] == 3) {
-      unsigned char length[4];
-      file.readAt(8, length, 4, "header length");
-      headerLength = length[0] | (uint64_t(length[1]) << 8) | (uint64_t(length[2]) << 16) |
-                     (uint64_t(length[3]) << 24);
-      headerStart = 12;
-    } else {
-      error = path + ": unsupported .npy format version " + std::to_string(magic[6]);
-      return std::nullopt;
-    }
-    constexpr uint64_t kMaxHeaderBytes = 1 << 20;
-    if (headerLength > kMaxHeaderBytes || !pipec::io::rangeWithin(headerStart, headerLength, size)) {
-      error = path + ": .npy header length " + std::to_string(headerLength) +
-              " runs past the end of the file (" + std::to_string(size) + " bytes)";
-      return std::nullopt;
-    }
-    std::string header(headerLength, '\0');
-    file.readAt(headerStart, header.data(), headerLength, "header");
-    if (header.find("'fortran_order': False") == std::string::npos) {
-      error = path + ": only C-ordered arrays are supported";
-      return std::nullopt;
-    }
+    const pipec::io::NpyHeader header = pipec::io::readNpyHeader(
+        path, file.size(), [&](uint64_t offset, void *dst, uint64_t n) { file.readAt(offset, dst, n, ".npy header"); });
     const Descriptor *descriptor = nullptr;
     for (const Descriptor &candidate : kDescriptors)
-      if (header.find(std::string("'descr': '") + candidate.code + "'") != std::string::npos)
+      if (header.descr == candidate.code)
         descriptor = &candidate;
     if (!descriptor) {
-      error = path + ": unsupported element type in header " + header.substr(0, 200);
+      error = path + ": unsupported element type '" + header.descr + "'";
       return std::nullopt;
     }
     HostTensor tensor;
     tensor.kind = descriptor->kind;
-    auto open = header.find("'shape': ("), close = header.find(')', open);
-    if (open == std::string::npos || close == std::string::npos) {
-      error = path + ": the .npy header has no shape";
-      return std::nullopt;
-    }
-    std::stringstream dims(header.substr(open + 10, close - open - 10));
-    std::string item;
-    while (std::getline(dims, item, ',')) {
-      auto first = item.find_first_not_of(' '), last = item.find_last_not_of(' ');
-      if (first == std::string::npos)
-        continue;
-      item = item.substr(first, last - first + 1);
-      bool digits = item.size() <= 19 &&
-                    item.find_first_not_of("0123456789") == std::string::npos;
-      unsigned long long value = digits ? std::strtoull(item.c_str(), nullptr, 10) : 0;
-      if (!digits || value > static_cast<unsigned long long>(INT64_MAX)) {
-        error = path + ": .npy shape entry '" + item.substr(0, 40) + "' is not a dimension";
-        return std::nullopt;
-      }
-      tensor.shape.push_back(static_cast<int64_t>(value));
-    }
-    auto count = pipec::io::checkedElementCount(tensor.shape);
-    auto bytes = count ? pipec::io::checkedMul<int64_t>(*count, descriptor->bytes) : std::nullopt;
-    const uint64_t dataStart = headerStart + headerLength;
-    if (!bytes || static_cast<uint64_t>(*bytes) != size - dataStart) {
-      error = path + ": the .npy header's shape and type need " +
-              (bytes ? std::to_string(*bytes) : std::string("more than 2^63")) +
-              " bytes of data but the file holds " + std::to_string(size - dataStart);
-      return std::nullopt;
-    }
-    std::string raw(static_cast<size_t>(*bytes), '\0');
-    file.readAt(dataStart, raw.data(), raw.size(), "data");
+    tensor.shape = header.shape;
+    const int64_t count = static_cast<int64_t>(header.dataBytes / header.itemBytes);
+    std::string raw(static_cast<size_t>(header.dataBytes), '\0');
+    file.readAt(header.dataOffset, raw.data(), raw.size(), "data");
     if (isFloating(descriptor->kind))
-      tensor.floats.reserve(*count);
+      tensor.floats.reserve(count);
     else
-      tensor.ints.reserve(*count);
-    for (int64_t i = 0; i < *count; ++i) {
+      tensor.ints.reserve(count);
+    for (int64_t i = 0; i < count; ++i) {
       const char *at = raw.data() + i * descriptor->bytes;
       switch (descriptor->kind) {
       case ElementKind::Float32: { float v; std::memcpy(&v, at, 4); tensor.floats.push_back(v); break; }

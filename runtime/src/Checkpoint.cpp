@@ -1,5 +1,7 @@
 #include "Checkpoint.h"
 
+#include "SafetensorsExport.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -54,10 +56,33 @@ int64_t loadCheckpoint(const Plan &plan, const std::string &dir, int iters, uint
   return m.iteration;
 }
 
-void exportWeights(Control &control, const std::vector<Chunk> &chunks, int replica, const std::string &dir) {
-  if (control.rank() == 0) fs::create_directories(dir);
+void exportWeights(Control &control, const Plan &plan, const std::vector<Chunk> &chunks, int replica,
+                   const std::string &path) {
+  if (!isSafetensorsPath(path)) {
+    if (control.rank() == 0) fs::create_directories(path);
+    control.barrier();
+    writeStageFiles(path, chunks, replica, false);
+    control.barrier();
+    return;
+  }
+  // One file: the stage files go to a folder beside it (ranks share the
+  // file system, as for checkpoints), and rank 0 merges them.
+  const fs::path parts = path + ".parts";
+  if (control.rank() == 0) {
+    if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
+    fs::remove_all(parts);
+    fs::create_directories(parts);
+  }
   control.barrier();
-  writeStageFiles(dir, chunks, replica, false);
+  writeStageFiles(parts, chunks, replica, false);
+  control.barrier();
+  if (control.rank() == 0) {
+    std::vector<std::vector<io::Tensor>> stages;
+    for (int vs = 0; vs < plan.stages * plan.chunks; ++vs)
+      stages.push_back(io::readTensorFile((parts / ("stage_" + std::to_string(vs) + ".bin")).string(), "weights file"));
+    writeSafetensors(path, stages);
+    fs::remove_all(parts);
+  }
   control.barrier();
 }
 

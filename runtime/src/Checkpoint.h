@@ -19,6 +19,10 @@ void saveCheckpoint(Control &control, const Plan &plan, const std::vector<Chunk>
 // The chunks' state from DIR (or DIR/latest), its manifest checked against
 // the plan, --iters and the seed; returns the iteration it continues from.
 int64_t loadCheckpoint(const Plan &plan, const std::string &dir, int iters, uint64_t seed, std::vector<Chunk> &chunks);
-void exportWeights(Control &control, const std::vector<Chunk> &chunks, int replica, const std::string &dir);
+// --export-weights: DIR/stage_<vs>.bin per virtual stage, or with a path
+// ending in .safetensors one safetensors file of every stage's weights
+// (SafetensorsExport.h).
+void exportWeights(Control &control, const Plan &plan, const std::vector<Chunk> &chunks, int replica,
+                   const std::string &path);
 
 } // namespace pipec::rt

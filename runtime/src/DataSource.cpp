@@ -1,5 +1,7 @@
 #include "DataSource.h"
 
+#include "NumpyArrays.h"
+
 namespace pipec::rt {
 
 std::unique_ptr<io::DataSource> openDataSource(const Plan &plan, const std::string &dataFile,
@@ -8,6 +10,12 @@ std::unique_ptr<io::DataSource> openDataSource(const Plan &plan, const std::stri
     throw Error("--data-dtype names the ids of a token file: give the file with --data");
   if (dataDtype)
     return std::make_unique<io::TokenFile>(dataFile, *dataDtype, plan.dataFields, seed);
+  if (!dataFile.empty() && isNumpyArrays(dataFile)) {
+    std::set<std::string> names;
+    for (const io::FieldSpec &field : plan.dataFields)
+      names.insert(field.name);
+    return openNumpyArrays(dataFile, names);
+  }
   if (!dataFile.empty())
     return std::make_unique<io::DatasetFile>(dataFile);
   if (!plan.dataFields.empty())

@@ -11,8 +11,9 @@
 
 namespace pipec::rt {
 
-// The data source of a run: the --data file (a data set, or with
-// --data-dtype a token file), else synthetic data from the plan; null when
+// The data source of a run: the --data file (a PIPECDS1 data set, an .npz
+// archive or a folder of .npy arrays, or with --data-dtype a token file),
+// else synthetic data from the plan; null when
 // the plan has no data fields and no file is given. piperun and pipeseq
 // both open their data here. Throws Error or io::FormatError naming the file.
 std::unique_ptr<io::DataSource> openDataSource(const Plan &plan, const std::string &dataFile,

@@ -501,7 +501,7 @@ void Executor::run() {
     device_.synchronize();
   }
   recorder_.write(control_, plan_, device_, chunks_, scheduleRank_, stage_, replica_);
-  if (!opt_.exportDir.empty()) exportWeights(control_, chunks_, replica_, opt_.exportDir);
+  if (!opt_.exportDir.empty()) exportWeights(control_, plan_, chunks_, replica_, opt_.exportDir);
 }
 
 std::string Executor::describeCurrent() const {

@@ -70,8 +70,9 @@ CommandLine parseCommandLine(Tool tool, int argc, char **argv, RunOptions &o) {
   }
   app.add_option("--resume", o.resumeDir, "continue from a checkpoint (DIR or DIR/latest)")->type_name("DIR");
   app.add_option("--export-weights", o.exportDir,
-                 "write the trained weights, one file per stage (docs/weights-format.md)")
-      ->type_name("DIR");
+                 "write the trained weights: DIR, one file per stage, or OUT.safetensors, one file keyed by\n"
+                 "the ONNX initializer names (docs/weights-format.md)")
+      ->type_name("DIR|FILE");
   if (piperun) {
     app.add_option("--trace", o.traceFile, "measured timeline as a Chrome trace (merged on rank 0; target cpu)")
         ->type_name("FILE");

@@ -20,6 +20,7 @@
 #include "JobCheck.h"
 #include "Plan.h"
 #include "DataSource.h"
+#include "SafetensorsExport.h"
 #include "StageModel.h"
 
 #include <nlohmann/json.hpp>
@@ -197,6 +198,12 @@ struct Runner {
 
   void exportWeights(const std::vector<StageModel *> &models) {
     if (opt.exportDir.empty()) return;
+    if (isSafetensorsPath(opt.exportDir)) {
+      std::vector<std::vector<io::Tensor>> stages;
+      for (StageModel *m : models) stages.push_back(m->weightTensors());
+      writeSafetensors(opt.exportDir, stages);
+      return;
+    }
     fs::create_directories(opt.exportDir);
     for (StageModel *m : models)
       io::writeTensorFile((fs::path(opt.exportDir) / ("stage_" + std::to_string(m->vstage().id) + ".bin")).string(),

@@ -30,7 +30,7 @@ import io
 import json
 import multiprocessing
 import os
-import shutil
+import re
 import struct
 import subprocess
 import sys
@@ -88,6 +88,45 @@ def run(command, timeout=300, check=True):
         raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}):\n"
                            f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
+
+
+def losses_of(command, steps, timeout=900):
+    """The per-iteration losses a piperun or pipeseq run prints, or None and
+    its error lines: (losses, None) or (None, error)."""
+    result = run(command, timeout=timeout, check=False)
+    if result.returncode != 0:
+        text = result.stdout + result.stderr
+        return None, "\n".join(line for line in text.splitlines() if "error" in line) or text.strip()[-600:]
+    found = [float(m) for m in re.findall(r"iter \d+/\d+\s+loss (\S+)", result.stdout)]
+    return (found, None) if len(found) == steps else (None, "no losses in: " + result.stdout[-400:])
+
+
+def one_and_two_rank_jobs(pipec, model, workdir, *flags):
+    """`model` compiled (--build, 2 micro-batches, `flags`) for 1 rank and for
+    2 pipeline stages: {"one": DIR, "two": DIR}; raises on a failed compile."""
+    jobs = {}
+    for name, topology in (("one", ["--gpus", "1x1"]), ("two", ["--gpus", "1x2", "--stages", "2"])):
+        jobs[name] = os.path.join(workdir, name)
+        run([pipec, model, "--microbatches", "2", "--out", jobs[name], "--build", *flags, *topology],
+            timeout=BUILD_TIMEOUT)
+    return jobs
+
+
+class Checks:
+    """A test's checks: each printed as ok or FAIL with what it checked;
+    status() prints the count of failures and is the exit status."""
+
+    def __init__(self):
+        self.failures = []
+
+    def __call__(self, ok, what):
+        print(("ok   " if ok else "FAIL ") + what, flush=True)
+        if not ok:
+            self.failures.append(what)
+
+    def status(self):
+        print(f"{len(self.failures)} failure(s)")
+        return 1 if self.failures else 0
 
 
 def write_dataset(path, fields):

@@ -48,13 +48,8 @@ def run(command, timeout=900):
 
 
 def losses(args, job, ranks, data, *flags):
-    result = run(["mpirun", "-np", str(ranks), "--oversubscribe", args.piperun, job, "--iters", str(STEPS),
-                  "--data", data, *flags])
-    if result.returncode != 0:
-        text = result.stdout + result.stderr
-        return None, "\n".join(line for line in text.splitlines() if "error" in line) or text.strip()[-600:]
-    found = [float(m) for m in re.findall(r"iter \d+/\d+\s+loss (\S+)", result.stdout)]
-    return (found, None) if len(found) == STEPS else (None, "no losses in: " + result.stdout[-400:])
+    return pipeline_training.losses_of(["mpirun", "-np", str(ranks), "--oversubscribe", args.piperun, job, "--iters",
+                                        str(STEPS), "--data", data, *flags], STEPS)
 
 
 def main():
@@ -62,22 +57,11 @@ def main():
     parser.add_argument("--pipec", required=True)
     parser.add_argument("--piperun", required=True)
     args = parser.parse_args()
-    failures = []
-
-    def check(ok, what):
-        print(("ok   " if ok else "FAIL ") + what)
-        if not ok:
-            failures.append(what)
+    check = pipeline_training.Checks()
 
     with tempfile.TemporaryDirectory() as work:
-        jobs = {}
-        for name, flags in (("one", ["--gpus", "1x1"]), ("two", ["--gpus", "1x2", "--stages", "2"])):
-            jobs[name] = os.path.join(work, name)
-            result = run([args.pipec, os.path.join(ROOT, "examples", "gpt.onnx"), "--microbatches", "2",
-                          "--seed", "7", "--out", jobs[name], "--build", *flags])
-            if result.returncode != 0:
-                print(result.stderr[-1000:])
-                return 1
+        jobs = pipeline_training.one_and_two_rank_jobs(args.pipec, os.path.join(ROOT, "examples", "gpt.onnx"),
+                                                       work, "--seed", "7")
         plan = json.load(open(os.path.join(jobs["one"], "plan.json")))
         fields = {f["name"]: f for f in plan["runtime"]["data"]["fields"]}
         inputs = [f for f in fields.values() if f.get("role") == "input"]
@@ -127,8 +111,7 @@ def main():
         result = run([args.piperun, jobs["one"], "--data", tokens16, "--data-dtype", "int8"])
         check(result.returncode != 0 and "expected uint16 or uint32" in result.stderr + result.stdout,
               "an unknown --data-dtype is refused")
-    print(f"{len(failures)} failure(s)")
-    return 1 if failures else 0
+    return check.status()
 
 
 if __name__ == "__main__":
