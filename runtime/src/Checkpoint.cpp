@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -52,7 +53,11 @@ void saveCheckpoint(Control &control, const Plan &plan, const std::vector<Chunk>
 int64_t loadCheckpoint(const Plan &plan, const std::string &dir, int iters, uint64_t seed, std::vector<Chunk> &chunks) {
   // The manifest checked against the plan, --iters and the seed (Plan.cpp).
   const CheckpointManifest m = readCheckpointManifest(dir, plan, iters, seed);
-  for (Chunk &ch : chunks) ch.model->loadCheckpoint(m.stageFile(ch.vs));
+  const CheckpointTensors tensors(m, [&](const std::string &name) {
+    return std::any_of(chunks.begin(), chunks.end(),
+                       [&](const Chunk &ch) { return ch.model->holdsCheckpointTensor(name); });
+  });
+  for (Chunk &ch : chunks) ch.model->loadCheckpoint(tensors);
   return m.iteration;
 }
 

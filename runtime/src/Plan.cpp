@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <filesystem>
@@ -391,13 +392,24 @@ CheckpointManifest readCheckpointManifest(const std::string &dirIn, const Plan &
   if (c.iteration > iters)
     throw Error(c.path + ": the checkpoint is at iteration " + std::to_string(c.iteration) + ", beyond --iters " +
                 std::to_string(iters) + " (the iteration count to reach)");
-  const int64_t V = plan.stages * plan.chunks;
-  if (manifest.virtualStages != V || manifest.microbatches != plan.microbatches ||
-      manifest.microbatchSize != plan.microbatchSize)
-    throw Error(c.path + ": checkpoint of another plan: " + std::to_string(manifest.virtualStages) +
-                " virtual stages, " + std::to_string(manifest.microbatches) + " micro-batches of " +
-                std::to_string(manifest.microbatchSize) + "; " + plan.planPath + " has " + std::to_string(V) + ", " +
-                std::to_string(plan.microbatches) + " of " + std::to_string(plan.microbatchSize));
+  // The data position is the iteration: iteration n starts at sample
+  // n x m x B under any plan with the same samples per step.
+  const int64_t samples = plan.microbatches * plan.microbatchSize;
+  if (manifest.microbatches <= 0 || manifest.microbatchSize <= 0 ||
+      manifest.microbatches > INT64_MAX / manifest.microbatchSize)
+    throw Error(c.path + ": microbatches " + std::to_string(manifest.microbatches) + " of " +
+                std::to_string(manifest.microbatchSize) + " samples is not a mini-batch");
+  if (manifest.microbatches * manifest.microbatchSize != samples)
+    throw Error(c.path + ": the checkpoint was trained with " +
+                std::to_string(manifest.microbatches * manifest.microbatchSize) + " samples per optimizer step (" +
+                std::to_string(manifest.microbatches) + " micro-batches of " + std::to_string(manifest.microbatchSize) +
+                "); " + plan.planPath + " takes " + std::to_string(samples) + " (" + std::to_string(plan.microbatches) +
+                " of " + std::to_string(plan.microbatchSize) +
+                "): another mini-batch would change the training and the data position");
+  if (manifest.virtualStages < 1 || manifest.virtualStages > kMaxCheckpointStageFiles)
+    throw Error(c.path + ": virtual_stages " + std::to_string(manifest.virtualStages) + " is not between 1 and " +
+                std::to_string(kMaxCheckpointStageFiles));
+  c.virtualStages = manifest.virtualStages;
   c.seed = manifest.seed.value_or(seed);
   if (c.seed != seed)
     throw Error(c.path + ": the checkpoint was trained with seed " + std::to_string(c.seed) + ", this run uses seed " +
@@ -407,6 +419,67 @@ CheckpointManifest readCheckpointManifest(const std::string &dirIn, const Plan &
 
 std::string CheckpointManifest::stageFile(int vs) const {
   return (fs::path(dir) / ("stage_" + std::to_string(vs) + ".bin")).string();
+}
+
+CheckpointTensors::CheckpointTensors(const CheckpointManifest &manifest,
+                                     const std::function<bool(const std::string &)> &wanted)
+    : dir_(manifest.dir) {
+  for (int64_t vs = 0; vs < manifest.virtualStages; ++vs) {
+    files_.push_back(manifest.stageFile((int)vs));
+    bool hasSteps = false;
+    for (io::Tensor &t : io::readTensorFile(files_.back(), "checkpoint file")) {
+      if (t.name == "meta/steps") {
+        int64_t steps = 0;
+        if (t.dtype != PIPEC_I64 || !t.shape.empty())
+          throw Error(files_.back() + ": checkpoint tensor meta/steps is " + io::dtypeName(t.dtype) +
+                      io::shapeString(t.shape) + ", expected i64[]");
+        std::memcpy(&steps, t.data.data(), 8);
+        if (steps < 0) throw Error(files_.back() + ": checkpoint tensor meta/steps is " + std::to_string(steps) + ", negative");
+        steps_.push_back(steps);
+        hasSteps = true;
+        continue;
+      }
+      if (!wanted(t.name)) continue;
+      // A tied parameter (and its state) is in every file of a stage that
+      // holds it, equal after every step (docs/stages.md).
+      auto it = tensors_.find(t.name);
+      if (it == tensors_.end()) {
+        std::string name = t.name; // before t moves
+        tensors_.emplace(std::move(name), Held{std::move(t), files_.size() - 1});
+      } else if (it->second.tensor.dtype != t.dtype || it->second.tensor.shape != t.shape ||
+                 it->second.tensor.data != t.data) {
+        throw Error(files_.back() + ": checkpoint tensor " + t.name + " differs from its copy in " +
+                    files_[it->second.file] + " (a tied parameter)");
+      }
+    }
+    if (!hasSteps) throw Error(files_.back() + ": checkpoint has no tensor meta/steps");
+  }
+}
+
+const io::Tensor &CheckpointTensors::find(const std::string &name, int dtype, const std::vector<int64_t> &shape) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end())
+    throw Error(dir_ + ": checkpoint has no tensor " + name + " (in none of its " + std::to_string(files_.size()) +
+                " stage files: a checkpoint of another model?)");
+  const io::Tensor &t = it->second.tensor;
+  if (t.dtype != dtype || t.shape != shape)
+    throw Error(files_[it->second.file] + ": checkpoint tensor " + name + " is " + io::dtypeName(t.dtype) +
+                io::shapeString(t.shape) + ", expected " + io::dtypeName(dtype) + io::shapeString(shape));
+  return t;
+}
+
+int64_t CheckpointTensors::stepsOf(const std::string &name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw Error(dir_ + ": checkpoint has no tensor " + name);
+  return steps_[it->second.file];
+}
+
+int64_t CheckpointTensors::commonSteps() const {
+  for (size_t k = 1; k < steps_.size(); ++k)
+    if (steps_[k] != steps_[0])
+      throw Error(files_[k] + ": " + std::to_string(steps_[k]) + " optimizer steps, " + files_[0] + " " +
+                  std::to_string(steps_[0]) + ": a stage of this plan would continue from both");
+  return steps_.at(0);
 }
 
 // ---------------------------------------------------------------- transfer order

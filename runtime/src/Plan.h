@@ -10,6 +10,8 @@
 #include "pipec/rank_stream.h"
 #include "pipec/vocabulary.h"
 
+#include <functional>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -132,12 +134,43 @@ struct ManifestFile {
   std::optional<uint64_t> seed; // absent in checkpoints written before seeds were recorded
 };
 
+// The most stage files a checkpoint manifest may announce (virtual stages).
+inline constexpr int64_t kMaxCheckpointStageFiles = int64_t(1) << 20;
+
 // A checkpoint to resume from (docs/checkpoint-format.md).
 struct CheckpointManifest {
   std::string dir, path; // the iter_<n> directory and its manifest.json
   int64_t iteration = 0;
   uint64_t seed = 0;
+  int64_t virtualStages = 0; // of the plan that wrote it: its stage_<k>.bin files
   std::string stageFile(int virtualStage) const; // DIR/stage_<k>.bin
+};
+
+// A checkpoint's tensors by name, from every stage file it has, whatever
+// plan wrote them: any plan of the same model resumes from it
+// (docs/checkpoint-format.md, "Another plan"). Each rank keeps only the
+// tensors `wanted` names.
+class CheckpointTensors {
+public:
+  CheckpointTensors(const CheckpointManifest &manifest, const std::function<bool(const std::string &)> &wanted);
+  // The tensor `name` ("param/fc.weight"), checked to be `dtype` and `shape`;
+  // throws Error naming the checkpoint if it has none or another.
+  const io::Tensor &find(const std::string &name, int dtype, const std::vector<int64_t> &shape) const;
+  // The optimizer steps (meta/steps) of the stage file that holds `name`.
+  int64_t stepsOf(const std::string &name) const;
+  // Every stage file's steps, when they agree (a stage without parameters
+  // continues from them); throws Error naming the files otherwise.
+  int64_t commonSteps() const;
+
+private:
+  struct Held {
+    io::Tensor tensor;
+    size_t file;
+  };
+  std::string dir_;
+  std::map<std::string, Held> tensors_;
+  std::vector<std::string> files_;
+  std::vector<int64_t> steps_; // per file
 };
 // The checkpoint directory --resume DIR names: DIR itself when it has a
 // manifest.json, else the directory beside it that DIR/latest names (one
@@ -146,8 +179,10 @@ std::string resolveCheckpointDir(const std::string &dir);
 // Resolves DIR (a checkpoint) or DIR/latest (one line naming a directory
 // beside it), reads the manifest (a bounded regular file) and checks it
 // against the plan and the run: format, an integer iteration in 0..iters,
-// virtual stages, micro-batches and micro-batch size equal to the plan's, and
-// the seed (when recorded) equal to the run's. Throws Error naming the file.
+// the samples per optimizer step (micro-batches x micro-batch size) equal to
+// the plan's, and the seed (when recorded) equal to the run's; the stages,
+// chunks, replicas, schedule and target may differ. Throws Error naming the
+// file.
 CheckpointManifest readCheckpointManifest(const std::string &dir, const Plan &plan, int64_t iters, uint64_t seed);
 
 // A point-to-point transfer of a stream (SEND_ACT/SEND_GRAD/RECV_ACT/RECV_GRAD),

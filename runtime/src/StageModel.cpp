@@ -327,35 +327,42 @@ std::vector<io::Tensor> StageModel::checkpointTensors() const {
   return out;
 }
 
-void StageModel::loadCheckpoint(const std::string &path) {
-  const auto tensors = io::readTensorFile(path, "checkpoint file");
-  auto find = [&](const std::string &name, int dtype, const std::vector<int64_t> &shape) -> const io::Tensor & {
-    for (const io::Tensor &t : tensors)
-      if (t.name == name) {
-        if (t.dtype != dtype || t.shape != shape)
-          throw Error(path + ": checkpoint tensor " + name + " is " + io::dtypeName(t.dtype) + io::shapeString(t.shape) +
-                      ", expected " + io::dtypeName(dtype) + io::shapeString(shape));
-        return t;
-      }
-    throw Error(path + ": checkpoint has no tensor " + name);
-  };
+void StageModel::loadCheckpoint(const CheckpointTensors &checkpoint) {
   const pipec_stage_desc &d = desc();
   size_t s = 0;
+  std::optional<int64_t> stageSteps;
   for (int i = 0; i < d.num_params; ++i) {
     const pipec_tensor_desc &td = d.params[i].tensor;
-    dev_.upload(params_.data() + paramLayout_.offsets[i], find("param/" + std::string(td.name), td.dtype, shapeOf(td)).data.data(),
+    const std::string param = "param/" + std::string(td.name);
+    dev_.upload(params_.data() + paramLayout_.offsets[i], checkpoint.find(param, td.dtype, shapeOf(td)).data.data(),
                 paramLayout_.bytes[i]);
+    // The step counter continues from the stage file that held the
+    // parameter; parameters of one stage of this plan from stage files at
+    // different steps (possible only across plans) cannot continue together.
+    const int64_t steps = checkpoint.stepsOf(param);
+    if (stageSteps && *stageSteps != steps)
+      throw Error(vstage().library + ": its parameters come from checkpoint stage files at " +
+                  std::to_string(*stageSteps) + " and " + std::to_string(steps) + " optimizer steps");
+    stageSteps = steps;
     if (d.params[i].role != PIPEC_TRAINED) continue;
     for (int k = 0; k < d.optimizer_state_per_param; ++k, ++s)
       dev_.upload(state_.data() + stateLayout_.offsets[s],
-                  find("state/" + std::string(td.name) + "/" + std::to_string(k), td.dtype, shapeOf(td)).data.data(),
+                  checkpoint.find("state/" + std::string(td.name) + "/" + std::to_string(k), td.dtype, shapeOf(td))
+                      .data.data(),
                   stateLayout_.bytes[s]);
   }
-  int64_t stored = 0;
-  std::memcpy(&stored, find("meta/steps", PIPEC_I64, {}).data.data(), 8);
-  if (stored < 0) throw Error(path + ": checkpoint tensor meta/steps is " + std::to_string(stored) + ", negative");
-  steps = stored;
+  steps = stageSteps ? *stageSteps : checkpoint.commonSteps();
   grads_.zero();
+}
+
+bool StageModel::holdsCheckpointTensor(const std::string &name) const {
+  const pipec_stage_desc &d = desc();
+  for (int i = 0; i < d.num_params; ++i) {
+    const std::string param = d.params[i].tensor.name;
+    if (name == "param/" + param) return true;
+    if (d.params[i].role == PIPEC_TRAINED && name.rfind("state/" + param + "/", 0) == 0) return true;
+  }
+  return false;
 }
 
 WeightSnapshot StageModel::snapshot() const {

@@ -121,7 +121,11 @@ public:
   void loadWeights(const std::string &path);          // initial weights file
   std::vector<io::Tensor> weightTensors() const;      // current weights, named as the ABI does
   std::vector<io::Tensor> checkpointTensors() const;  // weights + optimizer state + step
-  void loadCheckpoint(const std::string &path);
+  // The stage's parameters, optimizer state and step counter from a
+  // checkpoint of any plan (docs/checkpoint-format.md).
+  void loadCheckpoint(const CheckpointTensors &checkpoint);
+  // Whether the checkpoint tensor `name` ("param/X", "state/X/k") is this stage's.
+  bool holdsCheckpointTensor(const std::string &name) const;
   WeightSnapshot snapshot() const;
   void restore(const WeightSnapshot &s);
 

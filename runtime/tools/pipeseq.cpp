@@ -192,7 +192,11 @@ struct Runner {
   int64_t resume(std::vector<StageModel *> models) {
     if (opt.resumeDir.empty()) return 0;
     const CheckpointManifest m = readCheckpointManifest(opt.resumeDir, plan, opt.iters, seed);
-    for (StageModel *s : models) s->loadCheckpoint(m.stageFile(s->vstage().id));
+    const CheckpointTensors tensors(m, [&](const std::string &name) {
+      return std::any_of(models.begin(), models.end(),
+                         [&](const StageModel *s) { return s->holdsCheckpointTensor(name); });
+    });
+    for (StageModel *s : models) s->loadCheckpoint(tensors);
     return m.iteration;
   }
 

@@ -443,7 +443,19 @@ void testCheckpointManifest(const fs::path &root) {
   CHECK(contains(e, "member iteration has the wrong type"), "string: " << e);
   manifest({{"microbatch_size", 5}});
   e = errorOf([&] { readCheckpointManifest(dir.string(), p, 4, 7); });
-  CHECK(contains(e, "checkpoint of another plan"), "other plan: " << e);
+  CHECK(contains(e, "trained with 20 samples per optimizer step (4 micro-batches of 5)") &&
+            contains(e, "takes 12 (4 of 3)"),
+        "other mini-batch: " << e);
+  // Another plan of the same mini-batch resumes: other virtual stages, and
+  // m x B = 12 as 6 x 2.
+  manifest({{"virtual_stages", 5}, {"microbatches", 6}, {"microbatch_size", 2}});
+  CHECK(readCheckpointManifest(dir.string(), p, 4, 7).virtualStages == 5, "another plan, same mini-batch");
+  manifest({{"virtual_stages", 0}});
+  e = errorOf([&] { readCheckpointManifest(dir.string(), p, 4, 7); });
+  CHECK(contains(e, "virtual_stages 0 is not between 1 and"), "no stage files: " << e);
+  manifest({{"microbatches", 4611686018427387904LL}, {"microbatch_size", 4}});
+  e = errorOf([&] { readCheckpointManifest(dir.string(), p, 4, 7); });
+  CHECK(contains(e, "is not a mini-batch"), "overflowing mini-batch: " << e);
   manifest(json::object());
   e = errorOf([&] { readCheckpointManifest(dir.string(), p, 4, 8); });
   CHECK(contains(e, "trained with seed 7, this run uses seed 8 (pass --seed 7"), "seed: " << e);

@@ -377,9 +377,17 @@ def cases(ctx):
     d, s = copy_ckpt("string", manifest(lambda m: m.__setitem__("iteration", "1")))
     out.append(Case("checkpoint-iteration-string", run2(job_dir, "--iters", "2", "--resume", d),
                     expect=[r"iter_1/manifest\.json: member iteration has the wrong type"], setup=s, timeout=60))
-    d, s = copy_ckpt("other-plan", manifest(lambda m: m.__setitem__("microbatches", 8)))
-    out.append(Case("checkpoint-other-plan", run2(job_dir, "--iters", "2", "--resume", d),
-                    expect=[r"iter_1/manifest\.json: checkpoint of another plan: 2 virtual stages, 8 micro-batches"],
+    d, s = copy_ckpt("other-mini-batch", manifest(lambda m: m.__setitem__("microbatches", 8 * m["microbatches"])))
+    out.append(Case("checkpoint-other-mini-batch", run2(job_dir, "--iters", "2", "--resume", d),
+                    expect=[r"iter_1/manifest\.json: the checkpoint was trained with \d+ samples per optimizer step "
+                            r"\(\d+ micro-batches of \d+\); .* takes \d+"],
+                    setup=s, timeout=60))
+    d, s = copy_ckpt("stage-files", manifest(lambda m: m.__setitem__("virtual_stages", 3)))
+    out.append(Case("checkpoint-missing-stage-file", run2(job_dir, "--iters", "2", "--resume", d),
+                    expect=[r"iter_1/stage_2\.bin: cannot open checkpoint file"], setup=s, timeout=60))
+    d, s = copy_ckpt("stage-files-count", manifest(lambda m: m.__setitem__("virtual_stages", 1 << 40)))
+    out.append(Case("checkpoint-huge-stage-count", run2(job_dir, "--iters", "2", "--resume", d),
+                    expect=[r"iter_1/manifest\.json: virtual_stages 1099511627776 is not between 1 and 1048576"],
                     setup=s, timeout=60))
     d, s = copy_ckpt("seed", lambda c, it: None)
     out.append(Case("checkpoint-other-seed", run2(job_dir, "--iters", "2", "--seed", "5", "--resume", d),
