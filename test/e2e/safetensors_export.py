@@ -14,7 +14,9 @@ embedding, held by both stages), exported without dropout:
    batch equals the loss pipec-reference computes on the ONNX model with the
    trained initializers written back (runtime/tools/export_to_onnx.py), both
    in float64 (relative 1e-6: pipec-reference writes the loss in the model's
-   float32), while the untrained model's loss is another (relative > 1e-4).
+   float32), while the untrained model's loss is another (relative > 1e-4);
+   export_to_onnx.py writes the same ONNX model from the file as from the
+   stage files.
 
     safetensors_export.py --pipec build/bin/pipec --piperun build/bin/piperun \
         --pipeseq build/bin/pipeseq --pipec-reference build/bin/pipec-reference
@@ -107,7 +109,12 @@ def main():
                   f"missing {sorted(missing)}: buffers only)")
 
             trained = os.path.join(work, "trained.onnx")
-            run([sys.executable, os.path.join(ROOT, "runtime", "tools", "export_to_onnx.py"), path, folder, trained])
+            exporter = os.path.join(ROOT, "runtime", "tools", "export_to_onnx.py")
+            run([sys.executable, exporter, path, folder, trained])
+            from_file = os.path.join(work, "from-safetensors.onnx")
+            run([sys.executable, exporter, path, single, from_file])
+            check(open(from_file, "rb").read() == open(trained, "rb").read(),
+                  f"{example}: export_to_onnx.py writes the same model from the file as from the stage files")
             batch = sample.shape[0]
             np.save(os.path.join(work, "x.npy"), inputs[:batch])
             np.save(os.path.join(work, "y.npy"), labels[:batch])
