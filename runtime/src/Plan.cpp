@@ -468,6 +468,15 @@ const io::Tensor &CheckpointTensors::find(const std::string &name, int dtype, co
   return t;
 }
 
+const io::Tensor *CheckpointTensors::lookup(const std::string &name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second.tensor;
+}
+
+std::string CheckpointTensors::describe() const {
+  return dir_ + " (" + std::to_string(files_.size()) + " stage files)";
+}
+
 int64_t CheckpointTensors::stepsOf(const std::string &name) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) throw Error(dir_ + ": checkpoint has no tensor " + name);

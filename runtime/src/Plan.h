@@ -156,6 +156,10 @@ public:
   // The tensor `name` ("param/fc.weight"), checked to be `dtype` and `shape`;
   // throws Error naming the checkpoint if it has none or another.
   const io::Tensor &find(const std::string &name, int dtype, const std::vector<int64_t> &shape) const;
+  // The tensor `name`, or null.
+  const io::Tensor *lookup(const std::string &name) const;
+  // The checkpoint directory and its stage files' count, for messages.
+  std::string describe() const;
   // The optimizer steps (meta/steps) of the stage file that holds `name`.
   int64_t stepsOf(const std::string &name) const;
   // Every stage file's steps, when they agree (a stage without parameters

@@ -329,6 +329,36 @@ std::vector<io::Tensor> StageModel::checkpointTensors() const {
 
 void StageModel::loadCheckpoint(const CheckpointTensors &checkpoint) {
   const pipec_stage_desc &d = desc();
+  // Every tensor the stage needs, checked before anything is loaded: a
+  // checkpoint of another model is refused with the names that differ.
+  std::vector<std::string> missing, different;
+  auto expect = [&](const std::string &name, const pipec_tensor_desc &td) {
+    const io::Tensor *t = checkpoint.lookup(name);
+    if (!t)
+      missing.push_back(name);
+    else if (t->dtype != td.dtype || t->shape != shapeOf(td))
+      different.push_back(name + " is " + io::dtypeName(t->dtype) + io::shapeString(t->shape) + " there, " +
+                          io::dtypeName(td.dtype) + io::shapeString(shapeOf(td)) + " here");
+  };
+  for (int i = 0; i < d.num_params; ++i) {
+    expect("param/" + std::string(d.params[i].tensor.name), d.params[i].tensor);
+    if (d.params[i].role == PIPEC_TRAINED)
+      for (int k = 0; k < d.optimizer_state_per_param; ++k)
+        expect("state/" + std::string(d.params[i].tensor.name) + "/" + std::to_string(k), d.params[i].tensor);
+  }
+  if (!missing.empty() || !different.empty()) {
+    auto list = [](const std::vector<std::string> &names) {
+      std::string out;
+      for (size_t i = 0; i < names.size() && i < 8; ++i) out += (i ? ", " : "") + names[i];
+      if (names.size() > 8) out += " and " + std::to_string(names.size() - 8) + " more";
+      return out;
+    };
+    throw Error(checkpoint.describe() + ": not a checkpoint of this model for " + vstage().library + ": " +
+                (missing.empty() ? std::string() : std::to_string(missing.size()) + " tensor(s) missing: " + list(missing)) +
+                (!missing.empty() && !different.empty() ? "; " : "") +
+                (different.empty() ? std::string() : std::to_string(different.size()) + " of another shape: " + list(different)) +
+                " (an AdamW checkpoint has state/<name>/0 and /1, SGD /0 only)");
+  }
   size_t s = 0;
   std::optional<int64_t> stageSteps;
   for (int i = 0; i < d.num_params; ++i) {

@@ -18,8 +18,9 @@ under plan B (relative 1e-5; the figures are printed), for
 
 and, so that the comparison can fail, 2 steps under plan B from the
 initial weights differ from those 4 steps by more than the tolerance.
-A checkpoint of another mini-batch is refused (test/security covers the
-message).
+A checkpoint of another model (the GPT's, resumed by the MLP's job) is
+refused naming the tensors that differ; one of another mini-batch is
+refused too (test/security covers that message).
 
     resume_other_plan.py --pipec build/bin/pipec --piperun build/bin/piperun
 """
@@ -86,6 +87,7 @@ def main():
     parser.add_argument("--piperun", required=True)
     args = parser.parse_args()
     check = pipeline_training.Checks()
+    other_model = None
     for label, model, flags_a, ranks_a, flags_b, ranks_b in CASES:
         with tempfile.TemporaryDirectory() as work:
             job_a, job_b = os.path.join(work, "a"), os.path.join(work, "b")
@@ -105,6 +107,17 @@ def main():
             check(error <= TOLERANCE and control > TOLERANCE,
                   f"{label}: 2 steps + 2 resumed = 4 uninterrupted steps of the new plan (max relative {error:.1e}; "
                   f"2 steps without the checkpoint: {control:.1e})")
+            if model == GPT:
+                # The MLP's 1-rank job resumes from the GPT's checkpoint.
+                mlp_job = os.path.join(work, "mlp")
+                run([args.pipec, MLP, "--gpus", "1x1", "--microbatches", "4", "--out", mlp_job, "--build"])
+                result = pipeline_training.run(["mpirun", "-np", "1", args.piperun, mlp_job, "--iters", "4", "--resume",
+                                                checkpoints], timeout=900, check=False)
+                other_model = result.stdout + result.stderr
+    check(other_model is not None and "not a checkpoint of this model" in other_model and
+          "tensor(s) missing: param/fc1.weight" in other_model,
+          "a checkpoint of another model is refused naming the tensors: " +
+          next((line for line in (other_model or "").splitlines() if "not a checkpoint" in line), "(no message)"))
     return check.status()
 
 

@@ -209,8 +209,10 @@ def cases(ctx):
                     expect=[r"runtime_files-fifo: .*is a FIFO"], setup=lambda: (base(), fifo(data_fifo)),
                     timeout=30))
     data_dir = ctx.path("data", "runtime_files-dir", "x")
+    # A folder is a data set of .npy arrays (docs/dataset-format.md,
+    # "Arrays"); one without them is refused naming the fields it lacks.
     out.append(Case("data-directory", run2(job_dir, "--iters", "1", "--data", os.path.dirname(data_dir)),
-                    expect=[r"runtime_files-dir: .*is a directory"],
+                    expect=[r"runtime_files-dir: no \.npy arrays named after the model's data fields \(.+\)"],
                     setup=lambda: (base(), os.makedirs(os.path.dirname(data_dir), exist_ok=True)), timeout=30))
     d, s = copy_ckpt("latest-fifo", lambda c, it: fifo(os.path.join(c, "latest")))
     out.append(Case("checkpoint-latest-fifo", run2(job_dir, "--iters", "2", "--resume", d),
