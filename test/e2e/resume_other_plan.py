@@ -108,9 +108,10 @@ def main():
                   f"{label}: 2 steps + 2 resumed = 4 uninterrupted steps of the new plan (max relative {error:.1e}; "
                   f"2 steps without the checkpoint: {control:.1e})")
             if model == GPT:
-                # The MLP's 1-rank job resumes from the GPT's checkpoint.
+                # The MLP's 1-rank job (8 samples per step, as the GPT's 4 x 2)
+                # resumes from the GPT's checkpoint.
                 mlp_job = os.path.join(work, "mlp")
-                run([args.pipec, MLP, "--gpus", "1x1", "--microbatches", "4", "--out", mlp_job, "--build"])
+                run([args.pipec, MLP, "--gpus", "1x1", "--microbatches", "1", "--out", mlp_job, "--build"])
                 result = pipeline_training.run(["mpirun", "-np", "1", args.piperun, mlp_job, "--iters", "4", "--resume",
                                                 checkpoints], timeout=900, check=False)
                 other_model = result.stdout + result.stderr
