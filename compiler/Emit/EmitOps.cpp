@@ -134,7 +134,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << ", " << mean << ", " << var << ", "
             << f32Literal(norm.getEpsilon().convertToFloat()) << ", "
             << f32Literal(norm.getMomentum().convertToFloat()) << ", "
-            << (norm.getTraining() ? "true" : "false") << ");\n";
+            << (norm.getTraining() ? "!call->inference" : "false") << ");\n";
       })
       .Case([&](nn::BatchNormGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -223,7 +223,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         std::string mask = allocate(dropout.getMask());
         out << "  pk::dropout(" << ptr(dropout.getInput()) << ", " << n(dropout.getResult()) << ", "
             << y << ", " << mask << ", " << f32Literal(dropout.getRatio().convertToFloat())
-            << ", " << (dropout.getTraining() ? "true" : "false")
+            << ", " << (dropout.getTraining() ? "!call->inference" : "false")
             << ", pk::dropoutStreamKey(call->seed, call->step, call->microbatch, " << opId(dropout)
             << "));\n";
       })

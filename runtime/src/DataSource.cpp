@@ -23,4 +23,17 @@ std::unique_ptr<io::DataSource> openDataSource(const Plan &plan, const std::stri
   return nullptr;
 }
 
+Validation openValidation(const Plan &plan, const std::string &evalDataFile, int evalEvery, int evalIters,
+                          std::optional<TokenDtype> dataDtype, uint64_t seed) {
+  Validation v;
+  if (evalDataFile.empty()) {
+    if (evalEvery || evalIters) throw Error("--eval-every and --eval-iters validate on held-out data: give --eval-data");
+    return v;
+  }
+  v.source = openDataSource(plan, evalDataFile, dataDtype, seed);
+  const uint64_t perRound = (uint64_t)plan.microbatches * (uint64_t)plan.microbatchSize;
+  v.rounds = evalIters ? evalIters : (int64_t)((v.source->numSamples() + perRound - 1) / perRound);
+  return v;
+}
+
 } // namespace pipec::rt

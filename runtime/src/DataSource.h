@@ -19,4 +19,17 @@ namespace pipec::rt {
 std::unique_ptr<io::DataSource> openDataSource(const Plan &plan, const std::string &dataFile,
                                                std::optional<TokenDtype> dataDtype, uint64_t seed);
 
+// The held-out set of --eval-data (opened as --data is, --data-dtype
+// included) and the rounds of m micro-batches a validation pass takes:
+// --eval-iters, or enough to cover the set once (the last round wraps to
+// its start). Without --eval-data, no source and 0 rounds; --eval-every or
+// --eval-iters without it is an Error. Every rank opens it, so that all
+// agree on the rounds.
+struct Validation {
+  std::unique_ptr<io::DataSource> source;
+  int64_t rounds = 0;
+};
+Validation openValidation(const Plan &plan, const std::string &evalDataFile, int evalEvery, int evalIters,
+                          std::optional<TokenDtype> dataDtype, uint64_t seed);
+
 } // namespace pipec::rt

@@ -86,6 +86,16 @@ Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Tr
   sync_ = std::make_unique<GradientSync>(plan, optimizer, opt.allowNonFinite, control, transport, device, chunks_,
                                          stage_, replica_, who());
   data_ = std::make_unique<StageData>(plan, opt.dataFile, opt.dataDtype, seed_, chunks_);
+  Validation validation = openValidation(plan, opt.evalDataFile, opt.evalEvery, opt.evalIters, opt.dataDtype, seed_);
+  if (validation.source) {
+    bool readsData = false;
+    for (const Chunk &ch : chunks_) readsData |= ch.model->desc().num_data > 0;
+    validationRounds_ = validation.rounds;
+    validationData_ = std::make_unique<StageData>(plan, readsData ? std::move(validation.source) : nullptr, chunks_);
+    for (const Instr &in : stream_.instrs)
+      if (in.op == Op::Load || in.op == Op::Fwd || in.op == Op::SendAct || in.op == Op::RecvAct)
+        forwardStream_.push_back(in);
+  }
   if (!opt.resumeDir.empty()) startIteration_ = loadCheckpoint(plan, opt.resumeDir, opt.iters, seed_, chunks_);
 }
 
@@ -162,14 +172,15 @@ void Executor::loadData(int chunk, Slot &s, int mb, int64_t it) {
   if (s.dataLoaded) return;
   const StageModel &m = *chunks_[chunk].model;
   const uint64_t first = (uint64_t)(it * plan_.microbatches + mb) * (uint64_t)plan_.microbatchSize;
+  StageData &source = validating_ ? *validationData_ : *data_;
   if (!gpu_) {
-    data_->read(chunk, first, s.data.data());
+    source.read(chunk, first, s.data.data());
   } else if (m.dataLayout().total) {
     // Read into the slot's pinned staging copy (once its previous upload is
     // done), upload on the compute stream: ordered after the slot's previous
     // readers and before this micro-batch's stage calls.
     device_.hostWait(s.dataStaged);
-    data_->read(chunk, first, s.dataStage.data());
+    source.read(chunk, first, s.dataStage.data());
     device_.uploadAsync(s.data.data(), s.dataStage.data(), m.dataLayout().total);
     device_.record(s.dataStaged);
   }
@@ -191,7 +202,9 @@ void Executor::compute(const Instr &in, int64_t it) {
   Slot &s = slots_.get(in.chunk, in.mb, in.op == Op::Fwd && (vs == 0 || localPrev));
   const std::string what = toString(in);
 
-  std::vector<void *> params = m.paramLayout().pointers((char *)stash_.paramsFor(in.chunk, in.mb, m));
+  // Validation uses the current weights (no version is stashed for it).
+  std::vector<void *> params =
+      m.paramLayout().pointers(validating_ ? m.params().data() : (char *)stash_.paramsFor(in.chunk, in.mb, m));
   std::vector<void *> data = m.dataLayout().pointers(s.data.data());
   std::vector<void *> inputs = m.inputLayout().pointers(s.inputs.data());
   std::vector<void *> outputs = m.outputLayout().pointers(s.outputs.data());
@@ -212,7 +225,7 @@ void Executor::compute(const Instr &in, int64_t it) {
   c.loss = &loss;
   c.loss_scale = 1.0f; // gradients of the sum of micro-batch losses; STEP divides by their count
   c.stream = device_.computeStream();
-  if (recorder_.profiling() && in.op != Op::Recompute) recorder_.timeOps(c);
+  if (recorder_.profiling() && in.op != Op::Recompute && !validating_) recorder_.timeOps(c);
 
   switch (in.op) {
   case Op::Fwd: {
@@ -222,12 +235,16 @@ void Executor::compute(const Instr &in, int64_t it) {
       if (!p.fwdDone) fail(what + ": forward before the previous chunk's forward");
       device_.copy(s.inputs.data() + 64, p.outputs.data() + 64, m.inputLayout().total - 64);
       s.haveInputs = true;
+      if (validating_) releaseEvaluated(chunkOf(vs - 1), p);
     }
     if (vs > 0 && !s.haveInputs) fail(what + ": forward before its input activation arrived");
     if (gpu_ && s.inputsReceived) device_.streamWait(nullptr, s.inputsIn); // the RECV_ACT, on the device
     awaitBundle(s, false);
     if (d.num_data) loadData(in.chunk, s, in.mb, it);
-    if (recomputes_[in.chunk][in.mb]) {
+    if (validating_) {
+      c.workspace = slots_.scratchWorkspace(in.chunk); // nothing is kept for a backward
+      c.inference = 1;
+    } else if (recomputes_[in.chunk][in.mb]) {
       c.workspace = slots_.scratchWorkspace(in.chunk); // kept only until RECOMPUTE re-creates it
     } else {
       s.workspace = slots_.takeWorkspace(in.chunk);
@@ -238,6 +255,13 @@ void Executor::compute(const Instr &in, int64_t it) {
     m.lib().forward(c);
     if (gpu_) device_.record(s.outputsDone); // what SEND_ACT waits for
     s.fwdDone = true;
+    if (validating_) {
+      if (d.computes_loss) {
+        validationLossSum_ += loss, validationLossCount_ += 1;
+        releaseEvaluated(in.chunk, s);
+      }
+      break;
+    }
     if (d.computes_loss) {
       if (!std::isfinite(loss))
         sync_->nonFinite("the loss of micro-batch " + std::to_string(in.mb) + " (global micro-batch " +
@@ -322,6 +346,7 @@ void Executor::send(const Instr &in, int64_t it, bool grad) {
   if (gpu_) device_.streamWait(st, grad ? s.gradInputsDone : s.outputsDone);
   device_.writeSmall(buf.data(), &h, sizeof h, st);
   s.sends.push_back(transport_.isend(buf.data(), layout.total, peer, bundleTag(in.mb, grad, vsDest, V_)));
+  if (validating_) releaseEvaluated(in.chunk, s);
   if (grad) {
     s.gradHandedOff = true;
     slots_.maybeRelease(in.chunk, s);
@@ -444,6 +469,48 @@ void Executor::iteration(int64_t it) {
          " micro-batches were never applied by a STEP");
 }
 
+void Executor::releaseEvaluated(int chunk, Slot &s) {
+  s.bDone = s.wDone = s.gradHandedOff = true;
+  evaluated_.emplace_back(chunk, &s);
+}
+
+void Executor::validate(int64_t after) {
+  if (watchdog_) watchdog_->phase("the validation after iteration " + std::to_string(after + 1));
+  validating_ = true;
+  validationLossSum_ = validationLossCount_ = 0;
+  for (int64_t round = 0; round < validationRounds_; ++round) {
+    for (size_t i = 0; i < forwardStream_.size(); ++i) {
+      const Instr &in = forwardStream_[i];
+      if (gpu_ && in.op == Op::RecvAct) headers_.poll(false);
+      try {
+        execute(in, round);
+      } catch (const Error &e) {
+        throw Error(stream_.path + " (validation, round " + std::to_string(round) + ") " + toString(in) + ": " +
+                    e.what());
+      }
+      if (watchdog_) watchdog_->progress();
+    }
+    if (gpu_) headers_.poll(true);
+    for (auto &[chunk, slot] : evaluated_) slots_.maybeRelease(chunk, *slot);
+    evaluated_.clear();
+    for (int c = 0; c < plan_.chunks; ++c)
+      if (const int mb = slots_.firstActive(c); mb >= 0)
+        fail(stream_.path + ": validation micro-batch " + std::to_string(mb) + " of chunk " + std::to_string(c) +
+             " is unfinished at the end of the stream");
+  }
+  validating_ = false;
+  bool computesLoss = false;
+  for (auto &ch : chunks_) computesLoss |= ch.model->desc().computes_loss != 0;
+  if (!computesLoss) return;
+  double v[2] = {validationLossSum_, validationLossCount_};
+  control_.allreduceSumStage(v, 2); // replicas of the loss stage
+  if (replica_ == 0)
+    std::printf("piperun: validation after iter %lld/%d  loss %.6f  (%lld micro-batches of %lld, %s)\n",
+                (long long)(after + 1), opt_.iters, v[0] / v[1], (long long)v[1], (long long)plan_.microbatchSize,
+                opt_.evalDataFile.c_str());
+  std::fflush(stdout);
+}
+
 void Executor::run() {
   if (watchdog_) watchdog_->phase("start-up: the barrier before the first iteration (MPI_Barrier)");
   control_.barrier();
@@ -481,6 +548,10 @@ void Executor::run() {
     if (!opt_.checkpointDir.empty() && opt_.saveEvery > 0 && (it + 1) % opt_.saveEvery == 0) {
       if (watchdog_) watchdog_->phase("the checkpoint of iteration " + std::to_string(it + 1));
       saveCheckpoint(control_, plan_, chunks_, replica_, opt_.checkpointDir, it + 1, seed_, opt_.quiet);
+    }
+    if (validationData_ && ((opt_.evalEvery > 0 && (it + 1) % opt_.evalEvery == 0) || it + 1 == opt_.iters)) {
+      validate(it);
+      windowStart = RunRecorder::now(); // the progress lines time training only
     }
   }
   if (watchdog_) watchdog_->phase("the end of the run (sends, trace, profile, export)");

@@ -41,6 +41,15 @@ public:
 
 private:
   void iteration(int64_t it);
+  // Validation after iteration `it` (docs/runtime.md, "Validation"): the
+  // forward-only projection of the rank's stream, `validationRounds_` times,
+  // on the held-out set, in inference mode; prints the mean loss.
+  void validate(int64_t it);
+  // A validation micro-batch's slot is done once its outputs left (sent,
+  // copied to the next chunk, or the loss taken); it is returned at the end
+  // of the round, when every rank has posted its receives, so that waiting
+  // for its send cannot wait for a rank that waits for this one.
+  void releaseEvaluated(int chunk, Slot &s);
   void execute(const Instr &in, int64_t it);
   void loadData(int chunk, Slot &s, int mb, int64_t it);
   void compute(const Instr &in, int64_t it);
@@ -78,9 +87,17 @@ private:
   RunRecorder recorder_;
   std::unique_ptr<GradientSync> sync_; // made once the chunks are loaded
   std::unique_ptr<StageData> data_;
+  // --eval-data: the held-out fields, the stream's LOAD/FWD/SEND_ACT/RECV_ACT,
+  // the rounds per validation, and whether one is running.
+  std::unique_ptr<StageData> validationData_;
+  std::vector<Instr> forwardStream_;
+  int64_t validationRounds_ = 0;
+  bool validating_ = false;
+  std::vector<std::pair<int, Slot *>> evaluated_; // (chunk, slot) to return at the round's end
 
-  // Loss of the last stage, per iteration.
+  // Loss of the last stage, per iteration, and per validation.
   double lossSum_ = 0, lossCount_ = 0;
+  double validationLossSum_ = 0, validationLossCount_ = 0;
 
   // Watchdog: reports the instruction a rank is stuck in, then exits.
   Watchdog *watchdog_ = nullptr;

@@ -17,6 +17,11 @@ struct RunOptions {
   int logEvery = 1;
   std::string dataFile;  // empty: synthetic data from runtime.data
   std::optional<TokenDtype> dataDtype; // set: dataFile is a token file of these ids (docs/dataset-format.md)
+  // Validation (docs/runtime.md, "Validation"): forward-only passes over
+  // held-out data, in the same format as --data (and --data-dtype).
+  std::string evalDataFile; // empty: no validation
+  int evalEvery = 0;        // every K iterations and at the end; 0: at the end only
+  int evalIters = 0;        // rounds of m micro-batches per pass; 0: enough to cover the held-out set once
   std::string checkpointDir;
   int saveEvery = 0;
   std::string resumeDir;

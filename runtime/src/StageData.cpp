@@ -12,7 +12,17 @@ StageData::StageData(const Plan &plan, const std::string &dataFile, std::optiona
     if (!source_)
       throw Error(plan.planPath + ": runtime.data.fields is empty, so there is no synthetic data; pass --data FILE");
   }
-  for (const Chunk &ch : chunks) {
+  matchFields();
+}
+
+StageData::StageData(const Plan &plan, std::unique_ptr<io::DataSource> source, const std::vector<Chunk> &chunks)
+    : plan_(plan), chunks_(chunks), source_(std::move(source)) {
+  matchFields();
+}
+
+void StageData::matchFields() {
+  const Plan &plan = plan_;
+  for (const Chunk &ch : chunks_) {
     const pipec_stage_desc &d = ch.model->desc();
     fieldIndex_.emplace_back();
     for (int i = 0; i < d.num_data; ++i) {

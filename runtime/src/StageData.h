@@ -19,11 +19,16 @@ public:
   // throws Error.
   StageData(const Plan &plan, const std::string &dataFile, std::optional<TokenDtype> dataDtype, uint64_t seed,
             const std::vector<Chunk> &chunks);
+  // The same over an opened source (the held-out set of --eval-data); a rank
+  // whose chunks read no data keeps none.
+  StageData(const Plan &plan, std::unique_ptr<io::DataSource> source, const std::vector<Chunk> &chunks);
   // The fields of `chunk` for one micro-batch, from sample `first` on, each
   // at its offset of the chunk's data layout in `dst` (host memory).
   void read(int chunk, uint64_t first, char *dst);
 
 private:
+  void matchFields();
+
   const Plan &plan_;
   const std::vector<Chunk> &chunks_;
   std::unique_ptr<io::DataSource> source_;

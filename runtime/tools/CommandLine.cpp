@@ -63,6 +63,14 @@ CommandLine parseCommandLine(Tool tool, int argc, char **argv, RunOptions &o) {
               throw Error(name + " \"" + v + "\": expected " + choiceNames<TokenDtype>(" or "));
             o.dataDtype = dtype;
           });
+  app.add_option("--eval-data", o.evalDataFile,
+                 "held-out data (as --data, and with --data-dtype a token file too): a mean\nvalidation loss, "
+                 "forward only, without dropout, BatchNorm on its running statistics")
+      ->type_name("FILE");
+  checked(app, "--eval-every", "K", "validate every K iterations and at the end (default: at the end)",
+          count(o.evalEvery));
+  checked(app, "--eval-iters", "N",
+          "rounds of m micro-batches per validation (default: the held-out set once)", count(o.evalIters));
   if (piperun) {
     checked(app, "--log-every", "K", "progress line every K iterations (default 1)", count(o.logEvery));
     app.add_option("--checkpoint", o.checkpointDir, "write checkpoints to DIR ...")->type_name("DIR");

@@ -83,6 +83,13 @@ JobIdentity jobIdentity(const Plan &plan, const RunOptions &o) {
   option("--data-dtype", o.dataDtype ? choiceName(*o.dataDtype) : "none",
          o.dataDtype ? std::string("reads --data as a token file of ") + choiceName(*o.dataDtype) + " ids"
                      : "was started without --data-dtype");
+  // Validations are collective: every rank runs them at the same iterations.
+  if (o.evalDataFile.empty())
+    option("--eval-data", "none", "was started without --eval-data");
+  else
+    addFile(id, "--eval-data", "--eval-data", o.evalDataFile, "held-out data set");
+  option("--eval-every", std::to_string(o.evalEvery), "was started with --eval-every " + std::to_string(o.evalEvery));
+  option("--eval-iters", std::to_string(o.evalIters), "was started with --eval-iters " + std::to_string(o.evalIters));
   if (o.resumeDir.empty()) {
     option("--resume", "none", "was started without --resume");
   } else {

@@ -51,12 +51,14 @@ struct Runner {
   uint64_t seed;
   OptimizerConfig optimizer; // plan.json's with the overrides, checked
   std::unique_ptr<io::DataSource> data;
+  Validation validation; // --eval-data
   int V;
 
   Runner(const Plan &p, const RunOptions &o) : plan(p), opt(o), V(p.stages * p.chunks) {
     optimizer = resolveOptimizer(p, o.optimizer);
     seed = o.seedSet ? o.seed : p.seed;
     data = openDataSource(p, o.dataFile, o.dataDtype, seed);
+    validation = openValidation(p, o.evalDataFile, o.evalEvery, o.evalIters, o.dataDtype, seed);
   }
 
   std::unique_ptr<StageModel> makeModel(int vs) {
@@ -74,18 +76,42 @@ struct Runner {
     s.workspace.resize((size_t)m.desc().workspace_bytes);
   }
 
-  void load(StageModel &m, MbState &s, int64_t globalMb) {
+  void load(StageModel &m, MbState &s, int64_t globalMb, io::DataSource *source = nullptr) {
+    io::DataSource *from = source ? source : data.get();
     const pipec_stage_desc &d = m.desc();
     for (int i = 0; i < d.num_data; ++i) {
-      if (!data) throw Error("no data: pass --data or give runtime.data.fields");
-      const int f = data->fieldIndex(d.data[i].name);
-      if (f < 0) throw Error(data->describe() + ": no field named " + d.data[i].name);
-      data->read(f, (uint64_t)globalMb * plan.microbatchSize, plan.microbatchSize, s.data.data() + m.dataLayout().offsets[i]);
+      if (!from) throw Error("no data: pass --data or give runtime.data.fields");
+      const int f = from->fieldIndex(d.data[i].name);
+      if (f < 0) throw Error(from->describe() + ": no field named " + d.data[i].name);
+      from->read(f, (uint64_t)globalMb * plan.microbatchSize, plan.microbatchSize, s.data.data() + m.dataLayout().offsets[i]);
     }
   }
 
+  // Validation after iteration `it` (docs/runtime.md, "Validation"): every
+  // held-out micro-batch through the stages in inference mode with the
+  // current weights (models: one per virtual stage, in order).
+  void validate(const std::vector<StageModel *> &models, int64_t it) {
+    if (!validation.source || !((opt.evalEvery > 0 && (it + 1) % opt.evalEvery == 0) || it + 1 == opt.iters)) return;
+    std::vector<MbState> st(models.size());
+    for (size_t vs = 0; vs < models.size(); ++vs) alloc(*models[vs], st[vs]);
+    double lossSum = 0;
+    const int64_t count = validation.rounds * plan.microbatches;
+    for (int64_t g = 0; g < count; ++g)
+      for (size_t vs = 0; vs < models.size(); ++vs) {
+        StageModel &m = *models[vs];
+        st[vs].step = m.steps;
+        load(m, st[vs], g, validation.source.get());
+        if (vs > 0) copyPayload(st[vs].inputs, st[vs - 1].outputs);
+        const float loss = call(m, st[vs], 0, g, m.params().data(), /*inference=*/true);
+        if (vs + 1 == models.size()) lossSum += loss;
+      }
+    std::printf("pipeseq: validation after iter %lld/%d  loss %.6f  (%lld micro-batches of %lld, %s)\n",
+                (long long)(it + 1), opt.iters, lossSum / (double)count, (long long)count,
+                (long long)plan.microbatchSize, opt.evalDataFile.c_str());
+  }
+
   // op: 0 forward, 1 backward (B then W). Returns the loss of a forward on the last stage.
-  float call(StageModel &m, MbState &s, int op, int64_t globalMb, void *weights) {
+  float call(StageModel &m, MbState &s, int op, int64_t globalMb, void *weights, bool inference = false) {
     std::vector<void *> params = m.paramLayout().pointers((char *)weights);
     std::vector<void *> dataP = m.dataLayout().pointers(s.data.data());
     std::vector<void *> in = m.inputLayout().pointers(s.inputs.data());
@@ -108,6 +134,7 @@ struct Runner {
     c.workspace = s.workspace.data();
     c.loss = &loss;
     c.loss_scale = 1.0f;
+    c.inference = inference ? 1 : 0;
     if (op == 0) {
       m.lib().forward(c);
     } else {
@@ -241,6 +268,7 @@ struct Runner {
       }
       step(models, plan.microbatches, it);
       std::printf("pipeseq: iter %lld/%d  loss %.6f\n", (long long)(it + 1), opt.iters, lossSum / plan.microbatches);
+      validate(models, it);
     }
     exportWeights(models);
   }
@@ -357,6 +385,7 @@ struct Runner {
         if (pc[r] != streams[r].instrs.size())
           throw Error("pipeseq: the streams deadlock (rank " + std::to_string(r) + " at #" + std::to_string(pc[r]) + ")");
       std::printf("pipeseq: iter %lld/%d  loss %.6f\n", (long long)(it + 1), opt.iters, lossSum / plan.microbatches);
+      validate(replica0, it);
     }
     exportWeights(replica0);
   }

@@ -30,7 +30,7 @@
 extern "C" {
 #endif
 
-#define PIPEC_STAGE_ABI_VERSION 1
+#define PIPEC_STAGE_ABI_VERSION 2
 
 typedef enum pipec_dtype {
   PIPEC_F32 = 1,
@@ -101,6 +101,8 @@ typedef struct pipec_call {
   void *stream;              /* CUDA target: cudaStream_t; NULL on CPU */
   pipec_op_timer timer;      /* NULL unless profiling */
   void *timer_user;
+  int32_t inference;         /* forward: 1 evaluates (dropout off, BatchNorm on its running statistics, which
+                                stay as they are); 0 trains */
 } pipec_call;
 
 typedef struct pipec_optimizer_call {
