@@ -16,7 +16,8 @@ embedding, held by both stages), exported without dropout:
    in float64 (relative 1e-6: pipec-reference writes the loss in the model's
    float32), while the untrained model's loss is another (relative > 1e-4);
    export_to_onnx.py writes the same ONNX model from the file as from the
-   stage files.
+   stage files, and onnxruntime's logits on that model are PyTorch's
+   (relative 1e-5).
 
     safetensors_export.py --pipec build/bin/pipec --piperun build/bin/piperun \
         --pipeseq build/bin/pipeseq --pipec-reference build/bin/pipec-reference
@@ -29,6 +30,7 @@ import sys
 import tempfile
 
 import numpy as np
+import onnxruntime
 import torch
 import torch.nn.functional as F
 from safetensors.numpy import load_file
@@ -137,6 +139,14 @@ def main():
             check(error <= 1e-6 and moved > 1e-4,
                   f"{example}: PyTorch's loss with the file's weights {theirs_loss:.9f} equals pipec-reference's "
                   f"on the trained ONNX {ours:.9f} (relative {error:.1e}; untrained {untrained:.9f})")
+            # The ONNX model with the trained initializers, run by onnxruntime:
+            # PyTorch's logits with the file's weights.
+            session = onnxruntime.InferenceSession(from_file, providers=["CPUExecutionProvider"])
+            feed_name = session.get_inputs()[0].name
+            runtime_logits = session.run(None, {feed_name: inputs[:batch]})[0]
+            difference = float(np.abs(runtime_logits - logits.numpy()).max() / np.abs(logits.numpy()).max())
+            check(difference <= 1e-5, f"{example}: onnxruntime's logits on the exported ONNX model are PyTorch's "
+                                      f"with the file's weights (max relative {difference:.1e})")
     return check.status()
 
 
