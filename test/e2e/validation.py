@@ -13,7 +13,8 @@ statistics) and prints the mean loss:
    (safetensors) loaded into the CNN module in eval() mode, over the same
    held-out micro-batches (the last round wraps to the set's start), in
    float64 (relative 1e-5); pipeseq gives the same; and for the GPT, 2
-   replicas of one stage and a 1F1B-RR plan give pipeseq's validation loss;
+   replicas of one stage, a 1F1B-RR plan and ZB-V with 2 chunks per rank
+   give pipeseq's validation loss;
 3. --eval-every without --eval-data, and held-out arrays without the
    model's fields, are refused naming the reason and the file.
 
@@ -120,11 +121,13 @@ def main():
         check(close(seq, ours), f"CNN: pipeseq's validation losses {seq} are piperun's {ours}")
         # Replicas and 1F1B-RR, on the GPT (whose replicas and weight versions
         # hold no BatchNorm statistics, which replicas update apart).
-        for label, extra in (("2 replicas", ["--gpus", "1x2", "--stages", "1"]),
-                             ("1F1B-RR", ["--gpus", "1x2", "--stages", "2", "--async"])):
-            job = os.path.join(work, label.replace(" ", "-"))
-            run([args.pipec, os.path.join(ROOT, "examples", "gpt.onnx"), "--microbatches", "2", "--out", job,
-                 "--build", *extra])
+        for label, extra in (("2 replicas", ["--gpus", "1x2", "--stages", "1", "--microbatches", "2"]),
+                             ("1F1B-RR", ["--gpus", "1x2", "--stages", "2", "--async", "--microbatches", "2"]),
+                             ("ZB-V, 2 chunks (a chunk hands over to the next on its rank)",
+                              ["--gpus", "1x2", "--stages", "2", "--schedule", "zb-v", "--chunks", "2",
+                               "--microbatches", "4"])):
+            job = os.path.join(work, label.split(" ")[0].replace(",", ""))
+            run([args.pipec, os.path.join(ROOT, "examples", "gpt.onnx"), "--out", job, "--build", *extra])
             flags = ["--iters", "4", "--data", train, "--data-dtype", "uint16", "--eval-data", held_out,
                      "--eval-every", "2"]
             got = validations(mpirun(2, job, *flags))
