@@ -55,6 +55,15 @@ def read_tensor_file(path):
     return out
 
 
+def read_stage_files(folder):
+    """Every DIR/stage_<k>.bin of `piperun --export-weights DIR` as one
+    {name: ndarray} (a tied parameter's copies are equal; the last is kept)."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(folder, "stage_*.bin"))):
+        out.update(read_tensor_file(path))
+    return out
+
+
 SAFETENSORS_DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32, "BOOL": np.bool_}
 EXTERNAL_DATA_BYTES = 3 << 29  # 1.5 GiB
 

@@ -31,7 +31,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "runtime", "tools"))
 import pipeline_training  # noqa: E402
-from export_to_onnx import read_tensor_file  # noqa: E402
+from export_to_onnx import read_stage_files as weights  # noqa: E402
 
 WIDTH, LAYERS, BATCH, CLASSES = 512, 4, 8, 10
 DELAYS = [0.4, 0.8, 1.2, 1.6, 2.0]
@@ -75,13 +75,6 @@ def descendants(pid):
             found += children
             todo += children
     return found
-
-
-def weights(folder):
-    out = {}
-    for path in sorted(glob.glob(os.path.join(folder, "stage_*.bin"))):
-        out.update(read_tensor_file(path))
-    return out
 
 
 def main():

@@ -25,7 +25,6 @@ refused too (test/security covers that message).
     resume_other_plan.py --pipec build/bin/pipec --piperun build/bin/piperun
 """
 import argparse
-import glob
 import os
 import sys
 import tempfile
@@ -37,7 +36,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "runtime", "tools"))
 import pipeline_training  # noqa: E402
-from export_to_onnx import read_tensor_file  # noqa: E402
+from export_to_onnx import read_stage_files as weights  # noqa: E402
 
 TOLERANCE = 1e-5
 MLP, GPT = os.path.join(ROOT, "examples", "mlp.onnx"), os.path.join(ROOT, "examples", "gpt.onnx")
@@ -64,13 +63,6 @@ def run(command):
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
     return result
-
-
-def weights(folder):
-    out = {}
-    for path in sorted(glob.glob(os.path.join(folder, "stage_*.bin"))):
-        out.update(read_tensor_file(path))
-    return out
 
 
 def difference(a, b):

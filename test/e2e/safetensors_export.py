@@ -23,7 +23,6 @@ embedding, held by both stages), exported without dropout:
         --pipeseq build/bin/pipeseq --pipec-reference build/bin/pipec-reference
 """
 import argparse
-import glob
 import json
 import os
 import sys
@@ -41,7 +40,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "runtime", "tools"))
 import pipeline_training  # noqa: E402
 from pipeline_training import write_dataset  # noqa: E402
-from export_to_onnx import read_tensor_file  # noqa: E402
+from export_to_onnx import read_stage_files  # noqa: E402
 
 STEPS = 3
 
@@ -87,9 +86,7 @@ def main():
             run([args.pipeseq, job, "--iters", str(STEPS), "--data", data, "--export-weights", sequential])
 
             weights = load_file(single)
-            staged = {}
-            for stage_file in sorted(glob.glob(os.path.join(folder, "stage_*.bin"))):
-                staged.update(read_tensor_file(stage_file))
+            staged = read_stage_files(folder)
             same = set(weights) == set(staged) and all(
                 weights[n].dtype == staged[n].dtype and weights[n].shape == staged[n].shape and
                 weights[n].tobytes() == staged[n].tobytes() for n in staged)
