@@ -1,4 +1,5 @@
 #include "passes/Pipeline.h"
+#include "analysis/Settings/Declared.h"
 #include "passes/OptionsBinder.h"
 
 #include "mlir/Pass/PassOptions.h"
@@ -113,13 +114,14 @@ private:
 } // namespace
 
 void registerPipecPipeline() {
+  // The registry keeps a reference to the description: it lives as long.
+  static const std::string description =
+      "The whole compilation after import, as `pipec MODEL " + settings::flag(settings::kGpus) +
+      " ... --emit=optimized` runs it: append-loss, estimate-costs, partition (the planner), [-O2: "
+      "recognize-composites, canonicalize-gemm], autodiff, optimizer, outline-stages, recompute and weight-stashing "
+      "as planned, verify-pipeline, [-O2: canonicalize-gemm, fuse-gemm-epilogue, fuse-elementwise, plan-memory]";
   mlir::registerPassPipeline(
-      "pipec-pipeline",
-      "The whole compilation after import, as `pipec MODEL --gpus ... --emit=optimized` runs it: "
-      "append-loss, estimate-costs, partition (the planner), [-O2: recognize-composites, "
-      "canonicalize-gemm], autodiff, "
-      "optimizer, outline-stages, recompute and weight-stashing as planned, verify-pipeline, "
-      "[-O2: canonicalize-gemm, fuse-gemm-epilogue, fuse-elementwise, plan-memory]",
+      "pipec-pipeline", description,
       [](mlir::OpPassManager &pm, llvm::StringRef text,
          llvm::function_ref<mlir::LogicalResult(const llvm::Twine &)> errorHandler) {
         PipelineOptions options;

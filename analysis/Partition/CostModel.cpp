@@ -1,6 +1,7 @@
 // CostModel: the numbers of design.md §2 for a cost table on a topology, and
 // PipeDream's objective for a partition tree (docs/partition.md).
 #include "analysis/Partition/Partitioner.h"
+#include "analysis/Settings/Declared.h"
 
 #include "analysis/Partition/CostModelDetail.h"
 #include "analysis/Partition/Error.h"
@@ -24,10 +25,10 @@ CostModel::CostModel(const CostTable &table, const Topology &topology, const Par
     throw Error("cost table: no ops");
   validateCostTable(table, "cost table");
   if (options.microbatches < 1 || options.microbatches > kMaxMicrobatches)
-    throw Error("--microbatches " + std::to_string(options.microbatches) + ": must be between 1 and " +
+    throw Error((settings::flag(settings::kMicrobatches) + " ") + std::to_string(options.microbatches) + ": must be between 1 and " +
                 std::to_string(kMaxMicrobatches));
   if (options.forcedStages < 0 || options.forcedStages > kMaxDevices)
-    throw Error("--stages " + std::to_string(options.forcedStages) + ": must be between 1 and " +
+    throw Error((settings::flag(settings::kStages) + " ") + std::to_string(options.forcedStages) + ": must be between 1 and " +
                 std::to_string(kMaxDevices));
   limit_ = options.memoryLimitBytes < 0   ? kInf
            : options.memoryLimitBytes > 0 ? static_cast<double>(options.memoryLimitBytes)

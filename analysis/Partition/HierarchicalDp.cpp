@@ -2,6 +2,7 @@
 // runs on, the solver, the boundary refinement after a grouped run and the
 // search-size budget (docs/partition.md).
 #include "analysis/Partition/HierarchicalDp.h"
+#include "analysis/Settings/Declared.h"
 
 #include "analysis/Partition/CostModelDetail.h"
 #include "analysis/Partition/Error.h"
@@ -597,14 +598,14 @@ void checkSearchSize(const Topology &topology, const PartitionOptions &options, 
   if (work <= kMaxWork && bytes <= kMaxBytes)
     return;
   std::ostringstream os;
-  os << (options.forcedStages > 0 ? "--stages " + std::to_string(options.forcedStages) + " on " : std::string())
+  os << (options.forcedStages > 0 ? (settings::flag(settings::kStages) + " ") + std::to_string(options.forcedStages) + " on " : std::string())
      << topology.totalDevices() << " devices (" << topology.describe() << "): the partition search would take about "
      << static_cast<int64_t>(std::min(work * kSecondsPerStep, 1e12)) << " s and " << formatBytes(bytes) << " with "
      << layers << (static_cast<size_t>(layers) == numOps ? " ops" : " layers") << " (limits: about "
      << static_cast<int>(kMaxWork * kSecondsPerStep) << " s, " << formatBytes(kMaxBytes) << "); "
      << (options.forcedStages > 0 ? "ask for fewer stages, let the DP choose the depth, "
-                                  : "use fewer devices per level (or more levels in a --cluster file), ")
-     << "or evaluate a hand-made split with --partition";
+                                  : ("use fewer devices per level (or more levels in a " + settings::flag(settings::kCluster) + " file), "))
+     << ("or evaluate a hand-made split with " + settings::flag(settings::kPartitionFile));
   throw Error(os.str());
 }
 

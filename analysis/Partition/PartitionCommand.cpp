@@ -14,22 +14,22 @@ namespace pipec::partition {
 
 Topology PartitionCliOptions::topology() const {
   if (!gpus.empty() && !clusterFile.empty())
-    throw Error("give --gpus or --cluster, not both");
+    throw Error(("give " + settings::flag(settings::kGpus) + " or " + settings::flag(settings::kCluster) + ", not both"));
   if (gpus.empty() && clusterFile.empty())
-    throw Error("missing --gpus NxG or --cluster FILE");
+    throw Error(("missing " + settings::flag(settings::kGpus) + " NxG or " + settings::flag(settings::kCluster) + " FILE"));
   if (!clusterFile.empty()) {
     if (intraBytesPerSecond > 0 || interBytesPerSecond > 0)
-      throw Error("--intra-bw/--inter-bw apply to --gpus; set bandwidths in the cluster file");
+      throw Error((settings::flag(settings::kIntraBandwidth) + "/" + settings::flag(settings::kInterBandwidth) + " apply to " + settings::flag(settings::kGpus) + "; set bandwidths in the cluster file"));
     Topology t = readClusterJsonFile(clusterFile);
     if (deviceGiven) {
-      const DevicePreset &p = requireDevicePreset(device, "--device");
+      const DevicePreset &p = requireDevicePreset(device, settings::flag(settings::kDevice));
       if (!t.device.empty() && t.device != p.name)
-        throw Error("--device " + device + " disagrees with \"device\": \"" + t.device + "\" in " + clusterFile);
+        throw Error((settings::flag(settings::kDevice) + " ") + device + " disagrees with \"device\": \"" + t.device + "\" in " + clusterFile);
       t.device = std::string(p.name);
     }
     return t;
   }
-  return makeGpusTopology(parseGpusSpec(gpus), requireDevicePreset(device, "--device"),
+  return makeGpusTopology(parseGpusSpec(gpus), requireDevicePreset(device, settings::flag(settings::kDevice)),
                           intraBytesPerSecond, interBytesPerSecond);
 }
 
@@ -42,16 +42,16 @@ void PartitionCliOptions::bind(settings::Binder &b) {
   });
   b.text(kCluster, clusterFile);
   b.onText(kDevice, [this](const std::string &value) {
-    requireDevicePreset(value, "--device");
+    requireDevicePreset(value, settings::flag(settings::kDevice));
     device = value;
     deviceGiven = true;
   });
   b.onText(kIntraBandwidth,
-           [this](const std::string &value) { intraBytesPerSecond = parseGigabytesPerSecond(value, "--intra-bw"); });
+           [this](const std::string &value) { intraBytesPerSecond = parseGigabytesPerSecond(value, settings::flag(settings::kIntraBandwidth)); });
   b.onText(kInterBandwidth,
-           [this](const std::string &value) { interBytesPerSecond = parseGigabytesPerSecond(value, "--inter-bw"); });
+           [this](const std::string &value) { interBytesPerSecond = parseGigabytesPerSecond(value, settings::flag(settings::kInterBandwidth)); });
   b.onText(kMemoryLimit,
-           [this](const std::string &value) { options.memoryLimitBytes = parseByteSize(value, "--memory-limit"); });
+           [this](const std::string &value) { options.memoryLimitBytes = parseByteSize(value, settings::flag(settings::kMemoryLimit)); });
   b.integer(kStages, options.forcedStages);
   b.onFlag(kNoReplication, [this](bool value) { options.allowReplication = !value; });
   b.onInteger(kMicrobatches, [this](int64_t value) {
@@ -148,7 +148,7 @@ PartitionResult runPartition(const CostTable &table, const PartitionCliOptions &
 
 int runPartitionCommand(const PartitionCliOptions &o, std::ostream &out, std::ostream &err) {
   if (o.costsFile.empty()) {
-    err << "pipec partition: missing --costs FILE (see pipec partition --help)\n";
+    err << ("pipec partition: missing " + settings::flag(settings::kCosts) + " FILE (see pipec partition --help)\n");
     return 2;
   }
   try {

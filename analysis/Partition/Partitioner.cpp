@@ -3,6 +3,7 @@
 // cost table, the better plan described (Describe.cpp), and the messages when
 // nothing fits (docs/partition.md).
 #include "analysis/Partition/Partitioner.h"
+#include "analysis/Settings/Declared.h"
 
 #include "analysis/Partition/DeviceRanges.h"
 #include "analysis/Partition/Error.h"
@@ -101,7 +102,7 @@ std::string memoryShortfall(const CostTable &table, const Topology &topology,
   os << "; the least any partition needs is about " << formatBytes(need) << " per device ("
      << formatBytes(need - limit) << " more), in a partition where";
   listStagesOverLimit(os, table, r.stages, limit, true);
-  os << " (try --recompute, fewer micro-batches in flight, more devices or a larger --memory-limit)";
+  os << (" (try " + settings::flag(settings::kRecompute) + ", fewer micro-batches in flight, more devices or a larger " + settings::flag(settings::kMemoryLimit) + ")");
   return os.str();
 }
 
@@ -169,12 +170,12 @@ PartitionResult evaluateInTableOrder(const CostTable &table, const Topology &top
 PartitionResult partition(const CostTable &table, const Topology &topology, const PartitionOptions &options) {
   CostModel model(table, topology, options);
   if (options.forcedStages > topology.totalDevices())
-    throw Error("--stages " + std::to_string(options.forcedStages) + ": only " +
+    throw Error((settings::flag(settings::kStages) + " ") + std::to_string(options.forcedStages) + ": only " +
                 std::to_string(topology.totalDevices()) + " devices");
   std::vector<int> ends =
       groupIntoLayers(model, options.maxLayers > 0 ? options.maxLayers : autoMaxLayers(topology, options));
   if (options.forcedStages > static_cast<int>(ends.size()))
-    throw Error("--stages " + std::to_string(options.forcedStages) + ": the graph has only " +
+    throw Error((settings::flag(settings::kStages) + " ") + std::to_string(options.forcedStages) + ": the graph has only " +
                 std::to_string(ends.size()) + (ends.size() == table.ops.size() ? " ops" : " layers"));
   // Refuse what would run for minutes or exhaust memory rather than hang; the
   // stage-count dimension and wide levels multiply the DP's work.

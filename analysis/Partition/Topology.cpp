@@ -1,4 +1,5 @@
 #include "analysis/Partition/Topology.h"
+#include "analysis/Settings/Declared.h"
 
 #include "analysis/Partition/Error.h"
 #include "analysis/Partition/InputFiles.h"
@@ -169,16 +170,16 @@ GpusSpec parseGpusSpec(std::string_view text) {
   GpusSpec spec;
   if (x == std::string_view::npos || !parsePositiveInt(text.substr(0, x), spec.servers) ||
       !parsePositiveInt(text.substr(x + 1), spec.devicesPerServer))
-    throw Error("--gpus '" + std::string(text) +
+    throw Error((settings::flag(settings::kGpus) + " '") + std::string(text) +
                 "': expected NxG with N servers and G devices per server, both positive integers "
                 "(e.g. 2x8)");
   for (auto [count, what] : {std::pair<int, const char *>{spec.servers, "servers"},
                              {spec.devicesPerServer, "devices per server"}})
     if (count > kMaxFanout)
-      throw Error("--gpus '" + std::string(text) + "': " + std::to_string(count) + " " + what +
+      throw Error((settings::flag(settings::kGpus) + " '") + std::string(text) + "': " + std::to_string(count) + " " + what +
                   " is over the limit of " + std::to_string(kMaxFanout));
   if (static_cast<int64_t>(spec.servers) * spec.devicesPerServer > kMaxDevices)
-    throw Error("--gpus '" + std::string(text) + "': " +
+    throw Error((settings::flag(settings::kGpus) + " '") + std::string(text) + "': " +
                 std::to_string(static_cast<int64_t>(spec.servers) * spec.devicesPerServer) +
                 " devices, over the limit of " + std::to_string(kMaxDevices));
   return spec;
@@ -190,7 +191,7 @@ Topology makeGpusTopology(GpusSpec spec, const DevicePreset &device, double intr
   t.deviceMemoryBytes = device.memoryBytes;
   t.levels.push_back({spec.devicesPerServer, intra > 0 ? intra : device.intraServerBytesPerSecond, "nvlink"});
   t.levels.push_back({spec.servers, inter > 0 ? inter : device.interServerBytesPerSecond, "network"});
-  t.verify("--gpus");
+  t.verify(settings::flag(settings::kGpus));
   return t;
 }
 

@@ -294,8 +294,8 @@ struct Search {
       const schedule::ScheduleFamily &named = familyOf(request.schedule); // throws on an unknown name
       const auto isAsync = [](const schedule::ScheduleFamily &f) { return f.asynchronous; };
       if (async && !named.asynchronous)
-        throw schedule::ScheduleError("--async runs " + schedule::scheduleFamilyNames(isAsync, " or ") +
-                                      " (weight stashing); --schedule " + request.schedule + " is synchronous");
+        throw schedule::ScheduleError((settings::flag(settings::kAsync) + " runs ") + schedule::scheduleFamilyNames(isAsync, " or ") +
+                                      (" (weight stashing); " + settings::flag(settings::kSchedule) + " ") + request.schedule + " is synchronous");
       return {request.schedule};
     }
     // Without --async, the families with a search order: an asynchronous
@@ -320,7 +320,7 @@ struct Search {
     const int64_t devices = topology.totalDevices();
     const int ops = static_cast<int>(table.ops.size());
     if (request.chunks > 1 && explicitFamily && !chunkedFamily(request.schedule))
-      throw schedule::ScheduleError("--chunks " + std::to_string(request.chunks) + " needs --schedule " +
+      throw schedule::ScheduleError((settings::flag(settings::kChunks) + " ") + std::to_string(request.chunks) + (" needs " + settings::flag(settings::kSchedule) + " ") +
                                     schedule::scheduleFamilyNames(chunked, " or "));
 
     // One-chunk families: the DP under every stage count worth trying.
@@ -418,10 +418,10 @@ struct Search {
         schedule::checkChunks(familyOf(f), v);
         if (p < 2 || static_cast<int64_t>(p) * v > ops ||
             static_cast<int64_t>(p) * v > partition::kMaxDevices || !request.partition.partitionFile.empty()) {
-          std::string why = f + " --chunks " + std::to_string(v) + " on " + std::to_string(p) +
+          std::string why = f + (" " + settings::flag(settings::kChunks) + " ") + std::to_string(v) + " on " + std::to_string(p) +
                             " ranks needs " + std::to_string(static_cast<int64_t>(p) * v) +
                             " virtual stages" +
-                            (!request.partition.partitionFile.empty() ? " (not with --partition)"
+                            (!request.partition.partitionFile.empty() ? (" (not with " + settings::flag(settings::kPartitionFile) + ")")
                                                                       : "; the model has " + std::to_string(ops) + " ops");
           if (explicitFamily)
             throw schedule::ScheduleError(why);
@@ -518,10 +518,10 @@ Request withBatchSize(const partition::CostTable &table, const Request &request)
   const int64_t n = request.batchSize, b = table.microbatchSize;
   if (n == 0)
     return out;
-  const std::string asked = "--batch-size " + std::to_string(n);
+  const std::string asked = (settings::flag(settings::kBatchSize) + " ") + std::to_string(n);
   if (b <= 0)
-    throw Error(asked + ": the model's micro-batch size is unknown (a cost table does not give it); "
-                        "give the micro-batches per step with --microbatches");
+    throw Error(asked + ": the model's micro-batch size is unknown (a cost table does not give it); " +
+                        ("give the micro-batches per step with " + settings::flag(settings::kMicrobatches)));
   if (n % b != 0) {
     const int64_t below = n / b * b;
     throw Error(asked + " is not a multiple of the model's micro-batch size " + std::to_string(b) +
@@ -534,7 +534,7 @@ Request withBatchSize(const partition::CostTable &table, const Request &request)
                 ", over the limit of " + std::to_string(partition::kMaxMicrobatches));
   if (request.partition.microbatchesGiven && request.partition.options.microbatches != m)
     throw Error(asked + " is " + std::to_string(m) + " micro-batches of " + std::to_string(b) +
-                ", but --microbatches says " + std::to_string(request.partition.options.microbatches));
+                (", but " + settings::flag(settings::kMicrobatches) + " says ") + std::to_string(request.partition.options.microbatches));
   out.partition.microbatchesGiven = true;
   out.partition.options.microbatches = static_cast<int>(m);
   return out;
@@ -572,7 +572,7 @@ Plan plan(const partition::CostTable &table, const Request &given) {
     return a.partition.devicesUsed < b.partition.devicesUsed;
   });
   if (request.rank < 1 || static_cast<size_t>(request.rank) > search.all.size())
-    throw Error("--plan-rank " + std::to_string(request.rank) + ": the planner ranked " +
+    throw Error((settings::flag(settings::kPlanRank) + " ") + std::to_string(request.rank) + ": the planner ranked " +
                 std::to_string(search.all.size()) + " plans");
   // The chosen plan leads the ranking (what is printed and written).
   std::rotate(search.all.begin(), search.all.begin() + (request.rank - 1),
@@ -603,12 +603,12 @@ Plan plan(const partition::CostTable &table, const Request &given) {
 namespace {
 std::string batchSourceText(BatchSource source) {
   switch (source) {
-  case BatchSource::BatchSize: return "--batch-size";
-  case BatchSource::Microbatches: return "--microbatches";
+  case BatchSource::BatchSize: return settings::flag(settings::kBatchSize);
+  case BatchSource::Microbatches: return settings::flag(settings::kMicrobatches);
   case BatchSource::Planner: break;
   }
   return "the planner's choice: at most " + std::to_string(settings::kDefaultMaxBatchSize) +
-         " samples unless the replicas need more; --batch-size N sets it";
+         (" samples unless the replicas need more; " + settings::flag(settings::kBatchSize) + " N sets it");
 }
 
 /// Samples per optimizer step: the chosen micro-batch count times the
@@ -631,7 +631,7 @@ void printBatch(std::ostream &os, const partition::CostTable &table, const Plan 
        << "); the samples per micro-batch are the model's\n";
   if (!plan.microbatchSizesTried.empty()) {
     os << "micro-batch size: " << b << " (" << plan.microbatchSizeSource
-       << ": the lowest simulated time per sample of the sizes tried; --micro-batch-size b sets it)\n"
+       << (": the lowest simulated time per sample of the sizes tried; " + settings::flag(settings::kMicrobatchSize) + " b sets it)\n")
        << "  size  samples/step  time per sample\n";
     for (const plan::MicrobatchSizeTried &tried : plan.microbatchSizesTried) {
       os << std::setw(6) << tried.size << "  ";
@@ -678,7 +678,7 @@ void printPlan(std::ostream &os, const partition::CostTable &table,
      << " x one micro-batch of the largest stage\n";
   os << std::defaultfloat;
   if (plan.chosenRank > 1) {
-    os << "chosen: plan " << plan.chosenRank << " of the ranking (--plan-rank) of " << plan.evaluated
+    os << "chosen: plan " << plan.chosenRank << (" of the ranking (" + settings::flag(settings::kPlanRank) + ") of ") << plan.evaluated
        << " plans evaluated (" << plan.rejected << " rejected); the others move down one place\n";
   } else if (plan.ranked.size() > 1 || plan.evaluated > 1) {
     os << "chosen: the lowest simulated time per sample of " << plan.evaluated << " plans evaluated ("

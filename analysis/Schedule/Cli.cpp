@@ -66,14 +66,14 @@ void ScheduleCliOptions::bind(settings::Binder &b) {
     problem.replicas.clear();
     std::stringstream ss(value);
     for (std::string item; std::getline(ss, item, ',');)
-      problem.replicas.push_back(parseInt("--replicas", item, 1, kMaxRanks));
+      problem.replicas.push_back(parseInt(settings::flag(settings::kReplicas), item, 1, kMaxRanks));
     if (problem.replicas.empty())
-      throw ScheduleError("--replicas: empty list");
+      throw ScheduleError((settings::flag(settings::kReplicas) + ": empty list"));
   });
   b.integer(kInFlight, problem.inFlight);
-  b.onText(kCostF, [this](const std::string &value) { problem.costF = parseList("--cost-f", value); });
-  b.onText(kCostB, [this](const std::string &value) { problem.costB = parseList("--cost-b", value); });
-  b.onText(kCostW, [this](const std::string &value) { problem.costW = parseList("--cost-w", value); });
+  b.onText(kCostF, [this](const std::string &value) { problem.costF = parseList(settings::flag(settings::kCostF), value); });
+  b.onText(kCostB, [this](const std::string &value) { problem.costB = parseList(settings::flag(settings::kCostB), value); });
+  b.onText(kCostW, [this](const std::string &value) { problem.costW = parseList(settings::flag(settings::kCostW), value); });
   b.real(kComm, problem.comm);
   b.real(kAllreduceCost, problem.allreduceCost);
   b.onText(kActivationMemoryLimit, [this](const std::string &value) {
@@ -81,9 +81,9 @@ void ScheduleCliOptions::bind(settings::Binder &b) {
     std::string t = value;
     if (!t.empty() && (t.back() == 'p' || t.back() == 'P'))
       t.pop_back();
-    const double k = t.empty() ? 1.0 : parseNumber("--memory-limit", t);
+    const double k = t.empty() ? 1.0 : parseNumber(settings::flag(settings::kMemoryLimit), t);
     if (!(k > 0))
-      throw ScheduleError("--memory-limit must be positive and finite");
+      throw ScheduleError((settings::flag(settings::kMemoryLimit) + " must be positive and finite"));
     memoryLimit = value;
   });
   b.real(kWMemFrac, problem.wMemFrac);
@@ -98,12 +98,12 @@ void ScheduleCliOptions::bind(settings::Binder &b) {
     recomputeStages.clear();
     std::stringstream ss(value);
     for (std::string item; std::getline(ss, item, ',');)
-      recomputeStages.push_back(parseInt("--recompute-stages", item, 0, kMaxStages - 1));
+      recomputeStages.push_back(parseInt(settings::flag(settings::kRecomputeStages), item, 0, kMaxStages - 1));
     if (recomputeStages.empty())
-      throw ScheduleError("--recompute-stages: empty list");
+      throw ScheduleError((settings::flag(settings::kRecomputeStages) + ": empty list"));
   });
   b.onText(kBoundaryActivation,
-           [this](const std::string &value) { problem.boundaryActivation = parseList("--boundary-activation", value); });
+           [this](const std::string &value) { problem.boundaryActivation = parseList(settings::flag(settings::kBoundaryActivation), value); });
   b.flag(kVerticalSync, problem.verticalSync);
   b.flag(kCompare, compare);
   b.flag(kJson, json);
@@ -130,16 +130,16 @@ ScheduleCliOptions resolve(ScheduleCliOptions a) {
     const bool perStage = !t.empty() && (t.back() == 'p' || t.back() == 'P');
     if (perStage)
       t.pop_back();
-    const double k = t.empty() ? 1.0 : parseNumber("--memory-limit", t);
+    const double k = t.empty() ? 1.0 : parseNumber(settings::flag(settings::kMemoryLimit), t);
     a.problem.memoryLimit = perStage ? k * a.problem.stages : k;
     if (!(a.problem.memoryLimit > 0) || !std::isfinite(a.problem.memoryLimit))
-      throw ScheduleError("--memory-limit must be positive and finite");
+      throw ScheduleError((settings::flag(settings::kMemoryLimit) + " must be positive and finite"));
   }
   if (!a.recomputeStages.empty()) {
     a.problem.recompute.assign(a.problem.stages, 0);
     for (int st : a.recomputeStages) {
       if (st < 0 || st >= a.problem.stages)
-        throw ScheduleError("--recompute-stages: stage " + std::to_string(st) + " out of range");
+        throw ScheduleError((settings::flag(settings::kRecomputeStages) + ": stage ") + std::to_string(st) + " out of range");
       a.problem.recompute[st] = 1;
     }
   }
@@ -147,7 +147,7 @@ ScheduleCliOptions resolve(ScheduleCliOptions a) {
   if (a.problem.replicas.size() == 1)
     a.problem.replicas.assign(a.problem.stages, a.problem.replicas[0]);
   if (!a.compare && a.schedule.empty() && !a.optimal)
-    throw ScheduleError("--schedule NAME, --compare or --optimal is required (see --help)");
+    throw ScheduleError((settings::flag(settings::kSchedule) + " NAME, " + settings::flag(settings::kCompare) + " or " + settings::flag(settings::kOptimal) + " is required (see --help)"));
   // --compare and a family that chooses among the others (auto) run several
   // families side by side.
   const ScheduleFamily *family = findScheduleFamily(a.schedule);
@@ -299,10 +299,12 @@ static int runResolved(const ScheduleCliOptions &args, std::ostream &out, std::o
       row.ok = true;
       char text[320];
       const double gap = best.makespan > 0 ? (best.makespan - best.lowerBound) / best.makespan : 0;
+      const std::string found = best.proven ? std::string("proven optimum")
+                                            : "best found (not proven within " +
+                                                  settings::flag(settings::kOptimalSeconds) + ")";
       std::snprintf(text, sizeof text,
                     "optimal: %s %.4f, proved lower bound %.4f (gap %.2f%%), %ld branch-and-bound nodes in %.2f s\n",
-                    best.proven ? "proven optimum" : "best found (not proven within --optimal-seconds)",
-                    best.makespan, best.lowerBound, 100 * gap, best.nodes, best.seconds);
+                    found.c_str(), best.makespan, best.lowerBound, 100 * gap, best.nodes, best.seconds);
       certificate = text;
       if (args.json) {
         nlohmann::json j{{"schedule", "optimal"}, {"proven", best.proven}, {"makespan", best.makespan},

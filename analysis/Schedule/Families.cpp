@@ -1,4 +1,5 @@
 #include "analysis/Schedule/Families.h"
+#include "analysis/Settings/Declared.h"
 
 #include "analysis/Schedule/Schedule.h"
 
@@ -21,7 +22,7 @@ const std::vector<ScheduleFamily> &scheduleFamilies() {
        1, false, I, false, false, true, false, false, 1, false},
     {K::OneFOneBRR, choiceName(K::OneFOneBRR), "asynchronous 1F1B: weight stashing, no flush, replicas round-robin (PipeDream)",
        1, false, I, true, false, true, false, false, 0, false},
-    {K::Interleaved, choiceName(K::Interleaved), "1F1B over --chunks model chunks per rank (Megatron)",
+    {K::Interleaved, choiceName(K::Interleaved), ("1F1B over " + settings::flag(settings::kChunks) + " model chunks per rank (Megatron)"),
        2, true, I, false, false, false, true, false, 6, false},
     {K::ZbH1, choiceName(K::ZbH1), "zero bubble H1: W's fill the drain at 1F1B's memory",
        1, false, I, false, true, true, false, false, 2, false},
@@ -80,7 +81,7 @@ void checkChunks(const ScheduleFamily &family, int chunks) {
     return;
   const std::string name(family.name);
   if (family.chunks == 1)
-    throw ScheduleError(name + " has one chunk per rank; --chunks " + std::to_string(chunks) + " applies to " +
+    throw ScheduleError(name + (" has one chunk per rank; " + settings::flag(settings::kChunks) + " ") + std::to_string(chunks) + " applies to " +
                         scheduleFamilyNames([](const ScheduleFamily &f) { return f.anyChunks; }, " or "));
   throw ScheduleError(name + " places exactly " + std::to_string(family.chunks) + " chunks per rank");
 }

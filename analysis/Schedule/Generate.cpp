@@ -4,6 +4,7 @@
 // (Lower.cpp), then validates the result. generateFastest() picks the best
 // family for `pipec schedule --schedule auto`.
 #include "analysis/Schedule/Orders.h"
+#include "analysis/Settings/Declared.h"
 
 #include <algorithm>
 #include <cassert>
@@ -225,7 +226,7 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
   }
   }
   if (problem.verticalSync && !family.asynchronous)
-    throw ScheduleError("--vertical-sync applies to " +
+    throw ScheduleError((settings::flag(settings::kVerticalSync) + " applies to ") +
                         scheduleFamilyNames([](const ScheduleFamily &f) { return f.asynchronous; }, " or ") +
                         " only (" + name + " is synchronous)");
   lower(s, withRecompute(s, orders));

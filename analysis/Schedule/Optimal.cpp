@@ -18,6 +18,7 @@
 // The lowering and the simulator run the solution's per-stage order as soon
 // as possible, which cannot be slower than the program's start times.
 #include "analysis/Schedule/Orders.h"
+#include "analysis/Settings/Declared.h"
 
 #include <algorithm>
 #include <chrono>
@@ -49,10 +50,10 @@ constexpr int kMaxStages = 8, kMaxMicrobatches = 16;
 
 void requireInScope(const Problem &P) {
   auto out = [](const std::string &why) {
-    throw ScheduleError("--optimal: " + why);
+    throw ScheduleError((settings::flag(settings::kOptimal) + ": ") + why);
   };
   if (P.chunks != 1)
-    out("one model chunk per rank only (got --chunks " + std::to_string(P.chunks) + ")");
+    out(("one model chunk per rank only (got " + settings::flag(settings::kChunks) + " ") + std::to_string(P.chunks) + ")");
   if (P.numRanks() != P.stages)
     out("no replicas (one rank per stage)");
   for (int st = 0; st < P.stages; ++st)
@@ -94,7 +95,7 @@ double minFreeingWork(const Problem &P, int st, int held, int done) {
 #ifndef PIPEC_WITH_CBC
 OptimalResult optimalSchedule(const Problem &problem, double) {
   requireInScope(problem);
-  throw ScheduleError("--optimal: this pipec was built without COIN-OR CBC (install coinor-libcbc-dev and "
+  throw ScheduleError((settings::flag(settings::kOptimal) + ": this pipec was built without COIN-OR CBC (install coinor-libcbc-dev and ") +
                       "configure with -DPIPEC_WITH_CBC=ON)");
 }
 #else
@@ -340,7 +341,7 @@ OptimalResult optimalSchedule(const Problem &problemIn, double seconds) {
   model.branchAndBound();
   const double *x = model.bestSolution();
   if (!x)
-    throw ScheduleError("--optimal: no schedule found within " + std::to_string(seconds) +
+    throw ScheduleError((settings::flag(settings::kOptimal) + ": no schedule found within ") + std::to_string(seconds) +
                         " s (the memory limit may admit none)");
 
   // Each stage's operations in the order of their start times.
@@ -369,7 +370,7 @@ OptimalResult optimalSchedule(const Problem &problemIn, double seconds) {
   result.nodes = model.getNodeCount();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (P.memoryLimit > 0 && sim.maxPeakMemory > P.memoryLimit + 1e-6)
-    throw ScheduleError("--optimal: the solution holds " + std::to_string(sim.maxPeakMemory) +
+    throw ScheduleError((settings::flag(settings::kOptimal) + ": the solution holds ") + std::to_string(sim.maxPeakMemory) +
                         " units, over the limit (a defect of the program)");
   return result;
 }

@@ -41,6 +41,10 @@ struct Setting {
   /// The help with the accepted values, as binders show it.
   std::string fullHelp() const { return acceptedValues ? std::string(help) + ": " + acceptedValues() : help; }
 };
+/// How a command line spells the setting ("--stages"): messages that name
+/// an option build it from its declaration, so that the flag is spelled once.
+inline std::string flag(const Setting &setting) { return std::string("--") + setting.name; }
+
 /// A whole number in [min, max].
 struct IntSetting : Setting {
   int64_t min, max;

@@ -273,7 +273,7 @@ mlir::FailureOr<int64_t> chooseMicrobatchSize(const CompileOptions &options,
       // (its replicas' micro-batches) is only taken when every size does.
       if (batchSize == 0 && *attempt.samplesPerStep > settings::kDefaultMaxBatchSize)
         attempt.rejection = "over the default " + std::to_string(settings::kDefaultMaxBatchSize) +
-                            " samples per step; --batch-size N allows it";
+                            (" samples per step; " + settings::flag(settings::kBatchSize) + " N allows it");
     }
     tried.push_back(std::move(attempt));
   }
@@ -326,7 +326,7 @@ int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_
   // file (docs/layers.md).
   CompileOptions options = given;
   if (options.importOptions.microbatchSize)
-    options.planning.microbatchSizeSource = "--micro-batch-size";
+    options.planning.microbatchSizeSource = settings::flag(settings::kMicrobatchSize);
   mlir::DialectRegistry registry;
   registerPipecDialects(registry);
   mlir::MLIRContext context(registry);
@@ -381,7 +381,7 @@ int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_
   }
   if (options.emit && *options.emit > Phase::Costs && !options.partitionRequested()) {
     errs << "error: --emit=" << phaseName(*options.emit)
-         << " needs a topology: give --gpus NxG or --cluster FILE\n";
+         << (" needs a topology: give " + settings::flag(settings::kGpus) + " NxG or " + settings::flag(settings::kCluster) + " FILE\n");
     return 1;
   }
 

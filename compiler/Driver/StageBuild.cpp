@@ -1,4 +1,5 @@
 #include "compiler/Driver/StageBuild.h"
+#include "analysis/Settings/Declared.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -79,7 +80,7 @@ std::string buildCommand(const JobOptions &options, const fs::path &source,
 
 /// The stages' CMakeLists.txt for building them outside pipec.
 std::string stagesCMakePrologue(const JobOptions &options) {
-  std::string cmake = "# Builds the stage libraries outside pipec (pipec --build does the same).\n"
+  std::string cmake = ("# Builds the stage libraries outside pipec (pipec " + settings::flag(settings::kBuild) + " does the same).\n") +
                       "cmake_minimum_required(VERSION 3.20)\n";
   if (!options.cudaTarget())
     return cmake + "project(pipec_stages CXX)\nset(CMAKE_CXX_STANDARD 17)\n"
@@ -130,7 +131,7 @@ mlir::LogicalResult buildStage(const JobOptions &options, const fs::path &direct
                                const fs::path &library, llvm::raw_ostream &errs) {
   std::string folder = fs::absolute(source).parent_path().string();
   if (folder.find_first_of("\"\\\n") != std::string::npos) {
-    errs << "error: --out " << directory.string()
+    errs << ("error: " + settings::flag(settings::kOut) + " ") << directory.string()
          << ": the path holds a double quote, a backslash or a newline, which the stage "
             "source's .incbin of its constants file cannot name\n";
     return mlir::failure();
@@ -168,7 +169,7 @@ mlir::LogicalResult checkTargetOptions(const JobOptions &options, llvm::raw_ostr
     built.push_back("sm_" + entry.substr(0, entry.find('-')));
   for (const auto &arch : options.cudaArchs)
     if (std::find(built.begin(), built.end(), arch) == built.end()) {
-      errs << "error: --cuda-arch " << arch << ": the CUDA kernel library was built for "
+      errs << ("error: " + settings::flag(settings::kCudaArch) + " ") << arch << ": the CUDA kernel library was built for "
            << PIPEC_CUDA_KERNEL_ARCHS << " only; reconfigure pipec with "
            << "-DCMAKE_CUDA_ARCHITECTURES=\"<the list>;" << arch.substr(3)
            << "\" to add it\n";
@@ -176,8 +177,8 @@ mlir::LogicalResult checkTargetOptions(const JobOptions &options, llvm::raw_ostr
     }
   return mlir::success();
 #else
-  errs << "error: --target cuda --build: this pipec was built without the CUDA kernel library "
-          "(nvcc, cuBLAS or NCCL were not found when it was configured); drop --build to write "
+  errs << ("error: " + settings::flag(settings::kTarget) + " cuda " + settings::flag(settings::kBuild) + ": this pipec was built without the CUDA kernel library ")
+          ("(nvcc, cuBLAS or NCCL were not found when it was configured); drop " + settings::flag(settings::kBuild) + " to write ") +
           "the .cu sources only, or rebuild pipec where the CUDA toolkit is installed\n";
   return mlir::failure();
 #endif

@@ -3,6 +3,7 @@
 // parameters or buffers, which values are known at import time, the nodes
 // nothing can translate, and the static types of the graph inputs.
 #include "compiler/Import/ImporterImpl.h"
+#include "analysis/Settings/Declared.h"
 
 #include "llvm/Support/Regex.h"
 
@@ -406,8 +407,8 @@ void OnnxImporter::resolveInputTypes() {
       shape = given->second;
       if (!shape.empty() && shape[0] == kMicrobatchDimension) {
         if (!options.microbatchSize) {
-          problems.push_back("the shape given for input '" + input.name() + "' leaves its batch dimension to the "
-                             "micro-batch size (b), which is not given: --micro-batch-size b, or plan with --gpus "
+          problems.push_back("the shape given for input '" + input.name() + "' leaves its batch dimension to the " +
+                             ("micro-batch size (b), which is not given: " + settings::flag(settings::kMicrobatchSize) + " b, or plan with " + settings::flag(settings::kGpus) + " ") +
                              "and the planner chooses it");
           continue;
         }
@@ -442,13 +443,13 @@ void OnnxImporter::resolveInputTypes() {
           list += (i ? ", " : "") + symbolic[i];
         const bool onlyBatch = symbolic.size() == 1 && batchFree && !options.microbatchSize;
         problems.push_back("input '" + input.name() + "' has dynamic dimensions (" + list + "); " +
-                           (onlyBatch ? "its batch dimension (dimension 0) is the micro-batch size: give it with "
-                                        "--micro-batch-size b, or plan with --gpus and the planner chooses it"
+                           (onlyBatch ? "its batch dimension (dimension 0) is the micro-batch size: give it with " +
+                                        (settings::flag(settings::kMicrobatchSize) + " b, or plan with " + settings::flag(settings::kGpus) + " and the planner chooses it")
                                       : "give static ones with --input-shape " + input.name() +
                                             (batchFree && options.microbatchSize ? "=b,d1,... (b: the micro-batch size)"
                                                                                  : "=d0,d1,...") +
                                             (batchFree && !options.microbatchSize
-                                                 ? " (dimension 0, the batch, also with --micro-batch-size b)"
+                                                 ? (" (dimension 0, the batch, also with " + settings::flag(settings::kMicrobatchSize) + " b)")
                                                  : "")));
         continue;
       }

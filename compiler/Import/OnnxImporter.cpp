@@ -7,6 +7,7 @@
 // file holds the driver and the operator tables; ImporterImpl.h lists where
 // each phase lives.
 #include "compiler/Import/OnnxImporter.h"
+#include "analysis/Settings/Declared.h"
 #include "compiler/Import/ImporterImpl.h"
 #include "compiler/Import/ModelValidation.h"
 
@@ -345,7 +346,7 @@ void OnnxImporter::noteNarrowOrWideFloats() {
       (note.empty() ? std::string("the model computes in ") + kinds : note) +
       ": pipec keeps float32 master copies of the parameters and buffers (exact from float16 "
       "and bfloat16, rounded from float64) and computes the model's " + kinds +
-      " arithmetic in float32 (--precision bf16 runs matrix products in bfloat16)");
+      (" arithmetic in float32 (" + settings::flag(settings::kPrecision) + " bf16 runs matrix products in bfloat16)"));
 }
 
 bool OnnxImporter::readInitializers(std::map<std::string, HostTensor> &values, bool load) {

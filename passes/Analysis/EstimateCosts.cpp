@@ -299,7 +299,7 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
       std::filesystem::create_directories(folder, folderError);
     std::ofstream csv(dumpCosts);
     if (!csv)
-      return module.emitError() << "cannot write --dump-costs file '" << dumpCosts << "'";
+      return module.emitError() << ("cannot write " + settings::flag(settings::kDumpCosts) + " file '") << dumpCosts << "'";
     partition::writeCostTableCsv(csv, *table);
     return success();
   }

@@ -96,8 +96,8 @@ struct AppendLoss : PassWithOptions<impl::AppendLossBase<AppendLoss>, AppendLoss
       // of losses: PyTorch's reduced losses are scalars); its targets stay
       // inputs. Asked for a loss of its own, the user meant logits.
       if (loss != Loss::Auto) {
-        function.emitError("the first result of @forward is a scalar, the model's own loss; --loss ")
-            << choiceName(loss) << " needs logits (leave --loss out, or give --loss auto, to train on it)";
+        function.emitError(("the first result of @forward is a scalar, the model's own loss; " + settings::flag(settings::kLoss) + " "))
+            << choiceName(loss) << (" needs logits (leave " + settings::flag(settings::kLoss) + " out, or give " + settings::flag(settings::kLoss) + " auto, to train on it)");
         return signalPassFailure();
       }
       keepOnlyLoss(function, returnOp, output);

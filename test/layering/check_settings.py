@@ -17,6 +17,13 @@ The settings the issue names (microbatches, stages, schedule, chunks, target,
 precision) must be declared exactly once in all; no setting of Declared.h
 may be declared anywhere else.
 
+Below tools/ (analysis/, passes/, compiler/), no string literal spells a
+declared setting's flag (`"--stages 5: ..."`): messages build it from the
+declaration (`settings::flag(settings::kStages)`), so that renaming an
+option renames every message, and the CLI vocabulary lives in one place.
+Declared.h (its help texts) and the binders that attach settings to
+command lines are the exceptions.
+
 It also refuses a string comparison against a spelling of a choice (a target,
 a precision, an optimizer, a schedule family) outside its registry
 (runtime/include/pipec/vocabulary.h), in every layer including the runtime:
@@ -34,6 +41,9 @@ OPTION_DIRS = ["tools", "analysis", "passes", "compiler"]
 CHOICE_DIRS = ["tools", "analysis", "passes", "compiler", "dialects", "runtime"]
 REGISTRY = os.path.join("runtime", "include", "pipec", "vocabulary.h")
 SUFFIXES = (".h", ".cpp", ".cu", ".td", ".inc")
+BELOW_TOOLS = ["analysis", "passes", "compiler"]
+BINDERS = {DECLARED, os.path.join("analysis", "Settings", "Settings.h"), os.path.join("analysis", "Settings", "TextBinder.h"),
+           os.path.join("passes", "OptionsBinder.h")}
 MUST_BE_ONCE = ["microbatches", "stages", "schedule", "chunks", "target", "precision"]
 
 SETTING = re.compile(r'(?:Setting|IntSetting|RealSetting|ChoiceSetting<\w+>)\s+k\w+\{\s*\{?\s*"([\w-]+)"')
@@ -83,6 +93,17 @@ def main():
     for name, where in sorted(declared.items()):
         if name in others:
             problems.append("'%s' is declared in %s and again at %s" % (name, DECLARED, ", ".join(others[name])))
+    flag_literal = re.compile(r'"[^"\n]*?(?<![\w-])--(%s)(?![\w-])' % "|".join(
+        re.escape(n) for n in sorted(declared, key=len, reverse=True)))
+    for path, text in sources(BELOW_TOOLS):
+        if path in BINDERS:
+            continue
+        for line_number, line in enumerate(text.split("\n"), 1):
+            if line.lstrip().startswith("//"):
+                continue
+            for m in flag_literal.finditer(line.split(" // ")[0]):
+                problems.append("%s:%d: the string spells --%s; build it from its declaration "
+                                "(settings::flag(settings::k...))" % (path, line_number, m.group(1)))
     for path, text in sources(CHOICE_DIRS):
         if path == REGISTRY:
             continue
