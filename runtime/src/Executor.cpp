@@ -76,6 +76,8 @@ Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Tr
     ch.model->loadWeights(plan.vstages[ch.vs].weights);
     slots_.addChunk(*ch.model, ch.vs == 0);
     const pipec_stage_desc &d = ch.model->desc();
+    holdsLoss_ |= d.computes_loss != 0;
+    readsData_ |= d.num_data > 0;
     if ((ch.vs == V_ - 1) != (d.computes_loss != 0))
       fail(ch.model->vstage().library + ": computes_loss is " + std::to_string(d.computes_loss) +
            " but the stage is " + (ch.vs == V_ - 1 ? "the last" : "not the last"));
@@ -86,12 +88,12 @@ Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Tr
   sync_ = std::make_unique<GradientSync>(plan, optimizer, opt.allowNonFinite, control, transport, device, chunks_,
                                          stage_, replica_, who());
   data_ = std::make_unique<StageData>(plan, opt.dataFile, opt.dataDtype, seed_, chunks_);
-  Validation validation = openValidation(plan, opt.evalDataFile, opt.evalEvery, opt.evalIters, opt.dataDtype, seed_);
+  Validation validation = openValidation(plan, opt.evalDataFile, opt.evalEvery, opt.evalIters, opt.dataDtype, seed_,
+                                         /*countOnly=*/!readsData_);
   if (validation.source) {
-    bool readsData = false;
-    for (const Chunk &ch : chunks_) readsData |= ch.model->desc().num_data > 0;
     validationRounds_ = validation.rounds;
-    validationData_ = std::make_unique<StageData>(plan, readsData ? std::move(validation.source) : nullptr, chunks_);
+    validationData_ =
+        std::make_unique<StageData>(plan, readsData_ ? std::move(validation.source) : nullptr, chunks_);
     for (const Instr &in : stream_.instrs)
       if (in.op == Op::Load || in.op == Op::Fwd || in.op == Op::SendAct || in.op == Op::RecvAct)
         forwardStream_.push_back(in);
@@ -499,9 +501,7 @@ void Executor::validate(int64_t after) {
              " is unfinished at the end of the stream");
   }
   validating_ = false;
-  bool computesLoss = false;
-  for (auto &ch : chunks_) computesLoss |= ch.model->desc().computes_loss != 0;
-  if (!computesLoss) return;
+  if (!holdsLoss_) return;
   double v[2] = {validationLossSum_, validationLossCount_};
   control_.allreduceSumStage(v, 2); // replicas of the loss stage
   if (replica_ == 0)
@@ -515,8 +515,6 @@ void Executor::run() {
   if (watchdog_) watchdog_->phase("start-up: the barrier before the first iteration (MPI_Barrier)");
   control_.barrier();
   recorder_.start(plan_.chunks);
-  bool computesLoss = false;
-  for (auto &ch : chunks_) computesLoss |= ch.model->desc().computes_loss != 0;
   double total = 0, lastLoss = NAN;
   int64_t done = 0;
   double windowStart = RunRecorder::now();
@@ -529,7 +527,7 @@ void Executor::run() {
     if (watchdog_) watchdog_->iterationDone(seconds);
     total += seconds;
     ++done;
-    if (computesLoss) {
+    if (holdsLoss_) {
       double v[2] = {lossSum_, lossCount_};
       control_.allreduceSumStage(v, 2); // replicas of the loss stage
       lastLoss = v[0] / v[1];
@@ -556,7 +554,7 @@ void Executor::run() {
   }
   if (watchdog_) watchdog_->phase("the end of the run (sends, trace, profile, export)");
   const int64_t rollbacks = sync_->rollbacks(), skipped = sync_->skippedSteps();
-  if (computesLoss && replica_ == 0 && done > 0 && !opt_.quiet) {
+  if (holdsLoss_ && replica_ == 0 && done > 0 && !opt_.quiet) {
     const double samplesPerSecond = plan_.microbatchSize * plan_.microbatches * done / total;
     std::printf("piperun: done: %lld iterations in %.3f s, %.2f ms/iter, %.1f samples/s%s, final loss %.6f%s\n",
                 (long long)done, total, total / done * 1e3, samplesPerSecond, tokenRate(samplesPerSecond, ",").c_str(),

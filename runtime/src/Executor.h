@@ -93,6 +93,8 @@ private:
   std::vector<Instr> forwardStream_;
   int64_t validationRounds_ = 0;
   bool validating_ = false;
+  // Whether a chunk of this rank computes the loss, or reads data fields.
+  bool holdsLoss_ = false, readsData_ = false;
   std::vector<std::pair<int, Slot *>> evaluated_; // (chunk, slot) to return at the round's end
 
   // Loss of the last stage, per iteration, and per validation.

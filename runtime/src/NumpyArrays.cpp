@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <string_view>
 
 namespace pipec::rt {
 namespace {
@@ -23,11 +24,12 @@ using io::InputFile;
 /// the data set opens; this bounds that copy.
 constexpr uint64_t kMaxInflatedArrayBytes = 4ull << 30;
 
-constexpr const char *kSuffix = ".npy";
+constexpr std::string_view kSuffix = ".npy";
 
 bool endsWithNpy(const std::string &name) {
-  return name.size() > std::strlen(kSuffix) && name.compare(name.size() - 4, 4, kSuffix) == 0;
+  return name.size() > kSuffix.size() && name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
 }
+std::string withoutSuffix(const std::string &name) { return name.substr(0, name.size() - kSuffix.size()); }
 
 /// One array: where its bytes are, and its header.
 class ArrayBytes {
@@ -57,7 +59,7 @@ private:
 
 class Archive {
 public:
-  explicit Archive(const std::string &path) : path_(path) {
+  explicit Archive(const std::string &path) {
     // A regular file of bounded size, as every input (pipec/input_file.h).
     io::detail::openInput(path, ".npz archive", io::kMaxTensorFileBytes);
     int code = 0;
@@ -74,11 +76,9 @@ public:
   Archive(const Archive &) = delete;
   Archive &operator=(const Archive &) = delete;
   zip_t *get() const { return zip_; }
-  const std::string &path() const { return path_; }
   std::string lastError() const { return zip_error_strerror(zip_get_error(zip_)); }
 
 private:
-  std::string path_;
   zip_t *zip_ = nullptr;
 };
 
@@ -119,10 +119,13 @@ private:
   std::string where_;
 };
 
-/// A compressed member, inflated when the data set opens.
+/// A compressed member, inflated when the data set opens; with `countOnly`
+/// only as far as its .npy header can reach.
 class InflatedMemberBytes : public ArrayBytes {
 public:
-  InflatedMemberBytes(const Archive &archive, zip_uint64_t index, uint64_t size, const std::string &where) {
+  InflatedMemberBytes(const Archive &archive, zip_uint64_t index, uint64_t size, const std::string &where,
+                      bool countOnly)
+      : size_(size), where_(where) {
     if (size > kMaxInflatedArrayBytes)
       throw FormatError(where + ": a compressed array of " + std::to_string(size) + " bytes, over the " +
                         std::to_string(kMaxInflatedArrayBytes) +
@@ -130,11 +133,12 @@ public:
                         "with pipec-data");
     zip_file_t *file = zip_fopen_index(archive.get(), index, 0);
     if (!file) throw FormatError(where + ": cannot open the member: " + archive.lastError());
-    bytes_.resize(size);
+    bytes_.resize(countOnly ? std::min<uint64_t>(size, 12 + io::kMaxNpyHeaderBytes) : size);
     try {
-      StoredMemberBytes::readExactly(file, bytes_.data(), size, where);
+      StoredMemberBytes::readExactly(file, bytes_.data(), bytes_.size(), where);
       char extra;
-      if (zip_fread(file, &extra, 1) != 0) throw FormatError(where + ": the member is longer than its directory says");
+      if (!countOnly && zip_fread(file, &extra, 1) != 0)
+        throw FormatError(where + ": the member is longer than its directory says");
     } catch (...) {
       zip_fclose(file);
       throw;
@@ -142,18 +146,22 @@ public:
     zip_fclose(file);
   }
   void readAt(uint64_t offset, void *dst, uint64_t n) override {
-    if (!io::rangeWithin(offset, n, bytes_.size())) throw FormatError("read past an array's end");
+    if (!io::rangeWithin(offset, n, bytes_.size()))
+      throw FormatError(where_ + ": read past " + (bytes_.size() < size_ ? "the header (opened to count)" : "the end"));
     std::memcpy(dst, bytes_.data() + offset, n);
   }
-  uint64_t size() const override { return bytes_.size(); }
+  uint64_t size() const override { return size_; }
 
 private:
-  std::string bytes_;
+  uint64_t size_;
+  std::string where_;
+  std::string bytes_; // all of it, or with countOnly its beginning
 };
 
 class NumpyArrays : public io::DataSource {
 public:
-  NumpyArrays(const std::string &path, const std::optional<std::set<std::string>> &wanted) : path_(path) {
+  NumpyArrays(const std::string &path, const std::optional<std::set<std::string>> &wanted, bool countOnly)
+      : path_(path) {
     struct Found {
       std::unique_ptr<ArrayBytes> bytes;
       std::string where; // the .npy file, or the archive and its member
@@ -172,7 +180,7 @@ public:
       if (error) throw FormatError(path + ": cannot list the folder (" + error.message() + ")");
       for (const fs::path &file : files) {
         const std::string name = file.filename().string();
-        take(name.substr(0, name.size() - 4), file.string(),
+        take(withoutSuffix(name), file.string(),
              [&] { return std::make_unique<NpyFileBytes>(file.string()); });
       }
     } else {
@@ -187,10 +195,11 @@ public:
         const std::string member = st.name;
         if (!endsWithNpy(member)) continue;
         const std::string where = path + ": " + member;
-        take(member.substr(0, member.size() - 4), where, [&]() -> std::unique_ptr<ArrayBytes> {
+        take(withoutSuffix(member), where, [&]() -> std::unique_ptr<ArrayBytes> {
           if (st.comp_method == ZIP_CM_STORE)
             return std::make_unique<StoredMemberBytes>(archive, static_cast<zip_uint64_t>(i), st.size, where);
-          return std::make_unique<InflatedMemberBytes>(*archive, static_cast<zip_uint64_t>(i), st.size, where);
+          return std::make_unique<InflatedMemberBytes>(*archive, static_cast<zip_uint64_t>(i), st.size, where,
+                                                       countOnly);
         });
       }
     }
@@ -259,8 +268,8 @@ private:
 } // namespace
 
 std::unique_ptr<io::DataSource> openNumpyArrays(const std::string &path,
-                                                const std::optional<std::set<std::string>> &wanted) {
-  return std::make_unique<NumpyArrays>(path, wanted);
+                                                const std::optional<std::set<std::string>> &wanted, bool countOnly) {
+  return std::make_unique<NumpyArrays>(path, wanted, countOnly);
 }
 
 bool isNumpyArrays(const std::string &path) {

@@ -456,18 +456,6 @@ CheckpointTensors::CheckpointTensors(const CheckpointManifest &manifest,
   }
 }
 
-const io::Tensor &CheckpointTensors::find(const std::string &name, int dtype, const std::vector<int64_t> &shape) const {
-  auto it = tensors_.find(name);
-  if (it == tensors_.end())
-    throw Error(dir_ + ": checkpoint has no tensor " + name + " (in none of its " + std::to_string(files_.size()) +
-                " stage files: a checkpoint of another model?)");
-  const io::Tensor &t = it->second.tensor;
-  if (t.dtype != dtype || t.shape != shape)
-    throw Error(files_[it->second.file] + ": checkpoint tensor " + name + " is " + io::dtypeName(t.dtype) +
-                io::shapeString(t.shape) + ", expected " + io::dtypeName(dtype) + io::shapeString(shape));
-  return t;
-}
-
 const io::Tensor *CheckpointTensors::lookup(const std::string &name) const {
   auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : &it->second.tensor;

@@ -153,10 +153,7 @@ struct CheckpointManifest {
 class CheckpointTensors {
 public:
   CheckpointTensors(const CheckpointManifest &manifest, const std::function<bool(const std::string &)> &wanted);
-  // The tensor `name` ("param/fc.weight"), checked to be `dtype` and `shape`;
-  // throws Error naming the checkpoint if it has none or another.
-  const io::Tensor &find(const std::string &name, int dtype, const std::vector<int64_t> &shape) const;
-  // The tensor `name`, or null.
+  // The tensor `name` ("param/fc.weight"), or null.
   const io::Tensor *lookup(const std::string &name) const;
   // The checkpoint directory and its stage files' count, for messages.
   std::string describe() const;

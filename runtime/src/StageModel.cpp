@@ -364,8 +364,7 @@ void StageModel::loadCheckpoint(const CheckpointTensors &checkpoint) {
   for (int i = 0; i < d.num_params; ++i) {
     const pipec_tensor_desc &td = d.params[i].tensor;
     const std::string param = "param/" + std::string(td.name);
-    dev_.upload(params_.data() + paramLayout_.offsets[i], checkpoint.find(param, td.dtype, shapeOf(td)).data.data(),
-                paramLayout_.bytes[i]);
+    dev_.upload(params_.data() + paramLayout_.offsets[i], checkpoint.lookup(param)->data.data(), paramLayout_.bytes[i]);
     // The step counter continues from the stage file that held the
     // parameter; parameters of one stage of this plan from stage files at
     // different steps (possible only across plans) cannot continue together.
@@ -377,8 +376,7 @@ void StageModel::loadCheckpoint(const CheckpointTensors &checkpoint) {
     if (d.params[i].role != PIPEC_TRAINED) continue;
     for (int k = 0; k < d.optimizer_state_per_param; ++k, ++s)
       dev_.upload(state_.data() + stateLayout_.offsets[s],
-                  checkpoint.find("state/" + std::string(td.name) + "/" + std::to_string(k), td.dtype, shapeOf(td))
-                      .data.data(),
+                  checkpoint.lookup("state/" + std::string(td.name) + "/" + std::to_string(k))->data.data(),
                   stateLayout_.bytes[s]);
   }
   steps = stageSteps ? *stageSteps : checkpoint.commonSteps();

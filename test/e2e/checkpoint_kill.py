@@ -15,7 +15,6 @@ five times. After each kill:
 
     checkpoint_kill.py --pipec build/bin/pipec --piperun build/bin/piperun
 """
-import argparse
 import glob
 import os
 import signal
@@ -78,10 +77,7 @@ def descendants(pid):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--pipec", required=True)
-    parser.add_argument("--piperun", required=True)
-    args = parser.parse_args()
+    args = pipeline_training.tool_arguments(__doc__, "pipec", "piperun")
     check = pipeline_training.Checks()
     mid_write = 0
     with tempfile.TemporaryDirectory() as work:

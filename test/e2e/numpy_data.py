@@ -17,7 +17,6 @@ files, and pipec-data converts them to PIPECDS1:
     numpy_data.py --pipec build/bin/pipec --piperun build/bin/piperun \
         --pipeseq build/bin/pipeseq --pipec-data build/bin/pipec-data
 """
-import argparse
 import json
 import os
 import re
@@ -45,10 +44,7 @@ def losses(command):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    for tool in ("pipec", "piperun", "pipeseq", "pipec-data"):
-        parser.add_argument("--" + tool, required=True)
-    args = parser.parse_args()
+    args = pipeline_training.tool_arguments(__doc__, "pipec", "piperun", "pipeseq", "pipec-data")
     check = pipeline_training.Checks()
 
     with tempfile.TemporaryDirectory() as work:

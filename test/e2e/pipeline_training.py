@@ -112,6 +112,16 @@ def one_and_two_rank_jobs(pipec, model, workdir, *flags):
     return jobs
 
 
+def tool_arguments(description, *tools):
+    """The command line of a test that takes the paths of pipec's tools:
+    --pipec, --piperun, ... (each required); `args.pipec_reference` for
+    --pipec-reference."""
+    parser = argparse.ArgumentParser(description=description)
+    for tool in tools:
+        parser.add_argument("--" + tool, required=True)
+    return parser.parse_args()
+
+
 class Checks:
     """A test's checks: each printed as ok or FAIL with what it checked;
     status() prints the count of failures and is the exit status."""

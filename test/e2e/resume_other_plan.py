@@ -24,7 +24,6 @@ refused too (test/security covers that message).
 
     resume_other_plan.py --pipec build/bin/pipec --piperun build/bin/piperun
 """
-import argparse
 import os
 import sys
 import tempfile
@@ -74,10 +73,7 @@ def difference(a, b):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--pipec", required=True)
-    parser.add_argument("--piperun", required=True)
-    args = parser.parse_args()
+    args = pipeline_training.tool_arguments(__doc__, "pipec", "piperun")
     check = pipeline_training.Checks()
     other_model = None
     for label, model, flags_a, ranks_a, flags_b, ranks_b in CASES:

@@ -22,7 +22,6 @@ embedding, held by both stages), exported without dropout:
     safetensors_export.py --pipec build/bin/pipec --piperun build/bin/piperun \
         --pipeseq build/bin/pipeseq --pipec-reference build/bin/pipec-reference
 """
-import argparse
 import json
 import os
 import sys
@@ -53,10 +52,7 @@ def run(command):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    for tool in ("pipec", "piperun", "pipeseq", "pipec-reference"):
-        parser.add_argument("--" + tool, required=True)
-    args = parser.parse_args()
+    args = pipeline_training.tool_arguments(__doc__, "pipec", "piperun", "pipeseq", "pipec-reference")
     check = pipeline_training.Checks()
 
     for example in ("mlp", "cnn", "gpt"):

@@ -14,7 +14,6 @@ tokens.bin --data-dtype uint16`:
 
     token_data.py --pipec build/bin/pipec --piperun build/bin/piperun
 """
-import argparse
 import json
 import os
 import re
@@ -53,10 +52,7 @@ def losses(args, job, ranks, data, *flags):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--pipec", required=True)
-    parser.add_argument("--piperun", required=True)
-    args = parser.parse_args()
+    args = pipeline_training.tool_arguments(__doc__, "pipec", "piperun")
     check = pipeline_training.Checks()
 
     with tempfile.TemporaryDirectory() as work:

@@ -12,7 +12,9 @@ statistics) and prints the mean loss:
    bit for bit; the validation loss equals PyTorch's: the exported weights
    (safetensors) loaded into the CNN module in eval() mode, over the same
    held-out micro-batches (the last round wraps to the set's start), in
-   float64 (relative 1e-5); pipeseq gives the same; and for the GPT, 2
+   float64 (relative 1e-5); pipeseq gives the same, and so does a 3-stage
+   job from a compressed archive (its middle rank only counts the held-out
+   samples); and for the GPT, 2
    replicas of one stage, a 1F1B-RR plan and ZB-V with 2 chunks per rank
    give pipeseq's validation loss;
 3. --eval-every without --eval-data, and held-out arrays without the
@@ -20,7 +22,6 @@ statistics) and prints the mean loss:
 
     validation.py --pipec build/bin/pipec --piperun build/bin/piperun --pipeseq build/bin/pipeseq
 """
-import argparse
 import json
 import os
 import re
@@ -56,10 +57,7 @@ def close(a, b, tolerance=1e-5):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    for tool in ("pipec", "piperun", "pipeseq"):
-        parser.add_argument("--" + tool, required=True)
-    args = parser.parse_args()
+    args = pipeline_training.tool_arguments(__doc__, "pipec", "piperun", "pipeseq")
     check = pipeline_training.Checks()
 
     def mpirun(ranks, job, *flags):
@@ -119,6 +117,13 @@ def main():
         seq = validations(run([args.pipeseq, cnn_jobs["two"], *base, "--eval-data", held_npz,
                                "--eval-every", "2"]).stdout)
         check(close(seq, ours), f"CNN: pipeseq's validation losses {seq} are piperun's {ours}")
+        # A middle stage reads no data: it opens the held-out set only to count
+        # its samples, without inflating a compressed archive.
+        three, compressed = os.path.join(work, "cnn-three"), os.path.join(work, "val-compressed.npz")
+        np.savez_compressed(compressed, image=images[40:], labels=labels[40:])
+        run([args.pipec, cnn, "--gpus", "1x3", "--stages", "3", "--microbatches", "2", "--out", three, "--build"])
+        got = validations(mpirun(3, three, *base, "--eval-data", compressed, "--eval-every", "2"))
+        check(close(got, ours), f"CNN, 3 stages, a compressed archive: validation losses {got} are the 2-stage job's")
         # Replicas and 1F1B-RR, on the GPT (whose replicas and weight versions
         # hold no BatchNorm statistics, which replicas update apart).
         for label, extra in (("2 replicas", ["--gpus", "1x2", "--stages", "1", "--microbatches", "2"]),
