@@ -284,6 +284,9 @@ private:
   void checkOpsets();
   void analyzeGraph();
   void resolveInputTypes();
+  /// Rewrites `model` for input sizes other than the ones it was traced at
+  /// (Respecialize.cpp), when the options ask for them.
+  void respecializeIfAsked();
   /// Checks an initializer's type, shape and data size (external data
   /// included, without reading it); returns its element count.
   int64_t checkTensorData(const onnx::TensorProto &tensor, const std::string &what);

@@ -401,6 +401,7 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
   try {
     loadModel();
     checkOpsets();
+    respecializeIfAsked();
     // The shapes as validation bounds them: a batch dimension left to the
     // micro-batch size has it (1 when none is given, which
     // resolveInputTypes reports).
