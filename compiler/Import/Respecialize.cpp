@@ -18,6 +18,8 @@
 #include "compiler/Import/ImporterImpl.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <optional>
@@ -171,10 +173,15 @@ private:
   std::string nodeLabel(const onnx::NodeProto &node) const;
   /// Binds `dim`'s slot so that it equals `to`; false when it has none.
   bool bind(const SymDim &dim, const Poly &to);
+  /// Records that two constant dimensions must stay equal: binding one binds the other.
+  void noteEqual(const SymDim &a, const SymDim &b);
   /// The dimension both sides must share; binds a constant side.
   SymDim unify(const onnx::NodeProto &node, const SymDim &a, const SymDim &b, const char *what);
   std::vector<SymDim> broadcast(const onnx::NodeProto &node, const std::vector<std::vector<SymDim>> &shapes);
   bool anySymbolic(const SymTensor &t) const;
+  /// The graph input that changes and has `shape` at its traced sizes.
+  const SymTensor *changedInputShaped(const std::vector<int64_t> &shape) const;
+  static bool allEqual(const HostTensor &value);
   std::vector<int64_t> constantInts(int nodeIndex, int index, const char *role);
   std::vector<SymDim> valuesOf(int nodeIndex, int index, const char *role);
   void convert(int nodeIndex);
@@ -202,11 +209,16 @@ private:
   std::map<SlotKey, int> slotIndex;
   std::vector<SlotKey> slots;
   std::map<int, Poly> bindings;
+  /// Slots found equal (slot -> {other slot, offset}: value(other) = value(slot) + offset).
+  std::map<int, std::set<std::pair<int, int64_t>>> equalSlots;
   bool boundAnew = false;
+  std::optional<Failure> firstFailure;
   std::map<std::string, SymTensor> symbolic;
   /// The split axis of each SplitToSequence result.
   std::map<std::string, int64_t> sequenceAxis;
   int currentNode = -1;
+  /// Whether the node being followed reads a value that changes or may.
+  bool currentNodeSymbolic = false;
 };
 
 std::string Respecializer::describe(const Poly &p) const {
@@ -266,6 +278,27 @@ bool Respecializer::anySymbolic(const SymTensor &t) const {
   return false;
 }
 
+const SymTensor *Respecializer::changedInputShaped(const std::vector<int64_t> &shape) const {
+  for (const auto &input : model.graph().input()) {
+    auto it = symbolic.find(input.name());
+    if (it == symbolic.end() || !anySymbolic(it->second) || it->second.dims.size() != shape.size())
+      continue;
+    bool same = true;
+    for (size_t k = 0; k < shape.size() && same; ++k)
+      same = tracedValue(it->second.dims[k].poly) == shape[k];
+    if (same)
+      return &it->second;
+  }
+  return nullptr;
+}
+
+bool Respecializer::allEqual(const HostTensor &value) {
+  for (int64_t i = 1; i < value.numElements(); ++i)
+    if (value.asDouble(i) != value.asDouble(0))
+      return false;
+  return value.numElements() > 1;
+}
+
 SymTensor Respecializer::operand(int nodeIndex, int index) {
   const auto &node = model.graph().node(nodeIndex);
   if (index >= node.input_size() || node.input(index).empty())
@@ -292,6 +325,15 @@ SymTensor Respecializer::operand(int nodeIndex, int index) {
   };
   for (size_t axis = 0; axis < value.shape.size(); ++axis)
     t.dims.push_back(slotted(false, static_cast<int64_t>(axis), value.shape[axis]));
+  // A constant of a changed input's traced shape whose elements are all
+  // equal is what exporters fold ones_like(input) and zeros_like(input) into
+  // (an all-ones attention mask, all-zero token types): it follows the input.
+  if (const SymTensor *like = changedInputShaped(value.shape); like && allEqual(value))
+    for (size_t axis = 0; axis < t.dims.size(); ++axis)
+      if (!like->dims[axis].poly.isConstant() && t.dims[axis].poly.isConstant()) {
+        bind(t.dims[axis], like->dims[axis].poly);
+        t.dims[axis].poly = like->dims[axis].poly;
+      }
   // Floating constants too when they hold whole numbers: exporters write a
   // size as a float and cast it (CastLike).
   bool whole = value.numElements() <= kFollowedElements;
@@ -303,6 +345,8 @@ SymTensor Respecializer::operand(int nodeIndex, int index) {
       values.push_back(slotted(true, i, value.asInt(i)));
     t.values = values;
   }
+  if (anySymbolic(SymTensor{true, t.dims, std::nullopt}))
+    t.values.reset(); // extended at the new sizes: its elements are re-derived
   return t;
 }
 
@@ -310,21 +354,42 @@ bool Respecializer::bind(const SymDim &dim, const Poly &to) {
   if (dim.slot < 0)
     return false;
   Poly value = to - constant(dim.offset);
-  auto [it, added] = bindings.emplace(dim.slot, value);
-  if (added) {
+  // Every slot found equal to this one follows too.
+  std::vector<std::pair<int, Poly>> pending = {{dim.slot, value}};
+  while (!pending.empty()) {
+    auto [slot, poly] = pending.back();
+    pending.pop_back();
+    auto [it, added] = bindings.emplace(slot, poly);
+    if (!added) {
+      if (!(it->second == poly))
+        throw Failure{"constant '" + slots[slot].constant + "' would have to follow both " +
+                      describe(it->second) + " and " + describe(poly)};
+      continue;
+    }
     boundAnew = true;
-    return true;
+    for (const auto &[other, offset] : equalSlots[slot])
+      pending.push_back({other, poly + constant(offset)});
   }
-  if (!(it->second == value))
-    throw Failure{"constant '" + slots[dim.slot].constant + "' would have to follow both " +
-                  describe(it->second) + " and " + describe(value)};
   return true;
+}
+
+void Respecializer::noteEqual(const SymDim &a, const SymDim &b) {
+  if (a.slot < 0 || b.slot < 0 || a.slot == b.slot)
+    return;
+  // value(a) + a.offset == value(b) + b.offset
+  equalSlots[a.slot].insert({b.slot, a.offset - b.offset});
+  equalSlots[b.slot].insert({a.slot, b.offset - a.offset});
+  for (const auto &[x, y] : {std::pair{a, b}, std::pair{b, a}})
+    if (auto bound = bindings.find(x.slot); bound != bindings.end())
+      bind(y, bound->second + constant(x.offset));
 }
 
 SymDim Respecializer::unify(const onnx::NodeProto &node, const SymDim &a, const SymDim &b,
                             const char *what) {
-  if (a.poly == b.poly)
-    return a.slot >= 0 ? b : a;
+  if (a.poly == b.poly) {
+    noteEqual(a, b);
+    return a.slot >= 0 ? a : b;
+  }
   bool aSym = !a.poly.isConstant(), bSym = !b.poly.isConstant();
   if (aSym && bSym)
     fail(node, std::string(what) + ": " + describe(a.poly) + " and " + describe(b.poly) +
@@ -403,6 +468,21 @@ void Respecializer::define(const onnx::NodeProto &node, int output, SymTensor va
       value = fromTraced(name);
     }
   }
+  if (!value.values && !currentNodeSymbolic) {
+    // Computed from values that do not change: what the traced import folded.
+    auto it = traced.constants.find(name);
+    if (it != traced.constants.end() && it->second.numElements() <= kFollowedElements) {
+      bool whole = true;
+      for (int64_t i = 0; i < it->second.numElements() && whole; ++i)
+        whole = it->second.asDouble(i) == static_cast<double>(static_cast<int64_t>(it->second.asDouble(i)));
+      if (whole) {
+        std::vector<SymDim> values;
+        for (int64_t i = 0; i < it->second.numElements(); ++i)
+          values.push_back(fixed(static_cast<int64_t>(it->second.asDouble(i))));
+        value.values = values;
+      }
+    }
+  }
   if (value.values) {
     auto it = traced.constants.find(name);
     bool agrees = it != traced.constants.end() &&
@@ -411,6 +491,17 @@ void Respecializer::define(const onnx::NodeProto &node, int output, SymTensor va
       agrees = static_cast<double>(tracedValue((*value.values)[i].poly)) == it->second.asDouble(i);
     if (!agrees)
       value.values.reset();
+  }
+  if (std::getenv("PIPEC_RESPECIALIZE_TRACE")) {
+    std::string text;
+    for (const auto &d : value.dims)
+      text += (text.empty() ? "" : ",") + describe(d.poly) + (d.slot >= 0 ? "@" + slots[d.slot].constant : "");
+    std::string vals;
+    if (value.values)
+      for (const auto &d : *value.values)
+        vals += (vals.empty() ? "" : ",") + describe(d.poly) + (d.slot >= 0 ? "@" + slots[d.slot].constant : "");
+    fprintf(stderr, "%s %s: [%s]%s\n", node.op_type().c_str(), name.c_str(), text.c_str(),
+            value.values ? (" = {" + vals + "}").c_str() : "");
   }
   symbolic[name] = std::move(value);
 }
@@ -439,11 +530,22 @@ void Respecializer::walk() {
     }
     symbolic[input.name()] = t;
   }
+  firstFailure.reset();
   for (int i = 0; i < graph.node_size(); ++i) {
     currentNode = i;
     if (graph.node(i).op_type() == "Constant" && isDefaultDomain(graph.node(i).domain()))
       continue; // read at its uses, through operand()
-    convert(i);
+    try {
+      convert(i);
+    } catch (const Failure &failure) {
+      // A later node may bind what this one lacks: the walk goes on with the
+      // traced shapes, and the failure stands only if no walk binds anew.
+      if (!firstFailure)
+        firstFailure = failure;
+      for (int k = 0; k < graph.node(i).output_size(); ++k)
+        if (!graph.node(i).output(k).empty())
+          symbolic[graph.node(i).output(k)] = fromTraced(graph.node(i).output(k));
+    }
   }
 }
 
@@ -692,6 +794,24 @@ void Respecializer::sliceRule(int nodeIndex) {
     Poly begin = bound(starts[k], s, false), end = bound(ends[k], e, true);
     out.dims[axis] = SymDim{end - begin, -1, 0};
   }
+  // A window of a small 1-D value (a shape vector) keeps its elements.
+  if (data.values && rank == 1 && axes.size() == 1 && starts[0].poly.isConstant() && ends[0].poly.isConstant()) {
+    const int64_t size = static_cast<int64_t>(data.values->size());
+    int64_t s = tracedValue(starts[0].poly), e = tracedValue(ends[0].poly), step = steps[0];
+    std::vector<SymDim> picked;
+    if (step > 0) {
+      s = s < 0 ? std::max<int64_t>(0, s + size) : std::min(s, size);
+      e = e < 0 ? std::max<int64_t>(0, e + size) : std::min(e, size);
+      for (int64_t i = s; i < e; i += step)
+        picked.push_back((*data.values)[i]);
+    } else if (step < 0) {
+      s = s < 0 ? std::max<int64_t>(-1, s + size) : std::min(s, size - 1);
+      e = e < 0 ? std::max<int64_t>(-1, e + size) : std::min(e, size - 1);
+      for (int64_t i = s; i > e; i += step)
+        picked.push_back((*data.values)[i]);
+    }
+    out.values = picked;
+  }
   define(node, 0, out);
 }
 
@@ -726,6 +846,7 @@ void Respecializer::convert(int nodeIndex) {
     inputs.push_back(operand(nodeIndex, k));
     symbolicIn = symbolicIn || anySymbolic(inputs.back());
   }
+  currentNodeSymbolic = symbolicIn;
   auto in = [&](int k) -> const SymTensor & {
     static const SymTensor absent;
     return k < static_cast<int>(inputs.size()) ? inputs[k] : absent;
@@ -948,11 +1069,17 @@ void Respecializer::convert(int nodeIndex) {
   if (op == "Gather") {
     int64_t axis = normalize(intAttr(node, "axis", 0), rankOf(0));
     const SymDim &dim = in(0).dims[axis];
-    if (!dim.poly.isConstant() && in(1).values)
-      for (const auto &v : *in(1).values)
-        if (v.poly.isConstant() && tracedValue(v.poly) == tracedValue(dim.poly) - 1 && tracedValue(dim.poly) > 1)
-          fail(node, "reads index " + std::to_string(tracedValue(v.poly)) + " of " + describe(dim.poly) +
-                         ", the traced last position, as a constant: it would not follow the new size (an index of -1 would)");
+    if (!dim.poly.isConstant() && isConstantSource(node.input(1)) && tracedValue(dim.poly) > 1) {
+      // Constant indices that reach the traced end of a changing axis were
+      // written for the traced size (an index of the last position, or an
+      // as_strided rearrangement of the whole axis); -1 would follow it.
+      const HostTensor &indices = constantValue(node.input(1));
+      for (int64_t i = 0; i < indices.numElements() && !isFloating(indices.kind); ++i)
+        if (indices.ints[i] == tracedValue(dim.poly) - 1)
+          fail(node, "reads position " + std::to_string(indices.ints[i]) + " of " + describe(dim.poly) +
+                         ", the traced last one, through constant indices ('" + node.input(1) +
+                         "'): they were written for the traced size and do not follow the new one");
+    }
     std::vector<SymDim> dims(in(0).dims.begin(), in(0).dims.begin() + axis);
     dims.insert(dims.end(), in(1).dims.begin(), in(1).dims.end());
     dims.insert(dims.end(), in(0).dims.begin() + axis + 1, in(0).dims.end());
@@ -973,8 +1100,15 @@ void Respecializer::convert(int nodeIndex) {
     }
     return define(node, 0, out);
   }
-  if (op == "GatherElements")
-    return define(node, 0, known(in(1).dims));
+  if (op == "GatherElements") {
+    // Outside the axis, the indices cover the data (as exporters write it: equal).
+    int64_t axis = normalize(intAttr(node, "axis", 0), rankOf(0));
+    std::vector<SymDim> dims = in(1).dims;
+    for (int64_t k = 0; k < rankOf(0) && k < static_cast<int64_t>(dims.size()); ++k)
+      if (k != axis && tracedValue(dims[k].poly) == tracedValue(in(0).dims[k].poly))
+        dims[k] = unify(node, in(0).dims[k], dims[k], "GatherElements' data and indices");
+    return define(node, 0, known(dims));
+  }
   if (op == "GatherND") {
     int64_t batchDims = intAttr(node, "batch_dims", 0);
     int64_t r = tracedValue(in(1).dims.back().poly);
@@ -1016,7 +1150,19 @@ void Respecializer::convert(int nodeIndex) {
   }
   if (op == "Expand") {
     std::vector<SymDim> shape = valuesOf(nodeIndex, 1, "Expand's shape");
-    return define(node, 0, known(broadcast(node, {in(0).dims, shape})));
+    SymTensor out = known(broadcast(node, {in(0).dims, shape}));
+    if (in(0).values && in(0).values->size() == 1 && out.dims.size() <= 1) {
+      int64_t count = out.dims.empty() ? 1 : tracedValue(out.dims[0].poly);
+      if (count <= kFollowedElements && out.dims.size() == 1 && out.dims[0].poly.isConstant())
+        out.values = std::vector<SymDim>(count, (*in(0).values)[0]);
+    } else if (in(0).values && out.dims.size() == in(0).dims.size()) {
+      bool same = true;
+      for (size_t k = 0; k < out.dims.size(); ++k)
+        same = same && tracedValue(out.dims[k].poly) == tracedValue(in(0).dims[k].poly);
+      if (same)
+        out.values = in(0).values;
+    }
+    return define(node, 0, out);
   }
   if (op == "Tile") {
     std::vector<SymDim> repeats = valuesOf(nodeIndex, 1, "Tile's repeats");
@@ -1043,7 +1189,7 @@ void Respecializer::convert(int nodeIndex) {
       values.push_back(SymDim{product, -1, 0});
     } else {
       for (int64_t k = start; k < end; ++k)
-        values.push_back(SymDim{in(0).dims[k].poly, -1, 0});
+        values.push_back(in(0).dims[k]); // a constant's dimension keeps its slot
     }
     SymTensor out = known(op == "Size" ? std::vector<SymDim>{} : std::vector<SymDim>{fixed(static_cast<int64_t>(values.size()))});
     out.values = values;
@@ -1160,7 +1306,14 @@ void Respecializer::convert(int nodeIndex) {
       else if (keep)
         dims.push_back(fixed(1));
     }
-    return define(node, 0, known(dims));
+    SymTensor out = known(dims);
+    if (in(0).values && rankOf(0) == 1 && axes.size() == 1 && (op == "ReduceProd" || op == "ReduceSum")) {
+      Poly total = constant(op == "ReduceProd" ? 1 : 0);
+      for (const auto &v : *in(0).values)
+        total = op == "ReduceProd" ? total * v.poly : total + v.poly;
+      out.values = std::vector<SymDim>{SymDim{total, -1, 0}};
+    }
+    return define(node, 0, out);
   }
   if (op == "Pad") {
     std::vector<int64_t> pads = hasInput(node, 1) ? constantInts(nodeIndex, 1, "Pad's pads")
@@ -1618,10 +1771,32 @@ bool Respecializer::run(std::vector<std::string> &problems, std::vector<std::str
     // bound once, so the walks are at most the slots' count.
     for (size_t walks = 0;; ++walks) {
       walk();
-      if (!boundAnew)
+      if (!boundAnew) {
+        if (firstFailure)
+          throw *firstFailure;
         break;
+      }
       if (walks > slots.size() + 1)
         throw Failure{"the search for the constants that hold the traced sizes does not settle"};
+    }
+    // The batch reaches the outputs: an output whose batch dimension stays
+    // at the traced size computes on part of the new batch.
+    for (size_t sym = 0; sym < symbolCount(); ++sym) {
+      if (symbolNames[sym] != "batch")
+        continue;
+      for (const auto &output : graph.output()) {
+        auto it = symbolic.find(output.name());
+        if (it == symbolic.end() || it->second.dims.empty() || !tracedShape(output.name()))
+          continue;
+        bool follows = false;
+        for (const auto &dim : it->second.dims)
+          for (const auto &[exponents, coefficient] : dim.poly.terms)
+            follows = follows || exponents[sym] > 0;
+        if (!follows)
+          throw Failure{"output '" + output.name() + "' " + shapeText(*tracedShape(output.name())) +
+                        " does not follow the batch: some node computes it from the traced batch in a way "
+                        "pipec does not follow"};
+      }
     }
     std::vector<std::string> rewritten;
     rewrite(rewritten);
