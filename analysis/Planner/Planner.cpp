@@ -525,7 +525,7 @@ Request withBatchSize(const partition::CostTable &table, const Request &request)
   if (n % b != 0) {
     const int64_t below = n / b * b;
     throw Error(asked + " is not a multiple of the model's micro-batch size " + std::to_string(b) +
-                " (the batch dimension of its inputs as exported); nearest: " +
+                " (the batch dimension of its inputs); nearest: " +
                 (below > 0 ? std::to_string(below) + " or " : std::string()) + std::to_string(below + b));
   }
   const int64_t m = n / b;

@@ -361,6 +361,22 @@ int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_
       module = importModel();
     }
   }
+  // A static export with --batch-size: the global batch is the user's and
+  // the micro-batch size the planner's, which re-specializes the export at
+  // each size it tries (docs/planner.md, "The batch"). Without --batch-size
+  // a static export keeps the batch it was traced with.
+  const bool batchGivenByShape = std::any_of(
+      options.importOptions.inputShapes.begin(), options.importOptions.inputShapes.end(),
+      [](const auto &entry) { return !entry.second.empty() && entry.second[0] != import::kMicrobatchDimension; });
+  if (module && options.partitionRequested() && !options.importOptions.microbatchSize &&
+      options.planning.batchSize > 0 && !batchGivenByShape) {
+    mlir::FailureOr<int64_t> size = chooseMicrobatchSize(options, options.planning.microbatchSizesTried, errs);
+    if (failed(size))
+      return 1;
+    options.importOptions.microbatchSize = *size;
+    options.planning.microbatchSizeSource = "the planner's choice";
+    module = importModel();
+  }
   if (!module) {
     for (const auto &error : errors)
       errs << "error: " << error << "\n";

@@ -391,9 +391,9 @@ void OnnxImporter::resolveInputTypes() {
       problems.push_back("the micro-batch size is " + std::to_string(*options.microbatchSize) + " but input '" +
                          input.name() + "' fixes its batch dimension (dimension 0) at " +
                          std::to_string(dims[0].dim_value()) +
-                         ": pipec cannot re-specialize a static export yet; re-export the model with a dynamic "
-                         "batch dimension (torch.onnx.export's dynamic_shapes, or dynamic_axes with dynamo=False), "
-                         "or use the exported size");
+                         ", and the model does not import at that size to be re-specialized; re-export the model "
+                         "with a dynamic batch dimension (torch.onnx.export's dynamic_shapes, or dynamic_axes with "
+                         "dynamo=False), or use the exported size");
       continue;
     }
     if (options.microbatchSize && given != options.inputShapes.end() && !given->second.empty() &&

@@ -18,6 +18,7 @@
 #include "compiler/Import/ImporterImpl.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -89,6 +90,8 @@ struct Poly {
   }
   /// Exact division by a one-term divisor; nullopt otherwise.
   std::optional<Poly> dividedBy(const Poly &divisor) const {
+    if (*this == divisor && !terms.empty())
+      return constant(1, terms.begin()->first.size());
     if (divisor.terms.size() != 1)
       return std::nullopt;
     const auto &[de, dc] = *divisor.terms.begin();
@@ -630,6 +633,14 @@ std::vector<SymDim> Respecializer::reshapeTargets(const onnx::NodeProto &node,
     }
     if (absorbs || rest.isConstant())
       continue;
+    if (open.size() == 1 && tracedTarget[open[0]] == tracedValue(rest)) {
+      // One constant element holds the whole rest (a sum such as S - 1 too).
+      if (!bind(target[open[0]], rest))
+        fail(node, "target element " + std::to_string(open[0]) + " (" + std::to_string(tracedTarget[open[0]]) +
+                       ") must follow " + describe(rest) + ", and it is computed, not a constant of the file");
+      target[open[0]].poly = rest;
+      continue;
+    }
     // Hand the remaining symbols to the constant elements, in order, each the
     // symbols whose traced product it equals (or divides).
     if (rest.terms.size() != 1)
@@ -1444,6 +1455,20 @@ int64_t offsetOf(const std::vector<int64_t> &index, const std::vector<int64_t> &
     offset = offset * shape[d] + index[d];
   return offset;
 }
+/// `v` rounded to what an element of `kind` holds.
+double roundTo(ElementKind kind, double v) {
+  switch (kind) {
+  case ElementKind::Float32:
+    return static_cast<double>(static_cast<float>(v));
+  case ElementKind::Float64:
+    return v;
+  case ElementKind::Float16:
+  case ElementKind::BFloat16:
+    return v; // compared exactly: a progression of half values is rare
+  default:
+    return std::nearbyint(v);
+  }
+}
 double valueAt(const HostTensor &t, int64_t offset) {
   return isFloating(t.kind) ? t.floats[offset] : static_cast<double>(t.ints[offset]);
 }
@@ -1459,7 +1484,6 @@ std::optional<HostTensor> Respecializer::extend(const HostTensor &tensor,
   }
   enum class Pattern { Equal, Progression, Band };
   std::map<int64_t, Pattern> patterns;
-  std::map<int64_t, double> steps;
   std::pair<int64_t, int64_t> band{-1, -1};
   auto holds = [&](auto &&expected) {
     std::vector<int64_t> index(shape.size(), 0);
@@ -1481,12 +1505,18 @@ std::optional<HostTensor> Respecializer::extend(const HostTensor &tensor,
       continue;
     }
     if (shape[axis] >= 2) {
-      std::vector<int64_t> one(shape.size(), 0);
-      one[axis] = 1;
-      double step = valueAt(tensor, offsetOf(one, shape)) - valueAt(tensor, 0);
-      if (holds([&](const std::vector<int64_t> &index) { return at0(index) + static_cast<double>(index[axis]) * step; })) {
+      // An arithmetic progression along the axis whose step may depend on the
+      // other indices (positions times frequencies: rotary angles), equal
+      // once rounded to the tensor's element type.
+      auto at1 = [&](std::vector<int64_t> index) {
+        index[axis] = 1;
+        return valueAt(tensor, offsetOf(index, shape));
+      };
+      auto progression = [&](const std::vector<int64_t> &index) {
+        return roundTo(tensor.kind, at0(index) + static_cast<double>(index[axis]) * (at1(index) - at0(index)));
+      };
+      if (holds(progression)) {
         patterns[axis] = Pattern::Progression;
-        steps[axis] = step;
         continue;
       }
     }
@@ -1546,13 +1576,13 @@ std::optional<HostTensor> Respecializer::extend(const HostTensor &tensor,
   std::vector<int64_t> index(out.shape.size(), 0);
   do {
     std::vector<int64_t> source = index;
-    double add = 0;
+    std::vector<std::pair<int64_t, int64_t>> progressions; // (axis, new index)
     for (const auto &[axis, pattern] : patterns) {
       if (pattern == Pattern::Equal)
         source[axis] = 0;
       else if (pattern == Pattern::Progression) {
         source[axis] = 0;
-        add += static_cast<double>(index[axis]) * steps[axis];
+        progressions.push_back({axis, index[axis]});
       }
     }
     if (band.first >= 0) {
@@ -1561,7 +1591,13 @@ std::optional<HostTensor> Respecializer::extend(const HostTensor &tensor,
       source[a] = d >= 0 ? 0 : -d;
       source[b] = d >= 0 ? d : 0;
     }
-    double v = valueAt(tensor, offsetOf(source, shape)) + add;
+    double v = valueAt(tensor, offsetOf(source, shape));
+    for (auto [axis, at] : progressions) {
+      std::vector<int64_t> next = source;
+      next[axis] = 1;
+      v += static_cast<double>(at) * (valueAt(tensor, offsetOf(next, shape)) - valueAt(tensor, offsetOf(source, shape)));
+    }
+    v = roundTo(out.kind, v);
     if (isFloating(out.kind))
       out.floats.push_back(v);
     else
@@ -1885,11 +1921,8 @@ void OnnxImporter::respecializeIfAsked() {
   std::vector<std::string> tracedErrors;
   OnnxImporter tracedImport(context, path, tracedOptions, tracedErrors);
   mlir::OwningOpRef<mlir::ModuleOp> tracedModule = tracedImport.run(); // keeps `values` alive
-  if (!tracedModule) {
-    for (const auto &error : tracedErrors)
-      errors.push_back(error + " (importing the model at its traced sizes, before re-specializing it)");
-    abandon();
-  }
+  if (!tracedModule)
+    return; // the sizes asked for are refused as the file's (resolveInputTypes), or the file's errors are reported
   TracedGraph traced;
   for (const auto &[name, value] : tracedImport.values)
     traced.shapes[name] = std::vector<int64_t>(typeOf(value).getShape().begin(), typeOf(value).getShape().end());
