@@ -1686,10 +1686,13 @@ void Respecializer::rewrite(std::vector<std::string> &notes) {
         auto extended = extend(original, newDims, why);
         if (!extended) {
           const auto &reader = graph.node(edge.first);
+          std::vector<int64_t> wantedShape = original.shape;
+          for (const auto &[axis, size] : newDims)
+            wantedShape[axis] = size;
           throw Failure{"constant '" + name + "' " + shapeText(original.shape) + ", read by node '" +
-                        reader.name() + "' (" + reader.op_type() + "), holds the traced size in dimension " +
-                        std::to_string(newDims.begin()->first) + " and must change to " +
-                        std::to_string(newDims.begin()->second) + ", but " + why};
+                        (reader.name().empty() ? "#" + std::to_string(edge.first) : reader.name()) + "' (" +
+                        reader.op_type() + "), must become " + shapeText(wantedShape) +
+                        " (it holds the traced sizes), but " + why};
         }
         value = *extended;
         if (!newValues.empty())
@@ -1756,7 +1759,9 @@ void Respecializer::rewrite(std::vector<std::string> &notes) {
       tensor->set_data_type(type);
       storeTensor(value, *tensor);
       graph.mutable_node(edge.first)->set_input(edge.second, copy);
-      notes.push_back("'" + name + "' for node '" + graph.node(edge.first).name() + "' " + describeChange(value) +
+      const auto &reader = graph.node(edge.first);
+      notes.push_back("'" + name + "' for node '" + (reader.name().empty() ? "#" + std::to_string(edge.first) : reader.name()) +
+                      "' " + describeChange(value) +
                       " (as '" + copy + "')");
     }
   }
