@@ -29,6 +29,11 @@
 namespace pipec::import::detail {
 namespace {
 
+/// A re-specialization that cannot be done: the reason, naming the node or constant.
+struct Failure {
+  std::string message;
+};
+
 /// A polynomial with integer coefficients in the symbols (exponent vectors).
 struct Poly {
   std::map<std::vector<int>, int64_t> terms;
@@ -51,43 +56,20 @@ struct Poly {
                                                               terms.begin()->first.end(),
                                                               [](int e) { return e == 0; }));
   }
-  int64_t at(const std::vector<int64_t> &sizes) const {
-    int64_t sum = 0;
-    for (const auto &[exponents, coefficient] : terms) {
-      int64_t term = coefficient;
-      for (size_t s = 0; s < exponents.size(); ++s)
-        for (int e = 0; e < exponents[s]; ++e)
-          term *= sizes[s];
-      sum += term;
-    }
-    return sum;
-  }
+  /// The value at `sizes`; an overflow (a hostile file) throws.
+  int64_t at(const std::vector<int64_t> &sizes) const;
   friend bool operator==(const Poly &a, const Poly &b) { return a.terms == b.terms; }
-  friend Poly operator+(const Poly &a, const Poly &b) {
-    Poly r = a;
-    for (const auto &[e, c] : b.terms)
-      if ((r.terms[e] += c) == 0)
-        r.terms.erase(e);
-    return r;
-  }
+  friend Poly operator+(const Poly &a, const Poly &b);
   friend Poly operator-(const Poly &a, const Poly &b) {
     Poly negated = b;
-    for (auto &[e, c] : negated.terms)
+    for (auto &[e, c] : negated.terms) {
+      if (c == INT64_MIN)
+        throw Failure{"a size overflows 64 bits"};
       c = -c;
+    }
     return a + negated;
   }
-  friend Poly operator*(const Poly &a, const Poly &b) {
-    Poly r;
-    for (const auto &[ea, ca] : a.terms)
-      for (const auto &[eb, cb] : b.terms) {
-        std::vector<int> e = ea;
-        for (size_t s = 0; s < e.size(); ++s)
-          e[s] += eb[s];
-        if ((r.terms[e] += ca * cb) == 0)
-          r.terms.erase(e);
-      }
-    return r;
-  }
+  friend Poly operator*(const Poly &a, const Poly &b);
   /// Exact division by a one-term divisor; nullopt otherwise.
   std::optional<Poly> dividedBy(const Poly &divisor) const {
     if (*this == divisor && !terms.empty())
@@ -108,6 +90,52 @@ struct Poly {
     return r;
   }
 };
+
+int64_t checkedProduct(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    throw Failure{"a size overflows 64 bits"};
+  return r;
+}
+
+int64_t Poly::at(const std::vector<int64_t> &sizes) const {
+  int64_t sum = 0;
+  for (const auto &[exponents, coefficient] : terms) {
+    int64_t term = coefficient;
+    for (size_t s = 0; s < exponents.size(); ++s)
+      for (int e = 0; e < exponents[s]; ++e)
+        term = checkedProduct(term, sizes[s]);
+    if (__builtin_add_overflow(sum, term, &sum))
+      throw Failure{"a size overflows 64 bits"};
+  }
+  return sum;
+}
+
+Poly operator+(const Poly &a, const Poly &b) {
+  Poly r = a;
+  for (const auto &[e, c] : b.terms) {
+    int64_t &sum = r.terms[e];
+    if (__builtin_add_overflow(sum, c, &sum))
+      throw Failure{"a size overflows 64 bits"};
+    if (sum == 0)
+      r.terms.erase(e);
+  }
+  return r;
+}
+
+Poly operator*(const Poly &a, const Poly &b) {
+  Poly r;
+  for (const auto &[ea, ca] : a.terms)
+    for (const auto &[eb, cb] : b.terms) {
+      std::vector<int> e = ea;
+      for (size_t s = 0; s < e.size(); ++s)
+        if ((e[s] += eb[s]) > 64)
+          throw Failure{"a size grows beyond the 64th power of a changing dimension"};
+      if ((r.terms[e] += checkedProduct(ca, cb)) == 0)
+        r.terms.erase(e);
+    }
+  return r;
+}
 
 /// Where a constant dimension or element came from: `constant`, read by node
 /// `node` as input `operand`, at dimension or element `index`.
@@ -137,10 +165,9 @@ struct SymTensor {
 
 /// Values with at most this many elements are followed element by element.
 constexpr int64_t kFollowedElements = 64;
-
-struct Failure {
-  std::string message;
-};
+/// Walks of the graph before the search for bound constants gives up: each
+/// walk binds what the previous one found (exports need a handful).
+constexpr size_t kMaxWalks = 64;
 
 class Respecializer {
 public:
@@ -1817,8 +1844,9 @@ bool Respecializer::run(std::vector<std::string> &problems, std::vector<std::str
           throw *firstFailure;
         break;
       }
-      if (walks > slots.size() + 1)
-        throw Failure{"the search for the constants that hold the traced sizes does not settle"};
+      if (walks + 1 >= kMaxWalks)
+        throw Failure{"the search for the constants that hold the traced sizes does not settle in " +
+                      std::to_string(kMaxWalks) + " walks of the graph"};
     }
     // The batch reaches the outputs: an output whose batch dimension stays
     // at the traced size computes on part of the new batch.
