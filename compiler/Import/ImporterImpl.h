@@ -461,6 +461,8 @@ private:
   std::map<std::string, std::string> frozenInitializers;
   /// What the user should know about the file (recorded as nn.import_notes).
   std::vector<std::string> importNotes;
+  /// The input sizes a re-specialization changed ("'x' [2,16] -> [8,32]"), for errors.
+  std::string respecializedTo;
   std::set<std::string> knownAtImport; // values folded on the host
   std::vector<bool> foldedNodes;        // by node index: analyzeGraph folds it on the host
   std::map<std::string, mlir::RankedTensorType> inputTypes;

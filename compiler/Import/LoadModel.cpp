@@ -84,7 +84,9 @@ void OnnxImporter::report(const std::string &problem) {
 void OnnxImporter::abandon() { throw ImportAborted{}; }
 
 void OnnxImporter::fail(const onnx::NodeProto &node, const std::string &reason) {
-  errors.push_back(nodeLabel(node) + ": " + reason);
+  // After a re-specialization the node sees the new sizes: say so.
+  errors.push_back(nodeLabel(node) + ": " + reason +
+                   (respecializedTo.empty() ? "" : " (at the sizes the export was re-specialized to: " + respecializedTo + ")"));
   abandon();
 }
 

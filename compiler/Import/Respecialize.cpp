@@ -1972,6 +1972,10 @@ void OnnxImporter::respecializeIfAsked() {
     abandon();
   }
   importNotes.insert(importNotes.end(), notes.begin(), notes.end());
+  for (const auto &[name, shape] : wanted)
+    if (shape != tracedShapes[name])
+      respecializedTo += (respecializedTo.empty() ? "'" : ", '") + name + "' " + shapeText(tracedShapes[name]) +
+                         " -> " + shapeText(shape);
 }
 
 } // namespace pipec::import::detail
