@@ -1,5 +1,6 @@
 // `pipec schedule`: explore schedules without a model.
 #include "analysis/Schedule/Schedule.h"
+#include "runtime/include/pipec/input_file.h"
 #include "analysis/Settings/Declared.h"
 #include "analysis/Settings/TextBinder.h"
 
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <new>
 #include <ostream>
+#include <fstream>
 #include <sstream>
 
 namespace pipec::schedule {
@@ -111,6 +113,9 @@ void ScheduleCliOptions::bind(settings::Binder &b) {
   b.text(kOut, out);
   b.flag(kOptimal, optimal);
   b.real(kOptimalSeconds, optimalSeconds);
+  b.text(kFromCsv, fromCsv);
+  b.text(kToCsv, toCsv);
+  b.choice(kCsvFormat, csvFormat);
 }
 
 void applyScheduleFlag(ScheduleCliOptions &a, const std::string &opt, const std::string &value) {
@@ -146,8 +151,19 @@ ScheduleCliOptions resolve(ScheduleCliOptions a) {
   // A single replica count applies to every stage.
   if (a.problem.replicas.size() == 1)
     a.problem.replicas.assign(a.problem.stages, a.problem.replicas[0]);
+  if (!a.fromCsv.empty()) {
+    // The file gives stages, chunks and micro-batches; the options the costs.
+    if (!a.schedule.empty() || a.compare || a.optimal)
+      throw ScheduleError(settings::flag(settings::kFromCsv) + " is the schedule: it takes no " +
+                          settings::flag(settings::kSchedule) + ", " + settings::flag(settings::kCompare) + " or " +
+                          settings::flag(settings::kOptimal));
+    return a;
+  }
+  if (!a.toCsv.empty() && (a.compare || a.schedule.empty()))
+    throw ScheduleError(settings::flag(settings::kToCsv) + " writes one schedule: give " +
+                        settings::flag(settings::kSchedule) + " NAME (or " + settings::flag(settings::kFromCsv) + ")");
   if (!a.compare && a.schedule.empty() && !a.optimal)
-    throw ScheduleError((settings::flag(settings::kSchedule) + " NAME, " + settings::flag(settings::kCompare) + " or " + settings::flag(settings::kOptimal) + " is required (see --help)"));
+    throw ScheduleError((settings::flag(settings::kSchedule) + " NAME, " + settings::flag(settings::kCompare) + ", " + settings::flag(settings::kOptimal) + " or " + settings::flag(settings::kFromCsv) + " FILE is required (see --help)"));
   // --compare and a family that chooses among the others (auto) run several
   // families side by side.
   const ScheduleFamily *family = findScheduleFamily(a.schedule);
@@ -282,6 +298,18 @@ static int runResolved(const ScheduleCliOptions &args, std::ostream &out, std::o
   std::vector<Row> rows;
   for (const std::string &n : names)
     rows.push_back(run(n, args.problem, args));
+  if (!args.fromCsv.empty()) {
+    Row row;
+    row.name = "csv";
+    try {
+      row.schedule = scheduleFromCsv(io::readInputFile(args.fromCsv, "a CSV schedule"), args.fromCsv, args.problem);
+      row.sim = simulate(row.schedule);
+      row.ok = true;
+    } catch (const ScheduleError &e) {
+      row.error = e.what();
+    }
+    rows.push_back(std::move(row));
+  }
   std::string certificate;
   if (args.optimal) {
     // The exact mode's row, and the bound it proved (the certificate).
@@ -326,6 +354,14 @@ static int runResolved(const ScheduleCliOptions &args, std::ostream &out, std::o
       printJson(r, args.problem, out);
     if (r.ok && args.print)
       out << toText(r.schedule);
+    if (r.ok && !args.toCsv.empty()) {
+      std::ofstream csv(args.toCsv, std::ios::binary);
+      csv << toCsv(r.schedule, args.csvFormat);
+      if (!csv) {
+        err << "pipec schedule: cannot write " << args.toCsv << "\n";
+        status = 1;
+      }
+    }
     if (r.ok && !args.out.empty()) {
       try {
         writeScheduleDir(r.schedule, r.sim, args.compare ? args.out + "/" + r.name : args.out);

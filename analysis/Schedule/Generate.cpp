@@ -14,6 +14,7 @@
 
 namespace pipec::schedule {
 
+using detail::appendOptimizerTail;
 using detail::applyVerticalSync;
 using detail::autoOrder;
 using detail::gpipeStage;
@@ -59,9 +60,9 @@ void requireUniformReplicas(const Problem &P, const std::string &name) {
                         " take per-stage replicas");
 }
 
-// Every rank's optimizer tail: the all-reduce over its stage's replicas, then
-// the step (ZB-H2: speculative step, global validation, possible rollback).
-void appendOptimizerTail(const Problem &P, Orders &orders, bool speculativeStep) {
+} // namespace
+
+void detail::appendOptimizerTail(const Problem &P, Orders &orders, bool speculativeStep) {
   for (int r = 0; r < P.numRanks(); ++r) {
     const int st = P.stageOfRank(r);
     if (P.replicasOf(st) > 1)
@@ -77,6 +78,8 @@ void appendOptimizerTail(const Problem &P, Orders &orders, bool speculativeStep)
     }
   }
 }
+
+namespace {
 
 // A synchronous schedule is one pipeline order per replica (data-parallel
 // pipelines over the micro-batches mb % R == r), then the optimizer tail.

@@ -42,6 +42,10 @@ void lower(Schedule &s, const Orders &orders);
 void applyVerticalSync(Schedule &s);
 
 // ------------------------------------------------------------ Generate.cpp
+// Every rank's optimizer tail: the all-reduce over its stage's replicas, then
+// the step (ZB-H2: speculative step, global validation, possible rollback).
+void appendOptimizerTail(const Problem &P, Orders &orders, bool speculativeStep);
+
 // A synchronous one-chunk schedule named `name` from one compute order per
 // stage (F, BWD_INPUT and BWD_WEIGHT, chunk 0): the optimizer tail, the
 // lowering and validation of generate() (the exact mode's result).

@@ -14,6 +14,16 @@
 #include <string>
 #include <vector>
 
+namespace pipec {
+namespace schedule {
+// The two variants of PyTorch's CSV schedules (`_dump_csv(format=...)`).
+enum class CsvFormat : unsigned char { ComputeOnly, ComputeComms };
+} // namespace schedule
+template <> struct Choices<schedule::CsvFormat> {
+  static constexpr const char *spellings[] = {"compute_only", "compute_comms"};
+};
+} // namespace pipec
+
 namespace pipec::schedule {
 
 class ScheduleError : public std::runtime_error {
@@ -201,6 +211,28 @@ bool optimalAvailable();
 // `seconds`.
 OptimalResult optimalSchedule(const Problem &problem, double seconds);
 
+// ---------------------------------------------------------------- PyTorch's CSV schedules
+// torch.distributed.pipelining's per-rank action lists (docs/schedules.md,
+// "CSV schedules"): one row per rank of "<stage><action><micro-batch>".
+// Compute only: F, I (backward input), W (backward weight), B (both); with
+// the transfers: SEND_F, RECV_F, SEND_B, RECV_B too.
+// One row per rank, in each rank's order: the compute instructions, and
+// with ComputeComms the transfers. Throws ScheduleError for replicas or an
+// asynchronous schedule (the format has neither); RECOMPUTE, LOAD,
+// collectives and steps have no action of PyTorch's and are left out.
+std::string toCsv(const Schedule &schedule, CsvFormat format);
+// A schedule from a CSV of either format, with `costs`' times and memory
+// limit (its stages, chunks and micro-batches come from the file): stages,
+// chunks and placement (interleaved or V) from the rows, micro-batches from
+// the actions. The file's order of compute actions is kept; pipec's lowering
+// places the transfers (those of a ComputeComms file are checked: each sent
+// and received once, and the order free of deadlock). OVERLAP_F_B runs its
+// actions one after the other; UNSHARD, RESHARD, REDUCE_GRAD and WAIT_* are
+// ignored. Throws ScheduleError naming `what`, the rank, the step (1-based
+// cell of the row) and the action: a missing send or backward, a deadlock,
+// a memory peak over the limit (the validator's).
+Schedule scheduleFromCsv(const std::string &text, const std::string &what, const Problem &costs);
+
 // ---------------------------------------------------------------- output
 std::string toText(const Schedule &schedule);
 std::string toJson(const Schedule &schedule);     // whole schedule + problem
@@ -226,6 +258,9 @@ struct ScheduleCliOptions {
   std::vector<int> recomputeStages; // --recompute-stages L
   bool optimal = false;           // --optimal: also the exact mode's schedule and certificate
   double optimalSeconds = 60;     // --optimal-seconds S: the solver's time
+  std::string fromCsv;            // --from-csv FILE: PyTorch's CSV schedule instead of a family
+  std::string toCsv;              // --to-csv FILE: the schedule in PyTorch's CSV format
+  CsvFormat csvFormat = CsvFormat::ComputeOnly; // --csv-format
 
   void bind(settings::Binder &binder);
 };

@@ -202,6 +202,14 @@ inline constexpr RealSetting kOptimalSeconds{
     0,
     86400,
     /*minOpen=*/true};
+inline constexpr Setting kFromCsv{
+    "from-csv",
+    "A schedule in PyTorch's CSV format (torch.distributed.pipelining's _dump_csv, either variant): validated, "
+    "simulated and drawn with these costs instead of a family's (docs/schedules.md, \"CSV schedules\")",
+    "FILE"};
+inline constexpr Setting kToCsv{"to-csv", "Also write the schedule in PyTorch's CSV format (--csv-format)", "FILE"};
+inline constexpr ChoiceSetting<schedule::CsvFormat> kCsvFormat{
+    {"csv-format", "Variant of --to-csv: compute actions only (default), or the transfers too", "format"}};
 
 } // namespace pipec::settings
 
