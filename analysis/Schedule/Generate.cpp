@@ -30,6 +30,7 @@ using detail::warmupOf;
 using detail::withRecompute;
 using detail::zbH1Stage;
 using detail::zbH2Order;
+using detail::zbInterleavedOrder;
 using detail::zbVOrder;
 
 namespace {
@@ -214,6 +215,11 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
   case ScheduleKind::ZbV: {
     const double limit = limitOr1F1BPeak(problem);
     orders = assemble(s, [&](int n) { return zbVOrder(s, n, limit); }, false);
+    break;
+  }
+  case ScheduleKind::ZbInterleaved: {
+    const double limit = limitOr1F1BPeak(problem);
+    orders = assemble(s, [&](int n) { return zbInterleavedOrder(s, n, limit); }, false);
     break;
   }
   case ScheduleKind::Auto: {

@@ -794,4 +794,87 @@ Orders zbVOrder(const Schedule &shape, int n, double limit) {
   return best;
 }
 
+// Zero bubble over interleaved chunks as a fixed pattern: on rank r,
+// (v-1) rounds of forwards plus p-1-r more as the warm-up (a round: the
+// micro-batches of one chunk before the next chunk's, p of them), then
+// interleaved 1F1B's steady forward and backward, the backward split; from
+// the (r + 1 + wDelay)-th backward on each is followed by the oldest pending
+// W, and the W's left end the rank. (PyTorch's ScheduleInterleavedZeroBubble
+// is this pattern with wDelay 0.) Empty when n is not a whole number of rounds.
+Orders zbInterleavedPattern(int p, int v, int n, int wDelay) {
+  const int rounds = std::max(1, n / p);
+  if (n % rounds != 0)
+    return {};
+  const int perRound = n / rounds, total = n * v;
+  Orders orders(p);
+  for (int r = 0; r < p; ++r) {
+    const int warm = std::min((v - 1) * perRound + (p - 1 - r), total);
+    std::vector<int> fNext(v, 0), bNext(v, 0), wNext(v, 0);
+    std::vector<int> backwardChunks;
+    size_t weights = 0;
+    std::vector<Instr> &o = orders[r];
+    auto weight = [&]() {
+      const int c = backwardChunks[weights++];
+      o.push_back(mk(Op::BwdWeight, wNext[c]++, c));
+    };
+    for (int op = 0; op < total + warm; ++op) {
+      if (op < total) {
+        const int c = (op / perRound) % v;
+        o.push_back(mk(Op::Fwd, fNext[c]++, c));
+      }
+      if (op < warm)
+        continue;
+      const int c = v - 1 - ((op - warm) / perRound) % v;
+      o.push_back(mk(Op::BwdInput, bNext[c]++, c));
+      backwardChunks.push_back(c);
+      if (op - warm >= r + wDelay)
+        weight();
+    }
+    while (weights < backwardChunks.size())
+      weight();
+  }
+  return orders;
+}
+
+Orders zbInterleavedOrder(const Schedule &shape, int n, double limit) {
+  const int p = shape.problem.stages;
+  PolicySearch search(shape, n);
+  // With room reserved for the later chunks of every admitted micro-batch
+  // the greedy cannot stall at any chunk count; without it (room for one
+  // micro-batch's chunks) it admits more under a tight limit and may stall,
+  // which only drops that policy.
+  for (bool reserve : {true, false})
+    for (bool alternate : {true, false})
+      for (bool eager : {false, true})
+        for (bool gaps : {false, true}) {
+          std::vector<Policy> policies;
+          for (double a : {1.0, 2.0})
+            for (int b : {0, 1})
+              policies.push_back(Policy{capsLinear(p, n, a, b), limit, true, eager, alternate, reserve});
+          policies.push_back(Policy{std::vector<int>(p, std::max(1, n)), limit, true, eager, alternate, reserve});
+          for (Policy &pol : policies) {
+            pol.wOnlyInGaps = gaps;
+            try {
+              search.tryPolicy(pol);
+            } catch (const ScheduleError &) {
+              if (reserve)
+                throw;
+            }
+          }
+        }
+  Orders best = std::move(search.best.order);
+  OrderEval bestEval = evalOrder(shape, n, best);
+  // The fixed pattern, with its W's from later on too (less memory held early).
+  for (int wDelay = 0; wDelay <= 2; ++wDelay) {
+    Orders candidate = zbInterleavedPattern(p, shape.problem.chunks, n, wDelay);
+    if (!candidate.empty() && timesBetter(shape, n, limit, candidate, bestEval))
+      best = std::move(candidate);
+  }
+  long computes = 0;
+  for (const auto &rank : best)
+    computes += (long)rank.size();
+  improveBySwapsBothPasses(shape, n, limit, best, bestEval, computes);
+  return best;
+}
+
 } // namespace pipec::schedule::detail

@@ -158,6 +158,9 @@ private:
 Orders autoOrder(const Schedule &shape, int n, double limit);
 Orders zbH2Order(const Schedule &shape, int n);
 Orders zbVOrder(const Schedule &shape, int n, double limit);
+// Zero bubble over any number of chunks placed as interleaved's (virtual
+// stage k on rank k mod p): the list scheduler's policies, then the local search.
+Orders zbInterleavedOrder(const Schedule &shape, int n, double limit);
 
 // zbVOrder's local search on `order` (one pipeline of `shape`, n local
 // micro-batches, peak within `limit`), then `kicks` rounds of an iterated

@@ -141,10 +141,10 @@ inline int optimizerStateCopies(Optimizer o) {
 }
 
 // The schedule families (analysis/Schedule/Families.cpp holds each one's facts).
-enum class ScheduleKind : unsigned char { GPipe, OneFOneB, OneFOneBRR, Interleaved, ZbH1, ZbH2, ZbV, Auto };
+enum class ScheduleKind : unsigned char { GPipe, OneFOneB, OneFOneBRR, Interleaved, ZbH1, ZbH2, ZbV, ZbInterleaved, Auto };
 template <> struct Choices<ScheduleKind> {
-  static constexpr const char *spellings[] = {"gpipe", "1f1b",  "1f1b-rr", "interleaved",
-                                              "zb-h1", "zb-h2", "zb-v",    "auto"};
+  static constexpr const char *spellings[] = {"gpipe", "1f1b",  "1f1b-rr", "interleaved",    "zb-h1",
+                                              "zb-h2", "zb-v",  "zb-interleaved", "auto"};
 };
 
 // Where virtual stage k (0 .. p*v-1, in model order) lives.
