@@ -470,9 +470,12 @@ schedule::Problem scheduleProblem(const partition::CostTable &table, const Parti
     // (no W) or without a backward still runs its (empty) instructions.
     constexpr double kEmptyWork = 1e-9;
     problem.replicas.push_back(stage.replicas);
-    problem.costF.push_back(std::max(forward, kEmptyWork));
-    problem.costB.push_back(std::max(backwardInput, kEmptyWork));
-    problem.costW.push_back(std::max(backwardWeight, kEmptyWork));
+    // Every compute instruction also pays the runtime's fixed cost (the
+    // stage call, its receives and sends posted): more chunks per rank run
+    // more instructions, so they are not free (docs/planner.md).
+    problem.costF.push_back(std::max(forward, kEmptyWork) + kInstructionOverheadSeconds);
+    problem.costB.push_back(std::max(backwardInput, kEmptyWork) + kInstructionOverheadSeconds);
+    problem.costW.push_back(std::max(backwardWeight, kEmptyWork) + kInstructionOverheadSeconds);
     problem.comm = std::max(problem.comm, stage.sendSeconds / 2);
     problem.allreduceCost = std::max(problem.allreduceCost, stage.allreduceSeconds);
     activationBytes.push_back(stageActivationBytes(table, result, stage));

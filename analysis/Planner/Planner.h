@@ -102,6 +102,10 @@ Plan plan(const partition::CostTable &table, const Request &request);
 /// the stage's op times, communication is the slowest boundary's one-way
 /// transfer, activation memory is in units of the largest stage's
 /// activations of one micro-batch (the zero-bubble paper's M_B).
+/// Seconds every compute instruction (a FWD, BWD_INPUT or BWD_WEIGHT of one
+/// virtual stage) costs beyond its ops: piperun's fixed work per instruction
+/// (docs/planner.md, "Chunks"); what makes a chunk more not free.
+inline constexpr double kInstructionOverheadSeconds = 10e-6;
 schedule::Problem scheduleProblem(const partition::CostTable &table,
                                   const partition::PartitionResult &result, int chunks,
                                   Placement placement);

@@ -592,7 +592,7 @@ TEST(Cli, JsonAndMemoryLimitSuffix) {
 TEST(Cli, ErrorsAreClearAndNonZero) {
   std::string out, err;
   EXPECT_EQ(run({"schedule", "--stages", "4"}, out, err), 2);
-  EXPECT_NE(err.find("--schedule NAME, --compare or --optimal"), std::string::npos) << err;
+  EXPECT_NE(err.find("--schedule NAME, --compare, --optimal or --from-csv FILE"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--stages", "x", "--compare"}, out, err), 2);
   EXPECT_NE(err.find("--stages x: expected an integer between 1 and 4096"), std::string::npos) << err;
   EXPECT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "nope"}, out, err), 2);
