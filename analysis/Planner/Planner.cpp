@@ -413,7 +413,7 @@ struct Search {
       if (request.chunks)
         chunkChoices = {request.chunks};
       else
-        chunkChoices = familyOf(f).anyChunks ? std::vector<int>{2, 4} : std::vector<int>{familyOf(f).chunks};
+        chunkChoices = familyOf(f).anyChunks ? schedule::searchedChunkCounts() : std::vector<int>{familyOf(f).chunks};
       for (int v : chunkChoices) {
         schedule::checkChunks(familyOf(f), v);
         if (p < 2 || static_cast<int64_t>(p) * v > ops ||

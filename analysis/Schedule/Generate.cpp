@@ -247,6 +247,8 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
   return s;
 }
 
+std::vector<int> searchedChunkCounts() { return {2, 4, 8}; }
+
 int comparedChunks(const ScheduleFamily &family, int chunks, bool chunksGiven) {
   return family.anyChunks && chunksGiven ? chunks : family.chunks;
 }
@@ -260,19 +262,26 @@ FastestSchedule generateFastest(const Problem &problem, bool chunksGiven) {
   // The planner's candidates in its order, so that a tie goes to the family
   // the planner prefers.
   for (const ScheduleFamily *family : searchedScheduleFamilies()) {
-    Problem candidate = limited;
-    candidate.chunks = comparedChunks(*family, problem.chunks, chunksGiven);
-    try {
-      Schedule s = generate(std::string(family->name), candidate);
-      SimResult sim = simulate(s);
-      // Strictly faster beyond rounding, or the earlier family keeps it.
-      if (found && sim.makespan >= best.sim.makespan - 1e-9 * std::max(1.0, best.sim.makespan))
-        continue;
-      best = FastestSchedule{std::string(family->name), std::move(s), std::move(sim)};
-      found = true;
-    } catch (const ScheduleError &e) {
-      if (firstError.empty())
-        firstError = e.what();
+    // A family of any chunk count is tried at each of searchedChunkCounts
+    // unless --chunks gives one: chunks per rank are a dimension of the search.
+    std::vector<int> chunkCounts{comparedChunks(*family, problem.chunks, chunksGiven)};
+    if (family->anyChunks && !chunksGiven)
+      chunkCounts = searchedChunkCounts();
+    for (int chunks : chunkCounts) {
+      Problem candidate = limited;
+      candidate.chunks = chunks;
+      try {
+        Schedule s = generate(std::string(family->name), candidate);
+        SimResult sim = simulate(s);
+        // Strictly faster beyond rounding, or the earlier family keeps it.
+        if (found && sim.makespan >= best.sim.makespan - 1e-9 * std::max(1.0, best.sim.makespan))
+          continue;
+        best = FastestSchedule{std::string(family->name), std::move(s), std::move(sim)};
+        found = true;
+      } catch (const ScheduleError &e) {
+        if (firstError.empty())
+          firstError = e.what();
+      }
     }
   }
   if (!found)

@@ -127,6 +127,9 @@ Schedule generate(const std::string &name, const Problem &problem);
 // The chunk count `family` runs beside the others (--compare, generateFastest):
 // `chunks` where it takes any count and --chunks gave one, else its own.
 int comparedChunks(const ScheduleFamily &family, int chunks, bool chunksGiven);
+// The chunk counts auto and the planner try for a family of any count when
+// --chunks gives none (docs/schedules.md, "auto"): 2, 4 and 8.
+std::vector<int> searchedChunkCounts();
 
 // ---------------------------------------------------------------- validator
 struct ValidationReport {

@@ -3,7 +3,8 @@
 piperun trains them as pipelines on 2-3 MPI ranks. Checks, after N steps:
 
 1. every synchronous schedule (GPipe, 1F1B, interleaved 1F1B and ZB-V with
-   two chunks per rank, ZB-H1, ZB-H2) reaches the same weights as the
+   two chunks per rank, zero bubble over three interleaved chunks, ZB-H1,
+   ZB-H2) reaches the same weights as the
    1-rank run of the same generated code (dropout on: masks are keyed by
    (seed, step, micro-batch, op), so all runs drop the same elements), and
    PipeDream's 1F1B-RR on a plan whose first stage has two replicas (3 ranks)
@@ -314,8 +315,9 @@ def check(example, args, workdir, failures):
                                os.path.join(workdir, f"{example}-1rank"), 1,
                                ["--gpus", "1x1"] + optimizer)
     for schedule in args.schedules:
-        # Interleaved 1F1B and ZB-V run two model chunks (virtual stages) per rank.
-        extra = ["--chunks", "2"] if schedule == "interleaved" else []
+        # Interleaved 1F1B and ZB-V run two model chunks (virtual stages) per
+        # rank; zero bubble over interleaved chunks runs three.
+        extra = {"interleaved": ["--chunks", "2"], "zb-interleaved": ["--chunks", "3"]}.get(schedule, [])
         weights = compile_and_train(
             args.pipec, args.piperun, path, data, os.path.join(workdir, f"{example}-{schedule}"), 2,
             ["--gpus", "1x2", "--stages", "2", "--no-replication", "--schedule", schedule] + extra +
@@ -519,7 +521,7 @@ def main():
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
                         help="worker processes (default: one per core)")
     parser.add_argument("--schedules", nargs="+",
-                        default=["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"])
+                        default=["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "zb-interleaved"])
     args = parser.parse_args()
     failures = []
     with tempfile.TemporaryDirectory() as workdir:

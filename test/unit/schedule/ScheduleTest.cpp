@@ -1719,19 +1719,21 @@ TEST(OrderTimer, RetimingAChangeEqualsTimingItAfresh) {
   EXPECT_GT(executable, checked / 4); // many random changes still execute
 }
 
-// `--schedule auto` chooses among all synchronous families: at 1F1B's memory
-// the V (half the warm-up per chunk) is strictly faster than every one-chunk
-// order here, so auto returns zb-v's schedule; with m not a multiple of p
-// interleaved is skipped, not an error; a stages x 2 cost list leaves only
-// the two-chunk families.
-TEST(AutoChoice, PicksTheVWhenItIsStrictlyFasterUnderTheLimit) {
+// `--schedule auto` chooses among all synchronous families and, for those
+// of any chunk count, among 2, 4 and 8 chunks: at 1F1B's memory zero bubble
+// over 8 interleaved chunks (an eighth of the warm-up per chunk) is strictly
+// faster than the V and every one-chunk order here; with m not a multiple
+// of p interleaved is skipped, not an error; a stages x 2 cost list leaves
+// only the two-chunk families, and the V wins among them.
+TEST(AutoChoice, PicksTheFastestFamilyAndChunkCountUnderTheLimit) {
   Problem P = uniform(4, 8);
   P.memoryLimit = 4;
   const FastestSchedule fastest = generateFastest(P, false);
-  EXPECT_EQ(fastest.family, "zb-v");
-  EXPECT_EQ(fastest.schedule.problem.chunks, 2);
-  EXPECT_EQ(fastest.schedule.placement, Placement::VShape);
+  EXPECT_EQ(fastest.family, "zb-interleaved");
+  EXPECT_EQ(fastest.schedule.problem.chunks, 8);
+  EXPECT_EQ(fastest.schedule.placement, Placement::Interleaved);
   EXPECT_LE(fastest.sim.maxPeakMemory, 4 + 1e-9);
+  EXPECT_LT(fastest.sim.makespan, simulate(generate("zb-v", P)).makespan - 1e-9);
   double bestOneChunk = std::numeric_limits<double>::infinity();
   for (const ScheduleFamily &f : scheduleFamilies())
     if (f.searchOrder > 0 && f.chunks == 1 && !f.anyChunks) {
@@ -1741,7 +1743,9 @@ TEST(AutoChoice, PicksTheVWhenItIsStrictlyFasterUnderTheLimit) {
       }
     }
   EXPECT_LT(fastest.sim.makespan, bestOneChunk - 1e-9);
-  EXPECT_NEAR(fastest.sim.makespan, simulate(generate("zb-v", P)).makespan, 1e-9);
+  Problem eight = P;
+  eight.chunks = 8;
+  EXPECT_NEAR(fastest.sim.makespan, simulate(generate("zb-interleaved", eight)).makespan, 1e-9);
 
   // With a fused backward (W = 0) the V has no W's to fill its bubble, and
   // interleaved with 8 chunks (--chunks 8, memory to spare) has an eighth
@@ -1762,8 +1766,8 @@ TEST(AutoChoice, PicksTheVWhenItIsStrictlyFasterUnderTheLimit) {
   ASSERT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "auto", "--json"}, out, err), 0)
       << err;
   EXPECT_NE(out.find("\"schedule\":\"auto\""), std::string::npos) << out;
-  EXPECT_NE(out.find("\"chosen\":\"zb-v\""), std::string::npos) << out;
-  EXPECT_NE(out.find("\"chunks\":2"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"chosen\":\"zb-interleaved\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"chunks\":8"), std::string::npos) << out;
   ASSERT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "auto", "--cost-f",
                  "1,1,1,1,1,1,1,2"},
                 out, err),
