@@ -700,7 +700,7 @@ void printPlan(std::ostream &os, const partition::CostTable &table,
   }
   const size_t shown = std::min(plan.ranked.size(), static_cast<size_t>(std::max(0, plan.candidatesShown)));
   if (shown > 1) {
-    os << "\n" << std::left << std::setw(4) << "#" << std::setw(13) << "schedule" << std::setw(7)
+    os << "\n" << std::left << std::setw(4) << "#" << std::setw(16) << "schedule" << std::setw(7)
        << "chunks" << std::setw(24) << "replicas per stage" << std::setw(8) << "m" << std::right
        << std::setw(14) << "mini-batch" << std::setw(14) << "per sample" << std::setw(9) << "bubble"
        << "  partition\n";
@@ -712,7 +712,7 @@ void printPlan(std::ostream &os, const partition::CostTable &table,
       std::string reps = joinInts(replicas);
       if (reps.size() > 23)
         reps = reps.substr(0, 20) + "...";
-      os << std::left << std::setw(4) << i + 1 << std::setw(13) << k.schedule << std::setw(7) << k.chunks
+      os << std::left << std::setw(4) << i + 1 << std::setw(16) << k.schedule << std::setw(7) << k.chunks
          << std::setw(24) << reps << std::setw(8) << k.microbatches << std::right << std::setw(14)
          << partition::formatSeconds(k.timePerMinibatch) << std::setw(14) << partition::formatSeconds(k.timePerSample(table.microbatchSize))
          << std::setw(8) << std::fixed << std::setprecision(1) << 100 * k.bubble << "%"
