@@ -89,19 +89,24 @@ int runGrid(bool json) {
           for (const ScheduleFamily &family : scheduleFamilies()) {
             if (family.asynchronous)
               continue; // PipeDream's changes the training, not only the time
+            // A family of any chunk count at each count auto and the planner try.
+            std::vector<int> chunkCounts{family.chunks};
+            if (family.anyChunks)
+              chunkCounts = searchedChunkCounts();
+            for (int chunks : chunkCounts) {
             Problem P = problem(p, m, costs.f, costs.b, costs.w, costs.c);
-            P.chunks = family.chunks;
+            P.chunks = chunks;
             P.memoryLimit = std::string(limit) == "p" ? p : std::string(limit) == "2p" ? 2.0 * p : 1e9;
             try {
               SimResult r = simulate(generate(std::string(family.name), P));
-              const double bound = lowerBound(p, m, family.chunks, costs);
+              const double bound = lowerBound(p, m, chunks, costs);
               // Equal makespans (to rounding): the family nearer its own
               // bound is reported, so that a tie does not read as a gap.
               const bool tie = std::abs(r.makespan - best.makespan) <= 1e-9 * std::max(1.0, best.makespan);
               if (r.maxPeakMemory > P.memoryLimit + 1e-9 ||
                   (tie ? bound <= best.bound : r.makespan > best.makespan))
                 continue;
-              best.family = std::string(family.name);
+              best.family = std::string(family.name) + (family.anyChunks ? "/" + std::to_string(chunks) : "");
               best.makespan = r.makespan;
               best.bound = bound;
               best.peak = r.maxPeakMemory;
@@ -110,6 +115,7 @@ int runGrid(bool json) {
                               : bound;
             } catch (const ScheduleError &) {
               // over the limit, or not defined for this p and m
+            }
             }
           }
           best.ratio = best.makespan / best.bound;
