@@ -3,6 +3,7 @@
 
 #include "analysis/Partition/Error.h"
 #include "analysis/Partition/PlanJson.h"
+#include "runtime/include/pipec/input_file.h"
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,7 @@ void Request::bind(settings::Binder &b) {
                  schedule = std::string(schedule::scheduleFamily(kind).name);
                }));
   b.integer(settings::kChunks, chunks);
+  b.text(settings::kScheduleFile, scheduleFile);
   b.flag(settings::kVerticalSync, verticalSync);
   b.integer(settings::kBatchSize, batchSize);
   b.integer(settings::kCandidates, candidates);
@@ -129,6 +131,8 @@ struct Search {
   partition::Topology topology;
   Plan plan;
   std::vector<Candidate> all;
+  /// --schedule-file's schedule at unit costs: its shape (placement, chunks).
+  schedule::Schedule fileShape = {};
 
   void reject(const std::string &why) {
     ++plan.rejected;
@@ -166,13 +170,21 @@ struct Search {
     }
   }
 
+  /// The schedule of one family on a problem: the file's order for csv.
+  schedule::Schedule build(const std::string &name, const schedule::Problem &problem) const {
+    if (fromFile(name))
+      return schedule::scheduleFromCsv(request.scheduleFileText, request.scheduleFile, problem);
+    return schedule::generate(name, problem);
+  }
+  bool fromFile(const std::string &name) const { return !schedule::generatedFromProblem(familyOf(name)); }
+
   /// Generates, simulates and scores one (partition, family, chunks, m).
   std::optional<Candidate> evaluate(const Partitioned &part, const std::string &name, int chunks,
                                     int microbatches, bool explicitRequest, bool firstChoice) {
     Candidate c;
     c.schedule = name;
     c.chunks = chunks;
-    c.placement = familyOf(name).placement;
+    c.placement = fromFile(name) ? fileShape.placement : familyOf(name).placement;
     c.microbatches = microbatches;
     c.partition = part.result;
     c.partition.microbatches = microbatches;
@@ -188,7 +200,7 @@ struct Search {
     schedule::Schedule s;
     schedule::SimResult sim, backToBack;
     try {
-      s = schedule::generate(name, c.problem);
+      s = build(name, c.problem);
       sim = schedule::simulate(s);
       backToBack = schedule::simulate(repeated(s, kSteadyStateMinibatches));
     } catch (const schedule::ScheduleError &e) {
@@ -514,6 +526,45 @@ schedule::Problem scheduleProblem(const partition::CostTable &table, const Parti
 }
 
 namespace {
+/// The request with --schedule-file's schedule as constraints: family csv,
+/// its chunks, its ranks as the pipeline's stages (one replica each), its
+/// micro-batches; `shape` is the file's schedule at unit costs.
+Request withScheduleFile(const Request &given, schedule::Schedule &shape) {
+  Request out = given;
+  const std::string file = settings::flag(settings::kScheduleFile) + " " + given.scheduleFile;
+  try {
+    out.scheduleFileText = io::readInputFile(given.scheduleFile, "a schedule file");
+  } catch (const std::exception &e) {
+    throw Error(file + ": " + e.what());
+  }
+  shape = schedule::scheduleFromCsv(out.scheduleFileText, given.scheduleFile, schedule::Problem());
+  const int p = shape.problem.stages, v = shape.problem.chunks, m = shape.problem.microbatches;
+  auto &opts = out.partition.options;
+  const std::string has = file + " has " + std::to_string(p) + " ranks, " + std::to_string(v) +
+                          " chunks per rank and " + std::to_string(m) + " micro-batches";
+  if (!given.schedule.empty() && schedule::generatedFromProblem(schedule::requireScheduleFamily(given.schedule)))
+    throw Error(file + " is the schedule; it takes no " + settings::flag(settings::kSchedule) + " (" +
+                given.schedule + ")");
+  if (given.chunks && given.chunks != v)
+    throw Error(has + ", but " + settings::flag(settings::kChunks) + " says " + std::to_string(given.chunks));
+  if (opts.forcedStages && opts.forcedStages != p)
+    throw Error(has + ", but " + settings::flag(settings::kStages) + " says " + std::to_string(opts.forcedStages));
+  if (given.partition.microbatchesGiven && opts.microbatches != m)
+    throw Error(has + ", but " + settings::flag(settings::kMicrobatches) + " says " +
+                std::to_string(opts.microbatches));
+  if (opts.asynchronous)
+    throw Error(file + " is a synchronous schedule; not with " + settings::flag(settings::kAsync));
+  if (!given.partition.partitionFile.empty())
+    throw Error(file + " is not taken with " + settings::flag(settings::kPartitionFile));
+  out.schedule = std::string(schedule::scheduleFamily(ScheduleKind::Csv).name);
+  out.chunks = v;
+  opts.forcedStages = p;
+  opts.allowReplication = false;
+  out.partition.microbatchesGiven = true;
+  opts.microbatches = m;
+  return out;
+}
+
 /// The request with --batch-size turned into its micro-batch count (N / the
 /// model's micro-batch size), checked against the table and --microbatches.
 Request withBatchSize(const partition::CostTable &table, const Request &request) {
@@ -546,8 +597,13 @@ Request withBatchSize(const partition::CostTable &table, const Request &request)
 
 Plan plan(const partition::CostTable &table, const Request &given) {
   const auto started = std::chrono::steady_clock::now();
-  const Request request = withBatchSize(table, given);
-  Search search{table, request, request.partition.topology(), {}, {}};
+  schedule::Schedule fileShape;
+  if (given.scheduleFile.empty() && !given.schedule.empty() &&
+      !schedule::generatedFromProblem(schedule::requireScheduleFamily(given.schedule)))
+    throw Error((settings::flag(settings::kSchedule) + " ") + given.schedule + " runs the order of " +
+                settings::flag(settings::kScheduleFile) + " FILE, which is not given");
+  const Request request = withBatchSize(table, given.scheduleFile.empty() ? given : withScheduleFile(given, fileShape));
+  Search search{table, request, request.partition.topology(), {}, {}, fileShape};
   search.plan.candidatesShown = request.candidates;
   search.plan.batchSource = given.batchSize       ? BatchSource::BatchSize
                             : request.partition.microbatchesGiven ? BatchSource::Microbatches
@@ -584,7 +640,7 @@ Plan plan(const partition::CostTable &table, const Request &given) {
   out.ranked = std::move(search.all);
   out.chosen = out.ranked.front();
   Candidate &c = out.chosen;
-  out.schedule = schedule::generate(c.schedule, c.problem);
+  out.schedule = search.build(c.schedule, c.problem);
   out.simulated = schedule::simulate(out.schedule);
   // The prediction of record is the simulated one (docs/planner.md); the
   // DP's analytic estimate stays, labelled, in its own fields.

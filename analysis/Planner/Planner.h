@@ -26,6 +26,10 @@ struct Request {
   /// --memory-limit, --microbatches, --async, --recompute, --partition).
   partition::PartitionCliOptions partition;
   std::string schedule; ///< --schedule; empty: every family (1f1b-rr only with --async)
+  /// --schedule-file: a schedule in PyTorch's CSV format whose order the plan
+  /// runs (family csv); its ranks, chunks and micro-batches become constraints.
+  std::string scheduleFile;
+  std::string scheduleFileText; ///< its content, read once by plan()
   int chunks = 0;       ///< --chunks; 0: any
   bool verticalSync = false;
   /// --batch-size: samples per optimizer step; 0: the planner chooses (at

@@ -292,8 +292,7 @@ static int runResolved(const ScheduleCliOptions &args, std::ostream &out, std::o
     names.push_back(args.schedule);
   if (args.compare) {
     names.clear();
-    for (const ScheduleFamily &f : scheduleFamilies())
-      names.emplace_back(f.name);
+    names = scheduleNames();
   }
   std::vector<Row> rows;
   for (const std::string &n : names)

@@ -32,6 +32,8 @@ const std::vector<ScheduleFamily> &scheduleFamilies() {
        2, false, V, false, true, false, false, true, 7, false},
     {K::ZbInterleaved, choiceName(K::ZbInterleaved), ("zero bubble over " + settings::flag(settings::kChunks) + " model chunks per rank, placed as interleaved's (B and W split, list-scheduled)"),
        2, true, I, false, true, false, false, true, 8, false},
+    {K::Csv, choiceName(K::Csv), ("the order of a schedule file in PyTorch's CSV format (" + settings::flag(settings::kScheduleFile) + " FILE): its ranks, chunks, placement and micro-batches"),
+       1, true, I, false, true, false, false, false, 0, false},
     {K::Auto, choiceName(K::Auto), "the fastest searched family under the memory limit, its own list-scheduled order among them",
        1, false, I, false, true, true, false, true, 4, true},
   };

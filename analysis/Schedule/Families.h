@@ -34,6 +34,10 @@ struct ScheduleFamily {
   bool choosesFamily;
 };
 
+// Whether generate() builds the family from a problem alone: not csv, whose
+// order is a file's (scheduleFromCsv).
+inline bool generatedFromProblem(const ScheduleFamily &family) { return family.kind != ScheduleKind::Csv; }
+
 // Every family, in the order of --help and `pipec schedule --compare`.
 const std::vector<ScheduleFamily> &scheduleFamilies();
 // The families the planner searches without --schedule (a search order > 0),

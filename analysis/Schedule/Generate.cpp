@@ -162,7 +162,8 @@ Schedule scheduleFromStageOrders(const std::string &name, const Problem &problem
 std::vector<std::string> scheduleNames() {
   std::vector<std::string> names;
   for (const ScheduleFamily &f : scheduleFamilies())
-    names.emplace_back(f.name);
+    if (generatedFromProblem(f))
+      names.emplace_back(f.name);
   return names;
 }
 
@@ -222,6 +223,9 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
     orders = assemble(s, [&](int n) { return zbInterleavedOrder(s, n, limit); }, false);
     break;
   }
+  case ScheduleKind::Csv:
+    throw ScheduleError(name + " is the order of a schedule file: " + settings::flag(settings::kScheduleFile) +
+                        " FILE (pipec MODEL) or " + settings::flag(settings::kFromCsv) + " FILE (pipec schedule)");
   case ScheduleKind::Auto: {
     const double limit = limitOr1F1BPeak(problem);
     if (uniformReplicas(problem)) {

@@ -680,9 +680,14 @@ void improveBySwaps(const Schedule &shape, int n, double limit, Orders &best, Or
   bestEval = e;
 }
 
-// Both passes of the local search with the budgets zbVOrder gives them.
-void improveBySwapsBothPasses(const Schedule &shape, int n, double limit, Orders &best, OrderEval &bestEval,
-                              long computes) {
+// Both passes of the local search: first by makespan and span alone (what
+// it was before the tie-break on the backwards' ends, so no order gets
+// slower), then with the tie-break, for at most 10^7 / computes timings of
+// OrderTimer (about as long as the first pass took with evalOrder).
+void improveBySwapsBothPasses(const Schedule &shape, int n, double limit, Orders &best, OrderEval &bestEval) {
+  long computes = 0;
+  for (const auto &rank : best)
+    computes += (long)rank.size();
   computes = std::max<long>(1, computes);
   improveBySwaps(shape, n, limit, best, bestEval, std::min<long>(4000, 2000000 / computes), false);
   improveBySwaps(shape, n, limit, best, bestEval, std::min<long>(100000, 10000000 / computes), true);
@@ -697,10 +702,7 @@ void improveOrder(const Schedule &shape, int n, double limit, Orders &order, int
   }
   if (bestEval.peak > limit + kEps)
     return;
-  long computes = 0;
-  for (const auto &rank : order)
-    computes += (long)rank.size();
-  improveBySwapsBothPasses(shape, n, limit, order, bestEval, computes);
+  improveBySwapsBothPasses(shape, n, limit, order, bestEval);
   std::mt19937 rng(20261125); // fixed: the same problem gets the same order
   Orders current = order;
   OrderEval currentEval = bestEval;
@@ -783,14 +785,7 @@ Orders zbVOrder(const Schedule &shape, int n, double limit) {
   for (Orders &candidate : paperVOrders(P, n, budgets))
     if (timesBetter(shape, n, limit, candidate, bestEval))
       best = std::move(candidate);
-  long computes = 0;
-  for (const auto &rank : best)
-    computes += (long)rank.size();
-  // First by makespan and span alone (what it was before the tie-break on
-  // the backwards' ends, so no order gets slower), then with the tie-break,
-  // for at most 10^7 / computes timings of OrderTimer (about as long as the
-  // first pass took with evalOrder).
-  improveBySwapsBothPasses(shape, n, limit, best, bestEval, computes);
+  improveBySwapsBothPasses(shape, n, limit, best, bestEval);
   return best;
 }
 
@@ -870,10 +865,7 @@ Orders zbInterleavedOrder(const Schedule &shape, int n, double limit) {
     if (!candidate.empty() && timesBetter(shape, n, limit, candidate, bestEval))
       best = std::move(candidate);
   }
-  long computes = 0;
-  for (const auto &rank : best)
-    computes += (long)rank.size();
-  improveBySwapsBothPasses(shape, n, limit, best, bestEval, computes);
+  improveBySwapsBothPasses(shape, n, limit, best, bestEval);
   return best;
 }
 

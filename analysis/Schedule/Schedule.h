@@ -117,7 +117,8 @@ struct Schedule {
 };
 
 // ---------------------------------------------------------------- generators
-// The families of Families.h, by name (scheduleFamilies(), in their order).
+// The families of Families.h that generate() builds from a problem alone
+// (generatedFromProblem: all but csv), by name, in their order.
 std::vector<std::string> scheduleNames();
 // Generates and validates; throws ScheduleError (naming the rank and the
 // instruction) when the problem is unsupported or the result is invalid,

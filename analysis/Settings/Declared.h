@@ -98,6 +98,12 @@ inline constexpr IntSetting kChunks{
      "V"},
     1,
     schedule::kMaxChunks};
+inline constexpr Setting kScheduleFile{
+    "schedule-file",
+    "Run the order of this schedule file, in PyTorch's CSV format (either variant; docs/schedules.md, \"CSV "
+    "schedules\"): its ranks are the pipeline stages, its chunks, placement and micro-batches the plan's; the "
+    "planner chooses the cut of the model",
+    "FILE"};
 inline constexpr Setting kVerticalSync{
     "vertical-sync", "With --async (1f1b-rr): every stage uses the weight version a micro-batch entered stage 0 with"};
 inline constexpr IntSetting kCandidates{

@@ -348,18 +348,23 @@ int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_
                                    options.partition().outDir.empty() ? nullptr : &initialValues);
   };
   auto module = importModel();
+  // The planner's micro-batch size: the model imported again at it.
+  auto importAtChosenSize = [&] {
+    mlir::FailureOr<int64_t> size = chooseMicrobatchSize(options, options.planning.microbatchSizesTried, errs);
+    if (failed(size))
+      return false;
+    options.importOptions.microbatchSize = *size;
+    options.planning.microbatchSizeSource = "the planner's choice";
+    module = importModel();
+    return true;
+  };
   // A model with a free batch dimension does not import without a size:
   // only then is the file read for its inputs, and the sizes searched.
   if (!module && options.partitionRequested() && !options.importOptions.microbatchSize) {
     std::vector<std::string> probeErrors;
-    if (import::batchDimensionIsFree(options.inputPath, options.importOptions, probeErrors).value_or(false)) {
-      mlir::FailureOr<int64_t> size = chooseMicrobatchSize(options, options.planning.microbatchSizesTried, errs);
-      if (failed(size))
-        return 1;
-      options.importOptions.microbatchSize = *size;
-      options.planning.microbatchSizeSource = "the planner's choice";
-      module = importModel();
-    }
+    if (import::batchDimensionIsFree(options.inputPath, options.importOptions, probeErrors).value_or(false) &&
+        !importAtChosenSize())
+      return 1;
   }
   // A static export with --batch-size: the global batch is the user's and
   // the micro-batch size the planner's, which re-specializes the export at
@@ -369,14 +374,8 @@ int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_
       options.importOptions.inputShapes.begin(), options.importOptions.inputShapes.end(),
       [](const auto &entry) { return !entry.second.empty() && entry.second[0] != import::kMicrobatchDimension; });
   if (module && options.partitionRequested() && !options.importOptions.microbatchSize &&
-      options.planning.batchSize > 0 && !batchGivenByShape) {
-    mlir::FailureOr<int64_t> size = chooseMicrobatchSize(options, options.planning.microbatchSizesTried, errs);
-    if (failed(size))
-      return 1;
-    options.importOptions.microbatchSize = *size;
-    options.planning.microbatchSizeSource = "the planner's choice";
-    module = importModel();
-  }
+      options.planning.batchSize > 0 && !batchGivenByShape && !importAtChosenSize())
+    return 1;
   if (!module) {
     for (const auto &error : errors)
       errs << "error: " << error << "\n";

@@ -172,8 +172,8 @@ constexpr size_t kMaxWalks = 64;
 class Respecializer {
 public:
   Respecializer(onnx::ModelProto &model, const std::map<std::string, std::vector<int64_t>> &newShapes,
-                const TracedGraph &traced, int64_t opset)
-      : model(model), newShapes(newShapes), traced(traced), opset(opset) {}
+                const TracedGraph &traced)
+      : model(model), newShapes(newShapes), traced(traced) {}
 
   bool run(std::vector<std::string> &problems, std::vector<std::string> &notes);
 
@@ -228,7 +228,6 @@ private:
   onnx::ModelProto &model;
   const std::map<std::string, std::vector<int64_t>> &newShapes;
   const TracedGraph &traced;
-  int64_t opset;
 
   std::vector<int64_t> tracedSizes, newSizes;
   std::vector<std::string> symbolNames;
@@ -1268,8 +1267,7 @@ void Respecializer::convert(int nodeIndex) {
       a.insert(a.begin(), fixed(1));
     if (vectorB)
       b.push_back(fixed(1));
-    SymDim inner = unify(node, a.back(), b[b.size() - 2], "the contracted dimension");
-    (void)inner;
+    unify(node, a.back(), b[b.size() - 2], "the contracted dimension");
     std::vector<SymDim> batchA(a.begin(), a.end() - 2), batchB(b.begin(), b.end() - 2);
     std::vector<SymDim> dims = broadcast(node, {batchA, batchB});
     if (!vectorA)
@@ -1521,8 +1519,8 @@ std::optional<HostTensor> Respecializer::extend(const HostTensor &tensor,
     return true;
   };
   std::vector<int64_t> open;
-  for (const auto &[axis, size] : newDims) {
-    (void)size;
+  for (const auto &entry : newDims) {
+    const int64_t axis = entry.first;
     auto at0 = [&](std::vector<int64_t> index) {
       index[axis] = 0;
       return valueAt(tensor, offsetOf(index, shape));
@@ -1899,9 +1897,9 @@ bool Respecializer::run(std::vector<std::string> &problems, std::vector<std::str
 } // namespace
 
 bool respecializeModel(onnx::ModelProto &model, const std::map<std::string, std::vector<int64_t>> &newShapes,
-                       const TracedGraph &traced, int64_t opset, std::vector<std::string> &problems,
+                       const TracedGraph &traced, std::vector<std::string> &problems,
                        std::vector<std::string> &notes) {
-  return Respecializer(model, newShapes, traced, opset).run(problems, notes);
+  return Respecializer(model, newShapes, traced).run(problems, notes);
 }
 
 } // namespace pipec::import::detail
@@ -1966,7 +1964,7 @@ void OnnxImporter::respecializeIfAsked() {
     return readTensor(tensor, "initializer '" + tensor.name() + "'");
   };
   std::vector<std::string> problems, notes;
-  if (!respecializeModel(model, wanted, traced, opset, problems, notes)) {
+  if (!respecializeModel(model, wanted, traced, problems, notes)) {
     for (const auto &problem : problems)
       report(problem);
     abandon();

@@ -35,8 +35,8 @@ struct TracedGraph {
 /// says what was rewritten.
 bool respecializeModel(onnx::ModelProto &model,
                        const std::map<std::string, std::vector<int64_t>> &newShapes,
-                       const TracedGraph &traced, int64_t opset,
-                       std::vector<std::string> &problems, std::vector<std::string> &notes);
+                       const TracedGraph &traced, std::vector<std::string> &problems,
+                       std::vector<std::string> &notes);
 
 } // namespace pipec::import::detail
 

@@ -323,6 +323,12 @@ def check(example, args, workdir, failures):
             ["--gpus", "1x2", "--stages", "2", "--no-replication", "--schedule", schedule] + extra +
             optimizer)
         compare(f"{schedule} on 2 ranks vs 1 rank", weights, single, failures)
+    # A schedule written by PyTorch's ZBV generator (2 ranks, 2 chunks each,
+    # 4 micro-batches), run from its CSV file (docs/schedules.md, "CSV schedules").
+    csv = os.path.join(ROOT, "test", "driver", "Inputs", "torch-schedules", "zbv-p2-m4.csv")
+    weights = compile_and_train(args.pipec, args.piperun, path, data, os.path.join(workdir, f"{example}-csv"), 2,
+                                ["--gpus", "1x2", "--schedule-file", csv] + optimizer)
+    compare("PyTorch's ZBV order from its CSV file on 2 ranks vs 1 rank", weights, single, failures)
     # A communication-heavy stream order: links so slow (--intra-bw 0.001
     # GB/s) that the lowering posts receives far ahead of the computes that
     # read them (RECV_ACT of micro-batch 1 before the backward of micro-batch

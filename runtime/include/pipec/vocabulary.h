@@ -141,10 +141,11 @@ inline int optimizerStateCopies(Optimizer o) {
 }
 
 // The schedule families (analysis/Schedule/Families.cpp holds each one's facts).
-enum class ScheduleKind : unsigned char { GPipe, OneFOneB, OneFOneBRR, Interleaved, ZbH1, ZbH2, ZbV, ZbInterleaved, Auto };
+// Csv: the order of a user's schedule file (--schedule-file, PyTorch's CSV format).
+enum class ScheduleKind : unsigned char { GPipe, OneFOneB, OneFOneBRR, Interleaved, ZbH1, ZbH2, ZbV, ZbInterleaved, Csv, Auto };
 template <> struct Choices<ScheduleKind> {
   static constexpr const char *spellings[] = {"gpipe", "1f1b",  "1f1b-rr", "interleaved",    "zb-h1",
-                                              "zb-h2", "zb-v",  "zb-interleaved", "auto"};
+                                              "zb-h2", "zb-v",  "zb-interleaved", "csv", "auto"};
 };
 
 // Where virtual stage k (0 .. p*v-1, in model order) lives.

@@ -14,6 +14,8 @@ Writes, for p = 4 ranks and m = 8 micro-batches:
   interleaved-1f1b-comms.csv    ScheduleInterleaved1F1B, 2 chunks, compute_comms
   zbv.csv                       ScheduleZBVZeroBubble, compute_only
   dualpipev.csv                 ScheduleDualPipeV (OVERLAP_F_B pairs), compute_only
+and zbv-p2-m4.csv, ScheduleZBVZeroBubble for 2 ranks and 4 micro-batches,
+which test/e2e/pipeline_training.py trains (pipec MODEL --schedule-file).
 """
 import os
 
@@ -51,6 +53,7 @@ def main():
     dump(S.ScheduleInterleaved1F1B, p, m, 2, "interleaved-1f1b-comms.csv", "compute_comms")
     dump(S.ScheduleZBVZeroBubble, p, m, 2, "zbv.csv", "compute_only")
     dump(S.ScheduleDualPipeV, p, m, 2, "dualpipev.csv", "compute_only")
+    dump(S.ScheduleZBVZeroBubble, 2, 4, 2, "zbv-p2-m4.csv", "compute_only")
 
 
 if __name__ == "__main__":
