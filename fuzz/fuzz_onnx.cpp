@@ -3,7 +3,7 @@
 // ONNX text format (fuzz_onnxtext, built with PIPEC_FUZZ_ONNX_TEXT; the
 // importer picks the format by the .onnxtext extension). The same calls as
 // compiler/Driver: importOnnxModel on a fresh context, then (as `--build` does) readInitializerValues, and printing the module
-// (as --emit=nn does).
+// (as --emit=nn does), then the import at another micro-batch size.
 #include "FuzzSupport.h"
 
 #include "compiler/Import/OnnxImporter.h"
@@ -54,5 +54,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::vector<std::string> valueErrors;
   if (!pipec::import::readInitializerValues(path, values, valueErrors) && valueErrors.empty())
     pipec::fuzz::violated("readInitializerValues failed without an error message");
+
+  // Another micro-batch size (as --micro-batch-size or the planner's search
+  // asks): a static export is re-specialized (compiler/Import/Respecialize.cpp)
+  // or refused with a message; what it returns verifies.
+  pipec::import::ImportOptions other;
+  other.microbatchSize = 3;
+  std::vector<std::string> otherErrors;
+  auto respecialized = pipec::import::importOnnxModel(context, path, other, otherErrors);
+  if (!respecialized && otherErrors.empty())
+    pipec::fuzz::violated("a re-specialized import failed without an error message");
+  if (respecialized && mlir::failed(mlir::verify(*respecialized)))
+    pipec::fuzz::violated("the re-specialized module does not verify");
   return 0;
 }

@@ -163,6 +163,15 @@ struct SymTensor {
   std::optional<std::vector<SymDim>> values;
 };
 
+/// `x` as an integer when it is one that a double holds exactly (|x| <= 2^53):
+/// sizes written as floats; nullopt for a fraction, an infinity, a NaN.
+std::optional<int64_t> wholeNumber(double x) {
+  constexpr double kExact = 9007199254740992.0; // 2^53
+  if (!(std::fabs(x) <= kExact) || x != std::trunc(x))
+    return std::nullopt;
+  return static_cast<int64_t>(x);
+}
+
 /// Values with at most this many elements are followed element by element.
 constexpr int64_t kFollowedElements = 64;
 /// Walks of the graph before the search for bound constants gives up: each
@@ -367,11 +376,11 @@ SymTensor Respecializer::operand(int nodeIndex, int index) {
   // size as a float and cast it (CastLike).
   bool whole = value.numElements() <= kFollowedElements;
   for (int64_t i = 0; whole && isFloating(value.kind) && i < value.numElements(); ++i)
-    whole = value.floats[i] == static_cast<double>(static_cast<int64_t>(value.floats[i]));
+    whole = wholeNumber(value.floats[i]).has_value();
   if (whole) {
     std::vector<SymDim> values;
     for (int64_t i = 0; i < value.numElements(); ++i)
-      values.push_back(slotted(true, i, value.asInt(i)));
+      values.push_back(slotted(true, i, isFloating(value.kind) ? *wholeNumber(value.floats[i]) : value.ints[i]));
     t.values = values;
   }
   if (anySymbolic(SymTensor{true, t.dims, std::nullopt}))
@@ -501,13 +510,14 @@ void Respecializer::define(const onnx::NodeProto &node, int output, SymTensor va
     // Computed from values that do not change: what the traced import folded.
     auto it = traced.constants.find(name);
     if (it != traced.constants.end() && it->second.numElements() <= kFollowedElements) {
+      const HostTensor &folded = it->second;
       bool whole = true;
-      for (int64_t i = 0; i < it->second.numElements() && whole; ++i)
-        whole = it->second.asDouble(i) == static_cast<double>(static_cast<int64_t>(it->second.asDouble(i)));
+      for (int64_t i = 0; i < folded.numElements() && whole; ++i)
+        whole = !isFloating(folded.kind) || wholeNumber(folded.floats[i]).has_value();
       if (whole) {
         std::vector<SymDim> values;
-        for (int64_t i = 0; i < it->second.numElements(); ++i)
-          values.push_back(fixed(static_cast<int64_t>(it->second.asDouble(i))));
+        for (int64_t i = 0; i < folded.numElements(); ++i)
+          values.push_back(fixed(isFloating(folded.kind) ? *wholeNumber(folded.floats[i]) : folded.ints[i]));
         value.values = values;
       }
     }
@@ -1593,7 +1603,7 @@ std::optional<HostTensor> Respecializer::extend(const HostTensor &tensor,
     out.shape[axis] = size;
   int64_t count = 1;
   for (int64_t d : out.shape)
-    count *= d;
+    count = checkedProduct(count, d);
   if (count > kMaxFoldedElements) {
     why = "it would have " + std::to_string(count) + " elements";
     return std::nullopt;
@@ -1623,10 +1633,14 @@ std::optional<HostTensor> Respecializer::extend(const HostTensor &tensor,
       v += static_cast<double>(at) * (valueAt(tensor, offsetOf(next, shape)) - valueAt(tensor, offsetOf(source, shape)));
     }
     v = roundTo(out.kind, v);
-    if (isFloating(out.kind))
+    if (isFloating(out.kind)) {
       out.floats.push_back(v);
-    else
-      out.ints.push_back(static_cast<int64_t>(v));
+    } else if (auto whole = wholeNumber(v)) {
+      out.ints.push_back(*whole);
+    } else {
+      why = "its extended values leave the integers a double holds exactly";
+      return std::nullopt;
+    }
   } while (count > 0 && nextIndex(index, out.shape));
   return out;
 }
