@@ -151,6 +151,27 @@ const char *kindName(Kind k) {
 
 std::string actionText(int stage, Kind k, int mb) { return std::to_string(stage) + kindName(k) + std::to_string(mb); }
 
+/// pipec's instruction for each of PyTorch's actions, read and written alike.
+constexpr std::pair<Op, Kind> kActionOps[] = {
+    {Op::Fwd, Kind::F},         {Op::Bwd, Kind::B},         {Op::BwdInput, Kind::I},    {Op::BwdWeight, Kind::W},
+    {Op::SendAct, Kind::SendF}, {Op::RecvAct, Kind::RecvF}, {Op::SendGrad, Kind::SendB}, {Op::RecvGrad, Kind::RecvB}};
+
+/// The action of an instruction; Kind::Other for LOAD, RECOMPUTE, collectives
+/// and steps, which PyTorch's format has none of.
+Kind kindOf(Op op) {
+  for (const auto &[o, k] : kActionOps)
+    if (o == op)
+      return k;
+  return Kind::Other;
+}
+
+Op opOf(Kind kind) {
+  for (const auto &[o, k] : kActionOps)
+    if (k == kind)
+      return o;
+  throw ScheduleError(std::string("no instruction for action ") + kindName(kind));
+}
+
 } // namespace
 
 std::string toCsv(const Schedule &s, CsvFormat format) {
@@ -164,34 +185,11 @@ std::string toCsv(const Schedule &s, CsvFormat format) {
     const int stage = P.stageOfRank(r);
     bool first = true;
     for (const Instr &in : s.ranks[r]) {
-      auto put = [&](Kind k, int chunk) {
-        os << (first ? "" : ",") << actionText(s.virtualStage(stage, chunk), k, in.mb);
-        first = false;
-      };
-      switch (in.op) {
-      case Op::Fwd: put(Kind::F, in.chunk); break;
-      case Op::Bwd: put(Kind::B, in.chunk); break;
-      case Op::BwdInput: put(Kind::I, in.chunk); break;
-      case Op::BwdWeight: put(Kind::W, in.chunk); break;
-      case Op::SendAct:
-        if (format == CsvFormat::ComputeComms)
-          put(Kind::SendF, in.chunk);
-        break;
-      case Op::RecvAct:
-        if (format == CsvFormat::ComputeComms)
-          put(Kind::RecvF, in.chunk);
-        break;
-      case Op::SendGrad:
-        if (format == CsvFormat::ComputeComms)
-          put(Kind::SendB, in.chunk);
-        break;
-      case Op::RecvGrad:
-        if (format == CsvFormat::ComputeComms)
-          put(Kind::RecvB, in.chunk);
-        break;
-      default:
-        break; // LOAD, RECOMPUTE, collectives and steps: no action of PyTorch's
-      }
+      const Kind k = kindOf(in.op);
+      if (k == Kind::Other || (!isComputeKind(k) && format != CsvFormat::ComputeComms))
+        continue; // transfers only in compute_comms
+      os << (first ? "" : ",") << actionText(s.virtualStage(stage, in.chunk), k, in.mb);
+      first = false;
     }
     os << "\n";
   }
@@ -436,13 +434,7 @@ Schedule scheduleFromCsv(const std::string &text, const std::string &what, const
         continue;
       int stage, chunk;
       locateVirtualStage(placement, p, a.stage, stage, chunk);
-      switch (a.kind) {
-      case Kind::F: orders[r].push_back(mk(Op::Fwd, a.mb, chunk)); break;
-      case Kind::I: orders[r].push_back(mk(Op::BwdInput, a.mb, chunk)); break;
-      case Kind::W: orders[r].push_back(mk(Op::BwdWeight, a.mb, chunk)); break;
-      case Kind::B: orders[r].push_back(mk(Op::Bwd, a.mb, chunk)); break;
-      default: break;
-      }
+      orders[r].push_back(mk(opOf(a.kind), a.mb, chunk));
     }
   detail::appendOptimizerTail(problem, orders, false);
   detail::lower(s, detail::withRecompute(s, orders));
