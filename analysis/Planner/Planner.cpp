@@ -28,6 +28,7 @@ void Request::bind(settings::Binder &b) {
                }));
   b.integer(settings::kChunks, chunks);
   b.text(settings::kScheduleFile, scheduleFile);
+  b.real(settings::kFbOverlap, fbOverlap);
   b.flag(settings::kVerticalSync, verticalSync);
   b.integer(settings::kBatchSize, batchSize);
   b.integer(settings::kCandidates, candidates);
@@ -192,6 +193,7 @@ struct Search {
     c.problem = scheduleProblem(table, c.partition, chunks, c.placement);
     c.problem.microbatches = microbatches;
     c.problem.verticalSync = request.verticalSync && asynchronousFamily(name);
+    c.problem.fbOverlap = request.fbOverlap;
     c.pipelineStages = c.problem.stages;
     if (!firstChoice && !explicitRequest &&
         (static_cast<long>(c.problem.stages) * chunks * microbatches > kEvaluationBudget ||
@@ -243,6 +245,8 @@ struct Search {
                                       : std::max(base, (long)st.replicas);
     if (familyOf(name).microbatchesPerStage)
       base = std::lcm(base, (long)p);
+    if (const int k = familyOf(name).microbatchesPerRank; k > 0)
+      base *= (long)k * p; // per pipeline at least k x its ranks (DualPipeV: 2p)
     std::vector<int> out;
     if (base > partition::kMaxMicrobatches)
       return out;
@@ -736,6 +740,18 @@ void printPlan(std::ostream &os, const partition::CostTable &table,
      << 100 * sim.bubbleSteady << "% steady-state; peak activations " << sim.maxPeakMemory
      << " x one micro-batch of the largest stage\n";
   os << std::defaultfloat;
+  int pairs = 0;
+  for (const schedule::Interval &iv : sim.intervals)
+    pairs += iv.instr.paired;
+  if (pairs > 0) {
+    const std::string overlap = settings::flag(settings::kFbOverlap);
+    os << "F&B pairs: " << pairs << " per mini-batch (DualPipeV), each timed at ";
+    if (c.problem.fbOverlap > 0)
+      os << "F + B - " << c.problem.fbOverlap << " min(F, B) (" << overlap << " " << c.problem.fbOverlap
+         << "); piperun runs a pair's halves one after the other, so the time assumes a runtime that overlaps them\n";
+    else
+      os << "F + B, as piperun runs them (" << overlap << " 0)\n";
+  }
   if (plan.chosenRank > 1) {
     os << "chosen: plan " << plan.chosenRank << (" of the ranking (" + settings::flag(settings::kPlanRank) + ") of ") << plan.evaluated
        << " plans evaluated (" << plan.rejected << " rejected); the others move down one place\n";

@@ -32,6 +32,9 @@ struct Request {
   std::string scheduleFileText; ///< its content, read once by plan()
   int chunks = 0;       ///< --chunks; 0: any
   bool verticalSync = false;
+  /// --fb-overlap: the share of a DualPipeV F&B pair's shorter half hidden
+  /// behind the longer in the schedule problem (schedule::Problem::fbOverlap).
+  double fbOverlap = 0;
   /// --batch-size: samples per optimizer step; 0: the planner chooses (at
   /// most settings::kDefaultMaxBatchSize). Fixes the micro-batch count to
   /// N / the cost table's micro-batch size.

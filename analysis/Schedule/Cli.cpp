@@ -89,6 +89,7 @@ void ScheduleCliOptions::bind(settings::Binder &b) {
     memoryLimit = value;
   });
   b.real(kWMemFrac, problem.wMemFrac);
+  b.real(kFbOverlap, problem.fbOverlap);
   // Every stage, or none; which stages need it is the planner's question
   // (auto), which has no model here.
   b.choiceThen(kRecompute, std::function<void(RecomputeMode)>([this](RecomputeMode mode) {

@@ -29,6 +29,7 @@ struct Action {
   int stage = -1, mb = -1;
   int rank = 0, step = 0; // where it is in the file: row, 1-based cell
   std::string text;
+  bool paired = false; // an OVERLAP_F_B's forward, its backward right after it
 };
 
 std::string where(const std::string &what, const Action &a) {
@@ -101,6 +102,16 @@ std::vector<Action> parseCell(const std::string &what, const std::string &cell, 
         a.text = cell;
         out.push_back(a);
       }
+    }
+    // One forward and one backward of another (stage, micro-batch) are an
+    // F&B pair (Instr::paired): the forward first, the backward right after.
+    // Anything else runs one action after the other.
+    if (out.size() == 2) {
+      if (out[1].kind == Kind::F)
+        std::swap(out[0], out[1]);
+      const bool backward = out[1].kind == Kind::B || out[1].kind == Kind::I;
+      if (out[0].kind == Kind::F && backward && (out[0].stage != out[1].stage || out[0].mb != out[1].mb))
+        out[0].paired = true;
     }
     return out;
   }
@@ -184,12 +195,20 @@ std::string toCsv(const Schedule &s, CsvFormat format) {
   for (int r = 0; r < (int)s.ranks.size(); ++r) {
     const int stage = P.stageOfRank(r);
     bool first = true;
-    for (const Instr &in : s.ranks[r]) {
+    auto text = [&](const Instr &in) { return actionText(s.virtualStage(stage, in.chunk), kindOf(in.op), in.mb); };
+    for (size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const Instr &in = s.ranks[r][i];
       const Kind k = kindOf(in.op);
       if (k == Kind::Other || (!isComputeKind(k) && format != CsvFormat::ComputeComms))
         continue; // transfers only in compute_comms
-      os << (first ? "" : ",") << actionText(s.virtualStage(stage, in.chunk), k, in.mb);
+      os << (first ? "" : ",");
       first = false;
+      if (in.paired && i + 1 < s.ranks[r].size()) {
+        // The validator keeps the pair's backward right after its forward.
+        os << "(" << text(in) << ";" << text(s.ranks[r][++i]) << ")OVERLAP_F_B";
+        continue;
+      }
+      os << text(in);
     }
     os << "\n";
   }
@@ -434,7 +453,9 @@ Schedule scheduleFromCsv(const std::string &text, const std::string &what, const
         continue;
       int stage, chunk;
       locateVirtualStage(placement, p, a.stage, stage, chunk);
-      orders[r].push_back(mk(opOf(a.kind), a.mb, chunk));
+      Instr in = mk(opOf(a.kind), a.mb, chunk);
+      in.paired = a.paired;
+      orders[r].push_back(in);
     }
   detail::appendOptimizerTail(problem, orders, false);
   detail::lower(s, detail::withRecompute(s, orders));

@@ -23,6 +23,7 @@ struct ScheduleFamily {
   bool splitBackward;       // BWD_INPUT / BWD_WEIGHT instead of BWD
   bool perStageReplicas;    // runs different replica counts per stage
   bool microbatchesPerStage; // micro-batches per pipeline a multiple of the stages
+  int microbatchesPerRank;   // micro-batches per pipeline at least this many times the ranks (0: any)
   bool listScheduled;       // its order comes from the list scheduler: costly to generate
   // The planner's search without --schedule: 0 leaves the family out (the
   // asynchronous one changes the training); otherwise the order it is tried

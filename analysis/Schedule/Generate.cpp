@@ -15,6 +15,7 @@
 namespace pipec::schedule {
 
 using detail::appendOptimizerTail;
+using detail::dualPipeVOrder;
 using detail::applyVerticalSync;
 using detail::autoOrder;
 using detail::gpipeStage;
@@ -181,6 +182,11 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
   if (!family.perStageReplicas)
     requireUniformReplicas(problem, name);
   const int p = problem.stages;
+  if (const int k = family.microbatchesPerRank; k > 0 && problem.microbatches / problem.replicasOf(0) < k * p)
+    throw ScheduleError(name + " needs at least " + std::to_string(k) + " x " + std::to_string(p) + " ranks = " +
+                        std::to_string(k * p) + " micro-batches per pipeline; " + std::to_string(problem.microbatches) +
+                        " micro-batches over " + std::to_string(problem.replicasOf(0)) + " pipeline(s) give " +
+                        std::to_string(problem.microbatches / problem.replicasOf(0)));
   Schedule s = shell(family, problem);
   Orders orders;
   switch (family.kind) {
@@ -223,6 +229,9 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
     orders = assemble(s, [&](int n) { return zbInterleavedOrder(s, n, limit); }, false);
     break;
   }
+  case ScheduleKind::DualPipeV:
+    orders = assemble(s, [&](int n) { return dualPipeVOrder(p, n); }, false);
+    break;
   case ScheduleKind::Csv:
     throw ScheduleError(name + " is the order of a schedule file: " + settings::flag(settings::kScheduleFile) +
                         " FILE (pipec MODEL) or " + settings::flag(settings::kFromCsv) + " FILE (pipec schedule)");

@@ -59,6 +59,34 @@ Timing timeOrder(const Schedule &s, const Orders &orders, double zeroCost) {
           else
             ready = std::max(ready, t + (remote ? P.comm : 0.0));
         };
+        if (in.paired) {
+          // DualPipeV's F&B: one compute once both inputs are in; both
+          // results are out when it ends.
+          if (pc[r] + 1 >= orders[r].size() || !pairsWithForward(orders[r][pc[r] + 1].op))
+            throw ScheduleError(s.name + ": rank " + std::to_string(r) + " #" + std::to_string(pc[r]) + " " +
+                                toString(in) + " is paired, but no backward follows it");
+          const Instr &b = orders[r][pc[r] + 1];
+          const int vsB = s.virtualStage(stage, b.chunk);
+          if (vs > 0)
+            need(fEnd[at(in.mb, vs - 1)], s.rankFor(vs - 1, in.mb) != r);
+          need(fEnd[at(b.mb, vsB)], false);
+          if (vsB + 1 < V)
+            need(bEnd[at(b.mb, vsB + 1)], s.rankFor(vsB + 1, b.mb) != r);
+          if (!ok)
+            break;
+          const double end = ready + P.pairCostOf(stage, in.chunk, b.op, b.chunk);
+          for (int k = 0; k < 2; ++k) {
+            T.start[r].push_back(ready);
+            T.end[r].push_back(end);
+          }
+          now[r] = end;
+          fEnd[at(in.mb, vs)] = end;
+          bEnd[at(b.mb, vsB)] = end;
+          T.makespan = std::max(T.makespan, end);
+          pc[r] += 2;
+          progress = true;
+          continue;
+        }
         switch (in.op) {
         case Op::Fwd:
           if (vs > 0)
@@ -249,8 +277,15 @@ Orders withRecompute(const Schedule &s, Orders orders) {
     std::vector<Instr> out;
     out.reserve(orders[r].size() * 4 / 3 + 1);
     for (const Instr &in : orders[r]) {
-      if (in.op == Op::Bwd || in.op == Op::BwdInput)
-        out.push_back(mk(Op::Recompute, in.mb, in.chunk));
+      if (in.op == Op::Bwd || in.op == Op::BwdInput) {
+        // Before a paired forward when the backward is its partner: nothing
+        // comes between the two of an F&B.
+        const Instr recompute = mk(Op::Recompute, in.mb, in.chunk);
+        if (!out.empty() && out.back().paired)
+          out.insert(out.end() - 1, recompute);
+        else
+          out.push_back(recompute);
+      }
       out.push_back(in);
     }
     orders[r] = std::move(out);

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <sstream>
@@ -32,6 +33,7 @@ template <> struct pipec::schema::Schema<pipec::schedule::Problem> {
     v.optional("recompute", p.recompute);
     v.optional("boundary_activation", p.boundaryActivation);
     v.optional("vertical_sync", p.verticalSync);
+    v.optional("fb_overlap", p.fbOverlap);
   }
 };
 template <> struct pipec::schema::Schema<pipec::schedule::Schedule> {
@@ -122,6 +124,8 @@ void Problem::check() const {
       if (!(activationOf(s, c) >= 0))
         fail("activation memory must be >= 0");
     }
+  if (!(fbOverlap >= 0 && fbOverlap <= 1))
+    fail("fb_overlap " + formatValue(fbOverlap) + ": must be between 0 and 1");
   for (auto [option, value] : {std::pair<const char *, double>{"comm", comm},
                                {"allreduce_cost", allreduceCost},
                                {"step_cost", stepCost}})
@@ -204,6 +208,11 @@ double Problem::costOf(Op op, int stage, int chunk) const {
     assert(false && "costOf() is asked of compute ops only (isCompute)");
     return 0;
   }
+}
+
+double Problem::pairCostOf(int stage, int chunkF, Op backward, int chunkB) const {
+  const double f = costOf(Op::Fwd, stage, chunkF), b = costOf(backward, stage, chunkB);
+  return f + b - fbOverlap * std::min(f, b);
 }
 
 double Problem::activationOf(int stage, int chunk) const {

@@ -31,7 +31,8 @@ struct Timing {
 Timing timeOrder(const Schedule &s, const Orders &orders, double zeroCost);
 
 // Inserts RECOMPUTE(mb, chunk) right before every backward of a stage that
-// recomputes (orders indexed by rank of `s`).
+// recomputes, before the paired forward for the backward of an F&B (orders
+// indexed by rank of `s`).
 Orders withRecompute(const Schedule &s, Orders orders);
 
 // Fills s.ranks from per-rank compute orders: LOAD, the point-to-point
@@ -69,6 +70,10 @@ std::vector<Instr> zbH1Stage(int warm, int wDelay, int n);
 // One pipeline's order per stage position (p stages, n local micro-batches).
 Orders zbH1Order(int p, int n);
 Orders interleavedOrder(int p, int v, int n);
+// DualPipeV (docs/schedules.md, "DualPipeV"): the V placement's order of the
+// reference's eight steps over n >= 2p micro-batches, its F&B pairs marked
+// (Instr::paired on the forward, the full backward after it).
+Orders dualPipeVOrder(int p, int n);
 
 // 1F1B-RR (asynchronous), per rank.
 Orders pipedreamOrder(const Schedule &s);

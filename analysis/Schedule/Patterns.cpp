@@ -4,6 +4,8 @@
 #include "analysis/Schedule/Orders.h"
 
 #include <algorithm>
+#include <cassert>
+#include <deque>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -109,6 +111,76 @@ Orders interleavedOrder(int p, int v, int n) {
     }
     while (b < total)
       o[st].push_back(bwd(b++));
+  }
+  return o;
+}
+
+// ------------------------------------------------------------ DualPipeV
+// DeepSeek's DualPipeV (deepseek-ai/DualPipe, dualpipev.py, as PyTorch's
+// ScheduleDualPipeV orders it) on rank r of p, chunk 0 = virtual stage r and
+// chunk 1 = 2p-1-r. Each chunk's forwards and backwards run in micro-batch
+// order; "zero bubble" backwards are split, their W's queued and run where
+// the reference runs a weight step. The steps:
+//   1. 2(p-r-1) forwards of chunk 0           5. p-r-1 times: B1, then F1&B0
+//   2. r+1 times: F0, F1                      6. r+1 times: B1, B0 (split from the middle on)
+//   3. p-r-1 times: B1 split, its W, F1       7. p-r-1 times: a queued W, B0 split
+//   4. n-2p+r+1 times: F0&B1, F1&B0           8. r+1 queued W's
+// The last rank runs its first F0&B1 as F0, then B1: B1 there would wait
+// for nothing the pair could hide (the reference's note).
+Orders dualPipeVOrder(int p, int n) {
+  assert(n >= 2 * p && "generate() checks the family's micro-batches per rank");
+  Orders o(p);
+  for (int r = 0; r < p; ++r) {
+    std::vector<Instr> &out = o[r];
+    int forwards[2] = {0, 0}, backwards[2] = {0, 0};
+    std::deque<Instr> weights;
+    auto forward = [&](int chunk, bool paired = false) {
+      Instr in = mk(Op::Fwd, forwards[chunk]++, chunk);
+      in.paired = paired;
+      out.push_back(in);
+    };
+    auto backward = [&](int chunk, bool split) {
+      const int mb = backwards[chunk]++;
+      out.push_back(mk(split ? Op::BwdInput : Op::Bwd, mb, chunk));
+      if (split)
+        weights.push_back(mk(Op::BwdWeight, mb, chunk));
+    };
+    auto weight = [&] {
+      assert(!weights.empty() && "every W step of DualPipeV follows a split backward");
+      out.push_back(weights.front());
+      weights.pop_front();
+    };
+    auto pair = [&](int forwardChunk, int backwardChunk) {
+      forward(forwardChunk, true);
+      backward(backwardChunk, false);
+    };
+    const int down = p - r - 1;
+    for (int i = 0; i < 2 * down; ++i)
+      forward(0);
+    for (int i = 0; i < r + 1; ++i)
+      forward(0), forward(1);
+    for (int i = 0; i < down; ++i)
+      backward(1, true), weight(), forward(1);
+    for (int i = 0; i < n - 2 * p + r + 1; ++i) {
+      if (i == 0 && r == p - 1)
+        forward(0), backward(1, false);
+      else
+        pair(0, 1);
+      pair(1, 0);
+    }
+    for (int i = 0; i < down; ++i)
+      backward(1, false), pair(1, 0);
+    bool split = false;
+    for (int i = 0; i < r + 1; ++i) {
+      split = split || (i == (r + 1) / 2 && r % 2 == 1);
+      backward(1, split);
+      split = split || (i == (r + 1) / 2 && r % 2 == 0);
+      backward(0, split);
+    }
+    for (int i = 0; i < down; ++i)
+      weight(), backward(0, true);
+    while (!weights.empty())
+      weight();
   }
   return o;
 }

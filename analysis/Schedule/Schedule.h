@@ -82,6 +82,10 @@ struct Problem {
   std::vector<int> recompute;
   std::vector<double> boundaryActivation{0.1};
   bool verticalSync = false;       // 1F1B-RR: every stage uses the stage-0 entry version
+  // A paired F&B (DualPipeV, Instr::paired) takes F + B - fbOverlap * min(F, B):
+  // the share of the shorter compute that runs hidden behind the longer one
+  // (0, the default: one after the other; 1: the longer alone).
+  double fbOverlap = 0.0;
 
   void check() const; // throws ScheduleError on an inconsistent problem
   int replicasOf(int stage) const;
@@ -92,6 +96,9 @@ struct Problem {
   // Replica of `stage` that processes micro-batch `mb` (round-robin).
   int replicaFor(int stage, int mb) const { return mb % replicasOf(stage); }
   double costOf(Op op, int stage, int chunk) const; // F, B, W, BW, RECOMPUTE
+  // A forward of `chunkF` paired with the backward `backward` (BWD or
+  // BWD_INPUT) of `chunkB` on one rank of `stage`, with fbOverlap.
+  double pairCostOf(int stage, int chunkF, Op backward, int chunkB) const;
   double activationOf(int stage, int chunk) const;  // one micro-batch, one chunk
   int defaultInFlight() const;                       // PipeDream NOAM
   bool recomputes(int stage) const;
@@ -221,7 +228,8 @@ OptimalResult optimalSchedule(const Problem &problem, double seconds);
 // Compute only: F, I (backward input), W (backward weight), B (both); with
 // the transfers: SEND_F, RECV_F, SEND_B, RECV_B too.
 // One row per rank, in each rank's order: the compute instructions, and
-// with ComputeComms the transfers. Throws ScheduleError for replicas or an
+// with ComputeComms the transfers; a paired forward and its backward are one
+// "(F;B)OVERLAP_F_B" cell. Throws ScheduleError for replicas or an
 // asynchronous schedule (the format has neither); RECOMPUTE, LOAD,
 // collectives and steps have no action of PyTorch's and are left out.
 std::string toCsv(const Schedule &schedule, CsvFormat format);
@@ -230,9 +238,10 @@ std::string toCsv(const Schedule &schedule, CsvFormat format);
 // chunks and placement (interleaved or V) from the rows, micro-batches from
 // the actions. The file's order of compute actions is kept; pipec's lowering
 // places the transfers (those of a ComputeComms file are checked: each sent
-// and received once, and the order free of deadlock). OVERLAP_F_B runs its
-// actions one after the other; UNSHARD, RESHARD, REDUCE_GRAD and WAIT_* are
-// ignored. Throws ScheduleError naming `what`, the rank, the step (1-based
+// and received once, and the order free of deadlock). An OVERLAP_F_B of a
+// forward and another's backward is an F&B pair (Instr::paired); any other
+// runs its actions one after the other. UNSHARD, RESHARD, REDUCE_GRAD and
+// WAIT_* are ignored. Throws ScheduleError naming `what`, the rank, the step (1-based
 // cell of the row) and the action: a missing send or backward, a deadlock,
 // a memory peak over the limit (the validator's).
 Schedule scheduleFromCsv(const std::string &text, const std::string &what, const Problem &costs);

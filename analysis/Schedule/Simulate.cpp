@@ -8,7 +8,8 @@
 // only when its next compute lacks data, never at a receive with ready work
 // behind it (piperun posts receives the same way: docs/runtime.md).
 // Collectives start when their last member arrives. Memory follows the order
-// of the stream.
+// of the stream. A paired F&B runs as one compute of Problem::pairCostOf once
+// both its inputs arrived; its activation counts before the backward frees.
 #include "analysis/Schedule/Schedule.h"
 
 #include <algorithm>
@@ -49,19 +50,52 @@ SimResult simulate(const Schedule &s) {
         const Instr &in = s.ranks[r][pc[r]];
         const int vs = in.chunk >= 0 ? s.virtualStage(stage, in.chunk) : -1;
         double start = now[r], cost = 0;
-        // The compute that reads a posted receive's data waits for it.
-        if (in.op == Op::Fwd || in.op == Op::Bwd || in.op == Op::BwdInput) {
-          const MsgKey key{in.op != Op::Fwd, in.mb, vs, r};
-          if (posted.count(key)) {
-            auto it = sent.find(key);
-            if (it == sent.end())
-              break; // the send has not been posted yet
-            const double arrival = it->second.first + P.comm;
-            start = std::max(start, arrival);
-            res.transfers.push_back({it->second.second, r, in.mb, in.op != Op::Fwd, it->second.first, arrival});
-            sent.erase(it);
-            posted.erase(key);
-          }
+        // The compute that reads a posted receive's data waits for it; a
+        // paired forward (F&B) waits for its backward's data too.
+        const Instr *partner = nullptr;
+        if (in.paired) {
+          if (pc[r] + 1 >= s.ranks[r].size() || !pairsWithForward(s.ranks[r][pc[r] + 1].op))
+            throw ScheduleError("simulate: rank " + std::to_string(r) + " #" + std::to_string(pc[r]) + " " +
+                                toString(in) + " is paired, but no backward follows it");
+          partner = &s.ranks[r][pc[r] + 1];
+        }
+        std::vector<MsgKey> reads;
+        for (const Instr *x : {&in, partner})
+          if (x && (x->op == Op::Fwd || x->op == Op::Bwd || x->op == Op::BwdInput))
+            if (const MsgKey key{x->op != Op::Fwd, x->mb, s.virtualStage(stage, x->chunk), r}; posted.count(key))
+              reads.push_back(key);
+        bool arrived = true;
+        for (const MsgKey &key : reads)
+          arrived = arrived && sent.count(key);
+        if (!arrived)
+          break; // a send has not been posted yet
+        for (const MsgKey &key : reads) {
+          auto it = sent.find(key);
+          const double arrival = it->second.first + P.comm;
+          start = std::max(start, arrival);
+          res.transfers.push_back({it->second.second, r, std::get<1>(key), std::get<0>(key), it->second.first, arrival});
+          sent.erase(it);
+          posted.erase(key);
+        }
+        if (partner) {
+          // One compute of the pair's time; each half drawn in proportion.
+          const double f = P.costOf(Op::Fwd, stage, in.chunk), b = P.costOf(partner->op, stage, partner->chunk);
+          const double pairCost = P.pairCostOf(stage, in.chunk, partner->op, partner->chunk);
+          const double split = start + pairCost * f / (f + b);
+          res.rankCompute[r] += pairCost;
+          res.rankFirst[r] = std::min(res.rankFirst[r], start);
+          res.rankLast[r] = std::max(res.rankLast[r], start + pairCost);
+          mem[r] += P.restingActivationOf(stage, in.chunk);
+          res.peakMemory[r] = std::max(res.peakMemory[r], mem[r]);
+          const double a = P.activationOf(stage, partner->chunk);
+          mem[r] -= partner->op == Op::Bwd ? a : a * (1 - P.wMemFrac);
+          res.intervals.push_back({r, in, start, split});
+          res.intervals.push_back({r, *partner, split, start + pairCost});
+          now[r] = start + pairCost;
+          res.makespan = std::max(res.makespan, now[r]);
+          pc[r] += 2;
+          progress = true;
+          continue;
         }
         if (in.op == Op::RecvAct || in.op == Op::RecvGrad) {
           posted.insert({in.op == Op::RecvGrad, in.mb, vs, r});

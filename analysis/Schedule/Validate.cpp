@@ -1,5 +1,7 @@
 // Validator: ownership, dependencies, send/receive matching, deadlock
-// freedom under blocking rendezvous semantics, memory limit, stash bound.
+// freedom under blocking rendezvous semantics, memory limit, stash bound,
+// F&B pairs (a paired FWD followed by its backward: the backward's checks at
+// its own position are the pair's, as nothing comes between the two).
 #include "analysis/Schedule/Schedule.h"
 
 #include <algorithm>
@@ -59,6 +61,17 @@ struct Checker {
       return bad("invalid peer rank");
     if (in.op == Op::AllReduce && in.peer != P.stageOfRank(r))
       return bad("ALLREDUCE of another stage");
+    if (in.paired) {
+      // An F&B: the backward right after the forward, of another
+      // (micro-batch, chunk), so that it needs nothing the forward makes.
+      const auto &instrs = s.ranks[r];
+      if (in.op != Op::Fwd)
+        return bad("only a FWD pairs with a backward");
+      if (i + 1 >= (long)instrs.size() || !pairsWithForward(instrs[i + 1].op))
+        return bad("paired, but the next instruction is no BWD or BWD_INPUT");
+      if (instrs[i + 1].mb == in.mb && instrs[i + 1].chunk == in.chunk)
+        return bad("paired with the backward of its own micro-batch and chunk, which needs its result");
+    }
     return true;
   }
 

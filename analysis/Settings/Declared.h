@@ -104,6 +104,14 @@ inline constexpr Setting kScheduleFile{
     "schedules\"): its ranks are the pipeline stages, its chunks, placement and micro-batches the plan's; the "
     "planner chooses the cut of the model",
     "FILE"};
+inline constexpr RealSetting kFbOverlap{
+    {"fb-overlap",
+     "DualPipeV's F&B pairs: the share of the shorter of a pair's forward and backward that runs hidden behind the "
+     "longer, so a pair takes F + B - X min(F, B) (default 0: one after the other, as piperun runs them; "
+     "docs/schedules.md, \"DualPipeV\")",
+     "X"},
+    0,
+    1};
 inline constexpr Setting kVerticalSync{
     "vertical-sync", "With --async (1f1b-rr): every stage uses the weight version a micro-batch entered stage 0 with"};
 inline constexpr IntSetting kCandidates{

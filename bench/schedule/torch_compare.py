@@ -6,8 +6,10 @@ is the fastest of its synchronous families (those of any chunk count at 2, 4
 and 8 chunks) under the limit; PyTorch's best is the fastest of the orders its
 own generators write (ScheduleInterleavedZeroBubble at 2 and 4 chunks per
 rank, ScheduleZBVZeroBubble, ScheduleDualPipeV), read with `pipec schedule
---from-csv` and timed by the same simulator under the same limit. PyTorch's
-generators are pure Python and run on mock stages (no GPU, no process group).
+--from-csv` and timed by the same simulator under the same limit, DualPipeV's
+OVERLAP_F_B pairs as pipec's own F&B pairs (each F + B - X min(F, B) with
+--fb-overlap X, default 0, for both tools). PyTorch's generators are pure
+Python and run on mock stages (no GPU, no process group).
 
 Run with a current torch (test/models/README.md), about 4 minutes on 2 cores:
 
@@ -29,7 +31,7 @@ COSTS = {"F=B=W=1": (1, 1, 1, 0), "F1 B1.2 W0.8 c0.05": (1, 1.2, .8, .05),
          "6.2B profile": (29.718, 29.444, 19.927, .527), "B=2F W=F": (1, 2, 1, 0),
          "F1 B1.2 W0.8 c0.5": (1, 1.2, .8, .5)}
 LIMITS = {"p": lambda p: p, "2p": lambda p: 2 * p, "unlimited": lambda p: 1e9}
-PIPEC_FAMILIES = [(f, 1) for f in ("gpipe", "1f1b", "zb-h1", "zb-h2", "auto")] + [("zb-v", 2)] + \
+PIPEC_FAMILIES = [(f, 1) for f in ("gpipe", "1f1b", "zb-h1", "zb-h2", "auto")] + [("zb-v", 2), ("dualpipev", 2)] + \
                  [(f, v) for f in ("interleaved", "zb-interleaved") for v in (2, 4, 8)]
 
 
@@ -71,6 +73,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pipec", required=True)
     parser.add_argument("--p", type=int, nargs="+", default=[4, 8, 16])
+    parser.add_argument("--fb-overlap", default="0", help="share of an F&B pair's shorter half hidden (default 0)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     with tempfile.TemporaryDirectory() as directory:
@@ -81,7 +84,7 @@ def main():
             m = k * p
             f, b, w, c = COSTS[costs]
             common = ["--cost-f", str(f), "--cost-b", str(b), "--cost-w", str(w), "--comm", str(c),
-                      "--memory-limit", str(LIMITS[limit](p))]
+                      "--memory-limit", str(LIMITS[limit](p)), "--fb-overlap", args.fb_overlap]
             ours = {f"{name}/{v}": makespan(args.pipec, ["--schedule", name, "--chunks", str(v), "--stages", str(p),
                                                          "--microbatches", str(m)] + common)
                     for name, v in PIPEC_FAMILIES}

@@ -4,7 +4,7 @@ piperun trains them as pipelines on 2-3 MPI ranks. Checks, after N steps:
 
 1. every synchronous schedule (GPipe, 1F1B, interleaved 1F1B and ZB-V with
    two chunks per rank, zero bubble over three interleaved chunks, ZB-H1,
-   ZB-H2) reaches the same weights as the
+   ZB-H2, DualPipeV with its F&B pairs) reaches the same weights as the
    1-rank run of the same generated code (dropout on: masks are keyed by
    (seed, step, micro-batch, op), so all runs drop the same elements), and
    PipeDream's 1F1B-RR on a plan whose first stage has two replicas (3 ranks)
@@ -527,7 +527,7 @@ def main():
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
                         help="worker processes (default: one per core)")
     parser.add_argument("--schedules", nargs="+",
-                        default=["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "zb-interleaved"])
+                        default=["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "zb-interleaved", "dualpipev"])
     args = parser.parse_args()
     failures = []
     with tempfile.TemporaryDirectory() as workdir:

@@ -34,7 +34,8 @@ struct RankFile {
 namespace pipec::schema {
 
 /// {"op": "FWD", "mb": 3, "chunk": 0, "peer": 1, "version": 2}: a member is
-/// absent where the instruction has none (Instr's -1); ALLREDUCE names its
+/// absent where the instruction has none (Instr's -1; "paired": true only on
+/// a FWD paired with the backward after it); ALLREDUCE names its
 /// stage as "stage". The op comes first, so that the reader knows it when it
 /// reads the peer.
 template <> struct Schema<Instr> {
@@ -44,6 +45,7 @@ template <> struct Schema<Instr> {
     v.optionalWrittenIf(in.chunk >= 0, "chunk", in.chunk);
     v.optionalWrittenIf(in.peer >= 0, in.op == Op::AllReduce ? "stage" : "peer", in.peer);
     v.optionalWrittenIf(in.version >= 0, "version", in.version);
+    v.optionalWrittenIf(in.paired, "paired", in.paired);
   }
 };
 

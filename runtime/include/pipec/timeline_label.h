@@ -24,11 +24,13 @@ inline const char *opShortName(Op op) {
   }
 }
 
-// The short name, then the micro-batch (if any), then ".c<chunk>" for chunks after the first.
+// The short name, then the micro-batch (if any), then ".c<chunk>" for chunks
+// after the first; "&" after a forward paired with the backward that follows.
 inline std::string timelineLabel(const Instr &in) {
   std::string s = opShortName(in.op);
   if (in.mb >= 0) s += std::to_string(in.mb);
   if (in.chunk > 0) s += ".c" + std::to_string(in.chunk);
+  if (in.paired) s += "&"; // the first half of an F&B
   return s;
 }
 

@@ -77,6 +77,9 @@ inline bool isP2P(Op op) {
   return op == Op::SendAct || op == Op::RecvAct || op == Op::SendGrad || op == Op::RecvGrad;
 }
 inline bool isCollective(Op op) { return op == Op::AllReduce || op == Op::Validate; }
+// The backwards a paired FWD (Instr::paired) may run with: an input gradient,
+// with or without the weight gradient.
+inline bool pairsWithForward(Op op) { return op == Op::Bwd || op == Op::BwdInput; }
 
 struct Instr {
   Op op = Op::Step;
@@ -86,8 +89,13 @@ struct Instr {
   // 1F1B-RR with vertical sync: the weight version (micro-batches applied)
   // that STASH pins, RESTORE selects and SEND_ACT/RECV_ACT carry; else -1.
   int version = -1;
+  // FWD only: runs as one paired compute with the backward right after it in
+  // the stream (DualPipeV's F&B, docs/schedules.md): both inputs are in before
+  // it starts, and both results are sent after it ends.
+  bool paired = false;
   bool operator==(const Instr &o) const {
-    return op == o.op && mb == o.mb && chunk == o.chunk && peer == o.peer && version == o.version;
+    return op == o.op && mb == o.mb && chunk == o.chunk && peer == o.peer && version == o.version &&
+           paired == o.paired;
   }
 };
 
@@ -98,6 +106,7 @@ inline std::string toString(const Instr &in) {
   if (in.chunk >= 0) s += " chunk=" + std::to_string(in.chunk);
   if (in.peer >= 0) s += (in.op == Op::AllReduce ? " stage=" : " peer=") + std::to_string(in.peer);
   if (in.version >= 0) s += " version=" + std::to_string(in.version);
+  if (in.paired) s += " paired";
   return s;
 }
 
@@ -142,10 +151,10 @@ inline int optimizerStateCopies(Optimizer o) {
 
 // The schedule families (analysis/Schedule/Families.cpp holds each one's facts).
 // Csv: the order of a user's schedule file (--schedule-file, PyTorch's CSV format).
-enum class ScheduleKind : unsigned char { GPipe, OneFOneB, OneFOneBRR, Interleaved, ZbH1, ZbH2, ZbV, ZbInterleaved, Csv, Auto };
+enum class ScheduleKind : unsigned char { GPipe, OneFOneB, OneFOneBRR, Interleaved, ZbH1, ZbH2, ZbV, ZbInterleaved, DualPipeV, Csv, Auto };
 template <> struct Choices<ScheduleKind> {
   static constexpr const char *spellings[] = {"gpipe", "1f1b",  "1f1b-rr", "interleaved",    "zb-h1",
-                                              "zb-h2", "zb-v",  "zb-interleaved", "csv", "auto"};
+                                              "zb-h2", "zb-v",  "zb-interleaved", "dualpipev", "csv", "auto"};
 };
 
 // Where virtual stage k (0 .. p*v-1, in model order) lives.

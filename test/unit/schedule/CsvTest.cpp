@@ -98,9 +98,28 @@ TEST(Csv, ReadsAHandWrittenSchedule) {
   EXPECT_EQ(s.problem.microbatches, 2);
   EXPECT_FALSE(s.splitBackward);
   EXPECT_DOUBLE_EQ(simulate(s).makespan, 9.0); // B is the whole backward: B + W = 2
-  // A paired forward and backward (DualPipe's OVERLAP_F_B) runs in order.
+  // A forward and another micro-batch's backward in one OVERLAP_F_B are an
+  // F&B pair, the forward first whatever the cell's order: one compute of
+  // F + B + W = 3 that starts once 1F0 is done (1B0's forward) and 0F1 sent.
   Schedule paired = scheduleFromCsv("0F0,0F1,0B0,0B1\n1F0,(1B0;1F1)OVERLAP_F_B,1B1\n", "t.csv", Problem());
-  EXPECT_EQ(paired.ranks, s.ranks);
+  std::vector<pipec::Instr> computes;
+  for (const pipec::Instr &in : paired.ranks[1])
+    if (pipec::isCompute(in.op))
+      computes.push_back(in);
+  ASSERT_EQ(computes.size(), 4u);
+  EXPECT_EQ(pipec::toString(computes[1]), "FWD mb=1 chunk=0 paired");
+  EXPECT_EQ(pipec::toString(computes[2]), "BWD mb=0 chunk=0");
+  // 0F0 [0,1], 0F1 [1,2], 1F0 [1,2], the pair [2,5], 1B1 [5,7], 0B0 [5,7], 0B1 [7,9].
+  EXPECT_DOUBLE_EQ(simulate(paired).makespan, 9.0);
+  Problem overlapped;
+  overlapped.fbOverlap = 1; // the pair takes max(F, B + W) = 2
+  EXPECT_DOUBLE_EQ(simulate(scheduleFromCsv("0F0,0F1,0B0,0B1\n1F0,(1B0;1F1)OVERLAP_F_B,1B1\n", "t.csv", overlapped)).makespan,
+                   8.0);
+  EXPECT_EQ(toCsv(paired, CsvFormat::ComputeOnly), "0F0,0F1,0B0,0B1\n1F0,(1F1;1B0)OVERLAP_F_B,1B1\n");
+  // An overlap of a micro-batch's own forward and backward cannot be one
+  // compute (the backward needs the forward): it runs in order.
+  Schedule own = scheduleFromCsv("0F0,0F1,0B0,0B1\n1F0,1B0,(1F1;1B1)OVERLAP_F_B\n", "t.csv", Problem());
+  EXPECT_EQ(own.ranks, s.ranks);
 }
 
 TEST(Csv, RefusesNamingRankStepAndAction) {

@@ -162,6 +162,8 @@ TEST(Property, ValidatorAcceptsEveryGeneratedScheduleOverRandomCosts) {
       Problem Q = P;
       if (name == "interleaved")
         Q.chunks = 2;
+      // DualPipeV: at least 2p micro-batches (the family's row).
+      Q.microbatches = std::max(m, requireScheduleFamily(name).microbatchesPerRank * p);
       Schedule s = generate(name, Q); // validates inside; throws if invalid
       ValidationReport rep = validate(s);
       EXPECT_TRUE(rep.ok()) << name << " trial " << trial << ": " << rep.summary();
@@ -567,7 +569,12 @@ TEST(Families, RowsAgreeWithTheGenerators) {
     Problem odd = P;
     odd.chunks = f.chunks;
     odd.microbatches = 6;
-    EXPECT_EQ(generates(odd), !f.microbatchesPerStage);
+    EXPECT_EQ(generates(odd), !f.microbatchesPerStage && f.microbatchesPerRank * 4 <= 6);
+    Problem few = P;
+    few.chunks = f.chunks;
+    few.microbatches = std::max(1, f.microbatchesPerRank * 4 - 1);
+    if (f.microbatchesPerRank > 0)
+      EXPECT_FALSE(generates(few));
   }
   EXPECT_EQ(names, scheduleNames());
   EXPECT_EQ(findScheduleFamily("nope"), nullptr);
@@ -688,22 +695,26 @@ TEST(Timeline, SvgRendersToPngWithRsvgConvert) {
 // ------------------------------------------------------------ recompute
 namespace {
 // The compute instruction right before each backward on a recomputing rank
-// is the RECOMPUTE of the same micro-batch and chunk.
+// is the RECOMPUTE of the same micro-batch and chunk (for the backward of an
+// F&B pair, the compute before the pair's forward).
 void expectRecomputeBeforeEveryBackward(const Schedule &s, const std::string &what) {
   for (size_t r = 0; r < s.ranks.size(); ++r) {
     const bool on = s.problem.recomputes(s.problem.stageOfRank((int)r));
-    const Instr *lastCompute = nullptr;
+    const Instr *lastCompute = nullptr, *beforeLast = nullptr;
     int recomputes = 0;
     for (const Instr &in : s.ranks[r]) {
       recomputes += in.op == Op::Recompute;
       if ((in.op == Op::Bwd || in.op == Op::BwdInput) && on) {
-        ASSERT_NE(lastCompute, nullptr) << what;
-        EXPECT_EQ(lastCompute->op, Op::Recompute) << what << " rank " << r << " " << toString(in);
-        EXPECT_EQ(lastCompute->mb, in.mb) << what;
-        EXPECT_EQ(lastCompute->chunk, in.chunk) << what;
+        const Instr *before = lastCompute && lastCompute->paired ? beforeLast : lastCompute;
+        ASSERT_NE(before, nullptr) << what;
+        EXPECT_EQ(before->op, Op::Recompute) << what << " rank " << r << " " << toString(in);
+        EXPECT_EQ(before->mb, in.mb) << what;
+        EXPECT_EQ(before->chunk, in.chunk) << what;
       }
-      if (isCompute(in.op))
+      if (isCompute(in.op)) {
+        beforeLast = lastCompute;
         lastCompute = &in;
+      }
     }
     if (!on)
       EXPECT_EQ(recomputes, 0) << what << " rank " << r;

@@ -55,7 +55,7 @@ TEST(TextBinder, RefusesEachBadValueNamingTheFlag) {
   EXPECT_EQ(errorOf({"--chunks", "99"}), "--chunks 99: must be between 1 and 64");
   EXPECT_EQ(errorOf({"--chunks", "2.0"}), "--chunks 2.0: expected an integer between 1 and 64");
   EXPECT_EQ(errorOf({"--schedule", "zb-h9"}),
-            "--schedule zb-h9: expected gpipe, 1f1b, 1f1b-rr, interleaved, zb-h1, zb-h2, zb-v, zb-interleaved, csv or auto");
+            "--schedule zb-h9: expected gpipe, 1f1b, 1f1b-rr, interleaved, zb-h1, zb-h2, zb-v, zb-interleaved, dualpipev, csv or auto");
   EXPECT_EQ(errorOf({"--recompute=sometimes"}), "--recompute sometimes: expected none, all or auto");
   EXPECT_EQ(errorOf({"--stages"}), "--stages: missing value");
   EXPECT_EQ(errorOf({"--frobnicate", "1"}), "unknown option '--frobnicate'");

@@ -16,6 +16,9 @@ Writes, for p = 4 ranks and m = 8 micro-batches:
   dualpipev.csv                 ScheduleDualPipeV (OVERLAP_F_B pairs), compute_only
 and zbv-p2-m4.csv, ScheduleZBVZeroBubble for 2 ranks and 4 micro-batches,
 which test/e2e/pipeline_training.py trains (pipec MODEL --schedule-file).
+DualPipeV at more shapes, which pipec's own dualpipev must order alike
+(test/driver/dualpipev.test): dualpipev-p<P>-m<M>.csv for (P, M) = (2, 4),
+(3, 7), (4, 12) and (8, 16).
 """
 import os
 
@@ -54,6 +57,8 @@ def main():
     dump(S.ScheduleZBVZeroBubble, p, m, 2, "zbv.csv", "compute_only")
     dump(S.ScheduleDualPipeV, p, m, 2, "dualpipev.csv", "compute_only")
     dump(S.ScheduleZBVZeroBubble, 2, 4, 2, "zbv-p2-m4.csv", "compute_only")
+    for p, m in ((2, 4), (3, 7), (4, 12), (8, 16)):
+        dump(S.ScheduleDualPipeV, p, m, 2, f"dualpipev-p{p}-m{m}.csv", "compute_only")
 
 
 if __name__ == "__main__":
