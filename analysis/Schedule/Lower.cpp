@@ -62,7 +62,7 @@ Timing timeOrder(const Schedule &s, const Orders &orders, double zeroCost) {
         if (in.paired) {
           // DualPipeV's F&B: one compute once both inputs are in; both
           // results are out when it ends.
-          if (pc[r] + 1 >= orders[r].size() || !pairsWithForward(orders[r][pc[r] + 1].op))
+          if (in.op != Op::Fwd || pc[r] + 1 >= orders[r].size() || !pairsWithForward(orders[r][pc[r] + 1].op))
             throw ScheduleError(s.name + ": rank " + std::to_string(r) + " #" + std::to_string(pc[r]) + " " +
                                 toString(in) + " is paired, but no backward follows it");
           const Instr &b = orders[r][pc[r] + 1];

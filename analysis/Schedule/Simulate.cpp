@@ -54,7 +54,7 @@ SimResult simulate(const Schedule &s) {
         // paired forward (F&B) waits for its backward's data too.
         const Instr *partner = nullptr;
         if (in.paired) {
-          if (pc[r] + 1 >= s.ranks[r].size() || !pairsWithForward(s.ranks[r][pc[r] + 1].op))
+          if (in.op != Op::Fwd || pc[r] + 1 >= s.ranks[r].size() || !pairsWithForward(s.ranks[r][pc[r] + 1].op))
             throw ScheduleError("simulate: rank " + std::to_string(r) + " #" + std::to_string(pc[r]) + " " +
                                 toString(in) + " is paired, but no backward follows it");
           partner = &s.ranks[r][pc[r] + 1];

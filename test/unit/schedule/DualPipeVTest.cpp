@@ -4,6 +4,7 @@
 // in the regime it is stated for, and its F&B pairs are checked, timed and
 // written like any instruction.
 #include "analysis/Schedule/Schedule.h"
+#include "test/unit/schedule/Problems.h"
 
 #include <gtest/gtest.h>
 
@@ -28,13 +29,7 @@ const std::vector<Costs> kGridCosts = {{"F=B=W=1", 1, 1, 1, 0},
                                        {"F1 B1.2 W0.8 c0.5", 1, 1.2, 0.8, 0.5}};
 
 Problem problem(int p, int m, double f, double b, double w, double c = 0, double overlap = 0) {
-  Problem P;
-  P.stages = p;
-  P.microbatches = m;
-  P.costF = {f};
-  P.costB = {b};
-  P.costW = {w};
-  P.comm = c;
+  Problem P = pipec::schedule::test::uniform(p, m, f, b, w, c);
   P.fbOverlap = overlap;
   return P;
 }

@@ -2,6 +2,7 @@
 // every generated schedule, rejecting mutated ones), memory limits, 1F1B-RR
 // stashing, serialization and the CLI.
 #include "analysis/Schedule/Schedule.h"
+#include "test/unit/schedule/Problems.h"
 // The papers' V candidates (detail::paperVOrders), the V's turning-rank bound,
 // OrderTimer and lower(), for PaperV.*, ClosedForm.ZbV* and OrderTimer.*.
 #include "analysis/Schedule/Orders.h"
@@ -22,15 +23,7 @@
 using namespace pipec::schedule;
 
 namespace {
-Problem uniform(int p, int m, double f = 1, double b = 1, double w = 1) {
-  Problem P;
-  P.stages = p;
-  P.microbatches = m;
-  P.costF = {f};
-  P.costB = {b};
-  P.costW = {w};
-  return P;
-}
+using pipec::schedule::test::uniform;
 
 bool anyErrorContains(const ValidationReport &r, const std::string &needle) {
   return std::any_of(r.errors.begin(), r.errors.end(),
