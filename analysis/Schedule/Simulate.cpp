@@ -42,6 +42,20 @@ SimResult simulate(const Schedule &s) {
   std::vector<int> stash(R, 0), arSeq(R, 0), valSeq(R, 0), registered(R, -1);
   std::vector<std::map<int, int>> pins(R); // vertical sync: mb -> kept version
 
+  // Activation memory a compute adds (negative: frees) on a rank of `stage`.
+  auto memoryChange = [&P](const Instr &in, int stage) {
+    const double a = P.activationOf(stage, in.chunk);
+    const double rest = P.restingActivationOf(stage, in.chunk); // < a when recomputed
+    switch (in.op) {
+    case Op::Fwd: return rest;
+    case Op::Recompute: return a - rest;
+    case Op::Bwd: return -a;
+    case Op::BwdInput: return -a * (1 - P.wMemFrac);
+    case Op::BwdWeight: return -a * P.wMemFrac;
+    default: return 0.0;
+    }
+  };
+
   for (bool progress = true; progress;) {
     progress = false;
     for (int r = 0; r < R; ++r) {
@@ -59,17 +73,19 @@ SimResult simulate(const Schedule &s) {
                                 toString(in) + " is paired, but no backward follows it");
           partner = &s.ranks[r][pc[r] + 1];
         }
-        std::vector<MsgKey> reads;
+        MsgKey reads[2];
+        int readCount = 0;
         for (const Instr *x : {&in, partner})
           if (x && (x->op == Op::Fwd || x->op == Op::Bwd || x->op == Op::BwdInput))
             if (const MsgKey key{x->op != Op::Fwd, x->mb, s.virtualStage(stage, x->chunk), r}; posted.count(key))
-              reads.push_back(key);
+              reads[readCount++] = key;
         bool arrived = true;
-        for (const MsgKey &key : reads)
-          arrived = arrived && sent.count(key);
+        for (int k = 0; k < readCount; ++k)
+          arrived = arrived && sent.count(reads[k]);
         if (!arrived)
           break; // a send has not been posted yet
-        for (const MsgKey &key : reads) {
+        for (int k = 0; k < readCount; ++k) {
+          const MsgKey &key = reads[k];
           auto it = sent.find(key);
           const double arrival = it->second.first + P.comm;
           start = std::max(start, arrival);
@@ -85,10 +101,9 @@ SimResult simulate(const Schedule &s) {
           res.rankCompute[r] += pairCost;
           res.rankFirst[r] = std::min(res.rankFirst[r], start);
           res.rankLast[r] = std::max(res.rankLast[r], start + pairCost);
-          mem[r] += P.restingActivationOf(stage, in.chunk);
+          mem[r] += memoryChange(in, stage);
           res.peakMemory[r] = std::max(res.peakMemory[r], mem[r]);
-          const double a = P.activationOf(stage, partner->chunk);
-          mem[r] -= partner->op == Op::Bwd ? a : a * (1 - P.wMemFrac);
+          mem[r] += memoryChange(*partner, stage);
           res.intervals.push_back({r, in, start, split});
           res.intervals.push_back({r, *partner, split, start + pairCost});
           now[r] = start + pairCost;
@@ -120,18 +135,7 @@ SimResult simulate(const Schedule &s) {
           res.rankCompute[r] += cost;
           res.rankFirst[r] = std::min(res.rankFirst[r], start);
           res.rankLast[r] = std::max(res.rankLast[r], start + cost);
-          const double a = P.activationOf(stage, in.chunk);
-          const double rest = P.restingActivationOf(stage, in.chunk); // < a when recomputed
-          if (in.op == Op::Fwd)
-            mem[r] += rest;
-          else if (in.op == Op::Recompute)
-            mem[r] += a - rest;
-          else if (in.op == Op::Bwd)
-            mem[r] -= a;
-          else if (in.op == Op::BwdInput)
-            mem[r] -= a * (1 - P.wMemFrac);
-          else if (in.op == Op::BwdWeight)
-            mem[r] -= a * P.wMemFrac;
+          mem[r] += memoryChange(in, stage);
           res.peakMemory[r] = std::max(res.peakMemory[r], mem[r]);
         } else if (in.op == Op::Step || in.op == Op::SpecStep) {
           cost = P.stepCost;
