@@ -412,12 +412,23 @@ Schedule scheduleFromCsv(const std::string &text, const std::string &what, const
       return "";
     };
     std::vector<size_t> pc(p, 0);
+    // What the action at `i` of row `r` waits for; an F&B pair starts once
+    // both its halves could (its backward follows its forward in the row).
+    auto headWaitsFor = [&](int r, size_t i) {
+      std::string first = waitsFor(rows[r][i]);
+      if (first.empty() && rows[r][i].paired && i + 1 < rows[r].size())
+        first = waitsFor(rows[r][i + 1]);
+      return first;
+    };
     for (bool progress = true; progress;) {
       progress = false;
       for (int r = 0; r < p; ++r)
-        while (pc[r] < rows[r].size() && waitsFor(rows[r][pc[r]]).empty()) {
-          const Action &a = rows[r][pc[r]++];
-          done.emplace((int)a.kind, a.stage, a.mb);
+        while (pc[r] < rows[r].size() && headWaitsFor(r, pc[r]).empty()) {
+          const size_t halves = rows[r][pc[r]].paired && pc[r] + 1 < rows[r].size() ? 2 : 1;
+          for (size_t k = 0; k < halves; ++k) {
+            const Action &a = rows[r][pc[r]++];
+            done.emplace((int)a.kind, a.stage, a.mb);
+          }
           progress = true;
         }
     }
@@ -426,7 +437,7 @@ Schedule scheduleFromCsv(const std::string &text, const std::string &what, const
     for (int r = 0; r < p; ++r)
       if (pc[r] < rows[r].size() && count++ < 4)
         stuck += std::string(stuck.empty() ? "" : "; ") + where("", rows[r][pc[r]]).substr(2) +
-                 " waits for '" + waitsFor(rows[r][pc[r]]) + "'";
+                 " waits for '" + headWaitsFor(r, pc[r]) + "'";
     if (count > 0)
       throw ScheduleError(what + ": deadlock: " + stuck + (count > 4 ? "; and " + std::to_string(count - 4) + " more ranks" : ""));
   }

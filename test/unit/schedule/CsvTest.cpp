@@ -141,6 +141,15 @@ TEST(Csv, RefusesNamingRankStepAndAction) {
               std::string::npos)
         << e;
   }
+  // A deadlock only the pair makes: its backward waits for rank 1's 1B0,
+  // which comes after 1F1, which needs the pair's forward.
+  {
+    std::string e = errorOf("0F0,(0F1;0B0)OVERLAP_F_B,0B1\n1F0,1F1,1B0,1B1\n");
+    EXPECT_NE(e.find("deadlock: rank 0, step 2, '(0F1;0B0)OVERLAP_F_B' waits for '1B0'; rank 1, step 2, '1F1' "
+                     "waits for '0F1'"),
+              std::string::npos)
+        << e;
+  }
   // A receive placed after the forward that needs it.
   {
     std::string e = errorOf("0F0,0SEND_F0,0RECV_B0,0B0\n1F0,1RECV_F0,1B0,1SEND_B0\n");
