@@ -417,7 +417,10 @@ struct Search {
     // Chunked families: p ranks each run `chunks` virtual stages; the model
     // is cut into p x chunks stages as if on a topology whose innermost level
     // holds `chunks` times the devices (same bandwidths), so transfers cost
-    // what they cost between those ranks.
+    // what they cost between those ranks. The cut depends on the chunk count
+    // only (the placement orders its stages later, scheduleProblem), so each
+    // count is partitioned once for all the families that run it.
+    std::map<int, std::optional<Partitioned>> chunkedPartitions;
     for (const auto &f : fams) {
       // --stages N alone asks for N model stages: chunks only when named.
       const bool chunksNamed = explicitFamily || request.chunks > 1;
@@ -452,8 +455,14 @@ struct Search {
         } else {
           virt.levels[0].fanout *= v;
         }
-        auto part = partitionUnder(virt, p * v, false, false,
-                                 std::to_string(p * v) + " virtual stages on " + std::to_string(p) + " ranks");
+        auto cached = chunkedPartitions.find(v);
+        if (cached == chunkedPartitions.end())
+          cached = chunkedPartitions
+                       .emplace(v, partitionUnder(virt, p * v, false, false,
+                                                  std::to_string(p * v) + " virtual stages on " + std::to_string(p) +
+                                                      " ranks"))
+                       .first;
+        const std::optional<Partitioned> &part = cached->second;
         if (part)
           consider(*part, f, v, explicitFamily);
       }
