@@ -292,7 +292,6 @@ static int runResolved(const ScheduleCliOptions &args, std::ostream &out, std::o
   if (!args.schedule.empty())
     names.push_back(args.schedule);
   if (args.compare) {
-    names.clear();
     names = scheduleNames();
   }
   std::vector<Row> rows;

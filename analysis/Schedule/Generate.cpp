@@ -182,11 +182,14 @@ Schedule generate(const std::string &name, const Problem &problemIn) {
   if (!family.perStageReplicas)
     requireUniformReplicas(problem, name);
   const int p = problem.stages;
-  if (const int k = family.microbatchesPerRank; k > 0 && problem.microbatches / problem.replicasOf(0) < k * p)
-    throw ScheduleError(name + " needs at least " + std::to_string(k) + " x " + std::to_string(p) + " ranks = " +
-                        std::to_string(k * p) + " micro-batches per pipeline; " + std::to_string(problem.microbatches) +
-                        " micro-batches over " + std::to_string(problem.replicasOf(0)) + " pipeline(s) give " +
-                        std::to_string(problem.microbatches / problem.replicasOf(0)));
+  if (const int k = family.microbatchesPerRank; k > 0) {
+    const int pipelines = problem.replicasOf(0), perPipeline = problem.microbatches / pipelines;
+    if (perPipeline < k * p)
+      throw ScheduleError(name + " needs at least " + std::to_string(k) + " x " + std::to_string(p) + " ranks = " +
+                          std::to_string(k * p) + " micro-batches per pipeline; " +
+                          std::to_string(problem.microbatches) + " micro-batches over " + std::to_string(pipelines) +
+                          " pipeline(s) give " + std::to_string(perPipeline));
+  }
   Schedule s = shell(family, problem);
   Orders orders;
   switch (family.kind) {

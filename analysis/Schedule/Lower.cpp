@@ -59,19 +59,30 @@ Timing timeOrder(const Schedule &s, const Orders &orders, double zeroCost) {
           else
             ready = std::max(ready, t + (remote ? P.comm : 0.0));
         };
+        // The data a forward reads (the previous virtual stage's output) or
+        // a backward reads (its forward, the next virtual stage's gradient).
+        auto needInputs = [&](const Instr &x) {
+          const int xvs = s.virtualStage(stage, x.chunk);
+          if (x.op == Op::Fwd) {
+            if (xvs > 0)
+              need(fEnd[at(x.mb, xvs - 1)], s.rankFor(xvs - 1, x.mb) != r);
+            return;
+          }
+          need(fEnd[at(x.mb, xvs)], false);
+          if (xvs + 1 < V)
+            need(bEnd[at(x.mb, xvs + 1)], s.rankFor(xvs + 1, x.mb) != r);
+        };
         if (in.paired) {
           // DualPipeV's F&B: one compute once both inputs are in; both
           // results are out when it ends.
-          if (in.op != Op::Fwd || pc[r] + 1 >= orders[r].size() || !pairsWithForward(orders[r][pc[r] + 1].op))
+          const Instr *partner = pairedBackward(orders[r], pc[r]);
+          if (!partner)
             throw ScheduleError(s.name + ": rank " + std::to_string(r) + " #" + std::to_string(pc[r]) + " " +
                                 toString(in) + " is paired, but no backward follows it");
-          const Instr &b = orders[r][pc[r] + 1];
+          const Instr &b = *partner;
           const int vsB = s.virtualStage(stage, b.chunk);
-          if (vs > 0)
-            need(fEnd[at(in.mb, vs - 1)], s.rankFor(vs - 1, in.mb) != r);
-          need(fEnd[at(b.mb, vsB)], false);
-          if (vsB + 1 < V)
-            need(bEnd[at(b.mb, vsB + 1)], s.rankFor(vsB + 1, b.mb) != r);
+          needInputs(in);
+          needInputs(b);
           if (!ok)
             break;
           const double end = ready + P.pairCostOf(stage, in.chunk, b.op, b.chunk);
@@ -89,15 +100,9 @@ Timing timeOrder(const Schedule &s, const Orders &orders, double zeroCost) {
         }
         switch (in.op) {
         case Op::Fwd:
-          if (vs > 0)
-            need(fEnd[at(in.mb, vs - 1)], s.rankFor(vs - 1, in.mb) != r);
-          cost = P.costOf(Op::Fwd, stage, in.chunk);
-          break;
         case Op::Bwd:
         case Op::BwdInput:
-          need(fEnd[at(in.mb, vs)], false);
-          if (vs + 1 < V)
-            need(bEnd[at(in.mb, vs + 1)], s.rankFor(vs + 1, in.mb) != r);
+          needInputs(in);
           cost = P.costOf(in.op, stage, in.chunk);
           break;
         case Op::BwdWeight:

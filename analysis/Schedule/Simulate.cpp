@@ -66,13 +66,10 @@ SimResult simulate(const Schedule &s) {
         double start = now[r], cost = 0;
         // The compute that reads a posted receive's data waits for it; a
         // paired forward (F&B) waits for its backward's data too.
-        const Instr *partner = nullptr;
-        if (in.paired) {
-          if (in.op != Op::Fwd || pc[r] + 1 >= s.ranks[r].size() || !pairsWithForward(s.ranks[r][pc[r] + 1].op))
-            throw ScheduleError("simulate: rank " + std::to_string(r) + " #" + std::to_string(pc[r]) + " " +
-                                toString(in) + " is paired, but no backward follows it");
-          partner = &s.ranks[r][pc[r] + 1];
-        }
+        const Instr *partner = in.paired ? pairedBackward(s.ranks[r], pc[r]) : nullptr;
+        if (in.paired && !partner)
+          throw ScheduleError("simulate: rank " + std::to_string(r) + " #" + std::to_string(pc[r]) + " " +
+                              toString(in) + " is paired, but no backward follows it");
         MsgKey reads[2];
         int readCount = 0;
         for (const Instr *x : {&in, partner})

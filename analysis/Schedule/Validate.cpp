@@ -64,12 +64,12 @@ struct Checker {
     if (in.paired) {
       // An F&B: the backward right after the forward, of another
       // (micro-batch, chunk), so that it needs nothing the forward makes.
-      const auto &instrs = s.ranks[r];
       if (in.op != Op::Fwd)
         return bad("only a FWD pairs with a backward");
-      if (i + 1 >= (long)instrs.size() || !pairsWithForward(instrs[i + 1].op))
+      const Instr *partner = pairedBackward(s.ranks[r], (size_t)i);
+      if (!partner)
         return bad("paired, but the next instruction is no BWD or BWD_INPUT");
-      if (instrs[i + 1].mb == in.mb && instrs[i + 1].chunk == in.chunk)
+      if (partner->mb == in.mb && partner->chunk == in.chunk)
         return bad("paired with the backward of its own micro-batch and chunk, which needs its result");
     }
     return true;

@@ -308,7 +308,7 @@ void checkRankStream(const Plan &plan, const RankStream &s, int r) {
     if (isP2P(in.op) && (in.peer < 0 || in.peer >= plan.numRanks()))
       throw Error(at + "peer " + std::to_string(in.peer) + " is not a rank of the plan (0.." +
                   std::to_string(plan.numRanks() - 1) + ")");
-    if (in.paired && (in.op != Op::Fwd || i + 1 >= s.instrs.size() || !pairsWithForward(s.instrs[i + 1].op)))
+    if (in.paired && !pairedBackward(s.instrs, i))
       throw Error(at + "is paired, but only a FWD followed by a BWD or BWD_INPUT is an F&B pair");
     if (in.op == Op::AllReduce && in.peer >= 0 && in.peer != stage)
       throw Error(at + "all-reduces stage " + std::to_string(in.peer) + ", but this rank runs stage " +

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace pipec {
 
@@ -77,9 +78,6 @@ inline bool isP2P(Op op) {
   return op == Op::SendAct || op == Op::RecvAct || op == Op::SendGrad || op == Op::RecvGrad;
 }
 inline bool isCollective(Op op) { return op == Op::AllReduce || op == Op::Validate; }
-// The backwards a paired FWD (Instr::paired) may run with: an input gradient,
-// with or without the weight gradient.
-inline bool pairsWithForward(Op op) { return op == Op::Bwd || op == Op::BwdInput; }
 
 struct Instr {
   Op op = Op::Step;
@@ -98,6 +96,17 @@ struct Instr {
            paired == o.paired;
   }
 };
+
+// The backward an F&B pair runs with: for the paired FWD at `i` of a stream,
+// the BWD or BWD_INPUT (input gradient, with or without the weight
+// gradient) right after it; nullptr when `stream[i]` is no paired FWD
+// followed by one (a malformed pair where it is marked paired).
+inline const Instr *pairedBackward(const std::vector<Instr> &stream, size_t i) {
+  if (!stream[i].paired || stream[i].op != Op::Fwd || i + 1 >= stream.size())
+    return nullptr;
+  const Instr &next = stream[i + 1];
+  return next.op == Op::Bwd || next.op == Op::BwdInput ? &next : nullptr;
+}
 
 // "FWD mb=3 chunk=0": how logs, traces and errors show an instruction.
 inline std::string toString(const Instr &in) {
