@@ -488,18 +488,15 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         bind(constant.getResult(), "static_cast<" + t + " *>(" + name + "Device.get())");
       })
       .Case([&](nn::SgdUpdateOp update) {
-        out << "  pk::sgdUpdate(" << ptr(update.getParam()) << ", " << ptr(update.getGrad()) << ", "
-            << ptr(update.getMomentumBuffer()) << ", " << n(update.getParam())
-            << ", opt->step, opt->learning_rate, opt->momentum, opt->weight_decay);\n";
+        queueOptimizerUpdate(false, {ptr(update.getParam()), ptr(update.getGrad()),
+                                     ptr(update.getMomentumBuffer()), "nullptr",
+                                     tensorType(update.getParam()).getNumElements()});
         names[update.getNewParam()] = ptr(update.getParam());
         names[update.getNewMomentumBuffer()] = ptr(update.getMomentumBuffer());
       })
       .Case([&](nn::AdamWUpdateOp update) {
-        out << "  pk::adamwUpdate(" << ptr(update.getParam()) << ", " << ptr(update.getGrad())
-            << ", " << ptr(update.getM()) << ", " << ptr(update.getV()) << ", "
-            << n(update.getParam())
-            << ", opt->step, opt->learning_rate, opt->beta1, opt->beta2, opt->epsilon, "
-               "opt->weight_decay);\n";
+        queueOptimizerUpdate(true, {ptr(update.getParam()), ptr(update.getGrad()), ptr(update.getM()),
+                                    ptr(update.getV()), tensorType(update.getParam()).getNumElements()});
         names[update.getNewParam()] = ptr(update.getParam());
         names[update.getNewM()] = ptr(update.getM());
         names[update.getNewV()] = ptr(update.getV());
@@ -546,6 +543,34 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         result = op->emitOpError("has no ") << targetName() << " lowering";
       });
   return result;
+}
+
+void StageEmitter::queueOptimizerUpdate(bool adamw, PendingUpdate update) {
+  if (!pendingUpdates.empty() && pendingAdamW != adamw)
+    flushOptimizerUpdates();
+  pendingAdamW = adamw;
+  pendingUpdates.push_back(std::move(update));
+}
+
+void StageEmitter::flushOptimizerUpdates() {
+  if (pendingUpdates.empty())
+    return;
+  // The table lives on the host for the call only: the CUDA library passes
+  // it to its kernel by value.
+  std::string table = "updates" + std::to_string(counter++);
+  out << "  const pk::OptimizerTensor " << table << "[] = {\n";
+  for (const PendingUpdate &u : pendingUpdates)
+    out << "      {" << u.param << ", " << u.grad << ", {" << u.state0 << ", " << u.state1 << "}, "
+        << u.elements << "},\n";
+  out << "  };\n";
+  if (pendingAdamW)
+    out << "  pk::adamwUpdateAll(" << table << ", " << pendingUpdates.size()
+        << ", opt->step, opt->learning_rate, opt->beta1, opt->beta2, opt->epsilon, opt->weight_decay, "
+           "opt->control);\n";
+  else
+    out << "  pk::sgdUpdateAll(" << table << ", " << pendingUpdates.size()
+        << ", opt->step, opt->learning_rate, opt->momentum, opt->weight_decay, opt->control);\n";
+  pendingUpdates.clear();
 }
 
 } // namespace pipec::emit::detail

@@ -219,6 +219,8 @@ LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
     std::string started = "started" + std::to_string(counter++);
     if (timed)
       out << "  const double " << started << " = call->timer ? secondsNow() : 0.0;\n";
+    if (!llvm::isa<nn::AdamWUpdateOp, nn::SgdUpdateOp>(op))
+      flushOptimizerUpdates(); // the updates so far, before an op that may read their results
     if (failed(emitOp(&op, isStep)) || nameError)
       return failure();
     if (timed && fused) {
@@ -248,6 +250,7 @@ LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
               << literal(named.getName().getValue(), "node", &op) << ", " << phase << ", 0.0);\n";
     }
   }
+  flushOptimizerUpdates();
   return success();
 }
 
@@ -297,8 +300,8 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
     } else if (r == nn::Role::LossScale && cuda()) {
       // Allocated on the first call, like the arena: no allocation per call.
       std::string storage = "lossScale" + std::to_string(counter);
-      out << "  static pk::DeviceBuffer<float> " << storage << "(1);\n  pk::copyFromHost("
-          << storage << ".data(), &call->loss_scale, sizeof(float));\n";
+      out << "  static pk::DeviceBuffer<float> " << storage << "(1);\n  pk::storeScalar("
+          << storage << ".data(), call->loss_scale);\n";
       bind(argument, storage + ".data()");
     } else if (r == nn::Role::LossScale) {
       bind(argument, "const_cast<float *>(&call->loss_scale)");
@@ -327,7 +330,9 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
     } else if (r == nn::Role::Loss && cuda()) {
       if (!type || !type.getElementType().isF32())
         return f.emitOpError("result #") << i << ": the loss must be a float32 scalar";
-      out << "  if (call->loss) pk::copyToHost(call->loss, " << ptr(value) << ", sizeof(float));\n";
+      // The loss stays on the device: piperun reads an iteration's losses at
+      // its end (docs/runtime.md), so the forward never waits.
+      out << "  if (call->loss) pk::copy(" << ptr(value) << ", sizeof(float), call->loss);\n";
     } else if (r == nn::Role::Loss) {
       out << "  if (call->loss) *call->loss = static_cast<float>(" << ptr(value) << "[0]);\n";
     } else if (r == nn::Role::BufferUpdate) {

@@ -115,6 +115,18 @@ private:
   LogicalResult emitFunction(func::FuncOp function, StringRef cName, bool isStep);
   LogicalResult emitOp(Operation *op, bool isStep);
   LogicalResult emitOps(Block &block, bool isStep);
+  /// @step's optimizer updates become one stage-wide call
+  /// (pk::adamwUpdateAll / pk::sgdUpdateAll, docs/cuda-codegen.md): each
+  /// nn.adamw_update / nn.sgd_update adds its tensor here, and the call is
+  /// written before the first other op or at the end of the block.
+  struct PendingUpdate {
+    std::string param, grad, state0, state1;
+    int64_t elements;
+  };
+  void queueOptimizerUpdate(bool adamw, PendingUpdate update);
+  void flushOptimizerUpdates();
+  std::vector<PendingUpdate> pendingUpdates;
+  bool pendingAdamW = false;
   std::string bind(Value value, std::string expression);
   std::string allocate(Value value);
   /// pipec-plan-memory's place for `value` (an op result), if it planned one.

@@ -50,6 +50,7 @@ CudaDevice::CudaDevice(int localRank) : Device(false) {
 
 CudaDevice::~CudaDevice() {
   if (partials_) cudaFreeAsync(partials_, compute_);
+  if (stats_) cudaFreeAsync(stats_, compute_);
   if (compute_) cudaStreamSynchronize(compute_);
   if (result_) cudaFreeHost(result_);
   if (compute_) cudaStreamDestroy(compute_);
@@ -145,27 +146,42 @@ void CudaDevice::add(void *dst, const void *src, size_t n, pipec_dtype t) {
   needFloat(t, "add");
   check(cudakernels::add(dst, src, n, t, compute_), "adding gradients");
 }
-void CudaDevice::sumSquares(const std::vector<Span> &spans, double &sumSq, double &nonFinite) {
+void CudaDevice::gradientStats(const std::vector<Span> &spans, double *stats) {
   size_t blocks = 0;
   for (const Span &s : spans) needFloat(s.dtype, "sum of squares"), blocks += cudakernels::sumSquaresBlocks(s.n);
-  if (blocks == 0) return;
-  if (blocks + 1 > partialsCap_) { // one extra pair for the result
+  if (blocks == 0) {
+    zero(stats, 2 * sizeof(double), nullptr);
+    return;
+  }
+  if (blocks > partialsCap_) {
     if (partials_) check(cudaFreeAsync(partials_, compute_), "cudaFreeAsync");
     partials_ = nullptr, partialsCap_ = 0;
-    check(cudaMallocAsync((void **)&partials_, 2 * sizeof(double) * (blocks + 1), compute_), "cudaMallocAsync");
-    partialsCap_ = blocks + 1;
+    check(cudaMallocAsync((void **)&partials_, 2 * sizeof(double) * blocks, compute_), "cudaMallocAsync");
+    partialsCap_ = blocks;
   }
   size_t at = 0;
   for (const Span &s : spans) {
     check(cudakernels::sumSquares(s.p, s.n, s.dtype, partials_ + 2 * at, compute_), "gradient norm");
     at += cudakernels::sumSquaresBlocks(s.n);
   }
-  double *out = partials_ + 2 * blocks;
-  check(cudakernels::sumPartials(partials_, blocks, out, compute_), "gradient norm");
-  check(cudaMemcpyAsync(result_, out, 2 * sizeof(double), cudaMemcpyDeviceToHost, compute_), "cudaMemcpyAsync");
+  check(cudakernels::sumPartials(partials_, blocks, stats, compute_), "gradient norm");
+}
+
+void CudaDevice::sumSquares(const std::vector<Span> &spans, double &sumSq, double &nonFinite) {
+  if (!stats_) stats_ = (double *)allocate(2 * sizeof(double));
+  gradientStats(spans, stats_);
+  check(cudaMemcpyAsync(result_, stats_, 2 * sizeof(double), cudaMemcpyDeviceToHost, compute_), "cudaMemcpyAsync");
   check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize (gradient norm)");
   sumSq += result_[0];
   nonFinite += result_[1];
+}
+
+void CudaDevice::stepControl(const double *stats, double maxNorm, pipec_step_control *control) {
+  check(cudakernels::stepControl(stats, maxNorm, control, compute_), "the optimizer step's control");
+}
+
+void CudaDevice::zeroUnlessSkipped(void *p, size_t bytes, const pipec_step_control *control) {
+  check(cudakernels::zeroUnlessSkipped(p, bytes, control, compute_), "zeroing the gradients");
 }
 
 // ---------------------------------------------------------------- events

@@ -51,6 +51,9 @@ public:
   void scale(void *p, size_t n, pipec_dtype t, double factor) override;
   void add(void *dst, const void *src, size_t n, pipec_dtype t) override;
   void sumSquares(const std::vector<Span> &spans, double &sumSq, double &nonFinite) override;
+  void gradientStats(const std::vector<Span> &spans, double *stats) override;
+  void stepControl(const double *stats, double maxNorm, pipec_step_control *control) override;
+  void zeroUnlessSkipped(void *p, size_t bytes, const pipec_step_control *control) override;
   Event newEvent() override;
   void deleteEvent(Event e) noexcept override;
   void record(Event e, Stream s) override;
@@ -63,8 +66,9 @@ private:
   int ordinal_ = 0, count_ = 0, major_ = 0, minor_ = 0;
   std::string gpuName_, uuid_;
   cudaStream_t compute_ = nullptr;
-  double *partials_ = nullptr; // sumSquares: per-block partial sums, then the two results
+  double *partials_ = nullptr; // gradientStats: per-block partial sums
   size_t partialsCap_ = 0;     // pairs
+  double *stats_ = nullptr;    // sumSquares: the two results on the device
   double *result_ = nullptr;   // pinned host copy of the two results
 };
 

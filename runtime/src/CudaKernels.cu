@@ -1,4 +1,5 @@
 #include "CudaKernels.h"
+#include "StepVerdict.h"
 
 #include <algorithm>
 #include <cstring>
@@ -58,6 +59,16 @@ __global__ void sumPartialsKernel(const double *partials, size_t count, double *
   if (threadIdx.x == 0) out[0] = ss[0], out[1] = sb[0];
 }
 
+__global__ void stepControlKernel(const double *stats, double maxNorm, pipec_step_control *control) {
+  *control = stepVerdict(stats, maxNorm);
+}
+
+__global__ void zeroUnlessSkippedKernel(unsigned char *p, size_t bytes, const pipec_step_control *control) {
+  if (control->skip != 0) return;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < bytes; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = 0;
+}
+
 struct Bytes64 {
   unsigned char b[64];
 };
@@ -97,6 +108,17 @@ cudaError_t sumSquares(const void *x, size_t n, pipec_dtype t, double *partials,
 
 cudaError_t sumPartials(const double *partials, size_t count, double *out, cudaStream_t stream) {
   sumPartialsKernel<<<1, kThreads, 0, stream>>>(partials, count, out);
+  return cudaGetLastError();
+}
+
+cudaError_t stepControl(const double *stats, double maxNorm, pipec_step_control *control, cudaStream_t stream) {
+  stepControlKernel<<<1, 1, 0, stream>>>(stats, maxNorm, control);
+  return cudaGetLastError();
+}
+
+cudaError_t zeroUnlessSkipped(void *p, size_t bytes, const pipec_step_control *control, cudaStream_t stream) {
+  if (bytes == 0) return cudaSuccess;
+  zeroUnlessSkippedKernel<<<blocksFor(bytes, kMaxBlocks), kThreads, 0, stream>>>((unsigned char *)p, bytes, control);
   return cudaGetLastError();
 }
 

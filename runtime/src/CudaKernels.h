@@ -23,6 +23,10 @@ cudaError_t sumSquares(const void *x, size_t n, pipec_dtype t, double *partials,
 // out[0..1] = the sums of count partial pairs, in a fixed order (so the norm
 // is the same on every run).
 cudaError_t sumPartials(const double *partials, size_t count, double *out, cudaStream_t stream);
+// control = stepVerdict(stats, maxNorm) (StepVerdict.h), computed on the device.
+cudaError_t stepControl(const double *stats, double maxNorm, pipec_step_control *control, cudaStream_t stream);
+// p[0..bytes) = 0 unless control->skip.
+cudaError_t zeroUnlessSkipped(void *p, size_t bytes, const pipec_step_control *control, cudaStream_t stream);
 // dst[0..bytes) = src[0..bytes), bytes <= 64, src passed by value (host
 // memory, reusable at once).
 cudaError_t writeBytes(void *dst, const void *src, size_t bytes, cudaStream_t stream);

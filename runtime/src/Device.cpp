@@ -2,6 +2,7 @@
 #include "Device.h"
 
 #include "Plan.h" // Error
+#include "StepVerdict.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -87,6 +88,16 @@ public:
         nonFinite += laneSumOfSquares(x, s.n, [](double v) { return std::isfinite(v) ? 0.0 : 1.0; },
                                       /*square=*/false);
       });
+  }
+  void gradientStats(const std::vector<Span> &spans, double *stats) override {
+    stats[0] = stats[1] = 0;
+    sumSquares(spans, stats[0], stats[1]);
+  }
+  void stepControl(const double *stats, double maxNorm, pipec_step_control *control) override {
+    *control = stepVerdict(stats, maxNorm);
+  }
+  void zeroUnlessSkipped(void *p, size_t bytes, const pipec_step_control *control) override {
+    if (control->skip == 0) zero(p, bytes, nullptr);
   }
 
 private:

@@ -75,6 +75,17 @@ public:
   // non-finite elements of the spans, in order, to sumSq and nonFinite.
   // Blocks the host until the compute stream got there (CUDA: one sync).
   virtual void sumSquares(const std::vector<Span> &spans, double &sumSq, double &nonFinite) = 0;
+  // The same two sums written to stats[0], stats[1] (this device's memory),
+  // on the compute stream: nothing waits (the optimizer step's check).
+  virtual void gradientStats(const std::vector<Span> &spans, double *stats) = 0;
+  // The optimizer step's verdict from the (reduced) stats, into `control`
+  // (this device's memory), on the compute stream: skip when stats[1] > 0;
+  // else grad_scale = maxNorm / sqrt(stats[0]) when maxNorm > 0 and the
+  // norm exceeds it (clipping), 1 otherwise.
+  virtual void stepControl(const double *stats, double maxNorm, pipec_step_control *control) = 0;
+  // zero(p, bytes) unless control->skip: a skipped step's gradients stay
+  // for the report that names them.
+  virtual void zeroUnlessSkipped(void *p, size_t bytes, const pipec_step_control *control) = 0;
 
   // Events (all no-ops on the host).
   virtual Event newEvent() { return nullptr; }

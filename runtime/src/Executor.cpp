@@ -84,6 +84,10 @@ Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Tr
   }
   for (const Instr &in : stream_.instrs)
     if (in.op == Op::Recompute) recomputes_[in.chunk][in.mb] = true;
+  if (holdsLoss_) {
+    losses_ = Buffer(device_, sizeof(float) * (plan.microbatches + 1)); // + the slot RECOMPUTE writes
+    lossInstr_.assign(plan.microbatches, -1);
+  }
 
   sync_ = std::make_unique<GradientSync>(plan, optimizer, opt.allowNonFinite, control, transport, device, chunks_,
                                          stage_, replica_, who());
@@ -213,7 +217,6 @@ void Executor::compute(const Instr &in, int64_t it) {
   std::vector<void *> gradOutputs = m.outputLayout().pointers(s.gradOutputs.data());
   std::vector<void *> gradInputs = m.inputLayout().pointers(s.gradInputs.data());
   std::vector<void *> gradParams = m.gradPtrs();
-  float loss = 0;
   pipec_call c{};
   c.microbatch = it * plan_.microbatches + in.mb;
   c.seed = seed_;
@@ -224,7 +227,7 @@ void Executor::compute(const Instr &in, int64_t it) {
   c.grad_outputs = d.num_outputs ? (const void *const *)gradOutputs.data() : nullptr;
   c.grad_inputs = gradInputs.data();
   c.grad_params = gradParams.data();
-  c.loss = &loss;
+  if (d.computes_loss) c.loss = (float *)losses_.data() + (in.op == Op::Recompute ? plan_.microbatches : in.mb);
   c.loss_scale = 1.0f; // gradients of the sum of micro-batch losses; STEP divides by their count
   c.stream = device_.computeStream();
   if (recorder_.profiling() && in.op != Op::Recompute && !validating_) recorder_.timeOps(c);
@@ -257,20 +260,10 @@ void Executor::compute(const Instr &in, int64_t it) {
     m.lib().forward(c);
     if (gpu_) device_.record(s.outputsDone); // what SEND_ACT waits for
     s.fwdDone = true;
+    if (d.computes_loss) lossInstr_[in.mb] = (int64_t)currentIndex_;
     if (validating_) {
-      if (d.computes_loss) {
-        validationLossSum_ += loss, validationLossCount_ += 1;
-        releaseEvaluated(in.chunk, s);
-      }
+      if (d.computes_loss) releaseEvaluated(in.chunk, s);
       break;
-    }
-    if (d.computes_loss) {
-      if (!std::isfinite(loss))
-        sync_->nonFinite("the loss of micro-batch " + std::to_string(in.mb) + " (global micro-batch " +
-                             std::to_string(c.microbatch) + ") is " +
-                             (std::isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf") + " on stage " + std::to_string(vs),
-                         it);
-      lossSum_ += loss, lossCount_ += 1;
     }
     if (recorder_.profiling()) recorder_.countForward(in.chunk);
     break;
@@ -282,9 +275,7 @@ void Executor::compute(const Instr &in, int64_t it) {
     c.workspace = s.workspace->data();
     std::vector<void *> scratchOut = m.outputLayout().pointers(slots_.scratchOutputs(in.chunk).data());
     c.outputs = scratchOut.data(); // the sent outputs may still be in flight
-    c.step = s.fwdStep;            // same dropout masks as the forward
-    float discard = 0;
-    c.loss = &discard;
+    c.step = s.fwdStep; // same dropout masks as the forward; its loss goes to a slot nobody reads
     m.lib().forward(c);
     break;
   }
@@ -428,7 +419,7 @@ void Executor::execute(const Instr &in, int64_t it) {
     if (in.peer != stage_) fail(toString(in) + ": all-reduce of another stage");
     sync_->allreduce();
     break;
-  case Op::Step: sync_->step(it); break;
+  case Op::Step: sync_->step(); break;
   case Op::SpecStep: sync_->specStep(); break;
   case Op::Validate: sync_->validate(); break;
   case Op::Rollback: sync_->rollback(it); break;
@@ -459,6 +450,8 @@ void Executor::iteration(int64_t it) {
   }
   watchIndex_.store(-1, std::memory_order_relaxed);
   if (gpu_) headers_.poll(true); // every receive of the iteration is enqueued: wait for them and check
+  collectLosses(it);
+  sync_->checkSteps(it);
   for (int c = 0; c < plan_.chunks; ++c) {
     if (const int mb = slots_.firstActive(c); mb >= 0)
       fail(stream_.path + ": micro-batch " + std::to_string(mb) + " of chunk " + std::to_string(c) +
@@ -469,6 +462,36 @@ void Executor::iteration(int64_t it) {
   if (sync_->unapplied() != 0)
     fail(stream_.path + ": gradients of " + std::to_string(sync_->unapplied()) +
          " micro-batches were never applied by a STEP");
+}
+
+void Executor::collectLosses(int64_t it) {
+  if (!holdsLoss_) return;
+  std::vector<float> losses(lossInstr_.size());
+  device_.download(losses.data(), losses_.data(), losses.size() * sizeof(float)); // the iteration's one wait
+  for (size_t mb = 0; mb < losses.size(); ++mb) {
+    const int64_t i = lossInstr_[mb];
+    if (i < 0) continue;
+    lossInstr_[mb] = -1;
+    const float loss = losses[mb];
+    if (validating_) {
+      validationLossSum_ += loss, validationLossCount_ += 1;
+      continue;
+    }
+    if (!std::isfinite(loss)) {
+      const Instr &in = stream_.instrs[(size_t)i];
+      try {
+        sync_->nonFinite("the loss of micro-batch " + std::to_string(mb) + " (global micro-batch " +
+                             std::to_string(it * plan_.microbatches + (int64_t)mb) + ") is " +
+                             (std::isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf") + " on stage " +
+                             std::to_string(chunks_[in.chunk].vs),
+                         it);
+      } catch (const Error &e) {
+        throw Error(stream_.path + " #" + std::to_string(i) + " " + toString(in) + " (iteration " + std::to_string(it) +
+                    "): " + e.what());
+      }
+    }
+    lossSum_ += loss, lossCount_ += 1;
+  }
 }
 
 void Executor::releaseEvaluated(int chunk, Slot &s) {
@@ -493,6 +516,7 @@ void Executor::validate(int64_t after) {
       if (watchdog_) watchdog_->progress();
     }
     if (gpu_) headers_.poll(true);
+    collectLosses(round);
     for (auto &[chunk, slot] : evaluated_) slots_.maybeRelease(chunk, *slot);
     evaluated_.clear();
     for (int c = 0; c < plan_.chunks; ++c)

@@ -97,7 +97,16 @@ private:
   bool holdsLoss_ = false, readsData_ = false;
   std::vector<std::pair<int, Slot *>> evaluated_; // (chunk, slot) to return at the round's end
 
-  // Loss of the last stage, per iteration, and per validation.
+  // Loss of the last stage, per iteration, and per validation. The stage
+  // writes each micro-batch's loss into losses_ (this device's memory, one
+  // float per micro-batch) without waiting; collectLosses reads them once
+  // per iteration (or validation round). lossInstr_: per micro-batch, the
+  // FWD that wrote it (-1: none since the last read), for messages.
+  Buffer losses_;
+  std::vector<int64_t> lossInstr_;
+  // Reads, checks (training: a non-finite loss stops it unless
+  // --allow-nonfinite) and sums the losses written since the last call.
+  void collectLosses(int64_t it);
   double lossSum_ = 0, lossCount_ = 0;
   double validationLossSum_ = 0, validationLossCount_ = 0;
 

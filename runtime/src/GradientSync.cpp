@@ -18,6 +18,9 @@ GradientSync::GradientSync(const Plan &plan, const OptimizerConfig &optimizer, b
     throw Error(plan.planPath + ": runtime.tied: tied parameters across stages (" + plan.tied[0].name +
                 ") are not supported with an asynchronous schedule (" + plan.schedule +
                 "): the holders step at different times, so their copies would diverge");
+  verdict_ = Buffer(device_, 4 * sizeof(double) + sizeof(pipec_step_control));
+  stats_ = (double *)verdict_.data();
+  stepControl_ = (pipec_step_control *)(stats_ + 4);
   normSkip_.assign(chunks.size(), {});
   for (size_t c = 0; c < chunks.size(); ++c) normSkip_[c].assign(chunks[c].model->desc().num_params, false);
   for (size_t t = 0; t < plan.tied.size(); ++t) {
@@ -109,39 +112,62 @@ void GradientSync::gradStats(double &sumSq, double &nonFinite) {
   for (size_t c = 0; c < chunks_.size(); ++c) chunks_[c].model->gradStats(sumSq, nonFinite, &normSkip_[c]);
 }
 
-void GradientSync::step(int64_t it) {
+void GradientSync::step() {
   finishGradients();
   reduceTied();
-  bool skip = false;
-  if (optimizer_.maxGradNorm > 0) {
-    // Synchronous schedules: every rank runs exactly one STEP per iteration,
-    // so a world reduction of the gradient norm is safe here. Replicas hold
-    // identical reduced gradients: only replica 0 contributes.
-    double v[2] = {0, 0};
-    if (replica_ == 0) gradStats(v[0], v[1]);
-    const double local = v[1];
-    control_.allreduceSumWorld(v, 2);
-    const double norm = std::sqrt(v[0]);
-    // Non-finite gradients: the rank that has them stops the job unless
-    // allowed (the others skip the step and are ended by its abort).
-    if (local > 0) nonFinite(nonFiniteGradients(), it);
-    if (v[1] > 0)
-      skip = true, ++skippedSteps_;
-    else if (norm > optimizer_.maxGradNorm)
-      for (auto &ch : chunks_) ch.model->scaleGrads(optimizer_.maxGradNorm / norm);
-  } else if (!allowNonFinite_) {
-    // Without clipping, one pass over this rank's gradients (the optimizer
-    // step makes several): a NaN or inf stops training here.
-    double sumSq = 0, bad = 0;
-    gradStats(sumSq, bad);
-    if (bad > 0) nonFinite(nonFiniteGradients(), it);
-  }
-  for (auto &ch : chunks_) {
-    if (!skip) ch.model->applyStep(optimizer_);
-    ch.model->grads().zero();
+  const bool clip = optimizer_.maxGradNorm > 0;
+  if (!clip && allowNonFinite_) { // nothing to decide: the update applies what it gets
+    for (auto &ch : chunks_) {
+      ch.model->applyStep(optimizer_);
+      ch.model->grads().zero();
+    }
+  } else {
+    // The verdict is computed where the gradients are: statistics, then the
+    // control the stage's update reads; the host learns it at the
+    // iteration's end (checkSteps). Under clipping the norm is global:
+    // replicas hold identical reduced gradients, so only replica 0
+    // contributes, and the sum over ranks is the one host round trip left.
+    if (!clip || replica_ == 0) {
+      std::vector<Span> spans;
+      for (size_t c = 0; c < chunks_.size(); ++c) {
+        std::vector<Span> own = chunks_[c].model->gradSpans(&normSkip_[c]);
+        spans.insert(spans.end(), own.begin(), own.end());
+      }
+      device_.gradientStats(spans, stats_);
+    } else {
+      device_.zero(stats_, 2 * sizeof(double));
+    }
+    device_.copy(stats_ + 2, stats_, 2 * sizeof(double)); // this rank's own counts, for checkSteps
+    if (clip && control_.size() > 1) {
+      double v[2];
+      device_.download(v, stats_, sizeof v);
+      control_.allreduceSumWorld(v, 2);
+      device_.writeSmall(stats_, v, sizeof v);
+    }
+    device_.stepControl(stats_, clip ? optimizer_.maxGradNorm : 0.0, stepControl_);
+    for (auto &ch : chunks_) {
+      ch.model->applyStep(optimizer_, stepControl_);
+      device_.zeroUnlessSkipped(ch.model->grads().data(), ch.model->grads().size(), stepControl_);
+    }
+    checkPending_ = true;
   }
   mbSinceStep_ = 0;
   reducedCount_ = -1;
+}
+
+void GradientSync::checkSteps(int64_t it) {
+  if (!checkPending_) return;
+  checkPending_ = false;
+  double v[4]; // the verdict's statistics, then this rank's own
+  device_.download(v, stats_, sizeof v);
+  if (v[1] <= 0) return;
+  // A step was skipped (an asynchronous schedule's later steps in this
+  // iteration skip too: the gradients stay non-finite until zeroed here).
+  // The rank whose gradients are not finite stops the job unless allowed;
+  // the others are ended by its abort.
+  ++skippedSteps_;
+  if (v[3] > 0) nonFinite(nonFiniteGradients(), it);
+  for (auto &ch : chunks_) ch.model->grads().zero();
 }
 
 void GradientSync::specStep() {

@@ -35,7 +35,11 @@ public:
   int64_t skippedSteps() const { return skippedSteps_; }
 
   void allreduce();          // ALLREDUCE
-  void step(int64_t it);     // STEP
+  void step();               // STEP: decided and applied on the device, no host round trip (but clipping over ranks)
+  // At the end of iteration `it`: what the STEPs decided (one host read):
+  // counts a skipped step and, for non-finite gradients of this rank, stops
+  // training naming them (Error) unless --allow-nonfinite.
+  void checkSteps(int64_t it);
   void specStep();           // SPEC_STEP
   void validate();           // VALIDATE
   void rollback(int64_t it); // ROLLBACK
@@ -69,6 +73,14 @@ private:
   };
   std::vector<TiedHolding> tied_;
   std::vector<std::vector<bool>> normSkip_; // per chunk: tied copies the norm counts at another holder
+
+  // The STEP's verdict, in the device's memory (verdict_): stats_[0..1] the
+  // statistics it was decided on (world sums under clipping), [2..3] this
+  // rank's own, then the control the stage's update reads.
+  Buffer verdict_;
+  double *stats_ = nullptr;
+  pipec_step_control *stepControl_ = nullptr;
+  bool checkPending_ = false; // a STEP since the last checkSteps
 
   // Between steps.
   double mbSinceStep_ = 0, reducedCount_ = -1;

@@ -409,15 +409,19 @@ void StageModel::restore(const WeightSnapshot &s) {
 }
 
 // The gradients of trained f32/f64 parameters, minus those with skip[i] set.
-static std::vector<Span> gradSpans(StageModel &m, Buffer &grads, const Layout &l, const std::vector<bool> *skip = nullptr) {
+std::vector<Span> StageModel::gradSpans(const std::vector<bool> *skip) {
+  const pipec_stage_desc &d = desc();
+  bool whole = true; // every parameter f32 and counted: one span over the buffer, whose padding and buffer slots are 0
+  for (int i = 0; i < d.num_params; ++i)
+    whole &= d.params[i].tensor.dtype == PIPEC_F32 && !(skip && i < (int)skip->size() && (*skip)[i]);
+  if (whole) return {Span{grads_.data(), grads_.size() / sizeof(float), PIPEC_F32}};
   std::vector<Span> spans;
-  const pipec_stage_desc &d = m.desc();
   for (int i = 0; i < d.num_params; ++i) {
     if (d.params[i].role != PIPEC_TRAINED) continue;
     if (skip && i < (int)skip->size() && (*skip)[i]) continue;
     const pipec_dtype t = d.params[i].tensor.dtype;
     if (t != PIPEC_F32 && t != PIPEC_F64) continue;
-    spans.push_back({grads.data() + l.offsets[i], l.bytes[i] / io::dtypeSize(t), t});
+    spans.push_back({grads_.data() + paramLayout_.offsets[i], paramLayout_.bytes[i] / io::dtypeSize(t), t});
   }
   return spans;
 }
@@ -430,14 +434,14 @@ int StageModel::paramIndex(const std::string &name) const {
 }
 
 void StageModel::gradStats(double &sumSq, double &nonFinite, const std::vector<bool> *skip) {
-  dev_.sumSquares(gradSpans(*this, grads_, paramLayout_, skip), sumSq, nonFinite);
+  dev_.sumSquares(gradSpans(skip), sumSq, nonFinite);
 }
 
 void StageModel::scaleGrads(double factor) {
-  for (const Span &s : gradSpans(*this, grads_, paramLayout_)) dev_.scale((void *)s.p, s.n, s.dtype, factor);
+  for (const Span &s : gradSpans()) dev_.scale((void *)s.p, s.n, s.dtype, factor);
 }
 
-void StageModel::applyStep(const OptimizerConfig &opt) {
+void StageModel::applyStep(const OptimizerConfig &opt, const pipec_step_control *control) {
   auto p = paramPtrs(params_);
   auto g = gradPtrs();
   auto s = statePtrs();
@@ -453,6 +457,7 @@ void StageModel::applyStep(const OptimizerConfig &opt) {
   c.grads = g.data();
   c.state = s.data();
   c.stream = dev_.computeStream();
+  c.control = control;
   lib_->step(c);
   ++steps;
 }

@@ -135,10 +135,14 @@ public:
   // (f32/f64); params with skip[i] set are left out (tied copies counted by
   // another stage).
   void gradStats(double &sumSq, double &nonFinite, const std::vector<bool> *skip = nullptr);
+  // The gradients those statistics read, for Device::gradientStats.
+  std::vector<Span> gradSpans(const std::vector<bool> *skip = nullptr);
   void scaleGrads(double factor);
   // pipec_stage_step with the plan's hyper-parameters on the current
-  // gradients; increments `steps`.
-  void applyStep(const OptimizerConfig &opt);
+  // gradients, under the runtime's verdict `control` (this device's memory;
+  // nullptr: apply as they are); increments `steps` (a skipped step counts:
+  // the step number is the schedule's, as on every other rank).
+  void applyStep(const OptimizerConfig &opt, const pipec_step_control *control = nullptr);
 
 private:
   VirtualStage vs_;

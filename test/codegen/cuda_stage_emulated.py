@@ -78,6 +78,23 @@ def run(cmd, **kwargs):
     return result
 
 
+def build_emulated_stage(stages, translated, emulation, library, cxx, root):
+    """Translates the CUDA stage_0.cu of STAGES for host emulation (prep.py)
+    into TRANSLATED and compiles it with the emulated kernel LIBRARY into
+    TRANSLATED/libstage_0.so, which it returns."""
+    run([sys.executable, os.path.join(emulation, "prep.py"), stages, translated])
+    stage = os.path.join(translated, "libstage_0.so")
+    run([cxx, "-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-w",
+         "-include", os.path.join(emulation, "emu.h"),
+         "-I", os.path.join(emulation, "inc"),
+         "-I", os.path.join(root, "runtime", "kernels", "cuda", "include"),
+         "-I", os.path.join(root, "runtime", "kernels", "include"),
+         "-I", os.path.join(root, "runtime", "include"),
+         f'-DPIPEC_STAGE_DIR="{stages}"',
+         os.path.join(translated, "stage_0.cpp"), library, "-o", stage])
+    return stage
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--pipec", required=True)
@@ -108,16 +125,7 @@ def main():
         epilogues = sum(1 for line in source.splitlines() if "pk::gemm(" in line and "pk::Unary::" in line)
         if epilogues < 1:
             sys.exit("FAIL: no GEMM of the CUDA stage has an activation epilogue; expected fc1's ReLU")
-        run([sys.executable, os.path.join(emulation, "prep.py"), stages, translated])
-        library = os.path.join(translated, "libstage_0.so")
-        run([args.cxx, "-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-w",
-             "-include", os.path.join(emulation, "emu.h"),
-             "-I", os.path.join(emulation, "inc"),
-             "-I", os.path.join(root, "runtime", "kernels", "cuda", "include"),
-             "-I", os.path.join(root, "runtime", "kernels", "include"),
-             "-I", os.path.join(root, "runtime", "include"),
-             f'-DPIPEC_STAGE_DIR="{stages}"',
-             os.path.join(translated, "stage_0.cpp"), args.emulated_library, "-o", library])
+        library = build_emulated_stage(stages, translated, emulation, args.emulated_library, args.cxx, root)
         compared = subprocess.run([args.compare, os.path.join(cpu, "stages", "libstage_0.so"), library],
                                   capture_output=True, text=True, env=env)
         print(f"{fused} generated fused kernels and {epilogues} GEMM epilogues in the CUDA stage")

@@ -22,6 +22,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 using pipec::test::Buffers;
 using pipec::test::StageBuffers;
@@ -198,6 +200,26 @@ int main(int argc, char **argv) {
   other.run(other.step, b.optimizer, "step");
   comparison.check("after the step: parameter", a.params, b.params);
   comparison.check("after the step: optimizer state", a.state, b.state);
+  // The runtime's verdict (pipec_step_control, in each stage's memory: the
+  // emulated device's is the host's): a clipped step, then a skipped one,
+  // which must leave parameters and state as they were.
+  pipec_step_control clipped{0.375, 0.0}, skipped{1.0, 1.0};
+  for (StageBuffers *side : {&a, &b})
+    side->optimizer.step = 2, side->optimizer.control = &clipped;
+  ref.run(ref.step, a.optimizer, "step");
+  other.run(other.step, b.optimizer, "step");
+  comparison.check("after a clipped step: parameter", a.params, b.params);
+  comparison.check("after a clipped step: optimizer state", a.state, b.state);
+  const auto before = [](StageBuffers &side) { return std::make_pair(side.params.storage, side.state.storage); };
+  const auto aBefore = before(a), bBefore = before(b);
+  for (StageBuffers *side : {&a, &b})
+    side->optimizer.step = 3, side->optimizer.control = &skipped;
+  ref.run(ref.step, a.optimizer, "step");
+  other.run(other.step, b.optimizer, "step");
+  const bool unchanged = before(a) == aBefore && before(b) == bBefore;
+  std::printf("%s a skipped step leaves parameters and state as they were\n", unchanged ? "ok  " : "FAIL");
+  if (!unchanged) ++comparison.failed;
+  comparison.check("after a skipped step: parameter", a.params, b.params);
   std::printf("%d tensors compared, %d disagree (tolerance %.1e)\n", comparison.compared, comparison.failed,
               comparison.tolerance);
   return comparison.failed ? 1 : 0;

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #ifndef TINY_ABI
 #define TINY_ABI PIPEC_STAGE_ABI_VERSION
@@ -181,10 +182,13 @@ int pipec_stage_backward_weight(const pipec_call *c) {
 
 int pipec_stage_step(const pipec_optimizer_call *c) {
   if (c->step < 1) return fail("step: step counter must start at 1");
+  if (c->control && c->control->skip != 0) return 0; // the runtime's verdict: non-finite gradients
+  const double gradScale = c->control ? c->control->grad_scale : 1.0;
   const int sizes[2] = {Dout * Din, Dout};
   for (int p = 0; p < 2; ++p) {
     float *w = (float *)c->params[p];
-    const float *g = (const float *)c->grads[p];
+    std::vector<float> g((const float *)c->grads[p], (const float *)c->grads[p] + sizes[p]);
+    for (float &x : g) x = (float)(x * gradScale); // clipping, as the runtime scales gradients
     if (!TINY_ADAMW) {
       float *v = (float *)c->state[p];
       for (int k = 0; k < sizes[p]; ++k) {

@@ -30,7 +30,7 @@
 extern "C" {
 #endif
 
-#define PIPEC_STAGE_ABI_VERSION 2
+#define PIPEC_STAGE_ABI_VERSION 3
 
 typedef enum pipec_dtype {
   PIPEC_F32 = 1,
@@ -96,7 +96,8 @@ typedef struct pipec_call {
   void *const *grad_inputs;  /* backward_input: num_inputs to send back */
   void *const *grad_params;  /* backward_weight: num_params, accumulated into (+=); NULL for buffers */
   void *workspace;           /* workspace_bytes of this micro-batch */
-  float *loss;               /* forward on the last stage: the micro-batch's loss */
+  float *loss;               /* forward on the last stage: where the micro-batch's loss goes (the stage's
+                                memory: on CUDA device memory, written on `stream` without waiting) */
   float loss_scale;          /* backward on the last stage: d(total)/d(loss), e.g. 1/m */
   void *stream;              /* CUDA target: cudaStream_t; NULL on CPU */
   pipec_op_timer timer;      /* NULL unless profiling */
@@ -104,6 +105,14 @@ typedef struct pipec_call {
   int32_t inference;         /* forward: 1 evaluates (dropout off, BatchNorm on its running statistics, which
                                 stay as they are); 0 trains */
 } pipec_call;
+
+/* The runtime's verdict on a step's gradients, in the stage's memory (device
+ * memory on CUDA), computed on the device so that the step needs no host
+ * round trip (docs/runtime.md, "The optimizer step"). */
+typedef struct pipec_step_control {
+  double grad_scale; /* every gradient is used as (float)(g * grad_scale): clipping; 1 otherwise */
+  double skip;       /* non-zero: parameters and state stay as they are (non-finite gradients) */
+} pipec_step_control;
 
 typedef struct pipec_optimizer_call {
   int64_t step; /* 1 for the first update (AdamW bias correction) */
@@ -114,6 +123,7 @@ typedef struct pipec_optimizer_call {
   const void *const *grads;           /* num_params, already averaged over micro-batches and replicas */
   void *const *state;                 /* optimizer_state_per_param per trained parameter, in order */
   void *stream;
+  const pipec_step_control *control; /* NULL: grad_scale 1, never skip */
 } pipec_optimizer_call;
 
 /* Every stage library exports these five functions. They return 0 on

@@ -11,22 +11,36 @@ namespace pipec::kernels {
 
 using namespace detail;
 
-void sgdUpdate(float *param, const float *grad, float *buf, int64_t n, int64_t step, float lr, float momentum,
+namespace {
+/// SGD on one tensor, reading gradient i as grad(i) (the stored value, or
+/// scaled by the step's clipping factor).
+template <class Grad>
+void sgdTensor(float *param, Grad grad, float *buf, int64_t n, int64_t step, float lr, float momentum,
                float weightDecay) {
-  if (step < 1) fail("nn.sgd_update", "step must be >= 1, got " + std::to_string(step));
   parallelVectorElements(n, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
-      float g = grad[i];
+      float g = grad(i);
       if (weightDecay != 0.0f) g = g + weightDecay * param[i]; // d_p.add(param, alpha=wd)
       float b;
       if (momentum == 0.0f || step == 1)
         b = g; // buf = clone(d_p)
       else
         b = buf[i] * momentum + g; // buf.mul_(momentum).add_(d_p)
-      buf[i] = b;
+      if (buf) buf[i] = b;
       param[i] = param[i] + (-lr) * b; // param.add_(buf, alpha=-lr)
     }
   });
+}
+
+void checkStep(const char *op, int64_t step) {
+  if (step < 1) fail(op, "step must be >= 1, got " + std::to_string(step));
+}
+} // namespace
+
+void sgdUpdate(float *param, const float *grad, float *buf, int64_t n, int64_t step, float lr, float momentum,
+               float weightDecay) {
+  checkStep("nn.sgd_update", step);
+  sgdTensor(param, [grad](int64_t i) { return grad[i]; }, buf, n, step, lr, momentum, weightDecay);
 }
 
 namespace {
@@ -43,36 +57,89 @@ double pythonValue(float f) {
 }
 } // namespace
 
-void adamwUpdate(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step, float lr, float beta1,
-                 float beta2, float epsilon, float weightDecay) {
-  if (step < 1) fail("nn.adamw_update", "step must be >= 1, got " + std::to_string(step));
+namespace {
+/// AdamW's scalars for one step, derived as torch.optim.AdamW derives them.
+struct AdamWConstants {
+  float decay, w1, b2, w2, stepSize, bias2Sqrt, epsilon;
+  bool lerpFromSelf;
+};
+
+AdamWConstants adamwConstants(int64_t step, float lr, float beta1, float beta2, float epsilon, float weightDecay) {
   // Python-side scalars are doubles, converted to float where they meet a
   // float32 tensor.
   const double t = (double)step, dlr = pythonValue(lr), b1 = pythonValue(beta1), b2 = pythonValue(beta2);
-  const float decay = (float)(1.0 - dlr * pythonValue(weightDecay));
+  AdamWConstants c{};
+  c.decay = (float)(1.0 - dlr * pythonValue(weightDecay));
   const double w1 = 1.0 - b1; // exp_avg.lerp_(grad, 1 - beta1)
-  const float fw1 = (float)w1;
-  const float fb2 = (float)b2, w2 = (float)(1.0 - b2);
-  const double bias1 = 1.0 - std::pow(b1, t);
-  const float stepSize = (float)(dlr / bias1);
-  const float bias2Sqrt = (float)std::sqrt(1.0 - std::pow(b2, t));
-  const bool lerpFromSelf = w1 < 0.5;
+  c.w1 = (float)w1;
+  c.lerpFromSelf = w1 < 0.5;
+  c.b2 = (float)b2, c.w2 = (float)(1.0 - b2);
+  c.stepSize = (float)(dlr / (1.0 - std::pow(b1, t)));
+  c.bias2Sqrt = (float)std::sqrt(1.0 - std::pow(b2, t));
+  c.epsilon = epsilon;
+  return c;
+}
+
+template <class Grad>
+void adamwTensor(float *param, Grad grad, float *m, float *v, int64_t n, const AdamWConstants c) {
   parallelVectorElements(n, [=](int64_t lo, int64_t hi) {
     // Everything by value: captured by reference, each pointer and constant
     // would be reloaded after every store (they might alias), and the loop
     // would not vectorize.
     for (int64_t i = lo; i < hi; ++i) {
-      const float g = grad[i];
-      const float p = param[i] * decay;
+      const float g = grad(i);
+      const float p = param[i] * c.decay;
       // torch.lerp: weight < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w)
-      const float mi = lerpFromSelf ? m[i] + fw1 * (g - m[i]) : g - (g - m[i]) * (1.0f - fw1);
-      const float vi = v[i] * fb2 + w2 * g * g;
-      const float denom = std::sqrt(vi) / bias2Sqrt + epsilon;
+      const float mi = c.lerpFromSelf ? m[i] + c.w1 * (g - m[i]) : g - (g - m[i]) * (1.0f - c.w1);
+      const float vi = v[i] * c.b2 + c.w2 * g * g;
+      const float denom = std::sqrt(vi) / c.bias2Sqrt + c.epsilon;
       m[i] = mi;
       v[i] = vi;
-      param[i] = p + (-stepSize) * mi / denom;
+      param[i] = p + (-c.stepSize) * mi / denom;
     }
   });
+}
+
+/// Calls update(tensor, grad) per tensor unless the control says skip; grad
+/// reads the stored gradient, scaled when grad_scale is not 1.
+template <class Update>
+void updateAll(const OptimizerTensor *tensors, int count, const pipec_step_control *control, Update update) {
+  if (control && control->skip != 0) return;
+  const double scale = control ? control->grad_scale : 1.0;
+  for (int k = 0; k < count; ++k) {
+    const float *g = tensors[k].grad;
+    if (scale == 1.0)
+      update(tensors[k], [g](int64_t i) { return g[i]; });
+    else
+      update(tensors[k], [g, scale](int64_t i) { return (float)((double)g[i] * scale); });
+  }
+}
+} // namespace
+
+void adamwUpdate(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step, float lr, float beta1,
+                 float beta2, float epsilon, float weightDecay) {
+  checkStep("nn.adamw_update", step);
+  adamwTensor(param, [grad](int64_t i) { return grad[i]; }, m, v, n,
+              adamwConstants(step, lr, beta1, beta2, epsilon, weightDecay));
+}
+
+void sgdUpdateAll(const OptimizerTensor *tensors, int count, int64_t step, float lr, float momentum,
+                  float weightDecay, const pipec_step_control *control) {
+  checkStep("nn.sgd_update", step);
+  if (momentum != 0.0f && step != 1)
+    for (int k = 0; k < count; ++k)
+      if (tensors[k].n > 0 && !tensors[k].state[0]) fail("nn.sgd_update", "momentum needs the momentum buffer");
+  updateAll(tensors, count, control, [&](const OptimizerTensor &t, auto grad) {
+    sgdTensor(t.param, grad, t.state[0], t.n, step, lr, momentum, weightDecay);
+  });
+}
+
+void adamwUpdateAll(const OptimizerTensor *tensors, int count, int64_t step, float lr, float beta1, float beta2,
+                    float epsilon, float weightDecay, const pipec_step_control *control) {
+  checkStep("nn.adamw_update", step);
+  const AdamWConstants c = adamwConstants(step, lr, beta1, beta2, epsilon, weightDecay);
+  updateAll(tensors, count, control,
+            [&](const OptimizerTensor &t, auto grad) { adamwTensor(t.param, grad, t.state[0], t.state[1], t.n, c); });
 }
 
 } // namespace pipec::kernels

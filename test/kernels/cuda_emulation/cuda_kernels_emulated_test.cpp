@@ -708,6 +708,93 @@ static void testOptim() {
   }
 }
 
+// The stage-wide updates (one launch per 64 tensors) against the CPU
+// library's, and both against the single-tensor kernels on gradients scaled
+// as the runtime scales them: bit for bit, with every verdict of the
+// runtime (none, clipped, skipped) and tensors that cross the CUDA blocks'
+// chunk boundaries or are empty.
+static void testOptimAll() {
+  const int count = 70;
+  std::vector<int64_t> sizes((size_t)count);
+  for (auto &n : sizes) n = ri(0, 3) == 0 ? ri(0, 9000) : ri(1, 300);
+  sizes[3] = 0, sizes[5] = 4096, sizes[6] = 4097;
+  struct Side {
+    std::vector<std::vector<float>> p, m, v;
+    std::vector<pk::OptimizerTensor> table;
+  };
+  std::vector<std::vector<float>> grads;
+  for (int64_t n : sizes) grads.push_back(randv(n));
+  auto makeSide = [&](uint64_t seed, bool adamw) {
+    rng.seed(seed);
+    Side s;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      s.p.push_back(randv(sizes[k]));
+      s.m.push_back(randv(sizes[k]));
+      s.v.push_back(randv(sizes[k], 0, 1));
+    }
+    for (size_t k = 0; k < sizes.size(); ++k)
+      s.table.push_back({s.p[k].data(), grads[k].data(), {s.m[k].data(), adamw ? s.v[k].data() : nullptr}, sizes[k]});
+    return s;
+  };
+  const pipec_step_control clipped{0.375, 0.0}, skipped{1.0, 1.0}, plain{1.0, 0.0};
+  const pipec_step_control *verdicts[] = {nullptr, &plain, &clipped, &skipped};
+  for (bool adamw : {true, false})
+    for (const pipec_step_control *verdict : verdicts)
+      for (int step = 1; step <= 2; ++step) {
+        ctx = std::string(adamw ? "adamwUpdateAll" : "sgdUpdateAll") + " step " + std::to_string(step) +
+              (verdict == &clipped ? " clipped" : verdict == &skipped ? " skipped" : "");
+        const uint64_t seed = rng();
+        Side cpu = makeSide(seed, adamw), gpu = makeSide(seed, adamw), single = makeSide(seed, adamw);
+        const int launchesBefore = emu::launches;
+        if (adamw) {
+          pk::adamwUpdateAll(cpu.table.data(), count, step, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, verdict);
+          pc::adamwUpdateAll(gpu.table.data(), count, step, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, verdict);
+        } else {
+          pk::sgdUpdateAll(cpu.table.data(), count, step, 0.1f, 0.9f, 0.01f, verdict);
+          pc::sgdUpdateAll(gpu.table.data(), count, step, 0.1f, 0.9f, 0.01f, verdict);
+        }
+        ++checks;
+        if (emu::launches - launchesBefore != 2) { // 70 tensors (one empty): two tables of at most 64
+          std::printf("FAIL %s: %d launches, expected 2\n", ctx.c_str(), emu::launches - launchesBefore);
+          ++failures;
+        }
+        // The reference: nothing when skipped, else the single-tensor CPU
+        // kernel on the gradient the runtime would have scaled in place.
+        if (verdict != &skipped)
+          for (size_t k = 0; k < sizes.size(); ++k) {
+            std::vector<float> g = grads[k];
+            if (verdict == &clipped)
+              for (float &x : g) x = (float)(x * clipped.grad_scale);
+            if (adamw)
+              pk::adamwUpdate(single.p[k].data(), g.data(), single.m[k].data(), single.v[k].data(), sizes[k], step,
+                              1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f);
+            else
+              pk::sgdUpdate(single.p[k].data(), g.data(), single.m[k].data(), sizes[k], step, 0.1f, 0.9f, 0.01f);
+          }
+        for (size_t k = 0; k < sizes.size(); ++k) {
+          cmp(cpu.p[k], gpu.p[k], 0, "param");
+          cmp(cpu.m[k], gpu.m[k], 0, "state 0");
+          cmp(cpu.v[k], gpu.v[k], 0, "state 1");
+          cmp(single.p[k], cpu.p[k], 0, "param against the single-tensor kernel");
+          cmp(single.m[k], cpu.m[k], 0, "state 0 against the single-tensor kernel");
+          cmp(single.v[k], cpu.v[k], 0, "state 1 against the single-tensor kernel");
+        }
+      }
+  // Plain SGD keeps no momentum buffer.
+  ctx = "sgdUpdateAll without momentum";
+  std::vector<float> p = randv(5000), p2 = p, g = randv(5000);
+  pk::OptimizerTensor a{p.data(), g.data(), {nullptr, nullptr}, 5000}, b{p2.data(), g.data(), {nullptr, nullptr}, 5000};
+  pk::sgdUpdateAll(&a, 1, 3, 0.1f, 0.0f, 0.0f, nullptr);
+  pc::sgdUpdateAll(&b, 1, 3, 0.1f, 0.0f, 0.0f, nullptr);
+  cmp(p, p2, 0, "param");
+  ++checks;
+  if (!throws([&] { pc::sgdUpdateAll(&b, 1, 3, 0.1f, 0.9f, 0.0f, nullptr); }) ||
+      !throws([&] { pk::sgdUpdateAll(&a, 1, 3, 0.1f, 0.9f, 0.0f, nullptr); })) {
+    std::printf("FAIL %s: momentum without its buffer was accepted\n", ctx.c_str());
+    ++failures;
+  }
+}
+
 static void testMini() {
   Shape xs{4, 7};
   auto x = randv(xs.numel());
@@ -838,6 +925,7 @@ int main(int argc, char **argv) {
   run("conv", testConv);
   run("pool", testPool);
   run("optim", testOptim);
+  run("optim-all", testOptimAll);
   try { pc::raiseDeviceErrors(); } catch (const std::exception &e) { std::printf("device error: %s\n", e.what()); ++failures; }
   std::printf("%d checks, %d failures, %d launches, %lld CUDA threads, %lld fiber switches, %d gemms\n", checks, failures,
               emu::launches, emu::sched().threadsRun, emu::sched().switches, emu::gemmCalls);

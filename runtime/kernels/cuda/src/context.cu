@@ -105,6 +105,8 @@ struct ScratchSlots {
 };
 thread_local ScratchSlots scratchSlots;
 
+__global__ void storeScalarKernel(float *to, float value) { *to = value; }
+
 __global__ void accumulateKernel(float *to, const float *from, int64_t n) {
   for (int64_t i = detail::firstIndex(); i < n; i += detail::gridStride()) to[i] += from[i];
 }
@@ -253,9 +255,9 @@ void copyToHost(void *host, const void *device, size_t bytes) {
   detail::check(cudaStreamSynchronize(currentStream), "copyToHost");
 }
 
-void copyFromHost(void *device, const void *host, size_t bytes) {
-  if (!bytes) return;
-  detail::check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, currentStream), "copyFromHost");
+void storeScalar(float *device, float value) {
+  storeScalarKernel<<<1, 1, 0, currentStream>>>(device, value);
+  detail::checkLaunch("storeScalar");
 }
 
 void accumulate(float *to, const float *from, int64_t n) {

@@ -6,6 +6,7 @@
 #ifndef PIPEC_KERNEL_TYPES_H
 #define PIPEC_KERNEL_TYPES_H
 
+#include "pipec/stage_abi.h" // pipec_step_control: the runtime's verdict on a step's gradients
 #include "pipec/vocabulary.h"
 
 #include <cmath>
@@ -153,6 +154,17 @@ enum class RowNorm : uint8_t { Layer, Rms };
 /// The geometry of one pooling (nn.max_pool, nn.average_pool and their
 /// gradients, both libraries): per spatial axis input, output, kernel,
 /// stride, dilation, begin/end pads, and row-major strides of a plane.
+/// One trained parameter of a stage-wide optimizer update (sgdUpdateAll,
+/// adamwUpdateAll): n elements of the parameter, its gradient and its state
+/// (SGD: state[0] the momentum buffer, may be nullptr with momentum 0;
+/// AdamW: state[0] the first moment, state[1] the second).
+struct OptimizerTensor {
+  float *param = nullptr;
+  const float *grad = nullptr;
+  float *state[2] = {nullptr, nullptr};
+  int64_t n = 0;
+};
+
 struct PoolGeom {
   int sp = 0;
   int64_t planes = 0, inSize = 1, outSize = 1;

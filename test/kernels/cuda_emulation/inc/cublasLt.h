@@ -62,8 +62,6 @@ struct cublasLtMatmulHeuristicResult_t {
 };
 
 namespace emu {
-inline int ltMatmulCalls = 0;
-inline int ltHeuristicCalls = 0; // cublasLtMatmulAlgoGetHeuristic calls
 inline void setAttribute(void *field, size_t fieldSize, const void *buf, size_t size) {
   if (size != fieldSize) die("cuBLASLt attribute of the wrong size");
   std::memcpy(field, buf, size);

@@ -15,7 +15,19 @@ namespace emu {
 inline cudaStream_t expectedStream = nullptr;
 inline cudaStream_t blasStream = nullptr;
 inline cudaError_t lastError = cudaSuccess;
+// What the emulated code has issued so far, for the tests that count it
+// (pipec_emu_count below): kernel launches, cuBLAS GEMMs (cublas_v2.h),
+// cuBLASLt matmuls (cublasLt.h), copies and memsets on a stream, and calls
+// after which the host waits for the device.
 inline int gemmCalls = 0, launches = 0;
+inline int ltMatmulCalls = 0;
+inline int ltHeuristicCalls = 0; // cublasLtMatmulAlgoGetHeuristic calls
+inline long streamCopies = 0;    // cudaMemcpyAsync
+inline long streamMemsets = 0;   // cudaMemsetAsync
+// cudaStreamSynchronize, cudaDeviceSynchronize and the synchronous cudaMemcpy
+// block until the device is done; so do cudaFree and cudaFreeHost, which
+// synchronize the device implicitly.
+inline long hostSyncs = 0;
 inline long deviceAllocations = 0; // cudaMalloc and cudaMallocAsync calls
 inline void checkStream(cudaStream_t s) {
   if (s != expectedStream) {
@@ -34,11 +46,29 @@ inline cudaError_t cudaMalloc(void **p, size_t n) { ++emu::deviceAllocations; *p
 extern "C" __attribute__((weak, visibility("default"))) long pipec_emu_device_allocations() {
   return emu::deviceAllocations;
 }
-inline cudaError_t cudaFree(void *p) { std::free(p); return cudaSuccess; }
-inline cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) { std::memcpy(d, s, n); return cudaSuccess; }
-inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t st) { emu::checkStream(st); if (d != s) std::memcpy(d, s, n); return cudaSuccess; }
-inline cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) { emu::checkStream(st); std::memset(d, v, n); return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+// For tests that load an emulated stage library: one of the counts above so
+// far, by name ("kernels", "cublas_gemms", "cublaslt_matmuls", "memcpys",
+// "memsets", "host_syncs"); -1 for a name it does not know.
+extern "C" __attribute__((weak, visibility("default"))) long pipec_emu_count(const char *what) {
+  const struct {
+    const char *name;
+    long value;
+  } counts[] = {{"kernels", emu::launches},
+                {"cublas_gemms", emu::gemmCalls},
+                {"cublaslt_matmuls", emu::ltMatmulCalls},
+                {"memcpys", emu::streamCopies},
+                {"memsets", emu::streamMemsets},
+                {"host_syncs", emu::hostSyncs}};
+  for (const auto &count : counts)
+    if (std::strcmp(count.name, what) == 0) return count.value;
+  return -1;
+}
+inline cudaError_t cudaFree(void *p) { ++emu::hostSyncs; std::free(p); return cudaSuccess; }
+inline cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) { ++emu::hostSyncs; std::memcpy(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t st) { emu::checkStream(st); ++emu::streamCopies; if (d != s) std::memcpy(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) { emu::checkStream(st); ++emu::streamMemsets; std::memset(d, v, n); return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { ++emu::hostSyncs; return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { ++emu::hostSyncs; return cudaSuccess; }
 inline cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { *p = std::calloc(1, n); return cudaSuccess; }
 inline cudaError_t cudaHostGetDevicePointer(void **d, void *h, unsigned) { *d = h; return cudaSuccess; }
-inline cudaError_t cudaFreeHost(void *p) { std::free(p); return cudaSuccess; }
+inline cudaError_t cudaFreeHost(void *p) { ++emu::hostSyncs; std::free(p); return cudaSuccess; }

@@ -51,6 +51,7 @@ using kernels::KernelError;
 using kernels::kMaxDims;
 using kernels::kMaxRank;
 using kernels::matmulShape;
+using kernels::OptimizerTensor;
 using kernels::Reduction;
 using kernels::reductionKind;
 using kernels::Shape;
@@ -116,10 +117,13 @@ private:
   void *device_ = nullptr;
 };
 
-/// Copies between host and device memory on the scope's stream; copyToHost
-/// waits for the copy (and everything before it on the stream).
+/// Copies device memory to the host on the scope's stream and waits for the
+/// copy (and everything before it on the stream).
 void copyToHost(void *host, const void *device, size_t bytes);
-void copyFromHost(void *device, const void *host, size_t bytes);
+/// device[0] = value on the scope's stream, the value carried by the
+/// kernel's argument: no host memory is read later, nothing waits, and a
+/// CUDA graph can capture it (a copy from pageable memory can do neither).
+void storeScalar(float *device, float value);
 /// to[i] += from[i] (weight-gradient accumulation of the stage ABI).
 void accumulate(float *to, const float *from, int64_t n);
 /// Seconds on a steady clock after the scope's stream has drained, so that
