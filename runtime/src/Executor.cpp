@@ -103,6 +103,7 @@ Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Tr
         forwardStream_.push_back(in);
   }
   if (!opt.resumeDir.empty()) startIteration_ = loadCheckpoint(plan, opt.resumeDir, opt.iters, seed_, chunks_);
+  startDataPrefetch();
 }
 
 void Executor::checkNeighbours() {
@@ -174,11 +175,39 @@ void Executor::checkNeighbours() {
 void Executor::connect() { transport_.connect(connections_); }
 
 // ---------------------------------------------------------------- compute
+void Executor::startDataPrefetch() {
+  // The loads loadData will be asked for, in stream order: a LOAD, or a FWD
+  // of a chunk that reads data fields and was not LOADed.
+  std::vector<DataPrefetch::Load> order;
+  std::vector<std::vector<bool>> loaded(chunks_.size(), std::vector<bool>(plan_.microbatches, false));
+  auto load = [&](int chunk, int mb) {
+    if (chunk < 0 || chunks_[chunk].model->desc().num_data == 0 || loaded[chunk][mb]) return;
+    loaded[chunk][mb] = true;
+    order.push_back({chunk, mb});
+  };
+  for (const Instr &in : stream_.instrs) {
+    if (in.op == Op::Load)
+      for (int c = 0; c < plan_.chunks; ++c)
+        if (chunks_[c].vs == 0) load(c, in.mb);
+    if (in.op == Op::Fwd) load(in.chunk, in.mb);
+  }
+  std::vector<size_t> bytes;
+  for (const Chunk &ch : chunks_) bytes.push_back(ch.model->dataLayout().total);
+  prefetch_ = std::make_unique<DataPrefetch>(*data_, device_, std::move(order), std::move(bytes), startIteration_,
+                                             opt_.iters, plan_.microbatches, plan_.microbatchSize);
+}
+
 void Executor::loadData(int chunk, Slot &s, int mb, int64_t it) {
   if (s.dataLoaded) return;
   const StageModel &m = *chunks_[chunk].model;
+  if (!validating_) {
+    prefetch_->copyNext(it, chunk, mb, s.data.data());
+    s.dataLoaded = true;
+    return;
+  }
+  // Validation reads its held-out set here, at once.
   const uint64_t first = (uint64_t)(it * plan_.microbatches + mb) * (uint64_t)plan_.microbatchSize;
-  StageData &source = validating_ ? *validationData_ : *data_;
+  StageData &source = *validationData_;
   if (!gpu_) {
     source.read(chunk, first, s.data.data());
   } else if (m.dataLayout().total) {

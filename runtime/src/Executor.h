@@ -8,6 +8,7 @@
 
 #include "Bundle.h"
 #include "Chunk.h"
+#include "DataPrefetch.h"
 #include "GradientSync.h"
 #include "Recorder.h"
 #include "RunOptions.h"
@@ -52,6 +53,7 @@ private:
   void releaseEvaluated(int chunk, Slot &s);
   void execute(const Instr &in, int64_t it);
   void loadData(int chunk, Slot &s, int mb, int64_t it);
+  void startDataPrefetch(); // prefetch_, for the iterations this run trains
   void compute(const Instr &in, int64_t it);
   void send(const Instr &in, int64_t it, bool grad);
   void recv(const Instr &in, int64_t it, bool grad);
@@ -87,6 +89,7 @@ private:
   RunRecorder recorder_;
   std::unique_ptr<GradientSync> sync_; // made once the chunks are loaded
   std::unique_ptr<StageData> data_;
+  std::unique_ptr<DataPrefetch> prefetch_; // reads data_ ahead (after it: destroyed first)
   // --eval-data: the held-out fields, the stream's LOAD/FWD/SEND_ACT/RECV_ACT,
   // the rounds per validation, and whether one is running.
   std::unique_ptr<StageData> validationData_;
