@@ -197,6 +197,7 @@ void CudaDevice::record(Event e, Stream s) { check(cudaEventRecord((cudaEvent_t)
 void CudaDevice::streamWait(Stream s, Event e) {
   if (e) check(cudaStreamWaitEvent(streamOf(s), (cudaEvent_t)e, 0), "cudaStreamWaitEvent");
 }
+void CudaDevice::bindThread() { check(cudaSetDevice(ordinal_), "cudaSetDevice"); }
 void CudaDevice::hostWait(Event e) {
   if (e) check(cudaEventSynchronize((cudaEvent_t)e), "cudaEventSynchronize");
 }

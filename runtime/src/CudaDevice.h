@@ -61,6 +61,7 @@ public:
   void hostWait(Event e) override;
   bool query(Event e) override;
   void synchronize() override;
+  void bindThread() override;
 
 private:
   int ordinal_ = 0, count_ = 0, major_ = 0, minor_ = 0;

@@ -30,6 +30,14 @@ DataPrefetch::~DataPrefetch() {
 }
 
 void DataPrefetch::run() {
+  try {
+    device_.bindThread(); // the events it waits for are the rank's device's
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    buffers_[0].error = std::current_exception(), buffers_[0].job = 0, read_ = 1;
+    changed_.notify_all();
+    return;
+  }
   for (int64_t job = 0; job < jobs_; ++job) {
     Buffer &b = buffers_[(size_t)(job % kBuffers)];
     {

@@ -95,6 +95,9 @@ public:
   virtual void hostWait(Event) {}
   virtual bool query(Event) { return true; } // completed?
   virtual void synchronize() {}              // every stream of this device
+  // Makes this device current for the calling thread (a thread of the
+  // runtime's own, before its first device call; CUDA: cudaSetDevice).
+  virtual void bindThread() {}
 
 protected:
   explicit Device(bool host) : host_(host) {}
