@@ -372,8 +372,9 @@ def FuseElementwise : Pass<"pipec-fuse-elementwise", "mlir::ModuleOp"> {
   let summary = "Chains of element-wise ops of one shape become one pipe.fused loop";
   let description = [{
     In every function of every pipe.stage, element-wise fp32 ops (unary
-    functions and their gradients, add, sub, mul, div, pow, binary_grad)
-    whose results have the same shape are grouped in program order: an op
+    functions and their gradients, add, sub, mul, div, pow, binary_grad,
+    where, dropout with its mask and dropout_grad) whose results have the
+    same shape are grouped in program order: an op
     joins the group of an operand's producer when no op outside the group
     uses a group value before it. Groups of two or more ops move into a
     `pipe.fused` op at the position of their last op; it yields only the
@@ -400,8 +401,10 @@ def PlanMemory : Pass<"pipec-plan-memory", "mlir::ModuleOp"> {
       arena space; the storage's offset names the result); a later saved
       result of the same storage gets `pipe.saved_slot_of = <index>` and
       shares that slot (neither stored nor copied);
-    - `gradient`: a C-less `nn.gemm` whose only use is returning a
-      parameter's gradient accumulates into that gradient buffer (beta = 1);
+    - `gradient`: a C-less `nn.gemm`, an `nn.reduce_sum` (a bias's
+      gradient) or both results of an `nn.layer_norm_param_grad`, whose
+      only use (through views) is returning a parameter's gradient, add
+      into that gradient buffer (beta = 1, or the kernels' accumulate flag);
     - `arena`: every other value that needs storage gets a 64-byte aligned
       offset into the stage's arena. Live ranges come from the op order
       (views, all-reduces, optimizer updates and recompute / fused bodies
@@ -440,7 +443,7 @@ def PlanMemory : Pass<"pipec-plan-memory", "mlir::ModuleOp"> {
     Statistic<"numArenaValues", "arena-values", "Number of values placed in an arena">,
     Statistic<"numSavedInPlace", "saved-in-place", "Number of values computed directly into their workspace slot">,
     Statistic<"numSavedShared", "saved-shared", "Number of saved results sharing an earlier saved result's slot">,
-    Statistic<"numAccumulated", "gradients-in-place", "Number of GEMMs accumulating into a gradient buffer">,
+    Statistic<"numAccumulated", "gradients-in-place", "Number of results (GEMMs, reductions, layer-norm parameter gradients) accumulated into a gradient buffer">,
   ];
 }
 

@@ -1,26 +1,87 @@
 #!/usr/bin/env python3
-"""The models of the GPU runs (docs/gpu-runs.md), exported with the TorchScript
-exporter in training mode into OUT_DIR: a GPT-2-124M-sized GPT (examples/
-make_examples.py's class: vocabulary 50,257, context 1,024, width 768, 12 heads,
-12 layers; batch 4), torchvision's ResNet-50 (batch 32, 224 x 224),
-bench/runtime's MLP of 8 Linear(1024, 1024) at batch 64 and 4,096, and for the
-micro-batch sizes a 4-layer GPT (vocabulary 8,192, context 512, width 768)
-whose batch dimension is free (GPT_FREE_BATCH, also torch_baseline.py's). Needs torch
-and torchvision (a current PyPI torch, outside the repository)."""
+"""export_models.py OUT_DIR [--extra]: the models of the GPU runs
+(docs/gpu-runs.md), exported with the TorchScript exporter (dynamo=False,
+opset 13, training mode, no constant folding: the exporter pipec's recognition
+of LayerNorm, RMSNorm, rotary embeddings and attention is tested on, as
+bench/codegen does) into OUT_DIR. Needs a current PyPI torch, outside the
+repository (and torchvision for --extra).
+
+The table models (TABLE, also torch_baseline.py's), each with a free batch
+dimension (pipec picks the micro-batch with --micro-batch-size):
+  gpt2   GPT-2 124M: examples/make_examples.py's GPT (pre-LN blocks, biases,
+         erf GELU, dropout 0.1 on the attention probabilities and before each
+         residual add, tied output head) with GPT-2's embedding dropout too;
+         vocabulary 50,257, context 1,024, width 768, 12 heads, 12 layers
+  llama  a Llama of the same size: bench/codegen's Llama (modeling_llama.py's
+         RMSNorm, rotary embeddings, grouped-query causal attention, SwiGLU,
+         no biases, no dropout, untied head); vocabulary 32,000, context
+         1,024, width 768, 12 query / 4 key-value heads, SwiGLU 2,048, 12 layers
+OUT_DIR/table_models.json: per model its sizes, parameter count and the
+parameters that multiply (the MFU's N, docs/gpu-runs.md).
+
+--extra also writes the models of the earlier speed runs: a GPT-2-sized GPT
+with a fixed batch of 4 (no embedding dropout), torchvision's ResNet-50 (batch
+32, 224 x 224), bench/runtime's MLP of 8 Linear(1024, 1024) at batch 64 and
+4,096, and for the micro-batch sizes a 4-layer GPT (vocabulary 8,192, context
+512, width 768) whose batch dimension is free (GPT_FREE_BATCH)."""
+import json
 import os
 import sys
 
 import torch
+import torch.nn as nn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "runtime"))
+sys.path.insert(0, os.path.join(ROOT, "bench", "codegen"))
 from make_examples import GPT, onnx_export  # noqa: E402
-import bench_runtime  # noqa: E402
 
 
 # The micro-batch-size model: GPT(**GPT_FREE_BATCH), exported with a free batch.
 GPT_FREE_BATCH = dict(vocab=8192, context=512, dim=768, heads=12, layers=4)
+
+# The table's models: name -> (description, constructor keyword arguments).
+TABLE = {
+    "gpt2": ("GPT-2 124M", dict(vocab=50257, context=1024, dim=768, heads=12, layers=12)),
+    "llama": ("Llama-style 125M (12 q / 4 kv heads)",
+              dict(vocab=32000, context=1024, dim=768, heads=12, kv_heads=4, hidden=2048, layers=12)),
+}
+
+
+class GPT2(GPT):
+    """make_examples.GPT plus GPT-2's dropout on the embeddings' sum (embd_pdrop
+    0.1); the position ids on the tokens' device (no default device needed)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, idx):
+        pos = torch.arange(0, idx.size(1), dtype=torch.long, device=idx.device).unsqueeze(0)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for block in self.blocks:
+            x = block(x)
+        return self.ln_f(x) @ self.wte.weight.t()
+
+
+def table_model(name, kwargs=None):
+    """A fresh model of TABLE (seed 0, train mode), on the CPU; kwargs: other sizes."""
+    torch.manual_seed(0)
+    kwargs = kwargs or TABLE[name][1]
+    if name == "gpt2":
+        return GPT2(**kwargs).train()
+    from bench_codegen import torch_models
+    return torch_models()["llama"](**kwargs).train()
+
+
+def multiplying_parameters(name, model):
+    """N of the MFU: every parameter except embedding tables read only by a
+    gather (GPT-2's position embeddings, Llama's token embeddings); GPT-2's
+    token embeddings count, as the tied output head."""
+    total = sum(p.numel() for p in model.parameters())
+    lookup = model.wpe.weight.numel() if name == "gpt2" else model.embed.weight.numel()
+    return total, total - lookup
 
 
 def export(model, sample, path, input_name, free_batch=False):
@@ -32,7 +93,23 @@ def export(model, sample, path, input_name, free_batch=False):
 
 def main():
     out = sys.argv[1]
+    extra = "--extra" in sys.argv[2:]
     os.makedirs(out, exist_ok=True)
+    meta = {}
+    for name, (description, kwargs) in TABLE.items():
+        model = table_model(name)
+        total, multiplying = multiplying_parameters(name, model)
+        meta[name] = dict(description=description, parameters=total, multiplying_parameters=multiplying, **kwargs)
+        path = os.path.join(out, f"{name}.onnx")
+        if not os.path.exists(path):
+            export(model, torch.randint(0, kwargs["vocab"], (2, kwargs["context"])), path, "tokens", free_batch=True)
+        print(f"{path}: {total:,} parameters, {multiplying:,} multiplying", flush=True)
+        del model
+    with open(os.path.join(out, "table_models.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    if not extra:
+        return
+    import bench_runtime
     torch.manual_seed(0)
     export(GPT(vocab=50257, context=1024, dim=768, heads=12, layers=12), torch.randint(0, 50257, (4, 1024)),
            os.path.join(out, "gpt2_124m.onnx"), "tokens")

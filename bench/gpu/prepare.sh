@@ -2,25 +2,31 @@
 # bench/gpu/prepare.sh WORK [TORCH_PYTHON]: everything the GPU runs of
 # docs/gpu-runs.md need, made on a host that has pipec's build (LLVM/MLIR,
 # OpenMPI, CUDA) for a GPU machine that has only CUDA, NCCL and Python:
-#   WORK/models     the exported models (TORCH_PYTHON: torch + torchvision;
-#                   skipped when the models are there)
-#   WORK/jobs       CUDA jobs (--build): train-<example>-<precision> for the
-#                   GPU-vs-CPU check, bench-*/gpt2-*/r50-* for speed, mb-<b>
-#                   for the micro-batch sizes (their predictions: mb-choice.txt)
+#   WORK/models     the exported models (TORCH_PYTHON: a current torch;
+#                   skipped when the models are there) and table_models.json
+#   WORK/jobs       CUDA jobs (--build): table-<model>-b<4|16> for the table
+#                   (GPT-2 124M and the Llama, 4 and 16 x 1,024 tokens per
+#                   micro-batch, 2 micro-batches, bf16, AdamW),
+#                   train-<example>-<precision> for the GPU-vs-CPU check; with
+#                   BENCH_GPU_EXTRA=1 instead of table-*, the earlier speed runs' bench-*/
+#                   gpt2-*/r50-* and mb-<b> for the micro-batch sizes (their
+#                   predictions: mb-choice.txt; torchvision needed to export)
 #   WORK/cpu        the same train-* jobs for CPU ranks, run here 3 steps with
 #                   their weights exported (the reference)
 #   WORK/bundle.tar.xz  piperun, Debian's OpenMPI 4.1 it links (libraries,
-#                   components, help files), our libcudart, and the jobs; the
-#                   large jobs' initial weights travel as skeletons
-#                   (synthetic_weights.py)
-# Then on the GPU machine: bench/gpu/on_gpu.sh WORK/bundle.tar.xz OUT, and
-# here: bench/gpu/compare_trained.py OUT/trained WORK/cpu.
+#                   components, help files), our libcudart, the jobs and
+#                   table_models.json; the large jobs' initial weights travel as
+#                   skeletons (synthetic_weights.py)
+# Then on the GPU machine: bench/gpu/on_gpu.sh WORK/bundle.tar.xz OUT [extra],
+# and here: tar -C X -xf OUT/trained.tar && bench/gpu/compare_trained.py X/trained WORK/cpu.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
-WORK=$(mkdir -p "$1" && cd "$1" && pwd); TORCH_PYTHON=${2:-python3}
+WORK=$(mkdir -p "$1" && cd "$1" && pwd); TORCH_PYTHON=${2:-python3}; EXTRA=${BENCH_GPU_EXTRA:-0}
 PIPEC=$ROOT/build/bin/pipec PIPERUN=$ROOT/build/bin/piperun PY=$ROOT/.venv/bin/python
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-[ -f "$WORK/models/gpt_free_batch.onnx" ] || "$TORCH_PYTHON" "$HERE/export_models.py" "$WORK/models"
+if [ ! -f "$WORK/models/table_models.json" ] || { [ "$EXTRA" = 1 ] && [ ! -f "$WORK/models/gpt_free_batch.onnx" ]; }; then
+  "$TORCH_PYTHON" "$HERE/export_models.py" "$WORK/models" $([ "$EXTRA" = 1 ] && echo --extra)
+fi
 rm -rf "$WORK/jobs" "$WORK/cpu"; mkdir -p "$WORK/jobs" "$WORK/cpu"
 compile() { # model out options...: pipec with --build, its output in out.log
   local model=$1 out=$2; shift 2
@@ -47,6 +53,16 @@ for example in cuda_target.EXAMPLES:
 with open(os.path.join(work, "jobs", "steps"), "w") as f:
     f.write(f"{cuda_target.STEPS}\n")
 PY
+# The table: --micro-batch-size b, 2 micro-batches (on_gpu.sh reads the plan's
+# memory against the card's before running). BENCH_GPU_EXTRA=1 builds the
+# earlier speed runs' jobs instead (the bundle stays ~13 MB either way; the
+# device tool carries 64 MiB with the repository's ~37 MiB).
+if [ "$EXTRA" != 1 ]; then
+for model in gpt2 llama; do for b in 4 16; do
+  compile "$WORK/models/$model.onnx" "$WORK/jobs/table-$model-b$b" --micro-batch-size $b --batch-size $((2 * b)) \
+    --target cuda --precision bf16 --optimizer adamw
+done; done
+else
 for p in fp32 tf32 bf16; do
   compile "$WORK/models/mlp8x1024_b64.onnx" "$WORK/jobs/bench-b64-$p" --microbatches 16 --target cuda --precision $p
   compile "$WORK/models/mlp8x1024_b4096.onnx" "$WORK/jobs/bench-b4096-$p" --microbatches 8 --target cuda --precision $p
@@ -64,8 +80,9 @@ for b in 1 2 4 8 16 32 64; do
   compile "$WORK/models/gpt_free_batch.onnx" "$WORK/jobs/mb-$b" --micro-batch-size $b --batch-size 64 \
     --target cuda --precision bf16
 done
+fi
 # The bundle.
-S=$WORK/stage; rm -rf "$S"; mkdir -p "$S"/{bin,mpi,common,cudart,jobs,sys/usr/share,sys/etc} "$S/sys/usr/lib/x86_64-linux-gnu"/{openmpi,pmix2}
+S=$WORK/stage; rm -rf "$S"; mkdir -p "$S"/{bin,mpi,common,cudart,jobs,models,sys/usr/share,sys/etc} "$S/sys/usr/lib/x86_64-linux-gnu"/{openmpi,pmix2}
 cp "$PIPERUN" "$S/bin/"; cp /usr/bin/orterun "$S/bin/mpirun"; cp /usr/bin/orted "$S/bin/"
 cp -a /usr/lib/x86_64-linux-gnu/openmpi/lib "$S/sys/usr/lib/x86_64-linux-gnu/openmpi/"
 cp -a /usr/lib/x86_64-linux-gnu/pmix2/lib /usr/lib/x86_64-linux-gnu/pmix2/share "$S/sys/usr/lib/x86_64-linux-gnu/pmix2/"
@@ -82,7 +99,7 @@ for f in "$PIPERUN" /usr/bin/orterun /usr/bin/orted "$S"/sys/usr/lib/x86_64-linu
                                *) cp -L "$lib" "$S/common/";; esac
   done
 cp -L "$(ldd "$PIPERUN" | awk '/libcudart/ {print $3}')" "$S/cudart/"
-cp "$WORK/jobs/steps" "$S/jobs/"
+cp "$WORK/jobs/steps" "$S/jobs/"; cp "$WORK/models/table_models.json" "$S/models/"
 for job in "$WORK"/jobs/*/; do name=$(basename "$job"); mkdir -p "$S/jobs/$name/stages"
   cp -a "$job/plan.json" "$job/schedule" "$job/weights" "$S/jobs/$name/"
   cp -a "$job"/stages/*.so "$job"/stages/*.constants.bin "$S/jobs/$name/stages/"

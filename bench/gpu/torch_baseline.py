@@ -1,34 +1,169 @@
 #!/usr/bin/env python3
-"""PyTorch on the GPU, for the models of bench/gpu's speed jobs (docs/gpu-runs.md):
-per iteration the job's micro-batches forward + backward (gradients accumulated)
-and one AdamW step, as one piperun iteration; median ms/iter after warm-up.
-fp32 with TF32 off, tf32 with it on, bf16 under autocast."""
+"""PyTorch on the GPU for bench/gpu (docs/gpu-runs.md). An iteration is the
+job's micro-batches forward + backward (gradients accumulated) and one AdamW
+step, as one piperun iteration; each row is the median ms/iter after warm-up.
+
+    torch_baseline.py --table OUT.jsonl [--deadline UNIX_TIME] [--smoke]
+
+The table (on_gpu.sh's): export_models.TABLE's GPT-2 124M and Llama, the same
+modules pipec's ONNX files were exported from (attention written out as
+products and a softmax, as exported; no scaled_dot_product_attention), at 4 and
+16 x 1,024 tokens per micro-batch, 2 micro-batches, synthetic tokens, bf16
+autocast (the loss inside it), AdamW (fused, lr 1e-4). Each shape runs
+`eager` and `compile` (torch.compile, mode default, of the model and its loss
+together, compiled once per model and shape: the first warm-up iteration
+compiles, and its time is reported as compile_s). Eager rows run first, then the
+compile rows; a compile row that would end after --deadline (estimated from the
+last compile) is skipped and reported so, as is an out-of-memory. One JSON
+object per row goes to OUT.jsonl. --smoke: tiny models on the CPU, one
+measured iteration, to check the script without a GPU.
+
+    torch_baseline.py --old
+
+The earlier speed runs' baselines (MLP, GPT-2 fixed batch, ResNet-50, the
+micro-batch sizes; fp32 with TF32 off, tf32 with it on, bf16 under autocast)."""
+import argparse
+import gc
+import json
 import os
 import statistics
 import sys
 import time
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "runtime"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_runtime  # noqa: E402
-from make_examples import GPT  # noqa: E402
-from export_models import GPT_FREE_BATCH  # noqa: E402
+from export_models import GPT_FREE_BATCH, TABLE, table_model  # noqa: E402
+
+# Micro-batch sizes of the table and (warm-up, measured) iterations per row;
+# the 16 x 1,024 rows run fewer (an iteration is ~4x longer).
+SHAPES = {4: (3, 5), 16: (2, 3)}
+SMOKE = {"gpt2": dict(vocab=64, context=16, dim=32, heads=2, layers=2),
+         "llama": dict(vocab=64, context=16, dim=32, heads=4, kv_heads=2, hidden=64, layers=2)}
 
 
-def median_ms(step, iters, warmup):
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(step, iters, warmup, device):
+    """Runs step warmup + iters times; (the times in ms, each synchronized)."""
     times = []
     for _ in range(iters + warmup):
-        torch.cuda.synchronize()
+        sync(device)
         start = time.perf_counter()
         step()
-        torch.cuda.synchronize()
+        sync(device)
         times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times[warmup:])
+    return times
+
+
+class WithLoss(nn.Module):
+    """The model and its mean cross-entropy, under bf16 autocast: what
+    torch.compile sees whole (pipec's stage computes the loss too)."""
+
+    def __init__(self, model, device):
+        super().__init__()
+        self.model, self.device = model, device
+
+    def forward(self, x, y):
+        with torch.autocast(self.device, torch.bfloat16):
+            logits = self.model(x)
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def table_row(name, kwargs, batch, mode, device, warmup, iters):
+    """One row: the model built on the device, 2 micro-batches of batch x context tokens."""
+    model = table_model(name, kwargs).to(device)
+    vocab, context = kwargs["vocab"], kwargs["context"]
+    g = torch.Generator(device=device).manual_seed(1)
+    batches = [(torch.randint(0, vocab, (batch, context), device=device, generator=g),
+                torch.randint(0, vocab, (batch, context), device=device, generator=g)) for _ in range(2)]
+    loss_fn = WithLoss(model, device)
+    if mode == "compile":
+        loss_fn = torch.compile(loss_fn)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        for x, y in batches:
+            (loss_fn(x, y) / len(batches)).backward()
+        optimizer.step()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    times = timed(step, iters, warmup, device)
+    row = dict(ms=statistics.median(times[warmup:]), times_ms=[round(t, 3) for t in times],
+               warmup=warmup, iters=iters)
+    if mode == "compile":
+        row["compile_s"] = round((times[0] - statistics.median(times[warmup:])) / 1e3, 1)
+    if device == "cuda":
+        row["peak_gib"] = round(torch.cuda.max_memory_reserved() / 2**30, 2)
+    return row
+
+
+def release():
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def table(args):
+    device = "cpu" if args.smoke else "cuda"
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    info = dict(torch=torch.__version__, device=torch.cuda.get_device_name() if device == "cuda" else "cpu")
+    print("torch", info["torch"], info["device"], flush=True)
+    shapes = {2: (1, 1), 4: (1, 1)} if args.smoke else SHAPES
+    plan = [(mode, name, batch) for mode in ("eager", "compile") for batch in shapes for name in TABLE]
+    compile_estimate = {}  # model -> seconds of its last compile row (compile and iterations)
+    with open(args.table, "w") as out:
+        for mode, name, batch in plan:
+            kwargs = SMOKE[name] if args.smoke else TABLE[name][1]
+            warmup, iters = shapes[batch]
+            row = dict(framework="torch", mode=mode, model=name, batch=batch, context=kwargs["context"],
+                       microbatches=2, **info)
+            guess = compile_estimate.get(name, max(compile_estimate.values(), default=120.0))
+            guess *= 1.3 if batch == 16 else 1.0
+            if mode == "compile" and args.deadline and time.time() + guess > args.deadline:
+                row["status"] = f"skipped: ~{guess:.0f} s to compile and run, {args.deadline - time.time():.0f} s left"
+            else:
+                start = time.time()
+                try:
+                    row.update(table_row(name, kwargs, batch, mode, device, warmup, iters), status="ok")
+                except torch.OutOfMemoryError as e:
+                    row["status"] = "out of memory"
+                    row["error"] = str(e).splitlines()[0][:300]
+                except Exception as e:  # a failed row must not lose the others
+                    row["status"] = f"failed: {type(e).__name__}"
+                    row["error"] = str(e)[:500]
+                if mode == "compile":
+                    if row["status"] == "ok":
+                        compile_estimate[name] = time.time() - start
+                    torch._dynamo.reset()
+                row["wall_s"] = round(time.time() - start, 1)
+                release()
+            print(f"torch {mode} {name} {batch}x{kwargs['context']}: "
+                  + (f"{row['ms']:.2f} ms/iter" if row["status"] == "ok" else row["status"])
+                  + (f" (compile {row['compile_s']} s)" if "compile_s" in row else "")
+                  + (f", peak {row['peak_gib']} GiB" if "peak_gib" in row else "")
+                  + (f", {row['wall_s']} s" if "wall_s" in row else ""), flush=True)
+            if row["status"].startswith("failed"):
+                print("  " + row["error"][:300], flush=True)
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+
+
+# ---------------------------------------------------------------------------
+# The earlier speed runs (--old)
+
+def median_ms(step, iters, warmup):
+    return statistics.median(timed(step, iters, warmup, "cuda")[warmup:])
 
 
 def train_step(model, batches, precision):
@@ -45,8 +180,10 @@ def train_step(model, batches, precision):
     return step
 
 
-def main():
+def old():
     import torchvision
+    import bench_runtime
+    from make_examples import GPT
     print("torch", torch.__version__, torch.cuda.get_device_name())
     torch.set_default_device("cuda")  # the GPT class makes its position ids with torch.arange
     for precision in ("fp32", "tf32", "bf16"):
@@ -71,6 +208,21 @@ def main():
         batches = [(torch.randint(0, vocab, (b, context)), torch.randint(0, vocab, (b, context)))
                    for _ in range(64 // b)]
         print(f"torch mb-{b} bf16: {median_ms(train_step(model, batches, 'bf16'), 4, 1):.2f} ms/iter")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", metavar="OUT.jsonl")
+    parser.add_argument("--deadline", type=float, default=0.0, help="unix time by which the compile rows must end")
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--old", action="store_true")
+    args = parser.parse_args()
+    if args.old:
+        old()
+    if args.table:
+        table(args)
+    if not (args.old or args.table):
+        parser.error("--table or --old")
 
 
 if __name__ == "__main__":

@@ -108,6 +108,40 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
       expression = std::string("pipec::kernels::binaryGradient<pipec::kernels::BinaryGrad::") +
                    binaryGradientKind(grad.getKind()).enumerator + ">(" + operand(0) + ", " +
                    operand(1) + ", " + operand(2) + ")";
+    } else if (auto dropout = llvm::dyn_cast<nn::DropoutOp>(op)) {
+      // pk::dropout's element: kept when draw i of the op's stream passes
+      // the threshold, then x / (1 - ratio) rounded once; outside training
+      // the threshold is 0 and the scale 1, so every element is kept as it
+      // is. The key, threshold and scale are the call's, passed by value.
+      const double ratio = dropout.getRatio().convertToFloat();
+      if (!(ratio >= 0.0 && ratio < 1.0))
+        return op.emitOpError("ratio must be in [0, 1), got ") << ratio;
+      const std::string id = std::to_string(temporary), active = dropout.getTraining() ? "!call->inference" : "false",
+                        ratioText = "(double)" + f32Literal(dropout.getRatio().convertToFloat());
+      parameters.push_back("uint64_t key" + id);
+      arguments.push_back(dropoutStreamKey(dropout));
+      parameters.push_back("uint64_t threshold" + id);
+      arguments.push_back("(" + active + " ? pipec::kernels::dropoutKeepThreshold(" + ratioText + ") : 0ull)");
+      parameters.push_back("double scale" + id);
+      arguments.push_back("(" + active + " ? 1.0 / (1.0 - " + ratioText + ") : 1.0)");
+      std::string keep = "t" + std::to_string(temporary++), value = "t" + std::to_string(temporary++);
+      code << "    const bool " << keep << " = pipec::kernels::dropoutDraw(key" << id << ", (uint64_t)" << index
+           << ") >= threshold" << id << ";\n";
+      code << "    const float " << value << " = " << keep << " ? (float)((double)" << operand(0) << " * scale" << id
+           << ") : 0.0f;\n";
+      scalar[dropout.getResult()] = value;
+      scalar[dropout.getMask()] = keep;
+      continue;
+    } else if (auto grad = llvm::dyn_cast<nn::DropoutGradOp>(op)) {
+      // pk::dropoutGrad's element: dy / (1 - ratio) where kept, in training.
+      const double ratio = grad.getRatio().convertToFloat();
+      if (!(ratio >= 0.0 && ratio < 1.0))
+        return op.emitOpError("ratio must be in [0, 1), got ") << ratio;
+      if (!grad.getTraining() || ratio == 0.0)
+        expression = operand(0);
+      else
+        expression = "(" + operand(1) + " ? (float)((double)" + operand(0) + " * (1.0 / (1.0 - (double)" +
+                     f32Literal(grad.getRatio().convertToFloat()) + "))) : 0.0f)";
     } else {
       return op.emitOpError("in a pipe.fused body has no element-wise ")
              << targetName() << " formula";

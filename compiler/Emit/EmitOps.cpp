@@ -21,12 +21,17 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
   auto unaryKind = [](Unary unary) {
     return std::string("pk::Unary::") + unaryFunction(unary).enumerator;
   };
-  auto opId = [&](Operation *op) -> std::string {
-    if (auto seed = op->getAttrOfType<IntegerAttr>("seed"))
-      return std::to_string(seed.getValue().getZExtValue()) + "ull";
-    if (std::optional<StringRef> name = nn::nodeName(op->getLoc()))
-      return "pk::dropoutOpId(" + literal(*name, "node", op) + ")";
-    return "0ull";
+
+  // nn.attention's dropout of P as the kernels' ratio, training flag and
+  // stream key: those nn.dropout's call gets (the op id is the absorbed
+  // dropout's), so the fused kernels draw its mask. The backward runs only
+  // in training, with the forward's step and micro-batch.
+  auto attentionDropout = [&](APFloat ratio, uint64_t dropoutOpId) -> std::string {
+    if (ratio.isZero())
+      return "0.0f, false, 0ull";
+    return f32Literal(ratio.convertToFloat()) +
+           ", !call->inference, pk::dropoutStreamKey(call->seed, call->step, call->microbatch, " +
+           std::to_string(dropoutOpId) + "ull)";
   };
 
   llvm::TypeSwitch<Operation *>(op)
@@ -74,8 +79,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         std::string y = allocate(gemm.getResult());
         // Accumulating into a gradient buffer: C is the result itself, beta 1
         // (pk::gemm's in-place form).
-        pipe::StorageAttr place = storageOf(gemm.getResult());
-        bool accumulate = place && place.getKind() == pipe::StorageKind::Gradient;
+        bool accumulate = accumulatesIntoGradient(gemm.getResult());
         std::string c = accumulate ? y : gemm.getC() ? ptr(gemm.getC()) : "nullptr";
         std::string cShape = accumulate    ? shapeOf(gemm.getResult())
                              : gemm.getC() ? shapeOf(gemm.getC())
@@ -180,8 +184,16 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         out << "  pk::layerNormParamGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getInput())
             << ", " << shapeOf(grad.getInput()) << ", " << shapeOf(grad.getScaleGrad()) << ", "
             << scale << ", " << bias << ", " << static_cast<int64_t>(grad.getAxis()) << ", "
-            << f32Literal(grad.getEpsilon().convertToFloat()) << ", " << rowNorm(grad.getCentered())
-            << scratchArgument(grad) << ");\n";
+            << f32Literal(grad.getEpsilon().convertToFloat()) << ", " << rowNorm(grad.getCentered());
+        // Into the parameters' gradient buffers (pipec-plan-memory's
+        // `gradient` storage, both results or neither).
+        if (accumulatesIntoGradient(grad.getScaleGrad())) {
+          std::string scratch = scratchArgument(grad);
+          out << (scratch.empty() ? ", pk::Workspace{}" : scratch) << ", true";
+        } else {
+          out << scratchArgument(grad);
+        }
+        out << ");\n";
       })
       .Case([&](nn::MaxPoolOp pool) {
         std::string y = allocate(pool.getResult());
@@ -223,9 +235,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         std::string mask = allocate(dropout.getMask());
         out << "  pk::dropout(" << ptr(dropout.getInput()) << ", " << n(dropout.getResult()) << ", "
             << y << ", " << mask << ", " << f32Literal(dropout.getRatio().convertToFloat())
-            << ", " << (dropout.getTraining() ? "!call->inference" : "false")
-            << ", pk::dropoutStreamKey(call->seed, call->step, call->microbatch, " << opId(dropout)
-            << "));\n";
+            << ", " << (dropout.getTraining() ? "!call->inference" : "false") << ", "
+            << dropoutStreamKey(dropout) << ");\n";
       })
       .Case([&](nn::DropoutGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -265,7 +276,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << f32Literal(attention.getScale().convertToFloat())
             << ", " << (attention.getDivide() ? "true" : "false") << ", "
             << f32Literal(attention.getFill().convertToFloat()) << ", "
-            << (attention.getMaskedWhen() ? "true" : "false") << ", " << y << ", " << lse
+            << (attention.getMaskedWhen() ? "true" : "false") << ", "
+            << attentionDropout(attention.getDropoutRatio(), attention.getDropoutOpId()) << ", " << y << ", " << lse
             << scratchArgument(attention) << ");\n";
       })
       .Case([&](nn::AttentionGradOp grad) {
@@ -279,8 +291,9 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << ptr(grad.getResult()) << ", "
             << ptr(grad.getLogSumExp()) << ", " << f32Literal(grad.getScale().convertToFloat()) << ", "
             << (grad.getDivide() ? "true" : "false") << ", " << f32Literal(grad.getFill().convertToFloat()) << ", "
-            << (grad.getMaskedWhen() ? "true" : "false") << ", " << dq << ", " << dk << ", " << dv
-            << scratchArgument(grad) << ");\n";
+            << (grad.getMaskedWhen() ? "true" : "false") << ", "
+            << attentionDropout(grad.getDropoutRatio(), grad.getDropoutOpId()) << ", " << dq << ", " << dk << ", "
+            << dv << scratchArgument(grad) << ");\n";
       })
       .Case([&](nn::MaskedSoftmaxGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -324,7 +337,16 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
       .Case([&](nn::ReduceSumOp sum) {
         std::string y = allocate(sum.getResult());
         out << "  pk::reduceSum(" << ptr(sum.getInput()) << ", " << shapeOf(sum.getInput())
-            << ", " << dims(sum.getAxes()) << ", " << y << scratchArgument(sum) << ");\n";
+            << ", " << dims(sum.getAxes()) << ", " << y;
+        // A bias's gradient summed into its buffer (the CPU's reduceSum takes
+        // its scratch first, the CUDA one has none).
+        if (accumulatesIntoGradient(sum.getResult())) {
+          std::string scratch = scratchArgument(sum);
+          out << (cuda() ? "" : scratch.empty() ? ", pk::Workspace{}" : scratch) << ", true";
+        } else {
+          out << scratchArgument(sum);
+        }
+        out << ");\n";
       })
       .Case([&](nn::GatherOp gather) {
         std::string y = allocate(gather.getResult());

@@ -339,8 +339,7 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
       out << "  copyIfDistinct(call->params[" << paramIndex(name.getValue()) << "], " << ptr(value)
           << ", " << bytes << ");\n";
     } else if (r == nn::Role::Grad) {
-      pipe::StorageAttr place = storageOf(value);
-      if (place && place.getKind() == pipe::StorageKind::Gradient)
+      if (accumulatesIntoGradient(value))
         continue; // its producer accumulated into the gradient buffer
       out << "  accumulate(call->grad_params[" << paramIndex(name.getValue()) << "], "
           << ptr(value) << ", " << type.getNumElements() << ");\n";

@@ -131,6 +131,16 @@ private:
   std::string allocate(Value value);
   /// pipec-plan-memory's place for `value` (an op result), if it planned one.
   pipe::StorageAttr storageOf(Value value) const;
+  /// Whether `value`, or the value a view of it reads, is computed by adding
+  /// into a parameter's gradient buffer (pipec-plan-memory's `gradient`).
+  bool accumulatesIntoGradient(Value value) const {
+    for (Operation *view = value.getDefiningOp();
+         view && llvm::isa<nn::ReshapeOp, nn::FlattenOp, nn::SqueezeOp, nn::UnsqueezeOp>(view);
+         view = value.getDefiningOp())
+      value = view->getOperand(0);
+    pipe::StorageAttr place = storageOf(value);
+    return place && place.getKind() == pipe::StorageKind::Gradient;
+  }
   /// The trailing Workspace argument of a kernel call whose scratch
   /// pipec-plan-memory placed (pipe.scratch), else nothing.
   std::string scratchArgument(Operation *op) const;
@@ -173,6 +183,18 @@ private:
       nameError = true;
     }
     return cStringLiteral(text);
+  }
+
+  /// The key of a dropout's mask in this call (pk::dropoutStreamKey of the
+  /// run's seed, the step, the micro-batch and the op): the op part is its
+  /// `seed` attribute, else its ONNX node's name hashed as the evaluator does.
+  std::string dropoutStreamKey(Operation *dropout) {
+    std::string id = "0ull";
+    if (auto seed = dropout->getAttrOfType<IntegerAttr>("seed"))
+      id = std::to_string(seed.getValue().getZExtValue()) + "ull";
+    else if (std::optional<StringRef> name = nn::nodeName(dropout->getLoc()))
+      id = "pk::dropoutOpId(" + literal(*name, "node", dropout) + ")";
+    return "pk::dropoutStreamKey(call->seed, call->step, call->microbatch, " + id + ")";
   }
 
   bool cuda() const { return target.target == Target::Cuda; }

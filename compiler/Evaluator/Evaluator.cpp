@@ -50,6 +50,10 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
     return nullptr;
   };
   auto one = [](Tensor tensor) { return std::vector<Tensor>{std::move(tensor)}; };
+  // The key of the dropout nn.attention took over: nn.dropout's, from its op id.
+  auto attentionDropoutKey = [&](uint64_t dropoutOpId) {
+    return kernels::dropoutStreamKey(options.seed, options.step, options.microBatch, dropoutOpId);
+  };
 
   if (auto unary = llvm::dyn_cast<nn::UnaryElementwiseOpInterface>(op))
     return one(kernels::unary(unary.getUnaryFunction(), in(0)));
@@ -144,9 +148,11 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
                                           softmax.getMaskedWhen()));
       })
       .Case([&](nn::AttentionOp attention) {
-        auto results = kernels::attention(in(0), in(1), in(2), optionalIn(attention.getMask()),
-                                          attention.getScaleAttr().getValueAsDouble(), attention.getDivide(),
-                                          attention.getFillAttr().getValueAsDouble(), attention.getMaskedWhen());
+        const double dropoutRatio = attention.getDropoutRatioAttr().getValueAsDouble();
+        auto results = kernels::attention(
+            in(0), in(1), in(2), optionalIn(attention.getMask()), attention.getScaleAttr().getValueAsDouble(),
+            attention.getDivide(), attention.getFillAttr().getValueAsDouble(), attention.getMaskedWhen(),
+            dropoutRatio, attentionDropoutKey(attention.getDropoutOpId()));
         return std::vector<Tensor>{std::move(results.output), std::move(results.logSumExp)};
       })
       .Case([&](nn::SoftmaxCrossEntropyLossOp loss) {
@@ -256,9 +262,10 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
                                               grad.getDivide(), grad.getMaskedWhen()));
       })
       .Case([&](nn::AttentionGradOp grad) {
-        auto grads = kernels::attentionGrad(in(0), in(1), in(2), in(3), optionalIn(grad.getMask()),
-                                            grad.getScaleAttr().getValueAsDouble(), grad.getDivide(),
-                                            grad.getFillAttr().getValueAsDouble(), grad.getMaskedWhen());
+        auto grads = kernels::attentionGrad(
+            in(0), in(1), in(2), in(3), optionalIn(grad.getMask()), grad.getScaleAttr().getValueAsDouble(),
+            grad.getDivide(), grad.getFillAttr().getValueAsDouble(), grad.getMaskedWhen(),
+            grad.getDropoutRatioAttr().getValueAsDouble(), attentionDropoutKey(grad.getDropoutOpId()));
         return std::vector<Tensor>{std::move(grads.query), std::move(grads.key), std::move(grads.value)};
       })
       .Case([&](nn::SoftmaxCrossEntropyLossGradOp grad) {
@@ -401,17 +408,9 @@ DenseElementsAttr tensorToAttr(const Tensor &tensor, RankedTensorType type) {
 }
 
 FailureOr<uint64_t> dropoutOpId(Operation *op) {
-  if (auto seed = op->getAttrOfType<IntegerAttr>("seed"))
-    return static_cast<uint64_t>(seed.getInt());
-  const std::optional<StringRef> name = nn::nodeName(op->getLoc());
-  if (!name)
-    return failure();
-  uint64_t hash = 0xcbf29ce484222325ull; // FNV-1a, 64 bits
-  for (unsigned char c : *name) {
-    hash ^= c;
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
+  if (std::optional<uint64_t> id = nn::dropoutOpId(op))
+    return *id;
+  return failure();
 }
 
 FailureOr<std::vector<Tensor>> evaluateOp(Operation *op, ArrayRef<Tensor> operands,

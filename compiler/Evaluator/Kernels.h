@@ -240,15 +240,18 @@ struct AttentionResults {
 };
 /// nn.attention, composed of the kernels above (matmul, the masked softmax,
 /// or a scaled softmax after adding a floating-point mask or without one,
-/// matmul); mask may be null.
+/// a training-mode dropout of the probabilities when dropoutRatio > 0 (the
+/// mask keyed by dropoutStreamKey), matmul); mask may be null.
 AttentionResults attention(const Tensor &query, const Tensor &key, const Tensor &value, const Tensor *mask,
-                           double scale, bool divide, double fill, bool maskedWhen);
+                           double scale, bool divide, double fill, bool maskedWhen, double dropoutRatio = 0,
+                           uint64_t dropoutStreamKey = 0);
 struct AttentionGrads {
   Tensor query, key, value;
 };
 /// nn.attention_grad: the gradients of the composition above.
 AttentionGrads attentionGrad(const Tensor &dy, const Tensor &query, const Tensor &key, const Tensor &value,
-                             const Tensor *mask, double scale, bool divide, double fill, bool maskedWhen);
+                             const Tensor *mask, double scale, bool divide, double fill, bool maskedWhen,
+                             double dropoutRatio = 0, uint64_t dropoutStreamKey = 0);
 
 struct SoftmaxCrossEntropyResults {
   Tensor loss, logProb;

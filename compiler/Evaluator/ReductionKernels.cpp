@@ -124,7 +124,8 @@ std::pair<Tensor, Tensor> attentionProbabilities(const Tensor &query, const Tens
 } // namespace
 
 AttentionResults attention(const Tensor &query, const Tensor &key, const Tensor &value, const Tensor *mask,
-                           double scale, bool divide, double fill, bool maskedWhen) {
+                           double scale, bool divide, double fill, bool maskedWhen, double dropoutRatio,
+                           uint64_t dropoutStreamKey) {
   requireRank(query, 2, "the query [L..., S, D]");
   auto [z, p] = attentionProbabilities(query, key, mask, scale, divide, fill, maskedWhen);
   // log Σ exp z per row, shifted by the row's maximum.
@@ -140,13 +141,24 @@ AttentionResults attention(const Tensor &query, const Tensor &key, const Tensor 
       sum += std::exp(zr[j] - m);
     lse.floats[row] = m + std::log(sum);
   }
+  if (dropoutRatio > 0) // nn.dropout of P, the same mask
+    p = dropout(p, dropoutRatio, true, dropoutStreamKey).output;
   return {matmul(p, value), finish(std::move(lse))};
 }
 
 AttentionGrads attentionGrad(const Tensor &dy, const Tensor &query, const Tensor &key, const Tensor &value,
-                             const Tensor *mask, double scale, bool divide, double fill, bool maskedWhen) {
+                             const Tensor *mask, double scale, bool divide, double fill, bool maskedWhen,
+                             double dropoutRatio, uint64_t dropoutStreamKey) {
   auto [z, p] = attentionProbabilities(query, key, mask, scale, divide, fill, maskedWhen);
   Tensor dp = matmul(dy, swapLastAxes(value));
+  // The dropout's own gradient rule between the product's and the softmax's;
+  // the product's value gradient reads the dropped P.
+  Tensor dropped = p;
+  if (dropoutRatio > 0) {
+    DropoutResults results = dropout(p, dropoutRatio, true, dropoutStreamKey);
+    dp = dropoutGrad(dp, results.mask, dropoutRatio, true);
+    dropped = std::move(results.output);
+  }
   Tensor dz;
   if (mask && !isFloating(mask->kind)) {
     dz = maskedSoftmaxGrad(dp, p, *mask, scale, divide, maskedWhen);
@@ -154,7 +166,7 @@ AttentionGrads attentionGrad(const Tensor &dy, const Tensor &query, const Tensor
     Tensor factor = Tensor::ofFloats(dp.kind, {}, {scale});
     dz = binary(divide ? BinaryOp::Div : BinaryOp::Mul, softmaxGrad(dp, p, -1), factor);
   }
-  return {matmul(dz, key), matmul(swapLastAxes(dz), query), matmul(swapLastAxes(p), dy)};
+  return {matmul(dz, key), matmul(swapLastAxes(dz), query), matmul(swapLastAxes(dropped), dy)};
 }
 
 //===----------------------------------------------------------------------===//

@@ -184,16 +184,27 @@ double pipec::nn::attentionGradFlops(RankedTensorType query, RankedTensorType va
   return 2 * rows * keys * (3 * query.getShape().back() + 2 * value.getShape().back());
 }
 
+double pipec::nn::attentionDropoutFlops(RankedTensorType query, RankedTensorType value, float ratio) {
+  if (ratio == 0.0f)
+    return 0;
+  // The mask of each score regenerated (nn.dropout's 4 per element) and applied.
+  const double rows = query.getNumElements() / query.getShape().back();
+  const double keys = value.getShape()[value.getRank() - 2];
+  return 5 * rows * keys;
+}
+
 OpWork AttentionOp::estimateWork() {
   // Two products (scores, then P · value) and the softmax between; the
-  // gradient is nn.attention_grad's work and the softmax's again.
+  // gradient is nn.attention_grad's work and the softmax's again; a dropout
+  // of P adds its mask's generation to each.
   OpWork work = elementwise(*this, 0, 0);
   auto query = getQuery().getType(), value = getValue().getType();
   const double rows = query.getNumElements() / query.getShape().back();
   const double keys = value.getShape()[value.getRank() - 2];
   const double d = query.getShape().back(), dv = value.getShape().back();
-  work.forwardFlops = 2 * rows * keys * (d + dv) + 13 * rows * keys;
-  const double backward = attentionGradFlops(query, value) + 13 * rows * keys;
+  const double dropout = attentionDropoutFlops(query, value, getDropoutRatio().convertToFloat());
+  work.forwardFlops = 2 * rows * keys * (d + dv) + 13 * rows * keys + dropout;
+  const double backward = attentionGradFlops(query, value) + 13 * rows * keys + dropout;
   work.gradientFlops.assign(getOperation()->getNumOperands(), 0.0);
   for (int operand = 0; operand < 3; ++operand)
     work.gradientFlops[operand] = backward / 3;

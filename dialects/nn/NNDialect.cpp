@@ -148,6 +148,20 @@ std::optional<llvm::StringRef> pipec::nn::nodeName(Location location) {
   return name;
 }
 
+std::optional<uint64_t> pipec::nn::dropoutOpId(Operation *dropout) {
+  if (auto seed = dropout->getAttrOfType<IntegerAttr>("seed"))
+    return seed.getValue().getZExtValue();
+  const std::optional<StringRef> name = nodeName(dropout->getLoc());
+  if (!name)
+    return std::nullopt;
+  uint64_t hash = 0xcbf29ce484222325ull; // FNV-1a, 64 bits
+  for (unsigned char c : *name) {
+    hash ^= c;
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
 FailureOr<int64_t> pipec::nn::normalizeAxis(int64_t axis, int64_t rank) {
   if (axis < -rank || axis >= rank)
     return failure();
@@ -546,6 +560,8 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
       attentionShapeError(query.getShape(), rankedType(adaptor.getKey()).getShape(), value.getShape(), mask);
   if (!error.empty())
     return fail(loc, "nn.attention: " + Twine(error));
+  if (const double ratio = adaptor.getDropoutRatio().convertToDouble(); !(ratio >= 0.0 && ratio < 1.0))
+    return fail(loc, "nn.attention: dropout_ratio must be in [0, 1), got " + Twine(std::to_string(ratio)));
   SmallVector<int64_t> shape(query.getShape().drop_back());
   shape.push_back(value.getShape().back());
   types.push_back(RankedTensorType::get(shape, query.getElementType()));

@@ -70,6 +70,13 @@ mlir::NamedAttribute roleAttribute(mlir::MLIRContext *context, Role role);
 /// it has none.
 std::optional<llvm::StringRef> nodeName(mlir::Location location);
 
+/// The op part of a dropout's mask key (design.md §3): its `seed`
+/// attribute, or else the 64-bit FNV-1a hash of its node name (as
+/// pipec::kernels::dropoutOpId, which generated code calls); none when it
+/// has neither. nn.attention carries its absorbed dropout's as
+/// `dropout_op_id`.
+std::optional<uint64_t> dropoutOpId(mlir::Operation *dropout);
+
 /// The work of an element-wise unary op (NN_UnaryFloatOp), from the
 /// per-element FLOPs of its function in pipec/vocabulary.h's table.
 OpWork unaryWork(mlir::Operation *op);
@@ -107,6 +114,9 @@ std::string attentionShapeError(llvm::ArrayRef<int64_t> query, llvm::ArrayRef<in
 /// The floating-point operations of nn.attention_grad for a query and a
 /// value of these types: the scores recomputed, then four products.
 double attentionGradFlops(mlir::RankedTensorType query, mlir::RankedTensorType value);
+/// The floating-point operations an nn.attention (or its gradient) adds for
+/// a dropout of its probabilities at `ratio` (none at 0).
+double attentionDropoutFlops(mlir::RankedTensorType query, mlir::RankedTensorType value, float ratio);
 
 /// Maps an ONNX-style axis (negative counts from the end) into [0, rank);
 /// failure when out of range.

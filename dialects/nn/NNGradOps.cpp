@@ -182,6 +182,8 @@ LogicalResult AttentionGradOp::verify() {
   if (getDy().getType() != getResult().getType() || getQueryGrad().getType() != getQuery().getType() ||
       getKeyGrad().getType() != getKey().getType() || getValueGrad().getType() != getValue().getType())
     return emitOpError("dy must match the forward result, and each gradient its operand");
+  if (const double ratio = getDropoutRatio().convertToDouble(); !(ratio >= 0.0 && ratio < 1.0))
+    return emitOpError("dropout_ratio must be in [0, 1), got ") << ratio;
   return success();
 }
 
@@ -213,9 +215,11 @@ OpWork BatchNormParamGradOp::estimateWork() { return streamingWork(*this, 6); }
 OpWork LayerNormGradOp::estimateWork() { return streamingWork(*this, 12); }
 OpWork LayerNormParamGradOp::estimateWork() { return streamingWork(*this, 6); }
 OpWork AttentionGradOp::estimateWork() {
-  // Recomputing the scores, then four products of the same size.
+  // Recomputing the scores, then four products of the same size (and the
+  // dropout mask regenerated, when there is one).
   OpWork work = streamingWork(*this, 0);
-  work.forwardFlops = attentionGradFlops(getQuery().getType(), getValue().getType());
+  work.forwardFlops = attentionGradFlops(getQuery().getType(), getValue().getType()) +
+                      attentionDropoutFlops(getQuery().getType(), getValue().getType(), getDropoutRatio().convertToFloat());
   return work;
 }
 OpWork MaxPoolGradOp::estimateWork() { return streamingWork(*this, 2); }

@@ -189,6 +189,10 @@ def NN_AttentionGradOp : NN_Op<"attention_grad", [Pure]> {
     log_sum_exp: P recomputed block by block, dvalue = Pᵀ·dy,
     dz = P ⊙ (dy·valueᵀ − rowsum(dy ⊙ result)) (0 where a boolean mask
     masks), times (or divided by) scale: dquery = dz·key, dkey = dzᵀ·query.
+    With the forward's dropout (same ratio and op id, the mask regenerated):
+    dvalue = (P ⊙ M/(1-p))ᵀ·dy and dz = P ⊙ (dP' − rowsum(dy ⊙ result)),
+    dP' = (dy·valueᵀ) ⊙ M/(1-p); the row sum Σ_j P_j dP'_j is still
+    dy · result, since result = Σ_j P_j M_j/(1-p) value_j.
   }];
   let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$query, NN_FloatTensor:$key, NN_FloatTensor:$value,
                        Optional<AnyTypeOf<[NN_BoolTensor, NN_FloatTensor]>>:$mask, NN_FloatTensor:$result,
@@ -196,7 +200,9 @@ def NN_AttentionGradOp : NN_Op<"attention_grad", [Pure]> {
                        DefaultValuedAttr<F32Attr, "1.0">:$scale,
                        DefaultValuedAttr<BoolAttr, "false">:$divide,
                        DefaultValuedAttr<F32Attr, "0.0">:$fill,
-                       DefaultValuedAttr<BoolAttr, "true">:$masked_when);
+                       DefaultValuedAttr<BoolAttr, "true">:$masked_when,
+                       DefaultValuedAttr<F32Attr, "0.0">:$dropout_ratio,
+                       DefaultValuedAttr<I64Attr, "0">:$dropout_op_id);
   let results = (outs NN_FloatTensor:$query_grad, NN_FloatTensor:$key_grad, NN_FloatTensor:$value_grad);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

@@ -330,7 +330,7 @@ Value AttentionOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsign
   auto grads = AttentionGradOp::create(
       g.b, g.loc, TypeRange{getQuery().getType(), getKey().getType(), getValue().getType()}, dy, getQuery(),
       getKey(), getValue(), getMask(), getResult(), getLogSumExp(), getScaleAttr(), getDivideAttr(), getFillAttr(),
-      getMaskedWhenAttr());
+      getMaskedWhenAttr(), getDropoutRatioAttr(), getDropoutOpIdAttr());
   return grads->getResult(index);
 }
 

@@ -326,13 +326,25 @@ def NN_AttentionOp : NN_InferredOp<"attention", [NN_Differentiable]> {
     rows so that the S x T scores are never stored; `log_sum_exp`
     ([L..., S, 1], log Σ exp z of each row) is what the gradient needs to
     recompute P.
+
+    With `dropout_ratio` > 0, P is dropped out before the product as a
+    training-mode nn.dropout of P would drop it: result = (P ⊙ M / (1 -
+    dropout_ratio)) · value, M drawn from the same generator with the key
+    (seed, step, micro-batch, `dropout_op_id`) and the element index into
+    the [L..., S, T] probabilities, so the fused op drops exactly what the
+    unfused dropout did; M is regenerated, never stored. `dropout_op_id` is
+    the op part of that key (the dropout's `seed` attribute, or the FNV-1a
+    hash of its node name). Outside training (an inference call) nothing
+    is dropped.
   }];
   let arguments = (ins NN_FloatTensor:$query, NN_FloatTensor:$key, NN_FloatTensor:$value,
                        Optional<AnyTypeOf<[NN_BoolTensor, NN_FloatTensor]>>:$mask,
                        DefaultValuedAttr<F32Attr, "1.0">:$scale,
                        DefaultValuedAttr<BoolAttr, "false">:$divide,
                        DefaultValuedAttr<F32Attr, "0.0">:$fill,
-                       DefaultValuedAttr<BoolAttr, "true">:$masked_when);
+                       DefaultValuedAttr<BoolAttr, "true">:$masked_when,
+                       DefaultValuedAttr<F32Attr, "0.0">:$dropout_ratio,
+                       DefaultValuedAttr<I64Attr, "0">:$dropout_op_id);
   let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$log_sum_exp);
 }
 

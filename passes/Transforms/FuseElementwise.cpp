@@ -29,14 +29,20 @@ bool isStaticF32OrBool(Type type) {
 
 
 /// The ops code generation can compute one element at a time: fp32 or
-/// bool in and out, one result, operands broadcasting to it.
+/// bool in and out, operands broadcasting to the result. nn.dropout (its
+/// result and its mask, both of its input's shape) and nn.dropout_grad are
+/// element-wise too: element i's mask is the generator's draw i.
 bool isFusible(Operation *op) {
-  if (!llvm::isa<nn::UnaryElementwiseOpInterface, nn::BinaryElementwiseOpInterface, nn::WhereOp,
-                 nn::UnaryGradOp, nn::BinaryGradOp>(op))
+  const bool dropout = llvm::isa<nn::DropoutOp, nn::DropoutGradOp>(op);
+  if (!dropout && !llvm::isa<nn::UnaryElementwiseOpInterface, nn::BinaryElementwiseOpInterface, nn::WhereOp,
+                             nn::UnaryGradOp, nn::BinaryGradOp>(op))
     return false;
-  if (op->getNumResults() != 1 || !isStaticF32OrBool(op->getResult(0).getType()))
+  if ((!dropout && op->getNumResults() != 1) || !llvm::all_of(op->getResultTypes(), isStaticF32OrBool))
     return false;
   auto space = llvm::cast<RankedTensorType>(op->getResult(0).getType()).getShape();
+  if (!llvm::all_of(op->getResultTypes(),
+                    [&](Type type) { return llvm::cast<RankedTensorType>(type).getShape() == space; }))
+    return false;
   return llvm::all_of(op->getOperandTypes(), [&](Type type) {
     return isStaticF32OrBool(type) && nn::broadcastsTo(llvm::cast<RankedTensorType>(type).getShape(), space);
   });
@@ -115,9 +121,9 @@ struct FuseElementwise : impl::FuseElementwiseBase<FuseElementwise> {
       for (Value operand : op->getOperands())
         if (!members.contains(operand.getDefiningOp()))
           inputs.insert(operand);
-      Value result = op->getResult(0);
-      if (llvm::any_of(result.getUsers(), [&](Operation *user) { return !members.contains(user); }))
-        outputs.push_back(result);
+      for (Value result : op->getResults())
+        if (llvm::any_of(result.getUsers(), [&](Operation *user) { return !members.contains(user); }))
+          outputs.push_back(result);
     }
     if (outputs.empty())
       return; // dead values: nothing to compute into memory

@@ -73,7 +73,7 @@ pk::Dims dimsOf(ArrayRef<int64_t> values) { return pk::Dims(values.data(), stati
 /// operands of the call compiler/Emit/EmitOps.cpp writes); none for an op
 /// whose kernel takes no scratch. Throws pk::KernelError for shapes the
 /// kernel would refuse.
-pk::ScratchNeed kernelScratchOf(Operation *op, pk::ScratchTarget target) {
+pk::ScratchNeed kernelScratchOf(Operation *op, pk::ScratchTarget target, bool accumulates) {
   auto reduction = [](StringRef name) { return pk::reductionKind(name.str()); };
   return llvm::TypeSwitch<Operation *, pk::ScratchNeed>(op)
       .Case([&](nn::ConvOp conv) {
@@ -102,7 +102,7 @@ pk::ScratchNeed kernelScratchOf(Operation *op, pk::ScratchTarget target) {
       })
       .Case([&](nn::LayerNormParamGradOp grad) {
         return pk::layerNormParamGradScratch(target, shapeOf(grad.getInput()), shapeOf(grad.getScaleGrad()),
-                                             static_cast<int64_t>(grad.getAxis()), /*withBias=*/true);
+                                             static_cast<int64_t>(grad.getAxis()), /*withBias=*/true, accumulates);
       })
       .Case([&](nn::MaxPoolOp pool) {
         return pk::poolScratch(target, shapeOf(pool.getInput()), dimsOf(pool.getKernelShape()),
@@ -243,12 +243,35 @@ struct PlanMemory : PassWithOptions<impl::PlanMemoryBase<PlanMemory>, PlanMemory
           resultsOf(producer) == Results::Own && llvm::isa<RankedTensorType>(storage.getType()) &&
           alignedBytes(storage.getType()) == alignedBytes(value.getType()))
         savedResult.try_emplace(storage, static_cast<int64_t>(i));
-      auto gemm = value.getDefiningOp<nn::GemmOp>();
-      // (Not with an epilogue: f(gradient + product) is no accumulation.)
-      if (gemm && !gemm.getC() && !gemm.getActivation() && gemm->getBlock() == &body && value.hasOneUse() &&
-          returnCount[value] == 1 && nn::resultRole(function, i) == nn::Role::Grad &&
-          llvm::cast<RankedTensorType>(value.getType()).getElementType().isF32())
-        gradientResult[value] = static_cast<int64_t>(i);
+      if (nn::resultRole(function, i) != nn::Role::Grad || returnCount[value] != 1 || !producer ||
+          producer->getBlock() != &body || !llvm::cast<RankedTensorType>(value.getType()).getElementType().isF32())
+        continue;
+      // Every value from the producer's result to the returned one (views
+      // of it) has this one use: nothing else reads the gradient buffer.
+      bool onlyReturned = true;
+      for (Value v = value;; v = v.getDefiningOp()->getOperand(0)) {
+        onlyReturned &= v.hasOneUse();
+        if (v == storage || !onlyReturned)
+          break;
+        onlyReturned &= llvm::isa<nn::ReshapeOp, nn::FlattenOp, nn::SqueezeOp, nn::UnsqueezeOp>(v.getDefiningOp());
+        if (!onlyReturned)
+          break;
+      }
+      if (!onlyReturned)
+        continue;
+      // (A GEMM not with an epilogue: f(gradient + product) is no accumulation.)
+      auto gemm = llvm::dyn_cast<nn::GemmOp>(producer);
+      if ((gemm && !gemm.getC() && !gemm.getActivation()) ||
+          llvm::isa<nn::ReduceSumOp, nn::LayerNormParamGradOp>(producer))
+        gradientResult[storage] = static_cast<int64_t>(i);
+    }
+    // nn.layer_norm_param_grad adds into both of its results or neither.
+    for (auto it = gradientResult.begin(); it != gradientResult.end();) {
+      auto next = std::next(it);
+      if (auto grad = it->first.getDefiningOp<nn::LayerNormParamGradOp>();
+          grad && !llvm::all_of(grad->getResults(), [&](Value r) { return gradientResult.count(r); }))
+        gradientResult.erase(it);
+      it = next;
     }
 
     std::vector<Interval> intervals;
@@ -288,7 +311,8 @@ struct PlanMemory : PassWithOptions<impl::PlanMemoryBase<PlanMemory>, PlanMemory
         continue;
       pk::ScratchNeed need;
       try {
-        need = kernelScratchOf(op, scratchTarget);
+        need = kernelScratchOf(op, scratchTarget,
+                               op->getNumResults() > 0 && gradientResult.count(op->getResult(0)) > 0);
       } catch (const pk::KernelError &error) {
         return op->emitOpError("has no kernel scratch plan: ") << error.what();
       }

@@ -1,9 +1,9 @@
 // pipec-recognize-composites: the decomposed LayerNorm, RMSNorm, rotary
-// embedding, erf-GELU, masked (attention) softmax and attention that
-// exporters emit become nn.layer_norm (for RMSNorm uncentred), nn.rotary,
-// nn.gelu, nn.masked_softmax and nn.attention, whose kernels and gradient
-// rules are one op each
-// (docs/optimization.md).
+// embedding, erf-GELU, masked (attention) softmax and attention (with or
+// without a dropout of its probabilities) that exporters emit become
+// nn.layer_norm (for RMSNorm uncentred), nn.rotary, nn.gelu,
+// nn.masked_softmax and nn.attention, whose kernels and gradient rules are
+// one op each (docs/optimization.md).
 #include "passes/Passes.h"
 #include "passes/Analysis/GradientRoles.h"
 #include "passes/Transforms/PatternRewrites.h"
@@ -670,22 +670,47 @@ private:
   }
 };
 
+/// The dropout of an attention's probabilities that nn.attention takes
+/// over: its ratio (0 when it drops nothing: inference mode or ratio 0)
+/// and the op part of its mask's key.
+struct ProbabilityDropout {
+  float ratio = 0.0f;
+  uint64_t opId = 0;
+};
+
 /// softmax(q · kᵀ (scaled, masked)) · v over the last axes, as exporters
 /// write attention (after the masked softmax above is recognized, or with a
 /// plain scaled softmax): one nn.attention, whose kernels never store the
 /// S x T scores (docs/optimization.md). kᵀ is a transpose of k's last two
-/// axes (absorbed), or any value (then transposed back for the key).
+/// axes (absorbed), or any value (then transposed back for the key). A
+/// dropout between the softmax and the product (GPT-2's and BERT's
+/// attention dropout) joins it when nothing reads the dropout's mask: the
+/// fused kernels regenerate the same mask from the same key.
 struct DecomposedAttention : OpRewritePattern<nn::MatMulOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(nn::MatMulOp root, PatternRewriter &rewriter) const override {
     Value probabilities = root.getOperand(0), value = root.getOperand(1);
+    SmallVector<Operation *> chain{root};
+    ProbabilityDropout dropout;
+    if (auto dropoutOp = probabilities.getDefiningOp<nn::DropoutOp>()) {
+      if (!probabilities.hasOneUse() || !dropoutOp.getMask().use_empty())
+        return failure();
+      if (dropoutOp.getTraining() && !dropoutOp.getRatio().isZero()) {
+        std::optional<uint64_t> opId = nn::dropoutOpId(dropoutOp);
+        if (!opId) // unkeyed: the unfused op's mask is not reproducible either
+          return failure();
+        dropout = {dropoutOp.getRatio().convertToFloat(), *opId};
+      }
+      chain.push_back(dropoutOp);
+      probabilities = dropoutOp.getInput();
+    }
     Operation *softmax = probabilities.getDefiningOp();
     if (!softmax || !probabilities.hasOneUse() || !llvm::isa<nn::MaskedSoftmaxOp, nn::SoftmaxOp>(softmax))
       return failure();
     auto type = llvm::dyn_cast<RankedTensorType>(probabilities.getType());
     if (!type || !type.hasStaticShape() || !type.getElementType().isF32() || type.getRank() < 2)
       return failure();
-    SmallVector<Operation *> chain{root, softmax};
+    chain.push_back(softmax);
     ScaledInput in{softmax->getOperand(0)};
     Value mask;
     float fill = 0.0f;
@@ -739,7 +764,11 @@ struct DecomposedAttention : OpRewritePattern<nn::MatMulOp> {
         !llvm::all_of(ValueRange{query, keyT, value},
                       [](Value v) { return llvm::cast<RankedTensorType>(v.getType()).getElementType().isF32(); }))
       return failure();
-    if (!sameStage(chain))
+    // The dropout's element index is the flat index into [L..., S, T], the
+    // query's leading axes: the kernels' (and the scores' own) order.
+    SmallVector<int64_t> scoresShape(shapeOf(query));
+    scoresShape.back() = keyShape[keyShape.size() - 2];
+    if (type.getShape() != ArrayRef<int64_t>(scoresShape) || !sameStage(chain))
       return failure();
     Value key = absorbTranspose ? keyTransposed.getInput() : Value();
     if (!key) {
@@ -754,7 +783,8 @@ struct DecomposedAttention : OpRewritePattern<nn::MatMulOp> {
     auto attention = nn::AttentionOp::create(
         rewriter, absorbedLocation(root.getLoc(), ArrayRef(chain).drop_front()), root.getType(), rowType, query, key,
         value, mask, rewriter.getF32FloatAttr(in.scale), rewriter.getBoolAttr(in.divide),
-        rewriter.getF32FloatAttr(fill), rewriter.getBoolAttr(maskedWhen));
+        rewriter.getF32FloatAttr(fill), rewriter.getBoolAttr(maskedWhen), rewriter.getF32FloatAttr(dropout.ratio),
+        rewriter.getI64IntegerAttr(static_cast<int64_t>(dropout.opId)));
     inheritPlacement(root, attention, /*withCost=*/true);
     rewriter.replaceOp(root, attention.getResult());
     return success();

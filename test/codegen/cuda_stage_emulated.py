@@ -8,13 +8,15 @@ beta = 1) and the order of its library calls.
 
 The model, written here with onnx.helper so that it has what -O2 fuses:
 residual adds, a trained per-feature scale broadcast along the rows, a
-constant scale, ReLU/tanh chains and their gradients, an exported erf-GELU
+constant scale, ReLU/tanh chains and their gradients, a training-mode
+dropout, an exported erf-GELU
 (recognised as nn.gelu) and three Linear layers (transposed weights, bias in
 C). pipec compiles it for both targets at -O2; the CUDA stage's .cu goes
 through the emulated kernels' translation (prep.py) and is compiled as a host
 library against pipec_cuda_kernels_emulated; stage_targets_agree then calls
 both stages with the same tensors for two micro-batches and an AdamW step and
-compares every tensor they write.
+compares every tensor they write; then the same for the CPU stage at -O0
+(one library kernel per op, dropout's mask from pk::dropout) against -O2.
 
     cuda_stage_emulated.py --pipec PIPEC --compare STAGE_TARGETS_AGREE
         --emulated-library LIB --emulation-dir DIR --cxx CXX --source-root ROOT
@@ -42,7 +44,9 @@ def write_model(path):
              weight("b2", HIDDEN), weight("gain", HIDDEN), weight("w3", CLASSES, HIDDEN), weight("b3", CLASSES),
              numpy_helper.from_array(np.array(0.5, np.float32), "half"),
              numpy_helper.from_array(np.array(1.0, np.float32), "one"),
-             numpy_helper.from_array(np.array(np.sqrt(2.0), np.float32), "root2")]
+             numpy_helper.from_array(np.array(np.sqrt(2.0), np.float32), "root2"),
+             numpy_helper.from_array(np.array(0.25, np.float32), "ratio"),
+             numpy_helper.from_array(np.array(True), "training")]
     nodes = [
         helper.make_node("Gemm", ["x", "w1", "b1"], ["h1"], transB=1, name="fc1"),
         helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),
@@ -51,7 +55,10 @@ def write_model(path):
         helper.make_node("Add", ["h2", "r1"], ["res"], name="residual"),
         helper.make_node("Mul", ["res", "gain"], ["gained"], name="gain"),
         helper.make_node("Relu", ["gained"], ["r2"], name="relu2"),
-        helper.make_node("Mul", ["r2", "half"], ["scaled"], name="scale"),
+        # training-mode dropout, as the legacy exporter writes it: fused
+        # with its neighbours at -O2, its mask drawn inside the loop
+        helper.make_node("Dropout", ["r2", "ratio", "training"], ["dropped", "dropped_mask"], name="drop"),
+        helper.make_node("Mul", ["dropped", "half"], ["scaled"], name="scale"),
         helper.make_node("Tanh", ["scaled"], ["t"], name="tanh"),
         helper.make_node("Add", ["t", "r1"], ["res2"], name="residual2"),
         # the exact GELU as exporters write it
@@ -126,11 +133,23 @@ def main():
         if epilogues < 1:
             sys.exit("FAIL: no GEMM of the CUDA stage has an activation epilogue; expected fc1's ReLU")
         library = build_emulated_stage(stages, translated, emulation, args.emulated_library, args.cxx, root)
+        if "pipec::kernels::dropoutDraw" not in source:
+            sys.exit("FAIL: the dropout was not fused: no generated kernel draws its mask")
         compared = subprocess.run([args.compare, os.path.join(cpu, "stages", "libstage_0.so"), library],
                                   capture_output=True, text=True, env=env)
         print(f"{fused} generated fused kernels and {epilogues} GEMM epilogues in the CUDA stage")
         print(compared.stdout + compared.stderr, end="")
-        return compared.returncode
+        # The fused loops (dropout's mask drawn inside them) against the
+        # library's kernels one op at a time: the CPU stage at -O0.
+        direct = os.path.join(work, "cpu-O0")
+        run([args.pipec, model, "--gpus", "1x1", "--microbatches", "2", "-O0", "--optimizer", "adamw", "--out", direct,
+             "--build"], env=env)
+        unfused = subprocess.run([args.compare, os.path.join(direct, "stages", "libstage_0.so"),
+                                  os.path.join(cpu, "stages", "libstage_0.so")], capture_output=True, text=True,
+                                 env=env)
+        print("CPU stage at -O0 (one kernel per op) against -O2 (fused):")
+        print(unfused.stdout + unfused.stderr, end="")
+        return compared.returncode or unfused.returncode
 
 
 if __name__ == "__main__":

@@ -364,13 +364,103 @@ TEST(Attention, EqualsTheUnfusedProducts) {
     pk::matmul(p.data(), scoresShape, v.data(), c.vs, want.data());
     std::vector<float> y(want.size()), lse(scoresShape.numel() / T);
     pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, masks.maskData(), masks.additiveData(), c.ms, 0.7f,
-                  c.divide, -1e9f, true, y.data(), lse.data());
+                  c.divide, -1e9f, true, 0.0f, false, 0, y.data(), lse.data());
     expectAllNear(y, want, 1e-5, c.str().c_str());
     for (size_t r = 0; r < lse.size(); ++r) { // lse = log Σ exp z per row
       double sum = 0;
       for (int64_t j = 0; j < T; ++j) sum += std::exp((double)z[r * T + j]);
       ASSERT_NEAR(lse[r], std::log(sum), 1e-5 * (1 + std::fabs(std::log(sum)))) << c.str() << " row " << r;
     }
+  }
+}
+
+// nn.attention with a dropout of P drops exactly the elements nn.dropout of
+// the unfused P drops, forward and backward: the fused kernels against the
+// unfused sequence (scores, masked softmax, dropout, product; their
+// gradients in turn), the mask bit for bit.
+TEST(Attention, DropoutIsTheUnfusedDropout) {
+  int seed = 300;
+  const float ratio = 0.3f;
+  const uint64_t key = pk::dropoutStreamKey(7, 3, 2, pk::dropoutOpId("/attn/attn_dropout/Dropout"));
+  for (const AttentionCase &c : kAttentionCases) {
+    const std::string what = c.str();
+    auto q = randomVec(c.qs.numel(), seed++), k = randomVec(c.ks.numel(), seed++), v = randomVec(c.vs.numel(), seed++);
+    const AttentionMasks masks = masksOf(c, seed++);
+    const uint8_t *m = masks.maskData();
+    const float *a = masks.additiveData();
+    pk::Shape ss = c.qs; // the scores [L..., S, T]
+    const int64_t T = c.ks.v[c.ks.size - 2], Dv = c.vs.v[c.vs.size - 1];
+    ss.v[ss.size - 1] = T;
+    const int64_t n = ss.numel(), rows = n / T;
+    pk::Shape ys = c.qs;
+    ys.v[ys.size - 1] = Dv;
+    // The unfused forward: z, P, P dropped out, the product.
+    std::vector<float> s(n), z(n), p(n), dropped(n), want(rows * Dv);
+    std::vector<uint8_t> kept(n);
+    pk::matmul(q.data(), c.qs, k.data(), c.ks, s.data(), false, true);
+    const std::vector<int64_t> maskDims(c.ms.v, c.ms.v + c.ms.size);
+    std::vector<uint8_t> maskedAt(n, 0);
+    int64_t e = 0;
+    kt::forEachIndex(kt::vecOf(ss), [&](const std::vector<int64_t> &index) {
+      const int64_t at = c.masked ? bcastOffset(index, maskDims) : 0;
+      const float scaled = c.divide ? s[e] / 0.7f : s[e] * 0.7f;
+      maskedAt[e] = c.masked && !c.additive && masks.mask[at];
+      z[e] = !c.masked ? scaled : c.additive ? scaled + masks.additive[at] : maskedAt[e] ? -1e9f : scaled;
+      ++e;
+    });
+    pk::softmax(z.data(), ss, -1, p.data());
+    pk::dropout(p.data(), n, dropped.data(), kept.data(), ratio, true, key);
+    pk::matmul(dropped.data(), ss, v.data(), c.vs, want.data());
+    std::vector<float> y(want.size()), lse(rows);
+    pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, 0.7f, c.divide, -1e9f, true, ratio, true,
+                  key, y.data(), lse.data());
+    expectAllNear(y, want, 1e-5, ("y " + what).c_str());
+
+    // The mask bit for bit: with v the identity y is the dropped P itself,
+    // 0 exactly where the dropout dropped an (unmasked, positive) P.
+    pk::Shape is = c.vs;
+    is.v[is.size - 1] = T;
+    std::vector<float> identity(is.numel(), 0.0f), droppedP(n), l(rows);
+    for (int64_t e = 0; e < is.numel(); ++e) identity[e] = (e / T) % T == e % T ? 1.0f : 0.0f;
+    pk::attention(q.data(), c.qs, k.data(), c.ks, identity.data(), is, m, a, c.ms, 0.7f, c.divide, -1e9f, true, ratio,
+                  true, key, droppedP.data(), l.data());
+    int64_t droppedCount = 0;
+    for (e = 0; e < n; ++e) {
+      if (maskedAt[e]) continue;
+      ASSERT_EQ(droppedP[e] != 0.0f, kept[e] != 0) << what << " element " << e;
+      droppedCount += !kept[e];
+    }
+    EXPECT_GT(droppedCount, 0) << what;
+    expectAllNear(droppedP, dropped, 1e-5, ("dropped P " + what).c_str());
+
+    // Inference drops nothing: the bits of the op without dropout.
+    std::vector<float> plain(y.size()), inferred(y.size());
+    pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, 0.7f, c.divide, -1e9f, true, 0.0f, false,
+                  0, plain.data(), l.data());
+    pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, 0.7f, c.divide, -1e9f, true, ratio, false,
+                  key, inferred.data(), l.data());
+    ASSERT_EQ(plain, inferred) << what;
+
+    // The unfused backward: the products' gradients, dropout's, the softmax's.
+    const auto dy = randomVec(want.size(), seed++);
+    std::vector<float> dDropped(n), dp(n), dz(n), wantDq(q.size()), wantDk(k.size()), wantDv(v.size());
+    pk::matmul(dy.data(), ys, v.data(), c.vs, dDropped.data(), false, true);
+    pk::dropoutGrad(dDropped.data(), kept.data(), n, dp.data(), ratio, true);
+    if (m) {
+      pk::maskedSoftmaxGrad(dp.data(), p.data(), ss, m, c.ms, 0.7f, c.divide, true, dz.data());
+    } else {
+      pk::softmaxGrad(dp.data(), p.data(), ss, -1, dz.data());
+      for (float &g : dz) g = c.divide ? g / 0.7f : g * 0.7f;
+    }
+    pk::matmul(dz.data(), ss, k.data(), c.ks, wantDq.data());
+    pk::matmul(dz.data(), ss, q.data(), c.qs, wantDk.data(), true, false);
+    pk::matmul(dropped.data(), ss, dy.data(), ys, wantDv.data(), true, false);
+    std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+    pk::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, y.data(), lse.data(),
+                      0.7f, c.divide, -1e9f, true, ratio, true, key, dq.data(), dk.data(), dv.data());
+    expectAllNear(dq, wantDq, 1e-4, ("dq " + what).c_str());
+    expectAllNear(dk, wantDk, 1e-4, ("dk " + what).c_str());
+    expectAllNear(dv, wantDv, 1e-5, ("dv " + what).c_str());
   }
 }
 
@@ -385,16 +475,20 @@ TEST(Gradients, AttentionQueryKeyValue) {
     const int64_t rows = c.qs.numel() / c.qs.v[c.qs.size - 1];
     std::vector<float> y(rows * c.vs.v[c.vs.size - 1]), lse(rows);
     auto dy = randomVec(y.size(), seed++);
-    pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, 0.7f, c.divide, -1e9f, true, y.data(),
-                  lse.data());
+    // Every other case with a dropout of P: the same mask in each evaluation.
+    const float ratio = seed % 2 ? 0.25f : 0.0f;
+    const uint64_t key = pk::dropoutStreamKey(1, 2, 3, 4);
+    pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, 0.7f, c.divide, -1e9f, true, ratio, true,
+                  key, y.data(), lse.data());
     std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
     pk::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, y.data(), lse.data(),
-                      0.7f, c.divide, -1e9f, true, dq.data(), dk.data(), dv.data());
+                      0.7f, c.divide, -1e9f, true, ratio, true, key, dq.data(), dk.data(), dv.data());
     auto fwd = [&](const float *qp, const float *kp, const float *vp, std::vector<float> &out) {
       std::vector<float> l(rows);
-      pk::attention(qp, c.qs, kp, c.ks, vp, c.vs, m, a, c.ms, 0.7f, c.divide, -1e9f, true, out.data(), l.data());
+      pk::attention(qp, c.qs, kp, c.ks, vp, c.vs, m, a, c.ms, 0.7f, c.divide, -1e9f, true, ratio, true, key, out.data(),
+                    l.data());
     };
-    const std::string what = c.str();
+    const std::string what = c.str() + (ratio > 0 ? " dropout" : "");
     checkGradient(q, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
       fwd(in.data(), k.data(), v.data(), out);
     }, dq, 1e-2f, 3e-3, 1e-2, ("dq " + what).c_str());
@@ -406,6 +500,6 @@ TEST(Gradients, AttentionQueryKeyValue) {
     }, dv, 1e-2f, 3e-3, 1e-2, ("dv " + what).c_str());
   }
   EXPECT_THROW(pk::attention(nullptr, pk::Shape{2, 3}, nullptr, pk::Shape{4, 2}, nullptr, pk::Shape{4, 1}, nullptr,
-                             nullptr, pk::Shape{}, 1.0f, false, 0.0f, true, nullptr, nullptr),
+                             nullptr, pk::Shape{}, 1.0f, false, 0.0f, true, 0.0f, false, 0, nullptr, nullptr),
                std::exception);
 }

@@ -140,18 +140,18 @@ TEST(Scratch, AttentionFitsItsPlannedScratch) {
     std::vector<uint8_t> mask(scores.numel());
     for (size_t e = 0; e < mask.size(); ++e) mask[e] = e % 9 > 6;
     std::vector<float> y(rows * 3), lse(rows);
-    pk::attention(q.data(), qs, k.data(), ks, v.data(), vs, mask.data(), nullptr, scores, 0.5f, false, -1e9f, true, y.data(),
+    pk::attention(q.data(), qs, k.data(), ks, v.data(), vs, mask.data(), nullptr, scores, 0.5f, false, -1e9f, true, 0.0f, false, 0, y.data(),
                   lse.data());
     expectPlannedScratchSuffices(what.c_str(), pk::attentionScratch(cpu, qs, ks, vs), [&](const pk::Workspace &s) {
       std::vector<float> out(rows * 4);
-      pk::attention(q.data(), qs, k.data(), ks, v.data(), vs, mask.data(), nullptr, scores, 0.5f, false, -1e9f, true,
+      pk::attention(q.data(), qs, k.data(), ks, v.data(), vs, mask.data(), nullptr, scores, 0.5f, false, -1e9f, true, 0.0f, false, 0,
                     out.data(), out.data() + rows * 3, s);
       return out;
     });
     expectPlannedScratchSuffices(what.c_str(), pk::attentionGradScratch(cpu, qs, ks, vs), [&](const pk::Workspace &s) {
       std::vector<float> d(q.size() + k.size() + v.size());
       pk::attentionGrad(dy.data(), q.data(), qs, k.data(), ks, v.data(), vs, nullptr, nullptr, pk::Shape{}, y.data(),
-                        lse.data(), 0.5f, false, -1e9f, true, d.data(), d.data() + q.size(),
+                        lse.data(), 0.5f, false, -1e9f, true, 0.0f, false, 0, d.data(), d.data() + q.size(),
                         d.data() + q.size() + k.size(), s);
       return d;
     });
@@ -188,6 +188,15 @@ TEST(Scratch, LayerNormsFitTheirPlannedScratch) {
                                      std::vector<float> d(2 * ps.numel());
                                      pk::layerNormParamGrad(dy.data(), x.data(), xs, ps, d.data(),
                                                             d.data() + ps.numel(), 1, 1e-5f, norm, s);
+                                     return d;
+                                   });
+      // Added into gradient buffers: the sums in scratch, then added.
+      expectPlannedScratchSuffices((what + ", accumulated").c_str(),
+                                   pk::layerNormParamGradScratch(cpu, xs, ps, 1, true, /*accumulate=*/true),
+                                   [&](const pk::Workspace &s) {
+                                     std::vector<float> d(2 * ps.numel(), 0.25f);
+                                     pk::layerNormParamGrad(dy.data(), x.data(), xs, ps, d.data(),
+                                                            d.data() + ps.numel(), 1, 1e-5f, norm, s, true);
                                      return d;
                                    });
     }
@@ -260,7 +269,10 @@ TEST(Scratch, LossAndReductionsFitTheirPlannedScratch) {
       expectPlannedScratchSuffices(mean ? "mean" : "sum", pk::reduceScratch(cpu, xs, axes, mean),
                                    [&](const pk::Workspace &s) {
                                      std::vector<float> y(kept.numel());
-                                     (mean ? pk::reduceMean : pk::reduceSum)(x.data(), xs, axes, y.data(), s);
+                                     if (mean)
+                                       pk::reduceMean(x.data(), xs, axes, y.data(), s);
+                                     else
+                                       pk::reduceSum(x.data(), xs, axes, y.data(), s);
                                      return y;
                                    });
     }

@@ -52,6 +52,33 @@ pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
     return %y : tensor<4x8xf32>
   }
 
+  // A residual dropout: the dropout joins the add that reads it, and its
+  // mask, returned for the backward, is a second result of the loop; in the
+  // backward the dropout's gradient joins the sum of the residual paths.
+  // CHECK-LABEL: func.func @fwd_dropout
+  // CHECK: %[[R:.*]]:2 = pipe.fused(%arg0, %arg1) : (tensor<4x8xf32>, tensor<4x8xf32>) -> (tensor<4x8xi1>, tensor<4x8xf32>) {
+  // CHECK-NEXT: ^bb0(%[[X:.*]]: tensor<4x8xf32>, %[[S:.*]]: tensor<4x8xf32>):
+  // CHECK-NEXT: %[[D:.*]], %[[M:.*]] = nn.dropout %[[X]] {ratio = 1.000000e-01 : f32, training = true}
+  // CHECK-NEXT: %[[A:.*]] = nn.add %[[D]], %[[S]]
+  // CHECK-NEXT: pipe.yield %[[M]], %[[A]]
+  // CHECK: return %[[R]]#1, %[[R]]#0
+  func.func @fwd_dropout(%x: tensor<4x8xf32>, %skip: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xi1> {pipe.saved = "mask"}) {
+    %d, %m = nn.dropout %x {ratio = 0.1 : f32, training = true} : (tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xi1>)
+    %a = nn.add %d, %skip : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    return %a, %m : tensor<4x8xf32>, tensor<4x8xi1>
+  }
+  // CHECK-LABEL: func.func @bwd_dropout
+  // CHECK: pipe.fused
+  // CHECK-NEXT: ^bb0
+  // CHECK-NEXT: nn.dropout_grad
+  // CHECK-NEXT: nn.add
+  // CHECK-NEXT: pipe.yield
+  func.func @bwd_dropout(%dy: tensor<4x8xf32>, %m: tensor<4x8xi1>, %other: tensor<4x8xf32>) -> tensor<4x8xf32> {
+    %g = nn.dropout_grad %dy, %m {ratio = 0.1 : f32, training = true} : (tensor<4x8xf32>, tensor<4x8xi1>) -> tensor<4x8xf32>
+    %s = nn.add %g, %other : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    return %s : tensor<4x8xf32>
+  }
+
   // The step's in-place updates are never fused.
   // CHECK-LABEL: func.func @step
   // CHECK-NOT: pipe.fused

@@ -196,6 +196,61 @@ func.func @sdpa_guard(%q: tensor<2x4x16x8xf32>, %k: tensor<2x4x16x8xf32>, %v: te
   return %a, %b : tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>
 }
 
+// Attention dropout (GPT-2's and BERT's attn_pdrop): softmax -> dropout ->
+// matmul is one nn.attention carrying the dropout's ratio and the op part of
+// its mask's key (the FNV-1a hash of its node name, or its seed), for the
+// masked softmax, a plain one under the SDPA NaN guard, and an additive
+// mask. An inference-mode dropout drops nothing: no dropout attributes. A
+// dropout whose mask is read elsewhere stays, and so does its attention.
+// CHECK-LABEL: func.func @attention_dropout
+// CHECK-DAG: %[[A:.*]], %{{.*}} = nn.attention %arg0, %{{.*}}, %arg2, %arg3 {dropout_op_id = 4768036628430608398 : i64, dropout_ratio = 1.000000e-01 : f32, fill = -1.000000e+09 : f32, scale = 0.353553385 : f32}
+// CHECK-DAG: %[[B:.*]], %{{.*}} = nn.attention %arg0, %arg1, %arg2, %arg3 {dropout_op_id = 7 : i64, dropout_ratio = 2.500000e-01 : f32, fill = -3.40282347E+38 : f32, scale = 0.353553385 : f32}
+// CHECK-DAG: %[[C:.*]], %{{.*}} = nn.attention %arg0, %{{.*}}, %arg2, %{{.*}} {dropout_op_id = 7 : i64, dropout_ratio = 5.000000e-01 : f32, scale = 1.250000e-01 : f32}
+// CHECK-DAG: %[[D:.*]], %{{.*}} = nn.attention %arg0, %{{.*}}, %arg2 {scale = 1.250000e-01 : f32} :
+// CHECK-DAG: %[[KEEP:[^,]*]], %{{.*}} = nn.dropout %{{.*}} {ratio = 1.000000e-01 : f32, training = true}
+// CHECK-DAG: %[[E:.*]] = nn.matmul %[[KEEP]], %arg2
+// CHECK: return %[[A]], %[[B]], %[[C]], %[[D]], %[[E]],
+func.func @attention_dropout(%q: tensor<2x4x16x8xf32>, %k: tensor<2x4x16x8xf32>, %v: tensor<2x4x16x8xf32>, %mask: tensor<1x1x16x16xi1>, %in: tensor<2x1x16x16xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x16xi1>) {
+  %c = nn.constant dense<0.125> : tensor<f32>
+  %true = nn.constant dense<true> : tensor<i1>
+  %zero = nn.constant dense<0.0> : tensor<f32>
+  %t = nn.transpose %k {perm = array<i64: 0, 1, 3, 2>} : (tensor<2x4x16x8xf32>) -> tensor<2x4x8x16xf32>
+  %s = nn.matmul %q, %t : (tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x16x16xf32>
+  %p = nn.masked_softmax %s, %mask {fill = -1.0e9 : f32, scale = 0.353553385 : f32} : (tensor<2x4x16x16xf32>, tensor<1x1x16x16xi1>) -> tensor<2x4x16x16xf32>
+  %pd, %pm = nn.dropout %p {ratio = 0.1 : f32, training = true} : (tensor<2x4x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x4x16x16xi1>) loc("attn_dropout")
+  %a = nn.matmul %pd, %v : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  // scaled_dot_product_attention(dropout_p = 0.25) as the dynamo exporter writes it.
+  %t2 = nn.transpose %k {perm = array<i64: 0, 1, 3, 2>} : (tensor<2x4x16x8xf32>) -> tensor<2x4x8x16xf32>
+  %s2 = nn.matmul %q, %t2 : (tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x16x16xf32>
+  %p2 = nn.masked_softmax %s2, %mask {fill = -3.40282347E+38 : f32, scale = 0.353553385 : f32} : (tensor<2x4x16x16xf32>, tensor<1x1x16x16xi1>) -> tensor<2x4x16x16xf32>
+  %e2 = nn.equal %p2, %p2 : (tensor<2x4x16x16xf32>, tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xi1>
+  %n2 = nn.xor %e2, %true : (tensor<2x4x16x16xi1>, tensor<i1>) -> tensor<2x4x16x16xi1>
+  %g2 = nn.where %n2, %zero, %p2 : (tensor<2x4x16x16xi1>, tensor<f32>, tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %pd2, %pm2 = nn.dropout %g2 {ratio = 0.25 : f32, training = true, seed = 7 : i64} : (tensor<2x4x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x4x16x16xi1>)
+  %b = nn.matmul %pd2, %v : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  // An additive mask computed from the inputs.
+  %am = nn.mul %in, %in : (tensor<2x1x16x16xf32>, tensor<2x1x16x16xf32>) -> tensor<2x1x16x16xf32>
+  %s3 = nn.matmul %q, %t : (tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x16x16xf32>
+  %z3 = nn.mul %s3, %c : (tensor<2x4x16x16xf32>, tensor<f32>) -> tensor<2x4x16x16xf32>
+  %m3 = nn.add %z3, %am : (tensor<2x4x16x16xf32>, tensor<2x1x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %p3 = nn.softmax %m3 {axis = -1 : i64} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %pd3, %pm3 = nn.dropout %p3 {ratio = 0.5 : f32, training = true, seed = 7 : i64} : (tensor<2x4x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x4x16x16xi1>)
+  %c3 = nn.matmul %pd3, %v : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  // Inference mode: the dropout is the identity.
+  %s4 = nn.matmul %q, %t : (tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x16x16xf32>
+  %z4 = nn.mul %s4, %c : (tensor<2x4x16x16xf32>, tensor<f32>) -> tensor<2x4x16x16xf32>
+  %p4 = nn.softmax %z4 {axis = -1 : i64} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %pd4, %pm4 = nn.dropout %p4 {ratio = 0.1 : f32} : (tensor<2x4x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x4x16x16xi1>) loc("eval_dropout")
+  %d4 = nn.matmul %pd4, %v : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  // The mask is a result too: the dropout and its products stay.
+  %s5 = nn.matmul %q, %t : (tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x16x16xf32>
+  %z5 = nn.mul %s5, %c : (tensor<2x4x16x16xf32>, tensor<f32>) -> tensor<2x4x16x16xf32>
+  %p5 = nn.softmax %z5 {axis = -1 : i64} : (tensor<2x4x16x16xf32>) -> tensor<2x4x16x16xf32>
+  %pd5, %pm5 = nn.dropout %p5 {ratio = 0.1 : f32, training = true} : (tensor<2x4x16x16xf32>) -> (tensor<2x4x16x16xf32>, tensor<2x4x16x16xi1>) loc("kept_dropout")
+  %e5 = nn.matmul %pd5, %v : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  return %a, %b, %c3, %d4, %e5, %pm5 : tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x16xi1>
+}
+
 // An all-zero additive mask (the dynamo exporter's folded mask of an
 // unpadded batch) under a softmax is no mask: the attention fuses. Not so
 // for a mask with any other value, nor for an add that feeds anything else.

@@ -86,7 +86,7 @@ ScratchNeed layerNormGradScratch(ScratchTarget, const Shape &xs, const Shape &ss
 }
 
 ScratchNeed layerNormParamGradScratch(ScratchTarget target, const Shape &xs, const Shape &ps, int64_t axis,
-                                      bool withBias) {
+                                      bool withBias, bool accumulate) {
   const RowView v = rowView("nn.layer_norm_param_grad", xs, axis);
   ScratchNeed need;
   if (target == ScratchTarget::Cuda) {
@@ -99,11 +99,17 @@ ScratchNeed layerNormParamGradScratch(ScratchTarget target, const Shape &xs, con
     if (withBias) need.addShared<double>(partials);
     return need;
   }
-  // Sums at the normalized shape when the parameters broadcast, then the
-  // rows' statistics (used when the sums split over threads).
-  if (ps.numel() != v.inner) {
+  // Sums at the normalized shape when the parameters broadcast or the sums
+  // are added into the outputs, the parameter-shaped sums when both, then
+  // the rows' statistics (used when the sums split over threads).
+  const bool full = ps.numel() == v.inner;
+  if (!full || accumulate) {
     need.addShared<float>(v.inner);
     if (withBias) need.addShared<float>(v.inner);
+  }
+  if (!full && accumulate) {
+    need.addShared<float>(ps.numel());
+    if (withBias) need.addShared<float>(ps.numel());
   }
   need.addShared<float>(2 * v.rows);
   return need;

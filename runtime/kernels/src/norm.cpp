@@ -259,15 +259,21 @@ void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float
 }
 
 void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const Shape &ps, float *dscale, float *dbias,
-                        int64_t axis, float epsilon, RowNorm norm, const Workspace &workspace) {
+                        int64_t axis, float epsilon, RowNorm norm, const Workspace &workspace, bool accumulate) {
   const RowView v = rowView("nn.layer_norm_param_grad", xs, axis);
   if (!broadcastsTo(ps, v.normalized))
     fail("nn.layer_norm_param_grad", "parameter shape " + ps.str() + " does not broadcast to " + v.normalized.str());
   Scratch scratch("nn.layer_norm_param_grad", workspace,
-                  layerNormParamGradScratch(ScratchTarget::Cpu, xs, ps, axis, dbias != nullptr));
+                  layerNormParamGradScratch(ScratchTarget::Cpu, xs, ps, axis, dbias != nullptr, accumulate));
   const bool full = ps.numel() == v.inner;
-  float *ds = full ? dscale : scratch.shared<float>(v.inner);
-  float *db = full || !dbias ? dbias : scratch.shared<float>(v.inner);
+  // Summed straight into the outputs, or into scratch when the parameters
+  // broadcast or the sums are added into the outputs (as a separate sum
+  // and accumulate would: the same bits).
+  const bool direct = full && !accumulate;
+  float *ds = direct ? dscale : scratch.shared<float>(v.inner);
+  float *db = direct || !dbias ? dbias : scratch.shared<float>(v.inner);
+  float *sumScale = full ? ds : accumulate ? scratch.shared<float>(ps.numel()) : dscale;
+  float *sumBias = full || !dbias ? db : accumulate ? scratch.shared<float>(ps.numel()) : dbias;
   float *stats = scratch.shared<float>(2 * v.rows);
   std::fill(ds, ds + v.inner, 0.0f);
   if (db) std::fill(db, db + v.inner, 0.0f);
@@ -309,8 +315,13 @@ void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
       const Shape &ns = v.normalized;
       broadcastLoop<2>(ns, {&ns, &ps}, [&](int64_t, const std::array<int64_t, 2> &o) { dst[o[1]] += src[o[0]]; });
     };
-    sumDown(ds, dscale);
-    if (dbias) sumDown(db, dbias);
+    sumDown(ds, sumScale);
+    if (dbias) sumDown(db, sumBias);
+  }
+  if (accumulate) {
+    for (int64_t i = 0; i < ps.numel(); ++i) dscale[i] += sumScale[i];
+    if (dbias)
+      for (int64_t i = 0; i < ps.numel(); ++i) dbias[i] += sumBias[i];
   }
 }
 

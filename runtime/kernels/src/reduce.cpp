@@ -164,6 +164,29 @@ void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const ui
 
 
 namespace {
+/// A dropout of an attention's probabilities, as the fused kernels apply
+/// it: nn.dropout's keep test and scaling (elementwise.cpp's dropout) on
+/// element `index` of the [L..., S, T] probabilities, the mask drawn again
+/// wherever it is needed instead of stored.
+struct ProbabilityDropout {
+  bool active = false;
+  uint64_t streamKey = 0, threshold = 0;
+  double scale = 1.0;
+  bool kept(uint64_t index) const { return dropoutDraw(streamKey, index) >= threshold; }
+  /// x as dropout(x) writes it: 0, or x / (1 - ratio) rounded once.
+  float apply(float x, bool keep) const { return keep ? (float)((double)x * scale) : 0.0f; }
+};
+ProbabilityDropout probabilityDropout(const char *op, float ratio, bool training, uint64_t streamKey) {
+  const double r = ratio; // as dropout's, the ratio in double
+  if (!(r >= 0.0 && r < 1.0)) fail(op, "dropout ratio must be in [0, 1), got " + std::to_string(r));
+  ProbabilityDropout d;
+  d.active = training && r > 0.0;
+  d.streamKey = streamKey;
+  d.threshold = dropoutKeepThreshold(r);
+  d.scale = 1.0 / (1.0 - r);
+  return d;
+}
+
 /// One block of an attention's z: rows [r0, r0 + rows) of the scores of
 /// slice l (z = q · kᵀ), scaled and masked as nn.masked_softmax writes them
 /// (or, with an additive mask, the scaled scores plus the mask).
@@ -190,10 +213,12 @@ void attentionScores(const AttentionView &a, const MaskedRows &m, const float *q
 
 void attention(const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v, const Shape &vs,
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
-               bool maskedWhen, float *y, float *lse, const Workspace &workspace) {
+               bool maskedWhen, float dropoutRatio, bool training, uint64_t dropoutStreamKey, float *y, float *lse,
+               const Workspace &workspace) {
   const char *op = "nn.attention";
   const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
   const MaskedRows m = maskedRows(op, a.scores, a.masked ? ms : Shape{});
+  const ProbabilityDropout drop = probabilityDropout(op, dropoutRatio, training, dropoutStreamKey);
   Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cpu, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S), blocks = block == 0 ? 0 : (a.S + block - 1) / block;
   if (a.T == 0) { // softmax over nothing: P · v is empty sums
@@ -213,6 +238,10 @@ void attention(const float *q, const Shape &qs, const float *k, const Shape &ks,
         const float inv = (float)(1.0 / sum);
         for (int64_t j = 0; j < a.T; ++j) zr[j] *= inv;
         lse[l * a.S + r0 + i] = (float)(mx + std::log(sum));
+        if (drop.active) { // P's dropout, element by element as nn.dropout's
+          const uint64_t first = (uint64_t)((l * a.S + r0 + i) * a.T);
+          for (int64_t j = 0; j < a.T; ++j) zr[j] = drop.apply(zr[j], drop.kept(first + (uint64_t)j));
+        }
       }
       sgemm(false, false, rows, a.Dv, a.T, 1.0f, z, a.T, v + l * a.T * a.Dv, a.Dv, 0.0f,
             y + (l * a.S + r0) * a.Dv, a.Dv);
@@ -222,11 +251,13 @@ void attention(const float *q, const Shape &qs, const float *k, const Shape &ks,
 
 void attentionGrad(const float *dy, const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v,
                    const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const float *y,
-                   const float *lse, float scale, bool divide, float fill, bool maskedWhen, float *dq, float *dk,
-                   float *dv, const Workspace &workspace) {
+                   const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
+                   bool training, uint64_t dropoutStreamKey, float *dq, float *dk, float *dv,
+                   const Workspace &workspace) {
   const char *op = "nn.attention_grad";
   const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
   const MaskedRows m = maskedRows(op, a.scores, a.masked ? ms : Shape{});
+  const ProbabilityDropout drop = probabilityDropout(op, dropoutRatio, training, dropoutStreamKey);
   Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cpu, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   // One slice l per task: its dk and dv sum over the row blocks in order,
@@ -249,21 +280,30 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
           const float shift = lse[row0 + i];
           for (int64_t j = 0; j < a.T; ++j) pr[j] = expFloat(pr[j] - shift);
         }
-        // dv += Pᵀ · dy; dP = dy · vᵀ.
-        sgemm(true, false, a.T, a.Dv, rows, 1.0f, p, a.T, dy + row0 * a.Dv, a.Dv, beta, dvl, a.Dv);
+        // dP = dy · vᵀ; dz from it; then dv += Pᵀ · dy (P dropped out by
+        // then, when the forward dropped it).
         sgemm(false, true, rows, a.T, a.Dv, 1.0f, dy + row0 * a.Dv, a.Dv, v + l * a.T * a.Dv, a.Dv, 0.0f, dz, a.T);
         for (int64_t i = 0; i < rows; ++i) {
-          const float *dyr = dy + (row0 + i) * a.Dv, *yr = y + (row0 + i) * a.Dv, *pr = p + i * a.T;
+          const float *dyr = dy + (row0 + i) * a.Dv, *yr = y + (row0 + i) * a.Dv;
+          float *pr = p + i * a.T;
           const uint8_t *mr = mask ? mask + m.maskOffset(row0 + i) : nullptr;
+          // rowsum(P ⊙ dP) = dy · y, with dropout too: dP is then
+          // (dy · vᵀ) ⊙ M/(1-p) and y = (P ⊙ M/(1-p)) · v.
           double dot = 0;
           for (int64_t e = 0; e < a.Dv; ++e) dot += (double)dyr[e] * yr[e];
           const float fd = (float)dot;
           float *dzr = dz + i * a.T;
+          const uint64_t first = (uint64_t)((row0 + i) * a.T);
           for (int64_t j = 0; j < a.T; ++j) {
-            const float g = mr && (mr[j * m.maskInner] != 0) == maskedWhen ? 0.0f : pr[j] * (dzr[j] - fd);
+            // dropoutGrad of dP, and P dropped out for dv, under the forward's mask
+            const bool keep = drop.active && drop.kept(first + (uint64_t)j);
+            const float dp = drop.active ? drop.apply(dzr[j], keep) : dzr[j];
+            const float g = mr && (mr[j * m.maskInner] != 0) == maskedWhen ? 0.0f : pr[j] * (dp - fd);
             dzr[j] = divide ? g / scale : g * scale;
+            if (drop.active) pr[j] = drop.apply(pr[j], keep);
           }
         }
+        sgemm(true, false, a.T, a.Dv, rows, 1.0f, p, a.T, dy + row0 * a.Dv, a.Dv, beta, dvl, a.Dv);
         // dq = dz · k; dk += dzᵀ · q.
         sgemm(false, false, rows, a.D, a.T, 1.0f, dz, a.T, k + l * a.T * a.D, a.D, 0.0f, dq + row0 * a.D, a.D);
         sgemm(true, false, a.T, a.D, rows, 1.0f, dz, a.T, q + row0 * a.D, a.D, beta, dkl, a.D);
@@ -416,7 +456,7 @@ namespace {
 /// Sums x over the marked axes into y (double accumulation); returns the
 /// number of elements summed into each output.
 int64_t sumAxes(const char *op, const float *x, const Shape &xs, const Dims &axes, bool emptyMeansAll, float *y,
-                double divide, const Workspace &workspace) {
+                double divide, const Workspace &workspace, bool accumulate = false) {
   const Shape kept = reducedShape(op, xs, axes, emptyMeansAll);
   const int64_t outN = kept.numel(), inN = xs.numel();
   const int64_t count = outN ? inN / outN : 0;
@@ -448,13 +488,17 @@ int64_t sumAxes(const char *op, const float *x, const Shape &xs, const Dims &axe
     });
   }
   const double k = divide ? 1.0 / ((double)count * divide) : 1.0;
-  for (int64_t i = 0; i < outN; ++i) y[i] = (float)(divide ? acc[i] * k : acc[i]);
+  for (int64_t i = 0; i < outN; ++i) {
+    const float v = (float)(divide ? acc[i] * k : acc[i]);
+    y[i] = accumulate ? y[i] + v : v;
+  }
   return count;
 }
 } // namespace
 
-void reduceSum(const float *x, const Shape &xs, const Dims &axes, float *y, const Workspace &workspace) {
-  sumAxes("nn.reduce_sum", x, xs, axes, false, y, 0.0, workspace);
+void reduceSum(const float *x, const Shape &xs, const Dims &axes, float *y, const Workspace &workspace,
+               bool accumulate) {
+  sumAxes("nn.reduce_sum", x, xs, axes, false, y, 0.0, workspace, accumulate);
 }
 
 void reduceMean(const float *x, const Shape &xs, const Dims &axes, float *y, const Workspace &workspace) {

@@ -310,6 +310,16 @@ static void testReduce() {
     pk::reduceSum(x.data(), xs, axes, c.data());
     pc::reduceSum(x.data(), xs, axes, g.data());
     cmp(c, g, 1e-6, "y");
+    // Added into a gradient buffer: the separate sum's bits, added (CPU
+    // exactly; CUDA within its summation order).
+    {
+      auto into = randv(ys.numel()), intoC = into, intoG = into;
+      pk::reduceSum(x.data(), xs, axes, intoC.data(), pk::Workspace{}, true);
+      pc::reduceSum(x.data(), xs, axes, intoG.data(), true);
+      for (size_t i = 0; i < into.size(); ++i) into[i] += c[i];
+      cmp(into, intoC, 0, "y accumulated (CPU)");
+      cmp(intoC, intoG, 1e-6, "y accumulated");
+    }
     Shape ms = ys;
     if (axes.size == 0) for (int a = 0; a < rank; ++a) ms.v[a] = 1;
     std::vector<float> mc(ms.numel()), mg(ms.numel());
@@ -448,6 +458,17 @@ static void testNorm() {
         pc::layerNormParamGrad(dy.data(), x.data(), xs, ps, dsg.data(), dbg.data(), axis, 1e-5f, norm);
         cmp(dsc, dsg, 1e-4, "dscale");
         cmp(dbc, dbg, 1e-4, "dbias");
+        // Added into gradient buffers (CPU: exactly the separate sums, added).
+        auto gsc = randv(ps.numel()), gbc = randv(ps.numel()), gsg = gsc, gbg = gbc, wantS = gsc, wantB = gbc;
+        pk::layerNormParamGrad(dy.data(), x.data(), xs, ps, gsc.data(), gbc.data(), axis, 1e-5f, norm,
+                               pk::Workspace{}, true);
+        pc::layerNormParamGrad(dy.data(), x.data(), xs, ps, gsg.data(), gbg.data(), axis, 1e-5f, norm,
+                               pk::Workspace{}, true);
+        for (int64_t i = 0; i < ps.numel(); ++i) wantS[i] += dsc[i], wantB[i] += dbc[i];
+        cmp(wantS, gsc, 0, "dscale accumulated (CPU)");
+        cmp(wantB, gbc, 0, "dbias accumulated (CPU)");
+        cmp(gsc, gsg, 1e-4, "dscale accumulated");
+        cmp(gbc, gbg, 1e-4, "dbias accumulated");
       }
     }
 }
@@ -474,32 +495,51 @@ static void testAttention() {
                         {Shape{2, 70, 4}, Shape{2, 9, 4}, Shape{2, 9, 5}, Shape{70, 9}, true, true, false},
                         {Shape{3, 4, 2}, Shape{3, 7, 2}, Shape{3, 7, 2}, Shape{}, false, false, false},
                         {Shape{2, 70, 4}, Shape{2, 9, 4}, Shape{2, 9, 5}, Shape{2, 1, 9}, true, false, true}};
-  for (const Case &c : cases) {
-    ctx = "attention q " + c.qs.str() + " k " + c.ks.str() + " v " + c.vs.str() + (c.masked ? " masked" : "");
-    auto q = randv(c.qs.numel()), k = randv(c.ks.numel()), v = randv(c.vs.numel());
-    std::vector<uint8_t> mask(c.ms.numel());
-    for (size_t e = 0; e < mask.size(); ++e) mask[e] = e % 3 == 2;
-    const auto bias = randv(c.ms.numel());
-    const uint8_t *m = c.masked && !c.additive ? mask.data() : nullptr;
-    const float *a = c.masked && c.additive ? bias.data() : nullptr;
-    const int64_t rows = c.qs.numel() / c.qs.v[c.qs.size - 1], out = rows * c.vs.v[c.vs.size - 1];
-    std::vector<float> yc(out), yg(out), lc(rows), lg(rows);
-    pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, 0.5f, c.divide, -1e9f, true, yc.data(),
-                  lc.data());
-    pc::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, 0.5f, c.divide, -1e9f, true, yg.data(),
-                  lg.data());
-    cmp(yc, yg, 1e-5, "y");
-    cmp(lc, lg, 1e-5, "lse");
-    auto dy = randv(out);
-    std::vector<float> dqc(q.size()), dkc(k.size()), dvc(v.size()), dqg(q.size()), dkg(k.size()), dvg(v.size());
-    pk::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, yc.data(), lc.data(), 0.5f,
-                      c.divide, -1e9f, true, dqc.data(), dkc.data(), dvc.data());
-    pc::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, yc.data(), lc.data(), 0.5f,
-                      c.divide, -1e9f, true, dqg.data(), dkg.data(), dvg.data());
-    cmp(dqc, dqg, 1e-4, "dq");
-    cmp(dkc, dkg, 1e-4, "dk");
-    cmp(dvc, dvg, 1e-4, "dv");
-  }
+  // Each case without and with a dropout of P (the CPU's mask, regenerated
+  // in the softmax and score-gradient kernels).
+  const uint64_t key = pk::dropoutStreamKey(11, 5, 3, pk::dropoutOpId("attn_dropout"));
+  for (const Case &c : cases)
+    for (float ratio : {0.0f, 0.3f}) {
+      ctx = "attention q " + c.qs.str() + " k " + c.ks.str() + " v " + c.vs.str() + (c.masked ? " masked" : "") +
+            (ratio > 0 ? " dropout" : "");
+      auto q = randv(c.qs.numel()), k = randv(c.ks.numel()), v = randv(c.vs.numel());
+      std::vector<uint8_t> mask(c.ms.numel());
+      for (size_t e = 0; e < mask.size(); ++e) mask[e] = e % 3 == 2;
+      const auto bias = randv(c.ms.numel());
+      const uint8_t *m = c.masked && !c.additive ? mask.data() : nullptr;
+      const float *a = c.masked && c.additive ? bias.data() : nullptr;
+      const int64_t rows = c.qs.numel() / c.qs.v[c.qs.size - 1], out = rows * c.vs.v[c.vs.size - 1];
+      std::vector<float> yc(out), yg(out), lc(rows), lg(rows);
+      pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, 0.5f, c.divide, -1e9f, true, ratio, true,
+                    key, yc.data(), lc.data());
+      pc::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, 0.5f, c.divide, -1e9f, true, ratio, true,
+                    key, yg.data(), lg.data());
+      cmp(yc, yg, 1e-5, "y");
+      cmp(lc, lg, 1e-5, "lse");
+      if (ratio > 0) { // with v the identity, y is the dropped P: the same zeros
+        Shape is = c.vs;
+        const int64_t T = c.ks.v[c.ks.size - 2];
+        is.v[is.size - 1] = T;
+        std::vector<float> identity(is.numel()), pc1(rows * T), pg1(rows * T), l(rows);
+        for (int64_t e = 0; e < is.numel(); ++e) identity[e] = (e / T) % T == e % T ? 1.0f : 0.0f;
+        pk::attention(q.data(), c.qs, k.data(), c.ks, identity.data(), is, m, a, c.ms, 0.5f, c.divide, -1e9f, true,
+                      ratio, true, key, pc1.data(), l.data());
+        pc::attention(q.data(), c.qs, k.data(), c.ks, identity.data(), is, m, a, c.ms, 0.5f, c.divide, -1e9f, true,
+                      ratio, true, key, pg1.data(), l.data());
+        std::vector<uint8_t> zerosC(pc1.size()), zerosG(pg1.size());
+        for (size_t e = 0; e < pc1.size(); ++e) zerosC[e] = pc1[e] == 0.0f, zerosG[e] = pg1[e] == 0.0f;
+        cmp(zerosC, zerosG, 0, "dropped elements");
+      }
+      auto dy = randv(out);
+      std::vector<float> dqc(q.size()), dkc(k.size()), dvc(v.size()), dqg(q.size()), dkg(k.size()), dvg(v.size());
+      pk::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, yc.data(), lc.data(), 0.5f,
+                        c.divide, -1e9f, true, ratio, true, key, dqc.data(), dkc.data(), dvc.data());
+      pc::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, yc.data(), lc.data(), 0.5f,
+                        c.divide, -1e9f, true, ratio, true, key, dqg.data(), dkg.data(), dvg.data());
+      cmp(dqc, dqg, 1e-4, "dq");
+      cmp(dkc, dkg, 1e-4, "dk");
+      cmp(dvc, dvg, 1e-4, "dv");
+    }
 }
 
 static void testLinalg() {

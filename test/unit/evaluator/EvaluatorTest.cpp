@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 
 using namespace pipec::eval;
@@ -156,6 +157,59 @@ TEST_F(EvaluatorTest, DropoutMaskIsKeyedByOptionsAndOp) {
   uint64_t key = kernels::dropoutStreamKey(42, 0, 0, *opId);
   for (int64_t i = 0; i < 256; ++i)
     EXPECT_EQ((*first)[0].ints[i], kernels::dropoutUniform(key, i) >= 0.5);
+}
+
+// nn.attention with a dropout of P (what pipec-recognize-composites makes
+// of softmax -> dropout -> matmul) against those ops and their gradients:
+// the dropout keyed by its `seed` 9, the fused op by dropout_op_id 9, so
+// both drop the same elements; in f64 they agree to the last bits.
+TEST_F(EvaluatorTest, AttentionDropsWhatItsDropoutDrops) {
+  auto forward = parse(R"mlir(
+    func.func @forward(%q: tensor<2x4x3xf64>, %k: tensor<2x5x3xf64>, %v: tensor<2x5x2xf64>, %mask: tensor<4x5xi1>,
+                       %dy: tensor<2x4x2xf64>)
+        -> (tensor<2x4x2xf64>, tensor<2x4x2xf64>, tensor<2x4x3xf64>, tensor<2x5x3xf64>, tensor<2x5x2xf64>,
+            tensor<2x4x3xf64>, tensor<2x5x3xf64>, tensor<2x5x2xf64>) {
+      %kt = nn.transpose %k {perm = array<i64: 0, 2, 1>} : (tensor<2x5x3xf64>) -> tensor<2x3x5xf64>
+      %s = nn.matmul %q, %kt : (tensor<2x4x3xf64>, tensor<2x3x5xf64>) -> tensor<2x4x5xf64>
+      %p = nn.masked_softmax %s, %mask {fill = -1.0e9 : f32, scale = 0.5 : f32} : (tensor<2x4x5xf64>, tensor<4x5xi1>) -> tensor<2x4x5xf64>
+      %pd, %keep = nn.dropout %p {ratio = 0.4 : f32, training = true, seed = 9 : i64} : (tensor<2x4x5xf64>) -> (tensor<2x4x5xf64>, tensor<2x4x5xi1>)
+      %y = nn.matmul %pd, %v : (tensor<2x4x5xf64>, tensor<2x5x2xf64>) -> tensor<2x4x2xf64>
+      %vt = nn.transpose %v {perm = array<i64: 0, 2, 1>} : (tensor<2x5x2xf64>) -> tensor<2x2x5xf64>
+      %dpd = nn.matmul %dy, %vt : (tensor<2x4x2xf64>, tensor<2x2x5xf64>) -> tensor<2x4x5xf64>
+      %dp = nn.dropout_grad %dpd, %keep {ratio = 0.4 : f32, training = true} : (tensor<2x4x5xf64>, tensor<2x4x5xi1>) -> tensor<2x4x5xf64>
+      %dz = nn.masked_softmax_grad %dp, %p, %mask {scale = 0.5 : f32} : (tensor<2x4x5xf64>, tensor<2x4x5xf64>, tensor<4x5xi1>) -> tensor<2x4x5xf64>
+      %dq = nn.matmul %dz, %k : (tensor<2x4x5xf64>, tensor<2x5x3xf64>) -> tensor<2x4x3xf64>
+      %dzt = nn.transpose %dz {perm = array<i64: 0, 2, 1>} : (tensor<2x4x5xf64>) -> tensor<2x5x4xf64>
+      %dk = nn.matmul %dzt, %q : (tensor<2x5x4xf64>, tensor<2x4x3xf64>) -> tensor<2x5x3xf64>
+      %pdt = nn.transpose %pd {perm = array<i64: 0, 2, 1>} : (tensor<2x4x5xf64>) -> tensor<2x5x4xf64>
+      %dv = nn.matmul %pdt, %dy : (tensor<2x5x4xf64>, tensor<2x4x2xf64>) -> tensor<2x5x2xf64>
+      %a:2 = nn.attention %q, %k, %v, %mask {fill = -1.0e9 : f32, scale = 0.5 : f32, dropout_ratio = 0.4 : f32, dropout_op_id = 9 : i64} : (tensor<2x4x3xf64>, tensor<2x5x3xf64>, tensor<2x5x2xf64>, tensor<4x5xi1>) -> (tensor<2x4x2xf64>, tensor<2x4x1xf64>)
+      %g:3 = nn.attention_grad %dy, %q, %k, %v, %mask, %a#0, %a#1 {fill = -1.0e9 : f32, scale = 0.5 : f32, dropout_ratio = 0.4 : f32, dropout_op_id = 9 : i64} : (tensor<2x4x2xf64>, tensor<2x4x3xf64>, tensor<2x5x3xf64>, tensor<2x5x2xf64>, tensor<4x5xi1>, tensor<2x4x2xf64>, tensor<2x4x1xf64>) -> (tensor<2x4x3xf64>, tensor<2x5x3xf64>, tensor<2x5x2xf64>)
+      return %y, %a#0, %dq, %dk, %dv, %g#0, %g#1, %g#2 : tensor<2x4x2xf64>, tensor<2x4x2xf64>, tensor<2x4x3xf64>, tensor<2x5x3xf64>, tensor<2x5x2xf64>, tensor<2x4x3xf64>, tensor<2x5x3xf64>, tensor<2x5x2xf64>
+    })mlir");
+  ASSERT_TRUE(forward);
+  auto values = [](int64_t n, double step) {
+    std::vector<double> v;
+    for (int64_t i = 0; i < n; ++i) v.push_back(std::sin(step * (double)(i + 1)));
+    return v;
+  };
+  auto f64 = [](std::vector<int64_t> shape, std::vector<double> v) {
+    return Tensor::ofFloats(ElementKind::Float64, std::move(shape), std::move(v));
+  };
+  Tensor causal = Tensor::ofInts(ElementKind::Bool, {4, 5}, {0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1});
+  EvalOptions options;
+  options.seed = 5, options.step = 2, options.microBatch = 1;
+  auto results = evaluateFunction(forward,
+                                  {f64({2, 4, 3}, values(24, 0.7)), f64({2, 5, 3}, values(30, 1.3)),
+                                   f64({2, 5, 2}, values(20, 2.1)), causal, f64({2, 4, 2}, values(16, 0.9))},
+                                  options);
+  ASSERT_TRUE(mlir::succeeded(results)) << diagnostics;
+  for (int pair = 0; pair < 4; ++pair) { // y, dq, dk, dv: the unfused one, then the fused op's
+    const Tensor &unfused = (*results)[pair == 0 ? 0 : 1 + pair], &fused = (*results)[pair == 0 ? 1 : 4 + pair];
+    ASSERT_EQ(unfused.shape, fused.shape);
+    for (size_t i = 0; i < unfused.floats.size(); ++i)
+      EXPECT_NEAR(fused.floats[i], unfused.floats[i], 1e-12) << "result pair " << pair << " element " << i;
+  }
 }
 
 TEST_F(EvaluatorTest, DropoutWithoutIdentityIsAnError) {

@@ -361,23 +361,32 @@ std::vector<GradCase> linearAlgebraCases(std::mt19937_64 &rng) {
          }});
   }
   // The fused attention, causal-masked and scaled (then divided), without a
-  // mask, or with an additive one: its gradient op against the finite
-  // differences of its result.
-  for (int variant = 0; variant < 3; ++variant) {
+  // mask, with an additive one, or causal-masked with a dropout of its
+  // probabilities (the mask fixed by its key): its gradient op against the
+  // finite differences of its result.
+  for (int variant = 0; variant < 4; ++variant) {
     const bool masked = variant != 1, divide = variant == 0;
+    const double dropoutRatio = variant == 3 ? 0.4 : 0.0;
+    const uint64_t dropoutKey = kernels::dropoutStreamKey(1, 2, 3, 4);
     Tensor mask = variant == 2 ? random(rng, {2, 1, 5}) // an additive mask
                                : Tensor::ofInts(ElementKind::Bool, {4, 5}, {0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 0, 0,
                                                                             1, 1, 0, 0, 0, 0, 1});
     cases.push_back(
-        {"nn.attention", variant == 0 ? "causal mask, divided scale" : variant == 1 ? "no mask" : "additive mask",
+        {"nn.attention",
+         variant == 0   ? "causal mask, divided scale"
+         : variant == 1 ? "no mask"
+         : variant == 2 ? "additive mask"
+                        : "causal mask, dropout",
          {random(rng, {2, 4, 3}), random(rng, {2, 5, 3}), random(rng, {2, 5, 2})},
          [=](const Tensors &in) {
-           return Tensors{attention(in[0], in[1], in[2], masked ? &mask : nullptr, 1.7, divide, -1e9, true).output};
+           return Tensors{attention(in[0], in[1], in[2], masked ? &mask : nullptr, 1.7, divide, -1e9, true,
+                                    dropoutRatio, dropoutKey)
+                              .output};
          },
          {0, 1, 2},
          [=](const Tensors &in, const Tensors &dy) {
-           AttentionGrads grads =
-               attentionGrad(dy[0], in[0], in[1], in[2], masked ? &mask : nullptr, 1.7, divide, -1e9, true);
+           AttentionGrads grads = attentionGrad(dy[0], in[0], in[1], in[2], masked ? &mask : nullptr, 1.7, divide,
+                                                -1e9, true, dropoutRatio, dropoutKey);
            return Tensors{grads.query, grads.key, grads.value};
          }});
   }

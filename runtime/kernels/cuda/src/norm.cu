@@ -266,7 +266,8 @@ struct SumDown {
 /// out[j] = Σ over chunks k (in order) and the positions q of j (row-major)
 /// of partial[k, q].
 __global__ void layerNormFinishKernel(const double *partialScale, const double *partialBias, int64_t chunks,
-                                      int64_t inner, SumDown m, int64_t outCount, float *dscale, float *dbias) {
+                                      int64_t inner, SumDown m, int64_t outCount, float *dscale, float *dbias,
+                                      bool accumulate) {
   for (int64_t j = firstIndex(); j < outCount; j += gridStride()) {
     int64_t base = 0;
     {
@@ -291,8 +292,9 @@ __global__ void layerNormFinishKernel(const double *partialScale, const double *
         if (dbias) b += partialBias[k * inner + off];
       }
     }
-    dscale[j] = (float)s;
-    if (dbias) dbias[j] = (float)b;
+    // Added into a gradient buffer: the bits of a separate sum and accumulate.
+    dscale[j] = accumulate ? dscale[j] + (float)s : (float)s;
+    if (dbias) dbias[j] = accumulate ? dbias[j] + (float)b : (float)b;
   }
 }
 
@@ -370,7 +372,7 @@ void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float
 }
 
 void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const Shape &ps, float *dscale, float *dbias,
-                        int64_t axis, float epsilon, RowNorm norm, const Workspace &workspace) {
+                        int64_t axis, float epsilon, RowNorm norm, const Workspace &workspace, bool accumulate) {
   const char *op = "nn.layer_norm_param_grad";
   const RowView v = rowView(op, xs, axis);
   if (!broadcastsTo(ps, v.normalized))
@@ -413,7 +415,7 @@ void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
     detail::checkLaunch(op);
   }
   layerNormFinishKernel<<<detail::blocksFor(outCount), detail::kThreads, 0, detail::stream()>>>(
-      pScale, pBias, partials > 0 ? chunks : 0, v.inner, m, outCount, dscale, dbias);
+      pScale, pBias, partials > 0 ? chunks : 0, v.inner, m, outCount, dscale, dbias, accumulate);
   detail::checkLaunch(op);
 }
 

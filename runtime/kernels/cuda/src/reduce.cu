@@ -49,15 +49,19 @@ __host__ __device__ inline double sumInOrder(const float *x, int64_t base, const
   return acc;
 }
 
+/// Output i's sum (rounded to float) written, or added into y[i] (a
+/// parameter's gradient buffer: the bits of a separate sum and accumulate).
+__device__ inline void store(float *y, int64_t i, float v, bool accumulate) { y[i] = accumulate ? y[i] + v : v; }
+
 /// y[i] = (float)(scale ? sum * k : sum), the sum over the reduced axes of
 /// output i in row-major order.
 __global__ void reduceThreadKernel(const float *x, float *y, int64_t outN, int64_t count, IndexMap<1> kept,
-                                   IndexMap<1> reduced, bool scale, double k) {
+                                   IndexMap<1> reduced, bool scale, double k, bool accumulate) {
   for (int64_t i = firstIndex(); i < outN; i += gridStride()) {
     int64_t base[1];
     kept.offsets(i, base);
     const double acc = sumInOrder(x, base[0], reduced, count);
-    y[i] = (float)(scale ? acc * k : acc);
+    store(y, i, (float)(scale ? acc * k : acc), accumulate);
   }
 }
 
@@ -65,7 +69,7 @@ constexpr int kReduceBlock = 256;
 
 __global__ void __launch_bounds__(kReduceBlock)
     reduceBlockKernel(const float *x, float *y, int64_t outN, int64_t count, IndexMap<1> kept, IndexMap<1> reduced,
-                      bool scale, double k) {
+                      bool scale, double k, bool accumulate) {
   __shared__ double partial[kReduceBlock];
   for (int64_t i = blockIdx.x; i < outN; i += gridDim.x) {
     int64_t base[1];
@@ -84,7 +88,7 @@ __global__ void __launch_bounds__(kReduceBlock)
     }
     if (threadIdx.x == 0) {
       const double sum = partial[0];
-      y[i] = (float)(scale ? sum * k : sum);
+      store(y, i, (float)(scale ? sum * k : sum), accumulate);
     }
     __syncthreads(); // partial[0] is read before the next output reuses the buffer
   }
@@ -103,7 +107,7 @@ constexpr int kColumnBlock = kColumnLanes * kColumnGroups;
 /// the group's partial sums are then added in group order.
 __global__ void __launch_bounds__(kColumnBlock)
     reduceColumnsKernel(const float *x, float *y, int64_t outN, int64_t count, IndexMap<1> kept,
-                        IndexMap<1> reduced, bool scale, double k) {
+                        IndexMap<1> reduced, bool scale, double k, bool accumulate) {
   __shared__ double partial[kColumnBlock];
   const int lane = (int)threadIdx.x % kColumnLanes, group = (int)threadIdx.x / kColumnLanes;
   for (int64_t first = (int64_t)blockIdx.x * kColumnLanes; first < outN; first += (int64_t)gridDim.x * kColumnLanes) {
@@ -123,7 +127,7 @@ __global__ void __launch_bounds__(kColumnBlock)
     if (group == 0 && i < outN) {
       double sum = 0;
       for (int g = 0; g < kColumnGroups; ++g) sum += partial[g * kColumnLanes + lane];
-      y[i] = (float)(scale ? sum * k : sum);
+      store(y, i, (float)(scale ? sum * k : sum), accumulate);
     }
     __syncthreads(); // partial is read before the next outputs reuse it
   }
@@ -171,9 +175,13 @@ ReducePlan planReduce(const char *op, const Shape &xs, const Dims &axes, bool em
 }
 
 void sumAxes(const char *op, const float *x, const Shape &xs, const Dims &axes, bool emptyMeansAll, float *y,
-             bool mean) {
+             bool mean, bool accumulate = false) {
   const ReducePlan p = planReduce(op, xs, axes, emptyMeansAll, mean);
   if (p.outN == 0) return;
+  if (p.copy && accumulate) {
+    cuda::accumulate(y, x, p.outN);
+    return;
+  }
   if (p.copy) {
     check(cudaMemcpyAsync(y, x, (size_t)p.outN * sizeof(float), cudaMemcpyDeviceToDevice, stream()), op);
     return;
@@ -181,18 +189,19 @@ void sumAxes(const char *op, const float *x, const Shape &xs, const Dims &axes, 
   switch (p.schedule) {
   case ReducePlan::Schedule::PerBlock: {
     const unsigned blocks = (unsigned)(p.outN < 65536 ? p.outN : 65536);
-    reduceBlockKernel<<<blocks, kReduceBlock, 0, stream()>>>(x, y, p.outN, p.count, p.kept, p.reduced, mean, p.k);
+    reduceBlockKernel<<<blocks, kReduceBlock, 0, stream()>>>(x, y, p.outN, p.count, p.kept, p.reduced, mean, p.k,
+                                                                   accumulate);
     break;
   }
   case ReducePlan::Schedule::PerColumns: {
     const unsigned blocks = (unsigned)((p.outN + kColumnLanes - 1) / kColumnLanes);
     reduceColumnsKernel<<<blocks, kColumnBlock, 0, stream()>>>(x, y, p.outN, p.count, p.kept, p.reduced, mean,
-                                                               p.k);
+                                                               p.k, accumulate);
     break;
   }
   case ReducePlan::Schedule::PerThread:
     reduceThreadKernel<<<blocksFor(p.outN), kThreads, 0, stream()>>>(x, y, p.outN, p.count, p.kept, p.reduced, mean,
-                                                                    p.k);
+                                                                    p.k, accumulate);
     break;
   }
   checkLaunch(op);
@@ -200,8 +209,8 @@ void sumAxes(const char *op, const float *x, const Shape &xs, const Dims &axes, 
 
 } // namespace
 
-void reduceSum(const float *x, const Shape &xs, const Dims &axes, float *y) {
-  sumAxes("nn.reduce_sum", x, xs, axes, false, y, false);
+void reduceSum(const float *x, const Shape &xs, const Dims &axes, float *y, bool accumulate) {
+  sumAxes("nn.reduce_sum", x, xs, axes, false, y, false, accumulate);
 }
 
 void reduceMean(const float *x, const Shape &xs, const Dims &axes, float *y) {

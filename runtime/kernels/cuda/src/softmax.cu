@@ -139,12 +139,29 @@ struct ScoreBlock {
   }
 };
 
-/// The forward's softmax of each row of the block, in place, and its lse.
-template <class P> __global__ void attentionSoftmaxKernel(float *z, ScoreBlock b, float *lse, int64_t segments) {
+/// A dropout of the attention's probabilities: nn.dropout's keep test and
+/// double-precision scaling (elementwise.cu's dropoutKernel) on element
+/// `index` of the [L..., S, T] probabilities, the mask drawn again where it
+/// is needed instead of stored.
+struct ProbabilityDropout {
+  bool active;
+  uint64_t streamKey, threshold;
+  double scale;
+  __device__ bool kept(int64_t index) const { return kernels::dropoutDraw(streamKey, (uint64_t)index) >= threshold; }
+  __device__ float apply(float x, bool keep) const { return keep ? (float)__dmul_rn((double)x, scale) : 0.0f; }
+};
+
+/// The forward's softmax of each row of the block, in place, and its lse;
+/// then P's dropout (each lane on the elements it wrote).
+template <class P>
+__global__ void attentionSoftmaxKernel(float *z, ScoreBlock b, ProbabilityDropout drop, float *lse, int64_t segments) {
   for (int64_t seg = P::first(); seg < segments; seg += P::step()) {
     float *zr = z + b.offset(seg);
     for (int64_t j = P::lane(); j < b.T; j += P::lanes()) zr[j] = b.value(zr[j], seg, j);
     softmaxSegment<P>(zr, zr, b.T, 1, lse + b.row(seg));
+    if (drop.active)
+      for (int64_t j = P::lane(); j < b.T; j += P::lanes())
+        zr[j] = drop.apply(zr[j], drop.kept(b.row(seg) * b.T + j));
   }
 }
 
@@ -167,12 +184,19 @@ template <class P> __global__ void rowDotKernel(const float *dy, const float *y,
 }
 
 /// dz = P ⊙ (dP - dot) (0 where masked), times or divided by scale, into dp.
-__global__ void attentionScoreGradKernel(const float *p, float *dp, ScoreBlock b, const float *dot, int64_t n) {
+/// With dropout, dP first goes through dropout's gradient and P, after its
+/// use here, is dropped out in place for dv's product (dot = rowsum(dy ⊙ y)
+/// is still rowsum(P ⊙ dP): docs/cuda-kernels.md).
+__global__ void attentionScoreGradKernel(float *p, float *dp, ScoreBlock b, ProbabilityDropout drop, const float *dot,
+                                         int64_t n) {
   for (int64_t e = detail::firstIndex(); e < n; e += detail::gridStride()) {
     const int64_t seg = e / b.T, j = e - seg * b.T, at = b.offset(seg) + j;
     const bool masked = b.mask && maskedAt(b.mask, b.map, b.row(seg) * b.T + j, b.maskedWhen);
-    const float g = masked ? 0.0f : p[at] * (dp[at] - dot[b.row(seg)]);
+    const bool keep = drop.active && drop.kept(b.row(seg) * b.T + j);
+    const float dpe = drop.active ? drop.apply(dp[at], keep) : dp[at];
+    const float g = masked ? 0.0f : p[at] * (dpe - dot[b.row(seg)]);
     dp[at] = b.divide ? g / b.scale : g * b.scale;
+    if (drop.active) p[at] = drop.apply(p[at], keep);
   }
 }
 
@@ -391,13 +415,21 @@ ScoreBlock scoreBlock(const AttentionView &a, const uint8_t *mask, const float *
   if (a.masked) b.map = detail::makeIndexMap<1>(a.scores, {detail::broadcastStrides(ms, a.scores)});
   return b;
 }
+
+ProbabilityDropout probabilityDropout(const char *op, float ratio, bool training, uint64_t streamKey) {
+  const double r = ratio; // as dropout's, the ratio in double
+  if (!(r >= 0.0 && r < 1.0)) fail(op, "dropout ratio must be in [0, 1), got " + std::to_string(r));
+  return {training && r > 0.0, streamKey, kernels::dropoutKeepThreshold(r), 1.0 / (1.0 - r)};
+}
 } // namespace
 
 void attention(const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v, const Shape &vs,
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
-               bool maskedWhen, float *y, float *lse, const Workspace &workspace) {
+               bool maskedWhen, float dropoutRatio, bool training, uint64_t dropoutStreamKey, float *y, float *lse,
+               const Workspace &workspace) {
   const char *op = "nn.attention";
   const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
+  const ProbabilityDropout drop = probabilityDropout(op, dropoutRatio, training, dropoutStreamKey);
   Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cuda, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   float *z = scratch.shared<float>(a.L * block * a.T);
@@ -410,7 +442,7 @@ void attention(const float *q, const Shape &qs, const float *k, const Shape &ks,
     if (a.T > 0) {
       launchPerSegment(segments, a.T, 1, [&](auto lanes, unsigned grid, unsigned threads) {
         using P = decltype(lanes);
-        attentionSoftmaxKernel<P><<<grid, threads, 0, detail::stream()>>>(z, b, lse, segments);
+        attentionSoftmaxKernel<P><<<grid, threads, 0, detail::stream()>>>(z, b, drop, lse, segments);
       });
       detail::checkLaunch(op);
     }
@@ -421,10 +453,12 @@ void attention(const float *q, const Shape &qs, const float *k, const Shape &ks,
 
 void attentionGrad(const float *dy, const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v,
                    const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const float *y,
-                   const float *lse, float scale, bool divide, float fill, bool maskedWhen, float *dq, float *dk,
-                   float *dv, const Workspace &workspace) {
+                   const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
+                   bool training, uint64_t dropoutStreamKey, float *dq, float *dk, float *dv,
+                   const Workspace &workspace) {
   const char *op = "nn.attention_grad";
   const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
+  const ProbabilityDropout drop = probabilityDropout(op, dropoutRatio, training, dropoutStreamKey);
   Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cuda, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   float *p = scratch.shared<float>(a.L * block * a.T), *dz = scratch.shared<float>(a.L * block * a.T);
@@ -451,15 +485,17 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
       attentionProbabilitiesKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(p, b, lse, n);
       detail::checkLaunch(op);
     }
-    // dv += Pᵀ · dy; dP = dy · vᵀ; dz; dq = dz · k; dk += dzᵀ · q.
-    nn::sgemmStridedBatched(op, true, false, a.T, a.Dv, b.rows, 1.0f, p, a.T, block * a.T, dy + b.r0 * a.Dv, a.Dv,
-                            a.S * a.Dv, beta, dv, a.Dv, a.T * a.Dv, a.L);
+    // dP = dy · vᵀ; dz (and P dropped out, with dropout); dv += Pᵀ · dy;
+    // dq = dz · k; dk += dzᵀ · q.
     nn::sgemmStridedBatched(op, false, true, b.rows, a.T, a.Dv, 1.0f, dy + b.r0 * a.Dv, a.Dv, a.S * a.Dv, v, a.Dv,
                             a.T * a.Dv, 0.0f, dz, a.T, block * a.T, a.L);
     if (n > 0) {
-      attentionScoreGradKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(p, dz, b, dot, n);
+      attentionScoreGradKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(p, dz, b, drop, dot,
+                                                                                                  n);
       detail::checkLaunch(op);
     }
+    nn::sgemmStridedBatched(op, true, false, a.T, a.Dv, b.rows, 1.0f, p, a.T, block * a.T, dy + b.r0 * a.Dv, a.Dv,
+                            a.S * a.Dv, beta, dv, a.Dv, a.T * a.Dv, a.L);
     nn::sgemmStridedBatched(op, false, false, b.rows, a.D, a.T, 1.0f, dz, a.T, block * a.T, k, a.D, a.T * a.D, 0.0f,
                             dq + b.r0 * a.D, a.D, a.S * a.D, a.L);
     nn::sgemmStridedBatched(op, true, false, a.T, a.D, b.rows, 1.0f, dz, a.T, block * a.T, q + b.r0 * a.D, a.D,

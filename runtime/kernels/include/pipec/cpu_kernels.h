@@ -88,8 +88,10 @@ void averagePoolGrad(const float *dy, float *dx, const Shape &xs, const Dims &ke
                      const Dims &strides, const Dims &pads, bool ceilMode, bool countIncludePad,
                      const Workspace &scratch = {});
 /// nn.reduce_sum over sorted, unique, non-negative axes (keepdims does not
-/// change the data). No axes: a copy.
-void reduceSum(const float *x, const Shape &xs, const Dims &axes, float *y, const Workspace &scratch = {});
+/// change the data). No axes: a copy. With accumulate each sum (rounded to
+/// float) is added into y (a parameter's gradient buffer).
+void reduceSum(const float *x, const Shape &xs, const Dims &axes, float *y, const Workspace &scratch = {},
+               bool accumulate = false);
 /// nn.reduce_mean over sorted, non-negative axes; no axes: all axes.
 void reduceMean(const float *x, const Shape &xs, const Dims &axes, float *y, const Workspace &scratch = {});
 

@@ -80,7 +80,7 @@ ScratchNeed attentionGradScratch(ScratchTarget target, const Shape &qs, const Sh
 ScratchNeed layerNormScratch(ScratchTarget target, const Shape &xs, const Shape &ss, const Shape *bs, int64_t axis);
 ScratchNeed layerNormGradScratch(ScratchTarget target, const Shape &xs, const Shape &ss, int64_t axis);
 ScratchNeed layerNormParamGradScratch(ScratchTarget target, const Shape &xs, const Shape &ps, int64_t axis,
-                                      bool withBias);
+                                      bool withBias, bool accumulate = false);
 /// nn.softmax_cross_entropy_loss (gradient false) and its gradient on
 /// scores [N, C, d...].
 ScratchNeed softmaxCrossEntropyScratch(ScratchTarget target, const Shape &ss, Reduction reduction, bool gradient);
