@@ -6,8 +6,11 @@ step, as one piperun iteration; each row is the median ms/iter after warm-up.
     torch_baseline.py --table OUT.jsonl [--deadline UNIX_TIME] [--smoke]
 
 The table (on_gpu.sh's): export_models.TABLE's GPT-2 124M and Llama, the same
-modules pipec's ONNX files were exported from (attention written out as
-products and a softmax, as exported; no scaled_dot_product_attention), at 4 and
+modules pipec's ONNX files were exported from, their attention computed as a
+PyTorch user writes it today, F.scaled_dot_product_attention (causal, the
+same dropout of the probabilities, grouped-query heads for the Llama: the
+flash or memory-efficient kernel), or with --attention written as exported
+(products, a masked softmax, dropout, product), at 4 and
 16 x 1,024 tokens per micro-batch, 2 micro-batches, synthetic tokens, bf16
 autocast (the loss inside it), AdamW (fused, lr 1e-4). Each shape runs
 `eager` and `compile` (torch.compile, mode default, of the model and its loss
@@ -47,6 +50,46 @@ SMOKE = {"gpt2": dict(vocab=64, context=16, dim=32, heads=2, layers=2),
          "llama": dict(vocab=64, context=16, dim=32, heads=4, kv_heads=2, hidden=64, layers=2)}
 
 
+def gpt_block_sdpa(self, x):
+    """make_examples.Block.forward with its attention as one
+    scaled_dot_product_attention (the same causal mask and dropout)."""
+    b, t, c = x.size()
+    q, k, v = (part.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+               for part in self.qkv(self.ln1(x)).split(c, dim=2))
+    y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.drop.p if self.training else 0.0, is_causal=True)
+    x = x + self.drop(self.proj(y.transpose(1, 2).contiguous().view(b, t, c)))
+    return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
+
+
+def llama_block_sdpa(self, x, cos, sin):
+    """bench_codegen's LlamaBlock.forward with grouped-query
+    scaled_dot_product_attention (no repeated key-value heads in memory)."""
+    b, t, _ = x.shape
+    h = self.norm1(x)
+    q = self.q(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+    k = self.k(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+    v = self.v(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+    half = self.head_dim // 2
+    rotate = lambda u: torch.cat((-u[..., half:], u[..., :half]), dim=-1)  # noqa: E731
+    q, k = q * cos + rotate(q) * sin, k * cos + rotate(k) * sin
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    x = x + self.o(y.transpose(1, 2).reshape(b, t, -1))
+    h = self.norm2(x)
+    return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+def with_sdpa(model):
+    """The model with every block's attention as scaled_dot_product_attention."""
+    import types
+    for module in model.modules():
+        kind = type(module).__name__
+        if kind == "Block":
+            module.forward = types.MethodType(gpt_block_sdpa, module)
+        elif kind == "LlamaBlock":
+            module.forward = types.MethodType(llama_block_sdpa, module)
+    return model
+
+
 def sync(device):
     if device == "cuda":
         torch.cuda.synchronize()
@@ -78,9 +121,11 @@ class WithLoss(nn.Module):
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 
-def table_row(name, kwargs, batch, mode, device, warmup, iters):
+def table_row(name, kwargs, batch, mode, device, warmup, iters, attention):
     """One row: the model built on the device, 2 micro-batches of batch x context tokens."""
     model = table_model(name, kwargs).to(device)
+    if attention == "sdpa":
+        model = with_sdpa(model)
     vocab, context = kwargs["vocab"], kwargs["context"]
     g = torch.Generator(device=device).manual_seed(1)
     batches = [(torch.randint(0, vocab, (batch, context), device=device, generator=g),
@@ -127,7 +172,7 @@ def table(args):
             kwargs = SMOKE[name] if args.smoke else TABLE[name][1]
             warmup, iters = shapes[batch]
             row = dict(framework="torch", mode=mode, model=name, batch=batch, context=kwargs["context"],
-                       microbatches=2, **info)
+                       microbatches=2, attention=args.attention, **info)
             guess = compile_estimate.get(name, max(compile_estimate.values(), default=120.0))
             guess *= 1.3 if batch == 16 else 1.0
             if mode == "compile" and args.deadline and time.time() + guess > args.deadline:
@@ -135,7 +180,8 @@ def table(args):
             else:
                 start = time.time()
                 try:
-                    row.update(table_row(name, kwargs, batch, mode, device, warmup, iters), status="ok")
+                    row.update(table_row(name, kwargs, batch, mode, device, warmup, iters, args.attention),
+                               status="ok")
                 except torch.OutOfMemoryError as e:
                     row["status"] = "out of memory"
                     row["error"] = str(e).splitlines()[0][:300]
@@ -215,6 +261,8 @@ def main():
     parser.add_argument("--table", metavar="OUT.jsonl")
     parser.add_argument("--deadline", type=float, default=0.0, help="unix time by which the compile rows must end")
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--attention", choices=["sdpa", "written"], default="sdpa",
+                        help="the table's attention: scaled_dot_product_attention, or as exported")
     parser.add_argument("--old", action="store_true")
     args = parser.parse_args()
     if args.old:
