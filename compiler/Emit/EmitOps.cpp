@@ -29,9 +29,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
   auto attentionDropout = [&](APFloat ratio, uint64_t dropoutOpId) -> std::string {
     if (ratio.isZero())
       return "0.0f, false, 0ull";
-    return f32Literal(ratio.convertToFloat()) +
-           ", !call->inference, pk::dropoutStreamKey(call->seed, call->step, call->microbatch, " +
-           std::to_string(dropoutOpId) + "ull)";
+    return f32Literal(ratio.convertToFloat()) + ", !call->inference, " +
+           dropoutStreamKey(std::to_string(dropoutOpId) + "ull");
   };
 
   llvm::TypeSwitch<Operation *>(op)
@@ -187,13 +186,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << f32Literal(grad.getEpsilon().convertToFloat()) << ", " << rowNorm(grad.getCentered());
         // Into the parameters' gradient buffers (pipec-plan-memory's
         // `gradient` storage, both results or neither).
-        if (accumulatesIntoGradient(grad.getScaleGrad())) {
-          std::string scratch = scratchArgument(grad);
-          out << (scratch.empty() ? ", pk::Workspace{}" : scratch) << ", true";
-        } else {
-          out << scratchArgument(grad);
-        }
-        out << ");\n";
+        out << (accumulatesIntoGradient(grad.getScaleGrad()) ? scratchAndAccumulate(grad) : scratchArgument(grad))
+            << ");\n";
       })
       .Case([&](nn::MaxPoolOp pool) {
         std::string y = allocate(pool.getResult());
@@ -340,12 +334,10 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << ", " << dims(sum.getAxes()) << ", " << y;
         // A bias's gradient summed into its buffer (the CPU's reduceSum takes
         // its scratch first, the CUDA one has none).
-        if (accumulatesIntoGradient(sum.getResult())) {
-          std::string scratch = scratchArgument(sum);
-          out << (cuda() ? "" : scratch.empty() ? ", pk::Workspace{}" : scratch) << ", true";
-        } else {
+        if (!accumulatesIntoGradient(sum.getResult()))
           out << scratchArgument(sum);
-        }
+        else
+          out << (cuda() ? ", true" : scratchAndAccumulate(sum));
         out << ");\n";
       })
       .Case([&](nn::GatherOp gather) {

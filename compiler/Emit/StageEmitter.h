@@ -194,7 +194,17 @@ private:
       id = std::to_string(seed.getValue().getZExtValue()) + "ull";
     else if (std::optional<StringRef> name = nn::nodeName(dropout->getLoc()))
       id = "pk::dropoutOpId(" + literal(*name, "node", dropout) + ")";
-    return "pk::dropoutStreamKey(call->seed, call->step, call->microbatch, " + id + ")";
+    return dropoutStreamKey(id);
+  }
+  /// The same key from the op part's C++ expression.
+  static std::string dropoutStreamKey(const std::string &opId) {
+    return "pk::dropoutStreamKey(call->seed, call->step, call->microbatch, " + opId + ")";
+  }
+  /// The trailing (scratch, accumulate) arguments of a kernel that adds its
+  /// result into a gradient buffer: its planned scratch or an empty one.
+  std::string scratchAndAccumulate(Operation *op) const {
+    std::string scratch = scratchArgument(op);
+    return (scratch.empty() ? ", pk::Workspace{}" : scratch) + ", true";
   }
 
   bool cuda() const { return target.target == Target::Cuda; }

@@ -5,11 +5,11 @@
 namespace pipec::rt {
 
 DataPrefetch::DataPrefetch(StageData &source, Device &device, std::vector<Load> order, std::vector<size_t> bytes,
-                           int64_t firstIteration, int64_t iterations, int microbatches, int64_t microbatchSize)
+                           int64_t firstIteration, int64_t iterations)
     : source_(source), device_(device), order_(std::move(order)), bytes_(std::move(bytes)),
       firstIteration_(firstIteration),
       jobs_(order_.empty() ? 0 : std::max<int64_t>(0, iterations - firstIteration) * (int64_t)order_.size()),
-      microbatches_(microbatches), microbatchSize_(microbatchSize), buffers_(kBuffers) {
+      buffers_(kBuffers) {
   if (jobs_ == 0) return;
   const size_t largest = *std::max_element(bytes_.begin(), bytes_.end());
   for (Buffer &b : buffers_) {
@@ -34,7 +34,7 @@ void DataPrefetch::run() {
     device_.bindThread(); // the events it waits for are the rank's device's
   } catch (...) {
     std::lock_guard<std::mutex> lock(mutex_);
-    buffers_[0].error = std::current_exception(), buffers_[0].job = 0, read_ = 1;
+    buffers_[0].error = std::current_exception(), read_ = 1;
     changed_.notify_all();
     return;
   }
@@ -47,16 +47,15 @@ void DataPrefetch::run() {
     }
     device_.hostWait(b.copied); // the copy out of it has run
     const Load load = loadOf(job);
-    const uint64_t first = (uint64_t)(iterationOf(job) * microbatches_ + load.mb) * (uint64_t)microbatchSize_;
     std::exception_ptr error;
     try {
-      source_.read(load.chunk, first, b.host.data());
+      source_.read(load.chunk, iterationOf(job), load.mb, b.host.data());
     } catch (...) {
       error = std::current_exception();
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      b.job = job, b.error = error;
+      b.error = error;
       read_ = job + 1;
     }
     changed_.notify_all();

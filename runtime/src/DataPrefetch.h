@@ -27,7 +27,7 @@ public:
   // iteration); iterations [firstIteration, iterations). `bytes[c]`: chunk
   // c's data layout size. Starts the thread.
   DataPrefetch(StageData &source, Device &device, std::vector<Load> order, std::vector<size_t> bytes,
-               int64_t firstIteration, int64_t iterations, int microbatches, int64_t microbatchSize);
+               int64_t firstIteration, int64_t iterations);
   ~DataPrefetch();
   DataPrefetch(const DataPrefetch &) = delete;
   DataPrefetch &operator=(const DataPrefetch &) = delete;
@@ -42,7 +42,6 @@ private:
   struct Buffer {
     HostBuffer host;
     Event copied = nullptr; // the device copy out of `host` (recorded by copyNext)
-    int64_t job = -1;       // the job it holds, once read
     std::exception_ptr error;
   };
   void run(); // the thread
@@ -54,8 +53,6 @@ private:
   const std::vector<Load> order_;
   const std::vector<size_t> bytes_;
   const int64_t firstIteration_, jobs_;
-  const int microbatches_;
-  const int64_t microbatchSize_;
   std::vector<Buffer> buffers_;
 
   std::mutex mutex_;

@@ -194,7 +194,7 @@ void Executor::startDataPrefetch() {
   std::vector<size_t> bytes;
   for (const Chunk &ch : chunks_) bytes.push_back(ch.model->dataLayout().total);
   prefetch_ = std::make_unique<DataPrefetch>(*data_, device_, std::move(order), std::move(bytes), startIteration_,
-                                             opt_.iters, plan_.microbatches, plan_.microbatchSize);
+                                             opt_.iters);
 }
 
 void Executor::loadData(int chunk, Slot &s, int mb, int64_t it) {
@@ -206,16 +206,15 @@ void Executor::loadData(int chunk, Slot &s, int mb, int64_t it) {
     return;
   }
   // Validation reads its held-out set here, at once.
-  const uint64_t first = (uint64_t)(it * plan_.microbatches + mb) * (uint64_t)plan_.microbatchSize;
   StageData &source = *validationData_;
   if (!gpu_) {
-    source.read(chunk, first, s.data.data());
+    source.read(chunk, it, mb, s.data.data());
   } else if (m.dataLayout().total) {
     // Read into the slot's pinned staging copy (once its previous upload is
     // done), upload on the compute stream: ordered after the slot's previous
     // readers and before this micro-batch's stage calls.
     device_.hostWait(s.dataStaged);
-    source.read(chunk, first, s.dataStage.data());
+    source.read(chunk, it, mb, s.dataStage.data());
     device_.uploadAsync(s.data.data(), s.dataStage.data(), m.dataLayout().total);
     device_.record(s.dataStaged);
   }

@@ -46,8 +46,9 @@ void StageData::matchFields() {
   }
 }
 
-void StageData::read(int chunk, uint64_t first, char *dst) {
+void StageData::read(int chunk, int64_t it, int mb, char *dst) {
   const StageModel &m = *chunks_[chunk].model;
+  const uint64_t first = (uint64_t)(it * plan_.microbatches + mb) * (uint64_t)plan_.microbatchSize;
   for (int i = 0; i < m.desc().num_data; ++i)
     source_->read(fieldIndex_[chunk][i], first, plan_.microbatchSize, dst + m.dataLayout().offsets[i]);
 }

@@ -22,9 +22,10 @@ public:
   // The same over an opened source (the held-out set of --eval-data); a rank
   // whose chunks read no data keeps none.
   StageData(const Plan &plan, std::unique_ptr<io::DataSource> source, const std::vector<Chunk> &chunks);
-  // The fields of `chunk` for one micro-batch, from sample `first` on, each
-  // at its offset of the chunk's data layout in `dst` (host memory).
-  void read(int chunk, uint64_t first, char *dst);
+  // The fields of `chunk` for micro-batch `mb` of iteration `it` (its
+  // samples follow those of every earlier micro-batch), each at its offset
+  // of the chunk's data layout in `dst` (host memory).
+  void read(int chunk, int64_t it, int mb, char *dst);
 
 private:
   void matchFields();

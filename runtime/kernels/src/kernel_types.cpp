@@ -3,13 +3,53 @@
 #include "pipec/kernel_types.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 
 namespace pipec::kernels {
 namespace {
 [[noreturn]] void fail(const char *op, const std::string &message) {
   throw KernelError(std::string(op) + ": " + message);
 }
+
+/// The double a Python script most likely passed for a float attribute:
+/// the shortest decimal that round-trips the float, read back as a double
+/// (0.999f -> 0.999, not 0.99900001287...). PyTorch computes 1 - beta2 and
+/// the bias corrections from those doubles.
+double pythonValue(float f) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf - 1, f);
+  if (res.ec != std::errc()) return (double)f;
+  *res.ptr = '\0';
+  return std::strtod(buf, nullptr);
+}
 } // namespace
+
+DropoutDraws dropoutDraws(const char *op, float ratio, bool training, uint64_t streamKey) {
+  const double r = ratio; // as nn.dropout's kernels, the ratio in double
+  if (!(r >= 0.0 && r < 1.0)) fail(op, "dropout ratio must be in [0, 1), got " + std::to_string(r));
+  DropoutDraws d;
+  d.active = training && r > 0.0;
+  d.streamKey = streamKey;
+  d.threshold = dropoutKeepThreshold(r);
+  d.scale = 1.0 / (1.0 - r);
+  return d;
+}
+
+AdamWConstants adamwConstants(int64_t step, float lr, float beta1, float beta2, float epsilon, float weightDecay) {
+  const double t = (double)step, dlr = pythonValue(lr), b1 = pythonValue(beta1), b2 = pythonValue(beta2);
+  AdamWConstants c{};
+  c.decay = (float)(1.0 - dlr * pythonValue(weightDecay));
+  const double w1 = 1.0 - b1; // exp_avg.lerp_(grad, 1 - beta1)
+  c.w1 = (float)w1;
+  c.lerpFromSelf = w1 < 0.5;
+  c.beta2 = (float)b2, c.w2 = (float)(1.0 - b2);
+  c.stepSize = (float)(dlr / (1.0 - std::pow(b1, t)));
+  c.bias2Sqrt = (float)std::sqrt(1.0 - std::pow(b2, t));
+  c.epsilon = epsilon;
+  return c;
+}
 
 std::string Dims::str() const {
   std::string s = "[";

@@ -3,9 +3,7 @@
 // torch.optim.SGD / torch.optim.AdamW to the last bit where possible.
 #include "detail.h"
 
-#include <charconv>
 #include <cmath>
-#include <cstdlib>
 
 namespace pipec::kernels {
 
@@ -44,42 +42,6 @@ void sgdUpdate(float *param, const float *grad, float *buf, int64_t n, int64_t s
 }
 
 namespace {
-/// The double a Python script most likely passed for a float attribute:
-/// the shortest decimal that round-trips the float, read back as a double
-/// (0.999f -> 0.999, not 0.99900001287...). PyTorch computes 1 - beta2 and
-/// the bias corrections from those doubles.
-double pythonValue(float f) {
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof buf - 1, f);
-  if (res.ec != std::errc()) return (double)f;
-  *res.ptr = '\0';
-  return std::strtod(buf, nullptr);
-}
-} // namespace
-
-namespace {
-/// AdamW's scalars for one step, derived as torch.optim.AdamW derives them.
-struct AdamWConstants {
-  float decay, w1, b2, w2, stepSize, bias2Sqrt, epsilon;
-  bool lerpFromSelf;
-};
-
-AdamWConstants adamwConstants(int64_t step, float lr, float beta1, float beta2, float epsilon, float weightDecay) {
-  // Python-side scalars are doubles, converted to float where they meet a
-  // float32 tensor.
-  const double t = (double)step, dlr = pythonValue(lr), b1 = pythonValue(beta1), b2 = pythonValue(beta2);
-  AdamWConstants c{};
-  c.decay = (float)(1.0 - dlr * pythonValue(weightDecay));
-  const double w1 = 1.0 - b1; // exp_avg.lerp_(grad, 1 - beta1)
-  c.w1 = (float)w1;
-  c.lerpFromSelf = w1 < 0.5;
-  c.b2 = (float)b2, c.w2 = (float)(1.0 - b2);
-  c.stepSize = (float)(dlr / (1.0 - std::pow(b1, t)));
-  c.bias2Sqrt = (float)std::sqrt(1.0 - std::pow(b2, t));
-  c.epsilon = epsilon;
-  return c;
-}
-
 template <class Grad>
 void adamwTensor(float *param, Grad grad, float *m, float *v, int64_t n, const AdamWConstants c) {
   parallelVectorElements(n, [=](int64_t lo, int64_t hi) {
@@ -91,7 +53,7 @@ void adamwTensor(float *param, Grad grad, float *m, float *v, int64_t n, const A
       const float p = param[i] * c.decay;
       // torch.lerp: weight < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w)
       const float mi = c.lerpFromSelf ? m[i] + c.w1 * (g - m[i]) : g - (g - m[i]) * (1.0f - c.w1);
-      const float vi = v[i] * c.b2 + c.w2 * g * g;
+      const float vi = v[i] * c.beta2 + c.w2 * g * g;
       const float denom = std::sqrt(vi) / c.bias2Sqrt + c.epsilon;
       m[i] = mi;
       v[i] = vi;

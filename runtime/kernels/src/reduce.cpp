@@ -164,29 +164,6 @@ void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const ui
 
 
 namespace {
-/// A dropout of an attention's probabilities, as the fused kernels apply
-/// it: nn.dropout's keep test and scaling (elementwise.cpp's dropout) on
-/// element `index` of the [L..., S, T] probabilities, the mask drawn again
-/// wherever it is needed instead of stored.
-struct ProbabilityDropout {
-  bool active = false;
-  uint64_t streamKey = 0, threshold = 0;
-  double scale = 1.0;
-  bool kept(uint64_t index) const { return dropoutDraw(streamKey, index) >= threshold; }
-  /// x as dropout(x) writes it: 0, or x / (1 - ratio) rounded once.
-  float apply(float x, bool keep) const { return keep ? (float)((double)x * scale) : 0.0f; }
-};
-ProbabilityDropout probabilityDropout(const char *op, float ratio, bool training, uint64_t streamKey) {
-  const double r = ratio; // as dropout's, the ratio in double
-  if (!(r >= 0.0 && r < 1.0)) fail(op, "dropout ratio must be in [0, 1), got " + std::to_string(r));
-  ProbabilityDropout d;
-  d.active = training && r > 0.0;
-  d.streamKey = streamKey;
-  d.threshold = dropoutKeepThreshold(r);
-  d.scale = 1.0 / (1.0 - r);
-  return d;
-}
-
 /// One block of an attention's z: rows [r0, r0 + rows) of the scores of
 /// slice l (z = q · kᵀ), scaled and masked as nn.masked_softmax writes them
 /// (or, with an additive mask, the scaled scores plus the mask).
@@ -218,7 +195,7 @@ void attention(const float *q, const Shape &qs, const float *k, const Shape &ks,
   const char *op = "nn.attention";
   const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
   const MaskedRows m = maskedRows(op, a.scores, a.masked ? ms : Shape{});
-  const ProbabilityDropout drop = probabilityDropout(op, dropoutRatio, training, dropoutStreamKey);
+  const DropoutDraws drop = dropoutDraws(op, dropoutRatio, training, dropoutStreamKey);
   Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cpu, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S), blocks = block == 0 ? 0 : (a.S + block - 1) / block;
   if (a.T == 0) { // softmax over nothing: P · v is empty sums
@@ -257,7 +234,7 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
   const char *op = "nn.attention_grad";
   const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
   const MaskedRows m = maskedRows(op, a.scores, a.masked ? ms : Shape{});
-  const ProbabilityDropout drop = probabilityDropout(op, dropoutRatio, training, dropoutStreamKey);
+  const DropoutDraws drop = dropoutDraws(op, dropoutRatio, training, dropoutStreamKey);
   Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cpu, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   // One slice l per task: its dk and dv sum over the row blocks in order,

@@ -6,9 +6,6 @@
 #include "detail.cuh"
 #include "index_map.cuh"
 
-#include <charconv>
-#include <cmath>
-#include <cstdlib>
 
 namespace pipec::kernels::cuda {
 
@@ -34,22 +31,11 @@ __global__ void sgdKernel(float *param, const float *grad, float *buf, int64_t n
     sgdElement(param[i], grad[i], buf ? buf + i : nullptr, fresh, lr, momentum, weightDecay);
 }
 
-struct AdamWConstants {
-  float decay;     // 1 - lr * wd
-  float w1;        // 1 - beta1 (the lerp weight)
-  bool lerpLow;    // w1 < 0.5 (in double)
-  float beta2;     // beta2
-  float w2;        // 1 - beta2
-  float stepSize;  // lr / (1 - beta1^t)
-  float bias2Sqrt; // sqrt(1 - beta2^t)
-  float epsilon;
-};
-
 __device__ inline void adamwElement(float &param, float g, float &m, float &v, const AdamWConstants &c) {
   const float p = __fmul_rn(param, c.decay);
   const float mo = m;
   // torch.lerp: weight < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w)
-  const float mi = c.lerpLow ? __fadd_rn(mo, __fmul_rn(c.w1, __fsub_rn(g, mo)))
+  const float mi = c.lerpFromSelf ? __fadd_rn(mo, __fmul_rn(c.w1, __fsub_rn(g, mo)))
                              : __fsub_rn(g, __fmul_rn(__fsub_rn(g, mo), __fsub_rn(1.0f, c.w1)));
   const float vi = __fadd_rn(__fmul_rn(v, c.beta2), __fmul_rn(__fmul_rn(c.w2, g), g));
   const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), c.bias2Sqrt), c.epsilon);
@@ -144,17 +130,6 @@ void forEachTable(const OptimizerTensor *tensors, int count, Launch launch) {
   flush();
 }
 
-/// The double a Python script most likely passed for a float attribute:
-/// the shortest decimal that round-trips the float, read back as a double
-/// (0.999f -> 0.999), as the CPU kernel.
-double pythonValue(float f) {
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof buf - 1, f);
-  if (res.ec != std::errc()) return (double)f;
-  *res.ptr = '\0';
-  return std::strtod(buf, nullptr);
-}
-
 void checkStep(const char *op, int64_t step) {
   if (step < 1) fail(op, "step must be >= 1, got " + std::to_string(step));
 }
@@ -171,26 +146,6 @@ void sgdUpdate(float *param, const float *grad, float *momentumBuffer, int64_t n
                                                      weightDecay);
   checkLaunch("nn.sgd_update");
 }
-
-namespace {
-AdamWConstants adamwConstants(int64_t step, float lr, float beta1, float beta2, float epsilon, float weightDecay) {
-  // Python-side scalars are doubles, converted to float where they meet a
-  // float32 tensor (the CPU kernel's derivation, line by line).
-  const double t = (double)step, dlr = pythonValue(lr), b1 = pythonValue(beta1), b2 = pythonValue(beta2);
-  AdamWConstants c{};
-  c.decay = (float)(1.0 - dlr * pythonValue(weightDecay));
-  const double w1 = 1.0 - b1; // exp_avg.lerp_(grad, 1 - beta1)
-  c.w1 = (float)w1;
-  c.lerpLow = w1 < 0.5;
-  c.beta2 = (float)b2;
-  c.w2 = (float)(1.0 - b2);
-  const double bias1 = 1.0 - std::pow(b1, t);
-  c.stepSize = (float)(dlr / bias1);
-  c.bias2Sqrt = (float)std::sqrt(1.0 - std::pow(b2, t));
-  c.epsilon = epsilon;
-  return c;
-}
-} // namespace
 
 void adamwUpdate(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step, float lr, float beta1,
                  float beta2, float epsilon, float weightDecay) {

@@ -139,22 +139,10 @@ struct ScoreBlock {
   }
 };
 
-/// A dropout of the attention's probabilities: nn.dropout's keep test and
-/// double-precision scaling (elementwise.cu's dropoutKernel) on element
-/// `index` of the [L..., S, T] probabilities, the mask drawn again where it
-/// is needed instead of stored.
-struct ProbabilityDropout {
-  bool active;
-  uint64_t streamKey, threshold;
-  double scale;
-  __device__ bool kept(int64_t index) const { return kernels::dropoutDraw(streamKey, (uint64_t)index) >= threshold; }
-  __device__ float apply(float x, bool keep) const { return keep ? (float)__dmul_rn((double)x, scale) : 0.0f; }
-};
-
 /// The forward's softmax of each row of the block, in place, and its lse;
 /// then P's dropout (each lane on the elements it wrote).
 template <class P>
-__global__ void attentionSoftmaxKernel(float *z, ScoreBlock b, ProbabilityDropout drop, float *lse, int64_t segments) {
+__global__ void attentionSoftmaxKernel(float *z, ScoreBlock b, DropoutDraws drop, float *lse, int64_t segments) {
   for (int64_t seg = P::first(); seg < segments; seg += P::step()) {
     float *zr = z + b.offset(seg);
     for (int64_t j = P::lane(); j < b.T; j += P::lanes()) zr[j] = b.value(zr[j], seg, j);
@@ -187,7 +175,7 @@ template <class P> __global__ void rowDotKernel(const float *dy, const float *y,
 /// With dropout, dP first goes through dropout's gradient and P, after its
 /// use here, is dropped out in place for dv's product (dot = rowsum(dy ⊙ y)
 /// is still rowsum(P ⊙ dP): docs/cuda-kernels.md).
-__global__ void attentionScoreGradKernel(float *p, float *dp, ScoreBlock b, ProbabilityDropout drop, const float *dot,
+__global__ void attentionScoreGradKernel(float *p, float *dp, ScoreBlock b, DropoutDraws drop, const float *dot,
                                          int64_t n) {
   for (int64_t e = detail::firstIndex(); e < n; e += detail::gridStride()) {
     const int64_t seg = e / b.T, j = e - seg * b.T, at = b.offset(seg) + j;
@@ -416,11 +404,6 @@ ScoreBlock scoreBlock(const AttentionView &a, const uint8_t *mask, const float *
   return b;
 }
 
-ProbabilityDropout probabilityDropout(const char *op, float ratio, bool training, uint64_t streamKey) {
-  const double r = ratio; // as dropout's, the ratio in double
-  if (!(r >= 0.0 && r < 1.0)) fail(op, "dropout ratio must be in [0, 1), got " + std::to_string(r));
-  return {training && r > 0.0, streamKey, kernels::dropoutKeepThreshold(r), 1.0 / (1.0 - r)};
-}
 } // namespace
 
 void attention(const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v, const Shape &vs,
@@ -429,7 +412,7 @@ void attention(const float *q, const Shape &qs, const float *k, const Shape &ks,
                const Workspace &workspace) {
   const char *op = "nn.attention";
   const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
-  const ProbabilityDropout drop = probabilityDropout(op, dropoutRatio, training, dropoutStreamKey);
+  const DropoutDraws drop = kernels::dropoutDraws(op, dropoutRatio, training, dropoutStreamKey);
   Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cuda, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   float *z = scratch.shared<float>(a.L * block * a.T);
@@ -458,7 +441,7 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
                    const Workspace &workspace) {
   const char *op = "nn.attention_grad";
   const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
-  const ProbabilityDropout drop = probabilityDropout(op, dropoutRatio, training, dropoutStreamKey);
+  const DropoutDraws drop = kernels::dropoutDraws(op, dropoutRatio, training, dropoutStreamKey);
   Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cuda, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   float *p = scratch.shared<float>(a.L * block * a.T), *dz = scratch.shared<float>(a.L * block * a.T);

@@ -233,6 +233,36 @@ constexpr double dropoutUniform(uint64_t streamKey, uint64_t index) {
 inline uint64_t dropoutKeepThreshold(double ratio) {
   return static_cast<uint64_t>(std::ceil(ratio * 9007199254740992.0));
 }
+/// A dropout's draws over a tensor, as nn.dropout keeps and scales element
+/// `index` (a flat index into the tensor): kept when its draw passes the
+/// threshold, then x / (1 - ratio) in double, rounded once. What kernels use
+/// to draw a mask again instead of storing it (attention's dropout of its
+/// probabilities). Inactive outside training or at ratio 0.
+struct DropoutDraws {
+  bool active = false;
+  uint64_t streamKey = 0, threshold = 0;
+  double scale = 1.0;
+  constexpr bool kept(uint64_t index) const { return dropoutDraw(streamKey, index) >= threshold; }
+  constexpr float apply(float x, bool keep) const { return keep ? (float)((double)x * scale) : 0.0f; }
+};
+/// The draws of nn.dropout(ratio, training) under streamKey; throws
+/// KernelError naming `op` unless 0 <= ratio < 1.
+DropoutDraws dropoutDraws(const char *op, float ratio, bool training, uint64_t streamKey);
+
+/// AdamW's scalars for one step, derived as torch.optim.AdamW derives them
+/// (from Python doubles, converted to float where they meet a float32
+/// tensor): the CPU and CUDA kernels' one derivation.
+struct AdamWConstants {
+  float decay;       // 1 - lr * wd
+  float w1;          // 1 - beta1 (the lerp weight)
+  bool lerpFromSelf; // w1 < 0.5 (in double): torch.lerp's branch
+  float beta2, w2;   // beta2, 1 - beta2
+  float stepSize;    // lr / (1 - beta1^t)
+  float bias2Sqrt;   // sqrt(1 - beta2^t)
+  float epsilon;
+};
+AdamWConstants adamwConstants(int64_t step, float lr, float beta1, float beta2, float epsilon, float weightDecay);
+
 /// The op part of the key when the op has no `seed` attribute: 64-bit
 /// FNV-1a of its name (the ONNX node name), as pipec::eval::dropoutOpId.
 constexpr uint64_t dropoutOpId(const char *name) {
