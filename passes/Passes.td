@@ -367,6 +367,26 @@ def FuseGemmEpilogue : Pass<"pipec-fuse-gemm-epilogue", "mlir::ModuleOp"> {
   ];
 }
 
+def RecomputeElementwise : Pass<"pipec-recompute-elementwise", "mlir::ModuleOp"> {
+  let dependentDialects = ["::pipec::pipe::PipeDialect", "::pipec::nn::NNDialect"];
+  let summary = "A saved value one element-wise function computes from another saved value is recomputed, not kept";
+  let description = [{
+    In every pipe.stage, a `pipe.saved` result of @fwd or @bwd_input that a
+    unary element-wise op (GELU, ReLU, tanh, ...) computes from another
+    `pipe.saved` result of the same function is no longer returned: each of
+    @bwd_input and @bwd_weight that read it applies the same op, at its
+    start, to the saved operand (taking that as an argument if it did not
+    already). A GPT-2 block keeps its GELU's input for the GELU's gradient
+    and, until this pass, its output for the next product's weight gradient;
+    one element-wise pass in @bwd_weight replaces the second copy (288 MiB
+    per GPT-2 124M micro-batch at 4 x 1,024 in bf16: docs/optimization.md).
+    The stage's `pipe.workspace_bytes` is updated.
+  }];
+  let statistics = [
+    Statistic<"numRecomputed", "values-recomputed", "Number of saved values recomputed by their readers">,
+  ];
+}
+
 def FuseElementwise : Pass<"pipec-fuse-elementwise", "mlir::ModuleOp"> {
   let dependentDialects = ["::pipec::pipe::PipeDialect"];
   let summary = "Chains of element-wise ops of one shape become one pipe.fused loop";
@@ -386,6 +406,39 @@ def FuseElementwise : Pass<"pipec-fuse-elementwise", "mlir::ModuleOp"> {
   let statistics = [
     Statistic<"numFused", "fused-groups", "Number of pipe.fused ops created">,
     Statistic<"numFusedOps", "fused-ops", "Number of ops moved into pipe.fused bodies">,
+  ];
+}
+
+def Bf16Storage : Pass<"pipec-bf16-storage", "mlir::ModuleOp"> {
+  let dependentDialects = ["::pipec::pipe::PipeDialect", "::pipec::nn::NNDialect"];
+  let summary = "Activations, their gradients and stage transfers stored in bfloat16 (CUDA, --precision bf16)";
+  let description = [{
+    In @fwd, @bwd_input and @bwd_weight of every pipe.stage, float values
+    are retyped by where they live (docs/cuda-codegen.md, "bf16 storage"):
+    - ops whose CUDA kernels have a bfloat16 version (matrix products,
+      layer/RMS norm and their gradients, attention and its gradient,
+      softmax, the loss, element-wise ops and their gradients, dropout,
+      reductions, gather / slice gradients) read and write their
+      activations in bf16; parameters they read as they are (scales, biases,
+      rotary tables, class weights), additive masks, statistics (mean,
+      1/std, log-sum-exp), the loss and parameter gradients stay f32;
+    - a matrix product or pipe.fused loop whose every use wants f32 (a
+      parameter gradient, a float32-only op) writes f32 directly;
+    - data movement and views keep their input's storage; pipe.fused loops
+      load either storage and compute in f32;
+    - every other op (convolutions, pooling, batch norm, constants, ONNX
+      casts) reads and writes f32;
+    - values sent between stages are bf16 (half the bytes), saved values
+      keep their storage across @fwd -> @bwd_input -> @bwd_weight, and every
+      other function result (losses, gradients, outputs) is f32.
+    Where a value's storage differs from what a reader takes, one `nn.cast`
+    per value and storage in the function converts it before the first
+    reader (a parameter read by a matrix product: one bf16 copy per
+    function). @step is untouched: master weights and optimizer state stay
+    f32. pipec adds this pass for `--target cuda --precision bf16`.
+  }];
+  let statistics = [
+    Statistic<"numCasts", "casts", "Number of nn.cast conversions between bf16 and f32 inserted">,
   ];
 }
 

@@ -64,12 +64,20 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
   stashing.fromPlan = true;
   pm.addPass(createWeightStashing(stashing));
   pm.addPass(createVerifyPipeline());
-  if (config.last == Phase::Stages || !optimize)
+  if (config.last == Phase::Stages)
     return;
-  pm.addPass(createCanonicalizeGemm()); // the gradients' own transposes
-  pm.addPass(createFuseGemmEpilogue());
-  pm.addPass(createFuseElementwise());
-  pm.addPass(createPlanMemory(config.memory));
+  if (optimize) {
+    pm.addPass(createCanonicalizeGemm()); // the gradients' own transposes
+    pm.addPass(createFuseGemmEpilogue());
+    pm.addPass(createRecomputeElementwise()); // before fusion, which may then fuse the recomputed op
+    pm.addPass(createFuseElementwise());
+  }
+  // After fusion, whose loops load and store either storage; before the
+  // memory plan, which sizes values by their element type.
+  if (config.memory.target == Target::Cuda && config.costs.precision == Precision::BF16)
+    pm.addPass(createBf16Storage());
+  if (optimize)
+    pm.addPass(createPlanMemory(config.memory));
 }
 
 namespace {
@@ -119,7 +127,9 @@ void registerPipecPipeline() {
       "The whole compilation after import, as `pipec MODEL " + settings::flag(settings::kGpus) +
       " ... --emit=optimized` runs it: append-loss, estimate-costs, partition (the planner), [-O2: "
       "recognize-composites, canonicalize-gemm], autodiff, optimizer, outline-stages, recompute and weight-stashing "
-      "as planned, verify-pipeline, [-O2: canonicalize-gemm, fuse-gemm-epilogue, fuse-elementwise, plan-memory]";
+      "as planned, verify-pipeline, [-O2: canonicalize-gemm, fuse-gemm-epilogue, recompute-elementwise, "
+      "fuse-elementwise], [target=cuda "
+      "precision=bf16: bf16-storage], [-O2: plan-memory]";
   mlir::registerPassPipeline(
       "pipec-pipeline", description,
       [](mlir::OpPassManager &pm, llvm::StringRef text,

@@ -49,8 +49,9 @@ struct PipelineConfig {
 /// Appends the passes up to `config.last`: append-loss, estimate-costs,
 /// partition, [-O2: canonicalize-gemm,] autodiff, optimizer, outline-stages,
 /// recompute (mode=plan), weight-stashing (from-plan), verify-pipeline, and
-/// for the optimized phase at -O2 canonicalize-gemm, fuse-elementwise and
-/// plan-memory.
+/// for the optimized phase: at -O2 canonicalize-gemm, fuse-gemm-epilogue,
+/// recompute-elementwise and fuse-elementwise; bf16-storage for the CUDA target at bf16 precision; at
+/// -O2 plan-memory.
 void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config);
 
 /// Registers `pipec-pipeline` with its textual options.

@@ -68,20 +68,27 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
   llvm::raw_string_ostream code(loop);
   const std::string index = "i";
   SmallVector<std::string> parameters, arguments;
-  // f32 values are floats; i1 values (comparisons, the conditions of
-  // wheres) are bools in the body and uint8_t in memory.
+  // Float values are floats in the body, stored as float or (bf16 storage)
+  // pk::bf16: loaded with one conversion, rounded once when stored. i1
+  // values (comparisons, the conditions of wheres) are bools in the body and
+  // uint8_t in memory.
   auto scalarType = [](Value value) {
     return tensorType(value).getElementType().isInteger(1) ? std::string("bool") : std::string("float");
   };
   auto memoryType = [](Value value) {
-    return tensorType(value).getElementType().isInteger(1) ? std::string("uint8_t") : std::string("float");
+    Type element = tensorType(value).getElementType();
+    return element.isInteger(1) ? std::string("uint8_t") : cType(element);
   };
   for (auto [i, input] : llvm::enumerate(fused.getInputs())) {
     std::string name = "in" + std::to_string(i);
     parameters.push_back("const " + memoryType(input) + " *__restrict__ " + name);
     arguments.push_back(ptr(input));
     std::string element = name + "[" + broadcastIndex(tensorType(input).getShape(), space, index) + "]";
-    scalar[body.getArgument(i)] = scalarType(input) == "bool" ? "bool(" + element + ")" : element;
+    if (scalarType(input) == "bool")
+      element = "bool(" + element + ")";
+    else if (tensorType(input).getElementType().isBF16())
+      element = "float(" + element + ")";
+    scalar[body.getArgument(i)] = element;
   }
   int temporary = 0;
   for (Operation &op : body.without_terminator()) {
@@ -157,7 +164,10 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     std::string name = "out" + std::to_string(i);
     parameters.push_back(memoryType(result) + " *__restrict__ " + name);
     arguments.push_back(allocate(result));
-    code << "    " << name << "[" << index << "] = " << scalar.lookup(yielded) << ";\n";
+    std::string value = scalar.lookup(yielded);
+    if (tensorType(result).getElementType().isBF16())
+      value = "pk::bf16(" + value + ")";
+    code << "    " << name << "[" << index << "] = " << value << ";\n";
   }
   std::string signature = "int64_t n";
   for (const std::string &parameter : parameters)

@@ -68,6 +68,10 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
       })
       .Case([&](nn::CastOp cast) {
         std::string y = allocate(cast.getResult());
+        if (cuda() && isBf16Conversion(cast)) {
+          pendingConversions.push_back({ptr(cast.getInput()), y, tensorType(cast.getResult()).getNumElements()});
+          return;
+        }
         out << "  pk::cast<" << elem(cast.getInput()) << ", " << elem(cast.getResult()) << ">("
             << ptr(cast.getInput()) << ", " << n(cast.getResult()) << ", " << y << ");\n";
       })
@@ -585,6 +589,17 @@ void StageEmitter::flushOptimizerUpdates() {
     out << "  pk::sgdUpdateAll(" << table << ", " << pendingUpdates.size()
         << ", opt->step, opt->learning_rate, opt->momentum, opt->weight_decay, opt->control);\n";
   pendingUpdates.clear();
+}
+
+void StageEmitter::flushConversions() {
+  if (pendingConversions.empty())
+    return;
+  std::string table = "conversions" + std::to_string(counter++);
+  out << "  const pk::Bf16Conversion " << table << "[] = {\n";
+  for (const PendingConversion &c : pendingConversions)
+    out << "      {" << c.from << ", " << c.to << ", " << c.elements << "},\n";
+  out << "  };\n  pk::toBf16All(" << table << ", " << pendingConversions.size() << ");\n";
+  pendingConversions.clear();
 }
 
 } // namespace pipec::emit::detail

@@ -26,6 +26,7 @@ inline RankedTensorType tensorType(Value value) { return llvm::cast<RankedTensor
 
 inline std::string cType(Type element) {
   if (element.isF32()) return "float";
+  if (element.isBF16()) return "pk::bf16"; // CUDA stages only (pipec-bf16-storage)
   if (element.isF64()) return "double";
   if (element.isInteger(64)) return "int64_t";
   if (element.isInteger(32)) return "int32_t";
@@ -37,6 +38,7 @@ inline std::string cType(Type element) {
 
 inline const char *abiDtype(Type element) {
   if (element.isF32()) return "PIPEC_F32";
+  if (element.isBF16()) return "PIPEC_BF16";
   if (element.isF64()) return "PIPEC_F64";
   if (element.isInteger(64)) return "PIPEC_I64";
   if (element.isInteger(32)) return "PIPEC_I32";
@@ -127,6 +129,20 @@ private:
   void flushOptimizerUpdates();
   std::vector<PendingUpdate> pendingUpdates;
   bool pendingAdamW = false;
+  /// Adjacent float32 -> bf16 nn.casts (CUDA; pipec-bf16-storage puts a
+  /// function's parameter conversions together at its start) become one
+  /// pk::toBf16All call, one launch per 64 tensors.
+  struct PendingConversion {
+    std::string from, to;
+    int64_t elements;
+  };
+  static bool isBf16Conversion(Operation *op) {
+    auto cast = llvm::dyn_cast<nn::CastOp>(op);
+    return cast && tensorType(cast.getInput()).getElementType().isF32() &&
+           tensorType(cast.getResult()).getElementType().isBF16();
+  }
+  void flushConversions();
+  std::vector<PendingConversion> pendingConversions;
   std::string bind(Value value, std::string expression);
   std::string allocate(Value value);
   /// pipec-plan-memory's place for `value` (an op result), if it planned one.

@@ -128,6 +128,20 @@ bool pipec::nn::broadcastsTo(ArrayRef<int64_t> operand, ArrayRef<int64_t> space)
   return true;
 }
 
+bool pipec::nn::sameUpToFloatStorage(TypeRange inferred, TypeRange actual) {
+  if (inferred.size() != actual.size())
+    return false;
+  auto storage = [](Type element) { return element.isF32() || element.isBF16(); };
+  for (auto [expected, given] : llvm::zip(inferred, actual)) {
+    if (expected == given)
+      continue;
+    auto a = llvm::dyn_cast<RankedTensorType>(expected), b = llvm::dyn_cast<RankedTensorType>(given);
+    if (!a || !b || a.getShape() != b.getShape() || !storage(a.getElementType()) || !storage(b.getElementType()))
+      return false;
+  }
+  return true;
+}
+
 std::string pipec::nn::maskedSoftmaxShapeError(ArrayRef<int64_t> input, ArrayRef<int64_t> mask) {
   if (input.empty())
     return "the input must have rank >= 1";
@@ -283,7 +297,10 @@ LogicalResult GemmOp::inferReturnTypes(MLIRContext *, std::optional<Location> lo
     if (failed(shape) || ArrayRef<int64_t>(*shape) != ArrayRef<int64_t>(outShape))
       return fail(loc, "nn.gemm: C of shape " + shapeString(cType.getShape()) +
                            " does not broadcast to " + shapeString(outShape));
-    if (cType.getElementType() != aType.getElementType())
+    // A float32 C (a bias) may go with bfloat16 A and B (pipec-bf16-storage).
+    if (cType.getElementType() != aType.getElementType() &&
+        !sameUpToFloatStorage(TypeRange{RankedTensorType::get({}, cType.getElementType())},
+                              TypeRange{RankedTensorType::get({}, aType.getElementType())}))
       return fail(loc, "nn.gemm: C element type differs from A");
   }
   types.push_back(RankedTensorType::get({m, n}, aType.getElementType()));

@@ -23,6 +23,12 @@ namespace pipec::nn {
 /// Builds gradient ops (dialects/nn/NNGradient.h); the gradient interface's
 /// methods take it.
 class GradientBuilder;
+
+/// Whether result types an op has are those its type inference gives, up to
+/// the storage of float values: pipec-bf16-storage stores a float result in
+/// bfloat16 where inference says float32, or in float32 where its bfloat16
+/// operands would give bfloat16 (docs/cuda-codegen.md, "bf16 storage").
+bool sameUpToFloatStorage(mlir::TypeRange inferred, mlir::TypeRange actual);
 } // namespace pipec::nn
 
 #include "dialects/nn/NNOpsDialect.h.inc"

@@ -11,6 +11,15 @@ include "mlir/IR/BuiltinAttributeInterfaces.td"
 // Op classes
 //===----------------------------------------------------------------------===//
 
+// Result types inferred from the operands, where a float result may be
+// stored in bfloat16 or float32 whatever the inference says
+// (nn::sameUpToFloatStorage, pipec-bf16-storage).
+def NN_InferredTypes : InferTypeOpAdaptorBase<[{
+  static bool isCompatibleReturnTypes(::mlir::TypeRange inferred, ::mlir::TypeRange actual) {
+    return ::pipec::nn::sameUpToFloatStorage(inferred, actual);
+  }
+}]>;
+
 // An element-wise binary function of pipec/vocabulary.h's binary table with
 // numpy (multidirectional) broadcasting (`function` names its enumerator):
 // its result type and cost come from the table (docs/adding-an-op.md). A
@@ -18,7 +27,7 @@ include "mlir/IR/BuiltinAttributeInterfaces.td"
 // buildGradient in NNGradient.cpp.
 class NN_BinaryElementwiseOp<string mnemonic, string onnxName, string function,
                              list<Trait> traits = []>
-    : NN_Op<mnemonic, !listconcat([Pure, InferTypeOpAdaptor, NN_BinaryElementwiseOpInterface],
+    : NN_Op<mnemonic, !listconcat([Pure, NN_InferredTypes, NN_BinaryElementwiseOpInterface],
                                   traits)> {
   let summary = "ONNX " # onnxName # " with numpy broadcasting";
   let arguments = (ins NN_Tensor:$lhs, NN_Tensor:$rhs);
@@ -61,7 +70,7 @@ class NN_UnaryFloatOp<string mnemonic, string onnxName, string function = "">
 }
 
 class NN_InferredOp<string mnemonic, list<Trait> traits = []>
-    : NN_Op<mnemonic, !listconcat([Pure, InferTypeOpAdaptor], traits)> {
+    : NN_Op<mnemonic, !listconcat([Pure, NN_InferredTypes], traits)> {
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
 

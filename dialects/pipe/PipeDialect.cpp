@@ -286,16 +286,29 @@ LogicalResult RestoreOp::verify() {
 }
 
 /// A region op whose body takes its inputs and yields its results (pipe.recompute, pipe.fused).
+/// With `bf16Storage` (pipe.fused) a float32 body argument may read a
+/// bfloat16 input and a float32 yield may be stored as a bfloat16 result:
+/// the loop loads and stores bfloat16 and computes in float32
+/// (pipec-bf16-storage, docs/cuda-codegen.md).
 static LogicalResult verifyBodySignature(Operation *op, Block &body, ValueRange inputs,
-                                         ValueRange results) {
+                                         ValueRange results, bool bf16Storage = false) {
+  auto matches = [&](Type body, Type outside) {
+    if (body == outside)
+      return true;
+    auto inner = llvm::dyn_cast<RankedTensorType>(body), outer = llvm::dyn_cast<RankedTensorType>(outside);
+    return bf16Storage && inner && outer && inner.getShape() == outer.getShape() &&
+           inner.getElementType().isF32() && outer.getElementType().isBF16();
+  };
   if (body.getNumArguments() != inputs.size())
     return op->emitOpError("body takes ") << body.getNumArguments() << " arguments for "
                                           << inputs.size() << " inputs";
   for (auto [argument, input] : llvm::zip(body.getArguments(), inputs))
-    if (argument.getType() != input.getType())
+    if (!matches(argument.getType(), input.getType()))
       return op->emitOpError("body argument types differ from the input types");
   auto yield = llvm::cast<YieldOp>(body.getTerminator());
-  if (yield.getValues().getTypes() != results.getTypes())
+  if (yield.getValues().size() != results.size() ||
+      !llvm::all_of(llvm::zip(yield.getValues().getTypes(), results.getTypes()),
+                    [&](auto pair) { return matches(std::get<0>(pair), std::get<1>(pair)); }))
     return op->emitOpError("yields types that differ from its result types");
   return success();
 }
@@ -306,7 +319,7 @@ LogicalResult RecomputeOp::verify() {
 
 LogicalResult FusedOp::verify() {
   Block &body = getBody().front();
-  if (failed(verifyBodySignature(*this, body, getInputs(), getResults())))
+  if (failed(verifyBodySignature(*this, body, getInputs(), getResults(), /*bf16Storage=*/true)))
     return failure();
   if (getResults().empty())
     return emitOpError("computes no result");

@@ -17,6 +17,7 @@
 namespace pipec::passes {
 #define GEN_PASS_DEF_WEIGHTSTASHING
 #define GEN_PASS_DEF_RECOMPUTE
+#define GEN_PASS_DEF_RECOMPUTEELEMENTWISE
 #include "passes/Passes.h.inc"
 } // namespace pipec::passes
 
@@ -417,6 +418,120 @@ struct Recompute : impl::RecomputeBase<Recompute> {
     stage->setAttr(kRecomputeAttr, builder.getUnitAttr());
     updateMemoryAttributes(stage);
     return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// pipec-recompute-elementwise
+//===----------------------------------------------------------------------===//
+
+struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwise> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    getOperation().walk([&](pipe::StageOp stage) {
+      bool changed = false;
+      for (StringRef producer : {kForward, kBackwardInput})
+        if (func::FuncOp function = stageFunction(stage, producer))
+          changed |= recomputeResults(stage, function);
+      if (changed)
+        updateMemoryAttributes(stage);
+    });
+  }
+
+  static bool isView(Operation *op) {
+    return op && llvm::isa<nn::ReshapeOp, nn::FlattenOp, nn::SqueezeOp, nn::UnsqueezeOp>(op);
+  }
+
+  /// The saved results of `function` that one element-wise function
+  /// computes from another of its saved results (views of them allowed):
+  /// each function reading one computes it again from the other, and
+  /// `function` no longer saves it.
+  bool recomputeResults(pipe::StageOp stage, func::FuncOp function) {
+    auto returnOp = llvm::cast<func::ReturnOp>(function.getBody().front().getTerminator());
+    llvm::BitVector erase(function.getNumResults());
+    auto savedAs = [&](Value value) -> StringAttr {
+      for (unsigned j = 0; j < function.getNumResults(); ++j)
+        if (!erase[j] && returnOp.getOperand(j) == value)
+          if (auto name = function.getResultAttrOfType<StringAttr>(j, kSaved))
+            return name;
+      return {};
+    };
+    for (unsigned i = 0; i < function.getNumResults(); ++i) {
+      auto name = function.getResultAttrOfType<StringAttr>(i, kSaved);
+      if (!name)
+        continue;
+      // result = views(f(views(source))), f one pure unary element-wise op,
+      // source another saved result.
+      SmallVector<Operation *> chain; // from the result back to the source
+      Value value = returnOp.getOperand(i);
+      for (; isView(value.getDefiningOp()); value = value.getDefiningOp()->getOperand(0))
+        chain.push_back(value.getDefiningOp());
+      Operation *op = value.getDefiningOp();
+      if (!op || !llvm::isa<nn::UnaryElementwiseOpInterface>(op) || op->getNumOperands() != 1 ||
+          op->getNumResults() != 1 || !isPure(op))
+        continue;
+      chain.push_back(op);
+      StringAttr source;
+      for (value = op->getOperand(0); !(source = savedAs(value)) && isView(value.getDefiningOp());
+           value = value.getDefiningOp()->getOperand(0))
+        chain.push_back(value.getDefiningOp());
+      if (!source || source == name)
+        continue;
+      for (StringRef reader : {kBackwardInput, kBackwardWeight})
+        if (func::FuncOp consumer = stageFunction(stage, reader); consumer && consumer != function)
+          recomputeIn(consumer, chain, value, name, source);
+      erase.set(i);
+      ++numRecomputed;
+    }
+    if (erase.none())
+      return false;
+    eraseResults(function, erase);
+    return true;
+  }
+
+  /// Replaces `consumer`'s argument saved as `name` by `chain` (ops from the
+  /// result back to `sourceValue`) applied to its argument saved as `source`
+  /// (added if it has none), just before its first reader.
+  void recomputeIn(func::FuncOp consumer, ArrayRef<Operation *> chain, Value sourceValue, StringAttr name,
+                   StringAttr source) {
+    auto argumentSaved = [&](StringAttr saved) -> std::optional<unsigned> {
+      for (unsigned a = 0; a < consumer.getNumArguments(); ++a)
+        if (consumer.getArgAttrOfType<StringAttr>(a, kSaved) == saved)
+          return a;
+      return std::nullopt;
+    };
+    if (!argumentSaved(name))
+      return;
+    if (!argumentSaved(source)) {
+      Builder builder(consumer.getContext());
+      insertArgument(consumer, sourceValue.getType(),
+                     builder.getDictionaryAttr(builder.getNamedAttr(kSaved, source)), chain.back()->getLoc());
+    }
+    const unsigned read = *argumentSaved(name);
+    Value input = consumer.getArgument(*argumentSaved(source));
+    // Just before its first reader, so that the value lives no longer than it did.
+    Value replaced = consumer.getArgument(read);
+    Block &body = consumer.getBody().front();
+    Operation *first = nullptr;
+    for (Operation *user : replaced.getUsers()) {
+      Operation *atTop = body.findAncestorOpInBlock(*user);
+      if (!first || atTop->isBeforeInBlock(first))
+        first = atTop;
+    }
+    OpBuilder builder = first ? OpBuilder(first) : OpBuilder::atBlockBegin(&body);
+    IRMapping mapping;
+    mapping.map(sourceValue, input);
+    Operation *clone = nullptr;
+    for (Operation *op : llvm::reverse(chain)) {
+      clone = builder.clone(*op, mapping);
+      clone->removeAttr("pipe.storage");
+      if (first)
+        if (Attribute phase = first->getAttr("pipe.phase"))
+          clone->setAttr("pipe.phase", phase);
+    }
+    replaced.replaceAllUsesWith(clone->getResult(0));
+    (void)consumer.eraseArgument(read);
   }
 };
 

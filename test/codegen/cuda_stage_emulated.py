@@ -17,6 +17,10 @@ library against pipec_cuda_kernels_emulated; stage_targets_agree then calls
 both stages with the same tensors for two micro-batches and an AdamW step and
 compares every tensor they write; then the same for the CPU stage at -O0
 (one library kernel per op, dropout's mask from pk::dropout) against -O2.
+Then bf16 storage (--precision bf16, pipec-bf16-storage): this model and a
+12-block GPT-2 (cuda_launch_count.py's tiny one) as CUDA stages storing
+activations in bf16, against their CPU stages in float32 within
+BF16_TOLERANCE.
 
     cuda_stage_emulated.py --pipec PIPEC --compare STAGE_TARGETS_AGREE
         --emulated-library LIB --emulation-dir DIR --cxx CXX --source-root ROOT
@@ -149,7 +153,54 @@ def main():
                                  env=env)
         print("CPU stage at -O0 (one kernel per op) against -O2 (fused):")
         print(unfused.stdout + unfused.stderr, end="")
-        return compared.returncode or unfused.returncode
+        failures = int(compared.returncode != 0) + int(unfused.returncode != 0)
+        failures += compare_bf16_storage(args, work, env, "fusable", model, cpu)
+        # A 12-block GPT-2 (cuda-launch-count's tiny one): layer norms, the
+        # attention, the loss, embeddings and their gradients.
+        from cuda_launch_count import TINY, write_gpt2  # noqa: E402 (imports this module)
+        gpt = os.path.join(work, "gpt.onnx")
+        write_gpt2(gpt, **TINY)
+        gpt_cpu = os.path.join(work, "gpt-cpu")
+        run([args.pipec, gpt, "--gpus", "1x1", "--microbatches", "2", "-O2", "--optimizer", "adamw", "--out", gpt_cpu,
+             "--build"], env=env)
+        failures += compare_bf16_storage(args, work, env, "gpt", gpt, gpt_cpu)
+        return 1 if failures else 0
+
+
+# bf16 storage against the CPU's float32, relative to each tensor's largest
+# value: bf16 keeps 8 significant bits (a rounding of at most 2^-9 per stored
+# value), and a value reaching the weight gradients of a 12-block GPT-2 is
+# stored a few dozen times on its way (activations, their gradients, the
+# operands of every product); the worst seen is about 1.3e-2, on layer-norm
+# scale gradients, and test/gpu/cuda_target.py allows bf16 training the same.
+BF16_TOLERANCE = 3e-2
+
+
+def compare_bf16_storage(args, work, env, name, model, cpu):
+    """The CUDA stage of MODEL at --precision bf16 (pipec-bf16-storage)
+    against the CPU stage CPU: within BF16_TOLERANCE, and differing from it
+    by more than float32 rounding somewhere (else nothing was stored in
+    bf16). Returns the number of failures."""
+    cuda = os.path.join(work, name + "-cuda-bf16")
+    run([args.pipec, model, "--gpus", "1x1", "--microbatches", "2", "-O2", "--optimizer", "adamw", "--target", "cuda",
+         "--precision", "bf16", "--out", cuda], env=env)
+    stages = os.path.join(cuda, "stages")
+    source = open(os.path.join(stages, "stage_0.cu")).read()
+    if "const pk::bf16 *__restrict__" not in source or "pk::bf16 *" not in source:
+        print(f"FAIL: {name}: the bf16 CUDA stage stores nothing in bf16")
+        return 1
+    library = build_emulated_stage(stages, os.path.join(work, name + "-translated-bf16"), args.emulation_dir,
+                                   args.emulated_library, args.cxx, args.source_root)
+    compared = subprocess.run([args.compare, os.path.join(cpu, "stages", "libstage_0.so"), library, "--tolerance",
+                               str(BF16_TOLERANCE)], capture_output=True, text=True, env=env)
+    print(f"{name}: CUDA stage with bf16 storage (emulated) against the CPU stage in float32:")
+    print(compared.stdout + compared.stderr, end="")
+    worst = max((float(line.split("worst ")[1].split()[0]) for line in compared.stdout.splitlines()
+                 if " worst " in line), default=0.0)
+    if worst <= 1e-4:
+        print(f"FAIL: {name}: the bf16 stage agrees with float32 to {worst:.1e}: nothing was rounded to bf16")
+        return 1
+    return int(compared.returncode != 0)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@
     the stage calls but the CUDA kernel library lacks fails here) and with
     `--target cpu --build`. Both libraries are loaded and their stage
     descriptors (parameters, data fields, bundles, workspace, optimizer)
-    must be identical: the runtime drives both targets the same way.
+    must be identical: the runtime drives both targets the same way. At
+    bf16 the CUDA stage's bundles are bf16 where the CPU's are f32 and its
+    workspace is smaller (bf16 storage); everything else is identical.
 
 --check train   (ctest label "gpu"; needs GPUs)
     Each example at each precision is trained for a few steps by piperun on
@@ -59,6 +61,7 @@ def run(command, timeout=900):
 
 
 # The stage ABI's descriptor (runtime/include/pipec/stage_abi.h).
+F32, BF16 = 1, 6  # pipec_dtype
 class TensorDesc(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int), ("rank", ctypes.c_int32),
                 ("shape", ctypes.POINTER(ctypes.c_int64))]
@@ -133,6 +136,16 @@ def build_pair(args, workdir, env, example, precision):
     for stage in stages:
         cuda_desc = describe(os.path.join(cuda_job, "stages", stage))
         cpu_desc = describe(os.path.join(cpu_job, "stages", stage))
+        if precision == "bf16":
+            # bf16 storage (docs/cuda-codegen.md): the bundles are bf16 where
+            # the CPU's are f32, and a micro-batch keeps fewer bytes.
+            if not 0 < cuda_desc["workspace"] < cpu_desc["workspace"]:
+                failures.append(f"{label} {stage}: workspace {cuda_desc['workspace']} bytes with bf16 storage, "
+                                f"not below the CPU stage's {cpu_desc['workspace']}")
+            cpu_desc["workspace"] = cuda_desc["workspace"]
+            for bundle in ("inputs", "outputs"):
+                cpu_desc[bundle] = [(name, BF16 if dtype == F32 else dtype, shape)
+                                    for name, dtype, shape in cpu_desc[bundle]]
         if cuda_desc != cpu_desc:
             differing = [k for k in cuda_desc if cuda_desc[k] != cpu_desc[k]]
             failures.append(f"{label} {stage}: descriptors differ in {differing}")

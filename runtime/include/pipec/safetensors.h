@@ -25,6 +25,7 @@ inline const char *safetensorsDtype(int dtype) {
   case PIPEC_I64: return "I64";
   case PIPEC_I32: return "I32";
   case PIPEC_BOOL: return "BOOL";
+  case PIPEC_BF16: return "BF16";
   default: throw FormatError("no safetensors dtype for pipec dtype " + std::to_string(dtype));
   }
 }

@@ -30,7 +30,7 @@
 extern "C" {
 #endif
 
-#define PIPEC_STAGE_ABI_VERSION 3
+#define PIPEC_STAGE_ABI_VERSION 4
 
 typedef enum pipec_dtype {
   PIPEC_F32 = 1,
@@ -38,6 +38,7 @@ typedef enum pipec_dtype {
   PIPEC_I64 = 3,
   PIPEC_I32 = 4,
   PIPEC_BOOL = 5, /* one byte per element */
+  PIPEC_BF16 = 6, /* bfloat16: activations sent between CUDA stages at --precision bf16 */
 } pipec_dtype;
 
 typedef enum pipec_param_role {

@@ -41,6 +41,7 @@ inline size_t dtypeSize(int dtype) {
   case PIPEC_I64: return 8;
   case PIPEC_I32: return 4;
   case PIPEC_BOOL: return 1;
+  case PIPEC_BF16: return 2;
   default: return 0;
   }
 }
@@ -52,17 +53,19 @@ inline const char *dtypeName(int dtype) {
   case PIPEC_I64: return "i64";
   case PIPEC_I32: return "i32";
   case PIPEC_BOOL: return "bool";
+  case PIPEC_BF16: return "bf16";
   default: return "?";
   }
 }
 
-// Accepts "f32"/"float32", "f64"/"float64", "i64"/"int64", "i32"/"int32", "bool"; 0 if unknown.
+// Accepts "f32"/"float32", "f64"/"float64", "i64"/"int64", "i32"/"int32", "bool", "bf16"/"bfloat16"; 0 if unknown.
 inline int dtypeFromName(const std::string &s) {
   if (s == "f32" || s == "float32") return PIPEC_F32;
   if (s == "f64" || s == "float64") return PIPEC_F64;
   if (s == "i64" || s == "int64") return PIPEC_I64;
   if (s == "i32" || s == "int32") return PIPEC_I32;
   if (s == "bool") return PIPEC_BOOL;
+  if (s == "bf16" || s == "bfloat16") return PIPEC_BF16;
   return 0;
 }
 

@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <random>
@@ -940,6 +941,663 @@ static void testEmpty() {
   }
 }
 
+//===----------------------------------------------------------------------===//
+// bf16 storage (docs/cuda-kernels.md, "bf16 storage"): each bf16 overload
+// against the CPU float kernel run on the same bf16-rounded inputs, its
+// result rounded to bf16. Element-wise ops: within 1 bf16 ulp (the device's
+// math library may round the float differently; here both are host float,
+// so they agree exactly, which the ulp check allows); movement: bit-exact;
+// sums into float: the float tolerances (the inputs are exact floats);
+// GEMMs, norms, softmaxes, attention: stated per check.
+//===----------------------------------------------------------------------===//
+
+using bf = pc::bf16;
+static std::vector<bf> toBf(const std::vector<float> &v) {
+  std::vector<bf> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = bf(v[i]);
+  return r;
+}
+static std::vector<float> fromBf(const std::vector<bf> &v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = (float)v[i];
+  return r;
+}
+static std::vector<float> roundBf(const std::vector<float> &v) { return fromBf(toBf(v)); }
+static uint16_t bitsOf(bf x) {
+  uint16_t u;
+  std::memcpy(&u, &x, 2);
+  return u;
+}
+// Random values already representable in bf16 (the inputs a bf16 stage holds).
+static std::vector<float> randbf(int64_t n, float lo = -2, float hi = 2) { return roundBf(randv(n, lo, hi)); }
+
+/// gpu within `ulps` bf16 ulps of the CPU float result rounded to bf16
+/// (NaN matches NaN; 0 ulps: the same bits).
+static void cmpBf(const std::vector<float> &cpu, const std::vector<bf> &gpu, int ulps, const char *what) {
+  ++checks;
+  if (cpu.size() != gpu.size()) { std::printf("FAIL %s %s: size\n", ctx.c_str(), what); ++failures; return; }
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const bf want = bf(cpu[i]);
+    const float w = (float)want, g = (float)gpu[i];
+    if (std::isnan(w) && std::isnan(g)) continue;
+    // Ordered integer images of the bit patterns: the ulp distance.
+    auto ordered = [](uint16_t u) { return (u & 0x8000) ? -(int)(u & 0x7fff) : (int)u; };
+    const int d = std::abs(ordered(bitsOf(want)) - ordered(bitsOf(gpu[i])));
+    if (std::isnan(w) != std::isnan(g) || d > ulps) {
+      std::printf("FAIL %s %s: [%zu] cpu %.9g (bf16 %.9g) gpu %.9g, %d ulps (n=%zu)\n", ctx.c_str(), what, i,
+                  cpu[i], w, g, d, cpu.size());
+      ++failures;
+      return;
+    }
+  }
+}
+/// gpu (bf16) against the CPU float result within a relative tolerance.
+static void cmpBfTol(const std::vector<float> &cpu, const std::vector<bf> &gpu, double tol, const char *what) {
+  cmp(cpu, fromBf(gpu), tol, what);
+}
+
+/// gpu (bf16) against the CPU float result within tol · (1 + max |cpu|):
+/// for products whose terms the sum may cancel far below their own size
+/// (the largest element of the result stands for the terms' magnitude).
+static void cmpBfNormwise(const std::vector<float> &cpu, const std::vector<bf> &gpu, double tol, const char *what) {
+  double largest = 0;
+  for (float a : cpu) largest = std::max(largest, (double)std::fabs(a));
+  std::vector<float> g = fromBf(gpu);
+  ++checks;
+  if (cpu.size() != g.size()) { std::printf("FAIL %s %s: size\n", ctx.c_str(), what); ++failures; return; }
+  for (size_t i = 0; i < cpu.size(); ++i)
+    if (!(std::fabs((double)cpu[i] - g[i]) <= tol * (1 + largest))) {
+      std::printf("FAIL %s %s: [%zu] cpu %.9g gpu %.9g (largest %.9g, n=%zu)\n", ctx.c_str(), what, i, cpu[i], g[i],
+                  largest, cpu.size());
+      ++failures;
+      return;
+    }
+}
+
+static void testBf16Type() {
+  ctx = "bf16 type";
+  struct Case { float in; uint16_t bits; };
+  const Case cases[] = {{1.0f, 0x3f80}, {-2.0f, 0xc000}, {1.00390625f, 0x3f80} /* tie: even */,
+                        {1.01171875f, 0x3f82} /* tie: up to even */, {3.4e38f, 0x7f80} /* overflow */,
+                        {INFINITY, 0x7f80}, {-0.0f, 0x8000}, {1e-40f, 0x0001} /* subnormal */};
+  for (const Case &c : cases) {
+    ++checks;
+    if (bitsOf(bf(c.in)) != c.bits) {
+      std::printf("FAIL %s: bf16(%g) = 0x%04x, want 0x%04x\n", ctx.c_str(), c.in, bitsOf(bf(c.in)), c.bits);
+      ++failures;
+    }
+  }
+  ++checks;
+  if (!std::isnan((float)bf(NAN)) || (float)bf(1.5f) != 1.5f || sizeof(bf) != 2) {
+    std::printf("FAIL %s: NaN, exact widening or size\n", ctx.c_str());
+    ++failures;
+  }
+  // cast<float, bf16> is bf16(float) element by element; cast<bf16, float> widens exactly.
+  std::vector<float> x = randv(1000, -300, 300);
+  x[0] = NAN, x[1] = INFINITY, x[2] = -0.0f, x[3] = 1e-40f, x[4] = 3.4e38f;
+  std::vector<bf> g(x.size());
+  pc::cast(x.data(), (int64_t)x.size(), g.data());
+  cmpBf(x, g, 0, "cast float->bf16");
+  std::vector<float> back(x.size());
+  pc::cast(g.data(), (int64_t)g.size(), back.data());
+  cmp(fromBf(g), back, 0, "cast bf16->float");
+}
+
+static void testBf16Elementwise() {
+  for (int it = 0; it < 30; ++it) {
+    Shape os = randShape((int)ri(0, 4), 5);
+    Shape as = ri(0, 1) ? os : bcastOf(os), bs = bcastOf(os);
+    if (ri(0, 1)) std::swap(as, bs);
+    Shape rs = pk::broadcastShape(as, bs);
+    auto a = randbf(as.numel(), 0.1f, 2), b = randbf(bs.numel(), -2, 2);
+    auto ab = toBf(a), bb = toBf(b);
+    for (int op = 0; op < 5; ++op) {
+      ctx = "bf16 binary op " + std::to_string(op) + " " + as.str() + bs.str();
+      std::vector<float> c(rs.numel());
+      std::vector<bf> g(rs.numel());
+      pk::binary((pk::Binary)op, a.data(), as, b.data(), bs, c.data());
+      pc::binary((pk::Binary)op, ab.data(), as, bb.data(), bs, g.data());
+      cmpBf(c, g, 1, "out");
+    }
+    for (int op = 0; op < 4; ++op) {
+      ctx = "bf16 binaryGrad " + std::to_string(op) + as.str() + bs.str();
+      auto dy = randbf(rs.numel());
+      auto dyb = toBf(dy);
+      std::vector<float> c(rs.numel());
+      std::vector<bf> g(rs.numel());
+      pk::binaryGrad((pk::BinaryGrad)op, dy.data(), a.data(), as, b.data(), bs, c.data());
+      pc::binaryGrad((pk::BinaryGrad)op, dyb.data(), ab.data(), as, bb.data(), bs, g.data());
+      cmpBf(c, g, 1, "dx");
+    }
+    { // compare and where: exact
+      std::vector<uint8_t> c(rs.numel()), g(rs.numel());
+      ctx = "bf16 compare";
+      pk::compare(pk::Binary::Less, a.data(), as, b.data(), bs, c.data());
+      pc::compare(pk::Binary::Less, ab.data(), as, bb.data(), bs, g.data());
+      cmp(c, g, 0, "less");
+      Shape cs = bcastOf(rs);
+      std::vector<uint8_t> cond(cs.numel());
+      for (auto &x : cond) x = (uint8_t)ri(0, 1);
+      Shape ws = pk::broadcastShape(cs, rs);
+      std::vector<float> wc(ws.numel());
+      std::vector<bf> wg(ws.numel());
+      ctx = "bf16 where";
+      pk::where(cond.data(), cs, a.data(), as, b.data(), bs, wc.data());
+      pc::where(cond.data(), cs, ab.data(), as, bb.data(), bs, wg.data());
+      cmpBf(wc, wg, 0, "where");
+    }
+  }
+  for (int op = 0; op < pipec::kNumUnaryFunctions; ++op) {
+    int64_t n = ri(1, 3000);
+    auto x = randbf(n, (pk::Unary)op == pk::Unary::Sqrt ? 0.f : -3.f, 3), dy = randbf(n);
+    std::vector<float> c(n), dc(n);
+    std::vector<bf> g(n), dg(n);
+    ctx = std::string("bf16 unary ") + pipec::kUnaryFunctions[op].spelling;
+    auto xb = toBf(x), dyb = toBf(dy);
+    pk::unary((pk::Unary)op, x.data(), n, c.data());
+    pc::unary((pk::Unary)op, xb.data(), n, g.data());
+    cmpBf(c, g, 1, "y");
+    // The gradient reads the stored (bf16) forward result.
+    auto yr = fromBf(g);
+    pk::unaryGrad((pk::Unary)op, dy.data(), x.data(), yr.data(), n, dc.data());
+    pc::unaryGrad((pk::Unary)op, dyb.data(), xb.data(), g.data(), n, dg.data());
+    cmpBf(dc, dg, 1, "dx");
+  }
+  for (int t = 0; t < 2; ++t) {
+    int64_t n = 5000;
+    auto x = randbf(n), dy = randbf(n);
+    auto xb = toBf(x), dyb = toBf(dy);
+    std::vector<float> c(n), dc(n);
+    std::vector<bf> g(n), dg(n);
+    std::vector<uint8_t> mc(n), mg(n);
+    ctx = "bf16 dropout";
+    pk::dropout(x.data(), n, c.data(), mc.data(), 0.3f, t, 777);
+    pc::dropout(xb.data(), n, g.data(), mg.data(), 0.3f, t, 777);
+    cmpBf(c, g, 1, "y");
+    cmp(mc, mg, 0, "mask");
+    pk::dropoutGrad(dy.data(), mc.data(), n, dc.data(), 0.3f, t);
+    pc::dropoutGrad(dyb.data(), mg.data(), n, dg.data(), 0.3f, t);
+    cmpBf(dc, dg, 1, "dx");
+  }
+  const std::pair<Shape, Shape> rotaryCases[] = {{Shape{2, 3, 5, 8}, Shape{1, 1, 5, 8}}, {Shape{3, 10}, Shape{1}},
+                                                 {Shape{2, 4, 6}, Shape{4, 1}}};
+  for (const auto &[xs, ts] : rotaryCases)
+    for (bool interleaved : {false, true})
+      for (bool transposed : {false, true}) {
+        ctx = "bf16 rotary " + xs.str() + ts.str() + (interleaved ? " interleaved" : "") + (transposed ? " transposed" : "");
+        auto x = randbf(xs.numel()), c = randv(ts.numel()), s = randv(ts.numel());
+        auto xb = toBf(x);
+        std::vector<float> yc(xs.numel());
+        std::vector<bf> yg(xs.numel());
+        pk::rotary(x.data(), xs, c.data(), ts, s.data(), ts, yc.data(), interleaved, transposed);
+        pc::rotary(xb.data(), xs, c.data(), ts, s.data(), ts, yg.data(), interleaved, transposed);
+        cmpBf(yc, yg, 1, "y");
+      }
+}
+
+static void testBf16Movement() {
+  for (int it = 0; it < 25; ++it) {
+    Shape ds = randShape((int)ri(1, 4), 5);
+    int axis = (int)ri(0, ds.size - 1);
+    Shape is = randShape((int)ri(0, 2), 4);
+    std::vector<int64_t> idx(is.numel());
+    std::vector<int32_t> idx32(is.numel());
+    for (size_t e = 0; e < idx.size(); ++e) idx32[e] = (int32_t)(idx[e] = ri(-ds.v[axis], ds.v[axis] - 1));
+    Shape os;
+    for (int i = 0; i < axis; ++i) os.push(ds.v[i]);
+    for (int i = 0; i < is.size; ++i) os.push(is.v[i]);
+    for (int i = axis + 1; i < ds.size; ++i) os.push(ds.v[i]);
+    auto d = randbf(ds.numel());
+    auto db = toBf(d);
+    std::vector<float> c(os.numel());
+    std::vector<bf> g(os.numel()), g32(os.numel());
+    ctx = "bf16 gather " + ds.str() + is.str() + " axis " + std::to_string(axis);
+    pk::gather(d.data(), ds, idx.data(), is, axis, c.data());
+    pc::gather(db.data(), ds, idx.data(), is, axis, g.data());
+    pc::gather(db.data(), ds, idx32.data(), is, axis, g32.data());
+    cmpBf(c, g, 0, "out");
+    cmpBf(c, g32, 0, "out (int32 indices)");
+    // Embedding gradient: bf16 dy into float dx (exact inputs: the float tolerance).
+    auto dy = randbf(os.numel());
+    auto dyb = toBf(dy);
+    std::vector<float> dc(ds.numel()), dg(ds.numel(), NAN), dg32(ds.numel(), NAN);
+    pk::gatherGrad(dy.data(), idx.data(), is, axis, dc.data(), ds);
+    pc::gatherGrad(dyb.data(), idx.data(), is, axis, dg.data(), ds);
+    pc::gatherGrad(dyb.data(), idx32.data(), is, axis, dg32.data(), ds);
+    cmp(dc, dg, 1e-6, "dx");
+    cmp(dc, dg32, 1e-6, "dx (int32 indices)");
+    Dims perm;
+    for (int i = 0; i < ds.size; ++i) perm.push(i);
+    std::shuffle(perm.v, perm.v + perm.size, rng);
+    std::vector<float> tc(ds.numel());
+    std::vector<bf> tg(ds.numel());
+    ctx = "bf16 transpose";
+    pk::transpose(d.data(), ds, perm, tc.data());
+    pc::transpose(db.data(), ds, perm, tg.data());
+    cmpBf(tc, tg, 0, "y");
+    int cnt = (int)ri(1, 3);
+    std::vector<Shape> shapes;
+    std::vector<std::vector<float>> ins;
+    std::vector<std::vector<bf>> insb;
+    std::vector<const float *> ptrs;
+    std::vector<const bf *> ptrsb;
+    Dims sizes;
+    int64_t tot = 0;
+    for (int i = 0; i < cnt; ++i) {
+      Shape s = ds;
+      s.v[axis] = ri(0, 3);
+      sizes.push(s.v[axis]);
+      tot += s.v[axis];
+      shapes.push_back(s);
+      ins.push_back(randbf(s.numel()));
+      insb.push_back(toBf(ins.back()));
+    }
+    for (int i = 0; i < cnt; ++i) ptrs.push_back(ins[i].data()), ptrsb.push_back(insb[i].data());
+    Shape cs = ds;
+    cs.v[axis] = tot;
+    std::vector<float> cc(cs.numel());
+    std::vector<bf> cg(cs.numel());
+    ctx = "bf16 concat";
+    pk::concat(ptrs.data(), shapes.data(), cnt, axis, cc.data());
+    pc::concat(ptrsb.data(), shapes.data(), cnt, axis, cg.data());
+    cmpBf(cc, cg, 0, "y");
+    std::vector<std::vector<float>> oc;
+    std::vector<std::vector<bf>> og;
+    std::vector<float *> pcs;
+    std::vector<bf *> pgs;
+    for (auto &s : shapes) { oc.emplace_back(s.numel()); og.emplace_back(s.numel()); }
+    for (int i = 0; i < cnt; ++i) { pcs.push_back(oc[i].data()); pgs.push_back(og[i].data()); }
+    ctx = "bf16 split";
+    pk::split(cc.data(), cs, axis, sizes, pcs.data());
+    pc::split(cg.data(), cs, axis, sizes, pgs.data());
+    for (int i = 0; i < cnt; ++i) cmpBf(oc[i], og[i], 0, "piece");
+    Dims st, en, sp;
+    for (int a = 0; a < ds.size; ++a) {
+      int64_t dim = ds.v[a], step = ri(1, 3) * (ri(0, 1) ? 1 : -1);
+      if (step > 0) { st.push(ri(0, dim)); en.push(ri(0, dim)); }
+      else { st.push(ri(-1, dim - 1)); en.push(ri(-1, dim - 1)); }
+      sp.push(step);
+    }
+    Shape ss = pk::sliceShape(ds, st, en, sp);
+    std::vector<float> sc(ss.numel());
+    std::vector<bf> sg(ss.numel());
+    ctx = "bf16 slice " + ds.str() + st.str() + en.str() + sp.str();
+    pk::slice(d.data(), ds, st, en, sp, sc.data());
+    pc::slice(db.data(), ds, st, en, sp, sg.data());
+    cmpBf(sc, sg, 0, "y");
+    auto sdy = randbf(ss.numel());
+    auto sdyb = toBf(sdy);
+    std::vector<float> sdc(ds.numel());
+    std::vector<bf> sdg(ds.numel(), bf(NAN));
+    pk::sliceGrad(sdy.data(), sdc.data(), ds, st, en, sp);
+    pc::sliceGrad(sdyb.data(), sdg.data(), ds, st, en, sp);
+    cmpBf(sdc, sdg, 0, "dx");
+    Dims pads;
+    Shape ps;
+    for (int a = 0; a < 2 * ds.size; ++a) pads.push(ri(0, 2));
+    for (int a = 0; a < ds.size; ++a) ps.push(ds.v[a] + pads.v[a] + pads.v[a + ds.size]);
+    std::vector<float> pcv(ps.numel());
+    std::vector<bf> pgv(ps.numel());
+    ctx = "bf16 pad";
+    pk::pad(d.data(), ds, pads, 1.5f, pcv.data());
+    pc::pad(db.data(), ds, pads, bf(1.5f), pgv.data());
+    cmpBf(pcv, pgv, 0, "y");
+    Shape xs = bcastOf(ds);
+    auto xv = randbf(xs.numel());
+    auto xvb = toBf(xv);
+    std::vector<float> ec(ds.numel());
+    std::vector<bf> eg(ds.numel());
+    ctx = "bf16 expand";
+    pk::expand(xv.data(), xs, ec.data(), ds);
+    pc::expand(xvb.data(), xs, eg.data(), ds);
+    cmpBf(ec, eg, 0, "y");
+  }
+}
+
+// Sums of bf16 values into float (bias gradients): every schedule, and
+// accumulate; the inputs are exact floats, so the float tolerance holds.
+static void testBf16Reduce() {
+  std::vector<std::pair<Shape, Dims>> cases = {{Shape{3, 300}, Dims{1}}, {Shape{300, 5}, Dims{0}}, {Shape{2, 20, 30}, Dims{1, 2}},
+      {Shape{2000, 300}, Dims{0}}, {Shape{1100, 260}, Dims{1}}, {Shape{4, 300, 3}, Dims{1}}, {Shape{64, 40}, Dims{0}},
+      {Shape{5, 7}, Dims{}}, {Shape{4096, 97}, Dims{0}}, {Shape{1, 6}, Dims{0}}};
+  for (auto &[xs, axes] : cases) {
+    Shape ys = xs;
+    for (int i = 0; i < axes.size; ++i) ys.v[axes.v[i]] = 1;
+    auto x = randbf(xs.numel());
+    auto xb = toBf(x);
+    std::vector<float> c(ys.numel()), g(ys.numel(), NAN);
+    ctx = "bf16 reduceSum " + xs.str() + axes.str();
+    pk::reduceSum(x.data(), xs, axes, c.data());
+    pc::reduceSum(xb.data(), xs, axes, g.data());
+    cmp(c, g, 1e-6, "y");
+    auto into = randv(ys.numel()), intoG = into;
+    pc::reduceSum(xb.data(), xs, axes, intoG.data(), true);
+    for (size_t i = 0; i < into.size(); ++i) into[i] += c[i];
+    cmp(into, intoG, 1e-6, "y accumulated");
+    if (axes.size == 0) continue; // reduceMean's empty axes mean all axes
+    std::vector<float> mc(ys.numel()), mg(ys.numel(), NAN);
+    ctx = "bf16 reduceMean " + xs.str() + axes.str();
+    pk::reduceMean(x.data(), xs, axes, mc.data());
+    pc::reduceMean(xb.data(), xs, axes, mg.data());
+    cmp(mc, mg, 1e-6, "y");
+  }
+}
+
+// GEMMs on bf16 operands: the fake cuBLAS/cuBLASLt compute the bf16
+// reference (operands widened, sum in double, the float32 epilogue, one
+// rounding to D's type), the CPU sgemm sums in float: tolerance 2^-7
+// (one bf16 ulp, relative; absolute near 0). A C other than a bias row is
+// rounded to bf16 into Y before the product (docs/cuda-kernels.md), within
+// the same tolerance at these magnitudes.
+static void testBf16Linalg() {
+  const pk::Unary activations[] = {pk::Unary::Relu, pk::Unary::GeluTanh, pk::Unary::Tanh};
+  const int bf16Before = emu::gemmBf16Calls, ltBefore = emu::ltBf16Calls;
+  for (bool floatBias : {true, false}) {
+    emu::ltFloatBiasWithBf16 = floatBias;
+    for (int it = 0; it < 50; ++it) {
+      const int64_t M = ri(1, 7), N = ri(1, 7), K = ri(it % 15 == 0 ? 0 : 1, 9);
+      const bool ta = ri(0, 1), tb = ri(0, 1);
+      const std::optional<pk::Unary> activation =
+          it % 4 == 3 ? std::nullopt : std::optional<pk::Unary>(activations[it % 3]);
+      const int cKind = (int)ri(0, 3); // none, [N], [1, N], another broadcast shape
+      const Shape cs = cKind == 1 ? Shape{N} : cKind == 2 ? Shape{1, N} : bcastOf(Shape{M, N});
+      const float beta = cKind == 3 && ri(0, 1) ? 0.5f : 1.0f;
+      const int64_t offset = ri(0, 3); // in elements: off cuBLASLt's default alignment
+      auto A = randbf(M * K + offset), B = randbf(K * N + offset), C = randv(cs.numel() + offset);
+      auto Ab = toBf(A), Bb = toBf(B);
+      std::vector<float> yc(M * N);
+      std::vector<bf> yg(M * N + offset, bf(NAN));
+      const float *c = cKind == 0 ? nullptr : C.data() + offset;
+      ctx = "bf16 gemm " + std::string(activation ? pipec::unaryName(*activation) : "none") + " M" + std::to_string(M) +
+            " N" + std::to_string(N) + " K" + std::to_string(K) + " C" + cs.str() + (cKind ? "" : "(none)") + " ta" +
+            std::to_string(ta) + " tb" + std::to_string(tb) + (floatBias ? "" : " (no float bias)");
+      pk::gemm(A.data() + offset, B.data() + offset, c, cs, yc.data(), M, N, K, ta, tb, 0.7f, beta, activation);
+      pc::gemm(Ab.data() + offset, Bb.data() + offset, c, cs, yg.data() + offset, M, N, K, ta, tb, 0.7f, beta,
+               activation);
+      cmpBfTol(yc, std::vector<bf>(yg.begin() + offset, yg.end()), 1.0 / 128, "y");
+      // Into float Y: a weight gradient accumulating in place (C == Y, beta 1).
+      auto acc = randv(M * N), accG = acc;
+      pk::gemm(A.data() + offset, B.data() + offset, acc.data(), Shape{M, N}, acc.data(), M, N, K, ta, tb, 1.0f, 1.0f);
+      pc::gemm(Ab.data() + offset, Bb.data() + offset, accG.data(), Shape{M, N}, accG.data(), M, N, K, ta, tb, 1.0f,
+               1.0f);
+      cmp(acc, accG, 1e-5, "float Y accumulated");
+      std::vector<float> yf(M * N, NAN);
+      pc::gemm(Ab.data() + offset, Bb.data() + offset, c, cs, yf.data(), M, N, K, ta, tb, 0.7f, beta, activation);
+      cmp(yc, yf, 1e-5, "float Y");
+    }
+  }
+  emu::ltFloatBiasWithBf16 = true;
+  std::vector<std::pair<Shape, Shape>> mm = {
+      {Shape{3, 4}, Shape{4, 5}}, {Shape{4}, Shape{4, 5}}, {Shape{2, 3, 4}, Shape{4, 5}}, {Shape{2, 3, 4}, Shape{2, 4, 5}},
+      {Shape{1, 2, 3, 4}, Shape{2, 1, 4, 5}}, {Shape{2, 3, 0}, Shape{0, 5}}, {Shape{3, 2, 3, 4}, Shape{1, 4, 5}}};
+  for (auto &[as, bs] : mm)
+    for (int t = 0; t < 2; ++t) {
+      const bool tb = t == 1 && bs.size >= 2;
+      Shape bstored = bs;
+      if (tb) std::swap(bstored.v[bs.size - 1], bstored.v[bs.size - 2]);
+      Shape ys = pk::matmulShape(as, bs);
+      auto A = randbf(as.numel()), B = randbf(bs.numel());
+      auto Ab = toBf(A), Bb = toBf(B);
+      std::vector<float> yc(ys.numel()), yf(ys.numel(), NAN);
+      std::vector<bf> yg(ys.numel(), bf(NAN));
+      ctx = "bf16 matmul " + as.str() + bstored.str() + (tb ? "^T" : "");
+      pk::matmul(A.data(), as, B.data(), bstored, yc.data(), false, tb);
+      pc::matmul(Ab.data(), as, Bb.data(), bstored, yg.data(), false, tb);
+      pc::matmul(Ab.data(), as, Bb.data(), bstored, yf.data(), false, tb);
+      cmpBfTol(yc, yg, 1.0 / 128, "y");
+      cmp(yc, yf, 1e-5, "float Y");
+    }
+  ctx = "bf16 gemm operand types";
+  ++checks;
+  if (emu::gemmBf16Calls - bf16Before < 50 || emu::ltBf16Calls - ltBefore < 20 ||
+      emu::lastGemmTypes.a != CUDA_R_16BF || emu::lastGemmTypes.b != CUDA_R_16BF ||
+      emu::lastGemmTypes.computeType != CUBLAS_COMPUTE_32F) {
+    std::printf("FAIL %s: %d cuBLAS and %d cuBLASLt GEMMs on bf16 operands\n", ctx.c_str(),
+                emu::gemmBf16Calls - bf16Before, emu::ltBf16Calls - ltBefore);
+    ++failures;
+  }
+}
+
+// Layer norm on bf16 activations with float parameters and statistics.
+// y and dx: 1 bf16 ulp relative (2^-7) on top of the float test's
+// tolerances (the row statistics are the float kernel's on the same inputs);
+// mean, invStd and the parameter gradients (float) the float tolerances.
+static void testBf16Norm() {
+  std::vector<Shape> lshapes = {Shape{4, 6}, Shape{2, 3, 5}, Shape{3, 700}, Shape{50, 4, 3}};
+  for (auto &xs : lshapes)
+    for (int axis = -xs.size; axis < xs.size; ++axis) {
+      const int a = axis < 0 ? axis + xs.size : axis;
+      Shape ns(xs.v + a, xs.size - a);
+      for (int pv = 0; pv < 2; ++pv)
+        for (const pk::RowNorm norm : {pk::RowNorm::Layer, pk::RowNorm::Rms}) {
+          Shape ps = pv == 0 ? ns : bcastOf(ns);
+          auto x = randbf(xs.numel()), g = randv(ps.numel()), b = randv(ps.numel()), dy = randbf(xs.numel());
+          auto xb = toBf(x), dyb = toBf(dy);
+          const int64_t rows = pk::Shape(xs.v, a).numel();
+          std::vector<float> yc(xs.numel()), mc(rows), mg(rows), ic(rows), ig(rows);
+          std::vector<bf> yg(xs.numel());
+          ctx = "bf16 layerNorm " + xs.str() + " axis " + std::to_string(axis) + " ps " + ps.str() +
+                (norm == pk::RowNorm::Rms ? " (RMS)" : "");
+          pk::layerNorm(x.data(), xs, g.data(), ps, b.data(), ps, yc.data(), mc.data(), ic.data(), axis, 1e-5f, norm);
+          pc::layerNorm(xb.data(), xs, g.data(), ps, b.data(), ps, yg.data(), mg.data(), ig.data(), axis, 1e-5f, norm);
+          cmpBfTol(yc, yg, 1.0 / 128 + 1e-4, "y");
+          cmp(mc, mg, 1e-5, "mean");
+          cmp(ic, ig, 1e-4, "invstd");
+          std::vector<float> dc(xs.numel());
+          std::vector<bf> dg(xs.numel());
+          pk::layerNormGrad(dy.data(), x.data(), xs, g.data(), ps, dc.data(), axis, 1e-5f, norm);
+          pc::layerNormGrad(dyb.data(), xb.data(), xs, g.data(), ps, dg.data(), axis, 1e-5f, norm);
+          cmpBfTol(dc, dg, 1.0 / 128 + 1e-3, "dx");
+          std::vector<float> dsc(ps.numel()), dbc(ps.numel()), dsg(ps.numel()), dbg(ps.numel());
+          pk::layerNormParamGrad(dy.data(), x.data(), xs, ps, dsc.data(), dbc.data(), axis, 1e-5f, norm);
+          pc::layerNormParamGrad(dyb.data(), xb.data(), xs, ps, dsg.data(), dbg.data(), axis, 1e-5f, norm);
+          cmp(dsc, dsg, 1e-4, "dscale");
+          cmp(dbc, dbg, 1e-4, "dbias");
+          auto gsg = randv(ps.numel()), gbg = randv(ps.numel()), wantS = gsg, wantB = gbg;
+          pc::layerNormParamGrad(dyb.data(), xb.data(), xs, ps, gsg.data(), gbg.data(), axis, 1e-5f, norm,
+                                 pk::Workspace{}, true);
+          for (int64_t i = 0; i < ps.numel(); ++i) wantS[i] += dsc[i], wantB[i] += dbc[i];
+          cmp(wantS, gsg, 1e-4, "dscale accumulated");
+          cmp(wantB, gbg, 1e-4, "dbias accumulated");
+        }
+    }
+}
+
+// Softmaxes and cross-entropy on bf16 values: the float kernels' math on the
+// widened inputs, one rounding on store. Probabilities within 1 bf16 ulp;
+// gradients (y(dy - Σ dy·y) cancels) and losses 2^-7 relative plus the
+// float test's tolerance; the scalar loss is float (the float tolerance).
+static void testBf16Softmax() {
+  std::vector<Shape> shapes = {Shape{4, 7}, Shape{3, 600}, Shape{2, 5, 3}, Shape{3, 1100, 2}, Shape{2100, 3}};
+  for (auto &xs : shapes)
+    for (int axis = -xs.size; axis < xs.size; ++axis) {
+      auto x = randbf(xs.numel(), -5, 5), dy = randbf(xs.numel());
+      auto xb = toBf(x), dyb = toBf(dy);
+      std::vector<float> c(xs.numel()), dc(xs.numel());
+      std::vector<bf> g(xs.numel()), dg(xs.numel());
+      ctx = "bf16 softmax " + xs.str() + " axis " + std::to_string(axis);
+      pk::softmax(x.data(), xs, axis, c.data());
+      pc::softmax(xb.data(), xs, axis, g.data());
+      cmpBf(c, g, 1, "y");
+      auto yr = fromBf(g); // the gradient reads the stored bf16 y
+      pk::softmaxGrad(dy.data(), yr.data(), xs, axis, dc.data());
+      pc::softmaxGrad(dyb.data(), g.data(), xs, axis, dg.data());
+      cmpBfTol(dc, dg, 1.0 / 128 + 1e-5, "dx");
+    }
+  for (auto &xs : shapes)
+    for (int variant = 0; variant < 4; ++variant) {
+      const Shape ms = bcastOf(xs);
+      std::vector<uint8_t> mask(ms.numel());
+      for (auto &m : mask) m = (uint8_t)(ri(0, 3) == 0);
+      const float scale = variant % 2 ? 8.0f : 0.125f, fill = variant < 2 ? -INFINITY : -1.0e4f;
+      const bool divide = variant % 2, maskedWhen = variant != 1;
+      auto x = randbf(xs.numel(), -5, 5), dy = randbf(xs.numel());
+      auto xb = toBf(x), dyb = toBf(dy);
+      std::vector<float> c(xs.numel()), dc(xs.numel());
+      std::vector<bf> g(xs.numel()), dg(xs.numel());
+      ctx = "bf16 maskedSoftmax " + xs.str() + " mask " + ms.str() + " variant " + std::to_string(variant);
+      pk::maskedSoftmax(x.data(), xs, mask.data(), ms, scale, divide, fill, maskedWhen, c.data());
+      pc::maskedSoftmax(xb.data(), xs, mask.data(), ms, scale, divide, fill, maskedWhen, g.data());
+      cmpBf(c, g, 1, "y");
+      auto yr = fromBf(g);
+      pk::maskedSoftmaxGrad(dy.data(), yr.data(), xs, mask.data(), ms, scale, divide, maskedWhen, dc.data());
+      pc::maskedSoftmaxGrad(dyb.data(), g.data(), xs, mask.data(), ms, scale, divide, maskedWhen, dg.data());
+      cmpBfTol(dc, dg, 1.0 / 128 + 1e-5, "dx");
+    }
+  std::vector<Shape> ls = {Shape{8, 5}, Shape{3, 700}, Shape{2, 4, 3}, Shape{3, 4, 700}, Shape{0, 3}};
+  for (auto &ss : ls)
+    for (int red = 0; red < 3; ++red)
+      for (int variant = 0; variant < 4; ++variant) {
+        const int64_t C = ss.v[1];
+        Shape lshape{ss.v[0]};
+        for (int a = 2; a < ss.size; ++a) lshape.push(ss.v[a]);
+        auto s = randbf(ss.numel(), -4, 4);
+        auto sb = toBf(s);
+        std::vector<int64_t> lab(lshape.numel());
+        for (auto &l : lab) l = ri(0, C - 1);
+        std::vector<int32_t> lab32(lab.begin(), lab.end());
+        std::optional<int64_t> ign;
+        if (variant & 1) { ign = 1; for (size_t e = 0; e < lab.size(); ++e) if (ri(0, 2) == 0) lab[e] = lab32[e] = 1; }
+        std::vector<float> w;
+        if (variant & 2) w = randv(C, 0.1f, 2);
+        const float *wp = w.empty() ? nullptr : w.data();
+        const int64_t ln = red == 0 ? lshape.numel() : 1;
+        std::vector<float> lc(ln), lg(ln, NAN), lg32(ln, NAN), pc_(ss.numel());
+        std::vector<bf> pg(ss.numel());
+        ctx = "bf16 sce " + ss.str() + " red " + std::to_string(red) + " var " + std::to_string(variant);
+        pk::softmaxCrossEntropyLoss(s.data(), ss, lab.data(), wp, (pk::Reduction)red, ign, lc.data(), pc_.data());
+        pc::softmaxCrossEntropyLoss(sb.data(), ss, lab.data(), wp, (pk::Reduction)red, ign, lg.data(), pg.data());
+        pc::softmaxCrossEntropyLoss(sb.data(), ss, lab32.data(), wp, (pk::Reduction)red, ign, lg32.data(),
+                                    (bf *)nullptr);
+        cmp(lc, lg, 1e-5, "loss");
+        cmp(lc, lg32, 1e-5, "loss (int32 labels)");
+        cmpBf(pc_, pg, 1, "logprob");
+        auto dl = randv(ln);
+        std::vector<float> dc(ss.numel());
+        std::vector<bf> dg(ss.numel());
+        pk::softmaxCrossEntropyLossGrad(dl.data(), s.data(), ss, lab.data(), wp, (pk::Reduction)red, ign, dc.data());
+        pc::softmaxCrossEntropyLossGrad(dl.data(), sb.data(), ss, lab.data(), wp, (pk::Reduction)red, ign, dg.data());
+        cmpBfTol(dc, dg, 1.0 / 128 + 1e-5, "dscores");
+      }
+}
+
+// Attention on bf16 q, k, v (dy) against the CPU float attention on the
+// same bf16-rounded inputs; the gradient of both reads the CPU's y rounded
+// to bf16 (what a bf16 stage stores) and its lse. Row blocks of 64 query
+// rows: S = 5, 7, 65, 70, 150 (1 to 3 blocks); T = 600 packs each row in
+// two rounds of 512 lanes (softmax.cu, packRowBf16). Each call runs in a
+// workspace of exactly the float call's planned scratch. Tolerances: lse is
+// float math on exact inputs (the float test's 1e-5); y = Σ P v with P
+// rounded to bf16 (2^-9 each, Σ P <= 1/(1 - ratio), |v| <= 2) and y rounded
+// once: 2^-7 relative to 1 + |y|. The gradients multiply P and dz rounded
+// to bf16 (2^-9 of each term), and dk, dv are rounded once more per row
+// block as they accumulate (softmax.cu, attentionGradT); dz · k and dzᵀ · q
+// cancel their terms (dz sums to ~0 over a row), so the error is relative
+// to the terms, not to each result: checked norm-wise, 2^-5 of 1 + the
+// largest element (200 draws of these cases stayed under 1.2 · 2^-7).
+static void testBf16Attention() {
+  constexpr double kGradTol = 1.0 / 32;
+  struct Case { Shape qs, ks, vs, ms; int maskKind; bool divide; }; // mask: 0 none, 1 boolean, 2 additive
+  const Case cases[] = {{Shape{2, 3, 5, 4}, Shape{2, 3, 6, 4}, Shape{2, 3, 6, 3}, Shape{1, 1, 5, 6}, 1, false},
+                        {Shape{2, 70, 4}, Shape{2, 9, 4}, Shape{2, 9, 5}, Shape{70, 9}, 1, true},
+                        {Shape{3, 7, 2}, Shape{3, 7, 2}, Shape{3, 7, 2}, Shape{}, 0, false},
+                        {Shape{2, 70, 4}, Shape{2, 9, 4}, Shape{2, 9, 5}, Shape{2, 1, 9}, 2, false},
+                        {Shape{1, 150, 8}, Shape{1, 13, 8}, Shape{1, 13, 6}, Shape{150, 13}, 1, false},
+                        {Shape{2, 65, 4}, Shape{2, 5, 4}, Shape{2, 5, 4}, Shape{}, 0, true},
+                        {Shape{1, 130, 4}, Shape{1, 600, 4}, Shape{1, 600, 3}, Shape{1, 600}, 2, false}};
+  const uint64_t key = pk::dropoutStreamKey(11, 5, 3, pk::dropoutOpId("attn_dropout"));
+  const int bf16Before = emu::gemmBf16Calls;
+  for (const Case &c : cases)
+    for (float ratio : {0.0f, 0.3f}) {
+      static const char *const maskNames[] = {"", " masked", " additive"};
+      ctx = "bf16 attention q " + c.qs.str() + " k " + c.ks.str() + " v " + c.vs.str() + maskNames[c.maskKind] +
+            (c.divide ? " divide" : "") + (ratio > 0 ? " dropout" : "");
+      auto q = randbf(c.qs.numel()), k = randbf(c.ks.numel()), v = randbf(c.vs.numel());
+      auto qb = toBf(q), kb = toBf(k), vb = toBf(v);
+      std::vector<uint8_t> mask(c.ms.numel());
+      for (size_t e = 0; e < mask.size(); ++e) mask[e] = e % 3 == 2;
+      const auto bias = randv(c.ms.numel());
+      const uint8_t *m = c.maskKind == 1 ? mask.data() : nullptr;
+      const float *a = c.maskKind == 2 ? bias.data() : nullptr;
+      const int64_t rows = c.qs.numel() / c.qs.v[c.qs.size - 1], out = rows * c.vs.v[c.vs.size - 1];
+      std::vector<float> yc(out), lc(rows), lg(rows, NAN);
+      std::vector<bf> yg(out, bf(NAN));
+      pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, 0.5f, c.divide, -1e9f, true, ratio, true,
+                    key, yc.data(), lc.data());
+      // Into a workspace of exactly the float call's planned scratch
+      // (NaN-filled, so unwritten reads show), guarded past its end.
+      const int64_t fwdBytes = pk::attentionScratch(pipec::Target::Cuda, c.qs, c.ks, c.vs).shared;
+      std::vector<float> ws((size_t)(fwdBytes / 4 + 64), NAN);
+      std::fill(ws.begin() + fwdBytes / 4, ws.end(), 12345.0f);
+      pc::attention(qb.data(), c.qs, kb.data(), c.ks, vb.data(), c.vs, m, a, c.ms, 0.5f, c.divide, -1e9f, true, ratio,
+                    true, key, yg.data(), lg.data(), pk::Workspace{ws.data(), fwdBytes});
+      cmpBfTol(yc, yg, 1.0 / 128, "y");
+      cmp(lc, lg, 1e-5, "lse");
+      cmp(std::vector<float>(ws.begin() + fwdBytes / 4, ws.end()), std::vector<float>(64, 12345.0f), 0,
+          "scratch guard");
+      if (ratio > 0) { // with v the identity, y is the dropped P: the same zeros
+        Shape is = c.vs;
+        const int64_t T = c.ks.v[c.ks.size - 2];
+        is.v[is.size - 1] = T;
+        std::vector<float> identity(is.numel()), pc1(rows * T), l(rows);
+        std::vector<bf> pg1(rows * T);
+        for (int64_t e = 0; e < is.numel(); ++e) identity[e] = (e / T) % T == e % T ? 1.0f : 0.0f;
+        auto identityB = toBf(identity);
+        pk::attention(q.data(), c.qs, k.data(), c.ks, identity.data(), is, m, a, c.ms, 0.5f, c.divide, -1e9f, true,
+                      ratio, true, key, pc1.data(), l.data());
+        pc::attention(qb.data(), c.qs, kb.data(), c.ks, identityB.data(), is, m, a, c.ms, 0.5f, c.divide, -1e9f, true,
+                      ratio, true, key, pg1.data(), l.data());
+        std::vector<uint8_t> zerosC(pc1.size()), zerosG(pg1.size());
+        for (size_t e = 0; e < pc1.size(); ++e) zerosC[e] = pc1[e] == 0.0f, zerosG[e] = (float)pg1[e] == 0.0f;
+        cmp(zerosC, zerosG, 0, "dropped elements");
+        cmpBf(pc1, pg1, 1, "dropped P"); // P in float, rounded once to bf16 (y = P · I)
+      }
+      auto dy = randbf(out), yr = roundBf(yc);
+      auto dyb = toBf(dy), yb = toBf(yc);
+      std::vector<float> dqc(q.size()), dkc(k.size()), dvc(v.size());
+      std::vector<bf> dqg(q.size(), bf(NAN)), dkg(k.size(), bf(NAN)), dvg(v.size(), bf(NAN));
+      pk::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, yr.data(), lc.data(),
+                        0.5f, c.divide, -1e9f, true, ratio, true, key, dqc.data(), dkc.data(), dvc.data());
+      const int64_t gradBytes = pk::attentionGradScratch(pipec::Target::Cuda, c.qs, c.ks, c.vs).shared;
+      std::vector<float> wsg((size_t)(gradBytes / 4 + 64), NAN);
+      std::fill(wsg.begin() + gradBytes / 4, wsg.end(), 12345.0f);
+      pc::attentionGrad(dyb.data(), qb.data(), c.qs, kb.data(), c.ks, vb.data(), c.vs, m, a, c.ms, yb.data(), lc.data(),
+                        0.5f, c.divide, -1e9f, true, ratio, true, key, dqg.data(), dkg.data(), dvg.data(),
+                        pk::Workspace{wsg.data(), gradBytes});
+      cmpBfNormwise(dqc, dqg, kGradTol, "dq");
+      cmpBfNormwise(dkc, dkg, kGradTol, "dk");
+      cmpBfNormwise(dvc, dvg, kGradTol, "dv");
+      cmp(std::vector<float>(wsg.begin() + gradBytes / 4, wsg.end()), std::vector<float>(64, 12345.0f), 0,
+          "scratch guard");
+    }
+  // Empty S (dk, dv zero) and empty T (y zero).
+  for (int e = 0; e < 2; ++e) {
+    const Shape qs = e == 0 ? Shape{2, 0, 4} : Shape{2, 3, 4}, ks = e == 0 ? Shape{2, 5, 4} : Shape{2, 0, 4},
+                vs = e == 0 ? Shape{2, 5, 3} : Shape{2, 0, 3};
+    ctx = "bf16 attention empty q " + qs.str() + " k " + ks.str();
+    std::vector<bf> q(qs.numel(), bf(1.0f)), k(ks.numel(), bf(1.0f)), v(vs.numel(), bf(1.0f));
+    const int64_t rows = qs.numel() / 4;
+    std::vector<bf> y(rows * 3, bf(NAN)), dy(rows * 3, bf(1.0f)), dq(q.size(), bf(NAN)), dk(k.size(), bf(NAN)),
+        dv(v.size(), bf(NAN));
+    std::vector<float> lse(rows, 0.0f);
+    pc::attention(q.data(), qs, k.data(), ks, v.data(), vs, nullptr, nullptr, Shape{}, 1.0f, false, 0.0f, true, 0.0f,
+                  false, 0, y.data(), lse.data());
+    pc::attentionGrad(dy.data(), q.data(), qs, k.data(), ks, v.data(), vs, nullptr, nullptr, Shape{}, y.data(),
+                      lse.data(), 1.0f, false, 0.0f, true, 0.0f, false, 0, dq.data(), dk.data(), dv.data());
+    cmpBf(std::vector<float>(y.size(), 0.0f), y, 0, "y");
+    cmpBf(std::vector<float>(dq.size(), 0.0f), dq, 0, "dq");
+    cmpBf(std::vector<float>(dk.size(), 0.0f), dk, 0, "dk");
+    cmpBf(std::vector<float>(dv.size(), 0.0f), dv, 0, "dv");
+  }
+  ctx = "bf16 attention operand types";
+  ++checks;
+  if (emu::gemmBf16Calls - bf16Before < 100 || emu::lastGemmTypes.a != CUDA_R_16BF ||
+      emu::lastGemmTypes.computeType != CUBLAS_COMPUTE_32F) {
+    std::printf("FAIL %s: %d GEMMs on bf16 operands\n", ctx.c_str(), emu::gemmBf16Calls - bf16Before);
+    ++failures;
+  }
+}
+
 int main(int argc, char **argv) {
   void *fakeStream = (void *)0x5150;
   emu::expectedStream = (cudaStream_t)fakeStream;
@@ -966,6 +1624,14 @@ int main(int argc, char **argv) {
   run("pool", testPool);
   run("optim", testOptim);
   run("optim-all", testOptimAll);
+  run("bf16-type", testBf16Type);
+  run("bf16-elementwise", testBf16Elementwise);
+  run("bf16-movement", testBf16Movement);
+  run("bf16-reduce", testBf16Reduce);
+  run("bf16-linalg", testBf16Linalg);
+  run("bf16-norm", testBf16Norm);
+  run("bf16-softmax", testBf16Softmax);
+  run("bf16-attention", testBf16Attention);
   try { pc::raiseDeviceErrors(); } catch (const std::exception &e) { std::printf("device error: %s\n", e.what()); ++failures; }
   std::printf("%d checks, %d failures, %d launches, %lld CUDA threads, %lld fiber switches, %d gemms\n", checks, failures,
               emu::launches, emu::sched().threadsRun, emu::sched().switches, emu::gemmCalls);

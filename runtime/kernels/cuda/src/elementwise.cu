@@ -1,7 +1,9 @@
 // Element-wise kernels: broadcasting binaries, unaries, cast, where, equal,
 // their gradients, and dropout. The formulas are those of the CPU library
 // (runtime/kernels/src/elementwise.cpp) expression by expression; the unary
-// functions' are shared with it (pipec/unary_math.h).
+// functions' are shared with it (pipec/unary_math.h). The float kernels are
+// templated on the storage type and also instantiated for bf16 (float math,
+// one rounding on store: docs/cuda-kernels.md).
 #include "detail.cuh"
 #include "index_map.cuh"
 #include "pipec/binary_math.h"
@@ -33,7 +35,7 @@ __global__ void binaryKernel(const T *a, const T *b, U *out, int64_t n, IndexMap
   for (int64_t i = firstIndex(); i < n; i += gridStride()) {
     int64_t o[2];
     map.offsets(i, o);
-    out[i] = f(a[o[0]], b[o[1]]);
+    out[i] = static_cast<U>(f(a[o[0]], b[o[1]]));
   }
 }
 
@@ -48,7 +50,7 @@ void broadcastBinary(const char *op, const T *a, const Shape &as, const T *b, co
 // The formulas are pipec/binary_math.h's, shared with the CPU kernels and
 // the generated fused kernels.
 template <Binary B> struct FloatBinaryF {
-  __device__ float operator()(float x, float y) const { return binaryValue<B>(x, y); }
+  template <class T> __device__ float operator()(T x, T y) const { return binaryValue<B>(toF(x), toF(y)); }
 };
 
 /// Integer arithmetic with the CPU kernel's formulas; a fault (division by
@@ -64,8 +66,10 @@ template <Binary B> struct IntBinaryF {
   }
 };
 
+/// bf16 compares as float (exactly: widening is exact).
 template <Binary B, class T> struct CompareF {
-  __device__ uint8_t operator()(T x, T y) const { return (uint8_t)binaryValue<B>(x, y); }
+  using C = std::conditional_t<std::is_same_v<T, bf16>, float, T>;
+  __device__ uint8_t operator()(T x, T y) const { return (uint8_t)binaryValue<B>(static_cast<C>(x), static_cast<C>(y)); }
 };
 
 /// "nn.<spelling>": how errors name a binary function.
@@ -80,14 +84,15 @@ __global__ void whereKernel(const uint8_t *cond, const T *x, const T *y, T *out,
   }
 }
 
-__global__ void rotaryKernel(const float *x, const float *cos, const float *sin, float *y, int64_t n, int64_t width,
+template <class T>
+__global__ void rotaryKernel(const T *x, const float *cos, const float *sin, T *y, int64_t n, int64_t width,
                              bool sinAlongLastAxis, bool interleaved, bool transposed, IndexMap<2> map) {
   for (int64_t i = firstIndex(); i < n; i += gridStride()) {
     int64_t o[2];
     map.offsets(i, o);
     const RotaryPartner p = rotaryPartner(i % width, width, interleaved);
     const float sp = sin[o[1] + (sinAlongLastAxis ? p.offset : 0)];
-    y[i] = rotaryValue(x[i], x[i + p.offset], cos[o[0]], sin[o[1]], sp, p.first, transposed);
+    y[i] = fromF<T>(rotaryValue(toF(x[i]), toF(x[i + p.offset]), cos[o[0]], sin[o[1]], sp, p.first, transposed));
   }
 }
 
@@ -95,28 +100,28 @@ __global__ void rotaryKernel(const float *x, const float *cos, const float *sin,
 // Unaries and their gradients
 //===----------------------------------------------------------------------===//
 
-template <Unary U> __global__ void unaryKernel(const float *x, int64_t n, float *y) {
-  for (int64_t i = firstIndex(); i < n; i += gridStride()) y[i] = unaryValue<U>(x[i]);
+template <Unary U, class T> __global__ void unaryKernel(const T *x, int64_t n, T *y) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) y[i] = fromF<T>(unaryValue<U>(toF(x[i])));
 }
 
 // Only the forward value the derivative reads is read (the other may be null).
-template <Unary U>
-__global__ void unaryGradKernel(const float *dy, const float *x, const float *y, int64_t n, float *dx) {
+template <Unary U, class T>
+__global__ void unaryGradKernel(const T *dy, const T *x, const T *y, int64_t n, T *dx) {
   for (int64_t i = firstIndex(); i < n; i += gridStride())
-    dx[i] = derivativeReadsInput<U>() ? unaryGradient<U>(dy[i], x[i], 0.0f) : unaryGradient<U>(dy[i], 0.0f, y[i]);
+    dx[i] = fromF<T>(derivativeReadsInput<U>() ? unaryGradient<U>(toF(dy[i]), toF(x[i]), 0.0f)
+                                               : unaryGradient<U>(toF(dy[i]), 0.0f, toF(y[i])));
 }
 
-__global__ void negateKernel(const float *x, int64_t n, float *y) {
-  for (int64_t i = firstIndex(); i < n; i += gridStride()) y[i] = -x[i];
+template <class T> __global__ void negateKernel(const T *x, int64_t n, T *y) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride()) y[i] = fromF<T>(-toF(x[i]));
 }
 
-template <BinaryGrad K>
-__global__ void binaryGradKernel(const float *dy, const float *lhs, const float *rhs, int64_t n, IndexMap<3> map,
-                                 float *dx) {
+template <BinaryGrad K, class T>
+__global__ void binaryGradKernel(const T *dy, const T *lhs, const T *rhs, int64_t n, IndexMap<3> map, T *dx) {
   for (int64_t i = firstIndex(); i < n; i += gridStride()) {
     int64_t o[3];
     map.offsets(i, o);
-    dx[i] = binaryGradient<K>(dy[o[0]], lhs[o[1]], rhs[o[2]]);
+    dx[i] = fromF<T>(binaryGradient<K>(toF(dy[o[0]]), toF(lhs[o[1]]), toF(rhs[o[2]])));
   }
 }
 
@@ -125,7 +130,11 @@ __global__ void binaryGradKernel(const float *dy, const float *lhs, const float 
 //===----------------------------------------------------------------------===//
 
 template <class To, class From> __host__ __device__ To castValue(From x) {
-  if constexpr (std::is_same_v<To, uint8_t>) {
+  if constexpr (std::is_same_v<From, bf16>) {
+    return castValue<To>(static_cast<float>(x)); // widening is exact
+  } else if constexpr (std::is_same_v<To, bf16>) {
+    return bf16(static_cast<float>(x)); // float to bf16 rounds to nearest even
+  } else if constexpr (std::is_same_v<To, uint8_t>) {
     return (uint8_t)(x != From(0));
   } else if constexpr (std::is_floating_point_v<To>) {
     return static_cast<To>(x);
@@ -150,19 +159,21 @@ template <class From, class To> __global__ void castKernel(const From *x, int64_
 
 /// The keep test and the double-precision scaling of the CPU kernel; the
 /// explicit _rn intrinsics keep nvcc from contracting anything.
-__global__ void dropoutKernel(const float *x, int64_t n, float *y, uint8_t *mask, double ratio, double scale,
+template <class T>
+__global__ void dropoutKernel(const T *x, int64_t n, T *y, uint8_t *mask, double ratio, double scale,
                               uint64_t streamKey) {
   for (int64_t i = firstIndex(); i < n; i += gridStride()) {
     const bool keep = kernels::dropoutUniform(streamKey, (uint64_t)i) >= ratio;
-    const float v = x[i];
+    const float v = toF(x[i]);
     if (mask) mask[i] = keep;
-    y[i] = keep ? (float)__dmul_rn((double)v, scale) : 0.0f;
+    y[i] = fromF<T>(keep ? (float)__dmul_rn((double)v, scale) : 0.0f);
   }
 }
 
-__global__ void dropoutGradKernel(const float *dy, const uint8_t *mask, int64_t n, float *dx, double scale) {
+template <class T>
+__global__ void dropoutGradKernel(const T *dy, const uint8_t *mask, int64_t n, T *dx, double scale) {
   for (int64_t i = firstIndex(); i < n; i += gridStride())
-    dx[i] = mask[i] ? (float)__dmul_rn((double)dy[i], scale) : 0.0f;
+    dx[i] = fromF<T>(mask[i] ? (float)__dmul_rn((double)toF(dy[i]), scale) : 0.0f);
 }
 
 } // namespace
@@ -171,7 +182,7 @@ __global__ void dropoutGradKernel(const float *dy, const uint8_t *mask, int64_t 
 // Public entry points
 //===----------------------------------------------------------------------===//
 
-void binary(Binary op, const float *a, const Shape &as, const float *b, const Shape &bs, float *out) {
+template <class T> void floatBinary(Binary op, const T *a, const Shape &as, const T *b, const Shape &bs, T *out) {
   const std::string name = binaryOpName(op);
   if (givesBool(op) || takesBool(op)) fail(name.c_str(), "is not arithmetic on floats");
   dispatchBinary(op, [&](auto kind) {
@@ -211,37 +222,41 @@ void where(const uint8_t *cond, const Shape &cs, const T *x, const Shape &xs, co
   launch("nn.where", os.numel(), whereKernel<T>, cond, x, y, out, os.numel(), map);
 }
 
-void rotary(const float *x, const Shape &xs, const float *cos, const Shape &cs, const float *sin, const Shape &ss,
-            float *y, bool interleaved, bool transposed) {
+template <class T>
+void rotaryT(const T *x, const Shape &xs, const float *cos, const Shape &cs, const float *sin, const Shape &ss, T *y,
+             bool interleaved, bool transposed) {
   const RotaryView v = rotaryView(xs, cs, ss);
   const IndexMap<2> map = makeIndexMap<2>(xs, {broadcastStrides(cs, xs), broadcastStrides(ss, xs)});
-  launch("nn.rotary", xs.numel(), rotaryKernel, x, cos, sin, y, xs.numel(), v.width, v.sinAlongLastAxis, interleaved,
+  launch("nn.rotary", xs.numel(), rotaryKernel<T>, x, cos, sin, y, xs.numel(), v.width, v.sinAlongLastAxis, interleaved,
          transposed, map);
 }
 
-void unary(Unary op, const float *x, int64_t n, float *y) {
-  dispatchUnary(op, [&](auto kind) { launch("nn.unary", n, unaryKernel<decltype(kind)::value>, x, n, y); });
+template <class T> void unaryT(Unary op, const T *x, int64_t n, T *y) {
+  dispatchUnary(op, [&](auto kind) { launch("nn.unary", n, unaryKernel<decltype(kind)::value, T>, x, n, y); });
 }
 
-void unaryGrad(Unary op, const float *dy, const float *x, const float *y, int64_t n, float *dx) {
-  if (const char *missing = missingForwardValue(op, x, y)) fail("nn.unary_grad", missing);
+template <class T> void unaryGradT(Unary op, const T *dy, const T *x, const T *y, int64_t n, T *dx) {
+  // Only whether x and y are given is read.
+  if (const char *missing =
+          missingForwardValue(op, reinterpret_cast<const float *>(x), reinterpret_cast<const float *>(y)))
+    fail("nn.unary_grad", missing);
   dispatchUnary(op, [&](auto kind) {
-    launch("nn.unary_grad", n, unaryGradKernel<decltype(kind)::value>, dy, x, y, n, dx);
+    launch("nn.unary_grad", n, unaryGradKernel<decltype(kind)::value, T>, dy, x, y, n, dx);
   });
 }
 
-void binaryGrad(BinaryGrad op, const float *dy, const float *lhs, const Shape &ls, const float *rhs,
-                const Shape &rs, float *dx) {
+template <class T>
+void binaryGradT(BinaryGrad op, const T *dy, const T *lhs, const Shape &ls, const T *rhs, const Shape &rs, T *dx) {
   const Shape os = broadcastShape(ls, rs);
   const int64_t n = os.numel();
   if (op == BinaryGrad::SubRhs) {
-    launch("nn.binary_grad", n, negateKernel, dy, n, dx);
+    launch("nn.binary_grad", n, negateKernel<T>, dy, n, dx);
     return;
   }
   const IndexMap<3> map =
       makeIndexMap<3>(os, {stridesOf(os), broadcastStrides(ls, os), broadcastStrides(rs, os)});
   dispatchBinaryGrad(op, [&](auto kind) {
-    launch("nn.binary_grad", n, binaryGradKernel<decltype(kind)::value>, dy, lhs, rhs, n, map, dx);
+    launch("nn.binary_grad", n, binaryGradKernel<decltype(kind)::value, T>, dy, lhs, rhs, n, map, dx);
   });
 }
 
@@ -249,37 +264,82 @@ template <class From, class To> void cast(const From *x, int64_t n, To *y) {
   launch("nn.cast", n, castKernel<From, To>, x, n, y);
 }
 
-void dropout(const float *x, int64_t n, float *y, uint8_t *mask, float ratio, bool training, uint64_t streamKey) {
+template <class T>
+void dropoutT(const T *x, int64_t n, T *y, uint8_t *mask, float ratio, bool training, uint64_t streamKey) {
   const double r = ratio; // the evaluator holds the f32 attribute as a double
   if (!(r >= 0.0 && r < 1.0)) fail("nn.dropout", "ratio must be in [0, 1), got " + std::to_string(r));
   if (n <= 0) return;
   if (!training || r == 0.0) {
     if (y != x)
-      check(cudaMemcpyAsync(y, x, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, stream()), "nn.dropout");
+      check(cudaMemcpyAsync(y, x, (size_t)n * sizeof(T), cudaMemcpyDeviceToDevice, stream()), "nn.dropout");
     if (mask) check(cudaMemsetAsync(mask, 1, (size_t)n, stream()), "nn.dropout");
     return;
   }
   const double scale = 1.0 / (1.0 - r);
-  launch("nn.dropout", n, dropoutKernel, x, n, y, mask, r, scale, streamKey);
+  launch("nn.dropout", n, dropoutKernel<T>, x, n, y, mask, r, scale, streamKey);
 }
 
-void dropoutGrad(const float *dy, const uint8_t *mask, int64_t n, float *dx, float ratio, bool training) {
+template <class T> void dropoutGradT(const T *dy, const uint8_t *mask, int64_t n, T *dx, float ratio, bool training) {
   const double r = ratio;
   if (!(r >= 0.0 && r < 1.0)) fail("nn.dropout_grad", "ratio must be in [0, 1), got " + std::to_string(r));
   if (n <= 0) return;
   if (!training || r == 0.0) {
     if (dx != dy)
-      check(cudaMemcpyAsync(dx, dy, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, stream()),
+      check(cudaMemcpyAsync(dx, dy, (size_t)n * sizeof(T), cudaMemcpyDeviceToDevice, stream()),
             "nn.dropout_grad");
     return;
   }
   if (!mask) fail("nn.dropout_grad", "training needs the mask");
   const double scale = 1.0 / (1.0 - r);
-  launch("nn.dropout_grad", n, dropoutGradKernel, dy, mask, n, dx, scale);
+  launch("nn.dropout_grad", n, dropoutGradKernel<T>, dy, mask, n, dx, scale);
+}
+
+// The float entry points and their bf16 overloads: one template each.
+void binary(Binary op, const float *a, const Shape &as, const float *b, const Shape &bs, float *out) {
+  floatBinary(op, a, as, b, bs, out);
+}
+void binary(Binary op, const bf16 *a, const Shape &as, const bf16 *b, const Shape &bs, bf16 *out) {
+  floatBinary(op, a, as, b, bs, out);
+}
+void rotary(const float *x, const Shape &xs, const float *cos, const Shape &cs, const float *sin, const Shape &ss,
+            float *y, bool interleaved, bool transposed) {
+  rotaryT(x, xs, cos, cs, sin, ss, y, interleaved, transposed);
+}
+void rotary(const bf16 *x, const Shape &xs, const float *cos, const Shape &cs, const float *sin, const Shape &ss,
+            bf16 *y, bool interleaved, bool transposed) {
+  rotaryT(x, xs, cos, cs, sin, ss, y, interleaved, transposed);
+}
+void unary(Unary op, const float *x, int64_t n, float *y) { unaryT(op, x, n, y); }
+void unary(Unary op, const bf16 *x, int64_t n, bf16 *y) { unaryT(op, x, n, y); }
+void unaryGrad(Unary op, const float *dy, const float *x, const float *y, int64_t n, float *dx) {
+  unaryGradT(op, dy, x, y, n, dx);
+}
+void unaryGrad(Unary op, const bf16 *dy, const bf16 *x, const bf16 *y, int64_t n, bf16 *dx) {
+  unaryGradT(op, dy, x, y, n, dx);
+}
+void binaryGrad(BinaryGrad op, const float *dy, const float *lhs, const Shape &ls, const float *rhs,
+                const Shape &rs, float *dx) {
+  binaryGradT(op, dy, lhs, ls, rhs, rs, dx);
+}
+void binaryGrad(BinaryGrad op, const bf16 *dy, const bf16 *lhs, const Shape &ls, const bf16 *rhs, const Shape &rs,
+                bf16 *dx) {
+  binaryGradT(op, dy, lhs, ls, rhs, rs, dx);
+}
+void dropout(const float *x, int64_t n, float *y, uint8_t *mask, float ratio, bool training, uint64_t streamKey) {
+  dropoutT(x, n, y, mask, ratio, training, streamKey);
+}
+void dropout(const bf16 *x, int64_t n, bf16 *y, uint8_t *mask, float ratio, bool training, uint64_t streamKey) {
+  dropoutT(x, n, y, mask, ratio, training, streamKey);
+}
+void dropoutGrad(const float *dy, const uint8_t *mask, int64_t n, float *dx, float ratio, bool training) {
+  dropoutGradT(dy, mask, n, dx, ratio, training);
+}
+void dropoutGrad(const bf16 *dy, const uint8_t *mask, int64_t n, bf16 *dx, float ratio, bool training) {
+  dropoutGradT(dy, mask, n, dx, ratio, training);
 }
 
 //===----------------------------------------------------------------------===//
-// Instantiations (the CPU library's set)
+// Instantiations (the CPU library's set, and bf16's)
 //===----------------------------------------------------------------------===//
 
 #define PIPEC_CAST_FROM(F)                                                                                             \
@@ -294,6 +354,8 @@ PIPEC_CAST_FROM(int64_t)
 PIPEC_CAST_FROM(int32_t)
 PIPEC_CAST_FROM(uint8_t)
 #undef PIPEC_CAST_FROM
+template void cast<float, bf16>(const float *, int64_t, bf16 *);
+template void cast<bf16, float>(const bf16 *, int64_t, float *);
 
 #define PIPEC_EQ_WHERE(T)                                                                                              \
   template void compare<T>(Binary, const T *, const Shape &, const T *, const Shape &, uint8_t *);                              \
@@ -303,6 +365,7 @@ PIPEC_EQ_WHERE(double)
 PIPEC_EQ_WHERE(int64_t)
 PIPEC_EQ_WHERE(int32_t)
 PIPEC_EQ_WHERE(uint8_t)
+PIPEC_EQ_WHERE(bf16)
 #undef PIPEC_EQ_WHERE
 
 } // namespace pipec::kernels::cuda

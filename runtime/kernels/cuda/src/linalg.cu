@@ -1,12 +1,15 @@
 // GEMM and batched matmul on cuBLAS (row-major through the column-major
 // transpose identity: Y^T = op(B)^T op(A)^T), and the GEMM wrappers of
-// gemm.cuh that the convolutions share.
+// gemm.cuh that the convolutions share. Templated on the operands' storage:
+// float, or bf16 operands (--precision bf16 stages, docs/cuda-kernels.md)
+// into a bf16 or float result, accumulated in float32 (CUBLAS_COMPUTE_32F).
 #include "gemm.cuh"
 #include "nn_common.cuh"
 
 #include <map>
 #include <memory>
 #include <tuple>
+#include <type_traits>
 
 
 namespace pipec::kernels::cuda {
@@ -16,13 +19,14 @@ namespace {
 
 /// C = beta * C (0 when beta == 0, whatever C held) for `batch` row-major
 /// [M,N] matrices: the GEMM with K == 0, which cuBLAS may not handle.
-__global__ void scaleMatricesKernel(float *C, int64_t M, int64_t N, int64_t ldc, int64_t strideC,
-                                    int64_t batch, float beta) {
+template <class TC>
+__global__ void scaleMatricesKernel(TC *C, int64_t M, int64_t N, int64_t ldc, int64_t strideC, int64_t batch,
+                                    float beta) {
   const int64_t per = M * N, total = batch * per;
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t b = i / per, r = i - b * per, m = r / N, n = r - m * N;
-    float &c = C[b * strideC + m * ldc + n];
-    c = beta == 0.0f ? 0.0f : beta * c;
+    TC &c = C[b * strideC + m * ldc + n];
+    c = fromF<TC>(beta == 0.0f ? 0.0f : beta * toF(c));
   }
 }
 
@@ -34,7 +38,7 @@ struct ExpandMap {
   int64_t st[kMaxRank] = {};
 };
 
-__global__ void expandKernel(const float *x, float *y, int64_t n, ExpandMap m) {
+template <class TY> __global__ void expandKernel(const float *x, TY *y, int64_t n, ExpandMap m) {
   for (int64_t i = firstIndex(); i < n; i += gridStride()) {
     int64_t rest = i, off = 0;
     for (int a = m.rank - 1; a >= 0; --a) {
@@ -42,8 +46,13 @@ __global__ void expandKernel(const float *x, float *y, int64_t n, ExpandMap m) {
       off += (rest - q * m.dims[a]) * m.st[a];
       rest = q;
     }
-    y[i] = x[off];
+    y[i] = fromF<TY>(x[off]);
   }
+}
+
+/// cuBLAS's name for a storage type.
+template <class T> constexpr cudaDataType dataType() {
+  return std::is_same_v<T, bf16> ? CUDA_R_16BF : CUDA_R_32F;
 }
 
 cublasComputeType_t computeType() {
@@ -53,6 +62,11 @@ cublasComputeType_t computeType() {
   case Precision::F32: break;
   }
   return CUBLAS_COMPUTE_32F;
+}
+/// Float operands follow the scope's precision; bf16 operands already are
+/// what FAST_16BF would round them to, so plain float32 accumulation.
+template <class T> cublasComputeType_t computeTypeFor() {
+  return std::is_same_v<T, bf16> ? CUBLAS_COMPUTE_32F : computeType();
 }
 
 /// Largest power of two, at most 256, that divides the address: what
@@ -87,14 +101,15 @@ struct LtDescriptors {
 struct LtKey {
   cublasLtHandle_t handle; // per thread and device
   int computeType;
+  int abType, yType; // cudaDataType of A and B, and of Y
   bool transA, transB, bias;
   int64_t M, N, K;
   int epilogue;
   uint32_t alignA, alignB, alignY;
   bool operator<(const LtKey &o) const {
-    return std::tie(handle, computeType, transA, transB, bias, M, N, K, epilogue, alignA, alignB, alignY) <
-           std::tie(o.handle, o.computeType, o.transA, o.transB, o.bias, o.M, o.N, o.K, o.epilogue, o.alignA,
-                    o.alignB, o.alignY);
+    return std::tie(handle, computeType, abType, yType, transA, transB, bias, M, N, K, epilogue, alignA, alignB,
+                    alignY) < std::tie(o.handle, o.computeType, o.abType, o.yType, o.transA, o.transB, o.bias, o.M,
+                                       o.N, o.K, o.epilogue, o.alignA, o.alignB, o.alignY);
   }
 };
 
@@ -121,13 +136,22 @@ std::unique_ptr<LtPlan> planEpilogueGemm(const char *op, const LtKey &key) {
   detail::checkBlas(cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_TRANSB, &opA, sizeof opA), op);
   detail::checkBlas(
       cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue), op);
+  // The bias is float (a parameter) whatever Y is; by default cuBLASLt reads
+  // it as Y's type (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE). Should
+  // the heuristic refuse a float bias with a bf16 Y, the GEMM takes the
+  // cuBLAS path.
+  if (key.bias && key.yType != CUDA_R_32F) {
+    const int32_t biasType = CUDA_R_32F;
+    detail::checkBlas(cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType,
+                                                     sizeof biasType),
+                      op);
+  }
+  const cudaDataType abType = static_cast<cudaDataType>(key.abType), yType = static_cast<cudaDataType>(key.yType);
   // Stored row-major matrices read as column-major: B is [N,K] (or [K,N]
   // when transposed), A is [K,M] (or [M,K]), Y^T is [N,M].
-  detail::checkBlas(cublasLtMatrixLayoutCreate(&desc.a, CUDA_R_32F, transB ? K : N, transB ? N : K, transB ? K : N),
-                    op);
-  detail::checkBlas(cublasLtMatrixLayoutCreate(&desc.b, CUDA_R_32F, transA ? M : K, transA ? K : M, transA ? M : K),
-                    op);
-  detail::checkBlas(cublasLtMatrixLayoutCreate(&desc.d, CUDA_R_32F, N, M, N), op);
+  detail::checkBlas(cublasLtMatrixLayoutCreate(&desc.a, abType, transB ? K : N, transB ? N : K, transB ? K : N), op);
+  detail::checkBlas(cublasLtMatrixLayoutCreate(&desc.b, abType, transA ? M : K, transA ? K : M, transA ? M : K), op);
+  detail::checkBlas(cublasLtMatrixLayoutCreate(&desc.d, yType, N, M, N), op);
   detail::checkBlas(cublasLtMatmulPreferenceCreate(&desc.preference), op);
   const uint64_t workspaceBytes = detail::kBlasLtWorkspaceBytes;
   detail::checkBlas(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -156,11 +180,24 @@ std::unique_ptr<LtPlan> planEpilogueGemm(const char *op, const LtKey &key) {
 /// descriptors and the heuristic's answer are kept per shape, epilogue,
 /// precision and pointer alignment (this thread's, per device), so a
 /// stage's calls after its first build nothing.
+template <class T, class TY>
 bool epilogueGemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
-                  const float *A, const float *B, const float *bias, cublasLtEpilogue_t epilogue, float *Y) {
+                  const T *A, const T *B, const float *bias, cublasLtEpilogue_t epilogue, TY *Y) {
   const detail::BlasLt lt = detail::blasLt();
-  const LtKey key{lt.handle,         static_cast<int>(computeType()), transA, transB, bias != nullptr, M, N, K,
-                  static_cast<int>(epilogue), alignmentOf(A), alignmentOf(B), alignmentOf(Y)};
+  const LtKey key{lt.handle,
+                  static_cast<int>(computeTypeFor<T>()),
+                  static_cast<int>(dataType<T>()),
+                  static_cast<int>(dataType<TY>()),
+                  transA,
+                  transB,
+                  bias != nullptr,
+                  M,
+                  N,
+                  K,
+                  static_cast<int>(epilogue),
+                  alignmentOf(A),
+                  alignmentOf(B),
+                  alignmentOf(Y)};
   thread_local std::map<LtKey, std::unique_ptr<LtPlan>> plans;
   std::unique_ptr<LtPlan> &plan = plans[key];
   if (!plan) plan = planEpilogueGemm(op, key);
@@ -194,14 +231,14 @@ std::optional<EpiloguePlan> epiloguePlan(std::optional<Unary> activation, bool b
 
 } // namespace
 
-void sgemmStridedBatched(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
-                         float alpha, const float *A, int64_t lda, int64_t strideA, const float *B,
-                         int64_t ldb, int64_t strideB, float beta, float *C, int64_t ldc,
-                         int64_t strideC, int64_t batch) {
+template <class T, class TC>
+void gemmStridedBatched(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                        const T *A, int64_t lda, int64_t strideA, const T *B, int64_t ldb, int64_t strideB,
+                        float beta, TC *C, int64_t ldc, int64_t strideC, int64_t batch) {
   if (M < 0 || N < 0 || K < 0 || batch < 0) fail(op, "negative GEMM dimension");
   if (M == 0 || N == 0 || batch == 0) return;
   if (K == 0) { // what the maths says: C = beta * C
-    scaleMatricesKernel<<<detail::blocksFor(batch * M * N), detail::kThreads, 0, detail::stream()>>>(
+    scaleMatricesKernel<TC><<<detail::blocksFor(batch * M * N), detail::kThreads, 0, detail::stream()>>>(
         C, M, N, ldc, strideC, batch, beta);
     detail::checkLaunch(op);
     return;
@@ -212,16 +249,34 @@ void sgemmStridedBatched(const char *op, bool transA, bool transB, int64_t M, in
   const cublasOperation_t opB = transB ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opA = transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (batch == 1) {
-    detail::checkBlas(cublasGemmEx_64(handle, opB, opA, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F,
-                                      lda, &beta, C, CUDA_R_32F, ldc, computeType(), CUBLAS_GEMM_DEFAULT),
+    detail::checkBlas(cublasGemmEx_64(handle, opB, opA, N, M, K, &alpha, B, dataType<T>(), ldb, A, dataType<T>(), lda,
+                                      &beta, C, dataType<TC>(), ldc, computeTypeFor<T>(), CUBLAS_GEMM_DEFAULT),
                       op);
     return;
   }
-  detail::checkBlas(cublasGemmStridedBatchedEx_64(handle, opB, opA, N, M, K, &alpha, B, CUDA_R_32F, ldb,
-                                                  (long long)strideB, A, CUDA_R_32F, lda, (long long)strideA,
-                                                  &beta, C, CUDA_R_32F, ldc, (long long)strideC, batch,
-                                                  computeType(), CUBLAS_GEMM_DEFAULT),
+  detail::checkBlas(cublasGemmStridedBatchedEx_64(handle, opB, opA, N, M, K, &alpha, B, dataType<T>(), ldb,
+                                                  (long long)strideB, A, dataType<T>(), lda, (long long)strideA,
+                                                  &beta, C, dataType<TC>(), ldc, (long long)strideC, batch,
+                                                  computeTypeFor<T>(), CUBLAS_GEMM_DEFAULT),
                     op);
+}
+
+template void gemmStridedBatched<float, float>(const char *, bool, bool, int64_t, int64_t, int64_t, float,
+                                               const float *, int64_t, int64_t, const float *, int64_t, int64_t,
+                                               float, float *, int64_t, int64_t, int64_t);
+template void gemmStridedBatched<bf16, bf16>(const char *, bool, bool, int64_t, int64_t, int64_t, float, const bf16 *,
+                                             int64_t, int64_t, const bf16 *, int64_t, int64_t, float, bf16 *, int64_t,
+                                             int64_t, int64_t);
+template void gemmStridedBatched<bf16, float>(const char *, bool, bool, int64_t, int64_t, int64_t, float,
+                                              const bf16 *, int64_t, int64_t, const bf16 *, int64_t, int64_t, float,
+                                              float *, int64_t, int64_t, int64_t);
+
+void sgemmStridedBatched(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                         float alpha, const float *A, int64_t lda, int64_t strideA, const float *B,
+                         int64_t ldb, int64_t strideB, float beta, float *C, int64_t ldc,
+                         int64_t strideC, int64_t batch) {
+  gemmStridedBatched(op, transA, transB, M, N, K, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC,
+                     batch);
 }
 
 void sgemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
@@ -230,7 +285,7 @@ void sgemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64
   sgemmStridedBatched(op, transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
-void expandTo(const char *op, const float *x, const Shape &xs, float *y, const Shape &ys) {
+template <class TY> void expandTo(const char *op, const float *x, const Shape &xs, TY *y, const Shape &ys) {
   if (!broadcastsTo(xs, ys)) fail(op, "shape " + xs.str() + " does not broadcast to " + ys.str());
   if (ys.size > kMaxRank) fail(op, "rank above " + std::to_string(kMaxRank));
   const int64_t n = ys.numel();
@@ -247,9 +302,11 @@ void expandTo(const char *op, const float *x, const Shape &xs, float *y, const S
       acc *= d;
     }
   }
-  expandKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(x, y, n, m);
+  expandKernel<TY><<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(x, y, n, m);
   detail::checkLaunch(op);
 }
+template void expandTo<float>(const char *, const float *, const Shape &, float *, const Shape &);
+template void expandTo<bf16>(const char *, const float *, const Shape &, bf16 *, const Shape &);
 
 } // namespace nn
 
@@ -257,9 +314,10 @@ void expandTo(const char *op, const float *x, const Shape &xs, float *y, const S
 // nn.gemm, nn.matmul
 //===----------------------------------------------------------------------===//
 
-void gemm(const float *A, const float *B, const float *C, const Shape &cs, float *Y, int64_t M,
-          int64_t N, int64_t K, bool transA, bool transB, float alpha, float beta,
-          std::optional<Unary> activation) {
+namespace {
+template <class T, class TY>
+void gemmT(const T *A, const T *B, const float *C, const Shape &cs, TY *Y, int64_t M, int64_t N, int64_t K,
+           bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation) {
   const char *op = "nn.gemm";
   if (M < 0 || N < 0 || K < 0) nn::fail(op, "negative dimension");
   const Shape ys{M, N};
@@ -269,8 +327,8 @@ void gemm(const float *A, const float *B, const float *C, const Shape &cs, float
   // cuBLASLt epilogues: no broadcast of C into Y, no pass over Y after.
   // Any other C (a matrix, a scalar, beta other than 0 or 1, in place)
   // takes the cuBLAS path below.
-  const bool rowBias = C && C != Y && beta == 1.0f && cs.numel() == N && cs.size >= 1 && cs.v[cs.size - 1] == N;
-  const bool withoutC = !C || (C != Y && beta == 0.0f);
+  const bool rowBias = C && (const void *)C != (const void *)Y && beta == 1.0f && cs.numel() == N && cs.size >= 1 && cs.v[cs.size - 1] == N;
+  const bool withoutC = !C || ((const void *)C != (const void *)Y && beta == 0.0f);
   if (M > 0 && N > 0 && K > 0 && (withoutC || rowBias))
     if (std::optional<nn::EpiloguePlan> plan = nn::epiloguePlan(activation, rowBias))
       if (nn::epilogueGemm(op, transA, transB, M, N, K, alpha, A, B, rowBias ? C : nullptr, plan->epilogue, Y)) {
@@ -278,17 +336,19 @@ void gemm(const float *A, const float *B, const float *C, const Shape &cs, float
         return;
       }
   float b = 0.0f;
-  if (C == Y) {
+  if ((const void *)C == (const void *)Y) {
     b = beta; // in place: Y = alpha op(A) op(B) + beta Y (a gradient accumulating)
   } else if (C && beta != 0.0f) {
-    nn::expandTo(op, C, cs, Y, ys);
+    nn::expandTo(op, C, cs, Y, ys); // a bf16 Y rounds C to bf16 here (docs/cuda-kernels.md)
     b = beta;
   }
-  nn::sgemm(op, transA, transB, M, N, K, alpha, A, transA ? M : K, B, transB ? K : N, b, Y, N);
+  nn::gemmStridedBatched(op, transA, transB, M, N, K, alpha, A, transA ? M : K, 0, B, transB ? K : N, 0, b, Y, N, 0,
+                         1);
   if (activation) unary(*activation, Y, M * N, Y);
 }
 
-void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, float *Y, bool transA, bool transB) {
+template <class T, class TY>
+void matmulT(const T *A, const Shape &as, const T *B, const Shape &bs, TY *Y, bool transA, bool transB) {
   const char *op = transA || transB ? "nn.batched_gemm" : "nn.matmul";
   // op(A) and op(B): cuBLAS reads the stored matrices with the trans flags.
   const Shape al = gemmOperandShape(as, transA), bl = gemmOperandShape(bs, transB);
@@ -304,14 +364,14 @@ void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, fl
   const int64_t aCount = aBatch.numel(), bCount = bBatch.numel();
   if (bCount == 1 && aBatch == batch && !transA) {
     // One weight matrix for every batch entry (Linear on 3-D input): one GEMM.
-    nn::sgemm(op, false, transB, count * M, N, K, 1.0f, A, lda, B, ldb, 0.0f, Y, N);
+    nn::gemmStridedBatched(op, false, transB, count * M, N, K, 1.0f, A, lda, 0, B, ldb, 0, 0.0f, Y, N, 0, 1);
     return;
   }
   // A batch that has every entry (its count is the broadcast batch's, so no
   // axis is broadcast and its flat layout is the output's) or a single matrix
   // (stride 0): one strided-batched GEMM.
   if ((aCount == count || aCount == 1) && (bCount == count || bCount == 1)) {
-    nn::sgemmStridedBatched(op, transA, transB, M, N, K, 1.0f, A, lda, aCount == count ? M * K : 0, B, ldb,
+    nn::gemmStridedBatched(op, transA, transB, M, N, K, 1.0f, A, lda, aCount == count ? M * K : 0, B, ldb,
                             bCount == count ? K * N : 0, 0.0f, Y, N, M * N, count);
     return;
   }
@@ -335,9 +395,32 @@ void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, fl
       bOff += r * bSt[a];
       rest = q;
     }
-    nn::sgemm(op, transA, transB, M, N, K, 1.0f, A + aOff * M * K, lda, B + bOff * K * N, ldb, 0.0f,
-              Y + i * M * N, N);
+    nn::gemmStridedBatched(op, transA, transB, M, N, K, 1.0f, A + aOff * M * K, lda, 0, B + bOff * K * N, ldb, 0,
+                           0.0f, Y + i * M * N, N, 0, 1);
   }
+}
+} // namespace
+
+void gemm(const float *A, const float *B, const float *C, const Shape &cs, float *Y, int64_t M, int64_t N, int64_t K,
+          bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation) {
+  gemmT(A, B, C, cs, Y, M, N, K, transA, transB, alpha, beta, activation);
+}
+void gemm(const bf16 *A, const bf16 *B, const float *C, const Shape &cs, bf16 *Y, int64_t M, int64_t N, int64_t K,
+          bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation) {
+  gemmT(A, B, C, cs, Y, M, N, K, transA, transB, alpha, beta, activation);
+}
+void gemm(const bf16 *A, const bf16 *B, const float *C, const Shape &cs, float *Y, int64_t M, int64_t N, int64_t K,
+          bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation) {
+  gemmT(A, B, C, cs, Y, M, N, K, transA, transB, alpha, beta, activation);
+}
+void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, float *Y, bool transA, bool transB) {
+  matmulT(A, as, B, bs, Y, transA, transB);
+}
+void matmul(const bf16 *A, const Shape &as, const bf16 *B, const Shape &bs, bf16 *Y, bool transA, bool transB) {
+  matmulT(A, as, B, bs, Y, transA, transB);
+}
+void matmul(const bf16 *A, const Shape &as, const bf16 *B, const Shape &bs, float *Y, bool transA, bool transB) {
+  matmulT(A, as, B, bs, Y, transA, transB);
 }
 
 } // namespace pipec::kernels::cuda

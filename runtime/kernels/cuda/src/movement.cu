@@ -1,6 +1,8 @@
 // Data movement: gather (and its scatter-add gradient), copy, transpose,
 // concat, split, slice (and its gradient), pad, expand. The checks and
 // index rules are the CPU library's (runtime/kernels/src/movement.cpp).
+// bf16 (docs/cuda-kernels.md): the templates move its bits; the gradients
+// that scatter bf16 values are templated on the gradient's storage type.
 #include "detail.cuh"
 #include "index_map.cuh"
 
@@ -30,7 +32,7 @@ __global__ void gatherKernel(const T *data, const I *indices, T *out, int64_t to
     int64_t index = (int64_t)indices[j];
     if (index < -size || index >= size) {
       raiseDevice(flag, kGatherIndexOutOfRange);
-      out[i] = T(0);
+      out[i] = T(0.0f);
       continue;
     }
     if (index < 0) index += size;
@@ -39,8 +41,8 @@ __global__ void gatherKernel(const T *data, const I *indices, T *out, int64_t to
 }
 
 /// dx [outer, size, inner] += dy [outer, count, inner] at the indices.
-template <class I>
-__global__ void gatherGradKernel(const float *dy, const I *indices, float *dx, int64_t total, int64_t count,
+template <class T, class I>
+__global__ void gatherGradKernel(const T *dy, const I *indices, float *dx, int64_t total, int64_t count,
                                  int64_t size, int64_t inner, int *flag) {
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t t = i / inner, in = i - t * inner;
@@ -51,7 +53,7 @@ __global__ void gatherGradKernel(const float *dy, const I *indices, float *dx, i
       continue;
     }
     if (index < 0) index += size;
-    atomicAdd(dx + (o * size + index) * inner + in, dy[i]);
+    atomicAdd(dx + (o * size + index) * inner + in, toF(dy[i]));
   }
 }
 
@@ -134,15 +136,15 @@ void gather(const T *data, const Shape &ds, const I *indices, const Shape &is, i
   launch("nn.gather", total, gatherKernel<T, I>, data, indices, out, total, count, size, inner, errorFlag());
 }
 
-template <class I>
-void gatherGrad(const float *dy, const I *indices, const Shape &is, int64_t axis, float *dx, const Shape &xs) {
+template <class T, class I>
+void gatherGradT(const T *dy, const I *indices, const Shape &is, int64_t axis, float *dx, const Shape &xs) {
   checkRank("nn.gather_grad", xs, 1, "the data");
   const int a = (int)normalizeAxis("nn.gather_grad", axis, xs.size);
   const int64_t outer = productOf(xs, 0, a), size = xs.v[a], inner = productOf(xs, a + 1, xs.size);
   const int64_t count = is.numel(), total = outer * count * inner;
   zero(dx, (size_t)xs.numel() * sizeof(float), "nn.gather_grad");
   if (total <= 0) return;
-  launch("nn.gather_grad", total, gatherGradKernel<I>, dy, indices, dx, total, count, size, inner, errorFlag());
+  launch("nn.gather_grad", total, gatherGradKernel<T, I>, dy, indices, dx, total, count, size, inner, errorFlag());
 }
 
 void copy(const void *src, size_t bytes, void *dst) {
@@ -224,14 +226,30 @@ void slice(const T *x, const Shape &xs, const Dims &starts, const Dims &ends, co
   launch("nn.slice", total, stridedCopyKernel<T>, x, base, y, total, map);
 }
 
-void sliceGrad(const float *dy, float *dx, const Shape &xs, const Dims &starts, const Dims &ends, const Dims &steps) {
+template <class T>
+void sliceGradT(const T *dy, T *dx, const Shape &xs, const Dims &starts, const Dims &ends, const Dims &steps) {
   const Shape ys = sliceShape(xs, starts, ends, steps);
-  zero(dx, (size_t)xs.numel() * sizeof(float), "nn.slice_grad");
+  zero(dx, (size_t)xs.numel() * sizeof(T), "nn.slice_grad"); // +0 in float and in bf16
   const int64_t total = ys.numel();
   if (total == 0) return;
   int64_t base = 0;
   const IndexMap<1> map = sliceMap(xs, starts, steps, ys, base);
-  launch("nn.slice_grad", total, stridedScatterKernel<float>, dy, dx, base, total, map);
+  launch("nn.slice_grad", total, stridedScatterKernel<T>, dy, dx, base, total, map);
+}
+
+template <class I>
+void gatherGrad(const float *dy, const I *indices, const Shape &is, int64_t axis, float *dx, const Shape &xs) {
+  gatherGradT(dy, indices, is, axis, dx, xs);
+}
+template <class I>
+void gatherGrad(const bf16 *dy, const I *indices, const Shape &is, int64_t axis, float *dx, const Shape &xs) {
+  gatherGradT(dy, indices, is, axis, dx, xs);
+}
+void sliceGrad(const float *dy, float *dx, const Shape &xs, const Dims &starts, const Dims &ends, const Dims &steps) {
+  sliceGradT(dy, dx, xs, starts, ends, steps);
+}
+void sliceGrad(const bf16 *dy, bf16 *dx, const Shape &xs, const Dims &starts, const Dims &ends, const Dims &steps) {
+  sliceGradT(dy, dx, xs, starts, ends, steps);
 }
 
 template <class T> void pad(const T *x, const Shape &xs, const Dims &pads, T value, T *y) {
@@ -281,9 +299,12 @@ PIPEC_MOVEMENT(double)
 PIPEC_MOVEMENT(int64_t)
 PIPEC_MOVEMENT(int32_t)
 PIPEC_MOVEMENT(uint8_t)
+PIPEC_MOVEMENT(bf16)
 #undef PIPEC_MOVEMENT
 
 template void gatherGrad<int64_t>(const float *, const int64_t *, const Shape &, int64_t, float *, const Shape &);
 template void gatherGrad<int32_t>(const float *, const int32_t *, const Shape &, int64_t, float *, const Shape &);
+template void gatherGrad<int64_t>(const bf16 *, const int64_t *, const Shape &, int64_t, float *, const Shape &);
+template void gatherGrad<int32_t>(const bf16 *, const int32_t *, const Shape &, int64_t, float *, const Shape &);
 
 } // namespace pipec::kernels::cuda

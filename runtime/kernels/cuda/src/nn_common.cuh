@@ -19,6 +19,8 @@ using detail::firstIndex;
 using detail::gridStride;
 using detail::normalizeAxis;
 using detail::productOf;
+using detail::fromF;
+using detail::toF;
 
 /// One kernel call's scratch (pipec/kernel_scratch.h): the caller's
 /// Workspace (device memory in the stage's arena) when it bound one, else
@@ -121,6 +123,8 @@ struct BlockLanes {
   __device__ static int64_t lanes() { return blockDim.x; }
   __device__ static bool leader() { return threadIdx.x == 0; }
   template <class T, class Op> __device__ static T reduce(T v, Op op) { return blockReduce(v, op); }
+  /// Barrier over the segment's lanes (every lane must call it).
+  __device__ static void sync() { __syncthreads(); }
 };
 /// One thread per segment: a single lane, reductions are the identity.
 struct ThreadLanes {
@@ -130,6 +134,7 @@ struct ThreadLanes {
   __device__ static int64_t lanes() { return 1; }
   __device__ static bool leader() { return true; }
   template <class T, class Op> __device__ static T reduce(T v, Op) { return v; }
+  __device__ static void sync() {}
 };
 
 /// Segments of `size` elements `stride` apart (the [outer, size, inner] view

@@ -2,7 +2,9 @@
 // As the CPU kernels (runtime/kernels/src/norm.cpp): statistics accumulate in
 // double, element-wise work is float. Every reduction is a fixed-order tree
 // (one block per channel or row, or per-chunk partial sums combined in a
-// fixed order): deterministic, no atomics.
+// fixed order): deterministic, no atomics. The layer-norm kernels are
+// templated on the storage of x, y, dy and dx (float, or bf16 with float
+// parameters and statistics: docs/cuda-kernels.md).
 #include "gemm.cuh"
 #include "kernel_plan.h"
 #include "nn_common.cuh"
@@ -159,29 +161,31 @@ const float *expandedParam(const char *op, const float *p, const Shape &ps, cons
 
 /// Mean (0 under RowNorm::Rms) and 1/sqrt(var + eps) of one row (block-collective), as the CPU's
 /// rowStats: the squares are float (x - (float)mean)², sums in double.
-__device__ void rowStats(const float *x, int64_t inner, float epsilon, RowNorm norm, double &mean, double &invStd) {
+template <class T>
+__device__ void rowStats(const T *x, int64_t inner, float epsilon, RowNorm norm, double &mean, double &invStd) {
   mean = 0;
   if (norm == RowNorm::Layer) {
     double sum = 0;
-    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) sum += x[i];
+    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) sum += toF(x[i]);
     sum = blockSum(sum);
     mean = sum / (double)inner;
   }
   const float fm = (float)mean;
   double sq = 0;
   for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
-    const float d = x[i] - fm;
+    const float d = toF(x[i]) - fm;
     sq += (double)(d * d);
   }
   sq = blockSum(sq);
   invStd = 1.0 / sqrt(sq / (double)inner + (double)epsilon);
 }
 
-__global__ void layerNormKernel(const float *x, int64_t rows, int64_t inner, const float *g, const float *b,
-                                float *y, float *mean, float *invStd, float epsilon, RowNorm norm) {
+template <class T>
+__global__ void layerNormKernel(const T *x, int64_t rows, int64_t inner, const float *g, const float *b, T *y,
+                                float *mean, float *invStd, float epsilon, RowNorm norm) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float *xr = x + r * inner;
-    float *yr = y + r * inner;
+    const T *xr = x + r * inner;
+    T *yr = y + r * inner;
     double m, inv;
     rowStats(xr, inner, epsilon, norm, m, inv);
     if (threadIdx.x == 0) {
@@ -190,38 +194,40 @@ __global__ void layerNormKernel(const float *x, int64_t rows, int64_t inner, con
     }
     const float fm = (float)m, fi = (float)inv;
     if (b)
-      for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) yr[i] = (xr[i] - fm) * fi * g[i] + b[i];
+      for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) yr[i] = fromF<T>((toF(xr[i]) - fm) * fi * g[i] + b[i]);
     else
-      for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) yr[i] = (xr[i] - fm) * fi * g[i];
+      for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) yr[i] = fromF<T>((toF(xr[i]) - fm) * fi * g[i]);
   }
 }
 
-__global__ void layerNormGradKernel(const float *dy, const float *x, int64_t rows, int64_t inner, const float *g,
-                                    float *dx, float epsilon, RowNorm norm) {
+template <class T>
+__global__ void layerNormGradKernel(const T *dy, const T *x, int64_t rows, int64_t inner, const float *g, T *dx,
+                                    float epsilon, RowNorm norm) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float *xr = x + r * inner, *dyr = dy + r * inner;
-    float *dxr = dx + r * inner;
+    const T *xr = x + r * inner, *dyr = dy + r * inner;
+    T *dxr = dx + r * inner;
     double m, inv;
     rowStats(xr, inner, epsilon, norm, m, inv);
     const float fm = (float)m, fi = (float)inv;
     double sumG = 0, sumGX = 0;
     for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
-      if (norm == RowNorm::Layer) sumG += (double)(dyr[i] * g[i]);
-      sumGX += (double)(dyr[i] * g[i] * ((xr[i] - fm) * fi));
+      if (norm == RowNorm::Layer) sumG += (double)(toF(dyr[i]) * g[i]);
+      sumGX += (double)(toF(dyr[i]) * g[i] * ((toF(xr[i]) - fm) * fi));
     }
     sumG = blockSum(sumG);
     sumGX = blockSum(sumGX);
     const float mG = (float)(sumG / (double)inner), mGX = (float)(sumGX / (double)inner);
     for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
-      const float xhat = (xr[i] - fm) * fi;
-      dxr[i] = fi * (dyr[i] * g[i] - mG - xhat * mGX);
+      const float xhat = (toF(xr[i]) - fm) * fi;
+      dxr[i] = fromF<T>(fi * (toF(dyr[i]) * g[i] - mG - xhat * mGX));
     }
   }
 }
 
 /// Per row: (float)mean and (float)invStd, the values the CPU's parameter
 /// gradient uses.
-__global__ void rowStatsKernel(const float *x, int64_t rows, int64_t inner, float *fmean, float *finv,
+template <class T>
+__global__ void rowStatsKernel(const T *x, int64_t rows, int64_t inner, float *fmean, float *finv,
                                float epsilon, RowNorm norm) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     double m, inv;
@@ -235,7 +241,8 @@ __global__ void rowStatsKernel(const float *x, int64_t rows, int64_t inner, floa
 
 /// Column sums over a chunk of rows: partial[k, i] = Σ_{r in chunk k} of
 /// dy·x̂ (and dy), in row order, in double.
-__global__ void layerNormPartialKernel(const float *dy, const float *x, const float *fmean, const float *finv,
+template <class T>
+__global__ void layerNormPartialKernel(const T *dy, const T *x, const float *fmean, const float *finv,
                                        int64_t rows, int64_t inner, int64_t rowsPerChunk, int64_t chunks,
                                        double *partialScale, double *partialBias) {
   const int64_t total = chunks * inner;
@@ -245,8 +252,8 @@ __global__ void layerNormPartialKernel(const float *dy, const float *x, const fl
     double s = 0, b = 0;
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t e = r * inner + i;
-      s += (double)(dy[e] * ((x[e] - fmean[r]) * finv[r]));
-      b += dy[e];
+      s += (double)(toF(dy[e]) * ((toF(x[e]) - fmean[r]) * finv[r]));
+      b += toF(dy[e]);
     }
     partialScale[t] = s;
     if (partialBias) partialBias[t] = b;
@@ -345,34 +352,41 @@ void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
 // Layer normalization
 //===----------------------------------------------------------------------===//
 
-void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape &ss, const float *bias, const Shape &bs,
-               float *y, float *mean, float *invStd, int64_t axis, float epsilon, RowNorm norm,
-               const Workspace &workspace) {
+namespace {
+// One body per call for float and bf16 storage; the scratch (expanded
+// parameters, statistics, partial sums) is float whatever the storage, so
+// bf16 needs what float needs (pipec/kernel_scratch.h).
+template <class T>
+void layerNormT(const T *x, const Shape &xs, const float *scale, const Shape &ss, const float *bias, const Shape &bs,
+                T *y, float *mean, float *invStd, int64_t axis, float epsilon, RowNorm norm,
+                const Workspace &workspace) {
   const char *op = "nn.layer_norm";
   const RowView v = rowView(op, xs, axis);
   Scratch scratch(op, workspace, layerNormScratch(ScratchTarget::Cuda, xs, ss, bias ? &bs : nullptr, axis));
   const float *g = expandedParam(op, scale, ss, v, scratch);
   const float *b = bias ? expandedParam(op, bias, bs, v, scratch) : nullptr;
   if (v.rows == 0) return;
-  layerNormKernel<<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(
+  layerNormKernel<T><<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(
       x, v.rows, v.inner, g, b, y, mean, invStd, epsilon, norm);
   detail::checkLaunch(op);
 }
 
-void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const Shape &ss, float *dx,
-                   int64_t axis, float epsilon, RowNorm norm, const Workspace &workspace) {
+template <class T>
+void layerNormGradT(const T *dy, const T *x, const Shape &xs, const float *scale, const Shape &ss, T *dx, int64_t axis,
+                    float epsilon, RowNorm norm, const Workspace &workspace) {
   const char *op = "nn.layer_norm_grad";
   const RowView v = rowView(op, xs, axis);
   Scratch scratch(op, workspace, layerNormGradScratch(ScratchTarget::Cuda, xs, ss, axis));
   const float *g = expandedParam(op, scale, ss, v, scratch);
   if (v.rows == 0 || v.inner == 0) return;
-  layerNormGradKernel<<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(
+  layerNormGradKernel<T><<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(
       dy, x, v.rows, v.inner, g, dx, epsilon, norm);
   detail::checkLaunch(op);
 }
 
-void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const Shape &ps, float *dscale, float *dbias,
-                        int64_t axis, float epsilon, RowNorm norm, const Workspace &workspace, bool accumulate) {
+template <class T>
+void layerNormParamGradT(const T *dy, const T *x, const Shape &xs, const Shape &ps, float *dscale, float *dbias,
+                         int64_t axis, float epsilon, RowNorm norm, const Workspace &workspace, bool accumulate) {
   const char *op = "nn.layer_norm_param_grad";
   const RowView v = rowView(op, xs, axis);
   if (!broadcastsTo(ps, v.normalized))
@@ -407,16 +421,44 @@ void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
   double *pScale = scratch.shared<double>(partials);
   double *pBias = dbias ? scratch.shared<double>(partials) : nullptr;
   if (partials > 0) {
-    rowStatsKernel<<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(x, v.rows, v.inner,
+    rowStatsKernel<T><<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(x, v.rows, v.inner,
                                                                                            fmean, finv, epsilon, norm);
     detail::checkLaunch(op);
-    layerNormPartialKernel<<<detail::blocksFor(partials), detail::kThreads, 0, detail::stream()>>>(
+    layerNormPartialKernel<T><<<detail::blocksFor(partials), detail::kThreads, 0, detail::stream()>>>(
         dy, x, fmean, finv, v.rows, v.inner, rowsPerChunk, chunks, pScale, pBias);
     detail::checkLaunch(op);
   }
   layerNormFinishKernel<<<detail::blocksFor(outCount), detail::kThreads, 0, detail::stream()>>>(
       pScale, pBias, partials > 0 ? chunks : 0, v.inner, m, outCount, dscale, dbias, accumulate);
   detail::checkLaunch(op);
+}
+} // namespace
+
+void layerNorm(const float *x, const Shape &xs, const float *scale, const Shape &ss, const float *bias, const Shape &bs,
+               float *y, float *mean, float *invStd, int64_t axis, float epsilon, RowNorm norm,
+               const Workspace &workspace) {
+  layerNormT(x, xs, scale, ss, bias, bs, y, mean, invStd, axis, epsilon, norm, workspace);
+}
+void layerNorm(const bf16 *x, const Shape &xs, const float *scale, const Shape &ss, const float *bias, const Shape &bs,
+               bf16 *y, float *mean, float *invStd, int64_t axis, float epsilon, RowNorm norm,
+               const Workspace &workspace) {
+  layerNormT(x, xs, scale, ss, bias, bs, y, mean, invStd, axis, epsilon, norm, workspace);
+}
+void layerNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const Shape &ss, float *dx,
+                   int64_t axis, float epsilon, RowNorm norm, const Workspace &workspace) {
+  layerNormGradT(dy, x, xs, scale, ss, dx, axis, epsilon, norm, workspace);
+}
+void layerNormGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const float *scale, const Shape &ss, bf16 *dx,
+                   int64_t axis, float epsilon, RowNorm norm, const Workspace &workspace) {
+  layerNormGradT(dy, x, xs, scale, ss, dx, axis, epsilon, norm, workspace);
+}
+void layerNormParamGrad(const float *dy, const float *x, const Shape &xs, const Shape &ps, float *dscale, float *dbias,
+                        int64_t axis, float epsilon, RowNorm norm, const Workspace &workspace, bool accumulate) {
+  layerNormParamGradT(dy, x, xs, ps, dscale, dbias, axis, epsilon, norm, workspace, accumulate);
+}
+void layerNormParamGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const Shape &ps, float *dscale, float *dbias,
+                        int64_t axis, float epsilon, RowNorm norm, const Workspace &workspace, bool accumulate) {
+  layerNormParamGradT(dy, x, xs, ps, dscale, dbias, axis, epsilon, norm, workspace, accumulate);
 }
 
 } // namespace pipec::kernels::cuda

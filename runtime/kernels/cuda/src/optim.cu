@@ -49,23 +49,27 @@ __global__ void adamwKernel(float *param, const float *grad, float *m, float *v,
 }
 
 // ------------------------------------------------ the stage-wide updates
-// One launch updates up to kMaxOptimizerTensors tensors: the table travels
-// as the kernel's argument (under the 4 KiB every CUDA version accepts), so
-// the update needs no device copy of it and no host synchronization. Each
-// block updates kOptimizerChunk consecutive elements of one tensor.
-constexpr int kMaxOptimizerTensors = 64;
-constexpr int64_t kOptimizerChunk = int64_t(kThreads) * 16;
+// One launch updates up to kMaxTableTensors tensors: the table travels as
+// the kernel's argument (under the 4 KiB every CUDA version accepts), so the
+// update needs no device copy of it and no host synchronization. Each block
+// updates kTableChunk consecutive elements of one tensor. toBf16All (the
+// bf16 copies of a stage's parameters) uses the same tables.
+constexpr int kMaxTableTensors = 64;
+constexpr int64_t kTableChunk = int64_t(kThreads) * 16;
 
-struct OptimizerTable {
-  OptimizerTensor tensors[kMaxOptimizerTensors];
-  int64_t firstBlock[kMaxOptimizerTensors + 1]; // tensor k's blocks: [firstBlock[k], firstBlock[k+1])
+template <class Tensor> struct TensorTable {
+  Tensor tensors[kMaxTableTensors];
+  int64_t firstBlock[kMaxTableTensors + 1]; // tensor k's blocks: [firstBlock[k], firstBlock[k+1])
   int count;
 };
-static_assert(sizeof(OptimizerTable) < 4096, "a kernel argument");
+using OptimizerTable = TensorTable<OptimizerTensor>;
+using ConversionTable = TensorTable<Bf16Conversion>;
+static_assert(sizeof(OptimizerTable) < 4096 && sizeof(ConversionTable) < 4096, "a kernel argument");
 
 /// The tensor of this block (binary search over the table) and the
 /// element range [lo, hi) it updates.
-__device__ inline const OptimizerTensor &blockTensor(const OptimizerTable &table, int64_t &lo, int64_t &hi) {
+template <class Tensor>
+__device__ inline const Tensor &blockTensor(const TensorTable<Tensor> &table, int64_t &lo, int64_t &hi) {
   const int64_t b = blockIdx.x;
   int first = 0, last = table.count - 1;
   while (first < last) {
@@ -75,9 +79,9 @@ __device__ inline const OptimizerTensor &blockTensor(const OptimizerTable &table
     else
       last = mid - 1;
   }
-  const OptimizerTensor &t = table.tensors[first];
-  lo = (b - table.firstBlock[first]) * kOptimizerChunk;
-  hi = lo + kOptimizerChunk < t.n ? lo + kOptimizerChunk : t.n;
+  const Tensor &t = table.tensors[first];
+  lo = (b - table.firstBlock[first]) * kTableChunk;
+  hi = lo + kTableChunk < t.n ? lo + kTableChunk : t.n;
   return t;
 }
 
@@ -107,25 +111,31 @@ __global__ void adamwAllKernel(const OptimizerTable table, const pipec_step_cont
     adamwElement(t.param[i], scaledGrad(t, i, scale), t.state[0][i], t.state[1][i], c);
 }
 
-/// Launches launch(table, blocks) per kMaxOptimizerTensors tensors with
+__global__ void toBf16AllKernel(const ConversionTable table) {
+  int64_t lo, hi;
+  const Bf16Conversion &t = blockTensor(table, lo, hi);
+  for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) t.to[i] = bf16(t.from[i]);
+}
+
+/// Launches launch(table, blocks) per kMaxTableTensors tensors with
 /// elements (empty tensors take no block).
-template <class Launch>
-void forEachTable(const OptimizerTensor *tensors, int count, Launch launch) {
-  OptimizerTable table{};
+template <class Tensor, class Launch>
+void forEachTable(const Tensor *tensors, int count, Launch launch) {
+  TensorTable<Tensor> table{};
   int64_t blocks = 0;
   auto flush = [&] {
     if (table.count == 0) return;
     table.firstBlock[table.count] = blocks;
     launch(table, blocks);
-    table = OptimizerTable{};
+    table = TensorTable<Tensor>{};
     blocks = 0;
   };
   for (int k = 0; k < count; ++k) {
     if (tensors[k].n <= 0) continue;
     table.tensors[table.count] = tensors[k];
     table.firstBlock[table.count] = blocks;
-    blocks += (tensors[k].n + kOptimizerChunk - 1) / kOptimizerChunk;
-    if (++table.count == kMaxOptimizerTensors) flush();
+    blocks += (tensors[k].n + kTableChunk - 1) / kTableChunk;
+    if (++table.count == kMaxTableTensors) flush();
   }
   flush();
 }
@@ -178,6 +188,13 @@ void adamwUpdateAll(const OptimizerTensor *tensors, int count, int64_t step, flo
   forEachTable(tensors, count, [&](const OptimizerTable &table, int64_t blocks) {
     adamwAllKernel<<<(unsigned)blocks, kThreads, 0, stream()>>>(table, control, c);
     checkLaunch("nn.adamw_update");
+  });
+}
+
+void toBf16All(const Bf16Conversion *conversions, int count) {
+  forEachTable(conversions, count, [&](const ConversionTable &table, int64_t blocks) {
+    toBf16AllKernel<<<(unsigned)blocks, kThreads, 0, stream()>>>(table);
+    checkLaunch("nn.cast");
   });
 }
 

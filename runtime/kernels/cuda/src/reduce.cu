@@ -18,9 +18,12 @@
 //   the reduced axes include the innermost one and the reductions are long.
 // The last two sum in double in another order than the CPU, which may
 // differ in the last bits of the double and almost never changes the float
-// result.
+// result. The kernels are templated on the input's storage (float, or bf16
+// summed into float: bias gradients of bf16 stages, docs/cuda-kernels.md).
 #include "detail.cuh"
 #include "index_map.cuh"
+
+#include <type_traits>
 
 namespace pipec::kernels::cuda {
 
@@ -30,7 +33,8 @@ namespace {
 
 /// The sum of the `count` elements x[base + offset of j] in row-major order
 /// of the reduced axes (the CPU kernel's order), in double.
-__host__ __device__ inline double sumInOrder(const float *x, int64_t base, const IndexMap<1> &reduced,
+template <class T>
+__host__ __device__ inline double sumInOrder(const T *x, int64_t base, const IndexMap<1> &reduced,
                                              int64_t count) {
   const int rank = reduced.rank;
   const int64_t inner = rank ? reduced.dims[rank - 1] : 1, innerSt = rank ? reduced.st[0][rank - 1] : 0;
@@ -38,7 +42,7 @@ __host__ __device__ inline double sumInOrder(const float *x, int64_t base, const
   int64_t idx[kMaxRank] = {};
   double acc = 0;
   for (int64_t done = 0; done < count; done += inner) {
-    for (int64_t j = 0; j < inner; ++j) acc += x[off + j * innerSt];
+    for (int64_t j = 0; j < inner; ++j) acc += toF(x[off + j * innerSt]);
     for (int a = rank - 2; a >= 0; --a) {
       off += reduced.st[0][a];
       if (++idx[a] < reduced.dims[a]) break;
@@ -55,7 +59,8 @@ __device__ inline void store(float *y, int64_t i, float v, bool accumulate) { y[
 
 /// y[i] = (float)(scale ? sum * k : sum), the sum over the reduced axes of
 /// output i in row-major order.
-__global__ void reduceThreadKernel(const float *x, float *y, int64_t outN, int64_t count, IndexMap<1> kept,
+template <class T>
+__global__ void reduceThreadKernel(const T *x, float *y, int64_t outN, int64_t count, IndexMap<1> kept,
                                    IndexMap<1> reduced, bool scale, double k, bool accumulate) {
   for (int64_t i = firstIndex(); i < outN; i += gridStride()) {
     int64_t base[1];
@@ -67,8 +72,9 @@ __global__ void reduceThreadKernel(const float *x, float *y, int64_t outN, int64
 
 constexpr int kReduceBlock = 256;
 
+template <class T>
 __global__ void __launch_bounds__(kReduceBlock)
-    reduceBlockKernel(const float *x, float *y, int64_t outN, int64_t count, IndexMap<1> kept, IndexMap<1> reduced,
+    reduceBlockKernel(const T *x, float *y, int64_t outN, int64_t count, IndexMap<1> kept, IndexMap<1> reduced,
                       bool scale, double k, bool accumulate) {
   __shared__ double partial[kReduceBlock];
   for (int64_t i = blockIdx.x; i < outN; i += gridDim.x) {
@@ -78,7 +84,7 @@ __global__ void __launch_bounds__(kReduceBlock)
     for (int64_t j = threadIdx.x; j < count; j += kReduceBlock) {
       int64_t off[1];
       reduced.offsets(j, off);
-      acc += x[base[0] + off[0]];
+      acc += toF(x[base[0] + off[0]]);
     }
     partial[threadIdx.x] = acc;
     __syncthreads();
@@ -105,8 +111,9 @@ constexpr int kColumnBlock = kColumnLanes * kColumnGroups;
 /// Output i = first + lane of the block's kColumnLanes outputs: thread
 /// (group, lane) sums inputs j = group, group + kColumnGroups, ... in double;
 /// the group's partial sums are then added in group order.
+template <class T>
 __global__ void __launch_bounds__(kColumnBlock)
-    reduceColumnsKernel(const float *x, float *y, int64_t outN, int64_t count, IndexMap<1> kept,
+    reduceColumnsKernel(const T *x, float *y, int64_t outN, int64_t count, IndexMap<1> kept,
                         IndexMap<1> reduced, bool scale, double k, bool accumulate) {
   __shared__ double partial[kColumnBlock];
   const int lane = (int)threadIdx.x % kColumnLanes, group = (int)threadIdx.x / kColumnLanes;
@@ -119,7 +126,7 @@ __global__ void __launch_bounds__(kColumnBlock)
       for (int64_t j = group; j < count; j += kColumnGroups) {
         int64_t off[1];
         reduced.offsets(j, off);
-        acc += x[base[0] + off[0]];
+        acc += toF(x[base[0] + off[0]]);
       }
     }
     partial[threadIdx.x] = acc;
@@ -174,33 +181,38 @@ ReducePlan planReduce(const char *op, const Shape &xs, const Dims &axes, bool em
   return plan;
 }
 
-void sumAxes(const char *op, const float *x, const Shape &xs, const Dims &axes, bool emptyMeansAll, float *y,
+template <class T>
+void sumAxes(const char *op, const T *x, const Shape &xs, const Dims &axes, bool emptyMeansAll, float *y,
              bool mean, bool accumulate = false) {
   const ReducePlan p = planReduce(op, xs, axes, emptyMeansAll, mean);
   if (p.outN == 0) return;
-  if (p.copy && accumulate) {
-    cuda::accumulate(y, x, p.outN);
-    return;
-  }
-  if (p.copy) {
-    check(cudaMemcpyAsync(y, x, (size_t)p.outN * sizeof(float), cudaMemcpyDeviceToDevice, stream()), op);
-    return;
+  // A sum of one element is that element: copied (float) or summed by the
+  // per-thread schedule, which widens it exactly (bf16).
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.copy && accumulate) {
+      cuda::accumulate(y, x, p.outN);
+      return;
+    }
+    if (p.copy) {
+      check(cudaMemcpyAsync(y, x, (size_t)p.outN * sizeof(float), cudaMemcpyDeviceToDevice, stream()), op);
+      return;
+    }
   }
   switch (p.schedule) {
   case ReducePlan::Schedule::PerBlock: {
     const unsigned blocks = (unsigned)(p.outN < 65536 ? p.outN : 65536);
-    reduceBlockKernel<<<blocks, kReduceBlock, 0, stream()>>>(x, y, p.outN, p.count, p.kept, p.reduced, mean, p.k,
+    reduceBlockKernel<T><<<blocks, kReduceBlock, 0, stream()>>>(x, y, p.outN, p.count, p.kept, p.reduced, mean, p.k,
                                                                    accumulate);
     break;
   }
   case ReducePlan::Schedule::PerColumns: {
     const unsigned blocks = (unsigned)((p.outN + kColumnLanes - 1) / kColumnLanes);
-    reduceColumnsKernel<<<blocks, kColumnBlock, 0, stream()>>>(x, y, p.outN, p.count, p.kept, p.reduced, mean,
+    reduceColumnsKernel<T><<<blocks, kColumnBlock, 0, stream()>>>(x, y, p.outN, p.count, p.kept, p.reduced, mean,
                                                                p.k, accumulate);
     break;
   }
   case ReducePlan::Schedule::PerThread:
-    reduceThreadKernel<<<blocksFor(p.outN), kThreads, 0, stream()>>>(x, y, p.outN, p.count, p.kept, p.reduced, mean,
+    reduceThreadKernel<T><<<blocksFor(p.outN), kThreads, 0, stream()>>>(x, y, p.outN, p.count, p.kept, p.reduced, mean,
                                                                     p.k, accumulate);
     break;
   }
@@ -214,6 +226,14 @@ void reduceSum(const float *x, const Shape &xs, const Dims &axes, float *y, bool
 }
 
 void reduceMean(const float *x, const Shape &xs, const Dims &axes, float *y) {
+  sumAxes("nn.reduce_mean", x, xs, axes, true, y, true);
+}
+
+void reduceSum(const bf16 *x, const Shape &xs, const Dims &axes, float *y, bool accumulate) {
+  sumAxes("nn.reduce_sum", x, xs, axes, false, y, false, accumulate);
+}
+
+void reduceMean(const bf16 *x, const Shape &xs, const Dims &axes, float *y) {
   sumAxes("nn.reduce_mean", x, xs, axes, true, y, true);
 }
 

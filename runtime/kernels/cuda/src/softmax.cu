@@ -4,12 +4,15 @@
 // dot products in double. A segment (the values along the
 // axis of one position) is walked by one block (contiguous rows, or few
 // segments) or one thread (strided segments); scalar losses are reduced by
-// a single block. All reductions are fixed-order: deterministic.
+// a single block. All reductions are fixed-order: deterministic. The
+// softmax, attention and loss kernels are templated on the storage of their
+// tensors (float, or bf16 with float math: docs/cuda-kernels.md).
 #include "gemm.cuh"
 #include "kernel_plan.h"
 #include "nn_common.cuh"
 
 #include <cmath>
+#include <type_traits>
 
 namespace pipec::kernels::cuda {
 
@@ -21,49 +24,66 @@ using namespace nn;
 // Softmax
 //===----------------------------------------------------------------------===//
 
-/// One segment's softmax: y[i·stride] = softmax of z[i·stride], i < size,
-/// by P's lanes (each reads only the elements it writes: z may be y); lse,
-/// when given, gets log Σ exp z (from the first lane).
-template <class P>
-__device__ void softmaxSegment(const float *z, float *y, int64_t size, int64_t stride, float *lse = nullptr) {
+/// z[i · stride] of a segment, widened to float.
+template <class T> struct StridedScores {
+  const T *z;
+  int64_t stride;
+  __device__ float operator()(int64_t i) const { return toF(z[i * stride]); }
+};
+
+/// One segment's softmax: y[i·stride] = softmax of z(i), i < size, by P's
+/// lanes (each reads only the elements it writes: z may read y); lse, when
+/// given, gets log Σ exp z (from the first lane). A float y holds the
+/// exponentials until they are scaled; a bf16 y is written once, from the
+/// exponential recomputed in float (one rounding).
+template <class P, class Z, class TY>
+__device__ void softmaxSegment(const Z &z, TY *y, int64_t size, int64_t stride, float *lse = nullptr) {
   float m = -INFINITY;
-  for (int64_t i = P::lane(); i < size; i += P::lanes()) m = z[i * stride] > m ? z[i * stride] : m;
+  for (int64_t i = P::lane(); i < size; i += P::lanes()) {
+    const float v = z(i);
+    m = v > m ? v : m;
+  }
   m = P::reduce(m, MaxOp{});
   double sum = 0;
   for (int64_t i = P::lane(); i < size; i += P::lanes()) {
-    const float e = expf(z[i * stride] - m);
-    y[i * stride] = e;
+    const float e = expf(z(i) - m);
+    if constexpr (std::is_same_v<TY, float>) y[i * stride] = e;
     sum += e;
   }
   sum = P::reduce(sum, SumOp{});
   const float inv = (float)(1.0 / sum);
-  for (int64_t i = P::lane(); i < size; i += P::lanes()) y[i * stride] *= inv;
+  for (int64_t i = P::lane(); i < size; i += P::lanes()) {
+    if constexpr (std::is_same_v<TY, float>)
+      y[i * stride] *= inv;
+    else
+      y[i * stride] = fromF<TY>(expf(z(i) - m) * inv);
+  }
   if (lse && P::lane() == 0) *lse = (float)(m + log(sum));
 }
 
-template <class P> __global__ void softmaxKernel(const float *x, float *y, int64_t segments, int64_t size, int64_t inner) {
+template <class P, class T>
+__global__ void softmaxKernel(const T *x, T *y, int64_t segments, int64_t size, int64_t inner) {
   for (int64_t seg = P::first(); seg < segments; seg += P::step()) {
     const int64_t o = seg / inner, in = seg - o * inner;
-    softmaxSegment<P>(x + o * size * inner + in, y + o * size * inner + in, size, inner);
+    softmaxSegment<P>(StridedScores<T>{x + o * size * inner + in, inner}, y + o * size * inner + in, size, inner);
   }
 }
 
-template <class P>
-__global__ void softmaxGradKernel(const float *dy, const float *y, float *dx, int64_t segments, int64_t size,
-                                  int64_t inner) {
+template <class P, class T>
+__global__ void softmaxGradKernel(const T *dy, const T *y, T *dx, int64_t segments, int64_t size, int64_t inner) {
   for (int64_t seg = P::first(); seg < segments; seg += P::step()) {
     const int64_t o = seg / inner, in = seg - o * inner;
     const int64_t base = o * size * inner + in;
     double dot = 0;
     for (int64_t i = P::lane(); i < size; i += P::lanes()) {
       const int64_t j = base + i * inner;
-      dot += (double)dy[j] * y[j];
+      dot += (double)toF(dy[j]) * toF(y[j]);
     }
     dot = P::reduce(dot, SumOp{});
     const float fd = (float)dot;
     for (int64_t i = P::lane(); i < size; i += P::lanes()) {
       const int64_t j = base + i * inner;
-      dx[j] = y[j] * (dy[j] - fd);
+      dx[j] = fromF<T>(toF(y[j]) * (toF(dy[j]) - fd));
     }
   }
 }
@@ -76,36 +96,53 @@ __device__ __forceinline__ bool maskedAt(const uint8_t *mask, const detail::Inde
   return (mask[off[0]] != 0) == maskedWhen;
 }
 
+/// z = masked ? fill : x * scale (x / scale) of element j.
+template <class T> struct MaskedScores {
+  const T *x;
+  const uint8_t *mask;
+  detail::IndexMap<1> map;
+  float scale, fill;
+  bool divide, maskedWhen;
+  int64_t base;
+  __device__ float operator()(int64_t i) const {
+    const int64_t j = base + i;
+    return maskedAt(mask, map, j, maskedWhen) ? fill : divide ? toF(x[j]) / scale : toF(x[j]) * scale;
+  }
+};
+
 /// softmaxSegment along the last axis of z = masked ? fill : x * scale
-/// (x / scale), written to y first.
-template <class P>
-__global__ void maskedSoftmaxKernel(const float *x, const uint8_t *mask, detail::IndexMap<1> map, float scale,
-                                    bool divide, float fill, bool maskedWhen, float *y, int64_t segments,
+/// (x / scale): a float y holds z first; for a bf16 y, z is recomputed on
+/// each pass (y holds only the rounded result).
+template <class P, class T>
+__global__ void maskedSoftmaxKernel(const T *x, const uint8_t *mask, detail::IndexMap<1> map, float scale,
+                                    bool divide, float fill, bool maskedWhen, T *y, int64_t segments,
                                     int64_t size) {
   for (int64_t seg = P::first(); seg < segments; seg += P::step()) {
     const int64_t base = seg * size;
-    for (int64_t i = P::lane(); i < size; i += P::lanes())
-      y[base + i] = maskedAt(mask, map, base + i, maskedWhen) ? fill
-                    : divide                                   ? x[base + i] / scale
-                                                               : x[base + i] * scale;
-    softmaxSegment<P>(y + base, y + base, size, 1);
+    const MaskedScores<T> z{x, mask, map, scale, fill, divide, maskedWhen, base};
+    if constexpr (std::is_same_v<T, float>) {
+      for (int64_t i = P::lane(); i < size; i += P::lanes()) y[base + i] = z(i);
+      softmaxSegment<P>(StridedScores<float>{y + base, 1}, y + base, size, 1);
+    } else {
+      softmaxSegment<P>(z, y + base, size, 1);
+    }
   }
 }
 
-template <class P>
-__global__ void maskedSoftmaxGradKernel(const float *dy, const float *y, const uint8_t *mask,
-                                        detail::IndexMap<1> map, float scale, bool divide, bool maskedWhen,
-                                        float *dx, int64_t segments, int64_t size) {
+template <class P, class T>
+__global__ void maskedSoftmaxGradKernel(const T *dy, const T *y, const uint8_t *mask, detail::IndexMap<1> map,
+                                        float scale, bool divide, bool maskedWhen, T *dx, int64_t segments,
+                                        int64_t size) {
   for (int64_t seg = P::first(); seg < segments; seg += P::step()) {
     const int64_t base = seg * size;
     double dot = 0;
-    for (int64_t i = P::lane(); i < size; i += P::lanes()) dot += (double)dy[base + i] * y[base + i];
+    for (int64_t i = P::lane(); i < size; i += P::lanes()) dot += (double)toF(dy[base + i]) * toF(y[base + i]);
     dot = P::reduce(dot, SumOp{});
     const float fd = (float)dot;
     for (int64_t i = P::lane(); i < size; i += P::lanes()) {
       const int64_t j = base + i;
-      const float g = maskedAt(mask, map, j, maskedWhen) ? 0.0f : y[j] * (dy[j] - fd);
-      dx[j] = divide ? g / scale : g * scale;
+      const float g = maskedAt(mask, map, j, maskedWhen) ? 0.0f : toF(y[j]) * (toF(dy[j]) - fd);
+      dx[j] = fromF<T>(divide ? g / scale : g * scale);
     }
   }
 }
@@ -139,17 +176,46 @@ struct ScoreBlock {
   }
 };
 
+/// bf16 storage: P and dz must be bf16 for the products with bf16 v, k, q
+/// (cuBLAS takes A and B of one type), and the float scratch has no other
+/// room for them (docs/cuda-kernels.md, "bf16 storage"). A row's n floats
+/// become n bf16 in the first half of the same storage: element j lands in
+/// float j / 2 <= j. In each round every lane reads its float before the
+/// barrier and writes after it; a round writes only floats that this or an
+/// earlier round read, and reads only floats no round has written yet.
+/// Before the call, each lane's floats were last written by that lane or by
+/// an earlier launch.
+template <class P> __device__ void packRowBf16(float *row, int64_t n) {
+  bf16 *packed = reinterpret_cast<bf16 *>(row);
+  for (int64_t r0 = 0; r0 < n; r0 += P::lanes()) { // the same rounds in every lane: uniform barriers
+    const int64_t j = r0 + P::lane();
+    const float v = j < n ? row[j] : 0.0f;
+    P::sync();
+    if (j < n) packed[j] = fromF<bf16>(v);
+  }
+}
+
 /// The forward's softmax of each row of the block, in place, and its lse;
-/// then P's dropout (each lane on the elements it wrote).
-template <class P>
+/// then P's dropout (each lane on the elements it wrote); for bf16 storage
+/// (E) the row is then packed to bf16 for the product with v.
+template <class P, class E>
 __global__ void attentionSoftmaxKernel(float *z, ScoreBlock b, DropoutDraws drop, float *lse, int64_t segments) {
   for (int64_t seg = P::first(); seg < segments; seg += P::step()) {
     float *zr = z + b.offset(seg);
     for (int64_t j = P::lane(); j < b.T; j += P::lanes()) zr[j] = b.value(zr[j], seg, j);
-    softmaxSegment<P>(zr, zr, b.T, 1, lse + b.row(seg));
+    softmaxSegment<P>(StridedScores<float>{zr, 1}, zr, b.T, 1, lse + b.row(seg));
     if (drop.active)
       for (int64_t j = P::lane(); j < b.T; j += P::lanes())
         zr[j] = drop.apply(zr[j], drop.kept(b.row(seg) * b.T + j));
+    if constexpr (std::is_same_v<E, bf16>) packRowBf16<P>(zr, b.T);
+  }
+}
+
+/// The gradient's P (dropped out) and dz rows of the block packed to bf16.
+template <class P> __global__ void packScoreRowsKernel(float *p, float *dz, ScoreBlock b, int64_t segments) {
+  for (int64_t seg = P::first(); seg < segments; seg += P::step()) {
+    packRowBf16<P>(p + b.offset(seg), b.T);
+    packRowBf16<P>(dz + b.offset(seg), b.T);
   }
 }
 
@@ -162,10 +228,11 @@ __global__ void attentionProbabilitiesKernel(float *z, ScoreBlock b, const float
 }
 
 /// dot[r] = Σ_e dy[r, e] · y[r, e] per row, in double.
-template <class P> __global__ void rowDotKernel(const float *dy, const float *y, float *dot, int64_t rows, int64_t n) {
+template <class P, class E>
+__global__ void rowDotKernel(const E *dy, const E *y, float *dot, int64_t rows, int64_t n) {
   for (int64_t r = P::first(); r < rows; r += P::step()) {
     double sum = 0;
-    for (int64_t e = P::lane(); e < n; e += P::lanes()) sum += (double)dy[r * n + e] * y[r * n + e];
+    for (int64_t e = P::lane(); e < n; e += P::lanes()) sum += (double)toF(dy[r * n + e]) * toF(y[r * n + e]);
     sum = P::reduce(sum, SumOp{});
     if (P::lane() == 0) dot[r] = (float)sum;
   }
@@ -194,12 +261,12 @@ __global__ void attentionScoreGradKernel(float *p, float *dp, ScoreBlock b, Drop
 
 /// The log-sum-exp of one element's class scores s[c * inner], c in [0, C)
 /// (every lane of P gets it): max in float, exponentials and sum in double.
-template <class P> __device__ double logSumExp(const float *s, int64_t C, int64_t inner) {
+template <class P, class T> __device__ double logSumExp(const T *s, int64_t C, int64_t inner) {
   float m = -INFINITY;
-  for (int64_t c = P::lane(); c < C; c += P::lanes()) m = s[c * inner] > m ? s[c * inner] : m;
+  for (int64_t c = P::lane(); c < C; c += P::lanes()) m = toF(s[c * inner]) > m ? toF(s[c * inner]) : m;
   m = P::reduce(m, MaxOp{});
   double sum = 0;
-  for (int64_t c = P::lane(); c < C; c += P::lanes()) sum += expf(s[c * inner] - m);
+  for (int64_t c = P::lane(); c < C; c += P::lanes()) sum += expf(toF(s[c * inner]) - m);
   sum = P::reduce(sum, SumOp{});
   return m + log(sum);
 }
@@ -214,17 +281,17 @@ struct Ignore {
 /// weightE[e] = w[label] (0 for an ignored element or a label out of
 /// range, which is reported); loss[e] = (float)lossE[e] for Reduction::None.
 /// logProb (optional) gets every class's score - lse.
-template <class P, class L>
-__global__ void lossKernel(const float *scores, const L *labels, const float *weights, int64_t segments, int64_t C,
+template <class P, class L, class T>
+__global__ void lossKernel(const T *scores, const L *labels, const float *weights, int64_t segments, int64_t C,
                            int64_t inner, Ignore ignore, int *errorFlag, float *loss, double *lossE,
-                           double *weightE, float *logProb) {
+                           double *weightE, T *logProb) {
   for (int64_t e = P::first(); e < segments; e += P::step()) {
     const int64_t n = e / inner, in = e - n * inner;
-    const float *s = scores + n * C * inner + in;
+    const T *s = scores + n * C * inner + in;
     const double lse = logSumExp<P>(s, C, inner);
     if (logProb) {
-      float *lp = logProb + n * C * inner + in;
-      for (int64_t c = P::lane(); c < C; c += P::lanes()) lp[c * inner] = (float)(s[c * inner] - lse);
+      T *lp = logProb + n * C * inner + in;
+      for (int64_t c = P::lane(); c < C; c += P::lanes()) lp[c * inner] = fromF<T>((float)(toF(s[c * inner]) - lse));
     }
     if (P::leader()) {
       double l = 0, w = 0;
@@ -234,7 +301,7 @@ __global__ void lossKernel(const float *scores, const L *labels, const float *we
           detail::raiseDevice(errorFlag, detail::kLossLabelOutOfRange);
         } else {
           w = weights ? (double)weights[label] : 1.0;
-          l = -w * ((double)s[label * inner] - lse);
+          l = -w * ((double)toF(s[label * inner]) - lse);
         }
       }
       if (loss) loss[e] = (float)l;
@@ -280,29 +347,29 @@ __global__ void weightSumKernel(const L *labels, const float *weights, int64_t c
 
 /// dscores = (softmax - onehot(label)) * w[label] * scale * (dloss[e] for
 /// None); 0 for ignored elements and labels out of range (reported).
-template <class P, class L>
-__global__ void lossGradKernel(const float *dloss, const float *scores, const L *labels, const float *weights,
+template <class P, class L, class T>
+__global__ void lossGradKernel(const float *dloss, const T *scores, const L *labels, const float *weights,
                                int64_t segments, int64_t C, int64_t inner, Ignore ignore, int *errorFlag,
-                               bool none, const double *weightSum, float *dscores) {
+                               bool none, const double *weightSum, T *dscores) {
   double scale = none ? 1.0 : (double)dloss[0];
   if (weightSum) scale /= *weightSum;
   for (int64_t e = P::first(); e < segments; e += P::step()) {
     const int64_t n = e / inner, in = e - n * inner;
-    const float *s = scores + n * C * inner + in;
-    float *ds = dscores + n * C * inner + in;
+    const T *s = scores + n * C * inner + in;
+    T *ds = dscores + n * C * inner + in;
     const int64_t label = (int64_t)labels[e]; // the same for every lane: uniform branches
     const bool ignored = ignore.has && label == ignore.value;
     const bool bad = !ignored && (label < 0 || label >= C);
     if (ignored || bad) {
       if (bad && P::leader()) detail::raiseDevice(errorFlag, detail::kLossLabelOutOfRange);
-      for (int64_t c = P::lane(); c < C; c += P::lanes()) ds[c * inner] = 0.0f;
+      for (int64_t c = P::lane(); c < C; c += P::lanes()) ds[c * inner] = fromF<T>(0.0f);
       continue;
     }
     const double lse = logSumExp<P>(s, C, inner);
     const double k = (weights ? (double)weights[label] : 1.0) * scale * (none ? (double)dloss[e] : 1.0);
     for (int64_t c = P::lane(); c < C; c += P::lanes()) {
-      const double p = expf((float)((double)s[c * inner] - lse));
-      ds[c * inner] = (float)(k * (p - (c == label ? 1.0 : 0.0)));
+      const double p = expf((float)((double)toF(s[c * inner]) - lse));
+      ds[c * inner] = fromF<T>((float)(k * (p - (c == label ? 1.0 : 0.0))));
     }
   }
 }
@@ -324,7 +391,8 @@ constexpr unsigned kReduceThreads = 1024;
 // nn.softmax, nn.softmax_grad
 //===----------------------------------------------------------------------===//
 
-void softmax(const float *x, const Shape &xs, int64_t axis, float *y) {
+namespace {
+template <class T> void softmaxT(const T *x, const Shape &xs, int64_t axis, T *y) {
   const char *op = "nn.softmax";
   checkRank(op, xs, 1, "the input");
   const AxisView v = viewAround(xs, (int)normalizeAxis(op, axis, xs.size));
@@ -332,12 +400,12 @@ void softmax(const float *x, const Shape &xs, int64_t axis, float *y) {
   if (segments == 0 || v.size == 0) return;
   launchPerSegment(segments, v.size, v.inner, [&](auto lanes, unsigned grid, unsigned block) {
     using P = decltype(lanes);
-    softmaxKernel<P><<<grid, block, 0, detail::stream()>>>(x, y, segments, v.size, v.inner);
+    softmaxKernel<P, T><<<grid, block, 0, detail::stream()>>>(x, y, segments, v.size, v.inner);
   });
   detail::checkLaunch(op);
 }
 
-void softmaxGrad(const float *dy, const float *y, const Shape &s, int64_t axis, float *dx) {
+template <class T> void softmaxGradT(const T *dy, const T *y, const Shape &s, int64_t axis, T *dx) {
   const char *op = "nn.softmax_grad";
   checkRank(op, s, 1, "the input");
   const AxisView v = viewAround(s, (int)normalizeAxis(op, axis, s.size));
@@ -345,9 +413,19 @@ void softmaxGrad(const float *dy, const float *y, const Shape &s, int64_t axis, 
   if (segments == 0 || v.size == 0) return;
   launchPerSegment(segments, v.size, v.inner, [&](auto lanes, unsigned grid, unsigned block) {
     using P = decltype(lanes);
-    softmaxGradKernel<P><<<grid, block, 0, detail::stream()>>>(dy, y, dx, segments, v.size, v.inner);
+    softmaxGradKernel<P, T><<<grid, block, 0, detail::stream()>>>(dy, y, dx, segments, v.size, v.inner);
   });
   detail::checkLaunch(op);
+}
+} // namespace
+
+void softmax(const float *x, const Shape &xs, int64_t axis, float *y) { softmaxT(x, xs, axis, y); }
+void softmax(const bf16 *x, const Shape &xs, int64_t axis, bf16 *y) { softmaxT(x, xs, axis, y); }
+void softmaxGrad(const float *dy, const float *y, const Shape &s, int64_t axis, float *dx) {
+  softmaxGradT(dy, y, s, axis, dx);
+}
+void softmaxGrad(const bf16 *dy, const bf16 *y, const Shape &s, int64_t axis, bf16 *dx) {
+  softmaxGradT(dy, y, s, axis, dx);
 }
 
 //===----------------------------------------------------------------------===//
@@ -362,34 +440,53 @@ detail::IndexMap<1> maskMap(const char *op, const Shape &xs, const Shape &ms) {
     fail(op, "mask of shape " + ms.str() + " does not broadcast to " + xs.str());
   return detail::makeIndexMap<1>(xs, {detail::broadcastStrides(ms, xs)});
 }
-} // namespace
 
-void maskedSoftmax(const float *x, const Shape &xs, const uint8_t *mask, const Shape &ms, float scale, bool divide,
-                   float fill, bool maskedWhen, float *y) {
+template <class T>
+void maskedSoftmaxT(const T *x, const Shape &xs, const uint8_t *mask, const Shape &ms, float scale, bool divide,
+                    float fill, bool maskedWhen, T *y) {
   const char *op = "nn.masked_softmax";
   const detail::IndexMap<1> map = maskMap(op, xs, ms);
   const int64_t size = xs.v[xs.size - 1], segments = size == 0 ? 0 : xs.numel() / size;
   if (segments == 0) return;
   launchPerSegment(segments, size, 1, [&](auto lanes, unsigned grid, unsigned block) {
     using P = decltype(lanes);
-    maskedSoftmaxKernel<P><<<grid, block, 0, detail::stream()>>>(x, mask, map, scale, divide, fill, maskedWhen, y,
+    maskedSoftmaxKernel<P, T><<<grid, block, 0, detail::stream()>>>(x, mask, map, scale, divide, fill, maskedWhen, y,
                                                                   segments, size);
   });
   detail::checkLaunch(op);
 }
 
-void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const uint8_t *mask, const Shape &ms,
-                       float scale, bool divide, bool maskedWhen, float *dx) {
+template <class T>
+void maskedSoftmaxGradT(const T *dy, const T *y, const Shape &s, const uint8_t *mask, const Shape &ms, float scale,
+                        bool divide, bool maskedWhen, T *dx) {
   const char *op = "nn.masked_softmax_grad";
   const detail::IndexMap<1> map = maskMap(op, s, ms);
   const int64_t size = s.v[s.size - 1], segments = size == 0 ? 0 : s.numel() / size;
   if (segments == 0) return;
   launchPerSegment(segments, size, 1, [&](auto lanes, unsigned grid, unsigned block) {
     using P = decltype(lanes);
-    maskedSoftmaxGradKernel<P><<<grid, block, 0, detail::stream()>>>(dy, y, mask, map, scale, divide, maskedWhen,
-                                                                      dx, segments, size);
+    maskedSoftmaxGradKernel<P, T><<<grid, block, 0, detail::stream()>>>(dy, y, mask, map, scale, divide,
+                                                                         maskedWhen, dx, segments, size);
   });
   detail::checkLaunch(op);
+}
+} // namespace
+
+void maskedSoftmax(const float *x, const Shape &xs, const uint8_t *mask, const Shape &ms, float scale, bool divide,
+                   float fill, bool maskedWhen, float *y) {
+  maskedSoftmaxT(x, xs, mask, ms, scale, divide, fill, maskedWhen, y);
+}
+void maskedSoftmax(const bf16 *x, const Shape &xs, const uint8_t *mask, const Shape &ms, float scale, bool divide,
+                   float fill, bool maskedWhen, bf16 *y) {
+  maskedSoftmaxT(x, xs, mask, ms, scale, divide, fill, maskedWhen, y);
+}
+void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const uint8_t *mask, const Shape &ms,
+                       float scale, bool divide, bool maskedWhen, float *dx) {
+  maskedSoftmaxGradT(dy, y, s, mask, ms, scale, divide, maskedWhen, dx);
+}
+void maskedSoftmaxGrad(const bf16 *dy, const bf16 *y, const Shape &s, const uint8_t *mask, const Shape &ms,
+                       float scale, bool divide, bool maskedWhen, bf16 *dx) {
+  maskedSoftmaxGradT(dy, y, s, mask, ms, scale, divide, maskedWhen, dx);
 }
 
 //===----------------------------------------------------------------------===//
@@ -404,41 +501,57 @@ ScoreBlock scoreBlock(const AttentionView &a, const uint8_t *mask, const float *
   return b;
 }
 
-} // namespace
+/// The storage a P or dz block is multiplied from: the float rows, or (bf16
+/// storage) the bf16 rows packed into their first halves, 2T bf16 apart.
+template <class E> struct PackedRows {
+  static constexpr int64_t kWiden = std::is_same_v<E, bf16> ? 2 : 1; // elements of E per float
+  static const E *of(const float *rows) { return reinterpret_cast<const E *>(rows); }
+};
 
-void attention(const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v, const Shape &vs,
-               const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
-               bool maskedWhen, float dropoutRatio, bool training, uint64_t dropoutStreamKey, float *y, float *lse,
-               const Workspace &workspace) {
+// E: the storage of q, k, v, y (and dy, dq, dk, dv): float, or bf16 with
+// the same float math (scores, softmax, lse, dz in float scratch; every GEMM
+// accumulates in float32). The scratch is the float call's for both.
+template <class E>
+void attentionT(const E *q, const Shape &qs, const E *k, const Shape &ks, const E *v, const Shape &vs,
+                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
+                bool maskedWhen, float dropoutRatio, bool training, uint64_t dropoutStreamKey, E *y, float *lse,
+                const Workspace &workspace) {
   const char *op = "nn.attention";
   const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
   const DropoutDraws drop = kernels::dropoutDraws(op, dropoutRatio, training, dropoutStreamKey);
   Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cuda, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   float *z = scratch.shared<float>(a.L * block * a.T);
+  const int64_t w = PackedRows<E>::kWiden;
   ScoreBlock b = scoreBlock(a, mask, additive, ms, scale, divide, fill, maskedWhen);
   for (b.r0 = 0; b.r0 < a.S; b.r0 += block) {
     b.rows = std::min(block, a.S - b.r0);
-    nn::sgemmStridedBatched(op, false, true, b.rows, a.T, a.D, 1.0f, q + b.r0 * a.D, a.D, a.S * a.D, k, a.D,
-                            a.T * a.D, 0.0f, z, a.T, block * a.T, a.L);
+    nn::gemmStridedBatched(op, false, true, b.rows, a.T, a.D, 1.0f, q + b.r0 * a.D, a.D, a.S * a.D, k, a.D,
+                           a.T * a.D, 0.0f, z, a.T, block * a.T, a.L);
     const int64_t segments = a.L * b.rows;
     if (a.T > 0) {
       launchPerSegment(segments, a.T, 1, [&](auto lanes, unsigned grid, unsigned threads) {
         using P = decltype(lanes);
-        attentionSoftmaxKernel<P><<<grid, threads, 0, detail::stream()>>>(z, b, drop, lse, segments);
+        attentionSoftmaxKernel<P, E><<<grid, threads, 0, detail::stream()>>>(z, b, drop, lse, segments);
       });
       detail::checkLaunch(op);
     }
-    nn::sgemmStridedBatched(op, false, false, b.rows, a.Dv, a.T, 1.0f, z, a.T, block * a.T, v, a.Dv, a.T * a.Dv,
-                            0.0f, y + b.r0 * a.Dv, a.Dv, a.S * a.Dv, a.L);
+    nn::gemmStridedBatched(op, false, false, b.rows, a.Dv, a.T, 1.0f, PackedRows<E>::of(z), w * a.T,
+                           w * block * a.T, v, a.Dv, a.T * a.Dv, 0.0f, y + b.r0 * a.Dv, a.Dv, a.S * a.Dv, a.L);
   }
 }
 
-void attentionGrad(const float *dy, const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v,
-                   const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const float *y,
-                   const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
-                   bool training, uint64_t dropoutStreamKey, float *dq, float *dk, float *dv,
-                   const Workspace &workspace) {
+// dk and dv sum over the row blocks. Float storage: in place (beta 1).
+// bf16 storage: also in place, into the bf16 outputs: float accumulators
+// (L·T·(D + Dv) floats) do not fit the planned scratch, which the bf16 call
+// must not exceed. Each block's product is accumulated in float32 and added
+// to the bf16 partial sum in float32, then rounded: one bf16 rounding per
+// block of 64 query rows (S <= 64: one, like every other output).
+template <class E>
+void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const Shape &ks, const E *v,
+                    const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const E *y,
+                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
+                    bool training, uint64_t dropoutStreamKey, E *dq, E *dk, E *dv, const Workspace &workspace) {
   const char *op = "nn.attention_grad";
   const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
   const DropoutDraws drop = kernels::dropoutDraws(op, dropoutRatio, training, dropoutStreamKey);
@@ -446,15 +559,18 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   float *p = scratch.shared<float>(a.L * block * a.T), *dz = scratch.shared<float>(a.L * block * a.T);
   float *dot = scratch.shared<float>(a.L * a.S);
+  const int64_t w = PackedRows<E>::kWiden;
+  const E *pE = PackedRows<E>::of(p), *dzE = PackedRows<E>::of(dz);
   if (a.S == 0) { // no rows: the key and value gradients are sums of nothing
-    nn::sgemmStridedBatched(op, true, false, a.T, a.D, 0, 1.0f, dz, a.T, 0, q, a.D, 0, 0.0f, dk, a.D, a.T * a.D, a.L);
-    nn::sgemmStridedBatched(op, true, false, a.T, a.Dv, 0, 1.0f, p, a.T, 0, dy, a.Dv, 0, 0.0f, dv, a.Dv,
-                            a.T * a.Dv, a.L);
+    nn::gemmStridedBatched(op, true, false, a.T, a.D, 0, 1.0f, dzE, a.T, 0, q, a.D, 0, 0.0f, dk, a.D, a.T * a.D,
+                           a.L);
+    nn::gemmStridedBatched(op, true, false, a.T, a.Dv, 0, 1.0f, pE, a.T, 0, dy, a.Dv, 0, 0.0f, dv, a.Dv,
+                           a.T * a.Dv, a.L);
     return;
   }
   launchPerSegment(a.L * a.S, a.Dv, 1, [&](auto lanes, unsigned grid, unsigned threads) {
     using P = decltype(lanes);
-    rowDotKernel<P><<<grid, threads, 0, detail::stream()>>>(dy, y, dot, a.L * a.S, a.Dv);
+    rowDotKernel<P, E><<<grid, threads, 0, detail::stream()>>>(dy, y, dot, a.L * a.S, a.Dv);
   });
   detail::checkLaunch(op);
   ScoreBlock b = scoreBlock(a, mask, additive, ms, scale, divide, fill, maskedWhen);
@@ -462,38 +578,82 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
     b.rows = std::min(block, a.S - b.r0);
     const float beta = b.r0 == 0 ? 0.0f : 1.0f;
     const int64_t n = a.L * b.rows * a.T;
-    nn::sgemmStridedBatched(op, false, true, b.rows, a.T, a.D, 1.0f, q + b.r0 * a.D, a.D, a.S * a.D, k, a.D,
-                            a.T * a.D, 0.0f, p, a.T, block * a.T, a.L);
+    nn::gemmStridedBatched(op, false, true, b.rows, a.T, a.D, 1.0f, q + b.r0 * a.D, a.D, a.S * a.D, k, a.D,
+                           a.T * a.D, 0.0f, p, a.T, block * a.T, a.L);
     if (n > 0) {
       attentionProbabilitiesKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(p, b, lse, n);
       detail::checkLaunch(op);
     }
     // dP = dy · vᵀ; dz (and P dropped out, with dropout); dv += Pᵀ · dy;
     // dq = dz · k; dk += dzᵀ · q.
-    nn::sgemmStridedBatched(op, false, true, b.rows, a.T, a.Dv, 1.0f, dy + b.r0 * a.Dv, a.Dv, a.S * a.Dv, v, a.Dv,
-                            a.T * a.Dv, 0.0f, dz, a.T, block * a.T, a.L);
+    nn::gemmStridedBatched(op, false, true, b.rows, a.T, a.Dv, 1.0f, dy + b.r0 * a.Dv, a.Dv, a.S * a.Dv, v, a.Dv,
+                           a.T * a.Dv, 0.0f, dz, a.T, block * a.T, a.L);
     if (n > 0) {
       attentionScoreGradKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(p, dz, b, drop, dot,
                                                                                                   n);
       detail::checkLaunch(op);
+      if constexpr (std::is_same_v<E, bf16>) {
+        const int64_t segments = a.L * b.rows;
+        launchPerSegment(segments, a.T, 1, [&](auto lanes, unsigned grid, unsigned threads) {
+          using P = decltype(lanes);
+          packScoreRowsKernel<P><<<grid, threads, 0, detail::stream()>>>(p, dz, b, segments);
+        });
+        detail::checkLaunch(op);
+      }
     }
-    nn::sgemmStridedBatched(op, true, false, a.T, a.Dv, b.rows, 1.0f, p, a.T, block * a.T, dy + b.r0 * a.Dv, a.Dv,
-                            a.S * a.Dv, beta, dv, a.Dv, a.T * a.Dv, a.L);
-    nn::sgemmStridedBatched(op, false, false, b.rows, a.D, a.T, 1.0f, dz, a.T, block * a.T, k, a.D, a.T * a.D, 0.0f,
-                            dq + b.r0 * a.D, a.D, a.S * a.D, a.L);
-    nn::sgemmStridedBatched(op, true, false, a.T, a.D, b.rows, 1.0f, dz, a.T, block * a.T, q + b.r0 * a.D, a.D,
-                            a.S * a.D, beta, dk, a.D, a.T * a.D, a.L);
+    nn::gemmStridedBatched(op, true, false, a.T, a.Dv, b.rows, 1.0f, pE, w * a.T, w * block * a.T,
+                           dy + b.r0 * a.Dv, a.Dv, a.S * a.Dv, beta, dv, a.Dv, a.T * a.Dv, a.L);
+    nn::gemmStridedBatched(op, false, false, b.rows, a.D, a.T, 1.0f, dzE, w * a.T, w * block * a.T, k, a.D,
+                           a.T * a.D, 0.0f, dq + b.r0 * a.D, a.D, a.S * a.D, a.L);
+    nn::gemmStridedBatched(op, true, false, a.T, a.D, b.rows, 1.0f, dzE, w * a.T, w * block * a.T, q + b.r0 * a.D,
+                           a.D, a.S * a.D, beta, dk, a.D, a.T * a.D, a.L);
   }
+}
+
+} // namespace
+
+void attention(const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v, const Shape &vs,
+               const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
+               bool maskedWhen, float dropoutRatio, bool training, uint64_t dropoutStreamKey, float *y, float *lse,
+               const Workspace &workspace) {
+  attentionT(q, qs, k, ks, v, vs, mask, additive, ms, scale, divide, fill, maskedWhen, dropoutRatio, training,
+             dropoutStreamKey, y, lse, workspace);
+}
+void attention(const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v, const Shape &vs,
+               const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
+               bool maskedWhen, float dropoutRatio, bool training, uint64_t dropoutStreamKey, bf16 *y, float *lse,
+               const Workspace &workspace) {
+  attentionT(q, qs, k, ks, v, vs, mask, additive, ms, scale, divide, fill, maskedWhen, dropoutRatio, training,
+             dropoutStreamKey, y, lse, workspace);
+}
+
+void attentionGrad(const float *dy, const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v,
+                   const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const float *y,
+                   const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
+                   bool training, uint64_t dropoutStreamKey, float *dq, float *dk, float *dv,
+                   const Workspace &workspace) {
+  attentionGradT(dy, q, qs, k, ks, v, vs, mask, additive, ms, y, lse, scale, divide, fill, maskedWhen, dropoutRatio,
+                 training, dropoutStreamKey, dq, dk, dv, workspace);
+}
+void attentionGrad(const bf16 *dy, const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v,
+                   const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const bf16 *y,
+                   const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
+                   bool training, uint64_t dropoutStreamKey, bf16 *dq, bf16 *dk, bf16 *dv,
+                   const Workspace &workspace) {
+  attentionGradT(dy, q, qs, k, ks, v, vs, mask, additive, ms, y, lse, scale, divide, fill, maskedWhen, dropoutRatio,
+                 training, dropoutStreamKey, dq, dk, dv, workspace);
 }
 
 //===----------------------------------------------------------------------===//
 // nn.softmax_cross_entropy_loss (+ _grad)
 //===----------------------------------------------------------------------===//
 
-template <class L>
-void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labels, const float *weights,
-                             Reduction reduction, std::optional<int64_t> ignoreIndex, float *loss, float *logProb,
-                             const Workspace &workspace) {
+namespace {
+// The scratch (per-element loss terms, the weight sum) is double whatever
+// the scores' storage: bf16 needs what float needs.
+template <class L, class T>
+void lossT(const T *scores, const Shape &ss, const L *labels, const float *weights, Reduction reduction,
+           std::optional<int64_t> ignoreIndex, float *loss, T *logProb, const Workspace &workspace) {
   const char *op = "nn.softmax_cross_entropy_loss";
   const AxisView v = lossView(op, ss);
   const int64_t segments = v.outer * v.inner; // loss elements (n, d...)
@@ -511,7 +671,7 @@ void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labe
   int *flag = detail::errorFlag();
   launchPerSegment(segments, v.size, v.inner, [&](auto lanes, unsigned grid, unsigned block) {
     using P = decltype(lanes);
-    lossKernel<P, L><<<grid, block, 0, detail::stream()>>>(scores, labels, weights, segments, v.size, v.inner,
+    lossKernel<P, L, T><<<grid, block, 0, detail::stream()>>>(scores, labels, weights, segments, v.size, v.inner,
                                                            ignoreOf(ignoreIndex), flag, none ? loss : nullptr, lossE,
                                                            weightE, logProb);
   });
@@ -523,10 +683,9 @@ void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labe
   }
 }
 
-template <class L>
-void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const Shape &ss, const L *labels,
-                                 const float *weights, Reduction reduction, std::optional<int64_t> ignoreIndex,
-                                 float *dscores, const Workspace &workspace) {
+template <class L, class T>
+void lossGradT(const float *dloss, const T *scores, const Shape &ss, const L *labels, const float *weights,
+               Reduction reduction, std::optional<int64_t> ignoreIndex, T *dscores, const Workspace &workspace) {
   const char *op = "nn.softmax_cross_entropy_loss_grad";
   const AxisView v = lossView(op, ss);
   const int64_t segments = v.outer * v.inner;
@@ -543,11 +702,37 @@ void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const 
   const bool none = reduction == Reduction::None;
   launchPerSegment(segments, v.size, v.inner, [&](auto lanes, unsigned grid, unsigned block) {
     using P = decltype(lanes);
-    lossGradKernel<P, L><<<grid, block, 0, detail::stream()>>>(dloss, scores, labels, weights, segments, v.size,
-                                                               v.inner, ignore, flag, none, weightSum,
-                                                               dscores);
+    lossGradKernel<P, L, T><<<grid, block, 0, detail::stream()>>>(dloss, scores, labels, weights, segments,
+                                                                  v.size, v.inner, ignore, flag, none, weightSum,
+                                                                  dscores);
   });
   detail::checkLaunch(op);
+}
+} // namespace
+
+template <class L>
+void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labels, const float *weights,
+                             Reduction reduction, std::optional<int64_t> ignoreIndex, float *loss, float *logProb,
+                             const Workspace &workspace) {
+  lossT(scores, ss, labels, weights, reduction, ignoreIndex, loss, logProb, workspace);
+}
+template <class L>
+void softmaxCrossEntropyLoss(const bf16 *scores, const Shape &ss, const L *labels, const float *weights,
+                             Reduction reduction, std::optional<int64_t> ignoreIndex, float *loss, bf16 *logProb,
+                             const Workspace &workspace) {
+  lossT(scores, ss, labels, weights, reduction, ignoreIndex, loss, logProb, workspace);
+}
+template <class L>
+void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const Shape &ss, const L *labels,
+                                 const float *weights, Reduction reduction, std::optional<int64_t> ignoreIndex,
+                                 float *dscores, const Workspace &workspace) {
+  lossGradT(dloss, scores, ss, labels, weights, reduction, ignoreIndex, dscores, workspace);
+}
+template <class L>
+void softmaxCrossEntropyLossGrad(const float *dloss, const bf16 *scores, const Shape &ss, const L *labels,
+                                 const float *weights, Reduction reduction, std::optional<int64_t> ignoreIndex,
+                                 bf16 *dscores, const Workspace &workspace) {
+  lossGradT(dloss, scores, ss, labels, weights, reduction, ignoreIndex, dscores, workspace);
 }
 
 template void softmaxCrossEntropyLoss<int64_t>(const float *, const Shape &, const int64_t *, const float *, Reduction,
@@ -559,6 +744,16 @@ template void softmaxCrossEntropyLossGrad<int64_t>(const float *, const float *,
                                                    const Workspace &);
 template void softmaxCrossEntropyLossGrad<int32_t>(const float *, const float *, const Shape &, const int32_t *,
                                                    const float *, Reduction, std::optional<int64_t>, float *,
+                                                   const Workspace &);
+template void softmaxCrossEntropyLoss<int64_t>(const bf16 *, const Shape &, const int64_t *, const float *, Reduction,
+                                               std::optional<int64_t>, float *, bf16 *, const Workspace &);
+template void softmaxCrossEntropyLoss<int32_t>(const bf16 *, const Shape &, const int32_t *, const float *, Reduction,
+                                               std::optional<int64_t>, float *, bf16 *, const Workspace &);
+template void softmaxCrossEntropyLossGrad<int64_t>(const float *, const bf16 *, const Shape &, const int64_t *,
+                                                   const float *, Reduction, std::optional<int64_t>, bf16 *,
+                                                   const Workspace &);
+template void softmaxCrossEntropyLossGrad<int32_t>(const float *, const bf16 *, const Shape &, const int32_t *,
+                                                   const float *, Reduction, std::optional<int64_t>, bf16 *,
                                                    const Workspace &);
 
 } // namespace pipec::kernels::cuda

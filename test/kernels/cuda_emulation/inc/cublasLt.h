@@ -25,6 +25,7 @@ enum cublasLtMatmulDescAttributes_t {
   CUBLASLT_MATMUL_DESC_TRANSB = 4,
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+  CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
 };
 enum cublasLtMatmulPreferenceAttributes_t {
   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
@@ -38,9 +39,11 @@ typedef cudaDataType cudaDataType_t;
 struct EmuLtDesc {
   int32_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
   uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const float *bias = nullptr;
+  const void *bias = nullptr;
+  int32_t biasType = -1; // -1: D's type (cublasLt.h)
 };
 struct EmuLtLayout {
+  cudaDataType type;
   uint64_t rows, cols;
   int64_t ld;
 };
@@ -62,6 +65,17 @@ struct cublasLtMatmulHeuristicResult_t {
 };
 
 namespace emu {
+// Whether the heuristic offers an algorithm for a float bias with a bf16 D
+// (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE): the tests run both answers.
+inline bool ltFloatBiasWithBf16 = true;
+inline bool ltTypesSupported(const EmuLtDesc *d, const EmuLtLayout *a, const EmuLtLayout *b, const EmuLtLayout *c,
+                             const EmuLtLayout *dl) {
+  if (a->type != b->type || c->type != dl->type) return false;
+  if (!(a->type == CUDA_R_32F ? dl->type == CUDA_R_32F : dl->type == CUDA_R_32F || dl->type == CUDA_R_16BF))
+    return false;
+  const int32_t bias = d->biasType < 0 ? (int32_t)dl->type : d->biasType;
+  return bias == (int32_t)dl->type || (bias == CUDA_R_32F && ltFloatBiasWithBf16);
+}
 inline void setAttribute(void *field, size_t fieldSize, const void *buf, size_t size) {
   if (size != fieldSize) die("cuBLASLt attribute of the wrong size");
   std::memcpy(field, buf, size);
@@ -84,14 +98,16 @@ inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cub
   case CUBLASLT_MATMUL_DESC_TRANSB: emu::setAttribute(&d->transb, sizeof d->transb, buf, size); break;
   case CUBLASLT_MATMUL_DESC_EPILOGUE: emu::setAttribute(&d->epilogue, sizeof d->epilogue, buf, size); break;
   case CUBLASLT_MATMUL_DESC_BIAS_POINTER: emu::setAttribute(&d->bias, sizeof d->bias, buf, size); break;
+  case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: emu::setAttribute(&d->biasType, sizeof d->biasType, buf, size); break;
   default: return CUBLAS_STATUS_INVALID_VALUE;
   }
   return CUBLAS_STATUS_SUCCESS;
 }
 inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t type, uint64_t rows,
                                                  uint64_t cols, int64_t ld) {
-  if (type != CUDA_R_32F || ld < (int64_t)(rows > 1 ? rows : 1)) return CUBLAS_STATUS_INVALID_VALUE;
-  *l = new EmuLtLayout{rows, cols, ld};
+  if ((type != CUDA_R_32F && type != CUDA_R_16BF) || ld < (int64_t)(rows > 1 ? rows : 1))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  *l = new EmuLtLayout{type, rows, cols, ld};
   return CUBLAS_STATUS_SUCCESS;
 }
 inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete l; return CUBLAS_STATUS_SUCCESS; }
@@ -115,12 +131,16 @@ inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPrefere
 }
 // One "algorithm", which needs no workspace; the preference rides in it so
 // that the matmul can check the alignments it promised.
-inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
-                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-                                                     cublasLtMatrixLayout_t, cublasLtMatmulPreference_t p, int requested,
+inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                                                     cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                                     cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t p, int requested,
                                                      cublasLtMatmulHeuristicResult_t *results, int *found) {
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
   ++emu::ltHeuristicCalls;
+  if (!emu::ltTypesSupported(d, a, b, c, dl)) {
+    *found = 0;
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   results[0] = {};
   std::memcpy(results[0].algo.data, p->alignment, sizeof p->alignment);
   results[0].state = CUBLAS_STATUS_SUCCESS;
@@ -133,6 +153,8 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
                                      const cublasLtMatmulAlgo_t *algo, void *, size_t, cudaStream_t stream) {
   emu::checkStream(stream);
   ++emu::ltMatmulCalls;
+  if (!emu::ltTypesSupported(d, a, b, c, dl)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (a->type == CUDA_R_16BF) ++emu::ltBf16Calls;
   uint32_t alignment[4];
   std::memcpy(alignment, algo->data, sizeof alignment);
   if (!emu::aligned(A, alignment[0]) || !emu::aligned(B, alignment[1]) || !emu::aligned(C, alignment[2]) ||
@@ -147,20 +169,20 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
   const bool bias = d->epilogue & CUBLASLT_EPILOGUE_BIAS;
   if (bias && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
   const float al = *(const float *)alpha, be = *(const float *)beta;
-  const float *x = (const float *)A, *y = (const float *)B, *cc = (const float *)C;
-  float *out = (float *)D;
+  const cudaDataType biasType = d->biasType < 0 ? dl->type : (cudaDataType)d->biasType;
+  // Operands widened to float, the float32 epilogue, D rounded once to its type.
   for (int64_t j = 0; j < n; ++j)
     for (int64_t i = 0; i < m; ++i) {
       double s = 0;
       for (int64_t l = 0; l < k; ++l)
-        s += (double)(d->transa == CUBLAS_OP_N ? x[i + l * a->ld] : x[l + i * a->ld]) *
-             (d->transb == CUBLAS_OP_N ? y[l + j * b->ld] : y[j + l * b->ld]);
-      float v = (float)(al * s) + (be == 0.0f ? 0.0f : be * cc[i + j * c->ld]);
-      if (bias) v += d->bias[i];
+        s += (double)emu::load(A, a->type, d->transa == CUBLAS_OP_N ? i + l * a->ld : l + i * a->ld) *
+             emu::load(B, b->type, d->transb == CUBLAS_OP_N ? l + j * b->ld : j + l * b->ld);
+      float v = (float)(al * s) + (be == 0.0f ? 0.0f : be * emu::load(C, c->type, i + j * c->ld));
+      if (bias) v += emu::load(d->bias, biasType, i);
       if (d->epilogue & CUBLASLT_EPILOGUE_RELU) v = v <= 0.0f ? 0.0f : v;
       if (d->epilogue & CUBLASLT_EPILOGUE_GELU)
         v = 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-      out[i + j * dl->ld] = v;
+      emu::store(D, dl->type, i + j * dl->ld, v);
     }
   return CUBLAS_STATUS_SUCCESS;
 }

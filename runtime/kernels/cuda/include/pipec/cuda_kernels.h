@@ -15,20 +15,28 @@
 //   integer division by zero) are recorded by the kernel in a flag and
 //   thrown by raiseDeviceErrors(), which generated code calls at the end of
 //   every entry point; the bad element is skipped (written as 0).
-// - Math: float32 storage everywhere. With Precision::BF16, GEMMs and
-//   convolutions run on tensor cores with bfloat16 inputs and float32
-//   accumulation (CUBLAS_COMPUTE_32F_FAST_16BF), with Precision::TF32 with
-//   TF32 inputs (CUBLAS_COMPUTE_32F_FAST_TF32); element-wise, reduction,
-//   normalization, softmax, loss and optimizer kernels stay float32, so the
-//   master weights and optimizer state are float32. With Precision::F32 the
-//   GEMMs are plain float32 (no TF32).
+// - Math: the float overloads read and write float32. With Precision::BF16
+//   their GEMMs and convolutions run on tensor cores with bfloat16 inputs
+//   and float32 accumulation (CUBLAS_COMPUTE_32F_FAST_16BF: what an op that
+//   stays float32 in a bf16 stage gets), with Precision::TF32 with TF32
+//   inputs (CUBLAS_COMPUTE_32F_FAST_TF32); with Precision::F32 the GEMMs are
+//   plain float32 (no TF32). Master weights and optimizer state are float32.
 // - Data-movement templates are instantiated for float, double, int64_t,
-//   int32_t and uint8_t, like the CPU library's.
+//   int32_t and uint8_t, like the CPU library's, and for bf16.
+// - bf16 storage (`--precision bf16` stages, pass pipec-bf16-storage): the
+//   overloads at the end of this header take `bf16` activations and
+//   activation gradients; parameters, optimizer state, parameter gradients,
+//   losses and saved statistics stay float. Math inside them is float32
+//   (each bf16 is widened on load, each result rounded once to bf16 on
+//   store); GEMMs read bf16 operands and accumulate in float32
+//   (CUBLAS_COMPUTE_32F). docs/cuda-kernels.md lists them.
 #ifndef PIPEC_CUDA_KERNELS_H
 #define PIPEC_CUDA_KERNELS_H
 
 #include "pipec/kernel_scratch.h" // Workspace: a call's scratch in the stage's arena
 #include "pipec/kernel_types.h" // Dims, Shape, KernelError, kinds, shape rules, dropout keys
+
+#include <cuda_bf16.h> // __nv_bfloat16 (test/kernels/cuda_emulation/inc has a host stand-in)
 
 #include <cstddef>
 #include <cstdint>
@@ -36,6 +44,9 @@
 #include <string>
 
 namespace pipec::kernels::cuda {
+
+/// bfloat16 storage: bf16(floatValue) rounds to nearest even, float(x) widens.
+using bf16 = __nv_bfloat16;
 
 // The host-side vocabulary is the CPU library's.
 using kernels::Binary;
@@ -160,6 +171,103 @@ void averagePoolGrad(const float *dy, float *dx, const Shape &xs, const Dims &ke
 void reduceSum(const float *x, const Shape &xs, const Dims &axes, float *y, bool accumulate = false);
 /// nn.reduce_mean over sorted, non-negative axes; no axes: all axes.
 void reduceMean(const float *x, const Shape &xs, const Dims &axes, float *y);
+
+//===----------------------------------------------------------------------===//
+// bf16 storage overloads (docs/cuda-kernels.md, "bf16 storage"). The same
+// semantics as the float functions above on bf16 values widened to float,
+// each result rounded once to bf16; what stays float (parameters, losses,
+// statistics, parameter gradients) keeps its float pointer. The templates
+// above (cast, compare, where, gather, transpose, concat, split, slice, pad,
+// expand) are also instantiated for bf16 (cast: float <-> bf16).
+//===----------------------------------------------------------------------===//
+
+/// One float32 -> bf16 conversion of toBf16All: to[i] = bf16(from[i]), i < n.
+struct Bf16Conversion {
+  const float *from;
+  bf16 *to;
+  int64_t n;
+};
+/// Every conversion of the table, one launch per 64 tensors (the table is
+/// the kernel's argument, as adamwUpdateAll's): the bf16 copies of the
+/// parameters an entry point's products read, made at its start
+/// (docs/cuda-codegen.md, "bf16 storage").
+void toBf16All(const Bf16Conversion *conversions, int count);
+
+void unary(Unary op, const bf16 *x, int64_t n, bf16 *y);
+void unaryGrad(Unary op, const bf16 *dy, const bf16 *x, const bf16 *y, int64_t n, bf16 *dx);
+void binary(Binary op, const bf16 *a, const Shape &as, const bf16 *b, const Shape &bs, bf16 *out);
+void binaryGrad(BinaryGrad op, const bf16 *dy, const bf16 *lhs, const Shape &ls, const bf16 *rhs,
+                const Shape &rs, bf16 *dx);
+void dropout(const bf16 *x, int64_t n, bf16 *y, uint8_t *mask, float ratio, bool training,
+             uint64_t streamKey);
+void dropoutGrad(const bf16 *dy, const uint8_t *mask, int64_t n, bf16 *dx, float ratio, bool training);
+void rotary(const bf16 *x, const Shape &xs, const float *cos, const Shape &cs, const float *sin,
+            const Shape &ss, bf16 *y, bool interleaved, bool transposed);
+
+/// nn.gemm on bf16 A and B with float32 accumulation; C (a bias row or a
+/// matrix) stays float. Into bf16 Y (activations) or float Y (parameter
+/// gradients: C == Y with beta 1 accumulates in place, in float).
+void gemm(const bf16 *A, const bf16 *B, const float *C, const Shape &cs, bf16 *Y, int64_t M, int64_t N,
+          int64_t K, bool transA, bool transB, float alpha, float beta,
+          std::optional<Unary> activation = std::nullopt);
+void gemm(const bf16 *A, const bf16 *B, const float *C, const Shape &cs, float *Y, int64_t M, int64_t N,
+          int64_t K, bool transA, bool transB, float alpha, float beta,
+          std::optional<Unary> activation = std::nullopt);
+void matmul(const bf16 *A, const Shape &as, const bf16 *B, const Shape &bs, bf16 *Y, bool transA = false,
+            bool transB = false);
+void matmul(const bf16 *A, const Shape &as, const bf16 *B, const Shape &bs, float *Y, bool transA = false,
+            bool transB = false);
+
+/// Layer norm on bf16 x/y/dy/dx; scale, bias, mean, invStd, dscale, dbias float.
+void layerNorm(const bf16 *x, const Shape &xs, const float *scale, const Shape &ss, const float *bias,
+               const Shape &bs, bf16 *y, float *mean, float *invStd, int64_t axis, float epsilon,
+               RowNorm norm = RowNorm::Layer, const Workspace &scratch = {});
+void layerNormGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const float *scale, const Shape &ss,
+                   bf16 *dx, int64_t axis, float epsilon, RowNorm norm = RowNorm::Layer,
+                   const Workspace &scratch = {});
+void layerNormParamGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const Shape &ps, float *dscale,
+                        float *dbias, int64_t axis, float epsilon, RowNorm norm = RowNorm::Layer,
+                        const Workspace &scratch = {}, bool accumulate = false);
+
+void softmax(const bf16 *x, const Shape &xs, int64_t axis, bf16 *y);
+void softmaxGrad(const bf16 *dy, const bf16 *y, const Shape &s, int64_t axis, bf16 *dx);
+void maskedSoftmax(const bf16 *x, const Shape &xs, const uint8_t *mask, const Shape &ms, float scale,
+                   bool divide, float fill, bool maskedWhen, bf16 *y);
+void maskedSoftmaxGrad(const bf16 *dy, const bf16 *y, const Shape &s, const uint8_t *mask, const Shape &ms,
+                       float scale, bool divide, bool maskedWhen, bf16 *dx);
+/// Attention on bf16 q, k, v, y (dy, dq, dk, dv); the masks and lse stay
+/// float. Scores, softmax and dz are float (in the float call's scratch);
+/// P and dz are rounded to bf16 for their products with v, k and q (cuBLAS
+/// multiplies operands of one type), every product accumulates in float32.
+/// With S above 64 query rows, dk and dv are rounded to bf16 once per block
+/// of 64 rows as they accumulate (docs/cuda-kernels.md, "bf16 storage").
+void attention(const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v, const Shape &vs,
+               const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
+               bool maskedWhen, float dropoutRatio, bool training, uint64_t dropoutStreamKey, bf16 *y, float *lse,
+               const Workspace &scratch = {});
+void attentionGrad(const bf16 *dy, const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v,
+                   const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const bf16 *y,
+                   const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
+                   bool training, uint64_t dropoutStreamKey, bf16 *dq, bf16 *dk, bf16 *dv,
+                   const Workspace &scratch = {});
+/// Cross-entropy on bf16 scores; the loss (and dloss) stay float.
+template <class L>
+void softmaxCrossEntropyLoss(const bf16 *scores, const Shape &ss, const L *labels, const float *weights,
+                             Reduction reduction, std::optional<int64_t> ignoreIndex, float *loss, bf16 *logProb,
+                             const Workspace &scratch = {});
+template <class L>
+void softmaxCrossEntropyLossGrad(const float *dloss, const bf16 *scores, const Shape &ss, const L *labels,
+                                 const float *weights, Reduction reduction, std::optional<int64_t> ignoreIndex,
+                                 bf16 *dscores, const Workspace &scratch = {});
+
+/// Sums of bf16 values into float (bias gradients): as the float versions.
+void reduceSum(const bf16 *x, const Shape &xs, const Dims &axes, float *y, bool accumulate = false);
+void reduceMean(const bf16 *x, const Shape &xs, const Dims &axes, float *y);
+/// Embedding gradient: bf16 dy scatter-added into float dx.
+template <class I>
+void gatherGrad(const bf16 *dy, const I *indices, const Shape &is, int64_t axis, float *dx, const Shape &xs);
+void sliceGrad(const bf16 *dy, bf16 *dx, const Shape &xs, const Dims &starts, const Dims &ends,
+               const Dims &steps);
 
 } // namespace pipec::kernels::cuda
 

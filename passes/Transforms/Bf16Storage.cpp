@@ -1,0 +1,311 @@
+// pipec-bf16-storage: activations, their gradients and the tensors sent
+// between stages stored in bfloat16; master weights, optimizer state,
+// parameter gradients, losses and normalization statistics in float32
+// (docs/cuda-codegen.md, "bf16 storage").
+#include "passes/Passes.h"
+
+#include "dialects/nn/NNDialect.h"
+#include "dialects/pipe/PipeDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+
+namespace pipec::passes {
+#define GEN_PASS_DEF_BF16STORAGE
+#include "passes/Passes.h.inc"
+} // namespace pipec::passes
+
+using namespace mlir;
+
+namespace pipec::passes {
+namespace {
+
+RankedTensorType floatTensor(Type type) {
+  auto tensor = llvm::dyn_cast<RankedTensorType>(type);
+  return tensor && (tensor.getElementType().isF32() || tensor.getElementType().isBF16()) ? tensor : nullptr;
+}
+
+RankedTensorType withElement(Type type, Type element) {
+  return llvm::cast<RankedTensorType>(type).clone(element);
+}
+
+/// How an op's float operands and results are stored.
+enum class Kind {
+  /// The CUDA kernels have a bfloat16 version (pipec/cuda_kernels.h): its
+  /// activation operands and results are bfloat16, the rest float32
+  /// (float32Operand, float32Result).
+  Bf16Kernel,
+  /// Moves or views data: results in the type of the first float operand,
+  /// the other float operands converted to it.
+  Preserving,
+  /// A pipe.fused loop: loads any float storage, stores bfloat16 unless every
+  /// use wants float32.
+  Fused,
+  /// Everything else (convolutions, pooling, batch norm, constants, ONNX
+  /// casts): float32 in and out.
+  Float32Only,
+};
+
+Kind kindOf(Operation *op) {
+  if (llvm::isa<pipe::FusedOp>(op))
+    return Kind::Fused;
+  if (llvm::isa<nn::ReshapeOp, nn::FlattenOp, nn::SqueezeOp, nn::UnsqueezeOp, nn::TransposeOp, nn::SplitOp,
+                nn::SliceOp, nn::ConcatOp, nn::PadOp, nn::ExpandOp, nn::GatherOp, nn::WhereOp, pipe::AllReduceOp>(op))
+    return Kind::Preserving;
+  if (auto binary = llvm::dyn_cast<nn::BinaryElementwiseOpInterface>(op))
+    return binaryFunction(binary.getBinaryFunction()).result == BinaryResult::Same ? Kind::Bf16Kernel
+                                                                                    : Kind::Float32Only;
+  if (llvm::isa<nn::UnaryElementwiseOpInterface, nn::UnaryGradOp, nn::BinaryGradOp, nn::RotaryOp, nn::GemmOp,
+                nn::MatMulOp, nn::BatchedGemmOp, nn::LayerNormOp, nn::LayerNormGradOp, nn::LayerNormParamGradOp,
+                nn::DropoutOp, nn::DropoutGradOp, nn::SoftmaxOp, nn::SoftmaxGradOp, nn::MaskedSoftmaxOp,
+                nn::MaskedSoftmaxGradOp, nn::AttentionOp, nn::AttentionGradOp, nn::SoftmaxCrossEntropyLossOp,
+                nn::SoftmaxCrossEntropyLossGradOp, nn::ReduceSumOp, nn::ReduceMeanOp, nn::GatherGradOp,
+                nn::SliceGradOp>(op))
+    return Kind::Bf16Kernel;
+  return Kind::Float32Only;
+}
+
+/// The float32 operands of a bfloat16 kernel: parameters it reads as they
+/// are (scales, biases, rotary tables, class weights), additive masks, the
+/// loss's incoming gradient and attention's log-sum-exp.
+bool float32Operand(Operation *op, Value operand) {
+  if (auto gemm = llvm::dyn_cast<nn::GemmOp>(op))
+    return operand == gemm.getC();
+  if (auto norm = llvm::dyn_cast<nn::LayerNormOp>(op))
+    return operand == norm.getScale() || operand == norm.getBias();
+  if (auto grad = llvm::dyn_cast<nn::LayerNormGradOp>(op))
+    return operand == grad.getScale();
+  if (auto rotary = llvm::dyn_cast<nn::RotaryOp>(op))
+    return operand == rotary.getCos() || operand == rotary.getSin();
+  if (auto attention = llvm::dyn_cast<nn::AttentionOp>(op))
+    return operand == attention.getMask();
+  if (auto grad = llvm::dyn_cast<nn::AttentionGradOp>(op))
+    return operand == grad.getMask() || operand == grad.getLogSumExp();
+  if (auto loss = llvm::dyn_cast<nn::SoftmaxCrossEntropyLossOp>(op))
+    return operand == loss.getWeights();
+  if (auto grad = llvm::dyn_cast<nn::SoftmaxCrossEntropyLossGradOp>(op))
+    return operand == grad.getDloss() || operand == grad.getWeights();
+  return false;
+}
+
+/// The float32 results of a bfloat16 kernel: statistics, the loss, and the
+/// sums that become parameter gradients (reductions, gather and layer-norm
+/// parameter gradients).
+bool float32Result(Operation *op, unsigned index) {
+  if (llvm::isa<nn::LayerNormOp, nn::AttentionOp>(op))
+    return index > 0; // mean and 1/std; log-sum-exp
+  if (llvm::isa<nn::SoftmaxCrossEntropyLossOp>(op))
+    return index == 0; // the loss (log-probabilities are stored like the scores)
+  return llvm::isa<nn::LayerNormParamGradOp, nn::ReduceSumOp, nn::ReduceMeanOp, nn::GatherGradOp>(op);
+}
+
+/// Ops with float32 results whose kernels read either storage: a gradient
+/// summed in float32 (a reduction, an embedding's scatter-add) is never
+/// rounded to bfloat16 on its way into a parameter's gradient.
+bool readsEitherStorage(Operation *op) {
+  return llvm::isa<nn::ReduceSumOp, nn::ReduceMeanOp, nn::GatherGradOp>(op);
+}
+
+/// Results that may be written in either storage from bfloat16 operands:
+/// matrix products (cuBLAS writes float32 or bfloat16) and fused loops.
+bool flexibleResult(Operation *op) {
+  return llvm::isa<nn::GemmOp, nn::MatMulOp, nn::BatchedGemmOp, pipe::FusedOp>(op);
+}
+
+bool isView(Operation *op) {
+  return llvm::isa<nn::ReshapeOp, nn::FlattenOp, nn::SqueezeOp, nn::UnsqueezeOp, pipe::AllReduceOp>(op);
+}
+
+struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    getOperation().walk([&](pipe::StageOp stage) {
+      llvm::StringMap<Type> saved; // a pipe.saved result's type, by name
+      for (StringRef name : {"fwd", "bwd_input", "bwd_weight"})
+        if (auto function = llvm::dyn_cast_or_null<func::FuncOp>(SymbolTable::lookupSymbolIn(stage, name)))
+          if (!function.getBody().empty() && failed(runOnFunction(function, saved)))
+            return signalPassFailure();
+    });
+  }
+
+  LogicalResult runOnFunction(func::FuncOp function, llvm::StringMap<Type> &saved) {
+    current = function;
+    casts.clear();
+    lastArgumentCast = nullptr;
+    Block &entry = function.getBody().front();
+    // A saved value arrives in the storage its producer gave it.
+    for (unsigned i = 0; i < function.getNumArguments(); ++i)
+      if (auto name = function.getArgAttrOfType<StringAttr>(i, "pipe.saved"))
+        if (Type type = saved.lookup(name.getValue()))
+          entry.getArgument(i).setType(type);
+    if (failed(runOnBlock(entry)))
+      return failure();
+    // Saved results keep their storage; every other result (losses,
+    // parameter gradients, outputs) is float32, as the runtime reads it.
+    auto ret = llvm::cast<func::ReturnOp>(entry.getTerminator());
+    for (OpOperand &operand : ret->getOpOperands()) {
+      unsigned i = operand.getOperandNumber();
+      auto name = function.getResultAttrOfType<StringAttr>(i, "pipe.saved");
+      if (name)
+        saved[name.getValue()] = operand.get().getType();
+      else
+        convert(operand, Float32());
+    }
+    function.setType(FunctionType::get(function.getContext(), entry.getArgumentTypes(), ret.getOperandTypes()));
+    return success();
+  }
+
+  LogicalResult runOnBlock(Block &block) {
+    SmallVector<Operation *> ops;
+    for (Operation &op : block.without_terminator())
+      ops.push_back(&op);
+    for (Operation *op : ops)
+      if (failed(runOnOp(op)))
+        return failure();
+    return success();
+  }
+
+  LogicalResult runOnOp(Operation *op) {
+    if (auto recompute = llvm::dyn_cast<pipe::RecomputeOp>(op)) {
+      Block &body = recompute.getBody().front();
+      for (auto [argument, input] : llvm::zip(body.getArguments(), recompute.getInputs()))
+        argument.setType(input.getType());
+      if (failed(runOnBlock(body)))
+        return failure();
+      auto yield = llvm::cast<pipe::YieldOp>(body.getTerminator());
+      for (auto [result, value] : llvm::zip(recompute.getResults(), yield.getValues()))
+        result.setType(value.getType());
+      return success();
+    }
+    if (auto send = llvm::dyn_cast<pipe::SendOp>(op)) {
+      // Between stages activations and their gradients travel in bfloat16:
+      // half the bytes, and both ends agree without looking at each other.
+      if (floatTensor(send.getValue().getType()))
+        convert(send->getOpOperand(0), Bf16());
+      return success();
+    }
+    if (auto recv = llvm::dyn_cast<pipe::RecvOp>(op)) {
+      if (floatTensor(recv.getType()))
+        Value(recv.getResult()).setType(withElement(recv.getType(), Bf16()));
+      return success();
+    }
+    if (llvm::isa<pipe::StashOp, pipe::RestoreOp>(op))
+      return success(); // weights: float32
+    switch (kindOf(op)) {
+    case Kind::Float32Only:
+      for (OpOperand &operand : op->getOpOperands())
+        if (floatTensor(operand.get().getType()))
+          convert(operand, Float32());
+      return success();
+    case Kind::Preserving: {
+      Type storage;
+      for (OpOperand &operand : op->getOpOperands()) {
+        if (auto gather = llvm::dyn_cast<nn::GatherOp>(op); gather && operand.get() != gather.getData())
+          continue;
+        if (auto where = llvm::dyn_cast<nn::WhereOp>(op); where && operand.get() == where.getCondition())
+          continue;
+        if (!floatTensor(operand.get().getType()))
+          continue;
+        if (!storage)
+          storage = llvm::cast<RankedTensorType>(operand.get().getType()).getElementType();
+        convert(operand, storage);
+      }
+      if (storage)
+        for (Value result : op->getResults())
+          if (floatTensor(result.getType()))
+            result.setType(withElement(result.getType(), storage));
+      return success();
+    }
+    case Kind::Fused:
+    case Kind::Bf16Kernel:
+      break;
+    }
+    const bool fused = kindOf(op) == Kind::Fused;
+    if (!fused && !readsEitherStorage(op))
+      for (OpOperand &operand : op->getOpOperands())
+        if (floatTensor(operand.get().getType()))
+          convert(operand, float32Operand(op, operand.get()) ? Float32() : Bf16());
+    for (OpResult result : op->getResults()) {
+      if (!floatTensor(result.getType()))
+        continue;
+      bool keepFloat32 = fused || flexibleResult(op) ? wantsFloat32(result)
+                                                      : float32Result(op, result.getResultNumber());
+      result.setType(withElement(result.getType(), keepFloat32 ? Float32() : Bf16()));
+    }
+    return success();
+  }
+
+  /// Whether every use of `value` reads float32: it is returned as a loss,
+  /// gradient or output, or read by a float32-only op or a float32 operand
+  /// (through views). A value without uses is stored in bfloat16.
+  bool wantsFloat32(Value value) {
+    if (value.use_empty())
+      return false;
+    for (OpOperand &use : value.getUses()) {
+      Operation *user = use.getOwner();
+      if (llvm::isa<func::ReturnOp>(user)) {
+        if (current.getResultAttr(use.getOperandNumber(), "pipe.saved"))
+          return false;
+        continue;
+      }
+      if (isView(user)) {
+        if (!wantsFloat32(user->getResult(0)))
+          return false;
+        continue;
+      }
+      if (llvm::isa<pipe::SendOp, pipe::YieldOp, pipe::RecomputeOp, pipe::FusedOp>(user))
+        return false;
+      Kind kind = kindOf(user);
+      if (kind == Kind::Float32Only || (kind == Kind::Bf16Kernel && float32Operand(user, value)))
+        continue;
+      return false;
+    }
+    return true;
+  }
+
+  /// Makes `operand` read its value in `element` storage: through one nn.cast
+  /// per value and storage in the function, placed before the first reader;
+  /// the function's own arguments (parameters a product reads, data) are
+  /// converted together at its start, which code generation makes one
+  /// launch (docs/cuda-codegen.md, "bf16 storage").
+  void convert(OpOperand &operand, Type element) {
+    Value value = operand.get();
+    if (llvm::cast<RankedTensorType>(value.getType()).getElementType() == element)
+      return;
+    Type type = withElement(value.getType(), element);
+    Value &cast = casts[{value, type}];
+    if (!cast) {
+      Block *home = value.getParentBlock();
+      OpBuilder builder(home->findAncestorOpInBlock(*operand.getOwner()));
+      const bool argument = llvm::isa<BlockArgument>(value) && home == &current.getBody().front();
+      if (argument) {
+        if (lastArgumentCast)
+          builder.setInsertionPointAfter(lastArgumentCast);
+        else
+          builder.setInsertionPointToStart(home);
+      }
+      cast = nn::CastOp::create(builder, value.getLoc(), type, value);
+      if (argument)
+        lastArgumentCast = cast.getDefiningOp();
+      if (auto stage = operand.getOwner()->getAttr("pipe.stage"))
+        cast.getDefiningOp()->setAttr("pipe.stage", stage);
+      if (auto phase = operand.getOwner()->getAttr("pipe.phase"))
+        cast.getDefiningOp()->setAttr("pipe.phase", phase);
+      ++numCasts;
+    }
+    operand.set(cast);
+  }
+
+  Type Bf16() { return BFloat16Type::get(&getContext()); }
+  Type Float32() { return Float32Type::get(&getContext()); }
+
+  func::FuncOp current;
+  llvm::DenseMap<std::pair<Value, Type>, Value> casts;
+  Operation *lastArgumentCast = nullptr; // the function's argument conversions end here
+};
+
+} // namespace
+} // namespace pipec::passes

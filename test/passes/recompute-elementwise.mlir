@@ -1,0 +1,74 @@
+// RUN: pipec-opt %s --pipec-recompute-elementwise | FileCheck %s
+
+// A GPT-2 MLP's GELU: @fwd saves its input (the GELU's gradient reads it)
+// and its output (the next product's weight gradient reads it). The output
+// is no longer saved: @bwd_weight, which did not take the input, now takes
+// it and applies the GELU just before the product; @bwd_input already took
+// the input and reads the output too, so it recomputes it from that.
+// CHECK-LABEL: func.func @fwd
+// CHECK-SAME: -> (tensor<4x8xf32>, tensor<4x8xf32> {pipe.saved = "u"})
+// CHECK: %[[G:.*]] = nn.gelu %{{.*}} {approximate = "tanh"}
+// CHECK: return %{{.*}}, %{{.*}} : tensor<4x8xf32>, tensor<4x8xf32>
+// CHECK-LABEL: func.func @bwd_input
+// CHECK-SAME: (%[[U:.*]]: tensor<4x8xf32> {pipe.saved = "u"}, %[[DY:.*]]: tensor<4x8xf32> {nn.name = "dy", nn.role = #nn.role<input>})
+// CHECK-NEXT: %[[GI:.*]] = nn.gelu %[[U]] {approximate = "tanh"}
+// CHECK-NEXT: nn.mul %[[GI]], %[[DY]]
+// CHECK-LABEL: func.func @bwd_weight
+// CHECK-SAME: (%[[DY2:.*]]: tensor<4x8xf32> {nn.name = "dy", nn.role = #nn.role<input>}, %[[U2:.*]]: tensor<4x8xf32> {pipe.saved = "u"})
+// CHECK-NEXT: %[[GW:.*]] = nn.gelu %[[U2]] {approximate = "tanh"}
+// CHECK-NEXT: nn.gemm %[[GW]], %[[DY2]] {transA = true}
+//
+// A saved value whose operand is not saved stays saved.
+// CHECK-LABEL: pipe.stage @stage_1
+// CHECK: func.func @fwd{{.*}} -> (tensor<4x8xf32> {pipe.saved = "t"})
+pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
+  func.func @fwd(%x: tensor<4x8xf32> {nn.name = "x", nn.role = #nn.role<input>})
+      -> (tensor<4x8xf32>, tensor<4x8xf32> {pipe.saved = "u"}, tensor<4x8xf32> {pipe.saved = "g"}) {
+    %u = nn.relu %x : tensor<4x8xf32>
+    %g = nn.gelu %u {approximate = "tanh"} : tensor<4x8xf32>
+    return %g, %u, %g : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+  }
+  func.func @bwd_input(%u: tensor<4x8xf32> {pipe.saved = "u"}, %g: tensor<4x8xf32> {pipe.saved = "g"},
+                       %dy: tensor<4x8xf32> {nn.name = "dy", nn.role = #nn.role<input>}) -> tensor<4x8xf32> {
+    %p = nn.mul %g, %dy : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    %d = nn.unary_grad <gelu_tanh> %p, x = %u : tensor<4x8xf32>
+    return %d : tensor<4x8xf32>
+  }
+  func.func @bwd_weight(%g: tensor<4x8xf32> {pipe.saved = "g"}, %dy: tensor<4x8xf32> {nn.name = "dy", nn.role = #nn.role<input>})
+      -> tensor<8x8xf32> {
+    %dw = nn.gemm %g, %dy {transA = true} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+    return %dw : tensor<8x8xf32>
+  }
+}
+pipe.stage @stage_1 attributes {id = 1 : i64, replicas = 1 : i64} {
+  func.func @fwd(%x: tensor<4x8xf32> {nn.name = "x", nn.role = #nn.role<input>}) -> (tensor<4x8xf32> {pipe.saved = "t"}) {
+    %t = nn.tanh %x : tensor<4x8xf32>
+    return %t : tensor<4x8xf32>
+  }
+  func.func @bwd_weight(%t: tensor<4x8xf32> {pipe.saved = "t"}) {
+    return
+  }
+}
+
+// Through views, as GPT-2's MLP has them (the GELU reads and writes
+// [batch, context, width]; the products read [rows, width]).
+// CHECK-LABEL: pipe.stage @stage_2
+// CHECK: func.func @fwd{{.*}} -> (tensor<2x16x8xf32> {pipe.saved = "c_fc"})
+// CHECK: func.func @bwd_weight(%[[DY3:.*]]: tensor<32x8xf32> {nn.name = "dy", nn.role = #nn.role<input>}, %[[C:.*]]: tensor<2x16x8xf32> {pipe.saved = "c_fc"})
+// CHECK-NEXT: %[[G3:.*]] = nn.gelu %[[C]]
+// CHECK-NEXT: %[[V3:.*]] = nn.reshape %[[G3]] : tensor<2x16x8xf32> -> tensor<32x8xf32>
+// CHECK-NEXT: nn.gemm %[[V3]], %[[DY3]] {transA = true}
+pipe.stage @stage_2 attributes {id = 2 : i64, replicas = 1 : i64} {
+  func.func @fwd(%x: tensor<32x8xf32> {nn.name = "x", nn.role = #nn.role<input>})
+      -> (tensor<2x16x8xf32> {pipe.saved = "c_fc"}, tensor<32x8xf32> {pipe.saved = "proj_in"}) {
+    %r = nn.reshape %x : tensor<32x8xf32> -> tensor<2x16x8xf32>
+    %g = nn.gelu %r {approximate = "tanh"} : tensor<2x16x8xf32>
+    %v = nn.reshape %g : tensor<2x16x8xf32> -> tensor<32x8xf32>
+    return %r, %v : tensor<2x16x8xf32>, tensor<32x8xf32>
+  }
+  func.func @bwd_weight(%v: tensor<32x8xf32> {pipe.saved = "proj_in"},
+                        %dy: tensor<32x8xf32> {nn.name = "dy", nn.role = #nn.role<input>}) -> tensor<8x8xf32> {
+    %dw = nn.gemm %v, %dy {transA = true} : (tensor<32x8xf32>, tensor<32x8xf32>) -> tensor<8x8xf32>
+    return %dw : tensor<8x8xf32>
+  }
+}
