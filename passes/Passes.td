@@ -369,7 +369,7 @@ def FuseGemmEpilogue : Pass<"pipec-fuse-gemm-epilogue", "mlir::ModuleOp"> {
 
 def RecomputeElementwise : Pass<"pipec-recompute-elementwise", "mlir::ModuleOp"> {
   let dependentDialects = ["::pipec::pipe::PipeDialect", "::pipec::nn::NNDialect"];
-  let summary = "A saved value one element-wise function computes from another saved value is recomputed, not kept";
+  let summary = "Saved values that are cheap to recompute (an element-wise function of another saved value, a dropout mask) are recomputed, not kept";
   let description = [{
     In every pipe.stage, a `pipe.saved` result of @fwd or @bwd_input that a
     unary element-wise op (GELU, ReLU, tanh, ...) computes from another
@@ -380,6 +380,9 @@ def RecomputeElementwise : Pass<"pipec-recompute-elementwise", "mlir::ModuleOp">
     and, until this pass, its output for the next product's weight gradient;
     one element-wise pass in @bwd_weight replaces the second copy (288 MiB
     per GPT-2 124M micro-batch at 4 x 1,024 in bf16: docs/optimization.md).
+    Likewise a saved training-mode dropout's mask that is read only as the
+    mask of nn.dropout_grad is drawn again there from the dropout's key
+    (`dropout_op_id`, the run's seed, step and micro-batch) instead of kept.
     The stage's `pipe.workspace_bytes` is updated.
   }];
   let statistics = [

@@ -140,15 +140,29 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
       scalar[dropout.getMask()] = keep;
       continue;
     } else if (auto grad = llvm::dyn_cast<nn::DropoutGradOp>(op)) {
-      // pk::dropoutGrad's element: dy / (1 - ratio) where kept, in training.
+      // pk::dropoutGrad's element: dy / (1 - ratio) where kept, in training;
+      // without a mask, kept where the forward's draw i passed (element i of
+      // the loop is element i of the forward's dropout: the same shape).
       const double ratio = grad.getRatio().convertToFloat();
       if (!(ratio >= 0.0 && ratio < 1.0))
         return op.emitOpError("ratio must be in [0, 1), got ") << ratio;
+      const std::string ratioText = "(double)" + f32Literal(grad.getRatio().convertToFloat());
+      std::string keep = grad.getMask() ? operand(1) : "";
+      if (!grad.getMask() && grad.getTraining() && ratio > 0.0) {
+        const std::string id = std::to_string(temporary);
+        parameters.push_back("uint64_t key" + id);
+        arguments.push_back(redrawnDropoutKey(grad));
+        parameters.push_back("uint64_t threshold" + id);
+        arguments.push_back("pipec::kernels::dropoutKeepThreshold(" + ratioText + ")");
+        keep = "t" + std::to_string(temporary++);
+        code << "    const bool " << keep << " = pipec::kernels::dropoutDraw(key" << id << ", (uint64_t)" << index
+             << ") >= threshold" << id << ";\n";
+      }
       if (!grad.getTraining() || ratio == 0.0)
         expression = operand(0);
       else
-        expression = "(" + operand(1) + " ? (float)((double)" + operand(0) + " * (1.0 / (1.0 - (double)" +
-                     f32Literal(grad.getRatio().convertToFloat()) + "))) : 0.0f)";
+        expression = "(" + keep + " ? (float)((double)" + operand(0) + " * (1.0 / (1.0 - " + ratioText +
+                     "))) : 0.0f)";
     } else {
       return op.emitOpError("in a pipe.fused body has no element-wise ")
              << targetName() << " formula";

@@ -238,6 +238,12 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
       })
       .Case([&](nn::DropoutGradOp grad) {
         std::string y = allocate(grad.getResult());
+        if (!grad.getMask()) { // the forward's mask drawn again from its key
+          out << "  pk::dropoutGradRedrawn(" << ptr(grad.getDy()) << ", " << n(grad.getResult()) << ", " << y
+              << ", " << f32Literal(grad.getRatio().convertToFloat()) << ", "
+              << (grad.getTraining() ? "true" : "false") << ", " << redrawnDropoutKey(grad) << ");\n";
+          return;
+        }
         out << "  pk::dropoutGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getMask()) << ", "
             << n(grad.getResult()) << ", " << y << ", "
             << f32Literal(grad.getRatio().convertToFloat()) << ", "

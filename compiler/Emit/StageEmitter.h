@@ -212,6 +212,12 @@ private:
       id = "pk::dropoutOpId(" + literal(*name, "node", dropout) + ")";
     return dropoutStreamKey(id);
   }
+  /// The key of the dropout a mask-less nn.dropout_grad draws again: its
+  /// dropout_op_id (the forward dropout's op part; 0 when it draws nothing).
+  std::string redrawnDropoutKey(nn::DropoutGradOp grad) {
+    std::optional<int64_t> id = grad.getDropoutOpId();
+    return dropoutStreamKey(std::to_string(static_cast<uint64_t>(id.value_or(0))) + "ull");
+  }
   /// The same key from the op part's C++ expression.
   static std::string dropoutStreamKey(const std::string &opId) {
     return "pk::dropoutStreamKey(call->seed, call->step, call->microbatch, " + opId + ")";

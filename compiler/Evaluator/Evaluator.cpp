@@ -50,8 +50,9 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
     return nullptr;
   };
   auto one = [](Tensor tensor) { return std::vector<Tensor>{std::move(tensor)}; };
-  // The key of the dropout nn.attention took over: nn.dropout's, from its op id.
-  auto attentionDropoutKey = [&](uint64_t dropoutOpId) {
+  // The key of a dropout whose mask an op draws again (nn.attention's, a
+  // mask-less nn.dropout_grad's): nn.dropout's, from its op id.
+  auto redrawnDropoutKey = [&](uint64_t dropoutOpId) {
     return kernels::dropoutStreamKey(options.seed, options.step, options.microBatch, dropoutOpId);
   };
 
@@ -152,7 +153,7 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
         auto results = kernels::attention(
             in(0), in(1), in(2), optionalIn(attention.getMask()), attention.getScaleAttr().getValueAsDouble(),
             attention.getDivide(), attention.getFillAttr().getValueAsDouble(), attention.getMaskedWhen(),
-            dropoutRatio, attentionDropoutKey(attention.getDropoutOpId()));
+            dropoutRatio, redrawnDropoutKey(attention.getDropoutOpId()));
         return std::vector<Tensor>{std::move(results.output), std::move(results.logSumExp)};
       })
       .Case([&](nn::SoftmaxCrossEntropyLossOp loss) {
@@ -251,8 +252,16 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
             grad.getCountIncludePad()));
       })
       .Case([&](nn::DropoutGradOp grad) {
-        return one(kernels::dropoutGrad(in(0), in(1), toDouble(grad.getRatio()),
-                                        grad.getTraining()));
+        const double ratio = toDouble(grad.getRatio());
+        if (grad.getMask())
+          return one(kernels::dropoutGrad(in(0), in(1), ratio, grad.getTraining()));
+        // The forward's mask drawn again (its key from dropout_op_id).
+        Tensor mask = grad.getDropoutOpId()
+                          ? kernels::dropout(in(0), ratio, grad.getTraining(),
+                                             redrawnDropoutKey(*grad.getDropoutOpId()))
+                                .mask
+                          : kernels::dropout(in(0), ratio, false, 0).mask;
+        return one(kernels::dropoutGrad(in(0), mask, ratio, grad.getTraining()));
       })
       .Case([&](nn::SoftmaxGradOp grad) {
         return one(kernels::softmaxGrad(in(0), in(1), static_cast<int64_t>(grad.getAxis())));
@@ -265,7 +274,7 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
         auto grads = kernels::attentionGrad(
             in(0), in(1), in(2), in(3), optionalIn(grad.getMask()), grad.getScaleAttr().getValueAsDouble(),
             grad.getDivide(), grad.getFillAttr().getValueAsDouble(), grad.getMaskedWhen(),
-            grad.getDropoutRatioAttr().getValueAsDouble(), attentionDropoutKey(grad.getDropoutOpId()));
+            grad.getDropoutRatioAttr().getValueAsDouble(), redrawnDropoutKey(grad.getDropoutOpId()));
         return std::vector<Tensor>{std::move(grads.query), std::move(grads.key), std::move(grads.value)};
       })
       .Case([&](nn::SoftmaxCrossEntropyLossGradOp grad) {

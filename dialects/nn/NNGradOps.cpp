@@ -102,6 +102,18 @@ LogicalResult UnaryGradOp::verify() {
   return success();
 }
 
+LogicalResult DropoutGradOp::verify() {
+  if (Value mask = getMask()) {
+    if (llvm::cast<RankedTensorType>(mask.getType()).getShape() != getDy().getType().getShape())
+      return emitOpError("mask shape differs from dy's");
+    if (getDropoutOpId())
+      return emitOpError("has both a mask and a dropout_op_id to draw one");
+  } else if (getTraining() && getRatio().convertToDouble() > 0 && !getDropoutOpId()) {
+    return emitOpError("in training needs its mask or the forward dropout's dropout_op_id");
+  }
+  return success();
+}
+
 LogicalResult MaskedSoftmaxGradOp::verify() {
   std::string error = maskedSoftmaxShapeError(getY().getType().getShape(), getMask().getType().getShape());
   if (!error.empty())

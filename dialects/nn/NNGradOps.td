@@ -156,11 +156,19 @@ def NN_AveragePoolGradOp : NN_Op<"average_pool_grad", [Pure]> {
 
 def NN_DropoutGradOp : NN_Op<"dropout_grad", [Pure]> {
   let summary = "Gradient of nn.dropout: dy·mask/(1-ratio) in training, dy otherwise";
-  let arguments = (ins NN_FloatTensor:$dy, NN_BoolTensor:$mask,
+  let description = [{
+    Without `mask`, the mask is drawn again, as the forward nn.dropout drew
+    it: `dropout_op_id` is the op part of its key (nn::dropoutOpId of that
+    dropout), the run's seed, step and micro-batch the rest
+    (pipec-recompute-elementwise), so no mask is kept between the passes.
+  }];
+  let arguments = (ins NN_FloatTensor:$dy, Optional<NN_BoolTensor>:$mask,
                        DefaultValuedAttr<F32Attr, "0.5">:$ratio,
-                       DefaultValuedAttr<BoolAttr, "false">:$training);
+                       DefaultValuedAttr<BoolAttr, "false">:$training,
+                       OptionalAttr<I64Attr>:$dropout_op_id);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 def NN_SoftmaxGradOp : NN_Op<"softmax_grad", [Pure, AllTypesMatch<["dy", "y", "result"]>]> {

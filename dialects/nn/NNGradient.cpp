@@ -304,8 +304,8 @@ Value GlobalAveragePoolOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys
 Value DropoutOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
   Value dy = dys[0];
   RankedTensorType operandType = tensorType(getOperation()->getOperand(index));
-  return DropoutGradOp::create(g.b, g.loc, operandType, dy, getMask(),
-                                   getRatio(), getTraining());
+  return DropoutGradOp::create(g.b, g.loc, operandType, dy, getMask(), getRatio(), getTraining(),
+                               /*dropout_op_id=*/nullptr);
 }
 
 Value SoftmaxOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned) {

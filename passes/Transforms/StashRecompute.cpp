@@ -461,6 +461,11 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
       auto name = function.getResultAttrOfType<StringAttr>(i, kSaved);
       if (!name)
         continue;
+      if (redrawMask(stage, returnOp.getOperand(i), name)) {
+        erase.set(i);
+        ++numRecomputed;
+        continue;
+      }
       // result = views(f(views(source))), f one pure unary element-wise op,
       // source another saved result.
       SmallVector<Operation *> chain; // from the result back to the source
@@ -487,6 +492,43 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
     if (erase.none())
       return false;
     eraseResults(function, erase);
+    return true;
+  }
+
+  /// A saved training dropout's mask that its readers use only as the mask
+  /// of nn.dropout_grad: they draw it again from the dropout's key instead
+  /// (dropout_op_id), and it is no longer saved. False if it is not one.
+  bool redrawMask(pipe::StageOp stage, Value value, StringAttr name) {
+    auto dropout = value.getDefiningOp<nn::DropoutOp>();
+    std::optional<uint64_t> id = dropout ? nn::dropoutOpId(dropout) : std::nullopt;
+    if (!dropout || value != dropout.getMask() || !id)
+      return false;
+    SmallVector<std::pair<func::FuncOp, unsigned>> readers;
+    for (StringRef reader : {kBackwardInput, kBackwardWeight}) {
+      func::FuncOp consumer = stageFunction(stage, reader);
+      if (!consumer || consumer.getBody().empty())
+        continue;
+      for (unsigned a = 0; a < consumer.getNumArguments(); ++a) {
+        if (consumer.getArgAttrOfType<StringAttr>(a, kSaved) != name)
+          continue;
+        for (OpOperand &use : consumer.getArgument(a).getUses()) {
+          auto grad = llvm::dyn_cast<nn::DropoutGradOp>(use.getOwner());
+          if (!grad || grad.getMask() != use.get() || grad.getDy() == use.get() ||
+              grad.getRatio() != dropout.getRatio() || grad.getTraining() != dropout.getTraining())
+            return false;
+        }
+        readers.push_back({consumer, a});
+      }
+    }
+    Builder builder(dropout.getContext());
+    for (auto [consumer, a] : readers) {
+      for (Operation *user : llvm::make_early_inc_range(consumer.getArgument(a).getUsers())) {
+        auto grad = llvm::cast<nn::DropoutGradOp>(user);
+        grad.getMaskMutable().clear();
+        grad.setDropoutOpIdAttr(builder.getI64IntegerAttr(static_cast<int64_t>(*id)));
+      }
+      (void)consumer.eraseArgument(a);
+    }
     return true;
   }
 

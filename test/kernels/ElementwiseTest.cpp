@@ -344,8 +344,14 @@ TEST(Dropout, GradientUsesTheMask) {
   checkGradient(x, dy, [&](const std::vector<float> &in, std::vector<float> &out) {
     pk::dropout(in.data(), 50, out.data(), nullptr, 0.4f, true, key);
   }, dx, 1e-2f, 1e-4, 1e-4, "dropout");
+  // Without the mask: drawn again from the forward's key, the same bits.
+  std::vector<float> redrawn(50);
+  pk::dropoutGradRedrawn(dy.data(), 50, redrawn.data(), 0.4f, true, key);
+  EXPECT_EQ(redrawn, dx);
   pk::dropoutGrad(dy.data(), mask.data(), 50, dx.data(), 0.4f, false);
   EXPECT_EQ(dx, dy);
+  pk::dropoutGradRedrawn(dy.data(), 50, redrawn.data(), 0.4f, false, key);
+  EXPECT_EQ(redrawn, dy);
 }
 
 } // namespace

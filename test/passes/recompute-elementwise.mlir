@@ -72,3 +72,26 @@ pipe.stage @stage_2 attributes {id = 2 : i64, replicas = 1 : i64} {
     return %dw : tensor<8x8xf32>
   }
 }
+
+// A training dropout's mask read only by nn.dropout_grad is drawn again
+// there from the dropout's key (its seed here) instead of saved; a mask
+// something else reads stays saved.
+// CHECK-LABEL: pipe.stage @stage_3
+// CHECK: func.func @fwd{{.*}} -> (tensor<4x8xf32>, tensor<4x8xi1> {pipe.saved = "kept"})
+// CHECK: func.func @bwd_input(%[[DY4:.*]]: tensor<4x8xf32> {nn.name = "dy", nn.role = #nn.role<input>}, %[[K:.*]]: tensor<4x8xi1> {pipe.saved = "kept"})
+// CHECK-NEXT: nn.dropout_grad %[[DY4]] {dropout_op_id = 42 : i64, ratio = 1.000000e-01 : f32, training = true} : (tensor<4x8xf32>) -> tensor<4x8xf32>
+// CHECK-NEXT: nn.cast %[[K]]
+pipe.stage @stage_3 attributes {id = 3 : i64, replicas = 1 : i64} {
+  func.func @fwd(%x: tensor<4x8xf32> {nn.name = "x", nn.role = #nn.role<input>})
+      -> (tensor<4x8xf32>, tensor<4x8xi1> {pipe.saved = "mask"}, tensor<4x8xi1> {pipe.saved = "kept"}) {
+    %y, %m = nn.dropout %x {ratio = 0.1 : f32, training = true, seed = 42 : i64} : (tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xi1>)
+    %z, %k = nn.dropout %y {ratio = 0.1 : f32, training = true, seed = 43 : i64} : (tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xi1>)
+    return %z, %m, %k : tensor<4x8xf32>, tensor<4x8xi1>, tensor<4x8xi1>
+  }
+  func.func @bwd_input(%m: tensor<4x8xi1> {pipe.saved = "mask"}, %dy: tensor<4x8xf32> {nn.name = "dy", nn.role = #nn.role<input>},
+                       %k: tensor<4x8xi1> {pipe.saved = "kept"}) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+    %g = nn.dropout_grad %dy, %m {ratio = 0.1 : f32, training = true} : (tensor<4x8xf32>, tensor<4x8xi1>) -> tensor<4x8xf32>
+    %c = nn.cast %k : tensor<4x8xi1> -> tensor<4x8xf32>
+    return %g, %c : tensor<4x8xf32>, tensor<4x8xf32>
+  }
+}

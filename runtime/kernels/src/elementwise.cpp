@@ -264,4 +264,16 @@ void dropoutGrad(const float *dy, const uint8_t *mask, int64_t n, float *dx, flo
   });
 }
 
+void dropoutGradRedrawn(const float *dy, int64_t n, float *dx, float ratio, bool training, uint64_t streamKey) {
+  const DropoutDraws draws = dropoutDraws("nn.dropout_grad", ratio, training, streamKey);
+  if (!draws.active) {
+    if (dx != dy)
+      for (int64_t i = 0; i < n; ++i) dx[i] = dy[i];
+    return;
+  }
+  parallelVectorElements(n, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) dx[i] = draws.apply(dy[i], draws.kept((uint64_t)i));
+  });
+}
+
 } // namespace pipec::kernels

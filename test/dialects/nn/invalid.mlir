@@ -287,3 +287,20 @@ func.func @unary_grad_unread_forward_value(%dy: tensor<3xf32>, %x: tensor<3xf32>
   %0 = nn.unary_grad <relu> %dy, x = %x y = %dy : tensor<3xf32>
   return
 }
+
+// -----
+
+// A training dropout's gradient needs the mask or the key to draw it again.
+func.func @dropout_grad_without_mask(%dy: tensor<3xf32>) {
+  // expected-error @+1 {{'nn.dropout_grad' op in training needs its mask or the forward dropout's dropout_op_id}}
+  %0 = nn.dropout_grad %dy {ratio = 0.1 : f32, training = true} : (tensor<3xf32>) -> tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @dropout_grad_mask_and_key(%dy: tensor<3xf32>, %m: tensor<3xi1>) {
+  // expected-error @+1 {{'nn.dropout_grad' op has both a mask and a dropout_op_id to draw one}}
+  %0 = nn.dropout_grad %dy, %m {ratio = 0.1 : f32, training = true, dropout_op_id = 7 : i64} : (tensor<3xf32>, tensor<3xi1>) -> tensor<3xf32>
+  return
+}

@@ -173,6 +173,10 @@ static void testElementwise() {
     pk::dropoutGrad(dy.data(), mc.data(), n, dc.data(), 0.3f, t);
     pc::dropoutGrad(dy.data(), mg.data(), n, dg.data(), 0.3f, t);
     cmp(dc, dg, 0, "dx");
+    // The mask drawn again from the forward's key: the stored mask's bits.
+    std::vector<float> rg(n);
+    pc::dropoutGradRedrawn(dy.data(), n, rg.data(), 0.3f, t, 777);
+    cmp(dc, rg, 0, "dx redrawn");
   }
 }
 
@@ -1118,6 +1122,9 @@ static void testBf16Elementwise() {
     pk::dropoutGrad(dy.data(), mc.data(), n, dc.data(), 0.3f, t);
     pc::dropoutGrad(dyb.data(), mg.data(), n, dg.data(), 0.3f, t);
     cmpBf(dc, dg, 1, "dx");
+    std::vector<bf> rg(n);
+    pc::dropoutGradRedrawn(dyb.data(), n, rg.data(), 0.3f, t, 777);
+    cmpBf(dc, rg, 1, "dx redrawn");
   }
   const std::pair<Shape, Shape> rotaryCases[] = {{Shape{2, 3, 5, 8}, Shape{1, 1, 5, 8}}, {Shape{3, 10}, Shape{1}},
                                                  {Shape{2, 4, 6}, Shape{4, 1}}};

@@ -176,6 +176,13 @@ __global__ void dropoutGradKernel(const T *dy, const uint8_t *mask, int64_t n, T
     dx[i] = fromF<T>(mask[i] ? (float)__dmul_rn((double)toF(dy[i]), scale) : 0.0f);
 }
 
+/// dropoutGradKernel with the forward's mask drawn again from its key.
+template <class T>
+__global__ void dropoutGradRedrawnKernel(const T *dy, int64_t n, T *dx, kernels::DropoutDraws draws) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride())
+    dx[i] = fromF<T>(draws.kept((uint64_t)i) ? (float)__dmul_rn((double)toF(dy[i]), draws.scale) : 0.0f);
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -279,6 +286,18 @@ void dropoutT(const T *x, int64_t n, T *y, uint8_t *mask, float ratio, bool trai
   launch("nn.dropout", n, dropoutKernel<T>, x, n, y, mask, r, scale, streamKey);
 }
 
+template <class T>
+void dropoutGradRedrawnT(const T *dy, int64_t n, T *dx, float ratio, bool training, uint64_t streamKey) {
+  const kernels::DropoutDraws draws = kernels::dropoutDraws("nn.dropout_grad", ratio, training, streamKey);
+  if (n <= 0) return;
+  if (!draws.active) {
+    if (dx != dy)
+      check(cudaMemcpyAsync(dx, dy, (size_t)n * sizeof(T), cudaMemcpyDeviceToDevice, stream()), "nn.dropout_grad");
+    return;
+  }
+  launch("nn.dropout_grad", n, dropoutGradRedrawnKernel<T>, dy, n, dx, draws);
+}
+
 template <class T> void dropoutGradT(const T *dy, const uint8_t *mask, int64_t n, T *dx, float ratio, bool training) {
   const double r = ratio;
   if (!(r >= 0.0 && r < 1.0)) fail("nn.dropout_grad", "ratio must be in [0, 1), got " + std::to_string(r));
@@ -333,6 +352,12 @@ void dropout(const bf16 *x, int64_t n, bf16 *y, uint8_t *mask, float ratio, bool
 }
 void dropoutGrad(const float *dy, const uint8_t *mask, int64_t n, float *dx, float ratio, bool training) {
   dropoutGradT(dy, mask, n, dx, ratio, training);
+}
+void dropoutGradRedrawn(const float *dy, int64_t n, float *dx, float ratio, bool training, uint64_t streamKey) {
+  dropoutGradRedrawnT(dy, n, dx, ratio, training, streamKey);
+}
+void dropoutGradRedrawn(const bf16 *dy, int64_t n, bf16 *dx, float ratio, bool training, uint64_t streamKey) {
+  dropoutGradRedrawnT(dy, n, dx, ratio, training, streamKey);
 }
 void dropoutGrad(const bf16 *dy, const uint8_t *mask, int64_t n, bf16 *dx, float ratio, bool training) {
   dropoutGradT(dy, mask, n, dx, ratio, training);

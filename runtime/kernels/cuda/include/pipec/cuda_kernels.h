@@ -201,6 +201,7 @@ void binaryGrad(BinaryGrad op, const bf16 *dy, const bf16 *lhs, const Shape &ls,
 void dropout(const bf16 *x, int64_t n, bf16 *y, uint8_t *mask, float ratio, bool training,
              uint64_t streamKey);
 void dropoutGrad(const bf16 *dy, const uint8_t *mask, int64_t n, bf16 *dx, float ratio, bool training);
+void dropoutGradRedrawn(const bf16 *dy, int64_t n, bf16 *dx, float ratio, bool training, uint64_t streamKey);
 void rotary(const bf16 *x, const Shape &xs, const float *cos, const Shape &cs, const float *sin,
             const Shape &ss, bf16 *y, bool interleaved, bool transposed);
 
