@@ -414,7 +414,7 @@ def FuseElementwise : Pass<"pipec-fuse-elementwise", "mlir::ModuleOp"> {
 
 def Bf16Storage : Pass<"pipec-bf16-storage", "mlir::ModuleOp"> {
   let dependentDialects = ["::pipec::pipe::PipeDialect", "::pipec::nn::NNDialect"];
-  let summary = "Activations, their gradients and stage transfers stored in bfloat16 (CUDA, --precision bf16)";
+  let summary = "Activations, their gradients and stage transfers stored in bfloat16 (CUDA stages at bf16 precision)";
   let description = [{
     In @fwd, @bwd_input and @bwd_weight of every pipe.stage, float values
     are retyped by where they live (docs/cuda-codegen.md, "bf16 storage"):
@@ -438,7 +438,7 @@ def Bf16Storage : Pass<"pipec-bf16-storage", "mlir::ModuleOp"> {
     per value and storage in the function converts it before the first
     reader (a parameter read by a matrix product: one bf16 copy per
     function). @step is untouched: master weights and optimizer state stay
-    f32. pipec adds this pass for `--target cuda --precision bf16`.
+    f32. pipec adds this pass for CUDA stages at bf16 precision.
   }];
   let statistics = [
     Statistic<"numCasts", "casts", "Number of nn.cast conversions between bf16 and f32 inserted">,

@@ -58,14 +58,14 @@ inline const char *dtypeName(int dtype) {
   }
 }
 
-// Accepts "f32"/"float32", "f64"/"float64", "i64"/"int64", "i32"/"int32", "bool", "bf16"/"bfloat16"; 0 if unknown.
+// Accepts "f32"/"float32", "f64"/"float64", "i64"/"int64", "i32"/"int32", "bool"; 0 if unknown (bf16 lives only
+// between CUDA stages, never in a file).
 inline int dtypeFromName(const std::string &s) {
   if (s == "f32" || s == "float32") return PIPEC_F32;
   if (s == "f64" || s == "float64") return PIPEC_F64;
   if (s == "i64" || s == "int64") return PIPEC_I64;
   if (s == "i32" || s == "int32") return PIPEC_I32;
   if (s == "bool") return PIPEC_BOOL;
-  if (s == "bf16" || s == "bfloat16") return PIPEC_BF16;
   return 0;
 }
 
