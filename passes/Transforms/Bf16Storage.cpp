@@ -3,6 +3,7 @@
 // parameter gradients, losses and normalization statistics in float32
 // (docs/cuda-codegen.md, "bf16 storage").
 #include "passes/Passes.h"
+#include "passes/Transforms/OutlineStages.h"
 
 #include "dialects/nn/NNDialect.h"
 #include "dialects/pipe/PipeDialect.h"
@@ -21,6 +22,8 @@ using namespace mlir;
 
 namespace pipec::passes {
 namespace {
+
+using stages::kSaved;
 
 RankedTensorType floatTensor(Type type) {
   auto tensor = llvm::dyn_cast<RankedTensorType>(type);
@@ -124,10 +127,11 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
   void runOnOperation() override {
     getOperation().walk([&](pipe::StageOp stage) {
       llvm::StringMap<Type> saved; // a pipe.saved result's type, by name
-      for (StringRef name : {"fwd", "bwd_input", "bwd_weight"})
-        if (auto function = llvm::dyn_cast_or_null<func::FuncOp>(SymbolTable::lookupSymbolIn(stage, name)))
+      for (StringRef name : {stages::kForward, stages::kBackwardInput, stages::kBackwardWeight})
+        if (func::FuncOp function = stages::stageFunction(stage, name))
           if (!function.getBody().empty() && failed(runOnFunction(function, saved)))
             return signalPassFailure();
+      stages::updateMemoryAttributes(stage); // the saved bytes, now in their storage
     });
   }
 
@@ -138,7 +142,7 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
     Block &entry = function.getBody().front();
     // A saved value arrives in the storage its producer gave it.
     for (unsigned i = 0; i < function.getNumArguments(); ++i)
-      if (auto name = function.getArgAttrOfType<StringAttr>(i, "pipe.saved"))
+      if (auto name = function.getArgAttrOfType<StringAttr>(i, kSaved))
         if (Type type = saved.lookup(name.getValue()))
           entry.getArgument(i).setType(type);
     if (failed(runOnBlock(entry)))
@@ -148,7 +152,7 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
     auto ret = llvm::cast<func::ReturnOp>(entry.getTerminator());
     for (OpOperand &operand : ret->getOpOperands()) {
       unsigned i = operand.getOperandNumber();
-      auto name = function.getResultAttrOfType<StringAttr>(i, "pipe.saved");
+      auto name = function.getResultAttrOfType<StringAttr>(i, kSaved);
       if (name)
         saved[name.getValue()] = operand.get().getType();
       else
@@ -247,7 +251,7 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
     for (OpOperand &use : value.getUses()) {
       Operation *user = use.getOwner();
       if (llvm::isa<func::ReturnOp>(user)) {
-        if (current.getResultAttr(use.getOperandNumber(), "pipe.saved"))
+        if (current.getResultAttr(use.getOperandNumber(), kSaved))
           return false;
         continue;
       }
