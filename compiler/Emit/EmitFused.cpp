@@ -91,6 +91,19 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     scalar[body.getArgument(i)] = element;
   }
   int temporary = 0;
+  // A dropout's keep test for element `index`: draw i of the stream `key`
+  // against `threshold`, both the call's, passed to the loop by value.
+  // Returns the bool's name.
+  auto drawKeep = [&](const std::string &key, const std::string &threshold) {
+    const std::string id = std::to_string(temporary), keep = "t" + std::to_string(temporary++);
+    parameters.push_back("uint64_t key" + id);
+    arguments.push_back(key);
+    parameters.push_back("uint64_t threshold" + id);
+    arguments.push_back(threshold);
+    code << "    const bool " << keep << " = pipec::kernels::dropoutDraw(key" << id << ", (uint64_t)" << index
+         << ") >= threshold" << id << ";\n";
+    return keep;
+  };
   for (Operation &op : body.without_terminator()) {
     std::string expression;
     auto operand = [&](unsigned i) { return scalar.lookup(op.getOperand(i)); };
@@ -123,18 +136,16 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
       const double ratio = dropout.getRatio().convertToFloat();
       if (!(ratio >= 0.0 && ratio < 1.0))
         return op.emitOpError("ratio must be in [0, 1), got ") << ratio;
-      const std::string id = std::to_string(temporary), active = dropout.getTraining() ? "!call->inference" : "false",
+      const std::string active = dropout.getTraining() ? "!call->inference" : "false",
                         ratioText = "(double)" + f32Literal(dropout.getRatio().convertToFloat());
-      parameters.push_back("uint64_t key" + id);
-      arguments.push_back(dropoutStreamKey(dropout));
-      parameters.push_back("uint64_t threshold" + id);
-      arguments.push_back("(" + active + " ? pipec::kernels::dropoutKeepThreshold(" + ratioText + ") : 0ull)");
-      parameters.push_back("double scale" + id);
+      const std::string scale = "scale" + std::to_string(temporary);
+      const std::string keep = drawKeep(dropoutStreamKey(dropout), "(" + active +
+                                                                      " ? pipec::kernels::dropoutKeepThreshold(" +
+                                                                      ratioText + ") : 0ull)");
+      parameters.push_back("double " + scale);
       arguments.push_back("(" + active + " ? 1.0 / (1.0 - " + ratioText + ") : 1.0)");
-      std::string keep = "t" + std::to_string(temporary++), value = "t" + std::to_string(temporary++);
-      code << "    const bool " << keep << " = pipec::kernels::dropoutDraw(key" << id << ", (uint64_t)" << index
-           << ") >= threshold" << id << ";\n";
-      code << "    const float " << value << " = " << keep << " ? (float)((double)" << operand(0) << " * scale" << id
+      const std::string value = "t" + std::to_string(temporary++);
+      code << "    const float " << value << " = " << keep << " ? (float)((double)" << operand(0) << " * " << scale
            << ") : 0.0f;\n";
       scalar[dropout.getResult()] = value;
       scalar[dropout.getMask()] = keep;
@@ -148,16 +159,9 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
         return op.emitOpError("ratio must be in [0, 1), got ") << ratio;
       const std::string ratioText = "(double)" + f32Literal(grad.getRatio().convertToFloat());
       std::string keep = grad.getMask() ? operand(1) : "";
-      if (!grad.getMask() && grad.getTraining() && ratio > 0.0) {
-        const std::string id = std::to_string(temporary);
-        parameters.push_back("uint64_t key" + id);
-        arguments.push_back(redrawnDropoutKey(grad));
-        parameters.push_back("uint64_t threshold" + id);
-        arguments.push_back("pipec::kernels::dropoutKeepThreshold(" + ratioText + ")");
-        keep = "t" + std::to_string(temporary++);
-        code << "    const bool " << keep << " = pipec::kernels::dropoutDraw(key" << id << ", (uint64_t)" << index
-             << ") >= threshold" << id << ";\n";
-      }
+      if (!grad.getMask() && grad.getTraining() && ratio > 0.0)
+        keep = drawKeep(dropoutStreamKey(static_cast<uint64_t>(grad.getDropoutOpId().value_or(0))),
+                        "pipec::kernels::dropoutKeepThreshold(" + ratioText + ")");
       if (!grad.getTraining() || ratio == 0.0)
         expression = operand(0);
       else

@@ -29,8 +29,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
   auto attentionDropout = [&](APFloat ratio, uint64_t dropoutOpId) -> std::string {
     if (ratio.isZero())
       return "0.0f, false, 0ull";
-    return f32Literal(ratio.convertToFloat()) + ", !call->inference, " +
-           dropoutStreamKey(std::to_string(dropoutOpId) + "ull");
+    return f32Literal(ratio.convertToFloat()) + ", !call->inference, " + dropoutStreamKey(dropoutOpId);
   };
 
   llvm::TypeSwitch<Operation *>(op)
@@ -241,7 +240,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         if (!grad.getMask()) { // the forward's mask drawn again from its key
           out << "  pk::dropoutGradRedrawn(" << ptr(grad.getDy()) << ", " << n(grad.getResult()) << ", " << y
               << ", " << f32Literal(grad.getRatio().convertToFloat()) << ", "
-              << (grad.getTraining() ? "true" : "false") << ", " << redrawnDropoutKey(grad) << ");\n";
+              << (grad.getTraining() ? "true" : "false") << ", "
+              << dropoutStreamKey(static_cast<uint64_t>(grad.getDropoutOpId().value_or(0))) << ");\n";
           return;
         }
         out << "  pk::dropoutGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getMask()) << ", "

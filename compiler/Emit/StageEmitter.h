@@ -150,10 +150,8 @@ private:
   /// Whether `value`, or the value a view of it reads, is computed by adding
   /// into a parameter's gradient buffer (pipec-plan-memory's `gradient`).
   bool accumulatesIntoGradient(Value value) const {
-    for (Operation *view = value.getDefiningOp();
-         view && llvm::isa<nn::ReshapeOp, nn::FlattenOp, nn::SqueezeOp, nn::UnsqueezeOp>(view);
-         view = value.getDefiningOp())
-      value = view->getOperand(0);
+    while (nn::isView(value.getDefiningOp()))
+      value = value.getDefiningOp()->getOperand(0);
     pipe::StorageAttr place = storageOf(value);
     return place && place.getKind() == pipe::StorageKind::Gradient;
   }
@@ -212,13 +210,10 @@ private:
       id = "pk::dropoutOpId(" + literal(*name, "node", dropout) + ")";
     return dropoutStreamKey(id);
   }
-  /// The key of the dropout a mask-less nn.dropout_grad draws again: its
-  /// dropout_op_id (the forward dropout's op part; 0 when it draws nothing).
-  std::string redrawnDropoutKey(nn::DropoutGradOp grad) {
-    std::optional<int64_t> id = grad.getDropoutOpId();
-    return dropoutStreamKey(std::to_string(static_cast<uint64_t>(id.value_or(0))) + "ull");
-  }
-  /// The same key from the op part's C++ expression.
+  /// The key of a dropout whose mask an op draws again (nn.attention's, a
+  /// mask-less nn.dropout_grad's) from its recorded op part.
+  static std::string dropoutStreamKey(uint64_t opId) { return dropoutStreamKey(std::to_string(opId) + "ull"); }
+  /// The key from the op part's C++ expression.
   static std::string dropoutStreamKey(const std::string &opId) {
     return "pk::dropoutStreamKey(call->seed, call->step, call->microbatch, " + opId + ")";
   }

@@ -118,6 +118,10 @@ FailureOr<SmallVector<int64_t>> pipec::nn::broadcastShapes(ArrayRef<int64_t> lhs
   return result;
 }
 
+bool pipec::nn::isView(Operation *op) {
+  return op && llvm::isa<ReshapeOp, FlattenOp, SqueezeOp, UnsqueezeOp>(op);
+}
+
 bool pipec::nn::broadcastsTo(ArrayRef<int64_t> operand, ArrayRef<int64_t> space) {
   if (operand.size() > space.size())
     return false;

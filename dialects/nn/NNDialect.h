@@ -108,6 +108,11 @@ broadcastShapes(llvm::ArrayRef<int64_t> lhs, llvm::ArrayRef<int64_t> rhs);
 /// without enlarging it.
 bool broadcastsTo(llvm::ArrayRef<int64_t> operand, llvm::ArrayRef<int64_t> space);
 
+/// nn.reshape, flatten, squeeze and unsqueeze: the operand's elements, in
+/// the same order, under another shape (generated code reinterprets the
+/// pointer; an element-wise function commutes with them).
+bool isView(mlir::Operation *op);
+
 /// Why nn.masked_softmax(_grad) cannot take a mask of shape `mask` with an
 /// input of shape `input` (the mask must broadcast to the input, whose rank
 /// is at least 1); empty when it can.

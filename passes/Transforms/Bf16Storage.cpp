@@ -117,9 +117,8 @@ bool flexibleResult(Operation *op) {
   return llvm::isa<nn::GemmOp, nn::MatMulOp, nn::BatchedGemmOp, pipe::FusedOp>(op);
 }
 
-bool isView(Operation *op) {
-  return llvm::isa<nn::ReshapeOp, nn::FlattenOp, nn::SqueezeOp, nn::UnsqueezeOp, pipe::AllReduceOp>(op);
-}
+/// Ops whose one result is their operand's value: a view, an all-reduce.
+bool passesThrough(Operation *op) { return nn::isView(op) || llvm::isa<pipe::AllReduceOp>(op); }
 
 struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
   using Base::Base;
@@ -198,7 +197,8 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
     }
     if (llvm::isa<pipe::StashOp, pipe::RestoreOp>(op))
       return success(); // weights: float32
-    switch (kindOf(op)) {
+    const Kind kind = kindOf(op);
+    switch (kind) {
     case Kind::Float32Only:
       for (OpOperand &operand : op->getOpOperands())
         if (floatTensor(operand.get().getType()))
@@ -227,16 +227,15 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
     case Kind::Bf16Kernel:
       break;
     }
-    const bool fused = kindOf(op) == Kind::Fused;
-    if (!fused && !readsEitherStorage(op))
+    if (kind != Kind::Fused && !readsEitherStorage(op))
       for (OpOperand &operand : op->getOpOperands())
         if (floatTensor(operand.get().getType()))
           convert(operand, float32Operand(op, operand.get()) ? Float32() : Bf16());
     for (OpResult result : op->getResults()) {
       if (!floatTensor(result.getType()))
         continue;
-      bool keepFloat32 = fused || flexibleResult(op) ? wantsFloat32(result)
-                                                      : float32Result(op, result.getResultNumber());
+      bool keepFloat32 =
+          flexibleResult(op) ? wantsFloat32(result) : float32Result(op, result.getResultNumber());
       result.setType(withElement(result.getType(), keepFloat32 ? Float32() : Bf16()));
     }
     return success();
@@ -255,7 +254,7 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
           return false;
         continue;
       }
-      if (isView(user)) {
+      if (passesThrough(user)) {
         if (!wantsFloat32(user->getResult(0)))
           return false;
         continue;

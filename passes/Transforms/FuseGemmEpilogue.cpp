@@ -19,19 +19,13 @@ using namespace mlir;
 namespace pipec::passes {
 namespace {
 
-/// Ops that only reinterpret their operand's elements: an element-wise
-/// function commutes with them.
-bool isView(Operation *op) {
-  return llvm::isa<nn::ReshapeOp, nn::FlattenOp, nn::SqueezeOp, nn::UnsqueezeOp>(op);
-}
-
 /// The GEMM whose result reaches `value` through views only, each value on
 /// the way read by nothing else; null if there is none.
 nn::GemmOp soleGemmProducer(Value value) {
   while (Operation *producer = value.getDefiningOp()) {
     if (auto gemm = llvm::dyn_cast<nn::GemmOp>(producer))
       return gemm.getResult().hasOneUse() && !gemm.getActivation() ? gemm : nn::GemmOp();
-    if (!isView(producer) || !producer->getResult(0).hasOneUse())
+    if (!nn::isView(producer) || !producer->getResult(0).hasOneUse())
       return {};
     value = producer->getOperand(0);
   }

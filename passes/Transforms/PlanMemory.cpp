@@ -253,7 +253,7 @@ struct PlanMemory : PassWithOptions<impl::PlanMemoryBase<PlanMemory>, PlanMemory
         onlyReturned &= v.hasOneUse();
         if (v == storage || !onlyReturned)
           break;
-        onlyReturned &= llvm::isa<nn::ReshapeOp, nn::FlattenOp, nn::SqueezeOp, nn::UnsqueezeOp>(v.getDefiningOp());
+        onlyReturned &= nn::isView(v.getDefiningOp());
         if (!onlyReturned)
           break;
       }

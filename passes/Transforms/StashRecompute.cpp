@@ -439,10 +439,6 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
     });
   }
 
-  static bool isView(Operation *op) {
-    return op && llvm::isa<nn::ReshapeOp, nn::FlattenOp, nn::SqueezeOp, nn::UnsqueezeOp>(op);
-  }
-
   /// The saved results of `function` that one element-wise function
   /// computes from another of its saved results (views of them allowed):
   /// each function reading one computes it again from the other, and
@@ -470,7 +466,7 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
       // source another saved result.
       SmallVector<Operation *> chain; // from the result back to the source
       Value value = returnOp.getOperand(i);
-      for (; isView(value.getDefiningOp()); value = value.getDefiningOp()->getOperand(0))
+      for (; nn::isView(value.getDefiningOp()); value = value.getDefiningOp()->getOperand(0))
         chain.push_back(value.getDefiningOp());
       Operation *op = value.getDefiningOp();
       if (!op || !llvm::isa<nn::UnaryElementwiseOpInterface>(op) || op->getNumOperands() != 1 ||
@@ -478,7 +474,7 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
         continue;
       chain.push_back(op);
       StringAttr source;
-      for (value = op->getOperand(0); !(source = savedAs(value)) && isView(value.getDefiningOp());
+      for (value = op->getOperand(0); !(source = savedAs(value)) && nn::isView(value.getDefiningOp());
            value = value.getDefiningOp()->getOperand(0))
         chain.push_back(value.getDefiningOp());
       if (!source || source == name)
