@@ -92,11 +92,18 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
   }
   int temporary = 0;
   // A dropout's keep test for element `index`: draw i of the stream `key`
-  // against `threshold`, both the call's, passed to the loop by value.
-  // Returns the bool's name.
+  // against `threshold`, both the call's, passed to the loop by value (on
+  // CUDA the key as a pk::StreamKey, resolved once per thread before the
+  // loop: it reads the call's key from device memory). Returns the bool's name.
+  std::string prologue; // CUDA: before the loop
   auto drawKeep = [&](const std::string &key, const std::string &threshold) {
     const std::string id = std::to_string(temporary), keep = "t" + std::to_string(temporary++);
-    parameters.push_back("uint64_t key" + id);
+    if (cuda()) {
+      parameters.push_back("pk::StreamKey streamKey" + id);
+      prologue += "  const uint64_t key" + id + " = streamKey" + id + ".resolve();\n";
+    } else {
+      parameters.push_back("uint64_t key" + id);
+    }
     arguments.push_back(key);
     parameters.push_back("uint64_t threshold" + id);
     arguments.push_back(threshold);
@@ -197,7 +204,7 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     std::string kernel = "fused" + std::to_string(counter++);
     llvm::raw_string_ostream declarations(kernels);
     declarations << "__global__ void " << kernel << "(" << signature << ") {\n"
-                 << "  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;"
+                 << prologue << "  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;"
                     " i += (int64_t)gridDim.x * blockDim.x) {\n"
                  << loop << "  }\n}\n\n";
     out << "  if (" << count << " > 0) {\n    " << kernel << "<<<(unsigned)std::min<int64_t>("

@@ -264,11 +264,17 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
   body.clear();
   names.clear();
   current = f;
+  drawsDropout = false;
   out << "void " << cName << "(const " << (isStep ? "pipec_optimizer_call *opt" : "pipec_call *call")
       << ") {\n";
   if (cuda())
     out << "  pk::StreamScope streamScope(" << (isStep ? "opt" : "call") << "->stream, "
         << precisionEnum() << ");\n";
+  // CUDA: a call's work runs inside pk::CallGraphs::run, which replays it
+  // from a CUDA graph (docs/cuda-codegen.md, "CUDA graphs"). The step is
+  // three launches a step and keeps them.
+  const bool graphed = cuda() && !isStep;
+  const size_t workStart = body.size();
   if (!isStep)
     out << "  char *workspace = static_cast<char *>(call->workspace);\n  (void)workspace;\n";
   if (f->hasAttr(pipe::kArenaSizeAttrName))
@@ -360,6 +366,18 @@ LogicalResult StageEmitter::emitFunction(func::FuncOp f, StringRef cName, bool i
       return f.emitOpError("result #") << i << " has no role the " << targetName()
                                        << " code generator knows";
     }
+  }
+  if (graphed) {
+    std::string work = body.substr(workStart);
+    body.resize(workStart);
+    out << "  thread_local pk::CallGraphs graphs(" << cStringLiteral(cName) << ");\n"
+        << "  graphs.run(call, description, " << (drawsDropout ? "true" : "false")
+        << ", [&](const uint64_t *callKey) {\n    (void)callKey;\n";
+    SmallVector<StringRef> lines;
+    StringRef(work).rtrim('\n').split(lines, '\n');
+    for (StringRef line : lines)
+      out << (line.empty() ? "" : "  ") << line << "\n";
+    out << "  });\n";
   }
   if (cuda()) // data errors (bad indices, labels) surface from the call that met them
     out << "  pk::raiseDeviceErrors();\n";

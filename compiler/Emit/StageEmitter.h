@@ -212,9 +212,15 @@ private:
   }
   /// The key of a dropout whose mask an op draws again (nn.attention's, a
   /// mask-less nn.dropout_grad's) from its recorded op part.
-  static std::string dropoutStreamKey(uint64_t opId) { return dropoutStreamKey(std::to_string(opId) + "ull"); }
-  /// The key from the op part's C++ expression.
-  static std::string dropoutStreamKey(const std::string &opId) {
+  std::string dropoutStreamKey(uint64_t opId) { return dropoutStreamKey(std::to_string(opId) + "ull"); }
+  /// The key from the op part's C++ expression. CUDA: a pk::StreamKey on the
+  /// call's key in device memory, which pk::CallGraphs writes before each
+  /// call, so that a replayed CUDA graph draws that call's masks.
+  std::string dropoutStreamKey(const std::string &opId) {
+    if (cuda()) {
+      drawsDropout = true;
+      return "pk::StreamKey(callKey, " + opId + ")";
+    }
     return "pk::dropoutStreamKey(call->seed, call->step, call->microbatch, " + opId + ")";
   }
   /// The trailing (scratch, accumulate) arguments of a kernel that adds its
@@ -240,6 +246,7 @@ private:
   StageTarget target;
   raw_ostream &os;
   std::string *constantBytes; // the constants file's bytes, if there is one
+  bool drawsDropout = false; // CUDA: the function being emitted reads the call's dropout key
   std::string body;      // the function being emitted
   std::string functions; // the functions emitted so far, written after the tables
   llvm::raw_string_ostream out{body};

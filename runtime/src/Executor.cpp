@@ -258,6 +258,7 @@ void Executor::compute(const Instr &in, int64_t it) {
   if (d.computes_loss) c.loss = (float *)losses_.data() + (in.op == Op::Recompute ? plan_.microbatches : in.mb);
   c.loss_scale = 1.0f; // gradients of the sum of micro-batch losses; STEP divides by their count
   c.stream = device_.computeStream();
+  c.no_graphs = opt_.noCudaGraphs ? 1 : 0;
   if (recorder_.profiling() && in.op != Op::Recompute && !validating_) recorder_.timeOps(c);
 
   switch (in.op) {

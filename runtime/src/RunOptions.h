@@ -31,6 +31,7 @@ struct RunOptions {
   OptimizerOverrides optimizer; // --lr, --weight-decay, --momentum, --max-grad-norm; checked by resolveOptimizer
   double watchdogSeconds = -1; // > 0: fixed limit, 0: off, < 0: the default policy (Watchdog.h)
   bool allowNonFinite = false;  // --allow-nonfinite: a NaN/inf loss or gradient does not stop training
+  bool noCudaGraphs = false;    // --no-cuda-graphs: stage calls issue their launches one by one (pipec_call.no_graphs)
   bool quiet = false;
 };
 

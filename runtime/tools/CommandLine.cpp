@@ -120,6 +120,9 @@ CommandLine parseCommandLine(Tool tool, int argc, char **argv, RunOptions &o) {
                "iteration, micro-batch and stage)");
   if (piperun) {
     app.add_flag("--quiet", o.quiet, "no progress lines");
+    app.add_flag("--no-cuda-graphs", o.noCudaGraphs,
+                 "CUDA target: every kernel issued from the host instead of CUDA graphs of the\n"
+                 "stage calls replayed (docs/cuda-codegen.md); the results are the same");
     app.footer("All ranks must run the same job: at start-up they compare plan.json, the schedule files, every\n"
                "stage's library and weights, the piperun executable and the options above (not --log-every,\n"
                "--quiet, --watchdog, --threads), and refuse to start when they differ.\n"

@@ -2,9 +2,13 @@
 // same training step: the CPU stage, and the CUDA stage of the same model
 // translated for host emulation (cuda_stage_emulated.py): its generated
 // fused kernels, memory plan and in-place GEMMs on the emulated CUDA kernel
-// library. Two micro-batches of forward, backward_input and backward_weight
-// (the second accumulates into the weight gradients), then the optimizer
-// step; after each call every tensor it wrote is compared.
+// library. Four micro-batches of forward, backward_input and backward_weight
+// (the later ones accumulate into the weight gradients; the last two at the
+// next step's dropout keys), then the optimizer step; after each call every
+// tensor it wrote is compared. An emulated CUDA stage runs the first
+// micro-batch launch by launch and replays CUDA graphs of its calls from the
+// second on (docs/cuda-codegen.md, "CUDA graphs"): the third and fourth are
+// replays, which must draw their own dropout masks.
 //
 //   stage_targets_agree REFERENCE_LIB OTHER_LIB [--tolerance R]
 //
@@ -156,7 +160,8 @@ int main(int argc, char **argv) {
   // micro-batch (arena, kernel scratch, cuBLASLt workspace) there are none.
   auto deviceAllocations = reinterpret_cast<long (*)()>(dlsym(other.handle, "pipec_emu_device_allocations"));
   long allocationsAfterFirst = 0;
-  for (int64_t microbatch = 0; microbatch < 2; ++microbatch) {
+  auto emuCount = reinterpret_cast<long (*)(const char *)>(dlsym(other.handle, "pipec_emu_count"));
+  for (int64_t microbatch = 0; microbatch < 4; ++microbatch) {
     if (microbatch == 1 && deviceAllocations) allocationsAfterFirst = deviceAllocations();
     const std::string mb = "micro-batch " + std::to_string(microbatch) + ":";
     for (StageBuffers *side : {&a, &b}) {
@@ -167,7 +172,7 @@ int main(int argc, char **argv) {
         fill(side->inputs.pointers[i], *side->inputs.tensors[i], values, -1, 1);
       for (size_t i = 0; i < side->gradOutputs.pointers.size(); ++i)
         fill(side->gradOutputs.pointers[i], *side->gradOutputs.tensors[i], values, -1, 1);
-      side->call.step = 0;
+      side->call.step = microbatch / 2;
       side->call.microbatch = microbatch;
       side->call.seed = 7;
       side->call.loss_scale = 0.5f;
@@ -190,9 +195,15 @@ int main(int argc, char **argv) {
   }
   if (deviceAllocations) {
     const long more = deviceAllocations() - allocationsAfterFirst;
-    std::printf("%s %ld device allocations during the second micro-batch of the other stage\n", more ? "FAIL" : "ok  ",
+    std::printf("%s %ld device allocations after the first micro-batch of the other stage\n", more ? "FAIL" : "ok  ",
                 more);
     if (more) ++comparison.failed;
+  }
+  if (emuCount) {
+    const long graphs = emuCount("graph_launches");
+    std::printf("%s %ld CUDA graph launches in the other stage's micro-batches\n", graphs >= 9 ? "ok  " : "FAIL",
+                graphs);
+    if (graphs < 9) ++comparison.failed; // forward, backward_input, backward_weight of micro-batches 1-3
   }
   for (StageBuffers *side : {&a, &b})
     side->optimizer.step = 1;

@@ -261,7 +261,7 @@ class Call(ctypes.Structure):
         [(name, ctypes.c_void_p) for name in ("params", "data", "inputs", "outputs", "grad_outputs",
                                                "grad_inputs", "grad_params", "workspace", "loss")] + \
         [("loss_scale", ctypes.c_float), ("stream", ctypes.c_void_p), ("timer", TIMER),
-         ("timer_user", ctypes.c_void_p)]
+         ("timer_user", ctypes.c_void_p), ("inference", ctypes.c_int32), ("no_graphs", ctypes.c_int32)]
 
 
 def run_forward(library):

@@ -30,7 +30,7 @@
 extern "C" {
 #endif
 
-#define PIPEC_STAGE_ABI_VERSION 4
+#define PIPEC_STAGE_ABI_VERSION 5
 
 typedef enum pipec_dtype {
   PIPEC_F32 = 1,
@@ -105,6 +105,8 @@ typedef struct pipec_call {
   void *timer_user;
   int32_t inference;         /* forward: 1 evaluates (dropout off, BatchNorm on its running statistics, which
                                 stay as they are); 0 trains */
+  int32_t no_graphs;         /* CUDA target: 1 issues every launch from the host; 0 replays a CUDA graph of
+                                the call's launches (docs/cuda-codegen.md, "CUDA graphs") */
 } pipec_call;
 
 /* The runtime's verdict on a step's gradients, in the stage's memory (device

@@ -166,8 +166,11 @@ static void testElementwise() {
     std::vector<float> c(n), g(n), dc(n), dg(n);
     std::vector<uint8_t> mc(n), mg(n);
     ctx = "dropout";
-    pk::dropout(x.data(), n, c.data(), mc.data(), 0.3f, t, 777);
-    pc::dropout(x.data(), n, g.data(), mg.data(), 0.3f, t, 777);
+    // The CUDA call reads its key as generated stages pass it: the call's
+    // part from (emulated) device memory, combined with the op's id there.
+    const uint64_t callKey = pk::dropoutCallKey(7, 2, 5), key = pk::dropoutOpStreamKey(callKey, 777);
+    pk::dropout(x.data(), n, c.data(), mc.data(), 0.3f, t, key);
+    pc::dropout(x.data(), n, g.data(), mg.data(), 0.3f, t, pc::StreamKey(&callKey, 777));
     cmp(c, g, 0, "y");
     cmp(mc, mg, 0, "mask");
     pk::dropoutGrad(dy.data(), mc.data(), n, dc.data(), 0.3f, t);
@@ -175,7 +178,7 @@ static void testElementwise() {
     cmp(dc, dg, 0, "dx");
     // The mask drawn again from the forward's key: the stored mask's bits.
     std::vector<float> rg(n);
-    pc::dropoutGradRedrawn(dy.data(), n, rg.data(), 0.3f, t, 777);
+    pc::dropoutGradRedrawn(dy.data(), n, rg.data(), 0.3f, t, key);
     cmp(dc, rg, 0, "dx redrawn");
   }
 }
@@ -503,6 +506,10 @@ static void testAttention() {
   // Each case without and with a dropout of P (the CPU's mask, regenerated
   // in the softmax and score-gradient kernels).
   const uint64_t key = pk::dropoutStreamKey(11, 5, 3, pk::dropoutOpId("attn_dropout"));
+  // The forward's CUDA call reads the key from (emulated) device memory, as
+  // generated stages pass it; the rest pass the key itself.
+  const uint64_t callKey = pk::dropoutCallKey(11, 5, 3);
+  const pc::StreamKey deviceKey(&callKey, pk::dropoutOpId("attn_dropout"));
   for (const Case &c : cases)
     for (float ratio : {0.0f, 0.3f}) {
       ctx = "attention q " + c.qs.str() + " k " + c.ks.str() + " v " + c.vs.str() + (c.masked ? " masked" : "") +
@@ -518,7 +525,7 @@ static void testAttention() {
       pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, 0.5f, c.divide, -1e9f, true, ratio, true,
                     key, yc.data(), lc.data());
       pc::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, 0.5f, c.divide, -1e9f, true, ratio, true,
-                    key, yg.data(), lg.data());
+                    deviceKey, yg.data(), lg.data());
       cmp(yc, yg, 1e-5, "y");
       cmp(lc, lg, 1e-5, "lse");
       if (ratio > 0) { // with v the identity, y is the dropped P: the same zeros
@@ -540,7 +547,7 @@ static void testAttention() {
       pk::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, yc.data(), lc.data(), 0.5f,
                         c.divide, -1e9f, true, ratio, true, key, dqc.data(), dkc.data(), dvc.data());
       pc::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, yc.data(), lc.data(), 0.5f,
-                        c.divide, -1e9f, true, ratio, true, key, dqg.data(), dkg.data(), dvg.data());
+                        c.divide, -1e9f, true, ratio, true, deviceKey, dqg.data(), dkg.data(), dvg.data());
       cmp(dqc, dqg, 1e-4, "dq");
       cmp(dkc, dkg, 1e-4, "dk");
       cmp(dvc, dvg, 1e-4, "dv");

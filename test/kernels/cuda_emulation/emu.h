@@ -289,6 +289,7 @@ struct Cfg {
 template <class F> void run(const Cfg &c, F f) {
   checkStream(c.stream);
   ++launches;
+  if (replaying) ++graphWork;
   if (c.grid.x < 1 || c.grid.x > 0x7fffffffu || c.grid.y != 1 || c.grid.z != 1 || c.block.x < 1 || c.block.x > 1024 ||
       c.block.y != 1 || c.block.z != 1 || c.smem > 48 * 1024) {
     std::fprintf(stderr, "EMU: bad launch config grid %u block %u smem %zu\n", c.grid.x, c.block.x, c.smem);
@@ -308,8 +309,14 @@ template <class F> void run(const Cfg &c, F f) {
     s.runBlock(c.block.x, body);
   }
 }
+// A launch while the stream captures is recorded with copies of its
+// arguments (CUDA copies them at capture), and runs when the graph does.
 template <class K> auto launch(Cfg c, K kernel) {
-  return [c, kernel](auto... args) { run(c, [&] { kernel(args...); }); };
+  return [c, kernel](auto... args) {
+    checkStream(c.stream);
+    if (recorded(c.stream, [c, kernel, args...] { run(c, [&] { kernel(args...); }); })) return;
+    run(c, [&] { kernel(args...); });
+  };
 }
 } // namespace emu
 

@@ -6,7 +6,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
 #include <mutex>
+#include <vector>
 
 namespace pipec::kernels::cuda {
 
@@ -105,7 +109,13 @@ struct ScratchSlots {
 };
 thread_local ScratchSlots scratchSlots;
 
+/// Bumped whenever the library's own device memory that kernels address
+/// (scratch slots, the cuBLASLt workspace) is allocated or moved: a CUDA
+/// graph captured before holds addresses that may be gone (CallGraphs).
+std::atomic<uint64_t> libraryMemoryGeneration{0};
+
 __global__ void storeScalarKernel(float *to, float value) { *to = value; }
+__global__ void storeKeyKernel(uint64_t *to, uint64_t value) { *to = value; }
 
 __global__ void accumulateKernel(float *to, const float *from, int64_t n) {
   for (int64_t i = detail::firstIndex(); i < n; i += detail::gridStride()) to[i] += from[i];
@@ -160,7 +170,10 @@ BlasLt blasLt() {
   cublasLtHandle_t &handle = blasLtContexts.handles[device];
   if (!handle) checkBlas(cublasLtCreate(&handle), "cuBLASLt");
   void *&workspace = blasLtContexts.workspaces[device];
-  if (!workspace) check(cudaMalloc(&workspace, kBlasLtWorkspaceBytes), "cuBLASLt workspace");
+  if (!workspace) {
+    check(cudaMalloc(&workspace, kBlasLtWorkspaceBytes), "cuBLASLt workspace");
+    ++libraryMemoryGeneration;
+  }
   waitForStreamThatUsed(blasLtContexts.streams[device], "cuBLASLt workspace");
   return {handle, workspace};
 }
@@ -180,6 +193,7 @@ void *scratch(int slot, size_t bytes) {
     }
     check(cudaMallocAsync(&pointer, bytes, currentStream), "kernel scratch");
     size = bytes;
+    ++libraryMemoryGeneration;
   }
   lastStream = currentStream;
 #ifdef PIPEC_CUDA_EMULATION
@@ -281,6 +295,154 @@ void raiseDeviceErrors() {
   if (code == detail::kNoError) return;
   *host = detail::kNoError;
   throw KernelError(deviceErrorMessage(code));
+}
+
+
+//===----------------------------------------------------------------------===//
+// CUDA graphs of stage calls
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// What a captured graph depends on besides the stage's code: every pointer
+/// the call passes (kernel arguments hold them), its stream, loss scale and
+/// inference flag.
+std::vector<uintptr_t> callSignature(const pipec_call &call, const pipec_stage_desc &stage) {
+  std::vector<uintptr_t> key;
+  auto add = [&](const void *const *pointers, int32_t count) {
+    key.push_back(pointers != nullptr);
+    if (pointers)
+      for (int32_t i = 0; i < count; ++i) key.push_back(reinterpret_cast<uintptr_t>(pointers[i]));
+  };
+  add(call.params, stage.num_params);
+  add(call.data, stage.num_data);
+  add(call.inputs, stage.num_inputs);
+  add(call.outputs, stage.num_outputs);
+  add(call.grad_outputs, stage.num_outputs);
+  add(call.grad_inputs, stage.num_inputs);
+  add(call.grad_params, stage.num_params);
+  uint32_t lossScaleBits = 0;
+  std::memcpy(&lossScaleBits, &call.loss_scale, sizeof lossScaleBits);
+  key.insert(key.end(), {reinterpret_cast<uintptr_t>(call.workspace), reinterpret_cast<uintptr_t>(call.loss),
+                         reinterpret_cast<uintptr_t>(call.stream), lossScaleBits, (uintptr_t)(call.inference != 0)});
+  return key;
+}
+} // namespace
+
+struct CallGraphs::State {
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    uint64_t memoryGeneration = 0, lastUse = 0;
+  };
+  const char *entryPoint;
+  bool warm[2] = {false, false}; // per kind of call: training, inference
+  bool disabled = false;
+  uint64_t uses = 0;
+  std::map<std::vector<uintptr_t>, Graph> graphs;
+  std::vector<std::pair<cudaStream_t, uint64_t *>> keys; // the call key's device memory, per stream
+
+  uint64_t *keyFor(cudaStream_t stream) {
+    for (auto &[s, key] : keys)
+      if (s == stream) return key;
+    void *memory = nullptr;
+    detail::check(cudaMalloc(&memory, sizeof(uint64_t)), "CUDA graph call key");
+    keys.emplace_back(stream, static_cast<uint64_t *>(memory));
+    return keys.back().second;
+  }
+  void drop(Graph &graph) {
+    if (graph.exec && cudaGraphExecDestroy(graph.exec) != cudaSuccess) (void)cudaGetLastError();
+    graph.exec = nullptr;
+  }
+  void giveUp(const std::string &why) {
+    disabled = true;
+    (void)cudaGetLastError();
+    std::fprintf(stderr, "pipec stage: %s: capturing a CUDA graph failed (%s); this entry point issues its launches "
+                 "one by one from now on\n", entryPoint, why.c_str());
+  }
+  /// Captures `work` on `stream` into an executable graph; nullptr (after
+  /// giveUp) when anything in it cannot be captured.
+  cudaGraphExec_t capture(cudaStream_t stream, const std::function<void(const uint64_t *)> &work, const uint64_t *key) {
+    const cudaError_t began = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+    if (began != cudaSuccess) {
+      giveUp(cudaGetErrorString(began));
+      return nullptr;
+    }
+    std::string failure;
+    const uint64_t generation = libraryMemoryGeneration.load();
+    try {
+      work(key);
+    } catch (const std::exception &error) {
+      failure = error.what();
+    }
+    if (failure.empty() && libraryMemoryGeneration.load() != generation)
+      failure = "the kernels' scratch memory was allocated during the capture";
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    if (failure.empty() && ended != cudaSuccess) failure = cudaGetErrorString(ended);
+    cudaGraphExec_t exec = nullptr;
+    if (failure.empty()) {
+      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+      if (made != cudaSuccess) failure = cudaGetErrorString(made), exec = nullptr;
+    }
+    if (graph) (void)cudaGraphDestroy(graph);
+    if (!failure.empty()) giveUp(failure);
+    return exec;
+  }
+};
+
+CallGraphs::CallGraphs(const char *entryPoint) : state_(new State) { state_->entryPoint = entryPoint; }
+
+CallGraphs::~CallGraphs() {
+  // Thread-local objects die at thread exit, possibly after the driver:
+  // failures are ignored.
+  for (auto &entry : state_->graphs) state_->drop(entry.second);
+  for (auto &key : state_->keys)
+    if (cudaFree(key.second) != cudaSuccess) (void)cudaGetLastError();
+  delete state_;
+}
+
+void CallGraphs::run(const pipec_call *call, const pipec_stage_desc &stage, bool drawsDropout,
+                     const std::function<void(const uint64_t *callKey)> &work) {
+  State &s = *state_;
+  const cudaStream_t stream = currentStream;
+  const uint64_t *key = nullptr;
+  if (drawsDropout) {
+    uint64_t *memory = s.keyFor(stream);
+    storeKeyKernel<<<1, 1, 0, stream>>>(
+        memory, kernels::dropoutCallKey(call->seed, (uint64_t)call->step, (uint64_t)call->microbatch));
+    detail::checkLaunch("CUDA graph call key");
+    key = memory;
+  }
+  bool &warm = s.warm[call->inference != 0];
+  if (!warm || s.disabled || call->no_graphs || call->timer) {
+    work(key);
+    warm = true;
+    return;
+  }
+  const std::vector<uintptr_t> signature = callSignature(*call, stage);
+  const uint64_t generation = libraryMemoryGeneration.load();
+  auto found = s.graphs.find(signature);
+  if (found != s.graphs.end() && found->second.memoryGeneration != generation) {
+    s.drop(found->second);
+    s.graphs.erase(found);
+    found = s.graphs.end();
+  }
+  if (found == s.graphs.end()) {
+    if ((int)s.graphs.size() >= kMaxCallGraphs) {
+      auto oldest = s.graphs.begin();
+      for (auto it = s.graphs.begin(); it != s.graphs.end(); ++it)
+        if (it->second.lastUse < oldest->second.lastUse) oldest = it;
+      s.drop(oldest->second); // a graph still running is freed when it finishes
+      s.graphs.erase(oldest);
+    }
+    cudaGraphExec_t exec = s.capture(stream, work, key);
+    if (!exec) {
+      work(key); // what the failed capture did not run
+      return;
+    }
+    found = s.graphs.emplace(signature, State::Graph{exec, libraryMemoryGeneration.load(), 0}).first;
+  }
+  found->second.lastUse = ++s.uses;
+  detail::check(cudaGraphLaunch(found->second.exec, stream), "CUDA graph launch");
 }
 
 } // namespace pipec::kernels::cuda

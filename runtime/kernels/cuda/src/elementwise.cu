@@ -161,7 +161,8 @@ template <class From, class To> __global__ void castKernel(const From *x, int64_
 /// explicit _rn intrinsics keep nvcc from contracting anything.
 template <class T>
 __global__ void dropoutKernel(const T *x, int64_t n, T *y, uint8_t *mask, double ratio, double scale,
-                              uint64_t streamKey) {
+                              StreamKey key) {
+  const uint64_t streamKey = key.resolve();
   for (int64_t i = firstIndex(); i < n; i += gridStride()) {
     const bool keep = kernels::dropoutUniform(streamKey, (uint64_t)i) >= ratio;
     const float v = toF(x[i]);
@@ -178,7 +179,9 @@ __global__ void dropoutGradKernel(const T *dy, const uint8_t *mask, int64_t n, T
 
 /// dropoutGradKernel with the forward's mask drawn again from its key.
 template <class T>
-__global__ void dropoutGradRedrawnKernel(const T *dy, int64_t n, T *dx, kernels::DropoutDraws draws) {
+__global__ void dropoutGradRedrawnKernel(const T *dy, int64_t n, T *dx, kernels::DropoutDraws draws,
+                                         StreamKey key) {
+  draws.streamKey = key.resolve();
   for (int64_t i = firstIndex(); i < n; i += gridStride())
     dx[i] = fromF<T>(draws.kept((uint64_t)i) ? (float)__dmul_rn((double)toF(dy[i]), draws.scale) : 0.0f);
 }
@@ -272,7 +275,7 @@ template <class From, class To> void cast(const From *x, int64_t n, To *y) {
 }
 
 template <class T>
-void dropoutT(const T *x, int64_t n, T *y, uint8_t *mask, float ratio, bool training, uint64_t streamKey) {
+void dropoutT(const T *x, int64_t n, T *y, uint8_t *mask, float ratio, bool training, StreamKey streamKey) {
   const double r = ratio; // the evaluator holds the f32 attribute as a double
   if (!(r >= 0.0 && r < 1.0)) fail("nn.dropout", "ratio must be in [0, 1), got " + std::to_string(r));
   if (n <= 0) return;
@@ -287,15 +290,15 @@ void dropoutT(const T *x, int64_t n, T *y, uint8_t *mask, float ratio, bool trai
 }
 
 template <class T>
-void dropoutGradRedrawnT(const T *dy, int64_t n, T *dx, float ratio, bool training, uint64_t streamKey) {
-  const kernels::DropoutDraws draws = kernels::dropoutDraws("nn.dropout_grad", ratio, training, streamKey);
+void dropoutGradRedrawnT(const T *dy, int64_t n, T *dx, float ratio, bool training, StreamKey streamKey) {
+  const kernels::DropoutDraws draws = kernels::dropoutDraws("nn.dropout_grad", ratio, training, 0); // key: on the device
   if (n <= 0) return;
   if (!draws.active) {
     if (dx != dy)
       check(cudaMemcpyAsync(dx, dy, (size_t)n * sizeof(T), cudaMemcpyDeviceToDevice, stream()), "nn.dropout_grad");
     return;
   }
-  launch("nn.dropout_grad", n, dropoutGradRedrawnKernel<T>, dy, n, dx, draws);
+  launch("nn.dropout_grad", n, dropoutGradRedrawnKernel<T>, dy, n, dx, draws, streamKey);
 }
 
 template <class T> void dropoutGradT(const T *dy, const uint8_t *mask, int64_t n, T *dx, float ratio, bool training) {
@@ -344,19 +347,19 @@ void binaryGrad(BinaryGrad op, const bf16 *dy, const bf16 *lhs, const Shape &ls,
                 bf16 *dx) {
   binaryGradT(op, dy, lhs, ls, rhs, rs, dx);
 }
-void dropout(const float *x, int64_t n, float *y, uint8_t *mask, float ratio, bool training, uint64_t streamKey) {
+void dropout(const float *x, int64_t n, float *y, uint8_t *mask, float ratio, bool training, StreamKey streamKey) {
   dropoutT(x, n, y, mask, ratio, training, streamKey);
 }
-void dropout(const bf16 *x, int64_t n, bf16 *y, uint8_t *mask, float ratio, bool training, uint64_t streamKey) {
+void dropout(const bf16 *x, int64_t n, bf16 *y, uint8_t *mask, float ratio, bool training, StreamKey streamKey) {
   dropoutT(x, n, y, mask, ratio, training, streamKey);
 }
 void dropoutGrad(const float *dy, const uint8_t *mask, int64_t n, float *dx, float ratio, bool training) {
   dropoutGradT(dy, mask, n, dx, ratio, training);
 }
-void dropoutGradRedrawn(const float *dy, int64_t n, float *dx, float ratio, bool training, uint64_t streamKey) {
+void dropoutGradRedrawn(const float *dy, int64_t n, float *dx, float ratio, bool training, StreamKey streamKey) {
   dropoutGradRedrawnT(dy, n, dx, ratio, training, streamKey);
 }
-void dropoutGradRedrawn(const bf16 *dy, int64_t n, bf16 *dx, float ratio, bool training, uint64_t streamKey) {
+void dropoutGradRedrawn(const bf16 *dy, int64_t n, bf16 *dx, float ratio, bool training, StreamKey streamKey) {
   dropoutGradRedrawnT(dy, n, dx, ratio, training, streamKey);
 }
 void dropoutGrad(const bf16 *dy, const uint8_t *mask, int64_t n, bf16 *dx, float ratio, bool training) {

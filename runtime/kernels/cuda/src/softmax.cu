@@ -199,7 +199,9 @@ template <class P> __device__ void packRowBf16(float *row, int64_t n) {
 /// then P's dropout (each lane on the elements it wrote); for bf16 storage
 /// (E) the row is then packed to bf16 for the product with v.
 template <class P, class E>
-__global__ void attentionSoftmaxKernel(float *z, ScoreBlock b, DropoutDraws drop, float *lse, int64_t segments) {
+__global__ void attentionSoftmaxKernel(float *z, ScoreBlock b, DropoutDraws drop, StreamKey key, float *lse,
+                                       int64_t segments) {
+  if (drop.active) drop.streamKey = key.resolve();
   for (int64_t seg = P::first(); seg < segments; seg += P::step()) {
     float *zr = z + b.offset(seg);
     for (int64_t j = P::lane(); j < b.T; j += P::lanes()) zr[j] = b.value(zr[j], seg, j);
@@ -242,8 +244,9 @@ __global__ void rowDotKernel(const E *dy, const E *y, float *dot, int64_t rows, 
 /// With dropout, dP first goes through dropout's gradient and P, after its
 /// use here, is dropped out in place for dv's product (dot = rowsum(dy ⊙ y)
 /// is still rowsum(P ⊙ dP): docs/cuda-kernels.md).
-__global__ void attentionScoreGradKernel(float *p, float *dp, ScoreBlock b, DropoutDraws drop, const float *dot,
-                                         int64_t n) {
+__global__ void attentionScoreGradKernel(float *p, float *dp, ScoreBlock b, DropoutDraws drop, StreamKey key,
+                                         const float *dot, int64_t n) {
+  if (drop.active) drop.streamKey = key.resolve();
   for (int64_t e = detail::firstIndex(); e < n; e += detail::gridStride()) {
     const int64_t seg = e / b.T, j = e - seg * b.T, at = b.offset(seg) + j;
     const bool masked = b.mask && maskedAt(b.mask, b.map, b.row(seg) * b.T + j, b.maskedWhen);
@@ -514,11 +517,11 @@ template <class E> struct PackedRows {
 template <class E>
 void attentionT(const E *q, const Shape &qs, const E *k, const Shape &ks, const E *v, const Shape &vs,
                 const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
-                bool maskedWhen, float dropoutRatio, bool training, uint64_t dropoutStreamKey, E *y, float *lse,
+                bool maskedWhen, float dropoutRatio, bool training, StreamKey dropoutStreamKey, E *y, float *lse,
                 const Workspace &workspace) {
   const char *op = "nn.attention";
   const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
-  const DropoutDraws drop = kernels::dropoutDraws(op, dropoutRatio, training, dropoutStreamKey);
+  const DropoutDraws drop = kernels::dropoutDraws(op, dropoutRatio, training, 0) /* key: on the device */;
   Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cuda, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   float *z = scratch.shared<float>(a.L * block * a.T);
@@ -532,7 +535,7 @@ void attentionT(const E *q, const Shape &qs, const E *k, const Shape &ks, const 
     if (a.T > 0) {
       launchPerSegment(segments, a.T, 1, [&](auto lanes, unsigned grid, unsigned threads) {
         using P = decltype(lanes);
-        attentionSoftmaxKernel<P, E><<<grid, threads, 0, detail::stream()>>>(z, b, drop, lse, segments);
+        attentionSoftmaxKernel<P, E><<<grid, threads, 0, detail::stream()>>>(z, b, drop, dropoutStreamKey, lse, segments);
       });
       detail::checkLaunch(op);
     }
@@ -551,10 +554,10 @@ template <class E>
 void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const Shape &ks, const E *v,
                     const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const E *y,
                     const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
-                    bool training, uint64_t dropoutStreamKey, E *dq, E *dk, E *dv, const Workspace &workspace) {
+                    bool training, StreamKey dropoutStreamKey, E *dq, E *dk, E *dv, const Workspace &workspace) {
   const char *op = "nn.attention_grad";
   const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
-  const DropoutDraws drop = kernels::dropoutDraws(op, dropoutRatio, training, dropoutStreamKey);
+  const DropoutDraws drop = kernels::dropoutDraws(op, dropoutRatio, training, 0) /* key: on the device */;
   Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cuda, qs, ks, vs));
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   float *p = scratch.shared<float>(a.L * block * a.T), *dz = scratch.shared<float>(a.L * block * a.T);
@@ -589,7 +592,7 @@ void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const 
     nn::gemmStridedBatched(op, false, true, b.rows, a.T, a.Dv, 1.0f, dy + b.r0 * a.Dv, a.Dv, a.S * a.Dv, v, a.Dv,
                            a.T * a.Dv, 0.0f, dz, a.T, block * a.T, a.L);
     if (n > 0) {
-      attentionScoreGradKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(p, dz, b, drop, dot,
+      attentionScoreGradKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(p, dz, b, drop, dropoutStreamKey, dot,
                                                                                                   n);
       detail::checkLaunch(op);
       if constexpr (std::is_same_v<E, bf16>) {
@@ -614,14 +617,14 @@ void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const 
 
 void attention(const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v, const Shape &vs,
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
-               bool maskedWhen, float dropoutRatio, bool training, uint64_t dropoutStreamKey, float *y, float *lse,
+               bool maskedWhen, float dropoutRatio, bool training, StreamKey dropoutStreamKey, float *y, float *lse,
                const Workspace &workspace) {
   attentionT(q, qs, k, ks, v, vs, mask, additive, ms, scale, divide, fill, maskedWhen, dropoutRatio, training,
              dropoutStreamKey, y, lse, workspace);
 }
 void attention(const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v, const Shape &vs,
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
-               bool maskedWhen, float dropoutRatio, bool training, uint64_t dropoutStreamKey, bf16 *y, float *lse,
+               bool maskedWhen, float dropoutRatio, bool training, StreamKey dropoutStreamKey, bf16 *y, float *lse,
                const Workspace &workspace) {
   attentionT(q, qs, k, ks, v, vs, mask, additive, ms, scale, divide, fill, maskedWhen, dropoutRatio, training,
              dropoutStreamKey, y, lse, workspace);
@@ -630,7 +633,7 @@ void attention(const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, c
 void attentionGrad(const float *dy, const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v,
                    const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const float *y,
                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
-                   bool training, uint64_t dropoutStreamKey, float *dq, float *dk, float *dv,
+                   bool training, StreamKey dropoutStreamKey, float *dq, float *dk, float *dv,
                    const Workspace &workspace) {
   attentionGradT(dy, q, qs, k, ks, v, vs, mask, additive, ms, y, lse, scale, divide, fill, maskedWhen, dropoutRatio,
                  training, dropoutStreamKey, dq, dk, dv, workspace);
@@ -638,7 +641,7 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
 void attentionGrad(const bf16 *dy, const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v,
                    const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const bf16 *y,
                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
-                   bool training, uint64_t dropoutStreamKey, bf16 *dq, bf16 *dk, bf16 *dv,
+                   bool training, StreamKey dropoutStreamKey, bf16 *dq, bf16 *dk, bf16 *dv,
                    const Workspace &workspace) {
   attentionGradT(dy, q, qs, k, ks, v, vs, mask, additive, ms, y, lse, scale, divide, fill, maskedWhen, dropoutRatio,
                  training, dropoutStreamKey, dq, dk, dv, workspace);

@@ -65,6 +65,9 @@ Shape convOutputShape(const Shape &x, const Shape &w, const Dims &strides, const
 Shape poolOutputShape(const Shape &x, const Dims &kernel, const Dims &strides, const Dims &pads,
                       const Dims &dilations, bool ceilMode);
 
+/// A dropout stream key (pipec::kernels::dropoutStreamKey) as the kernels take it.
+using DropoutKey = uint64_t;
+
 #include "pipec/kernel_api.inc"
 
 //===----------------------------------------------------------------------===//

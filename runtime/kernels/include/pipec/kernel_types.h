@@ -211,13 +211,22 @@ constexpr uint64_t dropoutMix64(uint64_t z) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+/// The part of every dropout key that one call (a micro-batch of a step)
+/// shares: what a CUDA stage writes to device memory before each call, so
+/// that a replayed CUDA graph of the call draws that call's masks.
+constexpr uint64_t dropoutCallKey(uint64_t seed, uint64_t step, uint64_t microBatch) {
+  uint64_t key = dropoutMix64(seed + kDropoutGamma);
+  key = dropoutMix64(key ^ (step + kDropoutGamma));
+  return dropoutMix64(key ^ (microBatch + kDropoutGamma));
+}
+/// The key of one dropout op's mask from its call's key.
+constexpr uint64_t dropoutOpStreamKey(uint64_t callKey, uint64_t opId) {
+  return dropoutMix64(callKey ^ (opId + kDropoutGamma));
+}
 /// The key of one dropout op's mask in one micro-batch of one step.
 constexpr uint64_t dropoutStreamKey(uint64_t seed, uint64_t step, uint64_t microBatch,
                                     uint64_t opId) {
-  uint64_t key = dropoutMix64(seed + kDropoutGamma);
-  key = dropoutMix64(key ^ (step + kDropoutGamma));
-  key = dropoutMix64(key ^ (microBatch + kDropoutGamma));
-  return dropoutMix64(key ^ (opId + kDropoutGamma));
+  return dropoutOpStreamKey(dropoutCallKey(seed, step, microBatch), opId);
 }
 /// The top 53 bits of element `index` of the stream.
 constexpr uint64_t dropoutDraw(uint64_t streamKey, uint64_t index) {

@@ -150,10 +150,25 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
 inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
                                      cublasLtMatrixLayout_t a, const void *B, cublasLtMatrixLayout_t b, const void *beta,
                                      const void *C, cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t dl,
-                                     const cublasLtMatmulAlgo_t *algo, void *, size_t, cudaStream_t stream) {
+                                     const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspaceBytes,
+                                     cudaStream_t stream) {
   emu::checkStream(stream);
-  ++emu::ltMatmulCalls;
   if (!emu::ltTypesSupported(d, a, b, c, dl)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  {
+    // Captured: the descriptors, the algorithm and alpha/beta as they are now.
+    const EmuLtDesc desc = *d;
+    const EmuLtLayout la = *a, lb = *b, lc = *c, ld = *dl;
+    const cublasLtMatmulAlgo_t chosen = *algo;
+    const float al = *(const float *)alpha, be = *(const float *)beta;
+    if (emu::recorded(stream, [=] {
+          EmuLtDesc d2 = desc;
+          EmuLtLayout a2 = la, b2 = lb, c2 = lc, dl2 = ld;
+          cublasLtMatmul(nullptr, &d2, &al, A, &a2, B, &b2, &be, C, &c2, D, &dl2, &chosen, workspace, workspaceBytes,
+                         stream);
+        }))
+      return CUBLAS_STATUS_SUCCESS;
+  }
+  ++emu::ltMatmulCalls;
   if (a->type == CUDA_R_16BF) ++emu::ltBf16Calls;
   uint32_t alignment[4];
   std::memcpy(alignment, algo->data, sizeof alignment);

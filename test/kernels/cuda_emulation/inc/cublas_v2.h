@@ -46,8 +46,22 @@ inline cublasStatus_t cublasGemmStridedBatchedEx_64(cublasHandle_t, cublasOperat
     const void *alpha, const void *A, cudaDataType at, int64_t lda, long long sA, const void *B, cudaDataType bt, int64_t ldb, long long sB,
     const void *beta, void *C, cudaDataType ct, int64_t ldc, long long sC, int64_t batch, cublasComputeType_t cty, cublasGemmAlgo_t) {
   emu::checkStream(emu::blasStream);
-  ++emu::gemmCalls;
   if (!emu::gemmTypesSupported(at, bt, ct, cty)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  {
+    // Captured: alpha and beta are read now (host pointer mode), the rest when the graph runs.
+    const float al = *(const float *)alpha, be = *(const float *)beta;
+    const cudaStream_t s = emu::blasStream;
+    auto handle = cublasHandle_t{};
+    if (emu::recorded(s, [=] {
+          const cudaStream_t before = emu::blasStream;
+          emu::blasStream = s;
+          cublasGemmStridedBatchedEx_64(handle, ta, tb, m, n, k, &al, A, at, lda, sA, B, bt, ldb, sB, &be, C, ct, ldc, sC,
+                                        batch, cty, CUBLAS_GEMM_DEFAULT);
+          emu::blasStream = before;
+        }))
+      return CUBLAS_STATUS_SUCCESS;
+  }
+  ++emu::gemmCalls;
   emu::lastGemmTypes = {at, bt, ct, (int)cty};
   if (at == CUDA_R_16BF) ++emu::gemmBf16Calls;
   if (m < 0 || n < 0 || k < 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;

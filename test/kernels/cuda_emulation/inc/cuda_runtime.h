@@ -4,9 +4,24 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <utility>
+#include <vector>
 struct CUstream_st;
 typedef CUstream_st *cudaStream_t;
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidConfiguration = 9, cudaErrorInvalidValue = 1 };
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidValue = 1,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
+};
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1, cudaStreamCaptureModeRelaxed = 2 };
+// A CUDA graph of the emulation: the stream work captured, in order.
+struct CUgraph_st { std::vector<std::function<void()>> work; };
+typedef CUgraph_st *cudaGraph_t;
+struct CUgraphExec_st { std::vector<std::function<void()>> work; };
+typedef CUgraphExec_st *cudaGraphExec_t;
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 #define cudaHostAllocMapped 2
 #define cudaHostAllocPortable 1
@@ -29,6 +44,36 @@ inline long streamMemsets = 0;   // cudaMemsetAsync
 // synchronize the device implicitly.
 inline long hostSyncs = 0;
 inline long deviceAllocations = 0; // cudaMalloc and cudaMallocAsync calls
+// Stream capture (cudaStreamBeginCapture ... cudaStreamEndCapture): while a
+// stream captures, work issued on it is recorded, with its arguments as they
+// are now (as CUDA copies kernel arguments at capture), instead of run;
+// cudaGraphLaunch runs the recording. What CUDA refuses while capturing
+// (host waits, allocations, frees) invalidates the capture, as on a GPU.
+inline bool capturing = false, captureInvalidated = false;
+inline cudaStream_t captureStream = nullptr;
+inline std::vector<std::function<void()>> recording;
+inline bool replaying = false;
+inline long graphLaunches = 0; // cudaGraphLaunch calls
+inline long graphWork = 0;     // launches, GEMMs, copies and memsets run by graph launches
+// Work on stream s: true when it was recorded into the capture (the caller
+// returns without running it).
+inline bool recorded(cudaStream_t s, std::function<void()> work) {
+  if (!capturing) {
+    if (replaying) ++graphWork;
+    return false;
+  }
+  if (s != captureStream) {
+    std::fprintf(stderr, "EMU: work on stream %p while stream %p captures\n", (void *)s, (void *)captureStream);
+    std::abort();
+  }
+  recording.push_back(std::move(work));
+  return true;
+}
+// A call CUDA refuses during a capture: it invalidates the capture.
+inline bool refusedWhileCapturing() {
+  if (capturing) captureInvalidated = true;
+  return capturing;
+}
 inline void checkStream(cudaStream_t s) {
   if (s != expectedStream) {
     std::fprintf(stderr, "EMU: work on stream %p, expected %p\n", (void *)s, (void *)expectedStream);
@@ -39,16 +84,18 @@ inline void checkStream(cudaStream_t s) {
 inline const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
 inline cudaError_t cudaGetLastError() { cudaError_t e = emu::lastError; emu::lastError = cudaSuccess; return e; }
 inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
-inline cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s) { emu::checkStream(s); ++emu::deviceAllocations; *p = std::malloc(n); std::memset(*p, 0xff, n); return cudaSuccess; }
-inline cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { emu::checkStream(s); std::free(p); return cudaSuccess; }
-inline cudaError_t cudaMalloc(void **p, size_t n) { ++emu::deviceAllocations; *p = std::malloc(n); return cudaSuccess; }
+inline cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; emu::checkStream(s); ++emu::deviceAllocations; *p = std::malloc(n); std::memset(*p, 0xff, n); return cudaSuccess; }
+inline cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; emu::checkStream(s); std::free(p); return cudaSuccess; }
+inline cudaError_t cudaMalloc(void **p, size_t n) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::deviceAllocations; *p = std::malloc(n); return cudaSuccess; }
 // For tests that load an emulated stage library: its device allocations so far.
 extern "C" __attribute__((weak, visibility("default"))) long pipec_emu_device_allocations() {
   return emu::deviceAllocations;
 }
 // For tests that load an emulated stage library: one of the counts above so
 // far, by name ("kernels", "cublas_gemms", "cublaslt_matmuls", "memcpys",
-// "memsets", "host_syncs"); -1 for a name it does not know.
+// "memsets", "host_syncs", "graph_launches", "graph_work": the launches,
+// GEMMs, copies and memsets that graph launches ran, which the first six
+// also count); -1 for a name it does not know.
 extern "C" __attribute__((weak, visibility("default"))) long pipec_emu_count(const char *what) {
   const struct {
     const char *name;
@@ -58,17 +105,53 @@ extern "C" __attribute__((weak, visibility("default"))) long pipec_emu_count(con
                 {"cublaslt_matmuls", emu::ltMatmulCalls},
                 {"memcpys", emu::streamCopies},
                 {"memsets", emu::streamMemsets},
-                {"host_syncs", emu::hostSyncs}};
+                {"host_syncs", emu::hostSyncs},
+                {"graph_launches", emu::graphLaunches},
+                {"graph_work", emu::graphWork}};
   for (const auto &count : counts)
     if (std::strcmp(count.name, what) == 0) return count.value;
   return -1;
 }
-inline cudaError_t cudaFree(void *p) { ++emu::hostSyncs; std::free(p); return cudaSuccess; }
-inline cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) { ++emu::hostSyncs; std::memcpy(d, s, n); return cudaSuccess; }
-inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t st) { emu::checkStream(st); ++emu::streamCopies; if (d != s) std::memcpy(d, s, n); return cudaSuccess; }
-inline cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) { emu::checkStream(st); ++emu::streamMemsets; std::memset(d, v, n); return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { ++emu::hostSyncs; return cudaSuccess; }
-inline cudaError_t cudaDeviceSynchronize() { ++emu::hostSyncs; return cudaSuccess; }
-inline cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { *p = std::calloc(1, n); return cudaSuccess; }
+inline cudaError_t cudaFree(void *p) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; std::free(p); return cudaSuccess; }
+inline cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; std::memcpy(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st) { emu::checkStream(st); if (emu::recorded(st, [=] { cudaMemcpyAsync(d, s, n, k, st); })) return cudaSuccess; ++emu::streamCopies; if (d != s) std::memcpy(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) { emu::checkStream(st); if (emu::recorded(st, [=] { cudaMemsetAsync(d, v, n, st); })) return cudaSuccess; ++emu::streamMemsets; std::memset(d, v, n); return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; return cudaSuccess; }
+inline cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; *p = std::calloc(1, n); return cudaSuccess; }
 inline cudaError_t cudaHostGetDevicePointer(void **d, void *h, unsigned) { *d = h; return cudaSuccess; }
-inline cudaError_t cudaFreeHost(void *p) { ++emu::hostSyncs; std::free(p); return cudaSuccess; }
+inline cudaError_t cudaFreeHost(void *p) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; std::free(p); return cudaSuccess; }
+inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+  if (emu::capturing) return cudaErrorStreamCaptureUnsupported;
+  emu::checkStream(s);
+  emu::capturing = true;
+  emu::captureInvalidated = false;
+  emu::captureStream = s;
+  emu::recording.clear();
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph) {
+  if (!emu::capturing || s != emu::captureStream) return cudaErrorInvalidValue;
+  emu::capturing = false;
+  *graph = nullptr;
+  std::vector<std::function<void()>> work = std::move(emu::recording);
+  emu::recording.clear();
+  if (emu::captureInvalidated) return cudaErrorStreamCaptureInvalidated;
+  *graph = new CUgraph_st{std::move(work)};
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long = 0) {
+  *exec = new CUgraphExec_st{graph->work};
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  emu::checkStream(s);
+  if (emu::capturing || emu::replaying) return cudaErrorInvalidValue;
+  ++emu::graphLaunches;
+  emu::replaying = true;
+  for (const auto &work : exec->work) work();
+  emu::replaying = false;
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphDestroy(cudaGraph_t graph) { delete graph; return cudaSuccess; }
+inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) { delete exec; return cudaSuccess; }

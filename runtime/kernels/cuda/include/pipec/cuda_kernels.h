@@ -40,6 +40,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -144,6 +145,53 @@ double profileClock();
 /// the last call; also reports failed launches (cudaGetLastError).
 void raiseDeviceErrors();
 
+/// The stream work of one entry point of a generated stage, replayed from
+/// CUDA graphs (docs/cuda-codegen.md, "CUDA graphs"): one object per entry
+/// point and thread. run() first writes the call's dropout key
+/// (pipec::kernels::dropoutCallKey of its seed, step and micro-batch) to
+/// device memory, where the call's StreamKeys read it, then:
+/// - runs `work` launch by launch on the first call of each kind (training,
+///   inference: lazy set-up such as constant tables and library handles
+///   happens then), when the call asks for it (a timer, `no_graphs`), and
+///   for good once a capture failed (said once on stderr);
+/// - otherwise launches the graph of the call's buffers (every pointer of
+///   the call, its stream, loss scale and inference flag), capturing `work`
+///   into it first if it is new, or if the kernels' own scratch memory was
+///   reallocated since (the graph would hold freed addresses). At most
+///   kMaxCallGraphs graphs per object; the least recently used goes.
+/// `work` receives the key's device address (nullptr without dropout).
+class CallGraphs {
+public:
+  static constexpr int kMaxCallGraphs = 64;
+  explicit CallGraphs(const char *entryPoint);
+  ~CallGraphs();
+  CallGraphs(const CallGraphs &) = delete;
+  CallGraphs &operator=(const CallGraphs &) = delete;
+  void run(const pipec_call *call, const pipec_stage_desc &stage, bool drawsDropout,
+           const std::function<void(const uint64_t *callKey)> &work);
+
+private:
+  struct State;
+  State *state_;
+};
+
+/// A dropout stream key as the kernels take it: `value` itself, or, with
+/// `call` set, pipec::kernels::dropoutOpStreamKey(*call, value) with `*call`
+/// read on the device when the kernel runs. Generated entry points pass the
+/// second kind (CallGraphs writes the call's key before the call's work), so
+/// that a CUDA graph of a call draws that call's masks on every replay.
+struct StreamKey {
+  uint64_t value = 0;             // the key (call == nullptr) or the op's id
+  const uint64_t *call = nullptr; // device memory: the call's dropoutCallKey
+  StreamKey(uint64_t key) : value(key) {} // NOLINT: a plain key converts
+  StreamKey(const uint64_t *callKey, uint64_t opId) : value(opId), call(callKey) {}
+#if defined(__CUDACC__) || defined(PIPEC_CUDA_EMULATION)
+  /// The key, on the device.
+  __device__ uint64_t resolve() const { return call ? kernels::dropoutOpStreamKey(*call, value) : value; }
+#endif
+};
+using DropoutKey = StreamKey;
+
 #include "pipec/kernel_api.inc"
 
 //===----------------------------------------------------------------------===//
@@ -199,9 +247,9 @@ void binary(Binary op, const bf16 *a, const Shape &as, const bf16 *b, const Shap
 void binaryGrad(BinaryGrad op, const bf16 *dy, const bf16 *lhs, const Shape &ls, const bf16 *rhs,
                 const Shape &rs, bf16 *dx);
 void dropout(const bf16 *x, int64_t n, bf16 *y, uint8_t *mask, float ratio, bool training,
-             uint64_t streamKey);
+             StreamKey streamKey);
 void dropoutGrad(const bf16 *dy, const uint8_t *mask, int64_t n, bf16 *dx, float ratio, bool training);
-void dropoutGradRedrawn(const bf16 *dy, int64_t n, bf16 *dx, float ratio, bool training, uint64_t streamKey);
+void dropoutGradRedrawn(const bf16 *dy, int64_t n, bf16 *dx, float ratio, bool training, StreamKey streamKey);
 void rotary(const bf16 *x, const Shape &xs, const float *cos, const Shape &cs, const float *sin,
             const Shape &ss, bf16 *y, bool interleaved, bool transposed);
 
@@ -244,12 +292,12 @@ void maskedSoftmaxGrad(const bf16 *dy, const bf16 *y, const Shape &s, const uint
 /// of 64 rows as they accumulate (docs/cuda-kernels.md, "bf16 storage").
 void attention(const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v, const Shape &vs,
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
-               bool maskedWhen, float dropoutRatio, bool training, uint64_t dropoutStreamKey, bf16 *y, float *lse,
+               bool maskedWhen, float dropoutRatio, bool training, StreamKey dropoutStreamKey, bf16 *y, float *lse,
                const Workspace &scratch = {});
 void attentionGrad(const bf16 *dy, const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v,
                    const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const bf16 *y,
                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
-                   bool training, uint64_t dropoutStreamKey, bf16 *dq, bf16 *dk, bf16 *dv,
+                   bool training, StreamKey dropoutStreamKey, bf16 *dq, bf16 *dk, bf16 *dv,
                    const Workspace &scratch = {});
 /// Cross-entropy on bf16 scores; the loss (and dloss) stay float.
 template <class L>
