@@ -79,11 +79,26 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     Type element = tensorType(value).getElementType();
     return element.isInteger(1) ? std::string("uint8_t") : cType(element);
   };
+  // CUDA: each thread takes V consecutive elements, and the operands read
+  // or written at the element's own index (not broadcast) move in one
+  // aligned load or store of V elements (up to 16 bytes) each; the launch
+  // falls back to V = 1 when a pointer or the count does not allow it.
+  struct PackedOperand {
+    std::string name, type;
+  };
+  SmallVector<PackedOperand> packedInputs, packedOutputs;
+  SmallVector<std::string> outputPointers; // the results' pointer expressions
+  auto packedName = [](const std::string &name) { return name + "v.v[v]"; };
   for (auto [i, input] : llvm::enumerate(fused.getInputs())) {
     std::string name = "in" + std::to_string(i);
     parameters.push_back("const " + memoryType(input) + " *__restrict__ " + name);
     arguments.push_back(ptr(input));
-    std::string element = name + "[" + broadcastIndex(tensorType(input).getShape(), space, index) + "]";
+    const std::string at = broadcastIndex(tensorType(input).getShape(), space, index);
+    std::string element = name + "[" + at + "]";
+    if (cuda() && at == index) {
+      packedInputs.push_back({name, memoryType(input)});
+      element = packedName(name);
+    }
     if (scalarType(input) == "bool")
       element = "bool(" + element + ")";
     else if (tensorType(input).getElementType().isBF16())
@@ -189,10 +204,16 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     std::string name = "out" + std::to_string(i);
     parameters.push_back(memoryType(result) + " *__restrict__ " + name);
     arguments.push_back(allocate(result));
+    outputPointers.push_back(arguments.back());
     std::string value = scalar.lookup(yielded);
     if (tensorType(result).getElementType().isBF16())
       value = "pk::bf16(" + value + ")";
-    code << "    " << name << "[" << index << "] = " << value << ";\n";
+    if (cuda()) {
+      packedOutputs.push_back({name, memoryType(result)});
+      code << "    " << packedName(name) << " = " << value << ";\n";
+    } else {
+      code << "    " << name << "[" << index << "] = " << value << ";\n";
+    }
   }
   std::string signature = "int64_t n";
   for (const std::string &parameter : parameters)
@@ -202,14 +223,46 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     call += ", " + argument;
   if (cuda()) {
     std::string kernel = "fused" + std::to_string(counter++);
+    // V: 16 bytes of the widest packed operand, at most 8 elements.
+    int64_t widest = 1;
+    for (const PackedOperand &operand : llvm::concat<const PackedOperand>(packedInputs, packedOutputs))
+      widest = std::max<int64_t>(widest, operand.type == "uint8_t" ? 1 : operand.type == "pk::bf16" ? 2
+                                         : operand.type == "double" || operand.type == "int64_t" ? 8 : 4);
+    const int64_t width = std::min<int64_t>(8, 16 / widest);
     llvm::raw_string_ostream declarations(kernels);
-    declarations << "__global__ void " << kernel << "(" << signature << ") {\n"
-                 << prologue << "  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;"
-                    " i += (int64_t)gridDim.x * blockDim.x) {\n"
-                 << loop << "  }\n}\n\n";
-    out << "  if (" << count << " > 0) {\n    " << kernel << "<<<(unsigned)std::min<int64_t>("
-        << "(" << count << " + 255) / 256, 65535), 256, 0, static_cast<cudaStream_t>(call->stream)>>>("
-        << call << ");\n    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)\n"
+    declarations << "template <int V>\n__global__ void " << kernel << "(" << signature << ") {\n"
+                 << prologue
+                 << "  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < n / V;"
+                    " c += (int64_t)gridDim.x * blockDim.x) {\n"
+                    "    const int64_t i0 = c * V;\n";
+    for (const PackedOperand &input : packedInputs)
+      declarations << "    const pk::Packed<" << input.type << ", V> " << input.name << "v = pk::loadPacked<V>("
+                   << input.name << " + i0);\n";
+    for (const PackedOperand &output : packedOutputs)
+      declarations << "    pk::Packed<" << output.type << ", V> " << output.name << "v;\n";
+    declarations << "#pragma unroll\n    for (int v = 0; v < V; ++v) {\n      const int64_t i = i0 + v;\n";
+    SmallVector<StringRef> lines;
+    StringRef(loop).rtrim('\n').split(lines, '\n');
+    for (StringRef line : lines)
+      declarations << "  " << line << "\n";
+    declarations << "    }\n";
+    for (const PackedOperand &output : packedOutputs)
+      declarations << "    pk::storePacked(" << output.name << " + i0, " << output.name << "v);\n";
+    declarations << "  }\n}\n\n";
+    // Packed when the count divides and every packed pointer is aligned.
+    std::string packable = std::to_string(count) + " % " + std::to_string(width) + " == 0";
+    for (auto [i, input] : llvm::enumerate(fused.getInputs()))
+      if (llvm::any_of(packedInputs, [&](const PackedOperand &p) { return p.name == "in" + std::to_string(i); }))
+        packable += " && pk::packedAligned<" + std::to_string(width) + ">(" + ptr(input) + ")";
+    for (const std::string &output : outputPointers)
+      packable += " && pk::packedAligned<" + std::to_string(width) + ">(" + output + ")";
+    auto launch = [&](int64_t v) {
+      const std::string threads = v == 1 ? std::to_string(count) : std::to_string(count / v);
+      return kernel + "<" + std::to_string(v) + "><<<(unsigned)std::min<int64_t>((" + threads +
+             " + 255) / 256, 65535), 256, 0, static_cast<cudaStream_t>(call->stream)>>>(" + call + ");\n";
+    };
+    out << "  if (" << count << " > 0) {\n    if (" << packable << ")\n      " << launch(width) << "    else\n      "
+        << launch(1) << "    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)\n"
         << "      throw std::runtime_error(std::string(\"pipe.fused: \") + cudaGetErrorString(error));\n  }\n";
     return success();
   }

@@ -192,6 +192,25 @@ struct StreamKey {
 };
 using DropoutKey = StreamKey;
 
+/// V consecutive elements that move in one aligned load or store (at most
+/// 16 bytes): generated element-wise kernels read and write their
+/// non-broadcast operands this way (docs/cuda-codegen.md).
+template <class T, int V> struct alignas(sizeof(T) * V) Packed {
+  T v[V];
+};
+/// Whether every pointer is aligned for Packed<element, V> (host).
+template <int V, class... T> bool packedAligned(const T *...pointers) {
+  return ((reinterpret_cast<uintptr_t>(pointers) % (sizeof(T) * V) == 0) && ...);
+}
+#if defined(__CUDACC__) || defined(PIPEC_CUDA_EMULATION)
+template <int V, class T> __device__ __forceinline__ Packed<T, V> loadPacked(const T *at) {
+  return *reinterpret_cast<const Packed<T, V> *>(at);
+}
+template <int V, class T> __device__ __forceinline__ void storePacked(T *at, const Packed<T, V> &value) {
+  *reinterpret_cast<Packed<T, V> *>(at) = value;
+}
+#endif
+
 #include "pipec/kernel_api.inc"
 
 //===----------------------------------------------------------------------===//
