@@ -210,9 +210,24 @@ inline int64_t cudaLayerNormChunks(int64_t rows) {
 // nn.attention: rows of scores per block
 //===----------------------------------------------------------------------===//
 
-/// Query rows whose scores one block holds (both libraries): the S x T
-/// scores are never stored whole, only this many rows of them at a time.
+/// Query rows whose scores one block holds on the CPU (per slice and
+/// thread): the S x T scores are never stored whole, only this many rows of
+/// them at a time.
 inline int64_t attentionRowsPerBlock(int64_t S) { return S < 64 ? S : 64; }
+/// The float32 scores one CUDA block may hold, over all L slices at once.
+constexpr int64_t kCudaAttentionBlockBytes = int64_t(64) << 20;
+/// Query rows per block on CUDA, where every slice's block runs at once:
+/// as many multiples of 64 rows as fit kCudaAttentionBlockBytes (at least
+/// 64, at most S), so that a long context is a few blocks, each a few
+/// launches (GPT-2 124M at 4 x 1,024 tokens: 12 heads x 4 sequences,
+/// 256 rows, 4 blocks), rather than one block per 64 rows.
+inline int64_t cudaAttentionRowsPerBlock(int64_t L, int64_t S, int64_t T) {
+  if (S <= 64) return S;
+  const int64_t perRow = (L > 0 ? L : 1) * (T > 0 ? T : 1) * (int64_t)sizeof(float);
+  int64_t rows = kCudaAttentionBlockBytes / perRow / 64 * 64;
+  if (rows < 64) rows = 64;
+  return rows < S ? rows : S;
+}
 
 } // namespace pipec::kernels::plan
 

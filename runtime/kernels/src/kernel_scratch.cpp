@@ -44,23 +44,23 @@ ScratchNeed convWeightGradScratch(ScratchTarget target, const Shape &xs, const S
 
 ScratchNeed attentionScratch(ScratchTarget target, const Shape &qs, const Shape &ks, const Shape &vs) {
   const AttentionView v = attentionView("nn.attention", qs, ks, vs, Shape{}, false, false);
-  const int64_t block = plan::attentionRowsPerBlock(v.S) * v.T;
   ScratchNeed need;
   if (target == ScratchTarget::Cpu)
-    need.addPerThread<float>(block);
-  else
-    need.addShared<float>(v.L * block); // every slice's block of rows at once
+    need.addPerThread<float>(plan::attentionRowsPerBlock(v.S) * v.T);
+  else // every slice's block of rows at once
+    need.addShared<float>(v.L * plan::cudaAttentionRowsPerBlock(v.L, v.S, v.T) * v.T);
   return need;
 }
 
 ScratchNeed attentionGradScratch(ScratchTarget target, const Shape &qs, const Shape &ks, const Shape &vs) {
   const AttentionView v = attentionView("nn.attention_grad", qs, ks, vs, Shape{}, false, false);
-  const int64_t block = plan::attentionRowsPerBlock(v.S) * v.T;
   ScratchNeed need;
   if (target == ScratchTarget::Cpu) { // P and dz of one block
+    const int64_t block = plan::attentionRowsPerBlock(v.S) * v.T;
     need.addPerThread<float>(block);
     need.addPerThread<float>(block);
   } else { // P and dz of every slice's block, then each row's rowsum(dy ⊙ result)
+    const int64_t block = plan::cudaAttentionRowsPerBlock(v.L, v.S, v.T) * v.T;
     need.addShared<float>(v.L * block);
     need.addShared<float>(v.L * block);
     need.addShared<float>(v.L * v.S);

@@ -499,7 +499,7 @@ void maskedSoftmaxGrad(const bf16 *dy, const bf16 *y, const Shape &s, const uint
 namespace {
 ScoreBlock scoreBlock(const AttentionView &a, const uint8_t *mask, const float *additive, const Shape &ms,
                       float scale, bool divide, float fill, bool maskedWhen) {
-  ScoreBlock b{a.S, a.T, plan::attentionRowsPerBlock(a.S), 0, 0, mask, additive, {}, scale, fill, divide, maskedWhen};
+  ScoreBlock b{a.S, a.T, plan::cudaAttentionRowsPerBlock(a.L, a.S, a.T), 0, 0, mask, additive, {}, scale, fill, divide, maskedWhen};
   if (a.masked) b.map = detail::makeIndexMap<1>(a.scores, {detail::broadcastStrides(ms, a.scores)});
   return b;
 }
@@ -523,7 +523,7 @@ void attentionT(const E *q, const Shape &qs, const E *k, const Shape &ks, const 
   const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
   const DropoutDraws drop = kernels::dropoutDraws(op, dropoutRatio, training, 0) /* key: on the device */;
   Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cuda, qs, ks, vs));
-  const int64_t block = plan::attentionRowsPerBlock(a.S);
+  const int64_t block = plan::cudaAttentionRowsPerBlock(a.L, a.S, a.T);
   float *z = scratch.shared<float>(a.L * block * a.T);
   const int64_t w = PackedRows<E>::kWiden;
   ScoreBlock b = scoreBlock(a, mask, additive, ms, scale, divide, fill, maskedWhen);
@@ -549,7 +549,8 @@ void attentionT(const E *q, const Shape &qs, const E *k, const Shape &ks, const 
 // (L·T·(D + Dv) floats) do not fit the planned scratch, which the bf16 call
 // must not exceed. Each block's product is accumulated in float32 and added
 // to the bf16 partial sum in float32, then rounded: one bf16 rounding per
-// block of 64 query rows (S <= 64: one, like every other output).
+// block of query rows (plan::cudaAttentionRowsPerBlock; one block, like
+// every other output, when they all fit).
 template <class E>
 void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const Shape &ks, const E *v,
                     const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const E *y,
@@ -559,7 +560,7 @@ void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const 
   const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
   const DropoutDraws drop = kernels::dropoutDraws(op, dropoutRatio, training, 0) /* key: on the device */;
   Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cuda, qs, ks, vs));
-  const int64_t block = plan::attentionRowsPerBlock(a.S);
+  const int64_t block = plan::cudaAttentionRowsPerBlock(a.L, a.S, a.T);
   float *p = scratch.shared<float>(a.L * block * a.T), *dz = scratch.shared<float>(a.L * block * a.T);
   float *dot = scratch.shared<float>(a.L * a.S);
   const int64_t w = PackedRows<E>::kWiden;

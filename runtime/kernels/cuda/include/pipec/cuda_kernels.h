@@ -307,8 +307,8 @@ void maskedSoftmaxGrad(const bf16 *dy, const bf16 *y, const Shape &s, const uint
 /// float. Scores, softmax and dz are float (in the float call's scratch);
 /// P and dz are rounded to bf16 for their products with v, k and q (cuBLAS
 /// multiplies operands of one type), every product accumulates in float32.
-/// With S above 64 query rows, dk and dv are rounded to bf16 once per block
-/// of 64 rows as they accumulate (docs/cuda-kernels.md, "bf16 storage").
+/// With more query rows than one block holds, dk and dv are rounded to bf16
+/// once per block as they accumulate (docs/cuda-kernels.md, "bf16 storage").
 void attention(const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v, const Shape &vs,
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
                bool maskedWhen, float dropoutRatio, bool training, StreamKey dropoutStreamKey, bf16 *y, float *lse,
