@@ -13,13 +13,16 @@ cross-entropy loss. It is compiled as one stage:
 
     pipec MODEL --gpus 1x1 --target cuda --precision bf16 -O2 --optimizer adamw --out DIR
 
-Launches and host syncs: at a tiny width (launch counts do not depend on
-the widths) the stage's .cu is translated for the host emulation
-(test/kernels/cuda_emulation, as cuda-stage-emulated does) and
-stage_launch_count calls forward, backward_input and backward_weight for
-three micro-batches and the optimizer step twice, counting kernel launches,
-cuBLAS / cuBLASLt GEMMs, stream copies and memsets, and calls that block the
-host. Activation bytes: the same model at GPT-2 124M's real shape is
+Launches and host syncs: at GPT-2 124M's attention geometry (12 heads, 4
+sequences of 1,024 tokens) but head width 8 and a vocabulary of 64 (the
+launches inside the library depend on the geometry: attention's row blocks,
+layer norms' row chunks; not on the widths) the stage's .cu is translated
+for the host emulation (test/kernels/cuda_emulation, as cuda-stage-emulated
+does) and stage_launch_count calls forward, backward_input and
+backward_weight for three micro-batches and the optimizer step twice,
+counting kernel launches, cuBLAS / cuBLASLt GEMMs, stream copies and
+memsets, CUDA graph launches and calls that block the host. The emulation
+counts without computing (PIPEC_EMU_COUNT_ONLY), so this takes seconds. Activation bytes: the same model at GPT-2 124M's real shape is
 compiled to sources only, and the stage descriptor's workspace_bytes (what
 forward keeps for the backward, and backward_input for backward_weight, per
 micro-batch in flight) is read from the generated .cu. Its weights are a
@@ -55,8 +58,14 @@ from cuda_stage_emulated import build_emulated_stage, run  # noqa: E402
 
 # GPT-2 124M, at micro-batch 4 (what the activation bytes are reported for).
 REAL = dict(layers=12, width=768, heads=12, context=1024, vocab=50257, batch=4)
-# The emulated run: the same 12 blocks at a width that runs in seconds.
+# The same 12 blocks at a width that runs in seconds (cuda_stage_emulated.py
+# trains it).
 TINY = dict(layers=12, width=32, heads=2, context=16, vocab=64, batch=2)
+# What is counted: GPT-2 124M's attention geometry (12 heads, 4 sequences of
+# 1,024 tokens: the CUDA attention's row blocks, layer norms' row chunks and
+# every grid depend on these) at head width 8 and a vocabulary of 64, run
+# by the emulation without computing (PIPEC_EMU_COUNT_ONLY).
+COUNTED = dict(layers=12, width=96, heads=12, context=1024, vocab=64, batch=4)
 ENTRY_POINTS = ("forward", "backward_input", "backward_weight", "step")
 BOUNDED = ("launches", "host_launches", "host_syncs")  # per entry point; activation_bytes for the stage
 DEFAULT_BUDGET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_budget.json")
@@ -240,7 +249,7 @@ def workspace_slots(stages, total):
 
 
 def count_launches(args, stages, work, env):
-    """Compiles the tiny-width STAGES for the emulation and runs the counter: its rows."""
+    """Compiles STAGES for the emulation and runs the counter (with `env`): its rows."""
     library = build_emulated_stage(stages, os.path.join(work, "translated"), args.emulation_dir,
                                    args.emulated_library, args.cxx, args.source_root)
     rows_file = os.path.join(work, "launches.json")
@@ -350,12 +359,12 @@ def main():
         os.makedirs(args.keep)
     work = args.keep or tempfile.mkdtemp(prefix="pipec-launch-count-")
     try:
-        tiny, _ = compile_stage(args.pipec, TINY, work, "tiny", env)
-        rows = count_launches(args, tiny, work, env)
+        counted, _ = compile_stage(args.pipec, COUNTED, work, "counted", env)
+        rows = count_launches(args, counted, work, dict(env, PIPEC_EMU_COUNT_ONLY="1"))
         real, parameters = compile_stage(args.pipec, REAL, work, "gpt2-124m", env)
         activation = workspace_bytes(real)
         slots = workspace_slots(real, activation)
-        tiny_calls, real_calls = generated_calls(tiny), generated_calls(real)
+        counted_calls, real_calls = generated_calls(counted), generated_calls(real)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -364,19 +373,19 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"per_microbatch": figures, "activation_bytes": activation, "calls": rows,
-                       "emulated_shape": TINY, "real_shape": REAL}, f, indent=2)
+                       "emulated_shape": COUNTED, "real_shape": REAL}, f, indent=2)
     failures = [f"unstable count, {line}" for line in unstable]
     failures += [f"{entry} launches nothing" for entry in ENTRY_POINTS if figures[entry]["launches"] == 0]
     # Every micro-batch call after the first replays its CUDA graph (the
     # optimizer step, three launches, is not captured).
     failures += [f"{entry} ran without its CUDA graph" for entry in ENTRY_POINTS[:3]
                  if figures[entry]["graph_launches"] != 1]
-    # The counts come from the tiny width; they hold at the real shape only
+    # The counts come from the narrow model; they hold at the real shape only
     # if its stage makes the same calls.
     failures += [f"{entry}: the stage at the real shape makes other calls than the emulated one "
-                 f"({len(real_calls.get(entry, []))} against {len(tiny_calls.get(entry, []))}), so its counts "
+                 f"({len(real_calls.get(entry, []))} against {len(counted_calls.get(entry, []))}), so its counts "
                  "are not the emulated stage's" for entry in ENTRY_POINTS
-                 if real_calls.get(entry) != tiny_calls.get(entry)]
+                 if real_calls.get(entry) != counted_calls.get(entry)]
     if args.write_budget:
         write_budget(args.budget, figures, activation)
         print(f"wrote today's figures as the bounds into {args.budget}")

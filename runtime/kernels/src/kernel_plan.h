@@ -214,17 +214,22 @@ inline int64_t cudaLayerNormChunks(int64_t rows) {
 /// thread): the S x T scores are never stored whole, only this many rows of
 /// them at a time.
 inline int64_t attentionRowsPerBlock(int64_t S) { return S < 64 ? S : 64; }
-/// The float32 scores one CUDA block may hold, over all L slices at once.
-constexpr int64_t kCudaAttentionBlockBytes = int64_t(64) << 20;
+/// The float32 scores one CUDA block may hold, over all L slices at once:
+/// 256 MiB. The kernel tests lower it to reach several blocks at small
+/// shapes; everything else keeps it (the compiler plans the scratch with it).
+inline int64_t &cudaAttentionBlockBytes() {
+  static int64_t bytes = int64_t(256) << 20;
+  return bytes;
+}
 /// Query rows per block on CUDA, where every slice's block runs at once:
-/// as many multiples of 64 rows as fit kCudaAttentionBlockBytes (at least
-/// 64, at most S), so that a long context is a few blocks, each a few
-/// launches (GPT-2 124M at 4 x 1,024 tokens: 12 heads x 4 sequences,
-/// 256 rows, 4 blocks), rather than one block per 64 rows.
+/// as many multiples of 64 rows as fit cudaAttentionBlockBytes() (at least
+/// 64, at most S), so that a context is one block or a few, each a few
+/// launches (GPT-2 124M, 12 heads: 4 sequences of 1,024 tokens in one
+/// block, 16 in four), rather than one block per 64 rows.
 inline int64_t cudaAttentionRowsPerBlock(int64_t L, int64_t S, int64_t T) {
   if (S <= 64) return S;
   const int64_t perRow = (L > 0 ? L : 1) * (T > 0 ? T : 1) * (int64_t)sizeof(float);
-  int64_t rows = kCudaAttentionBlockBytes / perRow / 64 * 64;
+  int64_t rows = cudaAttentionBlockBytes() / perRow / 64 * 64;
   if (rows < 64) rows = 64;
   return rows < S ? rows : S;
 }

@@ -296,6 +296,7 @@ template <class F> void run(const Cfg &c, F f) {
     lastError = cudaErrorInvalidConfiguration;
     return;
   }
+  if (countOnly) return;
   Sched &s = sched();
   const bool reverseBlocks = (launches & 1) != 0;
   blockDim = c.block;

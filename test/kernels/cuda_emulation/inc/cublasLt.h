@@ -183,6 +183,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
     return CUBLAS_STATUS_INVALID_VALUE;
   const bool bias = d->epilogue & CUBLASLT_EPILOGUE_BIAS;
   if (bias && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+  if (emu::countOnly) return CUBLAS_STATUS_SUCCESS;
   const float al = *(const float *)alpha, be = *(const float *)beta;
   const cudaDataType biasType = d->biasType < 0 ? dl->type : (cudaDataType)d->biasType;
   // Operands widened to float, the float32 epilogue, D rounded once to its type.

@@ -68,6 +68,7 @@ inline cublasStatus_t cublasGemmStridedBatchedEx_64(cublasHandle_t, cublasOperat
   if (lda < (ta == CUBLAS_OP_N ? (m > 1 ? m : 1) : (k > 1 ? k : 1))) return CUBLAS_STATUS_INVALID_VALUE;
   if (ldb < (tb == CUBLAS_OP_N ? (k > 1 ? k : 1) : (n > 1 ? n : 1))) return CUBLAS_STATUS_INVALID_VALUE;
   if (ldc < (m > 1 ? m : 1)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (emu::countOnly) return CUBLAS_STATUS_SUCCESS;
   const float al = *(const float *)alpha, be = *(const float *)beta;
   // Element offsets: A, B and C of batch entry b start at b * sA, b * sB, b * sC.
   for (int64_t b = 0; b < batch; ++b) {

@@ -44,6 +44,13 @@ inline long streamMemsets = 0;   // cudaMemsetAsync
 // synchronize the device implicitly.
 inline long hostSyncs = 0;
 inline long deviceAllocations = 0; // cudaMalloc and cudaMallocAsync calls
+// PIPEC_EMU_COUNT_ONLY=1: kernels and GEMMs are counted (and their launches
+// checked) but not run, so that a stage at a large shape can be counted in
+// seconds (test/codegen/cuda_launch_count.py); its results are garbage.
+inline const bool countOnly = [] {
+  const char *v = std::getenv("PIPEC_EMU_COUNT_ONLY");
+  return v && *v && *v != '0';
+}();
 // Stream capture (cudaStreamBeginCapture ... cudaStreamEndCapture): while a
 // stream captures, work issued on it is recorded, with its arguments as they
 // are now (as CUDA copies kernel arguments at capture), instead of run;
