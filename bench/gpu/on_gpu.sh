@@ -98,6 +98,12 @@ for model in gpt2 llama; do for b in 4 16; do
   el "$model ${b}x1024 rc=$rc: $(grep -o '[0-9.]* ms/iter' "$log" | tr '\n' ' ') peak ${peak:-?} MiB"
   [ $rc = 0 ] || tail -5 "$log"
 done; done
+# The CUDA graphs' share (docs/cuda-codegen.md, "CUDA graphs"): GPT-2 at 4 x 1,024 again, launch by launch.
+job=$G/jobs/table-gpt2-b4
+if [ -d "$job" ] && [ "$(left)" -gt 120 ]; then
+  timeout 60 "$PIPERUN" "$job" --iters 8 --log-every 1 --no-cuda-graphs > "$G/table-gpt2-b4-no-graphs.log" 2>&1
+  el "gpt2 4x1024 --no-cuda-graphs rc=$?: $(grep -o '[0-9.]* ms/iter' "$G/table-gpt2-b4-no-graphs.log" | tr '\n' ' ')"
+fi
 echo "=== table: PyTorch on the same GPU (eager, then torch.compile)"
 limit=$(( $(left) - 40 )); [ "$limit" -gt 30 ] || limit=30
 timeout "$limit" python3 "$HERE/torch_baseline.py" --table "$G/torch.jsonl" --deadline $((DEADLINE - 60)) \
