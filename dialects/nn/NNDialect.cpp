@@ -229,7 +229,10 @@ LogicalResult RotaryOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
     return fail(loc, "nn.rotary: the last axis of the input " + shapeString(shape) + " must have an even length");
   for (Value table : {adaptor.getCos(), adaptor.getSin()}) {
     auto tableType = rankedType(table);
-    if (tableType.getElementType() != inputType.getElementType() || !broadcastsTo(tableType.getShape(), shape))
+    // bf16 storage keeps the tables float32 (pipec-bf16-storage).
+    const bool storage = tableType.getElementType().isF32() && inputType.getElementType().isBF16();
+    if ((tableType.getElementType() != inputType.getElementType() && !storage) ||
+        !broadcastsTo(tableType.getShape(), shape))
       return fail(loc, "nn.rotary: cos/sin of type " + llvm::to_string(tableType) +
                            " does not broadcast to the input " + llvm::to_string(inputType));
   }
@@ -574,8 +577,11 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
   if (adaptor.getMask()) {
     mask = rankedType(adaptor.getMask()).getShape();
     Type element = rankedType(adaptor.getMask()).getElementType();
-    if (!element.isInteger(1) && element != query.getElementType())
-      return fail(loc, "nn.attention: an additive mask must have the query's element type");
+    // bf16 storage keeps an additive mask float32 (pipec-bf16-storage).
+    const bool storage = element.isF32() && query.getElementType().isBF16();
+    if (!element.isInteger(1) && element != query.getElementType() && !storage)
+      return fail(loc, "nn.attention: an additive mask must have the query's element type (or be float32 with bf16 "
+                       "storage)");
   }
   std::string error =
       attentionShapeError(query.getShape(), rankedType(adaptor.getKey()).getShape(), value.getShape(), mask);

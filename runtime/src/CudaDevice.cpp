@@ -57,8 +57,14 @@ CudaDevice::~CudaDevice() {
 }
 
 std::string CudaDevice::describe() const {
+  // The versions this rank runs with (the CUDA runtime piperun loaded, the driver's CUDA).
+  int runtime = 0, driver = 0;
+  auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  const std::string versions = cudaRuntimeGetVersion(&runtime) == cudaSuccess && cudaDriverGetVersion(&driver) == cudaSuccess
+                                   ? ", CUDA runtime " + version(runtime) + ", driver " + version(driver)
+                                   : "";
   return gpuName_ + " (sm_" + std::to_string(major_) + std::to_string(minor_) + ", device " + std::to_string(ordinal_) +
-         " of " + std::to_string(count_) + ")";
+         " of " + std::to_string(count_) + versions + ")";
 }
 
 void CudaDevice::checkArchitectures(const std::vector<std::string> &archs) const {

@@ -65,7 +65,21 @@ ncclComm_t makeComm(MPI_Comm comm, const char *what) {
 }
 } // namespace
 
-NcclTransport::NcclTransport(const MpiControl &control, CudaDevice &device) : control_(control), device_(device) {}
+/// The oldest NCCL whose API the transport uses (ncclGetLastError: 2.13;
+/// the ncclInProgress result: 2.14).
+constexpr int kMinimumNcclVersion = 21400;
+
+NcclTransport::NcclTransport(const MpiControl &control, CudaDevice &device) : control_(control), device_(device) {
+  int version = 0;
+  nccl(ncclGetVersion(&version), "ncclGetVersion");
+  // NCCL_VERSION(X, Y, Z) is X * 10000 + Y * 100 + Z since 2.9.
+  const std::string loaded = std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
+                             std::to_string(version % 100);
+  if (version < kMinimumNcclVersion)
+    throw Error("the NCCL library loaded is " + loaded + ", older than 2.14.0, the oldest pipec's NCCL transport "
+                "uses (set LD_LIBRARY_PATH to a newer libnccl.so.2)");
+  name_ = "nccl " + loaded;
+}
 
 NcclTransport::~NcclTransport() {
   // The executor drained its transfers; make sure, then free everything.

@@ -25,6 +25,7 @@
 #include <nccl.h>
 
 #include <map>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -35,7 +36,7 @@ public:
   // No communication yet (connect() is collective).
   NcclTransport(const MpiControl &control, CudaDevice &device);
   ~NcclTransport() override;
-  const char *name() const override { return "nccl"; }
+  const char *name() const override { return name_.c_str(); } // "nccl X.Y.Z": the library loaded
   int64_t maxTag() const override { return INT32_MAX; } // no tags: NCCL orders by call
   void connect(const Connections &c) override;
   bool streamOrdered() const override { return true; }
@@ -69,6 +70,7 @@ private:
   std::unordered_map<Request, cudaEvent_t> pending_;
   std::vector<cudaEvent_t> freeEvents_;
   Request next_ = 1;
+  std::string name_;
 };
 
 } // namespace pipec::rt

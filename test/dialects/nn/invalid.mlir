@@ -304,3 +304,22 @@ func.func @dropout_grad_mask_and_key(%dy: tensor<3xf32>, %m: tensor<3xi1>) {
   %0 = nn.dropout_grad %dy, %m {ratio = 0.1 : f32, training = true, dropout_op_id = 7 : i64} : (tensor<3xf32>, tensor<3xi1>) -> tensor<3xf32>
   return
 }
+
+// -----
+
+// Only bf16 storage's float32 beside bf16: a float32 mask for f64 queries is refused.
+func.func @attention_mask_type(%q: tensor<2x16x8xf64>, %m: tensor<16x16xf32>) {
+  // expected-error @+2 {{nn.attention: an additive mask must have the query's element type (or be float32 with bf16 storage)}}
+  // expected-error @+1 {{'nn.attention' op failed to infer returned types}}
+  %0, %1 = nn.attention %q, %q, %q, %m {scale = 1.0 : f32} : (tensor<2x16x8xf64>, tensor<2x16x8xf64>, tensor<2x16x8xf64>, tensor<16x16xf32>) -> (tensor<2x16x8xf64>, tensor<2x16x1xf64>)
+  return
+}
+
+// -----
+
+func.func @rotary_table_type(%x: tensor<2x16x8xf64>, %t: tensor<16x8xf32>) {
+  // expected-error @+2 {{nn.rotary: cos/sin of type tensor<16x8xf32> does not broadcast to the input tensor<2x16x8xf64>}}
+  // expected-error @+1 {{'nn.rotary' op failed to infer returned types}}
+  %0 = nn.rotary %x, %t, %t : (tensor<2x16x8xf64>, tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<2x16x8xf64>
+  return
+}

@@ -108,3 +108,14 @@ func.func @gradient_kinds(%dy: tensor<4x3xf32>, %x: tensor<4x3xf32>, %r: tensor<
   %1 = nn.binary_grad <div_rhs> %0, %x, %r : (tensor<4x3xf32>, tensor<4x3xf32>, tensor<3xf32>) -> tensor<4x3xf32>
   return %1 : tensor<4x3xf32>
 }
+
+// bf16 storage (pipec-bf16-storage) keeps rotary tables and an additive
+// attention mask float32 beside bf16 activations.
+// CHECK-LABEL: func @bf16_storage
+func.func @bf16_storage(%x: tensor<2x4x16x8xbf16>, %t: tensor<16x8xf32>, %m: tensor<1x1x16x16xf32>) -> tensor<2x4x16x8xbf16> {
+  // CHECK: nn.rotary %{{.*}}, %{{.*}}, %{{.*}} : (tensor<2x4x16x8xbf16>, tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16x8xbf16>
+  %0 = nn.rotary %x, %t, %t : (tensor<2x4x16x8xbf16>, tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16x8xbf16>
+  // CHECK: nn.attention %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {{.*}}: (tensor<2x4x16x8xbf16>, tensor<2x4x16x8xbf16>, tensor<2x4x16x8xbf16>, tensor<1x1x16x16xf32>) -> (tensor<2x4x16x8xbf16>, tensor<2x4x16x1xf32>)
+  %1, %lse = nn.attention %0, %0, %0, %m {scale = 0.353553385 : f32} : (tensor<2x4x16x8xbf16>, tensor<2x4x16x8xbf16>, tensor<2x4x16x8xbf16>, tensor<1x1x16x16xf32>) -> (tensor<2x4x16x8xbf16>, tensor<2x4x16x1xf32>)
+  return %1 : tensor<2x4x16x8xbf16>
+}
