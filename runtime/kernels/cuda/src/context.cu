@@ -186,6 +186,13 @@ void *scratch(int slot, size_t bytes) {
   cudaStream_t &lastStream = scratchSlots.streams[device][slot];
   if (pointer) waitForStreamThatUsed(lastStream, "kernel scratch"); // before reuse or freeing
   if (bytes > size) {
+    // Inside a CUDA graph capture an allocation would be a graph memory node
+    // whose address means nothing outside the graph: refused here, before
+    // any state changes, so that CallGraphs runs the call launch by launch.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(currentStream, &capture), "kernel scratch");
+    if (capture != cudaStreamCaptureStatusNone)
+      fail("kernel scratch", "would grow inside a CUDA graph capture");
     if (pointer) {
       check(cudaFreeAsync(pointer, currentStream), "kernel scratch");
       pointer = nullptr;
@@ -372,6 +379,8 @@ struct CallGraphs::State {
       work(key);
     } catch (const std::exception &error) {
       failure = error.what();
+    } catch (...) { // whatever it is, the capture must end before the stream is used again
+      failure = "an exception";
     }
     if (failure.empty() && libraryMemoryGeneration.load() != generation)
       failure = "the kernels' scratch memory was allocated during the capture";

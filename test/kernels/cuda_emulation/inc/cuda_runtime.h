@@ -17,6 +17,7 @@ enum cudaError_t {
   cudaErrorStreamCaptureInvalidated = 901,
 };
 enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1, cudaStreamCaptureModeRelaxed = 2 };
+enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone = 0, cudaStreamCaptureStatusActive = 1, cudaStreamCaptureStatusInvalidated = 2 };
 // A CUDA graph of the emulation: the stream work captured, in order.
 struct CUgraph_st { std::vector<std::function<void()>> work; };
 typedef CUgraph_st *cudaGraph_t;
@@ -158,6 +159,12 @@ inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
   emu::replaying = true;
   for (const auto &work : exec->work) work();
   emu::replaying = false;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status) {
+  *status = emu::capturing && s == emu::captureStream
+                ? (emu::captureInvalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive)
+                : cudaStreamCaptureStatusNone;
   return cudaSuccess;
 }
 inline cudaError_t cudaGraphDestroy(cudaGraph_t graph) { delete graph; return cudaSuccess; }
