@@ -84,10 +84,10 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
   // aligned load or store of V elements (up to 16 bytes) each; the launch
   // falls back to V = 1 when a pointer or the count does not allow it.
   struct PackedOperand {
-    std::string name, type;
+    std::string name, type, pointer; // the kernel's parameter, its element type, the launch's argument
+    int64_t bytes;                   // per element
   };
   SmallVector<PackedOperand> packedInputs, packedOutputs;
-  SmallVector<std::string> outputPointers; // the results' pointer expressions
   auto packedName = [](const std::string &name) { return name + "v.v[v]"; };
   for (auto [i, input] : llvm::enumerate(fused.getInputs())) {
     std::string name = "in" + std::to_string(i);
@@ -96,7 +96,8 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     const std::string at = broadcastIndex(tensorType(input).getShape(), space, index);
     std::string element = name + "[" + at + "]";
     if (cuda() && at == index) {
-      packedInputs.push_back({name, memoryType(input)});
+      packedInputs.push_back({name, memoryType(input), arguments.back(),
+                              elementBytes(tensorType(input).getElementType())});
       element = packedName(name);
     }
     if (scalarType(input) == "bool")
@@ -204,12 +205,12 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     std::string name = "out" + std::to_string(i);
     parameters.push_back(memoryType(result) + " *__restrict__ " + name);
     arguments.push_back(allocate(result));
-    outputPointers.push_back(arguments.back());
     std::string value = scalar.lookup(yielded);
     if (tensorType(result).getElementType().isBF16())
       value = "pk::bf16(" + value + ")";
     if (cuda()) {
-      packedOutputs.push_back({name, memoryType(result)});
+      packedOutputs.push_back({name, memoryType(result), arguments.back(),
+                               elementBytes(tensorType(result).getElementType())});
       code << "    " << packedName(name) << " = " << value << ";\n";
     } else {
       code << "    " << name << "[" << index << "] = " << value << ";\n";
@@ -226,8 +227,7 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     // V: 16 bytes of the widest packed operand, at most 8 elements.
     int64_t widest = 1;
     for (const PackedOperand &operand : llvm::concat<const PackedOperand>(packedInputs, packedOutputs))
-      widest = std::max<int64_t>(widest, operand.type == "uint8_t" ? 1 : operand.type == "pk::bf16" ? 2
-                                         : operand.type == "double" || operand.type == "int64_t" ? 8 : 4);
+      widest = std::max(widest, operand.bytes);
     const int64_t width = std::min<int64_t>(8, 16 / widest);
     llvm::raw_string_ostream declarations(kernels);
     declarations << "template <int V>\n__global__ void " << kernel << "(" << signature << ") {\n"
@@ -251,11 +251,8 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     declarations << "  }\n}\n\n";
     // Packed when the count divides and every packed pointer is aligned.
     std::string packable = std::to_string(count) + " % " + std::to_string(width) + " == 0";
-    for (auto [i, input] : llvm::enumerate(fused.getInputs()))
-      if (llvm::any_of(packedInputs, [&](const PackedOperand &p) { return p.name == "in" + std::to_string(i); }))
-        packable += " && pk::packedAligned<" + std::to_string(width) + ">(" + ptr(input) + ")";
-    for (const std::string &output : outputPointers)
-      packable += " && pk::packedAligned<" + std::to_string(width) + ">(" + output + ")";
+    for (const PackedOperand &operand : llvm::concat<const PackedOperand>(packedInputs, packedOutputs))
+      packable += " && pk::packedAligned<" + std::to_string(width) + ">(" + operand.pointer + ")";
     auto launch = [&](int64_t v) {
       const std::string threads = v == 1 ? std::to_string(count) : std::to_string(count / v);
       return kernel + "<" + std::to_string(v) + "><<<(unsigned)std::min<int64_t>((" + threads +

@@ -499,7 +499,8 @@ void maskedSoftmaxGrad(const bf16 *dy, const bf16 *y, const Shape &s, const uint
 namespace {
 ScoreBlock scoreBlock(const AttentionView &a, const uint8_t *mask, const float *additive, const Shape &ms,
                       float scale, bool divide, float fill, bool maskedWhen) {
-  ScoreBlock b{a.S, a.T, plan::cudaAttentionRowsPerBlock(a.L, a.S, a.T), 0, 0, mask, additive, {}, scale, fill, divide, maskedWhen};
+  ScoreBlock b{a.S, a.T, plan::cudaAttentionRowsPerBlock(a.L, a.S, a.T), 0, 0, mask, additive, {}, scale,
+               fill, divide, maskedWhen};
   if (a.masked) b.map = detail::makeIndexMap<1>(a.scores, {detail::broadcastStrides(ms, a.scores)});
   return b;
 }
@@ -535,7 +536,8 @@ void attentionT(const E *q, const Shape &qs, const E *k, const Shape &ks, const 
     if (a.T > 0) {
       launchPerSegment(segments, a.T, 1, [&](auto lanes, unsigned grid, unsigned threads) {
         using P = decltype(lanes);
-        attentionSoftmaxKernel<P, E><<<grid, threads, 0, detail::stream()>>>(z, b, drop, dropoutStreamKey, lse, segments);
+        attentionSoftmaxKernel<P, E><<<grid, threads, 0, detail::stream()>>>(z, b, drop, dropoutStreamKey, lse,
+                                                                             segments);
       });
       detail::checkLaunch(op);
     }
@@ -593,8 +595,8 @@ void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const 
     nn::gemmStridedBatched(op, false, true, b.rows, a.T, a.Dv, 1.0f, dy + b.r0 * a.Dv, a.Dv, a.S * a.Dv, v, a.Dv,
                            a.T * a.Dv, 0.0f, dz, a.T, block * a.T, a.L);
     if (n > 0) {
-      attentionScoreGradKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(p, dz, b, drop, dropoutStreamKey, dot,
-                                                                                                  n);
+      attentionScoreGradKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(
+          p, dz, b, drop, dropoutStreamKey, dot, n);
       detail::checkLaunch(op);
       if constexpr (std::is_same_v<E, bf16>) {
         const int64_t segments = a.L * b.rows;
