@@ -36,12 +36,38 @@ if [[ "$PART" != python ]]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
   fi
 fi
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# cuDNN's graph API (cudnn_frontend: header-only, MIT; PyPI's
+# nvidia-cudnn-frontend, whose include/ is all the build uses) for the CUDA
+# kernels' flash attention (docs/cuda-kernels.md), only where cuDNN itself is
+# installed with the CUDA toolkit. Unpacked into .deps/, which CMake searches.
+CUDNN_FRONTEND_VERSION=1.32.0
+CUDNN_FRONTEND_DIR="$ROOT/.deps/cudnn-frontend-$CUDNN_FRONTEND_VERSION"
+if [[ "$PART" != python && -f "${CUDA_HOME:-/usr/local/cuda}/include/cudnn.h" &&
+      ! -f "$CUDNN_FRONTEND_DIR/include/cudnn_frontend.h" ]]; then
+  echo "setup: fetching cudnn_frontend $CUDNN_FRONTEND_VERSION (headers) into $CUDNN_FRONTEND_DIR"
+  fetch="$(mktemp -d "${TMPDIR:-/tmp}/pipec-cudnn-frontend.XXXXXX")"
+  /usr/bin/python3 -m venv "$fetch/venv"
+  "$fetch/venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION" -d "$fetch/wheel"
+  /usr/bin/python3 - "$fetch/wheel" "$fetch/unpacked" <<'PY'
+import pathlib, sys, zipfile
+wheel = next(pathlib.Path(sys.argv[1]).glob("*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/") or "/licenses/" in n])
+PY
+  mkdir -p "$CUDNN_FRONTEND_DIR"
+  rm -rf "$CUDNN_FRONTEND_DIR/include" "$CUDNN_FRONTEND_DIR/licenses"
+  mv "$fetch/unpacked/include" "$CUDNN_FRONTEND_DIR/include"
+  mv "$fetch/unpacked/"*.dist-info/licenses "$CUDNN_FRONTEND_DIR/licenses" 2>/dev/null || true
+  rm -rf "$fetch"
+fi
 if [[ "$PART" == debian ]]; then
   exit 0
 fi
 
 # Test oracles from PyPI (onnx, onnxruntime) live in a venv that also sees Debian's torch.
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${PIPEC_VENV:-$ROOT/.venv}"
 if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c "import onnx, onnxruntime, safetensors, torch" 2>/dev/null; then
   echo "setup: preparing Python test oracles in $VENV"

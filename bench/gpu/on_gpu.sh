@@ -60,7 +60,8 @@ cp -a --update=none "$G/sys/." / ; LIB=$G/lib; mkdir -p "$LIB"
 for lib in "$G"/common/*; do ldconfig -p | grep -q "[[:space:]]$(basename "$lib") " || cp "$lib" "$LIB/"; done
 cp "$G"/mpi/* "$G"/cudart/* "$LIB/"
 dir_of() { dirname "$(find /usr/local /opt /usr/lib -name "$1" 2>/dev/null | head -1)"; }
-export LD_LIBRARY_PATH=$LIB:$(dir_of libcublasLt.so.13):$(dir_of libnccl.so.2)
+# cuDNN (flash attention) is loaded by the stages at run time: PyTorch's nvidia-cudnn-cu13 here.
+export LD_LIBRARY_PATH=$LIB:$(dir_of libcublasLt.so.13):$(dir_of libnccl.so.2):$(dir_of libcudnn.so.9)
 export OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   OMPI_MCA_mca_base_component_show_load_errors=0 OPENBLAS_NUM_THREADS=1 PYTHONUNBUFFERED=1
 PIPERUN=$G/bin/piperun

@@ -29,3 +29,21 @@ if(NOT PIPEC_ENABLE_CUDA STREQUAL "OFF")
     message(FATAL_ERROR "PIPEC_ENABLE_CUDA=ON but nvcc, the CUDA toolkit, cuBLAS or NCCL was not found")
   endif()
 endif()
+
+# cuDNN and its graph API headers (cudnn_frontend, which tools/setup.sh
+# unpacks into .deps/): the CUDA kernels' flash attention
+# (docs/cuda-kernels.md). Without them the kernels still build and run
+# attention on pipec's own kernels. The library itself is only looked for
+# as a sign that cuDNN is installed: the kernels load it at run time. Sets
+# PIPEC_CUDNN_FOUND, PIPEC_CUDNN_INCLUDE, PIPEC_CUDNN_FRONTEND_INCLUDE.
+set(PIPEC_CUDNN_FOUND OFF)
+if(PIPEC_CUDA_FOUND)
+  get_filename_component(_pipec_root ${CMAKE_CURRENT_LIST_DIR}/../.. ABSOLUTE)
+  file(GLOB _pipec_frontend_dirs ${_pipec_root}/.deps/cudnn-frontend-*/include)
+  find_path(PIPEC_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_ROOT}/include)
+  find_library(PIPEC_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_ROOT}/lib64)
+  find_path(PIPEC_CUDNN_FRONTEND_INCLUDE cudnn_frontend.h HINTS ${_pipec_frontend_dirs})
+  if(PIPEC_CUDNN_INCLUDE AND PIPEC_CUDNN_LIBRARY AND PIPEC_CUDNN_FRONTEND_INCLUDE)
+    set(PIPEC_CUDNN_FOUND ON)
+  endif()
+endif()

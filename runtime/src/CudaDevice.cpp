@@ -3,6 +3,7 @@
 #include "CudaKernels.h"
 #include "Plan.h" // Error
 
+#include <dlfcn.h>
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
@@ -64,7 +65,19 @@ std::string CudaDevice::describe() const {
                                    ? ", CUDA runtime " + version(runtime) + ", driver " + version(driver)
                                    : "";
   return gpuName_ + " (sm_" + std::to_string(major_) + std::to_string(minor_) + ", device " + std::to_string(ordinal_) +
-         " of " + std::to_string(count_) + versions + ")";
+         " of " + std::to_string(count_) + versions + ", " + cudnnDescription() + ")";
+}
+
+std::string CudaDevice::cudnnDescription() {
+  // The cuDNN the stages' flash attention will load (pipec::kernels::cuda::cudnnVersion
+  // loads the same library by the same name; the stages link the kernels, piperun does not).
+  void *library = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_GLOBAL);
+  if (!library) return "no cuDNN (libcudnn.so.9 not found: attention runs on pipec's kernels)";
+  auto getVersion = reinterpret_cast<size_t (*)()>(dlsym(library, "cudnnGetVersion"));
+  if (!getVersion) return "no cuDNN (libcudnn.so.9 has no cudnnGetVersion: attention runs on pipec's kernels)";
+  const size_t v = getVersion(); // major·10000 + minor·100 + patch since cuDNN 9
+  const std::string text = std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+  return v < 90000 ? "cuDNN " + text + " (older than 9.0: attention runs on pipec's kernels)" : "cuDNN " + text;
 }
 
 void CudaDevice::checkArchitectures(const std::vector<std::string> &archs) const {

@@ -24,7 +24,9 @@ public:
   CudaDevice &operator=(const CudaDevice &) = delete;
 
   const char *name() const override { return "cuda"; }
-  std::string describe() const override; // "NVIDIA H100 80GB HBM3 (sm_90, device 0 of 8)"
+  std::string describe() const override; // "NVIDIA H100 80GB HBM3 (sm_90, device 0 of 8, CUDA runtime ..., cuDNN ...)"
+  /// The cuDNN the stages' flash attention runs with, or why none.
+  static std::string cudnnDescription();
   int ordinal() const { return ordinal_; }
   // The GPU's UUID (cudaDeviceProp::uuid): the same physical GPU seen by two
   // ranks has the same one, whatever CUDA_VISIBLE_DEVICES says.

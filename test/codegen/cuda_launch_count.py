@@ -270,8 +270,8 @@ def per_microbatch(rows):
         differing = [key for key in first if key not in ("entry", "call") and first[key] != second[key]]
         if differing:
             unstable.append(f"{entry}: " + ", ".join(f"{key} {first[key]} then {second[key]}" for key in differing))
-        figures[entry] = {key: second[key] for key in ("launches", "kernels", "gemms", "copies", "graph_launches",
-                                                       "host_launches", "host_syncs")}
+        figures[entry] = {key: second[key] for key in ("launches", "kernels", "gemms", "cudnn", "copies",
+                                                       "graph_launches", "host_launches", "host_syncs")}
     return figures, unstable
 
 
@@ -301,7 +301,7 @@ def write_budget(path, figures, activation):
     budget = {
         "about": "Upper bounds for test/codegen/cuda_launch_count.py (ctest cuda-launch-count): per micro-batch "
                  "of a 12-block GPT-2 stage, --target cuda --precision bf16 -O2, per entry point the stream's work "
-                 "(launches: kernels + GEMMs + copies, inside CUDA graphs or not), what the host issues for it "
+                 "(launches: kernels + GEMMs + cuDNN calls + copies, inside CUDA graphs or not), what the host issues for it "
                  "(host_launches: graph launches and the work outside graphs) and host syncs, and activation_bytes (workspace_bytes at "
                  "GPT-2 124M, micro-batch 4, context 1024). Lower a bound when the test reports an improvement.",
         "per_microbatch": {entry: {key: figures[entry][key] for key in BOUNDED} for entry in ENTRY_POINTS},
@@ -314,14 +314,14 @@ def write_budget(path, figures, activation):
 
 def print_report(figures, activation, parameters, slots):
     print("\nPer call after the first (steady state), 12-block GPT-2 stage, --target cuda --precision bf16 -O2:")
-    print("  (launches: what the GPU runs, kernels + GEMMs + copies; issued: what the host issues for them,\n"
-          "   CUDA graph launches and the work outside graphs)")
-    print(f"  {'entry point':<16} {'launches':>8} {'kernels':>8} {'GEMMs':>6} {'copies':>7} {'graphs':>7} "
-          f"{'issued':>7} {'host syncs':>10}")
+    print("  (launches: what the GPU runs, kernels + GEMMs + cuDNN calls + copies, a cuDNN call counted as one\n"
+          "   launch; issued: what the host issues for them, CUDA graph launches and the work outside graphs)")
+    print(f"  {'entry point':<16} {'launches':>8} {'kernels':>8} {'GEMMs':>6} {'cuDNN':>6} {'copies':>7} "
+          f"{'graphs':>7} {'issued':>7} {'host syncs':>10}")
 
     def line(label, rows, note=""):
         print(f"  {label:<16}" + "".join(f" {sum(row[key] for row in rows):>{width}}" for key, width in
-                                         (("launches", 8), ("kernels", 8), ("gemms", 6), ("copies", 7),
+                                         (("launches", 8), ("kernels", 8), ("gemms", 6), ("cudnn", 6), ("copies", 7),
                                           ("graph_launches", 7), ("host_launches", 7), ("host_syncs", 10))) + note)
 
     for entry in ENTRY_POINTS[:3]:

@@ -28,8 +28,9 @@ using pipec::test::StageLibrary;
 namespace {
 
 /// The emulation's counters, as pipec_emu_count names them.
-constexpr const char *kCounterNames[] = {"kernels", "cublas_gemms", "cublaslt_matmuls", "memcpys",
-                                         "memsets", "host_syncs",   "graph_launches",   "graph_work"};
+constexpr const char *kCounterNames[] = {"kernels",    "cublas_gemms",   "cublaslt_matmuls", "memcpys",
+                                         "memsets",    "host_syncs",     "graph_launches",   "graph_work",
+                                         "cudnn_executes"};
 constexpr int kCounters = sizeof kCounterNames / sizeof kCounterNames[0];
 
 struct Counts {
@@ -38,8 +39,11 @@ struct Counts {
   long gemms() const { return value[1] + value[2]; }
   long copies() const { return value[3] + value[4]; }
   long hostSyncs() const { return value[5]; }
-  /// Everything the stream runs: kernels, GEMMs, copies (in CUDA graphs or not).
-  long launches() const { return kernels() + gemms() + copies(); }
+  /// cuDNN graph executions (flash attention): one launch each here, though
+  /// cuDNN may run more than one kernel for one (docs/cuda-kernels.md).
+  long cudnn() const { return value[8]; }
+  /// Everything the stream runs: kernels, GEMMs, cuDNN calls, copies (in CUDA graphs or not).
+  long launches() const { return kernels() + gemms() + cudnn() + copies(); }
   long graphLaunches() const { return value[6]; }
   /// What the host issues: graph launches, and the work outside graphs.
   long hostLaunches() const { return launches() - value[7] + graphLaunches(); }
@@ -106,12 +110,12 @@ int main(int argc, char **argv) {
     measured("step", step, [&] { stage.run(stage.step, buffers.optimizer, "step"); });
   }
 
-  std::printf("%-16s %-13s %8s %6s %7s %9s %7s %7s %10s\n", "entry point", "call", "kernels", "GEMMs", "copies",
-              "launches", "graphs", "issued", "host syncs");
+  std::printf("%-16s %-13s %8s %6s %6s %7s %9s %7s %7s %10s\n", "entry point", "call", "kernels", "GEMMs", "cuDNN",
+              "copies", "launches", "graphs", "issued", "host syncs");
   for (const Row &row : rows)
-    std::printf("%-16s %-13s %8ld %6ld %7ld %9ld %7ld %7ld %10ld\n", row.entry.c_str(),
+    std::printf("%-16s %-13s %8ld %6ld %6ld %7ld %9ld %7ld %7ld %10ld\n", row.entry.c_str(),
                 ((row.entry == "step" ? "step " : "micro-batch ") + std::to_string(row.call)).c_str(),
-                row.counts.kernels(), row.counts.gemms(), row.counts.copies(), row.counts.launches(),
+                row.counts.kernels(), row.counts.gemms(), row.counts.cudnn(), row.counts.copies(), row.counts.launches(),
                 row.counts.graphLaunches(), row.counts.hostLaunches(), row.counts.hostSyncs());
   if (argc == 4) {
     FILE *json = std::fopen(argv[3], "w");
@@ -125,8 +129,9 @@ int main(int argc, char **argv) {
       std::fprintf(json, "%s\n {\"entry\": \"%s\", \"call\": %ld", i ? "," : "", row.entry.c_str(), row.call);
       for (int c = 0; c < kCounters; ++c)
         std::fprintf(json, ", \"%s\": %ld", kCounterNames[c], row.counts.value[c]);
-      std::fprintf(json, ", \"gemms\": %ld, \"copies\": %ld, \"launches\": %ld, \"host_launches\": %ld}",
-                   row.counts.gemms(), row.counts.copies(), row.counts.launches(), row.counts.hostLaunches());
+      std::fprintf(json, ", \"gemms\": %ld, \"cudnn\": %ld, \"copies\": %ld, \"launches\": %ld, \"host_launches\": %ld}",
+                   row.counts.gemms(), row.counts.cudnn(), row.counts.copies(), row.counts.launches(),
+                   row.counts.hostLaunches());
     }
     std::fprintf(json, "\n]\n");
     std::fclose(json);

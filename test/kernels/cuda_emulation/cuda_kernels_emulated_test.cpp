@@ -1511,6 +1511,7 @@ static void testBf16Softmax() {
 // to the terms, not to each result: checked norm-wise, 2^-5 of 1 + the
 // largest element (200 draws of these cases stayed under 1.2 · 2^-7).
 static void testBf16Attention() {
+  setenv("PIPEC_CUDNN_ATTENTION", "0", 1); // pipec's own attention kernels (testFlashAttention: cuDNN's)
   constexpr double kGradTol = 1.0 / 32;
   struct Case { Shape qs, ks, vs, ms; int maskKind; bool divide; }; // mask: 0 none, 1 boolean, 2 additive
   const Case cases[] = {{Shape{2, 3, 5, 4}, Shape{2, 3, 6, 4}, Shape{2, 3, 6, 3}, Shape{1, 1, 5, 6}, 1, false},
@@ -1611,6 +1612,116 @@ static void testBf16Attention() {
     std::printf("FAIL %s: %d GEMMs on bf16 operands\n", ctx.c_str(), emu::gemmBf16Calls - bf16Before);
     ++failures;
   }
+  unsetenv("PIPEC_CUDNN_ATTENTION");
+}
+
+// bf16 attention through cuDNN's flash attention (attention_cudnn.cu, under
+// the fake cudnn_frontend.h) against the CPU float attention on the same
+// bf16-rounded inputs, as testBf16Attention checks pipec's kernels: q, k, v
+// [L..., S|T, D] seen as [b, h, S|T, D] (ranks 3 to 5), boolean masks
+// broadcast over b, h or neither written as a bf16 bias, an additive mask,
+// dropout keyed on the device (the stream key generated code passes). The
+// tolerances are testBf16Attention's, except where the bias is an additive
+// mask rounded to bf16 (2^-9 of |bias| <= 1 moves z, so lse, by up to 2^-8).
+// Then the same calls with PIPEC_CUDNN_ATTENTION=0 must not reach cuDNN, and
+// head sizes cuDNN has no engine for must fall back to pipec's kernels.
+static void testFlashAttention() {
+  constexpr double kGradTol = 1.0 / 32;
+  struct Case { Shape qs, ks, vs, ms; int maskKind; bool divide; }; // mask: 0 none, 1 boolean, 2 additive
+  const Case cases[] = {{Shape{2, 3, 37, 16}, Shape{2, 3, 29, 16}, Shape{2, 3, 29, 8}, Shape{1, 1, 37, 29}, 1, false},
+                        {Shape{2, 3, 20, 8}, Shape{2, 3, 16, 8}, Shape{2, 3, 16, 16}, Shape{2, 1, 1, 16}, 1, true},
+                        {Shape{2, 3, 9, 8}, Shape{2, 3, 16, 8}, Shape{2, 3, 16, 16}, Shape{3, 9, 16}, 1, false},
+                        {Shape{3, 17, 8}, Shape{3, 11, 8}, Shape{3, 11, 8}, Shape{3, 17, 11}, 2, false},
+                        {Shape{1, 2, 2, 9, 8}, Shape{1, 2, 2, 8, 8}, Shape{1, 2, 2, 8, 8}, Shape{}, 0, true}};
+  uint64_t callKey = pk::dropoutCallKey(11, 5, 3); // "device memory": the emulation's device is the host
+  const uint64_t opId = pk::dropoutOpId("attn_dropout");
+  const uint64_t cpuKey = pk::dropoutOpStreamKey(callKey, opId);
+  const pc::StreamKey deviceKey(&callKey, opId);
+  for (const Case &c : cases)
+    for (float ratio : {0.0f, 0.3f}) {
+      static const char *const maskNames[] = {"", " masked", " additive"};
+      ctx = "flash attention q " + c.qs.str() + " k " + c.ks.str() + " v " + c.vs.str() + maskNames[c.maskKind] +
+            (c.divide ? " divide" : "") + (ratio > 0 ? " dropout" : "");
+      auto q = randbf(c.qs.numel()), k = randbf(c.ks.numel()), v = randbf(c.vs.numel());
+      auto qb = toBf(q), kb = toBf(k), vb = toBf(v);
+      std::vector<uint8_t> mask(c.ms.numel());
+      for (size_t e = 0; e < mask.size(); ++e) mask[e] = e % 3 == 2 && e % c.ks.v[c.ks.size - 2] != 0; // a key left per row
+      const auto bias = randv(c.ms.numel(), -1, 1);
+      const uint8_t *m = c.maskKind == 1 ? mask.data() : nullptr;
+      const float *a = c.maskKind == 2 ? bias.data() : nullptr;
+      const int64_t rows = c.qs.numel() / c.qs.v[c.qs.size - 1], out = rows * c.vs.v[c.vs.size - 1];
+      const int64_t T = c.ks.v[c.ks.size - 2];
+      std::vector<float> yc(out), lc(rows), lg(rows, NAN);
+      std::vector<bf> yg(out, bf(NAN));
+      pk::attention(q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, 0.5f, c.divide, -1e9f, true, ratio, true,
+                    cpuKey, yc.data(), lc.data());
+      const long executesBefore = emu::cudnnExecutes;
+      pc::attention(qb.data(), c.qs, kb.data(), c.ks, vb.data(), c.vs, m, a, c.ms, 0.5f, c.divide, -1e9f, true, ratio,
+                    true, deviceKey, yg.data(), lg.data());
+      cmpBfTol(yc, yg, 1.0 / 128, "y");
+      cmp(lc, lg, c.maskKind == 2 ? 1.0 / 256 : 1e-5, "lse");
+      if (ratio > 0 && c.vs.v[c.vs.size - 1] == T) { // with v the identity, y is the dropped P: the same zeros
+        std::vector<float> identity(c.vs.numel()), pc1(rows * T), l(rows);
+        std::vector<bf> pg1(rows * T);
+        for (int64_t e = 0; e < c.vs.numel(); ++e) identity[e] = (e / T) % T == e % T ? 1.0f : 0.0f;
+        auto identityB = toBf(identity);
+        pk::attention(q.data(), c.qs, k.data(), c.ks, identity.data(), c.vs, m, a, c.ms, 0.5f, c.divide, -1e9f, true,
+                      ratio, true, cpuKey, pc1.data(), l.data());
+        pc::attention(qb.data(), c.qs, kb.data(), c.ks, identityB.data(), c.vs, m, a, c.ms, 0.5f, c.divide, -1e9f,
+                      true, ratio, true, deviceKey, pg1.data(), l.data());
+        std::vector<uint8_t> zerosC(pc1.size()), zerosG(pg1.size());
+        for (size_t e = 0; e < pc1.size(); ++e) zerosC[e] = pc1[e] == 0.0f, zerosG[e] = (float)pg1[e] == 0.0f;
+        cmp(zerosC, zerosG, 0, "dropped elements");
+      }
+      auto dy = randbf(out), yr = roundBf(yc);
+      auto dyb = toBf(dy), yb = toBf(yc);
+      std::vector<float> dqc(q.size()), dkc(k.size()), dvc(v.size());
+      std::vector<bf> dqg(q.size(), bf(NAN)), dkg(k.size(), bf(NAN)), dvg(v.size(), bf(NAN));
+      pk::attentionGrad(dy.data(), q.data(), c.qs, k.data(), c.ks, v.data(), c.vs, m, a, c.ms, yr.data(), lc.data(),
+                        0.5f, c.divide, -1e9f, true, ratio, true, cpuKey, dqc.data(), dkc.data(), dvc.data());
+      pc::attentionGrad(dyb.data(), qb.data(), c.qs, kb.data(), c.ks, vb.data(), c.vs, m, a, c.ms, yb.data(), lg.data(),
+                        0.5f, c.divide, -1e9f, true, ratio, true, deviceKey, dqg.data(), dkg.data(), dvg.data());
+      cmpBfNormwise(dqc, dqg, kGradTol, "dq");
+      cmpBfNormwise(dkc, dkg, kGradTol, "dk");
+      cmpBfNormwise(dvc, dvg, kGradTol, "dv");
+      ++checks;
+      const long executes = emu::cudnnExecutes - executesBefore;
+      const long expected = ratio > 0 && c.vs.v[c.vs.size - 1] == T ? 3 : 2;
+      if (executes != expected) {
+        std::printf("FAIL %s: %ld cuDNN executions, expected %ld\n", ctx.c_str(), executes, expected);
+        ++failures;
+      }
+      // Switched off: pipec's kernels, within the same tolerance of the CPU.
+      setenv("PIPEC_CUDNN_ATTENTION", "0", 1);
+      std::vector<bf> yo(out, bf(NAN));
+      pc::attention(qb.data(), c.qs, kb.data(), c.ks, vb.data(), c.vs, m, a, c.ms, 0.5f, c.divide, -1e9f, true, ratio,
+                    true, deviceKey, yo.data(), lg.data());
+      unsetenv("PIPEC_CUDNN_ATTENTION");
+      cmpBfTol(yc, yo, 1.0 / 128, "y (PIPEC_CUDNN_ATTENTION=0)");
+      ++checks;
+      if (emu::cudnnExecutes - executesBefore != expected) {
+        std::printf("FAIL %s: PIPEC_CUDNN_ATTENTION=0 still ran cuDNN\n", ctx.c_str());
+        ++failures;
+      }
+    }
+  // Head sizes cuDNN takes no engine for (not multiples of 8): pipec's kernels, no cuDNN execution.
+  ctx = "flash attention declined";
+  const Shape qs{2, 5, 12}, ks{2, 7, 12}, vs{2, 7, 12};
+  auto q = randbf(qs.numel()), k = randbf(ks.numel()), v = randbf(vs.numel());
+  std::vector<float> yc(2 * 5 * 12), lc(10), lg(10);
+  std::vector<bf> yg(yc.size());
+  pk::attention(q.data(), qs, k.data(), ks, v.data(), vs, nullptr, nullptr, Shape{}, 0.5f, false, 0.0f, true, 0.0f,
+                true, 0, yc.data(), lc.data());
+  const long executesBefore = emu::cudnnExecutes;
+  auto qb = toBf(q), kb = toBf(k), vb = toBf(v);
+  pc::attention(qb.data(), qs, kb.data(), ks, vb.data(), vs, nullptr, nullptr, Shape{}, 0.5f, false, 0.0f, true, 0.0f,
+                true, 0, yg.data(), lg.data());
+  cmpBfTol(yc, yg, 1.0 / 128, "y");
+  ++checks;
+  if (emu::cudnnExecutes != executesBefore) {
+    std::printf("FAIL %s: cuDNN ran head size 12\n", ctx.c_str());
+    ++failures;
+  }
 }
 
 int main(int argc, char **argv) {
@@ -1655,6 +1766,7 @@ int main(int argc, char **argv) {
   run("bf16-norm", testBf16Norm);
   run("bf16-softmax", testBf16Softmax);
   run("bf16-attention", testBf16Attention);
+  run("flash-attention", testFlashAttention);
   try { pc::raiseDeviceErrors(); } catch (const std::exception &e) { std::printf("device error: %s\n", e.what()); ++failures; }
   std::printf("%d checks, %d failures, %d launches, %lld CUDA threads, %lld fiber switches, %d gemms\n", checks, failures,
               emu::launches, emu::sched().threadsRun, emu::sched().switches, emu::gemmCalls);

@@ -145,6 +145,8 @@ void checkLaunch(const char *op) {
   if (status != cudaSuccess) fail(op, std::string("kernel launch failed: ") + cudaGetErrorString(status));
 }
 
+int deviceIndex(const char *op) { return currentDevice(op); }
+
 cudaStream_t stream() { return currentStream; }
 Precision precision() { return currentPrecision; }
 

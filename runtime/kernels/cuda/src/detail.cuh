@@ -21,6 +21,9 @@ void checkBlas(cublasStatus_t status, const char *op);
 /// After a launch: reports a launch failure (cudaGetLastError) for `op`.
 void checkLaunch(const char *op);
 
+/// The current CUDA device, checked to be one the library keeps state for.
+int deviceIndex(const char *op);
+
 /// The innermost StreamScope's stream and precision (default stream, F32
 /// outside any scope).
 cudaStream_t stream();

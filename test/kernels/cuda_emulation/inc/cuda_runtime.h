@@ -44,6 +44,7 @@ inline long streamMemsets = 0;   // cudaMemsetAsync
 // block until the device is done; so do cudaFree and cudaFreeHost, which
 // synchronize the device implicitly.
 inline long hostSyncs = 0;
+inline long cudnnExecutes = 0; // cuDNN graph executions run (cudnn_frontend.h)
 inline long deviceAllocations = 0; // cudaMalloc and cudaMallocAsync calls
 // PIPEC_EMU_COUNT_ONLY=1: kernels and GEMMs are counted (and their launches
 // checked) but not run, so that a stage at a large shape can be counted in
@@ -102,8 +103,8 @@ extern "C" __attribute__((weak, visibility("default"))) long pipec_emu_device_al
 // For tests that load an emulated stage library: one of the counts above so
 // far, by name ("kernels", "cublas_gemms", "cublaslt_matmuls", "memcpys",
 // "memsets", "host_syncs", "graph_launches", "graph_work": the launches,
-// GEMMs, copies and memsets that graph launches ran, which the first six
-// also count); -1 for a name it does not know.
+// GEMMs, cuDNN executions, copies and memsets that graph launches ran, which
+// the others also count; "cudnn_executes"); -1 for a name it does not know.
 extern "C" __attribute__((weak, visibility("default"))) long pipec_emu_count(const char *what) {
   const struct {
     const char *name;
@@ -115,6 +116,7 @@ extern "C" __attribute__((weak, visibility("default"))) long pipec_emu_count(con
                 {"memsets", emu::streamMemsets},
                 {"host_syncs", emu::hostSyncs},
                 {"graph_launches", emu::graphLaunches},
+                {"cudnn_executes", emu::cudnnExecutes},
                 {"graph_work", emu::graphWork}};
   for (const auto &count : counts)
     if (std::strcmp(count.name, what) == 0) return count.value;

@@ -141,6 +141,12 @@ void accumulate(float *to, const float *from, int64_t n);
 /// Seconds on a steady clock after the scope's stream has drained, so that
 /// differences time the kernels between two calls (piperun --profile only).
 double profileClock();
+/// The cuDNN version flash attention runs with (cudnnGetVersion, 91900 for
+/// 9.19.0), loading cuDNN on the first call; 0 when it cannot run, with the
+/// reason in *why: the kernels were built without cuDNN, libcudnn.so.9 is
+/// not found, or it is older than 9.0. Attention then runs on pipec's own
+/// kernels (docs/cuda-kernels.md, "Flash attention").
+int64_t cudnnVersion(std::string *why = nullptr);
 /// Throws KernelError (naming the op) if a kernel recorded an error since
 /// the last call; also reports failed launches (cudaGetLastError).
 void raiseDeviceErrors();

@@ -1,0 +1,417 @@
+// Flash attention through cuDNN's graph API (cudnn_frontend, header-only;
+// docs/cuda-kernels.md, "Flash attention"): nn.attention and
+// nn.attention_grad on bf16 storage, forward and backward, as cuDNN's
+// scaled dot-product attention. q, k, v [L..., S|T, D] are seen as
+// [b, h, S|T, D] (h the last of L..., b the rest); a boolean or additive mask
+// becomes a bf16 bias [1|b, 1|h, S, T], written for each call (the mask may
+// change between calls); P's dropout is cuDNN's own (its Philox generator,
+// seeded with the call's key and the op's id, both read on the device, so a
+// CUDA graph of the call draws that call's masks). One cuDNN plan per shape,
+// built on the shape's first call, forward and backward together: a
+// training forward runs on cuDNN only when cuDNN also has the backward, so
+// both halves of one attention always see the same dropout.
+#include "detail.cuh"
+#include "flash_attention.cuh"
+#include "index_map.cuh"
+
+#if defined(PIPEC_HAVE_CUDNN) || defined(PIPEC_CUDA_EMULATION)
+#define PIPEC_FLASH_ATTENTION 1
+#include <cudnn_frontend.h>
+#endif
+
+#if defined(NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING)
+#include <dlfcn.h>
+#endif
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <utility>
+#include <memory>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#if defined(NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING)
+// The cuDNN library the frontend calls into (cudnn_frontend_shim.h).
+namespace cudnn_frontend {
+void *cudnn_dlhandle = nullptr;
+}
+#endif
+
+namespace pipec::kernels::cuda {
+
+#ifndef PIPEC_FLASH_ATTENTION
+int64_t cudnnVersion(std::string *why) {
+  if (why) *why = "pipec's CUDA kernels were built without cuDNN";
+  return 0;
+}
+#else
+/// The first cuDNN major version whose graph API has everything used here.
+constexpr int64_t kMinimumCudnnVersion = 90000;
+
+int64_t cudnnVersion(std::string *why) {
+  // Loaded once per process; the answer is kept.
+  static const std::pair<int64_t, std::string> loaded = []() -> std::pair<int64_t, std::string> {
+#if defined(NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING)
+    for (const char *name : {"libcudnn.so.9", "libcudnn.so"}) {
+      cudnn_frontend::cudnn_dlhandle = dlopen(name, RTLD_NOW | RTLD_GLOBAL);
+      if (cudnn_frontend::cudnn_dlhandle) break;
+    }
+    if (!cudnn_frontend::cudnn_dlhandle) return {0, std::string("cannot load libcudnn.so.9: ") + dlerror()};
+#endif
+    int64_t version = 0;
+    try {
+      version = (int64_t)cudnn_frontend::detail::get_backend_version();
+    } catch (const std::exception &e) {
+      return {0, e.what()};
+    }
+    if (version < kMinimumCudnnVersion)
+      return {0, "cuDNN " + std::to_string(version) + " is older than the " + std::to_string(kMinimumCudnnVersion) +
+                     " pipec needs"};
+    return {version, ""};
+  }();
+  if (why) *why = loaded.second;
+  return loaded.first;
+}
+#endif
+
+namespace flash {
+
+#ifndef PIPEC_FLASH_ATTENTION
+
+bool attention(const AttentionOperands &, bf16 *, float *) { return false; }
+bool attentionGrad(const AttentionOperands &, const bf16 *, const bf16 *, const float *, bf16 *, bf16 *, bf16 *) {
+  return false;
+}
+
+#else
+
+namespace fe = cudnn_frontend;
+
+namespace {
+
+/// Tensor ids of the variant packs.
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kBias, kSeed, kOffset, kDO, kDQ, kDK, kDV };
+
+/// What one cuDNN graph is built for. Scale and dropout are baked into the
+/// graph; biasB = 0 means no bias.
+struct PlanKey {
+  bool backward;
+  int64_t b, h, S, T, D, Dv, biasB, biasH;
+  uint32_t scaleBits, dropoutBits;
+  auto tied() const { return std::tie(backward, b, h, S, T, D, Dv, biasB, biasH, scaleBits, dropoutBits); }
+  bool operator<(const PlanKey &o) const { return tied() < o.tied(); }
+};
+
+/// A built graph and its workspace, or (graph null) cuDNN's refusal.
+struct Plan {
+  std::shared_ptr<fe::graph::Graph> graph;
+  int64_t workspaceBytes = 0;
+};
+
+/// This thread's cuDNN handle and plans on one device, and device copies of
+/// the dropout op ids (cuDNN reads its Philox offset from device memory).
+struct DeviceContext {
+  cudnnHandle_t handle = nullptr;
+  std::map<PlanKey, Plan> plans;
+  std::map<uint64_t, uint64_t *> opIds;
+  ~DeviceContext() { // may fail when the driver is already gone at exit: ignored
+    plans.clear();
+    for (auto &entry : opIds) cudaFree(entry.second);
+    if (handle) cudnn_frontend::detail::destroy_handle(handle);
+  }
+};
+thread_local std::map<int, DeviceContext> contexts;
+
+/// This thread's context on the current device, bound to the stream; null
+/// when cuDNN cannot be used (not loadable, too old, no handle on this
+/// device: said once on stderr).
+DeviceContext *context(const char *op) {
+  std::string why;
+  if (cudnnVersion(&why) == 0) {
+    static bool said = false;
+    if (!said) std::fprintf(stderr, "pipec: %s; attention runs on pipec's kernels\n", why.c_str());
+    said = true;
+    return nullptr;
+  }
+  DeviceContext &c = contexts[detail::deviceIndex(op)];
+  if (!c.handle && cudnn_frontend::detail::create_handle(&c.handle) != CUDNN_STATUS_SUCCESS) {
+    c.handle = nullptr;
+    static bool said = false;
+    if (!said) std::fprintf(stderr, "pipec: cudnnCreate failed; attention runs on pipec's kernels\n");
+    said = true;
+    return nullptr;
+  }
+  if (cudnn_frontend::detail::set_stream(c.handle, detail::stream()) != CUDNN_STATUS_SUCCESS)
+    detail::fail(op, "cudnnSetStream failed");
+  return &c;
+}
+
+bool disabledByEnvironment() {
+  const char *value = std::getenv("PIPEC_CUDNN_ATTENTION");
+  return value && std::strcmp(value, "0") == 0;
+}
+
+uint32_t bitsOf(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+std::vector<int64_t> rowMajorStrides(const std::vector<int64_t> &dims) {
+  std::vector<int64_t> strides(dims.size(), 1);
+  for (int i = (int)dims.size() - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
+  return strides;
+}
+
+/// The graph of `key`, or null with cuDNN's reason in `why`.
+std::shared_ptr<fe::graph::Graph> buildGraph(const PlanKey &key, bool deterministic, cudnnHandle_t handle,
+                                             std::string &why) {
+  auto graph = std::make_shared<fe::graph::Graph>();
+  graph->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  auto tensor = [&](const char *name, Uid uid, std::vector<int64_t> dims,
+                    fe::DataType_t type = fe::DataType_t::BFLOAT16) {
+    return graph->tensor(fe::graph::Tensor_attributes()
+                             .set_name(name)
+                             .set_uid(uid)
+                             .set_dim(dims)
+                             .set_stride(rowMajorStrides(dims))
+                             .set_data_type(type));
+  };
+  auto output = [](const std::shared_ptr<fe::graph::Tensor_attributes> &t, Uid uid, std::vector<int64_t> dims,
+                   fe::DataType_t type = fe::DataType_t::BFLOAT16) {
+    t->set_output(true).set_uid(uid).set_dim(dims).set_stride(rowMajorStrides(dims)).set_data_type(type);
+  };
+  const int64_t b = key.b, h = key.h, S = key.S, T = key.T, D = key.D, Dv = key.Dv;
+  auto q = tensor("Q", kQ, {b, h, S, D}), k = tensor("K", kK, {b, h, T, D}), v = tensor("V", kV, {b, h, T, Dv});
+  auto bias = key.biasB ? tensor("bias", kBias, {key.biasB, key.biasH, S, T}) : nullptr;
+  float scale, dropout;
+  std::memcpy(&scale, &key.scaleBits, sizeof scale);
+  std::memcpy(&dropout, &key.dropoutBits, sizeof dropout);
+  auto seed = dropout > 0 ? tensor("seed", kSeed, {1, 1, 1, 1}, fe::DataType_t::INT64) : nullptr;
+  auto offset = dropout > 0 ? tensor("offset", kOffset, {1, 1, 1, 1}, fe::DataType_t::INT64) : nullptr;
+  if (!key.backward) {
+    auto options = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_attn_scale(scale);
+    if (bias) options.set_bias(bias);
+    if (dropout > 0) options.set_dropout(dropout, seed, offset);
+    auto [o, stats] = graph->sdpa(q, k, v, options);
+    output(o, kO, {b, h, S, Dv});
+    output(stats, kStats, {b, h, S, 1}, fe::DataType_t::FLOAT);
+  } else {
+    auto o = tensor("O", kO, {b, h, S, Dv}), dO = tensor("dO", kDO, {b, h, S, Dv});
+    auto stats = tensor("stats", kStats, {b, h, S, 1}, fe::DataType_t::FLOAT);
+    auto options = fe::graph::SDPA_backward_attributes().set_name("attention_grad").set_attn_scale(scale);
+    if (deterministic) options.set_deterministic_algorithm(true);
+    if (bias) options.set_bias(bias);
+    if (dropout > 0) options.set_dropout(dropout, seed, offset);
+    auto [dQ, dK, dV] = graph->sdpa_backward(q, k, v, o, dO, stats, options);
+    output(dQ, kDQ, {b, h, S, D});
+    output(dK, kDK, {b, h, T, D});
+    output(dV, kDV, {b, h, T, Dv});
+  }
+  auto failed = [&](fe::error_t status) {
+    if (status.is_good()) return false;
+    why = status.get_message();
+    return true;
+  };
+  if (failed(graph->validate()) || failed(graph->build_operation_graph(handle)) ||
+      failed(graph->create_execution_plans({fe::HeurMode_t::A})) || failed(graph->check_support(handle)) ||
+      failed(graph->build_plans(handle)))
+    return nullptr;
+  return graph;
+}
+
+/// The plan of `key`, built on first use. A backward is built deterministic
+/// (equal runs give equal bits) where cuDNN can; else as it can, said once.
+const Plan &planFor(DeviceContext &c, const PlanKey &key) {
+  auto found = c.plans.find(key);
+  if (found != c.plans.end()) return found->second;
+  Plan plan;
+  std::string why;
+  plan.graph = buildGraph(key, true, c.handle, why);
+  if (!plan.graph && key.backward) {
+    std::string whyNot;
+    plan.graph = buildGraph(key, false, c.handle, whyNot);
+    if (plan.graph)
+      std::fprintf(stderr, "pipec: cuDNN has no deterministic attention backward for this shape (%s); using its "
+                           "non-deterministic one\n", why.c_str());
+    else
+      why = whyNot;
+  }
+  if (plan.graph) {
+    plan.workspaceBytes = plan.graph->get_workspace_size();
+  } else {
+    std::fprintf(stderr,
+                 "pipec: cuDNN flash attention %s not available for [%lld, %lld, %lld|%lld, %lld|%lld]%s (%s); "
+                 "pipec's attention kernels run it\n",
+                 key.backward ? "backward" : "forward", (long long)key.b, (long long)key.h, (long long)key.S,
+                 (long long)key.T, (long long)key.D, (long long)key.Dv, key.biasB ? " with a bias" : "", why.c_str());
+  }
+  return c.plans.emplace(key, std::move(plan)).first->second;
+}
+
+/// The op id in device memory (cuDNN's dropout offset), kept for the life of
+/// the thread; created outside any CUDA graph capture (a stage's first call).
+const uint64_t *opIdOnDevice(DeviceContext &c, uint64_t id, const char *op) {
+  auto found = c.opIds.find(id);
+  if (found != c.opIds.end()) return found->second;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  detail::check(cudaStreamIsCapturing(detail::stream(), &capture), op);
+  if (capture != cudaStreamCaptureStatusNone) detail::fail(op, "would allocate inside a CUDA graph capture");
+  uint64_t *device = nullptr;
+  detail::check(cudaMalloc(reinterpret_cast<void **>(&device), sizeof(uint64_t)), op);
+  c.opIds[id] = device;
+  detail::check(cudaMemcpy(device, &id, sizeof id, cudaMemcpyHostToDevice), op);
+  return device;
+}
+
+/// bias[bb, hh, i, j] of the mask at scores element ((bb·h + hh)·S + i, j):
+/// fill where a boolean mask masks, else 0; or the additive mask's value.
+__global__ void attentionBiasKernel(bf16 *bias, int64_t n, int64_t biasH, int64_t h, int64_t S, int64_t T,
+                                    const uint8_t *mask, const float *additive, detail::IndexMap<1> map, float fill,
+                                    bool maskedWhen) {
+  for (int64_t i = detail::firstIndex(); i < n; i += detail::gridStride()) {
+    const int64_t j = i % T, row = i / T, si = row % S, slice = row / S;
+    const int64_t hh = slice % biasH, bb = slice / biasH;
+    int64_t off[1];
+    map.offsets(((bb * h + hh) * S + si) * T + j, off);
+    const float value = mask ? ((mask[off[0]] != 0) == maskedWhen ? fill : 0.0f) : additive[off[0]];
+    bias[i] = detail::fromF<bf16>(value);
+  }
+}
+
+/// One call's view of the operands for cuDNN, or nullopt-like `ok = false`.
+struct Geometry {
+  bool ok = false;
+  int64_t b = 1, h = 1, biasB = 0, biasH = 0;
+  AttentionView view;
+};
+
+Geometry geometryOf(const char *op, const AttentionOperands &a) {
+  Geometry g;
+  g.view = attentionView(op, a.qs, a.ks, a.vs, a.ms, a.mask != nullptr, a.additive != nullptr);
+  const AttentionView &v = g.view;
+  const int rank = a.qs.size;
+  if (rank < 3 || v.S == 0 || v.T == 0 || v.D == 0 || v.Dv == 0 || v.L == 0) return g;
+  g.h = rank >= 4 ? a.qs.v[rank - 3] : 1;
+  g.b = v.L / g.h;
+  if (v.masked) {
+    const detail::Strides strides = detail::broadcastStrides(a.ms, v.scores);
+    bool variesOverB = false;
+    for (int axis = 0; axis < rank - 3; ++axis) variesOverB |= strides[axis] != 0 && v.scores.v[axis] != 1;
+    if (rank == 3) variesOverB = strides[0] != 0 && v.scores.v[0] != 1;
+    const bool variesOverH = rank >= 4 && strides[rank - 3] != 0 && v.scores.v[rank - 3] != 1;
+    g.biasB = variesOverB ? g.b : 1;
+    g.biasH = variesOverH ? g.h : 1;
+  }
+  g.ok = true;
+  return g;
+}
+
+PlanKey keyOf(const Geometry &g, const AttentionOperands &a, bool backward) {
+  const float scale = a.divide ? 1.0f / a.scale : a.scale;
+  const float dropout = a.training ? a.dropoutRatio : 0.0f;
+  return {backward, g.b, g.h, g.view.S, g.view.T, g.view.D, g.view.Dv, g.biasB, g.biasH, bitsOf(scale),
+          bitsOf(dropout)};
+}
+
+/// The plans the call needs (forward; and backward when training, so that
+/// both halves run on cuDNN or neither does), or null when cuDNN declines.
+const Plan *plansFor(DeviceContext &c, const Geometry &g, const AttentionOperands &a, bool backward) {
+  const Plan &forward = planFor(c, keyOf(g, a, false));
+  if (!forward.graph) return nullptr;
+  if (!a.training) return backward ? nullptr : &forward;
+  const Plan &grad = planFor(c, keyOf(g, a, true));
+  if (!grad.graph) return nullptr;
+  return backward ? &grad : &forward;
+}
+
+/// Runs `plan` with `pack`, after writing the bias (when there is one) into
+/// the call's workspace or kernel scratch, ahead of cuDNN's own workspace.
+void execute(const char *op, DeviceContext &c, const Plan &plan, const Geometry &g, const AttentionOperands &a,
+             std::unordered_map<int64_t, void *> &pack) {
+  const int64_t biasElements = g.biasB ? g.biasB * g.biasH * g.view.S * g.view.T : 0;
+  const int64_t biasBytes = ScratchNeed::alignedScratchBytes(biasElements * (int64_t)sizeof(bf16));
+  const int64_t need = biasBytes + ScratchNeed::alignedScratchBytes(plan.workspaceBytes);
+  char *memory = nullptr;
+  if (need > 0)
+    memory = a.workspace.bound() && a.workspace.sharedBytes >= need ? static_cast<char *>(a.workspace.shared)
+                                                                     : static_cast<char *>(detail::scratch(0, need));
+  if (biasElements > 0) {
+    bf16 *bias = reinterpret_cast<bf16 *>(memory);
+    const detail::IndexMap<1> map =
+        detail::makeIndexMap<1>(g.view.scores, {detail::broadcastStrides(a.ms, g.view.scores)});
+    attentionBiasKernel<<<detail::blocksFor(biasElements), detail::kThreads, 0, detail::stream()>>>(
+        bias, biasElements, g.biasH, g.h, g.view.S, g.view.T, a.mask, a.additive, map, a.fill, a.maskedWhen);
+    detail::checkLaunch(op);
+    pack[kBias] = bias;
+  }
+  if (a.training && a.dropoutRatio > 0) {
+    const StreamKey &key = a.dropoutStreamKey;
+    // The seed: the call's key (generated code), or the plain key itself.
+    pack[kSeed] = const_cast<uint64_t *>(key.call ? key.call : opIdOnDevice(c, key.value, op));
+    pack[kOffset] = const_cast<uint64_t *>(key.call ? opIdOnDevice(c, key.value, op) : opIdOnDevice(c, 0, op));
+  }
+  fe::error_t status = plan.graph->execute(c.handle, pack, plan.workspaceBytes > 0 ? memory + biasBytes : nullptr);
+  if (status.is_bad()) detail::fail(op, "cuDNN flash attention: " + status.get_message());
+}
+
+/// cuDNN reads and writes its tensors 16 bytes at a time. Generated code's
+/// tensors are 64-byte aligned (the arena's slots). A call whose operands
+/// are not is declined without dropout (either path computes the same
+/// attention); with dropout it is an error, since the backward must draw
+/// the forward's masks and so take the path the forward took.
+bool alignedOperands(const char *op, const AttentionOperands &a, std::initializer_list<const void *> pointers) {
+  for (const void *p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+      if (a.training && a.dropoutRatio > 0)
+        detail::fail(op, "an operand is not 16-byte aligned, which cuDNN's flash attention needs with dropout "
+                         "(set PIPEC_CUDNN_ATTENTION=0 to run pipec's attention kernels)");
+      return false;
+    }
+  return true;
+}
+
+} // namespace
+
+bool attention(const AttentionOperands &a, bf16 *y, float *lse) {
+  const char *op = "nn.attention";
+  if (disabledByEnvironment()) return false;
+  const Geometry g = geometryOf(op, a);
+  if (!g.ok || !alignedOperands(op, a, {a.q, a.k, a.v, y, lse})) return false;
+  DeviceContext *c = context(op);
+  const Plan *plan = c ? plansFor(*c, g, a, false) : nullptr;
+  if (!plan) return false;
+  std::unordered_map<int64_t, void *> pack = {{kQ, const_cast<bf16 *>(a.q)}, {kK, const_cast<bf16 *>(a.k)},
+                                              {kV, const_cast<bf16 *>(a.v)}, {kO, y}, {kStats, lse}};
+  execute(op, *c, *plan, g, a, pack);
+  return true;
+}
+
+bool attentionGrad(const AttentionOperands &a, const bf16 *dy, const bf16 *y, const float *lse, bf16 *dq, bf16 *dk,
+                   bf16 *dv) {
+  const char *op = "nn.attention_grad";
+  if (disabledByEnvironment()) return false;
+  const Geometry g = geometryOf(op, a);
+  if (!g.ok || !alignedOperands(op, a, {a.q, a.k, a.v, dy, y, lse, dq, dk, dv})) return false;
+  DeviceContext *c = context(op);
+  const Plan *plan = c ? plansFor(*c, g, a, true) : nullptr;
+  if (!plan) return false;
+  std::unordered_map<int64_t, void *> pack = {
+      {kQ, const_cast<bf16 *>(a.q)}, {kK, const_cast<bf16 *>(a.k)},   {kV, const_cast<bf16 *>(a.v)},
+      {kO, const_cast<bf16 *>(y)},   {kDO, const_cast<bf16 *>(dy)},   {kStats, const_cast<float *>(lse)},
+      {kDQ, dq},                     {kDK, dk},                       {kDV, dv}};
+  execute(op, *c, *plan, g, a, pack);
+  return true;
+}
+
+#endif // PIPEC_FLASH_ATTENTION
+
+} // namespace flash
+} // namespace pipec::kernels::cuda

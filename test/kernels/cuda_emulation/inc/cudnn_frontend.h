@@ -1,0 +1,353 @@
+// Fake cuDNN graph API (cudnn_frontend) for host emulation: the part
+// pipec's flash attention uses (runtime/kernels/cuda/src/attention_cudnn.cu):
+// a graph of one scaled dot-product attention, forward (sdpa) or backward
+// (sdpa_backward), with a bias and dropout. It checks what cuDNN checks of
+// its caller: every tensor's uid, dims, strides and type agree with the
+// operation (validate), head sizes cuDNN's flash kernels take (check_support),
+// a variant pack with every tensor, 16-byte aligned (scalars 8), on the handle's stream,
+// and a workspace of the size the graph asked for, which the backward really
+// uses (its dQ accumulator). The arithmetic is a host reference of flash
+// attention in float32 (products in double): the probabilities rounded to
+// bf16 for their product with V, dS rounded to bf16 for dQ and dK.
+//
+// Dropout: real cuDNN draws its mask with its own Philox generator from the
+// seed and offset tensors, which this cannot reproduce. The fake draws
+// pipec's mask instead (pipec/kernel_types.h: element i of the [b, h, S, T]
+// probabilities, key dropoutOpStreamKey(seed, offset)), so that an emulated
+// stage still matches the CPU stage bit for bit in its masks; on a GPU the
+// masks differ from the CPU's (docs/cuda-kernels.md, "Flash attention").
+#pragma once
+#include "cublas_v2.h"
+#include "cuda_runtime.h"
+#include "pipec/kernel_types.h"
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+struct EmuCudnn {
+  cudaStream_t stream = nullptr;
+};
+typedef EmuCudnn *cudnnHandle_t;
+typedef int cudnnStatus_t;
+constexpr cudnnStatus_t CUDNN_STATUS_SUCCESS = 0;
+
+namespace cudnn_frontend::detail { // the frontend's wrappers of the library's C API (cudnn_frontend_shim.h)
+inline size_t get_backend_version() { return 91900; }
+inline cudnnStatus_t create_handle(cudnnHandle_t *h) {
+  *h = new EmuCudnn;
+  return CUDNN_STATUS_SUCCESS;
+}
+inline cudnnStatus_t destroy_handle(cudnnHandle_t h) {
+  delete h;
+  return CUDNN_STATUS_SUCCESS;
+}
+inline cudnnStatus_t set_stream(cudnnHandle_t h, cudaStream_t s) {
+  h->stream = s;
+  return CUDNN_STATUS_SUCCESS;
+}
+} // namespace cudnn_frontend::detail
+
+namespace emu {
+inline long cudnnPlans = 0; // graphs that reached build_plans
+}
+
+namespace cudnn_frontend {
+enum class DataType_t { NOT_SET, FLOAT, HALF, BFLOAT16, INT32, INT64 };
+enum class HeurMode_t { A, B, FALLBACK };
+enum class error_code_t { OK, ATTRIBUTE_NOT_SET, INVALID_VARIANT_PACK, GRAPH_NOT_SUPPORTED, INVALID_VALUE };
+struct error_object {
+  error_code_t code = error_code_t::OK;
+  std::string err_msg;
+  error_object() = default;
+  error_object(error_code_t c, std::string m) : code(c), err_msg(std::move(m)) {}
+  bool is_good() const { return code == error_code_t::OK; }
+  bool is_bad() const { return !is_good(); }
+  std::string get_message() { return err_msg; }
+};
+typedef error_object error_t;
+
+namespace graph {
+class Tensor_attributes {
+public:
+  Tensor_attributes &set_name(std::string n) { name = std::move(n); return *this; }
+  Tensor_attributes &set_uid(int64_t u) { uid = u; uidSet = true; return *this; }
+  Tensor_attributes &set_dim(std::vector<int64_t> d) { dims = std::move(d); return *this; }
+  Tensor_attributes &set_stride(std::vector<int64_t> s) { strides = std::move(s); return *this; }
+  Tensor_attributes &set_data_type(DataType_t t) { type = t; return *this; }
+  Tensor_attributes &set_output(bool o) { output = o; return *this; }
+  int64_t get_uid() const { return uid; }
+
+  std::string name;
+  int64_t uid = 0;
+  bool uidSet = false, output = false;
+  std::vector<int64_t> dims, strides;
+  DataType_t type = DataType_t::NOT_SET;
+};
+using Tensor = std::shared_ptr<Tensor_attributes>;
+
+/// What sdpa and sdpa_backward share.
+struct AttentionFields {
+  std::string name;
+  float scale = 1.0f, dropout = 0.0f;
+  bool scaleSet = false;
+  Tensor bias, seed, offset;
+};
+template <class Self> class AttentionOptions : public AttentionFields {
+public:
+  Self &set_name(std::string n) { name = std::move(n); return self(); }
+  Self &set_attn_scale(float s) { scale = s; scaleSet = true; return self(); }
+  Self &set_bias(Tensor b) { bias = std::move(b); return self(); }
+  Self &set_dropout(float p, Tensor s, Tensor o) {
+    dropout = p;
+    seed = std::move(s);
+    offset = std::move(o);
+    return self();
+  }
+
+private:
+  Self &self() { return static_cast<Self &>(*this); }
+};
+class SDPA_attributes : public AttentionOptions<SDPA_attributes> {
+public:
+  SDPA_attributes &set_generate_stats(bool g) { stats = g; return *this; }
+  bool stats = false;
+};
+class SDPA_backward_attributes : public AttentionOptions<SDPA_backward_attributes> {
+public:
+  SDPA_backward_attributes &set_deterministic_algorithm(bool d) { deterministic = d; return *this; }
+  bool deterministic = false;
+};
+
+class Graph {
+public:
+  Graph &set_io_data_type(DataType_t t) { io = t; return *this; }
+  Graph &set_intermediate_data_type(DataType_t t) { intermediate = t; return *this; }
+  Graph &set_compute_data_type(DataType_t t) { compute = t; return *this; }
+  Tensor tensor(const Tensor_attributes &a) {
+    auto t = std::make_shared<Tensor_attributes>(a);
+    if (t->type == DataType_t::NOT_SET) t->type = io;
+    return t;
+  }
+  std::array<Tensor, 2> sdpa(Tensor q, Tensor k, Tensor v, SDPA_attributes a) {
+    backward = false;
+    fwd = std::move(a);
+    Q = q, K = k, V = v;
+    O = std::make_shared<Tensor_attributes>();
+    Stats = std::make_shared<Tensor_attributes>();
+    return {O, Stats};
+  }
+  std::array<Tensor, 3> sdpa_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor dO_, Tensor stats,
+                                      SDPA_backward_attributes a) {
+    backward = true;
+    bwd = std::move(a);
+    Q = q, K = k, V = v, O = o, dO = dO_, Stats = stats;
+    dQ = std::make_shared<Tensor_attributes>();
+    dK = std::make_shared<Tensor_attributes>();
+    dV = std::make_shared<Tensor_attributes>();
+    return {dQ, dK, dV};
+  }
+
+  error_t validate() {
+    auto bad = [](const std::string &m) { return error_t(error_code_t::INVALID_VALUE, "emulated cuDNN: " + m); };
+    if (!Q || io != DataType_t::BFLOAT16 && io != DataType_t::HALF) return bad("no attention, or an io type cuDNN's flash attention does not take");
+    if (intermediate != DataType_t::FLOAT || compute != DataType_t::FLOAT) return bad("intermediate and compute types must be FLOAT");
+    for (const Tensor &t : all()) {
+      if (!t) continue;
+      if (!t->uidSet) return bad("tensor '" + t->name + "' has no uid");
+      if (t->dims.size() != 4 || t->strides.size() != 4) return bad("tensor '" + t->name + "' is not 4-d");
+      for (int i = 0; i < 4; ++i)
+        if (t->dims[i] < 1 || t->strides[i] < 0) return bad("tensor '" + t->name + "' has a bad dim or stride");
+    }
+    b = Q->dims[0], h = Q->dims[1], S = Q->dims[2], D = Q->dims[3];
+    hk = K->dims[1], T = K->dims[2], Dv = V->dims[3];
+    if (K->dims[0] != b || K->dims[3] != D || V->dims[0] != b || V->dims[1] != hk || V->dims[2] != T || h % hk != 0)
+      return bad("Q, K and V disagree");
+    const Options &opt = options();
+    if (!opt.scaleSet) return bad("attn_scale not set");
+    if (opt.bias) {
+      const auto &d = opt.bias->dims;
+      if ((d[0] != 1 && d[0] != b) || (d[1] != 1 && d[1] != h) || d[2] != S || d[3] != T || opt.bias->type != io)
+        return bad("the bias is not [1|b, 1|h, S, T] of the io type");
+    }
+    if (opt.dropout < 0 || opt.dropout >= 1) return bad("dropout probability out of [0, 1)");
+    if (opt.dropout > 0)
+      for (const Tensor &t : {opt.seed, opt.offset})
+        if (!t || t->type != DataType_t::INT64 || t->dims != std::vector<int64_t>{1, 1, 1, 1})
+          return bad("dropout seed and offset must be INT64 [1, 1, 1, 1]");
+    auto expect = [&](const Tensor &t, std::vector<int64_t> dims, DataType_t type, bool output) {
+      return t && t->dims == dims && t->type == type && t->output == output;
+    };
+    const DataType_t F = DataType_t::FLOAT;
+    if (!expect(O, {b, h, S, Dv}, io, !backward) || !expect(Stats, {b, h, S, 1}, F, !backward))
+      return bad("O or Stats is not [b, h, S, Dv] / FLOAT [b, h, S, 1]");
+    if (!fwd.stats && !backward) return bad("training needs generate_stats");
+    if (backward && (!expect(dO, {b, h, S, Dv}, io, false) || !expect(dQ, Q->dims, io, true) ||
+                     !expect(dK, K->dims, io, true) || !expect(dV, V->dims, io, true)))
+      return bad("dO, dQ, dK or dV does not match its operand");
+    validated = true;
+    return {};
+  }
+  error_t build_operation_graph(cudnnHandle_t) { return ready(validated, "validate"); }
+  error_t create_execution_plans(std::vector<HeurMode_t>) { return ready(validated, "build_operation_graph"); }
+  // cuDNN's flash attention: head sizes multiples of 8 up to 256.
+  error_t check_support(cudnnHandle_t) {
+    if (!validated) return ready(false, "create_execution_plans");
+    if (D % 8 != 0 || Dv % 8 != 0 || D > 256 || Dv > 256)
+      return error_t(error_code_t::GRAPH_NOT_SUPPORTED, "emulated cuDNN: no engine for head sizes " +
+                                                            std::to_string(D) + "/" + std::to_string(Dv));
+    supported = true;
+    return {};
+  }
+  error_t build_plans(cudnnHandle_t) {
+    if (!supported) return ready(false, "check_support");
+    ++emu::cudnnPlans;
+    return {};
+  }
+  /// The backward accumulates dQ in float32 in the workspace.
+  int64_t get_workspace_size() const { return backward ? b * h * S * D * (int64_t)sizeof(float) : 0; }
+
+  error_t execute(cudnnHandle_t handle, std::unordered_map<int64_t, void *> &pack, void *workspace) const {
+    emu::checkStream(handle->stream);
+    if (!supported) emu::die("cuDNN: execute before build_plans");
+    std::unordered_map<int64_t, void *> bound;
+    for (const Tensor &t : all()) {
+      if (!t) continue;
+      auto found = pack.find(t->uid);
+      if (found == pack.end() || !found->second)
+        return error_t(error_code_t::INVALID_VARIANT_PACK, "emulated cuDNN: no pointer for '" + t->name + "'");
+      const bool scalar = t->dims == std::vector<int64_t>{1, 1, 1, 1}; // the dropout seed and offset
+      if (reinterpret_cast<uintptr_t>(found->second) % (scalar ? 8 : 16) != 0)
+        emu::die("cuDNN: a tensor is not 16-byte aligned (a scalar not 8-byte)");
+      bound[t->uid] = found->second;
+    }
+    if (get_workspace_size() > 0 && !workspace) emu::die("cuDNN: no workspace for a graph that needs one");
+    const Graph copy = *this;
+    if (emu::recorded(handle->stream, [copy, bound, workspace] {
+          ++emu::graphWork; // run by a graph launch
+          copy.run(bound, workspace);
+        }))
+      return {};
+    run(bound, workspace);
+    return {};
+  }
+
+private:
+  using Options = AttentionFields;
+  const Options &options() const { return backward ? static_cast<const Options &>(bwd) : fwd; }
+  std::vector<Tensor> all() const {
+    const Options &o = options();
+    return {Q, K, V, O, Stats, dO, dQ, dK, dV, o.bias, o.dropout > 0 ? o.seed : nullptr,
+            o.dropout > 0 ? o.offset : nullptr};
+  }
+  static error_t ready(bool ok, const char *step) {
+    return ok ? error_t() : error_t(error_code_t::INVALID_VALUE, std::string("emulated cuDNN: call ") + step + " first");
+  }
+  static int64_t at(const Tensor &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    return i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2] + i3 * t->strides[3];
+  }
+  static cudaDataType cudaTypeOf(DataType_t t) { return t == DataType_t::FLOAT ? CUDA_R_32F : CUDA_R_16BF; }
+  static float get(const std::unordered_map<int64_t, void *> &p, const Tensor &t, int64_t i0, int64_t i1, int64_t i2,
+                   int64_t i3) {
+    return emu::load(p.at(t->uid), cudaTypeOf(t->type), at(t, i0, i1, i2, i3));
+  }
+  static void put(const std::unordered_map<int64_t, void *> &p, const Tensor &t, int64_t i0, int64_t i1, int64_t i2,
+                  int64_t i3, float v) {
+    emu::store(p.at(t->uid), cudaTypeOf(t->type), at(t, i0, i1, i2, i3), v);
+  }
+  static float bf16Rounded(float v) { return (float)__nv_bfloat16(v); }
+
+  void run(const std::unordered_map<int64_t, void *> &p, void *workspace) const {
+    ++emu::cudnnExecutes;
+    if (emu::countOnly) return;
+    const Options &opt = options();
+    const bool drop = opt.dropout > 0;
+    uint64_t key = 0, threshold = 0;
+    double keepScale = 1.0;
+    if (drop) {
+      key = pipec::kernels::dropoutOpStreamKey(*static_cast<const uint64_t *>(p.at(opt.seed->uid)),
+                                               *static_cast<const uint64_t *>(p.at(opt.offset->uid)));
+      threshold = pipec::kernels::dropoutKeepThreshold(opt.dropout);
+      keepScale = 1.0 / (1.0 - (double)opt.dropout);
+    }
+    const int64_t group = h / hk;
+    float *dqAccumulator = static_cast<float *>(workspace);
+    if (backward) std::fill(dqAccumulator, dqAccumulator + b * h * S * D, 0.0f);
+    // dK, dV: summed in double over every query row of the heads that share them.
+    std::vector<double> dk(backward ? b * hk * T * D : 0), dv(backward ? b * hk * T * Dv : 0);
+    std::vector<float> z(T);
+    for (int64_t bb = 0; bb < b; ++bb)
+      for (int64_t hh = 0; hh < h; ++hh)
+        for (int64_t i = 0; i < S; ++i) {
+          const int64_t kh = hh / group;
+          float m = -INFINITY;
+          for (int64_t j = 0; j < T; ++j) {
+            double s = 0;
+            for (int64_t d = 0; d < D; ++d) s += (double)get(p, Q, bb, hh, i, d) * get(p, K, bb, kh, j, d);
+            z[j] = (float)s * opt.scale;
+            if (opt.bias)
+              z[j] += get(p, opt.bias, opt.bias->dims[0] == 1 ? 0 : bb, opt.bias->dims[1] == 1 ? 0 : hh, i, j);
+            m = std::max(m, z[j]);
+          }
+          // P_j = exp(z_j - lse): the forward computes lse, the backward reads it.
+          float lse;
+          if (!backward) {
+            double sum = 0;
+            for (int64_t j = 0; j < T; ++j) sum += std::exp(z[j] - m);
+            lse = (float)(m + std::log(sum));
+            put(p, Stats, bb, hh, i, 0, lse);
+          } else {
+            lse = get(p, Stats, bb, hh, i, 0);
+          }
+          auto kept = [&](int64_t j) {
+            return !drop || pipec::kernels::dropoutDraw(key, ((bb * h + hh) * S + i) * T + j) >= threshold;
+          };
+          auto dropped = [&](float prob, int64_t j) { return kept(j) ? (float)(prob * keepScale) : 0.0f; };
+          if (!backward) {
+            std::vector<double> o(Dv, 0.0);
+            for (int64_t j = 0; j < T; ++j) {
+              const float pj = bf16Rounded(dropped(std::exp(z[j] - lse), j));
+              for (int64_t d = 0; d < Dv; ++d) o[d] += (double)pj * get(p, V, bb, kh, j, d);
+            }
+            for (int64_t d = 0; d < Dv; ++d) put(p, O, bb, hh, i, d, (float)o[d]);
+            continue;
+          }
+          double rowDot = 0; // Σ dO ⊙ O
+          for (int64_t d = 0; d < Dv; ++d) rowDot += (double)get(p, dO, bb, hh, i, d) * get(p, O, bb, hh, i, d);
+          for (int64_t j = 0; j < T; ++j) {
+            const float pj = std::exp(z[j] - lse);
+            double dpj = 0;
+            for (int64_t d = 0; d < Dv; ++d) dpj += (double)get(p, dO, bb, hh, i, d) * get(p, V, bb, kh, j, d);
+            const float ds = bf16Rounded(pj * (dropped((float)dpj, j) - (float)rowDot)) * opt.scale;
+            const float pDropped = bf16Rounded(dropped(pj, j));
+            for (int64_t d = 0; d < Dv; ++d)
+              dv[((bb * hk + kh) * T + j) * Dv + d] += (double)pDropped * get(p, dO, bb, hh, i, d);
+            for (int64_t d = 0; d < D; ++d) {
+              dqAccumulator[((bb * h + hh) * S + i) * D + d] += ds * get(p, K, bb, kh, j, d);
+              dk[((bb * hk + kh) * T + j) * D + d] += (double)ds * get(p, Q, bb, hh, i, d);
+            }
+          }
+          for (int64_t d = 0; d < D; ++d) put(p, dQ, bb, hh, i, d, dqAccumulator[((bb * h + hh) * S + i) * D + d]);
+        }
+    if (!backward) return;
+    for (int64_t bb = 0; bb < b; ++bb)
+      for (int64_t kh = 0; kh < hk; ++kh)
+        for (int64_t j = 0; j < T; ++j) {
+          for (int64_t d = 0; d < D; ++d) put(p, dK, bb, kh, j, d, (float)dk[((bb * hk + kh) * T + j) * D + d]);
+          for (int64_t d = 0; d < Dv; ++d) put(p, dV, bb, kh, j, d, (float)dv[((bb * hk + kh) * T + j) * Dv + d]);
+        }
+  }
+
+  DataType_t io = DataType_t::NOT_SET, intermediate = DataType_t::NOT_SET, compute = DataType_t::NOT_SET;
+  bool backward = false, validated = false, supported = false;
+  SDPA_attributes fwd;
+  SDPA_backward_attributes bwd;
+  Tensor Q, K, V, O, Stats, dO, dQ, dK, dV;
+  int64_t b = 0, h = 0, hk = 0, S = 0, T = 0, D = 0, Dv = 0;
+};
+} // namespace graph
+} // namespace cudnn_frontend
