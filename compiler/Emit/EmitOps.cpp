@@ -13,6 +13,29 @@
 
 namespace pipec::emit::detail {
 
+/// Whether `mask` is a constant boolean mask that masks ((value != 0) ==
+/// maskedWhen) key j of query i exactly when j > i in every [S, T] slice
+/// (its last two axes, at least 2 × 2): a causal mask, which the CUDA
+/// kernels can hand to a library as such (pk::declareCausalMask).
+static bool isCausalMaskConstant(Value mask, bool maskedWhen) {
+  auto constant = mask ? mask.getDefiningOp<nn::ConstantOp>() : nullptr;
+  auto dense = constant ? llvm::dyn_cast<DenseElementsAttr>(constant.getValue()) : nullptr;
+  if (!dense || !dense.getElementType().isInteger(1) || dense.isSplat())
+    return false;
+  ArrayRef<int64_t> shape = dense.getType().getShape();
+  if (shape.size() < 2 || shape[shape.size() - 2] < 2 || shape.back() < 2)
+    return false;
+  const int64_t S = shape[shape.size() - 2], T = shape.back();
+  int64_t e = 0;
+  for (bool value : dense.getValues<bool>()) {
+    const int64_t j = e % T, i = e / T % S;
+    if ((value == maskedWhen) != (j > i))
+      return false;
+    ++e;
+  }
+  return true;
+}
+
 LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
   auto n = [](Value value) { return tensorType(value).getNumElements(); };
   auto elem = [](Value value) { return cType(tensorType(value).getElementType()); };
@@ -274,6 +297,9 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         std::string y = allocate(attention.getResult());
         std::string lse = allocate(attention.getLogSumExp());
         Value mask = attention.getMask();
+        if (cuda() && isCausalMaskConstant(mask, attention.getMaskedWhen()))
+          out << "  pk::declareCausalMask(" << ptr(mask) << ", " << shapeOf(mask) << ", "
+              << (attention.getMaskedWhen() ? "true" : "false") << ");\n";
         out << "  pk::attention(" << ptr(attention.getQuery()) << ", " << shapeOf(attention.getQuery()) << ", "
             << ptr(attention.getKey()) << ", " << shapeOf(attention.getKey()) << ", " << ptr(attention.getValue())
             << ", " << shapeOf(attention.getValue()) << ", " << attentionMask(mask) << ", "
@@ -289,6 +315,9 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         std::string dk = allocate(grad.getKeyGrad());
         std::string dv = allocate(grad.getValueGrad());
         Value mask = grad.getMask();
+        if (cuda() && isCausalMaskConstant(mask, grad.getMaskedWhen()))
+          out << "  pk::declareCausalMask(" << ptr(mask) << ", " << shapeOf(mask) << ", "
+              << (grad.getMaskedWhen() ? "true" : "false") << ");\n";
         out << "  pk::attentionGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getQuery()) << ", "
             << shapeOf(grad.getQuery()) << ", " << ptr(grad.getKey()) << ", " << shapeOf(grad.getKey()) << ", "
             << ptr(grad.getValue()) << ", " << shapeOf(grad.getValue()) << ", " << attentionMask(mask) << ", "

@@ -1704,6 +1704,51 @@ static void testFlashAttention() {
         ++failures;
       }
     }
+  // A causal mask declared as such (what generated code does for a constant
+  // one, pk::declareCausalMask): cuDNN's causal mode, no bias kernel. With a
+  // fill that does not vanish (-1: masked scores are -1, not s·scale - 1),
+  // cuDNN cannot take the mask at all: pipec's kernels.
+  for (float fill : {-INFINITY, -1.0f})
+    for (float ratio : {0.0f, 0.3f}) {
+      const Shape qs{2, 3, 24, 16}, ks{2, 3, 24, 16}, vs{2, 3, 24, 8}, ms{1, 1, 24, 24};
+      ctx = std::string("flash attention causal") + (fill < -1e4f ? "" : " fill -1") + (ratio > 0 ? " dropout" : "");
+      auto q = randbf(qs.numel()), k = randbf(ks.numel()), v = randbf(vs.numel());
+      auto qb = toBf(q), kb = toBf(k), vb = toBf(v);
+      std::vector<uint8_t> keep(ms.numel()); // 1 where kept (maskedWhen false), as GPT-2 exports it
+      for (int64_t e = 0; e < ms.numel(); ++e) keep[e] = e % 24 <= e / 24;
+      pc::declareCausalMask(keep.data(), ms, false);
+      const int64_t rows = 2 * 3 * 24;
+      std::vector<float> yc(rows * 8), lc(rows), lg(rows);
+      std::vector<bf> yg(rows * 8, bf(NAN));
+      pk::attention(q.data(), qs, k.data(), ks, v.data(), vs, keep.data(), nullptr, ms, 0.25f, false, fill, false,
+                    ratio, true, cpuKey, yc.data(), lc.data());
+      const long executesBefore = emu::cudnnExecutes;
+      const int launchesBefore = emu::launches;
+      pc::attention(qb.data(), qs, kb.data(), ks, vb.data(), vs, keep.data(), nullptr, ms, 0.25f, false, fill, false,
+                    ratio, true, deviceKey, yg.data(), lg.data());
+      cmpBfTol(yc, yg, 1.0 / 128, "y");
+      cmp(lc, lg, 1e-5, "lse");
+      ++checks;
+      const int kernels = emu::launches - launchesBefore;
+      const bool causal = fill < -1e4f;
+      if (emu::cudnnExecutes - executesBefore != (causal ? 1 : 0) || (kernels == 0) == !causal) {
+        std::printf("FAIL %s: %ld cuDNN executions, %d kernel launches\n", ctx.c_str(),
+                    emu::cudnnExecutes - executesBefore, kernels);
+        ++failures;
+      }
+      auto dy = randbf(rows * 8), yr = roundBf(yc);
+      auto dyb = toBf(dy), yb = toBf(yc);
+      std::vector<float> dqc(q.size()), dkc(k.size()), dvc(v.size());
+      std::vector<bf> dqg(q.size(), bf(NAN)), dkg(k.size(), bf(NAN)), dvg(v.size(), bf(NAN));
+      pk::attentionGrad(dy.data(), q.data(), qs, k.data(), ks, v.data(), vs, keep.data(), nullptr, ms, yr.data(),
+                        lc.data(), 0.25f, false, fill, false, ratio, true, cpuKey, dqc.data(), dkc.data(), dvc.data());
+      pc::attentionGrad(dyb.data(), qb.data(), qs, kb.data(), ks, vb.data(), vs, keep.data(), nullptr, ms, yb.data(),
+                        lg.data(), 0.25f, false, fill, false, ratio, true, deviceKey, dqg.data(), dkg.data(),
+                        dvg.data());
+      cmpBfNormwise(dqc, dqg, kGradTol, "dq");
+      cmpBfNormwise(dkc, dkg, kGradTol, "dk");
+      cmpBfNormwise(dvc, dvg, kGradTol, "dv");
+    }
   // Head sizes cuDNN takes no engine for (not multiples of 8): pipec's kernels, no cuDNN execution.
   ctx = "flash attention declined";
   const Shape qs{2, 5, 12}, ks{2, 7, 12}, vs{2, 7, 12};

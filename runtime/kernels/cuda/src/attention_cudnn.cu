@@ -31,6 +31,7 @@
 #include <string>
 #include <utility>
 #include <memory>
+#include <mutex>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -79,6 +80,21 @@ int64_t cudnnVersion(std::string *why) {
 }
 #endif
 
+namespace {
+/// The masks declareCausalMask was told about: their shape and polarity.
+struct CausalMask {
+  Shape ms;
+  bool maskedWhen;
+};
+std::mutex causalMasksMutex;
+std::map<const uint8_t *, CausalMask> causalMasks;
+} // namespace
+
+void declareCausalMask(const uint8_t *mask, const Shape &ms, bool maskedWhen) {
+  std::lock_guard<std::mutex> lock(causalMasksMutex);
+  causalMasks[mask] = {ms, maskedWhen};
+}
+
 namespace flash {
 
 #ifndef PIPEC_FLASH_ATTENTION
@@ -100,10 +116,10 @@ enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kBias, kSeed, kOffset, kDO, kDQ
 /// What one cuDNN graph is built for. Scale and dropout are baked into the
 /// graph; biasB = 0 means no bias.
 struct PlanKey {
-  bool backward;
+  bool backward, causal;
   int64_t b, h, S, T, D, Dv, biasB, biasH;
   uint32_t scaleBits, dropoutBits;
-  auto tied() const { return std::tie(backward, b, h, S, T, D, Dv, biasB, biasH, scaleBits, dropoutBits); }
+  auto tied() const { return std::tie(backward, causal, b, h, S, T, D, Dv, biasB, biasH, scaleBits, dropoutBits); }
   bool operator<(const PlanKey &o) const { return tied() < o.tied(); }
 };
 
@@ -198,6 +214,7 @@ std::shared_ptr<fe::graph::Graph> buildGraph(const PlanKey &key, bool determinis
   auto offset = dropout > 0 ? tensor("offset", kOffset, {1, 1, 1, 1}, fe::DataType_t::INT64) : nullptr;
   if (!key.backward) {
     auto options = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_attn_scale(scale);
+    if (key.causal) options.set_causal_mask(true);
     if (bias) options.set_bias(bias);
     if (dropout > 0) options.set_dropout(dropout, seed, offset);
     auto [o, stats] = graph->sdpa(q, k, v, options);
@@ -208,6 +225,7 @@ std::shared_ptr<fe::graph::Graph> buildGraph(const PlanKey &key, bool determinis
     auto stats = tensor("stats", kStats, {b, h, S, 1}, fe::DataType_t::FLOAT);
     auto options = fe::graph::SDPA_backward_attributes().set_name("attention_grad").set_attn_scale(scale);
     if (deterministic) options.set_deterministic_algorithm(true);
+    if (key.causal) options.set_causal_mask(true);
     if (bias) options.set_bias(bias);
     if (dropout > 0) options.set_dropout(dropout, seed, offset);
     auto [dQ, dK, dV] = graph->sdpa_backward(q, k, v, o, dO, stats, options);
@@ -251,7 +269,8 @@ const Plan &planFor(DeviceContext &c, const PlanKey &key) {
                  "pipec: cuDNN flash attention %s not available for [%lld, %lld, %lld|%lld, %lld|%lld]%s (%s); "
                  "pipec's attention kernels run it\n",
                  key.backward ? "backward" : "forward", (long long)key.b, (long long)key.h, (long long)key.S,
-                 (long long)key.T, (long long)key.D, (long long)key.Dv, key.biasB ? " with a bias" : "", why.c_str());
+                 (long long)key.T, (long long)key.D, (long long)key.Dv,
+                 key.causal ? " causal" : key.biasB ? " with a bias" : "", why.c_str());
   }
   return c.plans.emplace(key, std::move(plan)).first->second;
 }
@@ -288,10 +307,27 @@ __global__ void attentionBiasKernel(bf16 *bias, int64_t n, int64_t biasH, int64_
 
 /// One call's view of the operands for cuDNN, or nullopt-like `ok = false`.
 struct Geometry {
-  bool ok = false;
+  bool ok = false, causal = false;
   int64_t b = 1, h = 1, biasB = 0, biasH = 0;
   AttentionView view;
 };
+
+/// A boolean mask's fill at or below this makes exp(fill + s·scale - max)
+/// zero in float for any score a model produces (|s·scale| far below 10⁴):
+/// exporters write -inf, the float's lowest, -1e9 or -1e4.
+constexpr float kVanishingFill = -1e4f;
+
+/// Whether the call's boolean mask was declared causal for its shape and
+/// polarity and spans the whole [S, T] slice (cuDNN's causal mode leaves the
+/// masked scores out, as a vanishing fill does).
+bool declaredCausal(const AttentionOperands &a, const AttentionView &v) {
+  if (!a.mask || a.ms.size < 2 || a.ms.v[a.ms.size - 2] != v.S || a.ms.v[a.ms.size - 1] != v.T ||
+      !(a.fill <= kVanishingFill))
+    return false;
+  std::lock_guard<std::mutex> lock(causalMasksMutex);
+  auto found = causalMasks.find(a.mask);
+  return found != causalMasks.end() && found->second.ms == a.ms && found->second.maskedWhen == a.maskedWhen;
+}
 
 Geometry geometryOf(const char *op, const AttentionOperands &a) {
   Geometry g;
@@ -299,9 +335,14 @@ Geometry geometryOf(const char *op, const AttentionOperands &a) {
   const AttentionView &v = g.view;
   const int rank = a.qs.size;
   if (rank < 3 || v.S == 0 || v.T == 0 || v.D == 0 || v.Dv == 0 || v.L == 0) return g;
+  // A boolean mask sets masked scores to `fill`; cuDNN adds a bias to them
+  // instead (or leaves them out): the same softmax only when the fill's
+  // exponential vanishes next to any kept score.
+  if (a.mask && !(a.fill <= kVanishingFill)) return g;
   g.h = rank >= 4 ? a.qs.v[rank - 3] : 1;
   g.b = v.L / g.h;
-  if (v.masked) {
+  g.causal = declaredCausal(a, v);
+  if (v.masked && !g.causal) {
     const detail::Strides strides = detail::broadcastStrides(a.ms, v.scores);
     bool variesOverB = false;
     for (int axis = 0; axis < rank - 3; ++axis) variesOverB |= strides[axis] != 0 && v.scores.v[axis] != 1;
@@ -317,7 +358,7 @@ Geometry geometryOf(const char *op, const AttentionOperands &a) {
 PlanKey keyOf(const Geometry &g, const AttentionOperands &a, bool backward) {
   const float scale = a.divide ? 1.0f / a.scale : a.scale;
   const float dropout = a.training ? a.dropoutRatio : 0.0f;
-  return {backward, g.b, g.h, g.view.S, g.view.T, g.view.D, g.view.Dv, g.biasB, g.biasH, bitsOf(scale),
+  return {backward, g.causal, g.b, g.h, g.view.S, g.view.T, g.view.D, g.view.Dv, g.biasB, g.biasH, bitsOf(scale),
           bitsOf(dropout)};
 }
 

@@ -1,7 +1,7 @@
 // Fake cuDNN graph API (cudnn_frontend) for host emulation: the part
 // pipec's flash attention uses (runtime/kernels/cuda/src/attention_cudnn.cu):
 // a graph of one scaled dot-product attention, forward (sdpa) or backward
-// (sdpa_backward), with a bias and dropout. It checks what cuDNN checks of
+// (sdpa_backward), with a bias, a causal mask and dropout. It checks what cuDNN checks of
 // its caller: every tensor's uid, dims, strides and type agree with the
 // operation (validate), head sizes cuDNN's flash kernels take (check_support),
 // a variant pack with every tensor, 16-byte aligned (scalars 8), on the handle's stream,
@@ -94,7 +94,7 @@ using Tensor = std::shared_ptr<Tensor_attributes>;
 struct AttentionFields {
   std::string name;
   float scale = 1.0f, dropout = 0.0f;
-  bool scaleSet = false;
+  bool scaleSet = false, causal = false;
   Tensor bias, seed, offset;
 };
 template <class Self> class AttentionOptions : public AttentionFields {
@@ -102,6 +102,8 @@ public:
   Self &set_name(std::string n) { name = std::move(n); return self(); }
   Self &set_attn_scale(float s) { scale = s; scaleSet = true; return self(); }
   Self &set_bias(Tensor b) { bias = std::move(b); return self(); }
+  // Top-left aligned: key j of query i is left out when j > i.
+  Self &set_causal_mask(bool c) { causal = c; return self(); }
   Self &set_dropout(float p, Tensor s, Tensor o) {
     dropout = p;
     seed = std::move(s);
@@ -289,6 +291,10 @@ private:
             double s = 0;
             for (int64_t d = 0; d < D; ++d) s += (double)get(p, Q, bb, hh, i, d) * get(p, K, bb, kh, j, d);
             z[j] = (float)s * opt.scale;
+            if (opt.causal && j > i) {
+              z[j] = -INFINITY;
+              continue;
+            }
             if (opt.bias)
               z[j] += get(p, opt.bias, opt.bias->dims[0] == 1 ? 0 : bb, opt.bias->dims[1] == 1 ? 0 : hh, i, j);
             m = std::max(m, z[j]);

@@ -141,6 +141,14 @@ void accumulate(float *to, const float *from, int64_t n);
 /// Seconds on a steady clock after the scope's stream has drained, so that
 /// differences time the kernels between two calls (piperun --profile only).
 double profileClock();
+/// Declares that the device memory at `mask` (shape ms, of a boolean mask
+/// nn.attention takes) masks exactly the scores above the diagonal: in
+/// every [S, T] slice, key j of query i is masked ((mask != 0) ==
+/// maskedWhen) exactly when j > i. Generated code declares the constant
+/// masks the compiler found causal; an attention with that mask then runs
+/// cuDNN's causal mode, which skips the masked blocks, instead of reading
+/// the mask. The memory must hold that mask for the rest of the process.
+void declareCausalMask(const uint8_t *mask, const Shape &ms, bool maskedWhen);
 /// The cuDNN version flash attention runs with (cudnnGetVersion, 91900 for
 /// 9.19.0), loading cuDNN on the first call; 0 when it cannot run, with the
 /// reason in *why: the kernels were built without cuDNN, libcudnn.so.9 is
