@@ -16,11 +16,17 @@
 
 #if defined(PIPEC_HAVE_CUDNN) || defined(PIPEC_CUDA_EMULATION)
 #define PIPEC_FLASH_ATTENTION 1
+#endif
+// All but the bias kernel is host code: nvcc's device passes (one per
+// architecture) skip it and the frontend's headers, which would otherwise
+// be compiled once per architecture.
+#if !defined(__CUDA_ARCH__)
+#if defined(PIPEC_FLASH_ATTENTION)
 #include <cudnn_frontend.h>
 #endif
-
 #if defined(NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING)
 #include <dlfcn.h>
+#endif
 #endif
 
 #include <cstdio>
@@ -35,6 +41,33 @@
 #include <tuple>
 #include <unordered_map>
 #include <vector>
+
+namespace pipec::kernels::cuda {
+
+#ifdef PIPEC_FLASH_ATTENTION
+// External linkage: the launch is host code, which the device passes do not
+// see, so a kernel of internal linkage would look unused there.
+namespace flash {
+/// bias[bb, hh, i, j] of the mask at scores element ((bb·h + hh)·S + i, j):
+/// fill where a boolean mask masks, else 0; or the additive mask's value.
+__global__ void attentionBiasKernel(bf16 *bias, int64_t n, int64_t biasH, int64_t h, int64_t S, int64_t T,
+                                    const uint8_t *mask, const float *additive, detail::IndexMap<1> map, float fill,
+                                    bool maskedWhen) {
+  for (int64_t i = detail::firstIndex(); i < n; i += detail::gridStride()) {
+    const int64_t j = i % T, row = i / T, si = row % S, slice = row / S;
+    const int64_t hh = slice % biasH, bb = slice / biasH;
+    int64_t off[1];
+    map.offsets(((bb * h + hh) * S + si) * T + j, off);
+    const float value = mask ? ((mask[off[0]] != 0) == maskedWhen ? fill : 0.0f) : additive[off[0]];
+    bias[i] = detail::fromF<bf16>(value);
+  }
+}
+} // namespace flash
+#endif
+
+} // namespace pipec::kernels::cuda
+
+#if !defined(__CUDA_ARCH__)
 
 #if defined(NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING)
 // The cuDNN library the frontend calls into (cudnn_frontend_shim.h).
@@ -252,10 +285,20 @@ const Plan &planFor(DeviceContext &c, const PlanKey &key) {
   if (found != c.plans.end()) return found->second;
   Plan plan;
   std::string why;
-  plan.graph = buildGraph(key, true, c.handle, why);
+  // The frontend throws where it cannot load a part of cuDNN or CUDA it
+  // needs: no plan then, as for a refusal.
+  auto build = [&](bool deterministic, std::string &reason) -> std::shared_ptr<fe::graph::Graph> {
+    try {
+      return buildGraph(key, deterministic, c.handle, reason);
+    } catch (const std::exception &e) {
+      reason = e.what();
+      return nullptr;
+    }
+  };
+  plan.graph = build(true, why);
   if (!plan.graph && key.backward) {
     std::string whyNot;
-    plan.graph = buildGraph(key, false, c.handle, whyNot);
+    plan.graph = build(false, whyNot);
     if (plan.graph)
       std::fprintf(stderr, "pipec: cuDNN has no deterministic attention backward for this shape (%s); using its "
                            "non-deterministic one\n", why.c_str());
@@ -290,20 +333,6 @@ const uint64_t *opIdOnDevice(DeviceContext &c, uint64_t id, const char *op) {
   return device;
 }
 
-/// bias[bb, hh, i, j] of the mask at scores element ((bb·h + hh)·S + i, j):
-/// fill where a boolean mask masks, else 0; or the additive mask's value.
-__global__ void attentionBiasKernel(bf16 *bias, int64_t n, int64_t biasH, int64_t h, int64_t S, int64_t T,
-                                    const uint8_t *mask, const float *additive, detail::IndexMap<1> map, float fill,
-                                    bool maskedWhen) {
-  for (int64_t i = detail::firstIndex(); i < n; i += detail::gridStride()) {
-    const int64_t j = i % T, row = i / T, si = row % S, slice = row / S;
-    const int64_t hh = slice % biasH, bb = slice / biasH;
-    int64_t off[1];
-    map.offsets(((bb * h + hh) * S + si) * T + j, off);
-    const float value = mask ? ((mask[off[0]] != 0) == maskedWhen ? fill : 0.0f) : additive[off[0]];
-    bias[i] = detail::fromF<bf16>(value);
-  }
-}
 
 /// One call's view of the operands for cuDNN, or nullopt-like `ok = false`.
 struct Geometry {
@@ -399,7 +428,14 @@ void execute(const char *op, DeviceContext &c, const Plan &plan, const Geometry 
     pack[kSeed] = const_cast<uint64_t *>(key.call ? key.call : opIdOnDevice(c, key.value, op));
     pack[kOffset] = const_cast<uint64_t *>(key.call ? opIdOnDevice(c, key.value, op) : opIdOnDevice(c, 0, op));
   }
-  fe::error_t status = plan.graph->execute(c.handle, pack, plan.workspaceBytes > 0 ? memory + biasBytes : nullptr);
+  auto run = [&]() -> fe::error_t { // the frontend may also throw (a symbol it cannot load)
+    try {
+      return plan.graph->execute(c.handle, pack, plan.workspaceBytes > 0 ? memory + biasBytes : nullptr);
+    } catch (const std::exception &e) {
+      return {fe::error_code_t::GRAPH_EXECUTION_FAILED, e.what()};
+    }
+  };
+  fe::error_t status = run();
   if (status.is_bad()) detail::fail(op, "cuDNN flash attention: " + status.get_message());
 }
 
@@ -456,3 +492,5 @@ bool attentionGrad(const AttentionOperands &a, const bf16 *dy, const bf16 *y, co
 
 } // namespace flash
 } // namespace pipec::kernels::cuda
+
+#endif // !__CUDA_ARCH__

@@ -59,7 +59,14 @@ inline long cudnnPlans = 0; // graphs that reached build_plans
 namespace cudnn_frontend {
 enum class DataType_t { NOT_SET, FLOAT, HALF, BFLOAT16, INT32, INT64 };
 enum class HeurMode_t { A, B, FALLBACK };
-enum class error_code_t { OK, ATTRIBUTE_NOT_SET, INVALID_VARIANT_PACK, GRAPH_NOT_SUPPORTED, INVALID_VALUE };
+enum class error_code_t {
+  OK,
+  ATTRIBUTE_NOT_SET,
+  INVALID_VARIANT_PACK,
+  GRAPH_NOT_SUPPORTED,
+  GRAPH_EXECUTION_FAILED,
+  INVALID_VALUE
+};
 struct error_object {
   error_code_t code = error_code_t::OK;
   std::string err_msg;
