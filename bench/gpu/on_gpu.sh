@@ -60,8 +60,9 @@ cp -a --update=none "$G/sys/." / ; LIB=$G/lib; mkdir -p "$LIB"
 for lib in "$G"/common/*; do ldconfig -p | grep -q "[[:space:]]$(basename "$lib") " || cp "$lib" "$LIB/"; done
 cp "$G"/mpi/* "$G"/cudart/* "$LIB/"
 dir_of() { dirname "$(find /usr/local /opt /usr/lib -name "$1" 2>/dev/null | head -1)"; }
-# cuDNN (flash attention) is loaded by the stages at run time: PyTorch's nvidia-cudnn-cu13 here.
-export LD_LIBRARY_PATH=$LIB:$(dir_of libcublasLt.so.13):$(dir_of libnccl.so.2):$(dir_of libcudnn.so.9)
+# cuDNN (flash attention) is loaded by the stages at run time, with NVRTC for its runtime-compiled
+# engines: PyTorch's nvidia-cudnn-cu13 and nvidia-cuda-nvrtc here.
+export LD_LIBRARY_PATH=$LIB:$(dir_of libcublasLt.so.13):$(dir_of libnccl.so.2):$(dir_of libcudnn.so.9):$(dir_of libnvrtc.so.13)
 export OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   OMPI_MCA_mca_base_component_show_load_errors=0 OPENBLAS_NUM_THREADS=1 PYTHONUNBUFFERED=1
 PIPERUN=$G/bin/piperun
@@ -104,6 +105,11 @@ job=$G/jobs/table-gpt2-b4
 if [ -d "$job" ] && [ "$(left)" -gt 120 ]; then
   timeout 60 "$PIPERUN" "$job" --iters 8 --log-every 1 --no-cuda-graphs > "$G/table-gpt2-b4-no-graphs.log" 2>&1
   el "gpt2 4x1024 --no-cuda-graphs rc=$?: $(grep -o '[0-9.]* ms/iter' "$G/table-gpt2-b4-no-graphs.log" | tr '\n' ' ')"
+fi
+# cuDNN's flash attention's share (docs/cuda-kernels.md, "Flash attention"): the same on pipec's attention kernels.
+if [ -d "$job" ] && [ "$(left)" -gt 120 ]; then
+  PIPEC_CUDNN_ATTENTION=0 timeout 60 "$PIPERUN" "$job" --iters 8 --log-every 1 > "$G/table-gpt2-b4-no-cudnn.log" 2>&1
+  el "gpt2 4x1024 PIPEC_CUDNN_ATTENTION=0 rc=$?: $(grep -o '[0-9.]* ms/iter' "$G/table-gpt2-b4-no-cudnn.log" | tr '\n' ' ')"
 fi
 echo "=== table: PyTorch on the same GPU (eager, then torch.compile)"
 limit=$(( $(left) - 40 )); [ "$limit" -gt 30 ] || limit=30
