@@ -48,19 +48,24 @@ if [[ "$PART" != python && -f "${CUDA_HOME:-/usr/local/cuda}/include/cudnn.h" &&
       ! -f "$CUDNN_FRONTEND_DIR/include/cudnn_frontend.h" ]]; then
   echo "setup: fetching cudnn_frontend $CUDNN_FRONTEND_VERSION (headers) into $CUDNN_FRONTEND_DIR"
   fetch="$(mktemp -d "${TMPDIR:-/tmp}/pipec-cudnn-frontend.XXXXXX")"
-  /usr/bin/python3 -m venv "$fetch/venv"
-  "$fetch/venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-    "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION" -d "$fetch/wheel"
-  /usr/bin/python3 - "$fetch/wheel" "$fetch/unpacked" <<'PY'
+  # Not fatal: without the headers the CUDA kernels build without flash attention (CMake says so).
+  if /usr/bin/python3 -m venv "$fetch/venv" &&
+     "$fetch/venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+       "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION" -d "$fetch/wheel" &&
+     /usr/bin/python3 - "$fetch/wheel" "$fetch/unpacked" <<'PY'
 import pathlib, sys, zipfile
 wheel = next(pathlib.Path(sys.argv[1]).glob("*.whl"))
 with zipfile.ZipFile(wheel) as z:
     z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("include/") or "/licenses/" in n])
 PY
-  mkdir -p "$CUDNN_FRONTEND_DIR"
-  rm -rf "$CUDNN_FRONTEND_DIR/include" "$CUDNN_FRONTEND_DIR/licenses"
-  mv "$fetch/unpacked/include" "$CUDNN_FRONTEND_DIR/include"
-  mv "$fetch/unpacked/"*.dist-info/licenses "$CUDNN_FRONTEND_DIR/licenses" 2>/dev/null || true
+  then
+    mkdir -p "$CUDNN_FRONTEND_DIR"
+    rm -rf "$CUDNN_FRONTEND_DIR/include" "$CUDNN_FRONTEND_DIR/licenses"
+    mv "$fetch/unpacked/include" "$CUDNN_FRONTEND_DIR/include"
+    mv "$fetch/unpacked/"*.dist-info/licenses "$CUDNN_FRONTEND_DIR/licenses" 2>/dev/null || true
+  else
+    echo "setup: could not fetch cudnn_frontend from PyPI: the CUDA kernels build without flash attention" >&2
+  fi
   rm -rf "$fetch"
 fi
 if [[ "$PART" == debian ]]; then
