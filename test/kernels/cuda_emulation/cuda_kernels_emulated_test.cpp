@@ -1645,7 +1645,9 @@ static void testFlashAttention() {
       auto q = randbf(c.qs.numel()), k = randbf(c.ks.numel()), v = randbf(c.vs.numel());
       auto qb = toBf(q), kb = toBf(k), vb = toBf(v);
       std::vector<uint8_t> mask(c.ms.numel());
-      for (size_t e = 0; e < mask.size(); ++e) mask[e] = e % 3 == 2 && e % c.ks.v[c.ks.size - 2] != 0; // a key left per row
+      // Irregular (so that a bias taken from the wrong head or sequence shows), key 0 of every row kept.
+      for (size_t e = 0; e < mask.size(); ++e)
+        mask[e] = ((uint32_t)e * 2654435761u >> 9) % 3 == 0 && e % c.ks.v[c.ks.size - 2] != 0;
       const auto bias = randv(c.ms.numel(), -1, 1);
       const uint8_t *m = c.maskKind == 1 ? mask.data() : nullptr;
       const float *a = c.maskKind == 2 ? bias.data() : nullptr;
