@@ -55,6 +55,14 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
     return f32Literal(ratio.convertToFloat()) + ", !call->inference, " + dropoutStreamKey(dropoutOpId);
   };
 
+  // CUDA: a causal mask constant is declared as such before nn.attention
+  // and its gradient read it (pk::declareCausalMask).
+  auto declareIfCausal = [&](Value mask, bool maskedWhen) {
+    if (cuda() && isCausalMaskConstant(mask, maskedWhen))
+      out << "  pk::declareCausalMask(" << ptr(mask) << ", " << shapeOf(mask) << ", "
+          << (maskedWhen ? "true" : "false") << ");\n";
+  };
+
   llvm::TypeSwitch<Operation *>(op)
       .Case([&](nn::BinaryElementwiseOpInterface binary) {
         Value lhs = op->getOperand(0), rhs = op->getOperand(1);
@@ -297,9 +305,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         std::string y = allocate(attention.getResult());
         std::string lse = allocate(attention.getLogSumExp());
         Value mask = attention.getMask();
-        if (cuda() && isCausalMaskConstant(mask, attention.getMaskedWhen()))
-          out << "  pk::declareCausalMask(" << ptr(mask) << ", " << shapeOf(mask) << ", "
-              << (attention.getMaskedWhen() ? "true" : "false") << ");\n";
+        declareIfCausal(mask, attention.getMaskedWhen());
         out << "  pk::attention(" << ptr(attention.getQuery()) << ", " << shapeOf(attention.getQuery()) << ", "
             << ptr(attention.getKey()) << ", " << shapeOf(attention.getKey()) << ", " << ptr(attention.getValue())
             << ", " << shapeOf(attention.getValue()) << ", " << attentionMask(mask) << ", "
@@ -315,9 +321,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         std::string dk = allocate(grad.getKeyGrad());
         std::string dv = allocate(grad.getValueGrad());
         Value mask = grad.getMask();
-        if (cuda() && isCausalMaskConstant(mask, grad.getMaskedWhen()))
-          out << "  pk::declareCausalMask(" << ptr(mask) << ", " << shapeOf(mask) << ", "
-              << (grad.getMaskedWhen() ? "true" : "false") << ");\n";
+        declareIfCausal(mask, grad.getMaskedWhen());
         out << "  pk::attentionGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getQuery()) << ", "
             << shapeOf(grad.getQuery()) << ", " << ptr(grad.getKey()) << ", " << shapeOf(grad.getKey()) << ", "
             << ptr(grad.getValue()) << ", " << shapeOf(grad.getValue()) << ", " << attentionMask(mask) << ", "

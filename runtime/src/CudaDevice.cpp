@@ -2,6 +2,7 @@
 
 #include "CudaKernels.h"
 #include "Plan.h" // Error
+#include "pipec/vocabulary.h" // kMinimumCudnnVersion
 
 #include <dlfcn.h>
 #include <cctype>
@@ -75,9 +76,13 @@ std::string CudaDevice::cudnnDescription() {
   if (!library) return "no cuDNN (libcudnn.so.9 not found: attention runs on pipec's kernels)";
   auto getVersion = reinterpret_cast<size_t (*)()>(dlsym(library, "cudnnGetVersion"));
   if (!getVersion) return "no cuDNN (libcudnn.so.9 has no cudnnGetVersion: attention runs on pipec's kernels)";
-  const size_t v = getVersion(); // major·10000 + minor·100 + patch since cuDNN 9
-  const std::string text = std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
-  return v < 90000 ? "cuDNN " + text + " (older than 9.0: attention runs on pipec's kernels)" : "cuDNN " + text;
+  // major·10000 + minor·100 + patch since cuDNN 9
+  auto majorMinor = [](int64_t v) { return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100); };
+  const int64_t v = (int64_t)getVersion();
+  const std::string text = majorMinor(v) + "." + std::to_string(v % 100);
+  return v < kMinimumCudnnVersion ? "cuDNN " + text + " (older than " + majorMinor(kMinimumCudnnVersion) +
+                                        ": attention runs on pipec's kernels)"
+                                  : "cuDNN " + text;
 }
 
 void CudaDevice::checkArchitectures(const std::vector<std::string> &archs) const {

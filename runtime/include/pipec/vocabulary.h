@@ -426,4 +426,10 @@ struct OptimizerDefaults {
   static double weightDecay(bool adamw) { return adamw ? adamwWeightDecay : sgdWeightDecay; }
 };
 
+// ---------------------------------------------------------------- libraries
+// The oldest cuDNN (cudnnGetVersion: major·10000 + minor·100 + patch) whose
+// graph API has what the CUDA kernels' flash attention uses; piperun names
+// an older one as unused (docs/cuda-kernels.md, "Flash attention").
+constexpr int64_t kMinimumCudnnVersion = 90000;
+
 } // namespace pipec

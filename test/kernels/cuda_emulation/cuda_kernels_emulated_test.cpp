@@ -1496,6 +1496,29 @@ static void testBf16Softmax() {
       }
 }
 
+/// An attention of the bf16 tests: operand shapes, the mask's shape and kind
+/// (0 none, 1 boolean, 2 additive), and whether the scale divides.
+struct AttentionCase { Shape qs, ks, vs, ms; int maskKind; bool divide; };
+/// The check context of `c` at dropout `ratio`.
+static std::string attentionContext(const char *what, const AttentionCase &c, float ratio) {
+  static const char *const maskNames[] = {"", " masked", " additive"};
+  return std::string(what) + " q " + c.qs.str() + " k " + c.ks.str() + " v " + c.vs.str() + maskNames[c.maskKind] +
+         (c.divide ? " divide" : "") + (ratio > 0 ? " dropout" : "");
+}
+/// Random q, k, v of `c`, bf16-representable: float for the CPU kernels, bf16 for CUDA.
+struct AttentionInputs {
+  std::vector<float> q, k, v;
+  std::vector<bf> qb, kb, vb;
+};
+static AttentionInputs attentionInputs(const AttentionCase &c) {
+  AttentionInputs in;
+  in.q = randbf(c.qs.numel());
+  in.k = randbf(c.ks.numel());
+  in.v = randbf(c.vs.numel());
+  in.qb = toBf(in.q), in.kb = toBf(in.k), in.vb = toBf(in.v);
+  return in;
+}
+
 // Attention on bf16 q, k, v (dy) against the CPU float attention on the
 // same bf16-rounded inputs; the gradient of both reads the CPU's y rounded
 // to bf16 (what a bf16 stage stores) and its lse. Row blocks of 64 query
@@ -1513,23 +1536,19 @@ static void testBf16Softmax() {
 static void testBf16Attention() {
   setenv("PIPEC_CUDNN_ATTENTION", "0", 1); // pipec's own attention kernels (testFlashAttention: cuDNN's)
   constexpr double kGradTol = 1.0 / 32;
-  struct Case { Shape qs, ks, vs, ms; int maskKind; bool divide; }; // mask: 0 none, 1 boolean, 2 additive
-  const Case cases[] = {{Shape{2, 3, 5, 4}, Shape{2, 3, 6, 4}, Shape{2, 3, 6, 3}, Shape{1, 1, 5, 6}, 1, false},
-                        {Shape{2, 70, 4}, Shape{2, 9, 4}, Shape{2, 9, 5}, Shape{70, 9}, 1, true},
-                        {Shape{3, 7, 2}, Shape{3, 7, 2}, Shape{3, 7, 2}, Shape{}, 0, false},
-                        {Shape{2, 70, 4}, Shape{2, 9, 4}, Shape{2, 9, 5}, Shape{2, 1, 9}, 2, false},
-                        {Shape{1, 150, 8}, Shape{1, 13, 8}, Shape{1, 13, 6}, Shape{150, 13}, 1, false},
-                        {Shape{2, 65, 4}, Shape{2, 5, 4}, Shape{2, 5, 4}, Shape{}, 0, true},
-                        {Shape{1, 130, 4}, Shape{1, 600, 4}, Shape{1, 600, 3}, Shape{1, 600}, 2, false}};
+  const AttentionCase cases[] = {{Shape{2, 3, 5, 4}, Shape{2, 3, 6, 4}, Shape{2, 3, 6, 3}, Shape{1, 1, 5, 6}, 1, false},
+                                 {Shape{2, 70, 4}, Shape{2, 9, 4}, Shape{2, 9, 5}, Shape{70, 9}, 1, true},
+                                 {Shape{3, 7, 2}, Shape{3, 7, 2}, Shape{3, 7, 2}, Shape{}, 0, false},
+                                 {Shape{2, 70, 4}, Shape{2, 9, 4}, Shape{2, 9, 5}, Shape{2, 1, 9}, 2, false},
+                                 {Shape{1, 150, 8}, Shape{1, 13, 8}, Shape{1, 13, 6}, Shape{150, 13}, 1, false},
+                                 {Shape{2, 65, 4}, Shape{2, 5, 4}, Shape{2, 5, 4}, Shape{}, 0, true},
+                                 {Shape{1, 130, 4}, Shape{1, 600, 4}, Shape{1, 600, 3}, Shape{1, 600}, 2, false}};
   const uint64_t key = pk::dropoutStreamKey(11, 5, 3, pk::dropoutOpId("attn_dropout"));
   const int bf16Before = emu::gemmBf16Calls;
-  for (const Case &c : cases)
+  for (const AttentionCase &c : cases)
     for (float ratio : {0.0f, 0.3f}) {
-      static const char *const maskNames[] = {"", " masked", " additive"};
-      ctx = "bf16 attention q " + c.qs.str() + " k " + c.ks.str() + " v " + c.vs.str() + maskNames[c.maskKind] +
-            (c.divide ? " divide" : "") + (ratio > 0 ? " dropout" : "");
-      auto q = randbf(c.qs.numel()), k = randbf(c.ks.numel()), v = randbf(c.vs.numel());
-      auto qb = toBf(q), kb = toBf(k), vb = toBf(v);
+      ctx = attentionContext("bf16 attention", c, ratio);
+      auto [q, k, v, qb, kb, vb] = attentionInputs(c);
       std::vector<uint8_t> mask(c.ms.numel());
       for (size_t e = 0; e < mask.size(); ++e) mask[e] = e % 3 == 2;
       const auto bias = randv(c.ms.numel());
@@ -1627,23 +1646,19 @@ static void testBf16Attention() {
 // head sizes cuDNN has no engine for must fall back to pipec's kernels.
 static void testFlashAttention() {
   constexpr double kGradTol = 1.0 / 32;
-  struct Case { Shape qs, ks, vs, ms; int maskKind; bool divide; }; // mask: 0 none, 1 boolean, 2 additive
-  const Case cases[] = {{Shape{2, 3, 37, 16}, Shape{2, 3, 29, 16}, Shape{2, 3, 29, 8}, Shape{1, 1, 37, 29}, 1, false},
-                        {Shape{2, 3, 20, 8}, Shape{2, 3, 16, 8}, Shape{2, 3, 16, 16}, Shape{2, 1, 1, 16}, 1, true},
-                        {Shape{2, 3, 9, 8}, Shape{2, 3, 16, 8}, Shape{2, 3, 16, 16}, Shape{3, 9, 16}, 1, false},
-                        {Shape{3, 17, 8}, Shape{3, 11, 8}, Shape{3, 11, 8}, Shape{3, 17, 11}, 2, false},
-                        {Shape{1, 2, 2, 9, 8}, Shape{1, 2, 2, 8, 8}, Shape{1, 2, 2, 8, 8}, Shape{}, 0, true}};
+  const AttentionCase cases[] = {{Shape{2, 3, 37, 16}, Shape{2, 3, 29, 16}, Shape{2, 3, 29, 8}, Shape{1, 1, 37, 29}, 1, false},
+                                 {Shape{2, 3, 20, 8}, Shape{2, 3, 16, 8}, Shape{2, 3, 16, 16}, Shape{2, 1, 1, 16}, 1, true},
+                                 {Shape{2, 3, 9, 8}, Shape{2, 3, 16, 8}, Shape{2, 3, 16, 16}, Shape{3, 9, 16}, 1, false},
+                                 {Shape{3, 17, 8}, Shape{3, 11, 8}, Shape{3, 11, 8}, Shape{3, 17, 11}, 2, false},
+                                 {Shape{1, 2, 2, 9, 8}, Shape{1, 2, 2, 8, 8}, Shape{1, 2, 2, 8, 8}, Shape{}, 0, true}};
   uint64_t callKey = pk::dropoutCallKey(11, 5, 3); // "device memory": the emulation's device is the host
   const uint64_t opId = pk::dropoutOpId("attn_dropout");
   const uint64_t cpuKey = pk::dropoutOpStreamKey(callKey, opId);
   const pc::StreamKey deviceKey(&callKey, opId);
-  for (const Case &c : cases)
+  for (const AttentionCase &c : cases)
     for (float ratio : {0.0f, 0.3f}) {
-      static const char *const maskNames[] = {"", " masked", " additive"};
-      ctx = "flash attention q " + c.qs.str() + " k " + c.ks.str() + " v " + c.vs.str() + maskNames[c.maskKind] +
-            (c.divide ? " divide" : "") + (ratio > 0 ? " dropout" : "");
-      auto q = randbf(c.qs.numel()), k = randbf(c.ks.numel()), v = randbf(c.vs.numel());
-      auto qb = toBf(q), kb = toBf(k), vb = toBf(v);
+      ctx = attentionContext("flash attention", c, ratio);
+      auto [q, k, v, qb, kb, vb] = attentionInputs(c);
       std::vector<uint8_t> mask(c.ms.numel());
       // Irregular (so that a bias taken from the wrong head or sequence shows), key 0 of every row kept.
       for (size_t e = 0; e < mask.size(); ++e)

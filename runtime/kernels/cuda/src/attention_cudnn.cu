@@ -13,6 +13,7 @@
 #include "detail.cuh"
 #include "flash_attention.cuh"
 #include "index_map.cuh"
+#include "pipec/vocabulary.h" // kMinimumCudnnVersion
 
 #if defined(PIPEC_HAVE_CUDNN) || defined(PIPEC_CUDA_EMULATION)
 #define PIPEC_FLASH_ATTENTION 1
@@ -84,9 +85,6 @@ int64_t cudnnVersion(std::string *why) {
   return 0;
 }
 #else
-/// The first cuDNN major version whose graph API has everything used here.
-constexpr int64_t kMinimumCudnnVersion = 90000;
-
 int64_t cudnnVersion(std::string *why) {
   // Loaded once per process; the answer is kept.
   static const std::pair<int64_t, std::string> loaded = []() -> std::pair<int64_t, std::string> {
@@ -103,8 +101,8 @@ int64_t cudnnVersion(std::string *why) {
     } catch (const std::exception &e) {
       return {0, e.what()};
     }
-    if (version < kMinimumCudnnVersion)
-      return {0, "cuDNN " + std::to_string(version) + " is older than the " + std::to_string(kMinimumCudnnVersion) +
+    if (version < pipec::kMinimumCudnnVersion)
+      return {0, "cuDNN " + std::to_string(version) + " is older than the " + std::to_string(pipec::kMinimumCudnnVersion) +
                      " pipec needs"};
     return {version, ""};
   }();
@@ -163,14 +161,14 @@ struct Plan {
 };
 
 /// This thread's cuDNN handle and plans on one device, and device copies of
-/// the dropout op ids (cuDNN reads its Philox offset from device memory).
+/// the dropout seeds and offsets that are not already in device memory.
 struct DeviceContext {
   cudnnHandle_t handle = nullptr;
   std::map<PlanKey, Plan> plans;
-  std::map<uint64_t, uint64_t *> opIds;
+  std::map<uint64_t, uint64_t *> values;
   ~DeviceContext() { // may fail when the driver is already gone at exit: ignored
     plans.clear();
-    for (auto &entry : opIds) cudaFree(entry.second);
+    for (auto &entry : values) cudaFree(entry.second);
     if (handle) cudnn_frontend::detail::destroy_handle(handle);
   }
 };
@@ -318,21 +316,19 @@ const Plan &planFor(DeviceContext &c, const PlanKey &key) {
   return c.plans.emplace(key, std::move(plan)).first->second;
 }
 
-/// The op id in device memory (cuDNN's dropout offset), kept for the life of
-/// the thread; created outside any CUDA graph capture (a stage's first call).
-const uint64_t *opIdOnDevice(DeviceContext &c, uint64_t id, const char *op) {
-  auto found = c.opIds.find(id);
-  if (found != c.opIds.end()) return found->second;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  detail::check(cudaStreamIsCapturing(detail::stream(), &capture), op);
-  if (capture != cudaStreamCaptureStatusNone) detail::fail(op, "would allocate inside a CUDA graph capture");
+/// `value` in device memory (cuDNN reads its dropout seed and offset there),
+/// kept for the life of the thread; created outside any CUDA graph capture
+/// (a stage's first call).
+const uint64_t *valueOnDevice(DeviceContext &c, uint64_t value, const char *op) {
+  auto found = c.values.find(value);
+  if (found != c.values.end()) return found->second;
+  detail::failIfCapturing(op, "would allocate");
   uint64_t *device = nullptr;
   detail::check(cudaMalloc(reinterpret_cast<void **>(&device), sizeof(uint64_t)), op);
-  c.opIds[id] = device;
-  detail::check(cudaMemcpy(device, &id, sizeof id, cudaMemcpyHostToDevice), op);
+  c.values[value] = device;
+  detail::check(cudaMemcpy(device, &value, sizeof value, cudaMemcpyHostToDevice), op);
   return device;
 }
-
 
 /// One call's view of the operands for cuDNN, or nullopt-like `ok = false`.
 struct Geometry {
@@ -373,10 +369,12 @@ Geometry geometryOf(const char *op, const AttentionOperands &a) {
   g.causal = declaredCausal(a, v);
   if (v.masked && !g.causal) {
     const detail::Strides strides = detail::broadcastStrides(a.ms, v.scores);
+    // b's axes: all of L... but the last (rank 4 and up), or L itself (rank 3).
+    const int bAxes = rank >= 4 ? rank - 3 : 1;
+    auto varies = [&](int axis) { return strides[axis] != 0 && v.scores.v[axis] != 1; };
     bool variesOverB = false;
-    for (int axis = 0; axis < rank - 3; ++axis) variesOverB |= strides[axis] != 0 && v.scores.v[axis] != 1;
-    if (rank == 3) variesOverB = strides[0] != 0 && v.scores.v[0] != 1;
-    const bool variesOverH = rank >= 4 && strides[rank - 3] != 0 && v.scores.v[rank - 3] != 1;
+    for (int axis = 0; axis < bAxes; ++axis) variesOverB |= varies(axis);
+    const bool variesOverH = rank >= 4 && varies(rank - 3);
     g.biasB = variesOverB ? g.b : 1;
     g.biasH = variesOverH ? g.h : 1;
   }
@@ -425,8 +423,8 @@ void execute(const char *op, DeviceContext &c, const Plan &plan, const Geometry 
   if (a.training && a.dropoutRatio > 0) {
     const StreamKey &key = a.dropoutStreamKey;
     // The seed: the call's key (generated code), or the plain key itself.
-    pack[kSeed] = const_cast<uint64_t *>(key.call ? key.call : opIdOnDevice(c, key.value, op));
-    pack[kOffset] = const_cast<uint64_t *>(key.call ? opIdOnDevice(c, key.value, op) : opIdOnDevice(c, 0, op));
+    pack[kSeed] = const_cast<uint64_t *>(key.call ? key.call : valueOnDevice(c, key.value, op));
+    pack[kOffset] = const_cast<uint64_t *>(valueOnDevice(c, key.call ? key.value : 0, op));
   }
   auto run = [&]() -> fe::error_t { // the frontend may also throw (a symbol it cannot load)
     try {

@@ -147,6 +147,12 @@ void checkLaunch(const char *op) {
 
 int deviceIndex(const char *op) { return currentDevice(op); }
 
+void failIfCapturing(const char *op, const char *what) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(currentStream, &capture), op);
+  if (capture != cudaStreamCaptureStatusNone) fail(op, std::string(what) + " inside a CUDA graph capture");
+}
+
 cudaStream_t stream() { return currentStream; }
 Precision precision() { return currentPrecision; }
 
@@ -188,13 +194,7 @@ void *scratch(int slot, size_t bytes) {
   cudaStream_t &lastStream = scratchSlots.streams[device][slot];
   if (pointer) waitForStreamThatUsed(lastStream, "kernel scratch"); // before reuse or freeing
   if (bytes > size) {
-    // Inside a CUDA graph capture an allocation would be a graph memory node
-    // whose address means nothing outside the graph: refused here, before
-    // any state changes, so that CallGraphs runs the call launch by launch.
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    check(cudaStreamIsCapturing(currentStream, &capture), "kernel scratch");
-    if (capture != cudaStreamCaptureStatusNone)
-      fail("kernel scratch", "would grow inside a CUDA graph capture");
+    failIfCapturing("kernel scratch", "would grow");
     if (pointer) {
       check(cudaFreeAsync(pointer, currentStream), "kernel scratch");
       pointer = nullptr;

@@ -70,6 +70,13 @@ unsigned blocksFor(int64_t n);
 constexpr int kScratchSlots = 1;
 void *scratch(int slot, size_t bytes);
 
+/// Throws KernelError "op: `what` inside a CUDA graph capture" when the
+/// scope's stream is capturing: library memory allocated there would be a
+/// graph memory node, whose address means nothing outside the graph. Called
+/// before any state changes, so that CallGraphs runs the call launch by
+/// launch instead.
+void failIfCapturing(const char *op, const char *what);
+
 } // namespace pipec::kernels::cuda::detail
 
 #endif // PIPEC_CUDA_KERNELS_DETAIL_CUH

@@ -631,9 +631,9 @@ void attention(const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, c
                bool maskedWhen, float dropoutRatio, bool training, StreamKey dropoutStreamKey, bf16 *y, float *lse,
                const Workspace &workspace) {
   // cuDNN's flash attention first (attention_cudnn.cu); pipec's kernels for what it declines.
-  const flash::AttentionOperands operands{q,     k,      v,    qs,         ks,           vs,       mask,
-                                          additive, ms, scale, divide, fill, maskedWhen, dropoutRatio,
-                                          training, dropoutStreamKey, workspace};
+  const flash::AttentionOperands operands{
+      q, k, v, qs, ks, vs, mask, additive, ms, scale, divide, fill, maskedWhen, dropoutRatio, training,
+      dropoutStreamKey, workspace};
   if (flash::attention(operands, y, lse)) return;
   attentionT(q, qs, k, ks, v, vs, mask, additive, ms, scale, divide, fill, maskedWhen, dropoutRatio, training,
              dropoutStreamKey, y, lse, workspace);
@@ -652,9 +652,9 @@ void attentionGrad(const bf16 *dy, const bf16 *q, const Shape &qs, const bf16 *k
                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
                    bool training, StreamKey dropoutStreamKey, bf16 *dq, bf16 *dk, bf16 *dv,
                    const Workspace &workspace) {
-  const flash::AttentionOperands operands{q,     k,      v,    qs,         ks,           vs,       mask,
-                                          additive, ms, scale, divide, fill, maskedWhen, dropoutRatio,
-                                          training, dropoutStreamKey, workspace};
+  const flash::AttentionOperands operands{
+      q, k, v, qs, ks, vs, mask, additive, ms, scale, divide, fill, maskedWhen, dropoutRatio, training,
+      dropoutStreamKey, workspace};
   if (flash::attentionGrad(operands, dy, y, lse, dq, dk, dv)) return;
   attentionGradT(dy, q, qs, k, ks, v, vs, mask, additive, ms, y, lse, scale, divide, fill, maskedWhen, dropoutRatio,
                  training, dropoutStreamKey, dq, dk, dv, workspace);
