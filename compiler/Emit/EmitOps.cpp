@@ -55,6 +55,15 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
     return f32Literal(ratio.convertToFloat()) + ", !call->inference, " + dropoutStreamKey(dropoutOpId);
   };
 
+  // nn.attention(_grad)'s trailing kernel arguments: its scratch, then
+  // (sequence-major operands) its layout, which follows the scratch.
+  auto attentionTail = [&](Operation *op, bool sequenceMajor) {
+    std::string scratch = scratchArgument(op);
+    if (!sequenceMajor)
+      return scratch;
+    return (scratch.empty() ? std::string(", pipec::kernels::Workspace{}") : scratch) +
+           ", pipec::kernels::AttentionLayout::SequenceMajor";
+  };
   // CUDA: a causal mask constant is declared as such before nn.attention
   // and its gradient read it (pk::declareCausalMask).
   auto declareIfCausal = [&](Value mask, bool maskedWhen) {
@@ -314,7 +323,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << f32Literal(attention.getFill().convertToFloat()) << ", "
             << (attention.getMaskedWhen() ? "true" : "false") << ", "
             << attentionDropout(attention.getDropoutRatio(), attention.getDropoutOpId()) << ", " << y << ", " << lse
-            << scratchArgument(attention) << ");\n";
+            << attentionTail(attention, attention.getSequenceMajor()) << ");\n";
       })
       .Case([&](nn::AttentionGradOp grad) {
         std::string dq = allocate(grad.getQueryGrad());
@@ -330,7 +339,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << (grad.getDivide() ? "true" : "false") << ", " << f32Literal(grad.getFill().convertToFloat()) << ", "
             << (grad.getMaskedWhen() ? "true" : "false") << ", "
             << attentionDropout(grad.getDropoutRatio(), grad.getDropoutOpId()) << ", " << dq << ", " << dk << ", "
-            << dv << scratchArgument(grad) << ");\n";
+            << dv << attentionTail(grad, grad.getSequenceMajor()) << ");\n";
       })
       .Case([&](nn::MaskedSoftmaxGradOp grad) {
         std::string y = allocate(grad.getResult());

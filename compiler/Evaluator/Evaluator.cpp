@@ -50,6 +50,17 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
     return nullptr;
   };
   auto one = [](Tensor tensor) { return std::vector<Tensor>{std::move(tensor)}; };
+  // nn.attention(_grad)'s operands and results in their head-major order
+  // ([L..., S, D]) and back: a sequence-major op is the head-major one with
+  // axes -3 and -2 swapped on each (docs/dialects.md).
+  auto headSwapped = [](const Tensor &tensor, bool sequenceMajor) {
+    if (!sequenceMajor)
+      return tensor;
+    std::vector<int64_t> perm(tensor.shape.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    std::swap(perm[perm.size() - 3], perm[perm.size() - 2]);
+    return kernels::transpose(tensor, perm);
+  };
   // The key of a dropout whose mask an op draws again (nn.attention's, a
   // mask-less nn.dropout_grad's): nn.dropout's, from its op id.
   auto redrawnDropoutKey = [&](uint64_t dropoutOpId) {
@@ -150,11 +161,13 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
       })
       .Case([&](nn::AttentionOp attention) {
         const double dropoutRatio = attention.getDropoutRatioAttr().getValueAsDouble();
+        const bool sequenceMajor = attention.getSequenceMajor();
         auto results = kernels::attention(
-            in(0), in(1), in(2), optionalIn(attention.getMask()), attention.getScaleAttr().getValueAsDouble(),
-            attention.getDivide(), attention.getFillAttr().getValueAsDouble(), attention.getMaskedWhen(),
-            dropoutRatio, redrawnDropoutKey(attention.getDropoutOpId()));
-        return std::vector<Tensor>{std::move(results.output), std::move(results.logSumExp)};
+            headSwapped(in(0), sequenceMajor), headSwapped(in(1), sequenceMajor), headSwapped(in(2), sequenceMajor),
+            optionalIn(attention.getMask()), attention.getScaleAttr().getValueAsDouble(), attention.getDivide(),
+            attention.getFillAttr().getValueAsDouble(), attention.getMaskedWhen(), dropoutRatio,
+            redrawnDropoutKey(attention.getDropoutOpId()));
+        return std::vector<Tensor>{headSwapped(results.output, sequenceMajor), std::move(results.logSumExp)};
       })
       .Case([&](nn::SoftmaxCrossEntropyLossOp loss) {
         std::optional<int64_t> ignoreIndex;
@@ -271,11 +284,14 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
                                               grad.getDivide(), grad.getMaskedWhen()));
       })
       .Case([&](nn::AttentionGradOp grad) {
+        const bool sequenceMajor = grad.getSequenceMajor();
         auto grads = kernels::attentionGrad(
-            in(0), in(1), in(2), in(3), optionalIn(grad.getMask()), grad.getScaleAttr().getValueAsDouble(),
+            headSwapped(in(0), sequenceMajor), headSwapped(in(1), sequenceMajor), headSwapped(in(2), sequenceMajor),
+            headSwapped(in(3), sequenceMajor), optionalIn(grad.getMask()), grad.getScaleAttr().getValueAsDouble(),
             grad.getDivide(), grad.getFillAttr().getValueAsDouble(), grad.getMaskedWhen(),
             grad.getDropoutRatioAttr().getValueAsDouble(), redrawnDropoutKey(grad.getDropoutOpId()));
-        return std::vector<Tensor>{std::move(grads.query), std::move(grads.key), std::move(grads.value)};
+        return std::vector<Tensor>{headSwapped(grads.query, sequenceMajor), headSwapped(grads.key, sequenceMajor),
+                                   headSwapped(grads.value, sequenceMajor)};
       })
       .Case([&](nn::SoftmaxCrossEntropyLossGradOp grad) {
         std::optional<int64_t> ignoreIndex;

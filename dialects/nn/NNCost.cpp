@@ -178,18 +178,25 @@ OpWork BatchNormOp::estimateWork() { return reduction(*this, 6, 10); }
 OpWork LayerNormOp::estimateWork() { return reduction(*this, 8, 12); }
 OpWork SoftmaxOp::estimateWork() { return reduction(*this, 12, 4); }
 OpWork MaskedSoftmaxOp::estimateWork() { return reduction(*this, 13, 4); }
-double pipec::nn::attentionGradFlops(RankedTensorType query, RankedTensorType value) {
-  const double rows = query.getNumElements() / query.getShape().back();
-  const double keys = value.getShape()[value.getRank() - 2];
+namespace {
+/// nn.attention's score rows (L·S) and keys (T), from its query and value.
+std::pair<double, double> attentionScores(RankedTensorType query, RankedTensorType value, bool sequenceMajor) {
+  return {static_cast<double>(query.getNumElements()) / query.getShape().back(),
+          static_cast<double>(pipec::nn::headMajorShape(value.getShape(), sequenceMajor)[value.getRank() - 2])};
+}
+} // namespace
+
+double pipec::nn::attentionGradFlops(RankedTensorType query, RankedTensorType value, bool sequenceMajor) {
+  const auto [rows, keys] = attentionScores(query, value, sequenceMajor);
   return 2 * rows * keys * (3 * query.getShape().back() + 2 * value.getShape().back());
 }
 
-double pipec::nn::attentionDropoutFlops(RankedTensorType query, RankedTensorType value, float ratio) {
+double pipec::nn::attentionDropoutFlops(RankedTensorType query, RankedTensorType value, bool sequenceMajor,
+                                        float ratio) {
   if (ratio == 0.0f)
     return 0;
   // The mask of each score regenerated (nn.dropout's 4 per element) and applied.
-  const double rows = query.getNumElements() / query.getShape().back();
-  const double keys = value.getShape()[value.getRank() - 2];
+  const auto [rows, keys] = attentionScores(query, value, sequenceMajor);
   return 5 * rows * keys;
 }
 
@@ -199,12 +206,12 @@ OpWork AttentionOp::estimateWork() {
   // of P adds its mask's generation to each.
   OpWork work = elementwise(*this, 0, 0);
   auto query = getQuery().getType(), value = getValue().getType();
-  const double rows = query.getNumElements() / query.getShape().back();
-  const double keys = value.getShape()[value.getRank() - 2];
+  const bool sequenceMajor = getSequenceMajor();
+  const auto [rows, keys] = attentionScores(query, value, sequenceMajor);
   const double d = query.getShape().back(), dv = value.getShape().back();
-  const double dropout = attentionDropoutFlops(query, value, getDropoutRatio().convertToFloat());
+  const double dropout = attentionDropoutFlops(query, value, sequenceMajor, getDropoutRatio().convertToFloat());
   work.forwardFlops = 2 * rows * keys * (d + dv) + 13 * rows * keys + dropout;
-  const double backward = attentionGradFlops(query, value) + 13 * rows * keys + dropout;
+  const double backward = attentionGradFlops(query, value, sequenceMajor) + 13 * rows * keys + dropout;
   work.gradientFlops.assign(getOperation()->getNumOperands(), 0.0);
   for (int operand = 0; operand < 3; ++operand)
     work.gradientFlops[operand] = backward / 3;

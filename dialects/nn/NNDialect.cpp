@@ -550,18 +550,31 @@ LogicalResult MaskedSoftmaxOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   return success();
 }
 
-std::string pipec::nn::attentionShapeError(ArrayRef<int64_t> query, ArrayRef<int64_t> key, ArrayRef<int64_t> value,
-                                           std::optional<ArrayRef<int64_t>> mask) {
-  const size_t rank = query.size();
-  if (rank < 2 || key.size() != rank || value.size() != rank)
-    return "query, key and value must have one rank >= 2, got " + shapeString(query) + ", " + shapeString(key) +
-           ", " + shapeString(value);
-  if (query.drop_back(2) != key.drop_back(2) || key.drop_back(1) != value.drop_back(1) ||
-      query.back() != key.back())
-    return "query [L..., S, D], key [L..., T, D] and value [L..., T, Dv] do not agree: " + shapeString(query) +
-           ", " + shapeString(key) + ", " + shapeString(value);
+SmallVector<int64_t> pipec::nn::headMajorShape(ArrayRef<int64_t> shape, bool sequenceMajor) {
+  SmallVector<int64_t> logical(shape);
+  if (sequenceMajor && logical.size() >= 3)
+    std::swap(logical[logical.size() - 3], logical[logical.size() - 2]);
+  return logical;
+}
+
+std::string pipec::nn::attentionShapeError(ArrayRef<int64_t> queryShape, ArrayRef<int64_t> keyShape,
+                                           ArrayRef<int64_t> valueShape, std::optional<ArrayRef<int64_t>> mask,
+                                           bool sequenceMajor) {
+  const size_t rank = queryShape.size(), minimumRank = sequenceMajor ? 3 : 2;
+  if (rank < minimumRank || keyShape.size() != rank || valueShape.size() != rank)
+    return "query, key and value must have one rank >= " + std::to_string(minimumRank) + ", got " +
+           shapeString(queryShape) + ", " + shapeString(keyShape) + ", " + shapeString(valueShape);
+  const SmallVector<int64_t> query = headMajorShape(queryShape, sequenceMajor),
+                             key = headMajorShape(keyShape, sequenceMajor),
+                             value = headMajorShape(valueShape, sequenceMajor);
+  if (ArrayRef<int64_t>(query).drop_back(2) != ArrayRef<int64_t>(key).drop_back(2) ||
+      ArrayRef<int64_t>(key).drop_back(1) != ArrayRef<int64_t>(value).drop_back(1) || query.back() != key.back())
+    return std::string(sequenceMajor ? "query [L..., S, H, D], key [L..., T, H, D] and value [L..., T, H, Dv]"
+                                     : "query [L..., S, D], key [L..., T, D] and value [L..., T, Dv]") +
+           " do not agree: " + shapeString(queryShape) + ", " + shapeString(keyShape) + ", " +
+           shapeString(valueShape);
   if (mask) {
-    SmallVector<int64_t> scores(query.drop_back());
+    SmallVector<int64_t> scores(ArrayRef<int64_t>(query).drop_back());
     scores.push_back(key[rank - 2]);
     std::string error = maskedSoftmaxShapeError(scores, *mask);
     if (!error.empty())
@@ -583,8 +596,10 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
       return fail(loc, "nn.attention: an additive mask must have the query's element type (or be float32 with bf16 "
                        "storage)");
   }
-  std::string error =
-      attentionShapeError(query.getShape(), rankedType(adaptor.getKey()).getShape(), value.getShape(), mask);
+  BoolAttr sequenceMajorAttr = adaptor.getSequenceMajorAttr(); // absent from a dictionary without it
+  const bool sequenceMajor = sequenceMajorAttr && sequenceMajorAttr.getValue();
+  std::string error = attentionShapeError(query.getShape(), rankedType(adaptor.getKey()).getShape(),
+                                          value.getShape(), mask, sequenceMajor);
   if (!error.empty())
     return fail(loc, "nn.attention: " + Twine(error));
   if (const double ratio = adaptor.getDropoutRatio().convertToDouble(); !(ratio >= 0.0 && ratio < 1.0))
@@ -592,6 +607,8 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
   SmallVector<int64_t> shape(query.getShape().drop_back());
   shape.push_back(value.getShape().back());
   types.push_back(RankedTensorType::get(shape, query.getElementType()));
+  // log_sum_exp: one per score row, in the head-major order either way.
+  shape = headMajorShape(query.getShape(), sequenceMajor);
   shape.back() = 1;
   types.push_back(RankedTensorType::get(shape, query.getElementType()));
   return success();

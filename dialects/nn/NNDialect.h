@@ -118,16 +118,23 @@ bool isView(mlir::Operation *op);
 /// is at least 1); empty when it can.
 std::string maskedSoftmaxShapeError(llvm::ArrayRef<int64_t> input, llvm::ArrayRef<int64_t> mask);
 /// Why query, key, value (and mask, when given) of nn.attention or
-/// nn.attention_grad do not fit together, or "" when they do.
+/// nn.attention_grad, in the op's layout, do not fit together, or "" when
+/// they do.
 std::string attentionShapeError(llvm::ArrayRef<int64_t> query, llvm::ArrayRef<int64_t> key,
-                                llvm::ArrayRef<int64_t> value, std::optional<llvm::ArrayRef<int64_t>> mask);
+                                llvm::ArrayRef<int64_t> value, std::optional<llvm::ArrayRef<int64_t>> mask,
+                                bool sequenceMajor = false);
+/// An nn.attention operand's shape in the head-major order ([L..., S, D]):
+/// the shape itself, or with `sequenceMajor` axes -3 and -2 swapped
+/// (unchanged below rank 3, which attentionShapeError refuses).
+llvm::SmallVector<int64_t> headMajorShape(llvm::ArrayRef<int64_t> shape, bool sequenceMajor);
 
 /// The floating-point operations of nn.attention_grad for a query and a
 /// value of these types: the scores recomputed, then four products.
-double attentionGradFlops(mlir::RankedTensorType query, mlir::RankedTensorType value);
+double attentionGradFlops(mlir::RankedTensorType query, mlir::RankedTensorType value, bool sequenceMajor);
 /// The floating-point operations an nn.attention (or its gradient) adds for
 /// a dropout of its probabilities at `ratio` (none at 0).
-double attentionDropoutFlops(mlir::RankedTensorType query, mlir::RankedTensorType value, float ratio);
+double attentionDropoutFlops(mlir::RankedTensorType query, mlir::RankedTensorType value, bool sequenceMajor,
+                             float ratio);
 
 /// Maps an ONNX-style axis (negative counts from the end) into [0, rank);
 /// failure when out of range.

@@ -188,7 +188,7 @@ LogicalResult AttentionGradOp::verify() {
   if (getMask())
     mask = llvm::cast<RankedTensorType>(getMask().getType()).getShape();
   std::string error = attentionShapeError(getQuery().getType().getShape(), getKey().getType().getShape(),
-                                          getValue().getType().getShape(), mask);
+                                          getValue().getType().getShape(), mask, getSequenceMajor());
   if (!error.empty())
     return emitOpError(error);
   if (getDy().getType() != getResult().getType() || getQueryGrad().getType() != getQuery().getType() ||
@@ -230,8 +230,10 @@ OpWork AttentionGradOp::estimateWork() {
   // Recomputing the scores, then four products of the same size (and the
   // dropout mask regenerated, when there is one).
   OpWork work = streamingWork(*this, 0);
-  work.forwardFlops = attentionGradFlops(getQuery().getType(), getValue().getType()) +
-                      attentionDropoutFlops(getQuery().getType(), getValue().getType(), getDropoutRatio().convertToFloat());
+  work.forwardFlops =
+      attentionGradFlops(getQuery().getType(), getValue().getType(), getSequenceMajor()) +
+      attentionDropoutFlops(getQuery().getType(), getValue().getType(), getSequenceMajor(),
+                            getDropoutRatio().convertToFloat());
   return work;
 }
 OpWork MaxPoolGradOp::estimateWork() { return streamingWork(*this, 2); }

@@ -201,6 +201,8 @@ def NN_AttentionGradOp : NN_Op<"attention_grad", [Pure]> {
     dvalue = (P ⊙ M/(1-p))ᵀ·dy and dz = P ⊙ (dP' − rowsum(dy ⊙ result)),
     dP' = (dy·valueᵀ) ⊙ M/(1-p); the row sum Σ_j P_j dP'_j is still
     dy · result, since result = Σ_j P_j M_j/(1-p) value_j.
+    `sequence_major` is the forward's layout; each gradient has its
+    operand's.
   }];
   let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$query, NN_FloatTensor:$key, NN_FloatTensor:$value,
                        Optional<AnyTypeOf<[NN_BoolTensor, NN_FloatTensor]>>:$mask, NN_FloatTensor:$result,
@@ -210,7 +212,8 @@ def NN_AttentionGradOp : NN_Op<"attention_grad", [Pure]> {
                        DefaultValuedAttr<F32Attr, "0.0">:$fill,
                        DefaultValuedAttr<BoolAttr, "true">:$masked_when,
                        DefaultValuedAttr<F32Attr, "0.0">:$dropout_ratio,
-                       DefaultValuedAttr<I64Attr, "0">:$dropout_op_id);
+                       DefaultValuedAttr<I64Attr, "0">:$dropout_op_id,
+                       DefaultValuedAttr<BoolAttr, "false">:$sequence_major);
   let results = (outs NN_FloatTensor:$query_grad, NN_FloatTensor:$key_grad, NN_FloatTensor:$value_grad);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

@@ -45,8 +45,9 @@ Value GradientBuilder::sumTo(Value gradient, RankedTensorType target) {
 }
 
 Value GradientBuilder::gemm(Value lhs, Value rhs, float alpha, bool transA, bool transB) {
-  return GemmOp::create(b, loc, lhs, rhs, /*c=*/Value(), llvm::APFloat(alpha), llvm::APFloat(1.0f),
-                        transA, transB, /*activation=*/nullptr);
+  return GemmOp::create(b, loc, lhs, rhs, /*c=*/Value(), llvm::APFloat(alpha), llvm::APFloat(1.0f), transA,
+                        transB, /*activation=*/nullptr)
+      .getResult();
 }
 
 Value GradientBuilder::transposeLastTwo(Value value) {
@@ -330,7 +331,7 @@ Value AttentionOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsign
   auto grads = AttentionGradOp::create(
       g.b, g.loc, TypeRange{getQuery().getType(), getKey().getType(), getValue().getType()}, dy, getQuery(),
       getKey(), getValue(), getMask(), getResult(), getLogSumExp(), getScaleAttr(), getDivideAttr(), getFillAttr(),
-      getMaskedWhenAttr(), getDropoutRatioAttr(), getDropoutOpIdAttr());
+      getMaskedWhenAttr(), getDropoutRatioAttr(), getDropoutOpIdAttr(), getSequenceMajorAttr());
   return grads->getResult(index);
 }
 

@@ -345,6 +345,15 @@ def NN_AttentionOp : NN_InferredOp<"attention", [NN_Differentiable]> {
     the op part of that key (the dropout's `seed` attribute, or the FNV-1a
     hash of its node name). Outside training (an inference call) nothing
     is dropped.
+
+    With `sequence_major`, query, key, value and result hold their heads
+    after the sequence axis, as the projections that produce them write
+    them: [L'..., S, H, D], [L'..., T, H, D], [L'..., T, H, Dv] and
+    [L'..., S, H, Dv]. The values are those of the op on the operands with
+    axes -3 and -2 swapped, its result swapped back; the mask, the dropout
+    draws and `log_sum_exp` keep the head-major order ([L'..., H, S, T],
+    [L'..., H, S, 1]). pipec-recognize-composites writes it for the head
+    transposes exporters put around attention, which then never run.
   }];
   let arguments = (ins NN_FloatTensor:$query, NN_FloatTensor:$key, NN_FloatTensor:$value,
                        Optional<AnyTypeOf<[NN_BoolTensor, NN_FloatTensor]>>:$mask,
@@ -353,7 +362,8 @@ def NN_AttentionOp : NN_InferredOp<"attention", [NN_Differentiable]> {
                        DefaultValuedAttr<F32Attr, "0.0">:$fill,
                        DefaultValuedAttr<BoolAttr, "true">:$masked_when,
                        DefaultValuedAttr<F32Attr, "0.0">:$dropout_ratio,
-                       DefaultValuedAttr<I64Attr, "0">:$dropout_op_id);
+                       DefaultValuedAttr<I64Attr, "0">:$dropout_op_id,
+                       DefaultValuedAttr<BoolAttr, "false">:$sequence_major);
   let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$log_sum_exp);
 }
 

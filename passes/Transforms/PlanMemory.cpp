@@ -68,6 +68,9 @@ pk::Shape shapeOf(Value value) {
   return pk::Shape(shape.data(), static_cast<int>(shape.size()));
 }
 pk::Dims dimsOf(ArrayRef<int64_t> values) { return pk::Dims(values.data(), static_cast<int>(values.size())); }
+pk::AttentionLayout attentionLayout(bool sequenceMajor) {
+  return sequenceMajor ? pk::AttentionLayout::SequenceMajor : pk::AttentionLayout::HeadMajor;
+}
 
 /// The scratch the kernel that code generation calls for `op` needs (the
 /// operands of the call compiler/Emit/EmitOps.cpp writes); none for an op
@@ -126,11 +129,11 @@ pk::ScratchNeed kernelScratchOf(Operation *op, pk::ScratchTarget target, bool ac
       })
       .Case([&](nn::AttentionOp attention) {
         return pk::attentionScratch(target, shapeOf(attention.getQuery()), shapeOf(attention.getKey()),
-                                    shapeOf(attention.getValue()));
+                                    shapeOf(attention.getValue()), attentionLayout(attention.getSequenceMajor()));
       })
       .Case([&](nn::AttentionGradOp grad) {
         return pk::attentionGradScratch(target, shapeOf(grad.getQuery()), shapeOf(grad.getKey()),
-                                        shapeOf(grad.getValue()));
+                                        shapeOf(grad.getValue()), attentionLayout(grad.getSequenceMajor()));
       })
       .Case([&](nn::SoftmaxCrossEntropyLossOp loss) {
         return pk::softmaxCrossEntropyScratch(target, shapeOf(loss.getScores()), reduction(loss.getReduction()),

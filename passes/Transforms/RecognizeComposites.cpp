@@ -3,7 +3,8 @@
 // without a dropout of its probabilities) that exporters emit become
 // nn.layer_norm (for RMSNorm uncentred), nn.rotary, nn.gelu,
 // nn.masked_softmax and nn.attention, whose kernels and gradient rules are
-// one op each (docs/optimization.md).
+// one op each; the heads' transposes around an attention fold into it
+// (docs/optimization.md).
 #include "passes/Passes.h"
 #include "passes/Analysis/GradientRoles.h"
 #include "passes/Transforms/PatternRewrites.h"
@@ -784,7 +785,7 @@ struct DecomposedAttention : OpRewritePattern<nn::MatMulOp> {
         rewriter, absorbedLocation(root.getLoc(), ArrayRef(chain).drop_front()), root.getType(), rowType, query, key,
         value, mask, rewriter.getF32FloatAttr(in.scale), rewriter.getBoolAttr(in.divide),
         rewriter.getF32FloatAttr(fill), rewriter.getBoolAttr(maskedWhen), rewriter.getF32FloatAttr(dropout.ratio),
-        rewriter.getI64IntegerAttr(static_cast<int64_t>(dropout.opId)));
+        rewriter.getI64IntegerAttr(static_cast<int64_t>(dropout.opId)), rewriter.getBoolAttr(false));
     inheritPlacement(root, attention, /*withCost=*/true);
     rewriter.replaceOp(root, attention.getResult());
     return success();
@@ -792,12 +793,85 @@ struct DecomposedAttention : OpRewritePattern<nn::MatMulOp> {
 
 };
 
+/// The permutation of `rank` axes that swaps axes -3 and -2 (heads and
+/// sequence of an attention operand) and keeps the others.
+SmallVector<int64_t> headAxesSwap(int64_t rank) {
+  SmallVector<int64_t> perm;
+  for (int64_t axis = 0; axis < rank; ++axis)
+    perm.push_back(axis);
+  std::swap(perm[rank - 3], perm[rank - 2]);
+  return perm;
+}
+
+/// nn.attention of q, k and v that are each a transpose of [B..., S, H, D]
+/// projections to [B..., H, S, D] (as every exporter splits heads): the
+/// sequence-major nn.attention of the projections themselves, whose
+/// kernels read the heads through strides (docs/optimization.md). The
+/// result's transposes back to [B..., S, H, Dv] (the head merge) go too;
+/// any other reader of the result gets one transpose. Each operand's
+/// transpose must have no other reader, so that the rewrite never adds
+/// work: three transposes go, at most one comes.
+struct AttentionHeadTransposes : OpRewritePattern<nn::AttentionOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::AttentionOp attention, PatternRewriter &rewriter) const override {
+    if (attention.getSequenceMajor())
+      return failure();
+    const int64_t rank = attention.getQuery().getType().getRank();
+    if (rank < 3)
+      return failure();
+    const SmallVector<int64_t> swap = headAxesSwap(rank);
+    auto isHeadSwap = [&](Operation *op) {
+      auto transpose = llvm::dyn_cast_or_null<nn::TransposeOp>(op);
+      return transpose && transpose.getPerm() == ArrayRef<int64_t>(swap);
+    };
+    SmallVector<Operation *> chain{attention};
+    SmallVector<Value> projections;
+    for (Value operand : {attention.getQuery(), attention.getKey(), attention.getValue()}) {
+      if (!isHeadSwap(operand.getDefiningOp()) || !operand.hasOneUse())
+        return failure();
+      chain.push_back(operand.getDefiningOp());
+      projections.push_back(operand.getDefiningOp()->getOperand(0));
+    }
+    SmallVector<Operation *> merges;
+    for (Operation *user : attention.getResult().getUsers())
+      if (isHeadSwap(user))
+        merges.push_back(user);
+    chain.append(merges.begin(), merges.end());
+    if (!sameStage(chain))
+      return failure();
+    SmallVector<int64_t> resultShape(attention.getResult().getType().getShape());
+    std::swap(resultShape[rank - 3], resultShape[rank - 2]);
+    auto resultType = RankedTensorType::get(resultShape, attention.getResult().getType().getElementType());
+    auto sequenceMajor = nn::AttentionOp::create(
+        rewriter, absorbedLocation(attention.getLoc(), ArrayRef(chain).drop_front()),
+        TypeRange{resultType, attention.getLogSumExp().getType()}, projections[0], projections[1], projections[2],
+        attention.getMask(), attention.getScaleAttr(), attention.getDivideAttr(), attention.getFillAttr(),
+        attention.getMaskedWhenAttr(), attention.getDropoutRatioAttr(), attention.getDropoutOpIdAttr(),
+        rewriter.getBoolAttr(true));
+    inheritPlacement(attention, sequenceMajor, /*withCost=*/true);
+    for (Operation *merge : merges)
+      rewriter.replaceOp(merge, sequenceMajor.getResult());
+    if (!attention.getResult().use_empty()) {
+      auto transpose = nn::TransposeOp::create(rewriter, attention.getLoc(), sequenceMajor.getResult(),
+                                               rewriter.getDenseI64ArrayAttr(swap));
+      inheritPlacement(attention, transpose, /*withCost=*/false);
+      rewriter.replaceAllUsesWith(attention.getResult(), transpose.getResult());
+    }
+    rewriter.replaceAllUsesWith(attention.getLogSumExp(), sequenceMajor.getLogSumExp());
+    rewriter.eraseOp(attention);
+    for (Operation *split : ArrayRef(chain).slice(1, 3))
+      rewriter.eraseOp(split);
+    return success();
+  }
+};
+
 struct RecognizeComposites : impl::RecognizeCompositesBase<RecognizeComposites> {
   using Base::Base;
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     patterns.add<DecomposedLayerNorm, DecomposedLayerNormNoBias, DecomposedRmsNorm, DecomposedRmsNormByDivision,
-                 DecomposedRotary, AddOfZeros, NaNGuardOfMaskedSoftmax, DecomposedAttention, DecomposedGelu,
+                 DecomposedRotary, AddOfZeros, NaNGuardOfMaskedSoftmax, DecomposedAttention,
+                 AttentionHeadTransposes, DecomposedGelu,
                  DecomposedMaskedSoftmax, AdditiveMaskedSoftmax>(
         &getContext());
     int64_t applied = 0;

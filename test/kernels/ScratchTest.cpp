@@ -158,6 +158,39 @@ TEST(Scratch, AttentionFitsItsPlannedScratch) {
   }
 }
 
+// Sequence-major attention ([L', S, H, D]: its rows interleave across the
+// heads) in two blocks of score rows, with a mask: the same guarantees.
+TEST(Scratch, SequenceMajorAttentionFitsItsPlannedScratch) {
+  const auto cpu = pk::ScratchTarget::Cpu;
+  const auto layout = pk::AttentionLayout::SequenceMajor;
+  const pk::Shape qs{2, 70, 3, 4}, ks{2, 9, 3, 4}, vs{2, 9, 3, 5}, scores{2, 3, 70, 9};
+  const auto q = randomVec(qs.numel(), 1), k = randomVec(ks.numel(), 2), v = randomVec(vs.numel(), 3);
+  const int64_t rows = 2 * 70 * 3;
+  const auto dy = randomVec(rows * 5, 4);
+  std::vector<uint8_t> mask(scores.numel());
+  for (size_t e = 0; e < mask.size(); ++e) mask[e] = e % 9 > 6;
+  std::vector<float> y(rows * 5), lse(rows);
+  pk::attention(q.data(), qs, k.data(), ks, v.data(), vs, mask.data(), nullptr, scores, 0.5f, false, -1e9f, true, 0.0f,
+                false, 0, y.data(), lse.data(), {}, layout);
+  expectPlannedScratchSuffices("sequence-major", pk::attentionScratch(cpu, qs, ks, vs, layout),
+                               [&](const pk::Workspace &s) {
+                                 std::vector<float> out(rows * 6);
+                                 pk::attention(q.data(), qs, k.data(), ks, v.data(), vs, mask.data(), nullptr, scores,
+                                               0.5f, false, -1e9f, true, 0.0f, false, 0, out.data(),
+                                               out.data() + rows * 5, s, layout);
+                                 return out;
+                               });
+  expectPlannedScratchSuffices("sequence-major", pk::attentionGradScratch(cpu, qs, ks, vs, layout),
+                               [&](const pk::Workspace &s) {
+                                 std::vector<float> d(q.size() + k.size() + v.size());
+                                 pk::attentionGrad(dy.data(), q.data(), qs, k.data(), ks, v.data(), vs, mask.data(),
+                                                   nullptr, scores, y.data(), lse.data(), 0.5f, false, -1e9f, true,
+                                                   0.0f, false, 0, d.data(), d.data() + q.size(),
+                                                   d.data() + q.size() + k.size(), s, layout);
+                                 return d;
+                               });
+}
+
 // Broadcast and full parameters; rows x inner large enough that the
 // parameter gradient splits its sums over threads (the rows' statistics).
 TEST(Scratch, LayerNormsFitTheirPlannedScratch) {

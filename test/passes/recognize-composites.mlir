@@ -447,3 +447,35 @@ func.func @unchanged(%x: tensor<2x32xf32>, %w: tensor<32xf32>, %b: tensor<32xf32
   %g = nn.mul %mm, %half : (tensor<2x32xf32>, tensor<f32>) -> tensor<2x32xf32>
   return %y, %g, %e : tensor<2x32xf32>, tensor<2x32xf32>, tensor<2x32xf32>
 }
+
+// The heads' split and merge around attention, as every exporter writes
+// them: q, k, v projected as [B, S, H, D] and transposed to [B, H, S, D],
+// the result transposed back. The attention becomes sequence-major and the
+// four transposes go; log_sum_exp keeps the head-major order. An operand
+// transpose read elsewhere too (%k2 below) keeps its attention head-major;
+// a result read without the merge gets one transpose back.
+// CHECK-LABEL: func.func @attention_heads
+// CHECK: %[[A:.*]], %[[L:.*]] = nn.attention %arg0, %arg1, %arg2, %arg3 {fill = -1.000000e+09 : f32, scale = 0.353553385 : f32, sequence_major = true} : (tensor<2x16x4x8xf32>, tensor<2x12x4x8xf32>, tensor<2x12x4x6xf32>, tensor<1x1x16x12xi1>) -> (tensor<2x16x4x6xf32>, tensor<2x4x16x1xf32>)
+// CHECK-NOT: nn.transpose %[[A]]
+// CHECK: %[[R:.*]] = nn.reshape %[[A]]
+// CHECK: %[[B:.*]], %{{.*}} = nn.attention %arg0, %arg1, %arg2 {scale = 1.250000e-01 : f32, sequence_major = true}
+// CHECK: %[[BT:.*]] = nn.transpose %[[B]] {perm = array<i64: 0, 2, 1, 3>}
+// CHECK: %[[C:.*]], %{{.*}} = nn.attention %{{.*}}, %{{.*}}, %{{.*}} {scale = 1.250000e-01 : f32} :
+// CHECK: return %[[R]], %[[L]], %[[BT]], %[[C]]
+func.func @attention_heads(%q: tensor<2x16x4x8xf32>, %k: tensor<2x12x4x8xf32>, %v: tensor<2x12x4x6xf32>, %mask: tensor<1x1x16x12xi1>) -> (tensor<2x16x24xf32>, tensor<2x4x16x1xf32>, tensor<2x4x16x6xf32>, tensor<2x4x16x6xf32>, tensor<2x4x12x8xf32>) {
+  %qt = nn.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %kt = nn.transpose %k {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x12x4x8xf32>) -> tensor<2x4x12x8xf32>
+  %vt = nn.transpose %v {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x12x4x6xf32>) -> tensor<2x4x12x6xf32>
+  %a, %lse = nn.attention %qt, %kt, %vt, %mask {fill = -1.0e9 : f32, scale = 0.353553385 : f32} : (tensor<2x4x16x8xf32>, tensor<2x4x12x8xf32>, tensor<2x4x12x6xf32>, tensor<1x1x16x12xi1>) -> (tensor<2x4x16x6xf32>, tensor<2x4x16x1xf32>)
+  %merged = nn.transpose %a {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x16x6xf32>) -> tensor<2x16x4x6xf32>
+  %r = nn.reshape %merged : tensor<2x16x4x6xf32> -> tensor<2x16x24xf32>
+  %qt2 = nn.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %kt2 = nn.transpose %k {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x12x4x8xf32>) -> tensor<2x4x12x8xf32>
+  %vt2 = nn.transpose %v {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x12x4x6xf32>) -> tensor<2x4x12x6xf32>
+  %b, %lse2 = nn.attention %qt2, %kt2, %vt2 {scale = 0.125 : f32} : (tensor<2x4x16x8xf32>, tensor<2x4x12x8xf32>, tensor<2x4x12x6xf32>) -> (tensor<2x4x16x6xf32>, tensor<2x4x16x1xf32>)
+  %qt3 = nn.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %k2 = nn.transpose %k {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x12x4x8xf32>) -> tensor<2x4x12x8xf32>
+  %vt3 = nn.transpose %v {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x12x4x6xf32>) -> tensor<2x4x12x6xf32>
+  %c, %lse3 = nn.attention %qt3, %k2, %vt3 {scale = 0.125 : f32} : (tensor<2x4x16x8xf32>, tensor<2x4x12x8xf32>, tensor<2x4x12x6xf32>) -> (tensor<2x4x16x6xf32>, tensor<2x4x16x1xf32>)
+  return %r, %lse, %b, %c, %k2 : tensor<2x16x24xf32>, tensor<2x4x16x1xf32>, tensor<2x4x16x6xf32>, tensor<2x4x16x6xf32>, tensor<2x4x12x8xf32>
+}

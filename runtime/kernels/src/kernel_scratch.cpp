@@ -42,8 +42,12 @@ ScratchNeed convWeightGradScratch(ScratchTarget target, const Shape &xs, const S
                   [&](const ConvGeom &g, ScratchNeed &need) { addCpuConvWeightGradScratch(g, ws.numel(), need); });
 }
 
-ScratchNeed attentionScratch(ScratchTarget target, const Shape &qs, const Shape &ks, const Shape &vs) {
-  const AttentionView v = attentionView("nn.attention", qs, ks, vs, Shape{}, false, false);
+// Either layout: the kernels read and write the operands where they lie
+// (sequence-major through leading dimensions and strides, never copied), so
+// the scratch holds only score rows and row sums, which are logical.
+ScratchNeed attentionScratch(ScratchTarget target, const Shape &qs, const Shape &ks, const Shape &vs,
+                             AttentionLayout layout) {
+  const AttentionView v = attentionView("nn.attention", qs, ks, vs, Shape{}, false, false, layout);
   ScratchNeed need;
   if (target == ScratchTarget::Cpu)
     need.addPerThread<float>(plan::attentionRowsPerBlock(v.S) * v.T);
@@ -52,8 +56,9 @@ ScratchNeed attentionScratch(ScratchTarget target, const Shape &qs, const Shape 
   return need;
 }
 
-ScratchNeed attentionGradScratch(ScratchTarget target, const Shape &qs, const Shape &ks, const Shape &vs) {
-  const AttentionView v = attentionView("nn.attention_grad", qs, ks, vs, Shape{}, false, false);
+ScratchNeed attentionGradScratch(ScratchTarget target, const Shape &qs, const Shape &ks, const Shape &vs,
+                                 AttentionLayout layout) {
+  const AttentionView v = attentionView("nn.attention_grad", qs, ks, vs, Shape{}, false, false, layout);
   ScratchNeed need;
   if (target == ScratchTarget::Cpu) { // P and dz of one block
     const int64_t block = plan::attentionRowsPerBlock(v.S) * v.T;

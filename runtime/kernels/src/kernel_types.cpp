@@ -210,20 +210,33 @@ RowView rowView(const char *op, const Shape &xs, int64_t axis) {
 }
 
 AttentionView attentionView(const char *op, const Shape &qs, const Shape &ks, const Shape &vs, const Shape &ms,
-                            bool booleanMask, bool additiveMask) {
-  checkRank(op, qs, 2, "the query");
+                            bool booleanMask, bool additiveMask, AttentionLayout layout) {
+  const bool sequenceMajor = layout == AttentionLayout::SequenceMajor;
+  checkRank(op, qs, sequenceMajor ? 3 : 2, sequenceMajor ? "the sequence-major query" : "the query");
   if (booleanMask && additiveMask) fail(op, "takes a boolean or an additive mask, not both");
   const int r = qs.size;
-  bool agree = ks.size == r && vs.size == r && qs.v[r - 1] == ks.v[r - 1] && ks.v[r - 2] == vs.v[r - 2];
-  for (int a = 0; agree && a < r - 2; ++a) agree = qs.v[a] == ks.v[a] && ks.v[a] == vs.v[a];
+  // The rows' axis (S or T) is the one axis q, k and v may differ on, but
+  // the last (D, where v may differ); sequence-major, the heads H follow it.
+  const int rowAxis = sequenceMajor ? r - 3 : r - 2;
+  bool agree = ks.size == r && vs.size == r && qs.v[r - 1] == ks.v[r - 1] && ks.v[rowAxis] == vs.v[rowAxis];
+  for (int a = 0; agree && a < r - 1; ++a)
+    if (a != rowAxis) agree = qs.v[a] == ks.v[a] && ks.v[a] == vs.v[a];
   if (!agree)
     fail(op, "query " + qs.str() + ", key " + ks.str() + " and value " + vs.str() +
-                 " are not [L..., S, D], [L..., T, D], [L..., T, Dv]");
+                 (sequenceMajor ? " are not [L..., S, H, D], [L..., T, H, D], [L..., T, H, Dv] (sequence-major)"
+                                : " are not [L..., S, D], [L..., T, D], [L..., T, Dv]"));
   AttentionView v;
-  for (int a = 0; a < r - 2; ++a) v.L *= qs.v[a];
-  v.S = qs.v[r - 2], v.T = ks.v[r - 2], v.D = qs.v[r - 1], v.Dv = vs.v[r - 1];
-  v.scores = qs;
-  v.scores.v[r - 1] = v.T;
+  v.S = qs.v[rowAxis], v.T = ks.v[rowAxis], v.D = qs.v[r - 1], v.Dv = vs.v[r - 1];
+  v.scores = Shape(qs.v, rowAxis); // L... (sequence-major: L'...)
+  for (int a = 0; a < rowAxis; ++a) v.L *= qs.v[a];
+  if (sequenceMajor) { // the logical slices l = l' * H + h: scores [L'..., H, S, T]
+    const int64_t H = qs.v[r - 2];
+    v.L *= H;
+    v.scores.push(H);
+    v.interleave = H > 0 ? H : 1; // no heads, no slices: nothing to interleave
+  }
+  v.scores.push(v.S);
+  v.scores.push(v.T);
   v.masked = booleanMask || additiveMask;
   if (v.masked && !broadcastsTo(ms, v.scores))
     fail(op, "mask of shape " + ms.str() + " does not broadcast to the scores " + v.scores.str());

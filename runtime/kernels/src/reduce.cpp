@@ -166,11 +166,15 @@ void maskedSoftmaxGrad(const float *dy, const float *y, const Shape &s, const ui
 namespace {
 /// One block of an attention's z: rows [r0, r0 + rows) of the scores of
 /// slice l (z = q · kᵀ), scaled and masked as nn.masked_softmax writes them
-/// (or, with an additive mask, the scaled scores plus the mask).
+/// (or, with an additive mask, the scaled scores plus the mask). The
+/// operands' rows are read where the view's layout puts them (a.rowOffset,
+/// a.rowStride as the leading dimension: no copies); z, the mask, lse and
+/// the dropout draws are indexed by the logical row l * S + i either way.
 void attentionScores(const AttentionView &a, const MaskedRows &m, const float *q, const float *k, const uint8_t *mask,
                      const float *additive, float scale, bool divide, float fill, bool maskedWhen, int64_t l,
                      int64_t r0, int64_t rows, float *z) {
-  sgemm(false, true, rows, a.T, a.D, 1.0f, q + (l * a.S + r0) * a.D, a.D, k + l * a.T * a.D, a.D, 0.0f, z, a.T);
+  sgemm(false, true, rows, a.T, a.D, 1.0f, q + a.rowOffset(l, r0, a.S, a.D), a.rowStride(a.D),
+        k + a.rowOffset(l, 0, a.T, a.D), a.rowStride(a.D), 0.0f, z, a.T);
   for (int64_t i = 0; i < rows; ++i) {
     float *zr = z + i * a.T;
     const int64_t offset = m.maskOffset(l * a.S + r0 + i);
@@ -191,14 +195,14 @@ void attentionScores(const AttentionView &a, const MaskedRows &m, const float *q
 void attention(const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v, const Shape &vs,
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
                bool maskedWhen, float dropoutRatio, bool training, uint64_t dropoutStreamKey, float *y, float *lse,
-               const Workspace &workspace) {
+               const Workspace &workspace, AttentionLayout layout) {
   const char *op = "nn.attention";
-  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr, layout);
   const MaskedRows m = maskedRows(op, a.scores, a.masked ? ms : Shape{});
   const DropoutDraws drop = dropoutDraws(op, dropoutRatio, training, dropoutStreamKey);
-  Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cpu, qs, ks, vs));
+  Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cpu, qs, ks, vs, layout));
   const int64_t block = plan::attentionRowsPerBlock(a.S), blocks = block == 0 ? 0 : (a.S + block - 1) / block;
-  if (a.T == 0) { // softmax over nothing: P · v is empty sums
+  if (a.T == 0) { // softmax over nothing: P · v is empty sums (y is dense in either layout)
     std::fill(y, y + a.L * a.S * a.Dv, 0.0f);
     std::fill(lse, lse + a.L * a.S, -std::numeric_limits<float>::infinity());
     return;
@@ -220,8 +224,8 @@ void attention(const float *q, const Shape &qs, const float *k, const Shape &ks,
           for (int64_t j = 0; j < a.T; ++j) zr[j] = drop.apply(zr[j], drop.kept(first + (uint64_t)j));
         }
       }
-      sgemm(false, false, rows, a.Dv, a.T, 1.0f, z, a.T, v + l * a.T * a.Dv, a.Dv, 0.0f,
-            y + (l * a.S + r0) * a.Dv, a.Dv);
+      sgemm(false, false, rows, a.Dv, a.T, 1.0f, z, a.T, v + a.rowOffset(l, 0, a.T, a.Dv), a.rowStride(a.Dv), 0.0f,
+            y + a.rowOffset(l, r0, a.S, a.Dv), a.rowStride(a.Dv));
     }
   });
 }
@@ -230,27 +234,32 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
                    const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const float *y,
                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
                    bool training, uint64_t dropoutStreamKey, float *dq, float *dk, float *dv,
-                   const Workspace &workspace) {
+                   const Workspace &workspace, AttentionLayout layout) {
   const char *op = "nn.attention_grad";
-  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr, layout);
   const MaskedRows m = maskedRows(op, a.scores, a.masked ? ms : Shape{});
   const DropoutDraws drop = dropoutDraws(op, dropoutRatio, training, dropoutStreamKey);
-  Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cpu, qs, ks, vs));
+  Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cpu, qs, ks, vs, layout));
+  const int64_t ldD = a.rowStride(a.D), ldDv = a.rowStride(a.Dv); // between an operand's rows
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   // One slice l per task: its dk and dv sum over the row blocks in order,
-  // so the bits do not depend on the thread count.
+  // so the bits do not depend on the thread count (sequence-major, the
+  // slices' rows interleave in memory, but no row belongs to two slices).
   parallelRanges(a.L, a.L * a.S * a.T * (3 * a.D + 2 * a.Dv) / 64 + 1, [&](int64_t lo, int64_t hi) {
     Scratch::Thread part = scratch.thread();
     float *p = part.take<float>(block * a.T), *dz = part.take<float>(block * a.T);
     for (int64_t l = lo; l < hi; ++l) {
-      float *dkl = dk + l * a.T * a.D, *dvl = dv + l * a.T * a.Dv;
-      if (a.S == 0) {
-        std::fill(dkl, dkl + a.T * a.D, 0.0f);
-        std::fill(dvl, dvl + a.T * a.Dv, 0.0f);
-      }
+      const float *kl = k + a.rowOffset(l, 0, a.T, a.D), *vl = v + a.rowOffset(l, 0, a.T, a.Dv);
+      float *dkl = dk + a.rowOffset(l, 0, a.T, a.D), *dvl = dv + a.rowOffset(l, 0, a.T, a.Dv);
+      if (a.S == 0)
+        for (int64_t j = 0; j < a.T; ++j) {
+          std::fill(dkl + j * ldD, dkl + j * ldD + a.D, 0.0f);
+          std::fill(dvl + j * ldDv, dvl + j * ldDv + a.Dv, 0.0f);
+        }
       for (int64_t r0 = 0; r0 < a.S; r0 += block) {
-        const int64_t rows = std::min(block, a.S - r0), row0 = l * a.S + r0;
+        const int64_t rows = std::min(block, a.S - r0), row0 = l * a.S + r0; // row0: logical (lse, mask, dropout)
         const float beta = r0 == 0 ? 0.0f : 1.0f;
+        const float *dyBlock = dy + a.rowOffset(l, r0, a.S, a.Dv), *yBlock = y + a.rowOffset(l, r0, a.S, a.Dv);
         attentionScores(a, m, q, k, mask, additive, scale, divide, fill, maskedWhen, l, r0, rows, p);
         for (int64_t i = 0; i < rows; ++i) {
           float *pr = p + i * a.T;
@@ -259,9 +268,9 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
         }
         // dP = dy · vᵀ; dz from it; then dv += Pᵀ · dy (P dropped out by
         // then, when the forward dropped it).
-        sgemm(false, true, rows, a.T, a.Dv, 1.0f, dy + row0 * a.Dv, a.Dv, v + l * a.T * a.Dv, a.Dv, 0.0f, dz, a.T);
+        sgemm(false, true, rows, a.T, a.Dv, 1.0f, dyBlock, ldDv, vl, ldDv, 0.0f, dz, a.T);
         for (int64_t i = 0; i < rows; ++i) {
-          const float *dyr = dy + (row0 + i) * a.Dv, *yr = y + (row0 + i) * a.Dv;
+          const float *dyr = dyBlock + i * ldDv, *yr = yBlock + i * ldDv;
           float *pr = p + i * a.T;
           const uint8_t *mr = mask ? mask + m.maskOffset(row0 + i) : nullptr;
           // rowsum(P ⊙ dP) = dy · y, with dropout too: dP is then
@@ -280,10 +289,10 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
             if (drop.active) pr[j] = drop.apply(pr[j], keep);
           }
         }
-        sgemm(true, false, a.T, a.Dv, rows, 1.0f, p, a.T, dy + row0 * a.Dv, a.Dv, beta, dvl, a.Dv);
+        sgemm(true, false, a.T, a.Dv, rows, 1.0f, p, a.T, dyBlock, ldDv, beta, dvl, ldDv);
         // dq = dz · k; dk += dzᵀ · q.
-        sgemm(false, false, rows, a.D, a.T, 1.0f, dz, a.T, k + l * a.T * a.D, a.D, 0.0f, dq + row0 * a.D, a.D);
-        sgemm(true, false, a.T, a.D, rows, 1.0f, dz, a.T, q + row0 * a.D, a.D, beta, dkl, a.D);
+        sgemm(false, false, rows, a.D, a.T, 1.0f, dz, a.T, kl, ldD, 0.0f, dq + a.rowOffset(l, r0, a.S, a.D), ldD);
+        sgemm(true, false, a.T, a.D, rows, 1.0f, dz, a.T, q + a.rowOffset(l, r0, a.S, a.D), ldD, beta, dkl, ldD);
       }
     }
   });

@@ -323,3 +323,23 @@ func.func @rotary_table_type(%x: tensor<2x16x8xf64>, %t: tensor<16x8xf32>) {
   %0 = nn.rotary %x, %t, %t : (tensor<2x16x8xf64>, tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<2x16x8xf64>
   return
 }
+
+// -----
+
+// Sequence-major attention needs the heads axis: rank 3 at least, and the
+// same heads in query, key and value.
+func.func @attention_sequence_major_rank(%q: tensor<16x8xf32>) {
+  // expected-error @+2 {{nn.attention: query, key and value must have one rank >= 3, got [16,8], [16,8], [16,8]}}
+  // expected-error @+1 {{'nn.attention' op failed to infer returned types}}
+  %0, %1 = nn.attention %q, %q, %q {sequence_major = true} : (tensor<16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>) -> (tensor<16x8xf32>, tensor<16x1xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_sequence_major_heads(%q: tensor<2x16x4x8xf32>, %k: tensor<2x16x2x8xf32>) {
+  // expected-error @+2 {{nn.attention: query [L..., S, H, D], key [L..., T, H, D] and value [L..., T, H, Dv] do not agree: [2,16,4,8], [2,16,2,8], [2,16,2,8]}}
+  // expected-error @+1 {{'nn.attention' op failed to infer returned types}}
+  %0, %1 = nn.attention %q, %k, %k {sequence_major = true} : (tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16x1xf32>)
+  return
+}

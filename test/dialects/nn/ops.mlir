@@ -119,3 +119,14 @@ func.func @bf16_storage(%x: tensor<2x4x16x8xbf16>, %t: tensor<16x8xf32>, %m: ten
   %1, %lse = nn.attention %0, %0, %0, %m {scale = 0.353553385 : f32} : (tensor<2x4x16x8xbf16>, tensor<2x4x16x8xbf16>, tensor<2x4x16x8xbf16>, tensor<1x1x16x16xf32>) -> (tensor<2x4x16x8xbf16>, tensor<2x4x16x1xf32>)
   return %1 : tensor<2x4x16x8xbf16>
 }
+
+// Sequence-major attention (heads after the sequence axis): the result in
+// the operands' layout, log_sum_exp head-major; its gradient likewise.
+// CHECK-LABEL: func @attention_sequence_major
+func.func @attention_sequence_major(%q: tensor<2x16x4x8xf32>, %k: tensor<2x12x4x8xf32>, %v: tensor<2x12x4x6xf32>, %m: tensor<1x1x16x12xi1>) -> (tensor<2x16x4x8xf32>, tensor<2x12x4x8xf32>, tensor<2x12x4x6xf32>) {
+  // CHECK: nn.attention {{.*}} sequence_major = true} : (tensor<2x16x4x8xf32>, tensor<2x12x4x8xf32>, tensor<2x12x4x6xf32>, tensor<1x1x16x12xi1>) -> (tensor<2x16x4x6xf32>, tensor<2x4x16x1xf32>)
+  %y, %lse = nn.attention %q, %k, %v, %m {scale = 0.5 : f32, sequence_major = true} : (tensor<2x16x4x8xf32>, tensor<2x12x4x8xf32>, tensor<2x12x4x6xf32>, tensor<1x1x16x12xi1>) -> (tensor<2x16x4x6xf32>, tensor<2x4x16x1xf32>)
+  // CHECK: nn.attention_grad {{.*}} sequence_major = true}
+  %dq, %dk, %dv = nn.attention_grad %y, %q, %k, %v, %m, %y, %lse {scale = 0.5 : f32, sequence_major = true} : (tensor<2x16x4x6xf32>, tensor<2x16x4x8xf32>, tensor<2x12x4x8xf32>, tensor<2x12x4x6xf32>, tensor<1x1x16x12xi1>, tensor<2x16x4x6xf32>, tensor<2x4x16x1xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x12x4x8xf32>, tensor<2x12x4x6xf32>)
+  return %dq, %dk, %dv : tensor<2x16x4x8xf32>, tensor<2x12x4x8xf32>, tensor<2x12x4x6xf32>
+}

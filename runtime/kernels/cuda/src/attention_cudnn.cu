@@ -2,14 +2,17 @@
 // docs/cuda-kernels.md, "Flash attention"): nn.attention and
 // nn.attention_grad on bf16 storage, forward and backward, as cuDNN's
 // scaled dot-product attention. q, k, v [L..., S|T, D] are seen as
-// [b, h, S|T, D] (h the last of L..., b the rest); a boolean or additive mask
-// becomes a bf16 bias [1|b, 1|h, S, T], written for each call (the mask may
-// change between calls); P's dropout is cuDNN's own (its Philox generator,
-// seeded with the call's key and the op's id, both read on the device, so a
-// CUDA graph of the call draws that call's masks). One cuDNN plan per shape,
-// built on the shape's first call, forward and backward together: a
-// training forward runs on cuDNN only when cuDNN also has the backward, so
-// both halves of one attention always see the same dropout.
+// [b, h, S|T, D] (h the last of L..., b the rest); sequence-major q, k, v
+// [L'..., S|T, H, D] as [b, h, S|T, D] too, h = H and b = L'..., with the
+// strides of their memory (cuDNN's "bshd"), so nothing is transposed; a
+// boolean or additive mask becomes a bf16 bias [1|b, 1|h, S, T], written for
+// each call (the mask may change between calls); P's dropout is cuDNN's own
+// (its Philox generator, seeded with the call's key and the op's id, both
+// read on the device, so a CUDA graph of the call draws that call's masks).
+// One cuDNN plan per shape and layout, built on the first call, forward and
+// backward together: a training forward runs on cuDNN only when cuDNN also
+// has the backward, so both halves of one attention always see the same
+// dropout.
 #include "detail.cuh"
 #include "flash_attention.cuh"
 #include "index_map.cuh"
@@ -145,12 +148,16 @@ namespace {
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kBias, kSeed, kOffset, kDO, kDQ, kDK, kDV };
 
 /// What one cuDNN graph is built for. Scale and dropout are baked into the
-/// graph; biasB = 0 means no bias.
+/// graph, and so are the operands' strides (the layout); biasB = 0 means no
+/// bias.
 struct PlanKey {
   bool backward, causal;
+  AttentionLayout layout;
   int64_t b, h, S, T, D, Dv, biasB, biasH;
   uint32_t scaleBits, dropoutBits;
-  auto tied() const { return std::tie(backward, causal, b, h, S, T, D, Dv, biasB, biasH, scaleBits, dropoutBits); }
+  auto tied() const {
+    return std::tie(backward, causal, layout, b, h, S, T, D, Dv, biasB, biasH, scaleBits, dropoutBits);
+  }
   bool operator<(const PlanKey &o) const { return tied() < o.tied(); }
 };
 
@@ -215,6 +222,14 @@ std::vector<int64_t> rowMajorStrides(const std::vector<int64_t> &dims) {
   return strides;
 }
 
+/// The strides of an operand [b, h, rows, width] of `key` (Q, K, V, O and
+/// their gradients): row-major head-major; sequence-major, the memory is
+/// [b, rows, h, width]. Stats and the bias stay row-major in either.
+std::vector<int64_t> operandStrides(const PlanKey &key, int64_t rows, int64_t width) {
+  if (key.layout == AttentionLayout::HeadMajor) return rowMajorStrides({key.b, key.h, rows, width});
+  return {rows * key.h * width, width, key.h * width, 1};
+}
+
 /// The graph of `key`, or null with cuDNN's reason in `why`.
 std::shared_ptr<fe::graph::Graph> buildGraph(const PlanKey &key, bool deterministic, cudnnHandle_t handle,
                                              std::string &why) {
@@ -222,47 +237,56 @@ std::shared_ptr<fe::graph::Graph> buildGraph(const PlanKey &key, bool determinis
   graph->set_io_data_type(fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
-  auto tensor = [&](const char *name, Uid uid, std::vector<int64_t> dims,
+  auto tensor = [&](const char *name, Uid uid, std::vector<int64_t> dims, std::vector<int64_t> strides,
                     fe::DataType_t type = fe::DataType_t::BFLOAT16) {
     return graph->tensor(fe::graph::Tensor_attributes()
                              .set_name(name)
                              .set_uid(uid)
                              .set_dim(dims)
-                             .set_stride(rowMajorStrides(dims))
+                             .set_stride(strides)
                              .set_data_type(type));
   };
   auto output = [](const std::shared_ptr<fe::graph::Tensor_attributes> &t, Uid uid, std::vector<int64_t> dims,
-                   fe::DataType_t type = fe::DataType_t::BFLOAT16) {
-    t->set_output(true).set_uid(uid).set_dim(dims).set_stride(rowMajorStrides(dims)).set_data_type(type);
+                   std::vector<int64_t> strides, fe::DataType_t type = fe::DataType_t::BFLOAT16) {
+    t->set_output(true).set_uid(uid).set_dim(dims).set_stride(strides).set_data_type(type);
   };
   const int64_t b = key.b, h = key.h, S = key.S, T = key.T, D = key.D, Dv = key.Dv;
-  auto q = tensor("Q", kQ, {b, h, S, D}), k = tensor("K", kK, {b, h, T, D}), v = tensor("V", kV, {b, h, T, Dv});
-  auto bias = key.biasB ? tensor("bias", kBias, {key.biasB, key.biasH, S, T}) : nullptr;
+  // An operand [b, h, rows, width] where the layout puts it; stats [b, h, S, 1] and the bias row-major.
+  auto operand = [&](const char *name, Uid uid, int64_t rows, int64_t width) {
+    return tensor(name, uid, {b, h, rows, width}, operandStrides(key, rows, width));
+  };
+  auto operandOutput = [&](const std::shared_ptr<fe::graph::Tensor_attributes> &t, Uid uid, int64_t rows,
+                           int64_t width) { output(t, uid, {b, h, rows, width}, operandStrides(key, rows, width)); };
+  const std::vector<int64_t> statsDims{b, h, S, 1};
+  auto q = operand("Q", kQ, S, D), k = operand("K", kK, T, D), v = operand("V", kV, T, Dv);
+  const std::vector<int64_t> biasDims{key.biasB, key.biasH, S, T};
+  auto bias = key.biasB ? tensor("bias", kBias, biasDims, rowMajorStrides(biasDims)) : nullptr;
   float scale, dropout;
   std::memcpy(&scale, &key.scaleBits, sizeof scale);
   std::memcpy(&dropout, &key.dropoutBits, sizeof dropout);
-  auto seed = dropout > 0 ? tensor("seed", kSeed, {1, 1, 1, 1}, fe::DataType_t::INT64) : nullptr;
-  auto offset = dropout > 0 ? tensor("offset", kOffset, {1, 1, 1, 1}, fe::DataType_t::INT64) : nullptr;
+  const std::vector<int64_t> scalar{1, 1, 1, 1};
+  auto seed = dropout > 0 ? tensor("seed", kSeed, scalar, scalar, fe::DataType_t::INT64) : nullptr;
+  auto offset = dropout > 0 ? tensor("offset", kOffset, scalar, scalar, fe::DataType_t::INT64) : nullptr;
   if (!key.backward) {
     auto options = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_attn_scale(scale);
     if (key.causal) options.set_causal_mask(true);
     if (bias) options.set_bias(bias);
     if (dropout > 0) options.set_dropout(dropout, seed, offset);
     auto [o, stats] = graph->sdpa(q, k, v, options);
-    output(o, kO, {b, h, S, Dv});
-    output(stats, kStats, {b, h, S, 1}, fe::DataType_t::FLOAT);
+    operandOutput(o, kO, S, Dv);
+    output(stats, kStats, statsDims, rowMajorStrides(statsDims), fe::DataType_t::FLOAT);
   } else {
-    auto o = tensor("O", kO, {b, h, S, Dv}), dO = tensor("dO", kDO, {b, h, S, Dv});
-    auto stats = tensor("stats", kStats, {b, h, S, 1}, fe::DataType_t::FLOAT);
+    auto o = operand("O", kO, S, Dv), dO = operand("dO", kDO, S, Dv);
+    auto stats = tensor("stats", kStats, statsDims, rowMajorStrides(statsDims), fe::DataType_t::FLOAT);
     auto options = fe::graph::SDPA_backward_attributes().set_name("attention_grad").set_attn_scale(scale);
     if (deterministic) options.set_deterministic_algorithm(true);
     if (key.causal) options.set_causal_mask(true);
     if (bias) options.set_bias(bias);
     if (dropout > 0) options.set_dropout(dropout, seed, offset);
     auto [dQ, dK, dV] = graph->sdpa_backward(q, k, v, o, dO, stats, options);
-    output(dQ, kDQ, {b, h, S, D});
-    output(dK, kDK, {b, h, T, D});
-    output(dV, kDV, {b, h, T, Dv});
+    operandOutput(dQ, kDQ, S, D);
+    operandOutput(dK, kDK, T, D);
+    operandOutput(dV, kDV, T, Dv);
   }
   auto failed = [&](fe::error_t status) {
     if (status.is_good()) return false;
@@ -307,10 +331,11 @@ const Plan &planFor(DeviceContext &c, const PlanKey &key) {
     plan.workspaceBytes = plan.graph->get_workspace_size();
   } else {
     std::fprintf(stderr,
-                 "pipec: cuDNN flash attention %s not available for [%lld, %lld, %lld|%lld, %lld|%lld]%s (%s); "
+                 "pipec: cuDNN flash attention %s not available for [%lld, %lld, %lld|%lld, %lld|%lld]%s%s (%s); "
                  "pipec's attention kernels run it\n",
                  key.backward ? "backward" : "forward", (long long)key.b, (long long)key.h, (long long)key.S,
                  (long long)key.T, (long long)key.D, (long long)key.Dv,
+                 key.layout == AttentionLayout::SequenceMajor ? " sequence-major" : "",
                  key.causal ? " causal" : key.biasB ? " with a bias" : "", why.c_str());
   }
   return c.plans.emplace(key, std::move(plan)).first->second;
@@ -356,25 +381,27 @@ bool declaredCausal(const AttentionOperands &a, const AttentionView &v) {
 
 Geometry geometryOf(const char *op, const AttentionOperands &a) {
   Geometry g;
-  g.view = attentionView(op, a.qs, a.ks, a.vs, a.ms, a.mask != nullptr, a.additive != nullptr);
+  g.view = attentionView(op, a.qs, a.ks, a.vs, a.ms, a.mask != nullptr, a.additive != nullptr, a.layout);
   const AttentionView &v = g.view;
-  const int rank = a.qs.size;
-  if (rank < 3 || v.S == 0 || v.T == 0 || v.D == 0 || v.Dv == 0 || v.L == 0) return g;
+  if (a.qs.size < 3 || v.S == 0 || v.T == 0 || v.D == 0 || v.Dv == 0 || v.L == 0) return g;
   // A boolean mask sets masked scores to `fill`; cuDNN adds a bias to them
   // instead (or leaves them out): the same softmax only when the fill's
   // exponential vanishes next to any kept score.
   if (a.mask && !(a.fill <= kVanishingFill)) return g;
-  g.h = rank >= 4 ? a.qs.v[rank - 3] : 1;
+  // h: the scores' axis before S (H sequence-major, the last of L...
+  // head-major from rank 4; head-major rank 3 has none: h = 1, b = L).
+  const int rank = v.scores.size; // [L..., S, T]
+  const bool hasHeads = a.layout == AttentionLayout::SequenceMajor || rank >= 4;
+  g.h = hasHeads ? v.scores.v[rank - 3] : 1;
   g.b = v.L / g.h;
   g.causal = declaredCausal(a, v);
   if (v.masked && !g.causal) {
     const detail::Strides strides = detail::broadcastStrides(a.ms, v.scores);
-    // b's axes: all of L... but the last (rank 4 and up), or L itself (rank 3).
-    const int bAxes = rank >= 4 ? rank - 3 : 1;
+    const int bAxes = hasHeads ? rank - 3 : 1; // the scores' axes before h (or L itself)
     auto varies = [&](int axis) { return strides[axis] != 0 && v.scores.v[axis] != 1; };
     bool variesOverB = false;
     for (int axis = 0; axis < bAxes; ++axis) variesOverB |= varies(axis);
-    const bool variesOverH = rank >= 4 && varies(rank - 3);
+    const bool variesOverH = hasHeads && varies(rank - 3);
     g.biasB = variesOverB ? g.b : 1;
     g.biasH = variesOverH ? g.h : 1;
   }
@@ -385,8 +412,8 @@ Geometry geometryOf(const char *op, const AttentionOperands &a) {
 PlanKey keyOf(const Geometry &g, const AttentionOperands &a, bool backward) {
   const float scale = a.divide ? 1.0f / a.scale : a.scale;
   const float dropout = a.training ? a.dropoutRatio : 0.0f;
-  return {backward, g.causal, g.b, g.h, g.view.S, g.view.T, g.view.D, g.view.Dv, g.biasB, g.biasH, bitsOf(scale),
-          bitsOf(dropout)};
+  return {backward, g.causal, a.layout, g.b, g.h, g.view.S, g.view.T, g.view.D, g.view.Dv, g.biasB, g.biasH,
+          bitsOf(scale), bitsOf(dropout)};
 }
 
 /// The plans the call needs (forward; and backward when training, so that

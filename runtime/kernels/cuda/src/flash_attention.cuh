@@ -9,7 +9,9 @@
 
 namespace pipec::kernels::cuda::flash {
 
-/// One attention's operands, as the kernel API takes them (kernel_api.inc).
+/// One attention's operands, as the kernel API takes them (kernel_api.inc);
+/// `layout` says where q, k, v, y and the gradients hold their heads (cuDNN
+/// is given their strides, so neither layout is copied).
 struct AttentionOperands {
   const bf16 *q, *k, *v;
   const Shape &qs, &ks, &vs;
@@ -24,6 +26,7 @@ struct AttentionOperands {
   bool training;
   StreamKey dropoutStreamKey;
   const Workspace &workspace;
+  AttentionLayout layout;
 };
 
 /// Runs the forward (y, lse) through cuDNN and returns true; or returns

@@ -260,6 +260,45 @@ __global__ void layerNormPartialKernel(const T *dy, const T *x, const float *fme
   }
 }
 
+/// The most columns one thread of layerNormStatsPartialKernel sums: its
+/// accumulators live in registers.
+constexpr int64_t kPartialColumnsPerThread = 16;
+
+/// layerNormPartialKernel with the row statistics computed in it (one
+/// launch instead of rowStatsKernel and that kernel): block k sums chunk k.
+/// For each of its rows in order, the block computes the row's statistics
+/// as rowStatsKernel does (same block size, so the same bits), then each
+/// thread adds the row into its columns' accumulators; each partial is
+/// therefore the same sum, in the same order, as layerNormPartialKernel's.
+/// Launched with segmentThreads(inner) threads, for inner up to
+/// kPartialColumnsPerThread of them per thread.
+template <class T>
+__global__ void layerNormStatsPartialKernel(const T *dy, const T *x, int64_t rows, int64_t inner,
+                                            int64_t rowsPerChunk, int64_t chunks, float epsilon, RowNorm norm,
+                                            double *partialScale, double *partialBias) {
+  for (int64_t k = blockIdx.x; k < chunks; k += gridDim.x) {
+    double s[kPartialColumnsPerThread], b[kPartialColumnsPerThread];
+    for (int c = 0; c < kPartialColumnsPerThread; ++c) s[c] = b[c] = 0;
+    const int64_t r0 = k * rowsPerChunk, r1 = r0 + rowsPerChunk < rows ? r0 + rowsPerChunk : rows;
+    for (int64_t r = r0; r < r1; ++r) {
+      double m, inv;
+      rowStats(x + r * inner, inner, epsilon, norm, m, inv);
+      const float fm = (float)m, fi = (float)inv;
+      int c = 0;
+      for (int64_t i = threadIdx.x; i < inner; i += blockDim.x, ++c) {
+        const int64_t e = r * inner + i;
+        s[c] += (double)(toF(dy[e]) * ((toF(x[e]) - fm) * fi));
+        b[c] += toF(dy[e]);
+      }
+    }
+    int c = 0;
+    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x, ++c) {
+      partialScale[k * inner + i] = s[c];
+      if (partialBias) partialBias[k * inner + i] = b[c];
+    }
+  }
+}
+
 /// How the normalized shape sums down to the parameter shape: output j (a
 /// row-major index of the parameter shape aligned to the normalized rank)
 /// sums the normalized positions that broadcast to it.
@@ -420,9 +459,14 @@ void layerNormParamGradT(const T *dy, const T *x, const Shape &xs, const Shape &
   float *fmean = partials > 0 ? scratch.shared<float>(2 * v.rows) : nullptr, *finv = fmean ? fmean + v.rows : nullptr;
   double *pScale = scratch.shared<double>(partials);
   double *pBias = dbias ? scratch.shared<double>(partials) : nullptr;
-  if (partials > 0) {
-    rowStatsKernel<T><<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(x, v.rows, v.inner,
-                                                                                           fmean, finv, epsilon, norm);
+  const unsigned rowThreads = segmentThreads(v.inner);
+  if (partials > 0 && v.inner <= kPartialColumnsPerThread * (int64_t)rowThreads) {
+    layerNormStatsPartialKernel<T><<<segmentBlocks(chunks), rowThreads, 0, detail::stream()>>>(
+        dy, x, v.rows, v.inner, rowsPerChunk, chunks, epsilon, norm, pScale, pBias);
+    detail::checkLaunch(op);
+  } else if (partials > 0) { // rows too wide for one block's registers
+    rowStatsKernel<T><<<segmentBlocks(v.rows), rowThreads, 0, detail::stream()>>>(x, v.rows, v.inner, fmean, finv,
+                                                                                 epsilon, norm);
     detail::checkLaunch(op);
     layerNormPartialKernel<T><<<detail::blocksFor(partials), detail::kThreads, 0, detail::stream()>>>(
         dy, x, fmean, finv, v.rows, v.inner, rowsPerChunk, chunks, pScale, pBias);

@@ -152,6 +152,21 @@ __global__ void maskedSoftmaxGradKernel(const T *dy, const T *y, const uint8_t *
 // Attention: blocks of score rows of every slice at once
 //===----------------------------------------------------------------------===//
 
+/// Where each slice's matrix of an attention operand (or of the scratch's
+/// score block) lies: slice l's at first + (l / group) * groupStride +
+/// (l % group) * sliceStride, its rows ld apart. The host fills it from
+/// AttentionView::rowOffset and rowStride (operandSlices below); slices of
+/// one group share one stride, so one strided-batched GEMM takes them:
+/// group = 1 head-major (all L slices in one GEMM), H sequence-major (a
+/// GEMM per outer index, its H heads' rows interleaved).
+template <class T> struct SliceMatrices {
+  T *first;
+  int64_t ld, sliceStride, group, groupStride;
+  __host__ __device__ T *slice(int64_t l) const {
+    return first + (l / group) * groupStride + (l % group) * sliceStride;
+  }
+};
+
 /// A block of an attention's scores, z [L, rows, T] (slice l's rows r0 ...
 /// of the whole [L, S, T]): the scaled, masked value of each element, the
 /// way nn.masked_softmax writes it; `map` gives the mask offset of an
@@ -230,12 +245,16 @@ __global__ void attentionProbabilitiesKernel(float *z, ScoreBlock b, const float
   }
 }
 
-/// dot[r] = Σ_e dy[r, e] · y[r, e] per row, in double.
+/// dot[r] = Σ_e dy[r, e] · y[r, e] per logical row r = l * S + i (of
+/// rows), in double; dy and y's rows of n elements lie where their slices say.
 template <class P, class E>
-__global__ void rowDotKernel(const E *dy, const E *y, float *dot, int64_t rows, int64_t n) {
+__global__ void rowDotKernel(SliceMatrices<const E> dy, SliceMatrices<const E> y, float *dot, int64_t rows,
+                             int64_t S, int64_t n) {
   for (int64_t r = P::first(); r < rows; r += P::step()) {
+    const int64_t l = r / S, i = r - l * S;
+    const E *dyr = dy.slice(l) + i * dy.ld, *yr = y.slice(l) + i * y.ld;
     double sum = 0;
-    for (int64_t e = P::lane(); e < n; e += P::lanes()) sum += (double)toF(dy[r * n + e]) * toF(y[r * n + e]);
+    for (int64_t e = P::lane(); e < n; e += P::lanes()) sum += (double)toF(dyr[e]) * toF(yr[e]);
     sum = P::reduce(sum, SumOp{});
     if (P::lane() == 0) dot[r] = (float)sum;
   }
@@ -513,26 +532,60 @@ template <class E> struct PackedRows {
   static const E *of(const float *rows) { return reinterpret_cast<const E *>(rows); }
 };
 
+/// The slices of an operand of `rows` rows of `width` per slice (q, k, v,
+/// y and their gradients), from row `row0` of each: where the view's layout
+/// puts them, read and written in place.
+template <class T>
+SliceMatrices<T> operandSlices(const AttentionView &a, T *base, int64_t rows, int64_t width, int64_t row0 = 0) {
+  return {base + a.rowOffset(0, row0, rows, width), a.rowStride(width), a.rowOffset(1, 0, rows, width), a.interleave,
+          a.rowOffset(a.interleave, 0, rows, width)};
+}
+
+/// The slices of the scratch's score block (P, z or dz: `block` rows of T
+/// per slice, slice after slice), as elements of T, `widen` per float.
+template <class T>
+SliceMatrices<T> blockSlices(const AttentionView &a, T *block, int64_t rowsPerBlock, int64_t widen = 1) {
+  const int64_t sliceStride = widen * rowsPerBlock * a.T;
+  return {block, widen * a.T, sliceStride, a.interleave, a.interleave * sliceStride};
+}
+
+/// C = op(A) op(B) + beta C for every slice of the attention (M x N x K
+/// each): one strided-batched GEMM over all L slices head-major, as before
+/// the layouts; sequence-major, one per outer index over its H slices (a
+/// batched GEMM has one stride between its matrices, and the heads'
+/// matrices are D apart within an outer index but S·H·D between them).
+template <class T, class TC>
+void sliceGemms(const char *op, const AttentionView &a, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+                const SliceMatrices<const T> &A, const SliceMatrices<const T> &B, float beta,
+                const SliceMatrices<TC> &C) {
+  const int64_t perCall = a.interleave == 1 ? a.L : a.interleave;
+  for (int64_t l = 0; l < a.L; l += perCall)
+    nn::gemmStridedBatched(op, transA, transB, M, N, K, 1.0f, A.slice(l), A.ld, A.sliceStride, B.slice(l), B.ld,
+                           B.sliceStride, beta, C.slice(l), C.ld, C.sliceStride, perCall);
+}
+
 // E: the storage of q, k, v, y (and dy, dq, dk, dv): float, or bf16 with
 // the same float math (scores, softmax, lse, dz in float scratch; every GEMM
-// accumulates in float32). The scratch is the float call's for both.
+// accumulates in float32). The scratch is the float call's for both, and
+// the same in either layout: only the GEMMs' and rowDotKernel's addressing
+// of the operands differs.
 template <class E>
 void attentionT(const E *q, const Shape &qs, const E *k, const Shape &ks, const E *v, const Shape &vs,
                 const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
                 bool maskedWhen, float dropoutRatio, bool training, StreamKey dropoutStreamKey, E *y, float *lse,
-                const Workspace &workspace) {
+                const Workspace &workspace, AttentionLayout layout) {
   const char *op = "nn.attention";
-  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr, layout);
   const DropoutDraws drop = kernels::dropoutDraws(op, dropoutRatio, training, 0) /* key: on the device */;
-  Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cuda, qs, ks, vs));
+  Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cuda, qs, ks, vs, layout));
   const int64_t block = plan::cudaAttentionRowsPerBlock(a.L, a.S, a.T);
   float *z = scratch.shared<float>(a.L * block * a.T);
   const int64_t w = PackedRows<E>::kWiden;
   ScoreBlock b = scoreBlock(a, mask, additive, ms, scale, divide, fill, maskedWhen);
   for (b.r0 = 0; b.r0 < a.S; b.r0 += block) {
     b.rows = std::min(block, a.S - b.r0);
-    nn::gemmStridedBatched(op, false, true, b.rows, a.T, a.D, 1.0f, q + b.r0 * a.D, a.D, a.S * a.D, k, a.D,
-                           a.T * a.D, 0.0f, z, a.T, block * a.T, a.L);
+    sliceGemms<E, float>(op, a, false, true, b.rows, a.T, a.D, operandSlices(a, q, a.S, a.D, b.r0),
+                         operandSlices(a, k, a.T, a.D), 0.0f, blockSlices(a, z, block));
     const int64_t segments = a.L * b.rows;
     if (a.T > 0) {
       launchPerSegment(segments, a.T, 1, [&](auto lanes, unsigned grid, unsigned threads) {
@@ -542,8 +595,8 @@ void attentionT(const E *q, const Shape &qs, const E *k, const Shape &ks, const 
       });
       detail::checkLaunch(op);
     }
-    nn::gemmStridedBatched(op, false, false, b.rows, a.Dv, a.T, 1.0f, PackedRows<E>::of(z), w * a.T,
-                           w * block * a.T, v, a.Dv, a.T * a.Dv, 0.0f, y + b.r0 * a.Dv, a.Dv, a.S * a.Dv, a.L);
+    sliceGemms<E, E>(op, a, false, false, b.rows, a.Dv, a.T, blockSlices(a, PackedRows<E>::of(z), block, w),
+                     operandSlices(a, v, a.T, a.Dv), 0.0f, operandSlices(a, y, a.S, a.Dv, b.r0));
   }
 }
 
@@ -558,26 +611,28 @@ template <class E>
 void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const Shape &ks, const E *v,
                     const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const E *y,
                     const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
-                    bool training, StreamKey dropoutStreamKey, E *dq, E *dk, E *dv, const Workspace &workspace) {
+                    bool training, StreamKey dropoutStreamKey, E *dq, E *dk, E *dv, const Workspace &workspace,
+                    AttentionLayout layout) {
   const char *op = "nn.attention_grad";
-  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr);
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr, layout);
   const DropoutDraws drop = kernels::dropoutDraws(op, dropoutRatio, training, 0) /* key: on the device */;
-  Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cuda, qs, ks, vs));
+  Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cuda, qs, ks, vs, layout));
   const int64_t block = plan::cudaAttentionRowsPerBlock(a.L, a.S, a.T);
   float *p = scratch.shared<float>(a.L * block * a.T), *dz = scratch.shared<float>(a.L * block * a.T);
   float *dot = scratch.shared<float>(a.L * a.S);
   const int64_t w = PackedRows<E>::kWiden;
-  const E *pE = PackedRows<E>::of(p), *dzE = PackedRows<E>::of(dz);
+  const SliceMatrices<const E> pE = blockSlices(a, PackedRows<E>::of(p), block, w),
+                               dzE = blockSlices(a, PackedRows<E>::of(dz), block, w);
+  const SliceMatrices<E> dkSlices = operandSlices(a, dk, a.T, a.D), dvSlices = operandSlices(a, dv, a.T, a.Dv);
   if (a.S == 0) { // no rows: the key and value gradients are sums of nothing
-    nn::gemmStridedBatched(op, true, false, a.T, a.D, 0, 1.0f, dzE, a.T, 0, q, a.D, 0, 0.0f, dk, a.D, a.T * a.D,
-                           a.L);
-    nn::gemmStridedBatched(op, true, false, a.T, a.Dv, 0, 1.0f, pE, a.T, 0, dy, a.Dv, 0, 0.0f, dv, a.Dv,
-                           a.T * a.Dv, a.L);
+    sliceGemms<E, E>(op, a, true, false, a.T, a.D, 0, dzE, operandSlices(a, q, a.S, a.D), 0.0f, dkSlices);
+    sliceGemms<E, E>(op, a, true, false, a.T, a.Dv, 0, pE, operandSlices(a, dy, a.S, a.Dv), 0.0f, dvSlices);
     return;
   }
   launchPerSegment(a.L * a.S, a.Dv, 1, [&](auto lanes, unsigned grid, unsigned threads) {
     using P = decltype(lanes);
-    rowDotKernel<P, E><<<grid, threads, 0, detail::stream()>>>(dy, y, dot, a.L * a.S, a.Dv);
+    rowDotKernel<P, E><<<grid, threads, 0, detail::stream()>>>(
+        operandSlices(a, dy, a.S, a.Dv), operandSlices(a, y, a.S, a.Dv), dot, a.L * a.S, a.S, a.Dv);
   });
   detail::checkLaunch(op);
   ScoreBlock b = scoreBlock(a, mask, additive, ms, scale, divide, fill, maskedWhen);
@@ -585,16 +640,18 @@ void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const 
     b.rows = std::min(block, a.S - b.r0);
     const float beta = b.r0 == 0 ? 0.0f : 1.0f;
     const int64_t n = a.L * b.rows * a.T;
-    nn::gemmStridedBatched(op, false, true, b.rows, a.T, a.D, 1.0f, q + b.r0 * a.D, a.D, a.S * a.D, k, a.D,
-                           a.T * a.D, 0.0f, p, a.T, block * a.T, a.L);
+    const SliceMatrices<const E> qBlock = operandSlices(a, q, a.S, a.D, b.r0),
+                                 dyBlock = operandSlices(a, dy, a.S, a.Dv, b.r0);
+    sliceGemms<E, float>(op, a, false, true, b.rows, a.T, a.D, qBlock, operandSlices(a, k, a.T, a.D), 0.0f,
+                         blockSlices(a, p, block));
     if (n > 0) {
       attentionProbabilitiesKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(p, b, lse, n);
       detail::checkLaunch(op);
     }
     // dP = dy · vᵀ; dz (and P dropped out, with dropout); dv += Pᵀ · dy;
     // dq = dz · k; dk += dzᵀ · q.
-    nn::gemmStridedBatched(op, false, true, b.rows, a.T, a.Dv, 1.0f, dy + b.r0 * a.Dv, a.Dv, a.S * a.Dv, v, a.Dv,
-                           a.T * a.Dv, 0.0f, dz, a.T, block * a.T, a.L);
+    sliceGemms<E, float>(op, a, false, true, b.rows, a.T, a.Dv, dyBlock, operandSlices(a, v, a.T, a.Dv), 0.0f,
+                         blockSlices(a, dz, block));
     if (n > 0) {
       attentionScoreGradKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(
           p, dz, b, drop, dropoutStreamKey, dot, n);
@@ -608,12 +665,10 @@ void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const 
         detail::checkLaunch(op);
       }
     }
-    nn::gemmStridedBatched(op, true, false, a.T, a.Dv, b.rows, 1.0f, pE, w * a.T, w * block * a.T,
-                           dy + b.r0 * a.Dv, a.Dv, a.S * a.Dv, beta, dv, a.Dv, a.T * a.Dv, a.L);
-    nn::gemmStridedBatched(op, false, false, b.rows, a.D, a.T, 1.0f, dzE, w * a.T, w * block * a.T, k, a.D,
-                           a.T * a.D, 0.0f, dq + b.r0 * a.D, a.D, a.S * a.D, a.L);
-    nn::gemmStridedBatched(op, true, false, a.T, a.D, b.rows, 1.0f, dzE, w * a.T, w * block * a.T, q + b.r0 * a.D,
-                           a.D, a.S * a.D, beta, dk, a.D, a.T * a.D, a.L);
+    sliceGemms<E, E>(op, a, true, false, a.T, a.Dv, b.rows, pE, dyBlock, beta, dvSlices);
+    sliceGemms<E, E>(op, a, false, false, b.rows, a.D, a.T, dzE, operandSlices(a, k, a.T, a.D), 0.0f,
+                     operandSlices(a, dq, a.S, a.D, b.r0));
+    sliceGemms<E, E>(op, a, true, false, a.T, a.D, b.rows, dzE, qBlock, beta, dkSlices);
   }
 }
 
@@ -622,42 +677,42 @@ void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const 
 void attention(const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v, const Shape &vs,
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
                bool maskedWhen, float dropoutRatio, bool training, StreamKey dropoutStreamKey, float *y, float *lse,
-               const Workspace &workspace) {
+               const Workspace &workspace, AttentionLayout layout) {
   attentionT(q, qs, k, ks, v, vs, mask, additive, ms, scale, divide, fill, maskedWhen, dropoutRatio, training,
-             dropoutStreamKey, y, lse, workspace);
+             dropoutStreamKey, y, lse, workspace, layout);
 }
 void attention(const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v, const Shape &vs,
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
                bool maskedWhen, float dropoutRatio, bool training, StreamKey dropoutStreamKey, bf16 *y, float *lse,
-               const Workspace &workspace) {
+               const Workspace &workspace, AttentionLayout layout) {
   // cuDNN's flash attention first (attention_cudnn.cu); pipec's kernels for what it declines.
   const flash::AttentionOperands operands{
       q, k, v, qs, ks, vs, mask, additive, ms, scale, divide, fill, maskedWhen, dropoutRatio, training,
-      dropoutStreamKey, workspace};
+      dropoutStreamKey, workspace, layout};
   if (flash::attention(operands, y, lse)) return;
   attentionT(q, qs, k, ks, v, vs, mask, additive, ms, scale, divide, fill, maskedWhen, dropoutRatio, training,
-             dropoutStreamKey, y, lse, workspace);
+             dropoutStreamKey, y, lse, workspace, layout);
 }
 
 void attentionGrad(const float *dy, const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v,
                    const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const float *y,
                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
                    bool training, StreamKey dropoutStreamKey, float *dq, float *dk, float *dv,
-                   const Workspace &workspace) {
+                   const Workspace &workspace, AttentionLayout layout) {
   attentionGradT(dy, q, qs, k, ks, v, vs, mask, additive, ms, y, lse, scale, divide, fill, maskedWhen, dropoutRatio,
-                 training, dropoutStreamKey, dq, dk, dv, workspace);
+                 training, dropoutStreamKey, dq, dk, dv, workspace, layout);
 }
 void attentionGrad(const bf16 *dy, const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v,
                    const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const bf16 *y,
                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
                    bool training, StreamKey dropoutStreamKey, bf16 *dq, bf16 *dk, bf16 *dv,
-                   const Workspace &workspace) {
+                   const Workspace &workspace, AttentionLayout layout) {
   const flash::AttentionOperands operands{
       q, k, v, qs, ks, vs, mask, additive, ms, scale, divide, fill, maskedWhen, dropoutRatio, training,
-      dropoutStreamKey, workspace};
+      dropoutStreamKey, workspace, layout};
   if (flash::attentionGrad(operands, dy, y, lse, dq, dk, dv)) return;
   attentionGradT(dy, q, qs, k, ks, v, vs, mask, additive, ms, y, lse, scale, divide, fill, maskedWhen, dropoutRatio,
-                 training, dropoutStreamKey, dq, dk, dv, workspace);
+                 training, dropoutStreamKey, dq, dk, dv, workspace, layout);
 }
 
 //===----------------------------------------------------------------------===//

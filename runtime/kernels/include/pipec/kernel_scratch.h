@@ -71,8 +71,10 @@ ScratchNeed convWeightGradScratch(ScratchTarget target, const Shape &xs, const S
 /// block of score rows (two for the gradient: P and dz), per thread on the
 /// CPU, for every slice at once on CUDA (plus the rows' dot products of the
 /// gradient).
-ScratchNeed attentionScratch(ScratchTarget target, const Shape &qs, const Shape &ks, const Shape &vs);
-ScratchNeed attentionGradScratch(ScratchTarget target, const Shape &qs, const Shape &ks, const Shape &vs);
+ScratchNeed attentionScratch(ScratchTarget target, const Shape &qs, const Shape &ks, const Shape &vs,
+                             AttentionLayout layout = AttentionLayout::HeadMajor);
+ScratchNeed attentionGradScratch(ScratchTarget target, const Shape &qs, const Shape &ks, const Shape &vs,
+                                 AttentionLayout layout = AttentionLayout::HeadMajor);
 
 /// nn.layer_norm (bs null without a bias), nn.layer_norm_grad (the scale's
 /// shape) and nn.layer_norm_param_grad (the parameters' shape; withBias

@@ -134,17 +134,34 @@ struct RotaryView {
 };
 RotaryView rotaryView(const Shape &xs, const Shape &cs, const Shape &ss);
 
+/// How nn.attention's query, key, value and result hold their heads
+/// (docs/dialects.md, nn.attention's sequence_major): HeadMajor
+/// [L..., S, D] (heads, if any, among L...), or SequenceMajor
+/// [L'..., S, H, D]: each sequence position holds every head's row, as the
+/// q/k/v projections write them, so that no transpose is materialized.
+enum class AttentionLayout : uint8_t { HeadMajor, SequenceMajor };
+
 /// nn.attention's operands checked (errors name `op`): query [L..., S, D],
-/// key [L..., T, D], value [L..., T, Dv], and a boolean or an additive mask
-/// (not both) of shape ms broadcast to the scores [L..., S, T], which
-/// `scores` is.
+/// key [L..., T, D], value [L..., T, Dv] (SequenceMajor: [L'..., S, H, D],
+/// [L'..., T, H, D], [L'..., T, H, Dv], L = L'·H), and a boolean or an
+/// additive mask (not both) of shape ms broadcast to the scores
+/// [L..., S, T], which `scores` is in either layout (as log-sum-exp
+/// [L..., S], the dropout draws and the masks are indexed).
 struct AttentionView {
   int64_t L = 1, S = 0, T = 0, D = 0, Dv = 0;
+  /// Slices whose rows interleave: 1 (HeadMajor), H (SequenceMajor).
+  int64_t interleave = 1;
   Shape scores;
   bool masked = false; // by either mask
+  /// Where row `row` of slice l of an operand with `rows` rows of `width`
+  /// elements starts, and the distance between its consecutive rows.
+  int64_t rowOffset(int64_t l, int64_t row, int64_t rows, int64_t width) const {
+    return (l / interleave) * rows * interleave * width + (l % interleave) * width + row * interleave * width;
+  }
+  int64_t rowStride(int64_t width) const { return interleave * width; }
 };
 AttentionView attentionView(const char *op, const Shape &qs, const Shape &ks, const Shape &vs, const Shape &ms,
-                            bool booleanMask, bool additiveMask);
+                            bool booleanMask, bool additiveMask, AttentionLayout layout = AttentionLayout::HeadMajor);
 
 /// The row normalization nn.layer_norm computes (docs/dialects.md): ONNX
 /// LayerNormalization, (x - mean) / sqrt(var + eps),

@@ -3,12 +3,16 @@
 // a graph of one scaled dot-product attention, forward (sdpa) or backward
 // (sdpa_backward), with a bias, a causal mask and dropout. It checks what cuDNN checks of
 // its caller: every tensor's uid, dims, strides and type agree with the
-// operation (validate), head sizes cuDNN's flash kernels take (check_support),
+// operation (validate; strides: any order of the axes, as cuDNN's "bshd"
+// layouts, but the last axis contiguous and no two elements at one
+// address), head sizes cuDNN's flash kernels take (check_support),
 // a variant pack with every tensor, 16-byte aligned (scalars 8), on the handle's stream,
 // and a workspace of the size the graph asked for, which the backward really
 // uses (its dQ accumulator). The arithmetic is a host reference of flash
 // attention in float32 (products in double): the probabilities rounded to
-// bf16 for their product with V, dS rounded to bf16 for dQ and dK.
+// bf16 for their product with V, dS rounded to bf16 for dQ and dK. Every
+// tensor is read and written through its own strides (Graph::at), never
+// assumed contiguous.
 //
 // Dropout: real cuDNN draws its mask with its own Philox generator from the
 // seed and offset tensors, which this cannot reproduce. The fake draws
@@ -21,6 +25,7 @@
 #include "cuda_runtime.h"
 #include "pipec/kernel_types.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -171,6 +176,8 @@ public:
       if (t->dims.size() != 4 || t->strides.size() != 4) return bad("tensor '" + t->name + "' is not 4-d");
       for (int i = 0; i < 4; ++i)
         if (t->dims[i] < 1 || t->strides[i] < 0) return bad("tensor '" + t->name + "' has a bad dim or stride");
+      if (t->dims[3] > 1 && t->strides[3] != 1) return bad("tensor '" + t->name + "' has a non-contiguous last axis");
+      if (overlaps(*t)) return bad("tensor '" + t->name + "' has strides that put two elements at one address");
     }
     b = Q->dims[0], h = Q->dims[1], S = Q->dims[2], D = Q->dims[3];
     hk = K->dims[1], T = K->dims[2], Dv = V->dims[3];
@@ -252,6 +259,21 @@ private:
     const Options &o = options();
     return {Q, K, V, O, Stats, dO, dQ, dK, dV, o.bias, o.dropout > 0 ? o.seed : nullptr,
             o.dropout > 0 ? o.offset : nullptr};
+  }
+  /// Whether two elements of t share an address: its axes (those longer
+  /// than 1) ordered by stride, each must step past the whole extent of
+  /// the ones inside it.
+  static bool overlaps(const Tensor_attributes &t) {
+    std::vector<int> axes;
+    for (int i = 0; i < 4; ++i)
+      if (t.dims[i] > 1) axes.push_back(i);
+    std::sort(axes.begin(), axes.end(), [&](int x, int y) { return t.strides[x] < t.strides[y]; });
+    int64_t extent = 1; // elements spanned by the inner axes so far
+    for (int axis : axes) {
+      if (t.strides[axis] < extent) return true;
+      extent = t.strides[axis] * t.dims[axis];
+    }
+    return false;
   }
   static error_t ready(bool ok, const char *step) {
     return ok ? error_t() : error_t(error_code_t::INVALID_VALUE, std::string("emulated cuDNN: call ") + step + " first");

@@ -326,12 +326,12 @@ void maskedSoftmaxGrad(const bf16 *dy, const bf16 *y, const Shape &s, const uint
 void attention(const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v, const Shape &vs,
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
                bool maskedWhen, float dropoutRatio, bool training, StreamKey dropoutStreamKey, bf16 *y, float *lse,
-               const Workspace &scratch = {});
+               const Workspace &scratch = {}, AttentionLayout layout = AttentionLayout::HeadMajor);
 void attentionGrad(const bf16 *dy, const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v,
                    const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const bf16 *y,
                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
                    bool training, StreamKey dropoutStreamKey, bf16 *dq, bf16 *dk, bf16 *dv,
-                   const Workspace &scratch = {});
+                   const Workspace &scratch = {}, AttentionLayout layout = AttentionLayout::HeadMajor);
 /// Cross-entropy on bf16 scores; the loss (and dloss) stay float.
 template <class L>
 void softmaxCrossEntropyLoss(const bf16 *scores, const Shape &ss, const L *labels, const float *weights,
