@@ -341,20 +341,24 @@ def CanonicalizeGemm : Pass<"pipec-canonicalize-gemm", "mlir::ModuleOp"> {
 }
 
 def FuseGemmEpilogue : Pass<"pipec-fuse-gemm-epilogue", "mlir::ModuleOp"> {
-  let summary = "An activation that alone reads a GEMM's result becomes the GEMM's epilogue";
+  let summary = "An activation of a GEMM's result becomes the GEMM's epilogue, and its gradient of a GEMM's product one nn.gemm_activation_grad";
   let description = [{
     In every model function of every pipe.stage (not @step), an element-wise
     unary function f (pipec/vocabulary.h's table) whose operand is an
     `nn.gemm` result, directly or through views (reshape, flatten, squeeze,
-    unsqueeze), that nothing else reads becomes that GEMM's `activation`:
-    the GEMM computes f(alpha op(A) op(B) + beta C) and the views read it.
-    The pre-activation value then never reaches memory. On the CPU the
-    epilogue runs on each panel of the GEMM's output right after the panel
-    is computed; on CUDA, ReLU and the tanh GELU are cuBLASLt epilogues
-    (with the bias), the others an in-place kernel after the GEMM.
-    Gradients that read the activation's result (relu, tanh, sigmoid, sqrt)
-    leave the pre-activation unread, so this applies in training; those
-    that read its input (gelu, erf) keep it alive and the op alone.
+    unsqueeze), becomes that GEMM's `activation`: the GEMM computes
+    f(alpha op(A) op(B) + beta C) and the views read it. When nothing else
+    reads the pre-activation it never reaches memory; when something does
+    (the gradient of a GELU or erf, which reads its input) the GEMM also
+    returns it (`keeps_pre_activation`) for those readers. An
+    `nn.unary_grad` of f at x whose incoming gradient is a GEMM's product
+    (no C, no epilogue, read by nothing else, through views or not) becomes
+    `nn.gemm_activation_grad`. On the CPU the epilogues run on each panel
+    of the GEMM's output right after the panel is computed; on CUDA, ReLU
+    and the tanh GELU are cuBLASLt epilogues (with the bias; GELU_AUX and
+    DGELU for the tanh GELU's input and gradient), the others a kernel
+    after the GEMM. Runs after pipec-recompute-elementwise, so that an
+    activation recomputed in a later entry point is still an op there.
 
     Before:
       %g = nn.gemm %x, %w, %b {transB = true} : ... -> tensor<8x64xf32>

@@ -68,8 +68,10 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
     return;
   if (optimize) {
     pm.addPass(createCanonicalizeGemm()); // the gradients' own transposes
-    pm.addPass(createFuseGemmEpilogue());
+    // Before the epilogues: an activation it recomputes in a later phase
+    // must still be an op; the forward's then fuses with its GEMM.
     pm.addPass(createRecomputeElementwise()); // before fusion, which may then fuse the recomputed op
+    pm.addPass(createFuseGemmEpilogue());
     pm.addPass(createFuseElementwise());
   }
   // After fusion, whose loops load and store either storage; before the
@@ -127,7 +129,7 @@ void registerPipecPipeline() {
       "The whole compilation after import, as `pipec MODEL " + settings::flag(settings::kGpus) +
       " ... --emit=optimized` runs it: append-loss, estimate-costs, partition (the planner), [-O2: "
       "recognize-composites, canonicalize-gemm], autodiff, optimizer, outline-stages, recompute and weight-stashing "
-      "as planned, verify-pipeline, [-O2: canonicalize-gemm, fuse-gemm-epilogue, recompute-elementwise, "
+      "as planned, verify-pipeline, [-O2: canonicalize-gemm, recompute-elementwise, fuse-gemm-epilogue, "
       "fuse-elementwise], [target=cuda "
       "precision=bf16: bf16-storage], [-O2: plan-memory]";
   mlir::registerPassPipeline(

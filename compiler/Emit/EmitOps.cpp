@@ -119,6 +119,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         int64_t m = a.getDimSize(gemm.getTransA() ? 1 : 0), k = a.getDimSize(gemm.getTransA() ? 0 : 1);
         int64_t cols = tensorType(gemm.getResult()).getDimSize(1);
         std::string y = allocate(gemm.getResult());
+        std::string preActivation = gemm.getPreActivation() ? allocate(gemm.getPreActivation()) : "";
         // Accumulating into a gradient buffer: C is the result itself, beta 1
         // (pk::gemm's in-place form).
         bool accumulate = accumulatesIntoGradient(gemm.getResult());
@@ -132,9 +133,22 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << (gemm.getTransA() ? "true" : "false") << ", "
             << (gemm.getTransB() ? "true" : "false") << ", "
             << f32Literal(gemm.getAlpha().convertToFloat()) << ", " << f32Literal(beta);
-        if (auto activation = gemm.getActivation()) // the epilogue
+        if (auto activation = gemm.getActivation()) { // the epilogue (and where f's input goes)
           out << ", " << unaryKind(*activation);
+          if (!preActivation.empty())
+            out << ", " << preActivation;
+        }
         out << ");\n";
+      })
+      .Case([&](nn::GemmActivationGradOp grad) {
+        auto a = tensorType(grad.getA());
+        int64_t m = a.getDimSize(grad.getTransA() ? 1 : 0), k = a.getDimSize(grad.getTransA() ? 0 : 1);
+        int64_t cols = tensorType(grad.getResult()).getDimSize(1);
+        std::string y = allocate(grad.getResult());
+        out << "  pk::gemmActivationGrad(" << ptr(grad.getA()) << ", " << ptr(grad.getB()) << ", "
+            << ptr(grad.getX()) << ", " << y << ", " << m << ", " << cols << ", " << k << ", "
+            << (grad.getTransA() ? "true" : "false") << ", " << (grad.getTransB() ? "true" : "false") << ", "
+            << f32Literal(grad.getAlpha().convertToFloat()) << ", " << unaryKind(grad.getFunction()) << ");\n";
       })
       .Case<nn::MatMulOp, nn::BatchedGemmOp>([&](auto product) {
         // nn.batched_gemm is pk::matmul with its trans flags.

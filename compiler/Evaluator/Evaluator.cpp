@@ -85,9 +85,19 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
       .Case([&](nn::GemmOp gemm) {
         Tensor product = kernels::gemm(in(0), in(1), optionalIn(gemm.getC()), toDouble(gemm.getAlpha()),
                                        toDouble(gemm.getBeta()), gemm.getTransA(), gemm.getTransB());
-        if (auto activation = gemm.getActivation()) // the epilogue: f of the product
-          return one(kernels::unary(*activation, product));
+        if (auto activation = gemm.getActivation()) { // the epilogue: f of the product (and the product)
+          Tensor activated = kernels::unary(*activation, product);
+          if (gemm.getKeepsPreActivation())
+            return std::vector<Tensor>{std::move(activated), std::move(product)};
+          return one(std::move(activated));
+        }
         return one(std::move(product));
+      })
+      .Case([&](nn::GemmActivationGradOp grad) {
+        // nn.unary_grad of the function at x, the product its incoming gradient.
+        Tensor product = kernels::gemm(in(0), in(1), nullptr, toDouble(grad.getAlpha()), 0.0, grad.getTransA(),
+                                       grad.getTransB());
+        return one(kernels::unaryGrad(grad.getFunction(), product, in(2)));
       })
       .Case([&](nn::MatMulOp) { return one(kernels::matmul(in(0), in(1))); })
       .Case([&](nn::BatchedGemmOp gemm) {

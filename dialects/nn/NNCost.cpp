@@ -145,6 +145,16 @@ OpWork GemmOp::estimateWork() {
   return work;
 }
 
+OpWork GemmActivationGradOp::estimateWork() {
+  auto a = getA().getType(), b = getB().getType();
+  int64_t m = a.getDimSize(getTransA() ? 1 : 0), k = a.getDimSize(getTransA() ? 0 : 1);
+  int64_t n = b.getDimSize(getTransB() ? 0 : 1);
+  OpWork work = matrixProduct(*this, 1, m, n, k);
+  // The derivative at x, on the product while it is written.
+  work.forwardFlops += double(m) * double(n) * unaryFunction(getFunction()).derivativeFlops;
+  return work;
+}
+
 OpWork MatMulOp::estimateWork() {
   auto a = getA().getType(), b = getB().getType();
   auto result = getResult().getType();

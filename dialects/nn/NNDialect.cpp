@@ -311,6 +311,34 @@ LogicalResult GemmOp::inferReturnTypes(MLIRContext *, std::optional<Location> lo
       return fail(loc, "nn.gemm: C element type differs from A");
   }
   types.push_back(RankedTensorType::get({m, n}, aType.getElementType()));
+  // (Attributes from a dictionary, as the importer builds ops, may lack the
+  // defaulted ones.)
+  if (BoolAttr keeps = adaptor.getKeepsPreActivationAttr(); keeps && keeps.getValue()) {
+    if (!adaptor.getActivation())
+      return fail(loc, "nn.gemm: keeps_pre_activation without an activation");
+    types.push_back(types.back());
+  }
+  return success();
+}
+
+LogicalResult GemmActivationGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                                     SmallVectorImpl<Type> &types) {
+  auto aType = rankedType(adaptor.getA()), bType = rankedType(adaptor.getB()), xType = rankedType(adaptor.getX());
+  if (aType.getRank() != 2 || bType.getRank() != 2 || aType.getElementType() != bType.getElementType())
+    return fail(loc, "nn.gemm_activation_grad: A and B must be 2-D of one element type, got " +
+                         shapeString(aType.getShape()) + " and " + shapeString(bType.getShape()));
+  const bool transA = adaptor.getTransA(), transB = adaptor.getTransB();
+  const int64_t m = aType.getDimSize(transA ? 1 : 0), k = aType.getDimSize(transA ? 0 : 1);
+  const int64_t kb = bType.getDimSize(transB ? 1 : 0), n = bType.getDimSize(transB ? 0 : 1);
+  if (k != kb || xType.getShape() != ArrayRef<int64_t>{m, n} || xType.getElementType() != aType.getElementType())
+    return fail(loc, "nn.gemm_activation_grad: the product of A " + shapeString(aType.getShape()) +
+                         (transA ? " (transposed)" : "") + " and B " + shapeString(bType.getShape()) +
+                         (transB ? " (transposed)" : "") + " does not have x's shape " +
+                         shapeString(xType.getShape()) + " and type");
+  if (!derivativeReadsInput(adaptor.getFunction()))
+    return fail(loc, Twine("nn.gemm_activation_grad: the derivative of '") + unaryName(adaptor.getFunction()) +
+                         "' reads its result, not x");
+  types.push_back(xType);
   return success();
 }
 

@@ -175,7 +175,9 @@ def NN_GemmOp : NN_InferredOp<"gemm", [NN_Differentiable]> {
     With `activation`, the result is f(alpha * op(A) * op(B) + beta * C) for
     that element-wise function of pipec/vocabulary.h's table: its epilogue.
     pipec-fuse-gemm-epilogue sets it after autodiff (docs/optimization.md);
-    such a GEMM has no gradient rule.
+    such a GEMM has no gradient rule. With `keeps_pre_activation` as well,
+    the op also returns f's input alpha * op(A) * op(B) + beta * C as
+    `pre_activation`, which f's gradient reads (cuBLASLt's GELU_AUX).
   }];
   let arguments = (ins NN_FloatTensor:$a, NN_FloatTensor:$b,
                        Optional<NN_FloatTensor>:$c,
@@ -183,7 +185,28 @@ def NN_GemmOp : NN_InferredOp<"gemm", [NN_Differentiable]> {
                        DefaultValuedAttr<F32Attr, "1.0">:$beta,
                        DefaultValuedAttr<BoolAttr, "false">:$transA,
                        DefaultValuedAttr<BoolAttr, "false">:$transB,
-                       OptionalAttr<NN_UnaryFunctionAttr>:$activation);
+                       OptionalAttr<NN_UnaryFunctionAttr>:$activation,
+                       DefaultValuedAttr<BoolAttr, "false">:$keeps_pre_activation);
+  let results = (outs NN_FloatTensor:$result, Optional<NN_FloatTensor>:$pre_activation);
+}
+
+// Not an ONNX op: pipec-fuse-gemm-epilogue writes it after autodiff for an
+// activation's gradient whose incoming gradient is a GEMM's product read by
+// nothing else (docs/optimization.md).
+def NN_GemmActivationGradOp : NN_InferredOp<"gemm_activation_grad"> {
+  let summary = "nn.unary_grad of `function` at x with dy = alpha * op(A) * op(B): f'(x) · dy";
+  let description = [{
+    The 2-D GEMM of nn.gemm without C, whose product is the incoming
+    gradient of the element-wise `function` (one whose derivative reads its
+    input x, nn.unary_grad's `x = ...` form) at x, of the product's shape:
+    the backward of a GEMM with that activation as its epilogue, in one
+    pass (cuBLASLt's DGELU epilogue for gelu_tanh).
+  }];
+  let arguments = (ins NN_FloatTensor:$a, NN_FloatTensor:$b, NN_FloatTensor:$x,
+                       DefaultValuedAttr<F32Attr, "1.0">:$alpha,
+                       DefaultValuedAttr<BoolAttr, "false">:$transA,
+                       DefaultValuedAttr<BoolAttr, "false">:$transB,
+                       NN_UnaryFunctionAttr:$function);
   let results = (outs NN_FloatTensor:$result);
 }
 

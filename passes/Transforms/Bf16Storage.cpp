@@ -61,6 +61,7 @@ Kind kindOf(Operation *op) {
     return binaryFunction(binary.getBinaryFunction()).result == BinaryResult::Same ? Kind::Bf16Kernel
                                                                                     : Kind::Float32Only;
   if (llvm::isa<nn::UnaryElementwiseOpInterface, nn::UnaryGradOp, nn::BinaryGradOp, nn::RotaryOp, nn::GemmOp,
+                nn::GemmActivationGradOp,
                 nn::MatMulOp, nn::BatchedGemmOp, nn::LayerNormOp, nn::LayerNormGradOp, nn::LayerNormParamGradOp,
                 nn::DropoutOp, nn::DropoutGradOp, nn::SoftmaxOp, nn::SoftmaxGradOp, nn::MaskedSoftmaxOp,
                 nn::MaskedSoftmaxGradOp, nn::AttentionOp, nn::AttentionGradOp, nn::SoftmaxCrossEntropyLossOp,

@@ -1,6 +1,8 @@
-// pipec-fuse-gemm-epilogue: an element-wise activation that is the only
-// reader of a GEMM's result (directly or through views) becomes the GEMM's
-// epilogue (docs/optimization.md).
+// pipec-fuse-gemm-epilogue: an element-wise activation of a GEMM's result
+// (directly or through views) becomes the GEMM's epilogue, the GEMM also
+// returning the activation's input when something else reads it; an
+// activation's gradient whose incoming gradient is a GEMM's product becomes
+// one nn.gemm_activation_grad (docs/optimization.md).
 #include "passes/Passes.h"
 #include "passes/Transforms/PatternRewrites.h"
 
@@ -20,16 +22,26 @@ namespace pipec::passes {
 namespace {
 
 /// The GEMM whose result reaches `value` through views only, each value on
-/// the way read by nothing else; null if there is none.
-nn::GemmOp soleGemmProducer(Value value) {
+/// the way read by nothing else (`soleReader`) or by anything; null if
+/// there is none, or if it already has an epilogue.
+nn::GemmOp gemmProducer(Value value, bool soleReader) {
   while (Operation *producer = value.getDefiningOp()) {
     if (auto gemm = llvm::dyn_cast<nn::GemmOp>(producer))
-      return gemm.getResult().hasOneUse() && !gemm.getActivation() ? gemm : nn::GemmOp();
-    if (!nn::isView(producer) || !producer->getResult(0).hasOneUse())
+      return (!soleReader || gemm.getResult().hasOneUse()) && !gemm.getActivation() ? gemm : nn::GemmOp();
+    if (!nn::isView(producer) || (soleReader && !producer->getResult(0).hasOneUse()))
       return {};
     value = producer->getOperand(0);
   }
   return {};
+}
+
+/// `value` reshaped to `type`'s shape (itself when it has it): a view.
+Value reshapedTo(OpBuilder &builder, Operation *anchor, Value value, RankedTensorType type) {
+  if (llvm::cast<RankedTensorType>(value.getType()).getShape() == type.getShape())
+    return value;
+  auto reshape = nn::ReshapeOp::create(builder, anchor->getLoc(), type, value);
+  inheritPlacement(anchor, reshape, /*withCost=*/false);
+  return reshape;
 }
 
 struct FuseGemmEpilogue : impl::FuseGemmEpilogueBase<FuseGemmEpilogue> {
@@ -41,21 +53,83 @@ struct FuseGemmEpilogue : impl::FuseGemmEpilogueBase<FuseGemmEpilogue> {
         return;
       SmallVector<Operation *> activations;
       function.walk([&](nn::UnaryElementwiseOpInterface unary) { activations.push_back(unary); });
-      for (Operation *activation : activations) {
-        nn::GemmOp gemm = soleGemmProducer(activation->getOperand(0));
-        if (!gemm || gemm->getBlock() != activation->getBlock())
-          continue;
-        // f(g) is computed where g is: it reads nothing else, and the views
-        // between them read g alone.
-        auto kind = llvm::cast<nn::UnaryElementwiseOpInterface>(activation).getUnaryFunction();
-        gemm.setActivationAttr(nn::UnaryFunctionAttr::get(gemm.getContext(), kind));
-        // The activation's ONNX node stays named (profiles, --print-locations).
-        gemm->setLoc(absorbedLocation(gemm.getLoc(), {activation}));
-        activation->getResult(0).replaceAllUsesWith(activation->getOperand(0));
-        activation->erase();
-        ++numEpilogues;
-      }
+      for (Operation *activation : activations)
+        if (!fuseActivation(activation))
+          fuseKeepingInput(activation);
+      SmallVector<nn::UnaryGradOp> gradients;
+      function.walk([&](nn::UnaryGradOp grad) { gradients.push_back(grad); });
+      for (nn::UnaryGradOp grad : gradients)
+        fuseActivationGrad(grad);
     });
+  }
+
+  /// f(g), g a GEMM's result read by f alone: f is computed where g is (it
+  /// reads nothing else, and the views between them read g alone).
+  bool fuseActivation(Operation *activation) {
+    nn::GemmOp gemm = gemmProducer(activation->getOperand(0), /*soleReader=*/true);
+    if (!gemm || gemm->getBlock() != activation->getBlock())
+      return false;
+    auto kind = llvm::cast<nn::UnaryElementwiseOpInterface>(activation).getUnaryFunction();
+    gemm.setActivationAttr(nn::UnaryFunctionAttr::get(gemm.getContext(), kind));
+    // The activation's ONNX node stays named (profiles, --print-locations).
+    gemm->setLoc(absorbedLocation(gemm.getLoc(), {activation}));
+    activation->getResult(0).replaceAllUsesWith(activation->getOperand(0));
+    activation->erase();
+    ++numEpilogues;
+    return true;
+  }
+
+  /// f(g), g a GEMM's result that something else reads too (f's gradient,
+  /// which reads f's input): one GEMM returns f(g) and g
+  /// (keeps_pre_activation), the readers of g take the second.
+  void fuseKeepingInput(Operation *activation) {
+    nn::GemmOp gemm = gemmProducer(activation->getOperand(0), /*soleReader=*/false);
+    if (!gemm || gemm->getBlock() != activation->getBlock())
+      return;
+    auto kind = llvm::cast<nn::UnaryElementwiseOpInterface>(activation).getUnaryFunction();
+    OpBuilder builder(gemm);
+    auto fused = nn::GemmOp::create(builder, absorbedLocation(gemm.getLoc(), {activation}), gemm.getA(), gemm.getB(),
+                                    gemm.getC(), gemm.getAlphaAttr(), gemm.getBetaAttr(), gemm.getTransAAttr(),
+                                    gemm.getTransBAttr(), nn::UnaryFunctionAttr::get(gemm.getContext(), kind),
+                                    builder.getBoolAttr(true));
+    inheritPlacement(gemm, fused, /*withCost=*/true);
+    gemm.getResult().replaceAllUsesWith(fused.getPreActivation());
+    gemm.erase();
+    // f of a view of g is the same view of f(g).
+    builder.setInsertionPointAfter(fused);
+    Value activated =
+        reshapedTo(builder, fused, fused.getResult(), llvm::cast<RankedTensorType>(activation->getResult(0).getType()));
+    activation->getResult(0).replaceAllUsesWith(activated);
+    activation->erase();
+    ++numEpilogues;
+  }
+
+  /// f'(x) · dy, dy a GEMM's product (no C, no epilogue) read by the
+  /// gradient alone: one nn.gemm_activation_grad.
+  void fuseActivationGrad(nn::UnaryGradOp grad) {
+    Value x = grad.getX();
+    nn::GemmOp gemm = gemmProducer(grad.getDy(), /*soleReader=*/true);
+    if (!x || grad.getY() || !gemm || gemm.getC() || gemm->getBlock() != grad->getBlock() ||
+        !derivativeReadsInput(grad.getKind()))
+      return;
+    SmallVector<Operation *> product; // the gradient's dy back to the GEMM: each read by the next alone
+    for (Value dy = grad.getDy(); dy.getDefiningOp() != gemm; dy = dy.getDefiningOp()->getOperand(0))
+      product.push_back(dy.getDefiningOp());
+    product.push_back(gemm);
+    OpBuilder builder(grad);
+    auto productType = llvm::cast<RankedTensorType>(gemm.getResult().getType());
+    Value x2d = reshapedTo(builder, grad, x, productType);
+    auto fused = nn::GemmActivationGradOp::create(builder, absorbedLocation(grad.getLoc(), {gemm}), gemm.getA(),
+                                                  gemm.getB(), x2d, gemm.getAlphaAttr(), gemm.getTransAAttr(),
+                                                  gemm.getTransBAttr(),
+                                                  nn::UnaryFunctionAttr::get(grad.getContext(), grad.getKind()));
+    inheritPlacement(grad, fused, /*withCost=*/true);
+    Value result = reshapedTo(builder, grad, fused.getResult(), grad.getResult().getType());
+    grad.getResult().replaceAllUsesWith(result);
+    grad.erase();
+    for (Operation *op : product) // the views, then the GEMM: now read by nothing
+      op->erase();
+    ++numEpilogues;
   }
 };
 

@@ -67,6 +67,48 @@ TEST(Linalg, GemmEpilogueHasTheBitsOfGemmThenUnary) {
   pk::setThreads(before);
 }
 
+// The aux epilogues (nn.gemm's keeps_pre_activation, nn.gemm_activation_grad):
+// the pre-activation is the plain GEMM's bits, the gradient is nn.unary_grad
+// on the plain GEMM's bits, for any thread count and panel split.
+TEST(Linalg, GemmAuxEpiloguesHaveTheBitsOfTheSeparateOps) {
+  struct Case {
+    int64_t M, N, K;
+  };
+  const Case cases[] = {{7, 5, 9}, {640, 96, 512}, {96, 640, 512}};
+  const int before = pk::threads();
+  int seed = 80;
+  for (const Case &c : cases)
+    for (pk::Unary f : {pk::Unary::GeluTanh, pk::Unary::Gelu, pk::Unary::Erf})
+      for (int threads : {1, 3}) {
+        pk::setThreads(threads);
+        const std::string what = std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) + " " +
+                                 pipec::unaryName(f) + " threads " + std::to_string(threads);
+        auto A = randomVec(c.M * c.K, seed++), B = randomVec(c.N * c.K, seed++), bias = randomVec(c.N, seed++);
+        std::vector<float> y(c.M * c.N), pre(c.M * c.N), plain(c.M * c.N), activated(c.M * c.N);
+        pk::gemm(A.data(), B.data(), bias.data(), {c.N}, y.data(), c.M, c.N, c.K, false, true, 1.0f, 1.0f, f,
+                 pre.data());
+        pk::gemm(A.data(), B.data(), bias.data(), {c.N}, plain.data(), c.M, c.N, c.K, false, true, 1.0f, 1.0f);
+        pk::unary(f, plain.data(), c.M * c.N, activated.data());
+        EXPECT_EQ(0, std::memcmp(pre.data(), plain.data(), pre.size() * sizeof(float))) << what << " (input)";
+        EXPECT_EQ(0, std::memcmp(y.data(), activated.data(), y.size() * sizeof(float))) << what << " (result)";
+        // The gradient: dy = 0.5 · A·Bᵀ, at x = the forward's input.
+        auto dyA = randomVec(c.M * c.K, seed++);
+        std::vector<float> fusedGrad(c.M * c.N), product(c.M * c.N), separateGrad(c.M * c.N);
+        pk::gemmActivationGrad(dyA.data(), B.data(), pre.data(), fusedGrad.data(), c.M, c.N, c.K, false, true, 0.5f,
+                               f);
+        pk::gemm(dyA.data(), B.data(), nullptr, {}, product.data(), c.M, c.N, c.K, false, true, 0.5f, 0.0f);
+        pk::unaryGrad(f, product.data(), pre.data(), nullptr, c.M * c.N, separateGrad.data());
+        EXPECT_EQ(0, std::memcmp(fusedGrad.data(), separateGrad.data(), fusedGrad.size() * sizeof(float)))
+            << what << " (gradient)";
+      }
+  pk::setThreads(before);
+  // A derivative that reads the result cannot take x.
+  std::vector<float> one(1, 1.0f), out(1);
+  EXPECT_THROW(pk::gemmActivationGrad(one.data(), one.data(), one.data(), out.data(), 1, 1, 1, false, false, 1.0f,
+                                      pk::Unary::Relu),
+               pk::KernelError);
+}
+
 std::vector<float> naiveMatmul(const std::vector<float> &A, pk::Shape as, const std::vector<float> &B, pk::Shape bs) {
   const pk::Shape os = pk::matmulShape(as, bs);
   const bool va = as.size == 1, vb = bs.size == 1;

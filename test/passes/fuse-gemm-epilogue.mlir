@@ -21,19 +21,22 @@ pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
     return %t, %r : tensor<2x4x16xf32>, tensor<8x64xf32>
   }
 
-  // Left alone: a pre-activation that is also returned (saved for a
-  // gradient that reads the GELU's input), a view with a second reader, an
-  // activation of an activated GEMM (the first becomes the epilogue, the
-  // second stays), and a unary of something that is not a GEMM.
+  // A pre-activation that is also returned (saved for a gradient that reads
+  // the GELU's input) and a view with a second reader: the GEMM returns
+  // both (keeps_pre_activation), the other readers take the pre-activation.
+  // Left alone: an activation of an activated GEMM (the first becomes the
+  // epilogue, the second stays) and a unary of something that is not a GEMM.
   // CHECK-LABEL: func.func @kept
-  // CHECK: %[[P:.*]] = nn.gemm %arg0, %arg1 :
-  // CHECK-NEXT: nn.gelu %[[P]]
-  // CHECK: %[[Q:.*]] = nn.gemm %arg0, %arg1 :
-  // CHECK-NEXT: %[[QV:.*]] = nn.reshape %[[Q]]
-  // CHECK-NEXT: nn.sigmoid %[[QV]]
+  // CHECK: %[[P:.*]], %[[PRE:.*]] = nn.gemm %arg0, %arg1 {activation = #nn.unary<gelu>, keeps_pre_activation = true}
+  // CHECK-NEXT: %[[Q:.*]], %[[QPRE:.*]] = nn.gemm %arg0, %arg1 {activation = #nn.unary<sigmoid>, keeps_pre_activation = true}
+  // CHECK-NEXT: %[[S:.*]] = nn.reshape %[[Q]] : tensor<4x4xf32> -> tensor<16xf32>
+  // CHECK-NEXT: %[[QV:.*]] = nn.reshape %[[QPRE]] : tensor<4x4xf32> -> tensor<16xf32>
+  // CHECK-NOT: nn.gelu
+  // CHECK-NOT: nn.sigmoid
   // CHECK: %[[R:.*]] = nn.gemm %arg0, %arg1 {activation = #nn.unary<relu>}
   // CHECK-NEXT: nn.relu %[[R]]
   // CHECK: nn.sqrt %arg0
+  // CHECK: return %[[P]], %[[PRE]], %[[S]], %[[QV]]
   func.func @kept(%x: tensor<4x4xf32>, %w: tensor<4x4xf32>)
       -> (tensor<4x4xf32>, tensor<4x4xf32> {pipe.saved = "gemm"}, tensor<16xf32>, tensor<16xf32>, tensor<4x4xf32>, tensor<4x4xf32>) {
     %p = nn.gemm %x, %w : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
@@ -46,6 +49,35 @@ pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
     %r2 = nn.relu %r1 : tensor<4x4xf32>
     %sq = nn.sqrt %x : tensor<4x4xf32>
     return %gelu, %p, %s, %qv, %r2, %sq : tensor<4x4xf32>, tensor<4x4xf32>, tensor<16xf32>, tensor<16xf32>, tensor<4x4xf32>, tensor<4x4xf32>
+  }
+
+  // An activation's gradient whose incoming gradient is a GEMM's product
+  // (through a view) read by nothing else: one nn.gemm_activation_grad, x
+  // seen in the product's shape. Left alone: a product with C, one read
+  // elsewhere too, and a derivative that reads the result (relu).
+  // CHECK-LABEL: func.func @bwd
+  // CHECK: %[[X2:.*]] = nn.reshape %arg2 : tensor<2x4x64xf32> -> tensor<8x64xf32>
+  // CHECK-NEXT: %[[D:.*]] = nn.gemm_activation_grad %arg0, %arg1, %[[X2]] {alpha = 5.000000e-01 : f32, function = #nn.unary<gelu_tanh>, transB = true}
+  // CHECK-NEXT: %[[DV:.*]] = nn.reshape %[[D]] : tensor<8x64xf32> -> tensor<2x4x64xf32>
+  // CHECK: %[[C:.*]] = nn.gemm %arg0, %arg1, %arg3 {transB = true}
+  // CHECK-NEXT: nn.unary_grad <gelu_tanh> %[[C]]
+  // CHECK: %[[E:.*]] = nn.gemm %arg0, %arg1 {transB = true}
+  // CHECK-NEXT: nn.unary_grad <gelu_tanh> %[[E]]
+  // CHECK: %[[F:.*]] = nn.gemm %arg0, %arg1 {transB = true}
+  // CHECK-NEXT: nn.unary_grad <relu> %[[F]]
+  // CHECK: return %[[DV]]
+  func.func @bwd(%dy: tensor<8x16xf32>, %w: tensor<64x16xf32>, %x: tensor<2x4x64xf32>, %b: tensor<64xf32>, %x2: tensor<8x64xf32>)
+      -> (tensor<2x4x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>) {
+    %g = nn.gemm %dy, %w {transB = true, alpha = 0.5 : f32} : (tensor<8x16xf32>, tensor<64x16xf32>) -> tensor<8x64xf32>
+    %gv = nn.reshape %g : tensor<8x64xf32> -> tensor<2x4x64xf32>
+    %d = nn.unary_grad <gelu_tanh> %gv, x = %x : tensor<2x4x64xf32>
+    %c = nn.gemm %dy, %w, %b {transB = true} : (tensor<8x16xf32>, tensor<64x16xf32>, tensor<64xf32>) -> tensor<8x64xf32>
+    %dc = nn.unary_grad <gelu_tanh> %c, x = %x2 : tensor<8x64xf32>
+    %e = nn.gemm %dy, %w {transB = true} : (tensor<8x16xf32>, tensor<64x16xf32>) -> tensor<8x64xf32>
+    %de = nn.unary_grad <gelu_tanh> %e, x = %x2 : tensor<8x64xf32>
+    %f = nn.gemm %dy, %w {transB = true} : (tensor<8x16xf32>, tensor<64x16xf32>) -> tensor<8x64xf32>
+    %df = nn.unary_grad <relu> %f, y = %x2 : tensor<8x64xf32>
+    return %d, %dc, %de, %e, %df : tensor<2x4x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>, tensor<8x64xf32>
   }
 }
 

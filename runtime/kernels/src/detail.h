@@ -271,13 +271,24 @@ private:
 // GEMM and convolution internals (linalg.cpp, conv_winograd.cpp)
 //===----------------------------------------------------------------------===//
 
+/// What a GEMM does to each panel of C right after computing it, on the
+/// thread that computed it, while it is still in cache: nothing; C = f(C)
+/// (`activation`; with `preActivation`, C's values before f are first
+/// copied there); or C = f'(x) · C (`activation` and `derivativeAt` x).
+/// preActivation and derivativeAt are [M, N] with C's leading dimension.
+struct GemmEpilogue {
+  std::optional<Unary> activation;
+  float *preActivation = nullptr;
+  const float *derivativeAt = nullptr;
+  GemmEpilogue(std::optional<Unary> activation = std::nullopt, float *preActivation = nullptr,
+               const float *derivativeAt = nullptr)
+      : activation(activation), preActivation(preActivation), derivativeAt(derivativeAt) {}
+};
+
 /// Row-major C[M,N] = alpha * op(A) op(B) + beta * C with leading
-/// dimensions; the same bits for every thread count. With `activation`,
-/// C = f(...): each panel of C is passed through f by the thread that
-/// computed it, right after it, while it is still in cache (the epilogue).
+/// dimensions, then the epilogue; the same bits for every thread count.
 void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-           const float *B, int64_t ldb, float beta, float *C, int64_t ldc,
-           std::optional<Unary> activation = std::nullopt);
+           const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const GemmEpilogue &epilogue = {});
 
 /// The work of an M x N x K product in the units parallelRanges weighs
 /// (elements touched): its multiply-adds, of which a core runs dozens in the

@@ -85,12 +85,22 @@ void detail::addSlicesInOrder(float *first, const float *rest, int64_t slices, i
 }
 
 namespace {
-/// C[rows, cols] (leading dimension ldc) = f(C), in place: a GEMM's epilogue.
-void applyActivation(Unary activation, float *C, int64_t rows, int64_t cols, int64_t ldc) {
-  dispatchUnary(activation, [&](auto kind) {
+/// The epilogue on C[rows, cols] (leading dimension ldc), at element
+/// `offset` of the [M, N] matrices it reads or writes besides C.
+void applyEpilogue(const GemmEpilogue &e, float *C, int64_t offset, int64_t rows, int64_t cols, int64_t ldc) {
+  if (!e.activation) return;
+  dispatchUnary(*e.activation, [&](auto kind) {
     constexpr Unary U = decltype(kind)::value;
     for (int64_t i = 0; i < rows; ++i) {
-      float *row = C + i * ldc;
+      float *row = C + offset + i * ldc;
+      if (e.derivativeAt) {
+        if constexpr (derivativeReadsInput<U>()) {
+          const float *x = e.derivativeAt + offset + i * ldc;
+          for (int64_t j = 0; j < cols; ++j) row[j] = unaryGradient<U>(row[j], x[j], 0.0f);
+        }
+        continue;
+      }
+      if (e.preActivation) std::memcpy(e.preActivation + offset + i * ldc, row, cols * sizeof(float));
       for (int64_t j = 0; j < cols; ++j) row[j] = unaryValue<U>(row[j]);
     }
   });
@@ -98,12 +108,12 @@ void applyActivation(Unary activation, float *C, int64_t rows, int64_t cols, int
 } // namespace
 
 void detail::sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-           const float *B, int64_t ldb, float beta, float *C, int64_t ldc, std::optional<Unary> activation) {
+           const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const GemmEpilogue &epilogue) {
   if (M == 0 || N == 0) return;
   if (K == 0) { // BLAS may not touch C then; do what the maths says
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
-    if (activation) applyActivation(*activation, C, M, N, ldc);
+    applyEpilogue(epilogue, C, 0, M, N, ldc);
     return;
   }
   const int64_t limit = 0x7fffffff;
@@ -127,7 +137,7 @@ void detail::sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, fl
     const float *b = B + (transB ? c0 * ldb : c0); // op(B)'s columns c0..: B's rows when transposed
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, (int)rows,
                 (int)cols, (int)K, alpha, a, (int)lda, b, (int)ldb, beta, C + r0 * ldc + c0, (int)ldc);
-    if (activation) applyActivation(*activation, C + r0 * ldc + c0, rows, cols, ldc);
+    applyEpilogue(epilogue, C, r0 * ldc + c0, rows, cols, ldc);
   };
   if (count == 1) {
     panel(0);
@@ -141,8 +151,9 @@ void detail::sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, fl
 }
 
 void gemm(const float *A, const float *B, const float *C, const Shape &cs, float *Y, int64_t M, int64_t N, int64_t K,
-          bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation) {
+          bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation, float *preActivation) {
   if (M < 0 || N < 0 || K < 0) fail("nn.gemm", "negative dimension");
+  if (preActivation && !activation) fail("nn.gemm", "a pre-activation output without an activation");
   const Shape ys{M, N};
   if (C && !broadcastsTo(cs, ys)) fail("nn.gemm", "C of shape " + cs.str() + " does not broadcast to " + ys.str());
   float b = 0.0f;
@@ -152,7 +163,18 @@ void gemm(const float *A, const float *B, const float *C, const Shape &cs, float
     expand(C, cs, Y, ys);
     b = beta;
   }
-  sgemm(transA, transB, M, N, K, alpha, A, transA ? M : K, B, transB ? K : N, b, Y, N, activation);
+  sgemm(transA, transB, M, N, K, alpha, A, transA ? M : K, B, transB ? K : N, b, Y, N,
+        GemmEpilogue(activation, preActivation));
+}
+
+void gemmActivationGrad(const float *A, const float *B, const float *x, float *Y, int64_t M, int64_t N, int64_t K,
+                        bool transA, bool transB, float alpha, Unary function) {
+  const char *op = "nn.gemm_activation_grad";
+  if (M < 0 || N < 0 || K < 0) fail(op, "negative dimension");
+  if (!derivativeReadsInput(function))
+    fail(op, std::string("the derivative of '") + unaryName(function) + "' reads its result, not x");
+  sgemm(transA, transB, M, N, K, alpha, A, transA ? M : K, B, transB ? K : N, 0.0f, Y, N,
+        GemmEpilogue(function, nullptr, x));
 }
 
 

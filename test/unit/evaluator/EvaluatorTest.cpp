@@ -302,6 +302,8 @@ TEST_F(EvaluatorTest, EveryNNOpHasARule) {
       %gemm = nn.gemm %c, %c, %v {transA = true} : (tensor<1x2xf32>, tensor<1x2xf32>, tensor<2xf32>) -> tensor<2x2xf32>
       %mm = nn.matmul %gemm, %gemm : (tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
       %bgemm = nn.batched_gemm %x, %x {transA = true} : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+      %gemmact:2 = nn.gemm %c, %c, %v {transA = true, activation = #nn.unary<gelu_tanh>, keeps_pre_activation = true} : (tensor<1x2xf32>, tensor<1x2xf32>, tensor<2xf32>) -> (tensor<2x2xf32>, tensor<2x2xf32>)
+      %gemmgrad = nn.gemm_activation_grad %c, %c, %gemmact#1 {transA = true, function = #nn.unary<gelu_tanh>} : (tensor<1x2xf32>, tensor<1x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
       %w = nn.constant dense<1.0> : tensor<2x1x1x1xf32>
       %conv = nn.conv %x, %w, %v {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 2 : i64} : (tensor<1x2x2x2xf32>, tensor<2x1x1x1xf32>, tensor<2xf32>) -> tensor<1x2x2x2xf32>
       %bn:3 = nn.batch_norm %conv, %v, %v, %v, %v {training = true} : (tensor<1x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> (tensor<1x2x2x2xf32>, tensor<2xf32>, tensor<2xf32>)

@@ -762,7 +762,8 @@ const std::set<std::string> notDifferentiated = {
     "nn.softmax_grad", "nn.masked_softmax_grad", "nn.softmax_cross_entropy_loss_grad", "nn.gather_grad", "nn.slice_grad",
     "nn.attention_grad",
     "nn.sgd_update", "nn.adamw_update",
-    "nn.batched_gemm"}; // made by pipec-canonicalize-gemm after autodiff only
+    "nn.batched_gemm",          // made by pipec-canonicalize-gemm after autodiff only
+    "nn.gemm_activation_grad"}; // made by pipec-fuse-gemm-epilogue after autodiff only
 
 TEST(GradientCheck, EveryForwardOp) {
   std::vector<GradCase> cases = allCases();

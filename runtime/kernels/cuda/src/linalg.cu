@@ -78,6 +78,11 @@ uint32_t alignmentOf(const void *pointer) {
   return alignment;
 }
 
+/// Whether cuBLASLt may keep a GELU's input in an aux matrix of Y's shape
+/// [M, N] at `aux`: its leading dimension N divisible by 8, the matrix
+/// 16-byte aligned (cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD).
+bool auxMatrixFits(int64_t N, const void *aux) { return N % 8 == 0 && alignmentOf(aux) >= 16; }
+
 /// The cuBLASLt descriptors of one epilogue GEMM, destroyed with it.
 struct LtDescriptors {
   cublasLtMatmulDesc_t matmul = nullptr;
@@ -96,8 +101,9 @@ struct LtDescriptors {
 };
 
 /// What an epilogue GEMM's descriptors and algorithm depend on: the same
-/// key reuses them (the bias pointer, the one per-call attribute, is set on
-/// each call).
+/// key reuses them (the bias and aux pointers, the per-call attributes, are
+/// set on each call; the aux matrix's alignment, which the heuristic reads
+/// from its pointer, is part of the key).
 struct LtKey {
   cublasLtHandle_t handle; // per thread and device
   int computeType;
@@ -105,11 +111,12 @@ struct LtKey {
   bool transA, transB, bias;
   int64_t M, N, K;
   int epilogue;
-  uint32_t alignA, alignB, alignY;
+  uint32_t alignA, alignB, alignY, alignAux; // alignAux: 0 without an aux matrix
   bool operator<(const LtKey &o) const {
     return std::tie(handle, computeType, abType, yType, transA, transB, bias, M, N, K, epilogue, alignA, alignB,
-                    alignY) < std::tie(o.handle, o.computeType, o.abType, o.yType, o.transA, o.transB, o.bias, o.M,
-                                       o.N, o.K, o.epilogue, o.alignA, o.alignB, o.alignY);
+                    alignY, alignAux) < std::tie(o.handle, o.computeType, o.abType, o.yType, o.transA, o.transB,
+                                                 o.bias, o.M, o.N, o.K, o.epilogue, o.alignA, o.alignB, o.alignY,
+                                                 o.alignAux);
   }
 };
 
@@ -121,8 +128,9 @@ struct LtPlan {
   bool found = false;
 };
 
-/// Builds the descriptors of `key` and asks the heuristic once.
-std::unique_ptr<LtPlan> planEpilogueGemm(const char *op, const LtKey &key) {
+/// Builds the descriptors of `key` and asks the heuristic once (`aux`: the
+/// first call's aux matrix, whose address the heuristic reads).
+std::unique_ptr<LtPlan> planEpilogueGemm(const char *op, const LtKey &key, const void *aux) {
   auto plan = std::make_unique<LtPlan>();
   LtDescriptors &desc = plan->desc;
   const bool transA = key.transA, transB = key.transB;
@@ -140,6 +148,16 @@ std::unique_ptr<LtPlan> planEpilogueGemm(const char *op, const LtKey &key) {
   // it as Y's type (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE). Should
   // the heuristic refuse a float bias with a bf16 Y, the GEMM takes the
   // cuBLAS path.
+  if (aux) {
+    // The aux matrix (the GELU's input) is Y's shape and type: Y^T's leading
+    // dimension, which cuBLASLt wants divisible by 8 (the caller checks).
+    const int64_t auxLd = N;
+    detail::checkBlas(cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                     sizeof aux),
+                      op);
+    detail::checkBlas(
+        cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxLd, sizeof auxLd), op);
+  }
   if (key.bias && key.yType != CUDA_R_32F) {
     const int32_t biasType = CUDA_R_32F;
     detail::checkBlas(cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType,
@@ -175,14 +193,17 @@ std::unique_ptr<LtPlan> planEpilogueGemm(const char *op, const LtKey &key) {
 
 /// Y[M,N] = epilogue(alpha op(A) op(B) (+ bias[N])) in one cuBLASLt call,
 /// through the same column-major identity as sgemm (bias: one value per
-/// row of the column-major Y^T, that is per column of Y). False when
-/// cuBLASLt's heuristic offers no algorithm; Y is then untouched. The
-/// descriptors and the heuristic's answer are kept per shape, epilogue,
-/// precision and pointer alignment (this thread's, per device), so a
-/// stage's calls after its first build nothing.
+/// row of the column-major Y^T, that is per column of Y; `aux`, for the
+/// epilogues with one, an [M,N] matrix of Y's type: GELU_AUX writes the
+/// GELU's input there, DGELU reads it). False when cuBLASLt's heuristic
+/// offers no algorithm; Y is then untouched. The descriptors and the
+/// heuristic's answer are kept per shape, epilogue, precision and pointer
+/// alignment (this thread's, per device), so a stage's calls after its
+/// first build nothing.
 template <class T, class TY>
 bool epilogueGemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
-                  const T *A, const T *B, const float *bias, cublasLtEpilogue_t epilogue, TY *Y) {
+                  const T *A, const T *B, const float *bias, cublasLtEpilogue_t epilogue, TY *Y,
+                  const TY *aux = nullptr) {
   const detail::BlasLt lt = detail::blasLt();
   const LtKey key{lt.handle,
                   static_cast<int>(computeTypeFor<T>()),
@@ -197,14 +218,19 @@ bool epilogueGemm(const char *op, bool transA, bool transB, int64_t M, int64_t N
                   static_cast<int>(epilogue),
                   alignmentOf(A),
                   alignmentOf(B),
-                  alignmentOf(Y)};
+                  alignmentOf(Y),
+                  aux ? alignmentOf(aux) : 0u};
   thread_local std::map<LtKey, std::unique_ptr<LtPlan>> plans;
   std::unique_ptr<LtPlan> &plan = plans[key];
-  if (!plan) plan = planEpilogueGemm(op, key);
+  if (!plan) plan = planEpilogueGemm(op, key, aux);
   if (!plan->found) return false;
   if (bias)
     detail::checkBlas(
         cublasLtMatmulDescSetAttribute(plan->desc.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
+  if (aux)
+    detail::checkBlas(
+        cublasLtMatmulDescSetAttribute(plan->desc.matmul, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
+        op);
   const float beta = 0.0f;
   const LtDescriptors &desc = plan->desc;
   detail::checkBlas(cublasLtMatmul(lt.handle, desc.matmul, &alpha, B, desc.a, A, desc.b, &beta, Y, desc.d, Y, desc.d,
@@ -317,9 +343,11 @@ template void expandTo<bf16>(const char *, const float *, const Shape &, bf16 *,
 namespace {
 template <class T, class TY>
 void gemmT(const T *A, const T *B, const float *C, const Shape &cs, TY *Y, int64_t M, int64_t N, int64_t K,
-           bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation) {
+           bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation,
+           TY *preActivation = nullptr) {
   const char *op = "nn.gemm";
   if (M < 0 || N < 0 || K < 0) nn::fail(op, "negative dimension");
+  if (preActivation && !activation) nn::fail(op, "a pre-activation output without an activation");
   const Shape ys{M, N};
   if (C && !nn::broadcastsTo(cs, ys))
     nn::fail(op, "C of shape " + cs.str() + " does not broadcast to " + ys.str());
@@ -329,6 +357,19 @@ void gemmT(const T *A, const T *B, const float *C, const Shape &cs, TY *Y, int64
   // takes the cuBLAS path below.
   const bool rowBias = C && (const void *)C != (const void *)Y && beta == 1.0f && cs.numel() == N && cs.size >= 1 && cs.v[cs.size - 1] == N;
   const bool withoutC = !C || ((const void *)C != (const void *)Y && beta == 0.0f);
+  if (preActivation) {
+    // GELU_AUX(_BIAS): Y and the GELU's input in one call; otherwise the
+    // product into preActivation, then f into Y.
+    if (M > 0 && N > 0 && K > 0 && (withoutC || rowBias) && activation == Unary::GeluTanh &&
+        nn::auxMatrixFits(N, preActivation) &&
+        nn::epilogueGemm(op, transA, transB, M, N, K, alpha, A, B, rowBias ? C : nullptr,
+                         rowBias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, Y,
+                         (const TY *)preActivation))
+      return;
+    gemmT(A, B, C, cs, preActivation, M, N, K, transA, transB, alpha, beta, std::nullopt);
+    unary(*activation, preActivation, M * N, Y);
+    return;
+  }
   if (M > 0 && N > 0 && K > 0 && (withoutC || rowBias))
     if (std::optional<nn::EpiloguePlan> plan = nn::epiloguePlan(activation, rowBias))
       if (nn::epilogueGemm(op, transA, transB, M, N, K, alpha, A, B, rowBias ? C : nullptr, plan->epilogue, Y)) {
@@ -345,6 +386,22 @@ void gemmT(const T *A, const T *B, const float *C, const Shape &cs, TY *Y, int64
   nn::gemmStridedBatched(op, transA, transB, M, N, K, alpha, A, transA ? M : K, 0, B, transB ? K : N, 0, b, Y, N, 0,
                          1);
   if (activation) unary(*activation, Y, M * N, Y);
+}
+
+template <class T>
+void gemmActivationGradT(const T *A, const T *B, const T *x, T *Y, int64_t M, int64_t N, int64_t K, bool transA,
+                         bool transB, float alpha, Unary function) {
+  const char *op = "nn.gemm_activation_grad";
+  if (M < 0 || N < 0 || K < 0) nn::fail(op, "negative dimension");
+  if (!derivativeReadsInput(function))
+    nn::fail(op, std::string("the derivative of '") + unaryName(function) + "' reads its result, not x");
+  // DGELU: the product times gelu'(x) in one call; otherwise the product,
+  // then the derivative in place.
+  if (M > 0 && N > 0 && K > 0 && function == Unary::GeluTanh && nn::auxMatrixFits(N, x) &&
+      nn::epilogueGemm(op, transA, transB, M, N, K, alpha, A, B, nullptr, CUBLASLT_EPILOGUE_DGELU, Y, x))
+    return;
+  gemmT(A, B, (const float *)nullptr, Shape{}, Y, M, N, K, transA, transB, alpha, 0.0f, std::nullopt);
+  unaryGrad(function, Y, x, nullptr, M * N, Y);
 }
 
 template <class T, class TY>
@@ -402,16 +459,24 @@ void matmulT(const T *A, const Shape &as, const T *B, const Shape &bs, TY *Y, bo
 } // namespace
 
 void gemm(const float *A, const float *B, const float *C, const Shape &cs, float *Y, int64_t M, int64_t N, int64_t K,
-          bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation) {
-  gemmT(A, B, C, cs, Y, M, N, K, transA, transB, alpha, beta, activation);
+          bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation, float *preActivation) {
+  gemmT(A, B, C, cs, Y, M, N, K, transA, transB, alpha, beta, activation, preActivation);
 }
 void gemm(const bf16 *A, const bf16 *B, const float *C, const Shape &cs, bf16 *Y, int64_t M, int64_t N, int64_t K,
-          bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation) {
-  gemmT(A, B, C, cs, Y, M, N, K, transA, transB, alpha, beta, activation);
+          bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation, bf16 *preActivation) {
+  gemmT(A, B, C, cs, Y, M, N, K, transA, transB, alpha, beta, activation, preActivation);
 }
 void gemm(const bf16 *A, const bf16 *B, const float *C, const Shape &cs, float *Y, int64_t M, int64_t N, int64_t K,
           bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation) {
   gemmT(A, B, C, cs, Y, M, N, K, transA, transB, alpha, beta, activation);
+}
+void gemmActivationGrad(const float *A, const float *B, const float *x, float *Y, int64_t M, int64_t N, int64_t K,
+                        bool transA, bool transB, float alpha, Unary function) {
+  gemmActivationGradT(A, B, x, Y, M, N, K, transA, transB, alpha, function);
+}
+void gemmActivationGrad(const bf16 *A, const bf16 *B, const bf16 *x, bf16 *Y, int64_t M, int64_t N, int64_t K,
+                        bool transA, bool transB, float alpha, Unary function) {
+  gemmActivationGradT(A, B, x, Y, M, N, K, transA, transB, alpha, function);
 }
 void matmul(const float *A, const Shape &as, const float *B, const Shape &bs, float *Y, bool transA, bool transB) {
   matmulT(A, as, B, bs, Y, transA, transB);

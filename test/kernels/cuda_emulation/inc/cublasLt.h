@@ -1,8 +1,11 @@
 // Fake cuBLASLt for host emulation: the matmul with the epilogues pipec's
-// CUDA kernels use (none, bias, relu, gelu, each with or without the bias),
-// as cublasLt.h documents them for column-major D = epilogue(alpha op(A)
+// CUDA kernels use (none, bias, relu, gelu, each with or without the bias;
+// gelu writing its input to the aux matrix, and dgelu reading it), as
+// cublasLt.h documents them for column-major D = epilogue(alpha op(A)
 // op(B) + beta C): the bias has one value per row of D and is added before
-// the activation; its GELU is the tanh approximation. The product is summed
+// the activation; its GELU is the tanh approximation; the aux matrix has
+// D's type and shape, a leading dimension divisible by 8 and at least D's
+// rows. The product is summed
 // in double like the fake cuBLAS. Checks what the real library needs of its
 // caller: the stream, leading dimensions, and that every pointer has the
 // alignment the preference told the heuristic.
@@ -19,12 +22,17 @@ enum cublasLtEpilogue_t {
   CUBLASLT_EPILOGUE_RELU_BIAS = 6,
   CUBLASLT_EPILOGUE_GELU = 32,
   CUBLASLT_EPILOGUE_GELU_BIAS = 36,
+  CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128,
+  CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
+  CUBLASLT_EPILOGUE_DGELU = 64 | 128,
 };
 enum cublasLtMatmulDescAttributes_t {
   CUBLASLT_MATMUL_DESC_TRANSA = 3,
   CUBLASLT_MATMUL_DESC_TRANSB = 4,
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
   CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
 };
 enum cublasLtMatmulPreferenceAttributes_t {
@@ -41,6 +49,8 @@ struct EmuLtDesc {
   uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const void *bias = nullptr;
   int32_t biasType = -1; // -1: D's type (cublasLt.h)
+  void *aux = nullptr;    // GELU_AUX writes, DGELU reads
+  int64_t auxLd = 0;
 };
 struct EmuLtLayout {
   cudaDataType type;
@@ -68,12 +78,18 @@ namespace emu {
 // Whether the heuristic offers an algorithm for a float bias with a bf16 D
 // (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE): the tests run both answers.
 inline bool ltFloatBiasWithBf16 = true;
+// Whether the heuristic offers the aux epilogues (GELU_AUX, DGELU); off, the
+// library's refusal on a card or version without them is emulated.
+inline bool ltAuxEpilogues = true;
 inline bool ltTypesSupported(const EmuLtDesc *d, const EmuLtLayout *a, const EmuLtLayout *b, const EmuLtLayout *c,
                              const EmuLtLayout *dl) {
   if (a->type != b->type || c->type != dl->type) return false;
   if (!(a->type == CUDA_R_32F ? dl->type == CUDA_R_32F : dl->type == CUDA_R_32F || dl->type == CUDA_R_16BF))
     return false;
   const int32_t bias = d->biasType < 0 ? (int32_t)dl->type : d->biasType;
+  if (d->epilogue & 128) { // an aux matrix: offered, with a leading dimension the library takes
+    if (!ltAuxEpilogues || d->auxLd % 8 != 0 || d->auxLd < (int64_t)dl->rows) return false;
+  }
   return bias == (int32_t)dl->type || (bias == CUDA_R_32F && ltFloatBiasWithBf16);
 }
 inline void setAttribute(void *field, size_t fieldSize, const void *buf, size_t size) {
@@ -99,6 +115,8 @@ inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cub
   case CUBLASLT_MATMUL_DESC_EPILOGUE: emu::setAttribute(&d->epilogue, sizeof d->epilogue, buf, size); break;
   case CUBLASLT_MATMUL_DESC_BIAS_POINTER: emu::setAttribute(&d->bias, sizeof d->bias, buf, size); break;
   case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: emu::setAttribute(&d->biasType, sizeof d->biasType, buf, size); break;
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: emu::setAttribute(&d->aux, sizeof d->aux, buf, size); break;
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: emu::setAttribute(&d->auxLd, sizeof d->auxLd, buf, size); break;
   default: return CUBLAS_STATUS_INVALID_VALUE;
   }
   return CUBLAS_STATUS_SUCCESS;
@@ -183,6 +201,11 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
     return CUBLAS_STATUS_INVALID_VALUE;
   const bool bias = d->epilogue & CUBLASLT_EPILOGUE_BIAS;
   if (bias && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+  const bool auxOut = d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  const bool auxIn = d->epilogue == CUBLASLT_EPILOGUE_DGELU;
+  if ((auxOut || auxIn) && (!d->aux || d->auxLd % 8 != 0 || d->auxLd < m)) return CUBLAS_STATUS_INVALID_VALUE;
+  if ((auxOut || auxIn) && !emu::aligned(d->aux, 16))
+    emu::die("cuBLASLt: the aux matrix lacks 16-byte alignment");
   if (emu::countOnly) return CUBLAS_STATUS_SUCCESS;
   const float al = *(const float *)alpha, be = *(const float *)beta;
   const cudaDataType biasType = d->biasType < 0 ? dl->type : (cudaDataType)d->biasType;
@@ -195,8 +218,16 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
              emu::load(B, b->type, d->transb == CUBLAS_OP_N ? l + j * b->ld : j + l * b->ld);
       float v = (float)(al * s) + (be == 0.0f ? 0.0f : be * emu::load(C, c->type, i + j * c->ld));
       if (bias) v += emu::load(d->bias, biasType, i);
+      if (auxOut) { // the GELU's input, rounded to D's type as D is
+        emu::store(d->aux, dl->type, i + j * d->auxLd, v);
+      }
+      if (auxIn) { // dgelu: the product times the derivative at the aux matrix's value
+        const float x = emu::load(d->aux, dl->type, i + j * d->auxLd);
+        const float t = std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x));
+        v *= 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+      }
       if (d->epilogue & CUBLASLT_EPILOGUE_RELU) v = v <= 0.0f ? 0.0f : v;
-      if (d->epilogue & CUBLASLT_EPILOGUE_GELU)
+      if ((d->epilogue & CUBLASLT_EPILOGUE_GELU) && !auxIn)
         v = 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
       emu::store(D, dl->type, i + j * dl->ld, v);
     }

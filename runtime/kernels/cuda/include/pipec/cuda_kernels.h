@@ -291,7 +291,9 @@ void rotary(const bf16 *x, const Shape &xs, const float *cos, const Shape &cs, c
 /// gradients: C == Y with beta 1 accumulates in place, in float).
 void gemm(const bf16 *A, const bf16 *B, const float *C, const Shape &cs, bf16 *Y, int64_t M, int64_t N,
           int64_t K, bool transA, bool transB, float alpha, float beta,
-          std::optional<Unary> activation = std::nullopt);
+          std::optional<Unary> activation = std::nullopt, bf16 *preActivation = nullptr);
+void gemmActivationGrad(const bf16 *A, const bf16 *B, const bf16 *x, bf16 *Y, int64_t M, int64_t N, int64_t K,
+                        bool transA, bool transB, float alpha, Unary function);
 void gemm(const bf16 *A, const bf16 *B, const float *C, const Shape &cs, float *Y, int64_t M, int64_t N,
           int64_t K, bool transA, bool transB, float alpha, float beta,
           std::optional<Unary> activation = std::nullopt);

@@ -1,0 +1,190 @@
+// cuda-gemm-aux-epilogue-emulated: nn.gemm's keeps_pre_activation
+// (pc::gemm with a pre-activation output) and nn.gemm_activation_grad
+// (pc::gemmActivationGrad) of pipec's CUDA library under the host emulation
+// of cuda_kernels_emulated_test.cpp (emu.h, the fake cuBLAS and cuBLASLt in
+// inc/), in float and bf16 storage, against the CPU kernels:
+//   - the tanh GELU with N divisible by 8 runs cuBLASLt's GELU_AUX (with the
+//     bias: GELU_AUX_BIAS) and DGELU epilogues: one cuBLASLt call, no kernel;
+//   - N not divisible by 8 (cuBLASLt's aux leading dimension), other
+//     functions, a C that is no bias, or a library without the aux
+//     epilogues (emu::ltAuxEpilogues off): the product, then one kernel;
+// each at pointer offsets off cuBLASLt's default alignment. The results
+// must match the CPU's f(product), product and f'(x)·product within the
+// storage's rounding; the launches per call are counted.
+#include "pipec/cuda_kernels.h"
+#include "pipec/cpu_kernels.h"
+#include "cuda_runtime.h"
+#include "emu.h"
+#include "cublasLt.h" // emu::ltAuxEpilogues
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace pk = pipec::kernels;
+namespace pc = pipec::kernels::cuda;
+using pk::Shape;
+using bf = pc::bf16;
+
+static std::mt19937_64 rng(2718);
+static int failures = 0, checks = 0;
+static std::string ctx;
+
+static void expect(bool ok, const std::string &message) {
+  ++checks;
+  if (!ok) {
+    std::printf("FAIL %s: %s\n", ctx.c_str(), message.c_str());
+    ++failures;
+  }
+}
+
+/// Values representable in bf16, so that both storages read the same numbers.
+static std::vector<float> randomValues(int64_t n) {
+  std::uniform_real_distribution<float> d(-1.5f, 1.5f);
+  std::vector<float> v((size_t)n);
+  for (float &x : v) x = (float)bf(d(rng));
+  return v;
+}
+
+template <class E> static std::vector<E> stored(const std::vector<float> &v) {
+  std::vector<E> out;
+  for (float x : v) out.push_back(E(x));
+  return out;
+}
+template <class E> static std::vector<float> widened(const E *v, int64_t n) {
+  std::vector<float> out;
+  for (int64_t i = 0; i < n; ++i) out.push_back((float)v[i]);
+  return out;
+}
+
+static void expectNear(const std::vector<float> &got, const std::vector<float> &want, double tol, const char *what) {
+  ++checks;
+  for (size_t i = 0; i < want.size(); ++i)
+    if (!(std::fabs((double)got[i] - want[i]) <= tol * (1 + std::fabs((double)want[i])))) {
+      std::printf("FAIL %s: %s[%zu] CUDA %.9g, CPU %.9g\n", ctx.c_str(), what, i, (double)got[i], (double)want[i]);
+      ++failures;
+      return;
+    }
+}
+
+struct Launches {
+  int kernels, lt, gemms;
+};
+static Launches countNow() { return {emu::launches, emu::ltMatmulCalls, emu::gemmCalls}; }
+
+struct Case {
+  int64_t M, N, K;
+  bool transA, transB, bias;
+  pk::Unary f;
+};
+
+/// One case in storage E: the forward with its pre-activation, then the
+/// gradient at that pre-activation. `auxEpilogues`: whether the fake
+/// cuBLASLt offers GELU_AUX and DGELU.
+template <class E> static void runCase(const Case &c, bool auxEpilogues) {
+  emu::ltAuxEpilogues = auxEpilogues;
+  const bool bf16 = std::is_same_v<E, bf>;
+  ctx = std::string(bf16 ? "bf16" : "float") + " M" + std::to_string(c.M) + " N" + std::to_string(c.N) + " K" +
+        std::to_string(c.K) + (c.transA ? " transA" : "") + (c.transB ? " transB" : "") + (c.bias ? " bias" : "") +
+        " " + pipec::unaryName(c.f) + (auxEpilogues ? "" : " (no aux epilogues)");
+  const double tol = bf16 ? 2e-2 : 1e-5;
+  const int64_t offset = 8 + (int64_t)(rng() % 3) * 8; // 16-byte steps off the 256-byte default
+  const auto A = randomValues(c.M * c.K), B = randomValues(c.K * c.N), bias = randomValues(c.N);
+  const auto dyA = randomValues(c.M * c.K);
+  std::vector<E> a(offset, E(0)), b(offset, E(0)), da(offset, E(0));
+  for (E v : stored<E>(A)) a.push_back(v);
+  for (E v : stored<E>(B)) b.push_back(v);
+  for (E v : stored<E>(dyA)) da.push_back(v);
+  std::vector<E> y(c.M * c.N + offset), pre(c.M * c.N + offset), grad(c.M * c.N + offset);
+
+  // The CPU's product (of the same bf16-representable values), f of it, and the gradient.
+  const int64_t n = c.M * c.N;
+  std::vector<float> product(n), activated(n), dproduct(n), dx(n);
+  pk::gemm(A.data(), B.data(), c.bias ? bias.data() : nullptr, Shape{c.N}, product.data(), c.M, c.N, c.K, c.transA,
+           c.transB, 1.0f, 1.0f);
+  pk::unary(c.f, product.data(), n, activated.data());
+
+  Launches before = countNow();
+  pc::gemm(a.data() + offset, b.data() + offset, c.bias ? bias.data() : nullptr, Shape{c.N}, y.data() + offset, c.M,
+           c.N, c.K, c.transA, c.transB, 1.0f, 1.0f, c.f, pre.data() + offset);
+  Launches after = countNow();
+  const bool fused = auxEpilogues && c.f == pk::Unary::GeluTanh && c.N % 8 == 0;
+  expect(fused ? after.lt - before.lt == 1 && after.kernels == before.kernels && after.gemms == before.gemms
+               : after.kernels - before.kernels == 1,
+         std::string("forward launches: ") + (fused ? "one GELU_AUX call" : "a product and one kernel") +
+             " expected, got " + std::to_string(after.lt - before.lt) + " cuBLASLt, " +
+             std::to_string(after.gemms - before.gemms) + " cuBLAS, " + std::to_string(after.kernels - before.kernels) +
+             " kernels");
+  const std::vector<float> preGot = widened(pre.data() + offset, n), yGot = widened(y.data() + offset, n);
+  expectNear(preGot, product, tol, "pre-activation");
+  expectNear(yGot, activated, tol, "result");
+
+  // The gradient at the CUDA forward's own pre-activation (what training reads).
+  pk::gemm(dyA.data(), B.data(), nullptr, Shape{}, dproduct.data(), c.M, c.N, c.K, c.transA, c.transB, 0.5f, 0.0f);
+  pk::unaryGrad(c.f, dproduct.data(), preGot.data(), nullptr, n, dx.data());
+  before = countNow();
+  pc::gemmActivationGrad(da.data() + offset, b.data() + offset, pre.data() + offset, grad.data() + offset, c.M, c.N,
+                         c.K, c.transA, c.transB, 0.5f, c.f);
+  after = countNow();
+  expect(fused ? after.lt - before.lt == 1 && after.kernels == before.kernels && after.gemms == before.gemms
+               : after.kernels - before.kernels == 1,
+         std::string("gradient launches: ") + (fused ? "one DGELU call" : "a product and one kernel") + " expected");
+  expectNear(widened(grad.data() + offset, n), dx, bf16 ? 3e-2 : 1e-5, "gradient");
+}
+
+static void testCases() {
+  // K rows of A stored [M, K] (or [K, M] transposed), B [K, N] (or [N, K]).
+  const Case cases[] = {
+      {12, 16, 8, false, true, true, pk::Unary::GeluTanh},   // GELU_AUX_BIAS, DGELU
+      {5, 24, 7, true, false, false, pk::Unary::GeluTanh},   // GELU_AUX without the bias
+      {6, 10, 4, false, false, true, pk::Unary::GeluTanh},   // N % 8 != 0: the kernels
+      {9, 16, 5, false, true, true, pk::Unary::Gelu},        // the exact GELU: no epilogue of cuBLASLt's
+      {4, 8, 3, true, true, false, pk::Unary::Erf},
+  };
+  for (const Case &c : cases)
+    for (bool aux : {true, false}) {
+      runCase<float>(c, aux);
+      runCase<bf>(c, aux);
+    }
+  emu::ltAuxEpilogues = true;
+}
+
+static void testErrors() {
+  ctx = "errors";
+  std::vector<float> one(64, 1.0f), out(64);
+  bool threw = false;
+  try { // relu's derivative reads its result, which the GEMM does not have
+    pc::gemmActivationGrad(one.data(), one.data(), one.data(), out.data(), 1, 1, 1, false, false, 1.0f,
+                           pk::Unary::Relu);
+  } catch (const std::exception &e) {
+    threw = std::string(e.what()).find("nn.gemm_activation_grad") != std::string::npos;
+  }
+  expect(threw, "a derivative that reads the result must be refused, naming the op");
+  threw = false;
+  try {
+    pc::gemm(one.data(), one.data(), nullptr, Shape{}, out.data(), 1, 1, 1, false, false, 1.0f, 0.0f, std::nullopt,
+             out.data() + 8);
+  } catch (const std::exception &e) {
+    threw = std::string(e.what()).find("nn.gemm") != std::string::npos;
+  }
+  expect(threw, "a pre-activation output without an activation must be refused");
+}
+
+int main() {
+  void *fakeStream = (void *)0x6160;
+  emu::expectedStream = (cudaStream_t)fakeStream;
+  pc::StreamScope scope(fakeStream, pc::Precision::F32);
+  try {
+    testCases();
+    testErrors();
+    pc::raiseDeviceErrors();
+  } catch (const std::exception &e) {
+    std::printf("EXCEPTION (%s): %s\n", ctx.c_str(), e.what());
+    ++failures;
+  }
+  std::printf("%d checks, %d failures\n", checks, failures);
+  return failures != 0;
+}
