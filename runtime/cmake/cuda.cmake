@@ -14,7 +14,14 @@ if(PIPEC_CUDA_FOUND)
     ${CMAKE_CURRENT_LIST_DIR}/../src/CudaKernels.cu
     ${CMAKE_CURRENT_LIST_DIR}/../src/NcclTransport.cpp)
   target_include_directories(pipec_runtime_cuda PUBLIC ${PIPEC_NCCL_INCLUDE})
-  target_link_libraries(pipec_runtime_cuda PUBLIC pipec_runtime_mpi CUDA::cudart ${PIPEC_NCCL_LIBRARY})
+  # pipec's CUDA kernels: a rank generates synthetic data on the device with
+  # them (syntheticData). Only the objects piperun calls into are linked.
+  # Standalone, the runtime builds the kernel library itself.
+  if(PIPEC_RUNTIME_STANDALONE AND NOT TARGET pipec_cuda_kernels)
+    add_subdirectory(${CMAKE_CURRENT_LIST_DIR}/../kernels/cuda ${CMAKE_BINARY_DIR}/kernels-cuda)
+  endif()
+  target_link_libraries(pipec_runtime_cuda PUBLIC pipec_runtime_mpi pipec_cuda_kernels CUDA::cudart
+                                                  ${PIPEC_NCCL_LIBRARY})
   target_compile_options(pipec_runtime_cuda PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror=switch>)
   set_target_properties(pipec_runtime_cuda PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
                                                       POSITION_INDEPENDENT_CODE ON)

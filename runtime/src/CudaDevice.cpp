@@ -2,6 +2,7 @@
 
 #include "CudaKernels.h"
 #include "Plan.h" // Error
+#include "pipec/cuda_kernels.h" // syntheticData
 #include "pipec/vocabulary.h" // kMinimumCudnnVersion
 
 #include <dlfcn.h>
@@ -206,6 +207,12 @@ void CudaDevice::stepControl(const double *stats, double maxNorm, pipec_step_con
 
 void CudaDevice::zeroUnlessSkipped(void *p, size_t bytes, const pipec_step_control *control) {
   check(cudakernels::zeroUnlessSkipped(p, bytes, control, compute_), "zeroing the gradients");
+}
+
+void CudaDevice::generateSynthetic(const io::SyntheticField &field, uint64_t first, uint64_t count, void *dst) {
+  namespace pk = pipec::kernels::cuda;
+  pk::StreamScope scope(compute_, pk::Precision::F32);
+  pk::syntheticData(field, first, count, dst);
 }
 
 // ---------------------------------------------------------------- events

@@ -56,6 +56,7 @@ public:
   void gradientStats(const std::vector<Span> &spans, double *stats) override;
   void stepControl(const double *stats, double maxNorm, pipec_step_control *control) override;
   void zeroUnlessSkipped(void *p, size_t bytes, const pipec_step_control *control) override;
+  void generateSynthetic(const io::SyntheticField &field, uint64_t first, uint64_t count, void *dst) override;
   Event newEvent() override;
   void deleteEvent(Event e) noexcept override;
   void record(Event e, Stream s) override;

@@ -123,6 +123,10 @@ private:
 };
 } // namespace
 
+void Device::generateSynthetic(const io::SyntheticField &, uint64_t, uint64_t, void *) {
+  throw Error(std::string("generating synthetic data on the ") + name() + " device (only CUDA devices do)");
+}
+
 Device &hostDevice() {
   static HostDevice d;
   return d;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "pipec/stage_abi.h"
+#include "pipec/synthetic_data.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -86,6 +87,12 @@ public:
   // zero(p, bytes) unless control->skip: a skipped step's gradients stay
   // for the report that names them.
   virtual void zeroUnlessSkipped(void *p, size_t bytes, const pipec_step_control *control) = 0;
+  // Writes samples [first, first + count) of a synthetic data field (the
+  // bytes io::SyntheticData::read writes) into dst, this device's memory,
+  // generating them there on the compute stream; nothing waits. CUDA only
+  // (the kernels' syntheticData, docs/runtime.md "Data read ahead"): the
+  // host device throws, its ranks read through io::SyntheticData.
+  virtual void generateSynthetic(const io::SyntheticField &field, uint64_t first, uint64_t count, void *dst);
 
   // Events (all no-ops on the host).
   virtual Event newEvent() { return nullptr; }

@@ -176,6 +176,7 @@ void Executor::connect() { transport_.connect(connections_); }
 
 // ---------------------------------------------------------------- compute
 void Executor::startDataPrefetch() {
+  if (generatesData()) return;
   // The loads loadData will be asked for, in stream order: a LOAD, or a FWD
   // of a chunk that reads data fields and was not LOADed.
   std::vector<DataPrefetch::Load> order;
@@ -201,7 +202,10 @@ void Executor::loadData(int chunk, Slot &s, int mb, int64_t it) {
   if (s.dataLoaded) return;
   const StageModel &m = *chunks_[chunk].model;
   if (!validating_) {
-    prefetch_->copyNext(it, chunk, mb, s.data.data());
+    if (generatesData())
+      data_->generate(chunk, it, mb, s.data.data(), device_);
+    else
+      prefetch_->copyNext(it, chunk, mb, s.data.data());
     s.dataLoaded = true;
     return;
   }

@@ -90,6 +90,9 @@ private:
   std::unique_ptr<GradientSync> sync_; // made once the chunks are loaded
   std::unique_ptr<StageData> data_;
   std::unique_ptr<DataPrefetch> prefetch_; // reads data_ ahead (after it: destroyed first)
+  // A CUDA rank generates synthetic training data on the device, in the
+  // compute stream's order, instead of reading it ahead (prefetch_ is null).
+  bool generatesData() const { return gpu_ && data_->synthetic(); }
   // --eval-data: the held-out fields, the stream's LOAD/FWD/SEND_ACT/RECV_ACT,
   // the rounds per validation, and whether one is running.
   std::unique_ptr<StageData> validationData_;

@@ -21,6 +21,7 @@ StageData::StageData(const Plan &plan, std::unique_ptr<io::DataSource> source, c
 }
 
 void StageData::matchFields() {
+  synthetic_ = dynamic_cast<const io::SyntheticData *>(source_.get());
   const Plan &plan = plan_;
   for (const Chunk &ch : chunks_) {
     const pipec_stage_desc &d = ch.model->desc();
@@ -46,11 +47,24 @@ void StageData::matchFields() {
   }
 }
 
+uint64_t StageData::firstSample(int64_t it, int mb) const {
+  return (uint64_t)(it * plan_.microbatches + mb) * (uint64_t)plan_.microbatchSize;
+}
+
 void StageData::read(int chunk, int64_t it, int mb, char *dst) {
   const StageModel &m = *chunks_[chunk].model;
-  const uint64_t first = (uint64_t)(it * plan_.microbatches + mb) * (uint64_t)plan_.microbatchSize;
+  const uint64_t first = firstSample(it, mb);
   for (int i = 0; i < m.desc().num_data; ++i)
     source_->read(fieldIndex_[chunk][i], first, plan_.microbatchSize, dst + m.dataLayout().offsets[i]);
+}
+
+void StageData::generate(int chunk, int64_t it, int mb, char *dst, Device &device) {
+  if (!synthetic_) throw Error(source_->describe() + ": only synthetic data is generated on the device");
+  const StageModel &m = *chunks_[chunk].model;
+  const uint64_t first = firstSample(it, mb);
+  for (int i = 0; i < m.desc().num_data; ++i)
+    device.generateSynthetic(synthetic_->valuesOf(fieldIndex_[chunk][i]), first, plan_.microbatchSize,
+                             dst + m.dataLayout().offsets[i]);
 }
 
 } // namespace pipec::rt

@@ -267,7 +267,8 @@ void applyThreads(int count) {
   }
 }
 
-void banner(const Plan &plan, const Device &device, const Transport &transport, int ranks, const Threads &threads) {
+void banner(const Plan &plan, const RunOptions &opt, const Device &device, const Transport &transport, int ranks,
+            const Threads &threads) {
   std::string target = std::string(choiceName(plan.target)) + " (" + choiceName(plan.precision);
   if (plan.target == Target::Cuda) {
     std::string archs;
@@ -276,6 +277,12 @@ void banner(const Plan &plan, const Device &device, const Transport &transport, 
     if (!plan.gpu.empty()) target += ", planned for " + plan.gpu;
   }
   target += ")";
+  // Where training samples come from (openDataSource): a CUDA rank
+  // generates synthetic data on its device (docs/runtime.md, "Data read ahead").
+  const std::string data = !opt.dataFile.empty()      ? opt.dataFile
+                           : plan.dataFields.empty() ? std::string("none")
+                           : device.host()           ? std::string("synthetic")
+                                                     : std::string("synthetic, generated on the device");
   std::string cpu = std::to_string(threads.count) + (threads.count == 1 ? " thread" : " threads") + " per rank (" +
                     threads.why + ")";
   cpu_set_t mask;
@@ -283,11 +290,11 @@ void banner(const Plan &plan, const Device &device, const Transport &transport, 
     cpu += " on " + std::to_string(CPU_COUNT(&mask)) + " core" + (CPU_COUNT(&mask) == 1 ? "" : "s") +
            " (rank 0's affinity; mpirun binds each rank to a core unless --bind-to none or --map-by slot:PE=N)";
   std::printf("piperun: %s: schedule %s, %d stage%s x %d chunk%s, %d micro-batches of %d, %d rank%s, target %s, "
-              "transport %s%s, %s\n",
+              "transport %s%s, data %s, %s\n",
               plan.dir.c_str(), plan.schedule.c_str(), plan.stages, plan.stages == 1 ? "" : "s", plan.chunks,
               plan.chunks == 1 ? "" : "s", plan.microbatches, plan.microbatchSize, ranks, ranks == 1 ? "" : "s",
               target.c_str(), transport.name(),
-              device.host() ? "" : (", rank 0 on " + device.describe()).c_str(), cpu.c_str());
+              device.host() ? "" : (", rank 0 on " + device.describe()).c_str(), data.c_str(), cpu.c_str());
   std::fflush(stdout);
 }
 } // namespace
@@ -377,7 +384,7 @@ int main(int argc, char **argv) {
       if (!agree(control, who, error)) status = 1;
     }
     if (status == 0 && control.rank() == 0 && !opt.quiet)
-      banner(*plan, device ? *device : hostDevice(), *transport, control.size(), threads);
+      banner(*plan, opt, device ? *device : hostDevice(), *transport, control.size(), threads);
     if (status == 0) {
       try {
         exec->run();

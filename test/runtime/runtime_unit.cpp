@@ -10,7 +10,8 @@
 //  * the file readers on hostile input (issue 11): tensor files and data sets
 //    (lengths checked before allocating, overflow, FIFOs), the ELF check
 //    before dlopen, plan.json against the schedule files (every generated
-//    schedule passes), checkpoint manifests.
+//    schedule passes), checkpoint manifests;
+//  * the synthetic data set's values, pinned.
 // Plain asserts with messages: runs in the standalone runtime build too.
 #include "Device.h"
 #include "Plan.h"
@@ -564,6 +565,39 @@ void testTokensPerSample() {
   CHECK(p.tokensPerSample() == 128, "features then ids [128]: " << p.tokensPerSample());
 }
 
+// The synthetic data set's bytes, pinned (docs/dataset-format.md, "Synthetic
+// default"): a run on synthetic data reads what runs before it read, and a
+// CUDA rank, which generates them on the device from the same definition
+// (pipec/synthetic_data.h; cuda-synthetic-data-emulated compares the two),
+// reads the same. The host device generates nothing (it reads them).
+void testSyntheticDataPinned() {
+  auto field = [](const char *name, int dtype, std::vector<int64_t> shape, double low, double high) {
+    pipec::io::FieldSpec f;
+    f.name = name, f.dtype = dtype, f.shape = std::move(shape), f.low = low, f.high = high;
+    return f;
+  };
+  const std::vector<pipec::io::FieldSpec> fields{field("x", PIPEC_F32, {3, 5}, -2.5, 7.0),
+                                                 field("d", PIPEC_F64, {4}, -1.0, 1.0),
+                                                 field("l", PIPEC_I64, {2}, 0, 10), field("m", PIPEC_I32, {3}, -5, 5),
+                                                 field("b", PIPEC_BOOL, {7}, 0, 2)};
+  pipec::io::SyntheticData data(fields, 11, 1234);
+  uint64_t hash = 1469598103934665603ULL; // FNV-1a of samples 5..21 (wrapping at 11) of every field
+  for (size_t f = 0; f < fields.size(); ++f) {
+    std::vector<unsigned char> bytes(fields[f].sampleBytes() * 17);
+    data.read(f, 5, 17, bytes.data());
+    for (unsigned char c : bytes) hash = (hash ^ c) * 1099511628211ULL;
+  }
+  CHECK(hash == 0x4920ad1c501673aaULL, "synthetic data changed: FNV-1a " << std::hex << hash);
+  std::string error;
+  try {
+    float out[15];
+    hostDevice().generateSynthetic(data.valuesOf(0), 0, 1, out);
+  } catch (const Error &e) {
+    error = e.what();
+  }
+  CHECK(contains(error, "only CUDA devices"), "the host device generated synthetic data: " << error);
+}
+
 int main() {
   const fs::path root = scratch();
   try {
@@ -576,6 +610,7 @@ int main() {
     testPlanAgainstSchedule(root);
     testCheckpointManifest(root);
     testTokensPerSample();
+    testSyntheticDataPinned();
   } catch (const std::exception &e) {
     std::cerr << "FAIL: unexpected exception: " << e.what() << "\n";
     ++failures;

@@ -13,6 +13,7 @@
 // (stage 0 the inputs, the last stage the labels) with one read per field.
 #pragma once
 
+#include "pipec/synthetic_data.h" // mix64, the synthetic values
 #include "pipec/tensor_file.h"
 #include "pipec/vocabulary.h"
 
@@ -140,15 +141,9 @@ private:
 };
 
 // Counter-based generator: the value of element e of sample s of field f
-// depends only on (seed, f, s, e), so every rank produces the same sample
-// without coordination, in any order.
-inline uint64_t mix64(uint64_t x) { // splitmix64 finalizer
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
+// depends only on (seed, f, s, e) (pipec/synthetic_data.h, shared with the
+// CUDA kernel that fills a micro-batch on the device), so every rank
+// produces the same sample without coordination, in any order.
 class SyntheticData : public DataSource {
 public:
   SyntheticData(std::vector<FieldSpec> fields, uint64_t samples, uint64_t seed)
@@ -160,44 +155,39 @@ public:
   std::string describe() const override {
     return "synthetic data (" + std::to_string(samples_) + " samples, seed " + std::to_string(seed_) + ")";
   }
-  // Element e of sample s is a function of (seed, field, s, e) alone, so any
-  // rank and a resumed run read the same values. The per-sample part of the
-  // hash and the dtype dispatch stay out of the element loop: on an H200,
-  // generating a micro-batch of 4,096 x 1,024 floats element by element took
-  // longer than its forward and backward pass (docs/gpu-runs.md).
-  void read(size_t field, uint64_t first, uint64_t count, void *dst) override {
+  // What field `field`'s values depend on (a CUDA rank generates them on the
+  // device from it, docs/runtime.md "Data read ahead").
+  SyntheticField valuesOf(size_t field) const {
     const FieldSpec &f = fields_[field];
-    const int64_t n = numElements(f.shape);
-    const uint64_t fieldKey = mix64(seed_ ^ (field * 0x1000193ULL));
+    SyntheticField v;
+    v.key = syntheticFieldKey(seed_, field);
+    v.samples = samples_;
+    v.sampleElements = numElements(f.shape);
+    v.dtype = f.dtype;
+    v.low = f.low, v.span = f.high - f.low;
+    return v;
+  }
+  // Element e of sample s is a function of (seed, field, s, e) alone, so any
+  // rank and a resumed run read the same values. The dtype dispatch stays
+  // out of the element loop.
+  void read(size_t field, uint64_t first, uint64_t count, void *dst) override {
+    const SyntheticField v = valuesOf(field);
     for (uint64_t i = 0; i < count; ++i) {
-      const uint64_t sampleKey = mix64(fieldKey ^ ((first + i) % samples_));
-      const size_t k = (size_t)(i * n);
-      switch (f.dtype) {
-      case PIPEC_F32: fill<float>((float *)dst + k, n, sampleKey, f, [](double v) { return (float)v; }); break;
-      case PIPEC_F64: fill<double>((double *)dst + k, n, sampleKey, f, [](double v) { return v; }); break;
-      case PIPEC_I64:
-        fill<int64_t>((int64_t *)dst + k, n, sampleKey, f, [](double v) { return (int64_t)std::floor(v); });
-        break;
-      case PIPEC_I32:
-        fill<int32_t>((int32_t *)dst + k, n, sampleKey, f, [](double v) { return (int32_t)std::floor(v); });
-        break;
-      case PIPEC_BOOL:
-        for (int64_t e = 0; e < n; ++e) ((uint8_t *)dst)[k + e] = (uint8_t)(uniform(sampleKey, e) < 0.5 ? 0 : 1);
-        break;
+      const uint64_t sampleKey = syntheticSampleKey(v, first + i);
+      const size_t k = (size_t)(i * v.sampleElements);
+      switch (v.dtype) {
+      case PIPEC_F32: fill<float>((float *)dst + k, v, sampleKey); break;
+      case PIPEC_F64: fill<double>((double *)dst + k, v, sampleKey); break;
+      case PIPEC_I64: fill<int64_t>((int64_t *)dst + k, v, sampleKey); break;
+      case PIPEC_I32: fill<int32_t>((int32_t *)dst + k, v, sampleKey); break;
+      case PIPEC_BOOL: fill<uint8_t>((uint8_t *)dst + k, v, sampleKey); break;
       }
     }
   }
 
 private:
-  /// Element e's value in [0, 1).
-  static double uniform(uint64_t sampleKey, int64_t e) {
-    return (double)(mix64(sampleKey ^ (uint64_t)e) >> 11) * (1.0 / 9007199254740992.0);
-  }
-  /// n values of one sample: low + u * (high - low), converted.
-  template <class T, class Convert>
-  static void fill(T *out, int64_t n, uint64_t sampleKey, const FieldSpec &f, Convert convert) {
-    const double low = f.low, span = f.high - f.low;
-    for (int64_t e = 0; e < n; ++e) out[e] = convert(low + uniform(sampleKey, e) * span);
+  template <class T> static void fill(T *out, const SyntheticField &v, uint64_t sampleKey) {
+    for (int64_t e = 0; e < v.sampleElements; ++e) out[e] = syntheticValue<T>(v, sampleKey, e);
   }
 
   std::vector<FieldSpec> fields_;

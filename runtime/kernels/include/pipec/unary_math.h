@@ -6,16 +6,11 @@
 #pragma once
 
 #include "pipec/float_math.h"
+#include "pipec/host_device.h"
 #include "pipec/vocabulary.h"
 
 #include <math.h>
 #include <type_traits>
-
-#ifdef __CUDACC__
-#define PIPEC_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define PIPEC_HOST_DEVICE inline
-#endif
 
 namespace pipec::kernels {
 

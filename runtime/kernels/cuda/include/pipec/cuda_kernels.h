@@ -35,6 +35,7 @@
 
 #include "pipec/kernel_scratch.h" // Workspace: a call's scratch in the stage's arena
 #include "pipec/kernel_types.h" // Dims, Shape, KernelError, kinds, shape rules, dropout keys
+#include "pipec/synthetic_data.h" // io::SyntheticField: piperun's synthetic data set
 
 #include <cuda_bf16.h> // __nv_bfloat16 (test/kernels/cuda_emulation/inc has a host stand-in)
 
@@ -138,6 +139,17 @@ void copyToHost(void *host, const void *device, size_t bytes);
 void storeScalar(float *device, float value);
 /// to[i] += from[i] (weight-gradient accumulation of the stage ABI).
 void accumulate(float *to, const float *from, int64_t n);
+/// Writes samples [first, first + count) of a field of piperun's synthetic
+/// data set (indices modulo field.samples) to `out`, count x
+/// field.sampleElements values of field.dtype (f32, f64, i64, i32, bool):
+/// the bytes io::SyntheticData::read writes on the host (pipec/dataset.h),
+/// bit for bit. piperun's CUDA ranks feed their stages with it
+/// (docs/runtime.md, "Data read ahead"). Nothing waits and nothing is
+/// allocated; every value is a kernel argument, so a CUDA graph that
+/// captured the call would replay the same samples: piperun launches it per
+/// micro-batch, before the stage's entry point (whose CallGraphs capture only
+/// the stage's own work).
+void syntheticData(const io::SyntheticField &field, uint64_t first, uint64_t count, void *out);
 /// Seconds on a steady clock after the scope's stream has drained, so that
 /// differences time the kernels between two calls (piperun --profile only).
 double profileClock();
