@@ -115,9 +115,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << ptr(cast.getInput()) << ", " << n(cast.getResult()) << ", " << y << ");\n";
       })
       .Case([&](nn::GemmOp gemm) {
-        auto a = tensorType(gemm.getA());
-        int64_t m = a.getDimSize(gemm.getTransA() ? 1 : 0), k = a.getDimSize(gemm.getTransA() ? 0 : 1);
-        int64_t cols = tensorType(gemm.getResult()).getDimSize(1);
+        const auto [m, k, kB, cols] =
+            nn::gemmDims(tensorType(gemm.getA()), tensorType(gemm.getB()), gemm.getTransA(), gemm.getTransB());
         std::string y = allocate(gemm.getResult());
         std::string preActivation = gemm.getPreActivation() ? allocate(gemm.getPreActivation()) : "";
         // Accumulating into a gradient buffer: C is the result itself, beta 1
@@ -141,9 +140,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         out << ");\n";
       })
       .Case([&](nn::GemmActivationGradOp grad) {
-        auto a = tensorType(grad.getA());
-        int64_t m = a.getDimSize(grad.getTransA() ? 1 : 0), k = a.getDimSize(grad.getTransA() ? 0 : 1);
-        int64_t cols = tensorType(grad.getResult()).getDimSize(1);
+        const auto [m, k, kB, cols] =
+            nn::gemmDims(tensorType(grad.getA()), tensorType(grad.getB()), grad.getTransA(), grad.getTransB());
         std::string y = allocate(grad.getResult());
         out << "  pk::gemmActivationGrad(" << ptr(grad.getA()) << ", " << ptr(grad.getB()) << ", "
             << ptr(grad.getX()) << ", " << y << ", " << m << ", " << cols << ", " << k << ", "

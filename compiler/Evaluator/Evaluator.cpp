@@ -13,6 +13,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/ScopedPrinter.h"
 
+#include <deque>
 #include <numeric>
 
 using namespace mlir;
@@ -50,16 +51,24 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
     return nullptr;
   };
   auto one = [](Tensor tensor) { return std::vector<Tensor>{std::move(tensor)}; };
-  // nn.attention(_grad)'s operands and results in their head-major order
-  // ([L..., S, D]) and back: a sequence-major op is the head-major one with
-  // axes -3 and -2 swapped on each (docs/dialects.md).
-  auto headSwapped = [](const Tensor &tensor, bool sequenceMajor) {
-    if (!sequenceMajor)
-      return tensor;
+  // nn.attention(_grad)'s operands in their head-major order ([L..., S, D])
+  // and its results back: a sequence-major op is the head-major one with
+  // axes -3 and -2 swapped on each (docs/dialects.md). Head-major, the
+  // operands are passed as they are and the results moved, not copied.
+  auto headAxesSwapped = [](const Tensor &tensor) {
     std::vector<int64_t> perm(tensor.shape.size());
     std::iota(perm.begin(), perm.end(), 0);
     std::swap(perm[perm.size() - 3], perm[perm.size() - 2]);
     return kernels::transpose(tensor, perm);
+  };
+  std::deque<Tensor> swappedOperands; // references to them stay valid as more come
+  auto headMajorOperand = [&](unsigned index, bool sequenceMajor) -> const Tensor & {
+    return sequenceMajor ? swappedOperands.emplace_back(headAxesSwapped(in(index))) : in(index);
+  };
+  auto inLayout = [&](Tensor result, bool sequenceMajor) -> Tensor {
+    if (!sequenceMajor)
+      return result; // moved
+    return headAxesSwapped(result);
   };
   // The key of a dropout whose mask an op draws again (nn.attention's, a
   // mask-less nn.dropout_grad's): nn.dropout's, from its op id.
@@ -173,11 +182,11 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
         const double dropoutRatio = attention.getDropoutRatioAttr().getValueAsDouble();
         const bool sequenceMajor = attention.getSequenceMajor();
         auto results = kernels::attention(
-            headSwapped(in(0), sequenceMajor), headSwapped(in(1), sequenceMajor), headSwapped(in(2), sequenceMajor),
-            optionalIn(attention.getMask()), attention.getScaleAttr().getValueAsDouble(), attention.getDivide(),
+            headMajorOperand(0, sequenceMajor), headMajorOperand(1, sequenceMajor),
+            headMajorOperand(2, sequenceMajor), optionalIn(attention.getMask()), attention.getScaleAttr().getValueAsDouble(), attention.getDivide(),
             attention.getFillAttr().getValueAsDouble(), attention.getMaskedWhen(), dropoutRatio,
             redrawnDropoutKey(attention.getDropoutOpId()));
-        return std::vector<Tensor>{headSwapped(results.output, sequenceMajor), std::move(results.logSumExp)};
+        return std::vector<Tensor>{inLayout(std::move(results.output), sequenceMajor), std::move(results.logSumExp)};
       })
       .Case([&](nn::SoftmaxCrossEntropyLossOp loss) {
         std::optional<int64_t> ignoreIndex;
@@ -296,12 +305,13 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
       .Case([&](nn::AttentionGradOp grad) {
         const bool sequenceMajor = grad.getSequenceMajor();
         auto grads = kernels::attentionGrad(
-            headSwapped(in(0), sequenceMajor), headSwapped(in(1), sequenceMajor), headSwapped(in(2), sequenceMajor),
-            headSwapped(in(3), sequenceMajor), optionalIn(grad.getMask()), grad.getScaleAttr().getValueAsDouble(),
+            headMajorOperand(0, sequenceMajor), headMajorOperand(1, sequenceMajor),
+            headMajorOperand(2, sequenceMajor), headMajorOperand(3, sequenceMajor), optionalIn(grad.getMask()), grad.getScaleAttr().getValueAsDouble(),
             grad.getDivide(), grad.getFillAttr().getValueAsDouble(), grad.getMaskedWhen(),
             grad.getDropoutRatioAttr().getValueAsDouble(), redrawnDropoutKey(grad.getDropoutOpId()));
-        return std::vector<Tensor>{headSwapped(grads.query, sequenceMajor), headSwapped(grads.key, sequenceMajor),
-                                   headSwapped(grads.value, sequenceMajor)};
+        return std::vector<Tensor>{inLayout(std::move(grads.query), sequenceMajor),
+                                   inLayout(std::move(grads.key), sequenceMajor),
+                                   inLayout(std::move(grads.value), sequenceMajor)};
       })
       .Case([&](nn::SoftmaxCrossEntropyLossGradOp grad) {
         std::optional<int64_t> ignoreIndex;

@@ -136,9 +136,7 @@ OpWork CastOp::estimateWork() { return elementwise(*this, 1, 1); }
 OpWork DropoutOp::estimateWork() { return elementwise(*this, 4, 1); }
 
 OpWork GemmOp::estimateWork() {
-  auto a = getA().getType(), b = getB().getType();
-  int64_t m = a.getDimSize(getTransA() ? 1 : 0), k = a.getDimSize(getTransA() ? 0 : 1);
-  int64_t n = b.getDimSize(getTransB() ? 0 : 1);
+  const auto [m, k, kB, n] = gemmDims(getA().getType(), getB().getType(), getTransA(), getTransB());
   OpWork work = matrixProduct(*this, 1, m, n, k);
   if (auto activation = getActivation()) // the epilogue, on the output while it is written
     work.forwardFlops += double(m) * double(n) * unaryFunction(*activation).flops;
@@ -146,9 +144,7 @@ OpWork GemmOp::estimateWork() {
 }
 
 OpWork GemmActivationGradOp::estimateWork() {
-  auto a = getA().getType(), b = getB().getType();
-  int64_t m = a.getDimSize(getTransA() ? 1 : 0), k = a.getDimSize(getTransA() ? 0 : 1);
-  int64_t n = b.getDimSize(getTransB() ? 0 : 1);
+  const auto [m, k, kB, n] = gemmDims(getA().getType(), getB().getType(), getTransA(), getTransB());
   OpWork work = matrixProduct(*this, 1, m, n, k);
   // The derivative at x, on the product while it is written.
   work.forwardFlops += double(m) * double(n) * unaryFunction(getFunction()).derivativeFlops;

@@ -278,6 +278,11 @@ LogicalResult CastOp::verify() {
 // Linear algebra
 //===----------------------------------------------------------------------===//
 
+GemmDims pipec::nn::gemmDims(RankedTensorType a, RankedTensorType b, bool transA, bool transB) {
+  return {a.getDimSize(transA ? 1 : 0), a.getDimSize(transA ? 0 : 1), b.getDimSize(transB ? 1 : 0),
+          b.getDimSize(transB ? 0 : 1)};
+}
+
 LogicalResult GemmOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                        Adaptor adaptor,
                                        SmallVectorImpl<Type> &types) {
@@ -289,8 +294,7 @@ LogicalResult GemmOp::inferReturnTypes(MLIRContext *, std::optional<Location> lo
   if (aType.getElementType() != bType.getElementType())
     return fail(loc, "nn.gemm: A and B element types differ");
   bool transA = adaptor.getTransA(), transB = adaptor.getTransB();
-  int64_t m = aType.getDimSize(transA ? 1 : 0), k = aType.getDimSize(transA ? 0 : 1);
-  int64_t kb = bType.getDimSize(transB ? 1 : 0), n = bType.getDimSize(transB ? 0 : 1);
+  const auto [m, k, kb, n] = gemmDims(aType, bType, transA, transB);
   if (k != kb)
     return fail(loc, "nn.gemm: inner dimensions differ (" + Twine(k) + " vs " +
                          Twine(kb) + ") for A " + shapeString(aType.getShape()) +
@@ -328,8 +332,7 @@ LogicalResult GemmActivationGradOp::inferReturnTypes(MLIRContext *, std::optiona
     return fail(loc, "nn.gemm_activation_grad: A and B must be 2-D of one element type, got " +
                          shapeString(aType.getShape()) + " and " + shapeString(bType.getShape()));
   const bool transA = adaptor.getTransA(), transB = adaptor.getTransB();
-  const int64_t m = aType.getDimSize(transA ? 1 : 0), k = aType.getDimSize(transA ? 0 : 1);
-  const int64_t kb = bType.getDimSize(transB ? 1 : 0), n = bType.getDimSize(transB ? 0 : 1);
+  const auto [m, k, kb, n] = gemmDims(aType, bType, transA, transB);
   if (k != kb || xType.getShape() != ArrayRef<int64_t>{m, n} || xType.getElementType() != aType.getElementType())
     return fail(loc, "nn.gemm_activation_grad: the product of A " + shapeString(aType.getShape()) +
                          (transA ? " (transposed)" : "") + " and B " + shapeString(bType.getShape()) +

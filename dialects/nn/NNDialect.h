@@ -117,6 +117,14 @@ bool isView(mlir::Operation *op);
 /// input of shape `input` (the mask must broadcast to the input, whose rank
 /// is at least 1); empty when it can.
 std::string maskedSoftmaxShapeError(llvm::ArrayRef<int64_t> input, llvm::ArrayRef<int64_t> mask);
+/// The dimensions of op(A) [m, k] · op(B) [kB, n] for 2-D A and B, op
+/// transposing when its flag is set (nn.gemm, nn.gemm_activation_grad);
+/// the product is defined when k == kB.
+struct GemmDims {
+  int64_t m, k, kB, n;
+};
+GemmDims gemmDims(mlir::RankedTensorType a, mlir::RankedTensorType b, bool transA, bool transB);
+
 /// Why query, key, value (and mask, when given) of nn.attention or
 /// nn.attention_grad, in the op's layout, do not fit together, or "" when
 /// they do.

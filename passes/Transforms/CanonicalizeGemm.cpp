@@ -30,17 +30,6 @@ bool isMatrixTranspose(nn::TransposeOp transpose) {
          transpose.getPerm()[1] == 0;
 }
 
-Value reshapeTo(PatternRewriter &rewriter, Operation *anchor, Value value,
-                ArrayRef<int64_t> shape) {
-  auto type = llvm::cast<RankedTensorType>(value.getType());
-  if (type.getShape() == shape)
-    return value;
-  auto reshape = nn::ReshapeOp::create(rewriter, anchor->getLoc(),
-                                       RankedTensorType::get(shape, type.getElementType()), value);
-  inheritPlacement(anchor, reshape, /*withCost=*/false);
-  return reshape;
-}
-
 /// matmul(a[..., M, K], b[K, N]) -> reshape(gemm(reshape(a)[rows, K], b)).
 struct MatMulAgainstMatrix : OpRewritePattern<nn::MatMulOp> {
   using OpRewritePattern::OpRewritePattern;

@@ -35,15 +35,6 @@ nn::GemmOp gemmProducer(Value value, bool soleReader) {
   return {};
 }
 
-/// `value` reshaped to `type`'s shape (itself when it has it): a view.
-Value reshapedTo(OpBuilder &builder, Operation *anchor, Value value, RankedTensorType type) {
-  if (llvm::cast<RankedTensorType>(value.getType()).getShape() == type.getShape())
-    return value;
-  auto reshape = nn::ReshapeOp::create(builder, anchor->getLoc(), type, value);
-  inheritPlacement(anchor, reshape, /*withCost=*/false);
-  return reshape;
-}
-
 struct FuseGemmEpilogue : impl::FuseGemmEpilogueBase<FuseGemmEpilogue> {
   using Base::Base;
 
@@ -97,8 +88,8 @@ struct FuseGemmEpilogue : impl::FuseGemmEpilogueBase<FuseGemmEpilogue> {
     gemm.erase();
     // f of a view of g is the same view of f(g).
     builder.setInsertionPointAfter(fused);
-    Value activated =
-        reshapedTo(builder, fused, fused.getResult(), llvm::cast<RankedTensorType>(activation->getResult(0).getType()));
+    Value activated = reshapeTo(builder, fused, fused.getResult(),
+                                llvm::cast<RankedTensorType>(activation->getResult(0).getType()).getShape());
     activation->getResult(0).replaceAllUsesWith(activated);
     activation->erase();
     ++numEpilogues;
@@ -118,13 +109,13 @@ struct FuseGemmEpilogue : impl::FuseGemmEpilogueBase<FuseGemmEpilogue> {
     product.push_back(gemm);
     OpBuilder builder(grad);
     auto productType = llvm::cast<RankedTensorType>(gemm.getResult().getType());
-    Value x2d = reshapedTo(builder, grad, x, productType);
+    Value x2d = reshapeTo(builder, grad, x, productType.getShape());
     auto fused = nn::GemmActivationGradOp::create(builder, absorbedLocation(grad.getLoc(), {gemm}), gemm.getA(),
                                                   gemm.getB(), x2d, gemm.getAlphaAttr(), gemm.getTransAAttr(),
                                                   gemm.getTransBAttr(),
                                                   nn::UnaryFunctionAttr::get(grad.getContext(), grad.getKind()));
     inheritPlacement(grad, fused, /*withCost=*/true);
-    Value result = reshapedTo(builder, grad, fused.getResult(), grad.getResult().getType());
+    Value result = reshapeTo(builder, grad, fused.getResult(), grad.getResult().getType().getShape());
     grad.getResult().replaceAllUsesWith(result);
     grad.erase();
     for (Operation *op : product) // the views, then the GEMM: now read by nothing

@@ -3,6 +3,7 @@
 #ifndef PIPEC_PASSES_TRANSFORMS_PATTERNREWRITES_H
 #define PIPEC_PASSES_TRANSFORMS_PATTERNREWRITES_H
 
+#include "dialects/nn/NNDialect.h"
 #include "dialects/pipe/PipeDialect.h"
 
 #include "mlir/IR/PatternMatch.h"
@@ -40,6 +41,19 @@ inline void inheritPlacement(mlir::Operation *from, mlir::Operation *to, bool wi
 inline bool sameStage(llvm::ArrayRef<mlir::Operation *> ops) {
   mlir::Attribute stage = ops.front()->getAttr(pipe::kStageAttrName);
   return llvm::all_of(ops, [&](mlir::Operation *op) { return op->getAttr(pipe::kStageAttrName) == stage; });
+}
+
+/// `value` seen with `shape` (itself when it has it): an nn.reshape (a
+/// view) at the builder's insertion point, placed as `anchor`.
+inline mlir::Value reshapeTo(mlir::OpBuilder &builder, mlir::Operation *anchor, mlir::Value value,
+                             llvm::ArrayRef<int64_t> shape) {
+  auto type = llvm::cast<mlir::RankedTensorType>(value.getType());
+  if (type.getShape() == shape)
+    return value;
+  auto reshape = nn::ReshapeOp::create(builder, anchor->getLoc(),
+                                       mlir::RankedTensorType::get(shape, type.getElementType()), value);
+  inheritPlacement(anchor, reshape, /*withCost=*/false);
+  return reshape;
 }
 
 /// The permutation of `rank` axes that swaps the last two.

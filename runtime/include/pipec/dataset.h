@@ -175,13 +175,10 @@ public:
     for (uint64_t i = 0; i < count; ++i) {
       const uint64_t sampleKey = syntheticSampleKey(v, first + i);
       const size_t k = (size_t)(i * v.sampleElements);
-      switch (v.dtype) {
-      case PIPEC_F32: fill<float>((float *)dst + k, v, sampleKey); break;
-      case PIPEC_F64: fill<double>((double *)dst + k, v, sampleKey); break;
-      case PIPEC_I64: fill<int64_t>((int64_t *)dst + k, v, sampleKey); break;
-      case PIPEC_I32: fill<int32_t>((int32_t *)dst + k, v, sampleKey); break;
-      case PIPEC_BOOL: fill<uint8_t>((uint8_t *)dst + k, v, sampleKey); break;
-      }
+      withSyntheticType(v.dtype, [&](auto zero) {
+        using T = decltype(zero);
+        fill<T>(static_cast<T *>(dst) + k, v, sampleKey);
+      });
     }
   }
 

@@ -71,4 +71,18 @@ template <class T> PIPEC_HOST_DEVICE T syntheticValue(const SyntheticField &f, u
   }
 }
 
+// Calls f(T{}) with T the C++ type of `dtype`'s elements (float, double,
+// int64_t, int32_t; uint8_t for bool): the host generator's and the
+// kernel's one dispatch. False, without a call, for any other dtype.
+template <class F> bool withSyntheticType(int dtype, F &&f) {
+  switch (dtype) {
+  case PIPEC_F32: f(float{}); return true;
+  case PIPEC_F64: f(double{}); return true;
+  case PIPEC_I64: f(int64_t{}); return true;
+  case PIPEC_I32: f(int32_t{}); return true;
+  case PIPEC_BOOL: f(uint8_t{}); return true;
+  }
+  return false;
+}
+
 } // namespace pipec::io

@@ -31,14 +31,10 @@ void syntheticData(const io::SyntheticField &field, uint64_t first, uint64_t cou
     detail::fail("syntheticData", std::to_string(count) + " samples of " + std::to_string(field.sampleElements) +
                                       " elements overflow int64");
   const int64_t n = (int64_t)count * field.sampleElements;
-  switch (field.dtype) {
-  case PIPEC_F32: return launchSyntheticData<float>(field, first, n, out);
-  case PIPEC_F64: return launchSyntheticData<double>(field, first, n, out);
-  case PIPEC_I64: return launchSyntheticData<int64_t>(field, first, n, out);
-  case PIPEC_I32: return launchSyntheticData<int32_t>(field, first, n, out);
-  case PIPEC_BOOL: return launchSyntheticData<uint8_t>(field, first, n, out);
-  default: detail::fail("syntheticData", "dtype " + std::to_string(field.dtype) + " is not f32, f64, i64, i32 or bool");
-  }
+  const bool known = io::withSyntheticType(
+      field.dtype, [&](auto zero) { launchSyntheticData<decltype(zero)>(field, first, n, out); });
+  if (!known)
+    detail::fail("syntheticData", "dtype " + std::to_string(field.dtype) + " is not f32, f64, i64, i32 or bool");
 }
 
 } // namespace pipec::kernels::cuda
