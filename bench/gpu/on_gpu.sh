@@ -6,10 +6,10 @@
 # runs piperun as a singleton MPI rank (no mpirun).
 #
 # The default run fits one device call of 8 minutes (BENCH_GPU_BUDGET_S,
-# default 470 s, counted from the start of this script). Earlier runs recorded
-# no time per part, so the costs below are estimates from docs/gpu-runs.md's
-# per-iteration times plus ~5 s per piperun start; the log's [t+Ns] stamps
-# measure them. In this order:
+# default 470 s, counted from the start of this script). On 2026-11-27 on
+# H200s it took 182-205 s in all (docs/gpu-runs.md: set-up 6 s, pipec's rows
+# and profiles 30 s, PyTorch 130-150 s, checks and curves 20 s); the estimates
+# below are the older ones the budget rules were written from. In this order:
 #   set-up       untar, OpenMPI, the table jobs' synthetic weights (4 x 0.5 GB,
 #                in parallel): ~15 s
 #   pipec        the table's 4 jobs (GPT-2 124M and the Llama at 4 and 16 x
@@ -41,7 +41,9 @@
 # the training checks, from a bundle of `BENCH_GPU_EXTRA=1 prepare.sh` and the
 # third argument `extra`, in a call of their own (no budget applied).
 # Everything printed is also in OUT/log.txt. OUT gets at most 8 files
-# (log.txt, results.md, results.json, trained.tar; with extra, 3 profiles).
+# (log.txt, results.md, results.json, trained.tar, logs.tar (every piperun log),
+# profile-gpt2-b4.json and profile-llama-b4.json (op timers, when the budget
+# leaves 150 s after the table's rows); with extra, 3 profiles instead).
 set -u
 BUNDLE=$1; OUT=$(mkdir -p "$2" && cd "$2" && pwd); HERE=$(cd "$(dirname "$0")" && pwd); MODE=${3:-table}
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -74,6 +76,7 @@ for job in "$G"/jobs/*/; do
 done
 [ ${#fills[@]} = 0 ] || wait "${fills[@]}"
 el "set up"
+[ -x "$G/bin/cublaslt_epilogues" ] && { echo "=== cuBLASLt's epilogues with bf16"; timeout 30 "$G/bin/cublaslt_epilogues"; }
 
 if [ "$MODE" = table ]; then
 echo "=== table: pipec (piperun --log-every 1; the first iterations are warm-up)"
@@ -111,6 +114,14 @@ if [ -d "$job" ] && [ "$(left)" -gt 120 ]; then
   PIPEC_CUDNN_ATTENTION=0 timeout 60 "$PIPERUN" "$job" --iters 8 --log-every 1 > "$G/table-gpt2-b4-no-cudnn.log" 2>&1
   el "gpt2 4x1024 PIPEC_CUDNN_ATTENTION=0 rc=$?: $(grep -o '[0-9.]* ms/iter' "$G/table-gpt2-b4-no-cudnn.log" | tr '\n' ' ')"
 fi
+# Where the time goes, op by op (piperun --profile: the stages synchronize around each op, so
+# these are per-op times, not the run's): GPT-2 and the Llama at 4 x 1,024, 3 iterations.
+for model in gpt2 llama; do job=$G/jobs/table-$model-b4
+  if [ -d "$job" ] && [ "$(left)" -gt 150 ]; then
+    timeout 60 "$PIPERUN" "$job" --iters 3 --profile "$OUT/profile-$model-b4.json" --quiet > "$G/table-$model-b4-profile.log" 2>&1
+    el "$model 4x1024 --profile rc=$?"
+  fi
+done
 echo "=== table: PyTorch on the same GPU (eager, then torch.compile)"
 limit=$(( $(left) - 40 )); [ "$limit" -gt 30 ] || limit=30
 timeout "$limit" python3 "$HERE/torch_baseline.py" --table "$G/torch.jsonl" --deadline $((DEADLINE - 60)) \
@@ -128,8 +139,18 @@ for job in "$G"/jobs/train-*/; do name=$(basename "$job")
   timeout "$limit" "$PIPERUN" "$job" --iters "$STEPS" --export-weights "$G/trained/$name" > "$G/$name.log" 2>&1; rc=$?
   el "$name rc=$rc: $(grep -o 'final loss.*' "$G/$name.log" | tail -1)"; [ $rc = 0 ] || tail -5 "$G/$name.log"
 done
-# One tar (the device tool returns at most 8 files from OUT).
+CURVE=$(cat "$G/jobs/curve_steps" 2>/dev/null || echo 0)
+echo "=== loss curves: each bf16 check $CURVE steps (compare_curves.py on the host, against fp32 on a CPU rank)"
+for example in mlp cnn gpt; do job=$G/jobs/train-$example-bf16
+  [ -d "$job" ] && [ "$CURVE" -gt 0 ] || continue
+  if [ "$MODE" = table ] && [ "$(left)" -lt 10 ]; then el "curve-$example: skipped (budget)"; continue; fi
+  timeout 60 "$PIPERUN" "$job" --iters "$CURVE" --log-every 1 > "$G/curve-$example-bf16.log" 2>&1
+  el "curve-$example-bf16 rc=$?: $(grep -o 'loss [0-9.e+-]*' "$G/curve-$example-bf16.log" | tail -1)"
+done
+# One tar each (the device tool returns at most 8 files from OUT): the trained weights, and
+# every piperun log whole (the table above shows their last lines only).
 [ -d "$G/trained" ] && tar -C "$G" -cf "$OUT/trained.tar" trained
+(cd "$G" && tar -cf "$OUT/logs.tar" ./*.log)
 
 if [ "$MODE" = table ]; then
   echo "=== the table"

@@ -53,6 +53,13 @@ for example in cuda_target.EXAMPLES:
 with open(os.path.join(work, "jobs", "steps"), "w") as f:
     f.write(f"{cuda_target.STEPS}\n")
 PY
+# The 50-step loss curves (docs/gpu-runs.md, "bf16 tracks fp32"): each example's fp32 job on a
+# CPU rank here; on_gpu.sh trains the bf16 CUDA job as many steps, compare_curves.py compares.
+echo 50 > "$WORK/jobs/curve_steps"
+for example in mlp cnn gpt; do
+  mpirun -np 1 "$PIPERUN" "$WORK/cpu/train-$example-fp32" --iters 50 --log-every 1 > "$WORK/cpu/curve-$example-fp32.log" 2>&1 ||
+    { echo "FAILED: the CPU curve of $example (see $WORK/cpu/curve-$example-fp32.log)"; exit 1; }
+done
 # The table: --micro-batch-size b, 2 micro-batches (on_gpu.sh reads the plan's
 # memory against the card's before running). BENCH_GPU_EXTRA=1 builds the
 # earlier speed runs' jobs instead (the bundle stays ~13 MB either way; the
@@ -83,7 +90,12 @@ done
 fi
 # The bundle.
 S=$WORK/stage; rm -rf "$S"; mkdir -p "$S"/{bin,mpi,common,cudart,jobs,models,sys/usr/share,sys/etc} "$S/sys/usr/lib/x86_64-linux-gnu"/{openmpi,pmix2}
-cp "$PIPERUN" "$S/bin/"; cp /usr/bin/orterun "$S/bin/mpirun"; cp /usr/bin/orted "$S/bin/"
+cp "$PIPERUN" "$S/bin/"
+# What cuBLASLt runs with bf16 (on_gpu.sh prints it): built against CUDA's cuBLAS(Lt) and runtime.
+nvcc_root=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")")
+clang++-22 -O1 -std=c++17 -I"$nvcc_root/include" "$HERE/cublaslt_epilogues.cpp" -o "$S/bin/cublaslt_epilogues" \
+  -L"$nvcc_root/lib64" -lcublasLt -lcublas -lcudart
+ cp /usr/bin/orterun "$S/bin/mpirun"; cp /usr/bin/orted "$S/bin/"
 cp -a /usr/lib/x86_64-linux-gnu/openmpi/lib "$S/sys/usr/lib/x86_64-linux-gnu/openmpi/"
 cp -a /usr/lib/x86_64-linux-gnu/pmix2/lib /usr/lib/x86_64-linux-gnu/pmix2/share "$S/sys/usr/lib/x86_64-linux-gnu/pmix2/"
 find "$S/sys" -name '*.a' -delete
@@ -99,11 +111,11 @@ for f in "$PIPERUN" /usr/bin/orterun /usr/bin/orted "$S"/sys/usr/lib/x86_64-linu
                                *) cp -L "$lib" "$S/common/";; esac
   done
 cp -L "$(ldd "$PIPERUN" | awk '/libcudart/ {print $3}')" "$S/cudart/"
-cp "$WORK/jobs/steps" "$S/jobs/"; cp "$WORK/models/table_models.json" "$S/models/"
+cp "$WORK/jobs/steps" "$WORK/jobs/curve_steps" "$S/jobs/"; cp "$WORK/models/table_models.json" "$S/models/"
 for job in "$WORK"/jobs/*/; do name=$(basename "$job"); mkdir -p "$S/jobs/$name/stages"
   cp -a "$job/plan.json" "$job/schedule" "$job/weights" "$S/jobs/$name/"
   cp -a "$job"/stages/*.so "$job"/stages/*.constants.bin "$S/jobs/$name/stages/"
   case $name in train-*) ;; *) "$PY" "$HERE/synthetic_weights.py" strip "$S/jobs/$name";; esac
 done
-tar -C "$S" -cf - . | xz -T0 -6 > "$WORK/bundle.tar.xz"; rm -rf "$S"
+tar -C "$S" -cf - . | xz -T1 --lzma2=preset=6,dict=256MiB > "$WORK/bundle.tar.xz"; rm -rf "$S"
 ls -la "$WORK/bundle.tar.xz"

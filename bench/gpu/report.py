@@ -95,7 +95,7 @@ def table(meta_path, row_paths, out, device):
                              order.get(r["mode"], 9)))
     torch_version = next((r["torch"] for r in rows if r.get("torch")), "?")
     lines = [f"# bench/gpu table: {device}", "",
-             f"One rank, one GPU; pipec `--precision bf16` (bf16 GEMM inputs, fp32 storage), PyTorch {torch_version} "
+             f"One rank, one GPU; pipec `--precision bf16` (bf16 activations and gradients, fp32 master weights and optimizer state), PyTorch {torch_version} "
              "bf16 autocast (eager, and torch.compile mode default); 2 micro-batches per iteration, AdamW, synthetic "
              "tokens; median ms per iteration after warm-up (iterations: warm-up + measured).", "",
              FORMULA + ".", "",

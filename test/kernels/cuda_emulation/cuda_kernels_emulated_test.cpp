@@ -1308,8 +1308,10 @@ static void testBf16Reduce() {
 static void testBf16Linalg() {
   const pk::Unary activations[] = {pk::Unary::Relu, pk::Unary::GeluTanh, pk::Unary::Tanh};
   const int bf16Before = emu::gemmBf16Calls, ltBefore = emu::ltBf16Calls;
-  for (bool floatBias : {true, false}) {
-    emu::ltFloatBiasWithBf16 = floatBias;
+  // First with cublasLtMatmul refusing what its heuristic offered: every
+  // shape falls back to cuBLAS at its first call, and stays there.
+  for (bool matmulRefuses : {true, false}) {
+    emu::ltMatmulRefuses = matmulRefuses;
     for (int it = 0; it < 50; ++it) {
       const int64_t M = ri(1, 7), N = ri(1, 7), K = ri(it % 15 == 0 ? 0 : 1, 9);
       const bool ta = ri(0, 1), tb = ri(0, 1);
@@ -1326,7 +1328,7 @@ static void testBf16Linalg() {
       const float *c = cKind == 0 ? nullptr : C.data() + offset;
       ctx = "bf16 gemm " + std::string(activation ? pipec::unaryName(*activation) : "none") + " M" + std::to_string(M) +
             " N" + std::to_string(N) + " K" + std::to_string(K) + " C" + cs.str() + (cKind ? "" : "(none)") + " ta" +
-            std::to_string(ta) + " tb" + std::to_string(tb) + (floatBias ? "" : " (no float bias)");
+            std::to_string(ta) + " tb" + std::to_string(tb) + (matmulRefuses ? " (cublasLtMatmul refuses)" : "");
       pk::gemm(A.data() + offset, B.data() + offset, c, cs, yc.data(), M, N, K, ta, tb, 0.7f, beta, activation);
       pc::gemm(Ab.data() + offset, Bb.data() + offset, c, cs, yg.data() + offset, M, N, K, ta, tb, 0.7f, beta,
                activation);
@@ -1342,7 +1344,7 @@ static void testBf16Linalg() {
       cmp(yc, yf, 1e-5, "float Y");
     }
   }
-  emu::ltFloatBiasWithBf16 = true;
+  emu::ltMatmulRefuses = false;
   std::vector<std::pair<Shape, Shape>> mm = {
       {Shape{3, 4}, Shape{4, 5}}, {Shape{4}, Shape{4, 5}}, {Shape{2, 3, 4}, Shape{4, 5}}, {Shape{2, 3, 4}, Shape{2, 4, 5}},
       {Shape{1, 2, 3, 4}, Shape{2, 1, 4, 5}}, {Shape{2, 3, 0}, Shape{0, 5}}, {Shape{3, 2, 3, 4}, Shape{1, 4, 5}}};
@@ -1725,11 +1727,14 @@ static void testFlashAttention() {
   // A causal mask declared as such (what generated code does for a constant
   // one, pk::declareCausalMask): cuDNN's causal mode, no bias kernel. With a
   // fill that does not vanish (-1: masked scores are -1, not s·scale - 1),
-  // cuDNN cannot take the mask at all: pipec's kernels.
+  // cuDNN cannot take the mask at all: pipec's kernels. `training` as
+  // generated code passes it: whether dropout is active, so false without
+  // dropout, in the backward too (which must still run on cuDNN).
   for (float fill : {-INFINITY, -1.0f})
     for (float ratio : {0.0f, 0.3f}) {
       const Shape qs{2, 3, 24, 16}, ks{2, 3, 24, 16}, vs{2, 3, 24, 8}, ms{1, 1, 24, 24};
       ctx = std::string("flash attention causal") + (fill < -1e4f ? "" : " fill -1") + (ratio > 0 ? " dropout" : "");
+      const bool training = ratio > 0;
       auto q = randbf(qs.numel()), k = randbf(ks.numel()), v = randbf(vs.numel());
       auto qb = toBf(q), kb = toBf(k), vb = toBf(v);
       std::vector<uint8_t> keep(ms.numel()); // 1 where kept (maskedWhen false), as GPT-2 exports it
@@ -1739,11 +1744,11 @@ static void testFlashAttention() {
       std::vector<float> yc(rows * 8), lc(rows), lg(rows);
       std::vector<bf> yg(rows * 8, bf(NAN));
       pk::attention(q.data(), qs, k.data(), ks, v.data(), vs, keep.data(), nullptr, ms, 0.25f, false, fill, false,
-                    ratio, true, cpuKey, yc.data(), lc.data());
+                    ratio, training, cpuKey, yc.data(), lc.data());
       const long executesBefore = emu::cudnnExecutes;
       const int launchesBefore = emu::launches;
       pc::attention(qb.data(), qs, kb.data(), ks, vb.data(), vs, keep.data(), nullptr, ms, 0.25f, false, fill, false,
-                    ratio, true, deviceKey, yg.data(), lg.data());
+                    ratio, training, deviceKey, yg.data(), lg.data());
       cmpBfTol(yc, yg, 1.0 / 128, "y");
       cmp(lc, lg, 1e-5, "lse");
       ++checks;
@@ -1759,10 +1764,16 @@ static void testFlashAttention() {
       std::vector<float> dqc(q.size()), dkc(k.size()), dvc(v.size());
       std::vector<bf> dqg(q.size(), bf(NAN)), dkg(k.size(), bf(NAN)), dvg(v.size(), bf(NAN));
       pk::attentionGrad(dy.data(), q.data(), qs, k.data(), ks, v.data(), vs, keep.data(), nullptr, ms, yr.data(),
-                        lc.data(), 0.25f, false, fill, false, ratio, true, cpuKey, dqc.data(), dkc.data(), dvc.data());
+                        lc.data(), 0.25f, false, fill, false, ratio, training, cpuKey, dqc.data(), dkc.data(), dvc.data());
+      const long gradExecutesBefore = emu::cudnnExecutes;
       pc::attentionGrad(dyb.data(), qb.data(), qs, kb.data(), ks, vb.data(), vs, keep.data(), nullptr, ms, yb.data(),
-                        lg.data(), 0.25f, false, fill, false, ratio, true, deviceKey, dqg.data(), dkg.data(),
+                        lg.data(), 0.25f, false, fill, false, ratio, training, deviceKey, dqg.data(), dkg.data(),
                         dvg.data());
+      if (emu::cudnnExecutes - gradExecutesBefore != (causal ? 1 : 0)) {
+        std::printf("FAIL %s: the backward ran cuDNN %ld times, expected %d\n", ctx.c_str(),
+                    emu::cudnnExecutes - gradExecutesBefore, causal ? 1 : 0);
+        ++failures;
+      }
       cmpBfNormwise(dqc, dqg, kGradTol, "dq");
       cmpBfNormwise(dkc, dkg, kGradTol, "dk");
       cmpBfNormwise(dvc, dvg, kGradTol, "dv");

@@ -416,12 +416,17 @@ PlanKey keyOf(const Geometry &g, const AttentionOperands &a, bool backward) {
           bitsOf(scale), bitsOf(dropout)};
 }
 
-/// The plans the call needs (forward; and backward when training, so that
-/// both halves run on cuDNN or neither does), or null when cuDNN declines.
+/// The plans the call needs, or null when cuDNN declines: the call's own,
+/// and the forward's for a backward; with dropout both, so that the two
+/// halves of one attention draw from one generator. `training` says only
+/// whether dropout is active: generated code passes false for an attention
+/// without dropout, in the backward too (docs/gpu-runs.md: once read as "no
+/// backward", it sent every such backward to pipec's kernels, 12x slower).
 const Plan *plansFor(DeviceContext &c, const Geometry &g, const AttentionOperands &a, bool backward) {
   const Plan &forward = planFor(c, keyOf(g, a, false));
   if (!forward.graph) return nullptr;
-  if (!a.training) return backward ? nullptr : &forward;
+  const bool dropout = a.training && a.dropoutRatio > 0;
+  if (!backward && !dropout) return &forward;
   const Plan &grad = planFor(c, keyOf(g, a, true));
   if (!grad.graph) return nullptr;
   return backward ? &grad : &forward;

@@ -37,7 +37,10 @@ struct BlasLt {
   cublasLtHandle_t handle;
   void *workspace;
 };
-constexpr size_t kBlasLtWorkspaceBytes = size_t(4) << 20;
+constexpr size_t kBlasLtWorkspaceBytes = size_t(32) << 20; // what cuBLASLt's guide suggests for Hopper
+/// The workspace's last bytes: the copy of a GEMM's float bias in a bf16 Y's
+/// type (linalg.cu); cuBLASLt is offered the rest.
+constexpr size_t kBlasLtBiasCopyBytes = size_t(64) << 10;
 BlasLt blasLt();
 
 /// Errors only device code can see. A kernel writes the first one it meets

@@ -6,7 +6,9 @@
 #include "gemm.cuh"
 #include "nn_common.cuh"
 
+#include <cstdio>
 #include <map>
+#include <set>
 #include <memory>
 #include <tuple>
 #include <type_traits>
@@ -126,7 +128,27 @@ struct LtPlan {
   LtDescriptors desc;
   cublasLtMatmulHeuristicResult_t heuristic{};
   bool found = false;
+  bool ran = false; // cublasLtMatmul accepted it once
 };
+
+/// The workspace cuBLASLt is offered: the rest holds a bias copy.
+constexpr size_t kLtWorkspaceBytes = detail::kBlasLtWorkspaceBytes - detail::kBlasLtBiasCopyBytes;
+
+/// cuBLASLt's answers to a combination of types and epilogue that it does
+/// not run (a float bias with a bf16 Y, an aux matrix it cannot address):
+/// the GEMM then takes the cuBLAS path and our kernels, and says so once.
+bool ltRefused(cublasStatus_t status) {
+  return status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE;
+}
+void sayLtRefused(const char *op, const LtKey &key, const char *why) {
+  static std::set<std::tuple<int, int, int, bool>> said; // epilogue, types, bias: once each per process
+  if (!said.insert({key.epilogue, key.abType, key.yType, key.bias}).second) return;
+  std::fprintf(stderr,
+               "pipec: %s: cuBLASLt refused epilogue %d (A/B type %d, Y type %d%s; first shape M=%lld N=%lld K=%lld): "
+               "%s; these GEMMs run on cuBLAS and pipec's kernels\n",
+               op, key.epilogue, key.abType, key.yType, key.bias ? ", a bias" : "", (long long)key.M,
+               (long long)key.N, (long long)key.K, why);
+}
 
 /// Builds the descriptors of `key` and asks the heuristic once (`aux`: the
 /// first call's aux matrix, whose address the heuristic reads).
@@ -144,10 +166,9 @@ std::unique_ptr<LtPlan> planEpilogueGemm(const char *op, const LtKey &key, const
   detail::checkBlas(cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_TRANSB, &opA, sizeof opA), op);
   detail::checkBlas(
       cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue), op);
-  // The bias is float (a parameter) whatever Y is; by default cuBLASLt reads
-  // it as Y's type (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE). Should
-  // the heuristic refuse a float bias with a bf16 Y, the GEMM takes the
-  // cuBLAS path.
+  // The bias is read as Y's type (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE left
+  // unset): cuBLASLt 13.1 refuses a float bias with a bf16 Y
+  // (docs/gpu-runs.md), so epilogueGemm passes a bf16 copy of it then.
   if (aux) {
     // The aux matrix (the GELU's input) is Y's shape and type: Y^T's leading
     // dimension, which cuBLASLt wants divisible by 8 (the caller checks).
@@ -158,12 +179,6 @@ std::unique_ptr<LtPlan> planEpilogueGemm(const char *op, const LtKey &key, const
     detail::checkBlas(
         cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxLd, sizeof auxLd), op);
   }
-  if (key.bias && key.yType != CUDA_R_32F) {
-    const int32_t biasType = CUDA_R_32F;
-    detail::checkBlas(cublasLtMatmulDescSetAttribute(desc.matmul, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType,
-                                                     sizeof biasType),
-                      op);
-  }
   const cudaDataType abType = static_cast<cudaDataType>(key.abType), yType = static_cast<cudaDataType>(key.yType);
   // Stored row-major matrices read as column-major: B is [N,K] (or [K,N]
   // when transposed), A is [K,M] (or [M,K]), Y^T is [N,M].
@@ -171,7 +186,7 @@ std::unique_ptr<LtPlan> planEpilogueGemm(const char *op, const LtKey &key, const
   detail::checkBlas(cublasLtMatrixLayoutCreate(&desc.b, abType, transA ? M : K, transA ? K : M, transA ? M : K), op);
   detail::checkBlas(cublasLtMatrixLayoutCreate(&desc.d, yType, N, M, N), op);
   detail::checkBlas(cublasLtMatmulPreferenceCreate(&desc.preference), op);
-  const uint64_t workspaceBytes = detail::kBlasLtWorkspaceBytes;
+  const uint64_t workspaceBytes = kLtWorkspaceBytes;
   detail::checkBlas(cublasLtMatmulPreferenceSetAttribute(desc.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                          &workspaceBytes, sizeof workspaceBytes),
                     op);
@@ -186,8 +201,9 @@ std::unique_ptr<LtPlan> planEpilogueGemm(const char *op, const LtKey &key, const
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(key.handle, desc.matmul, desc.a, desc.b, desc.d,
                                                                desc.d, desc.preference, 1, &plan->heuristic, &found);
-  if (status != CUBLAS_STATUS_NOT_SUPPORTED) detail::checkBlas(status, op);
+  if (!ltRefused(status)) detail::checkBlas(status, op);
   plan->found = status == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (!plan->found) sayLtRefused(op, key, status == CUBLAS_STATUS_SUCCESS ? "no algorithm" : cublasGetStatusString(status));
   return plan;
 }
 
@@ -204,6 +220,7 @@ template <class T, class TY>
 bool epilogueGemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
                   const T *A, const T *B, const float *bias, cublasLtEpilogue_t epilogue, TY *Y,
                   const TY *aux = nullptr) {
+  if (!std::is_same_v<TY, float> && bias && N * sizeof(TY) > detail::kBlasLtBiasCopyBytes) return false;
   const detail::BlasLt lt = detail::blasLt();
   const LtKey key{lt.handle,
                   static_cast<int>(computeTypeFor<T>()),
@@ -224,19 +241,36 @@ bool epilogueGemm(const char *op, bool transA, bool transB, int64_t M, int64_t N
   std::unique_ptr<LtPlan> &plan = plans[key];
   if (!plan) plan = planEpilogueGemm(op, key, aux);
   if (!plan->found) return false;
+  const void *ltBias = bias;
+  if constexpr (!std::is_same_v<TY, float>) {
+    if (bias) { // Y's type: a copy of the float parameter, rounded, in the workspace's tail
+      TY *copy = reinterpret_cast<TY *>(static_cast<char *>(lt.workspace) + kLtWorkspaceBytes);
+      cast(bias, N, copy);
+      ltBias = copy;
+    }
+  }
   if (bias)
     detail::checkBlas(
-        cublasLtMatmulDescSetAttribute(plan->desc.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), op);
+        cublasLtMatmulDescSetAttribute(plan->desc.matmul, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ltBias, sizeof ltBias),
+        op);
   if (aux)
     detail::checkBlas(
         cublasLtMatmulDescSetAttribute(plan->desc.matmul, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
         op);
   const float beta = 0.0f;
   const LtDescriptors &desc = plan->desc;
-  detail::checkBlas(cublasLtMatmul(lt.handle, desc.matmul, &alpha, B, desc.a, A, desc.b, &beta, Y, desc.d, Y, desc.d,
-                                   &plan->heuristic.algo, lt.workspace, plan->heuristic.workspaceSize,
-                                   detail::stream()),
-                    op);
+  const cublasStatus_t status =
+      cublasLtMatmul(lt.handle, desc.matmul, &alpha, B, desc.a, A, desc.b, &beta, Y, desc.d, Y, desc.d,
+                     &plan->heuristic.algo, lt.workspace, plan->heuristic.workspaceSize, detail::stream());
+  // A refusal at the first call launched nothing: this shape takes the
+  // cuBLAS path from now on. Later, the same plan has run, so it is an error.
+  if (ltRefused(status) && !plan->ran) {
+    plan->found = false;
+    sayLtRefused(op, key, cublasGetStatusString(status));
+    return false;
+  }
+  detail::checkBlas(status, op);
+  plan->ran = true;
   return true;
 }
 

@@ -75,9 +75,13 @@ struct cublasLtMatmulHeuristicResult_t {
 };
 
 namespace emu {
-// Whether the heuristic offers an algorithm for a float bias with a bf16 D
-// (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE): the tests run both answers.
-inline bool ltFloatBiasWithBf16 = true;
+// cuBLASLt 13.1's heuristic refuses a float bias with a bf16 D
+// (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE) with CUBLAS_STATUS_INVALID_VALUE, on
+// an H200 (docs/gpu-runs.md): so does this one.
+// Whether cublasLtMatmul refuses (CUBLAS_STATUS_INVALID_VALUE) what the
+// heuristic offered, as a library may: the caller must fall back at the
+// first call.
+inline bool ltMatmulRefuses = false;
 // Whether the heuristic offers the aux epilogues (GELU_AUX, DGELU); off, the
 // library's refusal on a card or version without them is emulated.
 inline bool ltAuxEpilogues = true;
@@ -90,7 +94,10 @@ inline bool ltTypesSupported(const EmuLtDesc *d, const EmuLtLayout *a, const Emu
   if (d->epilogue & 128) { // an aux matrix: offered, with a leading dimension the library takes
     if (!ltAuxEpilogues || d->auxLd % 8 != 0 || d->auxLd < (int64_t)dl->rows) return false;
   }
-  return bias == (int32_t)dl->type || (bias == CUDA_R_32F && ltFloatBiasWithBf16);
+  return bias == (int32_t)dl->type;
+}
+inline bool ltFloatBiasWithBf16D(const EmuLtDesc *d, const EmuLtLayout *dl) {
+  return (d->epilogue & CUBLASLT_EPILOGUE_BIAS) && d->biasType == CUDA_R_32F && dl->type == CUDA_R_16BF;
 }
 inline void setAttribute(void *field, size_t fieldSize, const void *buf, size_t size) {
   if (size != fieldSize) die("cuBLASLt attribute of the wrong size");
@@ -157,7 +164,7 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
   ++emu::ltHeuristicCalls;
   if (!emu::ltTypesSupported(d, a, b, c, dl)) {
     *found = 0;
-    return CUBLAS_STATUS_NOT_SUPPORTED;
+    return emu::ltFloatBiasWithBf16D(d, dl) ? CUBLAS_STATUS_INVALID_VALUE : CUBLAS_STATUS_NOT_SUPPORTED;
   }
   results[0] = {};
   std::memcpy(results[0].algo.data, p->alignment, sizeof p->alignment);
@@ -172,6 +179,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
                                      cudaStream_t stream) {
   emu::checkStream(stream);
   if (!emu::ltTypesSupported(d, a, b, c, dl)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (emu::ltMatmulRefuses) return CUBLAS_STATUS_INVALID_VALUE;
   {
     // Captured: the descriptors, the algorithm and alpha/beta as they are now.
     const EmuLtDesc desc = *d;

@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""compare_curves.py GPU_LOGS CPU_LOGS: each example's loss over on_gpu.sh's curve
+steps, bf16 on the GPU (GPU_LOGS/curve-<example>-bf16.log, from OUT/logs.tar)
+against fp32 on a CPU rank (CPU_LOGS/curve-<example>-fp32.log, from prepare.sh).
+
+Tolerance (docs/gpu-runs.md, "bf16 tracks fp32"): every step's loss within 5%
+of the fp32 loss, relative. bf16 keeps 8 significant bits (a relative rounding
+of 2^-9 = 0.2% per stored value); the loss is a mean over every token of the
+micro-batches, so single roundings average out, but over 50 steps the weights
+that the two runs update drift apart, and 5% leaves room for that drift while
+a wrong gradient (a sign, a missing term, a stale buffer) moves a toy model's
+loss by far more within a few steps."""
+import os
+import re
+import sys
+
+TOLERANCE = 0.05
+LOSS = re.compile(r"iter (\d+)/\d+\s+loss ([0-9.eE+-]+|nan|inf)")
+
+
+def losses(path):
+    with open(path) as f:
+        return {int(m.group(1)): float(m.group(2)) for m in LOSS.finditer(f.read())}
+
+
+def main():
+    gpu_dir, cpu_dir = sys.argv[1], sys.argv[2]
+    failures = 0
+    for example in ("mlp", "cnn", "gpt"):
+        gpu_log = os.path.join(gpu_dir, f"curve-{example}-bf16.log")
+        cpu_log = os.path.join(cpu_dir, f"curve-{example}-fp32.log")
+        if not os.path.exists(gpu_log):
+            print(f"FAIL {example}: no GPU curve ({gpu_log})")
+            failures += 1
+            continue
+        gpu, cpu = losses(gpu_log), losses(cpu_log)
+        steps = sorted(cpu)
+        missing = [s for s in steps if s not in gpu]
+        differences = [abs(gpu[s] - cpu[s]) / abs(cpu[s]) for s in steps if s in gpu]
+        worst = max(differences, default=float("inf"))
+        if worst != worst:  # a NaN loss on either side
+            worst = float("inf")
+        ok = not missing and worst <= TOLERANCE
+        failures += not ok
+        mean = sum(differences) / len(differences) if differences else float("nan")
+        print(f"{'ok  ' if ok else 'FAIL'} {example}: {len(steps)} steps, loss {cpu[steps[0]]:.4g} -> "
+              f"{cpu[steps[-1]]:.4g} (CPU fp32) / {gpu.get(steps[-1], float('nan')):.4g} (GPU bf16); "
+              f"relative difference max {worst:.3g}, mean {mean:.3g} (tolerance {TOLERANCE})"
+              + (f"; steps missing on the GPU: {len(missing)}" if missing else ""))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
