@@ -750,8 +750,11 @@ struct DecomposedAttention : OpRewritePattern<nn::MatMulOp> {
       return failure();
     chain.push_back(scores);
     Value query = scores.getOperand(0), keyT = scores.getOperand(1);
+    // K^T written as a transpose (of the projection's [B..., T, H, D] as
+    // GPT-2's exports do, or of K): absorbed, K is then one transpose of
+    // its input (none when the two compose to the identity).
     auto keyTransposed = keyT.getDefiningOp<nn::TransposeOp>();
-    const bool absorbTranspose = keyTransposed && keyT.hasOneUse() && swapsLastTwoAxes(keyTransposed.getPerm());
+    const bool absorbTranspose = keyTransposed && keyT.hasOneUse();
     if (absorbTranspose)
       chain.push_back(keyTransposed);
     std::optional<ArrayRef<int64_t>> maskShape;
@@ -771,10 +774,15 @@ struct DecomposedAttention : OpRewritePattern<nn::MatMulOp> {
     scoresShape.back() = keyShape[keyShape.size() - 2];
     if (type.getShape() != ArrayRef<int64_t>(scoresShape) || !sameStage(chain))
       return failure();
-    Value key = absorbTranspose ? keyTransposed.getInput() : Value();
-    if (!key) {
-      auto transpose = nn::TransposeOp::create(rewriter, scores.getLoc(), keyT,
-                                               rewriter.getDenseI64ArrayAttr(lastTwoAxesSwap(keyShape.size())));
+    // K = swap(keyT) = swap(transpose(x, p)) = transpose(x, p[swap[i]]).
+    const SmallVector<int64_t> swap = lastTwoAxesSwap(keyShape.size());
+    Value key = absorbTranspose ? keyTransposed.getInput() : keyT;
+    SmallVector<int64_t> perm(swap);
+    if (absorbTranspose)
+      for (size_t axis = 0; axis < swap.size(); ++axis)
+        perm[axis] = keyTransposed.getPerm()[swap[axis]];
+    if (!llvm::equal(perm, llvm::seq<int64_t>(0, perm.size()))) {
+      auto transpose = nn::TransposeOp::create(rewriter, scores.getLoc(), key, rewriter.getDenseI64ArrayAttr(perm));
       inheritPlacement(scores, transpose, /*withCost=*/false);
       key = transpose;
     }

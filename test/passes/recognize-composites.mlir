@@ -479,3 +479,24 @@ func.func @attention_heads(%q: tensor<2x16x4x8xf32>, %k: tensor<2x12x4x8xf32>, %
   %c, %lse3 = nn.attention %qt3, %k2, %vt3 {scale = 0.125 : f32} : (tensor<2x4x16x8xf32>, tensor<2x4x12x8xf32>, tensor<2x4x12x6xf32>) -> (tensor<2x4x16x6xf32>, tensor<2x4x16x1xf32>)
   return %r, %lse, %b, %c, %k2 : tensor<2x16x24xf32>, tensor<2x4x16x1xf32>, tensor<2x4x16x6xf32>, tensor<2x4x16x6xf32>, tensor<2x4x12x8xf32>
 }
+
+// GPT-2's heads as its exports write them: q and v transposed to
+// [B, H, S, D], K^T in one transpose of the projection ([B, T, H, D] to
+// [B, H, D, T]). The K^T transpose composes with the swap back into the
+// head transpose, so the attention becomes sequence-major and no transpose
+// is left.
+// CHECK-LABEL: func.func @attention_heads_key_transposed_once
+// CHECK-NOT: nn.transpose
+// CHECK: %[[A:.*]], %{{.*}} = nn.attention %arg0, %arg1, %arg2, %arg3 {fill = -1.000000e+09 : f32, scale = 0.353553385 : f32, sequence_major = true}
+// CHECK-NOT: nn.transpose
+// CHECK: return
+func.func @attention_heads_key_transposed_once(%q: tensor<2x16x4x8xf32>, %k: tensor<2x16x4x8xf32>, %v: tensor<2x16x4x8xf32>, %mask: tensor<1x1x16x16xi1>) -> tensor<2x16x4x8xf32> {
+  %qt = nn.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %ktt = nn.transpose %k {perm = array<i64: 0, 2, 3, 1>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x8x16xf32>
+  %vt = nn.transpose %v {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %s = nn.matmul %qt, %ktt : (tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x16x16xf32>
+  %p = nn.masked_softmax %s, %mask {fill = -1.0e9 : f32, scale = 0.353553385 : f32} : (tensor<2x4x16x16xf32>, tensor<1x1x16x16xi1>) -> tensor<2x4x16x16xf32>
+  %a = nn.matmul %p, %vt : (tensor<2x4x16x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+  %merged = nn.transpose %a {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x16x8xf32>) -> tensor<2x16x4x8xf32>
+  return %merged : tensor<2x16x4x8xf32>
+}
