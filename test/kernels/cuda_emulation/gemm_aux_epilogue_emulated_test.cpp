@@ -11,6 +11,9 @@
 // each at pointer offsets off cuBLASLt's default alignment. The results
 // must match the CPU's f(product), product and f'(x)·product within the
 // storage's rounding; the launches per call are counted.
+// Also the bf16 GEMMs of a vocabulary-sized odd N (testPaddedRows): the
+// forward, input-gradient and accumulated weight-gradient products through
+// copies with 16-byte-aligned rows, one 2-D copy per misaligned matrix.
 #include "pipec/cuda_kernels.h"
 #include "pipec/cpu_kernels.h"
 #include "cuda_runtime.h"
@@ -154,6 +157,56 @@ static void testCases() {
   emu::ltAuxEpilogues = true;
 }
 
+/// The three GEMMs of a vocabulary projection with an odd vocabulary V (as
+/// GPT-2's 50,257) in bf16, large enough for the padded copies: logits
+/// [M, V] = x [M, D] W^T (Y's rows misaligned), dx [M, D] = dlogits W
+/// (A's), dW [V, D] += dlogits^T x (A's, transposed, into float).
+static void testPaddedRows() {
+  const int64_t M = 512, V = 8193, D = 16; // M·V > 2^22: the copies' threshold
+  const auto x = randomValues(M * D), W = randomValues(V * D), dlogits = randomValues(M * V);
+  const auto xb = stored<bf>(x), Wb = stored<bf>(W), dlb = stored<bf>(dlogits);
+  auto run = [&](const char *what, int copiesWanted, auto &&cpu, auto &&cuda) {
+    ctx = std::string("padded rows: ") + what;
+    const long copiesBefore = emu::streamCopies;
+    const Launches before = countNow();
+    cuda();
+    const Launches after = countNow();
+    expect(after.gemms - before.gemms == 1 && emu::streamCopies - copiesBefore == copiesWanted,
+           "one GEMM and " + std::to_string(copiesWanted) + " copies expected, got " +
+               std::to_string(after.gemms - before.gemms) + " and " + std::to_string(emu::streamCopies - copiesBefore));
+    cpu();
+  };
+  std::vector<float> logits(M * V);
+  std::vector<bf> logitsG(M * V, bf(NAN));
+  run("logits = x W^T", 1,
+      [&] {
+        pk::gemm(x.data(), W.data(), nullptr, Shape{}, logits.data(), M, V, D, false, true, 1.0f, 0.0f);
+        expectNear(widened(logitsG.data(), M * V), logits, 1.0 / 128, "logits");
+      },
+      [&] { pc::gemm(xb.data(), Wb.data(), nullptr, Shape{}, logitsG.data(), M, V, D, false, true, 1.0f, 0.0f); });
+  std::vector<float> dx(M * D);
+  std::vector<bf> dxG(M * D, bf(NAN));
+  run("dx = dlogits W", 1,
+      [&] {
+        pk::gemm(dlogits.data(), W.data(), nullptr, Shape{}, dx.data(), M, D, V, false, false, 1.0f, 0.0f);
+        expectNear(widened(dxG.data(), M * D), dx, 1.0 / 64, "dx");
+      },
+      [&] { pc::gemm(dlb.data(), Wb.data(), nullptr, Shape{}, dxG.data(), M, D, V, false, false, 1.0f, 0.0f); });
+  auto dW = randomValues(V * D), dWG = dW; // accumulated into, in float
+  run("dW += dlogits^T x", 1,
+      [&] {
+        pk::gemm(dlogits.data(), x.data(), dW.data(), Shape{V, D}, dW.data(), V, D, M, true, false, 1.0f, 1.0f);
+        expectNear(dWG, dW, 1e-4, "dW");
+      },
+      [&] { pc::gemm(dlb.data(), xb.data(), dWG.data(), Shape{V, D}, dWG.data(), V, D, M, true, false, 1.0f, 1.0f); });
+  // Below the threshold (and in float) nothing is copied.
+  std::vector<float> small(64 * 9);
+  std::vector<bf> smallG(64 * 9);
+  run("a small misaligned Y", 0, [] {}, [&] {
+    pc::gemm(xb.data(), Wb.data(), nullptr, Shape{}, smallG.data(), 64, 9, D, false, true, 1.0f, 0.0f);
+  });
+}
+
 static void testErrors() {
   ctx = "errors";
   std::vector<float> one(64, 1.0f), out(64);
@@ -181,6 +234,7 @@ int main() {
   pc::StreamScope scope(fakeStream, pc::Precision::F32);
   try {
     testCases();
+    testPaddedRows();
     testErrors();
     pc::raiseDeviceErrors();
   } catch (const std::exception &e) {

@@ -375,6 +375,71 @@ template void expandTo<bf16>(const char *, const float *, const Shape &, bf16 *,
 //===----------------------------------------------------------------------===//
 
 namespace {
+/// Operands of at least this many elements whose rows are not 16-byte
+/// aligned take cublasGemm's padded copies; below it the copies cost more
+/// than the slow kernels.
+constexpr int64_t kPaddedGemmMinElements = int64_t(1) << 22;
+
+bool rowsAligned(int64_t ld, size_t elementBytes) { return ld * (int64_t)elementBytes % 16 == 0; }
+int64_t alignedLd(int64_t ld, size_t elementBytes) {
+  const int64_t perRow = 16 / (int64_t)elementBytes;
+  return (ld + perRow - 1) / perRow * perRow;
+}
+/// rows x width elements from rows `fromLd` apart to rows `toLd` apart.
+template <class E> void copyRows(const char *op, E *to, int64_t toLd, const E *from, int64_t fromLd, int64_t rows,
+                                 int64_t width) {
+  detail::check(cudaMemcpy2DAsync(to, toLd * sizeof(E), from, fromLd * sizeof(E), width * sizeof(E), rows,
+                                  cudaMemcpyDeviceToDevice, detail::stream()),
+                op);
+}
+
+/// Y[M,N] = alpha op(A) op(B) + beta Y on cuBLAS, row-major and contiguous.
+/// A bf16 operand or result whose rows are not 16-byte aligned (a leading
+/// dimension not a multiple of 8: GPT-2's 50,257-word vocabulary) keeps
+/// cuBLAS off its tensor-core kernels (the vocabulary GEMM ran at 93
+/// TFLOP/s on an H200, docs/gpu-runs.md). When such a matrix is large it is
+/// copied into kernel scratch with its leading dimension rounded up (one
+/// 2-D copy), and a misaligned Y is computed there and copied back.
+template <class T, class TY>
+void cublasGemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const T *A,
+                const T *B, float beta, TY *Y) {
+  const int64_t lda = transA ? M : K, ldb = transB ? K : N, ldy = N;
+  if constexpr (std::is_same_v<T, bf16>) {
+    const int64_t rowsA = transA ? K : M, rowsB = transB ? N : K;
+    const bool padA = !rowsAligned(lda, sizeof(T)) && rowsA * lda >= kPaddedGemmMinElements;
+    const bool padB = !rowsAligned(ldb, sizeof(T)) && rowsB * ldb >= kPaddedGemmMinElements;
+    const bool padY = !rowsAligned(ldy, sizeof(TY)) && M * ldy >= kPaddedGemmMinElements;
+    if ((padA || padB || padY) && M > 0 && N > 0 && K > 0) {
+      const int64_t lda16 = padA ? alignedLd(lda, sizeof(T)) : lda, ldb16 = padB ? alignedLd(ldb, sizeof(T)) : ldb,
+                    ldy16 = padY ? alignedLd(ldy, sizeof(TY)) : ldy;
+      const int64_t bytesA = padA ? ScratchNeed::alignedScratchBytes(rowsA * lda16 * (int64_t)sizeof(T)) : 0,
+                    bytesB = padB ? ScratchNeed::alignedScratchBytes(rowsB * ldb16 * (int64_t)sizeof(T)) : 0,
+                    bytesY = padY ? ScratchNeed::alignedScratchBytes(M * ldy16 * (int64_t)sizeof(TY)) : 0;
+      char *scratch = static_cast<char *>(detail::scratch(0, (size_t)(bytesA + bytesB + bytesY)));
+      const T *a = A, *b = B;
+      TY *y = Y;
+      if (padA) {
+        T *copy = reinterpret_cast<T *>(scratch);
+        copyRows(op, copy, lda16, A, lda, rowsA, lda);
+        a = copy;
+      }
+      if (padB) {
+        T *copy = reinterpret_cast<T *>(scratch + bytesA);
+        copyRows(op, copy, ldb16, B, ldb, rowsB, ldb);
+        b = copy;
+      }
+      if (padY) {
+        y = reinterpret_cast<TY *>(scratch + bytesA + bytesB);
+        if (beta != 0.0f) copyRows(op, y, ldy16, static_cast<const TY *>(Y), ldy, M, N);
+      }
+      nn::gemmStridedBatched(op, transA, transB, M, N, K, alpha, a, lda16, 0, b, ldb16, 0, beta, y, ldy16, 0, 1);
+      if (padY) copyRows(op, Y, ldy, static_cast<const TY *>(y), ldy16, M, N);
+      return;
+    }
+  }
+  nn::gemmStridedBatched(op, transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, Y, ldy, 0, 1);
+}
+
 template <class T, class TY>
 void gemmT(const T *A, const T *B, const float *C, const Shape &cs, TY *Y, int64_t M, int64_t N, int64_t K,
            bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation,
@@ -417,8 +482,7 @@ void gemmT(const T *A, const T *B, const float *C, const Shape &cs, TY *Y, int64
     nn::expandTo(op, C, cs, Y, ys); // a bf16 Y rounds C to bf16 here (docs/cuda-kernels.md)
     b = beta;
   }
-  nn::gemmStridedBatched(op, transA, transB, M, N, K, alpha, A, transA ? M : K, 0, B, transB ? K : N, 0, b, Y, N, 0,
-                         1);
+  cublasGemm(op, transA, transB, M, N, K, alpha, A, B, b, Y);
   if (activation) unary(*activation, Y, M * N, Y);
 }
 
