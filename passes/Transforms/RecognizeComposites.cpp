@@ -873,13 +873,61 @@ struct AttentionHeadTransposes : OpRewritePattern<nn::AttentionOp> {
   }
 };
 
+/// nn.rotary of a heads' split transpose ([B..., S, H, D] to [B..., H, S,
+/// D]) as Llama-family exports apply it: the rotary of the projection
+/// itself, transposed after, with cos and sin (broadcast to x) laid out as
+/// the projection is. The rotation runs along the last axis, which the swap
+/// keeps, so the two commute; the transpose then meets the attention, where
+/// AttentionHeadTransposes folds it (for heads that are not grouped). The
+/// tables move by a reshape when one of the swapped axes is 1 (as [S, D]
+/// or [1, 1, S, D] tables are), else by a transpose of the table.
+struct RotaryBeforeHeadTranspose : OpRewritePattern<nn::RotaryOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::RotaryOp rotary, PatternRewriter &rewriter) const override {
+    auto split = rotary.getInput().getDefiningOp<nn::TransposeOp>();
+    const int64_t rank = rotary.getInput().getType().getRank();
+    if (!split || rank < 3 || !rotary.getInput().hasOneUse() ||
+        split.getPerm() != ArrayRef<int64_t>(headAxesSwap(rank)) || !sameStage({rotary, split}))
+      return failure();
+    const SmallVector<int64_t> swap = headAxesSwap(rank);
+    auto relaid = [&](Value table) -> Value {
+      auto type = llvm::cast<RankedTensorType>(table.getType());
+      if (type.getRank() < 2)
+        return table; // no head or sequence axis: it broadcasts the same way
+      SmallVector<int64_t> aligned(rank - type.getRank(), 1);
+      aligned.append(type.getShape().begin(), type.getShape().end());
+      SmallVector<int64_t> swapped(aligned);
+      std::swap(swapped[rank - 3], swapped[rank - 2]);
+      if (aligned[rank - 3] == 1 || aligned[rank - 2] == 1)
+        return reshapeTo(rewriter, rotary, table, swapped);
+      auto transpose = nn::TransposeOp::create(rewriter, rotary.getLoc(),
+                                               RankedTensorType::get(swapped, type.getElementType()),
+                                               reshapeTo(rewriter, rotary, table, aligned),
+                                               rewriter.getDenseI64ArrayAttr(swap));
+      inheritPlacement(rotary, transpose, /*withCost=*/false);
+      return transpose;
+    };
+    Value cos = relaid(rotary.getCos()), sin = relaid(rotary.getSin());
+    Value projection = split.getInput();
+    auto moved = nn::RotaryOp::create(rewriter, rotary.getLoc(), projection.getType(), projection, cos, sin,
+                                      rotary.getInterleavedAttr(), rotary.getTransposedAttr());
+    inheritPlacement(rotary, moved, /*withCost=*/true);
+    auto transpose = nn::TransposeOp::create(rewriter, split.getLoc(), rotary.getType(), moved.getResult(),
+                                             rewriter.getDenseI64ArrayAttr(swap));
+    inheritPlacement(split, transpose, /*withCost=*/true);
+    rewriter.replaceOp(rotary, transpose.getResult());
+    rewriter.eraseOp(split);
+    return success();
+  }
+};
+
 struct RecognizeComposites : impl::RecognizeCompositesBase<RecognizeComposites> {
   using Base::Base;
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
     patterns.add<DecomposedLayerNorm, DecomposedLayerNormNoBias, DecomposedRmsNorm, DecomposedRmsNormByDivision,
                  DecomposedRotary, AddOfZeros, NaNGuardOfMaskedSoftmax, DecomposedAttention,
-                 AttentionHeadTransposes, DecomposedGelu,
+                 AttentionHeadTransposes, RotaryBeforeHeadTranspose, DecomposedGelu,
                  DecomposedMaskedSoftmax, AdditiveMaskedSoftmax>(
         &getContext());
     int64_t applied = 0;

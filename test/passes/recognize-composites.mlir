@@ -500,3 +500,31 @@ func.func @attention_heads_key_transposed_once(%q: tensor<2x16x4x8xf32>, %k: ten
   %merged = nn.transpose %a {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x16x8xf32>) -> tensor<2x16x4x8xf32>
   return %merged : tensor<2x16x4x8xf32>
 }
+
+// Llama-family heads: the rotary applied after the heads' split transpose.
+// The transpose moves after the rotary (its [S, D] tables reshaped to
+// [1, S, 1, D], their layout over [B, S, H, D]) and then folds into a
+// sequence-major attention: no transpose is left. A split transpose read
+// elsewhere too (%k2 below) keeps its rotary.
+// CHECK-LABEL: func.func @rotary_heads
+// CHECK: %[[C:.*]] = nn.reshape %arg3 : tensor<16x8xf32> -> tensor<1x16x1x8xf32>
+// CHECK: %[[S:.*]] = nn.reshape %arg4 : tensor<16x8xf32> -> tensor<1x16x1x8xf32>
+// CHECK: %[[Q:.*]] = nn.rotary %arg0, %[[C]], %[[S]] : (tensor<2x16x4x8xf32>, tensor<1x16x1x8xf32>, tensor<1x16x1x8xf32>) -> tensor<2x16x4x8xf32>
+// CHECK: %[[K:.*]] = nn.rotary %arg1,
+// CHECK: %[[A:.*]], %{{.*}} = nn.attention %[[Q]], %[[K]], %arg2 {scale = 0.353553385 : f32, sequence_major = true}
+// CHECK-NOT: nn.transpose %[[A]]
+// CHECK: %[[KT:.*]] = nn.transpose %arg1 {perm = array<i64: 0, 2, 1, 3>}
+// CHECK: nn.rotary %[[KT]]
+// CHECK: return
+func.func @rotary_heads(%q: tensor<2x16x4x8xf32>, %k: tensor<2x16x4x8xf32>, %v: tensor<2x16x4x8xf32>, %cos: tensor<16x8xf32>, %sin: tensor<16x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) {
+  %qt = nn.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %kt = nn.transpose %k {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %vt = nn.transpose %v {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %qr = nn.rotary %qt, %cos, %sin : (tensor<2x4x16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16x8xf32>
+  %kr = nn.rotary %kt, %cos, %sin : (tensor<2x4x16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16x8xf32>
+  %a, %lse = nn.attention %qr, %kr, %vt {scale = 0.353553385 : f32} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x1xf32>)
+  %merged = nn.transpose %a {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x16x8xf32>) -> tensor<2x16x4x8xf32>
+  %k2 = nn.transpose %k {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %kr2 = nn.rotary %k2, %cos, %sin : (tensor<2x4x16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16x8xf32>
+  return %merged, %kr2, %k2 : tensor<2x16x4x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>
+}
