@@ -5,6 +5,7 @@
 #include "pipec/cuda_kernels.h" // syntheticData
 #include "pipec/vocabulary.h" // kMinimumCudnnVersion
 
+#include <cublasLt.h>
 #include <dlfcn.h>
 #include <cctype>
 #include <cstdint>
@@ -60,12 +61,17 @@ CudaDevice::~CudaDevice() {
 }
 
 std::string CudaDevice::describe() const {
-  // The versions this rank runs with (the CUDA runtime piperun loaded, the driver's CUDA).
+  // The versions this rank runs with (the CUDA runtime piperun loaded, the driver's CUDA,
+  // the cuBLASLt the stages' GEMMs load: which epilogues it takes differs by version,
+  // docs/gpu-runs.md).
   int runtime = 0, driver = 0;
   auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
-  const std::string versions = cudaRuntimeGetVersion(&runtime) == cudaSuccess && cudaDriverGetVersion(&driver) == cudaSuccess
-                                   ? ", CUDA runtime " + version(runtime) + ", driver " + version(driver)
-                                   : "";
+  const size_t lt = cublasLtGetVersion(); // major·10000 + minor·100 + patch
+  const std::string versions =
+      (cudaRuntimeGetVersion(&runtime) == cudaSuccess && cudaDriverGetVersion(&driver) == cudaSuccess
+           ? ", CUDA runtime " + version(runtime) + ", driver " + version(driver)
+           : "") +
+      ", cuBLASLt " + std::to_string(lt / 10000) + "." + std::to_string(lt / 100 % 100) + "." + std::to_string(lt % 100);
   return gpuName_ + " (sm_" + std::to_string(major_) + std::to_string(minor_) + ", device " + std::to_string(ordinal_) +
          " of " + std::to_string(count_) + versions + ", " + cudnnDescription() + ")";
 }
