@@ -10,12 +10,15 @@ micro-batches, so single roundings average out, but over 50 steps the weights
 that the two runs update drift apart, and 5% leaves room for that drift while
 a wrong gradient (a sign, a missing term, a stale buffer) moves a toy model's
 loss by far more within a few steps."""
+import math
 import os
 import re
 import sys
 
 TOLERANCE = 0.05
-LOSS = re.compile(r"iter (\d+)/\d+\s+loss ([0-9.eE+-]+|nan|inf)")
+# piperun's training lines only ("validation after iter ..." lines are not
+# steps); a loss may print as nan, -nan, inf or -inf.
+LOSS = re.compile(r"^piperun: iter (\d+)/\d+\s+loss (-?(?:nan|inf)|[0-9.eE+-]+)", re.M)
 
 
 def losses(path):
@@ -37,9 +40,9 @@ def main():
         steps = sorted(cpu)
         missing = [s for s in steps if s not in gpu]
         differences = [abs(gpu[s] - cpu[s]) / abs(cpu[s]) for s in steps if s in gpu]
-        worst = max(differences, default=float("inf"))
-        if worst != worst:  # a NaN loss on either side
-            worst = float("inf")
+        # A non-finite loss on either side fails (max() alone skips a NaN that is not first).
+        worst = float("inf") if not differences or not all(math.isfinite(d) for d in differences) \
+            else max(differences)
         ok = not missing and worst <= TOLERANCE
         failures += not ok
         mean = sum(differences) / len(differences) if differences else float("nan")

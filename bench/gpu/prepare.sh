@@ -95,7 +95,7 @@ cp "$PIPERUN" "$S/bin/"
 nvcc_root=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")")
 clang++-22 -O1 -std=c++17 -I"$nvcc_root/include" "$HERE/cublaslt_epilogues.cpp" -o "$S/bin/cublaslt_epilogues" \
   -L"$nvcc_root/lib64" -lcublasLt -lcublas -lcudart
- cp /usr/bin/orterun "$S/bin/mpirun"; cp /usr/bin/orted "$S/bin/"
+cp /usr/bin/orterun "$S/bin/mpirun"; cp /usr/bin/orted "$S/bin/"
 cp -a /usr/lib/x86_64-linux-gnu/openmpi/lib "$S/sys/usr/lib/x86_64-linux-gnu/openmpi/"
 cp -a /usr/lib/x86_64-linux-gnu/pmix2/lib /usr/lib/x86_64-linux-gnu/pmix2/share "$S/sys/usr/lib/x86_64-linux-gnu/pmix2/"
 find "$S/sys" -name '*.a' -delete

@@ -754,7 +754,7 @@ struct DecomposedAttention : OpRewritePattern<nn::MatMulOp> {
     // GPT-2's exports do, or of K): absorbed, K is then one transpose of
     // its input (none when the two compose to the identity).
     auto keyTransposed = keyT.getDefiningOp<nn::TransposeOp>();
-    const bool absorbTranspose = keyTransposed && keyT.hasOneUse();
+    const bool absorbTranspose = keyTransposed && keyT.hasOneUse() && sameStage({scores, keyTransposed});
     if (absorbTranspose)
       chain.push_back(keyTransposed);
     std::optional<ArrayRef<int64_t>> maskShape;

@@ -165,7 +165,9 @@ static void testPaddedRows() {
   const int64_t M = 512, V = 8193, D = 16; // M·V > 2^22: the copies' threshold
   const auto x = randomValues(M * D), W = randomValues(V * D), dlogits = randomValues(M * V);
   const auto xb = stored<bf>(x), Wb = stored<bf>(W), dlb = stored<bf>(dlogits);
-  auto run = [&](const char *what, int copiesWanted, auto &&cpu, auto &&cuda) {
+  // padded: which bf16 matrices cuBLAS must get with 16-byte rows, as it numbers them
+  // (column-major: 1 its A = our B, 2 its B = our A, 4 C).
+  auto run = [&](const char *what, int copiesWanted, int padded, auto &&cpu, auto &&cuda) {
     ctx = std::string("padded rows: ") + what;
     const long copiesBefore = emu::streamCopies;
     const Launches before = countNow();
@@ -174,11 +176,15 @@ static void testPaddedRows() {
     expect(after.gemms - before.gemms == 1 && emu::streamCopies - copiesBefore == copiesWanted,
            "one GEMM and " + std::to_string(copiesWanted) + " copies expected, got " +
                std::to_string(after.gemms - before.gemms) + " and " + std::to_string(emu::streamCopies - copiesBefore));
+    for (int i = 0; i < 3; ++i)
+      if (padded & (1 << i))
+        expect(emu::lastGemmLd[i] % 8 == 0, "cuBLAS got a leading dimension of " + std::to_string(emu::lastGemmLd[i]) +
+                                                 " for matrix " + std::to_string(i) + ", not a multiple of 8");
     cpu();
   };
   std::vector<float> logits(M * V);
   std::vector<bf> logitsG(M * V, bf(NAN));
-  run("logits = x W^T", 1,
+  run("logits = x W^T", 1, 4,
       [&] {
         pk::gemm(x.data(), W.data(), nullptr, Shape{}, logits.data(), M, V, D, false, true, 1.0f, 0.0f);
         expectNear(widened(logitsG.data(), M * V), logits, 1.0 / 128, "logits");
@@ -186,23 +192,45 @@ static void testPaddedRows() {
       [&] { pc::gemm(xb.data(), Wb.data(), nullptr, Shape{}, logitsG.data(), M, V, D, false, true, 1.0f, 0.0f); });
   std::vector<float> dx(M * D);
   std::vector<bf> dxG(M * D, bf(NAN));
-  run("dx = dlogits W", 1,
+  run("dx = dlogits W", 1, 2,
       [&] {
         pk::gemm(dlogits.data(), W.data(), nullptr, Shape{}, dx.data(), M, D, V, false, false, 1.0f, 0.0f);
         expectNear(widened(dxG.data(), M * D), dx, 1.0 / 64, "dx");
       },
       [&] { pc::gemm(dlb.data(), Wb.data(), nullptr, Shape{}, dxG.data(), M, D, V, false, false, 1.0f, 0.0f); });
   auto dW = randomValues(V * D), dWG = dW; // accumulated into, in float
-  run("dW += dlogits^T x", 1,
+  run("dW += dlogits^T x", 1, 2,
       [&] {
         pk::gemm(dlogits.data(), x.data(), dW.data(), Shape{V, D}, dW.data(), V, D, M, true, false, 1.0f, 1.0f);
         expectNear(dWG, dW, 1e-4, "dW");
       },
       [&] { pc::gemm(dlb.data(), xb.data(), dWG.data(), Shape{V, D}, dWG.data(), V, D, M, true, false, 1.0f, 1.0f); });
+  // B's rows misaligned: dW^T [D, V] = x^T dlogits (B = dlogits, [M, V]).
+  std::vector<float> dWt(D * V);
+  std::vector<bf> dWtG(D * V, bf(NAN));
+  run("dW^T = x^T dlogits", 1, 1,
+      [&] {
+        pk::gemm(x.data(), dlogits.data(), nullptr, Shape{}, dWt.data(), D, V, M, true, false, 1.0f, 0.0f);
+        expectNear(widened(dWtG.data(), D * V), dWt, 1.0 / 64, "dW^T");
+      },
+      [&] { pc::gemm(xb.data(), dlb.data(), nullptr, Shape{}, dWtG.data(), D, V, M, true, false, 1.0f, 0.0f); });
+  // A misaligned bf16 Y accumulated into (C = Y, beta 1): copied in, computed, copied back.
+  auto acc = randomValues(M * V);
+  auto accG = stored<bf>(acc);
+  std::vector<float> accWant(acc);
+  run("logits += x W^T", 2, 4,
+      [&] {
+        pk::gemm(x.data(), W.data(), accWant.data(), Shape{M, V}, accWant.data(), M, V, D, false, true, 1.0f, 1.0f);
+        expectNear(widened(accG.data(), M * V), accWant, 1.0 / 64, "accumulated logits");
+      },
+      [&] {
+        pc::gemm(xb.data(), Wb.data(), reinterpret_cast<const float *>(accG.data()), Shape{M, V}, accG.data(), M, V, D,
+                 false, true, 1.0f, 1.0f);
+      });
   // Below the threshold (and in float) nothing is copied.
   std::vector<float> small(64 * 9);
   std::vector<bf> smallG(64 * 9);
-  run("a small misaligned Y", 0, [] {}, [&] {
+  run("a small misaligned Y", 0, 0, [] {}, [&] {
     pc::gemm(xb.data(), Wb.data(), nullptr, Shape{}, smallG.data(), 64, 9, D, false, true, 1.0f, 0.0f);
   });
 }
