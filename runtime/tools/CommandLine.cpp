@@ -128,7 +128,9 @@ CommandLine parseCommandLine(Tool tool, int argc, char **argv, RunOptions &o) {
                "--quiet, --watchdog, --threads), and refuse to start when they differ.\n"
                "The plan's runtime.target picks the path: cpu (host memory, MPI) or cuda (one GPU\n"
                "per rank, chosen by node-local rank; NCCL between ranks; needs a piperun built\n"
-               "with CUDA and NCCL). docs/runtime.md.");
+               "with CUDA and NCCL). docs/runtime.md.\n"
+               "Environment: PIPEC_CUDNN_ATTENTION=0 runs the CUDA stages' attention on pipec's\n"
+               "kernels instead of cuDNN's flash attention (diagnosis; docs/cuda-kernels.md).");
   } else {
     app.footer("Options and hyper-parameters are checked by the same code as piperun's.");
   }
