@@ -15,6 +15,11 @@ import os
 import re
 import sys
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "test", "gpu"))
+from cuda_target import EXAMPLES  # noqa: E402
+
+CURVE_STEPS = 50  # prepare.sh's CPU curves and on_gpu.sh's GPU curves
 TOLERANCE = 0.05
 # piperun's training lines only ("validation after iter ..." lines are not
 # steps); a loss may print as nan, -nan, inf or -inf.
@@ -29,7 +34,7 @@ def losses(path):
 def main():
     gpu_dir, cpu_dir = sys.argv[1], sys.argv[2]
     failures = 0
-    for example in ("mlp", "cnn", "gpt"):
+    for example in EXAMPLES:
         gpu_log = os.path.join(gpu_dir, f"curve-{example}-bf16.log")
         cpu_log = os.path.join(cpu_dir, f"curve-{example}-fp32.log")
         if not os.path.exists(gpu_log):

@@ -141,8 +141,8 @@ for job in "$G"/jobs/train-*/; do name=$(basename "$job")
 done
 CURVE=$(cat "$G/jobs/curve_steps" 2>/dev/null || echo 0)
 echo "=== loss curves: each bf16 check $CURVE steps (compare_curves.py on the host, against fp32 on a CPU rank)"
-for example in mlp cnn gpt; do job=$G/jobs/train-$example-bf16
-  [ -d "$job" ] && [ "$CURVE" -gt 0 ] || continue
+for job in "$G"/jobs/train-*-bf16/; do example=$(basename "$job"); example=${example#train-}; example=${example%-bf16}
+  [ "$CURVE" -gt 0 ] || continue
   if [ "$MODE" = table ] && [ "$(left)" -lt 10 ]; then el "curve-$example: skipped (budget)"; continue; fi
   timeout 60 "$PIPERUN" "$job" --iters "$CURVE" --log-every 1 > "$G/curve-$example-bf16.log" 2>&1
   el "curve-$example-bf16 rc=$?: $(grep -o 'loss [0-9.e+-]*' "$G/curve-$example-bf16.log" | tail -1)"

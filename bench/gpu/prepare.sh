@@ -38,6 +38,8 @@ compile() { # model out options...: pipec with --build, its output in out.log
 import os, sys
 root, pipec, piperun, work = sys.argv[1:5]
 sys.path.insert(0, os.path.join(root, "test", "gpu"))
+sys.path.insert(0, os.path.join(root, "bench", "gpu"))
+import compare_curves
 import cuda_target
 for example in cuda_target.EXAMPLES:
     for precision in cuda_target.TOLERANCE:
@@ -49,17 +51,19 @@ for example in cuda_target.EXAMPLES:
         cpu = os.path.join(work, "cpu", f"train-{example}-{precision}")
         cuda_target.run(["mpirun", "-np", "1", piperun, cpu, "--iters", str(cuda_target.STEPS),
                          "--export-weights", os.path.join(cpu, "trained"), "--quiet"])
-# on_gpu.sh trains the CUDA jobs as many steps.
+        # The loss curves (docs/gpu-runs.md, "bf16 tracks fp32"): the fp32 job on a CPU rank here,
+        # against which compare_curves.py reads the bf16 CUDA job's curve from on_gpu.sh.
+        if precision == "fp32":
+            curve = cuda_target.run(["mpirun", "-np", "1", piperun, cpu, "--iters",
+                                     str(compare_curves.CURVE_STEPS), "--log-every", "1"])
+            with open(os.path.join(work, "cpu", f"curve-{example}-fp32.log"), "w") as f:
+                f.write(curve.stdout + curve.stderr)
+# on_gpu.sh trains the CUDA jobs as many steps (the bf16 ones again for their curves).
 with open(os.path.join(work, "jobs", "steps"), "w") as f:
     f.write(f"{cuda_target.STEPS}\n")
+with open(os.path.join(work, "jobs", "curve_steps"), "w") as f:
+    f.write(f"{compare_curves.CURVE_STEPS}\n")
 PY
-# The 50-step loss curves (docs/gpu-runs.md, "bf16 tracks fp32"): each example's fp32 job on a
-# CPU rank here; on_gpu.sh trains the bf16 CUDA job as many steps, compare_curves.py compares.
-echo 50 > "$WORK/jobs/curve_steps"
-for example in mlp cnn gpt; do
-  mpirun -np 1 "$PIPERUN" "$WORK/cpu/train-$example-fp32" --iters 50 --log-every 1 > "$WORK/cpu/curve-$example-fp32.log" 2>&1 ||
-    { echo "FAILED: the CPU curve of $example (see $WORK/cpu/curve-$example-fp32.log)"; exit 1; }
-done
 # The table: --micro-batch-size b, 2 micro-batches (on_gpu.sh reads the plan's
 # memory against the card's before running). BENCH_GPU_EXTRA=1 builds the
 # earlier speed runs' jobs instead (the bundle stays ~13 MB either way; the

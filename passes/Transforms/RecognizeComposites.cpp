@@ -886,10 +886,11 @@ struct RotaryBeforeHeadTranspose : OpRewritePattern<nn::RotaryOp> {
   LogicalResult matchAndRewrite(nn::RotaryOp rotary, PatternRewriter &rewriter) const override {
     auto split = rotary.getInput().getDefiningOp<nn::TransposeOp>();
     const int64_t rank = rotary.getInput().getType().getRank();
-    if (!split || rank < 3 || !rotary.getInput().hasOneUse() ||
-        split.getPerm() != ArrayRef<int64_t>(headAxesSwap(rank)) || !sameStage({rotary, split}))
+    if (!split || rank < 3 || !rotary.getInput().hasOneUse())
       return failure();
     const SmallVector<int64_t> swap = headAxesSwap(rank);
+    if (split.getPerm() != ArrayRef<int64_t>(swap) || !sameStage({rotary, split}))
+      return failure();
     auto relaid = [&](Value table) -> Value {
       auto type = llvm::cast<RankedTensorType>(table.getType());
       if (type.getRank() < 2)

@@ -60,18 +60,24 @@ CudaDevice::~CudaDevice() {
   if (compute_) cudaStreamDestroy(compute_);
 }
 
+namespace {
+/// cuBLASLt's and cuDNN 9's version numbers: major·10000 + minor·100 + patch.
+std::string libraryVersion(int64_t v) {
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+} // namespace
+
 std::string CudaDevice::describe() const {
   // The versions this rank runs with (the CUDA runtime piperun loaded, the driver's CUDA,
   // the cuBLASLt the stages' GEMMs load: which epilogues it takes differs by version,
   // docs/gpu-runs.md).
   int runtime = 0, driver = 0;
   auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
-  const size_t lt = cublasLtGetVersion(); // major·10000 + minor·100 + patch
   const std::string versions =
       (cudaRuntimeGetVersion(&runtime) == cudaSuccess && cudaDriverGetVersion(&driver) == cudaSuccess
            ? ", CUDA runtime " + version(runtime) + ", driver " + version(driver)
            : "") +
-      ", cuBLASLt " + std::to_string(lt / 10000) + "." + std::to_string(lt / 100 % 100) + "." + std::to_string(lt % 100);
+      ", cuBLASLt " + libraryVersion((int64_t)cublasLtGetVersion());
   return gpuName_ + " (sm_" + std::to_string(major_) + std::to_string(minor_) + ", device " + std::to_string(ordinal_) +
          " of " + std::to_string(count_) + versions + ", " + cudnnDescription() + ")";
 }
@@ -86,7 +92,7 @@ std::string CudaDevice::cudnnDescription() {
   // major·10000 + minor·100 + patch since cuDNN 9
   auto majorMinor = [](int64_t v) { return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100); };
   const int64_t v = (int64_t)getVersion();
-  const std::string text = majorMinor(v) + "." + std::to_string(v % 100);
+  const std::string text = libraryVersion(v);
   return v < kMinimumCudnnVersion ? "cuDNN " + text + " (older than " + majorMinor(kMinimumCudnnVersion) +
                                         ": attention runs on pipec's kernels)"
                                   : "cuDNN " + text;
