@@ -221,7 +221,7 @@ LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
     std::string name = profileName(op);
     std::string started = "started" + std::to_string(counter++);
     if (timed)
-      out << "  const double " << started << " = call->timer ? secondsNow() : 0.0;\n";
+      out << "  const double " << started << " = opStarted(call);\n";
     if (!llvm::isa<nn::AdamWUpdateOp, nn::SgdUpdateOp>(op))
       flushOptimizerUpdates(); // the updates so far, before an op that may read their results
     if (!queued)
@@ -233,26 +233,25 @@ LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
       // among them (they compute the same number of elements), under their
       // own names.
       auto members = fused.getBody().front().without_terminator();
-      out << "  if (call->timer) {\n    const double share = (secondsNow() - " << started << ") / "
-          << std::max<size_t>(1, llvm::range_size(members)) << ";\n";
-      for (Operation &member : members)
-        out << "    call->timer(call->timer_user, " << literal(profileName(member), "node", &member) << ", "
-            << phase << ", share);\n";
-      out << "  }\n";
+      if (members.empty())
+        continue;
+      out << "  {\n    static const char *const nodes[] = {";
+      for (auto [i, member] : llvm::enumerate(members))
+        out << (i ? ", " : "") << literal(profileName(member), "node", &member);
+      out << "};\n    opShared(call, nodes, " << llvm::range_size(members) << ", " << phase << ", " << started
+          << ");\n  }\n";
       continue;
     }
     if (timed)
-      out << "  if (call->timer) call->timer(call->timer_user, "
-          << literal(name, "node", &op) << ", "
-          << phase << ", secondsNow() - " << started << ");\n";
+      out << "  opTimed(call, " << literal(name, "node", &op) << ", " << phase << ", " << started << ");\n";
     // The other ONNX nodes the op absorbed (absorbedLocation) are reported
     // too, with no time of their own: it is in the op's.
     if (auto absorbed = llvm::dyn_cast<FusedLoc>(op.getLoc()); timed && absorbed) {
       const StringRef own = nn::nodeName(op.getLoc()).value_or(name);
       for (Location part : absorbed.getLocations())
         if (auto named = llvm::dyn_cast<NameLoc>(part); named && named.getName().getValue() != own)
-          out << "  if (call->timer) call->timer(call->timer_user, "
-              << literal(named.getName().getValue(), "node", &op) << ", " << phase << ", 0.0);\n";
+          out << "  opAbsorbed(call, " << literal(named.getName().getValue(), "node", &op) << ", " << phase
+              << ");\n";
     }
   }
   flushOptimizerUpdates();
@@ -434,6 +433,25 @@ LogicalResult StageEmitter::run() {
        << "  for (int64_t i = 0; i < n; ++i) target[i] += from[i];\n}\n\n";
   }
 
+  // piperun --profile's clock around each op (emitOps), out of line: a
+  // function then holds plain calls, not two branches per op, and the host
+  // compiler's time stays linear in the ops (docs/optimization.md,
+  // "Compiling the stage").
+  os << "[[gnu::noinline, maybe_unused]] double opStarted(const pipec_call *call) {\n"
+     << "  return call->timer ? secondsNow() : 0.0;\n}\n\n"
+     << "[[gnu::noinline, maybe_unused]] void opTimed(const pipec_call *call, const char *node, int phase,\n"
+     << "                                            double started) {\n"
+     << "  if (call->timer) call->timer(call->timer_user, node, phase, secondsNow() - started);\n}\n\n"
+     << "// An ONNX node an op absorbed: reported, its time in the op's.\n"
+     << "[[gnu::noinline, maybe_unused]] void opAbsorbed(const pipec_call *call, const char *node, int phase) {\n"
+     << "  if (call->timer) call->timer(call->timer_user, node, phase, 0.0);\n}\n\n"
+     << "// The ops of a fused loop: its time split evenly among them.\n"
+     << "[[gnu::noinline, maybe_unused]] void opShared(const pipec_call *call, const char *const *nodes, int count,\n"
+     << "                                             int phase, double started) {\n"
+     << "  if (!call->timer) return;\n"
+     << "  const double share = (secondsNow() - started) / count;\n"
+     << "  for (int i = 0; i < count; ++i) call->timer(call->timer_user, nodes[i], phase, share);\n}\n\n";
+
   for (StringRef name : {"fwd", "bwd_input", "bwd_weight", "step"})
     if (func::FuncOp f = function(name)) {
       if (auto size = f->getAttrOfType<IntegerAttr>(pipe::kArenaSizeAttrName))
@@ -529,7 +547,7 @@ LogicalResult StageEmitter::run() {
      << data.size() << ", dataFields, " << inputs.size() << ", inputTensors, " << outputs.size()
      << ", outputTensors, " << (computesLoss ? 1 : 0) << ", " << workspaceBytes << ", "
      << optimizer << ", " << statePerParam << "};\n\n";
-  os << functions;
+  os << dimsDefinitions << "\n" << functions;
   os << "template <class F> int guarded(F &&body) {\n"
      << "  try {\n    body();\n    return 0;\n  } catch (const std::exception &error) {\n"
      << "    lastError = error.what();\n    return 1;\n  }\n}\n\n} // namespace\n\n"

@@ -14,6 +14,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <map>
@@ -55,12 +56,6 @@ inline std::string list(ArrayRef<int64_t> values) {
     text += (i ? ", " : "") + std::to_string(value);
   return text;
 }
-
-inline std::string shapeOf(Value value) {
-  return "pk::Shape{" + list(tensorType(value).getShape()) + "}";
-}
-
-inline std::string dims(ArrayRef<int64_t> values) { return "pk::Dims{" + list(values) + "}"; }
 
 /// A name as diagnostics show it: the literal, cut after 200 bytes.
 inline std::string shownName(StringRef text) {
@@ -166,6 +161,23 @@ private:
     const bool additive = !tensorType(mask).getElementType().isInteger(1);
     return (additive ? "nullptr, " + ptr(mask) : ptr(mask) + ", nullptr") + ", " + shapeOf(mask);
   }
+  /// A value's shape, or an attribute list, as a constant of the stage
+  /// (`shape_2x16x32`, `dims_1_0_2`) defined once before the functions: a
+  /// brace list at each kernel call built a pk::Dims on the stack per call,
+  /// and GCC's time on a stage of thousands of ops grew with them
+  /// (docs/optimization.md, "Compiling the stage").
+  std::string shapeOf(Value value) { return dimsConstant("shape_", "x", tensorType(value).getShape()); }
+  std::string dims(ArrayRef<int64_t> values) { return dimsConstant("dims_", "_", values); }
+  std::string dimsConstant(StringRef prefix, StringRef separator, ArrayRef<int64_t> values) {
+    std::string name = prefix.str();
+    for (auto [i, value] : llvm::enumerate(values))
+      name += (i ? separator.str() : "") + (value < 0 ? "m" + std::to_string(-value) : std::to_string(value));
+    if (values.empty())
+      name += "none";
+    if (dimsNames.insert(name).second)
+      dimsDefinitions += "const pk::Dims " + name + "{" + list(values) + "};\n";
+    return name;
+  }
   /// The loop (CPU) or kernel (CUDA) of a pipe.fused (EmitFused.cpp).
   LogicalResult emitFused(pipe::FusedOp fused);
   std::string ptr(Value value) { return names.lookup(value); }
@@ -253,6 +265,8 @@ private:
   llvm::DenseMap<Value, std::string> names;
   int counter = 0;
   std::string constants;
+  std::string dimsDefinitions; // the shape and attribute constants (dimsConstant)
+  llvm::StringSet<> dimsNames;
   std::string kernels;   // CUDA: the __global__ functions of pipe.fused ops
   func::FuncOp current;  // the function being emitted
   int64_t arenaBytes = 0; // the largest pipe.arena_size of the stage's functions

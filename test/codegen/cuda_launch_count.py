@@ -233,7 +233,7 @@ def workspace_slots(stages, total):
                 if offset not in first_use:
                     first_use[offset] = [entry, "?"]
                     pending.append(offset)
-            timed = re.search(r'call->timer\(call->timer_user, "([^"]+)"', line)
+            timed = re.search(r'(?:opTimed\(call, |nodes\[\] = \{)"([^"]+)"', line)
             if timed:
                 for offset in pending:
                     first_use[offset][1] = re.sub(r"^h\.\d+\.", "h.*.", timed.group(1))

@@ -86,7 +86,12 @@ void detail::addSlicesInOrder(float *first, const float *rest, int64_t slices, i
 
 namespace {
 /// The epilogue on C[rows, cols] (leading dimension ldc), at element
-/// `offset` of the [M, N] matrices it reads or writes besides C.
+/// `offset` of the [M, N] matrices it reads or writes besides C. Each row
+/// runs on the widest vectors (withWidestVectors), as the element-wise
+/// kernels do: compiled for the library's SSE2 baseline, GELU's erf and exp
+/// took 1.0 ms per 256 x 1024 forward and 2.0 ms per gradient on the 2-core
+/// AMD EPYC box, as long as the 256 x 1024 x 256 GEMM they follow (1.4 ms).
+/// Same bits either way (independent lanes, no contracted multiply-add).
 void applyEpilogue(const GemmEpilogue &e, float *C, int64_t offset, int64_t rows, int64_t cols, int64_t ldc) {
   if (!e.activation) return;
   dispatchUnary(*e.activation, [&](auto kind) {
@@ -96,12 +101,20 @@ void applyEpilogue(const GemmEpilogue &e, float *C, int64_t offset, int64_t rows
       if (e.derivativeAt) {
         if constexpr (derivativeReadsInput<U>()) {
           const float *x = e.derivativeAt + offset + i * ldc;
-          for (int64_t j = 0; j < cols; ++j) row[j] = unaryGradient<U>(row[j], x[j], 0.0f);
+          withWidestVectors(
+              [&](int64_t lo, int64_t hi) {
+                for (int64_t j = lo; j < hi; ++j) row[j] = unaryGradient<U>(row[j], x[j], 0.0f);
+              },
+              0, cols);
         }
         continue;
       }
       if (e.preActivation) std::memcpy(e.preActivation + offset + i * ldc, row, cols * sizeof(float));
-      for (int64_t j = 0; j < cols; ++j) row[j] = unaryValue<U>(row[j]);
+      withWidestVectors(
+          [&](int64_t lo, int64_t hi) {
+            for (int64_t j = lo; j < hi; ++j) row[j] = unaryValue<U>(row[j]);
+          },
+          0, cols);
     }
   });
 }

@@ -32,7 +32,8 @@ struct Dims {
   int64_t v[kMaxDims] = {};
 
   Dims() = default;
-  Dims(std::initializer_list<int64_t> values) {
+  // constexpr: a generated stage's shape constants are constant-initialized.
+  constexpr Dims(std::initializer_list<int64_t> values) {
     if (values.size() > (size_t)kMaxDims) throw KernelError("Dims: more than 16 entries");
     for (int64_t x : values) v[size++] = x;
   }
