@@ -2,9 +2,30 @@
 # The README's test command: installs what is missing, builds, and runs every
 # test (lit suite, GoogleTest units, ONNX conformance, end-to-end training,
 # security corpus) through ctest, then a short run of the fuzz targets.
+#   tools/test.sh --quick   the quick tier only (ctest -L quick: lit, the unit
+#                           tests, a smoke training; docs/build.md, "Test tiers")
+# Either way the ten slowest tests are printed at the end.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${PIPEC_BUILD_DIR:-$ROOT/build}"
+quick=0
+case "${1:-}" in
+  --quick) quick=1 ;;
+  "") ;;
+  *) echo "usage: tools/test.sh [--quick]" >&2; exit 2 ;;
+esac
+
+# ctest, its output kept to print the ten slowest tests after it.
+run_ctest() {
+  local log status=0
+  log="$(mktemp "${TMPDIR:-/tmp}/pipec-ctest.XXXXXX")"
+  ctest --test-dir "$BUILD" --output-on-failure -j "${PIPEC_JOBS:-2}" "$@" | tee "$log" || status=$?
+  echo "The ten slowest tests (seconds):"
+  sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) [.* ]+[A-Za-z* ]+ +([0-9.]+) sec$/\2 \1/p' "$log" |
+    sort -rn | head -10 | awk '{printf "  %8.1f  %s\n", $1, $2}'
+  rm -f "$log"
+  return "$status"
+}
 # The Debian packages first (the build needs them); the Python test oracles
 # (tools/setup.sh python: a pip download into .venv, which only ctest uses)
 # install while pipec builds.
@@ -22,6 +43,11 @@ if ((venv_status != 0)); then
   exit "$venv_status"
 fi
 
+if ((quick)); then
+  run_ctest -L quick
+  exit 0
+fi
+
 # A short fuzz run (docs/security.md): the libFuzzer targets, built by
 # tools/fuzz.sh with clang-22, ASan and UBSan in build-fuzz/, replay every saved
 # regression input and then fuzz PIPEC_FUZZ_SECONDS (default 15) each.
@@ -37,7 +63,7 @@ PIPEC_FUZZ_PLAIN_OPT="${PIPEC_FUZZ_PLAIN_OPT--O0}" nice -n "${PIPEC_FUZZ_BUILD_N
 fuzz_build=$!
 
 status=0
-ctest --test-dir "$BUILD" --output-on-failure -j "${PIPEC_JOBS:-2}" || status=$?
+run_ctest || status=$?
 
 fuzz_status=0
 wait "$fuzz_build" || fuzz_status=$?

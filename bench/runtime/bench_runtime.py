@@ -38,6 +38,7 @@ installed (else that row is skipped).
         [--target cpu|cuda] [--precision fp32|tf32|bf16]
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -166,6 +167,7 @@ def main():
     ap.add_argument("--target", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32")
     ap.add_argument("--keep", help="build the plans here and keep them (default: a temporary directory)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object of the figures instead of the table")
     a = ap.parse_args()
 
     work = a.keep or tempfile.mkdtemp(prefix="pipec-bench-runtime-")
@@ -193,6 +195,13 @@ def main():
 
     samples = a.batch * M
     flops = 6.0 * a.layers * a.width * a.width * samples  # fwd + bwd of the linear layers
+    if a.json:
+        print(json.dumps({"one_rank_ms": round(t1, 2), "two_ranks_ms": round(t2, 2), "speedup": round(t1 / t2, 3),
+                          "control_ms": None if tc is None else round(tc, 2),
+                          "torch_ms": None if tt is None else round(tt, 2),
+                          "ratio": None if tt is None else round(t1 / tt, 3),
+                          "losses": [loss1, loss2]}))
+        return
     print(f"model: MLP {a.layers} x Linear({a.width}, {a.width}), softmax cross-entropy; "
           f"{M} micro-batches of {a.batch} per iteration; median of {a.iters} iterations after {a.warmup} warm-up")
     print("2-stage partition:")

@@ -16,11 +16,14 @@ and gradients (<model>.npz):
    1-rank job of the same model (relative 1e-4).
 
 Prints one row per model and, with --write-doc, rewrites docs/models.md from
-the results. Exits non-zero when a model of test/models/expected.txt (the
-rows that passed when it was written) fails a column it passed.
+the results (the float32 evaluation's error beside, which --fp32-error also
+reports). Exits non-zero when a model of test/models/expected.txt (the rows
+that passed when it was written) fails a column it passed. ctest runs one
+entry per family (`--family hf-llama`: the model's name without its exporter
+suffix, `family()`), so that `ctest -j` balances them (docs/build.md).
 
     model_matrix.py --pipec build/bin/pipec --pipec-reference build/bin/pipec-reference \
-        --piperun build/bin/piperun [--write-doc] [--only NAME]
+        --piperun build/bin/piperun [--write-doc] [--fp32-error] [--only NAME] [--family F]
 """
 import argparse
 import concurrent.futures
@@ -56,6 +59,13 @@ fixed), and hf-llama-bf16-legacy stores the attention scale 1/sqrt(8) rounded to
 bfloat16 (1.07e-4 relative; with that scale the reference agrees to 2.1e-7)."""
 TOLERANCE = 1e-4
 STEPS, MICROBATCHES = 3, 2
+
+
+def family(name):
+    """A model's family: its name without the exporter suffix
+    (hf-llama-sdpa-dynamo-opset23 -> hf-llama-sdpa). test/CMakeLists.txt
+    derives the ctest entries with the same expression."""
+    return re.sub(r"-(dynamo|legacy)(-.*)?$", "", name)
 
 
 def sanitize(name):
@@ -175,7 +185,7 @@ def check_model(args, path):
         # In float64 (--fp64), as the reference: deep BatchNorm nets at batch 2
         # are ill-conditioned in float32; the float32 error is reported beside.
         row["gradients"] = check_gradients(args, path, npz, workdir)
-        if row["gradients"][0]:
+        if row["gradients"][0] and args.fp32_error:
             fp32 = check_gradients(args, path, npz, workdir, fp64=False)[1]
             row["gradients"] = (True, row["gradients"][1] + "; in float32: " +
                                 fp32.replace("max error ", ""))
@@ -227,15 +237,23 @@ def main():
     parser.add_argument("--pipec", required=True)
     parser.add_argument("--pipec-reference", required=True)
     parser.add_argument("--piperun", required=True)
-    parser.add_argument("--only", action="append")
+    parser.add_argument("--only", action="append", help="the models whose name contains this")
+    parser.add_argument("--family", action="append", help="the models of this family (family())")
+    parser.add_argument("--fp32-error", action="store_true",
+                        help="report the float32 evaluation's gradient error too (--write-doc does)")
     parser.add_argument("--models", default=MODELS, help="folder of .onnx and .npz files")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--write-doc", action="store_true")
     args = parser.parse_args()
     paths = sorted(p for p in glob.glob(os.path.join(args.models, "*.onnx"))
                    if os.path.exists(p[:-5] + ".npz"))
+    args.fp32_error = args.fp32_error or args.write_doc
     if args.only:
         paths = [p for p in paths if any(o in os.path.basename(p) for o in args.only)]
+    if args.family:
+        paths = [p for p in paths if family(os.path.splitext(os.path.basename(p))[0]) in args.family]
+        if not paths:
+            sys.exit(f"no model of family {', '.join(args.family)} in {args.models}")
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(lambda p: check_model(args, p), paths))
     regressions = []
@@ -247,7 +265,7 @@ def main():
                     continue
                 model, *columns = line.split()
                 row = next((r for r in rows if r["model"] == model), None)
-                if row is None and args.only:
+                if row is None and (args.only or args.family):
                     continue  # not among the models asked for
                 for column in columns:
                     if row is None or cell(row, column) != "yes":
