@@ -36,42 +36,38 @@ static bool isCausalMaskConstant(Value mask, bool maskedWhen) {
   return true;
 }
 
-LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
-  auto n = [](Value value) { return tensorType(value).getNumElements(); };
-  auto elem = [](Value value) { return cType(tensorType(value).getElementType()); };
-  LogicalResult result = success();
-  // Kinds are enumerators of pipec/vocabulary.h's tables, which the kernels share.
-  auto unaryKind = [](Unary unary) {
-    return std::string("pk::Unary::") + unaryFunction(unary).enumerator;
-  };
+static int64_t elementCount(Value value) { return tensorType(value).getNumElements(); }
 
-  // nn.attention's dropout of P as the kernels' ratio, training flag and
-  // stream key: those nn.dropout's call gets (the op id is the absorbed
-  // dropout's), so the fused kernels draw its mask. The backward runs only
-  // in training, with the forward's step and micro-batch.
-  auto attentionDropout = [&](APFloat ratio, uint64_t dropoutOpId) -> std::string {
-    if (ratio.isZero())
-      return "0.0f, false, 0ull";
-    return f32Literal(ratio.convertToFloat()) + ", !call->inference, " + dropoutStreamKey(dropoutOpId);
-  };
+static std::string elementCType(Value value) { return cType(tensorType(value).getElementType()); }
 
-  // nn.attention(_grad)'s trailing kernel arguments: its scratch, then
-  // (sequence-major operands) its layout, which follows the scratch.
-  auto attentionTail = [&](Operation *op, bool sequenceMajor) {
-    std::string scratch = scratchArgument(op);
-    if (!sequenceMajor)
-      return scratch;
-    return (scratch.empty() ? std::string(", pipec::kernels::Workspace{}") : scratch) +
-           ", pipec::kernels::AttentionLayout::SequenceMajor";
-  };
-  // CUDA: a causal mask constant is declared as such before nn.attention
-  // and its gradient read it (pk::declareCausalMask).
-  auto declareIfCausal = [&](Value mask, bool maskedWhen) {
-    if (cuda() && isCausalMaskConstant(mask, maskedWhen))
-      out << "  pk::declareCausalMask(" << ptr(mask) << ", " << shapeOf(mask) << ", "
-          << (maskedWhen ? "true" : "false") << ");\n";
-  };
+/// Kinds are enumerators of pipec/vocabulary.h's tables, which the kernels share.
+static std::string unaryKindName(Unary unary) {
+  return std::string("pk::Unary::") + unaryFunction(unary).enumerator;
+}
 
+std::string StageEmitter::attentionDropout(APFloat ratio, uint64_t dropoutOpId) {
+  if (ratio.isZero())
+    return "0.0f, false, 0ull";
+  return f32Literal(ratio.convertToFloat()) + ", !call->inference, " + dropoutStreamKey(dropoutOpId);
+}
+
+std::string StageEmitter::attentionTail(Operation *op, bool sequenceMajor) {
+  std::string scratch = scratchArgument(op);
+  if (!sequenceMajor)
+    return scratch;
+  return (scratch.empty() ? std::string(", pipec::kernels::Workspace{}") : scratch) +
+         ", pipec::kernels::AttentionLayout::SequenceMajor";
+}
+
+void StageEmitter::declareIfCausal(Value mask, bool maskedWhen) {
+  if (cuda() && isCausalMaskConstant(mask, maskedWhen))
+    out << "  pk::declareCausalMask(" << ptr(mask) << ", " << shapeOf(mask) << ", "
+        << (maskedWhen ? "true" : "false") << ");\n";
+}
+
+/// Element-wise ops, their gradients and dropout. Whether `op` is one of them.
+bool StageEmitter::emitElementwiseOp(Operation *op) {
+  bool handled = true;
   llvm::TypeSwitch<Operation *>(op)
       .Case([&](nn::BinaryElementwiseOpInterface binary) {
         Value lhs = op->getOperand(0), rhs = op->getOperand(1);
@@ -80,7 +76,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         std::string kind = std::string("pk::Binary::") + binaryFunction(function).enumerator;
         // A bool result: pk::compare over the operands' C type; else pk::binary.
         if (givesBool(function))
-          out << "  pk::compare<" << elem(lhs) << ">(" << kind;
+          out << "  pk::compare<" << elementCType(lhs) << ">(" << kind;
         else
           out << "  pk::binary(" << kind;
         out << ", " << ptr(lhs) << ", " << shapeOf(lhs) << ", " << ptr(rhs) << ", " << shapeOf(rhs) << ", " << y
@@ -88,7 +84,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
       })
       .Case([&](nn::WhereOp where) {
         std::string y = allocate(where.getResult());
-        out << "  pk::where<" << elem(where.getX()) << ">(" << ptr(where.getCondition()) << ", "
+        out << "  pk::where<" << elementCType(where.getX()) << ">(" << ptr(where.getCondition()) << ", "
             << shapeOf(where.getCondition()) << ", " << ptr(where.getX()) << ", "
             << shapeOf(where.getX()) << ", " << ptr(where.getY()) << ", " << shapeOf(where.getY())
             << ", " << y << ");\n";
@@ -102,8 +98,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
       })
       .Case([&](nn::UnaryElementwiseOpInterface unary) {
         std::string y = allocate(op->getResult(0));
-        out << "  pk::unary(" << unaryKind(unary.getUnaryFunction()) << ", "
-            << ptr(op->getOperand(0)) << ", " << n(op->getResult(0)) << ", " << y << ");\n";
+        out << "  pk::unary(" << unaryKindName(unary.getUnaryFunction()) << ", "
+            << ptr(op->getOperand(0)) << ", " << elementCount(op->getResult(0)) << ", " << y << ");\n";
       })
       .Case([&](nn::CastOp cast) {
         std::string y = allocate(cast.getResult());
@@ -111,9 +107,52 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
           pendingConversions.push_back({ptr(cast.getInput()), y, tensorType(cast.getResult()).getNumElements()});
           return;
         }
-        out << "  pk::cast<" << elem(cast.getInput()) << ", " << elem(cast.getResult()) << ">("
-            << ptr(cast.getInput()) << ", " << n(cast.getResult()) << ", " << y << ");\n";
+        out << "  pk::cast<" << elementCType(cast.getInput()) << ", " << elementCType(cast.getResult()) << ">("
+            << ptr(cast.getInput()) << ", " << elementCount(cast.getResult()) << ", " << y << ");\n";
       })
+      .Case([&](nn::DropoutOp dropout) {
+        std::string y = allocate(dropout.getResult());
+        std::string mask = allocate(dropout.getMask());
+        out << "  pk::dropout(" << ptr(dropout.getInput()) << ", " << elementCount(dropout.getResult()) << ", "
+            << y << ", " << mask << ", " << f32Literal(dropout.getRatio().convertToFloat())
+            << ", " << (dropout.getTraining() ? "!call->inference" : "false") << ", "
+            << dropoutStreamKey(dropout) << ");\n";
+      })
+      .Case([&](nn::DropoutGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        if (!grad.getMask()) { // the forward's mask drawn again from its key
+          out << "  pk::dropoutGradRedrawn(" << ptr(grad.getDy()) << ", " << elementCount(grad.getResult()) << ", " << y
+              << ", " << f32Literal(grad.getRatio().convertToFloat()) << ", "
+              << (grad.getTraining() ? "true" : "false") << ", "
+              << dropoutStreamKey(static_cast<uint64_t>(grad.getDropoutOpId().value_or(0))) << ");\n";
+          return;
+        }
+        out << "  pk::dropoutGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getMask()) << ", "
+            << elementCount(grad.getResult()) << ", " << y << ", "
+            << f32Literal(grad.getRatio().convertToFloat()) << ", "
+            << (grad.getTraining() ? "true" : "false") << ");\n";
+      })
+      .Case([&](nn::UnaryGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        out << "  pk::unaryGrad(" << unaryKindName(grad.getKind()) << ", " << ptr(grad.getDy()) << ", "
+            << (grad.getX() ? ptr(grad.getX()) : "nullptr") << ", "
+            << (grad.getY() ? ptr(grad.getY()) : "nullptr") << ", " << elementCount(grad.getResult()) << ", "
+            << y << ");\n";
+      })
+      .Case([&](nn::BinaryGradOp grad) {
+        std::string y = allocate(grad.getResult());
+        out << "  pk::binaryGrad(pk::BinaryGrad::" << binaryGradientKind(grad.getKind()).enumerator
+            << ", " << ptr(grad.getDy()) << ", " << ptr(grad.getLhs()) << ", " << shapeOf(grad.getLhs())
+            << ", " << ptr(grad.getRhs()) << ", " << shapeOf(grad.getRhs()) << ", " << y << ");\n";
+      })
+      .Default([&](Operation *) { handled = false; });
+  return handled;
+}
+
+/// Matrix products and convolutions, with their gradients. Whether `op` is one of them.
+bool StageEmitter::emitLinalgOp(Operation *op) {
+  bool handled = true;
+  llvm::TypeSwitch<Operation *>(op)
       .Case([&](nn::GemmOp gemm) {
         const auto [m, k, kB, cols] =
             nn::gemmDims(tensorType(gemm.getA()), tensorType(gemm.getB()), gemm.getTransA(), gemm.getTransB());
@@ -133,7 +172,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << (gemm.getTransB() ? "true" : "false") << ", "
             << f32Literal(gemm.getAlpha().convertToFloat()) << ", " << f32Literal(beta);
         if (auto activation = gemm.getActivation()) { // the epilogue (and where f's input goes)
-          out << ", " << unaryKind(*activation);
+          out << ", " << unaryKindName(*activation);
           if (!preActivation.empty())
             out << ", " << preActivation;
         }
@@ -146,7 +185,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         out << "  pk::gemmActivationGrad(" << ptr(grad.getA()) << ", " << ptr(grad.getB()) << ", "
             << ptr(grad.getX()) << ", " << y << ", " << m << ", " << cols << ", " << k << ", "
             << (grad.getTransA() ? "true" : "false") << ", " << (grad.getTransB() ? "true" : "false") << ", "
-            << f32Literal(grad.getAlpha().convertToFloat()) << ", " << unaryKind(grad.getFunction()) << ");\n";
+            << f32Literal(grad.getAlpha().convertToFloat()) << ", " << unaryKindName(grad.getFunction()) << ");\n";
       })
       .Case<nn::MatMulOp, nn::BatchedGemmOp>([&](auto product) {
         // nn.batched_gemm is pk::matmul with its trans flags.
@@ -182,6 +221,14 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << dims(grad.getPads()) << ", " << dims(grad.getDilations()) << ", "
             << grad.getGroup() << scratchArgument(grad) << ");\n";
       })
+      .Default([&](Operation *) { handled = false; });
+  return handled;
+}
+
+/// Batch and layer normalization, pooling, with their gradients. Whether `op` is one of them.
+bool StageEmitter::emitNormPoolOp(Operation *op) {
+  bool handled = true;
+  llvm::TypeSwitch<Operation *>(op)
       .Case([&](nn::BatchNormOp norm) {
         std::string y = allocate(norm.getResult());
         std::string mean = allocate(norm.getNewRunningMean());
@@ -279,28 +326,14 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         out << "  pk::globalAveragePool(" << ptr(pool.getInput()) << ", "
             << shapeOf(pool.getInput()) << ", " << y << ");\n";
       })
-      .Case([&](nn::DropoutOp dropout) {
-        std::string y = allocate(dropout.getResult());
-        std::string mask = allocate(dropout.getMask());
-        out << "  pk::dropout(" << ptr(dropout.getInput()) << ", " << n(dropout.getResult()) << ", "
-            << y << ", " << mask << ", " << f32Literal(dropout.getRatio().convertToFloat())
-            << ", " << (dropout.getTraining() ? "!call->inference" : "false") << ", "
-            << dropoutStreamKey(dropout) << ");\n";
-      })
-      .Case([&](nn::DropoutGradOp grad) {
-        std::string y = allocate(grad.getResult());
-        if (!grad.getMask()) { // the forward's mask drawn again from its key
-          out << "  pk::dropoutGradRedrawn(" << ptr(grad.getDy()) << ", " << n(grad.getResult()) << ", " << y
-              << ", " << f32Literal(grad.getRatio().convertToFloat()) << ", "
-              << (grad.getTraining() ? "true" : "false") << ", "
-              << dropoutStreamKey(static_cast<uint64_t>(grad.getDropoutOpId().value_or(0))) << ");\n";
-          return;
-        }
-        out << "  pk::dropoutGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getMask()) << ", "
-            << n(grad.getResult()) << ", " << y << ", "
-            << f32Literal(grad.getRatio().convertToFloat()) << ", "
-            << (grad.getTraining() ? "true" : "false") << ");\n";
-      })
+      .Default([&](Operation *) { handled = false; });
+  return handled;
+}
+
+/// Softmax, attention and the loss, with their gradients. Whether `op` is one of them.
+bool StageEmitter::emitSoftmaxAttentionLossOp(Operation *op) {
+  bool handled = true;
+  llvm::TypeSwitch<Operation *>(op)
       .Case([&](nn::SoftmaxOp softmax) {
         std::string y = allocate(softmax.getResult());
         out << "  pk::softmax(" << ptr(softmax.getInput()) << ", " << shapeOf(softmax.getInput())
@@ -365,7 +398,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         // Exporters emit log_prob beside the loss; unused, it is not written
         // (a pass over the [N, C] scores less: docs/codegen.md).
         std::string logProb = loss.getLogProb().use_empty() ? "nullptr" : allocate(loss.getLogProb());
-        out << "  pk::softmaxCrossEntropyLoss<" << elem(loss.getLabels()) << ">("
+        out << "  pk::softmaxCrossEntropyLoss<" << elementCType(loss.getLabels()) << ">("
             << ptr(loss.getScores()) << ", " << shapeOf(loss.getScores()) << ", "
             << ptr(loss.getLabels()) << ", "
             << (loss.getWeights() ? ptr(loss.getWeights()) : "nullptr") << ", pk::reductionKind("
@@ -377,7 +410,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
       })
       .Case([&](nn::SoftmaxCrossEntropyLossGradOp grad) {
         std::string y = allocate(grad.getResult());
-        out << "  pk::softmaxCrossEntropyLossGrad<" << elem(grad.getLabels()) << ">("
+        out << "  pk::softmaxCrossEntropyLossGrad<" << elementCType(grad.getLabels()) << ">("
             << ptr(grad.getDloss()) << ", " << ptr(grad.getScores()) << ", "
             << shapeOf(grad.getScores()) << ", " << ptr(grad.getLabels()) << ", "
             << (grad.getWeights() ? ptr(grad.getWeights()) : "nullptr") << ", pk::reductionKind("
@@ -387,6 +420,14 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
                                       : "std::nullopt")
             << ", " << y << scratchArgument(grad) << ");\n";
       })
+      .Default([&](Operation *) { handled = false; });
+  return handled;
+}
+
+/// Reductions, gathers and data movement (views bind names only). Whether `op` is one of them.
+bool StageEmitter::emitReductionMovementOp(Operation *op) {
+  bool handled = true;
+  llvm::TypeSwitch<Operation *>(op)
       .Case([&](nn::ReduceMeanOp mean) {
         std::string y = allocate(mean.getResult());
         out << "  pk::reduceMean(" << ptr(mean.getInput()) << ", " << shapeOf(mean.getInput())
@@ -407,7 +448,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
       .Case([&](nn::GatherOp gather) {
         std::string y = allocate(gather.getResult());
         int64_t axis = *nn::normalizeAxis(gather.getAxis(), tensorType(gather.getData()).getRank());
-        out << "  pk::gather<" << elem(gather.getData()) << ", " << elem(gather.getIndices())
+        out << "  pk::gather<" << elementCType(gather.getData()) << ", " << elementCType(gather.getIndices())
             << ">(" << ptr(gather.getData()) << ", " << shapeOf(gather.getData()) << ", "
             << ptr(gather.getIndices()) << ", " << shapeOf(gather.getIndices()) << ", " << axis
             << ", " << y << ");\n";
@@ -415,7 +456,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
       .Case([&](nn::GatherGradOp grad) {
         std::string y = allocate(grad.getResult());
         int64_t axis = *nn::normalizeAxis(grad.getAxis(), tensorType(grad.getResult()).getRank());
-        out << "  pk::gatherGrad<" << elem(grad.getIndices()) << ">(" << ptr(grad.getDy()) << ", "
+        out << "  pk::gatherGrad<" << elementCType(grad.getIndices()) << ">(" << ptr(grad.getDy()) << ", "
             << ptr(grad.getIndices()) << ", " << shapeOf(grad.getIndices()) << ", " << axis
             << ", " << y << ", " << shapeOf(grad.getResult()) << ");\n";
       })
@@ -425,19 +466,19 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
       })
       .Case([&](nn::ExpandOp expand) {
         std::string y = allocate(expand.getResult());
-        out << "  pk::expand<" << elem(expand.getInput()) << ">(" << ptr(expand.getInput()) << ", "
+        out << "  pk::expand<" << elementCType(expand.getInput()) << ">(" << ptr(expand.getInput()) << ", "
             << shapeOf(expand.getInput()) << ", " << y << ", " << shapeOf(expand.getResult())
             << ");\n";
       })
       .Case([&](nn::TransposeOp transpose) {
         std::string y = allocate(transpose.getResult());
-        out << "  pk::transpose<" << elem(transpose.getInput()) << ">(" << ptr(transpose.getInput())
+        out << "  pk::transpose<" << elementCType(transpose.getInput()) << ">(" << ptr(transpose.getInput())
             << ", " << shapeOf(transpose.getInput()) << ", " << dims(transpose.getPerm()) << ", "
             << y << ");\n";
       })
       .Case([&](nn::ConcatOp concat) {
         std::string y = allocate(concat.getResult());
-        std::string t = elem(concat.getResult());
+        std::string t = elementCType(concat.getResult());
         int64_t axis = *nn::normalizeAxis(concat.getAxis(), tensorType(concat.getResult()).getRank());
         out << "  { const " << t << " *pieces[] = {";
         for (auto [i, input] : llvm::enumerate(concat.getInputs()))
@@ -449,7 +490,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << ", " << axis << ", " << y << "); }\n";
       })
       .Case([&](nn::SplitOp split) {
-        std::string t = elem(split.getInput());
+        std::string t = elementCType(split.getInput());
         SmallVector<std::string> pieces;
         for (Value piece : split.getResults())
           pieces.push_back(allocate(piece));
@@ -463,7 +504,7 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
       })
       .Case([&](nn::SliceOp slice) {
         std::string y = allocate(slice.getResult());
-        out << "  pk::slice<" << elem(slice.getInput()) << ">(" << ptr(slice.getInput()) << ", "
+        out << "  pk::slice<" << elementCType(slice.getInput()) << ">(" << ptr(slice.getInput()) << ", "
             << shapeOf(slice.getInput()) << ", " << dims(slice.getStarts()) << ", "
             << dims(slice.getEnds()) << ", " << dims(slice.getSteps()) << ", " << y << ");\n";
       })
@@ -475,24 +516,19 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
       })
       .Case([&](nn::PadOp pad) {
         std::string y = allocate(pad.getResult());
-        std::string t = elem(pad.getInput());
+        std::string t = elementCType(pad.getInput());
         out << "  pk::pad<" << t << ">(" << ptr(pad.getInput()) << ", " << shapeOf(pad.getInput())
             << ", " << dims(pad.getPads()) << ", static_cast<" << t << ">("
             << floatLiteral(pad.getValue().convertToDouble()) << "), " << y << ");\n";
       })
-      .Case([&](nn::UnaryGradOp grad) {
-        std::string y = allocate(grad.getResult());
-        out << "  pk::unaryGrad(" << unaryKind(grad.getKind()) << ", " << ptr(grad.getDy()) << ", "
-            << (grad.getX() ? ptr(grad.getX()) : "nullptr") << ", "
-            << (grad.getY() ? ptr(grad.getY()) : "nullptr") << ", " << n(grad.getResult()) << ", "
-            << y << ");\n";
-      })
-      .Case([&](nn::BinaryGradOp grad) {
-        std::string y = allocate(grad.getResult());
-        out << "  pk::binaryGrad(pk::BinaryGrad::" << binaryGradientKind(grad.getKind()).enumerator
-            << ", " << ptr(grad.getDy()) << ", " << ptr(grad.getLhs()) << ", " << shapeOf(grad.getLhs())
-            << ", " << ptr(grad.getRhs()) << ", " << shapeOf(grad.getRhs()) << ", " << y << ");\n";
-      })
+      .Default([&](Operation *) { handled = false; });
+  return handled;
+}
+
+/// Constants: a table of the stage or its constants file. Whether `op` is one of them.
+bool StageEmitter::emitConstantOp(Operation *op, LogicalResult &result) {
+  bool handled = true;
+  llvm::TypeSwitch<Operation *>(op)
       .Case([&](nn::ConstantOp constant) {
         auto type = tensorType(constant.getResult());
         auto dense = llvm::dyn_cast<DenseElementsAttr>(constant.getValue());
@@ -565,6 +601,14 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
             << name << ");\n";
         bind(constant.getResult(), "static_cast<" + t + " *>(" + name + "Device.get())");
       })
+      .Default([&](Operation *) { handled = false; });
+  return handled;
+}
+
+/// The optimizer updates, transfers, stashing, fused loops and recomputation. Whether `op` is one of them.
+bool StageEmitter::emitPipelineOp(Operation *op, bool isStep, LogicalResult &result) {
+  bool handled = true;
+  llvm::TypeSwitch<Operation *>(op)
       .Case([&](nn::SgdUpdateOp update) {
         queueOptimizerUpdate(false, {ptr(update.getParam()), ptr(update.getGrad()),
                                      ptr(update.getMomentumBuffer()), "nullptr",
@@ -617,11 +661,20 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
         for (auto [value, yielded] : llvm::zip(recompute.getResults(), yield.getValues()))
           names[value] = ptr(yielded);
       })
-      .Default([&](Operation *op) {
-        result = op->emitOpError("has no ") << targetName() << " lowering";
-      });
-  return result;
+      .Default([&](Operation *) { handled = false; });
+  return handled;
 }
+
+LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
+  // The families of ops, each in its function: the one that knows `op`
+  // writes its call (or fails, with a diagnostic).
+  LogicalResult result = success();
+  if (emitElementwiseOp(op) || emitLinalgOp(op) || emitNormPoolOp(op) || emitSoftmaxAttentionLossOp(op) ||
+      emitReductionMovementOp(op) || emitConstantOp(op, result) || emitPipelineOp(op, isStep, result))
+    return result;
+  return op->emitOpError("has no ") << targetName() << " lowering";
+}
+
 
 void StageEmitter::queueOptimizerUpdate(bool adamw, PendingUpdate update) {
   if (!pendingUpdates.empty() && pendingAdamW != adamw)

@@ -111,6 +111,26 @@ private:
   void collectInterface();
   LogicalResult emitFunction(func::FuncOp function, StringRef cName, bool isStep);
   LogicalResult emitOp(Operation *op, bool isStep);
+  // emitOp's families of ops (EmitOps.cpp): each writes the call of an op it
+  // knows and says whether it knew it.
+  bool emitElementwiseOp(Operation *op);
+  bool emitLinalgOp(Operation *op);
+  bool emitNormPoolOp(Operation *op);
+  bool emitSoftmaxAttentionLossOp(Operation *op);
+  bool emitReductionMovementOp(Operation *op);
+  bool emitConstantOp(Operation *op, LogicalResult &result);
+  bool emitPipelineOp(Operation *op, bool isStep, LogicalResult &result);
+  /// nn.attention's dropout of P as the kernels' ratio, training flag and
+  /// stream key: those nn.dropout's call gets (the op id is the absorbed
+  /// dropout's), so the fused kernels draw its mask. The backward runs only
+  /// in training, with the forward's step and micro-batch.
+  std::string attentionDropout(APFloat ratio, uint64_t dropoutOpId);
+  /// nn.attention(_grad)'s trailing kernel arguments: its scratch, then
+  /// (sequence-major operands) its layout, which follows the scratch.
+  std::string attentionTail(Operation *op, bool sequenceMajor);
+  /// CUDA: a causal mask constant is declared as such before nn.attention
+  /// and its gradient read it (pk::declareCausalMask).
+  void declareIfCausal(Value mask, bool maskedWhen);
   LogicalResult emitOps(Block &block, bool isStep);
   /// @step's optimizer updates become one stage-wide call
   /// (pk::adamwUpdateAll / pk::sgdUpdateAll, docs/cuda-codegen.md): each
