@@ -13,6 +13,7 @@
 #include "passes/JsonResource.h"
 #include "passes/OptionsBinder.h"
 #include "runtime/include/pipec/job_plan.h"
+#include "runtime/include/pipec/vocabulary.h" // isCudaArchitecture
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/Pass.h"
@@ -24,7 +25,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 
 using namespace mlir;
 namespace fs = std::filesystem;
@@ -41,15 +41,15 @@ void JobOptions::bind(settings::Binder &b) {
   b.choice(settings::kTarget, target);
   b.choice(settings::kPrecision, precision);
   b.onText(settings::kCudaArch, [this](const std::string &list) {
-    static const std::regex architecture("sm_[0-9]{2,3}");
     std::vector<std::string> archs;
     for (llvm::StringRef rest = list; !rest.empty();) {
       auto [arch, tail] = rest.split(',');
       rest = tail;
       if (arch.trim().empty())
         continue;
-      if (!std::regex_match(arch.trim().str(), architecture))
-        throw settings::SettingError("'" + arch.trim().str() + "' is not an architecture like sm_80 or sm_90");
+      if (!isCudaArchitecture(arch.trim()))
+        throw settings::SettingError("'" + arch.trim().str() + "' is not an architecture like " +
+                                     kCudaArchitectureExamples);
       archs.push_back(arch.trim().str());
     }
     if (archs.empty())

@@ -136,12 +136,10 @@ Plan loadPlan(const std::string &dirIn) {
   p.target = runtime.target;
   p.precision = runtime.precision;
   p.cudaArch = runtime.cudaArch;
-  for (const std::string &a : p.cudaArch) {
-    size_t k = 3;
-    while (k < a.size() && std::isdigit((unsigned char)a[k])) ++k;
-    if (a.compare(0, 3, "sm_") != 0 || k < 5 || (k < a.size() && !(k + 1 == a.size() && std::isalpha((unsigned char)a[k]))))
-      throw Error(p.planPath + ": runtime.cuda_arch: \"" + a + "\" is not an architecture like sm_80 or sm_90");
-  }
+  for (const std::string &a : p.cudaArch)
+    if (!isCudaArchitecture(a))
+      throw Error(p.planPath + ": runtime.cuda_arch: \"" + a + "\" is not an architecture like " +
+                  kCudaArchitectureExamples);
   p.gpu = runtime.gpu;
 
   // The ranks of each stage (a virtual stage when chunks > 1, in model

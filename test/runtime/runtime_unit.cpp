@@ -106,6 +106,13 @@ void testPlanKeys(const fs::path &root) {
         "bad target: " << e);
   e = loadError(writePlan(root / "bad-arch", {{"target", "cuda"}, {"cuda_arch", {"compute_80"}}}));
   CHECK(contains(e, "runtime.cuda_arch") && contains(e, "compute_80"), "bad arch: " << e);
+  // pipec's --cuda-arch grammar (pipec/vocabulary.h): two or three digits, one letter at most.
+  for (const char *bad : {"sm_9", "sm_1000", "sm_90ab", "sm_90A", "sm_"}) {
+    e = loadError(writePlan(root / "bad-arch-grammar", {{"target", "cuda"}, {"cuda_arch", {bad}}}));
+    CHECK(contains(e, "runtime.cuda_arch") && contains(e, bad), "bad arch " << bad << ": " << e);
+  }
+  CHECK(pipec::isCudaArchitecture("sm_100f") && pipec::isCudaArchitecture("sm_90a") && pipec::isCudaArchitecture("sm_80"),
+        "sm_80, sm_90a and sm_100f are architectures");
   e = loadError(writePlan(root / "bad-arch-type", {{"cuda_arch", "sm_80"}}));
   CHECK(contains(e, "runtime.cuda_arch") && contains(e, "wrong type"), "arch not a list: " << e);
   e = loadError(writePlan(root / "bad-precision", {{"precision", 16}}));

@@ -41,6 +41,22 @@ template <class E> std::string choiceNames(std::string_view last = ", ") {
   return out;
 }
 
+// ---------------------------------------------------------------- CUDA architectures
+// An architecture as pipec's --cuda-arch and piperun's runtime.cuda_arch
+// accept it (one grammar for both): "sm_", two or three digits, at most one
+// lowercase letter ("sm_80", "sm_90a", "sm_100f"): the names nvcc's
+// -gencode takes (compute_90a / sm_90a).
+inline bool isCudaArchitecture(std::string_view name) {
+  if (name.substr(0, 3) != "sm_")
+    return false;
+  size_t digits = 0;
+  while (3 + digits < name.size() && name[3 + digits] >= '0' && name[3 + digits] <= '9')
+    ++digits;
+  const std::string_view suffix = name.substr(3 + digits);
+  return digits >= 2 && digits <= 3 && (suffix.empty() || (suffix.size() == 1 && suffix[0] >= 'a' && suffix[0] <= 'z'));
+}
+inline constexpr const char *kCudaArchitectureExamples = "sm_80, sm_90 or sm_90a";
+
 // ---------------------------------------------------------------- instructions
 // One instruction of a rank's stream (docs/schedule-files.md).
 enum class Op : unsigned char {
