@@ -81,15 +81,21 @@ struct PlanningResult {
   partition::CostTable table;
   partition::Topology topology;
   planner::Plan plan;
+  /// The search the plan was chosen from: given back to createPlanning, a
+  /// module with the same costs gets another rank without searching again.
+  std::shared_ptr<const planner::Ranking> ranking;
 };
 
-/// pipec-partition on a request built by the driver from every planner flag
-/// (the textual options cover the common ones); fills `result` if given.
 /// pipec-partition's request before its options: one device (gpus=1x1), so
 /// that `pipec-opt --pipec-partition` alone plans.
 planner::Request defaultPlanningRequest();
-std::unique_ptr<mlir::Pass> createPlanning(const planner::Request &request,
-                                           PlanningResult *result);
+/// pipec-partition on a request built by the driver from every planner flag
+/// (the textual options cover the common ones); fills `result` if given.
+/// With `ranking`, the plan at request.rank is chosen from it instead of
+/// searching; the pass fails unless it was searched on the module's cost
+/// table for this request (planner::sameSearch).
+std::unique_ptr<mlir::Pass> createPlanning(const planner::Request &request, PlanningResult *result,
+                                           std::shared_ptr<const planner::Ranking> ranking = nullptr);
 
 /// The cost table of a module annotated by pipec-estimate-costs: one row per
 /// costed op in program order, with its producers. Fails (with an error on

@@ -42,7 +42,7 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
   pm.addPass(createEstimateCosts(config.costs));
   if (config.last == Phase::Costs)
     return;
-  pm.addPass(createPlanning(config.planning, config.planningResult));
+  pm.addPass(createPlanning(config.planning, config.planningResult, config.ranking));
   if (config.last == Phase::Partition)
     return;
   const bool optimize = config.optLevel == OptLevel::O2;

@@ -40,6 +40,9 @@ struct PipelineConfig {
   planner::Request planning;
   /// Receives the full plan (pipec prints it and writes plan.json).
   PlanningResult *planningResult = nullptr;
+  /// A search already run for `planning` on this model's costs (a
+  /// PlanningResult's): the partition pass chooses from it (createPlanning).
+  std::shared_ptr<const planner::Ranking> ranking;
   OptimizerOptions optimizer;
   OptLevel optLevel = OptLevel::O2;
   /// The stage code target, whose kernels' scratch the memory plan holds.

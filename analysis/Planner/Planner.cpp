@@ -1,6 +1,7 @@
 #include "analysis/Planner/Planner.h"
 #include "analysis/Settings/Declared.h"
 
+#include "analysis/Partition/CostTable.h"
 #include "analysis/Partition/Error.h"
 #include "analysis/Partition/PlanJson.h"
 #include "runtime/include/pipec/input_file.h"
@@ -120,6 +121,14 @@ double peakDeviceBytes(const PartitionResult &partition, const schedule::Schedul
   return peak;
 }
 
+/// The schedule of one family on a problem: the file's order for csv.
+schedule::Schedule buildSchedule(const Request &request, const std::string &name,
+                                 const schedule::Problem &problem) {
+  if (!schedule::generatedFromProblem(familyOf(name)))
+    return schedule::scheduleFromCsv(request.scheduleFileText, request.scheduleFile, problem);
+  return schedule::generate(name, problem);
+}
+
 struct Partitioned {
   PartitionResult result;
   std::string origin;
@@ -173,9 +182,7 @@ struct Search {
 
   /// The schedule of one family on a problem: the file's order for csv.
   schedule::Schedule build(const std::string &name, const schedule::Problem &problem) const {
-    if (fromFile(name))
-      return schedule::scheduleFromCsv(request.scheduleFileText, request.scheduleFile, problem);
-    return schedule::generate(name, problem);
+    return buildSchedule(request, name, problem);
   }
   bool fromFile(const std::string &name) const { return !schedule::generatedFromProblem(familyOf(name)); }
 
@@ -608,7 +615,29 @@ Request withBatchSize(const partition::CostTable &table, const Request &request)
 }
 } // namespace
 
-Plan plan(const partition::CostTable &table, const Request &given) {
+namespace {
+/// What a ranking depends on: the cost table and every field of the request
+/// the search reads (all but the rank, --json, --out and what is reported).
+std::string searchKey(const partition::CostTable &table, const Request &r) {
+  std::ostringstream key;
+  partition::writeCostTableCsv(key, table);
+  const partition::PartitionCliOptions &p = r.partition;
+  const partition::PartitionOptions &o = p.options;
+  key << std::setprecision(17) << table.microbatchSize << '|' << p.gpus << '|' << p.clusterFile << '|' << p.device << '|' << p.deviceGiven
+      << '|' << p.intraBytesPerSecond << '|' << p.interBytesPerSecond << '|' << p.partitionFile << '|'
+      << static_cast<int>(p.recomputeMode) << '|' << p.recomputeGiven << '|' << p.microbatchesGiven << '|'
+      << o.forcedStages << '|' << o.allowReplication << '|' << o.memoryLimitBytes << '|' << o.asynchronous << '|'
+      << o.recompute << '|' << o.microbatches << '|' << o.maxLayers << '|' << o.deviceRangeSearch << '|'
+      << r.schedule << '|' << r.scheduleFile << '|' << r.chunks << '|' << r.verticalSync << '|' << r.fbOverlap
+      << '|' << r.batchSize << '|' << r.candidates;
+  for (const auto &ranges : {o.unsplittable, r.unsplittable})
+    for (const auto &[first, last] : ranges)
+      key << '|' << first << '-' << last;
+  return key.str();
+}
+} // namespace
+
+Ranking search(const partition::CostTable &table, const Request &given) {
   const auto started = std::chrono::steady_clock::now();
   schedule::Schedule fileShape;
   if (given.scheduleFile.empty() && !given.schedule.empty() &&
@@ -643,17 +672,30 @@ Plan plan(const partition::CostTable &table, const Request &given) {
       return a.microbatches < b.microbatches;
     return a.partition.devicesUsed < b.partition.devicesUsed;
   });
-  if (request.rank < 1 || static_cast<size_t>(request.rank) > search.all.size())
-    throw Error((settings::flag(settings::kPlanRank) + " ") + std::to_string(request.rank) + ": the planner ranked " +
-                std::to_string(search.all.size()) + " plans");
-  // The chosen plan leads the ranking (what is printed and written).
-  std::rotate(search.all.begin(), search.all.begin() + (request.rank - 1),
-              search.all.begin() + request.rank);
-  out.chosenRank = request.rank;
   out.ranked = std::move(search.all);
+  out.microbatchSizeSource = request.microbatchSizeSource;
+  out.microbatchSizesTried = request.microbatchSizesTried;
+  out.searchSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return Ranking{request, searchKey(table, given), std::move(out)};
+}
+
+bool sameSearch(const Ranking &ranking, const partition::CostTable &table, const Request &request) {
+  return ranking.searchedFor == searchKey(table, request);
+}
+
+Plan choose(const Ranking &ranking, int rank) {
+  const auto started = std::chrono::steady_clock::now();
+  const std::vector<Candidate> &ranked = ranking.searched.ranked;
+  if (rank < 1 || static_cast<size_t>(rank) > ranked.size())
+    throw Error((settings::flag(settings::kPlanRank) + " ") + std::to_string(rank) + ": the planner ranked " +
+                std::to_string(ranked.size()) + " plans");
+  Plan out = ranking.searched;
+  // The chosen plan leads the ranking (what is printed and written).
+  std::rotate(out.ranked.begin(), out.ranked.begin() + (rank - 1), out.ranked.begin() + rank);
+  out.chosenRank = rank;
   out.chosen = out.ranked.front();
   Candidate &c = out.chosen;
-  out.schedule = search.build(c.schedule, c.problem);
+  out.schedule = buildSchedule(ranking.request, c.schedule, c.problem);
   out.simulated = schedule::simulate(out.schedule);
   // The prediction of record is the simulated one (docs/planner.md); the
   // DP's analytic estimate stays, labelled, in its own fields.
@@ -665,11 +707,12 @@ Plan plan(const partition::CostTable &table, const Request &given) {
   r.bubbleSeconds = c.bubble * c.makespan;
   r.simulated = true;
   out.ranked.front() = c;
-  out.searchSeconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  out.microbatchSizeSource = request.microbatchSizeSource;
-  out.microbatchSizesTried = request.microbatchSizesTried;
+  out.searchSeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return out;
+}
+
+Plan plan(const partition::CostTable &table, const Request &request) {
+  return choose(search(table, request), request.rank);
 }
 
 namespace {
@@ -779,7 +822,7 @@ void printPlan(std::ostream &os, const partition::CostTable &table,
     }
     os << "\n" << std::defaultfloat;
   }
-  const size_t shown = std::min(plan.ranked.size(), static_cast<size_t>(std::max(0, plan.candidatesShown)));
+  const size_t shown = plan.shown();
   if (shown > 1) {
     os << "\n" << std::left << std::setw(4) << "#" << std::setw(16) << "schedule" << std::setw(7)
        << "chunks" << std::setw(24) << "replicas per stage" << std::setw(8) << "m" << std::right
@@ -856,7 +899,7 @@ json batchJson(const partition::CostTable &table, const Plan &plan) {
 
 json plannerJson(const partition::CostTable &table, const Plan &plan) {
   json ranked = json::array();
-  const size_t shown = std::min(plan.ranked.size(), static_cast<size_t>(std::max(1, plan.candidatesShown)));
+  const size_t shown = plan.shown();
   for (size_t i = 0; i < shown; ++i)
     ranked.push_back(candidateJson(table, plan.ranked[i]));
   return {{"objective", "simulated time per sample"},
@@ -915,7 +958,7 @@ plan::PlanFile planFile(const partition::CostTable &table, const partition::Topo
   report.rejected = plan.rejected;
   report.rejections = plan.rejections;
   // The chosen plan is the file itself; the runner-ups as printed.
-  const size_t shown = std::min(plan.ranked.size(), static_cast<size_t>(std::max(1, plan.candidatesShown)));
+  const size_t shown = plan.shown();
   for (size_t i = 1; i < shown; ++i) {
     const Candidate &k = plan.ranked[i];
     plan::RunnerUp r;

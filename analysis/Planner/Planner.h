@@ -98,11 +98,29 @@ struct Plan {
   int chosenRank = 1;      ///< Request::rank: where the chosen plan stood in the ranking
   std::string microbatchSizeSource;                      ///< Request's, reported
   std::vector<plan::MicrobatchSizeTried> microbatchSizesTried; ///< Request's, reported
+  /// The plans printed (--candidates N, at least one): each can be chosen.
+  size_t shown() const { return std::min(ranked.size(), static_cast<size_t>(std::max(1, candidatesShown))); }
+};
+
+/// The search before a plan is chosen: plan() is search() then choose(), and
+/// one search can give every plan of its ranking (--each-candidate).
+struct Ranking {
+  Request request;         ///< as searched (the schedule file read, --batch-size as micro-batches)
+  std::string searchedFor; ///< the cost table and request it answers (sameSearch)
+  /// The search's report with `ranked` best first; no plan chosen yet.
+  Plan searched;
 };
 
 /// Runs the search. Throws partition::Error or schedule::ScheduleError when
 /// nothing satisfies the constraints (naming the constraint and, for
 /// explicit requests, the nearest valid values).
+Ranking search(const partition::CostTable &table, const Request &request);
+/// The plan at `rank` (1: the best) of a ranking, as plan() with that rank
+/// gives it. Throws partition::Error past the ranking's end.
+Plan choose(const Ranking &ranking, int rank);
+/// Whether `ranking` is search(table, request)'s for any rank of `request`.
+bool sameSearch(const Ranking &ranking, const partition::CostTable &table, const Request &request);
+/// search() then choose() at request.rank.
 Plan plan(const partition::CostTable &table, const Request &request);
 
 /// The schedule problem of a partition: per-stage F, B and W are the sums of

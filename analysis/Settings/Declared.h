@@ -121,6 +121,9 @@ inline constexpr IntSetting kPlanRank{
      "k"},
     1,
     1000};
+inline constexpr Setting kEachCandidate{
+    "each-candidate", "With --out DIR: search once and write the job of every plan --candidates prints, plan K "
+                      "into DIR/plan-K (as --plan-rank K --out DIR/plan-K would)"};
 
 // ---------------------------------------------------------------- cost model
 inline constexpr ChoiceSetting<Precision> kPrecision{{"precision", "Compute precision of matrix products", "name"}};

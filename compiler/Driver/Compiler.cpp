@@ -260,6 +260,9 @@ mlir::FailureOr<int64_t> chooseMicrobatchSize(const CompileOptions &options,
       mlir::PassManager manager(&context);
       passes::PipelineConfig config = pipelineConfig(options, &planning);
       config.last = Phase::Partition;
+      // Sizes compare their best plans (the ranking --candidates prints);
+      // --plan-rank chooses within the chosen size's ranking.
+      config.planning.rank = 1;
       passes::buildPipecPipeline(manager, config);
       if (failed(manager.run(*module)))
         attempt.rejection = firstError.empty() ? std::string("the pipeline failed") : firstError;
@@ -314,10 +317,32 @@ void CompileOptions::bind(settings::Binder &b) {
   optimizer.bind(b);
   job.bind(b);
   b.onInteger(settings::kMicrobatchSize, [this](int64_t size) { importOptions.microbatchSize = size; });
+  b.flag(settings::kEachCandidate, eachCandidate);
+  b.onInteger(settings::kPlanRank, [this](int64_t) { planRankGiven = true; });
 }
 
+namespace {
+/// --each-candidate writes one job per printed plan: it needs --out and a
+/// topology, and chooses every rank itself.
+mlir::LogicalResult checkEachCandidate(const CompileOptions &options, llvm::raw_ostream &errs) {
+  if (!options.eachCandidate)
+    return mlir::success();
+  const std::string each = "error: " + settings::flag(settings::kEachCandidate);
+  if (options.planRankGiven)
+    errs << each << " writes every printed plan; it takes no " << settings::flag(settings::kPlanRank) << "\n";
+  else if (options.emit)
+    errs << each << " writes jobs, not IR: not with --emit\n";
+  else if (options.partition().outDir.empty() || !options.partitionRequested())
+    errs << each << " needs " << settings::flag(settings::kOut) << " DIR and a topology ("
+         << settings::flag(settings::kGpus) << " or " << settings::flag(settings::kCluster) << ")\n";
+  else
+    return mlir::success();
+  return mlir::failure();
+}
+} // namespace
+
 int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_ostream &errs) {
-  if (failed(checkTargetOptions(given.job, errs)))
+  if (failed(checkTargetOptions(given.job, errs)) || failed(checkEachCandidate(given, errs)))
     return 1;
   // The micro-batch size: the export's, given, or the planner's choice
   // when the export leaves the batch dimension free. Its source is reported
@@ -331,11 +356,13 @@ int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_
   registerPipecDialects(registry);
   mlir::MLIRContext context(registry);
   context.loadAllAvailableDialects();
-  // Pass failures report through diagnostics: print them as errors.
+  // Pass failures report through diagnostics: print them as errors (with
+  // --each-candidate, naming the plan).
+  std::string planLabel;
   mlir::ScopedDiagnosticHandler diagnostics(&context, [&](mlir::Diagnostic &diagnostic) {
     outs.flush();
     if (diagnostic.getSeverity() == mlir::DiagnosticSeverity::Error)
-      errs << "error: " << options.inputPath << ": " << diagnostic.str() << "\n";
+      errs << "error: " << options.inputPath << planLabel << ": " << diagnostic.str() << "\n";
     return mlir::success();
   });
 
@@ -411,8 +438,15 @@ int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_
   if (dump)
     manager.enableIRPrinting(std::move(dump));
   passes::buildPipecPipeline(manager, pipelineConfig(options, &planning));
+  // --each-candidate: later plans start from the module as imported.
+  mlir::OwningOpRef<mlir::ModuleOp> imported;
+  if (options.eachCandidate) {
+    imported = module->clone();
+    planLabel = " (plan 1)";
+  }
   bool passed = succeeded(manager.run(*module));
-  if ((dumpFolder && !dumpFolder->report(errs)) || !passed)
+  // With --each-candidate, a plan past the search that fails is one of many.
+  if ((dumpFolder && !dumpFolder->report(errs)) || (!passed && !(imported && planning.ranking)))
     return 1;
   if (options.emit)
     return emitModule(options, *module, errs);
@@ -436,10 +470,36 @@ int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_
 
   // The job directory, from the module alone (WriteJob.h); with --json,
   // standard output carries the one JSON document only.
-  if (failed(writeJob(*module, options.partition().outDir, options.job, initialValues,
-                      options.partition().json ? errs : outs, errs)))
-    return 1;
-  return 0;
+  llvm::raw_ostream &written = options.partition().json ? errs : outs;
+  if (!options.eachCandidate)
+    return failed(writeJob(*module, options.partition().outDir, options.job, initialValues, written, errs));
+
+  // --each-candidate: plan K of the one search, compiled on a fresh copy of
+  // the imported module into DIR/plan-K (plan 1 is the module above).
+  int exitCode = 0;
+  for (size_t rank = 1; rank <= planning.plan.shown(); ++rank) {
+    planLabel = " (plan " + std::to_string(rank) + ")";
+    mlir::OwningOpRef<mlir::ModuleOp> copy;
+    if (rank > 1) {
+      copy = imported->clone();
+      mlir::PassManager perPlan(&context);
+      if (failed(mlir::applyPassManagerCLOptions(perPlan)))
+        return 1;
+      passes::PipelineConfig config = pipelineConfig(options, nullptr);
+      config.planning.rank = static_cast<int>(rank);
+      config.ranking = planning.ranking;
+      passes::buildPipecPipeline(perPlan, config);
+      passed = succeeded(perPlan.run(*copy));
+    }
+    const std::string directory = (std::filesystem::path(options.partition().outDir) /
+                                   ("plan-" + std::to_string(rank))).string();
+    if (!passed || failed(writeJob(copy ? *copy : *module, directory, options.job, initialValues, written, errs))) {
+      errs << "error: " << options.inputPath << planLabel << ": does not compile; " << directory
+           << " is not a job\n";
+      exitCode = 1;
+    }
+  }
+  return exitCode;
 }
 
 } // namespace pipec

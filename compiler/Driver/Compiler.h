@@ -60,6 +60,10 @@ struct CompileOptions {
   /// (the cost model's too), --cuda-arch, --seed.
   JobOptions job;
   bool cudaTarget() const { return job.cudaTarget(); }
+  /// --each-candidate: one search, the job of every printed plan in
+  /// DIR/plan-K (docs/planner.md); planRankGiven refuses it with --plan-rank.
+  bool eachCandidate = false;
+  bool planRankGiven = false;
   /// True when a topology was given: the partition phase runs.
   bool partitionRequested() const {
     return !partition().gpus.empty() || !partition().clusterFile.empty();

@@ -1,7 +1,8 @@
 // pipec-partition: the planner's joint search on the costed graph, recorded
 // on the module (pipe.stage, pipe.stages, pipe.plan, and for the job writer
 // pipe.plan_file and pipe.schedule); the driver reads the full plan through
-// PlanningResult only to print it.
+// PlanningResult to print it, and may hand its ranking back so that another
+// rank is chosen without searching (--each-candidate, docs/planner.md).
 #include "passes/Passes.h"
 #include "passes/OptionsBinder.h"
 #include "passes/Analysis/GradientRoles.h"
@@ -102,8 +103,9 @@ namespace {
 /// bound to the same settings as pipec's flags (Request::bind).
 struct AssignStages : PassWithOptions<impl::AssignStagesBase<AssignStages>, planner::Request> {
   AssignStages() : PassWithOptions(defaultPlanningRequest()) {}
-  AssignStages(const planner::Request &request, PlanningResult *result)
-      : PassWithOptions(request), result(result) {}
+  AssignStages(const planner::Request &request, PlanningResult *result,
+               std::shared_ptr<const planner::Ranking> ranking)
+      : PassWithOptions(request), result(result), ranking(std::move(ranking)) {}
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -120,7 +122,15 @@ struct AssignStages : PassWithOptions<impl::AssignStagesBase<AssignStages>, plan
       if (request.partition.options.asynchronous || (family && family->asynchronous))
         request.unsplittable = tiedParameterRanges(module);
       partition::Topology topology = request.partition.topology();
-      planner::Plan plan = planner::plan(*table, request);
+      std::shared_ptr<const planner::Ranking> searched = ranking;
+      if (!searched)
+        searched = std::make_shared<const planner::Ranking>(planner::search(*table, request));
+      else if (!planner::sameSearch(*searched, *table, request)) {
+        module.emitError() << "the ranking given to the partition pass was searched for another cost "
+                              "table or planner request";
+        return signalPassFailure();
+      }
+      planner::Plan plan = planner::choose(*searched, request.rank);
       numPlansEvaluated = plan.evaluated;
       annotateStages(module, *table, plan.chosen.partition);
       module->setAttr(pipe::kPlanAttrName, planAttr(plan, request));
@@ -130,7 +140,7 @@ struct AssignStages : PassWithOptions<impl::AssignStagesBase<AssignStages>, plan
       module->setAttr(pipe::kScheduleAttrName, jsonResource(&getContext(), "pipe_schedule",
                                                             nlohmann::json::parse(schedule::toJson(plan.schedule))));
       if (result)
-        *result = PlanningResult{std::move(*table), std::move(topology), std::move(plan)};
+        *result = PlanningResult{std::move(*table), std::move(topology), std::move(plan), std::move(searched)};
     } catch (const partition::Error &error) {
       module.emitError() << error.what();
       return signalPassFailure();
@@ -157,6 +167,7 @@ private:
   }
 
   PlanningResult *result = nullptr;
+  std::shared_ptr<const planner::Ranking> ranking; ///< chosen from instead of searching
 };
 
 } // namespace
@@ -169,6 +180,7 @@ pipec::planner::Request pipec::passes::defaultPlanningRequest() {
 }
 
 std::unique_ptr<mlir::Pass> pipec::passes::createPlanning(const planner::Request &request,
-                                                          PlanningResult *result) {
-  return std::make_unique<AssignStages>(request, result);
+                                                          PlanningResult *result,
+                                                          std::shared_ptr<const planner::Ranking> ranking) {
+  return std::make_unique<AssignStages>(request, result, std::move(ranking));
 }

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Every printed plan compiles (docs/planner.md): for each model and each of
 the topologies 1x2 and 1x4, every plan of the ranking that `--candidates N`
-prints is compiled as it was evaluated (`--plan-rank K --out DIR --build`),
-and its plan.json must name the schedule, micro-batches and stages the
-ranking printed. A plan the planner prints but the compiler rejects (a cut
-the outliner cannot handle) fails this test.
+prints is compiled as it was evaluated, from one search per model, topology
+and forced stage count (`--each-candidate --out DIR --build`: plan K in
+DIR/plan-K, the job `--plan-rank K` writes), and its plan.json must name the
+schedule, micro-batches and stages the ranking printed. A plan the planner
+prints but the compiler rejects (a cut the outliner cannot handle) fails
+this test.
 
     candidate_plans.py --pipec build/bin/pipec [--candidates 6] [--no-build]
                        [--stages 2,4] [--all-test-models] [MODEL...]
@@ -46,33 +48,54 @@ def default_models(pipec, every_test_model):
     return models
 
 
-def ranking(pipec, model, topology, candidates, extra):
-    result = subprocess.run([pipec, model, "--gpus", topology, "--candidates", str(candidates),
-                             "--json"] + extra, capture_output=True, text=True)
-    if result.returncode != 0:
-        return None, result.stderr.strip()
-    return json.loads(result.stdout)["planner"]["candidates"], None
+def label_of(model, topology, extra, rank, expected):
+    return (f"{os.path.basename(model)} {topology}{' ' + ' '.join(extra) if extra else ''} plan {rank} "
+            f"({expected['schedule']}, "
+            f"{expected['chunks']} chunks, m={expected['microbatches']}, "
+            f"{len(expected['stages'])} stages)")
 
 
-def compile_one(pipec, model, topology, candidates, rank, expected, workdir, extra, build):
-    out = os.path.join(workdir, f"{os.path.basename(model)}-{topology}-{'-'.join(extra)}-{rank}")
-    command = [pipec, model, "--gpus", topology, "--candidates", str(candidates),
-               "--plan-rank", str(rank), "--out", out] + (["--build"] if build else []) + extra
+def plan_error(stderr, rank):
+    """The first error pipec printed for plan `rank` (its lines say "(plan K)"),
+    or the line before its closing "does not compile"; None if none."""
+    lines = stderr.splitlines()
+    for i, line in enumerate(lines):
+        if f"(plan {rank}): " in line:
+            return lines[i - 1] if line.endswith("is not a job") and i > 0 and "(plan " not in lines[i - 1] \
+                else line
+    return None
+
+
+def compile_each(pipec, model, topology, candidates, workdir, extra, build):
+    """One pipec: the ranking (--json) and the job of every printed plan.
+    Returns [(label, problem or None)], or a "no plan" failure."""
+    out = os.path.join(workdir, f"{os.path.basename(model)}-{topology}-{'-'.join(extra)}")
+    command = [pipec, model, "--gpus", topology, "--candidates", str(candidates), "--json",
+               "--each-candidate", "--out", out] + (["--build"] if build else []) + extra
     result = subprocess.run(command, capture_output=True, text=True)
-    label = (f"{os.path.basename(model)} {topology}{' ' + ' '.join(extra) if extra else ''} plan {rank} "
-             f"({expected['schedule']}, "
-             f"{expected['chunks']} chunks, m={expected['microbatches']}, "
-             f"{len(expected['stages'])} stages)")
-    if result.returncode != 0:
-        return label, "does not compile: " + (result.stderr.strip().splitlines() or ["?"])[-1]
-    with open(os.path.join(out, "plan.json")) as f:
-        plan = json.load(f)
-    pipeline = plan["pipeline"]
-    got = (pipeline["schedule"], pipeline["microbatches"], len(plan["stages"]))
-    want = (expected["schedule"], expected["microbatches"], len(expected["stages"]))
-    if got != want:
-        return label, f"plan.json has schedule, micro-batches, stages {got}, the ranking {want}"
-    return label, None
+    try:
+        plans = json.loads(result.stdout)["planner"]["candidates"]
+    except ValueError:
+        return None, f"{os.path.basename(model)} {topology} {' '.join(extra)}: no plan: {result.stderr.strip()}"
+    outcomes = []
+    for rank, expected in enumerate(plans, start=1):
+        label = label_of(model, topology, extra, rank, expected)
+        error = plan_error(result.stderr, rank)
+        path = os.path.join(out, f"plan-{rank}", "plan.json")
+        if error or not os.path.exists(path):
+            outcomes.append((label, "does not compile: " + (error or "no plan.json (exit %d)" % result.returncode)))
+            continue
+        with open(path) as f:
+            plan = json.load(f)
+        pipeline = plan["pipeline"]
+        got = (pipeline["schedule"], pipeline["microbatches"], len(plan["stages"]))
+        want = (expected["schedule"], expected["microbatches"], len(expected["stages"]))
+        outcomes.append((label, f"plan.json has schedule, micro-batches, stages {got}, the ranking {want}"
+                         if got != want else None))
+    if result.returncode != 0 and all(problem is None for _, problem in outcomes):
+        outcomes.append((f"{os.path.basename(model)} {topology} {' '.join(extra)}",
+                         f"exit {result.returncode}: " + (result.stderr.strip().splitlines() or ["?"])[-1]))
+    return outcomes, None
 
 
 def main():
@@ -96,20 +119,18 @@ def main():
                 for extra in forced:
                     if extra and int(extra[1]) > int(topology.split("x")[1]):
                         continue  # more stages than devices
-                    plans, error = ranking(args.pipec, model, topology, args.candidates, extra)
-                    if plans is None:
-                        failures.append(f"{os.path.basename(model)} {topology} {' '.join(extra)}: no plan: "
-                                        f"{error}")
-                        continue
-                    for rank, expected in enumerate(plans, start=1):
-                        jobs.append(pool.submit(compile_one, args.pipec, model, topology, args.candidates,
-                                                rank, expected, workdir, extra, not args.no_build))
+                    jobs.append(pool.submit(compile_each, args.pipec, model, topology, args.candidates,
+                                            workdir, extra, not args.no_build))
         for job in jobs:
-            label, problem = job.result()
-            compiled += 1
-            print(f"  {'FAIL' if problem else 'ok  '} {label}" + (f": {problem}" if problem else ""))
-            if problem:
-                failures.append(f"{label}: {problem}")
+            outcomes, no_plan = job.result()
+            if no_plan:
+                failures.append(no_plan)
+                continue
+            for label, problem in outcomes:
+                compiled += 1
+                print(f"  {'FAIL' if problem else 'ok  '} {label}" + (f": {problem}" if problem else ""))
+                if problem:
+                    failures.append(f"{label}: {problem}")
     print(f"{compiled - len([f for f in failures if ' plan ' in f])} of {compiled} printed plans "
           f"compile, over {len(models)} models on {', '.join(TOPOLOGIES)}")
     if failures:
