@@ -20,9 +20,6 @@ namespace pipec::passes {
 #define GEN_PASS_REGISTRATION
 #include "passes/Passes.h.inc"
 
-/// What pipec-partition decided, in full, for the driver: it prints the plan,
-/// writes the schedule streams and plan.json. The module records the part
-/// the later passes follow (pipe.stage, pipe.stages, pipe.plan).
 /// pipec-estimate-costs: the device preset, the precision of matrix
 /// products, the optimizer whose state counts in memory, a measured profile
 /// and where to write the cost table.
@@ -77,6 +74,10 @@ struct WeightStashingOptions {
 };
 std::unique_ptr<mlir::Pass> createWeightStashing(const WeightStashingOptions &options);
 
+/// What pipec-partition decided, in full, for the driver to print (the
+/// candidates table, the per-stage report). Everything the job is written
+/// from is on the module (pipe.stage, pipe.stages, pipe.plan, plan.json's
+/// document and the schedule: docs/layers.md).
 struct PlanningResult {
   partition::CostTable table;
   partition::Topology topology;

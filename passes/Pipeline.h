@@ -38,7 +38,7 @@ struct PipelineConfig {
   EstimateCostsOptions costs;
   /// The planner's request (pipec-partition's options).
   planner::Request planning;
-  /// Receives the full plan (pipec prints it and writes plan.json).
+  /// Receives the full plan, which pipec prints (the job is written from the module).
   PlanningResult *planningResult = nullptr;
   /// A search already run for `planning` on this model's costs (a
   /// PlanningResult's): the partition pass chooses from it (createPlanning).
