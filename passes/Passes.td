@@ -54,7 +54,7 @@ def AssignStages : Pass<"pipec-partition", "mlir::ModuleOp"> {
     stage), the module `pipe.stages` (one dictionary per stage with its op
     range, replicas and ranks) and `pipe.plan` (schedule, chunks, placement,
     micro-batches, asynchronous updates, recomputed stages), which
-    `pipec-recompute mode=plan` and `pipec-weight-stashing from-plan=true`
+    `pipec-recompute mode=auto` and `pipec-weight-stashing from-plan=true`
     follow. `pipec` runs it with every command-line flag of the planner.
 
     Before:
@@ -269,7 +269,7 @@ def Recompute : Pass<"pipec-recompute", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"mode", "mode", "std::string", /*default=*/"\"none\"",
-           "none, all (every stage), or plan (the stages pipe.plan lists); a list in `stages` overrides">,
+           "none, all (every stage), or auto (the planner's choice: the stages pipe.plan lists); a list in `stages` overrides">,
     ListOption<"stages", "stage-ids", "int64_t",
                "Stages to recompute (the driver's `auto` choice)">,
   ];

@@ -7,32 +7,6 @@
 
 namespace pipec::passes {
 
-namespace {
-constexpr Phase kPhases[] = {Phase::NN,       Phase::Costs,  Phase::Partition,
-                             Phase::Autodiff, Phase::Stages, Phase::Optimized};
-} // namespace
-
-std::optional<Phase> parsePhase(llvm::StringRef name) {
-  for (Phase phase : kPhases)
-    if (name == phaseName(phase))
-      return phase;
-  return std::nullopt;
-}
-
-const char *phaseName(Phase phase) {
-  switch (phase) {
-  case Phase::NN: return "nn";
-  case Phase::Costs: return "costs";
-  case Phase::Partition: return "partition";
-  case Phase::Autodiff: return "autodiff";
-  case Phase::Stages: return "stages";
-  case Phase::Optimized: return "optimized";
-  }
-  llvm_unreachable("every phase has a name");
-}
-
-const char *phaseNames() { return "nn, costs, partition, autodiff, stages, optimized"; }
-
 void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
   if (config.last == Phase::NN)
     return;
@@ -58,7 +32,7 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
   pm.addPass(createOptimizer(config.optimizer));
   pm.addPass(createOutlineStages());
   RecomputeOptions recompute;
-  recompute.mode = "plan";
+  recompute.mode = choiceName(RecomputeMode::Auto);
   pm.addPass(createRecompute(recompute));
   WeightStashingOptions stashing;
   stashing.fromPlan = true;

@@ -9,6 +9,7 @@
 #include "mlir/Pass/PassManager.h"
 
 #include <optional>
+#include <string>
 
 namespace pipec::passes {
 
@@ -21,10 +22,27 @@ enum class Phase {
   Stages,    ///< one pipe.stage per stage: fwd, bwd_input, bwd_weight, step
   Optimized, ///< the stages as code generation takes them (-O2: fused, memory planned)
 };
-std::optional<Phase> parsePhase(llvm::StringRef name);
-const char *phaseName(Phase phase);
-/// "nn, costs, partition, autodiff, stages": for messages and --help.
-const char *phaseNames();
+} // namespace pipec::passes
+
+namespace pipec {
+/// The phases' spellings (--emit=<phase>), in enum order: one list for the
+/// parser, the names and the help (pipec/vocabulary.h's Choices).
+template <> struct Choices<passes::Phase> {
+  static constexpr const char *spellings[] = {"nn", "costs", "partition", "autodiff", "stages", "optimized"};
+};
+static_assert(choiceCount<passes::Phase>() == int(passes::Phase::Optimized) + 1, "every phase has one spelling");
+} // namespace pipec
+
+namespace pipec::passes {
+inline std::optional<Phase> parsePhase(llvm::StringRef name) {
+  Phase phase;
+  if (!parseChoice(std::string_view(name.data(), name.size()), phase))
+    return std::nullopt;
+  return phase;
+}
+inline const char *phaseName(Phase phase) { return choiceName(phase); }
+/// "nn, costs, partition, autodiff, stages, optimized": for messages and --help.
+inline std::string phaseNames() { return choiceNames<Phase>(); }
 
 /// -O0: one kernel call per op and storage per value, as the stages are.
 /// -O2 (pipec's default): GEMM canonicalisation (on the partitioned model,
@@ -51,7 +69,7 @@ struct PipelineConfig {
 
 /// Appends the passes up to `config.last`: append-loss, estimate-costs,
 /// partition, [-O2: canonicalize-gemm,] autodiff, optimizer, outline-stages,
-/// recompute (mode=plan), weight-stashing (from-plan), verify-pipeline, and
+/// recompute (mode=auto), weight-stashing (from-plan), verify-pipeline, and
 /// for the optimized phase: at -O2 canonicalize-gemm, fuse-gemm-epilogue,
 /// recompute-elementwise and fuse-elementwise; bf16-storage for the CUDA target at bf16 precision; at
 /// -O2 plan-memory.

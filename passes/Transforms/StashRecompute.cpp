@@ -196,16 +196,19 @@ struct Recompute : impl::RecomputeBase<Recompute> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (mode != "none" && mode != "all" && mode != "plan") {
-      module.emitError() << "pipec-recompute: mode must be none, all or plan, got '" << mode
-                         << "'";
+    // --recompute's vocabulary (pipec/vocabulary.h): auto takes the stages
+    // the planner chose, which pipe.plan lists.
+    RecomputeMode chosenMode;
+    if (!parseChoice(mode, chosenMode)) {
+      module.emitError() << "pipec-recompute: mode must be " << choiceNames<RecomputeMode>(" or ") << ", got '"
+                         << mode << "'";
       return signalPassFailure();
     }
     SmallVector<int64_t> listed(stages.begin(), stages.end());
-    if (listed.empty() && mode == "plan") {
+    if (listed.empty() && chosenMode == RecomputeMode::Auto) {
       auto plan = module->getAttrOfType<pipe::PlanAttr>(pipe::kPlanAttrName);
       if (!plan) {
-        module.emitError() << "pipec-recompute: mode=plan needs the module's pipe.plan (run "
+        module.emitError() << "pipec-recompute: mode=auto needs the module's pipe.plan (run "
                               "pipec-partition first)";
         return signalPassFailure();
       }
@@ -226,7 +229,7 @@ struct Recompute : impl::RecomputeBase<Recompute> {
         if (!llvm::is_contained(chosen, it->second))
           chosen.push_back(it->second);
       }
-    } else if (mode == "all") {
+    } else if (chosenMode == RecomputeMode::All) {
       for (auto &[id, stage] : byId)
         chosen.push_back(stage);
     }

@@ -49,5 +49,5 @@
 // NONE-NOT: pipe.recompute
 
 // RANGE: error: pipec-recompute: there is no stage 7 (the module has 3)
-// MODE: error: pipec-recompute: mode must be none, all or plan, got 'some'
+// MODE: error: pipec-recompute: mode must be none, all or auto, got 'some'
 // ORDER: error: pipec-recompute: stage 0 already stashes weights; run pipec-recompute before pipec-weight-stashing
