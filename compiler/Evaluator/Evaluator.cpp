@@ -37,50 +37,65 @@ std::vector<int64_t> shapeOf(Type type) {
 }
 
 
-/// Computes the results of one op; kernels throw EvalError on bad input.
-/// `operands` match the op's operands in number, kind and shape.
-std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
-                             const EvalOptions &options) {
-  auto in = [&](unsigned index) -> const Tensor & { return operands[index]; };
-  auto optionalIn = [&](Value value) -> const Tensor * {
+/// The reference rules of the ops, by family (forward ops, their gradient
+/// ops, the optimizer updates and constants), over one op's operands.
+class OpRules {
+public:
+  OpRules(Operation *op, ArrayRef<Tensor> operands, const EvalOptions &options)
+      : op(op), operands(operands), options(options) {}
+  std::optional<std::vector<Tensor>> forward();
+  std::optional<std::vector<Tensor>> gradient();
+  std::optional<std::vector<Tensor>> optimizerOrConstant();
+
+private:
+  const Tensor &in(unsigned index) const { return operands[index]; }
+  const Tensor *optionalIn(Value value) const {
     if (!value)
       return nullptr;
     for (unsigned i = 0; i < op->getNumOperands(); ++i)
       if (op->getOperand(i) == value)
         return &operands[i];
     return nullptr;
-  };
-  auto one = [](Tensor tensor) { return std::vector<Tensor>{std::move(tensor)}; };
+  }
+  static std::vector<Tensor> one(Tensor tensor) { return std::vector<Tensor>{std::move(tensor)}; }
   // nn.attention(_grad)'s operands in their head-major order ([L..., S, D])
   // and its results back: a sequence-major op is the head-major one with
   // axes -3 and -2 swapped on each (docs/dialects.md). Head-major, the
   // operands are passed as they are and the results moved, not copied.
-  auto headAxesSwapped = [](const Tensor &tensor) {
+  static Tensor headAxesSwapped(const Tensor &tensor) {
     std::vector<int64_t> perm(tensor.shape.size());
     std::iota(perm.begin(), perm.end(), 0);
     std::swap(perm[perm.size() - 3], perm[perm.size() - 2]);
     return kernels::transpose(tensor, perm);
-  };
-  std::deque<Tensor> swappedOperands; // references to them stay valid as more come
-  auto headMajorOperand = [&](unsigned index, bool sequenceMajor) -> const Tensor & {
+  }
+  const Tensor &headMajorOperand(unsigned index, bool sequenceMajor) {
     return sequenceMajor ? swappedOperands.emplace_back(headAxesSwapped(in(index))) : in(index);
-  };
-  auto inLayout = [&](Tensor result, bool sequenceMajor) -> Tensor {
+  }
+  static Tensor inLayout(Tensor result, bool sequenceMajor) {
     if (!sequenceMajor)
       return result; // moved
     return headAxesSwapped(result);
-  };
+  }
   // The key of a dropout whose mask an op draws again (nn.attention's, a
   // mask-less nn.dropout_grad's): nn.dropout's, from its op id.
-  auto redrawnDropoutKey = [&](uint64_t dropoutOpId) {
+  uint64_t redrawnDropoutKey(uint64_t dropoutOpId) const {
     return kernels::dropoutStreamKey(options.seed, options.step, options.microBatch, dropoutOpId);
-  };
+  }
 
+  Operation *op;
+  ArrayRef<Tensor> operands;
+  const EvalOptions &options;
+  std::deque<Tensor> swappedOperands; // references to them stay valid as more come
+};
+
+
+/// The forward ops. Empty when `op` is not one of them.
+std::optional<std::vector<Tensor>> OpRules::forward() {
   if (auto unary = llvm::dyn_cast<nn::UnaryElementwiseOpInterface>(op))
     return one(kernels::unary(unary.getUnaryFunction(), in(0)));
   if (auto binary = llvm::dyn_cast<nn::BinaryElementwiseOpInterface>(op))
     return one(kernels::binary(binary.getBinaryFunction(), in(0), in(1)));
-  return llvm::TypeSwitch<Operation *, std::vector<Tensor>>(op)
+  return llvm::TypeSwitch<Operation *, std::optional<std::vector<Tensor>>>(op)
       .Case([&](nn::WhereOp) { return one(kernels::where(in(0), in(1), in(2))); })
       .Case([&](nn::RotaryOp rotary) {
         return one(kernels::rotary(in(0), in(1), in(2), rotary.getInterleaved(), rotary.getTransposed()));
@@ -235,6 +250,12 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
       .Case([&](nn::ReduceSumOp reduce) {
         return one(kernels::reduceSum(in(0), toVector(reduce.getAxes()), reduce.getKeepdims()));
       })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+/// The gradient ops of autodiff. Empty when `op` is not one of them.
+std::optional<std::vector<Tensor>> OpRules::gradient() {
+  return llvm::TypeSwitch<Operation *, std::optional<std::vector<Tensor>>>(op)
       .Case([&](nn::UnaryGradOp grad) {
         return one(kernels::unaryGrad(grad.getKind(), in(0), in(1))); // x or y, whichever it reads
       })
@@ -330,6 +351,12 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
                                       toVector(grad.getSteps()),
                                       shapeOf(grad.getResult().getType())));
       })
+      .Default([](Operation *) { return std::nullopt; });
+}
+
+/// The optimizer updates and constants. Empty when `op` is not one of them.
+std::optional<std::vector<Tensor>> OpRules::optimizerOrConstant() {
+  return llvm::TypeSwitch<Operation *, std::optional<std::vector<Tensor>>>(op)
       // Optimizers: `step` is a scalar i64, whose value is a rank-0 Int64 tensor.
       .Case([&](nn::SgdUpdateOp update) {
         auto results = kernels::sgdUpdate(in(0), in(1), in(2), in(3).ints.at(0),
@@ -351,11 +378,23 @@ std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
           throw EvalError("cannot read the constant's value");
         return one(std::move(*value));
       })
-      .Default([&](Operation *) -> std::vector<Tensor> {
-        throw EvalError("the reference evaluator has no rule for '" +
-                        op->getName().getStringRef().str() + "'");
-      });
+      .Default([](Operation *) { return std::nullopt; });
 }
+
+/// Computes the results of one op; kernels throw EvalError on bad input.
+/// `operands` match the op's operands in number, kind and shape.
+std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
+                             const EvalOptions &options) {
+  OpRules rules(op, operands, options);
+  if (std::optional<std::vector<Tensor>> results = rules.forward())
+    return std::move(*results);
+  if (std::optional<std::vector<Tensor>> results = rules.gradient())
+    return std::move(*results);
+  if (std::optional<std::vector<Tensor>> results = rules.optimizerOrConstant())
+    return std::move(*results);
+  throw EvalError("the reference evaluator has no rule for '" + op->getName().getStringRef().str() + "'");
+}
+
 
 /// Empty when `tensor` has the kind and shape of `type`, else the difference.
 /// A scalar integer or float type (nn.sgd_update's `step: i64`) takes a
