@@ -285,7 +285,7 @@ private:
   void analyzeGraph();
   void resolveInputTypes();
   /// Rewrites `model` for input sizes other than the ones it was traced at
-  /// (Respecialize.cpp), when the options ask for them.
+  /// (Respecialize*.cpp), when the options ask for them.
   void respecializeIfAsked();
   /// Checks an initializer's type, shape and data size (external data
   /// included, without reading it); returns its element count.
