@@ -6,10 +6,10 @@ prints each figure beside the previous entry of the same benchmark on the
 same machine, marking a change for the worse over --tolerance.
 
 A figure named *_ms, *ratio* or *_rss_mb is better lower, `speedup` higher;
-the others are reported, not judged. The history is committed, so that a
+the others, and PyTorch's own (torch_*), are reported, not judged. The history is committed, so that a
 regression shows in the next session's run (docs/build.md, "Benchmarks").
 
-    bench/record.py [--build build] [--only schedule,codegen,runtime] [--no-append]
+    bench/record.py [--build build] [--only schedule,codegen,runtime] [--no-append] [--note TEXT]
 """
 import argparse
 import datetime
@@ -78,6 +78,8 @@ BENCHES = {"schedule": schedule_figures, "codegen": codegen_figures, "runtime": 
 
 
 def better_lower(name):
+    if "torch_" in name:
+        return None  # the reference's own figure: a change there is not pipec's
     if name.endswith("speedup"):
         return False
     if name.endswith("_ms") or "ratio" in name or name.endswith("_rss_mb"):
@@ -108,6 +110,7 @@ def main():
     parser.add_argument("--only", default=",".join(BENCHES), help="comma-separated subset of " + ",".join(BENCHES))
     parser.add_argument("--tolerance", type=float, default=0.10, help="a change for the worse over this is marked")
     parser.add_argument("--no-append", action="store_true", help="compare only; leave bench/history.jsonl alone")
+    parser.add_argument("--note", help="why these figures differ from the last (a benchmark fixed, a machine changed)")
     args = parser.parse_args()
     where = machine()
     worse = []
@@ -119,6 +122,8 @@ def main():
         entry = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git("rev-parse", "--short", "HEAD"),
                  "dirty": bool(git("status", "--porcelain", "--untracked-files=no")), "machine": where,
                  "load_before": round(load, 2), "bench": bench, "figures": figures}
+        if args.note:
+            entry["note"] = args.note
         before = previous_entry(bench, where)
         print(f"{bench} at {entry['commit']}{' (with changes)' if entry['dirty'] else ''} on {where}, "
               f"load {load:.2f}; before: {before['commit'] + ' ' + before['date'] if before else 'none on this machine'}")
