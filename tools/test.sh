@@ -21,8 +21,10 @@ run_ctest() {
   log="$(mktemp "${TMPDIR:-/tmp}/pipec-ctest.XXXXXX")"
   ctest --test-dir "$BUILD" --output-on-failure -j "${PIPEC_JOBS:-2}" "$@" | tee "$log" || status=$?
   echo "The ten slowest tests (seconds):"
+  # awk reads all of sort's output (head would close the pipe early: SIGPIPE
+  # under pipefail).
   sed -nE 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+) [.* ]+[A-Za-z* ]+ +([0-9.]+) sec$/\2 \1/p' "$log" |
-    sort -rn | head -10 | awk '{printf "  %8.1f  %s\n", $1, $2}'
+    sort -rn | awk 'NR <= 10 {printf "  %8.1f  %s\n", $1, $2}'
   rm -f "$log"
   return "$status"
 }

@@ -54,7 +54,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # PyTorch's "1 thread" row: torch.set_num_threads(1) sets OpenMP's team but
 # not OpenBLAS's, whose pthread build (Debian's torch links it) otherwise runs
 # its sgemm on every core; OpenBLAS reads this when torch first loads it, so
-# it is set before any import of torch (torch_time also checks it in place).
+# it is set before this script first imports torch (in its functions).
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
@@ -135,32 +135,11 @@ def piperun_twice_at_once(build, plan, iters, warmup):
     return max(parse(o, iters, warmup)[0] for o in outs)
 
 
-def openblas_one_thread():
-    """Keeps the OpenBLAS that torch loaded on one thread, also when torch was
-    loaded before OPENBLAS_NUM_THREADS was set (this module imported late):
-    without it the 1-thread PyTorch row ran its GEMMs on 2 cores (a second
-    OpenBLAS thread busy half the time): 460 instead of ~770 ms/iter."""
-    import ctypes
-
-    try:
-        with open("/proc/self/maps") as f:
-            libs = {l.split()[-1] for l in f if "openblas" in l.split()[-1]}
-    except OSError:
-        return
-    for lib in libs:
-        try:
-            ctypes.CDLL(lib).openblas_set_num_threads(1)
-        except (OSError, AttributeError):
-            pass
-
-
 def torch_time(width, layers, batch, microbatches, iters, warmup, device="cpu"):
     import torch
     import torch.nn.functional as F
 
     torch.set_num_threads(1)
-    if device == "cpu":
-        openblas_one_thread()
     torch.manual_seed(0)
     model = make_model(width, layers).to(device)
     model.train()
