@@ -25,9 +25,11 @@ Declared.h (its help texts) and the binders that attach settings to
 command lines are the exceptions.
 
 It also refuses a string comparison against a spelling of a choice (a target,
-a precision, an optimizer, a schedule family) outside its registry
+a precision, an optimizer, a schedule family, ...) outside its registry
 (runtime/include/pipec/vocabulary.h), in every layer including the runtime:
-such code reads the enum instead.
+such code reads the enum instead. The spellings are read from the registry's
+`Choices<E>` tables themselves, every table and every row, so that a new
+choice or spelling is checked without editing this test.
 
 Exits 1 listing every violation.
 """
@@ -53,10 +55,24 @@ OTHER_DECLARATIONS = [
     re.compile(r'\b(?:List)?Option<\s*"\w+"\s*,\s*"([\w-]+)"'),
     re.compile(r'==\s*"--([\w-]+)"'),
 ]
-SPELLINGS = ["cpu", "cuda", "fp32", "tf32", "bf16", "adamw", "sgd", "sgd-momentum", "gpipe", "1f1b", "1f1b-rr",
-             "zb-h1", "zb-h2", "zb-v"]
-ALTERNATION = "|".join(re.escape(s) for s in SPELLINGS)
-COMPARISON = re.compile(r'[!=]=\s*"(%s)"|"(%s)"\s*[!=]=' % (ALTERNATION, ALTERNATION))
+# A choice's table in the registry: `template <> struct Choices<E> {
+# static constexpr const char *spellings[] = {"a", "b", ...}; };`.
+CHOICES_TABLE = re.compile(r'struct\s+Choices<(\w+)>\s*\{\s*static\s+constexpr\s+const\s+char\s*\*\s*'
+                           r'spellings\[\]\s*=\s*\{(.*?)\};', re.S)
+# Spellings that other vocabularies share, compared as strings there: ONNX's
+# attributes (a loss's reduction, Gelu's approximate) spell "none" as
+# RecomputeMode does.
+NOT_ONLY_CHOICES = {"none"}
+
+
+def choice_spellings():
+    """{spelling: [enum, ...]} of every Choices<E> table in the registry."""
+    text = open(os.path.join(ROOT, REGISTRY), encoding="utf-8").read()
+    spellings = {}
+    for enum, body in CHOICES_TABLE.findall(text):
+        for spelling in re.findall(r'"((?:[^"\\]|\\.)*)"', re.sub(r"//[^\n]*", "", body)):
+            spellings.setdefault(spelling, []).append(enum)
+    return spellings
 
 
 def sources(dirs):
@@ -104,18 +120,26 @@ def main():
             for m in flag_literal.finditer(line.split(" // ")[0]):
                 problems.append("%s:%d: the string spells --%s; build it from its declaration "
                                 "(settings::flag(settings::k...))" % (path, line_number, m.group(1)))
-    for path, text in sources(CHOICE_DIRS):
+    spellings = choice_spellings()
+    if not spellings:
+        problems.append("%s has no Choices<E> table (has its syntax changed? update this test)" % REGISTRY)
+    checked = sorted(set(spellings) - NOT_ONLY_CHOICES, key=len, reverse=True)
+    alternation = "|".join(re.escape(s) for s in checked)
+    comparison = re.compile(r'[!=]=\s*"(%s)"|"(%s)"\s*[!=]=' % (alternation, alternation))
+    for path, text in sources(CHOICE_DIRS) if checked else []:
         if path == REGISTRY:
             continue
-        for m in COMPARISON.finditer(text):
+        for m in comparison.finditer(text):
             spelling = m.group(1) or m.group(2)
-            problems.append("%s:%d: compares a string with the spelling \"%s\"; compare the enum "
-                            "(pipec/vocabulary.h, Choices)" % (path, line_of(text, m.start()), spelling))
+            problems.append("%s:%d: compares a string with the spelling \"%s\" of %s; compare the enum "
+                            "(pipec/vocabulary.h, Choices)" % (path, line_of(text, m.start()), spelling,
+                                                              " or ".join(spellings[spelling])))
     for p in problems:
         print(p)
     if problems:
         return 1
-    print("%d settings declared once in %s; no choice compared as a string" % (len(declared), DECLARED))
+    print("%d settings declared once in %s; no choice compared as a string (%d spellings of %d choices in %s)"
+          % (len(declared), DECLARED, len(checked), len({e for es in spellings.values() for e in es}), REGISTRY))
     return 0
 
 
