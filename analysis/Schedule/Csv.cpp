@@ -215,78 +215,96 @@ std::string toCsv(const Schedule &s, CsvFormat format) {
   return os.str();
 }
 
-Schedule scheduleFromCsv(const std::string &text, const std::string &what, const Problem &costs) {
-  // Rows: one per rank; empty lines only at the end.
-  std::vector<std::vector<Action>> rows;
-  {
-    std::stringstream lines(text);
-    std::vector<std::string> all;
-    for (std::string line; std::getline(lines, line);) {
-      if (!line.empty() && line.back() == '\r')
-        line.pop_back();
-      all.push_back(line);
-    }
-    while (!all.empty() && trim(all.back()).empty())
-      all.pop_back();
-    if (all.empty())
-      throw ScheduleError(what + ": no rows (one per rank expected)");
-    if ((long)all.size() > kMaxStages)
-      throw ScheduleError(what + ": " + std::to_string(all.size()) + " rows, more than the " +
-                          std::to_string(kMaxStages) + " pipeline stages pipec runs");
-    for (int r = 0; r < (int)all.size(); ++r) {
-      std::vector<Action> row;
-      std::vector<std::string> parts = cells(all[r]);
-      for (int c = 0; c < (int)parts.size(); ++c) {
-        std::string cell = trim(parts[c]);
-        if (cell.empty())
-          continue; // an idle slot of the grid
-        for (Action &a : parseCell(what, cell, r, c + 1)) {
-          if (a.mb >= kMaxMicrobatches || a.stage >= kMaxStages * kMaxChunks)
-            throw ScheduleError(where(what, a) + ": stage or micro-batch beyond pipec's bounds (" +
-                                std::to_string(kMaxStages * kMaxChunks) + " virtual stages, " +
-                                std::to_string(kMaxMicrobatches) + " micro-batches)");
-          row.push_back(a);
-        }
-      }
-      rows.push_back(std::move(row));
-    }
-  }
-  const int p = (int)rows.size();
+namespace {
 
-  // Which rank runs each virtual stage: the row its compute actions are on.
-  std::map<int, const Action *> stageRank;
-  int microbatches = 0, virtualStages = 0;
+/// Rows: one per rank of its actions; empty lines only at the end.
+std::vector<std::vector<Action>> readRows(const std::string &text, const std::string &what) {
+  std::vector<std::vector<Action>> rows;
+  std::stringstream lines(text);
+  std::vector<std::string> all;
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line.back() == '\r')
+      line.pop_back();
+    all.push_back(line);
+  }
+  while (!all.empty() && trim(all.back()).empty())
+    all.pop_back();
+  if (all.empty())
+    throw ScheduleError(what + ": no rows (one per rank expected)");
+  if ((long)all.size() > kMaxStages)
+    throw ScheduleError(what + ": " + std::to_string(all.size()) + " rows, more than the " +
+                        std::to_string(kMaxStages) + " pipeline stages pipec runs");
+  for (int r = 0; r < (int)all.size(); ++r) {
+    std::vector<Action> row;
+    std::vector<std::string> parts = cells(all[r]);
+    for (int c = 0; c < (int)parts.size(); ++c) {
+      std::string cell = trim(parts[c]);
+      if (cell.empty())
+        continue; // an idle slot of the grid
+      for (Action &a : parseCell(what, cell, r, c + 1)) {
+        if (a.mb >= kMaxMicrobatches || a.stage >= kMaxStages * kMaxChunks)
+          throw ScheduleError(where(what, a) + ": stage or micro-batch beyond pipec's bounds (" +
+                              std::to_string(kMaxStages * kMaxChunks) + " virtual stages, " +
+                              std::to_string(kMaxMicrobatches) + " micro-batches)");
+        row.push_back(a);
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+/// What the rows say of the pipeline: which rank runs each virtual stage
+/// (the row its compute actions are on), its sizes, its placement.
+struct Layout {
+  std::map<int, const Action *> stageRank; // into the rows
+  int ranks = 0, microbatches = 0, virtualStages = 0, chunks = 0;
   bool comms = false, split = false;
+  Placement placement = Placement::Interleaved;
+  int rankOfStage(int k) const { return stageRank.at(k)->rank; }
+};
+
+/// The stages' ranks and the sizes; every stage on one rank, none missing,
+/// the same number on every rank.
+Layout stageRanks(const std::vector<std::vector<Action>> &rows, const std::string &what) {
+  Layout L;
+  L.ranks = (int)rows.size();
+  const int p = L.ranks;
   for (const auto &row : rows)
     for (const Action &a : row) {
       if (!isComputeKind(a.kind)) {
-        comms = true;
+        L.comms = true;
         continue;
       }
-      split = split || a.kind == Kind::I || a.kind == Kind::W;
-      auto [it, added] = stageRank.emplace(a.stage, &a);
+      L.split = L.split || a.kind == Kind::I || a.kind == Kind::W;
+      auto [it, added] = L.stageRank.emplace(a.stage, &a);
       if (!added && it->second->rank != a.rank)
         throw ScheduleError(where(what, a) + ": stage " + std::to_string(a.stage) + " also runs on rank " +
                             std::to_string(it->second->rank) + " (step " + std::to_string(it->second->step) +
                             "); a stage has one rank");
-      microbatches = std::max(microbatches, a.mb + 1);
-      virtualStages = std::max(virtualStages, a.stage + 1);
+      L.microbatches = std::max(L.microbatches, a.mb + 1);
+      L.virtualStages = std::max(L.virtualStages, a.stage + 1);
     }
-  if (stageRank.empty())
+  if (L.stageRank.empty())
     throw ScheduleError(what + ": no compute action (F, I, W or B)");
-  for (int k = 0; k < virtualStages; ++k)
-    if (!stageRank.count(k))
+  for (int k = 0; k < L.virtualStages; ++k)
+    if (!L.stageRank.count(k))
       throw ScheduleError(what + ": stage " + std::to_string(k) + " has no action, but stage " +
-                          std::to_string(virtualStages - 1) + " has");
-  if (virtualStages % p != 0)
-    throw ScheduleError(what + ": " + std::to_string(virtualStages) + " stages over " + std::to_string(p) +
+                          std::to_string(L.virtualStages - 1) + " has");
+  if (L.virtualStages % p != 0)
+    throw ScheduleError(what + ": " + std::to_string(L.virtualStages) + " stages over " + std::to_string(p) +
                         " ranks: every rank needs the same number of stages");
-  const int v = virtualStages / p;
-  // The placements pipec runs: interleaved (stage k on rank k mod p) or the V.
+  L.chunks = L.virtualStages / p;
+  return L;
+}
+
+/// The placements pipec runs: interleaved (stage k on rank k mod p) or the V.
+Placement placementOf(const Layout &L, const std::string &what) {
+  const int p = L.ranks, v = L.chunks;
   auto placedBy = [&](Placement placement) {
     if (placement == Placement::VShape && v != 2)
       return false;
-    for (const auto &[k, a] : stageRank) {
+    for (const auto &[k, a] : L.stageRank) {
       int stage, chunk;
       locateVirtualStage(placement, p, k, stage, chunk);
       if (stage != a->rank)
@@ -294,32 +312,42 @@ Schedule scheduleFromCsv(const std::string &text, const std::string &what, const
     }
     return true;
   };
-  Placement placement;
   if (placedBy(Placement::Interleaved))
-    placement = Placement::Interleaved;
-  else if (placedBy(Placement::VShape))
-    placement = Placement::VShape;
-  else
-    throw ScheduleError(what + ": stages are placed neither interleaved (stage k on rank k mod " + std::to_string(p) +
-                        ") nor as a V (stage k and " + std::to_string(2 * p - 1) + "-k on rank k), the placements "
-                        "pipec runs");
+    return Placement::Interleaved;
+  if (placedBy(Placement::VShape))
+    return Placement::VShape;
+  throw ScheduleError(what + ": stages are placed neither interleaved (stage k on rank k mod " + std::to_string(p) +
+                      ") nor as a V (stage k and " + std::to_string(2 * p - 1) + "-k on rank k), the placements "
+                      "pipec runs");
+}
 
-  // Every (stage, micro-batch): one F, and one B or one I and one W.
+/// Every action of the rows by (kind, stage, micro-batch), each at most once.
+class ActionIndex {
+public:
+  ActionIndex(const std::vector<std::vector<Action>> &rows, const std::string &what) {
+    for (const auto &row : rows)
+      for (const Action &a : row) {
+        auto [it, added] = seen.emplace(std::make_tuple((int)a.kind, a.stage, a.mb), &a);
+        if (!added)
+          throw ScheduleError(where(what, a) + ": appears twice (also step " + std::to_string(it->second->step) +
+                              " of rank " + std::to_string(it->second->rank) + ")");
+      }
+  }
+  bool has(Kind k, int stage, int mb) const { return seen.count(std::make_tuple((int)k, stage, mb)) > 0; }
+
+private:
   std::map<std::tuple<int, int, int>, const Action *> seen; // (kind, stage, mb)
-  for (const auto &row : rows)
-    for (const Action &a : row) {
-      auto [it, added] = seen.emplace(std::make_tuple((int)a.kind, a.stage, a.mb), &a);
-      if (!added)
-        throw ScheduleError(where(what, a) + ": appears twice (also step " + std::to_string(it->second->step) +
-                            " of rank " + std::to_string(it->second->rank) + ")");
-    }
-  auto has = [&](Kind k, int stage, int mb) { return seen.count(std::make_tuple((int)k, stage, mb)) > 0; };
-  for (int k = 0; k < virtualStages; ++k)
-    for (int mb = 0; mb < microbatches; ++mb) {
+};
+
+/// Every (stage, micro-batch): one F, and one B or one I and one W.
+void checkComputeComplete(const Layout &L, const ActionIndex &actions, const std::string &what) {
+  for (int k = 0; k < L.virtualStages; ++k)
+    for (int mb = 0; mb < L.microbatches; ++mb) {
       const std::string name = "stage " + std::to_string(k) + ", micro-batch " + std::to_string(mb);
-      if (!has(Kind::F, k, mb))
+      if (!actions.has(Kind::F, k, mb))
         throw ScheduleError(what + ": " + name + " has no forward ('" + actionText(k, Kind::F, mb) + "')");
-      const bool full = has(Kind::B, k, mb), input = has(Kind::I, k, mb), weight = has(Kind::W, k, mb);
+      const bool full = actions.has(Kind::B, k, mb), input = actions.has(Kind::I, k, mb),
+                 weight = actions.has(Kind::W, k, mb);
       if (full && (input || weight))
         throw ScheduleError(what + ": " + name + " has both a full backward (B) and a split one (I, W)");
       if (!full && !input)
@@ -328,126 +356,134 @@ Schedule scheduleFromCsv(const std::string &text, const std::string &what, const
       if (input != weight)
         throw ScheduleError(what + ": " + name + " has " + (input ? "an I but no W" : "a W but no I"));
     }
+}
 
-  // The transfers of a compute-and-comms file: each crossing between ranks
-  // sent once and received once, and nothing else.
-  auto rankOfStage = [&](int k) { return stageRank.at(k)->rank; };
-  if (comms) {
-    for (const auto &row : rows)
-      for (const Action &a : row) {
-        if (isComputeKind(a.kind))
-          continue;
-        // SEND_F k: k's output to k+1; RECV_F k: k's input from k-1;
-        // SEND_B k: k's input gradient to k-1; RECV_B k: k's output gradient from k+1.
-        const bool forward = a.kind == Kind::SendF || a.kind == Kind::RecvF;
-        const bool sends = a.kind == Kind::SendF || a.kind == Kind::SendB;
-        const int peer = a.kind == Kind::SendF || a.kind == Kind::RecvB ? a.stage + 1 : a.stage - 1;
-        if (a.stage >= virtualStages || peer < 0 || peer >= virtualStages || a.mb >= microbatches)
-          throw ScheduleError(where(what, a) + ": no such transfer (stage " + std::to_string(peer) + " does not exist)");
-        if (rankOfStage(a.stage) != a.rank)
-          throw ScheduleError(where(what, a) + ": stage " + std::to_string(a.stage) + " runs on rank " +
-                              std::to_string(rankOfStage(a.stage)));
-        if (rankOfStage(peer) == a.rank)
-          throw ScheduleError(where(what, a) + ": stages " + std::to_string(a.stage) + " and " +
-                              std::to_string(peer) + " share a rank; nothing is transferred");
-        const Kind partner = forward ? (sends ? Kind::RecvF : Kind::SendF) : (sends ? Kind::RecvB : Kind::SendB);
-        if (!has(partner, peer, a.mb))
-          throw ScheduleError(where(what, a) + ": rank " + std::to_string(rankOfStage(peer)) + " has no matching '" +
-                              actionText(peer, partner, a.mb) + "'");
-      }
-    for (int k = 0; k + 1 < virtualStages; ++k)
-      for (int mb = 0; mb < microbatches; ++mb) {
-        if (rankOfStage(k) == rankOfStage(k + 1))
-          continue;
-        if (!has(Kind::SendF, k, mb))
-          throw ScheduleError(what + ": rank " + std::to_string(rankOfStage(k)) + " has no '" +
-                              actionText(k, Kind::SendF, mb) + "' (a missing send: stage " + std::to_string(k + 1) +
-                              " on rank " + std::to_string(rankOfStage(k + 1)) + " needs it)");
-        if (!has(Kind::SendB, k + 1, mb))
-          throw ScheduleError(what + ": rank " + std::to_string(rankOfStage(k + 1)) + " has no '" +
-                              actionText(k + 1, Kind::SendB, mb) + "' (a missing send: stage " + std::to_string(k) +
-                              " on rank " + std::to_string(rankOfStage(k)) + " needs it)");
-      }
-  }
-
-  // Deadlock: run the rows with each action waiting for what it needs (a
-  // send never waits for its receive, as PyTorch's isend); the first action
-  // of every rank that cannot go on is named.
-  {
-    std::set<std::tuple<int, int, int>> done;
-    auto isDone = [&](Kind k, int stage, int mb) { return done.count(std::make_tuple((int)k, stage, mb)) > 0; };
-    auto backwardDone = [&](int stage, int mb) { return isDone(Kind::B, stage, mb) || isDone(Kind::I, stage, mb); };
-    // What `a` waits for, as an action text; empty when ready.
-    auto waitsFor = [&](const Action &a) -> std::string {
-      const int k = a.stage, mb = a.mb;
-      switch (a.kind) {
-      case Kind::F:
-        if (k > 0 && !isDone(Kind::F, k - 1, mb))
-          return actionText(k - 1, Kind::F, mb);
-        if (comms && k > 0 && rankOfStage(k - 1) != a.rank && !isDone(Kind::RecvF, k, mb))
-          return actionText(k, Kind::RecvF, mb);
-        return "";
-      case Kind::I:
-      case Kind::B:
-        if (!isDone(Kind::F, k, mb))
-          return actionText(k, Kind::F, mb);
-        if (k + 1 < virtualStages && !backwardDone(k + 1, mb))
-          return actionText(k + 1, has(Kind::B, k + 1, mb) ? Kind::B : Kind::I, mb);
-        if (comms && k + 1 < virtualStages && rankOfStage(k + 1) != a.rank && !isDone(Kind::RecvB, k, mb))
-          return actionText(k, Kind::RecvB, mb);
-        return "";
-      case Kind::W:
-        return isDone(Kind::I, k, mb) ? "" : actionText(k, Kind::I, mb);
-      case Kind::SendF:
-        return isDone(Kind::F, k, mb) ? "" : actionText(k, Kind::F, mb);
-      case Kind::SendB:
-        return backwardDone(k, mb) ? "" : actionText(k, has(Kind::B, k, mb) ? Kind::B : Kind::I, mb);
-      case Kind::RecvF:
-        return isDone(Kind::SendF, k - 1, mb) ? "" : actionText(k - 1, Kind::SendF, mb);
-      case Kind::RecvB:
-        return isDone(Kind::SendB, k + 1, mb) ? "" : actionText(k + 1, Kind::SendB, mb);
-      case Kind::Other:
-        break;
-      }
-      return "";
-    };
-    std::vector<size_t> pc(p, 0);
-    // What the action at `i` of row `r` waits for; an F&B pair starts once
-    // both its halves could (its backward follows its forward in the row).
-    auto headWaitsFor = [&](int r, size_t i) {
-      std::string first = waitsFor(rows[r][i]);
-      if (first.empty() && rows[r][i].paired && i + 1 < rows[r].size())
-        first = waitsFor(rows[r][i + 1]);
-      return first;
-    };
-    for (bool progress = true; progress;) {
-      progress = false;
-      for (int r = 0; r < p; ++r)
-        while (pc[r] < rows[r].size() && headWaitsFor(r, pc[r]).empty()) {
-          const size_t halves = rows[r][pc[r]].paired && pc[r] + 1 < rows[r].size() ? 2 : 1;
-          for (size_t k = 0; k < halves; ++k) {
-            const Action &a = rows[r][pc[r]++];
-            done.emplace((int)a.kind, a.stage, a.mb);
-          }
-          progress = true;
-        }
+/// The transfers of a compute-and-comms file: each crossing between ranks
+/// sent once and received once, and nothing else.
+void checkTransfers(const std::vector<std::vector<Action>> &rows, const Layout &L, const ActionIndex &actions,
+                    const std::string &what) {
+  const int virtualStages = L.virtualStages, microbatches = L.microbatches;
+  for (const auto &row : rows)
+    for (const Action &a : row) {
+      if (isComputeKind(a.kind))
+        continue;
+      // SEND_F k: k's output to k+1; RECV_F k: k's input from k-1;
+      // SEND_B k: k's input gradient to k-1; RECV_B k: k's output gradient from k+1.
+      const bool forward = a.kind == Kind::SendF || a.kind == Kind::RecvF;
+      const bool sends = a.kind == Kind::SendF || a.kind == Kind::SendB;
+      const int peer = a.kind == Kind::SendF || a.kind == Kind::RecvB ? a.stage + 1 : a.stage - 1;
+      if (a.stage >= virtualStages || peer < 0 || peer >= virtualStages || a.mb >= microbatches)
+        throw ScheduleError(where(what, a) + ": no such transfer (stage " + std::to_string(peer) + " does not exist)");
+      if (L.rankOfStage(a.stage) != a.rank)
+        throw ScheduleError(where(what, a) + ": stage " + std::to_string(a.stage) + " runs on rank " +
+                            std::to_string(L.rankOfStage(a.stage)));
+      if (L.rankOfStage(peer) == a.rank)
+        throw ScheduleError(where(what, a) + ": stages " + std::to_string(a.stage) + " and " +
+                            std::to_string(peer) + " share a rank; nothing is transferred");
+      const Kind partner = forward ? (sends ? Kind::RecvF : Kind::SendF) : (sends ? Kind::RecvB : Kind::SendB);
+      if (!actions.has(partner, peer, a.mb))
+        throw ScheduleError(where(what, a) + ": rank " + std::to_string(L.rankOfStage(peer)) + " has no matching '" +
+                            actionText(peer, partner, a.mb) + "'");
     }
-    std::string stuck;
-    int count = 0;
-    for (int r = 0; r < p; ++r)
-      if (pc[r] < rows[r].size() && count++ < 4)
-        stuck += std::string(stuck.empty() ? "" : "; ") + where("", rows[r][pc[r]]).substr(2) +
-                 " waits for '" + headWaitsFor(r, pc[r]) + "'";
-    if (count > 0)
-      throw ScheduleError(what + ": deadlock: " + stuck + (count > 4 ? "; and " + std::to_string(count - 4) + " more ranks" : ""));
-  }
+  for (int k = 0; k + 1 < virtualStages; ++k)
+    for (int mb = 0; mb < microbatches; ++mb) {
+      if (L.rankOfStage(k) == L.rankOfStage(k + 1))
+        continue;
+      if (!actions.has(Kind::SendF, k, mb))
+        throw ScheduleError(what + ": rank " + std::to_string(L.rankOfStage(k)) + " has no '" +
+                            actionText(k, Kind::SendF, mb) + "' (a missing send: stage " + std::to_string(k + 1) +
+                            " on rank " + std::to_string(L.rankOfStage(k + 1)) + " needs it)");
+      if (!actions.has(Kind::SendB, k + 1, mb))
+        throw ScheduleError(what + ": rank " + std::to_string(L.rankOfStage(k + 1)) + " has no '" +
+                            actionText(k + 1, Kind::SendB, mb) + "' (a missing send: stage " + std::to_string(k) +
+                            " on rank " + std::to_string(L.rankOfStage(k)) + " needs it)");
+    }
+}
 
-  // The compute order of every rank, then pipec's own transfers (the same
-  // compute order; the lowering places the transfers deadlock-free).
+/// Deadlock: run the rows with each action waiting for what it needs (a
+/// send never waits for its receive, as PyTorch's isend); the first action
+/// of every rank that cannot go on is named.
+void checkNoDeadlock(const std::vector<std::vector<Action>> &rows, const Layout &L, const ActionIndex &actions,
+                     const std::string &what) {
+  const int p = L.ranks, virtualStages = L.virtualStages;
+  const bool comms = L.comms;
+  std::set<std::tuple<int, int, int>> done;
+  auto isDone = [&](Kind k, int stage, int mb) { return done.count(std::make_tuple((int)k, stage, mb)) > 0; };
+  auto backwardDone = [&](int stage, int mb) { return isDone(Kind::B, stage, mb) || isDone(Kind::I, stage, mb); };
+  // What `a` waits for, as an action text; empty when ready.
+  auto waitsFor = [&](const Action &a) -> std::string {
+    const int k = a.stage, mb = a.mb;
+    switch (a.kind) {
+    case Kind::F:
+      if (k > 0 && !isDone(Kind::F, k - 1, mb))
+        return actionText(k - 1, Kind::F, mb);
+      if (comms && k > 0 && L.rankOfStage(k - 1) != a.rank && !isDone(Kind::RecvF, k, mb))
+        return actionText(k, Kind::RecvF, mb);
+      return "";
+    case Kind::I:
+    case Kind::B:
+      if (!isDone(Kind::F, k, mb))
+        return actionText(k, Kind::F, mb);
+      if (k + 1 < virtualStages && !backwardDone(k + 1, mb))
+        return actionText(k + 1, actions.has(Kind::B, k + 1, mb) ? Kind::B : Kind::I, mb);
+      if (comms && k + 1 < virtualStages && L.rankOfStage(k + 1) != a.rank && !isDone(Kind::RecvB, k, mb))
+        return actionText(k, Kind::RecvB, mb);
+      return "";
+    case Kind::W:
+      return isDone(Kind::I, k, mb) ? "" : actionText(k, Kind::I, mb);
+    case Kind::SendF:
+      return isDone(Kind::F, k, mb) ? "" : actionText(k, Kind::F, mb);
+    case Kind::SendB:
+      return backwardDone(k, mb) ? "" : actionText(k, actions.has(Kind::B, k, mb) ? Kind::B : Kind::I, mb);
+    case Kind::RecvF:
+      return isDone(Kind::SendF, k - 1, mb) ? "" : actionText(k - 1, Kind::SendF, mb);
+    case Kind::RecvB:
+      return isDone(Kind::SendB, k + 1, mb) ? "" : actionText(k + 1, Kind::SendB, mb);
+    case Kind::Other:
+      break;
+    }
+    return "";
+  };
+  std::vector<size_t> pc(p, 0);
+  // What the action at `i` of row `r` waits for; an F&B pair starts once
+  // both its halves could (its backward follows its forward in the row).
+  auto headWaitsFor = [&](int r, size_t i) {
+    std::string first = waitsFor(rows[r][i]);
+    if (first.empty() && rows[r][i].paired && i + 1 < rows[r].size())
+      first = waitsFor(rows[r][i + 1]);
+    return first;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < p; ++r)
+      while (pc[r] < rows[r].size() && headWaitsFor(r, pc[r]).empty()) {
+        const size_t halves = rows[r][pc[r]].paired && pc[r] + 1 < rows[r].size() ? 2 : 1;
+        for (size_t k = 0; k < halves; ++k) {
+          const Action &a = rows[r][pc[r]++];
+          done.emplace((int)a.kind, a.stage, a.mb);
+        }
+        progress = true;
+      }
+  }
+  std::string stuck;
+  int count = 0;
+  for (int r = 0; r < p; ++r)
+    if (pc[r] < rows[r].size() && count++ < 4)
+      stuck += std::string(stuck.empty() ? "" : "; ") + where("", rows[r][pc[r]]).substr(2) +
+               " waits for '" + headWaitsFor(r, pc[r]) + "'";
+  if (count > 0)
+    throw ScheduleError(what + ": deadlock: " + stuck + (count > 4 ? "; and " + std::to_string(count - 4) + " more ranks" : ""));
+}
+
+/// The compute order of every rank, then pipec's own transfers (the same
+/// compute order; the lowering places the transfers deadlock-free).
+Schedule scheduleOfRows(const std::vector<std::vector<Action>> &rows, const Layout &L, const Problem &costs,
+                        const std::string &what) {
+  const int p = L.ranks;
   Problem problem = costs;
   problem.stages = p;
-  problem.chunks = v;
-  problem.microbatches = microbatches;
+  problem.chunks = L.chunks;
+  problem.microbatches = L.microbatches;
   problem.replicas.clear();
   problem.inFlight = 0;
   problem.verticalSync = false;
@@ -455,15 +491,15 @@ Schedule scheduleFromCsv(const std::string &text, const std::string &what, const
   Schedule s;
   s.name = "csv";
   s.problem = problem;
-  s.placement = placement;
-  s.splitBackward = split;
+  s.placement = L.placement;
+  s.splitBackward = L.split;
   Orders orders(p);
   for (int r = 0; r < p; ++r)
     for (const Action &a : rows[r]) {
       if (!isComputeKind(a.kind))
         continue;
       int stage, chunk;
-      locateVirtualStage(placement, p, a.stage, stage, chunk);
+      locateVirtualStage(L.placement, p, a.stage, stage, chunk);
       Instr in = mk(opOf(a.kind), a.mb, chunk);
       in.paired = a.paired;
       orders[r].push_back(in);
@@ -474,6 +510,20 @@ Schedule scheduleFromCsv(const std::string &text, const std::string &what, const
   if (!report.ok())
     throw ScheduleError(what + ": the schedule is invalid:\n" + report.summary());
   return s;
+}
+
+} // namespace
+
+Schedule scheduleFromCsv(const std::string &text, const std::string &what, const Problem &costs) {
+  const std::vector<std::vector<Action>> rows = readRows(text, what);
+  Layout layout = stageRanks(rows, what);
+  layout.placement = placementOf(layout, what);
+  const ActionIndex actions(rows, what);
+  checkComputeComplete(layout, actions, what);
+  if (layout.comms)
+    checkTransfers(rows, layout, actions, what);
+  checkNoDeadlock(rows, layout, actions, what);
+  return scheduleOfRows(rows, layout, costs, what);
 }
 
 } // namespace pipec::schedule
