@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,8 @@ struct Request {
   /// Topology and the partition constraints (--stages, --no-replication,
   /// --memory-limit, --microbatches, --async, --recompute, --partition).
   partition::PartitionCliOptions partition;
-  std::string schedule; ///< --schedule; empty: every family (1f1b-rr only with --async)
+  /// --schedule; absent: every family with a search order (1f1b-rr only with --async)
+  std::optional<ScheduleKind> schedule;
   /// --schedule-file: a schedule in PyTorch's CSV format whose order the plan
   /// runs (family csv); its ranks, chunks and micro-batches become constraints.
   std::string scheduleFile;
@@ -59,7 +61,7 @@ struct Request {
 
 /// One evaluated plan.
 struct Candidate {
-  std::string schedule;
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
   int chunks = 1;
   Placement placement = Placement::Interleaved;
   int pipelineStages = 0; ///< stage positions of the emitted schedule (ranks per pipeline)

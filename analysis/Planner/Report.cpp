@@ -74,7 +74,7 @@ void printBatch(std::ostream &os, const partition::CostTable &table, const Plan 
     }
   }
   if (c.partition.asynchronous)
-    os << c.schedule << " is asynchronous: every stage updates its weights after each micro-batch, so one update "
+    os << choiceName(c.schedule) << " is asynchronous: every stage updates its weights after each micro-batch, so one update "
        << "consumes " << (b > 0 ? std::to_string(b) + " samples" : std::string("one micro-batch")) << "; the "
        << c.microbatches << " micro-batches are one round of the schedule\n";
 }
@@ -100,7 +100,7 @@ void printPlan(std::ostream &os, const partition::CostTable &table,
        << (i + 1 == c.partition.recomputedStages.size() ? "\n" : "");
   const auto &sim = plan.simulated;
   os << std::fixed << std::setprecision(2);
-  os << "schedule " << c.schedule << ": " << partition::formatSeconds(c.timePerMinibatch) << " per mini-batch of "
+  os << "schedule " << choiceName(c.schedule) << ": " << partition::formatSeconds(c.timePerMinibatch) << " per mini-batch of "
      << c.microbatches << " micro-batches (simulated, back to back), " << partition::formatSeconds(c.makespan)
      << " from an empty pipeline; bubble " << 100 * sim.bubbleFlush << "% flush-to-flush, "
      << 100 * sim.bubbleSteady << "% steady-state; peak activations " << sim.maxPeakMemory
@@ -127,7 +127,7 @@ void printPlan(std::ostream &os, const partition::CostTable &table,
     if (plan.ranked.size() > 1) {
       const Candidate &next = plan.ranked[1];
       const double slower = 100 * (next.timePerMicrobatch() / c.timePerMicrobatch() - 1);
-      os << "; runner-up " << next.schedule << " (" << next.origin << ", " << next.microbatches
+      os << "; runner-up " << choiceName(next.schedule) << " (" << next.origin << ", " << next.microbatches
          << " micro-batches) is ";
       if (slower < 0.05)
         os << "as fast (ties go to fewer micro-batches, then fewer devices, then the family tried first)";
@@ -150,7 +150,7 @@ void printPlan(std::ostream &os, const partition::CostTable &table,
       std::string reps = joinInts(replicas);
       if (reps.size() > 23)
         reps = reps.substr(0, 20) + "...";
-      os << std::left << std::setw(4) << i + 1 << std::setw(16) << k.schedule << std::setw(7) << k.chunks
+      os << std::left << std::setw(4) << i + 1 << std::setw(16) << choiceName(k.schedule) << std::setw(7) << k.chunks
          << std::setw(24) << reps << std::setw(8) << k.microbatches << std::right << std::setw(14)
          << partition::formatSeconds(k.timePerMinibatch) << std::setw(14) << partition::formatSeconds(k.timePerSample(table.microbatchSize))
          << std::setw(8) << std::fixed << std::setprecision(1) << 100 * k.bubble << "%"
@@ -172,7 +172,7 @@ json candidateJson(const partition::CostTable &table, const Candidate &c) {
   // The stages in --partition's schema, so that any runner-up can be
   // compiled as it was evaluated (test/e2e/candidate_plans.py).
   json stages = partition::summaryToJson(table, c.partition)["stages"];
-  return {{"schedule", c.schedule},
+  return {{"schedule", choiceName(c.schedule)},
           {"stages", stages},
           {"chunks", c.chunks},
           {"microbatches", c.microbatches},
@@ -188,7 +188,7 @@ json candidateJson(const partition::CostTable &table, const Candidate &c) {
 json scheduleJson(const Plan &plan) {
   const Candidate &c = plan.chosen;
   const auto &sim = plan.simulated;
-  return {{"name", c.schedule},
+  return {{"name", choiceName(c.schedule)},
           {"chunks", c.chunks},
           {"microbatches", c.microbatches},
           {"time_per_minibatch_s", c.timePerMinibatch},

@@ -168,10 +168,15 @@ std::vector<std::string> scheduleNames() {
   return names;
 }
 
-Schedule generate(const std::string &name, const Problem &problemIn) {
+Schedule generate(const std::string &name, const Problem &problem) {
+  return generate(requireScheduleFamily(name).kind, problem);
+}
+
+Schedule generate(ScheduleKind kind, const Problem &problemIn) {
   // The family's row (Families.cpp) fixes chunks, placement, split backward
   // and replicas; the branches below only pick the compute order.
-  const ScheduleFamily &family = requireScheduleFamily(name);
+  const ScheduleFamily &family = scheduleFamily(kind);
+  const std::string name(family.name);
   Problem problem = problemIn;
   if (!family.anyChunks && problem.chunks == 1)
     problem.chunks = family.chunks; // Problem's default stands for the family's count
@@ -287,7 +292,7 @@ FastestSchedule generateFastest(const Problem &problem, bool chunksGiven) {
       Problem candidate = limited;
       candidate.chunks = chunks;
       try {
-        Schedule s = generate(std::string(family->name), candidate);
+        Schedule s = generate(family->kind, candidate);
         SimResult sim = simulate(s);
         // Strictly faster beyond rounding, or the earlier family keeps it.
         if (found && sim.makespan >= best.sim.makespan - 1e-9 * std::max(1.0, best.sim.makespan))

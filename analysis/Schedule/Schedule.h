@@ -130,6 +130,9 @@ std::vector<std::string> scheduleNames();
 // Generates and validates; throws ScheduleError (naming the rank and the
 // instruction) when the problem is unsupported or the result is invalid,
 // including a peak memory above problem.memoryLimit.
+Schedule generate(ScheduleKind kind, const Problem &problem);
+// The same by the family's name (`pipec schedule`, tests); throws
+// ScheduleError listing the families when `name` is none.
 Schedule generate(const std::string &name, const Problem &problem);
 
 // The chunk count `family` runs beside the others (--compare, generateFastest):

@@ -118,8 +118,8 @@ struct AssignStages : PassWithOptions<impl::AssignStagesBase<AssignStages>, plan
     try {
       planner::Request request = *given;
       // Asynchronous schedules keep tied parameters in one stage (Families.h).
-      const schedule::ScheduleFamily *family = schedule::findScheduleFamily(request.schedule);
-      if (request.partition.options.asynchronous || (family && family->asynchronous))
+      if (request.partition.options.asynchronous ||
+          (request.schedule && schedule::scheduleFamily(*request.schedule).asynchronous))
         request.unsplittable = tiedParameterRanges(module);
       partition::Topology topology = request.partition.topology();
       std::shared_ptr<const planner::Ranking> searched = ranking;
@@ -160,7 +160,7 @@ private:
     SmallVector<int64_t> recomputed(partition.recomputedStages.begin(),
                                     partition.recomputedStages.end());
     return pipe::PlanAttr::get(
-        &getContext(), schedule::requireScheduleFamily(chosen.schedule).kind, chosen.chunks, chosen.placement,
+        &getContext(), chosen.schedule, chosen.chunks, chosen.placement,
         chosen.microbatches, partition.asynchronous, std::max(1, partition.inflightMicrobatches),
         partition.asynchronous && request.verticalSync,
         DenseI64ArrayAttr::get(&getContext(), recomputed));

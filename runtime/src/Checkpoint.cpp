@@ -36,7 +36,7 @@ void saveCheckpoint(Control &control, const Plan &plan, const std::vector<Chunk>
   if (control.rank() == 0) {
     ManifestFile manifest;
     manifest.iteration = it;
-    manifest.schedule = plan.schedule;
+    manifest.schedule = choiceName(plan.schedule);
     manifest.virtualStages = plan.stages * plan.chunks;
     manifest.microbatches = plan.microbatches;
     manifest.microbatchSize = plan.microbatchSize;

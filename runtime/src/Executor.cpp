@@ -56,7 +56,7 @@ Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Tr
   const OptimizerConfig optimizer = resolveOptimizer(plan, opt.optimizer);
   if (plan.asynchronous && optimizer.maxGradNorm > 0)
     fail(plan.planPath + ": max_grad_norm needs a global gradient norm, which an asynchronous schedule (" +
-         plan.schedule + ") never has; set it to 0");
+         choiceName(plan.schedule) + ") never has; set it to 0");
 
   // The instruction stream, checked against the plan before anything runs
   // (loadPlanStream: rank, stage, replica, micro-batches, chunks and peers

@@ -16,7 +16,7 @@ GradientSync::GradientSync(const Plan &plan, const OptimizerConfig &optimizer, b
   // in Executor::checkNeighbours).
   if (!plan.tied.empty() && plan.asynchronous)
     throw Error(plan.planPath + ": runtime.tied: tied parameters across stages (" + plan.tied[0].name +
-                ") are not supported with an asynchronous schedule (" + plan.schedule +
+                ") are not supported with an asynchronous schedule (" + choiceName(plan.schedule) +
                 "): the holders step at different times, so their copies would diverge");
   verdict_ = Buffer(device_, 4 * sizeof(double) + sizeof(pipec_step_control));
   stats_ = (double *)verdict_.data();

@@ -45,6 +45,21 @@ using json_io::brief;
 std::string resolve(const std::string &dir, const std::string &p) {
   return fs::path(p).is_absolute() ? p : (fs::path(dir) / p).lexically_normal().string();
 }
+
+// pipeline.schedule names a family the streams were generated for; auto is
+// resolved by pipec, so a compiled plan never names it. Checked on the text
+// before the schema reads it (whose message would offer auto too).
+void checkScheduleFamily(const std::string &planPath, const json &pipeline) {
+  if (!pipeline.is_object() || !pipeline.contains("schedule") || !pipeline.at("schedule").is_string()) return;
+  const std::string named = pipeline.at("schedule").get<std::string>();
+  ScheduleKind family;
+  if (parseChoice(named, family) && family != ScheduleKind::Auto) return;
+  std::string families;
+  for (int i = 0; i < choiceCount<ScheduleKind>(); ++i)
+    if (ScheduleKind(i) != ScheduleKind::Auto)
+      families += (families.empty() ? "" : ", ") + std::string(choiceName(ScheduleKind(i)));
+  throw Error(planPath + ": pipeline.schedule \"" + named + "\" is not a schedule family (" + families + ")");
+}
 } // namespace
 
 int Plan::numRanks() const {
@@ -105,18 +120,11 @@ Plan loadPlan(const std::string &dirIn) {
   // The pipeline and how to run it, read by the schema that wrote them
   // (pipec/job_plan.h); what follows checks what the values mean.
   if (!j.contains("pipeline")) throw Error(p.planPath + ": missing member pipeline");
+  checkScheduleFamily(p.planPath, j.at("pipeline"));
   const plan::Pipeline pipeline = plan::pipelineFromJson(R, j.at("pipeline"));
   const plan::Runtime runtime = plan::runtimeFromJson(R, j.at("runtime"));
-  p.schedule = pipeline.schedule;
-  if (p.schedule.empty()) throw Error(p.planPath + ": missing member pipeline.schedule");
-  ScheduleKind family;
-  if (!parseChoice(p.schedule, family) || family == ScheduleKind::Auto) {
-    std::string families; // what a compiled plan names: auto is resolved by pipec
-    for (int i = 0; i < choiceCount<ScheduleKind>(); ++i)
-      if (ScheduleKind(i) != ScheduleKind::Auto)
-        families += (families.empty() ? "" : ", ") + std::string(choiceName(ScheduleKind(i)));
-    throw Error(p.planPath + ": pipeline.schedule \"" + p.schedule + "\" is not a schedule family (" + families + ")");
-  }
+  if (!pipeline.schedule) throw Error(p.planPath + ": missing member pipeline.schedule");
+  p.schedule = *pipeline.schedule;
   p.microbatches = pipeline.microbatches;
   p.chunks = pipeline.chunks;
   p.placement = pipeline.placement;

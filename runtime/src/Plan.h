@@ -57,7 +57,7 @@ struct OptimizerConfig {
 struct Plan {
   std::string dir, planPath;
   // pipeline.* (each once in plan.json; the schedule files carry their own copy, checked)
-  std::string schedule;     // informative: the streams decide what runs
+  ScheduleKind schedule = ScheduleKind::OneFOneB; // informative: the streams decide what runs
   int stages = 1;           // pipeline positions p (plan.json's stages[] / chunks)
   int chunks = 1;           // virtual stages per rank
   Placement placement = Placement::Interleaved; // VShape (ZB-V): chunk 1 runs back up the ranks

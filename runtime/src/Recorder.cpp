@@ -56,9 +56,9 @@ void RunRecorder::writeTrace(Control &control, const Plan &plan, const std::vect
   if (control.rank() != 0) return;
   std::ofstream os(traceFile_);
   if (!os) throw Error(traceFile_ + ": cannot open the trace file for writing");
-  os << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"schedule\":\"" << plan.schedule
+  os << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"schedule\":\"" << choiceName(plan.schedule)
      << "\",\"measured\":true},\"traceEvents\":[\n";
-  os << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"" << plan.schedule << " (measured)\"}}";
+  os << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"" << choiceName(plan.schedule) << " (measured)\"}}";
   struct End { double t; int rank; };
   std::map<std::tuple<int64_t, int, int, int>, End> sends, recvs; // (iteration, mb, grad, sender vs)
   for (const std::string &s : all) {

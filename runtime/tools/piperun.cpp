@@ -291,7 +291,7 @@ void banner(const Plan &plan, const RunOptions &opt, const Device &device, const
            " (rank 0's affinity; mpirun binds each rank to a core unless --bind-to none or --map-by slot:PE=N)";
   std::printf("piperun: %s: schedule %s, %d stage%s x %d chunk%s, %d micro-batches of %d, %d rank%s, target %s, "
               "transport %s%s, data %s, %s\n",
-              plan.dir.c_str(), plan.schedule.c_str(), plan.stages, plan.stages == 1 ? "" : "s", plan.chunks,
+              plan.dir.c_str(), choiceName(plan.schedule), plan.stages, plan.stages == 1 ? "" : "s", plan.chunks,
               plan.chunks == 1 ? "" : "s", plan.microbatches, plan.microbatchSize, ranks, ranks == 1 ? "" : "s",
               target.c_str(), transport.name(),
               device.host() ? "" : (", rank 0 on " + device.describe()).c_str(), data.c_str(), cpu.c_str());

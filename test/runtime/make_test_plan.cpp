@@ -96,7 +96,7 @@ int main(int argc, char **argv) {
 
     // plan.json through pipec's own writer (pipec/job_plan.h).
     pipec::plan::PlanFile plan;
-    plan.pipeline.schedule = s.name;
+    plan.pipeline.schedule = sch::requireScheduleFamily(s.name).kind;
     plan.pipeline.microbatches = s.problem.microbatches;
     plan.pipeline.chunks = s.problem.chunks;
     plan.pipeline.placement = s.placement;

@@ -238,7 +238,7 @@ void testGeneratedSchedules(const fs::path &root) {
     plan.ranks.assign(plan.stages, {});
     for (int st = 0; st < plan.stages; ++st)
       for (int q = 0; q < s.problem.replicasOf(st); ++q) plan.ranks[st].push_back(s.problem.rankOf(st, q));
-    plan.microbatches = s.problem.microbatches, plan.schedule = s.name, plan.asynchronous = s.asynchronous;
+    plan.microbatches = s.problem.microbatches, plan.schedule = sch::requireScheduleFamily(s.name).kind, plan.asynchronous = s.asynchronous;
     plan.planPath = "plan.json";
     const int R = s.problem.numRanks();
     std::vector<std::vector<Transfer>> transfers;
@@ -392,7 +392,7 @@ void testPlanAgainstSchedule(const fs::path &root) {
   const sch::Schedule s = sch::generate("gpipe", prob);
   auto planFor = [&](int m) {
     Plan p = twoStagePlan();
-    p.microbatches = m, p.schedule = "gpipe", p.planPath = "plan.json";
+    p.microbatches = m, p.schedule = pipec::ScheduleKind::GPipe, p.planPath = "plan.json";
     return p;
   };
   const fs::path f = root / "rank_0.json";

@@ -43,7 +43,9 @@ inline constexpr int kVersion = 2;
 // ---------------------------------------------------------------- what runs
 /// The pipeline the streams in schedule/ implement.
 struct Pipeline {
-  std::string schedule; ///< family ("1f1b", "zb-v", ...); empty in a partition-only file
+  /// The family (written "1f1b", "zb-v", ...: its Choices spelling); absent
+  /// in a partition-only file. A compiled plan never names auto.
+  std::optional<ScheduleKind> schedule;
   int microbatches = 1; ///< per optimizer step, over all replicas
   bool asynchronous = false;
   int chunks = 1; ///< virtual stages per rank
@@ -160,7 +162,8 @@ struct ScheduleReport {
 
 /// A plan the planner ranked below the chosen one.
 struct RunnerUp {
-  std::string schedule, origin;
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  std::string origin;
   int64_t chunks = 1, microbatches = 1;
   std::vector<int> replicas;
   double timePerMinibatch = 0, timePerSample = 0, makespan = 0, bubbleFlush = 0,
@@ -228,7 +231,7 @@ namespace pipec::schema {
 
 template <> struct Schema<plan::Pipeline> {
   template <class V, class P> static void members(V &v, P &p) {
-    v.optional("schedule", p.schedule); // empty in a partition-only file: left out
+    v.optional("schedule", p.schedule); // absent in a partition-only file: left out
     v.required("microbatches", p.microbatches);
     v.optional("asynchronous", p.asynchronous);
     v.optional("chunks", p.chunks);

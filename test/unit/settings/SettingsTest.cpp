@@ -41,7 +41,7 @@ TEST(TextBinder, FillsTheTypedRequest) {
   EXPECT_EQ(request.partition.options.forcedStages, 3);
   EXPECT_EQ(request.partition.options.microbatches, 8);
   EXPECT_TRUE(request.partition.microbatchesGiven);
-  EXPECT_EQ(request.schedule, "zb-v");
+  EXPECT_EQ(request.schedule, pipec::ScheduleKind::ZbV);
   EXPECT_EQ(request.chunks, 2);
   EXPECT_TRUE(request.partition.options.asynchronous);
   EXPECT_EQ(request.partition.recomputeMode, pipec::RecomputeMode::All); // bare: the declared bare value
