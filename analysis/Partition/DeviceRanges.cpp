@@ -41,76 +41,82 @@ struct Ideal {
   std::vector<int> inflightFits;
 };
 
-} // namespace
+/// The units (groups of consecutive ops) as a DAG: each op's unit, each unit's
+/// first op, the units each unit reads, and the unsplittable groups.
+struct UnitDag {
+  int n = 0, ops = 0, words = 0;
+  std::vector<int> unitOf, unitFirst;
+  std::vector<UnitSet> needs;
+  std::vector<std::vector<int>> readerUnits; // units other than its own that read an op
+  std::vector<UnitSet> groups;                // an ideal holds all of a group's units or none
+};
 
-DeviceRangePlan searchDeviceRanges(const CostModel &model, const std::vector<int> &unitEnds, double maxSteps,
-                                   int maxIdeals) {
-  DeviceRangePlan plan;
+UnitDag unitDag(const CostModel &model, const std::vector<int> &unitEnds) {
   const CostTable &table = model.table();
-  const Topology &topo = model.topology();
   const PartitionOptions &opts = model.options();
-  const int n = static_cast<int>(unitEnds.size());
-  const int ops = model.numOps();
-  const int64_t devices = topo.totalDevices();
-  const int words = (n + 63) / 64;
-  plan.units = n;
-
-  std::vector<int> unitOf(ops), unitFirst(n);
+  UnitDag dag;
+  const int n = dag.n = static_cast<int>(unitEnds.size());
+  const int ops = dag.ops = model.numOps();
+  const int words = dag.words = (n + 63) / 64;
+  dag.unitOf.assign(ops, 0);
+  dag.unitFirst.assign(n, 0);
   for (int u = 0; u < n; ++u) {
-    unitFirst[u] = u == 0 ? 0 : unitEnds[u - 1] + 1;
-    for (int op = unitFirst[u]; op <= unitEnds[u]; ++op)
-      unitOf[op] = u;
+    dag.unitFirst[u] = u == 0 ? 0 : unitEnds[u - 1] + 1;
+    for (int op = dag.unitFirst[u]; op <= unitEnds[u]; ++op)
+      dag.unitOf[op] = u;
   }
   std::vector<std::vector<int>> producers = table.producerIndices();
-  std::vector<UnitSet> needs(n, UnitSet(words, 0));
-  std::vector<std::vector<int>> readerUnits(ops); // units other than its own that read an op
+  dag.needs.assign(n, UnitSet(words, 0));
+  dag.readerUnits.assign(ops, {});
   for (int c = 0; c < ops; ++c)
     for (int p : producers[c])
-      if (unitOf[p] != unitOf[c]) {
-        insert(needs[unitOf[c]], unitOf[p]);
-        readerUnits[p].push_back(unitOf[c]);
+      if (dag.unitOf[p] != dag.unitOf[c]) {
+        insert(dag.needs[dag.unitOf[c]], dag.unitOf[p]);
+        dag.readerUnits[p].push_back(dag.unitOf[c]);
       }
   // Unsplittable ranges: an ideal holds all of a range's units or none.
-  std::vector<UnitSet> groups;
   for (auto [first, last] : opts.unsplittable) {
     UnitSet g(words, 0);
     for (int op = std::max(0, first); op <= last && op < ops; ++op)
-      insert(g, unitOf[op]);
+      insert(g, dag.unitOf[op]);
     if (count(g) > 1)
-      groups.push_back(std::move(g));
+      dag.groups.push_back(std::move(g));
   }
+  return dag;
+}
 
-  // Every ideal, by breadth-first growth from the empty set.
-  std::vector<UnitSet> all{UnitSet(words, 0)};
+/// Every ideal, by breadth-first growth from the empty set; false (and `all`
+/// incomplete) when there are more than `maxIdeals`.
+bool enumerateIdeals(const UnitDag &dag, int maxIdeals, std::vector<UnitSet> &all) {
+  all = {UnitSet(dag.words, 0)};
   std::map<UnitSet, int> seen{{all[0], 0}};
   for (size_t q = 0; q < all.size(); ++q)
-    for (int u = 0; u < n; ++u) {
-      if (contains(all[q], u) || !subsetOf(needs[u], all[q]))
+    for (int u = 0; u < dag.n; ++u) {
+      if (contains(all[q], u) || !subsetOf(dag.needs[u], all[q]))
         continue;
       UnitSet next = all[q];
       insert(next, u);
       if (seen.count(next))
         continue;
-      if (static_cast<int>(all.size()) >= maxIdeals) {
-        plan.tooLarge = true;
-        return plan;
-      }
+      if (static_cast<int>(all.size()) >= maxIdeals)
+        return false;
       seen.emplace(next, static_cast<int>(all.size()));
       all.push_back(std::move(next));
     }
+  return true;
+}
 
-  // One server and a chain: every plan here is one of the tree's (which may also
-  // leave devices idle), so the tree's search already covers it.
-  if (topo.levels.size() == 1 && static_cast<int>(all.size()) == n + 1)
-    return plan;
-
-  // The ideals a stage boundary may sit at, smallest first (the empty and the full one included).
+/// The ideals a stage boundary may sit at (none splits an unsplittable group),
+/// smallest first (the empty and the full one included), each with its
+/// strict supersets; `pairs` counts those nested pairs.
+std::vector<Ideal> boundaryIdeals(const UnitDag &dag, const std::vector<UnitSet> &all, double &pairs) {
+  const int n = dag.n;
   std::vector<Ideal> ideals;
   for (const UnitSet &set : all) {
     int size = count(set);
     bool splits = false;
     if (size > 0 && size < n)
-      for (const UnitSet &g : groups) {
+      for (const UnitSet &g : dag.groups) {
         bool any = false, every = true;
         for (int u = 0; u < n; ++u)
           if (contains(g, u)) {
@@ -128,34 +134,31 @@ DeviceRangePlan searchDeviceRanges(const CostModel &model, const std::vector<int
   }
   std::stable_sort(ideals.begin(), ideals.end(), [](const Ideal &a, const Ideal &b) { return a.size < b.size; });
   const int count_ = static_cast<int>(ideals.size());
-  const int full = count_ - 1; // the only ideal of size n
-  double pairs = 0;
+  pairs = 0;
   for (int i = 0; i < count_; ++i) {
     for (int j = i + 1; j < count_; ++j)
       if (ideals[j].size > ideals[i].size && subsetOf(ideals[i].units, ideals[j].units))
         ideals[i].supersets.push_back(j);
     pairs += static_cast<double>(ideals[i].supersets.size());
   }
+  return ideals;
+}
 
-  const bool forced = opts.forcedStages > 0;
-  const int depth = forced ? opts.forcedStages : 1; // p: stages still to place, minus one
-  const int64_t maxReplicas = opts.allowReplication ? devices : 1;
-  double steps = pairs * static_cast<double>(devices) * static_cast<double>(std::min<int64_t>(devices, maxReplicas)) /
-                 2 * depth;
-  // (the tables hold 16 bytes per state: at most 64 MiB)
-  if (steps > maxSteps || static_cast<double>(count_) * devices * depth > 4e6) {
-    plan.tooLarge = true;
-    return plan;
-  }
+/// Each ideal's sums of its ops' costs and cut bytes, and per superset the
+/// most micro-batches in flight the stage between them fits with.
+void addIdealCosts(const CostModel &model, const std::vector<int> &unitEnds, const UnitDag &dag,
+                   std::vector<Ideal> &ideals) {
+  const CostTable &table = model.table();
   for (Ideal &ideal : ideals)
-    for (int u = 0; u < n; ++u)
+    for (int u = 0; u < dag.n; ++u)
       if (contains(ideal.units, u)) {
-        ideal.compute += model.compute(unitFirst[u], unitEnds[u]);
-        ideal.parameters += model.parameters(unitFirst[u], unitEnds[u]);
-        ideal.optimizerState += model.optimizerState(unitFirst[u], unitEnds[u]);
-        ideal.activations += model.activations(unitFirst[u], unitEnds[u]);
-        for (int op = unitFirst[u]; op <= unitEnds[u]; ++op)
-          for (int reader : readerUnits[op])
+        const int first = dag.unitFirst[u], last = unitEnds[u];
+        ideal.compute += model.compute(first, last);
+        ideal.parameters += model.parameters(first, last);
+        ideal.optimizerState += model.optimizerState(first, last);
+        ideal.activations += model.activations(first, last);
+        for (int op = first; op <= last; ++op)
+          for (int reader : dag.readerUnits[op])
             if (!contains(ideal.units, reader)) {
               ideal.cutBytes += static_cast<double>(table.ops[op].activationBytes);
               break;
@@ -168,37 +171,65 @@ DeviceRangePlan searchDeviceRanges(const CostModel &model, const std::vector<int
                                                             to.optimizerState - from.optimizerState,
                                                             to.activations - from.activations, from.cutBytes));
     }
+}
 
-  // Per device range [d, d+r): the all-reduce coefficient and the links its cuts cross.
-  auto rangeIndex = [&](int64_t d, int64_t r) { return static_cast<size_t>(d * (devices + 1) + r); };
-  std::vector<double> coefficient((devices + 1) * (devices + 1), 0);
-  std::vector<int8_t> sendLevel(coefficient.size(), -1), receiveLevel(coefficient.size(), -1);
-  for (int64_t d = 0; d < devices; ++d)
-    for (int64_t r = 1; d + r <= devices; ++r) {
-      coefficient[rangeIndex(d, r)] = model.rangeAllreduceCoefficient(d, r);
-      if (d + r < devices)
-        sendLevel[rangeIndex(d, r)] = static_cast<int8_t>(topo.linkLevel(d, d + r));
-      if (d > 0)
-        receiveLevel[rangeIndex(d, r)] = static_cast<int8_t>(topo.linkLevel(d - 1, d + r - 1));
-    }
+/// Per device range [d, d+r): the all-reduce coefficient and the links its cuts cross.
+struct DeviceRangeLinks {
+  int64_t devices;
+  std::vector<double> coefficient;
+  std::vector<int8_t> sendLevel, receiveLevel;
+  size_t index(int64_t d, int64_t r) const { return static_cast<size_t>(d * (devices + 1) + r); }
 
-  // value[(ideal·devices + d)·depth + p]: the best pipeline for the ops outside the
-  // ideal on devices d.. (all of them) in p+1 stages (any count when not forced).
+  explicit DeviceRangeLinks(const CostModel &model) : devices(model.topology().totalDevices()) {
+    const Topology &topo = model.topology();
+    coefficient.assign((devices + 1) * (devices + 1), 0);
+    sendLevel.assign(coefficient.size(), -1);
+    receiveLevel.assign(coefficient.size(), -1);
+    for (int64_t d = 0; d < devices; ++d)
+      for (int64_t r = 1; d + r <= devices; ++r) {
+        coefficient[index(d, r)] = model.rangeAllreduceCoefficient(d, r);
+        if (d + r < devices)
+          sendLevel[index(d, r)] = static_cast<int8_t>(topo.linkLevel(d, d + r));
+        if (d > 0)
+          receiveLevel[index(d, r)] = static_cast<int8_t>(topo.linkLevel(d - 1, d + r - 1));
+      }
+  }
+};
+
+/// The dynamic program over chains of ideals and device ranges:
+/// value[(ideal·devices + d)·depth + p] is the best pipeline for the ops outside
+/// the ideal on devices d.. (all of them) in p+1 stages (any count when not
+/// forced); choice, the next ideal and the replicas of the stage that gets it.
+struct ChainTables {
   struct Choice {
     int32_t next = -1;
     int32_t replicas = 0;
   };
-  auto at = [&](int ideal, int64_t d, int p) {
+  int64_t devices;
+  int depth;
+  bool forced;
+  std::vector<double> value;
+  std::vector<Choice> choice;
+  size_t at(int ideal, int64_t d, int p) const {
     return (static_cast<size_t>(ideal) * static_cast<size_t>(devices) + static_cast<size_t>(d)) * depth + p;
-  };
-  std::vector<double> value(static_cast<size_t>(count_) * devices * depth, kInf);
-  std::vector<Choice> choice(value.size());
+  }
+};
+
+ChainTables solveChains(const CostModel &model, const std::vector<Ideal> &ideals, int depth, bool forced,
+                        int64_t maxReplicas) {
+  const DeviceRangeLinks links(model);
+  const int64_t devices = links.devices;
+  const int count_ = static_cast<int>(ideals.size());
+  const int full = count_ - 1; // the only ideal of size n
+  ChainTables T{devices, depth, forced, {}, {}};
+  T.value.assign(static_cast<size_t>(count_) * devices * depth, kInf);
+  T.choice.assign(T.value.size(), {});
   for (int i = full - 1; i >= 0; --i) {
     const Ideal &from = ideals[i];
     for (int64_t d = 0; d < devices; ++d)
       for (int p = 0; p < depth; ++p) {
         double best = kInf;
-        Choice bestChoice;
+        ChainTables::Choice bestChoice;
         for (size_t k = 0; k < from.supersets.size(); ++k) {
           const int j = from.supersets[k];
           const Ideal &to = ideals[j];
@@ -218,46 +249,50 @@ DeviceRangePlan searchDeviceRanges(const CostModel &model, const std::vector<int
             if (compute / static_cast<double>(r) >= best ||
                 model.inflight(static_cast<int>(r), static_cast<int>(devices - d - r), 0) > fits)
               break;
-            size_t range = rangeIndex(d, r);
-            double t = CostModel::rangeStageTime(compute, params, coefficient[range], r);
+            size_t range = links.index(d, r);
+            double t = CostModel::rangeStageTime(compute, params, links.coefficient[range], r);
             if (i > 0)
-              t = std::max(t, model.linkTime(receiveLevel[range], from.cutBytes));
+              t = std::max(t, model.linkTime(links.receiveLevel[range], from.cutBytes));
             if (!last) {
-              t = std::max(t, model.linkTime(sendLevel[range], to.cutBytes));
-              t = std::max(t, value[at(j, d + r, forced ? p - 1 : 0)]);
+              t = std::max(t, model.linkTime(links.sendLevel[range], to.cutBytes));
+              t = std::max(t, T.value[T.at(j, d + r, forced ? p - 1 : 0)]);
             }
             if (t < best) {
               best = t;
-              bestChoice = Choice{j, static_cast<int32_t>(r)};
+              bestChoice = ChainTables::Choice{j, static_cast<int32_t>(r)};
             }
           }
         }
-        value[at(i, d, p)] = best;
-        choice[at(i, d, p)] = bestChoice;
+        T.value[T.at(i, d, p)] = best;
+        T.choice[T.at(i, d, p)] = bestChoice;
       }
   }
-  plan.value = value[at(0, 0, depth - 1)];
-  if (!std::isfinite(plan.value))
-    return plan;
+  return T;
+}
 
-  // The chain of ideals, the stage of each unit, and the op order that makes stages contiguous.
+/// The chain of ideals the tables chose, the stage of each unit, and the op
+/// order that makes stages contiguous, into the plan's order and tree.
+void tracePlan(const ChainTables &T, const std::vector<Ideal> &ideals, const UnitDag &dag, DeviceRangePlan &plan) {
+  const int n = dag.n, ops = dag.ops;
+  const int full = static_cast<int>(ideals.size()) - 1;
   std::vector<int> stageOfUnit(n, -1), replicas;
-  int ideal = 0, stage = 0, p = depth - 1;
+  int ideal = 0, stage = 0, p = T.depth - 1;
   int64_t d = 0;
   while (ideal != full) {
-    Choice c = choice[at(ideal, d, p)];
+    ChainTables::Choice c = T.choice[T.at(ideal, d, p)];
     for (int u = 0; u < n; ++u)
       if (contains(ideals[c.next].units, u) && !contains(ideals[ideal].units, u))
         stageOfUnit[u] = stage;
     replicas.push_back(c.replicas);
     ideal = c.next;
     d += c.replicas;
-    p = forced ? p - 1 : 0;
+    p = T.forced ? p - 1 : 0;
     ++stage;
   }
   plan.order.resize(ops);
   for (int op = 0; op < ops; ++op)
     plan.order[op] = op;
+  const std::vector<int> &unitOf = dag.unitOf;
   std::stable_sort(plan.order.begin(), plan.order.end(),
                    [&](int a, int b) { return stageOfUnit[unitOf[a]] < stageOfUnit[unitOf[b]]; });
   plan.tree.deviceRanges = true;
@@ -270,6 +305,48 @@ DeviceRangePlan searchDeviceRanges(const CostModel &model, const std::vector<int
     plan.tree.stages.push_back(TreeStage{first, position - 1, replicas[s], {}});
   }
   assert(position == ops && "the chain of ideals ends at the full set, so every op has a stage");
+}
+
+} // namespace
+
+DeviceRangePlan searchDeviceRanges(const CostModel &model, const std::vector<int> &unitEnds, double maxSteps,
+                                   int maxIdeals) {
+  DeviceRangePlan plan;
+  const Topology &topo = model.topology();
+  const PartitionOptions &opts = model.options();
+  const int64_t devices = topo.totalDevices();
+  const UnitDag dag = unitDag(model, unitEnds);
+  plan.units = dag.n;
+
+  std::vector<UnitSet> all;
+  if (!enumerateIdeals(dag, maxIdeals, all)) {
+    plan.tooLarge = true;
+    return plan;
+  }
+  // One server and a chain: every plan here is one of the tree's (which may also
+  // leave devices idle), so the tree's search already covers it.
+  if (topo.levels.size() == 1 && static_cast<int>(all.size()) == dag.n + 1)
+    return plan;
+
+  double pairs = 0;
+  std::vector<Ideal> ideals = boundaryIdeals(dag, all, pairs);
+  const int count_ = static_cast<int>(ideals.size());
+  const bool forced = opts.forcedStages > 0;
+  const int depth = forced ? opts.forcedStages : 1; // p: stages still to place, minus one
+  const int64_t maxReplicas = opts.allowReplication ? devices : 1;
+  double steps = pairs * static_cast<double>(devices) * static_cast<double>(std::min<int64_t>(devices, maxReplicas)) /
+                 2 * depth;
+  // (the tables hold 16 bytes per state: at most 64 MiB)
+  if (steps > maxSteps || static_cast<double>(count_) * devices * depth > 4e6) {
+    plan.tooLarge = true;
+    return plan;
+  }
+  addIdealCosts(model, unitEnds, dag, ideals);
+  const ChainTables tables = solveChains(model, ideals, depth, forced, maxReplicas);
+  plan.value = tables.value[tables.at(0, 0, depth - 1)];
+  if (!std::isfinite(plan.value))
+    return plan;
+  tracePlan(tables, ideals, dag, plan);
   return plan;
 }
 

@@ -23,7 +23,6 @@ FILE_LIMIT, FUNCTION_LIMIT = 1000, 200
 # Still to split (issue 49 item 4), at their size when the limits came in.
 OVER_LIMIT = {
     "compiler/Import/RespecializeRules.cpp:Respecializer::convert": 589,
-    "analysis/Partition/DeviceRanges.cpp:searchDeviceRanges": 229,
     "compiler/Emit/EmitFused.cpp:StageEmitter::emitFused": 216,
     "analysis/Schedule/ListScheduler.cpp:greedy": 209,
     "analysis/Schedule/Validate.cpp:rankPass": 277,
