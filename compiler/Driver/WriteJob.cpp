@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 using namespace mlir;
 namespace fs = std::filesystem;
@@ -93,6 +94,30 @@ FailureOr<nlohmann::json> documentOnModule(ModuleOp module, StringRef name, raw_
   if (failed(document))
     errs << "error: " << name << ": " << problem << "\n";
   return document;
+}
+
+/// plan.json's pipeline section from the planner's choices on the module
+/// (#pipe.plan, which the passes after the partition follow): its one source,
+/// so that the job's file and the IR cannot disagree (pipe.plan_file leaves
+/// the section out).
+FailureOr<plan::Pipeline> pipelineOnModule(ModuleOp module, raw_ostream &errs) {
+  auto chosen = module->getAttrOfType<pipe::PlanAttr>(pipe::kPlanAttrName);
+  if (!chosen) {
+    errs << "error: the module has no " << pipe::kPlanAttrName
+         << ": a job is written from a module planned by pipec-partition and outlined into stages\n";
+    return failure();
+  }
+  if (chosen.getMicrobatches() > std::numeric_limits<int>::max() || chosen.getChunks() > std::numeric_limits<int>::max()) {
+    errs << "error: " << pipe::kPlanAttrName << ": microbatches and chunks must be below 2^31\n";
+    return failure();
+  }
+  plan::Pipeline pipeline;
+  pipeline.schedule = chosen.getSchedule();
+  pipeline.microbatches = static_cast<int>(chosen.getMicrobatches());
+  pipeline.asynchronous = chosen.getAsynchronous();
+  pipeline.chunks = static_cast<int>(chosen.getChunks());
+  pipeline.placement = chosen.getPlacement();
+  return pipeline;
 }
 
 /// The optimizer pipec-optimizer recorded on the stages' step functions.
@@ -247,6 +272,9 @@ LogicalResult writeJob(ModuleOp module, const std::string &directoryName, const 
   FailureOr<nlohmann::json> scheduleDocument = documentOnModule(module, pipe::kScheduleAttrName, errs);
   if (failed(scheduleDocument))
     return failure();
+  FailureOr<plan::Pipeline> pipeline = pipelineOnModule(module, errs);
+  if (failed(pipeline))
+    return failure();
   // The memory plan reserved the scratch of one target's kernels: the code
   // must be written for that target (-O0 has no memory plan).
   if (auto planned = module->getAttrOfType<StringAttr>(pipe::kMemoryTargetAttrName)) {
@@ -261,7 +289,9 @@ LogicalResult writeJob(ModuleOp module, const std::string &directoryName, const 
   schedule::Schedule chosen;
   try {
     const json_io::Reader<partition::Error> reader{"the module's " + pipe::kPlanFileAttrName.str()};
-    planFile = plan::fromJson<plan::PlanFile>(reader, *planDocument);
+    nlohmann::json document = *planDocument;
+    document["pipeline"] = plan::toJson(*pipeline);
+    planFile = plan::fromJson<plan::PlanFile>(reader, document);
     chosen = schedule::fromJson(scheduleDocument->dump());
   } catch (const std::exception &error) {
     errs << "error: " << error.what() << "\n";

@@ -70,9 +70,11 @@ def Pipe_PlanAttr : Pipe_Attr<"Plan", "plan"> {
     rank and their placement (`interleaved` or `v`), micro-batches per
     mini-batch, whether updates are asynchronous (1F1B-RR) with `inflight`
     weight versions and vertical sync, and the stages whose activations are
-    recomputed. `pipec-recompute mode=plan` and `pipec-weight-stashing
+    recomputed. `pipec-recompute mode=auto` and `pipec-weight-stashing
     from-plan=true` read it, so that the pipeline needs no option the
-    planner decides (docs/planner.md).
+    planner decides (docs/planner.md), and the job writer writes plan.json's
+    `pipeline` section from it (its one source in the IR: `pipe.plan_file`
+    holds the rest of the file, docs/plan-json.md).
 
     Example:
       module attributes {pipe.plan = #pipe.plan<schedule = "1f1b", chunks = 1,

@@ -134,9 +134,11 @@ struct AssignStages : PassWithOptions<impl::AssignStagesBase<AssignStages>, plan
       numPlansEvaluated = plan.evaluated;
       annotateStages(module, *table, plan.chosen.partition);
       module->setAttr(pipe::kPlanAttrName, planAttr(plan, request));
-      module->setAttr(pipe::kPlanFileAttrName,
-                      jsonResource(&getContext(), "pipe_plan_file",
-                                   plan::toJson(planner::planFile(*table, topology, plan))));
+      // plan.json without its pipeline section, which the job writer takes
+      // from #pipe.plan (its one source: the two cannot disagree).
+      nlohmann::json planDocument = plan::toJson(planner::planFile(*table, topology, plan));
+      planDocument.erase("pipeline");
+      module->setAttr(pipe::kPlanFileAttrName, jsonResource(&getContext(), "pipe_plan_file", planDocument));
       module->setAttr(pipe::kScheduleAttrName, jsonResource(&getContext(), "pipe_schedule",
                                                             nlohmann::json::parse(schedule::toJson(plan.schedule))));
       if (result)
