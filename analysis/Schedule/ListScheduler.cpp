@@ -105,53 +105,228 @@ struct GreedyResult {
   bool betterThan(const GreedyResult &o) const { return finishesBetter(makespan, maxSpan, o.makespan, o.maxSpan); }
 };
 
-GreedyResult greedy(const Schedule &shape, int n, const Policy &pol) {
-  const Problem &P = shape.problem;
-  const int p = P.stages, v = P.chunks, V = shape.virtualStages();
-  const double frac = P.wMemFrac;
-  auto at = [V](int mb, int vs) { return (size_t)mb * V + vs; };
-  std::vector<double> fEnd((size_t)n * V, kNaN);
-  std::vector<int> nextF(V, 0);
+// The engine's state while it simulates the ranks in time.
+class GreedyEngine {
+public:
+  GreedyEngine(const Schedule &shape, int n, const Policy &pol);
+  GreedyResult run();
+
+private:
+  using BItem = std::tuple<double, int, int>; // ready, mb, -vs
+  using Ev = std::pair<double, int>;
+  // What a free rank picks at one time: the instruction, if any, and the
+  // earliest time an F not yet ready arrives.
+  struct Pick {
+    Instr chosen{};
+    bool have = false;
+    double wake = std::numeric_limits<double>::infinity();
+  };
+
+  size_t at(int mb, int vs) const { return (size_t)mb * V + vs; }
+  int stageOf(int vs) const {
+    int st, c;
+    shape.locate(vs, st, c);
+    return st;
+  }
+  double fReady(int vs) const;
+  void takeW(int st, Pick &pick);
+  void takeB(int st, double t, Pick &pick);
+  void takeF(int st, double t, Pick &pick);
+  bool wWaits(int st, double t, const Pick &pick) const;
+  void execute(int st, double t, const Instr &chosen);
+
+  const Schedule &shape;
+  const int n;
+  const Policy &pol;
+  const Problem &P;
+  const int p, v, V;
+  const double frac;
+  std::vector<double> fEnd;
+  std::vector<int> nextF;
   // perMb: what an admitted micro-batch keeps on the stage between its F and
   // its backward (the boundary share when the stage recomputes); headroom:
   // room kept free for one RECOMPUTE to re-materialize the rest.
-  std::vector<double> held(p, 0), reserved(p, 0), perMb(p, 0), headroom(p, 0);
+  std::vector<double> held, reserved, perMb, headroom;
+  // Per stage and local micro-batch: chunks started / backwarded.
+  std::vector<std::vector<int>> started, bdone;
+  std::vector<int> inflight;
+  std::vector<std::priority_queue<BItem, std::vector<BItem>, std::greater<BItem>>> bReady;
+  std::vector<std::vector<std::pair<int, int>>> wPending; // (mb, vs), FIFO via index
+  std::vector<size_t> wHead;
+  std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> events;
+  std::vector<double> busyUntil;
+  std::vector<char> lastWasF;
+  std::vector<double> firstStart, lastEnd;
+  GreedyResult res;
+  long remaining;
+};
+
+GreedyEngine::GreedyEngine(const Schedule &shape, int n, const Policy &pol)
+    : shape(shape), n(n), pol(pol), P(shape.problem), p(P.stages), v(P.chunks), V(shape.virtualStages()),
+      frac(P.wMemFrac), fEnd((size_t)n * V, kNaN), nextF(V, 0), held(p, 0), reserved(p, 0), perMb(p, 0),
+      headroom(p, 0), started(p, std::vector<int>(n, 0)), bdone(p, std::vector<int>(n, 0)), inflight(p, 0),
+      bReady(p), wPending(p), wHead(p, 0), busyUntil(p, 0), lastWasF(p, 0), firstStart(p, 0), lastEnd(p, 0),
+      remaining((long)n * V * (pol.split ? 3 : 2)) {
   for (int st = 0; st < p; ++st)
     for (int c = 0; c < v; ++c) {
       perMb[st] += P.restingActivationOf(st, c);
       headroom[st] = std::max(headroom[st], P.activationOf(st, c) - P.restingActivationOf(st, c));
     }
-  // Per stage and local micro-batch: chunks started / backwarded.
-  std::vector<std::vector<int>> started(p, std::vector<int>(n, 0)), bdone(p, std::vector<int>(n, 0));
-  std::vector<int> inflight(p, 0);
-  using BItem = std::tuple<double, int, int>; // ready, mb, -vs
-  std::vector<std::priority_queue<BItem, std::vector<BItem>, std::greater<BItem>>> bReady(p);
-  std::vector<std::vector<std::pair<int, int>>> wPending(p); // (mb, vs), FIFO via index
-  std::vector<size_t> wHead(p, 0);
-  using Ev = std::pair<double, int>;
-  std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> events;
-  std::vector<double> busyUntil(p, 0);
-  std::vector<char> lastWasF(p, 0);
-  std::vector<double> firstStart(p, 0), lastEnd(p, 0);
-  GreedyResult res;
   res.order.assign(p, {});
-  long remaining = (long)n * V * (pol.split ? 3 : 2);
   for (int st = 0; st < p; ++st)
     events.push({0.0, st});
+}
 
-  auto stageOf = [&](int vs) {
-    int st, c;
-    shape.locate(vs, st, c);
-    return st;
-  };
-  auto fReady = [&](int vs) -> double {
+// When virtual stage vs's next F has its input; NaN while its producer has not run.
+double GreedyEngine::fReady(int vs) const {
+  const int mb = nextF[vs];
+  if (vs == 0)
+    return 0.0;
+  const double e = fEnd[at(mb, vs - 1)];
+  return std::isnan(e) ? kNaN : e + (stageOf(vs - 1) != stageOf(vs) ? P.comm : 0.0);
+}
+
+// The oldest pending W.
+void GreedyEngine::takeW(int st, Pick &pick) {
+  if (!pick.have && wHead[st] < wPending[st].size()) {
+    auto [mb, vs] = wPending[st][wHead[st]++];
+    int s2, c;
+    shape.locate(vs, s2, c);
+    pick.chosen = mk(Op::BwdWeight, mb, c);
+    pick.have = true;
+  }
+}
+
+// The earliest ready B, unless its RECOMPUTE lacks the room.
+void GreedyEngine::takeB(int st, double t, Pick &pick) {
+  if (!pick.have && !bReady[st].empty() && std::get<0>(bReady[st].top()) <= t + kEps) {
+    auto [rt, mb, nvs] = bReady[st].top();
+    int s2, c;
+    shape.locate(-nvs, s2, c);
+    if (pol.memLimit > 0 && P.recomputes(st) &&
+        held[st] + P.activationOf(st, c) - P.restingActivationOf(st, c) > pol.memLimit + kEps)
+      return; // a pending W frees the room the RECOMPUTE needs
+    bReady[st].pop();
+    pick.chosen = mk(pol.split ? Op::BwdInput : Op::Bwd, mb, c);
+    lastWasF[st] = false;
+    pick.have = true;
+  }
+}
+
+// The deepest ready, admissible F (with W first when eager).
+void GreedyEngine::takeF(int st, double t, Pick &pick) {
+  if (pick.have)
+    return;
+  for (int c = v - 1; c >= 0; --c) {
+    const int vs = shape.virtualStage(st, c);
     const int mb = nextF[vs];
-    if (vs == 0)
-      return 0.0;
-    const double e = fEnd[at(mb, vs - 1)];
-    return std::isnan(e) ? kNaN : e + (stageOf(vs - 1) != stageOf(vs) ? P.comm : 0.0);
-  };
+    if (mb >= n)
+      continue;
+    const double rt = fReady(vs);
+    if (std::isnan(rt))
+      continue;
+    if (rt > t + kEps) {
+      pick.wake = std::min(pick.wake, rt);
+      continue;
+    }
+    if (started[st][mb] == 0) { // admission of a new micro-batch
+      if (inflight[st] >= pol.cap[st])
+        continue;
+      if (pol.memLimit > 0 &&
+          held[st] + (pol.reserveLaterChunks ? reserved[st] : 0.0) + perMb[st] + headroom[st] > pol.memLimit + kEps)
+        continue;
+    } else if (pol.memLimit > 0 && held[st] + P.restingActivationOf(st, c) > pol.memLimit + kEps) {
+      // Reserved, but a RECOMPUTE's re-materialized activations are still
+      // held until their W: wait for the W (it fills the gap).
+      continue;
+    }
+    if (pol.eagerW) {
+      takeW(st, pick);
+      if (pick.have)
+        return;
+    }
+    pick.chosen = mk(Op::Fwd, mb, c);
+    lastWasF[st] = true;
+    pick.have = true;
+    return;
+  }
+}
 
+// Policy::wOnlyInGaps: the pending W must wait, as it would end after the
+// next known arrival.
+bool GreedyEngine::wWaits(int st, double t, const Pick &pick) const {
+  if (pick.have || !pol.wOnlyInGaps || wHead[st] >= wPending[st].size())
+    return false;
+  // Only arrivals still to come: a B already here but held back (its
+  // RECOMPUTE needs the memory a W frees) must not make the W wait.
+  double next = pick.wake;
+  if (!bReady[st].empty() && std::get<0>(bReady[st].top()) > t + kEps)
+    next = std::min(next, std::get<0>(bReady[st].top()));
+  int s2, c;
+  shape.locate(wPending[st][wHead[st]].second, s2, c);
+  return next < t + P.costOf(Op::BwdWeight, st, c) - kEps;
+}
+
+// Runs `chosen` on rank st at time t: its memory, and what it makes ready.
+void GreedyEngine::execute(int st, double t, const Instr &chosen) {
+  const int vs = shape.virtualStage(st, chosen.chunk);
+  const int mb = chosen.mb;
+  const double a = P.activationOf(st, chosen.chunk), rest = P.restingActivationOf(st, chosen.chunk);
+  const bool recompute = P.recomputes(st) && (chosen.op == Op::Bwd || chosen.op == Op::BwdInput);
+  // A recomputed backward runs RECOMPUTE (cost F) right before it.
+  const double end = t + P.costOf(chosen.op, st, chosen.chunk) +
+                     (recompute ? P.costOf(Op::Recompute, st, chosen.chunk) : 0.0);
+  if (res.order[st].empty())
+    firstStart[st] = t;
+  lastEnd[st] = end;
+  res.order[st].push_back(chosen);
+  busyUntil[st] = end;
+  res.makespan = std::max(res.makespan, end);
+  remaining--;
+  events.push({end, st});
+  auto notify = [&](int st2, double when) { events.push({when, st2}); };
+  switch (chosen.op) {
+  case Op::Fwd:
+    if (started[st][mb]++ == 0) {
+      inflight[st]++;
+      reserved[st] += perMb[st];
+    }
+    reserved[st] -= rest;
+    held[st] += rest;
+    fEnd[at(mb, vs)] = end;
+    nextF[vs]++;
+    if (vs + 1 < V) {
+      const int s2 = stageOf(vs + 1);
+      notify(s2, end + (s2 != st ? P.comm : 0.0));
+    } else {
+      bReady[st].push({end, mb, -vs});
+    }
+    break;
+  case Op::Bwd:
+  case Op::BwdInput:
+    held[st] += a - rest; // re-materialized by RECOMPUTE (0 without recompute)
+    held[st] -= chosen.op == Op::Bwd ? a : a * (1 - frac);
+    if (++bdone[st][mb] == v)
+      inflight[st]--;
+    if (chosen.op == Op::BwdInput)
+      wPending[st].push_back({mb, vs});
+    if (vs > 0) {
+      const int s2 = stageOf(vs - 1);
+      const double rt = end + (s2 != st ? P.comm : 0.0);
+      bReady[s2].push({rt, mb, -(vs - 1)});
+      notify(s2, rt);
+    }
+    break;
+  case Op::BwdWeight:
+    held[st] -= a * frac;
+    break;
+  default:
+    assert(false && "the greedy engine chooses a FWD, BWD, BWD_INPUT or BWD_WEIGHT only");
+    break;
+  }
+}
+
+GreedyResult GreedyEngine::run() {
   while (remaining > 0) {
     if (events.empty())
       throw ScheduleError(shape.name + ": greedy scheduler stalled (memory limit too small?)");
@@ -159,161 +334,34 @@ GreedyResult greedy(const Schedule &shape, int n, const Policy &pol) {
     events.pop();
     if (t < busyUntil[st] - kEps)
       continue; // stale: the rank is busy
-    Instr chosen{};
-    bool have = false;
-    auto takeW = [&]() {
-      if (!have && wHead[st] < wPending[st].size()) {
-        auto [mb, vs] = wPending[st][wHead[st]++];
-        int s2, c;
-        shape.locate(vs, s2, c);
-        chosen = mk(Op::BwdWeight, mb, c);
-        have = true;
-      }
-    };
-    auto takeB = [&]() {
-      if (!have && !bReady[st].empty() && std::get<0>(bReady[st].top()) <= t + kEps) {
-        auto [rt, mb, nvs] = bReady[st].top();
-        int s2, c;
-        shape.locate(-nvs, s2, c);
-        if (pol.memLimit > 0 && P.recomputes(st) &&
-            held[st] + P.activationOf(st, c) - P.restingActivationOf(st, c) > pol.memLimit + kEps)
-          return; // a pending W frees the room the RECOMPUTE needs
-        bReady[st].pop();
-        chosen = mk(pol.split ? Op::BwdInput : Op::Bwd, mb, c);
-        lastWasF[st] = false;
-        have = true;
-      }
-    };
-    double wake = std::numeric_limits<double>::infinity();
-    // The deepest ready, admissible F (with W first when eager).
-    auto takeF = [&]() {
-      if (have)
-        return;
-      for (int c = v - 1; c >= 0; --c) {
-        const int vs = shape.virtualStage(st, c);
-        const int mb = nextF[vs];
-        if (mb >= n)
-          continue;
-        const double rt = fReady(vs);
-        if (std::isnan(rt))
-          continue;
-        if (rt > t + kEps) {
-          wake = std::min(wake, rt);
-          continue;
-        }
-        if (started[st][mb] == 0) { // admission of a new micro-batch
-          if (inflight[st] >= pol.cap[st])
-            continue;
-          if (pol.memLimit > 0 &&
-              held[st] + (pol.reserveLaterChunks ? reserved[st] : 0.0) + perMb[st] + headroom[st] > pol.memLimit + kEps)
-            continue;
-        } else if (pol.memLimit > 0 && held[st] + P.restingActivationOf(st, c) > pol.memLimit + kEps) {
-          // Reserved, but a RECOMPUTE's re-materialized activations are still
-          // held until their W: wait for the W (it fills the gap).
-          continue;
-        }
-        if (pol.eagerW) {
-          takeW();
-          if (have)
-            return;
-        }
-        chosen = mk(Op::Fwd, mb, c);
-        lastWasF[st] = true;
-        have = true;
-        return;
-      }
-    };
+    Pick pick;
     // A ready B goes first (critical path) unless we alternate and the last was a B.
     if (pol.alternate && !lastWasF[st]) {
-      takeF();
-      takeB();
+      takeF(st, t, pick);
+      takeB(st, t, pick);
     } else {
-      takeB();
-      takeF();
+      takeB(st, t, pick);
+      takeF(st, t, pick);
     }
     // 4. fill the gap with a W
-    bool wWaits = false;
-    if (!have && pol.wOnlyInGaps && wHead[st] < wPending[st].size()) {
-      // Only arrivals still to come: a B already here but held back (its
-      // RECOMPUTE needs the memory a W frees) must not make the W wait.
-      double next = wake;
-      if (!bReady[st].empty() && std::get<0>(bReady[st].top()) > t + kEps)
-        next = std::min(next, std::get<0>(bReady[st].top()));
-      int s2, c;
-      shape.locate(wPending[st][wHead[st]].second, s2, c);
-      wWaits = next < t + P.costOf(Op::BwdWeight, st, c) - kEps;
-    }
-    if (!wWaits)
-      takeW();
-    if (!have) {
+    if (!wWaits(st, t, pick))
+      takeW(st, pick);
+    if (!pick.have) {
       if (!bReady[st].empty())
-        wake = std::min(wake, std::get<0>(bReady[st].top()));
+        pick.wake = std::min(pick.wake, std::get<0>(bReady[st].top()));
       busyUntil[st] = t;
-      if (wake < std::numeric_limits<double>::infinity())
-        events.push({wake, st});
+      if (pick.wake < std::numeric_limits<double>::infinity())
+        events.push({pick.wake, st});
       continue; // otherwise woken by a neighbour's progress
     }
-    // Execute `chosen` at time t.
-    const int vs = shape.virtualStage(st, chosen.chunk);
-    const int mb = chosen.mb;
-    const double a = P.activationOf(st, chosen.chunk), rest = P.restingActivationOf(st, chosen.chunk);
-    const bool recompute = P.recomputes(st) && (chosen.op == Op::Bwd || chosen.op == Op::BwdInput);
-    // A recomputed backward runs RECOMPUTE (cost F) right before it.
-    const double end = t + P.costOf(chosen.op, st, chosen.chunk) +
-                       (recompute ? P.costOf(Op::Recompute, st, chosen.chunk) : 0.0);
-    if (res.order[st].empty())
-      firstStart[st] = t;
-    lastEnd[st] = end;
-    res.order[st].push_back(chosen);
-    busyUntil[st] = end;
-    res.makespan = std::max(res.makespan, end);
-    remaining--;
-    events.push({end, st});
-    auto notify = [&](int st2, double when) { events.push({when, st2}); };
-    switch (chosen.op) {
-    case Op::Fwd:
-      if (started[st][mb]++ == 0) {
-        inflight[st]++;
-        reserved[st] += perMb[st];
-      }
-      reserved[st] -= rest;
-      held[st] += rest;
-      fEnd[at(mb, vs)] = end;
-      nextF[vs]++;
-      if (vs + 1 < V) {
-        const int s2 = stageOf(vs + 1);
-        notify(s2, end + (s2 != st ? P.comm : 0.0));
-      } else {
-        bReady[st].push({end, mb, -vs});
-      }
-      break;
-    case Op::Bwd:
-    case Op::BwdInput:
-      held[st] += a - rest; // re-materialized by RECOMPUTE (0 without recompute)
-      held[st] -= chosen.op == Op::Bwd ? a : a * (1 - frac);
-      if (++bdone[st][mb] == v)
-        inflight[st]--;
-      if (chosen.op == Op::BwdInput)
-        wPending[st].push_back({mb, vs});
-      if (vs > 0) {
-        const int s2 = stageOf(vs - 1);
-        const double rt = end + (s2 != st ? P.comm : 0.0);
-        bReady[s2].push({rt, mb, -(vs - 1)});
-        notify(s2, rt);
-      }
-      break;
-    case Op::BwdWeight:
-      held[st] -= a * frac;
-      break;
-    default:
-      assert(false && "the greedy engine chooses a FWD, BWD, BWD_INPUT or BWD_WEIGHT only");
-      break;
-    }
+    execute(st, t, pick.chosen);
   }
   for (int st = 0; st < p; ++st)
     res.maxSpan = std::max(res.maxSpan, lastEnd[st] - firstStart[st]);
   return res;
 }
+
+GreedyResult greedy(const Schedule &shape, int n, const Policy &pol) { return GreedyEngine(shape, n, pol).run(); }
 
 // The best of the policies tried on one pipeline: the first with the lowest
 // makespan, then the smallest largest per-stage span.
