@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const std::string path = pipec::fuzz::writeInput("schedule.csv", data, size);
   const std::string out = (pipec::fuzz::scratchDir() / "written.csv").string();
   pipec::schedule::ScheduleCliOptions options;
-  pipec::schedule::applyScheduleTokens(options, {"--from-csv", path, "--to-csv", out, "--memory-limit", "64"});
+  pipec::schedule::applyScheduleTokens(options, {"--from-csv", path, "--to-csv", out, "--activation-limit", "64"});
   std::ostringstream stdoutText, stderrText;
   const int status = pipec::schedule::runScheduleCommand(options, stdoutText, stderrText);
   if (status != 0 && stderrText.str().find("pipec schedule: ") == std::string::npos)

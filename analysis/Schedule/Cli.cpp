@@ -83,10 +83,15 @@ void ScheduleCliOptions::bind(settings::Binder &b) {
     std::string t = value;
     if (!t.empty() && (t.back() == 'p' || t.back() == 'P'))
       t.pop_back();
-    const double k = t.empty() ? 1.0 : parseNumber(settings::flag(settings::kMemoryLimit), t);
+    const double k = t.empty() ? 1.0 : parseNumber(settings::flag(settings::kActivationMemoryLimit), t);
     if (!(k > 0))
-      throw ScheduleError((settings::flag(settings::kMemoryLimit) + " must be positive and finite"));
-    memoryLimit = value;
+      throw ScheduleError((settings::flag(settings::kActivationMemoryLimit) + " must be positive and finite"));
+    activationLimit = value;
+  });
+  b.onText(kRenamedActivationMemoryLimit, [](const std::string &) {
+    throw SettingError("is now " + settings::flag(settings::kActivationMemoryLimit) +
+                       " (activation memory per rank in units of one micro-batch on one stage); " +
+                       settings::flag(settings::kMemoryLimit) + " is pipec MODEL's per-device memory in bytes");
   });
   b.real(kWMemFrac, problem.wMemFrac);
   b.real(kFbOverlap, problem.fbOverlap);
@@ -131,15 +136,15 @@ namespace {
 // What depends on several flags: the memory limit's 'p' suffix, the recompute
 // stages and a single replica count against --stages; then the problem's bounds.
 ScheduleCliOptions resolve(ScheduleCliOptions a) {
-  if (!a.memoryLimit.empty()) {
-    std::string t = a.memoryLimit;
+  if (!a.activationLimit.empty()) {
+    std::string t = a.activationLimit;
     const bool perStage = !t.empty() && (t.back() == 'p' || t.back() == 'P');
     if (perStage)
       t.pop_back();
-    const double k = t.empty() ? 1.0 : parseNumber(settings::flag(settings::kMemoryLimit), t);
+    const double k = t.empty() ? 1.0 : parseNumber(settings::flag(settings::kActivationMemoryLimit), t);
     a.problem.memoryLimit = perStage ? k * a.problem.stages : k;
     if (!(a.problem.memoryLimit > 0) || !std::isfinite(a.problem.memoryLimit))
-      throw ScheduleError((settings::flag(settings::kMemoryLimit) + " must be positive and finite"));
+      throw ScheduleError((settings::flag(settings::kActivationMemoryLimit) + " must be positive and finite"));
   }
   if (!a.recomputeStages.empty()) {
     a.problem.recompute.assign(a.problem.stages, 0);

@@ -269,7 +269,7 @@ struct ScheduleCliOptions {
   bool json = false;              // --json
   bool print = false;             // --print
   std::string out;                // --out DIR
-  std::string memoryLimit;        // --memory-limit K or Kp (resolved against --stages when run)
+  std::string activationLimit;    // --activation-limit K or Kp (resolved against --stages when run)
   bool chunksGiven = false;       // --chunks was passed
   std::vector<int> recomputeStages; // --recompute-stages L
   bool optimal = false;           // --optimal: also the exact mode's schedule and certificate

@@ -193,10 +193,14 @@ inline constexpr RealSetting kComm{{"comm", "Time of one point-to-point transfer
 inline constexpr RealSetting kAllreduceCost{
     {"allreduce-cost", "Time of one ALLREDUCE / VALIDATE (default 0)", "A"}, 0, 1e12};
 inline constexpr Setting kActivationMemoryLimit{
-    "memory-limit",
+    "activation-limit",
     "Activation memory per rank in units of one micro-batch on one stage (1F1B peaks at p); a 'p' suffix "
     "multiplies by P: 2p = twice 1F1B. Default: unlimited (auto and zb-v: 1p)",
     "K"};
+/// `pipec schedule --memory-limit`, the name --activation-limit had: refused
+/// with a message naming it, since --memory-limit is a size in bytes elsewhere.
+inline constexpr Setting kRenamedActivationMemoryLimit{
+    "memory-limit", "Renamed --activation-limit (pipec MODEL's --memory-limit is per-device memory in bytes)", "K"};
 inline constexpr RealSetting kWMemFrac{
     {"w-mem-frac", "Share of a micro-batch's activations still held after B until its W completes (default 1)", "X"},
     0,

@@ -84,7 +84,7 @@ def main():
             m = k * p
             f, b, w, c = COSTS[costs]
             common = ["--cost-f", str(f), "--cost-b", str(b), "--cost-w", str(w), "--comm", str(c),
-                      "--memory-limit", str(LIMITS[limit](p)), "--fb-overlap", args.fb_overlap]
+                      "--activation-limit", str(LIMITS[limit](p)), "--fb-overlap", args.fb_overlap]
             ours = {f"{name}/{v}": makespan(args.pipec, ["--schedule", name, "--chunks", str(v), "--stages", str(p),
                                                          "--microbatches", str(m)] + common)
                     for name, v in PIPEC_FAMILIES}

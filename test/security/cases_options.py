@@ -57,8 +57,8 @@ def cases(ctx):
                     expect=[r"--comm", r"1e\+12"], timeout=20))
     out.append(Case("schedule-allreduce-nan", sched + ["--schedule", "1f1b", "--allreduce-cost", "nan"],
                     expect=[r"--allreduce-cost", r"finite"], timeout=20))
-    out.append(Case("schedule-memory-limit-inf", sched + ["--schedule", "auto", "--memory-limit", "infp"],
-                    expect=[r"--memory-limit", r"finite"], timeout=20))
+    out.append(Case("schedule-activation-limit-inf", sched + ["--schedule", "auto", "--activation-limit", "infp"],
+                    expect=[r"--activation-limit", r"finite"], timeout=20))
 
     # ---- pipec schedule: sizes -----------------------------------------------
     out.append(Case("schedule-microbatches-1e9", sched + ["--schedule", "1f1b", "--microbatches", "1000000000"],
