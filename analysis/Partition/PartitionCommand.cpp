@@ -21,15 +21,16 @@ Topology PartitionCliOptions::topology() const {
     if (intraBytesPerSecond > 0 || interBytesPerSecond > 0)
       throw Error((settings::flag(settings::kIntraBandwidth) + "/" + settings::flag(settings::kInterBandwidth) + " apply to " + settings::flag(settings::kGpus) + "; set bandwidths in the cluster file"));
     Topology t = readClusterJsonFile(clusterFile);
-    if (deviceGiven) {
-      const DevicePreset &p = requireDevicePreset(device, settings::flag(settings::kDevice));
+    if (device) {
+      const DevicePreset &p = requireDevicePreset(*device, settings::flag(settings::kDevice));
       if (!t.device.empty() && t.device != p.name)
-        throw Error((settings::flag(settings::kDevice) + " ") + device + " disagrees with \"device\": \"" + t.device + "\" in " + clusterFile);
+        throw Error((settings::flag(settings::kDevice) + " ") + *device + " disagrees with \"device\": \"" + t.device + "\" in " + clusterFile);
       t.device = std::string(p.name);
     }
     return t;
   }
-  return makeGpusTopology(parseGpusSpec(gpus), requireDevicePreset(device, settings::flag(settings::kDevice)),
+  return makeGpusTopology(parseGpusSpec(gpus),
+                          requireDevicePreset(device.value_or(kDefaultDevice), settings::flag(settings::kDevice)),
                           intraBytesPerSecond, interBytesPerSecond);
 }
 
@@ -44,7 +45,6 @@ void PartitionCliOptions::bind(settings::Binder &b) {
   b.onText(kDevice, [this](const std::string &value) {
     requireDevicePreset(value, settings::flag(settings::kDevice));
     device = value;
-    deviceGiven = true;
   });
   b.onText(kIntraBandwidth,
            [this](const std::string &value) { intraBytesPerSecond = parseGigabytesPerSecond(value, settings::flag(settings::kIntraBandwidth)); });
@@ -63,7 +63,6 @@ void PartitionCliOptions::bind(settings::Binder &b) {
   // in partitionWithRecompute).
   b.choiceThen(kRecompute, std::function<void(RecomputeMode)>([this](RecomputeMode mode) {
                  recomputeMode = mode;
-                 recomputeGiven = true;
                  options.recompute = mode == RecomputeMode::All;
                }));
   b.text(kPartitionFile, partitionFile);

@@ -6,6 +6,7 @@
 #include "analysis/Settings/Settings.h"
 
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,15 +19,16 @@ struct PartitionCliOptions {
   std::string costsFile;   ///< --costs FILE (`pipec partition` only)
   std::string gpus;        ///< --gpus NxG
   std::string clusterFile; ///< --cluster FILE
-  std::string device = kDefaultDevice; ///< --device
-  bool deviceGiven = false;
+  /// --device; absent: a cluster file's own device, else kDefaultDevice
+  std::optional<std::string> device;
   double intraBytesPerSecond = 0, interBytesPerSecond = 0; ///< --intra-bw/--inter-bw (0: preset)
   std::string partitionFile; ///< --partition FILE
   bool json = false;         ///< --json
   std::string outDir;        ///< --out DIR
   PartitionOptions options;  ///< --stages --no-replication --memory-limit --microbatches --async --recompute
-  RecomputeMode recomputeMode = RecomputeMode::None; ///< --recompute[=none|all|auto]
-  bool recomputeGiven = false;        ///< --recompute was passed (else the planner tries auto)
+  /// --recompute[=none|all|auto]; absent: none for `pipec partition`, the
+  /// planner tries auto
+  std::optional<RecomputeMode> recomputeMode;
   bool microbatchesGiven = false;     ///< --microbatches was passed (else the planner chooses)
 
   /// The topology the flags describe (exactly one of --gpus and --cluster).

@@ -159,7 +159,7 @@ struct Search {
     if (!o.microbatchesGiven)
       o.options.microbatches = partition::kMaxMicrobatches;
     o.options.unsplittable = request.unsplittable;
-    if (!o.recomputeGiven)
+    if (!o.recomputeMode)
       o.recomputeMode = RecomputeMode::Auto;
     try {
       Partitioned p{partition::partitionWithRecompute(table, topo, o), origin, topo};
@@ -616,9 +616,9 @@ std::string searchKey(const partition::CostTable &table, const Request &r) {
   partition::writeCostTableCsv(key, table);
   const partition::PartitionCliOptions &p = r.partition;
   const partition::PartitionOptions &o = p.options;
-  key << std::setprecision(17) << table.microbatchSize << '|' << p.gpus << '|' << p.clusterFile << '|' << p.device << '|' << p.deviceGiven
+  key << std::setprecision(17) << table.microbatchSize << '|' << p.gpus << '|' << p.clusterFile << '|' << p.device.value_or("(preset)")
       << '|' << p.intraBytesPerSecond << '|' << p.interBytesPerSecond << '|' << p.partitionFile << '|'
-      << static_cast<int>(p.recomputeMode) << '|' << p.recomputeGiven << '|' << p.microbatchesGiven << '|'
+      << (p.recomputeMode ? static_cast<int>(*p.recomputeMode) : -1) << '|' << p.microbatchesGiven << '|'
       << o.forcedStages << '|' << o.allowReplication << '|' << o.memoryLimitBytes << '|' << o.asynchronous << '|'
       << o.recompute << '|' << o.microbatches << '|' << o.maxLayers << '|' << o.deviceRangeSearch << '|'
       << (r.schedule ? nameOf(*r.schedule) : std::string()) << '|' << r.scheduleFile << '|' << r.chunks << '|' << r.verticalSync << '|' << r.fbOverlap
@@ -704,7 +704,7 @@ Plan choose(const Ranking &ranking, int rank) {
 }
 
 Plan plan(const partition::CostTable &table, const Request &request) {
-  return choose(search(table, request), request.rank);
+  return choose(search(table, request), request.rank.value_or(1));
 }
 
 } // namespace pipec::planner

@@ -43,8 +43,8 @@ struct Request {
   int64_t batchSize = 0;
   int candidates = 3;   ///< runner-up plans to report (--candidates)
   /// Which plan of the ranking to choose (--plan-rank): 1 is the best; a
-  /// runner-up can be compiled as it was evaluated.
-  int rank = 1;
+  /// runner-up can be compiled as it was evaluated. Absent: the best.
+  std::optional<int> rank;
   /// Ops that must share a stage: [first, last] ranges (tied parameters
   /// under --async, whose copies the runtime cannot keep consistent).
   std::vector<std::pair<int, int>> unsplittable;
@@ -122,7 +122,7 @@ Ranking search(const partition::CostTable &table, const Request &request);
 Plan choose(const Ranking &ranking, int rank);
 /// Whether `ranking` is search(table, request)'s for any rank of `request`.
 bool sameSearch(const Ranking &ranking, const partition::CostTable &table, const Request &request);
-/// search() then choose() at request.rank.
+/// search() then choose() at request.rank (the best without one).
 Plan plan(const partition::CostTable &table, const Request &request);
 
 /// The schedule problem of a partition: per-stage F, B and W are the sums of

@@ -318,7 +318,6 @@ void CompileOptions::bind(settings::Binder &b) {
   job.bind(b);
   b.onInteger(settings::kMicrobatchSize, [this](int64_t size) { importOptions.microbatchSize = size; });
   b.flag(settings::kEachCandidate, eachCandidate);
-  b.onInteger(settings::kPlanRank, [this](int64_t) { planRankGiven = true; });
 }
 
 namespace {
@@ -328,7 +327,7 @@ mlir::LogicalResult checkEachCandidate(const CompileOptions &options, llvm::raw_
   if (!options.eachCandidate)
     return mlir::success();
   const std::string each = "error: " + settings::flag(settings::kEachCandidate);
-  if (options.planRankGiven)
+  if (options.planning.rank)
     errs << each << " writes every printed plan; it takes no " << settings::flag(settings::kPlanRank) << "\n";
   else if (options.emit)
     errs << each << " writes jobs, not IR: not with --emit\n";

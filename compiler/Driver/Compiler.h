@@ -61,9 +61,8 @@ struct CompileOptions {
   JobOptions job;
   bool cudaTarget() const { return job.cudaTarget(); }
   /// --each-candidate: one search, the job of every printed plan in
-  /// DIR/plan-K (docs/planner.md); planRankGiven refuses it with --plan-rank.
+  /// DIR/plan-K (docs/planner.md); refused with --plan-rank (planning.rank).
   bool eachCandidate = false;
-  bool planRankGiven = false;
   /// True when a topology was given: the partition phase runs.
   bool partitionRequested() const {
     return !partition().gpus.empty() || !partition().clusterFile.empty();

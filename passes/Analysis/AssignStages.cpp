@@ -130,7 +130,7 @@ struct AssignStages : PassWithOptions<impl::AssignStagesBase<AssignStages>, plan
                               "table or planner request";
         return signalPassFailure();
       }
-      planner::Plan plan = planner::choose(*searched, request.rank);
+      planner::Plan plan = planner::choose(*searched, request.rank.value_or(1));
       numPlansEvaluated = plan.evaluated;
       annotateStages(module, *table, plan.chosen.partition);
       module->setAttr(pipe::kPlanAttrName, planAttr(plan, request));

@@ -44,9 +44,9 @@ TEST(TextBinder, FillsTheTypedRequest) {
   EXPECT_EQ(request.schedule, pipec::ScheduleKind::ZbV);
   EXPECT_EQ(request.chunks, 2);
   EXPECT_TRUE(request.partition.options.asynchronous);
-  EXPECT_EQ(request.partition.recomputeMode, pipec::RecomputeMode::All); // bare: the declared bare value
+  EXPECT_EQ(request.partition.recomputeMode, std::optional(pipec::RecomputeMode::All)); // bare: the declared bare value
   EXPECT_TRUE(request.verticalSync);
-  EXPECT_EQ(request.rank, 2);
+  EXPECT_EQ(request.rank, std::optional(2));
   // Left alone, a field keeps its struct's default.
   EXPECT_EQ(request.candidates, pipec::planner::Request().candidates);
 }
