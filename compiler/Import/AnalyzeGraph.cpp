@@ -1,5 +1,5 @@
 // Analysis of the graph before anything is translated (docs/importer.md):
-// the operator version each node follows, which initializers are trained
+// the operator version each node follows (its row's versions, OnnxOps.cpp), which initializers are trained
 // parameters or buffers, which values are known at import time, the nodes
 // nothing can translate, and the static types of the graph inputs.
 #include "compiler/Import/ImporterImpl.h"
@@ -10,96 +10,6 @@
 using namespace mlir;
 
 namespace pipec::import::detail {
-namespace {
-
-/// The opsets at which an operator's definition changed, and the oldest
-/// version pipec translates. The version a node follows is the newest change
-/// at or below the model's opset.
-struct OperatorVersions {
-  std::vector<int64_t> changes;
-  int64_t oldestSupported;
-};
-
-const std::map<std::string, OperatorVersions> &operatorVersions() {
-  static const std::map<std::string, OperatorVersions> table = {
-      {"Add", {{1, 6, 7, 13, 14}, 7}},        {"Sub", {{1, 6, 7, 13, 14}, 7}},
-      {"Mul", {{1, 6, 7, 13, 14}, 7}},        {"Div", {{1, 6, 7, 13, 14}, 7}},
-      {"Pow", {{1, 7, 12, 13, 15}, 7}},       {"Equal", {{1, 7, 11, 13, 19}, 7}},
-      {"Gemm", {{1, 6, 7, 9, 11, 13}, 7}},    {"BatchNormalization", {{1, 6, 7, 9, 14, 15}, 9}},
-      {"Dropout", {{1, 6, 7, 10, 12, 13}, 7}}, {"Softmax", {{1, 11, 13}, 1}},
-      {"Split", {{1, 2, 11, 13, 18}, 2}},     {"Squeeze", {{1, 11, 13}, 1}},
-      {"Unsqueeze", {{1, 11, 13}, 1}},        {"ReduceMean", {{1, 11, 13, 18}, 1}},
-      {"Slice", {{1, 10, 11, 13}, 10}},       {"Pad", {{1, 2, 11, 13, 18, 19}, 11}},
-      {"Reshape", {{1, 5, 13, 14, 19}, 5}},   {"Concat", {{1, 4, 11, 13}, 4}},
-      {"Where", {{9, 16}, 9}},                {"Expand", {{8, 13}, 8}},
-      {"ConstantOfShape", {{9}, 9}},          {"LayerNormalization", {{17}, 17}},
-      {"Gelu", {{20}, 20}},                   {"SoftmaxCrossEntropyLoss", {{12, 13}, 12}},
-      {"Erf", {{9, 13}, 9}},                  {"Range", {{11}, 11}},
-      {"SplitToSequence", {{11, 24}, 11}},    {"SequenceAt", {{11}, 11}},
-      {"SequenceConstruct", {{11}, 11}},      {"ConcatFromSequence", {{11}, 11}},
-      {"RMSNormalization", {{23}, 23}},       {"RotaryEmbedding", {{23}, 23}},
-      {"Attention", {{23, 24}, 23}},          {"ReduceSum", {{1, 11, 13}, 1}},
-      {"GroupNormalization", {{18, 21}, 18}}, {"InstanceNormalization", {{1, 6, 22}, 6}},
-      {"Resize", {{10, 11, 13, 18, 19}, 10}},          {"Trilu", {{14}, 14}},
-      {"CumSum", {{11, 14}, 11}},             {"Tile", {{1, 6, 13}, 6}},
-      {"GatherElements", {{11, 13}, 11}},     {"ScatterElements", {{11, 13, 16, 18}, 11}},
-      {"GatherND", {{11, 12, 13}, 11}},       {"ScatterND", {{11, 13, 16, 18}, 11}},
-      // Reductions: 18 moves `axes` to an input; 20 adds bool to ReduceMax/Min.
-      {"ReduceSumSquare", {{1, 11, 13, 18}, 1}}, {"ReduceL1", {{1, 11, 13, 18}, 1}},
-      {"ReduceL2", {{1, 11, 13, 18}, 1}},     {"ReduceLogSum", {{1, 11, 13, 18}, 1}},
-      {"ReduceLogSumExp", {{1, 11, 13, 18}, 1}}, {"ReduceMax", {{1, 11, 12, 13, 18, 20}, 1}},
-      {"ReduceMin", {{1, 11, 12, 13, 18, 20}, 1}}, {"LogSoftmax", {{1, 11, 13}, 1}},
-      {"ArgMax", {{1, 11, 12, 13}, 1}},       {"ArgMin", {{1, 11, 12, 13}, 1}},
-      {"Einsum", {{12}, 12}},                 {"TopK", {{1, 10, 11, 24}, 1}},
-      {"ConvTranspose", {{1, 11, 22}, 1}},
-      {"DepthToSpace", {{1, 11, 13}, 1}},     {"SpaceToDepth", {{1, 13}, 1}},
-      {"NegativeLogLikelihoodLoss", {{12, 13, 22}, 12}},
-      {"RNN", {{1, 7, 14, 22}, 7}},           {"GRU", {{1, 3, 7, 14, 22}, 7}},
-      {"LSTM", {{1, 7, 14, 22}, 7}},
-      // Element-wise: versions that only add element types keep the
-      // semantics; versions 1 to 6 differ by `consumed_inputs` (ignored)
-      // or by the old `broadcast` attribute (refused: before 7); Max, Min, Sum
-      // and Mean before 8 need equal shapes, a case of broadcasting.
-      {"Max", {{1, 6, 8, 12, 13}, 1}},        {"Min", {{1, 6, 8, 12, 13}, 1}},
-      {"Sum", {{1, 6, 8, 13}, 1}},            {"Mean", {{1, 6, 8, 13}, 1}},
-      {"Mod", {{10, 13}, 10}},                {"Less", {{1, 7, 9, 13}, 7}},
-      {"Greater", {{1, 7, 9, 13}, 7}},        {"LessOrEqual", {{12, 16}, 12}},
-      {"GreaterOrEqual", {{12, 16}, 12}},     {"And", {{1, 7}, 7}},
-      {"Or", {{1, 7}, 7}},                    {"Xor", {{1, 7}, 7}},
-      {"Not", {{1}, 1}},                      {"IsNaN", {{9, 13, 20}, 9}},
-      {"IsInf", {{10, 20}, 10}},              {"Neg", {{1, 6, 13}, 1}},
-      {"Reciprocal", {{1, 6, 13}, 1}},        {"Abs", {{1, 6, 13}, 1}},
-      {"Exp", {{1, 6, 13}, 1}},               {"Log", {{1, 6, 13}, 1}},
-      {"Sin", {{7, 22}, 7}},                  {"Cos", {{7, 22}, 7}},
-      {"Softplus", {{1, 22}, 1}},             {"Softsign", {{1, 22}, 1}},
-      {"Tan", {{7, 22}, 7}},                  {"Atan", {{7, 22}, 7}},
-      {"Asin", {{7, 22}, 7}},                 {"Acos", {{7, 22}, 7}},
-      {"Sinh", {{9, 22}, 9}},                 {"Cosh", {{9, 22}, 9}},
-      {"Asinh", {{9, 22}, 9}},                {"Acosh", {{9, 22}, 9}},
-      {"Atanh", {{9, 22}, 9}},                {"Sign", {{9, 13}, 9}},
-      {"Floor", {{1, 6, 13}, 1}},             {"Ceil", {{1, 6, 13}, 1}},
-      {"Round", {{11, 22}, 11}},              {"Clip", {{1, 6, 11, 12, 13}, 6}},
-      {"HardSigmoid", {{1, 6, 22}, 6}},       {"HardSwish", {{14, 22}, 14}},
-      {"LeakyRelu", {{1, 6, 16}, 6}},         {"PRelu", {{1, 6, 7, 9, 16}, 7}},
-      {"Elu", {{1, 6, 22}, 6}},               {"Selu", {{1, 6, 22}, 6}},
-      {"Celu", {{12}, 12}},                   {"Mish", {{18, 22}, 18}},
-      {"ThresholdedRelu", {{10, 22}, 10}},    {"CastLike", {{15, 19, 21, 23, 24}, 15}},
-  };
-  return table;
-}
-
-} // namespace
-
-int64_t resolvedVersion(const std::string &opType, int64_t opset) {
-  auto it = operatorVersions().find(opType);
-  if (it == operatorVersions().end())
-    return opset;
-  int64_t version = 0;
-  for (int64_t change : it->second.changes)
-    if (change <= opset)
-      version = change;
-  return version;
-}
 
 /// Whether an initializer is an additive attention mask, a buffer that
 /// exporters write as an initializer like any parameter (docs/importer.md):
@@ -213,9 +123,9 @@ void OnnxImporter::analyzeGraph() {
     });
     if (!needed)
       continue;
-    const OpRule *rule = findRule(node);
+    const OnnxOp *row = findOnnxOp(node);
     for (int index = 0; index < node.input_size(); ++index) {
-      bool differentiable = !rule || rule->differentiableInputs.contains(index);
+      bool differentiable = !row || row->differentiableInputs.contains(index);
       if (differentiable && !node.input(index).empty())
         carriesGradient.insert(node.input(index));
     }
@@ -301,7 +211,8 @@ void OnnxImporter::analyzeGraph() {
   for (int i = 0; i < graph.node_size(); ++i) {
     const auto &node = graph.node(i);
     currentNodeIndex = i;
-    bool foldable = isDefaultDomain(node.domain()) && folders().count(node.op_type()) &&
+    const OnnxOp *row = findOnnxOp(node);
+    bool foldable = row && row->fold &&
                     // Shape and Size read only the (static) shape.
                     (node.op_type() == "Shape" || node.op_type() == "Size" ||
                      llvm::all_of(node.input(), [&](const std::string &name) {
@@ -313,9 +224,9 @@ void OnnxImporter::analyzeGraph() {
         knownAtImport.insert(output);
       continue;
     }
-    if (isDefaultDomain(node.domain()) && operatorVersions().count(node.op_type())) {
+    if (row) {
       int64_t version = resolvedVersion(node.op_type(), opset);
-      int64_t oldest = operatorVersions().at(node.op_type()).oldestSupported;
+      int64_t oldest = row->versions.oldestSupported;
       if (version < oldest) {
         unsupported.push_back(
             "node '" + nodeName(i) + "' (" +
@@ -331,9 +242,9 @@ void OnnxImporter::analyzeGraph() {
     bool hasSubgraph = llvm::any_of(node.attribute(), [](const onnx::AttributeProto &a) {
       return a.has_g() || a.graphs_size() > 0;
     });
-    if (!findRule(node) || hasSubgraph) {
+    if (!row || !row->convert || hasSubgraph) {
       std::string domain = isDefaultDomain(node.domain()) ? "" : node.domain() + "::";
-      std::string reason = folders().count(node.op_type()) && isDefaultDomain(node.domain())
+      std::string reason = row && row->fold
                                ? " (only supported when its inputs are known at import time)"
                                : "";
       unsupported.push_back("node '" + nodeName(i) + "' (" + domain + node.op_type() + ")" +

@@ -1,8 +1,9 @@
 // Internal to the ONNX importer: the state one import shares between its
 // phases (docs/importer.md), and the helpers its pieces have in common. Each
 // responsibility has its own file:
-//   OnnxImporter.cpp  the driver, the public entry points and the operator
-//                     tables (which op is translated or folded, and how);
+//   OnnxImporter.cpp  the driver and the public entry points;
+//   OnnxOps.cpp       the operator table, one row per ONNX operator (which
+//                     op is translated or folded, and how; OnnxOps.h);
 //   LoadModel.cpp     the file, its protobuf or text, the opset, initializer
 //                     data (external data included) and the error path;
 //   AnalyzeGraph.cpp  operator versions, trained parameters and buffers,
@@ -19,6 +20,7 @@
 
 #include "compiler/Import/HostTensor.h"
 #include "compiler/Import/OnnxImporter.h"
+#include "compiler/Import/OnnxOps.h"
 #include "dialects/nn/NNDialect.h"
 
 #include "mlir/IR/Builders.h"
@@ -40,56 +42,6 @@ namespace pipec::import::detail {
 
 /// Thrown to abandon the import after the errors have been recorded.
 struct ImportAborted {};
-
-class OnnxImporter;
-/// Translates one node into `nn` ops.
-using Converter = void (OnnxImporter::*)(const onnx::NodeProto &);
-/// Folds one node whose inputs are known at import time, on the host.
-using Folder = std::vector<HostTensor> (OnnxImporter::*)(const onnx::NodeProto &);
-
-/// The input positions of an operator through which gradients flow; decides
-/// which initializers are trained (docs/importer.md). `all()` covers any
-/// number of inputs (Concat, Sum, Max): a list of positions would silently
-/// stop at its end and freeze the parameters behind the later inputs.
-class DifferentiableInputs {
-public:
-  static DifferentiableInputs all() { return DifferentiableInputs(true, {}); }
-  static DifferentiableInputs none() { return DifferentiableInputs(false, {}); }
-  DifferentiableInputs(std::initializer_list<int> positions)
-      : every(false), positions(positions) {}
-  bool contains(int index) const {
-    return every || std::find(positions.begin(), positions.end(), index) != positions.end();
-  }
-
-private:
-  DifferentiableInputs(bool every, std::vector<int> positions)
-      : every(every), positions(std::move(positions)) {}
-  bool every;
-  std::vector<int> positions;
-};
-
-/// One ONNX operator the importer translates into `nn`.
-struct OpRule {
-  const char *opType;
-  Converter convert;
-  /// Decides which initializers are trained.
-  DifferentiableInputs differentiableInputs;
-};
-
-// The operator tables (OnnxImporter.cpp).
-const std::vector<OpRule> &opRules();
-/// Shape sub-graph operators folded on the host when all inputs are known.
-const std::map<std::string, Folder> &folders();
-/// The rule translating `node`; null for other domains and unknown ops.
-const OpRule *findRule(const onnx::NodeProto &node);
-
-inline bool isDefaultDomain(const std::string &domain) {
-  return domain.empty() || domain == "ai.onnx";
-}
-
-/// The version of `opType` a model at `opset` uses; 0 when the operator does
-/// not exist yet at that opset (AnalyzeGraph.cpp).
-int64_t resolvedVersion(const std::string &opType, int64_t opset);
 
 // Element types (LoadModel.cpp, NodeOperands.cpp).
 std::optional<ElementKind> elementKindOf(int32_t onnxType);
@@ -317,6 +269,10 @@ private:
                                uint64_t expectedBytes, bool read);
   void crossCheckShapeInference();
 
+public:
+  // What converters and folds share: a row's converter or fold may be a
+  // function of its own (OnnxOps.h) and uses these as the members do.
+
   // Errors: every problem becomes one entry of `errors`; the fail functions
   // then abandon the import (ImportAborted, caught by the entry points).
   /// Records "<file>: <problem>" and goes on.
@@ -442,6 +398,7 @@ private:
   mlir::Operation *createPool(const onnx::NodeProto &node,
                               mlir::ArrayRef<mlir::NamedAttribute> extra, bool withDilations);
 
+private:
   mlir::MLIRContext &context;
   mlir::OpBuilder builder;
   std::string path;

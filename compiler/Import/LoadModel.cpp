@@ -16,7 +16,7 @@ namespace {
 
 // Models may declare any opset up to the newest one pipec knows; each node is
 // then checked against the operator versions pipec translates (see
-// operatorVersions in AnalyzeGraph.cpp). 13 and newer are the exporters'
+// the operator rows' versions in OnnxOps.cpp). 13 and newer are the exporters'
 // usual choice. Opsets 21 to 24 changed the operators pipec translates only
 // by adding element types (int4, float8, float4, bfloat16 in more ops),
 // which the element-type checks refuse (docs/importer.md).

@@ -4,8 +4,8 @@
 // shapes), then translation node by node (shape sub-graphs folded on the
 // host, everything else becomes one `nn` op located at its node), then a
 // cross-check against ONNX's own shape inference and a final verify. This
-// file holds the driver and the operator tables; ImporterImpl.h lists where
-// each phase lives.
+// file holds the driver; the operator table is OnnxOps.cpp, and
+// ImporterImpl.h lists where each phase lives.
 #include "compiler/Import/OnnxImporter.h"
 #include "analysis/Settings/Declared.h"
 #include "compiler/Import/ImporterImpl.h"
@@ -38,223 +38,6 @@ std::optional<ElementKind> elementKindOf(Type type) {
 }
 
 namespace detail {
-
-//===----------------------------------------------------------------------===//
-// The tables
-//===----------------------------------------------------------------------===//
-
-const DifferentiableInputs kAll = DifferentiableInputs::all();
-
-const std::vector<OpRule> &opRules() {
-  static const std::vector<OpRule> rules = {
-      {"Add", &OnnxImporter::convertBinary<nn::AddOp>, kAll},
-      {"Sub", &OnnxImporter::convertBinary<nn::SubOp>, kAll},
-      {"Mul", &OnnxImporter::convertBinary<nn::MulOp>, kAll},
-      {"Div", &OnnxImporter::convertBinary<nn::DivOp>, kAll},
-      {"Pow", &OnnxImporter::convertBinary<nn::PowOp>, kAll},
-      {"Max", &OnnxImporter::convertVariadic<nn::MaxOp>, kAll},
-      {"Min", &OnnxImporter::convertVariadic<nn::MinOp>, kAll},
-      {"Sum", &OnnxImporter::convertVariadic<nn::AddOp>, kAll},
-      {"Mean", &OnnxImporter::convertMean, kAll},
-      {"Mod", &OnnxImporter::convertMod, DifferentiableInputs::none()},
-      {"Equal", &OnnxImporter::convertBinary<nn::EqualOp>, DifferentiableInputs::none()},
-      {"Less", &OnnxImporter::convertBinary<nn::LessOp>, DifferentiableInputs::none()},
-      {"LessOrEqual", &OnnxImporter::convertBinary<nn::LessOrEqualOp>, DifferentiableInputs::none()},
-      {"Greater", &OnnxImporter::convertBinary<nn::GreaterOp>, DifferentiableInputs::none()},
-      {"GreaterOrEqual", &OnnxImporter::convertBinary<nn::GreaterOrEqualOp>, DifferentiableInputs::none()},
-      {"And", &OnnxImporter::convertBinary<nn::AndOp>, DifferentiableInputs::none()},
-      {"Or", &OnnxImporter::convertBinary<nn::OrOp>, DifferentiableInputs::none()},
-      {"Xor", &OnnxImporter::convertBinary<nn::XorOp>, DifferentiableInputs::none()},
-      {"Not", &OnnxImporter::convertNot, DifferentiableInputs::none()},
-      {"IsNaN", &OnnxImporter::convertIsNaN, DifferentiableInputs::none()},
-      {"IsInf", &OnnxImporter::convertIsInf, DifferentiableInputs::none()},
-      {"Where", &OnnxImporter::convertWhere, {1, 2}},
-      {"Relu", &OnnxImporter::convertUnary<nn::ReluOp>, kAll},
-      {"Tanh", &OnnxImporter::convertUnary<nn::TanhOp>, kAll},
-      {"Sigmoid", &OnnxImporter::convertUnary<nn::SigmoidOp>, kAll},
-      {"Erf", &OnnxImporter::convertUnary<nn::ErfOp>, kAll},
-      {"Sqrt", &OnnxImporter::convertUnary<nn::SqrtOp>, kAll},
-      {"Gelu", &OnnxImporter::convertGelu, kAll},
-      {"Neg", &OnnxImporter::convertNeg, kAll},
-      {"Reciprocal", &OnnxImporter::convertUnary<nn::ReciprocalOp>, kAll},
-      {"Abs", &OnnxImporter::convertAbs, kAll},
-      {"Sign", &OnnxImporter::convertSign, kAll},
-      {"Exp", &OnnxImporter::convertUnary<nn::ExpOp>, kAll},
-      {"Log", &OnnxImporter::convertUnary<nn::LogOp>, kAll},
-      {"Sin", &OnnxImporter::convertUnary<nn::SinOp>, kAll},
-      {"Cos", &OnnxImporter::convertUnary<nn::CosOp>, kAll},
-      {"Softplus", &OnnxImporter::convertUnary<nn::SoftplusOp>, kAll},
-      {"Softsign", &OnnxImporter::convertUnary<nn::SoftsignOp>, kAll},
-      {"Tan", &OnnxImporter::convertUnary<nn::TanOp>, kAll},
-      {"Atan", &OnnxImporter::convertUnary<nn::AtanOp>, kAll},
-      {"Asin", &OnnxImporter::convertUnary<nn::AsinOp>, kAll},
-      {"Acos", &OnnxImporter::convertUnary<nn::AcosOp>, kAll},
-      {"Sinh", &OnnxImporter::convertUnary<nn::SinhOp>, kAll},
-      {"Cosh", &OnnxImporter::convertUnary<nn::CoshOp>, kAll},
-      {"Asinh", &OnnxImporter::convertUnary<nn::AsinhOp>, kAll},
-      {"Acosh", &OnnxImporter::convertUnary<nn::AcoshOp>, kAll},
-      {"Atanh", &OnnxImporter::convertUnary<nn::AtanhOp>, kAll},
-      {"Floor", &OnnxImporter::convertUnary<nn::FloorOp>, kAll},
-      {"Ceil", &OnnxImporter::convertUnary<nn::CeilOp>, kAll},
-      {"Round", &OnnxImporter::convertUnary<nn::RoundOp>, kAll},
-      {"Clip", &OnnxImporter::convertClip, kAll},
-      {"HardSigmoid", &OnnxImporter::convertHardSigmoid, kAll},
-      {"HardSwish", &OnnxImporter::convertHardSwish, kAll},
-      {"LeakyRelu", &OnnxImporter::convertLeakyRelu, kAll},
-      {"PRelu", &OnnxImporter::convertPRelu, kAll},
-      {"Elu", &OnnxImporter::convertElu, kAll},
-      {"Selu", &OnnxImporter::convertSelu, kAll},
-      {"Celu", &OnnxImporter::convertCelu, kAll},
-      {"Mish", &OnnxImporter::convertMish, kAll},
-      {"ThresholdedRelu", &OnnxImporter::convertThresholdedRelu, kAll},
-      {"Cast", &OnnxImporter::convertCast, kAll},
-      {"CastLike", &OnnxImporter::convertCastLike, {0}},
-      {"Gemm", &OnnxImporter::convertGemm, kAll},
-      {"MatMul", &OnnxImporter::convertMatMul, kAll},
-      {"Conv", &OnnxImporter::convertConv, kAll},
-      {"ConvTranspose", &OnnxImporter::convertConvTranspose, kAll},
-      {"BatchNormalization", &OnnxImporter::convertBatchNorm, {0, 1, 2}},
-      {"LayerNormalization", &OnnxImporter::convertLayerNorm, kAll},
-      {"MaxPool", &OnnxImporter::convertMaxPool, {0}},
-      {"AveragePool", &OnnxImporter::convertAveragePool, {0}},
-      {"GlobalAveragePool", &OnnxImporter::convertGlobalAveragePool, {0}},
-      {"Dropout", &OnnxImporter::convertDropout, {0}},
-      {"Softmax", &OnnxImporter::convertSoftmax, {0}},
-      {"SoftmaxCrossEntropyLoss", &OnnxImporter::convertSoftmaxCrossEntropyLoss, {0}},
-      {"ReduceMean", &OnnxImporter::convertReduce, {0}},
-      {"ReduceSum", &OnnxImporter::convertReduce, {0}},
-      {"ReduceSumSquare", &OnnxImporter::convertReduce, {0}},
-      {"ReduceL1", &OnnxImporter::convertReduce, {0}},
-      {"ReduceL2", &OnnxImporter::convertReduce, {0}},
-      {"ReduceLogSum", &OnnxImporter::convertReduce, {0}},
-      {"ReduceLogSumExp", &OnnxImporter::convertReduce, {0}},
-      {"ReduceMax", &OnnxImporter::convertReduce, {0}},
-      {"ReduceMin", &OnnxImporter::convertReduce, {0}},
-      {"LogSoftmax", &OnnxImporter::convertLogSoftmax, {0}},
-      {"ArgMax", &OnnxImporter::convertArgMax, DifferentiableInputs::none()},
-      {"ArgMin", &OnnxImporter::convertArgMax, DifferentiableInputs::none()},
-      {"Einsum", &OnnxImporter::convertEinsum, kAll},
-      {"TopK", &OnnxImporter::convertTopK, {0}},
-      {"DepthToSpace", &OnnxImporter::convertDepthToSpace, {0}},
-      {"NegativeLogLikelihoodLoss", &OnnxImporter::convertNegativeLogLikelihoodLoss, {0}},
-      {"RNN", &OnnxImporter::convertRecurrent, {0, 1, 2, 3, 5}},
-      {"GRU", &OnnxImporter::convertRecurrent, {0, 1, 2, 3, 5}},
-      {"LSTM", &OnnxImporter::convertRecurrent, {0, 1, 2, 3, 5, 6, 7}},
-      {"SpaceToDepth", &OnnxImporter::convertDepthToSpace, {0}},
-      {"GroupNormalization", &OnnxImporter::convertGroupNormalization, kAll},
-      {"InstanceNormalization", &OnnxImporter::convertGroupNormalization, kAll},
-      {"Gather", &OnnxImporter::convertGather, {0}},
-      {"Reshape", &OnnxImporter::convertReshape, {0}},
-      {"Flatten", &OnnxImporter::convertFlatten, {0}},
-      {"Unsqueeze", &OnnxImporter::convertUnsqueeze, {0}},
-      {"Squeeze", &OnnxImporter::convertSqueeze, {0}},
-      {"Expand", &OnnxImporter::convertExpand, {0}},
-      {"Transpose", &OnnxImporter::convertTranspose, {0}},
-      {"Concat", &OnnxImporter::convertConcat, kAll},
-      {"Pad", &OnnxImporter::convertPad, {0}},
-      {"Split", &OnnxImporter::convertSplit, {0}},
-      {"Slice", &OnnxImporter::convertSlice, {0}},
-      {"Identity", &OnnxImporter::convertIdentity, {0}},
-      {"Trilu", &OnnxImporter::convertTrilu, {0}},
-      {"CumSum", &OnnxImporter::convertCumSum, {0}},
-      {"GatherElements", &OnnxImporter::convertGatherElements, {0}},
-      {"GatherND", &OnnxImporter::convertGatherND, {0}},
-      {"ScatterND", &OnnxImporter::convertScatter, {0, 2}},
-      {"ScatterElements", &OnnxImporter::convertScatter, {0, 2}},
-      {"Resize", &OnnxImporter::convertResize, {0}},
-      {"Tile", &OnnxImporter::convertTile, {0}},
-      {"SplitToSequence", &OnnxImporter::convertSplitToSequence, {0}},
-      {"SequenceConstruct", &OnnxImporter::convertSequenceConstruct, kAll},
-      {"SequenceAt", &OnnxImporter::convertSequenceAt, {0}},
-      {"ConcatFromSequence", &OnnxImporter::convertConcatFromSequence, {0}},
-      {"RMSNormalization", &OnnxImporter::convertRMSNormalization, kAll},
-      {"RotaryEmbedding", &OnnxImporter::convertRotaryEmbedding, {0}},
-      // An attention mask is a bias, never a trained parameter.
-      {"Attention", &OnnxImporter::convertAttention, {0, 1, 2}},
-  };
-  return rules;
-}
-
-const std::map<std::string, Folder> &folders() {
-  static const std::map<std::string, Folder> table = {
-      {"Constant", &OnnxImporter::foldConstant},
-      {"Shape", &OnnxImporter::foldShape},
-      {"Size", &OnnxImporter::foldSize},
-      {"ConstantOfShape", &OnnxImporter::foldConstantOfShape},
-      {"Add", &OnnxImporter::foldBinary},
-      {"Sub", &OnnxImporter::foldBinary},
-      {"Mul", &OnnxImporter::foldBinary},
-      {"Div", &OnnxImporter::foldBinary},
-      {"Pow", &OnnxImporter::foldBinary},
-      {"Mod", &OnnxImporter::foldBinary},
-      {"Max", &OnnxImporter::foldVariadic},
-      {"Min", &OnnxImporter::foldVariadic},
-      {"Sum", &OnnxImporter::foldVariadic},
-      {"Mean", &OnnxImporter::foldVariadic},
-      {"Equal", &OnnxImporter::foldBinary},
-      {"Less", &OnnxImporter::foldBinary},
-      {"Greater", &OnnxImporter::foldBinary},
-      {"LessOrEqual", &OnnxImporter::foldBinary},
-      {"GreaterOrEqual", &OnnxImporter::foldBinary},
-      {"And", &OnnxImporter::foldBinary},
-      {"Or", &OnnxImporter::foldBinary},
-      {"Xor", &OnnxImporter::foldBinary},
-      {"IsNaN", &OnnxImporter::foldUnary},
-      {"IsInf", &OnnxImporter::foldIsInf},
-      {"Exp", &OnnxImporter::foldUnary},
-      {"Log", &OnnxImporter::foldUnary},
-      {"Round", &OnnxImporter::foldUnary},
-      {"Not", &OnnxImporter::foldUnary},
-      {"Neg", &OnnxImporter::foldUnary},
-      {"Abs", &OnnxImporter::foldUnary},
-      {"Sqrt", &OnnxImporter::foldUnary},
-      {"Reciprocal", &OnnxImporter::foldUnary},
-      {"Floor", &OnnxImporter::foldUnary},
-      {"Ceil", &OnnxImporter::foldUnary},
-      {"Relu", &OnnxImporter::foldUnary},
-      {"ReduceSum", &OnnxImporter::foldReduce},
-      {"ReduceMean", &OnnxImporter::foldReduce},
-      {"ReduceMax", &OnnxImporter::foldReduce},
-      {"ReduceMin", &OnnxImporter::foldReduce},
-      {"ReduceProd", &OnnxImporter::foldReduce},
-      {"ReduceSumSquare", &OnnxImporter::foldReduce},
-      {"ReduceL1", &OnnxImporter::foldReduce},
-      {"ReduceL2", &OnnxImporter::foldReduce},
-      {"ReduceLogSum", &OnnxImporter::foldReduce},
-      {"ReduceLogSumExp", &OnnxImporter::foldReduce},
-      {"Cast", &OnnxImporter::foldCast},
-      {"CastLike", &OnnxImporter::foldCastLike},
-      {"Where", &OnnxImporter::foldWhere},
-      {"Gather", &OnnxImporter::foldGather},
-      {"Concat", &OnnxImporter::foldConcat},
-      {"Unsqueeze", &OnnxImporter::foldUnsqueeze},
-      {"Squeeze", &OnnxImporter::foldSqueeze},
-      {"Reshape", &OnnxImporter::foldReshape},
-      {"Flatten", &OnnxImporter::foldFlatten},
-      {"Expand", &OnnxImporter::foldExpand},
-      {"Transpose", &OnnxImporter::foldTranspose},
-      {"Slice", &OnnxImporter::foldSlice},
-      {"Range", &OnnxImporter::foldRange},
-      {"Identity", &OnnxImporter::foldIdentity},
-      {"Trilu", &OnnxImporter::foldTrilu},
-      {"CumSum", &OnnxImporter::foldCumSum},
-      {"Tile", &OnnxImporter::foldTile},
-      {"GatherElements", &OnnxImporter::foldGatherElements},
-      {"ScatterElements", &OnnxImporter::foldScatterElements},
-      {"GatherND", &OnnxImporter::foldGatherND},
-      {"ScatterND", &OnnxImporter::foldScatterND},
-  };
-  return table;
-}
-
-const OpRule *findRule(const onnx::NodeProto &node) {
-  if (!isDefaultDomain(node.domain()))
-    return nullptr;
-  for (const OpRule &rule : opRules())
-    if (node.op_type() == rule.opType)
-      return &rule;
-  return nullptr;
-}
 
 //===----------------------------------------------------------------------===//
 // Driver
@@ -497,10 +280,11 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
       const auto &node = graph.node(i);
       currentNodeIndex = i;
       nodeVersion = resolvedVersion(node.op_type(), opset);
+      const OnnxOp *row = findOnnxOp(node);
       if (foldedNodes[i]) {
         std::vector<HostTensor> results;
         try {
-          results = (this->*folders().at(node.op_type()))(node);
+          results = row->fold(*this, node);
         } catch (const FoldError &error) {
           fail(node, error.what());
         }
@@ -509,9 +293,9 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
             constants[node.output(r)] = std::move(results[r]);
         continue;
       }
-      const OpRule *rule = findRule(node);
-      assert(rule && "analyzeGraph abandoned the import on a node that is neither folded nor has a rule");
-      (this->*rule->convert)(node);
+      assert(row && row->convert &&
+             "analyzeGraph abandoned the import on a node that is neither folded nor converted");
+      row->convert(*this, node);
       for (const auto &output : node.output())
         if (!output.empty() && !values.count(output) && !sequences.count(output) &&
             useCounts[output] > 0)
@@ -611,8 +395,9 @@ bool readInitializerValues(const std::string &path, std::map<std::string, HostTe
 
 std::vector<std::string> supportedOnnxOps() {
   std::vector<std::string> names;
-  for (const detail::OpRule &rule : detail::opRules())
-    names.push_back(rule.opType);
+  for (const detail::OnnxOp &row : detail::onnxOps())
+    if (row.convert)
+      names.push_back(row.type);
   std::sort(names.begin(), names.end());
   return names;
 }

@@ -173,9 +173,44 @@ private:
   static bool allEqual(const HostTensor &value);
   std::vector<int64_t> constantInts(int nodeIndex, int index, const char *role);
   std::vector<SymDim> valuesOf(int nodeIndex, int index, const char *role);
+  // The node being followed, by its operator's shape rule (OnnxOps.h).
   void convert(int nodeIndex);
+  /// Its operand `k`; an unknown tensor past the last.
+  const SymTensor &in(int k) const;
+  int64_t rankOf(int k) const { return static_cast<int64_t>(in(k).dims.size()); }
+  /// `axis` in [0, rank); refuses the node otherwise.
+  int64_t normalize(int64_t axis, int64_t rank) const;
+  static SymTensor known(std::vector<SymDim> dims);
+  // The shape rules (RespecializeRules.cpp), one per ShapeRule.
+  void unfollowedRule(const onnx::NodeProto &node);
+  void sameShapeRule(const onnx::NodeProto &node, bool values, int outputs);
   void reshapeRule(int nodeIndex);
   void sliceRule(int nodeIndex);
+  void broadcastRule(const onnx::NodeProto &node);
+  void flattenRule(const onnx::NodeProto &node);
+  void transposeRule(const onnx::NodeProto &node);
+  void concatRule(const onnx::NodeProto &node);
+  void splitRule(const onnx::NodeProto &node, int nodeIndex);
+  void splitToSequenceRule(const onnx::NodeProto &node);
+  void gatherRule(const onnx::NodeProto &node);
+  void gatherElementsRule(const onnx::NodeProto &node);
+  void gatherNDRule(const onnx::NodeProto &node);
+  void expandRule(const onnx::NodeProto &node, int nodeIndex);
+  void tileRule(const onnx::NodeProto &node, int nodeIndex);
+  void constantOfShapeRule(const onnx::NodeProto &node, int nodeIndex);
+  void rangeRule(const onnx::NodeProto &node, int nodeIndex);
+  void matMulRule(const onnx::NodeProto &node);
+  void gemmRule(const onnx::NodeProto &node);
+  void padRule(const onnx::NodeProto &node, int nodeIndex);
+  void einsumRule(const onnx::NodeProto &node);
+  void attentionRule(const onnx::NodeProto &node);
+  void sequenceAtRule(const onnx::NodeProto &node);
+  void squeezeOrUnsqueezeRule(const onnx::NodeProto &node, int nodeIndex, bool unsqueeze);
+  void shapeOrSizeRule(const onnx::NodeProto &node, bool size);
+  void spatialRule(const onnx::NodeProto &node, bool windowed);
+  void reductionRule(const onnx::NodeProto &node, int nodeIndex, bool argReduce);
+  void recurrentRule(const onnx::NodeProto &node);
+  void lossRule(const onnx::NodeProto &node);
   std::vector<SymDim> reshapeTargets(const onnx::NodeProto &node, const std::vector<SymDim> &input,
                                      std::vector<SymDim> target, bool allowZero);
 
@@ -205,7 +240,9 @@ private:
   /// The split axis of each SplitToSequence result.
   std::map<std::string, int64_t> sequenceAxis;
   int currentNode = -1;
-  /// Whether the node being followed reads a value that changes or may.
+  /// The operands of the node being followed, and whether one is a value
+  /// that changes or may.
+  std::vector<SymTensor> inputs;
   bool currentNodeSymbolic = false;
 };
 
