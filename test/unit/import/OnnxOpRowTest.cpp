@@ -17,6 +17,7 @@
 #include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -280,6 +281,41 @@ TEST(OnnxOpRows, VersionsAgreeWithOnnxsRegistry) {
       EXPECT_EQ(resolvedVersion(row.type, opset), expected) << row.type << " at opset " << opset;
     }
   }
+}
+
+/// docs/adding-an-op.md quotes rows of the table: each must be a row of
+/// compiler/Import/OnnxOps.cpp as it is (white space aside), so the document
+/// cannot drift from the code it teaches.
+TEST(OnnxOpRows, TheRowsTheDocumentQuotesAreTheTables) {
+  auto read = [](const std::string &path) {
+    std::ifstream file(path);
+    EXPECT_TRUE(file) << path;
+    std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    std::string collapsed;
+    for (char c : text)
+      if (!std::isspace(static_cast<unsigned char>(c)) || (!collapsed.empty() && collapsed.back() != ' '))
+        collapsed += std::isspace(static_cast<unsigned char>(c)) ? ' ' : c;
+    return collapsed;
+  };
+  const std::string document = read(PIPEC_SOURCE_DIR "/docs/adding-an-op.md");
+  const std::string table = read(PIPEC_SOURCE_DIR "/compiler/Import/OnnxOps.cpp");
+  int quoted = 0;
+  for (size_t at = document.find("{\"", 0); at != std::string::npos; at = document.find("{\"", at + 1)) {
+    size_t nameEnd = document.find('"', at + 2);
+    if (nameEnd == std::string::npos || document.compare(nameEnd, 5, "\", {{") != 0)
+      continue; // not a row: a row starts {"Type", {{versions
+    int depth = 0;
+    size_t end = at;
+    for (; end < document.size(); ++end) {
+      depth += document[end] == '{' ? 1 : document[end] == '}' ? -1 : 0;
+      if (depth == 0)
+        break;
+    }
+    std::string row = document.substr(at, end + 1 - at);
+    ++quoted;
+    EXPECT_NE(table.find(row), std::string::npos) << "docs/adding-an-op.md quotes a row that is not the table's: " << row;
+  }
+  EXPECT_GE(quoted, 2) << "the document no longer quotes rows of the table";
 }
 
 } // namespace
