@@ -56,29 +56,21 @@ std::string broadcastIndex(ArrayRef<int64_t> shape, ArrayRef<int64_t> space,
   return "(" + (expression.empty() ? std::string("0") : expression) + ")";
 }
 
+// Float values are floats in the body, stored as float or (bf16 storage)
+// pk::bf16: loaded with one conversion, rounded once when stored. i1
+// values (comparisons, the conditions of wheres) are bools in the body and
+// uint8_t in memory.
+std::string scalarType(Value value) {
+  return tensorType(value).getElementType().isInteger(1) ? std::string("bool") : std::string("float");
+}
+std::string memoryType(Value value) {
+  Type element = tensorType(value).getElementType();
+  return element.isInteger(1) ? std::string("uint8_t") : cType(element);
+}
+
 } // namespace
 
-LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
-  Block &body = fused.getBody().front();
-  auto space = tensorType(fused.getResult(0)).getShape();
-  int64_t count = tensorType(fused.getResult(0)).getNumElements();
-  // Scalars of the loop body, by value.
-  llvm::DenseMap<Value, std::string> scalar;
-  std::string loop;
-  llvm::raw_string_ostream code(loop);
-  const std::string index = "i";
-  SmallVector<std::string> parameters, arguments;
-  // Float values are floats in the body, stored as float or (bf16 storage)
-  // pk::bf16: loaded with one conversion, rounded once when stored. i1
-  // values (comparisons, the conditions of wheres) are bools in the body and
-  // uint8_t in memory.
-  auto scalarType = [](Value value) {
-    return tensorType(value).getElementType().isInteger(1) ? std::string("bool") : std::string("float");
-  };
-  auto memoryType = [](Value value) {
-    Type element = tensorType(value).getElementType();
-    return element.isInteger(1) ? std::string("uint8_t") : cType(element);
-  };
+struct StageEmitter::FusedLoop {
   // CUDA: each thread takes V consecutive elements, and the operands read
   // or written at the element's own index (not broadcast) move in one
   // aligned load or store of V elements (up to 16 bytes) each; the launch
@@ -87,34 +79,25 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     std::string name, type, pointer; // the kernel's parameter, its element type, the launch's argument
     int64_t bytes;                   // per element
   };
+  static std::string packedName(const std::string &name) { return name + "v.v[v]"; }
+
+  const std::string index = "i";
+  // Scalars of the loop body, by value.
+  llvm::DenseMap<Value, std::string> scalar;
+  std::string loop;
+  llvm::raw_string_ostream code{loop};
+  SmallVector<std::string> parameters, arguments;
   SmallVector<PackedOperand> packedInputs, packedOutputs;
-  auto packedName = [](const std::string &name) { return name + "v.v[v]"; };
-  for (auto [i, input] : llvm::enumerate(fused.getInputs())) {
-    std::string name = "in" + std::to_string(i);
-    parameters.push_back("const " + memoryType(input) + " *__restrict__ " + name);
-    arguments.push_back(ptr(input));
-    const std::string at = broadcastIndex(tensorType(input).getShape(), space, index);
-    std::string element = name + "[" + at + "]";
-    if (cuda() && at == index) {
-      packedInputs.push_back({name, memoryType(input), arguments.back(),
-                              elementBytes(tensorType(input).getElementType())});
-      element = packedName(name);
-    }
-    if (scalarType(input) == "bool")
-      element = "bool(" + element + ")";
-    else if (tensorType(input).getElementType().isBF16())
-      element = "float(" + element + ")";
-    scalar[body.getArgument(i)] = element;
-  }
+  std::string prologue; // CUDA: before the loop
   int temporary = 0;
+
   // A dropout's keep test for element `index`: draw i of the stream `key`
   // against `threshold`, both the call's, passed to the loop by value (on
   // CUDA the key as a pk::StreamKey, resolved once per thread before the
   // loop: it reads the call's key from device memory). Returns the bool's name.
-  std::string prologue; // CUDA: before the loop
-  auto drawKeep = [&](const std::string &key, const std::string &threshold) {
+  std::string drawKeep(bool cuda, const std::string &key, const std::string &threshold) {
     const std::string id = std::to_string(temporary), keep = "t" + std::to_string(temporary++);
-    if (cuda()) {
+    if (cuda) {
       parameters.push_back("pk::StreamKey streamKey" + id);
       prologue += "  const uint64_t key" + id + " = streamKey" + id + ".resolve();\n";
     } else {
@@ -126,111 +109,27 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     code << "    const bool " << keep << " = pipec::kernels::dropoutDraw(key" << id << ", (uint64_t)" << index
          << ") >= threshold" << id << ";\n";
     return keep;
-  };
-  for (Operation &op : body.without_terminator()) {
-    std::string expression;
-    auto operand = [&](unsigned i) { return scalar.lookup(op.getOperand(i)); };
-    if (auto unary = llvm::dyn_cast<nn::UnaryElementwiseOpInterface>(op)) {
-      expression = std::string("pipec::kernels::unaryValue<pipec::kernels::Unary::") +
-                   unaryFunction(unary.getUnaryFunction()).enumerator + ">(" + operand(0) + ")";
-    } else if (auto binary = llvm::dyn_cast<nn::BinaryElementwiseOpInterface>(op)) {
-      expression = std::string("pipec::kernels::binaryValue<pipec::kernels::Binary::") +
-                   binaryFunction(binary.getBinaryFunction()).enumerator + ">(" + operand(0) + ", " + operand(1) +
-                   ")";
-    } else if (llvm::isa<nn::WhereOp>(op)) {
-      expression = "(" + operand(0) + " ? " + operand(1) + " : " + operand(2) + ")";
-    } else if (auto grad = llvm::dyn_cast<nn::UnaryGradOp>(op)) {
-      // Only the forward value the derivative reads is loaded.
-      bool readsInput = derivativeReadsInput(grad.getKind());
-      // (The op's second operand is x or y, whichever the kind reads.)
-      expression = std::string("pipec::kernels::unaryGradient<pipec::kernels::Unary::") +
-                   unaryFunction(grad.getKind()).enumerator + ">(" + operand(0) + ", " +
-                   (readsInput ? operand(1) : "0.0f") + ", " + (readsInput ? "0.0f" : operand(1)) +
-                   ")";
-    } else if (auto grad = llvm::dyn_cast<nn::BinaryGradOp>(op)) {
-      expression = std::string("pipec::kernels::binaryGradient<pipec::kernels::BinaryGrad::") +
-                   binaryGradientKind(grad.getKind()).enumerator + ">(" + operand(0) + ", " +
-                   operand(1) + ", " + operand(2) + ")";
-    } else if (auto dropout = llvm::dyn_cast<nn::DropoutOp>(op)) {
-      // pk::dropout's element: kept when draw i of the op's stream passes
-      // the threshold, then x / (1 - ratio) rounded once; outside training
-      // the threshold is 0 and the scale 1, so every element is kept as it
-      // is. The key, threshold and scale are the call's, passed by value.
-      const double ratio = dropout.getRatio().convertToFloat();
-      if (!(ratio >= 0.0 && ratio < 1.0))
-        return op.emitOpError("ratio must be in [0, 1), got ") << ratio;
-      const std::string active = dropout.getTraining() ? "!call->inference" : "false",
-                        ratioText = "(double)" + f32Literal(dropout.getRatio().convertToFloat());
-      const std::string scale = "scale" + std::to_string(temporary);
-      const std::string keep = drawKeep(dropoutStreamKey(dropout), "(" + active +
-                                                                      " ? pipec::kernels::dropoutKeepThreshold(" +
-                                                                      ratioText + ") : 0ull)");
-      parameters.push_back("double " + scale);
-      arguments.push_back("(" + active + " ? 1.0 / (1.0 - " + ratioText + ") : 1.0)");
-      const std::string value = "t" + std::to_string(temporary++);
-      code << "    const float " << value << " = " << keep << " ? (float)((double)" << operand(0) << " * " << scale
-           << ") : 0.0f;\n";
-      scalar[dropout.getResult()] = value;
-      scalar[dropout.getMask()] = keep;
-      continue;
-    } else if (auto grad = llvm::dyn_cast<nn::DropoutGradOp>(op)) {
-      // pk::dropoutGrad's element: dy / (1 - ratio) where kept, in training;
-      // without a mask, kept where the forward's draw i passed (element i of
-      // the loop is element i of the forward's dropout: the same shape).
-      const double ratio = grad.getRatio().convertToFloat();
-      if (!(ratio >= 0.0 && ratio < 1.0))
-        return op.emitOpError("ratio must be in [0, 1), got ") << ratio;
-      const std::string ratioText = "(double)" + f32Literal(grad.getRatio().convertToFloat());
-      std::string keep = grad.getMask() ? operand(1) : "";
-      if (!grad.getMask() && grad.getTraining() && ratio > 0.0)
-        keep = drawKeep(dropoutStreamKey(static_cast<uint64_t>(grad.getDropoutOpId().value_or(0))),
-                        "pipec::kernels::dropoutKeepThreshold(" + ratioText + ")");
-      if (!grad.getTraining() || ratio == 0.0)
-        expression = operand(0);
-      else
-        expression = "(" + keep + " ? (float)((double)" + operand(0) + " * (1.0 / (1.0 - " + ratioText +
-                     "))) : 0.0f)";
-    } else {
-      return op.emitOpError("in a pipe.fused body has no element-wise ")
-             << targetName() << " formula";
-    }
-    std::string name = "t" + std::to_string(temporary++);
-    code << "    const " << scalarType(op.getResult(0)) << " " << name << " = " << expression << ";\n";
-    scalar[op.getResult(0)] = name;
   }
-  auto yield = llvm::cast<pipe::YieldOp>(body.getTerminator());
-  SmallVector<std::string> stores;
-  for (auto [i, pair] : llvm::enumerate(llvm::zip(fused.getResults(), yield.getValues()))) {
-    auto [result, yielded] = pair;
-    std::string name = "out" + std::to_string(i);
-    parameters.push_back(memoryType(result) + " *__restrict__ " + name);
-    arguments.push_back(allocate(result));
-    std::string value = scalar.lookup(yielded);
-    if (tensorType(result).getElementType().isBF16())
-      value = "pk::bf16(" + value + ")";
-    if (cuda()) {
-      packedOutputs.push_back({name, memoryType(result), arguments.back(),
-                               elementBytes(tensorType(result).getElementType())});
-      code << "    " << packedName(name) << " = " << value << ";\n";
-    } else {
-      code << "    " << name << "[" << index << "] = " << value << ";\n";
-    }
+
+  // The kernel's signature and the launch's arguments.
+  std::string signature() const {
+    std::string signature = "int64_t n";
+    for (const std::string &parameter : parameters)
+      signature += ", " + parameter;
+    return signature;
   }
-  std::string signature = "int64_t n";
-  for (const std::string &parameter : parameters)
-    signature += ", " + parameter;
-  std::string call = std::to_string(count);
-  for (const std::string &argument : arguments)
-    call += ", " + argument;
-  if (cuda()) {
-    std::string kernel = "fused" + std::to_string(counter++);
-    // V: 16 bytes of the widest packed operand, at most 8 elements.
-    int64_t widest = 1;
-    for (const PackedOperand &operand : llvm::concat<const PackedOperand>(packedInputs, packedOutputs))
-      widest = std::max(widest, operand.bytes);
-    const int64_t width = std::min<int64_t>(8, 16 / widest);
-    llvm::raw_string_ostream declarations(kernels);
-    declarations << "template <int V>\n__global__ void " << kernel << "(" << signature << ") {\n"
+  std::string call(int64_t count) const {
+    std::string call = std::to_string(count);
+    for (const std::string &argument : arguments)
+      call += ", " + argument;
+    return call;
+  }
+
+  // CUDA: the __global__ template over V running the loop on packed operands.
+  std::string cudaKernel(const std::string &kernel) const {
+    std::string text;
+    llvm::raw_string_ostream declarations(text);
+    declarations << "template <int V>\n__global__ void " << kernel << "(" << signature() << ") {\n"
                  << prologue
                  << "  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < n / V;"
                     " c += (int64_t)gridDim.x * blockDim.x) {\n"
@@ -249,29 +148,169 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     for (const PackedOperand &output : packedOutputs)
       declarations << "    pk::storePacked(" << output.name << " + i0, " << output.name << "v);\n";
     declarations << "  }\n}\n\n";
-    // Packed when the count divides and every packed pointer is aligned.
+    return text;
+  }
+
+  // CUDA: the launch, packed (V: 16 bytes of the widest packed operand, at
+  // most 8 elements) when the count divides and every packed pointer is
+  // aligned, else one element per thread.
+  std::string cudaLaunch(const std::string &kernel, int64_t count) const {
+    int64_t widest = 1;
+    for (const PackedOperand &operand : llvm::concat<const PackedOperand>(packedInputs, packedOutputs))
+      widest = std::max(widest, operand.bytes);
+    const int64_t width = std::min<int64_t>(8, 16 / widest);
     std::string packable = std::to_string(count) + " % " + std::to_string(width) + " == 0";
     for (const PackedOperand &operand : llvm::concat<const PackedOperand>(packedInputs, packedOutputs))
       packable += " && pk::packedAligned<" + std::to_string(width) + ">(" + operand.pointer + ")";
+    const std::string arguments = call(count);
     auto launch = [&](int64_t v) {
       const std::string threads = v == 1 ? std::to_string(count) : std::to_string(count / v);
       return kernel + "<" + std::to_string(v) + "><<<(unsigned)std::min<int64_t>((" + threads +
-             " + 255) / 256, 65535), 256, 0, static_cast<cudaStream_t>(call->stream)>>>(" + call + ");\n";
+             " + 255) / 256, 65535), 256, 0, static_cast<cudaStream_t>(call->stream)>>>(" + arguments + ");\n";
     };
-    out << "  if (" << count << " > 0) {\n    if (" << packable << ")\n      " << launch(width) << "    else\n      "
-        << launch(1) << "    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)\n"
-        << "      throw std::runtime_error(std::string(\"pipe.fused: \") + cudaGetErrorString(error));\n  }\n";
-    return success();
+    return "  if (" + std::to_string(count) + " > 0) {\n    if (" + packable + ")\n      " + launch(width) +
+           "    else\n      " + launch(1) + "    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)\n" +
+           "      throw std::runtime_error(std::string(\"pipe.fused: \") + cudaGetErrorString(error));\n  }\n";
   }
-  // One loop; OpenMP splits the iterations when there are enough (each
+
+  // CPU: one loop; OpenMP splits the iterations when there are enough (each
   // element is independent, so results do not depend on the thread count),
   // and small loops never enter the OpenMP runtime.
-  out << "  [](" << signature << ") {\n"
-      << "    auto element = [&](int64_t i) {\n" << loop << "    };\n"
-      << "    if (n >= 32768) {\n#pragma omp parallel for schedule(static)\n"
-      << "      for (int64_t i = 0; i < n; ++i) element(i);\n"
-      << "    } else {\n      for (int64_t i = 0; i < n; ++i) element(i);\n    }\n"
-      << "  }(" << call << ");\n";
+  std::string cpuLoop(int64_t count) const {
+    return "  [](" + signature() + ") {\n" + "    auto element = [&](int64_t i) {\n" + loop + "    };\n" +
+           "    if (n >= 32768) {\n#pragma omp parallel for schedule(static)\n" +
+           "      for (int64_t i = 0; i < n; ++i) element(i);\n" +
+           "    } else {\n      for (int64_t i = 0; i < n; ++i) element(i);\n    }\n" + "  }(" + call(count) + ");\n";
+  }
+};
+
+LogicalResult StageEmitter::emitFusedOp(Operation &op, FusedLoop &loop) {
+  auto &scalar = loop.scalar;
+  auto &code = loop.code;
+  int &temporary = loop.temporary;
+  std::string expression;
+  auto operand = [&](unsigned i) { return scalar.lookup(op.getOperand(i)); };
+  if (auto unary = llvm::dyn_cast<nn::UnaryElementwiseOpInterface>(op)) {
+    expression = std::string("pipec::kernels::unaryValue<pipec::kernels::Unary::") +
+                 unaryFunction(unary.getUnaryFunction()).enumerator + ">(" + operand(0) + ")";
+  } else if (auto binary = llvm::dyn_cast<nn::BinaryElementwiseOpInterface>(op)) {
+    expression = std::string("pipec::kernels::binaryValue<pipec::kernels::Binary::") +
+                 binaryFunction(binary.getBinaryFunction()).enumerator + ">(" + operand(0) + ", " + operand(1) +
+                 ")";
+  } else if (llvm::isa<nn::WhereOp>(op)) {
+    expression = "(" + operand(0) + " ? " + operand(1) + " : " + operand(2) + ")";
+  } else if (auto grad = llvm::dyn_cast<nn::UnaryGradOp>(op)) {
+    // Only the forward value the derivative reads is loaded.
+    bool readsInput = derivativeReadsInput(grad.getKind());
+    // (The op's second operand is x or y, whichever the kind reads.)
+    expression = std::string("pipec::kernels::unaryGradient<pipec::kernels::Unary::") +
+                 unaryFunction(grad.getKind()).enumerator + ">(" + operand(0) + ", " +
+                 (readsInput ? operand(1) : "0.0f") + ", " + (readsInput ? "0.0f" : operand(1)) +
+                 ")";
+  } else if (auto grad = llvm::dyn_cast<nn::BinaryGradOp>(op)) {
+    expression = std::string("pipec::kernels::binaryGradient<pipec::kernels::BinaryGrad::") +
+                 binaryGradientKind(grad.getKind()).enumerator + ">(" + operand(0) + ", " +
+                 operand(1) + ", " + operand(2) + ")";
+  } else if (auto dropout = llvm::dyn_cast<nn::DropoutOp>(op)) {
+    // pk::dropout's element: kept when draw i of the op's stream passes
+    // the threshold, then x / (1 - ratio) rounded once; outside training
+    // the threshold is 0 and the scale 1, so every element is kept as it
+    // is. The key, threshold and scale are the call's, passed by value.
+    const double ratio = dropout.getRatio().convertToFloat();
+    if (!(ratio >= 0.0 && ratio < 1.0))
+      return op.emitOpError("ratio must be in [0, 1), got ") << ratio;
+    const std::string active = dropout.getTraining() ? "!call->inference" : "false",
+                      ratioText = "(double)" + f32Literal(dropout.getRatio().convertToFloat());
+    const std::string scale = "scale" + std::to_string(temporary);
+    const std::string keep = loop.drawKeep(cuda(), dropoutStreamKey(dropout),
+                                           "(" + active + " ? pipec::kernels::dropoutKeepThreshold(" + ratioText +
+                                               ") : 0ull)");
+    loop.parameters.push_back("double " + scale);
+    loop.arguments.push_back("(" + active + " ? 1.0 / (1.0 - " + ratioText + ") : 1.0)");
+    const std::string value = "t" + std::to_string(temporary++);
+    code << "    const float " << value << " = " << keep << " ? (float)((double)" << operand(0) << " * " << scale
+         << ") : 0.0f;\n";
+    scalar[dropout.getResult()] = value;
+    scalar[dropout.getMask()] = keep;
+    return success();
+  } else if (auto grad = llvm::dyn_cast<nn::DropoutGradOp>(op)) {
+    // pk::dropoutGrad's element: dy / (1 - ratio) where kept, in training;
+    // without a mask, kept where the forward's draw i passed (element i of
+    // the loop is element i of the forward's dropout: the same shape).
+    const double ratio = grad.getRatio().convertToFloat();
+    if (!(ratio >= 0.0 && ratio < 1.0))
+      return op.emitOpError("ratio must be in [0, 1), got ") << ratio;
+    const std::string ratioText = "(double)" + f32Literal(grad.getRatio().convertToFloat());
+    std::string keep = grad.getMask() ? operand(1) : "";
+    if (!grad.getMask() && grad.getTraining() && ratio > 0.0)
+      keep = loop.drawKeep(cuda(), dropoutStreamKey(static_cast<uint64_t>(grad.getDropoutOpId().value_or(0))),
+                           "pipec::kernels::dropoutKeepThreshold(" + ratioText + ")");
+    if (!grad.getTraining() || ratio == 0.0)
+      expression = operand(0);
+    else
+      expression = "(" + keep + " ? (float)((double)" + operand(0) + " * (1.0 / (1.0 - " + ratioText +
+                   "))) : 0.0f)";
+  } else {
+    return op.emitOpError("in a pipe.fused body has no element-wise ")
+           << targetName() << " formula";
+  }
+  std::string name = "t" + std::to_string(temporary++);
+  code << "    const " << scalarType(op.getResult(0)) << " " << name << " = " << expression << ";\n";
+  scalar[op.getResult(0)] = name;
+  return success();
+}
+
+LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
+  Block &body = fused.getBody().front();
+  auto space = tensorType(fused.getResult(0)).getShape();
+  int64_t count = tensorType(fused.getResult(0)).getNumElements();
+  FusedLoop loop;
+  // The inputs: one parameter each, read at the element's broadcast index.
+  for (auto [i, input] : llvm::enumerate(fused.getInputs())) {
+    std::string name = "in" + std::to_string(i);
+    loop.parameters.push_back("const " + memoryType(input) + " *__restrict__ " + name);
+    loop.arguments.push_back(ptr(input));
+    const std::string at = broadcastIndex(tensorType(input).getShape(), space, loop.index);
+    std::string element = name + "[" + at + "]";
+    if (cuda() && at == loop.index) {
+      loop.packedInputs.push_back({name, memoryType(input), loop.arguments.back(),
+                                   elementBytes(tensorType(input).getElementType())});
+      element = FusedLoop::packedName(name);
+    }
+    if (scalarType(input) == "bool")
+      element = "bool(" + element + ")";
+    else if (tensorType(input).getElementType().isBF16())
+      element = "float(" + element + ")";
+    loop.scalar[body.getArgument(i)] = element;
+  }
+  for (Operation &op : body.without_terminator())
+    if (failed(emitFusedOp(op, loop)))
+      return failure();
+  // The yielded values: one output parameter each, stored at the element's index.
+  auto yield = llvm::cast<pipe::YieldOp>(body.getTerminator());
+  for (auto [i, pair] : llvm::enumerate(llvm::zip(fused.getResults(), yield.getValues()))) {
+    auto [result, yielded] = pair;
+    std::string name = "out" + std::to_string(i);
+    loop.parameters.push_back(memoryType(result) + " *__restrict__ " + name);
+    loop.arguments.push_back(allocate(result));
+    std::string value = loop.scalar.lookup(yielded);
+    if (tensorType(result).getElementType().isBF16())
+      value = "pk::bf16(" + value + ")";
+    if (cuda()) {
+      loop.packedOutputs.push_back({name, memoryType(result), loop.arguments.back(),
+                                    elementBytes(tensorType(result).getElementType())});
+      loop.code << "    " << FusedLoop::packedName(name) << " = " << value << ";\n";
+    } else {
+      loop.code << "    " << name << "[" << loop.index << "] = " << value << ";\n";
+    }
+  }
+  if (cuda()) {
+    std::string kernel = "fused" + std::to_string(counter++);
+    kernels += loop.cudaKernel(kernel);
+    out << loop.cudaLaunch(kernel, count);
+    return success();
+  }
+  out << loop.cpuLoop(count);
   return success();
 }
 

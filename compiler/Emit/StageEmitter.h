@@ -200,6 +200,9 @@ private:
   }
   /// The loop (CPU) or kernel (CUDA) of a pipe.fused (EmitFused.cpp).
   LogicalResult emitFused(pipe::FusedOp fused);
+  struct FusedLoop; // emitFused's loop body under construction (EmitFused.cpp)
+  /// One body op of a pipe.fused as a statement of the loop (EmitFused.cpp).
+  LogicalResult emitFusedOp(Operation &op, FusedLoop &loop);
   std::string ptr(Value value) { return names.lookup(value); }
   int paramIndex(StringRef name) const {
     for (auto [i, param] : llvm::enumerate(params))

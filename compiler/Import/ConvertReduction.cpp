@@ -294,12 +294,8 @@ struct EinsumTerm {
 
 constexpr const char *kEllipsisPrefix = "...";
 
-} // namespace
-
-void OnnxImporter::convertEinsum(const onnx::NodeProto &node) {
-  std::string equation = stringAttr(node, "equation", "");
-  equation.erase(std::remove(equation.begin(), equation.end(), ' '), equation.end());
-  const size_t arrow = equation.find("->");
+/// The operands' terms as written: the comma-separated list before the arrow.
+std::vector<std::string> operandTexts(const std::string &equation, size_t arrow) {
   std::string inputsText = equation.substr(0, arrow);
   std::vector<std::string> inputTexts;
   for (size_t start = 0;;) {
@@ -309,106 +305,111 @@ void OnnxImporter::convertEinsum(const onnx::NodeProto &node) {
       break;
     start = comma + 1;
   }
-  if (static_cast<int>(inputTexts.size()) != node.input_size())
-    fail(node, "equation '" + equation + "' names " + std::to_string(inputTexts.size()) +
-                   " operands, the node has " + std::to_string(node.input_size()));
+  return inputTexts;
+}
 
-  // Parses one term against its operand's rank; `rank` < 0 for the output.
-  int64_t ellipsisRank = 0;
-  auto parse = [&](const std::string &text, int64_t rank) {
-    EinsumTerm term;
-    size_t dots = text.find("...");
-    int64_t letters = 0;
-    for (char c : text)
-      if (std::isalpha(static_cast<unsigned char>(c)))
-        ++letters;
-      else if (c != '.')
-        fail(node, "equation '" + equation + "': '" + std::string(1, c) + "' is not a label");
-    if (letters + (dots == std::string::npos ? 0 : 3) != static_cast<int64_t>(text.size()) ||
-        (dots != std::string::npos && text.find("...", dots + 1) != std::string::npos))
-      fail(node, "equation '" + equation + "': malformed term '" + text + "'");
-    int64_t extra = dots == std::string::npos ? 0 : (rank >= 0 ? rank - letters : ellipsisRank);
-    if (rank >= 0 && (extra < 0 || (dots == std::string::npos && letters != rank)))
-      fail(node, "equation '" + equation + "': term '" + text + "' does not fit rank " +
-                     std::to_string(rank));
-    if (rank >= 0)
-      ellipsisRank = std::max(ellipsisRank, extra);
-    for (size_t i = 0; i < text.size(); ++i) {
-      if (i == dots) {
-        for (int64_t e = extra; e > 0; --e)
-          term.labels.push_back(kEllipsisPrefix + std::to_string(e));
-        i += 2;
-      } else {
-        term.labels.push_back(std::string(1, text[i]));
-      }
-    }
-    return term;
-  };
-  std::vector<EinsumTerm> terms;
-  std::vector<Value> values;
-  std::map<std::string, int> uses;
-  std::map<std::string, int64_t> sizes;
-  for (int index = 0; index < node.input_size(); ++index) {
-    Value value = operand(node, index);
-    if (!llvm::isa<FloatType>(typeOf(value).getElementType()))
-      fail(node, "Einsum on integer operands is not supported");
-    terms.push_back(parse(inputTexts[index], typeOf(value).getRank()));
-    auto &labels = terms.back().labels;
-    for (const std::string &label : labels) // as written: a diagonal's label is used twice
-      ++uses[label];
-    // A label repeated within one operand takes the diagonal: the two axes
-    // side by side, merged, and gathered at every (size + 1)-th position.
-    for (size_t second = 1; second < labels.size(); ++second) {
-      size_t first = std::find(labels.begin(), labels.end(), labels[second]) - labels.begin();
-      if (first == second)
-        continue;
-      auto shape = typeOf(value).getShape();
-      if (shape[first] != shape[second])
-        fail(node, "equation '" + equation + "': label '" + labels[first] + "' has sizes " +
-                       std::to_string(shape[first]) + " and " + std::to_string(shape[second]));
-      std::vector<int64_t> perm;
-      for (size_t axis = 0; axis < labels.size(); ++axis)
-        if (axis != second)
-          perm.push_back(axis);
-      perm.insert(perm.begin() + first + 1, second);
-      Value adjacent = transposeBy(node, value, perm);
-      std::vector<int64_t> merged;
-      for (size_t position = 0; position < perm.size(); ++position)
-        if (position == first + 1)
-          merged.back() *= shape[perm[position]];
-        else
-          merged.push_back(shape[perm[position]]);
-      const int64_t size = shape[first];
-      std::vector<int64_t> diagonal(size);
-      for (int64_t i = 0; i < size; ++i)
-        diagonal[i] = i * (size + 1);
-      Value indices = materialize(HostTensor::ofInts(ElementKind::Int64, {size}, diagonal),
-                                  locationOf(node));
-      value = build<nn::GatherOp>(
-          node, {reshapeTo(node, adjacent, merged), indices},
-          {builder.getNamedAttr("axis", builder.getI64IntegerAttr(static_cast<int64_t>(first)))});
-      labels.erase(labels.begin() + second);
-      --second;
-    }
-    values.push_back(value);
-    for (auto [axis, label] : llvm::enumerate(labels)) {
-      int64_t size = typeOf(value).getDimSize(axis);
-      auto [it, inserted] = sizes.insert({label, size});
-      if (!inserted && it->second != size) {
-        if (it->second != 1 && size != 1)
-          fail(node, "equation '" + equation + "': label '" + label + "' has sizes " +
-                         std::to_string(it->second) + " and " + std::to_string(size));
-        it->second = std::max(it->second, size);
-      }
+/// Parses one term against its operand's rank; `rank` < 0 for the output.
+/// `ellipsisRank`: the most axes an operand's ellipsis stands for so far.
+EinsumTerm parseEinsumTerm(OnnxImporter &im, const onnx::NodeProto &node, const std::string &equation,
+                           const std::string &text, int64_t rank, int64_t &ellipsisRank) {
+  EinsumTerm term;
+  size_t dots = text.find("...");
+  int64_t letters = 0;
+  for (char c : text)
+    if (std::isalpha(static_cast<unsigned char>(c)))
+      ++letters;
+    else if (c != '.')
+      im.fail(node, "equation '" + equation + "': '" + std::string(1, c) + "' is not a label");
+  if (letters + (dots == std::string::npos ? 0 : 3) != static_cast<int64_t>(text.size()) ||
+      (dots != std::string::npos && text.find("...", dots + 1) != std::string::npos))
+    im.fail(node, "equation '" + equation + "': malformed term '" + text + "'");
+  int64_t extra = dots == std::string::npos ? 0 : (rank >= 0 ? rank - letters : ellipsisRank);
+  if (rank >= 0 && (extra < 0 || (dots == std::string::npos && letters != rank)))
+    im.fail(node, "equation '" + equation + "': term '" + text + "' does not fit rank " +
+                      std::to_string(rank));
+  if (rank >= 0)
+    ellipsisRank = std::max(ellipsisRank, extra);
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (i == dots) {
+      for (int64_t e = extra; e > 0; --e)
+        term.labels.push_back(kEllipsisPrefix + std::to_string(e));
+      i += 2;
+    } else {
+      term.labels.push_back(std::string(1, text[i]));
     }
   }
+  return term;
+}
+
+/// A label repeated within one operand takes the diagonal: the two axes
+/// side by side, merged, and gathered at every (size + 1)-th position.
+/// Returns the operand without the repeats, and drops them from `labels`.
+Value takeDiagonals(OnnxImporter &im, const onnx::NodeProto &node, const std::string &equation, Value value,
+                    std::vector<std::string> &labels) {
+  for (size_t second = 1; second < labels.size(); ++second) {
+    size_t first = std::find(labels.begin(), labels.end(), labels[second]) - labels.begin();
+    if (first == second)
+      continue;
+    auto shape = im.typeOf(value).getShape();
+    if (shape[first] != shape[second])
+      im.fail(node, "equation '" + equation + "': label '" + labels[first] + "' has sizes " +
+                        std::to_string(shape[first]) + " and " + std::to_string(shape[second]));
+    std::vector<int64_t> perm;
+    for (size_t axis = 0; axis < labels.size(); ++axis)
+      if (axis != second)
+        perm.push_back(axis);
+    perm.insert(perm.begin() + first + 1, second);
+    Value adjacent = im.transposeBy(node, value, perm);
+    std::vector<int64_t> merged;
+    for (size_t position = 0; position < perm.size(); ++position)
+      if (position == first + 1)
+        merged.back() *= shape[perm[position]];
+      else
+        merged.push_back(shape[perm[position]]);
+    const int64_t size = shape[first];
+    std::vector<int64_t> diagonal(size);
+    for (int64_t i = 0; i < size; ++i)
+      diagonal[i] = i * (size + 1);
+    Value indices = im.materialize(HostTensor::ofInts(ElementKind::Int64, {size}, diagonal),
+                                   im.locationOf(node));
+    Builder attributes(value.getContext());
+    value = im.build<nn::GatherOp>(
+        node, {im.reshapeTo(node, adjacent, merged), indices},
+        {attributes.getNamedAttr("axis", attributes.getI64IntegerAttr(static_cast<int64_t>(first)))});
+    labels.erase(labels.begin() + second);
+    --second;
+  }
+  return value;
+}
+
+/// Records each label's size; sizes of one label must agree, but for 1,
+/// which broadcasts.
+void recordLabelSizes(OnnxImporter &im, const onnx::NodeProto &node, const std::string &equation, Value value,
+                      const std::vector<std::string> &labels, std::map<std::string, int64_t> &sizes) {
+  for (auto [axis, label] : llvm::enumerate(labels)) {
+    int64_t size = im.typeOf(value).getDimSize(axis);
+    auto [it, inserted] = sizes.insert({label, size});
+    if (!inserted && it->second != size) {
+      if (it->second != 1 && size != 1)
+        im.fail(node, "equation '" + equation + "': label '" + label + "' has sizes " +
+                          std::to_string(it->second) + " and " + std::to_string(size));
+      it->second = std::max(it->second, size);
+    }
+  }
+}
+
+/// The output's labels: as written after the arrow, else (implicit output)
+/// the ellipsis axes, then the labels used once, sorted.
+EinsumTerm einsumOutput(OnnxImporter &im, const onnx::NodeProto &node, const std::string &equation, size_t arrow,
+                        int64_t ellipsisRank, const std::map<std::string, int> &uses,
+                        const std::map<std::string, int64_t> &sizes) {
   EinsumTerm output;
   if (arrow != std::string::npos) {
-    output = parse(equation.substr(arrow + 2), -1);
+    output = parseEinsumTerm(im, node, equation, equation.substr(arrow + 2), -1, ellipsisRank);
     for (const std::string &label : output.labels)
       if (!sizes.count(label))
-        fail(node, "equation '" + equation + "': output label '" + label +
-                       "' is in no operand");
+        im.fail(node, "equation '" + equation + "': output label '" + label +
+                          "' is in no operand");
   } else {
     // Implicit output: the ellipsis axes, then the labels used once, sorted.
     for (int64_t e = ellipsisRank; e > 0; --e)
@@ -417,23 +418,52 @@ void OnnxImporter::convertEinsum(const onnx::NodeProto &node) {
       if (count == 1 && label.rfind(kEllipsisPrefix, 0) != 0)
         output.labels.push_back(label);
   }
+  return output;
+}
 
-  auto shapeOf = [&](const std::vector<std::string> &labels) {
+/// The operands contracted left to right, one batched matrix product per
+/// pair, each label summed out as soon as nothing later needs it.
+class EinsumContraction {
+public:
+  EinsumContraction(OnnxImporter &im, const onnx::NodeProto &node, const std::string &equation,
+                    const std::vector<EinsumTerm> &terms, const EinsumTerm &output,
+                    const std::map<std::string, int64_t> &sizes)
+      : im(im), node(node), equation(equation), terms(terms), output(output), sizes(sizes) {}
+
+  Value run(const std::vector<Value> &values) {
+    Value result = values[0];
+    std::vector<std::string> labels = terms[0].labels;
+    {
+      std::set<std::string> keep = neededAfter(0);
+      result = sumOut(result, labels, keep);
+    }
+    for (size_t index = 1; index < terms.size(); ++index)
+      result = multiply(result, labels, index, values[index]);
+    // The output: sum what it lacks, broadcast what a single operand had as 1.
+    std::set<std::string> outputLabels(output.labels.begin(), output.labels.end());
+    result = sumOut(result, labels, outputLabels);
+    if (labels.size() != output.labels.size())
+      im.fail(node, "equation '" + equation + "': the output repeats a label");
+    result = arrangeLabels(result, labels, output.labels);
+    return im.expandTo(node, result, shapeOf(output.labels));
+  }
+
+private:
+  std::vector<int64_t> shapeOf(const std::vector<std::string> &labels) const {
     std::vector<int64_t> shape;
     for (const std::string &label : labels)
       shape.push_back(sizes.at(label));
     return shape;
-  };
+  }
   // Labels still needed after operand `index`: the output's and later operands'.
-  auto neededAfter = [&](size_t index) {
+  std::set<std::string> neededAfter(size_t index) const {
     std::set<std::string> needed(output.labels.begin(), output.labels.end());
     for (size_t later = index + 1; later < terms.size(); ++later)
       needed.insert(terms[later].labels.begin(), terms[later].labels.end());
     return needed;
-  };
+  }
   // Sums out the labels of `labels` that are not in `keep`.
-  auto sumOut = [&](Value value, std::vector<std::string> &labels,
-                    const std::set<std::string> &keep) {
+  Value sumOut(Value value, std::vector<std::string> &labels, const std::set<std::string> &keep) {
     std::vector<int64_t> axes;
     std::vector<std::string> rest;
     for (auto [axis, label] : llvm::enumerate(labels))
@@ -442,30 +472,23 @@ void OnnxImporter::convertEinsum(const onnx::NodeProto &node) {
       else
         axes.push_back(axis);
     labels = rest;
-    return axes.empty() ? value : sumOver(node, value, axes, /*keepdims=*/false);
-  };
+    return axes.empty() ? value : im.sumOver(node, value, axes, /*keepdims=*/false);
+  }
   // Transposes `value` (labelled `from`) into the order `to`, a permutation.
-  auto arrangeLabels = [&](Value value, const std::vector<std::string> &from,
-                           const std::vector<std::string> &to) {
+  Value arrangeLabels(Value value, const std::vector<std::string> &from, const std::vector<std::string> &to) {
     std::vector<int64_t> perm;
     for (const std::string &label : to)
       perm.push_back(std::find(from.begin(), from.end(), label) - from.begin());
-    return transposeBy(node, value, perm);
-  };
-
-  Value result = values[0];
-  std::vector<std::string> labels = terms[0].labels;
-  {
-    std::set<std::string> keep = neededAfter(0);
-    result = sumOut(result, labels, keep);
+    return im.transposeBy(node, value, perm);
   }
-  for (size_t index = 1; index < terms.size(); ++index) {
+  // The product so far (labelled `labels`, updated) times operand `index`.
+  Value multiply(Value result, std::vector<std::string> &labels, size_t index, Value operandValue) {
     std::set<std::string> needed = neededAfter(index);
     // Labels only this operand has and nothing later needs: summed first.
     std::vector<std::string> right = terms[index].labels;
     std::set<std::string> rightKeep(needed);
     rightKeep.insert(labels.begin(), labels.end());
-    Value other = sumOut(values[index], right, rightKeep);
+    Value other = sumOut(operandValue, right, rightKeep);
     std::set<std::string> leftKeep(needed);
     leftKeep.insert(right.begin(), right.end());
     result = sumOut(result, labels, leftKeep);
@@ -485,24 +508,56 @@ void OnnxImporter::convertEinsum(const onnx::NodeProto &node) {
     leftOrder.insert(leftOrder.end(), contracted.begin(), contracted.end());
     rightOrder.insert(rightOrder.end(), contracted.begin(), contracted.end());
     rightOrder.insert(rightOrder.end(), rightOnly.begin(), rightOnly.end());
-    Value lhs = expandTo(node, arrangeLabels(result, labels, leftOrder), shapeOf(leftOrder));
-    Value rhs = expandTo(node, arrangeLabels(other, right, rightOrder), shapeOf(rightOrder));
+    Value lhs = im.expandTo(node, arrangeLabels(result, labels, leftOrder), shapeOf(leftOrder));
+    Value rhs = im.expandTo(node, arrangeLabels(other, right, rightOrder), shapeOf(rightOrder));
     const int64_t batchSize = productOf(shapeOf(batch)), m = productOf(shapeOf(leftOnly)),
                   k = productOf(shapeOf(contracted)), n = productOf(shapeOf(rightOnly));
-    Value product = build<nn::MatMulOp>(node, {reshapeTo(node, lhs, {batchSize, m, k}),
-                                               reshapeTo(node, rhs, {batchSize, k, n})});
+    Value product = im.build<nn::MatMulOp>(node, {im.reshapeTo(node, lhs, {batchSize, m, k}),
+                                                  im.reshapeTo(node, rhs, {batchSize, k, n})});
     labels = batch;
     labels.insert(labels.end(), leftOnly.begin(), leftOnly.end());
     labels.insert(labels.end(), rightOnly.begin(), rightOnly.end());
-    result = reshapeTo(node, product, shapeOf(labels));
+    return im.reshapeTo(node, product, shapeOf(labels));
   }
-  // The output: sum what it lacks, broadcast what a single operand had as 1.
-  std::set<std::string> outputLabels(output.labels.begin(), output.labels.end());
-  result = sumOut(result, labels, outputLabels);
-  if (labels.size() != output.labels.size())
-    fail(node, "equation '" + equation + "': the output repeats a label");
-  result = arrangeLabels(result, labels, output.labels);
-  define(node, 0, expandTo(node, result, shapeOf(output.labels)));
+
+  OnnxImporter &im;
+  const onnx::NodeProto &node;
+  const std::string &equation;
+  const std::vector<EinsumTerm> &terms;
+  const EinsumTerm &output;
+  const std::map<std::string, int64_t> &sizes;
+};
+
+} // namespace
+
+void OnnxImporter::convertEinsum(const onnx::NodeProto &node) {
+  std::string equation = stringAttr(node, "equation", "");
+  equation.erase(std::remove(equation.begin(), equation.end(), ' '), equation.end());
+  const size_t arrow = equation.find("->");
+  const std::vector<std::string> inputTexts = operandTexts(equation, arrow);
+  if (static_cast<int>(inputTexts.size()) != node.input_size())
+    fail(node, "equation '" + equation + "' names " + std::to_string(inputTexts.size()) +
+                   " operands, the node has " + std::to_string(node.input_size()));
+
+  int64_t ellipsisRank = 0;
+  std::vector<EinsumTerm> terms;
+  std::vector<Value> values;
+  std::map<std::string, int> uses;
+  std::map<std::string, int64_t> sizes;
+  for (int index = 0; index < node.input_size(); ++index) {
+    Value value = operand(node, index);
+    if (!llvm::isa<FloatType>(typeOf(value).getElementType()))
+      fail(node, "Einsum on integer operands is not supported");
+    terms.push_back(parseEinsumTerm(*this, node, equation, inputTexts[index], typeOf(value).getRank(), ellipsisRank));
+    auto &labels = terms.back().labels;
+    for (const std::string &label : labels) // as written: a diagonal's label is used twice
+      ++uses[label];
+    value = takeDiagonals(*this, node, equation, value, labels);
+    values.push_back(value);
+    recordLabelSizes(*this, node, equation, value, labels, sizes);
+  }
+  const EinsumTerm output = einsumOutput(*this, node, equation, arrow, ellipsisRank, uses, sizes);
+  define(node, 0, EinsumContraction(*this, node, equation, terms, output, sizes).run(values));
 }
 
 } // namespace pipec::import::detail

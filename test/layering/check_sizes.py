@@ -23,8 +23,6 @@ FILE_LIMIT, FUNCTION_LIMIT = 1000, 200
 # Still to split (issue 49 item 4), at their size when the limits came in.
 OVER_LIMIT = {
     "compiler/Import/RespecializeRules.cpp:Respecializer::convert": 589,
-    "compiler/Emit/EmitFused.cpp:StageEmitter::emitFused": 216,
-    "compiler/Import/ConvertReduction.cpp:OnnxImporter::convertEinsum": 208,
 }
 TOKEN = re.compile(r'//[^\n]*|/\*.*?\*/|R"(?P<delim>[^(\s]*)\(.*?\)(?P=delim)"|"(?:\\.|[^"\\\n])*"|'
                    r"'(?:\\.|[^'\\\n])*'", re.S)
