@@ -20,10 +20,9 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FOLDERS = ["runtime", "analysis", "dialects", "passes", "compiler", "tools"]
 SUFFIXES = (".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh")
 FILE_LIMIT, FUNCTION_LIMIT = 1000, 200
-# Still to split (issue 49 item 4), at their size when the limits came in.
-OVER_LIMIT = {
-    "compiler/Import/RespecializeRules.cpp:Respecializer::convert": 589,
-}
+# Functions still to split, at their size when the limits came in (issue 49
+# split the last; an entry is never added).
+OVER_LIMIT = {}
 TOKEN = re.compile(r'//[^\n]*|/\*.*?\*/|R"(?P<delim>[^(\s]*)\(.*?\)(?P=delim)"|"(?:\\.|[^"\\\n])*"|'
                    r"'(?:\\.|[^'\\\n])*'", re.S)
 BODY_AFTER = re.compile(r"\)\s*(?:const\s*)?(?:noexcept\s*)?(?:override\s*)?(?:final\s*)?(?:->\s*[\w:<>,\s\*&]+)?$")
@@ -98,8 +97,8 @@ def main():
         problems.append(f"{key}: listed in OVER_LIMIT but not found (renamed or split? update the list)")
     if problems:
         sys.exit("size limits (docs/build.md, \"Size limits\"):\n  " + "\n  ".join(problems))
-    print(f"every product file within {FILE_LIMIT} lines and every function within {FUNCTION_LIMIT}, "
-          f"but the {len(OVER_LIMIT)} listed to split")
+    print(f"every product file within {FILE_LIMIT} lines and every function within {FUNCTION_LIMIT}" +
+          (f", but the {len(OVER_LIMIT)} listed to split" if OVER_LIMIT else ""))
 
 
 if __name__ == "__main__":
