@@ -2,7 +2,7 @@
 // The input is the model file's bytes: binary protobuf (fuzz_onnx) or the
 // ONNX text format (fuzz_onnxtext, built with PIPEC_FUZZ_ONNX_TEXT; the
 // importer picks the format by the .onnxtext extension). The same calls as
-// compiler/Driver: importOnnxModel on a fresh context, then (as `--build` does) readInitializerValues, and printing the module
+// compiler/Driver: importOnnxModel on a fresh context, then readInitializerValues (the checks of InitializerReader, which writes a job's weights), and printing the module
 // (as --emit=nn does), then the import at another micro-batch size.
 #include "FuzzSupport.h"
 

@@ -366,12 +366,9 @@ int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_
   });
 
   std::vector<std::string> errors;
-  // The initial weights of a job are read with the model, not parsed again.
-  std::map<std::string, import::HostTensor> initialValues;
   auto importModel = [&] {
     errors.clear();
-    return import::importOnnxModel(context, options.inputPath, options.importOptions, errors,
-                                   options.partition().outDir.empty() ? nullptr : &initialValues);
+    return import::importOnnxModel(context, options.inputPath, options.importOptions, errors);
   };
   auto module = importModel();
   // The planner's micro-batch size: the model imported again at it.
@@ -470,6 +467,14 @@ int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_
   // The job directory, from the module alone (WriteJob.h); with --json,
   // standard output carries the one JSON document only.
   llvm::raw_ostream &written = options.partition().json ? errs : outs;
+  // The initial weights, read one tensor at a time as each stage's file is
+  // written (never all of them at once: docs/weights-format.md).
+  import::InitializerReader initialValues(options.inputPath);
+  if (!initialValues.ok()) {
+    for (const std::string &error : initialValues.errors())
+      errs << "error: " << error << "\n";
+    return 1;
+  }
   if (!options.eachCandidate)
     return failed(writeJob(*module, options.partition().outDir, options.job, initialValues, written, errs));
 

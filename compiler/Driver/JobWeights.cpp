@@ -41,9 +41,11 @@ void storeElement(const import::HostTensor &value, int64_t e, int dtype, unsigne
 }
 } // namespace
 
-LogicalResult writeStageWeights(pipe::StageOp stage, const std::map<std::string, import::HostTensor> &initial,
+LogicalResult writeStageWeights(pipe::StageOp stage, import::InitializerReader &initial,
                                 const std::filesystem::path &file, raw_ostream &errs) {
-  std::vector<io::Tensor> tensors;
+  // The stage's parameters and buffers (names and IR types) first: the file
+  // announces its count, then each tensor is read, converted and written.
+  std::vector<std::pair<std::string, RankedTensorType>> wanted;
   std::set<std::string> seen;
   stage.walk([&](func::FuncOp function) {
     for (unsigned i = 0; i < function.getNumArguments(); ++i) {
@@ -52,21 +54,35 @@ LogicalResult writeStageWeights(pipe::StageOp stage, const std::map<std::string,
       if ((role != nn::Role::Param && role != nn::Role::Buffer) ||
           !seen.insert(name.str()).second)
         continue;
-      auto type = llvm::cast<RankedTensorType>(function.getArgument(i).getType());
-      const import::HostTensor &value = initial.at(name.str());
-      io::Tensor tensor;
-      tensor.name = name.str();
-      tensor.dtype = abiDtype(type.getElementType()).code;
-      tensor.shape.assign(type.getShape().begin(), type.getShape().end());
-      tensor.data.resize(tensor.bytes());
-      const size_t elementBytes = io::dtypeSize(tensor.dtype);
-      for (int64_t e = 0; e < value.numElements(); ++e)
-        storeElement(value, e, tensor.dtype, reinterpret_cast<unsigned char *>(tensor.data.data()) + e * elementBytes);
-      tensors.push_back(std::move(tensor));
+      wanted.emplace_back(name.str(), llvm::cast<RankedTensorType>(function.getArgument(i).getType()));
     }
   });
   try {
-    io::writeTensorFile(file.string(), tensors);
+    io::TensorFileWriter writer(file.string(), wanted.size());
+    for (const auto &[name, type] : wanted) {
+      std::optional<import::HostTensor> value = initial.read(name);
+      if (!value) {
+        for (const std::string &problem : initial.errors())
+          errs << "error: " << problem << "\n";
+        return failure();
+      }
+      io::Tensor tensor;
+      tensor.name = name;
+      tensor.dtype = abiDtype(type.getElementType()).code;
+      tensor.shape.assign(type.getShape().begin(), type.getShape().end());
+      if (value->numElements() != type.getNumElements()) {
+        errs << "error: initializer '" << name << "' has " << value->numElements()
+             << " elements, its parameter " << type.getNumElements() << "\n";
+        return failure();
+      }
+      tensor.data.resize(tensor.bytes());
+      const size_t elementBytes = io::dtypeSize(tensor.dtype);
+      for (int64_t e = 0; e < value->numElements(); ++e)
+        storeElement(*value, e, tensor.dtype, reinterpret_cast<unsigned char *>(tensor.data.data()) + e * elementBytes);
+      value.reset();
+      writer.add(tensor);
+    }
+    writer.finish();
   } catch (const std::exception &problem) {
     errs << "error: " << problem.what() << "\n";
     return failure();

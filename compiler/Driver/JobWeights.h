@@ -3,13 +3,12 @@
 #ifndef PIPEC_COMPILER_DRIVER_JOBWEIGHTS_H
 #define PIPEC_COMPILER_DRIVER_JOBWEIGHTS_H
 
-#include "compiler/Import/HostTensor.h"
+#include "compiler/Import/OnnxImporter.h"
 #include "dialects/pipe/PipeDialect.h"
 
 #include "mlir/Support/LLVM.h"
 
 #include <filesystem>
-#include <map>
 #include <string>
 
 namespace pipec {
@@ -24,9 +23,10 @@ struct AbiDtype {
 AbiDtype abiDtype(mlir::Type element);
 
 /// Writes `file`: every parameter and buffer the stage's functions read,
-/// from `initial` (the model's initializers by name), floats rounded once to
-/// the IR's element type, integers exact.
-mlir::LogicalResult writeStageWeights(pipe::StageOp stage, const std::map<std::string, import::HostTensor> &initial,
+/// from `initial` (the model's initializers, read one at a time and written
+/// as read: the writer holds one tensor, never the stage's weights), floats
+/// rounded once to the IR's element type, integers exact.
+mlir::LogicalResult writeStageWeights(pipe::StageOp stage, import::InitializerReader &initial,
                                       const std::filesystem::path &file, llvm::raw_ostream &errs);
 
 } // namespace pipec

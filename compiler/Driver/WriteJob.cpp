@@ -139,8 +139,7 @@ FailureOr<pipe::OptimizerAttr> optimizerOnModule(ModuleOp module, raw_ostream &e
 /// stages: files, data, optimizer, target). `gpu` is the planner's device.
 FailureOr<plan::Runtime> writeStagesAndWeights(ModuleOp module, const fs::path &directory, const JobOptions &options,
                                                const std::string &gpu,
-                                               const std::map<std::string, import::HostTensor> &initial,
-                                               raw_ostream &errs) {
+                                               import::InitializerReader &initial, raw_ostream &errs) {
   FailureOr<pipe::OptimizerAttr> optimizer = optimizerOnModule(module, errs);
   if (failed(optimizer))
     return failure();
@@ -260,8 +259,7 @@ FailureOr<plan::Runtime> writeStagesAndWeights(ModuleOp module, const fs::path &
 } // namespace
 
 LogicalResult writeJob(ModuleOp module, const std::string &directoryName, const JobOptions &options,
-                       const std::map<std::string, import::HostTensor> &initialValues, raw_ostream &outs,
-                       raw_ostream &errs) {
+                       import::InitializerReader &initialValues, raw_ostream &outs, raw_ostream &errs) {
   if (directoryName.empty()) {
     errs << "error: the job writer needs a directory (out=DIR)\n";
     return failure();
@@ -352,10 +350,9 @@ struct WriteJobPass
                          << "), where the initial weights are: import it with pipec";
       return signalPassFailure();
     }
-    std::map<std::string, import::HostTensor> initialValues;
-    std::vector<std::string> errors;
-    if (!import::readInitializerValues(source.str(), initialValues, errors)) {
-      for (const std::string &error : errors)
+    import::InitializerReader initialValues(source.str());
+    if (!initialValues.ok()) {
+      for (const std::string &error : initialValues.errors())
         module.emitError() << error;
       return signalPassFailure();
     }

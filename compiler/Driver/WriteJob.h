@@ -8,12 +8,11 @@
 #define PIPEC_COMPILER_DRIVER_WRITEJOB_H
 
 #include "compiler/Driver/JobOptions.h"
-#include "compiler/Import/HostTensor.h"
+#include "compiler/Import/OnnxImporter.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LLVM.h"
 
-#include <map>
 #include <memory>
 #include <string>
 
@@ -25,13 +24,12 @@ namespace pipec {
 
 /// Writes DIR/plan.json, DIR/schedule/, DIR/stages/stage_<k>.cpp (.cu for
 /// the cuda target; + CMakeLists.txt, and the libraries with `build`) and
-/// DIR/weights/stage_<k>.bin. `initialValues` are the model's initializers
-/// (import::readInitializerValues). Errors (a module the pipeline did not
+/// DIR/weights/stage_<k>.bin. `initialValues` reads the model's
+/// initializers one at a time (import::InitializerReader). Errors (a module the pipeline did not
 /// plan, a memory plan for another target, a file that cannot be written)
 /// go to `errs`; the one-line summary of what was written to `outs`.
 mlir::LogicalResult writeJob(mlir::ModuleOp module, const std::string &directory, const JobOptions &options,
-                             const std::map<std::string, import::HostTensor> &initialValues,
-                             llvm::raw_ostream &outs, llvm::raw_ostream &errs);
+                             import::InitializerReader &initialValues, llvm::raw_ostream &outs, llvm::raw_ostream &errs);
 
 /// `pipec-write-job`'s options: out=DIR and the settings of JobOptions
 /// (build, target=..., precision=..., cuda-arch=..., seed=...).

@@ -80,8 +80,14 @@ public:
         errors(errors) {}
 
   mlir::OwningOpRef<mlir::ModuleOp> run();
-  /// Every initializer's value; `load` false: from the model run() loaded.
-  bool readInitializers(std::map<std::string, HostTensor> &values, bool load = true);
+  /// Every initializer's value (readInitializerValues).
+  bool readInitializers(std::map<std::string, HostTensor> &values);
+  /// Loads the model and names its initializers as run() does, without
+  /// translating (InitializerReader); false with errors on bad input.
+  bool loadOnly();
+  /// One initializer's value in its training kind; nullopt, with an error
+  /// recorded, when absent or unreadable (InitializerReader).
+  std::optional<HostTensor> readInitializer(const std::string &name);
   /// Whether every graph input leaves its batch dimension free
   /// (batchDimensionIsFree).
   std::optional<bool> batchDimensionIsFree();

@@ -132,16 +132,39 @@ void OnnxImporter::noteNarrowOrWideFloats() {
       (" arithmetic in float32 (" + settings::flag(settings::kPrecision) + " bf16 runs matrix products in bfloat16)"));
 }
 
-bool OnnxImporter::readInitializers(std::map<std::string, HostTensor> &values, bool load) {
+bool OnnxImporter::readInitializers(std::map<std::string, HostTensor> &values) {
+  if (!loadOnly())
+    return false;
   try {
-    if (load)
-      loadModel();
     for (const auto &tensor : model.graph().initializer())
       values[tensor.name()] =
           inTrainingKind(readTensor(tensor, "initializer '" + tensor.name() + "'"));
     return true;
   } catch (const ImportAborted &) {
     return false;
+  }
+}
+
+bool OnnxImporter::loadOnly() {
+  try {
+    loadModel();
+    // The initializers as run() names them: shared running statistics get
+    // their copies (the job's buffers are those).
+    privatizeRunningStatistics();
+    return true;
+  } catch (const ImportAborted &) {
+    return false;
+  }
+}
+
+std::optional<HostTensor> OnnxImporter::readInitializer(const std::string &name) {
+  try {
+    for (const auto &tensor : model.graph().initializer())
+      if (tensor.name() == name)
+        return inTrainingKind(readTensor(tensor, "initializer '" + name + "'"));
+    failFile("has no initializer '" + name + "'");
+  } catch (const ImportAborted &) {
+    return std::nullopt;
   }
 }
 
@@ -393,6 +416,17 @@ bool readInitializerValues(const std::string &path, std::map<std::string, HostTe
   return importer.readInitializers(values);
 }
 
+InitializerReader::InitializerReader(const std::string &path)
+    : context(std::make_unique<MLIRContext>()),
+      importer(std::make_unique<detail::OnnxImporter>(*context, path, options, problems)),
+      loaded(importer->loadOnly()) {}
+
+InitializerReader::~InitializerReader() = default;
+
+std::optional<HostTensor> InitializerReader::read(const std::string &name) {
+  return loaded ? importer->readInitializer(name) : std::nullopt;
+}
+
 std::vector<std::string> supportedOnnxOps() {
   std::vector<std::string> names;
   for (const detail::OnnxOp &row : detail::onnxOps())
@@ -404,14 +438,9 @@ std::vector<std::string> supportedOnnxOps() {
 
 OwningOpRef<ModuleOp> importOnnxModel(MLIRContext &context, const std::string &path,
                                       const ImportOptions &options,
-                                      std::vector<std::string> &errors,
-                                      std::map<std::string, HostTensor> *initializerValues) {
+                                      std::vector<std::string> &errors) {
   detail::OnnxImporter importer(context, path, options, errors);
-  OwningOpRef<ModuleOp> module = importer.run();
-  if (module && initializerValues &&
-      !importer.readInitializers(*initializerValues, /*load=*/false))
-    return nullptr;
-  return module;
+  return importer.run();
 }
 
 } // namespace pipec::import

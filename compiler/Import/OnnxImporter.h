@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,18 +57,46 @@ bool parseInputShape(const std::string &text, ImportOptions &options, std::strin
 
 /// Imports the model at `path`. On bad input, returns null and reports one
 /// error paragraph per problem through `errors` (file, node, op type, reason).
-/// With `initializerValues`, also fills it as readInitializerValues does, from
-/// the same parse (a large model is read once).
+/// Initializer data is not read beyond what folding needs (InitializerReader
+/// reads the weights).
 mlir::OwningOpRef<mlir::ModuleOp>
 importOnnxModel(mlir::MLIRContext &context, const std::string &path, const ImportOptions &options,
-                std::vector<std::string> &errors,
-                std::map<std::string, HostTensor> *initializerValues = nullptr);
+                std::vector<std::string> &errors);
 
 /// The values of every initializer of the model at `path` (external data
 /// included, with the importer's checks): the initial weights for training
 /// and for the reference evaluator. Returns false with `errors` set on bad input.
 bool readInitializerValues(const std::string &path, std::map<std::string, HostTensor> &values,
                            std::vector<std::string> &errors);
+
+namespace detail {
+class OnnxImporter;
+}
+
+/// The initializers of the model at `path`, read one at a time in their
+/// training kind (the checks of readInitializerValues): a job's weights are
+/// written tensor by tensor, so the compiler holds one of them, never the
+/// model's weights (docs/weights-format.md).
+class InitializerReader {
+public:
+  /// Loads the model's graph (external data stays on disk); ok() is false
+  /// and errors() says why on bad input.
+  explicit InitializerReader(const std::string &path);
+  ~InitializerReader();
+  bool ok() const { return loaded; }
+  /// Initializer `name`; nullopt, with an error added to errors(), when the
+  /// model has no such initializer or its data cannot be read.
+  std::optional<HostTensor> read(const std::string &name);
+  /// One paragraph per problem (file, initializer, reason), as the importer's.
+  const std::vector<std::string> &errors() const { return problems; }
+
+private:
+  std::unique_ptr<mlir::MLIRContext> context;
+  ImportOptions options;
+  std::vector<std::string> problems;
+  std::unique_ptr<detail::OnnxImporter> importer;
+  bool loaded = false;
+};
 
 /// The element kind of an MLIR element type the importer creates (nullopt
 /// for any other type).

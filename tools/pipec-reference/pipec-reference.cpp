@@ -112,9 +112,8 @@ int main(int argc, char **argv) {
   for (const auto &[name, tensor] : given)
     if (name != "labels")
       importOptions.inputShapes[name] = tensor.shape;
-  auto module =
-      pipec::import::importOnnxModel(context, modelPath, importOptions, errors, &initializers);
-  if (!module) {
+  auto module = pipec::import::importOnnxModel(context, modelPath, importOptions, errors);
+  if (!module || !pipec::import::readInitializerValues(modelPath, initializers, errors)) {
     for (const auto &error : errors)
       llvm::errs() << "error: " << error << "\n";
     return 1;

@@ -157,27 +157,77 @@ inline void writeFileAtomically(const std::string &path, const std::string &byte
 
 inline constexpr char kTensorMagic[8] = {'P', 'I', 'P', 'E', 'C', 'T', 'S', '1'};
 
-inline std::string encodeTensors(const std::vector<Tensor> &tensors) {
-  std::string out;
-  detail::put(out, kTensorMagic, 8);
-  detail::putv<uint64_t>(out, tensors.size());
-  for (const Tensor &t : tensors) {
+// Writes a tensor file one tensor at a time, so that a writer holds one
+// tensor, never the file (a job's weights: docs/weights-format.md). The
+// file is written beside `path` and renamed into place by finish(), as
+// detail::writeFileAtomically does: readers never see a half-written file.
+class TensorFileWriter {
+public:
+  TensorFileWriter(std::string path, uint64_t count)
+      : path(std::move(path)), tmp(this->path + ".tmp"), expected(count),
+        out(tmp, std::ios::binary | std::ios::trunc) {
+    if (!out) throw FormatError(tmp + ": cannot open for writing");
+    std::string header;
+    detail::put(header, kTensorMagic, 8);
+    detail::putv<uint64_t>(header, count);
+    write(header);
+  }
+  TensorFileWriter(const TensorFileWriter &) = delete;
+  TensorFileWriter &operator=(const TensorFileWriter &) = delete;
+  ~TensorFileWriter() {
+    if (!finished) {
+      out.close();
+      std::remove(tmp.c_str());
+    }
+  }
+
+  void add(const Tensor &t) {
     if (t.data.size() != t.bytes())
       throw FormatError("tensor " + t.name + ": " + std::to_string(t.data.size()) +
                         " data bytes for shape " + shapeString(t.shape) + " " + dtypeName(t.dtype));
-    detail::putv<uint32_t>(out, (uint32_t)t.name.size());
-    detail::put(out, t.name.data(), t.name.size());
-    detail::putv<uint32_t>(out, (uint32_t)t.dtype);
-    detail::putv<uint32_t>(out, (uint32_t)t.shape.size());
-    for (int64_t d : t.shape) detail::putv<int64_t>(out, d);
-    detail::putv<uint64_t>(out, t.data.size());
-    detail::put(out, t.data.data(), t.data.size());
+    if (written == expected)
+      throw FormatError(path + ": more tensors than the " + std::to_string(expected) + " announced");
+    std::string header;
+    detail::putv<uint32_t>(header, (uint32_t)t.name.size());
+    detail::put(header, t.name.data(), t.name.size());
+    detail::putv<uint32_t>(header, (uint32_t)t.dtype);
+    detail::putv<uint32_t>(header, (uint32_t)t.shape.size());
+    for (int64_t d : t.shape) detail::putv<int64_t>(header, d);
+    detail::putv<uint64_t>(header, t.data.size());
+    write(header);
+    out.write(t.data.data(), (std::streamsize)t.data.size());
+    if (!out) throw FormatError(tmp + ": write failed");
+    ++written;
   }
-  return out;
-}
+
+  /// Checks that every announced tensor was added, then renames into place.
+  void finish() {
+    if (written != expected)
+      throw FormatError(path + ": " + std::to_string(written) + " tensors written of the " +
+                        std::to_string(expected) + " announced");
+    out.flush();
+    if (!out) throw FormatError(tmp + ": write failed");
+    out.close();
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+      throw FormatError(path + ": cannot rename " + tmp + " into place: " + std::strerror(errno));
+    finished = true;
+  }
+
+private:
+  void write(const std::string &bytes) {
+    out.write(bytes.data(), (std::streamsize)bytes.size());
+    if (!out) throw FormatError(tmp + ": write failed");
+  }
+  std::string path, tmp;
+  uint64_t expected, written = 0;
+  std::ofstream out;
+  bool finished = false;
+};
 
 inline void writeTensorFile(const std::string &path, const std::vector<Tensor> &tensors) {
-  detail::writeFileAtomically(path, encodeTensors(tensors));
+  TensorFileWriter writer(path, tensors.size());
+  for (const Tensor &t : tensors) writer.add(t);
+  writer.finish();
 }
 
 // Reads a tensor file: a regular file of bounded size (pipec/input_file.h),
