@@ -347,7 +347,11 @@ GreedyResult GreedyEngine::run() {
     if (!wWaits(st, t, pick))
       takeW(st, pick);
     if (!pick.have) {
-      if (!bReady[st].empty())
+      // A B arriving later wakes the rank; one already here but held back
+      // (its RECOMPUTE lacks the room) waits for this rank's own W or a
+      // neighbour's progress: waking at `t` again would find the same state
+      // and spin forever.
+      if (!bReady[st].empty() && std::get<0>(bReady[st].top()) > t + kEps)
         pick.wake = std::min(pick.wake, std::get<0>(bReady[st].top()));
       busyUntil[st] = t;
       if (pick.wake < std::numeric_limits<double>::infinity())

@@ -771,6 +771,31 @@ TEST(Recompute, EveryScheduleAndStageSubset) {
   }
 }
 
+// ZB-V's greedy under a tight limit with recompute: a ready backward held
+// back because its RECOMPUTE lacks the room once woke its rank at the same
+// instant again and spun forever (a 1.1B Llama planned at 32 samples per
+// micro-batch on 16 ranks never finished). Every such problem must end,
+// in a valid schedule or a ScheduleError, never hang (ctest's timeout).
+TEST(Recompute, ZbvUnderTightLimitsEnds) {
+  int scheduled = 0, refused = 0;
+  for (int p : {2, 4, 8})
+    for (int m : {4, 8, 16, 32})
+      for (double limit = 1.0; limit <= 4.0; limit += 0.25) {
+        Problem P = uniform(p, m, 1.0, 1.2, 0.8);
+        P.recompute = {1};
+        P.boundaryActivation = {0.1};
+        P.memoryLimit = limit;
+        try {
+          const Schedule s = generate("zb-v", P);
+          EXPECT_TRUE(validate(s).ok()) << "p=" << p << " m=" << m << " limit=" << limit;
+          ++scheduled;
+        } catch (const ScheduleError &) {
+          ++refused;
+        }
+      }
+  EXPECT_GT(scheduled, 0);
+}
+
 TEST(Recompute, ValidatorRejectsBackwardWithoutRecompute) {
   Problem P = uniform(3, 6);
   P.recompute = {1};
