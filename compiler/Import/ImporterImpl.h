@@ -271,6 +271,10 @@ private:
   /// Checks the external data of `tensor` (location inside the model's
   /// folder, a regular file, offset and length inside it, length equal to
   /// `expectedBytes`) and, when `read`, returns its bytes.
+  /// The location of `tensor`'s external data when that file, in the
+  /// model's folder, does not exist; nullopt otherwise (data inside the
+  /// model, a present file, or a location readExternalData refuses).
+  std::optional<std::string> absentExternalData(const onnx::TensorProto &tensor) const;
   std::string readExternalData(const onnx::TensorProto &tensor, const std::string &what,
                                uint64_t expectedBytes, bool read);
   void crossCheckShapeInference();

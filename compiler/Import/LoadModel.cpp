@@ -237,6 +237,24 @@ std::string OnnxImporter::readExternalData(const onnx::TensorProto &tensor,
   return bytes;
 }
 
+std::optional<std::string> OnnxImporter::absentExternalData(const onnx::TensorProto &tensor) const {
+  if (tensor.data_location() != onnx::TensorProto_DataLocation_EXTERNAL)
+    return std::nullopt;
+  for (const auto &entry : tensor.external_data()) {
+    if (entry.key() != "location")
+      continue;
+    fs::path relative(entry.value());
+    // A location outside the folder is refused by readExternalData, not probed.
+    if (relative.empty() || relative.is_absolute() ||
+        llvm::any_of(relative, [](const fs::path &part) { return part == ".."; }))
+      return std::nullopt;
+    std::error_code error;
+    return fs::exists(modelDirectory / relative, error) ? std::nullopt
+                                                          : std::optional<std::string>(entry.value());
+  }
+  return std::nullopt;
+}
+
 int64_t OnnxImporter::checkTensorData(const onnx::TensorProto &tensor, const std::string &what) {
   auto kind = elementKindOf(tensor.data_type());
   if (!kind)

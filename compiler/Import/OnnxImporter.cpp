@@ -151,6 +151,10 @@ bool OnnxImporter::loadOnly() {
     // The initializers as run() names them: shared running statistics get
     // their copies (the job's buffers are those).
     privatizeRunningStatistics();
+    // Every initializer's data present and of its size, before anything is
+    // written (a missing external data file is said here, not half-way).
+    for (const auto &tensor : model.graph().initializer())
+      checkTensorData(tensor, "initializer '" + tensor.name() + "'");
     return true;
   } catch (const ImportAborted &) {
     return false;
@@ -224,13 +228,22 @@ OwningOpRef<ModuleOp> OnnxImporter::run() {
 
     // Initializers: trained parameters and buffers become arguments, the
     // rest are constants for folding.
+    // A trained parameter's or buffer's data is not needed to plan: a model
+    // whose external data file is absent is planned from its graph.
+    std::set<std::string> absentFiles;
     for (const auto &tensor : graph.initializer()) {
       std::string what = "initializer '" + tensor.name() + "'";
       if (knownAtImport.count(tensor.name()))
         constants[tensor.name()] = readTensor(tensor, what);
+      else if (std::optional<std::string> absent = absentExternalData(tensor))
+        absentFiles.insert(*absent);
       else
         checkTensorData(tensor, what);
     }
+    for (const std::string &file : absentFiles)
+      importNotes.push_back("the external data file '" + file +
+                            "' of the trained parameters is missing: the model is planned from its "
+                            "graph, and writing a job (" + settings::flag(settings::kOut) + ") needs the file");
 
     auto fileLoc = FileLineColLoc::get(&context, path, 0, 0);
     OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
