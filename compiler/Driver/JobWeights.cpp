@@ -57,30 +57,27 @@ LogicalResult writeStageWeights(pipe::StageOp stage, import::InitializerReader &
       wanted.emplace_back(name.str(), llvm::cast<RankedTensorType>(function.getArgument(i).getType()));
     }
   });
+  // Elements converted per chunk: memory stays flat whatever the tensor.
+  constexpr int64_t kChunkElements = 1 << 20;
   try {
     io::TensorFileWriter writer(file.string(), wanted.size());
+    std::vector<unsigned char> bytes;
     for (const auto &[name, type] : wanted) {
-      std::optional<import::HostTensor> value = initial.read(name);
-      if (!value) {
+      const int dtype = abiDtype(type.getElementType()).code;
+      const size_t elementBytes = io::dtypeSize(dtype);
+      writer.begin(name, dtype, std::vector<int64_t>(type.getShape().begin(), type.getShape().end()));
+      bool read = initial.readChunks(name, kChunkElements, [&](const import::HostTensor &chunk) {
+        bytes.resize(static_cast<size_t>(chunk.numElements()) * elementBytes);
+        for (int64_t e = 0; e < chunk.numElements(); ++e)
+          storeElement(chunk, e, dtype, bytes.data() + e * elementBytes);
+        writer.data(reinterpret_cast<const char *>(bytes.data()), bytes.size());
+      });
+      if (!read) {
         for (const std::string &problem : initial.errors())
           errs << "error: " << problem << "\n";
         return failure();
       }
-      io::Tensor tensor;
-      tensor.name = name;
-      tensor.dtype = abiDtype(type.getElementType()).code;
-      tensor.shape.assign(type.getShape().begin(), type.getShape().end());
-      if (value->numElements() != type.getNumElements()) {
-        errs << "error: initializer '" << name << "' has " << value->numElements()
-             << " elements, its parameter " << type.getNumElements() << "\n";
-        return failure();
-      }
-      tensor.data.resize(tensor.bytes());
-      const size_t elementBytes = io::dtypeSize(tensor.dtype);
-      for (int64_t e = 0; e < value->numElements(); ++e)
-        storeElement(*value, e, tensor.dtype, reinterpret_cast<unsigned char *>(tensor.data.data()) + e * elementBytes);
-      value.reset();
-      writer.add(tensor);
+      writer.end(); // checks the initializer filled its parameter's shape
     }
     writer.finish();
   } catch (const std::exception &problem) {

@@ -88,6 +88,9 @@ public:
   /// One initializer's value in its training kind; nullopt, with an error
   /// recorded, when absent or unreadable (InitializerReader).
   std::optional<HostTensor> readInitializer(const std::string &name);
+  /// The same in chunks of at most `chunkElements` (InitializerReader::readChunks).
+  bool readInitializerChunks(const std::string &name, int64_t chunkElements,
+                             const std::function<void(const HostTensor &)> &consume);
   /// Whether every graph input leaves its batch dimension free
   /// (batchDimensionIsFree).
   std::optional<bool> batchDimensionIsFree();
@@ -249,6 +252,11 @@ private:
   /// included, without reading it); returns its element count.
   int64_t checkTensorData(const onnx::TensorProto &tensor, const std::string &what);
   HostTensor readTensor(const onnx::TensorProto &tensor, const std::string &what);
+  /// `tensor`'s elements in chunks of at most `chunkElements`, in order,
+  /// each given to `consume` (a shape-less HostTensor): a tensor larger
+  /// than memory can be converted and written piece by piece.
+  void readTensorChunks(const onnx::TensorProto &tensor, const std::string &what,
+                        int64_t chunkElements, const std::function<void(const HostTensor &)> &consume);
   /// The nodes that read each value (analyzeGraph).
   using Readers = std::map<std::string, std::vector<const onnx::NodeProto *>>;
   /// `allZero`: an all-zero tensor counts too (one the exporter made, not a
@@ -268,15 +276,22 @@ private:
   /// Records in importNotes what an exporter changed that training sees.
   void noteExporterArtifacts(const std::optional<TorchSignature> &signature);
   std::string readersOf(const std::string &name) const;
-  /// Checks the external data of `tensor` (location inside the model's
-  /// folder, a regular file, offset and length inside it, length equal to
-  /// `expectedBytes`) and, when `read`, returns its bytes.
   /// The location of `tensor`'s external data when that file, in the
   /// model's folder, does not exist; nullopt otherwise (data inside the
   /// model, a present file, or a location readExternalData refuses).
   std::optional<std::string> absentExternalData(const onnx::TensorProto &tensor) const;
+  /// Checks the external data of `tensor` (location inside the model's
+  /// folder, a regular file, offset and length inside it, length equal to
+  /// `expectedBytes`) and, when `read`, returns its bytes: all of them, or
+  /// the `window` (offset and size within the tensor's data).
   std::string readExternalData(const onnx::TensorProto &tensor, const std::string &what,
-                               uint64_t expectedBytes, bool read);
+                               uint64_t expectedBytes, bool read,
+                               std::optional<std::pair<uint64_t, uint64_t>> window = std::nullopt);
+  /// Elements [begin, begin + count) of `tensor`, whose data checkTensorData
+  /// accepted: from `raw` (its bytes from element `begin` on) when it is
+  /// stored as bytes, else from its typed fields.
+  static HostTensor decodeElements(const onnx::TensorProto &tensor, ElementKind kind,
+                                   const char *raw, int64_t begin, int64_t count);
   void crossCheckShapeInference();
 
 public:

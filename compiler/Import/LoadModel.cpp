@@ -6,6 +6,7 @@
 
 #include <onnx/defs/parser.h>
 
+#include <cassert>
 #include <cstring>
 
 using namespace mlir;
@@ -156,7 +157,8 @@ void OnnxImporter::checkOpsets() {
 
 std::string OnnxImporter::readExternalData(const onnx::TensorProto &tensor,
                                            const std::string &what, uint64_t expectedBytes,
-                                           bool read) {
+                                           bool read,
+                                           std::optional<std::pair<uint64_t, uint64_t>> window) {
   std::string location;
   std::optional<uint64_t> offset, length;
   for (const auto &entry : tensor.external_data()) {
@@ -228,9 +230,11 @@ std::string OnnxImporter::readExternalData(const onnx::TensorProto &tensor,
              std::to_string(expectedBytes - (size - start)) + " bytes short of that");
   if (!read)
     return {};
-  std::string bytes(static_cast<size_t>(expectedBytes), '\0');
+  const uint64_t from = window ? window->first : 0, count = window ? window->second : expectedBytes;
+  assert(from <= expectedBytes && count <= expectedBytes - from && "a window inside the tensor's data");
+  std::string bytes(static_cast<size_t>(count), '\0');
   try {
-    file->readAt(start, bytes.data(), expectedBytes, "external data");
+    file->readAt(start + from, bytes.data(), count, "external data");
   } catch (const pipec::io::InputError &problem) {
     failFile(what + ": " + problem.what());
   }
@@ -298,52 +302,79 @@ int64_t OnnxImporter::checkTensorData(const onnx::TensorProto &tensor, const std
 HostTensor OnnxImporter::readTensor(const onnx::TensorProto &tensor, const std::string &what) {
   int64_t count = checkTensorData(tensor, what);
   ElementKind kind = *elementKindOf(tensor.data_type());
-  std::vector<int64_t> shape(tensor.dims().begin(), tensor.dims().end());
   std::string external;
-  bool isExternal = tensor.data_location() == onnx::TensorProto_DataLocation_EXTERNAL;
-  bool fromBytes = tensor.has_raw_data() || isExternal;
-  if (isExternal)
+  if (tensor.data_location() == onnx::TensorProto_DataLocation_EXTERNAL)
     external = readExternalData(tensor, what, static_cast<uint64_t>(count * byteWidth(kind)),
                                 /*read=*/true);
-  const std::string &raw = isExternal ? external : tensor.raw_data();
+  const char *raw = tensor.data_location() == onnx::TensorProto_DataLocation_EXTERNAL
+                        ? external.data()
+                        : tensor.raw_data().data();
+  HostTensor out = decodeElements(tensor, kind, raw, 0, count);
+  out.shape.assign(tensor.dims().begin(), tensor.dims().end());
+  return out;
+}
+
+void OnnxImporter::readTensorChunks(const onnx::TensorProto &tensor, const std::string &what,
+                                    int64_t chunkElements,
+                                    const std::function<void(const HostTensor &)> &consume) {
+  const int64_t count = checkTensorData(tensor, what);
+  const ElementKind kind = *elementKindOf(tensor.data_type());
+  const bool isExternal = tensor.data_location() == onnx::TensorProto_DataLocation_EXTERNAL;
+  const uint64_t width = byteWidth(kind);
+  for (int64_t begin = 0; begin < count; begin += chunkElements) {
+    const int64_t n = std::min(chunkElements, count - begin);
+    std::string window;
+    if (isExternal)
+      window = readExternalData(tensor, what, static_cast<uint64_t>(count) * width, /*read=*/true,
+                                std::make_pair(static_cast<uint64_t>(begin) * width, static_cast<uint64_t>(n) * width));
+    const char *raw = isExternal ? window.data() : tensor.raw_data().data() + begin * width;
+    consume(decodeElements(tensor, kind, raw, begin, n));
+  }
+}
+
+HostTensor OnnxImporter::decodeElements(const onnx::TensorProto &tensor, ElementKind kind,
+                                        const char *raw, int64_t begin, int64_t count) {
+  const bool fromBytes =
+      tensor.has_raw_data() || tensor.data_location() == onnx::TensorProto_DataLocation_EXTERNAL;
   HostTensor out;
   out.kind = kind;
-  out.shape = shape;
+  out.shape = {count};
   if (isFloating(kind))
     out.floats.reserve(count);
   else
     out.ints.reserve(count);
   auto rawAt = [&](int64_t i, auto sample) {
     decltype(sample) value;
-    std::memcpy(&value, raw.data() + i * sizeof(value), sizeof(value));
+    std::memcpy(&value, raw + i * sizeof(value), sizeof(value));
     return value;
   };
-  for (int64_t i = 0; i < count; ++i) {
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t i = begin + k; // the element's index in the typed fields
     switch (kind) {
     case ElementKind::Float32:
-      out.floats.push_back(fromBytes ? rawAt(i, float()) : tensor.float_data(i));
+      out.floats.push_back(fromBytes ? rawAt(k, float()) : tensor.float_data(i));
       break;
     case ElementKind::Float64:
-      out.floats.push_back(fromBytes ? rawAt(i, double()) : tensor.double_data(i));
+      out.floats.push_back(fromBytes ? rawAt(k, double()) : tensor.double_data(i));
       break;
     case ElementKind::Float16:
     case ElementKind::BFloat16: {
-      uint16_t bits = fromBytes ? rawAt(i, uint16_t()) : tensor.int32_data(i);
+      uint16_t bits = fromBytes ? rawAt(k, uint16_t()) : tensor.int32_data(i);
       out.floats.push_back(halfBitsToFloat(bits, kind == ElementKind::BFloat16));
       break;
     }
     case ElementKind::Int64:
-      out.ints.push_back(fromBytes ? rawAt(i, int64_t()) : tensor.int64_data(i));
+      out.ints.push_back(fromBytes ? rawAt(k, int64_t()) : tensor.int64_data(i));
       break;
     case ElementKind::Int32:
-      out.ints.push_back(fromBytes ? rawAt(i, int32_t()) : tensor.int32_data(i));
+      out.ints.push_back(fromBytes ? rawAt(k, int32_t()) : tensor.int32_data(i));
       break;
     case ElementKind::Int8:
-      out.ints.push_back(fromBytes ? rawAt(i, int8_t()) : tensor.int32_data(i));
+      out.ints.push_back(fromBytes ? rawAt(k, int8_t()) : tensor.int32_data(i));
       break;
     case ElementKind::UInt8:
     case ElementKind::Bool:
-      out.ints.push_back(fromBytes ? rawAt(i, uint8_t()) : tensor.int32_data(i));
+      out.ints.push_back(fromBytes ? rawAt(k, uint8_t()) : tensor.int32_data(i));
       break;
     }
   }

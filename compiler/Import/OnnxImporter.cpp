@@ -172,6 +172,21 @@ std::optional<HostTensor> OnnxImporter::readInitializer(const std::string &name)
   }
 }
 
+bool OnnxImporter::readInitializerChunks(const std::string &name, int64_t chunkElements,
+                                         const std::function<void(const HostTensor &)> &consume) {
+  try {
+    for (const auto &tensor : model.graph().initializer())
+      if (tensor.name() == name) {
+        readTensorChunks(tensor, "initializer '" + name + "'", chunkElements,
+                         [&](const HostTensor &chunk) { consume(inTrainingKind(chunk)); });
+        return true;
+      }
+    failFile("has no initializer '" + name + "'");
+  } catch (const ImportAborted &) {
+    return false;
+  }
+}
+
 std::optional<bool> OnnxImporter::batchDimensionIsFree() {
   try {
     loadModel();
@@ -438,6 +453,11 @@ InitializerReader::~InitializerReader() = default;
 
 std::optional<HostTensor> InitializerReader::read(const std::string &name) {
   return loaded ? importer->readInitializer(name) : std::nullopt;
+}
+
+bool InitializerReader::readChunks(const std::string &name, int64_t chunkElements,
+                                   const std::function<void(const HostTensor &)> &consume) {
+  return loaded && importer->readInitializerChunks(name, chunkElements, consume);
 }
 
 std::vector<std::string> supportedOnnxOps() {

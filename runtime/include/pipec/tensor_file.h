@@ -185,23 +185,47 @@ public:
     if (t.data.size() != t.bytes())
       throw FormatError("tensor " + t.name + ": " + std::to_string(t.data.size()) +
                         " data bytes for shape " + shapeString(t.shape) + " " + dtypeName(t.dtype));
+    begin(t.name, t.dtype, t.shape);
+    data(t.data.data(), t.data.size());
+    end();
+  }
+
+  /// One tensor in pieces: its header, then data() until its bytes are
+  /// written, then end() (which checks that they all were).
+  void begin(const std::string &name, int dtype, const std::vector<int64_t> &shape) {
+    if (open_) throw FormatError(path + ": tensor " + name + " begun inside " + current);
     if (written == expected)
       throw FormatError(path + ": more tensors than the " + std::to_string(expected) + " announced");
+    const uint64_t bytes = (uint64_t)numElements(shape) * dtypeSize(dtype);
     std::string header;
-    detail::putv<uint32_t>(header, (uint32_t)t.name.size());
-    detail::put(header, t.name.data(), t.name.size());
-    detail::putv<uint32_t>(header, (uint32_t)t.dtype);
-    detail::putv<uint32_t>(header, (uint32_t)t.shape.size());
-    for (int64_t d : t.shape) detail::putv<int64_t>(header, d);
-    detail::putv<uint64_t>(header, t.data.size());
+    detail::putv<uint32_t>(header, (uint32_t)name.size());
+    detail::put(header, name.data(), name.size());
+    detail::putv<uint32_t>(header, (uint32_t)dtype);
+    detail::putv<uint32_t>(header, (uint32_t)shape.size());
+    for (int64_t d : shape) detail::putv<int64_t>(header, d);
+    detail::putv<uint64_t>(header, bytes);
     write(header);
-    out.write(t.data.data(), (std::streamsize)t.data.size());
+    open_ = true;
+    current = name;
+    left = bytes;
+  }
+  void data(const char *bytes, size_t size) {
+    if (!open_ || size > left)
+      throw FormatError(path + ": tensor " + current + ": more data than its shape holds");
+    out.write(bytes, (std::streamsize)size);
     if (!out) throw FormatError(tmp + ": write failed");
+    left -= size;
+  }
+  void end() {
+    if (!open_ || left != 0)
+      throw FormatError(path + ": tensor " + current + ": " + std::to_string(left) + " data bytes missing");
+    open_ = false;
     ++written;
   }
 
   /// Checks that every announced tensor was added, then renames into place.
   void finish() {
+    if (open_) throw FormatError(path + ": tensor " + current + " not ended");
     if (written != expected)
       throw FormatError(path + ": " + std::to_string(written) + " tensors written of the " +
                         std::to_string(expected) + " announced");
@@ -222,6 +246,9 @@ private:
   uint64_t expected, written = 0;
   std::ofstream out;
   bool finished = false;
+  bool open_ = false; // a tensor begun and not ended
+  std::string current;
+  uint64_t left = 0;  // its data bytes still to write
 };
 
 inline void writeTensorFile(const std::string &path, const std::vector<Tensor> &tensors) {
