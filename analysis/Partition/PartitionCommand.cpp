@@ -54,10 +54,7 @@ void PartitionCliOptions::bind(settings::Binder &b) {
            [this](const std::string &value) { options.memoryLimitBytes = parseByteSize(value, settings::flag(settings::kMemoryLimit)); });
   b.integer(kStages, options.forcedStages);
   b.onFlag(kNoReplication, [this](bool value) { options.allowReplication = !value; });
-  b.onInteger(kMicrobatches, [this](int64_t value) {
-    options.microbatches = static_cast<int>(value);
-    microbatchesGiven = true;
-  });
+  b.onInteger(kMicrobatches, [this](int64_t value) { microbatches = static_cast<int>(value); });
   b.flag(kAsync, options.asynchronous);
   // none, all, or auto (only the stages that do not fit otherwise; decided
   // in partitionWithRecompute).
@@ -91,17 +88,20 @@ PartitionResult partitionWithRecompute(const CostTable &table, const Topology &t
                ? partition(table, topo, options)
                : evaluatePartitionFile(table, topo, options, o.partitionFile);
   };
+  PartitionOptions dp = o.options;
+  if (o.microbatches)
+    dp.microbatches = *o.microbatches;
   PartitionResult result;
   if (o.recomputeMode == RecomputeMode::Auto) {
     // Recompute only when nothing fits without it, and then only in the
     // stages whose activations would not fit (the others keep theirs).
     try {
-      result = run(o.options);
+      result = run(dp);
     } catch (const Error &) {
-      PartitionOptions withRecompute = o.options;
+      PartitionOptions withRecompute = dp;
       withRecompute.recompute = true;
       result = run(withRecompute);
-      PartitionOptions plain = o.options;
+      PartitionOptions plain = dp;
       plain.recompute = false;
       // the stages' op indices count in the result's op order
       CostTable ordered = result.opOrder.empty() ? table : reorderedCostTable(table, result.opOrder, "partition");
@@ -113,7 +113,7 @@ PartitionResult partitionWithRecompute(const CostTable &table, const Topology &t
       }
     }
   } else {
-    result = run(o.options);
+    result = run(dp);
     if (result.recompute)
       for (size_t s = 0; s < result.stages.size(); ++s)
         result.recomputedStages.push_back(static_cast<int>(s));

@@ -29,7 +29,9 @@ struct PartitionCliOptions {
   /// --recompute[=none|all|auto]; absent: none for `pipec partition`, the
   /// planner tries auto
   std::optional<RecomputeMode> recomputeMode;
-  bool microbatchesGiven = false;     ///< --microbatches was passed (else the planner chooses)
+  /// --microbatches; absent: options.microbatches for `pipec partition`, the
+  /// planner chooses. Given, it replaces options.microbatches in the DP.
+  std::optional<int> microbatches;
 
   /// The topology the flags describe (exactly one of --gpus and --cluster).
   Topology topology() const;

@@ -156,8 +156,8 @@ struct Search {
     // in-flight micro-batches by the mini-batch, so without a given count
     // it assumes PipeDream's steady state (the planner checks the simulated
     // peak of every micro-batch count it tries).
-    if (!o.microbatchesGiven)
-      o.options.microbatches = partition::kMaxMicrobatches;
+    if (!o.microbatches)
+      o.microbatches = partition::kMaxMicrobatches;
     o.options.unsplittable = request.unsplittable;
     if (!o.recomputeMode)
       o.recomputeMode = RecomputeMode::Auto;
@@ -237,8 +237,8 @@ struct Search {
   /// Micro-batch counts to try for a plan: the user's, or the smallest count
   /// the family can run that keeps every replica busy, doubled a few times.
   std::vector<int> microbatchChoices(const PartitionResult &part, ScheduleKind kind, int p) {
-    if (request.partition.microbatchesGiven)
-      return {request.partition.options.microbatches};
+    if (request.partition.microbatches)
+      return {*request.partition.microbatches};
     long base = 1;
     for (const auto &st : part.stages)
       base = asynchronousFamily(kind) ? std::lcm(base, (long)st.replicas)
@@ -270,8 +270,8 @@ struct Search {
     std::vector<Candidate> tried;
     const int p = chunks > 1 ? static_cast<int>(part.result.stages.size()) / chunks
                              : static_cast<int>(part.result.stages.size());
-    const bool explicitAll = explicitFamily && request.partition.microbatchesGiven;
-    const bool any = only.empty() || request.partition.microbatchesGiven;
+    const bool explicitAll = explicitFamily && request.partition.microbatches.has_value();
+    const bool any = only.empty() || request.partition.microbatches.has_value();
     for (int m : any ? microbatchChoices(part.result, kind, p) : only) {
       if (familyOf(kind).microbatchesPerStage && m % p != 0) {
         if (explicitAll) {
@@ -335,14 +335,14 @@ struct Search {
     const auto &opts = request.partition.options;
     const int64_t devices = topology.totalDevices();
     const int ops = static_cast<int>(table.ops.size());
-    if (request.chunks > 1 && explicitFamily && !chunkedFamily(*request.schedule))
-      throw schedule::ScheduleError((settings::flag(settings::kChunks) + " ") + std::to_string(request.chunks) + (" needs " + settings::flag(settings::kSchedule) + " ") +
+    if (request.chunks.value_or(1) > 1 && explicitFamily && !chunkedFamily(*request.schedule))
+      throw schedule::ScheduleError((settings::flag(settings::kChunks) + " ") + std::to_string(*request.chunks) + (" needs " + settings::flag(settings::kSchedule) + " ") +
                                     schedule::scheduleFamilyNames(chunked, " or "));
 
     // One-chunk families: the DP under every stage count worth trying.
     std::vector<ScheduleKind> oneChunk;
     for (const auto &f : fams)
-      if (!chunkedFamily(f) && request.chunks <= 1)
+      if (!chunkedFamily(f) && request.chunks.value_or(1) <= 1)
         oneChunk.push_back(f);
     if (!oneChunk.empty()) {
       const bool async = opts.asynchronous || (explicitFamily && asynchronousFamily(*request.schedule));
@@ -423,14 +423,14 @@ struct Search {
     std::map<int, std::optional<Partitioned>> chunkedPartitions;
     for (const auto &f : fams) {
       // --stages N alone asks for N model stages: chunks only when named.
-      const bool chunksNamed = explicitFamily || request.chunks > 1;
+      const bool chunksNamed = explicitFamily || request.chunks.value_or(1) > 1;
       if (!chunkedFamily(f) ||
           (!chunksNamed && (!request.partition.partitionFile.empty() || opts.forcedStages)))
         continue;
       const int p = opts.forcedStages ? opts.forcedStages : static_cast<int>(devices);
       std::vector<int> chunkChoices;
       if (request.chunks)
-        chunkChoices = {request.chunks};
+        chunkChoices = {*request.chunks};
       else
         chunkChoices = familyOf(f).anyChunks ? schedule::searchedChunkCounts() : std::vector<int>{familyOf(f).chunks};
       for (int v : chunkChoices) {
@@ -558,13 +558,13 @@ Request withScheduleFile(const Request &given, schedule::Schedule &shape) {
   if (given.schedule && schedule::generatedFromProblem(familyOf(*given.schedule)))
     throw Error(file + " is the schedule; it takes no " + settings::flag(settings::kSchedule) + " (" +
                 nameOf(*given.schedule) + ")");
-  if (given.chunks && given.chunks != v)
-    throw Error(has + ", but " + settings::flag(settings::kChunks) + " says " + std::to_string(given.chunks));
+  if (given.chunks && *given.chunks != v)
+    throw Error(has + ", but " + settings::flag(settings::kChunks) + " says " + std::to_string(*given.chunks));
   if (opts.forcedStages && opts.forcedStages != p)
     throw Error(has + ", but " + settings::flag(settings::kStages) + " says " + std::to_string(opts.forcedStages));
-  if (given.partition.microbatchesGiven && opts.microbatches != m)
+  if (given.partition.microbatches && *given.partition.microbatches != m)
     throw Error(has + ", but " + settings::flag(settings::kMicrobatches) + " says " +
-                std::to_string(opts.microbatches));
+                std::to_string(*given.partition.microbatches));
   if (opts.asynchronous)
     throw Error(file + " is a synchronous schedule; not with " + settings::flag(settings::kAsync));
   if (!given.partition.partitionFile.empty())
@@ -573,8 +573,7 @@ Request withScheduleFile(const Request &given, schedule::Schedule &shape) {
   out.chunks = v;
   opts.forcedStages = p;
   opts.allowReplication = false;
-  out.partition.microbatchesGiven = true;
-  opts.microbatches = m;
+  out.partition.microbatches = m;
   return out;
 }
 
@@ -582,9 +581,9 @@ Request withScheduleFile(const Request &given, schedule::Schedule &shape) {
 /// model's micro-batch size), checked against the table and --microbatches.
 Request withBatchSize(const partition::CostTable &table, const Request &request) {
   Request out = request;
-  const int64_t n = request.batchSize, b = table.microbatchSize;
-  if (n == 0)
+  if (!request.batchSize)
     return out;
+  const int64_t n = *request.batchSize, b = table.microbatchSize;
   const std::string asked = (settings::flag(settings::kBatchSize) + " ") + std::to_string(n);
   if (b <= 0)
     throw Error(asked + ": the model's micro-batch size is unknown (a cost table does not give it); " +
@@ -599,11 +598,10 @@ Request withBatchSize(const partition::CostTable &table, const Request &request)
   if (m > partition::kMaxMicrobatches)
     throw Error(asked + " is " + std::to_string(m) + " micro-batches of " + std::to_string(b) +
                 ", over the limit of " + std::to_string(partition::kMaxMicrobatches));
-  if (request.partition.microbatchesGiven && request.partition.options.microbatches != m)
+  if (request.partition.microbatches && *request.partition.microbatches != m)
     throw Error(asked + " is " + std::to_string(m) + " micro-batches of " + std::to_string(b) +
-                (", but " + settings::flag(settings::kMicrobatches) + " says ") + std::to_string(request.partition.options.microbatches));
-  out.partition.microbatchesGiven = true;
-  out.partition.options.microbatches = static_cast<int>(m);
+                (", but " + settings::flag(settings::kMicrobatches) + " says ") + std::to_string(*request.partition.microbatches));
+  out.partition.microbatches = static_cast<int>(m);
   return out;
 }
 } // namespace
@@ -618,11 +616,11 @@ std::string searchKey(const partition::CostTable &table, const Request &r) {
   const partition::PartitionOptions &o = p.options;
   key << std::setprecision(17) << table.microbatchSize << '|' << p.gpus << '|' << p.clusterFile << '|' << p.device.value_or("(preset)")
       << '|' << p.intraBytesPerSecond << '|' << p.interBytesPerSecond << '|' << p.partitionFile << '|'
-      << (p.recomputeMode ? static_cast<int>(*p.recomputeMode) : -1) << '|' << p.microbatchesGiven << '|'
+      << (p.recomputeMode ? static_cast<int>(*p.recomputeMode) : -1) << '|' << p.microbatches.value_or(-1) << '|'
       << o.forcedStages << '|' << o.allowReplication << '|' << o.memoryLimitBytes << '|' << o.asynchronous << '|'
       << o.recompute << '|' << o.microbatches << '|' << o.maxLayers << '|' << o.deviceRangeSearch << '|'
-      << (r.schedule ? nameOf(*r.schedule) : std::string()) << '|' << r.scheduleFile << '|' << r.chunks << '|' << r.verticalSync << '|' << r.fbOverlap
-      << '|' << r.batchSize << '|' << r.candidates;
+      << (r.schedule ? nameOf(*r.schedule) : std::string()) << '|' << r.scheduleFile << '|' << r.chunks.value_or(0) << '|' << r.verticalSync << '|' << r.fbOverlap
+      << '|' << r.batchSize.value_or(0) << '|' << r.candidates;
   for (const auto &ranges : {o.unsplittable, r.unsplittable})
     for (const auto &[first, last] : ranges)
       key << '|' << first << '-' << last;
@@ -639,9 +637,9 @@ Ranking search(const partition::CostTable &table, const Request &given) {
   const Request request = withBatchSize(table, given.scheduleFile.empty() ? given : withScheduleFile(given, fileShape));
   Search search{table, request, request.partition.topology(), {}, {}, fileShape};
   search.plan.candidatesShown = request.candidates;
-  search.plan.batchSource = given.batchSize       ? BatchSource::BatchSize
-                            : request.partition.microbatchesGiven ? BatchSource::Microbatches
-                                                                  : BatchSource::Planner;
+  search.plan.batchSource = given.batchSize                  ? BatchSource::BatchSize
+                            : request.partition.microbatches ? BatchSource::Microbatches
+                                                             : BatchSource::Planner;
   search.run();
   Plan &out = search.plan;
   if (search.all.empty()) {

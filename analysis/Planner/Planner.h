@@ -32,15 +32,15 @@ struct Request {
   /// runs (family csv); its ranks, chunks and micro-batches become constraints.
   std::string scheduleFile;
   std::string scheduleFileText; ///< its content, read once by plan()
-  int chunks = 0;       ///< --chunks; 0: any
+  std::optional<int> chunks; ///< --chunks; absent: any
   bool verticalSync = false;
   /// --fb-overlap: the share of a DualPipeV F&B pair's shorter half hidden
   /// behind the longer in the schedule problem (schedule::Problem::fbOverlap).
   double fbOverlap = 0;
-  /// --batch-size: samples per optimizer step; 0: the planner chooses (at
-  /// most settings::kDefaultMaxBatchSize). Fixes the micro-batch count to
-  /// N / the cost table's micro-batch size.
-  int64_t batchSize = 0;
+  /// --batch-size: samples per optimizer step; absent: the planner chooses
+  /// (at most settings::kDefaultMaxBatchSize). Fixes the micro-batch count
+  /// to N / the cost table's micro-batch size.
+  std::optional<int64_t> batchSize;
   int candidates = 3;   ///< runner-up plans to report (--candidates)
   /// Which plan of the ranking to choose (--plan-rank): 1 is the best; a
   /// runner-up can be compiled as it was evaluated. Absent: the best.

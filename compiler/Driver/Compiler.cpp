@@ -234,8 +234,8 @@ mlir::FailureOr<int64_t> chooseMicrobatchSize(const CompileOptions &options,
   std::optional<int64_t> best;
   double bestTime = 0;
   for (int64_t size = 1; size <= settings::kMaxSearchedMicrobatchSize; size *= 2) {
-    const int64_t batchSize = options.planning.batchSize;
-    if (batchSize > 0 && batchSize % size != 0)
+    const std::optional<int64_t> batchSize = options.planning.batchSize;
+    if (batchSize && *batchSize % size != 0)
       continue;
     plan::MicrobatchSizeTried attempt;
     attempt.size = size;
@@ -274,7 +274,7 @@ mlir::FailureOr<int64_t> chooseMicrobatchSize(const CompileOptions &options,
       // Without --batch-size the samples per step stay within the default
       // bound (docs/planner.md, "The batch"): a size whose plan needs more
       // (its replicas' micro-batches) is only taken when every size does.
-      if (batchSize == 0 && *attempt.samplesPerStep > settings::kDefaultMaxBatchSize)
+      if (!batchSize && *attempt.samplesPerStep > settings::kDefaultMaxBatchSize)
         attempt.rejection = "over the default " + std::to_string(settings::kDefaultMaxBatchSize) +
                             (" samples per step; " + settings::flag(settings::kBatchSize) + " N allows it");
     }
@@ -397,7 +397,7 @@ int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_
       options.importOptions.inputShapes.begin(), options.importOptions.inputShapes.end(),
       [](const auto &entry) { return !entry.second.empty() && entry.second[0] != import::kMicrobatchDimension; });
   if (module && options.partitionRequested() && !options.importOptions.microbatchSize &&
-      options.planning.batchSize > 0 && !batchGivenByShape && !importAtChosenSize())
+      options.planning.batchSize && !batchGivenByShape && !importAtChosenSize())
     return 1;
   if (!module) {
     for (const auto &error : errors)

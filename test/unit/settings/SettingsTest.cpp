@@ -39,10 +39,9 @@ TEST(TextBinder, FillsTheTypedRequest) {
                                 "2", "--async", "--recompute", "--vertical-sync", "--plan-rank", "2"});
   EXPECT_EQ(request.partition.gpus, "2x4");
   EXPECT_EQ(request.partition.options.forcedStages, 3);
-  EXPECT_EQ(request.partition.options.microbatches, 8);
-  EXPECT_TRUE(request.partition.microbatchesGiven);
+  EXPECT_EQ(request.partition.microbatches, std::optional(8));
   EXPECT_EQ(request.schedule, pipec::ScheduleKind::ZbV);
-  EXPECT_EQ(request.chunks, 2);
+  EXPECT_EQ(request.chunks, std::optional(2));
   EXPECT_TRUE(request.partition.options.asynchronous);
   EXPECT_EQ(request.partition.recomputeMode, std::optional(pipec::RecomputeMode::All)); // bare: the declared bare value
   EXPECT_TRUE(request.verticalSync);
