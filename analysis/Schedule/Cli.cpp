@@ -60,10 +60,7 @@ void ScheduleCliOptions::bind(settings::Binder &b) {
   b.integer(kMicrobatches, problem.microbatches);
   b.choiceThen(kSchedule, std::function<void(ScheduleKind)>(
                               [this](ScheduleKind kind) { schedule = std::string(scheduleFamily(kind).name); }));
-  b.onInteger(kChunks, [this](int64_t chunks) {
-    problem.chunks = static_cast<int>(chunks);
-    chunksGiven = true;
-  });
+  b.onInteger(kChunks, [this](int64_t value) { chunks = static_cast<int>(value); });
   b.onText(kReplicas, [this](const std::string &value) {
     problem.replicas.clear();
     std::stringstream ss(value);
@@ -136,6 +133,8 @@ namespace {
 // What depends on several flags: the memory limit's 'p' suffix, the recompute
 // stages and a single replica count against --stages; then the problem's bounds.
 ScheduleCliOptions resolve(ScheduleCliOptions a) {
+  if (a.chunks)
+    a.problem.chunks = *a.chunks;
   if (!a.activationLimit.empty()) {
     std::string t = a.activationLimit;
     const bool perStage = !t.empty() && (t.back() == 'p' || t.back() == 'P');
@@ -176,12 +175,12 @@ ScheduleCliOptions resolve(ScheduleCliOptions a) {
   const bool sideBySide = a.compare || (family && family->choosesFamily);
   // A schedule defined for a fixed chunk count (zb-v: 2) has it whether or
   // not --chunks says so, also when the cost lists are checked.
-  if (!sideBySide && !a.chunksGiven && family && !family->anyChunks)
+  if (!sideBySide && !a.chunks && family && !family->anyChunks)
     a.problem.chunks = family->chunks;
   // Side by side, the lists are checked once for the two-chunk families
   // (interleaved, zb-v, unless --chunks says otherwise); a list of stages x 2
   // entries then fails only the one-chunk families, each with its own message.
-  if (sideBySide && !a.chunksGiven)
+  if (sideBySide && !a.chunks)
     a.problem.chunks = 2;
   a.problem.check();
   return a;
@@ -206,14 +205,14 @@ Row run(const std::string &name, Problem problem, const ScheduleCliOptions &args
   }
   try {
     if (family.choosesFamily) {
-      FastestSchedule fastest = generateFastest(problem, args.chunksGiven);
+      FastestSchedule fastest = generateFastest(problem, args.chunks);
       row.chosen = fastest.family;
       row.schedule = std::move(fastest.schedule);
       row.sim = std::move(fastest.sim);
     } else {
       // Side by side, each schedule gets the chunk count it is defined for.
       if (args.compare)
-        problem.chunks = comparedChunks(family, problem.chunks, args.chunksGiven);
+        problem.chunks = comparedChunks(family, args.chunks);
       row.schedule = generate(name, problem);
       row.sim = simulate(row.schedule);
     }
@@ -323,7 +322,7 @@ static int runResolved(const ScheduleCliOptions &args, std::ostream &out, std::o
       // One model chunk per rank, also beside the two-chunk families that
       // --compare and auto run (they set two unless --chunks says otherwise).
       Problem exact = args.problem;
-      if (!args.chunksGiven)
+      if (!args.chunks)
         exact.chunks = 1;
       OptimalResult best = optimalSchedule(exact, args.optimalSeconds);
       row.schedule = best.schedule;

@@ -270,11 +270,11 @@ Schedule generate(ScheduleKind kind, const Problem &problemIn) {
 
 std::vector<int> searchedChunkCounts() { return {2, 4, 8}; }
 
-int comparedChunks(const ScheduleFamily &family, int chunks, bool chunksGiven) {
-  return family.anyChunks && chunksGiven ? chunks : family.chunks;
+int comparedChunks(const ScheduleFamily &family, std::optional<int> chunks) {
+  return family.anyChunks && chunks ? *chunks : family.chunks;
 }
 
-FastestSchedule generateFastest(const Problem &problem, bool chunksGiven) {
+FastestSchedule generateFastest(const Problem &problem, std::optional<int> chunks) {
   Problem limited = problem;
   limited.memoryLimit = limitOr1F1BPeak(problem); // every candidate under auto's limit
   FastestSchedule best;
@@ -285,8 +285,8 @@ FastestSchedule generateFastest(const Problem &problem, bool chunksGiven) {
   for (const ScheduleFamily *family : searchedScheduleFamilies()) {
     // A family of any chunk count is tried at each of searchedChunkCounts
     // unless --chunks gives one: chunks per rank are a dimension of the search.
-    std::vector<int> chunkCounts{comparedChunks(*family, problem.chunks, chunksGiven)};
-    if (family->anyChunks && !chunksGiven)
+    std::vector<int> chunkCounts{comparedChunks(*family, chunks)};
+    if (family->anyChunks && !chunks)
       chunkCounts = searchedChunkCounts();
     for (int chunks : chunkCounts) {
       Problem candidate = limited;

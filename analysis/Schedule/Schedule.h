@@ -10,6 +10,7 @@
 #include "runtime/include/pipec/vocabulary.h"
 
 #include <iosfwd>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -136,8 +137,8 @@ Schedule generate(ScheduleKind kind, const Problem &problem);
 Schedule generate(const std::string &name, const Problem &problem);
 
 // The chunk count `family` runs beside the others (--compare, generateFastest):
-// `chunks` where it takes any count and --chunks gave one, else its own.
-int comparedChunks(const ScheduleFamily &family, int chunks, bool chunksGiven);
+// `chunks` (--chunks) where it takes any count and one is given, else its own.
+int comparedChunks(const ScheduleFamily &family, std::optional<int> chunks);
 // The chunk counts auto and the planner try for a family of any count when
 // --chunks gives none (docs/schedules.md, "auto"): 2, 4 and 8.
 std::vector<int> searchedChunkCounts();
@@ -201,7 +202,7 @@ struct FastestSchedule {
   Schedule schedule;
   SimResult sim;
 };
-FastestSchedule generateFastest(const Problem &problem, bool chunksGiven);
+FastestSchedule generateFastest(const Problem &problem, std::optional<int> chunks);
 
 // ---------------------------------------------------------------- exact mode
 // `pipec schedule --optimal` (Optimal.cpp, docs/schedules.md): the makespan-
@@ -270,7 +271,7 @@ struct ScheduleCliOptions {
   bool print = false;             // --print
   std::string out;                // --out DIR
   std::string activationLimit;    // --activation-limit K or Kp (resolved against --stages when run)
-  bool chunksGiven = false;       // --chunks was passed
+  std::optional<int> chunks;      // --chunks; absent: the family's own count (resolved when run)
   std::vector<int> recomputeStages; // --recompute-stages L
   bool optimal = false;           // --optimal: also the exact mode's schedule and certificate
   double optimalSeconds = 60;     // --optimal-seconds S: the solver's time

@@ -1768,7 +1768,7 @@ TEST(OrderTimer, RetimingAChangeEqualsTimingItAfresh) {
 TEST(AutoChoice, PicksTheFastestFamilyAndChunkCountUnderTheLimit) {
   Problem P = uniform(4, 8);
   P.memoryLimit = 4;
-  const FastestSchedule fastest = generateFastest(P, false);
+  const FastestSchedule fastest = generateFastest(P, std::nullopt);
   EXPECT_EQ(fastest.family, "zb-interleaved");
   EXPECT_EQ(fastest.schedule.problem.chunks, 8);
   EXPECT_EQ(fastest.schedule.placement, Placement::Interleaved);
@@ -1793,14 +1793,14 @@ TEST(AutoChoice, PicksTheFastestFamilyAndChunkCountUnderTheLimit) {
   Problem fused = uniform(4, 8, 1, 1, 0);
   fused.chunks = 8;
   fused.memoryLimit = 64;
-  const FastestSchedule interleaved = generateFastest(fused, true);
+  const FastestSchedule interleaved = generateFastest(fused, fused.chunks);
   EXPECT_EQ(interleaved.family, "interleaved");
   EXPECT_EQ(interleaved.schedule.problem.chunks, 8);
   std::printf("fused backward, p=4 m=8: auto (interleaved, 8 chunks) %.4f, zb-v %.4f\n", interleaved.sim.makespan,
               simulate(generate("zb-v", [&] { Problem Q = fused; Q.chunks = 2; return Q; }())).makespan);
 
   Problem odd = uniform(4, 6); // interleaved needs m divisible by p: skipped
-  EXPECT_NO_THROW(generateFastest(odd, false));
+  EXPECT_NO_THROW(generateFastest(odd, std::nullopt));
 
   std::string out, err;
   ASSERT_EQ(run({"schedule", "--stages", "4", "--microbatches", "8", "--schedule", "auto", "--json"}, out, err), 0)
