@@ -15,7 +15,7 @@ namespace pipec::schedule {
 struct ScheduleFamily {
   ScheduleKind kind;        // its enumerator; its name is choiceName(kind) (pipec/vocabulary.h)
   std::string_view name;
-  std::string_view summary; // one line for --help
+  std::string summary;      // one line for --help (owned: some are built from flag names)
   int chunks;               // model chunks per rank it runs by default
   bool anyChunks;           // --chunks may ask for another count (interleaved)
   Placement placement;      // of the virtual stages over the ranks
