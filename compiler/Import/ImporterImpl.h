@@ -85,10 +85,9 @@ public:
   /// Loads the model and names its initializers as run() does, without
   /// translating (InitializerReader); false with errors on bad input.
   bool loadOnly();
-  /// One initializer's value in its training kind; nullopt, with an error
-  /// recorded, when absent or unreadable (InitializerReader).
-  std::optional<HostTensor> readInitializer(const std::string &name);
-  /// The same in chunks of at most `chunkElements` (InitializerReader::readChunks).
+  /// One initializer's values in their training kind, in chunks of at most
+  /// `chunkElements`; false, with an error recorded, when absent or
+  /// unreadable (InitializerReader::readChunks).
   bool readInitializerChunks(const std::string &name, int64_t chunkElements,
                              const std::function<void(const HostTensor &)> &consume);
   /// Whether every graph input leaves its batch dimension free

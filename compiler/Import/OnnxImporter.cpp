@@ -161,17 +161,6 @@ bool OnnxImporter::loadOnly() {
   }
 }
 
-std::optional<HostTensor> OnnxImporter::readInitializer(const std::string &name) {
-  try {
-    for (const auto &tensor : model.graph().initializer())
-      if (tensor.name() == name)
-        return inTrainingKind(readTensor(tensor, "initializer '" + name + "'"));
-    failFile("has no initializer '" + name + "'");
-  } catch (const ImportAborted &) {
-    return std::nullopt;
-  }
-}
-
 bool OnnxImporter::readInitializerChunks(const std::string &name, int64_t chunkElements,
                                          const std::function<void(const HostTensor &)> &consume) {
   try {
@@ -450,10 +439,6 @@ InitializerReader::InitializerReader(const std::string &path)
       loaded(importer->loadOnly()) {}
 
 InitializerReader::~InitializerReader() = default;
-
-std::optional<HostTensor> InitializerReader::read(const std::string &name) {
-  return loaded ? importer->readInitializer(name) : std::nullopt;
-}
 
 bool InitializerReader::readChunks(const std::string &name, int64_t chunkElements,
                                    const std::function<void(const HostTensor &)> &consume) {

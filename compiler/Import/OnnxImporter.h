@@ -85,14 +85,12 @@ public:
   explicit InitializerReader(const std::string &path);
   ~InitializerReader();
   bool ok() const { return loaded; }
-  /// Initializer `name`; nullopt, with an error added to errors(), when the
-  /// model has no such initializer or its data cannot be read.
-  std::optional<HostTensor> read(const std::string &name);
   /// Initializer `name`'s elements in order, in chunks of at most
   /// `chunkElements` (shape-less tensors in the training kind), each given
   /// to `consume`: a tensor is converted and written piece by piece, so
   /// that memory does not grow with the largest tensor either. False, with
-  /// an error added, as read().
+  /// an error added to errors(), when the model has no such initializer or
+  /// its data cannot be read.
   bool readChunks(const std::string &name, int64_t chunkElements,
                   const std::function<void(const HostTensor &)> &consume);
   /// One paragraph per problem (file, initializer, reason), as the importer's.
