@@ -85,6 +85,9 @@ struct PlanningResult {
   /// The search the plan was chosen from: given back to createPlanning, a
   /// module with the same costs gets another rank without searching again.
   std::shared_ptr<const planner::Ranking> ranking;
+  /// The pass failed because no partition fits in memory (the broadest
+  /// attempt's reason): a larger micro-batch would not fit either.
+  bool noPlanFitsMemory = false;
 };
 
 /// pipec-partition's request before its options: one device (gpus=1x1), so

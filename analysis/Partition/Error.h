@@ -14,6 +14,13 @@ public:
   explicit Error(const std::string &message) : std::runtime_error(message) {}
 };
 
+/// No partition fits the memory limit: the one failure a larger micro-batch
+/// cannot cure (memory per device does not fall as the micro-batch grows).
+class MemoryShortfall : public Error {
+public:
+  using Error::Error;
+};
+
 } // namespace pipec::partition
 
 #endif

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <new>
+#include <optional>
 #include <ostream>
 
 namespace pipec::partition {
@@ -84,9 +85,25 @@ static PartitionResult evaluatePartitionFile(const CostTable &table, const Topol
 PartitionResult partitionWithRecompute(const CostTable &table, const Topology &topo,
                                        const PartitionCliOptions &o) {
   auto run = [&](const PartitionOptions &options) {
-    return o.partitionFile.empty()
-               ? partition(table, topo, options)
-               : evaluatePartitionFile(table, topo, options, o.partitionFile);
+    if (!o.partitionFile.empty())
+      return evaluatePartitionFile(table, topo, options, o.partitionFile);
+    if (o.explainShortfall)
+      return partition(table, topo, options);
+    if (std::optional<PartitionResult> fits = partitionIfFits(table, topo, options))
+      return std::move(*fits);
+    throw MemoryShortfall(memoryShortfall(table, topo, options, false));
+  };
+  // A search that finds nothing fitting without recompute is retried with it:
+  // why the first did not fit is not needed (partitionIfFits).
+  auto runIfFits = [&](const PartitionOptions &options) -> std::optional<PartitionResult> {
+    if (!o.partitionFile.empty()) {
+      try {
+        return evaluatePartitionFile(table, topo, options, o.partitionFile);
+      } catch (const Error &) {
+        return std::nullopt;
+      }
+    }
+    return partitionIfFits(table, topo, options);
   };
   PartitionOptions dp = o.options;
   if (o.microbatches)
@@ -95,9 +112,9 @@ PartitionResult partitionWithRecompute(const CostTable &table, const Topology &t
   if (o.recomputeMode == RecomputeMode::Auto) {
     // Recompute only when nothing fits without it, and then only in the
     // stages whose activations would not fit (the others keep theirs).
-    try {
-      result = run(dp);
-    } catch (const Error &) {
+    if (std::optional<PartitionResult> fits = runIfFits(dp)) {
+      result = std::move(*fits);
+    } else {
       PartitionOptions withRecompute = dp;
       withRecompute.recompute = true;
       result = run(withRecompute);

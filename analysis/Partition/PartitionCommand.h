@@ -32,6 +32,10 @@ struct PartitionCliOptions {
   /// --microbatches; absent: options.microbatches for `pipec partition`, the
   /// planner chooses. Given, it replaces options.microbatches in the DP.
   std::optional<int> microbatches;
+  /// When nothing fits: say how much memory the least partition would need
+  /// (memoryShortfall's dozen more searches). The planner, which tries many
+  /// shapes, explains only the failure it reports.
+  bool explainShortfall = true;
 
   /// The topology the flags describe (exactly one of --gpus and --cluster).
   Topology topology() const;

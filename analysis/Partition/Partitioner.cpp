@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -30,28 +31,42 @@ std::string opRange(const CostTable &table, int first, int last) {
   return "ops '" + table.ops[first].name + "'..'" + table.ops[last].name + "'";
 }
 
-/// " stage k (ops 'a'..'b') needs X, Y more" for each stage over `limit`, joined
-/// by "; ", with the stage's in-flight count when `withInflight`.
+/// " stage k (ops 'a'..'b') needs X, Y more" for the stages over `limit` that
+/// need the most (at most kStagesListed, in stage order; "and N more stages"
+/// after them), joined by "; ", with the in-flight count when `withInflight`.
 void listStagesOverLimit(std::ostream &os, const CostTable &table, const std::vector<StagePlan> &stages,
                          double limit, bool withInflight) {
+  constexpr size_t kStagesListed = 4;
+  std::vector<size_t> over;
+  for (size_t k = 0; k < stages.size(); ++k)
+    if (static_cast<double>(stages[k].memoryBytes) > limit)
+      over.push_back(k);
+  std::vector<size_t> listed = over;
+  if (listed.size() > kStagesListed) {
+    std::stable_sort(listed.begin(), listed.end(),
+                     [&](size_t a, size_t b) { return stages[a].memoryBytes > stages[b].memoryBytes; });
+    listed.resize(kStagesListed);
+    std::sort(listed.begin(), listed.end());
+  }
   const char *sep = " ";
-  for (size_t k = 0; k < stages.size(); ++k) {
+  for (size_t k : listed) {
     const StagePlan &s = stages[k];
     const double need = static_cast<double>(s.memoryBytes);
-    if (need > limit) {
-      os << sep << "stage " << k << " (" << opRange(table, s.firstOp, s.lastOp);
-      if (withInflight)
-        os << ", " << s.inflight << " in flight";
-      os << ") needs " << formatBytes(need) << ", " << formatBytes(need - limit) << " more";
-      sep = "; ";
-    }
+    os << sep << "stage " << k << " (" << opRange(table, s.firstOp, s.lastOp);
+    if (withInflight)
+      os << ", " << s.inflight << " in flight";
+    os << ") needs " << formatBytes(need) << ", " << formatBytes(need - limit) << " more";
+    sep = "; ";
   }
+  if (over.size() > listed.size())
+    os << "; and " << over.size() - listed.size() << " more stages over the limit";
 }
 
-/// The message when nothing fits: what the fastest unconstrained partition would
-/// need per stage, and whether some op cannot fit on any device at all.
-std::string memoryShortfall(const CostTable &table, const Topology &topology,
-                            const PartitionOptions &options, const CostModel &model) {
+} // namespace
+
+std::string memoryShortfall(const CostTable &table, const Topology &topology, const PartitionOptions &options,
+                            bool explain) {
+  const CostModel model(table, topology, options);
   std::ostringstream os;
   double limit = model.memoryLimit();
   os << "no partition of the " << table.ops.size() << " ops over " << topology.totalDevices()
@@ -70,8 +85,11 @@ std::string memoryShortfall(const CostTable &table, const Topology &topology,
        << formatBytes(worstNeed - limit) << " more than the limit";
     return os.str();
   }
+  if (!explain)
+    return os.str();
   // Bisect the limit over the DP's own feasibility (monotone in the limit) to
   // find about the least memory any partition needs, and show that partition.
+  // 1% is precise enough for "about" and halves the searches.
   int layers = options.maxLayers > 0 ? options.maxLayers : autoMaxLayers(topology, options);
   auto solveWith = [&](double memoryLimit, PartitionTree &tree) {
     PartitionOptions o = options;
@@ -85,7 +103,7 @@ std::string memoryShortfall(const CostTable &table, const Topology &topology,
   double hi = 0, lo = limit;
   for (const StagePlan &s : model.describe(tree, true).stages)
     hi = std::max(hi, static_cast<double>(s.memoryBytes));
-  for (int step = 0; step < 12 && hi - lo > 0.001 * hi; ++step) {
+  for (int step = 0; step < 12 && hi - lo > 0.01 * hi; ++step) {
     double mid = (lo + hi) / 2;
     PartitionTree t;
     if (solveWith(mid, t)) {
@@ -102,9 +120,12 @@ std::string memoryShortfall(const CostTable &table, const Topology &topology,
   os << "; the least any partition needs is about " << formatBytes(need) << " per device ("
      << formatBytes(need - limit) << " more), in a partition where";
   listStagesOverLimit(os, table, r.stages, limit, true);
-  os << (" (try " + settings::flag(settings::kRecompute) + ", fewer micro-batches in flight, more devices or a larger " + settings::flag(settings::kMemoryLimit) + ")");
+  os << " (try " << (options.recompute ? "" : settings::flag(settings::kRecompute) + ", ")
+     << "fewer micro-batches in flight, more devices or a larger " << settings::flag(settings::kMemoryLimit) << ")";
   return os.str();
 }
+
+namespace {
 
 bool isIdentityOrder(const std::vector<int> &order) {
   for (size_t k = 0; k < order.size(); ++k)
@@ -168,6 +189,13 @@ PartitionResult evaluateInTableOrder(const CostTable &table, const Topology &top
 } // namespace
 
 PartitionResult partition(const CostTable &table, const Topology &topology, const PartitionOptions &options) {
+  if (std::optional<PartitionResult> result = partitionIfFits(table, topology, options))
+    return std::move(*result);
+  throw MemoryShortfall(memoryShortfall(table, topology, options, true));
+}
+
+std::optional<PartitionResult> partitionIfFits(const CostTable &table, const Topology &topology,
+                                               const PartitionOptions &options) {
   CostModel model(table, topology, options);
   if (options.forcedStages > topology.totalDevices())
     throw Error((settings::flag(settings::kStages) + " ") + std::to_string(options.forcedStages) + ": only " +
@@ -214,7 +242,7 @@ PartitionResult partition(const CostTable &table, const Topology &topology, cons
     return result;
   }
   if (!std::isfinite(best))
-    throw Error(memoryShortfall(table, topology, options, model));
+    return std::nullopt;
   PartitionResult result = model.describe(tree, true);
   result.layers = static_cast<int>(ends.size());
   return result;

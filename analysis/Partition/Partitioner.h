@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <optional>
 #include <vector>
 
 namespace pipec::partition {
@@ -197,6 +198,17 @@ std::vector<int> groupIntoLayers(const CostModel &model, int maxLayers);
 /// in memory, naming the stage and how much more it needs.
 PartitionResult partition(const CostTable &table, const Topology &topology,
                           const PartitionOptions &options);
+/// partition(), but nullopt when no partition fits in memory: the message
+/// partition() throws then bisects the limit with a dozen more searches, which
+/// a caller that retries differently (recompute) does not need. Other errors
+/// (a search too large, too many stages) are thrown as by partition().
+std::optional<PartitionResult> partitionIfFits(const CostTable &table, const Topology &topology,
+                                               const PartitionOptions &options);
+/// What partition() throws (as MemoryShortfall) when nothing fits: with
+/// `explain`, the least memory a partition needs and where (a dozen more
+/// searches); without, that nothing fits and any op that alone is too large.
+std::string memoryShortfall(const CostTable &table, const Topology &topology, const PartitionOptions &options,
+                            bool explain);
 
 /// The same predictions for a given partition. Throws Error when the stages do not
 /// cover the ops in order, use too many devices, or do not fit the hierarchy.

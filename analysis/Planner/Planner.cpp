@@ -135,6 +135,26 @@ struct Search {
   std::vector<Candidate> all;
   /// --schedule-file's schedule at unit costs: its shape (placement, chunks).
   schedule::Schedule fileShape = {};
+  /// The first partition attempt that nothing fitted in memory, kept to
+  /// explain it (partition::memoryShortfall) if no plan is found at all.
+  struct ShortfallAttempt {
+    partition::Topology topology;
+    partition::PartitionCliOptions options;
+    std::string origin, rejection;
+  };
+  std::optional<ShortfallAttempt> firstShortfall;
+
+  /// firstShortfall's rejection, with how much memory a partition would need.
+  std::string explainFirstShortfall() const {
+    ShortfallAttempt attempt = *firstShortfall;
+    attempt.options.explainShortfall = true;
+    try {
+      partition::partitionWithRecompute(table, attempt.topology, attempt.options);
+    } catch (const Error &e) {
+      return attempt.origin + ": " + e.what();
+    }
+    return attempt.rejection; // not reached: the same search, explained
+  }
 
   void reject(const std::string &why) {
     ++plan.rejected;
@@ -161,9 +181,17 @@ struct Search {
     o.options.unsplittable = request.unsplittable;
     if (!o.recomputeMode)
       o.recomputeMode = RecomputeMode::Auto;
+    // Many shapes are tried: a failure is explained (a dozen more searches)
+    // only if it becomes the error reported (explainFirstShortfall).
+    o.explainShortfall = false;
     try {
       Partitioned p{partition::partitionWithRecompute(table, topo, o), origin, topo};
       return p;
+    } catch (const partition::MemoryShortfall &e) {
+      reject(origin + ": " + e.what());
+      if (!firstShortfall)
+        firstShortfall = ShortfallAttempt{topo, o, origin, origin + ": " + e.what()};
+      return std::nullopt;
     } catch (const Error &e) {
       if (!request.partition.partitionFile.empty())
         throw; // the given partition is the only one: its error is the answer
@@ -644,12 +672,18 @@ Ranking search(const partition::CostTable &table, const Request &given) {
   Plan &out = search.plan;
   if (search.all.empty()) {
     // The first reason is the broadest attempt's (the DP's own choice).
+    const bool outOfMemory = search.firstShortfall && !out.rejections.empty() &&
+                             out.rejections.front() == search.firstShortfall->rejection;
+    if (outOfMemory)
+      out.rejections.front() = search.explainFirstShortfall();
     std::string why = out.rejections.empty() ? "no plan fits the constraints" : out.rejections.front();
     if (out.rejections.size() > 1) {
       why += "\nother plans tried:";
       for (size_t i = 1; i < out.rejections.size(); ++i)
         why += "\n  " + out.rejections[i];
     }
+    if (outOfMemory)
+      throw partition::MemoryShortfall(why);
     throw Error(why);
   }
   // Lowest simulated time per sample; ties: fewer micro-batches (a smaller

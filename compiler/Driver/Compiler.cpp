@@ -279,6 +279,16 @@ mlir::FailureOr<int64_t> chooseMicrobatchSize(const CompileOptions &options,
                             (" samples per step; " + settings::flag(settings::kBatchSize) + " N allows it");
     }
     tried.push_back(std::move(attempt));
+    if (planning.noPlanFitsMemory) {
+      // Memory per device does not fall as the micro-batch grows: the larger
+      // sizes are not planned (each would cost a full search to refuse).
+      for (int64_t larger = size * 2; larger <= settings::kMaxSearchedMicrobatchSize; larger *= 2)
+        if (!batchSize || *batchSize % larger == 0)
+          tried.push_back({larger, std::nullopt, std::nullopt,
+                           "nothing fits in memory at size " + std::to_string(size) +
+                               ", and a larger micro-batch needs more"});
+      break;
+    }
   }
   // The fastest size within the bound, else the fastest of all.
   for (bool withinBound : {true, false}) {

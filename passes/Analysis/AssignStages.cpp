@@ -143,6 +143,11 @@ struct AssignStages : PassWithOptions<impl::AssignStagesBase<AssignStages>, plan
                                                             nlohmann::json::parse(schedule::toJson(plan.schedule))));
       if (result)
         *result = PlanningResult{std::move(*table), std::move(topology), std::move(plan), std::move(searched)};
+    } catch (const partition::MemoryShortfall &error) {
+      if (result)
+        result->noPlanFitsMemory = true;
+      module.emitError() << error.what();
+      return signalPassFailure();
     } catch (const partition::Error &error) {
       module.emitError() << error.what();
       return signalPassFailure();

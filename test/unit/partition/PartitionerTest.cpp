@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -136,6 +137,48 @@ TEST(Partitioner, InfeasibleMemorySaysWhichStageNeedsHowMuchMore) {
   o.memoryLimitBytes = 500000000; // a single op does not fit
   e = errorOf([&] { partition(t, topo, o); });
   EXPECT_NE(e.find("op 'op0' alone needs 953.7 MiB, 476.8 MiB more than the limit"), std::string::npos) << e;
+}
+
+TEST(Partitioner, ShortfallIsItsOwnErrorExplainedOnlyWhenAsked) {
+  CostTable t = uniformChain(4, 1.0, 1, 1000000000);
+  Topology topo = flatTopology(2, 1e9);
+  PartitionOptions o;
+  o.memoryLimitBytes = 1500000000;
+  EXPECT_THROW(partition(t, topo, o), MemoryShortfall);
+  EXPECT_FALSE(partitionIfFits(t, topo, o).has_value());
+  EXPECT_EQ(memoryShortfall(t, topo, o, false), "no partition of the 4 ops over 2 devices fits in 1.4 GiB per device");
+  EXPECT_NE(memoryShortfall(t, topo, o, true).find("the least any partition needs"), std::string::npos);
+  o.memoryLimitBytes = 2500000000;
+  ASSERT_TRUE(partitionIfFits(t, topo, o).has_value());
+  // Other errors are thrown as partition() throws them, not as a shortfall.
+  o.forcedStages = 3;
+  EXPECT_THROW(
+      {
+        try {
+          partitionIfFits(t, topo, o);
+        } catch (const MemoryShortfall &) {
+          FAIL() << "a shortfall";
+        }
+      },
+      Error);
+}
+
+TEST(Partitioner, ShortfallListsTheFourFullestStages) {
+  // 12 ops on 12 devices without replication: each op fits alone with one
+  // micro-batch in flight, but the first stages of a pipeline hold up to 12
+  // in flight, so the least partition has many stages over the limit; the
+  // message names the four fullest and counts the others.
+  CostTable t = uniformChain(12, 1.0, 100000000, 100000000);
+  Topology topo = flatTopology(12, 1e9);
+  PartitionOptions o;
+  o.allowReplication = false;
+  o.microbatches = 64;
+  o.memoryLimitBytes = 450000000;
+  std::string e = errorOf([&] { partition(t, topo, o); });
+  EXPECT_NE(e.find("the least any partition needs"), std::string::npos) << e;
+  // "fits in X; the least ...", four stages, "; and N more stages"
+  EXPECT_EQ(std::count(e.begin(), e.end(), ';'), 5) << e;
+  EXPECT_NE(e.find("more stages over the limit"), std::string::npos) << e;
 }
 
 TEST(Partitioner, ForcedStagesAndNoReplication) {
