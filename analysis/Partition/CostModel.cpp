@@ -106,7 +106,9 @@ int CostModel::mostInflightFitting(double params, double optimizerStateBytes, do
 
 double CostModel::memoryOf(double params, double optimizerStateBytes, double activationBytes, double inputBytes,
                            int f) const {
-  double fixed = params + optimizerStateBytes;
+  // Weights, their gradients (one buffer per stage, accumulated over the
+  // micro-batches: the runtime's StageModel) and the optimizer state.
+  double fixed = 2 * params + optimizerStateBytes;
   double stash = options_.asynchronous ? (f - 1) * params : 0; // the live version serves one
   double acts = options_.recompute ? f * inputBytes + activationBytes : f * activationBytes;
   return fixed + stash + acts;

@@ -44,13 +44,15 @@ StagePlan deviceStagePlan(const CostModel &model, const TreeStage &st, int64_t f
   plan.computeSeconds = model.compute(st.firstOp, st.lastOp);
   plan.parameterBytes = bytesOf(model.parameters(st.firstOp, st.lastOp));
   plan.optimizerStateBytes = bytesOf(model.optimizerState(st.firstOp, st.lastOp));
+  plan.gradientBytes = plan.parameterBytes;
   double mem = model.memory(st.firstOp, st.lastOp, plan.inflight);
   plan.stashBytes = model.options().asynchronous
                         ? bytesOf(static_cast<double>(plan.inflight - 1) * static_cast<double>(plan.parameterBytes))
                         : 0;
   plan.memoryBytes = bytesOf(mem);
   plan.activationBytes = bytesOf(mem - static_cast<double>(plan.parameterBytes) -
-                                 static_cast<double>(plan.optimizerStateBytes) - static_cast<double>(plan.stashBytes));
+                                 static_cast<double>(plan.gradientBytes) - static_cast<double>(plan.optimizerStateBytes) -
+                                 static_cast<double>(plan.stashBytes));
   return plan;
 }
 

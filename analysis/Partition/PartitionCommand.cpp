@@ -14,6 +14,18 @@
 namespace pipec::partition {
 
 Topology PartitionCliOptions::topology() const {
+  Topology t = declaredTopology();
+  if (hostMemoryBytes)
+    return withRanksSharingHost(std::move(t), *hostMemoryBytes, settings::flag(settings::kHostMemory));
+  if (!ranksShareHost)
+    return t;
+  if (std::optional<int64_t> detected = detectHostMemoryBytes())
+    return withRanksSharingHost(std::move(t), *detected, "this machine's");
+  throw Error("cannot read this machine's memory (/proc/meminfo) for its CPU ranks: give " +
+              settings::flag(settings::kHostMemory) + " SIZE");
+}
+
+Topology PartitionCliOptions::declaredTopology() const {
   if (!gpus.empty() && !clusterFile.empty())
     throw Error(("give " + settings::flag(settings::kGpus) + " or " + settings::flag(settings::kCluster) + ", not both"));
   if (gpus.empty() && clusterFile.empty())
@@ -51,6 +63,9 @@ void PartitionCliOptions::bind(settings::Binder &b) {
            [this](const std::string &value) { intraBytesPerSecond = parseGigabytesPerSecond(value, settings::flag(settings::kIntraBandwidth)); });
   b.onText(kInterBandwidth,
            [this](const std::string &value) { interBytesPerSecond = parseGigabytesPerSecond(value, settings::flag(settings::kInterBandwidth)); });
+  b.onText(kHostMemory, [this](const std::string &value) {
+    hostMemoryBytes = parseByteSize(value, settings::flag(settings::kHostMemory));
+  });
   b.onText(kMemoryLimit,
            [this](const std::string &value) { options.memoryLimitBytes = parseByteSize(value, settings::flag(settings::kMemoryLimit)); });
   b.integer(kStages, options.forcedStages);

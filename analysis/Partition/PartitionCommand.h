@@ -32,13 +32,23 @@ struct PartitionCliOptions {
   /// --microbatches; absent: options.microbatches for `pipec partition`, the
   /// planner chooses. Given, it replaces options.microbatches in the DP.
   std::optional<int> microbatches;
+  /// --host-memory: the memory of one host of CPU ranks, which the ranks of
+  /// a server share (withRanksSharingHost) instead of each having the device
+  /// preset's memory.
+  std::optional<int64_t> hostMemoryBytes;
+  /// The same with this machine's memory when --host-memory is absent (the
+  /// driver: a CPU job, --out with --target cpu).
+  bool ranksShareHost = false;
   /// When nothing fits: say how much memory the least partition would need
   /// (memoryShortfall's dozen more searches). The planner, which tries many
   /// shapes, explains only the failure it reports.
   bool explainShortfall = true;
 
-  /// The topology the flags describe (exactly one of --gpus and --cluster).
+  /// The topology the flags describe (exactly one of --gpus and --cluster),
+  /// with the host's memory shared by CPU ranks when ranksShareHost.
   Topology topology() const;
+  /// The same without the CPU ranks' memory: the devices as declared.
+  Topology declaredTopology() const;
 
   /// Binds every member but costsFile (`pipec partition`'s own) to its setting.
   void bind(settings::Binder &binder);

@@ -73,6 +73,7 @@ struct StagePlan {
   double allreduceSeconds = 0; ///< Σ_k 2(r_k-1)/r_k·|w|/B_k, the gradient all-reduce of this stage
   int inflight = 1;            ///< micro-batches in flight on one replica (memory model)
   int64_t parameterBytes = 0, optimizerStateBytes = 0;
+  int64_t gradientBytes = 0;   ///< the weights' gradient buffer (parameterBytes)
   int64_t stashBytes = 0;      ///< stashed weight versions (asynchronous)
   int64_t activationBytes = 0; ///< activations kept for the in-flight micro-batches
   int64_t memoryBytes = 0;     ///< total per device

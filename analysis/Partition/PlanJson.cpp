@@ -50,6 +50,7 @@ plan::PlanFile planFile(const CostTable &table, const Topology &topology, const 
     st.inflight = s.inflight;
     st.parameterBytes = s.parameterBytes;
     st.optimizerBytes = s.optimizerStateBytes;
+    st.gradientBytes = s.gradientBytes;
     st.stashBytes = s.stashBytes;
     st.activationBytes = s.activationBytes;
     st.memoryBytes = s.memoryBytes;
@@ -258,7 +259,7 @@ void printPlanTable(std::ostream &os, const CostTable &table, const Topology &to
        << std::setw(14) << ellipsize(ranksText(s.ranks), 13) << std::right << std::setw(11)
        << formatSeconds(s.computeSeconds) << std::setw(11) << formatSeconds(s.sendSeconds) << std::setw(11)
        << formatSeconds(s.allreduceSeconds) << std::setw(11)
-       << formatBytes(static_cast<double>(s.parameterBytes + s.optimizerStateBytes + s.stashBytes))
+       << formatBytes(static_cast<double>(s.parameterBytes + s.gradientBytes + s.optimizerStateBytes + s.stashBytes))
        << std::setw(11) << formatBytes(static_cast<double>(s.activationBytes)) << std::setw(11)
        << formatBytes(static_cast<double>(s.memoryBytes)) << std::setw(9) << s.inflight << "\n";
   }

@@ -120,8 +120,37 @@ std::string Topology::describe() const {
   for (size_t i = levels.size(); i-- > 0;)
     os << levels[i].name << " " << levels[i].bandwidthBytesPerSecond / 1e9 << " GB/s"
        << (i ? ", " : "");
-  os << "; " << formatBytes(static_cast<double>(deviceMemoryBytes)) << " per device)";
+  os << "; " << formatBytes(static_cast<double>(deviceMemoryBytes))
+     << (memoryOrigin.empty() ? " per device" : " per rank: " + memoryOrigin) << ")";
   return os.str();
+}
+
+std::optional<int64_t> detectHostMemoryBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (in >> key >> kib >> unit)
+    if (key == "MemTotal:" && unit == "kB" && kib > 0 && kib < kMaxDeviceMemoryBytes / 1024)
+      return kib * 1024;
+  return std::nullopt;
+}
+
+Topology withRanksSharingHost(Topology t, int64_t hostBytes, const std::string &origin) {
+  // The system keeps a tenth (page cache, other processes); each rank's
+  // process, libraries, MPI and BLAS buffers take about 256 MiB before its
+  // stage's weights (measured on piperun, docs/scale.md).
+  constexpr double kSystemShare = 0.1;
+  constexpr int64_t kRankBaselineBytes = int64_t(256) << 20;
+  const int ranks = t.levels.empty() ? 1 : t.levels[0].fanout;
+  const double share = static_cast<double>(hostBytes) * (1 - kSystemShare) / ranks - kRankBaselineBytes;
+  if (!(share >= 1))
+    throw Error(formatBytes(static_cast<double>(hostBytes)) + " of host memory (" + origin + ") leaves nothing for " +
+                std::to_string(ranks) + " CPU ranks of about " + formatBytes(kRankBaselineBytes) +
+                " each before their weights");
+  t.deviceMemoryBytes = static_cast<int64_t>(share);
+  t.memoryOrigin = formatBytes(static_cast<double>(hostBytes)) + " of host memory (" + origin + ") shared by " +
+                   std::to_string(ranks) + (ranks == 1 ? " CPU rank" : " CPU ranks");
+  return t;
 }
 
 void Topology::verify(const std::string &source) const {

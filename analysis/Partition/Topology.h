@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +56,9 @@ struct Topology {
   std::vector<Level> levels; ///< innermost first
   int64_t deviceMemoryBytes = 0;
   std::string device; ///< preset name, may be empty for cluster files without one
+  /// Empty: deviceMemoryBytes is the device's. Else where it comes from (CPU
+  /// ranks sharing a host: withRanksSharingHost).
+  std::string memoryOrigin;
 
   int64_t totalDevices() const;
   /// Devices in one component of level k (product of fan-outs 0..k); 1 for k = -1.
@@ -73,6 +77,16 @@ struct Topology {
   /// when a bound above is exceeded.
   void verify(const std::string &source) const;
 };
+
+/// This machine's physical memory (/proc/meminfo's MemTotal); nullopt when
+/// it cannot be read.
+std::optional<int64_t> detectHostMemoryBytes();
+
+/// `t` for CPU ranks: the ranks of one innermost component (a server of
+/// --gpus NxG) share one host of `hostBytes`; each is given an equal share of
+/// what is left after the system's part and piperun's own (docs/partition.md).
+/// `origin` says where hostBytes came from. Throws Error when nothing is left.
+Topology withRanksSharingHost(Topology t, int64_t hostBytes, const std::string &origin);
 
 struct GpusSpec {
   int servers = 0, devicesPerServer = 0;

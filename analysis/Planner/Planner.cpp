@@ -95,19 +95,26 @@ schedule::Schedule repeated(const schedule::Schedule &s, int count) {
   return out;
 }
 
-/// Largest per-device memory of a plan: each rank's stages' weights,
-/// optimizer state and stashed versions plus its simulated activation peak.
+/// Largest per-device memory of a plan: each rank's stages' weights, their
+/// gradients, optimizer state and stashed versions plus its simulated
+/// activation peak; a rank that steps speculatively (ZB-H2's SPEC_STEP) also
+/// keeps its pre-step weights and optimizer state until VALIDATE decides.
 double peakDeviceBytes(const PartitionResult &partition, const schedule::Schedule &s,
                        const schedule::SimResult &sim, double unitBytes) {
   const schedule::Problem &P = s.problem;
   double peak = 0;
   for (int rank = 0; rank < P.numRanks(); ++rank) {
     const int stage = P.stageOfRank(rank);
+    const bool speculative =
+        std::any_of(s.ranks[rank].begin(), s.ranks[rank].end(),
+                    [](const schedule::Instr &in) { return in.op == schedule::Op::SpecStep; });
     double fixed = 0;
     for (int chunk = 0; chunk < P.chunks; ++chunk) {
       const int vs = P.chunks > 1 ? s.virtualStage(stage, chunk) : stage;
       const partition::StagePlan &st = partition.stages[vs];
-      fixed += static_cast<double>(st.parameterBytes + st.optimizerStateBytes + st.stashBytes);
+      fixed += static_cast<double>(st.parameterBytes + st.gradientBytes + st.optimizerStateBytes + st.stashBytes);
+      if (speculative)
+        fixed += static_cast<double>(st.parameterBytes + st.optimizerStateBytes);
     }
     peak = std::max(peak, fixed + sim.peakMemory[rank] * unitBytes);
   }

@@ -27,6 +27,11 @@ inline constexpr Setting kInterBandwidth{"inter-bw", "Override the preset's netw
                                          "GB/s"};
 inline constexpr Setting kMemoryLimit{"memory-limit", "Per-device memory, e.g. 16GiB, 80GB (default: the device's)",
                                       "size"};
+inline constexpr Setting kHostMemory{
+    "host-memory",
+    "Memory of one host of CPU ranks, which its ranks (the G of --gpus NxG) share: a CPU job (--out, --target cpu) "
+    "is planned against it (default: this machine's, /proc/meminfo)",
+    "size"};
 inline constexpr IntSetting kStages{
     {"stages", "Exactly N pipeline stages (pipec MODEL: at most the devices, default chosen by the planner; "
                "pipec schedule: ranks per pipeline, at most 4096)",

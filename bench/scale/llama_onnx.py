@@ -11,7 +11,7 @@ or 70B model needs little memory. --no-data writes the graph only (the
 external data file is then absent: a model to plan, not to train).
 
 usage: llama_onnx.py OUT.onnx --size {tinyllama-1.1b,llama-3b,llama3-8b,llama3-70b}
-       [--dtype bf16|fp32] [--seq N] [--no-data]
+       [--dtype bf16|fp32] [--seq N] [--layers N] [--no-data]
 """
 import argparse
 import os
@@ -38,8 +38,11 @@ def main():
     parser.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--no-data", action="store_true")
+    parser.add_argument("--layers", type=int, help="decoder layers (default: the size's)")
     args = parser.parse_args()
     layers, hidden, mlp, heads, kv_heads, vocab = SIZES[args.size]
+    if args.layers is not None:
+        layers = args.layers
     kv = hidden // heads * kv_heads
     onnx_type = TensorProto.BFLOAT16 if args.dtype == "bf16" else TensorProto.FLOAT
     element_bytes = 2 if args.dtype == "bf16" else 4

@@ -359,6 +359,16 @@ int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_
   // means), so that a job pipec-opt writes from the same module is the same
   // file (docs/layers.md).
   CompileOptions options = given;
+  // A CPU job's ranks share their host's memory (docs/partition.md): the
+  // plan it runs is checked against that, not the device preset's memory.
+  partition::PartitionCliOptions &partition = options.planning.partition;
+  if (options.job.target != Target::Cpu && partition.hostMemoryBytes) {
+    errs << "error: " << settings::flag(settings::kHostMemory) << " is the memory of a host of CPU ranks; "
+         << settings::flag(settings::kTarget) << " cuda plans against the device's (" << settings::flag(settings::kDevice)
+         << ", " << settings::flag(settings::kMemoryLimit) << ")\n";
+    return 1;
+  }
+  partition.ranksShareHost = options.job.target == Target::Cpu && !partition.outDir.empty();
   if (options.importOptions.microbatchSize)
     options.planning.microbatchSizeSource = settings::flag(settings::kMicrobatchSize);
   mlir::DialectRegistry registry;

@@ -265,22 +265,37 @@ std::vector<void *> StageModel::gradPtrs() {
 std::vector<void *> StageModel::statePtrs() { return stateLayout_.pointers(state_.data()); }
 
 void StageModel::loadWeights(const std::string &path) {
-  const auto tensors = io::readTensorFile(path, "weights file");
+  // Tensor by tensor, straight into the parameter buffer (host) or through a
+  // bounded staging buffer (device): a stage's weights are never held twice.
+  constexpr uint64_t kStagingBytes = uint64_t(64) << 20;
   const pipec_stage_desc &d = desc();
-  std::vector<bool> used(tensors.size(), false);
-  for (int i = 0; i < d.num_params; ++i) {
+  std::vector<bool> loaded(d.num_params, false);
+  std::vector<char> staging;
+  io::forEachTensor(path, "weights file", [&](const io::TensorHeader &t, io::TensorDataReader &reader) {
+    int i = 0;
+    while (i < d.num_params && t.name != d.params[i].tensor.name) ++i;
+    if (i == d.num_params) throw Error(path + ": tensor " + t.name + " is not a parameter of stage " + std::to_string(vs_.id));
     const pipec_tensor_desc &td = d.params[i].tensor;
-    size_t k = 0;
-    while (k < tensors.size() && tensors[k].name != td.name) ++k;
-    if (k == tensors.size()) throw Error(path + ": no tensor named " + td.name + " (stage parameter " + describeTensor(td) + ")");
-    if (tensors[k].dtype != td.dtype || tensors[k].shape != shapeOf(td))
-      throw Error(path + ": tensor " + td.name + " is " + io::dtypeName(tensors[k].dtype) +
-                  io::shapeString(tensors[k].shape) + ", the stage expects " + describeTensor(td));
-    dev_.upload(params_.data() + paramLayout_.offsets[i], tensors[k].data.data(), paramLayout_.bytes[i]);
-    used[k] = true;
-  }
-  for (size_t k = 0; k < tensors.size(); ++k)
-    if (!used[k]) throw Error(path + ": tensor " + tensors[k].name + " is not a parameter of stage " + std::to_string(vs_.id));
+    if (t.dtype != td.dtype || t.shape != shapeOf(td))
+      throw Error(path + ": tensor " + t.name + " is " + io::dtypeName(t.dtype) + io::shapeString(t.shape) +
+                  ", the stage expects " + describeTensor(td));
+    char *dst = params_.data() + paramLayout_.offsets[i];
+    if (dev_.host()) {
+      reader.read(dst, t.bytes);
+    } else {
+      staging.resize(static_cast<size_t>(std::min(t.bytes, kStagingBytes)));
+      for (uint64_t done = 0; done < t.bytes; done += staging.size()) {
+        const uint64_t n = std::min<uint64_t>(staging.size(), t.bytes - done);
+        reader.read(staging.data(), n);
+        dev_.upload(dst + done, staging.data(), n);
+      }
+    }
+    loaded[i] = true;
+  });
+  for (int i = 0; i < d.num_params; ++i)
+    if (!loaded[i])
+      throw Error(path + ": no tensor named " + d.params[i].tensor.name + " (stage parameter " +
+                  describeTensor(d.params[i].tensor) + ")");
 }
 
 std::vector<io::Tensor> StageModel::weightTensors() const {

@@ -135,7 +135,8 @@ struct Stage {
   std::vector<int> ranks; ///< the MPI ranks holding a replica: what piperun maps streams by
   double computeSeconds = 0, sendSeconds = 0, allreduceSeconds = 0;
   int64_t sendBytes = 0, sendLevel = -1, inflight = 1;
-  int64_t parameterBytes = 0, optimizerBytes = 0, stashBytes = 0, activationBytes = 0, memoryBytes = 0;
+  int64_t parameterBytes = 0, gradientBytes = 0, optimizerBytes = 0, stashBytes = 0, activationBytes = 0,
+          memoryBytes = 0;
 };
 
 /// Where predictions.time_per_minibatch_s comes from.
@@ -343,6 +344,7 @@ template <> struct Schema<plan::Stage> {
     v.optional("allreduce_s", s.allreduceSeconds);
     v.optional("inflight_microbatches", s.inflight);
     v.optional("parameter_bytes", s.parameterBytes);
+    v.optional("gradient_bytes", s.gradientBytes);
     v.optional("optimizer_bytes", s.optimizerBytes);
     v.optional("stash_bytes", s.stashBytes);
     v.optional("activation_bytes", s.activationBytes);

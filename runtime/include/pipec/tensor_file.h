@@ -257,12 +257,43 @@ inline void writeTensorFile(const std::string &path, const std::vector<Tensor> &
   writer.finish();
 }
 
-// Reads a tensor file: a regular file of bounded size (pipec/input_file.h),
-// every header length and count checked against the bytes left in the file
-// before anything is allocated, element counts and byte counts computed with
-// overflow checks. `what` names the file's role in messages ("weights file",
-// "checkpoint file"). Throws FormatError naming the file (and the tensor).
-inline std::vector<Tensor> readTensorFile(const std::string &path, const char *what = "tensor file") {
+// One tensor's header in a tensor file, as forEachTensor hands it over.
+struct TensorHeader {
+  std::string name;
+  int dtype = PIPEC_F32;
+  std::vector<int64_t> shape;
+  uint64_t bytes = 0; // numElements(shape) * dtypeSize(dtype), checked
+};
+
+// Reads the data of the tensor being visited: read() calls add up to at most
+// its bytes, in any pieces (a reader of a 10 GB file holds one piece at a
+// time); what is left unread is skipped.
+class TensorDataReader {
+public:
+  TensorDataReader(detail::FileCursor &cursor, const TensorHeader &header) : c_(cursor), h_(header) {}
+  uint64_t left() const { return left_; }
+  void read(void *dst, uint64_t n) {
+    if (n > left_)
+      throw FormatError(c_.file.path() + ": tensor " + h_.name + ": reading " + std::to_string(n) + " bytes, " +
+                        std::to_string(left_) + " of its data left");
+    c_.get(dst, n, ("the data of " + h_.name).c_str());
+    left_ -= n;
+  }
+
+private:
+  detail::FileCursor &c_;
+  const TensorHeader &h_;
+  uint64_t left_ = h_.bytes;
+};
+
+// Reads a tensor file tensor by tensor: a regular file of bounded size
+// (pipec/input_file.h), every header length and count checked against the
+// bytes left in the file before anything is allocated, element counts and
+// byte counts computed with overflow checks; `visit(header, reader)` for each
+// tensor in file order, which reads as much of its data as it wants.
+// `what` names the file's role in messages ("weights file", "checkpoint
+// file"). Throws FormatError naming the file (and the tensor).
+template <class Visit> void forEachTensor(const std::string &path, const char *what, Visit visit) {
   const InputFile file = detail::openInput(path, what, kMaxTensorFileBytes);
   detail::FileCursor c{file};
   char magic[8];
@@ -275,11 +306,9 @@ inline std::vector<Tensor> readTensorFile(const std::string &path, const char *w
     throw FormatError(path + ": truncated file: the tensor count " + std::to_string(count) + " needs at least " +
                       (count > UINT64_MAX / 20 ? std::string("2^64") : std::to_string(count * 20)) +
                       " more bytes, the file has " + std::to_string(c.remaining()) + " left");
-  std::vector<Tensor> out;
-  out.reserve(static_cast<size_t>(count));
   std::set<std::string> names;
   for (uint64_t i = 0; i < count; ++i) {
-    Tensor t;
+    TensorHeader t;
     const std::string index = "tensor #" + std::to_string(i);
     t.name = c.getString(c.getv<uint32_t>("a name length"), ("the name of " + index).c_str());
     if (!names.insert(t.name).second) throw FormatError(path + ": tensor " + t.name + " appears twice");
@@ -304,13 +333,28 @@ inline std::vector<Tensor> readTensorFile(const std::string &path, const char *w
     if (nbytes > c.remaining())
       throw FormatError(path + ": truncated file: tensor " + t.name + " needs " + std::to_string(nbytes) +
                         " data bytes, the file has " + std::to_string(c.remaining()) + " left");
-    t.data.resize(static_cast<size_t>(nbytes));
-    c.get(t.data.data(), nbytes, ("the data of " + t.name).c_str());
-    out.push_back(std::move(t));
+    t.bytes = nbytes;
+    TensorDataReader reader(c, t);
+    visit(static_cast<const TensorHeader &>(t), reader);
+    c.offset += reader.left(); // within the file: checked above
   }
   if (c.remaining() != 0)
     throw FormatError(path + ": " + std::to_string(c.remaining()) + " trailing bytes after " + std::to_string(count) +
                       " tensors");
+}
+
+// Reads a whole tensor file into memory (forEachTensor).
+inline std::vector<Tensor> readTensorFile(const std::string &path, const char *what = "tensor file") {
+  std::vector<Tensor> out;
+  forEachTensor(path, what, [&](const TensorHeader &h, TensorDataReader &reader) {
+    Tensor t;
+    t.name = h.name;
+    t.dtype = h.dtype;
+    t.shape = h.shape;
+    t.data.resize(static_cast<size_t>(h.bytes));
+    reader.read(t.data.data(), h.bytes);
+    out.push_back(std::move(t));
+  });
   return out;
 }
 

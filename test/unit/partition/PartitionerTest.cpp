@@ -85,12 +85,13 @@ TEST(Partitioner, AsyncMemoryCountsStashedVersionsAndInflightActivations) {
   o.forcedStages = 4;
   PartitionResult r = partition(t, flatTopology(4, 1e12), o);
   ASSERT_EQ(r.stages.size(), 4u);
-  // stage 0: 4 in flight → params + 3 stashed versions + 4 activations
+  // stage 0: 4 in flight → params, their gradients, 3 stashed versions, 4 activations
   EXPECT_EQ(r.stages[0].inflight, 4);
   EXPECT_EQ(r.stages[0].stashBytes, 3000000);
+  EXPECT_EQ(r.stages[0].gradientBytes, 1000000);
   EXPECT_EQ(r.stages[0].activationBytes, 4000);
-  EXPECT_EQ(r.stages[0].memoryBytes, 1000000 + 3000000 + 4000);
-  EXPECT_EQ(r.stages[3].memoryBytes, 1000000 + 1000);
+  EXPECT_EQ(r.stages[0].memoryBytes, 2 * 1000000 + 3000000 + 4000);
+  EXPECT_EQ(r.stages[3].memoryBytes, 2 * 1000000 + 1000);
   // recompute keeps the stage input per micro-batch plus one working set
   o.recompute = true;
   PartitionResult rc = partition(t, flatTopology(4, 1e12), o);
@@ -115,7 +116,8 @@ TEST(Partitioner, MemoryLimitForcesAPipeline) {
 }
 
 TEST(Partitioner, InfeasibleMemorySaysWhichStageNeedsHowMuchMore) {
-  CostTable t = uniformChain(4, 1.0, 1, 1000000000);
+  // each op: 0.5 GB of weights and 0.5 GB of their gradients
+  CostTable t = uniformChain(4, 1.0, 1, 500000000);
   Topology topo = flatTopology(2, 1e9);
   PartitionOptions o;
   o.memoryLimitBytes = 1500000000; // each op fits, but 4 ops on 2 devices do not
@@ -140,7 +142,7 @@ TEST(Partitioner, InfeasibleMemorySaysWhichStageNeedsHowMuchMore) {
 }
 
 TEST(Partitioner, ShortfallIsItsOwnErrorExplainedOnlyWhenAsked) {
-  CostTable t = uniformChain(4, 1.0, 1, 1000000000);
+  CostTable t = uniformChain(4, 1.0, 1, 500000000); // 1 GB per op with gradients
   Topology topo = flatTopology(2, 1e9);
   PartitionOptions o;
   o.memoryLimitBytes = 1500000000;
@@ -323,10 +325,10 @@ TEST(EvaluatePartition, GivenStagesAndErrors) {
             std::string::npos);
   EXPECT_EQ(errorOf([&] { evaluatePartition(t, topo, o, {{0, 3, 1, {0}}, {4, 7, 1, {0}}}); }),
             "partition: stage 1: rank 0 is out of range or used twice");
-  o.memoryLimitBytes = 7500; // each stage: 4000 B of weights + 4000 B of activations
+  o.memoryLimitBytes = 11500; // each stage: 4000 B of weights, 4000 of gradients, 4000 of activations
   EXPECT_EQ(errorOf([&] { evaluatePartition(t, topo, o, {{0, 3, 1, {}}, {4, 7, 1, {}}}); }),
-            "the given partition does not fit in 7.3 KiB per device: stage 0 (ops 'op0'..'op3') needs "
-            "7.8 KiB, 500 B more; stage 1 (ops 'op4'..'op7') needs 7.8 KiB, 500 B more");
+            "the given partition does not fit in 11.2 KiB per device: stage 0 (ops 'op0'..'op3') needs "
+            "11.7 KiB, 500 B more; stage 1 (ops 'op4'..'op7') needs 11.7 KiB, 500 B more");
 }
 
 TEST(Partitioner, ZeroCostTableGivesFiniteNumbers) {

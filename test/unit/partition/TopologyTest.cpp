@@ -105,3 +105,21 @@ TEST(Topology, Sizes) {
   EXPECT_EQ(formatBytes(80.0 * (1 << 30)), "80.0 GiB");
   EXPECT_EQ(formatBytes(512), "512 B");
 }
+
+TEST(Topology, CpuRanksShareTheirHost) {
+  // 2 hosts of 4 ranks, 32 GiB each: a tenth for the system, 256 MiB per rank.
+  Topology t = makeGpusTopology({2, 4}, *findDevicePreset("H100"));
+  const int64_t host = int64_t(32) << 30;
+  Topology cpu = withRanksSharingHost(t, host, "--host-memory");
+  EXPECT_EQ(cpu.deviceMemoryBytes, static_cast<int64_t>(host * 0.9 / 4 - (int64_t(256) << 20)));
+  EXPECT_EQ(cpu.levels.size(), t.levels.size());
+  EXPECT_NE(cpu.describe().find("per rank: 32.0 GiB of host memory (--host-memory) shared by 4 CPU ranks"),
+            std::string::npos)
+      << cpu.describe();
+  EXPECT_NE(t.describe().find("80.0 GiB per device"), std::string::npos) << t.describe();
+  // A host too small for its ranks' own processes is refused, not planned.
+  EXPECT_THROW(withRanksSharingHost(t, int64_t(1) << 30, "--host-memory"), Error);
+  // /proc/meminfo, where there is one, gives a positive size.
+  if (std::optional<int64_t> mine = detectHostMemoryBytes())
+    EXPECT_GT(*mine, 0);
+}
