@@ -16,8 +16,7 @@ namespace {
 void writeStageFiles(const fs::path &dir, const std::vector<Chunk> &chunks, int replica, bool checkpoint) {
   if (replica != 0) return;
   for (const Chunk &ch : chunks)
-    io::writeTensorFile((dir / ("stage_" + std::to_string(ch.vs) + ".bin")).string(),
-                        checkpoint ? ch.model->checkpointTensors() : ch.model->weightTensors());
+    ch.model->writeTensorFile((dir / ("stage_" + std::to_string(ch.vs) + ".bin")).string(), checkpoint);
 }
 } // namespace
 

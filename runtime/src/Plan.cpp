@@ -434,39 +434,66 @@ CheckpointTensors::CheckpointTensors(const CheckpointManifest &manifest,
     : dir_(manifest.dir) {
   for (int64_t vs = 0; vs < manifest.virtualStages; ++vs) {
     files_.push_back(manifest.stageFile((int)vs));
+    const std::string &file = files_.back();
     bool hasSteps = false;
-    for (io::Tensor &t : io::readTensorFile(files_.back(), "checkpoint file")) {
+    std::vector<Held> copies; // of tied tensors: compared once this file is open
+    io::forEachTensor(file, "checkpoint file", [&](const io::TensorHeader &t, io::TensorDataReader &reader) {
       if (t.name == "meta/steps") {
         int64_t steps = 0;
         if (t.dtype != PIPEC_I64 || !t.shape.empty())
-          throw Error(files_.back() + ": checkpoint tensor meta/steps is " + io::dtypeName(t.dtype) +
-                      io::shapeString(t.shape) + ", expected i64[]");
-        std::memcpy(&steps, t.data.data(), 8);
-        if (steps < 0) throw Error(files_.back() + ": checkpoint tensor meta/steps is " + std::to_string(steps) + ", negative");
+          throw Error(file + ": checkpoint tensor meta/steps is " + io::dtypeName(t.dtype) + io::shapeString(t.shape) +
+                      ", expected i64[]");
+        reader.read(&steps, 8);
+        if (steps < 0) throw Error(file + ": checkpoint tensor meta/steps is " + std::to_string(steps) + ", negative");
         steps_.push_back(steps);
         hasSteps = true;
-        continue;
+        return;
       }
-      if (!wanted(t.name)) continue;
+      if (!wanted(t.name)) return;
       // A tied parameter (and its state) is in every file of a stage that
       // holds it, equal after every step (docs/stages.md).
       auto it = tensors_.find(t.name);
       if (it == tensors_.end()) {
-        std::string name = t.name; // before t moves
-        tensors_.emplace(std::move(name), Held{std::move(t), files_.size() - 1});
-      } else if (it->second.tensor.dtype != t.dtype || it->second.tensor.shape != t.shape ||
-                 it->second.tensor.data != t.data) {
-        throw Error(files_.back() + ": checkpoint tensor " + t.name + " differs from its copy in " +
-                    files_[it->second.file] + " (a tied parameter)");
+        tensors_.emplace(t.name, Held{t, files_.size() - 1, reader.offset()});
+      } else if (it->second.header.dtype != t.dtype || it->second.header.shape != t.shape) {
+        throw Error(file + ": checkpoint tensor " + t.name + " differs from its copy in " + files_[it->second.file] +
+                    " (a tied parameter)");
+      } else {
+        copies.push_back(Held{t, files_.size() - 1, reader.offset()});
+      }
+    });
+    if (!hasSteps) throw Error(file + ": checkpoint has no tensor meta/steps");
+    open_.push_back(std::make_unique<io::InputFile>(file, "checkpoint file", io::kMaxTensorFileBytes));
+    // The copies' data compared piece by piece with the first one's.
+    constexpr uint64_t kPiece = uint64_t(16) << 20;
+    std::vector<char> a, b;
+    for (const Held &copy : copies) {
+      const std::string &name = copy.header.name;
+      const Held &first = tensors_.at(name);
+      for (uint64_t done = 0; done < copy.header.bytes; done += kPiece) {
+        const uint64_t n = std::min(kPiece, copy.header.bytes - done);
+        a.resize(n), b.resize(n);
+        open_[first.file]->readAt(first.offset + done, a.data(), n, ("the data of " + name).c_str());
+        open_[copy.file]->readAt(copy.offset + done, b.data(), n, ("the data of " + name).c_str());
+        if (a != b)
+          throw Error(file + ": checkpoint tensor " + name + " differs from its copy in " + files_[first.file] +
+                      " (a tied parameter)");
       }
     }
-    if (!hasSteps) throw Error(files_.back() + ": checkpoint has no tensor meta/steps");
   }
 }
 
-const io::Tensor *CheckpointTensors::lookup(const std::string &name) const {
+const io::TensorHeader *CheckpointTensors::lookup(const std::string &name) const {
   auto it = tensors_.find(name);
-  return it == tensors_.end() ? nullptr : &it->second.tensor;
+  return it == tensors_.end() ? nullptr : &it->second.header;
+}
+
+void CheckpointTensors::read(const std::string &name, uint64_t offset, void *dst, uint64_t n) const {
+  const Held &h = tensors_.at(name);
+  if (offset > h.header.bytes || n > h.header.bytes - offset)
+    throw Error(files_[h.file] + ": reading bytes " + std::to_string(offset) + ".." + std::to_string(offset + n) +
+                " of checkpoint tensor " + name + ", which has " + std::to_string(h.header.bytes));
+  open_[h.file]->readAt(h.offset + offset, dst, n, ("the data of " + name).c_str());
 }
 
 std::string CheckpointTensors::describe() const {

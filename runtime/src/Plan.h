@@ -6,12 +6,14 @@
 #pragma once
 
 #include "pipec/dataset.h"
+#include "pipec/input_file.h"
 #include "pipec/job_plan.h"
 #include "pipec/rank_stream.h"
 #include "pipec/vocabulary.h"
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -148,13 +150,16 @@ struct CheckpointManifest {
 
 // A checkpoint's tensors by name, from every stage file it has, whatever
 // plan wrote them: any plan of the same model resumes from it
-// (docs/checkpoint-format.md, "Another plan"). Each rank keeps only the
-// tensors `wanted` names.
+// (docs/checkpoint-format.md, "Another plan"). Each rank indexes only the
+// tensors `wanted` names, and reads their data from the files when it loads
+// them (read): a checkpoint is never held in memory.
 class CheckpointTensors {
 public:
   CheckpointTensors(const CheckpointManifest &manifest, const std::function<bool(const std::string &)> &wanted);
-  // The tensor `name` ("param/fc.weight"), or null.
-  const io::Tensor *lookup(const std::string &name) const;
+  // The header of tensor `name` ("param/fc.weight"), or null.
+  const io::TensorHeader *lookup(const std::string &name) const;
+  // Bytes [offset, offset + n) of the data of tensor `name` (lookup's).
+  void read(const std::string &name, uint64_t offset, void *dst, uint64_t n) const;
   // The checkpoint directory and its stage files' count, for messages.
   std::string describe() const;
   // The optimizer steps (meta/steps) of the stage file that holds `name`.
@@ -165,12 +170,14 @@ public:
 
 private:
   struct Held {
-    io::Tensor tensor;
+    io::TensorHeader header;
     size_t file;
+    uint64_t offset; // of its data in the file
   };
   std::string dir_;
   std::map<std::string, Held> tensors_;
   std::vector<std::string> files_;
+  std::vector<std::unique_ptr<io::InputFile>> open_; // per file, for read()
   std::vector<int64_t> steps_; // per file
 };
 // The checkpoint directory --resume DIR names: DIR itself when it has a

@@ -313,33 +313,46 @@ std::vector<io::Tensor> StageModel::weightTensors() const {
   return out;
 }
 
-std::vector<io::Tensor> StageModel::checkpointTensors() const {
-  std::vector<io::Tensor> out;
-  for (io::Tensor t : weightTensors()) {
-    t.name = "param/" + t.name;
-    out.push_back(std::move(t));
-  }
+void StageModel::writeTensorFile(const std::string &path, bool checkpoint) const {
+  constexpr size_t kStagingBytes = size_t(64) << 20;
   const pipec_stage_desc &d = desc();
-  size_t s = 0;
-  for (int i = 0; i < d.num_params; ++i) {
-    if (d.params[i].role != PIPEC_TRAINED) continue;
-    for (int k = 0; k < d.optimizer_state_per_param; ++k, ++s) {
-      io::Tensor t;
-      t.name = "state/" + std::string(d.params[i].tensor.name) + "/" + std::to_string(k);
-      t.dtype = d.params[i].tensor.dtype;
-      t.shape = shapeOf(d.params[i].tensor);
-      t.data.resize(stateLayout_.bytes[s]);
-      dev_.download(t.data.data(), state_.data() + stateLayout_.offsets[s], stateLayout_.bytes[s]);
-      out.push_back(std::move(t));
+  std::vector<char> staging;
+  // One tensor from device memory: straight from host buffers, through the
+  // staging buffer from a GPU's.
+  auto put = [&](io::TensorFileWriter &w, const std::string &name, const pipec_tensor_desc &td, const char *src,
+                 size_t bytes) {
+    w.begin(name, td.dtype, shapeOf(td));
+    if (dev_.host()) {
+      w.data(src, bytes);
+    } else {
+      staging.resize(std::min(bytes, kStagingBytes));
+      for (size_t done = 0; done < bytes; done += staging.size()) {
+        const size_t n = std::min(staging.size(), bytes - done);
+        dev_.download(staging.data(), src + done, n);
+        w.data(staging.data(), n);
+      }
     }
+    w.end();
+  };
+  uint64_t count = (uint64_t)d.num_params;
+  if (checkpoint) count += (uint64_t)numTrained_ * (uint64_t)d.optimizer_state_per_param + 1;
+  io::TensorFileWriter w(path, count);
+  for (int i = 0; i < d.num_params; ++i)
+    put(w, (checkpoint ? "param/" : "") + std::string(d.params[i].tensor.name), d.params[i].tensor,
+        params_.data() + paramLayout_.offsets[i], paramLayout_.bytes[i]);
+  if (checkpoint) {
+    size_t s = 0;
+    for (int i = 0; i < d.num_params; ++i) {
+      if (d.params[i].role != PIPEC_TRAINED) continue;
+      for (int k = 0; k < d.optimizer_state_per_param; ++k, ++s)
+        put(w, "state/" + std::string(d.params[i].tensor.name) + "/" + std::to_string(k), d.params[i].tensor,
+            state_.data() + stateLayout_.offsets[s], stateLayout_.bytes[s]);
+    }
+    w.begin("meta/steps", PIPEC_I64, {});
+    w.data(reinterpret_cast<const char *>(&steps), 8);
+    w.end();
   }
-  io::Tensor st;
-  st.name = "meta/steps";
-  st.dtype = PIPEC_I64;
-  st.data.resize(8);
-  std::memcpy(st.data.data(), &steps, 8);
-  out.push_back(std::move(st));
-  return out;
+  w.finish();
 }
 
 void StageModel::loadCheckpoint(const CheckpointTensors &checkpoint) {
@@ -348,7 +361,7 @@ void StageModel::loadCheckpoint(const CheckpointTensors &checkpoint) {
   // checkpoint of another model is refused with the names that differ.
   std::vector<std::string> missing, different;
   auto expect = [&](const std::string &name, const pipec_tensor_desc &td) {
-    const io::Tensor *t = checkpoint.lookup(name);
+    const io::TensorHeader *t = checkpoint.lookup(name);
     if (!t)
       missing.push_back(name);
     else if (t->dtype != td.dtype || t->shape != shapeOf(td))
@@ -374,12 +387,25 @@ void StageModel::loadCheckpoint(const CheckpointTensors &checkpoint) {
                 (different.empty() ? std::string() : std::to_string(different.size()) + " of another shape: " + list(different)) +
                 " (an AdamW checkpoint has state/<name>/0 and /1, SGD /0 only)");
   }
+  // Each tensor from its file: straight into host buffers, through a
+  // bounded staging buffer into a GPU's.
+  constexpr uint64_t kStagingBytes = uint64_t(64) << 20;
+  std::vector<char> staging;
+  auto load = [&](const std::string &name, char *dst, uint64_t bytes) {
+    if (dev_.host()) return checkpoint.read(name, 0, dst, bytes);
+    staging.resize(static_cast<size_t>(std::min(bytes, kStagingBytes)));
+    for (uint64_t done = 0; done < bytes; done += staging.size()) {
+      const uint64_t n = std::min<uint64_t>(staging.size(), bytes - done);
+      checkpoint.read(name, done, staging.data(), n);
+      dev_.upload(dst + done, staging.data(), n);
+    }
+  };
   size_t s = 0;
   std::optional<int64_t> stageSteps;
   for (int i = 0; i < d.num_params; ++i) {
     const pipec_tensor_desc &td = d.params[i].tensor;
     const std::string param = "param/" + std::string(td.name);
-    dev_.upload(params_.data() + paramLayout_.offsets[i], checkpoint.lookup(param)->data.data(), paramLayout_.bytes[i]);
+    load(param, params_.data() + paramLayout_.offsets[i], paramLayout_.bytes[i]);
     // The step counter continues from the stage file that held the
     // parameter; parameters of one stage of this plan from stage files at
     // different steps (possible only across plans) cannot continue together.
@@ -390,9 +416,8 @@ void StageModel::loadCheckpoint(const CheckpointTensors &checkpoint) {
     stageSteps = steps;
     if (d.params[i].role != PIPEC_TRAINED) continue;
     for (int k = 0; k < d.optimizer_state_per_param; ++k, ++s)
-      dev_.upload(state_.data() + stateLayout_.offsets[s],
-                  checkpoint.lookup("state/" + std::string(td.name) + "/" + std::to_string(k))->data.data(),
-                  stateLayout_.bytes[s]);
+      load("state/" + std::string(td.name) + "/" + std::to_string(k), state_.data() + stateLayout_.offsets[s],
+           stateLayout_.bytes[s]);
   }
   steps = stageSteps ? *stageSteps : checkpoint.commonSteps();
   grads_.zero();

@@ -120,7 +120,11 @@ public:
 
   void loadWeights(const std::string &path);          // initial weights file
   std::vector<io::Tensor> weightTensors() const;      // current weights, named as the ABI does
-  std::vector<io::Tensor> checkpointTensors() const;  // weights + optimizer state + step
+  // Writes the current weights (a weights file) or, with `checkpoint`, the
+  // weights, optimizer state and step ("param/X", "state/X/k", "meta/steps":
+  // docs/checkpoint-format.md) to `path`, one tensor at a time through a
+  // bounded staging buffer: the stage's memory is never copied whole.
+  void writeTensorFile(const std::string &path, bool checkpoint) const;
   // The stage's parameters, optimizer state and step counter from a
   // checkpoint of any plan (docs/checkpoint-format.md).
   void loadCheckpoint(const CheckpointTensors &checkpoint);

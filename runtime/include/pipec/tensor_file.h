@@ -272,6 +272,8 @@ class TensorDataReader {
 public:
   TensorDataReader(detail::FileCursor &cursor, const TensorHeader &header) : c_(cursor), h_(header) {}
   uint64_t left() const { return left_; }
+  // Where in the file the next read() starts (the data's start before any).
+  uint64_t offset() const { return c_.offset; }
   void read(void *dst, uint64_t n) {
     if (n > left_)
       throw FormatError(c_.file.path() + ": tensor " + h_.name + ": reading " + std::to_string(n) + " bytes, " +
