@@ -13,7 +13,7 @@ peak to the bytes of the weights. The job folder and the model are removed
 after each size (an 8B model's job holds 32 GB of float32 weights).
 
 usage: run.py [--sizes tinyllama-1.1b,llama3-8b] [--gpus 1x8] [--stages 8]
-              [--build] [--scratch DIR] [--pipec build/bin/pipec]
+              [--build] [--host-memory 1TiB] [--scratch DIR] [--pipec build/bin/pipec]
 """
 import argparse
 import os
@@ -47,6 +47,9 @@ def main():
     parser.add_argument("--gpus", default="1x8")
     parser.add_argument("--stages", default="8")
     parser.add_argument("--build", action="store_true")
+    # The job is a CPU job (the default target), planned against the memory
+    # of the host its ranks share: the models here need a large one.
+    parser.add_argument("--host-memory", default="1TiB")
     parser.add_argument("--scratch", default="/tmp/pipec-bench-scale")
     parser.add_argument("--pipec", default=os.path.join(ROOT, "build", "bin", "pipec"))
     args = parser.parse_args()
@@ -60,7 +63,7 @@ def main():
         weights = os.path.getsize(model + ".data")
         plan = ["--gpus", args.gpus, "--stages", args.stages, "--micro-batch-size", "1"]
         steps = [("import", [model, "--micro-batch-size", "1"]), ("plan", [model] + plan),
-                 ("job", [model] + plan + ["--out", os.path.join(args.scratch, "job")] +
+                 ("job", [model] + plan + ["--host-memory", args.host_memory, "--out", os.path.join(args.scratch, "job")] +
                   (["--build"] if args.build else []))]
         for step, command in steps:
             code, seconds, peak, lines = measure([args.pipec] + command)

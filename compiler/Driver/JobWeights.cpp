@@ -41,10 +41,7 @@ void storeElement(const import::HostTensor &value, int64_t e, int dtype, unsigne
 }
 } // namespace
 
-LogicalResult writeStageWeights(pipe::StageOp stage, import::InitializerReader &initial,
-                                const std::filesystem::path &file, raw_ostream &errs) {
-  // The stage's parameters and buffers (names and IR types) first: the file
-  // announces its count, then each tensor is read, converted and written.
+std::vector<std::pair<std::string, RankedTensorType>> stageWeightTensors(pipe::StageOp stage) {
   std::vector<std::pair<std::string, RankedTensorType>> wanted;
   std::set<std::string> seen;
   stage.walk([&](func::FuncOp function) {
@@ -57,6 +54,22 @@ LogicalResult writeStageWeights(pipe::StageOp stage, import::InitializerReader &
       wanted.emplace_back(name.str(), llvm::cast<RankedTensorType>(function.getArgument(i).getType()));
     }
   });
+  return wanted;
+}
+
+uint64_t stageWeightBytes(pipe::StageOp stage) {
+  uint64_t bytes = 0;
+  for (const auto &[name, type] : stageWeightTensors(stage))
+    bytes += static_cast<uint64_t>(type.getNumElements()) * io::dtypeSize(abiDtype(type.getElementType()).code);
+  return bytes;
+}
+
+LogicalResult writeStageWeights(pipe::StageOp stage, import::InitializerReader &initial,
+                                const std::filesystem::path &file, raw_ostream &errs,
+                                const std::function<void(uint64_t)> &wrote) {
+  // The stage's parameters and buffers (names and IR types) first: the file
+  // announces its count, then each tensor is read, converted and written.
+  const std::vector<std::pair<std::string, RankedTensorType>> wanted = stageWeightTensors(stage);
   // Elements converted per chunk: memory stays flat whatever the tensor.
   constexpr int64_t kChunkElements = 1 << 20;
   try {
@@ -71,6 +84,8 @@ LogicalResult writeStageWeights(pipe::StageOp stage, import::InitializerReader &
         for (int64_t e = 0; e < chunk.numElements(); ++e)
           storeElement(chunk, e, dtype, bytes.data() + e * elementBytes);
         writer.data(reinterpret_cast<const char *>(bytes.data()), bytes.size());
+        if (wrote)
+          wrote(bytes.size());
       });
       if (!read) {
         for (const std::string &problem : initial.errors())

@@ -9,6 +9,9 @@
 #include "mlir/Support/LLVM.h"
 
 #include <filesystem>
+#include <cstdint>
+#include <vector>
+#include <functional>
 #include <string>
 
 namespace pipec {
@@ -26,8 +29,14 @@ AbiDtype abiDtype(mlir::Type element);
 /// from `initial` (the model's initializers, read one at a time and written
 /// as read: the writer holds one tensor, never the stage's weights), floats
 /// rounded once to the IR's element type, integers exact.
+/// `wrote`, if given, hears of each piece of data written (its bytes).
 mlir::LogicalResult writeStageWeights(pipe::StageOp stage, import::InitializerReader &initial,
-                                      const std::filesystem::path &file, llvm::raw_ostream &errs);
+                                      const std::filesystem::path &file, llvm::raw_ostream &errs,
+                                      const std::function<void(uint64_t)> &wrote = nullptr);
+/// The parameters and buffers the stage's functions read, once each, in the
+/// order its weights file holds them, and their bytes in that file.
+std::vector<std::pair<std::string, mlir::RankedTensorType>> stageWeightTensors(pipe::StageOp stage);
+uint64_t stageWeightBytes(pipe::StageOp stage);
 
 } // namespace pipec
 

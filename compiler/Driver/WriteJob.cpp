@@ -1,4 +1,5 @@
 #include "compiler/Driver/WriteJob.h"
+#include "compiler/Driver/JobProgress.h"
 #include "compiler/Driver/JobWeights.h"
 #include "compiler/Driver/StageBuild.h"
 
@@ -162,9 +163,14 @@ FailureOr<plan::Runtime> writeStagesAndWeights(ModuleOp module, const fs::path &
   stageTarget.target = options.target;
   stageTarget.precision = options.precision;
   const std::string extension = options.cudaTarget() ? ".cu" : ".cpp";
+  uint64_t jobWeightBytes = 0;
+  for (pipe::StageOp stage : stages)
+    jobWeightBytes += stageWeightBytes(stage);
+  JobProgress progress(llvm::errs(), llvm::errs().is_displayed(), static_cast<int>(stages.size()), jobWeightBytes);
   for (pipe::StageOp stage : stages) {
     int64_t id = stage.getId();
     std::string stem = "stage_" + std::to_string(id);
+    progress.beginStage(stem, stageWeightBytes(stage));
     fs::path source = directory / "stages" / (stem + extension);
     stageTarget.constantsFile = stem + ".constants.bin";
     {
@@ -174,6 +180,7 @@ FailureOr<plan::Runtime> writeStagesAndWeights(ModuleOp module, const fs::path &
                                  &constantBytes)))
         return failure();
       std::ofstream(source) << code;
+      progress.emitted(code.size());
       // Always written (maybe empty), so the build's dependency on it holds.
       std::ofstream(directory / "stages" / stageTarget.constantsFile, std::ios::binary)
           << constantBytes;
@@ -181,7 +188,8 @@ FailureOr<plan::Runtime> writeStagesAndWeights(ModuleOp module, const fs::path &
     cmake += stageCMakeTarget(options, stem, extension, stageTarget.constantsFile);
 
     // Initial weights: every parameter and buffer the stage's functions read.
-    if (failed(writeStageWeights(stage, initial, directory / "weights" / (stem + ".bin"), errs)))
+    if (failed(writeStageWeights(stage, initial, directory / "weights" / (stem + ".bin"), errs,
+                                 [&](uint64_t bytes) { progress.wrote(bytes); })))
       return failure();
     plan::StageFiles files;
     files.id = id;
@@ -202,9 +210,12 @@ FailureOr<plan::Runtime> writeStagesAndWeights(ModuleOp module, const fs::path &
         files.scratchBytes = std::max<int64_t>(files.scratchBytes.value_or(0), place[1]);
     });
     runtime.stages.push_back(std::move(files));
-    if (options.build &&
-        failed(buildStage(options, directory, source, directory / "stages" / ("lib" + stem + ".so"), errs)))
-      return failure();
+    if (options.build) {
+      progress.building();
+      if (failed(buildStage(options, directory, source, directory / "stages" / ("lib" + stem + ".so"), errs)))
+        return failure();
+    }
+    progress.endStage();
   }
   std::ofstream(directory / "stages" / "CMakeLists.txt") << cmake;
 
