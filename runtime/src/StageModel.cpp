@@ -264,13 +264,21 @@ std::vector<void *> StageModel::gradPtrs() {
 }
 std::vector<void *> StageModel::statePtrs() { return stateLayout_.pointers(state_.data()); }
 
-void StageModel::loadWeights(const std::string &path) {
-  // Tensor by tensor, straight into the parameter buffer (host) or through a
-  // bounded staging buffer (device): a stage's weights are never held twice.
+void StageModel::fill(char *dst, uint64_t bytes, const std::function<void(uint64_t, void *, uint64_t)> &read) {
+  if (dev_.host()) return read(0, dst, bytes);
   constexpr uint64_t kStagingBytes = uint64_t(64) << 20;
+  std::vector<char> staging(static_cast<size_t>(std::min(bytes, kStagingBytes)));
+  for (uint64_t done = 0; done < bytes; done += staging.size()) {
+    const uint64_t n = std::min<uint64_t>(staging.size(), bytes - done);
+    read(done, staging.data(), n);
+    dev_.upload(dst + done, staging.data(), n);
+  }
+}
+
+void StageModel::loadWeights(const std::string &path) {
+  // Tensor by tensor (fill): a stage's weights are never held twice.
   const pipec_stage_desc &d = desc();
   std::vector<bool> loaded(d.num_params, false);
-  std::vector<char> staging;
   io::forEachTensor(path, "weights file", [&](const io::TensorHeader &t, io::TensorDataReader &reader) {
     int i = 0;
     while (i < d.num_params && t.name != d.params[i].tensor.name) ++i;
@@ -279,17 +287,8 @@ void StageModel::loadWeights(const std::string &path) {
     if (t.dtype != td.dtype || t.shape != shapeOf(td))
       throw Error(path + ": tensor " + t.name + " is " + io::dtypeName(t.dtype) + io::shapeString(t.shape) +
                   ", the stage expects " + describeTensor(td));
-    char *dst = params_.data() + paramLayout_.offsets[i];
-    if (dev_.host()) {
-      reader.read(dst, t.bytes);
-    } else {
-      staging.resize(static_cast<size_t>(std::min(t.bytes, kStagingBytes)));
-      for (uint64_t done = 0; done < t.bytes; done += staging.size()) {
-        const uint64_t n = std::min<uint64_t>(staging.size(), t.bytes - done);
-        reader.read(staging.data(), n);
-        dev_.upload(dst + done, staging.data(), n);
-      }
-    }
+    fill(params_.data() + paramLayout_.offsets[i], t.bytes,
+         [&](uint64_t, void *buffer, uint64_t n) { reader.read(buffer, n); }); // in order
     loaded[i] = true;
   });
   for (int i = 0; i < d.num_params; ++i)
@@ -387,18 +386,9 @@ void StageModel::loadCheckpoint(const CheckpointTensors &checkpoint) {
                 (different.empty() ? std::string() : std::to_string(different.size()) + " of another shape: " + list(different)) +
                 " (an AdamW checkpoint has state/<name>/0 and /1, SGD /0 only)");
   }
-  // Each tensor from its file: straight into host buffers, through a
-  // bounded staging buffer into a GPU's.
-  constexpr uint64_t kStagingBytes = uint64_t(64) << 20;
-  std::vector<char> staging;
+  // Each tensor from its file (fill).
   auto load = [&](const std::string &name, char *dst, uint64_t bytes) {
-    if (dev_.host()) return checkpoint.read(name, 0, dst, bytes);
-    staging.resize(static_cast<size_t>(std::min(bytes, kStagingBytes)));
-    for (uint64_t done = 0; done < bytes; done += staging.size()) {
-      const uint64_t n = std::min<uint64_t>(staging.size(), bytes - done);
-      checkpoint.read(name, done, staging.data(), n);
-      dev_.upload(dst + done, staging.data(), n);
-    }
+    fill(dst, bytes, [&](uint64_t offset, void *buffer, uint64_t n) { checkpoint.read(name, offset, buffer, n); });
   };
   size_t s = 0;
   std::optional<int64_t> stageSteps;

@@ -9,6 +9,7 @@
 #include "pipec/tensor_file.h"
 
 #include <cstdlib>
+#include <functional>
 #include <memory>
 
 namespace pipec::rt {
@@ -154,6 +155,10 @@ private:
   std::unique_ptr<StageLibrary> lib_;
   Layout paramLayout_, inputLayout_, outputLayout_, dataLayout_, stateLayout_;
   int numTrained_ = 0;
+  // Fills `bytes` of this stage's memory at `dst` from read(offset, buffer,
+  // n), called in order: into host memory directly, into a GPU's through a
+  // bounded staging buffer (a stage's memory is never held twice).
+  void fill(char *dst, uint64_t bytes, const std::function<void(uint64_t, void *, uint64_t)> &read);
   Buffer params_, grads_, state_;
 };
 
