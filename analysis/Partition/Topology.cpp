@@ -125,14 +125,47 @@ std::string Topology::describe() const {
   return os.str();
 }
 
+std::optional<int64_t> controlGroupMemoryLimit(const std::string &cgroupFile, const std::string &cgroupRoot) {
+  std::ifstream groups(cgroupFile);
+  std::string line;
+  while (std::getline(groups, line)) {
+    // "0::/path" (v2) or "N:memory:/path" (v1; controllers comma-separated)
+    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos)
+      continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    std::string file;
+    if (controllers.empty())
+      file = cgroupRoot + path + "/memory.max";
+    else if (("," + controllers + ",").find(",memory,") != std::string::npos)
+      file = cgroupRoot + "/memory" + path + "/memory.limit_in_bytes";
+    else
+      continue;
+    std::ifstream in(file);
+    std::string value;
+    if (!(in >> value) || value == "max")
+      continue;
+    char *end = nullptr;
+    errno = 0;
+    const long long bytes = std::strtoll(value.c_str(), &end, 10);
+    if (errno == 0 && end && *end == '\0' && bytes > 0 && bytes < kMaxDeviceMemoryBytes)
+      return bytes; // v1 reports "no limit" as a number near 2^63, over the bound
+  }
+  return std::nullopt;
+}
+
 std::optional<int64_t> detectHostMemoryBytes() {
+  std::optional<int64_t> total;
   std::ifstream in("/proc/meminfo");
   std::string key, unit;
   int64_t kib = 0;
-  while (in >> key >> kib >> unit)
+  while (!total && in >> key >> kib >> unit)
     if (key == "MemTotal:" && unit == "kB" && kib > 0 && kib < kMaxDeviceMemoryBytes / 1024)
-      return kib * 1024;
-  return std::nullopt;
+      total = kib * 1024;
+  if (std::optional<int64_t> limit = controlGroupMemoryLimit("/proc/self/cgroup", "/sys/fs/cgroup");
+      limit && (!total || *limit < *total))
+    return limit;
+  return total;
 }
 
 Topology withRanksSharingHost(Topology t, int64_t hostBytes, const std::string &origin) {

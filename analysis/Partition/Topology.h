@@ -78,9 +78,14 @@ struct Topology {
   void verify(const std::string &source) const;
 };
 
-/// This machine's physical memory (/proc/meminfo's MemTotal); nullopt when
-/// it cannot be read.
+/// This machine's memory: /proc/meminfo's MemTotal, or the memory limit of
+/// this process's control group (a container's) when that is lower; nullopt
+/// when neither can be read.
 std::optional<int64_t> detectHostMemoryBytes();
+/// The memory limit of a process's control group (a container's), if one is
+/// set, from its /proc/PID/cgroup file and the cgroup file system's root:
+/// cgroup v2's memory.max, or v1's memory.limit_in_bytes.
+std::optional<int64_t> controlGroupMemoryLimit(const std::string &cgroupFile, const std::string &cgroupRoot);
 
 /// `t` for CPU ranks: the ranks of one innermost component (a server of
 /// --gpus NxG) share one host of `hostBytes`; each is given an equal share of

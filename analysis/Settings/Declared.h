@@ -30,7 +30,7 @@ inline constexpr Setting kMemoryLimit{"memory-limit", "Per-device memory, e.g. 1
 inline constexpr Setting kHostMemory{
     "host-memory",
     "Memory of one host of CPU ranks, which its ranks (the G of --gpus NxG) share: a CPU job (--out, --target cpu) "
-    "is planned against it (default: this machine's, /proc/meminfo)",
+    "is planned against it (default: this machine's, or its container's limit when lower)",
     "size"};
 inline constexpr IntSetting kStages{
     {"stages", "Exactly N pipeline stages (pipec MODEL: at most the devices, default chosen by the planner; "

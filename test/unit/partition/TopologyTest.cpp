@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <sstream>
+
+#include <unistd.h>
 
 using namespace pipec::partition;
 
@@ -122,4 +126,28 @@ TEST(Topology, CpuRanksShareTheirHost) {
   // /proc/meminfo, where there is one, gives a positive size.
   if (std::optional<int64_t> mine = detectHostMemoryBytes())
     EXPECT_GT(*mine, 0);
+}
+
+TEST(Topology, ContainerMemoryLimit) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("pipec-cgroup-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  auto write = [&](const fs::path &file, const std::string &text) {
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text;
+  };
+  // v2: one line "0::/path", the limit in that group's memory.max.
+  write(root / "v2.cgroup", "0::/box\n");
+  write(root / "fs/box/memory.max", "8589934592\n");
+  EXPECT_EQ(controlGroupMemoryLimit((root / "v2.cgroup").string(), (root / "fs").string()), int64_t(8) << 30);
+  write(root / "fs/box/memory.max", "max\n");
+  EXPECT_FALSE(controlGroupMemoryLimit((root / "v2.cgroup").string(), (root / "fs").string()).has_value());
+  // v1: the memory controller's line; "no limit" is a number near 2^63.
+  write(root / "v1.cgroup", "5:cpu,cpuacct:/other\n4:memory:/job\n");
+  write(root / "fs/memory/job/memory.limit_in_bytes", "4294967296\n");
+  EXPECT_EQ(controlGroupMemoryLimit((root / "v1.cgroup").string(), (root / "fs").string()), int64_t(4) << 30);
+  write(root / "fs/memory/job/memory.limit_in_bytes", "9223372036854771712\n");
+  EXPECT_FALSE(controlGroupMemoryLimit((root / "v1.cgroup").string(), (root / "fs").string()).has_value());
+  EXPECT_FALSE(controlGroupMemoryLimit((root / "absent").string(), (root / "fs").string()).has_value());
+  fs::remove_all(root);
 }
