@@ -15,14 +15,10 @@ namespace pipec::partition {
 
 Topology PartitionCliOptions::topology() const {
   Topology t = declaredTopology();
-  if (hostMemoryBytes)
-    return withRanksSharingHost(std::move(t), *hostMemoryBytes, settings::flag(settings::kHostMemory));
-  if (!ranksShareHost)
+  if (!hostMemoryBytes)
     return t;
-  if (std::optional<int64_t> detected = detectHostMemoryBytes())
-    return withRanksSharingHost(std::move(t), *detected, "this machine's");
-  throw Error("cannot read this machine's memory (/proc/meminfo) for its CPU ranks: give " +
-              settings::flag(settings::kHostMemory) + " SIZE");
+  return withRanksSharingHost(std::move(t), *hostMemoryBytes,
+                              hostMemoryOrigin.empty() ? settings::flag(settings::kHostMemory) : hostMemoryOrigin);
 }
 
 Topology PartitionCliOptions::declaredTopology() const {
@@ -100,13 +96,8 @@ static PartitionResult evaluatePartitionFile(const CostTable &table, const Topol
 PartitionResult partitionWithRecompute(const CostTable &table, const Topology &topo,
                                        const PartitionCliOptions &o) {
   auto run = [&](const PartitionOptions &options) {
-    if (!o.partitionFile.empty())
-      return evaluatePartitionFile(table, topo, options, o.partitionFile);
-    if (o.explainShortfall)
-      return partition(table, topo, options);
-    if (std::optional<PartitionResult> fits = partitionIfFits(table, topo, options))
-      return std::move(*fits);
-    throw MemoryShortfall(memoryShortfall(table, topo, options, false));
+    return o.partitionFile.empty() ? partition(table, topo, options, o.explainShortfall)
+                                   : evaluatePartitionFile(table, topo, options, o.partitionFile);
   };
   // A search that finds nothing fitting without recompute is retried with it:
   // why the first did not fit is not needed (partitionIfFits).

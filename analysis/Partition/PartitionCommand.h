@@ -34,18 +34,18 @@ struct PartitionCliOptions {
   std::optional<int> microbatches;
   /// --host-memory: the memory of one host of CPU ranks, which the ranks of
   /// a server share (withRanksSharingHost) instead of each having the device
-  /// preset's memory.
+  /// preset's memory. The driver sets it to this machine's for a CPU job
+  /// (--out with --target cpu) that does not give it.
   std::optional<int64_t> hostMemoryBytes;
-  /// The same with this machine's memory when --host-memory is absent (the
-  /// driver: a CPU job, --out with --target cpu).
-  bool ranksShareHost = false;
+  /// Where hostMemoryBytes came from, for the plan (empty: --host-memory).
+  std::string hostMemoryOrigin;
   /// When nothing fits: say how much memory the least partition would need
   /// (memoryShortfall's dozen more searches). The planner, which tries many
   /// shapes, explains only the failure it reports.
   bool explainShortfall = true;
 
   /// The topology the flags describe (exactly one of --gpus and --cluster),
-  /// with the host's memory shared by CPU ranks when ranksShareHost.
+  /// with the host's memory shared by CPU ranks when hostMemoryBytes is set.
   Topology topology() const;
   /// The same without the CPU ranks' memory: the devices as declared.
   Topology declaredTopology() const;

@@ -188,10 +188,11 @@ PartitionResult evaluateInTableOrder(const CostTable &table, const Topology &top
 
 } // namespace
 
-PartitionResult partition(const CostTable &table, const Topology &topology, const PartitionOptions &options) {
+PartitionResult partition(const CostTable &table, const Topology &topology, const PartitionOptions &options,
+                          bool explainShortfall) {
   if (std::optional<PartitionResult> result = partitionIfFits(table, topology, options))
     return std::move(*result);
-  throw MemoryShortfall(memoryShortfall(table, topology, options, true));
+  throw MemoryShortfall(memoryShortfall(table, topology, options, explainShortfall));
 }
 
 std::optional<PartitionResult> partitionIfFits(const CostTable &table, const Topology &topology,

@@ -195,10 +195,11 @@ private:
 /// whose boundaries sit at the cheapest cuts nearby (docs/partition.md).
 std::vector<int> groupIntoLayers(const CostModel &model, int maxLayers);
 
-/// PipeDream's hierarchical DP (design.md §2). Throws Error when no partition fits
-/// in memory, naming the stage and how much more it needs.
+/// PipeDream's hierarchical DP (design.md §2). Throws MemoryShortfall when no
+/// partition fits in memory, with memoryShortfall's message (`explainShortfall`:
+/// naming the stages and how much more they need).
 PartitionResult partition(const CostTable &table, const Topology &topology,
-                          const PartitionOptions &options);
+                          const PartitionOptions &options, bool explainShortfall = true);
 /// partition(), but nullopt when no partition fits in memory: the message
 /// partition() throws then bisects the limit with a dozen more searches, which
 /// a caller that retries differently (recompute) does not need. Other errors

@@ -650,7 +650,8 @@ std::string searchKey(const partition::CostTable &table, const Request &r) {
   const partition::PartitionCliOptions &p = r.partition;
   const partition::PartitionOptions &o = p.options;
   key << std::setprecision(17) << table.microbatchSize << '|' << p.gpus << '|' << p.clusterFile << '|' << p.device.value_or("(preset)")
-      << '|' << p.intraBytesPerSecond << '|' << p.interBytesPerSecond << '|' << p.partitionFile << '|'
+      << '|' << p.intraBytesPerSecond << '|' << p.interBytesPerSecond << '|' << p.hostMemoryBytes.value_or(-1) << '|'
+      << p.partitionFile << '|'
       << (p.recomputeMode ? static_cast<int>(*p.recomputeMode) : -1) << '|' << p.microbatches.value_or(-1) << '|'
       << o.forcedStages << '|' << o.allowReplication << '|' << o.memoryLimitBytes << '|' << o.asynchronous << '|'
       << o.recompute << '|' << o.microbatches << '|' << o.maxLayers << '|' << o.deviceRangeSearch << '|'

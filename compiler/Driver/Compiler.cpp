@@ -368,7 +368,15 @@ int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_
          << ", " << settings::flag(settings::kMemoryLimit) << ")\n";
     return 1;
   }
-  partition.ranksShareHost = options.job.target == Target::Cpu && !partition.outDir.empty();
+  if (options.job.target == Target::Cpu && !partition.outDir.empty() && !partition.hostMemoryBytes) {
+    partition.hostMemoryBytes = partition::detectHostMemoryBytes();
+    partition.hostMemoryOrigin = "this machine's";
+    if (!partition.hostMemoryBytes) {
+      errs << "error: cannot read this machine's memory (/proc/meminfo) for its CPU ranks: give "
+           << settings::flag(settings::kHostMemory) << " SIZE\n";
+      return 1;
+    }
+  }
   if (options.importOptions.microbatchSize)
     options.planning.microbatchSizeSource = settings::flag(settings::kMicrobatchSize);
   mlir::DialectRegistry registry;

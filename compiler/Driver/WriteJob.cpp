@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <limits>
 
 using namespace mlir;
@@ -163,14 +164,15 @@ FailureOr<plan::Runtime> writeStagesAndWeights(ModuleOp module, const fs::path &
   stageTarget.target = options.target;
   stageTarget.precision = options.precision;
   const std::string extension = options.cudaTarget() ? ".cu" : ".cpp";
-  uint64_t jobWeightBytes = 0;
+  std::vector<uint64_t> weightBytes;
   for (pipe::StageOp stage : stages)
-    jobWeightBytes += stageWeightBytes(stage);
-  JobProgress progress(llvm::errs(), llvm::errs().is_displayed(), static_cast<int>(stages.size()), jobWeightBytes);
-  for (pipe::StageOp stage : stages) {
+    weightBytes.push_back(stageWeightBytes(stage));
+  JobProgress progress(llvm::errs(), llvm::errs().is_displayed(), static_cast<int>(stages.size()),
+                       std::accumulate(weightBytes.begin(), weightBytes.end(), uint64_t(0)));
+  for (auto [index, stage] : llvm::enumerate(stages)) {
     int64_t id = stage.getId();
     std::string stem = "stage_" + std::to_string(id);
-    progress.beginStage(stem, stageWeightBytes(stage));
+    progress.beginStage(stem, weightBytes[index]);
     fs::path source = directory / "stages" / (stem + extension);
     stageTarget.constantsFile = stem + ".constants.bin";
     {
