@@ -2,8 +2,6 @@
 
 #include "analysis/Partition/Topology.h"
 
-#include "llvm/Support/Format.h"
-
 namespace pipec {
 
 JobProgress::JobProgress(llvm::raw_ostream &os, bool terminal, int stages, uint64_t weightBytes)
