@@ -1,6 +1,6 @@
 # The CUDA target of piperun (issue 7, docs/runtime.md "The CUDA target"):
 # CudaDevice (device memory, the compute stream, events, a few small kernels)
-# and NcclTransport, in pipec_runtime_cuda, linked into piperun with
+# and GpuTransport, in pipec_runtime_cuda, linked into piperun with
 # PIPEC_HAVE_CUDA defined. Built only when cuda_detect.cmake (shared with the
 # CUDA kernels) finds nvcc, the CUDA runtime, cuBLAS and NCCL
 # (PIPEC_CUDA_FOUND); otherwise piperun refuses plans whose runtime.target is
@@ -12,7 +12,8 @@ if(PIPEC_CUDA_FOUND)
   add_library(pipec_runtime_cuda STATIC
     ${CMAKE_CURRENT_LIST_DIR}/../src/CudaDevice.cpp
     ${CMAKE_CURRENT_LIST_DIR}/../src/CudaKernels.cu
-    ${CMAKE_CURRENT_LIST_DIR}/../src/NcclTransport.cpp)
+    ${CMAKE_CURRENT_LIST_DIR}/../src/GpuTransport.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/../src/SameGpuLinks.cpp)
   target_include_directories(pipec_runtime_cuda PUBLIC ${PIPEC_NCCL_INCLUDE})
   # pipec's CUDA kernels: a rank generates synthetic data on the device with
   # them (syntheticData). Only the objects piperun calls into are linked.

@@ -25,7 +25,9 @@ CudaDevice::CudaDevice(int localRank) : Device(false) {
   // The compute stream and one stream per communicating peer must not share
   // a hardware queue (CUDA's default is 8): an NCCL kernel waiting for its
   // peer would hold back unrelated work queued behind it. Read when CUDA
-  // initializes, so before the first call; a value the user set wins.
+  // initializes, so piperun sets it before MPI_Init (a CUDA-aware MPI may
+  // initialize CUDA there); here for other users of the device, too late if
+  // CUDA is already initialized. A value the user set wins.
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);

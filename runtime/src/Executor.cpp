@@ -148,6 +148,16 @@ void Executor::checkNeighbours() {
     for (const Transfer &t : transfersOfRank[r])
       if (t.op == Op::SendAct || t.op == Op::SendGrad) connections_.pairs.push_back({plan_.mpiRankOf(r), plan_.mpiRankOf(t.peer)});
   std::sort(connections_.pairs.begin(), connections_.pairs.end());
+  // The largest bundle this rank receives from each sender (the staging
+  // slots of ranks that share a GPU).
+  connections_.receiveBytes.clear();
+  for (const Instr &in : stream_.instrs)
+    if (in.op == Op::RecvAct || in.op == Op::RecvGrad) {
+      const Chunk &ch = chunks_[in.chunk];
+      const Layout &layout = in.op == Op::RecvGrad ? ch.model->outputLayout() : ch.model->inputLayout();
+      size_t &most = connections_.receiveBytes[plan_.mpiRankOf(in.peer)];
+      most = std::max(most, (size_t)layout.total);
+    }
   connections_.pairs.erase(std::unique(connections_.pairs.begin(), connections_.pairs.end()), connections_.pairs.end());
   for (int vs = 0; vs + 1 < V_; ++vs)
     if (outs[vs] != ins[vs + 1])

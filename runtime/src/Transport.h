@@ -5,7 +5,7 @@
 //  * Transport: the tensors of the instruction stream: point-to-point
 //    activations/gradients (SEND_*/RECV_*) and the gradient all-reduce among
 //    the replicas of a stage (ALLREDUCE). MpiTransport moves host buffers and
-//    completes requests on wait(); NcclTransport (built with CUDA) moves
+//    completes requests on wait(); GpuTransport (built with CUDA) moves
 //    device buffers and is stream-ordered: transfers are enqueued on CUDA
 //    streams and the executor orders them with Device events.
 #pragma once
@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -49,6 +50,7 @@ public:
 struct Connections {
   std::vector<std::pair<int, int>> pairs; // (sender, receiver) world ranks with point-to-point traffic, sorted
   std::vector<int> groups;                // this rank's Control::splitGroup handles, in creation order
+  std::map<int, size_t> receiveBytes;     // sender -> the largest bundle this rank receives from it
 };
 
 class Transport {
@@ -59,6 +61,9 @@ public:
   // Collective over all ranks, after Control::splitStage/splitGroup and the
   // start-up checks: create what the transport needs (NCCL communicators).
   virtual void connect(const Connections &) {}
+  // After connect(), on rank 0: how each pair of ranks and each group talks,
+  // a line each, for piperun's start-up report ("" when one way fits all).
+  virtual std::string routes() const { return ""; }
 
   // Stream-ordered transports (NCCL): isend/irecv to/from `peer` are enqueued
   // on stream(peer, send) and run when that stream gets there; the caller

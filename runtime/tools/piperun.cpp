@@ -2,7 +2,7 @@
 //   mpirun -np R piperun PLAN_DIR [options]      (docs/runtime.md)
 // The plan's runtime.target picks where buffers live and how tensors move:
 // cpu: host memory + MPI; cuda: the rank's GPU (CudaDevice) + NCCL
-// (NcclTransport), built when CUDA and NCCL were found (PIPEC_HAVE_CUDA).
+// (GpuTransport), built when CUDA and NCCL were found (PIPEC_HAVE_CUDA).
 #include "CommandLine.h"
 #include "../src/Executor.h"
 #include "../src/JobCheck.h"
@@ -10,7 +10,7 @@
 #include "../src/MpiTransport.h"
 #ifdef PIPEC_HAVE_CUDA
 #include "../src/CudaDevice.h"
-#include "../src/NcclTransport.h"
+#include "../src/GpuTransport.h"
 #endif
 
 #include <mpi.h>
@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <sstream>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -181,7 +182,7 @@ void makeTarget(const Plan &plan, const RunOptions &opt, MpiControl &control, st
                 "supported with runtime.target \"cuda\" (use Nsight Systems: nsys profile mpirun ... piperun)");
   auto cuda = std::make_unique<CudaDevice>(control.localRank()); // the first CUDA call
   cuda->checkArchitectures(plan.cudaArch);
-  transport = std::make_unique<NcclTransport>(control, *cuda);
+  transport = std::make_unique<GpuTransport>(control, *cuda);
   device = std::move(cuda);
 #endif
 }
@@ -295,11 +296,20 @@ void banner(const Plan &plan, const RunOptions &opt, const Device &device, const
               plan.chunks == 1 ? "" : "s", plan.microbatches, plan.microbatchSize, ranks, ranks == 1 ? "" : "s",
               target.c_str(), transport.name(),
               device.host() ? "" : (", rank 0 on " + device.describe()).c_str(), data.c_str(), cpu.c_str());
+  // How each pair of ranks and each group talks (GPU ranks: NCCL between
+  // GPUs, CUDA IPC or host memory between ranks that share one).
+  std::istringstream routes(transport.routes());
+  for (std::string line; std::getline(routes, line);) std::printf("piperun:   %s\n", line.c_str());
   std::fflush(stdout);
 }
 } // namespace
 
 int main(int argc, char **argv) {
+#ifdef PIPEC_HAVE_CUDA
+  // Read once, when CUDA initializes, which MPI_Init may do (a CUDA-aware
+  // MPI): the environment is set before it. CudaDevice explains the value.
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+#endif
   MPI_Init(&argc, &argv);
   int status = 0;
   {

@@ -1,7 +1,9 @@
 #!/bin/bash
 # One runtime test case: run_case.sh NAME MODE NP CONFIG [make_test_plan args...]
 # Environment (set by CMake): BIN (piperun, pipeseq), TOOLS (make_test_plan,
-# compare_weights), LIBS (tiny stage libraries), WORK (scratch directory).
+# compare_weights), LIBS (tiny stage libraries), WORK (scratch directory);
+# optional: PIPERUN (another piperun: the emulated CUDA one) and TARGET=cuda
+# (the plan's runtime.target, for stage libraries built for it).
 set -uo pipefail
 name=$1 mode=$2 np=$3 cfg=$4
 shift 4
@@ -21,9 +23,24 @@ tied4) dims=6,8,8,8,6 ;;
 esac
 die() { echo "run_case $name: FAIL: $*" >&2; exit 1; }
 
-"$TOOLS/make_test_plan" --out "$dir/plan" --libs "$LIBS/libtiny_${cfg}_stage_" --dims $dims "$@" || die "make_test_plan"
+# TARGET=cuda: piperun runs the plan for target cuda with the stage
+# libraries built for it (libtiny_cuda_<cfg>), pipeseq (the reference, on
+# the host) the same plan for cpu (refplan).
+libs=$LIBS/libtiny_${cfg}_stage_ refplan=$dir/plan
+[ "${TARGET:-cpu}" = cuda ] && libs=$LIBS/libtiny_cuda_${cfg}_stage_ refplan=$dir/refplan
+"$TOOLS/make_test_plan" --out "$dir/plan" --libs "$libs" --dims $dims "$@" || die "make_test_plan"
+PIPERUN=${PIPERUN:-$BIN/piperun}
+if [ "${TARGET:-cpu}" = cuda ]; then
+  "$TOOLS/make_test_plan" --out "$refplan" --libs "$LIBS/libtiny_${cfg}_stage_" --dims $dims "$@" || die "make_test_plan"
+  python3 - "$dir/plan/plan.json" <<'PY' || die "editing the plan"
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["runtime"].update(target="cuda", precision="fp32")
+json.dump(p, open(sys.argv[1], "w"))
+PY
+fi
 
-piperun() { "${MPIRUN[@]}" "$np" "$BIN/piperun" "$dir/plan" --watchdog 20 "$@"; }
+piperun() { "${MPIRUN[@]}" "$np" "$PIPERUN" "$dir/plan" --watchdog 20 "$@"; }
 
 expect_error() { # expect_error PATTERN piperun-args...
   local pattern=$1
@@ -45,12 +62,12 @@ case $mode in
 eq | eq-data)
   data=()
   if [ "$mode" = eq-data ]; then
-    "$TOOLS/make_test_plan" --out "$dir/plan" --libs "$LIBS/libtiny_${cfg}_stage_" --dims $dims "$@" --write-dataset "$dir/data.bin" 40 ||
+    "$TOOLS/make_test_plan" --out "$refplan" --libs "$LIBS/libtiny_${cfg}_stage_" --dims $dims "$@" --write-dataset "$dir/data.bin" 40 ||
       die "dataset"
     data=(--data "$dir/data.bin")
   fi
   piperun --iters $ITERS "${data[@]}" --export-weights "$dir/pipe" || die "piperun failed"
-  "$BIN/pipeseq" "$dir/plan" --iters $ITERS "${data[@]}" --export-weights "$dir/ref" || die "pipeseq failed"
+  "$BIN/pipeseq" "$refplan" --iters $ITERS "${data[@]}" --export-weights "$dir/ref" || die "pipeseq failed"
   "$TOOLS/compare_weights" "$dir/pipe" "$dir/ref" --rtol 1e-4 --atol 1e-6 --differs-from "$dir/plan/weights" ||
     die "weights differ from the reference"
   ;;
@@ -62,7 +79,7 @@ resume)
   piperun --iters 4 --resume "$dir/ckpt" --export-weights "$dir/resumed" || die "resumed run"
   "$TOOLS/compare_weights" "$dir/resumed" "$dir/straight" --rtol 0 --atol 0 --differs-from "$dir/plan/weights" ||
     die "resume differs from the uninterrupted run"
-  "$BIN/pipeseq" "$dir/plan" --iters 4 --export-weights "$dir/ref" >/dev/null || die "pipeseq"
+  "$BIN/pipeseq" "$refplan" --iters 4 --export-weights "$dir/ref" >/dev/null || die "pipeseq"
   "$TOOLS/compare_weights" "$dir/resumed" "$dir/ref" --rtol 1e-4 --atol 1e-6 || die "resume differs from the reference"
   # A tied tensor is in the file of every stage that holds it: resuming from
   # copies that differ is refused, naming the tensor (the copies are
@@ -196,6 +213,33 @@ PY
   fi
   ;;
 err-tied-missing) expect_error "has no parameter of that name" --iters 1 ;;
+kill)
+  # A rank killed mid-run (SIGKILL: a node lost): every rank is gone, and
+  # mpirun exits non-zero, within 30 s.
+  timeout -k 5 90 mpirun --oversubscribe --mca btl self,vader --mca btl_vader_single_copy_mechanism none -np "$np" \
+    "$PIPERUN" "$dir/plan" --iters 1000000 --watchdog 20 >"$dir/out.txt" 2>"$dir/err.txt" &
+  launcher=$!
+  for _ in $(seq 300); do # training started: the first step's line
+    grep -q "^step\|iteration\|loss" "$dir/out.txt" 2>/dev/null && break
+    sleep 0.1
+  done
+  sleep 0.5
+  victim=$(pgrep -f "^$PIPERUN $dir/plan" | sed -n 2p)
+  [ -n "$victim" ] || { kill $launcher; die "no rank to kill (did piperun start?): $(cat "$dir/err.txt")"; }
+  kill -9 "$victim"
+  start=$SECONDS
+  wait $launcher
+  rc=$?
+  took=$((SECONDS - start))
+  left=$(pgrep -f "^$PIPERUN $dir/plan" | wc -l)
+  cat "$dir/err.txt" | tail -5
+  [ $rc -ne 0 ] || die "mpirun exited 0 after a rank was killed"
+  # (mpirun passes the killed rank's status on: 137 is not a timeout here)
+  [ $rc -ne 124 ] || die "the job hung after a rank was killed"
+  [ "$left" -eq 0 ] || die "$left ranks still running"
+  [ $took -le 30 ] || die "took $took s to stop"
+  echo "run_case $name: OK (every rank gone $took s after the kill, exit $rc)"
+  ;;
 *) die "unknown mode $mode" ;;
 esac
 echo "run_case $name: OK"

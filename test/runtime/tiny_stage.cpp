@@ -111,8 +111,10 @@ struct Init {
 
 extern "C" {
 const pipec_stage_desc *pipec_stage_describe(void) { return &desc; }
-// Optional symbol: piperun refuses a plan of another runtime.target.
-const char *pipec_stage_target(void) { return "cpu"; }
+// Optional symbol: piperun refuses a plan of another runtime.target. A
+// "cuda" build computes on the host all the same: the emulated piperun's
+// device memory is host memory (CMakeLists.txt, piperun_emulated).
+const char *pipec_stage_target(void) { return TINY_TARGET; }
 const char *pipec_stage_last_error(void) { return lastError.c_str(); }
 
 int pipec_stage_forward(const pipec_call *c) {

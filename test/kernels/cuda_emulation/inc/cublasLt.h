@@ -106,6 +106,8 @@ inline void setAttribute(void *field, size_t fieldSize, const void *buf, size_t 
 inline bool aligned(const void *p, uint32_t alignment) { return reinterpret_cast<uintptr_t>(p) % alignment == 0; }
 } // namespace emu
 
+// The cuBLASLt 13.1.0 the emulation stands in for.
+inline size_t cublasLtGetVersion() { return 130100; }
 inline cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { *h = (cublasLtHandle_t)0x2; return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t) { return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t, cudaDataType_t scale) {

@@ -15,6 +15,9 @@ enum cudaError_t {
   cudaErrorInvalidValue = 1,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorNoDevice = 100,
+  cudaErrorNotSupported = 801,
+  cudaErrorNotReady = 600,
 };
 enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1, cudaStreamCaptureModeRelaxed = 2 };
 enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone = 0, cudaStreamCaptureStatusActive = 1, cudaStreamCaptureStatusInvalidated = 2 };
@@ -27,6 +30,7 @@ enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDe
 #define cudaHostAllocMapped 2
 #define cudaHostAllocPortable 1
 #include <cstdio>
+#include "emu_ipc.h"
 namespace emu {
 inline cudaStream_t expectedStream = nullptr;
 inline cudaStream_t blasStream = nullptr;
@@ -83,8 +87,13 @@ inline bool refusedWhileCapturing() {
   if (capturing) captureInvalidated = true;
   return capturing;
 }
+// CUDA's allocations start on 256-byte boundaries (pipec's layouts rely on 64).
+inline void *deviceAllocate(size_t n) { return std::aligned_alloc(256, (n + 255) / 256 * 256 + 256); }
+// The emulated piperun (test/runtime: piperun_emulated) works on several streams
+// (compute, one per link); there every stream is accepted.
+inline bool anyStream = false;
 inline void checkStream(cudaStream_t s) {
-  if (s != expectedStream) {
+  if (s != expectedStream && !anyStream) {
     std::fprintf(stderr, "EMU: work on stream %p, expected %p\n", (void *)s, (void *)expectedStream);
     std::abort();
   }
@@ -93,9 +102,9 @@ inline void checkStream(cudaStream_t s) {
 inline const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
 inline cudaError_t cudaGetLastError() { cudaError_t e = emu::lastError; emu::lastError = cudaSuccess; return e; }
 inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
-inline cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; emu::checkStream(s); ++emu::deviceAllocations; *p = std::malloc(n); std::memset(*p, 0xff, n); return cudaSuccess; }
+inline cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; emu::checkStream(s); ++emu::deviceAllocations; *p = emu::deviceAllocate(n); std::memset(*p, 0xff, n); return cudaSuccess; }
 inline cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; emu::checkStream(s); std::free(p); return cudaSuccess; }
-inline cudaError_t cudaMalloc(void **p, size_t n) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::deviceAllocations; *p = std::malloc(n); return cudaSuccess; }
+inline cudaError_t cudaMalloc(void **p, size_t n) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::deviceAllocations; *p = emu::shareable ? emu::sharedAllocate(n) : emu::deviceAllocate(n); return *p ? cudaSuccess : cudaErrorInvalidValue; }
 // For tests that load an emulated stage library: its device allocations so far.
 extern "C" __attribute__((weak, visibility("default"))) long pipec_emu_device_allocations() {
   return emu::deviceAllocations;
@@ -122,7 +131,7 @@ extern "C" __attribute__((weak, visibility("default"))) long pipec_emu_count(con
     if (std::strcmp(count.name, what) == 0) return count.value;
   return -1;
 }
-inline cudaError_t cudaFree(void *p) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; std::free(p); return cudaSuccess; }
+inline cudaError_t cudaFree(void *p) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; if (!emu::sharedFree(p)) std::free(p); return cudaSuccess; }
 inline cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; std::memcpy(d, s, n); return cudaSuccess; }
 inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st) { emu::checkStream(st); if (emu::recorded(st, [=] { cudaMemcpyAsync(d, s, n, k, st); })) return cudaSuccess; ++emu::streamCopies; if (d != s) std::memcpy(d, s, n); return cudaSuccess; }
 // CUDA's rules: each pitch at least the width; one stream copy.
@@ -173,3 +182,70 @@ inline cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus
 }
 inline cudaError_t cudaGraphDestroy(cudaGraph_t graph) { delete graph; return cudaSuccess; }
 inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) { delete exec; return cudaSuccess; }
+
+// ---------------------------------------------------------------- the
+// device, streams, events and CUDA IPC, for the emulated piperun. Work runs
+// when it is issued, so every event has completed when recorded and every
+// stream waits for nothing. One emulated GPU, the same in every process:
+// ranks on one node share it, as on a one-GPU machine.
+enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
+struct CUmemPool_st;
+typedef CUmemPool_st *cudaMemPool_t;
+struct CUevent_st { int unused = 0; };
+typedef CUevent_st *cudaEvent_t;
+struct cudaUUID_t { char bytes[16]; };
+struct cudaDeviceProp {
+  char name[256];
+  int major, minor;
+  cudaUUID_t uuid;
+};
+#define cudaStreamNonBlocking 1
+#define cudaEventDisableTiming 2
+#define cudaEventInterprocess 4
+#define cudaIpcMemLazyEnablePeerAccess 1
+struct cudaIpcMemHandle_t { char reserved[64]; };
+struct cudaIpcEventHandle_t { char reserved[64]; };
+inline const char *cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaErrorEmulated"; }
+inline cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
+inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+  std::memset(p, 0, sizeof *p);
+  std::strcpy(p->name, "emulated GPU");
+  p->major = 9, p->minor = 0;
+  std::memcpy(p->uuid.bytes, "pipec-emulated-0", 16);
+  return cudaSuccess;
+}
+inline cudaError_t cudaRuntimeGetVersion(int *v) { *v = 13000; return cudaSuccess; }
+inline cudaError_t cudaDriverGetVersion(int *v) { *v = 13000; return cudaSuccess; }
+inline cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = reinterpret_cast<cudaStream_t>(new char); return cudaSuccess; }
+inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned, int) { return cudaStreamCreate(s); }
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete reinterpret_cast<char *>(s); return cudaSuccess; }
+inline cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) { *least = 0, *greatest = -5; return cudaSuccess; }
+inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int) { *pool = nullptr; return cudaSuccess; }
+inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void *) { return cudaSuccess; }
+inline cudaError_t cudaMallocHost(void **p, size_t n) { return cudaHostAlloc(p, n, 0); }
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { *e = new CUevent_st; return cudaSuccess; }
+inline cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t s) { emu::checkStream(s); return cudaSuccess; }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t, unsigned) { emu::checkStream(s); return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; return cudaSuccess; }
+inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+// CUDA IPC between processes: a cudaMalloc allocation is shareable when the
+// emulation was started with PIPEC_EMU_IPC=1 (emu_ipc.h: memory-mapped
+// files); otherwise, as on machines that refuse IPC, cudaIpcGetMemHandle
+// fails. Events need no sharing: they have always completed.
+inline cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p) {
+  return emu::sharedHandle(p, h->reserved, sizeof h->reserved) ? cudaSuccess : cudaErrorNotSupported;
+}
+inline cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned) {
+  *p = emu::sharedOpen(h.reserved);
+  return *p ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaIpcCloseMemHandle(void *p) { return emu::sharedClose(p) ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t) {
+  if (!emu::shareable) return cudaErrorNotSupported;
+  std::memset(h, 0, sizeof *h);
+  return cudaSuccess;
+}
+inline cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *e, cudaIpcEventHandle_t) { return cudaEventCreate(e); }

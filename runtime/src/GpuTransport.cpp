@@ -1,10 +1,12 @@
-#include "NcclTransport.h"
+#include "GpuTransport.h"
 
 #include "Plan.h" // Error
+#include "pipec/tensor_file.h" // dtypeSize
 
 #include <mpi.h>
 
 #include <cassert>
+#include <cstdlib>
 
 #include <thread>
 
@@ -69,23 +71,40 @@ ncclComm_t makeComm(MPI_Comm comm, const char *what) {
 /// the ncclInProgress result: 2.14).
 constexpr int kMinimumNcclVersion = 21400;
 
-NcclTransport::NcclTransport(const MpiControl &control, CudaDevice &device) : control_(control), device_(device) {
+GpuTransport::GpuTransport(MpiControl &control, CudaDevice &device)
+    : control_(control), device_(device), host_(control) {
+  // The NCCL path on one GPU, for testing (docs/runtime.md, "Ranks sharing
+  // a GPU"): NCCL tells hosts apart by NCCL_HOSTID, read at its first
+  // communicator, and refuses two ranks of one host on one GPU.
+  const char *everywhere = std::getenv("PIPEC_NCCL_SAME_GPU");
+  ncclEverywhere_ = everywhere && *everywhere && std::string(everywhere) != "0";
+  if (ncclEverywhere_) {
+    setenv("NCCL_HOSTID", ("pipec-rank-" + std::to_string(control.rank())).c_str(), 1);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0); // the network transport over loopback
+  }
   int version = 0;
   nccl(ncclGetVersion(&version), "ncclGetVersion");
   // NCCL_VERSION(X, Y, Z) is X * 10000 + Y * 100 + Z since 2.9.
-  const std::string loaded = std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
-                             std::to_string(version % 100);
-  if (version < kMinimumNcclVersion)
-    throw Error("the NCCL library loaded is " + loaded + ", older than 2.14.0, the oldest pipec's NCCL transport "
-                "uses (set LD_LIBRARY_PATH to a newer libnccl.so.2)");
-  name_ = "nccl " + loaded;
+  ncclVersion_ = version;
+  ncclName_ = "nccl " + std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
+              std::to_string(version % 100);
+  name_ = ncclName_;
 }
 
-NcclTransport::~NcclTransport() {
+// Checked where NCCL carries something: a job whose ranks share one GPU
+// runs with any NCCL, or none that works.
+void GpuTransport::needNccl() const {
+  if (ncclVersion_ < kMinimumNcclVersion)
+    throw Error("the NCCL library loaded is " + ncclName_.substr(5) + ", older than 2.14.0, the oldest pipec's NCCL "
+                "transport uses (set LD_LIBRARY_PATH to a newer libnccl.so.2)");
+}
+
+GpuTransport::~GpuTransport() {
   // The executor drained its transfers; make sure, then free everything.
   for (auto &[key, l] : links_)
     if (l.stream) cudaStreamSynchronize(l.stream);
   cudaStreamSynchronize((cudaStream_t)device_.computeStream());
+  sameGpu_.reset(); // drains its last notices
   for (ncclComm_t c : order_) ncclCommDestroy(c); // in creation order, the same on every rank
   for (auto &[key, l] : links_)
     if (l.stream) cudaStreamDestroy(l.stream);
@@ -93,32 +112,54 @@ NcclTransport::~NcclTransport() {
   for (cudaEvent_t e : freeEvents_) cudaEventDestroy(e);
 }
 
-void NcclTransport::connect(const Connections &c) {
-  const int me = control_.rank();
-  // NCCL refuses two ranks of one communicator on the same GPU ("duplicate
-  // GPU"), and a refused rank would leave others waiting in ncclCommInitRank:
-  // every rank checks every rank's GPU first and all fail alike.
+GpuTransport::Group GpuTransport::makeGroup(MPI_Comm comm, const char *what) {
+  int size = 1;
+  mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  if (size == 1) return {};
+  // The members' GPUs (every member computes the same answer).
+  std::string all(16 * (size_t)size, '\0'), mine = device_.uuid();
+  mine.resize(16, '\0');
+  mpi(MPI_Allgather(mine.data(), 16, MPI_BYTE, all.data(), 16, MPI_BYTE, comm), "MPI_Allgather (GPU ids)");
+  bool shared = false;
+  for (int a = 0; a < size; ++a)
+    for (int b = a + 1; b < size; ++b) shared |= all.compare(16 * (size_t)a, 16, all, 16 * (size_t)b, 16) == 0;
+  if (shared && !ncclEverywhere_) return {Sum::Host, nullptr};
+  needNccl();
+  Group g{Sum::Nccl, makeComm(comm, what)};
+  order_.push_back(g.comm);
+  return g;
+}
+
+void GpuTransport::connect(const Connections &c) {
+  const int me = control_.rank(), R = control_.size();
   {
-    const int R = control_.size();
     std::string all(16 * (size_t)R, '\0'), mine = device_.uuid();
     mine.resize(16, '\0');
     mpi(MPI_Allgather(mine.data(), 16, MPI_BYTE, all.data(), 16, MPI_BYTE, MPI_COMM_WORLD), "MPI_Allgather (GPU ids)");
-    for (int a = 0; a < R; ++a)
-      for (int b = a + 1; b < R; ++b)
-        if (all.compare(16 * (size_t)a, 16, all, 16 * (size_t)b, 16) == 0)
-          throw Error("ranks " + std::to_string(a) + " and " + std::to_string(b) +
-                      " use the same GPU; NCCL needs one GPU per rank: start at most as many ranks per node as it has "
-                      "GPUs (ranks take GPU node-local rank mod the visible GPUs)");
+    for (int r = 0; r < R; ++r) gpus_.push_back(all.substr(16 * (size_t)r, 16));
   }
+  auto sameGpu = [&](int a, int b) { return !ncclEverywhere_ && gpus_[a] == gpus_[b]; };
+  // The transport's name in the start-up line: what carries the job's pairs.
+  bool anyLocal = false, anyNccl = false;
+  for (const auto &[from, to] : c.pairs) (sameGpu(from, to) ? anyLocal : anyNccl) = true;
+  name_ = anyNccl && anyLocal ? ncclName_ + " between GPUs, same-GPU links within one"
+          : anyLocal          ? std::string("same-GPU links (no NCCL between the pairs)")
+                              : ncclName_;
+  if (anyNccl) needNccl();
+  int least = 0, greatest = 0;
+  cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+  // 0. The pairs on one GPU: their links exchange handles over MPI, with
+  // nothing blocking in between, before any NCCL communicator (whose
+  // creation blocks until all its members are there).
+  std::vector<std::pair<int, int>> local;
+  for (const auto &[from, to] : c.pairs)
+    if ((from == me || to == me) && sameGpu(from, to)) local.push_back({from, to});
+  sameGpu_ = std::make_unique<SameGpuLinks>(device_);
+  sameGpu_->connect(local, c.receiveBytes, SameGpuLinks::preferenceFromEnvironment(), greatest);
   // 1. The replicas of this stage (every rank is in exactly one such group).
-  stage_ = makeComm(control_.stageComm(), "replicas of the stage");
-  if (stage_) order_.push_back(stage_);
+  stage_ = makeGroup(control_.stageComm(), "replicas of the stage");
   // 2. Tied-parameter groups, in the order Control::splitGroup made them.
-  for (int g : c.groups) {
-    ncclComm_t x = makeComm(control_.groupComm(g), "tied parameter group");
-    groups_[g] = x;
-    if (x) order_.push_back(x);
-  }
+  for (int g : c.groups) groups_[g] = makeGroup(control_.groupComm(g), "tied parameter group");
   // 3. One 2-rank communicator per ordered pair with traffic: the sender
   // makes the id and sends it to the receiver (all ids at once; one message
   // per ordered pair, so tag 0 on a private communicator), then the pairs
@@ -130,6 +171,7 @@ void NcclTransport::connect(const Connections &c) {
   std::string error;
   for (size_t k = 0; k < c.pairs.size(); ++k) {
     const auto [from, to] = c.pairs[k];
+    if (sameGpu(from, to)) continue;
     if (from == me) {
       const ncclResult_t r = ncclGetUniqueId(&ids[k].id);
       ids[k].ok = r == ncclSuccess;
@@ -147,11 +189,9 @@ void NcclTransport::connect(const Connections &c) {
   if (!error.empty()) throw Error(error);
   // Transfers on high-priority streams: a send or receive starts as soon as
   // its bundle is ready instead of queueing behind compute kernels.
-  int least = 0, greatest = 0;
-  cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
   for (size_t k = 0; k < c.pairs.size(); ++k) {
     const auto [from, to] = c.pairs[k];
-    if (from != me && to != me) continue;
+    if ((from != me && to != me) || sameGpu(from, to)) continue;
     const bool send = from == me;
     const int peer = send ? to : from;
     if (!ids[k].ok)
@@ -172,7 +212,7 @@ void NcclTransport::connect(const Connections &c) {
   cuda(cudaMalloc(&scratch, 64), "cudaMalloc");
   try {
     for (const auto &[from, to] : c.pairs) {
-      if (from != me && to != me) continue;
+      if ((from != me && to != me) || sameGpu(from, to)) continue;
       Link &l = link(from == me ? to : from, from == me);
       if (from == me)
         nccl(ncclSend(scratch, 64, ncclUint8, l.peerInComm, l.comm, l.stream), "ncclSend (connecting)");
@@ -185,9 +225,34 @@ void NcclTransport::connect(const Connections &c) {
     throw;
   }
   cudaFree(scratch);
+  // The routes, for piperun's start-up report: each rank says how it
+  // receives and how its groups sum; rank 0 keeps the lines.
+  std::string mine;
+  for (const auto &[from, to] : c.pairs)
+    if (to == me)
+      mine += "rank " + std::to_string(from) + " -> rank " + std::to_string(to) + ": " +
+              (sameGpu(from, to) ? sameGpu_->describe(from, false)
+                                 : ncclEverywhere_ && gpus_[from] == gpus_[to] ? "same GPU, NCCL (PIPEC_NCCL_SAME_GPU)"
+                                                                               : std::string("NCCL")) +
+              "\n";
+  int stageRank = 0;
+  mpi(MPI_Comm_rank(control_.stageComm(), &stageRank), "MPI_Comm_rank");
+  auto sumRoute = [](const Group &g) {
+    return g.sum == Sum::Nccl ? "NCCL" : "through host memory over MPI (replicas share a GPU)";
+  };
+  if (stage_.sum != Sum::None && stageRank == 0)
+    mine += "the replicas of rank " + std::to_string(me) + "'s stage sum gradients " + sumRoute(stage_) + "\n";
+  for (const auto &[handle, g] : groups_) {
+    int groupRank = 0;
+    mpi(MPI_Comm_rank(control_.groupComm(handle), &groupRank), "MPI_Comm_rank");
+    if (g.sum != Sum::None && groupRank == 0)
+      mine += "the tied group led by rank " + std::to_string(me) + " sums " + sumRoute(g) + "\n";
+  }
+  routes_.clear();
+  for (const std::string &lines : control_.gatherToRoot(mine)) routes_ += lines;
 }
 
-NcclTransport::Link &NcclTransport::link(int peer, bool send) {
+GpuTransport::Link &GpuTransport::link(int peer, bool send) {
   auto it = links_.find({peer, send});
   if (it == links_.end())
     throw Error("internal: no NCCL link " + std::string(send ? "to" : "from") + " rank " + std::to_string(peer) +
@@ -195,9 +260,11 @@ NcclTransport::Link &NcclTransport::link(int peer, bool send) {
   return it->second;
 }
 
-Stream NcclTransport::stream(int peer, bool send) { return link(peer, send).stream; }
+Stream GpuTransport::stream(int peer, bool send) {
+  return sameGpu_ && sameGpu_->has(peer, send) ? sameGpu_->stream(peer, send) : link(peer, send).stream;
+}
 
-NcclTransport::Request NcclTransport::enqueued(cudaStream_t s) {
+GpuTransport::Request GpuTransport::enqueued(cudaStream_t s) {
   cudaEvent_t e = nullptr;
   if (!freeEvents_.empty()) {
     e = freeEvents_.back();
@@ -214,7 +281,7 @@ NcclTransport::Request NcclTransport::enqueued(cudaStream_t s) {
   return next_++;
 }
 
-cudaEvent_t NcclTransport::take(Request r) {
+cudaEvent_t GpuTransport::take(Request r) {
   auto it = pending_.find(r);
   assert(it != pending_.end() && "a request is taken once, after isend or irecv returned it");
   cudaEvent_t e = it->second;
@@ -222,7 +289,7 @@ cudaEvent_t NcclTransport::take(Request r) {
   return e;
 }
 
-Event NcclTransport::event(Request r) {
+Event GpuTransport::event(Request r) {
   auto it = pending_.find(r);
   assert(it != pending_.end() && "an event is asked of a request isend or irecv returned and nobody took yet");
   return it->second;
@@ -230,21 +297,29 @@ Event NcclTransport::event(Request r) {
 
 // Streams that waited on the event keep waiting for the recorded work; the
 // event may be recorded again (CUDA: a wait binds to the record before it).
-void NcclTransport::release(Request r) { freeEvents_.push_back(take(r)); }
+void GpuTransport::release(Request r) { freeEvents_.push_back(take(r)); }
 
-NcclTransport::Request NcclTransport::isend(const void *buf, size_t bytes, int peer, int) {
+GpuTransport::Request GpuTransport::isend(const void *buf, size_t bytes, int peer, int) {
+  if (sameGpu_ && sameGpu_->has(peer, true)) {
+    sameGpu_->send(buf, bytes, peer);
+    return enqueued(sameGpu_->stream(peer, true));
+  }
   Link &l = link(peer, true);
   nccl(ncclSend(buf, bytes, ncclUint8, l.peerInComm, l.comm, l.stream), "ncclSend to rank " + std::to_string(peer));
   return enqueued(l.stream);
 }
 
-NcclTransport::Request NcclTransport::irecv(void *buf, size_t bytes, int peer, int) {
+GpuTransport::Request GpuTransport::irecv(void *buf, size_t bytes, int peer, int) {
+  if (sameGpu_ && sameGpu_->has(peer, false)) {
+    sameGpu_->receive(buf, bytes, peer);
+    return enqueued(sameGpu_->stream(peer, false));
+  }
   Link &l = link(peer, false);
   nccl(ncclRecv(buf, bytes, ncclUint8, l.peerInComm, l.comm, l.stream), "ncclRecv from rank " + std::to_string(peer));
   return enqueued(l.stream);
 }
 
-void NcclTransport::wait(Request r) {
+void GpuTransport::wait(Request r) {
   cudaEvent_t e = take(r);
   // Poll rather than block, so that an asynchronous NCCL error (a peer gone)
   // surfaces instead of waiting forever.
@@ -263,20 +338,36 @@ void NcclTransport::wait(Request r) {
   cuda(rc, "waiting for an NCCL transfer");
 }
 
-void NcclTransport::allreduceSumStage(void *buf, size_t count, pipec_dtype dtype) {
-  if (!stage_ || count == 0) return; // one replica: nothing to sum
-  nccl(ncclAllReduce(buf, buf, count, ncclType(dtype), ncclSum, stage_, (cudaStream_t)device_.computeStream()),
+// Ranks that share a GPU sum through pinned host memory: the gradients come
+// down once the compute stream has produced them, MPI sums them (the tied
+// groups' rule: reduce to the first rank and broadcast, so copies stay
+// bitwise equal), and they go back up.
+void GpuTransport::sumOnHost(int group, void *buf, size_t count, pipec_dtype dtype) {
+  const size_t bytes = count * io::dtypeSize(dtype);
+  if (hostSums_.size() < bytes) hostSums_ = HostBuffer(device_, bytes);
+  device_.download(hostSums_.data(), buf, bytes);
+  if (group < 0) host_.allreduceSumStage(hostSums_.data(), count, dtype);
+  else host_.allreduceSumGroup(group, hostSums_.data(), count, dtype);
+  device_.upload(buf, hostSums_.data(), bytes);
+}
+
+void GpuTransport::allreduceSumStage(void *buf, size_t count, pipec_dtype dtype) {
+  if (stage_.sum == Sum::None || count == 0) return; // one replica: nothing to sum
+  if (stage_.sum == Sum::Host) return sumOnHost(-1, buf, count, dtype);
+  nccl(ncclAllReduce(buf, buf, count, ncclType(dtype), ncclSum, stage_.comm, (cudaStream_t)device_.computeStream()),
        "ncclAllReduce (gradients)");
 }
 
-void NcclTransport::allreduceSumGroup(int group, void *buf, size_t count, pipec_dtype dtype) {
+void GpuTransport::allreduceSumGroup(int group, void *buf, size_t count, pipec_dtype dtype) {
   auto it = groups_.find(group);
   assert(it != groups_.end() && "connect() made a communicator for every group of splitGroup");
-  if (!it->second || count == 0) return;
+  const Group &g = it->second;
+  if (g.sum == Sum::None || count == 0) return;
+  if (g.sum == Sum::Host) return sumOnHost(group, buf, count, dtype);
   // Reduce to the group's first rank, broadcast: every copy gets the same bits.
   const cudaStream_t s = (cudaStream_t)device_.computeStream();
-  nccl(ncclReduce(buf, buf, count, ncclType(dtype), ncclSum, 0, it->second, s), "ncclReduce (tied gradients)");
-  nccl(ncclBroadcast(buf, buf, count, ncclType(dtype), 0, it->second, s), "ncclBroadcast (tied gradients)");
+  nccl(ncclReduce(buf, buf, count, ncclType(dtype), ncclSum, 0, g.comm, s), "ncclReduce (tied gradients)");
+  nccl(ncclBroadcast(buf, buf, count, ncclType(dtype), 0, g.comm, s), "ncclBroadcast (tied gradients)");
 }
 
 } // namespace pipec::rt

@@ -1,0 +1,288 @@
+#include "SameGpuLinks.h"
+
+#include "Plan.h" // Error
+
+#include <cstdlib>
+#include <cstring>
+
+namespace pipec::rt {
+
+namespace {
+void cuda(cudaError_t e, const char *what) {
+  if (e != cudaSuccess) throw Error(std::string(what) + " failed: " + cudaGetErrorString(e));
+}
+void mpi(int rc, const char *what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw Error(std::string(what) + " failed: " + std::string(msg, len));
+}
+
+// The links' message tags on their private communicator.
+enum Tag : int { kOffer = 1, kEvents = 2, kSent = 3, kTook = 4, kData = 5 };
+
+// Slots start on 256-byte boundaries, as cudaMalloc's allocations do.
+size_t slotBytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// What the receiver of a pair offers the sender at start-up.
+struct Offer {
+  int32_t ipc = 0;
+  uint64_t capacity = 0; // bytes per slot
+  cudaIpcMemHandle_t memory{};
+  cudaIpcEventHandle_t consumed[SameGpuLinks::kSlots]{};
+  char why[200] = {}; // why not IPC
+};
+// What the sender gives the receiver.
+struct SenderEvents {
+  int32_t ok = 0;
+  cudaIpcEventHandle_t filled[SameGpuLinks::kSlots]{};
+  char why[200] = {};
+};
+
+void setWhy(char (&field)[200], const std::string &text) {
+  std::strncpy(field, text.c_str(), sizeof field - 1);
+  field[sizeof field - 1] = '\0';
+}
+
+// Events another process can wait on (CUDA requires them without timing).
+cudaError_t newIpcEvents(cudaEvent_t (&events)[SameGpuLinks::kSlots], cudaIpcEventHandle_t (&handles)[SameGpuLinks::kSlots]) {
+  for (int s = 0; s < SameGpuLinks::kSlots; ++s) {
+    cudaError_t e = cudaEventCreateWithFlags(&events[s], cudaEventInterprocess | cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaIpcGetEventHandle(&handles[s], events[s]);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+void destroyEvents(cudaEvent_t (&events)[SameGpuLinks::kSlots]) noexcept {
+  for (cudaEvent_t &e : events)
+    if (e) (void)cudaEventDestroy(e), e = nullptr;
+}
+} // namespace
+
+SameGpuLinks::Preference SameGpuLinks::preferenceFromEnvironment() {
+  const char *v = std::getenv("PIPEC_SAME_GPU_TRANSPORT");
+  const std::string text = v ? v : "";
+  if (text.empty() || text == "auto") return Preference::Auto;
+  if (text == "ipc") return Preference::Ipc;
+  if (text == "staged") return Preference::Staged;
+  throw Error("PIPEC_SAME_GPU_TRANSPORT is \"" + text + "\"; it takes auto, ipc or staged");
+}
+
+SameGpuLinks::SameGpuLinks(CudaDevice &device) : device_(device) {
+  mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+}
+
+SameGpuLinks::~SameGpuLinks() {
+  for (auto &[key, l] : links_) drain(l);
+  for (auto &[key, l] : links_) {
+    if (l.stream) (void)cudaStreamSynchronize(l.stream);
+    if (l.slots) (void)(l.send ? cudaIpcCloseMemHandle(l.slots) : cudaFree(l.slots));
+    destroyEvents(l.filled);
+    destroyEvents(l.consumed);
+    destroyEvents(l.uploaded);
+    if (l.pinned) (void)cudaFreeHost(l.pinned);
+    if (l.stream) (void)cudaStreamDestroy(l.stream);
+  }
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+// The messages a finished run leaves in flight: the receiver's last "took"
+// notices, which the sender had no further message to wait for.
+void SameGpuLinks::drain(Link &l) noexcept {
+  if (l.send && l.mode == Mode::Ipc)
+    while (l.credits < l.messages) {
+      uint64_t took = 0;
+      if (MPI_Recv(&took, sizeof took, MPI_BYTE, l.peer, kTook, comm_, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+      ++l.credits;
+    }
+  for (MPI_Request &r : l.requests)
+    if (r != MPI_REQUEST_NULL) (void)MPI_Wait(&r, MPI_STATUS_IGNORE);
+}
+
+void SameGpuLinks::connect(const std::vector<std::pair<int, int>> &pairs, const std::map<int, size_t> &receiveBytes,
+                           Preference preference, int highPriority) {
+  int me = 0;
+  mpi(MPI_Comm_rank(comm_, &me), "MPI_Comm_rank");
+  std::vector<Offer> offers(pairs.size());
+  std::vector<SenderEvents> events(pairs.size());
+  std::vector<MPI_Request> requests;
+  // Every end makes its offer or events first and only reports a failure
+  // after the exchange: a rank that threw before sending would leave its
+  // peer waiting here.
+  std::string error;
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    const auto [from, to] = pairs[k];
+    Link l;
+    l.send = from == me;
+    l.peer = l.send ? to : from;
+    for (MPI_Request &r : l.requests) r = MPI_REQUEST_NULL;
+    cuda(cudaStreamCreateWithPriority(&l.stream, cudaStreamNonBlocking, highPriority), "cudaStreamCreateWithPriority");
+    if (!l.send) {
+      Offer &o = offers[k];
+      auto bytes = receiveBytes.find(from);
+      l.capacity = slotBytes(bytes == receiveBytes.end() ? 0 : bytes->second);
+      o.capacity = l.capacity;
+      if (bytes == receiveBytes.end() && error.empty())
+        error = "internal: no receive size for the transfers from rank " + std::to_string(from);
+      if (preference == Preference::Staged) {
+        setWhy(o.why, "PIPEC_SAME_GPU_TRANSPORT=staged");
+      } else {
+        cudaError_t e = cudaMalloc((void **)&l.slots, kSlots * l.capacity);
+        if (e == cudaSuccess) e = cudaIpcGetMemHandle(&o.memory, l.slots);
+        if (e == cudaSuccess) e = newIpcEvents(l.consumed, o.consumed);
+        o.ipc = e == cudaSuccess;
+        if (!o.ipc) {
+          (void)cudaGetLastError();
+          setWhy(o.why, std::string("CUDA IPC refused: ") + cudaGetErrorString(e));
+          if (preference == Preference::Ipc && error.empty())
+            error = "PIPEC_SAME_GPU_TRANSPORT=ipc, but " + std::string(o.why) + " (the link from rank " +
+                    std::to_string(from) + " to rank " + std::to_string(to) + ")";
+        }
+      }
+      requests.emplace_back();
+      mpi(MPI_Isend(&o, sizeof o, MPI_BYTE, from, kOffer, comm_, &requests.back()), "MPI_Isend (same-GPU offer)");
+      requests.emplace_back();
+      mpi(MPI_Irecv(&events[k], sizeof events[k], MPI_BYTE, from, kEvents, comm_, &requests.back()),
+          "MPI_Irecv (same-GPU events)");
+    } else {
+      SenderEvents &s = events[k];
+      if (preference != Preference::Staged) {
+        const cudaError_t e = newIpcEvents(l.filled, s.filled);
+        s.ok = e == cudaSuccess;
+        if (!s.ok) (void)cudaGetLastError(), setWhy(s.why, std::string("CUDA IPC events refused: ") + cudaGetErrorString(e));
+      }
+      requests.emplace_back();
+      mpi(MPI_Isend(&s, sizeof s, MPI_BYTE, to, kEvents, comm_, &requests.back()), "MPI_Isend (same-GPU events)");
+      requests.emplace_back();
+      mpi(MPI_Irecv(&offers[k], sizeof offers[k], MPI_BYTE, to, kOffer, comm_, &requests.back()),
+          "MPI_Irecv (same-GPU offer)");
+    }
+    links_[{l.peer, l.send}] = l;
+  }
+  mpi(MPI_Waitall((int)requests.size(), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (same-GPU links)");
+  if (!error.empty()) throw Error(error);
+  // Both ends now know the mode: IPC when the receiver exported its slots
+  // and the sender its events.
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    const auto [from, to] = pairs[k];
+    Link &l = link(from == me ? to : from, from == me);
+    const Offer &o = offers[k];
+    const SenderEvents &s = events[k];
+    l.capacity = o.capacity;
+    l.mode = o.ipc && s.ok ? Mode::Ipc : Mode::Staged;
+    l.why = o.why[0] ? o.why : s.why;
+    const std::string pair = " (the link from rank " + std::to_string(from) + " to rank " + std::to_string(to) + ")";
+    if (l.mode == Mode::Ipc) {
+      if (l.send) {
+        cuda(cudaIpcOpenMemHandle((void **)&l.slots, o.memory, cudaIpcMemLazyEnablePeerAccess),
+             ("cudaIpcOpenMemHandle" + pair).c_str());
+        for (int slot = 0; slot < kSlots; ++slot)
+          cuda(cudaIpcOpenEventHandle(&l.consumed[slot], o.consumed[slot]), ("cudaIpcOpenEventHandle" + pair).c_str());
+      } else {
+        for (int slot = 0; slot < kSlots; ++slot)
+          cuda(cudaIpcOpenEventHandle(&l.filled[slot], s.filled[slot]), ("cudaIpcOpenEventHandle" + pair).c_str());
+      }
+      continue;
+    }
+    // Staged: what was made for IPC goes, pinned slots come.
+    if (l.slots && !l.send) cuda(cudaFree(l.slots), "cudaFree");
+    l.slots = nullptr;
+    destroyEvents(l.filled);
+    destroyEvents(l.consumed);
+    l.pinned = (char *)device_.allocateHost(kSlots * l.capacity);
+    if (!l.send)
+      for (cudaEvent_t &e : l.uploaded) cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  }
+}
+
+SameGpuLinks::Link &SameGpuLinks::link(int peer, bool send) {
+  auto it = links_.find({peer, send});
+  if (it == links_.end())
+    throw Error("internal: no same-GPU link " + std::string(send ? "to" : "from") + " rank " + std::to_string(peer));
+  return it->second;
+}
+
+cudaStream_t SameGpuLinks::stream(int peer, bool send) { return link(peer, send).stream; }
+
+std::string SameGpuLinks::describe(int peer, bool send) const {
+  const Link &l = links_.at({peer, send});
+  return l.mode == Mode::Ipc ? "same GPU, CUDA IPC" : "same GPU, staged through host memory (" + l.why + ")";
+}
+
+// Sends a small message from the slot's outbox; the slot's previous message
+// was received (the protocol only reuses a slot after the peer answered it).
+void SameGpuLinks::post(Link &l, int slot, const void *data, int bytes, int tag) {
+  if (l.requests[slot] != MPI_REQUEST_NULL) mpi(MPI_Wait(&l.requests[slot], MPI_STATUS_IGNORE), "MPI_Wait");
+  std::memcpy(&l.outbox[slot], data, (size_t)bytes);
+  mpi(MPI_Isend(&l.outbox[slot], bytes, MPI_BYTE, l.peer, tag, comm_, &l.requests[slot]), "MPI_Isend (same-GPU notice)");
+}
+
+// The sender may fill message n's slot once the receiver took message
+// n - kSlots out of it.
+void SameGpuLinks::awaitCredit(Link &l) {
+  while (l.credits + kSlots <= l.messages) {
+    uint64_t took = 0;
+    mpi(MPI_Recv(&took, sizeof took, MPI_BYTE, l.peer, kTook, comm_, MPI_STATUS_IGNORE), "MPI_Recv (same-GPU notice)");
+    ++l.credits;
+  }
+}
+
+void SameGpuLinks::send(const void *buf, size_t bytes, int peer) {
+  Link &l = link(peer, true);
+  if (bytes > l.capacity)
+    throw Error("a bundle of " + std::to_string(bytes) + " bytes for rank " + std::to_string(peer) +
+                ", which takes at most " + std::to_string(l.capacity) +
+                " from this rank (the neighbouring stages disagree on the tensor sizes)");
+  const int slot = (int)(l.messages % kSlots);
+  char *at = (l.mode == Mode::Ipc ? l.slots : l.pinned) + slot * l.capacity;
+  if (l.mode == Mode::Ipc) {
+    awaitCredit(l);
+    cuda(cudaStreamWaitEvent(l.stream, l.consumed[slot], 0), "cudaStreamWaitEvent (same-GPU slot)");
+    cuda(cudaMemcpyAsync(at, buf, bytes, cudaMemcpyDeviceToDevice, l.stream), "cudaMemcpyAsync (same-GPU send)");
+    cuda(cudaEventRecord(l.filled[slot], l.stream), "cudaEventRecord (same-GPU send)");
+    const uint64_t sent = bytes;
+    post(l, slot, &sent, sizeof sent, kSent);
+  } else {
+    if (l.requests[slot] != MPI_REQUEST_NULL) mpi(MPI_Wait(&l.requests[slot], MPI_STATUS_IGNORE), "MPI_Wait");
+    cuda(cudaMemcpyAsync(at, buf, bytes, cudaMemcpyDeviceToHost, l.stream), "cudaMemcpyAsync (same-GPU staging)");
+    cuda(cudaStreamSynchronize(l.stream), "cudaStreamSynchronize (same-GPU staging)");
+    mpi(MPI_Isend(at, (int)bytes, MPI_BYTE, peer, kData, comm_, &l.requests[slot]), "MPI_Isend (same-GPU staged)");
+  }
+  ++l.messages;
+}
+
+void SameGpuLinks::receive(void *buf, size_t bytes, int peer) {
+  Link &l = link(peer, false);
+  const int slot = (int)(l.messages % kSlots);
+  char *at = (l.mode == Mode::Ipc ? l.slots : l.pinned) + slot * l.capacity;
+  MPI_Status status;
+  uint64_t sent = 0;
+  if (l.mode == Mode::Ipc) {
+    mpi(MPI_Recv(&sent, sizeof sent, MPI_BYTE, peer, kSent, comm_, &status), "MPI_Recv (same-GPU notice)");
+  } else {
+    if (l.messages >= (uint64_t)kSlots) cuda(cudaEventSynchronize(l.uploaded[slot]), "cudaEventSynchronize (staging)");
+    mpi(MPI_Recv(at, (int)l.capacity, MPI_BYTE, peer, kData, comm_, &status), "MPI_Recv (same-GPU staged)");
+    int got = 0;
+    MPI_Get_count(&status, MPI_BYTE, &got);
+    sent = (uint64_t)got;
+  }
+  // Checked before anything reads the bundle.
+  if (sent != bytes)
+    throw Error("received " + std::to_string(sent) + " bytes from rank " + std::to_string(peer) + ", expected " +
+                std::to_string(bytes) + " (the neighbouring stages disagree on the tensor sizes)");
+  if (l.mode == Mode::Ipc) {
+    cuda(cudaStreamWaitEvent(l.stream, l.filled[slot], 0), "cudaStreamWaitEvent (same-GPU receive)");
+    cuda(cudaMemcpyAsync(buf, at, bytes, cudaMemcpyDeviceToDevice, l.stream), "cudaMemcpyAsync (same-GPU receive)");
+    cuda(cudaEventRecord(l.consumed[slot], l.stream), "cudaEventRecord (same-GPU receive)");
+    const uint64_t took = l.messages;
+    post(l, slot, &took, sizeof took, kTook);
+  } else {
+    cuda(cudaMemcpyAsync(buf, at, bytes, cudaMemcpyHostToDevice, l.stream), "cudaMemcpyAsync (same-GPU upload)");
+    cuda(cudaEventRecord(l.uploaded[slot], l.stream), "cudaEventRecord (same-GPU upload)");
+  }
+  ++l.messages;
+}
+
+} // namespace pipec::rt
