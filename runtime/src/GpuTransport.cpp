@@ -238,7 +238,7 @@ void GpuTransport::connect(const Connections &c) {
   int stageRank = 0;
   mpi(MPI_Comm_rank(control_.stageComm(), &stageRank), "MPI_Comm_rank");
   auto sumRoute = [](const Group &g) {
-    return g.sum == Sum::Nccl ? "NCCL" : "through host memory over MPI (replicas share a GPU)";
+    return g.sum == Sum::Nccl ? "over NCCL" : "through host memory over MPI (some of its ranks share a GPU)";
   };
   if (stage_.sum != Sum::None && stageRank == 0)
     mine += "the replicas of rank " + std::to_string(me) + "'s stage sum gradients " + sumRoute(stage_) + "\n";
