@@ -31,6 +31,10 @@
 #                precisions, 3 steps each of tiny models, weights to
 #                OUT/trained.tar for compare_trained.py on the host): ~2-4 s
 #                each, ~30 s; each runs only while 15 s of the budget are left
+#   pipelines    pipelines.py's jobs on 2-4 ranks of the one GPU over each
+#                route, 3 steps (~3-5 s each with mpirun's start, ~20 runs),
+#                then a rank killed mid-run over two routes: ~100 s; each runs
+#                only while 25 s of the budget are left
 #   report       report.py: the table printed and written to OUT/results.md
 #                and OUT/results.json
 # Dropped from the default run (issue 46 item 9), as they would push the call
@@ -147,6 +151,41 @@ for job in "$G"/jobs/train-*-bf16/; do example=$(basename "$job"); example=${exa
   timeout 60 "$PIPERUN" "$job" --iters "$CURVE" --log-every 1 > "$G/curve-$example-bf16.log" 2>&1
   el "curve-$example-bf16 rc=$?: $(grep -o 'loss [0-9.e+-]*' "$G/curve-$example-bf16.log" | tail -1)"
 done
+# Pipelines on one GPU (issue 48; docs/gpu-runs.md, "Pipelines on one GPU"): each pipe-* job on
+# 2-4 ranks of this GPU, 3 steps as the checks, by each route pipelines.py lists (same-GPU links,
+# staged, NCCL's own transport); its weights to OUT/trained.tar for `pipelines.py compare` on
+# the host (against the 1-rank train-* weights above). Then one rank killed mid-run, per route:
+# every rank must be gone within 30 s.
+echo "=== pipelines on one GPU: $STEPS steps each, weights to OUT/trained.tar (pipelines.py compare on the host)"
+export PATH=$G/bin:$PATH # mpirun finds orted beside it
+pipeline() { # ranks job log [piperun arguments...]: mpirun of piperun on this GPU
+  local ranks=$1 job=$2 log=$3; shift 3
+  "$G/bin/mpirun" --oversubscribe --bind-to none -np "$ranks" "$PIPERUN" "$job" "$@" > "$log" 2>&1 < /dev/null
+}
+while read -r name ranks route env; do
+  job=$G/jobs/$name; [ -d "$job" ] || continue
+  if [ "$MODE" = table ] && [ "$(left)" -lt 25 ]; then el "$name over $route: skipped (budget)"; continue; fi
+  env $env timeout 60 bash -c "$(declare -f pipeline); G=$G PIPERUN=$PIPERUN pipeline $ranks $job $G/$name-$route.log \
+    --iters $STEPS --export-weights $G/trained/$name-$route"; rc=$?
+  el "$name over $route ($ranks ranks) rc=$rc: $(grep -o 'final loss.*' "$G/$name-$route.log" | tail -1)"
+  [ $rc = 0 ] || tail -5 "$G/$name-$route.log"
+  grep -h "^piperun:   " "$G/$name-$route.log" | sort -u | head -3
+done < <(python3 "$HERE/pipelines.py" runs)
+for route in links nccl; do
+  name=$(python3 "$HERE/pipelines.py" jobs | awk '$3 == "1f1b" && $4 == 4 {print $1; exit}'); job=$G/jobs/$name
+  [ -d "$job" ] || continue
+  if [ "$MODE" = table ] && [ "$(left)" -lt 45 ]; then el "kill over $route: skipped (budget)"; continue; fi
+  env $( [ $route = nccl ] && echo PIPEC_NCCL_SAME_GPU=1 ) timeout -k 5 90 bash -c "$(declare -f pipeline); \
+    G=$G PIPERUN=$PIPERUN pipeline 4 $job $G/kill-$route.log --iters 1000000 --log-every 1" &
+  launcher=$!
+  for _ in $(seq 200); do grep -q "iter 2/" "$G/kill-$route.log" 2>/dev/null && break; sleep 0.1; done
+  victim=$(pgrep -f "^$PIPERUN $job" | sed -n 2p); t=$(date +%s)
+  [ -n "$victim" ] && kill -9 "$victim"
+  wait $launcher; rc=$?
+  el "kill over $route: rank pid ${victim:-none} killed; every rank gone after $(( $(date +%s) - t )) s" \
+     "(exit $rc, $(pgrep -f "^$PIPERUN $job" | wc -l) left)"
+done
+
 # One tar each (the device tool returns at most 8 files from OUT): the trained weights, and
 # every piperun log whole (the table above shows their last lines only).
 [ -d "$G/trained" ] && tar -C "$G" -cf "$OUT/trained.tar" trained

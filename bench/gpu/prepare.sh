@@ -7,7 +7,8 @@
 #   WORK/jobs       CUDA jobs (--build): table-<model>-b<4|16> for the table
 #                   (GPT-2 124M and the Llama, 4 and 16 x 1,024 tokens per
 #                   micro-batch, 2 micro-batches, bf16, AdamW),
-#                   train-<example>-<precision> for the GPU-vs-CPU check; with
+#                   train-<example>-<precision> for the GPU-vs-CPU check,
+#                   pipe-* for the pipelines on one GPU (pipelines.py); with
 #                   BENCH_GPU_EXTRA=1 instead of table-*, the earlier speed runs' bench-*/
 #                   gpt2-*/r50-* and mb-<b> for the micro-batch sizes (their
 #                   predictions: mb-choice.txt; torchvision needed to export)
@@ -58,6 +59,24 @@ for example in cuda_target.EXAMPLES:
                                      str(compare_curves.CURVE_STEPS), "--log-every", "1"])
             with open(os.path.join(work, "cpu", f"curve-{example}-fp32.log"), "w") as f:
                 f.write(curve.stdout + curve.stderr)
+# Pipelines on one GPU (bench/gpu/pipelines.py): the checks' jobs on 2-4 stages, CUDA only (on
+# the GPU their weights are compared with the 1-rank train-* job's).
+import pipelines
+for example, schedule, stages, ranks, precision, extra in pipelines.JOBS:
+    job = os.path.join(work, "jobs", pipelines.job_name(example, schedule, stages, ranks, precision))
+    result = cuda_target.compile_job(pipec, example, job, "cuda", precision, stages=stages, ranks=ranks,
+                                     extra=["--schedule", schedule, *extra])
+    if result.returncode != 0:
+        sys.exit(f"FAILED: pipec {example} --schedule {schedule} --stages {stages} on {ranks} ranks:\n"
+                 f"{result.stderr[-3000:]}")
+    if schedule in pipelines.ASYNCHRONOUS: # its reference: pipeseq on its CPU job
+        cpu = os.path.join(work, "cpu", os.path.basename(job))
+        result = cuda_target.compile_job(pipec, example, cpu, "cpu", precision, stages=stages, ranks=ranks,
+                                         extra=["--schedule", schedule, *extra])
+        if result.returncode != 0:
+            sys.exit(f"FAILED: pipec {example} --schedule {schedule} --target cpu:\n{result.stderr[-3000:]}")
+        cuda_target.run([os.path.join(os.path.dirname(piperun), "pipeseq"), cpu, "--iters", str(cuda_target.STEPS),
+                         "--export-weights", os.path.join(cpu, "trained")])
 # on_gpu.sh trains the CUDA jobs as many steps (the bf16 ones again for their curves).
 with open(os.path.join(work, "jobs", "steps"), "w") as f:
     f.write(f"{cuda_target.STEPS}\n")

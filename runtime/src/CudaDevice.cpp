@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace pipec::rt {
 
@@ -54,7 +55,32 @@ CudaDevice::CudaDevice(int localRank) : Device(false) {
   check(cudaMallocHost((void **)&result_, 2 * sizeof(double)), "cudaMallocHost");
 }
 
+void CudaDevice::releaseCachedMemory() {
+  cudaMemPool_t pool;
+  check(cudaDeviceGetDefaultMemPool(&pool, ordinal_), "cudaDeviceGetDefaultMemPool");
+  check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize");
+  check(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo");
+}
+
+void CudaDevice::await(cudaEvent_t e, const char *what) {
+  if (!waitCheck_) return check(cudaEventSynchronize(e), what);
+  cudaError_t rc;
+  while ((rc = cudaEventQuery(e)) == cudaErrorNotReady) {
+    waitCheck_();
+    std::this_thread::yield();
+  }
+  check(rc, what);
+}
+
+void CudaDevice::awaitStream(cudaStream_t s, const char *what) {
+  if (!waitCheck_) return check(cudaStreamSynchronize(s), what);
+  if (!streamDone_) check(cudaEventCreateWithFlags(&streamDone_, cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventRecord(streamDone_, s), "cudaEventRecord");
+  await(streamDone_, what);
+}
+
 CudaDevice::~CudaDevice() {
+  if (streamDone_) cudaEventDestroy(streamDone_);
   if (partials_) cudaFreeAsync(partials_, compute_);
   if (stats_) cudaFreeAsync(stats_, compute_);
   if (compute_) cudaStreamSynchronize(compute_);
@@ -162,12 +188,12 @@ void CudaDevice::downloadAsync(void *dst, const void *src, size_t bytes, Stream 
 void CudaDevice::upload(void *dst, const void *src, size_t bytes) {
   if (!bytes) return;
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute_), "cudaMemcpyAsync (upload)");
-  check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize (upload)");
+  awaitStream(compute_, "cudaStreamSynchronize (upload)");
 }
 void CudaDevice::download(void *dst, const void *src, size_t bytes) {
   if (!bytes) return;
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_), "cudaMemcpyAsync (download)");
-  check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize (download)");
+  awaitStream(compute_, "cudaStreamSynchronize (download)");
 }
 
 // ---------------------------------------------------------------- arithmetic
@@ -210,7 +236,7 @@ void CudaDevice::sumSquares(const std::vector<Span> &spans, double &sumSq, doubl
   if (!stats_) stats_ = (double *)allocate(2 * sizeof(double));
   gradientStats(spans, stats_);
   check(cudaMemcpyAsync(result_, stats_, 2 * sizeof(double), cudaMemcpyDeviceToHost, compute_), "cudaMemcpyAsync");
-  check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize (gradient norm)");
+  awaitStream(compute_, "cudaStreamSynchronize (gradient norm)");
   sumSq += result_[0];
   nonFinite += result_[1];
 }
@@ -244,7 +270,7 @@ void CudaDevice::streamWait(Stream s, Event e) {
 }
 void CudaDevice::bindThread() { check(cudaSetDevice(ordinal_), "cudaSetDevice"); }
 void CudaDevice::hostWait(Event e) {
-  if (e) check(cudaEventSynchronize((cudaEvent_t)e), "cudaEventSynchronize");
+  if (e) await((cudaEvent_t)e, "cudaEventSynchronize");
 }
 bool CudaDevice::query(Event e) {
   if (!e) return true;

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,15 @@ public:
   // minor one. Throws when nothing fits this GPU; no-op for an empty list.
   void checkArchitectures(const std::vector<std::string> &archs) const;
 
+  // Between polls while the host waits for the device (hostWait, upload,
+  // download, sumSquares), `check` runs: the transport's, which throws on
+  // NCCL's asynchronous errors, so that a failed or lost peer ends the wait
+  // with an error instead of never. None: the waits block in CUDA.
+  void setWaitCheck(std::function<void()> check) { waitCheck_ = std::move(check); }
+  // Gives the memory the stream-ordered pool keeps for reuse back to the
+  // driver (before NCCL allocates its own buffers, outside the pool).
+  void releaseCachedMemory();
+
   void *allocate(size_t bytes) override;
   void release(void *p) noexcept override;
   void *allocateHost(size_t bytes) override;
@@ -67,6 +77,10 @@ public:
   void bindThread() override;
 
 private:
+  void await(cudaEvent_t e, const char *what);
+  void awaitStream(cudaStream_t s, const char *what);
+  std::function<void()> waitCheck_;
+  cudaEvent_t streamDone_ = nullptr; // awaitStream's
   int ordinal_ = 0, count_ = 0, major_ = 0, minor_ = 0;
   std::string gpuName_, uuid_;
   cudaStream_t compute_ = nullptr;

@@ -100,6 +100,7 @@ void GpuTransport::needNccl() const {
 }
 
 GpuTransport::~GpuTransport() {
+  device_.setWaitCheck(nullptr); // it calls into this transport
   // The executor drained its transfers; make sure, then free everything.
   for (auto &[key, l] : links_)
     if (l.stream) cudaStreamSynchronize(l.stream);
@@ -154,8 +155,23 @@ void GpuTransport::connect(const Connections &c) {
   std::vector<std::pair<int, int>> local;
   for (const auto &[from, to] : c.pairs)
     if ((from == me || to == me) && sameGpu(from, to)) local.push_back({from, to});
-  sameGpu_ = std::make_unique<SameGpuLinks>(device_);
-  sameGpu_->connect(local, c.receiveBytes, SameGpuLinks::preferenceFromEnvironment(), greatest);
+  // Every rank learns whether every rank connected them before any NCCL
+  // communicator: a rank that failed here and went on to piperun's
+  // agreement would leave the others waiting in ncclCommInitRank.
+  std::string failed;
+  try {
+    sameGpu_ = std::make_unique<SameGpuLinks>(device_);
+    sameGpu_->connect(local, c.receiveBytes, SameGpuLinks::preferenceFromEnvironment(), greatest);
+  } catch (const std::exception &e) {
+    failed = e.what();
+  }
+  int mine = !failed.empty(), any = 0;
+  mpi(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce (same-GPU links)");
+  if (!failed.empty()) throw Error(failed);
+  if (any) throw Error("another rank could not connect its same-GPU links (its message says why)");
+  // NCCL allocates its buffers outside the stream-ordered pool: give it
+  // what the pool kept from start-up.
+  device_.releaseCachedMemory();
   // 1. The replicas of this stage (every rank is in exactly one such group).
   stage_ = makeGroup(control_.stageComm(), "replicas of the stage");
   // 2. Tied-parameter groups, in the order Control::splitGroup made them.
@@ -227,10 +243,10 @@ void GpuTransport::connect(const Connections &c) {
   cudaFree(scratch);
   // The routes, for piperun's start-up report: each rank says how it
   // receives and how its groups sum; rank 0 keeps the lines.
-  std::string mine;
+  std::string routes;
   for (const auto &[from, to] : c.pairs)
     if (to == me)
-      mine += "rank " + std::to_string(from) + " -> rank " + std::to_string(to) + ": " +
+      routes += "rank " + std::to_string(from) + " -> rank " + std::to_string(to) + ": " +
               (sameGpu(from, to) ? sameGpu_->describe(from, false)
                                  : ncclEverywhere_ && gpus_[from] == gpus_[to] ? "same GPU, NCCL (PIPEC_NCCL_SAME_GPU)"
                                                                                : std::string("NCCL")) +
@@ -241,15 +257,42 @@ void GpuTransport::connect(const Connections &c) {
     return g.sum == Sum::Nccl ? "over NCCL" : "through host memory over MPI (some of its ranks share a GPU)";
   };
   if (stage_.sum != Sum::None && stageRank == 0)
-    mine += "the replicas of rank " + std::to_string(me) + "'s stage sum gradients " + sumRoute(stage_) + "\n";
+    routes += "the replicas of rank " + std::to_string(me) + "'s stage sum gradients " + sumRoute(stage_) + "\n";
   for (const auto &[handle, g] : groups_) {
     int groupRank = 0;
     mpi(MPI_Comm_rank(control_.groupComm(handle), &groupRank), "MPI_Comm_rank");
     if (g.sum != Sum::None && groupRank == 0)
-      mine += "the tied group led by rank " + std::to_string(me) + " sums " + sumRoute(g) + "\n";
+      routes += "the tied group led by rank " + std::to_string(me) + " sums " + sumRoute(g) + "\n";
   }
   routes_.clear();
-  for (const std::string &lines : control_.gatherToRoot(mine)) routes_ += lines;
+  for (const std::string &lines : control_.gatherToRoot(routes)) routes_ += lines;
+  // From here every host wait on the device also watches NCCL's errors.
+  if (!order_.empty()) device_.setWaitCheck([this] { checkAsyncErrors(); });
+}
+
+// A communicator in error (a peer failed, left or was killed): every
+// communicator of this rank is aborted, so that the NCCL work of its
+// other peers fails too instead of waiting for it, and the wait throws.
+void GpuTransport::checkAsyncErrors() {
+  for (ncclComm_t comm : order_) {
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, &async) != ncclSuccess || async == ncclSuccess || async == ncclInProgress) continue;
+    const char *detail = ncclGetLastError(comm);
+    const std::string what = std::string("NCCL reported ") + ncclGetErrorString(async) +
+                             (detail && *detail ? std::string(" (") + detail + ")" : "") +
+                             " while this rank waited: a peer failed or left; the communicators are aborted";
+    abortAll();
+    throw Error(what);
+  }
+}
+
+void GpuTransport::abortAll() noexcept {
+  device_.setWaitCheck(nullptr);
+  for (ncclComm_t comm : order_) (void)ncclCommAbort(comm);
+  order_.clear(); // not destroyed again
+  for (auto &[key, l] : links_) l.comm = nullptr;
+  stage_.comm = nullptr;
+  for (auto &[handle, g] : groups_) g.comm = nullptr;
 }
 
 GpuTransport::Link &GpuTransport::link(int peer, bool send) {
@@ -325,17 +368,16 @@ void GpuTransport::wait(Request r) {
   // surfaces instead of waiting forever.
   cudaError_t rc;
   while ((rc = cudaEventQuery(e)) == cudaErrorNotReady) {
-    for (auto &[key, l] : links_) {
-      ncclResult_t async = ncclSuccess;
-      if (ncclCommGetAsyncError(l.comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
-        freeEvents_.push_back(e);
-        nccl(async, "NCCL transfer with rank " + std::to_string(key.first));
-      }
+    try {
+      checkAsyncErrors();
+    } catch (...) {
+      freeEvents_.push_back(e);
+      throw;
     }
     std::this_thread::yield();
   }
   freeEvents_.push_back(e);
-  cuda(rc, "waiting for an NCCL transfer");
+  cuda(rc, "waiting for a transfer");
 }
 
 // Ranks that share a GPU sum through pinned host memory: the gradients come

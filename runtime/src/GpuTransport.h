@@ -72,6 +72,8 @@ private:
   void sumOnHost(int group, void *buf, size_t count, pipec_dtype dtype);
   Group makeGroup(MPI_Comm comm, const char *what);
   void needNccl() const; // throws when the NCCL loaded is too old
+  void checkAsyncErrors();  // throws, after abortAll(), when a communicator is in error
+  void abortAll() noexcept;
   struct Link {
     ncclComm_t comm = nullptr;
     cudaStream_t stream = nullptr;
