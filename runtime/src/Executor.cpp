@@ -184,6 +184,65 @@ void Executor::checkNeighbours() {
 
 void Executor::connect() { transport_.connect(connections_); }
 
+// A stage's first call creates library handles, device constants and cuDNN
+// plans, and some of that waits for the whole device (cudaMalloc,
+// cudaStreamSynchronize). Once transfers run, the device may hold a receive
+// of another micro-batch whose sender waits for this rank: such a wait would
+// never end. So every entry point runs once here, before the first transfer
+// or collective, on zeroed scratch bundles (zero inputs and data are valid
+// for every op: token 0, label 0). The weights and optimizer state are only
+// read; BatchNorm's running statistics, which a training forward updates,
+// are put back, and the accumulated gradients zeroed.
+void Executor::warmUp() {
+  if (!gpu_) return;
+  for (Chunk &ch : chunks_) {
+    StageModel &m = *ch.model;
+    const pipec_stage_desc &d = m.desc();
+    const Layout &params = m.paramLayout();
+    size_t bufferBytes = 0;
+    for (int i = 0; i < d.num_params; ++i)
+      if (d.params[i].role == PIPEC_BUFFER) bufferBytes += params.bytes[i];
+    Buffer saved(device_, bufferBytes);
+    for (int i = 0, at = 0; i < d.num_params; ++i)
+      if (d.params[i].role == PIPEC_BUFFER)
+        device_.copy(saved.data() + at, m.params().data() + params.offsets[i], params.bytes[i]), at += params.bytes[i];
+    Buffer data(device_, m.dataLayout().total), inputs(device_, m.inputLayout().total),
+        outputs(device_, m.outputLayout().total), gradOutputs(device_, m.outputLayout().total),
+        gradInputs(device_, m.inputLayout().total), workspace(device_, (size_t)d.workspace_bytes),
+        loss(device_, 2 * sizeof(float));
+    std::vector<void *> paramPtrs = params.pointers(m.params().data()), dataPtrs = m.dataLayout().pointers(data.data()),
+                        inputPtrs = m.inputLayout().pointers(inputs.data()),
+                        outputPtrs = m.outputLayout().pointers(outputs.data()),
+                        gradOutputPtrs = m.outputLayout().pointers(gradOutputs.data()),
+                        gradInputPtrs = m.inputLayout().pointers(gradInputs.data()), gradParamPtrs = m.gradPtrs();
+    pipec_call c{};
+    c.seed = seed_;
+    c.step = m.steps;
+    c.params = paramPtrs.data();
+    c.data = (const void *const *)dataPtrs.data();
+    c.inputs = (const void *const *)inputPtrs.data();
+    c.outputs = outputPtrs.data();
+    c.grad_outputs = d.num_outputs ? (const void *const *)gradOutputPtrs.data() : nullptr;
+    c.grad_inputs = gradInputPtrs.data();
+    c.grad_params = gradParamPtrs.data();
+    if (d.computes_loss) c.loss = (float *)loss.data();
+    c.loss_scale = 1.0f;
+    c.stream = device_.computeStream();
+    c.no_graphs = opt_.noCudaGraphs ? 1 : 0;
+    c.workspace = workspace.data();
+    m.lib().forward(c);
+    m.lib().backwardInput(c);
+    m.lib().backwardWeight(c);
+    c.inference = 1; // validation's forward has its own first call
+    m.lib().forward(c);
+    for (int i = 0, at = 0; i < d.num_params; ++i)
+      if (d.params[i].role == PIPEC_BUFFER)
+        device_.copy(m.params().data() + params.offsets[i], saved.data() + at, params.bytes[i]), at += params.bytes[i];
+    m.grads().zero();
+  }
+  device_.synchronize();
+}
+
 // ---------------------------------------------------------------- compute
 void Executor::startDataPrefetch() {
   if (generatesData()) return;

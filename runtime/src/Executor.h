@@ -33,6 +33,11 @@ public:
   // Start-up checks that need every rank (neighbour layouts, the order of
   // transfers between each pair of ranks); throws Error.
   void checkNeighbours();
+  // GPU ranks: each chunk's entry points once on scratch bundles, so that a
+  // stage's lazy initialization is over before the first transfer (before
+  // connect; docs/runtime.md, "Ranks sharing a GPU"). Nothing it changes
+  // stays changed. No-op on CPU ranks.
+  void warmUp();
   // Collective: the transport's communicators (after checkNeighbours).
   void connect();
   void run();

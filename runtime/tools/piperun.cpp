@@ -385,8 +385,10 @@ int main(int argc, char **argv) {
       if (!agree(control, who, error)) status = 1;
     }
     if (status == 0) {
-      watchdog.phase("start-up: creating the transport's communicators");
+      watchdog.phase("start-up: running each stage once (lazy initialization), then creating the transport's "
+                     "communicators");
       try {
+        exec->warmUp();  // before the first transfer
         exec->connect(); // NCCL communicators (collective)
       } catch (const std::exception &e) {
         error = e.what();

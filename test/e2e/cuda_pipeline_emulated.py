@@ -9,7 +9,9 @@ the emulated kernel library; piperun_emulated (piperun's CUDA target built
 against the emulation: one emulated GPU that every rank shares) trains them
 on 2 or 3 MPI ranks, so every bundle crosses the same-GPU links (CUDA IPC,
 or staged through host memory where the emulated machine refuses IPC) and
-tied or replicated parameters sum through host memory. The CPU job trains on
+tied or replicated parameters sum through host memory; and the emulation
+checks that no stage initializes lazily (cudaMalloc, a device wait) after
+its rank's first transfer. The CPU job trains on
 as many CPU ranks. The trained weights must agree within the fp32
 tolerance of the CUDA kernels against the CPU kernels
 (cuda-stage-emulated's), and both must have moved from the initial weights.
@@ -91,7 +93,9 @@ def check_case(case, args, env):
     run([args.pipec] + common + ["--target", "cuda", "--precision", "fp32", "--out", cuda])
     run([args.pipec] + common + ["--target", "cpu", "--out", cpu, "--build"])
     build_emulated_stages(cuda, args)
-    emulated_env = dict(env, PIPEC_EMU_IPC="1" if link == "ipc" else "0")
+    # PIPEC_EMU_LAZY_INIT_CHECK: no stage initializes lazily after its
+    # rank's first transfer (piperun's warm-up; the emulation aborts).
+    emulated_env = dict(env, PIPEC_EMU_IPC="1" if link == "ipc" else "0", PIPEC_EMU_LAZY_INIT_CHECK="1")
     result = mpirun(ranks, args.piperun_emulated, cuda, os.path.join(work, "cuda-trained"), emulated_env)
     routes = [line for line in result.stdout.splitlines() if "->" in line]
     want = "same GPU, CUDA IPC" if link == "ipc" else "same GPU, staged through host memory"

@@ -232,11 +232,17 @@ StreamScope::StreamScope(void *stream, Precision precision)
     : previousStream_(currentStream), previousPrecision_(currentPrecision) {
   currentStream = static_cast<cudaStream_t>(stream);
   currentPrecision = precision;
+#ifdef PIPEC_CUDA_EMULATION
+  ++emu::scopes; // the emulation's lazy-initialization check (cuda_runtime.h)
+#endif
 }
 
 StreamScope::~StreamScope() {
   currentStream = static_cast<cudaStream_t>(previousStream_);
   currentPrecision = previousPrecision_;
+#ifdef PIPEC_CUDA_EMULATION
+  --emu::scopes;
+#endif
 }
 
 void *deviceAllocate(size_t bytes) {

@@ -108,7 +108,7 @@ inline bool aligned(const void *p, uint32_t alignment) { return reinterpret_cast
 
 // The cuBLASLt 13.1.0 the emulation stands in for.
 inline size_t cublasLtGetVersion() { return 130100; }
-inline cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { *h = (cublasLtHandle_t)0x2; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { emu::notLazily("cublasLtCreate"); *h = (cublasLtHandle_t)0x2; return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t) { return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t, cudaDataType_t scale) {
   if (scale != CUDA_R_32F) return CUBLAS_STATUS_INVALID_VALUE;

@@ -40,7 +40,7 @@ inline void store(void *p, cudaDataType t, int64_t i, float v) {
 }
 } // namespace emu
 inline const char *cublasGetStatusString(cublasStatus_t) { return "emulated cublas error"; }
-inline cublasStatus_t cublasCreate(cublasHandle_t *h) { *h = (cublasHandle_t)0x1; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasCreate(cublasHandle_t *h) { emu::notLazily("cublasCreate"); *h = (cublasHandle_t)0x1; return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasDestroy(cublasHandle_t) { return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t s) { emu::blasStream = s; return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasSetPointerMode(cublasHandle_t, cublasPointerMode_t) { return CUBLAS_STATUS_SUCCESS; }

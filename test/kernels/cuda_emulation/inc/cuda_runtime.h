@@ -92,6 +92,31 @@ inline void *deviceAllocate(size_t n) { return std::aligned_alloc(256, (n + 255)
 // The emulated piperun (test/runtime: piperun_emulated) works on several streams
 // (compute, one per link); there every stream is accepted.
 inline bool anyStream = false;
+// The emulated piperun's check that a stage's lazy initialization is over
+// before its rank's first transfer (docs/runtime.md, "Ranks sharing a GPU"):
+// with PIPEC_EMU_LAZY_INIT_CHECK=1, a call that waits for the device or
+// allocates with cudaMalloc, issued inside a kernel-library scope (a stage
+// call: pk::StreamScope counts `scopes`) after work was issued on a transfer
+// stream (one created non-blocking, as the links' are), aborts: on a GPU it
+// could wait for a receive that waits for this rank.
+inline const bool lazyInitCheck = [] {
+  const char *v = std::getenv("PIPEC_EMU_LAZY_INIT_CHECK");
+  return v && *v && *v != '0';
+}();
+inline int scopes = 0;
+inline bool transferIssued = false;
+inline std::vector<const void *> transferStreams;
+inline void noteTransfer(cudaStream_t s) {
+  for (const void *t : transferStreams)
+    if (t == s) transferIssued = true;
+}
+inline void notLazily(const char *call) {
+  if (!lazyInitCheck || !transferIssued || scopes <= 0) return;
+  std::fprintf(stderr, "EMU: %s inside a stage call after this rank's first transfer: lazy initialization that, on "
+               "a GPU, can wait for a receive that waits for this rank\n", call);
+  std::fflush(stderr);
+  std::abort();
+}
 inline void checkStream(cudaStream_t s) {
   if (s != expectedStream && !anyStream) {
     std::fprintf(stderr, "EMU: work on stream %p, expected %p\n", (void *)s, (void *)expectedStream);
@@ -104,7 +129,7 @@ inline cudaError_t cudaGetLastError() { cudaError_t e = emu::lastError; emu::las
 inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
 inline cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; emu::checkStream(s); ++emu::deviceAllocations; *p = emu::deviceAllocate(n); std::memset(*p, 0xff, n); return cudaSuccess; }
 inline cudaError_t cudaFreeAsync(void *p, cudaStream_t s) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; emu::checkStream(s); std::free(p); return cudaSuccess; }
-inline cudaError_t cudaMalloc(void **p, size_t n) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::deviceAllocations; *p = emu::shareable ? emu::sharedAllocate(n) : emu::deviceAllocate(n); return *p ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaMalloc(void **p, size_t n) { emu::notLazily("cudaMalloc"); if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::deviceAllocations; *p = emu::shareable ? emu::sharedAllocate(n) : emu::deviceAllocate(n); return *p ? cudaSuccess : cudaErrorInvalidValue; }
 // For tests that load an emulated stage library: its device allocations so far.
 extern "C" __attribute__((weak, visibility("default"))) long pipec_emu_device_allocations() {
   return emu::deviceAllocations;
@@ -131,14 +156,14 @@ extern "C" __attribute__((weak, visibility("default"))) long pipec_emu_count(con
     if (std::strcmp(count.name, what) == 0) return count.value;
   return -1;
 }
-inline cudaError_t cudaFree(void *p) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; if (!emu::sharedFree(p)) std::free(p); return cudaSuccess; }
-inline cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; std::memcpy(d, s, n); return cudaSuccess; }
-inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st) { emu::checkStream(st); if (emu::recorded(st, [=] { cudaMemcpyAsync(d, s, n, k, st); })) return cudaSuccess; ++emu::streamCopies; if (d != s) std::memcpy(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaFree(void *p) { emu::notLazily("cudaFree"); if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; if (!emu::sharedFree(p)) std::free(p); return cudaSuccess; }
+inline cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) { emu::notLazily("cudaMemcpy"); if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; std::memcpy(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st) { emu::checkStream(st); emu::noteTransfer(st); if (emu::recorded(st, [=] { cudaMemcpyAsync(d, s, n, k, st); })) return cudaSuccess; ++emu::streamCopies; if (d != s) std::memcpy(d, s, n); return cudaSuccess; }
 // CUDA's rules: each pitch at least the width; one stream copy.
 inline cudaError_t cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, size_t spitch, size_t width, size_t height, cudaMemcpyKind k, cudaStream_t st) { emu::checkStream(st); if (width > dpitch || width > spitch) return cudaErrorInvalidValue; if (emu::recorded(st, [=] { cudaMemcpy2DAsync(d, dpitch, s, spitch, width, height, k, st); })) return cudaSuccess; ++emu::streamCopies; for (size_t r = 0; r < height; ++r) std::memmove(static_cast<char *>(d) + r * dpitch, static_cast<const char *>(s) + r * spitch, width); return cudaSuccess; }
 inline cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) { emu::checkStream(st); if (emu::recorded(st, [=] { cudaMemsetAsync(d, v, n, st); })) return cudaSuccess; ++emu::streamMemsets; std::memset(d, v, n); return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; return cudaSuccess; }
-inline cudaError_t cudaDeviceSynchronize() { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { emu::notLazily("cudaStreamSynchronize"); if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { emu::notLazily("cudaDeviceSynchronize"); if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; return cudaSuccess; }
 inline cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; *p = std::calloc(1, n); return cudaSuccess; }
 inline cudaError_t cudaHostGetDevicePointer(void **d, void *h, unsigned) { *d = h; return cudaSuccess; }
 inline cudaError_t cudaFreeHost(void *p) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; std::free(p); return cudaSuccess; }
@@ -218,7 +243,11 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
 inline cudaError_t cudaRuntimeGetVersion(int *v) { *v = 13000; return cudaSuccess; }
 inline cudaError_t cudaDriverGetVersion(int *v) { *v = 13000; return cudaSuccess; }
 inline cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = reinterpret_cast<cudaStream_t>(new char); return cudaSuccess; }
-inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned, int) { return cudaStreamCreate(s); }
+inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags, int) {
+  cudaStreamCreate(s);
+  if (flags & cudaStreamNonBlocking) emu::transferStreams.push_back(*s);
+  return cudaSuccess;
+}
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete reinterpret_cast<char *>(s); return cudaSuccess; }
 inline cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) { *least = 0, *greatest = -5; return cudaSuccess; }
 inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int) { *pool = nullptr; return cudaSuccess; }
@@ -229,8 +258,8 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { *e = new
 inline cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t s) { emu::checkStream(s); return cudaSuccess; }
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t, unsigned) { emu::checkStream(s); return cudaSuccess; }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; return cudaSuccess; }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t, unsigned) { emu::checkStream(s); emu::noteTransfer(s); return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { emu::notLazily("cudaEventSynchronize"); if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; return cudaSuccess; }
 inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 // CUDA IPC between processes: a cudaMalloc allocation is shareable when the
 // emulation was started with PIPEC_EMU_IPC=1 (emu_ipc.h: memory-mapped
