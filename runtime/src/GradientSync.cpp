@@ -72,9 +72,31 @@ void GradientSync::allreduce() {
                                        d.params[i].tensor.dtype);
     }
   }
+  averageBuffers();
   double count = mbSinceStep_;
   control_.allreduceSumStage(&count, 1);
   reducedCount_ = count;
+}
+
+// BatchNorm's running statistics (PIPEC_BUFFER parameters), which each
+// replica's forwards update from its own micro-batches: averaged over the
+// replicas at every step, so that the stage keeps one copy, as data-parallel
+// PyTorch does, and what replica 0 saves and exports is the stage's.
+void GradientSync::averageBuffers() {
+  const int replicas = plan_.replicasOf(stage_);
+  if (replicas == 1) return;
+  for (auto &ch : chunks_) {
+    StageModel &m = *ch.model;
+    const pipec_stage_desc &d = m.desc();
+    for (int i = 0; i < d.num_params; ++i) {
+      const pipec_dtype dt = d.params[i].tensor.dtype;
+      if (d.params[i].role != PIPEC_BUFFER || (dt != PIPEC_F32 && dt != PIPEC_F64)) continue;
+      char *p = m.params().data() + m.paramLayout().offsets[i];
+      const size_t n = m.paramLayout().bytes[i] / io::dtypeSize(dt);
+      transport_.allreduceSumStage(p, n, dt);
+      device_.scale(p, n, dt, 1.0 / replicas);
+    }
+  }
 }
 
 double GradientSync::finishGradients() {

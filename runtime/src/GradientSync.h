@@ -34,7 +34,7 @@ public:
   int64_t rollbacks() const { return rollbacks_; }
   int64_t skippedSteps() const { return skippedSteps_; }
 
-  void allreduce();          // ALLREDUCE
+  void allreduce();          // ALLREDUCE (and the replicas' BatchNorm statistics averaged)
   void step();               // STEP: decided and applied on the device, no host round trip (but clipping over ranks)
   // At the end of iteration `it`: what the STEPs decided (one host read):
   // counts a skipped step and, for non-finite gradients of this rank, stops
@@ -48,6 +48,7 @@ public:
   void nonFinite(const std::string &what, int64_t it);
 
 private:
+  void averageBuffers();
   double finishGradients(); // scale by 1/count; returns the number of micro-batches
   void reduceTied();        // sum tied parameters' gradients over their holders
   void gradStats(double &sumSq, double &nonFinite); // replica 0's share of the global norm

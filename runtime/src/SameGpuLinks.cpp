@@ -62,11 +62,11 @@ void destroyEvents(cudaEvent_t (&events)[SameGpuLinks::kSlots]) noexcept {
 
 SameGpuLinks::Preference SameGpuLinks::preferenceFromEnvironment() {
   const char *v = std::getenv("PIPEC_SAME_GPU_TRANSPORT");
-  const std::string text = v ? v : "";
-  if (text.empty() || text == "auto") return Preference::Auto;
-  if (text == "ipc") return Preference::Ipc;
-  if (text == "staged") return Preference::Staged;
-  throw Error("PIPEC_SAME_GPU_TRANSPORT is \"" + text + "\"; it takes auto, ipc or staged");
+  Preference p = Preference::Auto;
+  if (v && *v && !parseChoice(v, p))
+    throw Error("PIPEC_SAME_GPU_TRANSPORT is \"" + std::string(v) + "\"; it takes " +
+                choiceNames<SameGpuTransport>(" or "));
+  return p;
 }
 
 SameGpuLinks::SameGpuLinks(CudaDevice &device) : device_(device) {

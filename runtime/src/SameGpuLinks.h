@@ -24,6 +24,7 @@
 #pragma once
 
 #include "CudaDevice.h"
+#include "pipec/vocabulary.h" // SameGpuTransport
 
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -40,9 +41,8 @@ class SameGpuLinks {
 public:
   static constexpr int kSlots = 2;
   enum class Mode { Ipc, Staged };
-  // How the receivers choose (PIPEC_SAME_GPU_TRANSPORT: "auto", the
-  // default, is CUDA IPC where the machine allows it).
-  enum class Preference { Auto, Ipc, Staged };
+  // How the receivers choose: PIPEC_SAME_GPU_TRANSPORT (default auto).
+  using Preference = SameGpuTransport;
   static Preference preferenceFromEnvironment(); // throws Error on a value it does not know
 
   explicit SameGpuLinks(CudaDevice &device);

@@ -126,11 +126,16 @@ CommandLine parseCommandLine(Tool tool, int argc, char **argv, RunOptions &o) {
     app.footer("All ranks must run the same job: at start-up they compare plan.json, the schedule files, every\n"
                "stage's library and weights, the piperun executable and the options above (not --log-every,\n"
                "--quiet, --watchdog, --threads), and refuse to start when they differ.\n"
-               "The plan's runtime.target picks the path: cpu (host memory, MPI) or cuda (one GPU\n"
-               "per rank, chosen by node-local rank; NCCL between ranks; needs a piperun built\n"
-               "with CUDA and NCCL). docs/runtime.md.\n"
+               "The plan's runtime.target picks the path: cpu (host memory, MPI) or cuda (GPU\n"
+               "node-local rank mod the node's GPUs; NCCL between ranks on different GPUs, CUDA\n"
+               "IPC or pinned host memory between ranks sharing one; needs a piperun built with\n"
+               "CUDA and NCCL). docs/runtime.md.\n"
                "Environment: PIPEC_CUDNN_ATTENTION=0 runs the CUDA stages' attention on pipec's\n"
-               "kernels instead of cuDNN's flash attention (diagnosis; docs/cuda-kernels.md).");
+               "kernels instead of cuDNN's flash attention (diagnosis; docs/cuda-kernels.md).\n"
+               "PIPEC_SAME_GPU_TRANSPORT=auto|ipc|staged: how ranks sharing a GPU move bundles\n"
+               "(default auto: CUDA IPC where allowed, else host memory). PIPEC_NCCL_SAME_GPU=1:\n"
+               "NCCL between every pair, ranks of one GPU too (testing NCCL on one GPU;\n"
+               "docs/runtime.md, \"Ranks sharing a GPU\").");
   } else {
     app.footer("Options and hyper-parameters are checked by the same code as piperun's.");
   }

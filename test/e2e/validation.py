@@ -14,7 +14,8 @@ statistics) and prints the mean loss:
    held-out micro-batches (the last round wraps to the set's start), in
    float64 (relative 1e-5); pipeseq gives the same, and so does a 3-stage
    job from a compressed archive (its middle rank only counts the held-out
-   samples); and for the GPT, 2
+   samples); 2 replicas of the CNN (their BatchNorm statistics averaged at
+   every step) give PyTorch's loss with the exported statistics; and for the GPT, 2
    replicas of one stage, a 1F1B-RR plan and ZB-V with 2 chunks per rank
    give pipeseq's validation loss;
 3. --eval-every without --eval-data, and held-out arrays without the
@@ -98,22 +99,43 @@ def main():
               f"CNN: training with validation gives the weights and BatchNorm statistics of training without "
               f"({len(a)} tensors)")
         ours = validations(out)
-        module = make_examples.CNN().double()
-        module.load_state_dict({n: torch.from_numpy(w.astype(np.float64) if w.dtype == np.float32 else w)
-                                for n, w in a.items()}, strict=False)
-        module.eval()
-        held = 12
-        rounds = -(-held // (m * batch))
-        losses = []
-        with torch.no_grad():
-            for g in range(rounds * m):
-                index = [(g * batch + k) % held for k in range(batch)]
-                x = torch.from_numpy(images[40:][index]).double()
-                losses.append(float(F.cross_entropy(module(x), torch.from_numpy(labels[40:][index]))))
-        theirs = float(np.mean(losses))
+
+        def torch_validation(weights, batch, m):
+            """PyTorch's validation loss in eval() mode with these weights over the
+            held-out micro-batches piperun takes (the last round wraps), float64."""
+            module = make_examples.CNN().double()
+            module.load_state_dict({n: torch.from_numpy(w.astype(np.float64) if w.dtype == np.float32 else w)
+                                    for n, w in weights.items()}, strict=False)
+            module.eval()
+            held = 12
+            rounds = -(-held // (m * batch))
+            losses = []
+            with torch.no_grad():
+                for g in range(rounds * m):
+                    index = [(g * batch + k) % held for k in range(batch)]
+                    x = torch.from_numpy(images[40:][index]).double()
+                    losses.append(float(F.cross_entropy(module(x), torch.from_numpy(labels[40:][index]))))
+            return float(np.mean(losses)), rounds * m
+
+        theirs, count = torch_validation(a, batch, m)
         check(len(ours) == 2 and abs(ours[-1][1] - theirs) <= 1e-5 * theirs,
               f"CNN: the last validation loss {ours[-1][1] if ours else None} is PyTorch's in eval() mode "
-              f"{theirs:.6f} ({rounds * m} micro-batches of {batch})")
+              f"{theirs:.6f} ({count} micro-batches of {batch})")
+        # 2 replicas of the CNN: each evaluates its share of the held-out
+        # micro-batches with its own BatchNorm statistics, which the replicas
+        # average at every step (docs/runtime.md, "Replicas"); so the loss is
+        # PyTorch's with the exported statistics (replica 0's). Replicas that
+        # kept their own would give another loss.
+        replicas, exported = os.path.join(work, "cnn-replicas"), os.path.join(work, "replicas.safetensors")
+        run([args.pipec, cnn, "--gpus", "1x2", "--stages", "1", "--microbatches", "2", "--out", replicas, "--build"])
+        rplan = json.load(open(os.path.join(replicas, "plan.json")))
+        got = validations(mpirun(2, replicas, *base, "--eval-data", held_npz, "--export-weights", exported))
+        theirs, count = torch_validation(load_file(exported), rplan["runtime"]["microbatch_size"],
+                                         rplan["pipeline"]["microbatches"])
+        check([s["replicas"] for s in rplan["stages"]] == [2] and len(got) == 1 and
+              abs(got[-1][1] - theirs) <= 1e-5 * theirs,
+              f"CNN, 2 replicas: the validation loss {got[-1][1] if got else None} is PyTorch's in eval() mode "
+              f"{theirs:.6f} with the exported BatchNorm statistics ({count} micro-batches)")
         seq = validations(run([args.pipeseq, cnn_jobs["two"], *base, "--eval-data", held_npz,
                                "--eval-every", "2"]).stdout)
         check(close(seq, ours), f"CNN: pipeseq's validation losses {seq} are piperun's {ours}")

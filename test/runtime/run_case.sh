@@ -213,6 +213,11 @@ PY
   fi
   ;;
 err-tied-missing) expect_error "has no parameter of that name" --iters 1 ;;
+# Ranks sharing a GPU (the emulated CUDA target): a value of
+# PIPEC_SAME_GPU_TRANSPORT piperun does not know, and IPC demanded where the
+# machine refuses it; every rank exits with the reason, none waits.
+err-same-gpu-env) PIPEC_SAME_GPU_TRANSPORT=bogus expect_error 'PIPEC_SAME_GPU_TRANSPORT is "bogus"; it takes auto, ipc or staged' --iters 1 ;;
+err-ipc-refused) PIPEC_SAME_GPU_TRANSPORT=ipc expect_error "PIPEC_SAME_GPU_TRANSPORT=ipc, but CUDA IPC refused" --iters 1 ;;
 kill)
   # A rank killed mid-run (SIGKILL: a node lost): every rank is gone, and
   # mpirun exits non-zero, within 30 s.

@@ -141,6 +141,15 @@ template <> struct Choices<Target> {
   static constexpr const char *spellings[] = {"cpu", "cuda"};
 };
 
+// How GPU ranks that share a GPU move bundles (piperun's environment
+// variable PIPEC_SAME_GPU_TRANSPORT; docs/runtime.md, "Ranks sharing a
+// GPU"): CUDA IPC where the machine allows it, IPC or a start-up error,
+// or always through pinned host memory over MPI.
+enum class SameGpuTransport : unsigned char { Auto, Ipc, Staged };
+template <> struct Choices<SameGpuTransport> {
+  static constexpr const char *spellings[] = {"auto", "ipc", "staged"};
+};
+
 // What a data field of a job is to the model: an input, or the labels of
 // its loss (plan.json's runtime.data.fields[].role; token files need it).
 enum class DataRole : unsigned char { Input, Label };
