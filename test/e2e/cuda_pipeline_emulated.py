@@ -7,9 +7,10 @@ count: for --target cuda (fp32) and for --target cpu. The CUDA stages go
 through the host emulation's translation (prep.py) and are compiled against
 the emulated kernel library; piperun_emulated (piperun's CUDA target built
 against the emulation: one emulated GPU that every rank shares) trains them
-on 2 or 3 MPI ranks, so every bundle crosses the same-GPU links (CUDA IPC,
+on 2 to 4 MPI ranks, so every bundle crosses the same-GPU links (CUDA IPC,
 or staged through host memory where the emulated machine refuses IPC) and
-tied or replicated parameters sum through host memory; and the emulation
+tied or replicated parameters sum through host memory, or, in the test mode
+of the NCCL path, everything goes over the emulation's NCCL; and the emulation
 checks that no stage initializes lazily (cudaMalloc, a device wait) after
 its rank's first transfer. The CPU job trains on
 as many CPU ranks. The trained weights must agree within the fp32
@@ -34,6 +35,9 @@ CASES = [
     ("gpt-zb-h2-3", "gpt", 3, "staged", ["--schedule", "zb-h2", "--stages", "3"]),
     ("cnn-interleaved-2", "cnn", 2, "ipc", ["--schedule", "interleaved", "--stages", "2", "--chunks", "2"]),
     ("mlp-dualpipev-2", "mlp", 2, "ipc", ["--schedule", "dualpipev", "--stages", "2"]),
+    # 2 x 2 replicas over the fake NCCL: sends, the replicas' all-reduce and
+    # the tied embedding's reduce + broadcast on GpuTransport's NCCL path.
+    ("gpt-1f1b-2x2-nccl", "gpt", 4, "nccl", ["--schedule", "1f1b", "--stages", "2"]),
 ]
 ITERATIONS = 3
 # The fp32 CUDA kernels against the CPU kernels, after a few steps (their
@@ -96,9 +100,12 @@ def check_case(case, args, env):
     # PIPEC_EMU_LAZY_INIT_CHECK: no stage initializes lazily after its
     # rank's first transfer (piperun's warm-up; the emulation aborts).
     emulated_env = dict(env, PIPEC_EMU_IPC="1" if link == "ipc" else "0", PIPEC_EMU_LAZY_INIT_CHECK="1")
+    if link == "nccl":
+        emulated_env["PIPEC_NCCL_SAME_GPU"] = "1"
     result = mpirun(ranks, args.piperun_emulated, cuda, os.path.join(work, "cuda-trained"), emulated_env)
     routes = [line for line in result.stdout.splitlines() if "->" in line]
-    want = "same GPU, CUDA IPC" if link == "ipc" else "same GPU, staged through host memory"
+    want = {"ipc": "same GPU, CUDA IPC", "staged": "same GPU, staged through host memory",
+            "nccl": "same GPU, NCCL"}[link]
     if not routes or any(want not in line for line in routes):
         raise RuntimeError(f"the start-up report does not route every pair by {want}:\n{result.stdout[-2000:]}")
     mpirun(ranks, args.piperun, cpu, os.path.join(work, "cpu-trained"), env)

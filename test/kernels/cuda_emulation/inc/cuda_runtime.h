@@ -211,8 +211,8 @@ inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) { delete exec; ret
 // ---------------------------------------------------------------- the
 // device, streams, events and CUDA IPC, for the emulated piperun. Work runs
 // when it is issued, so every event has completed when recorded and every
-// stream waits for nothing. One emulated GPU, the same in every process:
-// ranks on one node share it, as on a one-GPU machine.
+// stream waits for nothing. One emulated GPU unless PIPEC_EMU_GPUS says
+// more, the same in every process: ranks on one node share them.
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 struct CUmemPool_st;
 typedef CUmemPool_st *cudaMemPool_t;
@@ -231,13 +231,24 @@ struct cudaDeviceProp {
 struct cudaIpcMemHandle_t { char reserved[64]; };
 struct cudaIpcEventHandle_t { char reserved[64]; };
 inline const char *cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaErrorEmulated"; }
-inline cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
-inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
-inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+// PIPEC_EMU_GPUS=N: the node has N emulated GPUs (default 1), told apart by
+// their UUIDs, so that ranks on different ones take NCCL (the fake nccl.h).
+namespace emu {
+inline const int gpus = [] {
+  const char *v = std::getenv("PIPEC_EMU_GPUS");
+  const int n = v ? std::atoi(v) : 1;
+  return n >= 1 && n <= 9 ? n : 1;
+}();
+} // namespace emu
+inline cudaError_t cudaGetDeviceCount(int *n) { *n = emu::gpus; return cudaSuccess; }
+inline cudaError_t cudaSetDevice(int d) { return d >= 0 && d < emu::gpus ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
   std::memset(p, 0, sizeof *p);
   std::strcpy(p->name, "emulated GPU");
   p->major = 9, p->minor = 0;
-  std::memcpy(p->uuid.bytes, "pipec-emulated-0", 16);
+  char uuid[17];
+  std::snprintf(uuid, sizeof uuid, "pipec-emulated-%d", d % 10);
+  std::memcpy(p->uuid.bytes, uuid, 16);
   return cudaSuccess;
 }
 inline cudaError_t cudaRuntimeGetVersion(int *v) { *v = 13000; return cudaSuccess; }
