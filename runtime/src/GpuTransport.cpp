@@ -21,13 +21,6 @@ void nccl(ncclResult_t r, const std::string &what) {
   const char *detail = ncclGetLastError(nullptr);
   throw Error(what + " failed: " + ncclGetErrorString(r) + (detail && *detail ? std::string(" (") + detail + ")" : ""));
 }
-void mpi(int rc, const char *what) {
-  if (rc == MPI_SUCCESS) return;
-  char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, msg, &len);
-  throw Error(std::string(what) + " failed: " + std::string(msg, len));
-}
 ncclDataType_t ncclType(pipec_dtype t) {
   switch (t) {
   case PIPEC_F32: return ncclFloat32;
@@ -48,8 +41,8 @@ struct IdMessage {
 // when `comm` has one member (nothing to reduce).
 ncclComm_t makeComm(MPI_Comm comm, const char *what) {
   int rank = 0, size = 1;
-  mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  checkMpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  checkMpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
   if (size == 1) return nullptr;
   IdMessage m;
   std::string error;
@@ -58,7 +51,7 @@ ncclComm_t makeComm(MPI_Comm comm, const char *what) {
     m.ok = r == ncclSuccess;
     if (!m.ok) error = std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r);
   }
-  mpi(MPI_Bcast(&m, sizeof m, MPI_BYTE, 0, comm), "MPI_Bcast (NCCL id)");
+  checkMpi(MPI_Bcast(&m, sizeof m, MPI_BYTE, 0, comm), "MPI_Bcast (NCCL id)");
   if (!m.ok) throw Error(std::string("NCCL communicator for the ") + what + ": " +
                          (error.empty() ? "its first rank could not create an id" : error));
   ncclComm_t c = nullptr;
@@ -115,12 +108,12 @@ GpuTransport::~GpuTransport() {
 
 GpuTransport::Group GpuTransport::makeGroup(MPI_Comm comm, const char *what) {
   int size = 1;
-  mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  checkMpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
   if (size == 1) return {};
   // The members' GPUs (every member computes the same answer).
   std::string all(16 * (size_t)size, '\0'), mine = device_.uuid();
   mine.resize(16, '\0');
-  mpi(MPI_Allgather(mine.data(), 16, MPI_BYTE, all.data(), 16, MPI_BYTE, comm), "MPI_Allgather (GPU ids)");
+  checkMpi(MPI_Allgather(mine.data(), 16, MPI_BYTE, all.data(), 16, MPI_BYTE, comm), "MPI_Allgather (GPU ids)");
   bool shared = false;
   for (int a = 0; a < size; ++a)
     for (int b = a + 1; b < size; ++b) shared |= all.compare(16 * (size_t)a, 16, all, 16 * (size_t)b, 16) == 0;
@@ -136,7 +129,7 @@ void GpuTransport::connect(const Connections &c) {
   {
     std::string all(16 * (size_t)R, '\0'), mine = device_.uuid();
     mine.resize(16, '\0');
-    mpi(MPI_Allgather(mine.data(), 16, MPI_BYTE, all.data(), 16, MPI_BYTE, MPI_COMM_WORLD), "MPI_Allgather (GPU ids)");
+    checkMpi(MPI_Allgather(mine.data(), 16, MPI_BYTE, all.data(), 16, MPI_BYTE, MPI_COMM_WORLD), "MPI_Allgather (GPU ids)");
     for (int r = 0; r < R; ++r) gpus_.push_back(all.substr(16 * (size_t)r, 16));
   }
   auto sameGpu = [&](int a, int b) { return !ncclEverywhere_ && gpus_[a] == gpus_[b]; };
@@ -166,7 +159,7 @@ void GpuTransport::connect(const Connections &c) {
     failed = e.what();
   }
   int mine = !failed.empty(), any = 0;
-  mpi(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce (same-GPU links)");
+  checkMpi(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce (same-GPU links)");
   if (!failed.empty()) throw Error(failed);
   if (any) throw Error("another rank could not connect its same-GPU links (its message says why)");
   // NCCL allocates its buffers outside the stream-ordered pool: give it
@@ -183,7 +176,7 @@ void GpuTransport::connect(const Connections &c) {
   std::vector<IdMessage> ids(c.pairs.size());
   std::vector<MPI_Request> requests;
   MPI_Comm world = MPI_COMM_NULL; // private tags
-  mpi(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
+  checkMpi(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup");
   std::string error;
   for (size_t k = 0; k < c.pairs.size(); ++k) {
     const auto [from, to] = c.pairs[k];
@@ -193,15 +186,15 @@ void GpuTransport::connect(const Connections &c) {
       ids[k].ok = r == ncclSuccess;
       if (!ids[k].ok && error.empty()) error = std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r);
       requests.emplace_back();
-      mpi(MPI_Isend(&ids[k], sizeof(IdMessage), MPI_BYTE, to, 0, world, &requests.back()), "MPI_Isend (NCCL id)");
+      checkMpi(MPI_Isend(&ids[k], sizeof(IdMessage), MPI_BYTE, to, 0, world, &requests.back()), "MPI_Isend (NCCL id)");
     } else if (to == me) {
       requests.emplace_back();
-      mpi(MPI_Irecv(&ids[k], sizeof(IdMessage), MPI_BYTE, from, 0, world, &requests.back()), "MPI_Irecv (NCCL id)");
+      checkMpi(MPI_Irecv(&ids[k], sizeof(IdMessage), MPI_BYTE, from, 0, world, &requests.back()), "MPI_Irecv (NCCL id)");
     }
   }
   const int rc = MPI_Waitall((int)requests.size(), requests.data(), MPI_STATUSES_IGNORE);
   MPI_Comm_free(&world);
-  mpi(rc, "MPI_Waitall (NCCL ids)");
+  checkMpi(rc, "MPI_Waitall (NCCL ids)");
   if (!error.empty()) throw Error(error);
   // Transfers on high-priority streams: a send or receive starts as soon as
   // its bundle is ready instead of queueing behind compute kernels.
@@ -252,7 +245,7 @@ void GpuTransport::connect(const Connections &c) {
                                                                                : std::string("NCCL")) +
               "\n";
   int stageRank = 0;
-  mpi(MPI_Comm_rank(control_.stageComm(), &stageRank), "MPI_Comm_rank");
+  checkMpi(MPI_Comm_rank(control_.stageComm(), &stageRank), "MPI_Comm_rank");
   auto sumRoute = [](const Group &g) {
     return g.sum == Sum::Nccl ? "over NCCL" : "through host memory over MPI (some of its ranks share a GPU)";
   };
@@ -260,7 +253,7 @@ void GpuTransport::connect(const Connections &c) {
     routes += "the replicas of rank " + std::to_string(me) + "'s stage sum gradients " + sumRoute(stage_) + "\n";
   for (const auto &[handle, g] : groups_) {
     int groupRank = 0;
-    mpi(MPI_Comm_rank(control_.groupComm(handle), &groupRank), "MPI_Comm_rank");
+    checkMpi(MPI_Comm_rank(control_.groupComm(handle), &groupRank), "MPI_Comm_rank");
     if (g.sum != Sum::None && groupRank == 0)
       routes += "the tied group led by rank " + std::to_string(me) + " sums " + sumRoute(g) + "\n";
   }

@@ -7,14 +7,15 @@
 
 namespace pipec::rt {
 
-namespace {
-void check(int rc, const char *what) {
+void checkMpi(int rc, const char *what) {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
   throw Error(std::string(what) + " failed: " + std::string(msg, len));
 }
+
+namespace {
 
 MPI_Datatype mpiType(pipec_dtype t) {
   switch (t) {
@@ -46,19 +47,19 @@ MpiControl::~MpiControl() {
   if (stage_ != MPI_COMM_NULL) MPI_Comm_free(&stage_);
   for (MPI_Comm &c : groups_) MPI_Comm_free(&c);
 }
-void MpiControl::barrier() { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+void MpiControl::barrier() { checkMpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 void MpiControl::allreduceSumWorld(double *v, int n) {
-  check(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  checkMpi(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
 }
 void MpiControl::allreduceSumStage(double *v, int n) {
-  check(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, stage_), "MPI_Allreduce (stage)");
+  checkMpi(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, stage_), "MPI_Allreduce (stage)");
 }
 void MpiControl::allreduceMaxWorld(int64_t *v, int n) {
-  check(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+  checkMpi(MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
 }
 std::vector<int64_t> MpiControl::allgather(const std::vector<int64_t> &mine) {
   std::vector<int64_t> all(mine.size() * size_);
-  check(MPI_Allgather(mine.data(), (int)mine.size(), MPI_INT64_T, all.data(), (int)mine.size(), MPI_INT64_T,
+  checkMpi(MPI_Allgather(mine.data(), (int)mine.size(), MPI_INT64_T, all.data(), (int)mine.size(), MPI_INT64_T,
                       MPI_COMM_WORLD),
         "MPI_Allgather");
   return all;
@@ -66,14 +67,14 @@ std::vector<int64_t> MpiControl::allgather(const std::vector<int64_t> &mine) {
 std::vector<std::string> MpiControl::gatherToRoot(const std::string &mine) {
   int len = (int)mine.size();
   std::vector<int> lens(size_), displs(size_);
-  check(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather");
+  checkMpi(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather");
   std::string all;
   if (rank_ == 0) {
     size_t total = 0;
     for (int r = 0; r < size_; ++r) displs[r] = (int)total, total += lens[r];
     all.resize(total);
   }
-  check(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD),
+  checkMpi(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD),
         "MPI_Gatherv");
   std::vector<std::string> out;
   if (rank_ == 0)
@@ -83,23 +84,23 @@ std::vector<std::string> MpiControl::gatherToRoot(const std::string &mine) {
 std::vector<std::string> MpiControl::allgatherStrings(const std::string &mine) {
   int len = (int)mine.size();
   std::vector<int> lens(size_), displs(size_);
-  check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
+  checkMpi(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD), "MPI_Allgather");
   size_t total = 0;
   for (int r = 0; r < size_; ++r) displs[r] = (int)total, total += lens[r];
   std::string all(total, '\0');
-  check(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, MPI_COMM_WORLD),
+  checkMpi(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, MPI_COMM_WORLD),
         "MPI_Allgatherv");
   std::vector<std::string> out;
   for (int r = 0; r < size_; ++r) out.push_back(all.substr(displs[r], lens[r]));
   return out;
 }
 void MpiControl::splitStage(int color) {
-  check(MPI_Comm_split(MPI_COMM_WORLD, color, rank_, &stage_), "MPI_Comm_split");
+  checkMpi(MPI_Comm_split(MPI_COMM_WORLD, color, rank_, &stage_), "MPI_Comm_split");
   MPI_Comm_set_errhandler(stage_, MPI_ERRORS_RETURN);
 }
 int MpiControl::splitGroup(bool member) {
   MPI_Comm c = MPI_COMM_NULL;
-  check(MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, rank_, &c), "MPI_Comm_split (group)");
+  checkMpi(MPI_Comm_split(MPI_COMM_WORLD, member ? 0 : MPI_UNDEFINED, rank_, &c), "MPI_Comm_split (group)");
   if (!member) return -1;
   MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
   groups_.push_back(c);
@@ -130,13 +131,13 @@ MpiTransport::Request MpiTransport::add(MPI_Request r) {
 MpiTransport::Request MpiTransport::isend(const void *buf, size_t bytes, int peer, int tag) {
   if (bytes > (size_t)INT_MAX) throw Error("message of " + std::to_string(bytes) + " bytes exceeds MPI's int count");
   MPI_Request r;
-  check(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r), "MPI_Isend");
+  checkMpi(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r), "MPI_Isend");
   return add(r);
 }
 MpiTransport::Request MpiTransport::irecv(void *buf, size_t bytes, int peer, int tag) {
   if (bytes > (size_t)INT_MAX) throw Error("message of " + std::to_string(bytes) + " bytes exceeds MPI's int count");
   MPI_Request r;
-  check(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r), "MPI_Irecv");
+  checkMpi(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, tag, MPI_COMM_WORLD, &r), "MPI_Irecv");
   const Request id = add(r);
   expect_[id] = bytes;
   return id;
@@ -147,7 +148,7 @@ void MpiTransport::wait(Request id) {
   MPI_Status st;
   const int rc = MPI_Wait(&it->second, &st);
   pending_.erase(it);
-  check(rc, "MPI_Wait");
+  checkMpi(rc, "MPI_Wait");
   if (auto e = expect_.find(id); e != expect_.end()) {
     int got = 0;
     MPI_Get_count(&st, MPI_BYTE, &got);
@@ -160,7 +161,7 @@ void MpiTransport::wait(Request id) {
 }
 void MpiTransport::allreduceSumStage(void *buf, size_t count, pipec_dtype dtype) {
   if (count > (size_t)INT_MAX) throw Error("all-reduce of more than INT_MAX elements");
-  check(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mpiType(dtype), MPI_SUM, control_.stageComm()),
+  checkMpi(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mpiType(dtype), MPI_SUM, control_.stageComm()),
         "MPI_Allreduce (gradients)");
 }
 
@@ -175,8 +176,8 @@ void MpiTransport::allreduceSumGroup(int group, void *buf, size_t count, pipec_d
   const MPI_Comm comm = control_.groupComm(group);
   int me = 0;
   MPI_Comm_rank(comm, &me);
-  check(MPI_Reduce(me == 0 ? MPI_IN_PLACE : buf, me == 0 ? buf : nullptr, (int)count, mpiType(dtype), MPI_SUM, 0, comm),
+  checkMpi(MPI_Reduce(me == 0 ? MPI_IN_PLACE : buf, me == 0 ? buf : nullptr, (int)count, mpiType(dtype), MPI_SUM, 0, comm),
         "MPI_Reduce (tied gradients)");
-  check(MPI_Bcast(buf, (int)count, mpiType(dtype), 0, comm), "MPI_Bcast (tied gradients)");
+  checkMpi(MPI_Bcast(buf, (int)count, mpiType(dtype), 0, comm), "MPI_Bcast (tied gradients)");
 }
 } // namespace pipec::rt

@@ -10,6 +10,9 @@
 
 namespace pipec::rt {
 
+// Throws Error("WHAT failed: <MPI's message>") unless rc is MPI_SUCCESS.
+void checkMpi(int rc, const char *what);
+
 class MpiControl : public Control {
 public:
   MpiControl();

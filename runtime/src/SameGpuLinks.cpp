@@ -1,6 +1,7 @@
 #include "SameGpuLinks.h"
 
-#include "Plan.h" // Error
+#include "MpiTransport.h" // checkMpi
+#include "Plan.h"         // Error
 
 #include <cstdlib>
 #include <cstring>
@@ -10,13 +11,6 @@ namespace pipec::rt {
 namespace {
 void cuda(cudaError_t e, const char *what) {
   if (e != cudaSuccess) throw Error(std::string(what) + " failed: " + cudaGetErrorString(e));
-}
-void mpi(int rc, const char *what) {
-  if (rc == MPI_SUCCESS) return;
-  char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, msg, &len);
-  throw Error(std::string(what) + " failed: " + std::string(msg, len));
 }
 
 // The links' message tags on their private communicator.
@@ -70,7 +64,7 @@ SameGpuLinks::Preference SameGpuLinks::preferenceFromEnvironment() {
 }
 
 SameGpuLinks::SameGpuLinks(CudaDevice &device) : device_(device) {
-  mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
+  checkMpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
 }
 
@@ -104,7 +98,7 @@ void SameGpuLinks::drain(Link &l) noexcept {
 void SameGpuLinks::connect(const std::vector<std::pair<int, int>> &pairs, const std::map<int, size_t> &receiveBytes,
                            Preference preference, int highPriority) {
   int me = 0;
-  mpi(MPI_Comm_rank(comm_, &me), "MPI_Comm_rank");
+  checkMpi(MPI_Comm_rank(comm_, &me), "MPI_Comm_rank");
   std::vector<Offer> offers(pairs.size());
   std::vector<SenderEvents> events(pairs.size());
   std::vector<MPI_Request> requests;
@@ -142,9 +136,9 @@ void SameGpuLinks::connect(const std::vector<std::pair<int, int>> &pairs, const 
         }
       }
       requests.emplace_back();
-      mpi(MPI_Isend(&o, sizeof o, MPI_BYTE, from, kOffer, comm_, &requests.back()), "MPI_Isend (same-GPU offer)");
+      checkMpi(MPI_Isend(&o, sizeof o, MPI_BYTE, from, kOffer, comm_, &requests.back()), "MPI_Isend (same-GPU offer)");
       requests.emplace_back();
-      mpi(MPI_Irecv(&events[k], sizeof events[k], MPI_BYTE, from, kEvents, comm_, &requests.back()),
+      checkMpi(MPI_Irecv(&events[k], sizeof events[k], MPI_BYTE, from, kEvents, comm_, &requests.back()),
           "MPI_Irecv (same-GPU events)");
     } else {
       SenderEvents &s = events[k];
@@ -154,14 +148,14 @@ void SameGpuLinks::connect(const std::vector<std::pair<int, int>> &pairs, const 
         if (!s.ok) (void)cudaGetLastError(), setWhy(s.why, std::string("CUDA IPC events refused: ") + cudaGetErrorString(e));
       }
       requests.emplace_back();
-      mpi(MPI_Isend(&s, sizeof s, MPI_BYTE, to, kEvents, comm_, &requests.back()), "MPI_Isend (same-GPU events)");
+      checkMpi(MPI_Isend(&s, sizeof s, MPI_BYTE, to, kEvents, comm_, &requests.back()), "MPI_Isend (same-GPU events)");
       requests.emplace_back();
-      mpi(MPI_Irecv(&offers[k], sizeof offers[k], MPI_BYTE, to, kOffer, comm_, &requests.back()),
+      checkMpi(MPI_Irecv(&offers[k], sizeof offers[k], MPI_BYTE, to, kOffer, comm_, &requests.back()),
           "MPI_Irecv (same-GPU offer)");
     }
     links_[{l.peer, l.send}] = l;
   }
-  mpi(MPI_Waitall((int)requests.size(), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (same-GPU links)");
+  checkMpi(MPI_Waitall((int)requests.size(), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (same-GPU links)");
   if (!error.empty()) throw Error(error);
   // Both ends now know the mode: IPC when the receiver exported its slots
   // and the sender its events.
@@ -214,9 +208,9 @@ std::string SameGpuLinks::describe(int peer, bool send) const {
 // Sends a small message from the slot's outbox; the slot's previous message
 // was received (the protocol only reuses a slot after the peer answered it).
 void SameGpuLinks::post(Link &l, int slot, const void *data, int bytes, int tag) {
-  if (l.requests[slot] != MPI_REQUEST_NULL) mpi(MPI_Wait(&l.requests[slot], MPI_STATUS_IGNORE), "MPI_Wait");
+  if (l.requests[slot] != MPI_REQUEST_NULL) checkMpi(MPI_Wait(&l.requests[slot], MPI_STATUS_IGNORE), "MPI_Wait");
   std::memcpy(&l.outbox[slot], data, (size_t)bytes);
-  mpi(MPI_Isend(&l.outbox[slot], bytes, MPI_BYTE, l.peer, tag, comm_, &l.requests[slot]), "MPI_Isend (same-GPU notice)");
+  checkMpi(MPI_Isend(&l.outbox[slot], bytes, MPI_BYTE, l.peer, tag, comm_, &l.requests[slot]), "MPI_Isend (same-GPU notice)");
 }
 
 // The sender may fill message n's slot once the receiver took message
@@ -224,7 +218,7 @@ void SameGpuLinks::post(Link &l, int slot, const void *data, int bytes, int tag)
 void SameGpuLinks::awaitCredit(Link &l) {
   while (l.credits + kSlots <= l.messages) {
     uint64_t took = 0;
-    mpi(MPI_Recv(&took, sizeof took, MPI_BYTE, l.peer, kTook, comm_, MPI_STATUS_IGNORE), "MPI_Recv (same-GPU notice)");
+    checkMpi(MPI_Recv(&took, sizeof took, MPI_BYTE, l.peer, kTook, comm_, MPI_STATUS_IGNORE), "MPI_Recv (same-GPU notice)");
     ++l.credits;
   }
 }
@@ -245,10 +239,10 @@ void SameGpuLinks::send(const void *buf, size_t bytes, int peer) {
     const uint64_t sent = bytes;
     post(l, slot, &sent, sizeof sent, kSent);
   } else {
-    if (l.requests[slot] != MPI_REQUEST_NULL) mpi(MPI_Wait(&l.requests[slot], MPI_STATUS_IGNORE), "MPI_Wait");
+    if (l.requests[slot] != MPI_REQUEST_NULL) checkMpi(MPI_Wait(&l.requests[slot], MPI_STATUS_IGNORE), "MPI_Wait");
     cuda(cudaMemcpyAsync(at, buf, bytes, cudaMemcpyDeviceToHost, l.stream), "cudaMemcpyAsync (same-GPU staging)");
     cuda(cudaStreamSynchronize(l.stream), "cudaStreamSynchronize (same-GPU staging)");
-    mpi(MPI_Isend(at, (int)bytes, MPI_BYTE, peer, kData, comm_, &l.requests[slot]), "MPI_Isend (same-GPU staged)");
+    checkMpi(MPI_Isend(at, (int)bytes, MPI_BYTE, peer, kData, comm_, &l.requests[slot]), "MPI_Isend (same-GPU staged)");
   }
   ++l.messages;
 }
@@ -260,10 +254,10 @@ void SameGpuLinks::receive(void *buf, size_t bytes, int peer) {
   MPI_Status status;
   uint64_t sent = 0;
   if (l.mode == Mode::Ipc) {
-    mpi(MPI_Recv(&sent, sizeof sent, MPI_BYTE, peer, kSent, comm_, &status), "MPI_Recv (same-GPU notice)");
+    checkMpi(MPI_Recv(&sent, sizeof sent, MPI_BYTE, peer, kSent, comm_, &status), "MPI_Recv (same-GPU notice)");
   } else {
     if (l.messages >= (uint64_t)kSlots) cuda(cudaEventSynchronize(l.uploaded[slot]), "cudaEventSynchronize (staging)");
-    mpi(MPI_Recv(at, (int)l.capacity, MPI_BYTE, peer, kData, comm_, &status), "MPI_Recv (same-GPU staged)");
+    checkMpi(MPI_Recv(at, (int)l.capacity, MPI_BYTE, peer, kData, comm_, &status), "MPI_Recv (same-GPU staged)");
     int got = 0;
     MPI_Get_count(&status, MPI_BYTE, &got);
     sent = (uint64_t)got;
