@@ -138,7 +138,7 @@ cp "$WORK/jobs/steps" "$WORK/jobs/curve_steps" "$S/jobs/"; cp "$WORK/models/tabl
 for job in "$WORK"/jobs/*/; do name=$(basename "$job"); mkdir -p "$S/jobs/$name/stages"
   cp -a "$job/plan.json" "$job/schedule" "$job/weights" "$S/jobs/$name/"
   cp -a "$job"/stages/*.so "$job"/stages/*.constants.bin "$S/jobs/$name/stages/"
-  case $name in train-*) ;; *) "$PY" "$HERE/synthetic_weights.py" strip "$S/jobs/$name";; esac
+  case $name in train-*|pipe-*) ;; *) "$PY" "$HERE/synthetic_weights.py" strip "$S/jobs/$name";; esac # small: real weights
 done
 tar -C "$S" -cf - . | xz -T1 --lzma2=preset=6,dict=256MiB > "$WORK/bundle.tar.xz"; rm -rf "$S"
 ls -la "$WORK/bundle.tar.xz"
