@@ -62,8 +62,13 @@ void CudaDevice::releaseCachedMemory() {
   check(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo");
 }
 
+void CudaDevice::setWaitCheck(std::function<void()> check) {
+  if (std::this_thread::get_id() != owner_) throw Error("internal: a wait check set from another thread");
+  waitCheck_ = std::move(check);
+}
+
 void CudaDevice::await(cudaEvent_t e, const char *what) {
-  if (!waitCheck_) return check(cudaEventSynchronize(e), what);
+  if (!watching()) return check(cudaEventSynchronize(e), what);
   cudaError_t rc;
   while ((rc = cudaEventQuery(e)) == cudaErrorNotReady) {
     waitCheck_();
@@ -73,7 +78,7 @@ void CudaDevice::await(cudaEvent_t e, const char *what) {
 }
 
 void CudaDevice::awaitStream(cudaStream_t s, const char *what) {
-  if (!waitCheck_) return check(cudaStreamSynchronize(s), what);
+  if (!watching()) return check(cudaStreamSynchronize(s), what);
   if (!streamDone_) check(cudaEventCreateWithFlags(&streamDone_, cudaEventDisableTiming), "cudaEventCreate");
   check(cudaEventRecord(streamDone_, s), "cudaEventRecord");
   await(streamDone_, what);

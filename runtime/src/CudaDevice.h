@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace pipec::rt {
@@ -41,10 +42,17 @@ public:
   void checkArchitectures(const std::vector<std::string> &archs) const;
 
   // Between polls while the host waits for the device (hostWait, upload,
-  // download, sumSquares), `check` runs: the transport's, which throws on
-  // NCCL's asynchronous errors, so that a failed or lost peer ends the wait
-  // with an error instead of never. None: the waits block in CUDA.
-  void setWaitCheck(std::function<void()> check) { waitCheck_ = std::move(check); }
+  // download, sumSquares, await, awaitStream), `check` runs: the
+  // transport's, which throws on NCCL's asynchronous errors, so that a failed
+  // or lost peer ends the wait with an error instead of never. None: the
+  // waits block in CUDA. Set, run and cleared only on the thread that made
+  // this device (the rank's); other threads' waits (the data read-ahead's)
+  // block in CUDA and never touch it.
+  void setWaitCheck(std::function<void()> check);
+  // The host waits for an event, or for the work enqueued on a stream so
+  // far, watching the check above.
+  void await(cudaEvent_t e, const char *what);
+  void awaitStream(cudaStream_t s, const char *what);
   // Gives the memory the stream-ordered pool keeps for reuse back to the
   // driver (before NCCL allocates its own buffers, outside the pool).
   void releaseCachedMemory();
@@ -77,9 +85,9 @@ public:
   void bindThread() override;
 
 private:
-  void await(cudaEvent_t e, const char *what);
-  void awaitStream(cudaStream_t s, const char *what);
+  bool watching() const { return waitCheck_ && std::this_thread::get_id() == owner_; }
   std::function<void()> waitCheck_;
+  const std::thread::id owner_ = std::this_thread::get_id();
   cudaEvent_t streamDone_ = nullptr; // awaitStream's
   int ordinal_ = 0, count_ = 0, major_ = 0, minor_ = 0;
   std::string gpuName_, uuid_;

@@ -151,6 +151,8 @@ void Executor::checkNeighbours() {
   // The largest bundle this rank receives from each sender (the staging
   // slots of ranks that share a GPU).
   connections_.receiveBytes.clear();
+  connections_.largestSum = 0;
+  for (auto &ch : chunks_) connections_.largestSum = std::max(connections_.largestSum, ch.model->grads().size());
   for (const Instr &in : stream_.instrs)
     if (in.op == Op::RecvAct || in.op == Op::RecvGrad) {
       const Chunk &ch = chunks_[in.chunk];

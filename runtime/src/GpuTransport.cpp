@@ -71,6 +71,7 @@ GpuTransport::GpuTransport(MpiControl &control, CudaDevice &device)
   // communicator, and refuses two ranks of one host on one GPU.
   const char *everywhere = std::getenv("PIPEC_NCCL_SAME_GPU");
   ncclEverywhere_ = everywhere && *everywhere && std::string(everywhere) != "0";
+  sameGpuPreference_ = SameGpuLinks::preferenceFromEnvironment(); // a start-up error of this rank, agreed on
   if (ncclEverywhere_) {
     setenv("NCCL_HOSTID", ("pipec-rank-" + std::to_string(control.rank())).c_str(), 1);
     setenv("NCCL_SOCKET_IFNAME", "lo", 0); // the network transport over loopback
@@ -127,10 +128,20 @@ GpuTransport::Group GpuTransport::makeGroup(MPI_Comm comm, const char *what) {
 void GpuTransport::connect(const Connections &c) {
   const int me = control_.rank(), R = control_.size();
   {
-    std::string all(16 * (size_t)R, '\0'), mine = device_.uuid();
+    // Every rank's GPU, and whether it runs the NCCL test mode: ranks that
+    // disagreed on PIPEC_NCCL_SAME_GPU would route a pair two ways and wait
+    // for each other forever.
+    std::string all(17 * (size_t)R, '\0'), mine = device_.uuid();
     mine.resize(16, '\0');
-    checkMpi(MPI_Allgather(mine.data(), 16, MPI_BYTE, all.data(), 16, MPI_BYTE, MPI_COMM_WORLD), "MPI_Allgather (GPU ids)");
-    for (int r = 0; r < R; ++r) gpus_.push_back(all.substr(16 * (size_t)r, 16));
+    mine += ncclEverywhere_ ? '1' : '0';
+    checkMpi(MPI_Allgather(mine.data(), 17, MPI_BYTE, all.data(), 17, MPI_BYTE, MPI_COMM_WORLD),
+             "MPI_Allgather (GPU ids)");
+    for (int r = 0; r < R; ++r) {
+      gpus_.push_back(all.substr(17 * (size_t)r, 16));
+      if (all[17 * (size_t)r + 16] != mine[16])
+        throw Error("PIPEC_NCCL_SAME_GPU differs between rank " + std::to_string(me) + " and rank " +
+                    std::to_string(r) + "; set it the same for every rank");
+    }
   }
   auto sameGpu = [&](int a, int b) { return !ncclEverywhere_ && gpus_[a] == gpus_[b]; };
   // The transport's name in the start-up line: what carries the job's pairs.
@@ -154,7 +165,7 @@ void GpuTransport::connect(const Connections &c) {
   std::string failed;
   try {
     sameGpu_ = std::make_unique<SameGpuLinks>(device_);
-    sameGpu_->connect(local, c.receiveBytes, SameGpuLinks::preferenceFromEnvironment(), greatest);
+    sameGpu_->connect(local, c.receiveBytes, sameGpuPreference_, greatest);
   } catch (const std::exception &e) {
     failed = e.what();
   }
@@ -165,6 +176,10 @@ void GpuTransport::connect(const Connections &c) {
   // NCCL allocates its buffers outside the stream-ordered pool: give it
   // what the pool kept from start-up.
   device_.releaseCachedMemory();
+  // The host sums' pinned buffer, made now: cudaMallocHost and
+  // cudaFreeHost wait for the whole device, which mid-run could wait for a
+  // receive that waits for this rank.
+  hostSumBytes_ = c.largestSum;
   // 1. The replicas of this stage (every rank is in exactly one such group).
   stage_ = makeGroup(control_.stageComm(), "replicas of the stage");
   // 2. Tied-parameter groups, in the order Control::splitGroup made them.
@@ -259,6 +274,9 @@ void GpuTransport::connect(const Connections &c) {
   }
   routes_.clear();
   for (const std::string &lines : control_.gatherToRoot(routes)) routes_ += lines;
+  bool hostSums = stage_.sum == Sum::Host;
+  for (const auto &[handle, g] : groups_) hostSums |= g.sum == Sum::Host;
+  if (hostSums) hostSums_ = HostBuffer(device_, hostSumBytes_);
   // From here every host wait on the device also watches NCCL's errors.
   if (!order_.empty()) device_.setWaitCheck([this] { checkAsyncErrors(); });
 }
@@ -379,7 +397,9 @@ void GpuTransport::wait(Request r) {
 // bitwise equal), and they go back up.
 void GpuTransport::sumOnHost(int group, void *buf, size_t count, pipec_dtype dtype) {
   const size_t bytes = count * io::dtypeSize(dtype);
-  if (hostSums_.size() < bytes) hostSums_ = HostBuffer(device_, bytes);
+  if (hostSums_.size() < bytes)
+    throw Error("internal: a host sum of " + std::to_string(bytes) + " bytes, more than the " +
+                std::to_string(hostSums_.size()) + " made at start-up (Connections::largestSum)");
   device_.download(hostSums_.data(), buf, bytes);
   if (group < 0) host_.allreduceSumStage(hostSums_.data(), count, dtype);
   else host_.allreduceSumGroup(group, hostSums_.data(), count, dtype);

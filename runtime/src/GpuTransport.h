@@ -89,6 +89,8 @@ private:
   std::map<int, Group> groups_;         // by Control::splitGroup handle
   std::vector<std::string> gpus_;       // every world rank's GPU UUID
   bool ncclEverywhere_ = false;         // PIPEC_NCCL_SAME_GPU
+  SameGpuLinks::Preference sameGpuPreference_; // PIPEC_SAME_GPU_TRANSPORT
+  size_t hostSumBytes_ = 0;
   MpiTransport host_;                   // the sums of ranks sharing a GPU, on pinned memory
   HostBuffer hostSums_;
   std::unique_ptr<SameGpuLinks> sameGpu_;

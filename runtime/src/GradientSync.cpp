@@ -90,7 +90,10 @@ void GradientSync::averageBuffers() {
     const pipec_stage_desc &d = m.desc();
     for (int i = 0; i < d.num_params; ++i) {
       const pipec_dtype dt = d.params[i].tensor.dtype;
-      if (d.params[i].role != PIPEC_BUFFER || (dt != PIPEC_F32 && dt != PIPEC_F64)) continue;
+      if (d.params[i].role != PIPEC_BUFFER) continue;
+      if (dt != PIPEC_F32 && dt != PIPEC_F64)
+        throw Error(m.vstage().library + ": the replicas of buffer " + d.params[i].tensor.name + " (" +
+                    io::dtypeName(dt) + ") cannot be averaged: only f32 and f64 buffers can");
       char *p = m.params().data() + m.paramLayout().offsets[i];
       const size_t n = m.paramLayout().bytes[i] / io::dtypeSize(dt);
       transport_.allreduceSumStage(p, n, dt);

@@ -14,7 +14,7 @@ void cuda(cudaError_t e, const char *what) {
 }
 
 // The links' message tags on their private communicator.
-enum Tag : int { kOffer = 1, kEvents = 2, kSent = 3, kTook = 4, kData = 5 };
+enum Tag : int { kOffer = 1, kEvents = 2, kSent = 3, kTook = 4, kData = 5, kOpened = 6 };
 
 // Slots start on 256-byte boundaries, as cudaMalloc's allocations do.
 size_t slotBytes(size_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -102,24 +102,27 @@ void SameGpuLinks::connect(const std::vector<std::pair<int, int>> &pairs, const 
   std::vector<Offer> offers(pairs.size());
   std::vector<SenderEvents> events(pairs.size());
   std::vector<MPI_Request> requests;
-  // Every end makes its offer or events first and only reports a failure
-  // after the exchange: a rank that threw before sending would leave its
-  // peer waiting here.
+  // Every end makes its offer or events, posts both messages whatever
+  // happened, and reports a failure only after the exchange: a rank that
+  // threw before sending would leave its peer waiting here.
   std::string error;
+  auto failed = [&](const std::string &why) {
+    if (error.empty()) error = why;
+  };
   for (size_t k = 0; k < pairs.size(); ++k) {
     const auto [from, to] = pairs[k];
     Link l;
     l.send = from == me;
     l.peer = l.send ? to : from;
     for (MPI_Request &r : l.requests) r = MPI_REQUEST_NULL;
-    cuda(cudaStreamCreateWithPriority(&l.stream, cudaStreamNonBlocking, highPriority), "cudaStreamCreateWithPriority");
+    if (cudaStreamCreateWithPriority(&l.stream, cudaStreamNonBlocking, highPriority) != cudaSuccess)
+      failed(std::string("cudaStreamCreateWithPriority failed: ") + cudaGetErrorString(cudaGetLastError()));
     if (!l.send) {
       Offer &o = offers[k];
       auto bytes = receiveBytes.find(from);
+      if (bytes == receiveBytes.end()) failed("internal: no receive size for the transfers from rank " + std::to_string(from));
       l.capacity = slotBytes(bytes == receiveBytes.end() ? 0 : bytes->second);
       o.capacity = l.capacity;
-      if (bytes == receiveBytes.end() && error.empty())
-        error = "internal: no receive size for the transfers from rank " + std::to_string(from);
       if (preference == Preference::Staged) {
         setWhy(o.why, "PIPEC_SAME_GPU_TRANSPORT=staged");
       } else {
@@ -127,68 +130,90 @@ void SameGpuLinks::connect(const std::vector<std::pair<int, int>> &pairs, const 
         if (e == cudaSuccess) e = cudaIpcGetMemHandle(&o.memory, l.slots);
         if (e == cudaSuccess) e = newIpcEvents(l.consumed, o.consumed);
         o.ipc = e == cudaSuccess;
-        if (!o.ipc) {
-          (void)cudaGetLastError();
-          setWhy(o.why, std::string("CUDA IPC refused: ") + cudaGetErrorString(e));
-          if (preference == Preference::Ipc && error.empty())
-            error = "PIPEC_SAME_GPU_TRANSPORT=ipc, but " + std::string(o.why) + " (the link from rank " +
-                    std::to_string(from) + " to rank " + std::to_string(to) + ")";
-        }
+        if (!o.ipc) (void)cudaGetLastError(), setWhy(o.why, std::string("CUDA IPC refused: ") + cudaGetErrorString(e));
       }
       requests.emplace_back();
       checkMpi(MPI_Isend(&o, sizeof o, MPI_BYTE, from, kOffer, comm_, &requests.back()), "MPI_Isend (same-GPU offer)");
       requests.emplace_back();
       checkMpi(MPI_Irecv(&events[k], sizeof events[k], MPI_BYTE, from, kEvents, comm_, &requests.back()),
-          "MPI_Irecv (same-GPU events)");
+               "MPI_Irecv (same-GPU events)");
     } else {
-      SenderEvents &s = events[k];
+      SenderEvents &ev = events[k];
       if (preference != Preference::Staged) {
-        const cudaError_t e = newIpcEvents(l.filled, s.filled);
-        s.ok = e == cudaSuccess;
-        if (!s.ok) (void)cudaGetLastError(), setWhy(s.why, std::string("CUDA IPC events refused: ") + cudaGetErrorString(e));
+        const cudaError_t e = newIpcEvents(l.filled, ev.filled);
+        ev.ok = e == cudaSuccess;
+        if (!ev.ok) (void)cudaGetLastError(), setWhy(ev.why, std::string("CUDA IPC events refused: ") + cudaGetErrorString(e));
       }
       requests.emplace_back();
-      checkMpi(MPI_Isend(&s, sizeof s, MPI_BYTE, to, kEvents, comm_, &requests.back()), "MPI_Isend (same-GPU events)");
+      checkMpi(MPI_Isend(&ev, sizeof ev, MPI_BYTE, to, kEvents, comm_, &requests.back()), "MPI_Isend (same-GPU events)");
       requests.emplace_back();
       checkMpi(MPI_Irecv(&offers[k], sizeof offers[k], MPI_BYTE, to, kOffer, comm_, &requests.back()),
-          "MPI_Irecv (same-GPU offer)");
+               "MPI_Irecv (same-GPU offer)");
     }
     links_[{l.peer, l.send}] = l;
   }
   checkMpi(MPI_Waitall((int)requests.size(), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (same-GPU links)");
-  if (!error.empty()) throw Error(error);
-  // Both ends now know the mode: IPC when the receiver exported its slots
-  // and the sender its events.
+  // Round 2: each end opens what the other exported, and both learn whether
+  // the other could (IPC is more often refused at the open, in another
+  // process, than at the export).
+  std::vector<int32_t> opened(pairs.size(), 0), peerOpened(pairs.size(), 0);
+  requests.clear();
   for (size_t k = 0; k < pairs.size(); ++k) {
     const auto [from, to] = pairs[k];
-    Link &l = link(from == me ? to : from, from == me);
+    const bool send = from == me;
+    Link &l = link(send ? to : from, send);
     const Offer &o = offers[k];
-    const SenderEvents &s = events[k];
+    const SenderEvents &ev = events[k];
     l.capacity = o.capacity;
-    l.mode = o.ipc && s.ok ? Mode::Ipc : Mode::Staged;
-    l.why = o.why[0] ? o.why : s.why;
-    const std::string pair = " (the link from rank " + std::to_string(from) + " to rank " + std::to_string(to) + ")";
-    if (l.mode == Mode::Ipc) {
-      if (l.send) {
-        cuda(cudaIpcOpenMemHandle((void **)&l.slots, o.memory, cudaIpcMemLazyEnablePeerAccess),
-             ("cudaIpcOpenMemHandle" + pair).c_str());
-        for (int slot = 0; slot < kSlots; ++slot)
-          cuda(cudaIpcOpenEventHandle(&l.consumed[slot], o.consumed[slot]), ("cudaIpcOpenEventHandle" + pair).c_str());
+    if (o.ipc && ev.ok) {
+      cudaError_t e = cudaSuccess;
+      if (send) {
+        e = cudaIpcOpenMemHandle((void **)&l.slots, o.memory, cudaIpcMemLazyEnablePeerAccess);
+        for (int slot = 0; slot < kSlots && e == cudaSuccess; ++slot)
+          e = cudaIpcOpenEventHandle(&l.consumed[slot], o.consumed[slot]);
       } else {
-        for (int slot = 0; slot < kSlots; ++slot)
-          cuda(cudaIpcOpenEventHandle(&l.filled[slot], s.filled[slot]), ("cudaIpcOpenEventHandle" + pair).c_str());
+        for (int slot = 0; slot < kSlots && e == cudaSuccess; ++slot)
+          e = cudaIpcOpenEventHandle(&l.filled[slot], ev.filled[slot]);
       }
+      opened[k] = e == cudaSuccess;
+      if (!opened[k]) (void)cudaGetLastError(), l.why = std::string("CUDA IPC refused at the open: ") + cudaGetErrorString(e);
+    } else {
+      l.why = o.why[0] ? o.why : ev.why;
+    }
+    const int peer = send ? to : from;
+    requests.emplace_back();
+    checkMpi(MPI_Isend(&opened[k], 1, MPI_INT32_T, peer, kOpened, comm_, &requests.back()), "MPI_Isend (same-GPU open)");
+    requests.emplace_back();
+    checkMpi(MPI_Irecv(&peerOpened[k], 1, MPI_INT32_T, peer, kOpened, comm_, &requests.back()),
+             "MPI_Irecv (same-GPU open)");
+  }
+  checkMpi(MPI_Waitall((int)requests.size(), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (same-GPU links)");
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    const auto [from, to] = pairs[k];
+    const bool send = from == me;
+    Link &l = link(send ? to : from, send);
+    if (opened[k] && peerOpened[k]) {
+      l.mode = Mode::Ipc;
       continue;
     }
-    // Staged: what was made for IPC goes, pinned slots come.
-    if (l.slots && !l.send) cuda(cudaFree(l.slots), "cudaFree");
+    if (offers[k].ipc && events[k].ok && l.why.empty()) l.why = "CUDA IPC refused at the open by rank " +
+                                                                std::to_string(send ? to : from);
+    if (preference == Preference::Ipc)
+      failed("PIPEC_SAME_GPU_TRANSPORT=ipc, but " + l.why + " (the link from rank " + std::to_string(from) +
+             " to rank " + std::to_string(to) + ")");
+    // Staged: what was made or opened for IPC goes, pinned slots come.
+    l.mode = Mode::Staged;
+    if (l.slots) (void)(send ? cudaIpcCloseMemHandle(l.slots) : cudaFree(l.slots));
     l.slots = nullptr;
     destroyEvents(l.filled);
     destroyEvents(l.consumed);
+    if (!error.empty()) continue;
     l.pinned = (char *)device_.allocateHost(kSlots * l.capacity);
-    if (!l.send)
-      for (cudaEvent_t &e : l.uploaded) cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    if (!send)
+      for (cudaEvent_t &e : l.uploaded)
+        if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) failed("cudaEventCreate failed");
   }
+  if (!error.empty()) throw Error(error);
 }
 
 SameGpuLinks::Link &SameGpuLinks::link(int peer, bool send) {
@@ -241,7 +266,7 @@ void SameGpuLinks::send(const void *buf, size_t bytes, int peer) {
   } else {
     if (l.requests[slot] != MPI_REQUEST_NULL) checkMpi(MPI_Wait(&l.requests[slot], MPI_STATUS_IGNORE), "MPI_Wait");
     cuda(cudaMemcpyAsync(at, buf, bytes, cudaMemcpyDeviceToHost, l.stream), "cudaMemcpyAsync (same-GPU staging)");
-    cuda(cudaStreamSynchronize(l.stream), "cudaStreamSynchronize (same-GPU staging)");
+    device_.awaitStream(l.stream, "cudaStreamSynchronize (same-GPU staging)");
     checkMpi(MPI_Isend(at, (int)bytes, MPI_BYTE, peer, kData, comm_, &l.requests[slot]), "MPI_Isend (same-GPU staged)");
   }
   ++l.messages;
@@ -256,7 +281,7 @@ void SameGpuLinks::receive(void *buf, size_t bytes, int peer) {
   if (l.mode == Mode::Ipc) {
     checkMpi(MPI_Recv(&sent, sizeof sent, MPI_BYTE, peer, kSent, comm_, &status), "MPI_Recv (same-GPU notice)");
   } else {
-    if (l.messages >= (uint64_t)kSlots) cuda(cudaEventSynchronize(l.uploaded[slot]), "cudaEventSynchronize (staging)");
+    if (l.messages >= (uint64_t)kSlots) device_.await(l.uploaded[slot], "cudaEventSynchronize (staging)");
     checkMpi(MPI_Recv(at, (int)l.capacity, MPI_BYTE, peer, kData, comm_, &status), "MPI_Recv (same-GPU staged)");
     int got = 0;
     MPI_Get_count(&status, MPI_BYTE, &got);

@@ -51,6 +51,7 @@ struct Connections {
   std::vector<std::pair<int, int>> pairs; // (sender, receiver) world ranks with point-to-point traffic, sorted
   std::vector<int> groups;                // this rank's Control::splitGroup handles, in creation order
   std::map<int, size_t> receiveBytes;     // sender -> the largest bundle this rank receives from it
+  size_t largestSum = 0;                  // bytes: the largest all-reduce this rank makes (a chunk's gradients)
 };
 
 class Transport {

@@ -385,11 +385,20 @@ int main(int argc, char **argv) {
       if (!agree(control, who, error)) status = 1;
     }
     if (status == 0) {
-      watchdog.phase("start-up: running each stage once (lazy initialization), then creating the transport's "
-                     "communicators");
+      // Agreed on its own: a rank whose warm-up failed must not meet the
+      // others' collectives in connect() with the agreement's.
+      watchdog.phase("start-up: running each stage once (lazy initialization, before the first transfer)");
       try {
-        exec->warmUp();  // before the first transfer
-        exec->connect(); // NCCL communicators (collective)
+        exec->warmUp();
+      } catch (const std::exception &e) {
+        error = e.what();
+      }
+      if (!agree(control, who, error)) status = 1;
+    }
+    if (status == 0) {
+      watchdog.phase("start-up: creating the transport's communicators");
+      try {
+        exec->connect(); // NCCL communicators, same-GPU links (collective)
       } catch (const std::exception &e) {
         error = e.what();
       }

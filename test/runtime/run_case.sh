@@ -59,14 +59,18 @@ expect_error() { # expect_error PATTERN piperun-args...
 }
 
 case $mode in
-eq | eq-data)
+eq | eq-data | eq-staged)
   data=()
   if [ "$mode" = eq-data ]; then
     "$TOOLS/make_test_plan" --out "$refplan" --libs "$LIBS/libtiny_${cfg}_stage_" --dims $dims "$@" --write-dataset "$dir/data.bin" 40 ||
       die "dataset"
     data=(--data "$dir/data.bin")
   fi
-  piperun --iters $ITERS "${data[@]}" --export-weights "$dir/pipe" || die "piperun failed"
+  piperun --iters $ITERS "${data[@]}" --export-weights "$dir/pipe" >"$dir/out.txt" || die "piperun failed"
+  cat "$dir/out.txt"
+  # eq-staged: every route printed at start-up fell back to host memory.
+  [ "$mode" != eq-staged ] || { grep -q "staged through host memory (CUDA IPC refused at the open" "$dir/out.txt" &&
+    ! grep -q "same GPU, CUDA IPC" "$dir/out.txt"; } || die "the links did not fall back to staging"
   "$BIN/pipeseq" "$refplan" --iters $ITERS "${data[@]}" --export-weights "$dir/ref" || die "pipeseq failed"
   "$TOOLS/compare_weights" "$dir/pipe" "$dir/ref" --rtol 1e-4 --atol 1e-6 --differs-from "$dir/plan/weights" ||
     die "weights differ from the reference"

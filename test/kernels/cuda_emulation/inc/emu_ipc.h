@@ -3,7 +3,8 @@
 // test/runtime's piperun_emulated runs several ranks on one emulated GPU). With
 // PIPEC_EMU_IPC=1 every cudaMalloc allocation is a shared mapping of its own
 // memory file, and its handle names the owning process and file; without
-// it, cudaIpcGetMemHandle fails, as on machines that refuse IPC.
+// it, cudaIpcGetMemHandle fails, as on machines that refuse IPC; with
+// PIPEC_EMU_IPC=2 cudaIpcOpenMemHandle does.
 #pragma once
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -17,10 +18,13 @@
 #include <mutex>
 
 namespace emu {
-inline const bool shareable = [] {
+// PIPEC_EMU_IPC=2: handles are made but another process cannot open them
+// (as where processes do not share an IPC namespace).
+inline const int ipcMode = [] {
   const char *v = std::getenv("PIPEC_EMU_IPC");
-  return v && *v && *v != '0';
+  return v ? std::atoi(v) : 0;
 }();
+inline const bool shareable = ipcMode >= 1;
 struct SharedMapping {
   int fd = -1; // -1: opened from another process
   size_t bytes = 0;
@@ -67,6 +71,7 @@ inline bool sharedHandle(void *p, char *handle, size_t capacity) {
   return true;
 }
 inline void *sharedOpen(const char *handle) {
+  if (ipcMode == 2) return nullptr;
   SharedHandle h;
   std::memcpy(&h, handle, sizeof h);
   char path[64];

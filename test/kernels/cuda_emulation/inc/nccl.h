@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -64,9 +65,14 @@ inline size_t bytesOf(ncclDataType_t t) {
   default: return 8;
   }
 }
-// Tags from 2^20 up: piperun's own traffic on MPI_COMM_WORLD is collectives.
+// Tags in the upper half of MPI_TAG_UB (piperun's own traffic on
+// MPI_COMM_WORLD is collectives), at most 2^20 of them: two communicators of
+// one pair of ranks collide with a chance of about 1 in a million.
 inline int tagOf(const std::string &id) {
-  return (1 << 20) + (int)(std::hash<std::string>()(id) % (1u << 20));
+  int *ub = nullptr, flag = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+  const int top = flag && ub ? *ub : 32767, base = top / 2, span = std::min(1 << 20, top - base);
+  return base + (int)(std::hash<std::string>()(id) % (size_t)span);
 }
 template <class T> void add(void *into, const void *from, size_t n) {
   for (size_t k = 0; k < n; ++k) static_cast<T *>(into)[k] += static_cast<const T *>(from)[k];
