@@ -7,6 +7,7 @@
 #include "Device.h"
 #include "Plan.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,6 +29,9 @@ struct BundleHeader {
 static_assert(sizeof(BundleHeader) == 64, "the bundle header occupies the 64 bytes Layout reserves");
 
 inline constexpr uint64_t kBundleMagic = 0x31454c444e554250ULL; // "PBUNDLE1"
+// The header's bytes a receiver checks (magic .. layoutHash: what
+// headerError compares).
+inline constexpr unsigned kCheckedHeaderBytes = offsetof(BundleHeader, bytes);
 
 // What a receiver of the bundle of `in` expects, as a SEND writes it:
 // `vs` is the receiving virtual stage, `layoutHash`/`bytes` its layout's.

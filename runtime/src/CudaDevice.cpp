@@ -260,6 +260,11 @@ void CudaDevice::generateSynthetic(const io::SyntheticField &field, uint64_t fir
   pk::syntheticData(field, first, count, dst);
 }
 
+void CudaDevice::guardBundle(void *bundle, size_t bytes, const void *expected, unsigned compared, unsigned header,
+                             Stream s) {
+  check(cudakernels::guardBundle(bundle, bytes, expected, compared, header, streamOf(s)), "guarding a received bundle");
+}
+
 // ---------------------------------------------------------------- events
 Event CudaDevice::newEvent() {
   cudaEvent_t e = nullptr;

@@ -75,6 +75,8 @@ public:
   void stepControl(const double *stats, double maxNorm, pipec_step_control *control) override;
   void zeroUnlessSkipped(void *p, size_t bytes, const pipec_step_control *control) override;
   void generateSynthetic(const io::SyntheticField &field, uint64_t first, uint64_t count, void *dst) override;
+  void guardBundle(void *bundle, size_t bytes, const void *expected, unsigned compared, unsigned header,
+                   Stream s) override;
   Event newEvent() override;
   void deleteEvent(Event e) noexcept override;
   void record(Event e, Stream s) override;

@@ -75,6 +75,18 @@ struct Bytes64 {
 __global__ void writeBytesKernel(unsigned char *dst, Bytes64 v, unsigned n) {
   if (threadIdx.x < n) dst[threadIdx.x] = v.b[threadIdx.x];
 }
+// Every thread compares the first `compared` bytes of the bundle with the
+// expectation (a few cached loads); on a difference the payload after the
+// first `header` bytes becomes all one bits: NaN in f32 and bf16, -1 in the
+// integer types, so no result can silently come from it.
+__global__ void guardBundleKernel(unsigned char *bundle, size_t bytes, Bytes64 expected, unsigned compared,
+                                  unsigned header) {
+  bool same = true;
+  for (unsigned k = 0; k < compared; ++k) same &= bundle[k] == expected.b[k];
+  if (same) return;
+  for (size_t i = header + blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < bytes; i += (size_t)gridDim.x * blockDim.x)
+    bundle[i] = 0xff;
+}
 } // namespace
 
 cudaError_t scale(void *x, size_t n, pipec_dtype t, double factor, cudaStream_t stream) {
@@ -128,6 +140,16 @@ cudaError_t writeBytes(void *dst, const void *src, size_t bytes, cudaStream_t st
   Bytes64 v{};
   std::memcpy(v.b, src, bytes);
   writeBytesKernel<<<1, 64, 0, stream>>>((unsigned char *)dst, v, (unsigned)bytes);
+  return cudaGetLastError();
+}
+
+cudaError_t guardBundle(void *bundle, size_t bytes, const void *expected, unsigned compared, unsigned header,
+                        cudaStream_t stream) {
+  if (bytes <= header || compared > sizeof(Bytes64) || compared > header) return cudaErrorInvalidValue;
+  Bytes64 v{};
+  std::memcpy(v.b, expected, compared);
+  guardBundleKernel<<<blocksFor(bytes - header, 64), kThreads, 0, stream>>>((unsigned char *)bundle, bytes, v, compared,
+                                                                           header);
   return cudaGetLastError();
 }
 

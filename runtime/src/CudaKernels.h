@@ -31,4 +31,12 @@ cudaError_t zeroUnlessSkipped(void *p, size_t bytes, const pipec_step_control *c
 // memory, reusable at once).
 cudaError_t writeBytes(void *dst, const void *src, size_t bytes, cudaStream_t stream);
 
+// Unless bundle[0..compared) equals expected[0..compared) (host memory,
+// passed by value; compared <= 64 and <= header), bundle[header..bytes)
+// becomes all one bits (0xff bytes) before anything on `stream` after it
+// reads the bundle: a received bundle whose header is not the one expected
+// cannot be used as data (docs/runtime.md, "The CUDA target").
+cudaError_t guardBundle(void *bundle, size_t bytes, const void *expected, unsigned compared, unsigned header,
+                        cudaStream_t stream);
+
 } // namespace pipec::rt::cudakernels

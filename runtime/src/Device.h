@@ -94,6 +94,18 @@ public:
   // host device throws, its ranks read through io::SyntheticData.
   virtual void generateSynthetic(const io::SyntheticField &field, uint64_t first, uint64_t count, void *dst);
 
+  // Unless bundle[0..compared) (this device's memory) equals expected[0..
+  // compared) (host memory, at most 64 bytes), bundle[header..bytes) becomes
+  // 0xff bytes, stream-ordered on `s`. The CUDA target checks a received
+  // bundle's header on the host only once its copy arrived, after the
+  // compute may have read it; this makes a wrong bundle unusable first (NaN,
+  // -1). The host device does nothing: its receiver checks the header
+  // before the compute (Executor::awaitBundle).
+  virtual void guardBundle(void *bundle, size_t bytes, const void *expected, unsigned compared, unsigned header,
+                           Stream s = nullptr) {
+    (void)bundle, (void)bytes, (void)expected, (void)compared, (void)header, (void)s;
+  }
+
   // Events (all no-ops on the host).
   virtual Event newEvent() { return nullptr; }
   virtual void deleteEvent(Event) noexcept {}

@@ -475,6 +475,10 @@ void Executor::recv(const Instr &in, int64_t it, bool grad) {
     const Stream st = transport_.stream(peer, false);
     device_.streamWait(st, s.ready);
     transport_.release(transport_.irecv(buf.data(), layout.total, peer, tag));
+    // Unusable (0xff bytes) before the compute reads it when its header is
+    // not the one expected; HeaderChecks then says which it was.
+    const BundleHeader expected = bundleHeader(in, it, grad, ch.vs, layout.hash, layout.total);
+    device_.guardBundle(buf.data(), layout.total, &expected, kCheckedHeaderBytes, sizeof expected, st);
     headers_.expect(st, buf.data(), in, it, grad, ch.vs, layout.hash,
                     stream_.path + " #" + std::to_string(currentIndex_) + " " + toString(in) + " (iteration " +
                         std::to_string(it) + ")");

@@ -222,6 +222,10 @@ err-tied-missing) expect_error "has no parameter of that name" --iters 1 ;;
 # machine refuses it; every rank exits with the reason, none waits.
 err-same-gpu-env) PIPEC_SAME_GPU_TRANSPORT=bogus expect_error 'PIPEC_SAME_GPU_TRANSPORT is "bogus"; it takes auto, ipc or staged' --iters 1 ;;
 err-ipc-refused) PIPEC_SAME_GPU_TRANSPORT=ipc expect_error "PIPEC_SAME_GPU_TRANSPORT=ipc, but CUDA IPC refused" --iters 1 ;;
+# A bundle whose header arrives wrong (the emulation flips a byte of rank
+# 1's second bundle copy): the run fails naming the receive, in the same
+# iteration (the device made the bundle unusable before the compute).
+err-corrupt) PIPEC_EMU_CORRUPT_TRANSFER=1:2 expect_error "received a bundle for iteration 1 micro-batch" --iters 3 ;;
 kill)
   # A rank killed mid-run (SIGKILL: a node lost): every rank is gone, and
   # mpirun exits non-zero, within 30 s.

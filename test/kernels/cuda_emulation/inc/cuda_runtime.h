@@ -110,6 +110,23 @@ inline void noteTransfer(cudaStream_t s) {
   for (const void *t : transferStreams)
     if (t == s) transferIssued = true;
 }
+// PIPEC_EMU_CORRUPT_TRANSFER=R:N: in the process of MPI rank R, the Nth copy
+// (from 1) of more than 64 bytes on a transfer stream (a bundle, not a
+// header's own copy) gets its 9th byte flipped: a bundle header's
+// iteration, which the runtime's checks of received headers must catch.
+inline void corruptTransfer(void *dst, size_t bytes, cudaStream_t s) {
+  static const auto target = [] {
+    const char *v = std::getenv("PIPEC_EMU_CORRUPT_TRANSFER"), *r = std::getenv("OMPI_COMM_WORLD_RANK");
+    int rank = -1, nth = 0;
+    if (!v || std::sscanf(v, "%d:%d", &rank, &nth) != 2 || !r || std::atoi(r) != rank) nth = 0;
+    return nth;
+  }();
+  static long seen = 0;
+  if (target <= 0 || bytes <= 64) return;
+  bool transfer = false;
+  for (const void *t : transferStreams) transfer |= t == s;
+  if (transfer && ++seen == target) static_cast<unsigned char *>(dst)[8] ^= 1;
+}
 inline void notLazily(const char *call) {
   if (!lazyInitCheck || !transferIssued || scopes <= 0) return;
   std::fprintf(stderr, "EMU: %s inside a stage call after this rank's first transfer: lazy initialization that, on "
@@ -158,7 +175,7 @@ extern "C" __attribute__((weak, visibility("default"))) long pipec_emu_count(con
 }
 inline cudaError_t cudaFree(void *p) { emu::notLazily("cudaFree"); if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; if (!emu::sharedFree(p)) std::free(p); return cudaSuccess; }
 inline cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind) { emu::notLazily("cudaMemcpy"); if (emu::refusedWhileCapturing()) return cudaErrorStreamCaptureUnsupported; ++emu::hostSyncs; std::memcpy(d, s, n); return cudaSuccess; }
-inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st) { emu::checkStream(st); emu::noteTransfer(st); if (emu::recorded(st, [=] { cudaMemcpyAsync(d, s, n, k, st); })) return cudaSuccess; ++emu::streamCopies; if (d != s) std::memcpy(d, s, n); return cudaSuccess; }
+inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st) { emu::checkStream(st); emu::noteTransfer(st); if (emu::recorded(st, [=] { cudaMemcpyAsync(d, s, n, k, st); })) return cudaSuccess; ++emu::streamCopies; if (d != s) std::memcpy(d, s, n); emu::corruptTransfer(d, n, st); return cudaSuccess; }
 // CUDA's rules: each pitch at least the width; one stream copy.
 inline cudaError_t cudaMemcpy2DAsync(void *d, size_t dpitch, const void *s, size_t spitch, size_t width, size_t height, cudaMemcpyKind k, cudaStream_t st) { emu::checkStream(st); if (width > dpitch || width > spitch) return cudaErrorInvalidValue; if (emu::recorded(st, [=] { cudaMemcpy2DAsync(d, dpitch, s, spitch, width, height, k, st); })) return cudaSuccess; ++emu::streamCopies; for (size_t r = 0; r < height; ++r) std::memmove(static_cast<char *>(d) + r * dpitch, static_cast<const char *>(s) + r * spitch, width); return cudaSuccess; }
 inline cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st) { emu::checkStream(st); if (emu::recorded(st, [=] { cudaMemsetAsync(d, v, n, st); })) return cudaSuccess; ++emu::streamMemsets; std::memset(d, v, n); return cudaSuccess; }
