@@ -16,10 +16,17 @@ namespace {
 void cuda(cudaError_t e, const char *what) {
   if (e != cudaSuccess) throw Error(std::string(what) + " failed: " + cudaGetErrorString(e));
 }
-void nccl(ncclResult_t r, const std::string &what) {
-  if (r == ncclSuccess) return;
+std::string ncclFailure(ncclResult_t r, const std::string &what) {
   const char *detail = ncclGetLastError(nullptr);
-  throw Error(what + " failed: " + ncclGetErrorString(r) + (detail && *detail ? std::string(" (") + detail + ")" : ""));
+  return what + " failed: " + ncclGetErrorString(r) + (detail && *detail ? std::string(" (") + detail + ")" : "");
+}
+void nccl(ncclResult_t r, const std::string &what) {
+  if (r != ncclSuccess) throw Error(ncclFailure(r, what));
+}
+// A communicator's creation: when it fails here, the other members wait
+// inside theirs.
+void ncclInit(ncclResult_t r, const std::string &what) {
+  if (r != ncclSuccess) throw StrandedPeers(ncclFailure(r, what));
 }
 ncclDataType_t ncclType(pipec_dtype t) {
   switch (t) {
@@ -55,7 +62,7 @@ ncclComm_t makeComm(MPI_Comm comm, const char *what) {
   if (!m.ok) throw Error(std::string("NCCL communicator for the ") + what + ": " +
                          (error.empty() ? "its first rank could not create an id" : error));
   ncclComm_t c = nullptr;
-  nccl(ncclCommInitRank(&c, size, m.id, rank), std::string("ncclCommInitRank (") + what + ")");
+  ncclInit(ncclCommInitRank(&c, size, m.id, rank), std::string("ncclCommInitRank (") + what + ")");
   return c;
 }
 } // namespace
@@ -221,8 +228,8 @@ void GpuTransport::connect(const Connections &c) {
     if (!ids[k].ok)
       throw Error("rank " + std::to_string(from) + " could not create the NCCL id of its link to rank " + std::to_string(to));
     Link l;
-    nccl(ncclCommInitRank(&l.comm, 2, ids[k].id, send ? 0 : 1),
-         "ncclCommInitRank (rank " + std::to_string(from) + " -> rank " + std::to_string(to) + ")");
+    ncclInit(ncclCommInitRank(&l.comm, 2, ids[k].id, send ? 0 : 1),
+             "ncclCommInitRank (rank " + std::to_string(from) + " -> rank " + std::to_string(to) + ")");
     order_.push_back(l.comm);
     l.peerInComm = send ? 1 : 0;
     cuda(cudaStreamCreateWithPriority(&l.stream, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority");

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "Device.h"
+#include "Plan.h" // Error
 #include "pipec/stage_abi.h"
 
 #include <cstddef>
@@ -43,6 +44,15 @@ public:
   // to several groups). Returns the group's handle on members, -1 elsewhere.
   virtual int splitGroup(bool member) = 0;
   [[noreturn]] virtual void abort(int code) = 0;
+};
+
+// A failure after which other ranks may wait for this one inside a
+// collective they cannot leave (a communicator's creation): piperun ends
+// the job at once (MPI_Abort) instead of meeting the others' start-up
+// agreement, which they would never reach.
+class StrandedPeers : public Error {
+public:
+  using Error::Error;
 };
 
 // Who talks to whom, known once every rank's stream was read (Executor::

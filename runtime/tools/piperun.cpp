@@ -399,6 +399,11 @@ int main(int argc, char **argv) {
       watchdog.phase("start-up: creating the transport's communicators");
       try {
         exec->connect(); // NCCL communicators, same-GPU links (collective)
+      } catch (const StrandedPeers &e) {
+        // The others wait where no agreement reaches them: end the job now.
+        std::fprintf(stderr, "piperun: %s: error: %s; ending the job\n", who.c_str(), e.what());
+        std::fflush(stderr);
+        control.abort(1);
       } catch (const std::exception &e) {
         error = e.what();
       }

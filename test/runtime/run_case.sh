@@ -226,6 +226,10 @@ err-ipc-refused) PIPEC_SAME_GPU_TRANSPORT=ipc expect_error "PIPEC_SAME_GPU_TRANS
 # 1's second bundle copy): the run fails naming the receive, in the same
 # iteration (the device made the bundle unusable before the compute).
 err-corrupt) PIPEC_EMU_CORRUPT_TRANSFER=1:2 expect_error "received a bundle for iteration 1 micro-batch" --iters 3 ;;
+# One rank's NCCL communicator fails to form while the others wait inside
+# theirs: that rank ends the job at once (the others would never reach the
+# start-up agreement); every rank is gone within expect_error's 15 s.
+err-nccl-init) PIPEC_EMU_NCCL_INIT_FAILS=1 expect_error "ncclCommInitRank .* failed: .*no network reaches the other members); ending the job" --iters 1 ;;
 kill)
   # A rank killed mid-run (SIGKILL: a node lost): every rank is gone, and
   # mpirun exits non-zero, within 30 s.

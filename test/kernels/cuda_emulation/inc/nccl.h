@@ -99,7 +99,15 @@ inline ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
   std::snprintf(id->internal, sizeof id->internal, "pipec-emu-nccl-%d-%08x%08x", (int)getpid(), random(), random());
   return ncclSuccess;
 }
+// PIPEC_EMU_NCCL_INIT_FAILS=R: MPI rank R's communicators fail to form
+// (as with an unreachable network), leaving the other members waiting.
 inline ncclResult_t ncclCommInitRank(ncclComm_t *comm, int size, ncclUniqueId id, int rank) {
+  {
+    int world = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world);
+    const char *fails = std::getenv("PIPEC_EMU_NCCL_INIT_FAILS");
+    if (fails && *fails && std::atoi(fails) == world) return emu::nccl::fail("no network reaches the other members");
+  }
   auto *c = new ncclComm;
   c->id = id.internal, c->rank = rank, c->size = size, c->tag = emu::nccl::tagOf(c->id);
   c->directory = "/tmp/" + c->id;
