@@ -103,7 +103,38 @@ Executor::Executor(const Plan &plan, const RunOptions &opt, Control &control, Tr
         forwardStream_.push_back(in);
   }
   if (!opt.resumeDir.empty()) startIteration_ = loadCheckpoint(plan, opt.resumeDir, opt.iters, seed_, chunks_);
+  findGradientsFinal();
   startDataPrefetch();
+}
+
+// Where each chunk's gradients of an iteration are final and may be summed
+// over the replicas at once: its last BWD or BWD_WEIGHT, when an ALLREDUCE
+// follows and nothing between them reads or writes gradients or weights
+// (transfers, forwards, recomputes, other chunks' backwards, stashes only).
+void Executor::findGradientsFinal() {
+  gradientsFinalAt_.assign(chunks_.size(), -1);
+  const std::vector<Instr> &instrs = stream_.instrs;
+  int64_t allreduce = -1;
+  for (size_t i = 0; i < instrs.size(); ++i)
+    if (instrs[i].op == Op::AllReduce) allreduce = (int64_t)i;
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    int64_t last = -1;
+    for (int64_t i = 0; i < allreduce; ++i)
+      if ((instrs[(size_t)i].op == Op::Bwd || instrs[(size_t)i].op == Op::BwdWeight) && instrs[(size_t)i].chunk == (int)c)
+        last = i;
+    if (last < 0) continue;
+    bool quiet = true;
+    for (int64_t i = last + 1; i < allreduce && quiet; ++i) {
+      const Instr &in = instrs[(size_t)i];
+      switch (in.op) {
+      case Op::Load: case Op::Fwd: case Op::Recompute: case Op::BwdInput: case Op::SendAct: case Op::RecvAct:
+      case Op::SendGrad: case Op::RecvGrad: case Op::Stash: case Op::Restore: break;
+      case Op::Bwd: case Op::BwdWeight: quiet = in.chunk != (int)c; break;
+      default: quiet = false; break;
+      }
+    }
+    if (quiet) gradientsFinalAt_[c] = last;
+  }
 }
 
 void Executor::checkNeighbours() {
@@ -126,12 +157,27 @@ void Executor::checkNeighbours() {
   // And the point-to-point transfers of its stream, in order.
   json transfers = json::array();
   for (const Transfer &t : transfersOf(stream_)) transfers.push_back({(int)t.op, t.mb, t.chunk, t.peer, t.index});
-  const json me{{"rank", scheduleRank_}, {"path", stream_.path}, {"chunks", mine}, {"transfers", transfers}};
+  // The order this rank sums its chunks' gradients over the replicas in:
+  // those summed early, as they become final, then the rest. NCCL needs it
+  // to be the same on every replica.
+  std::vector<int> sumOrder;
+  {
+    std::vector<std::pair<int64_t, int>> early;
+    for (size_t c = 0; c < chunks_.size(); ++c)
+      if (gradientsFinalAt_[c] >= 0) early.push_back({gradientsFinalAt_[c], (int)c});
+    std::sort(early.begin(), early.end());
+    for (const auto &[at, c] : early) sumOrder.push_back(c);
+    for (size_t c = 0; c < chunks_.size(); ++c)
+      if (gradientsFinalAt_[c] < 0) sumOrder.push_back((int)c + 1000000); // summed at ALLREDUCE
+  }
+  const json me{{"rank", scheduleRank_}, {"path", stream_.path}, {"chunks", mine}, {"transfers", transfers},
+                {"stage", stage_}, {"sum_order", sumOrder}};
   std::vector<std::string> ins(V_), outs(V_), libs(V_);
   std::vector<json> tiedOf(V_);
   const int R = plan_.numRanks();
   std::vector<std::vector<Transfer>> transfersOfRank(R);
   std::vector<std::string> paths(R);
+  bool replicasAgree = true;
   for (const std::string &s : control_.allgatherStrings(me.dump())) {
     const json r = json::parse(s);
     for (const json &e : r["chunks"]) {
@@ -140,8 +186,12 @@ void Executor::checkNeighbours() {
     }
     const int sr = r["rank"];
     paths[sr] = r["path"];
+    if (r["stage"] == stage_ && r["sum_order"] != json(sumOrder)) replicasAgree = false;
     for (const json &t : r["transfers"]) transfersOfRank[sr].push_back({(Op)t[0].get<int>(), t[1], t[2], t[3], t[4]});
   }
+  // Replicas that would sum in different orders sum everything at ALLREDUCE
+  // (every replica saw every other's order, so all decide alike).
+  if (!replicasAgree) gradientsFinalAt_.assign(chunks_.size(), -1);
   // Who sends to whom (world ranks): the NCCL transport's communicators.
   connections_.pairs.clear();
   for (int r = 0; r < R; ++r)
@@ -413,6 +463,7 @@ void Executor::compute(const Instr &in, int64_t it) {
       c.workspace = s.workspace->data();
       m.lib().backwardWeight(c);
       s.wDone = true;
+      if ((int64_t)currentIndex_ == gradientsFinalAt_[(size_t)in.chunk] && !validating_) sync_->gradientsFinal(in.chunk);
       if (in.chunk == 0) sync_->countMicrobatch();
       stash_.release(in.chunk, in.mb); // the backward releases the micro-batch's kept version
       slots_.maybeRelease(in.chunk, s);

@@ -88,6 +88,12 @@ private:
   // The parts; those after chunks_ refer to it.
   std::vector<Chunk> chunks_;
   std::vector<std::vector<bool>> recomputes_; // per chunk and micro-batch: a RECOMPUTE follows its FWD
+  // Per chunk: the stream index of its last weight gradient before
+  // ALLREDUCE when nothing in between touches its gradients (GradientSync
+  // starts their sum there), else -1. checkNeighbours keeps them only where
+  // every replica of the stage sums in the same order.
+  std::vector<int64_t> gradientsFinalAt_;
+  void findGradientsFinal();
   SlotPool slots_;
   WeightStash stash_;
   HeaderChecks headers_;

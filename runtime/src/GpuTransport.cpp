@@ -106,10 +106,12 @@ GpuTransport::~GpuTransport() {
   for (auto &[key, l] : links_)
     if (l.stream) cudaStreamSynchronize(l.stream);
   cudaStreamSynchronize((cudaStream_t)device_.computeStream());
+  if (reduction_) cudaStreamSynchronize(reduction_);
   sameGpu_.reset(); // drains its last notices
   for (ncclComm_t c : order_) ncclCommDestroy(c); // in creation order, the same on every rank
   for (auto &[key, l] : links_)
     if (l.stream) cudaStreamDestroy(l.stream);
+  if (reduction_) cudaStreamDestroy(reduction_);
   for (auto &[r, e] : pending_) cudaEventDestroy(e);
   for (cudaEvent_t e : freeEvents_) cudaEventDestroy(e);
 }
@@ -189,6 +191,7 @@ void GpuTransport::connect(const Connections &c) {
   hostSumBytes_ = c.largestSum;
   // 1. The replicas of this stage (every rank is in exactly one such group).
   stage_ = makeGroup(control_.stageComm(), "replicas of the stage");
+  if (stage_.sum == Sum::Nccl) cuda(cudaStreamCreateWithFlags(&reduction_, cudaStreamNonBlocking), "cudaStreamCreate");
   // 2. Tied-parameter groups, in the order Control::splitGroup made them.
   for (int g : c.groups) groups_[g] = makeGroup(control_.groupComm(g), "tied parameter group");
   // 3. One 2-rank communicator per ordered pair with traffic: the sender
@@ -413,10 +416,11 @@ void GpuTransport::sumOnHost(int group, void *buf, size_t count, pipec_dtype dty
   device_.upload(buf, hostSums_.data(), bytes);
 }
 
-void GpuTransport::allreduceSumStage(void *buf, size_t count, pipec_dtype dtype) {
+void GpuTransport::allreduceSumStage(void *buf, size_t count, pipec_dtype dtype, Stream stream) {
   if (stage_.sum == Sum::None || count == 0) return; // one replica: nothing to sum
   if (stage_.sum == Sum::Host) return sumOnHost(-1, buf, count, dtype);
-  nccl(ncclAllReduce(buf, buf, count, ncclType(dtype), ncclSum, stage_.comm, (cudaStream_t)device_.computeStream()),
+  nccl(ncclAllReduce(buf, buf, count, ncclType(dtype), ncclSum, stage_.comm,
+                     (cudaStream_t)(stream ? stream : device_.computeStream())),
        "ncclAllReduce (gradients)");
 }
 

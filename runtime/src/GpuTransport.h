@@ -58,7 +58,8 @@ public:
   Request isend(const void *buf, size_t bytes, int peer, int tag) override;
   Request irecv(void *buf, size_t bytes, int peer, int tag) override;
   void wait(Request r) override; // host sync
-  void allreduceSumStage(void *buf, size_t count, pipec_dtype dtype) override;
+  void allreduceSumStage(void *buf, size_t count, pipec_dtype dtype, Stream stream = nullptr) override;
+  Stream reductionStream() override { return reduction_; } // when the replicas sum over NCCL
   void allreduceSumGroup(int group, void *buf, size_t count, pipec_dtype dtype) override;
 
 private:
@@ -95,6 +96,7 @@ private:
   HostBuffer hostSums_;
   std::unique_ptr<SameGpuLinks> sameGpu_;
   std::string routes_;                  // rank 0: every pair's and group's route
+  cudaStream_t reduction_ = nullptr;    // the replicas' NCCL sums apart from the compute stream
   std::vector<ncclComm_t> order_;       // every communicator, in creation order (destroyed in it)
   std::map<std::pair<int, bool>, Link> links_; // (peer world rank, this rank sends)
   std::unordered_map<Request, cudaEvent_t> pending_;

@@ -55,24 +55,56 @@ void GradientSync::splitTiedGroups(Connections &connections) {
   }
 }
 
-void GradientSync::allreduce() {
-  for (auto &ch : chunks_) {
-    StageModel &m = *ch.model;
-    const pipec_stage_desc &d = m.desc();
-    bool allF32 = true;
-    for (int i = 0; i < d.num_params; ++i) allF32 &= d.params[i].tensor.dtype == PIPEC_F32;
-    if (allF32) {
-      // One call over the whole buffer: padding and buffer slots are zeros.
-      transport_.allreduceSumStage(m.grads().data(), m.grads().size() / 4, PIPEC_F32);
-    } else {
-      for (int i = 0; i < d.num_params; ++i)
-        if (d.params[i].role == PIPEC_TRAINED)
-          transport_.allreduceSumStage(m.grads().data() + m.paramLayout().offsets[i],
-                                       m.paramLayout().bytes[i] / io::dtypeSize(d.params[i].tensor.dtype),
-                                       d.params[i].tensor.dtype);
-    }
+GradientSync::~GradientSync() {
+  for (Event e : gradientsFinal_) device_.deleteEvent(e);
+  device_.deleteEvent(allFinal_);
+  device_.deleteEvent(summed_);
+}
+
+void GradientSync::sumGradients(StageModel &m, Stream stream) {
+  const pipec_stage_desc &d = m.desc();
+  bool allF32 = true;
+  for (int i = 0; i < d.num_params; ++i) allF32 &= d.params[i].tensor.dtype == PIPEC_F32;
+  if (allF32) {
+    // One call over the whole buffer: padding and buffer slots are zeros.
+    transport_.allreduceSumStage(m.grads().data(), m.grads().size() / 4, PIPEC_F32, stream);
+  } else {
+    for (int i = 0; i < d.num_params; ++i)
+      if (d.params[i].role == PIPEC_TRAINED)
+        transport_.allreduceSumStage(m.grads().data() + m.paramLayout().offsets[i],
+                                     m.paramLayout().bytes[i] / io::dtypeSize(d.params[i].tensor.dtype),
+                                     d.params[i].tensor.dtype, stream);
   }
-  averageBuffers();
+}
+
+void GradientSync::gradientsFinal(int chunk) {
+  const Stream reduction = transport_.reductionStream();
+  if (!reduction) return;
+  if (summedEarly_.size() != chunks_.size()) summedEarly_.assign(chunks_.size(), 0);
+  if (gradientsFinal_.size() != chunks_.size()) gradientsFinal_.assign(chunks_.size(), nullptr);
+  Event &done = gradientsFinal_[(size_t)chunk];
+  if (!done) done = device_.newEvent();
+  device_.record(done); // on the compute stream, after the chunk's last weight gradient
+  device_.streamWait(reduction, done);
+  sumGradients(*chunks_[(size_t)chunk].model, reduction);
+  summedEarly_[(size_t)chunk] = 1;
+}
+
+void GradientSync::allreduce() {
+  // With a reduction stream the sums run there, in one order on every
+  // replica (the chunks summed early first, in the order they became final,
+  // then the others in chunk order), and the compute stream waits for them
+  // only here (averageBuffers).
+  const Stream reduction = transport_.reductionStream();
+  if (reduction) {
+    if (!allFinal_) allFinal_ = device_.newEvent(), summed_ = device_.newEvent();
+    device_.record(allFinal_);
+    device_.streamWait(reduction, allFinal_);
+  }
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    if (c >= summedEarly_.size() || !summedEarly_[c]) sumGradients(*chunks_[c].model, reduction);
+  averageBuffers(reduction);
+  summedEarly_.assign(chunks_.size(), 0);
   double count = mbSinceStep_;
   control_.allreduceSumStage(&count, 1);
   reducedCount_ = count;
@@ -81,14 +113,16 @@ void GradientSync::allreduce() {
 // BatchNorm's running statistics (PIPEC_BUFFER parameters), which each
 // replica's forwards update from its own micro-batches: averaged over the
 // replicas at every step, so that the stage keeps one copy, as data-parallel
-// PyTorch does, and what replica 0 saves and exports is the stage's.
-void GradientSync::averageBuffers() {
+// PyTorch does, and what replica 0 saves and exports is the stage's. Summed
+// on `stream` (the reduction stream; the compute stream when nullptr) after
+// the gradients, then, once the compute stream waited for every sum, scaled.
+void GradientSync::averageBuffers(Stream stream) {
   const int replicas = plan_.replicasOf(stage_);
-  if (replicas == 1) return;
+  std::vector<Span> buffers;
   for (auto &ch : chunks_) {
     StageModel &m = *ch.model;
     const pipec_stage_desc &d = m.desc();
-    for (int i = 0; i < d.num_params; ++i) {
+    for (int i = 0; i < d.num_params && replicas > 1; ++i) {
       const pipec_dtype dt = d.params[i].tensor.dtype;
       if (d.params[i].role != PIPEC_BUFFER) continue;
       if (dt != PIPEC_F32 && dt != PIPEC_F64)
@@ -96,10 +130,15 @@ void GradientSync::averageBuffers() {
                     io::dtypeName(dt) + ") cannot be averaged: only f32 and f64 buffers can");
       char *p = m.params().data() + m.paramLayout().offsets[i];
       const size_t n = m.paramLayout().bytes[i] / io::dtypeSize(dt);
-      transport_.allreduceSumStage(p, n, dt);
-      device_.scale(p, n, dt, 1.0 / replicas);
+      transport_.allreduceSumStage(p, n, dt, stream);
+      buffers.push_back({p, n, dt});
     }
   }
+  if (stream) {
+    device_.record(summed_, stream);
+    device_.streamWait(nullptr, summed_);
+  }
+  for (const Span &b : buffers) device_.scale(const_cast<void *>(b.p), b.n, b.dtype, 1.0 / replicas);
 }
 
 double GradientSync::finishGradients() {

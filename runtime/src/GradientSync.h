@@ -34,6 +34,13 @@ public:
   int64_t rollbacks() const { return rollbacks_; }
   int64_t skippedSteps() const { return skippedSteps_; }
 
+  ~GradientSync();
+  // Chunk c's weight gradients of this iteration are final and nothing
+  // before ALLREDUCE touches them (the executor decides, the replicas
+  // agreed on the order): where the transport has a reduction stream, their
+  // sum over the replicas starts there now, overlapping what the compute
+  // stream does until ALLREDUCE.
+  void gradientsFinal(int chunk);
   void allreduce();          // ALLREDUCE (and the replicas' BatchNorm statistics averaged)
   void step();               // STEP: decided and applied on the device, no host round trip (but clipping over ranks)
   // At the end of iteration `it`: what the STEPs decided (one host read):
@@ -48,7 +55,11 @@ public:
   void nonFinite(const std::string &what, int64_t it);
 
 private:
-  void averageBuffers();
+  void sumGradients(StageModel &m, Stream stream);
+  void averageBuffers(Stream stream);
+  std::vector<char> summedEarly_;      // per chunk, this iteration
+  std::vector<Event> gradientsFinal_;  // per chunk: recorded on the compute stream
+  Event allFinal_ = nullptr, summed_ = nullptr;
   double finishGradients(); // scale by 1/count; returns the number of micro-batches
   void reduceTied();        // sum tied parameters' gradients over their holders
   void gradStats(double &sumSq, double &nonFinite); // replica 0's share of the global norm

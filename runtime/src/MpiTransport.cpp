@@ -159,7 +159,7 @@ void MpiTransport::wait(Request id) {
                   ", expected " + std::to_string(want) + " (the neighbouring stages disagree on the tensor sizes)");
   }
 }
-void MpiTransport::allreduceSumStage(void *buf, size_t count, pipec_dtype dtype) {
+void MpiTransport::allreduceSumStage(void *buf, size_t count, pipec_dtype dtype, Stream) {
   if (count > (size_t)INT_MAX) throw Error("all-reduce of more than INT_MAX elements");
   checkMpi(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, mpiType(dtype), MPI_SUM, control_.stageComm()),
         "MPI_Allreduce (gradients)");

@@ -50,7 +50,7 @@ public:
   Request isend(const void *buf, size_t bytes, int peer, int tag) override;
   Request irecv(void *buf, size_t bytes, int peer, int tag) override;
   void wait(Request r) override;
-  void allreduceSumStage(void *buf, size_t count, pipec_dtype dtype) override;
+  void allreduceSumStage(void *buf, size_t count, pipec_dtype dtype, Stream stream = nullptr) override;
   void allreduceSumGroup(int group, void *buf, size_t count, pipec_dtype dtype) override;
 
 private:

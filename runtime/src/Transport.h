@@ -99,9 +99,14 @@ public:
   virtual Request irecv(void *buf, size_t bytes, int peer, int tag) = 0;
   virtual void wait(Request r) = 0;
   // In-place sum over the replicas of this rank's stage (Control::splitStage
-  // first). Stream-ordered transports enqueue it on the device's compute
-  // stream (no host sync).
-  virtual void allreduceSumStage(void *buf, size_t count, pipec_dtype dtype) = 0;
+  // first). Stream-ordered transports enqueue it on `stream`, the device's
+  // compute stream when nullptr (no host sync).
+  virtual void allreduceSumStage(void *buf, size_t count, pipec_dtype dtype, Stream stream = nullptr) = 0;
+  // A stream of the transport's own on which allreduceSumStage runs apart
+  // from the compute stream, overlapping it (GradientSync: a chunk's
+  // gradients summed as soon as they are final); nullptr when there is none
+  // (host transports, and sums through host memory).
+  virtual Stream reductionStream() { return nullptr; }
   // In-place sum over a group of Control::splitGroup (tied parameters); every
   // member gets the bitwise same result, so tied copies stay equal.
   virtual void allreduceSumGroup(int group, void *buf, size_t count, pipec_dtype dtype) {

@@ -276,6 +276,7 @@ inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned flags,
   if (flags & cudaStreamNonBlocking) emu::transferStreams.push_back(*s);
   return cudaSuccess;
 }
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) { return cudaStreamCreateWithPriority(s, flags, 0); }
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete reinterpret_cast<char *>(s); return cudaSuccess; }
 inline cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) { *least = 0, *greatest = -5; return cudaSuccess; }
 inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int) { *pool = nullptr; return cudaSuccess; }
