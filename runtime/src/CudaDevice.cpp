@@ -15,12 +15,10 @@
 
 namespace pipec::rt {
 
-namespace {
-void check(cudaError_t e, const char *what) {
+void checkCuda(cudaError_t e, const char *what) {
   if (e != cudaSuccess)
     throw Error(std::string(what) + " failed: " + cudaGetErrorString(e) + " (" + cudaGetErrorName(e) + ")");
 }
-} // namespace
 
 CudaDevice::CudaDevice(int localRank) : Device(false) {
   // The compute stream and one stream per communicating peer must not share
@@ -38,28 +36,28 @@ CudaDevice::CudaDevice(int localRank) : Device(false) {
                 "); run on GPU nodes, or compile the model with --target cpu");
   count_ = count;
   ordinal_ = localRank % count;
-  check(cudaSetDevice(ordinal_), "cudaSetDevice");
+  checkCuda(cudaSetDevice(ordinal_), "cudaSetDevice");
   cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, ordinal_), "cudaGetDeviceProperties");
+  checkCuda(cudaGetDeviceProperties(&prop, ordinal_), "cudaGetDeviceProperties");
   gpuName_ = prop.name, major_ = prop.major, minor_ = prop.minor;
   uuid_.assign(prop.uuid.bytes, prop.uuid.bytes + sizeof prop.uuid.bytes);
   // A blocking stream (default flags): work a stage library might put on the
   // legacy default stream stays ordered with it.
-  check(cudaStreamCreate(&compute_), "cudaStreamCreate");
+  checkCuda(cudaStreamCreate(&compute_), "cudaStreamCreate");
   // Freed memory (stashed versions, snapshots) stays in the stream-ordered
   // pool for the next allocation instead of going back to the driver.
   cudaMemPool_t pool;
-  check(cudaDeviceGetDefaultMemPool(&pool, ordinal_), "cudaDeviceGetDefaultMemPool");
+  checkCuda(cudaDeviceGetDefaultMemPool(&pool, ordinal_), "cudaDeviceGetDefaultMemPool");
   uint64_t keep = UINT64_MAX;
-  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
-  check(cudaMallocHost((void **)&result_, 2 * sizeof(double)), "cudaMallocHost");
+  checkCuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
+  checkCuda(cudaMallocHost((void **)&result_, 2 * sizeof(double)), "cudaMallocHost");
 }
 
 void CudaDevice::releaseCachedMemory() {
   cudaMemPool_t pool;
-  check(cudaDeviceGetDefaultMemPool(&pool, ordinal_), "cudaDeviceGetDefaultMemPool");
-  check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize");
-  check(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo");
+  checkCuda(cudaDeviceGetDefaultMemPool(&pool, ordinal_), "cudaDeviceGetDefaultMemPool");
+  checkCuda(cudaStreamSynchronize(compute_), "cudaStreamSynchronize");
+  checkCuda(cudaMemPoolTrimTo(pool, 0), "cudaMemPoolTrimTo");
 }
 
 void CudaDevice::setWaitCheck(std::function<void()> check) {
@@ -68,19 +66,19 @@ void CudaDevice::setWaitCheck(std::function<void()> check) {
 }
 
 void CudaDevice::await(cudaEvent_t e, const char *what) {
-  if (!watching()) return check(cudaEventSynchronize(e), what);
+  if (!watching()) return checkCuda(cudaEventSynchronize(e), what);
   cudaError_t rc;
   while ((rc = cudaEventQuery(e)) == cudaErrorNotReady) {
     waitCheck_();
     std::this_thread::yield();
   }
-  check(rc, what);
+  checkCuda(rc, what);
 }
 
 void CudaDevice::awaitStream(cudaStream_t s, const char *what) {
-  if (!watching()) return check(cudaStreamSynchronize(s), what);
-  if (!streamDone_) check(cudaEventCreateWithFlags(&streamDone_, cudaEventDisableTiming), "cudaEventCreate");
-  check(cudaEventRecord(streamDone_, s), "cudaEventRecord");
+  if (!watching()) return checkCuda(cudaStreamSynchronize(s), what);
+  if (!streamDone_) checkCuda(cudaEventCreateWithFlags(&streamDone_, cudaEventDisableTiming), "cudaEventCreate");
+  checkCuda(cudaEventRecord(streamDone_, s), "cudaEventRecord");
   await(streamDone_, what);
 }
 
@@ -153,12 +151,12 @@ void *CudaDevice::allocate(size_t bytes) {
   if (!bytes) return nullptr;
   const size_t alloc = (bytes + 63) / 64 * 64;
   void *p = nullptr;
-  check(cudaMallocAsync(&p, alloc, compute_), ("cudaMallocAsync of " + std::to_string(bytes) + " bytes").c_str());
+  checkCuda(cudaMallocAsync(&p, alloc, compute_), ("cudaMallocAsync of " + std::to_string(bytes) + " bytes").c_str());
   if ((uintptr_t)p % 64) { // CUDA allocations are 256-byte aligned; the layouts rely on 64
     cudaFreeAsync(p, compute_);
     throw Error("cudaMallocAsync returned memory that is not 64-byte aligned");
   }
-  check(cudaMemsetAsync(p, 0, alloc, compute_), "cudaMemsetAsync");
+  checkCuda(cudaMemsetAsync(p, 0, alloc, compute_), "cudaMemsetAsync");
   return p;
 }
 void CudaDevice::release(void *p) noexcept {
@@ -167,7 +165,7 @@ void CudaDevice::release(void *p) noexcept {
 void *CudaDevice::allocateHost(size_t bytes) {
   if (!bytes) return nullptr;
   void *p = nullptr;
-  check(cudaMallocHost(&p, bytes), "cudaMallocHost");
+  checkCuda(cudaMallocHost(&p, bytes), "cudaMallocHost");
   std::memset(p, 0, bytes);
   return p;
 }
@@ -176,28 +174,28 @@ void CudaDevice::releaseHost(void *p) noexcept {
 }
 
 void CudaDevice::zero(void *p, size_t bytes, Stream s) {
-  if (bytes) check(cudaMemsetAsync(p, 0, bytes, streamOf(s)), "cudaMemsetAsync");
+  if (bytes) checkCuda(cudaMemsetAsync(p, 0, bytes, streamOf(s)), "cudaMemsetAsync");
 }
 void CudaDevice::copy(void *dst, const void *src, size_t bytes, Stream s) {
-  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, streamOf(s)), "cudaMemcpyAsync");
+  if (bytes) checkCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, streamOf(s)), "cudaMemcpyAsync");
 }
 void CudaDevice::writeSmall(void *dst, const void *src, size_t bytes, Stream s) {
-  check(cudakernels::writeBytes(dst, src, bytes, streamOf(s)), "writing a bundle header");
+  checkCuda(cudakernels::writeBytes(dst, src, bytes, streamOf(s)), "writing a bundle header");
 }
 void CudaDevice::uploadAsync(void *dst, const void *src, size_t bytes, Stream s) {
-  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, streamOf(s)), "cudaMemcpyAsync (upload)");
+  if (bytes) checkCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, streamOf(s)), "cudaMemcpyAsync (upload)");
 }
 void CudaDevice::downloadAsync(void *dst, const void *src, size_t bytes, Stream s) {
-  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, streamOf(s)), "cudaMemcpyAsync (download)");
+  if (bytes) checkCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, streamOf(s)), "cudaMemcpyAsync (download)");
 }
 void CudaDevice::upload(void *dst, const void *src, size_t bytes) {
   if (!bytes) return;
-  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute_), "cudaMemcpyAsync (upload)");
+  checkCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, compute_), "cudaMemcpyAsync (upload)");
   awaitStream(compute_, "cudaStreamSynchronize (upload)");
 }
 void CudaDevice::download(void *dst, const void *src, size_t bytes) {
   if (!bytes) return;
-  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_), "cudaMemcpyAsync (download)");
+  checkCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_), "cudaMemcpyAsync (download)");
   awaitStream(compute_, "cudaStreamSynchronize (download)");
 }
 
@@ -210,11 +208,11 @@ void needFloat(pipec_dtype t, const char *what) {
 
 void CudaDevice::scale(void *p, size_t n, pipec_dtype t, double factor) {
   needFloat(t, "scale");
-  check(cudakernels::scale(p, n, t, factor, compute_), "scaling gradients");
+  checkCuda(cudakernels::scale(p, n, t, factor, compute_), "scaling gradients");
 }
 void CudaDevice::add(void *dst, const void *src, size_t n, pipec_dtype t) {
   needFloat(t, "add");
-  check(cudakernels::add(dst, src, n, t, compute_), "adding gradients");
+  checkCuda(cudakernels::add(dst, src, n, t, compute_), "adding gradients");
 }
 void CudaDevice::gradientStats(const std::vector<Span> &spans, double *stats) {
   size_t blocks = 0;
@@ -224,34 +222,34 @@ void CudaDevice::gradientStats(const std::vector<Span> &spans, double *stats) {
     return;
   }
   if (blocks > partialsCap_) {
-    if (partials_) check(cudaFreeAsync(partials_, compute_), "cudaFreeAsync");
+    if (partials_) checkCuda(cudaFreeAsync(partials_, compute_), "cudaFreeAsync");
     partials_ = nullptr, partialsCap_ = 0;
-    check(cudaMallocAsync((void **)&partials_, 2 * sizeof(double) * blocks, compute_), "cudaMallocAsync");
+    checkCuda(cudaMallocAsync((void **)&partials_, 2 * sizeof(double) * blocks, compute_), "cudaMallocAsync");
     partialsCap_ = blocks;
   }
   size_t at = 0;
   for (const Span &s : spans) {
-    check(cudakernels::sumSquares(s.p, s.n, s.dtype, partials_ + 2 * at, compute_), "gradient norm");
+    checkCuda(cudakernels::sumSquares(s.p, s.n, s.dtype, partials_ + 2 * at, compute_), "gradient norm");
     at += cudakernels::sumSquaresBlocks(s.n);
   }
-  check(cudakernels::sumPartials(partials_, blocks, stats, compute_), "gradient norm");
+  checkCuda(cudakernels::sumPartials(partials_, blocks, stats, compute_), "gradient norm");
 }
 
 void CudaDevice::sumSquares(const std::vector<Span> &spans, double &sumSq, double &nonFinite) {
   if (!stats_) stats_ = (double *)allocate(2 * sizeof(double));
   gradientStats(spans, stats_);
-  check(cudaMemcpyAsync(result_, stats_, 2 * sizeof(double), cudaMemcpyDeviceToHost, compute_), "cudaMemcpyAsync");
+  checkCuda(cudaMemcpyAsync(result_, stats_, 2 * sizeof(double), cudaMemcpyDeviceToHost, compute_), "cudaMemcpyAsync");
   awaitStream(compute_, "cudaStreamSynchronize (gradient norm)");
   sumSq += result_[0];
   nonFinite += result_[1];
 }
 
 void CudaDevice::stepControl(const double *stats, double maxNorm, pipec_step_control *control) {
-  check(cudakernels::stepControl(stats, maxNorm, control, compute_), "the optimizer step's control");
+  checkCuda(cudakernels::stepControl(stats, maxNorm, control, compute_), "the optimizer step's control");
 }
 
 void CudaDevice::zeroUnlessSkipped(void *p, size_t bytes, const pipec_step_control *control) {
-  check(cudakernels::zeroUnlessSkipped(p, bytes, control, compute_), "zeroing the gradients");
+  checkCuda(cudakernels::zeroUnlessSkipped(p, bytes, control, compute_), "zeroing the gradients");
 }
 
 void CudaDevice::generateSynthetic(const io::SyntheticField &field, uint64_t first, uint64_t count, void *dst) {
@@ -262,23 +260,23 @@ void CudaDevice::generateSynthetic(const io::SyntheticField &field, uint64_t fir
 
 void CudaDevice::guardBundle(void *bundle, size_t bytes, const void *expected, unsigned compared, unsigned header,
                              Stream s) {
-  check(cudakernels::guardBundle(bundle, bytes, expected, compared, header, streamOf(s)), "guarding a received bundle");
+  checkCuda(cudakernels::guardBundle(bundle, bytes, expected, compared, header, streamOf(s)), "guarding a received bundle");
 }
 
 // ---------------------------------------------------------------- events
 Event CudaDevice::newEvent() {
   cudaEvent_t e = nullptr;
-  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  checkCuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   return e;
 }
 void CudaDevice::deleteEvent(Event e) noexcept {
   if (e) (void)cudaEventDestroy((cudaEvent_t)e);
 }
-void CudaDevice::record(Event e, Stream s) { check(cudaEventRecord((cudaEvent_t)e, streamOf(s)), "cudaEventRecord"); }
+void CudaDevice::record(Event e, Stream s) { checkCuda(cudaEventRecord((cudaEvent_t)e, streamOf(s)), "cudaEventRecord"); }
 void CudaDevice::streamWait(Stream s, Event e) {
-  if (e) check(cudaStreamWaitEvent(streamOf(s), (cudaEvent_t)e, 0), "cudaStreamWaitEvent");
+  if (e) checkCuda(cudaStreamWaitEvent(streamOf(s), (cudaEvent_t)e, 0), "cudaStreamWaitEvent");
 }
-void CudaDevice::bindThread() { check(cudaSetDevice(ordinal_), "cudaSetDevice"); }
+void CudaDevice::bindThread() { checkCuda(cudaSetDevice(ordinal_), "cudaSetDevice"); }
 void CudaDevice::hostWait(Event e) {
   if (e) await((cudaEvent_t)e, "cudaEventSynchronize");
 }
@@ -286,9 +284,9 @@ bool CudaDevice::query(Event e) {
   if (!e) return true;
   const cudaError_t r = cudaEventQuery((cudaEvent_t)e);
   if (r == cudaErrorNotReady) return false;
-  check(r, "cudaEventQuery");
+  checkCuda(r, "cudaEventQuery");
   return true;
 }
-void CudaDevice::synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+void CudaDevice::synchronize() { checkCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
 } // namespace pipec::rt

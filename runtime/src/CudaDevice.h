@@ -14,6 +14,9 @@
 
 namespace pipec::rt {
 
+// Throws Error("WHAT failed: <CUDA's message> (<its name>)") unless e is cudaSuccess.
+void checkCuda(cudaError_t e, const char *what);
+
 class CudaDevice final : public Device {
 public:
   // Must be the process's first CUDA call: uses device localRank modulo the

@@ -157,9 +157,9 @@ void Executor::checkNeighbours() {
   // And the point-to-point transfers of its stream, in order.
   json transfers = json::array();
   for (const Transfer &t : transfersOf(stream_)) transfers.push_back({(int)t.op, t.mb, t.chunk, t.peer, t.index});
-  // The order this rank sums its chunks' gradients over the replicas in:
-  // those summed early, as they become final, then the rest. NCCL needs it
-  // to be the same on every replica.
+  // The chunks this rank sums over the replicas early, in the order their
+  // gradients become final; the others follow at ALLREDUCE in chunk order.
+  // NCCL needs the whole order to be the same on every replica.
   std::vector<int> sumOrder;
   {
     std::vector<std::pair<int64_t, int>> early;
@@ -167,8 +167,6 @@ void Executor::checkNeighbours() {
       if (gradientsFinalAt_[c] >= 0) early.push_back({gradientsFinalAt_[c], (int)c});
     std::sort(early.begin(), early.end());
     for (const auto &[at, c] : early) sumOrder.push_back(c);
-    for (size_t c = 0; c < chunks_.size(); ++c)
-      if (gradientsFinalAt_[c] < 0) sumOrder.push_back((int)c + 1000000); // summed at ALLREDUCE
   }
   const json me{{"rank", scheduleRank_}, {"path", stream_.path}, {"chunks", mine}, {"transfers", transfers},
                 {"stage", stage_}, {"sum_order", sumOrder}};
@@ -255,41 +253,31 @@ void Executor::warmUp() {
     for (int i = 0; i < d.num_params; ++i)
       if (d.params[i].role == PIPEC_BUFFER) bufferBytes += params.bytes[i];
     Buffer saved(device_, bufferBytes);
-    for (int i = 0, at = 0; i < d.num_params; ++i)
-      if (d.params[i].role == PIPEC_BUFFER)
-        device_.copy(saved.data() + at, m.params().data() + params.offsets[i], params.bytes[i]), at += params.bytes[i];
+    auto copyBuffers = [&](bool back) { // the BUFFER parameters into `saved`, or back
+      for (int i = 0, at = 0; i < d.num_params; ++i)
+        if (d.params[i].role == PIPEC_BUFFER) {
+          char *param = m.params().data() + params.offsets[i], *copy = saved.data() + at;
+          device_.copy(back ? param : copy, back ? copy : param, params.bytes[i]);
+          at += params.bytes[i];
+        }
+    };
+    copyBuffers(false);
     Buffer data(device_, m.dataLayout().total), inputs(device_, m.inputLayout().total),
         outputs(device_, m.outputLayout().total), gradOutputs(device_, m.outputLayout().total),
         gradInputs(device_, m.inputLayout().total), workspace(device_, (size_t)d.workspace_bytes),
         loss(device_, 2 * sizeof(float));
-    std::vector<void *> paramPtrs = params.pointers(m.params().data()), dataPtrs = m.dataLayout().pointers(data.data()),
-                        inputPtrs = m.inputLayout().pointers(inputs.data()),
-                        outputPtrs = m.outputLayout().pointers(outputs.data()),
-                        gradOutputPtrs = m.outputLayout().pointers(gradOutputs.data()),
-                        gradInputPtrs = m.inputLayout().pointers(gradInputs.data()), gradParamPtrs = m.gradPtrs();
-    pipec_call c{};
-    c.seed = seed_;
+    CallTables tables;
+    pipec_call c = stageCall(m, m.params().data(), data.data(), inputs.data(), outputs.data(), gradOutputs.data(),
+                             gradInputs.data(), tables);
     c.step = m.steps;
-    c.params = paramPtrs.data();
-    c.data = (const void *const *)dataPtrs.data();
-    c.inputs = (const void *const *)inputPtrs.data();
-    c.outputs = outputPtrs.data();
-    c.grad_outputs = d.num_outputs ? (const void *const *)gradOutputPtrs.data() : nullptr;
-    c.grad_inputs = gradInputPtrs.data();
-    c.grad_params = gradParamPtrs.data();
     if (d.computes_loss) c.loss = (float *)loss.data();
-    c.loss_scale = 1.0f;
-    c.stream = device_.computeStream();
-    c.no_graphs = opt_.noCudaGraphs ? 1 : 0;
     c.workspace = workspace.data();
     m.lib().forward(c);
     m.lib().backwardInput(c);
     m.lib().backwardWeight(c);
     c.inference = 1; // validation's forward has its own first call
     m.lib().forward(c);
-    for (int i = 0, at = 0; i < d.num_params; ++i)
-      if (d.params[i].role == PIPEC_BUFFER)
-        device_.copy(m.params().data() + params.offsets[i], saved.data() + at, params.bytes[i]), at += params.bytes[i];
+    copyBuffers(true);
     m.grads().zero();
   }
   device_.synchronize();
@@ -346,6 +334,31 @@ void Executor::loadData(int chunk, Slot &s, int mb, int64_t it) {
   s.dataLoaded = true;
 }
 
+pipec_call Executor::stageCall(StageModel &m, char *params, char *data, char *inputs, char *outputs, char *gradOutputs,
+                               char *gradInputs, CallTables &t) const {
+  const pipec_stage_desc &d = m.desc();
+  t.params = m.paramLayout().pointers(params);
+  t.data = m.dataLayout().pointers(data);
+  t.inputs = m.inputLayout().pointers(inputs);
+  t.outputs = m.outputLayout().pointers(outputs);
+  t.gradOutputs = m.outputLayout().pointers(gradOutputs);
+  t.gradInputs = m.inputLayout().pointers(gradInputs);
+  t.gradParams = m.gradPtrs();
+  pipec_call c{};
+  c.seed = seed_;
+  c.params = t.params.data();
+  c.data = (const void *const *)t.data.data();
+  c.inputs = (const void *const *)t.inputs.data();
+  c.outputs = t.outputs.data();
+  c.grad_outputs = d.num_outputs ? (const void *const *)t.gradOutputs.data() : nullptr;
+  c.grad_inputs = t.gradInputs.data();
+  c.grad_params = t.gradParams.data();
+  c.loss_scale = 1.0f; // gradients of the sum of micro-batch losses; STEP divides by their count
+  c.stream = device_.computeStream();
+  c.no_graphs = opt_.noCudaGraphs ? 1 : 0;
+  return c;
+}
+
 void Executor::compute(const Instr &in, int64_t it) {
   Chunk &ch = chunks_[in.chunk];
   StageModel &m = *ch.model;
@@ -362,28 +375,12 @@ void Executor::compute(const Instr &in, int64_t it) {
   const std::string what = toString(in);
 
   // Validation uses the current weights (no version is stashed for it).
-  std::vector<void *> params =
-      m.paramLayout().pointers(validating_ ? m.params().data() : (char *)stash_.paramsFor(in.chunk, in.mb, m));
-  std::vector<void *> data = m.dataLayout().pointers(s.data.data());
-  std::vector<void *> inputs = m.inputLayout().pointers(s.inputs.data());
-  std::vector<void *> outputs = m.outputLayout().pointers(s.outputs.data());
-  std::vector<void *> gradOutputs = m.outputLayout().pointers(s.gradOutputs.data());
-  std::vector<void *> gradInputs = m.inputLayout().pointers(s.gradInputs.data());
-  std::vector<void *> gradParams = m.gradPtrs();
-  pipec_call c{};
+  CallTables tables;
+  pipec_call c =
+      stageCall(m, validating_ ? m.params().data() : (char *)stash_.paramsFor(in.chunk, in.mb, m), s.data.data(),
+                s.inputs.data(), s.outputs.data(), s.gradOutputs.data(), s.gradInputs.data(), tables);
   c.microbatch = it * plan_.microbatches + in.mb;
-  c.seed = seed_;
-  c.params = params.data();
-  c.data = (const void *const *)data.data();
-  c.inputs = (const void *const *)inputs.data();
-  c.outputs = outputs.data();
-  c.grad_outputs = d.num_outputs ? (const void *const *)gradOutputs.data() : nullptr;
-  c.grad_inputs = gradInputs.data();
-  c.grad_params = gradParams.data();
   if (d.computes_loss) c.loss = (float *)losses_.data() + (in.op == Op::Recompute ? plan_.microbatches : in.mb);
-  c.loss_scale = 1.0f; // gradients of the sum of micro-batch losses; STEP divides by their count
-  c.stream = device_.computeStream();
-  c.no_graphs = opt_.noCudaGraphs ? 1 : 0;
   if (recorder_.profiling() && in.op != Op::Recompute && !validating_) recorder_.timeOps(c);
 
   switch (in.op) {

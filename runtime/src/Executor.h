@@ -94,6 +94,14 @@ private:
   // every replica of the stage sums in the same order.
   std::vector<int64_t> gradientsFinalAt_;
   void findGradientsFinal();
+  // One stage call's pointer tables (they must outlive the call) and the
+  // fields of the call that they and the run settle; the caller sets the
+  // rest (micro-batch, step, loss slot, workspace, inference).
+  struct CallTables {
+    std::vector<void *> params, data, inputs, outputs, gradOutputs, gradInputs, gradParams;
+  };
+  pipec_call stageCall(StageModel &m, char *params, char *data, char *inputs, char *outputs, char *gradOutputs,
+                       char *gradInputs, CallTables &tables) const;
   SlotPool slots_;
   WeightStash stash_;
   HeaderChecks headers_;

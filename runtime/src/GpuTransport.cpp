@@ -8,14 +8,10 @@
 #include <cassert>
 #include <cstdlib>
 
-#include <thread>
 
 namespace pipec::rt {
 
 namespace {
-void cuda(cudaError_t e, const char *what) {
-  if (e != cudaSuccess) throw Error(std::string(what) + " failed: " + cudaGetErrorString(e));
-}
 std::string ncclFailure(ncclResult_t r, const std::string &what) {
   const char *detail = ncclGetLastError(nullptr);
   return what + " failed: " + ncclGetErrorString(r) + (detail && *detail ? std::string(" (") + detail + ")" : "");
@@ -161,7 +157,7 @@ void GpuTransport::connect(const Connections &c) {
                               : ncclName_;
   if (anyNccl) needNccl();
   int least = 0, greatest = 0;
-  cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+  checkCuda(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
   // 0. The pairs on one GPU: their links exchange handles over MPI, with
   // nothing blocking in between, before any NCCL communicator (whose
   // creation blocks until all its members are there).
@@ -191,7 +187,7 @@ void GpuTransport::connect(const Connections &c) {
   hostSumBytes_ = c.largestSum;
   // 1. The replicas of this stage (every rank is in exactly one such group).
   stage_ = makeGroup(control_.stageComm(), "replicas of the stage");
-  if (stage_.sum == Sum::Nccl) cuda(cudaStreamCreateWithFlags(&reduction_, cudaStreamNonBlocking), "cudaStreamCreate");
+  if (stage_.sum == Sum::Nccl) checkCuda(cudaStreamCreateWithFlags(&reduction_, cudaStreamNonBlocking), "cudaStreamCreate");
   // 2. Tied-parameter groups, in the order Control::splitGroup made them.
   for (int g : c.groups) groups_[g] = makeGroup(control_.groupComm(g), "tied parameter group");
   // 3. One 2-rank communicator per ordered pair with traffic: the sender
@@ -235,7 +231,7 @@ void GpuTransport::connect(const Connections &c) {
              "ncclCommInitRank (rank " + std::to_string(from) + " -> rank " + std::to_string(to) + ")");
     order_.push_back(l.comm);
     l.peerInComm = send ? 1 : 0;
-    cuda(cudaStreamCreateWithPriority(&l.stream, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority");
+    checkCuda(cudaStreamCreateWithPriority(&l.stream, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority");
     links_[{peer, send}] = l;
   }
   // NCCL connects point-to-point peers at their first transfer, on the host,
@@ -243,7 +239,7 @@ void GpuTransport::connect(const Connections &c) {
   // same global order (so a failure is a start-up error and the first SEND of
   // the run does not wait on the host for its receiver).
   void *scratch = nullptr;
-  cuda(cudaMalloc(&scratch, 64), "cudaMalloc");
+  checkCuda(cudaMalloc(&scratch, 64), "cudaMalloc");
   try {
     for (const auto &[from, to] : c.pairs) {
       if ((from != me && to != me) || sameGpu(from, to)) continue;
@@ -252,7 +248,7 @@ void GpuTransport::connect(const Connections &c) {
         nccl(ncclSend(scratch, 64, ncclUint8, l.peerInComm, l.comm, l.stream), "ncclSend (connecting)");
       else
         nccl(ncclRecv(scratch, 64, ncclUint8, l.peerInComm, l.comm, l.stream), "ncclRecv (connecting)");
-      cuda(cudaStreamSynchronize(l.stream), "connecting NCCL links");
+      checkCuda(cudaStreamSynchronize(l.stream), "connecting NCCL links");
     }
   } catch (...) {
     cudaFree(scratch);
@@ -334,12 +330,12 @@ GpuTransport::Request GpuTransport::enqueued(cudaStream_t s) {
     e = freeEvents_.back();
     freeEvents_.pop_back();
   } else {
-    cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    checkCuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   }
   const cudaError_t rc = cudaEventRecord(e, s);
   if (rc != cudaSuccess) {
     freeEvents_.push_back(e);
-    cuda(rc, "cudaEventRecord");
+    checkCuda(rc, "cudaEventRecord");
   }
   pending_[next_] = e;
   return next_++;
@@ -385,20 +381,10 @@ GpuTransport::Request GpuTransport::irecv(void *buf, size_t bytes, int peer, int
 
 void GpuTransport::wait(Request r) {
   cudaEvent_t e = take(r);
-  // Poll rather than block, so that an asynchronous NCCL error (a peer gone)
-  // surfaces instead of waiting forever.
-  cudaError_t rc;
-  while ((rc = cudaEventQuery(e)) == cudaErrorNotReady) {
-    try {
-      checkAsyncErrors();
-    } catch (...) {
-      freeEvents_.push_back(e);
-      throw;
-    }
-    std::this_thread::yield();
-  }
-  freeEvents_.push_back(e);
-  cuda(rc, "waiting for a transfer");
+  freeEvents_.push_back(e); // reusable once waited for (or once an error ends the run)
+  // The device's wait polls NCCL's asynchronous errors (checkAsyncErrors),
+  // so that a peer gone surfaces instead of waiting forever.
+  device_.await(e, "waiting for a transfer");
 }
 
 // Ranks that share a GPU sum through pinned host memory: the gradients come

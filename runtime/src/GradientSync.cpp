@@ -10,7 +10,8 @@ GradientSync::GradientSync(const Plan &plan, const OptimizerConfig &optimizer, b
                            Transport &transport, Device &device, std::vector<Chunk> &chunks, int stage, int replica,
                            std::string who)
     : plan_(plan), optimizer_(optimizer), allowNonFinite_(allowNonFinite), control_(control), transport_(transport),
-      device_(device), chunks_(chunks), stage_(stage), replica_(replica), who_(std::move(who)) {
+      device_(device), chunks_(chunks), stage_(stage), replica_(replica), who_(std::move(who)),
+      summedEarly_(chunks.size(), 0), gradientsFinal_(chunks.size(), nullptr) {
   // Tied parameters: every holder chunk on this rank must have the
   // parameter, trained and floating-point (shapes are compared across ranks
   // in Executor::checkNeighbours).
@@ -80,8 +81,6 @@ void GradientSync::sumGradients(StageModel &m, Stream stream) {
 void GradientSync::gradientsFinal(int chunk) {
   const Stream reduction = transport_.reductionStream();
   if (!reduction) return;
-  if (summedEarly_.size() != chunks_.size()) summedEarly_.assign(chunks_.size(), 0);
-  if (gradientsFinal_.size() != chunks_.size()) gradientsFinal_.assign(chunks_.size(), nullptr);
   Event &done = gradientsFinal_[(size_t)chunk];
   if (!done) done = device_.newEvent();
   device_.record(done); // on the compute stream, after the chunk's last weight gradient
@@ -102,7 +101,7 @@ void GradientSync::allreduce() {
     device_.streamWait(reduction, allFinal_);
   }
   for (size_t c = 0; c < chunks_.size(); ++c)
-    if (c >= summedEarly_.size() || !summedEarly_[c]) sumGradients(*chunks_[c].model, reduction);
+    if (!summedEarly_[c]) sumGradients(*chunks_[c].model, reduction);
   averageBuffers(reduction);
   summedEarly_.assign(chunks_.size(), 0);
   double count = mbSinceStep_;

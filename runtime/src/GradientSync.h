@@ -57,9 +57,6 @@ public:
 private:
   void sumGradients(StageModel &m, Stream stream);
   void averageBuffers(Stream stream);
-  std::vector<char> summedEarly_;      // per chunk, this iteration
-  std::vector<Event> gradientsFinal_;  // per chunk: recorded on the compute stream
-  Event allFinal_ = nullptr, summed_ = nullptr;
   double finishGradients(); // scale by 1/count; returns the number of micro-batches
   void reduceTied();        // sum tied parameters' gradients over their holders
   void gradStats(double &sumSq, double &nonFinite); // replica 0's share of the global norm
@@ -75,6 +72,11 @@ private:
   std::vector<Chunk> &chunks_;
   const int stage_, replica_;
   const std::string who_;
+
+  // The replicas' sums on the transport's reduction stream (gradientsFinal).
+  std::vector<char> summedEarly_;      // per chunk, this iteration
+  std::vector<Event> gradientsFinal_;  // per chunk: recorded on the compute stream
+  Event allFinal_ = nullptr, summed_ = nullptr;
 
   // Tied parameters this rank holds (runtime.tied): per entry of plan.tied
   // with a holder chunk here, its communicator group and the (chunk, param

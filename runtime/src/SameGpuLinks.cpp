@@ -9,10 +9,6 @@
 namespace pipec::rt {
 
 namespace {
-void cuda(cudaError_t e, const char *what) {
-  if (e != cudaSuccess) throw Error(std::string(what) + " failed: " + cudaGetErrorString(e));
-}
-
 // The links' message tags on their private communicator.
 enum Tag : int { kOffer = 1, kEvents = 2, kSent = 3, kTook = 4, kData = 5, kOpened = 6 };
 
@@ -109,6 +105,15 @@ void SameGpuLinks::connect(const std::vector<std::pair<int, int>> &pairs, const 
   auto failed = [&](const std::string &why) {
     if (error.empty()) error = why;
   };
+  // Posts this end's message of a round to `peer` and the receive of the
+  // peer's (waited for together, after the round).
+  auto exchange = [&](const void *out, int outBytes, int outTag, void *in, int inBytes, int inTag, int peer,
+                      const char *what) {
+    requests.emplace_back();
+    checkMpi(MPI_Isend(out, outBytes, MPI_BYTE, peer, outTag, comm_, &requests.back()), what);
+    requests.emplace_back();
+    checkMpi(MPI_Irecv(in, inBytes, MPI_BYTE, peer, inTag, comm_, &requests.back()), what);
+  };
   for (size_t k = 0; k < pairs.size(); ++k) {
     const auto [from, to] = pairs[k];
     Link l;
@@ -132,11 +137,7 @@ void SameGpuLinks::connect(const std::vector<std::pair<int, int>> &pairs, const 
         o.ipc = e == cudaSuccess;
         if (!o.ipc) (void)cudaGetLastError(), setWhy(o.why, std::string("CUDA IPC refused: ") + cudaGetErrorString(e));
       }
-      requests.emplace_back();
-      checkMpi(MPI_Isend(&o, sizeof o, MPI_BYTE, from, kOffer, comm_, &requests.back()), "MPI_Isend (same-GPU offer)");
-      requests.emplace_back();
-      checkMpi(MPI_Irecv(&events[k], sizeof events[k], MPI_BYTE, from, kEvents, comm_, &requests.back()),
-               "MPI_Irecv (same-GPU events)");
+      exchange(&o, sizeof o, kOffer, &events[k], sizeof events[k], kEvents, from, "posting the same-GPU offer");
     } else {
       SenderEvents &ev = events[k];
       if (preference != Preference::Staged) {
@@ -144,11 +145,7 @@ void SameGpuLinks::connect(const std::vector<std::pair<int, int>> &pairs, const 
         ev.ok = e == cudaSuccess;
         if (!ev.ok) (void)cudaGetLastError(), setWhy(ev.why, std::string("CUDA IPC events refused: ") + cudaGetErrorString(e));
       }
-      requests.emplace_back();
-      checkMpi(MPI_Isend(&ev, sizeof ev, MPI_BYTE, to, kEvents, comm_, &requests.back()), "MPI_Isend (same-GPU events)");
-      requests.emplace_back();
-      checkMpi(MPI_Irecv(&offers[k], sizeof offers[k], MPI_BYTE, to, kOffer, comm_, &requests.back()),
-               "MPI_Irecv (same-GPU offer)");
+      exchange(&ev, sizeof ev, kEvents, &offers[k], sizeof offers[k], kOffer, to, "posting the same-GPU events");
     }
     links_[{l.peer, l.send}] = l;
   }
@@ -180,12 +177,8 @@ void SameGpuLinks::connect(const std::vector<std::pair<int, int>> &pairs, const 
     } else {
       l.why = o.why[0] ? o.why : ev.why;
     }
-    const int peer = send ? to : from;
-    requests.emplace_back();
-    checkMpi(MPI_Isend(&opened[k], 1, MPI_INT32_T, peer, kOpened, comm_, &requests.back()), "MPI_Isend (same-GPU open)");
-    requests.emplace_back();
-    checkMpi(MPI_Irecv(&peerOpened[k], 1, MPI_INT32_T, peer, kOpened, comm_, &requests.back()),
-             "MPI_Irecv (same-GPU open)");
+    exchange(&opened[k], sizeof opened[k], kOpened, &peerOpened[k], sizeof peerOpened[k], kOpened, send ? to : from,
+             "posting whether the same-GPU link opened");
   }
   checkMpi(MPI_Waitall((int)requests.size(), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (same-GPU links)");
   for (size_t k = 0; k < pairs.size(); ++k) {
@@ -258,14 +251,14 @@ void SameGpuLinks::send(const void *buf, size_t bytes, int peer) {
   char *at = (l.mode == Mode::Ipc ? l.slots : l.pinned) + slot * l.capacity;
   if (l.mode == Mode::Ipc) {
     awaitCredit(l);
-    cuda(cudaStreamWaitEvent(l.stream, l.consumed[slot], 0), "cudaStreamWaitEvent (same-GPU slot)");
-    cuda(cudaMemcpyAsync(at, buf, bytes, cudaMemcpyDeviceToDevice, l.stream), "cudaMemcpyAsync (same-GPU send)");
-    cuda(cudaEventRecord(l.filled[slot], l.stream), "cudaEventRecord (same-GPU send)");
+    checkCuda(cudaStreamWaitEvent(l.stream, l.consumed[slot], 0), "cudaStreamWaitEvent (same-GPU slot)");
+    checkCuda(cudaMemcpyAsync(at, buf, bytes, cudaMemcpyDeviceToDevice, l.stream), "cudaMemcpyAsync (same-GPU send)");
+    checkCuda(cudaEventRecord(l.filled[slot], l.stream), "cudaEventRecord (same-GPU send)");
     const uint64_t sent = bytes;
     post(l, slot, &sent, sizeof sent, kSent);
   } else {
     if (l.requests[slot] != MPI_REQUEST_NULL) checkMpi(MPI_Wait(&l.requests[slot], MPI_STATUS_IGNORE), "MPI_Wait");
-    cuda(cudaMemcpyAsync(at, buf, bytes, cudaMemcpyDeviceToHost, l.stream), "cudaMemcpyAsync (same-GPU staging)");
+    checkCuda(cudaMemcpyAsync(at, buf, bytes, cudaMemcpyDeviceToHost, l.stream), "cudaMemcpyAsync (same-GPU staging)");
     device_.awaitStream(l.stream, "cudaStreamSynchronize (same-GPU staging)");
     checkMpi(MPI_Isend(at, (int)bytes, MPI_BYTE, peer, kData, comm_, &l.requests[slot]), "MPI_Isend (same-GPU staged)");
   }
@@ -292,14 +285,14 @@ void SameGpuLinks::receive(void *buf, size_t bytes, int peer) {
     throw Error("received " + std::to_string(sent) + " bytes from rank " + std::to_string(peer) + ", expected " +
                 std::to_string(bytes) + " (the neighbouring stages disagree on the tensor sizes)");
   if (l.mode == Mode::Ipc) {
-    cuda(cudaStreamWaitEvent(l.stream, l.filled[slot], 0), "cudaStreamWaitEvent (same-GPU receive)");
-    cuda(cudaMemcpyAsync(buf, at, bytes, cudaMemcpyDeviceToDevice, l.stream), "cudaMemcpyAsync (same-GPU receive)");
-    cuda(cudaEventRecord(l.consumed[slot], l.stream), "cudaEventRecord (same-GPU receive)");
+    checkCuda(cudaStreamWaitEvent(l.stream, l.filled[slot], 0), "cudaStreamWaitEvent (same-GPU receive)");
+    checkCuda(cudaMemcpyAsync(buf, at, bytes, cudaMemcpyDeviceToDevice, l.stream), "cudaMemcpyAsync (same-GPU receive)");
+    checkCuda(cudaEventRecord(l.consumed[slot], l.stream), "cudaEventRecord (same-GPU receive)");
     const uint64_t took = l.messages;
     post(l, slot, &took, sizeof took, kTook);
   } else {
-    cuda(cudaMemcpyAsync(buf, at, bytes, cudaMemcpyHostToDevice, l.stream), "cudaMemcpyAsync (same-GPU upload)");
-    cuda(cudaEventRecord(l.uploaded[slot], l.stream), "cudaEventRecord (same-GPU upload)");
+    checkCuda(cudaMemcpyAsync(buf, at, bytes, cudaMemcpyHostToDevice, l.stream), "cudaMemcpyAsync (same-GPU upload)");
+    checkCuda(cudaEventRecord(l.uploaded[slot], l.stream), "cudaEventRecord (same-GPU upload)");
   }
   ++l.messages;
 }

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <vector>
@@ -375,32 +376,15 @@ int main(int argc, char **argv) {
       if (!agree(control, exec ? exec->who() : rankName, error)) status = 1;
     }
     const std::string who = exec ? exec->who() : rankName;
-    if (status == 0) {
-      watchdog.phase("start-up: comparing neighbouring stages and transfer orders (MPI_Allgather)");
+    // A start-up step every rank takes and then agrees on, so that one
+    // rank's error ends them all. StrandedPeers ends the job at once: the
+    // others wait where no agreement reaches them.
+    auto agreedStep = [&](const char *phase, const std::function<void()> &step) {
+      if (status != 0) return;
+      watchdog.phase(phase);
       try {
-        exec->checkNeighbours();
-      } catch (const std::exception &e) {
-        error = e.what();
-      }
-      if (!agree(control, who, error)) status = 1;
-    }
-    if (status == 0) {
-      // Agreed on its own: a rank whose warm-up failed must not meet the
-      // others' collectives in connect() with the agreement's.
-      watchdog.phase("start-up: running each stage once (lazy initialization, before the first transfer)");
-      try {
-        exec->warmUp();
-      } catch (const std::exception &e) {
-        error = e.what();
-      }
-      if (!agree(control, who, error)) status = 1;
-    }
-    if (status == 0) {
-      watchdog.phase("start-up: creating the transport's communicators");
-      try {
-        exec->connect(); // NCCL communicators, same-GPU links (collective)
+        step();
       } catch (const StrandedPeers &e) {
-        // The others wait where no agreement reaches them: end the job now.
         std::fprintf(stderr, "piperun: %s: error: %s; ending the job\n", who.c_str(), e.what());
         std::fflush(stderr);
         control.abort(1);
@@ -408,7 +392,15 @@ int main(int argc, char **argv) {
         error = e.what();
       }
       if (!agree(control, who, error)) status = 1;
-    }
+    };
+    agreedStep("start-up: comparing neighbouring stages and transfer orders (MPI_Allgather)",
+               [&] { exec->checkNeighbours(); });
+    // Agreed on its own: a rank whose warm-up failed must not meet the
+    // others' collectives in connect() with the agreement's.
+    agreedStep("start-up: running each stage once (lazy initialization, before the first transfer)",
+               [&] { exec->warmUp(); });
+    agreedStep("start-up: creating the transport's communicators",
+               [&] { exec->connect(); }); // NCCL communicators, same-GPU links (collective)
     if (status == 0 && control.rank() == 0 && !opt.quiet)
       banner(*plan, opt, device ? *device : hostDevice(), *transport, control.size(), threads);
     if (status == 0) {
