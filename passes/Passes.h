@@ -30,9 +30,25 @@ struct EstimateCostsOptions {
   std::string profile;
   double launchOverhead = 4.0e-6; ///< seconds added for each kernel an op runs
   std::string dumpCosts;
+  /// Cost the ops as -O2 will rewrite them before autodiff (composites
+  /// recognized, GEMMs canonical; buildPipecPipeline sets it at -O2, it is
+  /// not a user setting).
+  bool optimized = false;
   void bind(settings::Binder &binder);
 };
 std::unique_ptr<mlir::Pass> createEstimateCosts(const EstimateCostsOptions &options);
+
+/// pipec-recognize-composites' and pipec-canonicalize-gemm's rewrites
+/// applied to `root` (the passes, and the cost model's view of -O2);
+/// `applied` counts them.
+mlir::LogicalResult recognizeComposites(mlir::Operation *root, int64_t &applied);
+mlir::LogicalResult canonicalizeGemms(mlir::Operation *root, int64_t &applied);
+
+/// Whether pipec-bf16-storage leaves `value` in float32 (statistics, the loss,
+/// the results of ops without a bfloat16 kernel: convolutions, pooling,
+/// batch norm; docs/cuda-codegen.md, "bf16 storage"), read on the IR before
+/// fusion as the cost model sees it.
+bool keepsFloat32Storage(mlir::Value value);
 
 /// pipec-optimizer: the update rule and its hyper-parameters.
 struct OptimizerOptions {

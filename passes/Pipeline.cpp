@@ -13,13 +13,15 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
   // The loss is part of the model that is costed and partitioned (it runs
   // on the last stage).
   pm.addPass(createAppendLoss(config.loss));
-  pm.addPass(createEstimateCosts(config.costs));
+  const bool optimize = config.optLevel == OptLevel::O2;
+  EstimateCostsOptions costs = config.costs;
+  costs.optimized = optimize;
+  pm.addPass(createEstimateCosts(costs));
   if (config.last == Phase::Costs)
     return;
   pm.addPass(createPlanning(config.planning, config.planningResult, config.ranking));
   if (config.last == Phase::Partition)
     return;
-  const bool optimize = config.optLevel == OptLevel::O2;
   // Before autodiff, so that the gradients of the canonical GEMMs are GEMMs
   // (batch in K, no transposed weights saved); the plan is already chosen.
   if (optimize) {

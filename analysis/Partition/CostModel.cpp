@@ -43,7 +43,7 @@ CostModel::CostModel(const CostTable &table, const Topology &topology, const Par
     computePrefix_[i + 1] = computePrefix_[i] + op.computeSeconds();
     paramPrefix_[i + 1] = paramPrefix_[i] + static_cast<double>(op.parameterBytes);
     optPrefix_[i + 1] = optPrefix_[i] + static_cast<double>(op.optimizerStateBytes);
-    actPrefix_[i + 1] = actPrefix_[i] + static_cast<double>(op.activationBytes);
+    actPrefix_[i + 1] = actPrefix_[i] + static_cast<double>(op.keptBytes());
   }
   // DAG cuts: op p's output crosses every cut s with p <= s < (its last reader).
   // A difference array sums each producing op's bytes once per cut, in O(ops + edges).

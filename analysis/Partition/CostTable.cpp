@@ -19,6 +19,8 @@ static const char *const kColumns[] = {
     "name",           "type",            "fwd_s",           "bwd_input_s", "bwd_weight_s",
     "activation_bytes", "parameter_bytes", "optimizer_bytes", "producers"};
 static constexpr int kNumColumns = 9;
+/// Optional: without it, every output is kept for the backward.
+static const char *const kSavedColumn = "saved_bytes";
 
 static std::string formatDouble(double v) {
   std::ostringstream os;
@@ -82,6 +84,7 @@ void validateOpCost(const OpCost &op, const std::string &where) {
            formatDouble(kMaxOpSeconds) + " s");
   }
   const std::pair<const char *, int64_t> bytes[] = {{"activation_bytes", op.activationBytes},
+                                                    {kSavedColumn, op.keptBytes()},
                                                     {"parameter_bytes", op.parameterBytes},
                                                     {"optimizer_bytes", op.optimizerStateBytes}};
   for (auto [column, value] : bytes) {
@@ -192,6 +195,10 @@ CostTable readCostTableCsv(std::istream &in, const std::string &file) {
     if (column[c] < 0)
       throw Error(file + ":" + std::to_string(line) + ": missing column '" + kColumns[c] + "'");
   }
+  int savedColumn = -1;
+  for (size_t f = 0; f < fields.size(); ++f)
+    if (fields[f] == kSavedColumn)
+      savedColumn = static_cast<int>(f);
   size_t width = fields.size();
   CostTable table;
   std::unordered_set<std::string> seen;
@@ -204,27 +211,29 @@ CostTable readCostTableCsv(std::istream &in, const std::string &file) {
     if (fields.size() != width)
       throw Error(where + "expected " + std::to_string(width) + " fields, found " +
                   std::to_string(fields.size()));
-    auto number = [&](int c) -> double {
-      const std::string &s = fields[column[c]];
+    auto numberIn = [&](int field, const char *name) -> double {
+      const std::string &s = fields[field];
       char *end = nullptr;
       errno = 0;
       double v = std::strtod(s.c_str(), &end);
       if (s.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
-        throw Error(where + "column '" + kColumns[c] + "': '" + s + "' is not a number");
+        throw Error(where + "column '" + name + "': '" + s + "' is not a number");
       if (v < 0)
-        throw Error(where + "column '" + kColumns[c] + "': " + s + " is negative");
+        throw Error(where + "column '" + name + "': " + s + " is negative");
       return v;
     };
-    auto integer = [&](int c) -> int64_t {
-      double v = number(c);
-      const std::string &s = fields[column[c]];
+    auto number = [&](int c) { return numberIn(column[c], kColumns[c]); };
+    auto integerIn = [&](int field, const char *name) -> int64_t {
+      double v = numberIn(field, name);
+      const std::string &s = fields[field];
       if (v != std::floor(v))
-        throw Error(where + "column '" + kColumns[c] + "': '" + s + "' is not a whole number of bytes");
+        throw Error(where + "column '" + name + "': '" + s + "' is not a whole number of bytes");
       if (v > static_cast<double>(kMaxOpBytes))
-        throw Error(where + "column '" + kColumns[c] + "': " + s + " is over the limit of " +
+        throw Error(where + "column '" + name + "': " + s + " is over the limit of " +
                     std::to_string(kMaxOpBytes) + " bytes (16 TiB)");
       return static_cast<int64_t>(v);
     };
+    auto integer = [&](int c) { return integerIn(column[c], kColumns[c]); };
     OpCost op;
     op.name = fields[column[0]];
     op.type = fields[column[1]];
@@ -234,6 +243,8 @@ CostTable readCostTableCsv(std::istream &in, const std::string &file) {
     op.backwardInputSeconds = number(3);
     op.backwardWeightSeconds = number(4);
     op.activationBytes = integer(5);
+    if (savedColumn >= 0)
+      op.savedBytes = integerIn(savedColumn, kSavedColumn);
     op.parameterBytes = integer(6);
     op.optimizerStateBytes = integer(7);
     std::string producers = fields[column[8]];
@@ -273,7 +284,7 @@ CostTable readCostTableCsvFile(const std::string &path) {
 void writeCostTableCsv(std::ostream &out, const CostTable &table) {
   for (int c = 0; c < kNumColumns; ++c)
     out << (c ? "," : "") << kColumns[c];
-  out << "\n";
+  out << "," << kSavedColumn << "\n";
   for (const OpCost &op : table.ops) {
     std::string producers;
     for (size_t i = 0; i < op.producers.size(); ++i)
@@ -281,8 +292,8 @@ void writeCostTableCsv(std::ostream &out, const CostTable &table) {
     out << quoteField(op.name) << ',' << quoteField(op.type) << ','
         << formatDouble(op.forwardSeconds) << ',' << formatDouble(op.backwardInputSeconds) << ','
         << formatDouble(op.backwardWeightSeconds) << ',' << op.activationBytes << ','
-        << op.parameterBytes << ',' << op.optimizerStateBytes << ',' << quoteField(producers)
-        << "\n";
+        << op.parameterBytes << ',' << op.optimizerStateBytes << ',' << quoteField(producers) << ','
+        << op.keptBytes() << "\n";
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,11 @@ struct OpCost {
   std::string name, type;
   double forwardSeconds = 0, backwardInputSeconds = 0, backwardWeightSeconds = 0;
   int64_t activationBytes = 0; ///< output activation bytes of one micro-batch
+  /// What one micro-batch keeps from the op's forward for its backward (the
+  /// outputs the gradients read; at -O2 those of the composite the op becomes,
+  /// docs/cost-model.md); not given (a cost table without the column): all
+  /// its outputs.
+  std::optional<int64_t> savedBytes;
   int64_t parameterBytes = 0;
   int64_t optimizerStateBytes = 0;
   std::vector<std::string> producers; ///< names of earlier ops whose outputs this op reads
@@ -28,6 +34,8 @@ struct OpCost {
   double computeSeconds() const {
     return forwardSeconds + backwardInputSeconds + backwardWeightSeconds;
   }
+  /// Bytes one micro-batch keeps from its forward until its backward.
+  int64_t keptBytes() const { return savedBytes.value_or(activationBytes); }
 };
 
 /// Ops in a topological order (every producer precedes its consumers).

@@ -36,16 +36,18 @@ def Pipe_CostAttr : Pipe_Attr<"Cost", "cost"> {
     Set on every costed `nn` op by `pipec-estimate-costs` (docs/cost-model.md)
     as `pipe.cost`: its name in the cost table and profiles, the seconds of
     its forward (`fwd`), input gradient (`bwd_input`, B) and weight gradient
-    (`bwd_weight`, W), the forward's FLOPs, the bytes of the activation it
-    keeps for the backward, of the parameters it reads first and of their
-    optimizer state, and where the times came from (`estimate` or
+    (`bwd_weight`, W), the forward's FLOPs, the bytes of its results
+    (`activation_bytes`: what a stage boundary after it would send) and of
+    those of them the backward reads (`saved_bytes`: what a micro-batch
+    keeps until its backward), of the parameters it reads first and of
+    their optimizer state, and where the times came from (`estimate` or
     `profile`).
 
     Example:
       nn.relu %0 {pipe.cost = #pipe.cost<name = "fc1_relu", fwd = 1.5e-06,
           bwd_input = 2.5e-06, bwd_weight = 0.0, fwd_flops = 512.0,
-          activation_bytes = 2048, param_bytes = 0, optimizer_bytes = 0,
-          source = "estimate">}
+          activation_bytes = 2048, saved_bytes = 2048, param_bytes = 0,
+          optimizer_bytes = 0, source = "estimate">}
   }];
   let parameters = (ins
     StringRefParameter<"name in the cost table">:$name,
@@ -54,6 +56,7 @@ def Pipe_CostAttr : Pipe_Attr<"Cost", "cost"> {
     Pipe_DoubleParameter<"weight-gradient seconds (W)">:$bwd_weight,
     Pipe_DoubleParameter<"forward FLOPs">:$fwd_flops,
     "int64_t":$activation_bytes,
+    "int64_t":$saved_bytes,
     "int64_t":$param_bytes,
     "int64_t":$optimizer_bytes,
     StringRefParameter<"estimate or profile">:$source

@@ -46,7 +46,7 @@ std::string pipec::pipe::formatDouble(double value) {
 LogicalResult CostAttr::verify(function_ref<InFlightDiagnostic()> emitError, StringRef name,
                                APFloat fwd, APFloat bwdInput, APFloat bwdWeight,
                                APFloat fwdFlops,
-                               int64_t activationBytes, int64_t paramBytes,
+                               int64_t activationBytes, int64_t savedBytes, int64_t paramBytes,
                                int64_t optimizerBytes, StringRef source) {
   if (name.empty())
     return emitError() << "pipe.cost: name is empty";
@@ -55,7 +55,7 @@ LogicalResult CostAttr::verify(function_ref<InFlightDiagnostic()> emitError, Str
         &value->getSemantics() != &APFloat::IEEEdouble())
       return emitError() << "pipe.cost '" << name
                          << "': times and FLOPs must be finite, non-negative doubles";
-  for (int64_t bytes : {activationBytes, paramBytes, optimizerBytes})
+  for (int64_t bytes : {activationBytes, savedBytes, paramBytes, optimizerBytes})
     if (bytes < 0)
       return emitError() << "pipe.cost '" << name << "': byte counts must be non-negative";
   if (source != "estimate" && source != "profile")

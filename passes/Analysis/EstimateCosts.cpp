@@ -11,6 +11,7 @@
 #include "analysis/Partition/InputFiles.h"
 #include "analysis/Partition/Topology.h"
 #include "dialects/nn/NNDialect.h"
+#include "dialects/nn/NNGradient.h"
 #include "dialects/pipe/PipeDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -128,6 +129,151 @@ std::optional<int64_t> tensorBytes(Type type, double scale, std::string &why) {
   return static_cast<int64_t>(static_cast<double>(*bytes) * scale);
 }
 
+/// Bytes one micro-batch keeps from each op of `function` between its forward
+/// and its backward (docs/cost-model.md, "Memory"), float values at
+/// `floatScale` of their bytes (bf16: 0.5) unless pipec-bf16-storage keeps
+/// them in float32:
+/// - the op's results that pipec-autodiff's gradients will read. Each op's
+///   own gradient rules (GradientOpInterface) are built once into a detached
+///   block, with placeholders for the gradients of its results that lead to
+///   the loss, and the function's values they read are collected; the block
+///   is then dropped. A view read stands for its source (it aliases it);
+///   constants and values computed from weights alone (transposed weights,
+///   which the GEMMs read through their flags) are not kept;
+/// - for an op with a weight gradient, the gradients of its results: the
+///   input-gradient phase (B) computes them and the weight-gradient phase (W)
+///   reads them later, so the stage keeps them in the micro-batch's workspace.
+llvm::DenseMap<Operation *, int64_t> keptBytesByOp(func::FuncOp function, const GradientRoles &roles,
+                                                   double floatScale) {
+  llvm::DenseSet<Value> reachesLoss;
+  SmallVector<Value> pending;
+  function.walk([&](func::ReturnOp returned) {
+    if (returned->getNumOperands() > 0)
+      pending.push_back(returned->getOperand(0)); // the loss (pipec-append-loss)
+  });
+  while (!pending.empty()) {
+    Value value = pending.pop_back_val();
+    if (!reachesLoss.insert(value).second)
+      continue;
+    if (Operation *producer = value.getDefiningOp())
+      for (Value operand : producer->getOperands())
+        pending.push_back(operand);
+  }
+  llvm::DenseMap<Operation *, int64_t> kept;
+  auto keep = [&](Value value) {
+    std::string why;
+    auto type = llvm::dyn_cast<ShapedType>(value.getType());
+    bool scaled = type && llvm::isa<FloatType>(type.getElementType()) && !keepsFloat32Storage(value);
+    if (std::optional<int64_t> bytes = tensorBytes(value.getType(), scaled ? floatScale : 1.0, why))
+      kept[value.getDefiningOp()] += *bytes;
+  };
+  Block scratch;
+  OpBuilder builder(function.getContext());
+  builder.setInsertionPointToEnd(&scratch);
+  function.walk([&](nn::GradientOpInterface differentiable) {
+    Operation *op = differentiable.getOperation();
+    SmallVector<Value> dys;
+    bool any = false;
+    for (Value result : op->getResults()) {
+      Value dy;
+      if (reachesLoss.contains(result) && roles.needsGradient(result)) {
+        dy = UnrealizedConversionCastOp::create(builder, op->getLoc(), result.getType(), ValueRange{}).getResult(0);
+        any = true;
+      }
+      dys.push_back(dy);
+    }
+    if (!any)
+      return;
+    nn::GradientBuilder gradient(builder, op->getLoc());
+    bool weightGradient = false;
+    for (auto [index, operand] : llvm::enumerate(op->getOperands()))
+      if (roles.needsGradient(operand)) {
+        differentiable.buildGradient(gradient, dys, static_cast<unsigned>(index));
+        weightGradient |= roles.isWeightGradient(operand);
+      }
+    if (weightGradient)
+      for (auto [result, dy] : llvm::zip(op->getResults(), dys))
+        if (dy && !roles.isWeightGradient(result)) // a weight's own transform is W work only
+          keep(result); // its gradient, of the same type
+  });
+  llvm::DenseSet<Value> read;
+  scratch.walk([&](Operation *op) {
+    for (Value value : op->getOperands()) {
+      while (nn::isView(value.getDefiningOp()))
+        value = value.getDefiningOp()->getOperand(0);
+      Operation *producer = value.getDefiningOp();
+      if (producer && producer->getBlock() != &scratch && !llvm::isa<nn::ConstantOp>(producer) &&
+          !roles.isWeightGradient(value) && read.insert(value).second)
+        keep(value);
+    }
+  });
+  scratch.dropAllReferences();
+  return kept;
+}
+
+/// One op's estimated times and forward FLOPs for one micro-batch.
+struct OpTimes {
+  double forward = 0, backwardInput = 0, backwardWeight = 0, forwardFlops = 0;
+};
+
+/// The costs of the module's ops as -O2 rewrites them before autodiff
+/// (docs/cost-model.md, "At -O2"): pipec-recognize-composites and
+/// pipec-canonicalize-gemm, charged to the op each rewritten op takes over. A
+/// recognized chain costs its composite's times and keeps what the
+/// composite's gradient reads; its other ops cost nothing.
+struct OptimizedCosts {
+  llvm::DenseMap<Operation *, OpTimes> times;
+  llvm::DenseMap<Operation *, int64_t> savedBytes;
+};
+
+constexpr llvm::StringLiteral kOpNumberPrefix = "pipec-estimate-op-";
+
+/// The module is cloned, each op of the clone named by its number in the
+/// walk (a NameLoc around its location, which the location of an op a
+/// rewrite creates starts with: the op it takes over), and the clone is
+/// rewritten; each op of the clone is then charged to the original op its
+/// number names.
+template <typename TimesOf>
+std::optional<OptimizedCosts> costAsOptimized(ModuleOp module, double activationScale, const TimesOf &timesOf) {
+  std::vector<Operation *> original;
+  module.walk([&](Operation *op) { original.push_back(op); });
+  OwningOpRef<ModuleOp> clone(module.clone());
+  MLIRContext *context = module.getContext();
+  size_t number = 0;
+  clone->walk([&](Operation *op) {
+    op->setLoc(NameLoc::get(StringAttr::get(context, kOpNumberPrefix + std::to_string(number++)), op->getLoc()));
+  });
+  int64_t applied = 0;
+  if (number != original.size() || failed(recognizeComposites(clone->getOperation(), applied)) ||
+      failed(canonicalizeGemms(clone->getOperation(), applied)))
+    return module.emitError("pipec-estimate-costs: cannot cost the ops as -O2 rewrites them"), std::nullopt;
+  auto originalOf = [&](Operation *op) -> Operation * {
+    std::optional<StringRef> name = nn::nodeName(op->getLoc());
+    size_t index = 0;
+    if (!name || !name->consume_front(kOpNumberPrefix) || name->getAsInteger(10, index) || index >= original.size())
+      return nullptr;
+    return original[index];
+  };
+  OptimizedCosts costs;
+  for (auto function : clone->getOps<func::FuncOp>()) {
+    GradientRoles roles(function);
+    function.walk([&](nn::CostOpInterface op) {
+      if (Operation *target = originalOf(op.getOperation())) {
+        OpTimes times = timesOf(op, roles);
+        OpTimes &sum = costs.times[target];
+        sum.forward += times.forward;
+        sum.backwardInput += times.backwardInput;
+        sum.backwardWeight += times.backwardWeight;
+        sum.forwardFlops += times.forwardFlops;
+      }
+    });
+    for (auto [op, bytes] : keptBytesByOp(function, roles, activationScale))
+      if (Operation *target = originalOf(op))
+        costs.savedBytes[target] += bytes;
+  }
+  return costs;
+}
+
 struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, EstimateCostsOptions> {
   using PassWithOptions::PassWithOptions;
 
@@ -168,11 +314,45 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
       double peak = matrix ? matrixPeak : preset->fp32FlopsPerSecond;
       return std::max(flops / peak, bytes * activationScale / preset->memoryBytesPerSecond);
     };
+    // An op's times: the roofline of its work plus a launch per kernel; the
+    // gradient of an operand is W work if the operand is weight-derived, B
+    // work if it depends on a parameter otherwise (docs/cost-model.md).
+    auto timesOf = [&](nn::CostOpInterface op, const GradientRoles &roles) {
+      Operation *operation = op.getOperation();
+      nn::OpWork work = op.estimateWork();
+      bool matrix = llvm::isa<nn::GemmOp, nn::MatMulOp, nn::ConvOp, nn::ConvInputGradOp>(operation);
+      double overhead = work.launchesKernel ? static_cast<double>(launchOverhead) : 0.0;
+      OpTimes times;
+      times.forward = roofline(work.forwardFlops, work.forwardBytes, matrix) + overhead;
+      times.forwardFlops = work.forwardFlops;
+      for (auto [index, operand] : llvm::enumerate(operation->getOperands())) {
+        double time = index < work.gradientFlops.size()
+                          ? roofline(work.gradientFlops[index], work.gradientBytes[index], matrix)
+                          : 0.0;
+        if (roles.weightDerived.contains(operand))
+          times.backwardWeight += time;
+        else if (roles.dependsOnParameter.contains(operand))
+          times.backwardInput += time;
+      }
+      if (times.backwardInput > 0)
+        times.backwardInput += overhead;
+      if (times.backwardWeight > 0)
+        times.backwardWeight += overhead;
+      return times;
+    };
+    std::optional<OptimizedCosts> optimized;
+    if (o.optimized) {
+      optimized = costAsOptimized(module, activationScale, timesOf);
+      if (!optimized)
+        return signalPassFailure();
+    }
 
     llvm::StringSet<> usedProfileNames;
     llvm::StringMap<int> nameCounts;
     for (auto function : module.getOps<func::FuncOp>()) {
       GradientRoles roles(function);
+      const llvm::DenseMap<Operation *, int64_t> kept =
+          optimized ? llvm::DenseMap<Operation *, int64_t>() : keptBytesByOp(function, roles, activationScale);
       llvm::DenseSet<Value> parametersSeen;
       Builder builder(&getContext());
       bool tooLarge = false;
@@ -184,22 +364,10 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
           operation->emitOpError() << "(node '" << baseName(operation) << "'): " << what << " " << why;
           tooLarge = true;
         };
-        nn::OpWork work = op.estimateWork();
-        bool matrix =
-            llvm::isa<nn::GemmOp, nn::MatMulOp, nn::ConvOp, nn::ConvInputGradOp>(
-                operation);
-        double overhead = work.launchesKernel ? static_cast<double>(launchOverhead) : 0.0;
-        double forward = roofline(work.forwardFlops, work.forwardBytes, matrix) + overhead;
-        double backwardInput = 0, backwardWeight = 0;
+        OpTimes times = optimized ? optimized->times.lookup(operation) : timesOf(op, roles);
+        double forward = times.forward, backwardInput = times.backwardInput, backwardWeight = times.backwardWeight;
         int64_t parameterBytes = 0;
         for (auto [index, operand] : llvm::enumerate(operation->getOperands())) {
-          double time = index < work.gradientFlops.size()
-                            ? roofline(work.gradientFlops[index], work.gradientBytes[index], matrix)
-                            : 0.0;
-          if (roles.weightDerived.contains(operand))
-            backwardWeight += time;
-          else if (roles.dependsOnParameter.contains(operand))
-            backwardInput += time;
           auto argument = llvm::dyn_cast<BlockArgument>(operand);
           if (argument && argument.getOwner()->getParentOp() == function &&
               parametersSeen.insert(operand).second) {
@@ -214,16 +382,12 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
             }
           }
         }
-        if (backwardInput > 0)
-          backwardInput += overhead;
-        if (backwardWeight > 0)
-          backwardWeight += overhead;
         // Optimizer state exists for trained parameters only, not buffers.
         int64_t trainedBytes = 0;
         for (Value operand : operation->getOperands())
           if (roles.weightDerived.contains(operand) && llvm::isa<BlockArgument>(operand))
             trainedBytes = parameterBytes;
-        int64_t activationBytes = 0;
+        int64_t activationBytes = 0, savedBytes = 0;
         for (auto [index, result] : llvm::enumerate(operation->getResults())) {
           auto type = llvm::dyn_cast<ShapedType>(result.getType());
           std::string why;
@@ -234,6 +398,7 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
             return refuse("result " + std::to_string(index), why.empty() ? "is too large" : why);
           activationBytes = *sum;
         }
+        savedBytes = optimized ? optimized->savedBytes.lookup(operation) : kept.lookup(operation);
         for (auto [what, seconds] : {std::pair<const char *, double>{"forward", forward},
                                      {"input-gradient", backwardInput},
                                      {"weight-gradient", backwardWeight}})
@@ -243,7 +408,7 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
                                                                        std::to_string(static_cast<int64_t>(partition::kMaxOpSeconds)) +
                                                                        " s (absurd dimensions?)");
         if (llvm::isa<nn::ConstantOp>(operation))
-          activationBytes = 0; // rematerialized wherever it is used
+          activationBytes = savedBytes = 0; // rematerialized wherever it is used
 
         // Constants never reach the cost table, so they take no number.
         std::string name = baseName(operation);
@@ -265,8 +430,8 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
         operation->setAttr(kCostAttrName,
                            pipe::CostAttr::get(&getContext(), name, APFloat(forward),
                                                APFloat(backwardInput), APFloat(backwardWeight),
-                                               APFloat(work.forwardFlops), activationBytes,
-                                               parameterBytes,
+                                               APFloat(times.forwardFlops), activationBytes,
+                                               savedBytes, parameterBytes,
                                                static_cast<int64_t>(trainedBytes * optimizerFactor),
                                                source));
       });
@@ -345,6 +510,7 @@ FailureOr<partition::CostTable> costTableFromModule(ModuleOp module) {
     row.backwardInputSeconds = cost.getBwdInput().convertToDouble();
     row.backwardWeightSeconds = cost.getBwdWeight().convertToDouble();
     row.activationBytes = cost.getActivationBytes();
+    row.savedBytes = cost.getSavedBytes();
     row.parameterBytes = cost.getParamBytes();
     row.optimizerStateBytes = cost.getOptimizerBytes();
     try {

@@ -312,4 +312,22 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
 };
 
 } // namespace
+
+bool keepsFloat32Storage(Value value) {
+  Operation *op = value.getDefiningOp();
+  if (!op || !floatTensor(value.getType()))
+    return true; // arguments (parameters, the model's inputs) and non-float values
+  switch (kindOf(op)) {
+  case Kind::Fused: return false;
+  case Kind::Preserving:
+    for (Value operand : op->getOperands())
+      if (floatTensor(operand.getType()))
+        return keepsFloat32Storage(operand);
+    return true;
+  case Kind::Bf16Kernel: return float32Result(op, llvm::cast<OpResult>(value).getResultNumber());
+  case Kind::Float32Only: return true;
+  }
+  return true;
+}
+
 } // namespace pipec::passes

@@ -217,16 +217,20 @@ struct BiasIntoGemm : OpRewritePattern<nn::AddOp> {
 struct CanonicalizeGemm : impl::CanonicalizeGemmBase<CanonicalizeGemm> {
   using Base::Base;
   void runOnOperation() override {
-    RewritePatternSet patterns(&getContext());
-    patterns.add<MatMulAgainstMatrix, TransposeIntoGemm, TransposeOfGemm, BiasIntoGemm,
-                 TransposeIntoBatchedGemm<nn::MatMulOp>, TransposeIntoBatchedGemm<nn::BatchedGemmOp>>(
-        &getContext());
     int64_t applied = 0;
-    if (failed(applyPatternsCounted(getOperation(), std::move(patterns), applied)))
+    if (failed(canonicalizeGemms(getOperation(), applied)))
       return signalPassFailure();
     numRewrites += applied;
   }
 };
 
 } // namespace
+
+LogicalResult canonicalizeGemms(Operation *root, int64_t &applied) {
+  RewritePatternSet patterns(root->getContext());
+  patterns.add<MatMulAgainstMatrix, TransposeIntoGemm, TransposeOfGemm, BiasIntoGemm,
+               TransposeIntoBatchedGemm<nn::MatMulOp>, TransposeIntoBatchedGemm<nn::BatchedGemmOp>>(
+      root->getContext());
+  return applyPatternsCounted(root, std::move(patterns), applied);
+}
 } // namespace pipec::passes

@@ -925,18 +925,21 @@ struct RotaryBeforeHeadTranspose : OpRewritePattern<nn::RotaryOp> {
 struct RecognizeComposites : impl::RecognizeCompositesBase<RecognizeComposites> {
   using Base::Base;
   void runOnOperation() override {
-    RewritePatternSet patterns(&getContext());
-    patterns.add<DecomposedLayerNorm, DecomposedLayerNormNoBias, DecomposedRmsNorm, DecomposedRmsNormByDivision,
-                 DecomposedRotary, AddOfZeros, NaNGuardOfMaskedSoftmax, DecomposedAttention,
-                 AttentionHeadTransposes, RotaryBeforeHeadTranspose, DecomposedGelu,
-                 DecomposedMaskedSoftmax, AdditiveMaskedSoftmax>(
-        &getContext());
     int64_t applied = 0;
-    if (failed(applyPatternsCounted(getOperation(), std::move(patterns), applied)))
+    if (failed(recognizeComposites(getOperation(), applied)))
       return signalPassFailure();
     numRecognized += applied;
   }
 };
 
 } // namespace
+
+LogicalResult recognizeComposites(Operation *root, int64_t &applied) {
+  RewritePatternSet patterns(root->getContext());
+  patterns.add<DecomposedLayerNorm, DecomposedLayerNormNoBias, DecomposedRmsNorm, DecomposedRmsNormByDivision,
+               DecomposedRotary, AddOfZeros, NaNGuardOfMaskedSoftmax, DecomposedAttention, AttentionHeadTransposes,
+               RotaryBeforeHeadTranspose, DecomposedGelu, DecomposedMaskedSoftmax, AdditiveMaskedSoftmax>(
+      root->getContext());
+  return applyPatternsCounted(root, std::move(patterns), applied);
+}
 } // namespace pipec::passes

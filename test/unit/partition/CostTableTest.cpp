@@ -72,6 +72,25 @@ TEST(CostTable, WriteThenReadRoundTripsWithQuoting) {
   EXPECT_EQ(back.ops[1].producers, b.producers);
 }
 
+TEST(CostTable, SavedBytesAreOptionalAndRoundTrip) {
+  // Without the column every output counts as kept (tables written before it).
+  std::istringstream old(std::string(kHeader) + "a,T,1,0,0,400,0,0,\n");
+  CostTable without = readCostTableCsv(old, "old.csv");
+  EXPECT_FALSE(without.ops[0].savedBytes.has_value());
+  EXPECT_EQ(without.ops[0].keptBytes(), 400);
+  std::istringstream given(std::string("saved_bytes,") + kHeader + "96,a,T,1,0,0,400,0,0,\n");
+  CostTable with = readCostTableCsv(given, "new.csv");
+  EXPECT_EQ(with.ops[0].keptBytes(), 96);
+  std::stringstream written;
+  writeCostTableCsv(written, with);
+  EXPECT_EQ(readCostTableCsv(written, "rt.csv").ops[0].keptBytes(), 96);
+  // The composite an op becomes at -O2 may keep more than the op's own results.
+  std::istringstream more(std::string("saved_bytes,") + kHeader + "800,a,T,1,0,0,400,0,0,\n");
+  EXPECT_EQ(readCostTableCsv(more, "more.csv").ops[0].keptBytes(), 800);
+  std::istringstream negative(std::string("saved_bytes,") + kHeader + "-1,a,T,1,0,0,400,0,0,\n");
+  EXPECT_THROW(readCostTableCsv(negative, "neg.csv"), Error);
+}
+
 TEST(CostTable, ErrorsNameFileLineAndReason) {
   std::string h = kHeader;
   EXPECT_EQ(errorOf(h + "a,T,1,0,0,1,0,0,\nb,T,1,0,0,1,0,0,zz\n"),

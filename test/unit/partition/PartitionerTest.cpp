@@ -40,6 +40,25 @@ TEST(CostModel, DagCutCountsEveryCrossingTensorOnce) {
   EXPECT_EQ(m.cutBytes(3), 0);        // nothing after the last op
 }
 
+TEST(Partitioner, MemoryCountsKeptBytesAndCutsCountResults) {
+  // Each op's 1000-byte result crosses the cut after it; the backward keeps 250
+  // of them (saved_bytes): memory counts what is kept, the links what is sent.
+  CostTable t = uniformChain(4, 1.0, 1000, 1000000);
+  for (OpCost &op : t.ops)
+    op.savedBytes = 250;
+  PartitionOptions o = unlimited();
+  o.asynchronous = true;
+  o.allowReplication = false;
+  o.forcedStages = 4;
+  PartitionResult r = partition(t, flatTopology(4, 1e12), o);
+  ASSERT_EQ(r.stages.size(), 4u);
+  EXPECT_EQ(r.stages[0].inflight, 4);
+  EXPECT_EQ(r.stages[0].activationBytes, 4 * 250);
+  EXPECT_EQ(r.stages[3].activationBytes, 250);
+  CostModel m(t, flatTopology(4, 1e12), o);
+  EXPECT_EQ(m.cutBytes(0), 1000);
+}
+
 TEST(Partitioner, StraightPipelineBeatsDataParallelWhenWeightsAreHeavy) {
   // 4 ops of 1 s each with 1 GB of weights, 4 devices on 1 GB/s links. Data
   // parallelism all-reduces 4 GB: 2·3·4e9/1e9 = 24 s, so 24/4 = 6 s per
