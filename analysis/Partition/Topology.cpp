@@ -25,6 +25,9 @@ const std::vector<DevicePreset> &devicePresets() {
       {"V100", 15.7e12, 15.7e12, 125e12, 900e9, 32 * GiB, 150e9, 12.5e9},
       {"A100", 19.5e12, 156e12, 312e12, 2039e9, 80 * GiB, 300e9, 25e9},
       {"H100", 67e12, 494.7e12, 989.4e12, 3350e9, 80 * GiB, 450e9, 50e9},
+      // H100's tensor cores with HBM3e; its memory as the card reports it
+      // (143,771 MiB, docs/gpu-runs.md).
+      {"H200", 67e12, 494.7e12, 989.4e12, 4800e9, 143771 * (GiB >> 10), 450e9, 50e9},
   };
   return presets;
 }

@@ -29,7 +29,7 @@ const std::vector<DevicePreset> &devicePresets();
 const DevicePreset *findDevicePreset(std::string_view name);
 /// Like findDevicePreset but throws Error naming `flag` and listing the presets.
 const DevicePreset &requireDevicePreset(std::string_view name, std::string_view flag);
-/// "V100, A100, H100": the presets' names for help and error texts.
+/// "V100, A100, H100, H200": the presets' names for help and error texts.
 std::string devicePresetNames();
 
 /// One level of the hierarchy: `fanout` children connected by links of

@@ -5,7 +5,7 @@
         one JSON row from a piperun log (--log-every 1): the median ms/iter of
         the iterations after WARMUP; "out of memory" when the log says so,
         "timed out" for rc 124/137, "failed" otherwise; the plan's predicted
-        device memory from JOB/plan.json; PEAK_MIB: nvidia-smi's peak
+        device memory and iteration from JOB/plan.json; PEAK_MIB: nvidia-smi's peak
     report.py plan-memory JOB
         the plan's predicted bytes on its fullest device
     report.py table META ROWS.jsonl... --out DIR --device NAME
@@ -34,16 +34,22 @@ FORMULA = ("model FLOPs per iteration = 6 x N x tokens + 12 x layers x width x c
            "MFU = FLOPs / time / 989 TFLOP/s (dense bf16, H100 SXM and H200)")
 
 
-def plan_memory(job):
+def read_plan(job):
     with open(os.path.join(job, "plan.json")) as f:
-        plan = json.load(f)
-    return int(max(stage["memory_bytes"] for stage in plan["stages"]))
+        return json.load(f)
+
+
+def plan_memory(job):
+    return int(max(stage["memory_bytes"] for stage in read_plan(job)["stages"]))
 
 
 def pipec_row(model, batch, job, log, rc, warmup, peak_mib=None):
     row = dict(framework="pipec", mode="piperun", model=model, batch=int(batch), microbatches=2)
     try:
         row["plan_gib"] = round(plan_memory(job) / 2**30, 1)
+        plan = read_plan(job)  # the iteration the plan predicts, on its device preset (docs/cost-model.md)
+        row["plan_ms"] = round(plan["predictions"]["time_per_minibatch_s"] * 1e3, 1)
+        row["plan_device"] = plan["topology"]["device"]
     except (OSError, ValueError, KeyError):
         pass
     text = open(log, errors="replace").read() if os.path.exists(log) else ""
@@ -108,6 +114,8 @@ def table(meta_path, row_paths, out, device):
         notes = []
         if r.get("plan_gib") is not None:
             notes.append(f"plan predicts {r['plan_gib']} GiB")
+        if r.get("plan_ms") is not None:
+            notes.append(f"{r['plan_ms']} ms ({r.get('plan_device', '?')} preset)")
         if r.get("compile_s") is not None:
             notes.append(f"compile {r['compile_s']} s")
         context = r.get("context", m.get("context"))

@@ -320,7 +320,10 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
     auto timesOf = [&](nn::CostOpInterface op, const GradientRoles &roles) {
       Operation *operation = op.getOperation();
       nn::OpWork work = op.estimateWork();
-      bool matrix = llvm::isa<nn::GemmOp, nn::MatMulOp, nn::ConvOp, nn::ConvInputGradOp>(operation);
+      // Tensor-core work: matrix products, and attention, whose two products
+      // dominate it (a flash kernel on the CUDA target).
+      bool matrix = llvm::isa<nn::GemmOp, nn::MatMulOp, nn::BatchedGemmOp, nn::ConvOp, nn::ConvInputGradOp,
+                              nn::AttentionOp>(operation);
       double overhead = work.launchesKernel ? static_cast<double>(launchOverhead) : 0.0;
       OpTimes times;
       times.forward = roofline(work.forwardFlops, work.forwardBytes, matrix) + overhead;

@@ -8,7 +8,7 @@
 // RUN: echo '{"format": "pipec.profile/1", "ops": [{"name": "nn.relu"}]}' > %t.bad.json
 // RUN: not pipec-opt %s --pipec-estimate-costs="profile=%t.bad.json" 2>&1 | FileCheck %s --check-prefix=MALFORMED
 
-// DEVICE: error: unknown device preset 'TPU' (known: V100, A100, H100)
+// DEVICE: error: unknown device preset 'TPU' (known: V100, A100, H100, H200)
 // PRECISION: error: pipec-estimate-costs: precision=fp8: expected fp32, tf32 or bf16
 // MISSING: error: cannot read profile '{{.*}}missing.json'
 // OTHER: error: profile '{{.*}}other.json' names ops this model does not have: 'conv9' (a profile of another model?)

@@ -35,7 +35,7 @@ TEST(Topology, PresetsAreFoundCaseInsensitively) {
     requireDevicePreset("TPU", "--device");
     FAIL();
   } catch (const Error &e) {
-    EXPECT_STREQ(e.what(), "--device: unknown device 'TPU' (known: V100, A100, H100)");
+    EXPECT_STREQ(e.what(), "--device: unknown device 'TPU' (known: V100, A100, H100, H200)");
   }
 }
 
@@ -89,7 +89,7 @@ TEST(Topology, ClusterFileErrors) {
   EXPECT_EQ(clusterError(R"({"device": "H100", "levels": [{"fanout": 2, "bandwidth_GBps": 0}]})"),
             "cluster.json: levels[0]: \"bandwidth_GBps\" must be a positive number");
   EXPECT_EQ(clusterError(R"({"device": "X1", "levels": [{"fanout": 2, "bandwidth_GBps": 1}]})"),
-            "cluster.json: \"device\": unknown device 'X1' (known: V100, A100, H100)");
+            "cluster.json: \"device\": unknown device 'X1' (known: V100, A100, H100, H200)");
   EXPECT_EQ(clusterError(R"({"device_memory": "lots", "levels": [{"fanout": 2, "bandwidth_GBps": 1}]})"),
             "cluster.json: \"device_memory\" 'lots': expected a size such as 16GiB, 80GB or 1000000 (bytes)");
   EXPECT_THROW(readClusterJsonFile("/nonexistent/cluster.json"), Error);
