@@ -34,6 +34,10 @@ struct EstimateCostsOptions {
   /// recognized, GEMMs canonical; buildPipecPipeline sets it at -O2, it is
   /// not a user setting).
   bool optimized = false;
+  /// Whether bf16 precision stores activations in bfloat16 (pipec-bf16-storage:
+  /// the CUDA target; CPU stages keep float32). buildPipecPipeline sets it
+  /// from the target; not a user setting.
+  bool bf16Storage = true;
   void bind(settings::Binder &binder);
 };
 std::unique_ptr<mlir::Pass> createEstimateCosts(const EstimateCostsOptions &options);

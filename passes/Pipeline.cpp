@@ -14,8 +14,10 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
   // on the last stage).
   pm.addPass(createAppendLoss(config.loss));
   const bool optimize = config.optLevel == OptLevel::O2;
+  const bool bf16Storage = config.memory.target == Target::Cuda && config.costs.precision == Precision::BF16;
   EstimateCostsOptions costs = config.costs;
   costs.optimized = optimize;
+  costs.bf16Storage = bf16Storage;
   pm.addPass(createEstimateCosts(costs));
   if (config.last == Phase::Costs)
     return;
@@ -52,7 +54,7 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
   }
   // After fusion, whose loops load and store either storage; before the
   // memory plan, which sizes values by their element type.
-  if (config.memory.target == Target::Cuda && config.costs.precision == Precision::BF16)
+  if (bf16Storage)
     pm.addPass(createBf16Storage());
   if (optimize)
     pm.addPass(createPlanMemory(config.memory));

@@ -292,13 +292,13 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
       return signalPassFailure();
     }
     double matrixPeak = preset->fp32FlopsPerSecond;
-    double activationScale = 1.0; // bf16 halves activation traffic and storage
+    double activationScale = 1.0; // bf16 storage halves activation traffic and storage
     switch (o.precision) {
     case Precision::F32: break;
     case Precision::TF32: matrixPeak = preset->tf32FlopsPerSecond; break;
     case Precision::BF16:
       matrixPeak = preset->bf16FlopsPerSecond;
-      activationScale = 0.5;
+      activationScale = o.bf16Storage ? 0.5 : 1.0;
       break;
     }
     const double optimizerFactor = optimizerStateCopies(o.optimizer);
