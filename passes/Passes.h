@@ -130,6 +130,10 @@ mlir::FailureOr<partition::CostTable> costTableFromModule(mlir::ModuleOp module)
 /// ranges (a parameter read by one op has none): cutting inside one puts a
 /// parameter in two stages (tied weights).
 std::vector<std::pair<int, int>> tiedParameterRanges(mlir::ModuleOp module);
+/// Rows of that table that -O2 fuses into one composite (pipe.fused_chain), as
+/// [first, last] row ranges: a cut inside one would keep the chain unfused,
+/// slower and larger than its costs say.
+std::vector<std::pair<int, int>> fusedChainRanges(mlir::ModuleOp module);
 
 /// Records a partition on the module: `pipe.stage` on every costed op and
 /// `pipe.stages` on the module (op ranges by name, replicas, ranks).

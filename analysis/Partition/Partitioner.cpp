@@ -69,8 +69,9 @@ std::string memoryShortfall(const CostTable &table, const Topology &topology, co
   const CostModel model(table, topology, options);
   std::ostringstream os;
   double limit = model.memoryLimit();
-  os << "no partition of the " << table.ops.size() << " ops over " << topology.totalDevices()
-     << " devices fits in " << formatBytes(limit) << " per device";
+  const std::string unit = topology.memoryUnit();
+  os << "no partition of the " << table.ops.size() << " ops over " << topology.totalDevices() << " " << unit
+     << "s fits in " << formatBytes(limit) << " per " << unit;
   int worst = -1;
   double worstNeed = 0;
   for (int i = 0; i < model.numOps(); ++i) {
@@ -117,11 +118,14 @@ std::string memoryShortfall(const CostTable &table, const Topology &topology, co
   double need = 0;
   for (const StagePlan &s : r.stages)
     need = std::max(need, static_cast<double>(s.memoryBytes));
-  os << "; the least any partition needs is about " << formatBytes(need) << " per device ("
+  os << "; the least any partition needs is about " << formatBytes(need) << " per " << unit << " ("
      << formatBytes(need - limit) << " more), in a partition where";
   listStagesOverLimit(os, table, r.stages, limit, true);
   os << " (try " << (options.recompute ? "" : settings::flag(settings::kRecompute) + ", ")
-     << "fewer micro-batches in flight, more devices or a larger " << settings::flag(settings::kMemoryLimit) << ")";
+     << "fewer micro-batches in flight, more " << unit << "s or a larger "
+     << settings::flag(options.memoryLimitBytes != 0 || topology.memoryOrigin.empty() ? settings::kMemoryLimit
+                                                                                      : settings::kHostMemory)
+     << ")";
   return os.str();
 }
 
@@ -179,7 +183,8 @@ PartitionResult evaluateInTableOrder(const CostTable &table, const Topology &top
   result.layers = model.numOps();
   if (!std::isfinite(result.timePerMicrobatch)) {
     std::ostringstream os;
-    os << "the given partition does not fit in " << formatBytes(model.memoryLimit()) << " per device:";
+    os << "the given partition does not fit in " << formatBytes(model.memoryLimit()) << " per "
+       << topology.memoryUnit() << ":";
     listStagesOverLimit(os, table, result.stages, model.memoryLimit(), false);
     throw Error(os.str());
   }

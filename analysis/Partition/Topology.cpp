@@ -124,7 +124,7 @@ std::string Topology::describe() const {
     os << levels[i].name << " " << levels[i].bandwidthBytesPerSecond / 1e9 << " GB/s"
        << (i ? ", " : "");
   os << "; " << formatBytes(static_cast<double>(deviceMemoryBytes))
-     << (memoryOrigin.empty() ? " per device" : " per rank: " + memoryOrigin) << ")";
+     << " per " << memoryUnit() << (memoryOrigin.empty() ? "" : ": " + memoryOrigin) << ")";
   return os.str();
 }
 

@@ -60,6 +60,9 @@ struct Topology {
   /// ranks sharing a host: withRanksSharingHost).
   std::string memoryOrigin;
 
+  /// What messages call the units memory is per: "device", or "rank" for CPU
+  /// ranks sharing a host.
+  const char *memoryUnit() const { return memoryOrigin.empty() ? "device" : "rank"; }
   int64_t totalDevices() const;
   /// Devices in one component of level k (product of fan-outs 0..k); 1 for k = -1.
   int64_t devicesPerComponent(int k) const;

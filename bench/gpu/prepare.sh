@@ -123,12 +123,14 @@ cp -a /usr/lib/x86_64-linux-gnu/openmpi/lib "$S/sys/usr/lib/x86_64-linux-gnu/ope
 cp -a /usr/lib/x86_64-linux-gnu/pmix2/lib /usr/lib/x86_64-linux-gnu/pmix2/share "$S/sys/usr/lib/x86_64-linux-gnu/pmix2/"
 find "$S/sys" -name '*.a' -delete
 cp -a /usr/share/openmpi "$S/sys/usr/share/"; cp -a /etc/openmpi "$S/sys/etc/"
-# The libraries piperun and OpenMPI's components need, glibc's and CUDA's
-# aside: MPI's own always travel, the common ones only fill what the GPU
+# The libraries piperun and OpenMPI's components need, glibc's, CUDA's and
+# NCCL's aside (on_gpu.sh takes NCCL from PyTorch's environment; a copy that
+# LD_LIBRARY_PATH finds here, outside CUDA's folder, would be 200 MB of the
+# bundle): MPI's own always travel, the common ones only fill what the GPU
 # machine lacks (on_gpu.sh decides).
 for f in "$PIPERUN" /usr/bin/orterun /usr/bin/orted "$S"/sys/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so \
          "$S"/sys/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix/*.so; do ldd "$f" 2>/dev/null || true; done |
-  awk '/=>/ {print $3}' | sort -u | grep -v 'cuda\|libc\.so\|libm\.so\|libdl\|libpthread\|librt\|libstdc\|libgcc_s\|ld-linux\|^not$' |
+  awk '/=>/ {print $3}' | sort -u | grep -v 'cuda\|libnccl\|libc\.so\|libm\.so\|libdl\|libpthread\|librt\|libstdc\|libgcc_s\|ld-linux\|^not$' |
   while read -r lib; do
     case $(basename "$lib") in libmpi*|libopen-*|libmca_common*|liboshmem*|libpmix*|libhwloc*|libevent*) cp -L "$lib" "$S/mpi/";;
                                *) cp -L "$lib" "$S/common/";; esac

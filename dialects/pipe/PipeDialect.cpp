@@ -148,6 +148,11 @@ LogicalResult PipeDialect::verifyOperationAttribute(Operation *op, NamedAttribut
       return op->emitOpError() << attribute.getName().getValue() << " must be a non-negative integer, got "
                                << attribute.getValue();
   }
+  if (attribute.getName() == kFusedChainAttrName) {
+    auto chain = llvm::dyn_cast<IntegerAttr>(attribute.getValue());
+    if (!chain || chain.getValue().isNegative())
+      return op->emitOpError() << "pipe.fused_chain must be a non-negative integer, got " << attribute.getValue();
+  }
   if (attribute.getName() == kStageAttrName) {
     auto stage = llvm::dyn_cast<IntegerAttr>(attribute.getValue());
     if (!stage || stage.getValue().isNegative())

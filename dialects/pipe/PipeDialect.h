@@ -47,6 +47,10 @@ namespace pipec::pipe {
 inline constexpr llvm::StringLiteral kPlanAttrName = "pipe.plan";
 /// pipec-estimate-costs' CostAttr on every costed nn op.
 inline constexpr llvm::StringLiteral kCostAttrName = "pipe.cost";
+/// pipec-estimate-costs' mark on the ops -O2 will fuse into one composite
+/// (docs/cost-model.md, "At -O2"): the same non-negative integer on each; the
+/// partition keeps them on one stage.
+inline constexpr llvm::StringLiteral kFusedChainAttrName = "pipe.fused_chain";
 inline constexpr llvm::StringLiteral kStagesAttrName = "pipe.stages";
 /// pipec-partition's whole result on the module, for the job writer
 /// (docs/layers.md, "The job as a product of the pipeline"): plan.json's

@@ -121,6 +121,9 @@ struct AssignStages : PassWithOptions<impl::AssignStagesBase<AssignStages>, plan
       if (request.partition.options.asynchronous ||
           (request.schedule && schedule::scheduleFamily(*request.schedule).asynchronous))
         request.unsplittable = tiedParameterRanges(module);
+      // -O2's composites stay whole (docs/cost-model.md, "At -O2").
+      for (std::pair<int, int> chain : fusedChainRanges(module))
+        request.unsplittable.push_back(chain);
       partition::Topology topology = request.partition.topology();
       std::shared_ptr<const planner::Ranking> searched = ranking;
       if (!searched)

@@ -26,6 +26,8 @@
 #include "runtime/include/pipec/input_file.h"
 
 #include <cmath>
+#include <functional>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -224,6 +226,8 @@ struct OpTimes {
 struct OptimizedCosts {
   llvm::DenseMap<Operation *, OpTimes> times;
   llvm::DenseMap<Operation *, int64_t> savedBytes;
+  /// The original ops each rewritten op absorbed, when more than one.
+  std::vector<llvm::SmallVector<Operation *>> chains;
 };
 
 constexpr llvm::StringLiteral kOpNumberPrefix = "pipec-estimate-op-";
@@ -255,6 +259,21 @@ std::optional<OptimizedCosts> costAsOptimized(ModuleOp module, double activation
     return original[index];
   };
   OptimizedCosts costs;
+  clone->walk([&](Operation *op) {
+    llvm::SmallVector<Operation *> absorbed;
+    op->getLoc()->walk([&](Location part) {
+      StringRef name;
+      if (auto named = llvm::dyn_cast<NameLoc>(part))
+        name = named.getName().getValue();
+      size_t index = 0;
+      if (name.consume_front(kOpNumberPrefix) && !name.getAsInteger(10, index) && index < original.size() &&
+          !llvm::is_contained(absorbed, original[index]))
+        absorbed.push_back(original[index]);
+      return WalkResult::advance();
+    });
+    if (absorbed.size() > 1)
+      costs.chains.push_back(std::move(absorbed));
+  });
   for (auto function : clone->getOps<func::FuncOp>()) {
     GradientRoles roles(function);
     function.walk([&](nn::CostOpInterface op) {
@@ -272,6 +291,33 @@ std::optional<OptimizedCosts> costAsOptimized(ModuleOp module, double activation
         costs.savedBytes[target] += bytes;
   }
   return costs;
+}
+
+/// pipe.fused_chain on the ops of each chain, chains that share an op merged
+/// (a composite rewritten again absorbs the first one's ops).
+void markFusedChains(ModuleOp module, const std::vector<llvm::SmallVector<Operation *>> &chains) {
+  llvm::DenseMap<Operation *, Operation *> parent;
+  std::function<Operation *(Operation *)> root = [&](Operation *op) {
+    Operation *up = parent.lookup(op);
+    if (!up || up == op)
+      return op;
+    Operation *top = root(up);
+    parent[op] = top;
+    return top;
+  };
+  for (const auto &chain : chains)
+    for (Operation *op : chain) {
+      parent.try_emplace(op, op);
+      parent[root(op)] = root(chain.front());
+    }
+  llvm::DenseMap<Operation *, int64_t> numbers;
+  Builder builder(module.getContext());
+  module.walk([&](Operation *op) {
+    if (!parent.contains(op))
+      return;
+    auto [it, added] = numbers.try_emplace(root(op), static_cast<int64_t>(numbers.size()));
+    op->setAttr(pipe::kFusedChainAttrName, builder.getI64IntegerAttr(it->second));
+  });
 }
 
 struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, EstimateCostsOptions> {
@@ -348,6 +394,7 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
       optimized = costAsOptimized(module, activationScale, timesOf);
       if (!optimized)
         return signalPassFailure();
+      markFusedChains(module, optimized->chains);
     }
 
     llvm::StringSet<> usedProfileNames;
@@ -537,6 +584,26 @@ FailureOr<partition::CostTable> costTableFromModule(ModuleOp module) {
   if (auto train = module.lookupSymbol<func::FuncOp>("forward"))
     table.microbatchSize = nn::microbatchSize(train).value_or(0);
   return table;
+}
+
+std::vector<std::pair<int, int>> fusedChainRanges(ModuleOp module) {
+  // Rows in costTableFromModule's order: costed ops other than constants.
+  std::map<int64_t, std::pair<int, int>> ranges;
+  int row = 0;
+  module.walk([&](Operation *op) {
+    if (!llvm::isa<nn::CostOpInterface>(op) || llvm::isa<nn::ConstantOp>(op))
+      return;
+    if (auto chain = op->getAttrOfType<IntegerAttr>(pipe::kFusedChainAttrName)) {
+      auto [it, added] = ranges.try_emplace(chain.getInt(), row, row);
+      it->second.second = row;
+    }
+    ++row;
+  });
+  std::vector<std::pair<int, int>> result;
+  for (const auto &[chain, range] : ranges)
+    if (range.first < range.second)
+      result.push_back(range);
+  return result;
 }
 
 std::vector<std::pair<int, int>> tiedParameterRanges(ModuleOp module) {
