@@ -183,6 +183,12 @@ PartitionResult evaluateInTableOrder(const CostTable &table, const Topology &top
   result.layers = model.numOps();
   if (!std::isfinite(result.timePerMicrobatch)) {
     std::ostringstream os;
+    const bool overLimit = std::any_of(result.stages.begin(), result.stages.end(), [&](const StagePlan &s) {
+      return static_cast<double>(s.memoryBytes) > model.memoryLimit();
+    });
+    if (!overLimit) // the cost model's infinite cut: PartitionOptions::unsplittable
+      throw Error("the given partition cuts between ops that must share a stage (the readers of one tied "
+                  "parameter under an asynchronous schedule, docs/planner.md)");
     os << "the given partition does not fit in " << formatBytes(model.memoryLimit()) << " per "
        << topology.memoryUnit() << ":";
     listStagesOverLimit(os, table, result.stages, model.memoryLimit(), false);

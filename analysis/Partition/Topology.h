@@ -22,6 +22,10 @@ struct DevicePreset {
   int64_t memoryBytes;
   double intraServerBytesPerSecond; ///< default NVLink bandwidth (level 1 of --gpus)
   double interServerBytesPerSecond; ///< default network bandwidth (level 2 of --gpus)
+  /// The fractions of the tensor-core peaks (tf32, bf16) and of the memory
+  /// bandwidth that pipec's generated stages reach (docs/cost-model.md,
+  /// "Against the card").
+  double matrixEfficiency, memoryEfficiency;
 };
 
 const std::vector<DevicePreset> &devicePresets();

@@ -85,7 +85,7 @@ with open(os.path.join(work, "jobs", "curve_steps"), "w") as f:
 PY
 # The table: --micro-batch-size b, 2 micro-batches (on_gpu.sh reads the plan's
 # memory against the card's before running). BENCH_GPU_EXTRA=1 builds the
-# earlier speed runs' jobs instead (the bundle stays ~13 MB either way; the
+# earlier speed runs' jobs instead (the bundle was 15 MB on 2026-11-28 with the pipelines' jobs; the
 # device tool carries 64 MiB with the repository's ~37 MiB).
 if [ "$EXTRA" != 1 ]; then
 for model in gpt2 llama; do for b in 4 16; do

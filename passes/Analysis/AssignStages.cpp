@@ -121,9 +121,12 @@ struct AssignStages : PassWithOptions<impl::AssignStagesBase<AssignStages>, plan
       if (request.partition.options.asynchronous ||
           (request.schedule && schedule::scheduleFamily(*request.schedule).asynchronous))
         request.unsplittable = tiedParameterRanges(module);
-      // -O2's composites stay whole (docs/cost-model.md, "At -O2").
-      for (std::pair<int, int> chain : fusedChainRanges(module))
-        request.unsplittable.push_back(chain);
+      // -O2's composites stay whole in the plans the planner searches
+      // (docs/cost-model.md, "At -O2"); a partition given as a file is taken
+      // as it is, a chain it cuts left unfused.
+      if (request.partition.partitionFile.empty())
+        for (std::pair<int, int> chain : fusedChainRanges(module))
+          request.unsplittable.push_back(chain);
       partition::Topology topology = request.partition.topology();
       std::shared_ptr<const planner::Ranking> searched = ranking;
       if (!searched)

@@ -337,13 +337,15 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
                          << "' (known: " << partition::devicePresetNames() << ")";
       return signalPassFailure();
     }
+    // Tensor-core peaks as pipec's kernels reach them (the preset's fitted
+    // efficiency); fp32 products run on the CUDA cores, never measured.
     double matrixPeak = preset->fp32FlopsPerSecond;
     double activationScale = 1.0; // bf16 storage halves activation traffic and storage
     switch (o.precision) {
     case Precision::F32: break;
-    case Precision::TF32: matrixPeak = preset->tf32FlopsPerSecond; break;
+    case Precision::TF32: matrixPeak = preset->tf32FlopsPerSecond * preset->matrixEfficiency; break;
     case Precision::BF16:
-      matrixPeak = preset->bf16FlopsPerSecond;
+      matrixPeak = preset->bf16FlopsPerSecond * preset->matrixEfficiency;
       activationScale = o.bf16Storage ? 0.5 : 1.0;
       break;
     }
@@ -356,9 +358,11 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
       measured = std::move(*read);
     }
 
+    // The bandwidth as pipec's kernels reach it (the preset's efficiency).
     auto roofline = [&](double flops, double bytes, bool matrix) {
       double peak = matrix ? matrixPeak : preset->fp32FlopsPerSecond;
-      return std::max(flops / peak, bytes * activationScale / preset->memoryBytesPerSecond);
+      return std::max(flops / peak,
+                      bytes * activationScale / (preset->memoryBytesPerSecond * preset->memoryEfficiency));
     };
     // An op's times: the roofline of its work plus a launch per kernel; the
     // gradient of an operand is W work if the operand is weight-derived, B
