@@ -185,20 +185,21 @@ CostTable readCostTableCsv(std::istream &in, const std::string &file) {
   if (fields.size() > kMaxCostTableColumns)
     throw Error(file + ":" + std::to_string(line) + ": " + std::to_string(fields.size()) +
                 " columns, over the limit of " + std::to_string(kMaxCostTableColumns));
+  auto columnNamed = [&](const char *name) {
+    int found = -1;
+    for (size_t f = 0; f < fields.size(); ++f)
+      if (fields[f] == name)
+        found = static_cast<int>(f);
+    return found;
+  };
   int column[kNumColumns];
   for (int c = 0; c < kNumColumns; ++c) {
-    column[c] = -1;
-    for (size_t f = 0; f < fields.size(); ++f)
-      if (fields[f] == kColumns[c])
-        column[c] = static_cast<int>(f);
+    column[c] = columnNamed(kColumns[c]);
     // producers is required too: without it the DAG cuts cannot be computed.
     if (column[c] < 0)
       throw Error(file + ":" + std::to_string(line) + ": missing column '" + kColumns[c] + "'");
   }
-  int savedColumn = -1;
-  for (size_t f = 0; f < fields.size(); ++f)
-    if (fields[f] == kSavedColumn)
-      savedColumn = static_cast<int>(f);
+  const int savedColumn = columnNamed(kSavedColumn);
   size_t width = fields.size();
   CostTable table;
   std::unordered_set<std::string> seen;

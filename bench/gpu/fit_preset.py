@@ -42,9 +42,10 @@ def plan(pipec, model, batch, microbatches, device, extra):
 def split_costs(pipec, model, batch, microbatches, device, work):
     """(tensor-core s, memory-bound s, launches) of one micro-batch, and the plan's predicted iteration s."""
     tables = {}
-    for overhead in (0.0, LAUNCH_S):
+    for overhead in (0.0, LAUNCH_S):  # the second is pipec's default: its plan is the prediction
         path = os.path.join(work, f"costs-{overhead}.csv")
-        plan(pipec, model, batch, microbatches, device, ["--launch-overhead", repr(overhead), "--dump-costs", path])
+        printed = plan(pipec, model, batch, microbatches, device,
+                       ["--launch-overhead", repr(overhead), "--dump-costs", path, "--json"])
         with open(path) as f:
             tables[overhead] = {row["name"]: row for row in csv.DictReader(f)}
     seconds = lambda row: float(row["fwd_s"]) + float(row["bwd_input_s"]) + float(row["bwd_weight_s"])
@@ -52,7 +53,7 @@ def split_costs(pipec, model, batch, microbatches, device, work):
     matrix = sum(seconds(row) for row in bare.values() if row["type"] in MATRIX_TYPES)
     memory = sum(seconds(row) for row in bare.values() if row["type"] not in MATRIX_TYPES)
     launches = sum(seconds(tables[LAUNCH_S][name]) - seconds(row) for name, row in bare.items()) / LAUNCH_S
-    predicted = json.loads(plan(pipec, model, batch, microbatches, device, ["--json"]))["time_per_minibatch_s"]
+    predicted = json.loads(printed)["time_per_minibatch_s"]
     return matrix, memory, round(launches), predicted
 
 

@@ -39,15 +39,20 @@ def read_plan(job):
         return json.load(f)
 
 
+def fullest_device_bytes(plan):
+    return int(max(stage["memory_bytes"] for stage in plan["stages"]))
+
+
 def plan_memory(job):
-    return int(max(stage["memory_bytes"] for stage in read_plan(job)["stages"]))
+    return fullest_device_bytes(read_plan(job))
 
 
 def pipec_row(model, batch, job, log, rc, warmup, peak_mib=None):
     row = dict(framework="pipec", mode="piperun", model=model, batch=int(batch), microbatches=2)
     try:
-        row["plan_gib"] = round(plan_memory(job) / 2**30, 1)
-        plan = read_plan(job)  # the iteration the plan predicts, on its device preset (docs/cost-model.md)
+        plan = read_plan(job)
+        row["plan_gib"] = round(fullest_device_bytes(plan) / 2**30, 1)
+        # the iteration the plan predicts, on its device preset (docs/cost-model.md)
         row["plan_ms"] = round(plan["predictions"]["time_per_minibatch_s"] * 1e3, 1)
         row["plan_device"] = plan["topology"]["device"]
     except (OSError, ValueError, KeyError):

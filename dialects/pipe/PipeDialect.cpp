@@ -142,16 +142,12 @@ LogicalResult PipeDialect::verifyOperationAttribute(Operation *op, NamedAttribut
       return op->emitOpError() << "pipe.storage lists " << entries.size() << " places for "
                                << op->getNumResults() << " results";
   }
-  if (attribute.getName() == kArenaSizeAttrName || attribute.getName() == kThreadScratchSizeAttrName) {
+  if (attribute.getName() == kArenaSizeAttrName || attribute.getName() == kThreadScratchSizeAttrName ||
+      attribute.getName() == kFusedChainAttrName) {
     auto size = llvm::dyn_cast<IntegerAttr>(attribute.getValue());
     if (!size || size.getValue().isNegative())
       return op->emitOpError() << attribute.getName().getValue() << " must be a non-negative integer, got "
                                << attribute.getValue();
-  }
-  if (attribute.getName() == kFusedChainAttrName) {
-    auto chain = llvm::dyn_cast<IntegerAttr>(attribute.getValue());
-    if (!chain || chain.getValue().isNegative())
-      return op->emitOpError() << "pipe.fused_chain must be a non-negative integer, got " << attribute.getValue();
   }
   if (attribute.getName() == kStageAttrName) {
     auto stage = llvm::dyn_cast<IntegerAttr>(attribute.getValue());

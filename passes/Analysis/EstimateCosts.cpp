@@ -18,6 +18,7 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/EquivalenceClasses.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -26,7 +27,6 @@
 #include "runtime/include/pipec/input_file.h"
 
 #include <cmath>
-#include <functional>
 #include <map>
 #include <filesystem>
 #include <fstream>
@@ -232,6 +232,16 @@ struct OptimizedCosts {
 
 constexpr llvm::StringLiteral kOpNumberPrefix = "pipec-estimate-op-";
 
+/// The number costAsOptimized gave an op, from one part of a location.
+std::optional<size_t> opNumber(Location part) {
+  auto named = llvm::dyn_cast<NameLoc>(part);
+  StringRef name = named ? named.getName().getValue() : StringRef();
+  size_t number = 0;
+  if (!name.consume_front(kOpNumberPrefix) || name.getAsInteger(10, number))
+    return std::nullopt;
+  return number;
+}
+
 /// The module is cloned, each op of the clone named by its number in the
 /// walk (a NameLoc around its location, which the location of an op a
 /// rewrite creates starts with: the op it takes over), and the clone is
@@ -251,27 +261,25 @@ std::optional<OptimizedCosts> costAsOptimized(ModuleOp module, double activation
   if (number != original.size() || failed(recognizeComposites(clone->getOperation(), applied)) ||
       failed(canonicalizeGemms(clone->getOperation(), applied)))
     return module.emitError("pipec-estimate-costs: cannot cost the ops as -O2 rewrites them"), std::nullopt;
+  // The original ops an op's location names, the one it takes over first
+  // (its location's first name, as nn::nodeName reads it).
+  auto originalsOf = [&](Operation *op) {
+    llvm::SmallVector<Operation *> named;
+    op->getLoc()->walk([&](Location part) {
+      if (std::optional<size_t> number = opNumber(part);
+          number && *number < original.size() && !llvm::is_contained(named, original[*number]))
+        named.push_back(original[*number]);
+      return WalkResult::advance();
+    });
+    return named;
+  };
   auto originalOf = [&](Operation *op) -> Operation * {
-    std::optional<StringRef> name = nn::nodeName(op->getLoc());
-    size_t index = 0;
-    if (!name || !name->consume_front(kOpNumberPrefix) || name->getAsInteger(10, index) || index >= original.size())
-      return nullptr;
-    return original[index];
+    llvm::SmallVector<Operation *> named = originalsOf(op);
+    return named.empty() ? nullptr : named.front();
   };
   OptimizedCosts costs;
   clone->walk([&](Operation *op) {
-    llvm::SmallVector<Operation *> absorbed;
-    op->getLoc()->walk([&](Location part) {
-      StringRef name;
-      if (auto named = llvm::dyn_cast<NameLoc>(part))
-        name = named.getName().getValue();
-      size_t index = 0;
-      if (name.consume_front(kOpNumberPrefix) && !name.getAsInteger(10, index) && index < original.size() &&
-          !llvm::is_contained(absorbed, original[index]))
-        absorbed.push_back(original[index]);
-      return WalkResult::advance();
-    });
-    if (absorbed.size() > 1)
+    if (llvm::SmallVector<Operation *> absorbed = originalsOf(op); absorbed.size() > 1)
       costs.chains.push_back(std::move(absorbed));
   });
   for (auto function : clone->getOps<func::FuncOp>()) {
@@ -296,26 +304,16 @@ std::optional<OptimizedCosts> costAsOptimized(ModuleOp module, double activation
 /// pipe.fused_chain on the ops of each chain, chains that share an op merged
 /// (a composite rewritten again absorbs the first one's ops).
 void markFusedChains(ModuleOp module, const std::vector<llvm::SmallVector<Operation *>> &chains) {
-  llvm::DenseMap<Operation *, Operation *> parent;
-  std::function<Operation *(Operation *)> root = [&](Operation *op) {
-    Operation *up = parent.lookup(op);
-    if (!up || up == op)
-      return op;
-    Operation *top = root(up);
-    parent[op] = top;
-    return top;
-  };
+  llvm::EquivalenceClasses<Operation *> merged;
   for (const auto &chain : chains)
-    for (Operation *op : chain) {
-      parent.try_emplace(op, op);
-      parent[root(op)] = root(chain.front());
-    }
+    for (Operation *op : chain)
+      merged.unionSets(chain.front(), op);
   llvm::DenseMap<Operation *, int64_t> numbers;
   Builder builder(module.getContext());
   module.walk([&](Operation *op) {
-    if (!parent.contains(op))
+    if (!merged.contains(op))
       return;
-    auto [it, added] = numbers.try_emplace(root(op), static_cast<int64_t>(numbers.size()));
+    auto [it, added] = numbers.try_emplace(merged.getLeaderValue(op), static_cast<int64_t>(numbers.size()));
     op->setAttr(pipe::kFusedChainAttrName, builder.getI64IntegerAttr(it->second));
   });
 }
@@ -441,7 +439,7 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
         for (Value operand : operation->getOperands())
           if (roles.weightDerived.contains(operand) && llvm::isa<BlockArgument>(operand))
             trainedBytes = parameterBytes;
-        int64_t activationBytes = 0, savedBytes = 0;
+        int64_t activationBytes = 0;
         for (auto [index, result] : llvm::enumerate(operation->getResults())) {
           auto type = llvm::dyn_cast<ShapedType>(result.getType());
           std::string why;
@@ -452,7 +450,7 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
             return refuse("result " + std::to_string(index), why.empty() ? "is too large" : why);
           activationBytes = *sum;
         }
-        savedBytes = optimized ? optimized->savedBytes.lookup(operation) : kept.lookup(operation);
+        int64_t savedBytes = optimized ? optimized->savedBytes.lookup(operation) : kept.lookup(operation);
         for (auto [what, seconds] : {std::pair<const char *, double>{"forward", forward},
                                      {"input-gradient", backwardInput},
                                      {"weight-gradient", backwardWeight}})
@@ -590,12 +588,16 @@ FailureOr<partition::CostTable> costTableFromModule(ModuleOp module) {
   return table;
 }
 
+/// Whether `op` is a row of costTableFromModule's table: costed ops other
+/// than constants, which are rematerialized in every stage that reads them.
+static bool isCostTableRow(Operation *op) { return llvm::isa<nn::CostOpInterface>(op) && !llvm::isa<nn::ConstantOp>(op); }
+
 std::vector<std::pair<int, int>> fusedChainRanges(ModuleOp module) {
-  // Rows in costTableFromModule's order: costed ops other than constants.
+  // Rows in costTableFromModule's order.
   std::map<int64_t, std::pair<int, int>> ranges;
   int row = 0;
   module.walk([&](Operation *op) {
-    if (!llvm::isa<nn::CostOpInterface>(op) || llvm::isa<nn::ConstantOp>(op))
+    if (!isCostTableRow(op))
       return;
     if (auto chain = op->getAttrOfType<IntegerAttr>(pipe::kFusedChainAttrName)) {
       auto [it, added] = ranges.try_emplace(chain.getInt(), row, row);
@@ -619,7 +621,7 @@ std::vector<std::pair<int, int>> tiedParameterRanges(ModuleOp module) {
   llvm::DenseMap<Value, std::pair<int, int>> users;
   int row = 0;
   module.walk([&](Operation *op) {
-    bool costed = llvm::isa<nn::CostOpInterface>(op) && !llvm::isa<nn::ConstantOp>(op);
+    bool costed = isCostTableRow(op);
     llvm::SmallVector<Value, 2> held;
     bool onlyParameters = op->getNumOperands() > 0;
     for (Value operand : op->getOperands()) {

@@ -179,16 +179,21 @@ def compile_stage(pipec, shape, work, name, env):
     return os.path.join(job, "stages"), parameters
 
 
-def workspace_bytes(stages):
+def descriptor_workspace_bytes(source):
     """The descriptor's workspace_bytes, from the `description` initializer of
-    the generated stage_0.cu, where it follows the outputs and computes_loss
-    (pipec_stage_desc, stage_abi.h)."""
-    with open(os.path.join(stages, "stage_0.cu")) as f:
+    a generated stage source (.cu or .cpp), where it follows the outputs and
+    computes_loss (pipec_stage_desc, stage_abi.h)."""
+    with open(source) as f:
         found = re.search(r"const pipec_stage_desc description = \{[^}]*\boutputTensors, [01], (\d+),", f.read())
     if not found:
         sys.exit("FAIL: no `const pipec_stage_desc description = {..., outputTensors, computes_loss, "
-                 "workspace_bytes, ...};` in the generated stage_0.cu")
+                 f"workspace_bytes, ...}};` in the generated {source}")
     return int(found.group(1))
+
+
+def workspace_bytes(stages):
+    """The generated stage_0.cu's workspace_bytes."""
+    return descriptor_workspace_bytes(os.path.join(stages, "stage_0.cu"))
 
 
 ENTRY_FUNCTIONS = {"forward": "forward", "backwardInput": "backward_input", "backwardWeight": "backward_weight",

@@ -16,7 +16,6 @@ import argparse
 import glob
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,8 @@ import tempfile
 LOW, HIGH = 0.7, 1.7
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "test", "codegen"))
+from cuda_launch_count import descriptor_workspace_bytes  # noqa: E402
 # The examples and every exported model of test/models (test/models/README.md).
 MODELS = ["examples/gpt.onnx", "examples/cnn.onnx", "examples/mlp.onnx"] + sorted(
     os.path.relpath(path, ROOT) for path in glob.glob(os.path.join(ROOT, "test", "models", "*.onnx")))
@@ -32,15 +33,11 @@ TARGETS = {"cpu": [], "cpu-bf16": ["--precision", "bf16"], "cuda": ["--target", 
 
 
 def workspace_bytes(job):
-    """The descriptor's workspace_bytes (after the outputs and computes_loss)."""
+    """The workspace_bytes of the job's one stage source (.cpp or .cu)."""
     source = [path for suffix in (".cpp", ".cu") for path in glob.glob(os.path.join(job, "stages", "stage_0" + suffix))]
     if len(source) != 1:
         sys.exit(f"FAIL: expected one stages/stage_0.cpp or .cu in {job}, found {source}")
-    with open(source[0]) as f:
-        found = re.search(r"const pipec_stage_desc description = \{[^}]*\boutputTensors, [01], (\d+),", f.read())
-    if not found:
-        sys.exit(f"FAIL: no workspace_bytes in the descriptor of {source[0]}")
-    return int(found.group(1))
+    return descriptor_workspace_bytes(source[0])
 
 
 def main():

@@ -48,3 +48,12 @@ func.func @scratch(%x: tensor<4x8xf32>) -> tensor<8xf32> {
   %y = nn.reduce_sum %x {axes = array<i64: 0>, keepdims = false, pipe.scratch = array<i64: 32, 64>} : (tensor<4x8xf32>) -> tensor<8xf32>
   return %y : tensor<8xf32>
 }
+
+// -----
+
+// pipec-estimate-costs' mark on the ops of one -O2 composite.
+func.func @fused_chain_negative(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{pipe.fused_chain must be a non-negative integer}}
+  %a = nn.relu %x {pipe.fused_chain = -1 : i64} : tensor<4xf32>
+  return %a : tensor<4xf32>
+}

@@ -18,6 +18,15 @@ PartitionOptions unlimited() {
   o.memoryLimitBytes = -1;
   return o;
 }
+
+/// 1F1B-RR on 4 stages without replication: stage k has 4 - k micro-batches in flight.
+PartitionOptions asyncFourStages() {
+  PartitionOptions o = unlimited();
+  o.asynchronous = true;
+  o.allowReplication = false;
+  o.forcedStages = 4;
+  return o;
+}
 std::string errorOf(const std::function<void()> &f) {
   try {
     f();
@@ -46,10 +55,7 @@ TEST(Partitioner, MemoryCountsKeptBytesAndCutsCountResults) {
   CostTable t = uniformChain(4, 1.0, 1000, 1000000);
   for (OpCost &op : t.ops)
     op.savedBytes = 250;
-  PartitionOptions o = unlimited();
-  o.asynchronous = true;
-  o.allowReplication = false;
-  o.forcedStages = 4;
+  PartitionOptions o = asyncFourStages();
   PartitionResult r = partition(t, flatTopology(4, 1e12), o);
   ASSERT_EQ(r.stages.size(), 4u);
   EXPECT_EQ(r.stages[0].inflight, 4);
@@ -98,10 +104,7 @@ TEST(Partitioner, DataParallelWhenWeightsAreLight) {
 
 TEST(Partitioner, AsyncMemoryCountsStashedVersionsAndInflightActivations) {
   CostTable t = uniformChain(4, 1.0, 1000, 1000000);
-  PartitionOptions o = unlimited();
-  o.asynchronous = true;
-  o.allowReplication = false;
-  o.forcedStages = 4;
+  PartitionOptions o = asyncFourStages();
   PartitionResult r = partition(t, flatTopology(4, 1e12), o);
   ASSERT_EQ(r.stages.size(), 4u);
   // stage 0: 4 in flight → params, their gradients, 3 stashed versions, 4 activations
