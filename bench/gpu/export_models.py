@@ -84,6 +84,23 @@ def multiplying_parameters(name, model):
     return total, total - lookup
 
 
+def buffers_with_gradient(model, vocab):
+    """The floating buffers a gradient reaches (the Llama's rotary tables): PyTorch does
+    not train them, but the TorchScript exporter writes them as initializers without
+    saying so, and pipec trains every initializer a gradient reaches (docs/importer.md),
+    so prepare.sh passes them to --freeze. A gradient that reaches no buffer (GPT's
+    boolean mask) needs nothing: pipec freezes those itself."""
+    buffers = dict((n, b) for n, b in model.named_buffers() if b.is_floating_point())
+    for b in buffers.values():
+        b.requires_grad_(True)
+    model(torch.randint(0, vocab, (1, 16))).float().sum().backward()
+    reached = [n for n, b in buffers.items() if b.grad is not None]
+    for b in buffers.values():
+        b.requires_grad_(False)
+        b.grad = None
+    return reached
+
+
 def export(model, sample, path, input_name, free_batch=False):
     model.train()
     axes = {input_name: {0: "batch"}, "logits": {0: "batch"}} if free_batch else None
@@ -99,7 +116,8 @@ def main():
     for name, (description, kwargs) in TABLE.items():
         model = table_model(name)
         total, multiplying = multiplying_parameters(name, model)
-        meta[name] = dict(description=description, parameters=total, multiplying_parameters=multiplying, **kwargs)
+        meta[name] = dict(description=description, parameters=total, multiplying_parameters=multiplying,
+                          buffers=buffers_with_gradient(model, kwargs["vocab"]), **kwargs)
         path = os.path.join(out, f"{name}.onnx")
         if not os.path.exists(path):
             export(model, torch.randint(0, kwargs["vocab"], (2, kwargs["context"])), path, "tokens", free_batch=True)

@@ -1,9 +1,11 @@
 #!/bin/bash
-# bench/gpu/on_gpu.sh BUNDLE OUT [extra] (run as root on the GPU machine, from
-# the repository root): unpacks prepare.sh's bundle, installs its OpenMPI where
-# Debian's libmpi looks for its components (/usr/lib/x86_64-linux-gnu/openmpi,
-# only files that are not there), finds cuBLAS and NCCL on the machine, and
-# runs piperun as a singleton MPI rank (no mpirun).
+# bench/gpu/on_gpu.sh BUNDLE OUT [extra|pipelines] (run as root on the GPU
+# machine, from the repository root): unpacks prepare.sh's bundle, installs its
+# OpenMPI's help files and configuration where Debian's libmpi looks for them
+# (only files that are not there; the components are read from the bundle),
+# finds cuBLAS and NCCL on the machine, and runs piperun as a singleton MPI rank
+# (no mpirun), the pipelines with the bundle's mpirun. `pipelines` runs only the
+# training checks and the pipelines (about 2 minutes, no budget applied).
 #
 # The default run fits one device call of 8 minutes (BENCH_GPU_BUDGET_S,
 # default 470 s, counted from the start of this script). On 2026-11-27 on
@@ -69,6 +71,11 @@ dir_of() { dirname "$(find /usr/local /opt /usr/lib -name "$1" 2>/dev/null | hea
 # cuDNN (flash attention) is loaded by the stages at run time, with NVRTC for its runtime-compiled
 # engines: PyTorch's nvidia-cudnn-cu13 and nvidia-cuda-nvrtc here.
 export LD_LIBRARY_PATH=$LIB:$(dir_of libcublasLt.so.13):$(dir_of libnccl.so.2):$(dir_of libcudnn.so.9):$(dir_of libnvrtc.so.13)
+# Our OpenMPI's and PMIx's components, not the machine's: a GPU machine may have its own OpenMPI
+# in the same folders (the 2026-11-28 H200 did, built against a newer PMIx, so that mpirun failed
+# with "undefined symbol: PMIx_Info_create"), and `cp --update=none` above keeps its files.
+export OMPI_MCA_mca_base_component_path=$G/sys/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3 \
+  PMIX_MCA_mca_base_component_path=$G/sys/usr/lib/x86_64-linux-gnu/pmix2/lib/pmix
 export OMPI_MCA_ess_singleton_isolated=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   OMPI_MCA_mca_base_component_show_load_errors=0 OPENBLAS_NUM_THREADS=1 PYTHONUNBUFFERED=1
 PIPERUN=$G/bin/piperun
@@ -76,11 +83,13 @@ ldd "$PIPERUN" | grep "not found"
 shopt -s nullglob
 fills=() # in parallel; waited for by pid (a bare wait would wait for the tee above too)
 for job in "$G"/jobs/*/; do
+  [ "$MODE" = pipelines ] && [[ $(basename "$job") = table-* ]] && continue
   if ls "$job"/weights/*.json > /dev/null 2>&1; then python3 "$HERE/synthetic_weights.py" fill "$job" & fills+=($!); fi
 done
 [ ${#fills[@]} = 0 ] || wait "${fills[@]}"
 el "set up"
 [ -x "$G/bin/cublaslt_epilogues" ] && { echo "=== cuBLASLt's epilogues with bf16"; timeout 30 "$G/bin/cublaslt_epilogues"; }
+[ -x "$G/bin/vocab_gemm" ] && [ "$MODE" != pipelines ] && { echo "=== an odd vocabulary's GEMMs"; timeout 30 "$G/bin/vocab_gemm"; }
 
 if [ "$MODE" = table ]; then
 echo "=== table: pipec (piperun --log-every 1; the first iterations are warm-up)"
@@ -146,7 +155,7 @@ done
 CURVE=$(cat "$G/jobs/curve_steps" 2>/dev/null || echo 0)
 echo "=== loss curves: each bf16 check $CURVE steps (compare_curves.py on the host, against fp32 on a CPU rank)"
 for job in "$G"/jobs/train-*-bf16/; do example=$(basename "$job"); example=${example#train-}; example=${example%-bf16}
-  [ "$CURVE" -gt 0 ] || continue
+  [ "$CURVE" -gt 0 ] && [ "$MODE" != pipelines ] || continue
   if [ "$MODE" = table ] && [ "$(left)" -lt 10 ]; then el "curve-$example: skipped (budget)"; continue; fi
   timeout 60 "$PIPERUN" "$job" --iters "$CURVE" --log-every 1 > "$G/curve-$example-bf16.log" 2>&1
   el "curve-$example-bf16 rc=$?: $(grep -o 'loss [0-9.e+-]*' "$G/curve-$example-bf16.log" | tail -1)"

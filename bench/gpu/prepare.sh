@@ -25,7 +25,7 @@ HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
 WORK=$(mkdir -p "$1" && cd "$1" && pwd); TORCH_PYTHON=${2:-python3}; EXTRA=${BENCH_GPU_EXTRA:-0}
 PIPEC=$ROOT/build/bin/pipec PIPERUN=$ROOT/build/bin/piperun PY=$ROOT/.venv/bin/python
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-if [ ! -f "$WORK/models/table_models.json" ] || { [ "$EXTRA" = 1 ] && [ ! -f "$WORK/models/gpt_free_batch.onnx" ]; }; then
+if ! grep -q '"buffers"' "$WORK/models/table_models.json" 2>/dev/null || { [ "$EXTRA" = 1 ] && [ ! -f "$WORK/models/gpt_free_batch.onnx" ]; }; then
   "$TORCH_PYTHON" "$HERE/export_models.py" "$WORK/models" $([ "$EXTRA" = 1 ] && echo --extra)
 fi
 rm -rf "$WORK/jobs" "$WORK/cpu"; mkdir -p "$WORK/jobs" "$WORK/cpu"
@@ -88,10 +88,15 @@ PY
 # earlier speed runs' jobs instead (the bundle was 15 MB on 2026-11-28 with the pipelines' jobs; the
 # device tool carries 64 MiB with the repository's ~37 MiB).
 if [ "$EXTRA" != 1 ]; then
-for model in gpt2 llama; do for b in 4 16; do
-  compile "$WORK/models/$model.onnx" "$WORK/jobs/table-$model-b$b" --micro-batch-size $b --batch-size $((2 * b)) \
-    --target cuda --precision bf16 --optimizer adamw
-done; done
+for model in gpt2 llama; do
+  # PyTorch's buffers stay constant, as in PyTorch (export_models.py).
+  freeze=$("$PY" -c 'import json, sys; print(" ".join("--freeze=" + n for n in json.load(open(sys.argv[1]))[sys.argv[2]]["buffers"]))' \
+    "$WORK/models/table_models.json" "$model")
+  for b in 4 16; do
+    compile "$WORK/models/$model.onnx" "$WORK/jobs/table-$model-b$b" --micro-batch-size $b --batch-size $((2 * b)) \
+      --target cuda --precision bf16 --optimizer adamw $freeze
+  done
+done
 else
 for p in fp32 tf32 bf16; do
   compile "$WORK/models/mlp8x1024_b64.onnx" "$WORK/jobs/bench-b64-$p" --microbatches 16 --target cuda --precision $p
@@ -118,6 +123,9 @@ cp "$PIPERUN" "$S/bin/"
 nvcc_root=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")")
 clang++-22 -O1 -std=c++17 -I"$nvcc_root/include" "$HERE/cublaslt_epilogues.cpp" -o "$S/bin/cublaslt_epilogues" \
   -L"$nvcc_root/lib64" -lcublasLt -lcublas -lcudart
+# What an odd GEMM dimension costs on the card (on_gpu.sh prints it; docs/gpu-runs.md).
+"$nvcc_root/bin/nvcc" -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
+  "$HERE/vocab_gemm.cu" -o "$S/bin/vocab_gemm" -lcublas
 cp /usr/bin/orterun "$S/bin/mpirun"; cp /usr/bin/orted "$S/bin/"
 cp -a /usr/lib/x86_64-linux-gnu/openmpi/lib "$S/sys/usr/lib/x86_64-linux-gnu/openmpi/"
 cp -a /usr/lib/x86_64-linux-gnu/pmix2/lib /usr/lib/x86_64-linux-gnu/pmix2/share "$S/sys/usr/lib/x86_64-linux-gnu/pmix2/"

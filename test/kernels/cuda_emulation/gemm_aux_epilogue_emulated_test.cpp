@@ -11,14 +11,17 @@
 // each at pointer offsets off cuBLASLt's default alignment. The results
 // must match the CPU's f(product), product and f'(x)·product within the
 // storage's rounding; the launches per call are counted.
-// Also the bf16 GEMMs of a vocabulary-sized odd N (testPaddedRows): the
-// forward, input-gradient and accumulated weight-gradient products through
-// copies with 16-byte-aligned rows, one 2-D copy per misaligned matrix.
+// Also the bf16 GEMMs of an odd vocabulary (testRoundedDims): the forward,
+// input-gradient and accumulated weight-gradient products on copies with
+// the odd dimension rounded up to a multiple of 64, the added rows and
+// columns zero (the scratch they use starts as NaN), a copy per rounded
+// matrix; small or thin products as they are.
 #include "pipec/cuda_kernels.h"
 #include "pipec/cpu_kernels.h"
 #include "cuda_runtime.h"
 #include "emu.h"
 #include "cublasLt.h" // emu::ltAuxEpilogues
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -157,18 +160,18 @@ static void testCases() {
   emu::ltAuxEpilogues = true;
 }
 
-/// The three GEMMs of a vocabulary projection with an odd vocabulary V (as
-/// GPT-2's 50,257) in bf16, large enough for the padded copies: logits
-/// [M, V] = x [M, D] W^T (Y's rows misaligned), dx [M, D] = dlogits W
-/// (A's), dW [V, D] += dlogits^T x (A's, transposed, into float).
-static void testPaddedRows() {
-  const int64_t M = 512, V = 8193, D = 16; // M·V > 2^22: the copies' threshold
+/// The GEMMs of a vocabulary projection with an odd vocabulary V (as
+/// GPT-2's 50,257) in bf16, large enough for the rounded copies (2^30 FLOPs,
+/// 64 FLOPs per byte copied; linalg.cu): logits [M, V] = x [M, D] W^T (N
+/// odd), dx [M, D] = dlogits W (K odd), dW [V, D] += dlogits^T x (M odd,
+/// into float), dW^T [D, V] = x^T dlogits.
+static void testRoundedDims() {
+  const int64_t M = 1024, V = 2049, D = 384, V2 = 2112; // V rounded up to a multiple of 64
   const auto x = randomValues(M * D), W = randomValues(V * D), dlogits = randomValues(M * V);
   const auto xb = stored<bf>(x), Wb = stored<bf>(W), dlb = stored<bf>(dlogits);
-  // padded: which bf16 matrices cuBLAS must get with 16-byte rows, as it numbers them
-  // (column-major: 1 its A = our B, 2 its B = our A, 4 C).
-  auto run = [&](const char *what, int copiesWanted, int padded, auto &&cpu, auto &&cuda) {
-    ctx = std::string("padded rows: ") + what;
+  // copies: the stream copies wanted; dims: cuBLAS's m, n, k wanted (column-major: m = our N, n = our M).
+  auto run = [&](const char *what, int copiesWanted, std::array<int64_t, 3> dims, auto &&cpu, auto &&cuda) {
+    ctx = std::string("rounded dimensions: ") + what;
     const long copiesBefore = emu::streamCopies;
     const Launches before = countNow();
     cuda();
@@ -177,14 +180,14 @@ static void testPaddedRows() {
            "one GEMM and " + std::to_string(copiesWanted) + " copies expected, got " +
                std::to_string(after.gemms - before.gemms) + " and " + std::to_string(emu::streamCopies - copiesBefore));
     for (int i = 0; i < 3; ++i)
-      if (padded & (1 << i))
-        expect(emu::lastGemmLd[i] % 8 == 0, "cuBLAS got a leading dimension of " + std::to_string(emu::lastGemmLd[i]) +
-                                                 " for matrix " + std::to_string(i) + ", not a multiple of 8");
+      expect(emu::lastGemmDims[i] == dims[i], "cuBLAS got dimension " + std::to_string(i) + " = " +
+                                                  std::to_string(emu::lastGemmDims[i]) + ", wanted " +
+                                                  std::to_string(dims[i]));
     cpu();
   };
   std::vector<float> logits(M * V);
   std::vector<bf> logitsG(M * V, bf(NAN));
-  run("logits = x W^T", 1, 4,
+  run("logits = x W^T", 2, {V2, M, D}, // W and the logits
       [&] {
         pk::gemm(x.data(), W.data(), nullptr, Shape{}, logits.data(), M, V, D, false, true, 1.0f, 0.0f);
         expectNear(widened(logitsG.data(), M * V), logits, 1.0 / 128, "logits");
@@ -192,33 +195,32 @@ static void testPaddedRows() {
       [&] { pc::gemm(xb.data(), Wb.data(), nullptr, Shape{}, logitsG.data(), M, V, D, false, true, 1.0f, 0.0f); });
   std::vector<float> dx(M * D);
   std::vector<bf> dxG(M * D, bf(NAN));
-  run("dx = dlogits W", 1, 2,
+  run("dx = dlogits W", 2, {D, M, V2}, // dlogits and W
       [&] {
         pk::gemm(dlogits.data(), W.data(), nullptr, Shape{}, dx.data(), M, D, V, false, false, 1.0f, 0.0f);
         expectNear(widened(dxG.data(), M * D), dx, 1.0 / 64, "dx");
       },
       [&] { pc::gemm(dlb.data(), Wb.data(), nullptr, Shape{}, dxG.data(), M, D, V, false, false, 1.0f, 0.0f); });
   auto dW = randomValues(V * D), dWG = dW; // accumulated into, in float
-  run("dW += dlogits^T x", 1, 2,
+  run("dW += dlogits^T x", 3, {D, V2, M}, // dlogits, dW in, dW out
       [&] {
         pk::gemm(dlogits.data(), x.data(), dW.data(), Shape{V, D}, dW.data(), V, D, M, true, false, 1.0f, 1.0f);
         expectNear(dWG, dW, 1e-4, "dW");
       },
       [&] { pc::gemm(dlb.data(), xb.data(), dWG.data(), Shape{V, D}, dWG.data(), V, D, M, true, false, 1.0f, 1.0f); });
-  // B's rows misaligned: dW^T [D, V] = x^T dlogits (B = dlogits, [M, V]).
   std::vector<float> dWt(D * V);
   std::vector<bf> dWtG(D * V, bf(NAN));
-  run("dW^T = x^T dlogits", 1, 1,
+  run("dW^T = x^T dlogits", 2, {V2, D, M}, // dlogits and dW^T
       [&] {
         pk::gemm(x.data(), dlogits.data(), nullptr, Shape{}, dWt.data(), D, V, M, true, false, 1.0f, 0.0f);
         expectNear(widened(dWtG.data(), D * V), dWt, 1.0 / 64, "dW^T");
       },
       [&] { pc::gemm(xb.data(), dlb.data(), nullptr, Shape{}, dWtG.data(), D, V, M, true, false, 1.0f, 0.0f); });
-  // A misaligned bf16 Y accumulated into (C = Y, beta 1): copied in, computed, copied back.
+  // A bf16 Y accumulated into (C = Y, beta 1): copied in, computed, copied back.
   auto acc = randomValues(M * V);
   auto accG = stored<bf>(acc);
   std::vector<float> accWant(acc);
-  run("logits += x W^T", 2, 4,
+  run("logits += x W^T", 3, {V2, M, D},
       [&] {
         pk::gemm(x.data(), W.data(), accWant.data(), Shape{M, V}, accWant.data(), M, V, D, false, true, 1.0f, 1.0f);
         expectNear(widened(accG.data(), M * V), accWant, 1.0 / 64, "accumulated logits");
@@ -227,11 +229,23 @@ static void testPaddedRows() {
         pc::gemm(xb.data(), Wb.data(), reinterpret_cast<const float *>(accG.data()), Shape{M, V}, accG.data(), M, V, D,
                  false, true, 1.0f, 1.0f);
       });
-  // Below the threshold (and in float) nothing is copied.
-  std::vector<float> small(64 * 9);
+  // As they are: a small product (under 2^30 FLOPs), a thin one (2^30 FLOPs, 32 per byte copied),
+  // an odd dimension that rounding would grow by more than 1/8 (449 to 512), and float.
   std::vector<bf> smallG(64 * 9);
-  run("a small misaligned Y", 0, 0, [] {}, [&] {
+  run("a small product", 0, {9, 64, D}, [] {}, [&] {
     pc::gemm(xb.data(), Wb.data(), nullptr, Shape{}, smallG.data(), 64, 9, D, false, true, 1.0f, 0.0f);
+  });
+  std::vector<bf> thinG(4096 * V);
+  run("a thin product", 0, {V, 4096, 64}, [] {}, [&] {
+    pc::gemm(xb.data(), Wb.data(), nullptr, Shape{}, thinG.data(), 4096, V, 64, false, true, 1.0f, 0.0f);
+  });
+  std::vector<bf> narrowG(4096 * 449);
+  run("a narrow odd dimension", 0, {449, 4096, D}, [] {}, [&] {
+    pc::gemm(dlb.data(), Wb.data(), nullptr, Shape{}, narrowG.data(), 4096, 449, D, false, true, 1.0f, 0.0f);
+  });
+  std::vector<float> floatY(M * V);
+  run("float operands", 0, {V, M, D}, [] {}, [&] {
+    pc::gemm(x.data(), W.data(), nullptr, Shape{}, floatY.data(), M, V, D, false, true, 1.0f, 0.0f);
   });
 }
 
@@ -262,7 +276,7 @@ int main() {
   pc::StreamScope scope(fakeStream, pc::Precision::F32);
   try {
     testCases();
-    testPaddedRows();
+    testRoundedDims();
     testErrors();
     pc::raiseDeviceErrors();
   } catch (const std::exception &e) {

@@ -375,69 +375,99 @@ template void expandTo<bf16>(const char *, const float *, const Shape &, bf16 *,
 //===----------------------------------------------------------------------===//
 
 namespace {
-/// Operands of at least this many elements whose rows are not 16-byte
-/// aligned take cublasGemm's padded copies; below it the copies cost more
-/// than the slow kernels.
-constexpr int64_t kPaddedGemmMinElements = int64_t(1) << 22;
+/// A bf16 GEMM with a dimension that is not a multiple of 8 (GPT-2's
+/// 50,257-word vocabulary) runs on cuBLAS's slow kernels, and padding only
+/// the rows does not fix it: on an H200 the three GEMMs of a tied
+/// vocabulary at 4,096 x 768 took 3.37 / 2.42 / 2.19 ms as they are, 3.37 /
+/// 2.56 / 0.62 ms with rows padded to 16 bytes, and 0.42 / 0.37 / 0.36 ms
+/// with the vocabulary rounded up to 50,304 (bench/gpu/vocab_gemm.cu,
+/// docs/gpu-runs.md). So a large such GEMM runs on copies with its odd
+/// dimensions rounded up to kGemmDimRounding, the added rows and columns
+/// zero, its result computed into a rounded copy and copied back.
+constexpr int64_t kGemmDimRounding = 64;
+/// When it pays: the copies ran at ~2.3 TB/s (0.35 ms for [4,096, 50,257]
+/// bf16 each way) and the rounding saved 6-9 ps per multiply-add pair, so
+/// break-even is 46-74 FLOPs per byte copied; below 2^30 FLOPs the saving is
+/// under the copies' launches. Rounding may add at most 1/8 of the work.
+constexpr double kGemmRoundingMinFlopsPerByte = 64.0;
+constexpr double kGemmRoundingMinFlops = double(int64_t(1) << 30);
+constexpr double kGemmRoundingMaxGrowth = 1.125;
 
-bool rowsAligned(int64_t ld, size_t elementBytes) { return ld * (int64_t)elementBytes % 16 == 0; }
-int64_t alignedLd(int64_t ld, size_t elementBytes) {
-  const int64_t perRow = 16 / (int64_t)elementBytes;
-  return (ld + perRow - 1) / perRow * perRow;
-}
+int64_t roundedDim(int64_t d) { return (d + kGemmDimRounding - 1) / kGemmDimRounding * kGemmDimRounding; }
+
 /// rows x width elements from rows `fromLd` apart to rows `toLd` apart.
 template <class E> void copyRows(const char *op, E *to, int64_t toLd, const E *from, int64_t fromLd, int64_t rows,
                                  int64_t width) {
-  detail::check(cudaMemcpy2DAsync(to, toLd * sizeof(E), from, fromLd * sizeof(E), width * sizeof(E), rows,
-                                  cudaMemcpyDeviceToDevice, detail::stream()),
-                op);
+  if (toLd == width && fromLd == width)
+    detail::check(cudaMemcpyAsync(to, from, rows * width * sizeof(E), cudaMemcpyDeviceToDevice, detail::stream()), op);
+  else
+    detail::check(cudaMemcpy2DAsync(to, toLd * sizeof(E), from, fromLd * sizeof(E), width * sizeof(E), rows,
+                                    cudaMemcpyDeviceToDevice, detail::stream()),
+                  op);
 }
 
-/// Y[M,N] = alpha op(A) op(B) + beta Y on cuBLAS, row-major and contiguous.
-/// A bf16 operand or result whose rows are not 16-byte aligned (a leading
-/// dimension not a multiple of 8: GPT-2's 50,257-word vocabulary) keeps
-/// cuBLAS off its tensor-core kernels (the vocabulary GEMM ran at 93
-/// TFLOP/s on an H200, docs/gpu-runs.md). When such a matrix is large it is
-/// copied into kernel scratch with its leading dimension rounded up (one
-/// 2-D copy), and a misaligned Y is computed there and copied back.
+/// A row-major [rows, cols] matrix copied into a zeroed [toRows, toCols] one
+/// (rows toCols apart): memsets of the added columns and rows, one copy.
+template <class E>
+void copyPadded(const char *op, E *to, int64_t toRows, int64_t toCols, const E *from, int64_t rows, int64_t cols) {
+  const size_t e = sizeof(E);
+  if (toCols > cols)
+    detail::check(cudaMemset2DAsync(to + cols, toCols * e, 0, (toCols - cols) * e, rows, detail::stream()), op);
+  if (toRows > rows)
+    detail::check(cudaMemsetAsync(to + rows * toCols, 0, (toRows - rows) * toCols * e, detail::stream()), op);
+  copyRows(op, to, toCols, from, cols, rows, cols);
+}
+
+/// Y[M,N] = alpha op(A) op(B) + beta Y on cuBLAS, row-major and contiguous;
+/// a large bf16 product with a dimension that is not a multiple of 8 on
+/// rounded copies (above).
 template <class T, class TY>
 void cublasGemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const T *A,
                 const T *B, float beta, TY *Y) {
-  const int64_t lda = transA ? M : K, ldb = transB ? K : N, ldy = N;
   if constexpr (std::is_same_v<T, bf16>) {
-    const int64_t rowsA = transA ? K : M, rowsB = transB ? N : K;
-    const bool padA = !rowsAligned(lda, sizeof(T)) && rowsA * lda >= kPaddedGemmMinElements;
-    const bool padB = !rowsAligned(ldb, sizeof(T)) && rowsB * ldb >= kPaddedGemmMinElements;
-    const bool padY = !rowsAligned(ldy, sizeof(TY)) && M * ldy >= kPaddedGemmMinElements;
-    if ((padA || padB || padY) && M > 0 && N > 0 && K > 0) {
-      const int64_t lda16 = padA ? alignedLd(lda, sizeof(T)) : lda, ldb16 = padB ? alignedLd(ldb, sizeof(T)) : ldb,
-                    ldy16 = padY ? alignedLd(ldy, sizeof(TY)) : ldy;
-      const int64_t bytesA = padA ? ScratchNeed::alignedScratchBytes(rowsA * lda16 * (int64_t)sizeof(T)) : 0,
-                    bytesB = padB ? ScratchNeed::alignedScratchBytes(rowsB * ldb16 * (int64_t)sizeof(T)) : 0,
-                    bytesY = padY ? ScratchNeed::alignedScratchBytes(M * ldy16 * (int64_t)sizeof(TY)) : 0;
-      char *scratch = static_cast<char *>(detail::scratch(0, (size_t)(bytesA + bytesB + bytesY)));
-      const T *a = A, *b = B;
-      TY *y = Y;
-      if (padA) {
-        T *copy = reinterpret_cast<T *>(scratch);
-        copyRows(op, copy, lda16, A, lda, rowsA, lda);
-        a = copy;
+    const auto odd = [](int64_t d) { return d % 8 != 0; };
+    if (M > 0 && N > 0 && K > 0 && (odd(M) || odd(N) || odd(K))) {
+      const int64_t M2 = odd(M) ? roundedDim(M) : M, N2 = odd(N) ? roundedDim(N) : N, K2 = odd(K) ? roundedDim(K) : K;
+      const bool copyA = M2 != M || K2 != K, copyB = K2 != K || N2 != N, copyY = M2 != M || N2 != N;
+      // Bytes read and written by the copies (and the memsets, counted as writes).
+      const double bytesA = copyA ? double(M * K + M2 * K2) * sizeof(T) : 0,
+                   bytesB = copyB ? double(K * N + K2 * N2) * sizeof(T) : 0,
+                   bytesY = copyY ? double(M * N + M2 * N2) * sizeof(TY) * (beta != 0.0f ? 2 : 1) : 0;
+      const double flops = 2.0 * double(M) * double(N) * double(K);
+      const double growth = double(M2) * double(N2) * double(K2) / (double(M) * double(N) * double(K));
+      if (flops >= kGemmRoundingMinFlops && growth <= kGemmRoundingMaxGrowth &&
+          flops >= kGemmRoundingMinFlopsPerByte * (bytesA + bytesB + bytesY)) {
+        const int64_t scratchA = copyA ? ScratchNeed::alignedScratchBytes(M2 * K2 * (int64_t)sizeof(T)) : 0,
+                      scratchB = copyB ? ScratchNeed::alignedScratchBytes(K2 * N2 * (int64_t)sizeof(T)) : 0,
+                      scratchY = copyY ? ScratchNeed::alignedScratchBytes(M2 * N2 * (int64_t)sizeof(TY)) : 0;
+        char *scratch = static_cast<char *>(detail::scratch(0, (size_t)(scratchA + scratchB + scratchY)));
+        const T *a = A, *b = B;
+        TY *y = Y;
+        if (copyA) { // stored [K, M] when transposed, else [M, K]
+          T *copy = reinterpret_cast<T *>(scratch);
+          if (transA) copyPadded(op, copy, K2, M2, A, K, M);
+          else copyPadded(op, copy, M2, K2, A, M, K);
+          a = copy;
+        }
+        if (copyB) { // stored [N, K] when transposed, else [K, N]
+          T *copy = reinterpret_cast<T *>(scratch + scratchA);
+          if (transB) copyPadded(op, copy, N2, K2, B, N, K);
+          else copyPadded(op, copy, K2, N2, B, K, N);
+          b = copy;
+        }
+        if (copyY) {
+          y = reinterpret_cast<TY *>(scratch + scratchA + scratchB);
+          if (beta != 0.0f) copyPadded(op, y, M2, N2, static_cast<const TY *>(Y), M, N);
+        }
+        nn::gemmStridedBatched(op, transA, transB, M2, N2, K2, alpha, a, transA ? M2 : K2, 0, b, transB ? K2 : N2, 0,
+                               beta, y, N2, 0, 1);
+        if (copyY) copyRows(op, Y, N, static_cast<const TY *>(y), N2, M, N);
+        return;
       }
-      if (padB) {
-        T *copy = reinterpret_cast<T *>(scratch + bytesA);
-        copyRows(op, copy, ldb16, B, ldb, rowsB, ldb);
-        b = copy;
-      }
-      if (padY) {
-        y = reinterpret_cast<TY *>(scratch + bytesA + bytesB);
-        if (beta != 0.0f) copyRows(op, y, ldy16, static_cast<const TY *>(Y), ldy, M, N);
-      }
-      nn::gemmStridedBatched(op, transA, transB, M, N, K, alpha, a, lda16, 0, b, ldb16, 0, beta, y, ldy16, 0, 1);
-      if (padY) copyRows(op, Y, ldy, static_cast<const TY *>(y), ldy16, M, N);
-      return;
     }
   }
-  nn::gemmStridedBatched(op, transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, Y, ldy, 0, 1);
+  nn::gemmStridedBatched(op, transA, transB, M, N, K, alpha, A, transA ? M : K, 0, B, transB ? K : N, 0, beta, Y, N, 0,
+                         1);
 }
 
 template <class T, class TY>

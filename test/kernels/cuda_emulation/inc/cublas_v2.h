@@ -20,6 +20,8 @@ struct GemmTypes {
 inline GemmTypes lastGemmTypes{CUDA_R_32F, CUDA_R_32F, CUDA_R_32F, 0};
 // The last GEMM's leading dimensions, as cuBLAS received them (column-major A, B, C).
 inline int64_t lastGemmLd[3] = {0, 0, 0};
+// The last GEMM's dimensions m, n, k, as cuBLAS received them (column-major).
+inline int64_t lastGemmDims[3] = {0, 0, 0};
 // The combinations cuBLAS documents for cublasGemmEx that pipec uses:
 // float with any of its float32 compute types; bf16 A and B into bf16 or
 // float C with CUBLAS_COMPUTE_32F.
@@ -66,6 +68,7 @@ inline cublasStatus_t cublasGemmStridedBatchedEx_64(cublasHandle_t, cublasOperat
   ++emu::gemmCalls;
   emu::lastGemmTypes = {at, bt, ct, (int)cty};
   emu::lastGemmLd[0] = lda, emu::lastGemmLd[1] = ldb, emu::lastGemmLd[2] = ldc;
+  emu::lastGemmDims[0] = m, emu::lastGemmDims[1] = n, emu::lastGemmDims[2] = k;
   if (at == CUDA_R_16BF) ++emu::gemmBf16Calls;
   if (m < 0 || n < 0 || k < 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
   if (lda < (ta == CUBLAS_OP_N ? (m > 1 ? m : 1) : (k > 1 ? k : 1))) return CUBLAS_STATUS_INVALID_VALUE;
