@@ -194,17 +194,20 @@ inline void addCudaConvScratch(const ConvGeom &g, ScratchNeed &need) {
 // CUDA: a layer norm's parameter gradient
 //===----------------------------------------------------------------------===//
 
+/// The most rows one chunk of a layer norm's parameter gradient holds (its
+/// rows' statistics sit in the block's shared memory).
+constexpr int64_t kCudaLayerNormMaxRowsPerChunk = 256;
 /// Rows per chunk of the parameter gradient's partial column sums: about
-/// sqrt(rows) / 4, so that there are about 4 sqrt(rows) chunks (one block
-/// each) to combine. A block walks its rows one after another (each row's
-/// statistics are a block reduction): with sqrt(rows) rows per block, 64
-/// blocks of 64 rows took 0.2 ms for [4,096, 768] on an H200
-/// (docs/gpu-runs.md), a third of the card's SMs busy; 256 blocks of 16
-/// fill it, and the finishing kernel sums 256 partials per output.
+/// sqrt(rows), at most kCudaLayerNormMaxRowsPerChunk. A block per chunk
+/// computes its rows' statistics a warp per row, then sums each column over
+/// the chunk; the finishing kernel combines about sqrt(rows) partials per
+/// output. (Computing each row's statistics by a block reduction, one row
+/// after another, took 0.09-0.2 ms for [4,096, 768] on an H200,
+/// docs/gpu-runs.md.)
 inline int64_t cudaLayerNormRowsPerChunk(int64_t rows) {
   int64_t r = 1;
   while (r * r < rows) ++r; // ceil(sqrt(rows)), exactly
-  return (r + 3) / 4;
+  return r < kCudaLayerNormMaxRowsPerChunk ? r : kCudaLayerNormMaxRowsPerChunk;
 }
 inline int64_t cudaLayerNormChunks(int64_t rows) {
   const int64_t perChunk = cudaLayerNormRowsPerChunk(rows);

@@ -95,11 +95,10 @@ ScratchNeed layerNormParamGradScratch(ScratchTarget target, const Shape &xs, con
   const RowView v = rowView("nn.layer_norm_param_grad", xs, axis);
   ScratchNeed need;
   if (target == ScratchTarget::Cuda) {
-    // The rows' statistics, then the partial column sums of about sqrt(rows)
-    // chunks of rows (norm.cu).
+    // The partial column sums of about sqrt(rows) chunks of rows (norm.cu;
+    // the chunk's row statistics are in shared memory).
     if (ps.numel() == 0) return need;
     const int64_t partials = cudaLayerNormChunks(v.rows) * v.inner;
-    if (partials > 0) need.addShared<float>(2 * v.rows);
     need.addShared<double>(partials);
     if (withBias) need.addShared<double>(partials);
     return need;

@@ -440,8 +440,10 @@ static void testNorm() {
       cmp(dsc, dsg, 1e-5, "dscale");
       cmp(dbc, dbg, 1e-5, "dbias");
     }
-  // Shape{2, 9000}: rows wider than one block sums in registers (the two-kernel path).
-  std::vector<Shape> lshapes = {Shape{4, 6}, Shape{2, 3, 5}, Shape{3, 700}, Shape{50, 4, 3}, Shape{7}, Shape{2, 9000}};
+  // Shape{2, 9000}: rows wider than a warp takes (kWarpRowMaxElements), a block per row; Shape{600, 7}
+  // along axis 1: 600 rows in 24 chunks of the parameter gradient.
+  std::vector<Shape> lshapes = {Shape{4, 6}, Shape{2, 3, 5}, Shape{3, 700}, Shape{50, 4, 3}, Shape{7}, Shape{2, 9000},
+                                Shape{600, 7}};
   for (auto &xs : lshapes)
     for (int axis = -xs.size; axis < xs.size; ++axis) {
       const int a = axis < 0 ? axis + xs.size : axis;

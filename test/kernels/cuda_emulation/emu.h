@@ -5,7 +5,7 @@
 // Every CUDA thread of a block is a user-space fiber on the one OS thread
 // (a register-saving stack switch on x86-64, ucontext elsewhere); blocks run one after another. A fiber runs its CUDA thread until it
 // finishes or reaches a barrier (__syncthreads, or the warp rendezvous inside
-// __shfl_down_sync); a finished fiber takes the next unstarted thread of the
+// __shfl_down_sync and __shfl_sync); a finished fiber takes the next unstarted thread of the
 // block, so kernels that never synchronize cost a function call per thread.
 // Barriers really wait: a thread past __syncthreads sees every other thread's
 // writes from before it, and none from after it. Fibers and their stacks are
@@ -333,6 +333,19 @@ template <class T> T __shfl_down_sync(unsigned mask, T v, int offset) {
   w.bar.wait(__FILE__, __LINE__);
   T r = v;
   if (lane + offset < 32) std::memcpy(&r, w.buf[p][lane + offset], sizeof(T));
+  return r;
+}
+template <class T> T __shfl_sync(unsigned mask, T v, int srcLane) {
+  static_assert(sizeof(T) <= 8, "");
+  if (mask != 0xffffffffu || blockDim.x % 32) emu::die("shuffle in a partial warp");
+  const unsigned lane = threadIdx.x & 31;
+  emu::Warp &w = emu::sched().warps[threadIdx.x / 32];
+  const unsigned p = w.parity[lane];
+  w.parity[lane] ^= 1;
+  std::memcpy(w.buf[p][lane], &v, sizeof(T));
+  w.bar.wait(__FILE__, __LINE__);
+  T r;
+  std::memcpy(&r, w.buf[p][srcLane & 31], sizeof(T));
   return r;
 }
 inline float atomicAdd(float *p, float v) {

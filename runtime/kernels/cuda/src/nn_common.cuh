@@ -110,6 +110,16 @@ template <class T, class Op> __device__ T blockReduce(T v, Op op) {
 
 template <class T> __device__ __forceinline__ T blockSum(T v) { return blockReduce(v, SumOp{}); }
 
+/// Reduces v over the warp in a fixed order (down the lanes, then lane 0's
+/// result to every lane). Every lane of the warp must call it.
+template <class T, class Op> __device__ T warpReduce(T v, Op op) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const T other = __shfl_down_sync(0xffffffffu, v, offset);
+    if ((threadIdx.x & 31) + offset < 32) v = op(v, other);
+  }
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
 //===----------------------------------------------------------------------===//
 // Device: segment walks
 //===----------------------------------------------------------------------===//
@@ -125,6 +135,17 @@ struct BlockLanes {
   template <class T, class Op> __device__ static T reduce(T v, Op op) { return blockReduce(v, op); }
   /// Barrier over the segment's lanes (every lane must call it).
   __device__ static void sync() { __syncthreads(); }
+};
+/// One warp per segment (rows short enough that 32 lanes cover them; no
+/// block-wide barrier per reduction): reductions are warp-wide. Launched
+/// with blockDim.x a multiple of 32.
+struct WarpLanes {
+  __device__ static int64_t first() { return (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5; }
+  __device__ static int64_t step() { return ((int64_t)gridDim.x * blockDim.x) >> 5; }
+  __device__ static int64_t lane() { return threadIdx.x & 31; }
+  __device__ static int64_t lanes() { return 32; }
+  __device__ static bool leader() { return (threadIdx.x & 31) == 0; }
+  template <class T, class Op> __device__ static T reduce(T v, Op op) { return warpReduce(v, op); }
 };
 /// One thread per segment: a single lane, reductions are the identity.
 struct ThreadLanes {
@@ -147,6 +168,23 @@ inline bool blockPerSegment(int64_t segments, int64_t inner) { return inner == 1
 /// Calls launch(P{}, grid, block) with the lanes blockPerSegment chooses:
 /// BlockLanes with a block per segment, else ThreadLanes with a thread per
 /// segment. `launch` starts the kernel instantiated for P.
+/// Rows of at most this many elements take a warp each (rowLaunch): 24
+/// elements a lane for GPT-2's 768-wide LayerNorm, where a block per row
+/// spent its time in two block-wide reductions per row.
+constexpr int64_t kWarpRowMaxElements = 4096;
+
+/// Calls launch(P{}, grid, block) for `rows` contiguous rows of `size`
+/// elements: WarpLanes (8 rows a block) for rows up to kWarpRowMaxElements,
+/// else BlockLanes.
+template <class Launch> void launchPerRow(int64_t rows, int64_t size, Launch &&launch) {
+  if (size <= kWarpRowMaxElements) {
+    constexpr int64_t kRowsPerBlock = 8;
+    launch(WarpLanes{}, segmentBlocks((rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(32 * kRowsPerBlock));
+  } else {
+    launch(BlockLanes{}, segmentBlocks(rows), segmentThreads(size));
+  }
+}
+
 template <class Launch> void launchPerSegment(int64_t segments, int64_t size, int64_t inner, Launch &&launch) {
   if (blockPerSegment(segments, inner))
     launch(BlockLanes{}, segmentBlocks(segments), segmentThreads(size));

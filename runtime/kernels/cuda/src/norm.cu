@@ -159,143 +159,106 @@ const float *expandedParam(const char *op, const float *p, const Shape &ps, cons
   return buffer;
 }
 
-/// Mean (0 under RowNorm::Rms) and 1/sqrt(var + eps) of one row (block-collective), as the CPU's
-/// rowStats: the squares are float (x - (float)mean)², sums in double.
-template <class T>
+/// Mean (0 under RowNorm::Rms) and 1/sqrt(var + eps) of one row (collective over P's lanes), as
+/// the CPU's rowStats: the squares are float (x - (float)mean)², sums in double.
+template <class P, class T>
 __device__ void rowStats(const T *x, int64_t inner, float epsilon, RowNorm norm, double &mean, double &invStd) {
   mean = 0;
   if (norm == RowNorm::Layer) {
     double sum = 0;
-    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) sum += toF(x[i]);
-    sum = blockSum(sum);
+    for (int64_t i = P::lane(); i < inner; i += P::lanes()) sum += toF(x[i]);
+    sum = P::reduce(sum, SumOp{});
     mean = sum / (double)inner;
   }
   const float fm = (float)mean;
   double sq = 0;
-  for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
+  for (int64_t i = P::lane(); i < inner; i += P::lanes()) {
     const float d = toF(x[i]) - fm;
     sq += (double)(d * d);
   }
-  sq = blockSum(sq);
+  sq = P::reduce(sq, SumOp{});
   invStd = 1.0 / sqrt(sq / (double)inner + (double)epsilon);
 }
 
-template <class T>
+template <class P, class T>
 __global__ void layerNormKernel(const T *x, int64_t rows, int64_t inner, const float *g, const float *b, T *y,
                                 float *mean, float *invStd, float epsilon, RowNorm norm) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  for (int64_t r = P::first(); r < rows; r += P::step()) {
     const T *xr = x + r * inner;
     T *yr = y + r * inner;
     double m, inv;
-    rowStats(xr, inner, epsilon, norm, m, inv);
-    if (threadIdx.x == 0) {
+    rowStats<P>(xr, inner, epsilon, norm, m, inv);
+    if (P::leader()) {
       if (mean) mean[r] = (float)m;
       if (invStd) invStd[r] = (float)inv;
     }
     const float fm = (float)m, fi = (float)inv;
     if (b)
-      for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) yr[i] = fromF<T>((toF(xr[i]) - fm) * fi * g[i] + b[i]);
+      for (int64_t i = P::lane(); i < inner; i += P::lanes()) yr[i] = fromF<T>((toF(xr[i]) - fm) * fi * g[i] + b[i]);
     else
-      for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) yr[i] = fromF<T>((toF(xr[i]) - fm) * fi * g[i]);
+      for (int64_t i = P::lane(); i < inner; i += P::lanes()) yr[i] = fromF<T>((toF(xr[i]) - fm) * fi * g[i]);
   }
 }
 
-template <class T>
+template <class P, class T>
 __global__ void layerNormGradKernel(const T *dy, const T *x, int64_t rows, int64_t inner, const float *g, T *dx,
                                     float epsilon, RowNorm norm) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  for (int64_t r = P::first(); r < rows; r += P::step()) {
     const T *xr = x + r * inner, *dyr = dy + r * inner;
     T *dxr = dx + r * inner;
     double m, inv;
-    rowStats(xr, inner, epsilon, norm, m, inv);
+    rowStats<P>(xr, inner, epsilon, norm, m, inv);
     const float fm = (float)m, fi = (float)inv;
     double sumG = 0, sumGX = 0;
-    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
+    for (int64_t i = P::lane(); i < inner; i += P::lanes()) {
       if (norm == RowNorm::Layer) sumG += (double)(toF(dyr[i]) * g[i]);
       sumGX += (double)(toF(dyr[i]) * g[i] * ((toF(xr[i]) - fm) * fi));
     }
-    sumG = blockSum(sumG);
-    sumGX = blockSum(sumGX);
+    sumG = P::reduce(sumG, SumOp{});
+    sumGX = P::reduce(sumGX, SumOp{});
     const float mG = (float)(sumG / (double)inner), mGX = (float)(sumGX / (double)inner);
-    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
+    for (int64_t i = P::lane(); i < inner; i += P::lanes()) {
       const float xhat = (toF(xr[i]) - fm) * fi;
       dxr[i] = fromF<T>(fi * (toF(dyr[i]) * g[i] - mG - xhat * mGX));
     }
   }
 }
 
-/// Per row: (float)mean and (float)invStd, the values the CPU's parameter
-/// gradient uses.
-template <class T>
-__global__ void rowStatsKernel(const T *x, int64_t rows, int64_t inner, float *fmean, float *finv,
-                               float epsilon, RowNorm norm) {
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    double m, inv;
-    rowStats(x + r * inner, inner, epsilon, norm, m, inv);
-    if (threadIdx.x == 0) {
-      fmean[r] = (float)m;
-      finv[r] = (float)inv;
-    }
-  }
-}
+/// Threads of layerNormChunkPartialKernel's blocks.
+constexpr unsigned kChunkPartialThreads = 512;
 
-/// Column sums over a chunk of rows: partial[k, i] = Σ_{r in chunk k} of
-/// dy·x̂ (and dy), in row order, in double.
+/// Block k: partial[k, i] = Σ over the rows r of chunk k (in order) of
+/// dy·x̂ (and dy), in double. The chunk's row statistics first ((float)mean
+/// and (float)invStd, the values the CPU's parameter gradient uses), a warp
+/// per row, into shared memory; then a thread per column.
 template <class T>
-__global__ void layerNormPartialKernel(const T *dy, const T *x, const float *fmean, const float *finv,
-                                       int64_t rows, int64_t inner, int64_t rowsPerChunk, int64_t chunks,
-                                       double *partialScale, double *partialBias) {
-  const int64_t total = chunks * inner;
-  for (int64_t t = firstIndex(); t < total; t += gridStride()) {
-    const int64_t k = t / inner, i = t - k * inner;
-    const int64_t r0 = k * rowsPerChunk, r1 = r0 + rowsPerChunk < rows ? r0 + rowsPerChunk : rows;
-    double s = 0, b = 0;
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t e = r * inner + i;
-      s += (double)(toF(dy[e]) * ((toF(x[e]) - fmean[r]) * finv[r]));
-      b += toF(dy[e]);
-    }
-    partialScale[t] = s;
-    if (partialBias) partialBias[t] = b;
-  }
-}
-
-/// The most columns one thread of layerNormStatsPartialKernel sums: its
-/// accumulators live in registers.
-constexpr int64_t kPartialColumnsPerThread = 16;
-
-/// layerNormPartialKernel with the row statistics computed in it (one
-/// launch instead of rowStatsKernel and that kernel): block k sums chunk k.
-/// For each of its rows in order, the block computes the row's statistics
-/// as rowStatsKernel does (same block size, so the same bits), then each
-/// thread adds the row into its columns' accumulators; each partial is
-/// therefore the same sum, in the same order, as layerNormPartialKernel's.
-/// Launched with segmentThreads(inner) threads, for inner up to
-/// kPartialColumnsPerThread of them per thread.
-template <class T>
-__global__ void layerNormStatsPartialKernel(const T *dy, const T *x, int64_t rows, int64_t inner,
+__global__ void layerNormChunkPartialKernel(const T *dy, const T *x, int64_t rows, int64_t inner,
                                             int64_t rowsPerChunk, int64_t chunks, float epsilon, RowNorm norm,
                                             double *partialScale, double *partialBias) {
+  __shared__ float chunkMean[plan::kCudaLayerNormMaxRowsPerChunk], chunkInv[plan::kCudaLayerNormMaxRowsPerChunk];
+  const int64_t warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   for (int64_t k = blockIdx.x; k < chunks; k += gridDim.x) {
-    double s[kPartialColumnsPerThread], b[kPartialColumnsPerThread];
-    for (int c = 0; c < kPartialColumnsPerThread; ++c) s[c] = b[c] = 0;
     const int64_t r0 = k * rowsPerChunk, r1 = r0 + rowsPerChunk < rows ? r0 + rowsPerChunk : rows;
-    for (int64_t r = r0; r < r1; ++r) {
+    for (int64_t r = r0 + warp; r < r1; r += warps) {
       double m, inv;
-      rowStats(x + r * inner, inner, epsilon, norm, m, inv);
-      const float fm = (float)m, fi = (float)inv;
-      int c = 0;
-      for (int64_t i = threadIdx.x; i < inner; i += blockDim.x, ++c) {
-        const int64_t e = r * inner + i;
-        s[c] += (double)(toF(dy[e]) * ((toF(x[e]) - fm) * fi));
-        b[c] += toF(dy[e]);
+      rowStats<WarpLanes>(x + r * inner, inner, epsilon, norm, m, inv);
+      if (WarpLanes::leader()) {
+        chunkMean[r - r0] = (float)m;
+        chunkInv[r - r0] = (float)inv;
       }
     }
-    int c = 0;
-    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x, ++c) {
-      partialScale[k * inner + i] = s[c];
-      if (partialBias) partialBias[k * inner + i] = b[c];
+    __syncthreads();
+    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
+      double s = 0, b = 0;
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t e = r * inner + i;
+        s += (double)(toF(dy[e]) * ((toF(x[e]) - chunkMean[r - r0]) * chunkInv[r - r0]));
+        b += toF(dy[e]);
+      }
+      partialScale[k * inner + i] = s;
+      if (partialBias) partialBias[k * inner + i] = b;
     }
+    __syncthreads(); // the next chunk's statistics overwrite these
   }
 }
 
@@ -405,8 +368,11 @@ void layerNormT(const T *x, const Shape &xs, const float *scale, const Shape &ss
   const float *g = expandedParam(op, scale, ss, v, scratch);
   const float *b = bias ? expandedParam(op, bias, bs, v, scratch) : nullptr;
   if (v.rows == 0) return;
-  layerNormKernel<T><<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(
-      x, v.rows, v.inner, g, b, y, mean, invStd, epsilon, norm);
+  launchPerRow(v.rows, v.inner, [&](auto lanes, unsigned grid, unsigned threads) {
+    using P = decltype(lanes);
+    layerNormKernel<P, T><<<grid, threads, 0, detail::stream()>>>(x, v.rows, v.inner, g, b, y, mean, invStd, epsilon,
+                                                                  norm);
+  });
   detail::checkLaunch(op);
 }
 
@@ -418,8 +384,10 @@ void layerNormGradT(const T *dy, const T *x, const Shape &xs, const float *scale
   Scratch scratch(op, workspace, layerNormGradScratch(ScratchTarget::Cuda, xs, ss, axis));
   const float *g = expandedParam(op, scale, ss, v, scratch);
   if (v.rows == 0 || v.inner == 0) return;
-  layerNormGradKernel<T><<<segmentBlocks(v.rows), segmentThreads(v.inner), 0, detail::stream()>>>(
-      dy, x, v.rows, v.inner, g, dx, epsilon, norm);
+  launchPerRow(v.rows, v.inner, [&](auto lanes, unsigned grid, unsigned threads) {
+    using P = decltype(lanes);
+    layerNormGradKernel<P, T><<<grid, threads, 0, detail::stream()>>>(dy, x, v.rows, v.inner, g, dx, epsilon, norm);
+  });
   detail::checkLaunch(op);
 }
 
@@ -456,20 +424,11 @@ void layerNormParamGradT(const T *dy, const T *x, const Shape &xs, const Shape &
   const int64_t chunks = plan::cudaLayerNormChunks(v.rows);
   const int64_t partials = chunks * v.inner;
   Scratch scratch(op, workspace, layerNormParamGradScratch(ScratchTarget::Cuda, xs, ps, axis, dbias != nullptr));
-  float *fmean = partials > 0 ? scratch.shared<float>(2 * v.rows) : nullptr, *finv = fmean ? fmean + v.rows : nullptr;
   double *pScale = scratch.shared<double>(partials);
   double *pBias = dbias ? scratch.shared<double>(partials) : nullptr;
-  const unsigned rowThreads = segmentThreads(v.inner);
-  if (partials > 0 && v.inner <= kPartialColumnsPerThread * (int64_t)rowThreads) {
-    layerNormStatsPartialKernel<T><<<segmentBlocks(chunks), rowThreads, 0, detail::stream()>>>(
+  if (partials > 0) {
+    layerNormChunkPartialKernel<T><<<segmentBlocks(chunks), kChunkPartialThreads, 0, detail::stream()>>>(
         dy, x, v.rows, v.inner, rowsPerChunk, chunks, epsilon, norm, pScale, pBias);
-    detail::checkLaunch(op);
-  } else if (partials > 0) { // rows too wide for one block's registers
-    rowStatsKernel<T><<<segmentBlocks(v.rows), rowThreads, 0, detail::stream()>>>(x, v.rows, v.inner, fmean, finv,
-                                                                                 epsilon, norm);
-    detail::checkLaunch(op);
-    layerNormPartialKernel<T><<<detail::blocksFor(partials), detail::kThreads, 0, detail::stream()>>>(
-        dy, x, fmean, finv, v.rows, v.inner, rowsPerChunk, chunks, pScale, pBias);
     detail::checkLaunch(op);
   }
   layerNormFinishKernel<<<detail::blocksFor(outCount), detail::kThreads, 0, detail::stream()>>>(
