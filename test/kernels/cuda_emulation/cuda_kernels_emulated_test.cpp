@@ -382,7 +382,8 @@ static void testSoftmax() {
       ++failures;
     }
   }
-  std::vector<Shape> ls = {Shape{8, 5}, Shape{3, 700}, Shape{2, 4, 3}, Shape{3, 4, 700}, Shape{2, 3, 2, 2}, Shape{0, 3}};
+  std::vector<Shape> ls = {Shape{8, 5},       Shape{3, 700},       Shape{2, 4, 3}, Shape{3, 4, 700},
+                           Shape{2, 3, 2, 2}, Shape{0, 3}, Shape{5, 1001}};
   for (auto &ss : ls)
     for (int red = 0; red < 3; ++red)
       for (int variant = 0; variant < 4; ++variant) {
@@ -1464,7 +1465,9 @@ static void testBf16Softmax() {
       pc::maskedSoftmaxGrad(dyb.data(), g.data(), xs, mask.data(), ms, scale, divide, maskedWhen, dg.data());
       cmpBfTol(dc, dg, 1.0 / 128 + 1e-5, "dx");
     }
-  std::vector<Shape> ls = {Shape{8, 5}, Shape{3, 700}, Shape{2, 4, 3}, Shape{3, 4, 700}, Shape{0, 3}};
+  // Shape{5, 1001}: rows starting at every offset from a 16-byte boundary, each with a head, whole
+  // 16-byte packs and a tail (softmax.cu's forEachClass); Shape{8, 5}: rows shorter than their head.
+  std::vector<Shape> ls = {Shape{8, 5}, Shape{3, 700}, Shape{2, 4, 3}, Shape{3, 4, 700}, Shape{0, 3}, Shape{5, 1001}};
   for (auto &ss : ls)
     for (int red = 0; red < 3; ++red)
       for (int variant = 0; variant < 4; ++variant) {
@@ -1498,6 +1501,16 @@ static void testBf16Softmax() {
         pk::softmaxCrossEntropyLossGrad(dl.data(), s.data(), ss, lab.data(), wp, (pk::Reduction)red, ign, dc.data());
         pc::softmaxCrossEntropyLossGrad(dl.data(), sb.data(), ss, lab.data(), wp, (pk::Reduction)red, ign, dg.data());
         cmpBfTol(dc, dg, 1.0 / 128 + 1e-5, "dscores");
+        if (ss.size == 2 && ss.v[1] == 1001) { // outputs off the scores' offset from a 16-byte boundary
+          std::vector<bf> shifted(ss.numel() + 1), shiftedLp(ss.numel() + 1);
+          pc::softmaxCrossEntropyLoss(sb.data(), ss, lab.data(), wp, (pk::Reduction)red, ign, lg.data(),
+                                      shiftedLp.data() + 1);
+          cmpBf(pc_, std::vector<bf>(shiftedLp.begin() + 1, shiftedLp.end()), 1, "logprob, output shifted");
+          pc::softmaxCrossEntropyLossGrad(dl.data(), sb.data(), ss, lab.data(), wp, (pk::Reduction)red, ign,
+                                          shifted.data() + 1);
+          cmpBfTol(dc, std::vector<bf>(shifted.begin() + 1, shifted.end()), 1.0 / 128 + 1e-5,
+                   "dscores, output shifted");
+        }
       }
 }
 

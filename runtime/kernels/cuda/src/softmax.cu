@@ -282,16 +282,77 @@ __global__ void attentionScoreGradKernel(float *p, float *dp, ScoreBlock b, Drop
 // Softmax cross-entropy
 //===----------------------------------------------------------------------===//
 
+/// Calls f(c, value) once for every class c in [0, C) of one element's
+/// scores s[c * inner], the lanes of P sharing them. A contiguous row
+/// (inner 1) is read 16 bytes at a time from its first 16-byte boundary
+/// (a 50,257-class bf16 row starts anywhere), the few classes before it
+/// and after the last whole 16 bytes one at a time.
+template <class P, class T, class F> __device__ void forEachClass(const T *s, int64_t C, int64_t inner, F &&f) {
+  if (inner != 1) {
+    for (int64_t c = P::lane(); c < C; c += P::lanes()) f(c, toF(s[c * inner]));
+    return;
+  }
+  constexpr int kPack = 16 / sizeof(T);
+  const uintptr_t address = reinterpret_cast<uintptr_t>(s);
+  int64_t head = address % sizeof(T) ? C : (int64_t)((16 - address % 16) % 16 / sizeof(T));
+  head = head < C ? head : C;
+  const int64_t packs = (C - head) / kPack, tail = head + packs * kPack;
+  for (int64_t c = P::lane(); c < head; c += P::lanes()) f(c, toF(s[c]));
+  for (int64_t i = P::lane(); i < packs; i += P::lanes()) {
+    const Packed<T, kPack> pack = loadPacked<kPack>(s + head + i * kPack);
+#pragma unroll
+    for (int j = 0; j < kPack; ++j) f(head + i * kPack + j, toF(pack.v[j]));
+  }
+  for (int64_t c = tail + P::lane(); c < C; c += P::lanes()) f(c, toF(s[c]));
+}
+
+/// out[c * inner] = g(c, s[c * inner]) for every class c in [0, C), as
+/// forEachClass reads them; a contiguous row whose output lies at the same
+/// offset from a 16-byte boundary is also written 16 bytes at a time.
+template <class P, class T, class G> __device__ void mapClasses(const T *s, T *out, int64_t C, int64_t inner, G &&g) {
+  constexpr int kPack = 16 / sizeof(T);
+  const uintptr_t address = reinterpret_cast<uintptr_t>(s);
+  if (inner != 1 || address % sizeof(T) || address % 16 != reinterpret_cast<uintptr_t>(out) % 16) {
+    forEachClass<P>(s, C, inner, [&](int64_t c, float v) { out[c * inner] = fromF<T>(g(c, v)); });
+    return;
+  }
+  int64_t head = (int64_t)((16 - address % 16) % 16 / sizeof(T));
+  head = head < C ? head : C;
+  const int64_t packs = (C - head) / kPack, tail = head + packs * kPack;
+  for (int64_t c = P::lane(); c < head; c += P::lanes()) out[c] = fromF<T>(g(c, toF(s[c])));
+  for (int64_t i = P::lane(); i < packs; i += P::lanes()) {
+    const int64_t c0 = head + i * kPack;
+    const Packed<T, kPack> in = loadPacked<kPack>(s + c0);
+    Packed<T, kPack> result;
+#pragma unroll
+    for (int j = 0; j < kPack; ++j) result.v[j] = fromF<T>(g(c0 + j, toF(in.v[j])));
+    storePacked(out + c0, result);
+  }
+  for (int64_t c = tail + P::lane(); c < C; c += P::lanes()) out[c] = fromF<T>(g(c, toF(s[c])));
+}
+
 /// The log-sum-exp of one element's class scores s[c * inner], c in [0, C)
-/// (every lane of P gets it): max in float, exponentials and sum in double.
+/// (every lane of P gets it), in one pass: each lane keeps its running
+/// maximum and its sum of exponentials relative to it (a float exponential
+/// per score, the sums in double), and the lanes' sums are rescaled to the
+/// maximum of all before they are added. As the CPU's two passes: NaN if a
+/// score is NaN or +inf, or every score -inf.
 template <class P, class T> __device__ double logSumExp(const T *s, int64_t C, int64_t inner) {
   float m = -INFINITY;
-  for (int64_t c = P::lane(); c < C; c += P::lanes()) m = toF(s[c * inner]) > m ? toF(s[c * inner]) : m;
-  m = P::reduce(m, MaxOp{});
   double sum = 0;
-  for (int64_t c = P::lane(); c < C; c += P::lanes()) sum += expf(toF(s[c * inner]) - m);
+  forEachClass<P>(s, C, inner, [&](int64_t, float v) {
+    if (v > m) {
+      sum = sum * (double)expf(m - v) + 1.0;
+      m = v;
+    } else {
+      sum += expf(v - m); // NaN for a NaN score (and when v and m are both -inf or +inf)
+    }
+  });
+  const float top = P::reduce(m, MaxOp{});
+  if (top == INFINITY) return NAN; // exp(inf - inf) in the CPU's sum
+  sum = sum == 0 ? 0.0 : sum * (double)expf(m - top);
   sum = P::reduce(sum, SumOp{});
-  return m + log(sum);
+  return top + log(sum);
 }
 
 /// ignoreIndex as the kernels see it.
@@ -314,7 +375,7 @@ __global__ void lossKernel(const T *scores, const L *labels, const float *weight
     const double lse = logSumExp<P>(s, C, inner);
     if (logProb) {
       T *lp = logProb + n * C * inner + in;
-      for (int64_t c = P::lane(); c < C; c += P::lanes()) lp[c * inner] = fromF<T>((float)(toF(s[c * inner]) - lse));
+      mapClasses<P>(s, lp, C, inner, [&](int64_t, float v) { return (float)(v - lse); });
     }
     if (P::leader()) {
       double l = 0, w = 0;
@@ -390,10 +451,10 @@ __global__ void lossGradKernel(const float *dloss, const T *scores, const L *lab
     }
     const double lse = logSumExp<P>(s, C, inner);
     const double k = (weights ? (double)weights[label] : 1.0) * scale * (none ? (double)dloss[e] : 1.0);
-    for (int64_t c = P::lane(); c < C; c += P::lanes()) {
-      const double p = expf((float)((double)toF(s[c * inner]) - lse));
-      ds[c * inner] = fromF<T>((float)(k * (p - (c == label ? 1.0 : 0.0))));
-    }
+    mapClasses<P>(s, ds, C, inner, [&](int64_t c, float v) {
+      const double p = expf((float)((double)v - lse));
+      return (float)(k * (p - (c == label ? 1.0 : 0.0)));
+    });
   }
 }
 
