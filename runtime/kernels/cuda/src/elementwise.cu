@@ -100,16 +100,44 @@ __global__ void rotaryKernel(const T *x, const float *cos, const float *sin, T *
 // Unaries and their gradients
 //===----------------------------------------------------------------------===//
 
-template <Unary U, class T> __global__ void unaryKernel(const T *x, int64_t n, T *y) {
-  for (int64_t i = firstIndex(); i < n; i += gridStride()) y[i] = fromF<T>(unaryValue<U>(toF(x[i])));
+/// Elements per 16-byte pack of T: unaryKernel and unaryGradKernel move V
+/// elements per load and store where every pointer is 16-byte aligned
+/// (packWidth), else 1.
+template <class T> constexpr int kPackOf = 16 / sizeof(T);
+template <class T, class... P> int packWidth(const P *...pointers) {
+  return packedAligned<kPackOf<T>>(pointers...) ? kPackOf<T> : 1;
+}
+
+template <Unary U, class T, int V> __global__ void unaryKernel(const T *x, int64_t n, T *y) {
+  const int64_t packs = n / V;
+  for (int64_t i = firstIndex(); i < packs; i += gridStride()) {
+    const Packed<T, V> in = loadPacked<V>(x + i * V);
+    Packed<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = fromF<T>(unaryValue<U>(toF(in.v[j])));
+    storePacked(y + i * V, out);
+  }
+  for (int64_t i = packs * V + firstIndex(); i < n; i += gridStride()) y[i] = fromF<T>(unaryValue<U>(toF(x[i])));
 }
 
 // Only the forward value the derivative reads is read (the other may be null).
-template <Unary U, class T>
+template <Unary U, class T> __device__ __forceinline__ T unaryGradAt(T dy, T x, T y) {
+  return fromF<T>(derivativeReadsInput<U>() ? unaryGradient<U>(toF(dy), toF(x), 0.0f)
+                                            : unaryGradient<U>(toF(dy), 0.0f, toF(y)));
+}
+template <Unary U, class T, int V>
 __global__ void unaryGradKernel(const T *dy, const T *x, const T *y, int64_t n, T *dx) {
-  for (int64_t i = firstIndex(); i < n; i += gridStride())
-    dx[i] = fromF<T>(derivativeReadsInput<U>() ? unaryGradient<U>(toF(dy[i]), toF(x[i]), 0.0f)
-                                               : unaryGradient<U>(toF(dy[i]), 0.0f, toF(y[i])));
+  const T *forward = derivativeReadsInput<U>() ? x : y;
+  const int64_t packs = n / V;
+  for (int64_t i = firstIndex(); i < packs; i += gridStride()) {
+    const Packed<T, V> g = loadPacked<V>(dy + i * V), f = loadPacked<V>(forward + i * V);
+    Packed<T, V> out;
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = unaryGradAt<U>(g.v[j], f.v[j], f.v[j]);
+    storePacked(dx + i * V, out);
+  }
+  for (int64_t i = packs * V + firstIndex(); i < n; i += gridStride())
+    dx[i] = unaryGradAt<U>(dy[i], forward[i], forward[i]);
 }
 
 template <class T> __global__ void negateKernel(const T *x, int64_t n, T *y) {
@@ -242,7 +270,13 @@ void rotaryT(const T *x, const Shape &xs, const float *cos, const Shape &cs, con
 }
 
 template <class T> void unaryT(Unary op, const T *x, int64_t n, T *y) {
-  dispatchUnary(op, [&](auto kind) { launch("nn.unary", n, unaryKernel<decltype(kind)::value, T>, x, n, y); });
+  dispatchUnary(op, [&](auto kind) {
+    constexpr Unary U = decltype(kind)::value;
+    if (packWidth<T>(x, y) > 1)
+      launch("nn.unary", n / kPackOf<T> + 1, unaryKernel<U, T, kPackOf<T>>, x, n, y);
+    else
+      launch("nn.unary", n, unaryKernel<U, T, 1>, x, n, y);
+  });
 }
 
 template <class T> void unaryGradT(Unary op, const T *dy, const T *x, const T *y, int64_t n, T *dx) {
@@ -251,7 +285,11 @@ template <class T> void unaryGradT(Unary op, const T *dy, const T *x, const T *y
           missingForwardValue(op, reinterpret_cast<const float *>(x), reinterpret_cast<const float *>(y)))
     fail("nn.unary_grad", missing);
   dispatchUnary(op, [&](auto kind) {
-    launch("nn.unary_grad", n, unaryGradKernel<decltype(kind)::value, T>, dy, x, y, n, dx);
+    constexpr Unary U = decltype(kind)::value;
+    if (packWidth<T>(dy, derivativeReadsInput<U>() ? x : y, dx) > 1)
+      launch("nn.unary_grad", n / kPackOf<T> + 1, unaryGradKernel<U, T, kPackOf<T>>, dy, x, y, n, dx);
+    else
+      launch("nn.unary_grad", n, unaryGradKernel<U, T, 1>, dy, x, y, n, dx);
   });
 }
 
