@@ -57,14 +57,31 @@ __global__ void gatherGradKernel(const T *dy, const I *indices, float *dx, int64
   }
 }
 
-/// y[i] = x[base + offset of i].
-template <class T>
+/// y[i] = x[base + offset of i], V elements at a time (stridedCopy: the
+/// offsets of V consecutive elements are consecutive and aligned).
+template <class T, int V>
 __global__ void stridedCopyKernel(const T *x, int64_t base, T *y, int64_t n, IndexMap<1> map) {
-  for (int64_t i = firstIndex(); i < n; i += gridStride()) {
+  for (int64_t i = firstIndex(); i < n / V; i += gridStride()) {
     int64_t o[1];
-    map.offsets(i, o);
-    y[i] = x[base + o[0]];
+    map.offsets(i * V, o);
+    storePacked(y + i * V, loadPacked<V>(x + base + o[0]));
   }
+}
+
+/// y[i] = x[base + offset of i] for i in [0, n): 16 bytes at a time when the
+/// map's innermost axis is contiguous and a multiple of 16 bytes long and
+/// every other stride a multiple of 16 bytes (a transpose that keeps the
+/// last axis, as the heads' transposes of attention; an expand that repeats
+/// whole rows, as grouped-query attention's), else an element at a time.
+template <class T> void stridedCopy(const char *op, const T *x, int64_t base, T *y, int64_t n, const IndexMap<1> &map) {
+  constexpr int V = 16 / sizeof(T);
+  bool packs = map.rank > 0 && map.st[0][map.rank - 1] == 1 && map.dims[map.rank - 1] % V == 0 && base % V == 0 &&
+               packedAligned<V>(x, y);
+  for (int a = 0; a + 1 < map.rank && packs; ++a) packs = map.st[0][a] % V == 0;
+  if (packs)
+    launch(op, n / V, stridedCopyKernel<T, V>, x, base, y, n, map);
+  else
+    launch(op, n, stridedCopyKernel<T, 1>, x, base, y, n, map);
 }
 
 /// y[base + offset of i] = x[i].
@@ -187,7 +204,7 @@ template <class T> void transpose(const T *x, const Shape &xs, const Dims &perm,
   const Strides xst = stridesOf(xs);
   Strides st{};
   for (int i = 0; i < r; ++i) st[i] = xst[perm.v[i]];
-  launch("nn.transpose", total, stridedCopyKernel<T>, x, int64_t(0), y, total, makeIndexMap<1>(ys, {st}));
+  stridedCopy("nn.transpose", x, int64_t(0), y, total, makeIndexMap<1>(ys, {st}));
 }
 
 template <class T> void concat(const T *const *inputs, const Shape *shapes, int count, int64_t axis, T *out) {
@@ -240,7 +257,7 @@ void slice(const T *x, const Shape &xs, const Dims &starts, const Dims &ends, co
   if (total == 0) return;
   int64_t base = 0;
   const IndexMap<1> map = sliceMap(xs, starts, steps, ys, base);
-  launch("nn.slice", total, stridedCopyKernel<T>, x, base, y, total, map);
+  stridedCopy("nn.slice", x, base, y, total, map);
 }
 
 template <class T>
@@ -298,8 +315,7 @@ template <class T> void expand(const T *x, const Shape &xs, T *y, const Shape &y
     return;
   }
   const int64_t total = ys.numel();
-  launch("nn.expand", total, stridedCopyKernel<T>, x, int64_t(0), y, total,
-         makeIndexMap<1>(ys, {broadcastStrides(xs, ys)}));
+  stridedCopy("nn.expand", x, int64_t(0), y, total, makeIndexMap<1>(ys, {broadcastStrides(xs, ys)}));
 }
 
 #define PIPEC_MOVEMENT(T)                                                                                              \
