@@ -89,7 +89,7 @@ done
 [ ${#fills[@]} = 0 ] || wait "${fills[@]}"
 el "set up"
 [ -x "$G/bin/cublaslt_epilogues" ] && { echo "=== cuBLASLt's epilogues with bf16"; timeout 30 "$G/bin/cublaslt_epilogues"; }
-[ -x "$G/bin/vocab_gemm" ] && [ "$MODE" != pipelines ] && { echo "=== an odd vocabulary's GEMMs"; timeout 30 "$G/bin/vocab_gemm"; }
+[ -x "$G/bin/gemm_shapes" ] && [ "$MODE" != pipelines ] && { echo "=== GEMM shapes"; timeout 30 "$G/bin/gemm_shapes"; }
 
 if [ "$MODE" = table ]; then
 echo "=== table: pipec (piperun --log-every 1; the first iterations are warm-up)"

@@ -123,9 +123,9 @@ cp "$PIPERUN" "$S/bin/"
 nvcc_root=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")")
 clang++-22 -O1 -std=c++17 -I"$nvcc_root/include" "$HERE/cublaslt_epilogues.cpp" -o "$S/bin/cublaslt_epilogues" \
   -L"$nvcc_root/lib64" -lcublasLt -lcublas -lcudart
-# What an odd GEMM dimension costs on the card (on_gpu.sh prints it; docs/gpu-runs.md).
+# What cuBLAS makes of a transformer's GEMM shapes on the card (on_gpu.sh prints it; docs/gpu-runs.md).
 "$nvcc_root/bin/nvcc" -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
-  "$HERE/vocab_gemm.cu" -o "$S/bin/vocab_gemm" -lcublas
+  "$HERE/gemm_shapes.cu" -o "$S/bin/gemm_shapes" -lcublas
 cp /usr/bin/orterun "$S/bin/mpirun"; cp /usr/bin/orted "$S/bin/"
 cp -a /usr/lib/x86_64-linux-gnu/openmpi/lib "$S/sys/usr/lib/x86_64-linux-gnu/openmpi/"
 cp -a /usr/lib/x86_64-linux-gnu/pmix2/lib /usr/lib/x86_64-linux-gnu/pmix2/share "$S/sys/usr/lib/x86_64-linux-gnu/pmix2/"

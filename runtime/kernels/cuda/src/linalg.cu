@@ -380,7 +380,7 @@ namespace {
 /// the rows does not fix it: on an H200 the three GEMMs of a tied
 /// vocabulary at 4,096 x 768 took 3.37 / 2.42 / 2.19 ms as they are, 3.37 /
 /// 2.56 / 0.62 ms with rows padded to 16 bytes, and 0.42 / 0.37 / 0.36 ms
-/// with the vocabulary rounded up to 50,304 (bench/gpu/vocab_gemm.cu,
+/// with the vocabulary rounded up to 50,304 (bench/gpu/gemm_shapes.cu,
 /// docs/gpu-runs.md). So a large such GEMM runs on copies with its odd
 /// dimensions rounded up to kGemmDimRounding, the added rows and columns
 /// zero, its result computed into a rounded copy and copied back.

@@ -1,14 +1,17 @@
-// bench/gpu/vocab_gemm.cu: what a vocabulary whose size is not a multiple of
-// 8 (GPT-2's 50,257) costs the three GEMMs of a tied language-model head on
-// the card, and what each way round it costs (docs/cuda-kernels.md,
-// "Misaligned rows"). bf16 operands, fp32 accumulation, cublasGemmEx as
-// runtime/kernels/cuda/src/linalg.cu calls it (row-major Y = A B read as
-// column-major Y^T = B^T A^T). For each GEMM: the rows as they are (leading
-// dimension V), the rows padded (leading dimension rounded up to 8, V
-// columns used), and V itself rounded up to a multiple of 64 (zero rows or
-// columns added); then the copies between V and padded rows, by
-// cudaMemcpy2DAsync and by a kernel. Median of 20 runs after 3 warm-ups.
-// Usage: vocab_gemm [tokens=4096] [width=768] [vocabulary=50257]
+// bench/gpu/gemm_shapes.cu: what cuBLAS makes of the GEMM shapes of a
+// transformer's training step on the card, bf16 operands, fp32
+// accumulation, cublasGemmEx as runtime/kernels/cuda/src/linalg.cu calls it
+// (row-major Y = A B read as column-major Y^T = B^T A^T). Median of 20 runs
+// after 3 warm-ups.
+// 1. A vocabulary whose size is not a multiple of 8 (GPT-2's 50,257): the
+//    three GEMMs of a tied head as they are, with the rows padded (leading
+//    dimension rounded up to 8), and with the vocabulary rounded up to a
+//    multiple of 64 (docs/cuda-kernels.md, "Odd dimensions"); the copies
+//    between V and padded rows, by cudaMemcpy2DAsync and by a kernel.
+// 2. A block's four weight shapes (width C, the MLP 4C): forward into bf16,
+//    input gradient into bf16, and the weight gradient as pipec's stages
+//    run it (accumulated into the float gradient, beta 1) and into bf16.
+// Usage: gemm_shapes [tokens=4096] [width=768] [vocabulary=50257]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -81,7 +84,7 @@ int main(int argc, char **argv) {
   void *ws;
   CHECK(cudaMalloc(&ws, 32 << 20));
   CHECK(cublasSetWorkspace(h, ws, 32 << 20));
-  std::printf("vocab_gemm on %s, cuBLAS %d: tokens %lld, width %lld, vocabulary %lld (rows padded to %lld, "
+  std::printf("gemm_shapes on %s, cuBLAS %d: tokens %lld, width %lld, vocabulary %lld (rows padded to %lld, "
               "vocabulary rounded to %lld)\n",
               prop.name, cublasVersion, T, C, V, Vld, V64);
   __nv_bfloat16 *x, *w, *logits, *logitsPadded, *dx, *dw;
@@ -132,5 +135,34 @@ int main(int argc, char **argv) {
   copyRow("cudaMemcpyAsync of the same bytes, contiguous", medianMs([&] {
             CHECK(cudaMemcpyAsync(logits, logitsPadded, T * V * 2, cudaMemcpyDeviceToDevice));
           }));
+  std::printf("a block's GEMMs at %lld tokens (Y[T,N] = X[T,K] W[N,K]^T)\n", T);
+  const long long shapes[4][2] = {{3 * C, C}, {C, C}, {4 * C, C}, {C, 4 * C}}; // N, K: qkv, projection, MLP in, out
+  const char *names[4] = {"q/k/v", "projection", "MLP in", "MLP out"};
+  float *dwFloat;
+  CHECK(cudaMalloc(&dwFloat, 16 * C * C * 4));
+  CHECK(cudaMemset(dwFloat, 0, 16 * C * C * 4));
+  for (int i = 0; i < 4; ++i) {
+    const long long N = shapes[i][0], K = shapes[i][1];
+    const double f = 2.0 * T * N * K;
+    auto shapeRow = [&](const char *what, float ms) {
+      std::printf("  %-10s N %5lld K %5lld  %-36s %8.3f ms  %6.1f TFLOP/s\n", names[i], N, K, what, ms, f / ms / 1e9);
+    };
+    // x, w, logits and logitsPadded are large enough for every operand here.
+    shapeRow("forward, bf16 Y", medianMs([&] { gemm(h, false, true, T, N, K, logits, K, w, K, logitsPadded, N); }));
+    shapeRow("input gradient, bf16 dX",
+             medianMs([&] { gemm(h, false, false, T, K, N, logits, N, w, K, logitsPadded, K); }));
+    const float one = 1.0f, zero = 0.0f;
+    // dW[N,K] += dY^T[N,T] X[T,K]: column-major dW^T[K,N] = X^T dY.
+    shapeRow("weight gradient, float dW, beta 1", medianMs([&] {
+               CHECK(cublasGemmEx_64(h, CUBLAS_OP_N, CUBLAS_OP_T, K, N, T, &one, logitsPadded, CUDA_R_16BF, K, logits,
+                                     CUDA_R_16BF, N, &one, dwFloat, CUDA_R_32F, K, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
+             }));
+    shapeRow("weight gradient, bf16 dW, beta 0", medianMs([&] {
+               CHECK(cublasGemmEx_64(h, CUBLAS_OP_N, CUBLAS_OP_T, K, N, T, &one, logitsPadded, CUDA_R_16BF, K, logits,
+                                     CUDA_R_16BF, N, &zero, dw, CUDA_R_16BF, K, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
+             }));
+  }
   return 0;
 }
