@@ -72,11 +72,10 @@ Kind kindOf(Operation *op) {
 }
 
 /// The float32 operands of a bfloat16 kernel: parameters it reads as they
-/// are (scales, biases, rotary tables, class weights), additive masks, the
-/// loss's incoming gradient and attention's log-sum-exp.
+/// are (scales, layer-norm biases, rotary tables, class weights), additive
+/// masks, the loss's incoming gradient and attention's log-sum-exp. (A
+/// GEMM's C is stored as its result is: Bf16Storage::readsFloat32.)
 bool float32Operand(Operation *op, Value operand) {
-  if (auto gemm = llvm::dyn_cast<nn::GemmOp>(op))
-    return operand == gemm.getC();
   if (auto norm = llvm::dyn_cast<nn::LayerNormOp>(op))
     return operand == norm.getScale() || operand == norm.getBias();
   if (auto grad = llvm::dyn_cast<nn::LayerNormGradOp>(op))
@@ -231,7 +230,7 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
     if (kind != Kind::Fused && !readsEitherStorage(op))
       for (OpOperand &operand : op->getOpOperands())
         if (floatTensor(operand.get().getType()))
-          convert(operand, float32Operand(op, operand.get()) ? Float32() : Bf16());
+          convert(operand, readsFloat32(op, operand.get()) ? Float32() : Bf16());
     for (OpResult result : op->getResults()) {
       if (!floatTensor(result.getType()))
         continue;
@@ -240,6 +239,19 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
       result.setType(withElement(result.getType(), keepFloat32 ? Float32() : Bf16()));
     }
     return success();
+  }
+
+  /// Whether the bfloat16 kernel `op` reads `operand` in float32
+  /// (float32Operand). A GEMM's C (a bias row, or a matrix it adds) is read
+  /// in its result's storage: a bf16 product takes its bias in bf16 (the
+  /// type cuBLASLt's bias epilogue wants, docs/gpu-runs.md), converted with
+  /// the function's other parameters at its start, instead of a conversion
+  /// inside every call; a float32 product (a weight gradient accumulating
+  /// into its buffer) keeps C in float32.
+  bool readsFloat32(Operation *op, Value operand) {
+    if (auto gemm = llvm::dyn_cast<nn::GemmOp>(op))
+      return operand == gemm.getC() && wantsFloat32(gemm.getResult());
+    return float32Operand(op, operand);
   }
 
   /// Whether every use of `value` reads float32: it is returned as a loss,
@@ -263,7 +275,7 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
       if (llvm::isa<pipe::SendOp, pipe::YieldOp, pipe::RecomputeOp, pipe::FusedOp>(user))
         return false;
       Kind kind = kindOf(user);
-      if (kind == Kind::Float32Only || (kind == Kind::Bf16Kernel && float32Operand(user, value)))
+      if (kind == Kind::Float32Only || (kind == Kind::Bf16Kernel && readsFloat32(user, value)))
         continue;
       return false;
     }

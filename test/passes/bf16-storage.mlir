@@ -111,3 +111,35 @@ pipe.stage @stage_1 attributes {id = 1 : i64, replicas = 1 : i64} {
     return %dw, %db, %f, %e : tensor<8x8xf32>, tensor<1x8xf32>, tensor<2x8xf32>, tensor<4x8xf32>
   }
 }
+
+// A GEMM's C is read in its result's storage: a bf16 product's bias
+// parameter is converted with the function's other parameters at its start
+// (one launch, not one per call of the product) and a bf16 activation added
+// as C is read as it is; a weight gradient accumulating into its f32
+// buffer keeps C in f32.
+// CHECK-LABEL: pipe.stage @stage_2
+// CHECK: func.func @fwd
+// CHECK-DAG: %[[W:.*]] = nn.cast %arg0 : tensor<8x8xf32> -> tensor<8x8xbf16>
+// CHECK-DAG: %[[B:.*]] = nn.cast %arg1 : tensor<8xf32> -> tensor<8xbf16>
+// CHECK: %[[X:.*]] = pipe.recv from 0 tag 0 : tensor<2x8xbf16>
+// CHECK: %[[H:.*]] = nn.gemm %[[X]], %[[W]], %[[B]] : (tensor<2x8xbf16>, tensor<8x8xbf16>, tensor<8xbf16>) -> tensor<2x8xbf16>
+// CHECK: %[[R:.*]] = nn.gemm %[[H]], %[[W]], %[[X]] : (tensor<2x8xbf16>, tensor<8x8xbf16>, tensor<2x8xbf16>) -> tensor<2x8xbf16>
+// CHECK: func.func @bwd_weight
+// CHECK-NOT: nn.cast %arg2
+// CHECK: nn.gemm %{{.*}}, %{{.*}}, %arg2 {transA = true} : (tensor<2x8xbf16>, tensor<2x8xbf16>, tensor<8x8xf32>) -> tensor<8x8xf32>
+pipe.stage @stage_2 attributes {id = 2 : i64, replicas = 1 : i64} {
+  func.func @fwd(%w: tensor<8x8xf32> {nn.name = "w2", nn.role = #nn.role<param>},
+                 %b: tensor<8xf32> {nn.name = "b2", nn.role = #nn.role<param>})
+      -> (tensor<2x8xf32> {pipe.saved = "r"}) {
+    %x = pipe.recv from 0 tag 0 : tensor<2x8xf32>
+    %h = nn.gemm %x, %w, %b : (tensor<2x8xf32>, tensor<8x8xf32>, tensor<8xf32>) -> tensor<2x8xf32>
+    %r = nn.gemm %h, %w, %x {beta = 1.0 : f32} : (tensor<2x8xf32>, tensor<8x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+    return %r : tensor<2x8xf32>
+  }
+  func.func @bwd_weight(%h: tensor<2x8xf32> {pipe.saved = "h2"}, %dh: tensor<2x8xf32> {pipe.saved = "dh2"},
+                        %acc: tensor<8x8xf32> {nn.name = "w2.grad", nn.role = #nn.role<input>})
+      -> (tensor<8x8xf32> {nn.role = #nn.role<grad>}) {
+    %dw = nn.gemm %h, %dh, %acc {transA = true, beta = 1.0 : f32} : (tensor<2x8xf32>, tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+    return %dw : tensor<8x8xf32>
+  }
+}

@@ -36,9 +36,9 @@ void gemmStridedBatched(const char *op, bool transA, bool transB, int64_t M, int
                         float beta, TC *C, int64_t ldc, int64_t strideC, int64_t batch);
 
 /// y (shape ys) = numpy broadcast of x (shape xs, which must broadcast to
-/// ys), rounded to TY (float or bf16); one launch on the current stream,
-/// nothing for an empty ys.
-template <class TY> void expandTo(const char *op, const float *x, const Shape &xs, TY *y, const Shape &ys);
+/// ys; float, or bf16 into bf16), rounded to TY (float or bf16); one launch
+/// on the current stream, nothing for an empty ys.
+template <class TX, class TY> void expandTo(const char *op, const TX *x, const Shape &xs, TY *y, const Shape &ys);
 
 } // namespace pipec::kernels::cuda::nn
 

@@ -40,7 +40,7 @@ struct ExpandMap {
   int64_t st[kMaxRank] = {};
 };
 
-template <class TY> __global__ void expandKernel(const float *x, TY *y, int64_t n, ExpandMap m) {
+template <class TX, class TY> __global__ void expandKernel(const TX *x, TY *y, int64_t n, ExpandMap m) {
   for (int64_t i = firstIndex(); i < n; i += gridStride()) {
     int64_t rest = i, off = 0;
     for (int a = m.rank - 1; a >= 0; --a) {
@@ -48,7 +48,7 @@ template <class TY> __global__ void expandKernel(const float *x, TY *y, int64_t 
       off += (rest - q * m.dims[a]) * m.st[a];
       rest = q;
     }
-    y[i] = fromF<TY>(x[off]);
+    y[i] = fromF<TY>(toF(x[off]));
   }
 }
 
@@ -216,11 +216,12 @@ std::unique_ptr<LtPlan> planEpilogueGemm(const char *op, const LtKey &key, const
 /// heuristic's answer are kept per shape, epilogue, precision and pointer
 /// alignment (this thread's, per device), so a stage's calls after its
 /// first build nothing.
-template <class T, class TY>
+template <class T, class TY, class TB = float>
 bool epilogueGemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
-                  const T *A, const T *B, const float *bias, cublasLtEpilogue_t epilogue, TY *Y,
+                  const T *A, const T *B, const TB *bias, cublasLtEpilogue_t epilogue, TY *Y,
                   const TY *aux = nullptr) {
-  if (!std::is_same_v<TY, float> && bias && N * sizeof(TY) > detail::kBlasLtBiasCopyBytes) return false;
+  constexpr bool copiesBias = !std::is_same_v<TY, TB>; // cuBLASLt takes a bias of Y's type
+  if (copiesBias && bias && N * sizeof(TY) > detail::kBlasLtBiasCopyBytes) return false;
   const detail::BlasLt lt = detail::blasLt();
   const LtKey key{lt.handle,
                   static_cast<int>(computeTypeFor<T>()),
@@ -242,7 +243,7 @@ bool epilogueGemm(const char *op, bool transA, bool transB, int64_t M, int64_t N
   if (!plan) plan = planEpilogueGemm(op, key, aux);
   if (!plan->found) return false;
   const void *ltBias = bias;
-  if constexpr (!std::is_same_v<TY, float>) {
+  if constexpr (copiesBias) {
     if (bias) { // Y's type: a copy of the float parameter, rounded, in the workspace's tail
       TY *copy = reinterpret_cast<TY *>(static_cast<char *>(lt.workspace) + kLtWorkspaceBytes);
       cast(bias, N, copy);
@@ -345,7 +346,7 @@ void sgemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64
   sgemmStridedBatched(op, transA, transB, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
 }
 
-template <class TY> void expandTo(const char *op, const float *x, const Shape &xs, TY *y, const Shape &ys) {
+template <class TX, class TY> void expandTo(const char *op, const TX *x, const Shape &xs, TY *y, const Shape &ys) {
   if (!broadcastsTo(xs, ys)) fail(op, "shape " + xs.str() + " does not broadcast to " + ys.str());
   if (ys.size > kMaxRank) fail(op, "rank above " + std::to_string(kMaxRank));
   const int64_t n = ys.numel();
@@ -362,11 +363,12 @@ template <class TY> void expandTo(const char *op, const float *x, const Shape &x
       acc *= d;
     }
   }
-  expandKernel<TY><<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(x, y, n, m);
+  expandKernel<TX, TY><<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(x, y, n, m);
   detail::checkLaunch(op);
 }
-template void expandTo<float>(const char *, const float *, const Shape &, float *, const Shape &);
-template void expandTo<bf16>(const char *, const float *, const Shape &, bf16 *, const Shape &);
+template void expandTo<float, float>(const char *, const float *, const Shape &, float *, const Shape &);
+template void expandTo<float, bf16>(const char *, const float *, const Shape &, bf16 *, const Shape &);
+template void expandTo<bf16, bf16>(const char *, const bf16 *, const Shape &, bf16 *, const Shape &);
 
 } // namespace nn
 
@@ -470,8 +472,8 @@ void cublasGemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, 
                          1);
 }
 
-template <class T, class TY>
-void gemmT(const T *A, const T *B, const float *C, const Shape &cs, TY *Y, int64_t M, int64_t N, int64_t K,
+template <class T, class TY, class TC>
+void gemmT(const T *A, const T *B, const TC *C, const Shape &cs, TY *Y, int64_t M, int64_t N, int64_t K,
            bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation,
            TY *preActivation = nullptr) {
   const char *op = "nn.gemm";
@@ -526,7 +528,7 @@ void gemmActivationGradT(const T *A, const T *B, const T *x, T *Y, int64_t M, in
   // DGELU: the product times gelu'(x) in one call; otherwise the product,
   // then the derivative in place.
   if (M > 0 && N > 0 && K > 0 && function == Unary::GeluTanh && nn::auxMatrixFits(N, x) &&
-      nn::epilogueGemm(op, transA, transB, M, N, K, alpha, A, B, nullptr, CUBLASLT_EPILOGUE_DGELU, Y, x))
+      nn::epilogueGemm(op, transA, transB, M, N, K, alpha, A, B, (const float *)nullptr, CUBLASLT_EPILOGUE_DGELU, Y, x))
     return;
   gemmT(A, B, (const float *)nullptr, Shape{}, Y, M, N, K, transA, transB, alpha, 0.0f, std::nullopt);
   unaryGrad(function, Y, x, nullptr, M * N, Y);
@@ -597,6 +599,10 @@ void gemm(const bf16 *A, const bf16 *B, const float *C, const Shape &cs, bf16 *Y
 void gemm(const bf16 *A, const bf16 *B, const float *C, const Shape &cs, float *Y, int64_t M, int64_t N, int64_t K,
           bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation) {
   gemmT(A, B, C, cs, Y, M, N, K, transA, transB, alpha, beta, activation);
+}
+void gemm(const bf16 *A, const bf16 *B, const bf16 *C, const Shape &cs, bf16 *Y, int64_t M, int64_t N, int64_t K,
+          bool transA, bool transB, float alpha, float beta, std::optional<Unary> activation, bf16 *preActivation) {
+  gemmT(A, B, C, cs, Y, M, N, K, transA, transB, alpha, beta, activation, preActivation);
 }
 void gemmActivationGrad(const float *A, const float *B, const float *x, float *Y, int64_t M, int64_t N, int64_t K,
                         bool transA, bool transB, float alpha, Unary function) {

@@ -298,9 +298,10 @@ void dropoutGradRedrawn(const bf16 *dy, int64_t n, bf16 *dx, float ratio, bool t
 void rotary(const bf16 *x, const Shape &xs, const float *cos, const Shape &cs, const float *sin,
             const Shape &ss, bf16 *y, bool interleaved, bool transposed);
 
-/// nn.gemm on bf16 A and B with float32 accumulation; C (a bias row or a
-/// matrix) stays float. Into bf16 Y (activations) or float Y (parameter
-/// gradients: C == Y with beta 1 accumulates in place, in float).
+/// nn.gemm on bf16 A and B with float32 accumulation. Into bf16 Y
+/// (activations), C (a bias row or a matrix) float or bf16, as
+/// pipec-bf16-storage stores it (docs/cuda-codegen.md); or into float Y
+/// (parameter gradients: C == Y with beta 1 accumulates in place, in float).
 void gemm(const bf16 *A, const bf16 *B, const float *C, const Shape &cs, bf16 *Y, int64_t M, int64_t N,
           int64_t K, bool transA, bool transB, float alpha, float beta,
           std::optional<Unary> activation = std::nullopt, bf16 *preActivation = nullptr);
@@ -309,6 +310,16 @@ void gemmActivationGrad(const bf16 *A, const bf16 *B, const bf16 *x, bf16 *Y, in
 void gemm(const bf16 *A, const bf16 *B, const float *C, const Shape &cs, float *Y, int64_t M, int64_t N,
           int64_t K, bool transA, bool transB, float alpha, float beta,
           std::optional<Unary> activation = std::nullopt);
+void gemm(const bf16 *A, const bf16 *B, const bf16 *C, const Shape &cs, bf16 *Y, int64_t M, int64_t N,
+          int64_t K, bool transA, bool transB, float alpha, float beta,
+          std::optional<Unary> activation = std::nullopt, bf16 *preActivation = nullptr);
+/// No C (a null pointer, as generated code writes it): either overload above would do.
+inline void gemm(const bf16 *A, const bf16 *B, std::nullptr_t, const Shape &cs, bf16 *Y, int64_t M, int64_t N,
+                 int64_t K, bool transA, bool transB, float alpha, float beta,
+                 std::optional<Unary> activation = std::nullopt, bf16 *preActivation = nullptr) {
+  gemm(A, B, static_cast<const float *>(nullptr), cs, Y, M, N, K, transA, transB, alpha, beta, activation,
+       preActivation);
+}
 void matmul(const bf16 *A, const Shape &as, const bf16 *B, const Shape &bs, bf16 *Y, bool transA = false,
             bool transB = false);
 void matmul(const bf16 *A, const Shape &as, const bf16 *B, const Shape &bs, float *Y, bool transA = false,
