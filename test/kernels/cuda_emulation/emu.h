@@ -322,31 +322,30 @@ template <class K> auto launch(Cfg c, K kernel) {
 } // namespace emu
 
 #define __syncthreads() (emu::sched().block.wait(__FILE__, __LINE__))
-template <class T> T __shfl_down_sync(unsigned mask, T v, int offset) {
+namespace emu {
+/// One warp shuffle: this lane's v published to its warp, every lane waited
+/// for, then the value lane `source(lane)` published (v itself when that is
+/// past the warp).
+template <class T, class Source> T warpShuffle(unsigned mask, T v, Source source) {
   static_assert(sizeof(T) <= 8, "");
-  if (mask != 0xffffffffu || blockDim.x % 32) emu::die("shuffle in a partial warp");
+  if (mask != 0xffffffffu || blockDim.x % 32) die("shuffle in a partial warp");
   const unsigned lane = threadIdx.x & 31;
-  emu::Warp &w = emu::sched().warps[threadIdx.x / 32];
+  Warp &w = sched().warps[threadIdx.x / 32];
   const unsigned p = w.parity[lane];
   w.parity[lane] ^= 1;
   std::memcpy(w.buf[p][lane], &v, sizeof(T));
   w.bar.wait(__FILE__, __LINE__);
   T r = v;
-  if (lane + offset < 32) std::memcpy(&r, w.buf[p][lane + offset], sizeof(T));
+  const unsigned from = source(lane);
+  if (from < 32) std::memcpy(&r, w.buf[p][from], sizeof(T));
   return r;
 }
+} // namespace emu
+template <class T> T __shfl_down_sync(unsigned mask, T v, int offset) {
+  return emu::warpShuffle(mask, v, [&](unsigned lane) { return lane + (unsigned)offset; });
+}
 template <class T> T __shfl_sync(unsigned mask, T v, int srcLane) {
-  static_assert(sizeof(T) <= 8, "");
-  if (mask != 0xffffffffu || blockDim.x % 32) emu::die("shuffle in a partial warp");
-  const unsigned lane = threadIdx.x & 31;
-  emu::Warp &w = emu::sched().warps[threadIdx.x / 32];
-  const unsigned p = w.parity[lane];
-  w.parity[lane] ^= 1;
-  std::memcpy(w.buf[p][lane], &v, sizeof(T));
-  w.bar.wait(__FILE__, __LINE__);
-  T r;
-  std::memcpy(&r, w.buf[p][srcLane & 31], sizeof(T));
-  return r;
+  return emu::warpShuffle(mask, v, [&](unsigned) { return (unsigned)srcLane & 31u; });
 }
 inline float atomicAdd(float *p, float v) {
   const float old = *p;
