@@ -107,6 +107,53 @@ __global__ void copyRowsKernel(const T *src, int64_t srcRow, int64_t srcOffset, 
   }
 }
 
+/// The pieces of a concat or split of up to kMaxPieces pieces, copied by one launch: piece i's
+/// rows of width[i] elements sit at offset[i] in the whole's rows of `row` elements.
+constexpr int kMaxPieces = 8;
+template <class T> struct Pieces {
+  int count = 0;
+  int64_t row = 0;
+  int64_t offset[kMaxPieces] = {}, width[kMaxPieces] = {};
+  T *piece[kMaxPieces] = {};
+};
+
+/// The whole's rows x row elements, V at a time: element (r, c) of the whole is element (r, c -
+/// offset[i]) of the piece i whose columns hold c. `toPieces`: split (the whole is read), else
+/// concat (written).
+template <class T, int V, bool toPieces>
+__global__ void copyPiecesKernel(std::conditional_t<toPieces, const T *, T *> whole, Pieces<T> p, int64_t total) {
+  for (int64_t i = firstIndex(); i < total / V; i += gridStride()) {
+    const int64_t e = i * V, r = e / p.row, c = e - r * p.row;
+    int k = 0;
+    while (k + 1 < p.count && c >= p.offset[k + 1]) ++k;
+    T *piece = p.piece[k] + r * p.width[k] + (c - p.offset[k]);
+    if constexpr (toPieces)
+      storePacked(piece, loadPacked<V>(whole + e));
+    else
+      storePacked(whole + e, loadPacked<V>(piece));
+  }
+}
+
+/// Concat and split of at most kMaxPieces pieces in one launch (one per piece, copyRows, for
+/// more): 16 bytes at a time when every piece's width and offset and the pointers allow it.
+/// GPT-2's q/k/v split and its gradient's concat were 3 launches each per block.
+template <class T, bool toPieces>
+bool copyPieces(const char *op, std::conditional_t<toPieces, const T *, T *> whole, const Pieces<T> &p,
+                int64_t outer) {
+  if (p.count > kMaxPieces) return false;
+  const int64_t total = outer * p.row;
+  if (total == 0) return true;
+  constexpr int V = 16 / sizeof(T);
+  bool packs = p.row % V == 0 && packedAligned<V>(whole);
+  for (int k = 0; k < p.count && packs; ++k)
+    packs = p.offset[k] % V == 0 && p.width[k] % V == 0 && packedAligned<V>(p.piece[k]);
+  if (packs)
+    launch(op, total / V, copyPiecesKernel<T, V, toPieces>, whole, p, total);
+  else
+    launch(op, total, copyPiecesKernel<T, 1, toPieces>, whole, p, total);
+  return true;
+}
+
 /// Concat's and split's row copies (copyRowsKernel): 16 bytes at a time when the rows allow it
 /// (GPT-2's q/k/v split: rows of 768 bf16 out of 2,304).
 template <class T>
@@ -221,7 +268,21 @@ template <class T> void concat(const T *const *inputs, const Shape *shapes, int 
     total += shapes[i].v[a];
   }
   const int64_t outer = productOf(first, 0, a), inner = productOf(first, a + 1, first.size);
+  Pieces<T> pieces; // the non-empty inputs
+  pieces.row = total * inner;
   int64_t offset = 0;
+  for (int i = 0; i < count; ++i) {
+    const int64_t chunk = shapes[i].v[a] * inner;
+    if (chunk > 0 && pieces.count < kMaxPieces) {
+      pieces.offset[pieces.count] = offset;
+      pieces.width[pieces.count] = chunk;
+      pieces.piece[pieces.count] = const_cast<T *>(inputs[i]); // read only: toPieces is false
+    }
+    if (chunk > 0) ++pieces.count;
+    offset += chunk;
+  }
+  if (copyPieces<T, false>("nn.concat", out, pieces, outer)) return;
+  offset = 0;
   for (int i = 0; i < count; ++i) {
     const int64_t chunk = shapes[i].v[a] * inner;
     if (chunk > 0)
@@ -241,7 +302,21 @@ template <class T> void split(const T *x, const Shape &xs, int64_t axis, const D
   if (sum != xs.v[a])
     fail("nn.split", "piece sizes " + sizes.str() + " do not sum to axis size " + std::to_string(xs.v[a]));
   const int64_t outer = productOf(xs, 0, a), inner = productOf(xs, a + 1, xs.size);
+  Pieces<T> pieces; // the non-empty outputs
+  pieces.row = xs.v[a] * inner;
   int64_t offset = 0;
+  for (int i = 0; i < sizes.size; ++i) {
+    const int64_t chunk = sizes.v[i] * inner;
+    if (chunk > 0 && pieces.count < kMaxPieces) {
+      pieces.offset[pieces.count] = offset;
+      pieces.width[pieces.count] = chunk;
+      pieces.piece[pieces.count] = outs[i];
+    }
+    if (chunk > 0) ++pieces.count;
+    offset += chunk;
+  }
+  if (copyPieces<T, true>("nn.split", x, pieces, outer)) return;
+  offset = 0;
   for (int i = 0; i < sizes.size; ++i) {
     const int64_t chunk = sizes.v[i] * inner;
     if (chunk > 0)
