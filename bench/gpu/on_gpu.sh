@@ -48,8 +48,8 @@
 # third argument `extra`, in a call of their own (no budget applied).
 # Everything printed is also in OUT/log.txt. OUT gets at most 8 files
 # (log.txt, results.md, results.json, trained.tar, logs.tar (every piperun log),
-# profile-gpt2-b4.json and profile-llama-b4.json (op timers, when the budget
-# leaves 150 s after the table's rows); with extra, 3 profiles instead).
+# profile-gpt2-b4.json, profile-llama-b4.json and profile-gpt2-b16.json (op
+# timers, each when the budget leaves 150 s); with extra, 3 profiles instead).
 set -u
 BUNDLE=$1; OUT=$(mkdir -p "$2" && cd "$2" && pwd); HERE=$(cd "$(dirname "$0")" && pwd); MODE=${3:-table}
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -128,11 +128,12 @@ if [ -d "$job" ] && [ "$(left)" -gt 120 ]; then
   el "gpt2 4x1024 PIPEC_CUDNN_ATTENTION=0 rc=$?: $(grep -o '[0-9.]* ms/iter' "$G/table-gpt2-b4-no-cudnn.log" | tr '\n' ' ')"
 fi
 # Where the time goes, op by op (piperun --profile: the stages synchronize around each op, so
-# these are per-op times, not the run's): GPT-2 and the Llama at 4 x 1,024, 3 iterations.
-for model in gpt2 llama; do job=$G/jobs/table-$model-b4
+# these are per-op times, not the run's): GPT-2 and the Llama at 4 x 1,024, GPT-2 at 16 x 1,024
+# (where pipec is furthest from torch.compile), 3 iterations.
+for run in gpt2-b4 llama-b4 gpt2-b16; do job=$G/jobs/table-$run
   if [ -d "$job" ] && [ "$(left)" -gt 150 ]; then
-    timeout 60 "$PIPERUN" "$job" --iters 3 --profile "$OUT/profile-$model-b4.json" --quiet > "$G/table-$model-b4-profile.log" 2>&1
-    el "$model 4x1024 --profile rc=$?"
+    timeout 60 "$PIPERUN" "$job" --iters 3 --profile "$OUT/profile-$run.json" --quiet > "$G/table-$run-profile.log" 2>&1
+    el "$run --profile rc=$?"
   fi
 done
 echo "=== table: PyTorch on the same GPU (eager, then torch.compile)"
