@@ -870,6 +870,40 @@ static void testMini() {
   cmp(c, g, 1e-5, "y");
 }
 
+static void testLossNotFinite() {
+  // Cross-entropy over scores that are not all finite, as the CPU's two passes treat them: -inf
+  // (a masked class) first in its row and in the middle adds nothing; a row of nothing but -inf, a
+  // +inf and a NaN give NaN.
+  Shape ss{5, 40};
+  auto s = randv(ss.numel(), -4, 4);
+  for (int k = 0; k < 7; ++k) s[k] = -INFINITY;
+  for (int k = 10; k < 20; ++k) s[40 + k] = -INFINITY;
+  for (int k = 0; k < 40; ++k) s[80 + k] = -INFINITY;
+  s[120 + 3] = INFINITY;
+  s[160 + 5] = NAN;
+  const std::vector<int64_t> labels = {9, 2, 0, 1, 6};
+  std::vector<float> lc(5), lg(5), pcs(ss.numel()), pgs(ss.numel()), dc(ss.numel()), dg(ss.numel());
+  const std::vector<float> dl(5, 1.0f);
+  ctx = "cross-entropy, scores not all finite";
+  pk::softmaxCrossEntropyLoss(s.data(), ss, labels.data(), nullptr, pk::Reduction::None, std::nullopt, lc.data(),
+                              pcs.data());
+  pc::softmaxCrossEntropyLoss(s.data(), ss, labels.data(), nullptr, pk::Reduction::None, std::nullopt, lg.data(),
+                              pgs.data());
+  cmp(lc, lg, 1e-5, "loss");
+  cmp(pcs, pgs, 1e-6, "logprob");
+  pk::softmaxCrossEntropyLossGrad(dl.data(), s.data(), ss, labels.data(), nullptr, pk::Reduction::None,
+                                  std::nullopt, dc.data());
+  pc::softmaxCrossEntropyLossGrad(dl.data(), s.data(), ss, labels.data(), nullptr, pk::Reduction::None,
+                                  std::nullopt, dg.data());
+  cmp(dc, dg, 1e-5, "dscores");
+  if (!std::isfinite(lg[0]) || !std::isfinite(lg[1]) || !std::isnan(lg[2]) || !std::isnan(lg[3]) ||
+      !std::isnan(lg[4])) {
+    std::printf("FAIL %s: losses %g %g %g %g %g, wanted finite, finite, NaN, NaN, NaN\n", ctx.c_str(), lg[0],
+                lg[1], lg[2], lg[3], lg[4]);
+    ++failures;
+  }
+}
+
 static void testEmpty() {
   { Shape as{0, 3}, bs{3}; std::vector<float> a(1), b(3), c(1), g(1);
     ctx = "empty binary"; pk::binary(pk::Binary::Add, a.data(), as, b.data(), bs, c.data()); pc::binary(pk::Binary::Add, a.data(), as, b.data(), bs, g.data()); }
@@ -1856,6 +1890,7 @@ int main(int argc, char **argv) {
   run("bf16-softmax", testBf16Softmax);
   run("bf16-attention", testBf16Attention);
   run("flash-attention", testFlashAttention);
+  run("loss-not-finite", testLossNotFinite); // last: the others' random inputs as they were
   try { pc::raiseDeviceErrors(); } catch (const std::exception &e) { std::printf("device error: %s\n", e.what()); ++failures; }
   std::printf("%d checks, %d failures, %d launches, %lld CUDA threads, %lld fiber switches, %d gemms\n", checks, failures,
               emu::launches, emu::sched().threadsRun, emu::sched().switches, emu::gemmCalls);

@@ -336,7 +336,7 @@ template <class P, class T, class G> __device__ void mapClasses(const T *s, T *o
 /// maximum and its sum of exponentials relative to it (a float exponential
 /// per score, the sums in double), and the lanes' sums are rescaled to the
 /// maximum of all before they are added. As the CPU's two passes: NaN if a
-/// score is NaN or +inf, or every score -inf.
+/// score is NaN or +inf, or every score -inf; a -inf score adds nothing.
 template <class P, class T> __device__ double logSumExp(const T *s, int64_t C, int64_t inner) {
   float m = -INFINITY;
   double sum = 0;
@@ -344,12 +344,12 @@ template <class P, class T> __device__ double logSumExp(const T *s, int64_t C, i
     if (v > m) {
       sum = sum * (double)expf(m - v) + 1.0;
       m = v;
-    } else {
-      sum += expf(v - m); // NaN for a NaN score (and when v and m are both -inf or +inf)
+    } else if (v != -INFINITY) {
+      sum += expf(v - m); // NaN for a NaN score, and for a second +inf
     }
   });
   const float top = P::reduce(m, MaxOp{});
-  if (top == INFINITY) return NAN; // exp(inf - inf) in the CPU's sum
+  if (top == INFINITY || top == -INFINITY) return NAN; // exp(inf - inf) or exp(-inf + inf) in the CPU's sum
   sum = sum == 0 ? 0.0 : sum * (double)expf(m - top);
   sum = P::reduce(sum, SumOp{});
   return top + log(sum);
