@@ -216,7 +216,7 @@ static void testMovement() {
     pc::transpose(d.data(), ds, perm, tg.data());
     cmp(tc, tg, 0, "y");
     // concat/split
-    int cnt = (int)ri(1, 10); // more than 8 pieces: one launch per piece (movement.cu)
+    int cnt = (int)ri(1, 10); // more than 8 pieces: a second launch (movement.cu's copyPieces)
     std::vector<Shape> shapes;
     std::vector<std::vector<float>> ins;
     std::vector<const float *> ptrs;
@@ -868,6 +868,38 @@ static void testMini() {
   pk::layerNorm(lx.data(), ls, gm.data(), Shape{100}, nullptr, Shape{}, c.data(), nullptr, nullptr, 1, 1e-5f);
   pc::layerNorm(lx.data(), ls, gm.data(), Shape{100}, nullptr, Shape{}, g.data(), nullptr, nullptr, 1, 1e-5f);
   cmp(c, g, 1e-5, "y");
+}
+
+/// Concat and split of 11 non-empty pieces: two launches of movement.cu's copyPieces (8 pieces,
+/// then 3), with rows that allow 16-byte moves (inner 8) and rows that do not (inner 5).
+static void testManyPieces() {
+  for (int64_t inner : {int64_t(5), int64_t(8)}) {
+    std::vector<Shape> shapes;
+    std::vector<std::vector<float>> ins;
+    std::vector<const float *> ptrs;
+    Dims sizes;
+    int64_t total = 0;
+    for (int i = 0; i < 11; ++i) {
+      shapes.push_back(Shape{3, 1 + i % 3, inner});
+      sizes.push(1 + i % 3);
+      total += 1 + i % 3;
+      ins.push_back(randv(shapes.back().numel()));
+    }
+    for (auto &v : ins) ptrs.push_back(v.data());
+    const Shape whole{3, total, inner};
+    std::vector<float> cc(whole.numel()), cg(whole.numel());
+    ctx = "concat of 11 pieces, inner " + std::to_string(inner);
+    pk::concat(ptrs.data(), shapes.data(), 11, 1, cc.data());
+    pc::concat(ptrs.data(), shapes.data(), 11, 1, cg.data());
+    cmp(cc, cg, 0, "y");
+    std::vector<std::vector<float>> pieces;
+    std::vector<float *> outs;
+    for (auto &shape : shapes) pieces.emplace_back(shape.numel(), NAN);
+    for (auto &piece : pieces) outs.push_back(piece.data());
+    ctx = "split into 11 pieces, inner " + std::to_string(inner);
+    pc::split(cc.data(), whole, 1, sizes, outs.data());
+    for (int i = 0; i < 11; ++i) cmp(ins[i], pieces[i], 0, "piece");
+  }
 }
 
 static void testLossNotFinite() {
@@ -1890,7 +1922,9 @@ int main(int argc, char **argv) {
   run("bf16-softmax", testBf16Softmax);
   run("bf16-attention", testBf16Attention);
   run("flash-attention", testFlashAttention);
-  run("loss-not-finite", testLossNotFinite); // last: the others' random inputs as they were
+  // Last: the others' random inputs as they were.
+  run("loss-not-finite", testLossNotFinite);
+  run("many-pieces", testManyPieces);
   try { pc::raiseDeviceErrors(); } catch (const std::exception &e) { std::printf("device error: %s\n", e.what()); ++failures; }
   std::printf("%d checks, %d failures, %d launches, %lld CUDA threads, %lld fiber switches, %d gemms\n", checks, failures,
               emu::launches, emu::sched().threadsRun, emu::sched().switches, emu::gemmCalls);

@@ -59,6 +59,10 @@ enum DeviceError : int {
 int *errorFlag();
 __device__ inline void raiseDevice(int *flag, int code) { atomicCAS(flag, 0, code); }
 
+/// Elements of T in one 16-byte load or store (Packed<T, kPackOf<T>>): the
+/// width every kernel that moves whole aligned pieces uses.
+template <class T> constexpr int kPackOf = 16 / sizeof(T);
+
 /// 1-D launch geometry: `threads` per block, enough blocks for n elements
 /// (grid-stride loops cover the rest; at least one block).
 constexpr int kThreads = 256;

@@ -100,13 +100,8 @@ __global__ void rotaryKernel(const T *x, const float *cos, const float *sin, T *
 // Unaries and their gradients
 //===----------------------------------------------------------------------===//
 
-/// Elements per 16-byte pack of T: unaryKernel and unaryGradKernel move V
-/// elements per load and store where every pointer is 16-byte aligned
-/// (packWidth), else 1.
-template <class T> constexpr int kPackOf = 16 / sizeof(T);
-template <class T, class... P> int packWidth(const P *...pointers) {
-  return packedAligned<kPackOf<T>>(pointers...) ? kPackOf<T> : 1;
-}
+// unaryKernel and unaryGradKernel move V = kPackOf<T> elements per load and
+// store where every pointer is 16-byte aligned, else V = 1.
 
 template <Unary U, class T, int V> __global__ void unaryKernel(const T *x, int64_t n, T *y) {
   const int64_t packs = n / V;
@@ -120,10 +115,11 @@ template <Unary U, class T, int V> __global__ void unaryKernel(const T *x, int64
   for (int64_t i = packs * V + firstIndex(); i < n; i += gridStride()) y[i] = fromF<T>(unaryValue<U>(toF(x[i])));
 }
 
-// Only the forward value the derivative reads is read (the other may be null).
-template <Unary U, class T> __device__ __forceinline__ T unaryGradAt(T dy, T x, T y) {
-  return fromF<T>(derivativeReadsInput<U>() ? unaryGradient<U>(toF(dy), toF(x), 0.0f)
-                                            : unaryGradient<U>(toF(dy), 0.0f, toF(y)));
+// Only the forward value the derivative reads is read (the other may be
+// null): `forward` is x or y as derivativeReadsInput says.
+template <Unary U, class T> __device__ __forceinline__ T unaryGradAt(T dy, T forward) {
+  return fromF<T>(derivativeReadsInput<U>() ? unaryGradient<U>(toF(dy), toF(forward), 0.0f)
+                                            : unaryGradient<U>(toF(dy), 0.0f, toF(forward)));
 }
 template <Unary U, class T, int V>
 __global__ void unaryGradKernel(const T *dy, const T *x, const T *y, int64_t n, T *dx) {
@@ -133,11 +129,11 @@ __global__ void unaryGradKernel(const T *dy, const T *x, const T *y, int64_t n, 
     const Packed<T, V> g = loadPacked<V>(dy + i * V), f = loadPacked<V>(forward + i * V);
     Packed<T, V> out;
 #pragma unroll
-    for (int j = 0; j < V; ++j) out.v[j] = unaryGradAt<U>(g.v[j], f.v[j], f.v[j]);
+    for (int j = 0; j < V; ++j) out.v[j] = unaryGradAt<U>(g.v[j], f.v[j]);
     storePacked(dx + i * V, out);
   }
   for (int64_t i = packs * V + firstIndex(); i < n; i += gridStride())
-    dx[i] = unaryGradAt<U>(dy[i], forward[i], forward[i]);
+    dx[i] = unaryGradAt<U>(dy[i], forward[i]);
 }
 
 template <class T> __global__ void negateKernel(const T *x, int64_t n, T *y) {
@@ -272,7 +268,7 @@ void rotaryT(const T *x, const Shape &xs, const float *cos, const Shape &cs, con
 template <class T> void unaryT(Unary op, const T *x, int64_t n, T *y) {
   dispatchUnary(op, [&](auto kind) {
     constexpr Unary U = decltype(kind)::value;
-    if (packWidth<T>(x, y) > 1)
+    if (packedAligned<kPackOf<T>>(x, y))
       launch("nn.unary", n / kPackOf<T> + 1, unaryKernel<U, T, kPackOf<T>>, x, n, y);
     else
       launch("nn.unary", n, unaryKernel<U, T, 1>, x, n, y);
@@ -286,7 +282,7 @@ template <class T> void unaryGradT(Unary op, const T *dy, const T *x, const T *y
     fail("nn.unary_grad", missing);
   dispatchUnary(op, [&](auto kind) {
     constexpr Unary U = decltype(kind)::value;
-    if (packWidth<T>(dy, derivativeReadsInput<U>() ? x : y, dx) > 1)
+    if (packedAligned<kPackOf<T>>(dy, derivativeReadsInput<U>() ? x : y, dx))
       launch("nn.unary_grad", n / kPackOf<T> + 1, unaryGradKernel<U, T, kPackOf<T>>, dy, x, y, n, dx);
     else
       launch("nn.unary_grad", n, unaryGradKernel<U, T, 1>, dy, x, y, n, dx);

@@ -5,6 +5,7 @@
 // that scatter bf16 values are templated on the gradient's storage type.
 #include "detail.cuh"
 #include "index_map.cuh"
+#include <vector>
 
 namespace pipec::kernels::cuda {
 
@@ -74,7 +75,7 @@ __global__ void stridedCopyKernel(const T *x, int64_t base, T *y, int64_t n, Ind
 /// last axis, as the heads' transposes of attention; an expand that repeats
 /// whole rows, as grouped-query attention's), else an element at a time.
 template <class T> void stridedCopy(const char *op, const T *x, int64_t base, T *y, int64_t n, const IndexMap<1> &map) {
-  constexpr int V = 16 / sizeof(T);
+  constexpr int V = kPackOf<T>;
   bool packs = map.rank > 0 && map.st[0][map.rank - 1] == 1 && map.dims[map.rank - 1] % V == 0 && base % V == 0 &&
                packedAligned<V>(x, y);
   for (int a = 0; a + 1 < map.rank && packs; ++a) packs = map.st[0][a] % V == 0;
@@ -94,80 +95,74 @@ __global__ void stridedScatterKernel(const T *x, T *y, int64_t base, int64_t n, 
   }
 }
 
-/// rows x width elements: dst[r * dstRow + dstOffset + c] = src[r * srcRow + srcOffset + c], V at
-/// a time (every row, offset and width a multiple of V, the pointers aligned to V elements:
-/// copyRows).
-template <class T, int V>
-__global__ void copyRowsKernel(const T *src, int64_t srcRow, int64_t srcOffset, T *dst, int64_t dstRow,
-                               int64_t dstOffset, int64_t total, int64_t width) {
-  const int64_t packs = total / V, packsPerRow = width / V;
-  for (int64_t i = firstIndex(); i < packs; i += gridStride()) {
-    const int64_t r = i / packsPerRow, c = (i - r * packsPerRow) * V;
-    storePacked(dst + r * dstRow + dstOffset + c, loadPacked<V>(src + r * srcRow + srcOffset + c));
-  }
-}
-
-/// The pieces of a concat or split of up to kMaxPieces pieces, copied by one launch: piece i's
-/// rows of width[i] elements sit at offset[i] in the whole's rows of `row` elements.
+/// Up to kMaxPieces pieces of a concat or split, copied by one launch: the
+/// whole's columns [first, first + span) of its rows of `row` elements,
+/// piece k's rows of width[k] elements holding its columns from offset[k].
 constexpr int kMaxPieces = 8;
 template <class T> struct Pieces {
   int count = 0;
-  int64_t row = 0;
+  int64_t row = 0, first = 0, span = 0;
   int64_t offset[kMaxPieces] = {}, width[kMaxPieces] = {};
   T *piece[kMaxPieces] = {};
 };
 
-/// The whole's rows x row elements, V at a time: element (r, c) of the whole is element (r, c -
-/// offset[i]) of the piece i whose columns hold c. `toPieces`: split (the whole is read), else
-/// concat (written).
+/// The group's outer x span elements, V at a time: element (r, c) of the
+/// whole is element (r, c - offset[k]) of the piece k whose columns hold c.
+/// `toPieces`: split (the whole is read), else concat (written).
 template <class T, int V, bool toPieces>
 __global__ void copyPiecesKernel(std::conditional_t<toPieces, const T *, T *> whole, Pieces<T> p, int64_t total) {
   for (int64_t i = firstIndex(); i < total / V; i += gridStride()) {
-    const int64_t e = i * V, r = e / p.row, c = e - r * p.row;
+    const int64_t e = i * V, r = e / p.span, c = p.first + (e - r * p.span);
     int k = 0;
     while (k + 1 < p.count && c >= p.offset[k + 1]) ++k;
     T *piece = p.piece[k] + r * p.width[k] + (c - p.offset[k]);
     if constexpr (toPieces)
-      storePacked(piece, loadPacked<V>(whole + e));
+      storePacked(piece, loadPacked<V>(whole + r * p.row + c));
     else
-      storePacked(whole + e, loadPacked<V>(piece));
+      storePacked(whole + r * p.row + c, loadPacked<V>(piece));
   }
 }
 
-/// Concat and split of at most kMaxPieces pieces in one launch (one per piece, copyRows, for
-/// more): 16 bytes at a time when every piece's width and offset and the pointers allow it.
-/// GPT-2's q/k/v split and its gradient's concat were 3 launches each per block.
+/// Concat (toPieces false) and split (true): the whole has `outer` rows of
+/// the pieces' columns side by side, piece i (sizes[i] x inner columns, at
+/// pointers[i]) `outer` rows of its own. One launch per kMaxPieces non-empty
+/// pieces (GPT-2's q/k/v split and its gradient's concat were 3 launches
+/// each per block), 16 bytes at a time when every piece's width and offset
+/// and the pointers allow it.
 template <class T, bool toPieces>
-bool copyPieces(const char *op, std::conditional_t<toPieces, const T *, T *> whole, const Pieces<T> &p,
-                int64_t outer) {
-  if (p.count > kMaxPieces) return false;
-  const int64_t total = outer * p.row;
-  if (total == 0) return true;
-  constexpr int V = 16 / sizeof(T);
-  bool packs = p.row % V == 0 && packedAligned<V>(whole);
-  for (int k = 0; k < p.count && packs; ++k)
-    packs = p.offset[k] % V == 0 && p.width[k] % V == 0 && packedAligned<V>(p.piece[k]);
-  if (packs)
-    launch(op, total / V, copyPiecesKernel<T, V, toPieces>, whole, p, total);
-  else
-    launch(op, total, copyPiecesKernel<T, 1, toPieces>, whole, p, total);
-  return true;
-}
-
-/// Concat's and split's row copies (copyRowsKernel): 16 bytes at a time when the rows allow it
-/// (GPT-2's q/k/v split: rows of 768 bf16 out of 2,304).
-template <class T>
-void copyRows(const char *op, const T *src, int64_t srcRow, int64_t srcOffset, T *dst, int64_t dstRow,
-              int64_t dstOffset, int64_t rows, int64_t width) {
-  constexpr int V = 16 / sizeof(T);
-  const bool packs = srcRow % V == 0 && srcOffset % V == 0 && dstRow % V == 0 && dstOffset % V == 0 &&
-                     width % V == 0 && packedAligned<V>(src, dst);
-  if (packs)
-    launch(op, rows * width / V, copyRowsKernel<T, V>, src, srcRow, srcOffset, dst, dstRow, dstOffset, rows * width,
-           width);
-  else
-    launch(op, rows * width, copyRowsKernel<T, 1>, src, srcRow, srcOffset, dst, dstRow, dstOffset, rows * width,
-           width);
+void copyPieces(const char *op, std::conditional_t<toPieces, const T *, T *> whole, int64_t outer, int64_t inner,
+                const int64_t *sizes, int count, T *const *pointers) {
+  constexpr int V = kPackOf<T>;
+  Pieces<T> group;
+  for (int i = 0; i < count; ++i) group.row += sizes[i] * inner;
+  auto launchGroup = [&] {
+    const int64_t total = outer * group.span;
+    if (total > 0) {
+      bool packs = group.row % V == 0 && group.first % V == 0 && group.span % V == 0 && packedAligned<V>(whole);
+      for (int k = 0; k < group.count && packs; ++k)
+        packs = group.offset[k] % V == 0 && group.width[k] % V == 0 && packedAligned<V>(group.piece[k]);
+      if (packs)
+        launch(op, total / V, copyPiecesKernel<T, V, toPieces>, whole, group, total);
+      else
+        launch(op, total, copyPiecesKernel<T, 1, toPieces>, whole, group, total);
+    }
+    group.count = 0;
+    group.span = 0;
+  };
+  int64_t offset = 0;
+  for (int i = 0; i < count; ++i) {
+    const int64_t width = sizes[i] * inner;
+    if (width > 0) {
+      if (group.count == 0) group.first = offset;
+      group.offset[group.count] = offset;
+      group.width[group.count] = width;
+      group.piece[group.count++] = pointers[i];
+      group.span = offset + width - group.first;
+      if (group.count == kMaxPieces) launchGroup();
+    }
+    offset += width;
+  }
+  if (group.count > 0) launchGroup();
 }
 
 struct PadParams {
@@ -259,36 +254,17 @@ template <class T> void concat(const T *const *inputs, const Shape *shapes, int 
   const Shape &first = shapes[0];
   checkRank("nn.concat", first, 1, "an input");
   const int a = (int)normalizeAxis("nn.concat", axis, first.size);
-  int64_t total = 0;
+  std::vector<int64_t> sizes(count);
   for (int i = 0; i < count; ++i) {
     Shape expected = first;
     expected.v[a] = shapes[i].size == first.size ? shapes[i].v[a] : -1;
     if (shapes[i] != expected)
       fail("nn.concat", "inputs " + first.str() + " and " + shapes[i].str() + " differ outside axis " + std::to_string(a));
-    total += shapes[i].v[a];
+    sizes[i] = shapes[i].v[a];
   }
   const int64_t outer = productOf(first, 0, a), inner = productOf(first, a + 1, first.size);
-  Pieces<T> pieces; // the non-empty inputs
-  pieces.row = total * inner;
-  int64_t offset = 0;
-  for (int i = 0; i < count; ++i) {
-    const int64_t chunk = shapes[i].v[a] * inner;
-    if (chunk > 0 && pieces.count < kMaxPieces) {
-      pieces.offset[pieces.count] = offset;
-      pieces.width[pieces.count] = chunk;
-      pieces.piece[pieces.count] = const_cast<T *>(inputs[i]); // read only: toPieces is false
-    }
-    if (chunk > 0) ++pieces.count;
-    offset += chunk;
-  }
-  if (copyPieces<T, false>("nn.concat", out, pieces, outer)) return;
-  offset = 0;
-  for (int i = 0; i < count; ++i) {
-    const int64_t chunk = shapes[i].v[a] * inner;
-    if (chunk > 0)
-      copyRows("nn.concat", inputs[i], chunk, int64_t(0), out, total * inner, offset, outer, chunk);
-    offset += chunk;
-  }
+  // The inputs are only read (toPieces false): Pieces holds them as T *.
+  copyPieces<T, false>("nn.concat", out, outer, inner, sizes.data(), count, const_cast<T *const *>(inputs));
 }
 
 template <class T> void split(const T *x, const Shape &xs, int64_t axis, const Dims &sizes, T *const *outs) {
@@ -302,27 +278,7 @@ template <class T> void split(const T *x, const Shape &xs, int64_t axis, const D
   if (sum != xs.v[a])
     fail("nn.split", "piece sizes " + sizes.str() + " do not sum to axis size " + std::to_string(xs.v[a]));
   const int64_t outer = productOf(xs, 0, a), inner = productOf(xs, a + 1, xs.size);
-  Pieces<T> pieces; // the non-empty outputs
-  pieces.row = xs.v[a] * inner;
-  int64_t offset = 0;
-  for (int i = 0; i < sizes.size; ++i) {
-    const int64_t chunk = sizes.v[i] * inner;
-    if (chunk > 0 && pieces.count < kMaxPieces) {
-      pieces.offset[pieces.count] = offset;
-      pieces.width[pieces.count] = chunk;
-      pieces.piece[pieces.count] = outs[i];
-    }
-    if (chunk > 0) ++pieces.count;
-    offset += chunk;
-  }
-  if (copyPieces<T, true>("nn.split", x, pieces, outer)) return;
-  offset = 0;
-  for (int i = 0; i < sizes.size; ++i) {
-    const int64_t chunk = sizes.v[i] * inner;
-    if (chunk > 0)
-      copyRows("nn.split", x, xs.v[a] * inner, offset, outs[i], chunk, int64_t(0), outer, chunk);
-    offset += chunk;
-  }
+  copyPieces<T, true>("nn.split", x, outer, inner, sizes.v, sizes.size, outs);
 }
 
 template <class T>

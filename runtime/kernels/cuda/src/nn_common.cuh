@@ -20,6 +20,7 @@ using detail::gridStride;
 using detail::normalizeAxis;
 using detail::productOf;
 using detail::fromF;
+using detail::kPackOf;
 using detail::toF;
 
 /// One kernel call's scratch (pipec/kernel_scratch.h): the caller's
@@ -168,7 +169,7 @@ inline bool blockPerSegment(int64_t segments, int64_t inner) { return inner == 1
 /// Calls launch(P{}, grid, block) with the lanes blockPerSegment chooses:
 /// BlockLanes with a block per segment, else ThreadLanes with a thread per
 /// segment. `launch` starts the kernel instantiated for P.
-/// Rows of at most this many elements take a warp each (rowLaunch): 24
+/// Rows of at most this many elements take a warp each (launchPerRow): 24
 /// elements a lane for GPT-2's 768-wide LayerNorm, where a block per row
 /// spent its time in two block-wide reductions per row.
 constexpr int64_t kWarpRowMaxElements = 4096;

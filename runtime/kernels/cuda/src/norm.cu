@@ -418,8 +418,9 @@ void layerNormParamGradT(const T *dy, const T *x, const Shape &xs, const Shape &
     }
   }
 
-  // Rows in about sqrt(rows) chunks of about sqrt(rows) rows: partial column
-  // sums per chunk, then the chunks combined in order.
+  // Rows in chunks of about sqrt(rows) rows (at most
+  // plan::kCudaLayerNormMaxRowsPerChunk): partial column sums per chunk,
+  // then the chunks combined in order.
   const int64_t rowsPerChunk = plan::cudaLayerNormRowsPerChunk(v.rows);
   const int64_t chunks = plan::cudaLayerNormChunks(v.rows);
   const int64_t partials = chunks * v.inner;

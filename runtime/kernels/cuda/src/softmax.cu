@@ -282,6 +282,21 @@ __global__ void attentionScoreGradKernel(float *p, float *dp, ScoreBlock b, Drop
 // Softmax cross-entropy
 //===----------------------------------------------------------------------===//
 
+/// A contiguous row of C elements at s, split for 16-byte loads: `head`
+/// elements before its first 16-byte boundary (all C when s is not even
+/// aligned to T), `packs` whole 16-byte packs after them, the rest from
+/// `tail` on.
+struct RowParts {
+  int64_t head, packs, tail;
+};
+template <class T> __device__ RowParts rowParts(const T *s, int64_t C) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(s);
+  int64_t head = address % sizeof(T) ? C : (int64_t)((16 - address % 16) % 16 / sizeof(T));
+  head = head < C ? head : C;
+  const int64_t packs = (C - head) / kPackOf<T>;
+  return {head, packs, head + packs * kPackOf<T>};
+}
+
 /// Calls f(c, value) once for every class c in [0, C) of one element's
 /// scores s[c * inner], the lanes of P sharing them. A contiguous row
 /// (inner 1) is read 16 bytes at a time from its first 16-byte boundary
@@ -292,43 +307,39 @@ template <class P, class T, class F> __device__ void forEachClass(const T *s, in
     for (int64_t c = P::lane(); c < C; c += P::lanes()) f(c, toF(s[c * inner]));
     return;
   }
-  constexpr int kPack = 16 / sizeof(T);
-  const uintptr_t address = reinterpret_cast<uintptr_t>(s);
-  int64_t head = address % sizeof(T) ? C : (int64_t)((16 - address % 16) % 16 / sizeof(T));
-  head = head < C ? head : C;
-  const int64_t packs = (C - head) / kPack, tail = head + packs * kPack;
-  for (int64_t c = P::lane(); c < head; c += P::lanes()) f(c, toF(s[c]));
-  for (int64_t i = P::lane(); i < packs; i += P::lanes()) {
-    const Packed<T, kPack> pack = loadPacked<kPack>(s + head + i * kPack);
+  constexpr int kPack = kPackOf<T>;
+  const RowParts row = rowParts(s, C);
+  for (int64_t c = P::lane(); c < row.head; c += P::lanes()) f(c, toF(s[c]));
+  for (int64_t i = P::lane(); i < row.packs; i += P::lanes()) {
+    const int64_t c0 = row.head + i * kPack;
+    const Packed<T, kPack> pack = loadPacked<kPack>(s + c0);
 #pragma unroll
-    for (int j = 0; j < kPack; ++j) f(head + i * kPack + j, toF(pack.v[j]));
+    for (int j = 0; j < kPack; ++j) f(c0 + j, toF(pack.v[j]));
   }
-  for (int64_t c = tail + P::lane(); c < C; c += P::lanes()) f(c, toF(s[c]));
+  for (int64_t c = row.tail + P::lane(); c < C; c += P::lanes()) f(c, toF(s[c]));
 }
 
 /// out[c * inner] = g(c, s[c * inner]) for every class c in [0, C), as
 /// forEachClass reads them; a contiguous row whose output lies at the same
 /// offset from a 16-byte boundary is also written 16 bytes at a time.
 template <class P, class T, class G> __device__ void mapClasses(const T *s, T *out, int64_t C, int64_t inner, G &&g) {
-  constexpr int kPack = 16 / sizeof(T);
   const uintptr_t address = reinterpret_cast<uintptr_t>(s);
   if (inner != 1 || address % sizeof(T) || address % 16 != reinterpret_cast<uintptr_t>(out) % 16) {
     forEachClass<P>(s, C, inner, [&](int64_t c, float v) { out[c * inner] = fromF<T>(g(c, v)); });
     return;
   }
-  int64_t head = (int64_t)((16 - address % 16) % 16 / sizeof(T));
-  head = head < C ? head : C;
-  const int64_t packs = (C - head) / kPack, tail = head + packs * kPack;
-  for (int64_t c = P::lane(); c < head; c += P::lanes()) out[c] = fromF<T>(g(c, toF(s[c])));
-  for (int64_t i = P::lane(); i < packs; i += P::lanes()) {
-    const int64_t c0 = head + i * kPack;
+  constexpr int kPack = kPackOf<T>;
+  const RowParts row = rowParts(s, C);
+  for (int64_t c = P::lane(); c < row.head; c += P::lanes()) out[c] = fromF<T>(g(c, toF(s[c])));
+  for (int64_t i = P::lane(); i < row.packs; i += P::lanes()) {
+    const int64_t c0 = row.head + i * kPack;
     const Packed<T, kPack> in = loadPacked<kPack>(s + c0);
     Packed<T, kPack> result;
 #pragma unroll
     for (int j = 0; j < kPack; ++j) result.v[j] = fromF<T>(g(c0 + j, toF(in.v[j])));
     storePacked(out + c0, result);
   }
-  for (int64_t c = tail + P::lane(); c < C; c += P::lanes()) out[c] = fromF<T>(g(c, toF(s[c])));
+  for (int64_t c = row.tail + P::lane(); c < C; c += P::lanes()) out[c] = fromF<T>(g(c, toF(s[c])));
 }
 
 /// The log-sum-exp of one element's class scores s[c * inner], c in [0, C)
