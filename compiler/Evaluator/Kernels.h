@@ -241,14 +241,17 @@ struct AttentionResults {
 /// nn.attention, composed of the kernels above (matmul, the masked softmax,
 /// or a scaled softmax after adding a floating-point mask or without one,
 /// a training-mode dropout of the probabilities when dropoutRatio > 0 (the
-/// mask keyed by dropoutStreamKey), matmul); mask may be null.
+/// mask keyed by dropoutStreamKey), matmul); mask may be null. Key and
+/// value may have a divisor of the query's heads (axis -3, grouped-query
+/// heads): each is repeated in place first (query head h reads head h / g).
 AttentionResults attention(const Tensor &query, const Tensor &key, const Tensor &value, const Tensor *mask,
                            double scale, bool divide, double fill, bool maskedWhen, double dropoutRatio = 0,
                            uint64_t dropoutStreamKey = 0);
 struct AttentionGrads {
   Tensor query, key, value;
 };
-/// nn.attention_grad: the gradients of the composition above.
+/// nn.attention_grad: the gradients of the composition above (grouped
+/// heads' key and value gradients summed over their group).
 AttentionGrads attentionGrad(const Tensor &dy, const Tensor &query, const Tensor &key, const Tensor &value,
                              const Tensor *mask, double scale, bool divide, double fill, bool maskedWhen,
                              double dropoutRatio = 0, uint64_t dropoutStreamKey = 0);

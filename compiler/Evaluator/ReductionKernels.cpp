@@ -106,6 +106,43 @@ Tensor swapLastAxes(const Tensor &x) {
   return transpose(x, perm);
 }
 
+/// Query slices per key/value head: the query's heads (axis -3) over the
+/// key's, which may be a divisor of them (grouped-query heads).
+int64_t headGroup(const Tensor &query, const Tensor &key) {
+  const size_t rank = query.shape.size();
+  if (rank < 3 || key.shape.size() != rank || key.shape[rank - 3] == query.shape[rank - 3])
+    return 1;
+  const int64_t queryHeads = query.shape[rank - 3], keyHeads = key.shape[rank - 3];
+  if (keyHeads <= 0 || queryHeads % keyHeads != 0)
+    throw EvalError("the key's " + std::to_string(keyHeads) + " heads do not divide the query's " +
+                    std::to_string(queryHeads));
+  return queryHeads / keyHeads;
+}
+
+/// x [L..., Hkv, T, D] with each head repeated `group` times in place:
+/// [L..., Hkv·group, T, D], as ONNX Attention repeats grouped heads.
+Tensor repeatHeads(const Tensor &x, int64_t group) {
+  if (group == 1)
+    return x;
+  std::vector<int64_t> lifted(x.shape), repeated(x.shape);
+  lifted.insert(lifted.end() - 2, 1);
+  std::vector<int64_t> expanded(lifted);
+  expanded[expanded.size() - 3] = group;
+  repeated[repeated.size() - 3] *= group;
+  return reshape(expand(reshape(x, lifted), expanded), repeated);
+}
+
+/// The gradient of repeatHeads: each group of `group` consecutive heads summed.
+Tensor sumHeadGroups(const Tensor &dx, int64_t group) {
+  if (group == 1)
+    return dx;
+  std::vector<int64_t> grouped(dx.shape), summed(dx.shape);
+  grouped[grouped.size() - 3] /= group;
+  grouped.insert(grouped.end() - 2, group);
+  summed[summed.size() - 3] /= group;
+  return reshape(reduceSum(reshape(dx, grouped), {(int64_t)grouped.size() - 3}, false), summed);
+}
+
 /// The attention's z (scaled, masked scores) and P.
 std::pair<Tensor, Tensor> attentionProbabilities(const Tensor &query, const Tensor &key, const Tensor *mask,
                                                  double scale, bool divide, double fill, bool maskedWhen) {
@@ -127,7 +164,8 @@ AttentionResults attention(const Tensor &query, const Tensor &key, const Tensor 
                            double scale, bool divide, double fill, bool maskedWhen, double dropoutRatio,
                            uint64_t dropoutStreamKey) {
   requireRank(query, 2, "the query [L..., S, D]");
-  auto [z, p] = attentionProbabilities(query, key, mask, scale, divide, fill, maskedWhen);
+  const int64_t group = headGroup(query, key);
+  auto [z, p] = attentionProbabilities(query, repeatHeads(key, group), mask, scale, divide, fill, maskedWhen);
   // log Σ exp z per row, shifted by the row's maximum.
   const int64_t width = z.shape.back(), rows = width == 0 ? 0 : z.numElements() / width;
   std::vector<int64_t> rowShape = z.shape;
@@ -143,14 +181,16 @@ AttentionResults attention(const Tensor &query, const Tensor &key, const Tensor 
   }
   if (dropoutRatio > 0) // nn.dropout of P, the same mask
     p = dropout(p, dropoutRatio, true, dropoutStreamKey).output;
-  return {matmul(p, value), finish(std::move(lse))};
+  return {matmul(p, repeatHeads(value, group)), finish(std::move(lse))};
 }
 
 AttentionGrads attentionGrad(const Tensor &dy, const Tensor &query, const Tensor &key, const Tensor &value,
                              const Tensor *mask, double scale, bool divide, double fill, bool maskedWhen,
                              double dropoutRatio, uint64_t dropoutStreamKey) {
-  auto [z, p] = attentionProbabilities(query, key, mask, scale, divide, fill, maskedWhen);
-  Tensor dp = matmul(dy, swapLastAxes(value));
+  const int64_t group = headGroup(query, key);
+  const Tensor keys = repeatHeads(key, group);
+  auto [z, p] = attentionProbabilities(query, keys, mask, scale, divide, fill, maskedWhen);
+  Tensor dp = matmul(dy, swapLastAxes(repeatHeads(value, group)));
   // The dropout's own gradient rule between the product's and the softmax's;
   // the product's value gradient reads the dropped P.
   Tensor dropped = p;
@@ -166,7 +206,8 @@ AttentionGrads attentionGrad(const Tensor &dy, const Tensor &query, const Tensor
     Tensor factor = Tensor::ofFloats(dp.kind, {}, {scale});
     dz = binary(divide ? BinaryOp::Div : BinaryOp::Mul, softmaxGrad(dp, p, -1), factor);
   }
-  return {matmul(dz, key), matmul(swapLastAxes(dz), query), matmul(swapLastAxes(dropped), dy)};
+  return {matmul(dz, keys), sumHeadGroups(matmul(swapLastAxes(dz), query), group),
+          sumHeadGroups(matmul(swapLastAxes(dropped), dy), group)};
 }
 
 //===----------------------------------------------------------------------===//

@@ -598,12 +598,18 @@ std::string pipec::nn::attentionShapeError(ArrayRef<int64_t> queryShape, ArrayRe
   const SmallVector<int64_t> query = headMajorShape(queryShape, sequenceMajor),
                              key = headMajorShape(keyShape, sequenceMajor),
                              value = headMajorShape(valueShape, sequenceMajor);
-  if (ArrayRef<int64_t>(query).drop_back(2) != ArrayRef<int64_t>(key).drop_back(2) ||
+  // Grouped-query heads: key and value may have a divisor of the query's
+  // heads (axis -3 head-major, from rank 3); query head h reads head h / g.
+  SmallVector<int64_t> queryLead(ArrayRef<int64_t>(query).drop_back(2));
+  if (rank >= 3 && key[rank - 3] != query[rank - 3] && key[rank - 3] > 0 && query[rank - 3] > 0 &&
+      query[rank - 3] % key[rank - 3] == 0)
+    queryLead[rank - 3] = key[rank - 3];
+  if (ArrayRef<int64_t>(queryLead) != ArrayRef<int64_t>(key).drop_back(2) ||
       ArrayRef<int64_t>(key).drop_back(1) != ArrayRef<int64_t>(value).drop_back(1) || query.back() != key.back())
     return std::string(sequenceMajor ? "query [L..., S, H, D], key [L..., T, H, D] and value [L..., T, H, Dv]"
                                      : "query [L..., S, D], key [L..., T, D] and value [L..., T, Dv]") +
-           " do not agree: " + shapeString(queryShape) + ", " + shapeString(keyShape) + ", " +
-           shapeString(valueShape);
+           " (key and value may have a divisor of the query's heads H) do not agree: " + shapeString(queryShape) +
+           ", " + shapeString(keyShape) + ", " + shapeString(valueShape);
   if (mask) {
     SmallVector<int64_t> scores(ArrayRef<int64_t>(query).drop_back());
     scores.push_back(key[rank - 2]);

@@ -202,7 +202,8 @@ def NN_AttentionGradOp : NN_Op<"attention_grad", [Pure]> {
     dP' = (dy·valueᵀ) ⊙ M/(1-p); the row sum Σ_j P_j dP'_j is still
     dy · result, since result = Σ_j P_j M_j/(1-p) value_j.
     `sequence_major` is the forward's layout; each gradient has its
-    operand's.
+    operand's. With grouped-query heads, dkey and dvalue sum over the query
+    heads that share each key/value head.
   }];
   let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$query, NN_FloatTensor:$key, NN_FloatTensor:$value,
                        Optional<AnyTypeOf<[NN_BoolTensor, NN_FloatTensor]>>:$mask, NN_FloatTensor:$result,

@@ -377,6 +377,14 @@ def NN_AttentionOp : NN_InferredOp<"attention", [NN_Differentiable]> {
     draws and `log_sum_exp` keep the head-major order ([L'..., H, S, T],
     [L'..., H, S, 1]). pipec-recognize-composites writes it for the head
     transposes exporters put around attention, which then never run.
+
+    Grouped-query heads: key and value may have Hkv heads where the query
+    has H = g·Hkv (axis -3, or -2 sequence-major; rank 3 at least). Query
+    head h then reads key/value head h / g: the values of the op on key and
+    value with each head repeated g times in place, as ONNX Attention's
+    kv_num_heads and Llama-family exporters' repeat_kv repeat them.
+    pipec-recognize-composites writes it for those repetitions, which then
+    never run.
   }];
   let arguments = (ins NN_FloatTensor:$query, NN_FloatTensor:$key, NN_FloatTensor:$value,
                        Optional<AnyTypeOf<[NN_BoolTensor, NN_FloatTensor]>>:$mask,

@@ -71,6 +71,10 @@ inline bool swapsLastTwoAxes(llvm::ArrayRef<int64_t> perm) {
   return perm.size() >= 2 && perm == llvm::ArrayRef<int64_t>(lastTwoAxesSwap(perm.size()));
 }
 
+/// pipec-recognize-composites' attention layout rewrites (AttentionLayout.cpp):
+/// grouped-query heads, the heads' transposes, rotary before the heads' split.
+void addAttentionLayoutPatterns(mlir::RewritePatternSet &patterns);
+
 /// Applies `patterns` greedily to `root` until none applies; `applied`
 /// returns how many rewrites succeeded (for the pass's statistic).
 inline mlir::LogicalResult applyPatternsCounted(mlir::Operation *root,

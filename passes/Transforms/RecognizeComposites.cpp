@@ -801,127 +801,6 @@ struct DecomposedAttention : OpRewritePattern<nn::MatMulOp> {
 
 };
 
-/// The permutation of `rank` axes that swaps axes -3 and -2 (heads and
-/// sequence of an attention operand) and keeps the others.
-SmallVector<int64_t> headAxesSwap(int64_t rank) {
-  SmallVector<int64_t> perm;
-  for (int64_t axis = 0; axis < rank; ++axis)
-    perm.push_back(axis);
-  std::swap(perm[rank - 3], perm[rank - 2]);
-  return perm;
-}
-
-/// nn.attention of q, k and v that are each a transpose of [B..., S, H, D]
-/// projections to [B..., H, S, D] (as every exporter splits heads): the
-/// sequence-major nn.attention of the projections themselves, whose
-/// kernels read the heads through strides (docs/optimization.md). The
-/// result's transposes back to [B..., S, H, Dv] (the head merge) go too;
-/// any other reader of the result gets one transpose. Each operand's
-/// transpose must have no other reader, so that the rewrite never adds
-/// work: three transposes go, at most one comes.
-struct AttentionHeadTransposes : OpRewritePattern<nn::AttentionOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(nn::AttentionOp attention, PatternRewriter &rewriter) const override {
-    if (attention.getSequenceMajor())
-      return failure();
-    const int64_t rank = attention.getQuery().getType().getRank();
-    if (rank < 3)
-      return failure();
-    const SmallVector<int64_t> swap = headAxesSwap(rank);
-    auto isHeadSwap = [&](Operation *op) {
-      auto transpose = llvm::dyn_cast_or_null<nn::TransposeOp>(op);
-      return transpose && transpose.getPerm() == ArrayRef<int64_t>(swap);
-    };
-    SmallVector<Operation *> chain{attention};
-    SmallVector<Value> projections;
-    for (Value operand : {attention.getQuery(), attention.getKey(), attention.getValue()}) {
-      if (!isHeadSwap(operand.getDefiningOp()) || !operand.hasOneUse())
-        return failure();
-      chain.push_back(operand.getDefiningOp());
-      projections.push_back(operand.getDefiningOp()->getOperand(0));
-    }
-    SmallVector<Operation *> merges;
-    for (Operation *user : attention.getResult().getUsers())
-      if (isHeadSwap(user))
-        merges.push_back(user);
-    chain.append(merges.begin(), merges.end());
-    if (!sameStage(chain))
-      return failure();
-    SmallVector<int64_t> resultShape(attention.getResult().getType().getShape());
-    std::swap(resultShape[rank - 3], resultShape[rank - 2]);
-    auto resultType = RankedTensorType::get(resultShape, attention.getResult().getType().getElementType());
-    auto sequenceMajor = nn::AttentionOp::create(
-        rewriter, absorbedLocation(attention.getLoc(), ArrayRef(chain).drop_front()),
-        TypeRange{resultType, attention.getLogSumExp().getType()}, projections[0], projections[1], projections[2],
-        attention.getMask(), attention.getScaleAttr(), attention.getDivideAttr(), attention.getFillAttr(),
-        attention.getMaskedWhenAttr(), attention.getDropoutRatioAttr(), attention.getDropoutOpIdAttr(),
-        rewriter.getBoolAttr(true));
-    inheritPlacement(attention, sequenceMajor, /*withCost=*/true);
-    for (Operation *merge : merges)
-      rewriter.replaceOp(merge, sequenceMajor.getResult());
-    if (!attention.getResult().use_empty()) {
-      auto transpose = nn::TransposeOp::create(rewriter, attention.getLoc(), sequenceMajor.getResult(),
-                                               rewriter.getDenseI64ArrayAttr(swap));
-      inheritPlacement(attention, transpose, /*withCost=*/false);
-      rewriter.replaceAllUsesWith(attention.getResult(), transpose.getResult());
-    }
-    rewriter.replaceAllUsesWith(attention.getLogSumExp(), sequenceMajor.getLogSumExp());
-    rewriter.eraseOp(attention);
-    for (Operation *split : ArrayRef(chain).slice(1, 3))
-      rewriter.eraseOp(split);
-    return success();
-  }
-};
-
-/// nn.rotary of a heads' split transpose ([B..., S, H, D] to [B..., H, S,
-/// D]) as Llama-family exports apply it: the rotary of the projection
-/// itself, transposed after, with cos and sin (broadcast to x) laid out as
-/// the projection is. The rotation runs along the last axis, which the swap
-/// keeps, so the two commute; the transpose then meets the attention, where
-/// AttentionHeadTransposes folds it (for heads that are not grouped). The
-/// tables move by a reshape when one of the swapped axes is 1 (as [S, D]
-/// or [1, 1, S, D] tables are), else by a transpose of the table.
-struct RotaryBeforeHeadTranspose : OpRewritePattern<nn::RotaryOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(nn::RotaryOp rotary, PatternRewriter &rewriter) const override {
-    auto split = rotary.getInput().getDefiningOp<nn::TransposeOp>();
-    const int64_t rank = rotary.getInput().getType().getRank();
-    if (!split || rank < 3 || !rotary.getInput().hasOneUse())
-      return failure();
-    const SmallVector<int64_t> swap = headAxesSwap(rank);
-    if (split.getPerm() != ArrayRef<int64_t>(swap) || !sameStage({rotary, split}))
-      return failure();
-    auto relaid = [&](Value table) -> Value {
-      auto type = llvm::cast<RankedTensorType>(table.getType());
-      if (type.getRank() < 2)
-        return table; // no head or sequence axis: it broadcasts the same way
-      SmallVector<int64_t> aligned(rank - type.getRank(), 1);
-      aligned.append(type.getShape().begin(), type.getShape().end());
-      SmallVector<int64_t> swapped(aligned);
-      std::swap(swapped[rank - 3], swapped[rank - 2]);
-      if (aligned[rank - 3] == 1 || aligned[rank - 2] == 1)
-        return reshapeTo(rewriter, rotary, table, swapped);
-      auto transpose = nn::TransposeOp::create(rewriter, rotary.getLoc(),
-                                               RankedTensorType::get(swapped, type.getElementType()),
-                                               reshapeTo(rewriter, rotary, table, aligned),
-                                               rewriter.getDenseI64ArrayAttr(swap));
-      inheritPlacement(rotary, transpose, /*withCost=*/false);
-      return transpose;
-    };
-    Value cos = relaid(rotary.getCos()), sin = relaid(rotary.getSin());
-    Value projection = split.getInput();
-    auto moved = nn::RotaryOp::create(rewriter, rotary.getLoc(), projection.getType(), projection, cos, sin,
-                                      rotary.getInterleavedAttr(), rotary.getTransposedAttr());
-    inheritPlacement(rotary, moved, /*withCost=*/true);
-    auto transpose = nn::TransposeOp::create(rewriter, split.getLoc(), rotary.getType(), moved.getResult(),
-                                             rewriter.getDenseI64ArrayAttr(swap));
-    inheritPlacement(split, transpose, /*withCost=*/true);
-    rewriter.replaceOp(rotary, transpose.getResult());
-    rewriter.eraseOp(split);
-    return success();
-  }
-};
-
 struct RecognizeComposites : impl::RecognizeCompositesBase<RecognizeComposites> {
   using Base::Base;
   void runOnOperation() override {
@@ -937,9 +816,9 @@ struct RecognizeComposites : impl::RecognizeCompositesBase<RecognizeComposites> 
 LogicalResult recognizeComposites(Operation *root, int64_t &applied) {
   RewritePatternSet patterns(root->getContext());
   patterns.add<DecomposedLayerNorm, DecomposedLayerNormNoBias, DecomposedRmsNorm, DecomposedRmsNormByDivision,
-               DecomposedRotary, AddOfZeros, NaNGuardOfMaskedSoftmax, DecomposedAttention, AttentionHeadTransposes,
-               RotaryBeforeHeadTranspose, DecomposedGelu, DecomposedMaskedSoftmax, AdditiveMaskedSoftmax>(
-      root->getContext());
+               DecomposedRotary, AddOfZeros, NaNGuardOfMaskedSoftmax, DecomposedAttention, DecomposedGelu,
+               DecomposedMaskedSoftmax, AdditiveMaskedSoftmax>(root->getContext());
+  addAttentionLayoutPatterns(patterns);
   return applyPatternsCounted(root, std::move(patterns), applied);
 }
 } // namespace pipec::passes

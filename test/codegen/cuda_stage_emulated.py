@@ -19,7 +19,8 @@ compares every tensor they write; then the same for the CPU stage at -O0
 (one library kernel per op, dropout's mask from pk::dropout) against -O2.
 Then bf16 storage (--precision bf16, pipec-bf16-storage): this model, a
 12-block GPT-2 (cuda_launch_count.py's tiny one) and the zoo's Llama
-(test/models/hf-llama-legacy.onnx: RMSNorm, rotary, an additive mask) as
+(test/models/hf-llama-legacy.onnx: RMSNorm, rotary, an additive mask,
+grouped-query heads that nn.attention reads in place) as
 CUDA stages storing activations in bf16, against their CPU stages in float32
 within BF16_TOLERANCE; and every zoo model compiles for CUDA with bf16
 storage.

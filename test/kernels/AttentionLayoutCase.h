@@ -28,32 +28,74 @@ std::vector<T> swapMiddleAxes(const std::vector<T> &x, int64_t outer, int64_t a,
 /// One attention in both layouts: leading axes L'..., H heads, S query and
 /// T key rows, head sizes D and Dv, and a mask over the logical scores
 /// [L'..., H, S, T]: 0 none, 1 boolean, 2 causal (an ordinary boolean
-/// mask), 3 additive, 4 causal declared as such (CUDA: cuDNN's causal mode).
+/// mask), 3 additive, 4 causal declared as such (CUDA: cuDNN's causal mode);
+/// Hkv key/value heads (grouped-query heads; 0: H).
 struct LayoutCase {
   Shape lead;
   int64_t H, S, T, D, Dv;
   int maskKind;
   Shape ms;
   bool divide;
+  int64_t Hkv = 0;
   int64_t outer() const { return lead.numel(); }
-  Shape shape(Layout layout, int64_t rows, int64_t width) const {
+  int64_t kvHeads() const { return Hkv ? Hkv : H; }
+  /// An operand of `heads` heads (0: H) in `layout`.
+  Shape shape(Layout layout, int64_t rows, int64_t width, int64_t heads = 0) const {
     Shape s = lead;
+    if (!heads) heads = H;
     if (layout == Layout::SequenceMajor) {
-      s.push(rows), s.push(H);
+      s.push(rows), s.push(heads);
     } else {
-      s.push(H), s.push(rows);
+      s.push(heads), s.push(rows);
     }
     s.push(width);
     return s;
   }
+  /// The same case with its key/value heads repeated to H.
+  LayoutCase repeated() const {
+    LayoutCase c = *this;
+    c.Hkv = 0;
+    return c;
+  }
   std::string str() const {
     static const char *const kinds[] = {"no mask", "boolean mask", "causal mask", "additive mask",
                                         "declared causal mask"};
-    return "L' " + lead.str() + " H " + std::to_string(H) + " S " + std::to_string(S) + " T " + std::to_string(T) +
-           " D " + std::to_string(D) + " Dv " + std::to_string(Dv) + ", " + kinds[maskKind] + " " + ms.str() +
-           (divide ? ", divided" : "");
+    return "L' " + lead.str() + " H " + std::to_string(H) + (Hkv ? " Hkv " + std::to_string(Hkv) : "") + " S " +
+           std::to_string(S) + " T " + std::to_string(T) + " D " + std::to_string(D) + " Dv " + std::to_string(Dv) +
+           ", " + kinds[maskKind] + " " + ms.str() + (divide ? ", divided" : "");
   }
 };
+
+/// An operand of `heads` heads in `layout` ([outer, heads, rows, width] or
+/// [outer, rows, heads, width]) with each head repeated `group` times in
+/// place, as grouped-query heads are read.
+template <class T>
+std::vector<T> repeatHeads(const std::vector<T> &x, Layout layout, int64_t outer, int64_t heads, int64_t rows,
+                           int64_t width, int64_t group) {
+  const bool headMajor = layout == Layout::HeadMajor;
+  const int64_t blocks = headMajor ? outer : outer * rows, inner = headMajor ? rows * width : width;
+  std::vector<T> out((size_t)(blocks * heads * group * inner));
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t h = 0; h < heads * group; ++h)
+      std::memcpy(&out[(b * heads * group + h) * inner], &x[(b * heads + h / group) * inner], inner * sizeof(T));
+  return out;
+}
+
+/// The gradient of repeatHeads: each group of `group` heads summed (in double).
+inline std::vector<float> sumHeadGroups(const std::vector<float> &dx, Layout layout, int64_t outer, int64_t heads,
+                                        int64_t rows, int64_t width, int64_t group) {
+  const bool headMajor = layout == Layout::HeadMajor;
+  const int64_t blocks = headMajor ? outer : outer * rows, inner = headMajor ? rows * width : width;
+  std::vector<float> out((size_t)(blocks * heads * inner));
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t e = 0; e < inner; ++e) {
+        double sum = 0;
+        for (int64_t j = 0; j < group; ++j) sum += dx[((b * heads + h) * group + j) * inner + e];
+        out[(b * heads + h) * inner + e] = (float)sum;
+      }
+  return out;
+}
 
 } // namespace pipec::kernels::testing
 

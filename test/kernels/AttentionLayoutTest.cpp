@@ -10,6 +10,7 @@
 #include "AttentionLayoutCase.h"
 #include "TestUtil.h"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -20,6 +21,8 @@ namespace {
 using pk::testing::Layout;
 using pk::testing::LayoutCase;
 using pk::testing::swapMiddleAxes;
+using pk::testing::repeatHeads;
+using pk::testing::sumHeadGroups;
 
 const LayoutCase kCases[] = {
     {{2}, 3, 5, 7, 4, 3, 1, {2, 1, 5, 7}, false},      // a mask per batch entry, broadcast over heads
@@ -76,7 +79,8 @@ struct Results {
 };
 Results run(const LayoutCase &c, Layout layout, const std::vector<float> &q, const std::vector<float> &k,
             const std::vector<float> &v, const std::vector<float> &dy, const Masks &m, float ratio) {
-  const pk::Shape qs = c.shape(layout, c.S, c.D), ks = c.shape(layout, c.T, c.D), vs = c.shape(layout, c.T, c.Dv);
+  const pk::Shape qs = c.shape(layout, c.S, c.D), ks = c.shape(layout, c.T, c.D, c.kvHeads()),
+                  vs = c.shape(layout, c.T, c.Dv, c.kvHeads());
   const uint64_t key = pk::dropoutStreamKey(7, 3, 2, pk::dropoutOpId("/attn/attn_dropout/Dropout"));
   const int64_t rows = c.outer() * c.H * c.S;
   Guarded y(rows * c.Dv), lse(rows), dq(q.size()), dk(k.size()), dv(v.size());
@@ -200,4 +204,68 @@ TEST(AttentionLayout, SequenceMajorScratchIsTheHeadMajorScratch) {
       EXPECT_EQ(seqGrad.shared, headGrad.shared) << c.str();
       EXPECT_EQ(seqGrad.perThread, headGrad.perThread) << c.str();
     }
+}
+
+// Grouped-query heads (key and value with Hkv heads, the query with H = g·Hkv)
+// against the same call on key and value with each head repeated g times:
+// y, lse and dq bit for bit (each query head's products read the same
+// rows), dk and dv the repeated call's summed over each group (to rounding:
+// the grouped call sums the group's heads into one accumulator). Both
+// layouts, without and with dropout, at 1 and 3 threads.
+TEST(AttentionLayout, GroupedHeadsEqualRepeatedHeads) {
+  const LayoutCase grouped[] = {
+      {{2}, 6, 5, 7, 4, 3, 1, {2, 1, 5, 7}, false, 2},   // 3 query heads per key/value head
+      {{2}, 4, 70, 9, 4, 6, 2, {70, 9}, true, 1},         // one key/value head, two blocks of rows
+      {{2}, 6, 6, 5, 3, 5, 3, {1, 6, 6, 5}, false, 3},    // an additive mask per query head
+      {{}, 4, 5, 6, 2, 3, 0, {}, false, 2},               // no leading axes
+      {{2, 1}, 4, 4, 6, 5, 2, 1, {2, 1, 4, 4, 6}, true, 2}}; // two leading axes, a mask per slice
+  uint32_t seed = 900;
+  const int threadsBefore = pk::threads();
+  for (const LayoutCase &c : grouped)
+    for (Layout layout : {Layout::HeadMajor, Layout::SequenceMajor})
+      for (float ratio : {0.0f, 0.3f})
+        for (int threads : {1, 3}) {
+          pk::setThreads(threads);
+          const std::string what = c.str() + (layout == Layout::SequenceMajor ? ", sequence-major" : "") +
+                                   (ratio > 0 ? ", dropout" : "") + ", " + std::to_string(threads) + " threads";
+          const int64_t L = c.outer(), Hkv = c.kvHeads(), g = c.H / Hkv;
+          const auto q = randomVec(L * c.S * c.H * c.D, seed++), k = randomVec(L * c.T * Hkv * c.D, seed++),
+                     v = randomVec(L * c.T * Hkv * c.Dv, seed++), dy = randomVec(L * c.S * c.H * c.Dv, seed++);
+          const Masks m = masksOf(c, seed++);
+          const Results got = run(c, layout, q, k, v, dy, m, ratio);
+          const Results want = run(c.repeated(), layout, q, repeatHeads(k, layout, L, Hkv, c.T, c.D, g),
+                                   repeatHeads(v, layout, L, Hkv, c.T, c.Dv, g), dy, m, ratio);
+          expectSameBits(got.y, want.y, "y " + what);
+          expectSameBits(got.lse, want.lse, "lse " + what);
+          expectSameBits(got.dq, want.dq, "dq " + what);
+          const auto dk = sumHeadGroups(want.dk, layout, L, Hkv, c.T, c.D, g),
+                     dv = sumHeadGroups(want.dv, layout, L, Hkv, c.T, c.Dv, g);
+          ASSERT_EQ(got.dk.size(), dk.size()) << what;
+          for (size_t i = 0; i < dk.size(); ++i)
+            ASSERT_NEAR(got.dk[i], dk[i], 1e-5 * (1 + std::fabs(dk[i]))) << "dk " << what << " at " << i;
+          ASSERT_EQ(got.dv.size(), dv.size()) << what;
+          for (size_t i = 0; i < dv.size(); ++i)
+            ASSERT_NEAR(got.dv[i], dv[i], 1e-5 * (1 + std::fabs(dv[i]))) << "dv " << what << " at " << i;
+        }
+  pk::setThreads(threadsBefore);
+}
+
+// Key and value heads that do not divide the query's, or differ from each
+// other, are refused in either layout.
+TEST(AttentionLayout, GroupedHeadsShapeErrors) {
+  std::vector<float> buf(4096), out(4096);
+  auto refused = [&](const pk::Shape &qs, const pk::Shape &ks, const pk::Shape &vs, Layout layout) {
+    try {
+      pk::attention(buf.data(), qs, buf.data(), ks, buf.data(), vs, nullptr, nullptr, {}, 1.0f, false, -1e9f, true,
+                    0.0f, false, 0, out.data(), out.data(), {}, layout);
+    } catch (const pk::KernelError &e) {
+      return std::string(e.what()).find("may have a divisor of the query's heads") != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_TRUE(refused({2, 6, 5, 4}, {2, 4, 7, 4}, {2, 4, 7, 3}, Layout::HeadMajor));      // 4 does not divide 6
+  EXPECT_TRUE(refused({2, 6, 5, 4}, {2, 3, 7, 4}, {2, 2, 7, 3}, Layout::HeadMajor));      // k and v differ
+  EXPECT_TRUE(refused({2, 5, 6, 4}, {2, 7, 4, 4}, {2, 7, 4, 3}, Layout::SequenceMajor));  // 4 does not divide 6
+  EXPECT_TRUE(refused({6, 5, 4}, {6, 7, 4}, {3, 7, 3}, Layout::HeadMajor));               // rank 3: v's heads
+  EXPECT_TRUE(refused({2, 6, 5, 4}, {2, 0, 7, 4}, {2, 0, 7, 3}, Layout::HeadMajor));      // no key heads
 }

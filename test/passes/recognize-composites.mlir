@@ -528,3 +528,54 @@ func.func @rotary_heads(%q: tensor<2x16x4x8xf32>, %k: tensor<2x16x4x8xf32>, %v: 
   %kr2 = nn.rotary %k2, %cos, %sin : (tensor<2x4x16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16x8xf32>
   return %merged, %kr2, %k2 : tensor<2x16x4x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>
 }
+
+// Grouped-query heads as Llama-family exports repeat them (repeat_kv: an
+// unsqueeze, an expand, a reshape of 2 key/value heads to 6): the attention
+// reads the 2 heads itself, and with the heads' transposes folded too no
+// transpose, unsqueeze or expand is left. The transposes of the grouped key
+// and value fold as the query's does.
+// CHECK-LABEL: func.func @grouped_heads
+// CHECK-NOT: nn.expand
+// CHECK-NOT: nn.transpose
+// CHECK: %[[A:.*]], %{{.*}} = nn.attention %arg0, %arg1, %arg2, %arg3 {fill = 0xFF800000 : f32, scale = 0.353553385 : f32, sequence_major = true} : (tensor<2x16x6x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32>, tensor<16x16xi1>) -> (tensor<2x16x6x8xf32>, tensor<2x6x16x1xf32>)
+// CHECK-NOT: nn.expand
+// CHECK-NOT: nn.transpose
+// CHECK: return %[[A]]
+func.func @grouped_heads(%q: tensor<2x16x6x8xf32>, %k: tensor<2x16x2x8xf32>, %v: tensor<2x16x2x8xf32>, %mask: tensor<16x16xi1>) -> tensor<2x16x6x8xf32> {
+  %qt = nn.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x6x8xf32>) -> tensor<2x6x16x8xf32>
+  %kt = nn.transpose %k {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x2x8xf32>) -> tensor<2x2x16x8xf32>
+  %vt = nn.transpose %v {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x2x8xf32>) -> tensor<2x2x16x8xf32>
+  %ku = nn.unsqueeze %kt {axes = array<i64: 2>} : (tensor<2x2x16x8xf32>) -> tensor<2x2x1x16x8xf32>
+  %ke = nn.expand %ku : tensor<2x2x1x16x8xf32> -> tensor<2x2x3x16x8xf32>
+  %kr = nn.reshape %ke : tensor<2x2x3x16x8xf32> -> tensor<2x6x16x8xf32>
+  %vu = nn.unsqueeze %vt {axes = array<i64: 2>} : (tensor<2x2x16x8xf32>) -> tensor<2x2x1x16x8xf32>
+  %ve = nn.expand %vu : tensor<2x2x1x16x8xf32> -> tensor<2x2x3x16x8xf32>
+  %vr = nn.reshape %ve : tensor<2x2x3x16x8xf32> -> tensor<2x6x16x8xf32>
+  %a, %lse = nn.attention %qt, %kr, %vr, %mask {fill = 0xFF800000 : f32, scale = 0.353553385 : f32} : (tensor<2x6x16x8xf32>, tensor<2x6x16x8xf32>, tensor<2x6x16x8xf32>, tensor<16x16xi1>) -> (tensor<2x6x16x8xf32>, tensor<2x6x16x1xf32>)
+  %merged = nn.transpose %a {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x6x16x8xf32>) -> tensor<2x16x6x8xf32>
+  return %merged : tensor<2x16x6x8xf32>
+}
+
+// Not grouped heads: an expand that tiles the heads (head h reading head
+// h mod 2, [B, 1, Hkv, T, D] expanded on axis 1) is another order than
+// nn.attention's grouping; key and value repeated by different factors;
+// only the key repeated. All keep their repetitions.
+// CHECK-LABEL: func.func @not_grouped_heads
+// CHECK-COUNT-3: nn.expand
+// CHECK-NOT: nn.expand
+// CHECK: return
+func.func @not_grouped_heads(%q: tensor<2x6x16x8xf32>, %k: tensor<2x2x16x8xf32>, %k3: tensor<2x3x16x8xf32>, %v6: tensor<2x6x16x8xf32>) -> (tensor<2x6x16x8xf32>, tensor<2x6x16x8xf32>, tensor<2x6x16x8xf32>) {
+  %ku = nn.reshape %k : tensor<2x2x16x8xf32> -> tensor<2x1x2x16x8xf32>
+  %ke = nn.expand %ku : tensor<2x1x2x16x8xf32> -> tensor<2x3x2x16x8xf32>
+  %kr = nn.reshape %ke : tensor<2x3x2x16x8xf32> -> tensor<2x6x16x8xf32>
+  %a, %l1 = nn.attention %q, %kr, %kr {scale = 0.353553385 : f32} : (tensor<2x6x16x8xf32>, tensor<2x6x16x8xf32>, tensor<2x6x16x8xf32>) -> (tensor<2x6x16x8xf32>, tensor<2x6x16x1xf32>)
+  %gu = nn.unsqueeze %k {axes = array<i64: 2>} : (tensor<2x2x16x8xf32>) -> tensor<2x2x1x16x8xf32>
+  %ge = nn.expand %gu : tensor<2x2x1x16x8xf32> -> tensor<2x2x3x16x8xf32>
+  %gr = nn.reshape %ge : tensor<2x2x3x16x8xf32> -> tensor<2x6x16x8xf32>
+  %hu = nn.unsqueeze %k3 {axes = array<i64: 2>} : (tensor<2x3x16x8xf32>) -> tensor<2x3x1x16x8xf32>
+  %he = nn.expand %hu : tensor<2x3x1x16x8xf32> -> tensor<2x3x2x16x8xf32>
+  %hr = nn.reshape %he : tensor<2x3x2x16x8xf32> -> tensor<2x6x16x8xf32>
+  %b, %l2 = nn.attention %q, %gr, %hr {scale = 0.353553385 : f32} : (tensor<2x6x16x8xf32>, tensor<2x6x16x8xf32>, tensor<2x6x16x8xf32>) -> (tensor<2x6x16x8xf32>, tensor<2x6x16x1xf32>)
+  %c, %l3 = nn.attention %q, %gr, %v6 {scale = 0.353553385 : f32} : (tensor<2x6x16x8xf32>, tensor<2x6x16x8xf32>, tensor<2x6x16x8xf32>) -> (tensor<2x6x16x8xf32>, tensor<2x6x16x1xf32>)
+  return %a, %b, %c : tensor<2x6x16x8xf32>, tensor<2x6x16x8xf32>, tensor<2x6x16x8xf32>
+}

@@ -216,17 +216,23 @@ AttentionView attentionView(const char *op, const Shape &qs, const Shape &ks, co
   if (booleanMask && additiveMask) fail(op, "takes a boolean or an additive mask, not both");
   const int r = qs.size;
   // The rows' axis (S or T) is the one axis q, k and v may differ on, but
-  // the last (D, where v may differ); sequence-major, the heads H follow it.
-  const int rowAxis = sequenceMajor ? r - 3 : r - 2;
+  // the last (D, where v may differ) and the heads' (H, where k and v may
+  // have a divisor of the query's); sequence-major, the heads follow S.
+  const int rowAxis = sequenceMajor ? r - 3 : r - 2, headAxis = sequenceMajor ? r - 2 : r - 3;
   bool agree = ks.size == r && vs.size == r && qs.v[r - 1] == ks.v[r - 1] && ks.v[rowAxis] == vs.v[rowAxis];
   for (int a = 0; agree && a < r - 1; ++a)
-    if (a != rowAxis) agree = qs.v[a] == ks.v[a] && ks.v[a] == vs.v[a];
+    if (a == headAxis)
+      agree = ks.v[a] == vs.v[a] && (ks.v[a] == qs.v[a] || (ks.v[a] > 0 && qs.v[a] > 0 && qs.v[a] % ks.v[a] == 0));
+    else if (a != rowAxis)
+      agree = qs.v[a] == ks.v[a] && ks.v[a] == vs.v[a];
   if (!agree)
     fail(op, "query " + qs.str() + ", key " + ks.str() + " and value " + vs.str() +
                  (sequenceMajor ? " are not [L..., S, H, D], [L..., T, H, D], [L..., T, H, Dv] (sequence-major)"
-                                : " are not [L..., S, D], [L..., T, D], [L..., T, Dv]"));
+                                : " are not [L..., S, D], [L..., T, D], [L..., T, Dv]") +
+                 " (key and value may have a divisor of the query's heads)");
   AttentionView v;
   v.S = qs.v[rowAxis], v.T = ks.v[rowAxis], v.D = qs.v[r - 1], v.Dv = vs.v[r - 1];
+  if (headAxis >= 0 && ks.v[headAxis] > 0) v.group = qs.v[headAxis] / ks.v[headAxis];
   v.scores = Shape(qs.v, rowAxis); // L... (sequence-major: L'...)
   for (int a = 0; a < rowAxis; ++a) v.L *= qs.v[a];
   if (sequenceMajor) { // the logical slices l = l' * H + h: scores [L'..., H, S, T]
@@ -234,6 +240,7 @@ AttentionView attentionView(const char *op, const Shape &qs, const Shape &ks, co
     v.L *= H;
     v.scores.push(H);
     v.interleave = H > 0 ? H : 1; // no heads, no slices: nothing to interleave
+    v.keyInterleave = ks.v[r - 2] > 0 ? ks.v[r - 2] : 1;
   }
   v.scores.push(v.S);
   v.scores.push(v.T);

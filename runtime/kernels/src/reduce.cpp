@@ -168,13 +168,14 @@ namespace {
 /// slice l (z = q · kᵀ), scaled and masked as nn.masked_softmax writes them
 /// (or, with an additive mask, the scaled scores plus the mask). The
 /// operands' rows are read where the view's layout puts them (a.rowOffset,
-/// a.rowStride as the leading dimension: no copies); z, the mask, lse and
-/// the dropout draws are indexed by the logical row l * S + i either way.
+/// a.rowStride as the leading dimension, a.keyRowOffset for k: no copies);
+/// z, the mask, lse and the dropout draws are indexed by the logical row
+/// l * S + i either way.
 void attentionScores(const AttentionView &a, const MaskedRows &m, const float *q, const float *k, const uint8_t *mask,
                      const float *additive, float scale, bool divide, float fill, bool maskedWhen, int64_t l,
                      int64_t r0, int64_t rows, float *z) {
   sgemm(false, true, rows, a.T, a.D, 1.0f, q + a.rowOffset(l, r0, a.S, a.D), a.rowStride(a.D),
-        k + a.rowOffset(l, 0, a.T, a.D), a.rowStride(a.D), 0.0f, z, a.T);
+        k + a.keyRowOffset(l, 0, a.T, a.D), a.keyRowStride(a.D), 0.0f, z, a.T);
   for (int64_t i = 0; i < rows; ++i) {
     float *zr = z + i * a.T;
     const int64_t offset = m.maskOffset(l * a.S + r0 + i);
@@ -224,7 +225,7 @@ void attention(const float *q, const Shape &qs, const float *k, const Shape &ks,
           for (int64_t j = 0; j < a.T; ++j) zr[j] = drop.apply(zr[j], drop.kept(first + (uint64_t)j));
         }
       }
-      sgemm(false, false, rows, a.Dv, a.T, 1.0f, z, a.T, v + a.rowOffset(l, 0, a.T, a.Dv), a.rowStride(a.Dv), 0.0f,
+      sgemm(false, false, rows, a.Dv, a.T, 1.0f, z, a.T, v + a.keyRowOffset(l, 0, a.T, a.Dv), a.keyRowStride(a.Dv), 0.0f,
             y + a.rowOffset(l, r0, a.S, a.Dv), a.rowStride(a.Dv));
     }
   });
@@ -240,25 +241,30 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
   const MaskedRows m = maskedRows(op, a.scores, a.masked ? ms : Shape{});
   const DropoutDraws drop = dropoutDraws(op, dropoutRatio, training, dropoutStreamKey);
   Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cpu, qs, ks, vs, layout));
-  const int64_t ldD = a.rowStride(a.D), ldDv = a.rowStride(a.Dv); // between an operand's rows
+  // Between rows: of q, dq, y, dy (ld) and of k, dk, v, dv (keyLd).
+  const int64_t ldD = a.rowStride(a.D), ldDv = a.rowStride(a.Dv), keyLdD = a.keyRowStride(a.D),
+                keyLdDv = a.keyRowStride(a.Dv);
   const int64_t block = plan::attentionRowsPerBlock(a.S);
-  // One slice l per task: its dk and dv sum over the row blocks in order,
-  // so the bits do not depend on the thread count (sequence-major, the
-  // slices' rows interleave in memory, but no row belongs to two slices).
-  parallelRanges(a.L, a.L * a.S * a.T * (3 * a.D + 2 * a.Dv) / 64 + 1, [&](int64_t lo, int64_t hi) {
+  // One key/value slice per task: its dk and dv sum over its group's query
+  // slices and their row blocks in order, so the bits do not depend on the
+  // thread count (sequence-major, the slices' rows interleave in memory,
+  // but no row belongs to two slices).
+  const int64_t keySlices = a.L / a.group;
+  parallelRanges(keySlices, a.L * a.S * a.T * (3 * a.D + 2 * a.Dv) / 64 + 1, [&](int64_t lo, int64_t hi) {
     Scratch::Thread part = scratch.thread();
     float *p = part.take<float>(block * a.T), *dz = part.take<float>(block * a.T);
-    for (int64_t l = lo; l < hi; ++l) {
-      const float *kl = k + a.rowOffset(l, 0, a.T, a.D), *vl = v + a.rowOffset(l, 0, a.T, a.Dv);
-      float *dkl = dk + a.rowOffset(l, 0, a.T, a.D), *dvl = dv + a.rowOffset(l, 0, a.T, a.Dv);
-      if (a.S == 0)
+    for (int64_t l = lo * a.group; l < hi * a.group; ++l) {
+      const float *kl = k + a.keyRowOffset(l, 0, a.T, a.D), *vl = v + a.keyRowOffset(l, 0, a.T, a.Dv);
+      float *dkl = dk + a.keyRowOffset(l, 0, a.T, a.D), *dvl = dv + a.keyRowOffset(l, 0, a.T, a.Dv);
+      const bool firstOfGroup = l % a.group == 0;
+      if (a.S == 0 && firstOfGroup)
         for (int64_t j = 0; j < a.T; ++j) {
-          std::fill(dkl + j * ldD, dkl + j * ldD + a.D, 0.0f);
-          std::fill(dvl + j * ldDv, dvl + j * ldDv + a.Dv, 0.0f);
+          std::fill(dkl + j * keyLdD, dkl + j * keyLdD + a.D, 0.0f);
+          std::fill(dvl + j * keyLdDv, dvl + j * keyLdDv + a.Dv, 0.0f);
         }
       for (int64_t r0 = 0; r0 < a.S; r0 += block) {
         const int64_t rows = std::min(block, a.S - r0), row0 = l * a.S + r0; // row0: logical (lse, mask, dropout)
-        const float beta = r0 == 0 ? 0.0f : 1.0f;
+        const float beta = r0 == 0 && firstOfGroup ? 0.0f : 1.0f;
         const float *dyBlock = dy + a.rowOffset(l, r0, a.S, a.Dv), *yBlock = y + a.rowOffset(l, r0, a.S, a.Dv);
         attentionScores(a, m, q, k, mask, additive, scale, divide, fill, maskedWhen, l, r0, rows, p);
         for (int64_t i = 0; i < rows; ++i) {
@@ -268,7 +274,7 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
         }
         // dP = dy · vᵀ; dz from it; then dv += Pᵀ · dy (P dropped out by
         // then, when the forward dropped it).
-        sgemm(false, true, rows, a.T, a.Dv, 1.0f, dyBlock, ldDv, vl, ldDv, 0.0f, dz, a.T);
+        sgemm(false, true, rows, a.T, a.Dv, 1.0f, dyBlock, ldDv, vl, keyLdDv, 0.0f, dz, a.T);
         for (int64_t i = 0; i < rows; ++i) {
           const float *dyr = dyBlock + i * ldDv, *yr = yBlock + i * ldDv;
           float *pr = p + i * a.T;
@@ -289,10 +295,10 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
             if (drop.active) pr[j] = drop.apply(pr[j], keep);
           }
         }
-        sgemm(true, false, a.T, a.Dv, rows, 1.0f, p, a.T, dyBlock, ldDv, beta, dvl, ldDv);
+        sgemm(true, false, a.T, a.Dv, rows, 1.0f, p, a.T, dyBlock, ldDv, beta, dvl, keyLdDv);
         // dq = dz · k; dk += dzᵀ · q.
-        sgemm(false, false, rows, a.D, a.T, 1.0f, dz, a.T, kl, ldD, 0.0f, dq + a.rowOffset(l, r0, a.S, a.D), ldD);
-        sgemm(true, false, a.T, a.D, rows, 1.0f, dz, a.T, q + a.rowOffset(l, r0, a.S, a.D), ldD, beta, dkl, ldD);
+        sgemm(false, false, rows, a.D, a.T, 1.0f, dz, a.T, kl, keyLdD, 0.0f, dq + a.rowOffset(l, r0, a.S, a.D), ldD);
+        sgemm(true, false, a.T, a.D, rows, 1.0f, dz, a.T, q + a.rowOffset(l, r0, a.S, a.D), ldD, beta, dkl, keyLdD);
       }
     }
   });

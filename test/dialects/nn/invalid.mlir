@@ -326,8 +326,8 @@ func.func @rotary_table_type(%x: tensor<2x16x8xf64>, %t: tensor<16x8xf32>) {
 
 // -----
 
-// Sequence-major attention needs the heads axis: rank 3 at least, and the
-// same heads in query, key and value.
+// Sequence-major attention needs the heads axis: rank 3 at least, and key
+// and value heads that divide the query's.
 func.func @attention_sequence_major_rank(%q: tensor<16x8xf32>) {
   // expected-error @+2 {{nn.attention: query, key and value must have one rank >= 3, got [16,8], [16,8], [16,8]}}
   // expected-error @+1 {{'nn.attention' op failed to infer returned types}}
@@ -337,9 +337,19 @@ func.func @attention_sequence_major_rank(%q: tensor<16x8xf32>) {
 
 // -----
 
-func.func @attention_sequence_major_heads(%q: tensor<2x16x4x8xf32>, %k: tensor<2x16x2x8xf32>) {
-  // expected-error @+2 {{nn.attention: query [L..., S, H, D], key [L..., T, H, D] and value [L..., T, H, Dv] do not agree: [2,16,4,8], [2,16,2,8], [2,16,2,8]}}
+func.func @attention_sequence_major_heads(%q: tensor<2x16x4x8xf32>, %k: tensor<2x16x3x8xf32>) {
+  // expected-error @+2 {{nn.attention: query [L..., S, H, D], key [L..., T, H, D] and value [L..., T, H, Dv] (key and value may have a divisor of the query's heads H) do not agree: [2,16,4,8], [2,16,3,8], [2,16,3,8]}}
   // expected-error @+1 {{'nn.attention' op failed to infer returned types}}
-  %0, %1 = nn.attention %q, %k, %k {sequence_major = true} : (tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16x1xf32>)
+  %0, %1 = nn.attention %q, %k, %k {sequence_major = true} : (tensor<2x16x4x8xf32>, tensor<2x16x3x8xf32>, tensor<2x16x3x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16x1xf32>)
+  return
+}
+
+// -----
+
+// Grouped key and value heads must agree with each other.
+func.func @attention_grouped_heads_disagree(%q: tensor<2x4x16x8xf32>, %k: tensor<2x2x16x8xf32>, %v: tensor<2x1x16x8xf32>) {
+  // expected-error @+2 {{nn.attention: query [L..., S, D], key [L..., T, D] and value [L..., T, Dv] (key and value may have a divisor of the query's heads H) do not agree: [2,4,16,8], [2,2,16,8], [2,1,16,8]}}
+  // expected-error @+1 {{'nn.attention' op failed to infer returned types}}
+  %0, %1 = nn.attention %q, %k, %v : (tensor<2x4x16x8xf32>, tensor<2x2x16x8xf32>, tensor<2x1x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x1xf32>)
   return
 }

@@ -130,3 +130,17 @@ func.func @attention_sequence_major(%q: tensor<2x16x4x8xf32>, %k: tensor<2x12x4x
   %dq, %dk, %dv = nn.attention_grad %y, %q, %k, %v, %m, %y, %lse {scale = 0.5 : f32, sequence_major = true} : (tensor<2x16x4x6xf32>, tensor<2x16x4x8xf32>, tensor<2x12x4x8xf32>, tensor<2x12x4x6xf32>, tensor<1x1x16x12xi1>, tensor<2x16x4x6xf32>, tensor<2x4x16x1xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x12x4x8xf32>, tensor<2x12x4x6xf32>)
   return %dq, %dk, %dv : tensor<2x16x4x8xf32>, tensor<2x12x4x8xf32>, tensor<2x12x4x6xf32>
 }
+
+// Grouped-query heads: key and value with a divisor of the query's heads
+// (axis -3 head-major, -2 sequence-major); their gradients keep their shapes.
+// CHECK-LABEL: func @attention_grouped_heads
+func.func @attention_grouped_heads(%q: tensor<2x6x16x8xbf16>, %k: tensor<2x2x16x8xbf16>, %qs: tensor<2x16x6x8xf32>, %ks: tensor<2x16x3x8xf32>) -> (tensor<2x6x16x8xbf16>, tensor<2x2x16x8xbf16>, tensor<2x16x3x8xf32>) {
+  // CHECK: nn.attention {{.*}} : (tensor<2x6x16x8xbf16>, tensor<2x2x16x8xbf16>, tensor<2x2x16x8xbf16>) -> (tensor<2x6x16x8xbf16>, tensor<2x6x16x1xf32>)
+  %y, %lse = nn.attention %q, %k, %k {scale = 0.5 : f32} : (tensor<2x6x16x8xbf16>, tensor<2x2x16x8xbf16>, tensor<2x2x16x8xbf16>) -> (tensor<2x6x16x8xbf16>, tensor<2x6x16x1xf32>)
+  // CHECK: nn.attention_grad {{.*}} -> (tensor<2x6x16x8xbf16>, tensor<2x2x16x8xbf16>, tensor<2x2x16x8xbf16>)
+  %dq, %dk, %dv = nn.attention_grad %y, %q, %k, %k, %y, %lse {scale = 0.5 : f32} : (tensor<2x6x16x8xbf16>, tensor<2x6x16x8xbf16>, tensor<2x2x16x8xbf16>, tensor<2x2x16x8xbf16>, tensor<2x6x16x8xbf16>, tensor<2x6x16x1xf32>) -> (tensor<2x6x16x8xbf16>, tensor<2x2x16x8xbf16>, tensor<2x2x16x8xbf16>)
+  // CHECK: nn.attention {{.*}} sequence_major = true} : (tensor<2x16x6x8xf32>, tensor<2x16x3x8xf32>, tensor<2x16x3x8xf32>) -> (tensor<2x16x6x8xf32>, tensor<2x6x16x1xf32>)
+  %ys, %lses = nn.attention %qs, %ks, %ks {scale = 0.5 : f32, sequence_major = true} : (tensor<2x16x6x8xf32>, tensor<2x16x3x8xf32>, tensor<2x16x3x8xf32>) -> (tensor<2x16x6x8xf32>, tensor<2x6x16x1xf32>)
+  %dqs, %dks, %dvs = nn.attention_grad %ys, %qs, %ks, %ks, %ys, %lses {scale = 0.5 : f32, sequence_major = true} : (tensor<2x16x6x8xf32>, tensor<2x16x6x8xf32>, tensor<2x16x3x8xf32>, tensor<2x16x3x8xf32>, tensor<2x16x6x8xf32>, tensor<2x6x16x1xf32>) -> (tensor<2x16x6x8xf32>, tensor<2x16x3x8xf32>, tensor<2x16x3x8xf32>)
+  return %y, %dk, %dks : tensor<2x6x16x8xbf16>, tensor<2x2x16x8xbf16>, tensor<2x16x3x8xf32>
+}

@@ -25,7 +25,10 @@
 // head-major call does not (no transposing copies). Then malformed
 // sequence-major shapes must be refused with the layout named.
 //
-// usage: cuda_attention_layout_emulated_test [group]   (float, bf16, flash, errors)
+// Grouped-query heads (key and value with fewer heads) run every path
+// against the same path on repeated heads (testGrouped).
+//
+// usage: cuda_attention_layout_emulated_test [group]   (float, bf16, flash, grouped, errors)
 #include "AttentionLayoutCase.h"
 #include "pipec/cuda_kernels.h"
 #include "pipec/cpu_kernels.h"
@@ -49,6 +52,8 @@ using bf = pc::bf16;
 using pk::testing::Layout;
 using pk::testing::LayoutCase;
 using pk::testing::swapMiddleAxes;
+using pk::testing::repeatHeads;
+using pk::testing::sumHeadGroups;
 
 static std::mt19937_64 rng(4242);
 static int failures = 0, checks = 0;
@@ -70,9 +75,9 @@ static std::vector<float> randomValues(int64_t n) {
   for (float &x : v) x = (float)bf(d(rng));
   return v;
 }
-template <class E> static std::vector<E> as(const std::vector<float> &v) {
+template <class E, class F> static std::vector<E> as(const std::vector<F> &v) {
   std::vector<E> out;
-  for (float x : v) out.push_back(E(x));
+  for (F x : v) out.push_back(E((float)x));
   return out;
 }
 
@@ -165,7 +170,8 @@ template <class E> struct Results {
 template <class E>
 static Results<E> run(const LayoutCase &c, Layout layout, const Operands<E> &in, const Masks &m, float ratio,
                       bool planned) {
-  const Shape qs = c.shape(layout, c.S, c.D), ks = c.shape(layout, c.T, c.D), vs = c.shape(layout, c.T, c.Dv);
+  const Shape qs = c.shape(layout, c.S, c.D), ks = c.shape(layout, c.T, c.D, c.kvHeads()),
+              vs = c.shape(layout, c.T, c.Dv, c.kvHeads());
   static uint64_t callKey = pk::dropoutCallKey(11, 5, 3); // "device memory": the emulation's device is the host
   const pc::StreamKey key(&callKey, pk::dropoutOpId("attn_dropout"));
   const int64_t rows = c.outer() * c.H * c.S;
@@ -271,6 +277,100 @@ static void testFlash() {
   compareLayouts<bf>("flash", true, false);
 }
 
+/// Grouped-query heads (key and value with Hkv heads, the query with
+/// H = g·Hkv) on every path, in both layouts, without and with dropout,
+/// against the same path on key and value with each head repeated g times:
+/// y, lse and dq bit for bit, dk and dv the repeated call's summed over each
+/// group (float 1e-5; bf16 storage rounds the partial sums, 1e-2). cuDNN
+/// must run the grouped call itself (its GQA), not decline it; float also
+/// against the CPU kernels' grouped call.
+static const LayoutCase kGroupedCases[] = {
+    {{2}, 6, 5, 7, 8, 16, 1, {2, 1, 5, 7}, false, 2},  // 3 query heads per key/value head
+    {{2}, 4, 70, 9, 16, 8, 2, {70, 9}, true, 1},       // one key/value head, two blocks of 64 rows
+    {{2}, 6, 6, 5, 8, 24, 3, {1, 6, 6, 5}, false, 3},  // an additive mask per query head
+    {{2}, 4, 12, 16, 16, 8, 4, {1, 1, 12, 16}, false, 2}}; // cuDNN's causal mode
+
+template <class E> static void compareGrouped(const char *path, bool cudnn, bool planned) {
+  for (const LayoutCase &c : kGroupedCases)
+    for (Layout layout : {Layout::HeadMajor, Layout::SequenceMajor})
+      for (float ratio : {0.0f, 0.3f}) {
+        ctx = std::string(path) + " grouped " + c.str() + (layout == Layout::SequenceMajor ? " sequence-major" : "") +
+              (ratio > 0 ? " dropout" : "");
+        const int64_t L = c.outer(), Hkv = c.kvHeads(), g = c.H / Hkv;
+        const auto q = randomValues(L * c.S * c.H * c.D), k = randomValues(L * c.T * Hkv * c.D),
+                   v = randomValues(L * c.T * Hkv * c.Dv), dy = randomValues(L * c.S * c.H * c.Dv);
+        const Masks m = masksOf(c);
+        const Results<E> got = run(c, layout, Operands<E>{as<E>(q), as<E>(k), as<E>(v), as<E>(dy)}, m, ratio, planned);
+        const Results<E> want =
+            run(c.repeated(), layout,
+                Operands<E>{as<E>(q), as<E>(repeatHeads(k, layout, L, Hkv, c.T, c.D, g)),
+                            as<E>(repeatHeads(v, layout, L, Hkv, c.T, c.Dv, g)), as<E>(dy)},
+                m, ratio, planned);
+        expectSameBits(got.y, want.y, "y");
+        expectSameBits(got.lse, want.lse, "lse");
+        expectSameBits(got.dq, want.dq, "dq");
+        // Each head's term is rounded on its own in the repeated call: the
+        // tolerance scales with the terms' magnitudes, not their sum's. bf16
+        // storage: pipec's kernels round the running sum once per block of
+        // 64 rows and query head (docs/cuda-kernels.md), half an ulp (2^-9)
+        // each.
+        const double roundings = (double)g * (double)((c.S + 63) / 64);
+        const double tol = std::is_same_v<E, float> ? 1e-5 : 1e-2 + roundings / 256;
+        auto expectGroupSums = [&](const std::vector<E> &grouped, const std::vector<E> &repeated, int64_t width,
+                                   const char *what) {
+          std::vector<float> terms = as<float>(repeated), magnitudes(terms.size());
+          for (size_t i = 0; i < terms.size(); ++i) magnitudes[i] = std::fabs(terms[i]);
+          const std::vector<float> sums = sumHeadGroups(terms, layout, L, Hkv, c.T, width, g),
+                                   scale = sumHeadGroups(magnitudes, layout, L, Hkv, c.T, width, g),
+                                   got = as<float>(grouped);
+          ++checks;
+          if (got.size() != sums.size()) return fail(std::string(what) + ": sizes differ");
+          for (size_t i = 0; i < sums.size(); ++i)
+            if (!(std::fabs((double)got[i] - sums[i]) <= tol * (1 + scale[i]))) {
+              char buf[200];
+              std::snprintf(buf, sizeof buf, "%s: [%zu] grouped %.9g, repeated heads' sum %.9g (of magnitude %.9g)",
+                            what, i, (double)got[i], (double)sums[i], (double)scale[i]);
+              return fail(buf);
+            }
+        };
+        expectGroupSums(got.dk, want.dk, c.D, "dk against the repeated heads' sums");
+        expectGroupSums(got.dv, want.dv, c.Dv, "dv against the repeated heads' sums");
+        const long executes = cudnn ? 2 : 0;
+        expect(got.cudnnExecutes == executes,
+               "cuDNN ran the grouped call " + std::to_string(got.cudnnExecutes) + " times, expected " +
+                   std::to_string(executes));
+        if constexpr (std::is_same_v<E, float>) {
+          const Shape qs = c.shape(layout, c.S, c.D), ks = c.shape(layout, c.T, c.D, Hkv),
+                      vs = c.shape(layout, c.T, c.Dv, Hkv);
+          const uint64_t cpuKey = pk::dropoutOpStreamKey(pk::dropoutCallKey(11, 5, 3), pk::dropoutOpId("attn_dropout"));
+          std::vector<float> y(got.y.size()), lse(got.lse.size()), dq(q.size()), dk(k.size()), dv(v.size());
+          pk::attention(q.data(), qs, k.data(), ks, v.data(), vs, m.booleanData(), m.additiveData(), c.ms, 0.7f,
+                        c.divide, -1e9f, true, ratio, true, cpuKey, y.data(), lse.data(), {}, layout);
+          pk::attentionGrad(dy.data(), q.data(), qs, k.data(), ks, v.data(), vs, m.booleanData(), m.additiveData(),
+                            c.ms, y.data(), lse.data(), 0.7f, c.divide, -1e9f, true, ratio, true, cpuKey, dq.data(),
+                            dk.data(), dv.data(), {}, layout);
+          expectNear(got.y, y, 1e-5, "y against the CPU");
+          expectNear(got.lse, lse, 1e-5, "lse against the CPU");
+          expectNear(got.dq, dq, 1e-4, "dq against the CPU");
+          expectNear(got.dk, dk, 1e-4, "dk against the CPU");
+          expectNear(got.dv, dv, 1e-4, "dv against the CPU");
+        }
+      }
+}
+
+static void testGrouped() {
+  int64_t &budget = pk::plan::cudaAttentionBlockBytes();
+  const int64_t before = budget;
+  budget = 4096; // blocks of 64 rows: dk and dv also sum over blocks
+  compareGrouped<float>("float", false, true);
+  setenv("PIPEC_CUDNN_ATTENTION", "0", 1);
+  compareGrouped<bf>("bf16", false, true);
+  unsetenv("PIPEC_CUDNN_ATTENTION");
+  budget = before;
+  compareGrouped<float>("float", false, true);
+  compareGrouped<bf>("flash", true, false);
+}
+
 /// Malformed sequence-major shapes: refused by every path, naming the op
 /// and the layout.
 static void testErrors() {
@@ -330,6 +430,7 @@ int main(int argc, char **argv) {
   group("float", testFloat);
   group("bf16", testBf16);
   group("flash", testFlash);
+  group("grouped", testGrouped);
   group("errors", testErrors);
   try {
     pc::raiseDeviceErrors();

@@ -362,9 +362,10 @@ std::vector<GradCase> linearAlgebraCases(std::mt19937_64 &rng) {
   }
   // The fused attention, causal-masked and scaled (then divided), without a
   // mask, with an additive one, or causal-masked with a dropout of its
-  // probabilities (the mask fixed by its key): its gradient op against the
-  // finite differences of its result.
-  for (int variant = 0; variant < 4; ++variant) {
+  // probabilities (the mask fixed by its key), or causal-masked with
+  // grouped-query heads (2 key/value heads for 4 query heads): its gradient
+  // op against the finite differences of its result.
+  for (int variant = 0; variant < 5; ++variant) {
     const bool masked = variant != 1, divide = variant == 0;
     const double dropoutRatio = variant == 3 ? 0.4 : 0.0;
     const uint64_t dropoutKey = kernels::dropoutStreamKey(1, 2, 3, 4);
@@ -376,8 +377,10 @@ std::vector<GradCase> linearAlgebraCases(std::mt19937_64 &rng) {
          variant == 0   ? "causal mask, divided scale"
          : variant == 1 ? "no mask"
          : variant == 2 ? "additive mask"
-                        : "causal mask, dropout",
-         {random(rng, {2, 4, 3}), random(rng, {2, 5, 3}), random(rng, {2, 5, 2})},
+         : variant == 3 ? "causal mask, dropout"
+                        : "causal mask, grouped heads",
+         variant == 4 ? Tensors{random(rng, {2, 4, 4, 3}), random(rng, {2, 2, 5, 3}), random(rng, {2, 2, 5, 2})}
+                      : Tensors{random(rng, {2, 4, 3}), random(rng, {2, 5, 3}), random(rng, {2, 5, 2})},
          [=](const Tensors &in) {
            return Tensors{attention(in[0], in[1], in[2], masked ? &mask : nullptr, 1.7, divide, -1e9, true,
                                     dropoutRatio, dropoutKey)

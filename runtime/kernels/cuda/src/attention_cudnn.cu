@@ -4,7 +4,9 @@
 // scaled dot-product attention. q, k, v [L..., S|T, D] are seen as
 // [b, h, S|T, D] (h the last of L..., b the rest); sequence-major q, k, v
 // [L'..., S|T, H, D] as [b, h, S|T, D] too, h = H and b = L'..., with the
-// strides of their memory (cuDNN's "bshd"), so nothing is transposed; a
+// strides of their memory (cuDNN's "bshd"), so nothing is transposed;
+// grouped-query k and v as [b, hk, T, D] (cuDNN's GQA, query head i reading
+// key/value head i / (h / hk), as nn.attention's kernels do); a
 // boolean or additive mask becomes a bf16 bias [1|b, 1|h, S, T], written for
 // each call (the mask may change between calls); P's dropout is cuDNN's own
 // (its Philox generator, seeded with the call's key and the op's id, both
@@ -153,10 +155,10 @@ enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kBias, kSeed, kOffset, kDO, kDQ
 struct PlanKey {
   bool backward, causal;
   AttentionLayout layout;
-  int64_t b, h, S, T, D, Dv, biasB, biasH;
+  int64_t b, h, hk, S, T, D, Dv, biasB, biasH;
   uint32_t scaleBits, dropoutBits;
   auto tied() const {
-    return std::tie(backward, causal, layout, b, h, S, T, D, Dv, biasB, biasH, scaleBits, dropoutBits);
+    return std::tie(backward, causal, layout, b, h, hk, S, T, D, Dv, biasB, biasH, scaleBits, dropoutBits);
   }
   bool operator<(const PlanKey &o) const { return tied() < o.tied(); }
 };
@@ -222,12 +224,12 @@ std::vector<int64_t> rowMajorStrides(const std::vector<int64_t> &dims) {
   return strides;
 }
 
-/// The strides of an operand [b, h, rows, width] of `key` (Q, K, V, O and
-/// their gradients): row-major head-major; sequence-major, the memory is
-/// [b, rows, h, width]. Stats and the bias stay row-major in either.
-std::vector<int64_t> operandStrides(const PlanKey &key, int64_t rows, int64_t width) {
-  if (key.layout == AttentionLayout::HeadMajor) return rowMajorStrides({key.b, key.h, rows, width});
-  return {rows * key.h * width, width, key.h * width, 1};
+/// The strides of an operand [b, heads, rows, width] of `key` (Q, K, V, O
+/// and their gradients): row-major head-major; sequence-major, the memory
+/// is [b, rows, heads, width]. Stats and the bias stay row-major in either.
+std::vector<int64_t> operandStrides(const PlanKey &key, int64_t heads, int64_t rows, int64_t width) {
+  if (key.layout == AttentionLayout::HeadMajor) return rowMajorStrides({key.b, heads, rows, width});
+  return {rows * heads * width, width, heads * width, 1};
 }
 
 /// The graph of `key`, or null with cuDNN's reason in `why`.
@@ -251,14 +253,18 @@ std::shared_ptr<fe::graph::Graph> buildGraph(const PlanKey &key, bool determinis
     t->set_output(true).set_uid(uid).set_dim(dims).set_stride(strides).set_data_type(type);
   };
   const int64_t b = key.b, h = key.h, S = key.S, T = key.T, D = key.D, Dv = key.Dv;
-  // An operand [b, h, rows, width] where the layout puts it; stats [b, h, S, 1] and the bias row-major.
-  auto operand = [&](const char *name, Uid uid, int64_t rows, int64_t width) {
-    return tensor(name, uid, {b, h, rows, width}, operandStrides(key, rows, width));
+  // An operand [b, heads, rows, width] where the layout puts it (heads: h,
+  // or hk for K, V and their gradients); stats [b, h, S, 1] and the bias row-major.
+  auto operand = [&](const char *name, Uid uid, int64_t heads, int64_t rows, int64_t width) {
+    return tensor(name, uid, {b, heads, rows, width}, operandStrides(key, heads, rows, width));
   };
-  auto operandOutput = [&](const std::shared_ptr<fe::graph::Tensor_attributes> &t, Uid uid, int64_t rows,
-                           int64_t width) { output(t, uid, {b, h, rows, width}, operandStrides(key, rows, width)); };
+  auto operandOutput = [&](const std::shared_ptr<fe::graph::Tensor_attributes> &t, Uid uid, int64_t heads,
+                           int64_t rows, int64_t width) {
+    output(t, uid, {b, heads, rows, width}, operandStrides(key, heads, rows, width));
+  };
+  const int64_t hk = key.hk;
   const std::vector<int64_t> statsDims{b, h, S, 1};
-  auto q = operand("Q", kQ, S, D), k = operand("K", kK, T, D), v = operand("V", kV, T, Dv);
+  auto q = operand("Q", kQ, h, S, D), k = operand("K", kK, hk, T, D), v = operand("V", kV, hk, T, Dv);
   const std::vector<int64_t> biasDims{key.biasB, key.biasH, S, T};
   auto bias = key.biasB ? tensor("bias", kBias, biasDims, rowMajorStrides(biasDims)) : nullptr;
   float scale, dropout;
@@ -273,10 +279,10 @@ std::shared_ptr<fe::graph::Graph> buildGraph(const PlanKey &key, bool determinis
     if (bias) options.set_bias(bias);
     if (dropout > 0) options.set_dropout(dropout, seed, offset);
     auto [o, stats] = graph->sdpa(q, k, v, options);
-    operandOutput(o, kO, S, Dv);
+    operandOutput(o, kO, h, S, Dv);
     output(stats, kStats, statsDims, rowMajorStrides(statsDims), fe::DataType_t::FLOAT);
   } else {
-    auto o = operand("O", kO, S, Dv), dO = operand("dO", kDO, S, Dv);
+    auto o = operand("O", kO, h, S, Dv), dO = operand("dO", kDO, h, S, Dv);
     auto stats = tensor("stats", kStats, statsDims, rowMajorStrides(statsDims), fe::DataType_t::FLOAT);
     auto options = fe::graph::SDPA_backward_attributes().set_name("attention_grad").set_attn_scale(scale);
     if (deterministic) options.set_deterministic_algorithm(true);
@@ -284,9 +290,9 @@ std::shared_ptr<fe::graph::Graph> buildGraph(const PlanKey &key, bool determinis
     if (bias) options.set_bias(bias);
     if (dropout > 0) options.set_dropout(dropout, seed, offset);
     auto [dQ, dK, dV] = graph->sdpa_backward(q, k, v, o, dO, stats, options);
-    operandOutput(dQ, kDQ, S, D);
-    operandOutput(dK, kDK, T, D);
-    operandOutput(dV, kDV, T, Dv);
+    operandOutput(dQ, kDQ, h, S, D);
+    operandOutput(dK, kDK, hk, T, D);
+    operandOutput(dV, kDV, hk, T, Dv);
   }
   auto failed = [&](fe::error_t status) {
     if (status.is_good()) return false;
@@ -331,10 +337,10 @@ const Plan &planFor(DeviceContext &c, const PlanKey &key) {
     plan.workspaceBytes = plan.graph->get_workspace_size();
   } else {
     std::fprintf(stderr,
-                 "pipec: cuDNN flash attention %s not available for [%lld, %lld, %lld|%lld, %lld|%lld]%s%s (%s); "
-                 "pipec's attention kernels run it\n",
-                 key.backward ? "backward" : "forward", (long long)key.b, (long long)key.h, (long long)key.S,
-                 (long long)key.T, (long long)key.D, (long long)key.Dv,
+                 "pipec: cuDNN flash attention %s not available for [%lld, %lld (%lld key/value), %lld|%lld, "
+                 "%lld|%lld]%s%s (%s); pipec's attention kernels run it\n",
+                 key.backward ? "backward" : "forward", (long long)key.b, (long long)key.h, (long long)key.hk,
+                 (long long)key.S, (long long)key.T, (long long)key.D, (long long)key.Dv,
                  key.layout == AttentionLayout::SequenceMajor ? " sequence-major" : "",
                  key.causal ? " causal" : key.biasB ? " with a bias" : "", why.c_str());
   }
@@ -358,7 +364,7 @@ const uint64_t *valueOnDevice(DeviceContext &c, uint64_t value, const char *op) 
 /// One call's view of the operands for cuDNN, or nullopt-like `ok = false`.
 struct Geometry {
   bool ok = false, causal = false;
-  int64_t b = 1, h = 1, biasB = 0, biasH = 0;
+  int64_t b = 1, h = 1, hk = 1, biasB = 0, biasH = 0;
   AttentionView view;
 };
 
@@ -394,6 +400,10 @@ Geometry geometryOf(const char *op, const AttentionOperands &a) {
   const bool hasHeads = a.layout == AttentionLayout::SequenceMajor || rank >= 4;
   g.h = hasHeads ? v.scores.v[rank - 3] : 1;
   g.b = v.L / g.h;
+  // Grouped key/value heads: cuDNN groups h, never b (head-major [H, S, D]
+  // of rank 3 groups its only leading axis, which cuDNN sees as b).
+  if (v.group > 1 && !hasHeads) return g;
+  g.hk = g.h / v.group;
   g.causal = declaredCausal(a, v);
   if (v.masked && !g.causal) {
     const detail::Strides strides = detail::broadcastStrides(a.ms, v.scores);
@@ -412,7 +422,7 @@ Geometry geometryOf(const char *op, const AttentionOperands &a) {
 PlanKey keyOf(const Geometry &g, const AttentionOperands &a, bool backward) {
   const float scale = a.divide ? 1.0f / a.scale : a.scale;
   const float dropout = a.training ? a.dropoutRatio : 0.0f;
-  return {backward, g.causal, a.layout, g.b, g.h, g.view.S, g.view.T, g.view.D, g.view.Dv, g.biasB, g.biasH,
+  return {backward, g.causal, a.layout, g.b, g.h, g.hk, g.view.S, g.view.T, g.view.D, g.view.Dv, g.biasB, g.biasH,
           bitsOf(scale), bitsOf(dropout)};
 }
 

@@ -152,19 +152,25 @@ __global__ void maskedSoftmaxGradKernel(const T *dy, const T *y, const uint8_t *
 // Attention: blocks of score rows of every slice at once
 //===----------------------------------------------------------------------===//
 
-/// Where each slice's matrix of an attention operand (or of the scratch's
-/// score block) lies: slice l's at first + (l / group) * groupStride +
-/// (l % group) * sliceStride, its rows ld apart. The host fills it from
-/// AttentionView::rowOffset and rowStride (operandSlices below); slices of
-/// one group share one stride, so one strided-batched GEMM takes them:
-/// group = 1 head-major (all L slices in one GEMM), H sequence-major (a
-/// GEMM per outer index, its H heads' rows interleaved).
+/// Where each query slice's matrix of an attention operand (or of the
+/// scratch's score block) lies: query slice l reads matrix m = l / share
+/// (share: 1, or for key and value the query slices per key/value head),
+/// at first + (m / group) * groupStride + (m % group) * sliceStride, its
+/// rows ld apart. The host fills it from AttentionView::rowOffset and
+/// rowStride (operandSlices, keySlices below); matrices of one group share
+/// one stride, so one strided-batched GEMM takes them: group = 1 head-major
+/// (all slices in one GEMM), H sequence-major (a GEMM per outer index, its
+/// H heads' rows interleaved).
 template <class T> struct SliceMatrices {
   T *first;
-  int64_t ld, sliceStride, group, groupStride;
+  int64_t ld, sliceStride, group, groupStride, share = 1;
   __host__ __device__ T *slice(int64_t l) const {
-    return first + (l / group) * groupStride + (l % group) * sliceStride;
+    const int64_t m = l / share;
+    return first + (m / group) * groupStride + (m % group) * sliceStride;
   }
+  /// The distance between the matrices of query slices l and l + step
+  /// (step a multiple of share, both slices in one group).
+  int64_t stride(int64_t step) const { return step / share * sliceStride; }
 };
 
 /// A block of an attention's scores, z [L, rows, T] (slice l's rows r0 ...
@@ -613,6 +619,13 @@ SliceMatrices<T> operandSlices(const AttentionView &a, T *base, int64_t rows, in
           a.rowOffset(a.interleave, 0, rows, width)};
 }
 
+/// The slices of a key-side operand (k, v and their gradients; `rows` rows
+/// of `width` per key/value head), as the query slices read them.
+template <class T> SliceMatrices<T> keySlices(const AttentionView &a, T *base, int64_t rows, int64_t width) {
+  return {base, a.keyRowStride(width), a.keyRowOffset(a.group, 0, rows, width), a.keyInterleave,
+          a.keyRowOffset(a.group * a.keyInterleave, 0, rows, width), a.group};
+}
+
 /// The slices of the scratch's score block (P, z or dz: `block` rows of T
 /// per slice, slice after slice), as elements of T, `widen` per float.
 template <class T>
@@ -626,14 +639,21 @@ SliceMatrices<T> blockSlices(const AttentionView &a, T *block, int64_t rowsPerBl
 /// the layouts; sequence-major, one per outer index over its H slices (a
 /// batched GEMM has one stride between its matrices, and the heads'
 /// matrices are D apart within an outer index but S·H·D between them).
+/// Grouped-query heads (group g > 1): g GEMMs per such call, the j-th over
+/// query slices j, j + g, ..., which read consecutive key/value heads; a
+/// key-side C (dk, dv) sums the g calls (beta 1 after the first).
 template <class T, class TC>
 void sliceGemms(const char *op, const AttentionView &a, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                 const SliceMatrices<const T> &A, const SliceMatrices<const T> &B, float beta,
                 const SliceMatrices<TC> &C) {
-  const int64_t perCall = a.interleave == 1 ? a.L : a.interleave;
-  for (int64_t l = 0; l < a.L; l += perCall)
-    nn::gemmStridedBatched(op, transA, transB, M, N, K, 1.0f, A.slice(l), A.ld, A.sliceStride, B.slice(l), B.ld,
-                           B.sliceStride, beta, C.slice(l), C.ld, C.sliceStride, perCall);
+  const int64_t perCall = a.interleave == 1 ? a.L : a.interleave, g = a.group;
+  for (int64_t l0 = 0; l0 < a.L; l0 += perCall)
+    for (int64_t j = 0; j < g; ++j) {
+      const int64_t l = l0 + j;
+      const float b = j > 0 && C.share > 1 ? 1.0f : beta;
+      nn::gemmStridedBatched(op, transA, transB, M, N, K, 1.0f, A.slice(l), A.ld, A.stride(g), B.slice(l), B.ld,
+                             B.stride(g), b, C.slice(l), C.ld, C.stride(g), perCall / g);
+    }
 }
 
 // E: the storage of q, k, v, y (and dy, dq, dk, dv): float, or bf16 with
@@ -657,7 +677,7 @@ void attentionT(const E *q, const Shape &qs, const E *k, const Shape &ks, const 
   for (b.r0 = 0; b.r0 < a.S; b.r0 += block) {
     b.rows = std::min(block, a.S - b.r0);
     sliceGemms<E, float>(op, a, false, true, b.rows, a.T, a.D, operandSlices(a, q, a.S, a.D, b.r0),
-                         operandSlices(a, k, a.T, a.D), 0.0f, blockSlices(a, z, block));
+                         keySlices(a, k, a.T, a.D), 0.0f, blockSlices(a, z, block));
     const int64_t segments = a.L * b.rows;
     if (a.T > 0) {
       launchPerSegment(segments, a.T, 1, [&](auto lanes, unsigned grid, unsigned threads) {
@@ -668,17 +688,19 @@ void attentionT(const E *q, const Shape &qs, const E *k, const Shape &ks, const 
       detail::checkLaunch(op);
     }
     sliceGemms<E, E>(op, a, false, false, b.rows, a.Dv, a.T, blockSlices(a, PackedRows<E>::of(z), block, w),
-                     operandSlices(a, v, a.T, a.Dv), 0.0f, operandSlices(a, y, a.S, a.Dv, b.r0));
+                     keySlices(a, v, a.T, a.Dv), 0.0f, operandSlices(a, y, a.S, a.Dv, b.r0));
   }
 }
 
-// dk and dv sum over the row blocks. Float storage: in place (beta 1).
-// bf16 storage: also in place, into the bf16 outputs: float accumulators
-// (L·T·(D + Dv) floats) do not fit the planned scratch, which the bf16 call
-// must not exceed. Each block's product is accumulated in float32 and added
-// to the bf16 partial sum in float32, then rounded: one bf16 rounding per
-// block of query rows (plan::cudaAttentionRowsPerBlock; one block, like
-// every other output, when they all fit).
+// dk and dv sum over the row blocks (and grouped-query heads' over their
+// group's query heads). Float storage: in place (beta 1). bf16 storage:
+// also in place, into the bf16 outputs: float accumulators (L·T·(D + Dv)
+// floats) do not fit the planned scratch, which the bf16 call must not
+// exceed. Each block's product is accumulated in float32 and added to the
+// bf16 partial sum in float32, then rounded: one bf16 rounding per block of
+// query rows (plan::cudaAttentionRowsPerBlock; one block, like every other
+// output, when they all fit) and query head of a group. cuDNN, which runs
+// bf16 attention wherever it can, accumulates in float32.
 template <class E>
 void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const Shape &ks, const E *v,
                     const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const E *y,
@@ -695,7 +717,7 @@ void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const 
   const int64_t w = PackedRows<E>::kWiden;
   const SliceMatrices<const E> pE = blockSlices(a, PackedRows<E>::of(p), block, w),
                                dzE = blockSlices(a, PackedRows<E>::of(dz), block, w);
-  const SliceMatrices<E> dkSlices = operandSlices(a, dk, a.T, a.D), dvSlices = operandSlices(a, dv, a.T, a.Dv);
+  const SliceMatrices<E> dkSlices = keySlices(a, dk, a.T, a.D), dvSlices = keySlices(a, dv, a.T, a.Dv);
   if (a.S == 0) { // no rows: the key and value gradients are sums of nothing
     sliceGemms<E, E>(op, a, true, false, a.T, a.D, 0, dzE, operandSlices(a, q, a.S, a.D), 0.0f, dkSlices);
     sliceGemms<E, E>(op, a, true, false, a.T, a.Dv, 0, pE, operandSlices(a, dy, a.S, a.Dv), 0.0f, dvSlices);
@@ -714,7 +736,7 @@ void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const 
     const int64_t n = a.L * b.rows * a.T;
     const SliceMatrices<const E> qBlock = operandSlices(a, q, a.S, a.D, b.r0),
                                  dyBlock = operandSlices(a, dy, a.S, a.Dv, b.r0);
-    sliceGemms<E, float>(op, a, false, true, b.rows, a.T, a.D, qBlock, operandSlices(a, k, a.T, a.D), 0.0f,
+    sliceGemms<E, float>(op, a, false, true, b.rows, a.T, a.D, qBlock, keySlices(a, k, a.T, a.D), 0.0f,
                          blockSlices(a, p, block));
     if (n > 0) {
       attentionProbabilitiesKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(p, b, lse, n);
@@ -722,7 +744,7 @@ void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const 
     }
     // dP = dy · vᵀ; dz (and P dropped out, with dropout); dv += Pᵀ · dy;
     // dq = dz · k; dk += dzᵀ · q.
-    sliceGemms<E, float>(op, a, false, true, b.rows, a.T, a.Dv, dyBlock, operandSlices(a, v, a.T, a.Dv), 0.0f,
+    sliceGemms<E, float>(op, a, false, true, b.rows, a.T, a.Dv, dyBlock, keySlices(a, v, a.T, a.Dv), 0.0f,
                          blockSlices(a, dz, block));
     if (n > 0) {
       attentionScoreGradKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(
@@ -738,7 +760,7 @@ void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const 
       }
     }
     sliceGemms<E, E>(op, a, true, false, a.T, a.Dv, b.rows, pE, dyBlock, beta, dvSlices);
-    sliceGemms<E, E>(op, a, false, false, b.rows, a.D, a.T, dzE, operandSlices(a, k, a.T, a.D), 0.0f,
+    sliceGemms<E, E>(op, a, false, false, b.rows, a.D, a.T, dzE, keySlices(a, k, a.T, a.D), 0.0f,
                      operandSlices(a, dq, a.S, a.D, b.r0));
     sliceGemms<E, E>(op, a, true, false, a.T, a.D, b.rows, dzE, qBlock, beta, dkSlices);
   }

@@ -147,19 +147,37 @@ enum class AttentionLayout : uint8_t { HeadMajor, SequenceMajor };
 /// [L'..., T, H, D], [L'..., T, H, Dv], L = L'·H), and a boolean or an
 /// additive mask (not both) of shape ms broadcast to the scores
 /// [L..., S, T], which `scores` is in either layout (as log-sum-exp
-/// [L..., S], the dropout draws and the masks are indexed).
+/// [L..., S], the dropout draws and the masks are indexed). Grouped-query
+/// heads: key and value may have Hkv heads where the query has H = g·Hkv
+/// (the heads axis: -3 head-major from rank 3, -2 sequence-major); query
+/// head h reads key/value head h / g, as ONNX Attention repeats them.
 struct AttentionView {
   int64_t L = 1, S = 0, T = 0, D = 0, Dv = 0;
-  /// Slices whose rows interleave: 1 (HeadMajor), H (SequenceMajor).
-  int64_t interleave = 1;
+  /// Slices whose rows interleave: 1 (HeadMajor), H (SequenceMajor); for
+  /// key and value, 1 or Hkv.
+  int64_t interleave = 1, keyInterleave = 1;
+  /// Query slices per key/value slice: slice l reads key/value slice l / group.
+  int64_t group = 1;
   Shape scores;
   bool masked = false; // by either mask
-  /// Where row `row` of slice l of an operand with `rows` rows of `width`
-  /// elements starts, and the distance between its consecutive rows.
+  /// Where row `row` of slice l of a query-side operand (q, y and their
+  /// gradients) with `rows` rows of `width` elements starts, and the
+  /// distance between its consecutive rows.
   int64_t rowOffset(int64_t l, int64_t row, int64_t rows, int64_t width) const {
-    return (l / interleave) * rows * interleave * width + (l % interleave) * width + row * interleave * width;
+    return offsetIn(interleave, l, row, rows, width);
   }
   int64_t rowStride(int64_t width) const { return interleave * width; }
+  /// The same for a key-side operand (k, v and their gradients): the rows
+  /// of the key/value slice that query slice l reads.
+  int64_t keyRowOffset(int64_t l, int64_t row, int64_t rows, int64_t width) const {
+    return offsetIn(keyInterleave, l / group, row, rows, width);
+  }
+  int64_t keyRowStride(int64_t width) const { return keyInterleave * width; }
+
+private:
+  static int64_t offsetIn(int64_t interleave, int64_t slice, int64_t row, int64_t rows, int64_t width) {
+    return (slice / interleave) * rows * interleave * width + (slice % interleave) * width + row * interleave * width;
+  }
 };
 AttentionView attentionView(const char *op, const Shape &qs, const Shape &ks, const Shape &vs, const Shape &ms,
                             bool booleanMask, bool additiveMask, AttentionLayout layout = AttentionLayout::HeadMajor);
