@@ -22,8 +22,9 @@ Then bf16 storage (--precision bf16, pipec-bf16-storage): this model, a
 (test/models/hf-llama-legacy.onnx: RMSNorm, rotary, an additive mask,
 grouped-query heads that nn.attention reads in place) as
 CUDA stages storing activations in bf16, against their CPU stages in float32
-within BF16_TOLERANCE; and every zoo model compiles for CUDA with bf16
-storage.
+within BF16_TOLERANCE; examples/cnn.onnx at tf32, its convolutions through
+the fake cuDNN's graphs, within CUDNN_CONV_TOLERANCE; and every zoo model
+compiles for CUDA with bf16 storage.
 
     cuda_stage_emulated.py --pipec PIPEC --compare STAGE_TARGETS_AGREE
         --emulated-library LIB --emulation-dir DIR --cxx CXX --source-root ROOT
@@ -175,6 +176,17 @@ def main():
         run([args.pipec, llama, "--gpus", "1x1", "--microbatches", "2", "-O2", "--optimizer", "adamw", "--out",
              llama_cpu, "--build"], env=env)
         failures += compare_bf16_storage(args, work, env, "llama", llama, llama_cpu)
+        # The CNN example at --precision tf32: its convolutions run cuDNN's
+        # graphs (the fake cudnn_frontend, in double), every sample's weight
+        # gradient in one call.
+        # SGD: a convolution's bias before a batch norm has a gradient of
+        # rounding noise only, which AdamW's step would scale up to the
+        # learning rate.
+        cnn = os.path.join(root, "examples", "cnn.onnx")
+        cnn_cpu = os.path.join(work, "cnn-cpu")
+        run([args.pipec, cnn, "--gpus", "1x1", "--microbatches", "2", "-O2", "--optimizer", "sgd", "--out", cnn_cpu,
+             "--build"], env=env)
+        failures += compare_cudnn_convolutions(args, work, env, cnn, cnn_cpu)
         failures += compile_zoo_bf16(args, work, env)
         return 1 if failures else 0
 
@@ -207,6 +219,33 @@ def compile_zoo_bf16(args, work, env):
 # operands of every product); the worst seen is about 1.3e-2, on layer-norm
 # scale gradients, and test/gpu/cuda_target.py allows bf16 training the same.
 BF16_TOLERANCE = 3e-2
+
+
+# The CNN's CUDA stage at tf32 against its CPU stage (SGD): the fake cuDNN
+# sums its convolutions in double, the CPU kernels in float.
+CUDNN_CONV_TOLERANCE = 1e-4
+
+
+def compare_cudnn_convolutions(args, work, env, model, cpu):
+    """The CUDA stage of MODEL at --precision tf32, whose convolutions run
+    cuDNN's graphs, against the CPU stage CPU within CUDNN_CONV_TOLERANCE.
+    Returns the number of failures."""
+    cuda = os.path.join(work, "cnn-cuda-tf32")
+    run([args.pipec, model, "--gpus", "1x1", "--microbatches", "2", "-O2", "--optimizer", "sgd", "--target", "cuda",
+         "--precision", "tf32", "--out", cuda], env=env)
+    stages = os.path.join(cuda, "stages")
+    source = open(os.path.join(stages, "stage_0.cu")).read()
+    calls = [name for name in ("pk::conv(", "pk::convInputGrad(", "pk::convWeightGrad(") if name in source]
+    if len(calls) != 3:
+        print(f"FAIL: cnn: the CUDA stage makes {len(calls)} of the 3 convolution calls")
+        return 1
+    library = build_emulated_stage(stages, os.path.join(work, "cnn-translated-tf32"), args.emulation_dir,
+                                   args.emulated_library, args.cxx, args.source_root)
+    compared = subprocess.run([args.compare, os.path.join(cpu, "stages", "libstage_0.so"), library, "--tolerance",
+                               str(CUDNN_CONV_TOLERANCE)], capture_output=True, text=True, env=env)
+    print("cnn: CUDA stage at tf32 (convolutions on the emulated cuDNN) against the CPU stage:")
+    print(compared.stdout + compared.stderr, end="")
+    return int(compared.returncode != 0)
 
 
 def compare_bf16_storage(args, work, env, name, model, cpu):

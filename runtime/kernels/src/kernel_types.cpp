@@ -166,6 +166,7 @@ ConvGeom convGeom(const char *op, const Shape &xs, const Shape &ws, const Dims &
     g.k[a] = ws.v[a + 2];
     g.s[a] = strides.v[a];
     g.pb[a] = pads.v[a];
+    g.pe[a] = pads.v[a + g.sp];
     g.d[a] = dilations.v[a];
     if (g.s[a] <= 0 || g.d[a] <= 0 || g.pb[a] < 0 || pads.v[a + g.sp] < 0)
       fail(op, "strides and dilations must be positive and pads non-negative");

@@ -35,6 +35,7 @@
 #include "kernel_plan.h" // plan::cudaAttentionBlockBytes
 #include "cuda_runtime.h"
 #include "emu.h"
+#include "emulated_checks.h"
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -56,17 +57,12 @@ using pk::testing::repeatHeads;
 using pk::testing::sumHeadGroups;
 
 static std::mt19937_64 rng(4242);
-static int failures = 0, checks = 0;
-static std::string ctx;
-
-static void fail(const std::string &message) {
-  std::printf("FAIL %s: %s\n", ctx.c_str(), message.c_str());
-  ++failures;
-}
-static void expect(bool ok, const std::string &message) {
-  ++checks;
-  if (!ok) fail(message);
-}
+using emucheck::checks;
+using emucheck::ctx;
+using emucheck::expect;
+using emucheck::expectNear;
+using emucheck::fail;
+using emucheck::failures;
 
 /// Random values representable in bf16 (so that float and bf16 runs read the same numbers).
 static std::vector<float> randomValues(int64_t n) {
@@ -89,16 +85,6 @@ template <class T> static void expectSameBits(const std::vector<T> &got, const s
       char buf[160];
       std::snprintf(buf, sizeof buf, "%s: [%zu] sequence-major %.9g, head-major %.9g (n=%zu)", what, i,
                     (double)(float)got[i], (double)(float)want[i], got.size());
-      return fail(buf);
-    }
-}
-static void expectNear(const std::vector<float> &got, const std::vector<float> &want, double tol, const char *what) {
-  ++checks;
-  if (got.size() != want.size()) return fail(std::string(what) + ": sizes differ");
-  for (size_t i = 0; i < got.size(); ++i)
-    if (!(std::fabs((double)got[i] - want[i]) <= tol * (1 + std::fabs((double)want[i])))) {
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "%s: [%zu] CUDA %.9g, CPU %.9g", what, i, (double)got[i], (double)want[i]);
       return fail(buf);
     }
 }
@@ -432,12 +418,5 @@ int main(int argc, char **argv) {
   group("flash", testFlash);
   group("grouped", testGrouped);
   group("errors", testErrors);
-  try {
-    pc::raiseDeviceErrors();
-  } catch (const std::exception &e) {
-    std::printf("device error: %s\n", e.what());
-    ++failures;
-  }
-  std::printf("%d checks, %d failures\n", checks, failures);
-  return failures != 0;
+  return emucheck::finish();
 }

@@ -20,6 +20,7 @@
 #include "pipec/cpu_kernels.h"
 #include "cuda_runtime.h"
 #include "emu.h"
+#include "emulated_checks.h"
 #include "cublasLt.h" // emu::ltAuxEpilogues
 #include <array>
 #include <cmath>
@@ -36,16 +37,11 @@ using pk::Shape;
 using bf = pc::bf16;
 
 static std::mt19937_64 rng(2718);
-static int failures = 0, checks = 0;
-static std::string ctx;
-
-static void expect(bool ok, const std::string &message) {
-  ++checks;
-  if (!ok) {
-    std::printf("FAIL %s: %s\n", ctx.c_str(), message.c_str());
-    ++failures;
-  }
-}
+using emucheck::checks;
+using emucheck::ctx;
+using emucheck::expect;
+using emucheck::expectNear;
+using emucheck::failures;
 
 /// Values representable in bf16, so that both storages read the same numbers.
 static std::vector<float> randomValues(int64_t n) {
@@ -64,16 +60,6 @@ template <class E> static std::vector<float> widened(const E *v, int64_t n) {
   std::vector<float> out;
   for (int64_t i = 0; i < n; ++i) out.push_back((float)v[i]);
   return out;
-}
-
-static void expectNear(const std::vector<float> &got, const std::vector<float> &want, double tol, const char *what) {
-  ++checks;
-  for (size_t i = 0; i < want.size(); ++i)
-    if (!(std::fabs((double)got[i] - want[i]) <= tol * (1 + std::fabs((double)want[i])))) {
-      std::printf("FAIL %s: %s[%zu] CUDA %.9g, CPU %.9g\n", ctx.c_str(), what, i, (double)got[i], (double)want[i]);
-      ++failures;
-      return;
-    }
 }
 
 struct Launches {
@@ -278,11 +264,9 @@ int main() {
     testCases();
     testRoundedDims();
     testErrors();
-    pc::raiseDeviceErrors();
   } catch (const std::exception &e) {
     std::printf("EXCEPTION (%s): %s\n", ctx.c_str(), e.what());
     ++failures;
   }
-  std::printf("%d checks, %d failures\n", checks, failures);
-  return failures != 0;
+  return emucheck::finish();
 }

@@ -15,25 +15,17 @@
 // backward together: a training forward runs on cuDNN only when cuDNN also
 // has the backward, so both halves of one attention always see the same
 // dropout.
+#include "cudnn_graphs.cuh"
 #include "detail.cuh"
 #include "flash_attention.cuh"
 #include "index_map.cuh"
-#include "pipec/vocabulary.h" // kMinimumCudnnVersion
 
-#if defined(PIPEC_HAVE_CUDNN) || defined(PIPEC_CUDA_EMULATION)
+#if defined(PIPEC_CUDNN_GRAPHS)
 #define PIPEC_FLASH_ATTENTION 1
 #endif
 // All but the bias kernel is host code: nvcc's device passes (one per
-// architecture) skip it and the frontend's headers, which would otherwise
-// be compiled once per architecture.
-#if !defined(__CUDA_ARCH__)
-#if defined(PIPEC_FLASH_ATTENTION)
-#include <cudnn_frontend.h>
-#endif
-#if defined(NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING)
-#include <dlfcn.h>
-#endif
-#endif
+// architecture) skip it and the frontend's headers (cudnn_graphs.cuh),
+// which would otherwise be compiled once per architecture.
 
 #include <cstdio>
 #include <cstdlib>
@@ -75,46 +67,7 @@ __global__ void attentionBiasKernel(bf16 *bias, int64_t n, int64_t biasH, int64_
 
 #if !defined(__CUDA_ARCH__)
 
-#if defined(NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING)
-// The cuDNN library the frontend calls into (cudnn_frontend_shim.h).
-namespace cudnn_frontend {
-void *cudnn_dlhandle = nullptr;
-}
-#endif
-
 namespace pipec::kernels::cuda {
-
-#ifndef PIPEC_FLASH_ATTENTION
-int64_t cudnnVersion(std::string *why) {
-  if (why) *why = "pipec's CUDA kernels were built without cuDNN";
-  return 0;
-}
-#else
-int64_t cudnnVersion(std::string *why) {
-  // Loaded once per process; the answer is kept.
-  static const std::pair<int64_t, std::string> loaded = []() -> std::pair<int64_t, std::string> {
-#if defined(NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING)
-    for (const char *name : {"libcudnn.so.9", "libcudnn.so"}) {
-      cudnn_frontend::cudnn_dlhandle = dlopen(name, RTLD_NOW | RTLD_GLOBAL);
-      if (cudnn_frontend::cudnn_dlhandle) break;
-    }
-    if (!cudnn_frontend::cudnn_dlhandle) return {0, std::string("cannot load libcudnn.so.9: ") + dlerror()};
-#endif
-    int64_t version = 0;
-    try {
-      version = (int64_t)cudnn_frontend::detail::get_backend_version();
-    } catch (const std::exception &e) {
-      return {0, e.what()};
-    }
-    if (version < pipec::kMinimumCudnnVersion)
-      return {0, "cuDNN " + std::to_string(version) + " is older than the " + std::to_string(pipec::kMinimumCudnnVersion) +
-                     " pipec needs"};
-    return {version, ""};
-  }();
-  if (why) *why = loaded.second;
-  return loaded.first;
-}
-#endif
 
 namespace {
 /// The masks declareCausalMask was told about: their shape and polarity.
@@ -163,14 +116,12 @@ struct PlanKey {
   bool operator<(const PlanKey &o) const { return tied() < o.tied(); }
 };
 
-/// A built graph and its workspace, or (graph null) cuDNN's refusal.
-struct Plan {
-  std::shared_ptr<fe::graph::Graph> graph;
-  int64_t workspaceBytes = 0;
-};
+using dnn::Plan;
+using dnn::rowMajorStrides;
 
-/// This thread's cuDNN handle and plans on one device, and device copies of
-/// the dropout seeds and offsets that are not already in device memory.
+/// This thread's cuDNN handle (cudnn_graphs.cuh) and attention plans on one
+/// device, and device copies of the dropout seeds and offsets that are not
+/// already in device memory.
 struct DeviceContext {
   cudnnHandle_t handle = nullptr;
   std::map<PlanKey, Plan> plans;
@@ -178,32 +129,17 @@ struct DeviceContext {
   ~DeviceContext() { // may fail when the driver is already gone at exit: ignored
     plans.clear();
     for (auto &entry : values) cudaFree(entry.second);
-    if (handle) cudnn_frontend::detail::destroy_handle(handle);
   }
 };
 thread_local std::map<int, DeviceContext> contexts;
 
-/// This thread's context on the current device, bound to the stream; null
-/// when cuDNN cannot be used (not loadable, too old, no handle on this
-/// device: said once on stderr).
+/// This thread's context on the current device, its handle bound to the
+/// stream; null when cuDNN cannot be used (said once on stderr).
 DeviceContext *context(const char *op) {
-  std::string why;
-  if (cudnnVersion(&why) == 0) {
-    static bool said = false;
-    if (!said) std::fprintf(stderr, "pipec: %s; attention runs on pipec's kernels\n", why.c_str());
-    said = true;
-    return nullptr;
-  }
+  cudnnHandle_t handle = dnn::handle(op, "attention runs on pipec's kernels");
+  if (!handle) return nullptr;
   DeviceContext &c = contexts[detail::deviceIndex(op)];
-  if (!c.handle && cudnn_frontend::detail::create_handle(&c.handle) != CUDNN_STATUS_SUCCESS) {
-    c.handle = nullptr;
-    static bool said = false;
-    if (!said) std::fprintf(stderr, "pipec: cudnnCreate failed; attention runs on pipec's kernels\n");
-    said = true;
-    return nullptr;
-  }
-  if (cudnn_frontend::detail::set_stream(c.handle, detail::stream()) != CUDNN_STATUS_SUCCESS)
-    detail::fail(op, "cudnnSetStream failed");
+  c.handle = handle;
   return &c;
 }
 
@@ -218,12 +154,6 @@ uint32_t bitsOf(float f) {
   return u;
 }
 
-std::vector<int64_t> rowMajorStrides(const std::vector<int64_t> &dims) {
-  std::vector<int64_t> strides(dims.size(), 1);
-  for (int i = (int)dims.size() - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
-  return strides;
-}
-
 /// The strides of an operand [b, heads, rows, width] of `key` (Q, K, V, O
 /// and their gradients): row-major head-major; sequence-major, the memory
 /// is [b, rows, heads, width]. Stats and the bias stay row-major in either.
@@ -232,9 +162,8 @@ std::vector<int64_t> operandStrides(const PlanKey &key, int64_t heads, int64_t r
   return {rows * heads * width, width, heads * width, 1};
 }
 
-/// The graph of `key`, or null with cuDNN's reason in `why`.
-std::shared_ptr<fe::graph::Graph> buildGraph(const PlanKey &key, bool deterministic, cudnnHandle_t handle,
-                                             std::string &why) {
+/// The graph of `key`, built into `plan`, or false with cuDNN's reason in `why`.
+bool buildGraph(const PlanKey &key, bool deterministic, cudnnHandle_t handle, Plan &plan, std::string &why) {
   auto graph = std::make_shared<fe::graph::Graph>();
   graph->set_io_data_type(fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
@@ -294,16 +223,8 @@ std::shared_ptr<fe::graph::Graph> buildGraph(const PlanKey &key, bool determinis
     operandOutput(dK, kDK, hk, T, D);
     operandOutput(dV, kDV, hk, T, Dv);
   }
-  auto failed = [&](fe::error_t status) {
-    if (status.is_good()) return false;
-    why = status.get_message();
-    return true;
-  };
-  if (failed(graph->validate()) || failed(graph->build_operation_graph(handle)) ||
-      failed(graph->create_execution_plans({fe::HeurMode_t::A})) || failed(graph->check_support(handle)) ||
-      failed(graph->build_plans(handle)))
-    return nullptr;
-  return graph;
+  // Determinism is SDPA's own option above, not an engine filter.
+  return dnn::build(graph, handle, /*deterministic=*/false, plan, why);
 }
 
 /// The plan of `key`, built on first use. A backward is built deterministic
@@ -315,27 +236,25 @@ const Plan &planFor(DeviceContext &c, const PlanKey &key) {
   std::string why;
   // The frontend throws where it cannot load a part of cuDNN or CUDA it
   // needs: no plan then, as for a refusal.
-  auto build = [&](bool deterministic, std::string &reason) -> std::shared_ptr<fe::graph::Graph> {
+  auto build = [&](bool deterministic, std::string &reason) {
     try {
-      return buildGraph(key, deterministic, c.handle, reason);
+      return buildGraph(key, deterministic, c.handle, plan, reason);
     } catch (const std::exception &e) {
       reason = e.what();
-      return nullptr;
+      return false;
     }
   };
-  plan.graph = build(true, why);
+  build(true, why);
   if (!plan.graph && key.backward) {
     std::string whyNot;
-    plan.graph = build(false, whyNot);
+    build(false, whyNot);
     if (plan.graph)
       std::fprintf(stderr, "pipec: cuDNN has no deterministic attention backward for this shape (%s); using its "
                            "non-deterministic one\n", why.c_str());
     else
       why = whyNot;
   }
-  if (plan.graph) {
-    plan.workspaceBytes = plan.graph->get_workspace_size();
-  } else {
+  if (!plan.graph) {
     std::fprintf(stderr,
                  "pipec: cuDNN flash attention %s not available for [%lld, %lld (%lld key/value), %lld|%lld, "
                  "%lld|%lld]%s%s (%s); pipec's attention kernels run it\n",
@@ -449,10 +368,7 @@ void execute(const char *op, DeviceContext &c, const Plan &plan, const Geometry 
   const int64_t biasElements = g.biasB ? g.biasB * g.biasH * g.view.S * g.view.T : 0;
   const int64_t biasBytes = ScratchNeed::alignedScratchBytes(biasElements * (int64_t)sizeof(bf16));
   const int64_t need = biasBytes + ScratchNeed::alignedScratchBytes(plan.workspaceBytes);
-  char *memory = nullptr;
-  if (need > 0)
-    memory = a.workspace.bound() && a.workspace.sharedBytes >= need ? static_cast<char *>(a.workspace.shared)
-                                                                     : static_cast<char *>(detail::scratch(0, need));
+  char *memory = dnn::callMemory(a.workspace, need);
   if (biasElements > 0) {
     bf16 *bias = reinterpret_cast<bf16 *>(memory);
     const detail::IndexMap<1> map =
@@ -468,15 +384,7 @@ void execute(const char *op, DeviceContext &c, const Plan &plan, const Geometry 
     pack[kSeed] = const_cast<uint64_t *>(key.call ? key.call : valueOnDevice(c, key.value, op));
     pack[kOffset] = const_cast<uint64_t *>(valueOnDevice(c, key.call ? key.value : 0, op));
   }
-  auto run = [&]() -> fe::error_t { // the frontend may also throw (a symbol it cannot load)
-    try {
-      return plan.graph->execute(c.handle, pack, plan.workspaceBytes > 0 ? memory + biasBytes : nullptr);
-    } catch (const std::exception &e) {
-      return {fe::error_code_t::GRAPH_EXECUTION_FAILED, e.what()};
-    }
-  };
-  fe::error_t status = run();
-  if (status.is_bad()) detail::fail(op, "cuDNN flash attention: " + status.get_message());
+  dnn::execute(op, c.handle, plan, pack, memory ? memory + biasBytes : nullptr);
 }
 
 /// cuDNN reads and writes its tensors 16 bytes at a time. Generated code's
@@ -485,14 +393,11 @@ void execute(const char *op, DeviceContext &c, const Plan &plan, const Geometry 
 /// attention); with dropout it is an error, since the backward must draw
 /// the forward's masks and so take the path the forward took.
 bool alignedOperands(const char *op, const AttentionOperands &a, std::initializer_list<const void *> pointers) {
-  for (const void *p : pointers)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
-      if (a.training && a.dropoutRatio > 0)
-        detail::fail(op, "an operand is not 16-byte aligned, which cuDNN's flash attention needs with dropout "
-                         "(set PIPEC_CUDNN_ATTENTION=0 to run pipec's attention kernels)");
-      return false;
-    }
-  return true;
+  if (dnn::aligned16(pointers)) return true;
+  if (a.training && a.dropoutRatio > 0)
+    detail::fail(op, "an operand is not 16-byte aligned, which cuDNN's flash attention needs with dropout "
+                     "(set PIPEC_CUDNN_ATTENTION=0 to run pipec's attention kernels)");
+  return false;
 }
 
 } // namespace

@@ -1,7 +1,10 @@
-// N-d convolution with groups, strides, pads and dilations: im2col + cuBLAS
-// GEMMs (batched over samples or groups), col2im as a gather (each input
-// element sums its own contributions: no atomics, deterministic), weight
-// gradient accumulated over samples with beta = 1 GEMMs.
+// N-d convolution with groups, strides, pads and dilations: cuDNN's
+// convolution graphs where they take the call (conv_cudnn.cuh: the TF32 and
+// BF16 precisions), else im2col + cuBLAS GEMMs (batched over samples or
+// groups), col2im as a gather (each input element sums its own
+// contributions: no atomics, deterministic), weight gradient accumulated
+// over samples with beta = 1 GEMMs.
+#include "conv_cudnn.cuh"
 #include "gemm.cuh"
 #include "kernel_plan.h"
 #include "nn_common.cuh"
@@ -113,6 +116,22 @@ void groupGemms(const char *op, bool transA, bool transB, int64_t M, int64_t N, 
                         B.group, 0.0f, Cbase + s * cSample, ldc, cGroup, groups);
 }
 
+/// A call's im2col columns: chunks of `chunk` samples in the call's scratch,
+/// `col` their buffer (null for a pointwise convolution, whose columns are x).
+struct ColumnBuffer {
+  ColumnBuffer(const char *op, const ConvGeom &g, const Workspace &workspace)
+      : chunk(g.pointwise ? g.N : cudaChunkSamples(g)), scratch(op, workspace, need(g)),
+        col(g.pointwise ? nullptr : scratch.shared<float>(chunk * g.G * g.Cg * g.kSize * g.outSize)) {}
+  static ScratchNeed need(const ConvGeom &g) {
+    ScratchNeed need;
+    plan::addCudaConvScratch(g, need);
+    return need;
+  }
+  int64_t chunk;
+  Scratch scratch;
+  float *col;
+};
+
 void im2col(const char *op, const ConvGeom &g, const float *x, float *col, int64_t samples) {
   const int64_t total = samples * g.C * g.kSize * g.outSize;
   if (total <= 0) return;
@@ -133,21 +152,21 @@ void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, cons
   const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
   if (g.N == 0 || g.F == 0) return;
-  const int64_t chunk = g.pointwise ? g.N : cudaChunkSamples(g);
-  ScratchNeed need;
-  plan::addCudaConvScratch(g, need);
-  Scratch scratch(op, workspace, need);
-  float *col = g.pointwise ? nullptr : scratch.shared<float>(chunk * g.G * rows * P);
-  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
-    const int64_t samples = std::min(chunk, g.N - n0);
-    const float *cols = x + n0 * g.C * g.inSize; // pointwise: the columns are x
-    if (!g.pointwise) {
-      im2col(op, g, cols, col, samples);
-      cols = col;
+  if (!dnn::conv(x, w, y, g, workspace)) {
+    ColumnBuffer columns(op, g, workspace);
+    const int64_t chunk = columns.chunk;
+    float *col = columns.col;
+    for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
+      const int64_t samples = std::min(chunk, g.N - n0);
+      const float *cols = x + n0 * g.C * g.inSize; // pointwise: the columns are x
+      if (!g.pointwise) {
+        im2col(op, g, cols, col, samples);
+        cols = col;
+      }
+      // y_(s,g) [Fg, P] = W_g [Fg, rows] col_(s,g) [rows, P]
+      groupGemms(op, false, false, g.Fg, P, rows, Operand{w, rows, 0, g.Fg * rows},
+                 Operand{cols, P, g.G * rows * P, rows * P}, y + n0 * g.F * P, P, g.F * P, g.Fg * P, samples, g.G);
     }
-    // y_(s,g) [Fg, P] = W_g [Fg, rows] col_(s,g) [rows, P]
-    groupGemms(op, false, false, g.Fg, P, rows, Operand{w, rows, 0, g.Fg * rows},
-               Operand{cols, P, g.G * rows * P, rows * P}, y + n0 * g.F * P, P, g.F * P, g.Fg * P, samples, g.G);
   }
   if (bias) {
     const int64_t total = g.N * g.F * P;
@@ -163,12 +182,10 @@ void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shap
   const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
   if (convOut(g) != dys) fail(op, "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
-  if (g.N == 0 || g.C == 0 || g.inSize == 0) return;
-  const int64_t chunk = g.pointwise ? g.N : cudaChunkSamples(g);
-  ScratchNeed need;
-  plan::addCudaConvScratch(g, need);
-  Scratch scratch(op, workspace, need);
-  float *col = g.pointwise ? nullptr : scratch.shared<float>(chunk * g.G * rows * P);
+  if (g.N == 0 || g.C == 0 || g.inSize == 0 || dnn::convInputGrad(dy, w, dx, g, workspace)) return;
+  ColumnBuffer columns(op, g, workspace);
+  const int64_t chunk = columns.chunk;
+  float *col = columns.col;
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t samples = std::min(chunk, g.N - n0);
     float *dxChunk = dx + n0 * g.C * g.inSize;
@@ -197,11 +214,10 @@ void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Sha
     detail::check(cudaMemsetAsync(dw, 0, (size_t)ws.numel() * sizeof(float), detail::stream()), op);
     return;
   }
-  const int64_t chunk = g.pointwise ? g.N : cudaChunkSamples(g);
-  ScratchNeed need;
-  plan::addCudaConvScratch(g, need);
-  Scratch scratch(op, workspace, need);
-  float *col = g.pointwise ? nullptr : scratch.shared<float>(chunk * g.G * rows * P);
+  if (dnn::convWeightGrad(dy, x, dw, g, workspace)) return;
+  ColumnBuffer columns(op, g, workspace);
+  const int64_t chunk = columns.chunk;
+  float *col = columns.col;
   for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
     const int64_t samples = std::min(chunk, g.N - n0);
     const float *cols = x + n0 * g.C * g.inSize;

@@ -91,7 +91,7 @@ struct ConvGeom {
   int sp = 0;
   int64_t N = 0, C = 0, F = 0, G = 1, Cg = 0, Fg = 0;
   int64_t in[kMaxRank] = {}, out[kMaxRank] = {}, k[kMaxRank] = {}, s[kMaxRank] = {}, pb[kMaxRank] = {},
-          d[kMaxRank] = {};
+          pe[kMaxRank] = {}, d[kMaxRank] = {}; // pb, pe: begin and end pads
   int64_t inSize = 1, outSize = 1, kSize = 1;
   bool pointwise = true; // 1x1 kernel, stride 1, no pads: im2col is the identity
 };

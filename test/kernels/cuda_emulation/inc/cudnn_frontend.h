@@ -1,7 +1,9 @@
-// Fake cuDNN graph API (cudnn_frontend) for host emulation: the part
-// pipec's flash attention uses (runtime/kernels/cuda/src/attention_cudnn.cu):
-// a graph of one scaled dot-product attention, forward (sdpa) or backward
-// (sdpa_backward), with a bias, a causal mask and dropout. It checks what cuDNN checks of
+// Fake cuDNN graph API (cudnn_frontend) for host emulation: the parts
+// pipec uses (runtime/kernels/cuda/src/attention_cudnn.cu, conv_cudnn.cu,
+// cudnn_graphs.cu): a graph of one scaled dot-product attention, forward
+// (sdpa) or backward (sdpa_backward), with a bias, a causal mask and
+// dropout; or of one convolution (conv_fprop, conv_dgrad, conv_wgrad; below
+// the attention). It checks what cuDNN checks of
 // its caller: every tensor's uid, dims, strides and type agree with the
 // operation (validate; strides: any order of the axes, as cuDNN's "bshd"
 // layouts, but the last axis contiguous and no two elements at one
@@ -64,6 +66,8 @@ inline long cudnnPlans = 0; // graphs that reached build_plans
 namespace cudnn_frontend {
 enum class DataType_t { NOT_SET, FLOAT, HALF, BFLOAT16, INT32, INT64 };
 enum class HeurMode_t { A, B, FALLBACK };
+enum class NumericalNote_t { NOT_SET, TENSOR_CORE, DOWN_CONVERT_INPUTS, REDUCED_PRECISION_REDUCTION, FFT,
+                             NONDETERMINISTIC, WINOGRAD };
 enum class error_code_t {
   OK,
   ATTRIBUTE_NOT_SET,
@@ -137,6 +141,30 @@ public:
   bool deterministic = false;
 };
 
+/// What conv_fprop, conv_dgrad and conv_wgrad share: pads before and after
+/// each spatial axis, strides, dilations (cross-correlation, as ONNX Conv).
+struct ConvFields {
+  std::string name;
+  std::vector<int64_t> pre, post, stride, dilation;
+  DataType_t compute = DataType_t::NOT_SET;
+};
+template <class Self> class ConvOptions : public ConvFields {
+public:
+  Self &set_name(std::string n) { name = std::move(n); return self(); }
+  Self &set_compute_data_type(DataType_t t) { compute = t; return self(); }
+  Self &set_padding(std::vector<int64_t> p) { pre = p; post = std::move(p); return self(); }
+  Self &set_pre_padding(std::vector<int64_t> p) { pre = std::move(p); return self(); }
+  Self &set_post_padding(std::vector<int64_t> p) { post = std::move(p); return self(); }
+  Self &set_stride(std::vector<int64_t> s) { stride = std::move(s); return self(); }
+  Self &set_dilation(std::vector<int64_t> d) { dilation = std::move(d); return self(); }
+
+private:
+  Self &self() { return static_cast<Self &>(*this); }
+};
+class Conv_fprop_attributes : public ConvOptions<Conv_fprop_attributes> {};
+class Conv_dgrad_attributes : public ConvOptions<Conv_dgrad_attributes> {};
+class Conv_wgrad_attributes : public ConvOptions<Conv_wgrad_attributes> {};
+
 class Graph {
 public:
   Graph &set_io_data_type(DataType_t t) { io = t; return *this; }
@@ -166,8 +194,30 @@ public:
     return {dQ, dK, dV};
   }
 
+  /// y = conv(x, w); dx from dy and w; dw from dy and x. The caller sets
+  /// the result's uid, dims, strides and type.
+  Tensor conv_fprop(Tensor x, Tensor w, Conv_fprop_attributes a) {
+    conv = Conv::Forward, convOptions = std::move(a), X = x, W = w;
+    return Y = std::make_shared<Tensor_attributes>();
+  }
+  Tensor conv_dgrad(Tensor dy, Tensor w, Conv_dgrad_attributes a) {
+    conv = Conv::InputGrad, convOptions = std::move(a), Y = dy, W = w;
+    return X = std::make_shared<Tensor_attributes>();
+  }
+  Tensor conv_wgrad(Tensor dy, Tensor x, Conv_wgrad_attributes a) {
+    conv = Conv::WeightGrad, convOptions = std::move(a), Y = dy, X = x;
+    return W = std::make_shared<Tensor_attributes>();
+  }
+  /// Engines with these notes are left out (pipec: NONDETERMINISTIC, for
+  /// equal bits on equal runs); the fake's one engine has none of them.
+  Graph &deselect_numeric_notes(std::vector<NumericalNote_t> notes) {
+    deselected = std::move(notes);
+    return *this;
+  }
+
   error_t validate() {
     auto bad = [](const std::string &m) { return error_t(error_code_t::INVALID_VALUE, "emulated cuDNN: " + m); };
+    if (conv != Conv::None) return validateConv();
     if (!Q || io != DataType_t::BFLOAT16 && io != DataType_t::HALF) return bad("no attention, or an io type cuDNN's flash attention does not take");
     if (intermediate != DataType_t::FLOAT || compute != DataType_t::FLOAT) return bad("intermediate and compute types must be FLOAT");
     for (const Tensor &t : all()) {
@@ -213,7 +263,7 @@ public:
   // cuDNN's flash attention: head sizes multiples of 8 up to 256.
   error_t check_support(cudnnHandle_t) {
     if (!validated) return ready(false, "create_execution_plans");
-    if (D % 8 != 0 || Dv % 8 != 0 || D > 256 || Dv > 256)
+    if (conv == Conv::None && (D % 8 != 0 || Dv % 8 != 0 || D > 256 || Dv > 256))
       return error_t(error_code_t::GRAPH_NOT_SUPPORTED, "emulated cuDNN: no engine for head sizes " +
                                                             std::to_string(D) + "/" + std::to_string(Dv));
     supported = true;
@@ -224,8 +274,12 @@ public:
     ++emu::cudnnPlans;
     return {};
   }
-  /// The backward accumulates dQ in float32 in the workspace.
-  int64_t get_workspace_size() const { return backward ? b * h * S * D * (int64_t)sizeof(float) : 0; }
+  /// The attention's backward accumulates dQ in float32 in the workspace,
+  /// a convolution's weight gradient dW.
+  int64_t get_workspace_size() const {
+    if (conv != Conv::None) return conv == Conv::WeightGrad ? elements(*W) * (int64_t)sizeof(float) : 0;
+    return backward ? b * h * S * D * (int64_t)sizeof(float) : 0;
+  }
 
   error_t execute(cudnnHandle_t handle, std::unordered_map<int64_t, void *> &pack, void *workspace) const {
     emu::checkStream(handle->stream);
@@ -256,6 +310,7 @@ private:
   using Options = AttentionFields;
   const Options &options() const { return backward ? static_cast<const Options &>(bwd) : fwd; }
   std::vector<Tensor> all() const {
+    if (conv != Conv::None) return {X, W, Y};
     const Options &o = options();
     return {Q, K, V, O, Stats, dO, dQ, dK, dV, o.bias, o.dropout > 0 ? o.seed : nullptr,
             o.dropout > 0 ? o.offset : nullptr};
@@ -265,7 +320,7 @@ private:
   /// the ones inside it.
   static bool overlaps(const Tensor_attributes &t) {
     std::vector<int> axes;
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < (int)t.dims.size(); ++i)
       if (t.dims[i] > 1) axes.push_back(i);
     std::sort(axes.begin(), axes.end(), [&](int x, int y) { return t.strides[x] < t.strides[y]; });
     int64_t extent = 1; // elements spanned by the inner axes so far
@@ -295,6 +350,7 @@ private:
   void run(const std::unordered_map<int64_t, void *> &p, void *workspace) const {
     ++emu::cudnnExecutes;
     if (emu::countOnly) return;
+    if (conv != Conv::None) return runConv(p, workspace);
     const Options &opt = options();
     const bool drop = opt.dropout > 0;
     uint64_t key = 0, threshold = 0;
@@ -376,6 +432,156 @@ private:
           for (int64_t d = 0; d < Dv; ++d) put(p, dV, bb, kh, j, d, (float)dv[((bb * hk + kh) * T + j) * Dv + d]);
         }
   }
+
+  static int64_t elements(const Tensor_attributes &t) {
+    int64_t n = 1;
+    for (int64_t d : t.dims) n *= d;
+    return n;
+  }
+
+  /// A convolution's checks: FLOAT tensors of rank 4 or 5 (2 or 3 spatial
+  /// axes) with uids and strides that put no two elements at one address,
+  /// x [N, C, d...], w [K, C/G, k...] with G dividing K, y [N, K, o...] with
+  /// o = (d + pre + post - dilation·(k - 1) - 1) / stride + 1, the result
+  /// alone an output, one pad, stride and dilation per spatial axis.
+  error_t validateConv() {
+    auto bad = [](const std::string &m) {
+      return error_t(error_code_t::INVALID_VALUE, "emulated cuDNN convolution: " + m);
+    };
+    if (io != DataType_t::FLOAT || compute != DataType_t::FLOAT || convOptions.compute != DataType_t::FLOAT)
+      return bad("the fake emulates FLOAT tensors and compute only");
+    const Tensor result = conv == Conv::Forward ? Y : conv == Conv::InputGrad ? X : W;
+    for (const Tensor &t : {X, W, Y}) {
+      if (!t || !t->uidSet) return bad("a tensor has no uid");
+      const size_t n = t->dims.size();
+      if (n < 4 || n > 5 || t->strides.size() != n) return bad("tensor '" + t->name + "' is not 4-d or 5-d");
+      for (size_t i = 0; i < n; ++i)
+        if (t->dims[i] < 1 || t->strides[i] < 0) return bad("tensor '" + t->name + "' has a bad dim or stride");
+      if (overlaps(*t)) return bad("tensor '" + t->name + "' has strides that put two elements at one address");
+      if (t->type != DataType_t::FLOAT) return bad("tensor '" + t->name + "' is not FLOAT");
+      if (t->output != (t == result)) return bad("the result, and only it, must be an output");
+    }
+    const size_t rank = X->dims.size(), sp = rank - 2;
+    if (W->dims.size() != rank || Y->dims.size() != rank) return bad("x, w and y differ in rank");
+    const ConvFields &o = convOptions;
+    if (o.pre.size() != sp || o.post.size() != sp || o.stride.size() != sp || o.dilation.size() != sp)
+      return bad("pads, strides and dilations need one entry per spatial axis");
+    const int64_t C = X->dims[1], K = W->dims[0], Cg = W->dims[1];
+    if (C % Cg != 0 || K % (C / Cg) != 0) return bad("the channels of x and w give no group count");
+    if (Y->dims[0] != X->dims[0] || Y->dims[1] != K) return bad("y is not [N, K, ...]");
+    for (size_t a = 0; a < sp; ++a) {
+      if (o.stride[a] < 1 || o.dilation[a] < 1 || o.pre[a] < 0 || o.post[a] < 0)
+        return bad("strides and dilations must be positive and pads non-negative");
+      const int64_t span = X->dims[2 + a] + o.pre[a] + o.post[a] - o.dilation[a] * (W->dims[2 + a] - 1) - 1;
+      if (span < 0 || span / o.stride[a] + 1 != Y->dims[2 + a]) return bad("y's spatial sizes do not follow");
+    }
+    validated = true;
+    return {};
+  }
+
+  /// The element of t at index idx, through its strides.
+  static int64_t offsetOf(const Tensor &t, const std::vector<int64_t> &idx) {
+    int64_t off = 0;
+    for (size_t i = 0; i < idx.size(); ++i) off += idx[i] * t->strides[i];
+    return off;
+  }
+  /// Every index of dims (row-major order), f(index).
+  template <class F> static void forEachIndex(const std::vector<int64_t> &dims, F f) {
+    std::vector<int64_t> idx(dims.size(), 0);
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    for (int64_t e = 0; e < n; ++e) {
+      f(idx);
+      for (int i = (int)dims.size() - 1; i >= 0 && ++idx[i] == dims[i]; --i) idx[i] = 0;
+    }
+  }
+
+  /// The host reference, products summed in double: y[n, k, o] =
+  /// Σ_{c of k's group, r} x[n, c, o·s − pre + r·dilation] w[k, c mod Cg, r],
+  /// and its adjoints for dx and dw (dw accumulated in the workspace).
+  void runConv(const std::unordered_map<int64_t, void *> &p, void *workspace) const {
+    const size_t sp = X->dims.size() - 2;
+    const int64_t N = X->dims[0], C = X->dims[1], K = W->dims[0], Cg = W->dims[1], Kg = K / (C / Cg);
+    const std::vector<int64_t> spatialOut(Y->dims.begin() + 2, Y->dims.end()),
+        spatialIn(X->dims.begin() + 2, X->dims.end()), spatialK(W->dims.begin() + 2, W->dims.end());
+    const ConvFields &o = convOptions;
+    auto value = [&](const Tensor &t, const std::vector<int64_t> &idx) {
+      return (double)emu::load(p.at(t->uid), CUDA_R_32F, offsetOf(t, idx));
+    };
+    auto write = [&](const Tensor &t, const std::vector<int64_t> &idx, double v) {
+      emu::store(p.at(t->uid), CUDA_R_32F, offsetOf(t, idx), (float)v);
+    };
+    // The input position of output position out and kernel position r, or false outside x.
+    auto inputAt = [&](const std::vector<int64_t> &out, const std::vector<int64_t> &r, std::vector<int64_t> &in) {
+      for (size_t a = 0; a < sp; ++a) {
+        in[a] = out[a] * o.stride[a] - o.pre[a] + r[a] * o.dilation[a];
+        if (in[a] < 0 || in[a] >= spatialIn[a]) return false;
+      }
+      return true;
+    };
+    std::vector<int64_t> in(sp);
+    auto full = [](int64_t a, int64_t b, const std::vector<int64_t> &rest) {
+      std::vector<int64_t> idx{a, b};
+      idx.insert(idx.end(), rest.begin(), rest.end());
+      return idx;
+    };
+    if (conv == Conv::Forward) {
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k)
+          forEachIndex(spatialOut, [&](const std::vector<int64_t> &out) {
+            double sum = 0;
+            for (int64_t cc = 0; cc < Cg; ++cc)
+              forEachIndex(spatialK, [&](const std::vector<int64_t> &r) {
+                if (inputAt(out, r, in)) sum += value(X, full(n, k / Kg * Cg + cc, in)) * value(W, full(k, cc, r));
+              });
+            write(Y, full(n, k, out), sum);
+          });
+      return;
+    }
+    if (conv == Conv::InputGrad) {
+      std::vector<double> dx((size_t)(elements(*X) / (N * C)), 0.0); // one (n, c) plane
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = 0; c < C; ++c) {
+          std::fill(dx.begin(), dx.end(), 0.0);
+          const int64_t g = c / Cg, cc = c % Cg;
+          for (int64_t k = g * Kg; k < (g + 1) * Kg; ++k)
+            forEachIndex(spatialOut, [&](const std::vector<int64_t> &out) {
+              const double dy = value(Y, full(n, k, out));
+              forEachIndex(spatialK, [&](const std::vector<int64_t> &r) {
+                if (!inputAt(out, r, in)) return;
+                int64_t flat = 0;
+                for (size_t a = 0; a < sp; ++a) flat = flat * spatialIn[a] + in[a];
+                dx[(size_t)flat] += dy * value(W, full(k, cc, r));
+              });
+            });
+          int64_t flat = 0;
+          forEachIndex(spatialIn, [&](const std::vector<int64_t> &i) { write(X, full(n, c, i), dx[(size_t)flat++]); });
+        }
+      return;
+    }
+    float *accumulator = static_cast<float *>(workspace); // dW, then copied through W's strides
+    int64_t flat = 0;
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t cc = 0; cc < Cg; ++cc)
+        forEachIndex(spatialK, [&](const std::vector<int64_t> &r) {
+          double sum = 0;
+          for (int64_t n = 0; n < N; ++n)
+            forEachIndex(spatialOut, [&](const std::vector<int64_t> &out) {
+              if (inputAt(out, r, in)) sum += value(Y, full(n, k, out)) * value(X, full(n, k / Kg * Cg + cc, in));
+            });
+          accumulator[flat++] = (float)sum;
+        });
+    flat = 0;
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t cc = 0; cc < Cg; ++cc)
+        forEachIndex(spatialK, [&](const std::vector<int64_t> &r) { write(W, full(k, cc, r), accumulator[flat++]); });
+  }
+
+  enum class Conv { None, Forward, InputGrad, WeightGrad };
+  Conv conv = Conv::None;
+  ConvFields convOptions;
+  Tensor X, W, Y;
+  std::vector<NumericalNote_t> deselected;
 
   DataType_t io = DataType_t::NOT_SET, intermediate = DataType_t::NOT_SET, compute = DataType_t::NOT_SET;
   bool backward = false, validated = false, supported = false;

@@ -1,0 +1,163 @@
+// Convolutions through cuDNN's graph API (conv_cudnn.cuh; docs/cuda-kernels.md,
+// "Convolutions (cuDNN)"): the forward (conv_fprop), the input gradient
+// (conv_dgrad) and the weight gradient (conv_wgrad, every sample in one
+// call), on float32 storage with TF32 tensor cores, for the TF32 and BF16
+// precisions. x [N, C, d...], w [F, C/G, k...] and y [N, F, o...] are
+// cuDNN's tensors as they lie (row-major NCHW strides, nothing copied); a
+// 1-D convolution is a 2-D one of height 1. One plan per shape and kind,
+// built on the first call (outside any CUDA graph capture) from cuDNN's
+// deterministic engines only, so equal runs give equal bits. Host code only.
+#include "conv_cudnn.cuh"
+#include "cudnn_graphs.cuh"
+
+#if !defined(__CUDA_ARCH__)
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <tuple>
+#include <vector>
+
+namespace pipec::kernels::cuda::dnn {
+
+#ifndef PIPEC_CUDNN_GRAPHS
+
+bool conv(const float *, const float *, float *, const ConvGeom &, const Workspace &) { return false; }
+bool convInputGrad(const float *, const float *, float *, const ConvGeom &, const Workspace &) { return false; }
+bool convWeightGrad(const float *, const float *, float *, const ConvGeom &, const Workspace &) { return false; }
+
+#else
+
+namespace {
+
+enum class ConvKind { Forward, InputGrad, WeightGrad };
+enum Uid : int64_t { kX = 1, kW, kY };
+
+/// What one convolution graph is built for: its kind and geometry in
+/// cuDNN's terms (at least two spatial axes).
+struct ConvKey {
+  ConvKind kind;
+  std::vector<int64_t> x, w, y, pre, post, stride, dilation;
+  auto tied() const { return std::tie(kind, x, w, y, pre, post, stride, dilation); }
+  bool operator<(const ConvKey &o) const { return tied() < o.tied(); }
+};
+
+/// The key of `g`: x [N, C, d...], w [F, C/G, k...], y [N, F, o...], a
+/// leading spatial axis of 1 added to a 1-D convolution.
+ConvKey keyOf(ConvKind kind, const ConvGeom &g) {
+  ConvKey key{kind, {g.N, g.C}, {g.F, g.Cg}, {g.N, g.F}, {}, {}, {}, {}};
+  if (g.sp == 1) {
+    key.x.push_back(1), key.w.push_back(1), key.y.push_back(1);
+    key.pre.push_back(0), key.post.push_back(0), key.stride.push_back(1), key.dilation.push_back(1);
+  }
+  for (int a = 0; a < g.sp; ++a) {
+    key.x.push_back(g.in[a]), key.w.push_back(g.k[a]), key.y.push_back(g.out[a]);
+    key.pre.push_back(g.pb[a]), key.post.push_back(g.pe[a]);
+    key.stride.push_back(g.s[a]), key.dilation.push_back(g.d[a]);
+  }
+  return key;
+}
+
+std::string dimsString(const std::vector<int64_t> &dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+/// The graph of `key` built into `plan`, or false with cuDNN's reason.
+bool buildGraph(const ConvKey &key, cudnnHandle_t handle, Plan &plan, std::string &why) {
+  auto graph = std::make_shared<fe::graph::Graph>();
+  graph->set_io_data_type(fe::DataType_t::FLOAT)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  auto input = [&](const char *name, Uid uid, const std::vector<int64_t> &dims) {
+    return graph->tensor(fe::graph::Tensor_attributes()
+                             .set_name(name)
+                             .set_uid(uid)
+                             .set_dim(dims)
+                             .set_stride(rowMajorStrides(dims))
+                             .set_data_type(fe::DataType_t::FLOAT));
+  };
+  auto output = [](const std::shared_ptr<fe::graph::Tensor_attributes> &t, Uid uid, const std::vector<int64_t> &dims) {
+    t->set_output(true).set_uid(uid).set_dim(dims).set_stride(rowMajorStrides(dims)).set_data_type(
+        fe::DataType_t::FLOAT);
+  };
+  auto attributes = [&](auto options) {
+    options.set_pre_padding(key.pre).set_post_padding(key.post).set_stride(key.stride).set_dilation(key.dilation);
+    options.set_compute_data_type(fe::DataType_t::FLOAT);
+    return options;
+  };
+  switch (key.kind) {
+  case ConvKind::Forward:
+    output(graph->conv_fprop(input("x", kX, key.x), input("w", kW, key.w),
+                             attributes(fe::graph::Conv_fprop_attributes().set_name("conv"))),
+           kY, key.y);
+    break;
+  case ConvKind::InputGrad:
+    output(graph->conv_dgrad(input("dy", kY, key.y), input("w", kW, key.w),
+                             attributes(fe::graph::Conv_dgrad_attributes().set_name("conv_input_grad"))),
+           kX, key.x);
+    break;
+  case ConvKind::WeightGrad:
+    output(graph->conv_wgrad(input("dy", kY, key.y), input("x", kX, key.x),
+                             attributes(fe::graph::Conv_wgrad_attributes().set_name("conv_weight_grad"))),
+           kW, key.w);
+    break;
+  }
+  return build(graph, handle, /*deterministic=*/true, plan, why);
+}
+
+/// This thread's convolution plans per device.
+thread_local std::map<int, std::map<ConvKey, Plan>> plansByDevice;
+
+bool disabledByEnvironment() {
+  const char *value = std::getenv("PIPEC_CUDNN_CONV");
+  return value && std::strcmp(value, "0") == 0;
+}
+
+/// Runs one convolution of `kind` through cuDNN, or declines (false).
+bool run(const char *op, ConvKind kind, const ConvGeom &g, const void *x, const void *w, const void *y,
+         const Workspace &workspace) {
+  if (disabledByEnvironment() || detail::precision() == Precision::F32) return false;
+  if (g.sp < 1 || g.sp > 3 || g.N == 0 || g.C == 0 || g.F == 0 || g.inSize == 0 || g.outSize == 0 ||
+      !aligned16({x, w, y}))
+    return false;
+  cudnnHandle_t handle = dnn::handle(op, "convolutions run on pipec's kernels");
+  if (!handle) return false;
+  const ConvKey key = keyOf(kind, g);
+  auto &plans = plansByDevice[detail::deviceIndex(op)];
+  auto found = plans.find(key);
+  if (found == plans.end()) {
+    Plan plan;
+    std::string why;
+    if (!buildGraph(key, handle, plan, why))
+      std::fprintf(stderr,
+                   "pipec: cuDNN has no deterministic %s for x %s, w %s (%s); pipec's convolution kernels run it\n",
+                   op, dimsString(key.x).c_str(), dimsString(key.w).c_str(), why.c_str());
+    found = plans.emplace(key, std::move(plan)).first;
+  }
+  const Plan &plan = found->second;
+  if (!plan.graph) return false;
+  std::unordered_map<int64_t, void *> pack = {
+      {kX, const_cast<void *>(x)}, {kW, const_cast<void *>(w)}, {kY, const_cast<void *>(y)}};
+  execute(op, handle, plan, pack, callMemory(workspace, plan.workspaceBytes));
+  return true;
+}
+
+} // namespace
+
+bool conv(const float *x, const float *w, float *y, const ConvGeom &g, const Workspace &workspace) {
+  return run("nn.conv", ConvKind::Forward, g, x, w, y, workspace);
+}
+bool convInputGrad(const float *dy, const float *w, float *dx, const ConvGeom &g, const Workspace &workspace) {
+  return run("nn.conv_input_grad", ConvKind::InputGrad, g, dx, w, dy, workspace);
+}
+bool convWeightGrad(const float *dy, const float *x, float *dw, const ConvGeom &g, const Workspace &workspace) {
+  return run("nn.conv_weight_grad", ConvKind::WeightGrad, g, x, dw, dy, workspace);
+}
+
+#endif // PIPEC_CUDNN_GRAPHS
+
+} // namespace pipec::kernels::cuda::dnn
+
+#endif // !__CUDA_ARCH__
