@@ -197,6 +197,21 @@ inline void addCudaConvScratch(const ConvGeom &g, ScratchNeed &need) {
 /// The most rows one chunk of a layer norm's parameter gradient holds (its
 /// rows' statistics sit in the block's shared memory).
 constexpr int64_t kCudaLayerNormMaxRowsPerChunk = 256;
+// nn.batch_norm and its gradients on CUDA: each channel's N·inner elements
+// in chunks of at least kCudaBatchNormMinChunk, a block per (channel,
+// chunk), about kCudaBatchNormBlocks blocks in all (at most
+// kCudaBatchNormMaxChunks per channel), so that a few wide channels (a
+// ResNet's first layers: 64 channels of 32·112·112) still fill the GPU.
+constexpr int64_t kCudaBatchNormBlocks = 1024, kCudaBatchNormMinChunk = 4096, kCudaBatchNormMaxChunks = 64;
+inline int64_t cudaBatchNormChunks(int64_t channels, int64_t perChannel) {
+  if (channels <= 0 || perChannel <= 0) return 1;
+  int64_t chunks = (kCudaBatchNormBlocks + channels - 1) / channels;
+  const int64_t bySize = (perChannel + kCudaBatchNormMinChunk - 1) / kCudaBatchNormMinChunk;
+  if (chunks > bySize) chunks = bySize;
+  if (chunks > kCudaBatchNormMaxChunks) chunks = kCudaBatchNormMaxChunks;
+  return chunks < 1 ? 1 : chunks;
+}
+
 /// Rows per chunk of the parameter gradient's partial column sums: about
 /// sqrt(rows), at most kCudaLayerNormMaxRowsPerChunk. A block per chunk
 /// computes its rows' statistics a warp per row, then sums each column over

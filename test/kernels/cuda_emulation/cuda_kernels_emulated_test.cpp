@@ -413,6 +413,50 @@ static void testSoftmax() {
       }
 }
 
+// Batch norm over channels of several chunks (plan::cudaBatchNormChunks: a
+// block per (channel, chunk), the last chunk short), training and
+// inference, one channel's mean far from 0 (the shifted sums), running
+// statistics updated in place, against the CPU kernels. Its own generator:
+// the other cases' inputs stay as they were.
+static void testBatchNormChunks() {
+  std::mt19937_64 local(91);
+  auto values = [&](int64_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v((size_t)n);
+    for (auto &x : v) x = d(local);
+    return v;
+  };
+  for (const Shape &xs : {Shape{2, 3, 61, 100}, Shape{1, 2, 20000}, Shape{5, 1, 3000}}) {
+    const int64_t C = xs.v[1], inner = xs.numel() / (xs.v[0] * C);
+    auto x = values(xs.numel(), -2, 2), sc = values(C, -2, 2), bi = values(C, -2, 2), rm = values(C, -1, 1),
+         rv = values(C, 0.5f, 2), dy = values(xs.numel(), -2, 2);
+    for (int64_t n = 0; n < xs.v[0]; ++n) // channel 0 centred at 100
+      for (int64_t i = 0; i < inner; ++i) x[(size_t)(n * C * inner + i)] += 100.0f;
+    for (int training = 0; training < 2; ++training) {
+      ctx = "batchNorm chunks " + xs.str() + " training " + std::to_string(training);
+      std::vector<float> yc(xs.numel()), yg(xs.numel()), nmc(C), nvc(C), nmg(C), nvg(C);
+      pk::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yc.data(), nmc.data(), nvc.data(), 1e-5f, 0.9f, training);
+      pc::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yg.data(), nmg.data(), nvg.data(), 1e-5f, 0.9f, training);
+      cmp(yc, yg, 1e-5, "y");
+      cmp(nmc, nmg, 1e-6, "mean");
+      cmp(nvc, nvg, 1e-6, "var");
+      auto rm2 = rm, rv2 = rv;
+      pc::batchNorm(x.data(), xs, sc.data(), bi.data(), rm2.data(), rv2.data(), yg.data(), rm2.data(), rv2.data(), 1e-5f, 0.9f, training);
+      cmp(nmc, rm2, 1e-6, "mean inplace");
+      cmp(nvc, rv2, 1e-6, "var inplace");
+      std::vector<float> dc(xs.numel()), dg(xs.numel());
+      pk::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dc.data(), 1e-5f, training);
+      pc::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dg.data(), 1e-5f, training);
+      cmp(dc, dg, 1e-4, "dx");
+      std::vector<float> dsc(C), dbc(C), dsg(C), dbg(C);
+      pk::batchNormParamGrad(dy.data(), x.data(), xs, rm.data(), rv.data(), dsc.data(), dbc.data(), 1e-5f, training);
+      pc::batchNormParamGrad(dy.data(), x.data(), xs, rm.data(), rv.data(), dsg.data(), dbg.data(), 1e-5f, training);
+      cmp(dsc, dsg, 1e-4, "dscale");
+      cmp(dbc, dbg, 1e-5, "dbias");
+    }
+  }
+}
+
 static void testNorm() {
   std::vector<Shape> shapes = {Shape{2, 3}, Shape{4, 3, 5}, Shape{2, 5, 3, 4}, Shape{3, 2, 700}, Shape{1, 4, 1, 1}};
   for (auto &xs : shapes)
@@ -1925,6 +1969,7 @@ int main(int argc, char **argv) {
   // Last: the others' random inputs as they were.
   run("loss-not-finite", testLossNotFinite);
   run("many-pieces", testManyPieces);
+  run("batch-norm-chunks", testBatchNormChunks);
   try { pc::raiseDeviceErrors(); } catch (const std::exception &e) { std::printf("device error: %s\n", e.what()); ++failures; }
   std::printf("%d checks, %d failures, %d launches, %lld CUDA threads, %lld fiber switches, %d gemms\n", checks, failures,
               emu::launches, emu::sched().threadsRun, emu::sched().switches, emu::gemmCalls);

@@ -1,8 +1,10 @@
 // Batch and layer normalization with their input and parameter gradients.
 // As the CPU kernels (runtime/kernels/src/norm.cpp): statistics accumulate in
 // double, element-wise work is float. Every reduction is a fixed-order tree
-// (one block per channel or row, or per-chunk partial sums combined in a
-// fixed order): deterministic, no atomics. The layer-norm kernels are
+// (one block per row, or per-chunk partial sums combined in a fixed order):
+// deterministic, no atomics. Batch norm reads its input once for the
+// statistics (shifted sums, one pass) and once to apply them, each pass a
+// block per (channel, chunk). The layer-norm kernels are
 // templated on the storage of x, y, dy and dx (float, or bf16 with float
 // parameters and statistics: docs/cuda-kernels.md).
 #include "gemm.cuh"
@@ -19,18 +21,17 @@ namespace {
 using namespace nn;
 
 //===----------------------------------------------------------------------===//
-// Batch normalization: one block per channel
+// Batch normalization: blocks per (channel, chunk), partial sums in scratch
 //===----------------------------------------------------------------------===//
 
 struct ChannelView {
   int64_t N, C, inner;
+  __host__ __device__ int64_t count() const { return N * inner; }
 };
 ChannelView channelView(const char *op, const Shape &xs) {
   checkRank(op, xs, 2, "the input (N, C, ...)");
   return {xs.v[0], xs.v[1], productOf(xs, 2, xs.size)};
 }
-
-unsigned channelThreads(const ChannelView &v) { return segmentThreads(v.N * v.inner); }
 
 /// Flat position j in [0, N * inner) of channel c.
 __device__ __forceinline__ int64_t channelOffset(const ChannelView &v, int64_t c, int64_t j) {
@@ -38,70 +39,132 @@ __device__ __forceinline__ int64_t channelOffset(const ChannelView &v, int64_t c
   return (n * v.C + c) * v.inner + i;
 }
 
-/// Batch mean and population variance of channel c (block-collective).
-__device__ void channelStats(const float *x, const ChannelView &v, int64_t c, double &mean, double &var) {
-  const int64_t count = v.N * v.inner;
-  double sum = 0;
-  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) sum += x[channelOffset(v, c, j)];
-  sum = blockSum(sum);
-  mean = count > 0 ? sum / (double)count : 0.0;
-  double sq = 0;
-  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-    const double d = x[channelOffset(v, c, j)] - mean;
-    sq += d * d;
+/// The chunks of every channel (plan::cudaBatchNormChunks) and block b's
+/// channel, and its elements [j0, j1) of that channel.
+struct ChannelChunks {
+  int64_t chunks, length; // elements per chunk (the last may have fewer)
+  __device__ int64_t channel(int64_t b) const { return b / chunks; }
+  __device__ int64_t chunk(int64_t b) const { return b % chunks; }
+  __device__ void range(const ChannelView &v, int64_t b, int64_t &j0, int64_t &j1) const {
+    const int64_t count = v.count();
+    j0 = chunk(b) * length < count ? chunk(b) * length : count;
+    j1 = j0 + length < count ? j0 + length : count;
   }
-  sq = blockSum(sq);
-  var = count > 0 ? sq / (double)count : 0.0;
+};
+ChannelChunks channelChunks(const ChannelView &v) {
+  const int64_t chunks = plan::cudaBatchNormChunks(v.C, v.count());
+  return {chunks, (v.count() + chunks - 1) / chunks};
 }
 
-__global__ void batchNormKernel(const float *x, ChannelView v, const float *scale, const float *bias,
-                                const float *runningMean, const float *runningVar, float *y, float *newMean,
-                                float *newVar, float epsilon, float momentum, bool training) {
-  const int64_t count = v.N * v.inner;
-  for (int64_t c = blockIdx.x; c < v.C; c += gridDim.x) {
-    const double rm = runningMean[c], rv = runningVar[c];
-    double mean = rm, var = rv;
-    if (training) channelStats(x, v, c, mean, var);
-    __syncthreads(); // every thread has read the running statistics (newMean/newVar may alias them)
-    if (threadIdx.x == 0) {
-      if (training) {
-        newMean[c] = (float)(momentum * rm + (1.0 - (double)momentum) * mean);
-        newVar[c] = (float)(momentum * rv + (1.0 - (double)momentum) * var);
-      } else {
-        newMean[c] = (float)rm;
-        newVar[c] = (float)rv;
+/// The sums a channel's statistics and gradients need, over x shifted by
+/// the channel's first element (which keeps E[x²] - E[x]² well conditioned
+/// when the mean is far from 0): Σ(x - p), Σ(x - p)², and with dy Σdy,
+/// Σdy·(x - p). Doubles.
+constexpr int kChannelSums = 4;
+struct ChannelSums {
+  double shifted = 0, squares = 0, dy = 0, dyShifted = 0;
+};
+
+/// partial[b · kChannelSums + s]: sum s over block b's chunk (dy may be null).
+__global__ void channelPartialsKernel(const float *x, const float *dy, ChannelView v, ChannelChunks cc,
+                                      double *partial) {
+  for (int64_t b = blockIdx.x; b < v.C * cc.chunks; b += gridDim.x) {
+    const int64_t c = cc.channel(b);
+    int64_t j0, j1;
+    cc.range(v, b, j0, j1);
+    const double pivot = x[channelOffset(v, c, 0)];
+    double s[kChannelSums] = {0, 0, 0, 0};
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+      const int64_t i = channelOffset(v, c, j);
+      const double d = (double)x[i] - pivot;
+      s[0] += d;
+      s[1] += d * d;
+      if (dy) {
+        s[2] += dy[i];
+        s[3] += dy[i] * d;
       }
     }
-    const double invStd = 1.0 / sqrt(var + (double)epsilon);
-    const float a = (float)(invStd * scale[c]);
-    const float b = (float)(bias[c] - mean * invStd * scale[c]);
-    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-      const int64_t i = channelOffset(v, c, j);
-      y[i] = x[i] * a + b;
+    for (int q = 0; q < kChannelSums; ++q) {
+      const double total = blockSum(s[q]);
+      if (threadIdx.x == 0) partial[b * kChannelSums + q] = total;
     }
   }
 }
 
-__global__ void batchNormGradTrainingKernel(const float *dy, const float *x, ChannelView v, const float *scale,
-                                            float *dx, float epsilon) {
-  const int64_t count = v.N * v.inner;
-  for (int64_t c = blockIdx.x; c < v.C; c += gridDim.x) {
-    double mean, var;
-    channelStats(x, v, c, mean, var);
-    const double invStd = 1.0 / sqrt(var + (double)epsilon);
-    double sumDy = 0, sumDyXhat = 0;
-    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-      const int64_t i = channelOffset(v, c, j);
-      sumDy += dy[i];
-      sumDyXhat += dy[i] * ((x[i] - mean) * invStd);
+/// Channel c's sums from its chunks' partials, in chunk order.
+__device__ ChannelSums channelSums(const double *partial, ChannelChunks cc, int64_t c) {
+  ChannelSums t;
+  for (int64_t k = 0; k < cc.chunks; ++k) {
+    const double *p = partial + (c * cc.chunks + k) * kChannelSums;
+    t.shifted += p[0], t.squares += p[1], t.dy += p[2], t.dyShifted += p[3];
+  }
+  return t;
+}
+
+/// A channel's batch mean and population variance from its sums.
+struct ChannelStats {
+  double mean, var;
+};
+__device__ ChannelStats batchStats(const float *x, const ChannelView &v, int64_t c, const ChannelSums &t) {
+  const double n = (double)v.count(), shift = n > 0 ? t.shifted / n : 0.0;
+  const double var = n > 0 ? t.squares / n - shift * shift : 0.0;
+  return {(double)x[channelOffset(v, c, 0)] + shift, var > 0 ? var : 0.0};
+}
+
+/// y over block b's chunk with the batch statistics (training) or the
+/// running ones; the chunk-0 block of each channel writes its new running
+/// statistics. Only that block reads the running statistics in training,
+/// so newMean/newVar may alias them.
+__global__ void batchNormApplyKernel(const float *x, ChannelView v, ChannelChunks cc, const double *partial,
+                                     const float *scale, const float *bias, const float *runningMean,
+                                     const float *runningVar, float *y, float *newMean, float *newVar,
+                                     float epsilon, float momentum, bool training) {
+  for (int64_t b = blockIdx.x; b < v.C * cc.chunks; b += gridDim.x) {
+    const int64_t c = cc.channel(b);
+    const bool first = cc.chunk(b) == 0;
+    ChannelStats st{0, 0}; // an empty batch's (count 0)
+    if (!training) st = {runningMean[c], runningVar[c]};
+    else if (v.count() > 0) st = batchStats(x, v, c, channelSums(partial, cc, c));
+    if (first && threadIdx.x == 0) {
+      if (training) {
+        const double rm = runningMean[c], rv = runningVar[c];
+        newMean[c] = (float)(momentum * rm + (1.0 - (double)momentum) * st.mean);
+        newVar[c] = (float)(momentum * rv + (1.0 - (double)momentum) * st.var);
+      } else {
+        newMean[c] = (float)st.mean;
+        newVar[c] = (float)st.var;
+      }
     }
-    sumDy = blockSum(sumDy);
-    sumDyXhat = blockSum(sumDyXhat);
-    // dx = scale * invStd * (dy - mean(dy) - x̂ * mean(dy * x̂))
+    const double invStd = 1.0 / sqrt(st.var + (double)epsilon);
+    const float a = (float)(invStd * scale[c]);
+    const float shift = (float)(bias[c] - st.mean * invStd * scale[c]);
+    int64_t j0, j1;
+    cc.range(v, b, j0, j1);
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+      const int64_t i = channelOffset(v, c, j);
+      y[i] = x[i] * a + shift;
+    }
+  }
+}
+
+/// Training: dx = scale · invStd · (dy - mean(dy) - x̂ · mean(dy · x̂)) over
+/// block b's chunk, from the channel's sums.
+__global__ void batchNormGradApplyKernel(const float *dy, const float *x, ChannelView v, ChannelChunks cc,
+                                         const double *partial, const float *scale, float *dx, float epsilon) {
+  for (int64_t b = blockIdx.x; b < v.C * cc.chunks; b += gridDim.x) {
+    const int64_t c = cc.channel(b);
+    const ChannelSums t = channelSums(partial, cc, c);
+    const ChannelStats st = batchStats(x, v, c, t);
+    const double n = (double)v.count(), invStd = 1.0 / sqrt(st.var + (double)epsilon);
+    // Σdy·(x - mean) = Σdy·(x - p) - (mean - p)·Σdy
+    const double pivot = x[channelOffset(v, c, 0)];
+    const double dyCentred = t.dyShifted - (st.mean - pivot) * t.dy;
     const float k = (float)(scale[c] * invStd);
-    const float mDy = (float)(sumDy / (double)count), mDyXhat = (float)(sumDyXhat / (double)count);
-    const float fMean = (float)mean, fInv = (float)invStd;
-    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+    const float mDy = (float)(t.dy / n), mDyXhat = (float)(dyCentred * invStd / n);
+    const float fMean = (float)st.mean, fInv = (float)invStd;
+    int64_t j0, j1;
+    cc.range(v, b, j0, j1);
+    for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
       const int64_t i = channelOffset(v, c, j);
       const float xhat = (x[i] - fMean) * fInv;
       dx[i] = k * (dy[i] - mDy - xhat * mDyXhat);
@@ -120,27 +183,36 @@ __global__ void batchNormGradInferenceKernel(const float *dy, ChannelView v, con
   }
 }
 
-__global__ void batchNormParamGradKernel(const float *dy, const float *x, ChannelView v, const float *runningMean,
-                                         const float *runningVar, float *dscale, float *dbias, float epsilon,
-                                         bool training) {
-  const int64_t count = v.N * v.inner;
-  for (int64_t c = blockIdx.x; c < v.C; c += gridDim.x) {
-    double mean = runningMean[c], var = runningVar[c];
-    if (training) channelStats(x, v, c, mean, var);
-    const double invStd = 1.0 / sqrt(var + (double)epsilon);
-    double sumDy = 0, sumDyXhat = 0;
-    for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
-      const int64_t i = channelOffset(v, c, j);
-      sumDy += dy[i];
-      sumDyXhat += dy[i] * (x[i] - mean);
-    }
-    sumDy = blockSum(sumDy);
-    sumDyXhat = blockSum(sumDyXhat);
-    if (threadIdx.x == 0) {
-      dscale[c] = (float)(sumDyXhat * invStd);
-      dbias[c] = (float)sumDy;
-    }
+/// dscale = Σ dy·(x - mean)·invStd, dbias = Σ dy per channel (a thread per
+/// channel), with the batch statistics in training, the running ones else.
+__global__ void batchNormParamFinishKernel(const float *x, ChannelView v, ChannelChunks cc, const double *partial,
+                                           const float *runningMean, const float *runningVar, float *dscale,
+                                           float *dbias, float epsilon, bool training) {
+  for (int64_t c = firstIndex(); c < v.C; c += gridStride()) {
+    const ChannelSums t = channelSums(partial, cc, c);
+    const ChannelStats st = training ? batchStats(x, v, c, t) : ChannelStats{runningMean[c], runningVar[c]};
+    const double pivot = x[channelOffset(v, c, 0)];
+    const double invStd = 1.0 / sqrt(st.var + (double)epsilon);
+    dscale[c] = (float)((t.dyShifted - (st.mean - pivot) * t.dy) * invStd);
+    dbias[c] = (float)t.dy;
   }
+}
+
+/// The channels' partial sums of x (and dy) in the call's scratch: one
+/// launch, a block per (channel, chunk).
+const double *channelPartials(const char *op, const float *x, const float *dy, const ChannelView &v,
+                              const ChannelChunks &cc, Scratch &scratch) {
+  double *partial = scratch.shared<double>(v.C * cc.chunks * kChannelSums);
+  channelPartialsKernel<<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
+      x, dy, v, cc, partial);
+  detail::checkLaunch(op);
+  return partial;
+}
+
+ScratchNeed channelPartialsNeed(const ChannelView &v, const ChannelChunks &cc) {
+  ScratchNeed need;
+  need.addShared<double>(v.C * cc.chunks * kChannelSums);
+  return need;
 }
 
 //===----------------------------------------------------------------------===//
@@ -319,8 +391,11 @@ void batchNorm(const float *x, const Shape &xs, const float *scale, const float 
   const char *op = "nn.batch_norm";
   const ChannelView v = channelView(op, xs);
   if (v.C == 0) return;
-  batchNormKernel<<<segmentBlocks(v.C), channelThreads(v), 0, detail::stream()>>>(
-      x, v, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training);
+  const ChannelChunks cc = channelChunks(v);
+  Scratch scratch(op, {}, channelPartialsNeed(v, cc));
+  const double *partial = training && v.count() > 0 ? channelPartials(op, x, nullptr, v, cc, scratch) : nullptr;
+  batchNormApplyKernel<<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
+      x, v, cc, partial, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training);
   detail::checkLaunch(op);
 }
 
@@ -331,12 +406,16 @@ void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float
   (void)runningMean;
   const int64_t total = v.N * v.C * v.inner;
   if (total == 0) return;
-  if (training)
-    batchNormGradTrainingKernel<<<segmentBlocks(v.C), channelThreads(v), 0, detail::stream()>>>(dy, x, v, scale,
-                                                                                               dx, epsilon);
-  else
+  if (training) {
+    const ChannelChunks cc = channelChunks(v);
+    Scratch scratch(op, {}, channelPartialsNeed(v, cc));
+    const double *partial = channelPartials(op, x, dy, v, cc, scratch);
+    batchNormGradApplyKernel<<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
+        dy, x, v, cc, partial, scale, dx, epsilon);
+  } else {
     batchNormGradInferenceKernel<<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(
         dy, v, scale, runningVar, dx, epsilon);
+  }
   detail::checkLaunch(op);
 }
 
@@ -345,8 +424,16 @@ void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
   const char *op = "nn.batch_norm_param_grad";
   const ChannelView v = channelView(op, xs);
   if (v.C == 0) return;
-  batchNormParamGradKernel<<<segmentBlocks(v.C), channelThreads(v), 0, detail::stream()>>>(
-      dy, x, v, runningMean, runningVar, dscale, dbias, epsilon, training);
+  if (v.count() == 0) { // sums of nothing
+    detail::check(cudaMemsetAsync(dscale, 0, (size_t)v.C * sizeof(float), detail::stream()), op);
+    detail::check(cudaMemsetAsync(dbias, 0, (size_t)v.C * sizeof(float), detail::stream()), op);
+    return;
+  }
+  const ChannelChunks cc = channelChunks(v);
+  Scratch scratch(op, {}, channelPartialsNeed(v, cc));
+  const double *partial = channelPartials(op, x, dy, v, cc, scratch);
+  batchNormParamFinishKernel<<<detail::blocksFor(v.C), detail::kThreads, 0, detail::stream()>>>(
+      x, v, cc, partial, runningMean, runningVar, dscale, dbias, epsilon, training);
   detail::checkLaunch(op);
 }
 
