@@ -413,6 +413,34 @@ static void testSoftmax() {
       }
 }
 
+/// nn.batch_norm (running statistics written apart and in place), its input
+/// and parameter gradients, CUDA against CPU; dscale within `dscaleTolerance`.
+static void compareBatchNorm(const Shape &xs, const std::vector<float> &x, const std::vector<float> &sc,
+                             const std::vector<float> &bi, const std::vector<float> &rm, const std::vector<float> &rv,
+                             const std::vector<float> &dy, bool training, double dscaleTolerance) {
+  const int64_t C = xs.v[1];
+  std::vector<float> yc(xs.numel()), yg(xs.numel()), nmc(C), nvc(C), nmg(C), nvg(C);
+  pk::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yc.data(), nmc.data(), nvc.data(), 1e-5f, 0.9f, training);
+  pc::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yg.data(), nmg.data(), nvg.data(), 1e-5f, 0.9f, training);
+  cmp(yc, yg, 1e-5, "y");
+  cmp(nmc, nmg, 1e-6, "mean");
+  cmp(nvc, nvg, 1e-6, "var");
+  // in-place running stats
+  auto rm2 = rm, rv2 = rv;
+  pc::batchNorm(x.data(), xs, sc.data(), bi.data(), rm2.data(), rv2.data(), yg.data(), rm2.data(), rv2.data(), 1e-5f, 0.9f, training);
+  cmp(nmc, rm2, 1e-6, "mean inplace");
+  cmp(nvc, rv2, 1e-6, "var inplace");
+  std::vector<float> dc(xs.numel()), dg(xs.numel());
+  pk::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dc.data(), 1e-5f, training);
+  pc::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dg.data(), 1e-5f, training);
+  cmp(dc, dg, 1e-4, "dx");
+  std::vector<float> dsc(C), dbc(C), dsg(C), dbg(C);
+  pk::batchNormParamGrad(dy.data(), x.data(), xs, rm.data(), rv.data(), dsc.data(), dbc.data(), 1e-5f, training);
+  pc::batchNormParamGrad(dy.data(), x.data(), xs, rm.data(), rv.data(), dsg.data(), dbg.data(), 1e-5f, training);
+  cmp(dsc, dsg, dscaleTolerance, "dscale");
+  cmp(dbc, dbg, 1e-5, "dbias");
+}
+
 // Batch norm over channels of several chunks (plan::cudaBatchNormChunks: a
 // block per (channel, chunk), the last chunk short), training and
 // inference, one channel's mean far from 0 (the shifted sums), running
@@ -434,25 +462,7 @@ static void testBatchNormChunks() {
       for (int64_t i = 0; i < inner; ++i) x[(size_t)(n * C * inner + i)] += 100.0f;
     for (int training = 0; training < 2; ++training) {
       ctx = "batchNorm chunks " + xs.str() + " training " + std::to_string(training);
-      std::vector<float> yc(xs.numel()), yg(xs.numel()), nmc(C), nvc(C), nmg(C), nvg(C);
-      pk::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yc.data(), nmc.data(), nvc.data(), 1e-5f, 0.9f, training);
-      pc::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yg.data(), nmg.data(), nvg.data(), 1e-5f, 0.9f, training);
-      cmp(yc, yg, 1e-5, "y");
-      cmp(nmc, nmg, 1e-6, "mean");
-      cmp(nvc, nvg, 1e-6, "var");
-      auto rm2 = rm, rv2 = rv;
-      pc::batchNorm(x.data(), xs, sc.data(), bi.data(), rm2.data(), rv2.data(), yg.data(), rm2.data(), rv2.data(), 1e-5f, 0.9f, training);
-      cmp(nmc, rm2, 1e-6, "mean inplace");
-      cmp(nvc, rv2, 1e-6, "var inplace");
-      std::vector<float> dc(xs.numel()), dg(xs.numel());
-      pk::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dc.data(), 1e-5f, training);
-      pc::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dg.data(), 1e-5f, training);
-      cmp(dc, dg, 1e-4, "dx");
-      std::vector<float> dsc(C), dbc(C), dsg(C), dbg(C);
-      pk::batchNormParamGrad(dy.data(), x.data(), xs, rm.data(), rv.data(), dsc.data(), dbc.data(), 1e-5f, training);
-      pc::batchNormParamGrad(dy.data(), x.data(), xs, rm.data(), rv.data(), dsg.data(), dbg.data(), 1e-5f, training);
-      cmp(dsc, dsg, 1e-4, "dscale");
-      cmp(dbc, dbg, 1e-5, "dbias");
+      compareBatchNorm(xs, x, sc, bi, rm, rv, dy, training, 1e-4);
     }
   }
 }
@@ -463,27 +473,8 @@ static void testNorm() {
     for (int training = 0; training < 2; ++training) {
       const int64_t C = xs.v[1];
       auto x = randv(xs.numel()), sc = randv(C), bi = randv(C), rm = randv(C), rv = randv(C, 0.5, 2), dy = randv(xs.numel());
-      std::vector<float> yc(xs.numel()), yg(xs.numel()), nmc(C), nvc(C), nmg(C), nvg(C);
       ctx = "batchNorm " + xs.str() + " training " + std::to_string(training);
-      pk::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yc.data(), nmc.data(), nvc.data(), 1e-5f, 0.9f, training);
-      pc::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yg.data(), nmg.data(), nvg.data(), 1e-5f, 0.9f, training);
-      cmp(yc, yg, 1e-5, "y");
-      cmp(nmc, nmg, 1e-6, "mean");
-      cmp(nvc, nvg, 1e-6, "var");
-      // in-place running stats
-      auto rm2 = rm, rv2 = rv;
-      pc::batchNorm(x.data(), xs, sc.data(), bi.data(), rm2.data(), rv2.data(), yg.data(), rm2.data(), rv2.data(), 1e-5f, 0.9f, training);
-      cmp(nmc, rm2, 1e-6, "mean inplace");
-      cmp(nvc, rv2, 1e-6, "var inplace");
-      std::vector<float> dc(xs.numel()), dg(xs.numel());
-      pk::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dc.data(), 1e-5f, training);
-      pc::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dg.data(), 1e-5f, training);
-      cmp(dc, dg, 1e-4, "dx");
-      std::vector<float> dsc(C), dbc(C), dsg(C), dbg(C);
-      pk::batchNormParamGrad(dy.data(), x.data(), xs, rm.data(), rv.data(), dsc.data(), dbc.data(), 1e-5f, training);
-      pc::batchNormParamGrad(dy.data(), x.data(), xs, rm.data(), rv.data(), dsg.data(), dbg.data(), 1e-5f, training);
-      cmp(dsc, dsg, 1e-5, "dscale");
-      cmp(dbc, dbg, 1e-5, "dbias");
+      compareBatchNorm(xs, x, sc, bi, rm, rv, dy, training, 1e-5);
     }
   // Shape{2, 9000}: rows wider than a warp takes (kWarpRowMaxElements), a block per row; Shape{600, 7}
   // along axis 1: 600 rows in 24 chunks of the parameter gradient.
