@@ -20,8 +20,9 @@ OUT_DIR/table_models.json: per model its sizes, parameter count and the
 parameters that multiply (the MFU's N, docs/gpu-runs.md).
 
 --extra also writes the models of the earlier speed runs: a GPT-2-sized GPT
-with a fixed batch of 4 (no embedding dropout), torchvision's ResNet-50 (batch
-32, 224 x 224), bench/runtime's MLP of 8 Linear(1024, 1024) at batch 64 and
+with a fixed batch of 4 (no embedding dropout), torchvision's ResNet-50 and
+MobileNet-V2 (issue 47's depthwise network; batch 32, 224 x 224),
+bench/runtime's MLP of 8 Linear(1024, 1024) at batch 64 and
 4,096, and for the micro-batch sizes a 4-layer GPT (vocabulary 8,192, context
 512, width 768) whose batch dimension is free (GPT_FREE_BATCH)."""
 import json
@@ -132,7 +133,9 @@ def main():
     export(GPT(vocab=50257, context=1024, dim=768, heads=12, layers=12), torch.randint(0, 50257, (4, 1024)),
            os.path.join(out, "gpt2_124m.onnx"), "tokens")
     import torchvision
-    export(torchvision.models.resnet50(), torch.randn(32, 3, 224, 224), os.path.join(out, "resnet50.onnx"), "image")
+    for name, model in (("resnet50", torchvision.models.resnet50()),
+                        ("mobilenet_v2", torchvision.models.mobilenet_v2())):
+        export(model, torch.randn(32, 3, 224, 224), os.path.join(out, f"{name}.onnx"), "image")
     for batch in (64, 4096):
         bench_runtime.export_model(os.path.join(out, f"mlp8x1024_b{batch}.onnx"), 1024, 8, batch)
     export(GPT(**GPT_FREE_BATCH), torch.randint(0, GPT_FREE_BATCH["vocab"], (2, GPT_FREE_BATCH["context"])),

@@ -43,13 +43,16 @@
 # over 8 minutes (about 3-4 minutes more by the same estimate: 17 speed jobs of
 # 8 iterations ~100 s, 3 op profiles ~30 s, their PyTorch baselines up to 200 s):
 # the earlier speed table of docs/gpu-runs.md (MLP, GPT-2 with a fixed batch,
-# ResNet-50, the micro-batch sizes) and the op profiles. They still run, with
+# ResNet-50, MobileNet-V2, the micro-batch sizes) and the op profiles; issue
+# 47's convolutional rows are these (PyTorch eager NCHW and channels-last,
+# torch.compile channels-last, bf16 autocast). They still run, with
 # the training checks, from a bundle of `BENCH_GPU_EXTRA=1 prepare.sh` and the
 # third argument `extra`, in a call of their own (no budget applied).
 # Everything printed is also in OUT/log.txt. OUT gets at most 8 files
 # (log.txt, results.md, results.json, trained.tar, logs.tar (every piperun log),
 # profile-gpt2-b4.json, profile-llama-b4.json and profile-gpt2-b16.json (op
-# timers, each when the budget leaves 150 s); with extra, 3 profiles instead).
+# timers, each when the budget leaves 150 s); with extra, 3 profiles instead:
+# ResNet-50, MobileNet-V2 and the batch-4,096 MLP at bf16).
 set -u
 BUNDLE=$1; OUT=$(mkdir -p "$2" && cd "$2" && pwd); HERE=$(cd "$(dirname "$0")" && pwd); MODE=${3:-table}
 exec > >(tee "$OUT/log.txt") 2>&1
@@ -209,16 +212,16 @@ fi
 
 if [ "$MODE" = extra ]; then
 echo "=== speed: ms/iter of 8 iterations"
-for job in "$G"/jobs/bench-*/ "$G"/jobs/gpt2-*/ "$G"/jobs/r50-*/ "$G"/jobs/mb-*/; do name=$(basename "$job")
+for job in "$G"/jobs/r50-*/ "$G"/jobs/mnv2-*/ "$G"/jobs/bench-*/ "$G"/jobs/gpt2-*/ "$G"/jobs/mb-*/; do name=$(basename "$job")
   timeout 150 "$PIPERUN" "$job" --iters 8 --log-every 1 > "$G/$name.log" 2>&1; rc=$?
   el "$name rc=$rc: $(grep -o '[0-9.]* ms/iter' "$G/$name.log" | tr '\n' ' ')"; [ $rc = 0 ] || tail -8 "$G/$name.log"
 done
 echo "=== op profiles"
-for name in gpt2-bf16 r50-bf16 bench-b4096-bf16; do
+for name in r50-bf16 mnv2-bf16 bench-b4096-bf16; do
   [ -d "$G/jobs/$name" ] || continue
   timeout 120 "$PIPERUN" "$G/jobs/$name" --iters 3 --profile "$OUT/profile-$name.json" --quiet; el "$name profile rc=$?"
 done
 echo "=== PyTorch on the same GPU"
-timeout 200 python3 "$HERE/torch_baseline.py" --old 2>&1 | grep -v Warning
+timeout 400 python3 "$HERE/torch_baseline.py" --old 2>&1 | grep -v Warning
 fi
 el end

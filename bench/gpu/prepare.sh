@@ -10,7 +10,7 @@
 #                   train-<example>-<precision> for the GPU-vs-CPU check,
 #                   pipe-* for the pipelines on one GPU (pipelines.py); with
 #                   BENCH_GPU_EXTRA=1 instead of table-*, the earlier speed runs' bench-*/
-#                   gpt2-*/r50-* and mb-<b> for the micro-batch sizes (their
+#                   gpt2-*/r50-*/mnv2-* and mb-<b> for the micro-batch sizes (their
 #                   predictions: mb-choice.txt; torchvision needed to export)
 #   WORK/cpu        the same train-* jobs for CPU ranks, run here 3 steps with
 #                   their weights exported (the reference)
@@ -105,6 +105,7 @@ done
 for p in tf32 bf16; do
   compile "$WORK/models/gpt2_124m.onnx" "$WORK/jobs/gpt2-$p" --microbatches 2 --target cuda --precision $p
   compile "$WORK/models/resnet50.onnx" "$WORK/jobs/r50-$p" --microbatches 2 --target cuda --precision $p
+  compile "$WORK/models/mobilenet_v2.onnx" "$WORK/jobs/mnv2-$p" --microbatches 2 --target cuda --precision $p
 done
 # The micro-batch sizes (docs/planner.md, "The batch"): the planner's
 # predictions for every size (WORK/mb-choice.txt), and a job per size, 64

@@ -21,10 +21,14 @@ last compile) is skipped and reported so, as is an out-of-memory. One JSON
 object per row goes to OUT.jsonl. --smoke: tiny models on the CPU, one
 measured iteration, to check the script without a GPU.
 
-    torch_baseline.py --old
+    torch_baseline.py --old [--smoke]
 
 The earlier speed runs' baselines (MLP, GPT-2 fixed batch, ResNet-50, the
-micro-batch sizes; fp32 with TF32 off, tf32 with it on, bf16 under autocast)."""
+micro-batch sizes; fp32 with TF32 off, tf32 with it on, bf16 under autocast),
+and issue 47's convolutional rows (cnn_rows): ResNet-50 and MobileNet-V2 at
+32 x 224², 2 micro-batches, bf16 autocast, eager NCHW, eager channels-last and
+torch.compile channels-last, and the batch-4,096 MLP eager and compiled.
+--smoke runs only the convolutional rows, tiny, on the CPU."""
 import argparse
 import gc
 import json
@@ -226,6 +230,53 @@ def train_step(model, batches, precision):
     return step
 
 
+def cnn_rows(device="cuda", smoke=False):
+    """Issue 47's rows (docs/gpu-runs.md): each model's iteration (2
+    micro-batches; the MLP 8, as pipec's jobs) forward + backward under bf16
+    autocast and one fused AdamW step, as eager NCHW, eager channels-last and
+    torch.compile of the model and its loss in channels-last (the MLP has no
+    layout: eager and compile). The first compiled iteration compiles."""
+    import torchvision
+    import bench_runtime
+    size, batch, mlp_batch, width = (32, 2, 8, 64) if smoke else (224, 32, 4096, 1024)
+    models = (("r50", torchvision.models.resnet50, (3, size, size), 1000, batch, 2),
+              ("mnv2", torchvision.models.mobilenet_v2, (3, size, size), 1000, batch, 2),
+              ("mlp8x1024 b4096", lambda: bench_runtime.make_model(width, 8), (width,), width, mlp_batch, 8))
+    for name, make, shape, classes, b, micro in models:
+        layouts = ("nchw", "channels_last") if len(shape) == 3 else ("none",)
+        for layout, mode in [(layout, "eager") for layout in layouts] + [(layouts[-1], "compile")]:
+            memory = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+            model = make().to(device).train().to(memory_format=memory)
+            g = torch.Generator(device=device).manual_seed(1)
+            batches = [(torch.randn((b,) + shape, device=device, generator=g).contiguous(memory_format=memory)
+                        if len(shape) == 3 else torch.randn((b,) + shape, device=device, generator=g),
+                        torch.randint(0, classes, (b,), device=device, generator=g)) for _ in range(micro)]
+            loss_fn = WithLoss(model, device)
+            if mode == "compile":
+                loss_fn = torch.compile(loss_fn)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
+
+            def step():
+                optimizer.zero_grad(set_to_none=True)
+                for x, y in batches:
+                    (loss_fn(x, y) / len(batches)).backward()
+                optimizer.step()
+            warmup, iters = (2, 1) if smoke else (3, 8)
+            try:
+                times = timed(step, iters, warmup, device)
+                ms = statistics.median(times[warmup:])
+                extra = f" (compile {round((times[0] - ms) / 1e3, 1)} s)" if mode == "compile" else ""
+                print(f"torch {name} m{micro} bf16 {mode} {layout}: {ms:.2f} ms/iter, "
+                      f"{b * micro / ms * 1e3:.0f} samples/s{extra}", flush=True)
+            except Exception as e:  # a failed row must not lose the others
+                print(f"torch {name} m{micro} bf16 {mode} {layout}: failed: {type(e).__name__}: {str(e)[:200]}",
+                      flush=True)
+            if mode == "compile":
+                torch._dynamo.reset()
+            del model, batches, loss_fn, optimizer
+            release()
+
+
 def old():
     import torchvision
     import bench_runtime
@@ -265,7 +316,10 @@ def main():
                         help="the table's attention: scaled_dot_product_attention, or as exported")
     parser.add_argument("--old", action="store_true")
     args = parser.parse_args()
-    if args.old:
+    if args.old and args.smoke:
+        cnn_rows("cpu", smoke=True)
+    elif args.old:  # issue 47's rows first: on_gpu.sh's call may end before the others
+        cnn_rows()
         old()
     if args.table:
         table(args)
