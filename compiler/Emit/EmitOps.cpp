@@ -256,7 +256,10 @@ bool StageEmitter::emitNormPoolOp(Operation *op) {
             << ", " << shapeOf(grad.getInput()) << ", " << ptr(grad.getRunningMean()) << ", "
             << ptr(grad.getRunningVar()) << ", " << scale << ", " << bias << ", "
             << f32Literal(grad.getEpsilon().convertToFloat()) << ", "
-            << (grad.getTraining() ? "true" : "false") << ");\n";
+            << (grad.getTraining() ? "true" : "false")
+            // Into the parameters' gradient buffers (pipec-plan-memory's
+            // `gradient` storage, both results or neither).
+            << (accumulatesIntoGradient(grad.getScaleGrad()) ? ", true" : "") << ");\n";
       })
       .Case([&](nn::LayerNormOp norm) {
         std::string y = allocate(norm.getResult());

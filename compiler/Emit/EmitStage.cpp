@@ -187,6 +187,12 @@ std::string StageEmitter::allocate(Value value) {
       return bind(value, "static_cast<" + t + " *>(call->grad_params[" +
                              std::to_string(paramIndex(name.getValue())) + "])");
     }
+    case pipe::StorageKind::Buffer: {
+      auto name = current.getResultAttrOfType<StringAttr>(place.getOffset(), nn::kNameAttrName);
+      assert(name && "a buffer update result names its buffer (nn.name)");
+      return bind(value, "static_cast<" + t + " *>(call->params[" + std::to_string(paramIndex(name.getValue())) +
+                             "])");
+    }
     }
   }
   assert(!current->hasAttr(pipe::kArenaSizeAttrName) &&

@@ -173,6 +173,7 @@ def Pipe_StorageKind : I32EnumAttr<"StorageKind", "where a result is stored", [
     I32EnumAttrCase<"Arena", 0, "arena">,       // the stage's arena, at `offset` bytes
     I32EnumAttrCase<"Saved", 1, "saved">,       // the workspace slot of pipe.saved result `offset`
     I32EnumAttrCase<"Gradient", 2, "gradient">, // accumulated into the gradient buffer of result `offset`
+    I32EnumAttrCase<"Buffer", 3, "buffer">,     // in place in the buffer that result `offset` updates
   ]> {
   let cppNamespace = "::pipec::pipe";
   let genSpecializedAttr = 0;
@@ -187,7 +188,9 @@ def Pipe_StorageAttr : Pipe_Attr<"Storage", "storage"> {
     the function's pipe.saved result `offset`, which returns it or a view
     of it. `gradient`: the op
     accumulates (beta = 1) into the gradient buffer of the parameter whose
-    gradient is function result `offset`.
+    gradient is function result `offset`. `buffer`: the op writes, in place,
+    the buffer (a batch norm's running statistic) that function result
+    `offset` updates, which it also reads.
   }];
   let parameters = (ins EnumParameter<Pipe_StorageKind>:$kind, "int64_t":$offset);
   let assemblyFormat = "`<` $kind `,` $offset `>`";

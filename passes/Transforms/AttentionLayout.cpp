@@ -177,7 +177,8 @@ struct AttentionGroupedHeads : OpRewritePattern<nn::AttentionOp> {
 /// itself, transposed after, with cos and sin (broadcast to x) laid out as
 /// the projection is. The rotation runs along the last axis, which the swap
 /// keeps, so the two commute; the transpose then meets the attention, where
-/// AttentionHeadTransposes folds it (for heads that are not grouped). The
+/// AttentionHeadTransposes folds it (grouped heads too, once
+/// AttentionGroupedHeads has taken their repetition away). The
 /// tables move by a reshape when one of the swapped axes is 1 (as [S, D]
 /// or [1, 1, S, D] tables are), else by a transpose of the table.
 struct RotaryBeforeHeadTranspose : OpRewritePattern<nn::RotaryOp> {

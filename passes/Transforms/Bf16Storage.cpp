@@ -117,6 +117,14 @@ bool flexibleResult(Operation *op) {
   return llvm::isa<nn::GemmOp, nn::MatMulOp, nn::BatchedGemmOp, pipe::FusedOp>(op);
 }
 
+/// Element-wise ops, whose kernels take float32 storage as well as
+/// bfloat16 (pipec/cuda_kernels.h).
+bool elementwise(Operation *op) {
+  if (auto binary = llvm::dyn_cast<nn::BinaryElementwiseOpInterface>(op))
+    return binaryFunction(binary.getBinaryFunction()).result == BinaryResult::Same;
+  return llvm::isa<nn::UnaryElementwiseOpInterface, nn::UnaryGradOp, nn::BinaryGradOp>(op);
+}
+
 /// Ops whose one result is their operand's value: a view, an all-reduce.
 bool passesThrough(Operation *op) { return nn::isView(op) || llvm::isa<pipe::AllReduceOp>(op); }
 
@@ -137,6 +145,7 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
   LogicalResult runOnFunction(func::FuncOp function, llvm::StringMap<Type> &saved) {
     current = function;
     casts.clear();
+    readByFloat32.clear();
     lastArgumentCast = nullptr;
     Block &entry = function.getBody().front();
     // A saved value arrives in the storage its producer gave it.
@@ -227,6 +236,16 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
     case Kind::Bf16Kernel:
       break;
     }
+    // Between float32-only ops (a CNN's convolutions, batch norms and
+    // pools), element-wise work stays float32: bfloat16 would only add a
+    // conversion on each side.
+    if (kind == Kind::Bf16Kernel && elementwise(op) &&
+        llvm::all_of(op->getResults(), [&](Value result) { return readByFloat32Only(result); })) {
+      for (OpOperand &operand : op->getOpOperands())
+        if (floatTensor(operand.get().getType()))
+          convert(operand, Float32());
+      return success();
+    }
     if (kind != Kind::Fused && !readsEitherStorage(op))
       for (OpOperand &operand : op->getOpOperands())
         if (floatTensor(operand.get().getType()))
@@ -234,8 +253,8 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
     for (OpResult result : op->getResults()) {
       if (!floatTensor(result.getType()))
         continue;
-      bool keepFloat32 =
-          flexibleResult(op) ? wantsFloat32(result) : float32Result(op, result.getResultNumber());
+      bool keepFloat32 = flexibleResult(op) ? wantsFloat32(result) || (kind == Kind::Fused && readByFloat32Only(result))
+                                            : float32Result(op, result.getResultNumber());
       result.setType(withElement(result.getType(), keepFloat32 ? Float32() : Bf16()));
     }
     return success();
@@ -282,6 +301,41 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
     return true;
   }
 
+  /// Whether the readers of an element-wise result in this function all
+  /// read float32 and at least one of them is no view or save: float32-only
+  /// ops (convolutions, batch norm, pooling), float32 operands, and
+  /// element-wise ops that stay float32 by this rule. Being saved for the
+  /// backward counts neither way (a CNN's backward reads its activations in
+  /// float32 too), unlike wantsFloat32.
+  bool readByFloat32Only(Value value) {
+    auto known = readByFloat32.find(value);
+    if (known != readByFloat32.end())
+      return known->second;
+    bool some = false, all = true;
+    for (OpOperand &use : value.getUses()) {
+      Operation *user = use.getOwner();
+      if (llvm::isa<func::ReturnOp>(user)) {
+        some |= !current.getResultAttr(use.getOperandNumber(), kSaved);
+        continue;
+      }
+      if (passesThrough(user)) {
+        all = readByFloat32Only(user->getResult(0));
+        some |= all;
+      } else if (llvm::isa<pipe::SendOp, pipe::YieldOp, pipe::RecomputeOp, pipe::FusedOp>(user)) {
+        all = false;
+      } else {
+        const Kind kind = kindOf(user);
+        all = kind == Kind::Float32Only || (kind == Kind::Bf16Kernel && readsFloat32(user, value)) ||
+              (kind == Kind::Bf16Kernel && elementwise(user) &&
+               llvm::all_of(user->getResults(), [&](Value result) { return readByFloat32Only(result); }));
+        some |= all;
+      }
+      if (!all)
+        break;
+    }
+    return readByFloat32[value] = all && some;
+  }
+
   /// Makes `operand` read its value in `element` storage: through one nn.cast
   /// per value and storage in the function, placed before the first reader;
   /// the function's own arguments (parameters a product reads, data) are
@@ -320,6 +374,7 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
 
   func::FuncOp current;
   llvm::DenseMap<std::pair<Value, Type>, Value> casts;
+  llvm::DenseMap<Value, bool> readByFloat32; // readByFloat32Only's answers in this function
   Operation *lastArgumentCast = nullptr; // the function's argument conversions end here
 };
 

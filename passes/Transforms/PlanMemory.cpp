@@ -152,6 +152,45 @@ pk::ScratchNeed kernelScratchOf(Operation *op, pk::ScratchTarget target, bool ac
       .Default([](Operation *) { return pk::ScratchNeed{}; });
 }
 
+/// A batch norm's new running statistic, returned as the update of the
+/// buffer it reads and read by nothing else, is written in place into that
+/// buffer (the kernels allow it: pipec/kernel_api.inc), so that no copy
+/// returns it: such results, each with the index of the function result
+/// that returns it.
+llvm::DenseMap<Value, int64_t> buffersUpdatedInPlace(func::FuncOp function, func::ReturnOp ret) {
+  Block &body = function.getBody().front();
+  llvm::DenseMap<Value, int64_t> bufferResult;
+  for (auto [i, value] : llvm::enumerate(ret.getOperands())) {
+    auto norm = value.getDefiningOp<nn::BatchNormOp>();
+    auto name = function.getResultAttrOfType<StringAttr>(i, nn::kNameAttrName);
+    if (!norm || norm->getBlock() != &body || nn::resultRole(function, i) != nn::Role::BufferUpdate || !name ||
+        !value.hasOneUse())
+      continue;
+    Value read = value == norm.getNewRunningMean()  ? norm.getRunningMean()
+                 : value == norm.getNewRunningVar() ? norm.getRunningVar()
+                                                    : Value();
+    auto argument = llvm::dyn_cast_or_null<BlockArgument>(read);
+    if (argument && argument.getOwner() == &body && argument.hasOneUse() &&
+        function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), nn::kNameAttrName) == name &&
+        argument.getType() == value.getType())
+      bufferResult[value] = static_cast<int64_t>(i);
+  }
+  return bufferResult;
+}
+
+/// A norm's parameter gradient adds into both of its results or neither:
+/// drops the half-planned ones from `gradientResult`.
+void keepWholeNormGradients(llvm::DenseMap<Value, int64_t> &gradientResult) {
+  for (auto it = gradientResult.begin(); it != gradientResult.end();) {
+    auto next = std::next(it);
+    Operation *grad = it->first.getDefiningOp();
+    if (llvm::isa<nn::LayerNormParamGradOp, nn::BatchNormParamGradOp>(grad) &&
+        !llvm::all_of(grad->getResults(), [&](Value r) { return gradientResult.count(r); }))
+      gradientResult.erase(it);
+    it = next;
+  }
+}
+
 struct Interval {
   Value root;                 ///< the value stored, or null for a kernel call's scratch
   Operation *scratchOf;       ///< the kernel call whose scratch this is, or null
@@ -265,17 +304,12 @@ struct PlanMemory : PassWithOptions<impl::PlanMemoryBase<PlanMemory>, PlanMemory
       // (A GEMM not with an epilogue: f(gradient + product) is no accumulation.)
       auto gemm = llvm::dyn_cast<nn::GemmOp>(producer);
       if ((gemm && !gemm.getC() && !gemm.getActivation()) ||
-          llvm::isa<nn::ReduceSumOp, nn::LayerNormParamGradOp>(producer))
+          llvm::isa<nn::ReduceSumOp, nn::LayerNormParamGradOp, nn::BatchNormParamGradOp>(producer))
         gradientResult[storage] = static_cast<int64_t>(i);
     }
-    // nn.layer_norm_param_grad adds into both of its results or neither.
-    for (auto it = gradientResult.begin(); it != gradientResult.end();) {
-      auto next = std::next(it);
-      if (auto grad = it->first.getDefiningOp<nn::LayerNormParamGradOp>();
-          grad && !llvm::all_of(grad->getResults(), [&](Value r) { return gradientResult.count(r); }))
-        gradientResult.erase(it);
-      it = next;
-    }
+    const llvm::DenseMap<Value, int64_t> bufferResult = buffersUpdatedInPlace(function, ret);
+
+    keepWholeNormGradients(gradientResult);
 
     std::vector<Interval> intervals;
     llvm::DenseMap<Operation *, SmallVector<Attribute>> storage;
@@ -296,6 +330,8 @@ struct PlanMemory : PassWithOptions<impl::PlanMemoryBase<PlanMemory>, PlanMemory
         } else if (auto it = gradientResult.find(result); it != gradientResult.end()) {
           places.push_back(pipe::StorageAttr::get(context, pipe::StorageKind::Gradient, it->second));
           ++numAccumulated;
+        } else if (auto it = bufferResult.find(result); it != bufferResult.end()) {
+          places.push_back(pipe::StorageAttr::get(context, pipe::StorageKind::Buffer, it->second));
         } else {
           places.push_back({}); // filled in below
           intervals.push_back({result, nullptr, position.lookup(op),

@@ -218,7 +218,9 @@ TEST(AttentionLayout, GroupedHeadsEqualRepeatedHeads) {
       {{2}, 4, 70, 9, 4, 6, 2, {70, 9}, true, 1},         // one key/value head, two blocks of rows
       {{2}, 6, 6, 5, 3, 5, 3, {1, 6, 6, 5}, false, 3},    // an additive mask per query head
       {{}, 4, 5, 6, 2, 3, 0, {}, false, 2},               // no leading axes
-      {{2, 1}, 4, 4, 6, 5, 2, 1, {2, 1, 4, 4, 6}, true, 2}}; // two leading axes, a mask per slice
+      {{2, 1}, 4, 4, 6, 5, 2, 1, {2, 1, 4, 4, 6}, true, 2}, // two leading axes, a mask per slice
+      {{2}, 6, 70, 9, 4, 3, 2, {70, 9}, false, 3},          // 2 query heads per key/value head, two blocks
+      {{2}, 4, 0, 5, 3, 2, 0, {}, false, 2}};                // no query rows: dk and dv sums of nothing
   uint32_t seed = 900;
   const int threadsBefore = pk::threads();
   for (const LayoutCase &c : grouped)

@@ -34,6 +34,17 @@ TEST(BatchNorm, TrainingUsesBatchStatisticsAndUpdatesRunning) {
   pk::batchNorm(x.data(), xs, scale, bias, rm2, rv2, y.data(), rm2, rv2, 1e-5f, 0.9f, true);
   EXPECT_EQ(rm2[0], nm[0]);
   EXPECT_EQ(rv2[1], nv[1]);
+  // The parameter gradient added into buffers that hold something: the bits
+  // of writing it elsewhere and adding.
+  std::vector<float> dy(x.size());
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = 0.25f * (float)(i % 7) - 0.7f;
+  float ds[2], db[2], dsAdded[2] = {0.5f, -1.25f}, dbAdded[2] = {2.0f, 0.125f};
+  pk::batchNormParamGrad(dy.data(), x.data(), xs, rm, rv, ds, db, 1e-5f, true);
+  pk::batchNormParamGrad(dy.data(), x.data(), xs, rm, rv, dsAdded, dbAdded, 1e-5f, true, true);
+  EXPECT_EQ(dsAdded[0], 0.5f + ds[0]);
+  EXPECT_EQ(dsAdded[1], -1.25f + ds[1]);
+  EXPECT_EQ(dbAdded[0], 2.0f + db[0]);
+  EXPECT_EQ(dbAdded[1], 0.125f + db[1]);
 }
 
 // Statistics and gradient sums over long channels (runs longer than the

@@ -96,6 +96,41 @@ pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
     %dg2, %unused = nn.layer_norm_param_grad %dy, %x {axis = 1 : i64, epsilon = 1.0e-05 : f32} : (tensor<4x16xf32>, tensor<4x16xf32>) -> (tensor<16xf32>, tensor<16xf32>)
     return %dbv, %dg, %dbeta, %twice, %db2, %dg2 : tensor<1x16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>, tensor<16xf32>
   }
+
+  // A batch norm's new running statistics, returned as the updates of the
+  // buffers it reads, are written in place into those buffers (storage
+  // `buffer`, the index of the result that returns them); a running mean
+  // also read elsewhere (%m2 by the add) keeps its update in the arena.
+  // Both parameter gradients of a batch norm add into their buffers.
+  // CHECK-LABEL: func.func @bwd_weight_batch_norm
+  // CHECK: nn.batch_norm_param_grad {{.*}}pipe.storage = [#pipe.storage<gradient, 0>, #pipe.storage<gradient, 1>]
+  func.func @bwd_weight_batch_norm(%dy: tensor<2x4x3x3xf32> {pipe.saved = "dy"}, %x: tensor<2x4x3x3xf32> {pipe.saved = "x"},
+                                   %m: tensor<4xf32> {nn.name = "m", nn.role = #nn.role<buffer>},
+                                   %v: tensor<4xf32> {nn.name = "v", nn.role = #nn.role<buffer>})
+      -> (tensor<4xf32> {nn.name = "g", nn.role = #nn.role<grad>}, tensor<4xf32> {nn.name = "b", nn.role = #nn.role<grad>}) {
+    %dg, %db = nn.batch_norm_param_grad %dy, %x, %m, %v {training = true} : (tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+    return %dg, %db : tensor<4xf32>, tensor<4xf32>
+  }
+
+  // CHECK-LABEL: func.func @fwd_batch_norm
+  // CHECK: nn.batch_norm %arg0, %arg1, %arg2, %arg3, %arg4 {pipe.storage = [#pipe.storage<arena, 0>, #pipe.storage<buffer, 1>, #pipe.storage<buffer, 2>], training = true}
+  // CHECK: nn.batch_norm %arg0, %arg1, %arg2, %arg5, %arg6 {pipe.storage = [#pipe.storage<arena, {{[0-9]+}}>, #pipe.storage<arena, {{[0-9]+}}>, #pipe.storage<buffer, 4>], training = true}
+  func.func @fwd_batch_norm(%x: tensor<2x4x3x3xf32> {nn.name = "x", nn.role = #nn.role<input>},
+                            %g: tensor<4xf32> {nn.name = "g", nn.role = #nn.role<param>},
+                            %b: tensor<4xf32> {nn.name = "b", nn.role = #nn.role<param>},
+                            %m: tensor<4xf32> {nn.name = "m", nn.role = #nn.role<buffer>},
+                            %v: tensor<4xf32> {nn.name = "v", nn.role = #nn.role<buffer>},
+                            %m2: tensor<4xf32> {nn.name = "m2", nn.role = #nn.role<buffer>},
+                            %v2: tensor<4xf32> {nn.name = "v2", nn.role = #nn.role<buffer>})
+      -> (tensor<2x4x3x3xf32>, tensor<4xf32> {nn.name = "m", nn.role = #nn.role<buffer_update>},
+          tensor<4xf32> {nn.name = "v", nn.role = #nn.role<buffer_update>},
+          tensor<4xf32> {nn.name = "m2", nn.role = #nn.role<buffer_update>},
+          tensor<4xf32> {nn.name = "v2", nn.role = #nn.role<buffer_update>}, tensor<4xf32>) {
+    %y, %nm, %nv = nn.batch_norm %x, %g, %b, %m, %v {training = true} : (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>)
+    %y2, %nm2, %nv2 = nn.batch_norm %x, %g, %b, %m2, %v2 {training = true} : (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>)
+    %s = nn.add %m2, %nm2 : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    return %y, %nm, %nv, %nm2, %nv2, %s : tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  }
 }
 
 // A kernel call's scratch is live during the call only: the convolution's

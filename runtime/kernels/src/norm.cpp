@@ -172,15 +172,17 @@ void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float
 }
 
 void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const float *runningMean,
-                        const float *runningVar, float *dscale, float *dbias, float epsilon, bool training) {
+                        const float *runningVar, float *dscale, float *dbias, float epsilon, bool training,
+                        bool accumulate) {
   const ChannelView v = channelView("nn.batch_norm_param_grad", xs);
   parallelVectorRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
     for (int64_t c = cBegin; c < cEnd; ++c) {
       double mean = runningMean[c], var = runningVar[c];
       const auto [sumDy, sumDyCentered] = channelGradientSums(dy, x, v, c, training, mean, var);
       const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
-      dscale[c] = (float)(sumDyCentered * invStd);
-      dbias[c] = (float)sumDy;
+      const float scaleGrad = (float)(sumDyCentered * invStd), biasGrad = (float)sumDy;
+      dscale[c] = accumulate ? dscale[c] + scaleGrad : scaleGrad;
+      dbias[c] = accumulate ? dbias[c] + biasGrad : biasGrad;
     }
   });
 }

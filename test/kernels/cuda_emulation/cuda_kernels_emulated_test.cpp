@@ -439,6 +439,12 @@ static void compareBatchNorm(const Shape &xs, const std::vector<float> &x, const
   pc::batchNormParamGrad(dy.data(), x.data(), xs, rm.data(), rv.data(), dsg.data(), dbg.data(), 1e-5f, training);
   cmp(dsc, dsg, dscaleTolerance, "dscale");
   cmp(dbc, dbg, 1e-5, "dbias");
+  // Added into gradient buffers that hold something already.
+  auto dsc2 = sc, dbc2 = bi, dsg2 = sc, dbg2 = bi;
+  pk::batchNormParamGrad(dy.data(), x.data(), xs, rm.data(), rv.data(), dsc2.data(), dbc2.data(), 1e-5f, training, true);
+  pc::batchNormParamGrad(dy.data(), x.data(), xs, rm.data(), rv.data(), dsg2.data(), dbg2.data(), 1e-5f, training, true);
+  cmp(dsc2, dsg2, dscaleTolerance, "dscale accumulated");
+  cmp(dbc2, dbg2, 1e-5, "dbias accumulated");
 }
 
 // Batch norm over channels of several chunks (plan::cudaBatchNormChunks: a

@@ -224,7 +224,7 @@ bool buildGraph(const PlanKey &key, bool deterministic, cudnnHandle_t handle, Pl
     operandOutput(dV, kDV, hk, T, Dv);
   }
   // Determinism is SDPA's own option above, not an engine filter.
-  return dnn::build(graph, handle, /*deterministic=*/false, plan, why);
+  return dnn::build(graph, handle, {fe::HeurMode_t::A}, /*deterministic=*/false, plan, why);
 }
 
 /// The plan of `key`, built on first use. A backward is built deterministic

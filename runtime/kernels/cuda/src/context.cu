@@ -208,7 +208,7 @@ void *scratch(int slot, size_t bytes) {
 #ifdef PIPEC_CUDA_EMULATION
   // The emulation fills fresh device memory with NaN so that a kernel that
   // reads scratch it did not write shows; reused scratch gets the same.
-  check(cudaMemsetAsync(pointer, 0xff, bytes, currentStream), "kernel scratch");
+  emu::fillUncounted(pointer, 0xff, bytes, currentStream);
 #endif
   return pointer;
 }

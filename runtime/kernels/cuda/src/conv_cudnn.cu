@@ -1,8 +1,8 @@
 // Convolutions through cuDNN's graph API (conv_cudnn.cuh; docs/cuda-kernels.md,
 // "Convolutions (cuDNN)"): the forward (conv_fprop), the input gradient
 // (conv_dgrad) and the weight gradient (conv_wgrad, every sample in one
-// call), on float32 storage with TF32 tensor cores, for the TF32 and BF16
-// precisions. x [N, C, d...], w [F, C/G, k...] and y [N, F, o...] are
+// call), on float32 storage with FLOAT compute (cuDNN's default lets its
+// TF32 tensor-core engines run it), for the TF32 and BF16 precisions. x [N, C, d...], w [F, C/G, k...] and y [N, F, o...] are
 // cuDNN's tensors as they lie (row-major NCHW strides, nothing copied); a
 // 1-D convolution is a 2-D one of height 1. One plan per shape and kind,
 // built on the first call (outside any CUDA graph capture) from cuDNN's
@@ -104,7 +104,9 @@ bool buildGraph(const ConvKey &key, cudnnHandle_t handle, Plan &plan, std::strin
            kW, key.w);
     break;
   }
-  return build(graph, handle, /*deterministic=*/true, plan, why);
+  // Heuristics A, then cuDNN's fallback list: a convolution has engines for
+  // every shape there, where A may rank none that is deterministic.
+  return build(graph, handle, {fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}, /*deterministic=*/true, plan, why);
 }
 
 /// This thread's convolution plans per device.

@@ -99,8 +99,8 @@ cudnnHandle_t handle(const char *op, const char *fallback) {
   return owned.handle;
 }
 
-bool build(std::shared_ptr<fe::graph::Graph> graph, cudnnHandle_t handle, bool deterministic, Plan &plan,
-           std::string &why) {
+bool build(std::shared_ptr<fe::graph::Graph> graph, cudnnHandle_t handle, const std::vector<fe::HeurMode_t> &modes,
+           bool deterministic, Plan &plan, std::string &why) {
   auto failed = [&](fe::error_t status) {
     if (status.is_good()) return false;
     why = status.get_message();
@@ -108,7 +108,7 @@ bool build(std::shared_ptr<fe::graph::Graph> graph, cudnnHandle_t handle, bool d
   };
   try {
     if (failed(graph->validate()) || failed(graph->build_operation_graph(handle)) ||
-        failed(graph->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK})))
+        failed(graph->create_execution_plans(modes)))
       return false;
     if (deterministic) graph->deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
     if (failed(graph->check_support(handle)) || failed(graph->build_plans(handle))) return false;

@@ -38,13 +38,13 @@ struct Plan {
 /// instead).
 cudnnHandle_t handle(const char *op, const char *fallback);
 
-/// Builds `graph` into `plan` (validate, the operation graph, heuristics A
-/// then the fallback list, cuDNN's support check, the plans); with
+/// Builds `graph` into `plan` (validate, the operation graph, the engines
+/// of heuristics `modes`, cuDNN's support check, the plans); with
 /// `deterministic`, only engines whose results do not depend on the run.
 /// False, with cuDNN's reason in `why`, where cuDNN refuses; the frontend's
 /// exceptions (a part of cuDNN it cannot load) are refusals too.
-bool build(std::shared_ptr<fe::graph::Graph> graph, cudnnHandle_t handle, bool deterministic, Plan &plan,
-           std::string &why);
+bool build(std::shared_ptr<fe::graph::Graph> graph, cudnnHandle_t handle, const std::vector<fe::HeurMode_t> &modes,
+           bool deterministic, Plan &plan, std::string &why);
 
 /// The device memory of a call's graph (`bytes`): the call's planned
 /// workspace when it is bound and large enough, else the library's scratch

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace pipec::kernels::cuda {
 
@@ -125,7 +126,9 @@ __global__ void batchNormApplyKernel(const float *x, ChannelView v, ChannelChunk
     ChannelStats st{0, 0}; // an empty batch's (count 0)
     if (!training) st = {runningMean[c], runningVar[c]};
     else if (v.count() > 0) st = batchStats(x, v, c, channelSums(partial, cc, c));
-    if (first && threadIdx.x == 0) {
+    // Inference copies the running statistics only where they move: in place,
+    // other blocks of the channel are reading them.
+    if (first && threadIdx.x == 0 && (training || newMean != runningMean || newVar != runningVar)) {
       if (training) {
         const double rm = runningMean[c], rv = runningVar[c];
         newMean[c] = (float)(momentum * rm + (1.0 - (double)momentum) * st.mean);
@@ -184,17 +187,19 @@ __global__ void batchNormGradInferenceKernel(const float *dy, ChannelView v, con
 }
 
 /// dscale = Σ dy·(x - mean)·invStd, dbias = Σ dy per channel (a thread per
-/// channel), with the batch statistics in training, the running ones else.
+/// channel), with the batch statistics in training, the running ones else;
+/// added into dscale and dbias with accumulate.
 __global__ void batchNormParamFinishKernel(const float *x, ChannelView v, ChannelChunks cc, const double *partial,
                                            const float *runningMean, const float *runningVar, float *dscale,
-                                           float *dbias, float epsilon, bool training) {
+                                           float *dbias, float epsilon, bool training, bool accumulate) {
   for (int64_t c = firstIndex(); c < v.C; c += gridStride()) {
     const ChannelSums t = channelSums(partial, cc, c);
     const ChannelStats st = training ? batchStats(x, v, c, t) : ChannelStats{runningMean[c], runningVar[c]};
     const double pivot = x[channelOffset(v, c, 0)];
     const double invStd = 1.0 / sqrt(st.var + (double)epsilon);
-    dscale[c] = (float)((t.dyShifted - (st.mean - pivot) * t.dy) * invStd);
-    dbias[c] = (float)t.dy;
+    const float scaleGrad = (float)((t.dyShifted - (st.mean - pivot) * t.dy) * invStd), biasGrad = (float)t.dy;
+    dscale[c] = accumulate ? dscale[c] + scaleGrad : scaleGrad;
+    dbias[c] = accumulate ? dbias[c] + biasGrad : biasGrad;
   }
 }
 
@@ -392,8 +397,12 @@ void batchNorm(const float *x, const Shape &xs, const float *scale, const float 
   const ChannelView v = channelView(op, xs);
   if (v.C == 0) return;
   const ChannelChunks cc = channelChunks(v);
-  Scratch scratch(op, {}, channelPartialsNeed(v, cc));
-  const double *partial = training && v.count() > 0 ? channelPartials(op, x, nullptr, v, cc, scratch) : nullptr;
+  std::optional<Scratch> scratch; // the partial sums, in training only
+  const double *partial = nullptr;
+  if (training && v.count() > 0) {
+    scratch.emplace(op, Workspace{}, channelPartialsNeed(v, cc));
+    partial = channelPartials(op, x, nullptr, v, cc, *scratch);
+  }
   batchNormApplyKernel<<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
       x, v, cc, partial, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training);
   detail::checkLaunch(op);
@@ -420,10 +429,11 @@ void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float
 }
 
 void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const float *runningMean,
-                        const float *runningVar, float *dscale, float *dbias, float epsilon, bool training) {
+                        const float *runningVar, float *dscale, float *dbias, float epsilon, bool training,
+                        bool accumulate) {
   const char *op = "nn.batch_norm_param_grad";
   const ChannelView v = channelView(op, xs);
-  if (v.C == 0) return;
+  if (v.C == 0 || (v.count() == 0 && accumulate)) return; // accumulate: adding sums of nothing
   if (v.count() == 0) { // sums of nothing
     detail::check(cudaMemsetAsync(dscale, 0, (size_t)v.C * sizeof(float), detail::stream()), op);
     detail::check(cudaMemsetAsync(dbias, 0, (size_t)v.C * sizeof(float), detail::stream()), op);
@@ -433,7 +443,7 @@ void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
   Scratch scratch(op, {}, channelPartialsNeed(v, cc));
   const double *partial = channelPartials(op, x, dy, v, cc, scratch);
   batchNormParamFinishKernel<<<detail::blocksFor(v.C), detail::kThreads, 0, detail::stream()>>>(
-      x, v, cc, partial, runningMean, runningVar, dscale, dbias, epsilon, training);
+      x, v, cc, partial, runningMean, runningVar, dscale, dbias, epsilon, training, accumulate);
   detail::checkLaunch(op);
 }
 

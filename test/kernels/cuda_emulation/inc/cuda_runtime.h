@@ -82,6 +82,14 @@ inline bool recorded(cudaStream_t s, std::function<void()> work) {
   recording.push_back(std::move(work));
   return true;
 }
+
+/// The emulation's NaN fill of fresh or reused kernel scratch (context.cu),
+/// stream-ordered like a memset (recorded into a capture) but not counted
+/// as the stream's work: a GPU does no such fill, so the launch counts
+/// (test/codegen/cuda_launch_count.py) must not see it.
+inline void fillUncounted(void *p, int value, size_t n, cudaStream_t s) {
+  if (!recorded(s, [=] { std::memset(p, value, n); })) std::memset(p, value, n);
+}
 // A call CUDA refuses during a capture: it invalidates the capture.
 inline bool refusedWhileCapturing() {
   if (capturing) captureInvalidated = true;
