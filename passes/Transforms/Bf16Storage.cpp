@@ -306,7 +306,8 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
   /// ops (convolutions, batch norm, pooling), float32 operands, and
   /// element-wise ops that stay float32 by this rule. Being saved for the
   /// backward counts neither way (a CNN's backward reads its activations in
-  /// float32 too), unlike wantsFloat32.
+  /// float32 too), unlike wantsFloat32, and neither does a fused loop, which
+  /// loads either storage (a residual read by the next block's add).
   bool readByFloat32Only(Value value) {
     auto known = readByFloat32.find(value);
     if (known != readByFloat32.end())
@@ -321,7 +322,9 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
       if (passesThrough(user)) {
         all = readByFloat32Only(user->getResult(0));
         some |= all;
-      } else if (llvm::isa<pipe::SendOp, pipe::YieldOp, pipe::RecomputeOp, pipe::FusedOp>(user)) {
+      } else if (llvm::isa<pipe::FusedOp>(user)) {
+        continue; // a fused loop loads either storage
+      } else if (llvm::isa<pipe::SendOp, pipe::YieldOp, pipe::RecomputeOp>(user)) {
         all = false;
       } else {
         const Kind kind = kindOf(user);
