@@ -54,7 +54,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cuda_stage_emulated import build_emulated_stage, run  # noqa: E402
+from cuda_stage_emulated import add_emulation_arguments, build_emulated_stage, run  # noqa: E402
 
 # GPT-2 124M, at micro-batch 4 (what the activation bytes are reported for).
 REAL = dict(layers=12, width=768, heads=12, context=1024, vocab=50257, batch=4)
@@ -302,23 +302,28 @@ def judge(figures, activation, budget_path):
     return failures, notes
 
 
-def write_budget(path, figures, activation):
-    budget = {
-        "about": "Upper bounds for test/codegen/cuda_launch_count.py (ctest cuda-launch-count): per micro-batch "
-                 "of a 12-block GPT-2 stage, --target cuda --precision bf16 -O2, per entry point the stream's work "
-                 "(launches: kernels + GEMMs + cuDNN calls + copies, inside CUDA graphs or not), what the host issues for it "
-                 "(host_launches: graph launches and the work outside graphs) and host syncs, and activation_bytes (workspace_bytes at "
-                 "GPT-2 124M, micro-batch 4, context 1024). Lower a bound when the test reports an improvement.",
-        "per_microbatch": {entry: {key: figures[entry][key] for key in BOUNDED} for entry in ENTRY_POINTS},
-        "activation_bytes": activation,
-    }
+GPT2_BUDGET_ABOUT = (
+    "Upper bounds for test/codegen/cuda_launch_count.py (ctest cuda-launch-count): per micro-batch "
+    "of a 12-block GPT-2 stage, --target cuda --precision bf16 -O2, per entry point the stream's work "
+    "(launches: kernels + GEMMs + cuDNN calls + copies, inside CUDA graphs or not), what the host issues for it "
+    "(host_launches: graph launches and the work outside graphs) and host syncs, and activation_bytes (workspace_bytes at "
+    "GPT-2 124M, micro-batch 4, context 1024). Lower a bound when the test reports an improvement.")
+
+
+def write_budget(path, figures, about, activation=None):
+    """Today's figures as the bounds in PATH (activation_bytes when given)."""
+    budget = {"about": about,
+              "per_microbatch": {entry: {key: figures[entry][key] for key in BOUNDED} for entry in ENTRY_POINTS}}
+    if activation is not None:
+        budget["activation_bytes"] = activation
     with open(path, "w") as f:
         json.dump(budget, f, indent=2)
         f.write("\n")
 
 
-def print_report(figures, activation, parameters, slots):
-    print("\nPer call after the first (steady state), 12-block GPT-2 stage, --target cuda --precision bf16 -O2:")
+def print_counts(title, figures):
+    """The per-call table of FIGURES under TITLE."""
+    print(f"\nPer call after the first (steady state), {title}:")
     print("  (launches: what the GPU runs, kernels + GEMMs + cuDNN calls + copies, a cuDNN call counted as one\n"
           "   launch; issued: what the host issues for them, CUDA graph launches and the work outside graphs)")
     print(f"  {'entry point':<16} {'launches':>8} {'kernels':>8} {'GEMMs':>6} {'cuDNN':>6} {'copies':>7} "
@@ -333,6 +338,49 @@ def print_report(figures, activation, parameters, slots):
         line(entry, [figures[entry]])
     line("micro-batch", [figures[entry] for entry in ENTRY_POINTS[:3]], "   (the three above)")
     line("step", [figures["step"]], "   (once per iteration)")
+
+
+def add_counting_arguments(parser, default_budget):
+    """The arguments every launch count takes: pipec, the counter, the emulation, the budget."""
+    add_emulation_arguments(parser)
+    parser.add_argument("--counter", required=True, help="the stage_launch_count executable")
+    parser.add_argument("--budget", default=default_budget, help="bounds to hold the figures to (JSON)")
+    parser.add_argument("--no-budget", action="store_true", help="report only")
+    parser.add_argument("--write-budget", action="store_true", help="record today's figures as the bounds")
+
+
+def count_failures(figures, unstable):
+    """What every count must hold: stable counts, every entry point
+    launching, every micro-batch call after the first replaying its CUDA
+    graph (the optimizer step, three launches, is not captured)."""
+    failures = [f"unstable count, {line}" for line in unstable]
+    failures += [f"{entry} launches nothing" for entry in ENTRY_POINTS if figures[entry]["launches"] == 0]
+    failures += [f"{entry} ran without its CUDA graph" for entry in ENTRY_POINTS[:3]
+                 if figures[entry]["graph_launches"] != 1]
+    return failures
+
+
+def settle_budget(args, figures, failures, about, held, activation=None):
+    """Writes the budget (--write-budget) or holds the figures to it (unless
+    --no-budget), prints the failures or `held` (what passed), and returns
+    the exit status."""
+    if args.write_budget:
+        write_budget(args.budget, figures, about, activation)
+        print(f"wrote today's figures as the bounds into {args.budget}")
+    elif not args.no_budget:
+        budget_failures, notes = judge(figures, activation, args.budget)
+        failures = failures + budget_failures
+        for note in notes:
+            print("note:", note)
+    for failure in failures:
+        print("FAIL:", failure)
+    if not failures:
+        print("ok: " + held + ("" if args.no_budget or args.write_budget else ", and nothing exceeds its bound"))
+    return 1 if failures else 0
+
+
+def print_report(figures, activation, parameters, slots):
+    print_counts("12-block GPT-2 stage, --target cuda --precision bf16 -O2", figures)
     print(f"Activation bytes kept per micro-batch in flight (workspace_bytes) at GPT-2 124M "
           f"({parameters / 1e6:.1f}M parameters, micro-batch {REAL['batch']}, context {REAL['context']}): "
           f"{activation} ({activation / 2**30:.2f} GiB); the largest parts, by the op that writes them:")
@@ -346,15 +394,7 @@ def print_report(figures, activation, parameters, slots):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--pipec", required=True)
-    parser.add_argument("--counter", required=True, help="the stage_launch_count executable")
-    parser.add_argument("--emulated-library", required=True, help="libpipec_cuda_kernels_emulated.a")
-    parser.add_argument("--emulation-dir", required=True, help="test/kernels/cuda_emulation")
-    parser.add_argument("--cxx", required=True)
-    parser.add_argument("--source-root", required=True)
-    parser.add_argument("--budget", default=DEFAULT_BUDGET, help="bounds to hold the figures to (JSON)")
-    parser.add_argument("--no-budget", action="store_true", help="report only")
-    parser.add_argument("--write-budget", action="store_true", help="record today's figures as the bounds")
+    add_counting_arguments(parser, DEFAULT_BUDGET)
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--keep", help="work in this folder and keep it (default: a temporary one)")
     args = parser.parse_args()
@@ -379,32 +419,16 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"per_microbatch": figures, "activation_bytes": activation, "calls": rows,
                        "emulated_shape": COUNTED, "real_shape": REAL}, f, indent=2)
-    failures = [f"unstable count, {line}" for line in unstable]
-    failures += [f"{entry} launches nothing" for entry in ENTRY_POINTS if figures[entry]["launches"] == 0]
-    # Every micro-batch call after the first replays its CUDA graph (the
-    # optimizer step, three launches, is not captured).
-    failures += [f"{entry} ran without its CUDA graph" for entry in ENTRY_POINTS[:3]
-                 if figures[entry]["graph_launches"] != 1]
+    failures = count_failures(figures, unstable)
     # The counts come from the narrow model; they hold at the real shape only
     # if its stage makes the same calls.
     failures += [f"{entry}: the stage at the real shape makes other calls than the emulated one "
                  f"({len(real_calls.get(entry, []))} against {len(counted_calls.get(entry, []))}), so its counts "
                  "are not the emulated stage's" for entry in ENTRY_POINTS
                  if real_calls.get(entry) != counted_calls.get(entry)]
-    if args.write_budget:
-        write_budget(args.budget, figures, activation)
-        print(f"wrote today's figures as the bounds into {args.budget}")
-    elif not args.no_budget:
-        budget_failures, notes = judge(figures, activation, args.budget)
-        failures += budget_failures
-        for note in notes:
-            print("note:", note)
-    for failure in failures:
-        print("FAIL:", failure)
-    if not failures:
-        print("ok: the counts are stable, every entry point launches, the stage makes the same calls at the real "
-              "shape" + ("" if args.no_budget or args.write_budget else ", and nothing exceeds its bound"))
-    return 1 if failures else 0
+    return settle_budget(args, figures, failures, GPT2_BUDGET_ABOUT,
+                         "the counts are stable, every entry point launches, the stage makes the same calls at the "
+                         "real shape", activation)
 
 
 if __name__ == "__main__":

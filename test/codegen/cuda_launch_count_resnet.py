@@ -30,7 +30,6 @@ test/codegen/launch_budget_resnet50.json (--write-budget records today's).
         [--budget FILE | --no-budget] [--write-budget]
 """
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -41,12 +40,17 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cuda_launch_count import BOUNDED, ENTRY_POINTS, PIPEC_FLAGS, count_launches, judge, per_microbatch  # noqa: E402
+from cuda_launch_count import (PIPEC_FLAGS, add_counting_arguments, count_failures,  # noqa: E402
+                               count_launches, per_microbatch, print_counts, settle_budget)
 from cuda_stage_emulated import run  # noqa: E402
 
 SHAPE = dict(width=4, image=32, batch=2, classes=10)
 LAYERS = (3, 4, 6, 3)  # ResNet-50's bottleneck blocks per layer
 DEFAULT_BUDGET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_budget_resnet50.json")
+BUDGET_ABOUT = ("Upper bounds for test/codegen/cuda_launch_count_resnet.py (ctest cuda-launch-count-resnet50): per "
+                "micro-batch of a ResNet-50 stage, --target cuda --precision bf16 -O2, per entry point the stream's "
+                "work (launches: kernels + GEMMs + cuDNN calls + copies, inside CUDA graphs or not), what the host "
+                "issues for it and host syncs. Lower a bound when the test reports an improvement.")
 
 
 def write_resnet50(path, width, image, batch, classes):
@@ -104,15 +108,7 @@ def write_resnet50(path, width, image, batch, classes):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--pipec", required=True)
-    parser.add_argument("--counter", required=True, help="the stage_launch_count executable")
-    parser.add_argument("--emulated-library", required=True, help="libpipec_cuda_kernels_emulated.a")
-    parser.add_argument("--emulation-dir", required=True, help="test/kernels/cuda_emulation")
-    parser.add_argument("--cxx", required=True)
-    parser.add_argument("--source-root", required=True)
-    parser.add_argument("--budget", default=DEFAULT_BUDGET, help="bounds to hold the figures to (JSON)")
-    parser.add_argument("--no-budget", action="store_true", help="report only")
-    parser.add_argument("--write-budget", action="store_true", help="record today's figures as the bounds")
+    add_counting_arguments(parser, DEFAULT_BUDGET)
     args = parser.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     work = tempfile.mkdtemp(prefix="pipec-launch-count-resnet-")
@@ -127,44 +123,12 @@ def main():
     finally:
         shutil.rmtree(work, ignore_errors=True)
     figures, unstable = per_microbatch(rows)
-    print(f"\nPer call after the first (steady state), ResNet-50 stage ({convolutions} convolutions), "
-          "--target cuda --precision bf16 -O2:")
-    print(f"  {'entry point':<16} {'launches':>8} {'kernels':>8} {'GEMMs':>6} {'cuDNN':>6} {'copies':>7} "
-          f"{'issued':>7} {'host syncs':>10}")
-    for entry in ENTRY_POINTS:
-        f = figures[entry]
-        print(f"  {entry:<16} {f['launches']:>8} {f['kernels']:>8} {f['gemms']:>6} {f['cudnn']:>6} "
-              f"{f['copies']:>7} {f['host_launches']:>7} {f['host_syncs']:>10}")
-    print(f"  one micro-batch  {sum(figures[e]['launches'] for e in ENTRY_POINTS[:3]):>8}   (the first three)")
-    failures = [f"unstable count, {line}" for line in unstable]
-    failures += [f"{entry} launches nothing" for entry in ENTRY_POINTS if figures[entry]["launches"] == 0]
-    failures += [f"{entry} ran without its CUDA graph" for entry in ENTRY_POINTS[:3]
-                 if figures[entry]["graph_launches"] != 1]
+    print_counts(f"ResNet-50 stage ({convolutions} convolutions), --target cuda --precision bf16 -O2", figures)
+    failures = count_failures(figures, unstable)
     if convolutions != 53:
         failures.append(f"the stage makes {convolutions} forward convolution calls; ResNet-50 has 53")
-    if args.write_budget:
-        with open(args.budget, "w") as f:
-            json.dump({"about": "Upper bounds for test/codegen/cuda_launch_count_resnet.py (ctest "
-                                "cuda-launch-count-resnet50): per micro-batch of a ResNet-50 stage, --target cuda "
-                                "--precision bf16 -O2, per entry point the stream's work (launches: kernels + GEMMs + "
-                                "cuDNN calls + copies, inside CUDA graphs or not), what the host issues for it and "
-                                "host syncs. Lower a bound when the test reports an improvement.",
-                       "per_microbatch": {e: {k: figures[e][k] for k in BOUNDED} for e in ENTRY_POINTS}},
-                      f, indent=2)
-            f.write("\n")
-        print(f"wrote today's figures as the bounds into {args.budget}")
-    elif not args.no_budget:
-        budget_failures, notes = judge(figures, None, args.budget)
-        failures += budget_failures
-        for note in notes:
-            print("note:", note)
-    for failure in failures:
-        print("FAIL:", failure)
-    if not failures:
-        print("ok: the counts are stable, every entry point launches and replays its graph"
-              + ("" if args.no_budget or args.write_budget else ", and nothing exceeds its bound"))
-    return 1 if failures else 0
-
+    return settle_budget(args, figures, failures, BUDGET_ABOUT,
+                         "the counts are stable, every entry point launches and replays its graph")
 
 if __name__ == "__main__":
     sys.exit(main())

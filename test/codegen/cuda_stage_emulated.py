@@ -111,14 +111,20 @@ def build_emulated_stage(stages, translated, emulation, library, cxx, root):
     return stage
 
 
-def main():
-    parser = argparse.ArgumentParser()
+def add_emulation_arguments(parser):
+    """What building an emulated stage needs: pipec, the emulated kernel
+    library and its folder, the compiler, the source tree."""
     parser.add_argument("--pipec", required=True)
-    parser.add_argument("--compare", required=True, help="the stage_targets_agree executable")
     parser.add_argument("--emulated-library", required=True, help="libpipec_cuda_kernels_emulated.a")
     parser.add_argument("--emulation-dir", required=True, help="test/kernels/cuda_emulation")
     parser.add_argument("--cxx", required=True)
     parser.add_argument("--source-root", required=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    add_emulation_arguments(parser)
+    parser.add_argument("--compare", required=True, help="the stage_targets_agree executable")
     args = parser.parse_args()
     root, emulation = args.source_root, args.emulation_dir
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
