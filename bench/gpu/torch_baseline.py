@@ -125,15 +125,10 @@ class WithLoss(nn.Module):
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 
-def table_row(name, kwargs, batch, mode, device, warmup, iters, attention):
-    """One row: the model built on the device, 2 micro-batches of batch x context tokens."""
-    model = table_model(name, kwargs).to(device)
-    if attention == "sdpa":
-        model = with_sdpa(model)
-    vocab, context = kwargs["vocab"], kwargs["context"]
-    g = torch.Generator(device=device).manual_seed(1)
-    batches = [(torch.randint(0, vocab, (batch, context), device=device, generator=g),
-                torch.randint(0, vocab, (batch, context), device=device, generator=g)) for _ in range(2)]
+def training_step(model, batches, mode, device):
+    """One iteration as a piperun iteration: every micro-batch of `batches`
+    forward + backward under bf16 autocast (WithLoss; torch.compile'd with
+    mode "compile"), gradients accumulated, then one fused AdamW step."""
     loss_fn = WithLoss(model, device)
     if mode == "compile":
         loss_fn = torch.compile(loss_fn)
@@ -144,6 +139,19 @@ def table_row(name, kwargs, batch, mode, device, warmup, iters, attention):
         for x, y in batches:
             (loss_fn(x, y) / len(batches)).backward()
         optimizer.step()
+    return step
+
+
+def table_row(name, kwargs, batch, mode, device, warmup, iters, attention):
+    """One row: the model built on the device, 2 micro-batches of batch x context tokens."""
+    model = table_model(name, kwargs).to(device)
+    if attention == "sdpa":
+        model = with_sdpa(model)
+    vocab, context = kwargs["vocab"], kwargs["context"]
+    g = torch.Generator(device=device).manual_seed(1)
+    batches = [(torch.randint(0, vocab, (batch, context), device=device, generator=g),
+                torch.randint(0, vocab, (batch, context), device=device, generator=g)) for _ in range(2)]
+    step = training_step(model, batches, mode, device)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     times = timed(step, iters, warmup, device)
@@ -248,19 +256,9 @@ def cnn_rows(device="cuda", smoke=False):
             memory = torch.channels_last if layout == "channels_last" else torch.contiguous_format
             model = make().to(device).train().to(memory_format=memory)
             g = torch.Generator(device=device).manual_seed(1)
-            batches = [(torch.randn((b,) + shape, device=device, generator=g).contiguous(memory_format=memory)
-                        if len(shape) == 3 else torch.randn((b,) + shape, device=device, generator=g),
+            batches = [(torch.randn((b,) + shape, device=device, generator=g).contiguous(memory_format=memory),
                         torch.randint(0, classes, (b,), device=device, generator=g)) for _ in range(micro)]
-            loss_fn = WithLoss(model, device)
-            if mode == "compile":
-                loss_fn = torch.compile(loss_fn)
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
-
-            def step():
-                optimizer.zero_grad(set_to_none=True)
-                for x, y in batches:
-                    (loss_fn(x, y) / len(batches)).backward()
-                optimizer.step()
+            step = training_step(model, batches, mode, device)
             warmup, iters = (2, 1) if smoke else (3, 8)
             try:
                 times = timed(step, iters, warmup, device)
@@ -273,7 +271,7 @@ def cnn_rows(device="cuda", smoke=False):
                       flush=True)
             if mode == "compile":
                 torch._dynamo.reset()
-            del model, batches, loss_fn, optimizer
+            del model, batches, step
             release()
 
 
