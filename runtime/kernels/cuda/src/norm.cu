@@ -40,6 +40,11 @@ __device__ __forceinline__ int64_t channelOffset(const ChannelView &v, int64_t c
   return (n * v.C + c) * v.inner + i;
 }
 
+/// The element channel c's sums are shifted by: its first.
+__device__ __forceinline__ double channelPivot(const float *x, const ChannelView &v, int64_t c) {
+  return x[channelOffset(v, c, 0)];
+}
+
 /// The chunks of every channel (plan::cudaBatchNormChunks) and block b's
 /// channel, and its elements [j0, j1) of that channel.
 struct ChannelChunks {
@@ -73,7 +78,7 @@ __global__ void channelPartialsKernel(const float *x, const float *dy, ChannelVi
     const int64_t c = cc.channel(b);
     int64_t j0, j1;
     cc.range(v, b, j0, j1);
-    const double pivot = x[channelOffset(v, c, 0)];
+    const double pivot = channelPivot(x, v, c);
     double s[kChannelSums] = {0, 0, 0, 0};
     for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
       const int64_t i = channelOffset(v, c, j);
@@ -102,6 +107,11 @@ __device__ ChannelSums channelSums(const double *partial, ChannelChunks cc, int6
   return t;
 }
 
+/// Σdy·(x - mean) from the shifted sums: Σdy·(x - p) - (mean - p)·Σdy.
+__device__ __forceinline__ double centredDySum(const ChannelSums &t, double mean, double pivot) {
+  return t.dyShifted - (mean - pivot) * t.dy;
+}
+
 /// A channel's batch mean and population variance from its sums.
 struct ChannelStats {
   double mean, var;
@@ -109,7 +119,7 @@ struct ChannelStats {
 __device__ ChannelStats batchStats(const float *x, const ChannelView &v, int64_t c, const ChannelSums &t) {
   const double n = (double)v.count(), shift = n > 0 ? t.shifted / n : 0.0;
   const double var = n > 0 ? t.squares / n - shift * shift : 0.0;
-  return {(double)x[channelOffset(v, c, 0)] + shift, var > 0 ? var : 0.0};
+  return {channelPivot(x, v, c) + shift, var > 0 ? var : 0.0};
 }
 
 /// y over block b's chunk with the batch statistics (training) or the
@@ -159,9 +169,7 @@ __global__ void batchNormGradApplyKernel(const float *dy, const float *x, Channe
     const ChannelSums t = channelSums(partial, cc, c);
     const ChannelStats st = batchStats(x, v, c, t);
     const double n = (double)v.count(), invStd = 1.0 / sqrt(st.var + (double)epsilon);
-    // Σdy·(x - mean) = Σdy·(x - p) - (mean - p)·Σdy
-    const double pivot = x[channelOffset(v, c, 0)];
-    const double dyCentred = t.dyShifted - (st.mean - pivot) * t.dy;
+    const double dyCentred = centredDySum(t, st.mean, channelPivot(x, v, c));
     const float k = (float)(scale[c] * invStd);
     const float mDy = (float)(t.dy / n), mDyXhat = (float)(dyCentred * invStd / n);
     const float fMean = (float)st.mean, fInv = (float)invStd;
@@ -195,9 +203,9 @@ __global__ void batchNormParamFinishKernel(const float *x, ChannelView v, Channe
   for (int64_t c = firstIndex(); c < v.C; c += gridStride()) {
     const ChannelSums t = channelSums(partial, cc, c);
     const ChannelStats st = training ? batchStats(x, v, c, t) : ChannelStats{runningMean[c], runningVar[c]};
-    const double pivot = x[channelOffset(v, c, 0)];
     const double invStd = 1.0 / sqrt(st.var + (double)epsilon);
-    const float scaleGrad = (float)((t.dyShifted - (st.mean - pivot) * t.dy) * invStd), biasGrad = (float)t.dy;
+    const float scaleGrad = (float)(centredDySum(t, st.mean, channelPivot(x, v, c)) * invStd),
+                biasGrad = (float)t.dy;
     dscale[c] = accumulate ? dscale[c] + scaleGrad : scaleGrad;
     dbias[c] = accumulate ? dbias[c] + biasGrad : biasGrad;
   }
