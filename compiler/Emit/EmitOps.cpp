@@ -218,8 +218,10 @@ bool StageEmitter::emitLinalgOp(Operation *op) {
         out << "  pk::convWeightGrad(" << ptr(grad.getDy()) << ", " << shapeOf(grad.getDy())
             << ", " << ptr(grad.getInput()) << ", " << shapeOf(grad.getInput()) << ", " << y
             << ", " << shapeOf(grad.getResult()) << ", " << dims(grad.getStrides()) << ", "
-            << dims(grad.getPads()) << ", " << dims(grad.getDilations()) << ", "
-            << grad.getGroup() << scratchArgument(grad) << ");\n";
+            << dims(grad.getPads()) << ", " << dims(grad.getDilations()) << ", " << grad.getGroup()
+            // Into the parameter's gradient buffer (pipec-plan-memory's `gradient` storage).
+            << (accumulatesIntoGradient(grad.getResult()) ? scratchAndAccumulate(grad) : scratchArgument(grad))
+            << ");\n";
       })
       .Default([&](Operation *) { handled = false; });
   return handled;

@@ -46,8 +46,8 @@ enum class Kind {
   /// A pipe.fused loop: loads any float storage, stores bfloat16 unless every
   /// use wants float32.
   Fused,
-  /// Everything else (convolutions, pooling, batch norm, constants, ONNX
-  /// casts): float32 in and out.
+  /// Everything else (constants, ONNX casts, recurrent cells): float32 in
+  /// and out.
   Float32Only,
 };
 
@@ -66,16 +66,27 @@ Kind kindOf(Operation *op) {
                 nn::DropoutOp, nn::DropoutGradOp, nn::SoftmaxOp, nn::SoftmaxGradOp, nn::MaskedSoftmaxOp,
                 nn::MaskedSoftmaxGradOp, nn::AttentionOp, nn::AttentionGradOp, nn::SoftmaxCrossEntropyLossOp,
                 nn::SoftmaxCrossEntropyLossGradOp, nn::ReduceSumOp, nn::ReduceMeanOp, nn::GatherGradOp,
-                nn::SliceGradOp>(op))
+                nn::SliceGradOp, nn::ConvOp, nn::ConvInputGradOp, nn::ConvWeightGradOp, nn::BatchNormOp,
+                nn::BatchNormGradOp, nn::BatchNormParamGradOp, nn::MaxPoolOp, nn::MaxPoolGradOp, nn::AveragePoolOp,
+                nn::AveragePoolGradOp, nn::GlobalAveragePoolOp>(op))
     return Kind::Bf16Kernel;
   return Kind::Float32Only;
 }
 
 /// The float32 operands of a bfloat16 kernel: parameters it reads as they
-/// are (scales, layer-norm biases, rotary tables, class weights), additive
-/// masks, the loss's incoming gradient and attention's log-sum-exp. (A
-/// GEMM's C is stored as its result is: Bf16Storage::readsFloat32.)
+/// are (scales, norm and convolution biases, running statistics, rotary
+/// tables, class weights), additive masks, the loss's incoming gradient and
+/// attention's log-sum-exp. (A GEMM's C is stored as its result is:
+/// Bf16Storage::readsFloat32.)
 bool float32Operand(Operation *op, Value operand) {
+  if (auto conv = llvm::dyn_cast<nn::ConvOp>(op))
+    return operand == conv.getBias();
+  if (auto norm = llvm::dyn_cast<nn::BatchNormOp>(op))
+    return operand != norm.getInput();
+  if (auto grad = llvm::dyn_cast<nn::BatchNormGradOp>(op))
+    return operand != grad.getDy() && operand != grad.getInput();
+  if (auto grad = llvm::dyn_cast<nn::BatchNormParamGradOp>(op))
+    return operand != grad.getDy() && operand != grad.getInput();
   if (auto norm = llvm::dyn_cast<nn::LayerNormOp>(op))
     return operand == norm.getScale() || operand == norm.getBias();
   if (auto grad = llvm::dyn_cast<nn::LayerNormGradOp>(op))
@@ -94,14 +105,15 @@ bool float32Operand(Operation *op, Value operand) {
 }
 
 /// The float32 results of a bfloat16 kernel: statistics, the loss, and the
-/// sums that become parameter gradients (reductions, gather and layer-norm
-/// parameter gradients).
+/// sums that become parameter gradients (reductions, gather, norm and
+/// convolution weight gradients).
 bool float32Result(Operation *op, unsigned index) {
-  if (llvm::isa<nn::LayerNormOp, nn::AttentionOp>(op))
-    return index > 0; // mean and 1/std; log-sum-exp
+  if (llvm::isa<nn::LayerNormOp, nn::AttentionOp, nn::BatchNormOp>(op))
+    return index > 0; // mean and 1/std; log-sum-exp; running statistics
   if (llvm::isa<nn::SoftmaxCrossEntropyLossOp>(op))
     return index == 0; // the loss (log-probabilities are stored like the scores)
-  return llvm::isa<nn::LayerNormParamGradOp, nn::ReduceSumOp, nn::ReduceMeanOp, nn::GatherGradOp>(op);
+  return llvm::isa<nn::LayerNormParamGradOp, nn::BatchNormParamGradOp, nn::ConvWeightGradOp, nn::ReduceSumOp,
+                   nn::ReduceMeanOp, nn::GatherGradOp>(op);
 }
 
 /// Ops with float32 results whose kernels read either storage: a gradient

@@ -92,7 +92,7 @@ pk::ScratchNeed kernelScratchOf(Operation *op, pk::ScratchTarget target, bool ac
       .Case([&](nn::ConvWeightGradOp grad) {
         return pk::convWeightGradScratch(target, shapeOf(grad.getInput()), shapeOf(grad.getResult()),
                                          dimsOf(grad.getStrides()), dimsOf(grad.getPads()),
-                                         dimsOf(grad.getDilations()), grad.getGroup());
+                                         dimsOf(grad.getDilations()), grad.getGroup(), accumulates);
       })
       .Case([&](nn::LayerNormOp norm) {
         pk::Shape bias = norm.getBias() ? shapeOf(norm.getBias()) : pk::Shape{};
@@ -304,7 +304,8 @@ struct PlanMemory : PassWithOptions<impl::PlanMemoryBase<PlanMemory>, PlanMemory
       // (A GEMM not with an epilogue: f(gradient + product) is no accumulation.)
       auto gemm = llvm::dyn_cast<nn::GemmOp>(producer);
       if ((gemm && !gemm.getC() && !gemm.getActivation()) ||
-          llvm::isa<nn::ReduceSumOp, nn::LayerNormParamGradOp, nn::BatchNormParamGradOp>(producer))
+          llvm::isa<nn::ReduceSumOp, nn::LayerNormParamGradOp, nn::BatchNormParamGradOp, nn::ConvWeightGradOp>(
+              producer))
         gradientResult[storage] = static_cast<int64_t>(i);
     }
     const llvm::DenseMap<Value, int64_t> bufferResult = buffersUpdatedInPlace(function, ret);

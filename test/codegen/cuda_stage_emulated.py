@@ -23,8 +23,9 @@ Then bf16 storage (--precision bf16, pipec-bf16-storage): this model, a
 grouped-query heads that nn.attention reads in place) as
 CUDA stages storing activations in bf16, against their CPU stages in float32
 within BF16_TOLERANCE; examples/cnn.onnx at tf32, its convolutions through
-the fake cuDNN's graphs, within CUDNN_CONV_TOLERANCE; and every zoo model
-compiles for CUDA with bf16 storage.
+the fake cuDNN's graphs, within CUDNN_CONV_TOLERANCE, and with bf16 storage
+(convolutions, batch norms and pools on bf16) within BF16_TOLERANCE; and
+every zoo model compiles for CUDA with bf16 storage.
 
     cuda_stage_emulated.py --pipec PIPEC --compare STAGE_TARGETS_AGREE
         --emulated-library LIB --emulation-dir DIR --cxx CXX --source-root ROOT
@@ -193,6 +194,9 @@ def main():
         run([args.pipec, cnn, "--gpus", "1x1", "--microbatches", "2", "-O2", "--optimizer", "sgd", "--out", cnn_cpu,
              "--build"], env=env)
         failures += compare_cudnn_convolutions(args, work, env, cnn, cnn_cpu)
+        # And with bf16 storage: convolutions, batch norms and pools on bf16
+        # activations (cuDNN's bf16 graphs), statistics and gradients float.
+        failures += compare_bf16_storage(args, work, env, "cnn", cnn, cnn_cpu, optimizer="sgd")
         failures += compile_zoo_bf16(args, work, env)
         return 1 if failures else 0
 
@@ -254,14 +258,14 @@ def compare_cudnn_convolutions(args, work, env, model, cpu):
     return int(compared.returncode != 0)
 
 
-def compare_bf16_storage(args, work, env, name, model, cpu):
+def compare_bf16_storage(args, work, env, name, model, cpu, optimizer="adamw"):
     """The CUDA stage of MODEL at --precision bf16 (pipec-bf16-storage)
     against the CPU stage CPU: within BF16_TOLERANCE, and differing from it
     by more than float32 rounding somewhere (else nothing was stored in
     bf16). Returns the number of failures."""
     cuda = os.path.join(work, name + "-cuda-bf16")
-    run([args.pipec, model, "--gpus", "1x1", "--microbatches", "2", "-O2", "--optimizer", "adamw", "--target", "cuda",
-         "--precision", "bf16", "--out", cuda], env=env)
+    run([args.pipec, model, "--gpus", "1x1", "--microbatches", "2", "-O2", "--optimizer", optimizer, "--target",
+         "cuda", "--precision", "bf16", "--out", cuda], env=env)
     stages = os.path.join(cuda, "stages")
     source = open(os.path.join(stages, "stage_0.cu")).read()
     if "const pk::bf16 *__restrict__" not in source or "pk::bf16 *" not in source:

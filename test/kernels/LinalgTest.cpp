@@ -341,6 +341,25 @@ TEST(Conv, GradientsMatchTheScatteredLoopNest) {
   }
 }
 
+// conv_weight_grad added into a buffer that holds something (a gradient
+// buffer, pipec-plan-memory's `gradient` storage): the bits of writing it
+// elsewhere and adding, for every geometry above (planned scratch:
+// ScratchTest).
+TEST(Conv, WeightGradAccumulatesTheBitsOfAnAddition) {
+  int seed = 700;
+  for (const ConvCase &c : kConvCases) {
+    auto x = randomVec(c.xs.numel(), seed++);
+    const pk::Shape os = pk::convOutputShape(c.xs, c.ws, c.strides, c.pads, c.dil);
+    auto dy = randomVec(os.numel(), seed++), held = randomVec(c.ws.numel(), seed++);
+    std::vector<float> dw(held.size()), added = held;
+    pk::convWeightGrad(dy.data(), os, x.data(), c.xs, dw.data(), c.ws, c.strides, c.pads, c.dil, c.group);
+    pk::convWeightGrad(dy.data(), os, x.data(), c.xs, added.data(), c.ws, c.strides, c.pads, c.dil, c.group, {},
+                       true);
+    for (size_t i = 0; i < dw.size(); ++i)
+      ASSERT_EQ(added[i], held[i] + dw[i]) << "dw " << c.ws.str() << " [" << i << "]";
+  }
+}
+
 // conv_input_grad and conv_weight_grad are the adjoints of conv: checked by
 // finite differences of the forward kernel, for every geometry above.
 TEST(Conv, GradientsMatchFiniteDifferences) {

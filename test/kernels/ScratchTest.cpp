@@ -120,6 +120,16 @@ TEST(Scratch, ConvolutionsFitTheirPlannedScratch) {
                              c.group, s);
           return dw;
         });
+    const auto held = randomVec(c.ws.numel(), seed++); // what a gradient buffer holds
+    expectPlannedScratchSuffices(
+        (std::string(c.name) + ", accumulated").c_str(),
+        pk::convWeightGradScratch(cpu, c.xs, c.ws, c.strides, c.pads, c.dilations, c.group, /*accumulate=*/true),
+        [&](const pk::Workspace &s) {
+          std::vector<float> dw = held;
+          pk::convWeightGrad(dy.data(), ys, x.data(), c.xs, dw.data(), c.ws, c.strides, c.pads, c.dilations,
+                             c.group, s, true);
+          return dw;
+        });
   }
   EXPECT_TRUE(pk::convScratch(pk::ScratchTarget::Cpu, {2, 8, 5, 5}, {4, 8, 1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 1)
                   .empty());

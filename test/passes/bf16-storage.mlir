@@ -4,13 +4,14 @@
 // The IR the pass writes verifies and prints back.
 // ROUNDTRIP: pipe.stage @stage_1
 
-// Stage 0 sends a bf16 activation (cast from the f32 that a float32-only
-// pooling writes) and receives its gradient in bf16.
+// Stage 0: pooling reads the model's input in bf16 (converted at the
+// function's start), sends its bf16 result as it is and receives its
+// gradient in bf16.
 // CHECK-LABEL: pipe.stage @stage_0
 // CHECK: func.func @fwd
-// CHECK: %[[P:.*]] = nn.global_average_pool %arg0 : (tensor<2x4x3x3xf32>) -> tensor<2x4x1x1xf32>
-// CHECK: %[[C:.*]] = nn.cast %[[P]] : tensor<2x4x1x1xf32> -> tensor<2x4x1x1xbf16>
-// CHECK: pipe.send %[[C]] to 1 tag 0 {name = "pooled"} : tensor<2x4x1x1xbf16>
+// CHECK: %[[X:.*]] = nn.cast %arg0 : tensor<2x4x3x3xf32> -> tensor<2x4x3x3xbf16>
+// CHECK: %[[P:.*]] = nn.global_average_pool %[[X]] : (tensor<2x4x3x3xbf16>) -> tensor<2x4x1x1xbf16>
+// CHECK: pipe.send %[[P]] to 1 tag 0 {name = "pooled"} : tensor<2x4x1x1xbf16>
 // CHECK: func.func @bwd_input
 // CHECK: pipe.recv from 1 tag 1 : tensor<2x4x1x1xbf16>
 pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
@@ -141,5 +142,53 @@ pipe.stage @stage_2 attributes {id = 2 : i64, replicas = 1 : i64} {
       -> (tensor<8x8xf32> {nn.role = #nn.role<grad>}) {
     %dw = nn.gemm %h, %dh, %acc {transA = true, beta = 1.0 : f32} : (tensor<2x8xf32>, tensor<2x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
     return %dw : tensor<8x8xf32>
+  }
+}
+
+// A convolutional block: convolution, batch norm and pooling are bf16
+// kernels, so the activations between them are bf16 with no conversion;
+// the convolution's weight is converted at the start, its bias, the norm's
+// scale, bias and running statistics are read in f32, the new running
+// statistics and every parameter gradient (the convolution's weight
+// gradient, the norm's scale and bias gradients) are f32.
+// CHECK-LABEL: pipe.stage @stage_3
+// CHECK: func.func @fwd
+// CHECK: %[[W:.*]] = nn.cast %arg0 : tensor<4x4x3x3xf32> -> tensor<4x4x3x3xbf16>
+// CHECK-NOT: nn.cast
+// CHECK: %[[X:.*]] = pipe.recv from 0 tag 0 : tensor<2x4x6x6xbf16>
+// CHECK: %[[C:.*]] = nn.conv %[[X]], %[[W]], %arg1 {{.*}} : (tensor<2x4x6x6xbf16>, tensor<4x4x3x3xbf16>, tensor<4xf32>) -> tensor<2x4x6x6xbf16>
+// CHECK: nn.batch_norm %[[C]], %arg2, %arg3, %arg4, %arg5 {{.*}} : (tensor<2x4x6x6xbf16>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x6x6xbf16>, tensor<4xf32>, tensor<4xf32>)
+// CHECK: nn.relu %{{.*}} : tensor<2x4x6x6xbf16>
+// CHECK: nn.max_pool {{.*}} : (tensor<2x4x6x6xbf16>) -> tensor<2x4x3x3xbf16>
+// CHECK-NOT: nn.cast
+// CHECK: return
+// CHECK: func.func @bwd_weight
+// CHECK: nn.conv_weight_grad {{.*}} : (tensor<2x4x6x6xbf16>, tensor<2x4x6x6xbf16>) -> tensor<4x4x3x3xf32>
+// CHECK: nn.batch_norm_param_grad {{.*}} : (tensor<2x4x6x6xbf16>, tensor<2x4x6x6xbf16>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+pipe.stage @stage_3 attributes {id = 3 : i64, replicas = 1 : i64} {
+  func.func @fwd(%w: tensor<4x4x3x3xf32> {nn.name = "w3", nn.role = #nn.role<param>},
+                 %b: tensor<4xf32> {nn.name = "b3", nn.role = #nn.role<param>},
+                 %s: tensor<4xf32> {nn.name = "s3", nn.role = #nn.role<param>},
+                 %t: tensor<4xf32> {nn.name = "t3", nn.role = #nn.role<param>},
+                 %m: tensor<4xf32> {nn.name = "m3", nn.role = #nn.role<buffer>},
+                 %v: tensor<4xf32> {nn.name = "v3", nn.role = #nn.role<buffer>})
+      -> (tensor<2x4x6x6xf32> {pipe.saved = "c3"}, tensor<4xf32>, tensor<4xf32>) {
+    %x = pipe.recv from 0 tag 0 : tensor<2x4x6x6xf32>
+    %c = nn.conv %x, %w, %b {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>} : (tensor<2x4x6x6xf32>, tensor<4x4x3x3xf32>, tensor<4xf32>) -> tensor<2x4x6x6xf32>
+    %n:3 = nn.batch_norm %c, %s, %t, %m, %v {training = true} : (tensor<2x4x6x6xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x6x6xf32>, tensor<4xf32>, tensor<4xf32>)
+    %r = nn.relu %n#0 : tensor<2x4x6x6xf32>
+    %p = nn.max_pool %r {kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<2x4x6x6xf32>) -> tensor<2x4x3x3xf32>
+    pipe.send %p to 4 tag 0 : tensor<2x4x3x3xf32>
+    return %c, %n#1, %n#2 : tensor<2x4x6x6xf32>, tensor<4xf32>, tensor<4xf32>
+  }
+  func.func @bwd_weight(%c: tensor<2x4x6x6xf32> {pipe.saved = "c3"}, %dn: tensor<2x4x6x6xf32> {pipe.saved = "dn3"},
+                        %x: tensor<2x4x6x6xf32> {pipe.saved = "x3"}, %dc: tensor<2x4x6x6xf32> {pipe.saved = "dc3"},
+                        %m: tensor<4xf32> {nn.name = "m3", nn.role = #nn.role<buffer>},
+                        %v: tensor<4xf32> {nn.name = "v3", nn.role = #nn.role<buffer>})
+      -> (tensor<4x4x3x3xf32> {nn.role = #nn.role<grad>}, tensor<4xf32> {nn.role = #nn.role<grad>},
+          tensor<4xf32> {nn.role = #nn.role<grad>}) {
+    %dw = nn.conv_weight_grad %dc, %x {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>} : (tensor<2x4x6x6xf32>, tensor<2x4x6x6xf32>) -> tensor<4x4x3x3xf32>
+    %ds, %dt = nn.batch_norm_param_grad %dn, %c, %m, %v {training = true} : (tensor<2x4x6x6xf32>, tensor<2x4x6x6xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+    return %dw, %ds, %dt : tensor<4x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>
   }
 }

@@ -157,8 +157,10 @@ inline void addCpuConvInputGradScratch(const ConvGeom &g, ScratchNeed &need) {
 /// dw: Winograd's dU per slice (shared) and each thread's transformed input
 /// and output gradient, else the slices' partial sums after the first
 /// (shared) and each thread's column matrix.
-inline void addCpuConvWeightGradScratch(const ConvGeom &g, int64_t weightElements, ScratchNeed &need) {
+inline void addCpuConvWeightGradScratch(const ConvGeom &g, int64_t weightElements, ScratchNeed &need,
+                                        bool accumulate = false) {
   if (g.N == 0) return;
+  if (accumulate) need.addShared<float>(weightElements); // the sum, then added into dw
   if (winogradApplies(g)) {
     const TileGrid grid(g);
     need.addShared<float>(std::min<int64_t>(grid.blocks, kConvWeightGradSlices) * transformedWeightFloats(g));

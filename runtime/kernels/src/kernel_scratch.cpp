@@ -37,9 +37,11 @@ ScratchNeed convInputGradScratch(ScratchTarget target, const Shape &xs, const Sh
 }
 
 ScratchNeed convWeightGradScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
-                                  const Dims &pads, const Dims &dilations, int64_t group) {
+                                  const Dims &pads, const Dims &dilations, int64_t group, bool accumulate) {
   return convNeed("nn.conv_weight_grad", target, xs, ws, strides, pads, dilations, group,
-                  [&](const ConvGeom &g, ScratchNeed &need) { addCpuConvWeightGradScratch(g, ws.numel(), need); });
+                  [&](const ConvGeom &g, ScratchNeed &need) {
+                    addCpuConvWeightGradScratch(g, ws.numel(), need, accumulate);
+                  });
 }
 
 // Either layout: the kernels read and write the operands where they lie

@@ -563,20 +563,30 @@ void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shap
 
 void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Shape &xs, float *dw, const Shape &ws,
                     const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
-                    const Workspace &workspace) {
+                    const Workspace &workspace, bool accumulate) {
   const ConvGeom g = convGeom("nn.conv_weight_grad", xs, ws, strides, pads, dilations, group);
   if (convOut(g) != dys)
     fail("nn.conv_weight_grad", "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
   const int64_t rows = g.Cg * g.kSize, P = g.outSize, wSize = ws.numel();
   if (g.N == 0) {
-    std::fill(dw, dw + wSize, 0.0f);
+    if (!accumulate) std::fill(dw, dw + wSize, 0.0f); // accumulate: adding a sum of nothing
     return;
   }
   ScratchNeed need;
-  plan::addCpuConvWeightGradScratch(g, wSize, need);
+  plan::addCpuConvWeightGradScratch(g, wSize, need, accumulate);
   Scratch scratch("nn.conv_weight_grad", workspace, need);
+  float *gradient = dw; // the buffer the sum is written to
+  if (accumulate) gradient = scratch.shared<float>(wSize);
+  // With accumulate: the sum, then added into dw element by element.
+  auto finish = [&] {
+    if (accumulate)
+      parallelVectorElements(wSize, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) dw[i] += gradient[i];
+      });
+  };
   if (winogradApplies(g)) {
-    winogradWeightGrad(g, dy, x, dw, scratch);
+    winogradWeightGrad(g, dy, x, gradient, scratch);
+    finish();
     return;
   }
   // dW is a sum over the samples, which must not split by the thread count:
@@ -589,7 +599,7 @@ void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Sha
   parallelRanges(slices, convGemmWork(g), [&](int64_t sBegin, int64_t sEnd) {
     float *col = g.pointwise ? nullptr : scratch.thread().take<float>(columnFloats(g));
     for (int64_t s = sBegin; s < sEnd; ++s) {
-      float *sum = s == 0 ? dw : partials + (s - 1) * wSize;
+      float *sum = s == 0 ? gradient : partials + (s - 1) * wSize;
       const int64_t nBegin = g.N * s / slices, nEnd = g.N * (s + 1) / slices;
       for (int64_t n = nBegin; n < nEnd; ++n)
         for (int64_t gi = 0; gi < g.G; ++gi) {
@@ -600,7 +610,8 @@ void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Sha
         }
     }
   });
-  addSlicesInOrder(dw, partials, slices, wSize);
+  addSlicesInOrder(gradient, partials, slices, wSize);
+  finish();
 }
 
 } // namespace pipec::kernels

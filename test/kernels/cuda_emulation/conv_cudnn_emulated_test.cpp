@@ -13,7 +13,13 @@
 //     guarded) or none;
 //   - where cuDNN must not run, pipec's im2col kernels run and still match:
 //     the F32 precision (which must equal the CPU kernels as before),
-//     PIPEC_CUDNN_CONV=0, and operands that are not 16-byte aligned.
+//     PIPEC_CUDNN_CONV=0, and operands that are not 16-byte aligned;
+//   - bf16 storage: cuDNN's bf16 graphs (y, dx and dw rounded to bf16, dw
+//     widened into its float buffer), and on widened float32 copies where
+//     the bf16 graphs must not run (unaligned: cuDNN's float graphs;
+//     PIPEC_CUDNN_CONV=0: pipec's kernels);
+//   - the weight gradient added into a buffer (accumulate), bit for bit the
+//     buffer plus the gradient, in every one of those cases.
 #include "pipec/cuda_kernels.h"
 #include "pipec/cpu_kernels.h"
 #include "pipec/kernel_scratch.h"
@@ -46,6 +52,14 @@ static std::vector<float> randomValues(int64_t n) {
 }
 /// The fake cuDNN sums in double, the CPU kernels in float.
 constexpr double kTolerance = 2e-5;
+/// Two roundings to bf16 on top of that (half an ulp, 2^-9 relative, each):
+/// the convolution's result, then the bias added to it by a kernel of its own.
+constexpr double kBf16Tolerance = 2.0 / 256;
+
+/// Who must run a bf16-storage call: cuDNN's bf16 graphs; cuDNN's float
+/// graphs on aligned float32 copies (the operands are not aligned); or
+/// pipec's float kernels on the copies (PIPEC_CUDNN_CONV=0).
+enum class Bf16Path { Bf16Graphs, FloatGraphsOnCopies, FloatKernelsOnCopies };
 
 struct Case {
   Shape xs, ws;
@@ -82,6 +96,16 @@ struct Guarded {
   }
   std::vector<float> all;
 };
+
+/// `got` is `held` plus `dw` element by element, bit for bit: the weight
+/// gradient added into a gradient buffer (accumulate) as if written
+/// elsewhere and added.
+static void expectAddedInto(const std::vector<float> &got, const std::vector<float> &held,
+                            const std::vector<float> &dw) {
+  bool same = got.size() == dw.size();
+  for (size_t i = 0; same && i < got.size(); ++i) same = got[i] == held[i] + dw[i];
+  expect(same, "dw accumulated is not the buffer plus dw");
+}
 
 /// One case's three calls on the CUDA kernels in `precision`, against the
 /// CPU kernels; `cudnn`: whether cuDNN must run them (else it must not);
@@ -120,6 +144,16 @@ static void runCase(const Case &c, pipec::Precision precision, bool cudnn, int o
   pc::raiseDeviceErrors();
   const long ran = emu::cudnnExecutes - executes;
   expect(ran == (cudnn ? 3 : 0), "cuDNN ran " + std::to_string(ran) + " graphs, expected " + (cudnn ? "3" : "none"));
+  const std::vector<float> held = randomValues(c.ws.numel());
+  std::vector<float> added = placed(held);
+  pc::convWeightGrad(dyp.data() + offset, ys, xp.data() + offset, c.xs, added.data() + offset, c.ws, c.s, c.p, c.d,
+                     c.g, workspace(wScratch), /*accumulate=*/true);
+  pc::raiseDeviceErrors();
+  {
+    const std::vector<float> dwv = dw.values();
+    expectAddedInto(std::vector<float>(added.begin() + offset, added.end()), held,
+                    std::vector<float>(dwv.begin() + offset, dwv.end()));
+  }
   if (cudnn) expect(emu::gemmCalls == gemms, "cuDNN's calls ran " + std::to_string(emu::gemmCalls - gemms) + " GEMMs");
   expect(y.intact() && dx.intact() && dw.intact() && fwdScratch.intact() && inScratch.intact() && wScratch.intact(),
          "a call wrote outside its output or workspace");
@@ -134,6 +168,62 @@ static void runCase(const Case &c, pipec::Precision precision, bool cudnn, int o
   expectNear(tail(y), yc, kTolerance, "y");
   expectNear(tail(dx), dxc, kTolerance, "dx");
   expectNear(tail(dw), dwc, kTolerance, "dw");
+}
+
+/// bf16 storage: x, w, dy rounded to bf16 (the CPU kernels get the same
+/// values in float), y and dx in bf16, dw in float, run by `path`;
+/// `offset`: operands that many bf16 past a 16-byte boundary.
+static void runBf16Case(const Case &c, Bf16Path path, int offset) {
+  const bool cudnn = path != Bf16Path::FloatKernelsOnCopies;
+  void *fakeStream = (void *)0x5150;
+  pc::StreamScope scope(fakeStream, pipec::Precision::BF16);
+  const Shape ys = pk::convOutputShape(c.xs, c.ws, c.s, c.p, c.d);
+  auto rounded = [](std::vector<float> v) {
+    for (float &e : v) e = (float)pc::bf16(e);
+    return v;
+  };
+  const auto x = rounded(randomValues(c.xs.numel())), w = rounded(randomValues(c.ws.numel())),
+             b = randomValues(c.ws.v[0]), dy = rounded(randomValues(ys.numel()));
+  auto placed = [&](const std::vector<float> &v, size_t room) {
+    std::vector<pc::bf16> out((size_t)offset + room, pc::bf16(NAN));
+    for (size_t i = 0; i < v.size(); ++i) out[(size_t)offset + i] = pc::bf16(v[i]);
+    return out;
+  };
+  std::vector<pc::bf16> xb = placed(x, x.size()), wb = placed(w, w.size()), dyb = placed(dy, dy.size()),
+                        y = placed({}, (size_t)ys.numel()), dx = placed({}, (size_t)c.xs.numel());
+  Guarded dw(c.ws.numel());
+  const long executes = emu::cudnnExecutes;
+  const int gemms = emu::gemmCalls;
+  pc::conv(xb.data() + offset, c.xs, wb.data() + offset, c.ws, c.bias ? b.data() : nullptr, y.data() + offset, c.s,
+           c.p, c.d, c.g);
+  pc::convInputGrad(dyb.data() + offset, ys, wb.data() + offset, c.ws, dx.data() + offset, c.xs, c.s, c.p, c.d, c.g);
+  pc::convWeightGrad(dyb.data() + offset, ys, xb.data() + offset, c.xs, dw.data(), c.ws, c.s, c.p, c.d, c.g);
+  pc::raiseDeviceErrors();
+  const long ran = emu::cudnnExecutes - executes;
+  expect(ran == (cudnn ? 3 : 0), "cuDNN ran " + std::to_string(ran) + " graphs, expected " + (cudnn ? "3" : "none"));
+  const std::vector<float> held = randomValues(c.ws.numel());
+  std::vector<float> added = held;
+  pc::convWeightGrad(dyb.data() + offset, ys, xb.data() + offset, c.xs, added.data(), c.ws, c.s, c.p, c.d, c.g, {},
+                     /*accumulate=*/true);
+  pc::raiseDeviceErrors();
+  expectAddedInto(added, held, dw.values());
+  if (cudnn) expect(emu::gemmCalls == gemms, "cuDNN's calls ran " + std::to_string(emu::gemmCalls - gemms) + " GEMMs");
+  else expect(emu::gemmCalls > gemms, "the float kernels ran no GEMM");
+  expect(dw.intact(), "the weight gradient was written outside its buffer");
+  std::vector<float> yc(ys.numel()), dxc(c.xs.numel()), dwc(c.ws.numel());
+  pk::conv(x.data(), c.xs, w.data(), c.ws, c.bias ? b.data() : nullptr, yc.data(), c.s, c.p, c.d, c.g);
+  pk::convInputGrad(dy.data(), ys, w.data(), c.ws, dxc.data(), c.xs, c.s, c.p, c.d, c.g);
+  pk::convWeightGrad(dy.data(), ys, x.data(), c.xs, dwc.data(), c.ws, c.s, c.p, c.d, c.g);
+  auto widened = [&](const std::vector<pc::bf16> &v) {
+    std::vector<float> out;
+    for (size_t i = (size_t)offset; i < v.size(); ++i) out.push_back((float)v[i]);
+    return out;
+  };
+  // y and dx are rounded to bf16; dw too where cuDNN's bf16 graph computed
+  // it, as its bf16 configuration does, else it is float32's.
+  expectNear(widened(y), yc, kBf16Tolerance, "bf16 y");
+  expectNear(widened(dx), dxc, kBf16Tolerance, "bf16 dx");
+  expectNear(dw.values(), dwc, path == Bf16Path::Bf16Graphs ? kBf16Tolerance : kTolerance, "bf16 dw");
 }
 
 int main() {
@@ -152,7 +242,13 @@ int main() {
     ctx = c.str() + " PIPEC_CUDNN_CONV=0";
     setenv("PIPEC_CUDNN_CONV", "0", 1);
     runCase(c, P::TF32, false, 0, true);
+    ctx = c.str() + " bf16 storage, PIPEC_CUDNN_CONV=0";
+    runBf16Case(c, Bf16Path::FloatKernelsOnCopies, 0);
     unsetenv("PIPEC_CUDNN_CONV");
+    ctx = c.str() + " bf16 storage";
+    runBf16Case(c, Bf16Path::Bf16Graphs, 0);
+    ctx = c.str() + " bf16 storage, unaligned";
+    runBf16Case(c, Bf16Path::FloatGraphsOnCopies, 1);
   }
   return emucheck::finish();
 }

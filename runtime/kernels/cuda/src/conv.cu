@@ -84,9 +84,50 @@ __global__ void col2imKernel(ConvGeom g, const float *col, float *dx, int64_t sa
 }
 
 /// y[n, f, p] += bias[f].
-__global__ void addBiasKernel(float *y, const float *bias, int64_t total, int64_t F, int64_t P) {
-  for (int64_t i = firstIndex(); i < total; i += gridStride()) y[i] += bias[(i / P) % F];
+template <class T> __global__ void addBiasKernel(T *y, const float *bias, int64_t total, int64_t F, int64_t P) {
+  for (int64_t i = firstIndex(); i < total; i += gridStride()) y[i] = fromF<T>(toF(y[i]) + bias[(i / P) % F]);
 }
+
+template <class T> void addBias(const char *op, T *y, const float *bias, const ConvGeom &g) {
+  const int64_t total = g.N * g.F * g.outSize;
+  if (!bias || total == 0) return;
+  addBiasKernel<T><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(y, bias, total, g.F, g.outSize);
+  detail::checkLaunch(op);
+}
+
+/// dw = float(from), or dw += float(from) with accumulate: a weight
+/// gradient cuDNN wrote in bf16, into its float32 buffer.
+__global__ void widenKernel(const bf16 *from, int64_t n, float *dw, bool accumulate) {
+  for (int64_t i = firstIndex(); i < n; i += gridStride())
+    dw[i] = accumulate ? dw[i] + (float)from[i] : (float)from[i];
+}
+
+/// A bf16 call's tensors as float32, for the calls cuDNN declines: copies
+/// in kernel scratch slot 1 (slot 0 is the float call's own), widened on
+/// the way in and rounded once on the way out (docs/cuda-kernels.md,
+/// "bf16 storage").
+class WidenedCopies {
+public:
+  explicit WidenedCopies(std::initializer_list<int64_t> counts) {
+    int64_t bytes = 0;
+    for (int64_t n : counts) bytes += ScratchNeed::alignedScratchBytes(n * (int64_t)sizeof(float));
+    next_ = static_cast<char *>(detail::scratch(1, (size_t)bytes));
+  }
+  /// A float copy of the n values at `from`, or (from null) room for n.
+  float *take(const bf16 *from, int64_t n) {
+    float *copy = reinterpret_cast<float *>(next_);
+    next_ += ScratchNeed::alignedScratchBytes(n * (int64_t)sizeof(float));
+    if (from && n > 0) cast<bf16, float>(from, n, copy);
+    return copy;
+  }
+  /// to = bf16(from) over n values.
+  void round(const float *from, int64_t n, bf16 *to) {
+    if (n > 0) cast<float, bf16>(from, n, to);
+  }
+
+private:
+  char *next_ = nullptr;
+};
 
 /// The group GEMMs of `samples` samples: for every (s, g),
 /// C(s,g) = op(A(g)) op(B(s,g)), where X(s,g) = X.base + s * X.sample + g * X.group
@@ -168,11 +209,7 @@ void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, cons
                  Operand{cols, P, g.G * rows * P, rows * P}, y + n0 * g.F * P, P, g.F * P, g.Fg * P, samples, g.G);
     }
   }
-  if (bias) {
-    const int64_t total = g.N * g.F * P;
-    addBiasKernel<<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(y, bias, total, g.F, P);
-    detail::checkLaunch(op);
-  }
+  addBias(op, y, bias, g);
 }
 
 void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shape &ws, float *dx, const Shape &xs,
@@ -204,12 +241,18 @@ void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shap
 
 void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Shape &xs, float *dw, const Shape &ws,
                     const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
-          const Workspace &workspace) {
+                    const Workspace &workspace, bool accumulate) {
   const char *op = "nn.conv_weight_grad";
   const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
   if (convOut(g) != dys) fail(op, "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
-  if (ws.numel() == 0) return;
+  if (ws.numel() == 0 || (g.N == 0 && accumulate)) return; // accumulate: adding a sum of nothing
+  if (accumulate) { // the sum in kernel scratch slot 1, then added into dw (the CPU kernel's bits)
+    float *sum = static_cast<float *>(detail::scratch(1, (size_t)ws.numel() * sizeof(float)));
+    convWeightGrad(dy, dys, x, xs, sum, ws, strides, pads, dilations, group, workspace, false);
+    cuda::accumulate(dw, sum, ws.numel());
+    return;
+  }
   if (g.N == 0) {
     detail::check(cudaMemsetAsync(dw, 0, (size_t)ws.numel() * sizeof(float), detail::stream()), op);
     return;
@@ -233,6 +276,69 @@ void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Sha
                           cols + s * g.G * rows * P, P, rows * P, n == 0 ? 0.0f : 1.0f, dw, rows, g.Fg * rows, g.G);
     }
   }
+}
+
+//===----------------------------------------------------------------------===//
+// bf16 storage: cuDNN's bf16 graphs, else the float kernels on widened copies
+//===----------------------------------------------------------------------===//
+
+void conv(const bf16 *x, const Shape &xs, const bf16 *w, const Shape &ws, const float *bias, bf16 *y,
+          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group, const Workspace &workspace) {
+  const char *op = "nn.conv";
+  const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
+  if (g.N == 0 || g.F == 0) return;
+  if (dnn::conv(x, w, y, g, workspace)) {
+    addBias(op, y, bias, g);
+    return;
+  }
+  const int64_t yCount = g.N * g.F * g.outSize;
+  WidenedCopies copies({xs.numel(), ws.numel(), yCount});
+  const float *xf = copies.take(x, xs.numel()), *wf = copies.take(w, ws.numel());
+  float *yf = copies.take(nullptr, yCount);
+  conv(xf, xs, wf, ws, bias, yf, strides, pads, dilations, group, workspace);
+  copies.round(yf, yCount, y);
+}
+
+void convInputGrad(const bf16 *dy, const Shape &dys, const bf16 *w, const Shape &ws, bf16 *dx, const Shape &xs,
+                   const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+                   const Workspace &workspace) {
+  const char *op = "nn.conv_input_grad";
+  const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
+  if (convOut(g) != dys) fail(op, "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
+  if (g.N == 0 || g.C == 0 || g.inSize == 0 || dnn::convInputGrad(dy, w, dx, g, workspace)) return;
+  WidenedCopies copies({dys.numel(), ws.numel(), xs.numel()});
+  const float *dyf = copies.take(dy, dys.numel()), *wf = copies.take(w, ws.numel());
+  float *dxf = copies.take(nullptr, xs.numel());
+  convInputGrad(dyf, dys, wf, ws, dxf, xs, strides, pads, dilations, group, workspace);
+  copies.round(dxf, xs.numel(), dx);
+}
+
+void convWeightGrad(const bf16 *dy, const Shape &dys, const bf16 *x, const Shape &xs, float *dw, const Shape &ws,
+                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+                    const Workspace &workspace, bool accumulate) {
+  const char *op = "nn.conv_weight_grad";
+  const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
+  if (convOut(g) != dys) fail(op, "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
+  const int64_t n = ws.numel();
+  if (n == 0 || (g.N == 0 && accumulate)) return;
+  if (g.N == 0) {
+    detail::check(cudaMemsetAsync(dw, 0, (size_t)n * sizeof(float), detail::stream()), op);
+    return;
+  }
+  // cuDNN's bf16 configuration writes dW in bf16, like the rest of the call
+  // (the rounding PyTorch's autocast gives a bf16 weight's gradient too);
+  // one kernel widens it into dw or adds it there.
+  bf16 *rounded = static_cast<bf16 *>(detail::scratch(1, (size_t)n * sizeof(bf16)));
+  if (dnn::convWeightGrad(dy, x, rounded, g, workspace)) {
+    widenKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(rounded, n, dw, accumulate);
+    detail::checkLaunch(op);
+    return;
+  }
+  WidenedCopies copies({dys.numel(), xs.numel(), accumulate ? n : 0});
+  const float *dyf = copies.take(dy, dys.numel()), *xf = copies.take(x, xs.numel());
+  float *sum = accumulate ? copies.take(nullptr, n) : dw;
+  convWeightGrad(dyf, dys, xf, xs, sum, ws, strides, pads, dilations, group, workspace, false);
+  if (accumulate) cuda::accumulate(dw, sum, n);
 }
 
 } // namespace pipec::kernels::cuda

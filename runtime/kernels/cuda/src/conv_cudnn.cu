@@ -1,8 +1,11 @@
 // Convolutions through cuDNN's graph API (conv_cudnn.cuh; docs/cuda-kernels.md,
 // "Convolutions (cuDNN)"): the forward (conv_fprop), the input gradient
 // (conv_dgrad) and the weight gradient (conv_wgrad, every sample in one
-// call), on float32 storage with FLOAT compute (cuDNN's default lets its
-// TF32 tensor-core engines run it), for the TF32 and BF16 precisions. x [N, C, d...], w [F, C/G, k...] and y [N, F, o...] are
+// call) with FLOAT compute: on float32 storage for the TF32 and BF16
+// precisions (cuDNN's default lets its TF32 tensor-core engines run it), and
+// on bf16 storage (x, w, y all BFLOAT16, as cuDNN's bf16 configuration
+// wants; a weight gradient in bf16 is widened by the caller). x [N, C, d...],
+// w [F, C/G, k...] and y [N, F, o...] are
 // cuDNN's tensors as they lie (row-major NCHW strides, nothing copied); a
 // 1-D convolution is a 2-D one of height 1. One plan per shape and kind,
 // built on the first call (outside any CUDA graph capture) from cuDNN's
@@ -16,15 +19,18 @@
 #include <cstring>
 #include <map>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace pipec::kernels::cuda::dnn {
 
 #ifndef PIPEC_CUDNN_GRAPHS
 
-bool conv(const float *, const float *, float *, const ConvGeom &, const Workspace &) { return false; }
-bool convInputGrad(const float *, const float *, float *, const ConvGeom &, const Workspace &) { return false; }
-bool convWeightGrad(const float *, const float *, float *, const ConvGeom &, const Workspace &) { return false; }
+template <class T> bool conv(const T *, const T *, T *, const ConvGeom &, const Workspace &) { return false; }
+template <class T> bool convInputGrad(const T *, const T *, T *, const ConvGeom &, const Workspace &) { return false; }
+template <class T> bool convWeightGrad(const T *, const T *, T *, const ConvGeom &, const Workspace &) {
+  return false;
+}
 
 #else
 
@@ -33,19 +39,20 @@ namespace {
 enum class ConvKind { Forward, InputGrad, WeightGrad };
 enum Uid : int64_t { kX = 1, kW, kY };
 
-/// What one convolution graph is built for: its kind and geometry in
-/// cuDNN's terms (at least two spatial axes).
+/// What one convolution graph is built for: its kind, storage type and
+/// geometry in cuDNN's terms (at least two spatial axes).
 struct ConvKey {
   ConvKind kind;
+  fe::DataType_t type;
   std::vector<int64_t> x, w, y, pre, post, stride, dilation;
-  auto tied() const { return std::tie(kind, x, w, y, pre, post, stride, dilation); }
+  auto tied() const { return std::tie(kind, type, x, w, y, pre, post, stride, dilation); }
   bool operator<(const ConvKey &o) const { return tied() < o.tied(); }
 };
 
 /// The key of `g`: x [N, C, d...], w [F, C/G, k...], y [N, F, o...], a
 /// leading spatial axis of 1 added to a 1-D convolution.
-ConvKey keyOf(ConvKind kind, const ConvGeom &g) {
-  ConvKey key{kind, {g.N, g.C}, {g.F, g.Cg}, {g.N, g.F}, {}, {}, {}, {}};
+ConvKey keyOf(ConvKind kind, fe::DataType_t type, const ConvGeom &g) {
+  ConvKey key{kind, type, {g.N, g.C}, {g.F, g.Cg}, {g.N, g.F}, {}, {}, {}, {}};
   if (g.sp == 1) {
     key.x.push_back(1), key.w.push_back(1), key.y.push_back(1);
     key.pre.push_back(0), key.post.push_back(0), key.stride.push_back(1), key.dilation.push_back(1);
@@ -67,7 +74,7 @@ std::string dimsString(const std::vector<int64_t> &dims) {
 /// The graph of `key` built into `plan`, or false with cuDNN's reason.
 bool buildGraph(const ConvKey &key, cudnnHandle_t handle, Plan &plan, std::string &why) {
   auto graph = std::make_shared<fe::graph::Graph>();
-  graph->set_io_data_type(fe::DataType_t::FLOAT)
+  graph->set_io_data_type(key.type)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
   auto input = [&](const char *name, Uid uid, const std::vector<int64_t> &dims) {
@@ -76,11 +83,10 @@ bool buildGraph(const ConvKey &key, cudnnHandle_t handle, Plan &plan, std::strin
                              .set_uid(uid)
                              .set_dim(dims)
                              .set_stride(rowMajorStrides(dims))
-                             .set_data_type(fe::DataType_t::FLOAT));
+                             .set_data_type(key.type));
   };
-  auto output = [](const std::shared_ptr<fe::graph::Tensor_attributes> &t, Uid uid, const std::vector<int64_t> &dims) {
-    t->set_output(true).set_uid(uid).set_dim(dims).set_stride(rowMajorStrides(dims)).set_data_type(
-        fe::DataType_t::FLOAT);
+  auto output = [&](const std::shared_ptr<fe::graph::Tensor_attributes> &t, Uid uid, const std::vector<int64_t> &dims) {
+    t->set_output(true).set_uid(uid).set_dim(dims).set_stride(rowMajorStrides(dims)).set_data_type(key.type);
   };
   auto attributes = [&](auto options) {
     options.set_pre_padding(key.pre).set_post_padding(key.post).set_stride(key.stride).set_dilation(key.dilation);
@@ -118,15 +124,19 @@ bool disabledByEnvironment() {
 }
 
 /// Runs one convolution of `kind` through cuDNN, or declines (false).
-bool run(const char *op, ConvKind kind, const ConvGeom &g, const void *x, const void *w, const void *y,
+/// Float storage in the F32 precision stays on pipec's kernels (equal to
+/// the CPU's); bf16 storage exists only in the BF16 precision.
+template <class T>
+bool run(const char *op, ConvKind kind, const ConvGeom &g, const T *x, const T *w, const T *y,
          const Workspace &workspace) {
-  if (disabledByEnvironment() || detail::precision() == Precision::F32) return false;
+  constexpr bool bf16Storage = std::is_same_v<T, bf16>;
+  if (disabledByEnvironment() || (!bf16Storage && detail::precision() == Precision::F32)) return false;
   if (g.sp < 1 || g.sp > 3 || g.N == 0 || g.C == 0 || g.F == 0 || g.inSize == 0 || g.outSize == 0 ||
       !aligned16({x, w, y}))
     return false;
   cudnnHandle_t handle = dnn::handle(op, "convolutions run on pipec's kernels");
   if (!handle) return false;
-  const ConvKey key = keyOf(kind, g);
+  const ConvKey key = keyOf(kind, bf16Storage ? fe::DataType_t::BFLOAT16 : fe::DataType_t::FLOAT, g);
   auto &plans = plansByDevice[detail::deviceIndex(op)];
   auto found = plans.find(key);
   if (found == plans.end()) {
@@ -134,31 +144,40 @@ bool run(const char *op, ConvKind kind, const ConvGeom &g, const void *x, const 
     std::string why;
     if (!buildGraph(key, handle, plan, why))
       std::fprintf(stderr,
-                   "pipec: cuDNN has no deterministic %s for x %s, w %s (%s); pipec's convolution kernels run it\n",
-                   op, dimsString(key.x).c_str(), dimsString(key.w).c_str(), why.c_str());
+                   "pipec: cuDNN has no deterministic %s for %s x %s, w %s (%s); pipec's convolution kernels run it\n",
+                   op, bf16Storage ? "bf16" : "float", dimsString(key.x).c_str(), dimsString(key.w).c_str(),
+                   why.c_str());
     found = plans.emplace(key, std::move(plan)).first;
   }
   const Plan &plan = found->second;
   if (!plan.graph) return false;
   std::unordered_map<int64_t, void *> pack = {
-      {kX, const_cast<void *>(x)}, {kW, const_cast<void *>(w)}, {kY, const_cast<void *>(y)}};
+      {kX, const_cast<T *>(x)}, {kW, const_cast<T *>(w)}, {kY, const_cast<T *>(y)}};
   execute(op, handle, plan, pack, callMemory(workspace, plan.workspaceBytes));
   return true;
 }
 
 } // namespace
 
-bool conv(const float *x, const float *w, float *y, const ConvGeom &g, const Workspace &workspace) {
-  return run("nn.conv", ConvKind::Forward, g, x, w, y, workspace);
+template <class T> bool conv(const T *x, const T *w, T *y, const ConvGeom &g, const Workspace &workspace) {
+  return run<T>("nn.conv", ConvKind::Forward, g, x, w, y, workspace);
 }
-bool convInputGrad(const float *dy, const float *w, float *dx, const ConvGeom &g, const Workspace &workspace) {
-  return run("nn.conv_input_grad", ConvKind::InputGrad, g, dx, w, dy, workspace);
+template <class T> bool convInputGrad(const T *dy, const T *w, T *dx, const ConvGeom &g, const Workspace &workspace) {
+  return run<T>("nn.conv_input_grad", ConvKind::InputGrad, g, dx, w, dy, workspace);
 }
-bool convWeightGrad(const float *dy, const float *x, float *dw, const ConvGeom &g, const Workspace &workspace) {
-  return run("nn.conv_weight_grad", ConvKind::WeightGrad, g, x, dw, dy, workspace);
+template <class T> bool convWeightGrad(const T *dy, const T *x, T *dw, const ConvGeom &g, const Workspace &workspace) {
+  return run<T>("nn.conv_weight_grad", ConvKind::WeightGrad, g, x, dw, dy, workspace);
 }
 
 #endif // PIPEC_CUDNN_GRAPHS
+
+#define PIPEC_CUDNN_CONVOLUTIONS_FOR(T)                                                                               \
+  template bool conv<T>(const T *, const T *, T *, const ConvGeom &, const Workspace &);                               \
+  template bool convInputGrad<T>(const T *, const T *, T *, const ConvGeom &, const Workspace &);                      \
+  template bool convWeightGrad<T>(const T *, const T *, T *, const ConvGeom &, const Workspace &);
+PIPEC_CUDNN_CONVOLUTIONS_FOR(float)
+PIPEC_CUDNN_CONVOLUTIONS_FOR(bf16)
+#undef PIPEC_CUDNN_CONVOLUTIONS_FOR
 
 } // namespace pipec::kernels::cuda::dnn
 

@@ -12,15 +12,16 @@ namespace pipec::kernels::cuda::dnn {
 
 /// y = conv(x, w) (no bias) for the geometry `g` through cuDNN, and true;
 /// or false, having done nothing, where cuDNN does not take the call: the
-/// library was built without cuDNN, PIPEC_CUDNN_CONV=0 is set, the stream's
-/// precision is F32 (which must equal the CPU kernels), an operand is not
-/// 16-byte aligned, or cuDNN has no deterministic engine for the shape
-/// (reported once per shape on stderr).
-bool conv(const float *x, const float *w, float *y, const ConvGeom &g, const Workspace &workspace);
+/// library was built without cuDNN, PIPEC_CUDNN_CONV=0 is set, the storage
+/// is float and the stream's precision F32 (which must equal the CPU
+/// kernels), an operand is not 16-byte aligned, or cuDNN has no
+/// deterministic engine for the shape (reported once per shape on stderr).
+/// T is float or bf16 (every tensor of the call in it).
+template <class T> bool conv(const T *x, const T *w, T *y, const ConvGeom &g, const Workspace &workspace);
 /// dx from dy and w; the same contract.
-bool convInputGrad(const float *dy, const float *w, float *dx, const ConvGeom &g, const Workspace &workspace);
+template <class T> bool convInputGrad(const T *dy, const T *w, T *dx, const ConvGeom &g, const Workspace &workspace);
 /// dw from dy and x, every sample in one call; the same contract.
-bool convWeightGrad(const float *dy, const float *x, float *dw, const ConvGeom &g, const Workspace &workspace);
+template <class T> bool convWeightGrad(const T *dy, const T *x, T *dw, const ConvGeom &g, const Workspace &workspace);
 
 } // namespace pipec::kernels::cuda::dnn
 

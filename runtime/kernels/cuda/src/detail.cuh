@@ -73,8 +73,10 @@ unsigned blocksFor(int64_t n);
 /// grows (stream-ordered) when a call needs more and is kept, so only the
 /// first calls of a stage allocate. A kernel call takes all its scratch
 /// from slot 0, and no kernel holds a slot while it calls another kernel
-/// that uses scratch.
-constexpr int kScratchSlots = 1;
+/// that uses scratch; slot 1 holds what a convolution's weight gradient
+/// or bf16 call keeps while the call it makes uses slot 0 (conv.cu: the
+/// sum to add, the bf16 dW, float32 copies).
+constexpr int kScratchSlots = 2;
 void *scratch(int slot, size_t bytes);
 
 /// Throws KernelError "op: `what` inside a CUDA graph capture" when the

@@ -4,9 +4,9 @@
 // (one block per row, or per-chunk partial sums combined in a fixed order):
 // deterministic, no atomics. Batch norm reads its input once for the
 // statistics (shifted sums, one pass) and once to apply them, each pass a
-// block per (channel, chunk). The layer-norm kernels are
-// templated on the storage of x, y, dy and dx (float, or bf16 with float
-// parameters and statistics: docs/cuda-kernels.md).
+// block per (channel, chunk). Both norms' kernels are templated on the
+// storage of x, y, dy and dx (float, or bf16 with float parameters and
+// statistics: docs/cuda-kernels.md).
 #include "gemm.cuh"
 #include "kernel_plan.h"
 #include "nn_common.cuh"
@@ -41,8 +41,8 @@ __device__ __forceinline__ int64_t channelOffset(const ChannelView &v, int64_t c
 }
 
 /// The element channel c's sums are shifted by: its first.
-__device__ __forceinline__ double channelPivot(const float *x, const ChannelView &v, int64_t c) {
-  return x[channelOffset(v, c, 0)];
+template <class T> __device__ __forceinline__ double channelPivot(const T *x, const ChannelView &v, int64_t c) {
+  return toF(x[channelOffset(v, c, 0)]);
 }
 
 /// The chunks of every channel (plan::cudaBatchNormChunks) and block b's
@@ -72,8 +72,8 @@ struct ChannelSums {
 };
 
 /// partial[b · kChannelSums + s]: sum s over block b's chunk (dy may be null).
-__global__ void channelPartialsKernel(const float *x, const float *dy, ChannelView v, ChannelChunks cc,
-                                      double *partial) {
+template <class T>
+__global__ void channelPartialsKernel(const T *x, const T *dy, ChannelView v, ChannelChunks cc, double *partial) {
   for (int64_t b = blockIdx.x; b < v.C * cc.chunks; b += gridDim.x) {
     const int64_t c = cc.channel(b);
     int64_t j0, j1;
@@ -82,12 +82,13 @@ __global__ void channelPartialsKernel(const float *x, const float *dy, ChannelVi
     double s[kChannelSums] = {0, 0, 0, 0};
     for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
       const int64_t i = channelOffset(v, c, j);
-      const double d = (double)x[i] - pivot;
+      const double d = (double)toF(x[i]) - pivot;
       s[0] += d;
       s[1] += d * d;
       if (dy) {
-        s[2] += dy[i];
-        s[3] += dy[i] * d;
+        const double g = toF(dy[i]);
+        s[2] += g;
+        s[3] += g * d;
       }
     }
     for (int q = 0; q < kChannelSums; ++q) {
@@ -116,7 +117,8 @@ __device__ __forceinline__ double centredDySum(const ChannelSums &t, double mean
 struct ChannelStats {
   double mean, var;
 };
-__device__ ChannelStats batchStats(const float *x, const ChannelView &v, int64_t c, const ChannelSums &t) {
+template <class T>
+__device__ ChannelStats batchStats(const T *x, const ChannelView &v, int64_t c, const ChannelSums &t) {
   const double n = (double)v.count(), shift = n > 0 ? t.shifted / n : 0.0;
   const double var = n > 0 ? t.squares / n - shift * shift : 0.0;
   return {channelPivot(x, v, c) + shift, var > 0 ? var : 0.0};
@@ -126,9 +128,10 @@ __device__ ChannelStats batchStats(const float *x, const ChannelView &v, int64_t
 /// running ones; the chunk-0 block of each channel writes its new running
 /// statistics. Only that block reads the running statistics in training,
 /// so newMean/newVar may alias them.
-__global__ void batchNormApplyKernel(const float *x, ChannelView v, ChannelChunks cc, const double *partial,
+template <class T>
+__global__ void batchNormApplyKernel(const T *x, ChannelView v, ChannelChunks cc, const double *partial,
                                      const float *scale, const float *bias, const float *runningMean,
-                                     const float *runningVar, float *y, float *newMean, float *newVar,
+                                     const float *runningVar, T *y, float *newMean, float *newVar,
                                      float epsilon, float momentum, bool training) {
   for (int64_t b = blockIdx.x; b < v.C * cc.chunks; b += gridDim.x) {
     const int64_t c = cc.channel(b);
@@ -155,15 +158,16 @@ __global__ void batchNormApplyKernel(const float *x, ChannelView v, ChannelChunk
     cc.range(v, b, j0, j1);
     for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
       const int64_t i = channelOffset(v, c, j);
-      y[i] = x[i] * a + shift;
+      y[i] = fromF<T>(toF(x[i]) * a + shift);
     }
   }
 }
 
 /// Training: dx = scale · invStd · (dy - mean(dy) - x̂ · mean(dy · x̂)) over
 /// block b's chunk, from the channel's sums.
-__global__ void batchNormGradApplyKernel(const float *dy, const float *x, ChannelView v, ChannelChunks cc,
-                                         const double *partial, const float *scale, float *dx, float epsilon) {
+template <class T>
+__global__ void batchNormGradApplyKernel(const T *dy, const T *x, ChannelView v, ChannelChunks cc,
+                                         const double *partial, const float *scale, T *dx, float epsilon) {
   for (int64_t b = blockIdx.x; b < v.C * cc.chunks; b += gridDim.x) {
     const int64_t c = cc.channel(b);
     const ChannelSums t = channelSums(partial, cc, c);
@@ -177,27 +181,29 @@ __global__ void batchNormGradApplyKernel(const float *dy, const float *x, Channe
     cc.range(v, b, j0, j1);
     for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
       const int64_t i = channelOffset(v, c, j);
-      const float xhat = (x[i] - fMean) * fInv;
-      dx[i] = k * (dy[i] - mDy - xhat * mDyXhat);
+      const float xhat = (toF(x[i]) - fMean) * fInv;
+      dx[i] = fromF<T>(k * (toF(dy[i]) - mDy - xhat * mDyXhat));
     }
   }
 }
 
 /// Inference: dx = dy * scale / sqrt(runningVar + eps), element-wise.
-__global__ void batchNormGradInferenceKernel(const float *dy, ChannelView v, const float *scale,
-                                             const float *runningVar, float *dx, float epsilon) {
+template <class T>
+__global__ void batchNormGradInferenceKernel(const T *dy, ChannelView v, const float *scale,
+                                             const float *runningVar, T *dx, float epsilon) {
   const int64_t total = v.N * v.C * v.inner;
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t c = (i / v.inner) % v.C;
     const float a = (float)(scale[c] / sqrt((double)runningVar[c] + (double)epsilon));
-    dx[i] = dy[i] * a;
+    dx[i] = fromF<T>(toF(dy[i]) * a);
   }
 }
 
 /// dscale = Σ dy·(x - mean)·invStd, dbias = Σ dy per channel (a thread per
 /// channel), with the batch statistics in training, the running ones else;
 /// added into dscale and dbias with accumulate.
-__global__ void batchNormParamFinishKernel(const float *x, ChannelView v, ChannelChunks cc, const double *partial,
+template <class T>
+__global__ void batchNormParamFinishKernel(const T *x, ChannelView v, ChannelChunks cc, const double *partial,
                                            const float *runningMean, const float *runningVar, float *dscale,
                                            float *dbias, float epsilon, bool training, bool accumulate) {
   for (int64_t c = firstIndex(); c < v.C; c += gridStride()) {
@@ -213,10 +219,11 @@ __global__ void batchNormParamFinishKernel(const float *x, ChannelView v, Channe
 
 /// The channels' partial sums of x (and dy) in the call's scratch: one
 /// launch, a block per (channel, chunk).
-const double *channelPartials(const char *op, const float *x, const float *dy, const ChannelView &v,
-                              const ChannelChunks &cc, Scratch &scratch) {
+template <class T>
+const double *channelPartials(const char *op, const T *x, const T *dy, const ChannelView &v, const ChannelChunks &cc,
+                              Scratch &scratch) {
   double *partial = scratch.shared<double>(v.C * cc.chunks * kChannelSums);
-  channelPartialsKernel<<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
+  channelPartialsKernel<T><<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
       x, dy, v, cc, partial);
   detail::checkLaunch(op);
   return partial;
@@ -398,9 +405,13 @@ __global__ void layerNormFinishKernel(const double *partialScale, const double *
 // Batch normalization
 //===----------------------------------------------------------------------===//
 
-void batchNorm(const float *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
-               const float *runningVar, float *y, float *newMean, float *newVar, float epsilon, float momentum,
-               bool training) {
+namespace {
+// One body per call for float and bf16 storage of x, y, dy and dx; the
+// parameters, statistics and parameter gradients are float either way.
+template <class T>
+void batchNormT(const T *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
+                const float *runningVar, T *y, float *newMean, float *newVar, float epsilon, float momentum,
+                bool training) {
   const char *op = "nn.batch_norm";
   const ChannelView v = channelView(op, xs);
   if (v.C == 0) return;
@@ -409,36 +420,36 @@ void batchNorm(const float *x, const Shape &xs, const float *scale, const float 
   const double *partial = nullptr;
   if (training && v.count() > 0) {
     scratch.emplace(op, Workspace{}, channelPartialsNeed(v, cc));
-    partial = channelPartials(op, x, nullptr, v, cc, *scratch);
+    partial = channelPartials<T>(op, x, nullptr, v, cc, *scratch);
   }
-  batchNormApplyKernel<<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
+  batchNormApplyKernel<T><<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
       x, v, cc, partial, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training);
   detail::checkLaunch(op);
 }
 
-void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const float *runningMean,
-                   const float *runningVar, float *dx, float epsilon, bool training) {
+template <class T>
+void batchNormGradT(const T *dy, const T *x, const Shape &xs, const float *scale, const float *runningVar, T *dx,
+                    float epsilon, bool training) {
   const char *op = "nn.batch_norm_grad";
   const ChannelView v = channelView(op, xs);
-  (void)runningMean;
   const int64_t total = v.N * v.C * v.inner;
   if (total == 0) return;
   if (training) {
     const ChannelChunks cc = channelChunks(v);
     Scratch scratch(op, {}, channelPartialsNeed(v, cc));
     const double *partial = channelPartials(op, x, dy, v, cc, scratch);
-    batchNormGradApplyKernel<<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
+    batchNormGradApplyKernel<T><<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
         dy, x, v, cc, partial, scale, dx, epsilon);
   } else {
-    batchNormGradInferenceKernel<<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(
+    batchNormGradInferenceKernel<T><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(
         dy, v, scale, runningVar, dx, epsilon);
   }
   detail::checkLaunch(op);
 }
 
-void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const float *runningMean,
-                        const float *runningVar, float *dscale, float *dbias, float epsilon, bool training,
-                        bool accumulate) {
+template <class T>
+void batchNormParamGradT(const T *dy, const T *x, const Shape &xs, const float *runningMean, const float *runningVar,
+                         float *dscale, float *dbias, float epsilon, bool training, bool accumulate) {
   const char *op = "nn.batch_norm_param_grad";
   const ChannelView v = channelView(op, xs);
   if (v.C == 0 || (v.count() == 0 && accumulate)) return; // accumulate: adding sums of nothing
@@ -450,9 +461,39 @@ void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
   const ChannelChunks cc = channelChunks(v);
   Scratch scratch(op, {}, channelPartialsNeed(v, cc));
   const double *partial = channelPartials(op, x, dy, v, cc, scratch);
-  batchNormParamFinishKernel<<<detail::blocksFor(v.C), detail::kThreads, 0, detail::stream()>>>(
+  batchNormParamFinishKernel<T><<<detail::blocksFor(v.C), detail::kThreads, 0, detail::stream()>>>(
       x, v, cc, partial, runningMean, runningVar, dscale, dbias, epsilon, training, accumulate);
   detail::checkLaunch(op);
+}
+} // namespace
+
+void batchNorm(const float *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
+               const float *runningVar, float *y, float *newMean, float *newVar, float epsilon, float momentum,
+               bool training) {
+  batchNormT(x, xs, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training);
+}
+void batchNorm(const bf16 *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
+               const float *runningVar, bf16 *y, float *newMean, float *newVar, float epsilon, float momentum,
+               bool training) {
+  batchNormT(x, xs, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training);
+}
+void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const float *,
+                   const float *runningVar, float *dx, float epsilon, bool training) {
+  batchNormGradT(dy, x, xs, scale, runningVar, dx, epsilon, training);
+}
+void batchNormGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const float *scale, const float *,
+                   const float *runningVar, bf16 *dx, float epsilon, bool training) {
+  batchNormGradT(dy, x, xs, scale, runningVar, dx, epsilon, training);
+}
+void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const float *runningMean,
+                        const float *runningVar, float *dscale, float *dbias, float epsilon, bool training,
+                        bool accumulate) {
+  batchNormParamGradT(dy, x, xs, runningMean, runningVar, dscale, dbias, epsilon, training, accumulate);
+}
+void batchNormParamGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const float *runningMean,
+                        const float *runningVar, float *dscale, float *dbias, float epsilon, bool training,
+                        bool accumulate) {
+  batchNormParamGradT(dy, x, xs, runningMean, runningVar, dscale, dbias, epsilon, training, accumulate);
 }
 
 //===----------------------------------------------------------------------===//

@@ -4,6 +4,8 @@
 // thread per input element gathering from the windows that contain it, in
 // row-major output order (the CPU kernel's accumulation order): no atomics,
 // deterministic. Global average pooling: one block per plane, double sum.
+// Every kernel is templated on the storage (float, or bf16 widened on load
+// and rounded once on store).
 #include "nn_common.cuh"
 
 #include <algorithm>
@@ -115,35 +117,35 @@ template <class F> __device__ void forEachInRange(const PoolGeom &g, const Outpu
   }
 }
 
-__global__ void maxPoolKernel(PoolGeom g, const float *x, float *y) {
+template <class T> __global__ void maxPoolKernel(PoolGeom g, const T *x, T *y) {
   const int64_t total = g.planes * g.outSize;
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t p = i / g.outSize, o = i - p * g.outSize;
-    const float *xp = x + p * g.inSize;
+    const T *xp = x + p * g.inSize;
     Window w;
     outputWindow(g, o, w);
     float best = -INFINITY;
     forEachInWindow(g, w, [&](int64_t off) {
-      const float v = xp[off];
+      const float v = toF(xp[off]);
       best = v > best ? v : best;
     });
-    y[i] = best;
+    y[i] = fromF<T>(best);
   }
 }
 
 /// The first maximum of each window (in-plane input offset, -1 for a window
 /// with no position inside the input), as the CPU gradient picks it.
-__global__ void maxPoolArgKernel(PoolGeom g, const float *x, int64_t *args) {
+template <class T> __global__ void maxPoolArgKernel(PoolGeom g, const T *x, int64_t *args) {
   const int64_t total = g.planes * g.outSize;
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t p = i / g.outSize, o = i - p * g.outSize;
-    const float *xp = x + p * g.inSize;
+    const T *xp = x + p * g.inSize;
     Window w;
     outputWindow(g, o, w);
     int64_t arg = -1;
     float best = 0.0f;
     forEachInWindow(g, w, [&](int64_t off) {
-      const float v = xp[off];
+      const float v = toF(xp[off]);
       if (arg < 0 || v > best) {
         arg = off;
         best = v;
@@ -154,42 +156,42 @@ __global__ void maxPoolArgKernel(PoolGeom g, const float *x, int64_t *args) {
 }
 
 /// dx[p, q] = Σ dy[p, o] over the windows o (row-major) whose first maximum is q.
-__global__ void maxPoolGradKernel(PoolGeom g, const float *dy, const int64_t *args, float *dx) {
+template <class T> __global__ void maxPoolGradKernel(PoolGeom g, const T *dy, const int64_t *args, T *dx) {
   const int64_t total = g.planes * g.inSize;
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t p = i / g.inSize, q = i - p * g.inSize;
-    const float *dyp = dy + p * g.outSize;
+    const T *dyp = dy + p * g.outSize;
     const int64_t *argp = args + p * g.outSize;
     float sum = 0.0f;
     OutputRange r;
     if (outputRange(g, q, r))
       forEachInRange(g, r, [&](int64_t o, const int64_t *) {
-        if (argp[o] == q) sum += dyp[o];
+        if (argp[o] == q) sum += toF(dyp[o]);
       });
-    dx[i] = sum;
+    dx[i] = fromF<T>(sum);
   }
 }
 
-__global__ void averagePoolKernel(PoolGeom g, const float *x, float *y, bool countIncludePad) {
+template <class T> __global__ void averagePoolKernel(PoolGeom g, const T *x, T *y, bool countIncludePad) {
   const int64_t total = g.planes * g.outSize;
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t p = i / g.outSize, o = i - p * g.outSize;
-    const float *xp = x + p * g.inSize;
+    const T *xp = x + p * g.inSize;
     Window w;
     outputWindow(g, o, w);
     float sum = 0.0f;
-    forEachInWindow(g, w, [&](int64_t off) { sum += xp[off]; });
-    y[i] = sum / (float)windowCount(g, w, countIncludePad);
+    forEachInWindow(g, w, [&](int64_t off) { sum += toF(xp[off]); });
+    y[i] = fromF<T>(sum / (float)windowCount(g, w, countIncludePad));
   }
 }
 
 /// dx[p, q] = Σ dy[p, o] / count(o) over the windows o (row-major) that
 /// contain q.
-__global__ void averagePoolGradKernel(PoolGeom g, const float *dy, float *dx, bool countIncludePad) {
+template <class T> __global__ void averagePoolGradKernel(PoolGeom g, const T *dy, T *dx, bool countIncludePad) {
   const int64_t total = g.planes * g.inSize;
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t p = i / g.inSize, q = i - p * g.inSize;
-    const float *dyp = dy + p * g.outSize;
+    const T *dyp = dy + p * g.outSize;
     float sum = 0.0f;
     OutputRange r;
     if (outputRange(g, q, r))
@@ -201,19 +203,19 @@ __global__ void averagePoolGradKernel(PoolGeom g, const float *dy, float *dx, bo
           const int64_t t = r.pos[a] - w.st[a]; // = kk * d for a kernel index kk
           if (t < 0 || t % g.d[a] != 0 || t / g.d[a] >= g.k[a]) inside = false;
         }
-        if (inside) sum += dyp[o] / (float)windowCount(g, w, countIncludePad);
+        if (inside) sum += toF(dyp[o]) / (float)windowCount(g, w, countIncludePad);
       });
-    dx[i] = sum;
+    dx[i] = fromF<T>(sum);
   }
 }
 
-__global__ void globalAveragePoolKernel(const float *x, float *y, int64_t planes, int64_t inner) {
+template <class T> __global__ void globalAveragePoolKernel(const T *x, T *y, int64_t planes, int64_t inner) {
   for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
-    const float *xp = x + p * inner;
+    const T *xp = x + p * inner;
     double sum = 0;
-    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) sum += xp[i];
+    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) sum += toF(xp[i]);
     sum = blockSum(sum);
-    if (threadIdx.x == 0) y[p] = (float)(sum / (double)inner);
+    if (threadIdx.x == 0) y[p] = fromF<T>((float)(sum / (double)inner));
   }
 }
 
@@ -223,17 +225,21 @@ __global__ void globalAveragePoolKernel(const float *x, float *y, int64_t planes
 // nn.max_pool, nn.average_pool (+ _grad), nn.global_average_pool
 //===----------------------------------------------------------------------===//
 
-void maxPool(const float *x, const Shape &xs, float *y, const Dims &kernel, const Dims &strides, const Dims &pads,
+namespace {
+
+template <class T>
+void maxPoolT(const T *x, const Shape &xs, T *y, const Dims &kernel, const Dims &strides, const Dims &pads,
              const Dims &dilations, bool ceilMode) {
   const char *op = "nn.max_pool";
   const PoolGeom g = poolGeom(op, xs, kernel, strides, pads, dilations, ceilMode);
   const int64_t total = g.planes * g.outSize;
   if (total == 0) return;
-  maxPoolKernel<<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(g, x, y);
+  maxPoolKernel<T><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(g, x, y);
   detail::checkLaunch(op);
 }
 
-void maxPoolGrad(const float *dy, const float *x, const Shape &xs, float *dx, const Dims &kernel, const Dims &strides,
+template <class T>
+void maxPoolGradT(const T *dy, const T *x, const Shape &xs, T *dx, const Dims &kernel, const Dims &strides,
                  const Dims &pads, const Dims &dilations, bool ceilMode, const Workspace &workspace) {
   const char *op = "nn.max_pool_grad";
   const PoolGeom g = poolGeom(op, xs, kernel, strides, pads, dilations, ceilMode);
@@ -241,42 +247,68 @@ void maxPoolGrad(const float *dy, const float *x, const Shape &xs, float *dx, co
   if (inputs == 0) return;
   Scratch scratch(op, workspace, poolScratch(ScratchTarget::Cuda, xs, kernel, strides, pads, dilations, ceilMode, true));
   int64_t *args = scratch.shared<int64_t>(outputs);
-  maxPoolArgKernel<<<detail::blocksFor(outputs), detail::kThreads, 0, detail::stream()>>>(g, x, args);
+  maxPoolArgKernel<T><<<detail::blocksFor(outputs), detail::kThreads, 0, detail::stream()>>>(g, x, args);
   detail::checkLaunch(op);
-  maxPoolGradKernel<<<detail::blocksFor(inputs), detail::kThreads, 0, detail::stream()>>>(g, dy, args,
+  maxPoolGradKernel<T><<<detail::blocksFor(inputs), detail::kThreads, 0, detail::stream()>>>(g, dy, args,
                                                                                          dx);
   detail::checkLaunch(op);
 }
 
-void averagePool(const float *x, const Shape &xs, float *y, const Dims &kernel, const Dims &strides, const Dims &pads,
+template <class T>
+void averagePoolT(const T *x, const Shape &xs, T *y, const Dims &kernel, const Dims &strides, const Dims &pads,
                  bool ceilMode, bool countIncludePad) {
   const char *op = "nn.average_pool";
   const PoolGeom g = poolGeom(op, xs, kernel, strides, pads, Dims{}, ceilMode);
   const int64_t total = g.planes * g.outSize;
   if (total == 0) return;
-  averagePoolKernel<<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(g, x, y, countIncludePad);
+  averagePoolKernel<T><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(g, x, y, countIncludePad);
   detail::checkLaunch(op);
 }
 
-void averagePoolGrad(const float *dy, float *dx, const Shape &xs, const Dims &kernel, const Dims &strides,
+template <class T>
+void averagePoolGradT(const T *dy, T *dx, const Shape &xs, const Dims &kernel, const Dims &strides,
                      const Dims &pads, bool ceilMode, bool countIncludePad) {
   const char *op = "nn.average_pool_grad";
   const PoolGeom g = poolGeom(op, xs, kernel, strides, pads, Dims{}, ceilMode);
   const int64_t total = g.planes * g.inSize;
   if (total == 0) return;
-  averagePoolGradKernel<<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(g, dy, dx,
+  averagePoolGradKernel<T><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(g, dy, dx,
                                                                                             countIncludePad);
   detail::checkLaunch(op);
 }
 
-void globalAveragePool(const float *x, const Shape &xs, float *y) {
+template <class T> void globalAveragePoolT(const T *x, const Shape &xs, T *y) {
   const char *op = "nn.global_average_pool";
   checkRank(op, xs, 3, "the input (N, C, spatial...)");
   const int64_t planes = xs.v[0] * xs.v[1], inner = productOf(xs, 2, xs.size);
   if (planes == 0) return;
-  globalAveragePoolKernel<<<segmentBlocks(planes), segmentThreads(inner), 0, detail::stream()>>>(x, y, planes,
+  globalAveragePoolKernel<T><<<segmentBlocks(planes), segmentThreads(inner), 0, detail::stream()>>>(x, y, planes,
                                                                                                  inner);
   detail::checkLaunch(op);
 }
+
+} // namespace
+
+#define PIPEC_POOLING_FOR(T)                                                                                           \
+  void maxPool(const T *x, const Shape &xs, T *y, const Dims &kernel, const Dims &strides, const Dims &pads,          \
+               const Dims &dilations, bool ceilMode) {                                                                 \
+    maxPoolT(x, xs, y, kernel, strides, pads, dilations, ceilMode);                                                    \
+  }                                                                                                                    \
+  void maxPoolGrad(const T *dy, const T *x, const Shape &xs, T *dx, const Dims &kernel, const Dims &strides,          \
+                   const Dims &pads, const Dims &dilations, bool ceilMode, const Workspace &workspace) {               \
+    maxPoolGradT(dy, x, xs, dx, kernel, strides, pads, dilations, ceilMode, workspace);                                \
+  }                                                                                                                    \
+  void averagePool(const T *x, const Shape &xs, T *y, const Dims &kernel, const Dims &strides, const Dims &pads,      \
+                   bool ceilMode, bool countIncludePad) {                                                              \
+    averagePoolT(x, xs, y, kernel, strides, pads, ceilMode, countIncludePad);                                          \
+  }                                                                                                                    \
+  void averagePoolGrad(const T *dy, T *dx, const Shape &xs, const Dims &kernel, const Dims &strides,                  \
+                       const Dims &pads, bool ceilMode, bool countIncludePad) {                                        \
+    averagePoolGradT(dy, dx, xs, kernel, strides, pads, ceilMode, countIncludePad);                                    \
+  }                                                                                                                    \
+  void globalAveragePool(const T *x, const Shape &xs, T *y) { globalAveragePoolT(x, xs, y); }
+PIPEC_POOLING_FOR(float)
+PIPEC_POOLING_FOR(bf16)
+#undef PIPEC_POOLING_FOR
 
 } // namespace pipec::kernels::cuda

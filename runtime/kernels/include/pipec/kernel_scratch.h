@@ -66,7 +66,7 @@ ScratchNeed convScratch(ScratchTarget target, const Shape &xs, const Shape &ws, 
 ScratchNeed convInputGradScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
                                  const Dims &pads, const Dims &dilations, int64_t group);
 ScratchNeed convWeightGradScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
-                                  const Dims &pads, const Dims &dilations, int64_t group);
+                                  const Dims &pads, const Dims &dilations, int64_t group, bool accumulate = false);
 /// nn.attention and nn.attention_grad (query, key and value shapes): a
 /// block of score rows (two for the gradient: P and dz), per thread on the
 /// CPU, for every slice at once on CUDA (plus the rows' dot products of the

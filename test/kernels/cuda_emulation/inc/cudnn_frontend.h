@@ -439,7 +439,8 @@ private:
     return n;
   }
 
-  /// A convolution's checks: FLOAT tensors of rank 4 or 5 (2 or 3 spatial
+  /// A convolution's checks: FLOAT or BFLOAT16 tensors (all of the io type, FLOAT
+  /// compute: cuDNN's float and bf16 configurations) of rank 4 or 5 (2 or 3 spatial
   /// axes) with uids and strides that put no two elements at one address,
   /// x [N, C, d...], w [K, C/G, k...] with G dividing K, y [N, K, o...] with
   /// o = (d + pre + post - dilation·(k - 1) - 1) / stride + 1, the result
@@ -448,8 +449,9 @@ private:
     auto bad = [](const std::string &m) {
       return error_t(error_code_t::INVALID_VALUE, "emulated cuDNN convolution: " + m);
     };
-    if (io != DataType_t::FLOAT || compute != DataType_t::FLOAT || convOptions.compute != DataType_t::FLOAT)
-      return bad("the fake emulates FLOAT tensors and compute only");
+    if ((io != DataType_t::FLOAT && io != DataType_t::BFLOAT16) || compute != DataType_t::FLOAT ||
+        convOptions.compute != DataType_t::FLOAT)
+      return bad("the fake emulates FLOAT or BFLOAT16 tensors with FLOAT compute only");
     const Tensor result = conv == Conv::Forward ? Y : conv == Conv::InputGrad ? X : W;
     for (const Tensor &t : {X, W, Y}) {
       if (!t || !t->uidSet) return bad("a tensor has no uid");
@@ -458,7 +460,8 @@ private:
       for (size_t i = 0; i < n; ++i)
         if (t->dims[i] < 1 || t->strides[i] < 0) return bad("tensor '" + t->name + "' has a bad dim or stride");
       if (overlaps(*t)) return bad("tensor '" + t->name + "' has strides that put two elements at one address");
-      if (t->type != DataType_t::FLOAT) return bad("tensor '" + t->name + "' is not FLOAT");
+      // cuDNN's FLOAT and bf16 configurations: every tensor in the io type.
+      if (t->type != io) return bad("tensor '" + t->name + "' is not of the graph's io type");
       if (t->output != (t == result)) return bad("the result, and only it, must be an output");
     }
     const size_t rank = X->dims.size(), sp = rank - 2;
@@ -506,10 +509,10 @@ private:
         spatialIn(X->dims.begin() + 2, X->dims.end()), spatialK(W->dims.begin() + 2, W->dims.end());
     const ConvFields &o = convOptions;
     auto value = [&](const Tensor &t, const std::vector<int64_t> &idx) {
-      return (double)emu::load(p.at(t->uid), CUDA_R_32F, offsetOf(t, idx));
+      return (double)emu::load(p.at(t->uid), cudaTypeOf(t->type), offsetOf(t, idx));
     };
-    auto write = [&](const Tensor &t, const std::vector<int64_t> &idx, double v) {
-      emu::store(p.at(t->uid), CUDA_R_32F, offsetOf(t, idx), (float)v);
+    auto write = [&](const Tensor &t, const std::vector<int64_t> &idx, double v) { // bf16: rounded once
+      emu::store(p.at(t->uid), cudaTypeOf(t->type), offsetOf(t, idx), (float)v);
     };
     // The input position of output position out and kernel position r, or false outside x.
     auto inputAt = [&](const std::vector<int64_t> &out, const std::vector<int64_t> &r, std::vector<int64_t> &in) {

@@ -357,6 +357,40 @@ void attentionGrad(const bf16 *dy, const bf16 *q, const Shape &qs, const bf16 *k
                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
                    bool training, StreamKey dropoutStreamKey, bf16 *dq, bf16 *dk, bf16 *dv,
                    const Workspace &scratch = {}, AttentionLayout layout = AttentionLayout::HeadMajor);
+/// Convolutions on bf16 x, w, y (dy, dx) through cuDNN's bf16 graphs, else
+/// pipec's float kernels on float32 copies; the bias stays float, and the
+/// weight gradient is written (or with accumulate added) into its float
+/// buffer (cuDNN computes it in bf16, as its bf16 configuration does:
+/// docs/cuda-kernels.md).
+void conv(const bf16 *x, const Shape &xs, const bf16 *w, const Shape &ws, const float *bias, bf16 *y,
+          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group, const Workspace &scratch = {});
+void convInputGrad(const bf16 *dy, const Shape &dys, const bf16 *w, const Shape &ws, bf16 *dx, const Shape &xs,
+                   const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+                   const Workspace &scratch = {});
+void convWeightGrad(const bf16 *dy, const Shape &dys, const bf16 *x, const Shape &xs, float *dw, const Shape &ws,
+                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+                    const Workspace &scratch = {}, bool accumulate = false);
+/// Batch norm on bf16 x/y/dy/dx; scale, bias, running and new statistics,
+/// dscale and dbias float.
+void batchNorm(const bf16 *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
+               const float *runningVar, bf16 *y, float *newMean, float *newVar, float epsilon, float momentum,
+               bool training);
+void batchNormGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const float *scale, const float *runningMean,
+                   const float *runningVar, bf16 *dx, float epsilon, bool training);
+void batchNormParamGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const float *runningMean,
+                        const float *runningVar, float *dscale, float *dbias, float epsilon, bool training,
+                        bool accumulate = false);
+/// Pooling on bf16 tensors (window sums and means in float, rounded once).
+void maxPool(const bf16 *x, const Shape &xs, bf16 *y, const Dims &kernel, const Dims &strides, const Dims &pads,
+             const Dims &dilations, bool ceilMode);
+void maxPoolGrad(const bf16 *dy, const bf16 *x, const Shape &xs, bf16 *dx, const Dims &kernel, const Dims &strides,
+                 const Dims &pads, const Dims &dilations, bool ceilMode, const Workspace &scratch = {});
+void averagePool(const bf16 *x, const Shape &xs, bf16 *y, const Dims &kernel, const Dims &strides,
+                 const Dims &pads, bool ceilMode, bool countIncludePad);
+void averagePoolGrad(const bf16 *dy, bf16 *dx, const Shape &xs, const Dims &kernel, const Dims &strides,
+                     const Dims &pads, bool ceilMode, bool countIncludePad);
+void globalAveragePool(const bf16 *x, const Shape &xs, bf16 *y);
+
 /// Cross-entropy on bf16 scores; the loss (and dloss) stay float.
 template <class L>
 void softmaxCrossEntropyLoss(const bf16 *scores, const Shape &ss, const L *labels, const float *weights,
