@@ -371,6 +371,36 @@ def FuseGemmEpilogue : Pass<"pipec-fuse-gemm-epilogue", "mlir::ModuleOp"> {
   ];
 }
 
+def FuseNormEpilogue : Pass<"pipec-fuse-norm-epilogue", "mlir::ModuleOp"> {
+  let summary = "The residual add and the ReLU after a batch norm become the norm's epilogue";
+  let description = [{
+    In every model function of every pipe.stage (not @step), an `nn.add`
+    of a batch norm's normalized result (read by the add alone) and a tensor
+    of the same shape and type becomes the norm's `residual` (the norm
+    computed where it was when the residual is defined before it, else where
+    the add was, if nothing reads its running statistics before that
+    point); of two such norms (a ResNet block's main branch
+    and its projected shortcut) the one the add reads second takes the
+    other as its residual. Then an `nn.relu` of a batch norm's result read
+    by the ReLU alone becomes the norm's `activation`. The norm's apply pass
+    writes relu(normalized + residual): a ResNet-50 forward loses its 49
+    ReLU and residual-add passes. ReLU's gradient reads its output, which
+    the norm now writes; a normalized value something else reads (a saved
+    pre-activation) is never fused. Runs before pipec-fuse-elementwise.
+
+    Before:
+      %n:3 = nn.batch_norm %x, %s, %b, %m, %v {training = true} : ...
+      %a = nn.add %n#0, %r : ...
+      %y = nn.relu %a : tensor<2x4x6x6xf32>
+    After:
+      %y, %nm, %nv = nn.batch_norm %x, %s, %b, %m, %v, %r {activation = #nn.unary<relu>, training = true} : ...
+  }];
+  let statistics = [
+    Statistic<"numResiduals", "residuals", "Number of residual adds fused into batch norms">,
+    Statistic<"numActivations", "activations", "Number of ReLUs fused into batch norms">,
+  ];
+}
+
 def RecomputeElementwise : Pass<"pipec-recompute-elementwise", "mlir::ModuleOp"> {
   let dependentDialects = ["::pipec::pipe::PipeDialect", "::pipec::nn::NNDialect"];
   let summary = "Saved values that are cheap to recompute (an element-wise function of another saved value, a dropout mask) are recomputed, not kept";

@@ -50,6 +50,7 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
     // must still be an op; the forward's then fuses with its GEMM.
     pm.addPass(createRecomputeElementwise()); // before fusion, which may then fuse the recomputed op
     pm.addPass(createFuseGemmEpilogue());
+    pm.addPass(createFuseNormEpilogue());
     pm.addPass(createFuseElementwise());
   }
   // After fusion, whose loops load and store either storage; before the

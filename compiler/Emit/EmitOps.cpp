@@ -241,7 +241,11 @@ bool StageEmitter::emitNormPoolOp(Operation *op) {
             << ", " << mean << ", " << var << ", "
             << f32Literal(norm.getEpsilon().convertToFloat()) << ", "
             << f32Literal(norm.getMomentum().convertToFloat()) << ", "
-            << (norm.getTraining() ? "!call->inference" : "false") << ");\n";
+            << (norm.getTraining() ? "!call->inference" : "false");
+        if (norm.getResidual() || norm.getActivation()) // the epilogue
+          out << ", " << (norm.getResidual() ? ptr(norm.getResidual()) : "nullptr") << ", "
+              << (norm.getActivation() ? unaryKindName(*norm.getActivation()) : "std::nullopt");
+        out << ");\n";
       })
       .Case([&](nn::BatchNormGradOp grad) {
         std::string y = allocate(grad.getResult());

@@ -149,6 +149,11 @@ std::optional<std::vector<Tensor>> OpRules::forward() {
         auto results = kernels::batchNorm(in(0), in(1), in(2), in(3), in(4),
                                           toDouble(norm.getEpsilon()),
                                           toDouble(norm.getMomentum()), norm.getTraining());
+        // The epilogue (pipec-fuse-norm-epilogue): f(normalized + residual).
+        if (norm.getResidual())
+          results.output = kernels::binary(BinaryOp::Add, results.output, in(5));
+        if (auto activation = norm.getActivation())
+          results.output = kernels::unary(*activation, results.output);
         return std::vector<Tensor>{std::move(results.output), std::move(results.runningMean),
                                    std::move(results.runningVar)};
       })

@@ -457,6 +457,11 @@ LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *,
                        "shape [" + Twine(channels) + "], got " +
                            shapeString(type.getShape()));
   }
+  if (Value residual = adaptor.getResidual(); residual && rankedType(residual).getShape() != inputType.getShape())
+    return fail(loc, "nn.batch_norm: the residual " + shapeString(rankedType(residual).getShape()) +
+                         " does not have the input's shape " + shapeString(inputType.getShape()));
+  if (auto activation = adaptor.getActivation(); activation && *activation != ::pipec::Unary::Relu)
+    return fail(loc, "nn.batch_norm: the only activation its kernels apply is relu");
   types.push_back(inputType);
   types.push_back(adaptor.getRunningMean().getType());
   types.push_back(adaptor.getRunningVar().getType());

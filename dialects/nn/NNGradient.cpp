@@ -229,6 +229,8 @@ Value ConvInputGradOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, un
 }
 
 Value BatchNormOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
+  if (getResidual() || getActivation())
+    return Value(); // an epilogue exists after autodiff only
   Value dy = dys[0];
   if (index == 0)
     return BatchNormGradOp::create(g.b, g.loc, dy, getInput(), getScale(),

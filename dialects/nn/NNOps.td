@@ -258,13 +258,20 @@ def NN_BatchNormOp : NN_InferredOp<"batch_norm", [NN_Differentiable]> {
     batch and the running statistics are updated with `momentum`
     (running = momentum * running + (1 - momentum) * batch); in inference
     mode the running statistics are used and returned unchanged.
+
+    With `residual` (of the input's shape) the output is the normalized
+    value plus it, and with `activation` (ReLU) f of that: the epilogue
+    pipec-fuse-norm-epilogue folds into the op after autodiff
+    (docs/optimization.md); such a batch norm has no gradient rule.
   }];
   let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$scale,
                        NN_FloatTensor:$bias, NN_FloatTensor:$running_mean,
                        NN_FloatTensor:$running_var,
+                       Optional<NN_FloatTensor>:$residual,
                        DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
                        DefaultValuedAttr<F32Attr, "0.9">:$momentum,
-                       DefaultValuedAttr<BoolAttr, "false">:$training);
+                       DefaultValuedAttr<BoolAttr, "false">:$training,
+                       OptionalAttr<NN_UnaryFunctionAttr>:$activation);
   let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$new_running_mean,
                       NN_FloatTensor:$new_running_var);
 }

@@ -82,7 +82,7 @@ bool float32Operand(Operation *op, Value operand) {
   if (auto conv = llvm::dyn_cast<nn::ConvOp>(op))
     return operand == conv.getBias();
   if (auto norm = llvm::dyn_cast<nn::BatchNormOp>(op))
-    return operand != norm.getInput();
+    return operand != norm.getInput() && operand != norm.getResidual();
   if (auto grad = llvm::dyn_cast<nn::BatchNormGradOp>(op))
     return operand != grad.getDy() && operand != grad.getInput();
   if (auto grad = llvm::dyn_cast<nn::BatchNormParamGradOp>(op))

@@ -268,7 +268,7 @@ def compare_bf16_storage(args, work, env, name, model, cpu, optimizer="adamw"):
          "cuda", "--precision", "bf16", "--out", cuda], env=env)
     stages = os.path.join(cuda, "stages")
     source = open(os.path.join(stages, "stage_0.cu")).read()
-    if "const pk::bf16 *__restrict__" not in source or "pk::bf16 *" not in source:
+    if "pk::bf16 *" not in source:
         print(f"FAIL: {name}: the bf16 CUDA stage stores nothing in bf16")
         return 1
     library = build_emulated_stage(stages, os.path.join(work, name + "-translated-bf16"), args.emulation_dir,

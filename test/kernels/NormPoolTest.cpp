@@ -47,6 +47,30 @@ TEST(BatchNorm, TrainingUsesBatchStatisticsAndUpdatesRunning) {
   EXPECT_EQ(dbAdded[1], 0.125f + db[1]);
 }
 
+// The epilogue pipec-fuse-norm-epilogue folds in: relu(normalized +
+// residual), bit for bit the separate ops, in training and inference, and
+// a refusal of an activation the kernels do not apply.
+TEST(BatchNorm, EpilogueIsTheSeparateOps) {
+  const pk::Shape xs{3, 2, 4, 5};
+  auto x = randomVec(xs.numel(), 11, -2.0f, 3.0f), r = randomVec(xs.numel(), 12);
+  const float scale[2] = {1.5f, -0.5f}, bias[2] = {0.1f, 0.2f}, rm[2] = {0.3f, -0.1f}, rv[2] = {1.2f, 0.8f};
+  for (bool training : {true, false}) {
+    std::vector<float> fused(x.size()), separate(x.size());
+    float nm[2], nv[2], nm2[2], nv2[2];
+    pk::batchNorm(x.data(), xs, scale, bias, rm, rv, fused.data(), nm, nv, 1e-5f, 0.9f, training, r.data(),
+                  pk::Unary::Relu);
+    pk::batchNorm(x.data(), xs, scale, bias, rm, rv, separate.data(), nm2, nv2, 1e-5f, 0.9f, training);
+    pk::binary(pk::Binary::Add, separate.data(), xs, r.data(), xs, separate.data());
+    pk::unary(pk::Unary::Relu, separate.data(), xs.numel(), separate.data());
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(fused[i], separate[i]) << "[" << i << "] training " << training;
+    EXPECT_EQ(nm[0], nm2[0]);
+    EXPECT_EQ(nv[1], nv2[1]);
+    EXPECT_THROW(pk::batchNorm(x.data(), xs, scale, bias, rm, rv, fused.data(), nm, nv, 1e-5f, 0.9f, training,
+                               nullptr, pk::Unary::Gelu),
+                 pk::KernelError);
+  }
+}
+
 // Statistics and gradient sums over long channels (runs longer than the
 // kernel's lanes, of uneven length, 2·10^5 elements a channel, far from
 // zero mean) against double-precision loops.

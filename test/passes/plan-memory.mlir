@@ -112,6 +112,23 @@ pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
     return %dg, %db : tensor<4xf32>, tensor<4xf32>
   }
 
+  // A convolution's weight gradient returned as the parameter's gradient
+  // adds into its buffer; on the CPU its scratch then holds the sum too
+  // (128 bytes where the one kept in the arena, also read by the add,
+  // needs 64: one slice's partial sums).
+  // CHECK-LABEL: func.func @bwd_weight_conv
+  // CPU: nn.conv_weight_grad %arg0, %arg1 {{.*}}pipe.scratch = array<i64: {{[0-9]+}}, 128>, pipe.storage = [#pipe.storage<gradient, 0>]
+  // CUDA: nn.conv_weight_grad %arg0, %arg1 {{.*}}pipe.storage = [#pipe.storage<gradient, 0>]
+  // CPU: nn.conv_weight_grad %arg0, %arg1 {{.*}}pipe.scratch = array<i64: {{[0-9]+}}, 64>, pipe.storage = [#pipe.storage<arena,
+  // CUDA: nn.conv_weight_grad %arg0, %arg1 {{.*}}pipe.storage = [#pipe.storage<arena,
+  func.func @bwd_weight_conv(%dy: tensor<2x4x3x3xf32> {pipe.saved = "dy"}, %x: tensor<2x4x3x3xf32> {pipe.saved = "x"})
+      -> (tensor<4x4x1x1xf32> {nn.name = "w", nn.role = #nn.role<grad>}, tensor<4x4x1x1xf32> {nn.name = "u", nn.role = #nn.role<grad>}) {
+    %dw = nn.conv_weight_grad %dy, %x {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>) -> tensor<4x4x1x1xf32>
+    %du = nn.conv_weight_grad %dy, %x {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>) -> tensor<4x4x1x1xf32>
+    %twice = nn.add %du, %du : (tensor<4x4x1x1xf32>, tensor<4x4x1x1xf32>) -> tensor<4x4x1x1xf32>
+    return %dw, %twice : tensor<4x4x1x1xf32>, tensor<4x4x1x1xf32>
+  }
+
   // CHECK-LABEL: func.func @fwd_batch_norm
   // CHECK: nn.batch_norm %arg0, %arg1, %arg2, %arg3, %arg4 {pipe.storage = [#pipe.storage<arena, 0>, #pipe.storage<buffer, 1>, #pipe.storage<buffer, 2>], training = true}
   // CHECK: nn.batch_norm %arg0, %arg1, %arg2, %arg5, %arg6 {pipe.storage = [#pipe.storage<arena, {{[0-9]+}}>, #pipe.storage<arena, {{[0-9]+}}>, #pipe.storage<buffer, 4>], training = true}

@@ -138,6 +138,12 @@ void checkRank(const char *op, const Shape &s, int atLeast, const char *what) {
     if (s.v[i] < 0) fail(op, std::string(what) + " " + s.str() + " has a negative dimension");
 }
 
+bool batchNormAppliesRelu(const char *op, std::optional<Unary> activation) {
+  if (activation && *activation != Unary::Relu)
+    throw KernelError(std::string(op) + ": the only activation a batch norm applies is relu");
+  return activation.has_value();
+}
+
 int64_t normalizeAxis(const char *op, int64_t axis, int rank) {
   if (axis < -rank || axis >= rank)
     fail(op, "axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));

@@ -1,6 +1,7 @@
 // Batch and layer normalization with their input and parameter gradients.
 // Statistics accumulate in double; element-wise work is float.
 #include "detail.h"
+#include "pipec/unary_math.h"
 
 #include <algorithm>
 #include <array>
@@ -111,8 +112,9 @@ std::array<double, 2> channelGradientSums(const float *dy, const float *x, const
 
 void batchNorm(const float *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
                const float *runningVar, float *y, float *newMean, float *newVar, float epsilon, float momentum,
-               bool training) {
+               bool training, const float *residual, std::optional<Unary> activation) {
   const ChannelView v = channelView("nn.batch_norm", xs);
+  const bool relu = batchNormAppliesRelu("nn.batch_norm", activation);
   // Channels are independent (statistics, running update, output): one thread each.
   parallelVectorRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
     for (int64_t c = cBegin; c < cEnd; ++c) {
@@ -130,9 +132,14 @@ void batchNorm(const float *x, const Shape &xs, const float *scale, const float 
       const float a = (float)(invStd * scale[c]);
       const float b = (float)(bias[c] - mean * invStd * scale[c]);
       for (int64_t n = 0; n < v.N; ++n) {
-        const float *p = x + (n * v.C + c) * v.inner;
-        float *q = y + (n * v.C + c) * v.inner;
+        const int64_t base = (n * v.C + c) * v.inner;
+        const float *p = x + base;
+        float *q = y + base;
         for (int64_t i = 0; i < v.inner; ++i) q[i] = p[i] * a + b;
+        if (residual)
+          for (int64_t i = 0; i < v.inner; ++i) q[i] += residual[base + i];
+        if (relu)
+          for (int64_t i = 0; i < v.inner; ++i) q[i] = unaryValue<Unary::Relu>(q[i]);
       }
     }
   });

@@ -1920,6 +1920,133 @@ static void testFlashAttention() {
   }
 }
 
+// Convolutional-network kernels beyond convolutions (issue 47), with their
+// own generator (the other cases' inputs stay as they were):
+//   - batch norm's epilogue (pipec-fuse-norm-epilogue): relu(normalized +
+//     residual), training and inference, CUDA against CPU, and the CPU's
+//     fused form bit for bit the separate ops;
+//   - batch norm and pooling on bf16 storage against the CPU float kernels
+//     on the same bf16-rounded inputs: results within a bf16 rounding (two
+//     for a normalized value, whose statistics come from bf16 inputs), the
+//     float statistics and parameter gradients at the float tolerances.
+static void testCnnKernels() {
+  std::mt19937_64 local(4711);
+  auto values = [&](int64_t n, float lo = -2, float hi = 2) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v((size_t)n);
+    for (auto &x : v) x = d(local);
+    return v;
+  };
+  auto bfValues = [&](int64_t n) { return roundBf(values(n)); };
+  for (const Shape &xs : {Shape{2, 3, 5, 4}, Shape{3, 2, 700}, Shape{1, 4, 1, 1}}) {
+    const int64_t C = xs.v[1];
+    const auto x = bfValues(xs.numel()), r = bfValues(xs.numel()), dy = bfValues(xs.numel()), sc = values(C),
+               bi = values(C), rm = values(C), rv = values(C, 0.5f, 2);
+    for (int training = 0; training < 2; ++training) {
+      ctx = "batchNorm epilogue " + xs.str() + " training " + std::to_string(training);
+      std::vector<float> yc(xs.numel()), yg(xs.numel()), sep(xs.numel()), nm(C), nv(C), nm2(C), nv2(C);
+      pk::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yc.data(), nm.data(), nv.data(), 1e-5f,
+                    0.9f, training, r.data(), pk::Unary::Relu);
+      pc::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yg.data(), nm2.data(), nv2.data(), 1e-5f,
+                    0.9f, training, r.data(), pk::Unary::Relu);
+      cmp(yc, yg, 1e-5, "relu(y + residual)");
+      cmp(nm, nm2, 1e-6, "mean");
+      pk::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), sep.data(), nm.data(), nv.data(), 1e-5f,
+                    0.9f, training);
+      pk::binary(pk::Binary::Add, sep.data(), xs, r.data(), xs, sep.data());
+      pk::unary(pk::Unary::Relu, sep.data(), xs.numel(), sep.data());
+      cmp(sep, yc, 0, "CPU fused against separate ops");
+      std::vector<float> yr(xs.numel()), yrg(xs.numel());
+      pk::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yr.data(), nm.data(), nv.data(), 1e-5f,
+                    0.9f, training, nullptr, pk::Unary::Relu);
+      pc::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yrg.data(), nm2.data(), nv2.data(),
+                    1e-5f, 0.9f, training, nullptr, pk::Unary::Relu);
+      cmp(yr, yrg, 1e-5, "relu(y)");
+      bool threw = false;
+      try {
+        pc::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yrg.data(), nm2.data(), nv2.data(),
+                      1e-5f, 0.9f, training, nullptr, pk::Unary::Tanh);
+      } catch (const pk::KernelError &) {
+        threw = true;
+      }
+      ++checks;
+      if (!threw) std::printf("FAIL %s: an activation other than relu was taken\n", ctx.c_str()), ++failures;
+
+      ctx = "bf16 batchNorm " + xs.str() + " training " + std::to_string(training);
+      const auto xb = toBf(x), rb = toBf(r), dyb = toBf(dy);
+      std::vector<bf> ybg(xs.numel());
+      pc::batchNorm(xb.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), ybg.data(), nm2.data(), nv2.data(),
+                    1e-5f, 0.9f, training, rb.data(), pk::Unary::Relu);
+      cmpBfTol(yc, ybg, 1.0 / 128 + 1e-4, "relu(y + residual)");
+      pk::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yc.data(), nm.data(), nv.data(), 1e-5f,
+                    0.9f, training);
+      pc::batchNorm(xb.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), ybg.data(), nm2.data(), nv2.data(),
+                    1e-5f, 0.9f, training);
+      cmpBfTol(yc, ybg, 1.0 / 128 + 1e-4, "y");
+      cmp(nm, nm2, 1e-6, "mean");
+      cmp(nv, nv2, 1e-6, "var");
+      std::vector<float> dc(xs.numel());
+      std::vector<bf> dg(xs.numel());
+      pk::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dc.data(), 1e-5f, training);
+      pc::batchNormGrad(dyb.data(), xb.data(), xs, sc.data(), rm.data(), rv.data(), dg.data(), 1e-5f, training);
+      cmpBfNormwise(dc, dg, 1.0 / 128 + 1e-4, "dx");
+      std::vector<float> dsc(C), dbc(C), dsg(C), dbg(C);
+      pk::batchNormParamGrad(dy.data(), x.data(), xs, rm.data(), rv.data(), dsc.data(), dbc.data(), 1e-5f, training);
+      pc::batchNormParamGrad(dyb.data(), xb.data(), xs, rm.data(), rv.data(), dsg.data(), dbg.data(), 1e-5f,
+                             training);
+      cmp(dsc, dsg, 1e-4, "dscale");
+      cmp(dbc, dbg, 1e-5, "dbias");
+      auto gs = sc, gb = bi, wantS = sc, wantB = bi;
+      pc::batchNormParamGrad(dyb.data(), xb.data(), xs, rm.data(), rv.data(), gs.data(), gb.data(), 1e-5f, training,
+                             true);
+      for (int64_t c = 0; c < C; ++c) wantS[c] += dsg[c], wantB[c] += dbg[c];
+      cmp(wantS, gs, 1e-6, "dscale accumulated");
+      cmp(wantB, gb, 1e-6, "dbias accumulated");
+    }
+  }
+  struct Pool {
+    Shape xs;
+    Dims k, s, p, d;
+  };
+  for (const Pool &c : {Pool{Shape{2, 3, 7, 6}, Dims{3, 3}, Dims{2, 2}, Dims{1, 1, 1, 1}, Dims{1, 1}},
+                        Pool{Shape{1, 2, 9}, Dims{3}, Dims{2}, Dims{1, 0}, Dims{2}}}) {
+    for (int ceil = 0; ceil < 2; ++ceil) {
+      ctx = "bf16 pooling " + c.xs.str() + " ceil " + std::to_string(ceil);
+      const Shape ys = pk::poolOutputShape(c.xs, c.k, c.s, c.p, c.d, ceil);
+      const auto x = bfValues(c.xs.numel()), dy = bfValues(ys.numel());
+      const auto xb = toBf(x), dyb = toBf(dy);
+      std::vector<float> yc(ys.numel()), dc(c.xs.numel());
+      std::vector<bf> yg(ys.numel()), dg(c.xs.numel());
+      pk::maxPool(x.data(), c.xs, yc.data(), c.k, c.s, c.p, c.d, ceil);
+      pc::maxPool(xb.data(), c.xs, yg.data(), c.k, c.s, c.p, c.d, ceil);
+      cmpBf(yc, yg, 0, "max y");
+      pk::maxPoolGrad(dy.data(), x.data(), c.xs, dc.data(), c.k, c.s, c.p, c.d, ceil);
+      pc::maxPoolGrad(dyb.data(), xb.data(), c.xs, dg.data(), c.k, c.s, c.p, c.d, ceil);
+      cmpBf(dc, dg, 1, "max dx");
+      const Shape as = pk::poolOutputShape(c.xs, c.k, c.s, c.p, Dims{}, ceil);
+      const auto ady = bfValues(as.numel());
+      const auto adyb = toBf(ady);
+      std::vector<float> ac(as.numel()), adc(c.xs.numel());
+      std::vector<bf> ag(as.numel()), adg(c.xs.numel());
+      pk::averagePool(x.data(), c.xs, ac.data(), c.k, c.s, c.p, ceil, true);
+      pc::averagePool(xb.data(), c.xs, ag.data(), c.k, c.s, c.p, ceil, true);
+      cmpBf(ac, ag, 1, "average y");
+      pk::averagePoolGrad(ady.data(), adc.data(), c.xs, c.k, c.s, c.p, ceil, true);
+      pc::averagePoolGrad(adyb.data(), adg.data(), c.xs, c.k, c.s, c.p, ceil, true);
+      cmpBf(adc, adg, 1, "average dx");
+    }
+    ctx = "bf16 global average pool " + c.xs.str();
+    const auto x = bfValues(c.xs.numel());
+    const auto xb = toBf(x);
+    const int64_t planes = c.xs.v[0] * c.xs.v[1];
+    std::vector<float> gc(planes);
+    std::vector<bf> gg(planes);
+    pk::globalAveragePool(x.data(), c.xs, gc.data());
+    pc::globalAveragePool(xb.data(), c.xs, gg.data());
+    cmpBf(gc, gg, 1, "y");
+  }
+}
+
 int main(int argc, char **argv) {
   void *fakeStream = (void *)0x5150;
   emu::expectedStream = (cudaStream_t)fakeStream;
@@ -1967,6 +2094,7 @@ int main(int argc, char **argv) {
   run("loss-not-finite", testLossNotFinite);
   run("many-pieces", testManyPieces);
   run("batch-norm-chunks", testBatchNormChunks);
+  run("cnn-kernels", testCnnKernels);
   try { pc::raiseDeviceErrors(); } catch (const std::exception &e) { std::printf("device error: %s\n", e.what()); ++failures; }
   std::printf("%d checks, %d failures, %d launches, %lld CUDA threads, %lld fiber switches, %d gemms\n", checks, failures,
               emu::launches, emu::sched().threadsRun, emu::sched().switches, emu::gemmCalls);

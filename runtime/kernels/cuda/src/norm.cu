@@ -10,6 +10,7 @@
 #include "gemm.cuh"
 #include "kernel_plan.h"
 #include "nn_common.cuh"
+#include "pipec/unary_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -125,14 +126,15 @@ __device__ ChannelStats batchStats(const T *x, const ChannelView &v, int64_t c, 
 }
 
 /// y over block b's chunk with the batch statistics (training) or the
-/// running ones; the chunk-0 block of each channel writes its new running
-/// statistics. Only that block reads the running statistics in training,
-/// so newMean/newVar may alias them.
+/// running ones, plus the residual (if any), through ReLU with `relu`; the
+/// chunk-0 block of each channel writes its new running statistics. Only
+/// that block reads the running statistics in training, so newMean/newVar
+/// may alias them.
 template <class T>
 __global__ void batchNormApplyKernel(const T *x, ChannelView v, ChannelChunks cc, const double *partial,
                                      const float *scale, const float *bias, const float *runningMean,
                                      const float *runningVar, T *y, float *newMean, float *newVar,
-                                     float epsilon, float momentum, bool training) {
+                                     float epsilon, float momentum, bool training, const T *residual, bool relu) {
   for (int64_t b = blockIdx.x; b < v.C * cc.chunks; b += gridDim.x) {
     const int64_t c = cc.channel(b);
     const bool first = cc.chunk(b) == 0;
@@ -158,7 +160,10 @@ __global__ void batchNormApplyKernel(const T *x, ChannelView v, ChannelChunks cc
     cc.range(v, b, j0, j1);
     for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
       const int64_t i = channelOffset(v, c, j);
-      y[i] = fromF<T>(toF(x[i]) * a + shift);
+      float value = toF(x[i]) * a + shift;
+      if (residual) value += toF(residual[i]);
+      if (relu) value = unaryValue<Unary::Relu>(value);
+      y[i] = fromF<T>(value);
     }
   }
 }
@@ -411,9 +416,10 @@ namespace {
 template <class T>
 void batchNormT(const T *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
                 const float *runningVar, T *y, float *newMean, float *newVar, float epsilon, float momentum,
-                bool training) {
+                bool training, const T *residual, std::optional<Unary> activation) {
   const char *op = "nn.batch_norm";
   const ChannelView v = channelView(op, xs);
+  const bool relu = batchNormAppliesRelu(op, activation);
   if (v.C == 0) return;
   const ChannelChunks cc = channelChunks(v);
   std::optional<Scratch> scratch; // the partial sums, in training only
@@ -423,7 +429,8 @@ void batchNormT(const T *x, const Shape &xs, const float *scale, const float *bi
     partial = channelPartials<T>(op, x, nullptr, v, cc, *scratch);
   }
   batchNormApplyKernel<T><<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
-      x, v, cc, partial, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training);
+      x, v, cc, partial, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training,
+      residual, relu);
   detail::checkLaunch(op);
 }
 
@@ -469,13 +476,15 @@ void batchNormParamGradT(const T *dy, const T *x, const Shape &xs, const float *
 
 void batchNorm(const float *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
                const float *runningVar, float *y, float *newMean, float *newVar, float epsilon, float momentum,
-               bool training) {
-  batchNormT(x, xs, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training);
+               bool training, const float *residual, std::optional<Unary> activation) {
+  batchNormT(x, xs, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training, residual,
+             activation);
 }
 void batchNorm(const bf16 *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
                const float *runningVar, bf16 *y, float *newMean, float *newVar, float epsilon, float momentum,
-               bool training) {
-  batchNormT(x, xs, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training);
+               bool training, const bf16 *residual, std::optional<Unary> activation) {
+  batchNormT(x, xs, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training, residual,
+             activation);
 }
 void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const float *,
                    const float *runningVar, float *dx, float epsilon, bool training) {

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -83,6 +84,11 @@ using ::pipec::windowOutputSize; // pipec/vocabulary.h
 /// unless axis is in [-rank, rank) (returned non-negative).
 void checkRank(const char *op, const Shape &s, int atLeast, const char *what);
 int64_t normalizeAxis(const char *op, int64_t axis, int rank);
+
+/// Whether a batch norm's epilogue applies its activation: true for
+/// Unary::Relu, false for none; KernelError naming `op` for any other (the
+/// only one the norm kernels of both libraries apply).
+bool batchNormAppliesRelu(const char *op, std::optional<Unary> activation);
 
 /// The geometry of one convolution (nn.conv and its gradients, both
 /// libraries): per spatial axis input, output, kernel, stride, begin pad,

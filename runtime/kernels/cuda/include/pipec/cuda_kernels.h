@@ -374,7 +374,7 @@ void convWeightGrad(const bf16 *dy, const Shape &dys, const bf16 *x, const Shape
 /// dscale and dbias float.
 void batchNorm(const bf16 *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
                const float *runningVar, bf16 *y, float *newMean, float *newVar, float epsilon, float momentum,
-               bool training);
+               bool training, const bf16 *residual = nullptr, std::optional<Unary> activation = std::nullopt);
 void batchNormGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const float *scale, const float *runningMean,
                    const float *runningVar, bf16 *dx, float epsilon, bool training);
 void batchNormParamGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const float *runningMean,

@@ -1,0 +1,120 @@
+// pipec-fuse-norm-epilogue: the residual add and the ReLU that follow a batch
+// norm become the norm's epilogue, so that the norm's apply pass writes
+// relu(normalized + residual) and neither sum nor activation is a pass over
+// memory of its own (docs/optimization.md).
+#include "passes/Passes.h"
+#include "passes/Transforms/PatternRewrites.h"
+
+#include "dialects/nn/NNDialect.h"
+#include "dialects/pipe/PipeDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace pipec::passes {
+#define GEN_PASS_DEF_FUSENORMEPILOGUE
+#include "passes/Passes.h.inc"
+} // namespace pipec::passes
+
+using namespace mlir;
+
+namespace pipec::passes {
+namespace {
+
+/// The batch norm whose normalized result `value` is, read by nothing else,
+/// in `block`, without an activation yet (and without a residual when
+/// `forResidual`); null otherwise.
+nn::BatchNormOp soleNormProducer(Value value, Block *block, bool forResidual) {
+  auto norm = value.getDefiningOp<nn::BatchNormOp>();
+  if (!norm || norm->getBlock() != block || value != norm.getResult() || !value.hasOneUse() || norm.getActivation() ||
+      (forResidual && norm.getResidual()))
+    return {};
+  return norm;
+}
+
+/// Whether `value` is defined before `op` in op's block (or is an argument
+/// of that block or an enclosing one).
+bool definedBefore(Value value, Operation *op) {
+  Operation *producer = value.getDefiningOp();
+  if (!producer)
+    return llvm::cast<BlockArgument>(value).getOwner()->findAncestorOpInBlock(*op) != nullptr;
+  return producer->getBlock() == op->getBlock() && producer->isBeforeInBlock(op);
+}
+
+/// Whether every reader of the norm's running-statistic results comes after
+/// `point`, so that the norm may be computed there instead.
+bool statisticsReadAfter(nn::BatchNormOp norm, Operation *point) {
+  for (Value statistic : {norm.getNewRunningMean(), norm.getNewRunningVar()})
+    for (Operation *user : statistic.getUsers())
+      if (user->getBlock() == point->getBlock() && !point->isBeforeInBlock(user))
+        return false;
+  return true;
+}
+
+struct FuseNormEpilogue : impl::FuseNormEpilogueBase<FuseNormEpilogue> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    getOperation().walk([&](func::FuncOp function) {
+      if (!function->getParentOfType<pipe::StageOp>() || function.getSymName() == "step")
+        return;
+      // The additions first, so that a ReLU after a residual add finds the
+      // norm that absorbed the add.
+      SmallVector<nn::AddOp> additions;
+      function.walk([&](nn::AddOp add) { additions.push_back(add); });
+      for (nn::AddOp add : additions)
+        fuseResidual(add);
+      SmallVector<nn::ReluOp> activations;
+      function.walk([&](nn::ReluOp relu) { activations.push_back(relu); });
+      for (nn::ReluOp relu : activations)
+        fuseActivation(relu);
+    });
+  }
+
+  /// bn(x) + r of one shape and type, bn's result read by the add alone:
+  /// the norm adds r, computed where it was if r is defined before it, else
+  /// where the add was. Of two such norms the one the add reads second
+  /// takes the other as its residual.
+  void fuseResidual(nn::AddOp add) {
+    Value lhs = add.getLhs(), rhs = add.getRhs();
+    if (lhs.getType() != rhs.getType() || lhs.getType() != add.getResult().getType())
+      return; // a broadcast: not the norm's shape
+    for (auto [normed, residual] : {std::pair{rhs, lhs}, std::pair{lhs, rhs}}) {
+      nn::BatchNormOp norm = soleNormProducer(normed, add->getBlock(), /*forResidual=*/true);
+      if (!norm)
+        continue;
+      Operation *point = definedBefore(residual, norm) ? norm.getOperation() : add.getOperation();
+      if (point == add && !statisticsReadAfter(norm, add))
+        continue;
+      OpBuilder builder(point);
+      auto fused = nn::BatchNormOp::create(builder, absorbedLocation(norm.getLoc(), {add}), norm.getInput(),
+                                           norm.getScale(), norm.getBias(), norm.getRunningMean(),
+                                           norm.getRunningVar(), residual, norm.getEpsilonAttr(),
+                                           norm.getMomentumAttr(), norm.getTrainingAttr(), nn::UnaryFunctionAttr());
+      inheritPlacement(norm, fused, /*withCost=*/true);
+      add.getResult().replaceAllUsesWith(fused.getResult());
+      norm.getNewRunningMean().replaceAllUsesWith(fused.getNewRunningMean());
+      norm.getNewRunningVar().replaceAllUsesWith(fused.getNewRunningVar());
+      add.erase();
+      norm.erase();
+      ++numResiduals;
+      return;
+    }
+  }
+
+  /// relu(bn(x) [+ r]), the norm's result read by the ReLU alone: the norm
+  /// applies it. (ReLU's gradient reads its output, which the norm now
+  /// writes; the normalized value before it is read by nothing else.)
+  void fuseActivation(nn::ReluOp relu) {
+    nn::BatchNormOp norm = soleNormProducer(relu.getOperand(), relu->getBlock(), /*forResidual=*/false);
+    if (!norm || relu.getResult().getType() != norm.getResult().getType())
+      return;
+    norm.setActivationAttr(nn::UnaryFunctionAttr::get(norm.getContext(), Unary::Relu));
+    norm->setLoc(absorbedLocation(norm.getLoc(), {relu}));
+    relu.getResult().replaceAllUsesWith(norm.getResult());
+    relu.erase();
+    ++numActivations;
+  }
+};
+
+} // namespace
+} // namespace pipec::passes

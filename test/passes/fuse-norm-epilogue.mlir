@@ -1,0 +1,72 @@
+// RUN: pipec-opt %s --pipec-fuse-norm-epilogue | FileCheck %s
+// RUN: pipec-opt %s --pipec-fuse-norm-epilogue --mlir-print-op-generic | pipec-opt | FileCheck %s --check-prefix=ROUNDTRIP
+
+// The IR the pass writes verifies and prints back.
+// ROUNDTRIP: pipe.stage @stage_0
+
+pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
+  // A ResNet block: conv-norm-ReLU, then conv-norm plus the projected
+  // shortcut's norm, ReLU. The first ReLU becomes its norm's activation;
+  // the add's second norm (the shortcut's, computed after the main branch's)
+  // takes the first as its residual and applies the ReLU after it. The
+  // running statistics still come out.
+  // CHECK-LABEL: func.func @fwd
+  // CHECK: %[[A:.*]], %{{.*}}, %{{.*}} = nn.batch_norm %arg0, %arg1, %arg2, %arg3, %arg4 {activation = #nn.unary<relu>, training = true}
+  // CHECK-NEXT: %[[B:.*]], %[[M:.*]], %[[V:.*]] = nn.batch_norm %[[A]], %arg1, %arg2, %arg3, %arg4 {training = true}
+  // CHECK-NEXT: %[[Y:.*]], %{{.*}}, %{{.*}} = nn.batch_norm %arg0, %arg1, %arg2, %arg3, %arg4, %[[B]] {activation = #nn.unary<relu>, training = true}
+  // CHECK-NEXT: return %[[Y]], %[[M]], %[[V]]
+  func.func @fwd(%x: tensor<2x4x3x3xf32>, %s: tensor<4xf32>, %b: tensor<4xf32>, %m: tensor<4xf32>, %v: tensor<4xf32>)
+      -> (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>) {
+    %n1:3 = nn.batch_norm %x, %s, %b, %m, %v {training = true} : (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>)
+    %r1 = nn.relu %n1#0 : tensor<2x4x3x3xf32>
+    %n2:3 = nn.batch_norm %r1, %s, %b, %m, %v {training = true} : (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>)
+    %n3:3 = nn.batch_norm %x, %s, %b, %m, %v {training = true} : (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>)
+    %sum = nn.add %n2#0, %n3#0 : (tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>) -> tensor<2x4x3x3xf32>
+    %y = nn.relu %sum : tensor<2x4x3x3xf32>
+    return %y, %n2#1, %n2#2 : tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>
+  }
+
+  // A residual computed after the norm: the norm moves to the add (its
+  // running statistics are read after it), without an activation.
+  // CHECK-LABEL: func.func @moved
+  // CHECK: %[[Z:.*]] = nn.neg %arg0
+  // CHECK-NEXT: %[[Y:.*]], %[[M:.*]], %{{.*}} = nn.batch_norm %arg0, %arg1, %arg2, %arg3, %arg4, %[[Z]] {training = true}
+  // CHECK-NEXT: return %[[Y]], %[[M]]
+  func.func @moved(%x: tensor<2x4x3x3xf32>, %s: tensor<4xf32>, %b: tensor<4xf32>, %m: tensor<4xf32>, %v: tensor<4xf32>)
+      -> (tensor<2x4x3x3xf32>, tensor<4xf32>) {
+    %n:3 = nn.batch_norm %x, %s, %b, %m, %v {training = true} : (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>)
+    %z = nn.neg %x : tensor<2x4x3x3xf32>
+    %sum = nn.add %n#0, %z : (tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>) -> tensor<2x4x3x3xf32>
+    return %sum, %n#1 : tensor<2x4x3x3xf32>, tensor<4xf32>
+  }
+
+  // Left alone: a normalized value something else reads too (returned: a
+  // saved pre-activation), a broadcast add, an add of a residual computed
+  // after the norm whose running mean is read before the add, and a ReLU of
+  // something that is no norm.
+  // CHECK-LABEL: func.func @kept
+  // CHECK: nn.batch_norm %arg0, %arg1, %arg2, %arg3, %arg4 {training = true}
+  // CHECK-NEXT: nn.relu
+  // CHECK-NEXT: nn.batch_norm %arg0, %arg1, %arg2, %arg3, %arg4 {training = true}
+  // CHECK-NEXT: nn.add
+  // CHECK-NEXT: nn.batch_norm %arg0, %arg1, %arg2, %arg3, %arg4 {training = true}
+  // CHECK-NEXT: nn.neg
+  // CHECK-NEXT: nn.neg
+  // CHECK-NEXT: nn.add
+  // CHECK-NEXT: nn.relu %arg0
+  func.func @kept(%x: tensor<2x4x3x3xf32>, %s: tensor<4xf32>, %b: tensor<4xf32>, %m: tensor<4xf32>, %v: tensor<4xf32>,
+                  %row: tensor<3xf32>)
+      -> (tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>) {
+    %n1:3 = nn.batch_norm %x, %s, %b, %m, %v {training = true} : (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>)
+    %r1 = nn.relu %n1#0 : tensor<2x4x3x3xf32>
+    %n2:3 = nn.batch_norm %x, %s, %b, %m, %v {training = true} : (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>)
+    %broadcast = nn.add %n2#0, %row : (tensor<2x4x3x3xf32>, tensor<3xf32>) -> tensor<2x4x3x3xf32>
+    %n3:3 = nn.batch_norm %x, %s, %b, %m, %v {training = true} : (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>)
+    %early = nn.neg %n3#1 : tensor<4xf32>
+    %z = nn.neg %x : tensor<2x4x3x3xf32>
+    %late = nn.add %n3#0, %z : (tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>) -> tensor<2x4x3x3xf32>
+    %plain = nn.relu %x : tensor<2x4x3x3xf32>
+    return %r1, %n1#0, %broadcast, %early, %late, %plain
+        : tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>
+  }
+}
