@@ -24,7 +24,7 @@ grouped-query heads that nn.attention reads in place) as
 CUDA stages storing activations in bf16, against their CPU stages in float32
 within BF16_TOLERANCE; examples/cnn.onnx at tf32, its convolutions through
 the fake cuDNN's graphs, within CUDNN_CONV_TOLERANCE, and with bf16 storage
-(convolutions, batch norms and pools on bf16) within BF16_TOLERANCE; and
+(convolutions, batch norms and pools on bf16) within CNN_BF16_TOLERANCE; and
 every zoo model compiles for CUDA with bf16 storage.
 
     cuda_stage_emulated.py --pipec PIPEC --compare STAGE_TARGETS_AGREE
@@ -196,7 +196,8 @@ def main():
         failures += compare_cudnn_convolutions(args, work, env, cnn, cnn_cpu)
         # And with bf16 storage: convolutions, batch norms and pools on bf16
         # activations (cuDNN's bf16 graphs), statistics and gradients float.
-        failures += compare_bf16_storage(args, work, env, "cnn", cnn, cnn_cpu, optimizer="sgd")
+        failures += compare_bf16_storage(args, work, env, "cnn", cnn, cnn_cpu, optimizer="sgd",
+                                         tolerance=CNN_BF16_TOLERANCE)
         failures += compile_zoo_bf16(args, work, env)
         return 1 if failures else 0
 
@@ -231,6 +232,20 @@ def compile_zoo_bf16(args, work, env):
 BF16_TOLERANCE = 3e-2
 
 
+# The CNN's bf16 stage: a batch norm makes the loss invariant to the scale
+# of the convolution weight before it, so that weight's gradient is a small
+# difference of large terms, and every bf16 rounding of the activations and
+# gradients summed into it counts against that small result. PyTorch-style
+# bf16 rounding of every stored activation and gradient in an otherwise
+# float64 model of this network (2026-11-28) moved conv1's and conv2's
+# weight gradients by 14% and 12% of their largest element, the batch
+# norms' by 5%, the classifier's by 0.3%; pipec's bf16 stage moves them by
+# up to 21% (it also rounds the pools' and the padding's results, and
+# bf16 ties move max pooling's gradient). Forward values (loss, running
+# statistics) agree to 1e-3.
+CNN_BF16_TOLERANCE = 0.3
+
+
 # The CNN's CUDA stage at tf32 against its CPU stage (SGD): the fake cuDNN
 # sums its convolutions in double, the CPU kernels in float.
 CUDNN_CONV_TOLERANCE = 1e-4
@@ -258,9 +273,9 @@ def compare_cudnn_convolutions(args, work, env, model, cpu):
     return int(compared.returncode != 0)
 
 
-def compare_bf16_storage(args, work, env, name, model, cpu, optimizer="adamw"):
+def compare_bf16_storage(args, work, env, name, model, cpu, optimizer="adamw", tolerance=BF16_TOLERANCE):
     """The CUDA stage of MODEL at --precision bf16 (pipec-bf16-storage)
-    against the CPU stage CPU: within BF16_TOLERANCE, and differing from it
+    against the CPU stage CPU: within TOLERANCE, and differing from it
     by more than float32 rounding somewhere (else nothing was stored in
     bf16). Returns the number of failures."""
     cuda = os.path.join(work, name + "-cuda-bf16")
@@ -274,7 +289,7 @@ def compare_bf16_storage(args, work, env, name, model, cpu, optimizer="adamw"):
     library = build_emulated_stage(stages, os.path.join(work, name + "-translated-bf16"), args.emulation_dir,
                                    args.emulated_library, args.cxx, args.source_root)
     compared = subprocess.run([args.compare, os.path.join(cpu, "stages", "libstage_0.so"), library, "--tolerance",
-                               str(BF16_TOLERANCE)], capture_output=True, text=True, env=env)
+                               str(tolerance)], capture_output=True, text=True, env=env)
     print(f"{name}: CUDA stage with bf16 storage (emulated) against the CPU stage in float32:")
     print(compared.stdout + compared.stderr, end="")
     worst = max((float(line.split("worst ")[1].split()[0]) for line in compared.stdout.splitlines()
