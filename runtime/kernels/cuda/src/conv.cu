@@ -173,6 +173,14 @@ struct ColumnBuffer {
   float *col;
 };
 
+/// The geometry of a gradient call, dy's shape checked against it.
+ConvGeom gradientGeom(const char *op, const Shape &xs, const Shape &ws, const Shape &dys, const Dims &strides,
+                      const Dims &pads, const Dims &dilations, int64_t group) {
+  const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
+  if (convOut(g) != dys) fail(op, "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
+  return g;
+}
+
 void im2col(const char *op, const ConvGeom &g, const float *x, float *col, int64_t samples) {
   const int64_t total = samples * g.C * g.kSize * g.outSize;
   if (total <= 0) return;
@@ -216,8 +224,7 @@ void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shap
                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
           const Workspace &workspace) {
   const char *op = "nn.conv_input_grad";
-  const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
-  if (convOut(g) != dys) fail(op, "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
+  const ConvGeom g = gradientGeom(op, xs, ws, dys, strides, pads, dilations, group);
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
   if (g.N == 0 || g.C == 0 || g.inSize == 0 || dnn::convInputGrad(dy, w, dx, g, workspace)) return;
   ColumnBuffer columns(op, g, workspace);
@@ -243,8 +250,7 @@ void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Sha
                     const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
                     const Workspace &workspace, bool accumulate) {
   const char *op = "nn.conv_weight_grad";
-  const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
-  if (convOut(g) != dys) fail(op, "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
+  const ConvGeom g = gradientGeom(op, xs, ws, dys, strides, pads, dilations, group);
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
   if (ws.numel() == 0 || (g.N == 0 && accumulate)) return; // accumulate: adding a sum of nothing
   if (accumulate) { // the sum in kernel scratch slot 1, then added into dw (the CPU kernel's bits)
@@ -303,8 +309,7 @@ void convInputGrad(const bf16 *dy, const Shape &dys, const bf16 *w, const Shape 
                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
                    const Workspace &workspace) {
   const char *op = "nn.conv_input_grad";
-  const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
-  if (convOut(g) != dys) fail(op, "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
+  const ConvGeom g = gradientGeom(op, xs, ws, dys, strides, pads, dilations, group);
   if (g.N == 0 || g.C == 0 || g.inSize == 0 || dnn::convInputGrad(dy, w, dx, g, workspace)) return;
   WidenedCopies copies({dys.numel(), ws.numel(), xs.numel()});
   const float *dyf = copies.take(dy, dys.numel()), *wf = copies.take(w, ws.numel());
@@ -317,8 +322,7 @@ void convWeightGrad(const bf16 *dy, const Shape &dys, const bf16 *x, const Shape
                     const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
                     const Workspace &workspace, bool accumulate) {
   const char *op = "nn.conv_weight_grad";
-  const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
-  if (convOut(g) != dys) fail(op, "dy " + dys.str() + " is not the conv result shape " + convOut(g).str());
+  const ConvGeom g = gradientGeom(op, xs, ws, dys, strides, pads, dilations, group);
   const int64_t n = ws.numel();
   if (n == 0 || (g.N == 0 && accumulate)) return;
   if (g.N == 0) {
