@@ -386,7 +386,12 @@ def FuseNormEpilogue : Pass<"pipec-fuse-norm-epilogue", "mlir::ModuleOp"> {
     writes relu(normalized + residual): a ResNet-50 forward loses its 49
     ReLU and residual-add passes. ReLU's gradient reads its output, which
     the norm now writes; a normalized value something else reads (a saved
-    pre-activation) is never fused. Runs before pipec-fuse-elementwise.
+    pre-activation) is never fused. In the backward, an `nn.unary_grad` of
+    ReLU (at its output y) read as dy by one `nn.batch_norm_grad`, and
+    otherwise only returned, becomes part of that op (`activation`, `y`):
+    its first pass masks dy as it sums, and with `keeps_masked_dy` writes
+    the masked gradient for the returns (the norm's parameter gradient reads
+    it in @bwd_weight). Runs before pipec-fuse-elementwise.
 
     Before:
       %n:3 = nn.batch_norm %x, %s, %b, %m, %v {training = true} : ...
@@ -398,6 +403,8 @@ def FuseNormEpilogue : Pass<"pipec-fuse-norm-epilogue", "mlir::ModuleOp"> {
   let statistics = [
     Statistic<"numResiduals", "residuals", "Number of residual adds fused into batch norms">,
     Statistic<"numActivations", "activations", "Number of ReLUs fused into batch norms">,
+    Statistic<"numActivationGradients", "activation-gradients",
+              "Number of ReLU gradients fused into batch norms' input gradients">,
   ];
 }
 

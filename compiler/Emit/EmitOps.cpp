@@ -249,11 +249,15 @@ bool StageEmitter::emitNormPoolOp(Operation *op) {
       })
       .Case([&](nn::BatchNormGradOp grad) {
         std::string y = allocate(grad.getResult());
+        std::string masked = grad.getMaskedDy() ? allocate(grad.getMaskedDy()) : "nullptr";
         out << "  pk::batchNormGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getInput()) << ", "
             << shapeOf(grad.getInput()) << ", " << ptr(grad.getScale()) << ", "
             << ptr(grad.getRunningMean()) << ", " << ptr(grad.getRunningVar()) << ", " << y
             << ", " << f32Literal(grad.getEpsilon().convertToFloat()) << ", "
-            << (grad.getTraining() ? "true" : "false") << ");\n";
+            << (grad.getTraining() ? "true" : "false");
+        if (auto activation = grad.getActivation()) // the ReLU's gradient, folded in
+          out << ", " << ptr(grad.getY()) << ", " << unaryKindName(*activation) << ", " << masked;
+        out << ");\n";
       })
       .Case([&](nn::BatchNormParamGradOp grad) {
         std::string scale = allocate(grad.getScaleGrad());

@@ -280,8 +280,13 @@ std::optional<std::vector<Tensor>> OpRules::gradient() {
             static_cast<int64_t>(grad.getGroup())));
       })
       .Case([&](nn::BatchNormGradOp grad) {
-        return one(kernels::batchNormGrad(in(0), in(1), in(2), in(3), in(4),
-                                          toDouble(grad.getEpsilon()), grad.getTraining()));
+        // The ReLU's gradient folded in (pipec-fuse-norm-epilogue): at its output y.
+        Tensor dy = grad.getActivation() ? kernels::unaryGrad(*grad.getActivation(), in(0), in(5)) : in(0);
+        Tensor dx = kernels::batchNormGrad(dy, in(1), in(2), in(3), in(4), toDouble(grad.getEpsilon()),
+                                           grad.getTraining());
+        if (grad.getKeepsMaskedDy())
+          return std::vector<Tensor>{std::move(dx), std::move(dy)};
+        return one(std::move(dx));
       })
       .Case([&](nn::BatchNormParamGradOp grad) {
         auto grads = kernels::batchNormParamGrad(in(0), in(1), in(2), in(3),

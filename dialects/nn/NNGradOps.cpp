@@ -157,7 +157,20 @@ LogicalResult BatchNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
                                                 Adaptor adaptor, SmallVectorImpl<Type> &types) {
   if (adaptor.getDy().getType() != adaptor.getInput().getType())
     return fail(loc, "nn.batch_norm_grad: dy and input types differ");
+  const bool activation = adaptor.getActivation().has_value();
+  if (activation && *adaptor.getActivation() != ::pipec::Unary::Relu)
+    return fail(loc, "nn.batch_norm_grad: the only activation its kernels take is relu");
+  if (activation != static_cast<bool>(adaptor.getY()))
+    return fail(loc, "nn.batch_norm_grad: an activation needs y, its output, and y an activation");
+  if (Value y = adaptor.getY(); y && rankedType(y).getShape() != rankedType(adaptor.getInput()).getShape())
+    return fail(loc, "nn.batch_norm_grad: y does not have the input's shape");
   types.push_back(adaptor.getInput().getType());
+  // (Attributes from a dictionary may lack the defaulted ones.)
+  if (BoolAttr keeps = adaptor.getKeepsMaskedDyAttr(); keeps && keeps.getValue()) {
+    if (!activation)
+      return fail(loc, "nn.batch_norm_grad: keeps_masked_dy without an activation");
+    types.push_back(adaptor.getDy().getType());
+  }
   return success();
 }
 

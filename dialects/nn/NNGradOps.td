@@ -91,12 +91,22 @@ def NN_BatchNormGradOp : NN_InferredOp<"batch_norm_grad"> {
     In training mode the statistics are the batch's (recomputed from x), and
     the gradient flows through them; otherwise the running statistics are
     constants.
+
+    With `activation` (ReLU) and `y`, the ReLU's output, the incoming
+    gradient is first taken through the ReLU's gradient, y > 0 ? dy : 0:
+    pipec-fuse-norm-epilogue folds that nn.unary_grad in after autodiff
+    (docs/optimization.md). With `keeps_masked_dy` the op also returns that
+    masked gradient (`masked_dy`), for its other readers (the norm's
+    parameter gradient, in a later entry point).
   }];
   let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$input, NN_FloatTensor:$scale,
                        NN_FloatTensor:$running_mean, NN_FloatTensor:$running_var,
+                       Optional<NN_FloatTensor>:$y,
                        DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
-                       DefaultValuedAttr<BoolAttr, "false">:$training);
-  let results = (outs NN_FloatTensor:$result);
+                       DefaultValuedAttr<BoolAttr, "false">:$training,
+                       OptionalAttr<NN_UnaryFunctionAttr>:$activation,
+                       DefaultValuedAttr<BoolAttr, "false">:$keeps_masked_dy);
+  let results = (outs NN_FloatTensor:$result, Optional<NN_FloatTensor>:$masked_dy);
 }
 
 def NN_BatchNormParamGradOp : NN_InferredOp<"batch_norm_param_grad"> {

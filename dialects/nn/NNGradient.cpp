@@ -233,9 +233,10 @@ Value BatchNormOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsign
     return Value(); // an epilogue exists after autodiff only
   Value dy = dys[0];
   if (index == 0)
-    return BatchNormGradOp::create(g.b, g.loc, dy, getInput(), getScale(),
-                                       getRunningMean(), getRunningVar(),
-                                       getEpsilon(), getTraining());
+    return BatchNormGradOp::create(g.b, g.loc, dy, getInput(), getScale(), getRunningMean(), getRunningVar(),
+                                   /*y=*/Value(), getEpsilon(), getTraining(), /*activation=*/nullptr,
+                                   /*keeps_masked_dy=*/false)
+        .getResult();
   auto statisticType = tensorType(getRunningMean());
   if (index > 2 && getTraining()) // the batch's statistics normalize; the given ones only update
     return ConstantOp::create(g.b, g.loc,

@@ -84,7 +84,7 @@ bool float32Operand(Operation *op, Value operand) {
   if (auto norm = llvm::dyn_cast<nn::BatchNormOp>(op))
     return operand != norm.getInput() && operand != norm.getResidual();
   if (auto grad = llvm::dyn_cast<nn::BatchNormGradOp>(op))
-    return operand != grad.getDy() && operand != grad.getInput();
+    return operand != grad.getDy() && operand != grad.getInput() && operand != grad.getY();
   if (auto grad = llvm::dyn_cast<nn::BatchNormParamGradOp>(op))
     return operand != grad.getDy() && operand != grad.getInput();
   if (auto norm = llvm::dyn_cast<nn::LayerNormOp>(op))

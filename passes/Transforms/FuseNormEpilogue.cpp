@@ -1,7 +1,8 @@
 // pipec-fuse-norm-epilogue: the residual add and the ReLU that follow a batch
 // norm become the norm's epilogue, so that the norm's apply pass writes
 // relu(normalized + residual) and neither sum nor activation is a pass over
-// memory of its own (docs/optimization.md).
+// memory of its own; and the ReLU's gradient becomes part of the norm's
+// input gradient (docs/optimization.md).
 #include "passes/Passes.h"
 #include "passes/Transforms/PatternRewrites.h"
 
@@ -67,7 +68,47 @@ struct FuseNormEpilogue : impl::FuseNormEpilogueBase<FuseNormEpilogue> {
       function.walk([&](nn::ReluOp relu) { activations.push_back(relu); });
       for (nn::ReluOp relu : activations)
         fuseActivation(relu);
+      SmallVector<nn::UnaryGradOp> gradients;
+      function.walk([&](nn::UnaryGradOp grad) { gradients.push_back(grad); });
+      for (nn::UnaryGradOp grad : gradients)
+        fuseActivationGrad(grad);
     });
+  }
+
+  /// ReLU's gradient at its output y, read as dy by one batch_norm_grad and
+  /// otherwise only returned (saved for the norm's parameter gradient in a
+  /// later entry point): the norm's gradient takes dy and y and returns the
+  /// masked gradient for those returns (keeps_masked_dy). A gradient read by
+  /// anything else (a residual's branch, a second norm) stays.
+  void fuseActivationGrad(nn::UnaryGradOp relu) {
+    if (relu.getKind() != Unary::Relu || !relu.getY())
+      return;
+    nn::BatchNormGradOp norm;
+    bool returned = false;
+    for (OpOperand &use : relu.getResult().getUses()) {
+      Operation *user = use.getOwner();
+      auto grad = llvm::dyn_cast<nn::BatchNormGradOp>(user);
+      if (grad && !norm && use.get() == grad.getDy() && !grad.getActivation() && grad->getBlock() == relu->getBlock())
+        norm = grad;
+      else if (llvm::isa<func::ReturnOp>(user))
+        returned = true;
+      else
+        return;
+    }
+    if (!norm)
+      return;
+    OpBuilder builder(norm);
+    auto fused = nn::BatchNormGradOp::create(
+        builder, absorbedLocation(norm.getLoc(), {relu}), relu.getDy(), norm.getInput(), norm.getScale(),
+        norm.getRunningMean(), norm.getRunningVar(), relu.getY(), norm.getEpsilonAttr(), norm.getTrainingAttr(),
+        nn::UnaryFunctionAttr::get(norm.getContext(), Unary::Relu), builder.getBoolAttr(returned));
+    inheritPlacement(norm, fused, /*withCost=*/true);
+    norm.getResult().replaceAllUsesWith(fused.getResult());
+    if (returned)
+      relu.getResult().replaceAllUsesWith(fused.getMaskedDy());
+    norm.erase();
+    relu.erase();
+    ++numActivationGradients;
   }
 
   /// bn(x) + r of one shape and type, bn's result read by the add alone:

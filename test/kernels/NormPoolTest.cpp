@@ -71,6 +71,29 @@ TEST(BatchNorm, EpilogueIsTheSeparateOps) {
   }
 }
 
+// ReLU's gradient folded into the input gradient (pipec-fuse-norm-epilogue):
+// the bits of nn.unary_grad then batch_norm_grad, in training and
+// inference, the masked gradient written where asked.
+TEST(BatchNorm, GradientThroughReluIsTheSeparateOps) {
+  const pk::Shape xs{3, 2, 4, 5};
+  auto x = randomVec(xs.numel(), 21, -2.0f, 3.0f), dy = randomVec(xs.numel(), 22), y = randomVec(xs.numel(), 23);
+  const float scale[2] = {1.5f, -0.5f}, rm[2] = {0.3f, -0.1f}, rv[2] = {1.2f, 0.8f};
+  for (bool training : {true, false}) {
+    std::vector<float> fused(x.size()), masked(x.size(), NAN), g(x.size()), separate(x.size());
+    pk::batchNormGrad(dy.data(), x.data(), xs, scale, rm, rv, fused.data(), 1e-5f, training, y.data(),
+                      pk::Unary::Relu, masked.data());
+    pk::unaryGrad(pk::Unary::Relu, dy.data(), nullptr, y.data(), xs.numel(), g.data());
+    pk::batchNormGrad(g.data(), x.data(), xs, scale, rm, rv, separate.data(), 1e-5f, training);
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(fused[i], separate[i]) << "dx [" << i << "] training " << training;
+      ASSERT_EQ(masked[i], g[i]) << "masked dy [" << i << "] training " << training;
+    }
+    EXPECT_THROW(pk::batchNormGrad(dy.data(), x.data(), xs, scale, rm, rv, fused.data(), 1e-5f, training, nullptr,
+                                   pk::Unary::Relu),
+                 pk::KernelError);
+  }
+}
+
 // Statistics and gradient sums over long channels (runs longer than the
 // kernel's lanes, of uneven length, 2·10^5 elements a channel, far from
 // zero mean) against double-precision loops.

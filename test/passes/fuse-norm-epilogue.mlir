@@ -40,6 +40,33 @@ pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
     return %sum, %n#1 : tensor<2x4x3x3xf32>, tensor<4xf32>
   }
 
+  // Backward: ReLU's gradient read by one norm gradient and returned (saved
+  // for the norm's parameter gradient) becomes part of the norm's gradient,
+  // which returns the masked gradient; one read by nothing else leaves no
+  // masked result; one also read by a residual branch's add stays.
+  // CHECK-LABEL: func.func @bwd_input
+  // CHECK: %[[DX:.*]], %[[G:.*]] = nn.batch_norm_grad %arg0, %arg2, %arg3, %arg4, %arg5, %arg1 {activation = #nn.unary<relu>, keeps_masked_dy = true, training = true}
+  // CHECK-NEXT: %[[DX2:.*]] = nn.batch_norm_grad %arg0, %arg2, %arg3, %arg4, %arg5, %arg1 {activation = #nn.unary<relu>, training = true}
+  // CHECK-NEXT: %[[G3:.*]] = nn.unary_grad <relu> %arg0, y = %arg1
+  // CHECK-NEXT: nn.batch_norm_grad %[[G3]], %arg2, %arg3, %arg4, %arg5 {training = true}
+  // CHECK-NEXT: nn.add %[[G3]], %arg0
+  // CHECK-NOT: nn.unary_grad
+  // CHECK: return %[[DX]], %[[G]], %[[DX2]]
+  func.func @bwd_input(%dy: tensor<2x4x3x3xf32>, %y: tensor<2x4x3x3xf32>, %x: tensor<2x4x3x3xf32>,
+                       %s: tensor<4xf32>, %m: tensor<4xf32>, %v: tensor<4xf32>)
+      -> (tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32> {pipe.saved = "g"}, tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>,
+          tensor<2x4x3x3xf32>) {
+    %g = nn.unary_grad <relu> %dy, y = %y : tensor<2x4x3x3xf32>
+    %dx = nn.batch_norm_grad %g, %x, %s, %m, %v {training = true} : (tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x4x3x3xf32>
+    %g2 = nn.unary_grad <relu> %dy, y = %y : tensor<2x4x3x3xf32>
+    %dx2 = nn.batch_norm_grad %g2, %x, %s, %m, %v {training = true} : (tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x4x3x3xf32>
+    %g3 = nn.unary_grad <relu> %dy, y = %y : tensor<2x4x3x3xf32>
+    %dx3 = nn.batch_norm_grad %g3, %x, %s, %m, %v {training = true} : (tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x4x3x3xf32>
+    %branch = nn.add %g3, %dy : (tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>) -> tensor<2x4x3x3xf32>
+    return %dx, %g, %dx2, %dx3, %branch
+        : tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>
+  }
+
   // Left alone: a normalized value something else reads too (returned: a
   // saved pre-activation), a broadcast add, an add of a residual computed
   // after the norm whose running mean is read before the add, and a ReLU of

@@ -98,12 +98,23 @@ void channelStats(const float *x, const ChannelView &v, int64_t c, double &mean,
   channelStatsAndSums<0>(x, v, c, mean, var, [](int64_t, float) { return std::array<float, 0>{}; });
 }
 
+/// The gradient a batch norm's backward reads at offset i: dy, or through
+/// the ReLU of its epilogue, y > 0 ? dy : 0 (nn.unary_grad's formula).
+struct IncomingGradient {
+  const float *dy, *y = nullptr;
+  bool relu = false;
+  float operator()(int64_t i) const { return relu ? unaryGradient<Unary::Relu>(dy[i], 0.0f, y[i]) : dy[i]; }
+};
+
 /// Σ dy and Σ dy·(x - mean) over channel c, with the batch statistics in
 /// training (one pass over x for the mean, one over x and dy for the rest)
 /// or the running ones (mean and var given).
-std::array<double, 2> channelGradientSums(const float *dy, const float *x, const ChannelView &v, int64_t c,
-                                          bool training, double &mean, double &var) {
-  auto terms = [&](int64_t i, float m) { return std::array<float, 2>{dy[i], dy[i] * (x[i] - m)}; };
+std::array<double, 2> channelGradientSums(const IncomingGradient &dy, const float *x, const ChannelView &v,
+                                          int64_t c, bool training, double &mean, double &var) {
+  auto terms = [&](int64_t i, float m) {
+    const float g = dy(i);
+    return std::array<float, 2>{g, g * (x[i] - m)};
+  };
   if (training) return channelStatsAndSums<2>(x, v, c, mean, var, terms);
   const float m = (float)mean;
   return channelSums<2>(v, c, [&](int64_t i) { return terms(i, m); });
@@ -146,21 +157,30 @@ void batchNorm(const float *x, const Shape &xs, const float *scale, const float 
 }
 
 void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const float *runningMean,
-                   const float *runningVar, float *dx, float epsilon, bool training) {
-  const ChannelView v = channelView("nn.batch_norm_grad", xs);
+                   const float *runningVar, float *dx, float epsilon, bool training, const float *y,
+                   std::optional<Unary> activation, float *maskedDy) {
+  const char *op = "nn.batch_norm_grad";
+  const ChannelView v = channelView(op, xs);
   (void)runningMean;
+  const IncomingGradient g{dy, y, batchNormAppliesRelu(op, activation)};
+  if (g.relu && !y) fail(op, "the ReLU's gradient needs its output y");
   parallelVectorRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
     for (int64_t c = cBegin; c < cEnd; ++c) {
+      if (maskedDy)
+        for (int64_t n = 0; n < v.N; ++n) {
+          const int64_t base = (n * v.C + c) * v.inner;
+          for (int64_t i = 0; i < v.inner; ++i) maskedDy[base + i] = g(base + i);
+        }
       if (!training) {
         const float a = (float)(scale[c] / std::sqrt((double)runningVar[c] + (double)epsilon));
         for (int64_t n = 0; n < v.N; ++n) {
           const int64_t base = (n * v.C + c) * v.inner;
-          for (int64_t i = 0; i < v.inner; ++i) dx[base + i] = dy[base + i] * a;
+          for (int64_t i = 0; i < v.inner; ++i) dx[base + i] = g(base + i) * a;
         }
         continue;
       }
       double mean, var;
-      const auto [sumDy, sumDyCentered] = channelGradientSums(dy, x, v, c, true, mean, var);
+      const auto [sumDy, sumDyCentered] = channelGradientSums(g, x, v, c, true, mean, var);
       const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
       const double count = (double)(v.N * v.inner);
       const float fMean = (float)mean, fInv = (float)invStd;
@@ -171,7 +191,7 @@ void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float
         const int64_t base = (n * v.C + c) * v.inner;
         for (int64_t i = 0; i < v.inner; ++i) {
           const float xhat = (x[base + i] - fMean) * fInv;
-          dx[base + i] = k * (dy[base + i] - mDy - xhat * mDyXhat);
+          dx[base + i] = k * (g(base + i) - mDy - xhat * mDyXhat);
         }
       }
     }
@@ -185,7 +205,7 @@ void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const 
   parallelVectorRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
     for (int64_t c = cBegin; c < cEnd; ++c) {
       double mean = runningMean[c], var = runningVar[c];
-      const auto [sumDy, sumDyCentered] = channelGradientSums(dy, x, v, c, training, mean, var);
+      const auto [sumDy, sumDyCentered] = channelGradientSums(IncomingGradient{dy}, x, v, c, training, mean, var);
       const double invStd = 1.0 / std::sqrt(var + (double)epsilon);
       const float scaleGrad = (float)(sumDyCentered * invStd), biasGrad = (float)sumDy;
       dscale[c] = accumulate ? dscale[c] + scaleGrad : scaleGrad;

@@ -1924,7 +1924,8 @@ static void testFlashAttention() {
 // own generator (the other cases' inputs stay as they were):
 //   - batch norm's epilogue (pipec-fuse-norm-epilogue): relu(normalized +
 //     residual), training and inference, CUDA against CPU, and the CPU's
-//     fused form bit for bit the separate ops;
+//     fused form bit for bit the separate ops; its input gradient through
+//     the ReLU, with and without the masked gradient written;
 //   - batch norm and pooling on bf16 storage against the CPU float kernels
 //     on the same bf16-rounded inputs: results within a bf16 rounding (two
 //     for a normalized value, whose statistics come from bf16 inputs), the
@@ -1971,6 +1972,26 @@ static void testCnnKernels() {
       }
       ++checks;
       if (!threw) std::printf("FAIL %s: an activation other than relu was taken\n", ctx.c_str()), ++failures;
+
+      ctx = "batchNorm gradient through relu " + xs.str() + " training " + std::to_string(training);
+      {
+        std::vector<float> dc(xs.numel()), dg(xs.numel()), mc(xs.numel()), mg(xs.numel(), NAN), dg2(xs.numel());
+        pk::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dc.data(), 1e-5f, training,
+                          r.data(), pk::Unary::Relu, mc.data());
+        pc::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dg.data(), 1e-5f, training,
+                          r.data(), pk::Unary::Relu, mg.data());
+        pc::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dg2.data(), 1e-5f, training,
+                          r.data(), pk::Unary::Relu);
+        cmp(dc, dg, 1e-4, "dx");
+        cmp(mc, mg, 0, "masked dy");
+        cmp(dg, dg2, 0, "dx without the masked output");
+        std::vector<bf> dgb(xs.numel()), mgb(xs.numel());
+        const auto dyb = toBf(dy), xb = toBf(x), rb = toBf(r);
+        pc::batchNormGrad(dyb.data(), xb.data(), xs, sc.data(), rm.data(), rv.data(), dgb.data(), 1e-5f, training,
+                          rb.data(), pk::Unary::Relu, mgb.data());
+        cmpBfNormwise(dc, dgb, 1.0 / 128 + 1e-4, "bf16 dx");
+        cmpBf(mc, mgb, 0, "bf16 masked dy");
+      }
 
       ctx = "bf16 batchNorm " + xs.str() + " training " + std::to_string(training);
       const auto xb = toBf(x), rb = toBf(r), dyb = toBf(dy);

@@ -72,9 +72,18 @@ struct ChannelSums {
   double shifted = 0, squares = 0, dy = 0, dyShifted = 0;
 };
 
-/// partial[b · kChannelSums + s]: sum s over block b's chunk (dy may be null).
+/// The gradient a batch norm's backward reads at i: dy, or through the ReLU
+/// of its epilogue (relu), y > 0 ? dy : 0 (nn.unary_grad's formula).
+template <class T> __device__ __forceinline__ float incomingGradient(const T *dy, const T *y, bool relu, int64_t i) {
+  return relu ? unaryGradient<Unary::Relu>(toF(dy[i]), 0.0f, toF(y[i])) : toF(dy[i]);
+}
+
+/// partial[b · kChannelSums + s]: sum s over block b's chunk (dy may be
+/// null); the gradient through the ReLU with relu (y its output), written
+/// to masked as well when that is not null.
 template <class T>
-__global__ void channelPartialsKernel(const T *x, const T *dy, ChannelView v, ChannelChunks cc, double *partial) {
+__global__ void channelPartialsKernel(const T *x, const T *dy, const T *y, bool relu, T *masked, ChannelView v,
+                                      ChannelChunks cc, double *partial) {
   for (int64_t b = blockIdx.x; b < v.C * cc.chunks; b += gridDim.x) {
     const int64_t c = cc.channel(b);
     int64_t j0, j1;
@@ -87,9 +96,10 @@ __global__ void channelPartialsKernel(const T *x, const T *dy, ChannelView v, Ch
       s[0] += d;
       s[1] += d * d;
       if (dy) {
-        const double g = toF(dy[i]);
+        const float g = incomingGradient(dy, y, relu, i);
+        if (masked) masked[i] = fromF<T>(g);
         s[2] += g;
-        s[3] += g * d;
+        s[3] += (double)g * d;
       }
     }
     for (int q = 0; q < kChannelSums; ++q) {
@@ -171,8 +181,9 @@ __global__ void batchNormApplyKernel(const T *x, ChannelView v, ChannelChunks cc
 /// Training: dx = scale · invStd · (dy - mean(dy) - x̂ · mean(dy · x̂)) over
 /// block b's chunk, from the channel's sums.
 template <class T>
-__global__ void batchNormGradApplyKernel(const T *dy, const T *x, ChannelView v, ChannelChunks cc,
-                                         const double *partial, const float *scale, T *dx, float epsilon) {
+__global__ void batchNormGradApplyKernel(const T *dy, const T *y, bool relu, const T *x, ChannelView v,
+                                         ChannelChunks cc, const double *partial, const float *scale, T *dx,
+                                         float epsilon) {
   for (int64_t b = blockIdx.x; b < v.C * cc.chunks; b += gridDim.x) {
     const int64_t c = cc.channel(b);
     const ChannelSums t = channelSums(partial, cc, c);
@@ -187,20 +198,22 @@ __global__ void batchNormGradApplyKernel(const T *dy, const T *x, ChannelView v,
     for (int64_t j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
       const int64_t i = channelOffset(v, c, j);
       const float xhat = (toF(x[i]) - fMean) * fInv;
-      dx[i] = fromF<T>(k * (toF(dy[i]) - mDy - xhat * mDyXhat));
+      dx[i] = fromF<T>(k * (incomingGradient(dy, y, relu, i) - mDy - xhat * mDyXhat));
     }
   }
 }
 
 /// Inference: dx = dy * scale / sqrt(runningVar + eps), element-wise.
 template <class T>
-__global__ void batchNormGradInferenceKernel(const T *dy, ChannelView v, const float *scale,
-                                             const float *runningVar, T *dx, float epsilon) {
+__global__ void batchNormGradInferenceKernel(const T *dy, const T *y, bool relu, T *masked, ChannelView v,
+                                             const float *scale, const float *runningVar, T *dx, float epsilon) {
   const int64_t total = v.N * v.C * v.inner;
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t c = (i / v.inner) % v.C;
     const float a = (float)(scale[c] / sqrt((double)runningVar[c] + (double)epsilon));
-    dx[i] = fromF<T>(toF(dy[i]) * a);
+    const float g = incomingGradient(dy, y, relu, i);
+    if (masked) masked[i] = fromF<T>(g);
+    dx[i] = fromF<T>(g * a);
   }
 }
 
@@ -226,10 +239,10 @@ __global__ void batchNormParamFinishKernel(const T *x, ChannelView v, ChannelChu
 /// launch, a block per (channel, chunk).
 template <class T>
 const double *channelPartials(const char *op, const T *x, const T *dy, const ChannelView &v, const ChannelChunks &cc,
-                              Scratch &scratch) {
+                              Scratch &scratch, const T *y = nullptr, bool relu = false, T *masked = nullptr) {
   double *partial = scratch.shared<double>(v.C * cc.chunks * kChannelSums);
   channelPartialsKernel<T><<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
-      x, dy, v, cc, partial);
+      x, dy, y, relu, masked, v, cc, partial);
   detail::checkLaunch(op);
   return partial;
 }
@@ -436,20 +449,24 @@ void batchNormT(const T *x, const Shape &xs, const float *scale, const float *bi
 
 template <class T>
 void batchNormGradT(const T *dy, const T *x, const Shape &xs, const float *scale, const float *runningVar, T *dx,
-                    float epsilon, bool training) {
+                    float epsilon, bool training, const T *y, std::optional<Unary> activation, T *masked) {
   const char *op = "nn.batch_norm_grad";
   const ChannelView v = channelView(op, xs);
+  const bool relu = batchNormAppliesRelu(op, activation);
+  if (relu && !y) fail(op, "the ReLU's gradient needs its output y");
   const int64_t total = v.N * v.C * v.inner;
   if (total == 0) return;
   if (training) {
     const ChannelChunks cc = channelChunks(v);
     Scratch scratch(op, {}, channelPartialsNeed(v, cc));
-    const double *partial = channelPartials(op, x, dy, v, cc, scratch);
+    const double *partial = channelPartials(op, x, dy, v, cc, scratch, y, relu, masked);
+    // The apply pass reads the masked gradient where the first wrote it.
+    const bool reread = masked != nullptr;
     batchNormGradApplyKernel<T><<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
-        dy, x, v, cc, partial, scale, dx, epsilon);
+        reread ? masked : dy, y, relu && !reread, x, v, cc, partial, scale, dx, epsilon);
   } else {
     batchNormGradInferenceKernel<T><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(
-        dy, v, scale, runningVar, dx, epsilon);
+        dy, y, relu, masked, v, scale, runningVar, dx, epsilon);
   }
   detail::checkLaunch(op);
 }
@@ -487,12 +504,14 @@ void batchNorm(const bf16 *x, const Shape &xs, const float *scale, const float *
              activation);
 }
 void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const float *,
-                   const float *runningVar, float *dx, float epsilon, bool training) {
-  batchNormGradT(dy, x, xs, scale, runningVar, dx, epsilon, training);
+                   const float *runningVar, float *dx, float epsilon, bool training, const float *y,
+                   std::optional<Unary> activation, float *maskedDy) {
+  batchNormGradT(dy, x, xs, scale, runningVar, dx, epsilon, training, y, activation, maskedDy);
 }
 void batchNormGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const float *scale, const float *,
-                   const float *runningVar, bf16 *dx, float epsilon, bool training) {
-  batchNormGradT(dy, x, xs, scale, runningVar, dx, epsilon, training);
+                   const float *runningVar, bf16 *dx, float epsilon, bool training, const bf16 *y,
+                   std::optional<Unary> activation, bf16 *maskedDy) {
+  batchNormGradT(dy, x, xs, scale, runningVar, dx, epsilon, training, y, activation, maskedDy);
 }
 void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const float *runningMean,
                         const float *runningVar, float *dscale, float *dbias, float epsilon, bool training,

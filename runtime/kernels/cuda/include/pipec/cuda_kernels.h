@@ -376,7 +376,8 @@ void batchNorm(const bf16 *x, const Shape &xs, const float *scale, const float *
                const float *runningVar, bf16 *y, float *newMean, float *newVar, float epsilon, float momentum,
                bool training, const bf16 *residual = nullptr, std::optional<Unary> activation = std::nullopt);
 void batchNormGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const float *scale, const float *runningMean,
-                   const float *runningVar, bf16 *dx, float epsilon, bool training);
+                   const float *runningVar, bf16 *dx, float epsilon, bool training, const bf16 *y = nullptr,
+                   std::optional<Unary> activation = std::nullopt, bf16 *maskedDy = nullptr);
 void batchNormParamGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const float *runningMean,
                         const float *runningVar, float *dscale, float *dbias, float epsilon, bool training,
                         bool accumulate = false);
