@@ -248,9 +248,8 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
     case Kind::Bf16Kernel:
       break;
     }
-    // Between float32-only ops (a CNN's convolutions, batch norms and
-    // pools), element-wise work stays float32: bfloat16 would only add a
-    // conversion on each side.
+    // Between float32-only ops (recurrent cells, ONNX casts), element-wise
+    // work stays float32: bfloat16 would only add a conversion on each side.
     if (kind == Kind::Bf16Kernel && elementwise(op) &&
         llvm::all_of(op->getResults(), [&](Value result) { return readByFloat32Only(result); })) {
       for (OpOperand &operand : op->getOpOperands())
@@ -315,11 +314,11 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
 
   /// Whether the readers of an element-wise result in this function all
   /// read float32 and at least one of them is no view or save: float32-only
-  /// ops (convolutions, batch norm, pooling), float32 operands, and
-  /// element-wise ops that stay float32 by this rule. Being saved for the
-  /// backward counts neither way (a CNN's backward reads its activations in
-  /// float32 too), unlike wantsFloat32, and neither does a fused loop, which
-  /// loads either storage (a residual read by the next block's add).
+  /// ops, float32 operands, and element-wise ops that stay float32 by this
+  /// rule. Being saved for the backward counts neither way (the float32-only
+  /// ops' gradients read their activations in float32 too), unlike
+  /// wantsFloat32, and neither does a fused loop, which loads either storage
+  /// (a residual read by the next block's add).
   bool readByFloat32Only(Value value) {
     auto known = readByFloat32.find(value);
     if (known != readByFloat32.end())
