@@ -13,7 +13,8 @@ from cuda_target import TOLERANCE, largest_difference, read_weights  # noqa: E40
 def main():
     gpu_root, cpu_root = sys.argv[1], sys.argv[2]
     failures = 0
-    for job in sorted(os.listdir(gpu_root)):
+    # pipe-* runs sit beside them in the same tar: pipelines.py compare reads those.
+    for job in sorted(j for j in os.listdir(gpu_root) if j.startswith("train-")):
         worst, which, missing = largest_difference(read_weights(os.path.join(cpu_root, job, "trained")),
                                                    read_weights(os.path.join(gpu_root, job)))
         tolerance = TOLERANCE[job.rsplit("-", 1)[1]]

@@ -42,12 +42,13 @@
 # Dropped from the default run (issue 46 item 9), as they would push the call
 # over 8 minutes (about 3-4 minutes more by the same estimate: 17 speed jobs of
 # 8 iterations ~100 s, 3 op profiles ~30 s, their PyTorch baselines up to 200 s):
-# the earlier speed table of docs/gpu-runs.md (MLP, GPT-2 with a fixed batch,
+# the earlier speed table of docs/gpu-runs.md (MLP,
 # ResNet-50, MobileNet-V2, the micro-batch sizes) and the op profiles; issue
 # 47's convolutional rows are these (PyTorch eager NCHW and channels-last,
-# torch.compile channels-last, bf16 autocast). They still run, with
-# the training checks, from a bundle of `BENCH_GPU_EXTRA=1 prepare.sh` and the
-# third argument `extra`, in a call of their own (no budget applied).
+# torch.compile channels-last, bf16 autocast). They still run, without
+# the training checks and pipelines (the default call's), from a bundle of
+# `BENCH_GPU_EXTRA=1 prepare.sh` and the third argument `extra`, in a call of
+# their own (no budget applied).
 # Everything printed is also in OUT/log.txt. OUT gets at most 8 files
 # (log.txt, results.md, results.json, trained.tar, logs.tar (every piperun log),
 # profile-gpt2-b4.json, profile-llama-b4.json and profile-gpt2-b16.json (op
@@ -146,8 +147,9 @@ timeout "$limit" python3 "$HERE/torch_baseline.py" --table "$G/torch.jsonl" --de
 el "PyTorch rc=${PIPESTATUS[0]}"
 fi
 
-STEPS=$(cat "$G/jobs/steps") # test/gpu/cuda_target.py's, as the CPU references were run
-echo "=== training checks: $STEPS steps, weights to OUT/trained.tar (compare_trained.py on the host)"
+# An extra bundle has no checks or pipelines (the default call runs them): the loops below find no jobs.
+STEPS=$(cat "$G/jobs/steps" 2>/dev/null || echo 0) # test/gpu/cuda_target.py's, as the CPU references were run
+[ "$MODE" = extra ] || echo "=== training checks: $STEPS steps, weights to OUT/trained.tar (compare_trained.py on the host)"
 for job in "$G"/jobs/train-*/; do name=$(basename "$job")
   limit=60; if [ "$MODE" = table ]; then
     [ "$(left)" -lt 15 ] && { el "$name: skipped (budget)"; continue; }
@@ -157,7 +159,7 @@ for job in "$G"/jobs/train-*/; do name=$(basename "$job")
   el "$name rc=$rc: $(grep -o 'final loss.*' "$G/$name.log" | tail -1)"; [ $rc = 0 ] || tail -5 "$G/$name.log"
 done
 CURVE=$(cat "$G/jobs/curve_steps" 2>/dev/null || echo 0)
-echo "=== loss curves: each bf16 check $CURVE steps (compare_curves.py on the host, against fp32 on a CPU rank)"
+[ "$MODE" = extra ] || echo "=== loss curves: each bf16 check $CURVE steps (compare_curves.py on the host, against fp32 on a CPU rank)"
 for job in "$G"/jobs/train-*-bf16/; do example=$(basename "$job"); example=${example#train-}; example=${example%-bf16}
   [ "$CURVE" -gt 0 ] && [ "$MODE" != pipelines ] || continue
   if [ "$MODE" = table ] && [ "$(left)" -lt 10 ]; then el "curve-$example: skipped (budget)"; continue; fi
@@ -169,7 +171,7 @@ done
 # staged, NCCL's own transport); its weights to OUT/trained.tar for `pipelines.py compare` on
 # the host (against the 1-rank train-* weights above). Then one rank killed mid-run, per route:
 # every rank must be gone within 30 s.
-echo "=== pipelines on one GPU: $STEPS steps each, weights to OUT/trained.tar (pipelines.py compare on the host)"
+[ "$MODE" = extra ] || echo "=== pipelines on one GPU: $STEPS steps each, weights to OUT/trained.tar (pipelines.py compare on the host)"
 export PATH=$G/bin:$PATH # mpirun finds orted beside it
 pipeline() { # ranks job log [piperun arguments...]: mpirun of piperun on this GPU
   local ranks=$1 job=$2 log=$3; shift 3
@@ -212,7 +214,7 @@ fi
 
 if [ "$MODE" = extra ]; then
 echo "=== speed: ms/iter of 8 iterations"
-for job in "$G"/jobs/r50-*/ "$G"/jobs/mnv2-*/ "$G"/jobs/bench-*/ "$G"/jobs/gpt2-*/ "$G"/jobs/mb-*/; do name=$(basename "$job")
+for job in "$G"/jobs/r50-*/ "$G"/jobs/mnv2-*/ "$G"/jobs/bench-*/ "$G"/jobs/mb-*/; do name=$(basename "$job")
   timeout 150 "$PIPERUN" "$job" --iters 8 --log-every 1 > "$G/$name.log" 2>&1; rc=$?
   el "$name rc=$rc: $(grep -o '[0-9.]* ms/iter' "$G/$name.log" | tr '\n' ' ')"; [ $rc = 0 ] || tail -8 "$G/$name.log"
 done

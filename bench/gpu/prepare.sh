@@ -9,8 +9,8 @@
 #                   micro-batch, 2 micro-batches, bf16, AdamW),
 #                   train-<example>-<precision> for the GPU-vs-CPU check,
 #                   pipe-* for the pipelines on one GPU (pipelines.py); with
-#                   BENCH_GPU_EXTRA=1 instead of table-*, the earlier speed runs' bench-*/
-#                   gpt2-*/r50-*/mnv2-* and mb-<b> for the micro-batch sizes (their
+#                   BENCH_GPU_EXTRA=1 instead of all these, the earlier speed runs' bench-*/
+#                   r50-*/mnv2-* and mb-<b> for the micro-batch sizes (their
 #                   predictions: mb-choice.txt; torchvision needed to export)
 #   WORK/cpu        the same train-* jobs for CPU ranks, run here 3 steps with
 #                   their weights exported (the reference)
@@ -35,7 +35,8 @@ compile() { # model out options...: pipec with --build, its output in out.log
 }
 # test/gpu/cuda_target.py's training jobs (its compile_job, examples and
 # precisions), on one GPU: each for CUDA and for a CPU rank, which runs here.
-"$PY" - "$ROOT" "$PIPEC" "$PIPERUN" "$WORK" <<'PY'
+# (Not for an extra bundle: the default call runs the checks and the pipelines.)
+[ "$EXTRA" = 1 ] || "$PY" - "$ROOT" "$PIPEC" "$PIPERUN" "$WORK" <<'PY'
 import os, sys
 root, pipec, piperun, work = sys.argv[1:5]
 sys.path.insert(0, os.path.join(root, "test", "gpu"))
@@ -103,7 +104,6 @@ for p in fp32 tf32 bf16; do
   compile "$WORK/models/mlp8x1024_b4096.onnx" "$WORK/jobs/bench-b4096-$p" --microbatches 8 --target cuda --precision $p
 done
 for p in tf32 bf16; do
-  compile "$WORK/models/gpt2_124m.onnx" "$WORK/jobs/gpt2-$p" --microbatches 2 --target cuda --precision $p
   compile "$WORK/models/resnet50.onnx" "$WORK/jobs/r50-$p" --microbatches 2 --target cuda --precision $p
   compile "$WORK/models/mobilenet_v2.onnx" "$WORK/jobs/mnv2-$p" --microbatches 2 --target cuda --precision $p
 done
@@ -145,7 +145,7 @@ for f in "$PIPERUN" /usr/bin/orterun /usr/bin/orted "$S"/sys/usr/lib/x86_64-linu
                                *) cp -L "$lib" "$S/common/";; esac
   done
 cp -L "$(ldd "$PIPERUN" | awk '/libcudart/ {print $3}')" "$S/cudart/"
-cp "$WORK/jobs/steps" "$WORK/jobs/curve_steps" "$S/jobs/"; cp "$WORK/models/table_models.json" "$S/models/"
+[ "$EXTRA" = 1 ] || cp "$WORK/jobs/steps" "$WORK/jobs/curve_steps" "$S/jobs/"; cp "$WORK/models/table_models.json" "$S/models/"
 for job in "$WORK"/jobs/*/; do name=$(basename "$job"); mkdir -p "$S/jobs/$name/stages"
   cp -a "$job/plan.json" "$job/schedule" "$job/weights" "$S/jobs/$name/"
   cp -a "$job"/stages/*.so "$job"/stages/*.constants.bin "$S/jobs/$name/stages/"

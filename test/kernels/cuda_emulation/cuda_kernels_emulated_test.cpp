@@ -290,8 +290,10 @@ static void testReduce2() {
   std::vector<std::pair<Shape, Dims>> cases = {{Shape{3, 300}, Dims{1}}, {Shape{300, 5}, Dims{0}}, {Shape{2, 20, 30}, Dims{1, 2}},
       {Shape{2000, 300}, Dims{0}}, {Shape{1100, 260}, Dims{1}}, {Shape{4, 300, 3}, Dims{1}}, {Shape{20, 20, 3}, Dims{0, 1}}, {Shape{300}, Dims{}},
       // few outputs, long reductions over outer axes: the per-columns schedule (partial blocks of 32 outputs, a
-      // kept axis between reduced ones)
-      {Shape{70, 3, 45}, Dims{0, 1}}, {Shape{64, 40}, Dims{0}}, {Shape{5, 130, 33}, Dims{1}}, {Shape{4096, 97}, Dims{0}}};
+      // kept axis between reduced ones), and row chunks where the reduced axes lead (a last chunk shorter, a
+      // last column tile partial, axes of extent 1 among them)
+      {Shape{70, 3, 45}, Dims{0, 1}}, {Shape{64, 40}, Dims{0}}, {Shape{5, 130, 33}, Dims{1}}, {Shape{4096, 97}, Dims{0}},
+      {Shape{300, 1, 2, 50}, Dims{0}}, {Shape{2, 1000, 1, 7}, Dims{0, 1}}};
   for (auto &[xs, axes] : cases) {
     Shape ys = xs; for (int i = 0; i < axes.size; ++i) ys.v[axes.v[i]] = 1;
     if (axes.size == 0) for (int a = 0; a < xs.size; ++a) ys.v[a] = 1;
