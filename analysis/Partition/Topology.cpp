@@ -21,10 +21,10 @@ static constexpr int64_t GiB = int64_t(1) << 30;
 const std::vector<DevicePreset> &devicePresets() {
   // Dense datasheet peaks of the SXM parts; link numbers are per direction:
   // NVLink 2/3/4 (300/600/900 GB/s both ways) and one 100/200/400 Gb/s NIC per GPU.
-  // The efficiencies were fitted on an H200 (bench/gpu/fit_preset.py on the
-  // 2026-11-27 runs, docs/cost-model.md); the other cards, never measured,
-  // assume the same fractions of their peaks.
-  constexpr double kMatrixEfficiency = 0.18, kMemoryEfficiency = 0.97;
+  // The efficiencies were fitted on an H200 (bench/gpu/fit_preset.py's fit
+  // within the bandwidth, on the second 2026-11-28 run, docs/cost-model.md);
+  // the other cards, never measured, assume the same fractions of their peaks.
+  constexpr double kMatrixEfficiency = 0.36, kMemoryEfficiency = 0.95;
   static const std::vector<DevicePreset> presets = {
       {"V100", 15.7e12, 15.7e12, 125e12, 900e9, 32 * GiB, 150e9, 12.5e9, kMatrixEfficiency, kMemoryEfficiency},
       {"A100", 19.5e12, 156e12, 312e12, 2039e9, 80 * GiB, 300e9, 25e9, kMatrixEfficiency, kMemoryEfficiency},

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""compare_curves.py GPU_LOGS CPU_LOGS: each example's loss over on_gpu.sh's curve
-steps, bf16 on the GPU (GPU_LOGS/curve-<example>-bf16.log, from OUT/logs.tar)
-against fp32 on a CPU rank (CPU_LOGS/curve-<example>-fp32.log, from prepare.sh).
+"""compare_curves.py GPU_LOGS CPU_LOGS: each model's loss over on_gpu.sh's curve
+steps, bf16 on the GPU (GPU_LOGS/curve-<model>-bf16.log, from OUT/logs.tar)
+against fp32 on a CPU rank (CPU_LOGS/curve-<model>-fp32.log, from prepare.sh):
+the examples, and every other model prepare.sh ran a CPU curve of (ResNet-50
+and MobileNet-V2).
 
 Tolerance (docs/gpu-runs.md, "bf16 tracks fp32"): every step's loss within 5%
 of the fp32 loss, relative. bf16 keeps 8 significant bits (a relative rounding
@@ -34,7 +36,9 @@ def losses(path):
 def main():
     gpu_dir, cpu_dir = sys.argv[1], sys.argv[2]
     failures = 0
-    for example in EXAMPLES:
+    others = sorted(name[len("curve-"):-len("-fp32.log")] for name in os.listdir(cpu_dir)
+                    if name.startswith("curve-") and name.endswith("-fp32.log"))
+    for example in EXAMPLES + [name for name in others if name not in EXAMPLES]:
         gpu_log = os.path.join(gpu_dir, f"curve-{example}-bf16.log")
         cpu_log = os.path.join(cpu_dir, f"curve-{example}-fp32.log")
         if not os.path.exists(gpu_log):

@@ -19,6 +19,11 @@ dimension (pipec picks the micro-batch with --micro-batch-size):
 OUT_DIR/table_models.json: per model its sizes, parameter count and the
 parameters that multiply (the MFU's N, docs/gpu-runs.md).
 
+The convolutional loss curves' models (CURVE_CNNS, issue 47's "train
+tracking the CPU target"): torchvision's ResNet-50 and MobileNet-V2 at a batch
+of 8 images of 64 x 64 (the networks whole, the images small enough for 50
+steps on a CPU rank), as curve_<name>.onnx; torchvision needed.
+
 --extra also writes the models of the earlier speed runs (GPT-2 with a fixed
 batch is the table's gpt2 now): torchvision's ResNet-50 and
 MobileNet-V2 (issue 47's depthwise network; batch 32, 224 x 224),
@@ -38,6 +43,10 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "runtime"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "codegen"))
 from make_examples import GPT, onnx_export  # noqa: E402
 
+
+# The loss curves' convolutional networks (torchvision constructors) and their input.
+CURVE_CNNS = ("resnet50", "mobilenet_v2")
+CURVE_CNN_INPUT = (8, 3, 64, 64)
 
 # The micro-batch-size model: GPT(**GPT_FREE_BATCH), exported with a free batch.
 GPT_FREE_BATCH = dict(vocab=8192, context=512, dim=768, heads=12, layers=4)
@@ -126,11 +135,16 @@ def main():
         del model
     with open(os.path.join(out, "table_models.json"), "w") as f:
         json.dump(meta, f, indent=1)
+    import torchvision
+    torch.manual_seed(0)
+    for name in CURVE_CNNS:
+        path = os.path.join(out, f"curve_{name}.onnx")
+        if not os.path.exists(path):
+            export(getattr(torchvision.models, name)(), torch.randn(*CURVE_CNN_INPUT), path, "image")
     if not extra:
         return
     import bench_runtime
     torch.manual_seed(0)
-    import torchvision
     for name, model in (("resnet50", torchvision.models.resnet50()),
                         ("mobilenet_v2", torchvision.models.mobilenet_v2())):
         export(model, torch.randn(32, 3, 224, 224), os.path.join(out, f"{name}.onnx"), "image")

@@ -1,11 +1,13 @@
 #!/bin/bash
-# bench/gpu/on_gpu.sh BUNDLE OUT [extra|pipelines] (run as root on the GPU
+# bench/gpu/on_gpu.sh BUNDLE OUT [extra|pipelines|pipec] (run as root on the GPU
 # machine, from the repository root): unpacks prepare.sh's bundle, installs its
 # OpenMPI's help files and configuration where Debian's libmpi looks for them
 # (only files that are not there; the components are read from the bundle),
 # finds cuBLAS and NCCL on the machine, and runs piperun as a singleton MPI rank
 # (no mpirun), the pipelines with the bundle's mpirun. `pipelines` runs only the
-# training checks and the pipelines (about 2 minutes, no budget applied).
+# training checks and the pipelines (about 2 minutes, no budget applied);
+# `pipec` all but PyTorch's rows and the pipelines (pipec re-measured after a
+# change; its table shows PyTorch's rows "not run").
 #
 # The default run fits one device call of 8 minutes (BENCH_GPU_BUDGET_S,
 # default 470 s, counted from the start of this script). On 2026-11-27 on
@@ -56,6 +58,10 @@
 # ResNet-50, MobileNet-V2 and the batch-4,096 MLP at bf16).
 set -u
 BUNDLE=$1; OUT=$(mkdir -p "$2" && cd "$2" && pwd); HERE=$(cd "$(dirname "$0")" && pwd); MODE=${3:-table}
+# `pipec`: the default run without PyTorch's rows and the pipelines (pipec re-measured after a
+# change, against the PyTorch rows of an earlier call; about 2 minutes).
+TORCH_ROWS=1 PIPELINES=1
+if [ "$MODE" = pipec ]; then MODE=table TORCH_ROWS=0 PIPELINES=0; fi
 exec > >(tee "$OUT/log.txt") 2>&1
 T0=$(date +%s); DEADLINE=$((T0 + ${BENCH_GPU_BUDGET_S:-470}))
 el() { echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
@@ -140,11 +146,13 @@ for run in gpt2-b4 llama-b4 gpt2-b16; do job=$G/jobs/table-$run
     el "$run --profile rc=$?"
   fi
 done
+if [ "$TORCH_ROWS" = 1 ]; then
 echo "=== table: PyTorch on the same GPU (eager, then torch.compile)"
 limit=$(( $(left) - 40 )); [ "$limit" -gt 30 ] || limit=30
 timeout "$limit" python3 "$HERE/torch_baseline.py" --table "$G/torch.jsonl" --deadline $((DEADLINE - 60)) \
   ${BENCH_GPU_SMOKE:+--smoke} 2>&1 | grep --line-buffered -v Warning
 el "PyTorch rc=${PIPESTATUS[0]}"
+fi
 fi
 
 # An extra bundle has no checks or pipelines (the default call runs them): the loops below find no jobs.
@@ -160,7 +168,8 @@ for job in "$G"/jobs/train-*/; do name=$(basename "$job")
 done
 CURVE=$(cat "$G/jobs/curve_steps" 2>/dev/null || echo 0)
 [ "$MODE" = extra ] || echo "=== loss curves: each bf16 check $CURVE steps (compare_curves.py on the host, against fp32 on a CPU rank)"
-for job in "$G"/jobs/train-*-bf16/; do example=$(basename "$job"); example=${example#train-}; example=${example%-bf16}
+for job in "$G"/jobs/train-*-bf16/ "$G"/jobs/curve-*-bf16/; do
+  example=$(basename "$job"); example=${example#train-}; example=${example#curve-}; example=${example%-bf16}
   [ "$CURVE" -gt 0 ] && [ "$MODE" != pipelines ] || continue
   if [ "$MODE" = table ] && [ "$(left)" -lt 10 ]; then el "curve-$example: skipped (budget)"; continue; fi
   timeout 60 "$PIPERUN" "$job" --iters "$CURVE" --log-every 1 > "$G/curve-$example-bf16.log" 2>&1
@@ -171,13 +180,13 @@ done
 # staged, NCCL's own transport); its weights to OUT/trained.tar for `pipelines.py compare` on
 # the host (against the 1-rank train-* weights above). Then one rank killed mid-run, per route:
 # every rank must be gone within 30 s.
-[ "$MODE" = extra ] || echo "=== pipelines on one GPU: $STEPS steps each, weights to OUT/trained.tar (pipelines.py compare on the host)"
+[ "$MODE" = extra ] || [ "$PIPELINES" = 0 ] || echo "=== pipelines on one GPU: $STEPS steps each, weights to OUT/trained.tar (pipelines.py compare on the host)"
 export PATH=$G/bin:$PATH # mpirun finds orted beside it
 pipeline() { # ranks job log [piperun arguments...]: mpirun of piperun on this GPU
   local ranks=$1 job=$2 log=$3; shift 3
   "$G/bin/mpirun" --oversubscribe --bind-to none -np "$ranks" "$PIPERUN" "$job" "$@" > "$log" 2>&1 < /dev/null
 }
-while read -r name ranks route env; do
+[ "$PIPELINES" = 1 ] && while read -r name ranks route env; do
   job=$G/jobs/$name; [ -d "$job" ] || continue
   if [ "$MODE" = table ] && [ "$(left)" -lt 25 ]; then el "$name over $route: skipped (budget)"; continue; fi
   env $env timeout 60 bash -c "$(declare -f pipeline); G=$G PIPERUN=$PIPERUN pipeline $ranks $job $G/$name-$route.log \
@@ -186,7 +195,7 @@ while read -r name ranks route env; do
   [ $rc = 0 ] || tail -5 "$G/$name-$route.log"
   grep -h "^piperun:   " "$G/$name-$route.log" | sort -u | head -3
 done < <(python3 "$HERE/pipelines.py" runs)
-for route in links nccl; do
+for route in $([ "$PIPELINES" = 1 ] && echo links nccl); do
   name=$(python3 "$HERE/pipelines.py" jobs | awk '$3 == "1f1b" && $4 == 4 {print $1; exit}'); job=$G/jobs/$name
   [ -d "$job" ] || continue
   if [ "$MODE" = table ] && [ "$(left)" -lt 45 ]; then el "kill over $route: skipped (budget)"; continue; fi

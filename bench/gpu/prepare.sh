@@ -2,12 +2,15 @@
 # bench/gpu/prepare.sh WORK [TORCH_PYTHON]: everything the GPU runs of
 # docs/gpu-runs.md need, made on a host that has pipec's build (LLVM/MLIR,
 # OpenMPI, CUDA) for a GPU machine that has only CUDA, NCCL and Python:
-#   WORK/models     the exported models (TORCH_PYTHON: a current torch;
-#                   skipped when the models are there) and table_models.json
+#   WORK/models     the exported models (TORCH_PYTHON: a current torch and
+#                   torchvision; skipped when the models are there) and
+#                   table_models.json
 #   WORK/jobs       CUDA jobs (--build): table-<model>-b<4|16> for the table
 #                   (GPT-2 124M and the Llama, 4 and 16 x 1,024 tokens per
 #                   micro-batch, 2 micro-batches, bf16, AdamW),
 #                   train-<example>-<precision> for the GPU-vs-CPU check,
+#                   curve-<resnet50|mobilenet_v2>-bf16 for the convolutional
+#                   loss curves (their fp32 CPU twins run here: WORK/cpu),
 #                   pipe-* for the pipelines on one GPU (pipelines.py); with
 #                   BENCH_GPU_EXTRA=1 instead of all these, the earlier speed runs' bench-*/
 #                   r50-*/mnv2-* and mb-<b> for the micro-batch sizes (their
@@ -25,7 +28,7 @@ HERE=$(cd "$(dirname "$0")" && pwd); ROOT=$(cd "$HERE/../.." && pwd)
 WORK=$(mkdir -p "$1" && cd "$1" && pwd); TORCH_PYTHON=${2:-python3}; EXTRA=${BENCH_GPU_EXTRA:-0}
 PIPEC=$ROOT/build/bin/pipec PIPERUN=$ROOT/build/bin/piperun PY=$ROOT/.venv/bin/python
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-if ! grep -q '"buffers"' "$WORK/models/table_models.json" 2>/dev/null || { [ "$EXTRA" = 1 ] && [ ! -f "$WORK/models/gpt_free_batch.onnx" ]; }; then
+if ! grep -q '"buffers"' "$WORK/models/table_models.json" 2>/dev/null || [ ! -f "$WORK/models/curve_resnet50.onnx" ] || { [ "$EXTRA" = 1 ] && [ ! -f "$WORK/models/gpt_free_batch.onnx" ]; }; then
   "$TORCH_PYTHON" "$HERE/export_models.py" "$WORK/models" $([ "$EXTRA" = 1 ] && echo --extra)
 fi
 rm -rf "$WORK/jobs" "$WORK/cpu"; mkdir -p "$WORK/jobs" "$WORK/cpu"
@@ -84,6 +87,23 @@ with open(os.path.join(work, "jobs", "steps"), "w") as f:
 with open(os.path.join(work, "jobs", "curve_steps"), "w") as f:
     f.write(f"{compare_curves.CURVE_STEPS}\n")
 PY
+# The convolutional networks' loss curves (issue 47): export_models.py's CURVE_CNNS (ResNet-50,
+# MobileNet-V2, 8 images of 64 x 64), the bf16 CUDA job and its fp32 CPU twin with
+# cuda_target.py's training options and 2 micro-batches. Their weights travel as skeletons
+# (synthetic_weights.py; ResNet-50's are 100 MB), so the CPU twin runs here on the same seeded
+# values that on_gpu.sh fills in.
+if [ "$EXTRA" != 1 ]; then
+  for cnn in resnet50 mobilenet_v2; do
+    for target in cuda:bf16:jobs cpu:fp32:cpu; do IFS=: read -r t p folder <<< "$target"
+      compile "$WORK/models/curve_$cnn.onnx" "$WORK/$folder/curve-$cnn-$p" --microbatches 2 --optimizer sgd-momentum \
+        --lr 0.01 --seed 3 --target "$t" --precision "$p"
+    done
+    cpu=$WORK/cpu/curve-$cnn-fp32
+    "$PY" "$HERE/synthetic_weights.py" strip "$cpu" && "$PY" "$HERE/synthetic_weights.py" fill "$cpu"
+    mpirun -np 1 "$PIPERUN" "$cpu" --iters "$(cat "$WORK/jobs/curve_steps")" --log-every 1 > "$cpu.log" 2>&1 ||
+      { echo "FAILED: the CPU curve of $cnn (see $cpu.log)"; exit 1; }
+  done
+fi
 # The table: --micro-batch-size b, 2 micro-batches (on_gpu.sh reads the plan's
 # memory against the card's before running). BENCH_GPU_EXTRA=1 builds the
 # earlier speed runs' jobs instead (the bundle was 15 MB on 2026-11-28 with the pipelines' jobs; the
