@@ -89,14 +89,20 @@ with open(os.path.join(work, "jobs", "curve_steps"), "w") as f:
 PY
 # The convolutional networks' loss curves (issue 47): export_models.py's CURVE_CNNS (ResNet-50,
 # MobileNet-V2, 8 images of 64 x 64), the bf16 CUDA job and its fp32 CPU twin with
-# cuda_target.py's training options and 2 micro-batches. Their weights travel as skeletons
-# (synthetic_weights.py; ResNet-50's are 100 MB), so the CPU twin runs here on the same seeded
-# values that on_gpu.sh fills in.
+# cuda_target.py's training options and 2 micro-batches, memorizing one mini-batch (the synthetic
+# set cut to its 16 samples, runtime.data.synthetic_samples: compare_curves.py says why). Their
+# weights travel as skeletons (synthetic_weights.py; ResNet-50's are 100 MB), so the CPU twin
+# runs here on the same seeded values that on_gpu.sh fills in.
 if [ "$EXTRA" != 1 ]; then
   for cnn in resnet50 mobilenet_v2; do
     for target in cuda:bf16:jobs cpu:fp32:cpu; do IFS=: read -r t p folder <<< "$target"
-      compile "$WORK/models/curve_$cnn.onnx" "$WORK/$folder/curve-$cnn-$p" --microbatches 2 --optimizer sgd-momentum \
+      job=$WORK/$folder/curve-$cnn-$p
+      compile "$WORK/models/curve_$cnn.onnx" "$job" --microbatches 2 --optimizer sgd-momentum \
         --lr 0.01 --seed 3 --target "$t" --precision "$p"
+      "$PY" -c 'import json, sys
+plan = json.load(open(sys.argv[1]))
+plan["runtime"]["data"]["synthetic_samples"] = plan["runtime"]["microbatch_size"] * plan["pipeline"]["microbatches"]
+json.dump(plan, open(sys.argv[1], "w"), indent=1)' "$job/plan.json"
     done
     cpu=$WORK/cpu/curve-$cnn-fp32
     "$PY" "$HERE/synthetic_weights.py" strip "$cpu" && "$PY" "$HERE/synthetic_weights.py" fill "$cpu"
