@@ -51,11 +51,12 @@
 # the training checks and pipelines (the default call's), from a bundle of
 # `BENCH_GPU_EXTRA=1 prepare.sh` and the third argument `extra`, in a call of
 # their own (no budget applied).
-# Everything printed is also in OUT/log.txt. OUT gets at most 8 files
-# (log.txt, results.md, results.json, trained.tar, logs.tar (every piperun log),
-# profile-gpt2-b4.json, profile-llama-b4.json and profile-gpt2-b16.json (op
-# timers, each when the budget leaves 150 s); with extra, 3 profiles instead:
-# ResNet-50, MobileNet-V2 and the batch-4,096 MLP at bf16).
+# Everything printed is also in OUT/log.txt. OUT gets at most 6 files (the
+# device tool returns 8): log.txt, results.md, results.json, trained.tar,
+# logs.tar (every piperun log) and profiles.tar: profile-<model>-b<4|16>.json
+# for both models at both shapes (op timers, each when the budget leaves
+# 150 s); with extra, ResNet-50's, MobileNet-V2's and the batch-4,096 MLP's at
+# bf16 instead.
 set -u
 BUNDLE=$1; OUT=$(mkdir -p "$2" && cd "$2" && pwd); HERE=$(cd "$(dirname "$0")" && pwd); MODE=${3:-table}
 # `pipec`: the default run without PyTorch's rows and the pipelines (pipec re-measured after a
@@ -138,14 +139,16 @@ if [ -d "$job" ] && [ "$(left)" -gt 120 ]; then
   el "gpt2 4x1024 PIPEC_CUDNN_ATTENTION=0 rc=$?: $(grep -o '[0-9.]* ms/iter' "$G/table-gpt2-b4-no-cudnn.log" | tr '\n' ' ')"
 fi
 # Where the time goes, op by op (piperun --profile: the stages synchronize around each op, so
-# these are per-op times, not the run's): GPT-2 and the Llama at 4 x 1,024, GPT-2 at 16 x 1,024
-# (where pipec is furthest from torch.compile), 3 iterations.
-for run in gpt2-b4 llama-b4 gpt2-b16; do job=$G/jobs/table-$run
+# these are per-op times, not the run's): both models at both shapes (16 x 1,024 is where pipec
+# is furthest from torch.compile), 3 iterations.
+mkdir -p "$G/profiles"
+for run in gpt2-b4 llama-b4 gpt2-b16 llama-b16; do job=$G/jobs/table-$run
   if [ -d "$job" ] && [ "$(left)" -gt 150 ]; then
-    timeout 60 "$PIPERUN" "$job" --iters 3 --profile "$OUT/profile-$run.json" --quiet > "$G/table-$run-profile.log" 2>&1
+    timeout 60 "$PIPERUN" "$job" --iters 3 --profile "$G/profiles/profile-$run.json" --quiet > "$G/table-$run-profile.log" 2>&1
     el "$run --profile rc=$?"
   fi
 done
+tar -C "$G" -cf "$OUT/profiles.tar" profiles
 if [ "$TORCH_ROWS" = 1 ]; then
 echo "=== table: PyTorch on the same GPU (eager, then torch.compile)"
 limit=$(( $(left) - 40 )); [ "$limit" -gt 30 ] || limit=30
@@ -230,8 +233,11 @@ done
 echo "=== op profiles"
 for name in r50-bf16 mnv2-bf16 bench-b4096-bf16; do
   [ -d "$G/jobs/$name" ] || continue
-  timeout 120 "$PIPERUN" "$G/jobs/$name" --iters 3 --profile "$OUT/profile-$name.json" --quiet; el "$name profile rc=$?"
+  mkdir -p "$G/profiles"
+  timeout 120 "$PIPERUN" "$G/jobs/$name" --iters 3 --profile "$G/profiles/profile-$name.json" --quiet
+  el "$name profile rc=$?"
 done
+[ -d "$G/profiles" ] && tar -C "$G" -cf "$OUT/profiles.tar" profiles
 echo "=== PyTorch on the same GPU"
 timeout 400 python3 "$HERE/torch_baseline.py" --old 2>&1 | grep -v Warning
 fi
