@@ -23,6 +23,10 @@ from cuda_target import EXAMPLES  # noqa: E402
 
 CURVE_STEPS = 50  # prepare.sh's CPU curves and on_gpu.sh's GPU curves
 TOLERANCE = 0.05
+# The convolutional networks with memorization curves (torchvision constructors, exported by
+# export_models.py at this input, trained by prepare.sh) and their input.
+CURVE_CNNS = ("resnet50", "mobilenet_v2")
+CURVE_CNN_INPUT = (8, 3, 64, 64)
 
 # Memorization curves (the convolutional networks: one mini-batch of synthetic
 # samples seen every step, prepare.sh). On random labels that change each step

@@ -19,7 +19,7 @@ dimension (pipec picks the micro-batch with --micro-batch-size):
 OUT_DIR/table_models.json: per model its sizes, parameter count and the
 parameters that multiply (the MFU's N, docs/gpu-runs.md).
 
-The convolutional loss curves' models (CURVE_CNNS, issue 47's "train
+The convolutional loss curves' models (compare_curves.CURVE_CNNS, issue 47's "train
 tracking the CPU target"): torchvision's ResNet-50 and MobileNet-V2 at a batch
 of 8 images of 64 x 64 (the networks whole, the images small enough for 50
 steps on a CPU rank), as curve_<name>.onnx; torchvision needed.
@@ -42,11 +42,8 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "runtime"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "codegen"))
 from make_examples import GPT, onnx_export  # noqa: E402
+from compare_curves import CURVE_CNN_INPUT, CURVE_CNNS  # noqa: E402
 
-
-# The loss curves' convolutional networks (torchvision constructors) and their input.
-CURVE_CNNS = ("resnet50", "mobilenet_v2")
-CURVE_CNN_INPUT = (8, 3, 64, 64)
 
 # The micro-batch-size model: GPT(**GPT_FREE_BATCH), exported with a free batch.
 GPT_FREE_BATCH = dict(vocab=8192, context=512, dim=768, heads=12, layers=4)

@@ -20,6 +20,7 @@ import csv
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -57,15 +58,24 @@ def split_costs(pipec, model, batch, microbatches, device, work):
     return matrix, memory, round(launches), predicted
 
 
+def preset_memory_efficiency():
+    """kMemoryEfficiency, read from the presets' source (pipec prints no efficiency)."""
+    with open(os.path.join(ROOT, "analysis", "Partition", "Topology.cpp")) as f:
+        match = re.search(r"kMemoryEfficiency = ([0-9.]+)", f.read())
+    if not match:
+        sys.exit("analysis/Partition/Topology.cpp: no kMemoryEfficiency; pass --memory-efficiency")
+    return float(match.group(1))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results")
     parser.add_argument("models")
     parser.add_argument("--pipec", default=os.path.join(ROOT, "build", "bin", "pipec"))
     parser.add_argument("--device", default="H200")
-    parser.add_argument("--memory-efficiency", type=float, default=0.97,
-                        help="the preset's fraction of the bandwidth (analysis/Partition/Topology.cpp): a bounded fit "
-                             "keeps it at most 1")
+    parser.add_argument("--memory-efficiency", type=float, default=preset_memory_efficiency(),
+                        help="the preset's fraction of the bandwidth (default: kMemoryEfficiency in "
+                             "analysis/Partition/Topology.cpp): a bounded fit keeps it at most 1")
     args = parser.parse_args()
     with open(args.results) as f:
         rows = [r for r in json.load(f)["rows"] if r.get("framework") == "pipec" and r.get("status") == "ok"]

@@ -231,13 +231,13 @@ for job in "$G"/jobs/r50-*/ "$G"/jobs/mnv2-*/ "$G"/jobs/bench-*/ "$G"/jobs/mb-*/
   el "$name rc=$rc: $(grep -o '[0-9.]* ms/iter' "$G/$name.log" | tr '\n' ' ')"; [ $rc = 0 ] || tail -8 "$G/$name.log"
 done
 echo "=== op profiles"
+mkdir -p "$G/profiles"
 for name in r50-bf16 mnv2-bf16 bench-b4096-bf16; do
   [ -d "$G/jobs/$name" ] || continue
-  mkdir -p "$G/profiles"
   timeout 120 "$PIPERUN" "$G/jobs/$name" --iters 3 --profile "$G/profiles/profile-$name.json" --quiet
   el "$name profile rc=$?"
 done
-[ -d "$G/profiles" ] && tar -C "$G" -cf "$OUT/profiles.tar" profiles
+tar -C "$G" -cf "$OUT/profiles.tar" profiles
 echo "=== PyTorch on the same GPU"
 timeout 400 python3 "$HERE/torch_baseline.py" --old 2>&1 | grep -v Warning
 fi

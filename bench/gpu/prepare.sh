@@ -81,35 +81,40 @@ for example, schedule, stages, ranks, precision, extra in pipelines.JOBS:
             sys.exit(f"FAILED: pipec {example} --schedule {schedule} --target cpu:\n{result.stderr[-3000:]}")
         cuda_target.run([os.path.join(os.path.dirname(piperun), "pipeseq"), cpu, "--iters", str(cuda_target.STEPS),
                          "--export-weights", os.path.join(cpu, "trained")])
+# The convolutional networks' loss curves (issue 47): compare_curves.CURVE_CNNS (ResNet-50,
+# MobileNet-V2, 8 images of 64 x 64), the bf16 CUDA job and its fp32 CPU twin trained as the
+# checks are, on 2 micro-batches, memorizing one mini-batch (the synthetic set cut to its 16
+# samples, runtime.data.synthetic_samples: compare_curves.py says why). Their weights travel as
+# skeletons (synthetic_weights.py; ResNet-50's are 100 MB), so the CPU twin runs here on the same
+# seeded values that on_gpu.sh fills in.
+import json
+import synthetic_weights
+for cnn in compare_curves.CURVE_CNNS:
+    for target, precision, folder in (("cuda", "bf16", "jobs"), ("cpu", "fp32", "cpu")):
+        job = os.path.join(work, folder, f"curve-{cnn}-{precision}")
+        result = cuda_target.compile_job(pipec, cnn, job, target, precision, stages=1, microbatches=2,
+                                         model=os.path.join(work, "models", f"curve_{cnn}.onnx"))
+        if result.returncode != 0:
+            sys.exit(f"FAILED: pipec curve_{cnn}.onnx --target {target}:\n{result.stderr[-3000:]}")
+        with open(os.path.join(job, "plan.json")) as f:
+            plan = json.load(f)
+        plan["runtime"]["data"]["synthetic_samples"] = (plan["runtime"]["microbatch_size"]
+                                                        * plan["pipeline"]["microbatches"])
+        with open(os.path.join(job, "plan.json"), "w") as f:
+            json.dump(plan, f, indent=1)
+    cpu = os.path.join(work, "cpu", f"curve-{cnn}-fp32")
+    synthetic_weights.strip(cpu)
+    synthetic_weights.fill(cpu)
+    curve = cuda_target.run(["mpirun", "-np", "1", piperun, cpu, "--iters", str(compare_curves.CURVE_STEPS),
+                             "--log-every", "1"])
+    with open(os.path.join(work, "cpu", f"curve-{cnn}-fp32.log"), "w") as f:
+        f.write(curve.stdout + curve.stderr)
 # on_gpu.sh trains the CUDA jobs as many steps (the bf16 ones again for their curves).
 with open(os.path.join(work, "jobs", "steps"), "w") as f:
     f.write(f"{cuda_target.STEPS}\n")
 with open(os.path.join(work, "jobs", "curve_steps"), "w") as f:
     f.write(f"{compare_curves.CURVE_STEPS}\n")
 PY
-# The convolutional networks' loss curves (issue 47): export_models.py's CURVE_CNNS (ResNet-50,
-# MobileNet-V2, 8 images of 64 x 64), the bf16 CUDA job and its fp32 CPU twin with
-# cuda_target.py's training options and 2 micro-batches, memorizing one mini-batch (the synthetic
-# set cut to its 16 samples, runtime.data.synthetic_samples: compare_curves.py says why). Their
-# weights travel as skeletons (synthetic_weights.py; ResNet-50's are 100 MB), so the CPU twin
-# runs here on the same seeded values that on_gpu.sh fills in.
-if [ "$EXTRA" != 1 ]; then
-  for cnn in resnet50 mobilenet_v2; do
-    for target in cuda:bf16:jobs cpu:fp32:cpu; do IFS=: read -r t p folder <<< "$target"
-      job=$WORK/$folder/curve-$cnn-$p
-      compile "$WORK/models/curve_$cnn.onnx" "$job" --microbatches 2 --optimizer sgd-momentum \
-        --lr 0.01 --seed 3 --target "$t" --precision "$p"
-      "$PY" -c 'import json, sys
-plan = json.load(open(sys.argv[1]))
-plan["runtime"]["data"]["synthetic_samples"] = plan["runtime"]["microbatch_size"] * plan["pipeline"]["microbatches"]
-json.dump(plan, open(sys.argv[1], "w"), indent=1)' "$job/plan.json"
-    done
-    cpu=$WORK/cpu/curve-$cnn-fp32
-    "$PY" "$HERE/synthetic_weights.py" strip "$cpu" && "$PY" "$HERE/synthetic_weights.py" fill "$cpu"
-    mpirun -np 1 "$PIPERUN" "$cpu" --iters "$(cat "$WORK/jobs/curve_steps")" --log-every 1 > "$cpu.log" 2>&1 ||
-      { echo "FAILED: the CPU curve of $cnn (see $cpu.log)"; exit 1; }
-  done
-fi
 # The table: --micro-batch-size b, 2 micro-batches (on_gpu.sh reads the plan's
 # memory against the card's before running). BENCH_GPU_EXTRA=1 builds the
 # earlier speed runs' jobs instead (the bundle was 15 MB on 2026-11-28 with the pipelines' jobs; the

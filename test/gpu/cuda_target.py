@@ -103,13 +103,15 @@ def describe(library):
     }
 
 
-def compile_job(pipec, example, job, target, precision, stages=2, env=ENV, ranks=None, extra=()):
+def compile_job(pipec, example, job, target, precision, stages=2, env=ENV, ranks=None, extra=(),
+                microbatches=MICROBATCHES, model=None):
     """The same plan for both targets: the partition sees the same precision
     (the CPU target computes fp32 whatever the cost model assumed). ranks:
     the devices planned for (default: one per stage; more let the planner
-    replicate stages)."""
-    command = [pipec, os.path.join(ROOT, "examples", f"{example}.onnx"), "--gpus", f"1x{ranks or stages}",
-               "--stages", str(stages), "--microbatches", str(MICROBATCHES),
+    replicate stages). model: another ONNX file than the example's, trained
+    the same way (bench/gpu/prepare.sh's convolutional curves)."""
+    command = [pipec, model or os.path.join(ROOT, "examples", f"{example}.onnx"), "--gpus", f"1x{ranks or stages}",
+               "--stages", str(stages), "--microbatches", str(microbatches),
                "--optimizer", "sgd-momentum", "--lr", "0.01", "--seed", "3", "--target", target,
                "--precision", precision, "--out", job, "--build", *extra]
     return subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
