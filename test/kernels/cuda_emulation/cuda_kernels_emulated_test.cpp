@@ -485,9 +485,10 @@ static void testNorm() {
       compareBatchNorm(xs, x, sc, bi, rm, rv, dy, training, 1e-5);
     }
   // Shape{2, 9000}: rows wider than a warp takes (kWarpRowMaxElements), a block per row; Shape{600, 7}
-  // along axis 1: 600 rows in 24 chunks of the parameter gradient.
-  std::vector<Shape> lshapes = {Shape{4, 6}, Shape{2, 3, 5}, Shape{3, 700}, Shape{50, 4, 3}, Shape{7}, Shape{2, 9000},
-                                Shape{600, 7}};
+  // along axis 1: 600 rows in 24 chunks of the parameter gradient. Rows of 700, 9000, 768 and 40 move
+  // in 16-byte packs (4 floats), 768 in 6 tiles of the parameter gradient's columns, 40 in a part of one.
+  std::vector<Shape> lshapes = {Shape{4, 6},       Shape{2, 3, 5}, Shape{3, 700},  Shape{50, 4, 3}, Shape{7},
+                                Shape{2, 9000},    Shape{600, 7},  Shape{9, 768},  Shape{300, 40}};
   for (auto &xs : lshapes)
     for (int axis = -xs.size; axis < xs.size; ++axis) {
       const int a = axis < 0 ? axis + xs.size : axis;
@@ -530,8 +531,12 @@ static void testNorm() {
 }
 
 static void testRotary() {
+  // Rows of 8 and 16 floats move in packs of 4 (interleaved, or halves of whole packs): tables per
+  // position and column, broadcast along the rows, a scalar.
   const std::pair<Shape, Shape> cases[] = {{Shape{2, 3, 5, 8}, Shape{1, 1, 5, 8}}, {Shape{2, 6, 4}, Shape{2, 6, 4}},
-                                           {Shape{3, 10}, Shape{1}}, {Shape{2, 4, 6}, Shape{4, 1}}};
+                                           {Shape{3, 10}, Shape{1}},           {Shape{2, 4, 6}, Shape{4, 1}},
+                                           {Shape{2, 5, 3, 16}, Shape{1, 5, 1, 16}}, {Shape{2, 4, 8}, Shape{4, 1}},
+                                           {Shape{3, 16}, Shape{1}}};
   for (const auto &[xs, ts] : cases)
     for (bool interleaved : {false, true})
       for (bool transposed : {false, true}) {
@@ -1247,8 +1252,10 @@ static void testBf16Elementwise() {
     pc::dropoutGradRedrawn(dyb.data(), n, rg.data(), 0.3f, t, 777);
     cmpBf(dc, rg, 1, "dx redrawn");
   }
+  // Packs of 8 bf16: rows of 16 and 32 (and of 8, interleaved).
   const std::pair<Shape, Shape> rotaryCases[] = {{Shape{2, 3, 5, 8}, Shape{1, 1, 5, 8}}, {Shape{3, 10}, Shape{1}},
-                                                 {Shape{2, 4, 6}, Shape{4, 1}}};
+                                                 {Shape{2, 4, 6}, Shape{4, 1}}, {Shape{2, 5, 3, 16}, Shape{1, 5, 1, 16}},
+                                                 {Shape{2, 3, 32}, Shape{3, 32}}, {Shape{3, 16}, Shape{1}}};
   for (const auto &[xs, ts] : rotaryCases)
     for (bool interleaved : {false, true})
       for (bool transposed : {false, true}) {
@@ -1493,7 +1500,10 @@ static void testBf16Linalg() {
 // tolerances (the row statistics are the float kernel's on the same inputs);
 // mean, invStd and the parameter gradients (float) the float tolerances.
 static void testBf16Norm() {
-  std::vector<Shape> lshapes = {Shape{4, 6}, Shape{2, 3, 5}, Shape{3, 700}, Shape{50, 4, 3}};
+  // Rows of 768 and 40 (and 9 x 768 along axis 0) move in packs of 8 bf16: 768 in 3 tiles of the
+  // parameter gradient's columns, 40 in a part of one; 700, 6, 5 and 3 one element at a time.
+  std::vector<Shape> lshapes = {Shape{4, 6}, Shape{2, 3, 5}, Shape{3, 700}, Shape{50, 4, 3}, Shape{9, 768},
+                                Shape{300, 40}};
   for (auto &xs : lshapes)
     for (int axis = -xs.size; axis < xs.size; ++axis) {
       const int a = axis < 0 ? axis + xs.size : axis;

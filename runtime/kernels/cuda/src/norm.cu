@@ -269,106 +269,184 @@ const float *expandedParam(const char *op, const float *p, const Shape &ps, cons
   return buffer;
 }
 
+// The row kernels move V elements at a time: V = kPackOf<T> (16-byte loads
+// and stores) when the rows' length is a multiple of it and every pointer is
+// aligned (layerNormPack), else 1. A 2-byte load a lane kept GPT-2's bf16
+// norms near 1 TB/s on an H200 (docs/gpu-runs.md); the math per element and
+// the double sums are the same at either width.
+
+/// Pack j of a row as floats.
+template <int V, class T> __device__ __forceinline__ void loadWide(const T *row, int64_t j, float (&f)[V]) {
+  const Packed<T, V> p = loadPacked<V>(row + j * V);
+PIPEC_UNROLL
+  for (int e = 0; e < V; ++e) f[e] = toF(p.v[e]);
+}
+
 /// Mean (0 under RowNorm::Rms) and 1/sqrt(var + eps) of one row (collective over P's lanes), as
 /// the CPU's rowStats: the squares are float (x - (float)mean)², sums in double.
-template <class P, class T>
+template <class P, int V, class T>
 __device__ void rowStats(const T *x, int64_t inner, float epsilon, RowNorm norm, double &mean, double &invStd) {
+  const int64_t packs = inner / V;
   mean = 0;
   if (norm == RowNorm::Layer) {
     double sum = 0;
-    for (int64_t i = P::lane(); i < inner; i += P::lanes()) sum += toF(x[i]);
+    for (int64_t j = P::lane(); j < packs; j += P::lanes()) {
+      float f[V];
+      loadWide<V>(x, j, f);
+PIPEC_UNROLL
+      for (int e = 0; e < V; ++e) sum += f[e];
+    }
     sum = P::reduce(sum, SumOp{});
     mean = sum / (double)inner;
   }
   const float fm = (float)mean;
   double sq = 0;
-  for (int64_t i = P::lane(); i < inner; i += P::lanes()) {
-    const float d = toF(x[i]) - fm;
-    sq += (double)(d * d);
+  for (int64_t j = P::lane(); j < packs; j += P::lanes()) {
+    float f[V];
+    loadWide<V>(x, j, f);
+PIPEC_UNROLL
+    for (int e = 0; e < V; ++e) {
+      const float d = f[e] - fm;
+      sq += (double)(d * d);
+    }
   }
   sq = P::reduce(sq, SumOp{});
   invStd = 1.0 / sqrt(sq / (double)inner + (double)epsilon);
 }
 
-template <class P, class T>
+template <class P, int V, class T>
 __global__ void layerNormKernel(const T *x, int64_t rows, int64_t inner, const float *g, const float *b, T *y,
                                 float *mean, float *invStd, float epsilon, RowNorm norm) {
+  const int64_t packs = inner / V;
   for (int64_t r = P::first(); r < rows; r += P::step()) {
     const T *xr = x + r * inner;
     T *yr = y + r * inner;
     double m, inv;
-    rowStats<P>(xr, inner, epsilon, norm, m, inv);
+    rowStats<P, V>(xr, inner, epsilon, norm, m, inv);
     if (P::leader()) {
       if (mean) mean[r] = (float)m;
       if (invStd) invStd[r] = (float)inv;
     }
     const float fm = (float)m, fi = (float)inv;
-    if (b)
-      for (int64_t i = P::lane(); i < inner; i += P::lanes()) yr[i] = fromF<T>((toF(xr[i]) - fm) * fi * g[i] + b[i]);
-    else
-      for (int64_t i = P::lane(); i < inner; i += P::lanes()) yr[i] = fromF<T>((toF(xr[i]) - fm) * fi * g[i]);
+    for (int64_t j = P::lane(); j < packs; j += P::lanes()) {
+      float f[V], gs[V], bs[V] = {};
+      loadWide<V>(xr, j, f);
+      loadWide<V>(g, j, gs);
+      if (b) loadWide<V>(b, j, bs);
+      Packed<T, V> out;
+PIPEC_UNROLL
+      for (int e = 0; e < V; ++e)
+        out.v[e] = fromF<T>(b ? (f[e] - fm) * fi * gs[e] + bs[e] : (f[e] - fm) * fi * gs[e]);
+      storePacked(yr + j * V, out);
+    }
   }
 }
 
-template <class P, class T>
+template <class P, int V, class T>
 __global__ void layerNormGradKernel(const T *dy, const T *x, int64_t rows, int64_t inner, const float *g, T *dx,
                                     float epsilon, RowNorm norm) {
+  const int64_t packs = inner / V;
   for (int64_t r = P::first(); r < rows; r += P::step()) {
     const T *xr = x + r * inner, *dyr = dy + r * inner;
     T *dxr = dx + r * inner;
     double m, inv;
-    rowStats<P>(xr, inner, epsilon, norm, m, inv);
+    rowStats<P, V>(xr, inner, epsilon, norm, m, inv);
     const float fm = (float)m, fi = (float)inv;
     double sumG = 0, sumGX = 0;
-    for (int64_t i = P::lane(); i < inner; i += P::lanes()) {
-      if (norm == RowNorm::Layer) sumG += (double)(toF(dyr[i]) * g[i]);
-      sumGX += (double)(toF(dyr[i]) * g[i] * ((toF(xr[i]) - fm) * fi));
+    for (int64_t j = P::lane(); j < packs; j += P::lanes()) {
+      float f[V], d[V], gs[V];
+      loadWide<V>(xr, j, f);
+      loadWide<V>(dyr, j, d);
+      loadWide<V>(g, j, gs);
+PIPEC_UNROLL
+      for (int e = 0; e < V; ++e) {
+        if (norm == RowNorm::Layer) sumG += (double)(d[e] * gs[e]);
+        sumGX += (double)(d[e] * gs[e] * ((f[e] - fm) * fi));
+      }
     }
     sumG = P::reduce(sumG, SumOp{});
     sumGX = P::reduce(sumGX, SumOp{});
     const float mG = (float)(sumG / (double)inner), mGX = (float)(sumGX / (double)inner);
-    for (int64_t i = P::lane(); i < inner; i += P::lanes()) {
-      const float xhat = (toF(xr[i]) - fm) * fi;
-      dxr[i] = fromF<T>(fi * (toF(dyr[i]) * g[i] - mG - xhat * mGX));
+    for (int64_t j = P::lane(); j < packs; j += P::lanes()) {
+      float f[V], d[V], gs[V];
+      loadWide<V>(xr, j, f);
+      loadWide<V>(dyr, j, d);
+      loadWide<V>(g, j, gs);
+      Packed<T, V> out;
+PIPEC_UNROLL
+      for (int e = 0; e < V; ++e) {
+        const float xhat = (f[e] - fm) * fi;
+        out.v[e] = fromF<T>(fi * (d[e] * gs[e] - mG - xhat * mGX));
+      }
+      storePacked(dxr + j * V, out);
     }
   }
 }
 
-/// Threads of layerNormChunkPartialKernel's blocks.
-constexpr unsigned kChunkPartialThreads = 512;
+/// Warps of layerNormChunkPartialKernel's blocks.
+constexpr unsigned kChunkPartialWarps = 8;
 
-/// Block k: partial[k, i] = Σ over the rows r of chunk k (in order) of
-/// dy·x̂ (and dy), in double. The chunk's row statistics first ((float)mean
-/// and (float)invStd, the values the CPU's parameter gradient uses), a warp
-/// per row, into shared memory; then a thread per column.
-template <class T>
+/// Block (k, t): partial[k, c] = Σ over the rows r of chunk k (in order of
+/// the block's warps, then of the warps' partial sums) of dy·x̂ (and dy), in
+/// double, for the columns c of tile t (32 packs of V columns, a pack a
+/// lane). The chunk's row statistics first ((float)mean and (float)invStd,
+/// the values the CPU's parameter gradient uses), a warp per row, into
+/// shared memory; then warp w sums rows w, w + 8, ... of its tile, and the
+/// warps' sums are added in warp order. (A thread per column summing the
+/// chunk's rows one after another, 2 bytes a load, on about sqrt(rows)
+/// blocks, took 0.1 ms for GPT-2's [16,384, 768] on an H200.)
+template <int V, class T>
 __global__ void layerNormChunkPartialKernel(const T *dy, const T *x, int64_t rows, int64_t inner,
-                                            int64_t rowsPerChunk, int64_t chunks, float epsilon, RowNorm norm,
-                                            double *partialScale, double *partialBias) {
+                                            int64_t rowsPerChunk, int64_t chunks, int64_t tiles, float epsilon,
+                                            RowNorm norm, double *partialScale, double *partialBias) {
   __shared__ float chunkMean[plan::kCudaLayerNormMaxRowsPerChunk], chunkInv[plan::kCudaLayerNormMaxRowsPerChunk];
-  const int64_t warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (int64_t k = blockIdx.x; k < chunks; k += gridDim.x) {
+  __shared__ double warpScale[kChunkPartialWarps][32 * V], warpBias[kChunkPartialWarps][32 * V];
+  const int64_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31, packs = inner / V;
+  for (int64_t block = blockIdx.x; block < chunks * tiles; block += gridDim.x) {
+    const int64_t k = block / tiles, t = block - k * tiles;
     const int64_t r0 = k * rowsPerChunk, r1 = r0 + rowsPerChunk < rows ? r0 + rowsPerChunk : rows;
-    for (int64_t r = r0 + warp; r < r1; r += warps) {
+    for (int64_t r = r0 + warp; r < r1; r += kChunkPartialWarps) {
       double m, inv;
-      rowStats<WarpLanes>(x + r * inner, inner, epsilon, norm, m, inv);
+      rowStats<WarpLanes, V>(x + r * inner, inner, epsilon, norm, m, inv);
       if (WarpLanes::leader()) {
         chunkMean[r - r0] = (float)m;
         chunkInv[r - r0] = (float)inv;
       }
     }
     __syncthreads();
-    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
-      double s = 0, b = 0;
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t e = r * inner + i;
-        s += (double)(toF(dy[e]) * ((toF(x[e]) - chunkMean[r - r0]) * chunkInv[r - r0]));
-        b += toF(dy[e]);
+    const int64_t j = t * 32 + lane; // this lane's pack
+    double s[V] = {}, b[V] = {};
+    if (j < packs)
+      for (int64_t r = r0 + warp; r < r1; r += kChunkPartialWarps) {
+        float f[V], d[V];
+        loadWide<V>(x + r * inner, j, f);
+        loadWide<V>(dy + r * inner, j, d);
+        const float fm = chunkMean[r - r0], fi = chunkInv[r - r0];
+PIPEC_UNROLL
+        for (int e = 0; e < V; ++e) {
+          s[e] += (double)(d[e] * ((f[e] - fm) * fi));
+          b[e] += d[e];
+        }
       }
-      partialScale[k * inner + i] = s;
-      if (partialBias) partialBias[k * inner + i] = b;
+PIPEC_UNROLL
+    for (int e = 0; e < V; ++e) {
+      warpScale[warp][lane * V + e] = s[e];
+      warpBias[warp][lane * V + e] = b[e];
     }
-    __syncthreads(); // the next chunk's statistics overwrite these
+    __syncthreads();
+    // Thread q adds column q of the tile over the warps, in order.
+    for (int64_t q = threadIdx.x; q < 32 * V; q += blockDim.x) {
+      const int64_t c = t * 32 * V + q;
+      if (c >= inner) continue;
+      double sumS = 0, sumB = 0;
+      for (unsigned w = 0; w < kChunkPartialWarps; ++w) {
+        sumS += warpScale[w][q];
+        sumB += warpBias[w][q];
+      }
+      partialScale[k * inner + c] = sumS;
+      if (partialBias) partialBias[k * inner + c] = sumB;
+    }
+    __syncthreads(); // the next block's statistics and sums overwrite these
   }
 }
 
@@ -529,6 +607,13 @@ void batchNormParamGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const fl
 //===----------------------------------------------------------------------===//
 
 namespace {
+/// Whether rows of `inner` elements of T, at these pointers (the float
+/// parameters may be null), move in packs of kPackOf<T> elements.
+template <class T, class... Pointers> bool rowsInPacks(int64_t inner, const Pointers *...pointers) {
+  constexpr int V = kPackOf<T>;
+  return inner % V == 0 && (... && (pointers == nullptr || packedAligned<V>(pointers)));
+}
+
 // One body per call for float and bf16 storage; the scratch (expanded
 // parameters, statistics, partial sums) is float whatever the storage, so
 // bf16 needs what float needs (pipec/kernel_scratch.h).
@@ -542,10 +627,16 @@ void layerNormT(const T *x, const Shape &xs, const float *scale, const Shape &ss
   const float *g = expandedParam(op, scale, ss, v, scratch);
   const float *b = bias ? expandedParam(op, bias, bs, v, scratch) : nullptr;
   if (v.rows == 0) return;
+  const bool packs = rowsInPacks<T>(v.inner, x, y, g, b);
   launchPerRow(v.rows, v.inner, [&](auto lanes, unsigned grid, unsigned threads) {
     using P = decltype(lanes);
-    layerNormKernel<P, T><<<grid, threads, 0, detail::stream()>>>(x, v.rows, v.inner, g, b, y, mean, invStd, epsilon,
-                                                                  norm);
+    constexpr int V = kPackOf<T>;
+    if (packs)
+      layerNormKernel<P, V, T><<<grid, threads, 0, detail::stream()>>>(x, v.rows, v.inner, g, b, y, mean, invStd,
+                                                                       epsilon, norm);
+    else
+      layerNormKernel<P, 1, T><<<grid, threads, 0, detail::stream()>>>(x, v.rows, v.inner, g, b, y, mean, invStd,
+                                                                       epsilon, norm);
   });
   detail::checkLaunch(op);
 }
@@ -558,9 +649,16 @@ void layerNormGradT(const T *dy, const T *x, const Shape &xs, const float *scale
   Scratch scratch(op, workspace, layerNormGradScratch(ScratchTarget::Cuda, xs, ss, axis));
   const float *g = expandedParam(op, scale, ss, v, scratch);
   if (v.rows == 0 || v.inner == 0) return;
+  const bool packs = rowsInPacks<T>(v.inner, dy, x, dx, g);
   launchPerRow(v.rows, v.inner, [&](auto lanes, unsigned grid, unsigned threads) {
     using P = decltype(lanes);
-    layerNormGradKernel<P, T><<<grid, threads, 0, detail::stream()>>>(dy, x, v.rows, v.inner, g, dx, epsilon, norm);
+    constexpr int V = kPackOf<T>;
+    if (packs)
+      layerNormGradKernel<P, V, T><<<grid, threads, 0, detail::stream()>>>(dy, x, v.rows, v.inner, g, dx, epsilon,
+                                                                           norm);
+    else
+      layerNormGradKernel<P, 1, T><<<grid, threads, 0, detail::stream()>>>(dy, x, v.rows, v.inner, g, dx, epsilon,
+                                                                           norm);
   });
   detail::checkLaunch(op);
 }
@@ -602,8 +700,17 @@ void layerNormParamGradT(const T *dy, const T *x, const Shape &xs, const Shape &
   double *pScale = scratch.shared<double>(partials);
   double *pBias = dbias ? scratch.shared<double>(partials) : nullptr;
   if (partials > 0) {
-    layerNormChunkPartialKernel<T><<<segmentBlocks(chunks), kChunkPartialThreads, 0, detail::stream()>>>(
-        dy, x, v.rows, v.inner, rowsPerChunk, chunks, epsilon, norm, pScale, pBias);
+    const auto launchChunks = [&](auto pack) {
+      constexpr int V = decltype(pack)::value;
+      const int64_t tiles = (v.inner / V + 31) / 32; // 32 packs of V columns each
+      layerNormChunkPartialKernel<V, T><<<segmentBlocks(chunks * tiles), 32 * kChunkPartialWarps, 0,
+                                          detail::stream()>>>(dy, x, v.rows, v.inner, rowsPerChunk, chunks, tiles,
+                                                              epsilon, norm, pScale, pBias);
+    };
+    if (rowsInPacks<T>(v.inner, dy, x))
+      launchChunks(std::integral_constant<int, kPackOf<T>>{});
+    else
+      launchChunks(std::integral_constant<int, 1>{});
     detail::checkLaunch(op);
   }
   layerNormFinishKernel<<<detail::blocksFor(outCount), detail::kThreads, 0, detail::stream()>>>(
