@@ -348,6 +348,13 @@ template <class P, class T, class G> __device__ void mapClasses(const T *s, T *o
   for (int64_t c = row.tail + P::lane(); c < C; c += P::lanes()) out[c] = fromF<T>(g(c, toF(s[c])));
 }
 
+/// What a lane sums a cross-entropy's exponentials in: double for float
+/// scores (the CPU's sums), float for bf16 ones, whose gradient is rounded to
+/// 8 bits anyway: a conversion to double per class kept GPT-2's bf16 loss
+/// (50,257 classes) at about half its bytes' time on an H200 (docs/gpu-runs.md).
+/// The lanes' sums are added in double either way.
+template <class T> using LossSum = std::conditional_t<std::is_same_v<T, bf16>, float, double>;
+
 /// The log-sum-exp of one element's class scores s[c * inner], c in [0, C)
 /// (every lane of P gets it), in one pass: each lane keeps its running
 /// maximum and its sum of exponentials relative to it (a float exponential
@@ -356,10 +363,10 @@ template <class P, class T, class G> __device__ void mapClasses(const T *s, T *o
 /// score is NaN or +inf, or every score -inf; a -inf score adds nothing.
 template <class P, class T> __device__ double logSumExp(const T *s, int64_t C, int64_t inner) {
   float m = -INFINITY;
-  double sum = 0;
+  LossSum<T> sum = 0;
   forEachClass<P>(s, C, inner, [&](int64_t, float v) {
     if (v > m) {
-      sum = sum * (double)expf(m - v) + 1.0;
+      sum = sum * (LossSum<T>)expf(m - v) + 1;
       m = v;
     } else if (v != -INFINITY) {
       sum += expf(v - m); // NaN for a NaN score, and for a second +inf
@@ -367,9 +374,9 @@ template <class P, class T> __device__ double logSumExp(const T *s, int64_t C, i
   });
   const float top = P::reduce(m, MaxOp{});
   if (top == INFINITY || top == -INFINITY) return NAN; // exp(inf - inf) or exp(-inf + inf) in the CPU's sum
-  sum = sum == 0 ? 0.0 : sum * (double)expf(m - top);
-  sum = P::reduce(sum, SumOp{});
-  return top + log(sum);
+  double total = sum == 0 ? 0.0 : (double)sum * (double)expf(m - top);
+  total = P::reduce(total, SumOp{});
+  return top + log(total);
 }
 
 /// ignoreIndex as the kernels see it.
@@ -468,10 +475,17 @@ __global__ void lossGradKernel(const float *dloss, const T *scores, const L *lab
     }
     const double lse = logSumExp<P>(s, C, inner);
     const double k = (weights ? (double)weights[label] : 1.0) * scale * (none ? (double)dloss[e] : 1.0);
-    mapClasses<P>(s, ds, C, inner, [&](int64_t c, float v) {
-      const double p = expf((float)((double)v - lse));
-      return (float)(k * (p - (c == label ? 1.0 : 0.0)));
-    });
+    if constexpr (std::is_same_v<LossSum<T>, float>) { // as LossSum
+      const float lseF = (float)lse, kF = (float)k;
+      mapClasses<P>(s, ds, C, inner, [&](int64_t c, float v) {
+        return kF * (expf(v - lseF) - (c == label ? 1.0f : 0.0f));
+      });
+    } else {
+      mapClasses<P>(s, ds, C, inner, [&](int64_t c, float v) {
+        const double p = expf((float)((double)v - lse));
+        return (float)(k * (p - (c == label ? 1.0 : 0.0)));
+      });
+    }
   }
 }
 
