@@ -81,6 +81,13 @@ inline unsigned segmentThreads(int64_t size) {
 struct SumOp {
   template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
 };
+/// What one lane sums its own terms in before the lanes' sums are added in
+/// double: double for float storage (the CPU kernels' double sums), float
+/// for bf16, whose results are rounded to 8 bits. A conversion to double and
+/// a double operation per element (H100/H200: 16 conversions per clock per
+/// SM) kept the bf16 cross-entropy at about half its bytes' time
+/// (docs/cuda-kernels.md).
+template <class T> using LaneSum = std::conditional_t<std::is_same_v<T, bf16>, float, double>;
 /// The CPU kernels' running maximum `m = v > m ? v : m` (NaN never wins).
 struct MaxOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return b > a ? b : a; }

@@ -283,35 +283,34 @@ PIPEC_UNROLL
 }
 
 /// Mean (0 under RowNorm::Rms) and 1/sqrt(var + eps) of one row (collective over P's lanes), as
-/// the CPU's rowStats: the squares are float (x - (float)mean)², sums in double.
+/// the CPU's rowStats: the squares are float (x - (float)mean)², sums in double (each lane's own
+/// terms in LaneSum<T>).
 template <class P, int V, class T>
 __device__ void rowStats(const T *x, int64_t inner, float epsilon, RowNorm norm, double &mean, double &invStd) {
   const int64_t packs = inner / V;
   mean = 0;
   if (norm == RowNorm::Layer) {
-    double sum = 0;
+    LaneSum<T> sum = 0;
     for (int64_t j = P::lane(); j < packs; j += P::lanes()) {
       float f[V];
       loadWide<V>(x, j, f);
 PIPEC_UNROLL
       for (int e = 0; e < V; ++e) sum += f[e];
     }
-    sum = P::reduce(sum, SumOp{});
-    mean = sum / (double)inner;
+    mean = P::reduce((double)sum, SumOp{}) / (double)inner;
   }
   const float fm = (float)mean;
-  double sq = 0;
+  LaneSum<T> sq = 0;
   for (int64_t j = P::lane(); j < packs; j += P::lanes()) {
     float f[V];
     loadWide<V>(x, j, f);
 PIPEC_UNROLL
     for (int e = 0; e < V; ++e) {
       const float d = f[e] - fm;
-      sq += (double)(d * d);
+      sq += d * d;
     }
   }
-  sq = P::reduce(sq, SumOp{});
-  invStd = 1.0 / sqrt(sq / (double)inner + (double)epsilon);
+  invStd = 1.0 / sqrt(P::reduce((double)sq, SumOp{}) / (double)inner + (double)epsilon);
 }
 
 template <class P, int V, class T>
@@ -352,7 +351,7 @@ __global__ void layerNormGradKernel(const T *dy, const T *x, int64_t rows, int64
     double m, inv;
     rowStats<P, V>(xr, inner, epsilon, norm, m, inv);
     const float fm = (float)m, fi = (float)inv;
-    double sumG = 0, sumGX = 0;
+    LaneSum<T> laneG = 0, laneGX = 0;
     for (int64_t j = P::lane(); j < packs; j += P::lanes()) {
       float f[V], d[V], gs[V];
       loadWide<V>(xr, j, f);
@@ -360,12 +359,11 @@ __global__ void layerNormGradKernel(const T *dy, const T *x, int64_t rows, int64
       loadWide<V>(g, j, gs);
 PIPEC_UNROLL
       for (int e = 0; e < V; ++e) {
-        if (norm == RowNorm::Layer) sumG += (double)(d[e] * gs[e]);
-        sumGX += (double)(d[e] * gs[e] * ((f[e] - fm) * fi));
+        if (norm == RowNorm::Layer) laneG += d[e] * gs[e];
+        laneGX += d[e] * gs[e] * ((f[e] - fm) * fi);
       }
     }
-    sumG = P::reduce(sumG, SumOp{});
-    sumGX = P::reduce(sumGX, SumOp{});
+    const double sumG = P::reduce((double)laneG, SumOp{}), sumGX = P::reduce((double)laneGX, SumOp{});
     const float mG = (float)(sumG / (double)inner), mGX = (float)(sumGX / (double)inner);
     for (int64_t j = P::lane(); j < packs; j += P::lanes()) {
       float f[V], d[V], gs[V];
@@ -415,7 +413,7 @@ __global__ void layerNormChunkPartialKernel(const T *dy, const T *x, int64_t row
     }
     __syncthreads();
     const int64_t j = t * 32 + lane; // this lane's pack
-    double s[V] = {}, b[V] = {};
+    LaneSum<T> s[V] = {}, b[V] = {};
     if (j < packs)
       for (int64_t r = r0 + warp; r < r1; r += kChunkPartialWarps) {
         float f[V], d[V];
@@ -424,7 +422,7 @@ __global__ void layerNormChunkPartialKernel(const T *dy, const T *x, int64_t row
         const float fm = chunkMean[r - r0], fi = chunkInv[r - r0];
 PIPEC_UNROLL
         for (int e = 0; e < V; ++e) {
-          s[e] += (double)(d[e] * ((f[e] - fm) * fi));
+          s[e] += d[e] * ((f[e] - fm) * fi);
           b[e] += d[e];
         }
       }

@@ -348,13 +348,6 @@ template <class P, class T, class G> __device__ void mapClasses(const T *s, T *o
   for (int64_t c = row.tail + P::lane(); c < C; c += P::lanes()) out[c] = fromF<T>(g(c, toF(s[c])));
 }
 
-/// What a lane sums a cross-entropy's exponentials in: double for float
-/// scores (the CPU's sums), float for bf16 ones, whose gradient is rounded to
-/// 8 bits anyway: a conversion to double per class kept GPT-2's bf16 loss
-/// (50,257 classes) at about half its bytes' time on an H200 (docs/gpu-runs.md).
-/// The lanes' sums are added in double either way.
-template <class T> using LossSum = std::conditional_t<std::is_same_v<T, bf16>, float, double>;
-
 /// The log-sum-exp of one element's class scores s[c * inner], c in [0, C)
 /// (every lane of P gets it), in one pass: each lane keeps its running
 /// maximum and its sum of exponentials relative to it (a float exponential
@@ -363,10 +356,10 @@ template <class T> using LossSum = std::conditional_t<std::is_same_v<T, bf16>, f
 /// score is NaN or +inf, or every score -inf; a -inf score adds nothing.
 template <class P, class T> __device__ double logSumExp(const T *s, int64_t C, int64_t inner) {
   float m = -INFINITY;
-  LossSum<T> sum = 0;
+  LaneSum<T> sum = 0;
   forEachClass<P>(s, C, inner, [&](int64_t, float v) {
     if (v > m) {
-      sum = sum * (LossSum<T>)expf(m - v) + 1;
+      sum = sum * (LaneSum<T>)expf(m - v) + 1;
       m = v;
     } else if (v != -INFINITY) {
       sum += expf(v - m); // NaN for a NaN score, and for a second +inf
@@ -475,7 +468,7 @@ __global__ void lossGradKernel(const float *dloss, const T *scores, const L *lab
     }
     const double lse = logSumExp<P>(s, C, inner);
     const double k = (weights ? (double)weights[label] : 1.0) * scale * (none ? (double)dloss[e] : 1.0);
-    if constexpr (std::is_same_v<LossSum<T>, float>) { // as LossSum
+    if constexpr (std::is_same_v<LaneSum<T>, float>) { // as LaneSum
       const float lseF = (float)lse, kF = (float)k;
       mapClasses<P>(s, ds, C, inner, [&](int64_t c, float v) {
         return kF * (expf(v - lseF) - (c == label ? 1.0f : 0.0f));
