@@ -32,7 +32,7 @@ CostModel::CostModel(const CostTable &table, const Topology &topology, const Par
                 std::to_string(kMaxDevices));
   limit_ = options.memoryLimitBytes < 0   ? kInf
            : options.memoryLimitBytes > 0 ? static_cast<double>(options.memoryLimitBytes)
-                                          : static_cast<double>(topology.deviceMemoryBytes);
+                                          : static_cast<double>(topology.stageMemoryBytes());
   size_t n = table.ops.size();
   computePrefix_.assign(n + 1, 0);
   paramPrefix_.assign(n + 1, 0);

@@ -245,8 +245,11 @@ void printPlanTable(std::ostream &os, const CostTable &table, const Topology &to
      << r.microbatches << (r.microbatches == 1 ? " micro-batch" : " micro-batches") << " per mini-batch"
      << (r.recompute ? ", recompute" : "")
      << ", memory limit "
-     << (r.memoryLimitBytes < 0 ? std::string("none") : formatBytes(static_cast<double>(r.memoryLimitBytes)))
-     << "\n\n";
+     << (r.memoryLimitBytes < 0 ? std::string("none") : formatBytes(static_cast<double>(r.memoryLimitBytes)));
+  if (topology.gpuDevices() && r.memoryLimitBytes == topology.stageMemoryBytes())
+    os << " (" << formatBytes(static_cast<double>(topology.deviceMemoryBytes)) << " per device less "
+       << formatBytes(static_cast<double>(kGpuRuntimeBytes)) << " for the CUDA runtime)";
+  os << "\n\n";
   os << std::left << std::setw(6) << "stage" << std::setw(42) << "ops (first .. last)" << std::setw(9)
      << "replicas" << std::setw(14) << "ranks" << std::right << std::setw(11) << "compute" << std::setw(11)
      << "send" << std::setw(11) << "allreduce" << std::setw(11) << "weights" << std::setw(11) << "activ."

@@ -214,6 +214,10 @@ void Topology::verify(const std::string &source) const {
   }
   if (deviceMemoryBytes <= 0)
     throw Error(source + ": device memory must be positive");
+  if (gpuDevices() && deviceMemoryBytes <= kGpuRuntimeBytes)
+    throw Error(source + ": device memory of " + formatBytes(static_cast<double>(deviceMemoryBytes)) +
+                " leaves nothing beside the CUDA runtime's " + formatBytes(static_cast<double>(kGpuRuntimeBytes)) +
+                " per GPU");
   if (deviceMemoryBytes > kMaxDeviceMemoryBytes)
     throw Error(source + ": device memory of " + std::to_string(deviceMemoryBytes) +
                 " bytes is over the limit of " + std::to_string(kMaxDeviceMemoryBytes) + " (1 PiB)");

@@ -55,6 +55,10 @@ inline constexpr int64_t kMaxDevices = 65536; ///< product of the fan-outs
 inline constexpr const char *kDefaultDevice = "H100";
 inline constexpr double kMinBandwidthGBps = 1e-3, kMaxBandwidthGBps = 1e6;
 inline constexpr int64_t kMaxDeviceMemoryBytes = int64_t(1) << 50; ///< 1 PiB
+/// What a GPU rank holds besides its stage's planned memory: the CUDA
+/// context, the cuBLAS(Lt) and cuDNN handles, plans and workspaces (measured
+/// 0.8-0.9 GiB above the plans on an H200, docs/partition.md).
+inline constexpr int64_t kGpuRuntimeBytes = int64_t(1) << 30;
 
 struct Topology {
   std::vector<Level> levels; ///< innermost first
@@ -67,6 +71,12 @@ struct Topology {
   /// What messages call the units memory is per: "device", or "rank" for CPU
   /// ranks sharing a host.
   const char *memoryUnit() const { return memoryOrigin.empty() ? "device" : "rank"; }
+  /// Whether the devices are GPUs (the CUDA runtime takes kGpuRuntimeBytes
+  /// of each), not CPU ranks sharing a host.
+  bool gpuDevices() const { return memoryOrigin.empty(); }
+  /// The memory a stage's plan may use per device by default: a GPU's less
+  /// kGpuRuntimeBytes, a CPU rank's share as it is.
+  int64_t stageMemoryBytes() const { return deviceMemoryBytes - (gpuDevices() ? kGpuRuntimeBytes : 0); }
   int64_t totalDevices() const;
   /// Devices in one component of level k (product of fan-outs 0..k); 1 for k = -1.
   int64_t devicesPerComponent(int k) const;

@@ -52,7 +52,8 @@ TEST(PlanJson, PlanHasPipelineTopologyStagesAndPredictions) {
   EXPECT_EQ(plan["pipeline"]["asynchronous"], false);
   EXPECT_FALSE(plan["partition"].contains("microbatches"));
   EXPECT_FALSE(plan["partition"].contains("asynchronous"));
-  EXPECT_EQ(plan["partition"]["memory_limit_bytes"], int64_t(80) << 30);
+  // An 80 GiB GPU less the CUDA runtime's share (docs/partition.md).
+  EXPECT_EQ(plan["partition"]["memory_limit_bytes"], (int64_t(80) << 30) - kGpuRuntimeBytes);
 }
 
 TEST(PlanJson, StagesReadBackGiveTheSamePredictions) {

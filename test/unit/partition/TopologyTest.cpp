@@ -93,6 +93,9 @@ TEST(Topology, ClusterFileErrors) {
   EXPECT_EQ(clusterError(R"({"device_memory": "lots", "levels": [{"fanout": 2, "bandwidth_GBps": 1}]})"),
             "cluster.json: \"device_memory\" 'lots': expected a size such as 16GiB, 80GB or 1000000 (bytes)");
   EXPECT_THROW(readClusterJsonFile("/nonexistent/cluster.json"), Error);
+  // A GPU no larger than what the CUDA runtime holds of it is refused, not planned.
+  EXPECT_EQ(clusterError(R"({"device_memory": "1GiB", "levels": [{"fanout": 2, "bandwidth_GBps": 1}]})"),
+            "cluster.json: device memory of 1.0 GiB leaves nothing beside the CUDA runtime's 1.0 GiB per GPU");
 }
 
 TEST(Topology, Sizes) {
@@ -121,6 +124,9 @@ TEST(Topology, CpuRanksShareTheirHost) {
             std::string::npos)
       << cpu.describe();
   EXPECT_NE(t.describe().find("80.0 GiB per device"), std::string::npos) << t.describe();
+  // A GPU's stage may plan its memory less the CUDA runtime's share; a CPU rank's share is its own.
+  EXPECT_EQ(t.stageMemoryBytes(), (int64_t(80) << 30) - kGpuRuntimeBytes);
+  EXPECT_EQ(cpu.stageMemoryBytes(), cpu.deviceMemoryBytes);
   // A host too small for its ranks' own processes is refused, not planned.
   EXPECT_THROW(withRanksSharingHost(t, int64_t(1) << 30, "--host-memory"), Error);
   // /proc/meminfo, where there is one, gives a positive size.
