@@ -25,14 +25,23 @@ const std::vector<DevicePreset> &devicePresets() {
   // within the bandwidth, on the second 2026-11-28 run, docs/cost-model.md);
   // the other cards, never measured, assume the same fractions of their peaks.
   constexpr double kMatrixEfficiency = 0.36, kMemoryEfficiency = 0.95;
+  // Convolutions and batch norms: fitted with fit_preset.py --convolutional to
+  // ResNet-50's and MobileNet-V2's op profiles and iterations (bf16) on the
+  // same run.
+  constexpr double kConvolutionEfficiency = 0.29, kGroupedConvolutionEfficiency = 0.15, kBatchNormEfficiency = 0.23;
+  const auto preset = [](std::string_view name, double fp32, double tf32, double bf16, double bandwidth,
+                         int64_t memory, double intra, double inter) {
+    return DevicePreset{name,  fp32,  tf32,  bf16,  bandwidth, memory, intra, inter, kMatrixEfficiency,
+                        kMemoryEfficiency, kConvolutionEfficiency, kGroupedConvolutionEfficiency,
+                        kBatchNormEfficiency};
+  };
   static const std::vector<DevicePreset> presets = {
-      {"V100", 15.7e12, 15.7e12, 125e12, 900e9, 32 * GiB, 150e9, 12.5e9, kMatrixEfficiency, kMemoryEfficiency},
-      {"A100", 19.5e12, 156e12, 312e12, 2039e9, 80 * GiB, 300e9, 25e9, kMatrixEfficiency, kMemoryEfficiency},
-      {"H100", 67e12, 494.7e12, 989.4e12, 3350e9, 80 * GiB, 450e9, 50e9, kMatrixEfficiency, kMemoryEfficiency},
+      preset("V100", 15.7e12, 15.7e12, 125e12, 900e9, 32 * GiB, 150e9, 12.5e9),
+      preset("A100", 19.5e12, 156e12, 312e12, 2039e9, 80 * GiB, 300e9, 25e9),
+      preset("H100", 67e12, 494.7e12, 989.4e12, 3350e9, 80 * GiB, 450e9, 50e9),
       // H100's tensor cores with HBM3e; its memory as the card reports it
       // (143,771 MiB, docs/gpu-runs.md).
-      {"H200", 67e12, 494.7e12, 989.4e12, 4800e9, 143771 * (GiB >> 10), 450e9, 50e9, kMatrixEfficiency,
-       kMemoryEfficiency},
+      preset("H200", 67e12, 494.7e12, 989.4e12, 4800e9, 143771 * (GiB >> 10), 450e9, 50e9),
   };
   return presets;
 }

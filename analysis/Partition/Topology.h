@@ -26,6 +26,12 @@ struct DevicePreset {
   /// bandwidth that pipec's generated stages reach (docs/cost-model.md,
   /// "Against the card").
   double matrixEfficiency, memoryEfficiency;
+  /// What convolutions (dense, and grouped or depthwise) and batch norms
+  /// reach of the rates those give other ops (both rates of a convolution,
+  /// the bandwidth of a batch norm and its gradients): cuDNN's NCHW
+  /// convolutions and pipec's batch-norm kernels, fitted to op profiles
+  /// (docs/cost-model.md).
+  double convolutionEfficiency, groupedConvolutionEfficiency, batchNormEfficiency;
 };
 
 const std::vector<DevicePreset> &devicePresets();

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""fit_preset.py RESULTS_JSON MODELS_DIR [--pipec PIPEC] [--device NAME]: the
+"""fit_preset.py RESULTS_JSON MODELS_DIR [--pipec PIPEC] [--device NAME]
+[--convolutional NAME=MS:PROFILE ... [--precision P]]: the
 cost model's prediction of an iteration against a GPU run of the table
 (docs/cost-model.md, "Against the card"), and the efficiencies that would fit.
 
@@ -13,6 +14,15 @@ iteration against the measured one, then the factors on the preset's
 efficiencies (its fractions of the tensor-core peak and of the bandwidth,
 analysis/Partition/Topology.cpp) that make the largest relative error smallest,
 and the errors they leave. The issue's criterion is every GPT-2 cell within 15%.
+
+--convolutional NAME=MS:PROFILE ... instead fits the presets' convolution and
+batch-norm efficiencies (docs/cost-model.md): for each convolutional network
+(MODELS_DIR/NAME.onnx, planned as prepare.sh's extra bundle compiles it: 2
+micro-batches, --precision PRECISION) its measured ms per iteration and its
+op profile (on_gpu.sh's profile-*.json) give, per class (convolutions, batch
+norms), the profiled time (scaled to the iteration) against the cost table's,
+the factors on the two efficiencies they imply, and the predicted iterations
+after them; RESULTS_JSON is not read then.
 
 Needs the models the run measured (export_models.py) and this checkout's pipec."""
 import argparse
@@ -58,6 +68,70 @@ def split_costs(pipec, model, batch, microbatches, device, work):
     return matrix, memory, round(launches), predicted
 
 
+CONVOLUTION_TYPES = {"nn.conv", "nn.conv_input_grad", "nn.conv_weight_grad"}
+BATCH_NORM_TYPES = {"nn.batch_norm", "nn.batch_norm_grad", "nn.batch_norm_param_grad"}
+
+
+def grouped_convolutions(path):
+    """Names of the Conv and ConvTranspose nodes of the ONNX model at path with group > 1."""
+    import onnx  # only this mode needs it
+    model = onnx.load(path, load_external_data=False)
+    return {node.name for node in model.graph.node if node.op_type in ("Conv", "ConvTranspose")
+            and any(a.name == "group" and a.i > 1 for a in node.attribute)}
+
+
+def fit_convolutional(pipec, models, device, precision, cells):
+    """The convolution and batch-norm efficiency factors for cells of (name, measured ms, profile path).
+
+    A class's profiled time, scaled by the measured iteration over the profile's sum (the profile times
+    an op at a time, with gaps a CUDA graph does not have), less its planned launches, against its
+    planned roofline time, both summed over the networks: the factor on its efficiency."""
+    seconds = lambda row: float(row["fwd_s"]) + float(row["bwd_input_s"]) + float(row["bwd_weight_s"])
+    classes = ("convolutions", "grouped convolutions", "batch norms")
+    rows, implied = [], {c: [] for c in classes}
+    with tempfile.TemporaryDirectory() as work:
+        for name, measured_ms, profile in cells:
+            tables = {}
+            for overhead in (0.0, LAUNCH_S):  # the second is pipec's default: its plan is the prediction
+                path = os.path.join(work, f"{name}-{overhead}.csv")
+                args = [pipec, os.path.join(models, name + ".onnx"), "--gpus", "1x1", "--microbatches", "2",
+                        "--target", "cuda", "--precision", precision, "--device", device, "--launch-overhead",
+                        repr(overhead), "--dump-costs", path, "--json"]
+                result = subprocess.run(args, capture_output=True, text=True)
+                if result.returncode != 0:
+                    sys.exit(f"FAILED: {' '.join(args)}\n{result.stderr[-2000:]}")
+                predicted = json.loads(result.stdout)["time_per_minibatch_s"]
+                with open(path) as f:
+                    tables[overhead] = list(csv.DictReader(f))
+            with open(profile) as f:
+                profiled = {op["name"]: op["fwd_s"] + op["bwd_input_s"] + op["bwd_weight_s"] for op in json.load(f)["ops"]}
+            scale = measured_ms / 1e3 / 2 / sum(profiled.values())
+            grouped = grouped_convolutions(os.path.join(models, name + ".onnx"))
+            def class_of(row):
+                if row["type"] in CONVOLUTION_TYPES:
+                    return "grouped convolutions" if row["name"].split("#")[0] in grouped else "convolutions"
+                return "batch norms" if row["type"] in BATCH_NORM_TYPES else None
+            parts = []
+            for c in classes:
+                bare = sum(seconds(r) for r in tables[0.0] if class_of(r) == c)
+                if bare == 0:
+                    continue
+                launches = sum(seconds(r) for r in tables[LAUNCH_S] if class_of(r) == c) - bare
+                real = sum(profiled.get(r["name"], 0.0) for r in tables[0.0] if class_of(r) == c) * scale
+                implied[c].append((bare, real - launches))
+                parts.append((c, bare + launches, real, bare))
+            print(f"{name}: measured {measured_ms:.2f} ms/iter, plan predicts {predicted * 1e3:.2f} "
+                  f"({predicted * 1e3 / measured_ms:.2f}x); per micro-batch, planned / profiled x {scale:.2f}: "
+                  + ", ".join(f"{c} {p * 1e3:.2f} / {q * 1e3:.2f} ms" for c, p, q, _ in parts))
+            rows.append((name, measured_ms / 1e3, predicted, {c: b for c, _, _, b in parts}))
+    factors = {c: sum(b for b, _ in fs) / sum(r for _, r in fs) for c, fs in implied.items() if fs}
+    ratios = [(p + 2 * sum(b * (1 / factors[c] - 1) for c, b in bare.items())) / m for _, m, p, bare in rows]
+    print(f"fit on {device} ({precision}): "
+          + ", ".join(f"{c} efficiency x {f:.3f} (per network " + ", ".join(f"{b / r:.2f}" for b, r in implied[c]) + ")"
+                      for c, f in factors.items())
+          + "; predicted/measured iterations after it: " + ", ".join(f"{r[0]} {q:.2f}" for r, q in zip(rows, ratios)))
+
+
 def preset_memory_efficiency():
     """kMemoryEfficiency, read from the presets' source (pipec prints no efficiency)."""
     with open(os.path.join(ROOT, "analysis", "Partition", "Topology.cpp")) as f:
@@ -76,7 +150,19 @@ def main():
     parser.add_argument("--memory-efficiency", type=float, default=preset_memory_efficiency(),
                         help="the preset's fraction of the bandwidth (default: kMemoryEfficiency in "
                              "analysis/Partition/Topology.cpp): a bounded fit keeps it at most 1")
+    parser.add_argument("--convolutional", nargs="+", metavar="NAME=MS:PROFILE",
+                        help="fit the convolution and batch-norm efficiencies instead (see above)")
+    parser.add_argument("--precision", default="bf16", help="the convolutional networks' (default bf16)")
     args = parser.parse_args()
+    if args.convolutional:
+        cells = []
+        for cell in args.convolutional:
+            match = re.fullmatch(r"([\w.-]+)=([0-9.]+):(.+)", cell)
+            if not match:
+                sys.exit(f"--convolutional {cell}: expected NAME=MS:PROFILE")
+            cells.append((match.group(1), float(match.group(2)), match.group(3)))
+        fit_convolutional(args.pipec, args.models, args.device, args.precision, cells)
+        return
     with open(args.results) as f:
         rows = [r for r in json.load(f)["rows"] if r.get("framework") == "pipec" and r.get("status") == "ok"]
     if not rows:

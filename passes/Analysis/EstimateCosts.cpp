@@ -318,6 +318,27 @@ void markFusedChains(ModuleOp module, const std::vector<llvm::SmallVector<Operat
   });
 }
 
+/// What an op reaches of the rates the preset gives its kind: convolutions
+/// and batch norms less (the preset's convolution and batch-norm
+/// efficiencies, fitted to bf16 runs: other precisions keep the common
+/// ones, docs/cost-model.md), every other op 1.
+static double kernelEfficiency(Operation *operation, const partition::DevicePreset &preset, Precision precision) {
+  if (precision != Precision::BF16)
+    return 1.0;
+  auto convolution = [&](auto conv) {
+    return conv.getGroup() > 1 ? preset.groupedConvolutionEfficiency : preset.convolutionEfficiency;
+  };
+  if (auto conv = llvm::dyn_cast<nn::ConvOp>(operation))
+    return convolution(conv);
+  if (auto conv = llvm::dyn_cast<nn::ConvInputGradOp>(operation))
+    return convolution(conv);
+  if (auto conv = llvm::dyn_cast<nn::ConvWeightGradOp>(operation))
+    return convolution(conv);
+  if (llvm::isa<nn::BatchNormOp, nn::BatchNormGradOp, nn::BatchNormParamGradOp>(operation))
+    return preset.batchNormEfficiency;
+  return 1.0;
+}
+
 struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, EstimateCostsOptions> {
   using PassWithOptions::PassWithOptions;
 
@@ -373,12 +394,13 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
       bool matrix = llvm::isa<nn::GemmOp, nn::MatMulOp, nn::BatchedGemmOp, nn::ConvOp, nn::ConvInputGradOp,
                               nn::AttentionOp>(operation);
       double overhead = work.launchesKernel ? static_cast<double>(launchOverhead) : 0.0;
+      const double efficiency = kernelEfficiency(operation, *preset, o.precision);
       OpTimes times;
-      times.forward = roofline(work.forwardFlops, work.forwardBytes, matrix) + overhead;
+      times.forward = roofline(work.forwardFlops, work.forwardBytes, matrix) / efficiency + overhead;
       times.forwardFlops = work.forwardFlops;
       for (auto [index, operand] : llvm::enumerate(operation->getOperands())) {
         double time = index < work.gradientFlops.size()
-                          ? roofline(work.gradientFlops[index], work.gradientBytes[index], matrix)
+                          ? roofline(work.gradientFlops[index], work.gradientBytes[index], matrix) / efficiency
                           : 0.0;
         if (roles.weightDerived.contains(operand))
           times.backwardWeight += time;

@@ -52,3 +52,37 @@ func.func @views(%x: tensor<2x4x8xf32> {nn.name = "x", nn.role = #nn.role<input>
   %r = nn.reshape %m : tensor<2x4x16xf32> -> tensor<8x16xf32>
   return %r : tensor<8x16xf32>
 }
+
+// -----
+
+// At bf16, convolutions and batch norms run at the preset's convolution
+// efficiency (dense 0.29, grouped 0.15) and batch-norm efficiency (0.23) of
+// the rates other ops get (docs/cost-model.md); other precisions were not
+// fitted and keep the common ones. The dense convolution (2·8·256·256·9·784
+// = 7.4e9 FLOPs) is compute bound: on an H100 at bf16 989.4e12 · 0.36 · 0.29
+// FLOP/s, 71.7 µs plus the launch; at tf32 494.7e12 · 0.36, 41.6 µs.
+// The depthwise one (256 groups) and the batch norm are bound by their bytes:
+// 4.04 µs of them at tf32 (float storage, bandwidth 3.35e12 · 0.95), half
+// the bytes at bf16 divided by 0.15 and 0.23: 13.5 and 8.8 µs.
+// RUN: pipec-opt %s -split-input-file --pipec-estimate-costs="precision=bf16" | FileCheck %s --check-prefix=BF16
+// RUN: pipec-opt %s -split-input-file --pipec-estimate-costs="precision=tf32" | FileCheck %s --check-prefix=TF32
+// BF16-LABEL: func @convolutions
+// TF32-LABEL: func @convolutions
+func.func @convolutions(%x: tensor<8x256x28x28xf32> {nn.name = "x", nn.role = #nn.role<input>},
+                        %w: tensor<256x256x3x3xf32> {nn.name = "w", nn.role = #nn.role<param>},
+                        %d: tensor<256x1x3x3xf32> {nn.name = "d", nn.role = #nn.role<param>},
+                        %s: tensor<256xf32> {nn.name = "s", nn.role = #nn.role<param>},
+                        %b: tensor<256xf32> {nn.name = "b", nn.role = #nn.role<param>},
+                        %m: tensor<256xf32> {nn.name = "m", nn.role = #nn.role<buffer>},
+                        %v: tensor<256xf32> {nn.name = "v", nn.role = #nn.role<buffer>}) -> tensor<8x256x28x28xf32> {
+  // BF16: nn.conv {{.*}}fwd = 7.5{{[0-9]*}}e-05,
+  // TF32: nn.conv {{.*}}fwd = 4.5{{[0-9]*}}e-05,
+  %c = nn.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>} : (tensor<8x256x28x28xf32>, tensor<256x256x3x3xf32>) -> tensor<8x256x28x28xf32>
+  // BF16: nn.conv {{.*}}fwd = 1.74{{[0-9]*}}e-05,
+  // TF32: nn.conv {{.*}}fwd = 8.03{{[0-9]*}}e-06,
+  %g = nn.conv %c, %d {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 256 : i64} : (tensor<8x256x28x28xf32>, tensor<256x1x3x3xf32>) -> tensor<8x256x28x28xf32>
+  // BF16: nn.batch_norm {{.*}}fwd = 1.27{{[0-9]*}}e-05,
+  // TF32: nn.batch_norm {{.*}}fwd = 8.03{{[0-9]*}}e-06,
+  %n:3 = nn.batch_norm %g, %s, %b, %m, %v {training = true} : (tensor<8x256x28x28xf32>, tensor<256xf32>, tensor<256xf32>, tensor<256xf32>, tensor<256xf32>) -> (tensor<8x256x28x28xf32>, tensor<256xf32>, tensor<256xf32>)
+  return %n#0 : tensor<8x256x28x28xf32>
+}
