@@ -43,7 +43,11 @@ struct ExpandMap {
 template <class TX, class TY> __global__ void expandKernel(const TX *x, TY *y, int64_t n, ExpandMap m) {
   for (int64_t i = firstIndex(); i < n; i += gridStride()) {
     int64_t rest = i, off = 0;
-    for (int a = m.rank - 1; a >= 0; --a) {
+    // Unrolled, every index into the (kernel parameter) arrays a constant
+    // (as IndexMap::offsets).
+PIPEC_UNROLL
+    for (int a = kMaxRank - 1; a >= 0; --a) {
+      if (a >= m.rank) continue;
       const int64_t q = rest / m.dims[a];
       off += (rest - q * m.dims[a]) * m.st[a];
       rest = q;
