@@ -43,11 +43,7 @@ struct ExpandMap {
 template <class TX, class TY> __global__ void expandKernel(const TX *x, TY *y, int64_t n, ExpandMap m) {
   for (int64_t i = firstIndex(); i < n; i += gridStride()) {
     int64_t rest = i, off = 0;
-    // Unrolled, every index into the (kernel parameter) arrays a constant
-    // (as IndexMap::offsets).
-PIPEC_UNROLL
-    for (int a = kMaxRank - 1; a >= 0; --a) {
-      if (a >= m.rank) continue;
+    for (int a = m.rank - 1; a >= 0; --a) {
       const int64_t q = rest / m.dims[a];
       off += (rest - q * m.dims[a]) * m.st[a];
       rest = q;

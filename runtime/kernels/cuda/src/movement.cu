@@ -109,23 +109,13 @@ template <class T> struct Pieces {
 /// The group's outer x span elements, V at a time: element (r, c) of the
 /// whole is element (r, c - offset[k]) of the piece k whose columns hold c.
 /// `toPieces`: split (the whole is read), else concat (written).
-/// The piece is chosen by an unrolled walk with constant indices: an index
-/// computed at run time into the (kernel parameter) arrays makes each thread
-/// copy them to local memory (as IndexMap::offsets notes).
 template <class T, int V, bool toPieces>
 __global__ void copyPiecesKernel(std::conditional_t<toPieces, const T *, T *> whole, Pieces<T> p, int64_t total) {
   for (int64_t i = firstIndex(); i < total / V; i += gridStride()) {
     const int64_t e = i * V, r = e / p.span, c = p.first + (e - r * p.span);
-    int64_t offset = p.offset[0], width = p.width[0];
-    T *base = p.piece[0];
-PIPEC_UNROLL
-    for (int k = 1; k < kMaxPieces; ++k)
-      if (k < p.count && c >= p.offset[k]) {
-        offset = p.offset[k];
-        width = p.width[k];
-        base = p.piece[k];
-      }
-    T *piece = base + r * width + (c - offset);
+    int k = 0;
+    while (k + 1 < p.count && c >= p.offset[k + 1]) ++k;
+    T *piece = p.piece[k] + r * p.width[k] + (c - p.offset[k]);
     if constexpr (toPieces)
       storePacked(piece, loadPacked<V>(whole + r * p.row + c));
     else
