@@ -757,6 +757,8 @@ static void testPool() {
       {Shape{2, 2, 7, 5}, Dims{2, 3}, Dims{3, 1}, Dims{0, 1, 1, 1}, Dims{2, 1}},
       {Shape{1, 1, 5, 4, 6}, Dims{2, 2, 3}, Dims{2, 1, 2}, Dims{1, 0, 1, 0, 1, 1}, Dims{1, 2, 1}},
       {Shape{2, 2, 4, 4}, Dims{2, 2}, Dims{2, 2}, Dims{0, 0, 0, 0}, Dims{}},
+      // 4 spatial axes: the kernels with a run-time axis count (1-3 are unrolled instances, pool.cu).
+      {Shape{1, 2, 3, 4, 3, 4}, Dims{2, 2, 2, 2}, Dims{1, 2, 1, 2}, Dims{0, 1, 0, 0, 1, 0, 0, 1}, Dims{1, 1, 2, 1}},
   };
   for (auto &c : cases)
     for (int ceil = 0; ceil < 2; ++ceil) {

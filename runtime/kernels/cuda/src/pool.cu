@@ -20,6 +20,12 @@ using namespace nn;
 using kernels::PoolGeom;
 using kernels::poolGeom;
 
+/// The spatial axes: SP when the kernel is instantiated for them (1, 2 or
+/// 3: loops over axes unroll, so that the per-axis arrays below stay in
+/// registers; with a run-time count they lived in a 256-512 byte stack
+/// frame per thread), else g.sp (SP 0).
+template <int SP> __device__ __forceinline__ int spatialAxes(const PoolGeom &g) { return SP > 0 ? SP : g.sp; }
+
 /// Window `o` along axis a: its start in the input (begin pad subtracted),
 /// the kernel indices [lo, hi) inside the input, and how many kernel
 /// indices lie inside the padded input (CPU poolGeom).
@@ -39,8 +45,9 @@ __device__ __forceinline__ void windowAxis(const PoolGeom &g, int a, int64_t o, 
 struct Window {
   int64_t st[kMaxRank], lo[kMaxRank], hi[kMaxRank], padded[kMaxRank];
 };
-__device__ __forceinline__ void outputWindow(const PoolGeom &g, int64_t o, Window &w) {
-  for (int a = g.sp - 1; a >= 0; --a) {
+template <int SP> __device__ __forceinline__ void outputWindow(const PoolGeom &g, int64_t o, Window &w) {
+PIPEC_UNROLL
+  for (int a = spatialAxes<SP>(g) - 1; a >= 0; --a) {
     const int64_t oa = o % g.out[a];
     o /= g.out[a];
     windowAxis(g, a, oa, w.st[a], w.lo[a], w.hi[a], w.padded[a]);
@@ -49,31 +56,37 @@ __device__ __forceinline__ void outputWindow(const PoolGeom &g, int64_t o, Windo
 
 /// Calls f(input offset) for the window positions inside the input, in
 /// row-major kernel order (CPU forEachInWindow).
-template <class F> __device__ void forEachInWindow(const PoolGeom &g, const Window &w, F &&f) {
+template <int SP, class F> __device__ void forEachInWindow(const PoolGeom &g, const Window &w, F &&f) {
   int64_t kidx[kMaxRank];
-  for (int a = 0; a < g.sp; ++a) {
+  const int sp = spatialAxes<SP>(g), last = sp - 1;
+PIPEC_UNROLL
+  for (int a = 0; a < sp; ++a) {
     if (w.lo[a] >= w.hi[a]) return;
     kidx[a] = w.lo[a];
   }
-  const int last = g.sp - 1;
   for (;;) {
     int64_t base = 0;
+PIPEC_UNROLL
     for (int a = 0; a < last; ++a) base += (w.st[a] + kidx[a] * g.d[a]) * g.inStr[a];
     base += w.st[last];
     for (int64_t kk = w.lo[last]; kk < w.hi[last]; ++kk) f(base + kk * g.d[last]);
-    int a = last - 1;
-    for (; a >= 0; --a) {
-      if (++kidx[a] < w.hi[a]) break;
-      kidx[a] = w.lo[a];
+    bool carried = true; // past the window's last position along every outer axis
+PIPEC_UNROLL
+    for (int a = last - 1; a >= 0; --a) {
+      if (!carried) continue;
+      if (++kidx[a] < w.hi[a]) carried = false;
+      else kidx[a] = w.lo[a];
     }
-    if (a < 0) return;
+    if (carried) return;
   }
 }
 
 /// The divisor of one average-pool window (CPU windowCount).
+template <int SP>
 __device__ __forceinline__ int64_t windowCount(const PoolGeom &g, const Window &w, bool countIncludePad) {
   int64_t count = 1;
-  for (int a = 0; a < g.sp; ++a) count *= countIncludePad ? w.padded[a] : w.hi[a] - w.lo[a];
+PIPEC_UNROLL
+  for (int a = 0; a < spatialAxes<SP>(g); ++a) count *= countIncludePad ? w.padded[a] : w.hi[a] - w.lo[a];
   return count;
 }
 
@@ -82,9 +95,10 @@ __device__ __forceinline__ int64_t windowCount(const PoolGeom &g, const Window &
 struct OutputRange {
   int64_t pos[kMaxRank], first[kMaxRank], last[kMaxRank];
 };
-__device__ __forceinline__ bool outputRange(const PoolGeom &g, int64_t q, OutputRange &r) {
+template <int SP> __device__ __forceinline__ bool outputRange(const PoolGeom &g, int64_t q, OutputRange &r) {
   bool any = true;
-  for (int a = g.sp - 1; a >= 0; --a) {
+PIPEC_UNROLL
+  for (int a = spatialAxes<SP>(g) - 1; a >= 0; --a) {
     const int64_t p = q % g.in[a];
     q /= g.in[a];
     r.pos[a] = p;
@@ -101,31 +115,36 @@ __device__ __forceinline__ bool outputRange(const PoolGeom &g, int64_t q, Output
 
 /// Calls f(flat output position, per-axis output index) for every output
 /// position of the range, in row-major order.
-template <class F> __device__ void forEachInRange(const PoolGeom &g, const OutputRange &r, F &&f) {
+template <int SP, class F> __device__ void forEachInRange(const PoolGeom &g, const OutputRange &r, F &&f) {
   int64_t oidx[kMaxRank];
-  for (int a = 0; a < g.sp; ++a) oidx[a] = r.first[a];
+  const int sp = spatialAxes<SP>(g);
+PIPEC_UNROLL
+  for (int a = 0; a < sp; ++a) oidx[a] = r.first[a];
   for (;;) {
     int64_t o = 0;
-    for (int a = 0; a < g.sp; ++a) o += oidx[a] * g.outStr[a];
+PIPEC_UNROLL
+    for (int a = 0; a < sp; ++a) o += oidx[a] * g.outStr[a];
     f(o, oidx);
-    int a = g.sp - 1;
-    for (; a >= 0; --a) {
-      if (++oidx[a] <= r.last[a]) break;
-      oidx[a] = r.first[a];
+    bool carried = true; // past the range's last position along every axis
+PIPEC_UNROLL
+    for (int a = sp - 1; a >= 0; --a) {
+      if (!carried) continue;
+      if (++oidx[a] <= r.last[a]) carried = false;
+      else oidx[a] = r.first[a];
     }
-    if (a < 0) return;
+    if (carried) return;
   }
 }
 
-template <class T> __global__ void maxPoolKernel(PoolGeom g, const T *x, T *y) {
+template <class T, int SP> __global__ void maxPoolKernel(PoolGeom g, const T *x, T *y) {
   const int64_t total = g.planes * g.outSize;
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t p = i / g.outSize, o = i - p * g.outSize;
     const T *xp = x + p * g.inSize;
     Window w;
-    outputWindow(g, o, w);
+    outputWindow<SP>(g, o, w);
     float best = -INFINITY;
-    forEachInWindow(g, w, [&](int64_t off) {
+    forEachInWindow<SP>(g, w, [&](int64_t off) {
       const float v = toF(xp[off]);
       best = v > best ? v : best;
     });
@@ -135,16 +154,16 @@ template <class T> __global__ void maxPoolKernel(PoolGeom g, const T *x, T *y) {
 
 /// The first maximum of each window (in-plane input offset, -1 for a window
 /// with no position inside the input), as the CPU gradient picks it.
-template <class T> __global__ void maxPoolArgKernel(PoolGeom g, const T *x, int64_t *args) {
+template <class T, int SP> __global__ void maxPoolArgKernel(PoolGeom g, const T *x, int64_t *args) {
   const int64_t total = g.planes * g.outSize;
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t p = i / g.outSize, o = i - p * g.outSize;
     const T *xp = x + p * g.inSize;
     Window w;
-    outputWindow(g, o, w);
+    outputWindow<SP>(g, o, w);
     int64_t arg = -1;
     float best = 0.0f;
-    forEachInWindow(g, w, [&](int64_t off) {
+    forEachInWindow<SP>(g, w, [&](int64_t off) {
       const float v = toF(xp[off]);
       if (arg < 0 || v > best) {
         arg = off;
@@ -156,7 +175,7 @@ template <class T> __global__ void maxPoolArgKernel(PoolGeom g, const T *x, int6
 }
 
 /// dx[p, q] = Σ dy[p, o] over the windows o (row-major) whose first maximum is q.
-template <class T> __global__ void maxPoolGradKernel(PoolGeom g, const T *dy, const int64_t *args, T *dx) {
+template <class T, int SP> __global__ void maxPoolGradKernel(PoolGeom g, const T *dy, const int64_t *args, T *dx) {
   const int64_t total = g.planes * g.inSize;
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t p = i / g.inSize, q = i - p * g.inSize;
@@ -164,46 +183,47 @@ template <class T> __global__ void maxPoolGradKernel(PoolGeom g, const T *dy, co
     const int64_t *argp = args + p * g.outSize;
     float sum = 0.0f;
     OutputRange r;
-    if (outputRange(g, q, r))
-      forEachInRange(g, r, [&](int64_t o, const int64_t *) {
+    if (outputRange<SP>(g, q, r))
+      forEachInRange<SP>(g, r, [&](int64_t o, const int64_t *) {
         if (argp[o] == q) sum += toF(dyp[o]);
       });
     dx[i] = fromF<T>(sum);
   }
 }
 
-template <class T> __global__ void averagePoolKernel(PoolGeom g, const T *x, T *y, bool countIncludePad) {
+template <class T, int SP> __global__ void averagePoolKernel(PoolGeom g, const T *x, T *y, bool countIncludePad) {
   const int64_t total = g.planes * g.outSize;
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t p = i / g.outSize, o = i - p * g.outSize;
     const T *xp = x + p * g.inSize;
     Window w;
-    outputWindow(g, o, w);
+    outputWindow<SP>(g, o, w);
     float sum = 0.0f;
-    forEachInWindow(g, w, [&](int64_t off) { sum += toF(xp[off]); });
-    y[i] = fromF<T>(sum / (float)windowCount(g, w, countIncludePad));
+    forEachInWindow<SP>(g, w, [&](int64_t off) { sum += toF(xp[off]); });
+    y[i] = fromF<T>(sum / (float)windowCount<SP>(g, w, countIncludePad));
   }
 }
 
 /// dx[p, q] = Σ dy[p, o] / count(o) over the windows o (row-major) that
 /// contain q.
-template <class T> __global__ void averagePoolGradKernel(PoolGeom g, const T *dy, T *dx, bool countIncludePad) {
+template <class T, int SP> __global__ void averagePoolGradKernel(PoolGeom g, const T *dy, T *dx, bool countIncludePad) {
   const int64_t total = g.planes * g.inSize;
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t p = i / g.inSize, q = i - p * g.inSize;
     const T *dyp = dy + p * g.outSize;
     float sum = 0.0f;
     OutputRange r;
-    if (outputRange(g, q, r))
-      forEachInRange(g, r, [&](int64_t o, const int64_t *oidx) {
+    if (outputRange<SP>(g, q, r))
+      forEachInRange<SP>(g, r, [&](int64_t o, const int64_t *oidx) {
         Window w;
         bool inside = true;
-        for (int a = 0; a < g.sp; ++a) {
+PIPEC_UNROLL
+        for (int a = 0; a < spatialAxes<SP>(g); ++a) {
           windowAxis(g, a, oidx[a], w.st[a], w.lo[a], w.hi[a], w.padded[a]);
           const int64_t t = r.pos[a] - w.st[a]; // = kk * d for a kernel index kk
           if (t < 0 || t % g.d[a] != 0 || t / g.d[a] >= g.k[a]) inside = false;
         }
-        if (inside) sum += toF(dyp[o]) / (float)windowCount(g, w, countIncludePad);
+        if (inside) sum += toF(dyp[o]) / (float)windowCount<SP>(g, w, countIncludePad);
       });
     dx[i] = fromF<T>(sum);
   }
@@ -227,6 +247,17 @@ template <class T> __global__ void globalAveragePoolKernel(const T *x, T *y, int
 
 namespace {
 
+/// Calls launch(std::integral_constant<int, SP>) with SP = g.sp for 1-3
+/// spatial axes (the kernels' unrolled instances), else 0 (a run-time count).
+template <class Launch> void forSpatialAxes(const PoolGeom &g, Launch &&launch) {
+  switch (g.sp) {
+  case 1: launch(std::integral_constant<int, 1>{}); break;
+  case 2: launch(std::integral_constant<int, 2>{}); break;
+  case 3: launch(std::integral_constant<int, 3>{}); break;
+  default: launch(std::integral_constant<int, 0>{}); break;
+  }
+}
+
 template <class T>
 void maxPoolT(const T *x, const Shape &xs, T *y, const Dims &kernel, const Dims &strides, const Dims &pads,
              const Dims &dilations, bool ceilMode) {
@@ -234,7 +265,10 @@ void maxPoolT(const T *x, const Shape &xs, T *y, const Dims &kernel, const Dims 
   const PoolGeom g = poolGeom(op, xs, kernel, strides, pads, dilations, ceilMode);
   const int64_t total = g.planes * g.outSize;
   if (total == 0) return;
-  maxPoolKernel<T><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(g, x, y);
+  forSpatialAxes(g, [&](auto axes) {
+    constexpr int SP = decltype(axes)::value;
+    maxPoolKernel<T, SP><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(g, x, y);
+  });
   detail::checkLaunch(op);
 }
 
@@ -247,10 +281,12 @@ void maxPoolGradT(const T *dy, const T *x, const Shape &xs, T *dx, const Dims &k
   if (inputs == 0) return;
   Scratch scratch(op, workspace, poolScratch(ScratchTarget::Cuda, xs, kernel, strides, pads, dilations, ceilMode, true));
   int64_t *args = scratch.shared<int64_t>(outputs);
-  maxPoolArgKernel<T><<<detail::blocksFor(outputs), detail::kThreads, 0, detail::stream()>>>(g, x, args);
-  detail::checkLaunch(op);
-  maxPoolGradKernel<T><<<detail::blocksFor(inputs), detail::kThreads, 0, detail::stream()>>>(g, dy, args,
-                                                                                         dx);
+  forSpatialAxes(g, [&](auto axes) {
+    constexpr int SP = decltype(axes)::value;
+    maxPoolArgKernel<T, SP><<<detail::blocksFor(outputs), detail::kThreads, 0, detail::stream()>>>(g, x, args);
+    detail::checkLaunch(op);
+    maxPoolGradKernel<T, SP><<<detail::blocksFor(inputs), detail::kThreads, 0, detail::stream()>>>(g, dy, args, dx);
+  });
   detail::checkLaunch(op);
 }
 
@@ -261,7 +297,11 @@ void averagePoolT(const T *x, const Shape &xs, T *y, const Dims &kernel, const D
   const PoolGeom g = poolGeom(op, xs, kernel, strides, pads, Dims{}, ceilMode);
   const int64_t total = g.planes * g.outSize;
   if (total == 0) return;
-  averagePoolKernel<T><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(g, x, y, countIncludePad);
+  forSpatialAxes(g, [&](auto axes) {
+    constexpr int SP = decltype(axes)::value;
+    averagePoolKernel<T, SP><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(g, x, y,
+                                                                                                countIncludePad);
+  });
   detail::checkLaunch(op);
 }
 
@@ -272,8 +312,11 @@ void averagePoolGradT(const T *dy, T *dx, const Shape &xs, const Dims &kernel, c
   const PoolGeom g = poolGeom(op, xs, kernel, strides, pads, Dims{}, ceilMode);
   const int64_t total = g.planes * g.inSize;
   if (total == 0) return;
-  averagePoolGradKernel<T><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(g, dy, dx,
-                                                                                            countIncludePad);
+  forSpatialAxes(g, [&](auto axes) {
+    constexpr int SP = decltype(axes)::value;
+    averagePoolGradKernel<T, SP><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(
+        g, dy, dx, countIncludePad);
+  });
   detail::checkLaunch(op);
 }
 
