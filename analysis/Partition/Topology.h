@@ -76,7 +76,7 @@ struct Topology {
 
   /// What messages call the units memory is per: "device", or "rank" for CPU
   /// ranks sharing a host.
-  const char *memoryUnit() const { return memoryOrigin.empty() ? "device" : "rank"; }
+  const char *memoryUnit() const { return gpuDevices() ? "device" : "rank"; }
   /// Whether the devices are GPUs (the CUDA runtime takes kGpuRuntimeBytes
   /// of each), not CPU ranks sharing a host.
   bool gpuDevices() const { return memoryOrigin.empty(); }

@@ -40,31 +40,35 @@ MATRIX_TYPES = {"nn.gemm", "nn.matmul", "nn.batched_gemm", "nn.conv"}
 LAUNCH_S = 4e-6  # pipec's default --launch-overhead (analysis/Settings/Declared.h)
 
 
-def plan(pipec, model, batch, microbatches, device, extra):
-    args = [pipec, model, "--gpus", "1x1", "--micro-batch-size", str(batch), "--batch-size",
-            str(batch * microbatches), "--target", "cuda", "--precision", "bf16", "--optimizer", "adamw",
-            "--device", device, *extra]
-    result = subprocess.run(args, capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"FAILED: {' '.join(args)}\n{result.stderr[-2000:]}")
-    return result.stdout
+def seconds(row):
+    """An op's three times, summed (a cost-table row, docs/cost-table.md, or a profile's op)."""
+    return float(row["fwd_s"]) + float(row["bwd_input_s"]) + float(row["bwd_weight_s"])
+
+
+def cost_tables(pipec, model, options, work):
+    """The job planned on one GPU with `options`: its cost table without launches (--launch-overhead 0) and
+    with pipec's default, each {op name: row}, and the default plan's predicted iteration (s)."""
+    tables = {}
+    for overhead in (0.0, LAUNCH_S):
+        path = os.path.join(work, f"{os.path.basename(model)}-{overhead}.csv")
+        args = [pipec, model, "--gpus", "1x1", "--target", "cuda", *options, "--launch-overhead", repr(overhead),
+                "--dump-costs", path, "--json"]
+        result = subprocess.run(args, capture_output=True, text=True)
+        if result.returncode != 0:
+            sys.exit(f"FAILED: {' '.join(args)}\n{result.stderr[-2000:]}")
+        with open(path) as f:
+            tables[overhead] = {row["name"]: row for row in csv.DictReader(f)}
+    return tables[0.0], tables[LAUNCH_S], json.loads(result.stdout)["time_per_minibatch_s"]
 
 
 def split_costs(pipec, model, batch, microbatches, device, work):
     """(tensor-core s, memory-bound s, launches) of one micro-batch, and the plan's predicted iteration s."""
-    tables = {}
-    for overhead in (0.0, LAUNCH_S):  # the second is pipec's default: its plan is the prediction
-        path = os.path.join(work, f"costs-{overhead}.csv")
-        printed = plan(pipec, model, batch, microbatches, device,
-                       ["--launch-overhead", repr(overhead), "--dump-costs", path, "--json"])
-        with open(path) as f:
-            tables[overhead] = {row["name"]: row for row in csv.DictReader(f)}
-    seconds = lambda row: float(row["fwd_s"]) + float(row["bwd_input_s"]) + float(row["bwd_weight_s"])
-    bare = tables[0.0]
+    bare, launched, predicted = cost_tables(
+        pipec, model, ["--micro-batch-size", str(batch), "--batch-size", str(batch * microbatches), "--precision",
+                       "bf16", "--optimizer", "adamw", "--device", device], work)
     matrix = sum(seconds(row) for row in bare.values() if row["type"] in MATRIX_TYPES)
     memory = sum(seconds(row) for row in bare.values() if row["type"] not in MATRIX_TYPES)
-    launches = sum(seconds(tables[LAUNCH_S][name]) - seconds(row) for name, row in bare.items()) / LAUNCH_S
-    predicted = json.loads(printed)["time_per_minibatch_s"]
+    launches = sum(seconds(launched[name]) - seconds(row) for name, row in bare.items()) / LAUNCH_S
     return matrix, memory, round(launches), predicted
 
 
@@ -86,46 +90,37 @@ def fit_convolutional(pipec, models, device, precision, cells):
     A class's profiled time, scaled by the measured iteration over the profile's sum (the profile times
     an op at a time, with gaps a CUDA graph does not have), less its planned launches, against its
     planned roofline time, both summed over the networks: the factor on its efficiency."""
-    seconds = lambda row: float(row["fwd_s"]) + float(row["bwd_input_s"]) + float(row["bwd_weight_s"])
     classes = ("convolutions", "grouped convolutions", "batch norms")
     rows, implied = [], {c: [] for c in classes}
     with tempfile.TemporaryDirectory() as work:
         for name, measured_ms, profile in cells:
-            tables = {}
-            for overhead in (0.0, LAUNCH_S):  # the second is pipec's default: its plan is the prediction
-                path = os.path.join(work, f"{name}-{overhead}.csv")
-                args = [pipec, os.path.join(models, name + ".onnx"), "--gpus", "1x1", "--microbatches", "2",
-                        "--target", "cuda", "--precision", precision, "--device", device, "--launch-overhead",
-                        repr(overhead), "--dump-costs", path, "--json"]
-                result = subprocess.run(args, capture_output=True, text=True)
-                if result.returncode != 0:
-                    sys.exit(f"FAILED: {' '.join(args)}\n{result.stderr[-2000:]}")
-                predicted = json.loads(result.stdout)["time_per_minibatch_s"]
-                with open(path) as f:
-                    tables[overhead] = list(csv.DictReader(f))
+            model = os.path.join(models, name + ".onnx")
+            bare, launched, predicted = cost_tables(
+                pipec, model, ["--microbatches", "2", "--precision", precision, "--device", device], work)
             with open(profile) as f:
-                profiled = {op["name"]: op["fwd_s"] + op["bwd_input_s"] + op["bwd_weight_s"] for op in json.load(f)["ops"]}
+                profiled = {op["name"]: seconds(op) for op in json.load(f)["ops"]}
             scale = measured_ms / 1e3 / 2 / sum(profiled.values())
-            grouped = grouped_convolutions(os.path.join(models, name + ".onnx"))
+            grouped = grouped_convolutions(model)
             def class_of(row):
                 if row["type"] in CONVOLUTION_TYPES:
                     return "grouped convolutions" if row["name"].split("#")[0] in grouped else "convolutions"
                 return "batch norms" if row["type"] in BATCH_NORM_TYPES else None
             parts = []
             for c in classes:
-                bare = sum(seconds(r) for r in tables[0.0] if class_of(r) == c)
-                if bare == 0:
+                ops = [r for r in bare.values() if class_of(r) == c]
+                roofline = sum(seconds(r) for r in ops)
+                if roofline == 0:
                     continue
-                launches = sum(seconds(r) for r in tables[LAUNCH_S] if class_of(r) == c) - bare
-                real = sum(profiled.get(r["name"], 0.0) for r in tables[0.0] if class_of(r) == c) * scale
-                implied[c].append((bare, real - launches))
-                parts.append((c, bare + launches, real, bare))
+                launches = sum(seconds(launched[r["name"]]) for r in ops) - roofline
+                real = sum(profiled.get(r["name"], 0.0) for r in ops) * scale
+                implied[c].append((roofline, real - launches))
+                parts.append((c, roofline + launches, real, roofline))
             print(f"{name}: measured {measured_ms:.2f} ms/iter, plan predicts {predicted * 1e3:.2f} "
                   f"({predicted * 1e3 / measured_ms:.2f}x); per micro-batch, planned / profiled x {scale:.2f}: "
                   + ", ".join(f"{c} {p * 1e3:.2f} / {q * 1e3:.2f} ms" for c, p, q, _ in parts))
             rows.append((name, measured_ms / 1e3, predicted, {c: b for c, _, _, b in parts}))
     factors = {c: sum(b for b, _ in fs) / sum(r for _, r in fs) for c, fs in implied.items() if fs}
-    ratios = [(p + 2 * sum(b * (1 / factors[c] - 1) for c, b in bare.items())) / m for _, m, p, bare in rows]
+    ratios = [(p + 2 * sum(b * (1 / factors[c] - 1) for c, b in planned.items())) / m for _, m, p, planned in rows]
     print(f"fit on {device} ({precision}): "
           + ", ".join(f"{c} efficiency x {f:.3f} (per network " + ", ".join(f"{b / r:.2f}" for b, r in implied[c]) + ")"
                       for c, f in factors.items())

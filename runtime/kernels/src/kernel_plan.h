@@ -218,9 +218,9 @@ inline int64_t cudaBatchNormChunks(int64_t channels, int64_t perChannel) {
 /// sqrt(rows), at most kCudaLayerNormMaxRowsPerChunk. A block per (chunk,
 /// tile of columns) computes the chunk's row statistics a warp per row,
 /// then its warps sum the tile's columns over the chunk's rows; the
-/// finishing kernel combines about sqrt(rows) partials per output. (Computing each row's statistics by a block reduction, one row
-/// after another, took 0.09-0.2 ms for [4,096, 768] on an H200,
-/// docs/gpu-runs.md.)
+/// finishing kernel combines about sqrt(rows) partials per output.
+/// (Computing each row's statistics by a block reduction, one row after
+/// another, took 0.09-0.2 ms for [4,096, 768] on an H200, docs/gpu-runs.md.)
 inline int64_t cudaLayerNormRowsPerChunk(int64_t rows) {
   int64_t r = 1;
   while (r * r < rows) ++r; // ceil(sqrt(rows)), exactly

@@ -97,11 +97,12 @@ __global__ void rotaryKernel(const T *x, const float *cos, const float *sin, T *
 }
 
 /// rotaryKernel V elements at a time, for rows of `width` that split into
-/// whole packs, none straddling the rotated halves (rotaryPacks): the index
-/// map's divisions once per pack, cos and sin then cosStep / sinStep apart
-/// along the last axis, the partner a pack of its own (or, interleaved, the
-/// neighbour within the pack). A division per element per axis kept the
-/// Llama-style model's rotary near 0.4 TB/s on an H200 (docs/gpu-runs.md).
+/// whole packs, none straddling the rotated halves (rotaryT checks): the
+/// index map's divisions once per pack, cos and sin then cosStep / sinStep
+/// apart along the last axis, the partner a pack of its own (or,
+/// interleaved, the neighbour within the pack). A division per element per
+/// axis kept the Llama-style model's rotary near 0.3 TB/s on an H200
+/// (docs/cuda-kernels.md).
 template <class T, int V>
 __global__ void rotaryPackedKernel(const T *x, const float *cos, const float *sin, T *y, int64_t n, int64_t width,
                                    int64_t cosStep, int64_t sinStep, bool sinAlongLastAxis, bool interleaved,

@@ -35,10 +35,14 @@ ChannelView channelView(const char *op, const Shape &xs) {
   return {xs.v[0], xs.v[1], productOf(xs, 2, xs.size)};
 }
 
+/// Element (n, c, i) of x [N, C, inner].
+__device__ __forceinline__ int64_t elementOffset(const ChannelView &v, int64_t n, int64_t c, int64_t i) {
+  return (n * v.C + c) * v.inner + i;
+}
 /// Flat position j in [0, N * inner) of channel c.
 __device__ __forceinline__ int64_t channelOffset(const ChannelView &v, int64_t c, int64_t j) {
-  const int64_t n = j / v.inner, i = j - n * v.inner;
-  return (n * v.C + c) * v.inner + i;
+  const int64_t n = j / v.inner;
+  return elementOffset(v, n, c, j - n * v.inner);
 }
 
 /// A thread's walk over positions start, start + step, ... of a channel's
@@ -50,7 +54,6 @@ struct ChannelWalk {
   int64_t j, n, i, step, stepN, stepI;
   __device__ ChannelWalk(const ChannelView &v, int64_t start, int64_t step)
       : j(start), n(start / v.inner), i(start % v.inner), step(step), stepN(step / v.inner), stepI(step % v.inner) {}
-  __device__ int64_t offset(const ChannelView &v, int64_t c) const { return (n * v.C + c) * v.inner + i; }
   __device__ void next(const ChannelView &v) {
     j += step;
     n += stepN;
@@ -61,6 +64,15 @@ struct ChannelWalk {
     }
   }
 };
+
+/// Calls f(offset in x) for this thread's positions j0 + threadIdx.x,
+/// + blockDim.x, ... < j1 of channel c (none, and no division by an inner
+/// of 0, when the range is empty for it).
+template <class F>
+__device__ __forceinline__ void forChannelRange(const ChannelView &v, int64_t c, int64_t j0, int64_t j1, F &&f) {
+  if (j0 + threadIdx.x >= j1) return;
+  for (ChannelWalk w(v, j0 + threadIdx.x, blockDim.x); w.j < j1; w.next(v)) f(elementOffset(v, w.n, c, w.i));
+}
 
 /// The element channel c's sums are shifted by: its first.
 template <class T> __device__ __forceinline__ double channelPivot(const T *x, const ChannelView &v, int64_t c) {
@@ -113,19 +125,17 @@ __global__ void channelPartialsKernel(const T *x, const T *dy, const T *y, bool 
     // float, where x - pivot (two bf16 values) is exact.
     const LaneSum<T> pivot = (LaneSum<T>)channelPivot(x, v, c);
     LaneSum<T> s[kChannelSums] = {0, 0, 0, 0};
-    if (j0 + threadIdx.x < j1)
-      for (ChannelWalk w(v, j0 + threadIdx.x, blockDim.x); w.j < j1; w.next(v)) {
-        const int64_t i = w.offset(v, c);
-        const LaneSum<T> d = (LaneSum<T>)toF(x[i]) - pivot;
-        s[0] += d;
-        s[1] += d * d;
-        if (dy) {
-          const float g = incomingGradient(dy, y, relu, i);
-          if (masked) masked[i] = fromF<T>(g);
-          s[2] += g;
-          s[3] += (LaneSum<T>)g * d;
-        }
+    forChannelRange(v, c, j0, j1, [&](int64_t i) {
+      const LaneSum<T> d = (LaneSum<T>)toF(x[i]) - pivot;
+      s[0] += d;
+      s[1] += d * d;
+      if (dy) {
+        const float g = incomingGradient(dy, y, relu, i);
+        if (masked) masked[i] = fromF<T>(g);
+        s[2] += g;
+        s[3] += (LaneSum<T>)g * d;
       }
+    });
     for (int q = 0; q < kChannelSums; ++q) {
       const double total = blockSum((double)s[q]);
       if (threadIdx.x == 0) partial[b * kChannelSums + q] = total;
@@ -192,14 +202,12 @@ __global__ void batchNormApplyKernel(const T *x, ChannelView v, ChannelChunks cc
     const float shift = (float)(bias[c] - st.mean * invStd * scale[c]);
     int64_t j0, j1;
     cc.range(v, b, j0, j1);
-    if (j0 + threadIdx.x < j1)
-      for (ChannelWalk w(v, j0 + threadIdx.x, blockDim.x); w.j < j1; w.next(v)) {
-        const int64_t i = w.offset(v, c);
-        float value = toF(x[i]) * a + shift;
-        if (residual) value += toF(residual[i]);
-        if (relu) value = unaryValue<Unary::Relu>(value);
-        y[i] = fromF<T>(value);
-      }
+    forChannelRange(v, c, j0, j1, [&](int64_t i) {
+      float value = toF(x[i]) * a + shift;
+      if (residual) value += toF(residual[i]);
+      if (relu) value = unaryValue<Unary::Relu>(value);
+      y[i] = fromF<T>(value);
+    });
   }
 }
 
@@ -220,12 +228,10 @@ __global__ void batchNormGradApplyKernel(const T *dy, const T *y, bool relu, con
     const float fMean = (float)st.mean, fInv = (float)invStd;
     int64_t j0, j1;
     cc.range(v, b, j0, j1);
-    if (j0 + threadIdx.x < j1)
-      for (ChannelWalk w(v, j0 + threadIdx.x, blockDim.x); w.j < j1; w.next(v)) {
-        const int64_t i = w.offset(v, c);
-        const float xhat = (toF(x[i]) - fMean) * fInv;
-        dx[i] = fromF<T>(k * (incomingGradient(dy, y, relu, i) - mDy - xhat * mDyXhat));
-      }
+    forChannelRange(v, c, j0, j1, [&](int64_t i) {
+      const float xhat = (toF(x[i]) - fMean) * fInv;
+      dx[i] = fromF<T>(k * (incomingGradient(dy, y, relu, i) - mDy - xhat * mDyXhat));
+    });
   }
 }
 
@@ -297,9 +303,9 @@ const float *expandedParam(const char *op, const float *p, const Shape &ps, cons
 
 // The row kernels move V elements at a time: V = kPackOf<T> (16-byte loads
 // and stores) when the rows' length is a multiple of it and every pointer is
-// aligned (layerNormPack), else 1. A 2-byte load a lane kept GPT-2's bf16
+// aligned (rowsInPacks), else 1. A 2-byte load a lane kept GPT-2's bf16
 // norms near 1 TB/s on an H200 (docs/gpu-runs.md); the math per element and
-// the double sums are the same at either width.
+// the sums are the same at either width.
 
 /// Pack j of a row as floats.
 template <int V, class T> __device__ __forceinline__ void loadWide(const T *row, int64_t j, float (&f)[V]) {
@@ -631,11 +637,16 @@ void batchNormParamGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const fl
 //===----------------------------------------------------------------------===//
 
 namespace {
-/// Whether rows of `inner` elements of T, at these pointers (the float
-/// parameters may be null), move in packs of kPackOf<T> elements.
-template <class T, class... Pointers> bool rowsInPacks(int64_t inner, const Pointers *...pointers) {
+/// Calls launch(std::integral_constant<int, V>) with V = kPackOf<T> when
+/// rows of `inner` elements of T, at these pointers (the float parameters
+/// may be null), move in packs of that many elements, else V = 1.
+template <class T, class Launch, class... Pointers>
+void withRowPacks(int64_t inner, Launch &&launch, const Pointers *...pointers) {
   constexpr int V = kPackOf<T>;
-  return inner % V == 0 && (... && (pointers == nullptr || packedAligned<V>(pointers)));
+  if (inner % V == 0 && (... && (pointers == nullptr || packedAligned<V>(pointers))))
+    launch(std::integral_constant<int, V>{});
+  else
+    launch(std::integral_constant<int, 1>{});
 }
 
 // One body per call for float and bf16 storage; the scratch (expanded
@@ -651,16 +662,13 @@ void layerNormT(const T *x, const Shape &xs, const float *scale, const Shape &ss
   const float *g = expandedParam(op, scale, ss, v, scratch);
   const float *b = bias ? expandedParam(op, bias, bs, v, scratch) : nullptr;
   if (v.rows == 0) return;
-  const bool packs = rowsInPacks<T>(v.inner, x, y, g, b);
   launchPerRow(v.rows, v.inner, [&](auto lanes, unsigned grid, unsigned threads) {
     using P = decltype(lanes);
-    constexpr int V = kPackOf<T>;
-    if (packs)
+    withRowPacks<T>(v.inner, [&](auto pack) {
+      constexpr int V = decltype(pack)::value;
       layerNormKernel<P, V, T><<<grid, threads, 0, detail::stream()>>>(x, v.rows, v.inner, g, b, y, mean, invStd,
                                                                        epsilon, norm);
-    else
-      layerNormKernel<P, 1, T><<<grid, threads, 0, detail::stream()>>>(x, v.rows, v.inner, g, b, y, mean, invStd,
-                                                                       epsilon, norm);
+    }, x, y, g, b);
   });
   detail::checkLaunch(op);
 }
@@ -673,16 +681,13 @@ void layerNormGradT(const T *dy, const T *x, const Shape &xs, const float *scale
   Scratch scratch(op, workspace, layerNormGradScratch(ScratchTarget::Cuda, xs, ss, axis));
   const float *g = expandedParam(op, scale, ss, v, scratch);
   if (v.rows == 0 || v.inner == 0) return;
-  const bool packs = rowsInPacks<T>(v.inner, dy, x, dx, g);
   launchPerRow(v.rows, v.inner, [&](auto lanes, unsigned grid, unsigned threads) {
     using P = decltype(lanes);
-    constexpr int V = kPackOf<T>;
-    if (packs)
+    withRowPacks<T>(v.inner, [&](auto pack) {
+      constexpr int V = decltype(pack)::value;
       layerNormGradKernel<P, V, T><<<grid, threads, 0, detail::stream()>>>(dy, x, v.rows, v.inner, g, dx, epsilon,
                                                                            norm);
-    else
-      layerNormGradKernel<P, 1, T><<<grid, threads, 0, detail::stream()>>>(dy, x, v.rows, v.inner, g, dx, epsilon,
-                                                                           norm);
+    }, dy, x, dx, g);
   });
   detail::checkLaunch(op);
 }
@@ -724,17 +729,13 @@ void layerNormParamGradT(const T *dy, const T *x, const Shape &xs, const Shape &
   double *pScale = scratch.shared<double>(partials);
   double *pBias = dbias ? scratch.shared<double>(partials) : nullptr;
   if (partials > 0) {
-    const auto launchChunks = [&](auto pack) {
+    withRowPacks<T>(v.inner, [&](auto pack) {
       constexpr int V = decltype(pack)::value;
       const int64_t tiles = (v.inner / V + 31) / 32; // 32 packs of V columns each
       layerNormChunkPartialKernel<V, T><<<segmentBlocks(chunks * tiles), 32 * kChunkPartialWarps, 0,
                                           detail::stream()>>>(dy, x, v.rows, v.inner, rowsPerChunk, chunks, tiles,
                                                               epsilon, norm, pScale, pBias);
-    };
-    if (rowsInPacks<T>(v.inner, dy, x))
-      launchChunks(std::integral_constant<int, kPackOf<T>>{});
-    else
-      launchChunks(std::integral_constant<int, 1>{});
+    }, dy, x);
     detail::checkLaunch(op);
   }
   layerNormFinishKernel<<<detail::blocksFor(outCount), detail::kThreads, 0, detail::stream()>>>(

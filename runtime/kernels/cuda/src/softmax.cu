@@ -468,7 +468,7 @@ __global__ void lossGradKernel(const float *dloss, const T *scores, const L *lab
     }
     const double lse = logSumExp<P>(s, C, inner);
     const double k = (weights ? (double)weights[label] : 1.0) * scale * (none ? (double)dloss[e] : 1.0);
-    if constexpr (std::is_same_v<LaneSum<T>, float>) { // as LaneSum
+    if constexpr (std::is_same_v<LaneSum<T>, float>) { // bf16 scores: the gradient in float as well
       const float lseF = (float)lse, kF = (float)k;
       mapClasses<P>(s, ds, C, inner, [&](int64_t c, float v) {
         return kF * (expf(v - lseF) - (c == label ? 1.0f : 0.0f));
