@@ -303,7 +303,7 @@ const float *expandedParam(const char *op, const float *p, const Shape &ps, cons
 
 // The row kernels move V elements at a time: V = kPackOf<T> (16-byte loads
 // and stores) when the rows' length is a multiple of it and every pointer is
-// aligned (rowsInPacks), else 1. A 2-byte load a lane kept GPT-2's bf16
+// aligned (withRowPacks), else 1. A 2-byte load a lane kept GPT-2's bf16
 // norms near 1 TB/s on an H200 (docs/gpu-runs.md); the math per element and
 // the sums are the same at either width.
 
