@@ -77,6 +77,14 @@ struct PlanMemoryOptions {
 };
 std::unique_ptr<mlir::Pass> createPlanMemory(const PlanMemoryOptions &options);
 
+/// pipec-fuse-gemm-epilogue: the stage code target, which decides which
+/// activations are worth an epilogue (on CUDA only those cuBLASLt applies).
+struct FuseGemmEpilogueOptions {
+  Target target = Target::Cpu;
+  void bind(settings::Binder &binder);
+};
+std::unique_ptr<mlir::Pass> createFuseGemmEpilogue(const FuseGemmEpilogueOptions &options);
+
 /// pipec-append-loss: the loss appended to @forward.
 struct AppendLossOptions {
   Loss loss = Loss::Auto;

@@ -357,8 +357,14 @@ def FuseGemmEpilogue : Pass<"pipec-fuse-gemm-epilogue", "mlir::ModuleOp"> {
     of the GEMM's output right after the panel is computed; on CUDA, ReLU
     and the tanh GELU are cuBLASLt epilogues (with the bias; GELU_AUX and
     DGELU for the tanh GELU's input and gradient), the others a kernel
-    after the GEMM. Runs after pipec-recompute-elementwise, so that an
+    after the GEMM; so for `target=cuda` only ReLU and the tanh GELU (and
+    their gradients) become epilogues, and the other functions are left to
+    pipec-fuse-elementwise, which computes them in the loop of their
+    readers. Runs after pipec-recompute-elementwise, so that an
     activation recomputed in a later entry point is still an op there.
+
+    Options: the settings `FuseGemmEpilogueOptions::bind` binds
+    (analysis/Settings/Declared.h, docs/settings.md).
 
     Before:
       %g = nn.gemm %x, %w, %b {transB = true} : ... -> tensor<8x64xf32>
@@ -412,12 +418,14 @@ def RecomputeElementwise : Pass<"pipec-recompute-elementwise", "mlir::ModuleOp">
   let dependentDialects = ["::pipec::pipe::PipeDialect", "::pipec::nn::NNDialect"];
   let summary = "Saved values that are cheap to recompute (an element-wise function of another saved value, a dropout mask) are recomputed, not kept";
   let description = [{
-    In every pipe.stage, a `pipe.saved` result of @fwd or @bwd_input that a
-    unary element-wise op (GELU, ReLU, tanh, ...) computes from another
-    `pipe.saved` result of the same function is no longer returned: each of
-    @bwd_input and @bwd_weight that read it applies the same op, at its
-    start, to the saved operand (taking that as an argument if it did not
-    already). A GPT-2 block keeps its GELU's input for the GELU's gradient
+    In every pipe.stage, a `pipe.saved` result of @fwd or @bwd_input that
+    pure element-wise ops (GELU, ReLU, tanh, SwiGLU's g * sigmoid(g), ...:
+    unary and binary ones, views and constants, at most 8 ops) compute from
+    one other `pipe.saved` result of the same function is no longer
+    returned: each of @bwd_input and @bwd_weight that read it applies the
+    same ops, just before its first reader, to the saved operand (taking
+    that as an argument if it did not already). It repeats until nothing
+    changes (the sigmoid no longer saved, silu has one saved input). A GPT-2 block keeps its GELU's input for the GELU's gradient
     and, until this pass, its output for the next product's weight gradient;
     one element-wise pass in @bwd_weight replaces the second copy (288 MiB
     per GPT-2 124M micro-batch at 4 x 1,024 in bf16: docs/optimization.md).

@@ -49,7 +49,7 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
     // Before the epilogues: an activation it recomputes in a later phase
     // must still be an op; the forward's then fuses with its GEMM.
     pm.addPass(createRecomputeElementwise()); // before fusion, which may then fuse the recomputed op
-    pm.addPass(createFuseGemmEpilogue());
+    pm.addPass(createFuseGemmEpilogue(FuseGemmEpilogueOptions{config.memory.target}));
     pm.addPass(createFuseNormEpilogue());
     pm.addPass(createFuseElementwise());
   }

@@ -49,8 +49,10 @@ bool isFusible(Operation *op) {
 }
 
 struct Group {
-  SmallVector<Operation *> ops;
+  SmallVector<Operation *> ops; ///< in program order (a topological order of the body)
   ArrayRef<int64_t> space;
+  Operation *anchor = nullptr; ///< the member where the group will be computed
+  bool merged = false;         ///< moved into another group
 };
 
 struct FuseElementwise : impl::FuseElementwiseBase<FuseElementwise> {
@@ -71,48 +73,116 @@ struct FuseElementwise : impl::FuseElementwiseBase<FuseElementwise> {
     for (Operation &op : block)
       position[&op] = index++;
     std::vector<Group> groups;
-    llvm::DenseMap<Operation *, int> groupOf;
-    // An op may join a group when no op outside it reads a group value
-    // before the op: the group is computed at the position of its last op.
-    auto canJoin = [&](const Group &group, Operation *candidate) {
-      for (Operation *member : group.ops)
-        for (Operation *user : member->getUsers()) {
-          if (user == candidate || groupOf.lookup(user) == groupOf.lookup(member))
-            continue;
-          Operation *atTop = block.findAncestorOpInBlock(*user);
-          if (!atTop || position.lookup(atTop) < position.lookup(candidate))
+    llvm::DenseMap<Operation *, int> groupOf; // op -> index + 1 (0: none)
+    // Where the op in `block` that holds `op` will be computed (a grouped
+    // op: at its group's anchor), or -1 outside the block.
+    auto topPosition = [&](Operation *op) {
+      Operation *atTop = op ? block.findAncestorOpInBlock(*op) : nullptr;
+      if (!atTop)
+        return -1;
+      const int g = groupOf.lookup(atTop);
+      return position.lookup(g ? groups[g - 1].anchor : atTop);
+    };
+    // Whether `members` can be computed together where `anchor` is: every
+    // operand from outside defined before it, every reader outside after it.
+    auto legalAt = [&](ArrayRef<Operation *> members, Operation *anchor) {
+      llvm::SmallPtrSet<Operation *, 16> inside(members.begin(), members.end());
+      const int at = position.lookup(anchor);
+      for (Operation *member : members) {
+        for (Value operand : member->getOperands()) {
+          Operation *producer = operand.getDefiningOp();
+          if (producer && !inside.contains(producer) && topPosition(producer) >= at)
             return false;
         }
+        for (Operation *user : member->getUsers())
+          if (!inside.contains(user) && topPosition(user) <= at)
+            return false;
+      }
       return true;
     };
     for (Operation &op : block.without_terminator()) {
       if (!isFusible(&op))
         continue;
       auto space = llvm::cast<RankedTensorType>(op.getResult(0).getType()).getShape();
-      int chosen = -1;
+      // The groups op could join: its operands' producers', and failing
+      // those a group that reads one of its operands too (siblings: one
+      // loop reads the shared operand once).
+      SmallVector<int> producers, siblings;
       for (Value operand : op.getOperands()) {
-        Operation *producer = operand.getDefiningOp();
-        if (!producer || !groupOf.count(producer))
+        if (int g = groupOf.lookup(operand.getDefiningOp()); g && groups[g - 1].space == space &&
+                                                               !llvm::is_contained(producers, g - 1))
+          producers.push_back(g - 1);
+        // A whole operand only: a shared broadcast scalar saves no read.
+        if (llvm::cast<RankedTensorType>(operand.getType()).getShape() != space)
           continue;
-        int candidate = groupOf[producer] - 1;
-        if (groups[candidate].space == space && canJoin(groups[candidate], &op)) {
-          chosen = candidate;
-          break;
+        for (Operation *reader : operand.getUsers())
+          if (int g = groupOf.lookup(reader); g && groups[g - 1].space == space &&
+                                              !llvm::is_contained(siblings, g - 1))
+            siblings.push_back(g - 1);
+      }
+      int chosen = -1;
+      // All the producers' groups and op as one group, at op or at one of
+      // their anchors (latest first), else op with one producer group.
+      if (producers.size() > 1) {
+        SmallVector<Operation *> members;
+        for (int g : producers)
+          members.append(groups[g].ops.begin(), groups[g].ops.end());
+        members.push_back(&op);
+        SmallVector<Operation *> anchors{&op};
+        for (int g : producers)
+          anchors.push_back(groups[g].anchor);
+        llvm::sort(anchors, [&](Operation *a, Operation *b) { return position.lookup(a) > position.lookup(b); });
+        for (Operation *anchor : anchors)
+          if (legalAt(members, anchor)) {
+            chosen = mergeGroups(groups, groupOf, producers, anchor, position);
+            break;
+          }
+      }
+      for (ArrayRef<int> candidates : {ArrayRef<int>(producers), ArrayRef<int>(siblings)}) {
+        for (int g : candidates) {
+          if (chosen >= 0)
+            break;
+          SmallVector<Operation *> members(groups[g].ops);
+          members.push_back(&op);
+          for (Operation *anchor : {&op, groups[g].anchor})
+            if (legalAt(members, anchor)) {
+              groups[g].anchor = anchor;
+              chosen = g;
+              break;
+            }
         }
       }
       if (chosen < 0) {
         chosen = static_cast<int>(groups.size());
-        groups.push_back({{}, space});
+        groups.push_back({{}, space, &op});
       }
       groups[chosen].ops.push_back(&op);
-      groupOf[&op] = chosen + 1; // 0: no group
+      groupOf[&op] = chosen + 1;
     }
     for (Group &group : groups)
-      if (group.ops.size() >= 2)
+      if (!group.merged && group.ops.size() >= 2)
         outline(group);
   }
 
-  /// Moves the group's ops into a pipe.fused at the position of its last op.
+  /// Moves the groups `which` into the first of them, computed at `anchor`;
+  /// returns its index.
+  static int mergeGroups(std::vector<Group> &groups, llvm::DenseMap<Operation *, int> &groupOf, ArrayRef<int> which,
+                         Operation *anchor, const llvm::DenseMap<Operation *, int> &position) {
+    Group &into = groups[which.front()];
+    for (int g : which.drop_front()) {
+      for (Operation *op : groups[g].ops) {
+        into.ops.push_back(op);
+        groupOf[op] = which.front() + 1;
+      }
+      groups[g].ops.clear();
+      groups[g].merged = true;
+    }
+    llvm::sort(into.ops, [&](Operation *a, Operation *b) { return position.lookup(a) < position.lookup(b); });
+    into.anchor = anchor;
+    return which.front();
+  }
+
+  /// Moves the group's ops into a pipe.fused at the position of its anchor.
   void outline(Group &group) {
     llvm::SmallPtrSet<Operation *, 16> members(group.ops.begin(), group.ops.end());
     llvm::SetVector<Value> inputs;
@@ -127,8 +197,7 @@ struct FuseElementwise : impl::FuseElementwiseBase<FuseElementwise> {
     }
     if (outputs.empty())
       return; // dead values: nothing to compute into memory
-    Operation *last = group.ops.back();
-    OpBuilder builder(last);
+    OpBuilder builder(group.anchor);
     SmallVector<Location> locations;
     for (Operation *op : group.ops)
       locations.push_back(op->getLoc());

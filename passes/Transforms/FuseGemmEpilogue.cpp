@@ -3,8 +3,10 @@
 // returning the activation's input when something else reads it; an
 // activation's gradient whose incoming gradient is a GEMM's product becomes
 // one nn.gemm_activation_grad (docs/optimization.md).
+#include "passes/OptionsBinder.h"
 #include "passes/Passes.h"
 #include "passes/Transforms/PatternRewrites.h"
+#include "analysis/Settings/Declared.h"
 
 #include "dialects/nn/NNDialect.h"
 #include "dialects/pipe/PipeDialect.h"
@@ -35,20 +37,33 @@ nn::GemmOp gemmProducer(Value value, bool soleReader) {
   return {};
 }
 
-struct FuseGemmEpilogue : impl::FuseGemmEpilogueBase<FuseGemmEpilogue> {
-  using Base::Base;
+struct FuseGemmEpilogue : PassWithOptions<impl::FuseGemmEpilogueBase<FuseGemmEpilogue>, FuseGemmEpilogueOptions> {
+  using PassWithOptions::PassWithOptions;
 
   void runOnOperation() override {
+    FailureOr<FuseGemmEpilogueOptions> given = options();
+    if (failed(given))
+      return signalPassFailure();
+    // On CUDA an activation cuBLASLt does not apply would be a kernel after
+    // the GEMM anyway: left alone, element-wise fusion puts it in the loop
+    // of its readers (SwiGLU's sigmoid with its products).
+    const bool libraryEpiloguesOnly = given->target == Target::Cuda;
     getOperation().walk([&](func::FuncOp function) {
       if (!function->getParentOfType<pipe::StageOp>() || function.getSymName() == "step")
         return;
       SmallVector<Operation *> activations;
-      function.walk([&](nn::UnaryElementwiseOpInterface unary) { activations.push_back(unary); });
+      function.walk([&](nn::UnaryElementwiseOpInterface unary) {
+        if (!libraryEpiloguesOnly || cudaGemmEpilogueApplies(unary.getUnaryFunction()))
+          activations.push_back(unary);
+      });
       for (Operation *activation : activations)
         if (!fuseActivation(activation))
           fuseKeepingInput(activation);
       SmallVector<nn::UnaryGradOp> gradients;
-      function.walk([&](nn::UnaryGradOp grad) { gradients.push_back(grad); });
+      function.walk([&](nn::UnaryGradOp grad) {
+        if (!libraryEpiloguesOnly || cudaGemmEpilogueApplies(grad.getKind()))
+          gradients.push_back(grad);
+      });
       for (nn::UnaryGradOp grad : gradients)
         fuseActivationGrad(grad);
     });
@@ -125,4 +140,11 @@ struct FuseGemmEpilogue : impl::FuseGemmEpilogueBase<FuseGemmEpilogue> {
 };
 
 } // namespace
+
+void FuseGemmEpilogueOptions::bind(settings::Binder &b) { b.choice(settings::kTarget, target); }
+
+std::unique_ptr<Pass> createFuseGemmEpilogue(const FuseGemmEpilogueOptions &options) {
+  return std::make_unique<FuseGemmEpilogue>(options);
+}
+
 } // namespace pipec::passes

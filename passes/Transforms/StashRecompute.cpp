@@ -456,42 +456,86 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
             return name;
       return {};
     };
-    for (unsigned i = 0; i < function.getNumResults(); ++i) {
-      auto name = function.getResultAttrOfType<StringAttr>(i, kSaved);
-      if (!name)
-        continue;
-      if (redrawMask(stage, returnOp.getOperand(i), name)) {
+    // Until nothing changes: a value no longer saved may leave another with
+    // one saved source (SwiGLU's silu, once the sigmoid of the gate is not
+    // saved, is recomputed from the gate alone).
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (unsigned i = 0; i < function.getNumResults(); ++i) {
+        auto name = function.getResultAttrOfType<StringAttr>(i, kSaved);
+        if (!name || erase[i])
+          continue;
+        if (redrawMask(stage, returnOp.getOperand(i), name)) {
+          erase.set(i);
+          ++numRecomputed;
+          progress = true;
+          continue;
+        }
+        Value value;
+        StringAttr source;
+        SmallVector<Operation *> ops = recomputableFrom(returnOp.getOperand(i), savedAs, value, source);
+        if (ops.empty() || source == name)
+          continue;
+        for (StringRef reader : {kBackwardInput, kBackwardWeight})
+          if (func::FuncOp consumer = stageFunction(stage, reader); consumer && consumer != function)
+            recomputeIn(consumer, ops, value, name, source);
         erase.set(i);
         ++numRecomputed;
-        continue;
+        progress = true;
       }
-      // result = views(f(views(source))), f one pure unary element-wise op,
-      // source another saved result.
-      SmallVector<Operation *> chain; // from the result back to the source
-      Value value = returnOp.getOperand(i);
-      for (; nn::isView(value.getDefiningOp()); value = value.getDefiningOp()->getOperand(0))
-        chain.push_back(value.getDefiningOp());
-      Operation *op = value.getDefiningOp();
-      if (!op || !llvm::isa<nn::UnaryElementwiseOpInterface>(op) || op->getNumOperands() != 1 ||
-          op->getNumResults() != 1 || !isPure(op))
-        continue;
-      chain.push_back(op);
-      StringAttr source;
-      for (value = op->getOperand(0); !(source = savedAs(value)) && nn::isView(value.getDefiningOp());
-           value = value.getDefiningOp()->getOperand(0))
-        chain.push_back(value.getDefiningOp());
-      if (!source || source == name)
-        continue;
-      for (StringRef reader : {kBackwardInput, kBackwardWeight})
-        if (func::FuncOp consumer = stageFunction(stage, reader); consumer && consumer != function)
-          recomputeIn(consumer, chain, value, name, source);
-      erase.set(i);
-      ++numRecomputed;
     }
     if (erase.none())
       return false;
     eraseResults(function, erase);
     return true;
+  }
+
+  /// The ops that compute `result` from one other saved value (`source`,
+  /// saved as `sourceName`) and constants: pure unary and binary
+  /// element-wise ops and views, at most kMaxRecomputedOps of them, in
+  /// program order (the last computes `result`); empty if there are none.
+  /// GELU of a kept input is one op; SwiGLU's silu, g · sigmoid(g), two.
+  template <class SavedAs>
+  static SmallVector<Operation *> recomputableFrom(Value result, SavedAs savedAs, Value &source,
+                                                   StringAttr &sourceName) {
+    constexpr size_t kMaxRecomputedOps = 8;
+    SmallVector<Operation *> ops;
+    llvm::SmallPtrSet<Operation *, 8> seen;
+    SmallVector<Value> todo{result};
+    source = {};
+    while (!todo.empty()) {
+      Value value = todo.pop_back_val();
+      if (value != result) {
+        if (StringAttr saved = savedAs(value)) {
+          if (source && source != value)
+            return {};
+          source = value, sourceName = saved;
+          continue;
+        }
+      }
+      Operation *op = value.getDefiningOp();
+      if (!op)
+        return {};
+      if (!seen.insert(op).second)
+        continue;
+      const bool constant = llvm::isa<nn::ConstantOp>(op);
+      const bool elementwise =
+          llvm::isa<nn::UnaryElementwiseOpInterface, nn::BinaryElementwiseOpInterface>(op) && isPure(op);
+      if ((!constant && !elementwise && !nn::isView(op)) || op->getNumResults() != 1 ||
+          (!constant && ops.size() + 1 > kMaxRecomputedOps))
+        return {};
+      if (op->getBlock() != result.getParentBlock()) // only the function's own ops are cloned
+        return {};
+      ops.push_back(op);
+      for (Value operand : op->getOperands())
+        todo.push_back(operand);
+    }
+    // A lone view of the source, or constants only, is not a recomputation.
+    const bool computes = llvm::any_of(ops, [](Operation *op) { return !nn::isView(op) && !llvm::isa<nn::ConstantOp>(op); });
+    if (!source || !computes)
+      return {};
+    llvm::sort(ops, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+    return ops;
   }
 
   /// A saved training dropout's mask that its readers use only as the mask
@@ -531,10 +575,10 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
     return true;
   }
 
-  /// Replaces `consumer`'s argument saved as `name` by `chain` (ops from the
-  /// result back to `sourceValue`) applied to its argument saved as `source`
-  /// (added if it has none), just before its first reader.
-  void recomputeIn(func::FuncOp consumer, ArrayRef<Operation *> chain, Value sourceValue, StringAttr name,
+  /// Replaces `consumer`'s argument saved as `name` by `ops` (in program
+  /// order, the last computing the value) applied to its argument saved as
+  /// `source` (added if it has none), just before its first reader.
+  void recomputeIn(func::FuncOp consumer, ArrayRef<Operation *> ops, Value sourceValue, StringAttr name,
                    StringAttr source) {
     auto argumentSaved = [&](StringAttr saved) -> std::optional<unsigned> {
       for (unsigned a = 0; a < consumer.getNumArguments(); ++a)
@@ -547,7 +591,7 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
     if (!argumentSaved(source)) {
       Builder builder(consumer.getContext());
       insertArgument(consumer, sourceValue.getType(),
-                     builder.getDictionaryAttr(builder.getNamedAttr(kSaved, source)), chain.back()->getLoc());
+                     builder.getDictionaryAttr(builder.getNamedAttr(kSaved, source)), ops.front()->getLoc());
     }
     const unsigned read = *argumentSaved(name);
     Value input = consumer.getArgument(*argumentSaved(source));
@@ -564,7 +608,7 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
     IRMapping mapping;
     mapping.map(sourceValue, input);
     Operation *clone = nullptr;
-    for (Operation *op : llvm::reverse(chain)) {
+    for (Operation *op : ops) {
       clone = builder.clone(*op, mapping);
       clone->removeAttr("pipe.storage");
       if (first)

@@ -79,6 +79,80 @@ pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
     return %s : tensor<4x8xf32>
   }
 
+  // SwiGLU's backward (gate g, up u, silu s = g * sigmoid(g) kept): du = dh *
+  // s is read by a GEMM (here a reduction) before the rest starts. The
+  // sigmoid, which reads an argument only, and dh * u, a sibling of du (both
+  // read dh), join du's loop where du is computed (hoisted: everything they
+  // read is defined there); the product of the two groups merges them. One
+  // loop yields du and dg.
+  // CHECK-LABEL: func.func @bwd_swiglu
+  // CHECK: %[[F:.*]]:2 = pipe.fused(%arg0, %arg1, %arg2, %arg3)
+  // CHECK-NEXT: ^bb0(%[[DH:.*]]: tensor<4x8xf32>, %[[S:.*]]: tensor<4x8xf32>, %[[G:.*]]: tensor<4x8xf32>, %[[U:.*]]: tensor<4x8xf32>):
+  // CHECK-NEXT: %[[DU:.*]] = nn.mul %[[DH]], %[[S]]
+  // CHECK-NEXT: %[[SIG:.*]] = nn.sigmoid %[[G]]
+  // CHECK-NEXT: %[[DS:.*]] = nn.mul %[[DH]], %[[U]]
+  // CHECK-NEXT: %[[A:.*]] = nn.mul %[[DS]], %[[SIG]]
+  // CHECK-NEXT: %[[B:.*]] = nn.mul %[[DS]], %[[G]]
+  // CHECK-NEXT: %[[C:.*]] = nn.unary_grad <sigmoid> %[[B]], y = %[[SIG]]
+  // CHECK-NEXT: %[[DG:.*]] = nn.add %[[A]], %[[C]]
+  // CHECK-NEXT: pipe.yield %[[DU]], %[[DG]]
+  // CHECK-NEXT: }
+  // CHECK-NEXT: nn.reduce_mean %[[F]]#0
+  // CHECK-NOT: pipe.fused
+  // CHECK: return
+  func.func @bwd_swiglu(%dh: tensor<4x8xf32>, %s: tensor<4x8xf32>, %g: tensor<4x8xf32>, %u: tensor<4x8xf32>) -> (tensor<4x1xf32>, tensor<4x8xf32>) {
+    %du = nn.mul %dh, %s : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    %r = nn.reduce_mean %du {axes = array<i64: 1>} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+    %sig = nn.sigmoid %g : tensor<4x8xf32>
+    %ds = nn.mul %dh, %u : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    %a = nn.mul %ds, %sig : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    %b = nn.mul %ds, %g : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    %c = nn.unary_grad <sigmoid> %b, y = %sig : tensor<4x8xf32>
+    %dg = nn.add %a, %c : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    return %r, %dg : tensor<4x1xf32>, tensor<4x8xf32>
+  }
+
+  // Groups computed where their first op is when the later ops can move
+  // there: tanh (a sibling of relu: both read x) and then sigmoid and abs of
+  // y (merged by the product with exp) join relu's loop, which the
+  // reduction reads before that product. The product with the reduction's
+  // mean cannot move up there (the mean comes after) nor the loop down to
+  // it (the reduction reads exp before), so it starts a second loop, which
+  // the sum then merges into rather than into the first.
+  // CHECK-LABEL: func.func @fwd_merge
+  // CHECK: %[[P:.*]]:3 = pipe.fused(%arg0, %arg1)
+  // CHECK-NEXT: ^bb0
+  // CHECK-NEXT: nn.relu
+  // CHECK-NEXT: nn.exp
+  // CHECK-NEXT: nn.tanh
+  // CHECK-NEXT: nn.neg
+  // CHECK-NEXT: nn.sigmoid
+  // CHECK-NEXT: nn.abs
+  // CHECK-NEXT: nn.mul
+  // CHECK-NEXT: pipe.yield
+  // CHECK-NEXT: }
+  // CHECK-NEXT: %[[M:.*]] = nn.reduce_mean %[[P]]#0
+  // CHECK-NEXT: %[[Q:.*]] = pipe.fused(%[[P]]#1, %[[M]], %[[P]]#2)
+  // CHECK-NEXT: ^bb0
+  // CHECK-NEXT: nn.mul
+  // CHECK-NEXT: nn.add
+  // CHECK-NEXT: pipe.yield
+  // CHECK-NOT: pipe.fused
+  // CHECK: return %[[Q]], %[[M]]
+  func.func @fwd_merge(%x: tensor<4x8xf32>, %y: tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x1xf32>) {
+    %r = nn.relu %x : tensor<4x8xf32>
+    %e = nn.exp %r : tensor<4x8xf32>
+    %t = nn.tanh %x : tensor<4x8xf32>
+    %m = nn.reduce_mean %e {axes = array<i64: 1>} : (tensor<4x8xf32>) -> tensor<4x1xf32>
+    %n = nn.neg %t : tensor<4x8xf32>
+    %k = nn.mul %n, %m : (tensor<4x8xf32>, tensor<4x1xf32>) -> tensor<4x8xf32>
+    %s = nn.sigmoid %y : tensor<4x8xf32>
+    %a = nn.abs %s : tensor<4x8xf32>
+    %p = nn.mul %e, %a : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    %q = nn.add %p, %k : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    return %q, %m : tensor<4x8xf32>, tensor<4x1xf32>
+  }
+
   // The step's in-place updates are never fused.
   // CHECK-LABEL: func.func @step
   // CHECK-NOT: pipe.fused

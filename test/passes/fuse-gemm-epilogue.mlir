@@ -1,4 +1,21 @@
 // RUN: pipec-opt %s --pipec-fuse-gemm-epilogue | FileCheck %s
+// RUN: pipec-opt %s --pipec-fuse-gemm-epilogue="target=cuda" | FileCheck %s --check-prefix=CUDA
+
+// For the CUDA target only what cuBLASLt applies (ReLU, the tanh GELU and
+// its gradient) becomes an epilogue; tanh, the exact GELU and sigmoid stay
+// ops, for element-wise fusion to put in their readers' loops.
+// CUDA-LABEL: func.func @fwd
+// CUDA: nn.gemm %arg0, %arg1, %arg2 {activation = #nn.unary<relu>, transB = true}
+// CUDA: %[[G:.*]] = nn.gemm %{{.*}}, %arg3 :
+// CUDA-NEXT: %[[V:.*]] = nn.reshape %[[G]]
+// CUDA-NEXT: nn.tanh %[[V]]
+// CUDA-LABEL: func.func @kept
+// CUDA: %[[P:.*]] = nn.gemm %arg0, %arg1 :
+// CUDA-NEXT: nn.gelu %[[P]]
+// CUDA: nn.sigmoid
+// CUDA: nn.gemm %arg0, %arg1 {activation = #nn.unary<relu>}
+// CUDA-LABEL: func.func @bwd
+// CUDA: nn.gemm_activation_grad %arg0, %arg1, %{{.*}} {alpha = 5.000000e-01 : f32, function = #nn.unary<gelu_tanh>, transB = true}
 
 pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
   // A ReLU read by nothing but the next layer and the gradient (which reads

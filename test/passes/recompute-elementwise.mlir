@@ -95,3 +95,39 @@ pipe.stage @stage_3 attributes {id = 3 : i64, replicas = 1 : i64} {
     return %g, %c : tensor<4x8xf32>, tensor<4x8xf32>
   }
 }
+
+// SwiGLU: silu(g) = g * sigmoid(g) is two ops from one saved value (the
+// gate), so @bwd_input computes it again from the gate just before reading
+// it; a scaling by a constant is recomputed with its constant. The product
+// with the up projection reads two saved values and stays saved.
+// CHECK-LABEL: pipe.stage @stage_4
+// CHECK: func.func @fwd{{.*}} -> (tensor<4x8xf32>, tensor<4x8xf32> {pipe.saved = "gate"}, tensor<4x8xf32> {pipe.saved = "up"}, tensor<4x8xf32> {pipe.saved = "h"})
+// CHECK: func.func @bwd_input(%[[DH:.*]]: tensor<4x8xf32> {nn.name = "dh", nn.role = #nn.role<input>}, %[[UP:.*]]: tensor<4x8xf32> {pipe.saved = "up"}, %[[H:.*]]: tensor<4x8xf32> {pipe.saved = "h"}, %[[GATE:.*]]: tensor<4x8xf32> {pipe.saved = "gate"})
+// CHECK-NEXT: %[[SIG:.*]] = nn.sigmoid %[[GATE]]
+// CHECK-NEXT: %[[S:.*]] = nn.mul %[[GATE]], %[[SIG]]
+// CHECK-NEXT: %[[DU:.*]] = nn.mul %[[DH]], %[[S]]
+// CHECK-NEXT: %[[C:.*]] = nn.constant dense<5.000000e-01>
+// CHECK-NEXT: %[[Q:.*]] = nn.mul %[[GATE]], %[[C]]
+// CHECK-NEXT: nn.add %[[DU]], %[[Q]]
+pipe.stage @stage_4 attributes {id = 4 : i64, replicas = 1 : i64} {
+  func.func @fwd(%x: tensor<4x8xf32> {nn.name = "x", nn.role = #nn.role<input>}, %y: tensor<4x8xf32> {nn.name = "y", nn.role = #nn.role<input>})
+      -> (tensor<4x8xf32>, tensor<4x8xf32> {pipe.saved = "gate"}, tensor<4x8xf32> {pipe.saved = "up"},
+          tensor<4x8xf32> {pipe.saved = "silu"}, tensor<4x8xf32> {pipe.saved = "h"}, tensor<4x8xf32> {pipe.saved = "half"}) {
+    %g = nn.tanh %x : tensor<4x8xf32>
+    %u = nn.tanh %y : tensor<4x8xf32>
+    %sig = nn.sigmoid %g : tensor<4x8xf32>
+    %s = nn.mul %g, %sig : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    %h = nn.mul %s, %u : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    %c = nn.constant dense<0.5> : tensor<f32>
+    %q = nn.mul %g, %c : (tensor<4x8xf32>, tensor<f32>) -> tensor<4x8xf32>
+    return %h, %g, %u, %s, %h, %q : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+  }
+  func.func @bwd_input(%dh: tensor<4x8xf32> {nn.name = "dh", nn.role = #nn.role<input>}, %s: tensor<4x8xf32> {pipe.saved = "silu"},
+                       %u: tensor<4x8xf32> {pipe.saved = "up"}, %h: tensor<4x8xf32> {pipe.saved = "h"},
+                       %q: tensor<4x8xf32> {pipe.saved = "half"}) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+    %du = nn.mul %dh, %s : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    %r = nn.add %du, %q : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    %o = nn.mul %u, %h : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    return %r, %o : tensor<4x8xf32>, tensor<4x8xf32>
+  }
+}

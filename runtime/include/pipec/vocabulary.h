@@ -321,6 +321,10 @@ inline const UnaryFunction &unaryFunction(Unary u) { return kUnaryFunctions[int(
 inline constexpr bool derivativeReadsInput(Unary u) {
   return kUnaryFunctions[int(u)].derivativeReads == ForwardValue::Input;
 }
+/// Whether the CUDA kernels' GEMMs apply u inside cuBLASLt (its epilogues:
+/// ReLU, and its GELU, the tanh form); any other activation is a pass of
+/// its own after the GEMM (docs/optimization.md, "GEMM epilogues").
+inline constexpr bool cudaGemmEpilogueApplies(Unary u) { return u == Unary::Relu || u == Unary::GeluTanh; }
 inline const char *unaryName(Unary u) { return unaryFunction(u).spelling; }
 inline bool parseUnary(std::string_view text, Unary &u) {
   for (int i = 0; i < kNumUnaryFunctions; ++i)

@@ -283,6 +283,8 @@ struct EpiloguePlan {
   bool appliesActivation;
 };
 std::optional<EpiloguePlan> epiloguePlan(std::optional<Unary> activation, bool bias) {
+  static_assert(cudaGemmEpilogueApplies(Unary::Relu) && cudaGemmEpilogueApplies(Unary::GeluTanh),
+                "the activations cuBLASLt applies are the ones the compiler leaves as epilogues");
   if (activation == Unary::Relu) return EpiloguePlan{bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU, true};
   if (activation == Unary::GeluTanh)
     return EpiloguePlan{bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU, true};
