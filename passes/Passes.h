@@ -54,6 +54,16 @@ mlir::LogicalResult canonicalizeGemms(mlir::Operation *root, int64_t &applied);
 /// fusion as the cost model sees it.
 bool keepsFloat32Storage(mlir::Value value);
 
+/// The ops that compute `result` from one other saved value (`source`: a
+/// value `isSaved` accepts) and constants: pure unary and binary
+/// element-wise ops and views, at most 8 of them, in program order (the
+/// last computes `result`); empty if there are none. GELU of a kept input is
+/// one op, SwiGLU's silu, g * sigmoid(g), two. pipec-recompute-elementwise
+/// recomputes such a saved value instead of keeping it, and the cost model
+/// does not count it as kept (docs/optimization.md).
+llvm::SmallVector<mlir::Operation *> recomputableFrom(mlir::Value result, llvm::function_ref<bool(mlir::Value)> isSaved,
+                                                      mlir::Value &source);
+
 /// pipec-optimizer: the update rule and its hyper-parameters.
 struct OptimizerOptions {
   ::pipec::Optimizer optimizer = ::pipec::Optimizer::AdamW;

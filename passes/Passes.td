@@ -446,14 +446,18 @@ def FuseElementwise : Pass<"pipec-fuse-elementwise", "mlir::ModuleOp"> {
     In every function of every pipe.stage, element-wise fp32 ops (unary
     functions and their gradients, add, sub, mul, div, pow, binary_grad,
     where, dropout with its mask and dropout_grad) whose results have the
-    same shape are grouped in program order: an op
-    joins the group of an operand's producer when no op outside the group
-    uses a group value before it. Groups of two or more ops move into a
-    `pipe.fused` op at the position of their last op; it yields only the
-    values used outside it (or returned), so intermediates of, e.g., an
-    exported erf-GELU or the normalising tail of a decomposed LayerNorm
-    never reach memory. Code generation emits one loop (CPU) or one kernel
-    (CUDA) per pipe.fused.
+    same shape are grouped in program order, each group computed at one of
+    its ops (its anchor). An op joins the groups of all its operands'
+    producers, merged, or else one of them, or else a group that reads one
+    of its operands too (a sibling), wherever the joined ops can all be
+    computed at the op or at a group's anchor: every operand from outside
+    defined before that point, every reader outside after it. Groups of
+    two or more ops move into a `pipe.fused` op at their anchor, an op that
+    computes what an earlier one of the loop does (dropouts excepted) is
+    that one, and it yields only the values used outside it (or returned),
+    so intermediates of, e.g., an exported erf-GELU, the normalising tail
+    of a decomposed LayerNorm or SwiGLU's backward never reach memory. Code
+    generation emits one loop (CPU) or one kernel (CUDA) per pipe.fused.
   }];
   let statistics = [
     Statistic<"numFused", "fused-groups", "Number of pipe.fused ops created">,

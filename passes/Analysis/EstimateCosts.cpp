@@ -19,6 +19,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/EquivalenceClasses.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -145,8 +146,11 @@ std::optional<int64_t> tensorBytes(Type type, double scale, std::string &why) {
 /// - for an op with a weight gradient, the gradients of its results: the
 ///   input-gradient phase (B) computes them and the weight-gradient phase (W)
 ///   reads them later, so the stage keeps them in the micro-batch's workspace.
+/// With `recomputesElementwise` (-O2), a value read that element-wise ops
+/// compute from one other value read is not kept: pipec-recompute-elementwise
+/// computes it again where it is read (recomputableFrom).
 llvm::DenseMap<Operation *, int64_t> keptBytesByOp(func::FuncOp function, const GradientRoles &roles,
-                                                   double floatScale) {
+                                                   double floatScale, bool recomputesElementwise) {
   llvm::DenseSet<Value> reachesLoss;
   SmallVector<Value> pending;
   function.walk([&](func::ReturnOp returned) {
@@ -198,18 +202,42 @@ llvm::DenseMap<Operation *, int64_t> keptBytesByOp(func::FuncOp function, const 
         if (dy && !roles.isWeightGradient(result)) // a weight's own transform is W work only
           keep(result); // its gradient, of the same type
   });
-  llvm::DenseSet<Value> read;
+  // The values the gradients read as they read them (a view's result, not
+  // its source): what the stages save, and what the recomputation's check
+  // compares against, as pipec-recompute-elementwise does.
+  llvm::SetVector<Value> read;
   scratch.walk([&](Operation *op) {
     for (Value value : op->getOperands()) {
-      while (nn::isView(value.getDefiningOp()))
-        value = value.getDefiningOp()->getOperand(0);
-      Operation *producer = value.getDefiningOp();
+      Value source = value;
+      while (nn::isView(source.getDefiningOp()))
+        source = source.getDefiningOp()->getOperand(0);
+      Operation *producer = source.getDefiningOp();
       if (producer && producer->getBlock() != &scratch && !llvm::isa<nn::ConstantOp>(producer) &&
-          !roles.isWeightGradient(value) && read.insert(value).second)
-        keep(value);
+          !roles.isWeightGradient(source))
+        read.insert(value);
     }
   });
   scratch.dropAllReferences();
+  llvm::DenseSet<Value> recomputed;
+  for (bool progress = recomputesElementwise; progress;) { // as the pass: until nothing changes
+    progress = false;
+    for (Value value : read) {
+      Value source;
+      if (!recomputed.contains(value) &&
+          !recomputableFrom(value, [&](Value v) { return read.contains(v) && !recomputed.contains(v); }, source)
+               .empty())
+        progress |= recomputed.insert(value).second;
+    }
+  }
+  llvm::DenseSet<Value> counted; // a view read stands for its source (it aliases it), once
+  for (Value value : read) {
+    if (recomputed.contains(value))
+      continue;
+    while (nn::isView(value.getDefiningOp()))
+      value = value.getDefiningOp()->getOperand(0);
+    if (counted.insert(value).second)
+      keep(value);
+  }
   return kept;
 }
 
@@ -294,7 +322,7 @@ std::optional<OptimizedCosts> costAsOptimized(ModuleOp module, double activation
         sum.forwardFlops += times.forwardFlops;
       }
     });
-    for (auto [op, bytes] : keptBytesByOp(function, roles, activationScale))
+    for (auto [op, bytes] : keptBytesByOp(function, roles, activationScale, /*recomputesElementwise=*/true))
       if (Operation *target = originalOf(op))
         costs.savedBytes[target] += bytes;
   }
@@ -426,7 +454,8 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
     for (auto function : module.getOps<func::FuncOp>()) {
       GradientRoles roles(function);
       const llvm::DenseMap<Operation *, int64_t> kept =
-          optimized ? llvm::DenseMap<Operation *, int64_t>() : keptBytesByOp(function, roles, activationScale);
+          optimized ? llvm::DenseMap<Operation *, int64_t>()
+                    : keptBytesByOp(function, roles, activationScale, /*recomputesElementwise=*/false);
       llvm::DenseSet<Value> parametersSeen;
       Builder builder(&getContext());
       bool tooLarge = false;

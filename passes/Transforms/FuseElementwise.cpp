@@ -182,6 +182,28 @@ struct FuseElementwise : impl::FuseElementwiseBase<FuseElementwise> {
     return which.front();
   }
 
+  /// Replaces each op of a loop's body that computes what an earlier one
+  /// does (the same op, operands and attributes) by that one: SwiGLU's
+  /// backward recomputes the gate's sigmoid for silu and for its gradient.
+  /// Not MLIR's CSE: two dropouts of one value with the same attributes draw
+  /// different masks (their keys come from their locations).
+  static void computeOnce(Block *body) {
+    SmallVector<Operation *> kept;
+    for (Operation &op : llvm::make_early_inc_range(body->without_terminator())) {
+      if (llvm::isa<nn::DropoutOp, nn::DropoutGradOp>(op))
+        continue;
+      auto same = llvm::find_if(kept, [&](Operation *earlier) {
+        return OperationEquivalence::isEquivalentTo(earlier, &op, OperationEquivalence::IgnoreLocations);
+      });
+      if (same == kept.end()) {
+        kept.push_back(&op);
+        continue;
+      }
+      op.replaceAllUsesWith(*same);
+      op.erase();
+    }
+  }
+
   /// Moves the group's ops into a pipe.fused at the position of its anchor.
   void outline(Group &group) {
     llvm::SmallPtrSet<Operation *, 16> members(group.ops.begin(), group.ops.end());
@@ -225,6 +247,7 @@ struct FuseElementwise : impl::FuseElementwiseBase<FuseElementwise> {
       output.replaceUsesWithIf(result, [&](OpOperand &use) {
         return !fused->isAncestor(use.getOwner());
       });
+    computeOnce(body);
     ++numFused;
     numFusedOps += group.ops.size();
   }

@@ -472,9 +472,10 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
           continue;
         }
         Value value;
-        StringAttr source;
-        SmallVector<Operation *> ops = recomputableFrom(returnOp.getOperand(i), savedAs, value, source);
-        if (ops.empty() || source == name)
+        SmallVector<Operation *> ops = recomputableFrom(
+            returnOp.getOperand(i), [&](Value v) { return static_cast<bool>(savedAs(v)); }, value);
+        StringAttr source = ops.empty() ? StringAttr() : savedAs(value);
+        if (!source || source == name)
           continue;
         for (StringRef reader : {kBackwardInput, kBackwardWeight})
           if (func::FuncOp consumer = stageFunction(stage, reader); consumer && consumer != function)
@@ -488,54 +489,6 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
       return false;
     eraseResults(function, erase);
     return true;
-  }
-
-  /// The ops that compute `result` from one other saved value (`source`,
-  /// saved as `sourceName`) and constants: pure unary and binary
-  /// element-wise ops and views, at most kMaxRecomputedOps of them, in
-  /// program order (the last computes `result`); empty if there are none.
-  /// GELU of a kept input is one op; SwiGLU's silu, g · sigmoid(g), two.
-  template <class SavedAs>
-  static SmallVector<Operation *> recomputableFrom(Value result, SavedAs savedAs, Value &source,
-                                                   StringAttr &sourceName) {
-    constexpr size_t kMaxRecomputedOps = 8;
-    SmallVector<Operation *> ops;
-    llvm::SmallPtrSet<Operation *, 8> seen;
-    SmallVector<Value> todo{result};
-    source = {};
-    while (!todo.empty()) {
-      Value value = todo.pop_back_val();
-      if (value != result) {
-        if (StringAttr saved = savedAs(value)) {
-          if (source && source != value)
-            return {};
-          source = value, sourceName = saved;
-          continue;
-        }
-      }
-      Operation *op = value.getDefiningOp();
-      if (!op)
-        return {};
-      if (!seen.insert(op).second)
-        continue;
-      const bool constant = llvm::isa<nn::ConstantOp>(op);
-      const bool elementwise =
-          llvm::isa<nn::UnaryElementwiseOpInterface, nn::BinaryElementwiseOpInterface>(op) && isPure(op);
-      if ((!constant && !elementwise && !nn::isView(op)) || op->getNumResults() != 1 ||
-          (!constant && ops.size() + 1 > kMaxRecomputedOps))
-        return {};
-      if (op->getBlock() != result.getParentBlock()) // only the function's own ops are cloned
-        return {};
-      ops.push_back(op);
-      for (Value operand : op->getOperands())
-        todo.push_back(operand);
-    }
-    // A lone view of the source, or constants only, is not a recomputation.
-    const bool computes = llvm::any_of(ops, [](Operation *op) { return !nn::isView(op) && !llvm::isa<nn::ConstantOp>(op); });
-    if (!source || !computes)
-      return {};
-    llvm::sort(ops, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
-    return ops;
   }
 
   /// A saved training dropout's mask that its readers use only as the mask
@@ -621,6 +574,46 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
 };
 
 } // namespace
+
+SmallVector<Operation *> recomputableFrom(Value result, llvm::function_ref<bool(Value)> isSaved, Value &source) {
+  constexpr size_t kMaxRecomputedOps = 8;
+  SmallVector<Operation *> ops;
+  llvm::SmallPtrSet<Operation *, 8> seen;
+  SmallVector<Value> todo{result};
+  source = {};
+  while (!todo.empty()) {
+    Value value = todo.pop_back_val();
+    if (value != result && isSaved(value)) {
+      if (source && source != value)
+        return {};
+      source = value;
+      continue;
+    }
+    Operation *op = value.getDefiningOp();
+    if (!op)
+      return {};
+    if (!seen.insert(op).second)
+      continue;
+    const bool constant = llvm::isa<nn::ConstantOp>(op);
+    const bool elementwise =
+        llvm::isa<nn::UnaryElementwiseOpInterface, nn::BinaryElementwiseOpInterface>(op) && isPure(op);
+    if ((!constant && !elementwise && !nn::isView(op)) || op->getNumResults() != 1 ||
+        (!constant && ops.size() + 1 > kMaxRecomputedOps))
+      return {};
+    if (op->getBlock() != result.getParentBlock()) // only the function's own ops are cloned
+      return {};
+    ops.push_back(op);
+    for (Value operand : op->getOperands())
+      todo.push_back(operand);
+  }
+  // A lone view of the source, or constants only, is not a recomputation.
+  const bool computes =
+      llvm::any_of(ops, [](Operation *op) { return !nn::isView(op) && !llvm::isa<nn::ConstantOp>(op); });
+  if (!source || !computes)
+    return {};
+  llvm::sort(ops, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+  return ops;
+}
 
 void WeightStashingOptions::bind(settings::Binder &b) {
   b.integer(settings::kWeightVersions, versions);

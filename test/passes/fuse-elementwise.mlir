@@ -153,6 +153,27 @@ pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
     return %q, %m : tensor<4x8xf32>, tensor<4x1xf32>
   }
 
+  // A loop computes a value once: the second sigmoid of x (recomputed
+  // for another reader) is the first. Dropouts, which draw, are not merged.
+  // CHECK-LABEL: func.func @bwd_once
+  // CHECK: pipe.fused
+  // CHECK-NEXT: ^bb0(%[[X:.*]]: tensor<4x8xf32>)
+  // CHECK-NEXT: %[[S:.*]] = nn.sigmoid %[[X]]
+  // CHECK-NEXT: %[[A:.*]] = nn.add %[[S]], %[[S]]
+  // CHECK-NEXT: nn.dropout %[[A]]
+  // CHECK-NEXT: nn.dropout %[[A]]
+  // CHECK-NEXT: nn.add
+  // CHECK-NEXT: pipe.yield
+  func.func @bwd_once(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+    %s1 = nn.sigmoid %x : tensor<4x8xf32>
+    %s2 = nn.sigmoid %x : tensor<4x8xf32>
+    %a = nn.add %s1, %s2 : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    %d1, %m1 = nn.dropout %a {ratio = 0.1 : f32, training = true} : (tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xi1>)
+    %d2, %m2 = nn.dropout %a {ratio = 0.1 : f32, training = true} : (tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xi1>)
+    %r = nn.add %d1, %d2 : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+    return %r : tensor<4x8xf32>
+  }
+
   // The step's in-place updates are never fused.
   // CHECK-LABEL: func.func @step
   // CHECK-NOT: pipe.fused
