@@ -159,9 +159,26 @@ struct FuseElementwise : impl::FuseElementwiseBase<FuseElementwise> {
       groups[chosen].ops.push_back(&op);
       groupOf[&op] = chosen + 1;
     }
+    // A group nothing outside reads is dead: its ops go, first, so that
+    // none stays behind at its old place reading a value that another
+    // group (which counted it as a reader at this group's anchor) now
+    // computes later.
+    for (Group &group : groups)
+      if (!group.merged && group.ops.size() >= 2 && isDead(group)) {
+        for (Operation *op : llvm::reverse(group.ops))
+          op->erase();
+        group.ops.clear();
+      }
     for (Group &group : groups)
       if (!group.merged && group.ops.size() >= 2)
         outline(group);
+  }
+
+  static bool isDead(const Group &group) {
+    llvm::SmallPtrSet<Operation *, 16> members(group.ops.begin(), group.ops.end());
+    return llvm::all_of(group.ops, [&](Operation *op) {
+      return llvm::all_of(op->getUsers(), [&](Operation *user) { return members.contains(user); });
+    });
   }
 
   /// Moves the groups `which` into the first of them, computed at `anchor`;
@@ -217,8 +234,7 @@ struct FuseElementwise : impl::FuseElementwiseBase<FuseElementwise> {
         if (llvm::any_of(result.getUsers(), [&](Operation *user) { return !members.contains(user); }))
           outputs.push_back(result);
     }
-    if (outputs.empty())
-      return; // dead values: nothing to compute into memory
+    assert(!outputs.empty() && "dead groups are erased before outlining");
     OpBuilder builder(group.anchor);
     SmallVector<Location> locations;
     for (Operation *op : group.ops)

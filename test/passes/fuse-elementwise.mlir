@@ -174,6 +174,28 @@ pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
     return %r : tensor<4x8xf32>
   }
 
+  // A group nothing reads is dead and goes: here the chain of the [3, 4]
+  // values (it read exp(a) and counted as a reader at its own anchor, the
+  // neg), so that the loop of the two exps and their sum, computed where
+  // exp(b) is, leaves nothing behind reading its result before it.
+  // CHECK-LABEL: func.func @dead
+  // CHECK: %[[F:.*]] = pipe.fused(%arg0, %arg1)
+  // CHECK-NEXT: ^bb0
+  // CHECK-NEXT: nn.exp
+  // CHECK-NEXT: nn.exp
+  // CHECK-NEXT: nn.add
+  // CHECK-NEXT: pipe.yield
+  // CHECK-NEXT: }
+  // CHECK-NEXT: return %[[F]]
+  func.func @dead(%a: tensor<4xf32>, %b: tensor<4xf32>, %k: tensor<3x4xf32>) -> tensor<4xf32> {
+    %g2 = nn.exp %a : tensor<4xf32>
+    %y = nn.add %g2, %k : (tensor<4xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
+    %g1 = nn.exp %b : tensor<4xf32>
+    %y2 = nn.neg %y : tensor<3x4xf32>
+    %o = nn.add %g1, %g2 : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    return %o : tensor<4xf32>
+  }
+
   // The step's in-place updates are never fused.
   // CHECK-LABEL: func.func @step
   // CHECK-NOT: pipe.fused
