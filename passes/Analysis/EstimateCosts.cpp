@@ -19,7 +19,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/EquivalenceClasses.h"
-#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -205,7 +205,7 @@ llvm::DenseMap<Operation *, int64_t> keptBytesByOp(func::FuncOp function, const 
   // The values the gradients read as they read them (a view's result, not
   // its source): what the stages save, and what the recomputation's check
   // compares against, as pipec-recompute-elementwise does.
-  llvm::SetVector<Value> read;
+  llvm::MapVector<Value, Value> read; // each to the value its views read
   scratch.walk([&](Operation *op) {
     for (Value value : op->getOperands()) {
       Value source = value;
@@ -214,30 +214,25 @@ llvm::DenseMap<Operation *, int64_t> keptBytesByOp(func::FuncOp function, const 
       Operation *producer = source.getDefiningOp();
       if (producer && producer->getBlock() != &scratch && !llvm::isa<nn::ConstantOp>(producer) &&
           !roles.isWeightGradient(source))
-        read.insert(value);
+        read.insert({value, source});
     }
   });
   scratch.dropAllReferences();
   llvm::DenseSet<Value> recomputed;
   for (bool progress = recomputesElementwise; progress;) { // as the pass: until nothing changes
     progress = false;
-    for (Value value : read) {
+    for (auto [value, viewed] : read) {
       Value source;
       if (!recomputed.contains(value) &&
-          !recomputableFrom(value, [&](Value v) { return read.contains(v) && !recomputed.contains(v); }, source)
+          !recomputableFrom(value, [&](Value v) { return read.count(v) && !recomputed.contains(v); }, source)
                .empty())
         progress |= recomputed.insert(value).second;
     }
   }
   llvm::DenseSet<Value> counted; // a view read stands for its source (it aliases it), once
-  for (Value value : read) {
-    if (recomputed.contains(value))
-      continue;
-    while (nn::isView(value.getDefiningOp()))
-      value = value.getDefiningOp()->getOperand(0);
-    if (counted.insert(value).second)
-      keep(value);
-  }
+  for (auto [value, viewed] : read)
+    if (!recomputed.contains(value) && counted.insert(viewed).second)
+      keep(viewed);
   return kept;
 }
 

@@ -51,8 +51,7 @@ bool isFusible(Operation *op) {
 struct Group {
   SmallVector<Operation *> ops; ///< in program order (a topological order of the body)
   ArrayRef<int64_t> space;
-  Operation *anchor = nullptr; ///< the member where the group will be computed
-  bool merged = false;         ///< moved into another group
+  Operation *anchor = nullptr; ///< the member where the group will be computed (a group merged into another has no ops)
 };
 
 struct FuseElementwise : impl::FuseElementwiseBase<FuseElementwise> {
@@ -164,13 +163,13 @@ struct FuseElementwise : impl::FuseElementwiseBase<FuseElementwise> {
     // group (which counted it as a reader at this group's anchor) now
     // computes later.
     for (Group &group : groups)
-      if (!group.merged && group.ops.size() >= 2 && isDead(group)) {
+      if (group.ops.size() >= 2 && isDead(group)) {
         for (Operation *op : llvm::reverse(group.ops))
           op->erase();
         group.ops.clear();
       }
     for (Group &group : groups)
-      if (!group.merged && group.ops.size() >= 2)
+      if (group.ops.size() >= 2)
         outline(group);
   }
 
@@ -192,7 +191,6 @@ struct FuseElementwise : impl::FuseElementwiseBase<FuseElementwise> {
         groupOf[op] = which.front() + 1;
       }
       groups[g].ops.clear();
-      groups[g].merged = true;
     }
     llvm::sort(into.ops, [&](Operation *a, Operation *b) { return position.lookup(a) < position.lookup(b); });
     into.anchor = anchor;
