@@ -47,6 +47,9 @@ std::unique_ptr<mlir::Pass> createEstimateCosts(const EstimateCostsOptions &opti
 /// `applied` counts them.
 mlir::LogicalResult recognizeComposites(mlir::Operation *root, int64_t &applied);
 mlir::LogicalResult canonicalizeGemms(mlir::Operation *root, int64_t &applied);
+/// pipec-pad-classes' rewrite applied to `root` (the pass, and the cost
+/// model's view of -O2 with bf16 storage); `applied` counts the losses padded.
+void padClasses(mlir::Operation *root, int64_t &applied);
 
 /// Whether pipec-bf16-storage leaves `value` in float32 (statistics, the loss,
 /// the results of ops without a bfloat16 kernel: convolutions, pooling,
@@ -55,8 +58,8 @@ mlir::LogicalResult canonicalizeGemms(mlir::Operation *root, int64_t &applied);
 bool keepsFloat32Storage(mlir::Value value);
 
 /// The ops that compute `result` from one other saved value (`source`: a
-/// value `isSaved` accepts) and constants: pure unary and binary
-/// element-wise ops and views, at most 8 of them, in program order (the
+/// value `isSaved` accepts, or a parameter) and constants: pure unary and
+/// binary element-wise ops, pads and views, at most 8 of them, in program order (the
 /// last computes `result`); empty if there are none. GELU of a kept input is
 /// one op, SwiGLU's silu, g * sigmoid(g), two. pipec-recompute-elementwise
 /// recomputes such a saved value instead of keeping it, and the cost model

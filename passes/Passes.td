@@ -340,6 +340,44 @@ def CanonicalizeGemm : Pass<"pipec-canonicalize-gemm", "mlir::ModuleOp"> {
   ];
 }
 
+def PadClasses : Pass<"pipec-pad-classes", "mlir::ModuleOp"> {
+  let dependentDialects = ["::pipec::nn::NNDialect"];
+  let summary = "A cross-entropy's class dimension that is not a multiple of 8 rounded up in its GEMM: zero weight rows, scores of -inf";
+  let description = [{
+    For CUDA stages with bf16 storage, before autodiff: an
+    `nn.softmax_cross_entropy_loss` (log_prob unused, rank-2 scores) whose
+    scores are an `nn.gemm`'s result through views that keep the class
+    dimension last, where that dimension N is not a multiple of 8 (GPT-2's
+    50,257 words), becomes the same loss over N rounded up to a multiple of
+    64: the GEMM's weight padded with zero rows (or columns), its bias
+    padded with -inf (a bias of 0 then -inf where it had none), class
+    weights padded with 0, and the loss told the real count (`classes`),
+    so labels from N on are still errors. The padding's scores are -inf:
+    the softmax gives them nothing, their gradient is exactly 0, and the
+    loss and every gradient equal the unpadded ones. Autodiff then derives
+    the three GEMMs on the rounded dimension (the input gradient's K, the
+    weight gradient's M) and a slice of the weight gradient. cuBLAS runs
+    bf16 GEMMs with an odd dimension on slow kernels, and the kernel
+    library otherwise copies the [tokens, N] logits and their gradient to
+    and from a rounded layout three times per micro-batch (about 4 ms of
+    GPT-2's at 16 x 1,024 on an H200, docs/gpu-runs.md). Only where
+    pipec/gemm_rounding.h's rule says it pays (at most 1/8 more work, 64
+    FLOPs per byte of the weight's padded copy: 128 rows or more).
+
+    Before:
+      %l = nn.gemm %h, %w {transB = true} : (tensor<256x64xf32>, tensor<1001x64xf32>) -> tensor<256x1001xf32>
+      %loss, %lp = nn.softmax_cross_entropy_loss %l, %labels : ...
+    After:
+      %wp = nn.pad %w {pads = array<i64: 0, 0, 23, 0>} : ... -> tensor<1024x64xf32>
+      %c = nn.constant dense<[0.0, ..., 0xFF800000, ...]> : tensor<1024xf32>
+      %l = nn.gemm %h, %wp, %c {transB = true} : ... -> tensor<256x1024xf32>
+      %loss, %lp = nn.softmax_cross_entropy_loss %l, %labels {classes = 1001 : i64} : ...
+  }];
+  let statistics = [
+    Statistic<"numPadded", "padded", "Number of cross-entropy GEMMs whose class dimension was padded">,
+  ];
+}
+
 def FuseGemmEpilogue : Pass<"pipec-fuse-gemm-epilogue", "mlir::ModuleOp"> {
   let summary = "An activation of a GEMM's result becomes the GEMM's epilogue, and its gradient of a GEMM's product one nn.gemm_activation_grad";
   let description = [{
@@ -421,10 +459,11 @@ def RecomputeElementwise : Pass<"pipec-recompute-elementwise", "mlir::ModuleOp">
     In every pipe.stage, a `pipe.saved` result of @fwd or @bwd_input that
     pure element-wise ops (GELU, ReLU, tanh, SwiGLU's g * sigmoid(g), ...:
     unary and binary ones, views and constants, at most 8 ops) compute from
-    one other `pipe.saved` result of the same function is no longer
+    one other `pipe.saved` result of the same function (or from one
+    parameter, with pads too: pipec-pad-classes' padded weight) is no longer
     returned: each of @bwd_input and @bwd_weight that read it applies the
-    same ops, just before its first reader, to the saved operand (taking
-    that as an argument if it did not already). It repeats until nothing
+    same ops, just before its first reader, to the saved operand or the
+    parameter (taking that as an argument if it did not already). It repeats until nothing
     changes (the sigmoid no longer saved, silu has one saved input). A GPT-2 block keeps its GELU's input for the GELU's gradient
     and, until this pass, its output for the next product's weight gradient;
     one element-wise pass in @bwd_weight replaces the second copy (288 MiB

@@ -29,6 +29,8 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
   if (optimize) {
     pm.addPass(createRecognizeComposites());
     pm.addPass(createCanonicalizeGemm());
+    if (bf16Storage) // cuBLAS's bf16 GEMMs want no odd dimension
+      pm.addPass(createPadClasses());
   }
   pm.addPass(createAutodiff());
   if (config.last == Phase::Autodiff)
@@ -107,7 +109,7 @@ void registerPipecPipeline() {
   static const std::string description =
       "The whole compilation after import, as `pipec MODEL " + settings::flag(settings::kGpus) +
       " ... --emit=optimized` runs it: append-loss, estimate-costs, partition (the planner), [-O2: "
-      "recognize-composites, canonicalize-gemm], autodiff, optimizer, outline-stages, recompute and weight-stashing "
+      "recognize-composites, canonicalize-gemm, [target=cuda precision=bf16: pad-classes]], autodiff, optimizer, outline-stages, recompute and weight-stashing "
       "as planned, verify-pipeline, [-O2: canonicalize-gemm, recompute-elementwise, fuse-gemm-epilogue, "
       "fuse-elementwise], [target=cuda "
       "precision=bf16: bf16-storage], [-O2: plan-memory]";

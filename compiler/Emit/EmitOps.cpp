@@ -51,12 +51,15 @@ std::string StageEmitter::attentionDropout(APFloat ratio, uint64_t dropoutOpId) 
   return f32Literal(ratio.convertToFloat()) + ", !call->inference, " + dropoutStreamKey(dropoutOpId);
 }
 
-std::string StageEmitter::attentionTail(Operation *op, bool sequenceMajor) {
+std::string StageEmitter::scratchThen(Operation *op, const std::string &trailing) const {
   std::string scratch = scratchArgument(op);
+  return (scratch.empty() ? std::string(", pipec::kernels::Workspace{}") : scratch) + trailing;
+}
+
+std::string StageEmitter::attentionTail(Operation *op, bool sequenceMajor) {
   if (!sequenceMajor)
-    return scratch;
-  return (scratch.empty() ? std::string(", pipec::kernels::Workspace{}") : scratch) +
-         ", pipec::kernels::AttentionLayout::SequenceMajor";
+    return scratchArgument(op);
+  return scratchThen(op, ", pipec::kernels::AttentionLayout::SequenceMajor");
 }
 
 void StageEmitter::declareIfCausal(Value mask, bool maskedWhen) {
@@ -419,7 +422,7 @@ bool StageEmitter::emitSoftmaxAttentionLossOp(Operation *op) {
             << (loss.getIgnoreIndex() ? "std::optional<int64_t>(" +
                                             std::to_string(*loss.getIgnoreIndex()) + ")"
                                       : "std::nullopt")
-            << ", " << value << ", " << logProb << scratchArgument(loss) << ");\n";
+            << ", " << value << ", " << logProb << lossClasses(loss, loss.getClasses()) << ");\n";
       })
       .Case([&](nn::SoftmaxCrossEntropyLossGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -431,7 +434,7 @@ bool StageEmitter::emitSoftmaxAttentionLossOp(Operation *op) {
             << (grad.getIgnoreIndex() ? "std::optional<int64_t>(" +
                                             std::to_string(*grad.getIgnoreIndex()) + ")"
                                       : "std::nullopt")
-            << ", " << y << scratchArgument(grad) << ");\n";
+            << ", " << y << lossClasses(grad, grad.getClasses()) << ");\n";
       })
       .Default([&](Operation *) { handled = false; });
   return handled;

@@ -173,6 +173,15 @@ private:
   /// The trailing Workspace argument of a kernel call whose scratch
   /// pipec-plan-memory placed (pipe.scratch), else nothing.
   std::string scratchArgument(Operation *op) const;
+  /// The scratch argument followed by `trailing` (", ..."): an empty
+  /// workspace where the op has no scratch, so that `trailing` lands on the
+  /// kernel's parameter after it.
+  std::string scratchThen(Operation *op, const std::string &trailing) const;
+  /// A cross-entropy's trailing arguments: its scratch and, for a padded
+  /// class axis (pipec-pad-classes), the number of classes before the padding.
+  std::string lossClasses(Operation *op, std::optional<uint64_t> classes) const {
+    return classes ? scratchThen(op, ", int64_t(" + std::to_string(*classes) + ")") : scratchArgument(op);
+  }
   /// nn.attention's mask as the kernels' three arguments: the boolean mask,
   /// the additive one (each a pointer or nullptr) and their shape.
   std::string attentionMask(Value mask) {

@@ -213,7 +213,8 @@ std::optional<std::vector<Tensor>> OpRules::forward() {
         if (auto ignore = loss.getIgnoreIndex())
           ignoreIndex = static_cast<int64_t>(*ignore);
         auto results = kernels::softmaxCrossEntropyLoss(
-            in(0), in(1), optionalIn(loss.getWeights()), loss.getReduction().str(), ignoreIndex);
+            in(0), in(1), optionalIn(loss.getWeights()), loss.getReduction().str(), ignoreIndex,
+            static_cast<int64_t>(loss.getClasses().value_or(0)));
         return std::vector<Tensor>{std::move(results.loss), std::move(results.logProb)};
       })
       .Case([&](nn::ReduceMeanOp reduce) {
@@ -350,7 +351,8 @@ std::optional<std::vector<Tensor>> OpRules::gradient() {
           ignoreIndex = static_cast<int64_t>(*ignore);
         return one(kernels::softmaxCrossEntropyLossGrad(in(0), in(1), in(2),
                                                         optionalIn(grad.getWeights()),
-                                                        grad.getReduction().str(), ignoreIndex));
+                                                        grad.getReduction().str(), ignoreIndex,
+                                                        static_cast<int64_t>(grad.getClasses().value_or(0))));
       })
       .Case([&](nn::GatherGradOp grad) {
         return one(kernels::gatherGrad(in(0), in(1), static_cast<int64_t>(grad.getAxis()),

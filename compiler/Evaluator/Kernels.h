@@ -261,11 +261,14 @@ struct SoftmaxCrossEntropyResults {
 };
 /// scores [N, C, d...], labels [N, d...]. Elements whose label equals
 /// ignoreIndex contribute 0 and weigh nothing; "mean" divides by the summed
-/// weights of the other elements (their count without weights).
+/// weights of the other elements (their count without weights). Labels
+/// must be below `classes` (0: C; a padded class axis, whose padding's
+/// scores are -inf: nn.softmax_cross_entropy_loss's `classes`).
 SoftmaxCrossEntropyResults softmaxCrossEntropyLoss(const Tensor &scores, const Tensor &labels,
                                                    const Tensor *weights,
                                                    const std::string &reduction,
-                                                   std::optional<int64_t> ignoreIndex);
+                                                   std::optional<int64_t> ignoreIndex,
+                                                   int64_t classes = 0);
 /// The gradient of softmaxCrossEntropyLoss's loss (dloss: a scalar for mean
 /// and sum, the labels' shape for none) with respect to the scores:
 /// dloss * w * (softmax - onehot) / W, W the summed weights for mean, else
@@ -273,7 +276,7 @@ SoftmaxCrossEntropyResults softmaxCrossEntropyLoss(const Tensor &scores, const T
 Tensor softmaxCrossEntropyLossGrad(const Tensor &dloss, const Tensor &scores,
                                    const Tensor &labels, const Tensor *weights,
                                    const std::string &reduction,
-                                   std::optional<int64_t> ignoreIndex);
+                                   std::optional<int64_t> ignoreIndex, int64_t classes = 0);
 
 /// Mean over sorted, non-negative axes (all axes when empty).
 Tensor reduceMean(const Tensor &input, const std::vector<int64_t> &axes, bool keepdims);

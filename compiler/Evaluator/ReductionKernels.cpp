@@ -245,6 +245,13 @@ struct LabelWeights {
   double sum = 0;
 };
 
+/// The labels' bound: `classes`, or the whole class axis for 0.
+int64_t labelBound(const Tensor &scores, int64_t classes) {
+  if (classes < 0 || classes > scores.shape[1])
+    throw EvalError(std::to_string(classes) + " classes for a class axis of " + std::to_string(scores.shape[1]));
+  return classes == 0 ? scores.shape[1] : classes;
+}
+
 LabelWeights labelWeights(const Tensor &labels, int64_t classes, const Tensor *weights,
                           std::optional<int64_t> ignoreIndex) {
   LabelWeights result{std::vector<double>(labels.numElements(), 0.0), 0};
@@ -266,9 +273,9 @@ LabelWeights labelWeights(const Tensor &labels, int64_t classes, const Tensor *w
 SoftmaxCrossEntropyResults softmaxCrossEntropyLoss(const Tensor &scores, const Tensor &labels,
                                                    const Tensor *weights,
                                                    const std::string &reduction,
-                                                   std::optional<int64_t> ignoreIndex) {
+                                                   std::optional<int64_t> ignoreIndex, int64_t classes) {
   std::vector<int64_t> labelShape = checkLossOperands(scores, labels, weights, reduction);
-  LabelWeights weighted = labelWeights(labels, scores.shape[1], weights, ignoreIndex);
+  LabelWeights weighted = labelWeights(labels, labelBound(scores, classes), weights, ignoreIndex);
 
   std::vector<double> logProb = logSoftmax(scores, 1);
   AxisView view = viewAround(scores.shape, 1); // outer = N, inner = d1*d2*...
@@ -302,7 +309,7 @@ SoftmaxCrossEntropyResults softmaxCrossEntropyLoss(const Tensor &scores, const T
 Tensor softmaxCrossEntropyLossGrad(const Tensor &dloss, const Tensor &scores,
                                    const Tensor &labels, const Tensor *weights,
                                    const std::string &reduction,
-                                   std::optional<int64_t> ignoreIndex) {
+                                   std::optional<int64_t> ignoreIndex, int64_t labelClasses) {
   std::vector<int64_t> labelShape = checkLossOperands(scores, labels, weights, reduction);
   int64_t classes = scores.shape[1];
   requireFloating(dloss, "dloss");
@@ -313,7 +320,7 @@ Tensor softmaxCrossEntropyLossGrad(const Tensor &dloss, const Tensor &scores,
 
   std::vector<double> logProb = logSoftmax(scores, 1);
   AxisView view = viewAround(scores.shape, 1);
-  LabelWeights weighted = labelWeights(labels, classes, weights, ignoreIndex);
+  LabelWeights weighted = labelWeights(labels, labelBound(scores, labelClasses), weights, ignoreIndex);
   Tensor out = zeros(scores.kind, scores.shape);
   for (int64_t n = 0; n < view.outer; ++n)
     for (int64_t in = 0; in < view.inner; ++in) {

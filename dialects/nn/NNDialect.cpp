@@ -676,6 +676,10 @@ LogicalResult SoftmaxCrossEntropyLossOp::inferReturnTypes(
       return fail(loc, "nn.softmax_cross_entropy_loss: weights must have shape [" +
                            Twine(scoresType.getDimSize(1)) + "]");
   }
+  if (std::optional<int64_t> classes = adaptor.getClasses())
+    if (*classes < 1 || *classes > scoresType.getDimSize(1))
+      return fail(loc, "nn.softmax_cross_entropy_loss: classes must be in [1, " +
+                           Twine(scoresType.getDimSize(1)) + "], got " + Twine(*classes));
   StringRef reduction = adaptor.getReduction();
   if (reduction != "mean" && reduction != "sum" && reduction != "none")
     return fail(loc, "nn.softmax_cross_entropy_loss: reduction must be mean, sum "

@@ -235,7 +235,8 @@ def NN_SoftmaxCrossEntropyLossGradOp : NN_Op<"softmax_cross_entropy_loss_grad", 
   let arguments = (ins NN_FloatTensor:$dloss, NN_FloatTensor:$scores,
                        NN_IntegerTensor:$labels, Optional<NN_FloatTensor>:$weights,
                        DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
-                       OptionalAttr<I64Attr>:$ignore_index);
+                       OptionalAttr<I64Attr>:$ignore_index,
+                       OptionalAttr<I64Attr>:$classes);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }

@@ -345,7 +345,7 @@ Value SoftmaxCrossEntropyLossOp::buildGradient(GradientBuilder &g, ArrayRef<Valu
     return Value();
   return SoftmaxCrossEntropyLossGradOp::create(
       g.b, g.loc, operandType, dy, getScores(), getLabels(), getWeights(),
-      getReduction(), getIgnoreIndexAttr());
+      getReduction(), getIgnoreIndexAttr(), getClassesAttr());
 }
 
 Value ReduceMeanOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {

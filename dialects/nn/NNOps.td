@@ -407,10 +407,17 @@ def NN_AttentionOp : NN_InferredOp<"attention", [NN_Differentiable]> {
 
 def NN_SoftmaxCrossEntropyLossOp : NN_InferredOp<"softmax_cross_entropy_loss", [NN_Differentiable]> {
   let summary = "ONNX SoftmaxCrossEntropyLoss";
+  let description = [{
+    With `classes`, the class axis (scores' axis 1) holds that many classes
+    followed by padding whose scores are -inf, which the softmax gives
+    nothing: labels must be below `classes`. pipec-pad-classes writes it
+    (docs/optimization.md, "Padded classes").
+  }];
   let arguments = (ins NN_FloatTensor:$scores, NN_IntegerTensor:$labels,
                        Optional<NN_FloatTensor>:$weights,
                        DefaultValuedStrAttr<StrAttr, "mean">:$reduction,
-                       OptionalAttr<I64Attr>:$ignore_index);
+                       OptionalAttr<I64Attr>:$ignore_index,
+                       OptionalAttr<I64Attr>:$classes);
   let results = (outs NN_FloatTensor:$loss, NN_FloatTensor:$log_prob);
 }
 

@@ -271,7 +271,8 @@ std::optional<size_t> opNumber(Location part) {
 /// rewritten; each op of the clone is then charged to the original op its
 /// number names.
 template <typename TimesOf>
-std::optional<OptimizedCosts> costAsOptimized(ModuleOp module, double activationScale, const TimesOf &timesOf) {
+std::optional<OptimizedCosts> costAsOptimized(ModuleOp module, double activationScale, bool bf16Storage,
+                                              const TimesOf &timesOf) {
   std::vector<Operation *> original;
   module.walk([&](Operation *op) { original.push_back(op); });
   OwningOpRef<ModuleOp> clone(module.clone());
@@ -284,6 +285,8 @@ std::optional<OptimizedCosts> costAsOptimized(ModuleOp module, double activation
   if (number != original.size() || failed(recognizeComposites(clone->getOperation(), applied)) ||
       failed(canonicalizeGemms(clone->getOperation(), applied)))
     return module.emitError("pipec-estimate-costs: cannot cost the ops as -O2 rewrites them"), std::nullopt;
+  if (bf16Storage)
+    padClasses(clone->getOperation(), applied);
   // The original ops an op's location names, the one it takes over first
   // (its location's first name, as nn::nodeName reads it).
   auto originalsOf = [&](Operation *op) {
@@ -438,7 +441,7 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
     };
     std::optional<OptimizedCosts> optimized;
     if (o.optimized) {
-      optimized = costAsOptimized(module, activationScale, timesOf);
+      optimized = costAsOptimized(module, activationScale, o.precision == Precision::BF16 && o.bf16Storage, timesOf);
       if (!optimized)
         return signalPassFailure();
       markFusedChains(module, optimized->chains);

@@ -135,7 +135,7 @@ struct AppendLoss : PassWithOptions<impl::AppendLossBase<AppendLoss>, AppendLoss
                                            labels);
       auto lossOp = nn::SoftmaxCrossEntropyLossOp::create(builder, loc, scores, flatLabels,
                                                           /*weights=*/Value(), "mean",
-                                                          /*ignore_index=*/nullptr);
+                                                          /*ignore_index=*/nullptr, /*classes=*/nullptr);
       lossValue = lossOp.getLoss();
     } else { // Loss::Mse
       Value labels = addArgument(function, outputType, "labels", nn::Role::Label);

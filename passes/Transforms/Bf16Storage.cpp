@@ -227,6 +227,13 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
       return success();
     case Kind::Preserving: {
       Type storage;
+      // A padded parameter that a product reads in bfloat16 (pipec-pad-classes'
+      // weight) pads the parameter's bfloat16 copy, converted with the
+      // function's other parameters: half the bytes, no float32 copy.
+      if (auto pad = llvm::dyn_cast<nn::PadOp>(op);
+          pad && llvm::isa<BlockArgument>(pad.getInput()) && floatTensor(pad.getInput().getType()) &&
+          !wantsFloat32(pad.getResult()))
+        storage = Bf16();
       for (OpOperand &operand : op->getOpOperands()) {
         if (auto gather = llvm::dyn_cast<nn::GatherOp>(op); gather && operand.get() != gather.getData())
           continue;
@@ -306,6 +313,14 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
         return false;
       Kind kind = kindOf(user);
       if (kind == Kind::Float32Only || (kind == Kind::Bf16Kernel && readsFloat32(user, value)))
+        continue;
+      // A slice keeps its operand's storage (a padded weight's gradient,
+      // pipec-pad-classes, on its way into the parameter's float32 gradient),
+      // and element-wise work between float32 values stays float32.
+      if (llvm::isa<nn::SliceOp>(user) && wantsFloat32(user->getResult(0)))
+        continue;
+      if (kind == Kind::Bf16Kernel && elementwise(user) &&
+          llvm::all_of(user->getResults(), [&](Value result) { return readByFloat32Only(result); }))
         continue;
       return false;
     }

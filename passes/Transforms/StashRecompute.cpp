@@ -473,9 +473,17 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
         }
         Value value;
         SmallVector<Operation *> ops = recomputableFrom(
-            returnOp.getOperand(i), [&](Value v) { return static_cast<bool>(savedAs(v)); }, value);
-        StringAttr source = ops.empty() ? StringAttr() : savedAs(value);
-        if (!source || source == name)
+            returnOp.getOperand(i), [&](Value v) { return savedAs(v) || parameterArgument(function, v); }, value);
+        if (ops.empty())
+          continue;
+        // The source as the readers take it: a saved value, or a parameter
+        // (pipec-pad-classes' padded weight), which every entry point reads.
+        DictionaryAttr source;
+        if (StringAttr saved = savedAs(value))
+          source = Builder(&getContext()).getDictionaryAttr(Builder(&getContext()).getNamedAttr(kSaved, saved));
+        else if (std::optional<unsigned> parameter = parameterArgument(function, value))
+          source = function.getArgAttrDict(*parameter);
+        if (!source || source.get(kSaved) == name)
           continue;
         for (StringRef reader : {kBackwardInput, kBackwardWeight})
           if (func::FuncOp consumer = stageFunction(stage, reader); consumer && consumer != function)
@@ -528,26 +536,43 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
     return true;
   }
 
+  /// The index of `value` among `function`'s parameter arguments (role
+  /// param: the runtime passes each entry point the parameters by name).
+  static std::optional<unsigned> parameterArgument(func::FuncOp function, Value value) {
+    auto argument = llvm::dyn_cast<BlockArgument>(value);
+    if (!argument || argument.getOwner() != &function.getBody().front() ||
+        nn::argumentRole(function, argument.getArgNumber()) != nn::Role::Param)
+      return std::nullopt;
+    return argument.getArgNumber();
+  }
+
   /// Replaces `consumer`'s argument saved as `name` by `ops` (in program
-  /// order, the last computing the value) applied to its argument saved as
-  /// `source` (added if it has none), just before its first reader.
+  /// order, the last computing the value) applied to its argument with the
+  /// attributes `source` (a saved value, or a parameter: added if it has
+  /// none), just before its first reader.
   void recomputeIn(func::FuncOp consumer, ArrayRef<Operation *> ops, Value sourceValue, StringAttr name,
-                   StringAttr source) {
+                   DictionaryAttr source) {
     auto argumentSaved = [&](StringAttr saved) -> std::optional<unsigned> {
       for (unsigned a = 0; a < consumer.getNumArguments(); ++a)
         if (consumer.getArgAttrOfType<StringAttr>(a, kSaved) == saved)
           return a;
       return std::nullopt;
     };
+    // A saved source by its name, a parameter by its name and role.
+    const StringRef key = source.get(kSaved) ? StringRef(kSaved) : StringRef(nn::kNameAttrName);
+    auto argumentWithSource = [&]() -> std::optional<unsigned> {
+      for (unsigned a = 0; a < consumer.getNumArguments(); ++a)
+        if (consumer.getArgAttr(a, key) == source.get(key) &&
+            (key == kSaved || nn::argumentRole(consumer, a) == nn::Role::Param))
+          return a;
+      return std::nullopt;
+    };
     if (!argumentSaved(name))
       return;
-    if (!argumentSaved(source)) {
-      Builder builder(consumer.getContext());
-      insertArgument(consumer, sourceValue.getType(),
-                     builder.getDictionaryAttr(builder.getNamedAttr(kSaved, source)), ops.front()->getLoc());
-    }
+    if (!argumentWithSource())
+      insertArgument(consumer, sourceValue.getType(), source, ops.front()->getLoc());
     const unsigned read = *argumentSaved(name);
-    Value input = consumer.getArgument(*argumentSaved(source));
+    Value input = consumer.getArgument(*argumentWithSource());
     // Just before its first reader, so that the value lives no longer than it did.
     Value replaced = consumer.getArgument(read);
     Block &body = consumer.getBody().front();
@@ -595,8 +620,10 @@ SmallVector<Operation *> recomputableFrom(Value result, llvm::function_ref<bool(
     if (!seen.insert(op).second)
       continue;
     const bool constant = llvm::isa<nn::ConstantOp>(op);
+    // A pad is a copy with new elements, as cheap to redo as the others.
     const bool elementwise =
-        llvm::isa<nn::UnaryElementwiseOpInterface, nn::BinaryElementwiseOpInterface>(op) && isPure(op);
+        (llvm::isa<nn::UnaryElementwiseOpInterface, nn::BinaryElementwiseOpInterface>(op) && isPure(op)) ||
+        llvm::isa<nn::PadOp>(op);
     if ((!constant && !elementwise && !nn::isView(op)) || op->getNumResults() != 1 ||
         (!constant && ops.size() + 1 > kMaxRecomputedOps))
       return {};

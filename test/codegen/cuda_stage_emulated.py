@@ -18,7 +18,8 @@ both stages with the same tensors for two micro-batches and an AdamW step and
 compares every tensor they write; then the same for the CPU stage at -O0
 (one library kernel per op, dropout's mask from pk::dropout) against -O2.
 Then bf16 storage (--precision bf16, pipec-bf16-storage): this model, a
-12-block GPT-2 (cuda_launch_count.py's tiny one) and the zoo's Llama
+12-block GPT-2 (cuda_launch_count.py's tiny one), a 2-block one with a
+vocabulary of 1,001 words (pipec-pad-classes) and the zoo's Llama
 (test/models/hf-llama-legacy.onnx: RMSNorm, rotary, an additive mask,
 grouped-query heads that nn.attention reads in place) as
 CUDA stages storing activations in bf16, against their CPU stages in float32
@@ -42,6 +43,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 ROWS, FEATURES, HIDDEN, CLASSES = 6, 12, 16, 5
+ODD_VOCABULARY = 1001  # not a multiple of 8: pipec-pad-classes pads it to 1,024
 
 
 def write_model(path):
@@ -176,6 +178,16 @@ def main():
         run([args.pipec, gpt, "--gpus", "1x1", "--microbatches", "2", "-O2", "--optimizer", "adamw", "--out", gpt_cpu,
              "--build"], env=env)
         failures += compare_bf16_storage(args, work, env, "gpt", gpt, gpt_cpu)
+        # Two blocks with a vocabulary of 1,001 words and 160 tokens per
+        # micro-batch: pipec-pad-classes rounds the vocabulary GEMMs to 1,024
+        # classes (the loss told 1,001), which must not change a value.
+        odd = os.path.join(work, "gpt-odd-vocabulary.onnx")
+        write_gpt2(odd, **dict(TINY, layers=2, vocab=ODD_VOCABULARY, batch=20))
+        odd_cpu = os.path.join(work, "gpt-odd-vocabulary-cpu")
+        run([args.pipec, odd, "--gpus", "1x1", "--microbatches", "2", "-O2", "--optimizer", "adamw", "--out", odd_cpu,
+             "--build"], env=env)
+        failures += compare_bf16_storage(args, work, env, "gpt-odd-vocabulary", odd, odd_cpu,
+                                         expect=f"int64_t({ODD_VOCABULARY})")
         # A Llama of the model zoo: RMSNorm, rotary tables and an additive
         # attention mask, which bf16 storage keeps float32.
         llama = os.path.join(root, "test", "models", "hf-llama-legacy.onnx")
@@ -273,11 +285,12 @@ def compare_cudnn_convolutions(args, work, env, model, cpu):
     return int(compared.returncode != 0)
 
 
-def compare_bf16_storage(args, work, env, name, model, cpu, optimizer="adamw", tolerance=BF16_TOLERANCE):
+def compare_bf16_storage(args, work, env, name, model, cpu, optimizer="adamw", tolerance=BF16_TOLERANCE, expect=None):
     """The CUDA stage of MODEL at --precision bf16 (pipec-bf16-storage)
     against the CPU stage CPU: within TOLERANCE, and differing from it
     by more than float32 rounding somewhere (else nothing was stored in
-    bf16). Returns the number of failures."""
+    bf16); its source contains EXPECT if given. Returns the number of
+    failures."""
     cuda = os.path.join(work, name + "-cuda-bf16")
     run([args.pipec, model, "--gpus", "1x1", "--microbatches", "2", "-O2", "--optimizer", optimizer, "--target",
          "cuda", "--precision", "bf16", "--out", cuda], env=env)
@@ -285,6 +298,9 @@ def compare_bf16_storage(args, work, env, name, model, cpu, optimizer="adamw", t
     source = open(os.path.join(stages, "stage_0.cu")).read()
     if "pk::bf16 *" not in source:
         print(f"FAIL: {name}: the bf16 CUDA stage stores nothing in bf16")
+        return 1
+    if expect and expect not in source:
+        print(f"FAIL: {name}: the bf16 CUDA stage has no {expect}")
         return 1
     library = build_emulated_stage(stages, os.path.join(work, name + "-translated-bf16"), args.emulation_dir,
                                    args.emulated_library, args.cxx, args.source_root)

@@ -192,3 +192,36 @@ pipe.stage @stage_3 attributes {id = 3 : i64, replicas = 1 : i64} {
     return %dw, %ds, %dt : tensor<4x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>
   }
 }
+
+// pipec-pad-classes' vocabulary: the padded weight pads the parameter's
+// bf16 copy (converted at the start), the padded logits and their gradient
+// are bf16, and the weight gradient of the padded product stays f32 through
+// the slice of its real rows and the add of the embedding's gradient.
+// CHECK-LABEL: pipe.stage @stage_6
+// CHECK: func.func @fwd
+// CHECK: %[[W:.*]] = nn.cast %arg0 : tensor<5x8xf32> -> tensor<5x8xbf16>
+// CHECK: %[[P:.*]] = nn.pad %[[W]] {pads = array<i64: 0, 0, 3, 0>} : (tensor<5x8xbf16>) -> tensor<8x8xbf16>
+// CHECK: nn.gemm %{{.*}}, %[[P]], %{{.*}} {transB = true} : (tensor<4x8xbf16>, tensor<8x8xbf16>, tensor<8xbf16>) -> tensor<4x8xbf16>
+// CHECK: func.func @bwd_weight
+// CHECK: %[[G:.*]] = nn.gemm {{.*}} : (tensor<4x8xbf16>, tensor<4x8xbf16>) -> tensor<8x8xf32>
+// CHECK: %[[S:.*]] = nn.slice %[[G]] {{.*}} : (tensor<8x8xf32>) -> tensor<5x8xf32>
+// CHECK: nn.add %[[S]], %{{.*}} : (tensor<5x8xf32>, tensor<5x8xf32>) -> tensor<5x8xf32>
+pipe.stage @stage_6 attributes {id = 6 : i64, replicas = 1 : i64} {
+  func.func @fwd(%w: tensor<5x8xf32> {nn.name = "w6", nn.role = #nn.role<param>}, %x: tensor<4x8xf32> {nn.name = "x6", nn.role = #nn.role<input>},
+                 %l: tensor<4xi64> {nn.name = "l6", nn.role = #nn.role<label>})
+      -> (tensor<f32> {nn.role = #nn.role<loss>}, tensor<4x8xf32> {pipe.saved = "logits6"}, tensor<4x8xf32> {pipe.saved = "x6"}) {
+    %p = nn.pad %w {pads = array<i64: 0, 0, 3, 0>} : (tensor<5x8xf32>) -> tensor<8x8xf32>
+    %c = nn.constant dense<[0.0, 0.0, 0.0, 0.0, 0.0, 0xFF800000, 0xFF800000, 0xFF800000]> : tensor<8xf32>
+    %y = nn.gemm %x, %p, %c {transB = true} : (tensor<4x8xf32>, tensor<8x8xf32>, tensor<8xf32>) -> tensor<4x8xf32>
+    %loss, %lp = nn.softmax_cross_entropy_loss %y, %l {classes = 5 : i64} : (tensor<4x8xf32>, tensor<4xi64>) -> (tensor<f32>, tensor<4x8xf32>)
+    return %loss, %y, %x : tensor<f32>, tensor<4x8xf32>, tensor<4x8xf32>
+  }
+  func.func @bwd_weight(%dy: tensor<4x8xf32> {pipe.saved = "dlogits6"}, %x: tensor<4x8xf32> {pipe.saved = "x6"},
+                        %e: tensor<5x8xf32> {pipe.saved = "embedding6"})
+      -> (tensor<5x8xf32> {nn.role = #nn.role<grad>}) {
+    %g = nn.gemm %dy, %x {transA = true} : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<8x8xf32>
+    %s = nn.slice %g {starts = array<i64: 0, 0>, ends = array<i64: 5, 8>, steps = array<i64: 1, 1>} : (tensor<8x8xf32>) -> tensor<5x8xf32>
+    %r = nn.add %s, %e : (tensor<5x8xf32>, tensor<5x8xf32>) -> tensor<5x8xf32>
+    return %r : tensor<5x8xf32>
+  }
+}

@@ -131,3 +131,35 @@ pipe.stage @stage_4 attributes {id = 4 : i64, replicas = 1 : i64} {
     return %r, %o : tensor<4x8xf32>, tensor<4x8xf32>
   }
 }
+
+// A value computed from a parameter alone (pipec-pad-classes' padded
+// weight) is not saved: @bwd_input, which read the saved copy, takes the
+// parameter (by its name) and pads it again; @bwd_weight, which already
+// took the parameter, reads its own argument.
+// CHECK-LABEL: pipe.stage @stage_5
+// CHECK: func.func @fwd{{.*}} -> tensor<4x8xf32> attributes
+// CHECK: func.func @bwd_input(%[[W:.*]]: tensor<5x8xf32> {nn.name = "w", nn.role = #nn.role<param>}, %[[DY:.*]]: tensor<4x8xf32> {nn.name = "dy", nn.role = #nn.role<input>})
+// CHECK-NEXT: %[[P:.*]] = nn.pad %[[W]] {pads = array<i64: 0, 0, 3, 0>}
+// CHECK-NEXT: nn.gemm %[[DY]], %[[P]]
+// CHECK: func.func @bwd_weight(%[[W2:.*]]: tensor<5x8xf32> {nn.name = "w", nn.role = #nn.role<param>}
+// CHECK-NEXT: %[[P2:.*]] = nn.pad %[[W2]] {pads = array<i64: 0, 0, 3, 0>}
+// CHECK-NEXT: nn.slice %[[P2]]
+pipe.stage @stage_5 attributes {id = 5 : i64, replicas = 1 : i64} {
+  func.func @fwd(%x: tensor<4x8xf32> {nn.name = "x", nn.role = #nn.role<input>}, %w: tensor<5x8xf32> {nn.name = "w", nn.role = #nn.role<param>})
+      -> (tensor<4x8xf32>, tensor<8x8xf32> {pipe.saved = "padded"}) {
+    %p = nn.pad %w {pads = array<i64: 0, 0, 3, 0>} : (tensor<5x8xf32>) -> tensor<8x8xf32>
+    %y = nn.gemm %x, %p {transB = true} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+    return %y, %p : tensor<4x8xf32>, tensor<8x8xf32>
+  }
+  func.func @bwd_input(%dy: tensor<4x8xf32> {nn.name = "dy", nn.role = #nn.role<input>}, %p: tensor<8x8xf32> {pipe.saved = "padded"})
+      -> tensor<4x8xf32> {
+    %dx = nn.gemm %dy, %p : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+    return %dx : tensor<4x8xf32>
+  }
+  func.func @bwd_weight(%w: tensor<5x8xf32> {nn.name = "w", nn.role = #nn.role<param>}, %p: tensor<8x8xf32> {pipe.saved = "padded"})
+      -> tensor<5x8xf32> {
+    %s = nn.slice %p {starts = array<i64: 0, 0>, ends = array<i64: 5, 8>, steps = array<i64: 1, 1>} : (tensor<8x8xf32>) -> tensor<5x8xf32>
+    %r = nn.add %s, %w : (tensor<5x8xf32>, tensor<5x8xf32>) -> tensor<5x8xf32>
+    return %r : tensor<5x8xf32>
+  }
+}

@@ -325,6 +325,14 @@ AxisView lossView(const char *op, const Shape &ss, const float *weights) {
   return viewAround(ss, 1);
 }
 
+/// The labels' bound: `classes` (a padded class axis, pipec-pad-classes) or,
+/// for 0, the whole class axis.
+int64_t labelBound(const char *op, const AxisView &v, int64_t classes) {
+  if (classes < 0 || classes > v.size)
+    fail(op, std::to_string(classes) + " classes for a class axis of " + std::to_string(v.size));
+  return classes == 0 ? v.size : classes;
+}
+
 template <class L> int64_t checkedLabel(const char *op, L label, int64_t classes) {
   if (label < 0 || (int64_t)label >= classes)
     fail(op, "label " + std::to_string((int64_t)label) + " out of range [0, " + std::to_string(classes) + ")");
@@ -335,9 +343,10 @@ template <class L> int64_t checkedLabel(const char *op, L label, int64_t classes
 template <class L>
 void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labels, const float *weights,
                              Reduction reduction, std::optional<int64_t> ignoreIndex, float *loss, float *logProb,
-                             const Workspace &workspace) {
+                             const Workspace &workspace, int64_t classes) {
   const char *op = "nn.softmax_cross_entropy_loss";
   const AxisView v = lossView(op, ss, weights);
+  const int64_t bound = labelBound(op, v, classes);
   Scratch scratch(op, workspace, softmaxCrossEntropyScratch(ScratchTarget::Cpu, ss, reduction, false));
   double *lse = scratch.shared<double>(v.outer * v.inner);
   logSumExp(scores, v, lse);
@@ -363,7 +372,7 @@ void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labe
       const int64_t e = n * v.inner + in;
       double l = 0;
       if (!(ignoreIndex && (int64_t)labels[e] == *ignoreIndex)) {
-        const int64_t label = checkedLabel(op, labels[e], v.size);
+        const int64_t label = checkedLabel(op, labels[e], bound);
         const double w = weights ? weights[label] : 1.0;
         l = -w * ((double)scores[(n * v.size + label) * v.inner + in] - lse[e]);
         lossSum += l;
@@ -379,9 +388,10 @@ void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labe
 template <class L>
 void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const Shape &ss, const L *labels,
                                  const float *weights, Reduction reduction, std::optional<int64_t> ignoreIndex,
-                                 float *dscores, const Workspace &workspace) {
+                                 float *dscores, const Workspace &workspace, int64_t classes) {
   const char *op = "nn.softmax_cross_entropy_loss_grad";
   const AxisView v = lossView(op, ss, weights);
+  const int64_t bound = labelBound(op, v, classes);
   Scratch scratch(op, workspace, softmaxCrossEntropyScratch(ScratchTarget::Cpu, ss, reduction, true));
   double *lse = scratch.shared<double>(v.outer * v.inner);
   logSumExp(scores, v, lse);
@@ -390,12 +400,12 @@ void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const 
     double weightSum = 0;
     for (int64_t e = 0; e < v.outer * v.inner; ++e)
       if (!(ignoreIndex && (int64_t)labels[e] == *ignoreIndex))
-        weightSum += weights ? weights[checkedLabel(op, labels[e], v.size)] : 1.0;
+        weightSum += weights ? weights[checkedLabel(op, labels[e], bound)] : 1.0;
     scale /= weightSum;
   }
   // Labels checked here: the loop below runs on several threads and must not throw.
   for (int64_t e = 0; e < v.outer * v.inner; ++e)
-    if (!(ignoreIndex && (int64_t)labels[e] == *ignoreIndex)) (void)checkedLabel(op, labels[e], v.size);
+    if (!(ignoreIndex && (int64_t)labels[e] == *ignoreIndex)) (void)checkedLabel(op, labels[e], bound);
   parallelRanges(v.outer * v.inner, v.outer * v.size * v.inner, [&](int64_t lo, int64_t hi) {
     for (int64_t row = lo; row < hi; ++row) {
       const int64_t n = row / v.inner, in = row % v.inner;
@@ -430,15 +440,15 @@ void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const 
 }
 
 template void softmaxCrossEntropyLoss<int64_t>(const float *, const Shape &, const int64_t *, const float *, Reduction,
-                                               std::optional<int64_t>, float *, float *, const Workspace &);
+                                               std::optional<int64_t>, float *, float *, const Workspace &, int64_t);
 template void softmaxCrossEntropyLoss<int32_t>(const float *, const Shape &, const int32_t *, const float *, Reduction,
-                                               std::optional<int64_t>, float *, float *, const Workspace &);
+                                               std::optional<int64_t>, float *, float *, const Workspace &, int64_t);
 template void softmaxCrossEntropyLossGrad<int64_t>(const float *, const float *, const Shape &, const int64_t *,
                                                    const float *, Reduction, std::optional<int64_t>, float *,
-                                                   const Workspace &);
+                                                   const Workspace &, int64_t);
 template void softmaxCrossEntropyLossGrad<int32_t>(const float *, const float *, const Shape &, const int32_t *,
                                                    const float *, Reduction, std::optional<int64_t>, float *,
-                                                   const Workspace &);
+                                                   const Workspace &, int64_t);
 
 //===----------------------------------------------------------------------===//
 // Reductions

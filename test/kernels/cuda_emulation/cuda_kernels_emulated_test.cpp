@@ -1635,6 +1635,67 @@ static void testBf16Softmax() {
       }
 }
 
+/// A class axis padded past `classes` with scores of -inf (pipec-pad-classes):
+/// the bf16 CUDA loss on [rows, 1024] with classes 1001 against the CPU float
+/// loss on the unpadded [rows, 1001]; the padding's gradient exactly 0; a
+/// label in the padding reported as out of range, on both targets.
+static void testPaddedClasses() {
+  const int64_t rows = 6, classes = 1001, padded = 1024;
+  const Shape real{rows, classes}, wide{rows, padded};
+  for (int red = 0; red < 3; ++red) {
+    auto s = randbf(real.numel(), -4, 4);
+    std::vector<float> sp(wide.numel(), -INFINITY);
+    for (int64_t r = 0; r < rows; ++r) std::copy(s.begin() + r * classes, s.begin() + (r + 1) * classes, sp.begin() + r * padded);
+    auto sb = toBf(sp);
+    std::vector<int64_t> lab(rows);
+    for (auto &l : lab) l = ri(0, classes - 1);
+    lab[0] = classes - 1;
+    auto w = randv(classes, 0.1f, 2);
+    std::vector<float> wp(w);
+    wp.resize(padded, 0.0f);
+    const int64_t ln = red == 0 ? rows : 1;
+    std::vector<float> lc(ln), lg(ln, NAN), lcPadded(ln, NAN);
+    ctx = "padded classes red " + std::to_string(red);
+    pk::softmaxCrossEntropyLoss(s.data(), real, lab.data(), w.data(), (pk::Reduction)red, std::nullopt, lc.data(), nullptr);
+    pc::softmaxCrossEntropyLoss(sb.data(), wide, lab.data(), wp.data(), (pk::Reduction)red, std::nullopt, lg.data(),
+                                (bf *)nullptr, pk::Workspace{}, classes);
+    pk::softmaxCrossEntropyLoss(sp.data(), wide, lab.data(), wp.data(), (pk::Reduction)red, std::nullopt,
+                                lcPadded.data(), nullptr, pk::Workspace{}, classes);
+    cmp(lc, lg, 1e-5, "loss");
+    cmp(lc, lcPadded, 1e-6, "loss (CPU, padded)");
+    auto dl = randv(ln);
+    std::vector<float> dc(real.numel());
+    std::vector<bf> dg(wide.numel());
+    pk::softmaxCrossEntropyLossGrad(dl.data(), s.data(), real, lab.data(), w.data(), (pk::Reduction)red, std::nullopt,
+                                    dc.data());
+    pc::softmaxCrossEntropyLossGrad(dl.data(), sb.data(), wide, lab.data(), wp.data(), (pk::Reduction)red,
+                                    std::nullopt, dg.data(), pk::Workspace{}, classes);
+    std::vector<bf> dgReal(real.numel());
+    bool paddingZero = true;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < padded; ++c) {
+        if (c < classes) dgReal[r * classes + c] = dg[r * padded + c];
+        else paddingZero = paddingZero && fromBf(std::vector<bf>{dg[r * padded + c]})[0] == 0.0f;
+      }
+    cmpBfTol(dc, dgReal, 1.0 / 128 + 1e-5, "dscores");
+    ++checks;
+    if (!paddingZero) { ++failures; std::printf("FAIL %s: the padding's gradient is not 0\n", ctx.c_str()); }
+  }
+  ctx = "padded classes, a label in the padding";
+  std::vector<float> s(2 * 16, 0.0f), loss(1);
+  const std::vector<int64_t> lab{3, 12};
+  auto sb = toBf(s);
+  pc::softmaxCrossEntropyLoss(sb.data(), Shape{2, 16}, lab.data(), nullptr, pk::Reduction::Mean, std::nullopt,
+                              loss.data(), (bf *)nullptr, pk::Workspace{}, 10);
+  const bool device = throws([] { pc::raiseDeviceErrors(); });
+  const bool host = throws([&] {
+    pk::softmaxCrossEntropyLoss(s.data(), Shape{2, 16}, lab.data(), nullptr, pk::Reduction::Mean, std::nullopt,
+                                loss.data(), nullptr, pk::Workspace{}, 10);
+  });
+  ++checks;
+  if (!device || !host) { ++failures; std::printf("FAIL %s: not reported (CUDA %d, CPU %d)\n", ctx.c_str(), device, host); }
+}
+
 /// An attention of the bf16 tests: operand shapes, the mask's shape and kind
 /// (0 none, 1 boolean, 2 additive), and whether the scale divides.
 struct AttentionCase { Shape qs, ks, vs, ms; int maskKind; bool divide; };
@@ -2130,6 +2191,7 @@ int main(int argc, char **argv) {
   run("many-pieces", testManyPieces);
   run("batch-norm-chunks", testBatchNormChunks);
   run("cnn-kernels", testCnnKernels);
+  run("bf16-padded-classes", testPaddedClasses);
   try { pc::raiseDeviceErrors(); } catch (const std::exception &e) { std::printf("device error: %s\n", e.what()); ++failures; }
   std::printf("%d checks, %d failures, %d launches, %lld CUDA threads, %lld fiber switches, %d gemms\n", checks, failures,
               emu::launches, emu::sched().threadsRun, emu::sched().switches, emu::gemmCalls);

@@ -4,6 +4,7 @@
 // float, or bf16 operands (--precision bf16 stages, docs/cuda-kernels.md)
 // into a bf16 or float result, accumulated in float32 (CUBLAS_COMPUTE_32F).
 #include "gemm.cuh"
+#include "pipec/gemm_rounding.h"
 #include "nn_common.cuh"
 
 #include <cstdio>
@@ -381,23 +382,13 @@ template void expandTo<bf16, bf16>(const char *, const bf16 *, const Shape &, bf
 namespace {
 /// A bf16 GEMM with a dimension that is not a multiple of 8 (GPT-2's
 /// 50,257-word vocabulary) runs on cuBLAS's slow kernels, and padding only
-/// the rows does not fix it: on an H200 the three GEMMs of a tied
-/// vocabulary at 4,096 x 768 took 3.37 / 2.42 / 2.19 ms as they are, 3.37 /
-/// 2.56 / 0.62 ms with rows padded to 16 bytes, and 0.42 / 0.37 / 0.36 ms
-/// with the vocabulary rounded up to 50,304 (bench/gpu/gemm_shapes.cu,
-/// docs/gpu-runs.md). So a large such GEMM runs on copies with its odd
-/// dimensions rounded up to kGemmDimRounding, the added rows and columns
-/// zero, its result computed into a rounded copy and copied back.
-constexpr int64_t kGemmDimRounding = 64;
-/// When it pays: the copies ran at ~2.3 TB/s (0.35 ms for [4,096, 50,257]
-/// bf16 each way) and the rounding saved 6-9 ps per multiply-add pair, so
-/// break-even is 46-74 FLOPs per byte copied; below 2^30 FLOPs the saving is
-/// under the copies' launches. Rounding may add at most 1/8 of the work.
-constexpr double kGemmRoundingMinFlopsPerByte = 64.0;
+/// the rows does not fix it (pipec/gemm_rounding.h). So a large such GEMM
+/// runs on copies with its odd dimensions rounded up, the added rows and
+/// columns zero, its result computed into a rounded copy and copied back,
+/// when pipec/gemm_rounding.h's rule says it pays; below 2^30 FLOPs the
+/// saving is under the copies' launches. A classifier's vocabulary is padded
+/// in the IR instead (pipec-pad-classes), so its logits are never copied.
 constexpr double kGemmRoundingMinFlops = double(int64_t(1) << 30);
-constexpr double kGemmRoundingMaxGrowth = 1.125;
-
-int64_t roundedDim(int64_t d) { return (d + kGemmDimRounding - 1) / kGemmDimRounding * kGemmDimRounding; }
 
 /// rows x width elements from rows `fromLd` apart to rows `toLd` apart.
 template <class E> void copyRows(const char *op, E *to, int64_t toLd, const E *from, int64_t fromLd, int64_t rows,
@@ -429,9 +420,9 @@ template <class T, class TY>
 void cublasGemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const T *A,
                 const T *B, float beta, TY *Y) {
   if constexpr (std::is_same_v<T, bf16>) {
-    const auto odd = [](int64_t d) { return d % 8 != 0; };
-    if (M > 0 && N > 0 && K > 0 && (odd(M) || odd(N) || odd(K))) {
-      const int64_t M2 = odd(M) ? roundedDim(M) : M, N2 = odd(N) ? roundedDim(N) : N, K2 = odd(K) ? roundedDim(K) : K;
+    using namespace pipec::gemm_rounding;
+    if (M > 0 && N > 0 && K > 0 && (isOdd(M) || isOdd(N) || isOdd(K))) {
+      const int64_t M2 = isOdd(M) ? rounded(M) : M, N2 = isOdd(N) ? rounded(N) : N, K2 = isOdd(K) ? rounded(K) : K;
       const bool copyA = M2 != M || K2 != K, copyB = K2 != K || N2 != N, copyY = M2 != M || N2 != N;
       // Bytes read and written by the copies (and the memsets, counted as writes).
       const double bytesA = copyA ? double(M * K + M2 * K2) * sizeof(T) : 0,
@@ -439,8 +430,7 @@ void cublasGemm(const char *op, bool transA, bool transB, int64_t M, int64_t N, 
                    bytesY = copyY ? double(M * N + M2 * N2) * sizeof(TY) * (beta != 0.0f ? 2 : 1) : 0;
       const double flops = 2.0 * double(M) * double(N) * double(K);
       const double growth = double(M2) * double(N2) * double(K2) / (double(M) * double(N) * double(K));
-      if (flops >= kGemmRoundingMinFlops && growth <= kGemmRoundingMaxGrowth &&
-          flops >= kGemmRoundingMinFlopsPerByte * (bytesA + bytesB + bytesY)) {
+      if (flops >= kGemmRoundingMinFlops && growth <= kMaxGrowth && flops >= kMinFlopsPerByte * (bytesA + bytesB + bytesY)) {
         const int64_t scratchA = copyA ? ScratchNeed::alignedScratchBytes(M2 * K2 * (int64_t)sizeof(T)) : 0,
                       scratchB = copyB ? ScratchNeed::alignedScratchBytes(K2 * N2 * (int64_t)sizeof(T)) : 0,
                       scratchY = copyY ? ScratchNeed::alignedScratchBytes(M2 * N2 * (int64_t)sizeof(TY)) : 0;

@@ -373,9 +373,12 @@ template <class P, class T> __device__ double logSumExp(const T *s, int64_t C, i
 }
 
 /// ignoreIndex as the kernels see it.
-struct Ignore {
-  bool has;
-  int64_t value;
+/// Which labels count: all but `ignored` (when `ignores`), each below
+/// `bound` (the class axis, or the classes before its padding).
+struct LabelRule {
+  bool ignores;
+  int64_t ignored;
+  int64_t bound;
 };
 
 /// Per element e = (n, d...): lossE[e] = -w[label] * logProb[label] and
@@ -384,7 +387,7 @@ struct Ignore {
 /// logProb (optional) gets every class's score - lse.
 template <class P, class L, class T>
 __global__ void lossKernel(const T *scores, const L *labels, const float *weights, int64_t segments, int64_t C,
-                           int64_t inner, Ignore ignore, int *errorFlag, float *loss, double *lossE,
+                           int64_t inner, LabelRule rule, int *errorFlag, float *loss, double *lossE,
                            double *weightE, T *logProb) {
   for (int64_t e = P::first(); e < segments; e += P::step()) {
     const int64_t n = e / inner, in = e - n * inner;
@@ -397,8 +400,8 @@ __global__ void lossKernel(const T *scores, const L *labels, const float *weight
     if (P::leader()) {
       double l = 0, w = 0;
       const int64_t label = (int64_t)labels[e];
-      if (!(ignore.has && label == ignore.value)) {
-        if (label < 0 || label >= C) {
+      if (!(rule.ignores && label == rule.ignored)) {
+        if (label < 0 || label >= rule.bound) {
           detail::raiseDevice(errorFlag, detail::kLossLabelOutOfRange);
         } else {
           w = weights ? (double)weights[label] : 1.0;
@@ -430,13 +433,13 @@ __global__ void lossReduceKernel(const double *lossE, const double *weightE, int
 /// Single block: *weightSum = Σ w[label] over the counted elements (labels
 /// out of range are reported and count 0).
 template <class L>
-__global__ void weightSumKernel(const L *labels, const float *weights, int64_t count, int64_t C, Ignore ignore,
+__global__ void weightSumKernel(const L *labels, const float *weights, int64_t count, LabelRule rule,
                                 int *errorFlag, double *weightSum) {
   double w = 0;
   for (int64_t e = threadIdx.x; e < count; e += blockDim.x) {
     const int64_t label = (int64_t)labels[e];
-    if (ignore.has && label == ignore.value) continue;
-    if (label < 0 || label >= C) {
+    if (rule.ignores && label == rule.ignored) continue;
+    if (label < 0 || label >= rule.bound) {
       detail::raiseDevice(errorFlag, detail::kLossLabelOutOfRange);
       continue;
     }
@@ -450,7 +453,7 @@ __global__ void weightSumKernel(const L *labels, const float *weights, int64_t c
 /// None); 0 for ignored elements and labels out of range (reported).
 template <class P, class L, class T>
 __global__ void lossGradKernel(const float *dloss, const T *scores, const L *labels, const float *weights,
-                               int64_t segments, int64_t C, int64_t inner, Ignore ignore, int *errorFlag,
+                               int64_t segments, int64_t C, int64_t inner, LabelRule rule, int *errorFlag,
                                bool none, const double *weightSum, T *dscores) {
   double scale = none ? 1.0 : (double)dloss[0];
   if (weightSum) scale /= *weightSum;
@@ -459,8 +462,8 @@ __global__ void lossGradKernel(const float *dloss, const T *scores, const L *lab
     const T *s = scores + n * C * inner + in;
     T *ds = dscores + n * C * inner + in;
     const int64_t label = (int64_t)labels[e]; // the same for every lane: uniform branches
-    const bool ignored = ignore.has && label == ignore.value;
-    const bool bad = !ignored && (label < 0 || label >= C);
+    const bool ignored = rule.ignores && label == rule.ignored;
+    const bool bad = !ignored && (label < 0 || label >= rule.bound);
     if (ignored || bad) {
       if (bad && P::leader()) detail::raiseDevice(errorFlag, detail::kLossLabelOutOfRange);
       for (int64_t c = P::lane(); c < C; c += P::lanes()) ds[c * inner] = fromF<T>(0.0f);
@@ -487,8 +490,10 @@ AxisView lossView(const char *op, const Shape &ss) {
   return viewAround(ss, 1);
 }
 
-Ignore ignoreOf(const std::optional<int64_t> &ignoreIndex) {
-  return ignoreIndex ? Ignore{true, *ignoreIndex} : Ignore{false, 0};
+LabelRule labelRule(const char *op, const AxisView &v, const std::optional<int64_t> &ignoreIndex, int64_t classes) {
+  if (classes < 0 || classes > v.size)
+    fail(op, std::to_string(classes) + " classes for a class axis of " + std::to_string(v.size));
+  return LabelRule{ignoreIndex.has_value(), ignoreIndex.value_or(0), classes == 0 ? v.size : classes};
 }
 
 constexpr unsigned kReduceThreads = 1024;
@@ -825,7 +830,7 @@ namespace {
 // the scores' storage: bf16 needs what float needs.
 template <class L, class T>
 void lossT(const T *scores, const Shape &ss, const L *labels, const float *weights, Reduction reduction,
-           std::optional<int64_t> ignoreIndex, float *loss, T *logProb, const Workspace &workspace) {
+           std::optional<int64_t> ignoreIndex, float *loss, T *logProb, const Workspace &workspace, int64_t classes) {
   const char *op = "nn.softmax_cross_entropy_loss";
   const AxisView v = lossView(op, ss);
   const int64_t segments = v.outer * v.inner; // loss elements (n, d...)
@@ -844,7 +849,8 @@ void lossT(const T *scores, const Shape &ss, const L *labels, const float *weigh
   launchPerSegment(segments, v.size, v.inner, [&](auto lanes, unsigned grid, unsigned block) {
     using P = decltype(lanes);
     lossKernel<P, L, T><<<grid, block, 0, detail::stream()>>>(scores, labels, weights, segments, v.size, v.inner,
-                                                           ignoreOf(ignoreIndex), flag, none ? loss : nullptr, lossE,
+                                                           labelRule(op, v, ignoreIndex, classes), flag,
+                                                           none ? loss : nullptr, lossE,
                                                            weightE, logProb);
   });
   detail::checkLaunch(op);
@@ -857,17 +863,18 @@ void lossT(const T *scores, const Shape &ss, const L *labels, const float *weigh
 
 template <class L, class T>
 void lossGradT(const float *dloss, const T *scores, const Shape &ss, const L *labels, const float *weights,
-               Reduction reduction, std::optional<int64_t> ignoreIndex, T *dscores, const Workspace &workspace) {
+               Reduction reduction, std::optional<int64_t> ignoreIndex, T *dscores, const Workspace &workspace,
+               int64_t classes) {
   const char *op = "nn.softmax_cross_entropy_loss_grad";
   const AxisView v = lossView(op, ss);
   const int64_t segments = v.outer * v.inner;
   if (segments == 0) return;
-  const Ignore ignore = ignoreOf(ignoreIndex);
+  const LabelRule rule = labelRule(op, v, ignoreIndex, classes);
   int *flag = detail::errorFlag();
   Scratch scratch(op, workspace, softmaxCrossEntropyScratch(ScratchTarget::Cuda, ss, reduction, true));
   double *weightSum = reduction == Reduction::Mean ? scratch.shared<double>(1) : nullptr;
   if (reduction == Reduction::Mean) {
-    weightSumKernel<L><<<1, kReduceThreads, 0, detail::stream()>>>(labels, weights, segments, v.size, ignore, flag,
+    weightSumKernel<L><<<1, kReduceThreads, 0, detail::stream()>>>(labels, weights, segments, rule, flag,
                                                                    weightSum);
     detail::checkLaunch(op);
   }
@@ -875,7 +882,7 @@ void lossGradT(const float *dloss, const T *scores, const Shape &ss, const L *la
   launchPerSegment(segments, v.size, v.inner, [&](auto lanes, unsigned grid, unsigned block) {
     using P = decltype(lanes);
     lossGradKernel<P, L, T><<<grid, block, 0, detail::stream()>>>(dloss, scores, labels, weights, segments,
-                                                                  v.size, v.inner, ignore, flag, none, weightSum,
+                                                                  v.size, v.inner, rule, flag, none, weightSum,
                                                                   dscores);
   });
   detail::checkLaunch(op);
@@ -885,47 +892,47 @@ void lossGradT(const float *dloss, const T *scores, const Shape &ss, const L *la
 template <class L>
 void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labels, const float *weights,
                              Reduction reduction, std::optional<int64_t> ignoreIndex, float *loss, float *logProb,
-                             const Workspace &workspace) {
-  lossT(scores, ss, labels, weights, reduction, ignoreIndex, loss, logProb, workspace);
+                             const Workspace &workspace, int64_t classes) {
+  lossT(scores, ss, labels, weights, reduction, ignoreIndex, loss, logProb, workspace, classes);
 }
 template <class L>
 void softmaxCrossEntropyLoss(const bf16 *scores, const Shape &ss, const L *labels, const float *weights,
                              Reduction reduction, std::optional<int64_t> ignoreIndex, float *loss, bf16 *logProb,
-                             const Workspace &workspace) {
-  lossT(scores, ss, labels, weights, reduction, ignoreIndex, loss, logProb, workspace);
+                             const Workspace &workspace, int64_t classes) {
+  lossT(scores, ss, labels, weights, reduction, ignoreIndex, loss, logProb, workspace, classes);
 }
 template <class L>
 void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const Shape &ss, const L *labels,
                                  const float *weights, Reduction reduction, std::optional<int64_t> ignoreIndex,
-                                 float *dscores, const Workspace &workspace) {
-  lossGradT(dloss, scores, ss, labels, weights, reduction, ignoreIndex, dscores, workspace);
+                                 float *dscores, const Workspace &workspace, int64_t classes) {
+  lossGradT(dloss, scores, ss, labels, weights, reduction, ignoreIndex, dscores, workspace, classes);
 }
 template <class L>
 void softmaxCrossEntropyLossGrad(const float *dloss, const bf16 *scores, const Shape &ss, const L *labels,
                                  const float *weights, Reduction reduction, std::optional<int64_t> ignoreIndex,
-                                 bf16 *dscores, const Workspace &workspace) {
-  lossGradT(dloss, scores, ss, labels, weights, reduction, ignoreIndex, dscores, workspace);
+                                 bf16 *dscores, const Workspace &workspace, int64_t classes) {
+  lossGradT(dloss, scores, ss, labels, weights, reduction, ignoreIndex, dscores, workspace, classes);
 }
 
 template void softmaxCrossEntropyLoss<int64_t>(const float *, const Shape &, const int64_t *, const float *, Reduction,
-                                               std::optional<int64_t>, float *, float *, const Workspace &);
+                                               std::optional<int64_t>, float *, float *, const Workspace &, int64_t);
 template void softmaxCrossEntropyLoss<int32_t>(const float *, const Shape &, const int32_t *, const float *, Reduction,
-                                               std::optional<int64_t>, float *, float *, const Workspace &);
+                                               std::optional<int64_t>, float *, float *, const Workspace &, int64_t);
 template void softmaxCrossEntropyLossGrad<int64_t>(const float *, const float *, const Shape &, const int64_t *,
                                                    const float *, Reduction, std::optional<int64_t>, float *,
-                                                   const Workspace &);
+                                                   const Workspace &, int64_t);
 template void softmaxCrossEntropyLossGrad<int32_t>(const float *, const float *, const Shape &, const int32_t *,
                                                    const float *, Reduction, std::optional<int64_t>, float *,
-                                                   const Workspace &);
+                                                   const Workspace &, int64_t);
 template void softmaxCrossEntropyLoss<int64_t>(const bf16 *, const Shape &, const int64_t *, const float *, Reduction,
-                                               std::optional<int64_t>, float *, bf16 *, const Workspace &);
+                                               std::optional<int64_t>, float *, bf16 *, const Workspace &, int64_t);
 template void softmaxCrossEntropyLoss<int32_t>(const bf16 *, const Shape &, const int32_t *, const float *, Reduction,
-                                               std::optional<int64_t>, float *, bf16 *, const Workspace &);
+                                               std::optional<int64_t>, float *, bf16 *, const Workspace &, int64_t);
 template void softmaxCrossEntropyLossGrad<int64_t>(const float *, const bf16 *, const Shape &, const int64_t *,
                                                    const float *, Reduction, std::optional<int64_t>, bf16 *,
-                                                   const Workspace &);
+                                                   const Workspace &, int64_t);
 template void softmaxCrossEntropyLossGrad<int32_t>(const float *, const bf16 *, const Shape &, const int32_t *,
                                                    const float *, Reduction, std::optional<int64_t>, bf16 *,
-                                                   const Workspace &);
+                                                   const Workspace &, int64_t);
 
 } // namespace pipec::kernels::cuda

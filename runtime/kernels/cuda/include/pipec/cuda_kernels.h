@@ -396,11 +396,11 @@ void globalAveragePool(const bf16 *x, const Shape &xs, bf16 *y);
 template <class L>
 void softmaxCrossEntropyLoss(const bf16 *scores, const Shape &ss, const L *labels, const float *weights,
                              Reduction reduction, std::optional<int64_t> ignoreIndex, float *loss, bf16 *logProb,
-                             const Workspace &scratch = {});
+                             const Workspace &scratch = {}, int64_t classes = 0);
 template <class L>
 void softmaxCrossEntropyLossGrad(const float *dloss, const bf16 *scores, const Shape &ss, const L *labels,
                                  const float *weights, Reduction reduction, std::optional<int64_t> ignoreIndex,
-                                 bf16 *dscores, const Workspace &scratch = {});
+                                 bf16 *dscores, const Workspace &scratch = {}, int64_t classes = 0);
 
 /// Sums of bf16 values into float (bias gradients): as the float versions.
 void reduceSum(const bf16 *x, const Shape &xs, const Dims &axes, float *y, bool accumulate = false);
