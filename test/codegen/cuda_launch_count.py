@@ -14,9 +14,10 @@ cross-entropy loss. It is compiled as one stage:
     pipec MODEL --gpus 1x1 --target cuda --precision bf16 -O2 --optimizer adamw --out DIR
 
 Launches and host syncs: at GPT-2 124M's attention geometry (12 heads, 4
-sequences of 1,024 tokens) but head width 8 and a vocabulary of 64 (the
-launches inside the library depend on the geometry: attention's row blocks,
-layer norms' row chunks; not on the widths) the stage's .cu is translated
+sequences of 1,024 tokens) but head width 8 and a vocabulary of 1,001, odd
+like GPT-2's 50,257 (the launches inside the library depend on the
+geometry: attention's row blocks, layer norms' row chunks; not on the
+widths; an odd vocabulary is padded, pipec-pad-classes) the stage's .cu is translated
 for the host emulation (test/kernels/cuda_emulation, as cuda-stage-emulated
 does) and stage_launch_count calls forward, backward_input and
 backward_weight for three micro-batches and the optimizer step twice,
@@ -63,9 +64,10 @@ REAL = dict(layers=12, width=768, heads=12, context=1024, vocab=50257, batch=4)
 TINY = dict(layers=12, width=32, heads=2, context=16, vocab=64, batch=2)
 # What is counted: GPT-2 124M's attention geometry (12 heads, 4 sequences of
 # 1,024 tokens: the CUDA attention's row blocks, layer norms' row chunks and
-# every grid depend on these) at head width 8 and a vocabulary of 64, run
-# by the emulation without computing (PIPEC_EMU_COUNT_ONLY).
-COUNTED = dict(layers=12, width=96, heads=12, context=1024, vocab=64, batch=4)
+# every grid depend on these) at head width 8 and a vocabulary of 1,001,
+# odd like GPT-2's so that pipec-pad-classes pads both alike, run by the
+# emulation without computing (PIPEC_EMU_COUNT_ONLY).
+COUNTED = dict(layers=12, width=96, heads=12, context=1024, vocab=1001, batch=4)
 ENTRY_POINTS = ("forward", "backward_input", "backward_weight", "step")
 BOUNDED = ("launches", "host_launches", "host_syncs")  # per entry point; activation_bytes for the stage
 DEFAULT_BUDGET = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch_budget.json")

@@ -144,6 +144,12 @@ bool batchNormAppliesRelu(const char *op, std::optional<Unary> activation) {
   return activation.has_value();
 }
 
+int64_t lossLabelBound(const char *op, int64_t classAxis, int64_t classes) {
+  if (classes < 0 || classes > classAxis)
+    fail(op, std::to_string(classes) + " classes for a class axis of " + std::to_string(classAxis));
+  return classes == 0 ? classAxis : classes;
+}
+
 int64_t normalizeAxis(const char *op, int64_t axis, int rank) {
   if (axis < -rank || axis >= rank)
     fail(op, "axis " + std::to_string(axis) + " out of range for rank " + std::to_string(rank));

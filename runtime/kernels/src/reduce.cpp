@@ -325,14 +325,6 @@ AxisView lossView(const char *op, const Shape &ss, const float *weights) {
   return viewAround(ss, 1);
 }
 
-/// The labels' bound: `classes` (a padded class axis, pipec-pad-classes) or,
-/// for 0, the whole class axis.
-int64_t labelBound(const char *op, const AxisView &v, int64_t classes) {
-  if (classes < 0 || classes > v.size)
-    fail(op, std::to_string(classes) + " classes for a class axis of " + std::to_string(v.size));
-  return classes == 0 ? v.size : classes;
-}
-
 template <class L> int64_t checkedLabel(const char *op, L label, int64_t classes) {
   if (label < 0 || (int64_t)label >= classes)
     fail(op, "label " + std::to_string((int64_t)label) + " out of range [0, " + std::to_string(classes) + ")");
@@ -346,7 +338,7 @@ void softmaxCrossEntropyLoss(const float *scores, const Shape &ss, const L *labe
                              const Workspace &workspace, int64_t classes) {
   const char *op = "nn.softmax_cross_entropy_loss";
   const AxisView v = lossView(op, ss, weights);
-  const int64_t bound = labelBound(op, v, classes);
+  const int64_t bound = lossLabelBound(op, v.size, classes);
   Scratch scratch(op, workspace, softmaxCrossEntropyScratch(ScratchTarget::Cpu, ss, reduction, false));
   double *lse = scratch.shared<double>(v.outer * v.inner);
   logSumExp(scores, v, lse);
@@ -391,7 +383,7 @@ void softmaxCrossEntropyLossGrad(const float *dloss, const float *scores, const 
                                  float *dscores, const Workspace &workspace, int64_t classes) {
   const char *op = "nn.softmax_cross_entropy_loss_grad";
   const AxisView v = lossView(op, ss, weights);
-  const int64_t bound = labelBound(op, v, classes);
+  const int64_t bound = lossLabelBound(op, v.size, classes);
   Scratch scratch(op, workspace, softmaxCrossEntropyScratch(ScratchTarget::Cpu, ss, reduction, true));
   double *lse = scratch.shared<double>(v.outer * v.inner);
   logSumExp(scores, v, lse);

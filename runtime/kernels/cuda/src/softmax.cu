@@ -491,9 +491,7 @@ AxisView lossView(const char *op, const Shape &ss) {
 }
 
 LabelRule labelRule(const char *op, const AxisView &v, const std::optional<int64_t> &ignoreIndex, int64_t classes) {
-  if (classes < 0 || classes > v.size)
-    fail(op, std::to_string(classes) + " classes for a class axis of " + std::to_string(v.size));
-  return LabelRule{ignoreIndex.has_value(), ignoreIndex.value_or(0), classes == 0 ? v.size : classes};
+  return LabelRule{ignoreIndex.has_value(), ignoreIndex.value_or(0), lossLabelBound(op, v.size, classes)};
 }
 
 constexpr unsigned kReduceThreads = 1024;

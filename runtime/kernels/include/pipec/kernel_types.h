@@ -89,6 +89,10 @@ int64_t normalizeAxis(const char *op, int64_t axis, int rank);
 /// Unary::Relu, false for none; KernelError naming `op` for any other (the
 /// only one the norm kernels of both libraries apply).
 bool batchNormAppliesRelu(const char *op, std::optional<Unary> activation);
+/// The bound of a cross-entropy's labels: `classes` (a class axis of
+/// `classAxis` padded past it, pipec-pad-classes), or the whole axis for 0;
+/// KernelError naming `op` for a count outside [0, classAxis].
+int64_t lossLabelBound(const char *op, int64_t classAxis, int64_t classes);
 
 /// The geometry of one convolution (nn.conv and its gradients, both
 /// libraries): per spatial axis input, output, kernel, stride, begin pad,
