@@ -459,11 +459,12 @@ def RecomputeElementwise : Pass<"pipec-recompute-elementwise", "mlir::ModuleOp">
     In every pipe.stage, a `pipe.saved` result of @fwd or @bwd_input that
     pure element-wise ops (GELU, ReLU, tanh, SwiGLU's g * sigmoid(g), ...:
     unary and binary ones, views and constants, at most 8 ops) compute from
-    one other `pipe.saved` result of the same function (or from one
-    parameter, with pads too: pipec-pad-classes' padded weight) is no longer
-    returned: each of @bwd_input and @bwd_weight that read it applies the
-    same ops, just before its first reader, to the saved operand or the
-    parameter (taking that as an argument if it did not already). It repeats until nothing
+    one other `pipe.saved` result of the same function, or from one
+    parameter (pipec-pad-classes' padded weight; pads count among the ops),
+    is no longer returned: each of @bwd_input and @bwd_weight that read it
+    applies the same ops, just before its first reader, to the saved
+    operand or the parameter (taking that as an argument if it did not
+    already; where weights are stashed, a pipe.restore of it). It repeats until nothing
     changes (the sigmoid no longer saved, silu has one saved input). A GPT-2 block keeps its GELU's input for the GELU's gradient
     and, until this pass, its output for the next product's weight gradient;
     one element-wise pass in @bwd_weight replaces the second copy (288 MiB

@@ -245,7 +245,9 @@ struct LabelWeights {
   double sum = 0;
 };
 
-/// The labels' bound: `classes`, or the whole class axis for 0.
+/// The labels' bound: `classes`, or the whole class axis for 0 (the kernels'
+/// pk::lossLabelBound, written again: the evaluator is the reference the
+/// kernels are checked against, sharing none of their code).
 int64_t labelBound(const Tensor &scores, int64_t classes) {
   if (classes < 0 || classes > scores.shape[1])
     throw EvalError(std::to_string(classes) + " classes for a class axis of " + std::to_string(scores.shape[1]));

@@ -227,12 +227,10 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
       return success();
     case Kind::Preserving: {
       Type storage;
-      // A padded parameter that a product reads in bfloat16 (pipec-pad-classes'
-      // weight) pads the parameter's bfloat16 copy, converted with the
-      // function's other parameters: half the bytes, no float32 copy.
-      if (auto pad = llvm::dyn_cast<nn::PadOp>(op);
-          pad && llvm::isa<BlockArgument>(pad.getInput()) && floatTensor(pad.getInput().getType()) &&
-          !wantsFloat32(pad.getResult()))
+      // A padded parameter that only bfloat16 kernels read in bfloat16
+      // (pipec-pad-classes' weight, read by its products) pads the
+      // parameter's bfloat16 copy: half the bytes, no float32 copy.
+      if (auto pad = llvm::dyn_cast<nn::PadOp>(op); pad && readsParameter(pad) && onlyBf16Readers(pad.getResult()))
         storage = Bf16();
       for (OpOperand &operand : op->getOpOperands()) {
         if (auto gather = llvm::dyn_cast<nn::GatherOp>(op); gather && operand.get() != gather.getData())
@@ -291,6 +289,27 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
     return float32Operand(op, operand);
   }
 
+  /// Whether `pad` pads a parameter: a parameter argument, or the weight
+  /// version pipe.restore fetches.
+  bool readsParameter(nn::PadOp pad) {
+    Value input = pad.getInput();
+    if (!floatTensor(input.getType()))
+      return false;
+    if (input.getDefiningOp<pipe::RestoreOp>())
+      return true;
+    auto argument = llvm::dyn_cast<BlockArgument>(input);
+    return argument && argument.getOwner() == &current.getBody().front() &&
+           nn::argumentRole(current, argument.getArgNumber()) == nn::Role::Param;
+  }
+
+  /// Whether `value` is read, and only by bfloat16 kernels that read it in
+  /// bfloat16.
+  bool onlyBf16Readers(Value value) {
+    return !value.use_empty() && llvm::all_of(value.getUses(), [&](OpOperand &use) {
+      return kindOf(use.getOwner()) == Kind::Bf16Kernel && !readsFloat32(use.getOwner(), value);
+    });
+  }
+
   /// Whether every use of `value` reads float32: it is returned as a loss,
   /// gradient or output, or read by a float32-only op or a float32 operand
   /// (through views). A value without uses is stored in bfloat16.
@@ -345,7 +364,7 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
         some |= !current.getResultAttr(use.getOperandNumber(), kSaved);
         continue;
       }
-      if (passesThrough(user)) {
+      if (passesThrough(user) || llvm::isa<nn::SliceOp>(user)) { // a slice keeps its operand's storage
         all = readByFloat32Only(user->getResult(0));
         some |= all;
       } else if (llvm::isa<pipe::FusedOp>(user)) {

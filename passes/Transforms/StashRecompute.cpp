@@ -473,18 +473,20 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
         }
         Value value;
         SmallVector<Operation *> ops = recomputableFrom(
-            returnOp.getOperand(i), [&](Value v) { return savedAs(v) || parameterArgument(function, v); }, value);
+            returnOp.getOperand(i), [&](Value v) { return savedAs(v) || parameterName(function, v); }, value);
         if (ops.empty())
           continue;
         // The source as the readers take it: a saved value, or a parameter
-        // (pipec-pad-classes' padded weight), which every entry point reads.
-        DictionaryAttr source;
-        if (StringAttr saved = savedAs(value))
-          source = Builder(&getContext()).getDictionaryAttr(Builder(&getContext()).getNamedAttr(kSaved, saved));
-        else if (std::optional<unsigned> parameter = parameterArgument(function, value))
-          source = function.getArgAttrDict(*parameter);
-        if (!source || source.get(kSaved) == name)
+        // (pipec-pad-classes' padded weight), which every entry point reads:
+        // as an argument by its name, or where weights are stashed, through
+        // pipe.restore (docs/stages.md).
+        Source source{savedAs(value), parameterName(function, value), {}};
+        if (!source.saved && !source.parameter)
           continue;
+        if (source.saved == name || (source.parameter && !readersRestore(stage, function, name)))
+          continue;
+        if (auto argument = llvm::dyn_cast<BlockArgument>(value); argument && source.parameter)
+          source.argumentAttrs = function.getArgAttrDict(argument.getArgNumber());
         for (StringRef reader : {kBackwardInput, kBackwardWeight})
           if (func::FuncOp consumer = stageFunction(stage, reader); consumer && consumer != function)
             recomputeIn(consumer, ops, value, name, source);
@@ -536,43 +538,95 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
     return true;
   }
 
-  /// The index of `value` among `function`'s parameter arguments (role
-  /// param: the runtime passes each entry point the parameters by name).
-  static std::optional<unsigned> parameterArgument(func::FuncOp function, Value value) {
+  /// Where a recomputed value's readers find its source: the saved value of
+  /// that name, or the parameter of that name (`argumentAttrs`: its
+  /// argument's attributes where the producer takes it as one).
+  struct Source {
+    StringAttr saved, parameter;
+    DictionaryAttr argumentAttrs;
+  };
+
+  /// The name of the parameter `value` is in `function`: a parameter
+  /// argument (role param: the runtime passes each entry point the
+  /// parameters by name) or the weight version pipe.restore fetches.
+  static StringAttr parameterName(func::FuncOp function, Value value) {
+    if (auto restore = value.getDefiningOp<pipe::RestoreOp>())
+      return restore.getNameAttr();
     auto argument = llvm::dyn_cast<BlockArgument>(value);
     if (!argument || argument.getOwner() != &function.getBody().front() ||
         nn::argumentRole(function, argument.getArgNumber()) != nn::Role::Param)
-      return std::nullopt;
-    return argument.getArgNumber();
+      return {};
+    return function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), nn::kNameAttrName);
+  }
+
+  /// Whether the readers of `function`'s result saved as `name` can read a
+  /// parameter as the producer did: where weights are stashed, only through
+  /// pipe.restore, which a reader can fetch again when it fetches one already.
+  static bool readersRestore(pipe::StageOp stage, func::FuncOp function, StringAttr name) {
+    bool stashed = false;
+    stage.walk([&](pipe::RestoreOp) { stashed = true; });
+    if (!stashed)
+      return true;
+    for (StringRef reader : {kBackwardInput, kBackwardWeight}) {
+      func::FuncOp consumer = stageFunction(stage, reader);
+      if (!consumer || consumer == function || consumer.getBody().empty())
+        continue;
+      bool reads = false, restores = false;
+      for (unsigned a = 0; a < consumer.getNumArguments(); ++a)
+        reads |= consumer.getArgAttrOfType<StringAttr>(a, kSaved) == name;
+      consumer.walk([&](pipe::RestoreOp) { restores = true; });
+      if (reads && !restores)
+        return false;
+    }
+    return true;
+  }
+
+  /// `consumer`'s value of `source`: its argument saved as that name, or the
+  /// parameter's argument, or its pipe.restore of the parameter (a new one
+  /// beside its others when it fetches other weights); added if it has none.
+  Value sourceIn(func::FuncOp consumer, Type type, const Source &source, Location loc) {
+    Block &body = consumer.getBody().front();
+    if (source.parameter) {
+      SmallVector<pipe::RestoreOp> restores;
+      consumer.walk([&](pipe::RestoreOp restore) { restores.push_back(restore); });
+      for (pipe::RestoreOp restore : restores)
+        if (restore.getNameAttr() == source.parameter)
+          return restore.getResult();
+      if (!restores.empty()) {
+        OpBuilder start = OpBuilder::atBlockBegin(&body);
+        pipe::RestoreOp like = restores.front();
+        return pipe::RestoreOp::create(start, loc, type, like.getMicrobatch(), source.parameter,
+                                       like.getSlotsAttr(), like.getVerticalSyncAttr())
+            .getResult();
+      }
+    }
+    const StringRef key = source.saved ? StringRef(kSaved) : StringRef(nn::kNameAttrName);
+    const Attribute wanted = source.saved ? Attribute(source.saved) : Attribute(source.parameter);
+    for (unsigned a = 0; a < consumer.getNumArguments(); ++a)
+      if (consumer.getArgAttr(a, key) == wanted &&
+          (source.saved || nn::argumentRole(consumer, a) == nn::Role::Param))
+        return consumer.getArgument(a);
+    Builder builder(consumer.getContext());
+    DictionaryAttr attrs = source.saved ? builder.getDictionaryAttr(builder.getNamedAttr(kSaved, source.saved))
+                                        : source.argumentAttrs;
+    return insertArgument(consumer, type, attrs, loc);
   }
 
   /// Replaces `consumer`'s argument saved as `name` by `ops` (in program
-  /// order, the last computing the value) applied to its argument with the
-  /// attributes `source` (a saved value, or a parameter: added if it has
-  /// none), just before its first reader.
+  /// order, the last computing the value) applied to its value of `source`,
+  /// just before its first reader.
   void recomputeIn(func::FuncOp consumer, ArrayRef<Operation *> ops, Value sourceValue, StringAttr name,
-                   DictionaryAttr source) {
+                   const Source &source) {
     auto argumentSaved = [&](StringAttr saved) -> std::optional<unsigned> {
       for (unsigned a = 0; a < consumer.getNumArguments(); ++a)
         if (consumer.getArgAttrOfType<StringAttr>(a, kSaved) == saved)
           return a;
       return std::nullopt;
     };
-    // A saved source by its name, a parameter by its name and role.
-    const StringRef key = source.get(kSaved) ? StringRef(kSaved) : StringRef(nn::kNameAttrName);
-    auto argumentWithSource = [&]() -> std::optional<unsigned> {
-      for (unsigned a = 0; a < consumer.getNumArguments(); ++a)
-        if (consumer.getArgAttr(a, key) == source.get(key) &&
-            (key == kSaved || nn::argumentRole(consumer, a) == nn::Role::Param))
-          return a;
-      return std::nullopt;
-    };
     if (!argumentSaved(name))
       return;
-    if (!argumentWithSource())
-      insertArgument(consumer, sourceValue.getType(), source, ops.front()->getLoc());
+    Value input = sourceIn(consumer, sourceValue.getType(), source, ops.front()->getLoc());
     const unsigned read = *argumentSaved(name);
-    Value input = consumer.getArgument(*argumentWithSource());
     // Just before its first reader, so that the value lives no longer than it did.
     Value replaced = consumer.getArgument(read);
     Block &body = consumer.getBody().front();

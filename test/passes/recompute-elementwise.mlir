@@ -163,3 +163,56 @@ pipe.stage @stage_5 attributes {id = 5 : i64, replicas = 1 : i64} {
     return %r : tensor<5x8xf32>
   }
 }
+
+// Weights stashed (an asynchronous schedule): @bwd_input reads every
+// weight as the version its micro-batch's forward used, through
+// pipe.restore, so the padded parameter is padded again from a new
+// pipe.restore of it beside the others, not from a parameter argument.
+// CHECK-LABEL: pipe.stage @stage_7
+// CHECK: func.func @fwd{{.*}} -> tensor<4x8xf32> attributes
+// CHECK: func.func @bwd_input(%[[DY:[^:]*]]: tensor<4x8xf32> {nn.name = "dy", nn.role = #nn.role<input>}, %[[MB:[^:]*]]: index {nn.role = #nn.role<microbatch>})
+// CHECK-NEXT: %[[W:.*]] = pipe.restore %[[MB]] {name = "w", slots = 2 : i64} : tensor<5x8xf32>
+// CHECK-NEXT: %[[U:.*]] = pipe.restore %[[MB]] {name = "u", slots = 2 : i64} : tensor<8x8xf32>
+// CHECK-NEXT: %[[P:.*]] = nn.pad %[[W]] {pads = array<i64: 0, 0, 3, 0>}
+// CHECK-NEXT: nn.add %[[P]], %[[U]]
+pipe.stage @stage_7 attributes {id = 7 : i64, replicas = 1 : i64} {
+  func.func @fwd(%x: tensor<4x8xf32> {nn.name = "x", nn.role = #nn.role<input>}, %w: tensor<5x8xf32> {nn.name = "w", nn.role = #nn.role<param>},
+                 %u: tensor<8x8xf32> {nn.name = "u", nn.role = #nn.role<param>}, %mb: index {nn.role = #nn.role<microbatch>})
+      -> (tensor<4x8xf32>, tensor<8x8xf32> {pipe.saved = "padded7"}) {
+    pipe.stash %w for %mb {name = "w", slots = 2 : i64} : tensor<5x8xf32>
+    pipe.stash %u for %mb {name = "u", slots = 2 : i64} : tensor<8x8xf32>
+    %p = nn.pad %w {pads = array<i64: 0, 0, 3, 0>} : (tensor<5x8xf32>) -> tensor<8x8xf32>
+    %a = nn.add %p, %u : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+    %y = nn.gemm %x, %a {transB = true} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+    return %y, %p : tensor<4x8xf32>, tensor<8x8xf32>
+  }
+  func.func @bwd_input(%dy: tensor<4x8xf32> {nn.name = "dy", nn.role = #nn.role<input>}, %p: tensor<8x8xf32> {pipe.saved = "padded7"},
+                       %mb: index {nn.role = #nn.role<microbatch>}) -> tensor<4x8xf32> {
+    %u = pipe.restore %mb {name = "u", slots = 2 : i64} : tensor<8x8xf32>
+    %a = nn.add %p, %u : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+    %dx = nn.gemm %dy, %a : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+    return %dx : tensor<4x8xf32>
+  }
+}
+
+// A pad of a saved activation (PyTorch's padded average pooling exports a
+// Pad before the pooling) is a copy: recomputed from its saved input like
+// the element-wise functions.
+// CHECK-LABEL: pipe.stage @stage_8
+// CHECK: func.func @fwd{{.*}} -> (tensor<2x3x4x4xf32>, tensor<2x3x2x2xf32> {pipe.saved = "x8"})
+// CHECK: func.func @bwd_input(%[[DY8:[^:]*]]: {{.*}}, %[[X8:[^:]*]]: tensor<2x3x2x2xf32> {pipe.saved = "x8"})
+// CHECK-NEXT: %[[P8:.*]] = nn.pad %[[X8]]
+// CHECK-NEXT: nn.mul %[[DY8]], %[[P8]]
+pipe.stage @stage_8 attributes {id = 8 : i64, replicas = 1 : i64} {
+  func.func @fwd(%x: tensor<2x3x2x2xf32> {nn.name = "x8", nn.role = #nn.role<input>})
+      -> (tensor<2x3x4x4xf32>, tensor<2x3x2x2xf32> {pipe.saved = "x8"}, tensor<2x3x4x4xf32> {pipe.saved = "padded8"}) {
+    %t = nn.tanh %x : tensor<2x3x2x2xf32>
+    %p = nn.pad %t {pads = array<i64: 0, 0, 1, 1, 0, 0, 1, 1>} : (tensor<2x3x2x2xf32>) -> tensor<2x3x4x4xf32>
+    return %p, %t, %p : tensor<2x3x4x4xf32>, tensor<2x3x2x2xf32>, tensor<2x3x4x4xf32>
+  }
+  func.func @bwd_input(%dy: tensor<2x3x4x4xf32> {nn.name = "dy8", nn.role = #nn.role<input>}, %p: tensor<2x3x4x4xf32> {pipe.saved = "padded8"})
+      -> tensor<2x3x4x4xf32> {
+    %g = nn.mul %dy, %p : (tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>) -> tensor<2x3x4x4xf32>
+    return %g : tensor<2x3x4x4xf32>
+  }
+}
