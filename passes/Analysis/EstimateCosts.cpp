@@ -385,14 +385,12 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
     // Tensor-core peaks as pipec's kernels reach them (the preset's fitted
     // efficiency); fp32 products run on the CUDA cores, never measured.
     double matrixPeak = preset->fp32FlopsPerSecond;
-    double activationScale = 1.0; // bf16 storage halves activation traffic and storage
+    const bool bf16Stored = o.precision == Precision::BF16 && o.bf16Storage;
+    const double activationScale = bf16Stored ? 0.5 : 1.0; // bf16 storage halves activation traffic and storage
     switch (o.precision) {
     case Precision::F32: break;
     case Precision::TF32: matrixPeak = preset->tf32FlopsPerSecond * preset->matrixEfficiency; break;
-    case Precision::BF16:
-      matrixPeak = preset->bf16FlopsPerSecond * preset->matrixEfficiency;
-      activationScale = o.bf16Storage ? 0.5 : 1.0;
-      break;
+    case Precision::BF16: matrixPeak = preset->bf16FlopsPerSecond * preset->matrixEfficiency; break;
     }
     const double optimizerFactor = optimizerStateCopies(o.optimizer);
     llvm::StringMap<MeasuredTimes> measured;
@@ -441,7 +439,7 @@ struct EstimateCosts : PassWithOptions<impl::EstimateCostsBase<EstimateCosts>, E
     };
     std::optional<OptimizedCosts> optimized;
     if (o.optimized) {
-      optimized = costAsOptimized(module, activationScale, o.precision == Precision::BF16 && o.bf16Storage, timesOf);
+      optimized = costAsOptimized(module, activationScale, bf16Stored, timesOf);
       if (!optimized)
         return signalPassFailure();
       markFusedChains(module, optimized->chains);

@@ -20,11 +20,6 @@ using namespace mlir;
 namespace pipec::passes {
 namespace {
 
-RankedTensorType rankedF32(Value value) {
-  auto type = llvm::dyn_cast<RankedTensorType>(value.getType());
-  return type && type.hasStaticShape() && type.getElementType().isF32() ? type : RankedTensorType();
-}
-
 bool isMatrixTranspose(nn::TransposeOp transpose) {
   return transpose && transpose.getPerm().size() == 2 && transpose.getPerm()[0] == 1 &&
          transpose.getPerm()[1] == 0;

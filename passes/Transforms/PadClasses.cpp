@@ -29,23 +29,18 @@ struct ClassGemm {
   int64_t rows = 0, classes = 0, depth = 0;
 };
 
-RankedTensorType staticF32(Value value) {
-  auto type = llvm::dyn_cast<RankedTensorType>(value.getType());
-  return type && type.hasStaticShape() && type.getElementType().isF32() ? type : RankedTensorType();
-}
-
 /// C as a bias of one value per class (shape [N] or [1, N]), read with beta 1.
 bool isClassBias(nn::GemmOp gemm, int64_t classes) {
   if (!gemm.getC())
     return true;
-  RankedTensorType c = staticF32(gemm.getC());
+  RankedTensorType c = rankedF32(gemm.getC());
   if (!c || !gemm.getBeta().isExactlyValue(1.0) || c.getNumElements() != classes || c.getShape().back() != classes)
     return false;
   return c.getRank() == 1 || (c.getRank() == 2 && c.getDimSize(0) == 1);
 }
 
 std::optional<ClassGemm> matchClassGemm(nn::SoftmaxCrossEntropyLossOp loss) {
-  RankedTensorType scores = staticF32(loss.getScores());
+  RankedTensorType scores = rankedF32(loss.getScores());
   if (loss.getClasses() || !loss.getLogProb().use_empty() || !scores || scores.getRank() != 2)
     return std::nullopt;
   ClassGemm match;
@@ -53,7 +48,7 @@ std::optional<ClassGemm> matchClassGemm(nn::SoftmaxCrossEntropyLossOp loss) {
   Value value = loss.getScores();
   SmallVector<Operation *> chain{loss};
   while (auto view = value.getDefiningOp<nn::ReshapeOp>()) {
-    RankedTensorType input = staticF32(view.getInput());
+    RankedTensorType input = rankedF32(view.getInput());
     if (!view->hasOneUse() || !input || input.getRank() == 0 || input.getShape().back() != match.classes)
       return std::nullopt;
     match.views.insert(match.views.begin(), view);
@@ -64,8 +59,8 @@ std::optional<ClassGemm> matchClassGemm(nn::SoftmaxCrossEntropyLossOp loss) {
   if (!match.gemm || !match.gemm->hasOneUse() || match.gemm.getActivation() || match.gemm.getKeepsPreActivation())
     return std::nullopt;
   chain.push_back(match.gemm);
-  RankedTensorType result = staticF32(match.gemm.getResult()), b = staticF32(match.gemm.getB());
-  if (!result || !b || !staticF32(match.gemm.getA()) || result.getDimSize(1) != match.classes ||
+  RankedTensorType result = rankedF32(match.gemm.getResult()), b = rankedF32(match.gemm.getB());
+  if (!result || !b || !rankedF32(match.gemm.getA()) || result.getDimSize(1) != match.classes ||
       !isClassBias(match.gemm, match.classes) || !sameStage(chain))
     return std::nullopt;
   match.rows = result.getDimSize(0);

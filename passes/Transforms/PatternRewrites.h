@@ -43,6 +43,13 @@ inline bool sameStage(llvm::ArrayRef<mlir::Operation *> ops) {
   return llvm::all_of(ops, [&](mlir::Operation *op) { return op->getAttr(pipe::kStageAttrName) == stage; });
 }
 
+/// `value`'s type if it is a statically shaped float32 tensor, else null:
+/// the rewrites apply before bf16 storage, to float32 values of known shape.
+inline mlir::RankedTensorType rankedF32(mlir::Value value) {
+  auto type = llvm::dyn_cast<mlir::RankedTensorType>(value.getType());
+  return type && type.hasStaticShape() && type.getElementType().isF32() ? type : mlir::RankedTensorType();
+}
+
 /// `value` seen with `shape` (itself when it has it): an nn.reshape (a
 /// view) at the builder's insertion point, placed as `anchor`.
 inline mlir::Value reshapeTo(mlir::OpBuilder &builder, mlir::Operation *anchor, mlir::Value value,

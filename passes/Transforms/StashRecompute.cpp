@@ -514,17 +514,16 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
       func::FuncOp consumer = stageFunction(stage, reader);
       if (!consumer || consumer.getBody().empty())
         continue;
-      for (unsigned a = 0; a < consumer.getNumArguments(); ++a) {
-        if (consumer.getArgAttrOfType<StringAttr>(a, kSaved) != name)
-          continue;
-        for (OpOperand &use : consumer.getArgument(a).getUses()) {
-          auto grad = llvm::dyn_cast<nn::DropoutGradOp>(use.getOwner());
-          if (!grad || grad.getMask() != use.get() || grad.getDy() == use.get() ||
-              grad.getRatio() != dropout.getRatio() || grad.getTraining() != dropout.getTraining())
-            return false;
-        }
-        readers.push_back({consumer, a});
+      std::optional<unsigned> a = savedArgument(consumer, name);
+      if (!a)
+        continue;
+      for (OpOperand &use : consumer.getArgument(*a).getUses()) {
+        auto grad = llvm::dyn_cast<nn::DropoutGradOp>(use.getOwner());
+        if (!grad || grad.getMask() != use.get() || grad.getDy() == use.get() ||
+            grad.getRatio() != dropout.getRatio() || grad.getTraining() != dropout.getTraining())
+          return false;
       }
+      readers.push_back({consumer, *a});
     }
     Builder builder(dropout.getContext());
     for (auto [consumer, a] : readers) {
@@ -536,6 +535,14 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
       (void)consumer.eraseArgument(a);
     }
     return true;
+  }
+
+  /// The index of `function`'s argument saved as `name`, if it has one.
+  static std::optional<unsigned> savedArgument(func::FuncOp function, StringAttr name) {
+    for (unsigned a = 0; a < function.getNumArguments(); ++a)
+      if (function.getArgAttrOfType<StringAttr>(a, kSaved) == name)
+        return a;
+    return std::nullopt;
   }
 
   /// Where a recomputed value's readers find its source: the saved value of
@@ -571,11 +578,9 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
       func::FuncOp consumer = stageFunction(stage, reader);
       if (!consumer || consumer == function || consumer.getBody().empty())
         continue;
-      bool reads = false, restores = false;
-      for (unsigned a = 0; a < consumer.getNumArguments(); ++a)
-        reads |= consumer.getArgAttrOfType<StringAttr>(a, kSaved) == name;
+      bool restores = false;
       consumer.walk([&](pipe::RestoreOp) { restores = true; });
-      if (reads && !restores)
+      if (savedArgument(consumer, name) && !restores)
         return false;
     }
     return true;
@@ -600,12 +605,15 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
             .getResult();
       }
     }
-    const StringRef key = source.saved ? StringRef(kSaved) : StringRef(nn::kNameAttrName);
-    const Attribute wanted = source.saved ? Attribute(source.saved) : Attribute(source.parameter);
-    for (unsigned a = 0; a < consumer.getNumArguments(); ++a)
-      if (consumer.getArgAttr(a, key) == wanted &&
-          (source.saved || nn::argumentRole(consumer, a) == nn::Role::Param))
-        return consumer.getArgument(a);
+    if (source.saved) {
+      if (std::optional<unsigned> saved = savedArgument(consumer, source.saved))
+        return consumer.getArgument(*saved);
+    } else {
+      for (unsigned a = 0; a < consumer.getNumArguments(); ++a)
+        if (nn::argumentRole(consumer, a) == nn::Role::Param &&
+            consumer.getArgAttr(a, nn::kNameAttrName) == source.parameter)
+          return consumer.getArgument(a);
+    }
     Builder builder(consumer.getContext());
     DictionaryAttr attrs = source.saved ? builder.getDictionaryAttr(builder.getNamedAttr(kSaved, source.saved))
                                         : source.argumentAttrs;
@@ -617,16 +625,10 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
   /// just before its first reader.
   void recomputeIn(func::FuncOp consumer, ArrayRef<Operation *> ops, Value sourceValue, StringAttr name,
                    const Source &source) {
-    auto argumentSaved = [&](StringAttr saved) -> std::optional<unsigned> {
-      for (unsigned a = 0; a < consumer.getNumArguments(); ++a)
-        if (consumer.getArgAttrOfType<StringAttr>(a, kSaved) == saved)
-          return a;
-      return std::nullopt;
-    };
-    if (!argumentSaved(name))
+    if (!savedArgument(consumer, name))
       return;
     Value input = sourceIn(consumer, sourceValue.getType(), source, ops.front()->getLoc());
-    const unsigned read = *argumentSaved(name);
+    const unsigned read = *savedArgument(consumer, name);
     // Just before its first reader, so that the value lives no longer than it did.
     Value replaced = consumer.getArgument(read);
     Block &body = consumer.getBody().front();
