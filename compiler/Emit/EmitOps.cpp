@@ -56,10 +56,29 @@ std::string StageEmitter::scratchThen(Operation *op, const std::string &trailing
   return (scratch.empty() ? std::string(", pipec::kernels::Workspace{}") : scratch) + trailing;
 }
 
-std::string StageEmitter::attentionTail(Operation *op, bool sequenceMajor) {
+std::string StageEmitter::attentionTail(Operation *op, bool sequenceMajor, int64_t jointHeads) {
   if (!sequenceMajor)
     return scratchArgument(op);
-  return scratchThen(op, ", pipec::kernels::AttentionLayout::SequenceMajor");
+  return scratchThen(op, ", pipec::kernels::AttentionLayout::SequenceMajor" +
+                             (jointHeads ? ", " + std::to_string(jointHeads) : std::string()));
+}
+
+std::array<std::string, 3> StageEmitter::jointWindows(const std::string &joint,
+                                                      const nn::AttentionOperandShapes &shapes) {
+  // [L'..., S, H + 2·Hkv, D]: the query's heads, the key's, the value's.
+  const size_t rank = shapes.query.size();
+  const int64_t width = shapes.query.back(), heads = shapes.query[rank - 2], kvHeads = shapes.key[rank - 2];
+  return {joint, joint + " + " + std::to_string(heads * width),
+          joint + " + " + std::to_string((heads + kvHeads) * width)};
+}
+
+std::string StageEmitter::attentionOperands(std::array<std::string, 3> pointers,
+                                            const nn::AttentionOperandShapes &shapes, int64_t jointKvHeads) {
+  if (jointKvHeads)
+    pointers = jointWindows(pointers[0], shapes);
+  return pointers[0] + ", " + dimsConstant("shape_", "x", shapes.query) + ", " + pointers[1] + ", " +
+         dimsConstant("shape_", "x", shapes.key) + ", " + pointers[2] + ", " +
+         dimsConstant("shape_", "x", shapes.value);
 }
 
 void StageEmitter::declareIfCausal(Value mask, bool maskedWhen) {
@@ -376,31 +395,44 @@ bool StageEmitter::emitSoftmaxAttentionLossOp(Operation *op) {
         std::string lse = allocate(attention.getLogSumExp());
         Value mask = attention.getMask();
         declareIfCausal(mask, attention.getMaskedWhen());
-        out << "  pk::attention(" << ptr(attention.getQuery()) << ", " << shapeOf(attention.getQuery()) << ", "
-            << ptr(attention.getKey()) << ", " << shapeOf(attention.getKey()) << ", " << ptr(attention.getValue())
-            << ", " << shapeOf(attention.getValue()) << ", " << attentionMask(mask) << ", "
+        const int64_t joint = attention.getJointKvHeads();
+        out << "  pk::attention("
+            << attentionOperands({ptr(attention.getQuery()), ptr(attention.getKey()), ptr(attention.getValue())},
+                                 attention.operandShapes(), joint)
+            << ", " << attentionMask(mask) << ", "
             << f32Literal(attention.getScale().convertToFloat())
             << ", " << (attention.getDivide() ? "true" : "false") << ", "
             << f32Literal(attention.getFill().convertToFloat()) << ", "
             << (attention.getMaskedWhen() ? "true" : "false") << ", "
             << attentionDropout(attention.getDropoutRatio(), attention.getDropoutOpId()) << ", " << y << ", " << lse
-            << attentionTail(attention, attention.getSequenceMajor()) << ");\n";
+            << attentionTail(attention, attention.getSequenceMajor(),
+                             joint ? tensorType(attention.getQuery()).getShape().drop_back().back() : 0)
+            << ");\n";
       })
       .Case([&](nn::AttentionGradOp grad) {
-        std::string dq = allocate(grad.getQueryGrad());
-        std::string dk = allocate(grad.getKeyGrad());
-        std::string dv = allocate(grad.getValueGrad());
+        const int64_t joint = grad.getJointKvHeads();
+        const nn::AttentionOperandShapes shapes = grad.operandShapes();
+        // The gradients, or the joint gradient's windows.
+        std::array<std::string, 3> grads;
+        for (auto [index, result] : llvm::enumerate(grad.getGrads()))
+          grads[index] = allocate(result);
+        if (joint)
+          grads = jointWindows(grads[0], shapes);
+        auto [dq, dk, dv] = grads;
         Value mask = grad.getMask();
         declareIfCausal(mask, grad.getMaskedWhen());
-        out << "  pk::attentionGrad(" << ptr(grad.getDy()) << ", " << ptr(grad.getQuery()) << ", "
-            << shapeOf(grad.getQuery()) << ", " << ptr(grad.getKey()) << ", " << shapeOf(grad.getKey()) << ", "
-            << ptr(grad.getValue()) << ", " << shapeOf(grad.getValue()) << ", " << attentionMask(mask) << ", "
+        out << "  pk::attentionGrad(" << ptr(grad.getDy()) << ", "
+            << attentionOperands({ptr(grad.getQuery()), ptr(grad.getKey()), ptr(grad.getValue())}, shapes, joint)
+            << ", " << attentionMask(mask) << ", "
             << ptr(grad.getResult()) << ", "
             << ptr(grad.getLogSumExp()) << ", " << f32Literal(grad.getScale().convertToFloat()) << ", "
             << (grad.getDivide() ? "true" : "false") << ", " << f32Literal(grad.getFill().convertToFloat()) << ", "
             << (grad.getMaskedWhen() ? "true" : "false") << ", "
             << attentionDropout(grad.getDropoutRatio(), grad.getDropoutOpId()) << ", " << dq << ", " << dk << ", "
-            << dv << attentionTail(grad, grad.getSequenceMajor()) << ");\n";
+            << dv
+            << attentionTail(grad, grad.getSequenceMajor(),
+                             joint ? tensorType(grad.getQuery()).getShape().drop_back().back() : 0)
+            << ");\n";
       })
       .Case([&](nn::MaskedSoftmaxGradOp grad) {
         std::string y = allocate(grad.getResult());

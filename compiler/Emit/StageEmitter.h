@@ -17,6 +17,7 @@
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <array>
 #include <map>
 #include <string>
 
@@ -126,8 +127,16 @@ private:
   /// in training, with the forward's step and micro-batch.
   std::string attentionDropout(APFloat ratio, uint64_t dropoutOpId);
   /// nn.attention(_grad)'s trailing kernel arguments: its scratch, then
-  /// (sequence-major operands) its layout, which follows the scratch.
-  std::string attentionTail(Operation *op, bool sequenceMajor);
+  /// (sequence-major operands) its layout, which follows the scratch, and
+  /// the heads per row of a joint operand (0: none).
+  std::string attentionTail(Operation *op, bool sequenceMajor, int64_t jointHeads);
+  /// "q, qs, k, ks, v, vs" of an nn.attention(_grad) whose operands are at
+  /// these pointers: with joint_kv_heads, the windows of the one joint
+  /// value at `pointers[0]`.
+  std::string attentionOperands(std::array<std::string, 3> pointers, const nn::AttentionOperandShapes &shapes,
+                                int64_t jointKvHeads);
+  /// The three pointers the windows of a joint value at `joint` start at.
+  static std::array<std::string, 3> jointWindows(const std::string &joint, const nn::AttentionOperandShapes &shapes);
   /// CUDA: a causal mask constant is declared as such before nn.attention
   /// and its gradient read it (pk::declareCausalMask).
   void declareIfCausal(Value mask, bool maskedWhen);

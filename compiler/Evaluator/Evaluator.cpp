@@ -13,6 +13,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/ScopedPrinter.h"
 
+#include <array>
 #include <deque>
 #include <numeric>
 
@@ -70,6 +71,21 @@ private:
   }
   const Tensor &headMajorOperand(unsigned index, bool sequenceMajor) {
     return sequenceMajor ? swappedOperands.emplace_back(headAxesSwapped(in(index))) : in(index);
+  }
+  // Query, key and value (operands first..first + 2) head-major; a joint
+  // operand's windows split from it (joint_kv_heads, docs/dialects.md).
+  std::array<const Tensor *, 3> attentionOperands(unsigned first, bool sequenceMajor, int64_t jointKvHeads) {
+    if (jointKvHeads == 0)
+      return {&headMajorOperand(first, sequenceMajor), &headMajorOperand(first + 1, sequenceMajor),
+              &headMajorOperand(first + 2, sequenceMajor)};
+    const Tensor &joint = in(first);
+    const int64_t headsAxis = static_cast<int64_t>(joint.shape.size()) - 2;
+    std::vector<Tensor> windows = kernels::split(
+        joint, headsAxis, {joint.shape[headsAxis] - 2 * jointKvHeads, jointKvHeads, jointKvHeads});
+    std::array<const Tensor *, 3> operands;
+    for (size_t i = 0; i < 3; ++i)
+      operands[i] = &swappedOperands.emplace_back(headAxesSwapped(windows[i]));
+    return operands;
   }
   static Tensor inLayout(Tensor result, bool sequenceMajor) {
     if (!sequenceMajor)
@@ -201,9 +217,9 @@ std::optional<std::vector<Tensor>> OpRules::forward() {
       .Case([&](nn::AttentionOp attention) {
         const double dropoutRatio = attention.getDropoutRatioAttr().getValueAsDouble();
         const bool sequenceMajor = attention.getSequenceMajor();
+        const auto [query, key, value] = attentionOperands(0, sequenceMajor, attention.getJointKvHeads());
         auto results = kernels::attention(
-            headMajorOperand(0, sequenceMajor), headMajorOperand(1, sequenceMajor),
-            headMajorOperand(2, sequenceMajor), optionalIn(attention.getMask()), attention.getScaleAttr().getValueAsDouble(), attention.getDivide(),
+            *query, *key, *value, optionalIn(attention.getMask()), attention.getScaleAttr().getValueAsDouble(), attention.getDivide(),
             attention.getFillAttr().getValueAsDouble(), attention.getMaskedWhen(), dropoutRatio,
             redrawnDropoutKey(attention.getDropoutOpId()));
         return std::vector<Tensor>{inLayout(std::move(results.output), sequenceMajor), std::move(results.logSumExp)};
@@ -336,14 +352,19 @@ std::optional<std::vector<Tensor>> OpRules::gradient() {
       })
       .Case([&](nn::AttentionGradOp grad) {
         const bool sequenceMajor = grad.getSequenceMajor();
+        const auto [query, key, value] = attentionOperands(1, sequenceMajor, grad.getJointKvHeads());
         auto grads = kernels::attentionGrad(
-            headMajorOperand(0, sequenceMajor), headMajorOperand(1, sequenceMajor),
-            headMajorOperand(2, sequenceMajor), headMajorOperand(3, sequenceMajor), optionalIn(grad.getMask()), grad.getScaleAttr().getValueAsDouble(),
+            headMajorOperand(0, sequenceMajor), *query, *key, *value, optionalIn(grad.getMask()), grad.getScaleAttr().getValueAsDouble(),
             grad.getDivide(), grad.getFillAttr().getValueAsDouble(), grad.getMaskedWhen(),
             grad.getDropoutRatioAttr().getValueAsDouble(), redrawnDropoutKey(grad.getDropoutOpId()));
-        return std::vector<Tensor>{inLayout(std::move(grads.query), sequenceMajor),
-                                   inLayout(std::move(grads.key), sequenceMajor),
-                                   inLayout(std::move(grads.value), sequenceMajor)};
+        std::vector<Tensor> results{inLayout(std::move(grads.query), sequenceMajor),
+                                    inLayout(std::move(grads.key), sequenceMajor),
+                                    inLayout(std::move(grads.value), sequenceMajor)};
+        if (grad.getJointKvHeads() == 0)
+          return results;
+        // The joint gradient: the windows' gradients in their heads.
+        return one(kernels::concat({&results[0], &results[1], &results[2]},
+                                   static_cast<int64_t>(results[0].shape.size()) - 2));
       })
       .Case([&](nn::SoftmaxCrossEntropyLossGradOp grad) {
         std::optional<int64_t> ignoreIndex;

@@ -211,7 +211,11 @@ OpWork AttentionOp::estimateWork() {
   // gradient is nn.attention_grad's work and the softmax's again; a dropout
   // of P adds its mask's generation to each.
   OpWork work = elementwise(*this, 0, 0);
-  auto query = getQuery().getType(), value = getValue().getType();
+  if (getJointKvHeads() > 0) // one joint operand, read once
+    work.forwardBytes -= 2 * bytesOf(getQuery());
+  const AttentionOperandShapes shapes = operandShapes();
+  auto elementType = getQuery().getType().getElementType();
+  auto query = RankedTensorType::get(shapes.query, elementType), value = RankedTensorType::get(shapes.value, elementType);
   const bool sequenceMajor = getSequenceMajor();
   const auto [rows, keys] = attentionScores(query, value, sequenceMajor);
   const double d = query.getShape().back(), dv = value.getShape().back();

@@ -625,12 +625,48 @@ std::string pipec::nn::attentionShapeError(ArrayRef<int64_t> queryShape, ArrayRe
   return "";
 }
 
+/// The windows of a joint [L'..., S, H + 2·Hkv, D] operand with Hkv =
+/// `kvHeads`; or why it has none, in `error`.
+static AttentionOperandShapes jointAttentionWindows(ArrayRef<int64_t> joint, int64_t kvHeads, std::string &error) {
+  const int64_t rank = joint.size(), heads = rank >= 3 ? joint[rank - 2] - 2 * kvHeads : 0;
+  if (rank < 3 || kvHeads <= 0 || heads <= 0 || heads % kvHeads != 0) {
+    error = "a joint query, key and value " + shapeString(joint) + " must be [L'..., S, H + 2·Hkv, D] with Hkv = " +
+            std::to_string(kvHeads) + " dividing H > 0";
+    return {};
+  }
+  AttentionOperandShapes windows{SmallVector<int64_t>(joint), SmallVector<int64_t>(joint), SmallVector<int64_t>(joint)};
+  windows.query[rank - 2] = heads;
+  windows.key[rank - 2] = windows.value[rank - 2] = kvHeads;
+  return windows;
+}
+
+std::string pipec::nn::attentionOperandsError(Value query, Value key, Value value, std::optional<Value> mask,
+                                              bool sequenceMajor, int64_t jointKvHeads,
+                                              AttentionOperandShapes &shapes) {
+  auto shape = [](Value v) { return SmallVector<int64_t>(rankedType(v).getShape()); };
+  std::string error;
+  if (jointKvHeads == 0)
+    shapes = {shape(query), shape(key), shape(value)};
+  else if (!sequenceMajor || query != key || key != value)
+    return "joint_kv_heads needs sequence_major and one value as query, key and value";
+  else if (shapes = jointAttentionWindows(shape(query), jointKvHeads, error); !error.empty())
+    return error;
+  std::optional<ArrayRef<int64_t>> maskShape;
+  if (mask && *mask)
+    maskShape = rankedType(*mask).getShape();
+  return attentionShapeError(shapes.query, shapes.key, shapes.value, maskShape, sequenceMajor);
+}
+
+AttentionOperandShapes AttentionOp::operandShapes() {
+  AttentionOperandShapes shapes;
+  (void)attentionOperandsError(getQuery(), getKey(), getValue(), {}, getSequenceMajor(), getJointKvHeads(), shapes);
+  return shapes;
+}
+
 LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
                                             SmallVectorImpl<Type> &types) {
-  auto query = rankedType(adaptor.getQuery()), value = rankedType(adaptor.getValue());
-  std::optional<ArrayRef<int64_t>> mask;
+  auto query = rankedType(adaptor.getQuery());
   if (adaptor.getMask()) {
-    mask = rankedType(adaptor.getMask()).getShape();
     Type element = rankedType(adaptor.getMask()).getElementType();
     // bf16 storage keeps an additive mask float32 (pipec-bf16-storage).
     const bool storage = element.isF32() && query.getElementType().isBF16();
@@ -638,19 +674,23 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
       return fail(loc, "nn.attention: an additive mask must have the query's element type (or be float32 with bf16 "
                        "storage)");
   }
-  BoolAttr sequenceMajorAttr = adaptor.getSequenceMajorAttr(); // absent from a dictionary without it
+  // Attributes are absent from a dictionary without them.
+  BoolAttr sequenceMajorAttr = adaptor.getSequenceMajorAttr();
   const bool sequenceMajor = sequenceMajorAttr && sequenceMajorAttr.getValue();
-  std::string error = attentionShapeError(query.getShape(), rankedType(adaptor.getKey()).getShape(),
-                                          value.getShape(), mask, sequenceMajor);
+  IntegerAttr jointAttr = adaptor.getJointKvHeadsAttr();
+  AttentionOperandShapes shapes;
+  std::string error = attentionOperandsError(adaptor.getQuery(), adaptor.getKey(), adaptor.getValue(),
+                                             adaptor.getMask(), sequenceMajor, jointAttr ? jointAttr.getInt() : 0,
+                                             shapes);
   if (!error.empty())
     return fail(loc, "nn.attention: " + Twine(error));
   if (const double ratio = adaptor.getDropoutRatio().convertToDouble(); !(ratio >= 0.0 && ratio < 1.0))
     return fail(loc, "nn.attention: dropout_ratio must be in [0, 1), got " + Twine(std::to_string(ratio)));
-  SmallVector<int64_t> shape(query.getShape().drop_back());
-  shape.push_back(value.getShape().back());
+  SmallVector<int64_t> shape(ArrayRef<int64_t>(shapes.query).drop_back());
+  shape.push_back(shapes.value.back());
   types.push_back(RankedTensorType::get(shape, query.getElementType()));
   // log_sum_exp: one per score row, in the head-major order either way.
-  shape = headMajorShape(query.getShape(), sequenceMajor);
+  shape = headMajorShape(shapes.query, sequenceMajor);
   shape.back() = 1;
   types.push_back(RankedTensorType::get(shape, query.getElementType()));
   return success();

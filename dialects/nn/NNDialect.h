@@ -29,6 +29,13 @@ class GradientBuilder;
 /// bfloat16 where inference says float32, or in float32 where its bfloat16
 /// operands would give bfloat16 (docs/cuda-codegen.md, "bf16 storage").
 bool sameUpToFloatStorage(mlir::TypeRange inferred, mlir::TypeRange actual);
+
+/// nn.attention's (or nn.attention_grad's) query, key and value shapes as
+/// the op reads them, in its layout: its operands' shapes, or with
+/// joint_kv_heads the windows of its joint operand (docs/dialects.md).
+struct AttentionOperandShapes {
+  llvm::SmallVector<int64_t> query, key, value;
+};
 } // namespace pipec::nn
 
 #include "dialects/nn/NNOpsDialect.h.inc"
@@ -131,6 +138,11 @@ GemmDims gemmDims(mlir::RankedTensorType a, mlir::RankedTensorType b, bool trans
 std::string attentionShapeError(llvm::ArrayRef<int64_t> query, llvm::ArrayRef<int64_t> key,
                                 llvm::ArrayRef<int64_t> value, std::optional<llvm::ArrayRef<int64_t>> mask,
                                 bool sequenceMajor = false);
+/// attentionShapeError for the operands of nn.attention or its gradient,
+/// their windows with `jointKvHeads` (their shapes as read into `shapes`).
+std::string attentionOperandsError(mlir::Value query, mlir::Value key, mlir::Value value,
+                                   std::optional<mlir::Value> mask, bool sequenceMajor, int64_t jointKvHeads,
+                                   AttentionOperandShapes &shapes);
 /// An nn.attention operand's shape in the head-major order ([L..., S, D]):
 /// the shape itself, or with `sequenceMajor` axes -3 and -2 swapped
 /// (unchanged below rank 3, which attentionShapeError refuses).

@@ -196,17 +196,25 @@ LogicalResult LayerNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   return success();
 }
 
+AttentionOperandShapes AttentionGradOp::operandShapes() {
+  AttentionOperandShapes shapes;
+  (void)attentionOperandsError(getQuery(), getKey(), getValue(), {}, getSequenceMajor(), getJointKvHeads(), shapes);
+  return shapes;
+}
+
 LogicalResult AttentionGradOp::verify() {
-  std::optional<ArrayRef<int64_t>> mask;
-  if (getMask())
-    mask = llvm::cast<RankedTensorType>(getMask().getType()).getShape();
-  std::string error = attentionShapeError(getQuery().getType().getShape(), getKey().getType().getShape(),
-                                          getValue().getType().getShape(), mask, getSequenceMajor());
+  AttentionOperandShapes shapes;
+  std::string error = attentionOperandsError(getQuery(), getKey(), getValue(), getMask(), getSequenceMajor(),
+                                             getJointKvHeads(), shapes);
   if (!error.empty())
     return emitOpError(error);
-  if (getDy().getType() != getResult().getType() || getQueryGrad().getType() != getQuery().getType() ||
-      getKeyGrad().getType() != getKey().getType() || getValueGrad().getType() != getValue().getType())
-    return emitOpError("dy must match the forward result, and each gradient its operand");
+  // The gradients: one per operand, or the joint operand's alone.
+  SmallVector<Type> operandTypes{getQuery().getType()};
+  if (getJointKvHeads() == 0)
+    operandTypes.append({getKey().getType(), getValue().getType()});
+  if (getDy().getType() != getResult().getType() || TypeRange(getGrads()) != TypeRange(operandTypes))
+    return emitOpError("dy must match the forward result, and the gradients their operands (the joint operand "
+                       "alone with joint_kv_heads)");
   if (const double ratio = getDropoutRatio().convertToDouble(); !(ratio >= 0.0 && ratio < 1.0))
     return emitOpError("dropout_ratio must be in [0, 1), got ") << ratio;
   return success();
@@ -243,9 +251,12 @@ OpWork AttentionGradOp::estimateWork() {
   // Recomputing the scores, then four products of the same size (and the
   // dropout mask regenerated, when there is one).
   OpWork work = streamingWork(*this, 0);
+  const AttentionOperandShapes shapes = operandShapes();
+  auto elementType = getQuery().getType().getElementType();
+  auto query = RankedTensorType::get(shapes.query, elementType), value = RankedTensorType::get(shapes.value, elementType);
   work.forwardFlops =
-      attentionGradFlops(getQuery().getType(), getValue().getType(), getSequenceMajor()) +
-      attentionDropoutFlops(getQuery().getType(), getValue().getType(), getSequenceMajor(),
+      attentionGradFlops(query, value, getSequenceMajor()) +
+      attentionDropoutFlops(query, value, getSequenceMajor(),
                             getDropoutRatio().convertToFloat());
   return work;
 }

@@ -213,7 +213,9 @@ def NN_AttentionGradOp : NN_Op<"attention_grad", [Pure]> {
     dy · result, since result = Σ_j P_j M_j/(1-p) value_j.
     `sequence_major` is the forward's layout; each gradient has its
     operand's. With grouped-query heads, dkey and dvalue sum over the query
-    heads that share each key/value head.
+    heads that share each key/value head. With `joint_kv_heads` (query,
+    key and value one joint value, as the forward's), the one result is the
+    joint gradient, each window's gradient in its heads.
   }];
   let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$query, NN_FloatTensor:$key, NN_FloatTensor:$value,
                        Optional<AnyTypeOf<[NN_BoolTensor, NN_FloatTensor]>>:$mask, NN_FloatTensor:$result,
@@ -224,10 +226,16 @@ def NN_AttentionGradOp : NN_Op<"attention_grad", [Pure]> {
                        DefaultValuedAttr<BoolAttr, "true">:$masked_when,
                        DefaultValuedAttr<F32Attr, "0.0">:$dropout_ratio,
                        DefaultValuedAttr<I64Attr, "0">:$dropout_op_id,
-                       DefaultValuedAttr<BoolAttr, "false">:$sequence_major);
-  let results = (outs NN_FloatTensor:$query_grad, NN_FloatTensor:$key_grad, NN_FloatTensor:$value_grad);
+                       DefaultValuedAttr<BoolAttr, "false">:$sequence_major,
+                       DefaultValuedAttr<I64Attr, "0">:$joint_kv_heads);
+  // query_grad, key_grad, value_grad; or the joint gradient alone.
+  let results = (outs Variadic<NN_FloatTensor>:$grads);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// As nn.attention's.
+    ::pipec::nn::AttentionOperandShapes operandShapes();
+  }];
 }
 
 def NN_SoftmaxCrossEntropyLossGradOp : NN_Op<"softmax_cross_entropy_loss_grad", [Pure]> {

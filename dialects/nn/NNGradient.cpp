@@ -330,12 +330,21 @@ Value AttentionOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsign
   Value dy = dys[0];
   if (!dy)
     return Value();
-  // One op for the three gradients (CSE merges the three requests).
+  // One op for the three gradients (CSE merges the three requests); a
+  // joint operand's one gradient is asked for the query's slot alone.
+  const bool joint = getJointKvHeads() > 0;
+  SmallVector<Type> types{getQuery().getType()};
+  if (!joint)
+    types.append({getKey().getType(), getValue().getType()});
   auto grads = AttentionGradOp::create(
-      g.b, g.loc, TypeRange{getQuery().getType(), getKey().getType(), getValue().getType()}, dy, getQuery(),
-      getKey(), getValue(), getMask(), getResult(), getLogSumExp(), getScaleAttr(), getDivideAttr(), getFillAttr(),
-      getMaskedWhenAttr(), getDropoutRatioAttr(), getDropoutOpIdAttr(), getSequenceMajorAttr());
+      g.b, g.loc, types, dy, getQuery(), getKey(), getValue(), getMask(), getResult(), getLogSumExp(), getScaleAttr(),
+      getDivideAttr(), getFillAttr(), getMaskedWhenAttr(), getDropoutRatioAttr(), getDropoutOpIdAttr(),
+      getSequenceMajorAttr(), getJointKvHeadsAttr());
   return grads->getResult(index);
+}
+
+bool AttentionOp::gradientInEarlierOperand(unsigned index) {
+  return getJointKvHeads() > 0 && (index == 1 || index == 2);
 }
 
 Value SoftmaxCrossEntropyLossOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {

@@ -37,6 +37,11 @@ def NN_GradientOpInterface : OpInterface<"GradientOpInterface"> {
     }], "::mlir::Value", "buildGradient",
       (ins "::pipec::nn::GradientBuilder &":$builder, "::llvm::ArrayRef<::mlir::Value>":$dys,
            "unsigned":$index)>,
+    InterfaceMethod<[{
+      Whether operand `index` is the same value as an earlier operand whose
+      gradient already holds this one's share (a joint attention's query,
+      key and value): autodiff then asks none of it.
+    }], "bool", "gradientInEarlierOperand", (ins "unsigned":$index), [{}], [{ return false; }]>,
   ];
 }
 

@@ -351,7 +351,8 @@ def NN_MaskedSoftmaxOp : NN_InferredOp<"masked_softmax", [NN_Differentiable]> {
   let results = (outs NN_FloatTensor:$result);
 }
 
-def NN_AttentionOp : NN_InferredOp<"attention", [NN_Differentiable]> {
+def NN_AttentionOp : NN_InferredOp<"attention", [DeclareOpInterfaceMethods<NN_GradientOpInterface,
+                                                        ["gradientInEarlierOperand"]>]> {
   let summary = "fused scaled dot-product attention: softmax(scores) · value, without the scores in memory";
   let description = [{
     result = P · value with P the softmax along the last axis of
@@ -392,6 +393,14 @@ def NN_AttentionOp : NN_InferredOp<"attention", [NN_Differentiable]> {
     kv_num_heads and Llama-family exporters' repeat_kv repeat them.
     pipec-recognize-composites writes it for those repetitions, which then
     never run.
+
+    With `joint_kv_heads` = Hkv > 0 (sequence-major only), query, key and
+    value are one value [L'..., S, H + 2·Hkv, D], the joint projection's
+    heads as the split of its last axis would give them: the query's H
+    heads first, then the key's Hkv, then the value's Hkv (Dv = D). The op
+    reads its three windows in place, so that the split never runs, and its
+    gradient writes them into one joint gradient (docs/optimization.md,
+    "Joint q/k/v"). pipec-recognize-composites writes it.
   }];
   let arguments = (ins NN_FloatTensor:$query, NN_FloatTensor:$key, NN_FloatTensor:$value,
                        Optional<AnyTypeOf<[NN_BoolTensor, NN_FloatTensor]>>:$mask,
@@ -401,8 +410,14 @@ def NN_AttentionOp : NN_InferredOp<"attention", [NN_Differentiable]> {
                        DefaultValuedAttr<BoolAttr, "true">:$masked_when,
                        DefaultValuedAttr<F32Attr, "0.0">:$dropout_ratio,
                        DefaultValuedAttr<I64Attr, "0">:$dropout_op_id,
-                       DefaultValuedAttr<BoolAttr, "false">:$sequence_major);
+                       DefaultValuedAttr<BoolAttr, "false">:$sequence_major,
+                       DefaultValuedAttr<I64Attr, "0">:$joint_kv_heads);
   let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$log_sum_exp);
+  let extraClassDeclaration = [{
+    /// The query's, key's and value's shapes as the op reads them: the
+    /// operands', or their windows of the joint operand.
+    ::pipec::nn::AttentionOperandShapes operandShapes();
+  }];
 }
 
 def NN_SoftmaxCrossEntropyLossOp : NN_InferredOp<"softmax_cross_entropy_loss", [NN_Differentiable]> {

@@ -1,7 +1,8 @@
 // The attention layout rewrites of pipec-recognize-composites
 // (docs/optimization.md, "Fused attention"): grouped-query heads read in
 // place, the heads' transposes folded into a sequence-major nn.attention,
-// and rotary moved before the heads' split so that its transpose folds too.
+// and rotary moved before the heads' split so that its transpose folds too;
+// q, k and v read in place from their joint projection.
 #include "passes/Transforms/PatternRewrites.h"
 
 #include "dialects/nn/NNDialect.h"
@@ -10,6 +11,7 @@
 #include "mlir/IR/PatternMatch.h"
 #include "llvm/ADT/SmallPtrSet.h"
 
+#include <array>
 #include <optional>
 #include <utility>
 
@@ -222,9 +224,74 @@ struct RotaryBeforeHeadTranspose : OpRewritePattern<nn::RotaryOp> {
   }
 };
 
+/// Sequence-major nn.attention whose query, key and value are views
+/// ([L'..., S, W] to [L'..., S, H, D]) of the three pieces of a split of
+/// one joint projection [L'..., S, Wq + Wk + Wv] along its last axis, in
+/// that order (GPT-2's c_attn and every fused q/k/v projection): the
+/// attention of the joint projection viewed as [L'..., S, H + 2·Hkv, D],
+/// which reads its three windows in place (joint_kv_heads), so that the
+/// split and, in the backward, the concatenation of the three gradients
+/// never run (docs/optimization.md, "Joint q/k/v"). D must be a multiple of
+/// 8, so that each window starts 16 bytes apart in bfloat16 as cuDNN
+/// reads them; every piece and view must have no other reader.
+struct AttentionJointProjection : OpRewritePattern<nn::AttentionOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(nn::AttentionOp attention, PatternRewriter &rewriter) const override {
+    if (!attention.getSequenceMajor() || attention.getJointKvHeads() != 0)
+      return failure();
+    SmallVector<Operation *> chain{attention};
+    nn::SplitOp split;
+    for (auto [index, operand] : llvm::enumerate(
+             std::array<Value, 3>{attention.getQuery(), attention.getKey(), attention.getValue()})) {
+      auto view = operand.getDefiningOp<nn::ReshapeOp>();
+      Value piece = view ? view.getInput() : Value();
+      auto pieceOf = piece ? piece.getDefiningOp<nn::SplitOp>() : nn::SplitOp();
+      if (!pieceOf || !operand.hasOneUse() || !piece.hasOneUse() ||
+          llvm::cast<OpResult>(piece).getResultNumber() != index || (split && pieceOf != split))
+        return failure();
+      split = pieceOf;
+      chain.push_back(view);
+    }
+    auto jointType = llvm::cast<RankedTensorType>(split.getInput().getType());
+    const int64_t rank = jointType.getRank();
+    if (split->getNumResults() != 3 || rank < 2 || (split.getAxis() != rank - 1 && split.getAxis() != -1))
+      return failure();
+    // Each view: the piece's [L'..., S] then its heads and D.
+    ArrayRef<int64_t> lead = jointType.getShape().drop_back();
+    SmallVector<int64_t> heads;
+    const int64_t width = attention.getQuery().getType().getShape().back();
+    for (Value operand : {attention.getQuery(), attention.getKey(), attention.getValue()}) {
+      ArrayRef<int64_t> shape = llvm::cast<RankedTensorType>(operand.getType()).getShape();
+      if (static_cast<int64_t>(shape.size()) != rank + 1 || shape.take_front(rank - 1) != lead || shape.back() != width)
+        return failure();
+      heads.push_back(shape[rank - 1]);
+    }
+    if (width <= 0 || width % 8 != 0 || heads[1] != heads[2] || heads[1] <= 0 || heads[0] % heads[1] != 0)
+      return failure();
+    chain.push_back(split);
+    if (!sameStage(chain))
+      return failure();
+    SmallVector<int64_t> jointShape(lead);
+    jointShape.append({heads[0] + 2 * heads[1], width});
+    Value joint = reshapeTo(rewriter, attention, split.getInput(), jointShape);
+    auto jointAttention = nn::AttentionOp::create(
+        rewriter, absorbedLocation(attention.getLoc(), ArrayRef(chain).drop_front()),
+        TypeRange{attention.getResult().getType(), attention.getLogSumExp().getType()}, joint, joint, joint,
+        attention.getMask(), attention.getScaleAttr(), attention.getDivideAttr(), attention.getFillAttr(),
+        attention.getMaskedWhenAttr(), attention.getDropoutRatioAttr(), attention.getDropoutOpIdAttr(),
+        attention.getSequenceMajorAttr(), rewriter.getI64IntegerAttr(heads[1]));
+    inheritPlacement(attention, jointAttention, /*withCost=*/true);
+    rewriter.replaceOp(attention, jointAttention.getResults());
+    for (Operation *op : ArrayRef(chain).drop_front()) // the views, then the split
+      rewriter.eraseOp(op);
+    return success();
+  }
+};
+
 } // namespace
 
 void addAttentionLayoutPatterns(RewritePatternSet &patterns) {
-  patterns.add<AttentionGroupedHeads, AttentionHeadTransposes, RotaryBeforeHeadTranspose>(patterns.getContext());
+  patterns.add<AttentionGroupedHeads, AttentionHeadTransposes, RotaryBeforeHeadTranspose, AttentionJointProjection>(
+      patterns.getContext());
 }
 } // namespace pipec::passes

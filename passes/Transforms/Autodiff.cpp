@@ -300,7 +300,8 @@ struct Autodiff : impl::AutodiffBase<Autodiff> {
       auto differentiable = llvm::dyn_cast<nn::GradientOpInterface>(op);
       nn::GradientBuilder gradient(builder, op->getLoc());
       for (auto [index, operand] : llvm::enumerate(op->getOperands())) {
-        if (!roles.needsGradient(operand))
+        if (!roles.needsGradient(operand) ||
+            (differentiable && differentiable.gradientInEarlierOperand(static_cast<unsigned>(index))))
           continue;
         if (!differentiable)
           return op->emitOpError("has no gradient rule (nn's GradientOpInterface), but the loss "

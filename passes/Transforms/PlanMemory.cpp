@@ -63,10 +63,8 @@ Value aliasOf(Operation *op, unsigned index) {
 
 namespace pk = ::pipec::kernels;
 
-pk::Shape shapeOf(Value value) {
-  ArrayRef<int64_t> shape = llvm::cast<RankedTensorType>(value.getType()).getShape();
-  return pk::Shape(shape.data(), static_cast<int>(shape.size()));
-}
+pk::Shape shapeOf(ArrayRef<int64_t> shape) { return pk::Shape(shape.data(), static_cast<int>(shape.size())); }
+pk::Shape shapeOf(Value value) { return shapeOf(llvm::cast<RankedTensorType>(value.getType()).getShape()); }
 pk::Dims dimsOf(ArrayRef<int64_t> values) { return pk::Dims(values.data(), static_cast<int>(values.size())); }
 pk::AttentionLayout attentionLayout(bool sequenceMajor) {
   return sequenceMajor ? pk::AttentionLayout::SequenceMajor : pk::AttentionLayout::HeadMajor;
@@ -128,12 +126,14 @@ pk::ScratchNeed kernelScratchOf(Operation *op, pk::ScratchTarget target, bool ac
                                false);
       })
       .Case([&](nn::AttentionOp attention) {
-        return pk::attentionScratch(target, shapeOf(attention.getQuery()), shapeOf(attention.getKey()),
-                                    shapeOf(attention.getValue()), attentionLayout(attention.getSequenceMajor()));
+        const nn::AttentionOperandShapes shapes = attention.operandShapes();
+        return pk::attentionScratch(target, shapeOf(shapes.query), shapeOf(shapes.key), shapeOf(shapes.value),
+                                    attentionLayout(attention.getSequenceMajor()));
       })
       .Case([&](nn::AttentionGradOp grad) {
-        return pk::attentionGradScratch(target, shapeOf(grad.getQuery()), shapeOf(grad.getKey()),
-                                        shapeOf(grad.getValue()), attentionLayout(grad.getSequenceMajor()));
+        const nn::AttentionOperandShapes shapes = grad.operandShapes();
+        return pk::attentionGradScratch(target, shapeOf(shapes.query), shapeOf(shapes.key), shapeOf(shapes.value),
+                                        attentionLayout(grad.getSequenceMajor()));
       })
       .Case([&](nn::SoftmaxCrossEntropyLossOp loss) {
         return pk::softmaxCrossEntropyScratch(target, shapeOf(loss.getScores()), reduction(loss.getReduction()),

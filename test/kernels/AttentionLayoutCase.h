@@ -97,6 +97,42 @@ inline std::vector<float> sumHeadGroups(const std::vector<float> &dx, Layout lay
   return out;
 }
 
+/// Sequence-major q [outer, S, H, D], k and v [outer, S, Hkv, D] as one
+/// joint [outer, S, H + 2·Hkv, D] value (nn.attention's joint_kv_heads):
+/// each row the query's heads, then the key's, then the value's.
+template <class T>
+std::vector<T> jointOf(const std::vector<T> &q, const std::vector<T> &k, const std::vector<T> &v, int64_t outer,
+                       int64_t S, int64_t H, int64_t Hkv, int64_t D) {
+  const int64_t N = H + 2 * Hkv;
+  std::vector<T> joint((size_t)(outer * S * N * D));
+  for (int64_t row = 0; row < outer * S; ++row) {
+    T *out = &joint[row * N * D];
+    std::memcpy(out, &q[row * H * D], H * D * sizeof(T));
+    std::memcpy(out + H * D, &k[row * Hkv * D], Hkv * D * sizeof(T));
+    std::memcpy(out + (H + Hkv) * D, &v[row * Hkv * D], Hkv * D * sizeof(T));
+  }
+  return joint;
+}
+
+/// The window of `heads` heads from head `first` of a joint [rows, N, D]
+/// value, as its own [rows, heads, D] tensor.
+template <class T>
+std::vector<T> jointWindow(const std::vector<T> &joint, int64_t rows, int64_t N, int64_t D, int64_t first,
+                           int64_t heads) {
+  std::vector<T> out((size_t)(rows * heads * D));
+  for (int64_t row = 0; row < rows; ++row)
+    std::memcpy(&out[row * heads * D], &joint[(row * N + first) * D], heads * D * sizeof(T));
+  return out;
+}
+
+/// Joint q/k/v cases: S = T and D = Dv, as one projection gives them.
+inline const LayoutCase kJointCases[] = {
+    {{2}, 3, 5, 5, 8, 8, 1, {2, 1, 5, 5}, false},          // a mask per batch entry
+    {{2}, 2, 70, 70, 16, 16, 2, {70, 70}, true},           // causal, two blocks of 64 rows
+    {{2}, 6, 6, 6, 8, 8, 3, {1, 6, 6, 6}, false, 2},       // additive, 3 query heads per key/value head
+    {{}, 4, 5, 5, 8, 8, 0, {}, false},                     // no leading axes
+    {{2}, 3, 12, 12, 16, 16, 4, {1, 1, 12, 12}, false}};   // declared causal (CUDA: cuDNN's causal mode)
+
 } // namespace pipec::kernels::testing
 
 #endif

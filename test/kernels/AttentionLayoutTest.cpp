@@ -46,7 +46,7 @@ Masks masksOf(const LayoutCase &c, uint32_t seed) {
   if (c.maskKind == 1) {
     m.boolean.resize(n);
     for (int64_t e = 0; e < n; ++e) m.boolean[e] = ((uint32_t)e * 2654435761u >> 9) % 3 == 0 && e % T != 0;
-  } else if (c.maskKind == 2) {
+  } else if (c.maskKind == 2 || c.maskKind == 4) { // declared causal: CUDA's distinction, a boolean mask here
     m.boolean.resize(n);
     const int64_t S = c.ms.v[c.ms.size - 2];
     for (int64_t e = 0; e < n; ++e) m.boolean[e] = e % T > (e / T) % S;
@@ -270,4 +270,50 @@ TEST(AttentionLayout, GroupedHeadsShapeErrors) {
   EXPECT_TRUE(refused({2, 5, 6, 4}, {2, 7, 4, 4}, {2, 7, 4, 3}, Layout::SequenceMajor));  // 4 does not divide 6
   EXPECT_TRUE(refused({6, 5, 4}, {6, 7, 4}, {3, 7, 3}, Layout::HeadMajor));               // rank 3: v's heads
   EXPECT_TRUE(refused({2, 6, 5, 4}, {2, 0, 7, 4}, {2, 0, 7, 3}, Layout::HeadMajor));      // no key heads
+}
+
+// Joint q/k/v: windows of one [L'..., S, H + 2·Hkv, D] value, their rows
+// (H + 2·Hkv)·D apart (jointHeads, nn.attention's joint_kv_heads), against
+// the same call on the windows as tensors of their own: y, lse and the
+// joint gradient's windows bit for bit (the same products at other leading
+// dimensions), nothing written outside the joint gradient. A joint row too
+// narrow for the windows is refused.
+TEST(AttentionLayout, JointWindowsEqualSeparateOperands) {
+  uint32_t seed = 1300;
+  const auto sm = Layout::SequenceMajor;
+  for (const LayoutCase &c : pk::testing::kJointCases)
+    for (float ratio : {0.0f, 0.3f}) {
+      const std::string what = c.str() + (ratio > 0 ? ", dropout" : "");
+      const int64_t L = c.outer(), Hkv = c.kvHeads(), N = c.H + 2 * Hkv, rows = L * c.S;
+      const auto q = randomVec(rows * c.H * c.D, seed++), k = randomVec(rows * Hkv * c.D, seed++),
+                 v = randomVec(rows * Hkv * c.D, seed++), dy = randomVec(rows * c.H * c.D, seed++);
+      const Masks m = masksOf(c, seed++);
+      const Results want = run(c, sm, q, k, v, dy, m, ratio);
+      const std::vector<float> joint = pk::testing::jointOf(q, k, v, L, c.S, c.H, Hkv, c.D);
+      const pk::Shape qs = c.shape(sm, c.S, c.D), ks = c.shape(sm, c.T, c.D, Hkv);
+      const uint64_t key = pk::dropoutStreamKey(7, 3, 2, pk::dropoutOpId("/attn/attn_dropout/Dropout"));
+      const float *J = joint.data();
+      const int64_t kOffset = c.H * c.D, vOffset = (c.H + Hkv) * c.D;
+      Guarded y(rows * c.H * c.D), lse(rows * c.H), dJoint((int64_t)joint.size());
+      pk::attention(J, qs, J + kOffset, ks, J + vOffset, ks, m.booleanData(), m.additiveData(), c.ms, 0.7f, c.divide,
+                    -1e9f, true, ratio, true, key, y.data(), lse.data(), {}, sm, N);
+      float *dJ = dJoint.data();
+      pk::attentionGrad(dy.data(), J, qs, J + kOffset, ks, J + vOffset, ks, m.booleanData(), m.additiveData(), c.ms,
+                        y.data(), lse.data(), 0.7f, c.divide, -1e9f, true, ratio, true, key, dJ, dJ + kOffset,
+                        dJ + vOffset, {}, sm, N);
+      for (const Guarded *g : {&y, &lse, &dJoint}) EXPECT_TRUE(g->guardsIntact()) << "wrote outside an output " << what;
+      expectSameBits(y.values(), want.y, "y " + what);
+      expectSameBits(lse.values(), want.lse, "lse " + what);
+      const std::vector<float> grad = dJoint.values();
+      expectSameBits(pk::testing::jointWindow(grad, rows, N, c.D, 0, c.H), want.dq, "dq " + what);
+      expectSameBits(pk::testing::jointWindow(grad, rows, N, c.D, c.H, Hkv), want.dk, "dk " + what);
+      expectSameBits(pk::testing::jointWindow(grad, rows, N, c.D, c.H + Hkv, Hkv), want.dv, "dv " + what);
+      try {
+        pk::attention(J, qs, J + kOffset, ks, J + vOffset, ks, nullptr, nullptr, {}, 0.7f, false, -1e9f, true, 0.0f,
+                      false, key, y.data(), lse.data(), {}, sm, N - 1);
+        ADD_FAILURE() << "a joint row of " << N - 1 << " heads was taken for " << what;
+      } catch (const pk::KernelError &e) {
+        EXPECT_NE(std::string(e.what()).find("nn.attention: a joint query"), std::string::npos) << e.what();
+      }
+    }
 }

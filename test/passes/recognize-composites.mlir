@@ -501,6 +501,68 @@ func.func @attention_heads_key_transposed_once(%q: tensor<2x16x4x8xf32>, %k: ten
   return %merged : tensor<2x16x4x8xf32>
 }
 
+// A joint q/k/v projection [B, S, 3·H·D] split along its last axis, each
+// piece viewed as [B, S, H, D] and transposed to [B, H, S, D] (GPT-2's
+// c_attn): the attention reads the projection itself, viewed as
+// [B, S, 3·H, D], in three windows (joint_kv_heads = H), and the split
+// goes. Grouped heads alike (H = 4, Hkv = 2: [B, S, 8, D]).
+// CHECK-LABEL: func.func @attention_joint_projection
+// CHECK-NOT: nn.split
+// CHECK: %[[J:.*]] = nn.reshape %arg0{{.*}} : tensor<2x16x96xf32> -> tensor<2x16x12x8xf32>
+// CHECK: %[[A:.*]], %{{.*}} = nn.attention %[[J]], %[[J]], %[[J]], %arg2 {fill = -1.000000e+09 : f32, joint_kv_heads = 4 : i64, {{.*}}sequence_major = true} : (tensor<2x16x12x8xf32>, tensor<2x16x12x8xf32>, tensor<2x16x12x8xf32>, tensor<1x1x16x16xi1>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16x1xf32>)
+// CHECK: %[[G:.*]] = nn.reshape %arg1{{.*}} : tensor<2x16x64xf32> -> tensor<2x16x8x8xf32>
+// CHECK: nn.attention %[[G]], %[[G]], %[[G]] {joint_kv_heads = 2 : i64, {{.*}}sequence_major = true} : {{.*}} -> (tensor<2x16x4x8xf32>, tensor<2x4x16x1xf32>)
+// CHECK-NOT: nn.split
+// CHECK: return
+func.func @attention_joint_projection(%x: tensor<2x16x96xf32>, %g: tensor<2x16x64xf32>, %mask: tensor<1x1x16x16xi1>) -> (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>) {
+  %q, %k, %v = nn.split %x {axis = 2 : i64, sizes = array<i64: 32, 32, 32>} : (tensor<2x16x96xf32>) -> (tensor<2x16x32xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>)
+  %q4 = nn.reshape %q : tensor<2x16x32xf32> -> tensor<2x16x4x8xf32>
+  %k4 = nn.reshape %k : tensor<2x16x32xf32> -> tensor<2x16x4x8xf32>
+  %v4 = nn.reshape %v : tensor<2x16x32xf32> -> tensor<2x16x4x8xf32>
+  %qt = nn.transpose %q4 {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %kt = nn.transpose %k4 {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %vt = nn.transpose %v4 {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+  %a, %lse = nn.attention %qt, %kt, %vt, %mask {fill = -1.0e9 : f32, scale = 0.353553385 : f32} : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<1x1x16x16xi1>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16x1xf32>)
+  %merged = nn.transpose %a {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x16x8xf32>) -> tensor<2x16x4x8xf32>
+  %gq, %gk, %gv = nn.split %g {axis = -1 : i64, sizes = array<i64: 32, 16, 16>} : (tensor<2x16x64xf32>) -> (tensor<2x16x32xf32>, tensor<2x16x16xf32>, tensor<2x16x16xf32>)
+  %gq4 = nn.reshape %gq : tensor<2x16x32xf32> -> tensor<2x16x4x8xf32>
+  %gk4 = nn.reshape %gk : tensor<2x16x16xf32> -> tensor<2x16x2x8xf32>
+  %gv4 = nn.reshape %gv : tensor<2x16x16xf32> -> tensor<2x16x2x8xf32>
+  %gy, %glse = nn.attention %gq4, %gk4, %gv4 {scale = 0.125 : f32, sequence_major = true} : (tensor<2x16x4x8xf32>, tensor<2x16x2x8xf32>, tensor<2x16x2x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16x1xf32>)
+  return %merged, %gy : tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>
+}
+
+// Left split: a head size not a multiple of 8 (D = 4), a piece read
+// elsewhere too, pieces in another order than q, k, v, a split along
+// another axis.
+// CHECK-LABEL: func.func @attention_joint_projection_unchanged
+// CHECK-COUNT-4: nn.split
+// CHECK-NOT: joint_kv_heads
+// CHECK: return
+func.func @attention_joint_projection_unchanged(%x: tensor<2x16x48xf32>, %y: tensor<2x16x96xf32>, %z: tensor<2x48x32xf32>) -> (tensor<2x16x4x4xf32>, tensor<2x16x4x8xf32>, tensor<2x16x32xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>) {
+  %q, %k, %v = nn.split %x {axis = 2 : i64, sizes = array<i64: 16, 16, 16>} : (tensor<2x16x48xf32>) -> (tensor<2x16x16xf32>, tensor<2x16x16xf32>, tensor<2x16x16xf32>)
+  %q4 = nn.reshape %q : tensor<2x16x16xf32> -> tensor<2x16x4x4xf32>
+  %k4 = nn.reshape %k : tensor<2x16x16xf32> -> tensor<2x16x4x4xf32>
+  %v4 = nn.reshape %v : tensor<2x16x16xf32> -> tensor<2x16x4x4xf32>
+  %a, %la = nn.attention %q4, %k4, %v4 {sequence_major = true} : (tensor<2x16x4x4xf32>, tensor<2x16x4x4xf32>, tensor<2x16x4x4xf32>) -> (tensor<2x16x4x4xf32>, tensor<2x4x16x1xf32>)
+  %bq, %bk, %bv = nn.split %y {axis = 2 : i64, sizes = array<i64: 32, 32, 32>} : (tensor<2x16x96xf32>) -> (tensor<2x16x32xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>)
+  %bq4 = nn.reshape %bq : tensor<2x16x32xf32> -> tensor<2x16x4x8xf32>
+  %bk4 = nn.reshape %bk : tensor<2x16x32xf32> -> tensor<2x16x4x8xf32>
+  %bv4 = nn.reshape %bv : tensor<2x16x32xf32> -> tensor<2x16x4x8xf32>
+  %b, %lb = nn.attention %bq4, %bk4, %bv4 {sequence_major = true} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16x1xf32>)
+  %cq, %ck, %cv = nn.split %y {axis = 2 : i64, sizes = array<i64: 32, 32, 32>} : (tensor<2x16x96xf32>) -> (tensor<2x16x32xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>)
+  %cq4 = nn.reshape %cq : tensor<2x16x32xf32> -> tensor<2x16x4x8xf32>
+  %ck4 = nn.reshape %ck : tensor<2x16x32xf32> -> tensor<2x16x4x8xf32>
+  %cv4 = nn.reshape %cv : tensor<2x16x32xf32> -> tensor<2x16x4x8xf32>
+  %c, %lc = nn.attention %ck4, %cq4, %cv4 {sequence_major = true} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16x1xf32>)
+  %dq, %dk, %dv = nn.split %z {axis = 1 : i64, sizes = array<i64: 16, 16, 16>} : (tensor<2x48x32xf32>) -> (tensor<2x16x32xf32>, tensor<2x16x32xf32>, tensor<2x16x32xf32>)
+  %dq4 = nn.reshape %dq : tensor<2x16x32xf32> -> tensor<2x16x4x8xf32>
+  %dk4 = nn.reshape %dk : tensor<2x16x32xf32> -> tensor<2x16x4x8xf32>
+  %dv4 = nn.reshape %dv : tensor<2x16x32xf32> -> tensor<2x16x4x8xf32>
+  %d, %ld = nn.attention %dq4, %dk4, %dv4 {sequence_major = true} : (tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16x1xf32>)
+  return %a, %b, %bq, %c, %d : tensor<2x16x4x4xf32>, tensor<2x16x4x8xf32>, tensor<2x16x32xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>
+}
+
 // Llama-family heads: the rotary applied after the heads' split transpose.
 // The transpose moves after the rotary (its [S, D] tables reshaped to
 // [1, S, 1, D], their layout over [B, S, H, D]) and then folds into a

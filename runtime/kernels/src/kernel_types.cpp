@@ -223,7 +223,7 @@ RowView rowView(const char *op, const Shape &xs, int64_t axis) {
 }
 
 AttentionView attentionView(const char *op, const Shape &qs, const Shape &ks, const Shape &vs, const Shape &ms,
-                            bool booleanMask, bool additiveMask, AttentionLayout layout) {
+                            bool booleanMask, bool additiveMask, AttentionLayout layout, int64_t jointHeads) {
   const bool sequenceMajor = layout == AttentionLayout::SequenceMajor;
   checkRank(op, qs, sequenceMajor ? 3 : 2, sequenceMajor ? "the sequence-major query" : "the query");
   if (booleanMask && additiveMask) fail(op, "takes a boolean or an additive mask, not both");
@@ -260,6 +260,13 @@ AttentionView attentionView(const char *op, const Shape &qs, const Shape &ks, co
   v.masked = booleanMask || additiveMask;
   if (v.masked && !broadcastsTo(ms, v.scores))
     fail(op, "mask of shape " + ms.str() + " does not broadcast to the scores " + v.scores.str());
+  if (jointHeads != 0) { // windows of one joint value: q's heads, then k's, then v's
+    if (!sequenceMajor || v.D != v.Dv || v.S != v.T || jointHeads < qs.v[r - 2] + 2 * ks.v[r - 2])
+      fail(op, "a joint query " + qs.str() + ", key " + ks.str() + " and value " + vs.str() + " of " +
+                   std::to_string(jointHeads) + " heads per row must be sequence-major windows of one width and " +
+                   "length that the row holds");
+    v.jointHeads = jointHeads;
+  }
   return v;
 }
 

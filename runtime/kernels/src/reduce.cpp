@@ -167,14 +167,14 @@ namespace {
 /// One block of an attention's z: rows [r0, r0 + rows) of the scores of
 /// slice l (z = q · kᵀ), scaled and masked as nn.masked_softmax writes them
 /// (or, with an additive mask, the scaled scores plus the mask). The
-/// operands' rows are read where the view's layout puts them (a.rowOffset,
-/// a.rowStride as the leading dimension, a.keyRowOffset for k: no copies);
+/// operands' rows are read where the view's layout puts them (a.queryRowOffset,
+/// a.queryRowStride as the leading dimension, a.keyRowOffset for k: no copies);
 /// z, the mask, lse and the dropout draws are indexed by the logical row
 /// l * S + i either way.
 void attentionScores(const AttentionView &a, const MaskedRows &m, const float *q, const float *k, const uint8_t *mask,
                      const float *additive, float scale, bool divide, float fill, bool maskedWhen, int64_t l,
                      int64_t r0, int64_t rows, float *z) {
-  sgemm(false, true, rows, a.T, a.D, 1.0f, q + a.rowOffset(l, r0, a.S, a.D), a.rowStride(a.D),
+  sgemm(false, true, rows, a.T, a.D, 1.0f, q + a.queryRowOffset(l, r0, a.S, a.D), a.queryRowStride(a.D),
         k + a.keyRowOffset(l, 0, a.T, a.D), a.keyRowStride(a.D), 0.0f, z, a.T);
   for (int64_t i = 0; i < rows; ++i) {
     float *zr = z + i * a.T;
@@ -196,9 +196,9 @@ void attentionScores(const AttentionView &a, const MaskedRows &m, const float *q
 void attention(const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v, const Shape &vs,
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
                bool maskedWhen, float dropoutRatio, bool training, uint64_t dropoutStreamKey, float *y, float *lse,
-               const Workspace &workspace, AttentionLayout layout) {
+               const Workspace &workspace, AttentionLayout layout, int64_t jointHeads) {
   const char *op = "nn.attention";
-  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr, layout);
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr, layout, jointHeads);
   const MaskedRows m = maskedRows(op, a.scores, a.masked ? ms : Shape{});
   const DropoutDraws drop = dropoutDraws(op, dropoutRatio, training, dropoutStreamKey);
   Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cpu, qs, ks, vs, layout));
@@ -235,14 +235,14 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
                    const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const float *y,
                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
                    bool training, uint64_t dropoutStreamKey, float *dq, float *dk, float *dv,
-                   const Workspace &workspace, AttentionLayout layout) {
+                   const Workspace &workspace, AttentionLayout layout, int64_t jointHeads) {
   const char *op = "nn.attention_grad";
-  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr, layout);
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr, layout, jointHeads);
   const MaskedRows m = maskedRows(op, a.scores, a.masked ? ms : Shape{});
   const DropoutDraws drop = dropoutDraws(op, dropoutRatio, training, dropoutStreamKey);
   Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cpu, qs, ks, vs, layout));
-  // Between rows: of q, dq, y, dy (ld) and of k, dk, v, dv (keyLd).
-  const int64_t ldD = a.rowStride(a.D), ldDv = a.rowStride(a.Dv), keyLdD = a.keyRowStride(a.D),
+  // Between rows: of q and dq (ldD), of y and dy (ldDv), of k, dk, v, dv (keyLd).
+  const int64_t ldD = a.queryRowStride(a.D), ldDv = a.rowStride(a.Dv), keyLdD = a.keyRowStride(a.D),
                 keyLdDv = a.keyRowStride(a.Dv);
   const int64_t block = plan::attentionRowsPerBlock(a.S);
   // One key/value slice per task: its dk and dv sum over its group's query
@@ -297,8 +297,8 @@ void attentionGrad(const float *dy, const float *q, const Shape &qs, const float
         }
         sgemm(true, false, a.T, a.Dv, rows, 1.0f, p, a.T, dyBlock, ldDv, beta, dvl, keyLdDv);
         // dq = dz · k; dk += dzᵀ · q.
-        sgemm(false, false, rows, a.D, a.T, 1.0f, dz, a.T, kl, keyLdD, 0.0f, dq + a.rowOffset(l, r0, a.S, a.D), ldD);
-        sgemm(true, false, a.T, a.D, rows, 1.0f, dz, a.T, q + a.rowOffset(l, r0, a.S, a.D), ldD, beta, dkl, keyLdD);
+        sgemm(false, false, rows, a.D, a.T, 1.0f, dz, a.T, kl, keyLdD, 0.0f, dq + a.queryRowOffset(l, r0, a.S, a.D), ldD);
+        sgemm(true, false, a.T, a.D, rows, 1.0f, dz, a.T, q + a.queryRowOffset(l, r0, a.S, a.D), ldD, beta, dkl, keyLdD);
       }
     }
   });

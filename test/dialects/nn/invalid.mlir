@@ -346,6 +346,43 @@ func.func @attention_sequence_major_heads(%q: tensor<2x16x4x8xf32>, %k: tensor<2
 
 // -----
 
+// Joint q/k/v: sequence-major, one value, heads H + 2·Hkv with Hkv
+// dividing H; the gradient is the joint operand's alone.
+func.func @attention_joint_head_major(%j: tensor<2x16x8x8xf32>) {
+  // expected-error @+2 {{nn.attention: joint_kv_heads needs sequence_major and one value as query, key and value}}
+  // expected-error @+1 {{'nn.attention' op failed to infer returned types}}
+  %0, %1 = nn.attention %j, %j, %j {joint_kv_heads = 2 : i64} : (tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16x1xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_joint_two_values(%j: tensor<2x16x8x8xf32>, %k: tensor<2x16x8x8xf32>) {
+  // expected-error @+2 {{nn.attention: joint_kv_heads needs sequence_major and one value as query, key and value}}
+  // expected-error @+1 {{'nn.attention' op failed to infer returned types}}
+  %0, %1 = nn.attention %j, %k, %j {joint_kv_heads = 2 : i64, sequence_major = true} : (tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16x1xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_joint_heads(%j: tensor<2x16x8x8xf32>) {
+  // expected-error @+2 {{nn.attention: a joint query, key and value [2,16,8,8] must be [L'..., S, H + 2·Hkv, D] with Hkv = 3 dividing H > 0}}
+  // expected-error @+1 {{'nn.attention' op failed to infer returned types}}
+  %0, %1 = nn.attention %j, %j, %j {joint_kv_heads = 3 : i64, sequence_major = true} : (tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>) -> (tensor<2x16x2x8xf32>, tensor<2x2x16x1xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_joint_grads(%j: tensor<2x16x8x8xf32>, %y: tensor<2x16x4x8xf32>, %lse: tensor<2x4x16x1xf32>) {
+  // expected-error @+1 {{'nn.attention_grad' op dy must match the forward result, and the gradients their operands (the joint operand alone with joint_kv_heads)}}
+  %0, %1, %2 = nn.attention_grad %y, %j, %j, %j, %y, %lse {joint_kv_heads = 2 : i64, sequence_major = true} : (tensor<2x16x4x8xf32>, tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>, tensor<2x16x4x8xf32>, tensor<2x4x16x1xf32>) -> (tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>)
+  return
+}
+
+// -----
+
 // Grouped key and value heads must agree with each other.
 func.func @attention_grouped_heads_disagree(%q: tensor<2x4x16x8xf32>, %k: tensor<2x2x16x8xf32>, %v: tensor<2x1x16x8xf32>) {
   // expected-error @+2 {{nn.attention: query [L..., S, D], key [L..., T, D] and value [L..., T, Dv] (key and value may have a divisor of the query's heads H) do not agree: [2,4,16,8], [2,2,16,8], [2,1,16,8]}}

@@ -131,6 +131,17 @@ func.func @attention_sequence_major(%q: tensor<2x16x4x8xf32>, %k: tensor<2x12x4x
   return %dq, %dk, %dv : tensor<2x16x4x8xf32>, tensor<2x12x4x8xf32>, tensor<2x12x4x6xf32>
 }
 
+// Joint q/k/v: one [B, S, H + 2·Hkv, D] operand read as its three windows
+// (H = 4, Hkv = 2 here); the gradient is the joint operand's alone.
+// CHECK-LABEL: func @attention_joint
+func.func @attention_joint(%j: tensor<2x16x8x8xf32>, %m: tensor<1x1x16x16xi1>) -> tensor<2x16x8x8xf32> {
+  // CHECK: nn.attention {{.*}}joint_kv_heads = 2 : i64{{.*}}sequence_major = true} : (tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>, tensor<1x1x16x16xi1>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16x1xf32>)
+  %y, %lse = nn.attention %j, %j, %j, %m {joint_kv_heads = 2 : i64, scale = 0.5 : f32, sequence_major = true} : (tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>, tensor<1x1x16x16xi1>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16x1xf32>)
+  // CHECK: nn.attention_grad {{.*}} -> tensor<2x16x8x8xf32>
+  %dj = nn.attention_grad %y, %j, %j, %j, %m, %y, %lse {joint_kv_heads = 2 : i64, scale = 0.5 : f32, sequence_major = true} : (tensor<2x16x4x8xf32>, tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>, tensor<2x16x8x8xf32>, tensor<1x1x16x16xi1>, tensor<2x16x4x8xf32>, tensor<2x4x16x1xf32>) -> tensor<2x16x8x8xf32>
+  return %dj : tensor<2x16x8x8xf32>
+}
+
 // Grouped-query heads: key and value with a divisor of the query's heads
 // (axis -3 head-major, -2 sequence-major); their gradients keep their shapes.
 // CHECK-LABEL: func @attention_grouped_heads

@@ -26,9 +26,11 @@
 // sequence-major shapes must be refused with the layout named.
 //
 // Grouped-query heads (key and value with fewer heads) run every path
-// against the same path on repeated heads (testGrouped).
+// against the same path on repeated heads (testGrouped); q, k and v read in
+// place from one joint projection against the same path on them as
+// tensors of their own (testJoint).
 //
-// usage: cuda_attention_layout_emulated_test [group]   (float, bf16, flash, grouped, errors)
+// usage: cuda_attention_layout_emulated_test [group]   (float, bf16, flash, grouped, joint, errors)
 #include "AttentionLayoutCase.h"
 #include "pipec/cuda_kernels.h"
 #include "pipec/cpu_kernels.h"
@@ -359,6 +361,64 @@ static void testGrouped() {
   compareGrouped<bf>("flash", true, false);
 }
 
+/// Joint q/k/v (nn.attention's joint_kv_heads): q, k and v windows of one
+/// [L'..., S, H + 2·Hkv, D] value and the gradients windows of one joint
+/// gradient, against the same path on the windows as tensors of their own
+/// (the sequence-major call): y, lse and every window of the joint gradient
+/// bit for bit, nothing written outside it, the same launches, and cuDNN
+/// running both calls on the flash path (the joint rows' strides in its
+/// graphs) and neither on pipec's.
+template <class E> static void compareJoint(const char *path, bool cudnn) {
+  const Layout sm = Layout::SequenceMajor;
+  for (const LayoutCase &c : pk::testing::kJointCases)
+    for (float ratio : {0.0f, 0.3f}) {
+      ctx = std::string(path) + " joint " + c.str() + (ratio > 0 ? " dropout" : "");
+      const int64_t L = c.outer(), Hkv = c.kvHeads(), N = c.H + 2 * Hkv, rows = L * c.S;
+      const auto q = randomValues(rows * c.H * c.D), k = randomValues(rows * Hkv * c.D),
+                 v = randomValues(rows * Hkv * c.D), dy = randomValues(rows * c.H * c.D);
+      const Masks m = masksOf(c);
+      const Results<E> want = run(c, sm, Operands<E>{as<E>(q), as<E>(k), as<E>(v), as<E>(dy)}, m, ratio, false);
+      const std::vector<E> joint = as<E>(pk::testing::jointOf(q, k, v, L, c.S, c.H, Hkv, c.D)), dyE = as<E>(dy);
+      const Shape qs = c.shape(sm, c.S, c.D), ks = c.shape(sm, c.T, c.D, Hkv);
+      static uint64_t callKey = pk::dropoutCallKey(11, 5, 3);
+      const pc::StreamKey key(&callKey, pk::dropoutOpId("attn_dropout"));
+      const E *J = joint.data();
+      const int64_t kOffset = c.H * c.D, vOffset = (c.H + Hkv) * c.D;
+      Guarded<E> y(rows * c.H * c.D), dJoint((int64_t)joint.size());
+      Guarded<float> lse(rows * c.H);
+      const int launches = emu::launches;
+      const long executes = emu::cudnnExecutes;
+      pc::attention(J, qs, J + kOffset, ks, J + vOffset, ks, m.booleanData(), m.additiveData(), c.ms, 0.7f, c.divide,
+                    -1e9f, true, ratio, true, key, y.data(), lse.data(), {}, sm, N);
+      E *dJ = dJoint.data();
+      pc::attentionGrad(dyE.data(), J, qs, J + kOffset, ks, J + vOffset, ks, m.booleanData(), m.additiveData(), c.ms,
+                        y.data(), lse.data(), 0.7f, c.divide, -1e9f, true, ratio, true, key, dJ, dJ + kOffset,
+                        dJ + vOffset, {}, sm, N);
+      expect(y.guardsIntact() && lse.guardsIntact() && dJoint.guardsIntact(),
+             "the joint call wrote outside its outputs");
+      expectSameBits(y.values(), want.y, "y");
+      expectSameBits(lse.values(), want.lse, "lse");
+      const std::vector<E> grad = dJoint.values();
+      expectSameBits(pk::testing::jointWindow(grad, rows, N, c.D, 0, c.H), want.dq, "dq");
+      expectSameBits(pk::testing::jointWindow(grad, rows, N, c.D, c.H, Hkv), want.dk, "dk");
+      expectSameBits(pk::testing::jointWindow(grad, rows, N, c.D, c.H + Hkv, Hkv), want.dv, "dv");
+      expect(emu::launches - launches == want.launches,
+             "the joint call launched " + std::to_string(emu::launches - launches) + " kernels, the separate one " +
+                 std::to_string(want.launches));
+      const long ran = emu::cudnnExecutes - executes, expected = cudnn ? 2 : 0;
+      expect(ran == expected && want.cudnnExecutes == expected,
+             "cuDNN ran the joint call " + std::to_string(ran) + " times, expected " + std::to_string(expected));
+    }
+}
+
+static void testJoint() {
+  compareJoint<float>("float", false);
+  setenv("PIPEC_CUDNN_ATTENTION", "0", 1);
+  compareJoint<bf>("bf16", false);
+  unsetenv("PIPEC_CUDNN_ATTENTION");
+  compareJoint<bf>("flash", true);
+}
+
 /// Malformed sequence-major shapes: refused by every path, naming the op
 /// and the layout.
 static void testErrors() {
@@ -419,6 +479,7 @@ int main(int argc, char **argv) {
   group("bf16", testBf16);
   group("flash", testFlash);
   group("grouped", testGrouped);
+  group("joint", testJoint);
   group("errors", testErrors);
   return emucheck::finish();
 }

@@ -108,10 +108,12 @@ enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kBias, kSeed, kOffset, kDO, kDQ
 struct PlanKey {
   bool backward, causal;
   AttentionLayout layout;
+  int64_t jointHeads; // AttentionView::jointHeads
   int64_t b, h, hk, S, T, D, Dv, biasB, biasH;
   uint32_t scaleBits, dropoutBits;
   auto tied() const {
-    return std::tie(backward, causal, layout, b, h, hk, S, T, D, Dv, biasB, biasH, scaleBits, dropoutBits);
+    return std::tie(backward, causal, layout, jointHeads, b, h, hk, S, T, D, Dv, biasB, biasH, scaleBits,
+                    dropoutBits);
   }
   bool operator<(const PlanKey &o) const { return tied() < o.tied(); }
 };
@@ -156,10 +158,14 @@ uint32_t bitsOf(float f) {
 
 /// The strides of an operand [b, heads, rows, width] of `key` (Q, K, V, O
 /// and their gradients): row-major head-major; sequence-major, the memory
-/// is [b, rows, heads, width]. Stats and the bias stay row-major in either.
-std::vector<int64_t> operandStrides(const PlanKey &key, int64_t heads, int64_t rows, int64_t width) {
+/// is [b, rows, heads, width], or for a window of a joint value (Q, K, V and
+/// their gradients, `windowOfJoint`) [b, rows, key.jointHeads, width].
+/// Stats and the bias stay row-major in either.
+std::vector<int64_t> operandStrides(const PlanKey &key, int64_t heads, int64_t rows, int64_t width,
+                                    bool windowOfJoint = false) {
   if (key.layout == AttentionLayout::HeadMajor) return rowMajorStrides({key.b, heads, rows, width});
-  return {rows * heads * width, width, heads * width, 1};
+  const int64_t rowHeads = windowOfJoint && key.jointHeads ? key.jointHeads : heads;
+  return {rows * rowHeads * width, width, rowHeads * width, 1};
 }
 
 /// The graph of `key`, built into `plan`, or false with cuDNN's reason in `why`.
@@ -184,12 +190,15 @@ bool buildGraph(const PlanKey &key, bool deterministic, cudnnHandle_t handle, Pl
   const int64_t b = key.b, h = key.h, S = key.S, T = key.T, D = key.D, Dv = key.Dv;
   // An operand [b, heads, rows, width] where the layout puts it (heads: h,
   // or hk for K, V and their gradients); stats [b, h, S, 1] and the bias row-major.
+  // Q, K, V and their gradients may be windows of a joint value; O and dO never.
   auto operand = [&](const char *name, Uid uid, int64_t heads, int64_t rows, int64_t width) {
-    return tensor(name, uid, {b, heads, rows, width}, operandStrides(key, heads, rows, width));
+    const bool window = uid == kQ || uid == kK || uid == kV;
+    return tensor(name, uid, {b, heads, rows, width}, operandStrides(key, heads, rows, width, window));
   };
   auto operandOutput = [&](const std::shared_ptr<fe::graph::Tensor_attributes> &t, Uid uid, int64_t heads,
                            int64_t rows, int64_t width) {
-    output(t, uid, {b, heads, rows, width}, operandStrides(key, heads, rows, width));
+    const bool window = uid == kDQ || uid == kDK || uid == kDV;
+    output(t, uid, {b, heads, rows, width}, operandStrides(key, heads, rows, width, window));
   };
   const int64_t hk = key.hk;
   const std::vector<int64_t> statsDims{b, h, S, 1};
@@ -306,7 +315,8 @@ bool declaredCausal(const AttentionOperands &a, const AttentionView &v) {
 
 Geometry geometryOf(const char *op, const AttentionOperands &a) {
   Geometry g;
-  g.view = attentionView(op, a.qs, a.ks, a.vs, a.ms, a.mask != nullptr, a.additive != nullptr, a.layout);
+  g.view = attentionView(op, a.qs, a.ks, a.vs, a.ms, a.mask != nullptr, a.additive != nullptr, a.layout,
+                         a.jointHeads);
   const AttentionView &v = g.view;
   if (a.qs.size < 3 || v.S == 0 || v.T == 0 || v.D == 0 || v.Dv == 0 || v.L == 0) return g;
   // A boolean mask sets masked scores to `fill`; cuDNN adds a bias to them
@@ -341,7 +351,7 @@ Geometry geometryOf(const char *op, const AttentionOperands &a) {
 PlanKey keyOf(const Geometry &g, const AttentionOperands &a, bool backward) {
   const float scale = a.divide ? 1.0f / a.scale : a.scale;
   const float dropout = a.training ? a.dropoutRatio : 0.0f;
-  return {backward, g.causal, a.layout, g.b, g.h, g.hk, g.view.S, g.view.T, g.view.D, g.view.Dv, g.biasB, g.biasH,
+  return {backward, g.causal, a.layout, a.jointHeads, g.b, g.h, g.hk, g.view.S, g.view.T, g.view.D, g.view.Dv, g.biasB, g.biasH,
           bitsOf(scale), bitsOf(dropout)};
 }
 

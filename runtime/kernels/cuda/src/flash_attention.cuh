@@ -27,6 +27,7 @@ struct AttentionOperands {
   StreamKey dropoutStreamKey;
   const Workspace &workspace;
   AttentionLayout layout;
+  int64_t jointHeads; // AttentionView::jointHeads
 };
 
 /// Runs the forward (y, lse) through cuDNN and returns true; or returns

@@ -156,8 +156,8 @@ __global__ void maskedSoftmaxGradKernel(const T *dy, const T *y, const uint8_t *
 /// scratch's score block) lies: query slice l reads matrix m = l / share
 /// (share: 1, or for key and value the query slices per key/value head),
 /// at first + (m / group) * groupStride + (m % group) * sliceStride, its
-/// rows ld apart. The host fills it from AttentionView::rowOffset and
-/// rowStride (operandSlices, keySlices below); matrices of one group share
+/// rows ld apart. The host fills it from AttentionView's row offsets and
+/// strides (resultSlices, querySlices, keySlices below); matrices of one group share
 /// one stride, so one strided-batched GEMM takes them: group = 1 head-major
 /// (all slices in one GEMM), H sequence-major (a GEMM per outer index, its
 /// H heads' rows interleaved).
@@ -620,13 +620,20 @@ template <class E> struct PackedRows {
   static const E *of(const float *rows) { return reinterpret_cast<const E *>(rows); }
 };
 
-/// The slices of an operand of `rows` rows of `width` per slice (q, k, v,
-/// y and their gradients), from row `row0` of each: where the view's layout
-/// puts them, read and written in place.
+/// The slices of a result-side operand of `rows` rows of `width` per slice
+/// (y and dy), from row `row0` of each: where the view's layout puts them,
+/// read and written in place.
 template <class T>
-SliceMatrices<T> operandSlices(const AttentionView &a, T *base, int64_t rows, int64_t width, int64_t row0 = 0) {
+SliceMatrices<T> resultSlices(const AttentionView &a, T *base, int64_t rows, int64_t width, int64_t row0 = 0) {
   return {base + a.rowOffset(0, row0, rows, width), a.rowStride(width), a.rowOffset(1, 0, rows, width), a.interleave,
           a.rowOffset(a.interleave, 0, rows, width)};
+}
+
+/// The same for q and dq (windows of a joint value, with a.jointHeads).
+template <class T>
+SliceMatrices<T> querySlices(const AttentionView &a, T *base, int64_t rows, int64_t width, int64_t row0 = 0) {
+  return {base + a.queryRowOffset(0, row0, rows, width), a.queryRowStride(width), a.queryRowOffset(1, 0, rows, width),
+          a.interleave, a.queryRowOffset(a.interleave, 0, rows, width)};
 }
 
 /// The slices of a key-side operand (k, v and their gradients; `rows` rows
@@ -675,9 +682,10 @@ template <class E>
 void attentionT(const E *q, const Shape &qs, const E *k, const Shape &ks, const E *v, const Shape &vs,
                 const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
                 bool maskedWhen, float dropoutRatio, bool training, StreamKey dropoutStreamKey, E *y, float *lse,
-                const Workspace &workspace, AttentionLayout layout) {
+                const Workspace &workspace, AttentionLayout layout, int64_t jointHeads) {
   const char *op = "nn.attention";
-  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr, layout);
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr, layout,
+                                        jointHeads);
   const DropoutDraws drop = kernels::dropoutDraws(op, dropoutRatio, training, 0) /* key: on the device */;
   Scratch scratch(op, workspace, attentionScratch(ScratchTarget::Cuda, qs, ks, vs, layout));
   const int64_t block = plan::cudaAttentionRowsPerBlock(a.L, a.S, a.T);
@@ -686,7 +694,7 @@ void attentionT(const E *q, const Shape &qs, const E *k, const Shape &ks, const 
   ScoreBlock b = scoreBlock(a, mask, additive, ms, scale, divide, fill, maskedWhen);
   for (b.r0 = 0; b.r0 < a.S; b.r0 += block) {
     b.rows = std::min(block, a.S - b.r0);
-    sliceGemms<E, float>(op, a, false, true, b.rows, a.T, a.D, operandSlices(a, q, a.S, a.D, b.r0),
+    sliceGemms<E, float>(op, a, false, true, b.rows, a.T, a.D, querySlices(a, q, a.S, a.D, b.r0),
                          keySlices(a, k, a.T, a.D), 0.0f, blockSlices(a, z, block));
     const int64_t segments = a.L * b.rows;
     if (a.T > 0) {
@@ -698,7 +706,7 @@ void attentionT(const E *q, const Shape &qs, const E *k, const Shape &ks, const 
       detail::checkLaunch(op);
     }
     sliceGemms<E, E>(op, a, false, false, b.rows, a.Dv, a.T, blockSlices(a, PackedRows<E>::of(z), block, w),
-                     keySlices(a, v, a.T, a.Dv), 0.0f, operandSlices(a, y, a.S, a.Dv, b.r0));
+                     keySlices(a, v, a.T, a.Dv), 0.0f, resultSlices(a, y, a.S, a.Dv, b.r0));
   }
 }
 
@@ -716,9 +724,10 @@ void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const 
                     const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const E *y,
                     const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
                     bool training, StreamKey dropoutStreamKey, E *dq, E *dk, E *dv, const Workspace &workspace,
-                    AttentionLayout layout) {
+                    AttentionLayout layout, int64_t jointHeads) {
   const char *op = "nn.attention_grad";
-  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr, layout);
+  const AttentionView a = attentionView(op, qs, ks, vs, ms, mask != nullptr, additive != nullptr, layout,
+                                        jointHeads);
   const DropoutDraws drop = kernels::dropoutDraws(op, dropoutRatio, training, 0) /* key: on the device */;
   Scratch scratch(op, workspace, attentionGradScratch(ScratchTarget::Cuda, qs, ks, vs, layout));
   const int64_t block = plan::cudaAttentionRowsPerBlock(a.L, a.S, a.T);
@@ -729,14 +738,14 @@ void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const 
                                dzE = blockSlices(a, PackedRows<E>::of(dz), block, w);
   const SliceMatrices<E> dkSlices = keySlices(a, dk, a.T, a.D), dvSlices = keySlices(a, dv, a.T, a.Dv);
   if (a.S == 0) { // no rows: the key and value gradients are sums of nothing
-    sliceGemms<E, E>(op, a, true, false, a.T, a.D, 0, dzE, operandSlices(a, q, a.S, a.D), 0.0f, dkSlices);
-    sliceGemms<E, E>(op, a, true, false, a.T, a.Dv, 0, pE, operandSlices(a, dy, a.S, a.Dv), 0.0f, dvSlices);
+    sliceGemms<E, E>(op, a, true, false, a.T, a.D, 0, dzE, querySlices(a, q, a.S, a.D), 0.0f, dkSlices);
+    sliceGemms<E, E>(op, a, true, false, a.T, a.Dv, 0, pE, resultSlices(a, dy, a.S, a.Dv), 0.0f, dvSlices);
     return;
   }
   launchPerSegment(a.L * a.S, a.Dv, 1, [&](auto lanes, unsigned grid, unsigned threads) {
     using P = decltype(lanes);
     rowDotKernel<P, E><<<grid, threads, 0, detail::stream()>>>(
-        operandSlices(a, dy, a.S, a.Dv), operandSlices(a, y, a.S, a.Dv), dot, a.L * a.S, a.S, a.Dv);
+        resultSlices(a, dy, a.S, a.Dv), resultSlices(a, y, a.S, a.Dv), dot, a.L * a.S, a.S, a.Dv);
   });
   detail::checkLaunch(op);
   ScoreBlock b = scoreBlock(a, mask, additive, ms, scale, divide, fill, maskedWhen);
@@ -744,8 +753,8 @@ void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const 
     b.rows = std::min(block, a.S - b.r0);
     const float beta = b.r0 == 0 ? 0.0f : 1.0f;
     const int64_t n = a.L * b.rows * a.T;
-    const SliceMatrices<const E> qBlock = operandSlices(a, q, a.S, a.D, b.r0),
-                                 dyBlock = operandSlices(a, dy, a.S, a.Dv, b.r0);
+    const SliceMatrices<const E> qBlock = querySlices(a, q, a.S, a.D, b.r0),
+                                 dyBlock = resultSlices(a, dy, a.S, a.Dv, b.r0);
     sliceGemms<E, float>(op, a, false, true, b.rows, a.T, a.D, qBlock, keySlices(a, k, a.T, a.D), 0.0f,
                          blockSlices(a, p, block));
     if (n > 0) {
@@ -771,7 +780,7 @@ void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const 
     }
     sliceGemms<E, E>(op, a, true, false, a.T, a.Dv, b.rows, pE, dyBlock, beta, dvSlices);
     sliceGemms<E, E>(op, a, false, false, b.rows, a.D, a.T, dzE, keySlices(a, k, a.T, a.D), 0.0f,
-                     operandSlices(a, dq, a.S, a.D, b.r0));
+                     querySlices(a, dq, a.S, a.D, b.r0));
     sliceGemms<E, E>(op, a, true, false, a.T, a.D, b.rows, dzE, qBlock, beta, dkSlices);
   }
 }
@@ -781,42 +790,42 @@ void attentionGradT(const E *dy, const E *q, const Shape &qs, const E *k, const 
 void attention(const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v, const Shape &vs,
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
                bool maskedWhen, float dropoutRatio, bool training, StreamKey dropoutStreamKey, float *y, float *lse,
-               const Workspace &workspace, AttentionLayout layout) {
+               const Workspace &workspace, AttentionLayout layout, int64_t jointHeads) {
   attentionT(q, qs, k, ks, v, vs, mask, additive, ms, scale, divide, fill, maskedWhen, dropoutRatio, training,
-             dropoutStreamKey, y, lse, workspace, layout);
+             dropoutStreamKey, y, lse, workspace, layout, jointHeads);
 }
 void attention(const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v, const Shape &vs,
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
                bool maskedWhen, float dropoutRatio, bool training, StreamKey dropoutStreamKey, bf16 *y, float *lse,
-               const Workspace &workspace, AttentionLayout layout) {
+               const Workspace &workspace, AttentionLayout layout, int64_t jointHeads) {
   // cuDNN's flash attention first (attention_cudnn.cu); pipec's kernels for what it declines.
   const flash::AttentionOperands operands{
       q, k, v, qs, ks, vs, mask, additive, ms, scale, divide, fill, maskedWhen, dropoutRatio, training,
-      dropoutStreamKey, workspace, layout};
+      dropoutStreamKey, workspace, layout, jointHeads};
   if (flash::attention(operands, y, lse)) return;
   attentionT(q, qs, k, ks, v, vs, mask, additive, ms, scale, divide, fill, maskedWhen, dropoutRatio, training,
-             dropoutStreamKey, y, lse, workspace, layout);
+             dropoutStreamKey, y, lse, workspace, layout, jointHeads);
 }
 
 void attentionGrad(const float *dy, const float *q, const Shape &qs, const float *k, const Shape &ks, const float *v,
                    const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const float *y,
                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
                    bool training, StreamKey dropoutStreamKey, float *dq, float *dk, float *dv,
-                   const Workspace &workspace, AttentionLayout layout) {
+                   const Workspace &workspace, AttentionLayout layout, int64_t jointHeads) {
   attentionGradT(dy, q, qs, k, ks, v, vs, mask, additive, ms, y, lse, scale, divide, fill, maskedWhen, dropoutRatio,
-                 training, dropoutStreamKey, dq, dk, dv, workspace, layout);
+                 training, dropoutStreamKey, dq, dk, dv, workspace, layout, jointHeads);
 }
 void attentionGrad(const bf16 *dy, const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v,
                    const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const bf16 *y,
                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
                    bool training, StreamKey dropoutStreamKey, bf16 *dq, bf16 *dk, bf16 *dv,
-                   const Workspace &workspace, AttentionLayout layout) {
+                   const Workspace &workspace, AttentionLayout layout, int64_t jointHeads) {
   const flash::AttentionOperands operands{
       q, k, v, qs, ks, vs, mask, additive, ms, scale, divide, fill, maskedWhen, dropoutRatio, training,
-      dropoutStreamKey, workspace, layout};
+      dropoutStreamKey, workspace, layout, jointHeads};
   if (flash::attentionGrad(operands, dy, y, lse, dq, dk, dv)) return;
   attentionGradT(dy, q, qs, k, ks, v, vs, mask, additive, ms, y, lse, scale, divide, fill, maskedWhen, dropoutRatio,
-                 training, dropoutStreamKey, dq, dk, dv, workspace, layout);
+                 training, dropoutStreamKey, dq, dk, dv, workspace, layout, jointHeads);
 }
 
 //===----------------------------------------------------------------------===//

@@ -170,27 +170,42 @@ struct AttentionView {
   int64_t group = 1;
   Shape scores;
   bool masked = false; // by either mask
-  /// Where row `row` of slice l of a query-side operand (q, y and their
-  /// gradients) with `rows` rows of `width` elements starts, and the
-  /// distance between its consecutive rows.
+  /// Sequence-major q, k and v that are windows of one joint [L'..., S,
+  /// jointHeads, D] value (nn.attention's joint_kv_heads): the heads a row
+  /// of each holds; 0 when each is its own tensor. Their gradients are
+  /// windows of the joint gradient alike; y and dy never are.
+  int64_t jointHeads = 0;
+  /// Where row `row` of slice l of a result-side operand (y and dy) with
+  /// `rows` rows of `width` elements starts, and the distance between its
+  /// consecutive rows.
   int64_t rowOffset(int64_t l, int64_t row, int64_t rows, int64_t width) const {
-    return offsetIn(interleave, l, row, rows, width);
+    return offsetIn(interleave, interleave, l, row, rows, width);
   }
   int64_t rowStride(int64_t width) const { return interleave * width; }
+  /// The same for q and dq.
+  int64_t queryRowOffset(int64_t l, int64_t row, int64_t rows, int64_t width) const {
+    return offsetIn(interleave, jointHeads ? jointHeads : interleave, l, row, rows, width);
+  }
+  int64_t queryRowStride(int64_t width) const { return (jointHeads ? jointHeads : interleave) * width; }
   /// The same for a key-side operand (k, v and their gradients): the rows
   /// of the key/value slice that query slice l reads.
   int64_t keyRowOffset(int64_t l, int64_t row, int64_t rows, int64_t width) const {
-    return offsetIn(keyInterleave, l / group, row, rows, width);
+    return offsetIn(keyInterleave, jointHeads ? jointHeads : keyInterleave, l / group, row, rows, width);
   }
-  int64_t keyRowStride(int64_t width) const { return keyInterleave * width; }
+  int64_t keyRowStride(int64_t width) const { return (jointHeads ? jointHeads : keyInterleave) * width; }
 
 private:
-  static int64_t offsetIn(int64_t interleave, int64_t slice, int64_t row, int64_t rows, int64_t width) {
-    return (slice / interleave) * rows * interleave * width + (slice % interleave) * width + row * interleave * width;
+  /// Slice `slice` of `interleave` slices per row of `rowHeads` widths.
+  static int64_t offsetIn(int64_t interleave, int64_t rowHeads, int64_t slice, int64_t row, int64_t rows,
+                          int64_t width) {
+    return (slice / interleave) * rows * rowHeads * width + (slice % interleave) * width + row * rowHeads * width;
   }
 };
+/// `jointHeads`: AttentionView::jointHeads (at least the query's heads and
+/// twice the key's, sequence-major, D = Dv).
 AttentionView attentionView(const char *op, const Shape &qs, const Shape &ks, const Shape &vs, const Shape &ms,
-                            bool booleanMask, bool additiveMask, AttentionLayout layout = AttentionLayout::HeadMajor);
+                            bool booleanMask, bool additiveMask, AttentionLayout layout = AttentionLayout::HeadMajor,
+                            int64_t jointHeads = 0);
 
 /// The row normalization nn.layer_norm computes (docs/dialects.md): ONNX
 /// LayerNormalization, (x - mean) / sqrt(var + eps),

@@ -351,12 +351,14 @@ void maskedSoftmaxGrad(const bf16 *dy, const bf16 *y, const Shape &s, const uint
 void attention(const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v, const Shape &vs,
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
                bool maskedWhen, float dropoutRatio, bool training, StreamKey dropoutStreamKey, bf16 *y, float *lse,
-               const Workspace &scratch = {}, AttentionLayout layout = AttentionLayout::HeadMajor);
+               const Workspace &scratch = {}, AttentionLayout layout = AttentionLayout::HeadMajor,
+                   int64_t jointHeads = 0);
 void attentionGrad(const bf16 *dy, const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v,
                    const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const bf16 *y,
                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
                    bool training, StreamKey dropoutStreamKey, bf16 *dq, bf16 *dk, bf16 *dv,
-                   const Workspace &scratch = {}, AttentionLayout layout = AttentionLayout::HeadMajor);
+                   const Workspace &scratch = {}, AttentionLayout layout = AttentionLayout::HeadMajor,
+                   int64_t jointHeads = 0);
 /// Convolutions on bf16 x, w, y (dy, dx) through cuDNN's bf16 graphs, else
 /// pipec's float kernels on float32 copies; the bias stays float, and the
 /// weight gradient is written (or with accumulate added) into its float
