@@ -211,8 +211,16 @@ OpWork AttentionOp::estimateWork() {
   // gradient is nn.attention_grad's work and the softmax's again; a dropout
   // of P adds its mask's generation to each.
   OpWork work = elementwise(*this, 0, 0);
-  if (getJointKvHeads() > 0) // one joint operand, read once
-    work.forwardBytes -= 2 * bytesOf(getQuery());
+  const bool joint = getJointKvHeads() > 0;
+  if (joint) {
+    // One joint operand, read once; its one gradient costs what separate
+    // q, k and v's three did (each reads the result and the operands, and
+    // writes its own), so that the form does not move the plan.
+    const double jointBytes = bytesOf(getQuery()), maskBytes = operandBytes(*this) - 3 * jointBytes;
+    work.forwardBytes -= 2 * jointBytes;
+    work.gradientBytes[0] = 3 * (resultBytes(*this) + jointBytes + maskBytes) + jointBytes;
+    work.gradientBytes[1] = work.gradientBytes[2] = 0;
+  }
   const AttentionOperandShapes shapes = operandShapes();
   auto elementType = getQuery().getType().getElementType();
   auto query = RankedTensorType::get(shapes.query, elementType), value = RankedTensorType::get(shapes.value, elementType);
@@ -223,8 +231,8 @@ OpWork AttentionOp::estimateWork() {
   work.forwardFlops = 2 * rows * keys * (d + dv) + 13 * rows * keys + dropout;
   const double backward = attentionGradFlops(query, value, sequenceMajor) + 13 * rows * keys + dropout;
   work.gradientFlops.assign(getOperation()->getNumOperands(), 0.0);
-  for (int operand = 0; operand < 3; ++operand)
-    work.gradientFlops[operand] = backward / 3;
+  for (int operand = 0; operand < 3; ++operand) // a joint operand's gradient is the query slot's
+    work.gradientFlops[operand] = joint ? (operand == 0 ? backward : 0.0) : backward / 3;
   return work;
 }
 OpWork SoftmaxCrossEntropyLossOp::estimateWork() { return reduction(*this, 14, 4); }

@@ -251,6 +251,8 @@ OpWork AttentionGradOp::estimateWork() {
   // Recomputing the scores, then four products of the same size (and the
   // dropout mask regenerated, when there is one).
   OpWork work = streamingWork(*this, 0);
+  if (getJointKvHeads() > 0) // one joint operand, read once
+    work.forwardBytes -= 2 * bytesOf(getQuery());
   const AttentionOperandShapes shapes = operandShapes();
   auto elementType = getQuery().getType().getElementType();
   auto query = RankedTensorType::get(shapes.query, elementType), value = RankedTensorType::get(shapes.value, elementType);

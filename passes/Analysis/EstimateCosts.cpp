@@ -193,7 +193,7 @@ llvm::DenseMap<Operation *, int64_t> keptBytesByOp(func::FuncOp function, const 
     nn::GradientBuilder gradient(builder, op->getLoc());
     bool weightGradient = false;
     for (auto [index, operand] : llvm::enumerate(op->getOperands()))
-      if (roles.needsGradient(operand)) {
+      if (roles.needsGradient(operand) && !differentiable.gradientInEarlierOperand(static_cast<unsigned>(index))) {
         differentiable.buildGradient(gradient, dys, static_cast<unsigned>(index));
         weightGradient |= roles.isWeightGradient(operand);
       }

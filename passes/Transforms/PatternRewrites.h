@@ -79,7 +79,8 @@ inline bool swapsLastTwoAxes(llvm::ArrayRef<int64_t> perm) {
 }
 
 /// pipec-recognize-composites' attention layout rewrites (AttentionLayout.cpp):
-/// grouped-query heads, the heads' transposes, rotary before the heads' split.
+/// grouped-query heads, the heads' transposes, rotary before the heads' split,
+/// q, k and v read in place from their joint projection.
 void addAttentionLayoutPatterns(mlir::RewritePatternSet &patterns);
 
 /// Applies `patterns` greedily to `root` until none applies; `applied`

@@ -536,7 +536,13 @@ func.func @attention_joint_projection(%x: tensor<2x16x96xf32>, %g: tensor<2x16x6
 // elsewhere too, pieces in another order than q, k, v, a split along
 // another axis.
 // CHECK-LABEL: func.func @attention_joint_projection_unchanged
-// CHECK-COUNT-4: nn.split
+// CHECK: nn.split
+// CHECK-NOT: joint_kv_heads
+// CHECK: nn.split
+// CHECK-NOT: joint_kv_heads
+// CHECK: nn.split
+// CHECK-NOT: joint_kv_heads
+// CHECK: nn.split
 // CHECK-NOT: joint_kv_heads
 // CHECK: return
 func.func @attention_joint_projection_unchanged(%x: tensor<2x16x48xf32>, %y: tensor<2x16x96xf32>, %z: tensor<2x48x32xf32>) -> (tensor<2x16x4x4xf32>, tensor<2x16x4x8xf32>, tensor<2x16x32xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>) {
