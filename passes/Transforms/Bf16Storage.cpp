@@ -386,9 +386,10 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
 
   /// Makes `operand` read its value in `element` storage: through one nn.cast
   /// per value and storage in the function, placed before the first reader;
-  /// the function's own arguments (parameters a product reads, data) are
-  /// converted together at its start, which code generation makes one
-  /// launch (docs/cuda-codegen.md, "bf16 storage").
+  /// the function's own arguments (parameters a product reads, data) and
+  /// constants are converted together at its start, which code generation
+  /// makes one launch (docs/cuda-codegen.md, "bf16 storage"). A constant
+  /// reads nothing, so it moves to the start for that.
   void convert(OpOperand &operand, Type element) {
     Value value = operand.get();
     if (llvm::cast<RankedTensorType>(value.getType()).getElementType() == element)
@@ -398,10 +399,16 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
     if (!cast) {
       Block *home = value.getParentBlock();
       OpBuilder builder(home->findAncestorOpInBlock(*operand.getOwner()));
-      const bool argument = llvm::isa<BlockArgument>(value) && home == &current.getBody().front();
+      auto constant = value.getDefiningOp<nn::ConstantOp>();
+      const bool argument =
+          (llvm::isa<BlockArgument>(value) || constant) && home == &current.getBody().front();
+      if (constant && argument && &home->front() != constant.getOperation())
+        constant->moveBefore(&home->front());
       if (argument) {
         if (lastArgumentCast)
           builder.setInsertionPointAfter(lastArgumentCast);
+        else if (constant)
+          builder.setInsertionPointAfter(constant);
         else
           builder.setInsertionPointToStart(home);
       }

@@ -196,11 +196,16 @@ pipe.stage @stage_3 attributes {id = 3 : i64, replicas = 1 : i64} {
 // pipec-pad-classes' vocabulary: the padded weight pads the parameter's
 // bf16 copy (converted at the start), the padded logits and their gradient
 // are bf16, and the weight gradient of the padded product stays f32 through
-// the slice of its real rows and the add of the embedding's gradient.
+// the slice of its real rows and the add of the embedding's gradient. The
+// bias constant moves to the start, and its bf16 copy is made with the
+// arguments' (one launch).
 // CHECK-LABEL: pipe.stage @stage_6
 // CHECK: func.func @fwd
-// CHECK: %[[W:.*]] = nn.cast %arg0 : tensor<5x8xf32> -> tensor<5x8xbf16>
-// CHECK: %[[P:.*]] = nn.pad %[[W]] {pads = array<i64: 0, 0, 3, 0>} : (tensor<5x8xbf16>) -> tensor<8x8xbf16>
+// CHECK-NEXT: %[[C:.*]] = nn.constant
+// CHECK-NEXT: %[[W:.*]] = nn.cast %arg0 : tensor<5x8xf32> -> tensor<5x8xbf16>
+// CHECK-NEXT: nn.cast %arg1
+// CHECK-NEXT: nn.cast %[[C]] : tensor<8xf32> -> tensor<8xbf16>
+// CHECK-NEXT: %[[P:.*]] = nn.pad %[[W]] {pads = array<i64: 0, 0, 3, 0>} : (tensor<5x8xbf16>) -> tensor<8x8xbf16>
 // CHECK: nn.gemm %{{.*}}, %[[P]], %{{.*}} {transB = true} : (tensor<4x8xbf16>, tensor<8x8xbf16>, tensor<8xbf16>) -> tensor<4x8xbf16>
 // CHECK: func.func @bwd_weight
 // CHECK: %[[G:.*]] = nn.gemm {{.*}} : (tensor<4x8xbf16>, tensor<4x8xbf16>) -> tensor<8x8xf32>
