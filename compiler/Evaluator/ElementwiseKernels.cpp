@@ -139,6 +139,7 @@ Tensor unary(UnaryOp op, const Tensor &input) {
     double x = input.floats[i];
     switch (op) {
     case UnaryOp::Relu: out.floats[i] = x > 0 ? x : 0.0; break;
+    case UnaryOp::Relu6: out.floats[i] = std::isnan(x) ? x : std::min(std::max(x, 0.0), 6.0); break;
     case UnaryOp::Tanh: out.floats[i] = std::tanh(x); break;
     case UnaryOp::Sigmoid: out.floats[i] = 1.0 / (1.0 + std::exp(-x)); break;
     case UnaryOp::Erf: out.floats[i] = std::erf(x); break;
@@ -275,6 +276,7 @@ Tensor unaryGrad(UnaryOp op, const Tensor &dy, const Tensor &forward) {
     double xv = readsInput ? forward.floats[i] : 0, yv = readsInput ? 0 : forward.floats[i], derivative = 0;
     switch (op) {
     case UnaryOp::Relu: derivative = yv > 0 ? 1.0 : 0.0; break;
+    case UnaryOp::Relu6: derivative = yv <= 0 || yv >= 6 ? 0.0 : 1.0; break; // Clip's: 0 on the bounds
     case UnaryOp::Tanh: derivative = 1.0 - yv * yv; break;
     case UnaryOp::Sigmoid: derivative = yv * (1.0 - yv); break;
     case UnaryOp::Erf: derivative = 2.0 / std::sqrt(kPi) * std::exp(-xv * xv); break;

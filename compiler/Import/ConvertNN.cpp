@@ -169,6 +169,21 @@ void OnnxImporter::convertClip(const onnx::NodeProto &node) {
       (index == 1 ? low : high) = bound;
     }
   }
+  // Bounds 0 and 6 on floats (PyTorch's relu6, and hardtanh(0, 6)): one
+  // nn.relu6, whose gradient is the wheres' (0 on the bounds), and which a
+  // batch norm before it takes as its epilogue (docs/optimization.md).
+  auto constantBound = [](Value bound) -> std::optional<double> {
+    while (bound && bound.getDefiningOp<nn::ReshapeOp>())
+      bound = bound.getDefiningOp<nn::ReshapeOp>().getInput();
+    auto constant = bound ? bound.getDefiningOp<nn::ConstantOp>() : nn::ConstantOp();
+    auto dense = constant ? llvm::dyn_cast<DenseFPElementsAttr>(constant.getValue()) : DenseFPElementsAttr();
+    if (!dense || dense.getNumElements() != 1)
+      return std::nullopt;
+    return (*dense.getValues<APFloat>().begin()).convertToDouble();
+  };
+  if (llvm::isa<FloatType>(typeOf(x).getElementType()) && constantBound(low) == 0.0 &&
+      constantBound(high) == 6.0)
+    return define(node, 0, build<nn::Relu6Op>(node, {x}));
   define(node, 0, clip(node, x, low, high, /*inclusive=*/false));
 }
 

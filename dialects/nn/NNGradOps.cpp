@@ -158,8 +158,9 @@ LogicalResult BatchNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   if (adaptor.getDy().getType() != adaptor.getInput().getType())
     return fail(loc, "nn.batch_norm_grad: dy and input types differ");
   const bool activation = adaptor.getActivation().has_value();
-  if (activation && *adaptor.getActivation() != ::pipec::Unary::Relu)
-    return fail(loc, "nn.batch_norm_grad: the only activation its kernels take is relu");
+  if (activation && *adaptor.getActivation() != ::pipec::Unary::Relu &&
+      *adaptor.getActivation() != ::pipec::Unary::Relu6)
+    return fail(loc, "nn.batch_norm_grad: the only activations its kernels take are relu and relu6");
   if (activation != static_cast<bool>(adaptor.getY()))
     return fail(loc, "nn.batch_norm_grad: an activation needs y, its output, and y an activation");
   if (Value y = adaptor.getY(); y && rankedType(y).getShape() != rankedType(adaptor.getInput()).getShape())

@@ -120,6 +120,9 @@ def NN_RotaryOp : NN_InferredOp<"rotary", [NN_Differentiable]> {
 }
 
 def NN_ReluOp : NN_UnaryFloatOp<"relu", "Relu", "Relu">;
+// ONNX Clip with bounds 0 and 6 (PyTorch's relu6), which the importer
+// writes for it; its gradient is Clip's, 0 on the bounds.
+def NN_Relu6Op : NN_UnaryFloatOp<"relu6", "Clip(0, 6)", "Relu6">;
 def NN_TanhOp : NN_UnaryFloatOp<"tanh", "Tanh", "Tanh">;
 def NN_SigmoidOp : NN_UnaryFloatOp<"sigmoid", "Sigmoid", "Sigmoid">;
 def NN_ErfOp : NN_UnaryFloatOp<"erf", "Erf", "Erf">;

@@ -1,8 +1,8 @@
-// pipec-fuse-norm-epilogue: the residual add and the ReLU that follow a batch
-// norm become the norm's epilogue, so that the norm's apply pass writes
-// relu(normalized + residual) and neither sum nor activation is a pass over
-// memory of its own; and the ReLU's gradient becomes part of the norm's
-// input gradient (docs/optimization.md).
+// pipec-fuse-norm-epilogue: the residual add and the ReLU (or ReLU6) that
+// follow a batch norm become the norm's epilogue, so that the norm's apply
+// pass writes relu(normalized + residual) and neither sum nor activation is a
+// pass over memory of its own; and the activation's gradient becomes part of
+// the norm's input gradient (docs/optimization.md).
 #include "passes/Passes.h"
 #include "passes/Transforms/PatternRewrites.h"
 
@@ -64,10 +64,13 @@ struct FuseNormEpilogue : impl::FuseNormEpilogueBase<FuseNormEpilogue> {
       function.walk([&](nn::AddOp add) { additions.push_back(add); });
       for (nn::AddOp add : additions)
         fuseResidual(add);
-      SmallVector<nn::ReluOp> activations;
-      function.walk([&](nn::ReluOp relu) { activations.push_back(relu); });
-      for (nn::ReluOp relu : activations)
-        fuseActivation(relu);
+      SmallVector<nn::UnaryElementwiseOpInterface> activations;
+      function.walk([&](nn::UnaryElementwiseOpInterface unary) {
+        if (appliedByNorm(unary.getUnaryFunction()))
+          activations.push_back(unary);
+      });
+      for (nn::UnaryElementwiseOpInterface activation : activations)
+        fuseActivation(activation);
       SmallVector<nn::UnaryGradOp> gradients;
       function.walk([&](nn::UnaryGradOp grad) { gradients.push_back(grad); });
       for (nn::UnaryGradOp grad : gradients)
@@ -75,13 +78,16 @@ struct FuseNormEpilogue : impl::FuseNormEpilogueBase<FuseNormEpilogue> {
     });
   }
 
-  /// ReLU's gradient at its output y, read as dy by one batch_norm_grad and
-  /// otherwise only returned (saved for the norm's parameter gradient in a
-  /// later entry point): the norm's gradient takes dy and y and returns the
+  /// The activations the norm kernels apply (pipec/unary_math.h's NormActivation).
+  static bool appliedByNorm(Unary function) { return function == Unary::Relu || function == Unary::Relu6; }
+
+  /// An activation's gradient (ReLU's or ReLU6's) at its output y, read as
+  /// dy by one batch_norm_grad and otherwise only returned (saved for the
+  /// norm's parameter gradient in a later entry point): the norm's gradient takes dy and y and returns the
   /// masked gradient for those returns (keeps_masked_dy). A gradient read by
   /// anything else (a residual's branch, a second norm) stays.
   void fuseActivationGrad(nn::UnaryGradOp relu) {
-    if (relu.getKind() != Unary::Relu || !relu.getY())
+    if (!appliedByNorm(relu.getKind()) || !relu.getY())
       return;
     nn::BatchNormGradOp norm;
     bool returned = false;
@@ -101,7 +107,7 @@ struct FuseNormEpilogue : impl::FuseNormEpilogueBase<FuseNormEpilogue> {
     auto fused = nn::BatchNormGradOp::create(
         builder, absorbedLocation(norm.getLoc(), {relu}), relu.getDy(), norm.getInput(), norm.getScale(),
         norm.getRunningMean(), norm.getRunningVar(), relu.getY(), norm.getEpsilonAttr(), norm.getTrainingAttr(),
-        nn::UnaryFunctionAttr::get(norm.getContext(), Unary::Relu), builder.getBoolAttr(returned));
+        nn::UnaryFunctionAttr::get(norm.getContext(), relu.getKind()), builder.getBoolAttr(returned));
     inheritPlacement(norm, fused, /*withCost=*/true);
     norm.getResult().replaceAllUsesWith(fused.getResult());
     if (returned)
@@ -142,17 +148,18 @@ struct FuseNormEpilogue : impl::FuseNormEpilogueBase<FuseNormEpilogue> {
     }
   }
 
-  /// relu(bn(x) [+ r]), the norm's result read by the ReLU alone: the norm
-  /// applies it. (ReLU's gradient reads its output, which the norm now
-  /// writes; the normalized value before it is read by nothing else.)
-  void fuseActivation(nn::ReluOp relu) {
-    nn::BatchNormOp norm = soleNormProducer(relu.getOperand(), relu->getBlock(), /*forResidual=*/false);
-    if (!norm || relu.getResult().getType() != norm.getResult().getType())
+  /// f(bn(x) [+ r]) for f ReLU or ReLU6, the norm's result read by f alone:
+  /// the norm applies it. (f's gradient reads its output, which the norm
+  /// now writes; the normalized value before it is read by nothing else.)
+  void fuseActivation(nn::UnaryElementwiseOpInterface activation) {
+    Operation *op = activation.getOperation();
+    nn::BatchNormOp norm = soleNormProducer(op->getOperand(0), op->getBlock(), /*forResidual=*/false);
+    if (!norm || op->getResult(0).getType() != norm.getResult().getType())
       return;
-    norm.setActivationAttr(nn::UnaryFunctionAttr::get(norm.getContext(), Unary::Relu));
-    norm->setLoc(absorbedLocation(norm.getLoc(), {relu}));
-    relu.getResult().replaceAllUsesWith(norm.getResult());
-    relu.erase();
+    norm.setActivationAttr(nn::UnaryFunctionAttr::get(norm.getContext(), activation.getUnaryFunction()));
+    norm->setLoc(absorbedLocation(norm.getLoc(), {op}));
+    op->getResult(0).replaceAllUsesWith(norm.getResult());
+    op->erase();
     ++numActivations;
   }
 };

@@ -1,5 +1,6 @@
 #include "TestUtil.h"
 
+#include <algorithm>
 #include <limits>
 
 using namespace kt;
@@ -47,51 +48,64 @@ TEST(BatchNorm, TrainingUsesBatchStatisticsAndUpdatesRunning) {
   EXPECT_EQ(dbAdded[1], 0.125f + db[1]);
 }
 
-// The epilogue pipec-fuse-norm-epilogue folds in: relu(normalized +
-// residual), bit for bit the separate ops, in training and inference, and
-// a refusal of an activation the kernels do not apply.
+// The epilogue pipec-fuse-norm-epilogue folds in: f(normalized + residual)
+// for f ReLU and ReLU6 (a residual wide enough to reach both of ReLU6's
+// bounds), bit for bit the separate ops, in training and inference, and a
+// refusal of an activation the kernels do not apply.
 TEST(BatchNorm, EpilogueIsTheSeparateOps) {
   const pk::Shape xs{3, 2, 4, 5};
-  auto x = randomVec(xs.numel(), 11, -2.0f, 3.0f), r = randomVec(xs.numel(), 12);
+  auto x = randomVec(xs.numel(), 11, -2.0f, 3.0f), r = randomVec(xs.numel(), 12, -4.0f, 10.0f);
   const float scale[2] = {1.5f, -0.5f}, bias[2] = {0.1f, 0.2f}, rm[2] = {0.3f, -0.1f}, rv[2] = {1.2f, 0.8f};
-  for (bool training : {true, false}) {
-    std::vector<float> fused(x.size()), separate(x.size());
-    float nm[2], nv[2], nm2[2], nv2[2];
-    pk::batchNorm(x.data(), xs, scale, bias, rm, rv, fused.data(), nm, nv, 1e-5f, 0.9f, training, r.data(),
-                  pk::Unary::Relu);
-    pk::batchNorm(x.data(), xs, scale, bias, rm, rv, separate.data(), nm2, nv2, 1e-5f, 0.9f, training);
-    pk::binary(pk::Binary::Add, separate.data(), xs, r.data(), xs, separate.data());
-    pk::unary(pk::Unary::Relu, separate.data(), xs.numel(), separate.data());
-    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(fused[i], separate[i]) << "[" << i << "] training " << training;
-    EXPECT_EQ(nm[0], nm2[0]);
-    EXPECT_EQ(nv[1], nv2[1]);
-    EXPECT_THROW(pk::batchNorm(x.data(), xs, scale, bias, rm, rv, fused.data(), nm, nv, 1e-5f, 0.9f, training,
-                               nullptr, pk::Unary::Gelu),
-                 pk::KernelError);
-  }
+  for (pk::Unary activation : {pk::Unary::Relu, pk::Unary::Relu6})
+    for (bool training : {true, false}) {
+      std::vector<float> fused(x.size()), separate(x.size());
+      float nm[2], nv[2], nm2[2], nv2[2];
+      pk::batchNorm(x.data(), xs, scale, bias, rm, rv, fused.data(), nm, nv, 1e-5f, 0.9f, training, r.data(),
+                    activation);
+      pk::batchNorm(x.data(), xs, scale, bias, rm, rv, separate.data(), nm2, nv2, 1e-5f, 0.9f, training);
+      pk::binary(pk::Binary::Add, separate.data(), xs, r.data(), xs, separate.data());
+      pk::unary(activation, separate.data(), xs.numel(), separate.data());
+      int atSix = 0;
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_EQ(fused[i], separate[i]) << "[" << i << "] training " << training;
+        atSix += fused[i] == 6.0f;
+      }
+      if (activation == pk::Unary::Relu6) EXPECT_GT(atSix, 0) << "no value reached ReLU6's upper bound";
+      EXPECT_EQ(nm[0], nm2[0]);
+      EXPECT_EQ(nv[1], nv2[1]);
+      EXPECT_THROW(pk::batchNorm(x.data(), xs, scale, bias, rm, rv, fused.data(), nm, nv, 1e-5f, 0.9f, training,
+                                 nullptr, pk::Unary::Gelu),
+                   pk::KernelError);
+    }
 }
 
-// ReLU's gradient folded into the input gradient (pipec-fuse-norm-epilogue):
-// the bits of nn.unary_grad then batch_norm_grad, in training and
-// inference, the masked gradient written where asked.
+// The activation's gradient (ReLU's, ReLU6's) folded into the input
+// gradient (pipec-fuse-norm-epilogue): the bits of nn.unary_grad then
+// batch_norm_grad, in training and inference, the masked gradient written
+// where asked; y holds both of ReLU6's bounds and values between.
 TEST(BatchNorm, GradientThroughReluIsTheSeparateOps) {
   const pk::Shape xs{3, 2, 4, 5};
-  auto x = randomVec(xs.numel(), 21, -2.0f, 3.0f), dy = randomVec(xs.numel(), 22), y = randomVec(xs.numel(), 23);
+  auto x = randomVec(xs.numel(), 21, -2.0f, 3.0f), dy = randomVec(xs.numel(), 22),
+       y = randomVec(xs.numel(), 23, -2.0f, 8.0f);
+  for (float &v : y) v = std::min(std::max(v, 0.0f), 6.0f);
   const float scale[2] = {1.5f, -0.5f}, rm[2] = {0.3f, -0.1f}, rv[2] = {1.2f, 0.8f};
-  for (bool training : {true, false}) {
-    std::vector<float> fused(x.size()), masked(x.size(), NAN), g(x.size()), separate(x.size());
-    pk::batchNormGrad(dy.data(), x.data(), xs, scale, rm, rv, fused.data(), 1e-5f, training, y.data(),
-                      pk::Unary::Relu, masked.data());
-    pk::unaryGrad(pk::Unary::Relu, dy.data(), nullptr, y.data(), xs.numel(), g.data());
-    pk::batchNormGrad(g.data(), x.data(), xs, scale, rm, rv, separate.data(), 1e-5f, training);
-    for (size_t i = 0; i < x.size(); ++i) {
-      ASSERT_EQ(fused[i], separate[i]) << "dx [" << i << "] training " << training;
-      ASSERT_EQ(masked[i], g[i]) << "masked dy [" << i << "] training " << training;
+  for (pk::Unary activation : {pk::Unary::Relu, pk::Unary::Relu6})
+    for (bool training : {true, false}) {
+      std::vector<float> fused(x.size()), masked(x.size(), NAN), g(x.size()), separate(x.size());
+      pk::batchNormGrad(dy.data(), x.data(), xs, scale, rm, rv, fused.data(), 1e-5f, training, y.data(),
+                        activation, masked.data());
+      pk::unaryGrad(activation, dy.data(), nullptr, y.data(), xs.numel(), g.data());
+      pk::batchNormGrad(g.data(), x.data(), xs, scale, rm, rv, separate.data(), 1e-5f, training);
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_EQ(fused[i], separate[i]) << "dx [" << i << "] training " << training;
+        ASSERT_EQ(masked[i], g[i]) << "masked dy [" << i << "] training " << training;
+        if (activation == pk::Unary::Relu6 && (y[i] == 6.0f || y[i] == 0.0f))
+          ASSERT_EQ(masked[i], 0.0f) << "a bound of ReLU6 passed a gradient at [" << i << "]";
+      }
+      EXPECT_THROW(pk::batchNormGrad(dy.data(), x.data(), xs, scale, rm, rv, fused.data(), 1e-5f, training, nullptr,
+                                     activation),
+                   pk::KernelError);
     }
-    EXPECT_THROW(pk::batchNormGrad(dy.data(), x.data(), xs, scale, rm, rv, fused.data(), 1e-5f, training, nullptr,
-                                   pk::Unary::Relu),
-                 pk::KernelError);
-  }
 }
 
 // Statistics and gradient sums over long channels (runs longer than the

@@ -67,6 +67,31 @@ pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
         : tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>
   }
 
+  // ReLU6 (the importer's nn.relu6 for Clip(0, 6), MobileNet-V2's): the
+  // norm's activation, with a residual too; its gradient likewise; a tanh
+  // is no norm activation and stays.
+  // CHECK-LABEL: func.func @relu6
+  // CHECK: %[[A:.*]], %{{.*}}, %{{.*}} = nn.batch_norm %arg0, %arg1, %arg2, %arg3, %arg4 {activation = #nn.unary<relu6>, training = true}
+  // CHECK-NEXT: %[[B:.*]], %{{.*}}, %{{.*}} = nn.batch_norm %arg0, %arg1, %arg2, %arg3, %arg4, %[[A]] {activation = #nn.unary<relu6>, training = true}
+  // CHECK-NEXT: %[[N:.*]], %{{.*}}, %{{.*}} = nn.batch_norm %arg0, %arg1, %arg2, %arg3, %arg4 {training = true}
+  // CHECK-NEXT: %[[T:.*]] = nn.tanh %[[N]]
+  // CHECK-NEXT: %[[DX:.*]] = nn.batch_norm_grad %arg5, %arg0, %arg1, %arg3, %arg4, %[[B]] {activation = #nn.unary<relu6>, training = true}
+  // CHECK-NEXT: return %[[B]], %[[T]], %[[DX]]
+  func.func @relu6(%x: tensor<2x4x3x3xf32>, %s: tensor<4xf32>, %b: tensor<4xf32>, %m: tensor<4xf32>, %v: tensor<4xf32>,
+                   %dy: tensor<2x4x3x3xf32>)
+      -> (tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>) {
+    %n1:3 = nn.batch_norm %x, %s, %b, %m, %v {training = true} : (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>)
+    %r1 = nn.relu6 %n1#0 : tensor<2x4x3x3xf32>
+    %n2:3 = nn.batch_norm %x, %s, %b, %m, %v {training = true} : (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>)
+    %sum = nn.add %n2#0, %r1 : (tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>) -> tensor<2x4x3x3xf32>
+    %y = nn.relu6 %sum : tensor<2x4x3x3xf32>
+    %n3:3 = nn.batch_norm %x, %s, %b, %m, %v {training = true} : (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>)
+    %t = nn.tanh %n3#0 : tensor<2x4x3x3xf32>
+    %g = nn.unary_grad <relu6> %dy, y = %y : tensor<2x4x3x3xf32>
+    %dx = nn.batch_norm_grad %g, %x, %s, %m, %v {training = true} : (tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x4x3x3xf32>
+    return %y, %t, %dx : tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>
+  }
+
   // Left alone: a normalized value something else reads too (returned: a
   // saved pre-activation), a broadcast add, an add of a residual computed
   // after the norm whose running mean is read before the add, and a ReLU of

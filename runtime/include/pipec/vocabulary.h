@@ -263,6 +263,7 @@ inline int64_t windowOutputSize(int64_t input, int64_t kernel, int64_t stride, i
 // reads (Input: x, Result: y), forward and derivative FLOPs per element.
 #define PIPEC_UNARY_FUNCTIONS(X)                                                                   \
   X(Relu, "relu", Result, 1, 1)                                                                    \
+  X(Relu6, "relu6", Result, 2, 2)         /* ONNX Clip(x, 0, 6); gradient where 0 < y < 6 */      \
   X(Tanh, "tanh", Result, 8, 3)                                                                    \
   X(Sigmoid, "sigmoid", Result, 8, 3)                                                              \
   X(Erf, "erf", Input, 8, 10)                                                                      \

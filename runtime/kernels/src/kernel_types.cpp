@@ -138,10 +138,11 @@ void checkRank(const char *op, const Shape &s, int atLeast, const char *what) {
     if (s.v[i] < 0) fail(op, std::string(what) + " " + s.str() + " has a negative dimension");
 }
 
-bool batchNormAppliesRelu(const char *op, std::optional<Unary> activation) {
-  if (activation && *activation != Unary::Relu)
-    throw KernelError(std::string(op) + ": the only activation a batch norm applies is relu");
-  return activation.has_value();
+NormActivation batchNormActivation(const char *op, std::optional<Unary> activation) {
+  if (!activation) return NormActivation::None;
+  if (*activation == Unary::Relu) return NormActivation::Relu;
+  if (*activation == Unary::Relu6) return NormActivation::Relu6;
+  throw KernelError(std::string(op) + ": the only activations a batch norm applies are relu and relu6");
 }
 
 int64_t lossLabelBound(const char *op, int64_t classAxis, int64_t classes) {

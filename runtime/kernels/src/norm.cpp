@@ -99,11 +99,12 @@ void channelStats(const float *x, const ChannelView &v, int64_t c, double &mean,
 }
 
 /// The gradient a batch norm's backward reads at offset i: dy, or through
-/// the ReLU of its epilogue, y > 0 ? dy : 0 (nn.unary_grad's formula).
+/// the activation of its epilogue (ReLU: y > 0 ? dy : 0; nn.unary_grad's
+/// formulas).
 struct IncomingGradient {
   const float *dy, *y = nullptr;
-  bool relu = false;
-  float operator()(int64_t i) const { return relu ? unaryGradient<Unary::Relu>(dy[i], 0.0f, y[i]) : dy[i]; }
+  NormActivation activation = NormActivation::None;
+  float operator()(int64_t i) const { return normActivationGradient(activation, dy[i], y ? y[i] : 0.0f); }
 };
 
 /// Σ dy and Σ dy·(x - mean) over channel c, with the batch statistics in
@@ -125,7 +126,7 @@ void batchNorm(const float *x, const Shape &xs, const float *scale, const float 
                const float *runningVar, float *y, float *newMean, float *newVar, float epsilon, float momentum,
                bool training, const float *residual, std::optional<Unary> activation) {
   const ChannelView v = channelView("nn.batch_norm", xs);
-  const bool relu = batchNormAppliesRelu("nn.batch_norm", activation);
+  const NormActivation act = batchNormActivation("nn.batch_norm", activation);
   // Channels are independent (statistics, running update, output): one thread each.
   parallelVectorRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
     for (int64_t c = cBegin; c < cEnd; ++c) {
@@ -149,8 +150,8 @@ void batchNorm(const float *x, const Shape &xs, const float *scale, const float 
         for (int64_t i = 0; i < v.inner; ++i) q[i] = p[i] * a + b;
         if (residual)
           for (int64_t i = 0; i < v.inner; ++i) q[i] += residual[base + i];
-        if (relu)
-          for (int64_t i = 0; i < v.inner; ++i) q[i] = unaryValue<Unary::Relu>(q[i]);
+        if (act != NormActivation::None)
+          for (int64_t i = 0; i < v.inner; ++i) q[i] = normActivationValue(act, q[i]);
       }
     }
   });
@@ -162,8 +163,8 @@ void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float
   const char *op = "nn.batch_norm_grad";
   const ChannelView v = channelView(op, xs);
   (void)runningMean;
-  const IncomingGradient g{dy, y, batchNormAppliesRelu(op, activation)};
-  if (g.relu && !y) fail(op, "the ReLU's gradient needs its output y");
+  const IncomingGradient g{dy, y, batchNormActivation(op, activation)};
+  if (g.activation != NormActivation::None && !y) fail(op, "the activation's gradient needs its output y");
   parallelVectorRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
     for (int64_t c = cBegin; c < cEnd; ++c) {
       if (maskedDy)

@@ -256,7 +256,7 @@ func.func @reduce_axes(%x: tensor<2x3xf32>) {
 
 // Kinds are pipec/vocabulary.h's spellings; the parser names the accepted ones.
 func.func @unknown_unary_function(%dy: tensor<3xf32>) {
-  // expected-error @+2 {{unknown unary function 'softmax' (relu, tanh, sigmoid, erf, sqrt, gelu, gelu_tanh, neg, reciprocal, abs, exp, log, sin, cos, softplus, softsign, floor, ceil, round, sign, tan, atan, asin, acos, sinh, cosh, asinh, acosh, atanh)}}
+  // expected-error @+2 {{unknown unary function 'softmax' (relu, relu6, tanh, sigmoid, erf, sqrt, gelu, gelu_tanh, neg, reciprocal, abs, exp, log, sin, cos, softplus, softsign, floor, ceil, round, sign, tan, atan, asin, acos, sinh, cosh, asinh, acosh, atanh)}}
   // expected-error @+1 {{failed to parse NN_UnaryFunctionAttr parameter 'value'}}
   %0 = nn.unary_grad <softmax> %dy, x = %dy : tensor<3xf32>
   return

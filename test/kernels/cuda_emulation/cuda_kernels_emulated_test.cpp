@@ -1995,6 +1995,79 @@ static void testFlashAttention() {
   }
 }
 
+/// ReLU6 (ONNX Clip(0, 6)) as batch norm's epilogue (pipec-fuse-norm-epilogue):
+/// CUDA against the CPU on float and bf16 storage, training and inference,
+/// with a residual wide enough to reach both bounds; the CPU's fused form
+/// bit for bit the separate ops, and the bf16 form bit for bit bf16 storage
+/// of the separate ops (the bounds are bf16 values, so clamping and
+/// rounding commute); the input gradient through it, the masked gradient
+/// exactly nn.unary_grad's (0 on both bounds).
+static void testBatchNormRelu6() {
+  std::mt19937_64 local(6006);
+  auto values = [&](int64_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v((size_t)n);
+    for (auto &x : v) x = d(local);
+    return roundBf(v);
+  };
+  const pk::Unary relu6 = pk::Unary::Relu6;
+  for (const Shape &xs : {Shape{2, 3, 5, 4}, Shape{3, 2, 700}}) {
+    const int64_t C = xs.v[1], n = xs.numel();
+    const auto x = values(n, -2, 2), r = values(n, -4, 10), dy = values(n, -2, 2), sc = values(C, 0.5f, 2),
+               bi = values(C, -1, 1), rm = values(C, -1, 1), rv = values(C, 0.5f, 2);
+    for (int training = 0; training < 2; ++training) {
+      ctx = "batchNorm relu6 " + xs.str() + " training " + std::to_string(training);
+      std::vector<float> yc(n), yg(n), sep(n), nm(C), nv(C), nm2(C), nv2(C);
+      pk::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yc.data(), nm.data(), nv.data(), 1e-5f,
+                    0.9f, training, r.data(), relu6);
+      pc::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), yg.data(), nm2.data(), nv2.data(), 1e-5f,
+                    0.9f, training, r.data(), relu6);
+      cmp(yc, yg, 1e-5, "relu6(y + residual)");
+      pk::batchNorm(x.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), sep.data(), nm.data(), nv.data(), 1e-5f,
+                    0.9f, training);
+      pk::binary(pk::Binary::Add, sep.data(), xs, r.data(), xs, sep.data());
+      pk::unary(relu6, sep.data(), n, sep.data());
+      cmp(sep, yc, 0, "CPU fused against separate ops");
+      int low = 0, high = 0;
+      for (float v : yc) low += v == 0.0f, high += v == 6.0f;
+      ++checks;
+      if (low == 0 || high == 0) std::printf("FAIL %s: the outputs reach a bound of ReLU6 %d/%d times\n", ctx.c_str(), low, high), ++failures;
+
+      // bf16 storage: the fused norm against the separate bf16 ops.
+      const auto xb = toBf(x), rb = toBf(r), dyb = toBf(dy);
+      std::vector<bf> fusedB(n), sepB(n), sumB(n);
+      pc::batchNorm(xb.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), fusedB.data(), nm2.data(), nv2.data(),
+                    1e-5f, 0.9f, training, rb.data(), relu6);
+      pc::batchNorm(xb.data(), xs, sc.data(), bi.data(), rm.data(), rv.data(), sepB.data(), nm2.data(), nv2.data(),
+                    1e-5f, 0.9f, training, rb.data());
+      pc::unary(relu6, sepB.data(), n, sumB.data());
+      cmpBf(fromBf(sumB), fusedB, 0, "bf16 relu6 epilogue against relu6 of the bf16 sum");
+      cmpBfTol(yc, fusedB, 1.0 / 128 + 1e-4, "bf16 relu6(y + residual) against the CPU");
+
+      // The output as bf16 storage holds it (a value just below 6 rounds to
+      // 6 there, and its gradient is then 0 on both sides).
+      ctx = "batchNorm gradient through relu6 " + xs.str() + " training " + std::to_string(training);
+      const auto y = roundBf(yc);
+      std::vector<float> dc(n), dg(n), mc(n), mg(n, NAN), g(n);
+      pk::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dc.data(), 1e-5f, training,
+                        y.data(), relu6, mc.data());
+      pc::batchNormGrad(dy.data(), x.data(), xs, sc.data(), rm.data(), rv.data(), dg.data(), 1e-5f, training,
+                        y.data(), relu6, mg.data());
+      pk::unaryGrad(relu6, dy.data(), nullptr, y.data(), n, g.data());
+      cmp(dc, dg, 1e-4, "dx");
+      cmp(mc, mg, 0, "masked dy");
+      cmp(g, mc, 0, "masked dy against nn.unary_grad");
+      const auto ycb = toBf(y);
+      std::vector<bf> dgb(n), mgb(n);
+      pc::batchNormGrad(dyb.data(), xb.data(), xs, sc.data(), rm.data(), rv.data(), dgb.data(), 1e-5f, training,
+                        ycb.data(), relu6, mgb.data());
+      cmpBfNormwise(dc, dgb, 1.0 / 128 + 1e-4, "bf16 dx");
+      cmpBf(mc, mgb, 0, "bf16 masked dy");
+    }
+  }
+}
+
+
 // Convolutional-network kernels beyond convolutions (issue 47), with their
 // own generator (the other cases' inputs stay as they were):
 //   - batch norm's epilogue (pipec-fuse-norm-epilogue): relu(normalized +
@@ -2192,6 +2265,7 @@ int main(int argc, char **argv) {
   run("batch-norm-chunks", testBatchNormChunks);
   run("cnn-kernels", testCnnKernels);
   run("bf16-padded-classes", testPaddedClasses);
+  run("batch-norm-relu6", testBatchNormRelu6);
   try { pc::raiseDeviceErrors(); } catch (const std::exception &e) { std::printf("device error: %s\n", e.what()); ++failures; }
   std::printf("%d checks, %d failures, %d launches, %lld CUDA threads, %lld fiber switches, %d gemms\n", checks, failures,
               emu::launches, emu::sched().threadsRun, emu::sched().switches, emu::gemmCalls);

@@ -257,6 +257,7 @@ TEST_F(EvaluatorTest, EveryNNOpHasARule) {
       %eq = nn.equal %pow, %x : (tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xi1>
       %where = nn.where %eq, %x, %pow : (tensor<1x2x2x2xi1>, tensor<1x2x2x2xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
       %relu = nn.relu %where : tensor<1x2x2x2xf32>
+      %relu6 = nn.relu6 %where : tensor<1x2x2x2xf32>
       %tanh = nn.tanh %relu : tensor<1x2x2x2xf32>
       %sigmoid = nn.sigmoid %tanh : tensor<1x2x2x2xf32>
       %erf = nn.erf %sigmoid : tensor<1x2x2x2xf32>

@@ -225,6 +225,7 @@ std::vector<GradCase> elementwiseCases(std::mt19937_64 &rng) {
     double low, high;
   };
   for (Unary unaryOp : {Unary{"nn.relu", "", UnaryOp::Relu, -2, 2},
+                        Unary{"nn.relu6", "", UnaryOp::Relu6, -2, 8},
                         Unary{"nn.tanh", "", UnaryOp::Tanh, -2, 2},
                         Unary{"nn.sigmoid", "", UnaryOp::Sigmoid, -3, 3},
                         Unary{"nn.erf", "", UnaryOp::Erf, -2, 2},
@@ -257,6 +258,8 @@ std::vector<GradCase> elementwiseCases(std::mt19937_64 &rng) {
     for (double &value : x.floats) {
       if (std::abs(value) < 0.05) // away from relu's and abs's kinks
         value = 0.5;
+      if (std::abs(value - 6) < 0.05) // and relu6's upper one
+        value = 5.5;
       // Floor, ceil and round jump at integers and halves: stay between.
       double fraction = value - std::floor(value);
       if (std::abs(fraction) < 0.05 || std::abs(fraction - 0.5) < 0.05 || fraction > 0.95)

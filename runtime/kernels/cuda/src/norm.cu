@@ -105,17 +105,19 @@ struct ChannelSums {
   double shifted = 0, squares = 0, dy = 0, dyShifted = 0;
 };
 
-/// The gradient a batch norm's backward reads at i: dy, or through the ReLU
-/// of its epilogue (relu), y > 0 ? dy : 0 (nn.unary_grad's formula).
-template <class T> __device__ __forceinline__ float incomingGradient(const T *dy, const T *y, bool relu, int64_t i) {
-  return relu ? unaryGradient<Unary::Relu>(toF(dy[i]), 0.0f, toF(y[i])) : toF(dy[i]);
+/// The gradient a batch norm's backward reads at i: dy, or through the
+/// activation of its epilogue (ReLU: y > 0 ? dy : 0; nn.unary_grad's
+/// formulas).
+template <class T>
+__device__ __forceinline__ float incomingGradient(const T *dy, const T *y, NormActivation act, int64_t i) {
+  return act == NormActivation::None ? toF(dy[i]) : normActivationGradient(act, toF(dy[i]), toF(y[i]));
 }
 
 /// partial[b · kChannelSums + s]: sum s over block b's chunk (dy may be
-/// null); the gradient through the ReLU with relu (y its output), written
+/// null); the gradient through the activation `act` (y its output), written
 /// to masked as well when that is not null.
 template <class T>
-__global__ void channelPartialsKernel(const T *x, const T *dy, const T *y, bool relu, T *masked, ChannelView v,
+__global__ void channelPartialsKernel(const T *x, const T *dy, const T *y, NormActivation act, T *masked, ChannelView v,
                                       ChannelChunks cc, double *partial) {
   for (int64_t b = blockIdx.x; b < v.C * cc.chunks; b += gridDim.x) {
     const int64_t c = cc.channel(b);
@@ -130,7 +132,7 @@ __global__ void channelPartialsKernel(const T *x, const T *dy, const T *y, bool 
       s[0] += d;
       s[1] += d * d;
       if (dy) {
-        const float g = incomingGradient(dy, y, relu, i);
+        const float g = incomingGradient(dy, y, act, i);
         if (masked) masked[i] = fromF<T>(g);
         s[2] += g;
         s[3] += (LaneSum<T>)g * d;
@@ -170,7 +172,7 @@ __device__ ChannelStats batchStats(const T *x, const ChannelView &v, int64_t c, 
 }
 
 /// y over block b's chunk with the batch statistics (training) or the
-/// running ones, plus the residual (if any), through ReLU with `relu`; the
+/// running ones, plus the residual (if any), through the activation `act`; the
 /// chunk-0 block of each channel writes its new running statistics. Only
 /// that block reads the running statistics in training, so newMean/newVar
 /// may alias them.
@@ -178,7 +180,8 @@ template <class T>
 __global__ void batchNormApplyKernel(const T *x, ChannelView v, ChannelChunks cc, const double *partial,
                                      const float *scale, const float *bias, const float *runningMean,
                                      const float *runningVar, T *y, float *newMean, float *newVar,
-                                     float epsilon, float momentum, bool training, const T *residual, bool relu) {
+                                     float epsilon, float momentum, bool training, const T *residual,
+                                     NormActivation act) {
   for (int64_t b = blockIdx.x; b < v.C * cc.chunks; b += gridDim.x) {
     const int64_t c = cc.channel(b);
     const bool first = cc.chunk(b) == 0;
@@ -205,7 +208,7 @@ __global__ void batchNormApplyKernel(const T *x, ChannelView v, ChannelChunks cc
     forChannelRange(v, c, j0, j1, [&](int64_t i) {
       float value = toF(x[i]) * a + shift;
       if (residual) value += toF(residual[i]);
-      if (relu) value = unaryValue<Unary::Relu>(value);
+      value = normActivationValue(act, value);
       y[i] = fromF<T>(value);
     });
   }
@@ -214,7 +217,7 @@ __global__ void batchNormApplyKernel(const T *x, ChannelView v, ChannelChunks cc
 /// Training: dx = scale · invStd · (dy - mean(dy) - x̂ · mean(dy · x̂)) over
 /// block b's chunk, from the channel's sums.
 template <class T>
-__global__ void batchNormGradApplyKernel(const T *dy, const T *y, bool relu, const T *x, ChannelView v,
+__global__ void batchNormGradApplyKernel(const T *dy, const T *y, NormActivation act, const T *x, ChannelView v,
                                          ChannelChunks cc, const double *partial, const float *scale, T *dx,
                                          float epsilon) {
   for (int64_t b = blockIdx.x; b < v.C * cc.chunks; b += gridDim.x) {
@@ -230,20 +233,20 @@ __global__ void batchNormGradApplyKernel(const T *dy, const T *y, bool relu, con
     cc.range(v, b, j0, j1);
     forChannelRange(v, c, j0, j1, [&](int64_t i) {
       const float xhat = (toF(x[i]) - fMean) * fInv;
-      dx[i] = fromF<T>(k * (incomingGradient(dy, y, relu, i) - mDy - xhat * mDyXhat));
+      dx[i] = fromF<T>(k * (incomingGradient(dy, y, act, i) - mDy - xhat * mDyXhat));
     });
   }
 }
 
 /// Inference: dx = dy * scale / sqrt(runningVar + eps), element-wise.
 template <class T>
-__global__ void batchNormGradInferenceKernel(const T *dy, const T *y, bool relu, T *masked, ChannelView v,
+__global__ void batchNormGradInferenceKernel(const T *dy, const T *y, NormActivation act, T *masked, ChannelView v,
                                              const float *scale, const float *runningVar, T *dx, float epsilon) {
   const int64_t total = v.N * v.C * v.inner;
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
     const int64_t c = (i / v.inner) % v.C;
     const float a = (float)(scale[c] / sqrt((double)runningVar[c] + (double)epsilon));
-    const float g = incomingGradient(dy, y, relu, i);
+    const float g = incomingGradient(dy, y, act, i);
     if (masked) masked[i] = fromF<T>(g);
     dx[i] = fromF<T>(g * a);
   }
@@ -271,10 +274,11 @@ __global__ void batchNormParamFinishKernel(const T *x, ChannelView v, ChannelChu
 /// launch, a block per (channel, chunk).
 template <class T>
 const double *channelPartials(const char *op, const T *x, const T *dy, const ChannelView &v, const ChannelChunks &cc,
-                              Scratch &scratch, const T *y = nullptr, bool relu = false, T *masked = nullptr) {
+                              Scratch &scratch, const T *y = nullptr, NormActivation act = NormActivation::None,
+                              T *masked = nullptr) {
   double *partial = scratch.shared<double>(v.C * cc.chunks * kChannelSums);
   channelPartialsKernel<T><<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
-      x, dy, y, relu, masked, v, cc, partial);
+      x, dy, y, act, masked, v, cc, partial);
   detail::checkLaunch(op);
   return partial;
 }
@@ -540,7 +544,7 @@ void batchNormT(const T *x, const Shape &xs, const float *scale, const float *bi
                 bool training, const T *residual, std::optional<Unary> activation) {
   const char *op = "nn.batch_norm";
   const ChannelView v = channelView(op, xs);
-  const bool relu = batchNormAppliesRelu(op, activation);
+  const NormActivation act = batchNormActivation(op, activation);
   if (v.C == 0) return;
   const ChannelChunks cc = channelChunks(v);
   std::optional<Scratch> scratch; // the partial sums, in training only
@@ -551,7 +555,7 @@ void batchNormT(const T *x, const Shape &xs, const float *scale, const float *bi
   }
   batchNormApplyKernel<T><<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
       x, v, cc, partial, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training,
-      residual, relu);
+      residual, act);
   detail::checkLaunch(op);
 }
 
@@ -560,21 +564,21 @@ void batchNormGradT(const T *dy, const T *x, const Shape &xs, const float *scale
                     float epsilon, bool training, const T *y, std::optional<Unary> activation, T *masked) {
   const char *op = "nn.batch_norm_grad";
   const ChannelView v = channelView(op, xs);
-  const bool relu = batchNormAppliesRelu(op, activation);
-  if (relu && !y) fail(op, "the ReLU's gradient needs its output y");
+  const NormActivation act = batchNormActivation(op, activation);
+  if (act != NormActivation::None && !y) fail(op, "the activation's gradient needs its output y");
   const int64_t total = v.N * v.C * v.inner;
   if (total == 0) return;
   if (training) {
     const ChannelChunks cc = channelChunks(v);
     Scratch scratch(op, {}, channelPartialsNeed(v, cc));
-    const double *partial = channelPartials(op, x, dy, v, cc, scratch, y, relu, masked);
+    const double *partial = channelPartials(op, x, dy, v, cc, scratch, y, act, masked);
     // The apply pass reads the masked gradient where the first wrote it.
     const bool reread = masked != nullptr;
     batchNormGradApplyKernel<T><<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
-        reread ? masked : dy, y, relu && !reread, x, v, cc, partial, scale, dx, epsilon);
+        reread ? masked : dy, y, reread ? NormActivation::None : act, x, v, cc, partial, scale, dx, epsilon);
   } else {
     batchNormGradInferenceKernel<T><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(
-        dy, y, relu, masked, v, scale, runningVar, dx, epsilon);
+        dy, y, act, masked, v, scale, runningVar, dx, epsilon);
   }
   detail::checkLaunch(op);
 }

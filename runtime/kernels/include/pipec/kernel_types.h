@@ -7,6 +7,7 @@
 #define PIPEC_KERNEL_TYPES_H
 
 #include "pipec/stage_abi.h" // pipec_step_control: the runtime's verdict on a step's gradients
+#include "pipec/unary_math.h" // NormActivation
 #include "pipec/vocabulary.h"
 
 #include <cmath>
@@ -85,10 +86,10 @@ using ::pipec::windowOutputSize; // pipec/vocabulary.h
 void checkRank(const char *op, const Shape &s, int atLeast, const char *what);
 int64_t normalizeAxis(const char *op, int64_t axis, int rank);
 
-/// Whether a batch norm's epilogue applies its activation: true for
-/// Unary::Relu, false for none; KernelError naming `op` for any other (the
-/// only one the norm kernels of both libraries apply).
-bool batchNormAppliesRelu(const char *op, std::optional<Unary> activation);
+/// A batch norm epilogue's activation as the norm kernels apply it
+/// (pipec/unary_math.h): Unary::Relu or Unary::Relu6, or none; KernelError
+/// naming `op` for any other.
+NormActivation batchNormActivation(const char *op, std::optional<Unary> activation);
 /// The bound of a cross-entropy's labels: `classes` (a class axis of
 /// `classAxis` padded past it, pipec-pad-classes), or the whole axis for 0;
 /// KernelError naming `op` for a count outside [0, classAxis].

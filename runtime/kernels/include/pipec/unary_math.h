@@ -47,6 +47,7 @@ template <Unary U> PIPEC_HOST_DEVICE float unaryValue(float v) {
   // NaN propagates (it is not <= 0) and -0 becomes +0; one compare and
   // select, which vectorizes.
   if constexpr (U == Unary::Relu) return v <= 0.0f ? 0.0f : v;
+  else if constexpr (U == Unary::Relu6) return v <= 0.0f ? 0.0f : (v >= 6.0f ? 6.0f : v); // Clip's wheres: NaN stays
   else if constexpr (U == Unary::Tanh) return tanhf(v);
   else if constexpr (U == Unary::Sigmoid) return 1.0f / (1.0f + unaryExp(-v));
   else if constexpr (U == Unary::Erf) return unaryErf(v);
@@ -85,6 +86,9 @@ template <Unary U> PIPEC_HOST_DEVICE float unaryValue(float v) {
 template <Unary U> PIPEC_HOST_DEVICE float unaryGradient(float g, float x, float y) {
   using namespace unary_constants;
   if constexpr (U == Unary::Relu) return y > 0.0f ? g : 0.0f; // y > 0 exactly where x > 0 (NaN: neither)
+  // ONNX Clip's exclusive bounds, as PyTorch's relu6 (hardtanh) backward:
+  // 0 where x <= 0 (y = 0) or x >= 6 (y = 6); NaN passes g, as its wheres do.
+  else if constexpr (U == Unary::Relu6) return y <= 0.0f || y >= 6.0f ? 0.0f : g;
   else if constexpr (U == Unary::Tanh) return g * (1.0f - y * y);
   else if constexpr (U == Unary::Sigmoid) return g * y * (1.0f - y);
   else if constexpr (U == Unary::Erf) return g * kTwoOverSqrtPi * unaryExp(-x * x);
@@ -120,6 +124,21 @@ template <Unary U> PIPEC_HOST_DEVICE float unaryGradient(float g, float x, float
   else if constexpr (U == Unary::Acosh) return g / sqrtf(x * x - 1.0f);
   else if constexpr (U == Unary::Atanh) return g / (1.0f - x * x);
   else static_assert(UnaryWithoutFormula<U>::value, "a unary function of vocabulary.h has no derivative here");
+}
+
+/// A batch norm epilogue's activation, as the norm kernels of both
+/// libraries apply it (pipec-fuse-norm-epilogue): none, ReLU or ReLU6.
+enum class NormActivation : unsigned char { None, Relu, Relu6 };
+
+/// The activation's value at v, and the gradient it passes back from its
+/// output y: unaryValue and unaryGradient of its function.
+PIPEC_HOST_DEVICE float normActivationValue(NormActivation a, float v) {
+  return a == NormActivation::Relu ? unaryValue<Unary::Relu>(v)
+                                   : a == NormActivation::Relu6 ? unaryValue<Unary::Relu6>(v) : v;
+}
+PIPEC_HOST_DEVICE float normActivationGradient(NormActivation a, float g, float y) {
+  return a == NormActivation::Relu ? unaryGradient<Unary::Relu>(g, 0.0f, y)
+                                   : a == NormActivation::Relu6 ? unaryGradient<Unary::Relu6>(g, 0.0f, y) : g;
 }
 
 /// Calls f(std::integral_constant<Unary, op>{}): one switch over the table,
