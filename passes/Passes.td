@@ -416,7 +416,7 @@ def FuseGemmEpilogue : Pass<"pipec-fuse-gemm-epilogue", "mlir::ModuleOp"> {
 }
 
 def FuseNormEpilogue : Pass<"pipec-fuse-norm-epilogue", "mlir::ModuleOp"> {
-  let summary = "The residual add and the ReLU after a batch norm become the norm's epilogue";
+  let summary = "The residual add and the ReLU (or ReLU6) after a batch norm become the norm's epilogue";
   let description = [{
     In every model function of every pipe.stage (not @step), an `nn.add`
     of a batch norm's normalized result (read by the add alone) and a tensor
@@ -425,13 +425,13 @@ def FuseNormEpilogue : Pass<"pipec-fuse-norm-epilogue", "mlir::ModuleOp"> {
     the add was, if nothing reads its running statistics before that
     point); of two such norms (a ResNet block's main branch
     and its projected shortcut) the one the add reads second takes the
-    other as its residual. Then an `nn.relu` of a batch norm's result read
-    by the ReLU alone becomes the norm's `activation`. The norm's apply pass
+    other as its residual. Then an `nn.relu` or `nn.relu6` of a batch
+    norm's result read by it alone becomes the norm's `activation`. The norm's apply pass
     writes relu(normalized + residual): a ResNet-50 forward loses its 49
     ReLU and residual-add passes. ReLU's gradient reads its output, which
     the norm now writes; a normalized value something else reads (a saved
     pre-activation) is never fused. In the backward, an `nn.unary_grad` of
-    ReLU (at its output y) read as dy by one `nn.batch_norm_grad`, and
+    ReLU or ReLU6 (at its output y) read as dy by one `nn.batch_norm_grad`, and
     otherwise only returned, becomes part of that op (`activation`, `y`):
     its first pass masks dy as it sums, and with `keeps_masked_dy` writes
     the masked gradient for the returns (the norm's parameter gradient reads
@@ -446,9 +446,9 @@ def FuseNormEpilogue : Pass<"pipec-fuse-norm-epilogue", "mlir::ModuleOp"> {
   }];
   let statistics = [
     Statistic<"numResiduals", "residuals", "Number of residual adds fused into batch norms">,
-    Statistic<"numActivations", "activations", "Number of ReLUs fused into batch norms">,
+    Statistic<"numActivations", "activations", "Number of ReLUs and ReLU6s fused into batch norms">,
     Statistic<"numActivationGradients", "activation-gradients",
-              "Number of ReLU gradients fused into batch norms' input gradients">,
+              "Number of ReLU and ReLU6 gradients fused into batch norms' input gradients">,
   ];
 }
 

@@ -277,7 +277,7 @@ bool StageEmitter::emitNormPoolOp(Operation *op) {
             << ptr(grad.getRunningMean()) << ", " << ptr(grad.getRunningVar()) << ", " << y
             << ", " << f32Literal(grad.getEpsilon().convertToFloat()) << ", "
             << (grad.getTraining() ? "true" : "false");
-        if (auto activation = grad.getActivation()) // the ReLU's gradient, folded in
+        if (auto activation = grad.getActivation()) // the activation's gradient, folded in
           out << ", " << ptr(grad.getY()) << ", " << unaryKindName(*activation) << ", " << masked;
         out << ");\n";
       })

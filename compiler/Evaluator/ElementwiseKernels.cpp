@@ -139,7 +139,7 @@ Tensor unary(UnaryOp op, const Tensor &input) {
     double x = input.floats[i];
     switch (op) {
     case UnaryOp::Relu: out.floats[i] = x > 0 ? x : 0.0; break;
-    case UnaryOp::Relu6: out.floats[i] = std::isnan(x) ? x : std::min(std::max(x, 0.0), 6.0); break;
+    case UnaryOp::Relu6: out.floats[i] = x <= 0 ? 0.0 : x >= 6 ? 6.0 : x; break; // NaN stays, -0 becomes +0
     case UnaryOp::Tanh: out.floats[i] = std::tanh(x); break;
     case UnaryOp::Sigmoid: out.floats[i] = 1.0 / (1.0 + std::exp(-x)); break;
     case UnaryOp::Erf: out.floats[i] = std::erf(x); break;

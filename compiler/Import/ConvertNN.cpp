@@ -182,8 +182,12 @@ void OnnxImporter::convertClip(const onnx::NodeProto &node) {
     return (*dense.getValues<APFloat>().begin()).convertToDouble();
   };
   if (llvm::isa<FloatType>(typeOf(x).getElementType()) && constantBound(low) == 0.0 &&
-      constantBound(high) == 6.0)
+      constantBound(high) == 6.0) {
+    if (nodeVersion < 11) // the attributes' constants, made for this node alone
+      for (Value bound : {low, high})
+        bound.getDefiningOp()->erase();
     return define(node, 0, build<nn::Relu6Op>(node, {x}));
+  }
   define(node, 0, clip(node, x, low, high, /*inclusive=*/false));
 }
 

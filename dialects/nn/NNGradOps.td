@@ -92,8 +92,8 @@ def NN_BatchNormGradOp : NN_InferredOp<"batch_norm_grad"> {
     the gradient flows through them; otherwise the running statistics are
     constants.
 
-    With `activation` (ReLU) and `y`, the ReLU's output, the incoming
-    gradient is first taken through the ReLU's gradient, y > 0 ? dy : 0:
+    With `activation` (ReLU or ReLU6) and `y`, its output, the incoming
+    gradient is first taken through its gradient (ReLU: y > 0 ? dy : 0):
     pipec-fuse-norm-epilogue folds that nn.unary_grad in after autodiff
     (docs/optimization.md). With `keeps_masked_dy` the op also returns that
     masked gradient (`masked_dy`), for its other readers (the norm's

@@ -263,7 +263,7 @@ def NN_BatchNormOp : NN_InferredOp<"batch_norm", [NN_Differentiable]> {
     mode the running statistics are used and returned unchanged.
 
     With `residual` (of the input's shape) the output is the normalized
-    value plus it, and with `activation` (ReLU) f of that: the epilogue
+    value plus it, and with `activation` (ReLU or ReLU6) f of that: the epilogue
     pipec-fuse-norm-epilogue folds into the op after autodiff
     (docs/optimization.md); such a batch norm has no gradient rule.
   }];

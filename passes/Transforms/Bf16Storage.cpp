@@ -25,6 +25,10 @@ namespace {
 
 using stages::kSaved;
 
+/// The largest bf16 copy of a constant that is made with the arguments' at
+/// a function's start (1 MiB: tables and padded biases, not frozen weights).
+constexpr int64_t kHoistedConstantBytes = int64_t(1) << 20;
+
 RankedTensorType floatTensor(Type type) {
   auto tensor = llvm::dyn_cast<RankedTensorType>(type);
   return tensor && (tensor.getElementType().isF32() || tensor.getElementType().isBF16()) ? tensor : nullptr;
@@ -389,7 +393,8 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
   /// the function's own arguments (parameters a product reads, data) and
   /// constants are converted together at its start, which code generation
   /// makes one launch (docs/cuda-codegen.md, "bf16 storage"). A constant
-  /// reads nothing, so it moves to the start for that.
+  /// reads nothing, so it moves to the start for that, up to
+  /// kHoistedConstantBytes of bf16 copy.
   void convert(OpOperand &operand, Type element) {
     Value value = operand.get();
     if (llvm::cast<RankedTensorType>(value.getType()).getElementType() == element)
@@ -399,7 +404,11 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
     if (!cast) {
       Block *home = value.getParentBlock();
       OpBuilder builder(home->findAncestorOpInBlock(*operand.getOwner()));
+      // A small constant only: a large one (a frozen weight) keeps its copy's
+      // life short, made before its first reader.
       auto constant = value.getDefiningOp<nn::ConstantOp>();
+      if (constant && llvm::cast<RankedTensorType>(value.getType()).getNumElements() * 2 > kHoistedConstantBytes)
+        constant = nullptr;
       const bool argument =
           (llvm::isa<BlockArgument>(value) || constant) && home == &current.getBody().front();
       if (constant && argument && &home->front() != constant.getOperation())

@@ -449,6 +449,15 @@ static void compareBatchNorm(const Shape &xs, const std::vector<float> &x, const
   cmp(dbc2, dbg2, 1e-5, "dbias accumulated");
 }
 
+/// n values drawn uniformly from [lo, hi) by `rng` (a test's own generator,
+/// so that the other tests' inputs stay as they were).
+static std::vector<float> uniformValues(std::mt19937_64 &rng, int64_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v((size_t)n);
+  for (auto &x : v) x = d(rng);
+  return v;
+}
+
 // Batch norm over channels of several chunks (plan::cudaBatchNormChunks: a
 // block per (channel, chunk), the last chunk short), training and
 // inference, one channel's mean far from 0 (the shifted sums), running
@@ -456,12 +465,7 @@ static void compareBatchNorm(const Shape &xs, const std::vector<float> &x, const
 // the other cases' inputs stay as they were.
 static void testBatchNormChunks() {
   std::mt19937_64 local(91);
-  auto values = [&](int64_t n, float lo, float hi) {
-    std::uniform_real_distribution<float> d(lo, hi);
-    std::vector<float> v((size_t)n);
-    for (auto &x : v) x = d(local);
-    return v;
-  };
+  auto values = [&](int64_t n, float lo, float hi) { return uniformValues(local, n, lo, hi); };
   for (const Shape &xs : {Shape{2, 3, 61, 100}, Shape{1, 2, 20000}, Shape{5, 1, 3000}}) {
     const int64_t C = xs.v[1], inner = xs.numel() / (xs.v[0] * C);
     auto x = values(xs.numel(), -2, 2), sc = values(C, -2, 2), bi = values(C, -2, 2), rm = values(C, -1, 1),
@@ -2004,12 +2008,7 @@ static void testFlashAttention() {
 /// exactly nn.unary_grad's (0 on both bounds).
 static void testBatchNormRelu6() {
   std::mt19937_64 local(6006);
-  auto values = [&](int64_t n, float lo, float hi) {
-    std::uniform_real_distribution<float> d(lo, hi);
-    std::vector<float> v((size_t)n);
-    for (auto &x : v) x = d(local);
-    return roundBf(v);
-  };
+  auto values = [&](int64_t n, float lo, float hi) { return roundBf(uniformValues(local, n, lo, hi)); };
   const pk::Unary relu6 = pk::Unary::Relu6;
   for (const Shape &xs : {Shape{2, 3, 5, 4}, Shape{3, 2, 700}}) {
     const int64_t C = xs.v[1], n = xs.numel();
@@ -2080,12 +2079,7 @@ static void testBatchNormRelu6() {
 //     float statistics and parameter gradients at the float tolerances.
 static void testCnnKernels() {
   std::mt19937_64 local(4711);
-  auto values = [&](int64_t n, float lo = -2, float hi = 2) {
-    std::uniform_real_distribution<float> d(lo, hi);
-    std::vector<float> v((size_t)n);
-    for (auto &x : v) x = d(local);
-    return v;
-  };
+  auto values = [&](int64_t n, float lo = -2, float hi = 2) { return uniformValues(local, n, lo, hi); };
   auto bfValues = [&](int64_t n) { return roundBf(values(n)); };
   for (const Shape &xs : {Shape{2, 3, 5, 4}, Shape{3, 2, 700}, Shape{1, 4, 1, 1}}) {
     const int64_t C = xs.v[1];
