@@ -56,9 +56,12 @@ std::string StageEmitter::scratchThen(Operation *op, const std::string &trailing
   return (scratch.empty() ? std::string(", pipec::kernels::Workspace{}") : scratch) + trailing;
 }
 
-std::string StageEmitter::attentionTail(Operation *op, bool sequenceMajor, int64_t jointHeads) {
+std::string StageEmitter::attentionTail(Operation *op, bool sequenceMajor, const nn::AttentionOperandShapes &shapes,
+                                        int64_t jointKvHeads) {
   if (!sequenceMajor)
     return scratchArgument(op);
+  // A joint row holds the query's heads and the key's and value's.
+  const int64_t jointHeads = jointKvHeads ? shapes.query[shapes.query.size() - 2] + 2 * jointKvHeads : 0;
   return scratchThen(op, ", pipec::kernels::AttentionLayout::SequenceMajor" +
                              (jointHeads ? ", " + std::to_string(jointHeads) : std::string()));
 }
@@ -396,18 +399,17 @@ bool StageEmitter::emitSoftmaxAttentionLossOp(Operation *op) {
         Value mask = attention.getMask();
         declareIfCausal(mask, attention.getMaskedWhen());
         const int64_t joint = attention.getJointKvHeads();
+        const nn::AttentionOperandShapes shapes = attention.operandShapes();
         out << "  pk::attention("
             << attentionOperands({ptr(attention.getQuery()), ptr(attention.getKey()), ptr(attention.getValue())},
-                                 attention.operandShapes(), joint)
+                                 shapes, joint)
             << ", " << attentionMask(mask) << ", "
             << f32Literal(attention.getScale().convertToFloat())
             << ", " << (attention.getDivide() ? "true" : "false") << ", "
             << f32Literal(attention.getFill().convertToFloat()) << ", "
             << (attention.getMaskedWhen() ? "true" : "false") << ", "
             << attentionDropout(attention.getDropoutRatio(), attention.getDropoutOpId()) << ", " << y << ", " << lse
-            << attentionTail(attention, attention.getSequenceMajor(),
-                             joint ? tensorType(attention.getQuery()).getShape().drop_back().back() : 0)
-            << ");\n";
+            << attentionTail(attention, attention.getSequenceMajor(), shapes, joint) << ");\n";
       })
       .Case([&](nn::AttentionGradOp grad) {
         const int64_t joint = grad.getJointKvHeads();
@@ -429,10 +431,7 @@ bool StageEmitter::emitSoftmaxAttentionLossOp(Operation *op) {
             << (grad.getDivide() ? "true" : "false") << ", " << f32Literal(grad.getFill().convertToFloat()) << ", "
             << (grad.getMaskedWhen() ? "true" : "false") << ", "
             << attentionDropout(grad.getDropoutRatio(), grad.getDropoutOpId()) << ", " << dq << ", " << dk << ", "
-            << dv
-            << attentionTail(grad, grad.getSequenceMajor(),
-                             joint ? tensorType(grad.getQuery()).getShape().drop_back().back() : 0)
-            << ");\n";
+            << dv << attentionTail(grad, grad.getSequenceMajor(), shapes, joint) << ");\n";
       })
       .Case([&](nn::MaskedSoftmaxGradOp grad) {
         std::string y = allocate(grad.getResult());

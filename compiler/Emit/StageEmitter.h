@@ -128,8 +128,10 @@ private:
   std::string attentionDropout(APFloat ratio, uint64_t dropoutOpId);
   /// nn.attention(_grad)'s trailing kernel arguments: its scratch, then
   /// (sequence-major operands) its layout, which follows the scratch, and
-  /// the heads per row of a joint operand (0: none).
-  std::string attentionTail(Operation *op, bool sequenceMajor, int64_t jointHeads);
+  /// with joint_kv_heads the heads per row of the joint operand, from the
+  /// windows' shapes.
+  std::string attentionTail(Operation *op, bool sequenceMajor, const nn::AttentionOperandShapes &shapes,
+                            int64_t jointKvHeads);
   /// "q, qs, k, ks, v, vs" of an nn.attention(_grad) whose operands are at
   /// these pointers: with joint_kv_heads, the windows of the one joint
   /// value at `pointers[0]`.

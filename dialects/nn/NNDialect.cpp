@@ -460,8 +460,7 @@ LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *,
   if (Value residual = adaptor.getResidual(); residual && rankedType(residual).getShape() != inputType.getShape())
     return fail(loc, "nn.batch_norm: the residual " + shapeString(rankedType(residual).getShape()) +
                          " does not have the input's shape " + shapeString(inputType.getShape()));
-  if (auto activation = adaptor.getActivation();
-      activation && *activation != ::pipec::Unary::Relu && *activation != ::pipec::Unary::Relu6)
+  if (auto activation = adaptor.getActivation(); activation && !::pipec::batchNormEpilogueApplies(*activation))
     return fail(loc, "nn.batch_norm: the only activations its kernels apply are relu and relu6");
   types.push_back(inputType);
   types.push_back(adaptor.getRunningMean().getType());

@@ -332,9 +332,9 @@ Value AttentionOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsign
     return Value();
   // One op for the three gradients (CSE merges the three requests); a
   // joint operand's one gradient is asked for the query's slot alone.
-  const bool joint = getJointKvHeads() > 0;
-  if (joint && gradientInEarlierOperand(index))
+  if (gradientInEarlierOperand(index))
     return Value();
+  const bool joint = getJointKvHeads() > 0;
   SmallVector<Type> types{getQuery().getType()};
   if (!joint)
     types.append({getKey().getType(), getValue().getType()});

@@ -66,7 +66,7 @@ struct FuseNormEpilogue : impl::FuseNormEpilogueBase<FuseNormEpilogue> {
         fuseResidual(add);
       SmallVector<nn::UnaryElementwiseOpInterface> activations;
       function.walk([&](nn::UnaryElementwiseOpInterface unary) {
-        if (appliedByNorm(unary.getUnaryFunction()))
+        if (batchNormEpilogueApplies(unary.getUnaryFunction()))
           activations.push_back(unary);
       });
       for (nn::UnaryElementwiseOpInterface activation : activations)
@@ -78,16 +78,13 @@ struct FuseNormEpilogue : impl::FuseNormEpilogueBase<FuseNormEpilogue> {
     });
   }
 
-  /// The activations the norm kernels apply (pipec/unary_math.h's NormActivation).
-  static bool appliedByNorm(Unary function) { return function == Unary::Relu || function == Unary::Relu6; }
-
   /// An activation's gradient (ReLU's or ReLU6's) at its output y, read as
   /// dy by one batch_norm_grad and otherwise only returned (saved for the
   /// norm's parameter gradient in a later entry point): the norm's gradient takes dy and y and returns the
   /// masked gradient for those returns (keeps_masked_dy). A gradient read by
   /// anything else (a residual's branch, a second norm) stays.
   void fuseActivationGrad(nn::UnaryGradOp relu) {
-    if (!appliedByNorm(relu.getKind()) || !relu.getY())
+    if (!batchNormEpilogueApplies(relu.getKind()) || !relu.getY())
       return;
     nn::BatchNormGradOp norm;
     bool returned = false;

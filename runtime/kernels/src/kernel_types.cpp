@@ -140,9 +140,9 @@ void checkRank(const char *op, const Shape &s, int atLeast, const char *what) {
 
 NormActivation batchNormActivation(const char *op, std::optional<Unary> activation) {
   if (!activation) return NormActivation::None;
-  if (*activation == Unary::Relu) return NormActivation::Relu;
-  if (*activation == Unary::Relu6) return NormActivation::Relu6;
-  throw KernelError(std::string(op) + ": the only activations a batch norm applies are relu and relu6");
+  if (!batchNormEpilogueApplies(*activation))
+    throw KernelError(std::string(op) + ": the only activations a batch norm applies are relu and relu6");
+  return *activation == Unary::Relu ? NormActivation::Relu : NormActivation::Relu6;
 }
 
 int64_t lossLabelBound(const char *op, int64_t classAxis, int64_t classes) {

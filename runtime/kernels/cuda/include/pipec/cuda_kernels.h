@@ -352,7 +352,7 @@ void attention(const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, c
                const uint8_t *mask, const float *additive, const Shape &ms, float scale, bool divide, float fill,
                bool maskedWhen, float dropoutRatio, bool training, StreamKey dropoutStreamKey, bf16 *y, float *lse,
                const Workspace &scratch = {}, AttentionLayout layout = AttentionLayout::HeadMajor,
-                   int64_t jointHeads = 0);
+               int64_t jointHeads = 0);
 void attentionGrad(const bf16 *dy, const bf16 *q, const Shape &qs, const bf16 *k, const Shape &ks, const bf16 *v,
                    const Shape &vs, const uint8_t *mask, const float *additive, const Shape &ms, const bf16 *y,
                    const float *lse, float scale, bool divide, float fill, bool maskedWhen, float dropoutRatio,
