@@ -341,6 +341,12 @@ template <class T, class Source> T warpShuffle(unsigned mask, T v, Source source
   return r;
 }
 } // namespace emu
+/// A warp barrier: every lane waits for the others, and sees their writes
+/// from before it (the row norms' lanes read what a joined loop stored).
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  if (mask != 0xffffffffu || blockDim.x % 32) emu::die("__syncwarp in a partial warp");
+  emu::sched().warps[threadIdx.x / 32].bar.wait(__FILE__, __LINE__);
+}
 template <class T> T __shfl_down_sync(unsigned mask, T v, int offset) {
   return emu::warpShuffle(mask, v, [&](unsigned lane) { return lane + (unsigned)offset; });
 }

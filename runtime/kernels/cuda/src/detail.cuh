@@ -5,6 +5,7 @@
 #define PIPEC_CUDA_KERNELS_DETAIL_CUH
 
 #include "pipec/cuda_kernels.h"
+#include "pipec/cuda_row_norm.cuh"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -59,9 +60,7 @@ enum DeviceError : int {
 int *errorFlag();
 __device__ inline void raiseDevice(int *flag, int code) { atomicCAS(flag, 0, code); }
 
-/// Elements of T in one 16-byte load or store (Packed<T, kPackOf<T>>): the
-/// width every kernel that moves whole aligned pieces uses.
-template <class T> constexpr int kPackOf = 16 / sizeof(T);
+using cuda::kPackOf; // pipec/cuda_row_norm.cuh
 
 /// 1-D launch geometry: `threads` per block, enough blocks for n elements
 /// (grid-stride loops cover the rest; at least one block).

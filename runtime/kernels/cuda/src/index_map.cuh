@@ -12,13 +12,6 @@
 #include <array>
 #include <string>
 
-// `#pragma unroll` for device code only (host compilers warn about it).
-#ifdef __CUDA_ARCH__
-#define PIPEC_UNROLL _Pragma("unroll")
-#else
-#define PIPEC_UNROLL
-#endif
-
 namespace pipec::kernels::cuda::detail {
 
 using Strides = std::array<int64_t, kMaxRank>;
@@ -120,12 +113,8 @@ IndexMap<N> makeIndexMap(const Shape &dims, const std::array<Strides, N> &stride
   return m;
 }
 
-/// Storage to float32 and back: kernels templated on the storage type
-/// (float, or bf16 for --precision bf16 stages: docs/cuda-kernels.md) load
-/// with toF and store with fromF, so one body serves both and the float
-/// instantiation keeps its bits (both are the identity on float).
-template <class T> __host__ __device__ __forceinline__ float toF(T v) { return static_cast<float>(v); }
-template <class T> __host__ __device__ __forceinline__ T fromF(float v) { return T(v); }
+using cuda::fromF; // storage to float32 and back: pipec/cuda_row_norm.cuh
+using cuda::toF;
 
 __device__ __forceinline__ int64_t firstIndex() {
   return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;

@@ -305,115 +305,29 @@ const float *expandedParam(const char *op, const float *p, const Shape &ps, cons
   return buffer;
 }
 
-// The row kernels move V elements at a time: V = kPackOf<T> (16-byte loads
-// and stores) when the rows' length is a multiple of it and every pointer is
-// aligned (withRowPacks), else 1. A 2-byte load a lane kept GPT-2's bf16
-// norms near 1 TB/s on an H200 (docs/gpu-runs.md); the math per element and
-// the sums are the same at either width.
-
-/// Pack j of a row as floats.
-template <int V, class T> __device__ __forceinline__ void loadWide(const T *row, int64_t j, float (&f)[V]) {
-  const Packed<T, V> p = loadPacked<V>(row + j * V);
-PIPEC_UNROLL
-  for (int e = 0; e < V; ++e) f[e] = toF(p.v[e]);
-}
-
-/// Mean (0 under RowNorm::Rms) and 1/sqrt(var + eps) of one row (collective over P's lanes), as
-/// the CPU's rowStats: the squares are float (x - (float)mean)², sums in double (each lane's own
-/// terms in LaneSum<T>).
-template <class P, int V, class T>
-__device__ void rowStats(const T *x, int64_t inner, float epsilon, RowNorm norm, double &mean, double &invStd) {
-  const int64_t packs = inner / V;
-  mean = 0;
-  if (norm == RowNorm::Layer) {
-    LaneSum<T> sum = 0;
-    for (int64_t j = P::lane(); j < packs; j += P::lanes()) {
-      float f[V];
-      loadWide<V>(x, j, f);
-PIPEC_UNROLL
-      for (int e = 0; e < V; ++e) sum += f[e];
-    }
-    mean = P::reduce((double)sum, SumOp{}) / (double)inner;
-  }
-  const float fm = (float)mean;
-  LaneSum<T> sq = 0;
-  for (int64_t j = P::lane(); j < packs; j += P::lanes()) {
-    float f[V];
-    loadWide<V>(x, j, f);
-PIPEC_UNROLL
-    for (int e = 0; e < V; ++e) {
-      const float d = f[e] - fm;
-      sq += d * d;
-    }
-  }
-  invStd = 1.0 / sqrt(P::reduce((double)sq, SumOp{}) / (double)inner + (double)epsilon);
-}
+// The row kernels: one row per lane group P (a warp or a block, rowLaunch),
+// V elements at a time; the rows' math is pipec/cuda_row_norm.cuh's, which
+// a stage's generated kernels that join an element-wise loop to a norm share.
 
 template <class P, int V, class T>
 __global__ void layerNormKernel(const T *x, int64_t rows, int64_t inner, const float *g, const float *b, T *y,
                                 float *mean, float *invStd, float epsilon, RowNorm norm) {
-  const int64_t packs = inner / V;
-  for (int64_t r = P::first(); r < rows; r += P::step()) {
-    const T *xr = x + r * inner;
-    T *yr = y + r * inner;
-    double m, inv;
-    rowStats<P, V>(xr, inner, epsilon, norm, m, inv);
-    if (P::leader()) {
-      if (mean) mean[r] = (float)m;
-      if (invStd) invStd[r] = (float)inv;
-    }
-    const float fm = (float)m, fi = (float)inv;
-    for (int64_t j = P::lane(); j < packs; j += P::lanes()) {
-      float f[V], gs[V], bs[V] = {};
-      loadWide<V>(xr, j, f);
-      loadWide<V>(g, j, gs);
-      if (b) loadWide<V>(b, j, bs);
-      Packed<T, V> out;
-PIPEC_UNROLL
-      for (int e = 0; e < V; ++e)
-        out.v[e] = fromF<T>(b ? (f[e] - fm) * fi * gs[e] + bs[e] : (f[e] - fm) * fi * gs[e]);
-      storePacked(yr + j * V, out);
-    }
-  }
+  for (int64_t r = P::first(); r < rows; r += P::step())
+    layerNormRow<P, V>(x + r * inner, inner, g, b, y + r * inner, r, mean, invStd, epsilon, norm);
 }
 
 template <class P, int V, class T>
 __global__ void layerNormGradKernel(const T *dy, const T *x, int64_t rows, int64_t inner, const float *g, T *dx,
                                     float epsilon, RowNorm norm) {
-  const int64_t packs = inner / V;
   for (int64_t r = P::first(); r < rows; r += P::step()) {
-    const T *xr = x + r * inner, *dyr = dy + r * inner;
     T *dxr = dx + r * inner;
-    double m, inv;
-    rowStats<P, V>(xr, inner, epsilon, norm, m, inv);
-    const float fm = (float)m, fi = (float)inv;
-    LaneSum<T> laneG = 0, laneGX = 0;
-    for (int64_t j = P::lane(); j < packs; j += P::lanes()) {
-      float f[V], d[V], gs[V];
-      loadWide<V>(xr, j, f);
-      loadWide<V>(dyr, j, d);
-      loadWide<V>(g, j, gs);
+    layerNormGradRow<P, V>(dy + r * inner, x + r * inner, inner, g, epsilon, norm,
+                           [&](int64_t j, const float (&d)[V]) {
+                             Packed<T, V> out;
 PIPEC_UNROLL
-      for (int e = 0; e < V; ++e) {
-        if (norm == RowNorm::Layer) laneG += d[e] * gs[e];
-        laneGX += d[e] * gs[e] * ((f[e] - fm) * fi);
-      }
-    }
-    const double sumG = P::reduce((double)laneG, SumOp{}), sumGX = P::reduce((double)laneGX, SumOp{});
-    const float mG = (float)(sumG / (double)inner), mGX = (float)(sumGX / (double)inner);
-    for (int64_t j = P::lane(); j < packs; j += P::lanes()) {
-      float f[V], d[V], gs[V];
-      loadWide<V>(xr, j, f);
-      loadWide<V>(dyr, j, d);
-      loadWide<V>(g, j, gs);
-      Packed<T, V> out;
-PIPEC_UNROLL
-      for (int e = 0; e < V; ++e) {
-        const float xhat = (f[e] - fm) * fi;
-        out.v[e] = fromF<T>(fi * (d[e] * gs[e] - mG - xhat * mGX));
-      }
-      storePacked(dxr + j * V, out);
-    }
+                             for (int e = 0; e < V; ++e) out.v[e] = fromF<T>(d[e]);
+                             storePacked(dxr + j * V, out);
+                           });
   }
 }
 
