@@ -452,6 +452,46 @@ def FuseNormEpilogue : Pass<"pipec-fuse-norm-epilogue", "mlir::ModuleOp"> {
   ];
 }
 
+def FuseNormLoops : Pass<"pipec-fuse-norm-loops", "mlir::ModuleOp"> {
+  let summary = "An element-wise loop before a layer norm, or after its input gradient, runs in the norm's CUDA kernel";
+  let description = [{
+    CUDA stages, after pipec-fuse-elementwise and pipec-bf16-storage. In
+    every model function of every pipe.stage (not @step):
+    - a `pipe.fused` loop one of whose results an `nn.layer_norm` (centered
+      or RMS) normalizes gets `pipe.norm_prologue`, and the norm moves right
+      after it (its scale and bias are defined before the loop). The joined
+      kernel runs the loop over each row, storing every result, then
+      normalizes the row it just stored: one launch instead of two, and the
+      norm's input is read back from cache. A pre-norm transformer's
+      residual add (and GPT-2's dropout before it) joins every norm.
+    - a `pipe.fused` loop that alone reads an `nn.layer_norm_grad`'s result
+      gets `pipe.norm_epilogue` and moves right after it (its other inputs
+      are defined before the gradient). The joined kernel hands each pack of
+      the input gradient, rounded to its storage, to the loop: the gradient
+      is never stored (pipec-plan-memory: `register`). The residual
+      stream's gradient sum joins every norm's gradient.
+    Either needs a static shape of float or bf16 storage, one iteration
+    space for the loop and the norm's input (or gradient), and float
+    parameters with one element per position of a row. Code generation
+    (docs/cuda-codegen.md) writes the pair as one kernel on the row norm's
+    device code (pipec/cuda_row_norm.cuh), which the kernel library's norms
+    share, so the bits are the library's.
+
+    Before:
+      %s = pipe.fused(%a, %b) : ... { %t = nn.add %x, %y ...; pipe.yield %t }
+      %c = nn.constant ...
+      %n:3 = nn.layer_norm %s, %g, %beta : ...
+    After:
+      %s = pipe.fused(%a, %b) {pipe.norm_prologue} : ... { ... }
+      %n:3 = nn.layer_norm %s, %g, %beta : ...
+      %c = nn.constant ...
+  }];
+  let statistics = [
+    Statistic<"numPrologues", "prologues", "Number of loops joined to the norm after them">,
+    Statistic<"numEpilogues", "epilogues", "Number of loops joined to the norm gradient before them">,
+  ];
+}
+
 def RecomputeElementwise : Pass<"pipec-recompute-elementwise", "mlir::ModuleOp"> {
   let dependentDialects = ["::pipec::pipe::PipeDialect", "::pipec::nn::NNDialect"];
   let summary = "Saved values that are cheap to recompute (an element-wise function of another saved value, a dropout mask) are recomputed, not kept";

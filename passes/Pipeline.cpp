@@ -59,6 +59,11 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
   // memory plan, which sizes values by their element type.
   if (bf16Storage)
     pm.addPass(createBf16Storage());
+  // After bf16 storage, whose conversions would stand between a loop and
+  // its norm; before the memory plan, which places the joined pair as one
+  // kernel.
+  if (optimize && config.memory.target == Target::Cuda)
+    pm.addPass(createFuseNormLoops());
   if (optimize)
     pm.addPass(createPlanMemory(config.memory));
 }
@@ -111,8 +116,8 @@ void registerPipecPipeline() {
       " ... --emit=optimized` runs it: append-loss, estimate-costs, partition (the planner), [-O2: "
       "recognize-composites, canonicalize-gemm, [target=cuda precision=bf16: pad-classes]], autodiff, optimizer, outline-stages, recompute and weight-stashing "
       "as planned, verify-pipeline, [-O2: canonicalize-gemm, recompute-elementwise, fuse-gemm-epilogue, "
-      "fuse-elementwise], [target=cuda "
-      "precision=bf16: bf16-storage], [-O2: plan-memory]";
+      "fuse-norm-epilogue, fuse-elementwise], [target=cuda precision=bf16: bf16-storage], [-O2 target=cuda: "
+      "fuse-norm-loops], [-O2: plan-memory]";
   mlir::registerPassPipeline(
       "pipec-pipeline", description,
       [](mlir::OpPassManager &pm, llvm::StringRef text,

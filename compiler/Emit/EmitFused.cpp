@@ -3,6 +3,8 @@
 // formulas are the kernels' own (pipec/unary_math.h, pipec/binary_math.h).
 #include "compiler/Emit/StageEmitter.h"
 
+#include "dialects/pipe/NormJoins.h"
+
 
 namespace pipec::emit::detail {
 
@@ -125,30 +127,93 @@ struct StageEmitter::FusedLoop {
     return call;
   }
 
-  // CUDA: the __global__ template over V running the loop on packed operands.
-  std::string cudaKernel(const std::string &kernel) const {
+  // CUDA: the work on the V elements from i0 (defined before it): packed
+  // loads, the body per element, packed stores, at `indent`. With
+  // `aligned` (a row kernel's template flag) the packed operands move
+  // whole only where it is true, else element by element.
+  std::string packCode(const std::string &indent, const std::string &aligned = "") const {
     std::string text;
-    llvm::raw_string_ostream declarations(text);
-    declarations << "template <int V>\n__global__ void " << kernel << "(" << signature() << ") {\n"
-                 << prologue
-                 << "  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < n / V;"
-                    " c += (int64_t)gridDim.x * blockDim.x) {\n"
-                    "    const int64_t i0 = c * V;\n";
+    llvm::raw_string_ostream code(text);
     for (const PackedOperand &input : packedInputs)
-      declarations << "    const pk::Packed<" << input.type << ", V> " << input.name << "v = pk::loadPacked<V>("
-                   << input.name << " + i0);\n";
+      code << indent << "const pk::Packed<" << input.type << ", V> " << input.name << "v = "
+           << (aligned.empty() ? "" : aligned + " ? ") << "pk::loadPacked<V>(" << input.name << " + i0)"
+           << (aligned.empty() ? "" : " : pk::loadElements<V>(" + input.name + " + i0)") << ";\n";
     for (const PackedOperand &output : packedOutputs)
-      declarations << "    pk::Packed<" << output.type << ", V> " << output.name << "v;\n";
-    declarations << "#pragma unroll\n    for (int v = 0; v < V; ++v) {\n      const int64_t i = i0 + v;\n";
+      code << indent << "pk::Packed<" << output.type << ", V> " << output.name << "v;\n";
+    code << "#pragma unroll\n" << indent << "for (int v = 0; v < V; ++v) {\n" << indent << "  const int64_t i = i0 + v;\n";
     SmallVector<StringRef> lines;
     StringRef(loop).rtrim('\n').split(lines, '\n');
+    const std::string lineIndent(indent.size() - 2, ' '); // the body's lines come indented by 4
     for (StringRef line : lines)
-      declarations << "  " << line << "\n";
-    declarations << "    }\n";
-    for (const PackedOperand &output : packedOutputs)
-      declarations << "    pk::storePacked(" << output.name << " + i0, " << output.name << "v);\n";
-    declarations << "  }\n}\n\n";
+      code << lineIndent << line << "\n";
+    code << indent << "}\n";
+    for (const PackedOperand &output : packedOutputs) {
+      if (!aligned.empty())
+        code << indent << "if (!" << aligned << ")\n"
+             << indent << "  pk::storeElements(" << output.name << " + i0, " << output.name << "v);\n"
+             << indent << "else\n  ";
+      code << indent << "pk::storePacked(" << output.name << " + i0, " << output.name << "v);\n";
+    }
     return text;
+  }
+
+  // CUDA: the __global__ template over V running the loop on packed operands.
+  std::string cudaKernel(const std::string &kernel) const {
+    return "template <int V>\n__global__ void " + kernel + "(" + signature() + ") {\n" + prologue +
+           "  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < n / V;"
+           " c += (int64_t)gridDim.x * blockDim.x) {\n"
+           "    const int64_t i0 = c * V;\n" +
+           packCode("    ") + "  }\n}\n\n";
+  }
+
+  // CUDA: the kernel of a loop joined to a row norm (pipe/NormJoins.h),
+  // templated on the rows' lane group P, the norm's width V and whether
+  // the loop's packed operands are aligned for it (A). `before` and
+  // `after` are the norm's parameters; `rowWork` is what each row runs,
+  // with `{pack}` standing for the loop's work on the pack from i0.
+  std::string rowKernel(const std::string &kernel, const std::string &before, const std::string &after,
+                        const std::string &rowWork) const {
+    std::string parameterList = "int64_t rows, int64_t inner" + before;
+    for (const std::string &parameter : parameters)
+      parameterList += ", " + parameter;
+    parameterList += after;
+    std::string work = rowWork;
+    work.replace(work.find("{pack}"), 6, packCode("      ", "A"));
+    return "template <class P, int V, bool A>\n__global__ void " + kernel + "(" + parameterList + ") {\n" + prologue +
+           "  for (int64_t r = P::first(); r < rows; r += P::step()) {\n" + work + "  }\n}\n\n";
+  }
+
+  // CUDA: a rowKernel's launch: the lane group rowLaunch chooses (at
+  // compile time: the shape is static); V the norm's 16-byte width when the
+  // row length divides and the norm's `normPointers` are aligned for it, as
+  // the library's norms choose it (so the joined norm keeps their bits),
+  // else 1; A whether the loop's packed operands are aligned too.
+  std::string rowLaunch(const std::string &kernel, int64_t rows, int64_t inner, int64_t width,
+                        const std::string &before, const SmallVector<std::string> &normPointers,
+                        const std::string &after) const {
+    const std::string w = std::to_string(width);
+    std::string normPacked = std::to_string(inner) + " % " + w + " == 0", loopAligned = "true";
+    for (const std::string &pointer : normPointers)
+      normPacked += " && pk::packedAligned<" + w + ">(" + pointer + ")";
+    for (const PackedOperand &operand : llvm::concat<const PackedOperand>(packedInputs, packedOutputs))
+      loopAligned += " && pk::packedAligned<" + w + ">(" + operand.pointer + ")";
+    std::string arguments = std::to_string(rows) + ", " + std::to_string(inner) + before;
+    for (const std::string &argument : this->arguments)
+      arguments += ", " + argument;
+    arguments += after;
+    auto launch = [&](const std::string &v, const char *a) {
+      return kernel + "<Lanes, " + v + ", " + a + "><<<walk.grid, walk.threads, 0, stream>>>(" + arguments + ");\n";
+    };
+    return "  {\n    constexpr pk::RowLaunch walk = pk::rowLaunch(" + std::to_string(rows) + ", " +
+           std::to_string(inner) + ");\n"
+           "    using Lanes = std::conditional_t<walk.warpPerRow, pk::WarpLanes, pk::BlockLanes>;\n"
+           "    const bool normPacked = " + normPacked + ";\n" +
+           "    const bool loopAligned = " + loopAligned + ";\n" +
+           "    const cudaStream_t stream = static_cast<cudaStream_t>(call->stream);\n"
+           "    if (normPacked && loopAligned)\n      " + launch(w, "true") +
+           "    else if (normPacked)\n      " + launch(w, "false") + "    else\n      " + launch("1", "true") +
+           "    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess)\n"
+           "      throw std::runtime_error(std::string(\"pipe.fused: \") + cudaGetErrorString(error));\n  }\n";
   }
 
   // CUDA: the launch, packed (V: 16 bytes of the widest packed operand, at
@@ -264,9 +329,25 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
   Block &body = fused.getBody().front();
   auto space = tensorType(fused.getResult(0)).getShape();
   int64_t count = tensorType(fused.getResult(0)).getNumElements();
+  // A loop joined to a row norm's kernel (pipec-fuse-norm-loops): with an
+  // epilogue the norm's input gradient is not an input but the pack the
+  // norm's kernel hands the loop (normDx), rounded to its storage.
+  Operation *norm = pipe::joinedNorm(fused);
+  if (fused->hasAttr(pipe::kNormPrologueAttrName) || fused->hasAttr(pipe::kNormEpilogueAttrName)) {
+    if (!norm)
+      return fused.emitOpError("is marked to run in a norm's kernel, but the norm is not next to it (pipec-fuse-norm-loops)");
+    if (!cuda())
+      return fused.emitOpError("runs in a norm's kernel (pipec-fuse-norm-loops), which only the CUDA target writes");
+  }
+  auto grad = llvm::dyn_cast_or_null<nn::LayerNormGradOp>(norm);
   FusedLoop loop;
   // The inputs: one parameter each, read at the element's broadcast index.
   for (auto [i, input] : llvm::enumerate(fused.getInputs())) {
+    if (grad && input == grad.getResult()) {
+      loop.scalar[body.getArgument(i)] =
+          tensorType(input).getElementType().isBF16() ? "float(pk::bf16(normDx[v]))" : "normDx[v]";
+      continue;
+    }
     std::string name = "in" + std::to_string(i);
     loop.parameters.push_back("const " + memoryType(input) + " *__restrict__ " + name);
     loop.arguments.push_back(ptr(input));
@@ -304,13 +385,65 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
       loop.code << "    " << name << "[" << loop.index << "] = " << value << ";\n";
     }
   }
-  if (cuda()) {
-    std::string kernel = "fused" + std::to_string(counter++);
+  if (!cuda()) {
+    out << loop.cpuLoop(count);
+    return success();
+  }
+  std::string kernel = "fused" + std::to_string(counter++);
+  if (!norm) {
     kernels += loop.cudaKernel(kernel);
     out << loop.cudaLaunch(kernel, count);
     return success();
   }
-  out << loop.cpuLoop(count);
+  // The norm's rows: [rows, inner] around its axis; the kernels' 16-byte
+  // width of its storage.
+  Value x = grad ? grad.getInput() : llvm::cast<nn::LayerNormOp>(norm).getInput();
+  const int64_t rank = tensorType(x).getRank();
+  int64_t axis = grad ? grad.getAxis() : llvm::cast<nn::LayerNormOp>(norm).getAxis();
+  axis = axis < 0 ? axis + rank : axis;
+  int64_t rows = 1, inner = 1;
+  for (auto [d, size] : llvm::enumerate(tensorType(x).getShape()))
+    (static_cast<int64_t>(d) < axis ? rows : inner) *= size;
+  const int64_t width = 16 / elementBytes(tensorType(x).getElementType());
+  const std::string storage = cType(tensorType(x).getElementType());
+  if (grad) {
+    const std::string before = ", const " + storage + " *__restrict__ normDy, const " + storage +
+                               " *__restrict__ normX, const float *__restrict__ normScale, float normEpsilon, "
+                               "pipec::kernels::RowNorm normKind";
+    kernels += loop.rowKernel(kernel, before, "",
+                              "    pk::layerNormGradRow<P, V>(normDy + r * inner, normX + r * inner, inner, "
+                              "normScale, normEpsilon, normKind,\n"
+                              "                               [&](int64_t c, const float (&normDx)[V]) {\n"
+                              "      const int64_t i0 = r * inner + c * V;\n{pack}"
+                              "    });\n");
+    out << loop.rowLaunch(kernel, rows, inner, width,
+                          ", " + ptr(grad.getDy()) + ", " + ptr(grad.getInput()) + ", " + ptr(grad.getScale()) +
+                              ", " + f32Literal(grad.getEpsilon().convertToFloat()) + ", " +
+                              rowNorm(grad.getCentered()),
+                          {ptr(grad.getDy()), ptr(grad.getInput()), ptr(grad.getScale())}, "");
+    return success();
+  }
+  auto layerNorm = llvm::cast<nn::LayerNormOp>(norm);
+  const std::string y = allocate(layerNorm.getResult()), mean = allocate(layerNorm.getMean()),
+                    invStd = allocate(layerNorm.getInvStdDev());
+  const std::string xName = "out" + std::to_string(llvm::cast<OpResult>(x).getResultNumber());
+  const std::string bias = layerNorm.getBias() ? ptr(layerNorm.getBias()) : "nullptr";
+  const std::string after = ", const float *__restrict__ normScale, const float *__restrict__ normBias, " + storage +
+                            " *__restrict__ normY, float *__restrict__ normMean, float *__restrict__ normInvStd, "
+                            "float normEpsilon, pipec::kernels::RowNorm normKind";
+  kernels += loop.rowKernel(kernel, "", after,
+                            "    for (int64_t c = P::lane(); c < inner / V; c += P::lanes()) {\n"
+                            "      const int64_t i0 = r * inner + c * V;\n{pack}    }\n"
+                            "    P::sync(); // the row's stored values, read back by every lane\n"
+                            "    pk::layerNormRow<P, V>(" + xName + " + r * inner, inner, normScale, normBias, "
+                            "normY + r * inner, r, normMean, normInvStd, normEpsilon, normKind);\n");
+  SmallVector<std::string> normPointers{ptr(x), y, ptr(layerNorm.getScale())};
+  if (layerNorm.getBias())
+    normPointers.push_back(bias);
+  out << loop.rowLaunch(kernel, rows, inner, width, "", normPointers,
+                        ", " + ptr(layerNorm.getScale()) + ", " + bias + ", " + y + ", " + mean + ", " + invStd +
+                            ", " + f32Literal(layerNorm.getEpsilon().convertToFloat()) + ", " +
+                            rowNorm(layerNorm.getCentered()));
   return success();
 }
 

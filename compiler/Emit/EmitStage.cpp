@@ -6,6 +6,8 @@
 // stream each entry point binds (docs/cuda-codegen.md).
 #include "compiler/Emit/StageEmitter.h"
 
+#include "dialects/pipe/NormJoins.h"
+
 #include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/Format.h"
 
@@ -187,6 +189,8 @@ std::string StageEmitter::allocate(Value value) {
       return bind(value, "static_cast<" + t + " *>(call->grad_params[" +
                              std::to_string(paramIndex(name.getValue())) + "])");
     }
+    case pipe::StorageKind::Register:
+      llvm_unreachable("a norm gradient's register value is never stored: its loop runs in the norm's kernel");
     case pipe::StorageKind::Buffer: {
       auto name = current.getResultAttrOfType<StringAttr>(place.getOffset(), nn::kNameAttrName);
       assert(name && "a buffer update result names its buffer (nn.name)");
@@ -215,6 +219,14 @@ static std::string profileName(Operation &op) {
 
 LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
   for (Operation &op : block.without_terminator()) {
+    // A norm, or a norm's gradient, whose kernel runs a loop
+    // (pipec-fuse-norm-loops) is written, and timed, with the loop.
+    if (pipe::loopJoinedTo(&op)) {
+      if (!cuda())
+        return op.emitOpError("runs a pipe.fused loop in its kernel (pipec-fuse-norm-loops), which only the CUDA "
+                              "target writes");
+      continue;
+    }
     // piperun --profile: time each kernel and report it under profileName.
     auto fused = llvm::dyn_cast<pipe::FusedOp>(op);
     // A bf16 conversion is queued into the next table call (flushConversions),
@@ -235,16 +247,19 @@ LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
     if (failed(emitOp(&op, isStep)) || nameError)
       return failure();
     if (timed && fused) {
-      // One loop computes every op of the group: its time is split evenly
-      // among them (they compute the same number of elements), under their
-      // own names.
-      auto members = fused.getBody().front().without_terminator();
+      // One loop computes every op of the group, and the norm whose kernel
+      // runs it: its time is split evenly among them, under their own names.
+      SmallVector<Operation *> members;
+      for (Operation &member : fused.getBody().front().without_terminator())
+        members.push_back(&member);
+      if (Operation *norm = pipe::joinedNorm(fused))
+        members.push_back(norm);
       if (members.empty())
         continue;
       out << "  {\n    static const char *const nodes[] = {";
       for (auto [i, member] : llvm::enumerate(members))
-        out << (i ? ", " : "") << literal(profileName(member), "node", &member);
-      out << "};\n    opShared(call, nodes, " << llvm::range_size(members) << ", " << phase << ", " << started
+        out << (i ? ", " : "") << literal(profileName(*member), "node", member);
+      out << "};\n    opShared(call, nodes, " << members.size() << ", " << phase << ", " << started
           << ");\n  }\n";
       continue;
     }
@@ -416,7 +431,8 @@ LogicalResult StageEmitter::run() {
   if (cuda()) {
     // Tensors are device memory; every call runs on the stream the runtime
     // passes, and only the loss is copied back to the host.
-    os << "#include \"pipec/cuda_kernels.h\"\n#include \"pipec/binary_math.h\"\n#include \"pipec/stage_abi.h\"\n\n"
+    os << "#include \"pipec/cuda_kernels.h\"\n#include \"pipec/cuda_row_norm.cuh\"\n#include \"pipec/binary_math.h\"\n"
+       << "#include \"pipec/stage_abi.h\"\n\n"
        << "#include <algorithm>\n#include <cmath>\n#include <optional>\n#include <stdexcept>\n#include <string>\n\n"
        << "namespace pk = pipec::kernels::cuda;\n\nnamespace {\n\n"
        << "thread_local std::string lastError;\n\n"

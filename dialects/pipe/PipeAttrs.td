@@ -174,6 +174,7 @@ def Pipe_StorageKind : I32EnumAttr<"StorageKind", "where a result is stored", [
     I32EnumAttrCase<"Saved", 1, "saved">,       // the workspace slot of pipe.saved result `offset`
     I32EnumAttrCase<"Gradient", 2, "gradient">, // accumulated into the gradient buffer of result `offset`
     I32EnumAttrCase<"Buffer", 3, "buffer">,     // in place in the buffer that result `offset` updates
+    I32EnumAttrCase<"Register", 4, "register">, // never stored: the norm-joined pipe.fused loop reads it in its kernel
   ]> {
   let cppNamespace = "::pipec::pipe";
   let genSpecializedAttr = 0;
@@ -190,7 +191,9 @@ def Pipe_StorageAttr : Pipe_Attr<"Storage", "storage"> {
     accumulates (beta = 1) into the gradient buffer of the parameter whose
     gradient is function result `offset`. `buffer`: the op writes, in place,
     the buffer (a batch norm's running statistic) that function result
-    `offset` updates, which it also reads.
+    `offset` updates, which it also reads. `register` (offset 0): never
+    stored; a layer norm's input gradient that the pipe.fused loop joined to
+    its kernel (pipe.norm_epilogue) reads as it is computed.
   }];
   let parameters = (ins EnumParameter<Pipe_StorageKind>:$kind, "int64_t":$offset);
   let assemblyFormat = "`<` $kind `,` $offset `>`";

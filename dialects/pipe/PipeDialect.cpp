@@ -193,6 +193,8 @@ LogicalResult StorageAttr::verify(llvm::function_ref<InFlightDiagnostic()> emitE
     return emitError() << "pipe.storage: the offset must be non-negative, got " << offset;
   if (kind == StorageKind::Arena && offset % 64 != 0)
     return emitError() << "pipe.storage: arena offsets are 64-byte aligned, got " << offset;
+  if (kind == StorageKind::Register && offset != 0)
+    return emitError() << "pipe.storage: a register value has no offset, got " << offset;
   return success();
 }
 

@@ -89,6 +89,15 @@ inline constexpr llvm::StringLiteral kThreadScratchSizeAttrName = "pipe.thread_s
 /// both names share, so the second is neither stored nor copied.
 inline constexpr llvm::StringLiteral kSavedSlotOfAttrName = "pipe.saved_slot_of";
 
+/// pipec-fuse-norm-loops' marks on a pipe.fused loop that runs inside the
+/// kernel of the row norm next to it (docs/optimization.md, "Norms with their
+/// loops"; pipe/NormJoins.h): `pipe.norm_prologue` before the nn.layer_norm
+/// that follows it and normalizes one of its results; `pipe.norm_epilogue`
+/// after the nn.layer_norm_grad before it, whose gradient it alone reads
+/// (never stored: pipec-plan-memory's `register` storage).
+inline constexpr llvm::StringLiteral kNormPrologueAttrName = "pipe.norm_prologue";
+inline constexpr llvm::StringLiteral kNormEpilogueAttrName = "pipe.norm_epilogue";
+
 /// The op's `pipe.phase`, if it has a PhaseAttr one.
 std::optional<Phase> phaseOf(mlir::Operation *op);
 /// Sets the op's `pipe.phase`.

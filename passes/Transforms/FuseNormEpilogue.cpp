@@ -32,15 +32,6 @@ nn::BatchNormOp soleNormProducer(Value value, Block *block, bool forResidual) {
   return norm;
 }
 
-/// Whether `value` is defined before `op` in op's block (or is an argument
-/// of that block or an enclosing one).
-bool definedBefore(Value value, Operation *op) {
-  Operation *producer = value.getDefiningOp();
-  if (!producer)
-    return llvm::cast<BlockArgument>(value).getOwner()->findAncestorOpInBlock(*op) != nullptr;
-  return producer->getBlock() == op->getBlock() && producer->isBeforeInBlock(op);
-}
-
 /// Whether every reader of the norm's running-statistic results comes after
 /// `point`, so that the norm may be computed there instead.
 bool statisticsReadAfter(nn::BatchNormOp norm, Operation *point) {

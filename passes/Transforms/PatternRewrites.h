@@ -43,6 +43,16 @@ inline bool sameStage(llvm::ArrayRef<mlir::Operation *> ops) {
   return llvm::all_of(ops, [&](mlir::Operation *op) { return op->getAttr(pipe::kStageAttrName) == stage; });
 }
 
+/// Whether `value` is defined before `op` in op's block (or is an argument
+/// of that block or an enclosing one): an op that reads it may move to
+/// just before `op`.
+inline bool definedBefore(mlir::Value value, mlir::Operation *op) {
+  mlir::Operation *producer = value.getDefiningOp();
+  if (!producer)
+    return llvm::cast<mlir::BlockArgument>(value).getOwner()->findAncestorOpInBlock(*op) != nullptr;
+  return producer->getBlock() == op->getBlock() && producer->isBeforeInBlock(op);
+}
+
 /// `value`'s type if it is a statically shaped float32 tensor, else null:
 /// the rewrites apply before bf16 storage, to float32 values of known shape.
 inline mlir::RankedTensorType rankedF32(mlir::Value value) {

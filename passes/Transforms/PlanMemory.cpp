@@ -5,6 +5,7 @@
 #include "analysis/Settings/Declared.h"
 
 #include "dialects/nn/NNDialect.h"
+#include "dialects/pipe/NormJoins.h"
 #include "dialects/pipe/PipeDialect.h"
 
 #include "runtime/kernels/include/pipec/kernel_scratch.h"
@@ -227,22 +228,42 @@ struct PlanMemory : PassWithOptions<impl::PlanMemoryBase<PlanMemory>, PlanMemory
     auto root = [&](Value value) { return rootOf.lookup(value) ? rootOf.lookup(value) : value; };
     llvm::DenseMap<Operation *, int64_t> position;
     SmallVector<Operation *> order;
-    std::function<void(Block &)> number = [&](Block &block) {
+    std::function<bool(Block &)> number = [&](Block &block) {
       for (Operation &op : block) {
         position[&op] = static_cast<int64_t>(order.size());
+        // A loop and the norm whose kernel runs it (pipe/NormJoins.h) are
+        // one kernel: one position, so that neither's results share bytes
+        // with what the other reads.
+        if (auto fused = llvm::dyn_cast<pipe::FusedOp>(op); fused && fused->hasAttr(pipe::kNormEpilogueAttrName)) {
+          if (!pipe::joinedNorm(fused))
+            return fused.emitOpError("is marked pipe.norm_epilogue but does not follow the nn.layer_norm_grad "
+                                     "whose result it alone reads"),
+                   false;
+          position[&op] = position.lookup(op.getPrevNode());
+        } else if (pipe::FusedOp loop = pipe::loopJoinedTo(&op); loop && llvm::isa<nn::LayerNormOp>(op)) {
+          position[&op] = position.lookup(loop);
+        } else if (auto prologue = llvm::dyn_cast<pipe::FusedOp>(op);
+                   prologue && prologue->hasAttr(pipe::kNormPrologueAttrName) && !pipe::joinedNorm(prologue)) {
+          return prologue.emitOpError("is marked pipe.norm_prologue but is not followed by the nn.layer_norm "
+                                      "of one of its results"),
+                 false;
+        }
         order.push_back(&op);
         if (auto recompute = llvm::dyn_cast<pipe::RecomputeOp>(op)) {
           Block &inner = recompute.getBody().front();
           for (auto [argument, input] : llvm::zip(inner.getArguments(), recompute.getInputs()))
             rootOf[argument] = root(input);
-          number(inner);
+          if (!number(inner))
+            return false;
         }
         if (resultsOf(&op) == Results::Alias)
           for (unsigned i = 0; i < op.getNumResults(); ++i)
             rootOf[op.getResult(i)] = root(aliasOf(&op, i));
       }
+      return true;
     };
-    number(body);
+    if (!number(body))
+      return failure();
     const int64_t end = static_cast<int64_t>(order.size());
 
     // Last use of every storage root, over all values that share it.
@@ -325,7 +346,9 @@ struct PlanMemory : PassWithOptions<impl::PlanMemoryBase<PlanMemory>, PlanMemory
           places.push_back(pipe::StorageAttr::get(context, pipe::StorageKind::Arena, 0));
           continue;
         }
-        if (auto it = savedResult.find(result); it != savedResult.end()) {
+        if (pipe::FusedOp loop = pipe::loopJoinedTo(op); loop && llvm::isa<nn::LayerNormGradOp>(op)) {
+          places.push_back(pipe::StorageAttr::get(context, pipe::StorageKind::Register, 0));
+        } else if (auto it = savedResult.find(result); it != savedResult.end()) {
           places.push_back(pipe::StorageAttr::get(context, pipe::StorageKind::Saved, it->second));
           ++numSavedInPlace;
         } else if (auto it = gradientResult.find(result); it != gradientResult.end()) {

@@ -235,6 +235,17 @@ template <int V, class T> __device__ __forceinline__ Packed<T, V> loadPacked(con
 template <int V, class T> __device__ __forceinline__ void storePacked(T *at, const Packed<T, V> &value) {
   *reinterpret_cast<Packed<T, V> *>(at) = value;
 }
+/// The same V elements one by one, at any alignment: a loop joined to a
+/// row norm moves the norm's V elements a step even where its own operands
+/// are not aligned for them (docs/cuda-codegen.md).
+template <int V, class T> __device__ __forceinline__ Packed<T, V> loadElements(const T *at) {
+  Packed<T, V> p;
+  for (int e = 0; e < V; ++e) p.v[e] = at[e];
+  return p;
+}
+template <int V, class T> __device__ __forceinline__ void storeElements(T *at, const Packed<T, V> &value) {
+  for (int e = 0; e < V; ++e) at[e] = value.v[e];
+}
 #endif
 
 #include "pipec/kernel_api.inc"

@@ -35,13 +35,13 @@ template <class T> __host__ __device__ __forceinline__ T fromF(float v) { return
 template <class T> constexpr int kPackOf = 16 / sizeof(T);
 
 /// Grid of a block-per-segment launch (grid-stride loops cover the rest).
-inline unsigned segmentBlocks(int64_t segments) {
+constexpr unsigned segmentBlocks(int64_t segments) {
   constexpr int64_t kMax = 1 << 20;
   return (unsigned)(segments < 1 ? 1 : segments < kMax ? segments : kMax);
 }
 /// Threads of a block-per-segment launch for segments of `size` elements: a
 /// power of two in [32, 512].
-inline unsigned segmentThreads(int64_t size) {
+constexpr unsigned segmentThreads(int64_t size) {
   unsigned t = 32;
   while ((int64_t)t < size && t < 512) t *= 2;
   return t;
@@ -49,7 +49,8 @@ inline unsigned segmentThreads(int64_t size) {
 
 /// How `rows` contiguous rows of `inner` elements are walked: a warp per
 /// row (8 rows a block) for rows up to kWarpRowMaxElements, else a block
-/// per row. Rows of at most this many elements take a warp each: 24
+/// per row (a constant expression: generated code instantiates its kernel
+/// for the one lane group its static shape takes). Rows of at most this many elements take a warp each: 24
 /// elements a lane for GPT-2's 768-wide LayerNorm, where a block per row
 /// spent its time in two block-wide reductions per row.
 constexpr int64_t kWarpRowMaxElements = 4096;
@@ -57,7 +58,7 @@ struct RowLaunch {
   bool warpPerRow;
   unsigned grid, threads;
 };
-inline RowLaunch rowLaunch(int64_t rows, int64_t inner) {
+constexpr RowLaunch rowLaunch(int64_t rows, int64_t inner) {
   constexpr int64_t kRowsPerBlock = 8;
   if (inner <= kWarpRowMaxElements)
     return {true, segmentBlocks((rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(32 * kRowsPerBlock)};

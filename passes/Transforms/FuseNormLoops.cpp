@@ -1,0 +1,124 @@
+// pipec-fuse-norm-loops (CUDA): an element-wise loop whose result a layer
+// or RMS norm normalizes runs in the norm's kernel before it, and one that
+// alone reads a norm's input gradient runs in that gradient's kernel after
+// it, so that the loop and the norm are one launch and the norm's input, or
+// its gradient, makes no trip through memory of its own (docs/optimization.md,
+// "Norms with their loops"). The pair is marked on the loop and made
+// adjacent; code generation writes the joined kernel
+// (pipec/cuda_row_norm.cuh).
+#include "passes/Passes.h"
+#include "passes/Transforms/PatternRewrites.h"
+
+#include "dialects/pipe/NormJoins.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace pipec::passes {
+#define GEN_PASS_DEF_FUSENORMLOOPS
+#include "passes/Passes.h.inc"
+} // namespace pipec::passes
+
+using namespace mlir;
+
+namespace pipec::passes {
+namespace {
+
+/// Whether a norm over `x` (axis `axis`) with these parameters runs as the
+/// kernels' rows: a static shape of float or bf16 storage, at least one
+/// element, and parameters of float with one element per position of a row
+/// (the joined kernel reads them as they are; the library expands others).
+bool rowsFit(Value x, int64_t axis, std::initializer_list<Value> parameters) {
+  auto type = llvm::dyn_cast<RankedTensorType>(x.getType());
+  if (!type || !type.hasStaticShape() || type.getNumElements() == 0 ||
+      !(type.getElementType().isF32() || type.getElementType().isBF16()))
+    return false;
+  const int64_t rank = type.getRank();
+  if (axis < 0)
+    axis += rank;
+  if (axis < 0 || axis >= rank)
+    return false;
+  int64_t inner = 1;
+  for (int64_t d : type.getShape().drop_front(axis))
+    inner *= d;
+  for (Value parameter : parameters) {
+    auto parameterType = llvm::dyn_cast_or_null<RankedTensorType>(parameter ? parameter.getType() : Type());
+    if (parameter && (!parameterType || !parameterType.hasStaticShape() || !parameterType.getElementType().isF32() ||
+                      parameterType.getNumElements() != inner))
+      return false;
+  }
+  return true;
+}
+
+/// Whether `value` has the loop's iteration space: element i of the loop is
+/// element i of the value.
+bool spansLoop(Value value, pipe::FusedOp fused) {
+  return llvm::cast<RankedTensorType>(value.getType()).getShape() ==
+         llvm::cast<RankedTensorType>(fused.getResult(0).getType()).getShape();
+}
+
+bool marked(pipe::FusedOp fused) {
+  return fused->hasAttr(pipe::kNormPrologueAttrName) || fused->hasAttr(pipe::kNormEpilogueAttrName);
+}
+
+struct FuseNormLoops : impl::FuseNormLoopsBase<FuseNormLoops> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    getOperation().walk([&](func::FuncOp function) {
+      if (!function->getParentOfType<pipe::StageOp>() || function.getSymName() == "step")
+        return;
+      SmallVector<nn::LayerNormOp> norms;
+      SmallVector<nn::LayerNormGradOp> grads;
+      function.walk([&](Operation *op) {
+        if (auto norm = llvm::dyn_cast<nn::LayerNormOp>(op))
+          norms.push_back(norm);
+        else if (auto grad = llvm::dyn_cast<nn::LayerNormGradOp>(op))
+          grads.push_back(grad);
+      });
+      for (nn::LayerNormOp norm : norms)
+        joinPrologue(norm);
+      for (nn::LayerNormGradOp grad : grads)
+        joinEpilogue(grad);
+    });
+  }
+
+  /// norm(fused(...)): the norm moves right after the loop (its scale and
+  /// bias are defined before it), which runs in the norm's kernel and stores
+  /// its results there, the normalized one included, which the norm then
+  /// reads back while it is still in cache.
+  void joinPrologue(nn::LayerNormOp norm) {
+    auto fused = norm.getInput().getDefiningOp<pipe::FusedOp>();
+    if (!fused || marked(fused) || fused->getBlock() != norm->getBlock() || !spansLoop(norm.getInput(), fused) ||
+        norm.getResult().getType() != norm.getInput().getType() ||
+        !rowsFit(norm.getInput(), norm.getAxis(), {norm.getScale(), norm.getBias()}) ||
+        !definedBefore(norm.getScale(), fused) || (norm.getBias() && !definedBefore(norm.getBias(), fused)))
+      return;
+    norm->moveAfter(fused);
+    fused->setAttr(pipe::kNormPrologueAttrName, UnitAttr::get(&getContext()));
+    ++numPrologues;
+  }
+
+  /// fused(layer_norm_grad(...), ...), the loop the gradient's only reader:
+  /// the loop moves right after the gradient (its other inputs are defined
+  /// before it) and runs on each pack of the gradient as the norm's kernel
+  /// computes it, which is never stored.
+  void joinEpilogue(nn::LayerNormGradOp grad) {
+    Value dx = grad.getResult();
+    if (!dx.hasOneUse())
+      return;
+    auto fused = llvm::dyn_cast<pipe::FusedOp>(*dx.getUsers().begin());
+    if (!fused || marked(fused) || fused->getBlock() != grad->getBlock() || !spansLoop(dx, fused) ||
+        grad.getDy().getType() != dx.getType() || grad.getInput().getType() != dx.getType() ||
+        !rowsFit(dx, grad.getAxis(), {grad.getScale()}))
+      return;
+    for (Value input : fused.getInputs())
+      if (input != dx && !definedBefore(input, grad))
+        return;
+    fused->moveAfter(grad);
+    fused->setAttr(pipe::kNormEpilogueAttrName, UnitAttr::get(&getContext()));
+    ++numEpilogues;
+  }
+};
+
+} // namespace
+} // namespace pipec::passes
