@@ -192,12 +192,58 @@ void keepWholeNormGradients(llvm::DenseMap<Value, int64_t> &gradientResult) {
   }
 }
 
+/// A loop and the norm whose kernel runs it (pipe/NormJoins.h) are one
+/// kernel, which the plan gives one position, so that neither's results
+/// share bytes with what the other reads: the pair's first op when `op` is
+/// its second, else null; failure for a mark that does not hold.
+FailureOr<Operation *> earlierOfJoinedPair(Operation &op) {
+  auto fused = llvm::dyn_cast<pipe::FusedOp>(op);
+  if (fused && (fused->hasAttr(pipe::kNormPrologueAttrName) || fused->hasAttr(pipe::kNormEpilogueAttrName)) &&
+      !pipe::joinedNorm(fused))
+    return fused.emitOpError("is marked to run in a norm's kernel, but the norm is not next to it "
+                             "(pipec-fuse-norm-loops)");
+  if (fused && fused->hasAttr(pipe::kNormEpilogueAttrName))
+    return op.getPrevNode();
+  if (pipe::FusedOp loop = pipe::loopJoinedTo(&op); loop && llvm::isa<nn::LayerNormOp>(op))
+    return loop.getOperation();
+  return static_cast<Operation *>(nullptr);
+}
+
 struct Interval {
   Value root;                 ///< the value stored, or null for a kernel call's scratch
   Operation *scratchOf;       ///< the kernel call whose scratch this is, or null
   int64_t start, end, bytes;
   int64_t offset = -1;
 };
+
+/// Greedy by size: the largest first, each at the lowest offset where it
+/// overlaps no placed value that is live at the same time. The arena's bytes.
+int64_t placeGreedily(std::vector<Interval> &intervals) {
+  std::vector<Interval *> bySize;
+  for (Interval &interval : intervals)
+    bySize.push_back(&interval);
+  std::stable_sort(bySize.begin(), bySize.end(),
+                   [](const Interval *a, const Interval *b) { return a->bytes > b->bytes; });
+  std::vector<Interval *> placed;
+  int64_t arenaBytes = 0;
+  for (Interval *interval : bySize) {
+    std::vector<std::pair<int64_t, int64_t>> busy; // [offset, offset + bytes) of live neighbours
+    for (Interval *other : placed)
+      if (other->start <= interval->end && interval->start <= other->end)
+        busy.push_back({other->offset, other->offset + other->bytes});
+    std::sort(busy.begin(), busy.end());
+    int64_t offset = 0;
+    for (auto [lo, hi] : busy) {
+      if (offset + interval->bytes <= lo)
+        break;
+      offset = std::max(offset, hi);
+    }
+    interval->offset = offset;
+    arenaBytes = std::max(arenaBytes, offset + interval->bytes);
+    placed.push_back(interval);
+  }
+  return arenaBytes;
+}
 
 struct PlanMemory : PassWithOptions<impl::PlanMemoryBase<PlanMemory>, PlanMemoryOptions> {
   using PassWithOptions::PassWithOptions;
@@ -231,23 +277,11 @@ struct PlanMemory : PassWithOptions<impl::PlanMemoryBase<PlanMemory>, PlanMemory
     std::function<bool(Block &)> number = [&](Block &block) {
       for (Operation &op : block) {
         position[&op] = static_cast<int64_t>(order.size());
-        // A loop and the norm whose kernel runs it (pipe/NormJoins.h) are
-        // one kernel: one position, so that neither's results share bytes
-        // with what the other reads.
-        if (auto fused = llvm::dyn_cast<pipe::FusedOp>(op); fused && fused->hasAttr(pipe::kNormEpilogueAttrName)) {
-          if (!pipe::joinedNorm(fused))
-            return fused.emitOpError("is marked pipe.norm_epilogue but does not follow the nn.layer_norm_grad "
-                                     "whose result it alone reads"),
-                   false;
-          position[&op] = position.lookup(op.getPrevNode());
-        } else if (pipe::FusedOp loop = pipe::loopJoinedTo(&op); loop && llvm::isa<nn::LayerNormOp>(op)) {
-          position[&op] = position.lookup(loop);
-        } else if (auto prologue = llvm::dyn_cast<pipe::FusedOp>(op);
-                   prologue && prologue->hasAttr(pipe::kNormPrologueAttrName) && !pipe::joinedNorm(prologue)) {
-          return prologue.emitOpError("is marked pipe.norm_prologue but is not followed by the nn.layer_norm "
-                                      "of one of its results"),
-                 false;
-        }
+        FailureOr<Operation *> firstOfKernel = earlierOfJoinedPair(op);
+        if (failed(firstOfKernel))
+          return false;
+        if (*firstOfKernel)
+          position[&op] = position.lookup(*firstOfKernel);
         order.push_back(&op);
         if (auto recompute = llvm::dyn_cast<pipe::RecomputeOp>(op)) {
           Block &inner = recompute.getBody().front();
@@ -387,31 +421,7 @@ struct PlanMemory : PassWithOptions<impl::PlanMemoryBase<PlanMemory>, PlanMemory
       ++numScratchCalls;
     }
 
-    // Greedy by size: the largest first, each at the lowest offset where it
-    // overlaps no placed value that is live at the same time.
-    std::vector<Interval *> bySize;
-    for (Interval &interval : intervals)
-      bySize.push_back(&interval);
-    std::stable_sort(bySize.begin(), bySize.end(),
-                     [](const Interval *a, const Interval *b) { return a->bytes > b->bytes; });
-    std::vector<Interval *> placed;
-    int64_t arenaBytes = 0;
-    for (Interval *interval : bySize) {
-      std::vector<std::pair<int64_t, int64_t>> busy; // [offset, offset + bytes) of live neighbours
-      for (Interval *other : placed)
-        if (other->start <= interval->end && interval->start <= other->end)
-          busy.push_back({other->offset, other->offset + other->bytes});
-      std::sort(busy.begin(), busy.end());
-      int64_t offset = 0;
-      for (auto [lo, hi] : busy) {
-        if (offset + interval->bytes <= lo)
-          break;
-        offset = std::max(offset, hi);
-      }
-      interval->offset = offset;
-      arenaBytes = std::max(arenaBytes, offset + interval->bytes);
-      placed.push_back(interval);
-    }
+    const int64_t arenaBytes = placeGreedily(intervals);
     llvm::DenseMap<Value, int64_t> offsetOf;
     for (const Interval &interval : intervals) {
       if (interval.scratchOf)
