@@ -470,7 +470,9 @@ def FuseNormLoops : Pass<"pipec-fuse-norm-loops", "mlir::ModuleOp"> {
       the input gradient, rounded to its storage, to the loop: the gradient
       is never stored (pipec-plan-memory: `register`). The residual
       stream's gradient sum joins every norm's gradient.
-    Either needs a static shape of float or bf16 storage, one iteration
+    A lone element-wise op (pipec-fuse-elementwise leaves a group of one
+    as it is: the residual add of a model without dropout) first becomes a
+    loop of its own. Either needs a static shape of float or bf16 storage, one iteration
     space for the loop and the norm's input (or gradient), and float
     parameters with one element per position of a row. Code generation
     (docs/cuda-codegen.md) writes the pair as one kernel on the row norm's
@@ -594,10 +596,14 @@ def PlanMemory : Pass<"pipec-plan-memory", "mlir::ModuleOp"> {
       gradient) or both results of an `nn.layer_norm_param_grad`, whose
       only use (through views) is returning a parameter's gradient, add
       into that gradient buffer (beta = 1, or the kernels' accumulate flag);
+    - `register` (offset 0): a layer norm's input gradient that the loop
+      joined to its kernel (pipec-fuse-norm-loops) reads as it is computed,
+      never stored;
     - `arena`: every other value that needs storage gets a 64-byte aligned
       offset into the stage's arena. Live ranges come from the op order
       (views, all-reduces, optimizer updates and recompute / fused bodies
-      alias their operands); values whose live ranges overlap never share
+      alias their operands; a loop joined to a norm's kernel and the norm
+      are one position); values whose live ranges overlap never share
       bytes, and an op's results never share bytes with its operands.
       Offsets are assigned largest first, each at the lowest offset that
       fits (best fit in a greedy-by-size order).

@@ -217,6 +217,18 @@ static std::string profileName(Operation &op) {
   return op.getName().getStringRef().str();
 }
 
+void StageEmitter::reportAbsorbed(Operation &op, const std::string &name) {
+  // The other ONNX nodes the op absorbed (absorbedLocation) are reported
+  // too, with no time of their own: it is in the op's.
+  auto absorbed = llvm::dyn_cast<FusedLoc>(op.getLoc());
+  if (!absorbed)
+    return;
+  const StringRef own = nn::nodeName(op.getLoc()).value_or(name);
+  for (Location part : absorbed.getLocations())
+    if (auto named = llvm::dyn_cast<NameLoc>(part); named && named.getName().getValue() != own)
+      out << "  opAbsorbed(call, " << literal(named.getName().getValue(), "node", &op) << ", " << phase << ");\n";
+}
+
 LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
   for (Operation &op : block.without_terminator()) {
     // A norm, or a norm's gradient, whose kernel runs a loop
@@ -261,19 +273,14 @@ LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
         out << (i ? ", " : "") << literal(profileName(*member), "node", member);
       out << "};\n    opShared(call, nodes, " << members.size() << ", " << phase << ", " << started
           << ");\n  }\n";
+      if (Operation *norm = pipe::joinedNorm(fused))
+        reportAbsorbed(*norm, profileName(*norm));
       continue;
     }
     if (timed)
       out << "  opTimed(call, " << literal(name, "node", &op) << ", " << phase << ", " << started << ");\n";
-    // The other ONNX nodes the op absorbed (absorbedLocation) are reported
-    // too, with no time of their own: it is in the op's.
-    if (auto absorbed = llvm::dyn_cast<FusedLoc>(op.getLoc()); timed && absorbed) {
-      const StringRef own = nn::nodeName(op.getLoc()).value_or(name);
-      for (Location part : absorbed.getLocations())
-        if (auto named = llvm::dyn_cast<NameLoc>(part); named && named.getName().getValue() != own)
-          out << "  opAbsorbed(call, " << literal(named.getName().getValue(), "node", &op) << ", " << phase
-              << ");\n";
-    }
+    if (timed)
+      reportAbsorbed(op, name);
   }
   flushOptimizerUpdates();
   flushConversions();

@@ -143,6 +143,9 @@ private:
   /// and its gradient read it (pk::declareCausalMask).
   void declareIfCausal(Value mask, bool maskedWhen);
   LogicalResult emitOps(Block &block, bool isStep);
+  /// piperun --profile: the ONNX nodes `op` absorbed, reported with no time
+  /// of their own (theirs is in the op's, reported as `name`).
+  void reportAbsorbed(Operation &op, const std::string &name);
   /// @step's optimizer updates become one stage-wide call
   /// (pk::adamwUpdateAll / pk::sgdUpdateAll, docs/cuda-codegen.md): each
   /// nn.adamw_update / nn.sgd_update adds its tensor here, and the call is

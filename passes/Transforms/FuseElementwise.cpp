@@ -1,6 +1,7 @@
 // pipec-fuse-elementwise: chains of element-wise ops of one shape become one
 // pipe.fused loop (docs/optimization.md).
 #include "passes/Passes.h"
+#include "passes/Transforms/PatternRewrites.h"
 
 #include "dialects/nn/NNDialect.h"
 #include "dialects/pipe/PipeDialect.h"
@@ -19,34 +20,6 @@ using namespace mlir;
 
 namespace pipec::passes {
 namespace {
-
-/// fp32 values, and the bools that comparisons give and wheres read.
-bool isStaticF32OrBool(Type type) {
-  auto tensor = llvm::dyn_cast<RankedTensorType>(type);
-  return tensor && tensor.hasStaticShape() &&
-         (tensor.getElementType().isF32() || tensor.getElementType().isInteger(1));
-}
-
-
-/// The ops code generation can compute one element at a time: fp32 or
-/// bool in and out, operands broadcasting to the result. nn.dropout (its
-/// result and its mask, both of its input's shape) and nn.dropout_grad are
-/// element-wise too: element i's mask is the generator's draw i.
-bool isFusible(Operation *op) {
-  const bool dropout = llvm::isa<nn::DropoutOp, nn::DropoutGradOp>(op);
-  if (!dropout && !llvm::isa<nn::UnaryElementwiseOpInterface, nn::BinaryElementwiseOpInterface, nn::WhereOp,
-                             nn::UnaryGradOp, nn::BinaryGradOp>(op))
-    return false;
-  if ((!dropout && op->getNumResults() != 1) || !llvm::all_of(op->getResultTypes(), isStaticF32OrBool))
-    return false;
-  auto space = llvm::cast<RankedTensorType>(op->getResult(0).getType()).getShape();
-  if (!llvm::all_of(op->getResultTypes(),
-                    [&](Type type) { return llvm::cast<RankedTensorType>(type).getShape() == space; }))
-    return false;
-  return llvm::all_of(op->getOperandTypes(), [&](Type type) {
-    return isStaticF32OrBool(type) && nn::broadcastsTo(llvm::cast<RankedTensorType>(type).getShape(), space);
-  });
-}
 
 struct Group {
   SmallVector<Operation *> ops; ///< in program order (a topological order of the body)
@@ -100,7 +73,7 @@ struct FuseElementwise : impl::FuseElementwiseBase<FuseElementwise> {
       return true;
     };
     for (Operation &op : block.without_terminator()) {
-      if (!isFusible(&op))
+      if (!computableInLoop(&op))
         continue;
       auto space = llvm::cast<RankedTensorType>(op.getResult(0).getType()).getShape();
       // The groups op could join: its operands' producers', and failing

@@ -12,6 +12,7 @@
 #include "dialects/pipe/NormJoins.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/SetVector.h"
 
 namespace pipec::passes {
 #define GEN_PASS_DEF_FUSENORMLOOPS
@@ -49,15 +50,47 @@ bool rowsFit(Value x, int64_t axis, std::initializer_list<Value> parameters) {
   return true;
 }
 
-/// Whether `value` has the loop's iteration space: element i of the loop is
-/// element i of the value.
-bool spansLoop(Value value, pipe::FusedOp fused) {
-  return llvm::cast<RankedTensorType>(value.getType()).getShape() ==
-         llvm::cast<RankedTensorType>(fused.getResult(0).getType()).getShape();
+/// A loop that may join a norm: a pipe.fused not joined yet, or a lone op
+/// a loop can compute (pipec-fuse-elementwise leaves a group of one as it
+/// is: the residual add of a model without dropout), with one result.
+bool loopLike(Operation *op) {
+  if (auto fused = llvm::dyn_cast_or_null<pipe::FusedOp>(op))
+    return !fused->hasAttr(pipe::kNormPrologueAttrName) && !fused->hasAttr(pipe::kNormEpilogueAttrName);
+  return op && op->getNumResults() == 1 && computableInLoop(op);
 }
 
-bool marked(pipe::FusedOp fused) {
-  return fused->hasAttr(pipe::kNormPrologueAttrName) || fused->hasAttr(pipe::kNormEpilogueAttrName);
+/// Whether `value` has the iteration space of the loop-like `op` (its
+/// first result's shape): element i of the loop is element i of the value.
+bool spansLoop(Value value, Operation *op) {
+  return llvm::cast<RankedTensorType>(value.getType()).getShape() ==
+         llvm::cast<RankedTensorType>(op->getResult(0).getType()).getShape();
+}
+
+/// The loop-like `op` as a pipe.fused: itself, or the lone op moved into a
+/// loop of its own at its place (the body computes in float whatever the
+/// storage, as pipec-bf16-storage's loops do).
+pipe::FusedOp asLoop(Operation *op) {
+  if (auto fused = llvm::dyn_cast<pipe::FusedOp>(op))
+    return fused;
+  auto inBody = [](Type type) {
+    auto tensor = llvm::cast<RankedTensorType>(type);
+    return tensor.getElementType().isBF16() ? tensor.clone(Float32Type::get(type.getContext())) : tensor;
+  };
+  llvm::SetVector<Value> inputs(op->operand_begin(), op->operand_end());
+  OpBuilder builder(op);
+  auto fused = pipe::FusedOp::create(builder, op->getLoc(), op->getResultTypes(), inputs.getArrayRef());
+  Block *body = new Block();
+  fused.getBody().push_back(body);
+  for (Value input : inputs)
+    body->addArgument(inBody(input.getType()), input.getLoc());
+  for (OpOperand &operand : op->getOpOperands())
+    operand.set(body->getArgument(static_cast<unsigned>(llvm::find(inputs, operand.get()) - inputs.begin())));
+  op->getResult(0).replaceAllUsesWith(fused.getResult(0));
+  op->moveBefore(body, body->end());
+  op->getResult(0).setType(inBody(op->getResult(0).getType()));
+  OpBuilder atEnd = OpBuilder::atBlockEnd(body);
+  pipe::YieldOp::create(atEnd, op->getLoc(), op->getResult(0));
+  return fused;
 }
 
 struct FuseNormLoops : impl::FuseNormLoopsBase<FuseNormLoops> {
@@ -87,12 +120,13 @@ struct FuseNormLoops : impl::FuseNormLoopsBase<FuseNormLoops> {
   /// its results there, the normalized one included, which the norm then
   /// reads back while it is still in cache.
   void joinPrologue(nn::LayerNormOp norm) {
-    auto fused = norm.getInput().getDefiningOp<pipe::FusedOp>();
-    if (!fused || marked(fused) || fused->getBlock() != norm->getBlock() || !spansLoop(norm.getInput(), fused) ||
-        norm.getResult().getType() != norm.getInput().getType() ||
+    Operation *loop = norm.getInput().getDefiningOp();
+    if (!loopLike(loop) || loop->getBlock() != norm->getBlock() ||
         !rowsFit(norm.getInput(), norm.getAxis(), {norm.getScale(), norm.getBias()}) ||
-        !definedBefore(norm.getScale(), fused) || (norm.getBias() && !definedBefore(norm.getBias(), fused)))
+        !spansLoop(norm.getInput(), loop) || norm.getResult().getType() != norm.getInput().getType() ||
+        !definedBefore(norm.getScale(), loop) || (norm.getBias() && !definedBefore(norm.getBias(), loop)))
       return;
+    pipe::FusedOp fused = asLoop(loop);
     norm->moveAfter(fused);
     fused->setAttr(pipe::kNormPrologueAttrName, UnitAttr::get(&getContext()));
     ++numPrologues;
@@ -106,14 +140,14 @@ struct FuseNormLoops : impl::FuseNormLoopsBase<FuseNormLoops> {
     Value dx = grad.getResult();
     if (!dx.hasOneUse())
       return;
-    auto fused = llvm::dyn_cast<pipe::FusedOp>(*dx.getUsers().begin());
-    if (!fused || marked(fused) || fused->getBlock() != grad->getBlock() || !spansLoop(dx, fused) ||
-        grad.getDy().getType() != dx.getType() || grad.getInput().getType() != dx.getType() ||
-        !rowsFit(dx, grad.getAxis(), {grad.getScale()}))
+    Operation *loop = *dx.getUsers().begin();
+    if (!loopLike(loop) || loop->getBlock() != grad->getBlock() || !rowsFit(dx, grad.getAxis(), {grad.getScale()}) ||
+        !spansLoop(dx, loop) || grad.getDy().getType() != dx.getType() || grad.getInput().getType() != dx.getType())
       return;
-    for (Value input : fused.getInputs())
+    for (Value input : loop->getOperands())
       if (input != dx && !definedBefore(input, grad))
         return;
+    pipe::FusedOp fused = asLoop(loop);
     fused->moveAfter(grad);
     fused->setAttr(pipe::kNormEpilogueAttrName, UnitAttr::get(&getContext()));
     ++numEpilogues;

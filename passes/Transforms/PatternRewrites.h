@@ -53,6 +53,36 @@ inline bool definedBefore(mlir::Value value, mlir::Operation *op) {
   return producer->getBlock() == op->getBlock() && producer->isBeforeInBlock(op);
 }
 
+/// Float values of either storage (fp32, and bf16 after pipec-bf16-storage),
+/// and the bools that comparisons give and wheres read.
+inline bool isStaticFloatOrBool(mlir::Type type) {
+  auto tensor = llvm::dyn_cast<mlir::RankedTensorType>(type);
+  return tensor && tensor.hasStaticShape() &&
+         (tensor.getElementType().isF32() || tensor.getElementType().isBF16() ||
+          tensor.getElementType().isInteger(1));
+}
+
+/// The ops a pipe.fused loop can compute one element at a time (pipec-fuse-elementwise,
+/// pipec-fuse-norm-loops): float or bool in and out, operands broadcasting
+/// to the result. nn.dropout (its result and its mask, both of its input's
+/// shape) and nn.dropout_grad are element-wise too: element i's mask is the
+/// generator's draw i.
+inline bool computableInLoop(mlir::Operation *op) {
+  const bool dropout = llvm::isa<nn::DropoutOp, nn::DropoutGradOp>(op);
+  if (!dropout && !llvm::isa<nn::UnaryElementwiseOpInterface, nn::BinaryElementwiseOpInterface, nn::WhereOp,
+                             nn::UnaryGradOp, nn::BinaryGradOp>(op))
+    return false;
+  if ((!dropout && op->getNumResults() != 1) || !llvm::all_of(op->getResultTypes(), isStaticFloatOrBool))
+    return false;
+  auto space = llvm::cast<mlir::RankedTensorType>(op->getResult(0).getType()).getShape();
+  if (!llvm::all_of(op->getResultTypes(),
+                    [&](mlir::Type type) { return llvm::cast<mlir::RankedTensorType>(type).getShape() == space; }))
+    return false;
+  return llvm::all_of(op->getOperandTypes(), [&](mlir::Type type) {
+    return isStaticFloatOrBool(type) && nn::broadcastsTo(llvm::cast<mlir::RankedTensorType>(type).getShape(), space);
+  });
+}
+
 /// `value`'s type if it is a statically shaped float32 tensor, else null:
 /// the rewrites apply before bf16 storage, to float32 values of known shape.
 inline mlir::RankedTensorType rankedF32(mlir::Value value) {

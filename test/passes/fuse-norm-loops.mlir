@@ -62,6 +62,31 @@ pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
     return %s, %o : tensor<2x3x16xbf16>, tensor<2x3x16xbf16>
   }
 
+  // A lone add (pipec-fuse-elementwise leaves a group of one as it is)
+  // becomes a loop of its own, which computes in float under bf16 storage,
+  // and joins: before the norm, and after the norm's gradient.
+  // CHECK-LABEL: func.func @lone
+  // CHECK: %[[S:.*]] = pipe.fused(%arg0, %arg1) attributes {pipe.norm_prologue} : (tensor<2x16xbf16>, tensor<2x16xbf16>) -> tensor<2x16xbf16> {
+  // CHECK-NEXT: ^bb0(%[[A:.*]]: tensor<2x16xf32>, %[[B:.*]]: tensor<2x16xf32>):
+  // CHECK-NEXT: %[[R:.*]] = nn.add %[[A]], %[[B]] : (tensor<2x16xf32>, tensor<2x16xf32>) -> tensor<2x16xf32>
+  // CHECK-NEXT: pipe.yield %[[R]] : tensor<2x16xf32>
+  // CHECK-NEXT: }
+  // CHECK-NEXT: nn.layer_norm %[[S]], %arg2
+  // CHECK: %[[DX:.*]] = nn.layer_norm_grad
+  // CHECK-NEXT: pipe.fused(%arg1, %[[DX]]) attributes {pipe.norm_epilogue}
+  // CHECK-NEXT: ^bb0
+  // CHECK-NEXT: nn.sub
+  // CHECK-NOT: nn.sub
+  // CHECK: return
+  func.func @lone(%x: tensor<2x16xbf16>, %r: tensor<2x16xbf16>, %g: tensor<16xf32>, %dy: tensor<2x16xbf16>)
+      -> (tensor<2x16xbf16>, tensor<2x16xbf16>, tensor<2x16xbf16>) {
+    %s = nn.add %x, %r : (tensor<2x16xbf16>, tensor<2x16xbf16>) -> tensor<2x16xbf16>
+    %n, %mean, %inv = nn.layer_norm %s, %g {centered = false} : (tensor<2x16xbf16>, tensor<16xf32>) -> (tensor<2x16xbf16>, tensor<2x1xf32>, tensor<2x1xf32>)
+    %dx = nn.layer_norm_grad %dy, %s, %g {centered = false} : (tensor<2x16xbf16>, tensor<2x16xbf16>, tensor<16xf32>) -> tensor<2x16xbf16>
+    %d = nn.sub %r, %dx : (tensor<2x16xbf16>, tensor<2x16xbf16>) -> tensor<2x16xbf16>
+    return %s, %n, %d : tensor<2x16xbf16>, tensor<2x16xbf16>, tensor<2x16xbf16>
+  }
+
   // Left alone: a scale of one element (the library expands it); a
   // gradient something else also reads; a loop reading a value computed
   // after the gradient (it cannot move up).

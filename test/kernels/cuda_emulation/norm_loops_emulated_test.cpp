@@ -13,9 +13,11 @@
 // and RMS, with every buffer aligned, with the loop's operands off the
 // 16-byte packs (the norm still in packs, as the library runs it), with a
 // norm parameter off them and with a row length that does not divide (one
-// element at a time). The kernels here are written as the emitter writes
-// them (compiler/Emit/EmitFused.cpp), which the stages' emulated tests
-// (cuda-stage-emulated) then run as generated.
+// element at a time). The kernels here have the structure the emitter
+// writes (compiler/Emit/EmitFused.cpp: the loop over a row's packs, the
+// barrier, the row functions, the width the norm's pointers allow), with
+// the loop's elements read one by one; the stages' emulated tests
+// (cuda-stage-emulated) run the generated ones.
 #include "emu.h"
 #include "pipec/cuda_kernels.h"
 #include "pipec/cuda_row_norm.cuh"

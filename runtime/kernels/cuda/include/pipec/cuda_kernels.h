@@ -218,9 +218,10 @@ struct StreamKey {
 };
 using DropoutKey = StreamKey;
 
-/// V consecutive elements that move in one aligned load or store (at most
-/// 16 bytes): generated element-wise kernels read and write their
-/// non-broadcast operands this way (docs/cuda-codegen.md).
+/// V consecutive elements that move in one aligned load or store (16 bytes
+/// at most in a loop of its own; a loop joined to a bf16 norm's kernel moves
+/// 8 floats, two 16-byte halves): generated element-wise kernels read and
+/// write their non-broadcast operands this way (docs/cuda-codegen.md).
 template <class T, int V> struct alignas(sizeof(T) * V) Packed {
   T v[V];
 };

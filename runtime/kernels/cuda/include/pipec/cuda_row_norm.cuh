@@ -242,7 +242,9 @@ PIPEC_UNROLL
 PIPEC_UNROLL
     for (int e = 0; e < V; ++e) {
       const float xhat = (f[e] - fm) * fi;
-      dx[e] = fi * (d[e] * gs[e] - mG - xhat * mGX);
+      // Rounded as a store would round it: a joined loop's add must not
+      // contract with this product into one fused multiply-add.
+      dx[e] = __fmul_rn(fi, d[e] * gs[e] - mG - xhat * mGX);
     }
     store(j, dx);
   }
