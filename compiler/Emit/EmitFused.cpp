@@ -332,13 +332,11 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
   // A loop joined to a row norm's kernel (pipec-fuse-norm-loops): with an
   // epilogue the norm's input gradient is not an input but the pack the
   // norm's kernel hands the loop (normDx), rounded to its storage.
+  if (failed(pipe::checkNormJoin(fused)))
+    return failure();
   Operation *norm = pipe::joinedNorm(fused);
-  if (fused->hasAttr(pipe::kNormPrologueAttrName) || fused->hasAttr(pipe::kNormEpilogueAttrName)) {
-    if (!norm)
-      return fused.emitOpError("is marked to run in a norm's kernel, but the norm is not next to it (pipec-fuse-norm-loops)");
-    if (!cuda())
-      return fused.emitOpError("runs in a norm's kernel (pipec-fuse-norm-loops), which only the CUDA target writes");
-  }
+  if (norm && !cuda())
+    return fused.emitOpError("runs in a norm's kernel (pipec-fuse-norm-loops), which only the CUDA target writes");
   auto grad = llvm::dyn_cast_or_null<nn::LayerNormGradOp>(norm);
   FusedLoop loop;
   // The inputs: one parameter each, read at the element's broadcast index.
@@ -395,15 +393,13 @@ LogicalResult StageEmitter::emitFused(pipe::FusedOp fused) {
     out << loop.cudaLaunch(kernel, count);
     return success();
   }
-  // The norm's rows: [rows, inner] around its axis; the kernels' 16-byte
-  // width of its storage.
+  // The norm's rows; the kernels' 16-byte width of its storage.
   Value x = grad ? grad.getInput() : llvm::cast<nn::LayerNormOp>(norm).getInput();
-  const int64_t rank = tensorType(x).getRank();
-  int64_t axis = grad ? grad.getAxis() : llvm::cast<nn::LayerNormOp>(norm).getAxis();
-  axis = axis < 0 ? axis + rank : axis;
-  int64_t rows = 1, inner = 1;
-  for (auto [d, size] : llvm::enumerate(tensorType(x).getShape()))
-    (static_cast<int64_t>(d) < axis ? rows : inner) *= size;
+  FailureOr<pipe::NormRows> view =
+      pipe::normRows(tensorType(x), grad ? grad.getAxis() : llvm::cast<nn::LayerNormOp>(norm).getAxis());
+  if (failed(view))
+    return norm->emitOpError("has an axis outside its input's rank");
+  const int64_t rows = view->rows, inner = view->inner;
   const int64_t width = 16 / elementBytes(tensorType(x).getElementType());
   const std::string storage = cType(tensorType(x).getElementType());
   if (grad) {

@@ -264,7 +264,8 @@ LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
       SmallVector<Operation *> members;
       for (Operation &member : fused.getBody().front().without_terminator())
         members.push_back(&member);
-      if (Operation *norm = pipe::joinedNorm(fused))
+      Operation *norm = pipe::joinedNorm(fused);
+      if (norm)
         members.push_back(norm);
       if (members.empty())
         continue;
@@ -273,7 +274,7 @@ LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
         out << (i ? ", " : "") << literal(profileName(*member), "node", member);
       out << "};\n    opShared(call, nodes, " << members.size() << ", " << phase << ", " << started
           << ");\n  }\n";
-      if (Operation *norm = pipe::joinedNorm(fused))
+      if (norm)
         reportAbsorbed(*norm, profileName(*norm));
       continue;
     }

@@ -33,18 +33,13 @@ bool rowsFit(Value x, int64_t axis, std::initializer_list<Value> parameters) {
   if (!type || !type.hasStaticShape() || type.getNumElements() == 0 ||
       !(type.getElementType().isF32() || type.getElementType().isBF16()))
     return false;
-  const int64_t rank = type.getRank();
-  if (axis < 0)
-    axis += rank;
-  if (axis < 0 || axis >= rank)
+  FailureOr<pipe::NormRows> view = pipe::normRows(type, axis);
+  if (failed(view))
     return false;
-  int64_t inner = 1;
-  for (int64_t d : type.getShape().drop_front(axis))
-    inner *= d;
   for (Value parameter : parameters) {
     auto parameterType = llvm::dyn_cast_or_null<RankedTensorType>(parameter ? parameter.getType() : Type());
     if (parameter && (!parameterType || !parameterType.hasStaticShape() || !parameterType.getElementType().isF32() ||
-                      parameterType.getNumElements() != inner))
+                      parameterType.getNumElements() != view->inner))
       return false;
   }
   return true;
@@ -55,7 +50,7 @@ bool rowsFit(Value x, int64_t axis, std::initializer_list<Value> parameters) {
 /// is: the residual add of a model without dropout), with one result.
 bool loopLike(Operation *op) {
   if (auto fused = llvm::dyn_cast_or_null<pipe::FusedOp>(op))
-    return !fused->hasAttr(pipe::kNormPrologueAttrName) && !fused->hasAttr(pipe::kNormEpilogueAttrName);
+    return !pipe::markedForNorm(fused);
   return op && op->getNumResults() == 1 && computableInLoop(op);
 }
 

@@ -198,10 +198,8 @@ void keepWholeNormGradients(llvm::DenseMap<Value, int64_t> &gradientResult) {
 /// its second, else null; failure for a mark that does not hold.
 FailureOr<Operation *> earlierOfJoinedPair(Operation &op) {
   auto fused = llvm::dyn_cast<pipe::FusedOp>(op);
-  if (fused && (fused->hasAttr(pipe::kNormPrologueAttrName) || fused->hasAttr(pipe::kNormEpilogueAttrName)) &&
-      !pipe::joinedNorm(fused))
-    return fused.emitOpError("is marked to run in a norm's kernel, but the norm is not next to it "
-                             "(pipec-fuse-norm-loops)");
+  if (fused && failed(pipe::checkNormJoin(fused)))
+    return failure();
   if (fused && fused->hasAttr(pipe::kNormEpilogueAttrName))
     return op.getPrevNode();
   if (pipe::FusedOp loop = pipe::loopJoinedTo(&op); loop && llvm::isa<nn::LayerNormOp>(op))
