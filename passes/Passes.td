@@ -378,6 +378,42 @@ def PadClasses : Pass<"pipec-pad-classes", "mlir::ModuleOp"> {
   ];
 }
 
+def ChannelsLast : Pass<"pipec-channels-last", "mlir::ModuleOp"> {
+  let dependentDialects = ["::pipec::nn::NNDialect"];
+  let summary = "Convolutional regions stored channels-last ([N, spatial..., C]), converted at their edges";
+  let description = [{
+    For CUDA stages whose convolutions run on cuDNN (tf32 or bf16), before
+    autodiff (docs/optimization.md, "Channels last"). Every nn.conv and
+    nn.conv_input_grad (ConvTranspose) of rank 3 or more starts a region; a
+    batch norm, max, average or global average pool that reads a region's
+    tensor joins it, and so do element-wise ops whose operands all have the
+    result's shape (not dropout, whose mask is drawn per element index) and
+    concat, split, pad and slice, whose axes are renumbered. Region ops get
+    `channels_last` and tensors of rank 3 or more [N, spatial..., C]; a
+    convolution's weight is read through a transpose to [K, kernel...,
+    C/group]. A tensor from outside is converted in once, next to its first
+    region reader; a region tensor that something outside reads is converted
+    back next to its producer, so a value crosses to another stage in the
+    layout its reader wants. A conversion that moves only axes of size 1
+    (a global average pool's [N, 1, 1, C]) is a reshape. Autodiff then
+    derives the gradients in the same layout.
+
+    Before:
+      %y = nn.conv %x, %w {...} : (tensor<8x3x32x32xf32>, tensor<16x3x3x3xf32>) -> tensor<8x16x32x32xf32>
+      %r = nn.relu %y : ...
+    After:
+      %xt = nn.transpose %x {perm = array<i64: 0, 2, 3, 1>} : ... -> tensor<8x32x32x3xf32>
+      %wt = nn.transpose %w {perm = array<i64: 0, 2, 3, 1>} : ... -> tensor<16x3x3x3xf32>
+      %y = nn.conv %xt, %wt {channels_last = true, ...} : ... -> tensor<8x32x32x16xf32>
+      %r = nn.relu %y : ... -> tensor<8x32x32x16xf32>
+      %rb = nn.transpose %r {perm = array<i64: 0, 3, 1, 2>} : ... -> tensor<8x16x32x32xf32>
+  }];
+  let statistics = [
+    Statistic<"numRegionOps", "region-ops", "Number of ops rewritten to store their tensors channels-last">,
+    Statistic<"numConversions", "conversions", "Number of layout conversions at the regions' edges">,
+  ];
+}
+
 def FuseGemmEpilogue : Pass<"pipec-fuse-gemm-epilogue", "mlir::ModuleOp"> {
   let summary = "An activation of a GEMM's result becomes the GEMM's epilogue, and its gradient of a GEMM's product one nn.gemm_activation_grad";
   let description = [{

@@ -31,6 +31,10 @@ void buildPipecPipeline(mlir::OpPassManager &pm, const PipelineConfig &config) {
     pm.addPass(createCanonicalizeGemm());
     if (bf16Storage) // cuBLAS's bf16 GEMMs want no odd dimension
       pm.addPass(createPadClasses());
+    // cuDNN's fast convolution engines take channels-last tensors; in F32
+    // the convolutions run on pipec's channels-first kernels.
+    if (config.memory.target == Target::Cuda && config.costs.precision != Precision::F32)
+      pm.addPass(createChannelsLast());
   }
   pm.addPass(createAutodiff());
   if (config.last == Phase::Autodiff)
@@ -114,7 +118,8 @@ void registerPipecPipeline() {
   static const std::string description =
       "The whole compilation after import, as `pipec MODEL " + settings::flag(settings::kGpus) +
       " ... --emit=optimized` runs it: append-loss, estimate-costs, partition (the planner), [-O2: "
-      "recognize-composites, canonicalize-gemm, [target=cuda precision=bf16: pad-classes]], autodiff, optimizer, outline-stages, recompute and weight-stashing "
+      "recognize-composites, canonicalize-gemm, [target=cuda precision=bf16: pad-classes], [target=cuda precision=tf32 "
+      "or bf16: channels-last]], autodiff, optimizer, outline-stages, recompute and weight-stashing "
       "as planned, verify-pipeline, [-O2: canonicalize-gemm, recompute-elementwise, fuse-gemm-epilogue, "
       "fuse-norm-epilogue, fuse-elementwise], [target=cuda precision=bf16: bf16-storage], [-O2 target=cuda: "
       "fuse-norm-loops], [-O2: plan-memory]";

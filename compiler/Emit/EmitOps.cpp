@@ -228,7 +228,10 @@ bool StageEmitter::emitLinalgOp(Operation *op) {
             << ptr(conv.getWeight()) << ", " << shapeOf(conv.getWeight()) << ", "
             << (conv.getBias() ? ptr(conv.getBias()) : "nullptr") << ", " << y << ", "
             << dims(conv.getStrides()) << ", " << dims(conv.getPads()) << ", "
-            << dims(conv.getDilations()) << ", " << conv.getGroup() << scratchArgument(conv) << ");\n";
+            << dims(conv.getDilations()) << ", " << conv.getGroup()
+            << (nn::storesChannelsLast(conv) ? scratchOrDefault(conv) + channelsLastArgument(conv)
+                                             : scratchArgument(conv))
+            << ");\n";
       })
       .Case([&](nn::ConvInputGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -236,7 +239,10 @@ bool StageEmitter::emitLinalgOp(Operation *op) {
             << ptr(grad.getWeight()) << ", " << shapeOf(grad.getWeight()) << ", " << y << ", "
             << shapeOf(grad.getResult()) << ", " << dims(grad.getStrides()) << ", "
             << dims(grad.getPads()) << ", " << dims(grad.getDilations()) << ", "
-            << grad.getGroup() << scratchArgument(grad) << ");\n";
+            << grad.getGroup()
+            << (nn::storesChannelsLast(grad) ? scratchOrDefault(grad) + channelsLastArgument(grad)
+                                             : scratchArgument(grad))
+            << ");\n";
       })
       .Case([&](nn::ConvWeightGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -245,7 +251,9 @@ bool StageEmitter::emitLinalgOp(Operation *op) {
             << ", " << shapeOf(grad.getResult()) << ", " << dims(grad.getStrides()) << ", "
             << dims(grad.getPads()) << ", " << dims(grad.getDilations()) << ", " << grad.getGroup()
             // Into the parameter's gradient buffer (pipec-plan-memory's `gradient` storage).
-            << (accumulatesIntoGradient(grad.getResult()) ? scratchAndAccumulate(grad) : scratchArgument(grad))
+            << (accumulatesIntoGradient(grad.getResult()) ? scratchAndAccumulate(grad) + channelsLastArgument(grad)
+                : nn::storesChannelsLast(grad)            ? scratchOrDefault(grad) + channelsLastArgument(grad, ", false")
+                                                          : scratchArgument(grad))
             << ");\n";
       })
       .Default([&](Operation *) { handled = false; });
@@ -267,10 +275,10 @@ bool StageEmitter::emitNormPoolOp(Operation *op) {
             << f32Literal(norm.getEpsilon().convertToFloat()) << ", "
             << f32Literal(norm.getMomentum().convertToFloat()) << ", "
             << (norm.getTraining() ? "!call->inference" : "false");
-        if (norm.getResidual() || norm.getActivation()) // the epilogue
+        if (norm.getResidual() || norm.getActivation() || nn::storesChannelsLast(norm)) // the epilogue
           out << ", " << (norm.getResidual() ? ptr(norm.getResidual()) : "nullptr") << ", "
               << (norm.getActivation() ? unaryKindName(*norm.getActivation()) : "std::nullopt");
-        out << ");\n";
+        out << channelsLastArgument(norm) << ");\n";
       })
       .Case([&](nn::BatchNormGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -281,7 +289,10 @@ bool StageEmitter::emitNormPoolOp(Operation *op) {
             << ", " << f32Literal(grad.getEpsilon().convertToFloat()) << ", "
             << (grad.getTraining() ? "true" : "false");
         if (auto activation = grad.getActivation()) // the activation's gradient, folded in
-          out << ", " << ptr(grad.getY()) << ", " << unaryKindName(*activation) << ", " << masked;
+          out << ", " << ptr(grad.getY()) << ", " << unaryKindName(*activation) << ", " << masked
+              << channelsLastArgument(grad);
+        else
+          out << channelsLastArgument(grad, ", nullptr, std::nullopt, nullptr");
         out << ");\n";
       })
       .Case([&](nn::BatchNormParamGradOp grad) {
@@ -294,7 +305,9 @@ bool StageEmitter::emitNormPoolOp(Operation *op) {
             << (grad.getTraining() ? "true" : "false")
             // Into the parameters' gradient buffers (pipec-plan-memory's
             // `gradient` storage, both results or neither).
-            << (accumulatesIntoGradient(grad.getScaleGrad()) ? ", true" : "") << ");\n";
+            << (accumulatesIntoGradient(grad.getScaleGrad()) ? ", true" + channelsLastArgument(grad)
+                                                              : channelsLastArgument(grad, ", false"))
+            << ");\n";
       })
       .Case([&](nn::LayerNormOp norm) {
         std::string y = allocate(norm.getResult());
@@ -334,7 +347,8 @@ bool StageEmitter::emitNormPoolOp(Operation *op) {
         out << "  pk::maxPool(" << ptr(pool.getInput()) << ", " << shapeOf(pool.getInput()) << ", "
             << y << ", " << dims(pool.getKernelShape()) << ", " << dims(pool.getStrides()) << ", "
             << dims(pool.getPads()) << ", " << dims(pool.getDilations()) << ", "
-            << (pool.getCeilMode() ? "true" : "false") << scratchArgument(pool) << ");\n";
+            << (pool.getCeilMode() ? "true" : "false") << scratchArgument(pool) << channelsLastArgument(pool)
+            << ");\n";
       })
       .Case([&](nn::MaxPoolGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -342,14 +356,17 @@ bool StageEmitter::emitNormPoolOp(Operation *op) {
             << shapeOf(grad.getInput()) << ", " << y << ", " << dims(grad.getKernelShape())
             << ", " << dims(grad.getStrides()) << ", " << dims(grad.getPads()) << ", "
             << dims(grad.getDilations()) << ", " << (grad.getCeilMode() ? "true" : "false")
-            << scratchArgument(grad) << ");\n";
+            << (nn::storesChannelsLast(grad) ? scratchOrDefault(grad) + channelsLastArgument(grad)
+                                             : scratchArgument(grad))
+            << ");\n";
       })
       .Case([&](nn::AveragePoolOp pool) {
         std::string y = allocate(pool.getResult());
         out << "  pk::averagePool(" << ptr(pool.getInput()) << ", " << shapeOf(pool.getInput())
             << ", " << y << ", " << dims(pool.getKernelShape()) << ", " << dims(pool.getStrides())
             << ", " << dims(pool.getPads()) << ", " << (pool.getCeilMode() ? "true" : "false")
-            << ", " << (pool.getCountIncludePad() ? "true" : "false") << scratchArgument(pool) << ");\n";
+            << ", " << (pool.getCountIncludePad() ? "true" : "false") << scratchArgument(pool)
+            << channelsLastArgument(pool) << ");\n";
       })
       .Case([&](nn::AveragePoolGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -357,12 +374,13 @@ bool StageEmitter::emitNormPoolOp(Operation *op) {
             << shapeOf(grad.getResult()) << ", " << dims(grad.getKernelShape()) << ", "
             << dims(grad.getStrides()) << ", " << dims(grad.getPads()) << ", "
             << (grad.getCeilMode() ? "true" : "false") << ", "
-            << (grad.getCountIncludePad() ? "true" : "false") << scratchArgument(grad) << ");\n";
+            << (grad.getCountIncludePad() ? "true" : "false") << scratchArgument(grad)
+            << channelsLastArgument(grad) << ");\n";
       })
       .Case([&](nn::GlobalAveragePoolOp pool) {
         std::string y = allocate(pool.getResult());
         out << "  pk::globalAveragePool(" << ptr(pool.getInput()) << ", "
-            << shapeOf(pool.getInput()) << ", " << y << ");\n";
+            << shapeOf(pool.getInput()) << ", " << y << channelsLastArgument(pool) << ");\n";
       })
       .Default([&](Operation *) { handled = false; });
   return handled;
@@ -519,6 +537,14 @@ bool StageEmitter::emitReductionMovementOp(Operation *op) {
       })
       .Case([&](nn::TransposeOp transpose) {
         std::string y = allocate(transpose.getResult());
+        if (PendingConversion *conversion = conversionMovedBy(transpose)) {
+          // Written by the conversion table: the bf16 copy made channels-last.
+          RankedTensorType input = tensorType(transpose.getInput());
+          conversion->to = y;
+          conversion->channels = input.getDimSize(1);
+          conversion->inner = input.getNumElements() / (input.getDimSize(0) * input.getDimSize(1));
+          return;
+        }
         out << "  pk::transpose<" << elementCType(transpose.getInput()) << ">(" << ptr(transpose.getInput())
             << ", " << shapeOf(transpose.getInput()) << ", " << dims(transpose.getPerm()) << ", "
             << y << ");\n";
@@ -716,6 +742,8 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
   // The families of ops, each in its function: the one that knows `op`
   // writes its call (or fails, with a diagnostic).
   LogicalResult result = success();
+  if (!cuda() && nn::storesChannelsLast(op)) // pipec-channels-last runs on CUDA stages alone
+    return op->emitOpError("stores its tensors channels-last, which only the CUDA target writes");
   if (emitElementwiseOp(op) || emitLinalgOp(op) || emitNormPoolOp(op) || emitSoftmaxAttentionLossOp(op) ||
       emitReductionMovementOp(op) || emitConstantOp(op, result) || emitPipelineOp(op, isStep, result))
     return result;
@@ -756,8 +784,12 @@ void StageEmitter::flushConversions() {
     return;
   std::string table = "conversions" + std::to_string(counter++);
   out << "  const pk::Bf16Conversion " << table << "[] = {\n";
-  for (const PendingConversion &c : pendingConversions)
-    out << "      {" << c.from << ", " << c.to << ", " << c.elements << "},\n";
+  for (const PendingConversion &c : pendingConversions) {
+    out << "      {" << c.from << ", " << c.to << ", " << c.elements;
+    if (c.channels > 0)
+      out << ", " << c.channels << ", " << c.inner;
+    out << "},\n";
+  }
   out << "  };\n  pk::toBf16All(" << table << ", " << pendingConversions.size() << ");\n";
   pendingConversions.clear();
 }

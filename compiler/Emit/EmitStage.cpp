@@ -243,7 +243,7 @@ LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
     auto fused = llvm::dyn_cast<pipe::FusedOp>(op);
     // A bf16 conversion is queued into the next table call (flushConversions),
     // untimed: pipec-bf16-storage's, of no ONNX node.
-    const bool queued = cuda() && isBf16Conversion(&op);
+    const bool queued = cuda() && (isBf16Conversion(&op) || conversionMovedBy(&op));
     bool timed = !isStep && !queued &&
                  ((op.getDialect() && op.getDialect()->getNamespace() == "nn" &&
                    !llvm::isa<nn::ConstantOp, nn::ReshapeOp, nn::FlattenOp, nn::SqueezeOp, nn::UnsqueezeOp>(op)) ||
@@ -254,8 +254,8 @@ LogicalResult StageEmitter::emitOps(Block &block, bool isStep) {
       out << "  const double " << started << " = opStarted(call);\n";
     if (!llvm::isa<nn::AdamWUpdateOp, nn::SgdUpdateOp>(op))
       flushOptimizerUpdates(); // the updates so far, before an op that may read their results
-    if (!queued)
-      flushConversions(); // the conversions so far, before an op that may read them
+    if (!queued && !nn::isView(&op))
+      flushConversions(); // the conversions so far, before an op that may read them (a view reads nothing)
     if (failed(emitOp(&op, isStep)) || nameError)
       return failure();
     if (timed && fused) {

@@ -164,9 +164,30 @@ private:
   struct PendingConversion {
     std::string from, to;
     int64_t elements;
+    int64_t channels = 0, inner = 1; ///< a copy moved channels-last (pk::Bf16Conversion)
   };
+  /// The queued conversion a transpose to channels-last of its result, the
+  /// only reader, moves instead (pipec-bf16-storage puts such a transpose of
+  /// an argument's copy right after the copy): the table writes the copy
+  /// in the transposed order. Null for any other op.
+  PendingConversion *conversionMovedBy(Operation *op) {
+    auto transpose = llvm::dyn_cast<nn::TransposeOp>(op);
+    if (!cuda() || !transpose || !transpose.getInput().hasOneUse())
+      return nullptr;
+    auto input = tensorType(transpose.getInput());
+    if (input.getRank() < 3 || transpose.getPerm() != llvm::ArrayRef<int64_t>(nn::toChannelsLast(input.getRank())) ||
+        !isBf16Conversion(transpose.getInput().getDefiningOp()))
+      return nullptr;
+    auto name = names.find(transpose.getInput());
+    if (name == names.end())
+      return nullptr;
+    for (PendingConversion &conversion : pendingConversions)
+      if (conversion.to == name->second && conversion.channels == 0)
+        return &conversion;
+    return nullptr;
+  }
   static bool isBf16Conversion(Operation *op) {
-    auto cast = llvm::dyn_cast<nn::CastOp>(op);
+    auto cast = llvm::dyn_cast_or_null<nn::CastOp>(op);
     return cast && tensorType(cast.getInput()).getElementType().isF32() &&
            tensorType(cast.getResult()).getElementType().isBF16();
   }
@@ -286,6 +307,20 @@ private:
   std::string scratchAndAccumulate(Operation *op) const {
     std::string scratch = scratchArgument(op);
     return (scratch.empty() ? ", pk::Workspace{}" : scratch) + ", true";
+  }
+  /// The scratch argument, a default one when none was planned: for calls
+  /// that pass arguments after it.
+  std::string scratchOrDefault(Operation *op) const {
+    std::string scratch = scratchArgument(op);
+    return scratch.empty() ? ", pk::Workspace{}" : scratch;
+  }
+  /// The CUDA library's trailing `channelsLast` argument of `op`'s call
+  /// (docs/cuda-kernels.md, "Channels last"), after the defaulted arguments
+  /// `skipped` that stand between; nothing for a channels-first op.
+  static std::string channelsLastArgument(Operation *op, const std::string &skipped = "") {
+    if (!nn::storesChannelsLast(op))
+      return "";
+    return skipped + ", true";
   }
 
   bool cuda() const { return target.target == Target::Cuda; }

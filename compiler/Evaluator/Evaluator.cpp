@@ -59,6 +59,14 @@ private:
     return nullptr;
   }
   static std::vector<Tensor> one(Tensor tensor) { return std::vector<Tensor>{std::move(tensor)}; }
+  // A result's shape in the channels-first order of the rules: a
+  // channels-last op (docs/optimization.md, "Channels last") is evaluated
+  // on its operands moved to that order, and its results moved back
+  // (dispatch).
+  std::vector<int64_t> channelsFirstResult(Value result) const {
+    return toVector(nn::channelsFirstShape(llvm::cast<RankedTensorType>(result.getType()).getShape(),
+                                           nn::storesChannelsLast(op)));
+  }
   // nn.attention(_grad)'s operands in their head-major order ([L..., S, D])
   // and its results back: a sequence-major op is the head-major one with
   // axes -3 and -2 swapped on each (docs/dialects.md). Head-major, the
@@ -286,13 +294,13 @@ std::optional<std::vector<Tensor>> OpRules::gradient() {
       })
       .Case([&](nn::ConvInputGradOp grad) {
         return one(kernels::convInputGrad(
-            in(0), in(1), shapeOf(grad.getResult().getType()), toVector(grad.getStrides()),
+            in(0), in(1), channelsFirstResult(grad.getResult()), toVector(grad.getStrides()),
             toVector(grad.getPads()), toVector(grad.getDilations()),
             static_cast<int64_t>(grad.getGroup())));
       })
       .Case([&](nn::ConvWeightGradOp grad) {
         return one(kernels::convWeightGrad(
-            in(0), in(1), shapeOf(grad.getResult().getType()), toVector(grad.getStrides()),
+            in(0), in(1), channelsFirstResult(grad.getResult()), toVector(grad.getStrides()),
             toVector(grad.getPads()), toVector(grad.getDilations()),
             static_cast<int64_t>(grad.getGroup())));
       })
@@ -327,7 +335,7 @@ std::optional<std::vector<Tensor>> OpRules::gradient() {
       })
       .Case([&](nn::AveragePoolGradOp grad) {
         return one(kernels::averagePoolGrad(
-            in(0), shapeOf(grad.getResult().getType()), toVector(grad.getKernelShape()),
+            in(0), channelsFirstResult(grad.getResult()), toVector(grad.getKernelShape()),
             toVector(grad.getStrides()), toVector(grad.getPads()), grad.getCeilMode(),
             grad.getCountIncludePad()));
       })
@@ -414,10 +422,34 @@ std::optional<std::vector<Tensor>> OpRules::optimizerOrConstant() {
       .Default([](Operation *) { return std::nullopt; });
 }
 
+/// A channels-last operand or result in the other layout: rank >= 3 ones
+/// (activations, a convolution's weight) move their channel axis; the
+/// per-channel parameters stay.
+Tensor inOtherLayout(const Tensor &tensor, bool toChannelsLast) {
+  const int64_t rank = static_cast<int64_t>(tensor.shape.size());
+  if (rank < 3)
+    return tensor;
+  return kernels::transpose(tensor, toVector(toChannelsLast ? nn::toChannelsLast(rank) : nn::toChannelsFirst(rank)));
+}
+
 /// Computes the results of one op; kernels throw EvalError on bad input.
 /// `operands` match the op's operands in number, kind and shape.
 std::vector<Tensor> dispatch(Operation *op, ArrayRef<Tensor> operands,
                              const EvalOptions &options) {
+  if (nn::storesChannelsLast(op)) {
+    std::vector<Tensor> channelsFirst;
+    for (const Tensor &operand : operands)
+      channelsFirst.push_back(inOtherLayout(operand, /*toChannelsLast=*/false));
+    OpRules rules(op, channelsFirst, options);
+    std::optional<std::vector<Tensor>> results = rules.forward();
+    if (!results)
+      results = rules.gradient();
+    if (!results)
+      throw EvalError("the reference evaluator has no rule for '" + op->getName().getStringRef().str() + "'");
+    for (Tensor &result : *results)
+      result = inOtherLayout(result, /*toChannelsLast=*/true);
+    return std::move(*results);
+  }
   OpRules rules(op, operands, options);
   if (std::optional<std::vector<Tensor>> results = rules.forward())
     return std::move(*results);

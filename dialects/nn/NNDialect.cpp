@@ -416,10 +416,12 @@ LogicalResult ConvOp::inferReturnTypes(MLIRContext *, std::optional<Location> lo
                      "need the same rank >= 3, got " +
                          shapeString(inputType.getShape()) + " and " +
                          shapeString(weightType.getShape()));
+  const bool channelsLast = isSet(adaptor.getChannelsLastAttr());
+  const SmallVector<int64_t> input = channelsFirstShape(inputType.getShape(), channelsLast),
+                             weight = channelsFirstShape(weightType.getShape(), channelsLast);
   int64_t group = adaptor.getGroup();
-  int64_t channels = inputType.getDimSize(1), filters = weightType.getDimSize(0);
-  if (group <= 0 || channels % group || filters % group ||
-      weightType.getDimSize(1) * group != channels)
+  int64_t channels = input[1], filters = weight[0];
+  if (group <= 0 || channels % group || filters % group || weight[1] * group != channels)
     return fail(loc, "nn.conv: " + Twine(channels) + " input channels, group " +
                          Twine(group) + " and weight " +
                          shapeString(weightType.getShape()) + " do not match");
@@ -429,14 +431,13 @@ LogicalResult ConvOp::inferReturnTypes(MLIRContext *, std::optional<Location> lo
       return fail(loc, "nn.conv: bias must have shape [" + Twine(filters) +
                            "], got " + shapeString(biasType.getShape()));
   }
-  auto spatial = inferWindowedShape(
-      loc, "nn.conv", inputType.getShape(), weightType.getShape().drop_front(2),
-      adaptor.getStrides(), adaptor.getPads(), adaptor.getDilations(), false);
+  auto spatial = inferWindowedShape(loc, "nn.conv", input, ArrayRef<int64_t>(weight).drop_front(2),
+                                    adaptor.getStrides(), adaptor.getPads(), adaptor.getDilations(), false);
   if (failed(spatial))
     return failure();
-  SmallVector<int64_t> shape{inputType.getDimSize(0), filters};
+  SmallVector<int64_t> shape{input[0], filters};
   shape.append(spatial->begin(), spatial->end());
-  types.push_back(RankedTensorType::get(shape, inputType.getElementType()));
+  types.push_back(RankedTensorType::get(storedShape(shape, channelsLast), inputType.getElementType()));
   return success();
 }
 
@@ -448,7 +449,7 @@ LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *,
   if (inputType.getRank() < 2)
     return fail(loc, "nn.batch_norm: input must be (N,C,...), got " +
                          shapeString(inputType.getShape()));
-  int64_t channels = inputType.getDimSize(1);
+  int64_t channels = inputType.getDimSize(channelAxis(inputType.getRank(), isSet(adaptor.getChannelsLastAttr())));
   for (Value stat : {adaptor.getScale(), adaptor.getBias(),
                      adaptor.getRunningMean(), adaptor.getRunningVar()}) {
     auto type = rankedType(stat);
@@ -503,15 +504,16 @@ LogicalResult MaxPoolOp::inferReturnTypes(MLIRContext *, std::optional<Location>
   if (inputType.getRank() < 3)
     return fail(loc, "nn.max_pool: input must be (N,C,spatial...), got " +
                          shapeString(inputType.getShape()));
-  auto spatial = inferWindowedShape(loc, "nn.max_pool", inputType.getShape(),
+  const SmallVector<int64_t> input = channelsFirstShape(inputType.getShape(), isSet(adaptor.getChannelsLastAttr()));
+  auto spatial = inferWindowedShape(loc, "nn.max_pool", input,
                                     adaptor.getKernelShape(), adaptor.getStrides(),
                                     adaptor.getPads(), adaptor.getDilations(),
                                     adaptor.getCeilMode());
   if (failed(spatial))
     return failure();
-  SmallVector<int64_t> shape(inputType.getShape().take_front(2));
+  SmallVector<int64_t> shape(ArrayRef<int64_t>(input).take_front(2));
   shape.append(spatial->begin(), spatial->end());
-  types.push_back(RankedTensorType::get(shape, inputType.getElementType()));
+  types.push_back(RankedTensorType::get(storedShape(shape, isSet(adaptor.getChannelsLastAttr())), inputType.getElementType()));
   return success();
 }
 
@@ -524,15 +526,16 @@ LogicalResult AveragePoolOp::inferReturnTypes(MLIRContext *,
     return fail(loc, "nn.average_pool: input must be (N,C,spatial...), got " +
                          shapeString(inputType.getShape()));
   SmallVector<int64_t> dilations(inputType.getRank() - 2, 1);
-  auto spatial = inferWindowedShape(loc, "nn.average_pool", inputType.getShape(),
+  const SmallVector<int64_t> input = channelsFirstShape(inputType.getShape(), isSet(adaptor.getChannelsLastAttr()));
+  auto spatial = inferWindowedShape(loc, "nn.average_pool", input,
                                     adaptor.getKernelShape(), adaptor.getStrides(),
                                     adaptor.getPads(), dilations,
                                     adaptor.getCeilMode());
   if (failed(spatial))
     return failure();
-  SmallVector<int64_t> shape(inputType.getShape().take_front(2));
+  SmallVector<int64_t> shape(ArrayRef<int64_t>(input).take_front(2));
   shape.append(spatial->begin(), spatial->end());
-  types.push_back(RankedTensorType::get(shape, inputType.getElementType()));
+  types.push_back(RankedTensorType::get(storedShape(shape, isSet(adaptor.getChannelsLastAttr())), inputType.getElementType()));
   return success();
 }
 
@@ -546,7 +549,8 @@ LogicalResult GlobalAveragePoolOp::inferReturnTypes(MLIRContext *,
                          shapeString(inputType.getShape()));
   SmallVector<int64_t> shape(inputType.getRank(), 1);
   shape[0] = inputType.getDimSize(0);
-  shape[1] = inputType.getDimSize(1);
+  const int64_t channel = channelAxis(inputType.getRank(), isSet(adaptor.getChannelsLastAttr()));
+  shape[channel] = inputType.getDimSize(channel);
   types.push_back(RankedTensorType::get(shape, inputType.getElementType()));
   return success();
 }
@@ -584,13 +588,6 @@ LogicalResult MaskedSoftmaxOp::inferReturnTypes(MLIRContext *, std::optional<Loc
     return fail(loc, "nn.masked_softmax: " + Twine(error));
   types.push_back(inputType);
   return success();
-}
-
-SmallVector<int64_t> pipec::nn::headMajorShape(ArrayRef<int64_t> shape, bool sequenceMajor) {
-  SmallVector<int64_t> logical(shape);
-  if (sequenceMajor && logical.size() >= 3)
-    std::swap(logical[logical.size() - 3], logical[logical.size() - 2]);
-  return logical;
 }
 
 std::string pipec::nn::attentionShapeError(ArrayRef<int64_t> queryShape, ArrayRef<int64_t> keyShape,

@@ -156,6 +156,27 @@ double attentionGradFlops(mlir::RankedTensorType query, mlir::RankedTensorType v
 double attentionDropoutFlops(mlir::RankedTensorType query, mlir::RankedTensorType value, bool sequenceMajor,
                              float ratio);
 
+/// Channels-last storage (docs/optimization.md, "Channels last"): an op with
+/// `channels_last` stores its activations as [N, spatial..., C] and a
+/// convolution's weight as [K, kernel..., C/group]; per-channel parameters
+/// are [C] either way. The channel axis of a rank-`rank` operand.
+int64_t channelAxis(int64_t rank, bool channelsLast);
+/// A shape in the channels-first order the ONNX ops define ([N, C,
+/// spatial...]): the shape itself, or with `channelsLast` its last axis moved
+/// to position 1 (unchanged below rank 3).
+llvm::SmallVector<int64_t> channelsFirstShape(llvm::ArrayRef<int64_t> shape, bool channelsLast);
+/// A defaulted flag of an attribute dictionary, which may lack it: false.
+inline bool isSet(mlir::BoolAttr flag) { return flag && flag.getValue(); }
+/// Whether `op` (a convolution, batch norm or pool, or one of their
+/// gradients) has `channels_last` set.
+bool storesChannelsLast(mlir::Operation *op);
+/// The inverse: how a channels-first shape is stored.
+llvm::SmallVector<int64_t> storedShape(llvm::ArrayRef<int64_t> channelsFirst, bool channelsLast);
+/// nn.transpose permutations between the layouts of a rank-`rank` tensor:
+/// channels-first to channels-last ([0, 2, ..., rank-1, 1]) and back.
+llvm::SmallVector<int64_t> toChannelsLast(int64_t rank);
+llvm::SmallVector<int64_t> toChannelsFirst(int64_t rank);
+
 /// Maps an ONNX-style axis (negative counts from the end) into [0, rank);
 /// failure when out of range.
 mlir::FailureOr<int64_t> normalizeAxis(int64_t axis, int64_t rank);

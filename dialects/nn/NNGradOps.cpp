@@ -127,24 +127,25 @@ LogicalResult ConvInputGradOp::verify() {
     return failure();
   // The result is a forward conv's input: convolving it must give dy's shape
   // (checked, since ConvTranspose's attributes come from the model).
-  auto dy = getDy().getType(), weight = getWeight().getType(), result = getResult().getType();
+  // Checked in the channels-first order the rules are written in.
+  const bool channelsLast = getChannelsLast();
+  const SmallVector<int64_t> dy = channelsFirstShape(getDy().getType().getShape(), channelsLast),
+                             weight = channelsFirstShape(getWeight().getType().getShape(), channelsLast),
+                             result = channelsFirstShape(getResult().getType().getShape(), channelsLast);
   int64_t group = getGroup();
-  if (result.getRank() != dy.getRank() || group < 1 || dy.getDimSize(1) != weight.getDimSize(0) ||
-      weight.getDimSize(0) % group || result.getDimSize(1) != weight.getDimSize(1) * group ||
-      result.getDimSize(0) != dy.getDimSize(0))
-    return emitOpError() << "dy [" << dy.getShape() << "], weight [" << weight.getShape()
-                         << "], group " << group << " and result [" << result.getShape()
-                         << "] do not match";
-  auto spatial = inferWindowedShape(getLoc(), "nn.conv_input_grad", result.getShape(),
-                                    weight.getShape().drop_front(2), getStrides(), getPads(),
-                                    getDilations(), /*ceilMode=*/false);
+  if (result.size() != dy.size() || group < 1 || dy[1] != weight[0] || weight[0] % group ||
+      result[1] != weight[1] * group || result[0] != dy[0])
+    return emitOpError() << "dy [" << getDy().getType().getShape() << "], weight ["
+                         << getWeight().getType().getShape() << "], group " << group << " and result ["
+                         << getResult().getType().getShape() << "] do not match";
+  auto spatial = inferWindowedShape(getLoc(), "nn.conv_input_grad", result, ArrayRef<int64_t>(weight).drop_front(2),
+                                    getStrides(), getPads(), getDilations(), /*ceilMode=*/false);
   if (failed(spatial))
     return failure();
   for (auto [axis, size] : llvm::enumerate(*spatial))
-    if (size != dy.getDimSize(axis + 2))
-      return emitOpError() << "convolving the result [" << result.getShape() << "] gives "
-                           << size << " on spatial axis " << axis << ", not dy's "
-                           << dy.getDimSize(axis + 2);
+    if (size != dy[axis + 2])
+      return emitOpError() << "convolving the result [" << getResult().getType().getShape() << "] gives "
+                           << size << " on spatial axis " << axis << ", not dy's " << dy[axis + 2];
   return success();
 }
 
@@ -180,7 +181,8 @@ LogicalResult BatchNormParamGradOp::inferReturnTypes(MLIRContext *, std::optiona
   auto inputType = rankedType(adaptor.getInput());
   if (adaptor.getDy().getType() != inputType || inputType.getRank() < 2)
     return fail(loc, "nn.batch_norm_param_grad: dy and input must be the same (N,C,...) type");
-  auto channels = RankedTensorType::get({inputType.getDimSize(1)}, inputType.getElementType());
+  const int64_t channel = channelAxis(inputType.getRank(), isSet(adaptor.getChannelsLastAttr()));
+  auto channels = RankedTensorType::get({inputType.getDimSize(channel)}, inputType.getElementType());
   types.push_back(channels);
   types.push_back(channels);
   return success();

@@ -68,7 +68,8 @@ def NN_ConvInputGradOp : NN_Op<"conv_input_grad", [Pure, NN_Differentiable]> {
   }];
   let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$weight,
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
-                       DenseI64ArrayAttr:$dilations, DefaultValuedAttr<I64Attr, "1">:$group);
+                       DenseI64ArrayAttr:$dilations, DefaultValuedAttr<I64Attr, "1">:$group,
+                       DefaultValuedAttr<BoolAttr, "false">:$channels_last);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -79,7 +80,8 @@ def NN_ConvWeightGradOp : NN_Op<"conv_weight_grad", [Pure]> {
   let description = [{ Same window attributes as the forward conv; the result type is the weight's. }];
   let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$input,
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
-                       DenseI64ArrayAttr:$dilations, DefaultValuedAttr<I64Attr, "1">:$group);
+                       DenseI64ArrayAttr:$dilations, DefaultValuedAttr<I64Attr, "1">:$group,
+                       DefaultValuedAttr<BoolAttr, "false">:$channels_last);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -105,7 +107,8 @@ def NN_BatchNormGradOp : NN_InferredOp<"batch_norm_grad"> {
                        DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
                        DefaultValuedAttr<BoolAttr, "false">:$training,
                        OptionalAttr<NN_UnaryFunctionAttr>:$activation,
-                       DefaultValuedAttr<BoolAttr, "false">:$keeps_masked_dy);
+                       DefaultValuedAttr<BoolAttr, "false">:$keeps_masked_dy,
+                       DefaultValuedAttr<BoolAttr, "false">:$channels_last);
   let results = (outs NN_FloatTensor:$result, Optional<NN_FloatTensor>:$masked_dy);
 }
 
@@ -115,7 +118,8 @@ def NN_BatchNormParamGradOp : NN_InferredOp<"batch_norm_param_grad"> {
   let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$input,
                        NN_FloatTensor:$running_mean, NN_FloatTensor:$running_var,
                        DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
-                       DefaultValuedAttr<BoolAttr, "false">:$training);
+                       DefaultValuedAttr<BoolAttr, "false">:$training,
+                       DefaultValuedAttr<BoolAttr, "false">:$channels_last);
   let results = (outs NN_FloatTensor:$scale_grad, NN_FloatTensor:$bias_grad);
 }
 
@@ -148,7 +152,8 @@ def NN_MaxPoolGradOp : NN_Op<"max_pool_grad", [Pure]> {
   let arguments = (ins NN_FloatTensor:$dy, NN_FloatTensor:$input,
                        DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
                        DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$dilations,
-                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
+                       DefaultValuedAttr<BoolAttr, "false">:$channels_last);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
@@ -159,7 +164,8 @@ def NN_AveragePoolGradOp : NN_Op<"average_pool_grad", [Pure]> {
                        DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
                        DenseI64ArrayAttr:$pads,
                        DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
-                       DefaultValuedAttr<BoolAttr, "false">:$count_include_pad);
+                       DefaultValuedAttr<BoolAttr, "false">:$count_include_pad,
+                       DefaultValuedAttr<BoolAttr, "false">:$channels_last);
   let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }

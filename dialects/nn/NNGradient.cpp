@@ -5,7 +5,6 @@
 // these.
 #include "dialects/nn/NNGradient.h"
 
-#include <numeric>
 
 using namespace mlir;
 
@@ -13,10 +12,6 @@ namespace pipec::nn {
 namespace {
 
 RankedTensorType tensorType(Value value) { return llvm::cast<RankedTensorType>(value.getType()); }
-
-int64_t productOf(ArrayRef<int64_t> dims) {
-  return std::accumulate(dims.begin(), dims.end(), int64_t{1}, std::multiplies<int64_t>());
-}
 
 } // namespace
 
@@ -203,16 +198,16 @@ Value ConvOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned in
   Value dy = dys[0];
   RankedTensorType operandType = tensorType(getOperation()->getOperand(index));
   if (index == 0)
-    return ConvInputGradOp::create(g.b, g.loc, operandType, dy, getWeight(),
-                                       getStrides(), getPads(),
-                                       getDilations(), getGroup());
+    return ConvInputGradOp::create(g.b, g.loc, operandType, dy, getWeight(), getStrides(), getPads(),
+                                   getDilations(), getGroup(), getChannelsLast());
   if (index == 1)
-    return ConvWeightGradOp::create(g.b, g.loc, operandType, dy, getInput(),
-                                        getStrides(), getPads(),
-                                        getDilations(), getGroup());
-  SmallVector<int64_t> axes{0};
-  for (int64_t axis = 2; axis < tensorType(dy).getRank(); ++axis)
-    axes.push_back(axis);
+    return ConvWeightGradOp::create(g.b, g.loc, operandType, dy, getInput(), getStrides(), getPads(),
+                                    getDilations(), getGroup(), getChannelsLast());
+  const int64_t rank = tensorType(dy).getRank(), channel = channelAxis(rank, getChannelsLast());
+  SmallVector<int64_t> axes;
+  for (int64_t axis = 0; axis < rank; ++axis)
+    if (axis != channel)
+      axes.push_back(axis);
   return Value(ReduceSumOp::create(g.b, g.loc, dy, axes, false));
 }
 
@@ -222,10 +217,10 @@ Value ConvInputGradOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, un
   // gradient of that convolution with dy as its output gradient.
   Value dresult = dys[0];
   if (index == 0)
-    return ConvOp::create(g.b, g.loc, dresult, getWeight(), /*bias=*/Value(), getStrides(),
-                          getPads(), getDilations(), getGroup());
-  return ConvWeightGradOp::create(g.b, g.loc, getWeight().getType(), getDy(), dresult,
-                                  getStrides(), getPads(), getDilations(), getGroup());
+    return ConvOp::create(g.b, g.loc, dresult, getWeight(), /*bias=*/Value(), getStrides(), getPads(),
+                          getDilations(), getGroup(), getChannelsLast());
+  return ConvWeightGradOp::create(g.b, g.loc, getWeight().getType(), getDy(), dresult, getStrides(), getPads(),
+                                  getDilations(), getGroup(), getChannelsLast());
 }
 
 Value BatchNormOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
@@ -235,17 +230,15 @@ Value BatchNormOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsign
   if (index == 0)
     return BatchNormGradOp::create(g.b, g.loc, dy, getInput(), getScale(), getRunningMean(), getRunningVar(),
                                    /*y=*/Value(), getEpsilon(), getTraining(), /*activation=*/nullptr,
-                                   /*keeps_masked_dy=*/false)
+                                   /*keeps_masked_dy=*/false, getChannelsLast())
         .getResult();
   auto statisticType = tensorType(getRunningMean());
   if (index > 2 && getTraining()) // the batch's statistics normalize; the given ones only update
     return ConstantOp::create(g.b, g.loc,
                               DenseElementsAttr::get(statisticType,
                                                      g.b.getZeroAttr(statisticType.getElementType())));
-  auto params = BatchNormParamGradOp::create(g.b, g.loc, dy, getInput(),
-                                                 getRunningMean(),
-                                                 getRunningVar(), getEpsilon(),
-                                                 getTraining());
+  auto params = BatchNormParamGradOp::create(g.b, g.loc, dy, getInput(), getRunningMean(), getRunningVar(),
+                                             getEpsilon(), getTraining(), getChannelsLast());
   if (index <= 2)
     return index == 1 ? params.getScaleGrad() : params.getBiasGrad();
   // Inference form, statistics computed from parameters (weight
@@ -283,23 +276,25 @@ Value LayerNormOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsign
 Value MaxPoolOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
   Value dy = dys[0];
   RankedTensorType operandType = tensorType(getOperation()->getOperand(index));
-  return MaxPoolGradOp::create(g.b, g.loc, operandType, dy, getInput(),
-                                   getKernelShape(), getStrides(),
-                                   getPads(), getDilations(), getCeilMode());
+  return MaxPoolGradOp::create(g.b, g.loc, operandType, dy, getInput(), getKernelShape(), getStrides(), getPads(),
+                               getDilations(), getCeilMode(), getChannelsLast());
 }
 
 Value AveragePoolOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
   Value dy = dys[0];
   RankedTensorType operandType = tensorType(getOperation()->getOperand(index));
-  return AveragePoolGradOp::create(g.b, g.loc, operandType, dy, getKernelShape(),
-                                       getStrides(), getPads(),
-                                       getCeilMode(), getCountIncludePad());
+  return AveragePoolGradOp::create(g.b, g.loc, operandType, dy, getKernelShape(), getStrides(), getPads(),
+                                   getCeilMode(), getCountIncludePad(), getChannelsLast());
 }
 
 Value GlobalAveragePoolOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
   Value dy = dys[0];
   RankedTensorType operandType = tensorType(getOperation()->getOperand(index));
-  int64_t window = productOf(operandType.getShape().drop_front(2));
+  const int64_t rank = operandType.getRank(), channel = channelAxis(rank, getChannelsLast());
+  int64_t window = 1;
+  for (int64_t axis = 1; axis < rank; ++axis)
+    if (axis != channel)
+      window *= operandType.getDimSize(axis);
   Value spread = ExpandOp::create(g.b, g.loc, operandType, dy);
   return MulOp::create(g.b, g.loc, spread,
                            g.scalar(operandType.getElementType(), 1.0 / window));

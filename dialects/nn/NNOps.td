@@ -245,12 +245,17 @@ def NN_ConvOp : NN_InferredOp<"conv", [NN_Differentiable]> {
   let description = [{
     `pads` holds the begin pads of every spatial axis followed by the end pads,
     as in ONNX; `auto_pad` is resolved into explicit pads by the importer.
+    With `channels_last` (here, on the batch norm, the pools and their
+    gradients) the input and result are stored [N, spatial..., C] and the
+    weight [M, kernel..., C/group]: pipec-channels-last sets it for CUDA
+    stages (docs/dialects.md).
   }];
   let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
                        Optional<NN_FloatTensor>:$bias,
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
                        DenseI64ArrayAttr:$dilations,
-                       DefaultValuedAttr<I64Attr, "1">:$group);
+                       DefaultValuedAttr<I64Attr, "1">:$group,
+                       DefaultValuedAttr<BoolAttr, "false">:$channels_last);
   let results = (outs NN_FloatTensor:$result);
 }
 
@@ -274,7 +279,8 @@ def NN_BatchNormOp : NN_InferredOp<"batch_norm", [NN_Differentiable]> {
                        DefaultValuedAttr<F32Attr, "1.0e-5">:$epsilon,
                        DefaultValuedAttr<F32Attr, "0.9">:$momentum,
                        DefaultValuedAttr<BoolAttr, "false">:$training,
-                       OptionalAttr<NN_UnaryFunctionAttr>:$activation);
+                       OptionalAttr<NN_UnaryFunctionAttr>:$activation,
+                       DefaultValuedAttr<BoolAttr, "false">:$channels_last);
   let results = (outs NN_FloatTensor:$result, NN_FloatTensor:$new_running_mean,
                       NN_FloatTensor:$new_running_var);
 }
@@ -301,7 +307,8 @@ def NN_MaxPoolOp : NN_InferredOp<"max_pool", [NN_Differentiable]> {
   let arguments = (ins NN_FloatTensor:$input,
                        DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
                        DenseI64ArrayAttr:$pads, DenseI64ArrayAttr:$dilations,
-                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode);
+                       DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
+                       DefaultValuedAttr<BoolAttr, "false">:$channels_last);
   let results = (outs NN_FloatTensor:$result);
 }
 
@@ -311,13 +318,14 @@ def NN_AveragePoolOp : NN_InferredOp<"average_pool", [NN_Differentiable]> {
                        DenseI64ArrayAttr:$kernel_shape, DenseI64ArrayAttr:$strides,
                        DenseI64ArrayAttr:$pads,
                        DefaultValuedAttr<BoolAttr, "false">:$ceil_mode,
-                       DefaultValuedAttr<BoolAttr, "false">:$count_include_pad);
+                       DefaultValuedAttr<BoolAttr, "false">:$count_include_pad,
+                       DefaultValuedAttr<BoolAttr, "false">:$channels_last);
   let results = (outs NN_FloatTensor:$result);
 }
 
 def NN_GlobalAveragePoolOp : NN_InferredOp<"global_average_pool", [NN_Differentiable]> {
   let summary = "ONNX GlobalAveragePool: mean over all spatial axes";
-  let arguments = (ins NN_FloatTensor:$input);
+  let arguments = (ins NN_FloatTensor:$input, DefaultValuedAttr<BoolAttr, "false">:$channels_last);
   let results = (outs NN_FloatTensor:$result);
 }
 

@@ -231,10 +231,13 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
       return success();
     case Kind::Preserving: {
       Type storage;
-      // A padded parameter that only bfloat16 kernels read in bfloat16
-      // (pipec-pad-classes' weight, read by its products) pads the
-      // parameter's bfloat16 copy: half the bytes, no float32 copy.
-      if (auto pad = llvm::dyn_cast<nn::PadOp>(op); pad && readsParameter(pad) && onlyBf16Readers(pad.getResult()))
+      // A padded, transposed or viewed argument that only bfloat16 kernels
+      // read in bfloat16 (pipec-pad-classes' weight, read by its products;
+      // pipec-channels-last's weights and input, read by convolutions) is
+      // moved in its bfloat16 copy, converted with the other arguments:
+      // half the bytes, no float32 copy.
+      if ((llvm::isa<nn::PadOp, nn::TransposeOp>(op) || nn::isView(op)) && readsArgument(op) &&
+          onlyBf16Readers(op->getResult(0), true))
         storage = Bf16();
       for (OpOperand &operand : op->getOpOperands()) {
         if (auto gather = llvm::dyn_cast<nn::GatherOp>(op); gather && operand.get() != gather.getData())
@@ -251,6 +254,7 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
         for (Value result : op->getResults())
           if (floatTensor(result.getType()))
             result.setType(withElement(result.getType(), storage));
+      hoistArgumentMove(op);
       return success();
     }
     case Kind::Fused:
@@ -293,23 +297,43 @@ struct Bf16Storage : impl::Bf16StorageBase<Bf16Storage> {
     return float32Operand(op, operand);
   }
 
-  /// Whether `pad` pads a parameter: a parameter argument, or the weight
-  /// version pipe.restore fetches.
-  bool readsParameter(nn::PadOp pad) {
-    Value input = pad.getInput();
-    if (!floatTensor(input.getType()))
+  /// A transpose or view of an argument's bfloat16 copy moves next to the
+  /// copy, among the arguments' conversions: code generation then writes
+  /// a transpose to channels-last in the conversion table's launch
+  /// (docs/cuda-codegen.md, "bf16 storage").
+  void hoistArgumentMove(Operation *op) {
+    if (!llvm::isa<nn::TransposeOp>(op) && !nn::isView(op))
+      return;
+    auto cast = op->getOperand(0).getDefiningOp<nn::CastOp>();
+    if (!cast || cast.getOperation() != lastArgumentCast || !llvm::isa<BlockArgument>(cast.getInput()))
+      return;
+    op->moveAfter(cast);
+    lastArgumentCast = op;
+  }
+
+  /// Whether `op` moves a float32 argument of the function: a parameter
+  /// or input, or the weight version pipe.restore fetches.
+  bool readsArgument(Operation *op) {
+    Value input = op->getOperand(0);
+    auto type = floatTensor(input.getType());
+    if (!type || !type.getElementType().isF32())
       return false;
     if (input.getDefiningOp<pipe::RestoreOp>())
       return true;
     auto argument = llvm::dyn_cast<BlockArgument>(input);
-    return argument && argument.getOwner() == &current.getBody().front() &&
-           nn::argumentRole(current, argument.getArgNumber()) == nn::Role::Param;
+    if (!argument || argument.getOwner() != &current.getBody().front())
+      return false;
+    std::optional<nn::Role> role = nn::argumentRole(current, argument.getArgNumber());
+    return role == nn::Role::Param || role == nn::Role::Input;
   }
 
   /// Whether `value` is read, and only by bfloat16 kernels that read it in
-  /// bfloat16.
-  bool onlyBf16Readers(Value value) {
+  /// bfloat16 (or, `orSaved`, saved for a later function, as activations
+  /// are: in bfloat16).
+  bool onlyBf16Readers(Value value, bool orSaved = false) {
     return !value.use_empty() && llvm::all_of(value.getUses(), [&](OpOperand &use) {
+      if (orSaved && llvm::isa<func::ReturnOp>(use.getOwner()))
+        return static_cast<bool>(current.getResultAttr(use.getOperandNumber(), kSaved));
       return kindOf(use.getOwner()) == Kind::Bf16Kernel && !readsFloat32(use.getOwner(), value);
     });
   }

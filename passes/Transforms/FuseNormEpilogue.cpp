@@ -95,7 +95,8 @@ struct FuseNormEpilogue : impl::FuseNormEpilogueBase<FuseNormEpilogue> {
     auto fused = nn::BatchNormGradOp::create(
         builder, absorbedLocation(norm.getLoc(), {relu}), relu.getDy(), norm.getInput(), norm.getScale(),
         norm.getRunningMean(), norm.getRunningVar(), relu.getY(), norm.getEpsilonAttr(), norm.getTrainingAttr(),
-        nn::UnaryFunctionAttr::get(norm.getContext(), relu.getKind()), builder.getBoolAttr(returned));
+        nn::UnaryFunctionAttr::get(norm.getContext(), relu.getKind()), builder.getBoolAttr(returned),
+        norm.getChannelsLastAttr());
     inheritPlacement(norm, fused, /*withCost=*/true);
     norm.getResult().replaceAllUsesWith(fused.getResult());
     if (returned)
@@ -124,7 +125,8 @@ struct FuseNormEpilogue : impl::FuseNormEpilogueBase<FuseNormEpilogue> {
       auto fused = nn::BatchNormOp::create(builder, absorbedLocation(norm.getLoc(), {add}), norm.getInput(),
                                            norm.getScale(), norm.getBias(), norm.getRunningMean(),
                                            norm.getRunningVar(), residual, norm.getEpsilonAttr(),
-                                           norm.getMomentumAttr(), norm.getTrainingAttr(), nn::UnaryFunctionAttr());
+                                           norm.getMomentumAttr(), norm.getTrainingAttr(), nn::UnaryFunctionAttr(),
+                                           norm.getChannelsLastAttr());
       inheritPlacement(norm, fused, /*withCost=*/true);
       add.getResult().replaceAllUsesWith(fused.getResult());
       norm.getNewRunningMean().replaceAllUsesWith(fused.getNewRunningMean());

@@ -81,17 +81,18 @@ pk::ScratchNeed kernelScratchOf(Operation *op, pk::ScratchTarget target, bool ac
       .Case([&](nn::ConvOp conv) {
         return pk::convScratch(target, shapeOf(conv.getInput()), shapeOf(conv.getWeight()),
                                dimsOf(conv.getStrides()), dimsOf(conv.getPads()), dimsOf(conv.getDilations()),
-                               conv.getGroup());
+                               conv.getGroup(), conv.getChannelsLast());
       })
       .Case([&](nn::ConvInputGradOp grad) {
         return pk::convInputGradScratch(target, shapeOf(grad.getResult()), shapeOf(grad.getWeight()),
                                         dimsOf(grad.getStrides()), dimsOf(grad.getPads()),
-                                        dimsOf(grad.getDilations()), grad.getGroup());
+                                        dimsOf(grad.getDilations()), grad.getGroup(), grad.getChannelsLast());
       })
       .Case([&](nn::ConvWeightGradOp grad) {
         return pk::convWeightGradScratch(target, shapeOf(grad.getInput()), shapeOf(grad.getResult()),
                                          dimsOf(grad.getStrides()), dimsOf(grad.getPads()),
-                                         dimsOf(grad.getDilations()), grad.getGroup(), accumulates);
+                                         dimsOf(grad.getDilations()), grad.getGroup(), accumulates,
+                                         grad.getChannelsLast());
       })
       .Case([&](nn::LayerNormOp norm) {
         pk::Shape bias = norm.getBias() ? shapeOf(norm.getBias()) : pk::Shape{};
@@ -109,22 +110,22 @@ pk::ScratchNeed kernelScratchOf(Operation *op, pk::ScratchTarget target, bool ac
       .Case([&](nn::MaxPoolOp pool) {
         return pk::poolScratch(target, shapeOf(pool.getInput()), dimsOf(pool.getKernelShape()),
                                dimsOf(pool.getStrides()), dimsOf(pool.getPads()), dimsOf(pool.getDilations()),
-                               pool.getCeilMode(), false);
+                               pool.getCeilMode(), false, pool.getChannelsLast());
       })
       .Case([&](nn::MaxPoolGradOp grad) {
         return pk::poolScratch(target, shapeOf(grad.getInput()), dimsOf(grad.getKernelShape()),
                                dimsOf(grad.getStrides()), dimsOf(grad.getPads()), dimsOf(grad.getDilations()),
-                               grad.getCeilMode(), true);
+                               grad.getCeilMode(), true, grad.getChannelsLast());
       })
       .Case([&](nn::AveragePoolOp pool) {
         return pk::poolScratch(target, shapeOf(pool.getInput()), dimsOf(pool.getKernelShape()),
                                dimsOf(pool.getStrides()), dimsOf(pool.getPads()), pk::Dims{}, pool.getCeilMode(),
-                               false);
+                               false, pool.getChannelsLast());
       })
       .Case([&](nn::AveragePoolGradOp grad) {
         return pk::poolScratch(target, shapeOf(grad.getResult()), dimsOf(grad.getKernelShape()),
                                dimsOf(grad.getStrides()), dimsOf(grad.getPads()), pk::Dims{}, grad.getCeilMode(),
-                               false);
+                               false, grad.getChannelsLast());
       })
       .Case([&](nn::AttentionOp attention) {
         const nn::AttentionOperandShapes shapes = attention.operandShapes();

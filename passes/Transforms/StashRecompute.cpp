@@ -473,19 +473,26 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
         }
         Value value;
         SmallVector<Operation *> ops = recomputableFrom(
-            returnOp.getOperand(i), [&](Value v) { return savedAs(v) || parameterName(function, v); }, value);
+            returnOp.getOperand(i),
+            [&](Value v) { return savedAs(v) || parameterName(function, v) || dataName(function, v); }, value);
         if (ops.empty())
           continue;
         // The source as the readers take it: a saved value, or a parameter
         // (pipec-pad-classes' padded weight), which every entry point reads:
         // as an argument by its name, or where weights are stashed, through
         // pipe.restore (docs/stages.md).
-        Source source{savedAs(value), parameterName(function, value), {}};
-        if (!source.saved && !source.parameter)
+        Source source{savedAs(value), parameterName(function, value), dataName(function, value), {}};
+        if (!source.saved && !source.parameter && !source.data)
+          continue;
+        // Of the data, only its layout moves (the image a channels-last
+        // region transposes): the data's element-wise functions stay kept.
+        if (source.data && !llvm::all_of(ops, [](Operation *op) {
+              return llvm::isa<nn::TransposeOp>(op) || nn::isView(op);
+            }))
           continue;
         if (source.saved == name || (source.parameter && !readersRestore(stage, function, name)))
           continue;
-        if (auto argument = llvm::dyn_cast<BlockArgument>(value); argument && source.parameter)
+        if (auto argument = llvm::dyn_cast<BlockArgument>(value); argument && (source.parameter || source.data))
           source.argumentAttrs = function.getArgAttrDict(argument.getArgNumber());
         for (StringRef reader : {kBackwardInput, kBackwardWeight})
           if (func::FuncOp consumer = stageFunction(stage, reader); consumer && consumer != function)
@@ -546,12 +553,25 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
   }
 
   /// Where a recomputed value's readers find its source: the saved value of
-  /// that name, or the parameter of that name (`argumentAttrs`: its
+  /// that name, or the parameter or data of that name (`argumentAttrs`: its
   /// argument's attributes where the producer takes it as one).
   struct Source {
-    StringAttr saved, parameter;
+    StringAttr saved, parameter, data;
     DictionaryAttr argumentAttrs;
   };
+
+  /// The name of the model input or label `value` is in `function` (every
+  /// entry point may read the micro-batch's data by name: the image a
+  /// channels-last region transposes, docs/optimization.md).
+  static StringAttr dataName(func::FuncOp function, Value value) {
+    auto argument = llvm::dyn_cast<BlockArgument>(value);
+    if (!argument || argument.getOwner() != &function.getBody().front())
+      return {};
+    std::optional<nn::Role> role = nn::argumentRole(function, argument.getArgNumber());
+    if (role != nn::Role::Input && role != nn::Role::Label)
+      return {};
+    return function.getArgAttrOfType<StringAttr>(argument.getArgNumber(), nn::kNameAttrName);
+  }
 
   /// The name of the parameter `value` is in `function`: a parameter
   /// argument (role param: the runtime passes each entry point the
@@ -609,10 +629,13 @@ struct RecomputeElementwise : impl::RecomputeElementwiseBase<RecomputeElementwis
       if (std::optional<unsigned> saved = savedArgument(consumer, source.saved))
         return consumer.getArgument(*saved);
     } else {
-      for (unsigned a = 0; a < consumer.getNumArguments(); ++a)
-        if (nn::argumentRole(consumer, a) == nn::Role::Param &&
-            consumer.getArgAttr(a, nn::kNameAttrName) == source.parameter)
+      for (unsigned a = 0; a < consumer.getNumArguments(); ++a) {
+        std::optional<nn::Role> role = nn::argumentRole(consumer, a);
+        Attribute name = consumer.getArgAttr(a, nn::kNameAttrName);
+        if ((role == nn::Role::Param && name == source.parameter) ||
+            ((role == nn::Role::Input || role == nn::Role::Label) && source.data && name == source.data))
           return consumer.getArgument(a);
+      }
     }
     Builder builder(consumer.getContext());
     DictionaryAttr attrs = source.saved ? builder.getDictionaryAttr(builder.getNamedAttr(kSaved, source.saved))
@@ -676,10 +699,15 @@ SmallVector<Operation *> recomputableFrom(Value result, llvm::function_ref<bool(
     if (!seen.insert(op).second)
       continue;
     const bool constant = llvm::isa<nn::ConstantOp>(op);
-    // A pad is a copy with new elements, as cheap to redo as the others.
+    // A pad is a copy with new elements, as cheap to redo as the others; so
+    // is a transpose of a parameter (pipec-channels-last's weights), which
+    // CUDA stages write in their bf16 conversions' launch.
+    Value moved = op->getNumOperands() ? op->getOperand(0) : Value();
+    const bool movesParameter = llvm::isa<nn::TransposeOp>(op) &&
+                                (llvm::isa<BlockArgument>(moved) || moved.getDefiningOp<pipe::RestoreOp>());
     const bool elementwise =
         (llvm::isa<nn::UnaryElementwiseOpInterface, nn::BinaryElementwiseOpInterface>(op) && isPure(op)) ||
-        llvm::isa<nn::PadOp>(op);
+        llvm::isa<nn::PadOp>(op) || movesParameter;
     if ((!constant && !elementwise && !nn::isView(op)) || op->getNumResults() != 1 ||
         (!constant && ops.size() + 1 > kMaxRecomputedOps))
       return {};
@@ -689,10 +717,15 @@ SmallVector<Operation *> recomputableFrom(Value result, llvm::function_ref<bool(
     for (Value operand : op->getOperands())
       todo.push_back(operand);
   }
-  // A lone view of the source, or constants only, is not a recomputation.
+  // A lone view of a saved source, or constants only, is not a
+  // recomputation; a view of a parameter is (pipec-channels-last's 1x1
+  // weights): each reader views its own parameter instead of a saved copy.
   const bool computes =
       llvm::any_of(ops, [](Operation *op) { return !nn::isView(op) && !llvm::isa<nn::ConstantOp>(op); });
-  if (!source || !computes)
+  const bool ofParameter =
+      source && (llvm::isa<BlockArgument>(source) || source.getDefiningOp<pipe::RestoreOp>()) &&
+      llvm::any_of(ops, [](Operation *op) { return nn::isView(op); });
+  if (!source || (!computes && !ofParameter))
     return {};
   llvm::sort(ops, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
   return ops;

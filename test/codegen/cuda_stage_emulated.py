@@ -24,7 +24,8 @@ vocabulary of 1,001 words (pipec-pad-classes) and the zoo's Llama
 grouped-query heads that nn.attention reads in place) as
 CUDA stages storing activations in bf16, against their CPU stages in float32
 within BF16_TOLERANCE; examples/cnn.onnx at tf32, its convolutions through
-the fake cuDNN's graphs, within CUDNN_CONV_TOLERANCE, and with bf16 storage
+the fake cuDNN's graphs and its convolutional region channels-last
+(pipec-channels-last), within CUDNN_CONV_TOLERANCE, and with bf16 storage
 (convolutions, batch norms and pools on bf16) within CNN_BF16_TOLERANCE; and
 every zoo model compiles for CUDA with bf16 storage.
 
@@ -275,6 +276,11 @@ def compare_cudnn_convolutions(args, work, env, model, cpu):
     calls = [name for name in ("pk::conv(", "pk::convInputGrad(", "pk::convWeightGrad(") if name in source]
     if len(calls) != 3:
         print(f"FAIL: cnn: the CUDA stage makes {len(calls)} of the 3 convolution calls")
+        return 1
+    region = [line for line in source.splitlines()
+              if any(call in line for call in ("pk::conv(", "pk::batchNorm(", "pk::maxPool(", "pk::globalAveragePool("))]
+    if not region or not all(line.rstrip().endswith(", true);") for line in region):
+        print("FAIL: cnn: the tf32 CUDA stage's convolutional region is not channels-last (pipec-channels-last)")
         return 1
     library = build_emulated_stage(stages, os.path.join(work, "cnn-translated-tf32"), args.emulation_dir,
                                    args.emulated_library, args.cxx, args.source_root)

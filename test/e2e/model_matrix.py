@@ -11,6 +11,9 @@ and gradients (<model>.npz):
    max(max |ref|, 1e-3 x the largest gradient) <= 1e-4 per tensor, every
    trained torch parameter has its gradient, and every ONNX initializer pipec
    trains is one torch trains (the float32 evaluation's error is reported);
+   a model with convolutions passes the same check with its convolutional
+   regions stored channels-last (pipec-reference --channels-last, the
+   CUDA target's pipec-channels-last);
 4. `pipec M --gpus 1x2 --stages 2 --out D --build` compiles and
    `mpirun -np 2 piperun D` trains 3 steps with the same losses as the
    1-rank job of the same model (relative 1e-4).
@@ -36,6 +39,7 @@ import sys
 import tempfile
 
 import numpy as np
+import onnx
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -95,11 +99,18 @@ def model_inputs(npz):
             if k not in ("labels", "logits", "loss", "meta") and not k.startswith("grad/")}
 
 
-def check_gradients(args, path, npz, workdir, fp64=True):
-    out = os.path.join(workdir, "reference" + ("64" if fp64 else "32"))
+def has_convolutions(path):
+    graph = onnx.load(path, load_external_data=False).graph
+    return any(node.op_type in ("Conv", "ConvTranspose") for node in graph.node)
+
+
+def check_gradients(args, path, npz, workdir, fp64=True, channels_last=False):
+    out = os.path.join(workdir, "reference" + ("64" if fp64 else "32") + ("cl" if channels_last else ""))
     command = [args.pipec_reference, path, "--loss", "softmax-cross-entropy", "--output-dir", out]
     if fp64:
         command.append("--fp64")
+    if channels_last:
+        command.append("--channels-last")
     for name, value in dict(model_inputs(npz), labels=npz["labels"]).items():
         file = os.path.join(workdir, sanitize(name) + ".npy")
         np.save(file, value)
@@ -185,6 +196,11 @@ def check_model(args, path):
         # In float64 (--fp64), as the reference: deep BatchNorm nets at batch 2
         # are ill-conditioned in float32; the float32 error is reported beside.
         row["gradients"] = check_gradients(args, path, npz, workdir)
+        if row["gradients"][0] and has_convolutions(path):
+            # The CUDA target's layout pass must not change what is computed.
+            passed, detail = check_gradients(args, path, npz, workdir, channels_last=True)
+            row["gradients"] = (passed, row["gradients"][1] + "; channels-last: " + detail if passed
+                                else "channels-last: " + detail)
         if row["gradients"][0] and args.fp32_error:
             fp32 = check_gradients(args, path, npz, workdir, fp64=False)[1]
             row["gradients"] = (True, row["gradients"][1] + "; in float32: " +

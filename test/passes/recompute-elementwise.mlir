@@ -51,7 +51,8 @@ pipe.stage @stage_1 attributes {id = 1 : i64, replicas = 1 : i64} {
 }
 
 // Through views, as GPT-2's MLP has them (the GELU reads and writes
-// [batch, context, width]; the products read [rows, width]).
+// [batch, context, width]; the products read [rows, width]). (An
+// element-wise function of the data, the tanh, stays kept.)
 // CHECK-LABEL: pipe.stage @stage_2
 // CHECK: func.func @fwd{{.*}} -> (tensor<2x16x8xf32> {pipe.saved = "c_fc"})
 // CHECK: func.func @bwd_weight(%[[DY3:.*]]: tensor<32x8xf32> {nn.name = "dy", nn.role = #nn.role<input>}, %[[C:.*]]: tensor<2x16x8xf32> {pipe.saved = "c_fc"})
@@ -61,7 +62,8 @@ pipe.stage @stage_1 attributes {id = 1 : i64, replicas = 1 : i64} {
 pipe.stage @stage_2 attributes {id = 2 : i64, replicas = 1 : i64} {
   func.func @fwd(%x: tensor<32x8xf32> {nn.name = "x", nn.role = #nn.role<input>})
       -> (tensor<2x16x8xf32> {pipe.saved = "c_fc"}, tensor<32x8xf32> {pipe.saved = "proj_in"}) {
-    %r = nn.reshape %x : tensor<32x8xf32> -> tensor<2x16x8xf32>
+    %h = nn.tanh %x : tensor<32x8xf32>
+    %r = nn.reshape %h : tensor<32x8xf32> -> tensor<2x16x8xf32>
     %g = nn.gelu %r {approximate = "tanh"} : tensor<2x16x8xf32>
     %v = nn.reshape %g : tensor<2x16x8xf32> -> tensor<32x8xf32>
     return %r, %v : tensor<2x16x8xf32>, tensor<32x8xf32>
@@ -214,5 +216,41 @@ pipe.stage @stage_8 attributes {id = 8 : i64, replicas = 1 : i64} {
       -> tensor<2x3x4x4xf32> {
     %g = nn.mul %dy, %p : (tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>) -> tensor<2x3x4x4xf32>
     return %g : tensor<2x3x4x4xf32>
+  }
+}
+
+// pipec-channels-last's transposes: of a parameter (a 3x3 weight) and of
+// the image, a model input every entry point may read by name, and a view
+// of a parameter alone (a 1x1 weight's reshape). None is kept per
+// micro-batch: the readers transpose and view their own arguments.
+// CHECK-LABEL: pipe.stage @stage_9
+// CHECK: func.func @fwd{{.*}} -> tensor<2x4x4x4xf32> attributes
+// CHECK: func.func @bwd_input(%[[W9:[^:]*]]: tensor<4x3x3x3xf32> {nn.name = "w9", nn.role = #nn.role<param>}, %[[V9:[^:]*]]: tensor<4x4x1x1xf32> {nn.name = "v9", nn.role = #nn.role<param>}, %[[DY9:[^:]*]]: {{.*}})
+// CHECK: nn.reshape %[[V9]] : tensor<4x4x1x1xf32> -> tensor<4x1x1x4xf32>
+// CHECK: nn.transpose %[[W9]] {perm = array<i64: 0, 2, 3, 1>}
+// CHECK: func.func @bwd_weight(%[[DY9W:[^:]*]]: {{.*}}, %[[X9:[^:]*]]: tensor<2x3x4x4xf32> {nn.name = "x9", nn.role = #nn.role<input>})
+// CHECK-NEXT: %[[XT:.*]] = nn.transpose %[[X9]] {perm = array<i64: 0, 2, 3, 1>}
+// CHECK-NEXT: nn.conv_weight_grad %[[DY9W]], %[[XT]]
+pipe.stage @stage_9 attributes {id = 9 : i64, replicas = 1 : i64} {
+  func.func @fwd(%x: tensor<2x3x4x4xf32> {nn.name = "x9", nn.role = #nn.role<input>}, %w: tensor<4x3x3x3xf32> {nn.name = "w9", nn.role = #nn.role<param>},
+                 %v: tensor<4x4x1x1xf32> {nn.name = "v9", nn.role = #nn.role<param>})
+      -> (tensor<2x4x4x4xf32>, tensor<2x4x4x3xf32> {pipe.saved = "xt9"}, tensor<4x3x3x3xf32> {pipe.saved = "wt9"}, tensor<4x1x1x4xf32> {pipe.saved = "vt9"}) {
+    %xt = nn.transpose %x {perm = array<i64: 0, 2, 3, 1>} : (tensor<2x3x4x4xf32>) -> tensor<2x4x4x3xf32>
+    %wt = nn.transpose %w {perm = array<i64: 0, 2, 3, 1>} : (tensor<4x3x3x3xf32>) -> tensor<4x3x3x3xf32>
+    %vt = nn.reshape %v : tensor<4x4x1x1xf32> -> tensor<4x1x1x4xf32>
+    %y = nn.conv %xt, %wt {channels_last = true, strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>} : (tensor<2x4x4x3xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x4x4xf32>
+    %z = nn.conv %y, %vt {channels_last = true, strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<2x4x4x4xf32>, tensor<4x1x1x4xf32>) -> tensor<2x4x4x4xf32>
+    return %z, %xt, %wt, %vt : tensor<2x4x4x4xf32>, tensor<2x4x4x3xf32>, tensor<4x3x3x3xf32>, tensor<4x1x1x4xf32>
+  }
+  func.func @bwd_input(%dy: tensor<2x4x4x4xf32> {nn.name = "dy9", nn.role = #nn.role<input>}, %wt: tensor<4x3x3x3xf32> {pipe.saved = "wt9"}, %vt: tensor<4x1x1x4xf32> {pipe.saved = "vt9"})
+      -> tensor<2x4x4x3xf32> {
+    %d1 = nn.conv_input_grad %dy, %vt {channels_last = true, strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<2x4x4x4xf32>, tensor<4x1x1x4xf32>) -> tensor<2x4x4x4xf32>
+    %dx = nn.conv_input_grad %d1, %wt {channels_last = true, strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>} : (tensor<2x4x4x4xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x4x3xf32>
+    return %dx : tensor<2x4x4x3xf32>
+  }
+  func.func @bwd_weight(%dy: tensor<2x4x4x4xf32> {nn.name = "dy9w", nn.role = #nn.role<input>}, %xt: tensor<2x4x4x3xf32> {pipe.saved = "xt9"})
+      -> tensor<4x3x3x3xf32> {
+    %dw = nn.conv_weight_grad %dy, %xt {channels_last = true, strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>} : (tensor<2x4x4x4xf32>, tensor<2x4x4x3xf32>) -> tensor<4x3x3x3xf32>
+    return %dw : tensor<4x3x3x3xf32>
   }
 }

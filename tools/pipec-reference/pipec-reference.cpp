@@ -7,7 +7,8 @@
 // Forward only (no --loss): DIR/output_<name>.npy per model output.
 // With --loss: @train_step is derived (pipec-append-loss, pipec-autodiff) and
 // DIR/loss.npy, DIR/grad_<parameter>.npy and DIR/buffer_<buffer>.npy are
-// written. Parameters start from the model's initializers. Names are
+// written. With --channels-last, pipec-channels-last runs before autodiff.
+// Parameters start from the model's initializers. Names are
 // sanitized ('/' and other non-alphanumerics become '_'); DIR/index.txt maps
 // each file to its name.
 #include "compiler/Driver/Registration.h"
@@ -69,6 +70,10 @@ int main(int argc, char **argv) {
       "batchnorm", cl::desc(pipec::import::kBatchNormFlagHelp),
       pipec::import::batchNormFlagValues(), cl::init(pipec::import::BatchNormStatistics::Batch),
       cl::cat(category));
+  cl::opt<bool> channelsLast("channels-last",
+                             cl::desc("Store convolutional regions channels-last first (pipec-channels-last, "
+                                      "as CUDA stages do), to check that pass against the same references"),
+                             cl::cat(category));
   cl::HideUnrelatedOptions(category);
   if (!cl::ParseCommandLineOptions(argc, argv, "pipec reference evaluator\n", &llvm::errs()))
     return 2;
@@ -119,15 +124,21 @@ int main(int argc, char **argv) {
     return 1;
   }
   const char *entry = "forward";
-  if (loss) {
+  if (loss || channelsLast) {
     mlir::PassManager manager(&context);
-    pipec::passes::AppendLossOptions lossOptions;
-    lossOptions.loss = *loss;
-    manager.addPass(pipec::passes::createAppendLoss(lossOptions));
-    manager.addPass(pipec::passes::createAutodiff());
+    if (loss) {
+      pipec::passes::AppendLossOptions lossOptions;
+      lossOptions.loss = *loss;
+      manager.addPass(pipec::passes::createAppendLoss(lossOptions));
+    }
+    if (channelsLast)
+      manager.addPass(pipec::passes::createChannelsLast());
+    if (loss)
+      manager.addPass(pipec::passes::createAutodiff());
     if (failed(manager.run(*module)))
       return 1;
-    entry = "train_step";
+    if (loss)
+      entry = "train_step";
   }
   auto function = module->lookupSymbol<mlir::func::FuncOp>(entry);
   std::vector<HostTensor> arguments;

@@ -11,6 +11,7 @@
 #include "pipec/kernel_types.h"
 
 #include <algorithm>
+#include <string>
 
 namespace pipec::kernels::plan {
 
@@ -193,6 +194,31 @@ inline void addCudaConvScratch(const ConvGeom &g, ScratchNeed &need) {
 }
 
 //===----------------------------------------------------------------------===//
+// CUDA: channels-last (NHWC) tensors
+//===----------------------------------------------------------------------===//
+
+/// The channels-first shape of a channels-last one, the last axis moved to
+/// position 1: an activation [N, d..., C] -> [N, C, d...], a convolution's
+/// weight [F, k..., C/G] -> [F, C/G, k...]. Below rank 3 the two agree.
+inline Shape channelsFirstShape(const Shape &s) {
+  if (s.size < 3) return s;
+  Shape t;
+  t.push(s.v[0]);
+  t.push(s.v[s.size - 1]);
+  for (int i = 1; i + 1 < s.size; ++i) t.push(s.v[i]);
+  return t;
+}
+
+/// A channels-last convolution or pooling call's shape seen channels-first,
+/// after checking that the target has channels-last kernels (CUDA only).
+inline Shape channelsFirstFor(const char *op, ScratchTarget target, const Shape &s, bool channelsLast) {
+  if (!channelsLast) return s;
+  if (target != ScratchTarget::Cuda)
+    throw KernelError(std::string(op) + ": channels-last tensors exist on the CUDA target only");
+  return channelsFirstShape(s);
+}
+
+//===----------------------------------------------------------------------===//
 // CUDA: a layer norm's parameter gradient
 //===----------------------------------------------------------------------===//
 
@@ -211,6 +237,25 @@ inline int64_t cudaBatchNormChunks(int64_t channels, int64_t perChannel) {
   const int64_t bySize = (perChannel + kCudaBatchNormMinChunk - 1) / kCudaBatchNormMinChunk;
   if (chunks > bySize) chunks = bySize;
   if (chunks > kCudaBatchNormMaxChunks) chunks = kCudaBatchNormMaxChunks;
+  return chunks < 1 ? 1 : chunks;
+}
+/// The same on channels-last x, `rows` rows of C channels in `tiles` tiles
+/// of `tileChannels` channels: a block per (tile, chunk of rows), about
+/// kCudaBatchNormBlocks blocks in all, each of at least
+/// kCudaBatchNormMinChunk elements and kCudaBatchNormMinChunkRows rows (a
+/// chunk writes 4 doubles per channel, which a shorter one would not repay).
+/// The summing launch's last block per tile (and, past 32 chunks, per
+/// group of chunks first) adds the chunks' partial sums, so many chunks
+/// stay cheap: a ResNet's first batch norms (64 channels, one tile, of
+/// 32·112·112 rows) take 1,024 blocks of 392 rows.
+constexpr int64_t kCudaBatchNormMinChunkRows = 128;
+inline int64_t cudaBatchNormRowChunks(int64_t tiles, int64_t tileChannels, int64_t rows) {
+  if (tiles <= 0 || tileChannels <= 0 || rows <= 0) return 1;
+  int64_t chunks = (kCudaBatchNormBlocks + tiles - 1) / tiles;
+  const int64_t minRows = std::max((kCudaBatchNormMinChunk + tileChannels - 1) / tileChannels,
+                                   kCudaBatchNormMinChunkRows);
+  const int64_t bySize = (rows + minRows - 1) / minRows;
+  if (chunks > bySize) chunks = bySize;
   return chunks < 1 ? 1 : chunks;
 }
 

@@ -11,11 +11,16 @@ using namespace plan;
 
 namespace {
 /// A convolution kernel's scratch: CUDA's im2col chunk, or what `addCpu`
-/// (one of kernel_plan.h's CPU layouts) lists.
+/// (one of kernel_plan.h's CPU layouts) lists. A channels-last CUDA call
+/// needs the channels-first call's: when cuDNN declines it, its
+/// channels-first copies live in the kernels' scratch slot 1, as a bf16
+/// call's widened copies do (cuda/src/conv.cu), and the channels-first
+/// call it makes on them takes this.
 template <class AddCpu>
 ScratchNeed convNeed(const char *op, ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
-                     const Dims &pads, const Dims &dilations, int64_t group, AddCpu addCpu) {
-  const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
+                     const Dims &pads, const Dims &dilations, int64_t group, bool channelsLast, AddCpu addCpu) {
+  const ConvGeom g = convGeom(op, channelsFirstFor(op, target, xs, channelsLast),
+                              channelsFirstFor(op, target, ws, channelsLast), strides, pads, dilations, group);
   ScratchNeed need;
   if (target == ScratchTarget::Cuda)
     addCudaConvScratch(g, need);
@@ -26,19 +31,21 @@ ScratchNeed convNeed(const char *op, ScratchTarget target, const Shape &xs, cons
 } // namespace
 
 ScratchNeed convScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
-                        const Dims &pads, const Dims &dilations, int64_t group) {
-  return convNeed("nn.conv", target, xs, ws, strides, pads, dilations, group, addCpuConvForwardScratch);
+                        const Dims &pads, const Dims &dilations, int64_t group, bool channelsLast) {
+  return convNeed("nn.conv", target, xs, ws, strides, pads, dilations, group, channelsLast,
+                  addCpuConvForwardScratch);
 }
 
 ScratchNeed convInputGradScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
-                                 const Dims &pads, const Dims &dilations, int64_t group) {
-  return convNeed("nn.conv_input_grad", target, xs, ws, strides, pads, dilations, group,
+                                 const Dims &pads, const Dims &dilations, int64_t group, bool channelsLast) {
+  return convNeed("nn.conv_input_grad", target, xs, ws, strides, pads, dilations, group, channelsLast,
                   addCpuConvInputGradScratch);
 }
 
 ScratchNeed convWeightGradScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
-                                  const Dims &pads, const Dims &dilations, int64_t group, bool accumulate) {
-  return convNeed("nn.conv_weight_grad", target, xs, ws, strides, pads, dilations, group,
+                                  const Dims &pads, const Dims &dilations, int64_t group, bool accumulate,
+                                  bool channelsLast) {
+  return convNeed("nn.conv_weight_grad", target, xs, ws, strides, pads, dilations, group, channelsLast,
                   [&](const ConvGeom &g, ScratchNeed &need) {
                     addCpuConvWeightGradScratch(g, ws.numel(), need, accumulate);
                   });
@@ -145,11 +152,13 @@ ScratchNeed reduceScratch(ScratchTarget target, const Shape &xs, const Dims &axe
 }
 
 ScratchNeed poolScratch(ScratchTarget target, const Shape &xs, const Dims &kernel, const Dims &strides,
-                        const Dims &pads, const Dims &dilations, bool ceilMode, bool maxPoolGrad) {
-  const PoolGeom g = poolGeom("pooling", xs, kernel, strides, pads, dilations, ceilMode);
+                        const Dims &pads, const Dims &dilations, bool ceilMode, bool maxPoolGrad,
+                        bool channelsLast) {
+  const PoolGeom g = poolGeom("pooling", channelsFirstFor("pooling", target, xs, channelsLast), kernel, strides,
+                              pads, dilations, ceilMode);
   ScratchNeed need;
   if (target == ScratchTarget::Cuda) {
-    // The arg max of every window (pool.cu).
+    // The arg max of every window (pool.cu; channels-last: in x's layout).
     if (maxPoolGrad && g.planes * g.inSize > 0) need.addShared<int64_t>(g.planes * g.outSize);
     return need;
   }

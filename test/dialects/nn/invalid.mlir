@@ -80,6 +80,33 @@ func.func @conv_channels(%x: tensor<1x3x8x8xf32>, %w: tensor<4x2x3x3xf32>) {
 
 // -----
 
+// Channels-last: the channels are the last axis of x and of the weight.
+func.func @conv_channels_last(%x: tensor<1x8x8x3xf32>, %w: tensor<4x3x3x2xf32>) {
+  // expected-error @+2 {{nn.conv: 3 input channels, group 1 and weight [4,3,3,2] do not match}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, channels_last = true} : (tensor<1x8x8x3xf32>, tensor<4x3x3x2xf32>) -> tensor<1x6x6x4xf32>
+  return
+}
+
+// -----
+
+func.func @conv_input_grad_channels_last(%dy: tensor<1x6x6x4xf32>, %w: tensor<4x3x3x3xf32>) {
+  // expected-error @+1 {{convolving the result [1, 8, 9, 3] gives 7 on spatial axis 1, not dy's 6}}
+  %0 = nn.conv_input_grad %dy, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, channels_last = true} : (tensor<1x6x6x4xf32>, tensor<4x3x3x3xf32>) -> tensor<1x8x9x3xf32>
+  return
+}
+
+// -----
+
+func.func @batch_norm_channels_last(%x: tensor<2x5x5x3xf32>, %s: tensor<5xf32>) {
+  // expected-error @+2 {{nn.batch_norm: scale, bias, mean and variance must have shape [3], got [5]}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0:3 = nn.batch_norm %x, %s, %s, %s, %s {channels_last = true} : (tensor<2x5x5x3xf32>, tensor<5xf32>, tensor<5xf32>, tensor<5xf32>, tensor<5xf32>) -> (tensor<2x5x5x3xf32>, tensor<5xf32>, tensor<5xf32>)
+  return
+}
+
+// -----
+
 func.func @conv_pads(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) {
   // expected-error @+2 {{nn.conv: kernel_shape, strides and dilations need 2 entries and pads 4 for input [1,3,8,8]}}
   // expected-error @+1 {{failed to infer returned types}}

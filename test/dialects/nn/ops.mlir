@@ -57,6 +57,8 @@ func.func @cnn(%x: tensor<4x3x16x16xf32>, %w: tensor<8x3x3x3xf32>, %b: tensor<8x
   %4 = nn.pad %3 {pads = array<i64: 0, 0, 1, 1, 0, 0, 1, 1>} : (tensor<4x8x5x5xf32>) -> tensor<4x8x7x7xf32>
   // CHECK: nn.global_average_pool {{.*}} -> tensor<4x8x1x1xf32>
   %5 = nn.global_average_pool %4 : (tensor<4x8x7x7xf32>) -> tensor<4x8x1x1xf32>
+  // CHECK: nn.global_average_pool {{.*}} {channels_last = true} {{.*}} -> tensor<4x1x1x7xf32>
+  %cl = nn.global_average_pool %4 {channels_last = true} : (tensor<4x8x7x7xf32>) -> tensor<4x1x1x7xf32>
   return %5 : tensor<4x8x1x1xf32>
 }
 

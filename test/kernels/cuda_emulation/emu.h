@@ -358,6 +358,17 @@ inline float atomicAdd(float *p, float v) {
   *p = old + v;
   return old;
 }
+inline unsigned atomicAdd(unsigned *p, unsigned v) {
+  const unsigned old = *p;
+  *p = old + v;
+  return old;
+}
+// One OS thread runs the blocks one after another, and a fiber switches
+// only at a barrier: every write is seen by every later read, which is
+// what the fence orders on a GPU (a "last block" reads the other blocks'
+// writes after its atomic arrival). An L2-only load is a load.
+inline void __threadfence() {}
+template <class T> T __ldcg(const T *p) { return *p; }
 inline int atomicCAS(int *p, int cmp, int val) {
   const int old = *p;
   if (old == cmp) *p = val;

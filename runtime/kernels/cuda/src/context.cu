@@ -101,10 +101,16 @@ struct ScratchSlots {
   void *pointers[kMaxDevices][detail::kScratchSlots] = {};
   size_t bytes[kMaxDevices][detail::kScratchSlots] = {};
   cudaStream_t streams[kMaxDevices][detail::kScratchSlots] = {}; // of the last use
+  // detail::zeroedCounters: all zero whenever no kernel is using them.
+  unsigned *counters[kMaxDevices] = {};
+  size_t counterCount[kMaxDevices] = {};
+  cudaStream_t counterStreams[kMaxDevices] = {};
   ~ScratchSlots() {
     for (auto &device : pointers)
       for (void *p : device)
         if (p) cudaFree(p); // may fail when the driver is already gone at exit: ignored
+    for (unsigned *p : counters)
+      if (p) cudaFree(p);
   }
 };
 thread_local ScratchSlots scratchSlots;
@@ -211,6 +217,32 @@ void *scratch(int slot, size_t bytes) {
   emu::fillUncounted(pointer, 0xff, bytes, currentStream);
 #endif
   return pointer;
+}
+
+unsigned *zeroedCounters(size_t count) {
+  constexpr size_t kMinCounters = 1024; // 4 KiB: every tile count of common shapes
+  const int device = currentDevice("kernel counters");
+  unsigned *&counters = scratchSlots.counters[device];
+  size_t &size = scratchSlots.counterCount[device];
+  cudaStream_t &lastStream = scratchSlots.counterStreams[device];
+  if (counters) waitForStreamThatUsed(lastStream, "kernel counters");
+  if (count > size) {
+    failIfCapturing("kernel counters", "would grow");
+    if (counters) {
+      check(cudaFreeAsync(counters, currentStream), "kernel counters");
+      counters = nullptr;
+      size = 0;
+    }
+    const size_t grown = count > kMinCounters ? count : kMinCounters;
+    void *pointer = nullptr;
+    check(cudaMallocAsync(&pointer, grown * sizeof(unsigned), currentStream), "kernel counters");
+    counters = static_cast<unsigned *>(pointer);
+    check(cudaMemsetAsync(counters, 0, grown * sizeof(unsigned), currentStream), "kernel counters");
+    size = grown;
+    ++libraryMemoryGeneration;
+  }
+  lastStream = currentStream;
+  return counters;
 }
 
 int *errorFlag() { return flagOf(currentDevice("device error flag"), "device error flag").device; }

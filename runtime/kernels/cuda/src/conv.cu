@@ -3,13 +3,16 @@
 // BF16 precisions), else im2col + cuBLAS GEMMs (batched over samples or
 // groups), col2im as a gather (each input element sums its own
 // contributions: no atomics, deterministic), weight gradient accumulated
-// over samples with beta = 1 GEMMs.
+// over samples with beta = 1 GEMMs. Channels-last (NHWC) calls give cuDNN
+// the tensors as they lie; where it declines, the channels-first kernels
+// run on channels-first float32 copies (tiled transposes in and out).
 #include "conv_cudnn.cuh"
 #include "gemm.cuh"
 #include "kernel_plan.h"
 #include "nn_common.cuh"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace pipec::kernels::cuda {
 
@@ -21,6 +24,7 @@ using kernels::ConvGeom;
 using kernels::convGeom;
 using kernels::convOut;
 
+using plan::channelsFirstShape;
 using plan::cudaChunkSamples;
 
 /// col[s, c * kSize + kk, o] = x[s, c, o * stride - pad + kidx * dilation]
@@ -83,15 +87,58 @@ __global__ void col2imKernel(ConvGeom g, const float *col, float *dx, int64_t sa
   }
 }
 
-/// y[n, f, p] += bias[f].
+/// y[n, f, p] += bias[f] (channels-last y [n, p, f]: P = 1).
 template <class T> __global__ void addBiasKernel(T *y, const float *bias, int64_t total, int64_t F, int64_t P) {
   for (int64_t i = firstIndex(); i < total; i += gridStride()) y[i] = fromF<T>(toF(y[i]) + bias[(i / P) % F]);
 }
 
-template <class T> void addBias(const char *op, T *y, const float *bias, const ConvGeom &g) {
+template <class T> void addBias(const char *op, T *y, const float *bias, const ConvGeom &g, bool channelsLast = false) {
   const int64_t total = g.N * g.F * g.outSize;
   if (!bias || total == 0) return;
-  addBiasKernel<T><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(y, bias, total, g.F, g.outSize);
+  addBiasKernel<T><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(y, bias, total, g.F,
+                                                                                      channelsLast ? 1 : g.outSize);
+  detail::checkLaunch(op);
+}
+
+/// out[b, s, r] = in[b, r, s] for a batch of B matrices [R, S], widened or
+/// rounded to To, or with accumulate (To float) added into out: through
+/// shared-memory tiles of kTile x kTile, so that a warp reads kTile
+/// consecutive elements of an input row and writes kTile of an output row
+/// (moving a convolution's operands between channels-last and -first).
+constexpr int kTile = 32, kTileRows = 8;
+template <class From, class To>
+__global__ void __launch_bounds__(kTile *kTileRows)
+    transposeKernel(const From *in, To *out, int64_t R, int64_t S, int64_t tilesR, int64_t tilesS, int64_t tiles,
+                    bool accumulate) {
+  __shared__ float tile[kTile][kTile + 1]; // +1: a column's reads fall in distinct banks
+  const int lane = (int)threadIdx.x % kTile, row = (int)threadIdx.x / kTile;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t b = t / (tilesR * tilesS), rest = t - b * tilesR * tilesS;
+    const int64_t r0 = rest / tilesS * kTile, s0 = rest % tilesS * kTile;
+    const From *inb = in + b * R * S;
+    To *outb = out + b * R * S;
+    for (int i = row; i < kTile; i += kTileRows)
+      if (r0 + i < R && s0 + lane < S) tile[i][lane] = toF(inb[(r0 + i) * S + s0 + lane]);
+    __syncthreads();
+    for (int i = row; i < kTile; i += kTileRows)
+      if (s0 + i < S && r0 + lane < R) {
+        To *at = outb + (s0 + i) * R + r0 + lane;
+        const float v = tile[lane][i];
+        if constexpr (std::is_same_v<To, float>)
+          *at = accumulate ? *at + v : v;
+        else
+          *at = fromF<To>(v);
+      }
+    __syncthreads(); // the tile is read before the next one is written
+  }
+}
+
+template <class From, class To>
+void transposeBatch(const char *op, const From *in, To *out, int64_t B, int64_t R, int64_t S, bool accumulate) {
+  const int64_t tilesR = (R + kTile - 1) / kTile, tilesS = (S + kTile - 1) / kTile, tiles = B * tilesR * tilesS;
+  if (tiles == 0) return;
+  transposeKernel<From, To><<<segmentBlocks(tiles), kTile * kTileRows, 0, detail::stream()>>>(
+      in, out, R, S, tilesR, tilesS, tiles, accumulate);
   detail::checkLaunch(op);
 }
 
@@ -105,7 +152,9 @@ __global__ void widenKernel(const bf16 *from, int64_t n, float *dw, bool accumul
 /// A bf16 call's tensors as float32, for the calls cuDNN declines: copies
 /// in kernel scratch slot 1 (slot 0 is the float call's own), widened on
 /// the way in and rounded once on the way out (docs/cuda-kernels.md,
-/// "bf16 storage").
+/// "bf16 storage"). A channels-last call's (float or bf16) the same way,
+/// moved to channels-first on the way in and back on the way out: the
+/// channels-first call then plans its scratch as it always does.
 class WidenedCopies {
 public:
   explicit WidenedCopies(std::initializer_list<int64_t> counts) {
@@ -123,6 +172,21 @@ public:
   /// to = bf16(from) over n values.
   void round(const float *from, int64_t n, bf16 *to) {
     if (n > 0) cast<float, bf16>(from, n, to);
+  }
+  /// A float channels-first copy [batch, channels, positions] of the
+  /// channels-last [batch, positions, channels] at `from`.
+  template <class T>
+  float *takeChannelsFirst(const char *op, const T *from, int64_t batch, int64_t positions, int64_t channels) {
+    float *copy = take(static_cast<const bf16 *>(nullptr), batch * positions * channels);
+    transposeBatch(op, from, copy, batch, positions, channels, false);
+    return copy;
+  }
+  /// to [batch, positions, channels] = from [batch, channels, positions],
+  /// rounded to T; with accumulate (T float) added into `to`.
+  template <class T>
+  void putChannelsLast(const char *op, const float *from, int64_t batch, int64_t channels, int64_t positions, T *to,
+                       bool accumulate = false) {
+    transposeBatch(op, from, to, batch, channels, positions, accumulate);
   }
 
 private:
@@ -201,7 +265,7 @@ void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, cons
   const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
   if (g.N == 0 || g.F == 0) return;
-  if (!dnn::conv(x, w, y, g, workspace)) {
+  if (!dnn::conv(x, w, y, g, workspace, false)) {
     ColumnBuffer columns(op, g, workspace);
     const int64_t chunk = columns.chunk;
     float *col = columns.col;
@@ -226,7 +290,7 @@ void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shap
   const char *op = "nn.conv_input_grad";
   const ConvGeom g = gradientGeom(op, xs, ws, dys, strides, pads, dilations, group);
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
-  if (g.N == 0 || g.C == 0 || g.inSize == 0 || dnn::convInputGrad(dy, w, dx, g, workspace)) return;
+  if (g.N == 0 || g.C == 0 || g.inSize == 0 || dnn::convInputGrad(dy, w, dx, g, workspace, false)) return;
   ColumnBuffer columns(op, g, workspace);
   const int64_t chunk = columns.chunk;
   float *col = columns.col;
@@ -263,7 +327,7 @@ void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Sha
     detail::check(cudaMemsetAsync(dw, 0, (size_t)ws.numel() * sizeof(float), detail::stream()), op);
     return;
   }
-  if (dnn::convWeightGrad(dy, x, dw, g, workspace)) return;
+  if (dnn::convWeightGrad(dy, x, dw, g, workspace, false)) return;
   ColumnBuffer columns(op, g, workspace);
   const int64_t chunk = columns.chunk;
   float *col = columns.col;
@@ -285,15 +349,139 @@ void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Sha
 }
 
 //===----------------------------------------------------------------------===//
+// Channels-last: x, y [N, d..., C], w [F, k..., C/G] (either storage)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// The channels-first shapes of a channels-last call: x, w and y (or dy).
+struct ChannelsFirst {
+  Shape x, w, y;
+  ChannelsFirst(const Shape &xs, const Shape &ws, const Shape &ys)
+      : x(channelsFirstShape(xs)), w(channelsFirstShape(ws)), y(channelsFirstShape(ys)) {}
+};
+
+/// cuDNN's graph on the tensors as they lie, else the channels-first call on
+/// float32 channels-first copies (WidenedCopies), y moved back.
+template <class T>
+void convChannelsLast(const T *x, const Shape &xs, const T *w, const Shape &ws, const float *bias, T *y,
+                      const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+                      const Workspace &workspace) {
+  const char *op = "nn.conv";
+  const ChannelsFirst cf(xs, ws, Shape{});
+  const ConvGeom g = convGeom(op, cf.x, cf.w, strides, pads, dilations, group);
+  if (g.N == 0 || g.F == 0) return;
+  if (dnn::conv(x, w, y, g, workspace, /*channelsLast=*/true)) {
+    addBias(op, y, bias, g, /*channelsLast=*/true);
+    return;
+  }
+  const int64_t yCount = g.N * g.F * g.outSize;
+  WidenedCopies copies({xs.numel(), ws.numel(), yCount});
+  const float *xc = copies.takeChannelsFirst(op, x, g.N, g.inSize, g.C);
+  const float *wc = copies.takeChannelsFirst(op, w, g.F, g.kSize, g.Cg);
+  float *yc = copies.take(nullptr, yCount);
+  conv(xc, cf.x, wc, cf.w, bias, yc, strides, pads, dilations, group, workspace);
+  copies.putChannelsLast(op, yc, g.N, g.F, g.outSize, y);
+}
+
+template <class T>
+void convInputGradChannelsLast(const T *dy, const Shape &dys, const T *w, const Shape &ws, T *dx, const Shape &xs,
+                               const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+                               const Workspace &workspace) {
+  const char *op = "nn.conv_input_grad";
+  const ChannelsFirst cf(xs, ws, dys);
+  const ConvGeom g = gradientGeom(op, cf.x, cf.w, cf.y, strides, pads, dilations, group);
+  if (g.N == 0 || g.C == 0 || g.inSize == 0 || dnn::convInputGrad(dy, w, dx, g, workspace, /*channelsLast=*/true))
+    return;
+  WidenedCopies copies({dys.numel(), ws.numel(), xs.numel()});
+  const float *dyc = copies.takeChannelsFirst(op, dy, g.N, g.outSize, g.F);
+  const float *wc = copies.takeChannelsFirst(op, w, g.F, g.kSize, g.Cg);
+  float *dxc = copies.take(nullptr, xs.numel());
+  convInputGrad(dyc, cf.y, wc, cf.w, dxc, cf.x, strides, pads, dilations, group, workspace);
+  copies.putChannelsLast(op, dxc, g.N, g.C, g.inSize, dx);
+}
+
+/// cuDNN writes dW as dw lies (KRSC) in T: into dw itself (float storage,
+/// no accumulate), else into kernel scratch slot 1, then widened or added
+/// into dw; the channels-first fallback's dW goes back through a transpose
+/// that adds it with accumulate (the bits of writing it elsewhere and adding).
+template <class T>
+void convWeightGradChannelsLast(const T *dy, const Shape &dys, const T *x, const Shape &xs, float *dw,
+                                const Shape &ws, const Dims &strides, const Dims &pads, const Dims &dilations,
+                                int64_t group, const Workspace &workspace, bool accumulate) {
+  const char *op = "nn.conv_weight_grad";
+  const ChannelsFirst cf(xs, ws, dys);
+  const ConvGeom g = gradientGeom(op, cf.x, cf.w, cf.y, strides, pads, dilations, group);
+  const int64_t n = ws.numel();
+  if (n == 0 || (g.N == 0 && accumulate)) return;
+  if (g.N == 0) {
+    detail::check(cudaMemsetAsync(dw, 0, (size_t)n * sizeof(float), detail::stream()), op);
+    return;
+  }
+  constexpr bool bf16Storage = std::is_same_v<T, bf16>;
+  T *result = nullptr;
+  if constexpr (bf16Storage)
+    result = static_cast<bf16 *>(detail::scratch(1, (size_t)n * sizeof(bf16)));
+  else
+    result = accumulate ? static_cast<float *>(detail::scratch(1, (size_t)n * sizeof(float))) : dw;
+  if (dnn::convWeightGrad(dy, x, result, g, workspace, /*channelsLast=*/true)) {
+    if constexpr (bf16Storage) {
+      widenKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(result, n, dw, accumulate);
+      detail::checkLaunch(op);
+    } else if (accumulate) {
+      cuda::accumulate(dw, result, n);
+    }
+    return;
+  }
+  WidenedCopies copies({dys.numel(), xs.numel(), n});
+  const float *dyc = copies.takeChannelsFirst(op, dy, g.N, g.outSize, g.F);
+  const float *xc = copies.takeChannelsFirst(op, x, g.N, g.inSize, g.C);
+  float *dwc = copies.take(nullptr, n);
+  convWeightGrad(dyc, cf.y, xc, cf.x, dwc, cf.w, strides, pads, dilations, group, workspace, false);
+  copies.putChannelsLast(op, dwc, g.F, g.Cg, g.kSize, dw, accumulate);
+}
+
+} // namespace
+
+void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, const float *bias, float *y,
+          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group, const Workspace &workspace,
+          bool channelsLast) {
+  if (channelsLast)
+    convChannelsLast(x, xs, w, ws, bias, y, strides, pads, dilations, group, workspace);
+  else
+    conv(x, xs, w, ws, bias, y, strides, pads, dilations, group, workspace);
+}
+
+void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shape &ws, float *dx, const Shape &xs,
+                   const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+                   const Workspace &workspace, bool channelsLast) {
+  if (channelsLast)
+    convInputGradChannelsLast(dy, dys, w, ws, dx, xs, strides, pads, dilations, group, workspace);
+  else
+    convInputGrad(dy, dys, w, ws, dx, xs, strides, pads, dilations, group, workspace);
+}
+
+void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Shape &xs, float *dw, const Shape &ws,
+                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+                    const Workspace &workspace, bool accumulate, bool channelsLast) {
+  if (channelsLast)
+    convWeightGradChannelsLast(dy, dys, x, xs, dw, ws, strides, pads, dilations, group, workspace, accumulate);
+  else
+    convWeightGrad(dy, dys, x, xs, dw, ws, strides, pads, dilations, group, workspace, accumulate);
+}
+
+//===----------------------------------------------------------------------===//
 // bf16 storage: cuDNN's bf16 graphs, else the float kernels on widened copies
 //===----------------------------------------------------------------------===//
 
 void conv(const bf16 *x, const Shape &xs, const bf16 *w, const Shape &ws, const float *bias, bf16 *y,
-          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group, const Workspace &workspace) {
+          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group, const Workspace &workspace,
+          bool channelsLast) {
+  if (channelsLast) return convChannelsLast(x, xs, w, ws, bias, y, strides, pads, dilations, group, workspace);
   const char *op = "nn.conv";
   const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
   if (g.N == 0 || g.F == 0) return;
-  if (dnn::conv(x, w, y, g, workspace)) {
+  if (dnn::conv(x, w, y, g, workspace, false)) {
     addBias(op, y, bias, g);
     return;
   }
@@ -307,10 +495,12 @@ void conv(const bf16 *x, const Shape &xs, const bf16 *w, const Shape &ws, const 
 
 void convInputGrad(const bf16 *dy, const Shape &dys, const bf16 *w, const Shape &ws, bf16 *dx, const Shape &xs,
                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
-                   const Workspace &workspace) {
+                   const Workspace &workspace, bool channelsLast) {
+  if (channelsLast)
+    return convInputGradChannelsLast(dy, dys, w, ws, dx, xs, strides, pads, dilations, group, workspace);
   const char *op = "nn.conv_input_grad";
   const ConvGeom g = gradientGeom(op, xs, ws, dys, strides, pads, dilations, group);
-  if (g.N == 0 || g.C == 0 || g.inSize == 0 || dnn::convInputGrad(dy, w, dx, g, workspace)) return;
+  if (g.N == 0 || g.C == 0 || g.inSize == 0 || dnn::convInputGrad(dy, w, dx, g, workspace, false)) return;
   WidenedCopies copies({dys.numel(), ws.numel(), xs.numel()});
   const float *dyf = copies.take(dy, dys.numel()), *wf = copies.take(w, ws.numel());
   float *dxf = copies.take(nullptr, xs.numel());
@@ -320,7 +510,10 @@ void convInputGrad(const bf16 *dy, const Shape &dys, const bf16 *w, const Shape 
 
 void convWeightGrad(const bf16 *dy, const Shape &dys, const bf16 *x, const Shape &xs, float *dw, const Shape &ws,
                     const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
-                    const Workspace &workspace, bool accumulate) {
+                    const Workspace &workspace, bool accumulate, bool channelsLast) {
+  if (channelsLast)
+    return convWeightGradChannelsLast(dy, dys, x, xs, dw, ws, strides, pads, dilations, group, workspace,
+                                      accumulate);
   const char *op = "nn.conv_weight_grad";
   const ConvGeom g = gradientGeom(op, xs, ws, dys, strides, pads, dilations, group);
   const int64_t n = ws.numel();
@@ -333,7 +526,7 @@ void convWeightGrad(const bf16 *dy, const Shape &dys, const bf16 *x, const Shape
   // (the rounding PyTorch's autocast gives a bf16 weight's gradient too);
   // one kernel widens it into dw or adds it there.
   bf16 *rounded = static_cast<bf16 *>(detail::scratch(1, (size_t)n * sizeof(bf16)));
-  if (dnn::convWeightGrad(dy, x, rounded, g, workspace)) {
+  if (dnn::convWeightGrad(dy, x, rounded, g, workspace, false)) {
     widenKernel<<<detail::blocksFor(n), detail::kThreads, 0, detail::stream()>>>(rounded, n, dw, accumulate);
     detail::checkLaunch(op);
     return;

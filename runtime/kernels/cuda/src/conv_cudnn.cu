@@ -6,10 +6,13 @@
 // on bf16 storage (x, w, y all BFLOAT16, as cuDNN's bf16 configuration
 // wants; a weight gradient in bf16 is widened by the caller). x [N, C, d...],
 // w [F, C/G, k...] and y [N, F, o...] are
-// cuDNN's tensors as they lie (row-major NCHW strides, nothing copied); a
-// 1-D convolution is a 2-D one of height 1. One plan per shape and kind,
-// built on the first call (outside any CUDA graph capture) from cuDNN's
-// deterministic engines only, so equal runs give equal bits. Host code only.
+// cuDNN's tensors as they lie (row-major NCHW strides, nothing copied), or
+// for a channels-last call x [N, d..., C], w [F, k..., C/G], y [N, o..., F]
+// (the same logical dims, NHWC / KRSC strides: what cuDNN's fast NHWC
+// engines want); a 1-D convolution is a 2-D one of height 1. One plan per
+// shape, layout and kind, built on the first call (outside any CUDA graph
+// capture) from cuDNN's deterministic engines only, so equal runs give equal
+// bits. Host code only.
 #include "conv_cudnn.cuh"
 #include "cudnn_graphs.cuh"
 
@@ -26,9 +29,11 @@ namespace pipec::kernels::cuda::dnn {
 
 #ifndef PIPEC_CUDNN_GRAPHS
 
-template <class T> bool conv(const T *, const T *, T *, const ConvGeom &, const Workspace &) { return false; }
-template <class T> bool convInputGrad(const T *, const T *, T *, const ConvGeom &, const Workspace &) { return false; }
-template <class T> bool convWeightGrad(const T *, const T *, T *, const ConvGeom &, const Workspace &) {
+template <class T> bool conv(const T *, const T *, T *, const ConvGeom &, const Workspace &, bool) { return false; }
+template <class T> bool convInputGrad(const T *, const T *, T *, const ConvGeom &, const Workspace &, bool) {
+  return false;
+}
+template <class T> bool convWeightGrad(const T *, const T *, T *, const ConvGeom &, const Workspace &, bool) {
   return false;
 }
 
@@ -39,20 +44,22 @@ namespace {
 enum class ConvKind { Forward, InputGrad, WeightGrad };
 enum Uid : int64_t { kX = 1, kW, kY };
 
-/// What one convolution graph is built for: its kind, storage type and
-/// geometry in cuDNN's terms (at least two spatial axes).
+/// What one convolution graph is built for: its kind, storage type,
+/// layout and geometry in cuDNN's terms (at least two spatial axes).
 struct ConvKey {
   ConvKind kind;
   fe::DataType_t type;
+  bool channelsLast;
   std::vector<int64_t> x, w, y, pre, post, stride, dilation;
-  auto tied() const { return std::tie(kind, type, x, w, y, pre, post, stride, dilation); }
+  auto tied() const { return std::tie(kind, type, channelsLast, x, w, y, pre, post, stride, dilation); }
   bool operator<(const ConvKey &o) const { return tied() < o.tied(); }
 };
 
-/// The key of `g`: x [N, C, d...], w [F, C/G, k...], y [N, F, o...], a
-/// leading spatial axis of 1 added to a 1-D convolution.
-ConvKey keyOf(ConvKind kind, fe::DataType_t type, const ConvGeom &g) {
-  ConvKey key{kind, type, {g.N, g.C}, {g.F, g.Cg}, {g.N, g.F}, {}, {}, {}, {}};
+/// The key of `g`: x [N, C, d...], w [F, C/G, k...], y [N, F, o...] (the
+/// logical dims of either layout), a leading spatial axis of 1 added to a
+/// 1-D convolution.
+ConvKey keyOf(ConvKind kind, fe::DataType_t type, bool channelsLast, const ConvGeom &g) {
+  ConvKey key{kind, type, channelsLast, {g.N, g.C}, {g.F, g.Cg}, {g.N, g.F}, {}, {}, {}, {}};
   if (g.sp == 1) {
     key.x.push_back(1), key.w.push_back(1), key.y.push_back(1);
     key.pre.push_back(0), key.post.push_back(0), key.stride.push_back(1), key.dilation.push_back(1);
@@ -77,16 +84,19 @@ bool buildGraph(const ConvKey &key, cudnnHandle_t handle, Plan &plan, std::strin
   graph->set_io_data_type(key.type)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
+  auto strides = [&](const std::vector<int64_t> &dims) {
+    return key.channelsLast ? channelsLastStrides(dims) : rowMajorStrides(dims);
+  };
   auto input = [&](const char *name, Uid uid, const std::vector<int64_t> &dims) {
     return graph->tensor(fe::graph::Tensor_attributes()
                              .set_name(name)
                              .set_uid(uid)
                              .set_dim(dims)
-                             .set_stride(rowMajorStrides(dims))
+                             .set_stride(strides(dims))
                              .set_data_type(key.type));
   };
   auto output = [&](const std::shared_ptr<fe::graph::Tensor_attributes> &t, Uid uid, const std::vector<int64_t> &dims) {
-    t->set_output(true).set_uid(uid).set_dim(dims).set_stride(rowMajorStrides(dims)).set_data_type(key.type);
+    t->set_output(true).set_uid(uid).set_dim(dims).set_stride(strides(dims)).set_data_type(key.type);
   };
   auto attributes = [&](auto options) {
     options.set_pre_padding(key.pre).set_post_padding(key.post).set_stride(key.stride).set_dilation(key.dilation);
@@ -128,7 +138,7 @@ bool disabledByEnvironment() {
 /// the CPU's); bf16 storage exists only in the BF16 precision.
 template <class T>
 bool run(const char *op, ConvKind kind, const ConvGeom &g, const T *x, const T *w, const T *y,
-         const Workspace &workspace) {
+         const Workspace &workspace, bool channelsLast) {
   constexpr bool bf16Storage = std::is_same_v<T, bf16>;
   if (disabledByEnvironment() || (!bf16Storage && detail::precision() == Precision::F32)) return false;
   if (g.sp < 1 || g.sp > 3 || g.N == 0 || g.C == 0 || g.F == 0 || g.inSize == 0 || g.outSize == 0 ||
@@ -136,7 +146,7 @@ bool run(const char *op, ConvKind kind, const ConvGeom &g, const T *x, const T *
     return false;
   cudnnHandle_t handle = dnn::handle(op, "convolutions run on pipec's kernels");
   if (!handle) return false;
-  const ConvKey key = keyOf(kind, bf16Storage ? fe::DataType_t::BFLOAT16 : fe::DataType_t::FLOAT, g);
+  const ConvKey key = keyOf(kind, bf16Storage ? fe::DataType_t::BFLOAT16 : fe::DataType_t::FLOAT, channelsLast, g);
   auto &plans = plansByDevice[detail::deviceIndex(op)];
   auto found = plans.find(key);
   if (found == plans.end()) {
@@ -144,9 +154,10 @@ bool run(const char *op, ConvKind kind, const ConvGeom &g, const T *x, const T *
     std::string why;
     if (!buildGraph(key, handle, plan, why))
       std::fprintf(stderr,
-                   "pipec: cuDNN has no deterministic %s for %s x %s, w %s (%s); pipec's convolution kernels run it\n",
-                   op, bf16Storage ? "bf16" : "float", dimsString(key.x).c_str(), dimsString(key.w).c_str(),
-                   why.c_str());
+                   "pipec: cuDNN has no deterministic %s for %s%s x %s, w %s (%s); pipec's convolution kernels "
+                   "run it\n",
+                   op, bf16Storage ? "bf16" : "float", channelsLast ? " channels-last" : "", dimsString(key.x).c_str(),
+                   dimsString(key.w).c_str(), why.c_str());
     found = plans.emplace(key, std::move(plan)).first;
   }
   const Plan &plan = found->second;
@@ -159,22 +170,25 @@ bool run(const char *op, ConvKind kind, const ConvGeom &g, const T *x, const T *
 
 } // namespace
 
-template <class T> bool conv(const T *x, const T *w, T *y, const ConvGeom &g, const Workspace &workspace) {
-  return run<T>("nn.conv", ConvKind::Forward, g, x, w, y, workspace);
+template <class T>
+bool conv(const T *x, const T *w, T *y, const ConvGeom &g, const Workspace &workspace, bool channelsLast) {
+  return run<T>("nn.conv", ConvKind::Forward, g, x, w, y, workspace, channelsLast);
 }
-template <class T> bool convInputGrad(const T *dy, const T *w, T *dx, const ConvGeom &g, const Workspace &workspace) {
-  return run<T>("nn.conv_input_grad", ConvKind::InputGrad, g, dx, w, dy, workspace);
+template <class T>
+bool convInputGrad(const T *dy, const T *w, T *dx, const ConvGeom &g, const Workspace &workspace, bool channelsLast) {
+  return run<T>("nn.conv_input_grad", ConvKind::InputGrad, g, dx, w, dy, workspace, channelsLast);
 }
-template <class T> bool convWeightGrad(const T *dy, const T *x, T *dw, const ConvGeom &g, const Workspace &workspace) {
-  return run<T>("nn.conv_weight_grad", ConvKind::WeightGrad, g, x, dw, dy, workspace);
+template <class T>
+bool convWeightGrad(const T *dy, const T *x, T *dw, const ConvGeom &g, const Workspace &workspace, bool channelsLast) {
+  return run<T>("nn.conv_weight_grad", ConvKind::WeightGrad, g, x, dw, dy, workspace, channelsLast);
 }
 
 #endif // PIPEC_CUDNN_GRAPHS
 
 #define PIPEC_CUDNN_CONVOLUTIONS_FOR(T)                                                                               \
-  template bool conv<T>(const T *, const T *, T *, const ConvGeom &, const Workspace &);                               \
-  template bool convInputGrad<T>(const T *, const T *, T *, const ConvGeom &, const Workspace &);                      \
-  template bool convWeightGrad<T>(const T *, const T *, T *, const ConvGeom &, const Workspace &);
+  template bool conv<T>(const T *, const T *, T *, const ConvGeom &, const Workspace &, bool);                         \
+  template bool convInputGrad<T>(const T *, const T *, T *, const ConvGeom &, const Workspace &, bool);                \
+  template bool convWeightGrad<T>(const T *, const T *, T *, const ConvGeom &, const Workspace &, bool);
 PIPEC_CUDNN_CONVOLUTIONS_FOR(float)
 PIPEC_CUDNN_CONVOLUTIONS_FOR(bf16)
 #undef PIPEC_CUDNN_CONVOLUTIONS_FOR

@@ -16,12 +16,19 @@ namespace pipec::kernels::cuda::dnn {
 /// is float and the stream's precision F32 (which must equal the CPU
 /// kernels), an operand is not 16-byte aligned, or cuDNN has no
 /// deterministic engine for the shape (reported once per shape on stderr).
-/// T is float or bf16 (every tensor of the call in it).
-template <class T> bool conv(const T *x, const T *w, T *y, const ConvGeom &g, const Workspace &workspace);
+/// T is float or bf16 (every tensor of the call in it). channelsLast: x,
+/// y are [N, d..., C] and w [F, k..., C/G] in memory (g stays the logical
+/// geometry), described to cuDNN by their strides.
+template <class T>
+bool conv(const T *x, const T *w, T *y, const ConvGeom &g, const Workspace &workspace, bool channelsLast);
 /// dx from dy and w; the same contract.
-template <class T> bool convInputGrad(const T *dy, const T *w, T *dx, const ConvGeom &g, const Workspace &workspace);
+template <class T>
+bool convInputGrad(const T *dy, const T *w, T *dx, const ConvGeom &g, const Workspace &workspace,
+                   bool channelsLast);
 /// dw from dy and x, every sample in one call; the same contract.
-template <class T> bool convWeightGrad(const T *dy, const T *x, T *dw, const ConvGeom &g, const Workspace &workspace);
+template <class T>
+bool convWeightGrad(const T *dy, const T *x, T *dw, const ConvGeom &g, const Workspace &workspace,
+                    bool channelsLast);
 
 } // namespace pipec::kernels::cuda::dnn
 

@@ -146,6 +146,18 @@ std::vector<int64_t> rowMajorStrides(const std::vector<int64_t> &dims) {
   return strides;
 }
 
+std::vector<int64_t> channelsLastStrides(const std::vector<int64_t> &dims) {
+  std::vector<int64_t> strides(dims.size(), 1);
+  if (dims.size() < 3) return rowMajorStrides(dims);
+  int64_t step = dims[1]; // the channels, innermost
+  for (int i = (int)dims.size() - 1; i >= 2; --i) {
+    strides[i] = step;
+    step *= dims[i];
+  }
+  strides[0] = step;
+  return strides;
+}
+
 bool aligned16(std::initializer_list<const void *> pointers) {
   for (const void *p : pointers)
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;

@@ -58,6 +58,10 @@ void execute(const char *op, cudnnHandle_t handle, const Plan &plan, std::unorde
 
 /// Row-major strides of `dims`.
 std::vector<int64_t> rowMajorStrides(const std::vector<int64_t> &dims);
+/// The strides of logical dims [N, C, d...] stored channels-last [N, d..., C]
+/// (cuDNN's NHWC: dims stay in N, C, spatial order, the strides say where
+/// each axis lies).
+std::vector<int64_t> channelsLastStrides(const std::vector<int64_t> &dims);
 
 /// Whether every pointer is 16-byte aligned, as cuDNN reads and writes its
 /// tensors (generated code's tensors are 64-byte aligned).

@@ -78,6 +78,14 @@ unsigned blocksFor(int64_t n);
 constexpr int kScratchSlots = 2;
 void *scratch(int slot, size_t bytes);
 
+/// This thread's arrival counters on the current device, at least `count`
+/// of them: zero before every kernel that uses them, which must leave them
+/// zero (the "last block finishes" reductions of batch_norm_nhwc.cu: the
+/// last block to arrive resets its counter). Zeroed once when allocated, so
+/// that no call spends a memset on them; grown as scratch is, never inside
+/// a graph capture, and kept. Kernels on one stream take turns on them.
+unsigned *zeroedCounters(size_t count);
+
 /// Throws KernelError "op: `what` inside a CUDA graph capture" when the
 /// scope's stream is capturing: library memory allocated there would be a
 /// graph memory node, whose address means nothing outside the graph. Called

@@ -6,7 +6,9 @@
 // statistics (shifted sums, one pass) and once to apply them, each pass a
 // block per (channel, chunk). Both norms' kernels are templated on the
 // storage of x, y, dy and dx (float, or bf16 with float parameters and
-// statistics: docs/cuda-kernels.md).
+// statistics: docs/cuda-kernels.md). Channels-last batch norms run
+// batch_norm_nhwc.cu's passes on batch_norm.cuh's math.
+#include "batch_norm.cuh"
 #include "gemm.cuh"
 #include "kernel_plan.h"
 #include "nn_common.cuh"
@@ -21,29 +23,11 @@ namespace pipec::kernels::cuda {
 namespace {
 
 using namespace nn;
+using namespace bn;
 
 //===----------------------------------------------------------------------===//
 // Batch normalization: blocks per (channel, chunk), partial sums in scratch
 //===----------------------------------------------------------------------===//
-
-struct ChannelView {
-  int64_t N, C, inner;
-  __host__ __device__ int64_t count() const { return N * inner; }
-};
-ChannelView channelView(const char *op, const Shape &xs) {
-  checkRank(op, xs, 2, "the input (N, C, ...)");
-  return {xs.v[0], xs.v[1], productOf(xs, 2, xs.size)};
-}
-
-/// Element (n, c, i) of x [N, C, inner].
-__device__ __forceinline__ int64_t elementOffset(const ChannelView &v, int64_t n, int64_t c, int64_t i) {
-  return (n * v.C + c) * v.inner + i;
-}
-/// Flat position j in [0, N * inner) of channel c.
-__device__ __forceinline__ int64_t channelOffset(const ChannelView &v, int64_t c, int64_t j) {
-  const int64_t n = j / v.inner;
-  return elementOffset(v, n, c, j - n * v.inner);
-}
 
 /// A thread's walk over positions start, start + step, ... of a channel's
 /// N·inner elements: the sample n and inner index i of position j kept up
@@ -74,11 +58,6 @@ __device__ __forceinline__ void forChannelRange(const ChannelView &v, int64_t c,
   for (ChannelWalk w(v, j0 + threadIdx.x, blockDim.x); w.j < j1; w.next(v)) f(elementOffset(v, w.n, c, w.i));
 }
 
-/// The element channel c's sums are shifted by: its first.
-template <class T> __device__ __forceinline__ double channelPivot(const T *x, const ChannelView &v, int64_t c) {
-  return toF(x[channelOffset(v, c, 0)]);
-}
-
 /// The chunks of every channel (plan::cudaBatchNormChunks) and block b's
 /// channel, and its elements [j0, j1) of that channel.
 struct ChannelChunks {
@@ -94,23 +73,6 @@ struct ChannelChunks {
 ChannelChunks channelChunks(const ChannelView &v) {
   const int64_t chunks = plan::cudaBatchNormChunks(v.C, v.count());
   return {chunks, (v.count() + chunks - 1) / chunks};
-}
-
-/// The sums a channel's statistics and gradients need, over x shifted by
-/// the channel's first element (which keeps E[x²] - E[x]² well conditioned
-/// when the mean is far from 0): Σ(x - p), Σ(x - p)², and with dy Σdy,
-/// Σdy·(x - p). Doubles.
-constexpr int kChannelSums = 4;
-struct ChannelSums {
-  double shifted = 0, squares = 0, dy = 0, dyShifted = 0;
-};
-
-/// The gradient a batch norm's backward reads at i: dy, or through the
-/// activation of its epilogue (ReLU: y > 0 ? dy : 0; nn.unary_grad's
-/// formulas).
-template <class T>
-__device__ __forceinline__ float incomingGradient(const T *dy, const T *y, NormActivation act, int64_t i) {
-  return act == NormActivation::None ? toF(dy[i]) : normActivationGradient(act, toF(dy[i]), toF(y[i]));
 }
 
 /// partial[b · kChannelSums + s]: sum s over block b's chunk (dy may be
@@ -155,22 +117,6 @@ __device__ ChannelSums channelSums(const double *partial, ChannelChunks cc, int6
   return t;
 }
 
-/// Σdy·(x - mean) from the shifted sums: Σdy·(x - p) - (mean - p)·Σdy.
-__device__ __forceinline__ double centredDySum(const ChannelSums &t, double mean, double pivot) {
-  return t.dyShifted - (mean - pivot) * t.dy;
-}
-
-/// A channel's batch mean and population variance from its sums.
-struct ChannelStats {
-  double mean, var;
-};
-template <class T>
-__device__ ChannelStats batchStats(const T *x, const ChannelView &v, int64_t c, const ChannelSums &t) {
-  const double n = (double)v.count(), shift = n > 0 ? t.shifted / n : 0.0;
-  const double var = n > 0 ? t.squares / n - shift * shift : 0.0;
-  return {channelPivot(x, v, c) + shift, var > 0 ? var : 0.0};
-}
-
 /// y over block b's chunk with the batch statistics (training) or the
 /// running ones, plus the residual (if any), through the activation `act`; the
 /// chunk-0 block of each channel writes its new running statistics. Only
@@ -190,23 +136,13 @@ __global__ void batchNormApplyKernel(const T *x, ChannelView v, ChannelChunks cc
     else if (v.count() > 0) st = batchStats(x, v, c, channelSums(partial, cc, c));
     // Inference copies the running statistics only where they move: in place,
     // other blocks of the channel are reading them.
-    if (first && threadIdx.x == 0 && (training || newMean != runningMean || newVar != runningVar)) {
-      if (training) {
-        const double rm = runningMean[c], rv = runningVar[c];
-        newMean[c] = (float)(momentum * rm + (1.0 - (double)momentum) * st.mean);
-        newVar[c] = (float)(momentum * rv + (1.0 - (double)momentum) * st.var);
-      } else {
-        newMean[c] = (float)st.mean;
-        newVar[c] = (float)st.var;
-      }
-    }
-    const double invStd = 1.0 / sqrt(st.var + (double)epsilon);
-    const float a = (float)(invStd * scale[c]);
-    const float shift = (float)(bias[c] - st.mean * invStd * scale[c]);
+    if (first && threadIdx.x == 0 && (training || newMean != runningMean || newVar != runningVar))
+      updateRunningStats(st, runningMean, runningVar, newMean, newVar, momentum, training, c);
+    const AffineCoefficients q = affineCoefficients(st, scale, bias, epsilon, c);
     int64_t j0, j1;
     cc.range(v, b, j0, j1);
     forChannelRange(v, c, j0, j1, [&](int64_t i) {
-      float value = toF(x[i]) * a + shift;
+      float value = toF(x[i]) * q.a + q.shift;
       if (residual) value += toF(residual[i]);
       value = normActivationValue(act, value);
       y[i] = fromF<T>(value);
@@ -222,23 +158,16 @@ __global__ void batchNormGradApplyKernel(const T *dy, const T *y, NormActivation
                                          float epsilon) {
   for (int64_t b = blockIdx.x; b < v.C * cc.chunks; b += gridDim.x) {
     const int64_t c = cc.channel(b);
-    const ChannelSums t = channelSums(partial, cc, c);
-    const ChannelStats st = batchStats(x, v, c, t);
-    const double n = (double)v.count(), invStd = 1.0 / sqrt(st.var + (double)epsilon);
-    const double dyCentred = centredDySum(t, st.mean, channelPivot(x, v, c));
-    const float k = (float)(scale[c] * invStd);
-    const float mDy = (float)(t.dy / n), mDyXhat = (float)(dyCentred * invStd / n);
-    const float fMean = (float)st.mean, fInv = (float)invStd;
+    const GradCoefficients q = gradCoefficients(x, v, c, channelSums(partial, cc, c), scale, epsilon);
     int64_t j0, j1;
     cc.range(v, b, j0, j1);
-    forChannelRange(v, c, j0, j1, [&](int64_t i) {
-      const float xhat = (toF(x[i]) - fMean) * fInv;
-      dx[i] = fromF<T>(k * (incomingGradient(dy, y, act, i) - mDy - xhat * mDyXhat));
-    });
+    forChannelRange(v, c, j0, j1,
+                    [&](int64_t i) { dx[i] = fromF<T>(gradValue(q, toF(x[i]), incomingGradient(dy, y, act, i))); });
   }
 }
 
-/// Inference: dx = dy * scale / sqrt(runningVar + eps), element-wise.
+/// Inference: dx = dy * scale / sqrt(runningVar + eps), element-wise (either
+/// layout: a channels-last view has inner 1).
 template <class T>
 __global__ void batchNormGradInferenceKernel(const T *dy, const T *y, NormActivation act, T *masked, ChannelView v,
                                              const float *scale, const float *runningVar, T *dx, float epsilon) {
@@ -259,15 +188,9 @@ template <class T>
 __global__ void batchNormParamFinishKernel(const T *x, ChannelView v, ChannelChunks cc, const double *partial,
                                            const float *runningMean, const float *runningVar, float *dscale,
                                            float *dbias, float epsilon, bool training, bool accumulate) {
-  for (int64_t c = firstIndex(); c < v.C; c += gridStride()) {
-    const ChannelSums t = channelSums(partial, cc, c);
-    const ChannelStats st = training ? batchStats(x, v, c, t) : ChannelStats{runningMean[c], runningVar[c]};
-    const double invStd = 1.0 / sqrt(st.var + (double)epsilon);
-    const float scaleGrad = (float)(centredDySum(t, st.mean, channelPivot(x, v, c)) * invStd),
-                biasGrad = (float)t.dy;
-    dscale[c] = accumulate ? dscale[c] + scaleGrad : scaleGrad;
-    dbias[c] = accumulate ? dbias[c] + biasGrad : biasGrad;
-  }
+  for (int64_t c = firstIndex(); c < v.C; c += gridStride())
+    writeParamGrads(x, v, c, channelSums(partial, cc, c), runningMean, runningVar, dscale, dbias, epsilon, training,
+                    accumulate);
 }
 
 /// The channels' partial sums of x (and dy) in the call's scratch: one
@@ -455,11 +378,14 @@ namespace {
 template <class T>
 void batchNormT(const T *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
                 const float *runningVar, T *y, float *newMean, float *newVar, float epsilon, float momentum,
-                bool training, const T *residual, std::optional<Unary> activation) {
+                bool training, const T *residual, std::optional<Unary> activation, bool channelsLast) {
   const char *op = "nn.batch_norm";
-  const ChannelView v = channelView(op, xs);
+  const ChannelView v = channelView(op, xs, channelsLast);
   const NormActivation act = batchNormActivation(op, activation);
   if (v.C == 0) return;
+  if (channelsLast)
+    return batchNormLast(op, x, v, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum,
+                         training, residual, act);
   const ChannelChunks cc = channelChunks(v);
   std::optional<Scratch> scratch; // the partial sums, in training only
   const double *partial = nullptr;
@@ -475,13 +401,15 @@ void batchNormT(const T *x, const Shape &xs, const float *scale, const float *bi
 
 template <class T>
 void batchNormGradT(const T *dy, const T *x, const Shape &xs, const float *scale, const float *runningVar, T *dx,
-                    float epsilon, bool training, const T *y, std::optional<Unary> activation, T *masked) {
+                    float epsilon, bool training, const T *y, std::optional<Unary> activation, T *masked,
+                    bool channelsLast) {
   const char *op = "nn.batch_norm_grad";
-  const ChannelView v = channelView(op, xs);
+  const ChannelView v = channelView(op, xs, channelsLast);
   const NormActivation act = batchNormActivation(op, activation);
   if (act != NormActivation::None && !y) fail(op, "the activation's gradient needs its output y");
   const int64_t total = v.N * v.C * v.inner;
   if (total == 0) return;
+  if (training && channelsLast) return batchNormGradLast(op, dy, x, v, scale, dx, epsilon, y, act, masked);
   if (training) {
     const ChannelChunks cc = channelChunks(v);
     Scratch scratch(op, {}, channelPartialsNeed(v, cc));
@@ -499,15 +427,19 @@ void batchNormGradT(const T *dy, const T *x, const Shape &xs, const float *scale
 
 template <class T>
 void batchNormParamGradT(const T *dy, const T *x, const Shape &xs, const float *runningMean, const float *runningVar,
-                         float *dscale, float *dbias, float epsilon, bool training, bool accumulate) {
+                         float *dscale, float *dbias, float epsilon, bool training, bool accumulate,
+                         bool channelsLast) {
   const char *op = "nn.batch_norm_param_grad";
-  const ChannelView v = channelView(op, xs);
+  const ChannelView v = channelView(op, xs, channelsLast);
   if (v.C == 0 || (v.count() == 0 && accumulate)) return; // accumulate: adding sums of nothing
   if (v.count() == 0) { // sums of nothing
     detail::check(cudaMemsetAsync(dscale, 0, (size_t)v.C * sizeof(float), detail::stream()), op);
     detail::check(cudaMemsetAsync(dbias, 0, (size_t)v.C * sizeof(float), detail::stream()), op);
     return;
   }
+  if (channelsLast)
+    return batchNormParamGradLast(op, dy, x, v, runningMean, runningVar, dscale, dbias, epsilon, training,
+                                  accumulate);
   const ChannelChunks cc = channelChunks(v);
   Scratch scratch(op, {}, channelPartialsNeed(v, cc));
   const double *partial = channelPartials(op, x, dy, v, cc, scratch);
@@ -517,37 +449,57 @@ void batchNormParamGradT(const T *dy, const T *x, const Shape &xs, const float *
 }
 } // namespace
 
+// The float overloads without channelsLast are kernel_api.inc's, which the
+// CPU library shares: NCHW.
 void batchNorm(const float *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
                const float *runningVar, float *y, float *newMean, float *newVar, float epsilon, float momentum,
                bool training, const float *residual, std::optional<Unary> activation) {
   batchNormT(x, xs, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training, residual,
-             activation);
+             activation, false);
+}
+void batchNorm(const float *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
+               const float *runningVar, float *y, float *newMean, float *newVar, float epsilon, float momentum,
+               bool training, const float *residual, std::optional<Unary> activation, bool channelsLast) {
+  batchNormT(x, xs, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training, residual,
+             activation, channelsLast);
 }
 void batchNorm(const bf16 *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
                const float *runningVar, bf16 *y, float *newMean, float *newVar, float epsilon, float momentum,
-               bool training, const bf16 *residual, std::optional<Unary> activation) {
+               bool training, const bf16 *residual, std::optional<Unary> activation, bool channelsLast) {
   batchNormT(x, xs, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum, training, residual,
-             activation);
+             activation, channelsLast);
 }
 void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const float *,
                    const float *runningVar, float *dx, float epsilon, bool training, const float *y,
                    std::optional<Unary> activation, float *maskedDy) {
-  batchNormGradT(dy, x, xs, scale, runningVar, dx, epsilon, training, y, activation, maskedDy);
+  batchNormGradT(dy, x, xs, scale, runningVar, dx, epsilon, training, y, activation, maskedDy, false);
+}
+void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const float *,
+                   const float *runningVar, float *dx, float epsilon, bool training, const float *y,
+                   std::optional<Unary> activation, float *maskedDy, bool channelsLast) {
+  batchNormGradT(dy, x, xs, scale, runningVar, dx, epsilon, training, y, activation, maskedDy, channelsLast);
 }
 void batchNormGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const float *scale, const float *,
                    const float *runningVar, bf16 *dx, float epsilon, bool training, const bf16 *y,
-                   std::optional<Unary> activation, bf16 *maskedDy) {
-  batchNormGradT(dy, x, xs, scale, runningVar, dx, epsilon, training, y, activation, maskedDy);
+                   std::optional<Unary> activation, bf16 *maskedDy, bool channelsLast) {
+  batchNormGradT(dy, x, xs, scale, runningVar, dx, epsilon, training, y, activation, maskedDy, channelsLast);
 }
 void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const float *runningMean,
                         const float *runningVar, float *dscale, float *dbias, float epsilon, bool training,
                         bool accumulate) {
-  batchNormParamGradT(dy, x, xs, runningMean, runningVar, dscale, dbias, epsilon, training, accumulate);
+  batchNormParamGradT(dy, x, xs, runningMean, runningVar, dscale, dbias, epsilon, training, accumulate, false);
+}
+void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const float *runningMean,
+                        const float *runningVar, float *dscale, float *dbias, float epsilon, bool training,
+                        bool accumulate, bool channelsLast) {
+  batchNormParamGradT(dy, x, xs, runningMean, runningVar, dscale, dbias, epsilon, training, accumulate,
+                      channelsLast);
 }
 void batchNormParamGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const float *runningMean,
                         const float *runningVar, float *dscale, float *dbias, float epsilon, bool training,
-                        bool accumulate) {
-  batchNormParamGradT(dy, x, xs, runningMean, runningVar, dscale, dbias, epsilon, training, accumulate);
+                        bool accumulate, bool channelsLast) {
+  batchNormParamGradT(dy, x, xs, runningMean, runningVar, dscale, dbias, epsilon, training, accumulate,
+                      channelsLast);
 }
 
 //===----------------------------------------------------------------------===//

@@ -114,6 +114,14 @@ __global__ void adamwAllKernel(const OptimizerTable table, const pipec_step_cont
 __global__ void toBf16AllKernel(const ConversionTable table) {
   int64_t lo, hi;
   const Bf16Conversion &t = blockTensor(table, lo, hi);
+  if (t.channels > 0) { // [outer, channels, inner] -> [outer, inner, channels]
+    const int64_t block = t.channels * t.inner;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      const int64_t outer = i / block, c = (i / t.inner) % t.channels, s = i % t.inner;
+      t.to[(outer * t.inner + s) * t.channels + c] = bf16(t.from[i]);
+    }
+    return;
+  }
   for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) t.to[i] = bf16(t.from[i]);
 }
 

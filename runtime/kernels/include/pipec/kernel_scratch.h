@@ -61,12 +61,16 @@ using ScratchTarget = ::pipec::Target; // pipec/vocabulary.h
 
 /// nn.conv, nn.conv_input_grad and nn.conv_weight_grad with the operands of
 /// the kernels' signatures (x's shape, w's shape and the attributes).
+/// channelsLast (CUDA only; KernelError for the CPU): xs and ws are the
+/// channels-last shapes [N, d..., C] and [F, k..., C/group] the CUDA
+/// kernels take with channelsLast.
 ScratchNeed convScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
-                        const Dims &pads, const Dims &dilations, int64_t group);
+                        const Dims &pads, const Dims &dilations, int64_t group, bool channelsLast = false);
 ScratchNeed convInputGradScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
-                                 const Dims &pads, const Dims &dilations, int64_t group);
+                                 const Dims &pads, const Dims &dilations, int64_t group, bool channelsLast = false);
 ScratchNeed convWeightGradScratch(ScratchTarget target, const Shape &xs, const Shape &ws, const Dims &strides,
-                                  const Dims &pads, const Dims &dilations, int64_t group, bool accumulate = false);
+                                  const Dims &pads, const Dims &dilations, int64_t group, bool accumulate = false,
+                                  bool channelsLast = false);
 /// nn.attention and nn.attention_grad (query, key and value shapes): a
 /// block of score rows (two for the gradient: P and dz), per thread on the
 /// CPU, for every slice at once on CUDA (plus the rows' dot products of the
@@ -90,9 +94,10 @@ ScratchNeed softmaxCrossEntropyScratch(ScratchTarget target, const Shape &ss, Re
 /// reduces every axis, nn.reduce_sum none).
 ScratchNeed reduceScratch(ScratchTarget target, const Shape &xs, const Dims &axes, bool emptyMeansAll);
 /// nn.max_pool, nn.average_pool and their gradients (`maxPoolGrad` for
-/// nn.max_pool_grad).
+/// nn.max_pool_grad); channelsLast (CUDA only): xs is [N, d..., C].
 ScratchNeed poolScratch(ScratchTarget target, const Shape &xs, const Dims &kernel, const Dims &strides,
-                        const Dims &pads, const Dims &dilations, bool ceilMode, bool maxPoolGrad);
+                        const Dims &pads, const Dims &dilations, bool ceilMode, bool maxPoolGrad,
+                        bool channelsLast = false);
 
 } // namespace pipec::kernels
 

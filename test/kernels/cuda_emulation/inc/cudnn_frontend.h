@@ -61,6 +61,13 @@ inline cudnnStatus_t set_stream(cudnnHandle_t h, cudaStream_t s) {
 
 namespace emu {
 inline long cudnnPlans = 0; // graphs that reached build_plans
+/// The dims and strides of x, w and y (in that order; dx, dw, dy for the
+/// gradients) of the last convolution graph executed, for the tests to see
+/// the layout the graph was given.
+struct ConvTensors {
+  std::vector<int64_t> dims[3], strides[3];
+};
+inline ConvTensors lastConvTensors;
 }
 
 namespace cudnn_frontend {
@@ -296,6 +303,8 @@ public:
       bound[t->uid] = found->second;
     }
     if (get_workspace_size() > 0 && !workspace) emu::die("cuDNN: no workspace for a graph that needs one");
+    if (conv != Conv::None)
+      emu::lastConvTensors = {{X->dims, W->dims, Y->dims}, {X->strides, W->strides, Y->strides}};
     const Graph copy = *this;
     if (emu::recorded(handle->stream, [copy, bound, workspace] {
           ++emu::graphWork; // run by a graph launch

@@ -259,17 +259,44 @@ template <int V, class T> __device__ __forceinline__ void storeElements(T *at, c
 template <class T> void equal(const T *a, const Shape &as, const T *b, const Shape &bs, uint8_t *out) {
   cuda::compare<T>(Binary::Equal, a, as, b, bs, out); // not kernels::compare, which ADL also finds
 }
+/// Channels-last (NHWC) layout (issue 47): with channelsLast the
+/// convolution and pooling calls take the tensors' physical shapes,
+/// activations x, y, dy, dx [N, d..., C] (channel axis last; the global
+/// average pool's y [N, 1..., C]) and convolution weights w, dw
+/// [F, k..., C/group] ("KRSC"); the bias and every attribute (strides,
+/// pads, dilations, kernel: per spatial axis, in order) are unchanged, and
+/// so are the results, transposed. Without it (the default) nothing
+/// changes. The float convolutions, nn.max_pool_grad and
+/// nn.global_average_pool are pipec/kernel_api.inc's, shared with the CPU
+/// library (which has no channels-last kernels): the five overloads below
+/// are their channelsLast versions (no default: a call without the flag is
+/// kernel_api.inc's). The scratch queries take the same flag
+/// (pipec/kernel_scratch.h).
+void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, const float *bias, float *y,
+          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group, const Workspace &scratch,
+          bool channelsLast);
+void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shape &ws, float *dx, const Shape &xs,
+                   const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+                   const Workspace &scratch, bool channelsLast);
+void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Shape &xs, float *dw, const Shape &ws,
+                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+                    const Workspace &scratch, bool accumulate, bool channelsLast);
+void maxPoolGrad(const float *dy, const float *x, const Shape &xs, float *dx, const Dims &kernel,
+                 const Dims &strides, const Dims &pads, const Dims &dilations, bool ceilMode,
+                 const Workspace &scratch, bool channelsLast);
+void globalAveragePool(const float *x, const Shape &xs, float *y, bool channelsLast);
 /// nn.max_pool: padding never wins (it is -infinity). y has pipec::kernels::poolOutputShape (cpu_kernels.h).
 void maxPool(const float *x, const Shape &xs, float *y, const Dims &kernel, const Dims &strides,
-             const Dims &pads, const Dims &dilations, bool ceilMode);
+             const Dims &pads, const Dims &dilations, bool ceilMode, bool channelsLast = false);
 /// nn.average_pool: the divisor counts the window's positions inside the
 /// input, or with countIncludePad inside the padded input (positions past
 /// the end padding, which only ceil mode creates, never count).
 void averagePool(const float *x, const Shape &xs, float *y, const Dims &kernel, const Dims &strides,
-                 const Dims &pads, bool ceilMode, bool countIncludePad);
+                 const Dims &pads, bool ceilMode, bool countIncludePad, bool channelsLast = false);
 /// nn.average_pool_grad: dx (shape xs) from dy.
 void averagePoolGrad(const float *dy, float *dx, const Shape &xs, const Dims &kernel,
-                     const Dims &strides, const Dims &pads, bool ceilMode, bool countIncludePad);
+                     const Dims &strides, const Dims &pads, bool ceilMode, bool countIncludePad,
+                     bool channelsLast = false);
 /// nn.reduce_sum over sorted, unique, non-negative axes (keepdims does not
 /// change the data). No axes: a copy. With accumulate each sum (rounded to
 /// float) is added into y (a parameter's gradient buffer).
@@ -286,11 +313,15 @@ void reduceMean(const float *x, const Shape &xs, const Dims &axes, float *y);
 // expand) are also instantiated for bf16 (cast: float <-> bf16).
 //===----------------------------------------------------------------------===//
 
-/// One float32 -> bf16 conversion of toBf16All: to[i] = bf16(from[i]), i < n.
+/// One float32 -> bf16 conversion of toBf16All: to[i] = bf16(from[i]), i < n;
+/// with `channels` (> 0) the copy is also moved channels-last: from is
+/// [outer, channels, inner] and to [outer, inner, channels] (a convolution
+/// weight or image that pipec-channels-last transposes, docs/cuda-codegen.md).
 struct Bf16Conversion {
   const float *from;
   bf16 *to;
   int64_t n;
+  int64_t channels = 0, inner = 1;
 };
 /// Every conversion of the table, one launch per 64 tensors (the table is
 /// the kernel's argument, as adamwUpdateAll's): the bf16 copies of the
@@ -377,34 +408,54 @@ void attentionGrad(const bf16 *dy, const bf16 *q, const Shape &qs, const bf16 *k
 /// buffer (cuDNN computes it in bf16, as its bf16 configuration does:
 /// docs/cuda-kernels.md).
 void conv(const bf16 *x, const Shape &xs, const bf16 *w, const Shape &ws, const float *bias, bf16 *y,
-          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group, const Workspace &scratch = {});
+          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group, const Workspace &scratch = {},
+          bool channelsLast = false);
 void convInputGrad(const bf16 *dy, const Shape &dys, const bf16 *w, const Shape &ws, bf16 *dx, const Shape &xs,
                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
-                   const Workspace &scratch = {});
+                   const Workspace &scratch = {}, bool channelsLast = false);
 void convWeightGrad(const bf16 *dy, const Shape &dys, const bf16 *x, const Shape &xs, float *dw, const Shape &ws,
                     const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
-                    const Workspace &scratch = {}, bool accumulate = false);
+                    const Workspace &scratch = {}, bool accumulate = false, bool channelsLast = false);
+/// Batch norm with channelsLast (issue 47): x, y, dy, dx, the residual, the
+/// activation's output y and maskedDy are [N, d..., C] (channel axis last;
+/// rank 2 [N, C] is the same either way), statistics per channel over every
+/// other axis; the per-channel parameters, statistics and gradients [C] and
+/// every other semantic as without it (the default, pipec/kernel_api.inc's
+/// float functions, which the CPU library shares: these float overloads are
+/// CUDA's only).
+void batchNorm(const float *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
+               const float *runningVar, float *y, float *newMean, float *newVar, float epsilon, float momentum,
+               bool training, const float *residual, std::optional<Unary> activation, bool channelsLast);
+void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float *scale, const float *runningMean,
+                   const float *runningVar, float *dx, float epsilon, bool training, const float *y,
+                   std::optional<Unary> activation, float *maskedDy, bool channelsLast);
+void batchNormParamGrad(const float *dy, const float *x, const Shape &xs, const float *runningMean,
+                        const float *runningVar, float *dscale, float *dbias, float epsilon, bool training,
+                        bool accumulate, bool channelsLast);
 /// Batch norm on bf16 x/y/dy/dx; scale, bias, running and new statistics,
 /// dscale and dbias float.
 void batchNorm(const bf16 *x, const Shape &xs, const float *scale, const float *bias, const float *runningMean,
                const float *runningVar, bf16 *y, float *newMean, float *newVar, float epsilon, float momentum,
-               bool training, const bf16 *residual = nullptr, std::optional<Unary> activation = std::nullopt);
+               bool training, const bf16 *residual = nullptr, std::optional<Unary> activation = std::nullopt,
+               bool channelsLast = false);
 void batchNormGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const float *scale, const float *runningMean,
                    const float *runningVar, bf16 *dx, float epsilon, bool training, const bf16 *y = nullptr,
-                   std::optional<Unary> activation = std::nullopt, bf16 *maskedDy = nullptr);
+                   std::optional<Unary> activation = std::nullopt, bf16 *maskedDy = nullptr,
+                   bool channelsLast = false);
 void batchNormParamGrad(const bf16 *dy, const bf16 *x, const Shape &xs, const float *runningMean,
                         const float *runningVar, float *dscale, float *dbias, float epsilon, bool training,
-                        bool accumulate = false);
+                        bool accumulate = false, bool channelsLast = false);
 /// Pooling on bf16 tensors (window sums and means in float, rounded once).
 void maxPool(const bf16 *x, const Shape &xs, bf16 *y, const Dims &kernel, const Dims &strides, const Dims &pads,
-             const Dims &dilations, bool ceilMode);
+             const Dims &dilations, bool ceilMode, bool channelsLast = false);
 void maxPoolGrad(const bf16 *dy, const bf16 *x, const Shape &xs, bf16 *dx, const Dims &kernel, const Dims &strides,
-                 const Dims &pads, const Dims &dilations, bool ceilMode, const Workspace &scratch = {});
+                 const Dims &pads, const Dims &dilations, bool ceilMode, const Workspace &scratch = {},
+                 bool channelsLast = false);
 void averagePool(const bf16 *x, const Shape &xs, bf16 *y, const Dims &kernel, const Dims &strides,
-                 const Dims &pads, bool ceilMode, bool countIncludePad);
+                 const Dims &pads, bool ceilMode, bool countIncludePad, bool channelsLast = false);
 void averagePoolGrad(const bf16 *dy, bf16 *dx, const Shape &xs, const Dims &kernel, const Dims &strides,
-                     const Dims &pads, bool ceilMode, bool countIncludePad);
-void globalAveragePool(const bf16 *x, const Shape &xs, bf16 *y);
+                     const Dims &pads, bool ceilMode, bool countIncludePad, bool channelsLast = false);
+void globalAveragePool(const bf16 *x, const Shape &xs, bf16 *y, bool channelsLast = false);
 
 /// Cross-entropy on bf16 scores; the loss (and dloss) stay float.
 template <class L>

@@ -1,0 +1,234 @@
+// pipec-channels-last: convolutional regions of CUDA stages stored
+// channels-last ([N, spatial..., C]), the layout conversions at the regions'
+// edges (docs/optimization.md, "Channels last").
+#include "passes/Passes.h"
+#include "passes/Transforms/PatternRewrites.h"
+
+#include "dialects/nn/NNDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallPtrSet.h"
+
+namespace pipec::passes {
+#define GEN_PASS_DEF_CHANNELSLAST
+#include "passes/Passes.h.inc"
+} // namespace pipec::passes
+
+using namespace mlir;
+
+namespace pipec::passes {
+namespace {
+
+RankedTensorType rankedOf(Value value) { return llvm::dyn_cast<RankedTensorType>(value.getType()); }
+
+/// Whether `value` is a tensor the layout applies to: rank 3 or more.
+bool spatialTensor(Value value) {
+  RankedTensorType type = rankedOf(value);
+  return type && type.hasStaticShape() && type.getRank() >= 3;
+}
+
+/// The ops that take `channels_last` (their kernels read and write either
+/// layout, docs/cuda-kernels.md): the convolutions start a region, the others
+/// join one whose tensor they read.
+bool startsRegion(Operation *op) {
+  return llvm::isa<nn::ConvOp, nn::ConvInputGradOp>(op) && spatialTensor(op->getResult(0));
+}
+bool takesLayoutAttr(Operation *op) {
+  return llvm::isa<nn::ConvOp, nn::ConvInputGradOp, nn::BatchNormOp, nn::MaxPoolOp, nn::AveragePoolOp,
+                   nn::GlobalAveragePoolOp>(op);
+}
+
+/// Ops whose meaning does not depend on the layout when every tensor
+/// operand has the result's shape: element-wise functions and selections.
+/// (A dropout does depend: its mask is drawn per element index.)
+bool elementwiseOfOneShape(Operation *op) {
+  if (!llvm::isa<nn::UnaryElementwiseOpInterface, nn::BinaryElementwiseOpInterface, nn::WhereOp>(op) ||
+      op->getNumResults() != 1 || !spatialTensor(op->getResult(0)))
+    return false;
+  auto shape = rankedOf(op->getResult(0)).getShape();
+  return llvm::all_of(op->getOperands(), [&](Value operand) {
+    RankedTensorType type = rankedOf(operand);
+    return type && type.getShape() == shape;
+  });
+}
+
+/// Data movement along axes that the layout renumbers: its axis attributes
+/// are rewritten (axesRenumbered).
+bool movesAlongAxes(Operation *op) {
+  if (!llvm::isa<nn::ConcatOp, nn::SplitOp, nn::PadOp, nn::SliceOp>(op) || !spatialTensor(op->getOperand(0)))
+    return false;
+  const int64_t rank = rankedOf(op->getOperand(0)).getRank();
+  return llvm::all_of(op->getOperands(), [&](Value operand) {
+    RankedTensorType type = rankedOf(operand);
+    return type && type.hasStaticShape() && type.getRank() == rank;
+  });
+}
+
+/// The channels-last position of channels-first axis `axis`.
+int64_t storedAxis(int64_t axis, int64_t rank) {
+  const SmallVector<int64_t> perm = nn::toChannelsLast(rank);
+  return std::find(perm.begin(), perm.end(), axis) - perm.begin();
+}
+
+/// Per-axis values (one per channels-first axis) in channels-last order.
+SmallVector<int64_t> storedPerAxis(ArrayRef<int64_t> values) {
+  SmallVector<int64_t> stored;
+  for (int64_t axis : nn::toChannelsLast(values.size()))
+    stored.push_back(values[axis]);
+  return stored;
+}
+
+/// `op`'s attributes for its channels-last form.
+void rewriteAttributes(Operation *op, OperationState &state, Builder &builder) {
+  if (takesLayoutAttr(op))
+    state.attributes.set("channels_last", builder.getBoolAttr(true));
+  const int64_t rank = rankedOf(op->getOperand(0)).getRank();
+  if (auto concat = llvm::dyn_cast<nn::ConcatOp>(op)) {
+    const int64_t axis = *nn::normalizeAxis(concat.getAxis(), rank);
+    state.attributes.set(concat.getAxisAttrName(), builder.getI64IntegerAttr(storedAxis(axis, rank)));
+  } else if (auto split = llvm::dyn_cast<nn::SplitOp>(op)) {
+    const int64_t axis = *nn::normalizeAxis(split.getAxis(), rank);
+    state.attributes.set(split.getAxisAttrName(), builder.getI64IntegerAttr(storedAxis(axis, rank)));
+  } else if (auto pad = llvm::dyn_cast<nn::PadOp>(op)) {
+    ArrayRef<int64_t> pads = pad.getPads();
+    SmallVector<int64_t> stored = storedPerAxis(pads.take_front(rank));
+    stored.append(storedPerAxis(pads.drop_front(rank)));
+    state.attributes.set(pad.getPadsAttrName(), builder.getDenseI64ArrayAttr(stored));
+  } else if (auto slice = llvm::dyn_cast<nn::SliceOp>(op)) {
+    state.attributes.set(slice.getStartsAttrName(), builder.getDenseI64ArrayAttr(storedPerAxis(slice.getStarts())));
+    state.attributes.set(slice.getEndsAttrName(), builder.getDenseI64ArrayAttr(storedPerAxis(slice.getEnds())));
+    state.attributes.set(slice.getStepsAttrName(), builder.getDenseI64ArrayAttr(storedPerAxis(slice.getSteps())));
+  }
+}
+
+/// Rewrites one block's ops into channels-last regions.
+class RegionBuilder {
+public:
+  explicit RegionBuilder(Block &block) : block(block) {}
+
+  void run() {
+    for (Operation &op : llvm::make_early_inc_range(block.without_terminator()))
+      if (joinsRegion(&op))
+        rewrite(&op);
+    // The conversions back that only region ops read were replaced by the
+    // stored values themselves.
+    for (Operation *conversion : backConversions)
+      if (conversion->use_empty())
+        conversion->erase();
+      else
+        ++conversionsKept;
+  }
+
+  int64_t regionOps = 0, conversionsKept = 0, conversionsIn = 0;
+
+private:
+  bool isStored(Value value) const { return stored.count(value); }
+
+  /// Whether `op` runs channels-last: a convolution, or an op the layout
+  /// does not change that reads a channels-last tensor.
+  bool joinsRegion(Operation *op) const {
+    if (op->getNumRegions())
+      return false;
+    if (startsRegion(op))
+      return true;
+    const bool readsStored = llvm::any_of(op->getOperands(), [&](Value v) { return isStored(v); });
+    if (!readsStored)
+      return false;
+    if (llvm::isa<nn::BatchNormOp, nn::MaxPoolOp, nn::AveragePoolOp, nn::GlobalAveragePoolOp>(op))
+      return isStored(op->getOperand(0));
+    return elementwiseOfOneShape(op) || movesAlongAxes(op);
+  }
+
+  /// `value` in the other layout, next to `anchor`: a view when only axes
+  /// of size 1 move (the bytes are in the same order), else a transpose.
+  Value converted(OpBuilder &builder, Value value, bool toChannelsLast, Operation *anchor) {
+    RankedTensorType type = rankedOf(value);
+    const int64_t rank = type.getRank();
+    SmallVector<int64_t> perm = toChannelsLast ? nn::toChannelsLast(rank) : nn::toChannelsFirst(rank);
+    SmallVector<int64_t> shape;
+    for (int64_t axis : perm)
+      shape.push_back(type.getDimSize(axis));
+    SmallVector<int64_t> moved; // the axes of more than one element, in their new order
+    for (int64_t axis : perm)
+      if (type.getDimSize(axis) != 1)
+        moved.push_back(axis);
+    Operation *conversion;
+    if (llvm::is_sorted(moved))
+      conversion = nn::ReshapeOp::create(builder, anchor->getLoc(), type.clone(shape), value);
+    else
+      conversion = nn::TransposeOp::create(builder, anchor->getLoc(), value, perm);
+    inheritPlacement(anchor, conversion, /*withCost=*/false);
+    return conversion->getResult(0);
+  }
+
+  /// The channels-last form of `value` for a region op: the stored value
+  /// behind a conversion back, else a conversion in before `user`, made once.
+  Value storedFormOf(Value value, Operation *user) {
+    if (auto it = stored.find(value); it != stored.end())
+      return it->second;
+    if (auto it = convertedIn.find(value); it != convertedIn.end())
+      return it->second;
+    OpBuilder builder(user);
+    Value form = converted(builder, value, /*toChannelsLast=*/true, user);
+    ++conversionsIn;
+    convertedIn[value] = form;
+    return form;
+  }
+
+  void rewrite(Operation *op) {
+    OpBuilder builder(op);
+    OperationState state(op->getLoc(), op->getName());
+    for (Value operand : op->getOperands())
+      state.addOperands(spatialTensor(operand) ? storedFormOf(operand, op) : operand);
+    state.addAttributes(op->getAttrs());
+    rewriteAttributes(op, state, builder);
+    for (Value result : op->getResults()) {
+      RankedTensorType type = rankedOf(result);
+      state.addTypes(spatialTensor(result) ? type.clone(nn::storedShape(type.getShape(), true)) : result.getType());
+    }
+    Operation *channelsLast = builder.create(state);
+    inheritPlacement(op, channelsLast, /*withCost=*/true);
+    ++regionOps;
+    builder.setInsertionPointAfter(channelsLast);
+    for (auto [old, now] : llvm::zip(op->getResults(), channelsLast->getResults())) {
+      if (!spatialTensor(old)) {
+        old.replaceAllUsesWith(now);
+        continue;
+      }
+      // Readers outside the region read it channels-first; region ops
+      // that come later read `now` (storedFormOf).
+      Value back = converted(builder, now, /*toChannelsLast=*/false, channelsLast);
+      backConversions.push_back(back.getDefiningOp());
+      stored[back] = now;
+      old.replaceAllUsesWith(back);
+    }
+    op->erase();
+  }
+
+  Block &block;
+  /// A conversion back of a region op's result -> that result.
+  llvm::DenseMap<Value, Value> stored;
+  /// A tensor from outside a region -> its conversion in.
+  llvm::DenseMap<Value, Value> convertedIn;
+  SmallVector<Operation *> backConversions;
+};
+
+struct ChannelsLast : impl::ChannelsLastBase<ChannelsLast> {
+  using Base::Base;
+  void runOnOperation() override {
+    getOperation()->walk([&](func::FuncOp function) {
+      if (function.isExternal())
+        return;
+      RegionBuilder builder(function.getBody().front());
+      builder.run();
+      numRegionOps += builder.regionOps;
+      numConversions += builder.conversionsKept + builder.conversionsIn;
+    });
+  }
+};
+
+} // namespace
+
+} // namespace pipec::passes

@@ -1,0 +1,67 @@
+// RUN: pipec-opt %s --pipec-channels-last --split-input-file | FileCheck %s
+
+// A ResNet stem: the input and the weight are transposed in, the conv, the
+// norm, the ReLU, the residual add and the pools run channels-last, and the
+// global pool's [N, 1, 1, C] goes back by a reshape (only size-1 axes move).
+// A returned region tensor is converted back once, next to its producer.
+// CHECK-LABEL: func.func @stem
+// CHECK: %[[X:.*]] = nn.transpose %arg0 {perm = array<i64: 0, 2, 3, 1>} : (tensor<2x3x8x8xf32>) -> tensor<2x8x8x3xf32>
+// CHECK: %[[W:.*]] = nn.transpose %arg1 {perm = array<i64: 0, 2, 3, 1>} : (tensor<4x3x3x3xf32>) -> tensor<4x3x3x3xf32>
+// CHECK: %[[Y:.*]] = nn.conv %[[X]], %[[W]] {channels_last = true, {{.*}}} : (tensor<2x8x8x3xf32>, tensor<4x3x3x3xf32>) -> tensor<2x8x8x4xf32>
+// CHECK: %[[N:.*]], %{{.*}}, %{{.*}} = nn.batch_norm %[[Y]], {{.*}} {channels_last = true, training = true} : (tensor<2x8x8x4xf32>, {{.*}}) -> (tensor<2x8x8x4xf32>, tensor<4xf32>, tensor<4xf32>)
+// CHECK: %[[R:.*]] = nn.relu %[[N]] : tensor<2x8x8x4xf32>
+// CHECK: %[[RB:.*]] = nn.transpose %[[R]] {perm = array<i64: 0, 3, 1, 2>} : (tensor<2x8x8x4xf32>) -> tensor<2x4x8x8xf32>
+// CHECK: %[[A:.*]] = nn.add %[[R]], %[[Y]] : (tensor<2x8x8x4xf32>, tensor<2x8x8x4xf32>) -> tensor<2x8x8x4xf32>
+// CHECK: %[[P:.*]] = nn.max_pool %[[A]] {channels_last = true, {{.*}}} : (tensor<2x8x8x4xf32>) -> tensor<2x4x4x4xf32>
+// CHECK: %[[G:.*]] = nn.global_average_pool %[[P]] {channels_last = true} : (tensor<2x4x4x4xf32>) -> tensor<2x1x1x4xf32>
+// CHECK: %[[GB:.*]] = nn.reshape %[[G]] : tensor<2x1x1x4xf32> -> tensor<2x4x1x1xf32>
+// CHECK: %[[F:.*]] = nn.flatten %[[GB]]
+// CHECK-NOT: nn.transpose
+// CHECK: return %[[F]], %[[RB]]
+func.func @stem(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %s: tensor<4xf32>, %b: tensor<4xf32>, %m: tensor<4xf32>, %v: tensor<4xf32>) -> (tensor<2x4xf32>, tensor<2x4x8x8xf32>) {
+  %y = nn.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>} : (tensor<2x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<2x4x8x8xf32>
+  %n, %nm, %nv = nn.batch_norm %y, %s, %b, %m, %v {training = true} : (tensor<2x4x8x8xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<2x4x8x8xf32>, tensor<4xf32>, tensor<4xf32>)
+  %r = nn.relu %n : tensor<2x4x8x8xf32>
+  %a = nn.add %r, %y : (tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %p = nn.max_pool %a {kernel_shape = array<i64: 2, 2>, strides = array<i64: 2, 2>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<2x4x8x8xf32>) -> tensor<2x4x4x4xf32>
+  %g = nn.global_average_pool %p : (tensor<2x4x4x4xf32>) -> tensor<2x4x1x1xf32>
+  %f = nn.flatten %g : (tensor<2x4x1x1xf32>) -> tensor<2x4xf32>
+  return %f, %r : tensor<2x4xf32>, tensor<2x4x8x8xf32>
+}
+
+// -----
+
+// Concat along the channels (DenseNet, Inception) becomes a concat of the
+// last axis; a pad's and a slice's per-axis attributes are reordered; a
+// depthwise convolution's weight [C, 1, k, k] becomes [C, k, k, 1].
+// CHECK-LABEL: func.func @axes
+// CHECK: nn.conv {{.*}} {channels_last = true, {{.*}}group = 4 : i64{{.*}}} : (tensor<1x6x6x4xf32>, tensor<4x3x3x1xf32>) -> tensor<1x6x6x4xf32>
+// CHECK: %[[C:.*]] = nn.concat {{.*}} {axis = 3 : i64} : (tensor<1x6x6x4xf32>, tensor<1x6x6x4xf32>) -> tensor<1x6x6x8xf32>
+// CHECK: nn.pad %[[C]] {pads = array<i64: 0, 1, 2, 0, 0, 3, 4, 0>} : (tensor<1x6x6x8xf32>) -> tensor<1x10x12x8xf32>
+// CHECK: nn.slice {{.*}} {ends = array<i64: 1, 10, 12, 4>, starts = array<i64: 0, 0, 0, 0>, steps = array<i64: 1, 1, 1, 1>} : (tensor<1x10x12x8xf32>) -> tensor<1x10x12x4xf32>
+// CHECK: nn.transpose {{.*}} {perm = array<i64: 0, 3, 1, 2>} : (tensor<1x10x12x4xf32>) -> tensor<1x4x10x12xf32>
+func.func @axes(%x: tensor<1x4x6x6xf32>, %w: tensor<4x1x3x3xf32>) -> tensor<1x4x10x12xf32> {
+  %y = nn.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 4 : i64} : (tensor<1x4x6x6xf32>, tensor<4x1x3x3xf32>) -> tensor<1x4x6x6xf32>
+  %c = nn.concat %y, %y {axis = 1 : i64} : (tensor<1x4x6x6xf32>, tensor<1x4x6x6xf32>) -> tensor<1x8x6x6xf32>
+  %p = nn.pad %c {pads = array<i64: 0, 0, 1, 2, 0, 0, 3, 4>} : (tensor<1x8x6x6xf32>) -> tensor<1x8x10x12xf32>
+  %s = nn.slice %p {starts = array<i64: 0, 0, 0, 0>, ends = array<i64: 1, 4, 10, 12>, steps = array<i64: 1, 1, 1, 1>} : (tensor<1x8x10x12xf32>) -> tensor<1x4x10x12xf32>
+  return %s : tensor<1x4x10x12xf32>
+}
+
+// -----
+
+// Left alone: a bias broadcast over the channels reads the region's tensor
+// channels-first (the add is not element-wise of one shape), and a dropout,
+// whose mask is drawn per element index, does too. A 1-D convolution's
+// region is [N, L, C].
+// CHECK-LABEL: func.func @edges
+// CHECK: %[[Y:.*]] = nn.conv {{.*}} -> tensor<2x5x3xf32>
+// CHECK: %[[YB:.*]] = nn.transpose %[[Y]] {perm = array<i64: 0, 2, 1>} : (tensor<2x5x3xf32>) -> tensor<2x3x5xf32>
+// CHECK: nn.add %[[YB]], %arg2 : (tensor<2x3x5xf32>, tensor<3x1xf32>) -> tensor<2x3x5xf32>
+// CHECK: nn.dropout %[[YB]]
+func.func @edges(%x: tensor<2x4x5xf32>, %w: tensor<3x4x1xf32>, %bias: tensor<3x1xf32>) -> (tensor<2x3x5xf32>, tensor<2x3x5xf32>) {
+  %y = nn.conv %x, %w {strides = array<i64: 1>, pads = array<i64: 0, 0>, dilations = array<i64: 1>} : (tensor<2x4x5xf32>, tensor<3x4x1xf32>) -> tensor<2x3x5xf32>
+  %a = nn.add %y, %bias : (tensor<2x3x5xf32>, tensor<3x1xf32>) -> tensor<2x3x5xf32>
+  %d, %mask = nn.dropout %y {ratio = 0.1 : f32, training = true} : (tensor<2x3x5xf32>) -> (tensor<2x3x5xf32>, tensor<2x3x5xi1>)
+  return %a, %d : tensor<2x3x5xf32>, tensor<2x3x5xf32>
+}
