@@ -386,9 +386,12 @@ def ChannelsLast : Pass<"pipec-channels-last", "mlir::ModuleOp"> {
     autodiff (docs/optimization.md, "Channels last"). Every nn.conv and
     nn.conv_input_grad (ConvTranspose) of rank 3 or more starts a region; a
     batch norm, max, average or global average pool that reads a region's
-    tensor joins it, and so do element-wise ops whose operands all have the
-    result's shape (not dropout, whose mask is drawn per element index) and
-    concat, split, pad and slice, whose axes are renumbered. Region ops get
+    tensor joins it, and so do element-wise ops whose operands have the
+    result's shape or broadcast to it (a squeeze-excitation's scale; not
+    dropout, whose mask is drawn per element index) and concat, split, pad
+    and slice, whose axes are renumbered. A model's own transpose of a
+    region tensor, or into one, is composed with the conversion: one move,
+    or none (ConvNeXt's permutes). Region ops get
     `channels_last` and tensors of rank 3 or more [N, spatial..., C]; a
     convolution's weight is read through a transpose to [K, kernel...,
     C/group]. A tensor from outside is converted in once, next to its first
@@ -411,6 +414,7 @@ def ChannelsLast : Pass<"pipec-channels-last", "mlir::ModuleOp"> {
   let statistics = [
     Statistic<"numRegionOps", "region-ops", "Number of ops rewritten to store their tensors channels-last">,
     Statistic<"numConversions", "conversions", "Number of layout conversions at the regions' edges">,
+    Statistic<"numFolded", "folded", "Number of the model's transposes of a region tensor folded into one move">,
   ];
 }
 

@@ -10,7 +10,9 @@
 #include "analysis/Partition/PlanJson.h"
 #include "analysis/Schedule/Schedule.h"
 #include "dialects/nn/NNDialect.h"
+#include "dialects/pipe/PipeDialect.h"
 #include "passes/Passes.h"
+#include "runtime/include/pipec/conv_engines.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/AsmState.h"
@@ -161,6 +163,43 @@ void printSummary(mlir::ModuleOp module, const std::string &path, llvm::raw_ostr
 /// A compile that does not print the summary still gives the importer's
 /// notes and says which floating initializers it does not train (the
 /// summary says why).
+/// For CUDA stages, where the model's convolutions run (pipec/conv_engines.h
+/// holds the rule the kernel library applies): cuDNN's graphs, or pipec's
+/// kernels and why, the first few named. A shape cuDNN declines when the
+/// run builds its plan is known only then; piperun names it on stderr.
+void printConvolutionEngines(mlir::ModuleOp module, const CompileOptions &options, std::ostream &os) {
+  if (options.job.target != Target::Cuda)
+    return;
+  const bool bf16 = options.costs.precision == Precision::BF16, f32 = options.costs.precision == Precision::F32;
+  int64_t onCudnn = 0;
+  std::map<std::string, std::vector<std::string>> fallbacks; // reason -> ONNX nodes
+  module.walk([&](mlir::Operation *op) {
+    // The model's convolutions: a Conv's forward or a ConvTranspose's
+    // (nn.conv_input_grad); their gradients run where they do.
+    if (!llvm::isa<nn::ConvOp, nn::ConvInputGradOp>(op) || pipe::phaseOf(op).value_or(pipe::Phase::Fwd) != pipe::Phase::Fwd)
+      return;
+    auto result = llvm::cast<mlir::RankedTensorType>(op->getResult(0).getType());
+    auto input = llvm::cast<mlir::RankedTensorType>(op->getOperand(0).getType());
+    const bool empty = result.getNumElements() == 0 || input.getNumElements() == 0;
+    if (const char *why = conv_engines::staticFallback(result.getRank() - 2, bf16, f32, empty))
+      fallbacks[why].push_back(nn::nodeName(op->getLoc()).value_or("?").str());
+    else
+      ++onCudnn;
+  });
+  if (onCudnn == 0 && fallbacks.empty())
+    return;
+  os << "convolutions: " << onCudnn << " on cuDNN's graphs"
+     << (onCudnn && options.optLevel == passes::OptLevel::O2 ? ", channels-last" : "")
+     << (onCudnn ? " (a shape cuDNN declines at run time runs on pipec's kernels; piperun names it)" : "");
+  for (const auto &[why, nodes] : fallbacks) {
+    os << "; " << nodes.size() << " on pipec's kernels: " << why << " (";
+    for (size_t i = 0; i < nodes.size() && i < 3; ++i)
+      os << (i ? ", " : "") << nodes[i];
+    os << (nodes.size() > 3 ? ", ...)" : ")");
+  }
+  os << "\n";
+}
+
 void printImportNotes(mlir::ModuleOp module, const std::string &path, llvm::raw_ostream &errs) {
   if (auto notes = module->getAttrOfType<mlir::ArrayAttr>(nn::kImportNotesAttrName))
     for (mlir::Attribute note : notes)
@@ -487,6 +526,7 @@ int runCompiler(const CompileOptions &given, llvm::raw_ostream &outs, llvm::raw_
   } else {
     std::ostringstream text;
     planner::printPlan(text, planning.table, planning.topology, plan);
+    printConvolutionEngines(*module, options, text);
     outs << text.str();
   }
   if (options.partition().outDir.empty())

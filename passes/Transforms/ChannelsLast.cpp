@@ -40,18 +40,27 @@ bool takesLayoutAttr(Operation *op) {
                    nn::GlobalAveragePoolOp>(op);
 }
 
-/// Ops whose meaning does not depend on the layout when every tensor
-/// operand has the result's shape: element-wise functions and selections.
+/// Element-wise functions and selections, whose meaning does not depend on
+/// the layout when each operand is moved as the result is: one of the
+/// result's shape, or one that broadcasts to it (a squeeze-excitation's
+/// [N, C, 1, 1] scale, a [C, 1, 1] bias), first given the result's rank.
 /// (A dropout does depend: its mask is drawn per element index.)
-bool elementwiseOfOneShape(Operation *op) {
+bool elementwiseBroadcast(Operation *op) {
   if (!llvm::isa<nn::UnaryElementwiseOpInterface, nn::BinaryElementwiseOpInterface, nn::WhereOp>(op) ||
       op->getNumResults() != 1 || !spatialTensor(op->getResult(0)))
     return false;
   auto shape = rankedOf(op->getResult(0)).getShape();
   return llvm::all_of(op->getOperands(), [&](Value operand) {
     RankedTensorType type = rankedOf(operand);
-    return type && type.getShape() == shape;
+    return type && type.hasStaticShape() && nn::broadcastsTo(type.getShape(), shape);
   });
+}
+
+/// Whether every element of `value` stands for the whole tensor it
+/// broadcasts to along each axis (a scalar, [1], [1, 1, 1]): any layout.
+bool layoutFree(Value value) {
+  RankedTensorType type = rankedOf(value);
+  return type && llvm::all_of(type.getShape(), [](int64_t d) { return d == 1; });
 }
 
 /// Data movement along axes that the layout renumbers: its axis attributes
@@ -112,6 +121,17 @@ public:
     for (Operation &op : llvm::make_early_inc_range(block.without_terminator()))
       if (joinsRegion(&op))
         rewrite(&op);
+    // A model's own transpose of a region tensor (ConvNeXt's permute to
+    // [N, H, W, C]) moves the stored tensor once, or not at all.
+    for (Operation *conversion : backConversions)
+      if (auto back = llvm::dyn_cast<nn::TransposeOp>(conversion))
+        for (Operation *user : llvm::make_early_inc_range(back->getUsers()))
+          if (auto transpose = llvm::dyn_cast<nn::TransposeOp>(user)) {
+            OpBuilder builder(transpose);
+            transpose.getResult().replaceAllUsesWith(composed(builder, back, transpose.getPerm(), transpose));
+            transpose->erase();
+            ++transposesFolded;
+          }
     // The conversions back that only region ops read were replaced by the
     // stored values themselves.
     for (Operation *conversion : backConversions)
@@ -121,7 +141,7 @@ public:
         ++conversionsKept;
   }
 
-  int64_t regionOps = 0, conversionsKept = 0, conversionsIn = 0;
+  int64_t regionOps = 0, conversionsKept = 0, conversionsIn = 0, transposesFolded = 0;
 
 private:
   bool isStored(Value value) const { return stored.count(value); }
@@ -138,7 +158,7 @@ private:
       return false;
     if (llvm::isa<nn::BatchNormOp, nn::MaxPoolOp, nn::AveragePoolOp, nn::GlobalAveragePoolOp>(op))
       return isStored(op->getOperand(0));
-    return elementwiseOfOneShape(op) || movesAlongAxes(op);
+    return elementwiseBroadcast(op) || movesAlongAxes(op);
   }
 
   /// `value` in the other layout, next to `anchor`: a view when only axes
@@ -164,24 +184,60 @@ private:
   }
 
   /// The channels-last form of `value` for a region op: the stored value
-  /// behind a conversion back, else a conversion in before `user`, made once.
+  /// behind a conversion back, else a conversion in before `user`, made once
+  /// (of the model's own transpose, one transpose: ConvNeXt's permutes).
   Value storedFormOf(Value value, Operation *user) {
     if (auto it = stored.find(value); it != stored.end())
       return it->second;
     if (auto it = convertedIn.find(value); it != convertedIn.end())
       return it->second;
     OpBuilder builder(user);
-    Value form = converted(builder, value, /*toChannelsLast=*/true, user);
+    Value form;
+    const int64_t rank = rankedOf(value).getRank();
+    if (auto transpose = value.getDefiningOp<nn::TransposeOp>())
+      form = composed(builder, transpose, nn::toChannelsLast(rank), user);
+    else
+      form = converted(builder, value, /*toChannelsLast=*/true, user);
     ++conversionsIn;
     convertedIn[value] = form;
     return form;
+  }
+
+  /// transpose(transpose(x, inner), outer) as one move of x: x itself when
+  /// the two cancel.
+  Value composed(OpBuilder &builder, nn::TransposeOp inner, ArrayRef<int64_t> outer, Operation *anchor) {
+    SmallVector<int64_t> perm;
+    for (int64_t axis : outer)
+      perm.push_back(inner.getPerm()[axis]);
+    Value x = inner.getInput();
+    if (llvm::equal(perm, llvm::seq<int64_t>(0, perm.size())))
+      return x;
+    auto move = nn::TransposeOp::create(builder, anchor->getLoc(), x, perm);
+    inheritPlacement(anchor, move, /*withCost=*/false);
+    return move;
+  }
+
+  /// An operand of a region op in its channels-last form: a broadcast one
+  /// first given the result's rank (leading 1s, as broadcasting reads it).
+  Value regionOperand(Value operand, Operation *op) {
+    const int64_t rank = rankedOf(op->getResult(0)).getRank();
+    if (!takesLayoutAttr(op) && !movesAlongAxes(op) && !layoutFree(operand) && rankedOf(operand).getRank() < rank) {
+      RankedTensorType type = rankedOf(operand);
+      SmallVector<int64_t> shape(rank - type.getRank(), 1);
+      shape.append(type.getShape().begin(), type.getShape().end());
+      OpBuilder builder(op);
+      auto full = nn::ReshapeOp::create(builder, op->getLoc(), type.clone(shape), operand);
+      inheritPlacement(op, full, /*withCost=*/false);
+      return storedFormOf(full, op);
+    }
+    return spatialTensor(operand) && !layoutFree(operand) ? storedFormOf(operand, op) : operand;
   }
 
   void rewrite(Operation *op) {
     OpBuilder builder(op);
     OperationState state(op->getLoc(), op->getName());
     for (Value operand : op->getOperands())
-      state.addOperands(spatialTensor(operand) ? storedFormOf(operand, op) : operand);
+      state.addOperands(regionOperand(operand, op));
     state.addAttributes(op->getAttrs());
     rewriteAttributes(op, state, builder);
     for (Value result : op->getResults()) {
@@ -225,6 +281,7 @@ struct ChannelsLast : impl::ChannelsLastBase<ChannelsLast> {
       builder.run();
       numRegionOps += builder.regionOps;
       numConversions += builder.conversionsKept + builder.conversionsIn;
+      numFolded += builder.transposesFolded;
     });
   }
 };

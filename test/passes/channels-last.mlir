@@ -50,18 +50,45 @@ func.func @axes(%x: tensor<1x4x6x6xf32>, %w: tensor<4x1x3x3xf32>) -> tensor<1x4x
 
 // -----
 
-// Left alone: a bias broadcast over the channels reads the region's tensor
-// channels-first (the add is not element-wise of one shape), and a dropout,
-// whose mask is drawn per element index, does too. A 1-D convolution's
-// region is [N, L, C].
+// A bias broadcast over the channels ([3, 1] against [2, 3, 5]) joins the
+// region: given the result's rank, then moved (both reshapes: only size-1
+// axes move). A dropout, whose mask is drawn per element index, reads the
+// region's tensor channels-first. A 1-D convolution's region is [N, L, C];
+// its weight [3, 4, 1] moves only an axis of size 1.
 // CHECK-LABEL: func.func @edges
+// CHECK: nn.reshape %arg1 : tensor<3x4x1xf32> -> tensor<3x1x4xf32>
 // CHECK: %[[Y:.*]] = nn.conv {{.*}} -> tensor<2x5x3xf32>
 // CHECK: %[[YB:.*]] = nn.transpose %[[Y]] {perm = array<i64: 0, 2, 1>} : (tensor<2x5x3xf32>) -> tensor<2x3x5xf32>
-// CHECK: nn.add %[[YB]], %arg2 : (tensor<2x3x5xf32>, tensor<3x1xf32>) -> tensor<2x3x5xf32>
+// CHECK: %[[B1:.*]] = nn.reshape %arg2 : tensor<3x1xf32> -> tensor<1x3x1xf32>
+// CHECK: %[[B2:.*]] = nn.reshape %[[B1]] : tensor<1x3x1xf32> -> tensor<1x1x3xf32>
+// CHECK: %[[A:.*]] = nn.add %[[Y]], %[[B2]] : (tensor<2x5x3xf32>, tensor<1x1x3xf32>) -> tensor<2x5x3xf32>
+// CHECK: nn.transpose %[[A]] {perm = array<i64: 0, 2, 1>}
 // CHECK: nn.dropout %[[YB]]
 func.func @edges(%x: tensor<2x4x5xf32>, %w: tensor<3x4x1xf32>, %bias: tensor<3x1xf32>) -> (tensor<2x3x5xf32>, tensor<2x3x5xf32>) {
   %y = nn.conv %x, %w {strides = array<i64: 1>, pads = array<i64: 0, 0>, dilations = array<i64: 1>} : (tensor<2x4x5xf32>, tensor<3x4x1xf32>) -> tensor<2x3x5xf32>
   %a = nn.add %y, %bias : (tensor<2x3x5xf32>, tensor<3x1xf32>) -> tensor<2x3x5xf32>
   %d, %mask = nn.dropout %y {ratio = 0.1 : f32, training = true} : (tensor<2x3x5xf32>) -> (tensor<2x3x5xf32>, tensor<2x3x5xi1>)
   return %a, %d : tensor<2x3x5xf32>, tensor<2x3x5xf32>
+}
+
+// -----
+
+// A squeeze-excitation block (EfficientNet, MobileNet-V3): the pooled
+// [N, C, 1, 1] scale multiplies the region's tensor in the region, and a
+// model's own permute of a region tensor (ConvNeXt's to [N, H, W, C]) is
+// the stored tensor itself: no transpose is left.
+// CHECK-LABEL: func.func @squeeze_excitation
+// CHECK: %[[Y:.*]] = nn.conv {{.*}} -> tensor<1x4x4x8xf32>
+// CHECK: %[[G:.*]] = nn.global_average_pool %[[Y]] {channels_last = true}
+// CHECK: %[[S:.*]] = nn.sigmoid %[[G]] : tensor<1x1x1x8xf32>
+// CHECK: %[[M:.*]] = nn.mul %[[Y]], %[[S]] : (tensor<1x4x4x8xf32>, tensor<1x1x1x8xf32>) -> tensor<1x4x4x8xf32>
+// CHECK-NOT: nn.transpose
+// CHECK: return %[[M]]
+func.func @squeeze_excitation(%x: tensor<1x8x4x4xf32>, %w: tensor<8x1x3x3xf32>) -> tensor<1x4x4x8xf32> {
+  %y = nn.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, group = 8 : i64} : (tensor<1x8x4x4xf32>, tensor<8x1x3x3xf32>) -> tensor<1x8x4x4xf32>
+  %g = nn.global_average_pool %y : (tensor<1x8x4x4xf32>) -> tensor<1x8x1x1xf32>
+  %s = nn.sigmoid %g : tensor<1x8x1x1xf32>
+  %m = nn.mul %y, %s : (tensor<1x8x4x4xf32>, tensor<1x8x1x1xf32>) -> tensor<1x8x4x4xf32>
+  %p = nn.transpose %m {perm = array<i64: 0, 2, 3, 1>} : (tensor<1x8x4x4xf32>) -> tensor<1x4x4x8xf32>
+  return %p : tensor<1x4x4x8xf32>
 }
