@@ -265,7 +265,7 @@ void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, cons
   const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
   if (g.N == 0 || g.F == 0) return;
-  if (!dnn::conv(x, w, y, g, workspace, false)) {
+  if (!dnn::conv(x, w, bias, y, g, workspace, false)) {
     ColumnBuffer columns(op, g, workspace);
     const int64_t chunk = columns.chunk;
     float *col = columns.col;
@@ -281,7 +281,7 @@ void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, cons
                  Operand{cols, P, g.G * rows * P, rows * P}, y + n0 * g.F * P, P, g.F * P, g.Fg * P, samples, g.G);
     }
   }
-  addBias(op, y, bias, g);
+  addBias(op, y, bias, g); // bias null where cuDNN's graph added it
 }
 
 void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shape &ws, float *dx, const Shape &xs,
@@ -371,8 +371,8 @@ void convChannelsLast(const T *x, const Shape &xs, const T *w, const Shape &ws, 
   const ChannelsFirst cf(xs, ws, Shape{});
   const ConvGeom g = convGeom(op, cf.x, cf.w, strides, pads, dilations, group);
   if (g.N == 0 || g.F == 0) return;
-  if (dnn::conv(x, w, y, g, workspace, /*channelsLast=*/true)) {
-    addBias(op, y, bias, g, /*channelsLast=*/true);
+  if (dnn::conv(x, w, bias, y, g, workspace, /*channelsLast=*/true)) {
+    addBias(op, y, bias, g, /*channelsLast=*/true); // bias null where cuDNN's graph added it
     return;
   }
   const int64_t yCount = g.N * g.F * g.outSize;
@@ -481,8 +481,8 @@ void conv(const bf16 *x, const Shape &xs, const bf16 *w, const Shape &ws, const 
   const char *op = "nn.conv";
   const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
   if (g.N == 0 || g.F == 0) return;
-  if (dnn::conv(x, w, y, g, workspace, false)) {
-    addBias(op, y, bias, g);
+  if (dnn::conv(x, w, bias, y, g, workspace, false)) {
+    addBias(op, y, bias, g); // bias null where cuDNN's graph added it
     return;
   }
   const int64_t yCount = g.N * g.F * g.outSize;

@@ -9,12 +9,16 @@
 // cuDNN's tensors as they lie (row-major NCHW strides, nothing copied), or
 // for a channels-last call x [N, d..., C], w [F, k..., C/G], y [N, o..., F]
 // (the same logical dims, NHWC / KRSC strides: what cuDNN's fast NHWC
-// engines want); a 1-D convolution is a 2-D one of height 1. One plan per
-// shape, layout and kind, built on the first call (outside any CUDA graph
-// capture) from cuDNN's deterministic engines only, so equal runs give equal
-// bits. Host code only.
+// engines want); a 1-D convolution is a 2-D one of height 1. A forward's
+// bias is added in its graph (a pointwise ADD on the convolution's FLOAT
+// result, y rounded once) where cuDNN has an engine for that, else by the
+// caller's kernel after the plain graph. One plan per shape, layout, kind
+// and bias or not, built on the first call (outside any CUDA graph capture)
+// from cuDNN's deterministic engines only, so equal runs give equal bits.
+// Host code only.
 #include "conv_cudnn.cuh"
 #include "cudnn_graphs.cuh"
+#include "pipec/conv_engines.h"
 
 #if !defined(__CUDA_ARCH__)
 #include <cstdio>
@@ -29,7 +33,9 @@ namespace pipec::kernels::cuda::dnn {
 
 #ifndef PIPEC_CUDNN_GRAPHS
 
-template <class T> bool conv(const T *, const T *, T *, const ConvGeom &, const Workspace &, bool) { return false; }
+template <class T> bool conv(const T *, const T *, const float *&, T *, const ConvGeom &, const Workspace &, bool) {
+  return false;
+}
 template <class T> bool convInputGrad(const T *, const T *, T *, const ConvGeom &, const Workspace &, bool) {
   return false;
 }
@@ -42,16 +48,18 @@ template <class T> bool convWeightGrad(const T *, const T *, T *, const ConvGeom
 namespace {
 
 enum class ConvKind { Forward, InputGrad, WeightGrad };
-enum Uid : int64_t { kX = 1, kW, kY };
+enum Uid : int64_t { kX = 1, kW, kY, kBias };
 
 /// What one convolution graph is built for: its kind, storage type,
-/// layout and geometry in cuDNN's terms (at least two spatial axes).
+/// layout and geometry in cuDNN's terms (at least two spatial axes), and
+/// whether a forward adds its bias.
 struct ConvKey {
   ConvKind kind;
   fe::DataType_t type;
   bool channelsLast;
   std::vector<int64_t> x, w, y, pre, post, stride, dilation;
-  auto tied() const { return std::tie(kind, type, channelsLast, x, w, y, pre, post, stride, dilation); }
+  bool bias = false;
+  auto tied() const { return std::tie(kind, type, channelsLast, x, w, y, pre, post, stride, dilation, bias); }
   bool operator<(const ConvKey &o) const { return tied() < o.tied(); }
 };
 
@@ -104,11 +112,31 @@ bool buildGraph(const ConvKey &key, cudnnHandle_t handle, Plan &plan, std::strin
     return options;
   };
   switch (key.kind) {
-  case ConvKind::Forward:
-    output(graph->conv_fprop(input("x", kX, key.x), input("w", kW, key.w),
-                             attributes(fe::graph::Conv_fprop_attributes().set_name("conv"))),
-           kY, key.y);
+  case ConvKind::Forward: {
+    auto y = graph->conv_fprop(input("x", kX, key.x), input("w", kW, key.w),
+                               attributes(fe::graph::Conv_fprop_attributes().set_name("conv")));
+    if (key.bias) {
+      // The convolution's result stays in the graph (virtual, FLOAT); the
+      // bias, float [F] seen as [1, F, 1...] (contiguous in either layout),
+      // is added to it, and y is rounded to the io type once.
+      y->set_dim(key.y).set_stride(strides(key.y)).set_data_type(fe::DataType_t::FLOAT);
+      std::vector<int64_t> biasDims(key.y.size(), 1);
+      biasDims[1] = key.y[1];
+      auto bias = graph->tensor(fe::graph::Tensor_attributes()
+                                    .set_name("bias")
+                                    .set_uid(kBias)
+                                    .set_dim(biasDims)
+                                    .set_stride(strides(biasDims))
+                                    .set_data_type(fe::DataType_t::FLOAT));
+      y = graph->pointwise(y, bias,
+                           fe::graph::Pointwise_attributes()
+                               .set_name("bias_add")
+                               .set_mode(fe::PointwiseMode_t::ADD)
+                               .set_compute_data_type(fe::DataType_t::FLOAT));
+    }
+    output(y, kY, key.y);
     break;
+  }
   case ConvKind::InputGrad:
     output(graph->conv_dgrad(input("dy", kY, key.y), input("w", kW, key.w),
                              attributes(fe::graph::Conv_dgrad_attributes().set_name("conv_input_grad"))),
@@ -133,60 +161,81 @@ bool disabledByEnvironment() {
   return value && std::strcmp(value, "0") == 0;
 }
 
-/// Runs one convolution of `kind` through cuDNN, or declines (false).
-/// Float storage in the F32 precision stays on pipec's kernels (equal to
-/// the CPU's); bf16 storage exists only in the BF16 precision.
-template <class T>
-bool run(const char *op, ConvKind kind, const ConvGeom &g, const T *x, const T *w, const T *y,
-         const Workspace &workspace, bool channelsLast) {
-  constexpr bool bf16Storage = std::is_same_v<T, bf16>;
-  if (disabledByEnvironment() || (!bf16Storage && detail::precision() == Precision::F32)) return false;
-  if (g.sp < 1 || g.sp > 3 || g.N == 0 || g.C == 0 || g.F == 0 || g.inSize == 0 || g.outSize == 0 ||
-      !aligned16({x, w, y}))
-    return false;
-  cudnnHandle_t handle = dnn::handle(op, "convolutions run on pipec's kernels");
-  if (!handle) return false;
-  const ConvKey key = keyOf(kind, bf16Storage ? fe::DataType_t::BFLOAT16 : fe::DataType_t::FLOAT, channelsLast, g);
+/// The plan of `key`, built on its first call; null where cuDNN refuses
+/// it, said on stderr once per shape with `instead` (what runs then).
+const Plan *planFor(const char *op, const ConvKey &key, cudnnHandle_t handle, const char *instead) {
   auto &plans = plansByDevice[detail::deviceIndex(op)];
   auto found = plans.find(key);
   if (found == plans.end()) {
     Plan plan;
     std::string why;
     if (!buildGraph(key, handle, plan, why))
-      std::fprintf(stderr,
-                   "pipec: cuDNN has no deterministic %s for %s%s x %s, w %s (%s); pipec's convolution kernels "
-                   "run it\n",
-                   op, bf16Storage ? "bf16" : "float", channelsLast ? " channels-last" : "", dimsString(key.x).c_str(),
-                   dimsString(key.w).c_str(), why.c_str());
+      std::fprintf(stderr, "pipec: cuDNN has no deterministic %s%s for %s%s x %s, w %s (%s); %s\n", op,
+                   key.bias ? " with its bias" : "", key.type == fe::DataType_t::BFLOAT16 ? "bf16" : "float",
+                   key.channelsLast ? " channels-last" : "", dimsString(key.x).c_str(), dimsString(key.w).c_str(),
+                   why.c_str(), instead);
     found = plans.emplace(key, std::move(plan)).first;
   }
-  const Plan &plan = found->second;
-  if (!plan.graph) return false;
+  return found->second.graph ? &found->second : nullptr;
+}
+
+/// Runs one convolution of `kind` through cuDNN, or declines (false).
+/// Float storage in the F32 precision stays on pipec's kernels (equal to
+/// the CPU's); bf16 storage exists only in the BF16 precision. A forward's
+/// `bias` (or null) runs in the graph where cuDNN takes it (then set to
+/// null), else the plain graph runs and leaves it to the caller.
+template <class T>
+bool run(const char *op, ConvKind kind, const ConvGeom &g, const T *x, const T *w, const T *y, const float *&bias,
+         const Workspace &workspace, bool channelsLast) {
+  constexpr bool bf16Storage = std::is_same_v<T, bf16>;
+  // The rule the plan printout shares (pipec/conv_engines.h).
+  const bool empty = g.N == 0 || g.C == 0 || g.F == 0 || g.inSize == 0 || g.outSize == 0;
+  if (disabledByEnvironment() ||
+      conv_engines::staticFallback(g.sp, bf16Storage, detail::precision() == Precision::F32, empty) ||
+      !aligned16({x, w, y}))
+    return false;
+  cudnnHandle_t handle = dnn::handle(op, "convolutions run on pipec's kernels");
+  if (!handle) return false;
+  ConvKey key = keyOf(kind, bf16Storage ? fe::DataType_t::BFLOAT16 : fe::DataType_t::FLOAT, channelsLast, g);
+  const Plan *plan = nullptr;
+  if (kind == ConvKind::Forward && bias && aligned16({bias})) {
+    key.bias = true;
+    plan = planFor(op, key, handle, "cuDNN's convolution runs it, then pipec's bias kernel");
+    key.bias = false;
+  }
+  const bool fused = plan != nullptr;
+  if (!fused) plan = planFor(op, key, handle, "pipec's convolution kernels run it");
+  if (!plan) return false;
   std::unordered_map<int64_t, void *> pack = {
       {kX, const_cast<T *>(x)}, {kW, const_cast<T *>(w)}, {kY, const_cast<T *>(y)}};
-  execute(op, handle, plan, pack, callMemory(workspace, plan.workspaceBytes));
+  if (fused) pack[kBias] = const_cast<float *>(bias);
+  execute(op, handle, *plan, pack, callMemory(workspace, plan->workspaceBytes));
+  if (fused) bias = nullptr;
   return true;
 }
 
 } // namespace
 
 template <class T>
-bool conv(const T *x, const T *w, T *y, const ConvGeom &g, const Workspace &workspace, bool channelsLast) {
-  return run<T>("nn.conv", ConvKind::Forward, g, x, w, y, workspace, channelsLast);
+bool conv(const T *x, const T *w, const float *&bias, T *y, const ConvGeom &g, const Workspace &workspace,
+          bool channelsLast) {
+  return run<T>("nn.conv", ConvKind::Forward, g, x, w, y, bias, workspace, channelsLast);
 }
 template <class T>
 bool convInputGrad(const T *dy, const T *w, T *dx, const ConvGeom &g, const Workspace &workspace, bool channelsLast) {
-  return run<T>("nn.conv_input_grad", ConvKind::InputGrad, g, dx, w, dy, workspace, channelsLast);
+  const float *noBias = nullptr;
+  return run<T>("nn.conv_input_grad", ConvKind::InputGrad, g, dx, w, dy, noBias, workspace, channelsLast);
 }
 template <class T>
 bool convWeightGrad(const T *dy, const T *x, T *dw, const ConvGeom &g, const Workspace &workspace, bool channelsLast) {
-  return run<T>("nn.conv_weight_grad", ConvKind::WeightGrad, g, x, dw, dy, workspace, channelsLast);
+  const float *noBias = nullptr;
+  return run<T>("nn.conv_weight_grad", ConvKind::WeightGrad, g, x, dw, dy, noBias, workspace, channelsLast);
 }
 
 #endif // PIPEC_CUDNN_GRAPHS
 
 #define PIPEC_CUDNN_CONVOLUTIONS_FOR(T)                                                                               \
-  template bool conv<T>(const T *, const T *, T *, const ConvGeom &, const Workspace &, bool);                         \
+  template bool conv<T>(const T *, const T *, const float *&, T *, const ConvGeom &, const Workspace &, bool);         \
   template bool convInputGrad<T>(const T *, const T *, T *, const ConvGeom &, const Workspace &, bool);                \
   template bool convWeightGrad<T>(const T *, const T *, T *, const ConvGeom &, const Workspace &, bool);
 PIPEC_CUDNN_CONVOLUTIONS_FOR(float)

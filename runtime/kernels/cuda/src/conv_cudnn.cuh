@@ -10,7 +10,7 @@
 
 namespace pipec::kernels::cuda::dnn {
 
-/// y = conv(x, w) (no bias) for the geometry `g` through cuDNN, and true;
+/// y = conv(x, w) (+ bias) for the geometry `g` through cuDNN, and true;
 /// or false, having done nothing, where cuDNN does not take the call: the
 /// library was built without cuDNN, PIPEC_CUDNN_CONV=0 is set, the storage
 /// is float and the stream's precision F32 (which must equal the CPU
@@ -18,9 +18,13 @@ namespace pipec::kernels::cuda::dnn {
 /// deterministic engine for the shape (reported once per shape on stderr).
 /// T is float or bf16 (every tensor of the call in it). channelsLast: x,
 /// y are [N, d..., C] and w [F, k..., C/G] in memory (g stays the logical
-/// geometry), described to cuDNN by their strides.
+/// geometry), described to cuDNN by their strides. bias (float [F], or
+/// null): added in the same graph (conv_fprop, then a pointwise ADD) where
+/// cuDNN has a deterministic engine for that and it is 16-byte aligned, and
+/// then set to null; else left for the caller to add after the call.
 template <class T>
-bool conv(const T *x, const T *w, T *y, const ConvGeom &g, const Workspace &workspace, bool channelsLast);
+bool conv(const T *x, const T *w, const float *&bias, T *y, const ConvGeom &g, const Workspace &workspace,
+          bool channelsLast);
 /// dx from dy and w; the same contract.
 template <class T>
 bool convInputGrad(const T *dy, const T *w, T *dx, const ConvGeom &g, const Workspace &workspace,

@@ -3,7 +3,8 @@
 // cudnn_graphs.cu): a graph of one scaled dot-product attention, forward
 // (sdpa) or backward (sdpa_backward), with a bias, a causal mask and
 // dropout; or of one convolution (conv_fprop, conv_dgrad, conv_wgrad; below
-// the attention). It checks what cuDNN checks of
+// the attention), a forward optionally followed by a pointwise ADD of a
+// broadcast bias (conv + bias in one graph). It checks what cuDNN checks of
 // its caller: every tensor's uid, dims, strides and type agree with the
 // operation (validate; strides: any order of the axes, as cuDNN's "bshd"
 // layouts, but the last axis contiguous and no two elements at one
@@ -62,17 +63,23 @@ inline cudnnStatus_t set_stream(cudnnHandle_t h, cudaStream_t s) {
 namespace emu {
 inline long cudnnPlans = 0; // graphs that reached build_plans
 /// The dims and strides of x, w and y (in that order; dx, dw, dy for the
-/// gradients) of the last convolution graph executed, for the tests to see
-/// the layout the graph was given.
+/// gradients; y the graph's output, after the bias where one is added) of
+/// the last convolution graph executed, for the tests to see the layout the
+/// graph was given, and whether it added a bias.
 struct ConvTensors {
   std::vector<int64_t> dims[3], strides[3];
+  bool bias = false;
 };
 inline ConvTensors lastConvTensors;
+/// Test hook: check_support refuses every convolution graph with a
+/// pointwise node (as cuDNN does where it has no fused engine for a shape).
+inline bool refuseConvPointwise = false;
 }
 
 namespace cudnn_frontend {
 enum class DataType_t { NOT_SET, FLOAT, HALF, BFLOAT16, INT32, INT64 };
 enum class HeurMode_t { A, B, FALLBACK };
+enum class PointwiseMode_t { NOT_SET, ADD, MUL, SUB, RELU_FWD }; // the fake emulates ADD
 enum class NumericalNote_t { NOT_SET, TENSOR_CORE, DOWN_CONVERT_INPUTS, REDUCED_PRECISION_REDUCTION, FFT,
                              NONDETERMINISTIC, WINOGRAD };
 enum class error_code_t {
@@ -169,6 +176,18 @@ private:
   Self &self() { return static_cast<Self &>(*this); }
 };
 class Conv_fprop_attributes : public ConvOptions<Conv_fprop_attributes> {};
+/// A pointwise node's mode and compute type (NOT_SET: the graph's).
+class Pointwise_attributes {
+public:
+  Pointwise_attributes &set_name(std::string n) { name = std::move(n); return *this; }
+  Pointwise_attributes &set_mode(PointwiseMode_t m) { mode = m; return *this; }
+  Pointwise_attributes &set_compute_data_type(DataType_t t) { compute = t; return *this; }
+  PointwiseMode_t get_mode() const { return mode; }
+
+  std::string name;
+  PointwiseMode_t mode = PointwiseMode_t::NOT_SET;
+  DataType_t compute = DataType_t::NOT_SET;
+};
 class Conv_dgrad_attributes : public ConvOptions<Conv_dgrad_attributes> {};
 class Conv_wgrad_attributes : public ConvOptions<Conv_wgrad_attributes> {};
 
@@ -180,6 +199,7 @@ public:
   Tensor tensor(const Tensor_attributes &a) {
     auto t = std::make_shared<Tensor_attributes>(a);
     if (t->type == DataType_t::NOT_SET) t->type = io;
+    given.push_back(t);
     return t;
   }
   std::array<Tensor, 2> sdpa(Tensor q, Tensor k, Tensor v, SDPA_attributes a) {
@@ -215,6 +235,13 @@ public:
     conv = Conv::WeightGrad, convOptions = std::move(a), Y = dy, X = x;
     return W = std::make_shared<Tensor_attributes>();
   }
+  /// out = a (op) b, b broadcast along its axes of size 1; the caller sets
+  /// out's uid, dims, strides and type (or leaves them to be inferred).
+  Tensor pointwise(Tensor a, Tensor b, Pointwise_attributes attributes) {
+    ++pointwiseNodes;
+    pointwiseOptions = std::move(attributes), PwIn0 = a, Bias = b;
+    return Out = std::make_shared<Tensor_attributes>();
+  }
   /// Engines with these notes are left out (pipec: NONDETERMINISTIC, for
   /// equal bits on equal runs); the fake's one engine has none of them.
   Graph &deselect_numeric_notes(std::vector<NumericalNote_t> notes) {
@@ -225,6 +252,7 @@ public:
   error_t validate() {
     auto bad = [](const std::string &m) { return error_t(error_code_t::INVALID_VALUE, "emulated cuDNN: " + m); };
     if (conv != Conv::None) return validateConv();
+    if (pointwiseNodes) return bad("the fake emulates a pointwise node only after conv_fprop");
     if (!Q || io != DataType_t::BFLOAT16 && io != DataType_t::HALF) return bad("no attention, or an io type cuDNN's flash attention does not take");
     if (intermediate != DataType_t::FLOAT || compute != DataType_t::FLOAT) return bad("intermediate and compute types must be FLOAT");
     for (const Tensor &t : all()) {
@@ -273,6 +301,8 @@ public:
     if (conv == Conv::None && (D % 8 != 0 || Dv % 8 != 0 || D > 256 || Dv > 256))
       return error_t(error_code_t::GRAPH_NOT_SUPPORTED, "emulated cuDNN: no engine for head sizes " +
                                                             std::to_string(D) + "/" + std::to_string(Dv));
+    if (conv != Conv::None && Out && emu::refuseConvPointwise)
+      return error_t(error_code_t::GRAPH_NOT_SUPPORTED, "emulated cuDNN: no engine for conv_fprop + pointwise");
     supported = true;
     return {};
   }
@@ -303,8 +333,10 @@ public:
       bound[t->uid] = found->second;
     }
     if (get_workspace_size() > 0 && !workspace) emu::die("cuDNN: no workspace for a graph that needs one");
-    if (conv != Conv::None)
-      emu::lastConvTensors = {{X->dims, W->dims, Y->dims}, {X->strides, W->strides, Y->strides}};
+    if (conv != Conv::None) {
+      const Tensor &y = Out ? Out : Y;
+      emu::lastConvTensors = {{X->dims, W->dims, y->dims}, {X->strides, W->strides, y->strides}, Out != nullptr};
+    }
     const Graph copy = *this;
     if (emu::recorded(handle->stream, [copy, bound, workspace] {
           ++emu::graphWork; // run by a graph launch
@@ -319,7 +351,7 @@ private:
   using Options = AttentionFields;
   const Options &options() const { return backward ? static_cast<const Options &>(bwd) : fwd; }
   std::vector<Tensor> all() const {
-    if (conv != Conv::None) return {X, W, Y};
+    if (conv != Conv::None) return Out ? std::vector<Tensor>{X, W, Out, Bias} : std::vector<Tensor>{X, W, Y};
     const Options &o = options();
     return {Q, K, V, O, Stats, dO, dQ, dK, dV, o.bias, o.dropout > 0 ? o.seed : nullptr,
             o.dropout > 0 ? o.offset : nullptr};
@@ -453,7 +485,9 @@ private:
   /// axes) with uids and strides that put no two elements at one address,
   /// x [N, C, d...], w [K, C/G, k...] with G dividing K, y [N, K, o...] with
   /// o = (d + pre + post - dilation·(k - 1) - 1) / stride + 1, the result
-  /// alone an output, one pad, stride and dilation per spatial axis.
+  /// alone an output, one pad, stride and dilation per spatial axis. With a
+  /// pointwise node (validateBiasAdd), the graph's result is its output and
+  /// the convolution's y is virtual (dims inferred where not set).
   error_t validateConv() {
     auto bad = [](const std::string &m) {
       return error_t(error_code_t::INVALID_VALUE, "emulated cuDNN convolution: " + m);
@@ -461,8 +495,11 @@ private:
     if ((io != DataType_t::FLOAT && io != DataType_t::BFLOAT16) || compute != DataType_t::FLOAT ||
         convOptions.compute != DataType_t::FLOAT)
       return bad("the fake emulates FLOAT or BFLOAT16 tensors with FLOAT compute only");
-    const Tensor result = conv == Conv::Forward ? Y : conv == Conv::InputGrad ? X : W;
-    for (const Tensor &t : {X, W, Y}) {
+    if (pointwiseNodes > 1 || (pointwiseNodes == 1 && conv != Conv::Forward))
+      return bad("the fake emulates one pointwise node, after conv_fprop");
+    if (Out && Out->output && Out->type == DataType_t::NOT_SET) Out->type = io;
+    const Tensor result = conv == Conv::Forward ? (Out ? Out : Y) : conv == Conv::InputGrad ? X : W;
+    for (const Tensor &t : {X, W, result}) {
       if (!t || !t->uidSet) return bad("a tensor has no uid");
       const size_t n = t->dims.size();
       if (n < 4 || n > 5 || t->strides.size() != n) return bad("tensor '" + t->name + "' is not 4-d or 5-d");
@@ -474,21 +511,73 @@ private:
       if (t->output != (t == result)) return bad("the result, and only it, must be an output");
     }
     const size_t rank = X->dims.size(), sp = rank - 2;
-    if (W->dims.size() != rank || Y->dims.size() != rank) return bad("x, w and y differ in rank");
     const ConvFields &o = convOptions;
     if (o.pre.size() != sp || o.post.size() != sp || o.stride.size() != sp || o.dilation.size() != sp)
       return bad("pads, strides and dilations need one entry per spatial axis");
+    for (size_t a = 0; a < sp; ++a)
+      if (o.stride[a] < 1 || o.dilation[a] < 1 || o.pre[a] < 0 || o.post[a] < 0)
+        return bad("strides and dilations must be positive and pads non-negative");
+    auto spanOf = [&](size_t a) {
+      return X->dims[2 + a] + o.pre[a] + o.post[a] - o.dilation[a] * (W->dims[2 + a] - 1) - 1;
+    };
+    if (W->dims.size() != rank) return bad("x and w differ in rank");
+    if (Out && Y->dims.empty()) { // conv_fprop's inference of a virtual y
+      Y->dims = {X->dims[0], W->dims[0]};
+      for (size_t a = 0; a < sp; ++a) Y->dims.push_back(spanOf(a) < 0 ? 0 : spanOf(a) / o.stride[a] + 1);
+    }
+    if (Y->dims.size() != rank) return bad("x, w and y differ in rank");
     const int64_t C = X->dims[1], K = W->dims[0], Cg = W->dims[1];
     if (C % Cg != 0 || K % (C / Cg) != 0) return bad("the channels of x and w give no group count");
     if (Y->dims[0] != X->dims[0] || Y->dims[1] != K) return bad("y is not [N, K, ...]");
-    for (size_t a = 0; a < sp; ++a) {
-      if (o.stride[a] < 1 || o.dilation[a] < 1 || o.pre[a] < 0 || o.post[a] < 0)
-        return bad("strides and dilations must be positive and pads non-negative");
-      const int64_t span = X->dims[2 + a] + o.pre[a] + o.post[a] - o.dilation[a] * (W->dims[2 + a] - 1) - 1;
-      if (span < 0 || span / o.stride[a] + 1 != Y->dims[2 + a]) return bad("y's spatial sizes do not follow");
+    for (size_t a = 0; a < sp; ++a)
+      if (spanOf(a) < 0 || spanOf(a) / o.stride[a] + 1 != Y->dims[2 + a]) return bad("y's spatial sizes do not follow");
+    if (Out) {
+      const error_t added = validateBiasAdd();
+      if (added.is_bad()) return added;
     }
     validated = true;
     return {};
+  }
+
+  /// conv_fprop's y (virtual, of the FLOAT intermediate type) plus a tensor
+  /// given to the graph (the bias: FLOAT or the io type, its dims y's or 1,
+  /// broadcast along the 1s) in a pointwise ADD of FLOAT compute, into the
+  /// graph's output: y's dims, the io type, a uid of its own.
+  error_t validateBiasAdd() {
+    auto bad = [](const std::string &m) {
+      return error_t(error_code_t::INVALID_VALUE, "emulated cuDNN pointwise: " + m);
+    };
+    const Pointwise_attributes &pw = pointwiseOptions;
+    if (pw.mode != PointwiseMode_t::ADD) return bad("the fake emulates ADD only");
+    if ((pw.compute == DataType_t::NOT_SET ? compute : pw.compute) != DataType_t::FLOAT)
+      return bad("the fake emulates FLOAT compute only");
+    if (PwIn0 != Y || !Bias || std::find(given.begin(), given.end(), Bias) == given.end())
+      return bad("the fake emulates the convolution's y plus a tensor given to the graph");
+    if (Y->output) return bad("the fake emulates a virtual y between the convolution and the add");
+    if (Y->type == DataType_t::NOT_SET) Y->type = intermediate;
+    if (Y->type != DataType_t::FLOAT) return bad("y, virtual, must be FLOAT (the intermediate type)");
+    const size_t rank = Y->dims.size();
+    if (Y->strides.empty()) Y->strides = rowMajor(Y->dims); // virtual: immaterial
+    if (Y->strides.size() != rank) return bad("y's strides are not of its rank");
+    const Tensor_attributes &b = *Bias;
+    if (!b.uidSet) return bad("the bias has no uid");
+    if (b.dims.size() != rank || b.strides.size() != rank) return bad("the bias is not of y's rank");
+    for (size_t i = 0; i < rank; ++i)
+      if ((b.dims[i] != 1 && b.dims[i] != Y->dims[i]) || b.strides[i] < 0)
+        return bad("the bias's dims are neither y's nor 1, or a stride is negative");
+    if (overlaps(b)) return bad("the bias has strides that put two elements at one address");
+    if (b.type != DataType_t::FLOAT && b.type != io) return bad("the bias is neither FLOAT nor of the io type");
+    if (Out->dims.empty()) Out->dims = Y->dims;
+    if (Out->strides.empty()) Out->strides = Y->strides;
+    if (Out->dims != Y->dims) return bad("the output's dims are not y's");
+    for (const Tensor &t : {X, W, Bias})
+      if (t->uid == Out->uid || (t != Bias && t->uid == b.uid)) return bad("two tensors share a uid");
+    return {};
+  }
+  static std::vector<int64_t> rowMajor(const std::vector<int64_t> &dims) {
+    std::vector<int64_t> strides(dims.size(), 1);
+    for (int i = (int)dims.size() - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
+    return strides;
   }
 
   /// The element of t at index idx, through its strides.
@@ -538,6 +627,13 @@ private:
       return idx;
     };
     if (conv == Conv::Forward) {
+      // With the bias: y held in float (the FLOAT intermediate), the bias
+      // added, the output rounded once.
+      auto biasAt = [&](std::vector<int64_t> idx) {
+        for (size_t i = 0; i < idx.size(); ++i)
+          if (Bias->dims[i] == 1) idx[i] = 0;
+        return value(Bias, idx);
+      };
       for (int64_t n = 0; n < N; ++n)
         for (int64_t k = 0; k < K; ++k)
           forEachIndex(spatialOut, [&](const std::vector<int64_t> &out) {
@@ -546,7 +642,10 @@ private:
               forEachIndex(spatialK, [&](const std::vector<int64_t> &r) {
                 if (inputAt(out, r, in)) sum += value(X, full(n, k / Kg * Cg + cc, in)) * value(W, full(k, cc, r));
               });
-            write(Y, full(n, k, out), sum);
+            if (Out)
+              write(Out, full(n, k, out), (double)(float)sum + biasAt(full(n, k, out)));
+            else
+              write(Y, full(n, k, out), sum);
           });
       return;
     }
@@ -593,6 +692,11 @@ private:
   Conv conv = Conv::None;
   ConvFields convOptions;
   Tensor X, W, Y;
+  // The pointwise node after conv_fprop: Out = PwIn0 (y) + Bias.
+  int pointwiseNodes = 0;
+  Pointwise_attributes pointwiseOptions;
+  Tensor PwIn0, Bias, Out;
+  std::vector<Tensor> given; // the tensors given to the graph (tensor())
   std::vector<NumericalNote_t> deselected;
 
   DataType_t io = DataType_t::NOT_SET, intermediate = DataType_t::NOT_SET, compute = DataType_t::NOT_SET;
