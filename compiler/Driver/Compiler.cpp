@@ -101,6 +101,48 @@ private:
   std::string firstError;
 };
 
+/// For CUDA stages, where the model's convolutions run (pipec/conv_engines.h
+/// holds the rule the kernel library applies): cuDNN's graphs, or pipec's
+/// kernels and why, the first few named. A shape cuDNN declines when the
+/// run builds its plan is known only then; piperun names it on stderr.
+void printConvolutionEngines(mlir::ModuleOp module, const CompileOptions &options, std::ostream &os) {
+  if (options.job.target != Target::Cuda)
+    return;
+  const bool bf16 = options.costs.precision == Precision::BF16, f32 = options.costs.precision == Precision::F32;
+  int64_t onCudnn = 0;
+  std::map<std::string, std::vector<std::string>> fallbacks; // reason -> ONNX nodes
+  // The stages' forward ops once outlined, else the model's (the model
+  // function stays beside the stages).
+  bool outlined = false;
+  module.walk([&](pipe::StageOp) { outlined = true; });
+  module.walk([&](mlir::Operation *op) {
+    // The model's convolutions: a Conv's forward or a ConvTranspose's
+    // (nn.conv_input_grad); their gradients run where they do.
+    if (!llvm::isa<nn::ConvOp, nn::ConvInputGradOp>(op) || (outlined && !op->getParentOfType<pipe::StageOp>()) ||
+        pipe::phaseOf(op).value_or(pipe::Phase::Fwd) != pipe::Phase::Fwd)
+      return;
+    auto result = llvm::cast<mlir::RankedTensorType>(op->getResult(0).getType());
+    auto input = llvm::cast<mlir::RankedTensorType>(op->getOperand(0).getType());
+    const bool empty = result.getNumElements() == 0 || input.getNumElements() == 0;
+    if (const char *why = conv_engines::staticFallback(result.getRank() - 2, bf16, f32, empty))
+      fallbacks[why].push_back(nn::nodeName(op->getLoc()).value_or("?").str());
+    else
+      ++onCudnn;
+  });
+  if (onCudnn == 0 && fallbacks.empty())
+    return;
+  os << "convolutions: " << onCudnn << " on cuDNN's graphs"
+     << (onCudnn && options.optLevel == passes::OptLevel::O2 ? ", channels-last" : "")
+     << (onCudnn ? " (a shape cuDNN declines at run time runs on pipec's kernels; piperun names it)" : "");
+  for (const auto &[why, nodes] : fallbacks) {
+    os << "; " << nodes.size() << " on pipec's kernels: " << why << " (";
+    for (size_t i = 0; i < nodes.size() && i < 3; ++i)
+      os << (i ? ", " : "") << nodes[i];
+    os << (nodes.size() > 3 ? ", ...)" : ")");
+  }
+  os << "\n";
+}
+
 /// What `pipec model.onnx` prints when no phase is asked for.
 void printSummary(mlir::ModuleOp module, const std::string &path, llvm::raw_ostream &outs) {
   auto function = module.lookupSymbol<mlir::func::FuncOp>("forward");
@@ -160,46 +202,10 @@ void printSummary(mlir::ModuleOp module, const std::string &path, llvm::raw_ostr
   }
   outs << ")\n";
 }
+
 /// A compile that does not print the summary still gives the importer's
 /// notes and says which floating initializers it does not train (the
 /// summary says why).
-/// For CUDA stages, where the model's convolutions run (pipec/conv_engines.h
-/// holds the rule the kernel library applies): cuDNN's graphs, or pipec's
-/// kernels and why, the first few named. A shape cuDNN declines when the
-/// run builds its plan is known only then; piperun names it on stderr.
-void printConvolutionEngines(mlir::ModuleOp module, const CompileOptions &options, std::ostream &os) {
-  if (options.job.target != Target::Cuda)
-    return;
-  const bool bf16 = options.costs.precision == Precision::BF16, f32 = options.costs.precision == Precision::F32;
-  int64_t onCudnn = 0;
-  std::map<std::string, std::vector<std::string>> fallbacks; // reason -> ONNX nodes
-  module.walk([&](mlir::Operation *op) {
-    // The model's convolutions: a Conv's forward or a ConvTranspose's
-    // (nn.conv_input_grad); their gradients run where they do.
-    if (!llvm::isa<nn::ConvOp, nn::ConvInputGradOp>(op) || pipe::phaseOf(op).value_or(pipe::Phase::Fwd) != pipe::Phase::Fwd)
-      return;
-    auto result = llvm::cast<mlir::RankedTensorType>(op->getResult(0).getType());
-    auto input = llvm::cast<mlir::RankedTensorType>(op->getOperand(0).getType());
-    const bool empty = result.getNumElements() == 0 || input.getNumElements() == 0;
-    if (const char *why = conv_engines::staticFallback(result.getRank() - 2, bf16, f32, empty))
-      fallbacks[why].push_back(nn::nodeName(op->getLoc()).value_or("?").str());
-    else
-      ++onCudnn;
-  });
-  if (onCudnn == 0 && fallbacks.empty())
-    return;
-  os << "convolutions: " << onCudnn << " on cuDNN's graphs"
-     << (onCudnn && options.optLevel == passes::OptLevel::O2 ? ", channels-last" : "")
-     << (onCudnn ? " (a shape cuDNN declines at run time runs on pipec's kernels; piperun names it)" : "");
-  for (const auto &[why, nodes] : fallbacks) {
-    os << "; " << nodes.size() << " on pipec's kernels: " << why << " (";
-    for (size_t i = 0; i < nodes.size() && i < 3; ++i)
-      os << (i ? ", " : "") << nodes[i];
-    os << (nodes.size() > 3 ? ", ...)" : ")");
-  }
-  os << "\n";
-}
-
 void printImportNotes(mlir::ModuleOp module, const std::string &path, llvm::raw_ostream &errs) {
   if (auto notes = module->getAttrOfType<mlir::ArrayAttr>(nn::kImportNotesAttrName))
     for (mlir::Attribute note : notes)

@@ -129,7 +129,10 @@ bool StageEmitter::emitElementwiseOp(Operation *op) {
       .Case([&](nn::CastOp cast) {
         std::string y = allocate(cast.getResult());
         if (cuda() && isBf16Conversion(cast)) {
-          pendingConversions.push_back({ptr(cast.getInput()), y, tensorType(cast.getResult()).getNumElements()});
+          PendingConversion conversion{ptr(cast.getInput()), y, tensorType(cast.getResult()).getNumElements()};
+          conversion.outsideArena =
+              llvm::isa<BlockArgument>(cast.getInput()) || cast.getInput().getDefiningOp<nn::ConstantOp>();
+          pendingConversions.push_back(conversion);
           return;
         }
         out << "  pk::cast<" << elementCType(cast.getInput()) << ", " << elementCType(cast.getResult()) << ">("

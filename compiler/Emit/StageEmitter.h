@@ -165,6 +165,7 @@ private:
     std::string from, to;
     int64_t elements;
     int64_t channels = 0, inner = 1; ///< a copy moved channels-last (pk::Bf16Conversion)
+    bool outsideArena = false;       ///< it reads an argument or a constant, which no planned value overlaps
   };
   /// The queued conversion a transpose to channels-last of its result, the
   /// only reader, moves instead (pipec-bf16-storage puts such a transpose of
@@ -175,11 +176,16 @@ private:
     if (!cuda() || !transpose || !transpose.getInput().hasOneUse())
       return nullptr;
     auto input = tensorType(transpose.getInput());
-    if (input.getRank() < 3 || transpose.getPerm() != llvm::ArrayRef<int64_t>(nn::toChannelsLast(input.getRank())) ||
+    if (input.getRank() < 3 || input.getNumElements() == 0 || transpose.getPerm() != llvm::ArrayRef<int64_t>(nn::toChannelsLast(input.getRank())) ||
         !isBf16Conversion(transpose.getInput().getDefiningOp()))
       return nullptr;
     auto name = names.find(transpose.getInput());
-    if (name == names.end())
+    // The table writes the transpose's result when it runs, before the
+    // planned positions of the entries queued ahead of it: safe when none
+    // of them reads the arena (pipec-plan-memory may give the result bytes
+    // that a read value frees).
+    if (name == names.end() ||
+        !llvm::all_of(pendingConversions, [](const PendingConversion &c) { return c.outsideArena; }))
       return nullptr;
     for (PendingConversion &conversion : pendingConversions)
       if (conversion.to == name->second && conversion.channels == 0)
