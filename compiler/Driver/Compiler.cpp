@@ -113,8 +113,7 @@ void printConvolutionEngines(mlir::ModuleOp module, const CompileOptions &option
   std::map<std::string, std::vector<std::string>> fallbacks; // reason -> ONNX nodes
   // The stages' forward ops once outlined, else the model's (the model
   // function stays beside the stages).
-  bool outlined = false;
-  module.walk([&](pipe::StageOp) { outlined = true; });
+  const bool outlined = !module.getOps<pipe::StageOp>().empty();
   module.walk([&](mlir::Operation *op) {
     // The model's convolutions: a Conv's forward or a ConvTranspose's
     // (nn.conv_input_grad); their gradients run where they do.

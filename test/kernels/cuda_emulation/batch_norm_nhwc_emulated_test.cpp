@@ -22,6 +22,7 @@
 #include "pipec/cpu_kernels.h" // after cuda_kernels.h, as the other emulated tests
 #include "emu.h"
 #include "emulated_checks.h"
+#include "channels_last_layout.h"
 #include "kernel_plan.h" // plan::cudaBatchNormRowChunks
 
 #include <algorithm>
@@ -64,23 +65,13 @@ template <class T> std::vector<float> representable(const std::vector<float> &v)
 
 /// [N, d..., C] -> [N, C, d...].
 Shape channelsFirst(const Shape &s) { return pk::plan::channelsFirstShape(s); }
-/// Data of channels-last shape s to NCHW (toFirst) or back.
-std::vector<float> relayout(const std::vector<float> &v, const Shape &s, bool toFirst) {
-  const int64_t C = s.v[s.size - 1], N = s.v[0], inner = N * C ? s.numel() / (N * C) : 0;
-  std::vector<float> r(v.size());
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t i = 0; i < inner; ++i)
-      for (int64_t c = 0; c < C; ++c) {
-        const size_t last = (size_t)((n * inner + i) * C + c), first = (size_t)((n * C + c) * inner + i);
-        if (toFirst)
-          r[first] = v[last];
-        else
-          r[last] = v[first];
-      }
-  return r;
+/// Data of channels-last shape s to NCHW, or NCHW data back to s.
+std::vector<float> nchw(const std::vector<float> &v, const Shape &s) {
+  return emulayout::moveChannels(v, channelsFirst(s), /*toLast=*/false);
 }
-std::vector<float> nchw(const std::vector<float> &v, const Shape &s) { return relayout(v, s, true); }
-std::vector<float> nhwc(const std::vector<float> &v, const Shape &s) { return relayout(v, s, false); }
+std::vector<float> nhwc(const std::vector<float> &v, const Shape &s) {
+  return emulayout::moveChannels(v, channelsFirst(s), /*toLast=*/true);
+}
 
 /// A normalized value (y) or a gradient (dx) against the CPU's.
 enum class Kind { Value, Gradient, Exact };

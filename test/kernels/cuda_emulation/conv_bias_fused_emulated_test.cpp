@@ -25,6 +25,7 @@
 #include "emu.h"
 #include "cudnn_frontend.h" // emu::lastConvTensors, emu::refuseConvPointwise (after emu.h, which it uses)
 #include "emulated_checks.h"
+#include "channels_last_layout.h"
 
 #include <cmath>
 #include <cstdio>
@@ -39,6 +40,9 @@ namespace pc = pipec::kernels::cuda;
 using emucheck::ctx;
 using emucheck::expect;
 using emucheck::expectNear;
+using emulayout::channelsLastShape;
+using emulayout::moveChannels;
+using emulayout::stridesOf;
 using pk::Dims;
 using pk::Shape;
 using P = pipec::Precision;
@@ -63,42 +67,6 @@ constexpr double kBf16Once = 1.0 / 256 + kTolerance;
 /// Two: the plain graph's y, then the bias kernel's sum.
 constexpr double kBf16Twice = 2.0 / 256;
 
-/// [N, C, d...] -> [N, d..., C].
-static Shape lastShape(const Shape &first) {
-  Shape s;
-  s.push(first.v[0]);
-  for (int i = 2; i < first.size; ++i) s.push(first.v[i]);
-  s.push(first.v[1]);
-  return s;
-}
-/// The values of a tensor of channels-first shape `first` moved to
-/// channels-last (toLast) or back.
-static std::vector<float> moveChannels(const std::vector<float> &v, const Shape &first, bool toLast) {
-  const int64_t B = first.v[0], C = first.v[1], Pn = first.numel() / (B * C);
-  std::vector<float> out(v.size());
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t p = 0; p < Pn; ++p) {
-        const size_t f = (size_t)((b * C + c) * Pn + p), l = (size_t)((b * Pn + p) * C + c);
-        if (toLast)
-          out[l] = v[f];
-        else
-          out[f] = v[l];
-      }
-  return out;
-}
-/// The strides of logical dims [N, C, d...] channels-last or row-major.
-static std::vector<int64_t> stridesOf(const std::vector<int64_t> &dims, bool channelsLast) {
-  std::vector<int64_t> s(dims.size(), 1);
-  if (!channelsLast) {
-    for (int i = (int)dims.size() - 2; i >= 0; --i) s[i] = s[i + 1] * dims[i + 1];
-    return s;
-  }
-  int64_t step = dims[1];
-  for (int i = (int)dims.size() - 1; i >= 2; --i) s[i] = step, step *= dims[i];
-  s[0] = step;
-  return s;
-}
 
 /// What `call` wrote on stderr.
 template <class F> static std::string capturedStderr(F &&call) {
@@ -169,7 +137,7 @@ static Outcome runForward(const Case &c, bool channelsLast, P precision, const s
   };
   const std::vector<T> xt = stored(x, c.xs), wt = stored(w, c.ws);
   std::vector<T> y((size_t)ys.numel(), T(NAN));
-  const Shape xp = channelsLast ? lastShape(c.xs) : c.xs, wp = channelsLast ? lastShape(c.ws) : c.ws;
+  const Shape xp = channelsLast ? channelsLastShape(c.xs) : c.xs, wp = channelsLast ? channelsLastShape(c.ws) : c.ws;
   Outcome out;
   emu::lastConvTensors = {};
   const long executes = emu::cudnnExecutes;

@@ -30,6 +30,7 @@
 #include "emu.h"
 #include "cudnn_frontend.h" // emu::lastConvTensors (after emu.h, which it uses)
 #include "emulated_checks.h"
+#include "channels_last_layout.h"
 
 #include <cmath>
 #include <cstdio>
@@ -45,6 +46,9 @@ namespace pc = pipec::kernels::cuda;
 using emucheck::ctx;
 using emucheck::expect;
 using emucheck::expectNear;
+using emulayout::channelsLastShape;
+using emulayout::moveChannels;
+using emulayout::stridesOf;
 using pk::Dims;
 using pk::Shape;
 using P = pipec::Precision;
@@ -66,30 +70,6 @@ constexpr double kTolerance = 2e-5;
 /// Up to two roundings to bf16 (the result, then the bias added to it).
 constexpr double kBf16Tolerance = 2.0 / 256;
 
-/// [N, C, d...] -> [N, d..., C].
-static Shape lastShape(const Shape &first) {
-  Shape s;
-  s.push(first.v[0]);
-  for (int i = 2; i < first.size; ++i) s.push(first.v[i]);
-  s.push(first.v[1]);
-  return s;
-}
-/// The values of a tensor of channels-first shape `first` moved to
-/// channels-last (toLast) or back.
-template <class V> static std::vector<V> moveChannels(const std::vector<V> &v, const Shape &first, bool toLast) {
-  const int64_t B = first.v[0], C = first.v[1], Pn = first.numel() / (B * C);
-  std::vector<V> out(v.size());
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t p = 0; p < Pn; ++p) {
-        const size_t f = (size_t)((b * C + c) * Pn + p), l = (size_t)((b * Pn + p) * C + c);
-        if (toLast)
-          out[l] = v[f];
-        else
-          out[f] = v[l];
-      }
-  return out;
-}
 
 /// `got` equals `want` bit for bit.
 template <class V> static void expectSame(const std::vector<V> &got, const std::vector<V> &want, const char *what) {
@@ -160,18 +140,6 @@ const ConvCase kConvCases[] = {
 /// channels-first graph on channels-first copies; nobody (pipec's kernels).
 enum class Graphs { ChannelsLast, ChannelsFirst, None };
 
-/// The strides of logical dims [N, C, d...] channels-last or row-major.
-static std::vector<int64_t> stridesOf(const std::vector<int64_t> &dims, bool channelsLast) {
-  std::vector<int64_t> s(dims.size(), 1);
-  if (!channelsLast) {
-    for (int i = (int)dims.size() - 2; i >= 0; --i) s[i] = s[i + 1] * dims[i + 1];
-    return s;
-  }
-  int64_t step = dims[1];
-  for (int i = (int)dims.size() - 1; i >= 2; --i) s[i] = step, step *= dims[i];
-  s[0] = step;
-  return s;
-}
 
 /// Runs `call` and checks the cuDNN graphs it executed (one, or none) and
 /// their layout.
@@ -195,7 +163,7 @@ template <class F> static void expectGraphs(Graphs graphs, const char *what, F &
 /// The scratch queries: the channels-first call's need (the copies live in
 /// kernel scratch slot 1), and no channels-last call on the CPU target.
 static void checkConvScratch(const ConvCase &c) {
-  const Shape xl = lastShape(c.xs), wl = lastShape(c.ws);
+  const Shape xl = channelsLastShape(c.xs), wl = channelsLastShape(c.ws);
   const pk::ScratchTarget cuda = pk::ScratchTarget::Cuda, cpu = pk::ScratchTarget::Cpu;
   expect(pk::convScratch(cuda, xl, wl, c.s, c.p, c.d, c.g, true).shared ==
                  pk::convScratch(cuda, c.xs, c.ws, c.s, c.p, c.d, c.g).shared &&
@@ -236,7 +204,7 @@ struct ConvReference {
 static void runConv(const ConvCase &c, P precision, Graphs graphs, int offset, bool planned) {
   pc::StreamScope scope((void *)0x5150, precision);
   const Shape ys = pk::convOutputShape(c.xs, c.ws, c.s, c.p, c.d);
-  const Shape xl = lastShape(c.xs), wl = lastShape(c.ws), yl = lastShape(ys);
+  const Shape xl = channelsLastShape(c.xs), wl = channelsLastShape(c.ws), yl = channelsLastShape(ys);
   const auto x = randomValues(c.xs.numel()), w = randomValues(c.ws.numel()), b = randomValues(c.ws.v[0]),
              dy = randomValues(ys.numel());
   Guarded<float> xg(moveChannels(x, c.xs, true), offset), wg(moveChannels(w, c.ws, true), offset),
@@ -293,7 +261,7 @@ static void runConv(const ConvCase &c, P precision, Graphs graphs, int offset, b
 static void runConvBf16(const ConvCase &c, Graphs graphs, int offset) {
   pc::StreamScope scope((void *)0x5150, P::BF16);
   const Shape ys = pk::convOutputShape(c.xs, c.ws, c.s, c.p, c.d);
-  const Shape xl = lastShape(c.xs), wl = lastShape(c.ws), yl = lastShape(ys);
+  const Shape xl = channelsLastShape(c.xs), wl = channelsLastShape(c.ws), yl = channelsLastShape(ys);
   const auto x = bf16Rounded(randomValues(c.xs.numel())), w = bf16Rounded(randomValues(c.ws.numel())),
              b = randomValues(c.ws.v[0]), dy = bf16Rounded(randomValues(ys.numel()));
   auto stored = [](const std::vector<float> &v) { return std::vector<pc::bf16>(v.begin(), v.end()); };
@@ -427,7 +395,7 @@ template <class T> static void runPool(const PoolCase &c, bool ceil, int offset,
     if (tol == 0) return expectSame(got, want, what);
     expectNear(got, want, tol, what);
   };
-  const Shape xl = lastShape(c.xs);
+  const Shape xl = channelsLastShape(c.xs);
   const Shape ys = pk::poolOutputShape(c.xs, c.k, c.s, c.p, c.d, ceil), as = pk::poolOutputShape(c.xs, c.k, c.s, c.p,
                                                                                                  Dims{}, ceil);
   const auto x = bf16 ? bf16Rounded(withTies(randomValues(c.xs.numel()))) : withTies(randomValues(c.xs.numel()));
@@ -483,7 +451,7 @@ template <class T> static void runGlobalPool(const Shape &xs, int offset) {
   const int64_t planes = xs.v[0] * xs.v[1];
   const std::vector<float> xl = moveChannels(x, xs, true);
   Guarded<T> xg(std::vector<T>(xl.begin(), xl.end()), offset), y(planes, offset);
-  pc::globalAveragePool(xg.data(), lastShape(xs), y.data(), true);
+  pc::globalAveragePool(xg.data(), channelsLastShape(xs), y.data(), true);
   pc::raiseDeviceErrors();
   std::vector<float> yc(planes), got;
   pk::globalAveragePool(x.data(), xs, yc.data());
@@ -495,12 +463,12 @@ template <class T> static void runGlobalPool(const Shape &xs, int offset) {
 static void testPools() {
   for (const PoolCase &c : kPoolCases) {
     ctx = c.str() + " scratch";
-    expect(pk::poolScratch(pk::ScratchTarget::Cuda, lastShape(c.xs), c.k, c.s, c.p, c.d, false, true, true).shared ==
+    expect(pk::poolScratch(pk::ScratchTarget::Cuda, channelsLastShape(c.xs), c.k, c.s, c.p, c.d, false, true, true).shared ==
                pk::poolScratch(pk::ScratchTarget::Cuda, c.xs, c.k, c.s, c.p, c.d, false, true).shared,
            "the channels-last arg max is not the channels-first one's size");
     bool refused = false;
     try {
-      pk::poolScratch(pk::ScratchTarget::Cpu, lastShape(c.xs), c.k, c.s, c.p, c.d, false, true, true);
+      pk::poolScratch(pk::ScratchTarget::Cpu, channelsLastShape(c.xs), c.k, c.s, c.p, c.d, false, true, true);
     } catch (const pk::KernelError &) {
       refused = true;
     }
