@@ -456,7 +456,7 @@ def FuseGemmEpilogue : Pass<"pipec-fuse-gemm-epilogue", "mlir::ModuleOp"> {
 }
 
 def FuseNormEpilogue : Pass<"pipec-fuse-norm-epilogue", "mlir::ModuleOp"> {
-  let summary = "The residual add and the ReLU (or ReLU6) after a batch norm become the norm's epilogue";
+  let summary = "The residual add and the ReLU (or ReLU6) after a batch norm or a channels-last convolution become its epilogue";
   let description = [{
     In every model function of every pipe.stage (not @step), an `nn.add`
     of a batch norm's normalized result (read by the add alone) and a tensor
@@ -475,7 +475,18 @@ def FuseNormEpilogue : Pass<"pipec-fuse-norm-epilogue", "mlir::ModuleOp"> {
     otherwise only returned, becomes part of that op (`activation`, `y`):
     its first pass masks dy as it sums, and with `keeps_masked_dy` writes
     the masked gradient for the returns (the norm's parameter gradient reads
-    it in @bwd_weight). Runs before pipec-fuse-elementwise.
+    it in @bwd_weight).
+
+    The same residual add and activation after a channels-last `nn.conv`
+    (its result read by the add or the activation alone) become the
+    convolution's `residual` and `activation` (it moves to the add when
+    the residual is defined after it): cuDNN's graph writes
+    f(conv + bias + residual) in one pass (pipec/cuda_kernels.h). The
+    activation's gradient stays an op: the convolution's input, weight and
+    bias gradients all read it. Channels-last convolutions exist on CUDA
+    stages at tf32 and bf16 only (pipec-channels-last); at fp32 they run
+    pipec's kernels, shared with the CPU, and keep their ops. Runs before
+    pipec-fuse-elementwise.
 
     Before:
       %n:3 = nn.batch_norm %x, %s, %b, %m, %v {training = true} : ...
@@ -489,6 +500,8 @@ def FuseNormEpilogue : Pass<"pipec-fuse-norm-epilogue", "mlir::ModuleOp"> {
     Statistic<"numActivations", "activations", "Number of ReLUs and ReLU6s fused into batch norms">,
     Statistic<"numActivationGradients", "activation-gradients",
               "Number of ReLU and ReLU6 gradients fused into batch norms' input gradients">,
+    Statistic<"numConvResiduals", "conv-residuals", "Number of residual adds fused into convolutions">,
+    Statistic<"numConvActivations", "conv-activations", "Number of ReLUs and ReLU6s fused into convolutions">,
   ];
 }
 

@@ -233,8 +233,11 @@ bool StageEmitter::emitLinalgOp(Operation *op) {
             << dims(conv.getStrides()) << ", " << dims(conv.getPads()) << ", "
             << dims(conv.getDilations()) << ", " << conv.getGroup()
             << (nn::storesChannelsLast(conv) ? scratchOrDefault(conv) + channelsLastArgument(conv)
-                                             : scratchArgument(conv))
-            << ");\n";
+                                             : scratchArgument(conv));
+        if (conv.getResidual() || conv.getActivation()) // the epilogue (CUDA's channels-last convolutions)
+          out << ", " << (conv.getResidual() ? ptr(conv.getResidual()) : "nullptr") << ", "
+              << (conv.getActivation() ? unaryKindName(*conv.getActivation()) : "std::nullopt");
+        out << ");\n";
       })
       .Case([&](nn::ConvInputGradOp grad) {
         std::string y = allocate(grad.getResult());
@@ -747,6 +750,9 @@ LogicalResult StageEmitter::emitOp(Operation *op, bool isStep) {
   LogicalResult result = success();
   if (!cuda() && nn::storesChannelsLast(op)) // pipec-channels-last runs on CUDA stages alone
     return op->emitOpError("stores its tensors channels-last, which only the CUDA target writes");
+  if (auto conv = llvm::dyn_cast<nn::ConvOp>(op);
+      conv && (conv.getResidual() || conv.getActivation()) && !nn::storesChannelsLast(conv))
+    return op->emitOpError("has an epilogue, which only CUDA's channels-last convolutions apply");
   if (emitElementwiseOp(op) || emitLinalgOp(op) || emitNormPoolOp(op) || emitSoftmaxAttentionLossOp(op) ||
       emitReductionMovementOp(op) || emitConstantOp(op, result) || emitPipelineOp(op, isStep, result))
     return result;

@@ -164,10 +164,15 @@ std::optional<std::vector<Tensor>> OpRules::forward() {
         return one(kernels::matmul(operand(in(0), gemm.getTransA()), operand(in(1), gemm.getTransB())));
       })
       .Case([&](nn::ConvOp conv) {
-        return one(kernels::conv(in(0), in(1), optionalIn(conv.getBias()),
-                                 toVector(conv.getStrides()), toVector(conv.getPads()),
-                                 toVector(conv.getDilations()),
-                                 static_cast<int64_t>(conv.getGroup())));
+        Tensor result = kernels::conv(in(0), in(1), optionalIn(conv.getBias()), toVector(conv.getStrides()),
+                                      toVector(conv.getPads()), toVector(conv.getDilations()),
+                                      static_cast<int64_t>(conv.getGroup()));
+        // The epilogue (pipec-fuse-norm-epilogue): f(convolution + residual).
+        if (const Tensor *residual = optionalIn(conv.getResidual()))
+          result = kernels::binary(BinaryOp::Add, result, *residual);
+        if (auto activation = conv.getActivation())
+          result = kernels::unary(*activation, result);
+        return one(std::move(result));
       })
       .Case([&](nn::BatchNormOp norm) {
         auto results = kernels::batchNorm(in(0), in(1), in(2), in(3), in(4),

@@ -386,6 +386,10 @@ void OnnxImporter::convertConv(const onnx::NodeProto &node) {
   SmallVector<Value> operands{input, weight};
   if (hasInput(node, 2))
     operands.push_back(operand(node, 2));
+  // input, weight, bias, no residual (an epilogue is made after autodiff).
+  attributes.push_back(builder.getNamedAttr(
+      "operandSegmentSizes",
+      builder.getDenseI32ArrayAttr({1, 1, static_cast<int32_t>(operands.size() - 2), 0})));
   defineInferred<nn::ConvOp>(node, operands, attributes);
 }
 

@@ -437,7 +437,13 @@ LogicalResult ConvOp::inferReturnTypes(MLIRContext *, std::optional<Location> lo
     return failure();
   SmallVector<int64_t> shape{input[0], filters};
   shape.append(spatial->begin(), spatial->end());
-  types.push_back(RankedTensorType::get(storedShape(shape, channelsLast), inputType.getElementType()));
+  auto resultType = RankedTensorType::get(storedShape(shape, channelsLast), inputType.getElementType());
+  if (Value residual = adaptor.getResidual(); residual && rankedType(residual).getShape() != resultType.getShape())
+    return fail(loc, "nn.conv: the residual " + shapeString(rankedType(residual).getShape()) +
+                         " does not have the result's shape " + shapeString(resultType.getShape()));
+  if (auto activation = adaptor.getActivation(); activation && !::pipec::epilogueActivationApplies(*activation))
+    return fail(loc, "nn.conv: the only activations its epilogue applies are relu and relu6");
+  types.push_back(resultType);
   return success();
 }
 
@@ -461,7 +467,7 @@ LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *,
   if (Value residual = adaptor.getResidual(); residual && rankedType(residual).getShape() != inputType.getShape())
     return fail(loc, "nn.batch_norm: the residual " + shapeString(rankedType(residual).getShape()) +
                          " does not have the input's shape " + shapeString(inputType.getShape()));
-  if (auto activation = adaptor.getActivation(); activation && !::pipec::batchNormEpilogueApplies(*activation))
+  if (auto activation = adaptor.getActivation(); activation && !::pipec::epilogueActivationApplies(*activation))
     return fail(loc, "nn.batch_norm: the only activations its kernels apply are relu and relu6");
   types.push_back(inputType);
   types.push_back(adaptor.getRunningMean().getType());

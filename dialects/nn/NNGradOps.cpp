@@ -159,7 +159,7 @@ LogicalResult BatchNormGradOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   if (adaptor.getDy().getType() != adaptor.getInput().getType())
     return fail(loc, "nn.batch_norm_grad: dy and input types differ");
   const bool activation = adaptor.getActivation().has_value();
-  if (activation && !::pipec::batchNormEpilogueApplies(*adaptor.getActivation()))
+  if (activation && !::pipec::epilogueActivationApplies(*adaptor.getActivation()))
     return fail(loc, "nn.batch_norm_grad: the only activations its kernels take are relu and relu6");
   if (activation != static_cast<bool>(adaptor.getY()))
     return fail(loc, "nn.batch_norm_grad: an activation needs y, its output, and y an activation");

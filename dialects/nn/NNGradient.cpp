@@ -195,6 +195,8 @@ Value MatMulOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned 
 }
 
 Value ConvOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, unsigned index) {
+  if (getResidual() || getActivation())
+    return Value(); // an epilogue exists after autodiff only
   Value dy = dys[0];
   RankedTensorType operandType = tensorType(getOperation()->getOperand(index));
   if (index == 0)
@@ -217,8 +219,8 @@ Value ConvInputGradOp::buildGradient(GradientBuilder &g, ArrayRef<Value> dys, un
   // gradient of that convolution with dy as its output gradient.
   Value dresult = dys[0];
   if (index == 0)
-    return ConvOp::create(g.b, g.loc, dresult, getWeight(), /*bias=*/Value(), getStrides(), getPads(),
-                          getDilations(), getGroup(), getChannelsLast());
+    return ConvOp::create(g.b, g.loc, dresult, getWeight(), /*bias=*/Value(), /*residual=*/Value(), getStrides(),
+                          getPads(), getDilations(), getGroup(), getChannelsLast(), /*activation=*/nullptr);
   return ConvWeightGradOp::create(g.b, g.loc, getWeight().getType(), getDy(), dresult, getStrides(), getPads(),
                                   getDilations(), getGroup(), getChannelsLast());
 }

@@ -240,7 +240,7 @@ def NN_BatchedGemmOp : NN_InferredOp<"batched_gemm"> {
 // Convolution, normalization, pooling
 //===----------------------------------------------------------------------===//
 
-def NN_ConvOp : NN_InferredOp<"conv", [NN_Differentiable]> {
+def NN_ConvOp : NN_InferredOp<"conv", [NN_Differentiable, AttrSizedOperandSegments]> {
   let summary = "ONNX Conv (N, C, spatial...) with explicit pads";
   let description = [{
     `pads` holds the begin pads of every spatial axis followed by the end pads,
@@ -249,14 +249,26 @@ def NN_ConvOp : NN_InferredOp<"conv", [NN_Differentiable]> {
     gradients) the input and result are stored [N, spatial..., C] and the
     weight [M, kernel..., C/group]: pipec-channels-last sets it for CUDA
     stages (docs/dialects.md).
+
+    With `residual` (of the result's shape) the result is the convolution
+    (plus bias) plus it, and with `activation` (ReLU or ReLU6) f of that:
+    the epilogue pipec-fuse-norm-epilogue folds into a channels-last
+    convolution after autodiff, which cuDNN's graph applies
+    (docs/optimization.md, "Convolution epilogues"); such a convolution has
+    no gradient rule.
   }];
   let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
                        Optional<NN_FloatTensor>:$bias,
+                       Optional<NN_FloatTensor>:$residual,
                        DenseI64ArrayAttr:$strides, DenseI64ArrayAttr:$pads,
                        DenseI64ArrayAttr:$dilations,
                        DefaultValuedAttr<I64Attr, "1">:$group,
-                       DefaultValuedAttr<BoolAttr, "false">:$channels_last);
+                       DefaultValuedAttr<BoolAttr, "false">:$channels_last,
+                       OptionalAttr<NN_UnaryFunctionAttr>:$activation);
   let results = (outs NN_FloatTensor:$result);
+  // As `operands` prints them, with the residual named.
+  let assemblyFormat = "$input `,` $weight (`,` $bias^)? (`residual` `=` $residual^)? attr-dict `:` "
+                       "functional-type(operands, results)";
 }
 
 def NN_BatchNormOp : NN_InferredOp<"batch_norm", [NN_Differentiable]> {

@@ -1,8 +1,9 @@
 // pipec-fuse-norm-epilogue: the residual add and the ReLU (or ReLU6) that
-// follow a batch norm become the norm's epilogue, so that the norm's apply
-// pass writes relu(normalized + residual) and neither sum nor activation is a
-// pass over memory of its own; and the activation's gradient becomes part of
-// the norm's input gradient (docs/optimization.md).
+// follow a batch norm, or a channels-last convolution, become its epilogue,
+// so that the norm's apply pass (cuDNN's convolution graph) writes
+// relu(value + residual) and neither sum nor activation is a pass over
+// memory of its own; and the activation's gradient becomes part of the
+// norm's input gradient (docs/optimization.md).
 #include "passes/Passes.h"
 #include "passes/Transforms/PatternRewrites.h"
 
@@ -32,6 +33,18 @@ nn::BatchNormOp soleNormProducer(Value value, Block *block, bool forResidual) {
   return norm;
 }
 
+/// The same for a convolution: one that runs on cuDNN's graphs, which apply
+/// the epilogue (channels-last: CUDA at tf32 and bf16; at fp32 the
+/// convolutions run pipec's kernels, shared with the CPU's, where the
+/// activation stays a loop of its own).
+nn::ConvOp soleConvProducer(Value value, Block *block, bool forResidual) {
+  auto conv = value.getDefiningOp<nn::ConvOp>();
+  if (!conv || conv->getBlock() != block || !value.hasOneUse() || !conv.getChannelsLast() || conv.getActivation() ||
+      (forResidual && conv.getResidual()))
+    return {};
+  return conv;
+}
+
 /// Whether every reader of the norm's running-statistic results comes after
 /// `point`, so that the norm may be computed there instead.
 bool statisticsReadAfter(nn::BatchNormOp norm, Operation *point) {
@@ -57,7 +70,7 @@ struct FuseNormEpilogue : impl::FuseNormEpilogueBase<FuseNormEpilogue> {
         fuseResidual(add);
       SmallVector<nn::UnaryElementwiseOpInterface> activations;
       function.walk([&](nn::UnaryElementwiseOpInterface unary) {
-        if (batchNormEpilogueApplies(unary.getUnaryFunction()))
+        if (epilogueActivationApplies(unary.getUnaryFunction()))
           activations.push_back(unary);
       });
       for (nn::UnaryElementwiseOpInterface activation : activations)
@@ -75,7 +88,7 @@ struct FuseNormEpilogue : impl::FuseNormEpilogueBase<FuseNormEpilogue> {
   /// masked gradient for those returns (keeps_masked_dy). A gradient read by
   /// anything else (a residual's branch, a second norm) stays.
   void fuseActivationGrad(nn::UnaryGradOp relu) {
-    if (!batchNormEpilogueApplies(relu.getKind()) || !relu.getY())
+    if (!epilogueActivationApplies(relu.getKind()) || !relu.getY())
       return;
     nn::BatchNormGradOp norm;
     bool returned = false;
@@ -106,51 +119,79 @@ struct FuseNormEpilogue : impl::FuseNormEpilogueBase<FuseNormEpilogue> {
     ++numActivationGradients;
   }
 
-  /// bn(x) + r of one shape and type, bn's result read by the add alone:
-  /// the norm adds r, computed where it was if r is defined before it, else
-  /// where the add was. Of two such norms the one the add reads second
-  /// takes the other as its residual.
+  /// bn(x) + r or conv(x) + r of one shape and type, the producer's result
+  /// read by the add alone: the producer adds r, computed where it was if r
+  /// is defined before it, else where the add was. Of two such producers the
+  /// one the add reads second takes the other as its residual.
   void fuseResidual(nn::AddOp add) {
     Value lhs = add.getLhs(), rhs = add.getRhs();
     if (lhs.getType() != rhs.getType() || lhs.getType() != add.getResult().getType())
-      return; // a broadcast: not the norm's shape
-    for (auto [normed, residual] : {std::pair{rhs, lhs}, std::pair{lhs, rhs}}) {
-      nn::BatchNormOp norm = soleNormProducer(normed, add->getBlock(), /*forResidual=*/true);
-      if (!norm)
-        continue;
-      Operation *point = definedBefore(residual, norm) ? norm.getOperation() : add.getOperation();
-      if (point == add && !statisticsReadAfter(norm, add))
-        continue;
-      OpBuilder builder(point);
-      auto fused = nn::BatchNormOp::create(builder, absorbedLocation(norm.getLoc(), {add}), norm.getInput(),
-                                           norm.getScale(), norm.getBias(), norm.getRunningMean(),
-                                           norm.getRunningVar(), residual, norm.getEpsilonAttr(),
-                                           norm.getMomentumAttr(), norm.getTrainingAttr(), nn::UnaryFunctionAttr(),
-                                           norm.getChannelsLastAttr());
-      inheritPlacement(norm, fused, /*withCost=*/true);
-      add.getResult().replaceAllUsesWith(fused.getResult());
-      norm.getNewRunningMean().replaceAllUsesWith(fused.getNewRunningMean());
-      norm.getNewRunningVar().replaceAllUsesWith(fused.getNewRunningVar());
-      add.erase();
-      norm.erase();
-      ++numResiduals;
-      return;
+      return; // a broadcast: not the producer's shape
+    for (auto [produced, residual] : {std::pair{rhs, lhs}, std::pair{lhs, rhs}}) {
+      if (nn::BatchNormOp norm = soleNormProducer(produced, add->getBlock(), /*forResidual=*/true))
+        if (fuseNormResidual(add, norm, residual))
+          return;
+      if (nn::ConvOp conv = soleConvProducer(produced, add->getBlock(), /*forResidual=*/true))
+        return fuseConvResidual(add, conv, residual);
     }
   }
 
-  /// f(bn(x) [+ r]) for f ReLU or ReLU6, the norm's result read by f alone:
-  /// the norm applies it. (f's gradient reads its output, which the norm
-  /// now writes; the normalized value before it is read by nothing else.)
+  bool fuseNormResidual(nn::AddOp add, nn::BatchNormOp norm, Value residual) {
+    Operation *point = definedBefore(residual, norm) ? norm.getOperation() : add.getOperation();
+    if (point == add && !statisticsReadAfter(norm, add))
+      return false;
+    OpBuilder builder(point);
+    auto fused = nn::BatchNormOp::create(builder, absorbedLocation(norm.getLoc(), {add}), norm.getInput(),
+                                         norm.getScale(), norm.getBias(), norm.getRunningMean(), norm.getRunningVar(),
+                                         residual, norm.getEpsilonAttr(), norm.getMomentumAttr(),
+                                         norm.getTrainingAttr(), nn::UnaryFunctionAttr(), norm.getChannelsLastAttr());
+    inheritPlacement(norm, fused, /*withCost=*/true);
+    add.getResult().replaceAllUsesWith(fused.getResult());
+    norm.getNewRunningMean().replaceAllUsesWith(fused.getNewRunningMean());
+    norm.getNewRunningVar().replaceAllUsesWith(fused.getNewRunningVar());
+    add.erase();
+    norm.erase();
+    ++numResiduals;
+    return true;
+  }
+
+  /// A convolution has no other result: it may always move to the add.
+  void fuseConvResidual(nn::AddOp add, nn::ConvOp conv, Value residual) {
+    OpBuilder builder(definedBefore(residual, conv) ? conv.getOperation() : add.getOperation());
+    auto fused = nn::ConvOp::create(builder, absorbedLocation(conv.getLoc(), {add}), conv.getInput(),
+                                    conv.getWeight(), conv.getBias(), residual, conv.getStridesAttr(),
+                                    conv.getPadsAttr(), conv.getDilationsAttr(), conv.getGroupAttr(),
+                                    conv.getChannelsLastAttr(), nn::UnaryFunctionAttr());
+    inheritPlacement(conv, fused, /*withCost=*/true);
+    add.getResult().replaceAllUsesWith(fused.getResult());
+    add.erase();
+    conv.erase();
+    ++numConvResiduals;
+  }
+
+  /// f(bn(x) [+ r]) or f(conv(x) [+ r]) for f ReLU or ReLU6, the producer's
+  /// result read by f alone: the producer applies it. (f's gradient reads
+  /// its output, which the producer now writes; the value before it is read
+  /// by nothing else.)
   void fuseActivation(nn::UnaryElementwiseOpInterface activation) {
     Operation *op = activation.getOperation();
-    nn::BatchNormOp norm = soleNormProducer(op->getOperand(0), op->getBlock(), /*forResidual=*/false);
-    if (!norm || op->getResult(0).getType() != norm.getResult().getType())
+    Value operand = op->getOperand(0);
+    if (op->getResult(0).getType() != operand.getType())
       return;
-    norm.setActivationAttr(nn::UnaryFunctionAttr::get(norm.getContext(), activation.getUnaryFunction()));
-    norm->setLoc(absorbedLocation(norm.getLoc(), {op}));
-    op->getResult(0).replaceAllUsesWith(norm.getResult());
+    auto function = nn::UnaryFunctionAttr::get(op->getContext(), activation.getUnaryFunction());
+    Operation *producer = nullptr;
+    if (nn::BatchNormOp norm = soleNormProducer(operand, op->getBlock(), /*forResidual=*/false)) {
+      norm.setActivationAttr(function);
+      producer = norm, ++numActivations;
+    } else if (nn::ConvOp conv = soleConvProducer(operand, op->getBlock(), /*forResidual=*/false)) {
+      conv.setActivationAttr(function);
+      producer = conv, ++numConvActivations;
+    } else {
+      return;
+    }
+    producer->setLoc(absorbedLocation(producer->getLoc(), {op}));
+    op->getResult(0).replaceAllUsesWith(operand);
     op->erase();
-    ++numActivations;
   }
 };
 

@@ -26,8 +26,11 @@ CUDA stages storing activations in bf16, against their CPU stages in float32
 within BF16_TOLERANCE; examples/cnn.onnx at tf32, its convolutions through
 the fake cuDNN's graphs and its convolutional region channels-last
 (pipec-channels-last), within CUDNN_CONV_TOLERANCE, and with bf16 storage
-(convolutions, batch norms and pools on bf16) within CNN_BF16_TOLERANCE; and
-every zoo model compiles for CUDA with bf16 storage.
+(convolutions, batch norms and pools on bf16) within CNN_BF16_TOLERANCE; a
+convolutional network without norms (write_convnet: its ReLUs, ReLU6 and
+residual add become the convolutions' epilogues, applied by the fake cuDNN's
+fused graphs) at tf32 and bf16 the same way; and every zoo model compiles
+for CUDA with bf16 storage.
 
     cuda_stage_emulated.py --pipec PIPEC --compare STAGE_TARGETS_AGREE
         --emulated-library LIB --emulation-dir DIR --cxx CXX --source-root ROOT
@@ -85,6 +88,43 @@ def write_model(path):
     graph = helper.make_graph(nodes, "fusable", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
                                                                                [ROWS, FEATURES])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [ROWS, CLASSES])],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+
+
+def write_convnet(path):
+    """A network without norms, whose activations and residual add follow
+    convolutions directly (VGG's and pre-activation ResNets' shape):
+    conv+bias -> ReLU; conv+bias + that ReLU's output -> ReLU; a depthwise
+    conv without bias -> ReLU6 (Clip); a 1-D-free global pool and a Linear
+    head. At tf32 and bf16 pipec-fuse-norm-epilogue folds each activation
+    and the add into its convolution (pk::conv's epilogue)."""
+    rng = np.random.default_rng(5)
+
+    def weight(name, *shape, scale=0.3):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    inits = [weight("c1w", 8, 3, 3, 3), weight("c1b", 8, scale=0.1), weight("c2w", 8, 8, 3, 3, scale=0.15),
+             weight("c2b", 8, scale=0.1), weight("c3w", 8, 1, 3, 3), weight("hw", CLASSES, 8), weight("hb", CLASSES),
+             numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(6.0, np.float32), "six")]
+    nodes = [
+        helper.make_node("Conv", ["x", "c1w", "c1b"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "c2w", "c2b"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("Add", ["c2", "r1"], ["res"], name="residual"),
+        helper.make_node("Relu", ["res"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "c3w"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2], group=8, name="dw"),
+        helper.make_node("Clip", ["c3", "zero", "six"], ["r3"], name="relu6"),
+        helper.make_node("GlobalAveragePool", ["r3"], ["pooled"], name="pool"),
+        helper.make_node("Flatten", ["pooled"], ["flat"], name="flatten"),
+        helper.make_node("Gemm", ["flat", "hw", "hb"], ["logits"], transB=1, name="head"),
+    ]
+    graph = helper.make_graph(nodes, "convnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                               [4, 3, 10, 10])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [4, CLASSES])],
                               initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     onnx.checker.check_model(model)
@@ -211,6 +251,15 @@ def main():
         # activations (cuDNN's bf16 graphs), statistics and gradients float.
         failures += compare_bf16_storage(args, work, env, "cnn", cnn, cnn_cpu, optimizer="sgd",
                                          tolerance=CNN_BF16_TOLERANCE)
+        # Convolutions with their activations and residual add as epilogues.
+        convnet = os.path.join(work, "convnet.onnx")
+        write_convnet(convnet)
+        convnet_cpu = os.path.join(work, "convnet-cpu")
+        run([args.pipec, convnet, "--gpus", "1x1", "--microbatches", "2", "-O2", "--optimizer", "sgd", "--out",
+             convnet_cpu, "--build"], env=env)
+        failures += compare_cudnn_convolutions(args, work, env, convnet, convnet_cpu, name="convnet", epilogues=3)
+        failures += compare_bf16_storage(args, work, env, "convnet", convnet, convnet_cpu, optimizer="sgd",
+                                         expect="pk::Unary::Relu6")
         failures += compile_zoo_bf16(args, work, env)
         return 1 if failures else 0
 
@@ -264,29 +313,36 @@ CNN_BF16_TOLERANCE = 0.3
 CUDNN_CONV_TOLERANCE = 1e-4
 
 
-def compare_cudnn_convolutions(args, work, env, model, cpu):
+def compare_cudnn_convolutions(args, work, env, model, cpu, name="cnn", epilogues=0):
     """The CUDA stage of MODEL at --precision tf32, whose convolutions run
-    cuDNN's graphs, against the CPU stage CPU within CUDNN_CONV_TOLERANCE.
-    Returns the number of failures."""
-    cuda = os.path.join(work, "cnn-cuda-tf32")
+    cuDNN's graphs, against the CPU stage CPU within CUDNN_CONV_TOLERANCE;
+    EPILOGUES of its forward convolutions apply an activation
+    (pipec-fuse-norm-epilogue). Returns the number of failures."""
+    cuda = os.path.join(work, name + "-cuda-tf32")
     run([args.pipec, model, "--gpus", "1x1", "--microbatches", "2", "-O2", "--optimizer", "sgd", "--target", "cuda",
          "--precision", "tf32", "--out", cuda], env=env)
     stages = os.path.join(cuda, "stages")
     source = open(os.path.join(stages, "stage_0.cu")).read()
-    calls = [name for name in ("pk::conv(", "pk::convInputGrad(", "pk::convWeightGrad(") if name in source]
+    calls = [call for call in ("pk::conv(", "pk::convInputGrad(", "pk::convWeightGrad(") if call in source]
     if len(calls) != 3:
-        print(f"FAIL: cnn: the CUDA stage makes {len(calls)} of the 3 convolution calls")
+        print(f"FAIL: {name}: the CUDA stage makes {len(calls)} of the 3 convolution calls")
         return 1
-    region = [line for line in source.splitlines()
+    lines = source.splitlines()
+    region = [line for line in lines
               if any(call in line for call in ("pk::conv(", "pk::batchNorm(", "pk::maxPool(", "pk::globalAveragePool("))]
-    if not region or not all(line.rstrip().endswith(", true);") for line in region):
-        print("FAIL: cnn: the tf32 CUDA stage's convolutional region is not channels-last (pipec-channels-last)")
+    # A channels-last call ends with the flag, or with the epilogue after it.
+    if not region or not all(line.rstrip().endswith(", true);") or ", true, " in line for line in region):
+        print(f"FAIL: {name}: the tf32 CUDA stage's convolutional region is not channels-last (pipec-channels-last)")
         return 1
-    library = build_emulated_stage(stages, os.path.join(work, "cnn-translated-tf32"), args.emulation_dir,
+    fused = sum(1 for line in lines if "pk::conv(" in line and "pk::Unary::" in line)
+    if fused != epilogues:
+        print(f"FAIL: {name}: {fused} convolutions apply an activation epilogue; expected {epilogues}")
+        return 1
+    library = build_emulated_stage(stages, os.path.join(work, name + "-translated-tf32"), args.emulation_dir,
                                    args.emulated_library, args.cxx, args.source_root)
     compared = subprocess.run([args.compare, os.path.join(cpu, "stages", "libstage_0.so"), library, "--tolerance",
                                str(CUDNN_CONV_TOLERANCE)], capture_output=True, text=True, env=env)
-    print("cnn: CUDA stage at tf32 (convolutions on the emulated cuDNN) against the CPU stage:")
+    print(f"{name}: CUDA stage at tf32 (convolutions on the emulated cuDNN) against the CPU stage:")
     print(compared.stdout + compared.stderr, end="")
     return int(compared.returncode != 0)
 

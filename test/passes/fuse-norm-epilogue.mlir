@@ -121,4 +121,52 @@ pipe.stage @stage_0 attributes {id = 0 : i64, replicas = 1 : i64} {
     return %r1, %n1#0, %broadcast, %early, %late, %plain
         : tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>, tensor<4xf32>, tensor<2x4x3x3xf32>, tensor<2x4x3x3xf32>
   }
+
+  // Channels-last convolutions (x [N, H, W, C]): a pre-activation ResNet's
+  // conv + shortcut then ReLU, a VGG conv-ReLU, and a depthwise conv
+  // without bias and ReLU6. The add's convolution takes the shortcut as its
+  // residual, computed where the convolution was; a residual computed after
+  // it moves the convolution to the add.
+  // CHECK-LABEL: func.func @convs
+  // CHECK: %[[A:.*]] = nn.conv %arg0, %arg1, %arg2 {activation = #nn.unary<relu>, channels_last = true
+  // CHECK-NEXT: %[[B:.*]] = nn.conv %[[A]], %arg1, %arg2 residual = %arg0 {activation = #nn.unary<relu>, channels_last = true
+  // CHECK-NEXT: %[[C:.*]] = nn.conv %[[B]], %arg3 {activation = #nn.unary<relu6>, channels_last = true
+  // CHECK-NEXT: %[[Z:.*]] = nn.neg %[[C]]
+  // CHECK-NEXT: %[[D:.*]] = nn.conv %[[C]], %arg3 residual = %[[Z]] {channels_last = true
+  // CHECK-NEXT: return %[[D]]
+  func.func @convs(%x: tensor<2x3x3x4xf32>, %w: tensor<4x3x3x4xf32>, %b: tensor<4xf32>, %dw: tensor<4x3x3x1xf32>)
+      -> tensor<2x3x3x4xf32> {
+    %c1 = nn.conv %x, %w, %b {channels_last = true, dilations = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<2x3x3x4xf32>, tensor<4x3x3x4xf32>, tensor<4xf32>) -> tensor<2x3x3x4xf32>
+    %r1 = nn.relu %c1 : tensor<2x3x3x4xf32>
+    %c2 = nn.conv %r1, %w, %b {channels_last = true, dilations = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<2x3x3x4xf32>, tensor<4x3x3x4xf32>, tensor<4xf32>) -> tensor<2x3x3x4xf32>
+    %sum = nn.add %x, %c2 : (tensor<2x3x3x4xf32>, tensor<2x3x3x4xf32>) -> tensor<2x3x3x4xf32>
+    %r2 = nn.relu %sum : tensor<2x3x3x4xf32>
+    %c3 = nn.conv %r2, %dw {channels_last = true, dilations = array<i64: 1, 1>, group = 4 : i64, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<2x3x3x4xf32>, tensor<4x3x3x1xf32>) -> tensor<2x3x3x4xf32>
+    %r3 = nn.relu6 %c3 : tensor<2x3x3x4xf32>
+    %c4 = nn.conv %r3, %dw {channels_last = true, dilations = array<i64: 1, 1>, group = 4 : i64, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>} : (tensor<2x3x3x4xf32>, tensor<4x3x3x1xf32>) -> tensor<2x3x3x4xf32>
+    %z = nn.neg %r3 : tensor<2x3x3x4xf32>
+    %late = nn.add %c4, %z : (tensor<2x3x3x4xf32>, tensor<2x3x3x4xf32>) -> tensor<2x3x3x4xf32>
+    return %late : tensor<2x3x3x4xf32>
+  }
+
+  // Left alone: a channels-first convolution (fp32: pipec's kernels, shared
+  // with the CPU), a convolution whose result is also returned, and a
+  // sigmoid (not an epilogue activation).
+  // CHECK-LABEL: func.func @convs_kept
+  // CHECK: nn.conv %arg0, %arg1 {dilations
+  // CHECK-NEXT: nn.relu
+  // CHECK-NEXT: nn.conv %arg2, %arg3 {channels_last = true
+  // CHECK-NEXT: nn.relu
+  // CHECK-NEXT: nn.conv %arg2, %arg3 {channels_last = true
+  // CHECK-NEXT: nn.sigmoid
+  func.func @convs_kept(%x: tensor<2x4x3x3xf32>, %w: tensor<4x4x1x1xf32>, %xl: tensor<2x3x3x4xf32>, %wl: tensor<4x1x1x4xf32>)
+      -> (tensor<2x4x3x3xf32>, tensor<2x3x3x4xf32>, tensor<2x3x3x4xf32>, tensor<2x3x3x4xf32>) {
+    %c1 = nn.conv %x, %w {dilations = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, strides = array<i64: 1, 1>} : (tensor<2x4x3x3xf32>, tensor<4x4x1x1xf32>) -> tensor<2x4x3x3xf32>
+    %r1 = nn.relu %c1 : tensor<2x4x3x3xf32>
+    %c2 = nn.conv %xl, %wl {channels_last = true, dilations = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, strides = array<i64: 1, 1>} : (tensor<2x3x3x4xf32>, tensor<4x1x1x4xf32>) -> tensor<2x3x3x4xf32>
+    %r2 = nn.relu %c2 : tensor<2x3x3x4xf32>
+    %c3 = nn.conv %xl, %wl {channels_last = true, dilations = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, strides = array<i64: 1, 1>} : (tensor<2x3x3x4xf32>, tensor<4x1x1x4xf32>) -> tensor<2x3x3x4xf32>
+    %s3 = nn.sigmoid %c3 : tensor<2x3x3x4xf32>
+    return %r1, %r2, %c2, %s3 : tensor<2x4x3x3xf32>, tensor<2x3x3x4xf32>, tensor<2x3x3x4xf32>, tensor<2x3x3x4xf32>
+  }
 }

@@ -326,9 +326,10 @@ inline constexpr bool derivativeReadsInput(Unary u) {
 /// ReLU, and its GELU, the tanh form); any other activation is a pass of
 /// its own after the GEMM (docs/optimization.md, "GEMM epilogues").
 inline constexpr bool cudaGemmEpilogueApplies(Unary u) { return u == Unary::Relu || u == Unary::GeluTanh; }
-/// Whether a batch norm's kernels (both libraries) apply u as its epilogue's
-/// activation: ReLU and ReLU6 (docs/optimization.md, "Batch-norm epilogues").
-inline constexpr bool batchNormEpilogueApplies(Unary u) { return u == Unary::Relu || u == Unary::Relu6; }
+/// Whether a batch norm's kernels (both libraries) and the CUDA
+/// convolutions apply u as their epilogue's activation: ReLU and ReLU6
+/// (docs/optimization.md, "Batch-norm epilogues", "Convolution epilogues").
+inline constexpr bool epilogueActivationApplies(Unary u) { return u == Unary::Relu || u == Unary::Relu6; }
 inline const char *unaryName(Unary u) { return unaryFunction(u).spelling; }
 inline bool parseUnary(std::string_view text, Unary &u) {
   for (int i = 0; i < kNumUnaryFunctions; ++i)

@@ -138,11 +138,11 @@ void checkRank(const char *op, const Shape &s, int atLeast, const char *what) {
     if (s.v[i] < 0) fail(op, std::string(what) + " " + s.str() + " has a negative dimension");
 }
 
-NormActivation batchNormActivation(const char *op, std::optional<Unary> activation) {
-  if (!activation) return NormActivation::None;
-  if (!batchNormEpilogueApplies(*activation))
-    throw KernelError(std::string(op) + ": the only activations a batch norm applies are relu and relu6");
-  return *activation == Unary::Relu ? NormActivation::Relu : NormActivation::Relu6;
+EpilogueActivation epilogueActivation(const char *op, std::optional<Unary> activation) {
+  if (!activation) return EpilogueActivation::None;
+  if (!epilogueActivationApplies(*activation))
+    throw KernelError(std::string(op) + ": the only activations an epilogue applies are relu and relu6");
+  return *activation == Unary::Relu ? EpilogueActivation::Relu : EpilogueActivation::Relu6;
 }
 
 int64_t lossLabelBound(const char *op, int64_t classAxis, int64_t classes) {

@@ -103,8 +103,8 @@ void channelStats(const float *x, const ChannelView &v, int64_t c, double &mean,
 /// formulas).
 struct IncomingGradient {
   const float *dy, *y = nullptr;
-  NormActivation activation = NormActivation::None;
-  float operator()(int64_t i) const { return normActivationGradient(activation, dy[i], y ? y[i] : 0.0f); }
+  EpilogueActivation activation = EpilogueActivation::None;
+  float operator()(int64_t i) const { return epilogueActivationGradient(activation, dy[i], y ? y[i] : 0.0f); }
 };
 
 /// Σ dy and Σ dy·(x - mean) over channel c, with the batch statistics in
@@ -126,7 +126,7 @@ void batchNorm(const float *x, const Shape &xs, const float *scale, const float 
                const float *runningVar, float *y, float *newMean, float *newVar, float epsilon, float momentum,
                bool training, const float *residual, std::optional<Unary> activation) {
   const ChannelView v = channelView("nn.batch_norm", xs);
-  const NormActivation act = batchNormActivation("nn.batch_norm", activation);
+  const EpilogueActivation act = epilogueActivation("nn.batch_norm", activation);
   // Channels are independent (statistics, running update, output): one thread each.
   parallelVectorRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
     for (int64_t c = cBegin; c < cEnd; ++c) {
@@ -150,8 +150,8 @@ void batchNorm(const float *x, const Shape &xs, const float *scale, const float 
         for (int64_t i = 0; i < v.inner; ++i) q[i] = p[i] * a + b;
         if (residual)
           for (int64_t i = 0; i < v.inner; ++i) q[i] += residual[base + i];
-        if (act != NormActivation::None)
-          for (int64_t i = 0; i < v.inner; ++i) q[i] = normActivationValue(act, q[i]);
+        if (act != EpilogueActivation::None)
+          for (int64_t i = 0; i < v.inner; ++i) q[i] = epilogueActivationValue(act, q[i]);
       }
     }
   });
@@ -163,8 +163,8 @@ void batchNormGrad(const float *dy, const float *x, const Shape &xs, const float
   const char *op = "nn.batch_norm_grad";
   const ChannelView v = channelView(op, xs);
   (void)runningMean;
-  const IncomingGradient g{dy, y, batchNormActivation(op, activation)};
-  if (g.activation != NormActivation::None && !y) fail(op, "the activation's gradient needs its output y");
+  const IncomingGradient g{dy, y, epilogueActivation(op, activation)};
+  if (g.activation != EpilogueActivation::None && !y) fail(op, "the activation's gradient needs its output y");
   parallelVectorRanges(v.C, xs.numel(), [&](int64_t cBegin, int64_t cEnd) {
     for (int64_t c = cBegin; c < cEnd; ++c) {
       if (maskedDy)

@@ -80,6 +80,26 @@ func.func @conv_channels(%x: tensor<1x3x8x8xf32>, %w: tensor<4x2x3x3xf32>) {
 
 // -----
 
+// A convolution's epilogue: the residual has the result's shape, the
+// activation is one the kernels apply.
+func.func @conv_residual(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %r: tensor<1x4x8x8xf32>) {
+  // expected-error @+2 {{nn.conv: the residual [1,4,8,8] does not have the result's shape [1,4,6,6]}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.conv %x, %w residual = %r {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>, tensor<1x4x8x8xf32>) -> tensor<1x4x6x6xf32>
+  return
+}
+
+// -----
+
+func.func @conv_activation(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) {
+  // expected-error @+2 {{nn.conv: the only activations its epilogue applies are relu and relu6}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, activation = #nn.unary<tanh>} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x6x6xf32>
+  return
+}
+
+// -----
+
 // Channels-last: the channels are the last axis of x and of the weight.
 func.func @conv_channels_last(%x: tensor<1x8x8x3xf32>, %w: tensor<4x3x3x2xf32>) {
   // expected-error @+2 {{nn.conv: 3 input channels, group 1 and weight [4,3,3,2] do not match}}

@@ -47,6 +47,11 @@ func.func @cnn(%x: tensor<4x3x16x16xf32>, %w: tensor<8x3x3x3xf32>, %b: tensor<8x
   // CHECK: nn.conv {{.*}} {dilations = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, strides = array<i64: 1, 1>}
   // CHECK-SAME: -> tensor<4x8x16x16xf32>
   %0 = nn.conv %x, %w, %b {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>} : (tensor<4x3x16x16xf32>, tensor<8x3x3x3xf32>, tensor<8xf32>) -> tensor<4x8x16x16xf32>
+  // The epilogue pipec-fuse-norm-epilogue writes: the residual named.
+  // CHECK: nn.conv %{{.*}}, %{{.*}}, %{{.*}} residual = %{{.*}} {activation = #nn.unary<relu6>, dilations
+  %e = nn.conv %x, %w, %b residual = %0 {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>, activation = #nn.unary<relu6>} : (tensor<4x3x16x16xf32>, tensor<8x3x3x3xf32>, tensor<8xf32>, tensor<4x8x16x16xf32>) -> tensor<4x8x16x16xf32>
+  // CHECK: nn.conv %{{.*}}, %{{.*}} residual = %{{.*}} {dilations
+  %f = nn.conv %x, %w residual = %e {strides = array<i64: 1, 1>, pads = array<i64: 1, 1, 1, 1>, dilations = array<i64: 1, 1>} : (tensor<4x3x16x16xf32>, tensor<8x3x3x3xf32>, tensor<4x8x16x16xf32>) -> tensor<4x8x16x16xf32>
   // CHECK: nn.batch_norm {{.*}} {training = true}
   %1:3 = nn.batch_norm %0, %s, %b, %m, %var {training = true} : (tensor<4x8x16x16xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>, tensor<8xf32>) -> (tensor<4x8x16x16xf32>, tensor<8xf32>, tensor<8xf32>)
   // CHECK: nn.max_pool {{.*}} -> tensor<4x8x8x8xf32>

@@ -57,8 +57,8 @@ struct ChannelSums {
 /// activation of its epilogue (ReLU: y > 0 ? dy : 0; nn.unary_grad's
 /// formulas).
 template <class T>
-__device__ __forceinline__ float incomingGradient(const T *dy, const T *y, NormActivation act, int64_t i) {
-  return act == NormActivation::None ? toF(dy[i]) : normActivationGradient(act, toF(dy[i]), toF(y[i]));
+__device__ __forceinline__ float incomingGradient(const T *dy, const T *y, EpilogueActivation act, int64_t i) {
+  return act == EpilogueActivation::None ? toF(dy[i]) : epilogueActivationGradient(act, toF(dy[i]), toF(y[i]));
 }
 
 /// Σdy·(x - mean) from the shifted sums: Σdy·(x - p) - (mean - p)·Σdy.
@@ -143,10 +143,10 @@ __device__ inline void writeParamGrads(const T *x, const ChannelView &v, int64_t
 template <class T>
 void batchNormLast(const char *op, const T *x, const ChannelView &v, const float *scale, const float *bias,
                    const float *runningMean, const float *runningVar, T *y, float *newMean, float *newVar,
-                   float epsilon, float momentum, bool training, const T *residual, NormActivation act);
+                   float epsilon, float momentum, bool training, const T *residual, EpilogueActivation act);
 template <class T>
 void batchNormGradLast(const char *op, const T *dy, const T *x, const ChannelView &v, const float *scale, T *dx,
-                       float epsilon, const T *y, NormActivation act, T *masked);
+                       float epsilon, const T *y, EpilogueActivation act, T *masked);
 template <class T>
 void batchNormParamGradLast(const char *op, const T *dy, const T *x, const ChannelView &v, const float *runningMean,
                             const float *runningVar, float *dscale, float *dbias, float epsilon, bool training,

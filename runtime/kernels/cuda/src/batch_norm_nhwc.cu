@@ -51,14 +51,14 @@ PIPEC_UNROLL
 
 /// incomingGradient's V gradients from offset `at`.
 template <int V, class T>
-__device__ __forceinline__ void incomingGradients(const T *dy, const T *y, NormActivation act, int64_t at,
+__device__ __forceinline__ void incomingGradients(const T *dy, const T *y, EpilogueActivation act, int64_t at,
                                                   bool aligned, float (&g)[V]) {
   loadFloats<V>(dy + at, aligned, g);
-  if (act == NormActivation::None) return;
+  if (act == EpilogueActivation::None) return;
   float out[V];
   loadFloats<V>(y + at, aligned, out);
 PIPEC_UNROLL
-  for (int e = 0; e < V; ++e) g[e] = normActivationGradient(act, g[e], out[e]);
+  for (int e = 0; e < V; ++e) g[e] = epilogueActivationGradient(act, g[e], out[e]);
 }
 
 /// How a pass covers rows × C channels in packs of V: tiles of `width`
@@ -190,7 +190,7 @@ __device__ void finishChannels(const double *laneTotals, const RowTiles &g, int6
 /// 0 is never -0, so 0 + it is itself). counters: the tiles', then with
 /// two levels each tile's lanes'.
 template <int V, class T, class Finish>
-__global__ void rowSumsKernel(const T *x, const T *dy, const T *y, NormActivation act, T *masked, RowTiles g,
+__global__ void rowSumsKernel(const T *x, const T *dy, const T *y, EpilogueActivation act, T *masked, RowTiles g,
                               bool aligned, double *partial, double *laneTotals, unsigned *counters, Finish finish) {
   __shared__ LaneSum<T> laneSums[kChannelSums][kRowThreads * V];
   const int64_t p = threadIdx.x % g.width, lane = threadIdx.x / g.width, tileChannels = g.width * V;
@@ -285,7 +285,7 @@ template <class T> struct NormFinish {
 /// where they move (in place, other blocks are reading them).
 template <int V, class T>
 __global__ void lastNormApplyKernel(const T *x, RowTiles g, const float *a, const float *shift, NormParams np,
-                                    const T *residual, NormActivation act, T *y, bool aligned) {
+                                    const T *residual, EpilogueActivation act, T *y, bool aligned) {
   const int64_t p = threadIdx.x % g.width, lane = threadIdx.x / g.width;
   if (lane >= g.rowLanes) return;
   for (int64_t b = blockIdx.x; b < g.tiles * g.chunks; b += gridDim.x) {
@@ -317,7 +317,7 @@ PIPEC_UNROLL
       for (int e = 0; e < V; ++e) {
         float value = f[e] * av[e] + sv[e];
         if (residual) value += r[e];
-        f[e] = normActivationValue(act, value);
+        f[e] = epilogueActivationValue(act, value);
       }
       storeFloats<V>(y + at, aligned, f);
     }
@@ -339,7 +339,7 @@ template <class T> struct GradFinish {
 /// Training's dx over block b's tile and chunk (gradValue, as norm.cu's
 /// batchNormGradApplyKernel).
 template <int V, class T>
-__global__ void lastNormGradApplyKernel(const T *dy, const T *y, NormActivation act, const T *x, RowTiles g,
+__global__ void lastNormGradApplyKernel(const T *dy, const T *y, EpilogueActivation act, const T *x, RowTiles g,
                                         const GradCoefficients *coefficients, T *dx, bool aligned) {
   const int64_t p = threadIdx.x % g.width, lane = threadIdx.x / g.width;
   if (lane >= g.rowLanes) return;
@@ -384,7 +384,7 @@ void addSums(const RowTiles &g, ScratchNeed &need) {
 /// One launch: the channels' sums of x (and dy), each channel's handed to
 /// finish in the last block of its tile (rowSumsKernel).
 template <int V, class T, class Finish>
-void rowSums(const char *op, const T *x, const T *dy, const T *y, NormActivation act, T *masked, const RowTiles &g,
+void rowSums(const char *op, const T *x, const T *dy, const T *y, EpilogueActivation act, T *masked, const RowTiles &g,
              bool aligned, Scratch &scratch, const Finish &finish) {
   double *partial = scratch.shared<double>(g.twoLevels() ? g.C * g.chunks * kChannelSums : 0);
   double *laneTotals = scratch.shared<double>(g.C * g.sumLanes() * kChannelSums);
@@ -399,7 +399,7 @@ void rowSums(const char *op, const T *x, const T *dy, const T *y, NormActivation
 template <class T>
 void batchNormLast(const char *op, const T *x, const ChannelView &v, const float *scale, const float *bias,
                    const float *runningMean, const float *runningVar, T *y, float *newMean, float *newVar,
-                   float epsilon, float momentum, bool training, const T *residual, NormActivation act) {
+                   float epsilon, float momentum, bool training, const T *residual, EpilogueActivation act) {
   withChannelPacks<T>(v.C, [&](auto pack) {
     constexpr int V = decltype(pack)::value;
     const RowTiles g = rowTiles<V>(v);
@@ -414,7 +414,7 @@ void batchNormLast(const char *op, const T *x, const ChannelView &v, const float
       Scratch scratch(op, Workspace{}, need);
       a = scratch.shared<float>(v.C);
       shift = scratch.shared<float>(v.C);
-      rowSums<V, T>(op, x, nullptr, nullptr, NormActivation::None, nullptr, g, aligned, scratch,
+      rowSums<V, T>(op, x, nullptr, nullptr, EpilogueActivation::None, nullptr, g, aligned, scratch,
                     NormFinish<T>{x, v, np, a, shift});
     }
     lastNormApplyKernel<V, T><<<segmentBlocks(g.tiles * g.chunks), kRowThreads, 0, detail::stream()>>>(
@@ -425,7 +425,7 @@ void batchNormLast(const char *op, const T *x, const ChannelView &v, const float
 
 template <class T>
 void batchNormGradLast(const char *op, const T *dy, const T *x, const ChannelView &v, const float *scale, T *dx,
-                       float epsilon, const T *y, NormActivation act, T *masked) {
+                       float epsilon, const T *y, EpilogueActivation act, T *masked) {
   withChannelPacks<T>(v.C, [&](auto pack) {
     constexpr int V = decltype(pack)::value;
     const RowTiles g = rowTiles<V>(v);
@@ -439,7 +439,7 @@ void batchNormGradLast(const char *op, const T *dy, const T *x, const ChannelVie
     // The apply pass reads the masked gradient where the first wrote it.
     const bool reread = masked != nullptr;
     lastNormGradApplyKernel<V, T><<<segmentBlocks(g.tiles * g.chunks), kRowThreads, 0, detail::stream()>>>(
-        reread ? masked : dy, y, reread ? NormActivation::None : act, x, g, coefficients, dx, aligned);
+        reread ? masked : dy, y, reread ? EpilogueActivation::None : act, x, g, coefficients, dx, aligned);
     detail::checkLaunch(op);
   });
 }
@@ -454,7 +454,7 @@ void batchNormParamGradLast(const char *op, const T *dy, const T *x, const Chann
     ScratchNeed need;
     addSums(g, need);
     Scratch scratch(op, Workspace{}, need);
-    rowSums<V, T>(op, x, dy, nullptr, NormActivation::None, nullptr, g, packedAligned<V>(dy, x), scratch,
+    rowSums<V, T>(op, x, dy, nullptr, EpilogueActivation::None, nullptr, g, packedAligned<V>(dy, x), scratch,
                   ParamFinish<T>{x, v, runningMean, runningVar, dscale, dbias, epsilon, training, accumulate});
   });
 }
@@ -462,14 +462,14 @@ void batchNormParamGradLast(const char *op, const T *dy, const T *x, const Chann
 // The two storages norm.cu calls them with.
 template void batchNormLast<float>(const char *, const float *, const ChannelView &, const float *, const float *,
                                    const float *, const float *, float *, float *, float *, float, float, bool,
-                                   const float *, NormActivation);
+                                   const float *, EpilogueActivation);
 template void batchNormLast<bf16>(const char *, const bf16 *, const ChannelView &, const float *, const float *,
                                   const float *, const float *, bf16 *, float *, float *, float, float, bool,
-                                  const bf16 *, NormActivation);
+                                  const bf16 *, EpilogueActivation);
 template void batchNormGradLast<float>(const char *, const float *, const float *, const ChannelView &,
-                                       const float *, float *, float, const float *, NormActivation, float *);
+                                       const float *, float *, float, const float *, EpilogueActivation, float *);
 template void batchNormGradLast<bf16>(const char *, const bf16 *, const bf16 *, const ChannelView &, const float *,
-                                      bf16 *, float, const bf16 *, NormActivation, bf16 *);
+                                      bf16 *, float, const bf16 *, EpilogueActivation, bf16 *);
 template void batchNormParamGradLast<float>(const char *, const float *, const float *, const ChannelView &,
                                             const float *, const float *, float *, float *, float, bool, bool);
 template void batchNormParamGradLast<bf16>(const char *, const bf16 *, const bf16 *, const ChannelView &,

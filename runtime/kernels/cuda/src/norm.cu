@@ -79,7 +79,7 @@ ChannelChunks channelChunks(const ChannelView &v) {
 /// null); the gradient through the activation `act` (y its output), written
 /// to masked as well when that is not null.
 template <class T>
-__global__ void channelPartialsKernel(const T *x, const T *dy, const T *y, NormActivation act, T *masked, ChannelView v,
+__global__ void channelPartialsKernel(const T *x, const T *dy, const T *y, EpilogueActivation act, T *masked, ChannelView v,
                                       ChannelChunks cc, double *partial) {
   for (int64_t b = blockIdx.x; b < v.C * cc.chunks; b += gridDim.x) {
     const int64_t c = cc.channel(b);
@@ -127,7 +127,7 @@ __global__ void batchNormApplyKernel(const T *x, ChannelView v, ChannelChunks cc
                                      const float *scale, const float *bias, const float *runningMean,
                                      const float *runningVar, T *y, float *newMean, float *newVar,
                                      float epsilon, float momentum, bool training, const T *residual,
-                                     NormActivation act) {
+                                     EpilogueActivation act) {
   for (int64_t b = blockIdx.x; b < v.C * cc.chunks; b += gridDim.x) {
     const int64_t c = cc.channel(b);
     const bool first = cc.chunk(b) == 0;
@@ -144,7 +144,7 @@ __global__ void batchNormApplyKernel(const T *x, ChannelView v, ChannelChunks cc
     forChannelRange(v, c, j0, j1, [&](int64_t i) {
       float value = toF(x[i]) * q.a + q.shift;
       if (residual) value += toF(residual[i]);
-      value = normActivationValue(act, value);
+      value = epilogueActivationValue(act, value);
       y[i] = fromF<T>(value);
     });
   }
@@ -153,7 +153,7 @@ __global__ void batchNormApplyKernel(const T *x, ChannelView v, ChannelChunks cc
 /// Training: dx = scale · invStd · (dy - mean(dy) - x̂ · mean(dy · x̂)) over
 /// block b's chunk, from the channel's sums.
 template <class T>
-__global__ void batchNormGradApplyKernel(const T *dy, const T *y, NormActivation act, const T *x, ChannelView v,
+__global__ void batchNormGradApplyKernel(const T *dy, const T *y, EpilogueActivation act, const T *x, ChannelView v,
                                          ChannelChunks cc, const double *partial, const float *scale, T *dx,
                                          float epsilon) {
   for (int64_t b = blockIdx.x; b < v.C * cc.chunks; b += gridDim.x) {
@@ -169,7 +169,7 @@ __global__ void batchNormGradApplyKernel(const T *dy, const T *y, NormActivation
 /// Inference: dx = dy * scale / sqrt(runningVar + eps), element-wise (either
 /// layout: a channels-last view has inner 1).
 template <class T>
-__global__ void batchNormGradInferenceKernel(const T *dy, const T *y, NormActivation act, T *masked, ChannelView v,
+__global__ void batchNormGradInferenceKernel(const T *dy, const T *y, EpilogueActivation act, T *masked, ChannelView v,
                                              const float *scale, const float *runningVar, T *dx, float epsilon) {
   const int64_t total = v.N * v.C * v.inner;
   for (int64_t i = firstIndex(); i < total; i += gridStride()) {
@@ -197,7 +197,7 @@ __global__ void batchNormParamFinishKernel(const T *x, ChannelView v, ChannelChu
 /// launch, a block per (channel, chunk).
 template <class T>
 const double *channelPartials(const char *op, const T *x, const T *dy, const ChannelView &v, const ChannelChunks &cc,
-                              Scratch &scratch, const T *y = nullptr, NormActivation act = NormActivation::None,
+                              Scratch &scratch, const T *y = nullptr, EpilogueActivation act = EpilogueActivation::None,
                               T *masked = nullptr) {
   double *partial = scratch.shared<double>(v.C * cc.chunks * kChannelSums);
   channelPartialsKernel<T><<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
@@ -381,7 +381,7 @@ void batchNormT(const T *x, const Shape &xs, const float *scale, const float *bi
                 bool training, const T *residual, std::optional<Unary> activation, bool channelsLast) {
   const char *op = "nn.batch_norm";
   const ChannelView v = channelView(op, xs, channelsLast);
-  const NormActivation act = batchNormActivation(op, activation);
+  const EpilogueActivation act = epilogueActivation(op, activation);
   if (v.C == 0) return;
   if (channelsLast)
     return batchNormLast(op, x, v, scale, bias, runningMean, runningVar, y, newMean, newVar, epsilon, momentum,
@@ -405,8 +405,8 @@ void batchNormGradT(const T *dy, const T *x, const Shape &xs, const float *scale
                     bool channelsLast) {
   const char *op = "nn.batch_norm_grad";
   const ChannelView v = channelView(op, xs, channelsLast);
-  const NormActivation act = batchNormActivation(op, activation);
-  if (act != NormActivation::None && !y) fail(op, "the activation's gradient needs its output y");
+  const EpilogueActivation act = epilogueActivation(op, activation);
+  if (act != EpilogueActivation::None && !y) fail(op, "the activation's gradient needs its output y");
   const int64_t total = v.N * v.C * v.inner;
   if (total == 0) return;
   if (training && channelsLast) return batchNormGradLast(op, dy, x, v, scale, dx, epsilon, y, act, masked);
@@ -417,7 +417,7 @@ void batchNormGradT(const T *dy, const T *x, const Shape &xs, const float *scale
     // The apply pass reads the masked gradient where the first wrote it.
     const bool reread = masked != nullptr;
     batchNormGradApplyKernel<T><<<segmentBlocks(v.C * cc.chunks), segmentThreads(cc.length), 0, detail::stream()>>>(
-        reread ? masked : dy, y, reread ? NormActivation::None : act, x, v, cc, partial, scale, dx, epsilon);
+        reread ? masked : dy, y, reread ? EpilogueActivation::None : act, x, v, cc, partial, scale, dx, epsilon);
   } else {
     batchNormGradInferenceKernel<T><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(
         dy, y, act, masked, v, scale, runningVar, dx, epsilon);

@@ -7,7 +7,7 @@
 #define PIPEC_KERNEL_TYPES_H
 
 #include "pipec/stage_abi.h" // pipec_step_control: the runtime's verdict on a step's gradients
-#include "pipec/unary_math.h" // NormActivation
+#include "pipec/unary_math.h" // EpilogueActivation
 #include "pipec/vocabulary.h"
 
 #include <cmath>
@@ -86,10 +86,10 @@ using ::pipec::windowOutputSize; // pipec/vocabulary.h
 void checkRank(const char *op, const Shape &s, int atLeast, const char *what);
 int64_t normalizeAxis(const char *op, int64_t axis, int rank);
 
-/// A batch norm epilogue's activation as the norm kernels apply it
+/// An epilogue's activation as the norm and convolution kernels apply it
 /// (pipec/unary_math.h): Unary::Relu or Unary::Relu6, or none; KernelError
 /// naming `op` for any other.
-NormActivation batchNormActivation(const char *op, std::optional<Unary> activation);
+EpilogueActivation epilogueActivation(const char *op, std::optional<Unary> activation);
 /// The bound of a cross-entropy's labels: `classes` (a class axis of
 /// `classAxis` padded past it, pipec-pad-classes), or the whole axis for 0;
 /// KernelError naming `op` for a count outside [0, classAxis].

@@ -126,19 +126,20 @@ template <Unary U> PIPEC_HOST_DEVICE float unaryGradient(float g, float x, float
   else static_assert(UnaryWithoutFormula<U>::value, "a unary function of vocabulary.h has no derivative here");
 }
 
-/// A batch norm epilogue's activation, as the norm kernels of both
-/// libraries apply it (pipec-fuse-norm-epilogue): none, ReLU or ReLU6.
-enum class NormActivation : unsigned char { None, Relu, Relu6 };
+/// An epilogue's activation, as the batch-norm kernels of both libraries
+/// and the CUDA convolutions apply it (pipec-fuse-norm-epilogue): none,
+/// ReLU or ReLU6.
+enum class EpilogueActivation : unsigned char { None, Relu, Relu6 };
 
 /// The activation's value at v, and the gradient it passes back from its
 /// output y: unaryValue and unaryGradient of its function.
-PIPEC_HOST_DEVICE float normActivationValue(NormActivation a, float v) {
-  return a == NormActivation::Relu ? unaryValue<Unary::Relu>(v)
-                                   : a == NormActivation::Relu6 ? unaryValue<Unary::Relu6>(v) : v;
+PIPEC_HOST_DEVICE float epilogueActivationValue(EpilogueActivation a, float v) {
+  return a == EpilogueActivation::Relu ? unaryValue<Unary::Relu>(v)
+                                   : a == EpilogueActivation::Relu6 ? unaryValue<Unary::Relu6>(v) : v;
 }
-PIPEC_HOST_DEVICE float normActivationGradient(NormActivation a, float g, float y) {
-  return a == NormActivation::Relu ? unaryGradient<Unary::Relu>(g, 0.0f, y)
-                                   : a == NormActivation::Relu6 ? unaryGradient<Unary::Relu6>(g, 0.0f, y) : g;
+PIPEC_HOST_DEVICE float epilogueActivationGradient(EpilogueActivation a, float g, float y) {
+  return a == EpilogueActivation::Relu ? unaryGradient<Unary::Relu>(g, 0.0f, y)
+                                   : a == EpilogueActivation::Relu6 ? unaryGradient<Unary::Relu6>(g, 0.0f, y) : g;
 }
 
 /// Calls f(std::integral_constant<Unary, op>{}): one switch over the table,
