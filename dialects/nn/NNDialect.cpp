@@ -406,6 +406,18 @@ LogicalResult BatchedGemmOp::inferReturnTypes(MLIRContext *, std::optional<Locat
 // Convolution, normalization, pooling
 //===----------------------------------------------------------------------===//
 
+/// An epilogue (pipec-fuse-norm-epilogue's): a residual of the result's
+/// shape, an activation the kernels apply.
+static LogicalResult checkEpilogue(std::optional<Location> loc, StringRef op, Value residual,
+                                   std::optional<::pipec::Unary> activation, RankedTensorType result) {
+  if (residual && rankedType(residual).getShape() != result.getShape())
+    return fail(loc, op + ": the residual " + shapeString(rankedType(residual).getShape()) +
+                         " does not have the result's shape " + shapeString(result.getShape()));
+  if (activation && !::pipec::epilogueActivationApplies(*activation))
+    return fail(loc, op + ": the only activations its epilogue applies are relu and relu6");
+  return success();
+}
+
 LogicalResult ConvOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                        Adaptor adaptor,
                                        SmallVectorImpl<Type> &types) {
@@ -438,11 +450,8 @@ LogicalResult ConvOp::inferReturnTypes(MLIRContext *, std::optional<Location> lo
   SmallVector<int64_t> shape{input[0], filters};
   shape.append(spatial->begin(), spatial->end());
   auto resultType = RankedTensorType::get(storedShape(shape, channelsLast), inputType.getElementType());
-  if (Value residual = adaptor.getResidual(); residual && rankedType(residual).getShape() != resultType.getShape())
-    return fail(loc, "nn.conv: the residual " + shapeString(rankedType(residual).getShape()) +
-                         " does not have the result's shape " + shapeString(resultType.getShape()));
-  if (auto activation = adaptor.getActivation(); activation && !::pipec::epilogueActivationApplies(*activation))
-    return fail(loc, "nn.conv: the only activations its epilogue applies are relu and relu6");
+  if (failed(checkEpilogue(loc, "nn.conv", adaptor.getResidual(), adaptor.getActivation(), resultType)))
+    return failure();
   types.push_back(resultType);
   return success();
 }
@@ -464,11 +473,8 @@ LogicalResult BatchNormOp::inferReturnTypes(MLIRContext *,
                        "shape [" + Twine(channels) + "], got " +
                            shapeString(type.getShape()));
   }
-  if (Value residual = adaptor.getResidual(); residual && rankedType(residual).getShape() != inputType.getShape())
-    return fail(loc, "nn.batch_norm: the residual " + shapeString(rankedType(residual).getShape()) +
-                         " does not have the input's shape " + shapeString(inputType.getShape()));
-  if (auto activation = adaptor.getActivation(); activation && !::pipec::epilogueActivationApplies(*activation))
-    return fail(loc, "nn.batch_norm: the only activations its kernels apply are relu and relu6");
+  if (failed(checkEpilogue(loc, "nn.batch_norm", adaptor.getResidual(), adaptor.getActivation(), inputType)))
+    return failure();
   types.push_back(inputType);
   types.push_back(adaptor.getRunningMean().getType());
   types.push_back(adaptor.getRunningVar().getType());
