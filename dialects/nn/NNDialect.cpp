@@ -406,8 +406,7 @@ LogicalResult BatchedGemmOp::inferReturnTypes(MLIRContext *, std::optional<Locat
 // Convolution, normalization, pooling
 //===----------------------------------------------------------------------===//
 
-/// An epilogue (pipec-fuse-norm-epilogue's): a residual of the result's
-/// shape, an activation the kernels apply.
+/// An epilogue (pipec-fuse-norm-epilogue's): a residual of the result's shape, an activation the kernels apply.
 static LogicalResult checkEpilogue(std::optional<Location> loc, StringRef op, Value residual,
                                    std::optional<::pipec::Unary> activation, RankedTensorType result) {
   if (residual && rankedType(residual).getShape() != result.getShape())

@@ -259,7 +259,7 @@ def main():
              convnet_cpu, "--build"], env=env)
         failures += compare_cudnn_convolutions(args, work, env, convnet, convnet_cpu, name="convnet", epilogues=3)
         failures += compare_bf16_storage(args, work, env, "convnet", convnet, convnet_cpu, optimizer="sgd",
-                                         expect="pk::Unary::Relu6")
+                                         tolerance=CONVNET_BF16_TOLERANCE, expect="pk::Unary::Relu6")
         failures += compile_zoo_bf16(args, work, env)
         return 1 if failures else 0
 
@@ -306,6 +306,16 @@ BF16_TOLERANCE = 3e-2
 # bf16 ties move max pooling's gradient). Forward values (loss, running
 # statistics) agree to 1e-3.
 CNN_BF16_TOLERANCE = 0.3
+
+
+# The norm-free convnet's bf16 stage: its first convolution's weight
+# gradient sums, per element, 400 products of the image and the gradient of
+# both signs, which cancel to about a twentieth of the sum of their
+# magnitudes, so bf16's rounding of each stored operand shows as 3-5% of the
+# largest element (2026-11-29: 2.7e-2 and 5.3e-2 with the activations as
+# ops of their own, 3.2e-2 and 5.0e-2 as the convolutions' epilogues); every
+# other tensor agrees within 1e-2, and at tf32 within 1e-6.
+CONVNET_BF16_TOLERANCE = 0.1
 
 
 # The CNN's CUDA stage at tf32 against its CPU stage (SGD): the fake cuDNN

@@ -5,7 +5,9 @@
 // contributions: no atomics, deterministic), weight gradient accumulated
 // over samples with beta = 1 GEMMs. Channels-last (NHWC) calls give cuDNN
 // the tensors as they lie; where it declines, the channels-first kernels
-// run on channels-first float32 copies (tiled transposes in and out).
+// run on channels-first float32 copies (tiled transposes in and out). A
+// forward's epilogue, y = f(conv + bias + residual), is cuDNN's graph's
+// where it can; what is left, one kernel's (applyEpilogue).
 #include "conv_cudnn.cuh"
 #include "gemm.cuh"
 #include "kernel_plan.h"
@@ -87,17 +89,38 @@ __global__ void col2imKernel(ConvGeom g, const float *col, float *dx, int64_t sa
   }
 }
 
-/// y[n, f, p] += bias[f] (channels-last y [n, p, f]: P = 1).
-template <class T> __global__ void addBiasKernel(T *y, const float *bias, int64_t total, int64_t F, int64_t P) {
-  for (int64_t i = firstIndex(); i < total; i += gridStride()) y[i] = fromF<T>(toF(y[i]) + bias[(i / P) % F]);
+using dnn::ConvEpilogue;
+
+/// y[n, f, p] = act(y[n, f, p] + bias[f] + residual[n, f, p]) in float,
+/// rounded once to T (channels-last y [n, p, f]: P = 1); bias and residual
+/// may be null.
+template <class T>
+__global__ void epilogueKernel(T *y, const float *bias, const T *residual, EpilogueActivation act, int64_t total,
+                               int64_t F, int64_t P) {
+  for (int64_t i = firstIndex(); i < total; i += gridStride()) {
+    float v = toF(y[i]);
+    if (bias) v += bias[(i / P) % F];
+    if (residual) v += toF(residual[i]);
+    y[i] = fromF<T>(epilogueActivationValue(act, v));
+  }
 }
 
-template <class T> void addBias(const char *op, T *y, const float *bias, const ConvGeom &g, bool channelsLast = false) {
+/// What is left of a forward's epilogue (cuDNN's graph clears what it
+/// applied), in one pass over y; nothing to launch when nothing is left.
+template <class T>
+void applyEpilogue(const char *op, T *y, const ConvEpilogue<T> &e, const ConvGeom &g, bool channelsLast) {
   const int64_t total = g.N * g.F * g.outSize;
-  if (!bias || total == 0) return;
-  addBiasKernel<T><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(y, bias, total, g.F,
-                                                                                      channelsLast ? 1 : g.outSize);
+  if (e.empty() || total == 0) return;
+  epilogueKernel<T><<<detail::blocksFor(total), detail::kThreads, 0, detail::stream()>>>(
+      y, e.bias, e.residual, e.activation, total, g.F, channelsLast ? 1 : g.outSize);
   detail::checkLaunch(op);
+}
+
+/// A forward's epilogue from the public arguments (KernelError for an
+/// activation it does not apply).
+template <class T>
+ConvEpilogue<T> epilogueOf(const char *op, const float *bias, const T *residual, std::optional<Unary> activation) {
+  return ConvEpilogue<T>{bias, residual, epilogueActivation(op, activation)};
 }
 
 /// out[b, s, r] = in[b, r, s] for a batch of B matrices [R, S], widened or
@@ -258,14 +281,18 @@ void im2col(const char *op, const ConvGeom &g, const float *x, float *col, int64
 // nn.conv, nn.conv_input_grad, nn.conv_weight_grad
 //===----------------------------------------------------------------------===//
 
-void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, const float *bias, float *y,
-          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
-          const Workspace &workspace) {
+namespace {
+
+/// The channels-first float forward with its epilogue: cuDNN's graph, else
+/// im2col + GEMMs; then what is left of the epilogue.
+void convFirst(const float *x, const Shape &xs, const float *w, const Shape &ws, ConvEpilogue<float> epilogue,
+               float *y, const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+               const Workspace &workspace) {
   const char *op = "nn.conv";
   const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
   const int64_t rows = g.Cg * g.kSize, P = g.outSize;
   if (g.N == 0 || g.F == 0) return;
-  if (!dnn::conv(x, w, bias, y, g, workspace, false)) {
+  if (!dnn::conv(x, w, epilogue, y, g, workspace, false)) {
     ColumnBuffer columns(op, g, workspace);
     const int64_t chunk = columns.chunk;
     float *col = columns.col;
@@ -281,7 +308,15 @@ void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, cons
                  Operand{cols, P, g.G * rows * P, rows * P}, y + n0 * g.F * P, P, g.F * P, g.Fg * P, samples, g.G);
     }
   }
-  addBias(op, y, bias, g); // bias null where cuDNN's graph added it
+  applyEpilogue(op, y, epilogue, g, /*channelsLast=*/false); // what cuDNN's graph did not apply
+}
+
+} // namespace
+
+void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, const float *bias, float *y,
+          const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
+          const Workspace &workspace) {
+  convFirst(x, xs, w, ws, ConvEpilogue<float>{bias}, y, strides, pads, dilations, group, workspace);
 }
 
 void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shape &ws, float *dx, const Shape &xs,
@@ -361,26 +396,30 @@ struct ChannelsFirst {
       : x(channelsFirstShape(xs)), w(channelsFirstShape(ws)), y(channelsFirstShape(ys)) {}
 };
 
-/// cuDNN's graph on the tensors as they lie, else the channels-first call on
-/// float32 channels-first copies (WidenedCopies), y moved back.
+/// cuDNN's graph on the tensors as they lie, then what is left of the
+/// epilogue; else the channels-first call with the whole epilogue on float32
+/// channels-first copies (WidenedCopies: the residual's too), y moved back
+/// (rounded once).
 template <class T>
-void convChannelsLast(const T *x, const Shape &xs, const T *w, const Shape &ws, const float *bias, T *y,
+void convChannelsLast(const T *x, const Shape &xs, const T *w, const Shape &ws, ConvEpilogue<T> epilogue, T *y,
                       const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
                       const Workspace &workspace) {
   const char *op = "nn.conv";
   const ChannelsFirst cf(xs, ws, Shape{});
   const ConvGeom g = convGeom(op, cf.x, cf.w, strides, pads, dilations, group);
   if (g.N == 0 || g.F == 0) return;
-  if (dnn::conv(x, w, bias, y, g, workspace, /*channelsLast=*/true)) {
-    addBias(op, y, bias, g, /*channelsLast=*/true); // bias null where cuDNN's graph added it
+  if (dnn::conv(x, w, epilogue, y, g, workspace, /*channelsLast=*/true)) {
+    applyEpilogue(op, y, epilogue, g, /*channelsLast=*/true); // what cuDNN's graph did not apply
     return;
   }
   const int64_t yCount = g.N * g.F * g.outSize;
-  WidenedCopies copies({xs.numel(), ws.numel(), yCount});
+  WidenedCopies copies({xs.numel(), ws.numel(), yCount, epilogue.residual ? yCount : 0});
   const float *xc = copies.takeChannelsFirst(op, x, g.N, g.inSize, g.C);
   const float *wc = copies.takeChannelsFirst(op, w, g.F, g.kSize, g.Cg);
   float *yc = copies.take(nullptr, yCount);
-  conv(xc, cf.x, wc, cf.w, bias, yc, strides, pads, dilations, group, workspace);
+  const float *rc = epilogue.residual ? copies.takeChannelsFirst(op, epilogue.residual, g.N, g.outSize, g.F) : nullptr;
+  convFirst(xc, cf.x, wc, cf.w, ConvEpilogue<float>{epilogue.bias, rc, epilogue.activation}, yc, strides, pads,
+            dilations, group, workspace);
   copies.putChannelsLast(op, yc, g.N, g.F, g.outSize, y);
 }
 
@@ -445,11 +484,12 @@ void convWeightGradChannelsLast(const T *dy, const Shape &dys, const T *x, const
 
 void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, const float *bias, float *y,
           const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group, const Workspace &workspace,
-          bool channelsLast) {
+          bool channelsLast, const float *residual, std::optional<Unary> activation) {
+  const ConvEpilogue<float> epilogue = epilogueOf("nn.conv", bias, residual, activation);
   if (channelsLast)
-    convChannelsLast(x, xs, w, ws, bias, y, strides, pads, dilations, group, workspace);
+    convChannelsLast(x, xs, w, ws, epilogue, y, strides, pads, dilations, group, workspace);
   else
-    conv(x, xs, w, ws, bias, y, strides, pads, dilations, group, workspace);
+    convFirst(x, xs, w, ws, epilogue, y, strides, pads, dilations, group, workspace);
 }
 
 void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shape &ws, float *dx, const Shape &xs,
@@ -476,20 +516,23 @@ void convWeightGrad(const float *dy, const Shape &dys, const float *x, const Sha
 
 void conv(const bf16 *x, const Shape &xs, const bf16 *w, const Shape &ws, const float *bias, bf16 *y,
           const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group, const Workspace &workspace,
-          bool channelsLast) {
-  if (channelsLast) return convChannelsLast(x, xs, w, ws, bias, y, strides, pads, dilations, group, workspace);
+          bool channelsLast, const bf16 *residual, std::optional<Unary> activation) {
   const char *op = "nn.conv";
+  ConvEpilogue<bf16> epilogue = epilogueOf(op, bias, residual, activation);
+  if (channelsLast) return convChannelsLast(x, xs, w, ws, epilogue, y, strides, pads, dilations, group, workspace);
   const ConvGeom g = convGeom(op, xs, ws, strides, pads, dilations, group);
   if (g.N == 0 || g.F == 0) return;
-  if (dnn::conv(x, w, bias, y, g, workspace, false)) {
-    addBias(op, y, bias, g); // bias null where cuDNN's graph added it
+  if (dnn::conv(x, w, epilogue, y, g, workspace, false)) {
+    applyEpilogue(op, y, epilogue, g, /*channelsLast=*/false); // what cuDNN's graph did not apply
     return;
   }
   const int64_t yCount = g.N * g.F * g.outSize;
-  WidenedCopies copies({xs.numel(), ws.numel(), yCount});
+  WidenedCopies copies({xs.numel(), ws.numel(), yCount, residual ? yCount : 0});
   const float *xf = copies.take(x, xs.numel()), *wf = copies.take(w, ws.numel());
   float *yf = copies.take(nullptr, yCount);
-  conv(xf, xs, wf, ws, bias, yf, strides, pads, dilations, group, workspace);
+  const float *rf = residual ? copies.take(residual, yCount) : nullptr;
+  convFirst(xf, xs, wf, ws, ConvEpilogue<float>{bias, rf, epilogue.activation}, yf, strides, pads, dilations, group,
+            workspace);
   copies.round(yf, yCount, y);
 }
 

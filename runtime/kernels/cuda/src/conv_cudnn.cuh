@@ -10,20 +10,33 @@
 
 namespace pipec::kernels::cuda::dnn {
 
-/// y = conv(x, w) (+ bias) for the geometry `g` through cuDNN, and true;
-/// or false, having done nothing, where cuDNN does not take the call: the
-/// library was built without cuDNN, PIPEC_CUDNN_CONV=0 is set, the storage
-/// is float and the stream's precision F32 (which must equal the CPU
+/// What a forward applies after the convolution, in this order: y =
+/// f(conv + bias + residual) in float, y rounded once. bias: float [F] or
+/// null; residual: y's shape, layout and type, or null; f: activation.
+template <class T> struct ConvEpilogue {
+  const float *bias = nullptr;
+  const T *residual = nullptr;
+  EpilogueActivation activation = EpilogueActivation::None;
+  /// Whether nothing is left to apply.
+  bool empty() const { return !bias && !residual && activation == EpilogueActivation::None; }
+};
+
+/// y = conv(x, w) for the geometry `g` through cuDNN, and true; or false,
+/// having done nothing, where cuDNN does not take the call: the library
+/// was built without cuDNN, PIPEC_CUDNN_CONV=0 is set, the storage is
+/// float and the stream's precision F32 (which must equal the CPU
 /// kernels), an operand is not 16-byte aligned, or cuDNN has no
 /// deterministic engine for the shape (reported once per shape on stderr).
 /// T is float or bf16 (every tensor of the call in it). channelsLast: x,
 /// y are [N, d..., C] and w [F, k..., C/G] in memory (g stays the logical
-/// geometry), described to cuDNN by their strides. bias (float [F], or
-/// null): added in the same graph (conv_fprop, then a pointwise ADD) where
-/// cuDNN has a deterministic engine for that and it is 16-byte aligned, and
-/// then set to null; else left for the caller to add after the call.
+/// geometry), described to cuDNN by their strides. epilogue: its leading
+/// parts (bias, residual, activation, the absent ones skipped) up to the
+/// first that is not 16-byte aligned run in the same graph (conv_fprop,
+/// then pointwise ADDs and RELU_FWD on FLOAT intermediates) where cuDNN has
+/// a deterministic engine for that, and are then cleared (activation:
+/// None); what is left is for the caller to apply after the call.
 template <class T>
-bool conv(const T *x, const T *w, const float *&bias, T *y, const ConvGeom &g, const Workspace &workspace,
+bool conv(const T *x, const T *w, ConvEpilogue<T> &epilogue, T *y, const ConvGeom &g, const Workspace &workspace,
           bool channelsLast);
 /// dx from dy and w; the same contract.
 template <class T>

@@ -3,8 +3,10 @@
 // cudnn_graphs.cu): a graph of one scaled dot-product attention, forward
 // (sdpa) or backward (sdpa_backward), with a bias, a causal mask and
 // dropout; or of one convolution (conv_fprop, conv_dgrad, conv_wgrad; below
-// the attention), a forward optionally followed by a pointwise ADD of a
-// broadcast bias (conv + bias in one graph). It checks what cuDNN checks of
+// the attention), a forward optionally followed by a chain of pointwise
+// nodes (an epilogue: ADDs of tensors that broadcast to y, a bias or a
+// residual, then a RELU_FWD with its clips), every intermediate FLOAT. It
+// checks what cuDNN checks of
 // its caller: every tensor's uid, dims, strides and type agree with the
 // operation (validate; strides: any order of the axes, as cuDNN's "bshd"
 // layouts, but the last axis contiguous and no two elements at one
@@ -32,7 +34,9 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -63,23 +67,28 @@ inline cudnnStatus_t set_stream(cudnnHandle_t h, cudaStream_t s) {
 namespace emu {
 inline long cudnnPlans = 0; // graphs that reached build_plans
 /// The dims and strides of x, w and y (in that order; dx, dw, dy for the
-/// gradients; y the graph's output, after the bias where one is added) of
-/// the last convolution graph executed, for the tests to see the layout the
-/// graph was given, and whether it added a bias.
+/// gradients; y the graph's output, after the epilogue where there is one)
+/// of the last convolution graph executed, for the tests to see the layout
+/// the graph was given, and the epilogue it applied: an ADD of a tensor
+/// that broadcasts (bias), an ADD of a tensor of y's dims (residual, its
+/// strides), a RELU_FWD (its clips).
 struct ConvTensors {
   std::vector<int64_t> dims[3], strides[3];
-  bool bias = false;
+  bool bias = false, residual = false, relu = false;
+  std::vector<int64_t> residualStrides;
+  float reluLower = 0, reluUpper = 0;
 };
 inline ConvTensors lastConvTensors;
 /// Test hook: check_support refuses every convolution graph with a
-/// pointwise node (as cuDNN does where it has no fused engine for a shape).
+/// pointwise node (as cuDNN does where it has no fused engine for a shape:
+/// "no engine for conv_fprop + pointwise").
 inline bool refuseConvPointwise = false;
 }
 
 namespace cudnn_frontend {
 enum class DataType_t { NOT_SET, FLOAT, HALF, BFLOAT16, INT32, INT64 };
 enum class HeurMode_t { A, B, FALLBACK };
-enum class PointwiseMode_t { NOT_SET, ADD, MUL, SUB, RELU_FWD }; // the fake emulates ADD
+enum class PointwiseMode_t { NOT_SET, ADD, MUL, SUB, RELU_FWD }; // the fake emulates ADD and RELU_FWD
 enum class NumericalNote_t { NOT_SET, TENSOR_CORE, DOWN_CONVERT_INPUTS, REDUCED_PRECISION_REDUCTION, FFT,
                              NONDETERMINISTIC, WINOGRAD };
 enum class error_code_t {
@@ -176,17 +185,22 @@ private:
   Self &self() { return static_cast<Self &>(*this); }
 };
 class Conv_fprop_attributes : public ConvOptions<Conv_fprop_attributes> {};
-/// A pointwise node's mode and compute type (NOT_SET: the graph's).
+/// A pointwise node's mode and compute type (NOT_SET: the graph's), and a
+/// RELU_FWD's clips (cuDNN's defaults: 0 and the largest value; the lower
+/// clip's slope is not emulated).
 class Pointwise_attributes {
 public:
   Pointwise_attributes &set_name(std::string n) { name = std::move(n); return *this; }
   Pointwise_attributes &set_mode(PointwiseMode_t m) { mode = m; return *this; }
   Pointwise_attributes &set_compute_data_type(DataType_t t) { compute = t; return *this; }
+  Pointwise_attributes &set_relu_lower_clip(float v) { reluLower = v; return *this; }
+  Pointwise_attributes &set_relu_upper_clip(float v) { reluUpper = v; return *this; }
   PointwiseMode_t get_mode() const { return mode; }
 
   std::string name;
   PointwiseMode_t mode = PointwiseMode_t::NOT_SET;
   DataType_t compute = DataType_t::NOT_SET;
+  std::optional<float> reluLower, reluUpper;
 };
 class Conv_dgrad_attributes : public ConvOptions<Conv_dgrad_attributes> {};
 class Conv_wgrad_attributes : public ConvOptions<Conv_wgrad_attributes> {};
@@ -235,13 +249,14 @@ public:
     conv = Conv::WeightGrad, convOptions = std::move(a), Y = dy, X = x;
     return W = std::make_shared<Tensor_attributes>();
   }
-  /// out = a (op) b, b broadcast along its axes of size 1; the caller sets
-  /// out's uid, dims, strides and type (or leaves them to be inferred).
+  /// out = a (op) b, b broadcast along its axes of size 1; out = op(a)
+  /// (RELU_FWD). The caller sets out's uid, dims, strides and type (or
+  /// leaves them to be inferred).
   Tensor pointwise(Tensor a, Tensor b, Pointwise_attributes attributes) {
-    ++pointwiseNodes;
-    pointwiseOptions = std::move(attributes), PwIn0 = a, Bias = b;
-    return Out = std::make_shared<Tensor_attributes>();
+    nodes.push_back({std::move(attributes), a, b, std::make_shared<Tensor_attributes>()});
+    return nodes.back().out;
   }
+  Tensor pointwise(Tensor a, Pointwise_attributes attributes) { return pointwise(a, nullptr, std::move(attributes)); }
   /// Engines with these notes are left out (pipec: NONDETERMINISTIC, for
   /// equal bits on equal runs); the fake's one engine has none of them.
   Graph &deselect_numeric_notes(std::vector<NumericalNote_t> notes) {
@@ -252,7 +267,7 @@ public:
   error_t validate() {
     auto bad = [](const std::string &m) { return error_t(error_code_t::INVALID_VALUE, "emulated cuDNN: " + m); };
     if (conv != Conv::None) return validateConv();
-    if (pointwiseNodes) return bad("the fake emulates a pointwise node only after conv_fprop");
+    if (!nodes.empty()) return bad("the fake emulates pointwise nodes only after conv_fprop");
     if (!Q || io != DataType_t::BFLOAT16 && io != DataType_t::HALF) return bad("no attention, or an io type cuDNN's flash attention does not take");
     if (intermediate != DataType_t::FLOAT || compute != DataType_t::FLOAT) return bad("intermediate and compute types must be FLOAT");
     for (const Tensor &t : all()) {
@@ -301,7 +316,7 @@ public:
     if (conv == Conv::None && (D % 8 != 0 || Dv % 8 != 0 || D > 256 || Dv > 256))
       return error_t(error_code_t::GRAPH_NOT_SUPPORTED, "emulated cuDNN: no engine for head sizes " +
                                                             std::to_string(D) + "/" + std::to_string(Dv));
-    if (conv != Conv::None && Out && emu::refuseConvPointwise)
+    if (conv != Conv::None && !nodes.empty() && emu::refuseConvPointwise)
       return error_t(error_code_t::GRAPH_NOT_SUPPORTED, "emulated cuDNN: no engine for conv_fprop + pointwise");
     supported = true;
     return {};
@@ -334,8 +349,21 @@ public:
     }
     if (get_workspace_size() > 0 && !workspace) emu::die("cuDNN: no workspace for a graph that needs one");
     if (conv != Conv::None) {
-      const Tensor &y = Out ? Out : Y;
-      emu::lastConvTensors = {{X->dims, W->dims, y->dims}, {X->strides, W->strides, y->strides}, Out != nullptr};
+      const Tensor &y = result();
+      emu::ConvTensors seen{{X->dims, W->dims, y->dims}, {X->strides, W->strides, y->strides}};
+      for (const Node &node : nodes) {
+        if (node.options.mode == PointwiseMode_t::RELU_FWD) {
+          seen.relu = true;
+          seen.reluLower = node.options.reluLower.value_or(0.0f);
+          seen.reluUpper = node.options.reluUpper.value_or(std::numeric_limits<float>::max());
+        } else if (node.in1->dims == Y->dims) {
+          seen.residual = true;
+          seen.residualStrides = node.in1->strides;
+        } else {
+          seen.bias = true;
+        }
+      }
+      emu::lastConvTensors = seen;
     }
     const Graph copy = *this;
     if (emu::recorded(handle->stream, [copy, bound, workspace] {
@@ -351,7 +379,12 @@ private:
   using Options = AttentionFields;
   const Options &options() const { return backward ? static_cast<const Options &>(bwd) : fwd; }
   std::vector<Tensor> all() const {
-    if (conv != Conv::None) return Out ? std::vector<Tensor>{X, W, Out, Bias} : std::vector<Tensor>{X, W, Y};
+    if (conv != Conv::None) {
+      std::vector<Tensor> tensors{X, W, nodes.empty() ? Y : result()};
+      for (const Node &node : nodes)
+        if (node.in1) tensors.push_back(node.in1);
+      return tensors;
+    }
     const Options &o = options();
     return {Q, K, V, O, Stats, dO, dQ, dK, dV, o.bias, o.dropout > 0 ? o.seed : nullptr,
             o.dropout > 0 ? o.offset : nullptr};
@@ -485,9 +518,10 @@ private:
   /// axes) with uids and strides that put no two elements at one address,
   /// x [N, C, d...], w [K, C/G, k...] with G dividing K, y [N, K, o...] with
   /// o = (d + pre + post - dilation·(k - 1) - 1) / stride + 1, the result
-  /// alone an output, one pad, stride and dilation per spatial axis. With a
-  /// pointwise node (validateBiasAdd), the graph's result is its output and
-  /// the convolution's y is virtual (dims inferred where not set).
+  /// alone an output, one pad, stride and dilation per spatial axis. With
+  /// pointwise nodes (validateEpilogue), the graph's result is the last
+  /// one's output and the convolution's y is virtual (dims inferred where
+  /// not set).
   error_t validateConv() {
     auto bad = [](const std::string &m) {
       return error_t(error_code_t::INVALID_VALUE, "emulated cuDNN convolution: " + m);
@@ -495,11 +529,10 @@ private:
     if ((io != DataType_t::FLOAT && io != DataType_t::BFLOAT16) || compute != DataType_t::FLOAT ||
         convOptions.compute != DataType_t::FLOAT)
       return bad("the fake emulates FLOAT or BFLOAT16 tensors with FLOAT compute only");
-    if (pointwiseNodes > 1 || (pointwiseNodes == 1 && conv != Conv::Forward))
-      return bad("the fake emulates one pointwise node, after conv_fprop");
-    if (Out && Out->output && Out->type == DataType_t::NOT_SET) Out->type = io;
-    const Tensor result = conv == Conv::Forward ? (Out ? Out : Y) : conv == Conv::InputGrad ? X : W;
-    for (const Tensor &t : {X, W, result}) {
+    if (!nodes.empty() && conv != Conv::Forward) return bad("the fake emulates pointwise nodes after conv_fprop only");
+    const Tensor out = result();
+    if (!nodes.empty() && out && out->output && out->type == DataType_t::NOT_SET) out->type = io;
+    for (const Tensor &t : {X, W, out}) {
       if (!t || !t->uidSet) return bad("a tensor has no uid");
       const size_t n = t->dims.size();
       if (n < 4 || n > 5 || t->strides.size() != n) return bad("tensor '" + t->name + "' is not 4-d or 5-d");
@@ -508,7 +541,7 @@ private:
       if (overlaps(*t)) return bad("tensor '" + t->name + "' has strides that put two elements at one address");
       // cuDNN's FLOAT and bf16 configurations: every tensor in the io type.
       if (t->type != io) return bad("tensor '" + t->name + "' is not of the graph's io type");
-      if (t->output != (t == result)) return bad("the result, and only it, must be an output");
+      if (t->output != (t == out)) return bad("the result, and only it, must be an output");
     }
     const size_t rank = X->dims.size(), sp = rank - 2;
     const ConvFields &o = convOptions;
@@ -521,7 +554,7 @@ private:
       return X->dims[2 + a] + o.pre[a] + o.post[a] - o.dilation[a] * (W->dims[2 + a] - 1) - 1;
     };
     if (W->dims.size() != rank) return bad("x and w differ in rank");
-    if (Out && Y->dims.empty()) { // conv_fprop's inference of a virtual y
+    if (!nodes.empty() && Y->dims.empty()) { // conv_fprop's inference of a virtual y
       Y->dims = {X->dims[0], W->dims[0]};
       for (size_t a = 0; a < sp; ++a) Y->dims.push_back(spanOf(a) < 0 ? 0 : spanOf(a) / o.stride[a] + 1);
     }
@@ -531,47 +564,77 @@ private:
     if (Y->dims[0] != X->dims[0] || Y->dims[1] != K) return bad("y is not [N, K, ...]");
     for (size_t a = 0; a < sp; ++a)
       if (spanOf(a) < 0 || spanOf(a) / o.stride[a] + 1 != Y->dims[2 + a]) return bad("y's spatial sizes do not follow");
-    if (Out) {
-      const error_t added = validateBiasAdd();
-      if (added.is_bad()) return added;
+    if (!nodes.empty()) {
+      const error_t epilogue = validateEpilogue();
+      if (epilogue.is_bad()) return epilogue;
     }
     validated = true;
     return {};
   }
 
-  /// conv_fprop's y (virtual, of the FLOAT intermediate type) plus a tensor
-  /// given to the graph (the bias: FLOAT or the io type, its dims y's or 1,
-  /// broadcast along the 1s) in a pointwise ADD of FLOAT compute, into the
-  /// graph's output: y's dims, the io type, a uid of its own.
-  error_t validateBiasAdd() {
+  /// The epilogue after conv_fprop: a chain of pointwise nodes of FLOAT
+  /// compute, each reading the previous one's result (the first: the
+  /// convolution's y), ADDs first (at most two: a bias, a residual), each of
+  /// the previous result and a tensor given to the graph (FLOAT or the io
+  /// type, its dims y's or 1, broadcast along the 1s), then at most one
+  /// RELU_FWD (its lower clip at most its upper one). Every result but the
+  /// last is virtual and FLOAT (the intermediate type) with y's dims; the
+  /// last is the graph's output, y's dims, of its own uid (validateConv
+  /// checks its type and strides).
+  error_t validateEpilogue() {
     auto bad = [](const std::string &m) {
       return error_t(error_code_t::INVALID_VALUE, "emulated cuDNN pointwise: " + m);
     };
-    const Pointwise_attributes &pw = pointwiseOptions;
-    if (pw.mode != PointwiseMode_t::ADD) return bad("the fake emulates ADD only");
-    if ((pw.compute == DataType_t::NOT_SET ? compute : pw.compute) != DataType_t::FLOAT)
-      return bad("the fake emulates FLOAT compute only");
-    if (PwIn0 != Y || !Bias || std::find(given.begin(), given.end(), Bias) == given.end())
-      return bad("the fake emulates the convolution's y plus a tensor given to the graph");
-    if (Y->output) return bad("the fake emulates a virtual y between the convolution and the add");
-    if (Y->type == DataType_t::NOT_SET) Y->type = intermediate;
-    if (Y->type != DataType_t::FLOAT) return bad("y, virtual, must be FLOAT (the intermediate type)");
     const size_t rank = Y->dims.size();
     if (Y->strides.empty()) Y->strides = rowMajor(Y->dims); // virtual: immaterial
-    if (Y->strides.size() != rank) return bad("y's strides are not of its rank");
-    const Tensor_attributes &b = *Bias;
-    if (!b.uidSet) return bad("the bias has no uid");
-    if (b.dims.size() != rank || b.strides.size() != rank) return bad("the bias is not of y's rank");
-    for (size_t i = 0; i < rank; ++i)
-      if ((b.dims[i] != 1 && b.dims[i] != Y->dims[i]) || b.strides[i] < 0)
-        return bad("the bias's dims are neither y's nor 1, or a stride is negative");
-    if (overlaps(b)) return bad("the bias has strides that put two elements at one address");
-    if (b.type != DataType_t::FLOAT && b.type != io) return bad("the bias is neither FLOAT nor of the io type");
-    if (Out->dims.empty()) Out->dims = Y->dims;
-    if (Out->strides.empty()) Out->strides = Y->strides;
-    if (Out->dims != Y->dims) return bad("the output's dims are not y's");
-    for (const Tensor &t : {X, W, Bias})
-      if (t->uid == Out->uid || (t != Bias && t->uid == b.uid)) return bad("two tensors share a uid");
+    std::vector<int64_t> uids{X->uid, W->uid};
+    Tensor previous = Y;
+    int adds = 0;
+    bool relu = false;
+    for (const Node &node : nodes) {
+      const Pointwise_attributes &pw = node.options;
+      if ((pw.compute == DataType_t::NOT_SET ? compute : pw.compute) != DataType_t::FLOAT)
+        return bad("the fake emulates FLOAT compute only");
+      if (node.in0 != previous)
+        return bad("the fake emulates a chain: each node reads the previous node's result (the first, y)");
+      if (previous->output) return bad("the fake emulates virtual results between the convolution and the output");
+      if (previous->type == DataType_t::NOT_SET) previous->type = intermediate;
+      if (previous->type != DataType_t::FLOAT) return bad("a virtual result must be FLOAT (the intermediate type)");
+      if (previous->dims.empty()) previous->dims = Y->dims;
+      if (previous->strides.empty()) previous->strides = Y->strides;
+      if (previous->dims != Y->dims || previous->strides.size() != rank) return bad("a virtual result is not y's shape");
+      if (pw.mode == PointwiseMode_t::ADD) {
+        if (relu) return bad("the fake emulates the ADDs before the RELU_FWD");
+        if (++adds > 2) return bad("the fake emulates at most two ADDs (a bias, a residual)");
+        if (!node.in1 || std::find(given.begin(), given.end(), node.in1) == given.end())
+          return bad("the fake emulates an ADD of the previous result and a tensor given to the graph");
+        const Tensor_attributes &b = *node.in1;
+        if (!b.uidSet) return bad("tensor '" + b.name + "' has no uid");
+        if (b.dims.size() != rank || b.strides.size() != rank) return bad("tensor '" + b.name + "' is not of y's rank");
+        for (size_t i = 0; i < rank; ++i)
+          if ((b.dims[i] != 1 && b.dims[i] != Y->dims[i]) || b.strides[i] < 0)
+            return bad("tensor '" + b.name + "' has dims neither y's nor 1, or a negative stride");
+        if (overlaps(b)) return bad("tensor '" + b.name + "' has strides that put two elements at one address");
+        if (b.type != DataType_t::FLOAT && b.type != io)
+          return bad("tensor '" + b.name + "' is neither FLOAT nor of the io type");
+        uids.push_back(b.uid);
+      } else if (pw.mode == PointwiseMode_t::RELU_FWD) {
+        if (relu) return bad("the fake emulates one RELU_FWD");
+        if (node.in1) return bad("RELU_FWD takes one input");
+        relu = true;
+        if (!(pw.reluLower.value_or(0.0f) <= pw.reluUpper.value_or(std::numeric_limits<float>::max())))
+          return bad("the RELU_FWD's lower clip is above its upper clip");
+      } else {
+        return bad("the fake emulates ADD and RELU_FWD only");
+      }
+      previous = node.out;
+    }
+    if (previous->dims.empty()) previous->dims = Y->dims;
+    if (previous->strides.empty()) previous->strides = Y->strides;
+    if (previous->dims != Y->dims) return bad("the output's dims are not y's");
+    uids.push_back(previous->uid);
+    std::sort(uids.begin(), uids.end());
+    if (std::adjacent_find(uids.begin(), uids.end()) != uids.end()) return bad("two tensors share a uid");
     return {};
   }
   static std::vector<int64_t> rowMajor(const std::vector<int64_t> &dims) {
@@ -627,12 +690,24 @@ private:
       return idx;
     };
     if (conv == Conv::Forward) {
-      // With the bias: y held in float (the FLOAT intermediate), the bias
-      // added, the output rounded once.
-      auto biasAt = [&](std::vector<int64_t> idx) {
+      // With an epilogue: y held in float (the FLOAT intermediates and
+      // compute), each node applied in turn, the output rounded once.
+      auto operandAt = [&](const Tensor &t, std::vector<int64_t> idx) {
         for (size_t i = 0; i < idx.size(); ++i)
-          if (Bias->dims[i] == 1) idx[i] = 0;
-        return value(Bias, idx);
+          if (t->dims[i] == 1) idx[i] = 0;
+        return (float)value(t, idx);
+      };
+      auto epilogue = [&](float v, const std::vector<int64_t> &idx) {
+        for (const Node &node : nodes) {
+          if (node.options.mode == PointwiseMode_t::ADD) {
+            v = v + operandAt(node.in1, idx);
+            continue;
+          }
+          const float lower = node.options.reluLower.value_or(0.0f),
+                      upper = node.options.reluUpper.value_or(std::numeric_limits<float>::max());
+          if (!std::isnan(v)) v = v < lower ? lower : v > upper ? upper : v; // NaN propagated
+        }
+        return v;
       };
       for (int64_t n = 0; n < N; ++n)
         for (int64_t k = 0; k < K; ++k)
@@ -642,10 +717,10 @@ private:
               forEachIndex(spatialK, [&](const std::vector<int64_t> &r) {
                 if (inputAt(out, r, in)) sum += value(X, full(n, k / Kg * Cg + cc, in)) * value(W, full(k, cc, r));
               });
-            if (Out)
-              write(Out, full(n, k, out), (double)(float)sum + biasAt(full(n, k, out)));
-            else
+            if (nodes.empty())
               write(Y, full(n, k, out), sum);
+            else
+              write(nodes.back().out, full(n, k, out), epilogue((float)sum, full(n, k, out)));
           });
       return;
     }
@@ -692,10 +767,19 @@ private:
   Conv conv = Conv::None;
   ConvFields convOptions;
   Tensor X, W, Y;
-  // The pointwise node after conv_fprop: Out = PwIn0 (y) + Bias.
-  int pointwiseNodes = 0;
-  Pointwise_attributes pointwiseOptions;
-  Tensor PwIn0, Bias, Out;
+  // The pointwise nodes after conv_fprop, in order: out = in0 (op) in1
+  // (RELU_FWD: in1 null).
+  struct Node {
+    Pointwise_attributes options;
+    Tensor in0, in1, out;
+  };
+  std::vector<Node> nodes;
+  /// The graph's result: the forward's y (the last pointwise node's
+  /// output where there is one), dx or dw.
+  Tensor result() const {
+    if (conv == Conv::Forward) return nodes.empty() ? Y : nodes.back().out;
+    return conv == Conv::InputGrad ? X : W;
+  }
   std::vector<Tensor> given; // the tensors given to the graph (tensor())
   std::vector<NumericalNote_t> deselected;
 

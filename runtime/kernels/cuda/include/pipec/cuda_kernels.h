@@ -272,9 +272,17 @@ template <class T> void equal(const T *a, const Shape &as, const T *b, const Sha
 /// are their channelsLast versions (no default: a call without the flag is
 /// kernel_api.inc's). The scratch queries take the same flag
 /// (pipec/kernel_scratch.h).
+/// The convolution's epilogue (issue 47; this overload and the bf16 one
+/// only): y = f(conv(x, w) + bias + residual), in float; residual (or
+/// null) has y's physical shape, layout and storage type and must not
+/// overlap y, x or w; f is the activation if any (Unary::Relu or
+/// Unary::Relu6, KernelError for any other). cuDNN applies it in the
+/// forward's graph where it can (y rounded once), else one pipec kernel
+/// after the convolution (a bf16 y is then rounded twice after a cuDNN
+/// graph that applied part of it or none, once after pipec's kernels).
 void conv(const float *x, const Shape &xs, const float *w, const Shape &ws, const float *bias, float *y,
           const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group, const Workspace &scratch,
-          bool channelsLast);
+          bool channelsLast, const float *residual = nullptr, std::optional<Unary> activation = std::nullopt);
 void convInputGrad(const float *dy, const Shape &dys, const float *w, const Shape &ws, float *dx, const Shape &xs,
                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
                    const Workspace &scratch, bool channelsLast);
@@ -406,10 +414,12 @@ void attentionGrad(const bf16 *dy, const bf16 *q, const Shape &qs, const bf16 *k
 /// pipec's float kernels on float32 copies; the bias stays float, and the
 /// weight gradient is written (or with accumulate added) into its float
 /// buffer (cuDNN computes it in bf16, as its bf16 configuration does:
-/// docs/cuda-kernels.md).
+/// docs/cuda-kernels.md). The forward's epilogue (a bf16 residual, the
+/// activation) is the float channels-last overload's, in either layout.
 void conv(const bf16 *x, const Shape &xs, const bf16 *w, const Shape &ws, const float *bias, bf16 *y,
           const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group, const Workspace &scratch = {},
-          bool channelsLast = false);
+          bool channelsLast = false, const bf16 *residual = nullptr,
+          std::optional<Unary> activation = std::nullopt);
 void convInputGrad(const bf16 *dy, const Shape &dys, const bf16 *w, const Shape &ws, bf16 *dx, const Shape &xs,
                    const Dims &strides, const Dims &pads, const Dims &dilations, int64_t group,
                    const Workspace &scratch = {}, bool channelsLast = false);
