@@ -44,12 +44,7 @@ using emucheck::expectNear;
 
 static std::mt19937_64 rng(777);
 /// Random values in [-1, 1].
-static std::vector<float> randomValues(int64_t n) {
-  std::uniform_real_distribution<float> d(-1, 1);
-  std::vector<float> v((size_t)n);
-  for (float &x : v) x = d(rng);
-  return v;
-}
+static std::vector<float> randomValues(int64_t n) { return emucheck::uniformValues(rng, n); }
 /// The fake cuDNN sums in double, the CPU kernels in float.
 constexpr double kTolerance = 2e-5;
 /// Two roundings to bf16 on top of that (half an ulp, 2^-9 relative, each):

@@ -43,6 +43,7 @@
 
 namespace pk = pipec::kernels;
 namespace pc = pipec::kernels::cuda;
+using emucheck::bf16Rounded;
 using emucheck::ctx;
 using emucheck::expect;
 using emucheck::expectNear;
@@ -55,16 +56,7 @@ using P = pipec::Precision;
 
 static std::mt19937_64 rng(4747);
 /// Random values in [-1, 1].
-static std::vector<float> randomValues(int64_t n) {
-  std::uniform_real_distribution<float> d(-1, 1);
-  std::vector<float> v((size_t)n);
-  for (float &x : v) x = d(rng);
-  return v;
-}
-static std::vector<float> bf16Rounded(std::vector<float> v) {
-  for (float &e : v) e = (float)pc::bf16(e);
-  return v;
-}
+static std::vector<float> randomValues(int64_t n) { return emucheck::uniformValues(rng, n); }
 /// The fake cuDNN sums in double, the CPU kernels in float.
 constexpr double kTolerance = 2e-5;
 /// Up to two roundings to bf16 (the result, then the bias added to it).

@@ -1,13 +1,14 @@
 // What the emulated kernel tests share (test/kernels/cuda_emulation): the
 // context of the check that runs, counted checks and failures, the
-// comparison with the CPU kernels' results within a tolerance, and the
-// summary that ends main.
+// comparison with the CPU kernels' results within a tolerance, the summary
+// that ends main, and random operands.
 #pragma once
 #include "pipec/cuda_kernels.h"
 
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,19 @@ inline int finish() {
   }
   std::printf("%d checks, %d failures\n", checks, failures);
   return failures != 0;
+}
+
+/// n values drawn uniformly from [low, high] by `rng` (each test seeds its own).
+inline std::vector<float> uniformValues(std::mt19937_64 &rng, int64_t n, float low = -1, float high = 1) {
+  std::uniform_real_distribution<float> d(low, high);
+  std::vector<float> v((size_t)n);
+  for (float &x : v) x = d(rng);
+  return v;
+}
+/// v with every element rounded to bf16: what bf16 storage holds.
+inline std::vector<float> bf16Rounded(std::vector<float> v) {
+  for (float &e : v) e = (float)pipec::kernels::cuda::bf16(e);
+  return v;
 }
 
 } // namespace emucheck
