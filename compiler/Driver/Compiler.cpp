@@ -109,7 +109,7 @@ void printConvolutionEngines(mlir::ModuleOp module, const CompileOptions &option
   if (options.job.target != Target::Cuda)
     return;
   const bool bf16 = options.costs.precision == Precision::BF16, f32 = options.costs.precision == Precision::F32;
-  int64_t onCudnn = 0, withEpilogue = 0;
+  int64_t onCudnn = 0;
   std::map<std::string, std::vector<std::string>> fallbacks; // reason -> ONNX nodes
   // The stages' forward ops once outlined, else the model's (the model
   // function stays beside the stages).
@@ -127,14 +127,11 @@ void printConvolutionEngines(mlir::ModuleOp module, const CompileOptions &option
       fallbacks[why].push_back(nn::nodeName(op->getLoc()).value_or("?").str());
     else
       ++onCudnn;
-    if (auto conv = llvm::dyn_cast<nn::ConvOp>(op); conv && (conv.getResidual() || conv.getActivation()))
-      ++withEpilogue; // pipec-fuse-norm-epilogue's
   });
   if (onCudnn == 0 && fallbacks.empty())
     return;
   os << "convolutions: " << onCudnn << " on cuDNN's graphs"
      << (onCudnn && options.optLevel == passes::OptLevel::O2 ? ", channels-last" : "")
-     << (withEpilogue ? ", " + std::to_string(withEpilogue) + " with their ReLU or residual add in the graph" : "")
      << (onCudnn ? " (a shape cuDNN declines at run time runs on pipec's kernels; piperun names it)" : "");
   for (const auto &[why, nodes] : fallbacks) {
     os << "; " << nodes.size() << " on pipec's kernels: " << why << " (";
