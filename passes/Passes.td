@@ -391,7 +391,9 @@ def ChannelsLast : Pass<"pipec-channels-last", "mlir::ModuleOp"> {
     dropout, whose mask is drawn per element index) and concat, split, pad
     and slice, whose axes are renumbered. A model's own transpose of a
     region tensor, or into one, is composed with the conversion: one move,
-    or none (ConvNeXt's permutes). Region ops get
+    or none (ConvNeXt's permutes). A channel shuffle of a region tensor
+    (ShuffleNet's reshape to [N, a, b, d...], swap of axes 1 and 2, reshape
+    back) becomes the same three moves on the stored channel axis. Region ops get
     `channels_last` and tensors of rank 3 or more [N, spatial..., C]; a
     convolution's weight is read through a transpose to [K, kernel...,
     C/group]. A tensor from outside is converted in once, next to its first
@@ -415,6 +417,7 @@ def ChannelsLast : Pass<"pipec-channels-last", "mlir::ModuleOp"> {
     Statistic<"numRegionOps", "region-ops", "Number of ops rewritten to store their tensors channels-last">,
     Statistic<"numConversions", "conversions", "Number of layout conversions at the regions' edges">,
     Statistic<"numFolded", "folded", "Number of the model's transposes of a region tensor folded into one move">,
+    Statistic<"numShuffles", "shuffles", "Number of channel shuffles moved to the stored channel axis">,
   ];
 }
 

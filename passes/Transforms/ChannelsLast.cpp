@@ -112,15 +112,56 @@ void rewriteAttributes(Operation *op, OperationState &state, Builder &builder) {
   }
 }
 
+/// A channel shuffle of a region tensor (ShuffleNet's): reshape [N, C, d...]
+/// to [N, a, b, d...] (a · b = C), swap axes 1 and 2, reshape back to
+/// [N, C, d...], each read by the next alone. Channels-last it is the same
+/// three moves on the last axis: [N, d..., a, b], swap the last two, merge.
+struct ChannelShuffle {
+  nn::ReshapeOp split;
+  nn::TransposeOp swap;
+  nn::ReshapeOp merge;
+};
+
+std::optional<ChannelShuffle> channelShuffleAt(Operation *op) {
+  auto split = llvm::dyn_cast<nn::ReshapeOp>(op);
+  if (!split || !spatialTensor(split.getInput()) || !split.getResult().hasOneUse())
+    return std::nullopt;
+  auto swap = llvm::dyn_cast<nn::TransposeOp>(*split.getResult().getUsers().begin());
+  if (!swap || !swap.getResult().hasOneUse())
+    return std::nullopt;
+  auto merge = llvm::dyn_cast<nn::ReshapeOp>(*swap.getResult().getUsers().begin());
+  if (!merge || merge.getResult().getType() != split.getInput().getType())
+    return std::nullopt;
+  ArrayRef<int64_t> in = rankedOf(split.getInput()).getShape(), parts = rankedOf(split.getResult()).getShape();
+  const int64_t rank = in.size();
+  if (static_cast<int64_t>(parts.size()) != rank + 1 || parts[0] != in[0] || parts[1] * parts[2] != in[1] ||
+      !llvm::equal(parts.drop_front(3), in.drop_front(2)))
+    return std::nullopt;
+  SmallVector<int64_t> swapped = llvm::to_vector(llvm::seq<int64_t>(0, rank + 1));
+  std::swap(swapped[1], swapped[2]);
+  if (!llvm::equal(swap.getPerm(), swapped))
+    return std::nullopt;
+  return ChannelShuffle{split, swap, merge};
+}
+
 /// Rewrites one block's ops into channels-last regions.
 class RegionBuilder {
 public:
   explicit RegionBuilder(Block &block) : block(block) {}
 
   void run() {
-    for (Operation &op : llvm::make_early_inc_range(block.without_terminator()))
-      if (joinsRegion(&op))
+    SmallVector<Operation *> shuffled; // a shuffle's old ops, erased after the walk passed them
+    for (Operation &op : llvm::make_early_inc_range(block.without_terminator())) {
+      if (std::optional<ChannelShuffle> shuffle = channelShuffleAt(&op);
+          shuffle && isStored(shuffle->split.getInput())) {
+        rewriteShuffle(*shuffle);
+        shuffled.append({shuffle->merge, shuffle->swap, shuffle->split});
+      } else if (joinsRegion(&op)) {
         rewrite(&op);
+      }
+    }
+    for (Operation *op : shuffled)
+      op->erase();
     // A model's own transpose of a region tensor (ConvNeXt's permute to
     // [N, H, W, C]) moves the stored tensor once, or not at all.
     for (Operation *conversion : backConversions)
@@ -141,7 +182,7 @@ public:
         ++conversionsKept;
   }
 
-  int64_t regionOps = 0, conversionsKept = 0, conversionsIn = 0, transposesFolded = 0;
+  int64_t regionOps = 0, conversionsKept = 0, conversionsIn = 0, transposesFolded = 0, shufflesMoved = 0;
 
 private:
   bool isStored(Value value) const { return stored.count(value); }
@@ -233,6 +274,39 @@ private:
     return spatialTensor(operand) && !layoutFree(operand) ? storedFormOf(operand, op) : operand;
   }
 
+  /// The shuffle's three moves on the stored tensor's channel axis; the old
+  /// ops are left unread.
+  void rewriteShuffle(ChannelShuffle shuffle) {
+    OpBuilder builder(shuffle.merge);
+    Value x = stored.lookup(shuffle.split.getInput());
+    RankedTensorType type = rankedOf(x);
+    ArrayRef<int64_t> parts = rankedOf(shuffle.split.getResult()).getShape();
+    SmallVector<int64_t> split = llvm::to_vector(type.getShape().drop_back());
+    split.append({parts[1], parts[2]});
+    SmallVector<int64_t> perm = llvm::to_vector(llvm::seq<int64_t>(0, split.size()));
+    std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+    auto viewed = nn::ReshapeOp::create(builder, shuffle.split.getLoc(), type.clone(split), x);
+    auto swapped = nn::TransposeOp::create(builder, shuffle.swap.getLoc(), viewed, perm);
+    auto merged = nn::ReshapeOp::create(builder, shuffle.merge.getLoc(), type, swapped);
+    inheritPlacement(shuffle.split, viewed, /*withCost=*/true);
+    inheritPlacement(shuffle.swap, swapped, /*withCost=*/true);
+    inheritPlacement(shuffle.merge, merged, /*withCost=*/true);
+    regionOps += 3;
+    ++shufflesMoved;
+    builder.setInsertionPointAfter(merged);
+    publish(builder, shuffle.merge.getResult(), merged.getResult(), merged);
+  }
+
+  /// Readers outside the region read `now`, which replaces `old`, converted
+  /// back to channels-first; region ops that come later read `now`
+  /// (storedFormOf).
+  void publish(OpBuilder &builder, Value old, Value now, Operation *anchor) {
+    Value back = converted(builder, now, /*toChannelsLast=*/false, anchor);
+    backConversions.push_back(back.getDefiningOp());
+    stored[back] = now;
+    old.replaceAllUsesWith(back);
+  }
+
   void rewrite(Operation *op) {
     OpBuilder builder(op);
     OperationState state(op->getLoc(), op->getName());
@@ -249,16 +323,10 @@ private:
     ++regionOps;
     builder.setInsertionPointAfter(channelsLast);
     for (auto [old, now] : llvm::zip(op->getResults(), channelsLast->getResults())) {
-      if (!spatialTensor(old)) {
+      if (spatialTensor(old))
+        publish(builder, old, now, channelsLast);
+      else
         old.replaceAllUsesWith(now);
-        continue;
-      }
-      // Readers outside the region read it channels-first; region ops
-      // that come later read `now` (storedFormOf).
-      Value back = converted(builder, now, /*toChannelsLast=*/false, channelsLast);
-      backConversions.push_back(back.getDefiningOp());
-      stored[back] = now;
-      old.replaceAllUsesWith(back);
     }
     op->erase();
   }
@@ -282,6 +350,7 @@ struct ChannelsLast : impl::ChannelsLastBase<ChannelsLast> {
       numRegionOps += builder.regionOps;
       numConversions += builder.conversionsKept + builder.conversionsIn;
       numFolded += builder.transposesFolded;
+      numShuffles += builder.shufflesMoved;
     });
   }
 };

@@ -92,3 +92,33 @@ func.func @squeeze_excitation(%x: tensor<1x8x4x4xf32>, %w: tensor<8x1x3x3xf32>) 
   %p = nn.transpose %m {perm = array<i64: 0, 2, 3, 1>} : (tensor<1x8x4x4xf32>) -> tensor<1x4x4x8xf32>
   return %p : tensor<1x4x4x8xf32>
 }
+
+// -----
+
+// ShuffleNet's channel shuffle (reshape to [N, groups, C/groups, H, W], swap
+// of axes 1 and 2, reshape back) moves along the stored channel axis: the
+// conv's result stays channels-last into the next conv; a shuffle whose
+// swap is not of those two axes is left at the region's edge.
+// CHECK-LABEL: func.func @shuffle
+// CHECK: %[[Y:.*]] = nn.conv {{.*}} -> tensor<2x3x3x8xf32>
+// CHECK-NEXT: %[[BY:.*]] = nn.transpose %[[Y]] {perm = array<i64: 0, 3, 1, 2>}
+// CHECK-NEXT: %[[V:.*]] = nn.reshape %[[Y]] : tensor<2x3x3x8xf32> -> tensor<2x3x3x2x4xf32>
+// CHECK-NEXT: %[[T:.*]] = nn.transpose %[[V]] {perm = array<i64: 0, 1, 2, 4, 3>} : (tensor<2x3x3x2x4xf32>) -> tensor<2x3x3x4x2xf32>
+// CHECK-NEXT: %[[M:.*]] = nn.reshape %[[T]] : tensor<2x3x3x4x2xf32> -> tensor<2x3x3x8xf32>
+// CHECK-NEXT: %[[Z:.*]] = nn.conv %[[M]], {{.*}} -> tensor<2x3x3x8xf32>
+// CHECK-NEXT: %[[B:.*]] = nn.transpose %[[Z]] {perm = array<i64: 0, 3, 1, 2>}
+// CHECK-NEXT: nn.reshape %[[BY]] : tensor<2x8x3x3xf32> -> tensor<2x2x4x3x3xf32>
+// CHECK-NEXT: nn.transpose {{.*}} {perm = array<i64: 0, 1, 2, 4, 3>}
+// CHECK-NEXT: %[[K:.*]] = nn.reshape
+// CHECK-NEXT: return %[[B]], %[[K]]
+func.func @shuffle(%x: tensor<2x8x3x3xf32>, %w: tensor<8x1x1x1xf32>) -> (tensor<2x8x3x3xf32>, tensor<2x8x3x3xf32>) {
+  %y = nn.conv %x, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 8 : i64} : (tensor<2x8x3x3xf32>, tensor<8x1x1x1xf32>) -> tensor<2x8x3x3xf32>
+  %v = nn.reshape %y : tensor<2x8x3x3xf32> -> tensor<2x2x4x3x3xf32>
+  %t = nn.transpose %v {perm = array<i64: 0, 2, 1, 3, 4>} : (tensor<2x2x4x3x3xf32>) -> tensor<2x4x2x3x3xf32>
+  %m = nn.reshape %t : tensor<2x4x2x3x3xf32> -> tensor<2x8x3x3xf32>
+  %z = nn.conv %m, %w {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>, group = 8 : i64} : (tensor<2x8x3x3xf32>, tensor<8x1x1x1xf32>) -> tensor<2x8x3x3xf32>
+  %v2 = nn.reshape %y : tensor<2x8x3x3xf32> -> tensor<2x2x4x3x3xf32>
+  %t2 = nn.transpose %v2 {perm = array<i64: 0, 1, 2, 4, 3>} : (tensor<2x2x4x3x3xf32>) -> tensor<2x2x4x3x3xf32>
+  %m2 = nn.reshape %t2 : tensor<2x2x4x3x3xf32> -> tensor<2x8x3x3xf32>
+  return %z, %m2 : tensor<2x8x3x3xf32>, tensor<2x8x3x3xf32>
+}
