@@ -80,9 +80,13 @@ OpWork matrixProduct(Operation *op, double batch, double m, double n, double k) 
   double flops = 2 * batch * m * n * k;
   work.forwardFlops = flops;
   work.forwardBytes = operandBytes(op) + resultBytes(op);
+  // A GEMM's C, a convolution's bias (not an epilogue's residual).
+  Value bias = op->getNumOperands() == 3 ? op->getOperand(2) : Value();
+  if (auto conv = llvm::dyn_cast<ConvOp>(op))
+    bias = conv.getBias();
   for (Value operand : op->getOperands()) {
     bool differentiable = hasGradient(operand);
-    bool isBias = op->getNumOperands() == 3 && operand == op->getOperand(2);
+    bool isBias = bias && operand == bias;
     work.gradientFlops.push_back(!differentiable ? 0 : isBias ? batch * m * n : flops);
     work.gradientBytes.push_back(differentiable ? resultBytes(op) + operandBytes(op) +
                                                       bytesOf(operand)

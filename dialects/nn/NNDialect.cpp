@@ -406,12 +406,12 @@ LogicalResult BatchedGemmOp::inferReturnTypes(MLIRContext *, std::optional<Locat
 // Convolution, normalization, pooling
 //===----------------------------------------------------------------------===//
 
-/// An epilogue (pipec-fuse-norm-epilogue's): a residual of the result's shape, an activation the kernels apply.
+/// An epilogue (pipec-fuse-norm-epilogue's): a residual of the result's type, an activation the kernels apply.
 static LogicalResult checkEpilogue(std::optional<Location> loc, StringRef op, Value residual,
                                    std::optional<::pipec::Unary> activation, RankedTensorType result) {
-  if (residual && rankedType(residual).getShape() != result.getShape())
+  if (residual && rankedType(residual) != result)
     return fail(loc, op + ": the residual " + shapeString(rankedType(residual).getShape()) +
-                         " does not have the result's shape " + shapeString(result.getShape()));
+                         " does not have the result's shape and element type " + shapeString(result.getShape()));
   if (activation && !::pipec::epilogueActivationApplies(*activation))
     return fail(loc, op + ": the only activations its epilogue applies are relu and relu6");
   return success();

@@ -80,12 +80,21 @@ func.func @conv_channels(%x: tensor<1x3x8x8xf32>, %w: tensor<4x2x3x3xf32>) {
 
 // -----
 
-// A convolution's epilogue: the residual has the result's shape, the
-// activation is one the kernels apply.
+// A convolution's epilogue: the residual has the result's shape and element
+// type, the activation is one the kernels apply.
 func.func @conv_residual(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %r: tensor<1x4x8x8xf32>) {
-  // expected-error @+2 {{nn.conv: the residual [1,4,8,8] does not have the result's shape [1,4,6,6]}}
+  // expected-error @+2 {{nn.conv: the residual [1,4,8,8] does not have the result's shape and element type [1,4,6,6]}}
   // expected-error @+1 {{failed to infer returned types}}
   %0 = nn.conv %x, %w residual = %r {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>, tensor<1x4x8x8xf32>) -> tensor<1x4x6x6xf32>
+  return
+}
+
+// -----
+
+func.func @conv_residual_type(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %r: tensor<1x4x6x6xbf16>) {
+  // expected-error @+2 {{nn.conv: the residual [1,4,6,6] does not have the result's shape and element type [1,4,6,6]}}
+  // expected-error @+1 {{failed to infer returned types}}
+  %0 = nn.conv %x, %w residual = %r {strides = array<i64: 1, 1>, pads = array<i64: 0, 0, 0, 0>, dilations = array<i64: 1, 1>} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>, tensor<1x4x6x6xbf16>) -> tensor<1x4x6x6xf32>
   return
 }
 

@@ -275,7 +275,7 @@ template <class T> void equal(const T *a, const Shape &as, const T *b, const Sha
 /// The convolution's epilogue (issue 47; this overload and the bf16 one
 /// only): y = f(conv(x, w) + bias + residual), in float; residual (or
 /// null) has y's physical shape, layout and storage type and must not
-/// overlap y, x or w; f is the activation if any (Unary::Relu or
+/// overlap y (it may be x: conv(x) + x); f is the activation if any (Unary::Relu or
 /// Unary::Relu6, KernelError for any other). cuDNN applies it in the
 /// forward's graph where it can (y rounded once), else one pipec kernel
 /// after the convolution (a bf16 y is then rounded twice after a cuDNN
