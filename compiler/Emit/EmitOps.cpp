@@ -235,8 +235,7 @@ bool StageEmitter::emitLinalgOp(Operation *op) {
             << (nn::storesChannelsLast(conv) ? scratchOrDefault(conv) + channelsLastArgument(conv)
                                              : scratchArgument(conv));
         if (conv.getResidual() || conv.getActivation()) // the epilogue (CUDA's channels-last convolutions)
-          out << ", " << (conv.getResidual() ? ptr(conv.getResidual()) : "nullptr") << ", "
-              << (conv.getActivation() ? unaryKindName(*conv.getActivation()) : "std::nullopt");
+          out << epilogueArguments(conv.getResidual(), conv.getActivation());
         out << ");\n";
       })
       .Case([&](nn::ConvInputGradOp grad) {
@@ -266,6 +265,11 @@ bool StageEmitter::emitLinalgOp(Operation *op) {
   return handled;
 }
 
+std::string StageEmitter::epilogueArguments(Value residual, std::optional<Unary> activation) {
+  return ", " + (residual ? ptr(residual) : std::string("nullptr")) + ", " +
+         (activation ? unaryKindName(*activation) : std::string("std::nullopt"));
+}
+
 /// Batch and layer normalization, pooling, with their gradients. Whether `op` is one of them.
 bool StageEmitter::emitNormPoolOp(Operation *op) {
   bool handled = true;
@@ -282,8 +286,7 @@ bool StageEmitter::emitNormPoolOp(Operation *op) {
             << f32Literal(norm.getMomentum().convertToFloat()) << ", "
             << (norm.getTraining() ? "!call->inference" : "false");
         if (norm.getResidual() || norm.getActivation() || nn::storesChannelsLast(norm)) // the epilogue
-          out << ", " << (norm.getResidual() ? ptr(norm.getResidual()) : "nullptr") << ", "
-              << (norm.getActivation() ? unaryKindName(*norm.getActivation()) : "std::nullopt");
+          out << epilogueArguments(norm.getResidual(), norm.getActivation());
         out << channelsLastArgument(norm) << ");\n";
       })
       .Case([&](nn::BatchNormGradOp grad) {

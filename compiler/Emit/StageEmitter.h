@@ -117,6 +117,9 @@ private:
   bool emitElementwiseOp(Operation *op);
   bool emitLinalgOp(Operation *op);
   bool emitNormPoolOp(Operation *op);
+  /// ", residual, activation": the trailing arguments of a batch norm's or
+  /// convolution's call for its epilogue (pipec-fuse-norm-epilogue).
+  std::string epilogueArguments(Value residual, std::optional<Unary> activation);
   bool emitSoftmaxAttentionLossOp(Operation *op);
   bool emitReductionMovementOp(Operation *op);
   bool emitConstantOp(Operation *op, LogicalResult &result);

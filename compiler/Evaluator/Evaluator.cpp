@@ -50,6 +50,15 @@ public:
 
 private:
   const Tensor &in(unsigned index) const { return operands[index]; }
+  /// A batch norm's or convolution's epilogue (pipec-fuse-norm-epilogue):
+  /// f(value + residual).
+  Tensor withEpilogue(Tensor value, Value residual, std::optional<::pipec::Unary> activation) const {
+    if (const Tensor *added = optionalIn(residual))
+      value = kernels::binary(BinaryOp::Add, value, *added);
+    if (activation)
+      value = kernels::unary(*activation, value);
+    return value;
+  }
   const Tensor *optionalIn(Value value) const {
     if (!value)
       return nullptr;
@@ -167,22 +176,13 @@ std::optional<std::vector<Tensor>> OpRules::forward() {
         Tensor result = kernels::conv(in(0), in(1), optionalIn(conv.getBias()), toVector(conv.getStrides()),
                                       toVector(conv.getPads()), toVector(conv.getDilations()),
                                       static_cast<int64_t>(conv.getGroup()));
-        // The epilogue (pipec-fuse-norm-epilogue): f(convolution + residual).
-        if (const Tensor *residual = optionalIn(conv.getResidual()))
-          result = kernels::binary(BinaryOp::Add, result, *residual);
-        if (auto activation = conv.getActivation())
-          result = kernels::unary(*activation, result);
-        return one(std::move(result));
+        return one(withEpilogue(std::move(result), conv.getResidual(), conv.getActivation()));
       })
       .Case([&](nn::BatchNormOp norm) {
         auto results = kernels::batchNorm(in(0), in(1), in(2), in(3), in(4),
                                           toDouble(norm.getEpsilon()),
                                           toDouble(norm.getMomentum()), norm.getTraining());
-        // The epilogue (pipec-fuse-norm-epilogue): f(normalized + residual).
-        if (norm.getResidual())
-          results.output = kernels::binary(BinaryOp::Add, results.output, in(5));
-        if (auto activation = norm.getActivation())
-          results.output = kernels::unary(*activation, results.output);
+        results.output = withEpilogue(std::move(results.output), norm.getResidual(), norm.getActivation());
         return std::vector<Tensor>{std::move(results.output), std::move(results.runningMean),
                                    std::move(results.runningVar)};
       })
